@@ -1,0 +1,491 @@
+"""The in-process async bus: synchronous, never-blocking ``emit``; batched delivery per sink.
+
+What the bus guarantees a sink:
+
+* **Order.** Events reach a sink in emit order per emitting thread, in batches (lists).
+* **Isolation.** Each sink has its own bounded buffer and its own delivery task. A slow or
+  stalled sink drops its own overflow (counted in ``stats()``); it never slows the emitter
+  or the other sinks. A sink that raises is logged once, counted, and keeps receiving.
+* **Interest.** A sink's ``interests`` (event classes) are read at subscribe time. The
+  routing table is rebuilt on subscribe and unsubscribe, never per emit, and ``Telemetry``
+  builds nothing for an event type no sink wants.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Protocol, Self, runtime_checkable
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import anyio.to_thread
+import msgspec
+
+from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._events import EVENT_TYPES, Event
+
+__all__ = ["Bus", "BusStats", "Sink", "SinkStats", "Subscription"]
+
+logger: Final = logging.getLogger("ckpt_events")
+
+DEFAULT_BUFFER_SIZE: Final = 65_536
+DEFAULT_BATCH_SIZE: Final = 4_096
+DEFAULT_CLOSE_TIMEOUT: Final = 5.0
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """What the bus delivers to: any object with ``handle(batch)``, sync or async.
+
+    Optional attributes, read once at subscribe time:
+
+    * ``interests``: an iterable of event classes the sink wants (default: every event);
+    * ``aclose()``: awaited once, after the sink's last batch, when it is unsubscribed or
+      the bus closes;
+    * ``blocking = True``: a sync ``handle`` that may block (file or network I/O) runs in a
+      worker thread instead of on the event loop.
+    """
+
+    def handle(self, batch: list[Any], /) -> object: ...
+
+
+class SinkStats(msgspec.Struct, frozen=True):
+    """Counters of one subscription.
+
+    ``emitted`` counts the events offered to this sink (``delivered + failed + pending +
+    dropped``); ``failed`` counts events in batches whose ``handle`` raised.
+    """
+
+    name: str
+    emitted: int
+    delivered: int
+    dropped: int
+    failed: int
+    failed_batches: int
+    pending: int
+
+
+class BusStats(msgspec.Struct, frozen=True):
+    """Counters of the bus: one ``SinkStats`` per subscription, ever, and closed-bus drops."""
+
+    sinks: tuple[SinkStats, ...]
+    dropped_after_close: int
+
+    def sink(self, name: str) -> SinkStats:
+        """The stats of the subscription called ``name`` (``KeyError`` if there is none)."""
+        for stats in self.sinks:
+            if stats.name == name:
+                return stats
+        raise KeyError(name)
+
+
+class _Buffer(deque[Any]):
+    """A sink's bounded FIFO, with the flags ``emit`` reads inline (no method call)."""
+
+    __slots__ = ("capacity", "dropped", "owner", "waiting")
+
+    def __init__(self, capacity: int, owner: Subscription) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.dropped = 0
+        self.waiting = False  # the delivery task sleeps until woken
+        self.owner = owner
+
+
+class Subscription:
+    """A sink's place on the bus. ``close()`` unsubscribes; pending events are still delivered."""
+
+    def __init__(self, bus: Bus, sink: Sink, name: str, buffer_size: int, batch_size: int):
+        self.bus = bus
+        self.sink = sink
+        self.name = name
+        self.interests: frozenset[type[Event]] = _interests_of(sink)
+        self.closed = False
+        self._buffer = _Buffer(buffer_size, self)
+        self._batch_size = batch_size
+        self._wake = anyio.Event()
+        self._handled = 0  # delivered + failed
+        self._failed = 0
+        self._failed_batches = 0
+        self._in_flight = 0
+        self._logged_failure = False
+        self._flush_waiters: list[tuple[int, anyio.Event]] = []
+        self._done = anyio.Event()
+        self._started = False
+        handle = sink.handle
+        self._async = inspect.iscoroutinefunction(handle)
+        self._blocking = bool(getattr(sink, "blocking", False)) and not self._async
+
+    def close(self) -> None:
+        """Unsubscribe: no new events are routed here; those already buffered are delivered,
+        then the sink's ``aclose()`` runs. Idempotent."""
+        if not self.closed:
+            self.closed = True
+            self.bus._unsubscribe(self)
+            self._wake_now()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def stats(self) -> SinkStats:
+        """This subscription's counters now."""
+        pending = len(self._buffer) + self._in_flight
+        dropped = self._buffer.dropped
+        return SinkStats(
+            name=self.name,
+            emitted=self._handled + pending + dropped,
+            delivered=self._handled - self._failed,
+            dropped=dropped,
+            failed=self._failed,
+            failed_batches=self._failed_batches,
+            pending=pending,
+        )
+
+    # -- delivery task -------------------------------------------------------------------
+
+    def _wake_now(self) -> None:
+        # Called on the event loop thread only.
+        self._buffer.waiting = False
+        self._wake.set()
+
+    async def _run(self) -> None:
+        buffer = self._buffer
+        popleft = buffer.popleft
+        try:
+            while True:
+                if not buffer:
+                    if self.closed:
+                        break
+                    buffer.waiting = True
+                    if buffer or self.closed:  # an emit raced with the flag: go round again
+                        buffer.waiting = False
+                        continue
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    # Let the woken emitter run on until it awaits, so batches grow.
+                    await anyio.lowlevel.checkpoint()
+                    continue
+                count = min(len(buffer), self._batch_size)
+                batch = [popleft() for _ in range(count)]
+                self._in_flight = count
+                await self._deliver(batch)
+                self._in_flight = 0
+                self._handled += count
+                if self._flush_waiters:
+                    self._release_flushers()
+        finally:
+            self._done.set()
+        await self._close_sink()
+
+    async def _deliver(self, batch: list[Any]) -> None:
+        # The one place that catches a sink's failure: log it once, count it, go on.
+        try:
+            if self._async:
+                await self.sink.handle(batch)  # type: ignore[misc]
+            elif self._blocking:
+                await anyio.to_thread.run_sync(self.sink.handle, batch)
+            else:
+                self.sink.handle(batch)
+        except Exception:
+            self._failed += len(batch)
+            self._failed_batches += 1
+            if not self._logged_failure:
+                self._logged_failure = True
+                logger.exception(
+                    "sink %r failed to handle a batch of %d events; its failures are counted "
+                    "in bus.stats() and not logged again",
+                    self.name,
+                    len(batch),
+                )
+
+    async def _close_sink(self) -> None:
+        aclose = getattr(self.sink, "aclose", None)
+        if aclose is None:
+            return
+        try:
+            await aclose()
+        except Exception:
+            logger.exception("sink %r failed to close", self.name)
+
+    def _release_flushers(self) -> None:
+        keep = []
+        for target, event in self._flush_waiters:
+            if self._handled >= target:
+                event.set()
+            else:
+                keep.append((target, event))
+        self._flush_waiters = keep
+
+    async def _wait_handled(self) -> None:
+        target = self._handled + self._in_flight + len(self._buffer)
+        if self._handled >= target:
+            return
+        if self._done.is_set():
+            return
+        event = anyio.Event()
+        self._flush_waiters.append((target, event))
+        await event.wait()
+
+
+def _interests_of(sink: object) -> frozenset[type[Event]]:
+    wanted = getattr(sink, "interests", None)
+    if wanted is None:
+        return frozenset(EVENT_TYPES)
+    if isinstance(wanted, type):
+        wanted = (wanted,)
+    try:
+        chosen = frozenset(wanted)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"a sink's interests must be an iterable of event classes, not {wanted!r}"
+        ) from None
+    expanded: set[type[Event]] = set()
+    for cls in chosen:
+        if not (isinstance(cls, type) and issubclass(cls, Event)):
+            raise InvalidArgumentError(
+                f"a sink's interests must be event classes from ckpt_events, not {cls!r}"
+            )
+        # A base class (e.g. SpanEvent) stands for all of its concrete subclasses.
+        expanded.update(t for t in EVENT_TYPES if issubclass(t, cls))
+    return frozenset(expanded)
+
+
+class Bus:
+    """An in-process async event bus with one bounded buffer and delivery task per sink.
+
+    ``async with Bus() as bus:`` starts it; leaving the block (or ``await bus.aclose()``)
+    stops routing, delivers what was already emitted within ``close_timeout`` seconds, then
+    closes every sink. ``emit`` works before the bus starts (events wait in the buffers),
+    from any thread, and after close (the event is counted as dropped).
+    """
+
+    def __init__(
+        self,
+        *,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+    ) -> None:
+        _check_positive_int("buffer_size", buffer_size)
+        _check_positive_int("batch_size", batch_size)
+        if not isinstance(close_timeout, int | float) or not close_timeout >= 0:
+            raise InvalidArgumentError(f"close_timeout must be a number >= 0, not {close_timeout!r}")
+        self.buffer_size = buffer_size
+        self.batch_size = batch_size
+        self.close_timeout = float(close_timeout)
+        self._routes: dict[type, tuple[_Buffer, ...]] = {}
+        self._subscriptions: list[Subscription] = []
+        self._history: list[Subscription] = []
+        self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._loop_thread: int | None = None
+        self._call_soon_threadsafe: Callable[[Callable[[], object]], object] | None = None
+        self._closed = False
+        self._closing = False
+        self._dropped_after_close = 0
+        self._names: set[str] = set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._tg is not None or self._closed:
+            raise InvalidArgumentError("a Bus can be entered once; create a new one")
+        self._loop_thread = threading.get_ident()
+        self._call_soon_threadsafe = _threadsafe_scheduler()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        for sub in self._subscriptions:
+            self._start(sub)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+    async def aclose(self) -> None:
+        """Stop routing, deliver what was emitted (within ``close_timeout``), close sinks.
+
+        Idempotent; events emitted afterwards are counted in ``dropped_after_close``.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        self._closed = True
+        subs = list(self._subscriptions)
+        for sub in subs:
+            sub.close()
+        self._set_routes({})
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        with anyio.move_on_after(self.close_timeout) as scope:
+            for sub in subs:
+                if sub._started:
+                    await sub._done.wait()
+        if scope.cancelled_caught:
+            logger.warning(
+                "bus closed before every sink drained within %.1f s; undelivered events "
+                "are counted as pending in bus.stats()",
+                self.close_timeout,
+            )
+            tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        sink: Sink,
+        *,
+        name: str | None = None,
+        buffer_size: int | None = None,
+        batch_size: int | None = None,
+    ) -> Subscription:
+        """Subscribe ``sink``; returns its ``Subscription`` (``sub.close()`` unsubscribes).
+
+        Call it from the event loop thread. ``name`` (default: the sink's class name, made
+        unique) labels its stats and log lines.
+        """
+        if self._closed:
+            raise InvalidArgumentError("this bus is closed; subscribe to a new Bus")
+        handle = getattr(sink, "handle", None)
+        if not callable(handle):
+            raise InvalidArgumentError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
+        sub = Subscription(
+            self,
+            sink,
+            self._unique_name(name or type(sink).__name__),
+            self.buffer_size if buffer_size is None else _check_positive_int("buffer_size", buffer_size),
+            self.batch_size if batch_size is None else _check_positive_int("batch_size", batch_size),
+        )
+        self._subscriptions.append(sub)
+        self._history.append(sub)
+        self._rebuild_routes()
+        if self._tg is not None:
+            self._start(sub)
+        return sub
+
+    def _unique_name(self, base: str) -> str:
+        name, n = base, 1
+        while name in self._names:
+            n += 1
+            name = f"{base}-{n}"
+        self._names.add(name)
+        return name
+
+    def _start(self, sub: Subscription) -> None:
+        assert self._tg is not None
+        sub._started = True
+        self._tg.start_soon(sub._run, name=f"ckpt_events sink {sub.name}")
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
+            if not self._closed:
+                self._rebuild_routes()
+
+    def _rebuild_routes(self) -> None:
+        routes: dict[type, list[_Buffer]] = {}
+        for sub in self._subscriptions:
+            for cls in sub.interests:
+                routes.setdefault(cls, []).append(sub._buffer)
+        self._set_routes({cls: tuple(buffers) for cls, buffers in routes.items()})
+
+    def _set_routes(self, routes: dict[type, tuple[_Buffer, ...]]) -> None:
+        # Swap the whole table: an emit on another thread sees the old one or the new one.
+        self._routes = routes
+        for listener in list(self._listeners):
+            listener._interest_changed()
+
+    def _add_listener(self, listener: Any) -> None:
+        """Register an emitter (``Telemetry``) to be told when interests change."""
+        self._listeners.add(listener)
+
+    def wants(self, event_type: type[Event]) -> bool:
+        """Whether any subscribed sink wants events of ``event_type``."""
+        return event_type in self._routes
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Offer ``event`` to every sink that wants its type. Never blocks, never raises.
+
+        Safe from any thread. A full buffer drops the event for that sink only (counted).
+        """
+        try:
+            buffers = self._routes[event.__class__]
+        except KeyError:
+            if self._closed:
+                self._dropped_after_close += 1
+            return
+        for buffer in buffers:
+            if len(buffer) < buffer.capacity:
+                buffer.append(event)
+                if buffer.waiting:
+                    self._wake(buffer)
+            else:
+                buffer.dropped += 1
+
+    def _wake(self, buffer: _Buffer) -> None:
+        buffer.waiting = False
+        sub = buffer.owner
+        if threading.get_ident() == self._loop_thread:
+            sub._wake.set()
+        elif self._call_soon_threadsafe is not None:
+            try:
+                self._call_soon_threadsafe(sub._wake_now)
+            except RuntimeError:  # the loop has closed; the events stay counted as pending
+                pass
+
+    # -- flush and stats -------------------------------------------------------------------
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event emitted before this call has been handled by every sink.
+
+        Returns ``False`` if ``timeout`` seconds passed first (a stalled sink); the events
+        are not lost, they stay pending.
+        """
+        subs = [s for s in self._history if s._started and not s._done.is_set()]
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            for sub in subs:
+                await sub._wait_handled()
+            return True
+        return False
+
+    def stats(self) -> BusStats:
+        """Counters for every subscription this bus has had, and closed-bus drops."""
+        return BusStats(
+            sinks=tuple(sub.stats() for sub in self._history),
+            dropped_after_close=self._dropped_after_close,
+        )
+
+
+def _check_positive_int(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{what} must be a positive int, not {value!r}")
+    return value
+
+
+def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
+    """How another thread schedules a callback on the current event loop."""
+    native = anyio.lowlevel.current_token().native_token
+    call_soon = getattr(native, "call_soon_threadsafe", None)  # asyncio's loop
+    if call_soon is not None:
+        return call_soon  # type: ignore[no-any-return]
+    return native.run_sync_soon  # type: ignore[attr-defined,no-any-return]  # trio's token

@@ -1,0 +1,224 @@
+"""Typed checkpoint events: one frozen, tagged msgspec Struct per event.
+
+Spans travel as a pair of events (``*Started`` when the span opens, ``*Finished`` when it
+closes); a span sink needs only the ``*Finished`` ones, which carry both timestamps. Counted
+events are single points. ``CheckpointEvent`` is the union of all of them, so a JSON line
+decodes back into its typed event::
+
+    msgspec.json.decode(line, type=CheckpointEvent)
+
+Schema evolution follows msgspec's rules: new fields get defaults; nothing is renamed or
+retyped.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, TypeAlias
+
+import msgspec
+
+from ckpt_events._vocab import (
+    Disposition,
+    ErrorCode,
+    Kind,
+    Operation,
+    Outcome,
+    Phase,
+    Step,
+)
+
+__all__ = [
+    "CheckpointEvent",
+    "CollectionFinished",
+    "CollectionStarted",
+    "CoordinateFinished",
+    "CoordinateStarted",
+    "Event",
+    "GenerationCut",
+    "LeaseExpired",
+    "OperationFinished",
+    "OperationStarted",
+    "PrepareNotReady",
+    "Refused",
+    "SpanEvent",
+    "StageFinished",
+    "StageStarted",
+    "StepFinished",
+    "StepStarted",
+]
+
+#: Values a user-supplied extra attribute may take (OpenTelemetry's scalar attribute types).
+AttributeValue: TypeAlias = str | bool | int | float
+CollectionAction: TypeAlias = Literal["checkpoint", "restore"]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
+    """Fields every event carries: who reported it, and for which checkpoint."""
+
+    kind: Kind
+    instance: str
+    checkpoint_id: str | None = None
+
+
+class SpanEvent(Event, frozen=True, kw_only=True, gc=False):
+    """A span's identity: W3C trace id (128 bit), span id (64 bit) and its parent.
+
+    ``parent_remote`` is true when the parent span lives in another process (it came in
+    through a ``traceparent`` header); ``sampled`` is the root's sampling decision.
+    """
+
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None = None
+    parent_remote: bool = False
+    sampled: bool = True
+    start_ns: int
+
+
+class _Finished(SpanEvent, frozen=True, kw_only=True, gc=False):
+    end_ns: int
+    outcome: Outcome = Outcome.OK
+    error_type: str | None = None
+    error_message: str | None = None
+    attributes: dict[str, AttributeValue] | None = None
+
+
+class OperationStarted(SpanEvent, frozen=True, kw_only=True, gc=False, tag="operation_started"):
+    """A participant began ``operation`` (span ``gym.checkpoint.<operation>``)."""
+
+    operation: Operation
+
+
+class OperationFinished(_Finished, frozen=True, kw_only=True, gc=False, tag="operation_finished"):
+    """A participant finished ``operation``; unset attributes stay ``None``."""
+
+    operation: Operation
+    phase: Phase | None = None
+    blockers: int | None = None
+    records: int | None = None
+    bytes: int | None = None
+    episodes: int | None = None
+    rollouts: int | None = None
+
+
+class StepStarted(SpanEvent, frozen=True, kw_only=True, gc=False, tag="step_started"):
+    """A step began under an operation span (its ``parent_span_id``)."""
+
+    step: Step
+
+
+class StepFinished(_Finished, frozen=True, kw_only=True, gc=False, tag="step_finished"):
+    """A step finished; ``calls`` and ``cut_*`` belong to ``generation_cut``."""
+
+    step: Step
+    records: int | None = None
+    bytes: int | None = None
+    calls: int | None = None
+    cut_durable_prefix: int | None = None
+    cut_durable_failure: int | None = None
+
+
+class CoordinateStarted(SpanEvent, frozen=True, kw_only=True, gc=False, tag="coordinate_started"):
+    """The controller began ``gym.checkpoint.coordinate.<operation>``."""
+
+    operation: Operation
+
+
+class CoordinateFinished(_Finished, frozen=True, kw_only=True, gc=False, tag="coordinate_finished"):
+    """The controller finished a coordinate operation."""
+
+    operation: Operation
+    participants: int | None = None
+    prepared: bool | None = None
+    stopped_at: Kind | None = None
+    episodes: int | None = None
+    rollouts: int | None = None
+
+
+class StageStarted(SpanEvent, frozen=True, kw_only=True, gc=False, tag="stage_started"):
+    """One prepare stage began (``gym.checkpoint.coordinate.prepare.<stage>``)."""
+
+    stage: Kind
+
+
+class StageFinished(_Finished, frozen=True, kw_only=True, gc=False, tag="stage_finished"):
+    """One prepare stage finished, also for a stage with no members."""
+
+    stage: Kind
+    participants: int | None = None
+
+
+class CollectionStarted(SpanEvent, frozen=True, kw_only=True, gc=False, tag="collection_started"):
+    """Rollout collection began a checkpoint or a restore."""
+
+    action: CollectionAction
+
+
+class CollectionFinished(_Finished, frozen=True, kw_only=True, gc=False, tag="collection_finished"):
+    """Rollout collection finished ``gym.checkpoint.collection.<action>``."""
+
+    action: CollectionAction
+    in_flight: int | None = None
+    stop: bool | None = None
+    published: bool | None = None
+    rows: int | None = None
+    restarts: int | None = None
+
+
+class _Point(Event, frozen=True, kw_only=True, gc=False):
+    time_ns: int
+
+
+class LeaseExpired(_Point, frozen=True, kw_only=True, gc=False, tag="lease_expired"):
+    """A participant's lease ran out in ``phase``; it resumed on its own (an abort)."""
+
+    phase: Phase
+
+
+class PrepareNotReady(_Point, frozen=True, kw_only=True, gc=False, tag="prepare_not_ready"):
+    """A prepare reached its deadline with ``blockers`` episodes still blocking."""
+
+    blockers: int
+
+
+class Refused(_Point, frozen=True, kw_only=True, gc=False, tag="refused"):
+    """A request was refused with a protocol error ``code``."""
+
+    code: ErrorCode
+
+
+class GenerationCut(_Point, frozen=True, kw_only=True, gc=False, tag="generation_cut"):
+    """A cut round ended ``calls`` in-flight generations with ``disposition``."""
+
+    disposition: Disposition
+    calls: int
+
+
+CheckpointEvent: TypeAlias = (
+    OperationStarted
+    | OperationFinished
+    | StepStarted
+    | StepFinished
+    | CoordinateStarted
+    | CoordinateFinished
+    | StageStarted
+    | StageFinished
+    | CollectionStarted
+    | CollectionFinished
+    | LeaseExpired
+    | PrepareNotReady
+    | Refused
+    | GenerationCut
+)
+
+#: Every concrete event class, in the order of the union.
+EVENT_TYPES: Final[tuple[type[Event], ...]] = CheckpointEvent.__args__
+STARTED_TYPES: Final = (OperationStarted, StepStarted, CoordinateStarted, StageStarted, CollectionStarted)
+FINISHED_TYPES: Final = (
+    OperationFinished,
+    StepFinished,
+    CoordinateFinished,
+    StageFinished,
+    CollectionFinished,
+)
+POINT_TYPES: Final = (LeaseExpired, PrepareNotReady, Refused, GenerationCut)

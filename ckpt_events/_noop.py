@@ -1,0 +1,137 @@
+"""Shared do-nothing span handles, returned by ``Telemetry`` when no sink listens.
+
+Every method is a plain method on a module-level singleton: no clock read, no id, no
+dict, no event. ``step()`` and ``stage()`` still check their name, since a typo should
+fail in a test run with telemetry off too; the check is a set lookup that allocates
+nothing.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Final, Self
+
+from ckpt_events._events import AttributeValue
+from ckpt_events._spans import CollectionSpan, CoordinateSpan, OperationSpan, StageSpan, StepSpan
+from ckpt_events._vocab import Kind, Phase, Step, coerce
+
+__all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]
+
+_STEPS: Final = frozenset(s.value for s in Step)
+_KINDS: Final = frozenset(k.value for k in Kind)
+
+
+def _known(names: frozenset[str], value: object) -> bool:
+    try:
+        return value in names
+    except TypeError:  # unhashable: certainly not a name
+        return False
+
+
+class _Noop:
+    """The parts every no-op handle shares: entering and leaving do nothing."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:  # no identity, no clock
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def traceparent(self) -> str | None:
+        return None
+
+    def set_attribute(self, name: str, value: AttributeValue) -> None:
+        return None
+
+
+class _NoopStep(_Noop, StepSpan):
+    __slots__ = ()
+
+    def set(
+        self,
+        *,
+        records: int | None = None,
+        bytes: int | None = None,
+        calls: int | None = None,
+        cut_durable_prefix: int | None = None,
+        cut_durable_failure: int | None = None,
+    ) -> None:
+        return None
+
+
+class _NoopOperation(_Noop, OperationSpan):
+    __slots__ = ()
+
+    def step(self, step: Step | str) -> StepSpan:
+        if not _known(_STEPS, step):
+            coerce(Step, step)  # raises UnknownNameError naming the valid steps
+        return NOOP_STEP
+
+    def set(
+        self,
+        *,
+        records: int | None = None,
+        bytes: int | None = None,
+        phase: Phase | str | None = None,
+        blockers: int | None = None,
+        episodes: int | None = None,
+        rollouts: int | None = None,
+    ) -> None:
+        return None
+
+
+class _NoopStage(_Noop, StageSpan):
+    __slots__ = ()
+
+    def set(self, *, participants: int | None = None) -> None:
+        return None
+
+
+class _NoopCoordinate(_Noop, CoordinateSpan):
+    __slots__ = ()
+
+    def stage(self, stage: Kind | str) -> StageSpan:
+        if not _known(_KINDS, stage):
+            coerce(Kind, stage)
+        return NOOP_STAGE
+
+    def set(
+        self,
+        *,
+        participants: int | None = None,
+        prepared: bool | None = None,
+        stopped_at: Kind | str | None = None,
+        episodes: int | None = None,
+        rollouts: int | None = None,
+    ) -> None:
+        return None
+
+
+class _NoopCollection(_Noop, CollectionSpan):
+    __slots__ = ()
+
+    def set(
+        self,
+        *,
+        checkpoint_id: str | None = None,
+        in_flight: int | None = None,
+        stop: bool | None = None,
+        published: bool | None = None,
+        rows: int | None = None,
+        restarts: int | None = None,
+    ) -> None:
+        return None
+
+
+NOOP_STEP: Final[StepSpan] = _NoopStep()
+NOOP_OPERATION: Final[OperationSpan] = _NoopOperation()
+NOOP_STAGE: Final[StageSpan] = _NoopStage()
+NOOP_COORDINATE: Final[CoordinateSpan] = _NoopCoordinate()
+NOOP_COLLECTION: Final[CollectionSpan] = _NoopCollection()

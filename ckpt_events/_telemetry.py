@@ -1,0 +1,273 @@
+"""``Telemetry``: the emitter server code holds, one per participant (or controller).
+
+When no sink wants what a method would produce, the method returns a shared no-op handle
+(or returns at once) after one attribute check: nothing is read, built or allocated. The
+flags it checks are plain attributes, recomputed by the bus on subscribe and unsubscribe.
+"""
+
+from __future__ import annotations
+
+import re
+from time import time_ns
+from typing import Final
+
+from ckpt_events._bus import Bus
+from ckpt_events._errors import InvalidArgumentError, UnknownNameError
+from ckpt_events._events import (
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    GenerationCut,
+    LeaseExpired,
+    OperationFinished,
+    OperationStarted,
+    PrepareNotReady,
+    Refused,
+    StageFinished,
+    StageStarted,
+    StepFinished,
+    StepStarted,
+)
+from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
+from ckpt_events._spans import CollectionSpan, CoordinateSpan, OperationSpan, _Span
+from ckpt_events._tracecontext import new_trace_id, parse_traceparent
+from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, coerce
+
+__all__ = ["CONTROLLER_INSTANCE", "SAFE_NAME", "Telemetry"]
+
+#: The pattern of checkpoint ids, rollout ids and instance names (also safe as a path part).
+SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+CONTROLLER_INSTANCE: Final = "coordination"
+
+_OPERATIONS: Final = frozenset(o.value for o in Operation)
+_CODES: Final = frozenset(c.value for c in ErrorCode)
+_PHASES: Final = frozenset(p.value for p in Phase)
+_DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
+_COLLECTION_ACTIONS: Final = ("checkpoint", "restore")
+_MAX_RATIO_BOUND: Final = 1 << 64
+
+
+def _check(names: frozenset[str], value: object, vocabulary: type) -> None:
+    """Raise ``UnknownNameError`` unless ``value`` is in ``names``; allocates nothing if it is."""
+    try:
+        if value in names:
+            return
+    except TypeError:
+        pass
+    coerce(vocabulary, value)
+
+
+class Telemetry:
+    """Emits the checkpoint events of one participant (``kind``, ``instance``) onto ``bus``.
+
+    ``bus=None`` gives a Telemetry that is always off. ``sample_ratio`` is the share of
+    traces *started here* that are sampled; a trace continued from an incoming
+    ``traceparent`` keeps the caller's decision. ``enabled`` is true while any sink wants
+    any event this Telemetry makes; guard costly attribute building with ``if tel.enabled:``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_collection_on",
+        "_coordinate_on",
+        "_cut_on",
+        "_lease_on",
+        "_not_ready_on",
+        "_operation_on",
+        "_ratio_bound",
+        "_refused_on",
+        "bus",
+        "enabled",
+        "instance",
+        "kind",
+    )
+
+    def __init__(
+        self, bus: Bus | None, *, kind: Kind | str, instance: str, sample_ratio: float = 1.0
+    ) -> None:
+        if bus is not None and not isinstance(bus, Bus):
+            raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
+        self.kind = coerce(Kind, kind)
+        if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
+            raise InvalidArgumentError(
+                f"instance must be 1-128 characters of [A-Za-z0-9._-] starting with a letter "
+                f"or digit, not {instance!r}"
+            )
+        self.instance = instance
+        if not isinstance(sample_ratio, int | float) or not 0.0 <= sample_ratio <= 1.0:
+            raise InvalidArgumentError(f"sample_ratio must be in [0, 1], not {sample_ratio!r}")
+        self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
+        self.bus = bus if bus is not None else Bus()
+        self._interest_changed()
+        if bus is not None:
+            bus._add_listener(self)
+
+    def _interest_changed(self) -> None:
+        """Recompute the on/off flags from the bus's routing table (the bus calls this)."""
+        wants = self.bus.wants
+        self._operation_on = any(
+            wants(t) for t in (OperationStarted, OperationFinished, StepStarted, StepFinished)
+        )
+        self._coordinate_on = any(
+            wants(t) for t in (CoordinateStarted, CoordinateFinished, StageStarted, StageFinished)
+        )
+        self._collection_on = wants(CollectionStarted) or wants(CollectionFinished)
+        self._refused_on = wants(Refused)
+        self._lease_on = wants(LeaseExpired)
+        self._not_ready_on = wants(PrepareNotReady)
+        self._cut_on = wants(GenerationCut)
+        self.enabled = (
+            self._operation_on
+            or self._coordinate_on
+            or self._collection_on
+            or self._refused_on
+            or self._lease_on
+            or self._not_ready_on
+            or self._cut_on
+        )
+
+    def __repr__(self) -> str:
+        return f"Telemetry(kind={self.kind.value!r}, instance={self.instance!r}, enabled={self.enabled})"
+
+    # -- spans -----------------------------------------------------------------------------
+
+    def _context(self, traceparent: str | None, parent: _Span | None) -> tuple[int, int | None, bool, bool]:
+        """(trace id, parent span id, parent is remote, sampled) for a new span."""
+        if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
+            return parent.trace_id, parent.span_id, False, parent.sampled
+        remote = parse_traceparent(traceparent) if traceparent is not None else None
+        if remote is not None:
+            return remote.trace_id, remote.span_id, True, remote.sampled
+        trace_id = new_trace_id()
+        return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
+
+    def operation(
+        self,
+        operation: Operation | str,
+        *,
+        checkpoint_id: str | None = None,
+        traceparent: str | None = None,
+        parent: _Span | None = None,
+    ) -> OperationSpan:
+        """A span for ``operation`` on this participant (``gym.checkpoint.<operation>``).
+
+        ``traceparent`` is the incoming header of the control call (malformed: ignored, a
+        new trace starts); ``parent`` a span in this process. Use with ``with``.
+        """
+        if not self._operation_on:
+            _check(_OPERATIONS, operation, Operation)
+            return NOOP_OPERATION
+        trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
+        return OperationSpan(
+            self, coerce(Operation, operation), checkpoint_id, trace_id, parent_id, remote, sampled
+        )
+
+    def coordinate(
+        self,
+        operation: Operation | str,
+        *,
+        checkpoint_id: str | None = None,
+        traceparent: str | None = None,
+        parent: _Span | None = None,
+    ) -> CoordinateSpan:
+        """A controller span ``gym.checkpoint.coordinate.<operation>``; ``.stage(kind)`` nests."""
+        if not self._coordinate_on:
+            _check(_OPERATIONS, operation, Operation)
+            return NOOP_COORDINATE
+        trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
+        return CoordinateSpan(
+            self, coerce(Operation, operation), checkpoint_id, trace_id, parent_id, remote, sampled
+        )
+
+    def collection(
+        self,
+        action: str,
+        *,
+        checkpoint_id: str | None = None,
+        traceparent: str | None = None,
+        parent: _Span | None = None,
+    ) -> CollectionSpan:
+        """Rollout collection's span: ``action`` is ``"checkpoint"`` or ``"restore"``."""
+        if action not in _COLLECTION_ACTIONS:
+            raise UnknownNameError("collection action", action, _COLLECTION_ACTIONS)
+        if not self._collection_on:
+            return NOOP_COLLECTION
+        trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
+        return CollectionSpan(
+            self,
+            "checkpoint" if action == "checkpoint" else "restore",
+            checkpoint_id,
+            trace_id,
+            parent_id,
+            remote,
+            sampled,
+        )
+
+    # -- counted events ----------------------------------------------------------------------
+
+    def refused(self, code: ErrorCode | str, *, checkpoint_id: str | None = None) -> None:
+        """Count a request refused with protocol error ``code``."""
+        if not self._refused_on:
+            _check(_CODES, code, ErrorCode)
+            return
+        self.bus.emit(
+            Refused(
+                kind=self.kind,
+                instance=self.instance,
+                checkpoint_id=checkpoint_id,
+                time_ns=time_ns(),
+                code=coerce(ErrorCode, code),
+            )
+        )
+
+    def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
+        """Count a lease that ran out in ``phase`` (the participant resumed on its own)."""
+        if not self._lease_on:
+            _check(_PHASES, phase, Phase)
+            return
+        self.bus.emit(
+            LeaseExpired(
+                kind=self.kind,
+                instance=self.instance,
+                checkpoint_id=checkpoint_id,
+                time_ns=time_ns(),
+                phase=coerce(Phase, phase),
+            )
+        )
+
+    def prepare_not_ready(self, blockers: int, *, checkpoint_id: str | None = None) -> None:
+        """Count a prepare that reached its deadline with ``blockers`` still blocking."""
+        if not self._not_ready_on:
+            return
+        if isinstance(blockers, bool) or not isinstance(blockers, int) or blockers < 0:
+            raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
+        self.bus.emit(
+            PrepareNotReady(
+                kind=self.kind,
+                instance=self.instance,
+                checkpoint_id=checkpoint_id,
+                time_ns=time_ns(),
+                blockers=blockers,
+            )
+        )
+
+    def generation_cut(
+        self, disposition: Disposition | str, calls: int, *, checkpoint_id: str | None = None
+    ) -> None:
+        """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
+        if not self._cut_on:
+            _check(_DISPOSITIONS, disposition, Disposition)
+            return
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")
+        self.bus.emit(
+            GenerationCut(
+                kind=self.kind,
+                instance=self.instance,
+                checkpoint_id=checkpoint_id,
+                time_ns=time_ns(),
+                disposition=coerce(Disposition, disposition),
+                calls=calls,
+            )
+        )

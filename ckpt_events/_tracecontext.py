@@ -1,0 +1,67 @@
+"""W3C trace context: ids and the ``traceparent`` header, without any OpenTelemetry import.
+
+Ids are plain ints (trace 128 bit, span 64 bit), as OpenTelemetry's SDK uses them, so a
+span sink can rebuild a ``SpanContext`` without parsing. A malformed header is ignored:
+``parse_traceparent`` returns ``None`` and a new trace starts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Final, NamedTuple
+
+__all__ = ["RemoteParent", "format_traceparent", "new_span_id", "new_trace_id", "parse_traceparent"]
+
+_TRACEPARENT: Final = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+_getrandbits: Final = random.getrandbits  # the global Random is reseeded after fork
+
+
+class RemoteParent(NamedTuple):
+    """The caller's span, as named by an incoming ``traceparent``."""
+
+    trace_id: int
+    span_id: int
+    sampled: bool
+
+
+def new_trace_id() -> int:
+    """A random, non-zero 128-bit trace id."""
+    while True:
+        value = _getrandbits(128)
+        if value:
+            return value
+
+
+def new_span_id() -> int:
+    """A random, non-zero 64-bit span id."""
+    while True:
+        value = _getrandbits(64)
+        if value:
+            return value
+
+
+def parse_traceparent(header: object) -> RemoteParent | None:
+    """Parse a W3C ``traceparent`` header value; anything malformed gives ``None``.
+
+    Follows the spec's rules: version ``ff`` is invalid, all-zero ids are invalid, and a
+    version 00 header must have exactly four parts (later versions may append fields).
+    """
+    if not isinstance(header, str) or len(header) > 512:
+        return None
+    match = _TRACEPARENT.match(header.strip().lower())
+    if match is None:
+        return None
+    version, trace_hex, span_hex, flags_hex, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id = int(trace_hex, 16)
+    span_id = int(span_hex, 16)
+    if not trace_id or not span_id:
+        return None
+    return RemoteParent(trace_id, span_id, bool(int(flags_hex, 16) & 1))
+
+
+def format_traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
+    """The ``traceparent`` header value naming span ``span_id`` of trace ``trace_id``."""
+    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
