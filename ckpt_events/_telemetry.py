@@ -156,8 +156,12 @@ class Telemetry:
         new trace starts); ``parent`` a span in this process. Use with ``with``.
         """
         if not self._operation_on:
-            _check(_OPERATIONS, operation, Operation)
-            return NOOP_OPERATION
+            try:  # inline, not a helper call: this is the whole cost of a disabled site
+                if operation in _OPERATIONS:
+                    return NOOP_OPERATION
+            except TypeError:
+                pass
+            coerce(Operation, operation)  # raises UnknownNameError naming the valid values
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return OperationSpan(
             self, coerce(Operation, operation), checkpoint_id, trace_id, parent_id, remote, sampled
