@@ -1,0 +1,335 @@
+"""The wire format of the checkpoint control plane and of the uniform workload API.
+
+Every body is a msgspec Struct that rejects unknown fields. Server and client decode with
+``decode(body, Type)``: a body that does not match raises ``RequestError`` (HTTP 422, code
+``invalid_request``, the message names the field, e.g. ``... - at `$.checkpoint_id```).
+``invalid_request`` is not a protocol refusal (it is not in ``ErrorCode`` and is not counted
+as ``refused``); every protocol refusal is a ``ControlError`` carrying an ``ErrorCode``.
+Both reply with the same body, ``ErrorBody`` = ``{"error": {"code", "detail"}}``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Final, TypeVar
+
+import msgspec
+
+from ckpt_events import ErrorCode, Phase, coerce
+
+__all__ = [
+    "CONTROL_PREFIX",
+    "INVALID_REQUEST",
+    "MAX_BLOCKERS",
+    "CheckpointId",
+    "CommitReply",
+    "CommitRequest",
+    "ControlError",
+    "EpisodeId",
+    "ErrorBody",
+    "ErrorDetail",
+    "ForgetReply",
+    "ForgetRequest",
+    "Manifest",
+    "PrepareReply",
+    "PrepareReport",
+    "PrepareRequest",
+    "RenewReply",
+    "RenewRequest",
+    "RequestError",
+    "RestoreReply",
+    "RestoreRequest",
+    "ResumeReply",
+    "ResumeRequest",
+    "RetireReply",
+    "RetireRequest",
+    "RolloutId",
+    "StatusReply",
+    "WorkAdvance",
+    "WorkAdvanceReply",
+    "WorkStart",
+    "WorkStartReply",
+    "decode",
+    "encode",
+]
+
+CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
+#: Replies list at most this many blockers; ``blocker_count`` has the full number.
+MAX_BLOCKERS: Final = 100
+#: The error code of a malformed body (422); not an ``ErrorCode``, never counted as refused.
+INVALID_REQUEST: Final = "invalid_request"
+
+_SAFE: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# A rollout id ending like a capture key suffix would make capture keys ambiguous.
+_ATTEMPT_SUFFIX: Final = re.compile(r"-a[0-9]+$")
+
+CheckpointId = Annotated[str, msgspec.Meta(pattern=_SAFE, min_length=1, max_length=128)]
+RolloutId = Annotated[str, msgspec.Meta(pattern=_SAFE, min_length=1, max_length=128)]
+Attempt = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+Path = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+
+def _check_rollout_id(value: str, where: str) -> None:
+    if _ATTEMPT_SUFFIX.search(value):
+        raise ValueError(f"{where}: rollout_id {value!r} must not end in -a<N> - at `$.{where}`")
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every body: unknown fields are rejected."""
+
+
+class EpisodeId(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One dispatch of a rollout: attempt 0 is the first, a restore continues as attempt + 1."""
+
+    rollout_id: RolloutId
+    attempt: Attempt = 0
+
+    def __post_init__(self) -> None:
+        _check_rollout_id(self.rollout_id, "rollout_id")
+
+    @property
+    def capture_key(self) -> str:
+        """``rollout_id`` for attempt 0, else ``<rollout_id>-a<attempt>`` (invertible)."""
+        return self.rollout_id if self.attempt == 0 else f"{self.rollout_id}-a{self.attempt}"
+
+    @classmethod
+    def from_capture_key(cls, key: str) -> EpisodeId:
+        """The inverse of ``capture_key``."""
+        match = _ATTEMPT_SUFFIX.search(key)
+        if match is None:
+            return cls(key, 0)
+        return cls(key[: match.start()], int(match.group()[2:]))
+
+    def next(self) -> EpisodeId:
+        """The same rollout as the next attempt (what a restore installs)."""
+        return EpisodeId(self.rollout_id, self.attempt + 1)
+
+
+class _Base(_Body):
+    checkpoint_id: CheckpointId
+    deadline_ts: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.deadline_ts):
+            raise ValueError("deadline_ts must be a finite Unix time - at `$.deadline_ts`")
+
+
+class PrepareRequest(_Base):
+    """Close admission, park work at a boundary, wait until ready or ``deadline_ts``."""
+
+
+class RenewRequest(_Base):
+    """Extend the lease to ``deadline_ts + lease_grace_seconds``."""
+
+
+class ResumeRequest(_Base):
+    """Abort or finish the checkpoint: reopen admission, go idle, fence the id."""
+
+
+class CommitRequest(_Base):
+    """Export the episodes in scope (all when ``episode_ids`` is None), write records, then manifest."""
+
+    checkpoint_dir: Path
+    episode_ids: list[EpisodeId] | None = None
+    stop: bool = False
+
+
+class RestoreRequest(_Base):
+    """Verify ``checkpoint_dir`` and install the records of ``episode_ids`` as attempt + 1."""
+
+    checkpoint_dir: Path
+    episode_ids: list[EpisodeId]
+
+
+class RetireRequest(_Base):
+    """Fence every attempt at or below each given one, and free its state."""
+
+    episode_ids: Annotated[list[EpisodeId], msgspec.Meta(min_length=1)]
+
+
+class ForgetRequest(_Base):
+    """Clear the retired-attempt marks of these rollouts."""
+
+    rollout_ids: Annotated[list[RolloutId], msgspec.Meta(min_length=1)]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for i, rollout_id in enumerate(self.rollout_ids):
+            _check_rollout_id(rollout_id, f"rollout_ids[{i}]")
+
+
+class PrepareReport(_Body):
+    """Readiness: ``blockers`` (capture keys, at most 100), their full count, per-kind counts."""
+
+    ready: bool
+    blockers: list[str] = msgspec.field(default_factory=list)
+    blocker_count: int = 0
+    counts: dict[str, int] = msgspec.field(default_factory=dict)
+    restarts: list[str] = msgspec.field(default_factory=list)
+
+
+class StatusReply(_Body):
+    """``GET /status``: who this is and where its state machine stands."""
+
+    kind: str
+    instance: str
+    phase: Phase
+    checkpoint_id: str | None = None
+    lease_expires_at: float | None = None
+    admission_open: bool = True
+    episodes: int = 0
+    retired_rollouts: dict[str, int] = msgspec.field(default_factory=dict)
+    report: PrepareReport | None = None
+
+
+class PrepareReply(_Body):
+    """``phase`` is ``prepared``, or ``preparing`` with the blockers in ``report``."""
+
+    phase: Phase
+    report: PrepareReport
+
+
+class RenewReply(_Body):
+    lease_expires_at: float
+
+
+class Manifest(_Body):
+    """``manifest.json``, written last and create-only next to the records file."""
+
+    schema_version: int
+    kind: str
+    instance: str
+    checkpoint_id: str
+    records_file: str
+    records_sha256: str
+    record_count: int
+
+
+class CommitReply(_Body):
+    """``episode_ids`` are the sorted capture keys exported; ``bytes`` the records file size."""
+
+    phase: Phase
+    manifest: Manifest
+    episode_ids: list[str]
+    bytes: int = 0
+    staging_keys: list[str] | None = None
+
+
+class RestoreReply(_Body):
+    """``restored`` are the capture keys installed (each as attempt + 1)."""
+
+    phase: Phase
+    restored: list[str]
+    source_checkpoint_id: str | None = None
+
+
+class ResumeReply(_Body):
+    """``idempotent`` is true when there was nothing to resume (or it was resumed already)."""
+
+    phase: Phase
+    idempotent: bool
+
+
+class RetireReply(_Body):
+    retired: list[str]
+
+
+class ForgetReply(_Body):
+    forgotten: list[str]
+
+
+class ErrorDetail(_Body):
+    code: str
+    detail: str
+
+
+class ErrorBody(_Body):
+    """The body of every error reply."""
+
+    error: ErrorDetail
+
+
+# -- the uniform workload API (no auth) ------------------------------------------------------
+
+
+class WorkStart(_Body):
+    """``POST /work/start``: begin an episode of ``steps`` units of work."""
+
+    rollout_id: RolloutId
+    attempt: Attempt = 0
+    steps: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
+
+    def __post_init__(self) -> None:
+        _check_rollout_id(self.rollout_id, "rollout_id")
+
+
+class WorkStartReply(_Body):
+    capture_key: str
+    boundary: int = 0
+
+
+class WorkAdvance(_Body):
+    """``POST /work/advance``: one unit of work on an episode."""
+
+    rollout_id: RolloutId
+    attempt: Attempt = 0
+
+    def __post_init__(self) -> None:
+        _check_rollout_id(self.rollout_id, "rollout_id")
+
+
+class WorkAdvanceReply(_Body):
+    boundary: int
+    done: bool
+
+
+# -- errors and codecs -------------------------------------------------------------------------
+
+
+class ControlError(Exception):
+    """A protocol refusal: ``code`` (an ``ErrorCode``), ``detail``, and its HTTP ``status``."""
+
+    def __init__(self, code: ErrorCode | str, detail: str) -> None:
+        self.code = coerce(ErrorCode, code)
+        self.detail = detail
+        super().__init__(f"{self.code.value}: {detail}")
+
+    @property
+    def status(self) -> int:
+        return self.code.http_status
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(error=ErrorDetail(code=self.code.value, detail=self.detail))
+
+
+class RequestError(Exception):
+    """A malformed body (HTTP 422, code ``invalid_request``); ``detail`` names the field."""
+
+    status: Final = 422
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(error=ErrorDetail(code=INVALID_REQUEST, detail=self.detail))
+
+
+T = TypeVar("T")
+_encoder: Final = msgspec.json.Encoder()
+
+
+def decode(body: bytes, type: type[T]) -> T:
+    """Decode a JSON body as ``type``; raise ``RequestError`` naming the offending field."""
+    try:
+        return msgspec.json.decode(body, type=type)
+    except msgspec.ValidationError as exc:
+        raise RequestError(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise RequestError(f"body is not valid JSON: {exc}") from None
+
+
+def encode(value: Any) -> bytes:
+    """Encode a reply as JSON."""
+    return _encoder.encode(value)
