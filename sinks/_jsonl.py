@@ -1,0 +1,216 @@
+"""The JSON-lines sink and its reader: one JSON object per event per line.
+
+Writing reuses one ``msgspec.json.Encoder`` and one ``bytearray`` for every batch; a batch is
+written with whole lines only, so a reader never sees half a line from this sink (a crash
+mid-``write`` aside, which ``read_events`` reports as a corrupt last line).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, Final
+
+import msgspec
+
+from ckpt_events import CheckpointEvent, InvalidArgumentError
+
+__all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]
+
+logger: Final = logging.getLogger("sinks.jsonl")
+
+_NEWLINE: Final = 10
+_EXCERPT: Final = 120
+
+
+class JsonLinesStats(msgspec.Struct, frozen=True):
+    """Counters of one ``JsonLinesSink``: events and bytes written, files rotated."""
+
+    events: int
+    bytes: int
+    rotations: int
+
+
+class JsonLinesSink:
+    """A bus sink that appends each event as one JSON line to a file or a binary stream.
+
+    ``target`` is a path (opened for append, closed by ``aclose()``) or a writable binary
+    stream (flushed, never closed, by this sink). With ``max_bytes``, a path is rotated
+    before a line would take it past that size: ``log.jsonl`` becomes ``log.jsonl.1`` and
+    so on, keeping ``backups`` old files (0 keeps none). ``handle`` does blocking file I/O,
+    so ``blocking = True`` makes the bus call it in a worker thread.
+    """
+
+    blocking: Final = True
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | IO[bytes],
+        *,
+        max_bytes: int | None = None,
+        backups: int = 3,
+    ) -> None:
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+        ):
+            raise InvalidArgumentError(f"max_bytes must be a positive int or None, not {max_bytes!r}")
+        if isinstance(backups, bool) or not isinstance(backups, int) or backups < 0:
+            raise InvalidArgumentError(f"backups must be an int >= 0, not {backups!r}")
+        self._path: Path | None
+        self._file: IO[bytes]
+        if isinstance(target, str | os.PathLike):
+            self._path = Path(target)
+            self._file = self._open()
+            self._size = self._file.tell()
+        elif hasattr(target, "write"):
+            if max_bytes is not None:
+                raise InvalidArgumentError("max_bytes (rotation) needs a path, not a stream")
+            self._path = None
+            self._file = target
+            self._size = 0
+        else:
+            raise InvalidArgumentError(f"target must be a path or a binary stream, not {target!r}")
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._encode_into = msgspec.json.Encoder().encode_into
+        self._buffer = bytearray()
+        # handle() runs in a worker thread; flush()/aclose() may come from the loop thread.
+        self._lock = threading.Lock()
+        self._closed = False
+        self._events = 0
+        self._bytes = 0
+        self._rotations = 0
+
+    @property
+    def path(self) -> Path | None:
+        """The file written to (``None`` for a stream)."""
+        return self._path
+
+    def _open(self) -> IO[bytes]:
+        assert self._path is not None
+        return open(self._path, "ab")  # closed by aclose()
+
+    def handle(self, batch: list[Any]) -> None:
+        """Append one line per event; whole lines only."""
+        with self._lock:
+            if self._closed:
+                return
+            if self.max_bytes is None:
+                buffer = self._buffer
+                encode_into = self._encode_into
+                for event in batch:
+                    encode_into(event, buffer, -1)
+                    buffer.append(_NEWLINE)
+                self._write(buffer)
+            else:
+                self._handle_rotating(batch, self.max_bytes)
+            self._events += len(batch)
+
+    def _handle_rotating(self, batch: Iterable[Any], max_bytes: int) -> None:
+        buffer = self._buffer
+        encode_into = self._encode_into
+        for event in batch:
+            before = len(buffer)
+            encode_into(event, buffer, -1)
+            buffer.append(_NEWLINE)
+            if self._size + len(buffer) > max_bytes and self._size + before > 0:
+                # The new line would overflow this file: finish the file without it.
+                if before:
+                    self._write(memoryview(buffer)[:before])
+                    del buffer[:before]
+                self._rotate()
+        self._write(buffer)
+
+    def _write(self, data: bytearray | memoryview) -> None:
+        if data:
+            self._file.write(data)
+            self._size += len(data)
+            self._bytes += len(data)
+        if isinstance(data, bytearray):
+            data.clear()
+
+    def _rotate(self) -> None:
+        assert self._path is not None
+        self._file.close()
+        path = self._path
+        if self.backups == 0:
+            path.unlink(missing_ok=True)
+        else:
+            for n in range(self.backups - 1, 0, -1):
+                older = path.with_name(f"{path.name}.{n}")
+                if older.exists():
+                    older.replace(path.with_name(f"{path.name}.{n + 1}"))
+            path.replace(path.with_name(f"{path.name}.1"))
+        self._file = self._open()
+        self._size = 0
+        self._rotations += 1
+
+    def flush(self) -> None:
+        """Push written lines to the operating system."""
+        with self._lock:
+            if not self._closed:
+                self._file.flush()
+
+    def close(self) -> None:
+        """Flush, and close the file if this sink opened it. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._path is not None:
+                self._file.close()
+            else:
+                self._file.flush()
+
+    async def aclose(self) -> None:
+        """Flush and close (the bus awaits this after the sink's last batch)."""
+        self.close()
+
+    def stats(self) -> JsonLinesStats:
+        """Events and bytes written so far, and rotations."""
+        return JsonLinesStats(events=self._events, bytes=self._bytes, rotations=self._rotations)
+
+
+class CorruptLine(msgspec.Struct, frozen=True):
+    """A line that did not decode as a ``CheckpointEvent``: its 1-based number and why."""
+
+    line: int
+    error: str
+    excerpt: str
+
+
+_decoder: Final = msgspec.json.Decoder(CheckpointEvent)
+
+
+def read_events(
+    source: str | os.PathLike[str] | IO[bytes],
+) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
+    """Yield ``(line_number, event)`` for each line of a JSON-lines log, in order.
+
+    A line that does not decode yields a ``CorruptLine`` instead and reading goes on; blank
+    lines are skipped. Line numbers are 1-based.
+    """
+    if isinstance(source, str | os.PathLike):
+        with open(source, "rb") as file:
+            yield from _read(file)
+    elif isinstance(source, io.IOBase) or hasattr(source, "readline"):
+        yield from _read(source)
+    else:
+        raise InvalidArgumentError(f"source must be a path or a binary stream, not {source!r}")
+
+
+def _read(file: IO[bytes]) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
+    decode = _decoder.decode
+    for number, raw in enumerate(file, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            yield number, decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            excerpt = line[:_EXCERPT].decode("utf-8", "replace")
+            yield number, CorruptLine(line=number, error=str(exc), excerpt=excerpt)
