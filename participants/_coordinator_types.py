@@ -1,0 +1,88 @@
+"""What the coordinator works with and hands back: members, episode ids, results, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from ckpt_events import PREPARE_ORDER, CkptEventsError, Kind
+from participants.protocol import EpisodeId, PrepareReply
+
+__all__ = [
+    "CheckpointNotPrepared",
+    "CoordinationError",
+    "Member",
+    "PrepareResult",
+    "stage_index",
+]
+
+_STAGE_INDEX: Final = {kind: i for i, kind in enumerate(PREPARE_ORDER)}
+
+
+def stage_index(kind: Kind) -> int:
+    """The position of ``kind`` in the prepare order (members sort by it, then by name)."""
+    return _STAGE_INDEX[kind]
+
+
+class Member(msgspec.Struct, frozen=True, order=True):
+    """One discovered participant: its config ``name``, ``kind``, ``instance`` and base ``url``."""
+
+    name: str
+    kind: Kind
+    instance: str
+    url: str
+
+    def sort_key(self) -> tuple[int, str]:
+        return stage_index(self.kind), self.name
+
+
+class CoordinationError(CkptEventsError):
+    """A coordinated operation failed on some participants: ``failures`` maps name to message."""
+
+    def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
+        self.operation = operation
+        self.failures = dict(failures)
+        parts = "; ".join(f"{name}: {msg}" for name, msg in sorted(self.failures.items()))
+        super().__init__(f"{operation} failed: {parts}")
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    """The outcome of a staged prepare: every reply so far, and where it stopped."""
+
+    checkpoint_id: str
+    prepared: bool
+    stopped_at: Kind | None = None
+    replies: dict[str, PrepareReply] = field(default_factory=dict)
+
+    def blockers(self) -> dict[str, list[str]]:
+        """Member name to the blockers it reported (only members that reported some)."""
+        return {name: list(r.report.blockers) for name, r in self.replies.items() if r.report.blockers}
+
+    def blocker_count(self) -> int:
+        """The full number of blockers over every member (replies cap the list at 100)."""
+        return sum(r.report.blocker_count for r in self.replies.values())
+
+    def restarts(self) -> set[str]:
+        """The union of every reply's ``report.restarts`` (capture keys)."""
+        return {key for r in self.replies.values() for key in r.report.restarts}
+
+    def continued(self, episodes: Iterable[EpisodeId]) -> list[EpisodeId]:
+        """``episodes`` without the restarts: what a commit may continue."""
+        restarts = self.restarts()
+        return [e for e in episodes if e.capture_key not in restarts]
+
+
+class CheckpointNotPrepared(CkptEventsError):
+    """Prepare stopped at a stage that was not ready; everyone was resumed (the checkpoint aborted)."""
+
+    def __init__(self, result: PrepareResult) -> None:
+        self.result = result
+        stage = result.stopped_at.value if result.stopped_at is not None else "?"
+        super().__init__(
+            f"checkpoint {result.checkpoint_id} not prepared: stopped at stage {stage} "
+            f"with {result.blocker_count()} blockers"
+        )

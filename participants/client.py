@@ -1,0 +1,165 @@
+"""The controller's HTTP client for the checkpoint control plane of one or more participants.
+
+Every call carries the bearer token, the W3C ``traceparent`` of the span it is made for, and
+a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller.
+Failures come back as one exception tree::
+
+    ControlCallError            a control call did not succeed (``.code``, ``.status``, ``.url``)
+    └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
+
+An error body ``{"error": {"code", "detail"}}`` gives ``code`` as an ``ErrorCode`` (and the
+raw string in ``raw_code``, e.g. ``invalid_request`` for a malformed body); any other failed
+reply keeps ``code=None`` and the status. Requests and replies are the Structs of
+``participants.protocol``; a reply that does not match its Struct is a ``ControlCallError``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final, Protocol, TypeVar
+
+import httpx
+import msgspec
+
+from ckpt_events import CkptEventsError, ErrorCode, UnknownNameError, coerce
+from participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
+
+__all__ = [
+    "CLIENT_GRACE_SECONDS",
+    "ControlCallError",
+    "ControlClient",
+    "ParticipantUnreachable",
+    "SpanLike",
+]
+
+#: Added to the time left before the deadline, so a participant can still answer "too late".
+CLIENT_GRACE_SECONDS: Final = 5.0
+_MIN_TIMEOUT: Final = 0.5
+_error_decoder: Final = msgspec.json.Decoder(ErrorBody)
+_encoder: Final = msgspec.json.Encoder()
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+class SpanLike(Protocol):
+    """Any ckpt_events span handle (live or no-op): it names itself as a ``traceparent``."""
+
+    def traceparent(self) -> str | None: ...
+
+
+class ControlCallError(CkptEventsError):
+    """A control call failed: the participant refused it, or its reply was not usable."""
+
+    def __init__(
+        self, url: str, message: str, *, raw_code: str | None = None, status: int | None = None
+    ) -> None:
+        self.url = url
+        self.raw_code = raw_code
+        try:
+            self.code: ErrorCode | None = None if raw_code is None else coerce(ErrorCode, raw_code)
+        except UnknownNameError:
+            self.code = None
+        self.status = status
+        self.detail = message
+        where = " ".join(str(p) for p in (status, raw_code) if p) or "error"
+        super().__init__(f"{url}: {where}: {message}")
+
+
+class ParticipantUnreachable(ControlCallError):
+    """The call got no HTTP reply (connection refused or reset, timeout)."""
+
+
+def _error_from(url: str, response: httpx.Response) -> ControlCallError:
+    try:
+        error = _error_decoder.decode(response.content).error
+    except msgspec.DecodeError:
+        snippet = response.text[:200].strip() or response.reason_phrase
+        return ControlCallError(url, snippet, status=response.status_code)
+    return ControlCallError(url, error.detail, raw_code=error.code, status=response.status_code)
+
+
+class ControlClient:
+    """Calls the control routes of participants over one shared ``httpx.AsyncClient``.
+
+    The client passed in stays the caller's (it is not closed here); without one, a client
+    is created and ``aclose()`` closes it.
+    """
+
+    def __init__(self, token: str, *, client: httpx.AsyncClient | None = None) -> None:
+        if not token:
+            raise ValueError("a control token is required")
+        self._auth = f"Bearer {token}"
+        self._owned = client is None
+        self._http = client if client is not None else httpx.AsyncClient()
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The underlying HTTP client (shared with the workload calls of rollout collection)."""
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it; idempotent."""
+        if self._owned:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> ControlClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _headers(self, span: SpanLike | None) -> dict[str, str]:
+        headers = {"authorization": self._auth}
+        if span is not None:
+            traceparent = span.traceparent()
+            if traceparent is not None:
+                headers["traceparent"] = traceparent
+        return headers
+
+    async def status(self, base_url: str, *, timeout: float = 60.0) -> StatusReply:
+        """``GET /status``; a 404 raises ``ControlCallError`` with ``status=404``."""
+        url = base_url.rstrip("/") + CONTROL_PREFIX + "/status"
+        return await self._send("GET", url, None, StatusReply, timeout, None)
+
+    async def call(
+        self,
+        base_url: str,
+        operation: str,
+        request: msgspec.Struct,
+        reply_type: type[R],
+        *,
+        deadline_ts: float,
+        span: SpanLike | None = None,
+    ) -> R:
+        """``POST /<operation>`` with ``request``; returns the reply decoded as ``reply_type``."""
+        url = base_url.rstrip("/") + CONTROL_PREFIX + "/" + operation
+        timeout = max(_MIN_TIMEOUT, deadline_ts - time.time() + CLIENT_GRACE_SECONDS)
+        return await self._send("POST", url, request, reply_type, timeout, span)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        request: msgspec.Struct | None,
+        reply_type: type[R],
+        timeout: float,
+        span: SpanLike | None,
+    ) -> R:
+        headers = self._headers(span)
+        if request is not None:
+            headers["content-type"] = "application/json"
+        try:
+            response = await self._http.request(
+                method,
+                url,
+                content=None if request is None else _encoder.encode(request),
+                headers=headers,
+                timeout=timeout,
+            )
+        except httpx.TransportError as exc:
+            raise ParticipantUnreachable(url, f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise _error_from(url, response)
+        try:
+            return msgspec.json.decode(response.content, type=reply_type)
+        except msgspec.DecodeError as exc:
+            raise ControlCallError(url, f"unexpected reply: {exc}", status=200) from exc
