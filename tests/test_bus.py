@@ -1,0 +1,365 @@
+"""The bus: ordering, isolation, bounded buffers, flush, stats, threads and lifecycle."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckpt_events import (
+    Bus,
+    ErrorCode,
+    Event,
+    InvalidArgumentError,
+    Kind,
+    LeaseExpired,
+    Phase,
+    Refused,
+    SpanEvent,
+)
+from ckpt_events._events import FINISHED_TYPES, STARTED_TYPES
+from ckpt_events.testing import MemorySink
+
+
+def refused(n: int, instance: str = "m0") -> Refused:
+    return Refused(kind=Kind.MODEL, instance=instance, time_ns=n, code=ErrorCode.STALE_ATTEMPT)
+
+
+class Gate:
+    """A sink that blocks in handle() until released: a stalled exporter."""
+
+    def __init__(self) -> None:
+        self.release = anyio.Event()
+        self.events: list[Any] = []
+
+    async def handle(self, batch: list[Event]) -> None:
+        await self.release.wait()
+        self.events.extend(batch)
+
+
+class Exploding:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def handle(self, batch: list[Event]) -> None:
+        self.calls += 1
+        raise RuntimeError("exporter down")
+
+
+async def test_events_reach_a_sink_in_emit_order_in_batches() -> None:
+    """A sink gets every event, in order, grouped into batches."""
+    sink = MemorySink()
+    async with Bus(batch_size=100) as bus:
+        bus.subscribe(sink)
+        for i in range(1000):
+            bus.emit(refused(i))
+        assert await bus.flush(timeout=5)
+        assert [e.time_ns for e in sink.events] == list(range(1000))
+        assert sink.batches <= 1000 // 100 + 1
+    assert sink.closed
+
+
+async def test_async_and_sync_sinks_both_receive_everything() -> None:
+    """Sync and async handle() are both supported."""
+
+    class AsyncSink(MemorySink):
+        async def handle(self, batch: list[Event]) -> None:  # type: ignore[override]
+            await anyio.sleep(0)
+            self.events.extend(batch)
+
+    sync, asynchronous = MemorySink(), AsyncSink()
+    async with Bus() as bus:
+        bus.subscribe(sync)
+        bus.subscribe(asynchronous)
+        for i in range(50):
+            bus.emit(refused(i))
+        await bus.flush(timeout=5)
+    assert sync.events == asynchronous.events and len(sync.events) == 50
+
+
+async def test_emit_before_start_is_buffered_and_delivered() -> None:
+    """Events emitted before the bus starts wait in the buffer."""
+    bus = Bus()
+    sink = MemorySink()
+    bus.subscribe(sink)
+    bus.emit(refused(1))
+    async with bus:
+        await bus.flush(timeout=5)
+        assert len(sink.events) == 1
+
+
+async def test_interests_route_only_wanted_types() -> None:
+    """A sink with interests gets only those types; a base class stands for its subclasses."""
+    points = MemorySink(interests=[Refused])
+    spans = MemorySink(interests=[SpanEvent])
+    async with Bus() as bus:
+        bus.subscribe(points)
+        bus.subscribe(spans)
+        assert bus.wants(Refused) and not bus.wants(LeaseExpired)
+        assert all(bus.wants(t) for t in (*STARTED_TYPES, *FINISHED_TYPES))
+        bus.emit(refused(1))
+        bus.emit(LeaseExpired(kind=Kind.AGENT, instance="a", time_ns=1, phase=Phase.PREPARED))
+        await bus.flush(timeout=5)
+    assert len(points.events) == 1 and spans.events == []
+
+
+async def test_unsubscribe_stops_routing_and_recomputes_interest() -> None:
+    """After sub.close() nothing more is routed there and bus.wants() reflects it."""
+    sink = MemorySink(interests=[Refused])
+    async with Bus() as bus:
+        sub = bus.subscribe(sink)
+        bus.emit(refused(1))
+        sub.close()
+        sub.close()  # idempotent
+        assert not bus.wants(Refused)
+        bus.emit(refused(2))
+        await bus.flush(timeout=5)
+    assert [e.time_ns for e in sink.events] == [1]
+    assert sink.closed
+
+
+async def test_stalled_sink_drops_its_own_overflow_and_others_get_everything() -> None:
+    """A stalled sink drops what does not fit (counted); a healthy sink loses nothing."""
+    gate, healthy = Gate(), MemorySink()
+    async with Bus(buffer_size=10, batch_size=5) as bus:
+        bus.subscribe(gate, name="gate")
+        bus.subscribe(healthy, name="healthy", buffer_size=1000)
+        bus.emit(refused(0))
+        await anyio.sleep(0.01)  # the gate's task takes the first batch and stalls in handle
+        for i in range(1, 100):
+            bus.emit(refused(i))
+        assert await bus.flush(timeout=0.2) is False  # the gate is stalled
+        stats = bus.stats()
+        assert stats.sink("healthy").delivered == 100
+        gated = stats.sink("gate")
+        assert gated.pending == 1 + 10 and gated.dropped == 99 - 10
+        assert gated.emitted == 100
+        gate.release.set()
+        assert await bus.flush(timeout=5)
+    assert len(gate.events) == 11
+    assert [e.time_ns for e in healthy.events] == list(range(100))
+
+
+async def test_failing_sink_is_logged_once_counted_and_isolated(caplog: pytest.LogCaptureFixture) -> None:
+    """A sink that raises is logged once, counted per event, and does not hurt others."""
+    bad, good = Exploding(), MemorySink()
+    with caplog.at_level(logging.ERROR, logger="ckpt_events"):
+        async with Bus(batch_size=1) as bus:
+            bus.subscribe(bad, name="bad")
+            bus.subscribe(good, name="good")
+            for i in range(5):
+                bus.emit(refused(i))
+            await bus.flush(timeout=5)
+            stats = bus.stats()
+    assert bad.calls == 5
+    assert stats.sink("bad").failed == 5 and stats.sink("bad").failed_batches == 5
+    assert stats.sink("bad").delivered == 0
+    assert stats.sink("good").delivered == 5
+    failures = [r for r in caplog.records if "failed to handle" in r.getMessage()]
+    assert len(failures) == 1 and "bad" in failures[0].getMessage()
+
+
+async def test_emit_from_threads_and_tasks_at_once() -> None:
+    """Emits from several threads and tasks all arrive, each emitter's events in order."""
+    sink = MemorySink()
+    per_emitter = 2000
+
+    def from_thread(name: str) -> None:
+        for i in range(per_emitter):
+            bus.emit(refused(i, instance=name))
+
+    async def from_task(name: str) -> None:
+        for i in range(per_emitter):
+            bus.emit(refused(i, instance=name))
+            if i % 100 == 0:
+                await anyio.sleep(0)
+
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        threads = [threading.Thread(target=from_thread, args=(f"t{n}",)) for n in range(3)]
+        for t in threads:
+            t.start()
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(from_task, f"a{n}")
+        for t in threads:
+            await anyio.to_thread.run_sync(t.join, 10)
+        assert await bus.flush(timeout=10)
+    by_emitter: dict[str, list[int]] = {}
+    for e in sink.events:
+        by_emitter.setdefault(e.instance, []).append(e.time_ns)
+    assert sorted(by_emitter) == ["a0", "a1", "a2", "t0", "t1", "t2"]
+    assert all(seq == list(range(per_emitter)) for seq in by_emitter.values())
+
+
+async def test_a_thread_emit_wakes_an_idle_sink() -> None:
+    """An emit from a worker thread wakes the delivery task sleeping on the loop."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        await anyio.sleep(0.01)  # the delivery task is now idle
+        await anyio.to_thread.run_sync(bus.emit, refused(7))
+        with anyio.fail_after(5):
+            while not sink.events:
+                await anyio.sleep(0.005)
+    assert sink.events[0].time_ns == 7
+
+
+async def test_blocking_sink_runs_in_a_worker_thread() -> None:
+    """A sync sink marked blocking runs off the event loop thread."""
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    class Blocking:
+        blocking = True
+
+        def handle(self, batch: list[Event]) -> None:
+            seen.append(threading.get_ident())
+
+    async with Bus() as bus:
+        bus.subscribe(Blocking())
+        bus.emit(refused(1))
+        await bus.flush(timeout=5)
+    assert seen and seen[0] != loop_thread
+
+
+async def test_emit_after_close_is_counted_never_raised() -> None:
+    """Emitting after aclose() is counted as dropped; aclose() is idempotent."""
+    sink = MemorySink()
+    bus = Bus()
+    async with bus:
+        bus.subscribe(sink)
+        bus.emit(refused(1))
+    await bus.aclose()
+    bus.emit(refused(2))
+    bus.emit(object())  # type: ignore[arg-type]  # not even an event: ignored, never raised
+    stats = bus.stats()
+    assert stats.dropped_after_close == 2
+    assert stats.sink("MemorySink").delivered == 1
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        bus.subscribe(MemorySink())
+
+
+async def test_close_drains_under_a_deadline() -> None:
+    """aclose() waits for sinks to drain, but no longer than close_timeout."""
+    gate = Gate()
+    bus = Bus(close_timeout=0.1)
+    with anyio.fail_after(5):
+        async with bus:
+            bus.subscribe(gate, name="gate")
+            bus.emit(refused(1))
+    assert bus.stats().sink("gate").pending == 1
+
+
+async def test_stats_count_per_sink() -> None:
+    """stats() reports emitted, delivered, dropped and failed per sink, by name."""
+    async with Bus(buffer_size=3) as bus:
+        bus.subscribe(MemorySink(), name="a")
+        bus.subscribe(MemorySink())
+        bus.subscribe(MemorySink())
+        for i in range(5):
+            bus.emit(refused(i))
+        await bus.flush(timeout=5)
+        stats = bus.stats()
+    assert [s.name for s in stats.sinks] == ["a", "MemorySink", "MemorySink-2"]
+    assert all(s.emitted == 5 and s.delivered == 3 and s.dropped == 2 for s in stats.sinks)
+    with pytest.raises(KeyError):
+        stats.sink("missing")
+
+
+def test_bad_arguments_raise_precise_errors() -> None:
+    """Constructor and subscribe arguments are validated with messages that say what to pass."""
+    with pytest.raises(InvalidArgumentError, match="buffer_size"):
+        Bus(buffer_size=0)
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        Bus(batch_size=True)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="close_timeout"):
+        Bus(close_timeout=-1)
+    bus = Bus()
+    with pytest.raises(InvalidArgumentError, match="handle"):
+        bus.subscribe(object())  # type: ignore[arg-type]
+
+    class BadInterests:
+        interests = (int,)
+
+        def handle(self, batch: list[Event]) -> None:
+            pass
+
+    with pytest.raises(InvalidArgumentError, match="event classes"):
+        bus.subscribe(BadInterests())
+
+
+async def test_a_bus_cannot_be_entered_twice() -> None:
+    """A Bus has one lifetime."""
+    bus = Bus()
+    async with bus:
+        with pytest.raises(InvalidArgumentError):
+            await bus.__aenter__()
+
+
+async def test_cancellation_is_not_swallowed_by_a_sink_boundary() -> None:
+    """Cancelling the scope around a bus cancels its delivery tasks; the bus still closes."""
+    gate = Gate()
+    with anyio.move_on_after(0.1) as scope:
+        async with Bus(close_timeout=0.05) as bus:
+            bus.subscribe(gate)
+            bus.emit(refused(1))
+            await anyio.sleep(10)
+    assert scope.cancelled_caught
+
+
+# -- properties ---------------------------------------------------------------------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("emit"), st.integers(1, 30)),
+        st.tuples(st.just("flush"), st.just(0)),
+        st.tuples(st.just("subscribe"), st.integers(1, 40)),
+        st.tuples(st.just("yield"), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops)
+def test_order_loss_and_drops_under_random_interleavings(ops: list[tuple[str, int]]) -> None:
+    """Per sink: delivered events are an in-order prefix-respecting subsequence, nothing is
+    lost while the buffer has room, and drops equal exactly what did not fit."""
+
+    async def scenario() -> None:
+        async with Bus(batch_size=7) as bus:
+            sinks: list[tuple[MemorySink, list[int], int]] = []  # sink, expected, capacity
+            counter = 0
+            for op, arg in ops:
+                if op == "subscribe":
+                    sink = MemorySink()
+                    bus.subscribe(sink, buffer_size=arg)
+                    sinks.append((sink, [], arg))
+                elif op == "emit":
+                    # Model the buffer: only what the sink has not yet handled occupies it.
+                    for _ in range(arg):
+                        for sink, expected, capacity in sinks:
+                            if len(expected) - len(sink.events) < capacity:
+                                expected.append(counter)
+                        bus.emit(refused(counter))
+                        counter += 1
+                elif op == "flush":
+                    assert await bus.flush(timeout=5)
+                else:
+                    await anyio.sleep(0)
+                    await anyio.sleep(0)
+            assert await bus.flush(timeout=5)
+            stats = {s.name: s for s in bus.stats().sinks}
+            for (sink, expected, _), sub_stats in zip(sinks, stats.values(), strict=True):
+                got = [e.time_ns for e in sink.events]
+                assert got == expected
+                assert sub_stats.delivered == len(expected)
+                assert sub_stats.dropped == sub_stats.emitted - len(expected)
+
+    anyio.run(scenario)

@@ -1,0 +1,288 @@
+"""Telemetry: spans as event pairs, errors, trace context, counted events, the off switch."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_events import (
+    CollectionFinished,
+    CoordinateFinished,
+    Disposition,
+    ErrorCode,
+    GenerationCut,
+    InvalidArgumentError,
+    Kind,
+    LeaseExpired,
+    Operation,
+    OperationFinished,
+    OperationStarted,
+    Outcome,
+    Phase,
+    PrepareNotReady,
+    Refused,
+    StageFinished,
+    StepFinished,
+    StepStarted,
+    Telemetry,
+    UnknownNameError,
+    format_traceparent,
+)
+from ckpt_events.testing import MemorySink, capture_events
+
+
+async def test_operation_with_steps_emits_started_and_finished_pairs() -> None:
+    """An operation and its steps emit Started/Finished events with nested ids and attributes."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("export") as export:
+                export.set(records=2)
+            with op.step("write") as write:
+                write.set(records=2, bytes=4096)
+            op.set(records=2)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "OperationStarted",
+        "StepStarted",
+        "StepFinished",
+        "StepStarted",
+        "StepFinished",
+        "OperationFinished",
+    ]
+    started, finished = events[0], events[-1]
+    assert isinstance(finished, OperationFinished)
+    assert finished.operation is Operation.COMMIT and finished.kind is Kind.RESOURCES
+    assert finished.checkpoint_id == "c1" and finished.records == 2
+    assert finished.span_id == started.span_id and finished.parent_span_id is None
+    assert finished.start_ns <= finished.end_ns
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    assert [s.step.value for s in steps] == ["export", "write"]
+    assert all(s.parent_span_id == finished.span_id and s.trace_id == finished.trace_id for s in steps)
+    assert steps[1].bytes == 4096 and steps[1].records == 2
+    assert finished.start_ns <= steps[0].start_ns <= steps[1].end_ns <= finished.end_ns
+
+
+async def test_an_exception_records_error_and_propagates() -> None:
+    """An exception leaving an operation gives outcome error with its type, and re-raises."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with pytest.raises(KeyError), tel.operation("restore") as op:
+            with op.step("read"):
+                raise KeyError("missing")
+    step, operation = events[2], events[3]
+    assert isinstance(step, StepFinished) and step.outcome is Outcome.ERROR
+    assert isinstance(operation, OperationFinished)
+    assert operation.outcome is Outcome.ERROR and operation.error_type == "KeyError"
+    assert operation.error_message == "'missing'"
+
+
+async def test_remote_parent_from_traceparent_and_outgoing_header() -> None:
+    """An incoming traceparent makes the span a child of the caller's; traceparent() names it."""
+    async with capture_events() as (bus, events):
+        controller = Telemetry(bus, kind="controller", instance="coordination")
+        participant = Telemetry(bus, kind="agent", instance="a0")
+        with controller.coordinate("commit", checkpoint_id="c1") as coord:
+            header = coord.traceparent()
+            assert header == format_traceparent(coord.trace_id, coord.span_id)
+            with participant.operation("commit", checkpoint_id="c1", traceparent=header):
+                pass
+    op = next(e for e in events if isinstance(e, OperationFinished))
+    co = next(e for e in events if isinstance(e, CoordinateFinished))
+    assert op.trace_id == co.trace_id and op.parent_span_id == co.span_id and op.parent_remote
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "garbage",
+        "",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        "00-0af7651916cd43dd8448eb211c80319-b7ad6b7169203331-01",
+        "x" * 10_000,
+    ],
+)
+async def test_malformed_traceparent_starts_a_new_trace(header: str) -> None:
+    """A malformed traceparent is ignored: a root span in a new trace, never an exception."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        with tel.operation("prepare", traceparent=header):
+            pass
+    finished = events[-1]
+    assert isinstance(finished, OperationFinished)
+    assert finished.parent_span_id is None and not finished.parent_remote and finished.trace_id
+
+
+async def test_local_parent_nests_spans_in_one_process() -> None:
+    """parent= nests a span under another span of this process."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        with tel.collection("checkpoint", checkpoint_id="c1") as coll:
+            coll.set(in_flight=3, stop=False, published=True)
+            with tel.coordinate("prepare", checkpoint_id="c1", parent=coll) as coord:
+                for kind in ("environment", "model", "agent", "resources"):
+                    with coord.stage(kind) as stage:
+                        stage.set(participants=1 if kind != "resources" else 0)
+                coord.set(participants=3, prepared=True)
+    collection = next(e for e in events if isinstance(e, CollectionFinished))
+    coordinate = next(e for e in events if isinstance(e, CoordinateFinished))
+    stages = [e for e in events if isinstance(e, StageFinished)]
+    assert coordinate.parent_span_id == collection.span_id and not coordinate.parent_remote
+    assert [s.stage.value for s in stages] == ["environment", "model", "agent", "resources"]
+    assert all(s.parent_span_id == coordinate.span_id for s in stages)
+    assert stages[-1].participants == 0
+    assert collection.in_flight == 3 and collection.published is True and collection.stop is False
+
+
+async def test_counted_events() -> None:
+    """refused, lease_expired, prepare_not_ready and generation_cut emit typed point events."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        tel.refused("stale_attempt", checkpoint_id="c1")
+        tel.lease_expired(Phase.PREPARED)
+        tel.prepare_not_ready(7)
+        tel.generation_cut("durable_prefix", 3)
+    refused, lease, not_ready, cut = events
+    assert isinstance(refused, Refused) and refused.code is ErrorCode.STALE_ATTEMPT
+    assert refused.checkpoint_id == "c1"
+    assert isinstance(lease, LeaseExpired) and lease.phase is Phase.PREPARED
+    assert isinstance(not_ready, PrepareNotReady) and not_ready.blockers == 7
+    assert isinstance(cut, GenerationCut) and cut.disposition is Disposition.DURABLE_PREFIX
+    assert cut.calls == 3
+
+
+async def test_interest_decides_what_is_built() -> None:
+    """Only wanted types are built: a finished-only sink gets no Started events."""
+    async with capture_events(interests=[OperationFinished]) as (bus, events):
+        tel = Telemetry(bus, kind="environment", instance="e0")
+        assert tel.enabled
+        with tel.operation("prepare") as op, op.step("wait_ready"):
+            pass
+        tel.refused("admission_closed")
+    assert [type(e) for e in events] == [OperationFinished]
+
+
+async def test_steps_are_built_when_only_steps_are_wanted() -> None:
+    """A sink wanting only steps still gets them: the operation runs live to parent them."""
+    async with capture_events(interests=[StepStarted]) as (bus, events):
+        tel = Telemetry(bus, kind="environment", instance="e0")
+        with tel.operation("prepare") as op, op.step("wait_ready"):
+            pass
+    assert [type(e) for e in events] == [StepStarted]
+
+
+async def test_enabled_follows_subscribe_and_unsubscribe() -> None:
+    """tel.enabled turns on at subscribe and off at unsubscribe, without any emit."""
+    async with capture_events(interests=[Refused]) as (bus, _):
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        assert tel.enabled
+        sub = bus.subscribe(MemorySink(interests=[LeaseExpired]))
+        sub.close()
+        assert tel.enabled
+        bus._history[0].close()
+        assert not tel.enabled
+        assert tel.operation("commit").traceparent() is None
+
+
+def test_without_a_bus_everything_is_a_no_op() -> None:
+    """Telemetry(None) is always off, and its handles accept every call."""
+    tel = Telemetry(None, kind="agent", instance="a0")
+    assert not tel.enabled
+    with tel.operation("commit", checkpoint_id="c") as op:
+        with op.step("write") as step:
+            step.set(records=1, bytes=2)
+            step.set_attribute("x", 1)
+        op.set(records=1, phase="committed")
+    with tel.coordinate("prepare") as coord, coord.stage("model") as stage:
+        stage.set(participants=1)
+    with tel.collection("restore") as coll:
+        coll.set(rows=1, restarts=0)
+    tel.refused("unauthorized")
+    tel.lease_expired("preparing")
+    tel.generation_cut("durable_failure", 2)
+    tel.prepare_not_ready(1)
+    assert op.traceparent() is None and coord.traceparent() is None
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["off", "on"])
+async def test_unknown_names_raise_on_both_paths(enabled: bool) -> None:
+    """A typo in a name fails whether or not telemetry is on, naming the valid values."""
+    async with capture_events(interests=None if enabled else [CollectionFinished]) as (bus, _):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with pytest.raises(UnknownNameError, match="commit"):
+            tel.operation("comit")
+        with pytest.raises(UnknownNameError, match="operation"):
+            tel.operation(["commit"])  # type: ignore[arg-type]
+        with pytest.raises(UnknownNameError, match="wait_ready"):
+            with tel.operation("prepare") as op:
+                op.step("wait")
+        with pytest.raises(UnknownNameError, match="stale_attempt"):
+            tel.refused("stale")
+        with pytest.raises(UnknownNameError, match="durable_prefix"):
+            tel.generation_cut("partial", 1)
+        with pytest.raises(UnknownNameError, match="idle"):
+            tel.lease_expired("asleep")
+        with pytest.raises(UnknownNameError, match="resources"):
+            tel.coordinate("prepare").stage("judge")
+        with pytest.raises(UnknownNameError, match="collection action"):
+            tel.collection("publish")
+
+
+def test_bad_constructor_arguments() -> None:
+    """Kind, instance, bus and sample_ratio are validated."""
+    with pytest.raises(UnknownNameError, match="participant kind"):
+        Telemetry(None, kind="judge", instance="j0")
+    with pytest.raises(InvalidArgumentError, match="instance"):
+        Telemetry(None, kind="model", instance="../etc")
+    with pytest.raises(InvalidArgumentError, match="bus"):
+        Telemetry(object(), kind="model", instance="m0")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="sample_ratio"):
+        Telemetry(None, kind="model", instance="m0", sample_ratio=2)
+
+
+async def test_bad_attribute_values_raise() -> None:
+    """set() rejects negative or non-int counts; set_attribute() non-scalar values."""
+    async with capture_events() as (bus, _):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with tel.operation("commit") as op:
+            with pytest.raises(InvalidArgumentError, match="records"):
+                op.set(records=-1)
+            with pytest.raises(InvalidArgumentError, match="bytes"):
+                op.set(bytes="10")  # type: ignore[arg-type]
+            with pytest.raises(UnknownNameError, match="phase"):
+                op.set(phase="done")
+            with pytest.raises(InvalidArgumentError, match="attribute"):
+                op.set_attribute("x", [1])  # type: ignore[arg-type]
+
+
+async def test_sampling_at_the_root_is_inherited_downstream() -> None:
+    """sample_ratio=0 marks root spans unsampled; a child via traceparent keeps the decision."""
+    async with capture_events() as (bus, events):
+        root = Telemetry(bus, kind="controller", instance="coordination", sample_ratio=0.0)
+        participant = Telemetry(bus, kind="model", instance="m0")
+        with root.coordinate("prepare") as coord:
+            assert coord.traceparent().endswith("-00")  # type: ignore[union-attr]
+            with participant.operation("prepare", traceparent=coord.traceparent()):
+                pass
+    assert all(not e.sampled for e in events)
+
+
+async def test_extra_attributes_travel_on_the_finished_event() -> None:
+    """set_attribute() values arrive on the Finished event for sinks to redact and export."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with tel.operation("commit") as op:
+            op.set_attribute("user.api_key", "hunter2")
+            op.set_attribute("batch", 3)
+    assert events[-1].attributes == {"user.api_key": "hunter2", "batch": 3}
+
+
+async def test_started_event_precedes_work_for_live_views() -> None:
+    """OperationStarted is emitted on entry, before the block's own events."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with tel.operation("prepare"):
+            tel.refused("admission_closed")
+    assert [type(e) for e in events] == [OperationStarted, Refused, OperationFinished]
