@@ -20,6 +20,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat, starmap
 from types import TracebackType
 from typing import Any, Final, Protocol, Self, runtime_checkable
 
@@ -177,7 +178,8 @@ class Subscription:
                     await anyio.lowlevel.checkpoint()
                     continue
                 count = min(len(buffer), self._batch_size)
-                batch = [popleft() for _ in range(count)]
+                # popleft is atomic against emitters on other threads; starmap runs it in C.
+                batch = list(starmap(popleft, repeat((), count)))
                 self._in_flight = count
                 await self._deliver(batch)
                 self._in_flight = 0

@@ -1,0 +1,262 @@
+"""Core benchmarks: the off path and the bus, each measured beside its peer in one run.
+
+Run ``python -m benchmarks.bench_core [--quick] [--json PATH]``. Prints a table of ratios
+(the machines are shared and noisy, so only ratios measured side by side mean anything)
+and writes the figures as JSON. Targets are SPEC section 7 ("Off" and "Bus").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from benchmarks import report
+from benchmarks.allocount import AllocCounterUnavailable, calls_per_run
+from ckpt_events import Bus, ErrorCode, Event, Kind, Refused, Telemetry
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "core.json"
+
+
+class _Nothing:
+    def __enter__(self) -> _Nothing:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+_NOTHING = _Nothing()
+
+
+def _per_call_ns(fn: Callable[[], object], number: int, repeat: int) -> float:
+    """Best-of-``repeat`` nanoseconds per call (min filters out the noisy neighbours)."""
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e9
+
+
+def bench_off_path(quick: bool) -> dict[str, Any]:
+    """Disabled site vs nullcontext; enabled guard vs an empty call; allocator calls."""
+    tel = Telemetry(None, kind="resources", instance="r0")
+
+    def site() -> None:
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("export"):
+                pass
+            with op.step("write"):
+                pass
+            op.set(records=12, bytes=4096)
+
+    def nullcontext_site() -> None:
+        with contextlib.nullcontext():
+            with contextlib.nullcontext():
+                pass
+            with contextlib.nullcontext():
+                pass
+            bool(12)  # stands for the set() call a nullcontext site cannot make
+
+    def nothing_site() -> None:
+        with _NOTHING:
+            with _NOTHING:
+                pass
+            with _NOTHING:
+                pass
+
+    def guard() -> None:
+        if tel.enabled:
+            raise AssertionError
+
+    def _f() -> None:
+        pass
+
+    def empty_call() -> None:
+        _f()
+
+    number, repeat = (50_000, 5) if quick else (200_000, 7)
+    site_ns = _per_call_ns(site, number, repeat)
+    null_ns = _per_call_ns(nullcontext_site, number, repeat)
+    guard_ns = _per_call_ns(guard, number * 5, repeat)
+    call_ns = _per_call_ns(empty_call, number * 5, repeat)
+    try:
+        site_allocs: float | None = calls_per_run(site, nothing_site)
+        guard_allocs: float | None = calls_per_run(guard, _f)
+    except AllocCounterUnavailable:
+        site_allocs = guard_allocs = None
+    return {
+        "disabled_site_ns": site_ns,
+        "nullcontext_site_ns": null_ns,
+        "site_vs_nullcontext": site_ns / null_ns,
+        "site_alloc_calls_beyond_do_nothing_cm": site_allocs,
+        "enabled_guard_ns": guard_ns,
+        "empty_call_ns": call_ns,
+        "guard_vs_empty_call": guard_ns / call_ns,
+        "guard_alloc_calls": guard_allocs,
+    }
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def handle(self, batch: list[Event]) -> None:
+        self.count += len(batch)
+
+
+def _event(i: int) -> Refused:
+    return Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT)
+
+
+async def _through_bus(n: int, sinks: int, chunk: int) -> float:
+    """Seconds to construct, emit and deliver ``n`` events to ``sinks`` counting sinks."""
+    counters = [_Counting() for _ in range(sinks)]
+    async with Bus() as bus:
+        for c in counters:
+            bus.subscribe(c)
+        emit = bus.emit
+        start = time.perf_counter()
+        for base in range(0, n, chunk):
+            for i in range(base, min(base + chunk, n)):
+                emit(Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT))
+            await anyio.sleep(0)  # a server yields between requests; the sinks drain in batches
+        await bus.flush()
+        elapsed = time.perf_counter() - start
+    assert all(c.count == n for c in counters), "the bus lost events"
+    return elapsed
+
+
+def _construct_only(n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT)
+    return time.perf_counter() - start
+
+
+def _through_blinker(n: int) -> float:
+    import blinker
+
+    signal = blinker.Signal()
+    counter = _Counting()
+
+    def receiver(sender: object, **kwargs: object) -> None:
+        counter.count += 1
+
+    signal.connect(receiver)
+    send = signal.send
+    start = time.perf_counter()
+    for i in range(n):
+        send(Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT))
+    elapsed = time.perf_counter() - start
+    assert counter.count == n
+    return elapsed
+
+
+async def _through_asyncio_queue(n: int, chunk: int) -> float:
+    queue: asyncio.Queue[Refused | None] = asyncio.Queue()
+    counter = _Counting()
+
+    async def consume() -> None:
+        while await queue.get() is not None:
+            counter.count += 1
+
+    task = asyncio.ensure_future(consume())
+    start = time.perf_counter()
+    for base in range(0, n, chunk):
+        for i in range(base, min(base + chunk, n)):
+            queue.put_nowait(Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT))
+        await asyncio.sleep(0)
+    queue.put_nowait(None)
+    await task
+    elapsed = time.perf_counter() - start
+    assert counter.count == n
+    return elapsed
+
+
+def bench_bus(quick: bool) -> dict[str, Any]:
+    """Events/s through the bus (1 and 4 sinks), beside construction alone, blinker, asyncio.Queue."""
+    n = 200_000 if quick else 1_000_000
+    chunk = 8192
+    repeat = 3 if quick else 5
+    construct = min(_construct_only(n) for _ in range(repeat))
+    one = min(anyio.run(_through_bus, n, 1, chunk) for _ in range(repeat))
+    four = min(anyio.run(_through_bus, n, 4, chunk) for _ in range(repeat))
+    blink = min(_through_blinker(n) for _ in range(repeat))
+    queue = min(asyncio.run(_through_asyncio_queue(n, chunk)) for _ in range(repeat))
+    return {
+        "events": n,
+        "construct_only_events_per_s": n / construct,
+        "bus_1_sink_events_per_s": n / one,
+        "bus_4_sinks_events_per_s": n / four,
+        "blinker_events_per_s": n / blink,
+        "asyncio_queue_events_per_s": n / queue,
+        "bus_1_sink_vs_construct": one / construct,
+        "bus_4_sinks_vs_construct": four / construct,
+        "blinker_vs_construct": blink / construct,
+        "asyncio_queue_vs_construct": queue / construct,
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """Run every core benchmark; returns the figures and the rows of the ratio table."""
+    off = bench_off_path(quick)
+    bus = bench_bus(quick)
+    allocs = off["site_alloc_calls_beyond_do_nothing_cm"]
+    rows = [
+        (
+            "disabled site / nullcontext() site",
+            off["site_vs_nullcontext"],
+            "<= 1.0",
+            off["site_vs_nullcontext"] <= 1.0,
+        ),
+        (
+            "disabled site: allocator calls beyond do-nothing CM",
+            allocs,
+            "== 0",
+            allocs == 0 if allocs is not None else None,
+        ),
+        (
+            "`if tel.enabled:` / empty function call",
+            off["guard_vs_empty_call"],
+            "< 1.0",
+            off["guard_vs_empty_call"] < 1.0,
+        ),
+        (
+            "bus, 1 sink: M events/s",
+            bus["bus_1_sink_events_per_s"] / 1e6,
+            ">= 2.5",
+            bus["bus_1_sink_events_per_s"] >= 2.5e6,
+        ),
+        (
+            "bus, 1 sink / construct alone",
+            bus["bus_1_sink_vs_construct"],
+            "<= 4.0",
+            bus["bus_1_sink_vs_construct"] <= 4.0,
+        ),
+        ("bus, 4 sinks / construct alone", bus["bus_4_sinks_vs_construct"], "", None),
+        ("blinker send / construct alone", bus["blinker_vs_construct"], "peer", None),
+        ("asyncio.Queue / construct alone", bus["asyncio_queue_vs_construct"], "peer", None),
+    ]
+    return {"off": off, "bus": bus, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (about 15 s)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    args = parser.parse_args(argv)
+    result = run(args.quick)
+    report.print_table("ckpt-events core: off path and bus (ratios measured side by side)", result["rows"])
+    report.write_json(args.json, {"off": result["off"], "bus": result["bus"]})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""Shared output for the benchmarks: one rich table of ratios, and the figures as JSON."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+Row = Sequence[Any]  # (what, value, target, met: bool | None)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def print_table(title: str, rows: Iterable[Row]) -> None:
+    """Print ``rows`` as a table: measurement, value, target, and whether it is met."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("measurement")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("met", justify="center")
+    for what, value, target, met in rows:
+        mark = "" if met is None else ("yes" if met else "NO")
+        table.add_row(str(what), _fmt(value), str(target), mark)
+    Console(width=110).print(table)
+
+
+def markdown_table(rows: Iterable[Row]) -> str:
+    """The same rows as a Markdown table, for the README and closing notes."""
+    lines = ["| measurement | value | target | met |", "|---|---:|---:|:---:|"]
+    for what, value, target, met in rows:
+        mark = "" if met is None else ("yes" if met else "NO")
+        lines.append(f"| {what} | {_fmt(value)} | {target} | {mark} |")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, figures: dict[str, Any]) -> None:
+    """Write ``figures`` with the interpreter and time they were measured on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "figures": figures,
+    }
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
