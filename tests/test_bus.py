@@ -363,3 +363,28 @@ def test_order_loss_and_drops_under_random_interleavings(ops: list[tuple[str, in
                 assert sub_stats.dropped == sub_stats.emitted - len(expected)
 
     anyio.run(scenario)
+
+
+async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:
+    """Memory stays flat while a stalled sink drops: it never holds more than its buffer."""
+    import tracemalloc
+
+    gate = Gate()
+    async with Bus(buffer_size=1000, close_timeout=0.05) as bus:
+        bus.subscribe(gate, name="gate")
+        bus.emit(refused(0))
+        await anyio.sleep(0.01)
+        event = refused(1)  # one shared event: only the bus's own memory is measured
+        for _ in range(20_000):
+            bus.emit(event)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(200_000):
+                bus.emit(event)
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert bus.stats().sink("gate").dropped == 220_000 - 1000
+        assert grown < 64 * 1024
+        gate.release.set()
