@@ -291,7 +291,7 @@ class SpanSink:
             if parent_id is None
             else SpanContext(event.trace_id, parent_id, event.parent_remote, _SAMPLED)
         )
-        if event.outcome is Outcome.ERROR:
+        if event.outcome == Outcome.ERROR:
             error_type = event.error_type or "Exception"
             message = event.error_message or ""
             status = Status(StatusCode.ERROR, f"{error_type}: {message}" if message else error_type)
@@ -322,9 +322,10 @@ class SpanSink:
     @staticmethod
     def _identity(event: Any) -> dict[str, Any]:
         attributes: dict[str, Any] = {
-            A_KIND: event.kind.value,
+            # str(): a plain string whether the field holds the enum member or its value.
+            A_KIND: str(event.kind),
             A_INSTANCE: event.instance,
-            A_OUTCOME: event.outcome.value,
+            A_OUTCOME: str(event.outcome),
         }
         if event.checkpoint_id is not None:
             attributes[A_ID] = event.checkpoint_id
@@ -368,5 +369,5 @@ def _put(attributes: dict[str, Any], event: Any, fields: tuple[tuple[str, str], 
     for field, key in fields:
         value = getattr(event, field)
         if value is not None:
-            # Enum members go out as their plain string value.
-            attributes[key] = value.value if hasattr(value, "value") else value
+            # Enum members go out as plain strings.
+            attributes[key] = str(value) if isinstance(value, str) else value

@@ -1,0 +1,131 @@
+"""JsonLinesSink and read_events: round trip, whole lines, rotation, corrupt lines."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import get_args
+
+import msgspec
+import pytest
+from sink_helpers import every_event_type
+
+from ckpt_events import Bus, CheckpointEvent, InvalidArgumentError, Telemetry
+from ckpt_events.testing import MemorySink
+from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
+
+
+async def test_round_trip_of_every_event_type(tmp_path: Path) -> None:
+    """Each line decodes back into the same typed event, for every event type."""
+    path = tmp_path / "events.jsonl"
+    memory = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(memory)
+        sink = JsonLinesSink(path)
+        bus.subscribe(sink)
+        await every_event_type(bus)
+        await bus.flush()
+    assert {type(e) for e in memory.events} == set(get_args(CheckpointEvent))
+    lines = path.read_bytes().splitlines()
+    assert [msgspec.json.decode(line, type=CheckpointEvent) for line in lines] == memory.events
+    assert [event for _, event in read_events(path)] == memory.events
+    assert [n for n, _ in read_events(path)] == list(range(1, len(lines) + 1))
+    assert sink.stats().events == len(lines) and sink.stats().bytes == path.stat().st_size
+    first = msgspec.json.decode(lines[0])
+    assert {"type", "trace_id", "span_id", "start_ns", "kind", "instance"} <= set(first)
+
+
+async def test_stream_target_is_flushed_not_closed() -> None:
+    """A binary stream gets whole lines and stays open after aclose()."""
+    stream = io.BytesIO()
+    sink = JsonLinesSink(stream)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        Telemetry(bus, kind="agent", instance="a0").refused("unauthorized")
+        await bus.flush()
+    assert not stream.closed
+    assert stream.getvalue().endswith(b"\n") and stream.getvalue().count(b"\n") == 1
+    sink.handle([])  # after close: ignored
+    assert stream.getvalue().count(b"\n") == 1
+
+
+async def test_appends_to_an_existing_file(tmp_path: Path) -> None:
+    """A second sink on the same path appends."""
+    path = tmp_path / "e.jsonl"
+    for _ in range(2):
+        async with Bus() as bus:
+            bus.subscribe(JsonLinesSink(path))
+            Telemetry(bus, kind="agent", instance="a0").refused("unauthorized")
+    assert len(list(read_events(path))) == 2
+
+
+async def test_rotation_keeps_whole_lines_and_backups(tmp_path: Path) -> None:
+    """Rotated files hold only whole lines, stay under max_bytes, and keep `backups` files."""
+    path = tmp_path / "e.jsonl"
+    sink = JsonLinesSink(path, max_bytes=1000, backups=50)
+    async with Bus(batch_size=7) as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(100):
+            tel.refused("admission_closed", checkpoint_id="c1")
+        await bus.flush()
+    files = sorted(tmp_path.iterdir())
+    assert len(files) > 3 and sink.stats().rotations == len(files) - 1
+    total = 0
+    for file in files:
+        data = file.read_bytes()
+        assert len(data) <= 1000 and data.endswith(b"\n")
+        items = [e for _, e in read_events(file)]
+        assert not any(isinstance(e, CorruptLine) for e in items)
+        total += len(items)
+    assert total == 100
+
+
+async def test_rotation_drops_beyond_backups(tmp_path: Path) -> None:
+    """Only `backups` rotated files are kept; backups=0 keeps none."""
+    for backups in (0, 2):
+        path = tmp_path / f"b{backups}.jsonl"
+        sink = JsonLinesSink(path, max_bytes=300, backups=backups)
+        async with Bus(batch_size=3) as bus:
+            bus.subscribe(sink)
+            tel = Telemetry(bus, kind="agent", instance="a0")
+            for _ in range(40):
+                tel.refused("admission_closed")
+            await bus.flush()
+        kept = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(path.name))
+        assert kept == [path.name] + [f"{path.name}.{n}" for n in range(1, backups + 1)]
+
+
+def test_corrupt_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path) -> None:
+    """Garbage, a wrong type tag and a truncated last line are reported; good lines still decode."""
+    good = msgspec.json.encode(
+        msgspec.json.decode(
+            b'{"type":"refused","kind":"agent","instance":"a0","time_ns":1,"code":"unauthorized"}',
+            type=CheckpointEvent,
+        )
+    )
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(
+        b"\n".join([good, b"not json", b"", good, b'{"type":"nope","kind":"agent"}', good[:20]])
+    )
+    results = list(read_events(path))
+    assert [n for n, _ in results] == [1, 2, 4, 5, 6]
+    corrupt = [item for _, item in results if isinstance(item, CorruptLine)]
+    assert [c.line for c in corrupt] == [2, 5, 6]
+    assert all(c.error for c in corrupt)
+    assert sum(1 for _, item in results if not isinstance(item, CorruptLine)) == 2
+    assert len(list(read_events(io.BytesIO(path.read_bytes())))) == 5
+
+
+def test_bad_arguments() -> None:
+    """Bad sizes, rotation of a stream, and non-targets raise InvalidArgumentError."""
+    with pytest.raises(InvalidArgumentError):
+        JsonLinesSink(io.BytesIO(), max_bytes=10)
+    with pytest.raises(InvalidArgumentError):
+        JsonLinesSink(io.BytesIO(), backups=-1)
+    with pytest.raises(InvalidArgumentError):
+        JsonLinesSink(io.BytesIO(), max_bytes=0)
+    with pytest.raises(InvalidArgumentError):
+        JsonLinesSink(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        list(read_events(42))  # type: ignore[arg-type]

@@ -1,0 +1,167 @@
+"""MetricSink: the four instruments of SPEC section 3, attribute sets, values and units."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
+from sink_helpers import histogram_sums, metric_points
+
+from ckpt_events import Bus, InvalidArgumentError, Telemetry
+from sinks.otel import MetricSink
+
+P = "nemo.gym.checkpoint."
+DURATION = "gym.checkpoint.operation_duration_ms"
+RECORDS = "gym.checkpoint.records_total"
+BYTES = "gym.checkpoint.bytes_total"
+EVENTS = "gym.checkpoint.events_total"
+
+
+def _key(**attributes: str) -> frozenset[tuple[str, str]]:
+    return frozenset(attributes.items())
+
+
+def _op(operation: str, kind: str, outcome: str = "ok") -> frozenset[tuple[str, str]]:
+    return frozenset({(P + "operation", operation), (P + "participant_kind", kind), ("outcome", outcome)})
+
+
+def _vol(operation: str, kind: str) -> frozenset[tuple[str, str]]:
+    return frozenset({(P + "operation", operation), (P + "participant_kind", kind)})
+
+
+async def _mix(bus: Bus) -> None:
+    resources = Telemetry(bus, kind="resources", instance="r0")
+    model = Telemetry(bus, kind="model", instance="m0")
+    ctl = Telemetry(bus, kind="controller", instance="coordination")
+    with ctl.coordinate("prepare", checkpoint_id="c1"):
+        with resources.operation("prepare", checkpoint_id="c1"):
+            pass
+        with model.operation("prepare", checkpoint_id="c1"):
+            model.generation_cut("durable_prefix", 5, checkpoint_id="c1")
+            model.generation_cut("durable_failure", 2, checkpoint_id="c1")
+            model.generation_cut("durable_prefix", 1, checkpoint_id="c1")
+    with resources.operation("renew", checkpoint_id="c1"):
+        pass
+    with ctl.coordinate("commit", checkpoint_id="c1"):
+        for records in (3, 4):
+            with resources.operation("commit", checkpoint_id="c1") as op:
+                op.set(records=records, bytes=100 * records)
+        with model.operation("commit", checkpoint_id="c1") as op:
+            op.set(records=1, bytes=10)
+    with pytest.raises(RuntimeError):
+        with resources.operation("restore", checkpoint_id="c1"):
+            raise RuntimeError("bad digest")
+    with resources.operation("restore", checkpoint_id="c1") as op:
+        op.set(records=7, bytes=700)
+    for _ in range(3):
+        resources.refused("admission_closed", checkpoint_id="c1")
+    resources.refused("unauthorized")
+    resources.lease_expired("prepared", checkpoint_id="c1")
+    model.lease_expired("preparing", checkpoint_id="c1")
+    model.prepare_not_ready(12, checkpoint_id="c1")
+
+
+async def test_every_instrument_attribute_set_and_value(
+    reader: InMemoryMetricReader, metric_sink: MetricSink
+) -> None:
+    """Durations, volumes and counted events land with exact keys, values and units."""
+    async with Bus() as bus:
+        bus.subscribe(metric_sink)
+        await _mix(bus)
+        await bus.flush()
+    points = metric_points(reader)
+    assert set(points) == {DURATION, RECORDS, BYTES, EVENTS}
+    unit, durations = points[DURATION]
+    assert unit == "ms"
+    assert durations == {
+        _op("prepare", "controller"): 1,
+        _op("commit", "controller"): 1,
+        _op("prepare", "resources"): 1,
+        _op("prepare", "model"): 1,
+        _op("renew", "resources"): 1,
+        _op("commit", "resources"): 2,
+        _op("commit", "model"): 1,
+        _op("restore", "resources", "error"): 1,
+        _op("restore", "resources"): 1,
+    }
+    assert all(v >= 0 for v in histogram_sums(reader).values())
+    assert points[RECORDS] == (
+        "1",
+        {_vol("commit", "resources"): 7, _vol("commit", "model"): 1, _vol("restore", "resources"): 7},
+    )
+    assert points[BYTES] == (
+        "By",
+        {_vol("commit", "resources"): 700, _vol("commit", "model"): 10, _vol("restore", "resources"): 700},
+    )
+    e = P + "event"
+    assert points[EVENTS] == (
+        "1",
+        {
+            _key(**{e: "refused", P + "code": "admission_closed"}): 3,
+            _key(**{e: "refused", P + "code": "unauthorized"}): 1,
+            _key(**{e: "generation_cut", P + "disposition": "durable_prefix"}): 6,
+            _key(**{e: "generation_cut", P + "disposition": "durable_failure"}): 2,
+            _key(**{e: "lease_expired", P + "participant_kind": "resources", P + "phase": "prepared"}): 1,
+            _key(**{e: "lease_expired", P + "participant_kind": "model", P + "phase": "preparing"}): 1,
+            _key(**{e: "prepare_not_ready", P + "participant_kind": "model"}): 1,
+        },
+    )
+
+
+async def test_instrument_kinds_and_no_high_cardinality_attributes(
+    reader: InMemoryMetricReader, metric_sink: MetricSink
+) -> None:
+    """One histogram and three monotonic sums; no id, instance or rollout on any point."""
+    async with Bus() as bus:
+        bus.subscribe(metric_sink)
+        await _mix(bus)
+        await bus.flush()
+    data = reader.get_metrics_data()
+    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert isinstance(metrics[DURATION].data, Histogram)
+    for name in (RECORDS, BYTES, EVENTS):
+        assert isinstance(metrics[name].data, Sum) and metrics[name].data.is_monotonic
+    for metric in metrics.values():
+        for point in metric.data.data_points:
+            assert not {P + "id", P + "instance", "checkpoint_id", "instance"} & set(point.attributes)
+            assert all(type(v) is str for v in point.attributes.values())
+
+
+async def test_counters_are_summed_per_attribute_set_within_a_batch(
+    reader: InMemoryMetricReader, metric_sink: MetricSink
+) -> None:
+    """A batch of 1000 refusals reaches the SDK as one add."""
+    async with Bus() as bus:
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        bus.subscribe(metric_sink)
+        for _ in range(1000):  # emitted before the bus delivers: one batch
+            tel.refused("admission_closed")
+        await bus.flush()
+    stats = metric_sink.stats()
+    assert stats.events == 1000 and stats.sdk_calls == 1
+    (_, points) = metric_points(reader)[EVENTS]
+    assert points == {_key(**{P + "event": "refused", P + "code": "admission_closed"}): 1000}
+
+
+async def test_metrics_do_not_depend_on_span_groups_or_sampling(
+    reader: InMemoryMetricReader, metric_sink: MetricSink
+) -> None:
+    """A sampled-out trace is still measured."""
+    async with Bus() as bus:
+        bus.subscribe(metric_sink)
+        tel = Telemetry(bus, kind="agent", instance="a0", sample_ratio=0.0)
+        with tel.operation("resume", checkpoint_id="c1"):
+            pass
+        await bus.flush()
+    assert metric_points(reader)[DURATION][1] == {_op("resume", "agent"): 1}
+
+
+def test_metric_sink_needs_a_meter_provider() -> None:
+    """Anything without get_meter is rejected."""
+    with pytest.raises(InvalidArgumentError):
+        MetricSink(object())  # type: ignore[arg-type]
+    provider = MeterProvider()
+    try:
+        assert MetricSink(provider).stats().events == 0
+    finally:
+        provider.shutdown()
