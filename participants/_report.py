@@ -1,0 +1,261 @@
+"""Where a checkpoint's time went, built from its events alone.
+
+Used by ``ckpt-events demo`` (live events) and ``ckpt-events report LOG.jsonl`` (a recorded
+log): a per-participant breakdown, a waterfall of one checkpoint's spans (terminal, SVG or
+HTML), and the counted events. Nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ckpt_events import (
+    PREPARE_ORDER,
+    CollectionFinished,
+    CoordinateFinished,
+    Event,
+    GenerationCut,
+    Kind,
+    LeaseExpired,
+    OperationFinished,
+    Outcome,
+    PrepareNotReady,
+    Refused,
+    StageFinished,
+    StepFinished,
+    span_name,
+)
+
+__all__ = [
+    "BREAKDOWN_COLUMNS",
+    "Breakdown",
+    "Span",
+    "breakdown",
+    "counts",
+    "render",
+    "spans_of",
+    "write_timeline",
+]
+
+#: Operations and steps shown per participant, in the order a checkpoint runs them.
+BREAKDOWN_COLUMNS = (
+    "prepare", "wait_ready", "generation_cut", "commit", "export", "write",
+    "restore", "read", "install", "resume",
+)  # fmt: skip
+_KIND_ORDER = {kind: i for i, kind in enumerate((*PREPARE_ORDER, Kind.CONTROLLER))}
+
+
+@dataclass
+class Breakdown:
+    """One participant's totals: milliseconds per operation/step, records and bytes."""
+
+    kind: Kind
+    instance: str
+    ms: dict[str, float] = field(default_factory=dict)
+    records: int = 0
+    bytes: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class Span:
+    """A finished span, flattened for drawing."""
+
+    name: str
+    who: str
+    start_ns: int
+    end_ns: int
+    depth: int
+    error: bool
+
+    @property
+    def ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+
+def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
+    """Per-participant totals over every operation and step (of one checkpoint, if given)."""
+    rows: dict[tuple[Kind, str], Breakdown] = {}
+    for event in events:
+        if checkpoint_id is not None and event.checkpoint_id != checkpoint_id:
+            continue
+        match event:
+            case OperationFinished(operation=op) | StepFinished(step=op):
+                row = rows.setdefault((event.kind, event.instance), Breakdown(event.kind, event.instance))
+                row.ms[op.value] = row.ms.get(op.value, 0.0) + (event.end_ns - event.start_ns) / 1e6
+                row.errors += event.outcome is Outcome.ERROR
+                if isinstance(event, OperationFinished) and op.value in ("commit", "restore"):
+                    row.records += event.records or 0
+                if isinstance(event, StepFinished) and op.value in ("write", "read"):
+                    row.bytes += event.bytes or 0
+            case _:
+                pass
+    return sorted(rows.values(), key=lambda r: (_KIND_ORDER.get(r.kind, 9), r.instance))
+
+
+def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
+    """The counted events: refusals by code, lease expiries, not-ready prepares, cuts."""
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for event in events:
+        match event:
+            case Refused(code=code):
+                out["refused"][code.value] += 1
+            case LeaseExpired(phase=phase):
+                out["lease_expired"][f"{event.kind.value}/{phase.value}"] += 1
+            case PrepareNotReady(blockers=blockers):
+                out["prepare_not_ready"][event.kind.value] += 1
+                out["prepare_not_ready_blockers"][event.kind.value] += blockers
+            case GenerationCut(disposition=disposition, calls=calls):
+                out["generation_cut"][disposition.value] += calls
+            case _:
+                pass
+    return dict(out)
+
+
+def _name(event: Event) -> str | None:
+    match event:
+        case OperationFinished(operation=op):
+            return None if op.value == "renew" else span_name(op.value)
+        case StepFinished(step=step):
+            return span_name(step.value)
+        case CoordinateFinished(operation=op):
+            return span_name("coordinate", op.value)
+        case StageFinished(stage=stage):
+            return span_name("coordinate", "prepare", stage.value)
+        case CollectionFinished(action=action):
+            return span_name("collection", action)
+        case _:
+            return None
+
+
+def spans_of(events: Iterable[Event], trace_id: int | None = None) -> list[Span]:
+    """The finished spans of one trace (default: the trace of the last collection
+    checkpoint, else of the last coordinate commit), parents before children."""
+    finished = [e for e in events if _name(e) is not None]
+    if trace_id is None:
+        roots = [e for e in finished if isinstance(e, CollectionFinished) and e.action == "checkpoint"]
+        roots = roots or [e for e in finished if isinstance(e, CoordinateFinished)]
+        if not roots:
+            roots = finished
+        if not roots:
+            return []
+        trace_id = roots[-1].trace_id  # type: ignore[attr-defined]
+    chosen = [e for e in finished if e.trace_id == trace_id]  # type: ignore[attr-defined]
+    by_id = {e.span_id: e for e in chosen}  # type: ignore[attr-defined]
+
+    def depth(e: Event) -> int:
+        d, parent = 0, e.parent_span_id  # type: ignore[attr-defined]
+        while parent in by_id and d < 32:
+            d, parent = d + 1, by_id[parent].parent_span_id  # type: ignore[attr-defined]
+        return d
+
+    spans = [
+        Span(
+            name=_name(e) or "",
+            who="controller" if e.kind is Kind.CONTROLLER else f"{e.kind.value}/{e.instance}",
+            start_ns=e.start_ns,  # type: ignore[attr-defined]
+            end_ns=e.end_ns,  # type: ignore[attr-defined]
+            depth=depth(e),
+            error=e.outcome is Outcome.ERROR,  # type: ignore[attr-defined]
+        )
+        for e in chosen
+    ]
+    return sorted(spans, key=lambda s: (s.start_ns, s.depth))
+
+
+def render(console: Console, events: Sequence[Event], *, title: str = "checkpoint") -> None:
+    """Print the breakdown table, the waterfall of one checkpoint and the counts."""
+    table = Table(title=f"{title}: time per participant (ms), records and bytes", title_justify="left")
+    table.add_column("participant")
+    for column in BREAKDOWN_COLUMNS:
+        table.add_column(column, justify="right")
+    table.add_column("records", justify="right")
+    table.add_column("bytes", justify="right")
+    for row in breakdown(events):
+        cells = [f"{row.ms[c]:.1f}" if c in row.ms else "" for c in BREAKDOWN_COLUMNS]
+        who = f"{row.kind.value}/{row.instance}" + (f" ({row.errors} errors)" if row.errors else "")
+        table.add_row(who, *cells, f"{row.records:,}", f"{row.bytes:,}")
+    console.print(table)
+    spans = spans_of(events)
+    if spans:
+        console.print(_waterfall(spans, width=max(20, min(console.width, 160) - 62)))
+    tallies = counts(events)
+    summary = Table(title="counted events", title_justify="left")
+    summary.add_column("event")
+    summary.add_column("by")
+    summary.add_column("count", justify="right")
+    for event_name in ("refused", "lease_expired", "prepare_not_ready", "generation_cut"):
+        for key, value in sorted(tallies.get(event_name, Counter()).items()):
+            summary.add_row(event_name, key, f"{value:,}")
+    if not summary.row_count:
+        summary.add_row("(none)", "", "0")
+    console.print(summary)
+
+
+def _waterfall(spans: list[Span], width: int) -> Table:
+    t0 = min(s.start_ns for s in spans)
+    total = max(1, max(s.end_ns for s in spans) - t0)
+    table = Table(title=f"timeline of one checkpoint ({total / 1e6:.1f} ms)", title_justify="left")
+    table.add_column("span", no_wrap=True)
+    table.add_column("who", no_wrap=True)
+    table.add_column("ms", justify="right")
+    table.add_column("timeline", no_wrap=True)
+    for s in spans:
+        left = int((s.start_ns - t0) / total * width)
+        length = max(1, int((s.end_ns - s.start_ns) / total * width))
+        bar = Text(" " * left)
+        bar.append("█" * min(length, width - left or 1), style="red" if s.error else _colour(s.who))
+        table.add_row("  " * s.depth + s.name.removeprefix("gym.checkpoint."), s.who, f"{s.ms:.1f}", bar)
+    return table
+
+
+_COLOURS = {"controller": "magenta", "environment": "green", "model": "blue", "agent": "cyan",
+            "resources": "yellow"}  # fmt: skip
+
+
+def _colour(who: str) -> str:
+    return _COLOURS.get(who.split("/", 1)[0], "white")
+
+
+def write_timeline(path: Path, spans: list[Span], *, title: str = "checkpoint timeline") -> None:
+    """Write the waterfall as SVG (``.svg``) or as an HTML page around it (otherwise)."""
+    row_h, label_w, bar_w = 18, 430, 720
+    t0 = min((s.start_ns for s in spans), default=0)
+    total = max(1, max((s.end_ns for s in spans), default=1) - t0)
+    height = row_h * (len(spans) + 2)
+    fills = {"controller": "#a855f7", "environment": "#22c55e", "model": "#3b82f6", "agent": "#06b6d4",
+             "resources": "#eab308"}  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 80}" height="{height}" '
+        f'font-family="monospace" font-size="12">',
+        f'<text x="4" y="{row_h - 4}" font-weight="bold">{html.escape(title)} ({total / 1e6:.1f} ms)</text>',
+    ]
+    for i, s in enumerate(spans, start=1):
+        y = row_h * i + 4
+        x = label_w + (s.start_ns - t0) / total * bar_w
+        w = max(1.0, (s.end_ns - s.start_ns) / total * bar_w)
+        fill = "#ef4444" if s.error else fills.get(s.who.split("/", 1)[0], "#9ca3af")
+        label = html.escape(f"{'  ' * s.depth}{s.name.removeprefix('gym.checkpoint.')}  {s.who}")
+        parts.append(f'<text x="4" y="{y + 11}" xml:space="preserve">{label}</text>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 6}" fill="{fill}">'
+            f"<title>{html.escape(s.name)} {html.escape(s.who)}: {s.ms:.2f} ms</title></rect>"
+        )
+        parts.append(f'<text x="{x + w + 4:.1f}" y="{y + 11}" fill="#555">{s.ms:.1f}</text>')
+    parts.append("</svg>")
+    svg = "\n".join(parts)
+    if path.suffix.lower() == ".svg":
+        path.write_text(svg + "\n")
+    else:
+        path.write_text(
+            f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"</head><body>\n{svg}\n</body></html>\n"
+        )
