@@ -402,3 +402,22 @@ def test_bad_arguments_are_rejected() -> None:
         SpanSink(object())  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         SpanSink(InMemorySpanExporter(), max_export_batch=0)
+
+
+async def test_collector_down_drops_are_counted_not_raised() -> None:
+    """OTLP to a closed port fails within the exporter's timeout; the loss shows in stats."""
+    import socket
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sink = SpanSink(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1))
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="resources", instance="r0").operation("resume", checkpoint_id="c1"):
+            pass
+        await bus.flush()
+        stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (0, 1, 1)

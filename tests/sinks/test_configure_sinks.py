@@ -1,0 +1,133 @@
+"""configure(): the standard set from arguments and environment; the off path; bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sink_helpers import metric_points
+
+from ckpt_events import Bus, ConfigurationError, Telemetry
+from sinks import configure
+from sinks.jsonl import read_events
+
+
+async def test_nothing_set_subscribes_nothing() -> None:
+    """The off path: no arguments, empty environment, emit sites stay off."""
+    async with Bus() as bus:
+        async with configure(bus, environ={}) as configured:
+            assert configured.subscriptions == () and not configured.enabled
+            assert not Telemetry(bus, kind="agent", instance="a0").enabled
+
+
+async def test_jsonl_from_the_environment(tmp_path: Path) -> None:
+    """CKPT_EVENTS_JSONL alone subscribes only the JSON-lines sink."""
+    path = tmp_path / "e.jsonl"
+    async with Bus() as bus:
+        async with configure(bus, environ={"CKPT_EVENTS_JSONL": str(path)}) as configured:
+            assert [s.name for s in configured.subscriptions] == ["jsonl"]
+            Telemetry(bus, kind="agent", instance="a0").refused("unauthorized")
+    assert len(list(read_events(path))) == 1
+
+
+async def test_arguments_win_and_default_alone_gives_metrics_but_no_spans() -> None:
+    """span_groups="default" subscribes metrics only; the env's span groups are overridden."""
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    environ = {"CKPT_EVENTS_SPAN_GROUPS": "checkpoint", "OTEL_SERVICE_NAME": "from-env"}
+    async with Bus() as bus:
+        configured = configure(
+            bus,
+            span_groups="default",
+            span_exporter=exporter,
+            metric_readers=[reader],
+            service_name="svc",
+            environ=environ,
+        )
+        async with configured:
+            assert [s.name for s in configured.subscriptions] == ["otel-metrics"]
+            tel = Telemetry(bus, kind="resources", instance="r0")
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set(records=2, bytes=20)
+            await bus.flush()
+            points = metric_points(reader)
+    assert exporter.get_finished_spans() == ()
+    assert set(points) == {
+        "gym.checkpoint.operation_duration_ms",
+        "gym.checkpoint.records_total",
+        "gym.checkpoint.bytes_total",
+    }
+    assert configured.meter_provider is not None
+
+
+async def test_resource_from_environment_and_arguments() -> None:
+    """OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (percent-decoded) reach the spans' resource."""
+    exporter = InMemorySpanExporter()
+    environ = {"OTEL_SERVICE_NAME": "trainer", "OTEL_RESOURCE_ATTRIBUTES": "team=rl, site=a%2Cb"}
+    async with Bus() as bus:
+        async with configure(
+            bus, span_exporter=exporter, resource_attributes={"run": "7"}, environ=environ
+        ) as configured:
+            assert [s.name for s in configured.subscriptions] == ["otel-spans", "otel-metrics"]
+            with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+                pass
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.resource.attributes)
+    assert attributes["service.name"] == "trainer"
+    assert (attributes["team"], attributes["site"], attributes["run"]) == ("rl", "a,b", "7")
+
+
+async def test_endpoint_builds_otlp_http_exporters() -> None:
+    """An endpoint gives OTLP/HTTP span and metric exporters and the default span groups."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    async with Bus() as bus:
+        configured = configure(
+            bus,
+            environ={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9/",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+            },
+        )
+        assert configured.span_sink is not None
+        assert isinstance(configured.span_sink.exporter, OTLPSpanExporter)
+        assert configured.span_sink.span_groups >= {"checkpoint", "job"}
+        # Nothing was emitted, so closing has nothing to send to the (closed) port.
+        configured.close_timeout = 2.0
+        await configured.aclose()
+        await configured.aclose()
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+         "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:99999"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ({"OTEL_METRIC_EXPORT_INTERVAL": "soon"}, "OTEL_METRIC_EXPORT_INTERVAL"),
+        ({"OTEL_METRIC_EXPORT_INTERVAL": "-5"}, "OTEL_METRIC_EXPORT_INTERVAL"),
+        ({"CKPT_EVENTS_SPAN_GROUPS": "default,chekpoint"}, "CKPT_EVENTS_SPAN_GROUPS"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_RESOURCE_ATTRIBUTES": "novalue"},
+         "OTEL_RESOURCE_ATTRIBUTES"),
+    ],
+)
+async def test_invalid_values_name_the_variable(environ: dict[str, str], named: str) -> None:
+    """Each bad setting raises ConfigurationError naming its variable, and subscribes nothing."""
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match=named):
+            configure(bus, environ=environ)
+        assert bus.stats().sinks == ()
+
+
+async def test_invalid_arguments_name_the_argument(tmp_path: Path) -> None:
+    """Bad arguments name the argument."""
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match="otlp_endpoint"):
+            configure(bus, otlp_endpoint="ftp://x", environ={})
+        with pytest.raises(ConfigurationError, match="metric_export_interval_ms"):
+            configure(bus, metric_export_interval_ms=0, environ={})
+        with pytest.raises(ConfigurationError, match="jsonl_path"):
+            configure(bus, jsonl_path=tmp_path / "missing-dir" / "e.jsonl", environ={})

@@ -1,0 +1,138 @@
+"""End to end: configure() exports spans and metrics over OTLP/HTTP to a real collector.
+
+The collector is ``rotel-agent`` from the ``rotel`` package, started on free loopback ports
+with a blackhole exporter and its debug log on stdout, where the test finds what it received.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckpt_events import Bus, Telemetry
+from sinks import configure
+
+pytestmark = pytest.mark.collector
+
+_STARTUP_SECONDS = 15.0
+_RECEIVE_SECONDS = 15.0
+
+
+def _agent_binary() -> Path | None:
+    spec = importlib.util.find_spec("rotel")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "rotel-agent"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    for _ in range(1000):
+        if proc.poll() is not None:
+            raise RuntimeError(f"rotel-agent exited early with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    raise TimeoutError(f"rotel-agent did not listen on 127.0.0.1:{port} within {_STARTUP_SECONDS} s")
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A running collector: (OTLP/HTTP base URL, file receiving its stdout)."""
+    binary = _agent_binary()
+    if binary is None:
+        pytest.skip("the rotel-agent binary (package rotel) is not installed")
+    http_port, grpc_port = _free_port(), _free_port()
+    out = tmp_path / "collector.out"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(
+            [
+                str(binary), "start",
+                "--otlp-http-endpoint", f"127.0.0.1:{http_port}",
+                "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
+                "--exporter", "blackhole",
+                "--debug-log", "traces", "--debug-log", "metrics",
+                "--debug-log-verbosity", "detailed",
+                "--pid-file", str(tmp_path / "rotel.pid"),
+                "--log-file", str(tmp_path / "rotel.log"),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        _wait_listening(http_port, proc)
+        yield f"http://127.0.0.1:{http_port}", out
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _wait_for(out: Path, needles: list[str]) -> str:
+    deadline = time.monotonic() + _RECEIVE_SECONDS
+    text = ""
+    for _ in range(1000):
+        text = out.read_text(errors="replace")
+        if all(n in text for n in needles) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return text
+
+
+async def test_spans_and_metrics_reach_a_real_collector(collector: tuple[str, Path]) -> None:
+    """One checkpoint's spans (one trace) and the metric names arrive at the collector."""
+    endpoint, out = collector
+    async with Bus() as bus:
+        async with configure(
+            bus, otlp_endpoint=endpoint, service_name="ckpt-events-test", environ={}
+        ) as configured:
+            ctl = Telemetry(bus, kind="controller", instance="coordination")
+            resources = Telemetry(bus, kind="resources", instance="resources-0")
+            with ctl.coordinate("commit", checkpoint_id="c-otlp") as co:
+                header = co.traceparent()
+                with resources.operation("commit", checkpoint_id="c-otlp", traceparent=header) as op:
+                    with op.step("write") as step:
+                        step.set(records=3, bytes=300)
+                    op.set(records=3, bytes=300)
+                co.set(participants=1, episodes=3)
+            resources.refused("admission_closed", checkpoint_id="c-otlp")
+            trace_hex = f"{co.trace_id:032x}"
+        assert configured.span_sink is not None
+        stats = configured.span_sink.stats()
+        assert (stats.exported, stats.dropped) == (3, 0)
+    needles = [
+        "gym.checkpoint.coordinate.commit",
+        "gym.checkpoint.commit",
+        "gym.checkpoint.write",
+        "ckpt-events-test",
+        trace_hex,
+        "gym.checkpoint.operation_duration_ms",
+        "gym.checkpoint.events_total",
+    ]
+    text = _wait_for(out, needles)
+    missing = [n for n in needles if n not in text]
+    assert not missing, f"collector output lacks {missing}:\n{text[-3000:]}"
