@@ -115,7 +115,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     from participants import create_app, create_inference_app
 
     if args.kind == "inference":
-        return create_inference_app(token=token, configure_sinks=sinks.configure)
+        return create_inference_app(token=token)
     options: dict[str, Any] = {}
     if args.kind == "model":
         if not args.inference_url:

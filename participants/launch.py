@@ -23,9 +23,17 @@ from typing import IO, Any, Final
 import anyio
 import uvicorn
 
-__all__ = ["LaunchError", "ServerProcess", "free_port", "serving", "write_token_file"]
+__all__ = ["LaunchError", "ServerProcess", "free_port", "local_fleet", "serving", "write_token_file"]
 
 _POLL: Final = 0.05
+
+
+def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    # The child imports this very checkout, however (or whether) it was installed.
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 class LaunchError(RuntimeError):
@@ -81,7 +89,7 @@ class ServerProcess:
             stdout=self._out,
             stderr=self._err,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env=_child_env(env),
         )
 
     def __repr__(self) -> str:
@@ -171,3 +179,36 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
                 server.should_exit = True
     finally:
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def local_fleet(
+    *,
+    token: str,
+    bus: Any = None,
+    members: Sequence[tuple[str, str]] = (
+        ("environment", "environment-0"),
+        ("model", "model-0"),
+        ("agent", "agent-0"),
+        ("resources", "resources-0"),
+    ),
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> AsyncIterator[dict[str, str]]:
+    """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
+
+    Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
+    instance to extra ``create_app`` keyword arguments.
+    """
+    from participants import create_app, create_inference_app
+
+    urls: dict[str, str] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        inference_url = await stack.enter_async_context(serving(create_inference_app(token=token)))
+        for kind, instance in members:
+            extra = dict((options or {}).get(instance, {}))
+            if kind == "model":
+                extra.setdefault("inference_url", inference_url)
+                extra.setdefault("inference_token", token)
+            app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
+            urls[instance] = await stack.enter_async_context(serving(app))
+        yield urls
