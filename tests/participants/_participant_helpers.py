@@ -1,0 +1,87 @@
+"""Shared helpers for the participant tests: a running app behind an ASGI client, bodies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from fastapi import FastAPI
+
+from participants.protocol import CONTROL_PREFIX
+
+TOKEN = "test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+@asynccontextmanager
+async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """Run ``app``'s lifespan and yield a client that talks to it in process."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+def body(checkpoint_id: str = "c1", seconds: float = 5.0, **extra: Any) -> dict[str, Any]:
+    return {"checkpoint_id": checkpoint_id, "deadline_ts": time.time() + seconds, **extra}
+
+
+async def control(
+    client: httpx.AsyncClient, op: str, checkpoint_id: str = "c1", *, headers: Any = None, **extra: Any
+) -> httpx.Response:
+    return await client.post(
+        f"{CONTROL_PREFIX}/{op}",
+        json=body(checkpoint_id, **extra),
+        headers=AUTH if headers is None else headers,
+    )
+
+
+async def status(client: httpx.AsyncClient) -> dict[str, Any]:
+    reply = await client.get(f"{CONTROL_PREFIX}/status", headers=AUTH)
+    assert reply.status_code == 200, reply.text
+    return reply.json()  # type: ignore[no-any-return]
+
+
+def error_code(reply: httpx.Response) -> tuple[int, str]:
+    return reply.status_code, reply.json()["error"]["code"]
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.01) -> None:
+    """Poll ``predicate`` (sync or async) until true; fail after ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        while True:
+            result = predicate()
+            if hasattr(result, "__await__"):
+                result = await result
+            if result:
+                return
+            await anyio.sleep(interval)
+
+
+async def run_episode(
+    client: httpx.AsyncClient, rollout_id: str, attempt: int = 0, *, until: int | None = None
+) -> int:
+    """Advance an episode until ``until`` (or done); returns its boundary. Bounded by its steps."""
+    view = (await client.get(f"/work/{_key(rollout_id, attempt)}")).json()
+    target = view["steps"] if until is None else until
+    boundary = view["boundary"]
+    for _ in range(view["steps"] + 1):
+        if boundary >= target:
+            break
+        reply = await client.post("/work/advance", json={"rollout_id": rollout_id, "attempt": attempt})
+        assert reply.status_code == 200, reply.text
+        boundary = reply.json()["boundary"]
+    return boundary
+
+
+def _key(rollout_id: str, attempt: int) -> str:
+    return rollout_id if attempt == 0 else f"{rollout_id}-a{attempt}"
+
+
+async def post_json(client: httpx.AsyncClient, path: str, payload: dict[str, Any]) -> httpx.Response:
+    """``client.post(path, json=payload)``, in a form ``start_soon`` can call."""
+    return await client.post(path, json=payload)
