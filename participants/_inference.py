@@ -49,15 +49,22 @@ class _Generation:
 
 
 def create_inference_app(
-    *, token: str, token_seconds: float = 0.005, fail_cuts: bool = False, server_name: str = "inference"
+    *,
+    token: str,
+    token_seconds: float = 0.005,
+    fail_cuts: bool = False,
+    cut_seconds: float = 0.0,
+    server_name: str = "inference",
 ) -> FastAPI:
     """The worker: ``POST /generate`` (NDJSON token stream) and ``POST /ng-control/v1/generation-cut``.
 
-    ``fail_cuts=True`` makes every cut round fail with 503 (to exercise ``durable_failure``).
+    ``fail_cuts=True`` makes every cut round fail with 503, ``cut_seconds`` delays its answer
+    (both exercise ``durable_failure``).
     """
     if not token:
         raise ValueError("the inference worker needs a bearer token")
     delay = finite_sleep(token_seconds)
+    cut_delay = finite_sleep(cut_seconds)
     active: dict[int, _Generation] = {}
     staged: dict[str, list[str]] = {}
     app = FastAPI(title=f"inference worker {server_name}")
@@ -97,6 +104,7 @@ def create_inference_app(
 
     @app.post(CUT_PATH, dependencies=auth)
     async def generation_cut(request: Request) -> Response:
+        await anyio.sleep(cut_delay)
         if fail_cuts:
             return Response(status_code=503, content=b'{"error":"cut unavailable"}')
         inventory = decode(await request.body(), CutInventory)
