@@ -50,7 +50,24 @@ _INTERESTS: Final = (
     GenerationCut,
 )
 
-Attributes = tuple[tuple[str, str], ...]
+_CONTROLLER: Final = Kind.CONTROLLER.value
+# Tags of the flat keys built in MetricSink.handle, and the attribute names of the values
+# that follow each tag. Counted-event tags are the ``nemo.gym.checkpoint.event`` values.
+_DURATION: Final = "duration"
+_VOLUME: Final = "volume"
+_REFUSED: Final = CountedEvent.REFUSED.value
+_CUT: Final = CountedEvent.GENERATION_CUT.value
+_LEASE: Final = CountedEvent.LEASE_EXPIRED.value
+_NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
+_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    _DURATION: (A_OPERATION, A_KIND, A_OUTCOME),
+    _VOLUME: (A_OPERATION, A_KIND),
+    _REFUSED: (A_CODE,),
+    _CUT: (A_DISPOSITION,),
+    _LEASE: (A_KIND, A_PHASE),
+    _NOT_READY: (A_KIND,),
+}
+_EVENT_TAGS: Final = frozenset({_REFUSED, _CUT, _LEASE, _NOT_READY})
 
 
 class MetricSinkStats(msgspec.Struct, frozen=True):
@@ -87,58 +104,64 @@ class MetricSink:
             METRIC_BYTES, unit="By", description="Bytes written by commit or read by restore"
         )
         self._events = meter.create_counter(METRIC_EVENTS, unit="1", description="Counted checkpoint events")
-        # Attribute mappings are built once per distinct set and reused: the set is small.
-        self._attribute_cache: dict[Attributes, dict[str, str]] = {}
+        # Attribute mappings are built once per distinct flat key and reused: the sets are few.
+        self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
         self._seen = 0
         self._sdk_calls = 0
 
-    def _attributes(self, key: Attributes) -> dict[str, str]:
-        cached = self._attribute_cache.get(key)
+    def _attributes(self, key: tuple[Any, ...]) -> dict[str, str]:
+        """The attribute mapping of a flat key: (tag, value, ...) as built in ``handle``."""
+        cached = self._cache.get(key)
         if cached is None:
             # Plain str values (not enum members), as any exporter expects.
-            cached = self._attribute_cache[key] = {name: str(value) for name, value in key}
+            tag, *values = key
+            names = _KEYS[tag]
+            cached = {name: str(value) for name, value in zip(names, values, strict=True)}
+            if tag in _EVENT_TAGS:
+                cached = {A_EVENT: tag, **cached}
+            self._cache[key] = cached
         return cached
 
     def handle(self, batch: list[Any]) -> None:
         """Record a batch: histogram values one by one, counters summed per attribute set."""
         record = self._duration.record
+        cache = self._cache
         attributes = self._attributes
-        records: dict[Attributes, int] = {}
-        sizes: dict[Attributes, int] = {}
-        counts: dict[Attributes, int] = {}
+        records: dict[tuple[Any, ...], int] = {}
+        sizes: dict[tuple[Any, ...], int] = {}
+        counts: dict[tuple[Any, ...], int] = {}
         calls = 0
+        # Flat tuple keys, tested by class identity in order of frequency: per-event cost
+        # here is what the batching saves on, so it stays a few dict operations.
         for event in batch:
             cls = event.__class__
-            if cls is OperationFinished:
-                operation = event.operation
-                record(
-                    (event.end_ns - event.start_ns) / 1e6,
-                    attributes(((A_OPERATION, operation), (A_KIND, event.kind), (A_OUTCOME, event.outcome))),
-                )
+            if cls is Refused:
+                key: tuple[Any, ...] = (_REFUSED, event.code)
+                counts[key] = counts.get(key, 0) + 1
+            elif cls is OperationFinished:
+                operation, kind = event.operation, event.kind
+                key = (_DURATION, operation, kind, event.outcome)
+                record((event.end_ns - event.start_ns) / 1e6, cache.get(key) or attributes(key))
                 calls += 1
                 if operation in _VOLUME_OPERATIONS:
-                    key: Attributes = ((A_OPERATION, operation), (A_KIND, event.kind))
+                    key = (_VOLUME, operation, kind)
                     if event.records is not None:
                         records[key] = records.get(key, 0) + event.records
                     if event.bytes is not None:
                         sizes[key] = sizes.get(key, 0) + event.bytes
             elif cls is CoordinateFinished:
-                record(
-                    (event.end_ns - event.start_ns) / 1e6,
-                    attributes(
-                        (
-                            (A_OPERATION, event.operation),
-                            (A_KIND, Kind.CONTROLLER),
-                            (A_OUTCOME, event.outcome),
-                        )
-                    ),
-                )
+                key = (_DURATION, event.operation, _CONTROLLER, event.outcome)
+                record((event.end_ns - event.start_ns) / 1e6, cache.get(key) or attributes(key))
                 calls += 1
-            else:
-                counted = _counted(event)
-                if counted is not None:
-                    counted_key, amount = counted
-                    counts[counted_key] = counts.get(counted_key, 0) + amount
+            elif cls is GenerationCut:
+                key = (_CUT, event.disposition)
+                counts[key] = counts.get(key, 0) + event.calls
+            elif cls is LeaseExpired:
+                key = (_LEASE, event.kind, event.phase)
+                counts[key] = counts.get(key, 0) + 1
+            elif cls is PrepareNotReady:
+                key = (_NOT_READY, event.kind)
+                counts[key] = counts.get(key, 0) + 1
         for counter, sums in ((self._records, records), (self._bytes, sizes), (self._events, counts)):
             add = counter.add
             for key, total in sums.items():
@@ -153,17 +176,3 @@ class MetricSink:
     def stats(self) -> MetricSinkStats:
         """Events seen and SDK calls made so far."""
         return MetricSinkStats(events=self._seen, sdk_calls=self._sdk_calls)
-
-
-def _counted(event: Any) -> tuple[Attributes, int] | None:
-    """The ``events_total`` attribute set and amount of one counted event (``None``: not one)."""
-    match event:
-        case Refused(code=code):
-            return ((A_EVENT, CountedEvent.REFUSED), (A_CODE, code)), 1
-        case GenerationCut(disposition=disposition, calls=calls):
-            return ((A_EVENT, CountedEvent.GENERATION_CUT), (A_DISPOSITION, disposition)), calls
-        case LeaseExpired(kind=kind, phase=phase):
-            return ((A_EVENT, CountedEvent.LEASE_EXPIRED), (A_KIND, kind), (A_PHASE, phase)), 1
-        case PrepareNotReady(kind=kind):
-            return ((A_EVENT, CountedEvent.PREPARE_NOT_READY), (A_KIND, kind)), 1
-    return None

@@ -45,6 +45,7 @@ SCOPE: Final = InstrumentationScope("ckpt_events", "0.1.0")
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSET: Final = Status(StatusCode.UNSET)
 _INTERNAL: Final = SpanKind.INTERNAL
+_ERROR: Final = Outcome.ERROR.value
 _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
 # Names and keys are built once, from the vocabulary (SPEC section 2).
@@ -174,6 +175,7 @@ class SpanSink:
         self._unsampled = 0
         self._skipped = 0
         self._logged_failure = False
+        self._contexts: dict[int, SpanContext] = {}  # per batch; see _span
         self._builders: dict[type, Callable[[Any], ReadableSpan | None]] = {
             OperationFinished: self._operation,
             StepFinished: self._step,
@@ -187,6 +189,7 @@ class SpanSink:
     def handle(self, batch: list[Any]) -> None:
         """Build a span per sampled finished event and export them in batches."""
         builders = self._builders
+        self._contexts = {}
         spans: list[ReadableSpan] = []
         unsampled = skipped = 0
         limit = self.max_export_batch
@@ -203,6 +206,7 @@ class SpanSink:
             if len(spans) >= limit:
                 self._export(spans)
                 spans = []
+        self._contexts = {}
         self._unsampled += unsampled
         self._skipped += skipped
         if spans:
@@ -285,13 +289,24 @@ class SpanSink:
         if extra:
             # Ours win over a user attribute of the same name; the rule redacts theirs.
             attributes = {**self.redactor.apply(extra), **attributes}
+        trace_id = event.trace_id
+        contexts = self._contexts
+        # A local span's own context is its children's parent context: build each once per
+        # batch (children finish first, so the parent usually finds its context made).
+        span_id = event.span_id
+        context = contexts.get(span_id)
+        if context is None or context[0] != trace_id:
+            context = contexts[span_id] = SpanContext(trace_id, span_id, False, _SAMPLED)
         parent_id = event.parent_span_id
-        parent = (
-            None
-            if parent_id is None
-            else SpanContext(event.trace_id, parent_id, event.parent_remote, _SAMPLED)
-        )
-        if event.outcome == Outcome.ERROR:
+        if parent_id is None:
+            parent = None
+        elif event.parent_remote:
+            parent = SpanContext(trace_id, parent_id, True, _SAMPLED)
+        else:
+            parent = contexts.get(parent_id)
+            if parent is None or parent[0] != trace_id:
+                parent = contexts[parent_id] = SpanContext(trace_id, parent_id, False, _SAMPLED)
+        if event.outcome == _ERROR:
             error_type = event.error_type or "Exception"
             message = event.error_message or ""
             status = Status(StatusCode.ERROR, f"{error_type}: {message}" if message else error_type)
@@ -305,18 +320,21 @@ class SpanSink:
         else:
             status = _UNSET
             events = ()
+        # Positional, in ReadableSpan's documented parameter order: this is the hot path.
         return ReadableSpan(
-            name=name,
-            context=SpanContext(event.trace_id, event.span_id, False, _SAMPLED),
-            parent=parent,
-            resource=self.resource,
-            attributes=attributes,
-            events=events,
-            kind=_INTERNAL,
-            status=status,
-            start_time=event.start_ns,
-            end_time=event.end_ns,
-            instrumentation_scope=SCOPE,
+            name,
+            context,
+            parent,
+            self.resource,
+            attributes,
+            events,
+            (),
+            _INTERNAL,
+            None,
+            status,
+            event.start_ns,
+            event.end_ns,
+            SCOPE,
         )
 
     @staticmethod

@@ -59,7 +59,7 @@ async def every_event_type(bus: Bus) -> None:
                 with op.step("generation_cut") as cut:
                     cut.set(calls=2, cut_durable_prefix=2, cut_durable_failure=0)
                 model.generation_cut("durable_prefix", 2, checkpoint_id="c1")
-                op.set_attribute("user.note", "héllo \"quoted\"\n")
+                op.set_attribute("user.note", 'héllo "quoted"\n')
                 op.set(phase="preparing", blockers=3)
         co.set(participants=1, prepared=False, stopped_at="model")
     model.prepare_not_ready(3, checkpoint_id="c1")

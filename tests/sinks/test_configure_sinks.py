@@ -103,15 +103,19 @@ async def test_endpoint_builds_otlp_http_exporters() -> None:
 @pytest.mark.parametrize(
     ("environ", "named"),
     [
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
-         "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:99999"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
         ({"OTEL_METRIC_EXPORT_INTERVAL": "soon"}, "OTEL_METRIC_EXPORT_INTERVAL"),
         ({"OTEL_METRIC_EXPORT_INTERVAL": "-5"}, "OTEL_METRIC_EXPORT_INTERVAL"),
         ({"CKPT_EVENTS_SPAN_GROUPS": "default,chekpoint"}, "CKPT_EVENTS_SPAN_GROUPS"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_RESOURCE_ATTRIBUTES": "novalue"},
-         "OTEL_RESOURCE_ATTRIBUTES"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_RESOURCE_ATTRIBUTES": "novalue"},
+            "OTEL_RESOURCE_ATTRIBUTES",
+        ),
     ],
 )
 async def test_invalid_values_name_the_variable(environ: dict[str, str], named: str) -> None:

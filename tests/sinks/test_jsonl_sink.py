@@ -105,9 +105,7 @@ def test_corrupt_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path
         )
     )
     path = tmp_path / "e.jsonl"
-    path.write_bytes(
-        b"\n".join([good, b"not json", b"", good, b'{"type":"nope","kind":"agent"}', good[:20]])
-    )
+    path.write_bytes(b"\n".join([good, b"not json", b"", good, b'{"type":"nope","kind":"agent"}', good[:20]]))
     results = list(read_events(path))
     assert [n for n, _ in results] == [1, 2, 4, 5, 6]
     corrupt = [item for _, item in results if isinstance(item, CorruptLine)]

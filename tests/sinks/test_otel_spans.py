@@ -80,8 +80,18 @@ async def test_participant_spans_names_attributes_and_nesting(
     assert sorted(spans) == sorted(
         "gym.checkpoint." + n
         for n in [
-            "prepare", "generation_cut", "wait_ready", "commit", "export", "write",
-            "restore", "read", "install", "resume", "retire", "forget",
+            "prepare",
+            "generation_cut",
+            "wait_ready",
+            "commit",
+            "export",
+            "write",
+            "restore",
+            "read",
+            "install",
+            "resume",
+            "retire",
+            "forget",
         ]
     )
     assert all(len(v) == 1 for v in spans.values())
@@ -96,15 +106,21 @@ async def test_participant_spans_names_attributes_and_nesting(
     assert dict(one["gym.checkpoint.forget"].attributes) == {**ident, P + "rollouts": 2}
     assert dict(one["gym.checkpoint.wait_ready"].attributes) == {}
     assert dict(one["gym.checkpoint.generation_cut"].attributes) == {
-        P + "calls": 3, P + "cut_durable_prefix": 2, P + "cut_durable_failure": 1
+        P + "calls": 3,
+        P + "cut_durable_prefix": 2,
+        P + "cut_durable_failure": 1,
     }
     assert dict(one["gym.checkpoint.export"].attributes) == {P + "records": 5}
     assert dict(one["gym.checkpoint.write"].attributes) == {P + "records": 5, P + "bytes": 2048}
     assert dict(one["gym.checkpoint.read"].attributes) == {P + "records": 5, P + "bytes": 2048}
     assert dict(one["gym.checkpoint.install"].attributes) == {P + "records": 5}
     for child, parent in [
-        ("generation_cut", "prepare"), ("wait_ready", "prepare"), ("export", "commit"),
-        ("write", "commit"), ("read", "restore"), ("install", "restore"),
+        ("generation_cut", "prepare"),
+        ("wait_ready", "prepare"),
+        ("export", "commit"),
+        ("write", "commit"),
+        ("read", "restore"),
+        ("install", "restore"),
     ]:
         c, p = one["gym.checkpoint." + child], one["gym.checkpoint." + parent]
         assert c.parent is not None and c.parent.span_id == p.context.span_id
@@ -146,7 +162,9 @@ async def test_coordinate_and_stage_spans_for_every_stage(
     assert dict(first.attributes) == {**ident, P + "participants": 6, P + "prepared": True}
     assert dict(stopped.attributes) == {
         **_identity("controller", "coordination", checkpoint_id="c2"),
-        P + "participants": 6, P + "prepared": False, P + "stopped_at": "model",
+        P + "participants": 6,
+        P + "prepared": False,
+        P + "stopped_at": "model",
     }
     stages = [spans[f"gym.checkpoint.coordinate.prepare.{k}"][0] for k in PREPARE_ORDER]
     assert [dict(s.attributes) for s in stages] == [{P + "participants": n} for n in (2, 2, 2, 0)]
@@ -174,7 +192,10 @@ async def test_collection_spans(exporter: InMemorySpanExporter, span_sink: SpanS
     spans = by_name(exporter.get_finished_spans())
     (ckpt,) = spans["gym.checkpoint.collection.checkpoint"]
     assert dict(ckpt.attributes) == {
-        P + "id": "c1", P + "in_flight": 7, P + "stop": False, P + "published": True
+        P + "id": "c1",
+        P + "in_flight": 7,
+        P + "stop": False,
+        P + "published": True,
     }
     (restore,) = spans["gym.checkpoint.collection.restore"]
     assert dict(restore.attributes) == {P + "id": "c1", P + "rows": 12, P + "restarts": 2}
@@ -254,7 +275,7 @@ async def test_no_checkpoint_group_means_no_spans_and_no_interest(spec: str | No
 
 
 async def test_span_groups_are_case_and_space_insensitive() -> None:
-    """" Checkpoint " alone turns spans on."""
+    """The spec is trimmed and case-insensitive; a list of names works too."""
     assert SpanSink(InMemorySpanExporter(), span_groups=" Checkpoint ").enabled
     assert SpanSink(InMemorySpanExporter(), span_groups=["all"]).enabled
 
