@@ -1,0 +1,78 @@
+"""The wire format: ids, capture keys, validation messages, error bodies."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+import participants
+from participants.protocol import (
+    CommitRequest,
+    ControlError,
+    EpisodeId,
+    ForgetRequest,
+    PrepareReport,
+    RequestError,
+    RestoreRequest,
+    decode,
+    encode,
+)
+
+
+@pytest.mark.parametrize(
+    ("rollout_id", "attempt", "key"), [("r1", 0, "r1"), ("r1", 3, "r1-a3"), ("a.b_c-d", 12, "a.b_c-d-a12")]
+)
+def test_capture_keys_invert(rollout_id, attempt, key):
+    """capture_key is rollout_id for attempt 0, else <rollout_id>-a<attempt>, and it inverts."""
+    episode = EpisodeId(rollout_id, attempt)
+    assert episode.capture_key == key
+    assert EpisodeId.from_capture_key(key) == episode
+    assert episode.next() == EpisodeId(rollout_id, attempt + 1)
+
+
+@pytest.mark.parametrize("rollout_id", ["r-a1", "x-a10", "", "-r", "a/b", "a" * 129, "r b"])
+def test_bad_rollout_ids_are_refused(rollout_id):
+    """Rollout ids follow the safe pattern, 1-128 chars, and never end like a capture key."""
+    with pytest.raises(RequestError) as info:
+        decode(msgspec.json.encode({"rollout_id": rollout_id}), EpisodeId)
+    assert "rollout_id" in info.value.detail
+
+
+def test_request_defaults_and_required_fields():
+    """Commit defaults to all episodes without stop; restore requires episode_ids."""
+    commit = decode(b'{"checkpoint_id":"c","deadline_ts":1,"checkpoint_dir":"/d"}', CommitRequest)
+    assert commit.episode_ids is None and commit.stop is False
+    with pytest.raises(RequestError, match="episode_ids"):
+        decode(b'{"checkpoint_id":"c","deadline_ts":1,"checkpoint_dir":"/d"}', RestoreRequest)
+    with pytest.raises(RequestError, match=r"rollout_ids\[1\]"):
+        decode(b'{"checkpoint_id":"c","deadline_ts":1,"rollout_ids":["ok","bad-a2"]}', ForgetRequest)
+
+
+def test_control_error_carries_code_status_and_body():
+    """A ControlError knows its HTTP status and renders the protocol error body."""
+    error = ControlError("invalid_checkpoint_state", "digest mismatch")
+    assert error.status == 422
+    assert msgspec.json.decode(encode(error.body())) == {
+        "error": {"code": "invalid_checkpoint_state", "detail": "digest mismatch"}
+    }
+    assert ControlError("unauthorized", "x").status == 401
+    with pytest.raises(ValueError, match="unknown error code"):
+        ControlError("nope", "x")
+
+
+def test_replies_reject_unknown_fields():
+    """Replies are as strict as requests."""
+    with pytest.raises(RequestError, match="unknown field"):
+        decode(b'{"ready":true,"surprise":1}', PrepareReport)
+
+
+def test_public_surface_is_sorted_and_importable():
+    """participants and participants.protocol export sorted, importable names."""
+    from participants import protocol, store
+
+    for module in (participants, protocol, store):
+        # The house order: constants first, then classes, then functions.
+        key = lambda n: (not n.isupper(), n.lower() if n[0].islower() else n)  # noqa: E731
+        assert module.__all__ == sorted(module.__all__, key=key)
+        for name in module.__all__:
+            assert hasattr(module, name), name
