@@ -8,14 +8,13 @@
 * JSON lines: events per second written to a file.
 
 Targets (SPEC section 7): spans <= 0.2x, emit side <= 0.02x, metrics <= 0.25x, JSON lines
->= 1,000,000 events/s. ``run(quick)`` returns the results; ``python benchmarks/bench_sinks.py
-[--quick] [--json PATH]`` prints a table and writes JSON.
+>= 1,000,000 events/s. ``run(quick)`` returns the figures and the table's rows;
+``python -m benchmarks.bench_sinks [--quick] [--json PATH]`` prints the table, writes JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -25,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -32,6 +35,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from benchmarks import report
 from ckpt_events import (
     Bus,
     Disposition,
@@ -295,75 +299,47 @@ def run(quick: bool = False) -> dict[str, Any]:
         "metrics": metrics["ratio_mix"] <= TARGETS["metrics"],
         "jsonl_events_per_s": jsonl["events_per_s"] >= TARGETS["jsonl_events_per_s"],
     }
+    rows = [
+        (
+            "spans: emit + SpanSink / SDK (simple processor), CPU",
+            spans["ratio_total_vs_simple"],
+            "<= 0.2",
+            checks["spans_total"],
+        ),
+        (
+            "spans: emitting side / SDK (simple processor), CPU",
+            spans["ratio_emit_vs_simple"],
+            "<= 0.02",
+            checks["spans_emit"],
+        ),
+        ("spans: emit + SpanSink / SDK (batch processor), CPU", spans["ratio_total_vs_batch"], "", None),
+        ("spans: us per span, ours (emit + sink)", spans["us_per_span"]["ours_total"], "", None),
+        ("spans: us per span, ours (emitting side)", spans["us_per_span"]["ours_emit"], "", None),
+        ("spans: us per span, SDK (simple processor)", spans["us_per_span"]["direct_simple"], "peer", None),
+        (
+            "metrics: MetricSink / direct calls, checkpoint mix",
+            metrics["ratio_mix"],
+            "<= 0.25",
+            checks["metrics"],
+        ),
+        ("metrics: MetricSink / direct calls, operations only", metrics["ratio_operations_only"], "", None),
+        (
+            "JSON lines: M events/s to a file",
+            jsonl["events_per_s"] / 1e6,
+            ">= 1.0",
+            checks["jsonl_events_per_s"],
+        ),
+    ]
     return {
-        "benchmark": "sinks",
         "quick": quick,
-        "python": platform.python_version(),
         "machine": platform.machine(),
         "targets": TARGETS,
         "spans": spans,
         "metrics": metrics,
         "jsonl": jsonl,
         "meets_targets": checks,
+        "rows": rows,
     }
-
-
-def _table(result: dict[str, Any]) -> None:
-    s, m, j, ok = result["spans"], result["metrics"], result["jsonl"], result["meets_targets"]
-    rows = [
-        (
-            "spans: emit + SpanSink vs SDK (SimpleSpanProcessor), total CPU",
-            f"{s['ratio_total_vs_simple']:.3f}x",
-            "<= 0.2x",
-            ok["spans_total"],
-        ),
-        (
-            "spans: emitting side only vs SDK (SimpleSpanProcessor)",
-            f"{s['ratio_emit_vs_simple']:.3f}x",
-            "<= 0.02x",
-            ok["spans_emit"],
-        ),
-        (
-            "spans: emit + SpanSink vs SDK (BatchSpanProcessor), total CPU",
-            f"{s['ratio_total_vs_batch']:.3f}x",
-            "-",
-            None,
-        ),
-        (
-            "spans: us/span ours total | emit | SDK simple | SDK batch",
-            "{ours_total:.2f} | {ours_emit:.2f} | {direct_simple:.2f} | {direct_batch:.2f}".format(
-                **s["us_per_span"]
-            ),
-            "-",
-            None,
-        ),
-        (
-            "metrics: MetricSink vs direct instrument calls, checkpoint mix",
-            f"{m['ratio_mix']:.3f}x",
-            "<= 0.25x",
-            ok["metrics"],
-        ),
-        ("metrics: same, operations only (histogram-bound)", f"{m['ratio_operations_only']:.3f}x", "-", None),
-        (
-            "JSON lines: events/s to a file",
-            f"{j['events_per_s']:,.0f}",
-            ">= 1,000,000",
-            ok["jsonl_events_per_s"],
-        ),
-    ]
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        for name, value, target, passed in rows:
-            print(f"{name:70} {value:>28} {target:>14} {'' if passed is None else passed}")
-        return
-    table = Table(title=f"ckpt-events sinks ({'quick' if result['quick'] else 'full'})")
-    for col in ("measure", "result", "target", "met"):
-        table.add_column(col)
-    for name, value, target, passed in rows:
-        table.add_row(name, value, target, "" if passed is None else ("yes" if passed else "NO"))
-    Console().print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,10 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results")
     args = parser.parse_args(argv)
     result = run(quick=args.quick)
-    _table(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"results written to {args.json}")
+    rows = result.pop("rows")
+    report.print_table("ckpt-events sinks: spans, metrics, JSON lines (ratios measured side by side)", rows)
+    report.write_json(args.json, result)
+    print(f"figures written to {args.json}")
+    print(report.markdown_table(rows))
     return 0
 
 
