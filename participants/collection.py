@@ -191,10 +191,11 @@ class Collection:
                 while rollout.status in ("pending", "running"):
                     members = self.coordinator.members
                     if len(rollout.started) < len(members):
+                        # Running from the first call on: a checkpoint taken mid-start restarts it.
+                        rollout.status = "running"
                         await self._fan(
                             rollout, [m for m in members if m.name not in rollout.started], "start"
                         )
-                        rollout.status = "running"
                         continue
                     pending = [m for m in members if m.name not in rollout.done_at]
                     if not pending:
@@ -262,14 +263,14 @@ class Collection:
 
     async def _checkpoint(self, checkpoint_id: str, stop: bool, span: CollectionSpan) -> None:
         members = len(self.coordinator.members)
-        running = [r for r in self.rollouts.values() if r.status == "running"]
-        span.set(in_flight=len(running))
         continued: list[EpisodeId] = []
         restarted: list[EpisodeId] = []
 
         def scope(prepared: PrepareResult) -> list[EpisodeId]:
             # Decided after prepare, when no participant admits work: the scope is stable.
             restarts = prepared.restarts()
+            running = [r for r in self.rollouts.values() if r.status == "running"]
+            span.set(in_flight=len(running))
             for rollout in running:
                 whole = len(rollout.started) == members and rollout.episode_id.capture_key not in restarts
                 (continued if whole else restarted).append(rollout.episode_id)

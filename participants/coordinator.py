@@ -217,11 +217,14 @@ class Coordinator:
                 raise CoordinationError("commit", failures)
         return replies
 
-    async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, RenewReply]:
-        """Extend every participant's lease (no span: renew is counted, never traced)."""
+    async def renew(
+        self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None
+    ) -> dict[str, RenewReply]:
+        """Extend every participant's lease. Renew has no controller span; the calls still carry
+        ``parent``'s traceparent, so whatever participants record stays in the checkpoint's trace."""
         request = RenewRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies, failures = await self._fan_out(
-            self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=None
+            self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=parent
         )
         if failures:
             raise CoordinationError("renew", failures)
@@ -380,7 +383,7 @@ class Coordinator:
             )
             if publish is not None:
                 await self._publish_renewing(
-                    checkpoint_id, deadline_ts, renew_every, publish, prepared, commits
+                    checkpoint_id, deadline_ts, renew_every, publish, prepared, commits, parent
                 )
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -397,15 +400,18 @@ class Coordinator:
         publish: Callable[[PrepareResult, dict[str, CommitReply]], Awaitable[None]],
         prepared: PrepareResult,
         commits: dict[str, CommitReply],
+        parent: Any,
     ) -> None:
         # Leases must outlive a slow publish: renew now, then in the background until it is done.
-        await self.renew(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2))
+        await self.renew(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2), parent=parent)
         async with anyio.create_task_group() as tg:
 
             async def renew_loop() -> None:
                 while True:
                     await anyio.sleep(every)
-                    await self.renew(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2))
+                    await self.renew(
+                        checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2), parent=parent
+                    )
 
             tg.start_soon(renew_loop)
             await publish(prepared, commits)
