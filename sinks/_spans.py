@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+import anyio.to_thread
 import msgspec
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEventRecord
@@ -256,20 +257,20 @@ class SpanSink:
 
     def shutdown(self) -> None:
         """Flush and shut the exporter down; later spans are dropped (counted). Idempotent."""
-        if self._shutdown:
-            return
-        self.force_flush()
+        # Under the lock, so the bus's aclose() and Configured.aclose() racing in two worker
+        # threads shut the exporter down once.
         with self._lock:
+            if self._shutdown:
+                return
             self._shutdown = True
             try:
+                self.exporter.force_flush()
                 self.exporter.shutdown()
             except Exception:
                 self._log_failure("raised in shutdown")
 
     async def aclose(self) -> None:
         """Flush and shut down the exporter (the bus awaits this after the last batch)."""
-        import anyio.to_thread
-
         await anyio.to_thread.run_sync(self.shutdown)
 
     def stats(self) -> SpanSinkStats:
