@@ -127,3 +127,18 @@ def test_bad_arguments() -> None:
         JsonLinesSink(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         list(read_events(42))  # type: ignore[arg-type]
+
+
+async def test_closing_the_bus_mid_stream_leaves_only_whole_lines(tmp_path: Path) -> None:
+    """Closing with events pending writes whole lines only; the counts add up."""
+    path = tmp_path / "e.jsonl"
+    sink = JsonLinesSink(path)
+    async with Bus(batch_size=512) as bus:
+        sub = bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(20_000):
+            tel.refused("admission_closed", checkpoint_id="c1")
+    items = [item for _, item in read_events(path)]
+    assert not any(isinstance(item, CorruptLine) for item in items)
+    assert path.read_bytes().endswith(b"\n")
+    assert len(items) == sink.stats().events == sub.stats().delivered
