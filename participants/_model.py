@@ -171,7 +171,7 @@ class ModelWorkload(Workload):
         calls = sorted(self._inflight.values(), key=lambda c: c.ticket_id)
         self._cuts = {}
         with op.step("generation_cut") as step:
-            receipt = await self._cut_round(checkpoint_id, calls, deadline_ts) if calls else None
+            receipt = await self._cut_round(checkpoint_id, calls, deadline_ts, op) if calls else None
             acks = {} if receipt is None else {a.ticket_id: a for a in receipt.prefixes}
             durable = failed = 0
             for call in calls:
@@ -200,7 +200,7 @@ class ModelWorkload(Workload):
             self.tel.generation_cut(Disposition.DURABLE_FAILURE, failed, checkpoint_id=checkpoint_id)
 
     async def _cut_round(
-        self, checkpoint_id: str, calls: list[_Call], deadline_ts: float
+        self, checkpoint_id: str, calls: list[_Call], deadline_ts: float, op: OperationSpan
     ) -> CutReceipt | None:
         """One round with our backend; None (every call ``durable_failure``) if it fails in any way."""
         if self._client is None:
@@ -226,7 +226,10 @@ class ModelWorkload(Workload):
         timeout = max((deadline_ts - time.time()) / 2, _MIN_CUT_TIMEOUT)
         try:
             with anyio.fail_after(timeout):
-                reply = await self._client.post(CUT_PATH, content=encode(inventory))
+                # The worker joins the checkpoint's trace through the prepare span.
+                traceparent = op.traceparent()
+                headers = {} if traceparent is None else {"traceparent": traceparent}
+                reply = await self._client.post(CUT_PATH, content=encode(inventory), headers=headers)
             if reply.status_code != 200:
                 return None
             receipt = decode(reply.content, CutReceipt)

@@ -129,6 +129,12 @@ def _not_found(key: str) -> Response:
     return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=f"no episode {key}")), 404)
 
 
+def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
+    if req.rollout_id is None:
+        raise ControlError(ErrorCode.ROLLOUT_ID_REQUIRED, "work needs a rollout_id")
+    return EpisodeId(req.rollout_id, req.attempt)
+
+
 def work_router(workload: Workload) -> APIRouter:
     """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``."""
     router = APIRouter(prefix="/work")
@@ -136,14 +142,14 @@ def work_router(workload: Workload) -> APIRouter:
     @router.post("/start")
     async def start(request: Request) -> Response:
         req = await _body(request, WorkStart)
-        episode = workload.start(EpisodeId(req.rollout_id, req.attempt), req.steps)
+        episode = workload.start(_episode_id(req), req.steps)
         return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
 
     @router.post("/advance")
     async def advance(request: Request) -> Response:
         req = await _body(request, WorkAdvance)
         try:
-            episode = await workload.advance(EpisodeId(req.rollout_id, req.attempt))
+            episode = await workload.advance(_episode_id(req))
         except LookupError as exc:
             return _not_found(str(exc.args[0]))
         return _json(WorkAdvanceReply(boundary=episode.boundary, done=episode.done))

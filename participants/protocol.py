@@ -254,14 +254,19 @@ class ErrorBody(_Body):
 
 
 class WorkStart(_Body):
-    """``POST /work/start``: begin an episode of ``steps`` units of work."""
+    """``POST /work/start``: begin an episode of ``steps`` units of work.
 
-    rollout_id: RolloutId
+    A missing ``rollout_id`` decodes (as None) so the server can answer 400
+    ``rollout_id_required``, the protocol's code for work without a rollout id.
+    """
+
+    rollout_id: RolloutId | None = None
     attempt: Attempt = 0
     steps: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
 
     def __post_init__(self) -> None:
-        _check_rollout_id(self.rollout_id, "rollout_id")
+        if self.rollout_id is not None:
+            _check_rollout_id(self.rollout_id, "rollout_id")
 
 
 class WorkStartReply(_Body):
@@ -270,13 +275,14 @@ class WorkStartReply(_Body):
 
 
 class WorkAdvance(_Body):
-    """``POST /work/advance``: one unit of work on an episode."""
+    """``POST /work/advance``: one unit of work on an episode (no ``rollout_id``: 400)."""
 
-    rollout_id: RolloutId
+    rollout_id: RolloutId | None = None
     attempt: Attempt = 0
 
     def __post_init__(self) -> None:
-        _check_rollout_id(self.rollout_id, "rollout_id")
+        if self.rollout_id is not None:
+            _check_rollout_id(self.rollout_id, "rollout_id")
 
 
 class WorkAdvanceReply(_Body):

@@ -164,3 +164,10 @@ async def test_work_api_validates_its_bodies():
             "boundary": 2,
             "done": True,
         }
+
+
+@pytest.mark.parametrize("path", ["/work/start", "/work/advance"])
+async def test_work_without_a_rollout_id_is_400(path):
+    """Work that names no rollout is 400 rollout_id_required."""
+    async with running(make("agent")) as client:
+        assert error_code(await client.post(path, json={"attempt": 0})) == (400, "rollout_id_required")
