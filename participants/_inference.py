@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 from fastapi import Depends, FastAPI, Request, Response
@@ -69,7 +68,8 @@ def create_inference_app(
     staged: dict[str, list[str]] = {}
     app = FastAPI(title=f"inference worker {server_name}")
     auth = [Depends(bearer_auth(token))]
-    install_error_handlers(app, _NullTel())
+    # The worker is not a checkpoint participant: it counts no refusals.
+    install_error_handlers(app, None)
     app.state.staged = staged
 
     @app.post("/generate", dependencies=auth)
@@ -145,10 +145,3 @@ def create_inference_app(
         return Response(content=encode(receipt), media_type="application/json")
 
     return app
-
-
-class _NullTel:
-    """The worker is not a checkpoint participant: it counts no refusals."""
-
-    def refused(self, code: Any, *, checkpoint_id: str | None = None) -> None:
-        return None

@@ -164,12 +164,13 @@ def work_router(workload: Workload) -> APIRouter:
     return router
 
 
-def install_error_handlers(app: FastAPI, tel: Telemetry) -> None:
-    """Turn ``ControlError`` (counted as ``refused``) and ``RequestError`` into error bodies."""
+def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
+    """Turn ``ControlError`` (counted as ``refused`` on ``tel``) and ``RequestError`` into error bodies."""
 
     async def on_control_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ControlError)
-        tel.refused(exc.code, checkpoint_id=getattr(request.state, "checkpoint_id", None))
+        if tel is not None:
+            tel.refused(exc.code, checkpoint_id=getattr(request.state, "checkpoint_id", None))
         return _json(exc.body(), exc.status)
 
     async def on_request_error(request: Request, exc: Exception) -> Response:
