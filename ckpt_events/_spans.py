@@ -1,16 +1,20 @@
 """Live span handles that ``Telemetry`` returns while some sink listens.
 
-Each handle is a context manager: entering reads the clock, makes ids and emits a
-``*Started`` event (if wanted); leaving emits the ``*Finished`` event with what ``set``
-recorded. An exception leaving the block records outcome ``error`` and the exception
-type, and propagates. The no-op twins in ``_noop.py`` are returned when nobody listens.
+Each handle is a context manager: entering reads the clock and emits a ``*Started`` event
+(if wanted); leaving emits the ``*Finished`` event with what ``set`` recorded. An exception
+leaving the block records outcome ``error`` and the exception type, and propagates. The
+no-op twins in ``_noop.py`` are returned when nobody listens.
+
+This is the request path of an instrumented server, so it is written for speed: values
+live in slots (no per-span dict), events are built with explicit keywords, and ``set``
+checks each value inline.
 """
 
 from __future__ import annotations
 
 from time import time_ns
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
@@ -27,7 +31,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._tracecontext import format_traceparent, new_span_id
+from ckpt_events._tracecontext import _getrandbits, format_traceparent
 from ckpt_events._vocab import Kind, Operation, Outcome, Phase, Step, coerce
 
 if TYPE_CHECKING:
@@ -36,6 +40,20 @@ if TYPE_CHECKING:
 __all__ = ["CollectionSpan", "CoordinateSpan", "OperationSpan", "StageSpan", "StepSpan"]
 
 _MAX_MESSAGE: Final = 1024
+_OK: Final = Outcome.OK
+_STEPS: Final = {s.value: s for s in Step}
+_KINDS: Final = {k.value: k for k in Kind}
+_PHASES: Final = {p.value: p for p in Phase}
+
+
+def _bad(name: str, value: object) -> NoReturn:
+    raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}")
+
+
+def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return Outcome.ERROR, name, str(exc)[:_MAX_MESSAGE]
 
 
 class _Span:
@@ -43,9 +61,6 @@ class _Span:
 
     __slots__ = (
         "_attributes",
-        "_error_message",
-        "_error_type",
-        "_outcome",
         "_tel",
         "checkpoint_id",
         "parent_remote",
@@ -56,7 +71,7 @@ class _Span:
         "trace_id",
     )
 
-    def __init__(
+    def _identify(
         self,
         tel: Telemetry,
         checkpoint_id: str | None,
@@ -68,15 +83,12 @@ class _Span:
         self._tel = tel
         self.checkpoint_id = checkpoint_id
         self.trace_id = trace_id
-        self.span_id = new_span_id()
+        # A zero span id is invalid in W3C; one in 2**64 draws, so retry rather than branch.
+        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
         self.parent_span_id = parent_span_id
         self.parent_remote = parent_remote
         self.sampled = sampled
-        self.start_ns = 0
         self._attributes: dict[str, AttributeValue] | None = None
-        self._outcome = Outcome.OK
-        self._error_type: str | None = None
-        self._error_message: str | None = None
 
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` for an outgoing call made inside this span."""
@@ -92,65 +104,84 @@ class _Span:
             self._attributes = {}
         self._attributes[name] = value
 
-    def _common(self) -> dict[str, Any]:
-        tel = self._tel
-        return {
-            "kind": tel.kind,
-            "instance": tel.instance,
-            "checkpoint_id": self.checkpoint_id,
-            "trace_id": self.trace_id,
-            "span_id": self.span_id,
-            "parent_span_id": self.parent_span_id,
-            "parent_remote": self.parent_remote,
-            "sampled": self.sampled,
-            "start_ns": self.start_ns,
-        }
-
-    def _finish(self, exc: BaseException | None) -> dict[str, Any]:
-        fields = self._common()
-        fields["end_ns"] = time_ns()
-        fields["attributes"] = self._attributes
-        if exc is not None:
-            fields["outcome"] = Outcome.ERROR
-            fields["error_type"] = _qualified_name(type(exc))
-            fields["error_message"] = str(exc)[:_MAX_MESSAGE]
-        return fields
-
-    def _start(self) -> None:
-        self.start_ns = time_ns()
-
-    def _child_ids(self) -> tuple[int, int, bool]:
-        return self.trace_id, self.span_id, self.sampled
-
-
-def _qualified_name(cls: type) -> str:
-    module = cls.__module__
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
-
 
 class StepSpan(_Span):
     """A step (``wait_ready``, ``export``, ...) inside an operation span."""
 
-    __slots__ = ("_fields", "step")
+    __slots__ = ("_bytes", "_calls", "_cut_failure", "_cut_prefix", "_records", "step")
+    _records: int | None
+    _bytes: int | None
+    _calls: int | None
+    _cut_prefix: int | None
+    _cut_failure: int | None
 
     def __init__(self, parent: OperationSpan, step: Step) -> None:
-        super().__init__(
-            parent._tel, parent.checkpoint_id, parent.trace_id, parent.span_id, False, parent.sampled
-        )
+        # Identity inline, not through _identify(): this runs once per span on the request path.
+        self._tel = parent._tel
+        self.checkpoint_id = parent.checkpoint_id
+        self.trace_id = parent.trace_id
+        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.parent_span_id = parent.span_id
+        self.parent_remote = False
+        self.sampled = parent.sampled
+        self._attributes = None
         self.step = step
-        self._fields: dict[str, Any] = {}
+        self._records = self._bytes = self._calls = self._cut_prefix = self._cut_failure = None
 
     def __enter__(self) -> StepSpan:
-        self._start()
+        self.start_ns = time_ns()
         if StepStarted in self._tel.bus._routes:
-            self._tel.bus.emit(StepStarted(step=self.step, **self._common()))
+            tel = self._tel
+            tel.bus.emit(
+                StepStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.step,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if StepFinished in self._tel.bus._routes:
-            self._tel.bus.emit(StepFinished(step=self.step, **self._fields, **self._finish(exc)))
+        end_ns = time_ns()
+        tel = self._tel
+        if StepFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                StepFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.step,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._records,
+                    self._bytes,
+                    self._calls,
+                    self._cut_prefix,
+                    self._cut_failure,
+                )
+            )
 
     def set(
         self,
@@ -162,20 +193,38 @@ class StepSpan(_Span):
         cut_durable_failure: int | None = None,
     ) -> None:
         """Record the step's attributes; ``None`` leaves a value as it was."""
-        _put_ints(
-            self._fields,
-            records=records,
-            bytes=bytes,
-            calls=calls,
-            cut_durable_prefix=cut_durable_prefix,
-            cut_durable_failure=cut_durable_failure,
-        )
+        if records is not None:
+            if type(records) is not int or records < 0:
+                _bad("records", records)
+            self._records = records
+        if bytes is not None:
+            if type(bytes) is not int or bytes < 0:
+                _bad("bytes", bytes)
+            self._bytes = bytes
+        if calls is not None:
+            if type(calls) is not int or calls < 0:
+                _bad("calls", calls)
+            self._calls = calls
+        if cut_durable_prefix is not None:
+            if type(cut_durable_prefix) is not int or cut_durable_prefix < 0:
+                _bad("cut_durable_prefix", cut_durable_prefix)
+            self._cut_prefix = cut_durable_prefix
+        if cut_durable_failure is not None:
+            ok = type(cut_durable_failure) is int and cut_durable_failure >= 0
+            self._cut_failure = (
+                cut_durable_failure if ok else _bad("cut_durable_failure", cut_durable_failure)
+            )
 
 
 class OperationSpan(_Span):
     """A participant's operation (``gym.checkpoint.<operation>``)."""
 
-    __slots__ = ("_fields", "operation")
+    __slots__ = ("_blockers", "_bytes", "_episodes", "_phase", "_records", "_rollouts", "operation")
+    _records: int | None
+    _bytes: int | None
+    _blockers: int | None
+    _episodes: int | None
+    _rollouts: int | None
 
     def __init__(
         self,
@@ -187,27 +236,74 @@ class OperationSpan(_Span):
         parent_remote: bool,
         sampled: bool,
     ) -> None:
-        super().__init__(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
         self.operation = operation
-        self._fields: dict[str, Any] = {}
+        self._records = self._bytes = self._blockers = self._episodes = self._rollouts = None
+        self._phase: Phase | None = None
 
     def __enter__(self) -> OperationSpan:
-        self._start()
+        self.start_ns = time_ns()
         if OperationStarted in self._tel.bus._routes:
-            self._tel.bus.emit(OperationStarted(operation=self.operation, **self._common()))
+            tel = self._tel
+            tel.bus.emit(
+                OperationStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.operation,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if OperationFinished in self._tel.bus._routes:
-            self._tel.bus.emit(
-                OperationFinished(operation=self.operation, **self._fields, **self._finish(exc))
+        end_ns = time_ns()
+        tel = self._tel
+        if OperationFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                OperationFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.operation,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._phase,
+                    self._blockers,
+                    self._records,
+                    self._bytes,
+                    self._episodes,
+                    self._rollouts,
+                )
             )
 
     def step(self, step: Step | str) -> StepSpan:
         """A child span for one step of this operation."""
-        return StepSpan(self, coerce(Step, step))
+        try:
+            member = _STEPS[step]
+        except (KeyError, TypeError):
+            member = coerce(Step, step)  # raises UnknownNameError naming the valid steps
+        return StepSpan(self, member)
 
     def set(
         self,
@@ -220,16 +316,28 @@ class OperationSpan(_Span):
         rollouts: int | None = None,
     ) -> None:
         """Record the operation's attributes; ``None`` leaves a value as it was."""
-        _put_ints(
-            self._fields,
-            records=records,
-            bytes=bytes,
-            blockers=blockers,
-            episodes=episodes,
-            rollouts=rollouts,
-        )
+        if records is not None:
+            if type(records) is not int or records < 0:
+                _bad("records", records)
+            self._records = records
+        if bytes is not None:
+            if type(bytes) is not int or bytes < 0:
+                _bad("bytes", bytes)
+            self._bytes = bytes
+        if blockers is not None:
+            self._blockers = (
+                blockers if type(blockers) is int and blockers >= 0 else _bad("blockers", blockers)
+            )
+        if episodes is not None:
+            self._episodes = (
+                episodes if type(episodes) is int and episodes >= 0 else _bad("episodes", episodes)
+            )
+        if rollouts is not None:
+            self._rollouts = (
+                rollouts if type(rollouts) is int and rollouts >= 0 else _bad("rollouts", rollouts)
+            )
         if phase is not None:
-            self._fields["phase"] = coerce(Phase, phase)
+            self._phase = _PHASES.get(phase) or coerce(Phase, phase)
 
 
 class StageSpan(_Span):
@@ -238,36 +346,84 @@ class StageSpan(_Span):
     __slots__ = ("_participants", "stage")
 
     def __init__(self, parent: CoordinateSpan, stage: Kind) -> None:
-        super().__init__(
-            parent._tel, parent.checkpoint_id, parent.trace_id, parent.span_id, False, parent.sampled
-        )
+        # Identity inline, not through _identify(): this runs once per span on the request path.
+        self._tel = parent._tel
+        self.checkpoint_id = parent.checkpoint_id
+        self.trace_id = parent.trace_id
+        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.parent_span_id = parent.span_id
+        self.parent_remote = False
+        self.sampled = parent.sampled
+        self._attributes = None
         self.stage = stage
         self._participants: int | None = None
 
     def __enter__(self) -> StageSpan:
-        self._start()
+        self.start_ns = time_ns()
         if StageStarted in self._tel.bus._routes:
-            self._tel.bus.emit(StageStarted(stage=self.stage, **self._common()))
+            tel = self._tel
+            tel.bus.emit(
+                StageStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.stage,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if StageFinished in self._tel.bus._routes:
-            self._tel.bus.emit(
-                StageFinished(stage=self.stage, participants=self._participants, **self._finish(exc))
+        end_ns = time_ns()
+        tel = self._tel
+        if StageFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                StageFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.stage,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._participants,
+                )
             )
 
     def set(self, *, participants: int | None = None) -> None:
         """Record how many participants this stage has."""
         if participants is not None:
-            self._participants = _int("participants", participants)
+            if type(participants) is not int or participants < 0:
+                _bad("participants", participants)
+            self._participants = participants
 
 
 class CoordinateSpan(_Span):
     """The controller's ``gym.checkpoint.coordinate.<operation>``."""
 
-    __slots__ = ("_fields", "operation")
+    __slots__ = ("_episodes", "_participants", "_prepared", "_rollouts", "_stopped_at", "operation")
+    _participants: int | None
+    _episodes: int | None
+    _rollouts: int | None
 
     def __init__(
         self,
@@ -279,27 +435,74 @@ class CoordinateSpan(_Span):
         parent_remote: bool,
         sampled: bool,
     ) -> None:
-        super().__init__(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
         self.operation = operation
-        self._fields: dict[str, Any] = {}
+        self._participants = self._episodes = self._rollouts = None
+        self._prepared: bool | None = None
+        self._stopped_at: Kind | None = None
 
     def __enter__(self) -> CoordinateSpan:
-        self._start()
+        self.start_ns = time_ns()
         if CoordinateStarted in self._tel.bus._routes:
-            self._tel.bus.emit(CoordinateStarted(operation=self.operation, **self._common()))
+            tel = self._tel
+            tel.bus.emit(
+                CoordinateStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.operation,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if CoordinateFinished in self._tel.bus._routes:
-            self._tel.bus.emit(
-                CoordinateFinished(operation=self.operation, **self._fields, **self._finish(exc))
+        end_ns = time_ns()
+        tel = self._tel
+        if CoordinateFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                CoordinateFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.operation,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._participants,
+                    self._prepared,
+                    self._stopped_at,
+                    self._episodes,
+                    self._rollouts,
+                )
             )
 
     def stage(self, stage: Kind | str) -> StageSpan:
         """A child span for one prepare stage (a participant kind)."""
-        return StageSpan(self, coerce(Kind, stage))
+        try:
+            member = _KINDS[stage]
+        except (KeyError, TypeError):
+            member = coerce(Kind, stage)
+        return StageSpan(self, member)
 
     def set(
         self,
@@ -311,17 +514,31 @@ class CoordinateSpan(_Span):
         rollouts: int | None = None,
     ) -> None:
         """Record the coordinate operation's attributes; ``None`` leaves a value as it was."""
-        _put_ints(self._fields, participants=participants, episodes=episodes, rollouts=rollouts)
+        if participants is not None:
+            if type(participants) is not int or participants < 0:
+                _bad("participants", participants)
+            self._participants = participants
+        if episodes is not None:
+            self._episodes = (
+                episodes if type(episodes) is int and episodes >= 0 else _bad("episodes", episodes)
+            )
+        if rollouts is not None:
+            self._rollouts = (
+                rollouts if type(rollouts) is int and rollouts >= 0 else _bad("rollouts", rollouts)
+            )
         if prepared is not None:
-            self._fields["prepared"] = bool(prepared)
+            self._prepared = bool(prepared)
         if stopped_at is not None:
-            self._fields["stopped_at"] = coerce(Kind, stopped_at)
+            self._stopped_at = coerce(Kind, stopped_at)
 
 
 class CollectionSpan(_Span):
     """Rollout collection's ``gym.checkpoint.collection.checkpoint`` or ``.restore``."""
 
-    __slots__ = ("_fields", "action")
+    __slots__ = ("_in_flight", "_published", "_restarts", "_rows", "_stop", "action")
+    _in_flight: int | None
+    _rows: int | None
+    _restarts: int | None
 
     def __init__(
         self,
@@ -333,21 +550,66 @@ class CollectionSpan(_Span):
         parent_remote: bool,
         sampled: bool,
     ) -> None:
-        super().__init__(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
         self.action: CollectionAction = action
-        self._fields: dict[str, Any] = {}
+        self._in_flight = self._rows = self._restarts = None
+        self._stop: bool | None = None
+        self._published: bool | None = None
 
     def __enter__(self) -> CollectionSpan:
-        self._start()
+        self.start_ns = time_ns()
         if CollectionStarted in self._tel.bus._routes:
-            self._tel.bus.emit(CollectionStarted(action=self.action, **self._common()))
+            tel = self._tel
+            tel.bus.emit(
+                CollectionStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.action,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if CollectionFinished in self._tel.bus._routes:
-            self._tel.bus.emit(CollectionFinished(action=self.action, **self._fields, **self._finish(exc)))
+        end_ns = time_ns()
+        tel = self._tel
+        if CollectionFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                CollectionFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.action,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._in_flight,
+                    self._stop,
+                    self._published,
+                    self._rows,
+                    self._restarts,
+                )
+            )
 
     def set(
         self,
@@ -362,20 +624,19 @@ class CollectionSpan(_Span):
         """Record the collection span's attributes; ``None`` leaves a value as it was."""
         if checkpoint_id is not None:
             self.checkpoint_id = checkpoint_id
-        _put_ints(self._fields, in_flight=in_flight, rows=rows, restarts=restarts)
+        if in_flight is not None:
+            self._in_flight = (
+                in_flight if type(in_flight) is int and in_flight >= 0 else _bad("in_flight", in_flight)
+            )
+        if rows is not None:
+            if type(rows) is not int or rows < 0:
+                _bad("rows", rows)
+            self._rows = rows
+        if restarts is not None:
+            self._restarts = (
+                restarts if type(restarts) is int and restarts >= 0 else _bad("restarts", restarts)
+            )
         if stop is not None:
-            self._fields["stop"] = bool(stop)
+            self._stop = bool(stop)
         if published is not None:
-            self._fields["published"] = bool(published)
-
-
-def _int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}")
-    return value
-
-
-def _put_ints(fields: dict[str, Any], **values: int | None) -> None:
-    for name, value in values.items():
-        if value is not None:
-            fields[name] = _int(name, value)
+            self._published = bool(published)

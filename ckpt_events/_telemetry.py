@@ -31,7 +31,7 @@ from ckpt_events._events import (
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
 from ckpt_events._spans import CollectionSpan, CoordinateSpan, OperationSpan, _Span
-from ckpt_events._tracecontext import new_trace_id, parse_traceparent
+from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, coerce
 
 __all__ = ["CONTROLLER_INSTANCE", "SAFE_NAME", "Telemetry"]
@@ -41,6 +41,7 @@ SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 CONTROLLER_INSTANCE: Final = "coordination"
 
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
+_OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
 _CODES: Final = frozenset(c.value for c in ErrorCode)
 _PHASES: Final = frozenset(p.value for p in Phase)
 _DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
@@ -134,6 +135,9 @@ class Telemetry:
 
     def _context(self, traceparent: str | None, parent: _Span | None) -> tuple[int, int | None, bool, bool]:
         """(trace id, parent span id, parent is remote, sampled) for a new span."""
+        if traceparent is None and parent is None:  # a new root: the common case, kept short
+            trace_id = _getrandbits(128) or new_trace_id()
+            return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
         if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
             return parent.trace_id, parent.span_id, False, parent.sampled
         remote = parse_traceparent(traceparent) if traceparent is not None else None
@@ -162,10 +166,12 @@ class Telemetry:
             except TypeError:
                 pass
             coerce(Operation, operation)  # raises UnknownNameError naming the valid values
+        try:
+            member = _OPERATION_MEMBERS[operation]
+        except (KeyError, TypeError):
+            member = coerce(Operation, operation)
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-        return OperationSpan(
-            self, coerce(Operation, operation), checkpoint_id, trace_id, parent_id, remote, sampled
-        )
+        return OperationSpan(self, member, checkpoint_id, trace_id, parent_id, remote, sampled)
 
     def coordinate(
         self,
