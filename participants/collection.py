@@ -135,11 +135,19 @@ class Collection:
     # -- running -------------------------------------------------------------------------------
 
     async def run(self) -> CollectionSummary:
-        """Restore the published checkpoint if there is one, then run every rollout to its end."""
+        """Restore the published checkpoint if there is one, then run every rollout to its end.
+
+        A restore that fails (all or nothing) restarts that checkpoint's rollouts from their
+        inputs, past the attempts the coordinator retired.
+        """
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         latest = self.run_dir.latest()
         if latest is not None:
-            await self.restore(latest)
+            try:
+                await self.restore(latest)
+            except CoordinationError as exc:
+                # Nothing was installed anywhere; its rollouts restart from their inputs.
+                logger.warning("restore of %s failed, restarting its rollouts: %s", latest, exc)
         async with anyio.create_task_group() as tg:
             self._tg = tg
             if self.handle_signals:

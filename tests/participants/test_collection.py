@@ -136,3 +136,21 @@ async def test_signals_checkpoint_and_stop(tmp_path: Path) -> None:
     assert summary.stopped and len(summary.checkpoints) == 2
     spans = [e for e in events if isinstance(e, CollectionFinished)]
     assert [(e.stop, e.published) for e in spans] == [(False, True), (True, True)]
+
+
+async def test_failed_restore_restarts_the_rollouts_past_the_retired_attempts(tmp_path: Path) -> None:
+    """A corrupt participant directory: nothing is installed, the rollouts restart as attempt 2."""
+    async with capture_events() as (bus, events):
+        async with collection(bus, tmp_path) as (col, _):
+            _, checkpoint_id = await run_and(col, lambda: col.checkpoint(stop=True))
+        continued = msgspec.json.decode((tmp_path / checkpoint_id / "collection.json").read_bytes())[
+            "continued"
+        ]
+        records = next((tmp_path / checkpoint_id / "gym" / "resources" / "resources-0").glob("records-*"))
+        records.write_bytes(records.read_bytes()[:-2] + b"\n")
+        async with collection(bus, tmp_path) as (col, _):
+            summary = await col.run()
+    assert summary.restored_from is None and summary.completed == 6
+    assert all(summary.attempts[e["rollout_id"]] == 2 for e in continued)
+    (restore,) = [e for e in events if isinstance(e, CollectionFinished) and e.action == "restore"]
+    assert restore.outcome == "error"
