@@ -7,6 +7,7 @@ line) is one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import anyio
 
 from participants.cli import Command, CommandError
 
-__all__ = ["BENCH", "REPLAY", "REPORT", "load_events"]
+__all__ = ["BENCH", "DEMO", "REPLAY", "REPORT", "load_events"]
 
 
 def _existing_file(value: str) -> Path:
@@ -30,6 +31,13 @@ def _writable(value: str) -> Path:
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"the folder of {value!r} does not exist")
     return path
+
+
+def console() -> Any:
+    """A rich console; piped output gets a wide fixed width so the tables stay readable."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=170)
 
 
 def load_events(path: Path) -> list[Any]:
@@ -48,6 +56,97 @@ def load_events(path: Path) -> list[Any]:
     return events
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
+    return number
+
+
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0.0 < number < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1")
+    return number
+
+
+def _endpoint(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:4318")
+    return value
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rollouts", type=_positive_int, default=1000, help="rollouts to run (1000)")
+    parser.add_argument("--steps", type=_positive_int, default=2, help="steps per rollout (2)")
+    parser.add_argument("--concurrency", type=_positive_int, default=16, help="rollouts in flight (16)")
+    parser.add_argument(
+        "--checkpoint-at", type=_fraction, default=0.4, help="checkpoint when this share is done (0.4)"
+    )
+    parser.add_argument(
+        "--processes", action="store_true", help="run the servers as real processes, killed with SIGKILL"
+    )
+    parser.add_argument(
+        "--jsonl", type=_writable, metavar="PATH", help="also write every event as JSON lines"
+    )
+    parser.add_argument(
+        "--report", type=_writable, metavar="PATH", help="also write the timeline (.svg or .html)"
+    )
+    parser.add_argument(
+        "--otlp-endpoint",
+        type=_endpoint,
+        metavar="URL",
+        default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        help="export spans and metrics to this OTLP/HTTP collector ($OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from participants._demo import DemoFailed, DemoOptions, run_demo
+
+    options = DemoOptions(
+        rollouts=args.rollouts,
+        steps=args.steps,
+        concurrency=args.concurrency,
+        checkpoint_at=args.checkpoint_at,
+        processes=args.processes,
+        workdir=args.workdir,
+        jsonl=args.jsonl,
+        report=args.report,
+        otlp_endpoint=args.otlp_endpoint,
+    )
+    try:
+        result = anyio.run(run_demo, options, console())
+    except DemoFailed as exc:
+        raise CommandError(f"the run finished with a wrong result: {exc}") from None
+    if result.spans_not_exported:
+        raise CommandError(
+            f"{result.spans_not_exported} spans could not be exported to {args.otlp_endpoint}: "
+            "is a collector listening there?"
+        )
+    return 0
+
+
+DEMO = Command(
+    "demo",
+    "run rollouts, checkpoint mid-flight, kill, restore, finish, and show where the time went",
+    _demo_arguments,
+    _demo,
+)
+
+
 # -- report --------------------------------------------------------------------------------
 
 
@@ -59,14 +158,12 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from participants._report import render, spans_of, write_timeline
 
     events = load_events(args.log)
     if not events:
         raise CommandError(f"{str(args.log)!r} holds no checkpoint events")
-    render(Console(), events, title=str(args.log))
+    render(console(), events, title=str(args.log))
     if args.report is not None:
         write_timeline(args.report, spans_of(events))
         print(f"timeline written to {args.report}")

@@ -37,6 +37,10 @@ __all__ = ["CallRow", "GenerationCutRecord", "ModelRecord", "ModelWorkload"]
 _MIN_CUT_TIMEOUT: Final = 0.05
 
 
+_MAX_INFERENCE_CONNECTIONS: Final = 128
+_INFERENCE_TIMEOUT: Final = 60.0
+
+
 class CallRow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A token-free ledger row of one delivered generation call."""
 
@@ -95,7 +99,15 @@ class ModelWorkload(Workload):
         self._client = (
             None
             if inference_url is None
-            else httpx.AsyncClient(base_url=inference_url, headers=headers, transport=inference_transport)
+            else httpx.AsyncClient(
+                base_url=inference_url,
+                headers=headers,
+                transport=inference_transport,
+                # Every in-flight generation holds a connection: httpx's default pool (100,
+                # 5 s wait) turned load above 100 concurrent calls into 502s.
+                limits=httpx.Limits(max_connections=_MAX_INFERENCE_CONNECTIONS),
+                timeout=httpx.Timeout(_INFERENCE_TIMEOUT, pool=_INFERENCE_TIMEOUT),
+            )
         )
         self._tickets = 0
         self._inflight: dict[int, _Call] = {}

@@ -55,7 +55,7 @@ _KIND_ORDER = {kind: i for i, kind in enumerate((*PREPARE_ORDER, Kind.CONTROLLER
 
 @dataclass
 class Breakdown:
-    """One participant's totals: milliseconds per operation/step, records and bytes."""
+    """One participant's totals: milliseconds per operation/step, records committed, bytes written."""
 
     kind: Kind
     instance: str
@@ -92,9 +92,11 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 row = rows.setdefault((event.kind, event.instance), Breakdown(event.kind, event.instance))
                 row.ms[op.value] = row.ms.get(op.value, 0.0) + (event.end_ns - event.start_ns) / 1e6
                 row.errors += event.outcome is Outcome.ERROR
-                if isinstance(event, OperationFinished) and op.value in ("commit", "restore"):
+                # What a checkpoint holds: records committed and bytes written (a restore
+                # reads the same ones back, so counting both would double them).
+                if isinstance(event, OperationFinished) and op.value == "commit":
                     row.records += event.records or 0
-                if isinstance(event, StepFinished) and op.value in ("write", "read"):
+                if isinstance(event, StepFinished) and op.value == "write":
                     row.bytes += event.bytes or 0
             case _:
                 pass
@@ -177,8 +179,8 @@ def render(console: Console, events: Sequence[Event], *, title: str = "checkpoin
     table.add_column("participant")
     for column in BREAKDOWN_COLUMNS:
         table.add_column(column, justify="right")
-    table.add_column("records", justify="right")
-    table.add_column("bytes", justify="right")
+    table.add_column("records committed", justify="right")
+    table.add_column("bytes written", justify="right")
     for row in breakdown(events):
         cells = [f"{row.ms[c]:.1f}" if c in row.ms else "" for c in BREAKDOWN_COLUMNS]
         who = f"{row.kind.value}/{row.instance}" + (f" ({row.errors} errors)" if row.errors else "")
@@ -186,7 +188,8 @@ def render(console: Console, events: Sequence[Event], *, title: str = "checkpoin
     console.print(table)
     spans = spans_of(events)
     if spans:
-        console.print(_waterfall(spans, width=max(20, min(console.width, 160) - 62)))
+        # Fixed columns: span 30, who 24, ms 8, plus borders and padding (13).
+        console.print(_waterfall(spans, width=max(20, min(console.width, 200) - 30 - 24 - 8 - 13)))
     tallies = counts(events)
     summary = Table(title="counted events", title_justify="left")
     summary.add_column("event")
@@ -204,15 +207,16 @@ def _waterfall(spans: list[Span], width: int) -> Table:
     t0 = min(s.start_ns for s in spans)
     total = max(1, max(s.end_ns for s in spans) - t0)
     table = Table(title=f"timeline of one checkpoint ({total / 1e6:.1f} ms)", title_justify="left")
-    table.add_column("span", no_wrap=True)
-    table.add_column("who", no_wrap=True)
-    table.add_column("ms", justify="right")
-    table.add_column("timeline", no_wrap=True)
+    table.add_column("span", no_wrap=True, width=30, overflow="ellipsis")
+    table.add_column("who", no_wrap=True, width=24, overflow="ellipsis")
+    table.add_column("ms", justify="right", width=8)
+    table.add_column("timeline", no_wrap=True, width=width, overflow="crop")
     for s in spans:
         left = int((s.start_ns - t0) / total * width)
         length = max(1, int((s.end_ns - s.start_ns) / total * width))
         bar = Text(" " * left)
-        bar.append("█" * min(length, width - left or 1), style="red" if s.error else _colour(s.who))
+        left = min(left, width - 1)
+        bar.append("█" * max(1, min(length, width - left)), style="red" if s.error else _colour(s.who))
         table.add_row("  " * s.depth + s.name.removeprefix("gym.checkpoint."), s.who, f"{s.ms:.1f}", bar)
     return table
 

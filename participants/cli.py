@@ -158,8 +158,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 COMMANDS: list[Command] = [
     Command("serve", "run one participant (or the inference worker) under uvicorn", _serve_arguments, _serve),
-    # The lead adds demo, report, replay and bench here.
 ]
+
+
+def _register_more() -> None:
+    # Imported late: those modules import Command from here.
+    from participants._commands import BENCH, DEMO, REPLAY, REPORT
+
+    COMMANDS.extend([DEMO, REPORT, REPLAY, BENCH])
+
+
+_register_more()
 
 
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:

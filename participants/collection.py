@@ -10,11 +10,12 @@ the others restart from their inputs, also as a new attempt.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Final
 
@@ -84,6 +85,8 @@ class Collection:
 
     ``concurrency`` bounds the rollouts in flight; ``checkpoint_every_s`` adds a timer;
     ``handle_signals`` installs SIGUSR1 (checkpoint) and SIGTERM (checkpoint and stop).
+    Work calls go through ``http`` if given, else a client of its own sized to
+    ``concurrency`` (never the coordinator's control client).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Collection:
         checkpoint_every_s: float | None = None,
         deadline_s: float = 30.0,
         handle_signals: bool = False,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
             raise ValueError("steps and concurrency must be >= 1")
@@ -114,16 +118,44 @@ class Collection:
         self.handle_signals = handle_signals
         self.checkpoints: list[str] = []
         self.restored_from: str | None = None
+        self._concurrency = concurrency
         self._limiter = anyio.CapacityLimiter(concurrency)
+        self._given_client = http
+        self._work_clients: dict[str, httpx.AsyncClient] = {}
         self._open = anyio.Event()
         self._open.set()
         self._lock = anyio.Lock()
         self._stopped = False
         self._tg: anyio.abc.TaskGroup | None = None
 
-    @property
-    def _http(self) -> httpx.AsyncClient:
-        return self.coordinator.control.http
+    def _http(self, member: Member) -> httpx.AsyncClient:
+        if self._given_client is not None:
+            return self._given_client
+        return self._work_clients[member.url]
+
+    @contextlib.asynccontextmanager
+    async def _work_http(self) -> AsyncIterator[None]:
+        """Clients for work calls, apart from the coordinator's control client: one per member.
+
+        Sharing one pool let hundreds of work calls queue ahead of a checkpoint's control
+        calls (seen as a stage span far longer than the prepare inside it). One pool per
+        member, sized to ``concurrency`` (a rollout has at most one call in flight on each
+        member), never queues: httpcore scans every queued request against every connection
+        on each assignment, which made a shared, queueing pool the demo's main CPU cost.
+        """
+        if self._given_client is not None:
+            yield
+            return
+        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency)
+        timeout = httpx.Timeout(self.deadline_s, pool=self.deadline_s)
+        async with contextlib.AsyncExitStack() as stack:
+            for member in self.coordinator.members:
+                client = httpx.AsyncClient(limits=limits, timeout=timeout)
+                self._work_clients[member.url] = await stack.enter_async_context(client)
+            try:
+                yield
+            finally:
+                self._work_clients.clear()
 
     def progress(self) -> dict[str, int]:
         """How many rollouts are pending, running, done and retired."""
@@ -154,7 +186,7 @@ class Collection:
                 tg.start_soon(self._signals)
             if self.checkpoint_every_s is not None:
                 tg.start_soon(self._timer, self.checkpoint_every_s)
-            async with anyio.create_task_group() as drivers:
+            async with self._work_http(), anyio.create_task_group() as drivers:
                 for rollout in self.rollouts.values():
                     if rollout.status in ("pending", "running"):
                         drivers.start_soon(self._drive, rollout)
@@ -228,7 +260,7 @@ class Collection:
             await self._open.wait()
             if rollout.attempt != attempt:
                 return  # a restore moved this rollout on; this call belongs to the old attempt
-            response = await self._http.post(url, json=body, timeout=self.deadline_s)
+            response = await self._http(member).post(url, json=body, timeout=self.deadline_s)
             if response.status_code == 409:
                 code = response.json().get("error", {}).get("code")
                 if code == "stale_attempt":
