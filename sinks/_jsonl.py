@@ -92,7 +92,9 @@ class JsonLinesSink:
 
     def _open(self) -> IO[bytes]:
         assert self._path is not None
-        return open(self._path, "ab")  # closed by aclose()
+        # Unbuffered: each batch is already one buffer and goes out in one write(), so a
+        # process killed with SIGKILL loses at most the batch being written, not a buffer's worth.
+        return open(self._path, "ab", buffering=0)  # closed by aclose()
 
     def handle(self, batch: list[Any]) -> None:
         """Append one line per event; whole lines only."""
@@ -108,6 +110,8 @@ class JsonLinesSink:
                 self._write(buffer)
             else:
                 self._handle_rotating(batch, self.max_bytes)
+            if self._path is None:
+                self._file.flush()  # a caller's stream: push each batch through its buffer too
             self._events += len(batch)
 
     def _handle_rotating(self, batch: Iterable[Any], max_bytes: int) -> None:

@@ -142,3 +142,17 @@ async def test_closing_the_bus_mid_stream_leaves_only_whole_lines(tmp_path: Path
     assert not any(isinstance(item, CorruptLine) for item in items)
     assert path.read_bytes().endswith(b"\n")
     assert len(items) == sink.stats().events == sub.stats().delivered
+
+
+def test_each_batch_reaches_the_file_without_a_flush(tmp_path: Path) -> None:
+    """After handle() returns, its lines are in the file: a SIGKILL then loses nothing handled."""
+    from ckpt_events import ErrorCode, Kind, Refused
+
+    path = tmp_path / "events.jsonl"
+    sink = JsonLinesSink(path)
+    batch = [
+        Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT) for i in range(3)
+    ]
+    sink.handle(batch)
+    assert path.read_bytes().count(b"\n") == 3  # read by another handle, before any flush or close
+    sink.close()
