@@ -40,6 +40,8 @@ logger: Final = logging.getLogger("ckpt_events")
 DEFAULT_BUFFER_SIZE: Final = 65_536
 DEFAULT_BATCH_SIZE: Final = 4_096
 DEFAULT_CLOSE_TIMEOUT: Final = 5.0
+#: How long a blocking sink's task gathers events before handing a batch to a thread.
+DEFAULT_BLOCKING_LINGER: Final = 0.05
 
 
 @runtime_checkable
@@ -52,7 +54,9 @@ class Sink(Protocol):
     * ``aclose()``: awaited once, after the sink's last batch, when it is unsubscribed or
       the bus closes;
     * ``blocking = True``: a sync ``handle`` that may block (file or network I/O) runs in a
-      worker thread instead of on the event loop.
+      worker thread instead of on the event loop;
+    * ``linger``: seconds to gather events before delivering a batch (default 0, and 0.05
+      for blocking sinks); ``flush()`` and unsubscribing cut it short.
     """
 
     def handle(self, batch: list[Any], /) -> object: ...
@@ -104,7 +108,9 @@ class _Buffer(deque[Any]):
 class Subscription:
     """A sink's place on the bus. ``close()`` unsubscribes; pending events are still delivered."""
 
-    def __init__(self, bus: Bus, sink: Sink, name: str, buffer_size: int, batch_size: int):
+    def __init__(
+        self, bus: Bus, sink: Sink, name: str, buffer_size: int, batch_size: int, linger: float | None = None
+    ):
         self.bus = bus
         self.sink = sink
         self.name = name
@@ -124,6 +130,8 @@ class Subscription:
         handle = sink.handle
         self._async = inspect.iscoroutinefunction(handle)
         self._blocking = bool(getattr(sink, "blocking", False)) and not self._async
+        self.linger = _linger_of(sink, linger, self._blocking)
+        self._hurry = anyio.Event()
 
     def close(self) -> None:
         """Unsubscribe: no new events are routed here; those already buffered are delivered,
@@ -131,6 +139,7 @@ class Subscription:
         if not self.closed:
             self.closed = True
             self.bus._unsubscribe(self)
+            self._hurry_up()
             self._wake_now()
 
     def __enter__(self) -> Self:
@@ -163,6 +172,7 @@ class Subscription:
     async def _run(self) -> None:
         buffer = self._buffer
         popleft = buffer.popleft
+        lingered = False
         try:
             while True:
                 if not buffer:
@@ -174,8 +184,13 @@ class Subscription:
                         continue
                     await self._wake.wait()
                     self._wake = anyio.Event()
+                    lingered = False
                     # Let the woken emitter run on until it awaits, so batches grow.
                     await anyio.lowlevel.checkpoint()
+                    continue
+                if self.linger and not lingered and not self.closed and len(buffer) < self._batch_size:
+                    lingered = True  # once per wake-up: what is left after a batch has waited already
+                    await self._linger()
                     continue
                 count = min(len(buffer), self._batch_size)
                 # popleft is atomic against emitters on other threads; starmap runs it in C.
@@ -189,6 +204,19 @@ class Subscription:
         finally:
             self._done.set()
         await self._close_sink()
+
+    async def _linger(self) -> None:
+        # Gather a bigger batch before a handoff to a worker thread: each handoff can cost
+        # the event loop up to a GIL switch interval (5 ms) while the thread runs.
+        if not self._hurry.is_set():
+            with anyio.move_on_after(self.linger):
+                await self._hurry.wait()
+        if self._hurry.is_set():
+            self._hurry = anyio.Event()
+
+    def _hurry_up(self) -> None:
+        """End a linger now (flush and close do not wait for it)."""
+        self._hurry.set()
 
     async def _deliver(self, batch: list[Any]) -> None:
         # The one place that catches a sink's failure: log it once, count it, go on.
@@ -231,6 +259,7 @@ class Subscription:
 
     async def _wait_handled(self) -> None:
         target = self._handled + self._in_flight + len(self._buffer)
+        self._hurry_up()
         if self._handled >= target:
             return
         if self._done.is_set():
@@ -238,6 +267,15 @@ class Subscription:
         event = anyio.Event()
         self._flush_waiters.append((target, event))
         await event.wait()
+
+
+def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
+    value = given if given is not None else getattr(sink, "linger", None)
+    if value is None:
+        return DEFAULT_BLOCKING_LINGER if blocking else 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 60:
+        raise InvalidArgumentError(f"linger must be a number of seconds in [0, 60], not {value!r}")
+    return float(value)
 
 
 def _interests_of(sink: object) -> frozenset[type[Event]]:
@@ -358,11 +396,13 @@ class Bus:
         name: str | None = None,
         buffer_size: int | None = None,
         batch_size: int | None = None,
+        linger: float | None = None,
     ) -> Subscription:
         """Subscribe ``sink``; returns its ``Subscription`` (``sub.close()`` unsubscribes).
 
         Call it from the event loop thread. ``name`` (default: the sink's class name, made
-        unique) labels its stats and log lines.
+        unique) labels its stats and log lines; ``buffer_size``, ``batch_size`` and
+        ``linger`` override the bus's defaults (and the sink's ``linger``) for this sink.
         """
         if self._closed:
             raise InvalidArgumentError("this bus is closed; subscribe to a new Bus")
@@ -375,6 +415,7 @@ class Bus:
             self._unique_name(name or type(sink).__name__),
             self.buffer_size if buffer_size is None else _check_positive_int("buffer_size", buffer_size),
             self.batch_size if batch_size is None else _check_positive_int("batch_size", batch_size),
+            linger,
         )
         self._subscriptions.append(sub)
         self._history.append(sub)

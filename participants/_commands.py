@@ -11,10 +11,11 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
-from participants.cli import Command, CommandError
+from participants._command import Command, CommandError
 
 __all__ = ["BENCH", "DEMO", "REPLAY", "REPORT", "load_events"]
 
@@ -82,6 +83,20 @@ def _endpoint(value: str) -> str:
     return value
 
 
+async def check_reachable(url: str, timeout: float = 3.0) -> None:
+    """Fail fast with one line when nothing listens at an endpoint's host and port."""
+    parsed = urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with anyio.fail_after(timeout):
+            stream = await anyio.connect_tcp(parsed.hostname or "127.0.0.1", port)
+    except (OSError, TimeoutError):
+        raise CommandError(
+            f"nothing answers at {url}: start a collector there, or fix the endpoint"
+        ) from None
+    await stream.aclose()
+
+
 # -- demo ----------------------------------------------------------------------------------
 
 
@@ -127,6 +142,8 @@ def _demo(args: argparse.Namespace) -> int:
         report=args.report,
         otlp_endpoint=args.otlp_endpoint,
     )
+    if args.otlp_endpoint:
+        anyio.run(check_reachable, args.otlp_endpoint)
     try:
         result = anyio.run(run_demo, options, console())
     except DemoFailed as exc:
@@ -193,6 +210,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     import sinks
     from ckpt_events import Bus
 
+    await check_reachable(args.otlp_endpoint)
     async with Bus() as bus:
         configured = sinks.configure(
             bus,

@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from ckpt_events import SAFE_NAME, CkptEventsError, resolve_span_groups
+from participants._command import Command, CommandError
+from participants._commands import BENCH, DEMO, REPLAY, REPORT
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
 
@@ -27,24 +28,10 @@ ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 SERVE_KINDS: Final = ("environment", "model", "agent", "resources", "inference")
 
 
-class CommandError(Exception):
-    """A usage or setup problem, reported as one line on stderr with exit status 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     # One line, no usage dump: the message says what is wrong and which flag to fix.
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-@dataclass(frozen=True)
-class Command:
-    """One subcommand: ``add_arguments(parser)`` declares it, ``run(args)`` returns the exit status."""
-
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
 
 
 # -- serve ---------------------------------------------------------------------------------
@@ -158,17 +145,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 COMMANDS: list[Command] = [
     Command("serve", "run one participant (or the inference worker) under uvicorn", _serve_arguments, _serve),
+    DEMO,
+    REPORT,
+    REPLAY,
+    BENCH,
 ]
-
-
-def _register_more() -> None:
-    # Imported late: those modules import Command from here.
-    from participants._commands import BENCH, DEMO, REPLAY, REPORT
-
-    COMMANDS.extend([DEMO, REPORT, REPLAY, BENCH])
-
-
-_register_more()
 
 
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:

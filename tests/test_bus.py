@@ -388,3 +388,30 @@ async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:
         assert bus.stats().sink("gate").dropped == 220_000 - 1000
         assert grown < 64 * 1024
         gate.release.set()
+
+
+async def test_linger_gathers_a_batch_and_flush_cuts_it_short() -> None:
+    """A lingering sink gets spread-out emits in one batch; flush() does not wait out the linger."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink, linger=30)
+        for i in range(5):
+            bus.emit(refused(i))
+            await anyio.sleep(0.01)  # the delivery task wakes, then lingers
+        assert sink.events == []
+        with anyio.fail_after(5):
+            assert await bus.flush(timeout=10)
+        assert sink.batches == 1 and len(sink.events) == 5
+
+
+async def test_blocking_sinks_linger_by_default_and_bad_linger_raises() -> None:
+    """Blocking sinks default to a short linger, others to none; linger is validated."""
+
+    class Blocking(MemorySink):
+        blocking = True
+
+    async with Bus() as bus:
+        assert bus.subscribe(Blocking()).linger > 0
+        assert bus.subscribe(MemorySink()).linger == 0
+        with pytest.raises(InvalidArgumentError, match="linger"):
+            bus.subscribe(MemorySink(), linger=-1)

@@ -90,4 +90,4 @@ def test_replay_to_an_unreachable_collector_says_so(
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
     err = capsys.readouterr().err
-    assert url in err and "collector" in err
+    assert url in err and "collector" in err and len(err.strip().splitlines()) == 1

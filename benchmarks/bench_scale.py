@@ -1,0 +1,297 @@
+"""Scale benchmark: commit and restore of N rollouts, telemetry off vs every sink on.
+
+The four participants run as real FastAPI apps in this process, reached through httpx's
+ASGI transport (no sockets, so the network stack does not drown the difference being
+measured); the coordinator drives prepare, commit, resume and, into fresh apps, restore.
+Episodes are installed straight into each workload (16,000 rollouts through HTTP would
+take minutes and measure the workload API, not the checkpoint).
+
+* off: a bus with no sink subscribed (every instrumented site takes the no-op path);
+* on: ``SpanSink`` (batched into an in-memory exporter), ``MetricSink`` and a JSON-lines file.
+
+Rounds alternate off and on and the best of each is kept (the machines are shared and
+noisy). Peak memory is measured in a separate pass with tracemalloc, one participant's
+commit at a time, since tracemalloc slows what it watches.
+
+Run ``python -m benchmarks.bench_scale [--quick] [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import secrets
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from benchmarks import report
+from ckpt_events import Bus, Kind, Telemetry
+from participants import create_app
+from participants.coordinator import Coordinator, Member
+from participants.protocol import CommitReply, CommitRequest, EpisodeId, PrepareReply, PrepareRequest
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "scale.json"
+MEMBERS = (
+    ("environment", "environment-0"),
+    ("model", "model-0"),
+    ("agent", "agent-0"),
+    ("resources", "resources-0"),
+)
+TOKEN = "bench-" + secrets.token_hex(8)
+TARGET_RATIO = 1.02
+
+
+class _Router(httpx.AsyncBaseTransport):
+    """Routes each host name to its app's ASGI transport."""
+
+    def __init__(self, apps: dict[str, Any]) -> None:
+        self._routes = {host: httpx.ASGITransport(app=app) for host, app in apps.items()}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._routes[request.url.host].handle_async_request(request)
+
+
+class _Fleet:
+    """Four participant apps on one bus, a coordinator over them, and ``n`` installed episodes."""
+
+    def __init__(self, bus: Bus, n: int | None) -> None:
+        self.apps = {
+            instance: create_app(kind, instance=instance, token=TOKEN, bus=bus) for kind, instance in MEMBERS
+        }
+        self.members = [
+            Member(name=instance, kind=Kind(kind), instance=instance, url=f"http://{instance}")
+            for kind, instance in MEMBERS
+        ]
+        if n is not None:
+            for app in self.apps.values():
+                workload = app.state.workload
+                for i in range(n):
+                    workload.start(EpisodeId(f"r{i:06d}", 0), 4)
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=_Router(self.apps), timeout=600)
+
+
+async def _sinks(stack: AsyncExitStack, bus: Bus, workdir: Path) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from sinks.jsonl import JsonLinesSink
+    from sinks.otel import MetricSink, SpanSink
+
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    stack.callback(provider.shutdown)
+    bus.subscribe(SpanSink(InMemorySpanExporter()), name="spans")
+    bus.subscribe(MetricSink(provider), name="metrics")
+    bus.subscribe(JsonLinesSink(workdir / "events.jsonl"), name="jsonl")
+
+
+async def _one(n: int, telemetry: bool, workdir: Path) -> dict[str, Any]:
+    """Commit ``n`` rollouts, then restore them into fresh apps; wall seconds of each."""
+    episodes = [EpisodeId(f"r{i:06d}", 0) for i in range(n)]
+    directory = workdir / f"ckpt-{n}-{int(telemetry)}-{secrets.token_hex(3)}"
+    async with AsyncExitStack() as stack:
+        bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))
+        if telemetry:
+            await _sinks(stack, bus, workdir)
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        fleet = _Fleet(bus, n)
+        async with (
+            fleet.client() as http,
+            Coordinator(fleet.members, token=TOKEN, telemetry=tel, client=http) as co,
+        ):
+            deadline = time.time() + 600
+            prepared = await co.prepare("c1", deadline_ts=deadline)
+            assert prepared.prepared, prepared
+            gc.collect()  # start each timed phase from the same heap, whatever ran before
+            start = time.perf_counter()
+            commits = await co.commit("c1", str(directory), deadline_ts=deadline, episode_ids=episodes)
+            commit_s = time.perf_counter() - start
+            await co.resume("c1", deadline_ts=deadline)
+        fresh = _Fleet(bus, None)
+        async with (
+            fresh.client() as http,
+            Coordinator(fresh.members, token=TOKEN, telemetry=tel, client=http) as co,
+        ):
+            start = time.perf_counter()
+            await co.restore("r1", str(directory), episodes, deadline_ts=time.time() + 600)
+            restore_s = time.perf_counter() - start
+            await co.resume("r1", deadline_ts=time.time() + 600)
+        events = sum(s.delivered for s in bus.stats().sinks)
+    return {
+        "commit_s": commit_s,
+        "restore_s": restore_s,
+        "records": {name: reply.manifest.record_count for name, reply in commits.items()},
+        "bytes": {name: reply.bytes for name, reply in commits.items()},
+        "events_delivered": events,
+    }
+
+
+async def _peak_memory(n: int, workdir: Path) -> dict[str, int]:
+    """Peak bytes allocated while each participant commits ``n`` records, one at a time."""
+    peaks: dict[str, int] = {}
+    episodes = [EpisodeId(f"r{i:06d}", 0) for i in range(n)]
+    async with Bus() as bus:
+        fleet = _Fleet(bus, n)
+        async with fleet.client() as http:
+            headers = {"authorization": f"Bearer {TOKEN}"}
+            deadline = time.time() + 600
+            for member in fleet.members:
+                base = f"{member.url}/ng-control/v1/checkpoint"
+                body = PrepareRequest(checkpoint_id="m1", deadline_ts=deadline)
+                reply = await http.post(f"{base}/prepare", content=_encode(body), headers=headers)
+                assert _decode(reply.content, PrepareReply).phase.value == "prepared"
+                commit = CommitRequest(
+                    checkpoint_id="m1",
+                    deadline_ts=deadline,
+                    checkpoint_dir=str(workdir / "memory"),
+                    episode_ids=episodes,
+                )
+                with _traced() as peak:
+                    reply = await http.post(f"{base}/commit", content=_encode(commit), headers=headers)
+                _decode(reply.content, CommitReply)
+                peaks[member.name] = peak[0]
+    return peaks
+
+
+def _encode(obj: Any) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(obj)
+
+
+def _decode(data: bytes, cls: type[Any]) -> Any:
+    import msgspec
+
+    return msgspec.json.decode(data, type=cls)
+
+
+@contextmanager
+def _traced() -> Iterator[list[int]]:
+    result = [0]
+    tracemalloc.start()
+    try:
+        yield result
+        result[0] = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+async def _sink_cpu(log: Path) -> float:
+    """CPU seconds the three sinks spend on the events of one run, replayed from its log."""
+    from sinks import replay
+
+    async with AsyncExitStack() as stack:
+        bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))
+        replayed = log.parent / "replayed"
+        replayed.mkdir(exist_ok=True)
+        await _sinks(stack, bus, replayed)
+        start = time.process_time()
+        await replay(log, bus)
+        await bus.flush()
+        return time.process_time() - start
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+async def _measure(quick: bool) -> dict[str, Any]:
+    sizes = (1_000, 4_000) if quick else (1_000, 4_000, 16_000)
+    pairs = 5 if quick else 9
+    figures: dict[str, Any] = {"sizes": {}, "pairs": pairs}
+    # tmpfs when there is one: fsync latency on a shared disk varies by more than the
+    # difference measured here; the telemetry's cost is CPU either way.
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="ckpt-scale-", dir=base) as tmp:
+        workdir = Path(tmp)
+        for n in sizes:
+            runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+            ratios = []
+            for pair in range(pairs):
+                # Alternate which goes first, so a drift in machine load cancels out.
+                order = ("off", "on") if pair % 2 == 0 else ("on", "off")
+                got = {mode: await _one(n, mode == "on", workdir) for mode in order}
+                for mode, run in got.items():
+                    runs[mode].append(run)
+                total = {m: got[m]["commit_s"] + got[m]["restore_s"] for m in got}
+                ratios.append(total["on"] / total["off"])
+            sink_cpu = await _sink_cpu(workdir / "events.jsonl") / pairs
+            (workdir / "events.jsonl").unlink()
+            off_total = _median([r["commit_s"] + r["restore_s"] for r in runs["off"]])
+            figures["sizes"][n] = {
+                "off": {k: _median([r[k] for r in runs["off"]]) for k in ("commit_s", "restore_s")},
+                "on": {k: _median([r[k] for r in runs["on"]]) for k in ("commit_s", "restore_s")},
+                "ratio_median_of_pairs": _median(ratios),
+                "ratio_pairs": ratios,
+                "sink_cpu_s_per_run": sink_cpu,
+                "sink_cpu_share": sink_cpu / off_total,
+                "records": runs["on"][-1]["records"],
+                "bytes": runs["on"][-1]["bytes"],
+                "events_per_run": runs["on"][-1]["events_delivered"] // 3,
+            }
+        largest = sizes[-1]
+        figures["largest"] = largest
+        figures["peak_memory_bytes"] = await _peak_memory(largest, workdir)
+    return figures
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """Run the scale benchmark; returns the figures and the rows of the ratio table."""
+    figures = anyio.run(_measure, quick)
+    sizes = figures["sizes"]
+    largest = figures["largest"]
+    top = sizes[largest]
+    ratio = top["ratio_median_of_pairs"]
+    rows: list[Any] = [
+        (f"scale {largest:,}: commit+restore wall, all sinks / off (median of {figures['pairs']} pairs)",
+         ratio, f"<= {TARGET_RATIO}", ratio <= TARGET_RATIO),
+        (f"scale {largest:,}: sinks' CPU for a run's events / commit+restore wall",
+         top["sink_cpu_share"], "<= 0.02", top["sink_cpu_share"] <= 0.02),
+        (f"scale {largest:,}: events per commit+restore run", top["events_per_run"], "", None),
+    ]  # fmt: skip
+    first = min(sizes)
+    for n in sorted(sizes):
+        off = sizes[n]["off"]
+        rows.append((f"scale {n:,}: commit / restore ms (off, median)",
+                     f"{off['commit_s'] * 1e3:.0f} / {off['restore_s'] * 1e3:.0f}", "", None))  # fmt: skip
+    growth = (top["off"]["commit_s"] + top["off"]["restore_s"]) / (
+        sizes[first]["off"]["commit_s"] + sizes[first]["off"]["restore_s"]
+    )
+    rows.append(
+        (f"scale: time at {largest:,} / at {first:,} rollouts (linear: {largest // first})", growth,
+         f"<= {largest // first}", growth <= largest / first * 1.1)
+    )  # fmt: skip
+    for name, peak in figures["peak_memory_bytes"].items():
+        rows.append((f"scale {largest:,}: {name}: peak MiB in commit", peak / 2**20, "", None))
+        records, size = top["records"][name], top["bytes"][name]
+        rows.append((f"scale {largest:,}: {name}: records / bytes", f"{records:,} / {size:,}", "", None))
+    return {**figures, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="1,000 and 4,000 rollouts only")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    args = parser.parse_args(argv)
+    result = run(args.quick)
+    rows = result.pop("rows")
+    report.print_table("ckpt-events scale: commit and restore, telemetry off vs all sinks", rows)
+    print(report.markdown_table(rows))
+    report.write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
