@@ -11,8 +11,9 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Final, Self
 
+from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
-from ckpt_events._spans import CollectionSpan, CoordinateSpan, OperationSpan, StageSpan, StepSpan
+from ckpt_events._spans import OperationSpan, StepSpan
 from ckpt_events._vocab import Kind, Phase, Step, coerce
 
 __all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]

@@ -12,6 +12,7 @@ from time import time_ns
 from typing import Final
 
 from ckpt_events._bus import Bus
+from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
 from ckpt_events._errors import InvalidArgumentError, UnknownNameError
 from ckpt_events._events import (
     CollectionFinished,
@@ -30,7 +31,7 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
-from ckpt_events._spans import CollectionSpan, CoordinateSpan, OperationSpan, _Span
+from ckpt_events._spans import OperationSpan, _Span
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, coerce
 
@@ -223,12 +224,8 @@ class Telemetry:
             return
         self.bus.emit(
             Refused(
-                kind=self.kind,
-                instance=self.instance,
-                checkpoint_id=checkpoint_id,
-                time_ns=time_ns(),
-                code=coerce(ErrorCode, code),
-            )
+                self.kind, self.instance, time_ns(), coerce(ErrorCode, code), checkpoint_id
+            )  # positional, in field order
         )
 
     def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
@@ -238,12 +235,8 @@ class Telemetry:
             return
         self.bus.emit(
             LeaseExpired(
-                kind=self.kind,
-                instance=self.instance,
-                checkpoint_id=checkpoint_id,
-                time_ns=time_ns(),
-                phase=coerce(Phase, phase),
-            )
+                self.kind, self.instance, time_ns(), coerce(Phase, phase), checkpoint_id
+            )  # positional, in field order
         )
 
     def prepare_not_ready(self, blockers: int, *, checkpoint_id: str | None = None) -> None:
@@ -254,12 +247,8 @@ class Telemetry:
             raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
         self.bus.emit(
             PrepareNotReady(
-                kind=self.kind,
-                instance=self.instance,
-                checkpoint_id=checkpoint_id,
-                time_ns=time_ns(),
-                blockers=blockers,
-            )
+                self.kind, self.instance, time_ns(), blockers, checkpoint_id
+            )  # positional, in field order
         )
 
     def generation_cut(
@@ -273,11 +262,6 @@ class Telemetry:
             raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")
         self.bus.emit(
             GenerationCut(
-                kind=self.kind,
-                instance=self.instance,
-                checkpoint_id=checkpoint_id,
-                time_ns=time_ns(),
-                disposition=coerce(Disposition, disposition),
-                calls=calls,
-            )
+                self.kind, self.instance, time_ns(), coerce(Disposition, disposition), calls, checkpoint_id
+            )  # positional, in field order
         )

@@ -128,3 +128,32 @@ def test_the_counter_sees_short_lived_allocations() -> None:
     assert calls_per_run(nullcontexts, _baseline) >= 3
     tel_on_site_allocs = calls_per_run(lambda: [0] * 3, _empty)
     assert tel_on_site_allocs >= 1
+
+
+def test_emit_allocates_nothing_of_its_own() -> None:
+    """bus.emit() to two sinks that keep up allocates nothing: no iterator, no wrapper.
+
+    (A backlog over 256 events makes CPython allocate the buffer's length as an int, and a
+    deque takes a new 64-slot block now and then; a sink that keeps up causes neither.)
+    """
+    from ckpt_events import ErrorCode, Kind, Refused
+
+    bus = Bus()
+    first = bus.subscribe(MemorySink(interests=[Refused]))._buffer
+    second = bus.subscribe(MemorySink(interests=[Refused]))._buffer
+    event = Refused(Kind.MODEL, "m0", 1, ErrorCode.STALE_ATTEMPT)
+    emit = bus.emit
+    take_first, take_second = first.popleft, second.popleft
+
+    def emit_and_deliver() -> None:
+        emit(event)
+        take_first()  # what the sinks' delivery tasks do
+        take_second()
+
+    def deliver_only() -> None:
+        first.append(event)
+        second.append(event)
+        take_first()
+        take_second()
+
+    assert calls_per_run(emit_and_deliver, deliver_only) == 0

@@ -1,0 +1,333 @@
+"""Live span handles of the controller: coordinate operations, prepare stages, collection.
+
+Same shape as ``_spans.py`` (positional event construction, values in slots); kept apart
+so each module reads in one sitting.
+"""
+
+from __future__ import annotations
+
+from time import time_ns
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+from ckpt_events._events import (
+    CollectionAction,
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    StageFinished,
+    StageStarted,
+)
+from ckpt_events._spans import _OK, _bad, _error_fields, _Span
+from ckpt_events._tracecontext import _getrandbits
+from ckpt_events._vocab import Kind, Operation, coerce
+
+if TYPE_CHECKING:
+    from ckpt_events._telemetry import Telemetry
+
+__all__ = ["CollectionSpan", "CoordinateSpan", "StageSpan"]
+
+_KINDS: Final = {k.value: k for k in Kind}
+
+
+class StageSpan(_Span):
+    """One prepare stage of the controller (``gym.checkpoint.coordinate.prepare.<kind>``)."""
+
+    __slots__ = ("_participants", "stage")
+
+    def __init__(self, parent: CoordinateSpan, stage: Kind) -> None:
+        # Identity inline, not through _identify(): this runs once per span on the request path.
+        self._tel = parent._tel
+        self.checkpoint_id = parent.checkpoint_id
+        self.trace_id = parent.trace_id
+        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.parent_span_id = parent.span_id
+        self.parent_remote = False
+        self.sampled = parent.sampled
+        self._attributes = None
+        self.stage = stage
+        self._participants: int | None = None
+
+    def __enter__(self) -> StageSpan:
+        self.start_ns = time_ns()
+        if StageStarted in self._tel.bus._routes:
+            tel = self._tel
+            tel.bus.emit(
+                StageStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.stage,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = time_ns()
+        tel = self._tel
+        if StageFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                StageFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.stage,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._participants,
+                )
+            )
+
+    def set(self, *, participants: int | None = None) -> None:
+        """Record how many participants this stage has."""
+        if participants is not None:
+            if type(participants) is not int or participants < 0:
+                _bad("participants", participants)
+            self._participants = participants
+
+
+class CoordinateSpan(_Span):
+    """The controller's ``gym.checkpoint.coordinate.<operation>``."""
+
+    __slots__ = ("_episodes", "_participants", "_prepared", "_rollouts", "_stopped_at", "operation")
+    _participants: int | None
+    _episodes: int | None
+    _rollouts: int | None
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        operation: Operation,
+        checkpoint_id: str | None,
+        trace_id: int,
+        parent_span_id: int | None,
+        parent_remote: bool,
+        sampled: bool,
+    ) -> None:
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self.operation = operation
+        self._participants = self._episodes = self._rollouts = None
+        self._prepared: bool | None = None
+        self._stopped_at: Kind | None = None
+
+    def __enter__(self) -> CoordinateSpan:
+        self.start_ns = time_ns()
+        if CoordinateStarted in self._tel.bus._routes:
+            tel = self._tel
+            tel.bus.emit(
+                CoordinateStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.operation,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = time_ns()
+        tel = self._tel
+        if CoordinateFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                CoordinateFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.operation,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._participants,
+                    self._prepared,
+                    self._stopped_at,
+                    self._episodes,
+                    self._rollouts,
+                )
+            )
+
+    def stage(self, stage: Kind | str) -> StageSpan:
+        """A child span for one prepare stage (a participant kind)."""
+        try:
+            member = _KINDS[stage]
+        except (KeyError, TypeError):
+            member = coerce(Kind, stage)
+        return StageSpan(self, member)
+
+    def set(
+        self,
+        *,
+        participants: int | None = None,
+        prepared: bool | None = None,
+        stopped_at: Kind | str | None = None,
+        episodes: int | None = None,
+        rollouts: int | None = None,
+    ) -> None:
+        """Record the coordinate operation's attributes; ``None`` leaves a value as it was."""
+        if participants is not None:
+            if type(participants) is not int or participants < 0:
+                _bad("participants", participants)
+            self._participants = participants
+        if episodes is not None:
+            self._episodes = (
+                episodes if type(episodes) is int and episodes >= 0 else _bad("episodes", episodes)
+            )
+        if rollouts is not None:
+            self._rollouts = (
+                rollouts if type(rollouts) is int and rollouts >= 0 else _bad("rollouts", rollouts)
+            )
+        if prepared is not None:
+            self._prepared = bool(prepared)
+        if stopped_at is not None:
+            self._stopped_at = coerce(Kind, stopped_at)
+
+
+class CollectionSpan(_Span):
+    """Rollout collection's ``gym.checkpoint.collection.checkpoint`` or ``.restore``."""
+
+    __slots__ = ("_in_flight", "_published", "_restarts", "_rows", "_stop", "action")
+    _in_flight: int | None
+    _rows: int | None
+    _restarts: int | None
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        action: CollectionAction,
+        checkpoint_id: str | None,
+        trace_id: int,
+        parent_span_id: int | None,
+        parent_remote: bool,
+        sampled: bool,
+    ) -> None:
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self.action: CollectionAction = action
+        self._in_flight = self._rows = self._restarts = None
+        self._stop: bool | None = None
+        self._published: bool | None = None
+
+    def __enter__(self) -> CollectionSpan:
+        self.start_ns = time_ns()
+        if CollectionStarted in self._tel.bus._routes:
+            tel = self._tel
+            tel.bus.emit(
+                CollectionStarted(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    self.action,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = time_ns()
+        tel = self._tel
+        if CollectionFinished in tel.bus._routes:
+            if exc is None:
+                outcome, error_type, error_message = _OK, None, None
+            else:
+                outcome, error_type, error_message = _error_fields(exc)
+            tel.bus.emit(
+                CollectionFinished(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    end_ns,
+                    self.action,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    outcome,
+                    error_type,
+                    error_message,
+                    self._attributes,
+                    self._in_flight,
+                    self._stop,
+                    self._published,
+                    self._rows,
+                    self._restarts,
+                )
+            )
+
+    def set(
+        self,
+        *,
+        checkpoint_id: str | None = None,
+        in_flight: int | None = None,
+        stop: bool | None = None,
+        published: bool | None = None,
+        rows: int | None = None,
+        restarts: int | None = None,
+    ) -> None:
+        """Record the collection span's attributes; ``None`` leaves a value as it was."""
+        if checkpoint_id is not None:
+            self.checkpoint_id = checkpoint_id
+        if in_flight is not None:
+            self._in_flight = (
+                in_flight if type(in_flight) is int and in_flight >= 0 else _bad("in_flight", in_flight)
+            )
+        if rows is not None:
+            if type(rows) is not int or rows < 0:
+                _bad("rows", rows)
+            self._rows = rows
+        if restarts is not None:
+            self._restarts = (
+                restarts if type(restarts) is int and restarts >= 0 else _bad("restarts", restarts)
+            )
+        if stop is not None:
+            self._stop = bool(stop)
+        if published is not None:
+            self._published = bool(published)
