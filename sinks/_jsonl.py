@@ -41,14 +41,15 @@ class JsonLinesSink:
     ``target`` is a path (opened for append, closed by ``aclose()``) or a writable binary
     stream (flushed, never closed, by this sink). With ``max_bytes``, a path is rotated
     before a line would take it past that size: ``log.jsonl`` becomes ``log.jsonl.1`` and
-    so on, keeping ``backups`` old files (0 keeps none). ``handle`` does blocking file I/O,
-    so ``blocking = True`` makes the bus call it in a worker thread, after gathering events
-    for ``linger`` seconds (fewer thread handoffs; a process killed with SIGKILL loses at
-    most that long's events, never a partial line).
-    """
+    so on, keeping ``backups`` old files (0 keeps none).
 
-    blocking: Final = True
-    linger: Final = 0.25
+    Each batch is one ``write()`` of whole lines, by default on the event loop: appending
+    a few kilobytes to a local file takes microseconds, as a logging handler's write does,
+    and the lines are on disk as soon as the batch is handled, so a process killed with
+    SIGKILL right after a checkpoint still leaves that checkpoint's events behind (the
+    demo's crash relies on it). ``blocking=True`` moves the writes to a worker thread, for a
+    slow or network filesystem; the bus then gathers ``linger`` seconds of events per batch.
+    """
 
     def __init__(
         self,
@@ -56,6 +57,8 @@ class JsonLinesSink:
         *,
         max_bytes: int | None = None,
         backups: int = 3,
+        blocking: bool = False,
+        linger: float = 0.25,
     ) -> None:
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
@@ -79,9 +82,11 @@ class JsonLinesSink:
             raise InvalidArgumentError(f"target must be a path or a binary stream, not {target!r}")
         self.max_bytes = max_bytes
         self.backups = backups
+        self.blocking = blocking
+        self.linger = linger if blocking else 0.0
         self._encode_into = msgspec.json.Encoder().encode_into
         self._buffer = bytearray()
-        # handle() runs in a worker thread; flush()/aclose() may come from the loop thread.
+        # handle() may run in a worker thread; flush()/aclose() come from the loop thread.
         self._lock = threading.Lock()
         self._closed = False
         self._events = 0

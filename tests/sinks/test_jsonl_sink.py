@@ -156,3 +156,21 @@ def test_each_batch_reaches_the_file_without_a_flush(tmp_path: Path) -> None:
     sink.handle(batch)
     assert path.read_bytes().count(b"\n") == 3  # read by another handle, before any flush or close
     sink.close()
+
+
+async def test_lines_reach_disk_when_the_bus_delivers(tmp_path: Path) -> None:
+    """By default the sink writes on the loop as each batch is delivered: no linger, no thread,
+    so a process killed right after a checkpoint leaves its events on disk."""
+    path = tmp_path / "events.jsonl"
+    sink = JsonLinesSink(path)
+    assert not sink.blocking and sink.linger == 0
+    async with Bus() as bus:
+        sub = bus.subscribe(sink)
+        assert sub.linger == 0
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        tel.refused("stale_attempt")
+        await bus.flush()
+        assert path.read_bytes().count(b"\n") == 1
+    threaded = JsonLinesSink(tmp_path / "threaded.jsonl", blocking=True)
+    assert threaded.blocking and threaded.linger > 0
+    threaded.close()
