@@ -50,23 +50,7 @@ class StageSpan(_Span):
         self._participants: int | None = None
 
     def __enter__(self) -> StageSpan:
-        self.start_ns = time_ns()
-        if StageStarted in self._tel.bus._routes:
-            tel = self._tel
-            tel.bus.emit(
-                StageStarted(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    self.stage,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                )
-            )
+        self._start(StageStarted, self.stage)
         return self
 
     def __exit__(
@@ -133,23 +117,7 @@ class CoordinateSpan(_Span):
         self._stopped_at: Kind | None = None
 
     def __enter__(self) -> CoordinateSpan:
-        self.start_ns = time_ns()
-        if CoordinateStarted in self._tel.bus._routes:
-            tel = self._tel
-            tel.bus.emit(
-                CoordinateStarted(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    self.operation,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                )
-            )
+        self._start(CoordinateStarted, self.operation)
         return self
 
     def __exit__(
@@ -248,23 +216,7 @@ class CollectionSpan(_Span):
         self._published: bool | None = None
 
     def __enter__(self) -> CollectionSpan:
-        self.start_ns = time_ns()
-        if CollectionStarted in self._tel.bus._routes:
-            tel = self._tel
-            tel.bus.emit(
-                CollectionStarted(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    self.action,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                )
-            )
+        self._start(CollectionStarted, self.action)
         return self
 
     def __exit__(

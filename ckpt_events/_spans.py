@@ -6,7 +6,8 @@ leaving the block records outcome ``error`` and the exception type, and propagat
 no-op twins in ``_noop.py`` are returned when nobody listens.
 
 This is the request path of an instrumented server, so it is written for speed: values
-live in slots (no per-span dict), events are built with explicit keywords, and ``set``
+live in slots (no per-span dict), events are built positionally (the ``__exit__`` methods
+spell each one out: a shared helper would cost a tuple per span), and ``set``
 checks each value inline.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from time import time_ns
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
@@ -82,6 +83,26 @@ class _Span:
         self.sampled = sampled
         self._attributes: dict[str, AttributeValue] | None = None
 
+    def _start(self, started: type[Any], what: object) -> None:
+        """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
+        self.start_ns = time_ns()
+        tel = self._tel
+        if started in tel.bus._routes:
+            tel.bus.emit(
+                started(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    what,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                )
+            )
+
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` for an outgoing call made inside this span."""
         return format_traceparent(self.trace_id, self.span_id, self.sampled)
@@ -121,23 +142,7 @@ class StepSpan(_Span):
         self._records = self._bytes = self._calls = self._cut_prefix = self._cut_failure = None
 
     def __enter__(self) -> StepSpan:
-        self.start_ns = time_ns()
-        if StepStarted in self._tel.bus._routes:
-            tel = self._tel
-            tel.bus.emit(
-                StepStarted(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    self.step,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                )
-            )
+        self._start(StepStarted, self.step)
         return self
 
     def __exit__(
@@ -234,23 +239,7 @@ class OperationSpan(_Span):
         self._phase: Phase | None = None
 
     def __enter__(self) -> OperationSpan:
-        self.start_ns = time_ns()
-        if OperationStarted in self._tel.bus._routes:
-            tel = self._tel
-            tel.bus.emit(
-                OperationStarted(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    self.operation,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                )
-            )
+        self._start(OperationStarted, self.operation)
         return self
 
     def __exit__(
