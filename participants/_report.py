@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -85,7 +86,7 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
     """Per-participant totals over every operation and step (of one checkpoint, if given)."""
     rows: dict[tuple[Kind, str], Breakdown] = {}
     for event in events:
-        if checkpoint_id is not None and event.checkpoint_id != checkpoint_id:
+        if checkpoint_id is not None and getattr(event, "checkpoint_id", None) != checkpoint_id:
             continue
         match event:
             case OperationFinished(operation=op) | StepFinished(step=op):
@@ -141,32 +142,34 @@ def _name(event: Event) -> str | None:
 def spans_of(events: Iterable[Event], trace_id: int | None = None) -> list[Span]:
     """The finished spans of one trace (default: the trace of the last collection
     checkpoint, else of the last coordinate commit), parents before children."""
-    finished = [e for e in events if _name(e) is not None]
+    finished: list[Any] = [e for e in events if _name(e) is not None]  # every *Finished event
     if trace_id is None:
-        roots = [e for e in finished if isinstance(e, CollectionFinished) and e.action == "checkpoint"]
+        roots: list[Any] = [
+            e for e in finished if isinstance(e, CollectionFinished) and e.action == "checkpoint"
+        ]
         roots = roots or [e for e in finished if isinstance(e, CoordinateFinished)]
         if not roots:
             roots = finished
         if not roots:
             return []
-        trace_id = roots[-1].trace_id  # type: ignore[attr-defined]
-    chosen = [e for e in finished if e.trace_id == trace_id]  # type: ignore[attr-defined]
-    by_id = {e.span_id: e for e in chosen}  # type: ignore[attr-defined]
+        trace_id = roots[-1].trace_id
+    chosen = [e for e in finished if e.trace_id == trace_id]
+    by_id = {e.span_id: e for e in chosen}
 
-    def depth(e: Event) -> int:
-        d, parent = 0, e.parent_span_id  # type: ignore[attr-defined]
+    def depth(e: Any) -> int:
+        d, parent = 0, e.parent_span_id
         while parent in by_id and d < 32:
-            d, parent = d + 1, by_id[parent].parent_span_id  # type: ignore[attr-defined]
+            d, parent = d + 1, by_id[parent].parent_span_id
         return d
 
     spans = [
         Span(
             name=_name(e) or "",
             who="controller" if e.kind is Kind.CONTROLLER else f"{e.kind.value}/{e.instance}",
-            start_ns=e.start_ns,  # type: ignore[attr-defined]
-            end_ns=e.end_ns,  # type: ignore[attr-defined]
+            start_ns=e.start_ns,
+            end_ns=e.end_ns,
             depth=depth(e),
-            error=e.outcome is Outcome.ERROR,  # type: ignore[attr-defined]
+            error=e.outcome is Outcome.ERROR,
         )
         for e in chosen
     ]
