@@ -34,6 +34,7 @@ from ckpt_events._events import (
 from ckpt_events._redact import DEFAULT_REDACT_KEYS, REDACTED, Redactor
 from ckpt_events._span_groups import SPAN_GROUP_PRESETS, SPAN_GROUPS, resolve_span_groups
 from ckpt_events._spans import OperationSpan, StepSpan
+from ckpt_events._subscription import resolve_interests
 from ckpt_events._telemetry import CONTROLLER_INSTANCE, SAFE_NAME, Telemetry
 from ckpt_events._tracecontext import (
     RemoteParent,
@@ -127,6 +128,7 @@ __all__ = [
     "new_span_id",
     "new_trace_id",
     "parse_traceparent",
+    "resolve_interests",
     "resolve_span_groups",
     "span_name",
 ]

@@ -23,7 +23,7 @@ from ckpt_events._events import EVENT_TYPES, Event
 if TYPE_CHECKING:
     from ckpt_events._bus import Bus
 
-__all__ = ["Sink", "SinkStats", "Subscription"]
+__all__ = ["Sink", "SinkStats", "Subscription", "resolve_interests"]
 
 logger: Final = logging.getLogger("ckpt_events")
 
@@ -87,7 +87,7 @@ class Subscription:
         self.bus = bus
         self.sink = sink
         self.name = name
-        self.interests: frozenset[type[Event]] = _interests_of(sink)
+        self.interests: frozenset[type[Event]] = resolve_interests(sink)
         self.closed = False
         self._buffer = _Buffer(buffer_size, self)
         self._batch_size = batch_size
@@ -251,7 +251,13 @@ def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
     return float(value)
 
 
-def _interests_of(sink: object) -> frozenset[type[Event]]:
+def resolve_interests(sink: object) -> frozenset[type[Event]]:
+    """The concrete event classes ``sink`` wants, from its optional ``interests``.
+
+    No ``interests`` means every event; a base class (e.g. ``SpanEvent``) stands for its
+    concrete subclasses. Anything but event classes raises ``InvalidArgumentError``. The
+    bus routes by this, and so does anything else that feeds sinks (``sinks.replay``).
+    """
     wanted = getattr(sink, "interests", None)
     if wanted is None:
         return frozenset(EVENT_TYPES)

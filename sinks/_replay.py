@@ -13,7 +13,7 @@ from typing import IO, Any, Final, get_args
 
 import msgspec
 
-from ckpt_events import Bus, CheckpointEvent, Event, InvalidArgumentError
+from ckpt_events import Bus, CheckpointEvent, Event, InvalidArgumentError, resolve_interests
 from sinks._jsonl import CorruptLine, read_events
 
 __all__ = ["ReplayResult", "replay"]
@@ -39,7 +39,7 @@ class _Target:
                 f"replay targets are sinks (with handle(batch)) or a Bus, not {target!r}"
             )
         self.sink = target
-        self.wants = _interests(target) if self.bus is None else frozenset(_EVENT_TYPES)
+        self.wants = resolve_interests(target) if self.bus is None else frozenset(_EVENT_TYPES)
         self.batch: list[Any] = []
 
     async def deliver(self) -> None:
@@ -54,15 +54,6 @@ class _Target:
         result = self.sink.handle(batch)
         if inspect.isawaitable(result):
             await result
-
-
-def _interests(sink: object) -> frozenset[type[Event]]:
-    wanted = getattr(sink, "interests", None)
-    if wanted is None:
-        return frozenset(_EVENT_TYPES)
-    if isinstance(wanted, type):
-        wanted = (wanted,)
-    return frozenset(t for t in _EVENT_TYPES if any(issubclass(t, w) for w in wanted))
 
 
 async def replay(

@@ -83,3 +83,19 @@ async def test_replay_rejects_non_sinks(tmp_path: Path) -> None:
         await replay(path, object())
     with pytest.raises(InvalidArgumentError):
         await replay(path, MemorySink(), batch_size=0)
+
+
+async def test_a_sink_with_bad_interests_is_refused_like_on_the_bus(tmp_path: Path) -> None:
+    """Replay resolves interests as the bus does: non-event classes are a precise error."""
+    from ckpt_events import InvalidArgumentError
+
+    class Confused:
+        interests = (int,)
+
+        def handle(self, batch: list[object]) -> None:
+            pass
+
+    log = tmp_path / "empty.jsonl"
+    log.write_bytes(b"")
+    with pytest.raises(InvalidArgumentError, match="event classes"):
+        await replay(log, Confused())
