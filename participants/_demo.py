@@ -30,7 +30,7 @@ from ckpt_events.testing import MemorySink
 from participants._report import render, spans_of, write_timeline
 from participants.collection import Collection, CollectionSummary
 from participants.coordinator import Coordinator
-from participants.launch import ServerProcess, local_fleet, write_token_file
+from participants.launch import local_fleet, process_fleet, write_token_file
 
 __all__ = ["DemoOptions", "DemoResult", "run_demo"]
 
@@ -102,25 +102,9 @@ async def _fleet(
             extra["OTEL_SERVICE_NAME"] = f"ckpt-events-demo/{instance}"
         return extra
 
-    inference = ServerProcess("inference", instance="inference-0", token_file=token_file, log_dir=logs)
-    fleet = [inference]
+    fleet = await process_fleet(token_file=token_file, log_dir=logs, members=MEMBERS, env=env)
+    crashed = False
     try:
-        for kind, instance in MEMBERS:
-            extra = ["--inference-url", inference.url] if kind == "model" else []
-            fleet.append(
-                ServerProcess(
-                    kind,
-                    instance=instance,
-                    token_file=token_file,
-                    log_dir=logs,
-                    env=env(instance),
-                    extra_args=extra,
-                )
-            )
-        async with anyio.create_task_group() as tg:
-            for process in fleet:
-                tg.start_soon(process.wait_listening, 30.0)
-        crashed = False
 
         def crash() -> None:
             nonlocal crashed

@@ -16,14 +16,22 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
 import anyio
 import uvicorn
 
-__all__ = ["LaunchError", "ServerProcess", "free_port", "local_fleet", "serving", "write_token_file"]
+__all__ = [
+    "LaunchError",
+    "ServerProcess",
+    "free_port",
+    "local_fleet",
+    "process_fleet",
+    "serving",
+    "write_token_file",
+]
 
 _POLL: Final = 0.05
 
@@ -212,3 +220,48 @@ async def local_fleet(
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
             urls[instance] = await stack.enter_async_context(serving(app))
         yield urls
+
+
+async def process_fleet(
+    *,
+    token_file: Path,
+    log_dir: Path,
+    members: Sequence[tuple[str, str]],
+    env: Callable[[str], Mapping[str, str]] = lambda instance: {},
+    listen_timeout: float = 30.0,
+) -> list[ServerProcess]:
+    """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
+
+    Returns them inference worker first, once every one listens; ``env(instance)`` adds to
+    each process's environment. If any fails to come up, all are killed and it raises.
+    """
+    fleet: list[ServerProcess] = []
+    try:
+        inference = ServerProcess(
+            "inference",
+            instance="inference-0",
+            token_file=token_file,
+            log_dir=log_dir,
+            env=env("inference-0"),
+        )
+        fleet.append(inference)
+        for kind, instance in members:
+            extra = ["--inference-url", inference.url] if kind == "model" else []
+            fleet.append(
+                ServerProcess(
+                    kind,
+                    instance=instance,
+                    token_file=token_file,
+                    log_dir=log_dir,
+                    env=env(instance),
+                    extra_args=extra,
+                )  # fmt: skip
+            )
+        async with anyio.create_task_group() as tg:
+            for process in fleet:
+                tg.start_soon(process.wait_listening, listen_timeout)
+    except BaseException:
+        for process in fleet:
+            process.kill()
+        raise
+    return fleet

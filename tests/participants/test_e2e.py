@@ -31,7 +31,7 @@ from ckpt_events import (
 )
 from participants.collection import Collection, CollectionSummary
 from participants.coordinator import Coordinator
-from participants.launch import ServerProcess, write_token_file
+from participants.launch import ServerProcess, process_fleet, write_token_file
 from sinks.jsonl import JsonLinesSink
 
 pytestmark = pytest.mark.e2e
@@ -59,31 +59,7 @@ async def start_fleet(tmp: Path, generation: int) -> list[ServerProcess]:
             "CKPT_EVENTS_SPAN_GROUPS": "default,checkpoint",
         }
 
-    inference = ServerProcess(
-        "inference", instance="inference-0", token_file=token_file, log_dir=logs, env=env("inference-0")
-    )
-    fleet = [inference]
-    for kind, instance in PARTICIPANTS:
-        extra = ["--inference-url", inference.url] if kind == "model" else []
-        fleet.append(
-            ServerProcess(
-                kind,
-                instance=instance,
-                token_file=token_file,
-                log_dir=logs,
-                env=env(instance),
-                extra_args=extra,
-            )
-        )
-    try:
-        async with anyio.create_task_group() as tg:
-            for process in fleet:
-                tg.start_soon(process.wait_listening, 30.0)
-    except BaseException:
-        for process in fleet:
-            process.kill()
-        raise
-    return fleet
+    return await process_fleet(token_file=token_file, log_dir=logs, members=PARTICIPANTS, env=env)
 
 
 def read_log(path: Path) -> list[Any]:

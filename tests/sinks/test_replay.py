@@ -87,7 +87,6 @@ async def test_replay_rejects_non_sinks(tmp_path: Path) -> None:
 
 async def test_a_sink_with_bad_interests_is_refused_like_on_the_bus(tmp_path: Path) -> None:
     """Replay resolves interests as the bus does: non-event classes are a precise error."""
-    from ckpt_events import InvalidArgumentError
 
     class Confused:
         interests = (int,)
