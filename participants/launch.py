@@ -255,7 +255,7 @@ async def process_fleet(
                     log_dir=log_dir,
                     env=env(instance),
                     extra_args=extra,
-                )  # fmt: skip
+                )
             )
         async with anyio.create_task_group() as tg:
             for process in fleet:
