@@ -20,7 +20,7 @@ import sysconfig
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import Final
 
 _SOURCE: Final = r"""
@@ -82,6 +82,23 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ckpt_allocount", NULL, -1, methods};
 PyMODINIT_FUNC PyInit__ckpt_allocount(void) { return PyModule_Create(&module); }
 """
+
+
+class _Nothing:
+    """A context manager that does nothing: the baseline a disabled site is measured against."""
+
+    def __enter__(self) -> _Nothing:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+#: One shared instance, as a disabled site shares its no-op (on CPython 3.11 each ``with``
+#: statement still allocates two short-lived bound methods, even around this).
+NOTHING: Final = _Nothing()
 
 
 class AllocCounterUnavailable(RuntimeError):

@@ -14,29 +14,15 @@ import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import anyio
 
 from benchmarks import report
-from benchmarks.allocount import AllocCounterUnavailable, calls_per_run
+from benchmarks.allocount import NOTHING, AllocCounterUnavailable, calls_per_run
 from ckpt_events import Bus, ErrorCode, Event, Kind, Refused, Telemetry
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "core.json"
-
-
-class _Nothing:
-    def __enter__(self) -> _Nothing:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
 
 
 def _per_call_ns(fn: Callable[[], object], number: int, repeat: int) -> float:
@@ -65,10 +51,10 @@ def bench_off_path(quick: bool) -> dict[str, Any]:
             bool(12)  # stands for the set() call a nullcontext site cannot make
 
     def nothing_site() -> None:
-        with _NOTHING:
-            with _NOTHING:
+        with NOTHING:
+            with NOTHING:
                 pass
-            with _NOTHING:
+            with NOTHING:
                 pass
 
     def guard() -> None:

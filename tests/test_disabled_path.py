@@ -9,11 +9,10 @@ statement itself allocates two short-lived bound methods.
 from __future__ import annotations
 
 import contextlib
-from types import TracebackType
 
 import pytest
 
-from benchmarks.allocount import AllocCounterUnavailable, build, calls_per_run
+from benchmarks.allocount import NOTHING, AllocCounterUnavailable, build, calls_per_run
 from ckpt_events import Bus, Telemetry
 from ckpt_events.testing import MemorySink
 
@@ -24,19 +23,6 @@ def _hook() -> None:
         build()
     except AllocCounterUnavailable as exc:  # no C compiler on this machine
         pytest.skip(str(exc))
-
-
-class _Nothing:
-    def __enter__(self) -> _Nothing:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
-NOTHING = _Nothing()
 
 
 def _site(tel: Telemetry) -> None:
