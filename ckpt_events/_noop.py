@@ -14,19 +14,12 @@ from typing import Final, Self
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
 from ckpt_events._spans import OperationSpan, StepSpan
-from ckpt_events._vocab import Kind, Phase, Step, coerce
+from ckpt_events._vocab import Kind, Phase, Step, check_name, coerce
 
 __all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]
 
 _STEPS: Final = frozenset(s.value for s in Step)
 _KINDS: Final = frozenset(k.value for k in Kind)
-
-
-def _known(names: frozenset[str], value: object) -> bool:
-    try:
-        return value in names
-    except TypeError:  # unhashable: certainly not a name
-        return False
 
 
 class _Noop:
@@ -103,8 +96,7 @@ class _NoopCoordinate(_Noop, CoordinateSpan):
     __slots__ = ()
 
     def stage(self, stage: Kind | str) -> StageSpan:
-        if not _known(_KINDS, stage):
-            coerce(Kind, stage)
+        check_name(_KINDS, stage, Kind)
         return NOOP_STAGE
 
     def set(

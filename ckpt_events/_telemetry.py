@@ -33,7 +33,7 @@ from ckpt_events._events import (
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
 from ckpt_events._spans import OperationSpan, _Span
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
-from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, coerce
+from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, check_name, coerce
 
 __all__ = ["CONTROLLER_INSTANCE", "SAFE_NAME", "Telemetry"]
 
@@ -48,16 +48,6 @@ _PHASES: Final = frozenset(p.value for p in Phase)
 _DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
 _COLLECTION_ACTIONS: Final = ("checkpoint", "restore")
 _MAX_RATIO_BOUND: Final = 1 << 64
-
-
-def _check(names: frozenset[str], value: object, vocabulary: type) -> None:
-    """Raise ``UnknownNameError`` unless ``value`` is in ``names``; allocates nothing if it is."""
-    try:
-        if value in names:
-            return
-    except TypeError:
-        pass
-    coerce(vocabulary, value)
 
 
 class Telemetry:
@@ -184,7 +174,7 @@ class Telemetry:
     ) -> CoordinateSpan:
         """A controller span ``gym.checkpoint.coordinate.<operation>``; ``.stage(kind)`` nests."""
         if not self._coordinate_on:
-            _check(_OPERATIONS, operation, Operation)
+            check_name(_OPERATIONS, operation, Operation)
             return NOOP_COORDINATE
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return CoordinateSpan(
@@ -220,7 +210,7 @@ class Telemetry:
     def refused(self, code: ErrorCode | str, *, checkpoint_id: str | None = None) -> None:
         """Count a request refused with protocol error ``code``."""
         if not self._refused_on:
-            _check(_CODES, code, ErrorCode)
+            check_name(_CODES, code, ErrorCode)
             return
         self.bus.emit(
             Refused(
@@ -231,7 +221,7 @@ class Telemetry:
     def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
         """Count a lease that ran out in ``phase`` (the participant resumed on its own)."""
         if not self._lease_on:
-            _check(_PHASES, phase, Phase)
+            check_name(_PHASES, phase, Phase)
             return
         self.bus.emit(
             LeaseExpired(
@@ -256,7 +246,7 @@ class Telemetry:
     ) -> None:
         """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
         if not self._cut_on:
-            _check(_DISPOSITIONS, disposition, Disposition)
+            check_name(_DISPOSITIONS, disposition, Disposition)
             return
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
             raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")

@@ -190,6 +190,19 @@ def coerce(vocabulary: type[E], value: object) -> E:
         raise UnknownNameError(what, value, [m.value for m in vocabulary]) from None
 
 
+def check_name(names: frozenset[str], value: object, vocabulary: type[enum.StrEnum]) -> None:
+    """Raise ``UnknownNameError`` unless ``value`` is in ``names`` (the vocabulary's values).
+
+    Allocates nothing when the name is known: the off path calls it on every site.
+    """
+    try:
+        if value in names:
+            return
+    except TypeError:  # unhashable: certainly not a name
+        pass
+    coerce(vocabulary, value)
+
+
 _WHAT: Final[dict[type[enum.StrEnum], str]] = {
     Kind: "participant kind",
     Operation: "operation",
