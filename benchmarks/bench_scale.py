@@ -31,6 +31,7 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 
 from benchmarks import report
 from ckpt_events import Bus, Kind, Telemetry
@@ -149,8 +150,8 @@ async def _peak_memory(n: int, workdir: Path) -> dict[str, int]:
             for member in fleet.members:
                 base = f"{member.url}/ng-control/v1/checkpoint"
                 body = PrepareRequest(checkpoint_id="m1", deadline_ts=deadline)
-                reply = await http.post(f"{base}/prepare", content=_encode(body), headers=headers)
-                assert _decode(reply.content, PrepareReply).phase.value == "prepared"
+                reply = await http.post(f"{base}/prepare", content=msgspec.json.encode(body), headers=headers)
+                assert msgspec.json.decode(reply.content, type=PrepareReply).phase.value == "prepared"
                 commit = CommitRequest(
                     checkpoint_id="m1",
                     deadline_ts=deadline,
@@ -158,22 +159,12 @@ async def _peak_memory(n: int, workdir: Path) -> dict[str, int]:
                     episode_ids=episodes,
                 )
                 with _traced() as peak:
-                    reply = await http.post(f"{base}/commit", content=_encode(commit), headers=headers)
-                _decode(reply.content, CommitReply)
+                    reply = await http.post(
+                        f"{base}/commit", content=msgspec.json.encode(commit), headers=headers
+                    )
+                msgspec.json.decode(reply.content, type=CommitReply)
                 peaks[member.name] = peak[0]
     return peaks
-
-
-def _encode(obj: Any) -> bytes:
-    import msgspec
-
-    return msgspec.json.encode(obj)
-
-
-def _decode(data: bytes, cls: type[Any]) -> Any:
-    import msgspec
-
-    return msgspec.json.decode(data, type=cls)
 
 
 @contextmanager
