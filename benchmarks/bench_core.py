@@ -18,9 +18,10 @@ from typing import Any
 
 import anyio
 
-from benchmarks import report
-from benchmarks.allocount import NOTHING, AllocCounterUnavailable, calls_per_run
 from ckpt_events import Bus, ErrorCode, Event, Kind, Refused, Telemetry
+
+from . import report
+from .allocount import NOTHING, AllocCounterUnavailable, calls_per_run
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "core.json"
 

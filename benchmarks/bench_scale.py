@@ -33,11 +33,12 @@ import anyio
 import httpx
 import msgspec
 
-from benchmarks import report
 from ckpt_events import Bus, Kind, Telemetry
 from participants import create_app
-from participants.coordinator import Coordinator, Member
+from participants.controller.coordinator import Coordinator, Member
 from participants.protocol import CommitReply, CommitRequest, EpisodeId, PrepareReply, PrepareRequest
+
+from . import report
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "scale.json"
 MEMBERS = (

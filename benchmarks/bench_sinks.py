@@ -24,10 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -35,7 +31,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from benchmarks import report
 from ckpt_events import (
     Bus,
     Disposition,
@@ -54,6 +49,8 @@ from ckpt_events import (
 )
 from sinks.jsonl import JsonLinesSink
 from sinks.otel import MetricSink, SpanSink
+
+from . import report
 
 TARGETS = {"spans_total": 0.2, "spans_emit": 0.02, "metrics": 0.25, "jsonl_events_per_s": 1_000_000}
 DEFAULT_JSON = Path(__file__).parent / "results" / "sinks.json"

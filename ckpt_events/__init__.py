@@ -4,6 +4,8 @@ Start here: ``Bus`` (owns delivery to sinks), ``Telemetry`` (what server code ca
 ``CheckpointEvent`` (the union of every event type). Errors derive from ``CkptEventsError``.
 """
 
+__version__ = "0.1.0"
+
 from ckpt_events._bus import Bus, BusStats, Sink, SinkStats, Subscription
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._errors import (
@@ -33,7 +35,7 @@ from ckpt_events._events import (
 )
 from ckpt_events._redact import DEFAULT_REDACT_KEYS, REDACTED, Redactor
 from ckpt_events._span_groups import SPAN_GROUP_PRESETS, SPAN_GROUPS, resolve_span_groups
-from ckpt_events._spans import OperationSpan, StepSpan
+from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._subscription import resolve_interests
 from ckpt_events._telemetry import CONTROLLER_INSTANCE, SAFE_NAME, Telemetry
 from ckpt_events._tracecontext import (

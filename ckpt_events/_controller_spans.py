@@ -19,7 +19,7 @@ from ckpt_events._events import (
     StageFinished,
     StageStarted,
 )
-from ckpt_events._spans import _OK, _bad, _error_fields, _Span
+from ckpt_events._span_handles import _OK, _bad, _error_fields, _Span
 from ckpt_events._tracecontext import _getrandbits
 from ckpt_events._vocab import Kind, Operation, coerce
 

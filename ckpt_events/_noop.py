@@ -13,7 +13,7 @@ from typing import Final, Self
 
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
-from ckpt_events._spans import OperationSpan, StepSpan
+from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._vocab import Kind, Phase, Step, check_name, coerce
 
 __all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]

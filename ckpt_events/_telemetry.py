@@ -31,7 +31,7 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
-from ckpt_events._spans import OperationSpan, _Span
+from ckpt_events._span_handles import OperationSpan, _Span
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, check_name, coerce
 

@@ -1,14 +1,19 @@
-"""Checkpoint participants: the control plane, the store and four workload kinds as FastAPI apps.
+"""Checkpoint participants and their controller, as FastAPI apps and clients.
+
+The package has four rooms, and imports flow one way::
+
+    protocol            wire types of the control plane (requests, replies, error codes)
+      <- workloads/     the simulated work of each kind and what it saves
+        <- server/      a participant as a FastAPI app: control plane, store, inference worker
+      <- controller/    client, coordinator, rollout collection, run directory
+    cli/                the ``ckpt-events`` command: uses all of the above; nothing imports it
 
 ``create_app(kind, instance=..., token=...)`` builds a participant; ``create_inference_app``
 the simulated inference worker the model participant calls; ``Coordinator`` drives their
-checkpoints and ``Collection`` runs rollouts on them. The wire format is in
-``participants.protocol``, the on-disk format in ``participants.store``.
+checkpoints and ``Collection`` runs rollouts on them.
 """
 
-from participants._app import PARTICIPANT_KINDS, create_app
-from participants._inference import create_inference_app
-from participants.collection import Collection
-from participants.coordinator import Coordinator
+from participants.controller import Collection, Coordinator
+from participants.server import PARTICIPANT_KINDS, create_app, create_inference_app
 
 __all__ = ["PARTICIPANT_KINDS", "Collection", "Coordinator", "create_app", "create_inference_app"]

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from sinks._metrics import MetricSink
-    from sinks._spans import SpanSink
+    from sinks._metric_sink import MetricSink
+    from sinks._span_sink import SpanSink
 
 __all__ = ["Configured", "configure"]
 
@@ -206,8 +206,8 @@ def _otel(
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    from sinks._metrics import MetricSink
-    from sinks._spans import SpanSink
+    from sinks._metric_sink import MetricSink
+    from sinks._span_sink import SpanSink
 
     readers: list[MetricReader] = list(metric_readers or ())
     exporter = span_exporter

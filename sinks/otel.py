@@ -1,6 +1,6 @@
 """OpenTelemetry sinks: ``SpanSink`` (any ``SpanExporter``) and ``MetricSink`` (a ``MeterProvider``)."""
 
-from sinks._metrics import MetricSink, MetricSinkStats
-from sinks._spans import SpanSink, SpanSinkStats
+from sinks._metric_sink import MetricSink, MetricSinkStats
+from sinks._span_sink import SpanSink, SpanSinkStats
 
 __all__ = ["MetricSink", "MetricSinkStats", "SpanSink", "SpanSinkStats"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-import participants
 from participants.protocol import (
     CommitRequest,
     ControlError,
@@ -64,15 +63,3 @@ def test_replies_reject_unknown_fields():
     """Replies are as strict as requests."""
     with pytest.raises(RequestError, match="unknown field"):
         decode(b'{"ready":true,"surprise":1}', PrepareReport)
-
-
-def test_public_surface_is_sorted_and_importable():
-    """participants and participants.protocol export sorted, importable names."""
-    from participants import protocol, store
-
-    for module in (participants, protocol, store):
-        # The house order: constants first, then classes, then functions.
-        key = lambda n: (not n.isupper(), n.lower() if n[0].islower() else n)  # noqa: E731
-        assert module.__all__ == sorted(module.__all__, key=key)
-        for name in module.__all__:
-            assert hasattr(module, name), name

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sink_helpers import metric_points
 
 from ckpt_events import Bus, ConfigurationError, Telemetry
 from sinks import configure
 from sinks.jsonl import read_events
+from tests.sinks.helpers import metric_points
 
 
 async def test_nothing_set_subscribes_nothing() -> None:

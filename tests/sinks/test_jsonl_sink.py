@@ -8,11 +8,11 @@ from typing import get_args
 
 import msgspec
 import pytest
-from sink_helpers import every_event_type
 
 from ckpt_events import Bus, CheckpointEvent, InvalidArgumentError, Telemetry
 from ckpt_events.testing import MemorySink
 from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
+from tests.sinks.helpers import every_event_type
 
 
 async def test_round_trip_of_every_event_type(tmp_path: Path) -> None:

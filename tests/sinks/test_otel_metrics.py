@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
-from sink_helpers import histogram_sums, metric_points
 
 from ckpt_events import Bus, InvalidArgumentError, Telemetry
 from sinks.otel import MetricSink
+from tests.sinks.helpers import histogram_sums, metric_points
 
 P = "nemo.gym.checkpoint."
 DURATION = "gym.checkpoint.operation_duration_ms"

@@ -10,7 +10,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from sink_helpers import by_name
 
 from ckpt_events import (
     PREPARE_ORDER,
@@ -26,6 +25,7 @@ from ckpt_events import (
 )
 from ckpt_events.testing import MemorySink
 from sinks.otel import SpanSink
+from tests.sinks.helpers import by_name
 
 P = "nemo.gym.checkpoint."
 

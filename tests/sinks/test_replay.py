@@ -9,13 +9,13 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sink_helpers import every_event_type, histogram_sums, metric_points
 
 from ckpt_events import Bus, InvalidArgumentError
 from ckpt_events.testing import MemorySink
 from sinks.jsonl import JsonLinesSink
 from sinks.otel import MetricSink, SpanSink
 from sinks.replay import replay
+from tests.sinks.helpers import every_event_type, histogram_sums, metric_points
 
 
 def _shape(spans: tuple[ReadableSpan, ...]) -> list[tuple[object, ...]]:

@@ -1,0 +1,51 @@
+"""``ckpt-events bench``: run the benchmark suites and print one table of ratios."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from participants.cli.command import (
+    Command,
+    writable_path,
+)
+
+__all__ = ["BENCH"]
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="fewer iterations and a smaller scale run")
+    parser.add_argument(
+        "--json",
+        type=writable_path,
+        default=Path("benchmark-results.json"),
+        help="where to write the figures",
+    )
+    parser.add_argument("--only", choices=("core", "sinks", "scale"), action="append", help="run only these")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    # The suites ship as `ckpt_events_bench` (the checkout's benchmarks/ folder), so this works
+    # from an installed package and from a checkout alike.
+    import importlib
+
+    from ckpt_events_bench import report
+
+    chosen = args.only or ["core", "sinks", "scale"]
+    rows: list[Any] = []
+    figures: dict[str, Any] = {}
+    for name in chosen:
+        module = importlib.import_module(f"ckpt_events_bench.bench_{name}")
+        print(f"running {name} benchmarks...", file=sys.stderr)
+        result = module.run(quick=args.quick)
+        rows.extend(result.pop("rows"))
+        figures[name] = result
+    report.print_table("ckpt-events benchmarks (ratios measured side by side in one run)", rows)
+    report.write_json(args.json, figures)
+    print(f"figures written to {args.json}")
+    return 0
+
+
+BENCH = Command("bench", "run the benchmark suite and print one table of ratios", _bench_arguments, _bench)

@@ -1,0 +1,148 @@
+"""What a ``ckpt-events`` subcommand is, and the argument types and helpers the commands share."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+
+from ckpt_events import SAFE_NAME
+
+__all__ = [
+    "Command",
+    "CommandError",
+    "check_reachable",
+    "console",
+    "existing_file",
+    "fraction",
+    "http_endpoint",
+    "instance_name",
+    "load_events",
+    "port_number",
+    "positive_int",
+    "positive_number",
+    "writable_path",
+]
+
+
+class CommandError(Exception):
+    """A usage or setup problem, reported as one line on stderr with exit status 2."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: ``add_arguments(parser)`` declares it, ``run(args)`` returns the exit status."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def existing_file(value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a readable file")
+    return path
+
+
+def writable_path(value: str) -> Path:
+    path = Path(value)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder of {value!r} does not exist")
+    return path
+
+
+def console() -> Any:
+    """A rich console; piped output gets a wide fixed width so the tables stay readable."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=170)
+
+
+def load_events(path: Path) -> list[Any]:
+    """Every event of a JSON-lines log; corrupt lines are reported (with their number) and skipped."""
+    from sinks import CorruptLine, read_events
+
+    events: list[Any] = []
+    try:
+        for _, item in read_events(path):
+            if isinstance(item, CorruptLine):
+                print(f"{path}:{item.line}: corrupt line skipped: {item.error}", file=sys.stderr)
+            else:
+                events.append(item)
+    except OSError as exc:
+        raise CommandError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    return events
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
+    return number
+
+
+def fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0.0 < number < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1")
+    return number
+
+
+def http_endpoint(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:4318")
+    return value
+
+
+async def check_reachable(url: str, timeout: float = 3.0) -> None:
+    """Fail fast with one line when nothing listens at an endpoint's host and port."""
+    parsed = urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with anyio.fail_after(timeout):
+            stream = await anyio.connect_tcp(parsed.hostname or "127.0.0.1", port)
+    except (OSError, TimeoutError):
+        raise CommandError(
+            f"nothing answers at {url}: start a collector there, or fix the endpoint"
+        ) from None
+    await stream.aclose()
+
+
+def instance_name(value: str) -> str:
+    if SAFE_NAME.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not 1-128 characters of [A-Za-z0-9._-]")
+    return value
+
+
+def port_number(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not in 0-65535")
+    return port
+
+
+def positive_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} must be a finite number > 0")
+    return number

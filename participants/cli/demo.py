@@ -1,0 +1,87 @@
+"""``ckpt-events demo``: run rollouts, checkpoint mid-flight, kill, restore, finish, and report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import anyio
+
+from participants.cli.command import (
+    Command,
+    CommandError,
+    check_reachable,
+    console,
+    fraction,
+    http_endpoint,
+    positive_int,
+    writable_path,
+)
+
+__all__ = ["DEMO"]
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rollouts", type=positive_int, default=1000, help="rollouts to run (1000)")
+    parser.add_argument("--steps", type=positive_int, default=2, help="steps per rollout (2)")
+    parser.add_argument("--concurrency", type=positive_int, default=16, help="rollouts in flight (16)")
+    parser.add_argument(
+        "--checkpoint-at", type=fraction, default=0.4, help="checkpoint when this share is done (0.4)"
+    )
+    parser.add_argument(
+        "--processes", action="store_true", help="run the servers as real processes, killed with SIGKILL"
+    )
+    parser.add_argument(
+        "--jsonl", type=writable_path, metavar="PATH", help="also write every event as JSON lines"
+    )
+    parser.add_argument(
+        "--report", type=writable_path, metavar="PATH", help="also write the timeline (.svg or .html)"
+    )
+    parser.add_argument(
+        "--otlp-endpoint",
+        type=http_endpoint,
+        metavar="URL",
+        default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        help="export spans and metrics to this OTLP/HTTP collector ($OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    # Imported here so `ckpt-events --help` and the other commands load no server stack.
+    from participants.cli.demo_runner import DemoFailed, DemoOptions, run_demo
+
+    options = DemoOptions(
+        rollouts=args.rollouts,
+        steps=args.steps,
+        concurrency=args.concurrency,
+        checkpoint_at=args.checkpoint_at,
+        processes=args.processes,
+        workdir=args.workdir,
+        jsonl=args.jsonl,
+        report=args.report,
+        otlp_endpoint=args.otlp_endpoint,
+    )
+    if args.otlp_endpoint:
+        anyio.run(check_reachable, args.otlp_endpoint)
+    try:
+        result = anyio.run(run_demo, options, console())
+    except DemoFailed as exc:
+        raise CommandError(f"the run finished with a wrong result: {exc}") from None
+    if result.spans_not_exported:
+        raise CommandError(
+            f"{result.spans_not_exported} spans could not be exported to {args.otlp_endpoint}: "
+            "is a collector listening there?"
+        )
+    return 0
+
+
+DEMO = Command(
+    "demo",
+    "run rollouts, checkpoint mid-flight, kill, restore, finish, and show where the time went",
+    _demo_arguments,
+    _demo,
+)

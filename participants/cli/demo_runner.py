@@ -1,0 +1,291 @@
+"""What ``ckpt-events demo`` runs: a checkpoint, a crash and a restore, end to end, then where the time went.
+
+Two generations of the same fleet (an inference worker and the four participants): the
+first runs rollouts and checkpoints them mid-flight, then dies; the second starts fresh,
+restores the published checkpoint, finishes every rollout and is checked. The servers run
+as real uvicorn servers inside this process by default, or as ``serve`` processes (killed
+with SIGKILL) with ``--processes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import sinks
+from ckpt_events import Bus, Telemetry
+from ckpt_events.testing import MemorySink
+from participants.cli.fleet import local_fleet, process_fleet, write_token_file
+from participants.cli.timeline import render, spans_of, write_timeline
+from participants.controller.collection import Collection, CollectionSummary
+from participants.controller.coordinator import Coordinator
+
+__all__ = ["DemoFailed", "DemoOptions", "DemoResult", "run_demo"]
+
+#: In-process workloads run fast: the demo is about the checkpoint, not the simulated work.
+FAST_WORKLOADS: dict[str, dict[str, Any]] = {
+    "environment-0": {"step_seconds": 0.001},
+    "model-0": {"max_tokens": 4},
+    "agent-0": {"turn_seconds": 0.001},
+    "resources-0": {"request_seconds": 0.001},
+}
+MEMBERS = (
+    ("environment", "environment-0"),
+    ("model", "model-0"),
+    ("agent", "agent-0"),
+    ("resources", "resources-0"),
+)
+
+
+class DemoFailed(Exception):
+    """The run finished but its result is wrong (a rollout lost, run twice, or a wrong attempt)."""
+
+
+@dataclass
+class DemoOptions:
+    """What ``ckpt-events demo`` runs; the defaults finish in well under a minute on 2 cores."""
+
+    rollouts: int = 1000
+    steps: int = 2
+    concurrency: int = 16
+    checkpoint_at: float = 0.4
+    processes: bool = False
+    workdir: Path | None = None
+    jsonl: Path | None = None
+    report: Path | None = None
+    otlp_endpoint: str | None = None
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured and checked."""
+
+    first: CollectionSummary
+    second: CollectionSummary
+    checkpoint_id: str
+    continued: list[str]
+    seconds: dict[str, float] = field(default_factory=dict)
+    events: list[Any] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    #: Spans the OTLP exporter failed to deliver (0 without an endpoint).
+    spans_not_exported: int = 0
+
+
+@contextlib.asynccontextmanager
+async def _fleet(
+    opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int
+) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
+    """Yield (instance -> url, crash) for one generation of the fleet."""
+    if not opts.processes:
+        async with local_fleet(token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS) as urls:
+            yield urls, lambda: None  # leaving the block stops the servers; their state is gone
+        return
+    token_file = write_token_file(workdir / "token", token)
+    logs = workdir / "logs"
+
+    def env(instance: str) -> dict[str, str]:
+        extra = {"CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")}
+        if opts.otlp_endpoint:
+            extra["OTEL_EXPORTER_OTLP_ENDPOINT"] = opts.otlp_endpoint
+            extra["OTEL_SERVICE_NAME"] = f"ckpt-events-demo/{instance}"
+        return extra
+
+    fleet = await process_fleet(token_file=token_file, log_dir=logs, members=MEMBERS, env=env)
+    crashed = False
+    try:
+
+        def crash() -> None:
+            nonlocal crashed
+            crashed = True
+            for process in fleet:
+                process.kill()
+
+        yield {p.instance: p.url for p in fleet[1:]}, crash
+    finally:
+        for process in fleet:
+            process.terminate() if not crashed else process.kill()
+
+
+async def _run_generation(
+    opts: DemoOptions,
+    console: Console,
+    coordinator: Coordinator,
+    run_dir: Path,
+    tel: Telemetry,
+    *,
+    label: str,
+    stop_at: float | None,
+) -> tuple[Collection, CollectionSummary]:
+    collection = Collection(
+        coordinator,
+        run_dir,
+        telemetry=tel,
+        rollouts=opts.rollouts,
+        steps=opts.steps,
+        concurrency=opts.concurrency,
+    )
+    summary: CollectionSummary | None = None
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(label, total=opts.rollouts)
+
+        async def run() -> None:
+            nonlocal summary
+            summary = await collection.run()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            checkpointed = False
+            while summary is None:
+                done = collection.progress()["done"]
+                progress.update(task, completed=done)
+                if stop_at is not None and not checkpointed and done >= stop_at * opts.rollouts:
+                    checkpointed = True
+                    progress.update(task, description=f"{label}: checkpoint and stop")
+                    await collection.checkpoint(stop=True)
+                await anyio.sleep(0.05)
+            progress.update(task, completed=collection.progress()["done"])
+    assert summary is not None
+    return collection, summary
+
+
+async def _verify(
+    opts: DemoOptions,
+    first: CollectionSummary,
+    second: CollectionSummary,
+    continued: list[str],
+    urls: dict[str, str],
+) -> list[str]:
+    """Check the outcome; returns the checks that passed (raises DemoFailed on the first that fails)."""
+    passed: list[str] = []
+    if not first.stopped or first.completed >= opts.rollouts:
+        raise DemoFailed("the first generation was not checkpointed mid-flight")
+    if second.completed != opts.rollouts:
+        raise DemoFailed(f"{opts.rollouts - second.completed} rollouts did not complete")
+    passed.append(f"all {opts.rollouts} rollouts completed")
+    attempts = second.attempts
+    wrong = [r for r in continued if attempts[r] != 1]
+    if wrong:
+        raise DemoFailed(f"continued rollouts not on attempt 1: {wrong[:5]}")
+    passed.append(f"{len(continued)} rollouts in flight at the checkpoint continued as attempt 1")
+    redone = [r for r, a in attempts.items() if a > 1]
+    if redone:
+        raise DemoFailed(f"rollouts ran more than one extra attempt: {redone[:5]}")
+    passed.append("no rollout ran twice (every attempt number is 0 or 1)")
+    async with httpx.AsyncClient(timeout=10) as http:
+        if continued:
+            sample = continued[0]
+            for instance, url in urls.items():
+                view = (await http.get(f"{url}/work/{sample}-a1")).json()
+                if view.get("boundary") != opts.steps or view.get("attempt") != 1:
+                    raise DemoFailed(f"{instance} holds {sample} as {view}, not finished as attempt 1")
+                late = await http.post(f"{url}/work/advance", json={"rollout_id": sample, "attempt": 0})
+                code = late.json().get("error", {}).get("code") if late.status_code == 409 else None
+                if code != "stale_attempt":
+                    raise DemoFailed(f"{instance} answered a late attempt-0 call with {late.status_code}")
+            passed.append(f"a late attempt-0 call for {sample} got 409 stale_attempt on every participant")
+    return passed
+
+
+async def _first_generation(
+    opts: DemoOptions, console: Console, bus: Bus, tel: Telemetry, token: str, workdir: Path
+) -> CollectionSummary:
+    """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
+    async with (
+        _fleet(opts, bus, token, workdir, 1) as (urls, crash),
+        await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
+    ):
+        _, summary = await _run_generation(
+            opts, console, coordinator, workdir / "run", tel, label="generation 1", stop_at=opts.checkpoint_at
+        )
+        crash()
+    return summary
+
+
+async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
+    """Run both generations, verify, and print the breakdown, timeline and counts."""
+    token = secrets.token_urlsafe(24)
+    with contextlib.ExitStack() as stack:
+        workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        memory = MemorySink()
+        seconds: dict[str, float] = {}
+        async with Bus(buffer_size=1 << 20) as bus:
+            bus.subscribe(memory, name="demo-report")
+            configured = sinks.configure(
+                bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ={}
+            )
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            try:
+                start = time.monotonic()
+                first = await _first_generation(opts, console, bus, tel, token, workdir)
+                seconds["generation 1"] = time.monotonic() - start
+                checkpoint_id = first.checkpoints[-1]
+                manifest = (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
+                continued = [e["rollout_id"] for e in msgspec.json.decode(manifest)["continued"]]
+                console.print(
+                    f"[bold]crash[/bold]: every participant killed after checkpoint {checkpoint_id} "
+                    f"({first.completed} done, {len(continued)} in flight)"
+                )
+                start = time.monotonic()
+                async with (
+                    _fleet(opts, bus, token, workdir, 2) as (urls, _),
+                    await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
+                ):
+                    _, second = await _run_generation(
+                        opts,
+                        console,
+                        coordinator,
+                        workdir / "run",
+                        tel,
+                        label="generation 2 (restored)",
+                        stop_at=None,
+                    )
+                    passed = await _verify(opts, first, second, continued, urls)
+                seconds["generation 2"] = time.monotonic() - start
+            finally:
+                await bus.flush(timeout=10)
+                await configured.aclose()
+        span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
+        events = list(memory.events)
+        if opts.processes:
+            from participants.cli.commands import load_events
+
+            for log in sorted((workdir / "logs").glob("*.jsonl")):
+                events.extend(load_events(log))
+        _show(console, opts, events, checkpoint_id, passed)
+        return DemoResult(
+            first,
+            second,
+            checkpoint_id,
+            continued,
+            seconds,
+            events,
+            passed,
+            span_stats.dropped if span_stats is not None else 0,
+        )
+
+
+def _show(
+    console: Console, opts: DemoOptions, events: list[Any], checkpoint_id: str, passed: list[str]
+) -> None:
+    render(console, events, title=f"demo: {opts.rollouts} rollouts x {opts.steps} steps")
+    for check in passed:
+        console.print(f"[green]ok[/green] {check}")
+    if opts.report is not None:
+        write_timeline(opts.report, spans_of(events), title=f"checkpoint {checkpoint_id}")
+        console.print(f"timeline written to {opts.report}")
+    if opts.jsonl is not None:
+        console.print(f"events written to {opts.jsonl} (try: ckpt-events report {opts.jsonl})")

@@ -1,0 +1,267 @@
+"""Running servers for tests and demos: ``serve`` processes, or uvicorn inside this process.
+
+``ServerProcess`` starts ``python -m participants.cli.main serve <kind>`` on 127.0.0.1; its
+stdout and stderr go to files in ``log_dir`` (a pipe nobody reads could fill and stall
+it), and one that exits before it listens raises ``LaunchError`` with its stderr's tail.
+``serving(app)`` runs an ASGI app under a real uvicorn server in the current event loop,
+on a socket bound to a free port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, Final
+
+import anyio
+import uvicorn
+
+__all__ = [
+    "LaunchError",
+    "ServerProcess",
+    "free_port",
+    "local_fleet",
+    "process_fleet",
+    "serving",
+    "write_token_file",
+]
+
+_POLL: Final = 0.05
+
+
+def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    # The child imports this very checkout, however (or whether) it was installed.
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class LaunchError(RuntimeError):
+    """A server process did not come up (it exited, or did not listen in time)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def write_token_file(path: Path, token: str) -> Path:
+    """Write ``token`` to ``path``, readable by its owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return path
+
+
+class ServerProcess:
+    """One ``python -m participants.cli.main serve <kind>`` process."""
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        instance: str,
+        token_file: Path,
+        log_dir: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.kind = kind
+        self.instance = instance
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = log_dir / f"{instance}.stderr"
+        argv = [
+            sys.executable, "-m", "participants.cli.main", "serve", kind,
+            "--instance", instance, "--host", host, "--port", str(self.port),
+            "--token-file", str(token_file), *extra_args,
+        ]  # fmt: skip
+        self._out: IO[bytes] = open(log_dir / f"{instance}.stdout", "ab")  # noqa: SIM115 - closed in wait()
+        self._err: IO[bytes] = open(self.stderr_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._out,
+            stderr=self._err,
+            stdin=subprocess.DEVNULL,
+            env=_child_env(env),
+        )
+
+    def __repr__(self) -> str:
+        return f"<ServerProcess {self.kind} {self.instance} {self.url} pid={self.proc.pid}>"
+
+    def _stderr_tail(self, limit: int = 2000) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    async def wait_listening(self, timeout: float = 20.0) -> None:
+        """Return once the port accepts connections (uvicorn binds after its lifespan startup)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LaunchError(f"{self!r} exited with {self.proc.returncode}: {self._stderr_tail()}")
+            try:
+                stream = await anyio.connect_tcp(self.host, self.port)
+            except OSError:
+                await anyio.sleep(_POLL)
+                continue
+            await stream.aclose()
+            return
+        raise LaunchError(f"{self!r} did not listen within {timeout} s: {self._stderr_tail()}")
+
+    def kill(self) -> int:
+        """SIGKILL (a crash: nothing is flushed or closed), then reap."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.wait(10.0)
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM (uvicorn shuts down, the lifespan closes the bus), SIGKILL if it lingers."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return self.kill()
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.returncode is not None:
+                self._out.close()
+                self._err.close()
+
+
+class _EmbeddedServer(uvicorn.Server):
+    # Signals belong to the host process (pytest, a CLI), not to each embedded server.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 10.0) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    server = _EmbeddedServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    ended = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            ended.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            with anyio.move_on_after(start_timeout):
+                while not server.started and not ended.is_set():
+                    await anyio.sleep(0.01)
+            if not server.started:
+                server.should_exit = True
+                raise LaunchError(f"uvicorn did not start {app!r} on {host}:{port}")
+            try:
+                yield f"http://{host}:{port}"
+            finally:
+                server.should_exit = True
+    finally:
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def local_fleet(
+    *,
+    token: str,
+    bus: Any = None,
+    members: Sequence[tuple[str, str]] = (
+        ("environment", "environment-0"),
+        ("model", "model-0"),
+        ("agent", "agent-0"),
+        ("resources", "resources-0"),
+    ),
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> AsyncIterator[dict[str, str]]:
+    """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
+
+    Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
+    instance to extra ``create_app`` keyword arguments.
+    """
+    from participants import create_app, create_inference_app
+
+    urls: dict[str, str] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        inference_url = await stack.enter_async_context(serving(create_inference_app(token=token)))
+        for kind, instance in members:
+            extra = dict((options or {}).get(instance, {}))
+            if kind == "model":
+                extra.setdefault("inference_url", inference_url)
+                extra.setdefault("inference_token", token)
+            app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
+            urls[instance] = await stack.enter_async_context(serving(app))
+        yield urls
+
+
+async def process_fleet(
+    *,
+    token_file: Path,
+    log_dir: Path,
+    members: Sequence[tuple[str, str]],
+    env: Callable[[str], Mapping[str, str]] = lambda instance: {},
+    listen_timeout: float = 30.0,
+) -> list[ServerProcess]:
+    """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
+
+    Returns them inference worker first, once every one listens; ``env(instance)`` adds to
+    each process's environment. If any fails to come up, all are killed and it raises.
+    """
+    fleet: list[ServerProcess] = []
+    try:
+        inference = ServerProcess(
+            "inference",
+            instance="inference-0",
+            token_file=token_file,
+            log_dir=log_dir,
+            env=env("inference-0"),
+        )
+        fleet.append(inference)
+        for kind, instance in members:
+            extra = ["--inference-url", inference.url] if kind == "model" else []
+            fleet.append(
+                ServerProcess(
+                    kind,
+                    instance=instance,
+                    token_file=token_file,
+                    log_dir=log_dir,
+                    env=env(instance),
+                    extra_args=extra,
+                )
+            )
+        async with anyio.create_task_group() as tg:
+            for process in fleet:
+                tg.start_soon(process.wait_listening, listen_timeout)
+    except BaseException:
+        for process in fleet:
+            process.kill()
+        raise
+    return fleet

@@ -1,0 +1,61 @@
+"""``ckpt-events``: the command line. One module per subcommand; ``COMMANDS`` lists them.
+
+To add a subcommand, write a module with a ``Command`` and append it to ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ckpt_events import CkptEventsError
+from participants.cli.bench import BENCH
+from participants.cli.command import Command, CommandError
+from participants.cli.demo import DEMO
+from participants.cli.replay import REPLAY
+from participants.cli.report import REPORT
+from participants.cli.serve import SERVE
+
+__all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    # One line, no usage dump: the message says what is wrong and which flag to fix.
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+COMMANDS: list[Command] = [
+    SERVE,
+    DEMO,
+    REPORT,
+    REPLAY,
+    BENCH,
+]
+
+
+def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with one subparser per registered command."""
+    parser = _Parser(prog="ckpt-events", description="Telemetry for partial-rollout checkpoints.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for command in COMMANDS if commands is None else commands:
+        command.add_arguments(sub.add_parser(command.name, help=command.help, description=command.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns (and as a script exits with) the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = {c.name: c.run for c in COMMANDS}[args.command]
+    try:
+        return handler(args)
+    except (CommandError, CkptEventsError) as exc:
+        print(f"ckpt-events {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""``ckpt-events report``: breakdown, waterfall and counts from a recorded JSON-lines log."""
+
+from __future__ import annotations
+
+import argparse
+
+from participants.cli.command import (
+    Command,
+    CommandError,
+    console,
+    existing_file,
+    load_events,
+    writable_path,
+)
+
+__all__ = ["REPORT"]
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log", type=existing_file, help="a JSON-lines log written by the jsonl sink")
+    parser.add_argument(
+        "--report", type=writable_path, metavar="PATH", help="also write the timeline (.svg or .html)"
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from participants.cli.timeline import render, spans_of, write_timeline
+
+    events = load_events(args.log)
+    if not events:
+        raise CommandError(f"{str(args.log)!r} holds no checkpoint events")
+    render(console(), events, title=str(args.log))
+    if args.report is not None:
+        write_timeline(args.report, spans_of(events))
+        print(f"timeline written to {args.report}")
+    return 0
+
+
+REPORT = Command(
+    "report", "breakdown, timeline and counts from a recorded JSON-lines log", _report_arguments, _report
+)

@@ -1,0 +1,25 @@
+"""The controller side: the client of the control plane, the coordinator and the rollout collection.
+
+``client.ControlClient`` calls one participant; ``coordinator.Coordinator`` drives a checkpoint
+or a restore across all of them (prepare in stages, commit and restore fanned out, abort);
+``collection.Collection`` runs rollouts on the fleet and checkpoints them into a run directory
+(``run_directory``). The controller speaks ``participants.protocol`` only: it never imports the
+server or the workloads.
+"""
+
+from participants.controller.client import ControlCallError, ControlClient
+from participants.controller.collection import Collection, CollectionSummary
+from participants.controller.coordinator import Coordinator
+from participants.controller.types import CheckpointNotPrepared, CoordinationError, Member, PrepareResult
+
+__all__ = [
+    "CheckpointNotPrepared",
+    "Collection",
+    "CollectionSummary",
+    "ControlCallError",
+    "ControlClient",
+    "CoordinationError",
+    "Coordinator",
+    "Member",
+    "PrepareResult",
+]

@@ -1,0 +1,397 @@
+"""Rollout collection: a controller that runs rollouts on the participants and checkpoints them.
+
+A rollout is one episode of ``steps`` units on every participant, driven through the
+uniform workload API (``/work/start``, ``/work/advance``). Checkpoints are taken on demand
+(``checkpoint()``), on a timer, on SIGUSR1, and with ``stop=True`` on SIGTERM (checkpoint,
+then stop dispatching). ``run()`` first restores the published checkpoint of the run
+directory, if any: its continued episodes go on as ``attempt + 1`` from their boundaries,
+the others restart from their inputs, also as a new attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import signal
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Final
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import httpx
+import msgspec
+
+from ckpt_events import CollectionSpan, Telemetry
+from participants.controller.coordinator import (
+    CheckpointNotPrepared,
+    CoordinationError,
+    Coordinator,
+    Member,
+    PrepareResult,
+)
+from participants.controller.run_directory import (
+    CollectionManifest,
+    RunDir,
+    new_checkpoint_id,
+    new_restore_id,
+)
+from participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
+
+__all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
+
+logger: Final = logging.getLogger("participants.controller.collection")
+
+_RETRY_DELAY: Final = 0.02
+_MAX_REFUSALS: Final = 2_000
+
+
+class RolloutRetired(Exception):
+    """The participants fenced this attempt (``stale_attempt``): another attempt owns the rollout."""
+
+
+class Rollout:
+    """What the controller knows of one rollout: its attempt and where each participant is."""
+
+    __slots__ = ("attempt", "done_at", "rollout_id", "started", "status")
+
+    def __init__(self, rollout_id: str, attempt: int = 0) -> None:
+        self.rollout_id = rollout_id
+        self.attempt = attempt
+        self.status = "pending"  # pending, running, done, retired
+        self.started: set[str] = set()  # members that accepted /work/start for this attempt
+        self.done_at: set[str] = set()  # members where this attempt reached its last step
+
+    @property
+    def episode_id(self) -> EpisodeId:
+        return EpisodeId(self.rollout_id, self.attempt)
+
+
+class CollectionSummary(msgspec.Struct, kw_only=True):
+    """What ``run()`` did: rollouts finished, the attempts they finished as, checkpoints taken."""
+
+    completed: int
+    stopped: bool
+    restored_from: str | None
+    checkpoints: list[str]
+    attempts: dict[str, int]
+
+
+class Collection:
+    """Runs ``rollouts`` rollouts of ``steps`` units on the coordinator's members.
+
+    ``concurrency`` bounds the rollouts in flight; ``checkpoint_every_s`` adds a timer;
+    ``handle_signals`` installs SIGUSR1 (checkpoint) and SIGTERM (checkpoint and stop).
+    Work calls go through ``http`` if given, else a client of its own sized to
+    ``concurrency`` (never the coordinator's control client).
+    """
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        run_dir: Path | str,
+        *,
+        telemetry: Telemetry,
+        rollouts: int | Iterable[str],
+        steps: int,
+        concurrency: int = 8,
+        run_id: str | None = None,
+        checkpoint_every_s: float | None = None,
+        deadline_s: float = 30.0,
+        handle_signals: bool = False,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        if steps < 1 or concurrency < 1:
+            raise ValueError("steps and concurrency must be >= 1")
+        self.coordinator = coordinator
+        self.run_dir = RunDir(run_dir)
+        self.tel = telemetry
+        ids = [f"r{i:05d}" for i in range(rollouts)] if isinstance(rollouts, int) else list(rollouts)
+        self.rollouts: dict[str, Rollout] = {rid: Rollout(rid) for rid in ids}
+        self.steps = steps
+        self.run_id = run_id or self.run_dir.path.name
+        self.checkpoint_every_s = checkpoint_every_s
+        self.deadline_s = deadline_s
+        self.handle_signals = handle_signals
+        self.checkpoints: list[str] = []
+        self.restored_from: str | None = None
+        self._concurrency = concurrency
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self._given_client = http
+        self._work_clients: dict[str, httpx.AsyncClient] = {}
+        self._open = anyio.Event()
+        self._open.set()
+        self._lock = anyio.Lock()
+        self._stopped = False
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    def _http(self, member: Member) -> httpx.AsyncClient:
+        if self._given_client is not None:
+            return self._given_client
+        return self._work_clients[member.url]
+
+    @contextlib.asynccontextmanager
+    async def _work_http(self) -> AsyncIterator[None]:
+        """Clients for work calls, apart from the coordinator's control client: one per member.
+
+        Sharing one pool let hundreds of work calls queue ahead of a checkpoint's control
+        calls (seen as a stage span far longer than the prepare inside it). One pool per
+        member, sized to ``concurrency`` (a rollout has at most one call in flight on each
+        member), never queues: httpcore scans every queued request against every connection
+        on each assignment, which made a shared, queueing pool the demo's main CPU cost.
+        """
+        if self._given_client is not None:
+            yield
+            return
+        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency)
+        timeout = httpx.Timeout(self.deadline_s, pool=self.deadline_s)
+        async with contextlib.AsyncExitStack() as stack:
+            for member in self.coordinator.members:
+                client = httpx.AsyncClient(limits=limits, timeout=timeout)
+                self._work_clients[member.url] = await stack.enter_async_context(client)
+            try:
+                yield
+            finally:
+                self._work_clients.clear()
+
+    def progress(self) -> dict[str, int]:
+        """How many rollouts are pending, running, done and retired."""
+        counts = dict.fromkeys(("pending", "running", "done", "retired"), 0)
+        for rollout in self.rollouts.values():
+            counts[rollout.status] += 1
+        return counts
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def run(self) -> CollectionSummary:
+        """Restore the published checkpoint if there is one, then run every rollout to its end.
+
+        A restore that fails (all or nothing) restarts that checkpoint's rollouts from their
+        inputs, past the attempts the coordinator retired.
+        """
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        latest = self.run_dir.latest()
+        if latest is not None:
+            try:
+                await self.restore(latest)
+            except CoordinationError as exc:
+                # Nothing was installed anywhere; its rollouts restart from their inputs.
+                logger.warning("restore of %s failed, restarting its rollouts: %s", latest, exc)
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            if self.handle_signals:
+                tg.start_soon(self._signals)
+            if self.checkpoint_every_s is not None:
+                tg.start_soon(self._timer, self.checkpoint_every_s)
+            async with self._work_http(), anyio.create_task_group() as drivers:
+                for rollout in self.rollouts.values():
+                    if rollout.status in ("pending", "running"):
+                        drivers.start_soon(self._drive, rollout)
+            tg.cancel_scope.cancel()
+        self._tg = None
+        return CollectionSummary(
+            completed=self.progress()["done"],
+            stopped=self._stopped,
+            restored_from=self.restored_from,
+            checkpoints=list(self.checkpoints),
+            attempts={r.rollout_id: r.attempt for r in self.rollouts.values()},
+        )
+
+    async def _signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGTERM) as received:
+            async for signum in received:
+                stop = signum == signal.SIGTERM
+                try:
+                    await self.checkpoint(stop=stop)
+                except (CheckpointNotPrepared, CoordinationError) as exc:
+                    logger.warning("checkpoint on signal %s failed: %s", signum, exc)
+                    if stop:
+                        self._stop_now()
+
+    async def _timer(self, every: float) -> None:
+        while True:
+            await anyio.sleep(every)
+            try:
+                await self.checkpoint()
+            except (CheckpointNotPrepared, CoordinationError) as exc:
+                logger.warning("timed checkpoint failed: %s", exc)
+
+    def _stop_now(self) -> None:
+        self._stopped = True
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    async def _drive(self, rollout: Rollout) -> None:
+        """Start (if needed) and advance one rollout on every member until each reports done."""
+        async with self._limiter:
+            try:
+                while rollout.status in ("pending", "running"):
+                    members = self.coordinator.members
+                    if len(rollout.started) < len(members):
+                        # Running from the first call on: a checkpoint taken mid-start restarts it.
+                        rollout.status = "running"
+                        await self._fan(
+                            rollout, [m for m in members if m.name not in rollout.started], "start"
+                        )
+                        continue
+                    pending = [m for m in members if m.name not in rollout.done_at]
+                    if not pending:
+                        rollout.status = "done"
+                        break
+                    await self._fan(rollout, pending, "advance")
+            except RolloutRetired:
+                rollout.status = "retired"
+
+    async def _fan(self, rollout: Rollout, members: list[Member], action: str) -> None:
+        attempt = rollout.attempt
+        async with anyio.create_task_group() as tg:
+            for member in members:
+                tg.start_soon(self._work_call, rollout, attempt, member, action)
+
+    async def _work_call(self, rollout: Rollout, attempt: int, member: Member, action: str) -> None:
+        body: dict[str, object] = {"rollout_id": rollout.rollout_id, "attempt": attempt}
+        if action == "start":
+            body["steps"] = self.steps
+        url = member.url.rstrip("/") + "/work/" + action
+        for _ in range(_MAX_REFUSALS):
+            await self._open.wait()
+            if rollout.attempt != attempt:
+                return  # a restore moved this rollout on; this call belongs to the old attempt
+            response = await self._http(member).post(url, json=body, timeout=self.deadline_s)
+            if response.status_code == 409:
+                code = response.json().get("error", {}).get("code")
+                if code == "stale_attempt":
+                    raise RolloutRetired(f"{rollout.rollout_id} attempt {attempt} at {member.name}")
+                if code == "admission_closed":
+                    # A checkpoint is open; wait for it (the event) and for the participant to reopen.
+                    await anyio.sleep(_RETRY_DELAY)
+                    continue
+            response.raise_for_status()
+            if action == "start":
+                msgspec.json.decode(response.content, type=WorkStartReply)
+                rollout.started.add(member.name)
+            elif msgspec.json.decode(response.content, type=WorkAdvanceReply).done:
+                rollout.done_at.add(member.name)
+            return
+        raise RuntimeError(f"{url} refused {rollout.rollout_id} {_MAX_REFUSALS} times")
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    async def checkpoint(self, *, stop: bool = False) -> str:
+        """Checkpoint the rollouts in flight and publish it; with ``stop``, stop dispatching after.
+
+        Raises ``CheckpointNotPrepared`` (nothing published, everyone resumed) or
+        ``CoordinationError``.
+        """
+        async with self._lock:
+            checkpoint_id = new_checkpoint_id()
+            self._open = anyio.Event()  # hold our own calls back while the checkpoint is open
+            try:
+                with self.tel.collection("checkpoint", checkpoint_id=checkpoint_id) as span:
+                    span.set(stop=stop, published=False)
+                    await self._checkpoint(checkpoint_id, stop, span)
+                    span.set(published=True)
+            finally:
+                self._open.set()
+            self.checkpoints.append(checkpoint_id)
+            if stop:
+                self._stop_now()
+            return checkpoint_id
+
+    async def _checkpoint(self, checkpoint_id: str, stop: bool, span: CollectionSpan) -> None:
+        members = len(self.coordinator.members)
+        continued: list[EpisodeId] = []
+        restarted: list[EpisodeId] = []
+
+        def scope(prepared: PrepareResult) -> list[EpisodeId]:
+            # Decided after prepare, when no participant admits work: the scope is stable.
+            restarts = prepared.restarts()
+            running = [r for r in self.rollouts.values() if r.status == "running"]
+            span.set(in_flight=len(running))
+            for rollout in running:
+                whole = len(rollout.started) == members and rollout.episode_id.capture_key not in restarts
+                (continued if whole else restarted).append(rollout.episode_id)
+            return continued
+
+        async def publish(prepared: PrepareResult, commits: dict[str, CommitReply]) -> None:
+            manifest = CollectionManifest(
+                checkpoint_id=checkpoint_id,
+                run_id=self.run_id,
+                created_at=time.time(),
+                steps=self.steps,
+                continued=continued,
+                restarted=restarted,
+                completed=sorted(r.rollout_id for r in self.rollouts.values() if r.status == "done"),
+            )
+            await anyio.to_thread.run_sync(self.run_dir.publish, manifest)
+
+        directory = self.run_dir.checkpoint_dir(checkpoint_id)
+        await self.coordinator.checkpoint(
+            checkpoint_id,
+            str(directory),
+            deadline_ts=time.time() + self.deadline_s,
+            episodes=scope,
+            publish=publish,
+            stop=stop,
+            parent=span,
+        )
+
+    async def restore(self, checkpoint_id: str) -> None:
+        """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt."""
+        manifest = self.run_dir.read(checkpoint_id)
+        if manifest.steps != self.steps:
+            raise ValueError(f"{checkpoint_id} was taken with {manifest.steps} steps, not {self.steps}")
+        restore_id = new_restore_id()
+        deadline = time.time() + self.deadline_s
+        directory = str(self.run_dir.checkpoint_dir(checkpoint_id))
+        with self.tel.collection("restore", checkpoint_id=checkpoint_id) as span:
+            span.set(rows=len(manifest.continued), restarts=len(manifest.restarted))
+            restarts = list(manifest.restarted)
+            try:
+                await self.coordinator.restore(
+                    restore_id, directory, manifest.continued, deadline_ts=deadline, parent=span
+                )
+            except CoordinationError:
+                # All or nothing: the coordinator retired the next attempts and resumed everyone;
+                # every rollout of the checkpoint restarts from its input, past those attempts.
+                self._apply(
+                    manifest, continued=[], restarted=[e.next() for e in manifest.continued] + restarts
+                )
+                raise
+            old = list(manifest.continued) + restarts
+            if old:
+                await self.coordinator.retire(
+                    old, checkpoint_id=restore_id, deadline_ts=deadline, parent=span
+                )
+            await self.coordinator.resume(restore_id, deadline_ts=deadline, parent=span)
+            self._apply(manifest, continued=manifest.continued, restarted=restarts)
+        self.restored_from = checkpoint_id
+
+    def _apply(
+        self, manifest: CollectionManifest, *, continued: list[EpisodeId], restarted: list[EpisodeId]
+    ) -> None:
+        members = {m.name for m in self.coordinator.members}
+        for rollout_id in manifest.completed:
+            if rollout_id in self.rollouts:
+                self.rollouts[rollout_id].status = "done"
+        for episode_id, resumed in [(e, True) for e in continued] + [(e, False) for e in restarted]:
+            rollout = self.rollouts.setdefault(episode_id.rollout_id, Rollout(episode_id.rollout_id))
+            rollout.attempt = episode_id.attempt + 1
+            rollout.status = "running" if resumed else "pending"
+            # A continued episode exists on every participant already (installed as attempt + 1).
+            rollout.started = set(members) if resumed else set()
+            rollout.done_at = set()
+
+    async def forget_finished(self) -> list[str]:
+        """Clear the retired-attempt marks of finished rollouts that ran past attempt 0."""
+        rollout_ids = sorted(r.rollout_id for r in self.rollouts.values() if r.attempt > 0)
+        if rollout_ids:
+            await self.coordinator.forget(
+                rollout_ids,
+                checkpoint_id=f"forget-{secrets.token_hex(6)}",
+                deadline_ts=time.time() + self.deadline_s,
+            )
+        return rollout_ids

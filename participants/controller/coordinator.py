@@ -1,0 +1,418 @@
+"""The coordinator (controller side of the checkpoint protocol), reporting as ``controller``.
+
+Order, as the protocol fixes it: prepare runs stage by stage (environment, model, agent,
+resources) and stops at the first stage that is not prepared; commit and restore fan out to
+everyone at once; resume runs the stages in reverse; retire and forget go callers before
+callees. Every call carries the ``traceparent`` of the span it belongs to, so one
+checkpoint is one trace across every process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Self, TypeVar
+
+import anyio
+import httpx
+import msgspec
+
+from ckpt_events import (
+    PREPARE_ORDER,
+    RESUME_ORDER,
+    RETIRE_GROUPS,
+    Kind,
+    Phase,
+    Telemetry,
+    coerce,
+)
+from participants.controller.client import ControlCallError, ControlClient, SpanLike
+from participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
+from participants.controller.types import CheckpointNotPrepared, CoordinationError, Member, PrepareResult
+from participants.protocol import (
+    CommitReply,
+    CommitRequest,
+    EpisodeId,
+    ForgetReply,
+    ForgetRequest,
+    PrepareReply,
+    PrepareRequest,
+    RenewReply,
+    RenewRequest,
+    RestoreReply,
+    RestoreRequest,
+    ResumeReply,
+    ResumeRequest,
+    RetireReply,
+    RetireRequest,
+)
+
+__all__ = [
+    "CheckpointNotPrepared",
+    "CoordinationError",
+    "Coordinator",
+    "Member",
+    "PrepareResult",
+    "discover_members",
+]
+
+logger: Final = logging.getLogger("participants.controller.coordinator")
+
+#: A restore that failed retires the next attempts with at least this much time left.
+RESTORE_CLEANUP_SECONDS: Final = 30.0
+
+R = TypeVar("R", bound=msgspec.Struct)
+Failures = dict[str, str]
+
+
+class Coordinator:
+    """Runs checkpoint operations over ``members`` with telemetry ``tel`` (kind ``controller``).
+
+    ``client`` (an ``httpx.AsyncClient``) stays the caller's; without one the coordinator
+    makes its own and closes it in ``aclose()``.
+    """
+
+    def __init__(
+        self,
+        members: Sequence[Member],
+        *,
+        token: str,
+        telemetry: Telemetry,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if telemetry.kind is not Kind.CONTROLLER:
+            raise ValueError(f"the coordinator reports as kind 'controller', not {telemetry.kind.value!r}")
+        self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))
+        self.tel = telemetry
+        self.control = ControlClient(token, client=client)
+        self._by_kind = {kind: [m for m in self.members if m.kind is kind] for kind in PREPARE_ORDER}
+
+    @classmethod
+    async def discover(
+        cls,
+        servers: Mapping[str, str] | Iterable[str],
+        *,
+        token: str,
+        telemetry: Telemetry,
+        client: httpx.AsyncClient | None = None,
+        tries: int = DISCOVER_TRIES,
+        timeout: float = DISCOVER_TIMEOUT,
+    ) -> Coordinator:
+        """A coordinator over the participants found among ``servers`` (see ``discover_members``)."""
+        self = cls((), token=token, telemetry=telemetry, client=client)
+        try:
+            members = await discover_members(servers, self.control, tries=tries, timeout=timeout)
+        except BaseException:
+            await self.aclose()
+            raise
+        self.members = tuple(members)
+        self._by_kind = {kind: [m for m in members if m.kind is kind] for kind in PREPARE_ORDER}
+        return self
+
+    async def aclose(self) -> None:
+        await self.control.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def of_kind(self, kind: Kind | str) -> list[Member]:
+        """The members of one stage, in (stage, name) order."""
+        return list(self._by_kind[coerce(Kind, kind)])
+
+    # -- fan-out -------------------------------------------------------------------------------
+
+    async def _fan_out(
+        self,
+        members: Sequence[Member],
+        operation: str,
+        request: msgspec.Struct,
+        reply_type: type[R],
+        *,
+        deadline_ts: float,
+        span: SpanLike | None,
+    ) -> tuple[dict[str, R], Failures]:
+        """Call ``operation`` on ``members`` at once; one member failing does not cancel the others."""
+        replies: dict[str, R] = {}
+        failures: Failures = {}
+
+        async def one(member: Member) -> None:
+            try:
+                replies[member.name] = await self.control.call(
+                    member.url, operation, request, reply_type, deadline_ts=deadline_ts, span=span
+                )
+            except ControlCallError as exc:
+                failures[member.name] = str(exc)
+
+        async with anyio.create_task_group() as tg:
+            for member in members:
+                tg.start_soon(one, member)
+        return replies, failures
+
+    # -- operations ----------------------------------------------------------------------------
+
+    async def prepare(self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None) -> PrepareResult:
+        """Prepare stage by stage; on a stage not prepared (or failing), resume everyone.
+
+        Returns a ``PrepareResult`` (``prepared=False`` with the blockers after an abort);
+        a participant that refuses or cannot be reached raises ``CoordinationError``.
+        """
+        request = PrepareRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
+        replies: dict[str, PrepareReply] = {}
+        failures: Failures = {}
+        stopped_at: Kind | None = None
+        with self.tel.coordinate("prepare", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members))
+            for kind in PREPARE_ORDER:
+                members = self._by_kind[kind]
+                with span.stage(kind) as stage:
+                    stage.set(participants=len(members))
+                    got, failures = await self._fan_out(
+                        members, "prepare", request, PrepareReply, deadline_ts=deadline_ts, span=stage
+                    )
+                replies.update(got)
+                if failures or any(r.phase is not Phase.PREPARED for r in got.values()):
+                    stopped_at = kind
+                    break
+            span.set(prepared=stopped_at is None)
+            if stopped_at is not None:
+                span.set(stopped_at=stopped_at)
+        result = PrepareResult(checkpoint_id, stopped_at is None, stopped_at, replies)
+        if stopped_at is not None:
+            # Abort: everyone already prepared (and the stage that stopped) reopens admission.
+            await self._resume_quietly(checkpoint_id, deadline_ts, parent if parent is not None else span)
+            if failures:
+                raise CoordinationError("prepare", failures)
+        return result
+
+    async def commit(
+        self,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        *,
+        deadline_ts: float,
+        episode_ids: Sequence[EpisodeId] | None = None,
+        stop: bool = False,
+        parent: Any = None,
+    ) -> dict[str, CommitReply]:
+        """Commit on every participant at once with the episodes the controller continues."""
+        request = CommitRequest(
+            checkpoint_id=checkpoint_id,
+            deadline_ts=deadline_ts,
+            checkpoint_dir=checkpoint_dir,
+            episode_ids=None if episode_ids is None else list(episode_ids),
+            stop=stop,
+        )
+        with self.tel.coordinate("commit", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members))
+            replies, failures = await self._fan_out(
+                self.members, "commit", request, CommitReply, deadline_ts=deadline_ts, span=span
+            )
+            exported = len({key for r in replies.values() for key in r.episode_ids})
+            span.set(episodes=len(episode_ids) if episode_ids is not None else exported)
+            if failures:
+                raise CoordinationError("commit", failures)
+        return replies
+
+    async def renew(
+        self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None
+    ) -> dict[str, RenewReply]:
+        """Extend every participant's lease. Renew has no controller span; the calls still carry
+        ``parent``'s traceparent, so whatever participants record stays in the checkpoint's trace."""
+        request = RenewRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
+        replies, failures = await self._fan_out(
+            self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=parent
+        )
+        if failures:
+            raise CoordinationError("renew", failures)
+        return replies
+
+    async def resume(
+        self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None
+    ) -> dict[str, ResumeReply]:
+        """Resume stage by stage in reverse prepare order; a failing stage does not stop the rest."""
+        request = ResumeRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
+        replies: dict[str, ResumeReply] = {}
+        failures: Failures = {}
+        with self.tel.coordinate("resume", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members))
+            for kind in RESUME_ORDER:
+                got, failed = await self._fan_out(
+                    self._by_kind[kind], "resume", request, ResumeReply, deadline_ts=deadline_ts, span=span
+                )
+                replies.update(got)
+                failures.update(failed)
+            if failures:
+                raise CoordinationError("resume", failures)
+        return replies
+
+    async def _resume_quietly(self, checkpoint_id: str, deadline_ts: float, parent: Any) -> None:
+        # On an abort path the first error is the one to report; an unreachable participant
+        # resumes on its own when its lease expires.
+        try:
+            await self.resume(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + 5.0), parent=parent)
+        except CoordinationError as exc:
+            logger.warning("resume after abort of %s incomplete: %s", checkpoint_id, exc)
+
+    async def restore(
+        self,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        episode_ids: Sequence[EpisodeId],
+        *,
+        deadline_ts: float,
+        parent: Any = None,
+    ) -> dict[str, RestoreReply]:
+        """Restore into fresh processes, all or nothing.
+
+        If any participant fails, the next attempts are retired everywhere (deadline at
+        least 30 s away), everyone is resumed, and ``CoordinationError("restore")`` raised.
+        """
+        request = RestoreRequest(
+            checkpoint_id=checkpoint_id,
+            deadline_ts=deadline_ts,
+            checkpoint_dir=checkpoint_dir,
+            episode_ids=list(episode_ids),
+        )
+        with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members), episodes=len(episode_ids))
+            replies, failures = await self._fan_out(
+                self.members, "restore", request, RestoreReply, deadline_ts=deadline_ts, span=span
+            )
+        if failures:
+            cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
+            context = parent if parent is not None else span
+            if episode_ids:
+                try:
+                    await self.retire(
+                        [e.next() for e in episode_ids],
+                        checkpoint_id=checkpoint_id,
+                        deadline_ts=cleanup_deadline,
+                        parent=context,
+                    )
+                except CoordinationError as exc:
+                    logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
+            await self._resume_quietly(checkpoint_id, cleanup_deadline, context)
+            raise CoordinationError("restore", failures)
+        return replies
+
+    async def _grouped(
+        self,
+        operation: str,
+        request: msgspec.Struct,
+        reply_type: type[R],
+        *,
+        deadline_ts: float,
+        span: SpanLike,
+    ) -> dict[str, R]:
+        """Run ``operation`` group by group, callers before callees; raise if any member failed."""
+        replies: dict[str, R] = {}
+        failures: Failures = {}
+        for group in RETIRE_GROUPS:
+            members = [m for kind in group for m in self._by_kind[kind]]
+            got, failed = await self._fan_out(
+                members, operation, request, reply_type, deadline_ts=deadline_ts, span=span
+            )
+            replies.update(got)
+            failures.update(failed)
+        if failures:
+            raise CoordinationError(operation, failures)
+        return replies
+
+    async def retire(
+        self, episode_ids: Sequence[EpisodeId], *, checkpoint_id: str, deadline_ts: float, parent: Any = None
+    ) -> dict[str, RetireReply]:
+        """Retire attempts everywhere (a later request at or below them gets ``stale_attempt``)."""
+        if not episode_ids:
+            raise ValueError("retire needs at least one episode")
+        request = RetireRequest(
+            checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, episode_ids=list(episode_ids)
+        )
+        with self.tel.coordinate("retire", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members), episodes=len(episode_ids))
+            return await self._grouped("retire", request, RetireReply, deadline_ts=deadline_ts, span=span)
+
+    async def forget(
+        self, rollout_ids: Sequence[str], *, checkpoint_id: str, deadline_ts: float, parent: Any = None
+    ) -> dict[str, ForgetReply]:
+        """Clear the retired-attempt marks of ``rollout_ids`` everywhere."""
+        if not rollout_ids:
+            raise ValueError("forget needs at least one rollout id")
+        request = ForgetRequest(
+            checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, rollout_ids=list(rollout_ids)
+        )
+        with self.tel.coordinate("forget", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members), rollouts=len(rollout_ids))
+            return await self._grouped("forget", request, ForgetReply, deadline_ts=deadline_ts, span=span)
+
+    # -- the whole flow ------------------------------------------------------------------------
+
+    async def checkpoint(
+        self,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        *,
+        deadline_ts: float,
+        episodes: Callable[[PrepareResult], Sequence[EpisodeId] | None] | None = None,
+        publish: Callable[[PrepareResult, dict[str, CommitReply]], Awaitable[None]] | None = None,
+        stop: bool = False,
+        renew_every: float = 5.0,
+        parent: Any = None,
+    ) -> tuple[PrepareResult, dict[str, CommitReply]]:
+        """Prepare, commit, publish (renewing leases meanwhile), resume.
+
+        ``episodes(prepared)`` picks the commit scope once prepare is done (``None``: all).
+        Any failure after prepare resumes everyone and re-raises; a prepare that stopped
+        raises ``CheckpointNotPrepared`` (everyone was already resumed).
+        """
+        prepared = await self.prepare(checkpoint_id, deadline_ts=deadline_ts, parent=parent)
+        if not prepared.prepared:
+            raise CheckpointNotPrepared(prepared)
+        try:
+            scope = episodes(prepared) if episodes is not None else None
+            commits = await self.commit(
+                checkpoint_id,
+                checkpoint_dir,
+                deadline_ts=deadline_ts,
+                episode_ids=scope,
+                stop=stop,
+                parent=parent,
+            )
+            if publish is not None:
+                await self._publish_renewing(
+                    checkpoint_id, deadline_ts, renew_every, publish, prepared, commits, parent
+                )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._resume_quietly(checkpoint_id, deadline_ts, parent)
+            raise
+        await self.resume(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + 5.0), parent=parent)
+        return prepared, commits
+
+    async def _publish_renewing(
+        self,
+        checkpoint_id: str,
+        deadline_ts: float,
+        every: float,
+        publish: Callable[[PrepareResult, dict[str, CommitReply]], Awaitable[None]],
+        prepared: PrepareResult,
+        commits: dict[str, CommitReply],
+        parent: Any,
+    ) -> None:
+        # Leases must outlive a slow publish: renew now, then in the background until it is done.
+        await self.renew(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2), parent=parent)
+        async with anyio.create_task_group() as tg:
+
+            async def renew_loop() -> None:
+                while True:
+                    await anyio.sleep(every)
+                    await self.renew(
+                        checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2), parent=parent
+                    )
+
+            tg.start_soon(renew_loop)
+            await publish(prepared, commits)
+            tg.cancel_scope.cancel()

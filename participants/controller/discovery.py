@@ -1,0 +1,71 @@
+"""Discovery: which of the configured servers are checkpoint participants, and of what kind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+import anyio
+
+from ckpt_events import Kind, UnknownNameError, coerce
+from participants.controller.client import ControlCallError, ControlClient
+from participants.controller.types import CoordinationError, Member
+
+__all__ = ["DISCOVER_TIMEOUT", "DISCOVER_TRIES", "discover_members"]
+
+DISCOVER_TRIES: Final = 3
+DISCOVER_TIMEOUT: Final = 60.0
+Failures = dict[str, str]
+
+
+async def discover_members(
+    servers: Mapping[str, str] | Iterable[str],
+    control: ControlClient,
+    *,
+    tries: int = DISCOVER_TRIES,
+    timeout: float = DISCOVER_TIMEOUT,
+    retry_delay: float = 0.5,
+) -> list[Member]:
+    """Probe ``GET /status`` on every server; returns the participants, sorted by (stage, name).
+
+    A 404 means "not a participant". Any other failure is retried up to ``tries`` times,
+    then raises ``CoordinationError("discover", ...)``; so does a fleet without a model.
+    """
+    named = dict(servers) if isinstance(servers, Mapping) else {url: url for url in servers}
+    found: list[Member] = []
+    failures: Failures = {}
+
+    async def probe(name: str, url: str) -> None:
+        last = "no attempt"
+        for attempt in range(tries):
+            try:
+                status = await control.status(url, timeout=timeout)
+            except ControlCallError as exc:
+                if exc.status == 404:
+                    return
+                last = str(exc)
+                if attempt + 1 < tries:
+                    await anyio.sleep(retry_delay)
+                continue
+            try:
+                kind = coerce(Kind, status.kind)
+            except UnknownNameError as exc:
+                failures[name] = f"status reply is not a participant's: {exc}"
+                return
+            instance = status.instance
+            if kind is Kind.CONTROLLER:
+                failures[name] = "a controller is not a participant"
+                return
+            label = instance if name == url else name
+            found.append(Member(name=label, kind=kind, instance=instance, url=url))
+            return
+        failures[name] = last
+
+    async with anyio.create_task_group() as tg:
+        for name, url in named.items():
+            tg.start_soon(probe, name, url)
+    if failures:
+        raise CoordinationError("discover", failures)
+    if not any(m.kind is Kind.MODEL for m in found):
+        raise CoordinationError("discover", {"model": "no model participant was found"})
+    return sorted(found, key=Member.sort_key)

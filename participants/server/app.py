@@ -1,0 +1,103 @@
+"""``create_app``: one participant kind as a FastAPI app, with its bus from the lifespan."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Final
+
+import anyio
+from fastapi import FastAPI
+
+from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
+from participants.server.control import ControlPlane
+from participants.server.routes import control_router, install_error_handlers, work_router
+from participants.workloads import AgentWorkload, EnvironmentWorkload, ResourcesWorkload
+from participants.workloads.base import Workload
+from participants.workloads.model import ModelWorkload
+
+__all__ = ["PARTICIPANT_KINDS", "create_app"]
+
+_WORKLOADS: Final[dict[Kind, type[Workload]]] = {
+    Kind.ENVIRONMENT: EnvironmentWorkload,
+    Kind.MODEL: ModelWorkload,
+    Kind.AGENT: AgentWorkload,
+    Kind.RESOURCES: ResourcesWorkload,
+}
+#: The kinds ``create_app`` accepts, in prepare order.
+PARTICIPANT_KINDS: Final = tuple(k.value for k in _WORKLOADS)
+
+
+def create_app(
+    kind: str,
+    *,
+    instance: str,
+    token: str,
+    bus: Bus | None = None,
+    configure_sinks: Callable[[Bus], Any] | None = None,
+    lease_grace_seconds: float = 600.0,
+    inference_url: str | None = None,
+    inference_token: str | None = None,
+    **workload_options: Any,
+) -> FastAPI:
+    """A participant of ``kind`` (environment, model, agent or resources).
+
+    With ``bus`` the app uses it as is (the caller started it). Without, the app's lifespan
+    creates a ``Bus``, enters it, calls ``configure_sinks(bus)`` (its result's ``aclose()``,
+    if any, is awaited at shutdown) and closes both at shutdown. The lifespan also runs the
+    lease watcher; run it (uvicorn does; in tests ``app.router.lifespan_context(app)``).
+    Without the lifespan an expired lease is still noticed at the next control call.
+    ``inference_url``/``inference_token`` are for the model kind; other kinds ignore them.
+    ``workload_options`` go to the kind's workload (e.g. ``step_seconds``).
+    """
+    participant_kind = coerce(Kind, kind)
+    if participant_kind not in _WORKLOADS:
+        raise InvalidArgumentError(f"kind must be one of {', '.join(PARTICIPANT_KINDS)}, not {kind!r}")
+    if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
+        raise InvalidArgumentError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+    if not isinstance(token, str) or not token:
+        raise InvalidArgumentError("a participant needs a non-empty control token")
+    if not isinstance(lease_grace_seconds, int | float) or not (
+        math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0
+    ):
+        raise InvalidArgumentError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
+    own_bus = bus is None
+    the_bus = Bus() if bus is None else bus
+    tel = Telemetry(the_bus, kind=participant_kind, instance=instance)
+    if participant_kind is Kind.MODEL:
+        workload_options = {
+            "inference_url": inference_url,
+            "inference_token": inference_token,
+            **workload_options,
+        }
+    workload = _WORKLOADS[participant_kind](tel, **workload_options)
+    plane = ControlPlane(tel, workload, lease_grace_seconds=float(lease_grace_seconds))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if own_bus:
+                await stack.enter_async_context(the_bus)
+                if configure_sinks is not None:
+                    handle = configure_sinks(the_bus)
+                    if inspect.isawaitable(handle):
+                        handle = await handle
+                    if handle is not None and hasattr(handle, "aclose"):
+                        stack.push_async_callback(handle.aclose)
+            stack.push_async_callback(workload.aclose)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(plane.watch_lease)
+                yield
+                tg.cancel_scope.cancel()
+
+    app = FastAPI(title=f"ckpt-events {participant_kind.value} participant {instance}", lifespan=lifespan)
+    app.state.bus = the_bus
+    app.state.telemetry = tel
+    app.state.workload = workload
+    app.state.control = plane
+    install_error_handlers(app, tel)
+    app.include_router(control_router(plane, token))
+    app.include_router(work_router(workload))
+    return app

@@ -1,0 +1,389 @@
+"""The phase machine of one participant: admission checks, replays, the lease, and fencing.
+
+One lock serializes transitions. Prepare waits for readiness outside it, so a resume (or
+the lease running out) cuts the wait short; the commit's write also runs outside it, and a
+``WriteStop`` makes sure no manifest is published once resume has run.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import OrderedDict
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+
+from ckpt_events import ErrorCode, Operation, Phase, Telemetry
+from participants.protocol import (
+    CommitReply,
+    CommitRequest,
+    ControlError,
+    ForgetReply,
+    ForgetRequest,
+    PrepareReply,
+    PrepareRequest,
+    RenewReply,
+    RenewRequest,
+    RestoreReply,
+    RestoreRequest,
+    ResumeReply,
+    ResumeRequest,
+    RetireReply,
+    RetireRequest,
+    StatusReply,
+    encode,
+)
+from participants.server.store import WriteStop, read_checkpoint, write_checkpoint
+from participants.workloads.base import Record, Workload
+
+__all__ = ["ControlPlane"]
+
+#: How many resumed checkpoint ids are remembered (and refused as ``stale_checkpoint``).
+RESUMED_KEPT: Final = 64
+_WAIT_SLICE: Final = 1.0
+_ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
+_OUTSIDE_CHECKPOINT: Final = frozenset({Phase.IDLE, Phase.RESTORED})
+
+
+def _refuse(code: ErrorCode, detail: str) -> ControlError:
+    return ControlError(code, detail)
+
+
+class ControlPlane:
+    """The checkpoint state machine of ``workload``; every method is one control route."""
+
+    def __init__(self, tel: Telemetry, workload: Workload, *, lease_grace_seconds: float) -> None:
+        self.tel = tel
+        self.workload = workload
+        self.lease_grace_seconds = lease_grace_seconds
+        self.phase = Phase.IDLE
+        self.checkpoint_id: str | None = None
+        self.lease_expires_at: float | None = None
+        self._lock = anyio.Lock()
+        self._commit_lock = anyio.Lock()
+        self._resumed: OrderedDict[str, None] = OrderedDict()
+        self._replies: dict[tuple[str, Operation], Any] = {}
+        self._scopes: dict[tuple[str, Operation], Any] = {}
+        self._stop = WriteStop()
+        self._report: Any = None
+        self._lease_changed = anyio.Event()
+
+    # -- shared checks ----------------------------------------------------------------------
+
+    def _remember_resumed(self, checkpoint_id: str) -> None:
+        self._resumed[checkpoint_id] = None
+        self._resumed.move_to_end(checkpoint_id)
+        while len(self._resumed) > RESUMED_KEPT:
+            self._resumed.popitem(last=False)
+
+    def _admit(self, op: Operation, checkpoint_id: str, allowed: frozenset[Phase] | set[Phase]) -> Any:
+        """The admission checks in protocol order; returns a cached reply for a replay."""
+        if checkpoint_id in self._resumed:
+            raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} was already resumed")
+        if self.checkpoint_id is not None and self.checkpoint_id != checkpoint_id:
+            raise _refuse(
+                ErrorCode.CHECKPOINT_CONFLICT,
+                f"checkpoint {self.checkpoint_id} is active, not {checkpoint_id}",
+            )
+        cached = self._replies.get((checkpoint_id, op))
+        if cached is not None:
+            return cached
+        if self.phase not in allowed:
+            raise _refuse(ErrorCode.INVALID_PHASE, f"{op.value} is not allowed in phase {self.phase.value}")
+        return None
+
+    def _check_deadline(self, deadline_ts: float) -> None:
+        if deadline_ts <= time.time():
+            raise _refuse(ErrorCode.DEADLINE_EXCEEDED, f"deadline_ts {deadline_ts:.3f} has passed")
+
+    def _extend_lease(self, deadline_ts: float) -> None:
+        expires = deadline_ts + self.lease_grace_seconds
+        if self.lease_expires_at is None or expires > self.lease_expires_at:
+            self.lease_expires_at = expires
+        self._lease_changed.set()
+        self._lease_changed = anyio.Event()
+
+    def check_lease(self) -> None:
+        """Resume on our own if the lease ran out (an abort), counting ``lease_expired``."""
+        if (
+            self.phase is not Phase.IDLE
+            and self.lease_expires_at is not None
+            and time.time() >= self.lease_expires_at
+        ):
+            self.tel.lease_expired(self.phase, checkpoint_id=self.checkpoint_id)
+            self._abort()
+
+    def _abort(self) -> None:
+        """What resume does: stop the writer, reopen admission, go idle, fence the id."""
+        self._stop.stop()
+        checkpoint_id = self.checkpoint_id
+        self.phase = Phase.IDLE
+        self.checkpoint_id = None
+        self.lease_expires_at = None
+        self._report = None
+        if checkpoint_id is not None:
+            self._remember_resumed(checkpoint_id)
+            for key in [k for k in self._replies if k[0] == checkpoint_id]:
+                del self._replies[key]
+                self._scopes.pop(key, None)
+        self.workload.open_admission()
+        self._lease_changed.set()
+        self._lease_changed = anyio.Event()
+
+    async def watch_lease(self) -> None:
+        """Run for the app's lifetime: resume when the lease runs out, even with no calls."""
+        while True:
+            async with self._lock:
+                self.check_lease()
+                changed = self._lease_changed
+                expires = self.lease_expires_at if self.phase is not Phase.IDLE else None
+            wait = _WAIT_SLICE if expires is None else min(_WAIT_SLICE, max(expires - time.time(), 0.0))
+            with anyio.move_on_after(wait):
+                await changed.wait()
+
+    # -- routes -----------------------------------------------------------------------------
+
+    async def status(self) -> StatusReply:
+        async with self._lock:
+            self.check_lease()
+            return StatusReply(
+                kind=self.workload.kind.value,
+                instance=self.tel.instance,
+                phase=self.phase,
+                checkpoint_id=self.checkpoint_id,
+                lease_expires_at=self.lease_expires_at,
+                admission_open=self.workload.admission_open,
+                episodes=len(self.workload.episodes),
+                retired_rollouts=self.workload.fence.snapshot(),
+                report=self._report,
+            )
+
+    async def prepare(self, req: PrepareRequest, traceparent: str | None) -> PrepareReply:
+        cid = req.checkpoint_id
+        with self.tel.operation(Operation.PREPARE, checkpoint_id=cid, traceparent=traceparent) as o:
+            async with self._lock:
+                self.check_lease()
+                cached = self._admit(Operation.PREPARE, cid, {Phase.IDLE, Phase.PREPARING})
+                if cached is not None:
+                    o.set(phase=cached.phase, blockers=cached.report.blocker_count)
+                    return cached  # type: ignore[no-any-return]
+                self._check_deadline(req.deadline_ts)
+                self._extend_lease(req.deadline_ts)
+                first = self.phase is Phase.IDLE
+                if first:
+                    self.phase = Phase.PREPARING
+                    self.checkpoint_id = cid
+                    self._stop = WriteStop()
+                    self.workload.close_admission()
+            try:
+                if first:
+                    await self.workload.on_admission_closed(o, cid, req.deadline_ts)
+                with o.step("wait_ready"):
+                    report = await self._wait_ready(cid, req.deadline_ts)
+            except Exception:
+                # A prepare that fails reopens admission: nothing may stay parked for it.
+                async with self._lock:
+                    if self.checkpoint_id == cid and self.phase is Phase.PREPARING:
+                        self._abort()
+                raise
+            async with self._lock:
+                if self.checkpoint_id != cid or self.phase is not Phase.PREPARING:
+                    raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed while preparing")
+                self._report = report
+                if report.ready:
+                    self.phase = Phase.PREPARED
+                    reply = PrepareReply(phase=Phase.PREPARED, report=report)
+                    self._replies[(cid, Operation.PREPARE)] = reply
+                else:
+                    reply = PrepareReply(phase=Phase.PREPARING, report=report)
+                    self.tel.prepare_not_ready(report.blocker_count, checkpoint_id=cid)
+            o.set(phase=reply.phase, blockers=report.blocker_count)
+            return reply
+
+    async def _wait_ready(self, cid: str, deadline_ts: float) -> Any:
+        report = self.workload.report()
+        # Bounded by the deadline; wakes on every episode change, and at least once a second.
+        while not report.ready and self.checkpoint_id == cid and self.phase is Phase.PREPARING:
+            remaining = deadline_ts - time.time()
+            if remaining <= 0:
+                break
+            await self.workload.wait_changed(min(remaining, _WAIT_SLICE))
+            report = self.workload.report()
+        return report
+
+    async def renew(self, req: RenewRequest, traceparent: str | None) -> RenewReply:
+        cid = req.checkpoint_id
+        with self.tel.operation(Operation.RENEW, checkpoint_id=cid, traceparent=traceparent):
+            async with self._lock:
+                self.check_lease()
+                self._admit(Operation.RENEW, cid, _ACTIVE)
+                self._check_deadline(req.deadline_ts)
+                self._extend_lease(req.deadline_ts)
+                assert self.lease_expires_at is not None
+                return RenewReply(lease_expires_at=self.lease_expires_at)
+
+    async def commit(self, req: CommitRequest, traceparent: str | None) -> CommitReply:
+        cid = req.checkpoint_id
+        scope = None if req.episode_ids is None else sorted({e.capture_key for e in req.episode_ids})
+        args = (req.checkpoint_dir, scope)
+        with self.tel.operation(Operation.COMMIT, checkpoint_id=cid, traceparent=traceparent) as o:
+            # Commits run one at a time: a retry waits for the write in progress, then replays.
+            async with self._commit_lock:
+                async with self._lock:
+                    self.check_lease()
+                    cached = self._admit(Operation.COMMIT, cid, {Phase.PREPARED})
+                    if cached is not None:
+                        if self._scopes.get((cid, Operation.COMMIT)) != args:
+                            raise _refuse(
+                                ErrorCode.CHECKPOINT_CONFLICT,
+                                f"checkpoint {cid} was committed with another directory or scope",
+                            )
+                        o.set(records=cached.manifest.record_count, bytes=cached.bytes)
+                        return cached  # type: ignore[no-any-return]
+                    self._check_deadline(req.deadline_ts)
+                    self._extend_lease(req.deadline_ts)
+                    if not self.workload.report().ready:
+                        raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
+                    with o.step("export") as s:
+                        records = self.workload.export(req.episode_ids)
+                        lines = [encode(r) for r in records]
+                        s.set(records=len(records))
+                    stop = self._stop
+                with o.step("write") as s:
+                    result = await anyio.to_thread.run_sync(
+                        functools.partial(
+                            write_checkpoint,
+                            req.checkpoint_dir,
+                            kind=self.workload.kind.value,
+                            instance=self.tel.instance,
+                            checkpoint_id=cid,
+                            lines=lines,
+                            stop=stop,
+                        )
+                    )
+                    s.set(records=len(records), bytes=result.bytes)
+                async with self._lock:
+                    if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
+                        raise _refuse(
+                            ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed during commit"
+                        )
+                    keys = sorted(r.episode_id.capture_key for r in records)
+                    if req.stop:
+                        self.workload.stop(keys)
+                    self.phase = Phase.COMMITTED
+                    reply = CommitReply(
+                        phase=Phase.COMMITTED,
+                        manifest=result.manifest,
+                        episode_ids=keys,
+                        bytes=result.bytes,
+                        **self.workload.commit_extras(keys),
+                    )
+                    self._replies[(cid, Operation.COMMIT)] = reply
+                    self._scopes[(cid, Operation.COMMIT)] = args
+            o.set(records=len(records), bytes=result.bytes)
+            return reply
+
+    async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
+        cid = req.checkpoint_id
+        scope = {e for e in req.episode_ids}
+        args = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
+        with self.tel.operation(Operation.RESTORE, checkpoint_id=cid, traceparent=traceparent) as o:
+            async with self._lock:
+                self.check_lease()
+                cached = self._admit(Operation.RESTORE, cid, {Phase.IDLE})
+                if cached is not None:
+                    if self._scopes.get((cid, Operation.RESTORE)) != args:
+                        raise _refuse(
+                            ErrorCode.CHECKPOINT_CONFLICT,
+                            f"checkpoint {cid} was restored from another directory or scope",
+                        )
+                    o.set(records=len(cached.restored))
+                    return cached  # type: ignore[no-any-return]
+                self._check_deadline(req.deadline_ts)
+                if self.workload.served or self.workload.episodes:
+                    raise _refuse(
+                        ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
+                    )
+                with o.step("read") as s:
+                    result = await anyio.to_thread.run_sync(
+                        functools.partial(
+                            read_checkpoint,
+                            req.checkpoint_dir,
+                            kind=self.workload.kind.value,
+                            instance=self.tel.instance,
+                            record_type=self.workload.record_type,
+                        )
+                    )
+                    chosen: list[Record] = [r for r in result.records if r.episode_id in scope]  # type: ignore[misc]
+                    # Every record in scope checks before anything is installed.
+                    states = [self.workload.check_record(r) for r in chosen]
+                    s.set(records=len(result.records), bytes=result.bytes)
+                self.workload.close_admission()
+                with o.step("install") as s:
+                    restored = self.workload.install(chosen, states)
+                    s.set(records=len(chosen))
+                self.phase = Phase.RESTORED
+                self.checkpoint_id = cid
+                self._stop = WriteStop()
+                self._extend_lease(req.deadline_ts)
+                reply = RestoreReply(
+                    phase=Phase.RESTORED,
+                    restored=restored,
+                    source_checkpoint_id=result.manifest.checkpoint_id,
+                )
+                self._replies[(cid, Operation.RESTORE)] = reply
+                self._scopes[(cid, Operation.RESTORE)] = args
+            o.set(records=len(chosen), bytes=result.bytes)
+            return reply
+
+    async def resume(self, req: ResumeRequest, traceparent: str | None) -> ResumeReply:
+        """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""
+        cid = req.checkpoint_id
+        with self.tel.operation(Operation.RESUME, checkpoint_id=cid, traceparent=traceparent) as o:
+            async with self._lock:
+                self.check_lease()
+                if cid in self._resumed:
+                    idempotent = True
+                elif self.checkpoint_id is not None and self.checkpoint_id != cid:
+                    raise _refuse(
+                        ErrorCode.CHECKPOINT_CONFLICT, f"checkpoint {self.checkpoint_id} is active, not {cid}"
+                    )
+                elif self.phase is Phase.IDLE:
+                    self._remember_resumed(cid)
+                    idempotent = True
+                else:
+                    self._abort()
+                    idempotent = False
+            o.set(phase=Phase.IDLE)
+            return ResumeReply(phase=Phase.IDLE, idempotent=idempotent)
+
+    def _check_outside(self, op: Operation, deadline_ts: float) -> None:
+        self.check_lease()
+        if self.phase not in _OUTSIDE_CHECKPOINT:
+            raise _refuse(
+                ErrorCode.INVALID_PHASE,
+                f"{op.value} is not allowed in phase {self.phase.value}: resume first",
+            )
+        self._check_deadline(deadline_ts)
+
+    async def retire(self, req: RetireRequest, traceparent: str | None) -> RetireReply:
+        cid = req.checkpoint_id
+        with self.tel.operation(Operation.RETIRE, checkpoint_id=cid, traceparent=traceparent) as o:
+            async with self._lock:
+                self._check_outside(Operation.RETIRE, req.deadline_ts)
+                retired = await self.workload.retire(req.episode_ids)
+            o.set(episodes=len(retired))
+            return RetireReply(retired=retired)
+
+    async def forget(self, req: ForgetRequest, traceparent: str | None) -> ForgetReply:
+        cid = req.checkpoint_id
+        with self.tel.operation(Operation.FORGET, checkpoint_id=cid, traceparent=traceparent) as o:
+            async with self._lock:
+                self._check_outside(Operation.FORGET, req.deadline_ts)
+                forgotten = sorted(set(req.rollout_ids))
+                for rollout_id in forgotten:
+                    self.workload.fence.forget(rollout_id)
+            o.set(rollouts=len(forgotten))
+            return ForgetReply(forgotten=forgotten)

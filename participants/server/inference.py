@@ -1,0 +1,147 @@
+"""A simulated inference worker: token streams and the generation-cut route, over HTTP.
+
+Tokens are a pure function of (prompt, index), so a continuation from a staged prefix
+produces the same output as an uninterrupted call. Staged prefixes live in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+
+from ckpt_events import Disposition, ErrorCode
+from participants.protocol import ControlError, decode, encode
+from participants.server.routes import bearer_auth, install_error_handlers
+from participants.workloads.base import finite_sleep
+from participants.workloads.generation_cut import (
+    CUT_PATH,
+    CutAck,
+    CutInventory,
+    CutReceipt,
+    GenerateRequest,
+    inventory_digest,
+)
+
+__all__ = ["create_inference_app", "token_at"]
+
+
+def token_at(prompt: str, index: int) -> str:
+    """The ``index``-th token the worker generates for ``prompt``."""
+    return hashlib.sha256(f"{prompt}\x00{index}".encode()).hexdigest()[:8]
+
+
+def _prefix_digest(tokens: list[str]) -> str:
+    return hashlib.sha256(" ".join(tokens).encode()).hexdigest()
+
+
+class _Generation:
+    __slots__ = ("max_tokens", "tokens")
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.tokens: list[str] = []
+
+
+def create_inference_app(
+    *,
+    token: str,
+    token_seconds: float = 0.005,
+    fail_cuts: bool = False,
+    cut_seconds: float = 0.0,
+    server_name: str = "inference",
+) -> FastAPI:
+    """The worker: ``POST /generate`` (NDJSON token stream) and ``POST /ng-control/v1/generation-cut``.
+
+    ``fail_cuts=True`` makes every cut round fail with 503, ``cut_seconds`` delays its answer
+    (both exercise ``durable_failure``).
+    """
+    if not token:
+        raise ValueError("the inference worker needs a bearer token")
+    delay = finite_sleep(token_seconds)
+    cut_delay = finite_sleep(cut_seconds)
+    active: dict[int, _Generation] = {}
+    staged: dict[str, list[str]] = {}
+    app = FastAPI(title=f"inference worker {server_name}")
+    auth = [Depends(bearer_auth(token))]
+    # The worker is not a checkpoint participant: it counts no refusals.
+    install_error_handlers(app, None)
+    app.state.staged = staged
+
+    @app.post("/generate", dependencies=auth)
+    async def generate(request: Request) -> Response:
+        req = decode(await request.body(), GenerateRequest)
+        generation = _Generation(req.max_tokens)
+        resumed = 0
+        if req.resume_from is not None:
+            prefix = staged.get(req.resume_from.staging_key)
+            if prefix is not None and _prefix_digest(prefix) == req.resume_from.prefix_digest:
+                generation.tokens.extend(prefix[: req.max_tokens])
+                resumed = len(generation.tokens)
+        active[req.ticket_id] = generation
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                for token_text in generation.tokens:
+                    yield encode({"token": token_text}) + b"\n"
+                for index in range(len(generation.tokens), req.max_tokens):
+                    await anyio.sleep(delay)
+                    token_text = token_at(req.prompt, index)
+                    generation.tokens.append(token_text)
+                    yield encode({"token": token_text}) + b"\n"
+                yield (
+                    encode({"done": True, "tokens": len(generation.tokens), "resumed_prefix": resumed})
+                    + b"\n"
+                )
+            finally:
+                active.pop(req.ticket_id, None)
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson")
+
+    @app.post(CUT_PATH, dependencies=auth)
+    async def generation_cut(request: Request) -> Response:
+        await anyio.sleep(cut_delay)
+        if fail_cuts:
+            return Response(status_code=503, content=b'{"error":"cut unavailable"}')
+        inventory = decode(await request.body(), CutInventory)
+        expected = inventory_digest(inventory.checkpoint_id, inventory.server_name, inventory.active_prefixes)
+        if expected != inventory.inventory_digest:
+            raise ControlError(ErrorCode.CHECKPOINT_ERROR, "inventory digest does not match")
+        cut_id = secrets.token_hex(6)
+        acks = []
+        for prefix in inventory.active_prefixes:
+            generation = active.get(prefix.ticket_id)
+            if generation is None:
+                acks.append(CutAck(ticket_id=prefix.ticket_id, disposition=Disposition.DURABLE_FAILURE))
+                continue
+            tokens = list(generation.tokens)
+            key = f"{inventory.checkpoint_id}/{prefix.model_call_id}"
+            staged[key] = tokens
+            done = len(tokens) >= generation.max_tokens
+            acks.append(
+                CutAck(
+                    ticket_id=prefix.ticket_id,
+                    disposition=Disposition.DURABLE_PREFIX,
+                    cut_kind="terminal_completion" if done else "active_prefix",
+                    frozen_buffer_id=f"buf-{cut_id}-{prefix.ticket_id}",
+                    staging_keys=[key],
+                    prefix_token_count=len(tokens),
+                    prefix_digest=_prefix_digest(tokens),
+                    effective_output_limit=max(generation.max_tokens - len(tokens), 1),
+                )
+            )
+        receipt = CutReceipt(
+            checkpoint_id=inventory.checkpoint_id,
+            cut_id=cut_id,
+            inventory_digest=inventory.inventory_digest,
+            inventory=inventory.active_prefixes,
+            backend_snapshot_id=f"snap-{cut_id}",
+            prefixes=acks,
+        )
+        return Response(content=encode(receipt), media_type="application/json")
+
+    return app

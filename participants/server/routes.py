@@ -1,0 +1,185 @@
+"""HTTP routes: the control plane (bearer auth) and the uniform workload API (no auth).
+
+Errors become responses in exactly one place, ``install_error_handlers``: a ``ControlError``
+is counted as ``refused`` by its code there and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+
+from ckpt_events import ErrorCode, Telemetry
+from participants.protocol import (
+    CONTROL_PREFIX,
+    CommitRequest,
+    ControlError,
+    EpisodeId,
+    ErrorBody,
+    ErrorDetail,
+    ForgetRequest,
+    PrepareRequest,
+    RenewRequest,
+    RequestError,
+    RestoreRequest,
+    ResumeRequest,
+    RetireRequest,
+    WorkAdvance,
+    WorkAdvanceReply,
+    WorkStart,
+    WorkStartReply,
+    decode,
+    encode,
+)
+from participants.server.control import ControlPlane
+from participants.workloads.base import Episode, WorkError, Workload
+
+__all__ = ["bearer_auth", "control_router", "install_error_handlers", "work_router"]
+
+T = TypeVar("T")
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(content=encode(value), status_code=status, media_type="application/json")
+
+
+def bearer_auth(token: str) -> Callable[[Request], Awaitable[None]]:
+    """A dependency that refuses a missing or wrong ``Authorization: Bearer`` (constant time)."""
+    expected = token.encode()
+
+    async def check(request: Request) -> None:
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), expected):
+            raise ControlError(ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
+
+    return check
+
+
+async def _body(request: Request, type: type[T]) -> T:
+    value = decode(await request.body(), type)
+    # Lets the one refusal handler attribute the refusal to its checkpoint.
+    request.state.checkpoint_id = getattr(value, "checkpoint_id", None)
+    return value
+
+
+def control_router(plane: ControlPlane, token: str) -> APIRouter:
+    """``/ng-control/v1/checkpoint/*`` for ``plane``."""
+    router = APIRouter(prefix=CONTROL_PREFIX, dependencies=[Depends(bearer_auth(token))])
+
+    @router.get("/status")
+    async def status() -> Response:
+        return _json(await plane.status())
+
+    @router.post("/prepare")
+    async def prepare(request: Request) -> Response:
+        req = await _body(request, PrepareRequest)
+        return _json(await plane.prepare(req, request.headers.get("traceparent")))
+
+    @router.post("/renew")
+    async def renew(request: Request) -> Response:
+        req = await _body(request, RenewRequest)
+        return _json(await plane.renew(req, request.headers.get("traceparent")))
+
+    @router.post("/commit")
+    async def commit(request: Request) -> Response:
+        req = await _body(request, CommitRequest)
+        return _json(await plane.commit(req, request.headers.get("traceparent")))
+
+    @router.post("/restore")
+    async def restore(request: Request) -> Response:
+        req = await _body(request, RestoreRequest)
+        return _json(await plane.restore(req, request.headers.get("traceparent")))
+
+    @router.post("/resume")
+    async def resume(request: Request) -> Response:
+        req = await _body(request, ResumeRequest)
+        return _json(await plane.resume(req, request.headers.get("traceparent")))
+
+    @router.post("/retire")
+    async def retire(request: Request) -> Response:
+        req = await _body(request, RetireRequest)
+        return _json(await plane.retire(req, request.headers.get("traceparent")))
+
+    @router.post("/forget")
+    async def forget(request: Request) -> Response:
+        req = await _body(request, ForgetRequest)
+        return _json(await plane.forget(req, request.headers.get("traceparent")))
+
+    return router
+
+
+def _episode_view(workload: Workload, episode: Episode) -> dict[str, Any]:
+    return {
+        "capture_key": episode.key,
+        "rollout_id": episode.episode_id.rollout_id,
+        "attempt": episode.episode_id.attempt,
+        "boundary": episode.boundary,
+        "steps": episode.steps,
+        "done": episode.done,
+        "status": episode.status,
+        "kind": workload.kind.value,
+        "state": workload.describe(episode),
+    }
+
+
+def _not_found(key: str) -> Response:
+    return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=f"no episode {key}")), 404)
+
+
+def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
+    if req.rollout_id is None:
+        raise ControlError(ErrorCode.ROLLOUT_ID_REQUIRED, "work needs a rollout_id")
+    return EpisodeId(req.rollout_id, req.attempt)
+
+
+def work_router(workload: Workload) -> APIRouter:
+    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``."""
+    router = APIRouter(prefix="/work")
+
+    @router.post("/start")
+    async def start(request: Request) -> Response:
+        req = await _body(request, WorkStart)
+        episode = workload.start(_episode_id(req), req.steps)
+        return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
+
+    @router.post("/advance")
+    async def advance(request: Request) -> Response:
+        req = await _body(request, WorkAdvance)
+        try:
+            episode = await workload.advance(_episode_id(req))
+        except LookupError as exc:
+            return _not_found(str(exc.args[0]))
+        return _json(WorkAdvanceReply(boundary=episode.boundary, done=episode.done))
+
+    @router.get("/{capture_key}")
+    async def get(capture_key: str) -> Response:
+        episode = workload.get(capture_key)
+        if episode is None:
+            return _not_found(capture_key)
+        return _json(_episode_view(workload, episode))
+
+    return router
+
+
+def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
+    """Turn ``ControlError`` (counted as ``refused`` on ``tel``) and ``RequestError`` into error bodies."""
+
+    async def on_control_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ControlError)
+        if tel is not None:
+            tel.refused(exc.code, checkpoint_id=getattr(request.state, "checkpoint_id", None))
+        return _json(exc.body(), exc.status)
+
+    async def on_request_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestError)
+        return _json(exc.body(), exc.status)
+
+    async def on_work_error(request: Request, exc: Exception) -> Response:
+        return _json(ErrorBody(error=ErrorDetail(code="upstream_error", detail=str(exc))), 502)
+
+    app.add_exception_handler(ControlError, on_control_error)
+    app.add_exception_handler(WorkError, on_work_error)
+    app.add_exception_handler(RequestError, on_request_error)

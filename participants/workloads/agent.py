@@ -1,0 +1,65 @@
+"""The agent workload: one simulated turn per unit of work, with its history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ckpt_events import Kind, Telemetry
+from participants.protocol import EpisodeId
+from participants.workloads.base import Episode, Record, Workload, finite_sleep
+from participants.workloads.records import digest, invalid_record
+
+__all__ = ["AgentRecord", "AgentWorkload"]
+
+
+class AgentRecord(Record, kw_only=True):
+    """A session parked at a turn boundary: its key and the turns it has taken."""
+
+    session_key: str
+    history: list[str]
+
+
+class AgentWorkload(Workload):
+    """Agent sessions that take one turn per unit of work."""
+
+    kind = Kind.AGENT
+    record_type = AgentRecord
+
+    def __init__(self, tel: Telemetry, *, turn_seconds: float = 0.01) -> None:
+        super().__init__(tel)
+        self.turn_seconds = finite_sleep(turn_seconds)
+
+    def initial_state(self, episode_id: EpisodeId, steps: int) -> Any:
+        return {"session_key": f"session-{episode_id.rollout_id}", "history": []}
+
+    async def work(self, episode: Episode) -> None:
+        await anyio.sleep(self.turn_seconds)
+        turn = episode.boundary
+        episode.state["history"].append(f"turn-{turn}:{digest(episode.episode_id.rollout_id, turn)[:12]}")
+
+    def to_record(self, episode: Episode) -> Record:
+        return AgentRecord(
+            episode_id=episode.episode_id,
+            boundary=episode.boundary,
+            steps=episode.steps,
+            session_key=episode.state["session_key"],
+            history=list(episode.state["history"]),
+        )
+
+    def from_record(self, record: Any) -> Any:
+        if len(record.history) != record.boundary:
+            raise invalid_record(record, f"{len(record.history)} turns at boundary {record.boundary}")
+        return {"session_key": record.session_key, "history": list(record.history)}
+
+    def counts(self) -> dict[str, int]:
+        at_boundary = sum(1 for e in self.episodes.values() if e.status == "idle")
+        return {"sessions": len(self.episodes), "at_boundary": at_boundary}
+
+    def describe(self, episode: Episode) -> dict[str, Any]:
+        return {
+            "session_key": episode.state["session_key"],
+            "turns": len(episode.state["history"]),
+            "history": list(episode.state["history"]),
+        }

@@ -1,0 +1,255 @@
+"""The workload every participant kind runs, behind one uniform API the controller drives.
+
+An episode (``EpisodeId``, keyed by its capture key) advances one unit of work at a time
+and sits at a *boundary* between units. While a checkpoint is open, admission is closed:
+new work is refused with 409 ``admission_closed`` (we refuse rather than wait, so a caller
+never holds a connection across a checkpoint), and a unit already running finishes, which
+parks the episode at its next boundary. Kinds subclass ``Workload`` and fill in the hooks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Final
+
+import anyio
+import msgspec
+
+from ckpt_events import ErrorCode, Kind, OperationSpan, Telemetry
+from participants.protocol import MAX_BLOCKERS, ControlError, EpisodeId, PrepareReport
+from participants.workloads.fence import RetiredAttempts
+
+__all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
+
+_RETIRE_WAIT: Final = 5.0
+
+
+class WorkError(Exception):
+    """A unit of work failed upstream (e.g. the inference worker): HTTP 502 ``upstream_error``."""
+
+
+class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every kind's record: the episode it captures, its boundary and length."""
+
+    episode_id: EpisodeId
+    boundary: int
+    steps: int
+
+
+class Episode:
+    """One episode's live state. ``status``: ``idle`` (at a boundary), ``running`` or ``held``."""
+
+    __slots__ = ("boundary", "episode_id", "scope", "state", "status", "steps", "stopped")
+
+    def __init__(self, episode_id: EpisodeId, steps: int, boundary: int, state: Any) -> None:
+        self.episode_id = episode_id
+        self.steps = steps
+        self.boundary = boundary
+        self.state = state
+        self.status = "idle"
+        self.scope: anyio.CancelScope | None = None
+        self.stopped = False
+
+    @property
+    def key(self) -> str:
+        return self.episode_id.capture_key
+
+    @property
+    def done(self) -> bool:
+        return self.boundary >= self.steps
+
+
+class Workload:
+    """Episodes, admission, the retired-attempt fence and the checkpoint hooks of one kind."""
+
+    kind: ClassVar[Kind]
+    record_type: ClassVar[type[Record]]
+
+    def __init__(self, tel: Telemetry, **options: Any) -> None:
+        if options:
+            raise TypeError(f"unknown {self.kind.value} workload options: {', '.join(sorted(options))}")
+        self.tel = tel
+        self.fence = RetiredAttempts()
+        self.episodes: dict[str, Episode] = {}
+        self.admission_open = True
+        self.served = False
+        self._changed = anyio.Event()
+        self._reopened = anyio.Event()
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def initial_state(self, episode_id: EpisodeId, steps: int) -> Any:
+        """The state of a new episode."""
+        return None
+
+    async def work(self, episode: Episode) -> None:
+        """One unit of real work on ``episode`` (the base moves the boundary afterwards)."""
+        raise NotImplementedError
+
+    def to_record(self, episode: Episode) -> Record:
+        raise NotImplementedError
+
+    def from_record(self, record: Any) -> Any:
+        """The state to install from ``record``; raise ``ControlError`` if it does not check."""
+        raise NotImplementedError
+
+    def describe(self, episode: Episode) -> dict[str, Any]:
+        """Kind-specific state for ``GET /work/{capture_key}``."""
+        return {}
+
+    def counts(self) -> dict[str, int]:
+        return {"episodes": len(self.episodes)}
+
+    def blocking(self, episode: Episode) -> bool:
+        """Whether ``episode`` keeps a prepare from being ready."""
+        return episode.status == "running"
+
+    async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
+        """Called once per checkpoint right after admission closes (the model cuts here)."""
+
+    def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]:
+        """Extra fields of the commit reply for the exported ``keys``."""
+        return {}
+
+    async def aclose(self) -> None:
+        """Release what the workload holds (HTTP clients)."""
+
+    # -- admission and readiness ------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def close_admission(self) -> None:
+        self.admission_open = False
+        self._reopened = anyio.Event()
+        self._notify()
+
+    def open_admission(self) -> None:
+        self.admission_open = True
+        self._reopened.set()
+        self._notify()
+
+    async def wait_reopened(self) -> None:
+        await self._reopened.wait()
+
+    async def wait_changed(self, timeout: float) -> None:
+        """Return on the next change of any episode, or after ``timeout`` seconds."""
+        changed = self._changed
+        with anyio.move_on_after(max(timeout, 0.0)):
+            await changed.wait()
+
+    def report(self) -> PrepareReport:
+        blockers = sorted(e.key for e in self.episodes.values() if self.blocking(e))
+        return PrepareReport(
+            ready=not blockers,
+            blockers=blockers[:MAX_BLOCKERS],
+            blocker_count=len(blockers),
+            counts=self.counts(),
+        )
+
+    # -- the workload API -------------------------------------------------------------------
+
+    def _admit(self, episode_id: EpisodeId) -> None:
+        self.fence.check(episode_id)
+        if not self.admission_open:
+            raise ControlError(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
+
+    def start(self, episode_id: EpisodeId, steps: int) -> Episode:
+        self._admit(episode_id)
+        self.served = True
+        episode = self.episodes.get(episode_id.capture_key)
+        if episode is None:
+            episode = Episode(episode_id, steps, 0, self.initial_state(episode_id, steps))
+            self.episodes[episode.key] = episode
+            self._notify()
+        return episode
+
+    def get(self, key: str) -> Episode | None:
+        return self.episodes.get(key)
+
+    async def advance(self, episode_id: EpisodeId) -> Episode:
+        self._admit(episode_id)
+        self.served = True
+        episode = self.episodes.get(episode_id.capture_key)
+        if episode is None:
+            raise LookupError(episode_id.capture_key)
+        if episode.stopped:
+            raise ControlError(ErrorCode.ADMISSION_CLOSED, f"{episode.key} was stopped by a checkpoint")
+        if episode.done:
+            return episode
+        if episode.status != "idle":
+            raise ControlError(ErrorCode.CHECKPOINT_ERROR, f"{episode.key} is already advancing")
+        episode.status = "running"
+        self._notify()
+        try:
+            with anyio.CancelScope() as episode.scope:
+                await self.work(episode)
+                episode.boundary += 1
+        finally:
+            episode.scope = None
+            episode.status = "idle"
+            self._notify()
+        # A retire cancelled the unit of work: the attempt is gone.
+        self.fence.check(episode_id)
+        return episode
+
+    # -- checkpoint hooks used by the control plane -----------------------------------------
+
+    def export(self, scope: Iterable[EpisodeId] | None) -> list[Record]:
+        """Records of the episodes in scope (all when ``scope`` is None), sorted by capture key."""
+        if scope is None:
+            chosen = list(self.episodes.values())
+        else:
+            chosen = [e for e in (self.episodes.get(i.capture_key) for i in scope) if e is not None]
+        return [self.to_record(e) for e in sorted(chosen, key=lambda e: e.key)]
+
+    def stop(self, keys: Iterable[str]) -> None:
+        """Checkpoint-and-stop: exported episodes take no more work in this process."""
+        for key in keys:
+            if (episode := self.episodes.get(key)) is not None:
+                episode.stopped = True
+
+    def check_record(self, record: Record) -> Any:
+        """Validate one record before anything is installed; returns the state to install."""
+        if not 0 <= record.boundary <= record.steps or record.steps < 1:
+            raise ControlError(
+                ErrorCode.INVALID_CHECKPOINT_STATE,
+                f"record of {record.episode_id.capture_key} has boundary {record.boundary} of {record.steps}",
+            )
+        return self.from_record(record)
+
+    def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
+        """Install each record as attempt + 1 and fence the attempt it came from."""
+        restored = []
+        for record, state in zip(records, states, strict=True):
+            self.fence.mark(record.episode_id)
+            episode = Episode(record.episode_id.next(), record.steps, record.boundary, state)
+            self.episodes[episode.key] = episode
+            restored.append(episode.key)
+        self._notify()
+        return sorted(restored)
+
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
+        """Raise the marks first, then cancel and free the retired attempts' state."""
+        retired = []
+        for episode_id in episode_ids:
+            self.fence.mark(episode_id)
+            retired.append(episode_id.capture_key)
+        doomed = [e for e in self.episodes.values() if self.fence.is_retired(e.episode_id)]
+        for episode in doomed:
+            if episode.scope is not None:
+                episode.scope.cancel()
+        with anyio.move_on_after(_RETIRE_WAIT):
+            while any(e.status != "idle" for e in doomed):
+                await self.wait_changed(0.05)
+        for episode in doomed:
+            self.episodes.pop(episode.key, None)
+        self._notify()
+        return sorted(set(retired))
+
+
+def finite_sleep(seconds: float) -> float:
+    """Clamp a configured delay to something sane."""
+    return 0.0 if not math.isfinite(seconds) or seconds < 0 else min(seconds, 60.0)

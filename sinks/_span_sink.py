@@ -1,0 +1,399 @@
+"""``SpanSink``: finished checkpoint events become finished OpenTelemetry spans.
+
+Every ``*Finished`` event carries both timestamps, its ids and its parent, so a span is
+built directly as a ``ReadableSpan`` (no tracer, no processor, no context switch) and the
+tree is right whatever order events arrive in. Spans go to the exporter in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import anyio.to_thread
+import msgspec
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event as SpanEventRecord
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from ckpt_events import (
+    CollectionFinished,
+    CoordinateFinished,
+    InvalidArgumentError,
+    Kind,
+    Operation,
+    OperationFinished,
+    Outcome,
+    Redactor,
+    StageFinished,
+    Step,
+    StepFinished,
+    __version__,
+    attr,
+    resolve_span_groups,
+    span_name,
+)
+
+__all__ = ["SpanSink", "SpanSinkStats"]
+
+logger: Final = logging.getLogger("sinks.otel")
+
+SCOPE: Final = InstrumentationScope("ckpt_events", __version__)
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+_UNSET: Final = Status(StatusCode.UNSET)
+_INTERNAL: Final = SpanKind.INTERNAL
+_ERROR: Final = Outcome.ERROR.value
+_FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
+
+# Names and keys are built once, from the vocabulary (SPEC section 2).
+_OPERATION_NAME: Final[dict[Operation, str]] = {
+    op: span_name(op.value) for op in Operation if op is not Operation.RENEW
+}
+_STEP_NAME: Final = {step: span_name(step.value) for step in Step}
+_COORDINATE_NAME: Final = {op: span_name("coordinate", op.value) for op in Operation}
+_STAGE_NAME: Final = {kind: span_name("coordinate", "prepare", kind.value) for kind in Kind}
+_COLLECTION_NAME: Final = {a: span_name("collection", a) for a in ("checkpoint", "restore")}
+
+A_ID: Final = attr("id")
+A_KIND: Final = attr("participant_kind")
+A_INSTANCE: Final = attr("instance")
+A_OUTCOME: Final = attr("outcome")
+A_PHASE: Final = attr("phase")
+A_BLOCKERS: Final = attr("blockers")
+A_RECORDS: Final = attr("records")
+A_BYTES: Final = attr("bytes")
+A_EPISODES: Final = attr("episodes")
+A_ROLLOUTS: Final = attr("rollouts")
+A_CALLS: Final = attr("calls")
+A_CUT_PREFIX: Final = attr("cut_durable_prefix")
+A_CUT_FAILURE: Final = attr("cut_durable_failure")
+A_PARTICIPANTS: Final = attr("participants")
+A_PREPARED: Final = attr("prepared")
+A_STOPPED_AT: Final = attr("stopped_at")
+A_IN_FLIGHT: Final = attr("in_flight")
+A_STOP: Final = attr("stop")
+A_PUBLISHED: Final = attr("published")
+A_ROWS: Final = attr("rows")
+A_RESTARTS: Final = attr("restarts")
+
+# The end attributes each operation adds (SPEC section 2); other fields stay off the span.
+_OPERATION_EXTRAS: Final[dict[Operation, tuple[tuple[str, str], ...]]] = {
+    Operation.PREPARE: (("phase", A_PHASE), ("blockers", A_BLOCKERS)),
+    Operation.COMMIT: (("records", A_RECORDS),),
+    Operation.RESTORE: (("records", A_RECORDS),),
+    Operation.RETIRE: (("episodes", A_EPISODES),),
+    Operation.FORGET: (("rollouts", A_ROLLOUTS),),
+    Operation.RESUME: (),
+}
+_COORDINATE_EXTRAS: Final[dict[Operation, tuple[tuple[str, str], ...]]] = {
+    Operation.PREPARE: (("prepared", A_PREPARED), ("stopped_at", A_STOPPED_AT)),
+    Operation.COMMIT: (("episodes", A_EPISODES),),
+    Operation.RESTORE: (("episodes", A_EPISODES),),
+    Operation.RETIRE: (("episodes", A_EPISODES),),
+    Operation.FORGET: (("rollouts", A_ROLLOUTS),),
+    Operation.RESUME: (),
+    Operation.RENEW: (),
+}
+_STEP_EXTRAS: Final[dict[Step, tuple[tuple[str, str], ...]]] = {
+    Step.WAIT_READY: (),
+    Step.EXPORT: (("records", A_RECORDS),),
+    Step.WRITE: (("records", A_RECORDS), ("bytes", A_BYTES)),
+    Step.READ: (("records", A_RECORDS), ("bytes", A_BYTES)),
+    Step.INSTALL: (("records", A_RECORDS),),
+    Step.GENERATION_CUT: (
+        ("calls", A_CALLS),
+        ("cut_durable_prefix", A_CUT_PREFIX),
+        ("cut_durable_failure", A_CUT_FAILURE),
+    ),
+}
+_COLLECTION_EXTRAS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "checkpoint": (("in_flight", A_IN_FLIGHT), ("stop", A_STOP), ("published", A_PUBLISHED)),
+    "restore": (("rows", A_ROWS), ("restarts", A_RESTARTS)),
+}
+
+
+class SpanSinkStats(msgspec.Struct, frozen=True):
+    """Counters of one ``SpanSink``.
+
+    ``exported`` spans the exporter accepted; ``dropped`` spans lost to a failed or raising
+    export (or handed in after shutdown); ``unsampled`` events skipped by the root's
+    sampling decision; ``skipped`` events with no span (``renew``).
+    """
+
+    exported: int
+    dropped: int
+    export_failures: int
+    unsampled: int
+    skipped: int
+
+
+class SpanSink:
+    """A bus sink that exports checkpoint spans to any OpenTelemetry ``SpanExporter``.
+
+    Spans are made only when ``span_groups`` resolves to a set containing ``checkpoint``;
+    otherwise the sink wants no events at all (``interests`` is empty), so emit sites stay
+    off. ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied
+    attributes. ``handle`` calls the exporter, which may block on the network, so by default
+    the bus runs it in a worker thread (``blocking``), gathering events for ``linger``
+    seconds first (as OpenTelemetry's batch processor waits before an export): each handoff
+    to a thread can cost the event loop a GIL switch interval, so a checkpoint's spans go
+    out in one batch after its operations, not in a dozen during them. ``flush()`` on the
+    bus does not wait for the linger. An exporter that raises or fails is counted and
+    logged once; it never raises out of ``handle``.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        span_groups: str | Iterable[str] | None = "default,checkpoint",
+        resource: Resource | None = None,
+        redactor: Redactor | None = None,
+        max_export_batch: int = 512,
+        blocking: bool = True,
+        linger: float = 1.0,
+    ) -> None:
+        if not callable(getattr(exporter, "export", None)):
+            raise InvalidArgumentError(f"exporter must be an OpenTelemetry SpanExporter, not {exporter!r}")
+        if (
+            isinstance(max_export_batch, bool)
+            or not isinstance(max_export_batch, int)
+            or max_export_batch < 1
+        ):
+            raise InvalidArgumentError(f"max_export_batch must be a positive int, not {max_export_batch!r}")
+        self.exporter = exporter
+        self.span_groups = resolve_span_groups(span_groups)
+        self.enabled = "checkpoint" in self.span_groups
+        self.interests: tuple[type, ...] = _FINISHED if self.enabled else ()
+        self.resource = resource if resource is not None else Resource.create()
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.max_export_batch = max_export_batch
+        self.blocking = blocking
+        self.linger = linger
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._exported = 0
+        self._dropped = 0
+        self._export_failures = 0
+        self._unsampled = 0
+        self._skipped = 0
+        self._logged_failure = False
+        self._contexts: dict[int, SpanContext] = {}  # per batch; see _span
+        self._builders: dict[type, Callable[[Any], ReadableSpan | None]] = {
+            OperationFinished: self._operation,
+            StepFinished: self._step,
+            CoordinateFinished: self._coordinate,
+            StageFinished: self._stage,
+            CollectionFinished: self._collection,
+        }
+
+    # -- the sink ---------------------------------------------------------------------------
+
+    def handle(self, batch: list[Any]) -> None:
+        """Build a span per sampled finished event and export them in batches."""
+        builders = self._builders
+        self._contexts = {}
+        spans: list[ReadableSpan] = []
+        unsampled = skipped = 0
+        limit = self.max_export_batch
+        for event in batch:
+            if not event.sampled:
+                unsampled += 1
+                continue
+            builder = builders.get(event.__class__)
+            span = builder(event) if builder is not None else None
+            if span is None:
+                skipped += 1
+                continue
+            spans.append(span)
+            if len(spans) >= limit:
+                self._export(spans)
+                spans = []
+        self._contexts = {}
+        self._unsampled += unsampled
+        self._skipped += skipped
+        if spans:
+            self._export(spans)
+
+    def _export(self, spans: list[ReadableSpan]) -> None:
+        with self._lock:
+            if self._shutdown:
+                self._dropped += len(spans)
+                return
+            try:
+                result = self.exporter.export(spans)
+            except Exception:
+                self._dropped += len(spans)
+                self._export_failures += 1
+                self._log_failure("raised")
+                return
+            if result is SpanExportResult.FAILURE:
+                self._dropped += len(spans)
+                self._export_failures += 1
+                self._log_failure("reported a failure")
+            else:
+                self._exported += len(spans)
+
+    def _log_failure(self, how: str) -> None:
+        # Logged once; later failures only count, so a dead collector cannot flood the log.
+        if self._logged_failure:
+            return
+        self._logged_failure = True
+        logger.warning(
+            "span exporter %s %s; spans are dropped and counted in SpanSink.stats(), not logged again",
+            type(self.exporter).__name__,
+            how,
+            exc_info=how == "raised",
+        )
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Flush the exporter (spans are handed over at the end of every batch already)."""
+        with self._lock:
+            if self._shutdown:
+                return True
+            try:
+                return bool(self.exporter.force_flush(timeout_millis))
+            except Exception:
+                self._log_failure("raised in force_flush")
+                return False
+
+    def shutdown(self) -> None:
+        """Flush and shut the exporter down; later spans are dropped (counted). Idempotent."""
+        # Under the lock, so the bus's aclose() and Configured.aclose() racing in two worker
+        # threads shut the exporter down once.
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+            try:
+                self.exporter.force_flush()
+                self.exporter.shutdown()
+            except Exception:
+                self._log_failure("raised in shutdown")
+
+    async def aclose(self) -> None:
+        """Flush and shut down the exporter (the bus awaits this after the last batch)."""
+        await anyio.to_thread.run_sync(self.shutdown)
+
+    def stats(self) -> SpanSinkStats:
+        """The counters so far."""
+        return SpanSinkStats(
+            exported=self._exported,
+            dropped=self._dropped,
+            export_failures=self._export_failures,
+            unsampled=self._unsampled,
+            skipped=self._skipped,
+        )
+
+    # -- span builders, one per event class --------------------------------------------------
+
+    def _span(self, event: Any, name: str, attributes: dict[str, Any]) -> ReadableSpan:
+        extra = event.attributes
+        if extra:
+            # Ours win over a user attribute of the same name; the rule redacts theirs.
+            attributes = {**self.redactor.apply(extra), **attributes}
+        trace_id = event.trace_id
+        contexts = self._contexts
+        # A local span's own context is its children's parent context: build each once per
+        # batch (children finish first, so the parent usually finds its context made).
+        span_id = event.span_id
+        context = contexts.get(span_id)
+        if context is None or context[0] != trace_id:
+            context = contexts[span_id] = SpanContext(trace_id, span_id, False, _SAMPLED)
+        parent_id = event.parent_span_id
+        if parent_id is None:
+            parent = None
+        elif event.parent_remote:
+            parent = SpanContext(trace_id, parent_id, True, _SAMPLED)
+        else:
+            parent = contexts.get(parent_id)
+            if parent is None or parent[0] != trace_id:
+                parent = contexts[parent_id] = SpanContext(trace_id, parent_id, False, _SAMPLED)
+        if event.outcome == _ERROR:
+            error_type = event.error_type or "Exception"
+            message = event.error_message or ""
+            status = Status(StatusCode.ERROR, f"{error_type}: {message}" if message else error_type)
+            events: tuple[SpanEventRecord, ...] = (
+                SpanEventRecord(
+                    "exception",
+                    {"exception.type": error_type, "exception.message": message},
+                    event.end_ns,
+                ),
+            )
+        else:
+            status = _UNSET
+            events = ()
+        # Positional, in ReadableSpan's documented parameter order: this is the hot path.
+        return ReadableSpan(
+            name,
+            context,
+            parent,
+            self.resource,
+            attributes,
+            events,
+            (),
+            _INTERNAL,
+            None,
+            status,
+            event.start_ns,
+            event.end_ns,
+            SCOPE,
+        )
+
+    @staticmethod
+    def _identity(event: Any) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            # str(): a plain string whether the field holds the enum member or its value.
+            A_KIND: str(event.kind),
+            A_INSTANCE: event.instance,
+            A_OUTCOME: str(event.outcome),
+        }
+        if event.checkpoint_id is not None:
+            attributes[A_ID] = event.checkpoint_id
+        return attributes
+
+    def _operation(self, event: OperationFinished) -> ReadableSpan | None:
+        name = _OPERATION_NAME.get(event.operation)
+        if name is None:  # renew: counted in metrics, no span
+            return None
+        attributes = self._identity(event)
+        _put(attributes, event, _OPERATION_EXTRAS[event.operation])
+        return self._span(event, name, attributes)
+
+    def _step(self, event: StepFinished) -> ReadableSpan:
+        attributes: dict[str, Any] = {}
+        _put(attributes, event, _STEP_EXTRAS[event.step])
+        return self._span(event, _STEP_NAME[event.step], attributes)
+
+    def _coordinate(self, event: CoordinateFinished) -> ReadableSpan:
+        attributes = self._identity(event)
+        if event.participants is not None:
+            attributes[A_PARTICIPANTS] = event.participants
+        _put(attributes, event, _COORDINATE_EXTRAS[event.operation])
+        return self._span(event, _COORDINATE_NAME[event.operation], attributes)
+
+    def _stage(self, event: StageFinished) -> ReadableSpan:
+        attributes: dict[str, Any] = {}
+        if event.participants is not None:
+            attributes[A_PARTICIPANTS] = event.participants
+        return self._span(event, _STAGE_NAME[event.stage], attributes)
+
+    def _collection(self, event: CollectionFinished) -> ReadableSpan:
+        attributes: dict[str, Any] = {}
+        if event.checkpoint_id is not None:
+            attributes[A_ID] = event.checkpoint_id
+        _put(attributes, event, _COLLECTION_EXTRAS[event.action])
+        return self._span(event, _COLLECTION_NAME[event.action], attributes)
+
+
+def _put(attributes: dict[str, Any], event: Any, fields: tuple[tuple[str, str], ...]) -> None:
+    for field, key in fields:
+        value = getattr(event, field)
+        if value is not None:
+            # Enum members go out as plain strings.
+            attributes[key] = str(value) if isinstance(value, str) else value

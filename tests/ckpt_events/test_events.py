@@ -1,0 +1,97 @@
+"""Typed events: the union decodes every event type back from JSON."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_events import (
+    CheckpointEvent,
+    ErrorCode,
+    Event,
+    Kind,
+    Operation,
+    OperationFinished,
+    Outcome,
+    Refused,
+)
+from ckpt_events._events import EVENT_TYPES, FINISHED_TYPES, POINT_TYPES, STARTED_TYPES
+from tests.ckpt_events.strategies import any_event, event_strategy
+
+_decoder = msgspec.json.Decoder(CheckpointEvent)
+
+
+@settings(max_examples=300, deadline=None)
+@given(any_event)
+def test_every_event_round_trips_through_json(event: Event) -> None:
+    """Any event encodes to one JSON line and decodes to an equal event of the same class."""
+    line = msgspec.json.encode(event)
+    assert b"\n" not in line
+    back = _decoder.decode(line)
+    assert type(back) is type(event)
+    assert back == event
+
+
+@pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
+def test_each_event_type_has_a_unique_tag(cls: type[Event]) -> None:
+    """Every concrete event class is tagged, and tags are unique snake_case names."""
+    tags = [msgspec.inspect.type_info(c).tag for c in EVENT_TYPES]  # type: ignore[attr-defined]
+    tag = msgspec.inspect.type_info(cls).tag  # type: ignore[attr-defined]
+    assert tags.count(tag) == 1
+    assert tag == tag.lower() and " " not in tag
+
+
+def test_union_partitions_into_started_finished_and_points() -> None:
+    """Every event type is exactly one of: span start, span finish, counted point."""
+    groups = set(STARTED_TYPES) | set(FINISHED_TYPES) | set(POINT_TYPES)
+    assert groups == set(EVENT_TYPES)
+    assert len(STARTED_TYPES) + len(FINISHED_TYPES) + len(POINT_TYPES) == len(EVENT_TYPES)
+
+
+def test_decoding_gives_enum_members_and_full_width_ids() -> None:
+    """A decoded event carries enum members and keeps 128-bit trace ids exactly."""
+    event = OperationFinished(
+        kind=Kind.MODEL,
+        instance="m0",
+        trace_id=2**128 - 1,
+        span_id=2**64 - 1,
+        start_ns=1,
+        end_ns=2,
+        operation=Operation.COMMIT,
+        records=3,
+    )
+    back = _decoder.decode(msgspec.json.encode(event))
+    assert isinstance(back, OperationFinished)
+    assert back.kind is Kind.MODEL and back.operation is Operation.COMMIT
+    assert back.outcome is Outcome.OK
+    assert back.trace_id == 2**128 - 1
+
+
+def test_unknown_tag_and_bad_values_are_rejected() -> None:
+    """A line with an unknown type or an out-of-vocabulary value fails to decode."""
+    with pytest.raises(msgspec.ValidationError):
+        _decoder.decode(b'{"type": "nope", "kind": "model", "instance": "m"}')
+    good = msgspec.json.encode(
+        Refused(kind=Kind.AGENT, instance="a", time_ns=1, code=ErrorCode.STALE_ATTEMPT)
+    )
+    with pytest.raises(msgspec.ValidationError, match="code"):
+        _decoder.decode(good.replace(b"stale_attempt", b"not_a_code"))
+
+
+def test_events_are_frozen() -> None:
+    """Events are immutable once emitted."""
+    event = Refused(kind=Kind.AGENT, instance="a", time_ns=1, code=ErrorCode.STALE_ATTEMPT)
+    with pytest.raises(AttributeError):
+        event.code = ErrorCode.UNAUTHORIZED  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_strategies_cover_every_type(cls: type[Event], data: st.DataObject) -> None:
+    """Each event class round-trips on its own too, so no type hides behind the union's draw."""
+    event = data.draw(event_strategy(cls))
+    assert type(event) is cls
+    assert _decoder.decode(msgspec.json.encode(event)) == event

@@ -1,0 +1,100 @@
+"""`ckpt-events serve`: argument errors are one line and exit 2; a real process serves with auth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from participants.cli.fleet import ServerProcess, write_token_file
+from participants.cli.main import COMMANDS, build_parser, main
+from participants.protocol import CONTROL_PREFIX
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    return status, capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CKPT_EVENTS_TOKEN", "CKPT_EVENTS_INFERENCE_TOKEN", "CKPT_EVENTS_SPAN_GROUPS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_serve_is_registered_in_the_command_registry() -> None:
+    """Subcommands come from COMMANDS; serve is one of them."""
+    assert "serve" in {c.name for c in COMMANDS}
+    assert "serve" in build_parser().format_help()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (("serve", "agent", "--port", "1", "--verbose"), "unrecognized arguments: --verbose"),
+        (("serve", "judge", "--port", "1"), "invalid choice: 'judge'"),
+        (("serve", "agent", "--port", "70000"), "not in 0-65535"),
+        (("serve", "agent", "--port", "1", "--instance", "../x"), "is not 1-128 characters"),
+        (("serve", "agent"), "--port"),
+        (("serve", "agent", "--port", "1"), "CKPT_EVENTS_TOKEN"),
+        (
+            ("serve", "agent", "--port", "1", "--token-file", "/nonexistent/token"),
+            "cannot read the token file",
+        ),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], fragment: str
+) -> None:
+    """Each mistake is reported on one line of stderr, with status 2 and no traceback."""
+    status, err = run_cli(capsys, *argv)
+    assert status == 2
+    assert fragment in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_empty_token_file_and_bad_span_groups_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty token file, then an unknown span group in the environment, are both one-line errors."""
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    status, err = run_cli(capsys, "serve", "resources", "--port", "1", "--token-file", str(empty))
+    assert status == 2 and "is empty" in err
+    monkeypatch.setenv("CKPT_EVENTS_SPAN_GROUPS", "default,bogus")
+    status, err = run_cli(
+        capsys,
+        "serve",
+        "resources",
+        "--port",
+        "1",
+        "--token-file",
+        str(write_token_file(tmp_path / "t", "x")),
+    )
+    assert status == 2 and "unknown span group 'bogus'" in err
+
+
+def test_model_needs_an_inference_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """serve model without --inference-url is a usage error."""
+    token = write_token_file(tmp_path / "token", "secret-token")
+    status, err = run_cli(capsys, "serve", "model", "--port", "1", "--token-file", str(token))
+    assert status == 2 and "--inference-url" in err
+
+
+@pytest.mark.e2e
+async def test_serve_runs_a_participant_with_bearer_auth(tmp_path: Path) -> None:
+    """A served participant answers /status with the token (from a file) and 401 without it."""
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    process = ServerProcess("resources", instance="resources-7", token_file=token_file, log_dir=tmp_path)
+    try:
+        await process.wait_listening(30.0)
+        async with httpx.AsyncClient(base_url=process.url) as http:
+            ok = await http.get(CONTROL_PREFIX + "/status", headers={"authorization": "Bearer served-token"})
+            assert ok.status_code == 200 and ok.json()["instance"] == "resources-7"
+            denied = await http.get(CONTROL_PREFIX + "/status")
+            assert denied.status_code == 401 and denied.json()["error"]["code"] == "unauthorized"
+    finally:
+        process.terminate()

@@ -1,0 +1,93 @@
+"""The main job: ``ckpt-events demo`` in process, and ``report`` / ``replay`` on its log."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import msgspec
+import pytest
+from rich.console import Console
+
+from ckpt_events import CheckpointEvent, CollectionFinished, Operation, OperationFinished
+from participants.cli.demo_runner import DemoOptions, run_demo
+from participants.cli.main import main
+
+
+async def test_demo_checkpoints_crashes_restores_and_verifies(tmp_path: Path) -> None:
+    """A small demo run completes every rollout once, continues the in-flight ones as attempt 1,
+    and reports from its events; its JSON-lines log decodes back into events."""
+    out = io.StringIO()
+    options = DemoOptions(
+        rollouts=60, concurrency=8, jsonl=tmp_path / "demo.jsonl", report=tmp_path / "t.svg", workdir=tmp_path
+    )
+    result = await run_demo(options, Console(file=out, width=170))
+    assert result.second.completed == 60 and result.first.completed < 60
+    assert result.continued and all(result.second.attempts[r] == 1 for r in result.continued)
+    assert len(result.checks) == 4
+    text = out.getvalue()
+    assert "time per participant" in text and "timeline of one checkpoint" in text
+    assert "stale_attempt" in text
+    assert (tmp_path / "t.svg").read_text().startswith("<svg")
+    decoder = msgspec.json.Decoder(CheckpointEvent)
+    logged = [decoder.decode(line) for line in (tmp_path / "demo.jsonl").read_bytes().splitlines()]
+    assert {e.action for e in logged if isinstance(e, CollectionFinished)} == {"checkpoint", "restore"}
+    assert {e.operation for e in logged if isinstance(e, OperationFinished)} >= {
+        Operation.COMMIT,
+        Operation.RESTORE,
+    }
+
+
+def test_report_skips_a_corrupt_line_with_its_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """report prints the breakdown from a log and names a corrupt line by number."""
+    log = tmp_path / "log.jsonl"
+    good = (
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
+        b'"start_ns":1000000,"end_ns":5000000,"operation":"commit","records":3}\n'
+    )
+    log.write_bytes(good + b"{not json\n" + good)
+    assert main(["report", str(log), "--report", str(tmp_path / "t.html")]) == 0
+    captured = capsys.readouterr()
+    assert f"{log}:2: corrupt line skipped" in captured.err
+    assert "model/m0" in captured.out
+    assert "<svg" in (tmp_path / "t.html").read_text()
+
+
+def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad flags, paths and endpoints exit non-zero with one line, never a traceback."""
+    for argv in (
+        ["demo", "--rollouts", "zero"],
+        ["demo", "--otlp-endpoint", "127.0.0.1:4318"],
+        ["demo", "--report", str(tmp_path / "missing" / "t.svg")],
+        ["report", str(tmp_path / "nope.jsonl")],
+        ["replay", str(tmp_path / "nope.jsonl"), "--otlp-endpoint", "http://127.0.0.1:9"],
+        ["bench", "--only", "everything"],
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, argv
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert main(["report", str(empty)]) == 2
+    assert "holds no checkpoint events" in capsys.readouterr().err
+
+
+def test_replay_to_an_unreachable_collector_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """replay to a port where nothing listens exits non-zero naming the endpoint."""
+    from participants.cli.fleet import free_port
+
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"coordinate_finished","kind":"controller","instance":"coordination","trace_id":1,'
+        b'"span_id":2,"start_ns":1000000,"end_ns":5000000,"operation":"commit"}\n'
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
+    err = capsys.readouterr().err
+    assert url in err and "collector" in err and len(err.strip().splitlines()) == 1

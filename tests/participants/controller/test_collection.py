@@ -1,0 +1,156 @@
+"""Rollout collection against real participant apps served by uvicorn in this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+
+from ckpt_events import CollectionFinished, CoordinateFinished, Telemetry
+from ckpt_events.testing import capture_events
+from participants.cli.fleet import local_fleet
+from participants.controller.collection import Collection, CollectionSummary
+from participants.controller.coordinator import Coordinator
+
+TOKEN = "collection-test-token"
+
+
+@asynccontextmanager
+async def collection(
+    bus: Any, run_dir: Path, **options: Any
+) -> AsyncIterator[tuple[Collection, httpx.AsyncClient]]:
+    """A fresh fleet on ``bus`` and a collection over it."""
+    tel = Telemetry(bus, kind="controller", instance="coordination")
+    async with local_fleet(token=TOKEN, bus=bus) as urls, httpx.AsyncClient() as http:
+        async with await Coordinator.discover(urls, token=TOKEN, telemetry=tel, client=http) as co:
+            yield Collection(co, run_dir, telemetry=tel, **{"rollouts": 6, "steps": 5, **options}), http
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+def some_progress(col: Collection) -> Callable[[], bool]:
+    return lambda: sum(r.status == "running" and bool(r.started) for r in col.rollouts.values()) >= 3
+
+
+async def run_and(col: Collection, action: Callable[[], Any]) -> tuple[CollectionSummary, Any]:
+    """Run ``col`` while ``action`` (after some progress) runs beside it."""
+    out: dict[str, Any] = {}
+
+    async def runner() -> None:
+        out["summary"] = await col.run()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner)
+        await until(some_progress(col))
+        out["action"] = await action()
+    return out["summary"], out["action"]
+
+
+async def test_checkpoint_publishes_collection_json_then_latest(tmp_path: Path) -> None:
+    """A mid-flight checkpoint is published, the run finishes, and the spans nest under it."""
+    async with capture_events() as (bus, events):
+        async with collection(bus, tmp_path) as (col, _):
+            summary, checkpoint_id = await run_and(col, col.checkpoint)
+    assert summary.completed == 6 and not summary.stopped and summary.checkpoints == [checkpoint_id]
+    assert (tmp_path / "LATEST").read_text().strip() == checkpoint_id
+    manifest = msgspec.json.decode((tmp_path / checkpoint_id / "collection.json").read_bytes())
+    assert manifest["checkpoint_id"] == checkpoint_id and manifest["steps"] == 5
+    assert len(manifest["continued"]) + len(manifest["restarted"]) + len(manifest["completed"]) <= 6
+    assert (tmp_path / checkpoint_id / "gym" / "model" / "model-0" / "manifest.json").is_file()
+    (span,) = [e for e in events if isinstance(e, CollectionFinished)]
+    assert span.action == "checkpoint" and span.checkpoint_id == checkpoint_id
+    assert span.published is True and span.stop is False and span.in_flight >= 1
+    coordinate = [e for e in events if isinstance(e, CoordinateFinished)]
+    assert [e.operation for e in coordinate] == ["prepare", "commit", "resume"]
+    assert {e.parent_span_id for e in coordinate} == {span.span_id}
+    # Every span of the checkpoint, on the controller and on each participant, is in one trace.
+    assert {e.trace_id for e in events if hasattr(e, "trace_id")} == {span.trace_id}
+
+
+async def test_only_the_two_newest_checkpoints_are_kept(tmp_path: Path) -> None:
+    """Three checkpoints leave two directories, and LATEST names the newest."""
+
+    async def three() -> list[str]:
+        return [await col.checkpoint() for _ in range(3)]
+
+    async with capture_events() as (bus, _):
+        async with collection(bus, tmp_path, rollouts=4, steps=10) as (col, _):
+            _, ids = await run_and(col, three)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(ids[1:])
+    assert (tmp_path / "LATEST").read_text().strip() == ids[2]
+
+
+async def test_restart_restores_latest_and_continues_as_next_attempt(tmp_path: Path) -> None:
+    """Checkpoint-and-stop, then fresh participants: the episodes finish as attempt 1, attempt 0 is fenced."""
+    async with capture_events() as (bus, events):
+        async with collection(bus, tmp_path) as (col, _):
+            first, checkpoint_id = await run_and(col, lambda: col.checkpoint(stop=True))
+        assert first.stopped and first.completed < 6
+        continued = msgspec.json.decode((tmp_path / checkpoint_id / "collection.json").read_bytes())[
+            "continued"
+        ]
+        assert continued
+        async with collection(bus, tmp_path) as (col, http):
+            second = await col.run()
+            assert second.restored_from == checkpoint_id and second.completed == 6
+            for episode in continued:
+                assert second.attempts[episode["rollout_id"]] == 1
+            for member in col.coordinator.members:
+                late = await http.post(
+                    member.url + "/work/advance",
+                    json={"rollout_id": continued[0]["rollout_id"], "attempt": 0},
+                )
+                assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
+            forgotten = await col.forget_finished()
+            assert continued[0]["rollout_id"] in forgotten
+    restore = [e for e in events if isinstance(e, CollectionFinished) and e.action == "restore"]
+    assert (
+        len(restore) == 1 and restore[0].rows == len(continued) and restore[0].checkpoint_id == checkpoint_id
+    )
+    nested = [e for e in events if isinstance(e, CoordinateFinished) and e.trace_id == restore[0].trace_id]
+    assert [e.operation for e in nested] == ["restore", "retire", "resume"]
+
+
+async def test_signals_checkpoint_and_stop(tmp_path: Path) -> None:
+    """SIGUSR1 takes a checkpoint and goes on; SIGTERM takes one and stops."""
+
+    async def signal_twice() -> None:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await until(lambda: len(col.checkpoints) == 1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    async with capture_events() as (bus, events):
+        async with collection(bus, tmp_path, rollouts=4, steps=40, handle_signals=True) as (col, _):
+            summary, _ = await run_and(col, signal_twice)
+    assert summary.stopped and len(summary.checkpoints) == 2
+    spans = [e for e in events if isinstance(e, CollectionFinished)]
+    assert [(e.stop, e.published) for e in spans] == [(False, True), (True, True)]
+
+
+async def test_failed_restore_restarts_the_rollouts_past_the_retired_attempts(tmp_path: Path) -> None:
+    """A corrupt participant directory: nothing is installed, the rollouts restart as attempt 2."""
+    async with capture_events() as (bus, events):
+        async with collection(bus, tmp_path) as (col, _):
+            _, checkpoint_id = await run_and(col, lambda: col.checkpoint(stop=True))
+        continued = msgspec.json.decode((tmp_path / checkpoint_id / "collection.json").read_bytes())[
+            "continued"
+        ]
+        records = next((tmp_path / checkpoint_id / "gym" / "resources" / "resources-0").glob("records-*"))
+        records.write_bytes(records.read_bytes()[:-2] + b"\n")
+        async with collection(bus, tmp_path) as (col, _):
+            summary = await col.run()
+    assert summary.restored_from is None and summary.completed == 6
+    assert all(summary.attempts[e["rollout_id"]] == 2 for e in continued)
+    (restore,) = [e for e in events if isinstance(e, CollectionFinished) and e.action == "restore"]
+    assert restore.outcome == "error"

@@ -1,0 +1,52 @@
+"""create_app: arguments, its own bus from the lifespan, configure_sinks and shutdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_events import InvalidArgumentError, OperationFinished, UnknownNameError
+from ckpt_events.testing import MemorySink
+from participants import PARTICIPANT_KINDS, create_app
+from tests.participants.helpers import TOKEN, control, running
+
+
+def test_bad_arguments_are_refused():
+    """Unknown kinds, unsafe instances, empty tokens and bad lease graces are refused up front."""
+    with pytest.raises(UnknownNameError):
+        create_app("judge", instance="x", token=TOKEN)
+    with pytest.raises(InvalidArgumentError):
+        create_app("controller", instance="x", token=TOKEN)
+    with pytest.raises(InvalidArgumentError):
+        create_app("agent", instance="../x", token=TOKEN)
+    with pytest.raises(InvalidArgumentError):
+        create_app("agent", instance="x", token="")
+    with pytest.raises(InvalidArgumentError):
+        create_app("agent", instance="x", token=TOKEN, lease_grace_seconds=0)
+    with pytest.raises(TypeError, match="step_seconds"):
+        create_app("agent", instance="x", token=TOKEN, step_seconds=1)
+    assert PARTICIPANT_KINDS == ("environment", "model", "agent", "resources")
+
+
+async def test_the_lifespan_owns_its_bus_and_sinks():
+    """Without a bus, the lifespan starts one, calls configure_sinks, and closes both."""
+    sink = MemorySink()
+    closed = []
+
+    class Handle:
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    def configure(bus):
+        bus.subscribe(sink, name="memory")
+        return Handle()
+
+    app = create_app("resources", instance="res-0", token=TOKEN, configure_sinks=configure)
+    async with running(app) as client:
+        assert (await control(client, "prepare")).json()["phase"] == "prepared"
+        await app.state.bus.flush()
+        assert app.state.telemetry.enabled
+    assert closed == [True] and sink.closed
+    finished = sink.of_type(OperationFinished)
+    assert [(e.operation.value, e.kind.value, e.instance) for e in finished] == [
+        ("prepare", "resources", "res-0")
+    ]

@@ -1,0 +1,470 @@
+"""The control plane through HTTP: phases, admission checks, replays, lease, fence, telemetry."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anyio
+import pytest
+
+from ckpt_events import (
+    ErrorCode,
+    LeaseExpired,
+    OperationFinished,
+    Outcome,
+    PrepareNotReady,
+    Refused,
+    StepFinished,
+    format_traceparent,
+    new_span_id,
+    new_trace_id,
+)
+from ckpt_events.testing import capture_events
+from participants import create_app
+from participants.protocol import CONTROL_PREFIX
+from tests.participants.helpers import (
+    AUTH,
+    TOKEN,
+    body,
+    control,
+    error_code,
+    post_json,
+    run_episode,
+    running,
+    status,
+    wait_until,
+)
+
+
+def make(kind: str = "resources", **options: object):
+    return create_app(kind, instance=f"{kind}-0", token=TOKEN, **options)
+
+
+async def start(client, rollout_id: str = "r1", attempt: int = 0, steps: int = 3) -> None:
+    reply = await client.post(
+        "/work/start", json={"rollout_id": rollout_id, "attempt": attempt, "steps": steps}
+    )
+    assert reply.status_code == 200, reply.text
+
+
+async def test_full_cycle_walks_every_phase(tmp_path):
+    """idle -> preparing/prepared -> committed -> idle, then restored -> idle in a fresh app."""
+    async with running(make()) as client:
+        await start(client)
+        await run_episode(client, "r1", until=2)
+        assert (await status(client))["phase"] == "idle"
+        prepared = await control(client, "prepare")
+        assert prepared.status_code == 200
+        assert prepared.json()["phase"] == "prepared"
+        assert prepared.json()["report"] == {
+            "ready": True,
+            "blockers": [],
+            "blocker_count": 0,
+            "counts": {"inflight": 0, "sessions": 1},
+            "restarts": [],
+        }
+        assert (await status(client))["admission_open"] is False
+        committed = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        assert committed.status_code == 200, committed.text
+        reply = committed.json()
+        assert reply["phase"] == "committed" and reply["episode_ids"] == ["r1"]
+        assert reply["manifest"]["record_count"] == 1 and reply["manifest"]["kind"] == "resources"
+        resumed = await control(client, "resume")
+        assert resumed.json() == {"phase": "idle", "idempotent": False}
+        assert (await status(client))["admission_open"] is True
+    async with running(make()) as fresh:
+        restored = await control(
+            fresh,
+            "restore",
+            "restore-1",
+            checkpoint_dir=str(tmp_path),
+            episode_ids=[{"rollout_id": "r1", "attempt": 0}],
+        )
+        assert restored.status_code == 200, restored.text
+        assert restored.json() == {"phase": "restored", "restored": ["r1-a1"], "source_checkpoint_id": "c1"}
+        assert (await status(fresh))["phase"] == "restored"
+        assert (await control(fresh, "resume", "restore-1")).json()["idempotent"] is False
+        assert await run_episode(fresh, "r1", 1) == 3
+
+
+async def test_unauthorized_is_401_and_counted():
+    """A missing or wrong bearer token is 401 unauthorized on every control route, counted once."""
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus)) as client:
+            assert error_code(await client.get(f"{CONTROL_PREFIX}/status")) == (401, "unauthorized")
+            bad = {"authorization": "Bearer nope"}
+            for op in ("prepare", "renew", "commit", "restore", "resume", "retire", "forget"):
+                assert error_code(await control(client, op, headers=bad)) == (401, "unauthorized")
+            assert (await client.get("/work/none")).status_code == 404
+    refused = [e for e in events if isinstance(e, Refused)]
+    assert len(refused) == 8 and {e.code for e in refused} == {ErrorCode.UNAUTHORIZED}
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"checkpoint_id": "../etc", "deadline_ts": 1e12}, "$.checkpoint_id"),
+        ({"checkpoint_id": "", "deadline_ts": 1e12}, "$.checkpoint_id"),
+        ({"checkpoint_id": "x" * 129, "deadline_ts": 1e12}, "$.checkpoint_id"),
+        ({"checkpoint_id": "c1", "deadline_ts": "soon"}, "$.deadline_ts"),
+        ('{"checkpoint_id": "c1", "deadline_ts": 1e999}', "$.deadline_ts"),
+        ('{"checkpoint_id": "c1", "deadline_ts": NaN}', "not valid JSON"),
+        ({"checkpoint_id": "c1", "deadline_ts": 1e12, "extra": 1}, "extra"),
+        ({"checkpoint_id": "c1"}, "deadline_ts"),
+    ],
+)
+async def test_malformed_bodies_are_422_naming_the_field(payload, field):
+    """Bad ids, non-finite deadlines and unknown fields are 422 invalid_request naming the field."""
+    async with running(make()) as client:
+        content = payload if isinstance(payload, str) else json.dumps(payload)
+        reply = await client.post(f"{CONTROL_PREFIX}/prepare", content=content, headers=AUTH)
+        assert error_code(reply) == (422, "invalid_request")
+        assert field in reply.json()["error"]["detail"]
+
+
+async def test_retire_and_forget_bodies_need_at_least_one_id():
+    """retire needs episode_ids and forget rollout_ids, each with at least one valid id."""
+    async with running(make()) as client:
+        for op, extra in [
+            ("retire", {"episode_ids": []}),
+            ("forget", {"rollout_ids": []}),
+            ("forget", {"rollout_ids": ["r1-a2"]}),
+            ("retire", {"episode_ids": [{"rollout_id": "r1", "attempt": -1}]}),
+            ("restore", {"checkpoint_dir": "/tmp"}),
+        ]:
+            reply = await control(client, op, **extra)
+            assert error_code(reply) == (422, "invalid_request"), (op, reply.text)
+
+
+async def test_admission_checks_in_order_and_their_codes(tmp_path):
+    """stale_checkpoint before checkpoint_conflict before invalid_phase; deadline_exceeded."""
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus)) as client:
+            assert error_code(await control(client, "commit", checkpoint_dir=str(tmp_path))) == (
+                409,
+                "invalid_phase",
+            )
+            assert error_code(await control(client, "renew")) == (409, "invalid_phase")
+            assert error_code(await control(client, "prepare", seconds=-1)) == (409, "deadline_exceeded")
+            assert (await control(client, "prepare")).json()["phase"] == "prepared"
+            assert error_code(await control(client, "prepare", "c2")) == (409, "checkpoint_conflict")
+            assert error_code(
+                await control(client, "restore", checkpoint_dir=str(tmp_path), episode_ids=[])
+            ) == (
+                409,
+                "invalid_phase",
+            )
+            assert error_code(await control(client, "retire", episode_ids=[{"rollout_id": "r"}])) == (
+                409,
+                "invalid_phase",
+            )
+            assert error_code(await control(client, "forget", rollout_ids=["r"])) == (409, "invalid_phase")
+            assert (await control(client, "resume")).json()["idempotent"] is False
+            # c1 is now resumed: it is stale even though c2 would conflict with nothing.
+            assert error_code(await control(client, "prepare")) == (409, "stale_checkpoint")
+            assert error_code(await control(client, "commit", checkpoint_dir=str(tmp_path))) == (
+                409,
+                "stale_checkpoint",
+            )
+            assert (await control(client, "resume")).json() == {"phase": "idle", "idempotent": True}
+    codes = [e.code.value for e in events if isinstance(e, Refused)]
+    assert codes == [
+        "invalid_phase",
+        "invalid_phase",
+        "deadline_exceeded",
+        "checkpoint_conflict",
+        "invalid_phase",
+        "invalid_phase",
+        "invalid_phase",
+        "stale_checkpoint",
+        "stale_checkpoint",
+    ]
+    failed = [e for e in events if isinstance(e, OperationFinished) and e.outcome is Outcome.ERROR]
+    assert len(failed) == len(codes)
+
+
+async def test_resume_on_an_untouched_participant_fences_the_id():
+    """Resuming an id never prepared is idempotent and makes that id stale."""
+    async with running(make()) as client:
+        assert (await control(client, "resume", "early")).json() == {"phase": "idle", "idempotent": True}
+        assert error_code(await control(client, "prepare", "early")) == (409, "stale_checkpoint")
+        assert (await control(client, "prepare", "later")).json()["phase"] == "prepared"
+
+
+async def test_replays_return_the_same_answer(tmp_path):
+    """A finished prepare, commit and restore replayed with the same id answer the same."""
+    async with running(make()) as client:
+        await start(client)
+        first = await control(client, "prepare")
+        assert (await control(client, "prepare")).json() == first.json()
+        commit = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        again = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        assert again.status_code == 200 and again.json() == commit.json()
+        other = await control(client, "commit", checkpoint_dir=str(tmp_path / "elsewhere"))
+        assert error_code(other) == (409, "checkpoint_conflict")
+        assert (await control(client, "prepare")).json() == first.json()
+        await control(client, "resume")
+    async with running(make()) as fresh:
+        scope = [{"rollout_id": "r1"}]
+        restored = await control(fresh, "restore", "rs", checkpoint_dir=str(tmp_path), episode_ids=scope)
+        replay = await control(fresh, "restore", "rs", checkpoint_dir=str(tmp_path), episode_ids=scope)
+        assert replay.json() == restored.json()
+        assert error_code(
+            await control(fresh, "restore", "rs", checkpoint_dir=str(tmp_path), episode_ids=[])
+        ) == (
+            409,
+            "checkpoint_conflict",
+        )
+
+
+async def test_restore_needs_a_fresh_participant(tmp_path):
+    """A participant that has served work refuses restore with invalid_phase."""
+    async with running(make()) as client:
+        await start(client)
+        reply = await control(client, "restore", checkpoint_dir=str(tmp_path), episode_ids=[])
+        assert error_code(reply) == (409, "invalid_phase")
+
+
+async def test_admission_closed_while_a_checkpoint_is_open():
+    """New work during a checkpoint is 409 admission_closed; resume reopens admission."""
+    async with running(make()) as client:
+        await start(client, "r1")
+        await control(client, "prepare")
+        assert error_code(await client.post("/work/start", json={"rollout_id": "r2"})) == (
+            409,
+            "admission_closed",
+        )
+        assert error_code(await client.post("/work/advance", json={"rollout_id": "r1"})) == (
+            409,
+            "admission_closed",
+        )
+        await control(client, "resume")
+        assert (await client.post("/work/advance", json={"rollout_id": "r1"})).json() == {
+            "boundary": 1,
+            "done": False,
+        }
+        assert (await client.post("/work/advance", json={"rollout_id": "nobody"})).status_code == 404
+
+
+async def test_prepare_not_ready_reports_blockers_and_keeps_admission_closed():
+    """At its deadline with work running, prepare replies preparing with blockers, counted."""
+    async with capture_events() as (bus, events):
+        app = create_app("environment", instance="env-0", token=TOKEN, bus=bus, step_seconds=1.0)
+        async with running(app) as client:
+            await start(client, "slow", steps=2)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
+                await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+                reply = (await control(client, "prepare", seconds=0.1)).json()
+                assert reply["phase"] == "preparing"
+                assert reply["report"]["ready"] is False
+                assert reply["report"]["blockers"] == ["slow"] and reply["report"]["blocker_count"] == 1
+                assert (await status(client))["admission_open"] is False
+                # The same id may prepare again; this time it waits until the step parks.
+                again = (await control(client, "prepare", seconds=3)).json()
+                assert again["phase"] == "prepared"
+                await control(client, "resume")
+    not_ready = [e for e in events if isinstance(e, PrepareNotReady)]
+    assert [(e.blockers, e.checkpoint_id) for e in not_ready] == [(1, "c1")]
+    prepares = [e for e in events if isinstance(e, OperationFinished) and e.operation == "prepare"]
+    assert [(e.phase, e.blockers) for e in prepares] == [("preparing", 1), ("prepared", 0)]
+    waits = [e for e in events if isinstance(e, StepFinished) and e.step == "wait_ready"]
+    assert len(waits) == 2 and all(w.parent_span_id in {p.span_id for p in prepares} for w in waits)
+
+
+async def test_blockers_are_capped_at_100():
+    """More than 100 blockers: the report lists 100 and counts them all."""
+    app = create_app("agent", instance="agent-0", token=TOKEN, turn_seconds=1.0)
+    async with running(app) as client:
+        async with anyio.create_task_group() as tg:
+            for i in range(120):
+                await start(client, f"s{i:03d}", steps=1)
+                tg.start_soon(post_json, client, "/work/advance", {"rollout_id": f"s{i:03d}"})
+            await wait_until(lambda: all(e.status == "running" for e in app.state.workload.episodes.values()))
+            report = (await control(client, "prepare", seconds=0.05)).json()["report"]
+            assert len(report["blockers"]) == 100 and report["blocker_count"] == 120
+            assert report["counts"] == {"sessions": 120, "at_boundary": 0}
+            await control(client, "resume")
+
+
+async def test_lease_expiry_resumes_on_its_own_and_fences(tmp_path):
+    """With no calls, the lease runs out: lease_expired is counted, the id is stale, admission reopens."""
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus, lease_grace_seconds=0.1)) as client:
+            await start(client)
+            deadline = time.time() + 0.2
+            reply = await client.post(
+                f"{CONTROL_PREFIX}/prepare",
+                json={"checkpoint_id": "c1", "deadline_ts": deadline},
+                headers=AUTH,
+            )
+            assert reply.json()["phase"] == "prepared"
+            assert (await status(client))["lease_expires_at"] == pytest.approx(deadline + 0.1)
+            await wait_until(lambda: _idle(client), timeout=3)
+            st = await status(client)
+            assert st["admission_open"] is True and st["checkpoint_id"] is None
+            assert error_code(await control(client, "commit", checkpoint_dir=str(tmp_path))) == (
+                409,
+                "stale_checkpoint",
+            )
+            assert error_code(await control(client, "renew")) == (409, "stale_checkpoint")
+    expired = events_of(events, LeaseExpired)
+    assert [(e.phase.value, e.checkpoint_id, e.kind.value) for e in expired] == [
+        ("prepared", "c1", "resources")
+    ]
+    assert not (tmp_path / "gym").exists()
+
+
+def events_of(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+async def _idle(client) -> bool:
+    return (await status(client))["phase"] == "idle"
+
+
+async def test_renew_extends_the_lease():
+    """renew moves lease_expires_at to deadline_ts + grace, never backwards."""
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus, lease_grace_seconds=0.5)) as client:
+            await control(client, "prepare", seconds=1)
+            first = (await status(client))["lease_expires_at"]
+            later = (await control(client, "renew", seconds=5)).json()["lease_expires_at"]
+            assert later > first
+            assert (await control(client, "renew", seconds=2)).json()["lease_expires_at"] == later
+    renews = [e for e in events if isinstance(e, OperationFinished) and e.operation == "renew"]
+    assert len(renews) == 2 and all(e.outcome is Outcome.OK for e in renews)
+
+
+async def test_lease_expiry_during_prepare_cuts_the_wait_short():
+    """A lease that runs out while prepare waits aborts it: the prepare is stale, admission reopens."""
+    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=2.0, lease_grace_seconds=0.05)
+    async with running(app) as client:
+        await start(client, "slow")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
+            await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+            reply = await client.post(
+                f"{CONTROL_PREFIX}/prepare",
+                json={"checkpoint_id": "c1", "deadline_ts": time.time() + 1.5},
+                headers=AUTH,
+            )
+            # The wait ended at the deadline, after which the lease ran out: not ready.
+            assert reply.status_code in (200, 409)
+            await wait_until(lambda: _idle(client), timeout=3)
+            assert (await status(client))["admission_open"] is True
+            tg.cancel_scope.cancel()
+
+
+async def test_retire_fences_attempts_and_forget_clears_marks():
+    """retire frees the attempts at or below the mark (409 stale_attempt); forget clears the mark."""
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus)) as client:
+            await start(client, "r1", 0)
+            await start(client, "r2", 0)
+            reply = await control(client, "retire", episode_ids=[{"rollout_id": "r1", "attempt": 1}])
+            assert reply.json() == {"retired": ["r1-a1"]}
+            for attempt in (0, 1):
+                assert error_code(
+                    await client.post("/work/advance", json={"rollout_id": "r1", "attempt": attempt})
+                ) == (
+                    409,
+                    "stale_attempt",
+                )
+            assert (await client.get("/work/r1")).status_code == 404
+            assert (await status(client))["retired_rollouts"] == {"r1": 1}
+            await start(client, "r1", 2)
+            assert (await client.post("/work/advance", json={"rollout_id": "r2"})).status_code == 200
+            forgot = await control(client, "forget", rollout_ids=["r1", "r1"])
+            assert forgot.json() == {"forgotten": ["r1"]}
+            await start(client, "r1", 0)
+    retire = [e for e in events if isinstance(e, OperationFinished) and e.operation == "retire"]
+    forget = [e for e in events if isinstance(e, OperationFinished) and e.operation == "forget"]
+    assert retire[0].episodes == 1 and forget[0].rollouts == 1
+    assert [e.code.value for e in events if isinstance(e, Refused)] == ["stale_attempt", "stale_attempt"]
+
+
+async def test_retire_cancels_running_work():
+    """Retiring an attempt whose step is running cancels the step; the caller gets stale_attempt."""
+    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=5.0)
+    async with running(app) as client:
+        await start(client, "r1")
+        replies = []
+
+        async def advance() -> None:
+            replies.append(await client.post("/work/advance", json={"rollout_id": "r1"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(advance)
+            await wait_until(lambda: app.state.workload.episodes["r1"].status == "running")
+            with anyio.fail_after(2):
+                await control(client, "retire", episode_ids=[{"rollout_id": "r1"}])
+        assert error_code(replies[0]) == (409, "stale_attempt")
+        assert "r1" not in app.state.workload.episodes
+
+
+async def test_traceparent_makes_operations_children_of_the_caller(tmp_path):
+    """Every operation span continues the incoming traceparent; steps nest under it."""
+    trace_id, parent = new_trace_id(), new_span_id()
+    headers = {**AUTH, "traceparent": format_traceparent(trace_id, parent, True)}
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus)) as client:
+            await start(client)
+            for op, extra in [
+                ("prepare", {}),
+                ("renew", {}),
+                ("commit", {"checkpoint_dir": str(tmp_path)}),
+                ("resume", {}),
+                ("retire", {"episode_ids": [{"rollout_id": "r1"}]}),
+                ("forget", {"rollout_ids": ["r1"]}),
+            ]:
+                reply = await client.post(f"{CONTROL_PREFIX}/{op}", json=body(**extra), headers=headers)
+                assert reply.status_code == 200, reply.text
+    finished = [e for e in events if isinstance(e, OperationFinished)]
+    assert [e.operation.value for e in finished] == [
+        "prepare",
+        "renew",
+        "commit",
+        "resume",
+        "retire",
+        "forget",
+    ]
+    assert all(e.trace_id == trace_id and e.parent_span_id == parent and e.parent_remote for e in finished)
+    steps = {e.step.value: e for e in events if isinstance(e, StepFinished)}
+    assert set(steps) == {"wait_ready", "export", "write"}
+    commit = finished[2]
+    assert steps["export"].parent_span_id == commit.span_id and steps["export"].records == 1
+    assert steps["write"].records == 1 and steps["write"].bytes == commit.bytes > 0
+    assert commit.records == 1 and finished[0].phase.value == "prepared" and finished[0].blockers == 0
+
+
+async def test_commit_stop_parks_exported_episodes(tmp_path):
+    """Checkpoint-and-stop: after resume the exported episodes take no more work here."""
+    async with running(make()) as client:
+        await start(client, "r1")
+        await control(client, "prepare")
+        reply = await control(
+            client, "commit", checkpoint_dir=str(tmp_path), stop=True, episode_ids=[{"rollout_id": "r1"}]
+        )
+        assert reply.json()["episode_ids"] == ["r1"]
+        await control(client, "resume")
+        assert error_code(await client.post("/work/advance", json={"rollout_id": "r1"})) == (
+            409,
+            "admission_closed",
+        )
+
+
+async def test_commit_scope_limits_the_export(tmp_path):
+    """Commit exports only the episodes it is given, and all of them when none are given."""
+    async with running(make()) as client:
+        for rollout in ("a", "b", "c"):
+            await start(client, rollout)
+        await control(client, "prepare")
+        reply = await control(
+            client,
+            "commit",
+            checkpoint_dir=str(tmp_path),
+            episode_ids=[{"rollout_id": "c"}, {"rollout_id": "a"}, {"rollout_id": "zz"}],
+        )
+        assert reply.json()["episode_ids"] == ["a", "c"] and reply.json()["manifest"]["record_count"] == 2

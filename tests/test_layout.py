@@ -1,0 +1,151 @@
+"""The layout: imports flow one way between the rooms, no cycles, small files, every package shipped."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ckpt_events", "sinks", "participants", "benchmarks")
+MAX_LINES = 400
+
+#: What each room may import of ours (by module prefix). A module may always import its own room.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "ckpt_events": (),
+    "sinks": ("ckpt_events",),
+    "participants.protocol": ("ckpt_events",),
+    "participants.workloads": ("ckpt_events", "participants.protocol"),
+    "participants.server": ("ckpt_events", "participants.protocol", "participants.workloads"),
+    "participants.controller": ("ckpt_events", "participants.protocol"),
+    "participants.cli": ("ckpt_events", "sinks", "participants", "benchmarks"),
+    "participants": ("ckpt_events", "participants.server", "participants.controller"),
+    "benchmarks": ("ckpt_events", "sinks", "participants"),
+}
+OURS = ("ckpt_events", "sinks", "participants", "benchmarks", "ckpt_events_bench")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(path): path
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module of ours that ``path`` imports at run time, anywhere in the file (function-level too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    tree = ast.parse(path.read_text())
+    # Imports only a type checker runs are not import-time edges.
+    for block in ast.walk(tree):
+        if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            block.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    known = _modules()
+    resolved = {m.replace("ckpt_events_bench", "benchmarks", 1) for m in found if m.startswith(OURS)}
+    return {m for m in resolved if m in known and m != name}
+
+
+def _room(name: str) -> str:
+    return max((room for room in ALLOWED if name == room or name.startswith(room + ".")), key=len)
+
+
+def test_imports_flow_one_way() -> None:
+    """Each module imports only its own room and the rooms below it."""
+    wrong = []
+    for name, path in _modules().items():
+        room = _room(name)
+        for target in _imports(name, path):
+            if _room(target) == room or target.startswith(ALLOWED[room]):
+                continue
+            wrong.append(f"{name} imports {target}")
+    assert wrong == []
+
+
+def test_no_import_cycles() -> None:
+    """The graph of our imports (a package counts as its __init__) has no cycle."""
+    modules = _modules()
+    graph = {name: _imports(name, path) for name, path in modules.items()}
+    # A submodule's import runs its package's __init__ first: that edge is Python's, not a cycle.
+    for name, targets in graph.items():
+        graph[name] = {t for t in targets if not name.startswith(t + ".")}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                cycles.append([*trail[trail.index(target) :], target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_every_file_is_small() -> None:
+    """No module passes 400 lines: split it before it does."""
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def _import_alone(name: str) -> tuple[str, str]:
+    run = subprocess.run(
+        [sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    return name, run.stderr.strip().splitlines()[-1] if run.returncode else ""
+
+
+@pytest.mark.slow
+def test_each_module_imports_alone() -> None:
+    """Each module imports in a fresh interpreter on its own (no order-dependent imports)."""
+    names = [n for n in _modules() if not n.startswith("benchmarks")]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failures = {name: error for name, error in pool.map(_import_alone, names) if error}
+    assert failures == {}
+
+
+def test_every_package_is_shipped() -> None:
+    """Each package folder is listed in pyproject's packages (a new sub-package must be added)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    folders = {_module_name(p.parent) for package in PACKAGES for p in (ROOT / package).rglob("__init__.py")}
+    folders = {"ckpt_events_bench" if f == "benchmarks" else f for f in folders}
+    assert folders == listed
+    assert config["package-dir"] == {"ckpt_events_bench": "benchmarks"}
+
+
+def test_every_package_is_typed() -> None:
+    """Each package ships a py.typed marker."""
+    missing = [p for p in PACKAGES if not (ROOT / p / "py.typed").is_file()]
+    assert missing == []
