@@ -31,8 +31,7 @@ def _bench(args: argparse.Namespace) -> int:
     # from an installed package and from a checkout alike.
     import importlib
 
-    from ckpt_events_bench import report
-
+    report = importlib.import_module("ckpt_events_bench.report")
     chosen = args.only or ["core", "sinks", "scale"]
     rows: list[Any] = []
     figures: dict[str, Any] = {}

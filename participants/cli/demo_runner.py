@@ -261,7 +261,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
         events = list(memory.events)
         if opts.processes:
-            from participants.cli.commands import load_events
+            from participants.cli.command import load_events
 
             for log in sorted((workdir / "logs").glob("*.jsonl")):
                 events.extend(load_events(log))
