@@ -136,7 +136,12 @@ def test_every_file_is_small() -> None:
 
 def _import_alone(name: str) -> tuple[str, str]:
     run = subprocess.run(
-        [sys.executable, "-c", f"import {name}"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", f"import {name}"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return name, run.stderr.strip().splitlines()[-1] if run.returncode else ""
 
