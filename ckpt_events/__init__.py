@@ -6,7 +6,7 @@ Start here: ``Bus`` (owns delivery to sinks), ``Telemetry`` (what server code ca
 
 __version__ = "0.1.0"
 
-from ckpt_events._bus import Bus, BusStats, Sink, SinkStats, Subscription
+from ckpt_events._bus import Bus, BusStats, SinkStats, Subscription
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._errors import (
     CkptEventsError,
@@ -32,12 +32,14 @@ from ckpt_events._events import (
     StageStarted,
     StepFinished,
     StepStarted,
+    span_name_of,
 )
 from ckpt_events._redact import DEFAULT_REDACT_KEYS, REDACTED, Redactor
+from ckpt_events._sink import BaseSink, BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._span_groups import SPAN_GROUP_PRESETS, SPAN_GROUPS, resolve_span_groups
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._subscription import resolve_interests
-from ckpt_events._telemetry import CONTROLLER_INSTANCE, SAFE_NAME, Telemetry
+from ckpt_events._telemetry import SAFE_NAME, Telemetry
 from ckpt_events._tracecontext import (
     RemoteParent,
     format_traceparent,
@@ -47,16 +49,29 @@ from ckpt_events._tracecontext import (
 )
 from ckpt_events._vocab import (
     ATTR_PREFIX,
+    COLLECTION_END_ATTRS,
+    COLLECTION_SPANS,
+    CONTROLLER_INSTANCE,
+    COORDINATE_END_ATTRS,
+    COORDINATE_SPANS,
     METRIC_BYTES,
     METRIC_EVENTS,
     METRIC_OPERATION_DURATION,
     METRIC_RECORDS,
+    OPERATION_END_ATTRS,
+    OPERATION_SPANS,
     PREPARE_ORDER,
     RESUME_ORDER,
     RETIRE_GROUPS,
+    STAGE_SPANS,
+    STEP_END_ATTRS,
+    STEP_SPANS,
+    Attr,
+    CollectionAction,
     CountedEvent,
     Disposition,
     ErrorCode,
+    FieldAttrs,
     Kind,
     Operation,
     Outcome,
@@ -69,12 +84,18 @@ from ckpt_events._vocab import (
 
 __all__ = [
     "ATTR_PREFIX",
+    "COLLECTION_END_ATTRS",
+    "COLLECTION_SPANS",
     "CONTROLLER_INSTANCE",
+    "COORDINATE_END_ATTRS",
+    "COORDINATE_SPANS",
     "DEFAULT_REDACT_KEYS",
     "METRIC_BYTES",
     "METRIC_EVENTS",
     "METRIC_OPERATION_DURATION",
     "METRIC_RECORDS",
+    "OPERATION_END_ATTRS",
+    "OPERATION_SPANS",
     "PREPARE_ORDER",
     "REDACTED",
     "RESUME_ORDER",
@@ -82,10 +103,18 @@ __all__ = [
     "SAFE_NAME",
     "SPAN_GROUPS",
     "SPAN_GROUP_PRESETS",
+    "STAGE_SPANS",
+    "STEP_END_ATTRS",
+    "STEP_SPANS",
+    "Attr",
+    "BaseSink",
+    "BlockingSink",
     "Bus",
     "BusStats",
     "CheckpointEvent",
     "CkptEventsError",
+    "ClosableSink",
+    "CollectionAction",
     "CollectionFinished",
     "CollectionSpan",
     "CollectionStarted",
@@ -97,10 +126,12 @@ __all__ = [
     "Disposition",
     "ErrorCode",
     "Event",
+    "FieldAttrs",
     "GenerationCut",
     "InvalidArgumentError",
     "Kind",
     "LeaseExpired",
+    "LingeringSink",
     "Operation",
     "OperationFinished",
     "OperationSpan",
@@ -124,6 +155,7 @@ __all__ = [
     "Subscription",
     "Telemetry",
     "UnknownNameError",
+    "WantsEvents",
     "attr",
     "coerce",
     "format_traceparent",
@@ -133,4 +165,5 @@ __all__ = [
     "resolve_interests",
     "resolve_span_groups",
     "span_name",
+    "span_name_of",
 ]

@@ -27,8 +27,8 @@ import msgspec
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import Event
+from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
-    Sink,
     SinkStats,
     Subscription,
     _Buffer,

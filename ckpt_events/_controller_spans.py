@@ -11,7 +11,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 from ckpt_events._events import (
-    CollectionAction,
     CollectionFinished,
     CollectionStarted,
     CoordinateFinished,
@@ -21,7 +20,7 @@ from ckpt_events._events import (
 )
 from ckpt_events._span_handles import _OK, _bad, _error_fields, _Span
 from ckpt_events._tracecontext import _getrandbits
-from ckpt_events._vocab import Kind, Operation, coerce
+from ckpt_events._vocab import CollectionAction, Kind, Operation, coerce
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry

@@ -13,11 +13,17 @@ retyped.
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias
+from typing import Final, TypeAlias
 
 import msgspec
 
 from ckpt_events._vocab import (
+    COLLECTION_SPANS,
+    COORDINATE_SPANS,
+    OPERATION_SPANS,
+    STAGE_SPANS,
+    STEP_SPANS,
+    CollectionAction,
     Disposition,
     ErrorCode,
     Kind,
@@ -45,11 +51,11 @@ __all__ = [
     "StageStarted",
     "StepFinished",
     "StepStarted",
+    "span_name_of",
 ]
 
 #: Values a user-supplied extra attribute may take (OpenTelemetry's scalar attribute types).
 AttributeValue: TypeAlias = str | bool | int | float
-CollectionAction: TypeAlias = Literal["checkpoint", "restore"]
 
 
 # Field order is part of the design: required fields first, then the defaulted tail, so the
@@ -285,3 +291,23 @@ FINISHED_TYPES: Final = (
     CollectionFinished,
 )
 POINT_TYPES: Final = (LeaseExpired, PrepareNotReady, Refused, GenerationCut)
+
+
+def span_name_of(event: Event) -> str | None:
+    """The span a ``*Finished`` event closes (``gym.checkpoint.commit``, ...), else ``None``.
+
+    ``None`` also for ``renew``, which has no span. Sinks and reports name spans by this.
+    """
+    match event:
+        case OperationFinished(operation=operation):
+            return OPERATION_SPANS.get(operation)
+        case StepFinished(step=step):
+            return STEP_SPANS[step]
+        case CoordinateFinished(operation=operation):
+            return COORDINATE_SPANS[operation]
+        case StageFinished(stage=stage):
+            return STAGE_SPANS[stage]
+        case CollectionFinished(action=action):
+            return COLLECTION_SPANS[action]
+        case _:
+            return None

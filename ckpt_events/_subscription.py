@@ -10,7 +10,7 @@ import inspect
 import logging
 from collections import deque
 from itertools import repeat, starmap
-from typing import TYPE_CHECKING, Any, Final, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
 import anyio.lowlevel
@@ -19,34 +19,17 @@ import msgspec
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import EVENT_TYPES, Event
+from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 
 if TYPE_CHECKING:
     from ckpt_events._bus import Bus
 
-__all__ = ["Sink", "SinkStats", "Subscription", "resolve_interests"]
+__all__ = ["SinkStats", "Subscription", "resolve_interests"]
 
 logger: Final = logging.getLogger("ckpt_events")
 
 #: How long a blocking sink's task gathers events before handing a batch to a thread.
 DEFAULT_BLOCKING_LINGER: Final = 0.05
-
-
-@runtime_checkable
-class Sink(Protocol):
-    """What the bus delivers to: any object with ``handle(batch)``, sync or async.
-
-    Optional attributes, read once at subscribe time:
-
-    * ``interests``: an iterable of event classes the sink wants (default: every event);
-    * ``aclose()``: awaited once, after the sink's last batch, when it is unsubscribed or
-      the bus closes;
-    * ``blocking = True``: a sync ``handle`` that may block (file or network I/O) runs in a
-      worker thread instead of on the event loop;
-    * ``linger``: seconds to gather events before delivering a batch (default 0, and 0.05
-      for blocking sinks); ``flush()`` and unsubscribing cut it short.
-    """
-
-    def handle(self, batch: list[Any], /) -> object: ...
 
 
 class SinkStats(msgspec.Struct, frozen=True):
@@ -99,10 +82,11 @@ class Subscription:
         self._logged_failure = False
         self._flush_waiters: list[tuple[int, anyio.Event]] = []
         self._done = anyio.Event()
+        self._sink_closed = anyio.Event()
         self._started = False
         handle = sink.handle
         self._async = inspect.iscoroutinefunction(handle)
-        self._blocking = bool(getattr(sink, "blocking", False)) and not self._async
+        self._blocking = isinstance(sink, BlockingSink) and bool(sink.blocking) and not self._async
         self.linger = _linger_of(sink, linger, self._blocking)
         self._hurry = anyio.Event()
 
@@ -114,6 +98,15 @@ class Subscription:
             self.bus._unsubscribe(self)
             self._hurry_up()
             self._wake_now()
+
+    async def aclose(self) -> None:
+        """``close()``, then wait until the buffered events are delivered and the sink's own
+        ``aclose()`` has run (by the bus's task: the bus is the one owner of that call).
+
+        Bound it with the caller's deadline (``anyio.move_on_after``)."""
+        self.close()
+        if self._started:
+            await self._sink_closed.wait()
 
     def __enter__(self) -> Self:
         return self
@@ -176,7 +169,10 @@ class Subscription:
                     self._release_flushers()
         finally:
             self._done.set()
-        await self._close_sink()
+        try:
+            await self._close_sink()
+        finally:
+            self._sink_closed.set()
 
     async def _linger(self) -> None:
         # Gather a bigger batch before a handoff to a worker thread: each handoff can cost
@@ -213,11 +209,10 @@ class Subscription:
                 )
 
     async def _close_sink(self) -> None:
-        aclose = getattr(self.sink, "aclose", None)
-        if aclose is None:
+        if not isinstance(self.sink, ClosableSink):
             return
         try:
-            await aclose()
+            await self.sink.aclose()
         except Exception:
             logger.exception("sink %r failed to close", self.name)
 
@@ -243,7 +238,7 @@ class Subscription:
 
 
 def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
-    value = given if given is not None else getattr(sink, "linger", None)
+    value = given if given is not None else sink.linger if isinstance(sink, LingeringSink) else None
     if value is None:
         return DEFAULT_BLOCKING_LINGER if blocking else 0.0
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 60:
@@ -258,7 +253,7 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
     concrete subclasses. Anything but event classes raises ``InvalidArgumentError``. The
     bus routes by this, and so does anything else that feeds sinks (``sinks.replay``).
     """
-    wanted = getattr(sink, "interests", None)
+    wanted = sink.interests if isinstance(sink, WantsEvents) else None
     if wanted is None:
         return frozenset(EVENT_TYPES)
     if isinstance(wanted, type):

@@ -13,7 +13,7 @@ from typing import Final
 
 from ckpt_events._bus import Bus
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
-from ckpt_events._errors import InvalidArgumentError, UnknownNameError
+from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -33,20 +33,27 @@ from ckpt_events._events import (
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
 from ckpt_events._span_handles import OperationSpan, _Span
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
-from ckpt_events._vocab import Disposition, ErrorCode, Kind, Operation, Phase, check_name, coerce
+from ckpt_events._vocab import (
+    CollectionAction,
+    Disposition,
+    ErrorCode,
+    Kind,
+    Operation,
+    Phase,
+    check_name,
+    coerce,
+)
 
-__all__ = ["CONTROLLER_INSTANCE", "SAFE_NAME", "Telemetry"]
+__all__ = ["SAFE_NAME", "Telemetry"]
 
 #: The pattern of checkpoint ids, rollout ids and instance names (also safe as a path part).
 SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-CONTROLLER_INSTANCE: Final = "coordination"
 
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
 _OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
 _CODES: Final = frozenset(c.value for c in ErrorCode)
 _PHASES: Final = frozenset(p.value for p in Phase)
 _DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
-_COLLECTION_ACTIONS: Final = ("checkpoint", "restore")
 _MAX_RATIO_BOUND: Final = 1 << 64
 
 
@@ -190,14 +197,13 @@ class Telemetry:
         parent: _Span | None = None,
     ) -> CollectionSpan:
         """Rollout collection's span: ``action`` is ``"checkpoint"`` or ``"restore"``."""
-        if action not in _COLLECTION_ACTIONS:
-            raise UnknownNameError("collection action", action, _COLLECTION_ACTIONS)
+        member = coerce(CollectionAction, action)
         if not self._collection_on:
             return NOOP_COLLECTION
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return CollectionSpan(
             self,
-            "checkpoint" if action == "checkpoint" else "restore",
+            member,
             checkpoint_id,
             trace_id,
             parent_id,

@@ -13,23 +13,39 @@ from ckpt_events._errors import UnknownNameError
 
 __all__ = [
     "ATTR_PREFIX",
+    "COLLECTION_END_ATTRS",
+    "COLLECTION_SPANS",
+    "CONTROLLER_INSTANCE",
+    "COORDINATE_END_ATTRS",
+    "COORDINATE_SPANS",
     "METRIC_BYTES",
     "METRIC_EVENTS",
     "METRIC_OPERATION_DURATION",
     "METRIC_RECORDS",
+    "OPERATION_END_ATTRS",
+    "OPERATION_SPANS",
     "PREPARE_ORDER",
     "RESUME_ORDER",
     "RETIRE_GROUPS",
+    "SPAN_PREFIX",
+    "STAGE_SPANS",
+    "STEP_END_ATTRS",
+    "STEP_SPANS",
+    "Attr",
+    "CollectionAction",
     "CountedEvent",
     "Disposition",
     "ErrorCode",
+    "FieldAttrs",
     "Kind",
     "Operation",
     "Outcome",
     "Phase",
     "Step",
     "attr",
+    "check_name",
     "coerce",
+    "span_name",
 ]
 
 
@@ -114,6 +130,13 @@ class Disposition(enum.StrEnum):
     DURABLE_FAILURE = "durable_failure"
 
 
+class CollectionAction(enum.StrEnum):
+    """What a rollout collection's span covers: ``gym.checkpoint.collection.<action>``."""
+
+    CHECKPOINT = "checkpoint"
+    RESTORE = "restore"
+
+
 class ErrorCode(enum.StrEnum):
     """Protocol error codes; ``ErrorCode.X.http_status`` is the status the protocol replies with."""
 
@@ -148,6 +171,9 @@ PREPARE_ORDER: Final = (Kind.ENVIRONMENT, Kind.MODEL, Kind.AGENT, Kind.RESOURCES
 RESUME_ORDER: Final = tuple(reversed(PREPARE_ORDER))
 #: Retire and forget go callers before callees, one group at a time.
 RETIRE_GROUPS: Final = ((Kind.ENVIRONMENT,), (Kind.AGENT,), (Kind.MODEL, Kind.RESOURCES))
+
+#: The coordinator reports as kind ``controller`` with this instance.
+CONTROLLER_INSTANCE: Final = "coordination"
 
 ATTR_PREFIX: Final = "nemo.gym.checkpoint."
 SPAN_PREFIX: Final = "gym.checkpoint."
@@ -211,5 +237,95 @@ _WHAT: Final[dict[type[enum.StrEnum], str]] = {
     Outcome: "outcome",
     CountedEvent: "counted event",
     Disposition: "generation-cut disposition",
+    CollectionAction: "collection action",
     ErrorCode: "error code",
+}
+
+
+# -- span names and attribute keys (SPEC sections 2 and 3), spelled once ------------------------
+
+
+class Attr:
+    """Every attribute key of a span or a metric point, as a constant."""
+
+    ID: Final = attr("id")
+    PARTICIPANT_KIND: Final = attr("participant_kind")
+    INSTANCE: Final = attr("instance")
+    OUTCOME: Final = attr("outcome")
+    PHASE: Final = attr("phase")
+    BLOCKERS: Final = attr("blockers")
+    RECORDS: Final = attr("records")
+    BYTES: Final = attr("bytes")
+    EPISODES: Final = attr("episodes")
+    ROLLOUTS: Final = attr("rollouts")
+    CALLS: Final = attr("calls")
+    CUT_DURABLE_PREFIX: Final = attr("cut_durable_prefix")
+    CUT_DURABLE_FAILURE: Final = attr("cut_durable_failure")
+    PARTICIPANTS: Final = attr("participants")
+    PREPARED: Final = attr("prepared")
+    STOPPED_AT: Final = attr("stopped_at")
+    IN_FLIGHT: Final = attr("in_flight")
+    STOP: Final = attr("stop")
+    PUBLISHED: Final = attr("published")
+    ROWS: Final = attr("rows")
+    RESTARTS: Final = attr("restarts")
+    # Metric point attributes.
+    OPERATION: Final = attr("operation")
+    EVENT: Final = attr("event")
+    CODE: Final = attr("code")
+    DISPOSITION: Final = attr("disposition")
+    #: The metrics' outcome key is unprefixed, as in the original system.
+    METRIC_OUTCOME: Final = "outcome"
+
+
+#: One span per operation, except ``renew``, which has none.
+OPERATION_SPANS: Final[dict[Operation, str]] = {
+    op: span_name(op.value) for op in Operation if op is not Operation.RENEW
+}
+STEP_SPANS: Final[dict[Step, str]] = {step: span_name(step.value) for step in Step}
+COORDINATE_SPANS: Final[dict[Operation, str]] = {op: span_name("coordinate", op.value) for op in Operation}
+STAGE_SPANS: Final[dict[Kind, str]] = {kind: span_name("coordinate", "prepare", kind.value) for kind in Kind}
+COLLECTION_SPANS: Final[dict[CollectionAction, str]] = {
+    action: span_name("collection", action.value) for action in CollectionAction
+}
+
+#: (event field, attribute key) pairs each span adds when it ends, beyond id, kind, instance
+#: and outcome. Fields left out here stay off the span.
+FieldAttrs = tuple[tuple[str, str], ...]
+OPERATION_END_ATTRS: Final[dict[Operation, FieldAttrs]] = {
+    Operation.PREPARE: (("phase", Attr.PHASE), ("blockers", Attr.BLOCKERS)),
+    Operation.COMMIT: (("records", Attr.RECORDS),),
+    Operation.RESTORE: (("records", Attr.RECORDS),),
+    Operation.RETIRE: (("episodes", Attr.EPISODES),),
+    Operation.FORGET: (("rollouts", Attr.ROLLOUTS),),
+    Operation.RESUME: (),
+}
+COORDINATE_END_ATTRS: Final[dict[Operation, FieldAttrs]] = {
+    Operation.PREPARE: (("prepared", Attr.PREPARED), ("stopped_at", Attr.STOPPED_AT)),
+    Operation.COMMIT: (("episodes", Attr.EPISODES),),
+    Operation.RESTORE: (("episodes", Attr.EPISODES),),
+    Operation.RETIRE: (("episodes", Attr.EPISODES),),
+    Operation.FORGET: (("rollouts", Attr.ROLLOUTS),),
+    Operation.RESUME: (),
+    Operation.RENEW: (),
+}
+STEP_END_ATTRS: Final[dict[Step, FieldAttrs]] = {
+    Step.WAIT_READY: (),
+    Step.EXPORT: (("records", Attr.RECORDS),),
+    Step.WRITE: (("records", Attr.RECORDS), ("bytes", Attr.BYTES)),
+    Step.READ: (("records", Attr.RECORDS), ("bytes", Attr.BYTES)),
+    Step.INSTALL: (("records", Attr.RECORDS),),
+    Step.GENERATION_CUT: (
+        ("calls", Attr.CALLS),
+        ("cut_durable_prefix", Attr.CUT_DURABLE_PREFIX),
+        ("cut_durable_failure", Attr.CUT_DURABLE_FAILURE),
+    ),
+}
+COLLECTION_END_ATTRS: Final[dict[CollectionAction, FieldAttrs]] = {
+    CollectionAction.CHECKPOINT: (
+        ("in_flight", Attr.IN_FLIGHT),
+        ("stop", Attr.STOP),
+        ("published", Attr.PUBLISHED),
+    ),
+    CollectionAction.RESTORE: (("rows", Attr.ROWS), ("restarts", Attr.RESTARTS)),
 }

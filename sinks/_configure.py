@@ -46,8 +46,9 @@ DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 class Configured:
     """What ``configure`` subscribed: the sinks, their subscriptions, and what they own.
 
-    ``aclose()`` (or leaving ``async with``) flushes the bus, unsubscribes, and shuts down
-    the span exporter and the meter provider it built. Idempotent.
+    ``aclose()`` (or leaving ``async with``) flushes the bus and unsubscribes; the bus closes
+    each sink (the span exporter, the JSON-lines file), and this shuts down the meter
+    provider ``configure`` built. Idempotent.
     """
 
     def __init__(
@@ -80,22 +81,19 @@ class Configured:
         return f"<Configured: {names}>"
 
     async def aclose(self) -> None:
-        """Deliver what was emitted, unsubscribe, flush and shut down exporters."""
+        """Deliver what was emitted, unsubscribe (the bus closes each sink), then shut down
+        the meter provider ``configure`` built. All within ``close_timeout``. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        await self.bus.flush(timeout=self.close_timeout)
-        for sub in self.subscriptions:
-            sub.close()
         with anyio.move_on_after(self.close_timeout):
-            if self.span_sink is not None:
-                await anyio.to_thread.run_sync(self.span_sink.shutdown)
+            await self.bus.flush(timeout=self.close_timeout)
+            for sub in self.subscriptions:
+                await sub.aclose()
             if self.meter_provider is not None:
                 provider = self.meter_provider
                 timeout_ms = int(self.close_timeout * 1000)
                 await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
-            if self.jsonl_sink is not None:
-                self.jsonl_sink.close()
 
     async def __aenter__(self) -> Self:
         return self

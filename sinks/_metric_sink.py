@@ -17,6 +17,7 @@ from ckpt_events import (
     METRIC_EVENTS,
     METRIC_OPERATION_DURATION,
     METRIC_RECORDS,
+    Attr,
     CoordinateFinished,
     CountedEvent,
     GenerationCut,
@@ -28,18 +29,9 @@ from ckpt_events import (
     PrepareNotReady,
     Refused,
     __version__,
-    attr,
 )
 
 __all__ = ["MetricSink", "MetricSinkStats"]
-
-A_OPERATION: Final = attr("operation")
-A_KIND: Final = attr("participant_kind")
-A_OUTCOME: Final = "outcome"  # unprefixed, as in the original system
-A_EVENT: Final = attr("event")
-A_CODE: Final = attr("code")
-A_PHASE: Final = attr("phase")
-A_DISPOSITION: Final = attr("disposition")
 
 _VOLUME_OPERATIONS: Final = frozenset({Operation.COMMIT, Operation.RESTORE})
 _INTERESTS: Final = (
@@ -61,12 +53,12 @@ _CUT: Final = CountedEvent.GENERATION_CUT.value
 _LEASE: Final = CountedEvent.LEASE_EXPIRED.value
 _NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
 _KEYS: Final[dict[str, tuple[str, ...]]] = {
-    _DURATION: (A_OPERATION, A_KIND, A_OUTCOME),
-    _VOLUME: (A_OPERATION, A_KIND),
-    _REFUSED: (A_CODE,),
-    _CUT: (A_DISPOSITION,),
-    _LEASE: (A_KIND, A_PHASE),
-    _NOT_READY: (A_KIND,),
+    _DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),
+    _VOLUME: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
+    _REFUSED: (Attr.CODE,),
+    _CUT: (Attr.DISPOSITION,),
+    _LEASE: (Attr.PARTICIPANT_KIND, Attr.PHASE),
+    _NOT_READY: (Attr.PARTICIPANT_KIND,),
 }
 _EVENT_TAGS: Final = frozenset({_REFUSED, _CUT, _LEASE, _NOT_READY})
 
@@ -119,7 +111,7 @@ class MetricSink:
             names = _KEYS[tag]
             cached = {name: str(value) for name, value in zip(names, values, strict=True)}
             if tag in _EVENT_TAGS:
-                cached = {A_EVENT: tag, **cached}
+                cached = {Attr.EVENT: tag, **cached}
             self._cache[key] = cached
         return cached
 

@@ -22,21 +22,27 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ckpt_events import (
+    COLLECTION_END_ATTRS,
+    COLLECTION_SPANS,
+    COORDINATE_END_ATTRS,
+    COORDINATE_SPANS,
+    OPERATION_END_ATTRS,
+    OPERATION_SPANS,
+    STAGE_SPANS,
+    STEP_END_ATTRS,
+    STEP_SPANS,
+    Attr,
     CollectionFinished,
     CoordinateFinished,
+    FieldAttrs,
     InvalidArgumentError,
-    Kind,
-    Operation,
     OperationFinished,
     Outcome,
     Redactor,
     StageFinished,
-    Step,
     StepFinished,
     __version__,
-    attr,
     resolve_span_groups,
-    span_name,
 )
 
 __all__ = ["SpanSink", "SpanSinkStats"]
@@ -49,73 +55,6 @@ _UNSET: Final = Status(StatusCode.UNSET)
 _INTERNAL: Final = SpanKind.INTERNAL
 _ERROR: Final = Outcome.ERROR.value
 _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
-
-# Names and keys are built once, from the vocabulary (SPEC section 2).
-_OPERATION_NAME: Final[dict[Operation, str]] = {
-    op: span_name(op.value) for op in Operation if op is not Operation.RENEW
-}
-_STEP_NAME: Final = {step: span_name(step.value) for step in Step}
-_COORDINATE_NAME: Final = {op: span_name("coordinate", op.value) for op in Operation}
-_STAGE_NAME: Final = {kind: span_name("coordinate", "prepare", kind.value) for kind in Kind}
-_COLLECTION_NAME: Final = {a: span_name("collection", a) for a in ("checkpoint", "restore")}
-
-A_ID: Final = attr("id")
-A_KIND: Final = attr("participant_kind")
-A_INSTANCE: Final = attr("instance")
-A_OUTCOME: Final = attr("outcome")
-A_PHASE: Final = attr("phase")
-A_BLOCKERS: Final = attr("blockers")
-A_RECORDS: Final = attr("records")
-A_BYTES: Final = attr("bytes")
-A_EPISODES: Final = attr("episodes")
-A_ROLLOUTS: Final = attr("rollouts")
-A_CALLS: Final = attr("calls")
-A_CUT_PREFIX: Final = attr("cut_durable_prefix")
-A_CUT_FAILURE: Final = attr("cut_durable_failure")
-A_PARTICIPANTS: Final = attr("participants")
-A_PREPARED: Final = attr("prepared")
-A_STOPPED_AT: Final = attr("stopped_at")
-A_IN_FLIGHT: Final = attr("in_flight")
-A_STOP: Final = attr("stop")
-A_PUBLISHED: Final = attr("published")
-A_ROWS: Final = attr("rows")
-A_RESTARTS: Final = attr("restarts")
-
-# The end attributes each operation adds (SPEC section 2); other fields stay off the span.
-_OPERATION_EXTRAS: Final[dict[Operation, tuple[tuple[str, str], ...]]] = {
-    Operation.PREPARE: (("phase", A_PHASE), ("blockers", A_BLOCKERS)),
-    Operation.COMMIT: (("records", A_RECORDS),),
-    Operation.RESTORE: (("records", A_RECORDS),),
-    Operation.RETIRE: (("episodes", A_EPISODES),),
-    Operation.FORGET: (("rollouts", A_ROLLOUTS),),
-    Operation.RESUME: (),
-}
-_COORDINATE_EXTRAS: Final[dict[Operation, tuple[tuple[str, str], ...]]] = {
-    Operation.PREPARE: (("prepared", A_PREPARED), ("stopped_at", A_STOPPED_AT)),
-    Operation.COMMIT: (("episodes", A_EPISODES),),
-    Operation.RESTORE: (("episodes", A_EPISODES),),
-    Operation.RETIRE: (("episodes", A_EPISODES),),
-    Operation.FORGET: (("rollouts", A_ROLLOUTS),),
-    Operation.RESUME: (),
-    Operation.RENEW: (),
-}
-_STEP_EXTRAS: Final[dict[Step, tuple[tuple[str, str], ...]]] = {
-    Step.WAIT_READY: (),
-    Step.EXPORT: (("records", A_RECORDS),),
-    Step.WRITE: (("records", A_RECORDS), ("bytes", A_BYTES)),
-    Step.READ: (("records", A_RECORDS), ("bytes", A_BYTES)),
-    Step.INSTALL: (("records", A_RECORDS),),
-    Step.GENERATION_CUT: (
-        ("calls", A_CALLS),
-        ("cut_durable_prefix", A_CUT_PREFIX),
-        ("cut_durable_failure", A_CUT_FAILURE),
-    ),
-}
-_COLLECTION_EXTRAS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
-    "checkpoint": (("in_flight", A_IN_FLIGHT), ("stop", A_STOP), ("published", A_PUBLISHED)),
-    "restore": (("rows", A_ROWS), ("restarts", A_RESTARTS)),
-}
-
 
 class SpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``SpanSink``.
@@ -264,8 +203,7 @@ class SpanSink:
 
     def shutdown(self) -> None:
         """Flush and shut the exporter down; later spans are dropped (counted). Idempotent."""
-        # Under the lock, so the bus's aclose() and Configured.aclose() racing in two worker
-        # threads shut the exporter down once.
+        # Under the lock: handle() runs in a worker thread while shutdown() may come from another.
         with self._lock:
             if self._shutdown:
                 return
@@ -349,49 +287,49 @@ class SpanSink:
     def _identity(event: Any) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             # str(): a plain string whether the field holds the enum member or its value.
-            A_KIND: str(event.kind),
-            A_INSTANCE: event.instance,
-            A_OUTCOME: str(event.outcome),
+            Attr.PARTICIPANT_KIND: str(event.kind),
+            Attr.INSTANCE: event.instance,
+            Attr.OUTCOME: str(event.outcome),
         }
         if event.checkpoint_id is not None:
-            attributes[A_ID] = event.checkpoint_id
+            attributes[Attr.ID] = event.checkpoint_id
         return attributes
 
     def _operation(self, event: OperationFinished) -> ReadableSpan | None:
-        name = _OPERATION_NAME.get(event.operation)
+        name = OPERATION_SPANS.get(event.operation)
         if name is None:  # renew: counted in metrics, no span
             return None
         attributes = self._identity(event)
-        _put(attributes, event, _OPERATION_EXTRAS[event.operation])
+        _put(attributes, event, OPERATION_END_ATTRS[event.operation])
         return self._span(event, name, attributes)
 
     def _step(self, event: StepFinished) -> ReadableSpan:
         attributes: dict[str, Any] = {}
-        _put(attributes, event, _STEP_EXTRAS[event.step])
-        return self._span(event, _STEP_NAME[event.step], attributes)
+        _put(attributes, event, STEP_END_ATTRS[event.step])
+        return self._span(event, STEP_SPANS[event.step], attributes)
 
     def _coordinate(self, event: CoordinateFinished) -> ReadableSpan:
         attributes = self._identity(event)
         if event.participants is not None:
-            attributes[A_PARTICIPANTS] = event.participants
-        _put(attributes, event, _COORDINATE_EXTRAS[event.operation])
-        return self._span(event, _COORDINATE_NAME[event.operation], attributes)
+            attributes[Attr.PARTICIPANTS] = event.participants
+        _put(attributes, event, COORDINATE_END_ATTRS[event.operation])
+        return self._span(event, COORDINATE_SPANS[event.operation], attributes)
 
     def _stage(self, event: StageFinished) -> ReadableSpan:
         attributes: dict[str, Any] = {}
         if event.participants is not None:
-            attributes[A_PARTICIPANTS] = event.participants
-        return self._span(event, _STAGE_NAME[event.stage], attributes)
+            attributes[Attr.PARTICIPANTS] = event.participants
+        return self._span(event, STAGE_SPANS[event.stage], attributes)
 
     def _collection(self, event: CollectionFinished) -> ReadableSpan:
         attributes: dict[str, Any] = {}
         if event.checkpoint_id is not None:
-            attributes[A_ID] = event.checkpoint_id
-        _put(attributes, event, _COLLECTION_EXTRAS[event.action])
-        return self._span(event, _COLLECTION_NAME[event.action], attributes)
+            attributes[Attr.ID] = event.checkpoint_id
+        _put(attributes, event, COLLECTION_END_ATTRS[event.action])
+        return self._span(event, COLLECTION_SPANS[event.action], attributes)
 
 
-def _put(attributes: dict[str, Any], event: Any, fields: tuple[tuple[str, str], ...]) -> None:
+def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:
     for field, key in fields:
         value = getattr(event, field)
         if value is not None:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import sinks
-from ckpt_events import Bus, Telemetry
+from ckpt_events import CONTROLLER_INSTANCE, Bus, Kind, Telemetry
 from ckpt_events.testing import MemorySink
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.timeline import render, spans_of, write_timeline
@@ -227,7 +227,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             configured = sinks.configure(
                 bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ={}
             )
-            tel = Telemetry(bus, kind="controller", instance="coordination")
+            tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
                 first = await _first_generation(opts, console, bus, tel, token, workdir)

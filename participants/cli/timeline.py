@@ -20,19 +20,22 @@ from rich.text import Text
 
 from ckpt_events import (
     PREPARE_ORDER,
+    CollectionAction,
     CollectionFinished,
     CoordinateFinished,
+    CountedEvent,
     Event,
     GenerationCut,
     Kind,
     LeaseExpired,
+    Operation,
     OperationFinished,
     Outcome,
     PrepareNotReady,
     Refused,
-    StageFinished,
+    Step,
     StepFinished,
-    span_name,
+    span_name_of,
 )
 
 __all__ = [
@@ -47,9 +50,14 @@ __all__ = [
 ]
 
 #: Operations and steps shown per participant, in the order a checkpoint runs them.
-BREAKDOWN_COLUMNS = (
-    "prepare", "wait_ready", "generation_cut", "commit", "export", "write",
-    "restore", "read", "install", "resume",
+BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
+    str(name)
+    for name in (
+        Operation.PREPARE, Step.WAIT_READY, Step.GENERATION_CUT,
+        Operation.COMMIT, Step.EXPORT, Step.WRITE,
+        Operation.RESTORE, Step.READ, Step.INSTALL,
+        Operation.RESUME,
+    )
 )  # fmt: skip
 _KIND_ORDER = {kind: i for i, kind in enumerate((*PREPARE_ORDER, Kind.CONTROLLER))}
 
@@ -95,9 +103,9 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 row.errors += event.outcome is Outcome.ERROR
                 # What a checkpoint holds: records committed and bytes written (a restore
                 # reads the same ones back, so counting both would double them).
-                if isinstance(event, OperationFinished) and op.value == "commit":
+                if isinstance(event, OperationFinished) and op is Operation.COMMIT:
                     row.records += event.records or 0
-                if isinstance(event, StepFinished) and op.value == "write":
+                if isinstance(event, StepFinished) and op is Step.WRITE:
                     row.bytes += event.bytes or 0
             case _:
                 pass
@@ -110,42 +118,28 @@ def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
     for event in events:
         match event:
             case Refused(code=code):
-                out["refused"][code.value] += 1
+                out[CountedEvent.REFUSED][code.value] += 1
             case LeaseExpired(phase=phase):
-                out["lease_expired"][f"{event.kind.value}/{phase.value}"] += 1
+                out[CountedEvent.LEASE_EXPIRED][f"{event.kind.value}/{phase.value}"] += 1
             case PrepareNotReady(blockers=blockers):
-                out["prepare_not_ready"][event.kind.value] += 1
+                out[CountedEvent.PREPARE_NOT_READY][event.kind.value] += 1
                 out["prepare_not_ready_blockers"][event.kind.value] += blockers
             case GenerationCut(disposition=disposition, calls=calls):
-                out["generation_cut"][disposition.value] += calls
+                out[CountedEvent.GENERATION_CUT][disposition.value] += calls
             case _:
                 pass
     return dict(out)
 
 
-def _name(event: Event) -> str | None:
-    match event:
-        case OperationFinished(operation=op):
-            return None if op.value == "renew" else span_name(op.value)
-        case StepFinished(step=step):
-            return span_name(step.value)
-        case CoordinateFinished(operation=op):
-            return span_name("coordinate", op.value)
-        case StageFinished(stage=stage):
-            return span_name("coordinate", "prepare", stage.value)
-        case CollectionFinished(action=action):
-            return span_name("collection", action)
-        case _:
-            return None
-
-
 def spans_of(events: Iterable[Event], trace_id: int | None = None) -> list[Span]:
     """The finished spans of one trace (default: the trace of the last collection
     checkpoint, else of the last coordinate commit), parents before children."""
-    finished: list[Any] = [e for e in events if _name(e) is not None]  # every *Finished event
+    finished: list[Any] = [e for e in events if span_name_of(e) is not None]  # every *Finished event
     if trace_id is None:
         roots: list[Any] = [
-            e for e in finished if isinstance(e, CollectionFinished) and e.action == "checkpoint"
+            e
+            for e in finished
+            if isinstance(e, CollectionFinished) and e.action is CollectionAction.CHECKPOINT
         ]
         roots = roots or [e for e in finished if isinstance(e, CoordinateFinished)]
         if not roots:
@@ -164,7 +158,7 @@ def spans_of(events: Iterable[Event], trace_id: int | None = None) -> list[Span]
 
     spans = [
         Span(
-            name=_name(e) or "",
+            name=span_name_of(e) or "",
             who="controller" if e.kind is Kind.CONTROLLER else f"{e.kind.value}/{e.instance}",
             start_ns=e.start_ns,
             end_ns=e.end_ns,
@@ -198,7 +192,7 @@ def render(console: Console, events: Sequence[Event], *, title: str = "checkpoin
     summary.add_column("event")
     summary.add_column("by")
     summary.add_column("count", justify="right")
-    for event_name in ("refused", "lease_expired", "prepare_not_ready", "generation_cut"):
+    for event_name in CountedEvent:
         for key, value in sorted(tallies.get(event_name, Counter()).items()):
             summary.add_row(event_name, key, f"{value:,}")
     if not summary.row_count:
