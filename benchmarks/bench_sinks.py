@@ -15,6 +15,7 @@ Targets (SPEC section 7): spans <= 0.2x, emit side <= 0.02x, metrics <= 0.25x, J
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import sys
 import tempfile
@@ -124,7 +125,7 @@ async def _span_path(n: int, rounds: int) -> dict[str, Any]:
             emit = 0.0
             start = time.process_time()
             for done in range(0, n, CHUNK):
-                emit += _cpu(lambda done=done: _emit_spans(tel, min(CHUNK, n - done)))
+                emit += _cpu(functools.partial(_emit_spans, tel, min(CHUNK, n - done)))
                 await bus.flush()
             total = time.process_time() - start
             keep("ours_total", total)
@@ -157,9 +158,9 @@ def _metric_mix(cycles: int) -> list[Event]:
     events: list[Event] = []
     t = 1_000_000_000
     for c in range(cycles):
-        ident = {"kind": Kind.MODEL, "instance": "model-0", "checkpoint_id": f"c{c}"}
+        ident: dict[str, Any] = {"kind": Kind.MODEL, "instance": "model-0", "checkpoint_id": f"c{c}"}
 
-        def op(operation: str, ident: dict[str, Any] = ident, c: int = c, **fields: int) -> OperationFinished:
+        def op(operation: str, ident: dict[str, Any] = ident, c: int = c, **fields: Any) -> OperationFinished:
             return OperationFinished(
                 **ident,
                 trace_id=new_trace_id(),
@@ -226,7 +227,7 @@ def _metric_round(events: list[Event], batch: int) -> tuple[float, float]:
 
 def _metric_path(cycles: int, rounds: int) -> dict[str, Any]:
     events = _metric_mix(cycles)
-    ops_only = [e for e in events if isinstance(e, OperationFinished)]
+    ops_only: list[Event] = [e for e in events if isinstance(e, OperationFinished)]
     best: dict[str, float] = {}
     for _ in range(rounds):
         for name, evs in (("mix", events), ("ops_only", ops_only)):
@@ -249,7 +250,12 @@ def _metric_path(cycles: int, rounds: int) -> dict[str, Any]:
 
 def _jsonl_events(n: int) -> list[Event]:
     trace, op_id = new_trace_id(), new_span_id()
-    ident = {"kind": Kind.RESOURCES, "instance": "resources-0", "checkpoint_id": "c1", "trace_id": trace}
+    ident: dict[str, Any] = {
+        "kind": Kind.RESOURCES,
+        "instance": "resources-0",
+        "checkpoint_id": "c1",
+        "trace_id": trace,
+    }
     pool: list[Event] = [
         OperationFinished(
             **ident, span_id=op_id, start_ns=1, end_ns=2, operation=Operation.COMMIT, records=5, bytes=9
