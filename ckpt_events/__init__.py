@@ -32,6 +32,7 @@ from ckpt_events._events import (
     StageStarted,
     StepFinished,
     StepStarted,
+    span_kind_of,
     span_name_of,
 )
 from ckpt_events._redact import DEFAULT_REDACT_KEYS, REDACTED, Redactor
@@ -76,6 +77,7 @@ from ckpt_events._vocab import (
     Operation,
     Outcome,
     Phase,
+    SpanKind,
     Step,
     attr,
     coerce,
@@ -145,6 +147,7 @@ __all__ = [
     "Sink",
     "SinkStats",
     "SpanEvent",
+    "SpanKind",
     "StageFinished",
     "StageSpan",
     "StageStarted",
@@ -164,6 +167,7 @@ __all__ = [
     "parse_traceparent",
     "resolve_interests",
     "resolve_span_groups",
+    "span_kind_of",
     "span_name",
     "span_name_of",
 ]

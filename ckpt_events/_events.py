@@ -30,6 +30,7 @@ from ckpt_events._vocab import (
     Operation,
     Outcome,
     Phase,
+    SpanKind,
     Step,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "StageStarted",
     "StepFinished",
     "StepStarted",
+    "span_kind_of",
     "span_name_of",
 ]
 
@@ -311,3 +313,35 @@ def span_name_of(event: Event) -> str | None:
             return COLLECTION_SPANS[action]
         case _:
             return None
+
+
+#: Coordinate operations whose span calls the participants directly (prepare calls them
+#: through its stages, which are the client spans).
+_FAN_OUT: Final = frozenset(
+    {
+        Operation.COMMIT,
+        Operation.RESTORE,
+        Operation.RESUME,
+        Operation.RETIRE,
+        Operation.FORGET,
+        Operation.RENEW,
+    }
+)
+
+
+def span_kind_of(event: Event) -> SpanKind:
+    """The span kind of a ``*Finished`` event's span.
+
+    SERVER: a participant's operation reached over HTTP (its parent came in by
+    ``traceparent``); CLIENT: the controller's span that makes the calls (a prepare stage,
+    or a fanned-out coordinate operation); INTERNAL: everything else (steps, collection).
+    """
+    match event:
+        case OperationFinished(parent_remote=True):
+            return SpanKind.SERVER
+        case StageFinished():
+            return SpanKind.CLIENT
+        case CoordinateFinished(operation=operation) if operation in _FAN_OUT:
+            return SpanKind.CLIENT
+        case _:
+            return SpanKind.INTERNAL

@@ -41,6 +41,7 @@ __all__ = [
     "Operation",
     "Outcome",
     "Phase",
+    "SpanKind",
     "Step",
     "attr",
     "check_name",
@@ -135,6 +136,14 @@ class CollectionAction(enum.StrEnum):
 
     CHECKPOINT = "checkpoint"
     RESTORE = "restore"
+
+
+class SpanKind(enum.StrEnum):
+    """OpenTelemetry's span kind of a checkpoint span (see ``span_kind_of``)."""
+
+    INTERNAL = "internal"
+    SERVER = "server"
+    CLIENT = "client"
 
 
 class ErrorCode(enum.StrEnum):
