@@ -36,7 +36,9 @@ class SinkStats(msgspec.Struct, frozen=True):
     """Counters of one subscription.
 
     ``emitted`` counts the events offered to this sink (``delivered + failed + pending +
-    dropped``); ``failed`` counts events in batches whose ``handle`` raised.
+    dropped + abandoned``); ``failed`` counts events in batches whose ``handle`` raised;
+    ``abandoned`` counts events the bus gave up on at its close deadline (a sink stuck in
+    ``handle`` or ``aclose``: the batch in its hands and what was still buffered).
     """
 
     name: str
@@ -46,6 +48,7 @@ class SinkStats(msgspec.Struct, frozen=True):
     failed: int
     failed_batches: int
     pending: int
+    abandoned: int = 0
 
 
 class _Buffer(deque[Any]):
@@ -79,10 +82,12 @@ class Subscription:
         self._failed = 0
         self._failed_batches = 0
         self._in_flight = 0
+        self._abandoned = 0
         self._logged_failure = False
         self._flush_waiters: list[tuple[int, anyio.Event]] = []
         self._done = anyio.Event()
         self._sink_closed = anyio.Event()
+        self._scope: anyio.CancelScope | None = None  # made in _run, on the event loop
         self._started = False
         handle = sink.handle
         self._async = inspect.iscoroutinefunction(handle)
@@ -120,13 +125,24 @@ class Subscription:
         dropped = self._buffer.dropped
         return SinkStats(
             name=self.name,
-            emitted=self._handled + pending + dropped,
+            emitted=self._handled + pending + dropped + self._abandoned,
             delivered=self._handled - self._failed,
             dropped=dropped,
             failed=self._failed,
             failed_batches=self._failed_batches,
             pending=pending,
+            abandoned=self._abandoned,
         )
+
+    def _abandon(self) -> int:
+        """Give up on what is left (the bus's close deadline passed); returns how many."""
+        if self._scope is not None:
+            self._scope.cancel()
+        left = len(self._buffer) + self._in_flight
+        self._buffer.clear()
+        self._in_flight = 0
+        self._abandoned += left
+        return left
 
     # -- delivery task -------------------------------------------------------------------
 
@@ -136,6 +152,13 @@ class Subscription:
         self._wake.set()
 
     async def _run(self) -> None:
+        # Its own scope: the bus cancels a stuck sink's task alone at the close deadline,
+        # never the task group (whose scope also holds the code inside `async with bus:`).
+        with anyio.CancelScope() as self._scope:
+            await self._deliver_until_closed()
+        self._sink_closed.set()
+
+    async def _deliver_until_closed(self) -> None:
         buffer = self._buffer
         popleft = buffer.popleft
         lingered = False
@@ -169,10 +192,7 @@ class Subscription:
                     self._release_flushers()
         finally:
             self._done.set()
-        try:
-            await self._close_sink()
-        finally:
-            self._sink_closed.set()
+        await self._close_sink()
 
     async def _linger(self) -> None:
         # Gather a bigger batch before a handoff to a worker thread: each handoff can cost
@@ -193,10 +213,14 @@ class Subscription:
             if self._async:
                 await self.sink.handle(batch)  # type: ignore[misc]
             elif self._blocking:
-                await anyio.to_thread.run_sync(self.sink.handle, batch)
+                # Abandoned on cancel: a handle stuck in I/O cannot hold the bus's close past
+                # its deadline (the thread finishes on its own; its batch counts as abandoned).
+                await anyio.to_thread.run_sync(self.sink.handle, batch, abandon_on_cancel=True)
             else:
                 self.sink.handle(batch)
-        except Exception:
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException:  # SystemExit too: a sink never takes its neighbours down
             self._failed += len(batch)
             self._failed_batches += 1
             if not self._logged_failure:
@@ -213,7 +237,9 @@ class Subscription:
             return
         try:
             await self.sink.aclose()
-        except Exception:
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException:
             logger.exception("sink %r failed to close", self.name)
 
     def _release_flushers(self) -> None:

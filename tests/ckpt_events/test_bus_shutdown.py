@@ -1,0 +1,173 @@
+"""Shutdown under faults: stuck sinks, foreign tasks and cancel scopes, sinks raising BaseException."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from ckpt_events import Bus, ErrorCode, Event, Kind, Refused
+from ckpt_events.testing import MemorySink
+
+DEADLINE = 0.3
+#: A stuck close must end within the deadline plus this (a loaded CI machine included).
+SLACK = 2.0
+
+
+def refused(i: int) -> Refused:
+    return Refused(kind=Kind.AGENT, instance=f"a{i}", time_ns=i, code=ErrorCode.ADMISSION_CLOSED)
+
+
+class StuckInThread:
+    """A blocking sink whose handle() hangs in its worker thread until released."""
+
+    blocking = True
+    linger = 0.0
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def handle(self, batch: list[Event]) -> None:
+        self.entered.set()
+        self.release.wait(30)  # bounded: the test releases it
+
+
+class NeverCloses:
+    """A sink whose own aclose() never returns."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def handle(self, batch: list[Event]) -> None:
+        self.events.extend(batch)
+
+    async def aclose(self) -> None:
+        await anyio.sleep_forever()
+
+
+class RaisesBase:
+    """A sink raising a BaseException that is not cancellation."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def handle(self, batch: list[Event]) -> None:
+        raise self.exc
+
+
+async def test_close_returns_within_its_deadline_when_a_blocking_sink_is_stuck(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handle stuck in its thread is abandoned at the deadline, counted and named once."""
+    stuck = StuckInThread()
+    bus = Bus(close_timeout=DEADLINE)
+    try:
+        async with bus:
+            bus.subscribe(stuck, name="stuck")
+            healthy = MemorySink()
+            bus.subscribe(healthy, name="healthy")
+            bus.emit(refused(0))
+            await anyio.to_thread.run_sync(stuck.entered.wait, 5)
+            for i in range(1, 4):
+                bus.emit(refused(i))
+            began = time.monotonic()
+        took = time.monotonic() - began
+    finally:
+        stuck.release.set()
+    assert took < DEADLINE + SLACK
+    stats = bus.stats().sink("stuck")
+    assert (stats.abandoned, stats.pending, stats.emitted) == (4, 0, 4)
+    assert len(healthy.events) == 4
+    warnings = [r for r in caplog.records if "still busy" in r.getMessage()]
+    assert len(warnings) == 1 and "'stuck'" in warnings[0].getMessage()
+
+
+async def test_close_returns_within_its_deadline_when_a_sinks_aclose_never_returns() -> None:
+    """A sink's own aclose() that hangs is cut off at the deadline; its events were delivered."""
+    sink = NeverCloses()
+    bus = Bus(close_timeout=DEADLINE)
+    with anyio.fail_after(DEADLINE + SLACK):
+        async with bus:
+            bus.subscribe(sink, name="never")
+            bus.emit(refused(1))
+    assert len(sink.events) == 1
+    assert bus.stats().sink("never").delivered == 1
+
+
+@pytest.mark.parametrize("scope", ["move_on_after", "fail_after"])
+async def test_aclose_inside_a_cancel_scope(scope: str) -> None:
+    """aclose() inside the caller's move_on_after/fail_after drains and closes, no scope error."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        bus.emit(refused(1))
+        with getattr(anyio, scope)(5):
+            await bus.aclose()
+        assert sink.closed
+    assert len(sink.events) == 1
+
+
+async def test_aclose_from_another_task() -> None:
+    """aclose() from a task other than the one that entered the bus works."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        bus.emit(refused(1))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.aclose)
+        assert sink.closed
+    assert len(sink.events) == 1
+
+
+async def test_aclose_cancelled_by_the_caller_still_closes() -> None:
+    """A caller's scope that expires mid-close does not leave sinks open or the bus broken."""
+    stuck = StuckInThread()
+    bus = Bus(close_timeout=DEADLINE)
+    try:
+        async with bus:
+            bus.subscribe(stuck, name="stuck")
+            bus.emit(refused(0))
+            await anyio.to_thread.run_sync(stuck.entered.wait, 5)
+            with anyio.move_on_after(0.05):
+                await bus.aclose()
+    finally:
+        stuck.release.set()
+    assert bus.stats().sink("stuck").abandoned == 1
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
+async def test_a_sink_raising_base_exception_does_not_break_its_neighbour(exc: BaseException) -> None:
+    """SystemExit, KeyboardInterrupt and the like from one sink are counted; the other gets all."""
+    healthy = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(RaisesBase(exc), name="bad")
+        bus.subscribe(healthy, name="healthy")
+        for i in range(5):
+            bus.emit(refused(i))
+            await bus.flush(timeout=5)
+        stats = bus.stats()
+    assert len(healthy.events) == 5
+    assert stats.sink("bad").failed == 5
+
+
+async def test_shutdown_warning_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Two stuck sinks make one warning naming both."""
+    first, second = StuckInThread(), StuckInThread()
+    caplog.set_level(logging.WARNING)
+    try:
+        async with Bus(close_timeout=DEADLINE) as bus:
+            bus.subscribe(first, name="one")
+            bus.subscribe(second, name="two")
+            bus.emit(refused(0))
+            await anyio.to_thread.run_sync(first.entered.wait, 5)
+            await anyio.to_thread.run_sync(second.entered.wait, 5)
+    finally:
+        first.release.set()
+        second.release.set()
+    warnings = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
+    assert len(warnings) == 1 and "'one'" in warnings[0] and "'two'" in warnings[0]
