@@ -8,7 +8,8 @@ import os
 import msgspec
 import pytest
 
-from participants.protocol import ControlError, EpisodeId
+from participants.errors import InvalidCheckpointError, WriteStopped
+from participants.protocol import EpisodeId
 from participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
@@ -47,9 +48,8 @@ def read(root, instance="res-0"):
 
 
 def invalid(root, instance="res-0") -> str:
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(InvalidCheckpointError) as info:
         read(root, instance)
-    assert info.value.code == "invalid_checkpoint_state" and info.value.status == 422
     return info.value.detail
 
 
@@ -80,12 +80,11 @@ def test_an_empty_checkpoint_is_valid(tmp_path):
 
 
 def test_manifest_is_create_only(tmp_path):
-    """Same content again returns the manifest; different content is 422 and deletes the loser's records."""
+    """Same content again returns the manifest; different content fails and drops the loser's records."""
     first = write(tmp_path)
     assert write(tmp_path).manifest == first.manifest
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(InvalidCheckpointError, match="never replaced"):
         write(tmp_path, rollouts=("a", "b", "c"))
-    assert info.value.code == "invalid_checkpoint_state"
     directory = participant_dir(tmp_path, "resources", "res-0")
     assert sorted(p.name for p in directory.iterdir()) == sorted([MANIFEST_NAME, first.manifest.records_file])
     assert read(tmp_path).manifest == first.manifest
@@ -95,9 +94,8 @@ def test_a_stopped_writer_publishes_no_manifest(tmp_path):
     """Once resume stopped the writer, no manifest appears (and its records are removed)."""
     stop = WriteStop()
     stop.stop()
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(WriteStopped, match="not published"):
         write(tmp_path, stop=stop)
-    assert info.value.code == "stale_checkpoint"
     directory = participant_dir(tmp_path, "resources", "res-0")
     assert list(directory.iterdir()) == []
 
@@ -205,9 +203,8 @@ def test_an_unsafe_records_file_name_is_refused(tmp_path, records_file):
 def test_unsafe_path_parts_are_refused(tmp_path, kind, instance, checkpoint_dir):
     """kind, instance and the checkpoint directory cannot walk out of the layout."""
     root = tmp_path if checkpoint_dir is None else str(tmp_path) + "/" + checkpoint_dir
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(InvalidCheckpointError):
         participant_dir(root, kind, instance)
-    assert info.value.code == "invalid_checkpoint_state"
 
 
 def test_a_symlinked_records_file_is_refused(tmp_path):
