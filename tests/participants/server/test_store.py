@@ -8,7 +8,8 @@ import os
 import msgspec
 import pytest
 
-from participants.errors import InvalidCheckpointError, WriteStopped
+from participants import create_app
+from participants.errors import InvalidCheckpointError, ProtocolRefusal, WriteStopped
 from participants.protocol import EpisodeId
 from participants.server.store import (
     MANIFEST_NAME,
@@ -18,6 +19,7 @@ from participants.server.store import (
     write_checkpoint,
 )
 from participants.workloads import ResourcesRecord
+from tests.participants.helpers import TOKEN, control, error_code, running
 
 
 def record(rollout_id: str, boundary: int = 1) -> bytes:
@@ -233,3 +235,25 @@ def test_a_wrong_schema_version_is_refused(tmp_path):
     manifest["schema_version"] = 2
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
     assert "schema_version" in invalid(tmp_path)
+
+
+async def test_a_corrupt_store_is_its_own_error_and_answered_422(tmp_path):
+    """Corrupt records raise the store's own InvalidCheckpointError; a restore answers 422."""
+    async with running(create_app("resources", instance="res-0", token=TOKEN)) as client:
+        reply = await client.post("/work/start", json={"rollout_id": "r1", "steps": 3})
+        assert reply.status_code == 200, reply.text
+        assert (await control(client, "prepare")).status_code == 200
+        committed = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        assert committed.status_code == 200, committed.text
+        assert (await control(client, "resume")).status_code == 200
+    records = participant_dir(tmp_path, "resources", "res-0") / committed.json()["manifest"]["records_file"]
+    records.write_bytes(records.read_bytes().replace(b'"counter":0', b'"counter":7'))
+    with pytest.raises(InvalidCheckpointError) as info:
+        read(tmp_path)
+    assert not isinstance(info.value, ProtocolRefusal)
+    async with running(create_app("resources", instance="res-0", token=TOKEN)) as fresh:
+        restored = await control(
+            fresh, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=[{"rollout_id": "r1"}]
+        )
+    assert error_code(restored) == (422, "invalid_checkpoint_state")
+    assert "SHA-256" in restored.json()["error"]["detail"]
