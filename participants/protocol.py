@@ -1,10 +1,10 @@
 """The wire format of the checkpoint control plane and of the uniform workload API.
 
 Every body is a msgspec Struct that rejects unknown fields. Server and client decode with
-``decode(body, Type)``: a body that does not match raises ``RequestError`` (HTTP 422, code
+``decode(body, Type)``: a body that does not match raises ``MalformedRequest`` (HTTP 422, code
 ``invalid_request``, the message names the field, e.g. ``... - at `$.checkpoint_id```).
 ``invalid_request`` is not a protocol refusal (it is not in ``ErrorCode`` and is not counted
-as ``refused``); every protocol refusal is a ``ControlError`` carrying an ``ErrorCode``.
+as ``refused``); every protocol refusal is a ``ProtocolRefusal`` carrying an ``ErrorCode``.
 Both reply with the same body, ``ErrorBody`` = ``{"error": {"code", "detail"}}``.
 """
 
@@ -16,7 +16,8 @@ from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
-from ckpt_events import ErrorCode, Phase, coerce
+from ckpt_events import InvalidArgumentError, Phase
+from participants.errors import MalformedRequest, ProtocolRefusal
 
 __all__ = [
     "CONTROL_PREFIX",
@@ -25,7 +26,6 @@ __all__ = [
     "CheckpointId",
     "CommitReply",
     "CommitRequest",
-    "ControlError",
     "EpisodeId",
     "ErrorBody",
     "ErrorDetail",
@@ -37,7 +37,6 @@ __all__ = [
     "PrepareRequest",
     "RenewReply",
     "RenewRequest",
-    "RequestError",
     "RestoreReply",
     "RestoreRequest",
     "ResumeReply",
@@ -52,6 +51,7 @@ __all__ = [
     "WorkStartReply",
     "decode",
     "encode",
+    "error_body",
 ]
 
 CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
@@ -72,7 +72,7 @@ Path = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 def _check_rollout_id(value: str, where: str) -> None:
     if _ATTEMPT_SUFFIX.search(value):
-        raise ValueError(f"{where}: rollout_id {value!r} must not end in -a<N> - at `$.{where}`")
+        raise InvalidArgumentError(f"{where}: rollout_id {value!r} must not end in -a<N> - at `$.{where}`")
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -112,7 +112,7 @@ class _Base(_Body):
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.deadline_ts):
-            raise ValueError("deadline_ts must be a finite Unix time - at `$.deadline_ts`")
+            raise InvalidArgumentError("deadline_ts must be a finite Unix time - at `$.deadline_ts`")
 
 
 class PrepareRequest(_Base):
@@ -293,47 +293,24 @@ class WorkAdvanceReply(_Body):
 # -- errors and codecs -------------------------------------------------------------------------
 
 
-class ControlError(Exception):
-    """A protocol refusal: ``code`` (an ``ErrorCode``), ``detail``, and its HTTP ``status``."""
-
-    def __init__(self, code: ErrorCode | str, detail: str) -> None:
-        self.code = coerce(ErrorCode, code)
-        self.detail = detail
-        super().__init__(f"{self.code.value}: {detail}")
-
-    @property
-    def status(self) -> int:
-        return self.code.http_status
-
-    def body(self) -> ErrorBody:
-        return ErrorBody(error=ErrorDetail(code=self.code.value, detail=self.detail))
-
-
-class RequestError(Exception):
-    """A malformed body (HTTP 422, code ``invalid_request``); ``detail`` names the field."""
-
-    status: Final = 422
-
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)
-
-    def body(self) -> ErrorBody:
-        return ErrorBody(error=ErrorDetail(code=INVALID_REQUEST, detail=self.detail))
-
-
 T = TypeVar("T")
 _encoder: Final = msgspec.json.Encoder()
 
 
 def decode(body: bytes, type: type[T]) -> T:
-    """Decode a JSON body as ``type``; raise ``RequestError`` naming the offending field."""
+    """Decode a JSON body as ``type``; raise ``MalformedRequest`` naming the offending field."""
     try:
         return msgspec.json.decode(body, type=type)
     except msgspec.ValidationError as exc:
-        raise RequestError(str(exc)) from None
+        raise MalformedRequest(str(exc)) from None
     except msgspec.DecodeError as exc:
-        raise RequestError(f"body is not valid JSON: {exc}") from None
+        raise MalformedRequest(f"body is not valid JSON: {exc}") from None
+
+
+def error_body(error: ProtocolRefusal | MalformedRequest) -> ErrorBody:
+    """The reply body of a refusal (its code) or of a malformed request (``invalid_request``)."""
+    code = INVALID_REQUEST if isinstance(error, MalformedRequest) else error.code.value
+    return ErrorBody(error=ErrorDetail(code=code, detail=error.detail))
 
 
 def encode(value: Any) -> bytes:

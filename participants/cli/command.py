@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from ckpt_events import SAFE_NAME
+from participants.errors import CommandError
 
 __all__ = [
     "Command",
@@ -29,10 +30,6 @@ __all__ = [
     "positive_number",
     "writable_path",
 ]
-
-
-class CommandError(Exception):
-    """A usage or setup problem, reported as one line on stderr with exit status 2."""
 
 
 @dataclass(frozen=True)

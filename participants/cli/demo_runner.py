@@ -31,6 +31,7 @@ from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.timeline import render, spans_of, write_timeline
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
+from participants.errors import DemoFailed
 
 __all__ = ["DemoFailed", "DemoOptions", "DemoResult", "run_demo"]
 
@@ -47,10 +48,6 @@ MEMBERS = (
     ("agent", "agent-0"),
     ("resources", "resources-0"),
 )
-
-
-class DemoFailed(Exception):
-    """The run finished but its result is wrong (a rollout lost, run twice, or a wrong attempt)."""
 
 
 @dataclass

@@ -23,6 +23,8 @@ from typing import IO, Any, Final
 import anyio
 import uvicorn
 
+from participants.errors import LaunchError
+
 __all__ = [
     "LaunchError",
     "ServerProcess",
@@ -42,10 +44,6 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
-
-
-class LaunchError(RuntimeError):
-    """A server process did not come up (it exited, or did not listen in time)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

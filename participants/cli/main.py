@@ -12,11 +12,12 @@ from typing import NoReturn
 
 from ckpt_events import CkptEventsError
 from participants.cli.bench import BENCH
-from participants.cli.command import Command, CommandError
+from participants.cli.command import Command
 from participants.cli.demo import DEMO
 from participants.cli.replay import REPLAY
 from participants.cli.report import REPORT
 from participants.cli.serve import SERVE
+from participants.errors import CommandError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
 
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {c.name: c.run for c in COMMANDS}[args.command]
     try:
         return handler(args)
-    except (CommandError, CkptEventsError) as exc:
+    except CkptEventsError as exc:
         print(f"ckpt-events {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -7,7 +7,7 @@ or a restore across all of them (prepare in stages, commit and restore fanned ou
 server or the workloads.
 """
 
-from participants.controller.client import ControlCallError, ControlClient
+from participants.controller.client import ControlClient, ParticipantCallError
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.controller.types import CheckpointNotPrepared, CoordinationError, Member, PrepareResult
@@ -16,7 +16,7 @@ __all__ = [
     "CheckpointNotPrepared",
     "Collection",
     "CollectionSummary",
-    "ControlCallError",
+    "ParticipantCallError",
     "ControlClient",
     "CoordinationError",
     "Coordinator",

@@ -4,13 +4,15 @@ Every call carries the bearer token, the W3C ``traceparent`` of the span it is m
 a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller.
 Failures come back as one exception tree::
 
-    ControlCallError            a control call did not succeed (``.code``, ``.status``, ``.url``)
+    ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``)
     └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
+
+(both defined in ``participants.errors``, which draws the project's whole tree)
 
 An error body ``{"error": {"code", "detail"}}`` gives ``code`` as an ``ErrorCode`` (and the
 raw string in ``raw_code``, e.g. ``invalid_request`` for a malformed body); any other failed
 reply keeps ``code=None`` and the status. Requests and replies are the Structs of
-``participants.protocol``; a reply that does not match its Struct is a ``ControlCallError``.
+``participants.protocol``; a reply that does not match its Struct is a ``ParticipantCallError``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from typing import Final, Protocol, TypeVar
 import httpx
 import msgspec
 
-from ckpt_events import CkptEventsError, ErrorCode, UnknownNameError, coerce
+from ckpt_events import InvalidArgumentError
+from participants.errors import ParticipantCallError, ParticipantUnreachable
 from participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
 
 __all__ = [
     "CLIENT_GRACE_SECONDS",
-    "ControlCallError",
     "ControlClient",
+    "ParticipantCallError",
     "ParticipantUnreachable",
     "SpanLike",
 ]
@@ -46,35 +49,13 @@ class SpanLike(Protocol):
     def traceparent(self) -> str | None: ...
 
 
-class ControlCallError(CkptEventsError):
-    """A control call failed: the participant refused it, or its reply was not usable."""
-
-    def __init__(
-        self, url: str, message: str, *, raw_code: str | None = None, status: int | None = None
-    ) -> None:
-        self.url = url
-        self.raw_code = raw_code
-        try:
-            self.code: ErrorCode | None = None if raw_code is None else coerce(ErrorCode, raw_code)
-        except UnknownNameError:
-            self.code = None
-        self.status = status
-        self.detail = message
-        where = " ".join(str(p) for p in (status, raw_code) if p) or "error"
-        super().__init__(f"{url}: {where}: {message}")
-
-
-class ParticipantUnreachable(ControlCallError):
-    """The call got no HTTP reply (connection refused or reset, timeout)."""
-
-
-def _error_from(url: str, response: httpx.Response) -> ControlCallError:
+def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
     try:
         error = _error_decoder.decode(response.content).error
     except msgspec.DecodeError:
         snippet = response.text[:200].strip() or response.reason_phrase
-        return ControlCallError(url, snippet, status=response.status_code)
-    return ControlCallError(url, error.detail, raw_code=error.code, status=response.status_code)
+        return ParticipantCallError(url, snippet, status=response.status_code)
+    return ParticipantCallError(url, error.detail, raw_code=error.code, status=response.status_code)
 
 
 class ControlClient:
@@ -86,7 +67,7 @@ class ControlClient:
 
     def __init__(self, token: str, *, client: httpx.AsyncClient | None = None) -> None:
         if not token:
-            raise ValueError("a control token is required")
+            raise InvalidArgumentError("a control token is required")
         self._auth = f"Bearer {token}"
         self._owned = client is None
         self._http = client if client is not None else httpx.AsyncClient()
@@ -116,7 +97,7 @@ class ControlClient:
         return headers
 
     async def status(self, base_url: str, *, timeout: float = 60.0) -> StatusReply:
-        """``GET /status``; a 404 raises ``ControlCallError`` with ``status=404``."""
+        """``GET /status``; a 404 raises ``ParticipantCallError`` with ``status=404``."""
         url = base_url.rstrip("/") + CONTROL_PREFIX + "/status"
         return await self._send("GET", url, None, StatusReply, timeout, None)
 
@@ -162,4 +143,4 @@ class ControlClient:
         try:
             return msgspec.json.decode(response.content, type=reply_type)
         except msgspec.DecodeError as exc:
-            raise ControlCallError(url, f"unexpected reply: {exc}", status=200) from exc
+            raise ParticipantCallError(url, f"unexpected reply: {exc}", status=200) from exc

@@ -25,7 +25,7 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from ckpt_events import CollectionSpan, Telemetry
+from ckpt_events import CollectionSpan, ConfigurationError, InvalidArgumentError, Telemetry
 from participants.controller.coordinator import (
     CheckpointNotPrepared,
     CoordinationError,
@@ -39,6 +39,7 @@ from participants.controller.run_directory import (
     new_checkpoint_id,
     new_restore_id,
 )
+from participants.errors import RolloutRetired
 from participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
 
 __all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
@@ -47,10 +48,6 @@ logger: Final = logging.getLogger("participants.controller.collection")
 
 _RETRY_DELAY: Final = 0.02
 _MAX_REFUSALS: Final = 2_000
-
-
-class RolloutRetired(Exception):
-    """The participants fenced this attempt (``stale_attempt``): another attempt owns the rollout."""
 
 
 class Rollout:
@@ -105,7 +102,7 @@ class Collection:
         http: httpx.AsyncClient | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
-            raise ValueError("steps and concurrency must be >= 1")
+            raise InvalidArgumentError("steps and concurrency must be >= 1")
         self.coordinator = coordinator
         self.run_dir = RunDir(run_dir)
         self.tel = telemetry
@@ -343,7 +340,9 @@ class Collection:
         """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt."""
         manifest = self.run_dir.read(checkpoint_id)
         if manifest.steps != self.steps:
-            raise ValueError(f"{checkpoint_id} was taken with {manifest.steps} steps, not {self.steps}")
+            raise ConfigurationError(
+                f"{checkpoint_id} was taken with {manifest.steps} steps, not {self.steps}"
+            )
         restore_id = new_restore_id()
         deadline = time.time() + self.deadline_s
         directory = str(self.run_dir.checkpoint_dir(checkpoint_id))

@@ -9,6 +9,7 @@ checkpoint is one trace across every process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -22,14 +23,17 @@ from ckpt_events import (
     PREPARE_ORDER,
     RESUME_ORDER,
     RETIRE_GROUPS,
+    InvalidArgumentError,
     Kind,
     Phase,
     Telemetry,
     coerce,
 )
-from participants.controller.client import ControlCallError, ControlClient, SpanLike
+from participants.controller.client import ControlClient, SpanLike
 from participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
-from participants.controller.types import CheckpointNotPrepared, CoordinationError, Member, PrepareResult
+from participants.controller.fan_out import Failures, fan_out, renewing
+from participants.controller.types import Member, PrepareResult
+from participants.errors import CheckpointNotPrepared, CoordinationError
 from participants.protocol import (
     CommitReply,
     CommitRequest,
@@ -63,7 +67,6 @@ logger: Final = logging.getLogger("participants.controller.coordinator")
 RESTORE_CLEANUP_SECONDS: Final = 30.0
 
 R = TypeVar("R", bound=msgspec.Struct)
-Failures = dict[str, str]
 
 
 class Coordinator:
@@ -82,7 +85,9 @@ class Coordinator:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if telemetry.kind is not Kind.CONTROLLER:
-            raise ValueError(f"the coordinator reports as kind 'controller', not {telemetry.kind.value!r}")
+            raise InvalidArgumentError(
+                f"the coordinator reports as kind 'controller', not {telemetry.kind.value!r}"
+            )
         self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))
         self.tel = telemetry
         self.control = ControlClient(token, client=client)
@@ -123,35 +128,6 @@ class Coordinator:
         """The members of one stage, in (stage, name) order."""
         return list(self._by_kind[coerce(Kind, kind)])
 
-    # -- fan-out -------------------------------------------------------------------------------
-
-    async def _fan_out(
-        self,
-        members: Sequence[Member],
-        operation: str,
-        request: msgspec.Struct,
-        reply_type: type[R],
-        *,
-        deadline_ts: float,
-        span: SpanLike | None,
-    ) -> tuple[dict[str, R], Failures]:
-        """Call ``operation`` on ``members`` at once; one member failing does not cancel the others."""
-        replies: dict[str, R] = {}
-        failures: Failures = {}
-
-        async def one(member: Member) -> None:
-            try:
-                replies[member.name] = await self.control.call(
-                    member.url, operation, request, reply_type, deadline_ts=deadline_ts, span=span
-                )
-            except ControlCallError as exc:
-                failures[member.name] = str(exc)
-
-        async with anyio.create_task_group() as tg:
-            for member in members:
-                tg.start_soon(one, member)
-        return replies, failures
-
     # -- operations ----------------------------------------------------------------------------
 
     async def prepare(self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None) -> PrepareResult:
@@ -170,8 +146,14 @@ class Coordinator:
                 members = self._by_kind[kind]
                 with span.stage(kind) as stage:
                     stage.set(participants=len(members))
-                    got, failures = await self._fan_out(
-                        members, "prepare", request, PrepareReply, deadline_ts=deadline_ts, span=stage
+                    got, failures = await fan_out(
+                        self.control,
+                        members,
+                        "prepare",
+                        request,
+                        PrepareReply,
+                        deadline_ts=deadline_ts,
+                        span=stage,
                     )
                 replies.update(got)
                 if failures or any(r.phase is not Phase.PREPARED for r in got.values()):
@@ -208,8 +190,8 @@ class Coordinator:
         )
         with self.tel.coordinate("commit", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
-            replies, failures = await self._fan_out(
-                self.members, "commit", request, CommitReply, deadline_ts=deadline_ts, span=span
+            replies, failures = await fan_out(
+                self.control, self.members, "commit", request, CommitReply, deadline_ts=deadline_ts, span=span
             )
             exported = len({key for r in replies.values() for key in r.episode_ids})
             span.set(episodes=len(episode_ids) if episode_ids is not None else exported)
@@ -223,8 +205,8 @@ class Coordinator:
         """Extend every participant's lease. Renew has no controller span; the calls still carry
         ``parent``'s traceparent, so whatever participants record stays in the checkpoint's trace."""
         request = RenewRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
-        replies, failures = await self._fan_out(
-            self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=parent
+        replies, failures = await fan_out(
+            self.control, self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=parent
         )
         if failures:
             raise CoordinationError("renew", failures)
@@ -240,8 +222,14 @@ class Coordinator:
         with self.tel.coordinate("resume", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
             for kind in RESUME_ORDER:
-                got, failed = await self._fan_out(
-                    self._by_kind[kind], "resume", request, ResumeReply, deadline_ts=deadline_ts, span=span
+                got, failed = await fan_out(
+                    self.control,
+                    self._by_kind[kind],
+                    "resume",
+                    request,
+                    ResumeReply,
+                    deadline_ts=deadline_ts,
+                    span=span,
                 )
                 replies.update(got)
                 failures.update(failed)
@@ -279,8 +267,14 @@ class Coordinator:
         )
         with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members), episodes=len(episode_ids))
-            replies, failures = await self._fan_out(
-                self.members, "restore", request, RestoreReply, deadline_ts=deadline_ts, span=span
+            replies, failures = await fan_out(
+                self.control,
+                self.members,
+                "restore",
+                request,
+                RestoreReply,
+                deadline_ts=deadline_ts,
+                span=span,
             )
         if failures:
             cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
@@ -313,8 +307,8 @@ class Coordinator:
         failures: Failures = {}
         for group in RETIRE_GROUPS:
             members = [m for kind in group for m in self._by_kind[kind]]
-            got, failed = await self._fan_out(
-                members, operation, request, reply_type, deadline_ts=deadline_ts, span=span
+            got, failed = await fan_out(
+                self.control, members, operation, request, reply_type, deadline_ts=deadline_ts, span=span
             )
             replies.update(got)
             failures.update(failed)
@@ -327,7 +321,7 @@ class Coordinator:
     ) -> dict[str, RetireReply]:
         """Retire attempts everywhere (a later request at or below them gets ``stale_attempt``)."""
         if not episode_ids:
-            raise ValueError("retire needs at least one episode")
+            raise InvalidArgumentError("retire needs at least one episode")
         request = RetireRequest(
             checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, episode_ids=list(episode_ids)
         )
@@ -340,7 +334,7 @@ class Coordinator:
     ) -> dict[str, ForgetReply]:
         """Clear the retired-attempt marks of ``rollout_ids`` everywhere."""
         if not rollout_ids:
-            raise ValueError("forget needs at least one rollout id")
+            raise InvalidArgumentError("forget needs at least one rollout id")
         request = ForgetRequest(
             checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, rollout_ids=list(rollout_ids)
         )
@@ -382,8 +376,15 @@ class Coordinator:
                 parent=parent,
             )
             if publish is not None:
-                await self._publish_renewing(
-                    checkpoint_id, deadline_ts, renew_every, publish, prepared, commits, parent
+
+                async def renew(deadline: float) -> None:
+                    await self.renew(checkpoint_id, deadline_ts=deadline, parent=parent)
+
+                await renewing(
+                    renew,
+                    functools.partial(publish, prepared, commits),
+                    deadline_ts=deadline_ts,
+                    every=renew_every,
                 )
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -391,28 +392,3 @@ class Coordinator:
             raise
         await self.resume(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + 5.0), parent=parent)
         return prepared, commits
-
-    async def _publish_renewing(
-        self,
-        checkpoint_id: str,
-        deadline_ts: float,
-        every: float,
-        publish: Callable[[PrepareResult, dict[str, CommitReply]], Awaitable[None]],
-        prepared: PrepareResult,
-        commits: dict[str, CommitReply],
-        parent: Any,
-    ) -> None:
-        # Leases must outlive a slow publish: renew now, then in the background until it is done.
-        await self.renew(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2), parent=parent)
-        async with anyio.create_task_group() as tg:
-
-            async def renew_loop() -> None:
-                while True:
-                    await anyio.sleep(every)
-                    await self.renew(
-                        checkpoint_id, deadline_ts=max(deadline_ts, time.time() + every * 2), parent=parent
-                    )
-
-            tg.start_soon(renew_loop)
-            await publish(prepared, commits)
-            tg.cancel_scope.cancel()

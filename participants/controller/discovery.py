@@ -8,7 +8,7 @@ from typing import Final
 import anyio
 
 from ckpt_events import Kind, UnknownNameError, coerce
-from participants.controller.client import ControlCallError, ControlClient
+from participants.controller.client import ControlClient, ParticipantCallError
 from participants.controller.types import CoordinationError, Member
 
 __all__ = ["DISCOVER_TIMEOUT", "DISCOVER_TRIES", "discover_members"]
@@ -40,7 +40,7 @@ async def discover_members(
         for attempt in range(tries):
             try:
                 status = await control.status(url, timeout=timeout)
-            except ControlCallError as exc:
+            except ParticipantCallError as exc:
                 if exc.status == 404:
                     return
                 last = str(exc)

@@ -16,7 +16,8 @@ from typing import Final
 
 import msgspec
 
-from ckpt_events import SAFE_NAME
+from ckpt_events import SAFE_NAME, InvalidArgumentError
+from participants.errors import InvalidCheckpointError
 from participants.protocol import EpisodeId
 
 __all__ = ["KEEP_CHECKPOINTS", "CollectionManifest", "RunDir", "new_checkpoint_id", "new_restore_id"]
@@ -74,7 +75,7 @@ class RunDir:
 
     def checkpoint_dir(self, checkpoint_id: str) -> Path:
         if SAFE_NAME.fullmatch(checkpoint_id) is None:
-            raise ValueError(f"unsafe checkpoint id {checkpoint_id!r}")
+            raise InvalidArgumentError(f"unsafe checkpoint id {checkpoint_id!r}")
         return self.path / checkpoint_id
 
     def latest(self) -> str | None:
@@ -84,14 +85,18 @@ class RunDir:
         except FileNotFoundError:
             return None
         if SAFE_NAME.fullmatch(value) is None:
-            raise ValueError(f"{self.path / _LATEST} does not hold a checkpoint id: {value[:80]!r}")
+            raise InvalidCheckpointError(
+                f"{self.path / _LATEST} does not hold a checkpoint id: {value[:80]!r}"
+            )
         return value
 
     def read(self, checkpoint_id: str) -> CollectionManifest:
         data = (self.checkpoint_dir(checkpoint_id) / _MANIFEST).read_bytes()
         manifest = msgspec.json.decode(data, type=CollectionManifest)
         if manifest.checkpoint_id != checkpoint_id:
-            raise ValueError(f"{checkpoint_id}/{_MANIFEST} names checkpoint {manifest.checkpoint_id!r}")
+            raise InvalidCheckpointError(
+                f"{checkpoint_id}/{_MANIFEST} names checkpoint {manifest.checkpoint_id!r}"
+            )
         return manifest
 
     def publish(self, manifest: CollectionManifest) -> None:
@@ -110,7 +115,7 @@ class RunDir:
                 continue
             try:
                 published.append((self.read(child.name).created_at, child.name))
-            except (OSError, ValueError, msgspec.DecodeError):
+            except (OSError, InvalidCheckpointError, msgspec.DecodeError):
                 continue  # not a published checkpoint (yet): leave it alone
         published.sort(reverse=True)
         removed = [name for _, name in published[KEEP_CHECKPOINTS:] if name != keep]

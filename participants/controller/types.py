@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
 import msgspec
 
-from ckpt_events import PREPARE_ORDER, CkptEventsError, Kind
+from ckpt_events import PREPARE_ORDER, Kind
+from participants.errors import CheckpointNotPrepared, CoordinationError
 from participants.protocol import EpisodeId, PrepareReply
 
 __all__ = [
@@ -39,16 +40,6 @@ class Member(msgspec.Struct, frozen=True, order=True):
         return stage_index(self.kind), self.name
 
 
-class CoordinationError(CkptEventsError):
-    """A coordinated operation failed on some participants: ``failures`` maps name to message."""
-
-    def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
-        self.operation = operation
-        self.failures = dict(failures)
-        parts = "; ".join(f"{name}: {msg}" for name, msg in sorted(self.failures.items()))
-        super().__init__(f"{operation} failed: {parts}")
-
-
 @dataclass(frozen=True)
 class PrepareResult:
     """The outcome of a staged prepare: every reply so far, and where it stopped."""
@@ -74,15 +65,3 @@ class PrepareResult:
         """``episodes`` without the restarts: what a commit may continue."""
         restarts = self.restarts()
         return [e for e in episodes if e.capture_key not in restarts]
-
-
-class CheckpointNotPrepared(CkptEventsError):
-    """Prepare stopped at a stage that was not ready; everyone was resumed (the checkpoint aborted)."""
-
-    def __init__(self, result: PrepareResult) -> None:
-        self.result = result
-        stage = result.stopped_at.value if result.stopped_at is not None else "?"
-        super().__init__(
-            f"checkpoint {result.checkpoint_id} not prepared: stopped at stage {stage} "
-            f"with {result.blocker_count()} blockers"
-        )

@@ -20,7 +20,7 @@ from participants.workloads.model import ModelWorkload
 
 __all__ = ["PARTICIPANT_KINDS", "create_app"]
 
-_WORKLOADS: Final[dict[Kind, type[Workload]]] = {
+_WORKLOADS: Final[dict[Kind, type[Workload[Any, Any]]]] = {
     Kind.ENVIRONMENT: EnvironmentWorkload,
     Kind.MODEL: ModelWorkload,
     Kind.AGENT: AgentWorkload,

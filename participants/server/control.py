@@ -2,7 +2,8 @@
 
 One lock serializes transitions. Prepare waits for readiness outside it, so a resume (or
 the lease running out) cuts the wait short; the commit's write also runs outside it, and a
-``WriteStop`` makes sure no manifest is published once resume has run.
+``WriteStop`` makes sure no manifest is published once resume has run. Retries replay from
+a ``ReplyCache``; the store's errors are answered as refusals (``replies.store_refusals``).
 """
 
 from __future__ import annotations
@@ -10,19 +11,20 @@ from __future__ import annotations
 import functools
 import time
 from collections import OrderedDict
-from typing import Any, Final
+from typing import Final, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from ckpt_events import ErrorCode, Operation, Phase, Telemetry
+from participants.errors import ProtocolRefusal
 from participants.protocol import (
     CommitReply,
     CommitRequest,
-    ControlError,
     ForgetReply,
     ForgetRequest,
     PrepareReply,
+    PrepareReport,
     PrepareRequest,
     RenewReply,
     RenewRequest,
@@ -35,8 +37,10 @@ from participants.protocol import (
     StatusReply,
     encode,
 )
+from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from participants.server.store import WriteStop, read_checkpoint, write_checkpoint
-from participants.workloads.base import Record, Workload
+from participants.workloads.base import Record
+from participants.workloads.checkpointable import CheckpointableWorkload
 
 __all__ = ["ControlPlane"]
 
@@ -45,16 +49,20 @@ RESUMED_KEPT: Final = 64
 _WAIT_SLICE: Final = 1.0
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
 _OUTSIDE_CHECKPOINT: Final = frozenset({Phase.IDLE, Phase.RESTORED})
+S = TypeVar("S")  # the workload's episode state, carried from check_record to install
+T = TypeVar("T")
 
 
-def _refuse(code: ErrorCode, detail: str) -> ControlError:
-    return ControlError(code, detail)
+def _refuse(code: ErrorCode, detail: str) -> ProtocolRefusal:
+    return ProtocolRefusal(code, detail)
 
 
-class ControlPlane:
+class ControlPlane(Generic[S]):
     """The checkpoint state machine of ``workload``; every method is one control route."""
 
-    def __init__(self, tel: Telemetry, workload: Workload, *, lease_grace_seconds: float) -> None:
+    def __init__(
+        self, tel: Telemetry, workload: CheckpointableWorkload[S], *, lease_grace_seconds: float
+    ) -> None:
         self.tel = tel
         self.workload = workload
         self.lease_grace_seconds = lease_grace_seconds
@@ -64,10 +72,9 @@ class ControlPlane:
         self._lock = anyio.Lock()
         self._commit_lock = anyio.Lock()
         self._resumed: OrderedDict[str, None] = OrderedDict()
-        self._replies: dict[tuple[str, Operation], Any] = {}
-        self._scopes: dict[tuple[str, Operation], Any] = {}
+        self._replies = ReplyCache()
         self._stop = WriteStop()
-        self._report: Any = None
+        self._report: PrepareReport | None = None
         self._lease_changed = anyio.Event()
 
     # -- shared checks ----------------------------------------------------------------------
@@ -78,8 +85,10 @@ class ControlPlane:
         while len(self._resumed) > RESUMED_KEPT:
             self._resumed.popitem(last=False)
 
-    def _admit(self, op: Operation, checkpoint_id: str, allowed: frozenset[Phase] | set[Phase]) -> Any:
-        """The admission checks in protocol order; returns a cached reply for a replay."""
+    def _admit(
+        self, op: Operation, checkpoint_id: str, allowed: frozenset[Phase] | set[Phase], cached: T | None
+    ) -> T | None:
+        """The admission checks in protocol order; returns ``cached`` (the reply to replay) if any."""
         if checkpoint_id in self._resumed:
             raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} was already resumed")
         if self.checkpoint_id is not None and self.checkpoint_id != checkpoint_id:
@@ -87,7 +96,6 @@ class ControlPlane:
                 ErrorCode.CHECKPOINT_CONFLICT,
                 f"checkpoint {self.checkpoint_id} is active, not {checkpoint_id}",
             )
-        cached = self._replies.get((checkpoint_id, op))
         if cached is not None:
             return cached
         if self.phase not in allowed:
@@ -125,9 +133,7 @@ class ControlPlane:
         self._report = None
         if checkpoint_id is not None:
             self._remember_resumed(checkpoint_id)
-            for key in [k for k in self._replies if k[0] == checkpoint_id]:
-                del self._replies[key]
-                self._scopes.pop(key, None)
+            self._replies.drop(checkpoint_id)
         self.workload.open_admission()
         self._lease_changed.set()
         self._lease_changed = anyio.Event()
@@ -165,10 +171,12 @@ class ControlPlane:
         with self.tel.operation(Operation.PREPARE, checkpoint_id=cid, traceparent=traceparent) as o:
             async with self._lock:
                 self.check_lease()
-                cached = self._admit(Operation.PREPARE, cid, {Phase.IDLE, Phase.PREPARING})
+                cached = self._admit(
+                    Operation.PREPARE, cid, {Phase.IDLE, Phase.PREPARING}, self._replies.prepare.get(cid)
+                )
                 if cached is not None:
                     o.set(phase=cached.phase, blockers=cached.report.blocker_count)
-                    return cached  # type: ignore[no-any-return]
+                    return cached
                 self._check_deadline(req.deadline_ts)
                 self._extend_lease(req.deadline_ts)
                 first = self.phase is Phase.IDLE
@@ -195,14 +203,14 @@ class ControlPlane:
                 if report.ready:
                     self.phase = Phase.PREPARED
                     reply = PrepareReply(phase=Phase.PREPARED, report=report)
-                    self._replies[(cid, Operation.PREPARE)] = reply
+                    self._replies.prepare[cid] = reply
                 else:
                     reply = PrepareReply(phase=Phase.PREPARING, report=report)
                     self.tel.prepare_not_ready(report.blocker_count, checkpoint_id=cid)
             o.set(phase=reply.phase, blockers=report.blocker_count)
             return reply
 
-    async def _wait_ready(self, cid: str, deadline_ts: float) -> Any:
+    async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
         report = self.workload.report()
         # Bounded by the deadline; wakes on every episode change, and at least once a second.
         while not report.ready and self.checkpoint_id == cid and self.phase is Phase.PREPARING:
@@ -218,7 +226,7 @@ class ControlPlane:
         with self.tel.operation(Operation.RENEW, checkpoint_id=cid, traceparent=traceparent):
             async with self._lock:
                 self.check_lease()
-                self._admit(Operation.RENEW, cid, _ACTIVE)
+                self._admit(Operation.RENEW, cid, _ACTIVE, None)
                 self._check_deadline(req.deadline_ts)
                 self._extend_lease(req.deadline_ts)
                 assert self.lease_expires_at is not None
@@ -227,21 +235,24 @@ class ControlPlane:
     async def commit(self, req: CommitRequest, traceparent: str | None) -> CommitReply:
         cid = req.checkpoint_id
         scope = None if req.episode_ids is None else sorted({e.capture_key for e in req.episode_ids})
-        args = (req.checkpoint_dir, scope)
+        args: ReplayArgs = (req.checkpoint_dir, scope)
         with self.tel.operation(Operation.COMMIT, checkpoint_id=cid, traceparent=traceparent) as o:
             # Commits run one at a time: a retry waits for the write in progress, then replays.
             async with self._commit_lock:
                 async with self._lock:
                     self.check_lease()
-                    cached = self._admit(Operation.COMMIT, cid, {Phase.PREPARED})
-                    if cached is not None:
-                        if self._scopes.get((cid, Operation.COMMIT)) != args:
+                    replay = self._admit(
+                        Operation.COMMIT, cid, {Phase.PREPARED}, self._replies.commit.get(cid)
+                    )
+                    if replay is not None:
+                        cached, cached_args = replay
+                        if cached_args != args:
                             raise _refuse(
                                 ErrorCode.CHECKPOINT_CONFLICT,
                                 f"checkpoint {cid} was committed with another directory or scope",
                             )
                         o.set(records=cached.manifest.record_count, bytes=cached.bytes)
-                        return cached  # type: ignore[no-any-return]
+                        return cached
                     self._check_deadline(req.deadline_ts)
                     self._extend_lease(req.deadline_ts)
                     if not self.workload.report().ready:
@@ -251,7 +262,7 @@ class ControlPlane:
                         lines = [encode(r) for r in records]
                         s.set(records=len(records))
                     stop = self._stop
-                with o.step("write") as s:
+                with o.step("write") as s, store_refusals():
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
                             write_checkpoint,
@@ -280,33 +291,33 @@ class ControlPlane:
                         bytes=result.bytes,
                         **self.workload.commit_extras(keys),
                     )
-                    self._replies[(cid, Operation.COMMIT)] = reply
-                    self._scopes[(cid, Operation.COMMIT)] = args
+                    self._replies.commit[cid] = (reply, args)
             o.set(records=len(records), bytes=result.bytes)
             return reply
 
     async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
         cid = req.checkpoint_id
         scope = {e for e in req.episode_ids}
-        args = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
+        args: ReplayArgs = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
         with self.tel.operation(Operation.RESTORE, checkpoint_id=cid, traceparent=traceparent) as o:
             async with self._lock:
                 self.check_lease()
-                cached = self._admit(Operation.RESTORE, cid, {Phase.IDLE})
-                if cached is not None:
-                    if self._scopes.get((cid, Operation.RESTORE)) != args:
+                replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
+                if replay is not None:
+                    cached, cached_args = replay
+                    if cached_args != args:
                         raise _refuse(
                             ErrorCode.CHECKPOINT_CONFLICT,
                             f"checkpoint {cid} was restored from another directory or scope",
                         )
                     o.set(records=len(cached.restored))
-                    return cached  # type: ignore[no-any-return]
+                    return cached
                 self._check_deadline(req.deadline_ts)
                 if self.workload.served or self.workload.episodes:
                     raise _refuse(
                         ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
                     )
-                with o.step("read") as s:
+                with o.step("read") as s, store_refusals():
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
                             read_checkpoint,
@@ -316,7 +327,7 @@ class ControlPlane:
                             record_type=self.workload.record_type,
                         )
                     )
-                    chosen: list[Record] = [r for r in result.records if r.episode_id in scope]  # type: ignore[misc]
+                    chosen: list[Record] = [r for r in result.records if r.episode_id in scope]
                     # Every record in scope checks before anything is installed.
                     states = [self.workload.check_record(r) for r in chosen]
                     s.set(records=len(result.records), bytes=result.bytes)
@@ -333,8 +344,7 @@ class ControlPlane:
                     restored=restored,
                     source_checkpoint_id=result.manifest.checkpoint_id,
                 )
-                self._replies[(cid, Operation.RESTORE)] = reply
-                self._scopes[(cid, Operation.RESTORE)] = args
+                self._replies.restore[cid] = (reply, args)
             o.set(records=len(chosen), bytes=result.bytes)
             return reply
 

@@ -14,8 +14,9 @@ import anyio
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
-from ckpt_events import Disposition, ErrorCode
-from participants.protocol import ControlError, decode, encode
+from ckpt_events import Disposition, ErrorCode, InvalidArgumentError
+from participants.errors import ProtocolRefusal
+from participants.protocol import decode, encode
 from participants.server.routes import bearer_auth, install_error_handlers
 from participants.workloads.base import finite_sleep
 from participants.workloads.generation_cut import (
@@ -61,7 +62,7 @@ def create_inference_app(
     (both exercise ``durable_failure``).
     """
     if not token:
-        raise ValueError("the inference worker needs a bearer token")
+        raise InvalidArgumentError("the inference worker needs a bearer token")
     delay = finite_sleep(token_seconds)
     cut_delay = finite_sleep(cut_seconds)
     active: dict[int, _Generation] = {}
@@ -110,7 +111,7 @@ def create_inference_app(
         inventory = decode(await request.body(), CutInventory)
         expected = inventory_digest(inventory.checkpoint_id, inventory.server_name, inventory.active_prefixes)
         if expected != inventory.inventory_digest:
-            raise ControlError(ErrorCode.CHECKPOINT_ERROR, "inventory digest does not match")
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, "inventory digest does not match")
         cut_id = secrets.token_hex(6)
         acks = []
         for prefix in inventory.active_prefixes:

@@ -1,7 +1,8 @@
 """HTTP routes: the control plane (bearer auth) and the uniform workload API (no auth).
 
-Errors become responses in exactly one place, ``install_error_handlers``: a ``ControlError``
-is counted as ``refused`` by its code there and nowhere else.
+Errors become responses in exactly one place, ``install_error_handlers``: a ``ProtocolRefusal``
+is counted as ``refused`` by its code there and nowhere else; a ``MalformedRequest`` is 422
+``invalid_request`` and a ``WorkError`` 502 ``upstream_error``.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 
 from ckpt_events import ErrorCode, Telemetry
+from participants.errors import MalformedRequest, ProtocolRefusal, WorkError
 from participants.protocol import (
     CONTROL_PREFIX,
     CommitRequest,
-    ControlError,
     EpisodeId,
     ErrorBody,
     ErrorDetail,
     ForgetRequest,
     PrepareRequest,
     RenewRequest,
-    RequestError,
     RestoreRequest,
     ResumeRequest,
     RetireRequest,
@@ -33,9 +33,10 @@ from participants.protocol import (
     WorkStartReply,
     decode,
     encode,
+    error_body,
 )
 from participants.server.control import ControlPlane
-from participants.workloads.base import Episode, WorkError, Workload
+from participants.workloads.base import Episode, Workload
 
 __all__ = ["bearer_auth", "control_router", "install_error_handlers", "work_router"]
 
@@ -53,7 +54,7 @@ def bearer_auth(token: str) -> Callable[[Request], Awaitable[None]]:
     async def check(request: Request) -> None:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), expected):
-            raise ControlError(ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
+            raise ProtocolRefusal(ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
 
     return check
 
@@ -65,7 +66,7 @@ async def _body(request: Request, type: type[T]) -> T:
     return value
 
 
-def control_router(plane: ControlPlane, token: str) -> APIRouter:
+def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
     """``/ng-control/v1/checkpoint/*`` for ``plane``."""
     router = APIRouter(prefix=CONTROL_PREFIX, dependencies=[Depends(bearer_auth(token))])
 
@@ -111,7 +112,7 @@ def control_router(plane: ControlPlane, token: str) -> APIRouter:
     return router
 
 
-def _episode_view(workload: Workload, episode: Episode) -> dict[str, Any]:
+def _episode_view(workload: Workload[Any, Any], episode: Episode[Any]) -> dict[str, Any]:
     return {
         "capture_key": episode.key,
         "rollout_id": episode.episode_id.rollout_id,
@@ -131,11 +132,11 @@ def _not_found(key: str) -> Response:
 
 def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
     if req.rollout_id is None:
-        raise ControlError(ErrorCode.ROLLOUT_ID_REQUIRED, "work needs a rollout_id")
+        raise ProtocolRefusal(ErrorCode.ROLLOUT_ID_REQUIRED, "work needs a rollout_id")
     return EpisodeId(req.rollout_id, req.attempt)
 
 
-def work_router(workload: Workload) -> APIRouter:
+def work_router(workload: Workload[Any, Any]) -> APIRouter:
     """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``."""
     router = APIRouter(prefix="/work")
 
@@ -165,21 +166,22 @@ def work_router(workload: Workload) -> APIRouter:
 
 
 def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
-    """Turn ``ControlError`` (counted as ``refused`` on ``tel``) and ``RequestError`` into error bodies."""
+    """Turn ``ProtocolRefusal`` (counted as ``refused`` on ``tel``), ``MalformedRequest`` and
+    ``WorkError`` into error bodies."""
 
     async def on_control_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ControlError)
+        assert isinstance(exc, ProtocolRefusal)
         if tel is not None:
             tel.refused(exc.code, checkpoint_id=getattr(request.state, "checkpoint_id", None))
-        return _json(exc.body(), exc.status)
+        return _json(error_body(exc), exc.status)
 
     async def on_request_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestError)
-        return _json(exc.body(), exc.status)
+        assert isinstance(exc, MalformedRequest)
+        return _json(error_body(exc), exc.status)
 
     async def on_work_error(request: Request, exc: Exception) -> Response:
         return _json(ErrorBody(error=ErrorDetail(code="upstream_error", detail=str(exc))), 502)
 
-    app.add_exception_handler(ControlError, on_control_error)
+    app.add_exception_handler(ProtocolRefusal, on_control_error)
     app.add_exception_handler(WorkError, on_work_error)
-    app.add_exception_handler(RequestError, on_request_error)
+    app.add_exception_handler(MalformedRequest, on_request_error)

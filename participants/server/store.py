@@ -4,8 +4,10 @@ Layout: ``<checkpoint_dir>/gym/<kind>/<instance>/records-<sha256>.jsonl`` and ``
 A commit that crashes at any point leaves either no manifest or a complete, verifiable one:
 records go to a temp file (fsync), are renamed after their digest, and the manifest is
 hard-linked into place last, so it is never replaced; the directory is fsynced after each.
-Reading verifies everything before the caller installs anything; any failure is
-``ControlError(invalid_checkpoint_state)`` (422). These functions block: call them in a thread.
+Reading verifies everything before the caller installs anything. A checkpoint that cannot be
+written or does not verify raises ``InvalidCheckpointError`` (the control plane answers
+``invalid_checkpoint_state``, 422); a write stopped by resume raises ``WriteStopped`` (answered
+``stale_checkpoint``, 409). These functions block: call them in a thread.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import stat
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, NamedTuple, Protocol, TypeVar
+from typing import Final, Generic, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from ckpt_events import SAFE_NAME, ErrorCode
-from participants.protocol import ControlError, EpisodeId, Manifest
+from ckpt_events import SAFE_NAME
+from participants.errors import InvalidCheckpointError, WriteStopped
+from participants.protocol import EpisodeId, Manifest
 
 __all__ = [
     "MANIFEST_NAME",
@@ -49,10 +52,6 @@ class _Record(Protocol):
 
 
 R = TypeVar("R", bound=_Record)
-
-
-def _invalid(detail: str) -> ControlError:
-    return ControlError(ErrorCode.INVALID_CHECKPOINT_STATE, detail)
 
 
 class WriteStop:
@@ -81,20 +80,20 @@ class WriteResult(NamedTuple):
     path: Path
 
 
-class ReadResult(NamedTuple):
+class ReadResult(NamedTuple, Generic[R]):
     manifest: Manifest
-    records: list[_Record]
+    records: list[R]
     bytes: int
 
 
 def participant_dir(checkpoint_dir: str | os.PathLike[str], kind: str, instance: str) -> Path:
-    """``<checkpoint_dir>/gym/<kind>/<instance>``; unsafe parts are ``invalid_checkpoint_state``."""
+    """``<checkpoint_dir>/gym/<kind>/<instance>``; an unsafe part is an ``InvalidCheckpointError``."""
     base = Path(checkpoint_dir)
     if "\x00" in str(base) or ".." in base.parts:
-        raise _invalid(f"checkpoint_dir {str(checkpoint_dir)!r} has an unsafe path part")
+        raise InvalidCheckpointError(f"checkpoint_dir {str(checkpoint_dir)!r} has an unsafe path part")
     for what, part in (("kind", kind), ("instance", instance)):
         if SAFE_NAME.fullmatch(part) is None or part in (".", ".."):
-            raise _invalid(f"{what} {part!r} is not a safe path part")
+            raise InvalidCheckpointError(f"{what} {part!r} is not a safe path part")
     return base / "gym" / kind / instance
 
 
@@ -118,16 +117,16 @@ def write_checkpoint(
     """Write ``lines`` (one JSON record each, no newline) and then the manifest.
 
     Committing the same content again returns the existing manifest; different content under
-    an existing manifest is ``invalid_checkpoint_state`` and this writer's records are deleted.
-    A set ``stop`` is ``stale_checkpoint`` and publishes nothing.
+    an existing manifest is ``InvalidCheckpointError`` and this writer's records are deleted.
+    A set ``stop`` raises ``WriteStopped`` and publishes nothing.
     """
     if SAFE_NAME.fullmatch(checkpoint_id) is None:
-        raise _invalid(f"checkpoint_id {checkpoint_id!r} is not a safe name")
+        raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
     directory = participant_dir(checkpoint_dir, kind, instance)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _invalid(f"cannot create {directory}: {exc.strerror}") from None
+        raise InvalidCheckpointError(f"cannot create {directory}: {exc.strerror}") from None
     digest = hashlib.sha256()
     count = size = 0
     temp = directory / f".records.jsonl.{secrets.token_hex(8)}"
@@ -148,7 +147,7 @@ def write_checkpoint(
     except OSError as exc:
         with contextlib.suppress(OSError):
             temp.unlink()
-        raise _invalid(f"cannot write records in {directory}: {exc.strerror}") from None
+        raise InvalidCheckpointError(f"cannot write records in {directory}: {exc.strerror}") from None
     _fsync_dir(directory)
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
@@ -176,9 +175,8 @@ def _publish(directory: Path, manifest: Manifest, records: Path, stop: WriteStop
         with lock:
             if stop is not None and stop.stopped:
                 _unlink_unless_published(records, target)
-                raise ControlError(
-                    ErrorCode.STALE_CHECKPOINT,
-                    f"checkpoint {manifest.checkpoint_id} was resumed: its manifest is not published",
+                raise WriteStopped(
+                    f"checkpoint {manifest.checkpoint_id} was resumed: its manifest is not published"
                 )
             try:
                 os.link(temp, target)
@@ -186,7 +184,7 @@ def _publish(directory: Path, manifest: Manifest, records: Path, stop: WriteStop
                 existing = target.read_bytes()
                 if existing != content:
                     _unlink_unless_published(records, target)
-                    raise _invalid(
+                    raise InvalidCheckpointError(
                         f"{target} already holds a different manifest: it is never replaced"
                     ) from None
     finally:
@@ -206,45 +204,49 @@ def _unlink_unless_published(records: Path, manifest_path: Path) -> None:
 
 def read_checkpoint(
     checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str, record_type: type[R]
-) -> ReadResult:
+) -> ReadResult[R]:
     """Read and verify this participant's checkpoint; nothing is returned unless all of it checks."""
     directory = participant_dir(checkpoint_dir, kind, instance)
     manifest_path = directory / MANIFEST_NAME
     try:
         raw = _read_regular(manifest_path)
     except FileNotFoundError:
-        raise _invalid(f"{manifest_path} is missing (the commit never finished)") from None
+        raise InvalidCheckpointError(f"{manifest_path} is missing (the commit never finished)") from None
     except OSError as exc:
-        raise _invalid(f"cannot read {manifest_path}: {exc.strerror}") from None
+        raise InvalidCheckpointError(f"cannot read {manifest_path}: {exc.strerror}") from None
     try:
         manifest = msgspec.json.decode(raw, type=Manifest)
     except msgspec.MsgspecError as exc:
-        raise _invalid(f"{manifest_path} is not a valid manifest: {exc}") from None
+        raise InvalidCheckpointError(f"{manifest_path} is not a valid manifest: {exc}") from None
     _check_manifest(manifest, kind, instance)
     records_path = directory / manifest.records_file
     try:
         data = _read_regular(records_path)
     except FileNotFoundError:
-        raise _invalid(f"records file {manifest.records_file} is missing") from None
+        raise InvalidCheckpointError(f"records file {manifest.records_file} is missing") from None
     except OSError as exc:
-        raise _invalid(f"cannot read {manifest.records_file}: {exc.strerror}") from None
+        raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
     if hashlib.sha256(data).hexdigest() != manifest.records_sha256:
-        raise _invalid(f"records file {manifest.records_file} does not match its SHA-256 digest")
+        raise InvalidCheckpointError(
+            f"records file {manifest.records_file} does not match its SHA-256 digest"
+        )
     if data and not data.endswith(b"\n"):
-        raise _invalid(f"records file {manifest.records_file} is truncated")
+        raise InvalidCheckpointError(f"records file {manifest.records_file} is truncated")
     lines = data.splitlines()
     if len(lines) != manifest.record_count:
-        raise _invalid(f"records file has {len(lines)} records, the manifest says {manifest.record_count}")
+        raise InvalidCheckpointError(
+            f"records file has {len(lines)} records, the manifest says {manifest.record_count}"
+        )
     decoder = msgspec.json.Decoder(record_type)
-    records: list[_Record] = []
+    records: list[R] = []
     seen: set[EpisodeId] = set()
     for number, line in enumerate(lines, 1):
         try:
             record = decoder.decode(line)
         except msgspec.MsgspecError as exc:
-            raise _invalid(f"record {number} is not a valid {kind} record: {exc}") from None
+            raise InvalidCheckpointError(f"record {number} is not a valid {kind} record: {exc}") from None
         if record.episode_id in seen:
-            raise _invalid(f"record {number} repeats episode {record.episode_id.capture_key}")
+            raise InvalidCheckpointError(f"record {number} repeats episode {record.episode_id.capture_key}")
         seen.add(record.episode_id)
         records.append(record)
     return ReadResult(manifest, records, len(data))
@@ -252,20 +254,28 @@ def read_checkpoint(
 
 def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
     if manifest.schema_version != SCHEMA_VERSION:
-        raise _invalid(f"manifest schema_version {manifest.schema_version} is not {SCHEMA_VERSION}")
+        raise InvalidCheckpointError(
+            f"manifest schema_version {manifest.schema_version} is not {SCHEMA_VERSION}"
+        )
     if (manifest.kind, manifest.instance) != (kind, instance):
-        raise _invalid(f"manifest belongs to {manifest.kind}/{manifest.instance}, not {kind}/{instance}")
+        raise InvalidCheckpointError(
+            f"manifest belongs to {manifest.kind}/{manifest.instance}, not {kind}/{instance}"
+        )
     if SAFE_NAME.fullmatch(manifest.checkpoint_id) is None:
-        raise _invalid(f"manifest checkpoint_id {manifest.checkpoint_id!r} is not a safe name")
+        raise InvalidCheckpointError(f"manifest checkpoint_id {manifest.checkpoint_id!r} is not a safe name")
     name = _RECORDS_FILE.fullmatch(manifest.records_file)
     if name is None:
-        raise _invalid(f"manifest records_file {manifest.records_file!r} is not a records file name")
+        raise InvalidCheckpointError(
+            f"manifest records_file {manifest.records_file!r} is not a records file name"
+        )
     if _SHA256.fullmatch(manifest.records_sha256) is None:
-        raise _invalid("manifest records_sha256 is not a SHA-256 hex digest")
+        raise InvalidCheckpointError("manifest records_sha256 is not a SHA-256 hex digest")
     if name.group(1) is not None and name.group(1)[1:] != manifest.records_sha256:
-        raise _invalid(f"records file {manifest.records_file} is not named after the manifest's digest")
+        raise InvalidCheckpointError(
+            f"records file {manifest.records_file} is not named after the manifest's digest"
+        )
     if manifest.record_count < 0:
-        raise _invalid("manifest record_count is negative")
+        raise InvalidCheckpointError("manifest record_count is negative")
 
 
 def _read_regular(path: Path) -> bytes:
@@ -273,5 +283,5 @@ def _read_regular(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _invalid(f"{path.name} is not a regular file")
+            raise InvalidCheckpointError(f"{path.name} is not a regular file")
         return f.read()

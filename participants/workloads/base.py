@@ -4,29 +4,28 @@ An episode (``EpisodeId``, keyed by its capture key) advances one unit of work a
 and sits at a *boundary* between units. While a checkpoint is open, admission is closed:
 new work is refused with 409 ``admission_closed`` (we refuse rather than wait, so a caller
 never holds a connection across a checkpoint), and a unit already running finishes, which
-parks the episode at its next boundary. Kinds subclass ``Workload`` and fill in the hooks.
+parks the episode at its next boundary. Kinds subclass ``Workload[State, Record]`` and fill
+in the hooks: ``State`` is the kind's episode state (one Struct per kind), ``Record`` what a
+commit saves of it. ``checkpointable.CheckpointableWorkload`` is what the control plane uses.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import anyio
 import msgspec
 
-from ckpt_events import ErrorCode, Kind, OperationSpan, Telemetry
-from participants.protocol import MAX_BLOCKERS, ControlError, EpisodeId, PrepareReport
+from ckpt_events import ErrorCode, InvalidArgumentError, Kind, OperationSpan, Telemetry
+from participants.errors import InvalidCheckpointError, ProtocolRefusal, WorkError
+from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
 from participants.workloads.fence import RetiredAttempts
 
 __all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
 
 _RETIRE_WAIT: Final = 5.0
-
-
-class WorkError(Exception):
-    """A unit of work failed upstream (e.g. the inference worker): HTTP 502 ``upstream_error``."""
 
 
 class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -37,12 +36,16 @@ class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     steps: int
 
 
-class Episode:
+S = TypeVar("S", bound=msgspec.Struct)
+R = TypeVar("R", bound=Record)
+
+
+class Episode(Generic[S]):
     """One episode's live state. ``status``: ``idle`` (at a boundary), ``running`` or ``held``."""
 
     __slots__ = ("boundary", "episode_id", "scope", "state", "status", "steps", "stopped")
 
-    def __init__(self, episode_id: EpisodeId, steps: int, boundary: int, state: Any) -> None:
+    def __init__(self, episode_id: EpisodeId, steps: int, boundary: int, state: S) -> None:
         self.episode_id = episode_id
         self.steps = steps
         self.boundary = boundary
@@ -60,18 +63,21 @@ class Episode:
         return self.boundary >= self.steps
 
 
-class Workload:
+class Workload(Generic[S, R]):
     """Episodes, admission, the retired-attempt fence and the checkpoint hooks of one kind."""
 
     kind: ClassVar[Kind]
-    record_type: ClassVar[type[Record]]
+    #: The kind's record class (set on the subclass; ``R`` is not allowed in a ``ClassVar``).
+    record_type: type[R]
 
     def __init__(self, tel: Telemetry, **options: Any) -> None:
         if options:
-            raise TypeError(f"unknown {self.kind.value} workload options: {', '.join(sorted(options))}")
+            raise InvalidArgumentError(
+                f"unknown {self.kind.value} workload options: {', '.join(sorted(options))}"
+            )
         self.tel = tel
         self.fence = RetiredAttempts()
-        self.episodes: dict[str, Episode] = {}
+        self.episodes: dict[str, Episode[S]] = {}
         self.admission_open = True
         self.served = False
         self._changed = anyio.Event()
@@ -79,29 +85,29 @@ class Workload:
 
     # -- hooks ------------------------------------------------------------------------------
 
-    def initial_state(self, episode_id: EpisodeId, steps: int) -> Any:
+    def initial_state(self, episode_id: EpisodeId, steps: int) -> S:
         """The state of a new episode."""
-        return None
+        raise NotImplementedError
 
-    async def work(self, episode: Episode) -> None:
+    async def work(self, episode: Episode[S]) -> None:
         """One unit of real work on ``episode`` (the base moves the boundary afterwards)."""
         raise NotImplementedError
 
-    def to_record(self, episode: Episode) -> Record:
+    def to_record(self, episode: Episode[S]) -> R:
         raise NotImplementedError
 
-    def from_record(self, record: Any) -> Any:
-        """The state to install from ``record``; raise ``ControlError`` if it does not check."""
+    def from_record(self, record: R) -> S:
+        """The state to install from ``record``; raise ``InvalidCheckpointError`` if it does not check."""
         raise NotImplementedError
 
-    def describe(self, episode: Episode) -> dict[str, Any]:
+    def describe(self, episode: Episode[S]) -> dict[str, Any]:
         """Kind-specific state for ``GET /work/{capture_key}``."""
         return {}
 
     def counts(self) -> dict[str, int]:
         return {"episodes": len(self.episodes)}
 
-    def blocking(self, episode: Episode) -> bool:
+    def blocking(self, episode: Episode[S]) -> bool:
         """Whether ``episode`` keeps a prepare from being ready."""
         return episode.status == "running"
 
@@ -154,9 +160,9 @@ class Workload:
     def _admit(self, episode_id: EpisodeId) -> None:
         self.fence.check(episode_id)
         if not self.admission_open:
-            raise ControlError(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
+            raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
 
-    def start(self, episode_id: EpisodeId, steps: int) -> Episode:
+    def start(self, episode_id: EpisodeId, steps: int) -> Episode[S]:
         self._admit(episode_id)
         self.served = True
         episode = self.episodes.get(episode_id.capture_key)
@@ -166,21 +172,21 @@ class Workload:
             self._notify()
         return episode
 
-    def get(self, key: str) -> Episode | None:
+    def get(self, key: str) -> Episode[S] | None:
         return self.episodes.get(key)
 
-    async def advance(self, episode_id: EpisodeId) -> Episode:
+    async def advance(self, episode_id: EpisodeId) -> Episode[S]:
         self._admit(episode_id)
         self.served = True
         episode = self.episodes.get(episode_id.capture_key)
         if episode is None:
             raise LookupError(episode_id.capture_key)
         if episode.stopped:
-            raise ControlError(ErrorCode.ADMISSION_CLOSED, f"{episode.key} was stopped by a checkpoint")
+            raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, f"{episode.key} was stopped by a checkpoint")
         if episode.done:
             return episode
         if episode.status != "idle":
-            raise ControlError(ErrorCode.CHECKPOINT_ERROR, f"{episode.key} is already advancing")
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"{episode.key} is already advancing")
         episode.status = "running"
         self._notify()
         try:
@@ -197,7 +203,7 @@ class Workload:
 
     # -- checkpoint hooks used by the control plane -----------------------------------------
 
-    def export(self, scope: Iterable[EpisodeId] | None) -> list[Record]:
+    def export(self, scope: Iterable[EpisodeId] | None) -> list[R]:
         """Records of the episodes in scope (all when ``scope`` is None), sorted by capture key."""
         if scope is None:
             chosen = list(self.episodes.values())
@@ -211,16 +217,16 @@ class Workload:
             if (episode := self.episodes.get(key)) is not None:
                 episode.stopped = True
 
-    def check_record(self, record: Record) -> Any:
+    def check_record(self, record: Record) -> S:
         """Validate one record before anything is installed; returns the state to install."""
+        key = record.episode_id.capture_key
+        if not isinstance(record, self.record_type):
+            raise InvalidCheckpointError(f"record of {key} is not a {self.kind.value} record")
         if not 0 <= record.boundary <= record.steps or record.steps < 1:
-            raise ControlError(
-                ErrorCode.INVALID_CHECKPOINT_STATE,
-                f"record of {record.episode_id.capture_key} has boundary {record.boundary} of {record.steps}",
-            )
+            raise InvalidCheckpointError(f"record of {key} has boundary {record.boundary} of {record.steps}")
         return self.from_record(record)
 
-    def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
+    def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]:
         """Install each record as attempt + 1 and fence the attempt it came from."""
         restored = []
         for record, state in zip(records, states, strict=True):

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 
 from ckpt_events import Kind, Telemetry
 from participants.protocol import EpisodeId
 from participants.workloads.base import Episode, Record, Workload, finite_sleep
 from participants.workloads.records import digest, invalid_record, task_digest
 
-__all__ = ["EnvironmentRecord", "EnvironmentWorkload"]
+__all__ = ["EnvironmentRecord", "EnvironmentState", "EnvironmentWorkload"]
 
 
 class EnvironmentRecord(Record, kw_only=True):
@@ -21,37 +22,44 @@ class EnvironmentRecord(Record, kw_only=True):
     total_reward: int
 
 
-class EnvironmentWorkload(Workload):
+class EnvironmentState(msgspec.Struct, kw_only=True):
+    """A live environment episode: its task's digest and the reward collected so far."""
+
+    task_digest: str
+    total_reward: int
+
+
+class EnvironmentWorkload(Workload[EnvironmentState, EnvironmentRecord]):
     """Episodes that take one simulated environment step per unit of work."""
 
     kind = Kind.ENVIRONMENT
     record_type = EnvironmentRecord
 
-    def __init__(self, tel: Telemetry, *, step_seconds: float = 0.01) -> None:
-        super().__init__(tel)
+    def __init__(self, tel: Telemetry, *, step_seconds: float = 0.01, **options: Any) -> None:
+        super().__init__(tel, **options)
         self.step_seconds = finite_sleep(step_seconds)
 
-    def initial_state(self, episode_id: EpisodeId, steps: int) -> Any:
-        return {"task_digest": task_digest(episode_id.rollout_id, steps), "total_reward": 0}
+    def initial_state(self, episode_id: EpisodeId, steps: int) -> EnvironmentState:
+        return EnvironmentState(task_digest=task_digest(episode_id.rollout_id, steps), total_reward=0)
 
-    async def work(self, episode: Episode) -> None:
+    async def work(self, episode: Episode[EnvironmentState]) -> None:
         await anyio.sleep(self.step_seconds)
         reward = int(digest(episode.episode_id.rollout_id, episode.boundary)[:2], 16) % 10
-        episode.state["total_reward"] += reward
+        episode.state.total_reward += reward
 
-    def to_record(self, episode: Episode) -> Record:
+    def to_record(self, episode: Episode[EnvironmentState]) -> EnvironmentRecord:
         return EnvironmentRecord(
             episode_id=episode.episode_id,
             boundary=episode.boundary,
             steps=episode.steps,
-            task_digest=episode.state["task_digest"],
-            total_reward=episode.state["total_reward"],
+            task_digest=episode.state.task_digest,
+            total_reward=episode.state.total_reward,
         )
 
-    def from_record(self, record: Any) -> Any:
+    def from_record(self, record: EnvironmentRecord) -> EnvironmentState:
         if record.task_digest != task_digest(record.episode_id.rollout_id, record.steps):
             raise invalid_record(record, "task_digest does not match its task")
-        return {"task_digest": record.task_digest, "total_reward": record.total_reward}
+        return EnvironmentState(task_digest=record.task_digest, total_reward=record.total_reward)
 
-    def describe(self, episode: Episode) -> dict[str, Any]:
-        return dict(episode.state)
+    def describe(self, episode: Episode[EnvironmentState]) -> dict[str, Any]:
+        return msgspec.structs.asdict(episode.state)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ckpt_events import ErrorCode
-from participants.protocol import ControlError, EpisodeId
+from participants.errors import ProtocolRefusal
+from participants.protocol import EpisodeId
 
 __all__ = ["RetiredAttempts"]
 
@@ -35,7 +36,7 @@ class RetiredAttempts:
     def check(self, episode: EpisodeId) -> None:
         """Raise ``stale_attempt`` if ``episode`` is at or below its rollout's mark."""
         if self.is_retired(episode):
-            raise ControlError(
+            raise ProtocolRefusal(
                 ErrorCode.STALE_ATTEMPT,
                 f"attempt {episode.attempt} of rollout {episode.rollout_id} is retired "
                 f"(retired up to attempt {self._marks[episode.rollout_id]})",

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 import anyio
 import httpx
 import msgspec
 
-from ckpt_events import Disposition, ErrorCode, Kind, OperationSpan, Telemetry
-from participants.protocol import ControlError, RequestError, decode, encode
-from participants.workloads.base import Episode, Record, WorkError, Workload
+from ckpt_events import Disposition, Kind, OperationSpan, Telemetry
+from participants.errors import MalformedRequest, WorkError
+from participants.protocol import EpisodeId, decode, encode
+from participants.workloads.base import Episode, Record, Workload
 from participants.workloads.generation_cut import (
     CUT_PATH,
     ActivePrefix,
@@ -31,8 +33,9 @@ from participants.workloads.generation_cut import (
     inventory_digest,
     receipt_problem,
 )
+from participants.workloads.records import invalid_record
 
-__all__ = ["CallRow", "GenerationCutRecord", "ModelRecord", "ModelWorkload"]
+__all__ = ["CallRow", "GenerationCutRecord", "ModelRecord", "ModelState", "ModelWorkload"]
 
 _MIN_CUT_TIMEOUT: Final = 0.05
 
@@ -62,10 +65,18 @@ class ModelRecord(Record, kw_only=True):
     generation_cuts: list[GenerationCutRecord]
 
 
+class ModelState(msgspec.Struct, kw_only=True):
+    """A live model episode: its delivered calls, where a cut call continues, tokens reused."""
+
+    rows: list[CallRow]
+    continuation: Continuation | None = None
+    resumed_prefix_tokens: int = 0
+
+
 class _Call:
     __slots__ = ("admitted_at", "episode", "model_call_id", "prompt", "ticket_id")
 
-    def __init__(self, ticket_id: int, episode: Episode, model_call_id: str, prompt: str) -> None:
+    def __init__(self, ticket_id: int, episode: Episode[ModelState], model_call_id: str, prompt: str) -> None:
         self.ticket_id = ticket_id
         self.episode = episode
         self.model_call_id = model_call_id
@@ -77,7 +88,7 @@ def _request_digest(prompt: str, max_tokens: int) -> str:
     return hashlib.sha256(encode({"max_tokens": max_tokens, "prompt": prompt})).hexdigest()
 
 
-class ModelWorkload(Workload):
+class ModelWorkload(Workload[ModelState, ModelRecord]):
     """Each unit of work is one generation call of ``max_tokens`` tokens."""
 
     kind = Kind.MODEL
@@ -91,8 +102,9 @@ class ModelWorkload(Workload):
         inference_token: str | None = None,
         max_tokens: int = 16,
         inference_transport: httpx.AsyncBaseTransport | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(tel)
+        super().__init__(tel, **options)
         self.inference_url = inference_url
         self.max_tokens = max_tokens
         headers = {"authorization": f"Bearer {inference_token}"} if inference_token else {}
@@ -118,15 +130,15 @@ class ModelWorkload(Workload):
         if self._client is not None:
             await self._client.aclose()
 
-    def initial_state(self, episode_id: Any, steps: int) -> Any:
-        return {"rows": [], "continuation": None, "resumed_prefix_tokens": 0}
+    def initial_state(self, episode_id: EpisodeId, steps: int) -> ModelState:
+        return ModelState(rows=[])
 
-    def blocking(self, episode: Episode) -> bool:
+    def blocking(self, episode: Episode[ModelState]) -> bool:
         # Our responses are delivered in one piece: nothing is ever mid-delivery, so only
         # held or undelivered calls exist, and those never block.
         return False
 
-    async def work(self, episode: Episode) -> None:
+    async def work(self, episode: Episode[ModelState]) -> None:
         if self._client is None:
             raise WorkError("the model participant has no inference_url")
         self._tickets += 1
@@ -143,7 +155,7 @@ class ModelWorkload(Workload):
             model_call_id=call.model_call_id,
             prompt=call.prompt,
             max_tokens=self.max_tokens,
-            resume_from=state["continuation"],
+            resume_from=state.continuation,
         )
         self._inflight[call.ticket_id] = call
         tokens: list[str] = []
@@ -169,15 +181,15 @@ class ModelWorkload(Workload):
             episode.status = "held"
             self._notify()
             await self.wait_reopened()
-        state["rows"].append(
+        state.rows.append(
             CallRow(
                 call=episode.boundary,
                 tokens=len(tokens),
                 digest=hashlib.sha256(" ".join(tokens).encode()).hexdigest(),
             )
         )
-        state["continuation"] = None
-        state["resumed_prefix_tokens"] += resumed
+        state.continuation = None
+        state.resumed_prefix_tokens += resumed
 
     async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
         calls = sorted(self._inflight.values(), key=lambda c: c.ticket_id)
@@ -245,7 +257,7 @@ class ModelWorkload(Workload):
             if reply.status_code != 200:
                 return None
             receipt = decode(reply.content, CutReceipt)
-        except (httpx.HTTPError, TimeoutError, RequestError):
+        except (httpx.HTTPError, TimeoutError, MalformedRequest):
             return None
         return None if receipt_problem(inventory, receipt) is not None else receipt
 
@@ -253,17 +265,17 @@ class ModelWorkload(Workload):
         held = sum(1 for e in self.episodes.values() if e.status == "held")
         return {"inflight": len(self._inflight), "held": held, **self._cut_counts, "cut_skipped": 0}
 
-    def to_record(self, episode: Episode) -> Record:
+    def to_record(self, episode: Episode[ModelState]) -> ModelRecord:
         cut = self._cuts.get(episode.key)
         return ModelRecord(
             episode_id=episode.episode_id,
             boundary=episode.boundary,
             steps=episode.steps,
-            rows=list(episode.state["rows"]),
+            rows=list(episode.state.rows),
             generation_cuts=[] if cut is None else [cut],
         )
 
-    def commit_extras(self, keys: Any) -> dict[str, Any]:
+    def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]:
         staging = [
             c.continuation.staging_key
             for k, c in self._cuts.items()
@@ -271,24 +283,17 @@ class ModelWorkload(Workload):
         ]
         return {"staging_keys": sorted(staging)}
 
-    def from_record(self, record: Any) -> Any:
+    def from_record(self, record: ModelRecord) -> ModelState:
         if len(record.rows) != record.boundary or len(record.generation_cuts) > 1:
-            raise ControlError(
-                ErrorCode.INVALID_CHECKPOINT_STATE,
-                f"record of {record.episode_id.capture_key}: rows or cuts do not match boundary",
-            )
+            raise invalid_record(record, "rows or cuts do not match boundary")
         cut = record.generation_cuts[0] if record.generation_cuts else None
-        return {
-            "rows": list(record.rows),
-            "continuation": None if cut is None else cut.continuation,
-            "resumed_prefix_tokens": 0,
-        }
+        return ModelState(rows=list(record.rows), continuation=None if cut is None else cut.continuation)
 
-    def describe(self, episode: Episode) -> dict[str, Any]:
+    def describe(self, episode: Episode[ModelState]) -> dict[str, Any]:
         state = episode.state
         return {
-            "calls": len(state["rows"]),
-            "rows": [msgspec.to_builtins(r) for r in state["rows"]],
-            "continuation": msgspec.to_builtins(state["continuation"]),
-            "resumed_prefix_tokens": state["resumed_prefix_tokens"],
+            "calls": len(state.rows),
+            "rows": [msgspec.to_builtins(r) for r in state.rows],
+            "continuation": msgspec.to_builtins(state.continuation),
+            "resumed_prefix_tokens": state.resumed_prefix_tokens,
         }

@@ -1,4 +1,4 @@
-"""Helpers the workloads share: stable digests and the refusal of a record that does not verify.
+"""Helpers the workloads share: stable digests and the error of a record that does not verify.
 
 Each unit of work depends only on the rollout id and the boundary, never on the attempt,
 so an episode continued after a restore ends in the same state as one never interrupted.
@@ -11,8 +11,7 @@ from typing import Final
 
 import msgspec
 
-from ckpt_events import ErrorCode
-from participants.protocol import ControlError
+from participants.errors import InvalidCheckpointError
 from participants.workloads.base import Record
 
 __all__ = ["DOCUMENT_LINES", "digest", "invalid_record", "task_digest"]
@@ -32,7 +31,6 @@ def task_digest(rollout_id: str, steps: int) -> str:
     return hashlib.sha256(task).hexdigest()
 
 
-def invalid_record(record: Record, why: str) -> ControlError:
-    return ControlError(
-        ErrorCode.INVALID_CHECKPOINT_STATE, f"record of {record.episode_id.capture_key}: {why}"
-    )
+def invalid_record(record: Record, why: str) -> InvalidCheckpointError:
+    """The error of a record that does not verify (answered ``invalid_checkpoint_state``)."""
+    return InvalidCheckpointError(f"record of {record.episode_id.capture_key}: {why}")

@@ -5,16 +5,16 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from participants.errors import MalformedRequest, ProtocolRefusal
 from participants.protocol import (
     CommitRequest,
-    ControlError,
     EpisodeId,
     ForgetRequest,
     PrepareReport,
-    RequestError,
     RestoreRequest,
     decode,
     encode,
+    error_body,
 )
 
 
@@ -32,7 +32,7 @@ def test_capture_keys_invert(rollout_id, attempt, key):
 @pytest.mark.parametrize("rollout_id", ["r-a1", "x-a10", "", "-r", "a/b", "a" * 129, "r b"])
 def test_bad_rollout_ids_are_refused(rollout_id):
     """Rollout ids follow the safe pattern, 1-128 chars, and never end like a capture key."""
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(MalformedRequest) as info:
         decode(msgspec.json.encode({"rollout_id": rollout_id}), EpisodeId)
     assert "rollout_id" in info.value.detail
 
@@ -41,25 +41,25 @@ def test_request_defaults_and_required_fields():
     """Commit defaults to all episodes without stop; restore requires episode_ids."""
     commit = decode(b'{"checkpoint_id":"c","deadline_ts":1,"checkpoint_dir":"/d"}', CommitRequest)
     assert commit.episode_ids is None and commit.stop is False
-    with pytest.raises(RequestError, match="episode_ids"):
+    with pytest.raises(MalformedRequest, match="episode_ids"):
         decode(b'{"checkpoint_id":"c","deadline_ts":1,"checkpoint_dir":"/d"}', RestoreRequest)
-    with pytest.raises(RequestError, match=r"rollout_ids\[1\]"):
+    with pytest.raises(MalformedRequest, match=r"rollout_ids\[1\]"):
         decode(b'{"checkpoint_id":"c","deadline_ts":1,"rollout_ids":["ok","bad-a2"]}', ForgetRequest)
 
 
-def test_control_error_carries_code_status_and_body():
-    """A ControlError knows its HTTP status and renders the protocol error body."""
-    error = ControlError("invalid_checkpoint_state", "digest mismatch")
+def test_protocol_refusal_carries_code_status_and_body():
+    """A ProtocolRefusal knows its HTTP status and renders the protocol error body."""
+    error = ProtocolRefusal("invalid_checkpoint_state", "digest mismatch")
     assert error.status == 422
-    assert msgspec.json.decode(encode(error.body())) == {
+    assert msgspec.json.decode(encode(error_body(error))) == {
         "error": {"code": "invalid_checkpoint_state", "detail": "digest mismatch"}
     }
-    assert ControlError("unauthorized", "x").status == 401
+    assert ProtocolRefusal("unauthorized", "x").status == 401
     with pytest.raises(ValueError, match="unknown error code"):
-        ControlError("nope", "x")
+        ProtocolRefusal("nope", "x")
 
 
 def test_replies_reject_unknown_fields():
     """Replies are as strict as requests."""
-    with pytest.raises(RequestError, match="unknown field"):
+    with pytest.raises(MalformedRequest, match="unknown field"):
         decode(b'{"ready":true,"surprise":1}', PrepareReport)

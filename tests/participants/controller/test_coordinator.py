@@ -24,7 +24,7 @@ from ckpt_events import (
 )
 from ckpt_events.testing import capture_events
 from participants.cli.fleet import free_port, local_fleet, serving
-from participants.controller.client import ControlCallError, ControlClient, ParticipantUnreachable
+from participants.controller.client import ControlClient, ParticipantCallError, ParticipantUnreachable
 from participants.controller.coordinator import (
     CheckpointNotPrepared,
     CoordinationError,
@@ -245,17 +245,17 @@ async def test_client_maps_error_bodies_to_codes() -> None:
     async with coordinated(members=FOUR[1:2]) as (co, _, _events):
         url = co.members[0].url
         async with ControlClient("wrong-token") as bad:
-            with pytest.raises(ControlCallError) as info:
+            with pytest.raises(ParticipantCallError) as info:
                 await bad.status(url)
         assert info.value.status == 401 and info.value.code is ErrorCode.UNAUTHORIZED
         request = PrepareRequest(checkpoint_id="c-late", deadline_ts=time.time() - 1)
-        with pytest.raises(ControlCallError) as info:
+        with pytest.raises(ParticipantCallError) as info:
             await co.control.call(url, "prepare", request, PrepareReply, deadline_ts=time.time() + 5)
         assert info.value.status == 409 and info.value.code is ErrorCode.DEADLINE_EXCEEDED
 
 
 async def test_client_reports_unreachable_participants() -> None:
-    """No HTTP answer at all is ParticipantUnreachable, a ControlCallError without a code."""
+    """No HTTP answer at all is ParticipantUnreachable, a ParticipantCallError without a code."""
     async with ControlClient(TOKEN) as client:
         with pytest.raises(ParticipantUnreachable) as info:
             await client.status(f"http://127.0.0.1:{free_port()}", timeout=2.0)

@@ -8,7 +8,9 @@ import os
 import msgspec
 import pytest
 
-from participants.protocol import ControlError, EpisodeId
+from participants import create_app
+from participants.errors import InvalidCheckpointError, ProtocolRefusal, WriteStopped
+from participants.protocol import EpisodeId
 from participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
@@ -17,6 +19,7 @@ from participants.server.store import (
     write_checkpoint,
 )
 from participants.workloads import ResourcesRecord
+from tests.participants.helpers import TOKEN, control, error_code, running
 
 
 def record(rollout_id: str, boundary: int = 1) -> bytes:
@@ -47,9 +50,8 @@ def read(root, instance="res-0"):
 
 
 def invalid(root, instance="res-0") -> str:
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(InvalidCheckpointError) as info:
         read(root, instance)
-    assert info.value.code == "invalid_checkpoint_state" and info.value.status == 422
     return info.value.detail
 
 
@@ -80,12 +82,11 @@ def test_an_empty_checkpoint_is_valid(tmp_path):
 
 
 def test_manifest_is_create_only(tmp_path):
-    """Same content again returns the manifest; different content is 422 and deletes the loser's records."""
+    """Same content again returns the manifest; different content fails and drops the loser's records."""
     first = write(tmp_path)
     assert write(tmp_path).manifest == first.manifest
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(InvalidCheckpointError, match="never replaced"):
         write(tmp_path, rollouts=("a", "b", "c"))
-    assert info.value.code == "invalid_checkpoint_state"
     directory = participant_dir(tmp_path, "resources", "res-0")
     assert sorted(p.name for p in directory.iterdir()) == sorted([MANIFEST_NAME, first.manifest.records_file])
     assert read(tmp_path).manifest == first.manifest
@@ -95,9 +96,8 @@ def test_a_stopped_writer_publishes_no_manifest(tmp_path):
     """Once resume stopped the writer, no manifest appears (and its records are removed)."""
     stop = WriteStop()
     stop.stop()
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(WriteStopped, match="not published"):
         write(tmp_path, stop=stop)
-    assert info.value.code == "stale_checkpoint"
     directory = participant_dir(tmp_path, "resources", "res-0")
     assert list(directory.iterdir()) == []
 
@@ -205,9 +205,8 @@ def test_an_unsafe_records_file_name_is_refused(tmp_path, records_file):
 def test_unsafe_path_parts_are_refused(tmp_path, kind, instance, checkpoint_dir):
     """kind, instance and the checkpoint directory cannot walk out of the layout."""
     root = tmp_path if checkpoint_dir is None else str(tmp_path) + "/" + checkpoint_dir
-    with pytest.raises(ControlError) as info:
+    with pytest.raises(InvalidCheckpointError):
         participant_dir(root, kind, instance)
-    assert info.value.code == "invalid_checkpoint_state"
 
 
 def test_a_symlinked_records_file_is_refused(tmp_path):
@@ -236,3 +235,25 @@ def test_a_wrong_schema_version_is_refused(tmp_path):
     manifest["schema_version"] = 2
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
     assert "schema_version" in invalid(tmp_path)
+
+
+async def test_a_corrupt_store_is_its_own_error_and_answered_422(tmp_path):
+    """Corrupt records raise the store's own InvalidCheckpointError; a restore answers 422."""
+    async with running(create_app("resources", instance="res-0", token=TOKEN)) as client:
+        reply = await client.post("/work/start", json={"rollout_id": "r1", "steps": 3})
+        assert reply.status_code == 200, reply.text
+        assert (await control(client, "prepare")).status_code == 200
+        committed = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        assert committed.status_code == 200, committed.text
+        assert (await control(client, "resume")).status_code == 200
+    records = participant_dir(tmp_path, "resources", "res-0") / committed.json()["manifest"]["records_file"]
+    records.write_bytes(records.read_bytes().replace(b'"counter":0', b'"counter":7'))
+    with pytest.raises(InvalidCheckpointError) as info:
+        read(tmp_path)
+    assert not isinstance(info.value, ProtocolRefusal)
+    async with running(create_app("resources", instance="res-0", token=TOKEN)) as fresh:
+        restored = await control(
+            fresh, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=[{"rollout_id": "r1"}]
+        )
+    assert error_code(restored) == (422, "invalid_checkpoint_state")
+    assert "SHA-256" in restored.json()["error"]["detail"]

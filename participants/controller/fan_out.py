@@ -1,0 +1,75 @@
+"""One control call to many participants at once, and the lease renewal around a slow publish.
+
+``fan_out`` gathers every reply and every failure: one member failing does not cancel the
+others, so a coordinator always knows who answered what. ``renewing`` runs a publish while
+leases are renewed in the background, so they outlive it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+
+from participants.controller.client import ControlClient, SpanLike
+from participants.controller.types import Member
+from participants.errors import ParticipantCallError
+
+__all__ = ["Failures", "fan_out", "renewing"]
+
+R = TypeVar("R", bound=msgspec.Struct)
+#: Member name -> what went wrong with its call.
+Failures = dict[str, str]
+
+
+async def fan_out(
+    control: ControlClient,
+    members: Sequence[Member],
+    operation: str,
+    request: msgspec.Struct,
+    reply_type: type[R],
+    *,
+    deadline_ts: float,
+    span: SpanLike | None,
+) -> tuple[dict[str, R], Failures]:
+    """Call ``operation`` on ``members`` at once; one member failing does not cancel the others."""
+    replies: dict[str, R] = {}
+    failures: Failures = {}
+
+    async def one(member: Member) -> None:
+        try:
+            replies[member.name] = await control.call(
+                member.url, operation, request, reply_type, deadline_ts=deadline_ts, span=span
+            )
+        except ParticipantCallError as exc:
+            failures[member.name] = str(exc)
+
+    async with anyio.create_task_group() as tg:
+        for member in members:
+            tg.start_soon(one, member)
+    return replies, failures
+
+
+async def renewing(
+    renew: Callable[[float], Awaitable[Any]],
+    publish: Callable[[], Awaitable[None]],
+    *,
+    deadline_ts: float,
+    every: float,
+) -> None:
+    """Run ``publish()`` while ``renew(deadline_ts)`` keeps the leases alive (now, then every ``every`` s)."""
+    # Leases must outlive a slow publish: renew now, then in the background until it is done.
+    await renew(max(deadline_ts, time.time() + every * 2))
+    async with anyio.create_task_group() as tg:
+
+        async def renew_loop() -> None:
+            while True:
+                await anyio.sleep(every)
+                await renew(max(deadline_ts, time.time() + every * 2))
+
+        tg.start_soon(renew_loop)
+        await publish()
+        tg.cancel_scope.cancel()

@@ -1,0 +1,179 @@
+"""Every exception the project raises on purpose, as one tree (the core's, the sinks' and ours).
+
+The whole tree::
+
+    CkptEventsError                 root: catch this to catch everything we raise
+    ├── UnknownNameError            a name outside a closed vocabulary (also a ValueError)
+    ├── InvalidArgumentError        a bad argument: wrong type, out of range (also a TypeError)
+    ├── ConfigurationError          a bad setting or environment variable (also a ValueError)
+    │
+    │   participant side (raised in a participant process, answered over HTTP)
+    ├── ProtocolRefusal             a participant refuses a call: ``code`` (an ``ErrorCode``),
+    │                               ``detail``; answered with the code's HTTP status, counted
+    │                               as ``refused``
+    ├── MalformedRequest            a body that does not decode: 422 ``invalid_request``, not
+    │                               counted as ``refused``
+    ├── WorkError                   a unit of work failed upstream: 502 ``upstream_error``
+    ├── CheckpointStoreError        the on-disk checkpoint could not be written or read
+    │   ├── InvalidCheckpointError  missing, corrupt, unsafe or unwritable: the control plane
+    │   │                           answers ``invalid_checkpoint_state`` (422)
+    │   └── WriteStopped            resume ran during the write, no manifest was published:
+    │                               the control plane answers ``stale_checkpoint`` (409)
+    │
+    │   controller side (raised in the process that calls participants)
+    ├── ParticipantCallError        a call to a participant failed (``code``, ``status``, ``url``)
+    │   └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
+    ├── CoordinationError           an operation failed on some participants (``failures``)
+    ├── CheckpointNotPrepared       prepare stopped at a stage that was not ready (aborted)
+    ├── RolloutRetired              the participants fenced this attempt (``stale_attempt``)
+    │
+    │   command line
+    ├── CommandError                a usage or setup problem: one line on stderr, exit status 2
+    ├── LaunchError                 a server process did not come up (also a RuntimeError)
+    └── DemoFailed                  the demo ran but its result is wrong
+
+The first four live in ``ckpt_events`` (its ``_errors`` module draws the core's part);
+the sinks raise those and define none of their own. Everything else is defined here, so
+each room of ``participants`` imports its errors from one module that imports only the core.
+``ProtocolRefusal`` is what a participant *raises*; ``ParticipantCallError`` is what the
+controller's client *receives* when a participant refused (or could not be reached).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+from ckpt_events import CkptEventsError, ErrorCode, UnknownNameError, coerce
+
+if TYPE_CHECKING:
+    from participants.controller.types import PrepareResult
+
+__all__ = [
+    "CheckpointNotPrepared",
+    "CheckpointStoreError",
+    "CommandError",
+    "CoordinationError",
+    "DemoFailed",
+    "InvalidCheckpointError",
+    "LaunchError",
+    "MalformedRequest",
+    "ParticipantCallError",
+    "ParticipantUnreachable",
+    "ProtocolRefusal",
+    "RolloutRetired",
+    "WorkError",
+    "WriteStopped",
+]
+
+
+# -- participant side --------------------------------------------------------------------------
+
+
+class ProtocolRefusal(CkptEventsError):
+    """A participant refuses a call: ``code`` (an ``ErrorCode``), ``detail``, and its HTTP ``status``."""
+
+    def __init__(self, code: ErrorCode | str, detail: str) -> None:
+        self.code = coerce(ErrorCode, code)
+        self.detail = detail
+        super().__init__(f"{self.code.value}: {detail}")
+
+    @property
+    def status(self) -> int:
+        return self.code.http_status
+
+
+class MalformedRequest(CkptEventsError):
+    """A body that does not decode (HTTP 422, code ``invalid_request``); ``detail`` names the field."""
+
+    status: Final = 422
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
+class WorkError(CkptEventsError):
+    """A unit of work failed upstream (e.g. the inference worker): HTTP 502 ``upstream_error``."""
+
+
+class CheckpointStoreError(CkptEventsError):
+    """The on-disk checkpoint could not be written or read; ``detail`` says what is wrong."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
+class InvalidCheckpointError(CheckpointStoreError):
+    """A checkpoint (or a record in it) is missing, corrupt, unsafe or cannot be written."""
+
+
+class WriteStopped(CheckpointStoreError):
+    """Resume ran while the commit was writing: its manifest was not published."""
+
+
+# -- controller side ---------------------------------------------------------------------------
+
+
+class ParticipantCallError(CkptEventsError):
+    """A control call failed: the participant refused it, or its reply was not usable."""
+
+    def __init__(
+        self, url: str, message: str, *, raw_code: str | None = None, status: int | None = None
+    ) -> None:
+        self.url = url
+        self.raw_code = raw_code
+        try:
+            self.code: ErrorCode | None = None if raw_code is None else coerce(ErrorCode, raw_code)
+        except UnknownNameError:
+            self.code = None
+        self.status = status
+        self.detail = message
+        where = " ".join(str(p) for p in (status, raw_code) if p) or "error"
+        super().__init__(f"{url}: {where}: {message}")
+
+
+class ParticipantUnreachable(ParticipantCallError):
+    """The call got no HTTP reply (connection refused or reset, timeout)."""
+
+
+class CoordinationError(CkptEventsError):
+    """A coordinated operation failed on some participants: ``failures`` maps name to message."""
+
+    def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
+        self.operation = operation
+        self.failures = dict(failures)
+        parts = "; ".join(f"{name}: {msg}" for name, msg in sorted(self.failures.items()))
+        super().__init__(f"{operation} failed: {parts}")
+
+
+class CheckpointNotPrepared(CkptEventsError):
+    """Prepare stopped at a stage that was not ready; everyone was resumed (the checkpoint aborted)."""
+
+    def __init__(self, result: PrepareResult) -> None:
+        self.result = result
+        stage = result.stopped_at.value if result.stopped_at is not None else "?"
+        super().__init__(
+            f"checkpoint {result.checkpoint_id} not prepared: stopped at stage {stage} "
+            f"with {result.blocker_count()} blockers"
+        )
+
+
+class RolloutRetired(CkptEventsError):
+    """The participants fenced this attempt (``stale_attempt``): another attempt owns the rollout."""
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+class CommandError(CkptEventsError):
+    """A usage or setup problem, reported as one line on stderr with exit status 2."""
+
+
+class LaunchError(CkptEventsError, RuntimeError):
+    """A server process did not come up (it exited, or did not listen in time)."""
+
+
+class DemoFailed(CkptEventsError):
+    """The run finished but its result is wrong (a rollout lost, run twice, or a wrong attempt)."""

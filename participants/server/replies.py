@@ -1,0 +1,47 @@
+"""What the control plane keeps to answer a retry, and how it answers the store's errors.
+
+A retry of prepare, commit or restore with the same checkpoint id gets the same reply again
+(``ReplyCache``); a commit or restore retried with other arguments is a conflict, so their
+arguments are kept with the reply. The store raises its own errors; ``store_refusals`` turns
+them into the protocol's: ``InvalidCheckpointError`` is ``invalid_checkpoint_state`` (422),
+``WriteStopped`` is ``stale_checkpoint`` (409).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ckpt_events import ErrorCode
+from participants.errors import CheckpointStoreError, ProtocolRefusal, WriteStopped
+from participants.protocol import CommitReply, PrepareReply, RestoreReply
+
+__all__ = ["ReplayArgs", "ReplyCache", "store_refusals"]
+
+#: What a replayed commit or restore must repeat: the directory and the capture keys in scope.
+ReplayArgs = tuple[str, list[str] | None]
+
+
+class ReplyCache:
+    """The replies a retry of the same checkpoint id gets again, with the arguments they answered."""
+
+    def __init__(self) -> None:
+        self.prepare: dict[str, PrepareReply] = {}
+        self.commit: dict[str, tuple[CommitReply, ReplayArgs]] = {}
+        self.restore: dict[str, tuple[RestoreReply, ReplayArgs]] = {}
+
+    def drop(self, checkpoint_id: str) -> None:
+        """Forget every reply of ``checkpoint_id`` (it was resumed)."""
+        for cache in (self.prepare, self.commit, self.restore):
+            cache.pop(checkpoint_id, None)
+
+
+@contextmanager
+def store_refusals() -> Iterator[None]:
+    """Answer the store's errors with their protocol codes."""
+    try:
+        yield
+    except CheckpointStoreError as exc:
+        stale = isinstance(exc, WriteStopped)
+        code = ErrorCode.STALE_CHECKPOINT if stale else ErrorCode.INVALID_CHECKPOINT_STATE
+        raise ProtocolRefusal(code, exc.detail) from exc

@@ -1,0 +1,74 @@
+"""``CheckpointableWorkload``: what the control plane needs of a workload, and nothing more.
+
+``Workload`` (in ``base``) implements it for every kind. ``S`` is the kind's episode state:
+the control plane never looks inside it, it only carries the states ``check_record`` returns
+to ``install``, so a restore checks every record before it installs any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ckpt_events import Kind, OperationSpan
+from participants.protocol import EpisodeId, PrepareReport
+from participants.workloads.base import Record
+from participants.workloads.fence import RetiredAttempts
+
+__all__ = ["CheckpointableWorkload"]
+
+S = TypeVar("S")
+
+
+class CheckpointableWorkload(Protocol[S]):
+    """The members of a workload the checkpoint state machine uses (``server.control``)."""
+
+    @property
+    def kind(self) -> Kind: ...
+
+    @property
+    def record_type(self) -> type[Record]:
+        """The record class a commit writes and a restore decodes."""
+        ...
+
+    @property
+    def episodes(self) -> Mapping[str, object]:
+        """The live episodes by capture key (the control plane only counts them)."""
+        ...
+
+    @property
+    def fence(self) -> RetiredAttempts: ...
+
+    @property
+    def admission_open(self) -> bool: ...
+
+    @property
+    def served(self) -> bool:
+        """Whether any work was admitted (a restore needs a fresh participant)."""
+        ...
+
+    def close_admission(self) -> None: ...
+
+    def open_admission(self) -> None: ...
+
+    async def on_admission_closed(
+        self, op: OperationSpan, checkpoint_id: str, deadline_ts: float
+    ) -> None: ...
+
+    def report(self) -> PrepareReport: ...
+
+    async def wait_changed(self, timeout: float) -> None: ...
+
+    def export(self, scope: Iterable[EpisodeId] | None) -> Sequence[Record]: ...
+
+    def stop(self, keys: Iterable[str]) -> None: ...
+
+    def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]: ...
+
+    def check_record(self, record: Record) -> S:
+        """The state to install from ``record``; raises ``InvalidCheckpointError`` if it does not check."""
+        ...
+
+    def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]: ...
+
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]: ...

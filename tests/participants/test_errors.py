@@ -1,0 +1,93 @@
+"""The error tree: one root for every exception, drawn whole in participants.errors, bad arguments typed."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable
+from types import ModuleType
+
+import pytest
+
+import ckpt_events
+import participants
+import participants.errors
+import sinks
+from ckpt_events import Bus, CkptEventsError, InvalidArgumentError, Kind, Telemetry
+from participants import create_app
+from participants.controller import ControlClient, Coordinator
+from participants.controller.run_directory import RunDir
+from participants.protocol import EpisodeId, PrepareRequest
+from participants.server import create_inference_app
+
+
+def _modules(package: ModuleType) -> list[ModuleType]:
+    found = [package]
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        found.append(importlib.import_module(info.name))
+    return found
+
+
+def _exceptions(*packages: ModuleType) -> set[type[BaseException]]:
+    names = tuple(p.__name__ for p in packages)
+    return {
+        value
+        for package in packages
+        for module in _modules(package)
+        for value in vars(module).values()
+        if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__.startswith(names)
+    }
+
+
+def test_every_participants_exception_derives_from_the_root():
+    """Each exception class defined in participants is a CkptEventsError."""
+    found = _exceptions(participants)
+    assert participants.errors.ProtocolRefusal in found
+    assert {c.__qualname__ for c in found if not issubclass(c, CkptEventsError)} == set()
+
+
+def test_the_docstring_draws_every_exception_of_the_project():
+    """participants.errors' docstring names every exception class of ckpt_events, sinks and participants."""
+    doc = participants.errors.__doc__ or ""
+    found = _exceptions(ckpt_events, sinks, participants)
+    assert {c.__name__ for c in found if c.__name__ not in doc} == set()
+
+
+def test_protocol_refusal_and_call_error_are_apart():
+    """The server's refusal and the client's call error are different classes with different names."""
+    refusal, call = participants.errors.ProtocolRefusal, participants.errors.ParticipantCallError
+    assert not issubclass(refusal, call) and not issubclass(call, refusal)
+
+
+def _telemetry(kind: Kind) -> Telemetry:
+    return Telemetry(Bus(), kind=kind, instance="t-0")
+
+
+BAD_ARGUMENTS: dict[str, Callable[[], object]] = {
+    "empty control token": lambda: ControlClient(""),
+    "coordinator not reporting as controller": lambda: Coordinator(
+        (), token="t", telemetry=_telemetry(Kind.AGENT)
+    ),
+    "unknown workload option": lambda: create_app("agent", instance="a-0", token="t", step_seconds=1.0),
+    "inference worker without a token": lambda: create_inference_app(token=""),
+    "unsafe run directory checkpoint id": lambda: RunDir("run").checkpoint_dir("../up"),
+    "rollout id shaped like a capture key": lambda: EpisodeId("r1-a2"),
+    "deadline that is not finite": lambda: PrepareRequest(checkpoint_id="c1", deadline_ts=float("nan")),
+}
+
+
+@pytest.mark.parametrize("call", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+def test_bad_arguments_raise_invalid_argument_error(call):
+    """A bad argument anywhere in participants raises InvalidArgumentError (a CkptEventsError)."""
+    with pytest.raises(InvalidArgumentError):
+        call()
+
+
+async def test_retire_and_forget_need_ids():
+    """The coordinator refuses an empty retire or forget with InvalidArgumentError."""
+    async with Coordinator((), token="t", telemetry=_telemetry(Kind.CONTROLLER)) as coordinator:
+        with pytest.raises(InvalidArgumentError, match="at least one episode"):
+            await coordinator.retire([], checkpoint_id="c1", deadline_ts=0.0)
+        with pytest.raises(InvalidArgumentError, match="at least one rollout id"):
+            await coordinator.forget([], checkpoint_id="c1", deadline_ts=0.0)
