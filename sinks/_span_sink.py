@@ -58,12 +58,7 @@ logger: Final = logging.getLogger("sinks.otel")
 SCOPE: Final = InstrumentationScope("ckpt_events", __version__)
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSET: Final = Status(StatusCode.UNSET)
-_KINDS: Final = {
-    CkptSpanKind.INTERNAL: SpanKind.INTERNAL,
-    CkptSpanKind.SERVER: SpanKind.SERVER,
-    CkptSpanKind.CLIENT: SpanKind.CLIENT,
-}
-#: The service name when no resource is given (never OpenTelemetry's ``unknown_service``).
+_KINDS: Final = {CkptSpanKind(k.name.lower()): k for k in SpanKind if k.name.lower() in set(CkptSpanKind)}
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _ERROR: Final = Outcome.ERROR.value
 _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
@@ -71,9 +66,9 @@ _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFi
 class SpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``SpanSink``.
 
-    ``exported`` spans the exporter accepted; ``dropped`` spans lost to a failed or raising
-    export (or handed in after shutdown); ``unsampled`` events skipped by the root's
-    sampling decision; ``skipped`` events with no span (``renew``).
+    ``exported`` spans the exporter (or processor) took; ``dropped`` spans lost to a failed
+    or raising export or after shutdown; ``unsampled`` events skipped by the root's sampling
+    decision; ``skipped`` events with no span (``renew``).
     """
 
     exported: int
@@ -84,17 +79,12 @@ class SpanSinkStats(msgspec.Struct, frozen=True):
 
 
 class SpanSink:
-    """A bus sink that turns checkpoint events into OpenTelemetry spans.
-
-    The spans go to ``exporter`` (any ``SpanExporter``), or to ``processor`` (its ``on_end``,
-    one span at a time), or through ``tracer_provider``'s span processors (carrying its
-    resource). Exactly one of the three. A processor or provider belongs to the caller: the
-    sink flushes it at close but never shuts it down.
-
-    Spans are made only when ``span_groups`` resolves to a set containing ``checkpoint``;
-    otherwise the sink wants no events at all (``interests`` is empty), so emit sites stay
-    off. ``resource`` defaults to the provider's, else ``Resource.create`` with service name
-    ``ckpt-events`` (resource detectors and ``OTEL_RESOURCE_ATTRIBUTES`` apply).
+    """A bus sink that turns checkpoint events into OpenTelemetry spans, for exactly one of
+    ``exporter`` (any ``SpanExporter``), ``processor`` (its ``on_end``) or ``tracer_provider``
+    (its span processors and resource). A processor or provider is the caller's: flushed at
+    close, never shut down. Spans are made only when ``span_groups`` contains ``checkpoint``
+    (else ``interests`` is empty and emit sites stay off). ``resource`` defaults to
+    ``Resource.create()`` named ``ckpt-events`` unless ``OTEL_SERVICE_NAME`` names it.
     ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes.
     ``handle`` may block, so the bus runs it in a worker thread (``blocking``) after
     gathering events for ``linger`` seconds (each handoff to a thread can cost the loop a GIL
@@ -144,9 +134,7 @@ class SpanSink:
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
         self.interests: tuple[type, ...] = _FINISHED if self.enabled else ()
-        self.resource = (
-            resource if resource is not None else Resource.create({"service.name": DEFAULT_SERVICE_NAME})
-        )
+        self.resource = resource if resource is not None else _default_resource()
         self.redactor = redactor if redactor is not None else Redactor()
         self.max_export_batch = max_export_batch
         self.blocking = blocking
@@ -391,6 +379,14 @@ class SpanSink:
             attributes[Attr.ID] = event.checkpoint_id
         _put(attributes, event, COLLECTION_END_ATTRS[event.action])
         return self._span(event, COLLECTION_SPANS[event.action], attributes)
+
+
+def _default_resource() -> Resource:
+    # Resource.create honours OTEL_SERVICE_NAME; only its unknown_service fallback is replaced.
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+    return resource
 
 
 def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:
