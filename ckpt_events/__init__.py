@@ -7,6 +7,7 @@ Start here: ``Bus`` (owns delivery to sinks), ``Telemetry`` (what server code ca
 __version__ = "0.1.0"
 
 from ckpt_events._bus import Bus, BusStats, SinkStats, Subscription
+from ckpt_events._context_bridge import ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._errors import (
     CkptEventsError,
@@ -121,6 +122,7 @@ __all__ = [
     "CollectionSpan",
     "CollectionStarted",
     "ConfigurationError",
+    "ContextBridge",
     "CoordinateFinished",
     "CoordinateSpan",
     "CoordinateStarted",

@@ -8,10 +8,12 @@ flags it checks are plain attributes, recomputed by the bus on subscribe and uns
 from __future__ import annotations
 
 import re
+from importlib.metadata import entry_points
 from time import time_ns
 from typing import Final
 
 from ckpt_events._bus import Bus
+from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
@@ -55,6 +57,20 @@ _CODES: Final = frozenset(c.value for c in ErrorCode)
 _PHASES: Final = frozenset(p.value for p in Phase)
 _DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
 _MAX_RATIO_BOUND: Final = 1 << 64
+#: Entry-point group of context bridges; ``otel_context=True`` loads the one named ``opentelemetry``.
+BRIDGE_GROUP: Final = "ckpt_events.context_bridges"
+
+
+def _load_bridge(name: str) -> ContextBridge:
+    # Found by entry point, so the core imports no tracing library and no sink package.
+    for entry in entry_points(group=BRIDGE_GROUP, name=name):
+        bridge = entry.load()()
+        if isinstance(bridge, ContextBridge):
+            return bridge
+    raise InvalidArgumentError(
+        f"otel_context=True needs the {name!r} context bridge (install ckpt-events[otel]), "
+        f"or pass a ContextBridge"
+    )
 
 
 class Telemetry:
@@ -64,10 +80,14 @@ class Telemetry:
     traces *started here* that are sampled; a trace continued from an incoming
     ``traceparent`` keeps the caller's decision. ``enabled`` is true while any sink wants
     any event this Telemetry makes; guard costly attribute building with ``if tel.enabled:``.
+    ``otel_context`` (``True`` for OpenTelemetry, or any ``ContextBridge``): a live operation's
+    parent is the current OpenTelemetry span if there is one (else ``traceparent``), and the
+    operation is the current span while open. It is consulted only when a sink listens.
     """
 
     __slots__ = (
         "__weakref__",
+        "_bridge",
         "_collection_on",
         "_coordinate_on",
         "_cut_on",
@@ -83,7 +103,13 @@ class Telemetry:
     )
 
     def __init__(
-        self, bus: Bus | None, *, kind: Kind | str, instance: str, sample_ratio: float = 1.0
+        self,
+        bus: Bus | None,
+        *,
+        kind: Kind | str,
+        instance: str,
+        sample_ratio: float = 1.0,
+        otel_context: bool | ContextBridge = False,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
             raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
@@ -97,6 +123,16 @@ class Telemetry:
         if not isinstance(sample_ratio, int | float) or not 0.0 <= sample_ratio <= 1.0:
             raise InvalidArgumentError(f"sample_ratio must be in [0, 1], not {sample_ratio!r}")
         self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
+        if otel_context is True:
+            self._bridge: ContextBridge | None = _load_bridge("opentelemetry")
+        elif otel_context is False:
+            self._bridge = None
+        elif isinstance(otel_context, ContextBridge):
+            self._bridge = otel_context
+        else:
+            raise InvalidArgumentError(
+                f"otel_context must be a bool or a ContextBridge, not {otel_context!r}"
+            )
         self.bus = bus if bus is not None else Bus()
         self._interest_changed()
         if bus is not None:
@@ -168,8 +204,29 @@ class Telemetry:
             member = _OPERATION_MEMBERS[operation]
         except (KeyError, TypeError):
             member = coerce(Operation, operation)
+        bridge = self._bridge
+        if bridge is not None:
+            return self._bridged(bridge, member, checkpoint_id, traceparent, parent)
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return OperationSpan(self, member, checkpoint_id, trace_id, parent_id, remote, sampled)
+
+    def _bridged(
+        self,
+        bridge: ContextBridge,
+        member: Operation,
+        checkpoint_id: str | None,
+        traceparent: str | None,
+        parent: _Span | None,
+    ) -> OperationSpan:
+        current = bridge.current_parent() if parent is None else None
+        parent_id: int | None
+        if current is not None:
+            trace_id, parent_id, remote, sampled = current[0], current[1], False, current[2]
+        else:
+            trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
+        return BridgedOperationSpan(
+            self, member, checkpoint_id, trace_id, parent_id, remote, sampled, bridge
+        )
 
     def coordinate(
         self,

@@ -49,7 +49,7 @@ def parse_traceparent(header: object) -> RemoteParent | None:
     """
     if not isinstance(header, str) or len(header) > 512:
         return None
-    match = _TRACEPARENT.match(header.strip().lower())
+    match = _TRACEPARENT.match(header.strip())  # lowercase only, as W3C and OpenTelemetry say
     if match is None:
         return None
     version, trace_hex, span_hex, flags_hex, rest = match.groups()

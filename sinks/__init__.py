@@ -7,6 +7,8 @@ modules import the SDK only when used.
 
 from sinks._configure import Configured, configure
 from sinks._jsonl import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
+from sinks._logging_sink import LoggingSink
+from sinks._otel_env import OtelSettings, read_otel_env, sample_ratio_from_env
 from sinks._replay import ReplayResult, replay
 
 __all__ = [
@@ -14,8 +16,12 @@ __all__ = [
     "CorruptLine",
     "JsonLinesSink",
     "JsonLinesStats",
+    "LoggingSink",
+    "OtelSettings",
     "ReplayResult",
     "configure",
     "read_events",
+    "read_otel_env",
     "replay",
+    "sample_ratio_from_env",
 ]

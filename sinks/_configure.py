@@ -1,12 +1,13 @@
-"""``configure``: the standard set of sinks from arguments and the standard environment.
+"""``configure``: the standard set of sinks from arguments and the OpenTelemetry environment.
 
-With nothing set, nothing is subscribed, and every emit site stays off.
+With nothing set, nothing is subscribed, and every emit site stays off. The variables are
+parsed by ``sinks._otel_env`` (README: "Environment variables"); exporters and the resource
+are built by ``sinks._otel_build``.
 """
 
 from __future__ import annotations
 
 import os
-import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -17,11 +18,12 @@ import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription, resolve_span_groups
 from sinks._jsonl import JsonLinesSink
+from sinks._otel_env import OtelSettings, read_otel_env
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
-    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from sinks._metric_sink import MetricSink
@@ -29,17 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Configured", "configure"]
 
-ENV_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
-ENV_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
-ENV_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
-ENV_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
 ENV_METRIC_INTERVAL: Final = "OTEL_METRIC_EXPORT_INTERVAL"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
 
 DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
-DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
-SUPPORTED_PROTOCOL: Final = "http/protobuf"
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 
 
@@ -48,7 +44,9 @@ class Configured:
 
     ``aclose()`` (or leaving ``async with``) flushes the bus and unsubscribes; the bus closes
     each sink (the span exporter, the JSON-lines file), and this shuts down the meter
-    provider ``configure`` built. Idempotent.
+    provider ``configure`` built (never one the caller passed in). Idempotent.
+    ``sample_ratio`` is what ``OTEL_TRACES_SAMPLER``/``_ARG`` ask for: pass it to
+    ``Telemetry(sample_ratio=...)``. ``settings`` is the parsed environment.
     """
 
     def __init__(
@@ -57,14 +55,19 @@ class Configured:
         *,
         subscriptions: Sequence[Subscription] = (),
         span_sink: SpanSink | None = None,
+        span_sinks: Sequence[SpanSink] = (),
         metric_sink: MetricSink | None = None,
         jsonl_sink: JsonLinesSink | None = None,
         meter_provider: MeterProvider | None = None,
         close_timeout: float = 10.0,
+        settings: OtelSettings | None = None,
     ) -> None:
         self.bus = bus
         self.subscriptions = tuple(subscriptions)
-        self.span_sink = span_sink
+        self.span_sink = span_sink if span_sink is not None else (span_sinks[0] if span_sinks else None)
+        self.span_sinks = tuple(span_sinks) if span_sinks else ((span_sink,) if span_sink else ())
+        self.settings = settings if settings is not None else OtelSettings()
+        self.sample_ratio = self.settings.sample_ratio
         self.metric_sink = metric_sink
         self.jsonl_sink = jsonl_sink
         self.meter_provider = meter_provider
@@ -110,10 +113,13 @@ class Configured:
 def configure(
     bus: Bus,
     *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     jsonl_path: str | os.PathLike[str] | None = None,
     otlp_endpoint: str | None = None,
     span_groups: str | Iterable[str] | None = None,
     service_name: str | None = None,
+    service_instance_id: str | None = None,
     resource_attributes: Mapping[str, str] | None = None,
     metric_export_interval_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
@@ -123,60 +129,70 @@ def configure(
     """Subscribe the standard sinks to ``bus``; arguments win over the environment.
 
     * JSON lines: ``jsonl_path`` or ``CKPT_EVENTS_JSONL``.
-    * OpenTelemetry over OTLP/HTTP: ``otlp_endpoint`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``
-      (a base URL; ``/v1/traces`` and ``/v1/metrics`` are appended), protocol
-      ``OTEL_EXPORTER_OTLP_PROTOCOL`` (only ``http/protobuf``), ``OTEL_SERVICE_NAME``,
-      ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_METRIC_EXPORT_INTERVAL`` (ms). Spans use
+    * OpenTelemetry, from the standard variables (``OTEL_SDK_DISABLED``,
+      ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER``, ``OTEL_EXPORTER_OTLP_*`` base and
+      per signal, ``OTEL_BSP_*``, ``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_PROPAGATORS``,
+      ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_METRIC_EXPORT_INTERVAL``).
+      ``otlp_endpoint`` is a base URL winning over every endpoint variable. Spans use
       ``span_groups`` or ``CKPT_EVENTS_SPAN_GROUPS`` (default ``"default,checkpoint"``).
-    * ``span_exporter`` / ``metric_readers`` plug in other OpenTelemetry parts (tests, the
-      console) instead of, or besides, OTLP.
+    * ``tracer_provider``: our finished spans go through its span processors (with its
+      resource), and no span exporter is built. ``meter_provider``: the metric sink records
+      through it, and none is built (nor shut down here).
+    * ``span_exporter`` / ``metric_readers`` plug in other OpenTelemetry parts (tests)
+      besides what the environment asks for.
 
-    With nothing set, nothing is subscribed. A bad value raises ``ConfigurationError``
-    naming the argument or variable.
+    ``environ`` (default ``os.environ``) is the only mapping read. With nothing set, or with
+    ``OTEL_SDK_DISABLED=true`` (OpenTelemetry off; JSON lines still honoured), nothing
+    OpenTelemetry is subscribed. A bad value raises ``ConfigurationError`` naming the
+    argument or variable and what is valid.
     """
     env = os.environ if environ is None else environ
-    subscriptions: list[Subscription] = []
-    jsonl_sink: JsonLinesSink | None = None
-    span_sink: SpanSink | None = None
-    metric_sink: MetricSink | None = None
-    meter_provider: MeterProvider | None = None
-
-    path = _pick(jsonl_path, env, ENV_JSONL)
-    endpoint = _pick(otlp_endpoint, env, ENV_ENDPOINT)
-    if endpoint is not None:
-        endpoint = _check_endpoint(endpoint, "otlp_endpoint" if otlp_endpoint is not None else ENV_ENDPOINT)
-        protocol = env.get(ENV_PROTOCOL, "").strip().lower()
-        if protocol and protocol != SUPPORTED_PROTOCOL:
-            raise ConfigurationError(
-                f"{ENV_PROTOCOL}={env[ENV_PROTOCOL]!r} is not supported; use {SUPPORTED_PROTOCOL!r}"
-            )
+    if otlp_endpoint is not None and not isinstance(otlp_endpoint, str):
+        raise ConfigurationError(f"otlp_endpoint must be a URL string, not {otlp_endpoint!r}")
+    settings = read_otel_env(env, otlp_endpoint=otlp_endpoint)
     groups_spec = span_groups if span_groups is not None else env.get(ENV_SPAN_GROUPS)
     try:
         groups = resolve_span_groups(DEFAULT_SPAN_GROUPS if groups_spec is None else groups_spec)
     except CkptEventsError as exc:
         where = "span_groups" if span_groups is not None else ENV_SPAN_GROUPS
         raise ConfigurationError(f"{where}: {exc}") from None
-    interval = _interval(metric_export_interval_ms, env)
-
-    wants_otel = endpoint is not None or span_exporter is not None or bool(metric_readers)
-    if path is not None:
-        if not str(path).strip():
-            raise ConfigurationError(f"{'jsonl_path' if jsonl_path is not None else ENV_JSONL} is empty")
-        try:
-            jsonl_sink = JsonLinesSink(Path(path))
-        except OSError as exc:
-            where = "jsonl_path" if jsonl_path is not None else ENV_JSONL
-            raise ConfigurationError(f"{where}: cannot open {str(path)!r} for appending: {exc}") from None
-    if wants_otel:
-        resource = _resource(service_name, resource_attributes, env)
-        span_sink, metric_sink, meter_provider = _otel(
-            endpoint, groups, resource, interval, span_exporter, metric_readers
+    if metric_export_interval_ms is not None:
+        interval = metric_export_interval_ms
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ConfigurationError(
+                f"metric_export_interval_ms must be a positive number of milliseconds, not {interval!r}"
+            )
+        settings = _replace(settings, metric_interval_ms=interval)
+    jsonl_sink = _jsonl(jsonl_path, env)
+    subscriptions: list[Subscription] = []
+    span_sinks: list[tuple[str, SpanSink]] = []
+    metric_sink: MetricSink | None = None
+    own_provider: MeterProvider | None = None
+    if not settings.sdk_disabled:
+        span_sinks, metric_sink, own_provider = _otel(
+            settings,
+            groups,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            span_exporter=span_exporter,
+            metric_readers=metric_readers,
+            resource_args=(service_name, resource_attributes, service_instance_id),
         )
+    batch = settings.batch
     try:
         if jsonl_sink is not None:
             subscriptions.append(bus.subscribe(jsonl_sink, name="jsonl"))
-        if span_sink is not None and span_sink.enabled:
-            subscriptions.append(bus.subscribe(span_sink, name="otel-spans"))
+        for name, sink in span_sinks:
+            if sink.enabled:
+                subscriptions.append(
+                    bus.subscribe(
+                        sink,
+                        name=name,
+                        buffer_size=batch.max_buffer,
+                        batch_size=batch.max_export_batch,
+                        linger=batch.linger_s,
+                    )
+                )
         if metric_sink is not None:
             subscriptions.append(bus.subscribe(metric_sink, name="otel-metrics"))
     except BaseException:
@@ -186,132 +202,90 @@ def configure(
     return Configured(
         bus,
         subscriptions=subscriptions,
-        span_sink=span_sink,
+        span_sinks=[sink for _, sink in span_sinks],
         metric_sink=metric_sink,
         jsonl_sink=jsonl_sink,
-        meter_provider=meter_provider,
+        meter_provider=own_provider,
+        settings=settings,
     )
+
+
+def _replace(settings: OtelSettings, **changes: Any) -> OtelSettings:
+    import msgspec
+
+    return msgspec.structs.replace(settings, **changes)
+
+
+def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:
+    where = "jsonl_path" if jsonl_path is not None else ENV_JSONL
+    path: Any = jsonl_path
+    if path is None:
+        raw = env.get(ENV_JSONL)
+        if raw is None or not raw.strip():
+            return None
+        path = raw.strip()
+    if not str(path).strip():
+        raise ConfigurationError(f"{where} is empty")
+    try:
+        return JsonLinesSink(Path(path))
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: cannot open {str(path)!r} for appending: {exc}") from None
 
 
 def _otel(
-    endpoint: str | None,
+    settings: OtelSettings,
     groups: frozenset[str],
-    resource: Resource,
-    interval_ms: int,
+    *,
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
     span_exporter: SpanExporter | None,
     metric_readers: Sequence[MetricReader] | None,
-) -> tuple[SpanSink | None, MetricSink, MeterProvider]:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
+    resource_args: tuple[str | None, Mapping[str, str] | None, str | None],
+) -> tuple[list[tuple[str, SpanSink]], MetricSink | None, MeterProvider | None]:
+    """(named span sinks, the metric sink, the meter provider built here) for ``settings``."""
+    wants_spans = tracer_provider is not None or span_exporter is not None or bool(settings.traces)
+    wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
+    if not wants_spans and not wants_metrics:
+        return [], None, None
     from sinks._metric_sink import MetricSink
+    from sinks._otel_build import build_resource, metric_readers_for, span_exporters_for
     from sinks._span_sink import SpanSink
 
-    readers: list[MetricReader] = list(metric_readers or ())
-    exporter = span_exporter
-    if endpoint is not None:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        readers.append(
-            PeriodicExportingMetricReader(
-                OTLPMetricExporter(endpoint=endpoint + "/v1/metrics"), export_interval_millis=interval_ms
-            )
-        )
-        if exporter is None and "checkpoint" in groups:
-            exporter = OTLPSpanExporter(endpoint=endpoint + "/v1/traces")
-    span_sink = None
-    if exporter is not None:
-        span_sink = SpanSink(exporter, span_groups=groups, resource=resource)
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-    return span_sink, MetricSink(meter_provider), meter_provider
-
-
-def _pick(value: Any, env: Mapping[str, str], name: str) -> Any:
-    if value is not None:
-        return value
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    return raw.strip()
-
-
-def _check_endpoint(endpoint: str, where: str) -> str:
-    if not isinstance(endpoint, str):
-        raise ConfigurationError(f"{where} must be a URL string, not {endpoint!r}")
-    parsed = urllib.parse.urlsplit(endpoint.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigurationError(
-            f"{where}={endpoint!r} is not an http(s) URL such as 'http://127.0.0.1:4318'"
-        )
-    try:
-        parsed.port  # noqa: B018  # raises on a bad port
-    except ValueError:
-        raise ConfigurationError(f"{where}={endpoint!r} has an invalid port") from None
-    return endpoint.strip().rstrip("/")
-
-
-def _interval(value: int | None, env: Mapping[str, str]) -> int:
-    where = "metric_export_interval_ms"
-    raw: object = value
-    if value is None:
-        text = env.get(ENV_METRIC_INTERVAL)
-        if text is None or not text.strip():
-            return DEFAULT_METRIC_INTERVAL_MS
-        where, raw = ENV_METRIC_INTERVAL, text.strip()
-        try:
-            raw = int(text)
-        except ValueError:
-            pass
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise ConfigurationError(f"{where} must be a positive number of milliseconds, not {raw!r}")
-    return raw
-
-
-def _resource(
-    service_name: str | None, attributes: Mapping[str, str] | None, env: Mapping[str, str]
-) -> Resource:
-    # Built explicitly (not Resource.create) so that ``environ`` is the only source read.
-    from opentelemetry.sdk.resources import (
-        SERVICE_NAME,
-        TELEMETRY_SDK_LANGUAGE,
-        TELEMETRY_SDK_NAME,
-        TELEMETRY_SDK_VERSION,
-        Resource,
+    service_name, attributes, instance_id = resource_args
+    resource = build_resource(
+        settings,
+        service_name=service_name,
+        attributes=attributes,
+        instance_id=instance_id,
+        default_service_name=DEFAULT_SERVICE_NAME,
     )
-    from opentelemetry.sdk.version import __version__ as sdk_version
+    batch = settings.batch
+    options: dict[str, Any] = {"span_groups": groups}
+    if batch.max_export_batch is not None:
+        options["max_export_batch"] = batch.max_export_batch
+    if batch.linger_s is not None:
+        options["linger"] = batch.linger_s
+    if batch.export_timeout_s is not None:
+        options["export_timeout"] = batch.export_timeout_s
+    span_sinks: list[tuple[str, SpanSink]] = []
+    if tracer_provider is not None:
+        span_sinks.append(("otel-spans", SpanSink(tracer_provider=tracer_provider, **options)))
+    else:
+        exporters: list[tuple[str, SpanExporter]] = []
+        if span_exporter is not None:
+            exporters.append(("otel-spans", span_exporter))
+        if "checkpoint" in groups:
+            exporters += span_exporters_for(settings)
+        for index, (name, exporter) in enumerate(exporters):
+            # The first is "otel-spans"; more (OTEL_TRACES_EXPORTER=otlp,console) get suffixes.
+            label = "otel-spans" if index == 0 else f"otel-spans-{name}"
+            span_sinks.append((label, SpanSink(exporter, resource=resource, **options)))
+    own_provider: MeterProvider | None = None
+    readers = [*(metric_readers or ()), *metric_readers_for(settings)] if meter_provider is None else []
+    if readers:
+        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-    merged: dict[str, str] = {
-        TELEMETRY_SDK_LANGUAGE: "python",
-        TELEMETRY_SDK_NAME: "opentelemetry",
-        TELEMETRY_SDK_VERSION: sdk_version,
-    }
-    merged.update(_parse_resource_attributes(env.get(ENV_RESOURCE_ATTRIBUTES, "")))
-    if attributes is not None:
-        for key, val in attributes.items():
-            if not isinstance(key, str) or not isinstance(val, str | bool | int | float):
-                raise ConfigurationError(f"resource_attributes: bad entry {key!r}={val!r}")
-            merged[key] = str(val) if not isinstance(val, str) else val
-    name = service_name if service_name is not None else env.get(ENV_SERVICE_NAME, "").strip() or None
-    if name is not None:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigurationError(f"service_name must be a non-empty string, not {name!r}")
-        merged[SERVICE_NAME] = name.strip()
-    merged.setdefault(SERVICE_NAME, DEFAULT_SERVICE_NAME)
-    return Resource(merged)
-
-
-def _parse_resource_attributes(text: str) -> dict[str, str]:
-    parsed: dict[str, str] = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigurationError(
-                f"{ENV_RESOURCE_ATTRIBUTES} must be 'key=value' pairs separated by commas; "
-                f"bad entry {item.strip()!r}"
-            )
-        parsed[urllib.parse.unquote(key)] = urllib.parse.unquote(value.strip())
-    return parsed
+        own_provider = SdkMeterProvider(resource=resource, metric_readers=readers)
+    provider = meter_provider if meter_provider is not None else own_provider
+    metric_sink = MetricSink(provider) if provider is not None else None
+    return span_sinks, metric_sink, own_provider

@@ -1,8 +1,10 @@
 """``SpanSink``: finished checkpoint events become finished OpenTelemetry spans.
 
 Every ``*Finished`` event carries both timestamps, its ids and its parent, so a span is
-built directly as a ``ReadableSpan`` (no tracer, no processor, no context switch) and the
-tree is right whatever order events arrive in. Spans go to the exporter in batches.
+built directly as a ``ReadableSpan`` (no tracer, no context switch) and the tree is right
+whatever order events arrive in. Spans go to an exporter in batches, or one by one to a
+``SpanProcessor``'s ``on_end`` (the user's pipeline: their batch processor, scrubbing, tail
+sampling), always off the request path. Span kinds follow ``ckpt_events.span_kind_of``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import anyio.to_thread
 import msgspec
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEventRecord
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -43,6 +45,10 @@ from ckpt_events import (
     StepFinished,
     __version__,
     resolve_span_groups,
+    span_kind_of,
+)
+from ckpt_events import (
+    SpanKind as CkptSpanKind,
 )
 
 __all__ = ["SpanSink", "SpanSinkStats"]
@@ -52,16 +58,17 @@ logger: Final = logging.getLogger("sinks.otel")
 SCOPE: Final = InstrumentationScope("ckpt_events", __version__)
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSET: Final = Status(StatusCode.UNSET)
-_INTERNAL: Final = SpanKind.INTERNAL
+_KINDS: Final = {CkptSpanKind(k.name.lower()): k for k in SpanKind if k.name.lower() in set(CkptSpanKind)}
+DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _ERROR: Final = Outcome.ERROR.value
 _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
 class SpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``SpanSink``.
 
-    ``exported`` spans the exporter accepted; ``dropped`` spans lost to a failed or raising
-    export (or handed in after shutdown); ``unsampled`` events skipped by the root's
-    sampling decision; ``skipped`` events with no span (``renew``).
+    ``exported`` spans the exporter (or processor) took; ``dropped`` spans lost to a failed
+    or raising export or after shutdown; ``unsampled`` events skipped by the root's sampling
+    decision; ``skipped`` events with no span (``renew``).
     """
 
     exported: int
@@ -72,33 +79,50 @@ class SpanSinkStats(msgspec.Struct, frozen=True):
 
 
 class SpanSink:
-    """A bus sink that exports checkpoint spans to any OpenTelemetry ``SpanExporter``.
-
-    Spans are made only when ``span_groups`` resolves to a set containing ``checkpoint``;
-    otherwise the sink wants no events at all (``interests`` is empty), so emit sites stay
-    off. ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied
-    attributes. ``handle`` calls the exporter, which may block on the network, so by default
-    the bus runs it in a worker thread (``blocking``), gathering events for ``linger``
-    seconds first (as OpenTelemetry's batch processor waits before an export): each handoff
-    to a thread can cost the event loop a GIL switch interval, so a checkpoint's spans go
-    out in one batch after its operations, not in a dozen during them. ``flush()`` on the
-    bus does not wait for the linger. An exporter that raises or fails is counted and
-    logged once; it never raises out of ``handle``.
+    """A bus sink that turns checkpoint events into OpenTelemetry spans, for exactly one of
+    ``exporter`` (any ``SpanExporter``), ``processor`` (its ``on_end``) or ``tracer_provider``
+    (its span processors and resource). A processor or provider is the caller's: flushed at
+    close, never shut down. Spans are made only when ``span_groups`` contains ``checkpoint``
+    (else ``interests`` is empty and emit sites stay off). ``resource`` defaults to
+    ``Resource.create()`` named ``ckpt-events`` unless ``OTEL_SERVICE_NAME`` names it.
+    ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes.
+    ``handle`` may block, so the bus runs it in a worker thread (``blocking``) after
+    gathering events for ``linger`` seconds (each handoff to a thread can cost the loop a GIL
+    switch interval): a checkpoint's spans go out in one batch. ``bus.flush()`` skips linger.
+    ``export_timeout`` bounds ``force_flush`` and ``shutdown``. An exporter that raises or
+    fails is counted and logged once; it never raises out of ``handle``.
     """
 
     def __init__(
         self,
-        exporter: SpanExporter,
+        exporter: SpanExporter | None = None,
         *,
+        processor: SpanProcessor | None = None,
+        tracer_provider: TracerProvider | None = None,
         span_groups: str | Iterable[str] | None = "default,checkpoint",
         resource: Resource | None = None,
         redactor: Redactor | None = None,
         max_export_batch: int = 512,
         blocking: bool = True,
         linger: float = 1.0,
+        export_timeout: float = 30.0,
     ) -> None:
-        if not callable(getattr(exporter, "export", None)):
+        if sum(x is not None for x in (exporter, processor, tracer_provider)) != 1:
+            raise InvalidArgumentError("SpanSink needs exactly one of exporter, processor or tracer_provider")
+        if exporter is not None and not callable(getattr(exporter, "export", None)):
             raise InvalidArgumentError(f"exporter must be an OpenTelemetry SpanExporter, not {exporter!r}")
+        if tracer_provider is not None:
+            # The SDK keeps its processors in this attribute (no public getter); our spans go
+            # through exactly what the provider's own spans go through.
+            processor = getattr(tracer_provider, "_active_span_processor", None)
+            if processor is None:
+                raise InvalidArgumentError(
+                    f"tracer_provider must be an OpenTelemetry SDK TracerProvider, not {tracer_provider!r}"
+                )
+            if resource is None:
+                resource = tracer_provider.resource
+        if processor is not None and not callable(getattr(processor, "on_end", None)):
+            raise InvalidArgumentError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
         if (
             isinstance(max_export_batch, bool)
             or not isinstance(max_export_batch, int)
@@ -106,14 +130,16 @@ class SpanSink:
         ):
             raise InvalidArgumentError(f"max_export_batch must be a positive int, not {max_export_batch!r}")
         self.exporter = exporter
+        self.processor = processor
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
         self.interests: tuple[type, ...] = _FINISHED if self.enabled else ()
-        self.resource = resource if resource is not None else Resource.create()
+        self.resource = resource if resource is not None else _default_resource()
         self.redactor = redactor if redactor is not None else Redactor()
         self.max_export_batch = max_export_batch
         self.blocking = blocking
         self.linger = linger
+        self.export_timeout = export_timeout
         self._lock = threading.Lock()
         self._shutdown = False
         self._exported = 0
@@ -164,6 +190,9 @@ class SpanSink:
             if self._shutdown:
                 self._dropped += len(spans)
                 return
+            if self.exporter is None:
+                self._hand_over(spans)
+                return
             try:
                 result = self.exporter.export(spans)
             except Exception:
@@ -178,6 +207,20 @@ class SpanSink:
             else:
                 self._exported += len(spans)
 
+    def _hand_over(self, spans: list[ReadableSpan]) -> None:
+        assert self.processor is not None
+        on_end = self.processor.on_end
+        done = 0
+        try:
+            for span in spans:
+                on_end(span)
+                done += 1
+        except Exception:
+            self._dropped += len(spans) - done
+            self._export_failures += 1
+            self._log_failure("raised")
+        self._exported += done
+
     def _log_failure(self, how: str) -> None:
         # Logged once; later failures only count, so a dead collector cannot flood the log.
         if self._logged_failure:
@@ -185,32 +228,40 @@ class SpanSink:
         self._logged_failure = True
         logger.warning(
             "span exporter %s %s; spans are dropped and counted in SpanSink.stats(), not logged again",
-            type(self.exporter).__name__,
+            type(self.exporter if self.exporter is not None else self.processor).__name__,
             how,
             exc_info=how == "raised",
         )
 
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Flush the exporter (spans are handed over at the end of every batch already)."""
+    def force_flush(self, timeout_millis: int | None = None) -> bool:
+        """Flush the exporter or processor (spans are handed over at the end of every batch)."""
+        millis = int(self.export_timeout * 1000) if timeout_millis is None else timeout_millis
         with self._lock:
             if self._shutdown:
                 return True
             try:
-                return bool(self.exporter.force_flush(timeout_millis))
+                target = self.exporter if self.exporter is not None else self.processor
+                assert target is not None
+                return bool(target.force_flush(millis))
             except Exception:
                 self._log_failure("raised in force_flush")
                 return False
 
     def shutdown(self) -> None:
-        """Flush and shut the exporter down; later spans are dropped (counted). Idempotent."""
+        """Flush and shut the exporter down (a processor is only flushed: it is the caller's);
+        later spans are dropped (counted). Idempotent."""
         # Under the lock: handle() runs in a worker thread while shutdown() may come from another.
         with self._lock:
             if self._shutdown:
                 return
             self._shutdown = True
+            millis = int(self.export_timeout * 1000)
             try:
-                self.exporter.force_flush()
-                self.exporter.shutdown()
+                if self.exporter is not None:
+                    self.exporter.force_flush(millis)
+                    self.exporter.shutdown()
+                elif self.processor is not None:
+                    self.processor.force_flush(millis)
             except Exception:
                 self._log_failure("raised in shutdown")
 
@@ -231,6 +282,7 @@ class SpanSink:
     # -- span builders, one per event class --------------------------------------------------
 
     def _span(self, event: Any, name: str, attributes: dict[str, Any]) -> ReadableSpan:
+        kind = _KINDS[span_kind_of(event)]
         extra = event.attributes
         if extra:
             # Ours win over a user attribute of the same name; the rule redacts theirs.
@@ -275,7 +327,7 @@ class SpanSink:
             attributes,
             events,
             (),
-            _INTERNAL,
+            kind,
             None,
             status,
             event.start_ns,
@@ -327,6 +379,14 @@ class SpanSink:
             attributes[Attr.ID] = event.checkpoint_id
         _put(attributes, event, COLLECTION_END_ATTRS[event.action])
         return self._span(event, COLLECTION_SPANS[event.action], attributes)
+
+
+def _default_resource() -> Resource:
+    # Resource.create honours OTEL_SERVICE_NAME; only its unknown_service fallback is replaced.
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+    return resource
 
 
 def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:

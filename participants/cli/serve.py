@@ -10,6 +10,7 @@ show in process listings.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +46,16 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--inference-token-file",
         type=Path,
         help=f"model only: the worker's token (else ${ENV_INFERENCE_TOKEN})",
+    )
+    parser.add_argument(
+        "--sample-ratio",
+        type=float,
+        help="share of new traces sampled (default: from OTEL_TRACES_SAMPLER/_ARG, else 1.0)",
+    )
+    parser.add_argument(
+        "--otel-context",
+        action="store_true",
+        help="operations join the current OpenTelemetry span (e.g. under opentelemetry-instrument)",
     )
     parser.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
@@ -85,12 +96,21 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         )
     elif args.inference_url or args.inference_token_file:
         raise CommandError("--inference-url and --inference-token-file are for serve model only")
+    instance = args.instance or f"{args.kind}-0"
+    try:
+        ratio = sinks.sample_ratio_from_env(os.environ) if args.sample_ratio is None else args.sample_ratio
+    except CkptEventsError as exc:
+        raise CommandError(str(exc)) from None
+    if not 0.0 <= ratio <= 1.0:
+        raise CommandError(f"--sample-ratio must be between 0 and 1, not {ratio}")
     return create_app(
         args.kind,
-        instance=args.instance or f"{args.kind}-0",
+        instance=instance,
         token=token,
-        configure_sinks=sinks.configure,
+        configure_sinks=functools.partial(sinks.configure, service_instance_id=instance),
         lease_grace_seconds=args.lease_grace_seconds,
+        sample_ratio=ratio,
+        otel_context=args.otel_context,
         **options,
     )
 

@@ -40,6 +40,8 @@ def create_app(
     lease_grace_seconds: float = 600.0,
     inference_url: str | None = None,
     inference_token: str | None = None,
+    sample_ratio: float = 1.0,
+    otel_context: bool = False,
     **workload_options: Any,
 ) -> FastAPI:
     """A participant of ``kind`` (environment, model, agent or resources).
@@ -50,7 +52,9 @@ def create_app(
     lease watcher; run it (uvicorn does; in tests ``app.router.lifespan_context(app)``).
     Without the lifespan an expired lease is still noticed at the next control call.
     ``inference_url``/``inference_token`` are for the model kind; other kinds ignore them.
-    ``workload_options`` go to the kind's workload (e.g. ``step_seconds``).
+    ``workload_options`` go to the kind's workload (e.g. ``step_seconds``). ``sample_ratio``
+    and ``otel_context`` go to the participant's ``Telemetry`` (``otel_context``: operations
+    join the current OpenTelemetry span, e.g. FastAPI instrumentation's SERVER span).
     """
     participant_kind = coerce(Kind, kind)
     if participant_kind not in _WORKLOADS:
@@ -65,7 +69,13 @@ def create_app(
         raise InvalidArgumentError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
     own_bus = bus is None
     the_bus = Bus() if bus is None else bus
-    tel = Telemetry(the_bus, kind=participant_kind, instance=instance)
+    tel = Telemetry(
+        the_bus,
+        kind=participant_kind,
+        instance=instance,
+        sample_ratio=sample_ratio,
+        otel_context=otel_context,
+    )
     if participant_kind is Kind.MODEL:
         workload_options = {
             "inference_url": inference_url,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 
 from ckpt_events import ErrorCode, Telemetry
 from participants.errors import MalformedRequest, ProtocolRefusal, WorkError
@@ -38,7 +38,14 @@ from participants.protocol import (
 from participants.server.control import ControlPlane
 from participants.workloads.base import Episode, Workload
 
-__all__ = ["bearer_auth", "control_router", "install_error_handlers", "work_router"]
+__all__ = [
+    "Traceparent",
+    "bearer_auth",
+    "control_router",
+    "incoming_traceparent",
+    "install_error_handlers",
+    "work_router",
+]
 
 T = TypeVar("T")
 
@@ -59,6 +66,15 @@ def bearer_auth(token: str) -> Callable[[Request], Awaitable[None]]:
     return check
 
 
+def incoming_traceparent(traceparent: Annotated[str | None, Header()] = None) -> str | None:
+    """The dependency every control route reads the caller's W3C ``traceparent`` through."""
+    return traceparent
+
+
+#: A control route's ``traceparent`` parameter (the incoming header, or ``None``).
+Traceparent = Annotated[str | None, Depends(incoming_traceparent)]
+
+
 async def _body(request: Request, type: type[T]) -> T:
     value = decode(await request.body(), type)
     # Lets the one refusal handler attribute the refusal to its checkpoint.
@@ -75,39 +91,39 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
         return _json(await plane.status())
 
     @router.post("/prepare")
-    async def prepare(request: Request) -> Response:
+    async def prepare(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, PrepareRequest)
-        return _json(await plane.prepare(req, request.headers.get("traceparent")))
+        return _json(await plane.prepare(req, traceparent))
 
     @router.post("/renew")
-    async def renew(request: Request) -> Response:
+    async def renew(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, RenewRequest)
-        return _json(await plane.renew(req, request.headers.get("traceparent")))
+        return _json(await plane.renew(req, traceparent))
 
     @router.post("/commit")
-    async def commit(request: Request) -> Response:
+    async def commit(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, CommitRequest)
-        return _json(await plane.commit(req, request.headers.get("traceparent")))
+        return _json(await plane.commit(req, traceparent))
 
     @router.post("/restore")
-    async def restore(request: Request) -> Response:
+    async def restore(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, RestoreRequest)
-        return _json(await plane.restore(req, request.headers.get("traceparent")))
+        return _json(await plane.restore(req, traceparent))
 
     @router.post("/resume")
-    async def resume(request: Request) -> Response:
+    async def resume(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, ResumeRequest)
-        return _json(await plane.resume(req, request.headers.get("traceparent")))
+        return _json(await plane.resume(req, traceparent))
 
     @router.post("/retire")
-    async def retire(request: Request) -> Response:
+    async def retire(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, RetireRequest)
-        return _json(await plane.retire(req, request.headers.get("traceparent")))
+        return _json(await plane.retire(req, traceparent))
 
     @router.post("/forget")
-    async def forget(request: Request) -> Response:
+    async def forget(request: Request, traceparent: Traceparent) -> Response:
         req = await _body(request, ForgetRequest)
-        return _json(await plane.forget(req, request.headers.get("traceparent")))
+        return _json(await plane.forget(req, traceparent))
 
     return router
 

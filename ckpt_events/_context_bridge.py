@@ -1,0 +1,71 @@
+"""``ContextBridge``: the hook through which ``Telemetry`` joins another tracing context.
+
+The core imports no tracing library. A bridge (``sinks.otel_bridge.OtelContextBridge`` for
+OpenTelemetry) tells ``Telemetry`` the current span to parent an operation on, and makes
+the operation current while it is open, so the app's own spans nest under it. ``Telemetry``
+calls it only when built with ``otel_context``; the disabled path never reaches it.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ckpt_events._span_handles import OperationSpan
+
+if TYPE_CHECKING:
+    from ckpt_events._telemetry import Telemetry
+    from ckpt_events._vocab import Operation
+
+__all__ = ["BridgedOperationSpan", "ContextBridge"]
+
+
+@runtime_checkable
+class ContextBridge(Protocol):
+    """Reads and sets the current span of another tracing system."""
+
+    def current_parent(self) -> tuple[int, int, bool] | None:
+        """(trace id, span id, sampled) of the current span, or ``None`` if there is none."""
+        ...
+
+    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
+        """Make the span ``span_id`` of ``trace_id`` current; returns a token for ``detach``."""
+        ...
+
+    def detach(self, token: object) -> None:
+        """Undo the ``attach`` that returned ``token``."""
+        ...
+
+
+class BridgedOperationSpan(OperationSpan):
+    """An ``OperationSpan`` that is the bridge's current span while it is open."""
+
+    __slots__ = ("_bridge", "_token")
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        operation: Operation,
+        checkpoint_id: str | None,
+        trace_id: int,
+        parent_span_id: int | None,
+        parent_remote: bool,
+        sampled: bool,
+        bridge: ContextBridge,
+    ) -> None:
+        super().__init__(tel, operation, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._bridge = bridge
+        self._token: object = None
+
+    def __enter__(self) -> OperationSpan:
+        super().__enter__()
+        self._token = self._bridge.attach(self.trace_id, self.span_id, self.sampled)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._bridge.detach(self._token)
+        finally:
+            super().__exit__(exc_type, exc, tb)

@@ -1,0 +1,47 @@
+"""``LoggingSink``: checkpoint events as stdlib ``logging`` records, with W3C hex ids.
+
+Each event becomes one record whose message names the event, and whose ``extra`` carries
+``trace_id`` (32 lowercase hex digits) and ``span_id`` (16) where the event has them, as
+OpenTelemetry's logging integration spells them, plus ``ckpt_event`` (the event itself), so
+structlog, Logfire or an OTel logging handler take them as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from ckpt_events import BaseSink, InvalidArgumentError
+
+__all__ = ["LoggingSink"]
+
+DEFAULT_LOGGER: Final = "ckpt_events.events"
+
+
+class LoggingSink(BaseSink):
+    """A bus sink that logs every event to ``logger`` (default ``ckpt_events.events``) at ``level``.
+
+    Wants nothing when the logger would drop ``level`` at subscribe time, so emit sites stay off.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise InvalidArgumentError(f"logger must be a logging.Logger or None, not {logger!r}")
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise InvalidArgumentError(f"level must be a logging level int, not {level!r}")
+        self.logger = logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
+        self.level = level
+        if not self.logger.isEnabledFor(level):
+            self.interests = ()
+
+    def handle(self, batch: list[Any]) -> None:
+        """Log each event as one record."""
+        log = self.logger.log
+        level = self.level
+        for event in batch:
+            extra: dict[str, Any] = {"ckpt_event": event}
+            trace_id = getattr(event, "trace_id", None)
+            if trace_id is not None:
+                extra["trace_id"] = f"{trace_id:032x}"
+                extra["span_id"] = f"{event.span_id:016x}"
+            log(level, "%s %s/%s", type(event).__name__, event.kind, event.instance, extra=extra)

@@ -1,0 +1,140 @@
+"""OpenTelemetry parts from ``OtelSettings``: exporters, metric readers, the resource.
+
+Every setting is passed to the exporter's constructor explicitly, so the caller's
+``environ`` decides the endpoint, timeout, compression and headers. (The OTLP exporters
+still merge ``os.environ``'s header variables underneath ours; ours win per header.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ckpt_events import ConfigurationError
+from sinks._otel_env import OtelSettings, OtlpSettings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+__all__ = ["GRPC_EXTRA", "build_resource", "metric_readers_for", "span_exporters_for"]
+
+#: The optional dependency that brings OTLP over gRPC.
+GRPC_EXTRA = "ckpt-events[grpc]"
+
+
+def _grpc_missing(exc: ImportError) -> ConfigurationError:
+    return ConfigurationError(
+        f"OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc; "
+        f"install the grpc extra: pip install '{GRPC_EXTRA}' ({exc})"
+    )
+
+
+def _grpc_module(name: str) -> Any:
+    # Imported by name: the grpc extra is optional, and mypy runs without it.
+    try:
+        return importlib.import_module(f"opentelemetry.exporter.otlp.proto.grpc.{name}")
+    except ImportError as exc:
+        raise _grpc_missing(exc) from None
+
+
+def _otlp_kwargs(otlp: OtlpSettings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"endpoint": otlp.endpoint, "headers": dict(otlp.headers)}
+    if otlp.timeout_s is not None:
+        kwargs["timeout"] = otlp.timeout_s
+    if otlp.protocol == "grpc":
+        grpc = importlib.import_module("grpc")  # present whenever the grpc exporter is
+        if otlp.compression is not None:
+            kwargs["compression"] = {
+                "gzip": grpc.Compression.Gzip,
+                "deflate": grpc.Compression.Deflate,
+                "none": grpc.Compression.NoCompression,
+            }[otlp.compression]
+        kwargs["insecure"] = otlp.endpoint.startswith("http://")
+    elif otlp.compression is not None:
+        from opentelemetry.exporter.otlp.proto.http import Compression
+
+        kwargs["compression"] = Compression(otlp.compression)
+    return kwargs
+
+
+def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]:
+    """(name, exporter) for each trace exporter the settings ask for."""
+    exporters: list[tuple[str, SpanExporter]] = []
+    for name in settings.traces:
+        if name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            exporters.append(("console", ConsoleSpanExporter()))
+            continue
+        otlp = settings.traces_otlp
+        assert otlp is not None
+        if otlp.protocol == "grpc":
+            grpc_exporter = _grpc_module("trace_exporter")
+            exporters.append(("otlp", grpc_exporter.OTLPSpanExporter(**_otlp_kwargs(otlp))))
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporters.append(("otlp", OTLPSpanExporter(**_otlp_kwargs(otlp))))
+    return exporters
+
+
+def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
+    """A periodic reader for each metric exporter the settings ask for."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+
+    readers: list[MetricReader] = []
+    for name in settings.metrics:
+        exporter: MetricExporter
+        if name == "console":
+            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+            exporter = ConsoleMetricExporter()
+        else:
+            otlp = settings.metrics_otlp
+            assert otlp is not None
+            if otlp.protocol == "grpc":
+                exporter = _grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp))
+            else:
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+                exporter = OTLPMetricExporter(**_otlp_kwargs(otlp))
+        readers.append(
+            PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms)
+        )
+    return readers
+
+
+def build_resource(
+    settings: OtelSettings,
+    *,
+    service_name: str | None,
+    attributes: Mapping[str, str] | None,
+    instance_id: str | None,
+    default_service_name: str,
+) -> Resource:
+    """``Resource.create`` (so resource detectors run) with, winning in this order: the
+    arguments, then ``environ``'s ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``.
+    ``service.instance.id`` is ``instance_id`` or a fresh UUID, one per configured process."""
+    from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+
+    merged: dict[str, str] = dict(settings.resource_attributes)
+    if attributes is not None:
+        for key, val in attributes.items():
+            if not isinstance(key, str) or not isinstance(val, str | bool | int | float):
+                raise ConfigurationError(f"resource_attributes: bad entry {key!r}={val!r}")
+            merged[key] = val if isinstance(val, str) else str(val)
+    if service_name is not None:
+        if not isinstance(service_name, str) or not service_name.strip():
+            raise ConfigurationError(f"service_name must be a non-empty string, not {service_name!r}")
+        merged[SERVICE_NAME] = service_name.strip()
+    elif settings.service_name is not None:
+        merged[SERVICE_NAME] = settings.service_name
+    merged.setdefault(SERVICE_NAME, default_service_name)
+    if instance_id is not None:
+        merged[SERVICE_INSTANCE_ID] = instance_id
+    merged.setdefault(SERVICE_INSTANCE_ID, str(uuid.uuid4()))
+    return Resource.create(merged)

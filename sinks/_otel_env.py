@@ -1,0 +1,306 @@
+"""The standard OpenTelemetry environment, parsed once into a typed ``OtelSettings``.
+
+``read_otel_env(environ)`` reads only the mapping it is given (never ``os.environ`` behind the
+caller's back) and raises ``ConfigurationError`` naming the variable and what is valid for
+every bad value. ``configure`` turns the settings into sinks; ``serve`` reads the sampler.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from collections.abc import Mapping
+from typing import Final, Literal
+
+import msgspec
+
+from ckpt_events import ConfigurationError
+
+__all__ = [
+    "BatchSettings",
+    "OtelSettings",
+    "OtlpSettings",
+    "read_otel_env",
+    "sample_ratio_from_env",
+]
+
+Protocol = Literal["http/protobuf", "grpc"]
+ExporterName = Literal["otlp", "console"]
+
+PROTOCOLS: Final = ("http/protobuf", "http/json", "grpc")
+EXPORTERS: Final = ("otlp", "console", "none")
+COMPRESSIONS: Final = ("gzip", "deflate", "none")
+SAMPLERS: Final = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+#: Propagators we implement; ``baggage`` is accepted and ignored (we carry no baggage).
+PROPAGATORS_SUPPORTED: Final = ("tracecontext", "baggage", "none")
+DEFAULT_ENDPOINTS: Final = {"http/protobuf": "http://localhost:4318", "grpc": "http://localhost:4317"}
+SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
+DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
+
+
+class OtlpSettings(msgspec.Struct, frozen=True):
+    """One signal's OTLP exporter: full endpoint URL, protocol, headers, timeout, compression."""
+
+    endpoint: str
+    protocol: Protocol
+    headers: dict[str, str]
+    timeout_s: float | None
+    compression: str | None
+
+
+class BatchSettings(msgspec.Struct, frozen=True):
+    """``OTEL_BSP_*`` mapped onto the span sink: seconds and counts, ``None`` where unset."""
+
+    linger_s: float | None = None
+    max_export_batch: int | None = None
+    max_buffer: int | None = None
+    export_timeout_s: float | None = None
+
+
+class OtelSettings(msgspec.Struct, frozen=True):
+    """What the OpenTelemetry environment asks for.
+
+    ``traces`` / ``metrics`` name the exporters per signal (empty: that signal is off);
+    ``traces_otlp`` / ``metrics_otlp`` hold the OTLP settings when ``"otlp"`` is among them.
+    ``sample_ratio`` is the share of new traces sampled (``Telemetry(sample_ratio=...)``).
+    """
+
+    sdk_disabled: bool = False
+    traces: tuple[ExporterName, ...] = ()
+    metrics: tuple[ExporterName, ...] = ()
+    traces_otlp: OtlpSettings | None = None
+    metrics_otlp: OtlpSettings | None = None
+    batch: BatchSettings = BatchSettings()
+    sample_ratio: float = 1.0
+    service_name: str | None = None
+    resource_attributes: dict[str, str] = msgspec.field(default_factory=dict)
+    metric_interval_ms: int = DEFAULT_METRIC_INTERVAL_MS
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return None
+    return raw.strip()
+
+
+def _bad(name: str, value: str, valid: str) -> ConfigurationError:
+    return ConfigurationError(f"{name}={value!r} is not valid; {valid}")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    if raw.lower() not in choices:
+        raise _bad(name, raw, f"use one of {', '.join(choices)}")
+    return raw.lower()
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = _get(env, name)
+    if raw is None:
+        return False
+    if raw.lower() not in ("true", "false"):
+        raise _bad(name, raw, "use true or false")
+    return raw.lower() == "true"
+
+
+def _millis(env: Mapping[str, str], name: str, *, allow_zero: bool = True) -> int | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0 or (value == 0 and not allow_zero):
+        floor = "0" if allow_zero else "1"
+        raise _bad(name, raw, f"use a whole number of milliseconds >= {floor}")
+    return value
+
+
+def _count(env: Mapping[str, str], name: str) -> int | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise _bad(name, raw, "use a whole number >= 1")
+    return value
+
+
+def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
+    """``key=value`` pairs separated by commas, percent-decoded (headers, resource attributes)."""
+    raw = _get(env, name)
+    parsed: dict[str, str] = {}
+    if raw is None:
+        return parsed
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _bad(name, raw, f"use key=value pairs separated by commas (bad entry {item.strip()!r})")
+        parsed[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
+    return parsed
+
+
+def check_url(value: str, where: str) -> str:
+    """``value`` as an http(s) URL without a trailing slash, or ``ConfigurationError``."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{where} must be a URL string, not {value!r}")
+    parsed = urllib.parse.urlsplit(value.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigurationError(f"{where}={value!r} is not an http(s) URL such as 'http://127.0.0.1:4318'")
+    try:
+        parsed.port  # noqa: B018  # raises on a bad port
+    except ValueError:
+        raise ConfigurationError(f"{where}={value!r} has an invalid port") from None
+    return value.strip().rstrip("/")
+
+
+def _exporters(env: Mapping[str, str], name: str, has_endpoint: bool) -> tuple[ExporterName, ...]:
+    raw = _get(env, name)
+    if raw is None:
+        # Unset: OTLP only when an endpoint says where (so an empty environment stays off).
+        return ("otlp",) if has_endpoint else ()
+    names: list[ExporterName] = []
+    for item in raw.lower().split(","):
+        part = item.strip()
+        if part not in EXPORTERS:
+            raise _bad(name, raw, f"use a comma-separated list of {', '.join(EXPORTERS)}")
+        if part == "otlp":
+            names.append("otlp")
+        elif part == "console":
+            names.append("console")
+    return () if "none" in raw.lower() else tuple(dict.fromkeys(names))
+
+
+def _otlp(
+    env: Mapping[str, str], signal: str, endpoint_override: str | None, where_override: str
+) -> OtlpSettings:
+    upper = signal.upper()
+    prefix = f"OTEL_EXPORTER_OTLP_{upper}_"
+    protocol_var = prefix + "PROTOCOL" if _get(env, prefix + "PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    protocol = _choice(env, protocol_var, PROTOCOLS) or "http/protobuf"
+    if protocol == "http/json":
+        raise _bad(
+            protocol_var,
+            protocol,
+            "OpenTelemetry's Python OTLP exporter has no http/json; use http/protobuf or grpc",
+        )
+    path = SIGNAL_PATHS[signal] if protocol == "http/protobuf" else ""
+    if endpoint_override is not None:
+        endpoint = check_url(endpoint_override, where_override) + path
+    elif (own := _get(env, prefix + "ENDPOINT")) is not None:
+        endpoint = check_url(own, prefix + "ENDPOINT")  # per-signal: used as is
+    elif (base := _get(env, "OTEL_EXPORTER_OTLP_ENDPOINT")) is not None:
+        endpoint = check_url(base, "OTEL_EXPORTER_OTLP_ENDPOINT") + path
+    else:
+        endpoint = DEFAULT_ENDPOINTS[protocol] + path
+    headers_var = prefix + "HEADERS" if _get(env, prefix + "HEADERS") else "OTEL_EXPORTER_OTLP_HEADERS"
+    timeout_var = prefix + "TIMEOUT" if _get(env, prefix + "TIMEOUT") else "OTEL_EXPORTER_OTLP_TIMEOUT"
+    compression_var = (
+        prefix + "COMPRESSION" if _get(env, prefix + "COMPRESSION") else "OTEL_EXPORTER_OTLP_COMPRESSION"
+    )
+    timeout_ms = _millis(env, timeout_var, allow_zero=False)
+    return OtlpSettings(
+        endpoint=endpoint,
+        protocol="grpc" if protocol == "grpc" else "http/protobuf",
+        headers=_pairs(env, headers_var),
+        timeout_s=None if timeout_ms is None else timeout_ms / 1000,
+        compression=_choice(env, compression_var, COMPRESSIONS),
+    )
+
+
+def _sample_ratio(env: Mapping[str, str]) -> float:
+    sampler = _choice(env, "OTEL_TRACES_SAMPLER", SAMPLERS) or "parentbased_always_on"
+    if sampler.endswith("always_on"):
+        return 1.0
+    if sampler.endswith("always_off"):
+        return 0.0
+    raw = _get(env, "OTEL_TRACES_SAMPLER_ARG")
+    if raw is None:
+        return 1.0
+    try:
+        ratio = float(raw)
+    except ValueError:
+        ratio = math.nan
+    if not 0.0 <= ratio <= 1.0:
+        raise _bad("OTEL_TRACES_SAMPLER_ARG", raw, "use a probability between 0 and 1")
+    return ratio
+
+
+def sample_ratio_from_env(environ: Mapping[str, str]) -> float:
+    """The share of new traces to sample per ``OTEL_TRACES_SAMPLER`` / ``_ARG`` (default 1.0).
+
+    Our sampler is ``ParentBased(TraceIdRatioBased)``: a continued trace keeps its caller's
+    decision, so ``traceidratio`` and ``parentbased_*`` map onto the same ratio.
+    """
+    return _sample_ratio(environ)
+
+
+def _check_propagators(env: Mapping[str, str]) -> None:
+    raw = _get(env, "OTEL_PROPAGATORS")
+    if raw is None:
+        return
+    for part in raw.lower().split(","):
+        if part.strip() not in PROPAGATORS_SUPPORTED:
+            raise _bad(
+                "OTEL_PROPAGATORS",
+                raw,
+                "ckpt-events speaks W3C tracecontext only; use tracecontext (baggage is ignored)",
+            )
+
+
+def read_otel_env(
+    env: Mapping[str, str],
+    *,
+    otlp_endpoint: str | None = None,
+) -> OtelSettings:
+    """Parse the OpenTelemetry variables of ``env``; ``otlp_endpoint`` (an argument) wins
+    over every endpoint variable and is a base URL (signal paths are appended)."""
+    _check_propagators(env)
+    sampler_ratio = _sample_ratio(env)
+    service = _get(env, "OTEL_SERVICE_NAME")
+    attributes = _pairs(env, "OTEL_RESOURCE_ATTRIBUTES")
+    interval = _millis(env, "OTEL_METRIC_EXPORT_INTERVAL", allow_zero=False)
+    delay = _millis(env, "OTEL_BSP_SCHEDULE_DELAY")
+    export_timeout = _millis(env, "OTEL_BSP_EXPORT_TIMEOUT", allow_zero=False)
+    batch = BatchSettings(
+        linger_s=None if delay is None else delay / 1000,
+        max_export_batch=_count(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
+        max_buffer=_count(env, "OTEL_BSP_MAX_QUEUE_SIZE"),
+        export_timeout_s=None if export_timeout is None else export_timeout / 1000,
+    )
+    if _bool(env, "OTEL_SDK_DISABLED"):
+        return OtelSettings(sdk_disabled=True, sample_ratio=sampler_ratio)
+    base = otlp_endpoint is not None or _get(env, "OTEL_EXPORTER_OTLP_ENDPOINT") is not None
+    traces = _exporters(
+        env, "OTEL_TRACES_EXPORTER", base or bool(_get(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+    )
+    metrics = _exporters(
+        env, "OTEL_METRICS_EXPORTER", base or bool(_get(env, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
+    )
+    return OtelSettings(
+        traces=traces,
+        metrics=metrics,
+        traces_otlp=_otlp(env, "traces", otlp_endpoint, "otlp_endpoint") if "otlp" in traces else None,
+        metrics_otlp=_otlp(env, "metrics", otlp_endpoint, "otlp_endpoint") if "otlp" in metrics else None,
+        batch=batch,
+        sample_ratio=sampler_ratio,
+        service_name=service,
+        resource_attributes=attributes,
+        metric_interval_ms=DEFAULT_METRIC_INTERVAL_MS if interval is None else interval,
+    )

@@ -1,0 +1,37 @@
+"""LoggingSink: events as stdlib logging records carrying hex trace and span ids."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from ckpt_events import Bus, Telemetry
+from sinks import LoggingSink
+
+
+async def test_records_carry_hex_ids(caplog: pytest.LogCaptureFixture) -> None:
+    """Each event is a record; span events carry trace_id (32 hex) and span_id (16 hex)."""
+    caplog.set_level(logging.INFO, logger="ckpt_events.events")
+    async with Bus() as bus:
+        bus.subscribe(LoggingSink())
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        with tel.operation("resume") as op:
+            pass
+        tel.refused("unauthorized")
+    records = [r for r in caplog.records if r.name == "ckpt_events.events"]
+    names = [r.getMessage().split()[0] for r in records]
+    assert names == ["OperationStarted", "OperationFinished", "Refused"]
+    finished = records[1]
+    assert finished.trace_id == f"{op.trace_id:032x}"  # type: ignore[attr-defined]
+    assert finished.span_id == f"{op.span_id:016x}"  # type: ignore[attr-defined]
+    assert not hasattr(records[2], "trace_id")
+
+
+async def test_a_silenced_logger_keeps_sites_off() -> None:
+    """A logger that would drop the level wants no events, so Telemetry stays disabled."""
+    logger = logging.getLogger("test.silenced")
+    logger.setLevel(logging.ERROR)
+    async with Bus() as bus:
+        bus.subscribe(LoggingSink(logger))
+        assert not Telemetry(bus, kind="agent", instance="a0").enabled

@@ -1,0 +1,234 @@
+"""The OpenTelemetry environment: every standard variable configure() honours, and bad values."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ckpt_events import Bus, ConfigurationError, Telemetry
+from sinks import configure
+from sinks._otel_env import read_otel_env, sample_ratio_from_env
+from tests.sinks.helpers import metric_points
+
+BASE = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+
+
+def _endpoint(sink: object) -> str:
+    return str(sink.exporter._endpoint)  # type: ignore[attr-defined]
+
+
+async def test_sdk_disabled_subscribes_nothing() -> None:
+    """OTEL_SDK_DISABLED=true: an endpoint is set, yet nothing is subscribed and sites stay off."""
+    async with Bus() as bus:
+        configured = configure(bus, environ={**BASE, "OTEL_SDK_DISABLED": "true"})
+        assert configured.subscriptions == ()
+        assert not Telemetry(bus, kind="agent", instance="a0").enabled
+
+
+@pytest.mark.parametrize(
+    ("environ", "endpoint"),
+    [
+        (BASE, "http://127.0.0.1:4318/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/custom"}, "http://127.0.0.1:9/custom"),
+        (
+            {**BASE, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/custom"},
+            "http://127.0.0.1:9/custom",
+        ),
+    ],
+)
+async def test_trace_endpoint_rules(environ: dict[str, str], endpoint: str) -> None:
+    """The base gets /v1/traces appended; a per-signal endpoint is used as is and wins."""
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as configured:
+            assert configured.span_sink is not None
+            assert _endpoint(configured.span_sink) == endpoint
+
+
+def test_metrics_endpoint_alone_asks_for_metrics_only() -> None:
+    """OTEL_EXPORTER_OTLP_METRICS_ENDPOINT alone: an OTLP metric exporter, used as is, no traces."""
+    settings = read_otel_env({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://127.0.0.1:9/m"})
+    assert settings.traces == () and settings.metrics == ("otlp",)
+    assert settings.metrics_otlp is not None and settings.metrics_otlp.endpoint == "http://127.0.0.1:9/m"
+
+
+async def test_exporter_names() -> None:
+    """OTEL_TRACES_EXPORTER=console and OTEL_METRICS_EXPORTER=none: console spans, no metrics."""
+    environ = {**BASE, "OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as configured:
+            assert [s.name for s in configured.subscriptions] == ["otel-spans"]
+            assert configured.span_sink is not None
+            assert isinstance(configured.span_sink.exporter, ConsoleSpanExporter)
+    settings = read_otel_env({"OTEL_METRICS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "none"})
+    assert settings.metrics == ("console",) and settings.traces == ()
+    from sinks._otel_build import metric_readers_for
+
+    (reader,) = metric_readers_for(settings)
+    assert isinstance(reader._exporter, ConsoleMetricExporter)  # type: ignore[attr-defined]
+
+
+async def test_headers_timeout_compression_come_from_environ() -> None:
+    """Per-signal headers/timeout/compression win over the base ones and reach the exporter."""
+    environ = {
+        **BASE,
+        "OTEL_EXPORTER_OTLP_HEADERS": "a=1,b=base",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "b=traces%20only",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "2500",
+        "OTEL_EXPORTER_OTLP_COMPRESSION": "none",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip",
+    }
+    settings = read_otel_env(environ)
+    assert settings.traces_otlp is not None and settings.metrics_otlp is not None
+    assert settings.traces_otlp.headers == {"b": "traces only"}
+    assert settings.metrics_otlp.headers == {"a": "1", "b": "base"}
+    assert settings.traces_otlp.timeout_s == 2.5
+    assert (settings.traces_otlp.compression, settings.metrics_otlp.compression) == ("gzip", "none")
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as configured:
+            assert configured.span_sink is not None
+            client = configured.span_sink.exporter._client  # type: ignore[union-attr]
+            assert client._headers["b"] == "traces only"
+            assert client._timeout == 2.5
+            assert configured.span_sink.exporter._compression.value == "gzip"  # type: ignore[union-attr]
+
+
+async def test_grpc_without_the_extra_names_it() -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc: base endpoint used as is; without the extra, an error names it."""
+    environ = {**BASE, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    settings = read_otel_env(environ)
+    assert settings.traces_otlp is not None and settings.traces_otlp.endpoint == "http://127.0.0.1:4318"
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None:
+        pytest.skip("the grpc extra is installed")
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match=r"ckpt-events\[grpc\]"):
+            configure(bus, environ=environ)
+
+
+async def test_bsp_variables_map_onto_the_span_sink() -> None:
+    """OTEL_BSP_* become the span sink's linger, batch, buffer and export timeout."""
+    exporter = InMemorySpanExporter()
+    environ = {
+        "OTEL_BSP_SCHEDULE_DELAY": "250",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "2",
+        "OTEL_BSP_EXPORT_TIMEOUT": "7000",
+    }
+    async with Bus() as bus:
+        async with configure(bus, span_exporter=exporter, environ=environ) as configured:
+            sink = configured.span_sink
+            assert sink is not None
+            assert (sink.linger, sink.max_export_batch, sink.export_timeout) == (0.25, 64, 7.0)
+            tel = Telemetry(bus, kind="agent", instance="a0")
+            for _ in range(5):  # no await between: the 2-event buffer overflows
+                with tel.operation("resume"):
+                    pass
+            (stats,) = [s for s in bus.stats().sinks if s.name == "otel-spans"]
+            assert stats.dropped == 3
+    assert len(exporter.get_finished_spans()) == 2
+
+
+@pytest.mark.parametrize(
+    ("sampler", "arg", "ratio"),
+    [
+        ("always_on", None, 1.0),
+        ("always_off", None, 0.0),
+        ("parentbased_always_off", None, 0.0),
+        ("parentbased_always_on", "0.2", 1.0),
+        ("traceidratio", "0.25", 0.25),
+        ("parentbased_traceidratio", "0.5", 0.5),
+        (None, None, 1.0),
+    ],
+)
+async def test_sampler_variables_give_the_ratio(sampler: str | None, arg: str | None, ratio: float) -> None:
+    """OTEL_TRACES_SAMPLER / _ARG become Configured.sample_ratio (what Telemetry takes)."""
+    environ = {}
+    if sampler is not None:
+        environ["OTEL_TRACES_SAMPLER"] = sampler
+    if arg is not None:
+        environ["OTEL_TRACES_SAMPLER_ARG"] = arg
+    assert sample_ratio_from_env(environ) == ratio
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as configured:
+            assert configured.sample_ratio == ratio
+
+
+async def test_resource_is_created_with_an_instance_id() -> None:
+    """Resource.create runs (sdk attributes present); service.instance.id set per instance."""
+    exporter = InMemorySpanExporter()
+    async with Bus() as bus:
+        async with configure(bus, span_exporter=exporter, service_instance_id="agent-3", environ={}):
+            with Telemetry(bus, kind="agent", instance="agent-3").operation("resume"):
+                pass
+    (span,) = exporter.get_finished_spans()
+    attributes = span.resource.attributes
+    assert attributes["service.instance.id"] == "agent-3"
+    assert attributes["service.name"] == "ckpt-events"
+    assert attributes["telemetry.sdk.language"] == "python"
+
+
+async def test_given_providers_are_used_not_built() -> None:
+    """tracer_provider: spans go through its processors with its resource; meter_provider: used, not shut."""
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracer_provider = TracerProvider(resource=Resource.create({"service.name": "the-app"}))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    meter_provider = MeterProvider(metric_readers=[reader])
+    async with Bus() as bus:
+        async with configure(
+            bus, tracer_provider=tracer_provider, meter_provider=meter_provider, environ=BASE
+        ) as configured:
+            assert configured.meter_provider is None
+            with Telemetry(bus, kind="model", instance="m0").operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            assert "gym.checkpoint.operation_duration_ms" in metric_points(reader)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "gym.checkpoint.commit"
+    assert span.resource.attributes["service.name"] == "the-app"
+    assert metric_points(reader)  # the caller's provider is still alive
+    meter_provider.shutdown()
+    tracer_provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_SDK_DISABLED", "yes"),
+        ("OTEL_TRACES_EXPORTER", "zipkin"),
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "novalue"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "-1"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "many"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "0"),
+        ("OTEL_TRACES_SAMPLER", "jaeger_remote"),
+        ("OTEL_TRACES_SAMPLER_ARG", "1.5"),
+        ("OTEL_PROPAGATORS", "tracecontext,b3"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "justakey"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0"),
+    ],
+)
+def test_bad_values_name_the_variable_on_one_line(name: str, value: str) -> None:
+    """Every bad value: ConfigurationError naming the variable, on one line."""
+    environ = {**BASE, name: value}
+    if name == "OTEL_TRACES_SAMPLER_ARG":
+        environ["OTEL_TRACES_SAMPLER"] = "traceidratio"
+    with pytest.raises(ConfigurationError, match=name) as info:
+        read_otel_env(environ)
+    assert "\n" not in str(info.value)
+
+
+def test_propagators_tracecontext_and_baggage_are_accepted() -> None:
+    """OTEL_PROPAGATORS=tracecontext,baggage is accepted (baggage ignored)."""
+    read_otel_env({"OTEL_PROPAGATORS": "tracecontext,baggage"})
