@@ -36,7 +36,7 @@ _FLAGS: Final = struct.Struct("<I")
 _FIXED64: Final = struct.Struct("<Q")
 
 
-def _varint(value: int) -> bytes:
+def _varint_of(value: int) -> bytes:
     if value < 0:
         value += 1 << 64  # int64 as two's complement, ten bytes
     out = bytearray()
@@ -45,6 +45,13 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_SMALL_VARINTS: Final = tuple(_varint_of(n) for n in range(1 << 14))
+
+
+def _varint(value: int) -> bytes:
+    return _SMALL_VARINTS[value] if 0 <= value < 16384 else _varint_of(value)
 
 
 def _field(tag: int, payload: bytes) -> bytes:
@@ -97,6 +104,7 @@ class SpanEncoder:
         self._resource = resource  # ResourceSpans field 1
         self._scope = scope  # ScopeSpans field 1
         self._pairs: dict[tuple[str, type, object], bytes] = {}
+        self._names: dict[tuple[str, SpanKind], bytes] = {}  # Span fields 5 and 6, per name and kind
         self._json_resource = {"attributes": _json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
@@ -138,8 +146,13 @@ class SpanEncoder:
             parts.append(parent.to_bytes(8, "big"))
             if event.parent_remote:
                 flags |= _IS_REMOTE
-        parts.append(_field(0x2A, name.encode()))
-        parts.append(b"\x30" + _varint(_KIND[span_kind_of(event)]))
+        kind = span_kind_of(event)
+        name_and_kind = self._names.get((name, kind))
+        if name_and_kind is None:
+            name_and_kind = self._names[name, kind] = (
+                _field(0x2A, name.encode()) + b"\x30" + _varint(_KIND[kind])
+            )
+        parts.append(name_and_kind)
         parts.append(_TIMES.pack(0x39, event.start_ns, 0x41, event.end_ns))
         for key, value in attributes.items():
             parts.append(pair(key, value))
@@ -157,7 +170,8 @@ class SpanEncoder:
             description = f"{error_type}: {message}" if message else error_type
             parts.append(_field(0x7A, _field(0x12, description.encode()) + b"\x18" + _varint(_STATUS_ERROR)))
         parts.append(b"\x85\x01" + _FLAGS.pack(flags))
-        return _field(0x12, b"".join(parts))
+        span = b"".join(parts)
+        return b"\x12" + _varint(len(span)) + span
 
     # -- JSON --------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ _INTERNAL: Final = SpanKind.INTERNAL
 _ERROR: Final = Outcome.ERROR.value
 _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
+
 class SpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``SpanSink``.
 
