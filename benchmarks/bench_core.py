@@ -77,13 +77,19 @@ def bench_off_path(quick: bool) -> dict[str, Any]:
     try:
         site_allocs: float | None = calls_per_run(site, nothing_site)
         guard_allocs: float | None = calls_per_run(guard, _f)
+        # Absolute: what the three ``with`` statements of any site cost the allocator (the
+        # do-nothing CM site), and what the disabled site costs in all.
+        site_total: float | None = calls_per_run(site, _f)
+        with_statements: float | None = calls_per_run(nothing_site, _f)
     except AllocCounterUnavailable:
-        site_allocs = guard_allocs = None
+        site_allocs = guard_allocs = site_total = with_statements = None
     return {
         "disabled_site_ns": site_ns,
         "nullcontext_site_ns": null_ns,
         "site_vs_nullcontext": site_ns / null_ns,
         "site_alloc_calls_beyond_do_nothing_cm": site_allocs,
+        "site_alloc_calls": site_total,
+        "three_with_statements_alloc_calls": with_statements,
         "enabled_guard_ns": guard_ns,
         "empty_call_ns": call_ns,
         "guard_vs_empty_call": guard_ns / call_ns,
@@ -214,6 +220,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             allocs,
             "== 0",
             allocs == 0 if allocs is not None else None,
+        ),
+        ("disabled site: allocator calls in all", off["site_alloc_calls"], "", None),
+        (
+            "do-nothing CM site (its three `with`s): allocator calls",
+            off["three_with_statements_alloc_calls"],
+            "",
+            None,
         ),
         (
             "`if tel.enabled:` / empty function call",

@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import secrets
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -200,53 +204,75 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-async def _measure(quick: bool) -> dict[str, Any]:
-    sizes = (1_000, 4_000) if quick else (1_000, 4_000, 16_000)
-    pairs = 5 if quick else 9
-    figures: dict[str, Any] = {"sizes": {}, "pairs": pairs}
+async def _measure_size(n: int, pairs: int, peak: bool) -> dict[str, Any]:
+    """Every figure of one size (and the peak memory when ``peak``), in this process."""
     # tmpfs when there is one: fsync latency on a shared disk varies by more than the
     # difference measured here; the telemetry's cost is CPU either way.
     base = "/dev/shm" if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="ckpt-scale-", dir=base) as tmp:
         workdir = Path(tmp)
-        for n in sizes:
-            runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-            ratios: list[float] = []
-            cpu_ratios: list[float] = []
-            for pair in range(pairs):
-                # Alternate which goes first, so a drift in machine load cancels out.
-                order = ("off", "on") if pair % 2 == 0 else ("on", "off")
-                got = {mode: await _one(n, mode == "on", workdir) for mode in order}
-                for mode, run in got.items():
-                    runs[mode].append(run)
-                total = {m: got[m]["commit_s"] + got[m]["restore_s"] for m in got}
-                ratios.append(total["on"] / total["off"])
-                cpu_ratios.append(got["on"]["cpu_s"] / got["off"]["cpu_s"])
-            sink_cpu = await _sink_cpu(workdir / "events.jsonl") / pairs
-            (workdir / "events.jsonl").unlink()
-            off_total = _median([r["commit_s"] + r["restore_s"] for r in runs["off"]])
-            figures["sizes"][n] = {
-                "off": {k: _median([r[k] for r in runs["off"]]) for k in ("commit_s", "restore_s")},
-                "on": {k: _median([r[k] for r in runs["on"]]) for k in ("commit_s", "restore_s")},
-                "ratio_median_of_pairs": _median(ratios),
-                "ratio_pairs": ratios,
-                "cpu_ratio_median_of_pairs": _median(cpu_ratios),
-                "cpu_ratio_pairs": cpu_ratios,
-                "sink_cpu_s_per_run": sink_cpu,
-                "sink_cpu_share": sink_cpu / off_total,
-                "records": runs["on"][-1]["records"],
-                "bytes": runs["on"][-1]["bytes"],
-                "events_per_run": runs["on"][-1]["events_delivered"] // 3,
-            }
-        largest = sizes[-1]
-        figures["largest"] = largest
-        figures["peak_memory_bytes"] = await _peak_memory(largest, workdir)
+        runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+        ratios: list[float] = []
+        cpu_ratios: list[float] = []
+        for pair in range(pairs):
+            # Alternate which goes first, so a drift in machine load cancels out.
+            order = ("off", "on") if pair % 2 == 0 else ("on", "off")
+            got = {mode: await _one(n, mode == "on", workdir) for mode in order}
+            for mode, run in got.items():
+                runs[mode].append(run)
+            total = {m: got[m]["commit_s"] + got[m]["restore_s"] for m in got}
+            ratios.append(total["on"] / total["off"])
+            cpu_ratios.append(got["on"]["cpu_s"] / got["off"]["cpu_s"])
+        sink_cpu = await _sink_cpu(workdir / "events.jsonl") / pairs
+        (workdir / "events.jsonl").unlink()
+        off_total = _median([r["commit_s"] + r["restore_s"] for r in runs["off"]])
+        figures = {
+            "off": {k: _median([r[k] for r in runs["off"]]) for k in ("commit_s", "restore_s")},
+            "on": {k: _median([r[k] for r in runs["on"]]) for k in ("commit_s", "restore_s")},
+            "ratio_median_of_pairs": _median(ratios),
+            "ratio_pairs": ratios,
+            "cpu_ratio_median_of_pairs": _median(cpu_ratios),
+            "cpu_ratio_pairs": cpu_ratios,
+            "sink_cpu_s_per_run": sink_cpu,
+            "sink_cpu_share": sink_cpu / off_total,
+            "records": runs["on"][-1]["records"],
+            "bytes": runs["on"][-1]["bytes"],
+            "events_per_run": runs["on"][-1]["events_delivered"] // 3,
+        }
+        if peak:
+            figures["peak_memory_bytes"] = await _peak_memory(n, workdir)
+    return figures
+
+
+def _measure(quick: bool) -> dict[str, Any]:
+    """Each size in its own process: nothing one size leaves alive (FastAPI's route caches keep
+    every fleet's apps) weighs on the next."""
+    sizes = (1_000, 4_000) if quick else (1_000, 4_000, 16_000)
+    pairs = 5 if quick else 9
+    figures: dict[str, Any] = {"sizes": {}, "pairs": pairs, "largest": sizes[-1]}
+    module = __spec__.name if __spec__ is not None else __name__
+    for n in sizes:
+        command = [sys.executable, "-m", module, "--one-size", str(n), "--pairs", str(pairs)]
+        if n == sizes[-1]:
+            command.append("--peak")
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            check=True,
+            timeout=3600,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        one = json.loads(done.stdout.decode().strip().splitlines()[-1])  # the last line is the figures
+        peak = one.pop("peak_memory_bytes", None)
+        if peak is not None:
+            figures["peak_memory_bytes"] = peak
+        figures["sizes"][n] = one
     return figures
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Run the scale benchmark; returns the figures and the rows of the ratio table."""
-    figures = anyio.run(_measure, quick)
+    figures = _measure(quick)
     sizes = figures["sizes"]
     largest = figures["largest"]
     top = sizes[largest]
@@ -284,7 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="1,000 and 4,000 rollouts only")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument("--one-size", type=int, help=argparse.SUPPRESS)  # a child process's size
+    parser.add_argument("--pairs", type=int, default=9, help=argparse.SUPPRESS)
+    parser.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one_size is not None:
+        print(json.dumps(anyio.run(_measure_size, args.one_size, args.pairs, args.peak)))
+        return 0
     result = run(args.quick)
     rows = result.pop("rows")
     report.print_table("ckpt-events scale: commit and restore, telemetry off vs all sinks", rows)

@@ -142,7 +142,9 @@ class StepSpan(_Span):
         self._records = self._bytes = self._calls = self._cut_prefix = self._cut_failure = None
 
     def __enter__(self) -> StepSpan:
-        self._start(StepStarted, self.step)
+        self.start_ns = time_ns()
+        if self._tel._step_started_on:
+            self._start(StepStarted, self.step)
         return self
 
     def __exit__(
@@ -150,7 +152,7 @@ class StepSpan(_Span):
     ) -> None:
         end_ns = time_ns()
         tel = self._tel
-        if StepFinished in tel.bus._routes:
+        if tel._step_finished_on:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
             else:
@@ -233,13 +235,23 @@ class OperationSpan(_Span):
         parent_remote: bool,
         sampled: bool,
     ) -> None:
-        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        # Identity inline, not through _identify(): this runs once per span on the request path.
+        self._tel = tel
+        self.checkpoint_id = checkpoint_id
+        self.trace_id = trace_id
+        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.parent_span_id = parent_span_id
+        self.parent_remote = parent_remote
+        self.sampled = sampled
+        self._attributes = None
         self.operation = operation
         self._records = self._bytes = self._blockers = self._episodes = self._rollouts = None
         self._phase: Phase | None = None
 
     def __enter__(self) -> OperationSpan:
-        self._start(OperationStarted, self.operation)
+        self.start_ns = time_ns()
+        if self._tel._operation_started_on:
+            self._start(OperationStarted, self.operation)
         return self
 
     def __exit__(
@@ -247,7 +259,7 @@ class OperationSpan(_Span):
     ) -> None:
         end_ns = time_ns()
         tel = self._tel
-        if OperationFinished in tel.bus._routes:
+        if tel._operation_finished_on:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
             else:
@@ -280,6 +292,8 @@ class OperationSpan(_Span):
 
     def step(self, step: Step | str) -> StepSpan:
         """A child span for one step of this operation."""
+        if not self._tel._step_on:
+            return self._tel._no_step(step)
         try:
             member = _STEPS[step]
         except (KeyError, TypeError):

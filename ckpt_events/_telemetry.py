@@ -32,8 +32,8 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
-from ckpt_events._span_handles import OperationSpan, _Span
+from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP
+from ckpt_events._span_handles import OperationSpan, StepSpan, _Span
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
     CollectionAction,
@@ -42,6 +42,7 @@ from ckpt_events._vocab import (
     Kind,
     Operation,
     Phase,
+    Step,
     check_name,
     coerce,
 )
@@ -56,6 +57,7 @@ _OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
 _CODES: Final = frozenset(c.value for c in ErrorCode)
 _PHASES: Final = frozenset(p.value for p in Phase)
 _DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
+_STEPS: Final = frozenset(s.value for s in Step)
 _MAX_RATIO_BOUND: Final = 1 << 64
 #: Entry-point group of context bridges; ``otel_context=True`` loads the one named ``opentelemetry``.
 BRIDGE_GROUP: Final = "ckpt_events.context_bridges"
@@ -93,9 +95,14 @@ class Telemetry:
         "_cut_on",
         "_lease_on",
         "_not_ready_on",
+        "_operation_finished_on",
         "_operation_on",
+        "_operation_started_on",
         "_ratio_bound",
         "_refused_on",
+        "_step_finished_on",
+        "_step_on",
+        "_step_started_on",
         "bus",
         "enabled",
         "instance",
@@ -141,9 +148,14 @@ class Telemetry:
     def _interest_changed(self) -> None:
         """Recompute the on/off flags from the bus's routing table (the bus calls this)."""
         wants = self.bus.wants
-        self._operation_on = any(
-            wants(t) for t in (OperationStarted, OperationFinished, StepStarted, StepFinished)
-        )
+        # One flag per event type the live handles read on every span (an attribute read,
+        # not a routing-table lookup); steps off (say, metrics only) means no step handles.
+        self._operation_started_on = wants(OperationStarted)
+        self._operation_finished_on = wants(OperationFinished)
+        self._step_started_on = wants(StepStarted)
+        self._step_finished_on = wants(StepFinished)
+        self._step_on = self._step_started_on or self._step_finished_on
+        self._operation_on = self._operation_started_on or self._operation_finished_on or self._step_on
         self._coordinate_on = any(
             wants(t) for t in (CoordinateStarted, CoordinateFinished, StageStarted, StageFinished)
         )
@@ -166,6 +178,17 @@ class Telemetry:
         return f"Telemetry(kind={self.kind.value!r}, instance={self.instance!r}, enabled={self.enabled})"
 
     # -- spans -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _no_step(step: Step | str) -> StepSpan:
+        """The do-nothing step for a live operation whose steps no sink wants."""
+        try:
+            if step in _STEPS:
+                return NOOP_STEP
+        except TypeError:
+            pass
+        coerce(Step, step)  # raises UnknownNameError naming the valid steps
+        return NOOP_STEP
 
     def _context(self, traceparent: str | None, parent: _Span | None) -> tuple[int, int | None, bool, bool]:
         """(trace id, parent span id, parent is remote, sampled) for a new span."""

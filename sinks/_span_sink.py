@@ -63,6 +63,7 @@ DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _ERROR: Final = Outcome.ERROR.value
 _FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
+
 class SpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``SpanSink``.
 

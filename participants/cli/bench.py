@@ -23,7 +23,9 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("benchmark-results.json"),
         help="where to write the figures",
     )
-    parser.add_argument("--only", choices=("core", "sinks", "scale"), action="append", help="run only these")
+    parser.add_argument(
+        "--only", choices=("core", "sinks", "otlp", "scale", "server"), action="append", help="run only these"
+    )
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -32,7 +34,7 @@ def _bench(args: argparse.Namespace) -> int:
     import importlib
 
     report = importlib.import_module("ckpt_events_bench.report")
-    chosen = args.only or ["core", "sinks", "scale"]
+    chosen = args.only or ["core", "sinks", "otlp", "scale"]
     rows: list[Any] = []
     figures: dict[str, Any] = {}
     for name in chosen:

@@ -37,6 +37,7 @@ from participants.protocol import (
     StatusReply,
     encode,
 )
+from participants.server.gc_pause import freeze, gc_paused
 from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from participants.server.store import WriteStop, read_checkpoint, write_checkpoint
 from participants.workloads.base import Record
@@ -53,8 +54,7 @@ S = TypeVar("S")  # the workload's episode state, carried from check_record to i
 T = TypeVar("T")
 
 
-def _refuse(code: ErrorCode, detail: str) -> ProtocolRefusal:
-    return ProtocolRefusal(code, detail)
+_refuse: Final = ProtocolRefusal
 
 
 class ControlPlane(Generic[S]):
@@ -257,12 +257,12 @@ class ControlPlane(Generic[S]):
                     self._extend_lease(req.deadline_ts)
                     if not self.workload.report().ready:
                         raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
-                    with o.step("export") as s:
+                    with o.step("export") as s, gc_paused():
                         records = self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
                         s.set(records=len(records))
                     stop = self._stop
-                with o.step("write") as s, store_refusals():
+                with o.step("write") as s, store_refusals(), gc_paused():
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
                             write_checkpoint,
@@ -317,7 +317,7 @@ class ControlPlane(Generic[S]):
                     raise _refuse(
                         ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
                     )
-                with o.step("read") as s, store_refusals():
+                with o.step("read") as s, store_refusals(), gc_paused():
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
                             read_checkpoint,
@@ -332,9 +332,10 @@ class ControlPlane(Generic[S]):
                     states = [self.workload.check_record(r) for r in chosen]
                     s.set(records=len(result.records), bytes=result.bytes)
                 self.workload.close_admission()
-                with o.step("install") as s:
+                with o.step("install") as s, gc_paused():
                     restored = self.workload.install(chosen, states)
                     s.set(records=len(chosen))
+                freeze()  # the installed state stays: later collections need not scan it
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
                 self._stop = WriteStop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ckpt_events import (
+    Bus,
     CollectionFinished,
     CoordinateFinished,
     Disposition,
@@ -286,3 +287,23 @@ async def test_started_event_precedes_work_for_live_views() -> None:
         with tel.operation("prepare"):
             tel.refused("admission_closed")
     assert [type(e) for e in events] == [OperationStarted, Refused, OperationFinished]
+
+
+async def test_operations_without_step_interest_build_no_step_handles() -> None:
+    """A sink wanting only finished operations (metrics) gets them; steps are the no-op handle."""
+    async with Bus() as bus:
+        sink = MemorySink(interests=[OperationFinished])
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            step = op.step("write")
+            with step:
+                step.set(records=1)
+            with pytest.raises(UnknownNameError):
+                op.step("no_such_step")
+        assert type(step).__name__ == "_NoopStep"
+        bus.subscribe(MemorySink(interests=[StepFinished]))
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            assert type(op.step("write")).__name__ == "StepSpan"
+        await bus.flush()
+    assert [type(e) for e in sink.events] == [OperationFinished, OperationFinished]

@@ -1,0 +1,186 @@
+"""Server under load: server CPU per request with each telemetry variant, vs uninstrumented.
+
+Each variant's server (``benchmarks.server_app``, uvicorn, one process) is started on
+127.0.0.1, warmed up, then sent a fixed number of requests by our own bounded load
+generator (``connections`` keep-alive HTTP/1.1 connections, asyncio, in this process).
+Server CPU is read from the server process's own counters (``/proc/<pid>/stat``: user +
+system) around the measured requests. With two or more cores the server is pinned to
+one and this process to another. Rounds rotate the variants' order; the figure is the
+median over rounds. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import report, rotel
+from .server_app import VARIANTS
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "server.json"
+_BODY = b"x" * 2048
+_REQUEST = (
+    b"POST /work HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+    b"Content-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY
+)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` from /proc (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _connection(port: int, requests: int, deadline: float) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    done = 0
+    try:
+        for _ in range(requests):
+            if time.monotonic() > deadline:
+                break
+            writer.write(_REQUEST)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"server answered {head[:40]!r}")
+            done += 1
+    finally:
+        writer.close()
+    return done
+
+
+async def _load(port: int, requests: int, connections: int, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    per = requests // connections
+    counts = await asyncio.gather(*(_connection(port, per, deadline) for _ in range(connections)))
+    return sum(counts)
+
+
+def _start(variant: str, port: int, collector: str | None, core: int | None) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", f"{__package__}.server_app", variant, str(port)]
+    if collector:
+        command.append(collector)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    if core is not None:
+        os.sched_setaffinity(proc.pid, {core})
+    deadline = time.monotonic() + 30
+    for _ in range(3000):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the {variant} server did not start")
+        try:
+            asyncio.run(_load(port, 1, 1, 5))
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"the {variant} server did not start")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
+def _one(
+    variant: str, collector: str | None, requests: int, connections: int, cores: tuple[int, int] | None
+) -> float:
+    """Server CPU microseconds per request for one run of ``variant``."""
+    port = rotel.free_port()
+    proc = _start(variant, port, collector, cores[0] if cores else None)
+    try:
+        asyncio.run(_load(port, requests // 5, connections, 60))  # warm-up
+        before = _cpu_seconds(proc.pid)
+        done = asyncio.run(_load(port, requests, connections, 120))
+        after = _cpu_seconds(proc.pid)
+    finally:
+        _stop(proc)
+    return (after - before) / done * 1e6
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """All variants, rounds rotated; returns the figures and the ratio table's rows."""
+    requests, rounds, connections = (2_000, 3, 32) if quick else (10_000, 5, 32)
+    cores: tuple[int, int] | None = None
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) >= 2:
+        cores = (available[0], available[1])
+        os.sched_setaffinity(0, {cores[1]})
+    try:
+        with rotel.collector() as collector:
+            variants = [v for v in VARIANTS if collector or v not in ("otlp", "sdk")]
+            per: dict[str, list[float]] = {v: [] for v in variants}
+            for r in range(rounds):
+                order = variants[r % len(variants) :] + variants[: r % len(variants)]
+                for variant in order:
+                    per[variant].append(_one(variant, collector, requests, connections, cores))
+    finally:
+        if cores is not None:
+            os.sched_setaffinity(0, set(available))
+    us = {v: statistics.median(values) for v, values in per.items()}
+    base = us["uninstrumented"]
+    rows: list[tuple[str, Any, str, bool | None]] = []
+    names = {
+        "uninstrumented": "uninstrumented",
+        "no_sink": "ckpt-events, no sink",
+        "jsonl": "ckpt-events, JSON lines",
+        "otlp": "ckpt-events, OtlpSpanSink + MetricSink, OTLP/HTTP to rotel",
+        "sdk": "OpenTelemetry SDK directly (BatchSpanProcessor), OTLP/HTTP to rotel",
+    }
+    for variant in variants:
+        ratio = us[variant] / base
+        target = "<= 1.15" if variant == "otlp" else ""
+        rows.append(
+            (
+                f"server CPU/request: {names[variant]} / uninstrumented",
+                ratio,
+                target,
+                ratio <= 1.15 if target else None,
+            )
+        )
+    if "otlp" in us and "sdk" in us:
+        added = (us["otlp"] - base) / (us["sdk"] - base)
+        rows.append(("server: added CPU/request, ours (OTLP) / the SDK's", added, "<= 0.15", added <= 0.15))
+    for variant in variants:
+        rows.append((f"server: us CPU/request, {names[variant]}", us[variant], "", None))
+    return {
+        "quick": quick,
+        "requests": requests,
+        "connections": connections,
+        "rounds": rounds,
+        "pinned": cores is not None,
+        "us_per_request": us,
+        "rounds_us": per,
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    args = parser.parse_args(argv)
+    result = run(args.quick)
+    rows = result.pop("rows")
+    report.print_table("ckpt-events server under load: server CPU per request", rows)
+    print(report.markdown_table(rows))
+    report.write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Start the ``rotel-agent`` OTLP collector (from the ``rotel`` package) on loopback, for benchmarks.
+
+``collector()`` yields the OTLP/HTTP base URL of an agent with a blackhole exporter (it
+receives, decodes and discards), or ``None`` when the binary is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["agent_binary", "collector", "free_port"]
+
+
+def agent_binary() -> Path | None:
+    """The ``rotel-agent`` executable shipped in the ``rotel`` package, if installed."""
+    spec = importlib.util.find_spec("rotel")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "rotel-agent"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def collector(startup_seconds: float = 15.0) -> Iterator[str | None]:
+    """A running collector's base URL (``None`` without the binary); stopped on exit."""
+    binary = agent_binary()
+    if binary is None:
+        yield None
+        return
+    http_port, grpc_port = free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [
+            str(binary),
+            "start",
+            "--otlp-http-endpoint",
+            f"127.0.0.1:{http_port}",
+            "--otlp-grpc-endpoint",
+            f"127.0.0.1:{grpc_port}",
+            "--exporter",
+            "blackhole",
+            "--pid-file",
+            str(Path(tmp) / "rotel.pid"),
+            "--log-file",
+            str(Path(tmp) / "rotel.log"),
+        ]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + startup_seconds
+            for _ in range(10_000):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("rotel-agent did not start")
+                try:
+                    with socket.create_connection(("127.0.0.1", http_port), timeout=0.2):
+                        break
+                except OSError:
+                    time.sleep(0.05)
+            yield f"http://127.0.0.1:{http_port}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)

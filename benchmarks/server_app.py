@@ -1,0 +1,139 @@
+"""The server of the server-under-load benchmark: one FastAPI endpoint, one telemetry variant.
+
+``python -m benchmarks.server_app VARIANT PORT [COLLECTOR_URL]`` serves ``POST /work`` on
+127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
+with two steps (or the same three spans made with the OpenTelemetry SDK directly).
+Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``OtlpSpanSink`` plus
+``MetricSink`` over OTLP/HTTP to the collector) and ``sdk`` (tracer with a
+``BatchSpanProcessor`` and the OTLP/HTTP exporter to the collector).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+
+from ckpt_events import Bus, Telemetry
+
+__all__ = ["VARIANTS", "make_app"]
+
+VARIANTS = ("uninstrumented", "no_sink", "jsonl", "otlp", "sdk")
+_P = "nemo.gym.checkpoint."
+
+
+def _unit_of_work(body: bytes) -> int:
+    digest = body
+    for _ in range(8):
+        digest = hashlib.sha256(digest + body).digest()
+    return len(digest)
+
+
+def _ours(tel: Telemetry) -> Callable[[bytes], int]:
+    def handle(body: bytes) -> int:
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("export") as step:
+                size = _unit_of_work(body)
+                step.set(records=1)
+            with op.step("write") as step:
+                step.set(records=1, bytes=size)
+            op.set(records=1, bytes=size)
+        return size
+
+    return handle
+
+
+def _sdk(tracer: Any) -> Callable[[bytes], int]:
+    start = tracer.start_as_current_span
+    attributes = {_P + "id": "c1", _P + "participant_kind": "resources", _P + "instance": "resources-0"}
+
+    def handle(body: bytes) -> int:
+        with start("gym.checkpoint.commit", attributes=attributes) as op:
+            with start("gym.checkpoint.export") as step:
+                size = _unit_of_work(body)
+                step.set_attribute(_P + "records", 1)
+            with start("gym.checkpoint.write") as step:
+                step.set_attribute(_P + "records", 1)
+                step.set_attribute(_P + "bytes", size)
+            op.set_attribute(_P + "records", 1)
+            op.set_attribute(_P + "outcome", "ok")
+        return size
+
+    return handle
+
+
+@contextlib.asynccontextmanager
+async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Callable[[bytes], int]]:
+    if variant == "uninstrumented":
+        yield _unit_of_work
+        return
+    if variant == "sdk":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider = TracerProvider(resource=Resource({"service.name": "bench-server"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{collector}/v1/traces")))
+        yield _sdk(provider.get_tracer("bench"))
+        provider.shutdown()
+        return
+    async with Bus() as bus, contextlib.AsyncExitStack() as stack:
+        if variant == "jsonl":
+            from sinks.jsonl import JsonLinesSink
+
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+            bus.subscribe(JsonLinesSink(Path(tmp) / "events.jsonl"))
+        elif variant == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+            from sinks.otel import MetricSink, OtlpSpanSink
+
+            reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{collector}/v1/metrics"))
+            meters = MeterProvider(metric_readers=[reader])
+            stack.callback(meters.shutdown)
+            bus.subscribe(OtlpSpanSink(str(collector), resource_attributes={"service.name": "bench-server"}))
+            bus.subscribe(MetricSink(meters))
+        yield _ours(Telemetry(bus, kind="resources", instance="resources-0"))
+
+
+def make_app(variant: str, collector: str | None) -> FastAPI:
+    """The benchmark's app for ``variant``."""
+    handlers: dict[str, Callable[[bytes], int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _telemetry(variant, collector) as handle:
+            handlers["work"] = handle
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/work")
+    async def work(request: Request) -> Response:
+        size = handlers["work"](await request.body())
+        return Response(content=str(size), media_type="text/plain")
+
+    return app
+
+
+def main(argv: list[str]) -> int:
+    variant, port = argv[0], int(argv[1])
+    collector = argv[2] if len(argv) > 2 else None
+    uvicorn.run(
+        make_app(variant, collector), host="127.0.0.1", port=port, log_level="warning", access_log=False
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

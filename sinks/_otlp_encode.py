@@ -1,0 +1,228 @@
+"""OTLP trace request bodies written straight from finished events (no SDK objects per span).
+
+``SpanEncoder.protobuf(events)`` writes an ``ExportTraceServiceRequest`` in protobuf wire
+format by hand: a span is a few ``bytes`` joins, with the key-value pairs that repeat from
+span to span (participant kind, instance, outcome, ids of one checkpoint) encoded once and
+cached. ``SpanEncoder.json(events)`` builds the OTLP/JSON mapping (hex ids, 64-bit integers
+as strings, enums as numbers) and encodes it with msgspec. Names, attributes, kind, status
+and the exception event are those ``SpanSink`` gives the same event.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
+from sinks._span_attrs import span_name_and_attributes
+
+__all__ = ["SCOPE_NAME", "SpanEncoder"]
+
+SCOPE_NAME: Final = "ckpt_events"
+_ERROR: Final = Outcome.ERROR.value
+_KIND: Final = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3}
+_STATUS_ERROR: Final = 2
+_SAMPLED: Final = 0x01
+_HAS_IS_REMOTE: Final = 0x100
+_IS_REMOTE: Final = 0x200
+_CACHE_LIMIT: Final = 8192
+
+_TIMES: Final = struct.Struct("<BQBQ")  # Span fields 7 and 8, fixed64 each
+_DOUBLE: Final = struct.Struct("<d")
+_FLAGS: Final = struct.Struct("<I")
+_FIXED64: Final = struct.Struct("<Q")
+
+
+def _varint_of(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64 as two's complement, ten bytes
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_VARINTS: Final = tuple(_varint_of(n) for n in range(1 << 14))
+
+
+def _varint(value: int) -> bytes:
+    return _SMALL_VARINTS[value] if 0 <= value < 16384 else _varint_of(value)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field: tag byte, length, payload."""
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+def _any_value(value: object) -> bytes:
+    if isinstance(value, str):
+        return _field(0x0A, value.encode())
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, int):
+        return b"\x18" + _varint(value)
+    if isinstance(value, float):
+        return b"\x21" + _DOUBLE.pack(value)
+    return _field(0x0A, str(value).encode())
+
+
+def _key_value(key: str, value: object) -> bytes:
+    return _field(0x0A, key.encode()) + _field(0x12, _any_value(value))
+
+
+def _json_value(value: object) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    return {"stringValue": str(value)}
+
+
+def _json_attributes(attributes: Mapping[str, object]) -> list[dict[str, Any]]:
+    return [{"key": key, "value": _json_value(value)} for key, value in attributes.items()]
+
+
+class SpanEncoder:
+    """Encodes batches of finished events as OTLP trace export requests of one resource."""
+
+    def __init__(self, resource_attributes: Mapping[str, object], redactor: Redactor | None = None) -> None:
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.resource_attributes = dict(resource_attributes)
+        resource = _field(
+            0x0A, b"".join(_field(0x0A, _key_value(k, v)) for k, v in self.resource_attributes.items())
+        )
+        scope = _field(0x0A, _field(0x0A, SCOPE_NAME.encode()) + _field(0x12, __version__.encode()))
+        self._resource = resource  # ResourceSpans field 1
+        self._scope = scope  # ScopeSpans field 1
+        self._pairs: dict[tuple[str, type, object], bytes] = {}
+        self._names: dict[tuple[str, SpanKind], bytes] = {}  # Span fields 5 and 6, per name and kind
+        self._json_resource = {"attributes": _json_attributes(self.resource_attributes)}
+        self._json_scope = {"name": SCOPE_NAME, "version": __version__}
+
+    # -- protobuf ----------------------------------------------------------------------------
+
+    def protobuf(self, events: Iterable[Any]) -> tuple[bytes, int]:
+        """``(request body, spans in it)`` for ``events``; events without a span are skipped."""
+        spans = [self._span(event) for event in events]
+        body = [span for span in spans if span]
+        scope_spans = _field(0x12, self._scope + b"".join(body))
+        resource_spans = _field(0x0A, self._resource + scope_spans)
+        return resource_spans, len(body)
+
+    def _pair(self, key: str, value: object) -> bytes:
+        cache_key = (key, value.__class__, value)
+        encoded = self._pairs.get(cache_key)
+        if encoded is None:
+            if len(self._pairs) >= _CACHE_LIMIT:
+                self._pairs.clear()
+            encoded = self._pairs[cache_key] = _field(0x4A, _key_value(key, value))
+        return encoded
+
+    def _span(self, event: Any) -> bytes:
+        made = span_name_and_attributes(event, self.redactor)
+        if made is None:
+            return b""
+        name, attributes = made
+        pair = self._pair
+        parts = [
+            b"\x0a\x10",
+            event.trace_id.to_bytes(16, "big"),
+            b"\x12\x08",
+            event.span_id.to_bytes(8, "big"),
+        ]
+        flags = _SAMPLED | _HAS_IS_REMOTE
+        parent = event.parent_span_id
+        if parent is not None:
+            parts.append(b"\x22\x08")
+            parts.append(parent.to_bytes(8, "big"))
+            if event.parent_remote:
+                flags |= _IS_REMOTE
+        kind = span_kind_of(event)
+        name_and_kind = self._names.get((name, kind))
+        if name_and_kind is None:
+            name_and_kind = self._names[name, kind] = (
+                _field(0x2A, name.encode()) + b"\x30" + _varint(_KIND[kind])
+            )
+        parts.append(name_and_kind)
+        parts.append(_TIMES.pack(0x39, event.start_ns, 0x41, event.end_ns))
+        for key, value in attributes.items():
+            parts.append(pair(key, value))
+        if event.outcome == _ERROR:
+            error_type = event.error_type or "Exception"
+            message = event.error_message or ""
+            exception = (
+                b"\x09"
+                + _FIXED64.pack(event.end_ns)
+                + _field(0x12, b"exception")
+                + _field(0x1A, _key_value("exception.type", error_type))
+                + _field(0x1A, _key_value("exception.message", message))
+            )
+            parts.append(_field(0x5A, exception))
+            description = f"{error_type}: {message}" if message else error_type
+            parts.append(_field(0x7A, _field(0x12, description.encode()) + b"\x18" + _varint(_STATUS_ERROR)))
+        parts.append(b"\x85\x01" + _FLAGS.pack(flags))
+        span = b"".join(parts)
+        return b"\x12" + _varint(len(span)) + span
+
+    # -- JSON --------------------------------------------------------------------------------
+
+    def json(self, events: Iterable[Any]) -> tuple[bytes, int]:
+        """``(request body, spans in it)`` in OTLP/JSON; events without a span are skipped."""
+        spans = [span for span in (self._json_span(event) for event in events) if span is not None]
+        request = {
+            "resourceSpans": [
+                {
+                    "resource": self._json_resource,
+                    "scopeSpans": [{"scope": self._json_scope, "spans": spans}],
+                }
+            ]
+        }
+        return msgspec.json.encode(request), len(spans)
+
+    def _json_span(self, event: Any) -> dict[str, Any] | None:
+        made = span_name_and_attributes(event, self.redactor)
+        if made is None:
+            return None
+        name, attributes = made
+        flags = _SAMPLED | _HAS_IS_REMOTE
+        span: dict[str, Any] = {
+            "traceId": f"{event.trace_id:032x}",
+            "spanId": f"{event.span_id:016x}",
+        }
+        parent = event.parent_span_id
+        if parent is not None:
+            span["parentSpanId"] = f"{parent:016x}"
+            if event.parent_remote:
+                flags |= _IS_REMOTE
+        span["name"] = name
+        span["kind"] = _KIND[span_kind_of(event)]
+        span["startTimeUnixNano"] = str(event.start_ns)
+        span["endTimeUnixNano"] = str(event.end_ns)
+        span["attributes"] = _json_attributes(attributes)
+        if event.outcome == _ERROR:
+            error_type = event.error_type or "Exception"
+            message = event.error_message or ""
+            span["events"] = [
+                {
+                    "timeUnixNano": str(event.end_ns),
+                    "name": "exception",
+                    "attributes": _json_attributes(
+                        {"exception.type": error_type, "exception.message": message}
+                    ),
+                }
+            ]
+            span["status"] = {
+                "code": _STATUS_ERROR,
+                "message": f"{error_type}: {message}" if message else error_type,
+            }
+        span["flags"] = flags
+        return span

@@ -1,0 +1,115 @@
+"""The OTLP encoder writes from events what SpanSink + OpenTelemetry's encoder write from spans."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import msgspec
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ckpt_events import Bus, Redactor, SpanKind, Telemetry, span_kind_of
+from sinks._otlp_encode import SpanEncoder
+from sinks.otel import SpanSink
+from tests.sinks.helpers import every_event_type
+
+_KIND_NAMES = {SpanKind.INTERNAL: "SPAN_KIND_INTERNAL", SpanKind.SERVER: "SPAN_KIND_SERVER"}
+_KIND_NAMES[SpanKind.CLIENT] = "SPAN_KIND_CLIENT"
+
+
+class _Keep:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def handle(self, batch: list[Any]) -> None:
+        self.events.extend(batch)
+
+
+async def _events() -> list[Any]:
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        await every_event_type(bus)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        try:
+            with tel.operation("restore", checkpoint_id="c2") as op:
+                op.set_attribute("user.flag", True)
+                op.set_attribute("user.ratio", 0.25)
+                op.set_attribute("user.token", "secret")
+                raise RuntimeError("no space left")
+        except RuntimeError:
+            pass
+        await bus.flush()
+    return [event for event in keep.events if type(event).__name__.endswith("Finished")]
+
+
+def _spans_of(request: ExportTraceServiceRequest) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                found[span.span_id.hex()] = MessageToDict(span)
+    return found
+
+
+def _without(span: dict[str, Any], *names: str) -> dict[str, Any]:
+    # An unset status is empty either way; OpenTelemetry's encoder writes it, ours leaves it out.
+    return {key: value for key, value in span.items() if key not in names and value != {}}
+
+
+async def test_protobuf_matches_span_sink_through_opentelemetry_encoder() -> None:
+    """Each span: ids, parent, name, times, attributes, status, exception event equal; kind: span_kind_of."""
+    events = await _events()
+    redactor = Redactor()
+    exporter = InMemorySpanExporter()
+    sink = SpanSink(exporter, resource=Resource({"service.name": "t"}), redactor=redactor, blocking=False)
+    sink.handle(events)
+    theirs = _spans_of(encode_spans(exporter.get_finished_spans()))
+    body, count = SpanEncoder({"service.name": "t"}, redactor).protobuf(events)
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    ours = _spans_of(request)
+    assert count == len(theirs) == len(ours) >= 6
+    assert set(ours) == set(theirs)
+    by_id = {f"{event.span_id:016x}": event for event in events}
+    for span_id, span in ours.items():
+        assert span["kind"] == _KIND_NAMES[span_kind_of(by_id[span_id])]
+        assert _without(span, "kind", "flags") == _without(theirs[span_id], "kind", "flags")
+    assert any(span.get("status", {}).get("code") == "STATUS_CODE_ERROR" for span in ours.values())
+    [resource] = request.resource_spans
+    assert MessageToDict(resource.resource) == {
+        "attributes": [{"key": "service.name", "value": {"stringValue": "t"}}]
+    }
+
+
+async def test_json_carries_the_same_spans_as_protobuf() -> None:
+    """The OTLP/JSON body holds the protobuf body's spans (hex ids, 64-bit ints as strings)."""
+    events = await _events()
+    encoder = SpanEncoder({"service.name": "t"})
+    body, count = encoder.protobuf(events)
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    expected = _spans_of(request)
+    decoded = msgspec.json.decode(encoder.json(events)[0])
+    [resource_spans] = decoded["resourceSpans"]
+    [scope_spans] = resource_spans["scopeSpans"]
+    spans = scope_spans["spans"]
+    assert len(spans) == count == len(expected)
+    for span in spans:
+        want = expected[span["spanId"]]
+        assert span["name"] == want["name"]
+        assert span.get("parentSpanId") == (
+            bytes.fromhex(_b64hex(want["parentSpanId"])).hex() if "parentSpanId" in want else None
+        )
+        assert span["startTimeUnixNano"] == want["startTimeUnixNano"]
+        assert [a["key"] for a in span["attributes"]] == [a["key"] for a in want.get("attributes", [])]
+        assert [a["value"] for a in span["attributes"]] == [a["value"] for a in want.get("attributes", [])]
+        assert span.get("status", {}).get("message") == want.get("status", {}).get("message")
+
+
+def _b64hex(value: str) -> str:
+    return base64.b64decode(value).hex()

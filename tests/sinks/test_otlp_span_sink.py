@@ -1,0 +1,179 @@
+"""OtlpSpanSink: spans encoded from events reach a real collector (rotel) in protobuf and JSON;
+retries on 503 with backoff; drops counted when the collector is down."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckpt_events import Bus, Telemetry
+from sinks.otel import OtlpSpanSink
+from tests.sinks.test_otlp_collector import _free_port, _wait_for, collector
+
+__all__ = ["collector"]
+
+
+async def _one_checkpoint(bus: Bus) -> tuple[str, str, str]:
+    """A coordinate span, a participant operation reached by traceparent, a step, a failure."""
+    ctl = Telemetry(bus, kind="controller", instance="coordination")
+    resources = Telemetry(bus, kind="resources", instance="resources-0")
+    with ctl.coordinate("commit", checkpoint_id="c-otlp") as co:
+        header = co.traceparent()
+        with resources.operation("commit", checkpoint_id="c-otlp", traceparent=header) as op:
+            with op.step("write") as step:
+                step.set(records=3, bytes=300)
+            op.set(records=3, bytes=300)
+        co.set(participants=1, episodes=3)
+    try:
+        with resources.operation("restore", checkpoint_id="c-otlp"):
+            raise ValueError("disk on fire")
+    except ValueError:
+        pass
+    await bus.flush()
+    return f"{co.trace_id:032x}", f"{co.span_id:016x}", f"{op.span_id:016x}"
+
+
+@pytest.mark.collector
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
+async def test_every_span_reaches_rotel(collector: tuple[str, Path], protocol: str) -> None:
+    """Names, attributes, parents, kinds, status and the exception event arrive, in either protocol."""
+    endpoint, out = collector
+    sink = OtlpSpanSink(
+        endpoint, protocol=protocol, resource_attributes={"service.name": "otlp-own"}, linger=0.05
+    )
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        trace_hex, coordinate_hex, operation_hex = await _one_checkpoint(bus)
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (4, 0, 0)
+    needles = ["otlp-own", "gym.checkpoint.restore", "exception.message"]
+    spans = _spans(_wait_for(out, needles))
+    assert set(spans) == {
+        "gym.checkpoint.coordinate.commit",
+        "gym.checkpoint.commit",
+        "gym.checkpoint.write",
+        "gym.checkpoint.restore",
+    }, spans
+    assert {spans[name]["Trace ID"] for name in spans if name != "gym.checkpoint.restore"} == {trace_hex}
+    coordinate, operation = spans["gym.checkpoint.coordinate.commit"], spans["gym.checkpoint.commit"]
+    step, failed = spans["gym.checkpoint.write"], spans["gym.checkpoint.restore"]
+    assert (coordinate["ID"], coordinate["Parent ID"], coordinate["Kind"]) == (
+        coordinate_hex,
+        "",
+        "SPAN_KIND_CLIENT",
+    )
+    assert (operation["ID"], operation["Parent ID"], operation["Kind"]) == (
+        operation_hex,
+        coordinate_hex,
+        "SPAN_KIND_SERVER",
+    )
+    assert (step["Parent ID"], step["Kind"]) == (operation_hex, "SPAN_KIND_INTERNAL")
+    assert "-> nemo.gym.checkpoint.records: Int(3)" in step["text"]
+    assert "-> nemo.gym.checkpoint.bytes: Int(300)" in step["text"]
+    assert "-> nemo.gym.checkpoint.instance: Str(resources-0)" in operation["text"]
+    assert "-> nemo.gym.checkpoint.episodes: Int(3)" in coordinate["text"]
+    assert "Status code" not in operation["text"] or "STATUS_CODE_UNSET" in operation["text"]
+    assert (failed["Status code"], failed["Status message"]) == (
+        "STATUS_CODE_ERROR",
+        "ValueError: disk on fire",
+    )
+    assert "-> exception.type: Str(ValueError)" in failed["text"]
+
+
+def _spans(text: str) -> dict[str, dict[str, str]]:
+    """The spans in rotel's detailed debug log, by name: their fields and text."""
+    spans: dict[str, dict[str, str]] = {}
+    for chunk in text.split("Span #")[1:]:
+        fields = {"text": chunk}
+        for line in chunk.splitlines():
+            name, colon, value = line.partition(":")
+            if colon and name.strip() in (
+                "Trace ID",
+                "Parent ID",
+                "ID",
+                "Name",
+                "Kind",
+                "Status code",
+                "Status message",
+            ):
+                fields.setdefault(name.strip(), value.strip())
+        if "Name" in fields:
+            spans[fields["Name"]] = fields
+    return spans
+
+
+class _Flaky(http.server.BaseHTTPRequestHandler):
+    """Answers 503 (Retry-After: 0) to the first ``failures`` posts, then 200."""
+
+    failures = 2
+    seen: list[int] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append(len(self.seen))
+        status = 503 if len(self.seen) <= self.failures else 200
+        self.send_response(status)
+        if status == 503:
+            self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def flaky() -> Iterator[tuple[str, list[int]]]:
+    """A loopback server answering 503 twice, then 200."""
+    seen: list[int] = []
+    handler = type("Handler", (_Flaky,), {"seen": seen})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def test_503_is_retried_then_accepted(flaky: tuple[str, list[int]]) -> None:
+    """Two 503 answers are retried (Retry-After honoured); the third attempt delivers every span."""
+    endpoint, seen = flaky
+    sink = OtlpSpanSink(endpoint, linger=0.01, initial_backoff=0.01)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        await _one_checkpoint(bus)
+    stats = sink.stats()
+    assert len(seen) == 3
+    assert (stats.exported, stats.dropped, stats.retries, stats.exports) == (4, 0, 2, 1)
+
+
+async def test_spans_are_dropped_and_counted_when_the_collector_is_down() -> None:
+    """Nothing listens: the retries give up and every span is counted as dropped."""
+    port = _free_port()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    sink = OtlpSpanSink(f"http://127.0.0.1:{port}", linger=0.01, max_retries=2, initial_backoff=0.01)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        await _one_checkpoint(bus)
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures, stats.retries) == (0, 4, 1, 2)
+
+
+async def test_a_full_queue_drops_and_counts() -> None:
+    """Events beyond ``max_queue`` are dropped at once and counted; the rest still go out."""
+    port = _free_port()
+    sink = OtlpSpanSink(f"http://127.0.0.1:{port}", max_queue=2, linger=5.0, max_retries=0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        await _one_checkpoint(bus)
+        assert sink.stats().dropped == 2  # four spans, room for two
+    assert sink.stats().dropped == 4
