@@ -47,8 +47,25 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"model only: the worker's token (else ${ENV_INFERENCE_TOKEN})",
     )
     parser.add_argument(
+        "--workers",
+        type=worker_count,
+        default=1,
+        help="worker processes serving the episodes (default 1: no socket, no extra process)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
     )
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: an int from 1 to 64."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 64, not {value}")
+    return value
 
 
 def _read_token(path: Path | None, env_name: str, what: str) -> str:
@@ -85,13 +102,20 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         )
     elif args.inference_url or args.inference_token_file:
         raise CommandError("--inference-url and --inference-token-file are for serve model only")
+    instance = args.instance or f"{args.kind}-0"
+    workers: dict[str, Any] = {}
+    if args.workers > 1:
+        from participants.cli.worker_process import worker_command
+
+        workers = {"workers": args.workers, "worker_command": worker_command(args.kind, instance, options)}
     return create_app(
         args.kind,
-        instance=args.instance or f"{args.kind}-0",
+        instance=instance,
         token=token,
         configure_sinks=sinks.configure,
         lease_grace_seconds=args.lease_grace_seconds,
         **options,
+        **workers,
     )
 
 

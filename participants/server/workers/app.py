@@ -152,9 +152,8 @@ def create_worker_app(
                     for index in range(workers):
                         tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
                 elif worker_command is not None:
-                    supervisor = WorkerSupervisor(
-                        workers, worker_command, env={ENV_SOCKET: coordinator.socket_path}
-                    )
+                    env = {**getattr(worker_command, "env", {}), ENV_SOCKET: coordinator.socket_path}
+                    supervisor = WorkerSupervisor(workers, worker_command, env=env)
                     app.state.supervisor = supervisor
                     tg.start_soon(supervisor.run)
                 await coordinator.wait_connected(workers, _JOIN_SECONDS)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
 import anyio
@@ -22,6 +23,7 @@ __all__ = ["WorkerSupervisor"]
 log = logging.getLogger("ckpt_events.workers")
 
 _POLL: Final = 0.2
+_ROOT: Final = str(Path(__file__).resolve().parents[3])
 _STOP_SECONDS: Final = 5.0
 
 
@@ -46,6 +48,8 @@ class WorkerSupervisor:
 
     def start(self, index: int) -> None:
         env = {**os.environ, **self.env, "CKPT_EVENTS_WORKER_INDEX": str(index)}
+        # The worker imports this very checkout, however (or whether) it was installed.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
         self.processes[index] = subprocess.Popen(list(self.command(index)), env=env, start_new_session=True)
 
     async def run(self) -> None:
