@@ -35,7 +35,9 @@ def _app(workers: int, *, bus: Bus | None = None, instance: str = "env-0", **opt
 
 
 async def _start(client: Any, rollout_id: str, steps: int = 3, attempt: int = 0) -> Any:
-    reply = await client.post("/work/start", json={"rollout_id": rollout_id, "steps": steps, "attempt": attempt})
+    reply = await client.post(
+        "/work/start", json={"rollout_id": rollout_id, "steps": steps, "attempt": attempt}
+    )
     assert reply.status_code == 200, reply.text
     return reply.json()
 
@@ -61,7 +63,9 @@ async def test_work_is_spread_and_a_checkpoint_gathers_every_worker(tmp_path):
         committed = await control(client, "commit", checkpoint_dir=str(tmp_path))
         assert committed.status_code == 200, committed.text
         assert committed.json()["manifest"]["record_count"] == 6
-        placement = json.loads((participant_dir(tmp_path, "environment", "env-0") / PLACEMENT_FILE).read_text())
+        placement = json.loads(
+            (participant_dir(tmp_path, "environment", "env-0") / PLACEMENT_FILE).read_text()
+        )
         assert sorted(placement["owners"]) == [f"r{i}" for i in range(6)]
         assert (await control(client, "resume")).json()["idempotent"] is False
         await _start(client, "after")
@@ -83,7 +87,9 @@ async def test_restore_into_another_worker_count_keeps_owners_and_fences(tmp_pat
         for rid, owner in owners.items():
             assert (await client.get(f"/work/{rid}-a1")).json()["worker"] == owner
         assert (await control(client, "resume", "c2")).status_code == 200
-        assert (await client.post("/work/advance", json={"rollout_id": "r0", "attempt": 1})).status_code == 200
+        assert (
+            await client.post("/work/advance", json={"rollout_id": "r0", "attempt": 1})
+        ).status_code == 200
         late_start = {"rollout_id": "r1", "attempt": 0, "steps": 3}
         assert error_code(await client.post("/work/start", json=late_start)) == (409, "stale_attempt")
         late_advance = {"rollout_id": "r2", "attempt": 0}
