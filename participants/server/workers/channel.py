@@ -38,8 +38,8 @@ DEFAULT_REPLY_SECONDS: Final = 30.0
 Handler = Callable[[Message], Awaitable[Any]]
 
 
-class UnknownKind(LookupError):
-    """Raised by a handler for a message kind it does not know (answered 400 ``unknown_kind``)."""
+#: What a handler raises for a message kind it does not know (answered 400 ``unknown_kind``).
+UnknownKind = WorkerChannelError
 
 
 class _Pending:
