@@ -19,6 +19,8 @@ The whole tree::
     │   │                           answers ``invalid_checkpoint_state`` (422)
     │   └── WriteStopped            resume ran during the write, no manifest was published:
     │                               the control plane answers ``stale_checkpoint`` (409)
+    ├── WorkerChannelError          the socket between a server's coordinator and one of its
+    │                               workers failed: a bad frame, a lost peer, no reply in time
     │
     │   controller side (raised in the process that calls participants)
     ├── ParticipantCallError        a call to a participant failed (``code``, ``status``, ``url``)
@@ -63,6 +65,7 @@ __all__ = [
     "ProtocolRefusal",
     "RolloutRetired",
     "WorkError",
+    "WorkerChannelError",
     "WriteStopped",
 ]
 
@@ -111,6 +114,10 @@ class InvalidCheckpointError(CheckpointStoreError):
 
 class WriteStopped(CheckpointStoreError):
     """Resume ran while the commit was writing: its manifest was not published."""
+
+
+class WorkerChannelError(CkptEventsError):
+    """The coordinator-worker socket failed: a bad frame, a lost peer, or no reply in time."""
 
 
 # -- controller side ---------------------------------------------------------------------------

@@ -33,6 +33,14 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--processes", action="store_true", help="run the servers as real processes, killed with SIGKILL"
     )
     parser.add_argument(
+        "--workers", type=positive_int, default=1, help="worker processes per participant (1)"
+    )
+    parser.add_argument(
+        "--restore-workers",
+        type=positive_int,
+        help="worker processes per participant after the crash (default: --workers)",
+    )
+    parser.add_argument(
         "--jsonl", type=writable_path, metavar="PATH", help="also write every event as JSON lines"
     )
     parser.add_argument(
@@ -60,6 +68,8 @@ def _demo(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         checkpoint_at=args.checkpoint_at,
         processes=args.processes,
+        workers=args.workers,
+        restore_workers=args.restore_workers,
         workdir=args.workdir,
         jsonl=args.jsonl,
         report=args.report,

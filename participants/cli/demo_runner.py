@@ -59,6 +59,9 @@ class DemoOptions:
     concurrency: int = 16
     checkpoint_at: float = 0.4
     processes: bool = False
+    #: Worker processes per participant in generation 1 and (if set) in the restored generation 2.
+    workers: int = 1
+    restore_workers: int | None = None
     workdir: Path | None = None
     jsonl: Path | None = None
     report: Path | None = None
@@ -85,8 +88,11 @@ async def _fleet(
     opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int
 ) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
     """Yield (instance -> url, crash) for one generation of the fleet."""
+    workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
     if not opts.processes:
-        async with local_fleet(token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS) as urls:
+        async with local_fleet(
+            token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS, workers=workers
+        ) as urls:
             yield urls, lambda: None  # leaving the block stops the servers; their state is gone
         return
     token_file = write_token_file(workdir / "token", token)
@@ -99,7 +105,13 @@ async def _fleet(
             extra["OTEL_SERVICE_NAME"] = f"ckpt-events-demo/{instance}"
         return extra
 
-    fleet = await process_fleet(token_file=token_file, log_dir=logs, members=MEMBERS, env=env)
+    fleet = await process_fleet(
+        token_file=token_file,
+        log_dir=logs,
+        members=MEMBERS,
+        env=env,
+        extra_args=["--workers", str(workers)] if workers > 1 else [],
+    )
     crashed = False
     try:
 

@@ -199,11 +199,13 @@ async def local_fleet(
         ("resources", "resources-0"),
     ),
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    workers: int = 1,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
-    instance to extra ``create_app`` keyword arguments.
+    instance to extra ``create_app`` keyword arguments. With ``workers`` > 1 each participant
+    runs that many worker processes.
     """
     from participants import create_app, create_inference_app
 
@@ -215,6 +217,10 @@ async def local_fleet(
             if kind == "model":
                 extra.setdefault("inference_url", inference_url)
                 extra.setdefault("inference_token", token)
+            if workers > 1:
+                from participants.cli.worker_process import worker_command
+
+                extra.update(workers=workers, worker_command=worker_command(kind, instance, extra))
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
             urls[instance] = await stack.enter_async_context(serving(app))
         yield urls
@@ -227,11 +233,13 @@ async def process_fleet(
     members: Sequence[tuple[str, str]],
     env: Callable[[str], Mapping[str, str]] = lambda instance: {},
     listen_timeout: float = 30.0,
+    extra_args: Sequence[str] = (),
 ) -> list[ServerProcess]:
     """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
 
     Returns them inference worker first, once every one listens; ``env(instance)`` adds to
-    each process's environment. If any fails to come up, all are killed and it raises.
+    each process's environment, ``extra_args`` to each participant's command line (e.g.
+    ``--workers 2``). If any fails to come up, all are killed and it raises.
     """
     fleet: list[ServerProcess] = []
     try:
@@ -244,7 +252,7 @@ async def process_fleet(
         )
         fleet.append(inference)
         for kind, instance in members:
-            extra = ["--inference-url", inference.url] if kind == "model" else []
+            extra = [*(["--inference-url", inference.url] if kind == "model" else []), *extra_args]
             fleet.append(
                 ServerProcess(
                     kind,

@@ -58,8 +58,25 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="operations join the current OpenTelemetry span (e.g. under opentelemetry-instrument)",
     )
     parser.add_argument(
+        "--workers",
+        type=worker_count,
+        default=1,
+        help="worker processes serving the episodes (default 1: no socket, no extra process)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
     )
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: an int from 1 to 64."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 64, not {value}")
+    return value
 
 
 def _read_token(path: Path | None, env_name: str, what: str) -> str:
@@ -103,6 +120,11 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         raise CommandError(str(exc)) from None
     if not 0.0 <= ratio <= 1.0:
         raise CommandError(f"--sample-ratio must be between 0 and 1, not {ratio}")
+    workers: dict[str, Any] = {}
+    if args.workers > 1:
+        from participants.cli.worker_process import worker_command
+
+        workers = {"workers": args.workers, "worker_command": worker_command(args.kind, instance, options)}
     return create_app(
         args.kind,
         instance=instance,
@@ -112,6 +134,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         sample_ratio=ratio,
         otel_context=args.otel_context,
         **options,
+        **workers,
     )
 
 

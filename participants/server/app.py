@@ -18,7 +18,7 @@ from participants.workloads import AgentWorkload, EnvironmentWorkload, Resources
 from participants.workloads.base import Workload
 from participants.workloads.model import ModelWorkload
 
-__all__ = ["PARTICIPANT_KINDS", "create_app"]
+__all__ = ["PARTICIPANT_KINDS", "create_app", "make_workload"]
 
 _WORKLOADS: Final[dict[Kind, type[Workload[Any, Any]]]] = {
     Kind.ENVIRONMENT: EnvironmentWorkload,
@@ -28,6 +28,11 @@ _WORKLOADS: Final[dict[Kind, type[Workload[Any, Any]]]] = {
 }
 #: The kinds ``create_app`` accepts, in prepare order.
 PARTICIPANT_KINDS: Final = tuple(k.value for k in _WORKLOADS)
+
+
+def make_workload(kind: str, tel: Telemetry, **options: Any) -> Workload[Any, Any]:
+    """A workload of participant ``kind`` on ``tel`` (what a worker process runs)."""
+    return _WORKLOADS[coerce(Kind, kind)](tel, **options)
 
 
 def create_app(
@@ -42,6 +47,9 @@ def create_app(
     inference_token: str | None = None,
     sample_ratio: float = 1.0,
     otel_context: bool = False,
+    workers: int = 1,
+    worker_command: Callable[[int], Any] | None = None,
+    worker_factory: Callable[[int], Workload[Any, Any]] | None = None,
     **workload_options: Any,
 ) -> FastAPI:
     """A participant of ``kind`` (environment, model, agent or resources).
@@ -54,7 +62,9 @@ def create_app(
     ``inference_url``/``inference_token`` are for the model kind; other kinds ignore them.
     ``workload_options`` go to the kind's workload (e.g. ``step_seconds``). ``sample_ratio``
     and ``otel_context`` go to the participant's ``Telemetry`` (``otel_context``: operations
-    join the current OpenTelemetry span, e.g. FastAPI instrumentation's SERVER span).
+    join the current OpenTelemetry span, e.g. FastAPI instrumentation's SERVER span). With ``workers``
+    > 1 the episodes live in worker processes started by ``worker_command(index)`` (or tasks
+    made by ``worker_factory(index)``): see ``participants.server.workers``.
     """
     participant_kind = coerce(Kind, kind)
     if participant_kind not in _WORKLOADS:
@@ -83,6 +93,19 @@ def create_app(
             **workload_options,
         }
     workload = _WORKLOADS[participant_kind](tel, **workload_options)
+    if workers != 1:
+        from participants.server.workers.app import create_worker_app
+
+        return create_worker_app(
+            workload,
+            token=token,
+            workers=workers,
+            own_bus=own_bus,
+            configure_sinks=configure_sinks,
+            lease_grace_seconds=lease_grace_seconds,
+            worker_command=worker_command,
+            worker_factory=worker_factory,
+        )
     plane = ControlPlane(tel, workload, lease_grace_seconds=float(lease_grace_seconds))
 
     @asynccontextmanager

@@ -258,7 +258,7 @@ class ControlPlane(Generic[S]):
                     if not self.workload.report().ready:
                         raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
                     with o.step("export") as s, gc_paused():
-                        records = self.workload.export(req.episode_ids)
+                        records = await self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
                         s.set(records=len(records))
                     stop = self._stop
@@ -333,7 +333,7 @@ class ControlPlane(Generic[S]):
                     s.set(records=len(result.records), bytes=result.bytes)
                 self.workload.close_admission()
                 with o.step("install") as s, gc_paused():
-                    restored = self.workload.install(chosen, states)
+                    restored = await self.workload.install(chosen, states)
                     s.set(records=len(chosen))
                 freeze()  # the installed state stays: later collections need not scan it
                 self.phase = Phase.RESTORED

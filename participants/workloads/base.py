@@ -203,7 +203,7 @@ class Workload(Generic[S, R]):
 
     # -- checkpoint hooks used by the control plane -----------------------------------------
 
-    def export(self, scope: Iterable[EpisodeId] | None) -> list[R]:
+    async def export(self, scope: Iterable[EpisodeId] | None) -> list[R]:
         """Records of the episodes in scope (all when ``scope`` is None), sorted by capture key."""
         if scope is None:
             chosen = list(self.episodes.values())
@@ -226,7 +226,7 @@ class Workload(Generic[S, R]):
             raise InvalidCheckpointError(f"record of {key} has boundary {record.boundary} of {record.steps}")
         return self.from_record(record)
 
-    def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]:
+    async def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]:
         """Install each record as attempt + 1 and fence the attempt it came from."""
         restored = []
         for record, state in zip(records, states, strict=True):

@@ -1,0 +1,70 @@
+"""A worker process of ``ckpt-events serve <kind> --workers N`` (started by the server itself).
+
+``python -m participants.cli.worker_process <kind> <instance> <index> <options-json>``: it
+reads the coordinator's socket from ``CKPT_EVENTS_COORDINATOR_SOCKET``, runs its own bus with
+the sinks configured from the environment (JSON lines go to ``<path>.w<index>``: one file per
+worker process) and serves its share of the episodes until the coordinator's socket ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+__all__ = ["WorkerCommand", "main", "worker_command"]
+
+
+class WorkerCommand:
+    """The ``command(index)`` a ``WorkerSupervisor`` runs; ``env`` carries the inference token
+    (never on a command line)."""
+
+    def __init__(self, kind: str, instance: str, options: Mapping[str, Any]) -> None:
+        self.argv = [sys.executable, "-m", "participants.cli.worker_process", kind, instance]
+        self.options = json.dumps({k: v for k, v in options.items() if k != "inference_token"})
+        token = options.get("inference_token")
+        self.env = {"CKPT_EVENTS_INFERENCE_TOKEN": str(token)} if token else {}
+
+    def __call__(self, index: int) -> list[str]:
+        return [*self.argv, str(index), self.options]
+
+
+def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> WorkerCommand:
+    """The worker command of participant ``instance`` of ``kind`` with its workload ``options``."""
+    return WorkerCommand(kind, instance, options)
+
+
+async def _run(kind: str, instance: str, index: int, options: dict[str, object]) -> None:
+    import sinks
+    from ckpt_events import Bus, Telemetry
+    from participants.server.app import make_workload
+    from participants.server.workers import ENV_SOCKET, run_worker
+
+    jsonl = os.environ.get("CKPT_EVENTS_JSONL")
+    if jsonl:
+        os.environ["CKPT_EVENTS_JSONL"] = f"{jsonl}.w{index}"
+    async with Bus() as bus:
+        handle = sinks.configure(bus)
+        try:
+            token = os.environ.get("CKPT_EVENTS_INFERENCE_TOKEN")
+            if kind == "model" and token:
+                options = {**options, "inference_token": token}
+            workload = make_workload(kind, Telemetry(bus, kind=kind, instance=instance), **options)
+            await run_worker(os.environ[ENV_SOCKET], index, workload)
+        finally:
+            if handle is not None and hasattr(handle, "aclose"):
+                await handle.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    kind, instance, index, options = (argv if argv is not None else sys.argv[1:])[:4]
+    anyio.run(_run, kind, instance, int(index), json.loads(options))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Several workers per participant server: one control plane, N worker processes.
+
+``frames`` (the wire format), ``channel`` (one connection, both ways), ``coordinator`` (the
+main process's socket), ``pool`` (the workload the control plane drives), ``worker`` (a
+worker's end), ``supervisor`` (the worker processes) and ``app`` (``create_worker_app``).
+"""
+
+from participants.server.workers.app import PLACEMENT_FILE, WorkerControlPlane, create_worker_app
+from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
+from participants.server.workers.pool import WorkerPool
+from participants.server.workers.worker import run_worker
+
+__all__ = [
+    "ENV_SOCKET",
+    "PLACEMENT_FILE",
+    "WorkerControlPlane",
+    "WorkerCoordinator",
+    "WorkerPool",
+    "create_worker_app",
+    "run_worker",
+]

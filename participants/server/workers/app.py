@@ -1,0 +1,176 @@
+"""``create_worker_app``: a participant whose episodes live in N workers behind one port.
+
+The main process serves the whole HTTP API: the control routes go to one ``ControlPlane``
+over a ``WorkerPool``; the work routes are forwarded, by capture key, to the worker that owns
+the episode (placement must be sticky: a session's state lives in one worker, and a restore
+puts sessions back on their pre-crash owner, which connection-hashing ``SO_REUSEPORT`` cannot
+do). Workers are processes (``worker_command``) or, for tests, tasks in this process
+(``worker_factory``). Next to each committed manifest the plane writes ``workers.json``
+(capture key -> worker), the placement hint a restore reads; without it sessions are
+balanced by load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Final
+
+import anyio
+from fastapi import FastAPI, Request, Response
+
+from ckpt_events import Bus, Telemetry
+from participants.protocol import (
+    CommitReply,
+    CommitRequest,
+    RestoreReply,
+    RestoreRequest,
+    WorkAdvance,
+    WorkAdvanceReply,
+    WorkStart,
+    WorkStartReply,
+)
+from participants.server.control import ControlPlane
+from participants.server.routes import (
+    _body,
+    _episode_id,
+    _json,
+    _not_found,
+    control_router,
+    install_error_handlers,
+)
+from participants.server.store import participant_dir
+from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
+from participants.server.workers.pool import WorkerPool
+from participants.server.workers.supervisor import WorkerSupervisor
+from participants.server.workers.worker import run_worker
+from participants.workloads.base import Workload
+
+__all__ = ["PLACEMENT_FILE", "WorkerControlPlane", "create_worker_app"]
+
+#: The placement hint written next to a multi-worker participant's manifest.
+PLACEMENT_FILE: Final = "workers.json"
+_JOIN_SECONDS: Final = 30.0
+
+
+class WorkerControlPlane(ControlPlane[Any]):
+    """The control plane of a multi-worker server: writes and reads the placement hint."""
+
+    pool: WorkerPool
+
+    def _placement_path(self, checkpoint_dir: str) -> Any:
+        return participant_dir(checkpoint_dir, self.workload.kind.value, self.tel.instance) / PLACEMENT_FILE
+
+    async def commit(self, req: CommitRequest, traceparent: str | None) -> CommitReply:
+        reply = await super().commit(req, traceparent)
+        owners = {k: self.pool.owners[k] for k in reply.episode_ids if k in self.pool.owners}
+        path = self._placement_path(req.checkpoint_dir)
+        with contextlib.suppress(OSError):
+            if not path.exists():
+                await anyio.Path(path).write_text(
+                    json.dumps({"workers": self.pool.coordinator.workers, "owners": owners})
+                )
+        return reply
+
+    async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
+        hint: dict[str, int] = {}
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            data = json.loads(await anyio.Path(self._placement_path(req.checkpoint_dir)).read_text())
+            hint = {str(k): int(v) for k, v in dict(data["owners"]).items()}
+        self.pool.placement_hint = hint
+        return await super().restore(req, traceparent)
+
+
+def _work_router(pool: WorkerPool) -> Any:
+    from fastapi import APIRouter
+
+    router = APIRouter(prefix="/work")
+
+    @router.post("/start")
+    async def start(request: Request) -> Response:
+        req = await _body(request, WorkStart)
+        reply = await pool.start(_episode_id(req), req.steps)
+        return _json(WorkStartReply(capture_key=reply["capture_key"], boundary=reply["boundary"]))
+
+    @router.post("/advance")
+    async def advance(request: Request) -> Response:
+        req = await _body(request, WorkAdvance)
+        try:
+            reply = await pool.advance(_episode_id(req))
+        except LookupError as exc:
+            return _not_found(str(exc.args[0]))
+        return _json(WorkAdvanceReply(boundary=reply["boundary"], done=reply["done"]))
+
+    @router.get("/{capture_key}")
+    async def get(capture_key: str) -> Response:
+        view = await pool.get(capture_key)
+        return _not_found(capture_key) if view is None else _json(view)
+
+    return router
+
+
+def create_worker_app(
+    checker: Workload[Any, Any],
+    *,
+    token: str,
+    workers: int,
+    own_bus: bool = False,
+    configure_sinks: Callable[[Bus], Any] | None = None,
+    lease_grace_seconds: float = 600.0,
+    worker_command: Callable[[int], Sequence[str]] | None = None,
+    worker_factory: Callable[[int], Workload[Any, Any]] | None = None,
+    reply_seconds: float = 30.0,
+) -> FastAPI:
+    """The main process of a participant with ``workers`` workers (``checker`` is a local
+    workload of the kind; the pool only checks records with it, its ``tel`` is the server's;
+    with ``own_bus`` the lifespan enters that bus and calls ``configure_sinks`` on it)."""
+    tel: Telemetry = checker.tel
+    the_bus: Bus = tel.bus
+    coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
+    pool = WorkerPool(checker, coordinator)
+    plane = WorkerControlPlane(tel, pool, lease_grace_seconds=float(lease_grace_seconds))
+    plane.pool = pool
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if own_bus:
+                await stack.enter_async_context(the_bus)
+            if own_bus and configure_sinks is not None:
+                handle = configure_sinks(the_bus)
+                if inspect.isawaitable(handle):
+                    handle = await handle
+                if handle is not None and hasattr(handle, "aclose"):
+                    stack.push_async_callback(handle.aclose)
+            stack.push_async_callback(pool.aclose)
+            async with anyio.create_task_group() as tg:
+                await tg.start(coordinator.serve)
+                if worker_factory is not None:
+                    for index in range(workers):
+                        tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
+                elif worker_command is not None:
+                    env = {**getattr(worker_command, "env", {}), ENV_SOCKET: coordinator.socket_path}
+                    supervisor = WorkerSupervisor(workers, worker_command, env=env)
+                    app.state.supervisor = supervisor
+                    tg.start_soon(supervisor.run)
+                await coordinator.wait_connected(workers, _JOIN_SECONDS)
+                tg.start_soon(plane.watch_lease)
+                yield
+                tg.cancel_scope.cancel()
+
+    app = FastAPI(
+        title=f"ckpt-events {checker.kind.value} participant {tel.instance} ({workers} workers)",
+        lifespan=lifespan,
+    )
+    app.state.bus = the_bus
+    app.state.telemetry = tel
+    app.state.workload = pool
+    app.state.control = plane
+    app.state.coordinator = coordinator
+    install_error_handlers(app, tel)
+    app.include_router(control_router(plane, token))
+    app.include_router(_work_router(pool))
+    return app

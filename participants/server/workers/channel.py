@@ -1,0 +1,213 @@
+"""``FrameChannel``: one connection between the coordinator and a worker, both ways.
+
+Either side sends messages and answers the other's. Frames go out in the order they were
+queued (``post`` and ``request`` share one queue), so a sync ``post`` (admission, marks) is
+seen by the peer before anything queued after it. Messages whose kind is in ``inline`` are
+handled one at a time in arrival order; the others each run in their own task. A bad frame
+ends the channel (the peer is lost); a reply to an id nobody waits for, or a message of an
+unknown kind, is a protocol error that is logged and refused, and the channel goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Final
+
+import anyio
+from anyio.abc import ByteStream, TaskGroup
+
+from ckpt_events import ErrorCode
+from participants.errors import ProtocolRefusal, WorkerChannelError
+from participants.server.workers.frames import (
+    DEFAULT_MAX_FRAME,
+    FrameError,
+    Message,
+    Reply,
+    encode_frame,
+    read_frame,
+)
+
+__all__ = ["DEFAULT_REPLY_SECONDS", "FrameChannel", "Handler", "UnknownKind"]
+
+log = logging.getLogger("ckpt_events.workers")
+
+#: How long a request waits for its reply before the peer counts as unavailable.
+DEFAULT_REPLY_SECONDS: Final = 30.0
+Handler = Callable[[Message], Awaitable[Any]]
+
+
+#: What a handler raises for a message kind it does not know (answered 400 ``unknown_kind``).
+UnknownKind = WorkerChannelError
+
+
+class _Pending:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.reply: Reply | None = None
+
+
+class FrameChannel:
+    """Frames over ``stream``; ``run()`` reads and writes until the stream ends or a frame is bad."""
+
+    def __init__(
+        self,
+        stream: ByteStream,
+        handler: Handler,
+        *,
+        name: str,
+        inline: Collection[str] = (),
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.stream = stream
+        self.name = name
+        self.max_frame = max_frame
+        self.closed = False
+        self.failure: str | None = None
+        self._handler = handler
+        self._inline = frozenset(inline)
+        self._next_id = 0
+        self._pending: dict[int, _Pending | None] = {}
+        self._send, self._outbox = anyio.create_memory_object_stream[bytes](math.inf)
+        self._ended = anyio.Event()
+        #: Called once when the channel closes (the coordinator marks the worker lost there).
+        self.on_close: Callable[[], None] | None = None
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _queue(self, kind: str, body: Any, traceparent: str | None, waiter: _Pending | None) -> int:
+        if self.closed:
+            raise WorkerChannelError(f"{self.name}: channel is closed ({self.failure or 'ended'})")
+        self._next_id += 1
+        message_id = self._next_id
+        data = encode_frame(Message(message_id, kind, body, traceparent), self.max_frame)
+        self._pending[message_id] = waiter
+        self._send.send_nowait(data)
+        return message_id
+
+    def post(self, kind: str, body: Any = None, traceparent: str | None = None) -> None:
+        """Queue a message whose reply nobody awaits (raises if the channel is closed)."""
+        self._queue(kind, body, traceparent, None)
+
+    async def request(
+        self,
+        kind: str,
+        body: Any = None,
+        *,
+        timeout: float = DEFAULT_REPLY_SECONDS,
+        traceparent: str | None = None,
+    ) -> Any:
+        """Send and await the reply's body; a refusal is raised as ``ProtocolRefusal``, no
+        reply within ``timeout`` (or a closed channel) as ``WorkerChannelError``."""
+        waiter = _Pending()
+        message_id = self._queue(kind, body, traceparent, waiter)
+        try:
+            with anyio.move_on_after(timeout):
+                await waiter.done.wait()
+        finally:
+            self._pending.pop(message_id, None)
+        reply = waiter.reply
+        if reply is None:
+            reason = self.failure or "ended" if self.closed else f"no reply within {timeout:g} s"
+            raise WorkerChannelError(f"{self.name}: {kind}: {reason}")
+        if reply.ok:
+            return reply.body
+        error = reply.error or FrameError(500, ErrorCode.CHECKPOINT_ERROR.value, "refused without a reason")
+        if error.code in ErrorCode.__members__.values():
+            raise ProtocolRefusal(error.code, error.detail)
+        raise WorkerChannelError(f"{self.name}: {kind} refused: {error.code}: {error.detail}")
+
+    def _reply(self, reply: Reply) -> None:
+        if not self.closed:
+            try:
+                self._send.send_nowait(encode_frame(reply, self.max_frame))
+            except WorkerChannelError as exc:
+                log.error("%s: reply to %d not sent: %s", self.name, reply.reply_to, exc)
+                self._send.send_nowait(encode_frame(_error_reply(reply.reply_to, exc), self.max_frame))
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def _answer(self, message: Message) -> None:
+        try:
+            body = await self._handler(message)
+        except ProtocolRefusal as exc:
+            self._reply(Reply(message.id, False, error=FrameError(exc.status, exc.code.value, exc.detail)))
+        except UnknownKind:
+            log.error("%s: protocol error: unknown message kind %r", self.name, message.kind)
+            detail = f"unknown message kind {message.kind!r}"
+            self._reply(Reply(message.id, False, error=FrameError(400, "unknown_kind", detail)))
+        except Exception as exc:
+            log.exception("%s: %s failed", self.name, message.kind)
+            self._reply(_error_reply(message.id, exc))
+        else:
+            self._reply(Reply(message.id, True, body))
+
+    async def _read(self, tg: TaskGroup) -> None:
+        while True:
+            frame = await read_frame(self.stream, self.max_frame)
+            if frame is None:
+                return
+            if isinstance(frame, Reply):
+                if frame.reply_to not in self._pending:
+                    log.error("%s: protocol error: reply to unknown id %d", self.name, frame.reply_to)
+                    continue
+                waiter = self._pending.pop(frame.reply_to)
+                if waiter is not None:
+                    waiter.reply = frame
+                    waiter.done.set()
+            elif frame.kind in self._inline:
+                await self._answer(frame)
+            else:
+                tg.start_soon(self._answer, frame)
+
+    async def _write(self) -> None:
+        async for data in self._outbox:
+            await self.stream.send(data)
+
+    async def run(self) -> None:
+        """Serve the channel until the peer ends it or sends a bad frame; then close it."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._write)
+                try:
+                    await self._read(tg)
+                except WorkerChannelError as exc:
+                    self.failure = str(exc)
+                    log.error("%s: protocol error: %s; dropping the peer", self.name, exc)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    self.failure = f"connection lost: {exc!r}"
+                tg.cancel_scope.cancel()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.failure = self.failure or f"connection lost: {exc!r}"
+        finally:
+            await self.aclose()
+
+    def close(self) -> None:
+        """End the channel: pending requests fail at once (``aclose`` also closes the stream)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._send.close()
+        self._outbox.close()
+        for waiter in self._pending.values():
+            if waiter is not None:
+                waiter.done.set()
+        self._pending.clear()
+        self._ended.set()
+        if self.on_close is not None:
+            self.on_close()
+
+    async def aclose(self) -> None:
+        self.close()
+        with anyio.CancelScope(shield=True):
+            await self.stream.aclose()
+
+    async def wait_closed(self) -> None:
+        await self._ended.wait()
+
+
+def _error_reply(message_id: int, exc: BaseException) -> Reply:
+    return Reply(message_id, False, error=FrameError(500, ErrorCode.CHECKPOINT_ERROR.value, str(exc)[:500]))

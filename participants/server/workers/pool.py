@@ -1,0 +1,325 @@
+"""``WorkerPool``: the workload the coordinator's control plane drives, spread over N workers.
+
+It is a ``CheckpointableWorkload``: the control plane of a multi-worker server is the same
+``ControlPlane`` as at N = 1. The pool owns the placement (capture key -> worker), the
+server's retired marks (each mark is posted to every worker, and a late worker gets them all
+with its ``hello``), admission (posted to every worker in order) and the readiness of the
+whole server: ready only when every worker reported ready for this checkpoint. A worker not
+heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was closed is
+``<kind>-worker-lost`` until resume. A socket that fails is 503 ``checkpoint_coordinator_unavailable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from ckpt_events import ErrorCode, Kind, OperationSpan
+from participants.errors import ProtocolRefusal, WorkerChannelError
+from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
+from participants.server.workers.coordinator import WorkerCoordinator
+from participants.workloads.base import Record, Workload
+from participants.workloads.fence import RetiredAttempts
+
+__all__ = ["WorkerPool"]
+
+_NOT_REPORTED: Final = PrepareReport(ready=False)
+
+
+def _unavailable(exc: Exception) -> ProtocolRefusal:
+    return ProtocolRefusal(ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE, str(exc))
+
+
+class _PostedMarks(RetiredAttempts):
+    """The server's marks; each change is also posted to every connected worker."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        super().__init__()
+        self._pool = pool
+
+    def mark(self, episode: EpisodeId) -> None:
+        super().mark(episode)
+        self._pool.broadcast("mark", {"rollout_id": episode.rollout_id, "attempt": episode.attempt})
+
+    def forget(self, rollout_id: str) -> bool:
+        found = super().forget(rollout_id)
+        self._pool.broadcast("forget", {"rollout_id": rollout_id})
+        return found
+
+
+class WorkerPool:
+    """The episodes of one server spread over ``coordinator.workers`` worker processes."""
+
+    def __init__(self, checker: Workload[Any, Any], coordinator: WorkerCoordinator) -> None:
+        self.checker = checker  # a local workload of the kind: only check_record is used
+        self.coordinator = coordinator
+        self.owners: dict[str, int] = {}
+        self.fence: RetiredAttempts = _PostedMarks(self)
+        self.admission_open = True
+        self.served = False
+        self.placement_hint: dict[str, int] = {}
+        self._reports: dict[int, PrepareReport] = {}
+        self._lost: set[int] = set()
+        self._extras: dict[str, Any] = {}
+        coordinator.state_provider = self.state
+        coordinator.on_lost = self._on_lost
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> Kind:
+        return self.checker.kind
+
+    @property
+    def record_type(self) -> type[Record]:
+        return self.checker.record_type
+
+    @property
+    def episodes(self) -> dict[str, int]:
+        return self.owners
+
+    def state(self) -> dict[str, Any]:
+        """What a worker gets when it joins."""
+        return {"admission_open": self.admission_open, "marks": self.fence.snapshot()}
+
+    def broadcast(self, kind: str, body: Any = None) -> None:
+        for index in self.coordinator.connected():
+            try:
+                self.coordinator.channels[index].post(kind, body)
+            except WorkerChannelError:
+                pass  # it is being lost; it gets the state again when it rejoins
+
+    def _on_lost(self, index: int) -> None:
+        self.owners = {k: w for k, w in self.owners.items() if w != index}
+        self._reports.pop(index, None)
+        if not self.admission_open:
+            self._lost.add(index)
+
+    # -- admission and readiness ------------------------------------------------------------
+
+    def close_admission(self) -> None:
+        self.admission_open = False
+        self._reports.clear()
+        self.broadcast("close_admission")
+
+    def open_admission(self) -> None:
+        self.admission_open = True
+        self._lost.clear()
+        self._reports.clear()
+        self.broadcast("open_admission")
+
+    async def _gather(
+        self, kind: str, body: Any, indexes: Iterable[int], traceparent: str | None = None
+    ) -> dict[int, Any]:
+        """Ask each worker in ``indexes``; the replies of those that answered (the others are left out)."""
+        replies: dict[int, Any] = {}
+
+        async def ask(index: int) -> None:
+            try:
+                channel = self.coordinator.channel(index)
+                replies[index] = await channel.request(
+                    kind, body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
+                )
+            except (WorkerChannelError, ProtocolRefusal):
+                pass
+
+        async with anyio.create_task_group() as tg:
+            for index in indexes:
+                tg.start_soon(ask, index)
+        return replies
+
+    async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
+        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
+        replies = await self._gather("closed", body, self.coordinator.connected(), op.traceparent())
+        for index, report in replies.items():
+            self._reports[index] = msgspec.convert(report, PrepareReport)
+
+    async def wait_changed(self, timeout: float) -> None:
+        replies = await self._gather("report", {"wait": timeout}, self.coordinator.connected())
+        for index, report in replies.items():
+            self._reports[index] = msgspec.convert(report, PrepareReport)
+        if not replies:
+            await anyio.sleep(min(timeout, 0.5))
+
+    def report(self) -> PrepareReport:
+        kind = self.kind.value
+        connected = set(self.coordinator.connected())
+        reports = [r for i, r in sorted(self._reports.items()) if i in connected and i not in self._lost]
+        blockers = sorted(b for r in reports for b in r.blockers)
+        count = sum(r.blocker_count for r in reports)
+        unreported = self.coordinator.workers - len(reports) - len(self._lost)
+        special = [f"{kind}-worker-lost"] * bool(self._lost)
+        special += [f"{kind}-workers-unreported:{unreported}"] * (unreported > 0)
+        counts: dict[str, int] = {}
+        for r in reports:
+            for name, value in r.counts.items():
+                counts[name] = counts.get(name, 0) + value
+        counts["workers"] = self.coordinator.workers
+        return PrepareReport(
+            ready=count == 0 and not special and all(r.ready for r in reports),
+            blockers=(special + blockers)[:MAX_BLOCKERS],
+            blocker_count=count + len(special),
+            counts=counts,
+            restarts=sorted(k for r in reports for k in r.restarts),
+        )
+
+    # -- commit -----------------------------------------------------------------------------
+
+    def _all_workers(self, what: str) -> list[int]:
+        indexes = list(range(self.coordinator.workers))
+        missing = sorted(set(indexes) - set(self.coordinator.connected()) | self._lost)
+        if missing:
+            raise ProtocolRefusal(
+                ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE, f"{what}: workers {missing} are not connected"
+            )
+        return indexes
+
+    async def export(self, scope: Iterable[EpisodeId] | None) -> list[Record]:
+        indexes = self._all_workers("commit")
+        body = {"scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope]}
+        replies = await self._gather("export", body, indexes)
+        if len(replies) != len(indexes):
+            raise ProtocolRefusal(
+                ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE,
+                f"commit: workers {sorted(set(indexes) - set(replies))} did not answer",
+            )
+        decoder = msgspec.json.Decoder(self.record_type)
+        records = [decoder.decode(line) for i in indexes for line in replies[i]["lines"]]
+        self._extras = {}
+        for i in indexes:
+            for name, value in dict(replies[i]["extras"]).items():
+                if isinstance(value, list):
+                    self._extras[name] = sorted([*self._extras.get(name, []), *value])
+                else:
+                    self._extras[name] = value
+        return sorted(records, key=lambda r: r.episode_id.capture_key)
+
+    def stop(self, keys: Iterable[str]) -> None:
+        by_worker: dict[int, list[str]] = {}
+        for key in keys:
+            if (owner := self.owners.get(key)) is not None:
+                by_worker.setdefault(owner, []).append(key)
+        for index, chosen in by_worker.items():
+            try:
+                self.coordinator.channel(index).post("stop", {"keys": chosen})
+            except (WorkerChannelError, ProtocolRefusal):
+                pass
+
+    def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]:
+        return dict(self._extras)
+
+    # -- restore ----------------------------------------------------------------------------
+
+    def check_record(self, record: Record) -> Any:
+        return self.checker.check_record(record)
+
+    def _least_loaded(self, candidates: Sequence[int], extra: dict[int, int] | None = None) -> int:
+        load = dict.fromkeys(candidates, 0)
+        for owner in self.owners.values():
+            if owner in load:
+                load[owner] += 1
+        for index, count in (extra or {}).items():
+            load[index] = load.get(index, 0) + count
+        return min(candidates, key=lambda i: (load[i], i))
+
+    def place(self, records: Sequence[Record]) -> dict[int, list[Record]]:
+        """Each record's worker: its pre-crash owner if that worker exists, else the least loaded."""
+        indexes = list(range(self.coordinator.workers))
+        placed: dict[int, list[Record]] = {i: [] for i in indexes}
+        added: dict[int, int] = {}
+        for record in records:
+            owner = self.placement_hint.get(record.episode_id.capture_key)
+            if owner is None or owner not in placed:
+                owner = self._least_loaded(indexes, added)
+            placed[owner].append(record)
+            added[owner] = added.get(owner, 0) + 1
+        return placed
+
+    async def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
+        self._all_workers("restore")
+        encoder = msgspec.json.Encoder()
+        restored: list[str] = []
+        for index, chosen in self.place(records).items():
+            if not chosen:
+                continue
+            for record in chosen:
+                RetiredAttempts.mark(self.fence, record.episode_id)  # workers mark on install
+            try:
+                keys = await self.coordinator.channel(index).request(
+                    "install",
+                    {"lines": [encoder.encode(r) for r in chosen]},
+                    timeout=self.coordinator.reply_seconds,
+                )
+            except WorkerChannelError as exc:
+                raise _unavailable(exc) from None
+            for key in keys:
+                self.owners[key] = index
+            restored.extend(keys)
+        return sorted(restored)
+
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
+        ids = list(episode_ids)
+        for episode_id in ids:
+            RetiredAttempts.mark(self.fence, episode_id)  # the workers' retire marks them
+        body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids]}
+        await self._gather("retire", body, self.coordinator.connected())
+        self.owners = {
+            k: w for k, w in self.owners.items() if not self.fence.is_retired(EpisodeId.from_capture_key(k))
+        }
+        return sorted({e.capture_key for e in ids})
+
+    # -- the work API -----------------------------------------------------------------------
+
+    def _admit(self, episode_id: EpisodeId) -> None:
+        self.fence.check(episode_id)
+        if not self.admission_open:
+            raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
+
+    async def _request(self, index: int, kind: str, body: Any) -> Any:
+        try:
+            return await self.coordinator.channel(index).request(
+                kind, body, timeout=self.coordinator.reply_seconds
+            )
+        except WorkerChannelError as exc:
+            raise _unavailable(exc) from None
+
+    async def start(self, episode_id: EpisodeId, steps: int) -> dict[str, Any]:
+        self._admit(episode_id)
+        key = episode_id.capture_key
+        owner = self.owners.get(key)
+        if owner is None:
+            connected = self.coordinator.connected()
+            if not connected:
+                raise ProtocolRefusal(ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE, "no worker is connected")
+            owner = self._least_loaded(connected)
+        self.served = True
+        body = {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt, "steps": steps}
+        reply = await self._request(owner, "start", body)
+        self.owners[key] = owner
+        return dict(reply)
+
+    async def advance(self, episode_id: EpisodeId) -> dict[str, Any]:
+        self._admit(episode_id)
+        owner = self.owners.get(episode_id.capture_key)
+        if owner is None:
+            raise LookupError(episode_id.capture_key)
+        self.served = True
+        reply = await self._request(
+            owner, "advance", {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt}
+        )
+        if reply is None:
+            raise LookupError(episode_id.capture_key)
+        return dict(reply)
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        owner = self.owners.get(key)
+        if owner is None:
+            return None
+        reply = await self._request(owner, "get", {"key": key})
+        return None if reply is None else dict(reply)
+
+    async def aclose(self) -> None:
+        await self.checker.aclose()

@@ -1,0 +1,100 @@
+"""Multi-worker servers as real processes: the demo crash/restore 2 -> 3 workers, a worker SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from rich.console import Console
+
+from participants.cli.demo_runner import DemoOptions, run_demo
+from participants.cli.fleet import ServerProcess, write_token_file
+from participants.protocol import CONTROL_PREFIX
+from participants.server.store import participant_dir
+from participants.server.workers import PLACEMENT_FILE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TOKEN = "e2e-workers-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+async def test_demo_crash_and_restore_from_two_workers_into_three(tmp_path: Path) -> None:
+    """serve processes with 2 workers each, SIGKILLed after a checkpoint, restored into 3 workers."""
+    options = DemoOptions(
+        rollouts=40, concurrency=8, processes=True, workers=2, restore_workers=3, workdir=tmp_path
+    )
+    with open(os.devnull, "w") as quiet:
+        result = await run_demo(options, Console(file=quiet))
+    assert len(result.checks) >= 4 and result.continued
+    checkpoint = tmp_path / "run" / result.checkpoint_id
+    assert (participant_dir(checkpoint, "environment", "environment-0") / PLACEMENT_FILE).exists()
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+async def _control(client: httpx.AsyncClient, op: str, cid: str, seconds: float) -> httpx.Response:
+    body = {"checkpoint_id": cid, "deadline_ts": time.time() + seconds}
+    return await client.post(f"{CONTROL_PREFIX}/{op}", json=body, headers=AUTH)
+
+
+async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_path: Path) -> None:
+    """SIGKILL one worker mid-prepare: worker-lost, no manifest; once restarted the next checkpoint works."""
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    server = ServerProcess(
+        "environment", instance="environment-0", token_file=token_file, log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2"],
+    )  # fmt: skip
+    try:
+        await server.wait_listening(30)
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            for i in range(4):
+                body = {"rollout_id": f"r{i}", "steps": 3}
+                assert (await client.post("/work/start", json=body)).status_code == 200
+            with anyio.fail_after(10):
+                while len(workers := _children(server.proc.pid)) < 2:
+                    await anyio.sleep(0.05)
+            async with anyio.create_task_group() as tg:
+                replies: list[httpx.Response] = []
+
+                async def prepare() -> None:
+                    replies.append(await _control(client, "prepare", "c1", 1.5))
+
+                tg.start_soon(prepare)
+                await anyio.sleep(0.2)
+                os.kill(workers[0], signal.SIGKILL)
+            report = replies[0].json()["report"]
+            assert replies[0].json()["phase"] in ("preparing", "prepared")
+            commit = await client.post(
+                f"{CONTROL_PREFIX}/commit",
+                json={
+                    "checkpoint_id": "c1",
+                    "deadline_ts": time.time() + 5,
+                    "checkpoint_dir": str(tmp_path / "ck"),
+                },
+                headers=AUTH,
+            )
+            assert commit.status_code in (409, 503)
+            assert any("worker" in b for b in report["blockers"]) or commit.status_code == 503
+            assert not (
+                participant_dir(tmp_path / "ck", "environment", "environment-0") / "manifest.json"
+            ).exists()
+            assert (await _control(client, "resume", "c1", 5)).status_code == 200
+            with anyio.fail_after(20):
+                while True:
+                    again = await _control(client, "prepare", "c2", 2.0)
+                    if again.json()["phase"] == "prepared":
+                        break
+                    await _control(client, "resume", "c2", 5)
+                    await anyio.sleep(0.2)
+            assert again.json()["report"]["counts"]["workers"] == 2
+    finally:
+        server.kill()

@@ -1,0 +1,120 @@
+"""The multi-worker participant in process: real Unix sockets in tmp, workers as tasks."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import SocketAttribute
+
+from ckpt_events import Bus, Telemetry
+from participants import create_app
+from participants.server.app import make_workload
+from participants.server.store import participant_dir
+from participants.server.workers import PLACEMENT_FILE
+from tests.participants.helpers import TOKEN, control, error_code, running, status
+
+pytestmark = pytest.mark.anyio
+
+
+def _app(workers: int, *, bus: Bus | None = None, instance: str = "env-0", **options: Any) -> Any:
+    the_bus = bus or Bus()
+    return create_app(
+        "environment",
+        instance=instance,
+        token=TOKEN,
+        workers=workers,
+        worker_factory=lambda i: make_workload(
+            "environment", Telemetry(the_bus, kind="environment", instance=instance), **options
+        ),
+        **options,
+    )
+
+
+async def _start(client: Any, rollout_id: str, steps: int = 3, attempt: int = 0) -> Any:
+    reply = await client.post(
+        "/work/start", json={"rollout_id": rollout_id, "steps": steps, "attempt": attempt}
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+async def test_work_is_spread_and_a_checkpoint_gathers_every_worker(tmp_path):
+    """Sessions land on both workers; prepare counts workers; commit writes one manifest of all."""
+    app = _app(2)
+    async with running(app) as client:
+        for i in range(6):
+            await _start(client, f"r{i}")
+            assert (await client.post("/work/advance", json={"rollout_id": f"r{i}"})).json()["boundary"] == 1
+        views = [(await client.get(f"/work/r{i}")).json() for i in range(6)]
+        assert {v["worker"] for v in views} == {0, 1}
+        prepared = await control(client, "prepare")
+        assert prepared.status_code == 200, prepared.text
+        report = prepared.json()["report"]
+        assert prepared.json()["phase"] == "prepared" and report["counts"]["workers"] == 2
+        assert report["counts"]["episodes"] == 6
+        assert error_code(await client.post("/work/start", json={"rollout_id": "late", "steps": 1})) == (
+            409,
+            "admission_closed",
+        )
+        committed = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        assert committed.status_code == 200, committed.text
+        assert committed.json()["manifest"]["record_count"] == 6
+        placement = json.loads(
+            (participant_dir(tmp_path, "environment", "env-0") / PLACEMENT_FILE).read_text()
+        )
+        assert sorted(placement["owners"]) == [f"r{i}" for i in range(6)]
+        assert (await control(client, "resume")).json()["idempotent"] is False
+        await _start(client, "after")
+
+
+async def test_restore_into_another_worker_count_keeps_owners_and_fences(tmp_path):
+    """A 2-worker commit restores into 3 workers: owners kept, attempt 0 is stale everywhere."""
+    async with running(_app(2)) as client:
+        for i in range(5):
+            await _start(client, f"r{i}")
+        owners = {f"r{i}": (await client.get(f"/work/r{i}")).json()["worker"] for i in range(5)}
+        assert (await control(client, "prepare")).json()["phase"] == "prepared"
+        assert (await control(client, "commit", checkpoint_dir=str(tmp_path))).status_code == 200
+    async with running(_app(3)) as client:
+        episodes = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(5)]
+        reply = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=episodes)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["restored"] == sorted(f"r{i}-a1" for i in range(5))
+        for rid, owner in owners.items():
+            assert (await client.get(f"/work/{rid}-a1")).json()["worker"] == owner
+        assert (await control(client, "resume", "c2")).status_code == 200
+        assert (
+            await client.post("/work/advance", json={"rollout_id": "r0", "attempt": 1})
+        ).status_code == 200
+        late_start = {"rollout_id": "r1", "attempt": 0, "steps": 3}
+        assert error_code(await client.post("/work/start", json=late_start)) == (409, "stale_attempt")
+        late_advance = {"rollout_id": "r2", "attempt": 0}
+        assert error_code(await client.post("/work/advance", json=late_advance)) == (409, "stale_attempt")
+        assert (await status(client))["retired_rollouts"] == {f"r{i}": 0 for i in range(5)}
+
+
+async def test_a_lost_worker_blocks_prepare_and_the_next_checkpoint_succeeds(tmp_path):
+    """A worker whose socket ends mid-prepare is worker-lost; after resume and rejoin all is ready."""
+    app = _app(2, step_seconds=0.0)
+    async with running(app) as client:
+        coordinator = app.state.coordinator
+        await _start(client, "r0")
+        prepare = await control(client, "prepare", seconds=60.0)
+        assert prepare.json()["phase"] == "prepared"
+        # The worker's end of the socket goes away, as when its process is killed.
+        coordinator.channels[1].stream.extra(SocketAttribute.raw_socket).shutdown(socket.SHUT_RDWR)
+        with anyio.fail_after(5):
+            while 1 in coordinator.connected():
+                await anyio.sleep(0.01)
+        report = app.state.workload.report()
+        assert "environment-worker-lost" in report.blockers and not report.ready
+        commit = await control(client, "commit", checkpoint_dir=str(tmp_path))
+        assert error_code(commit)[0] in (409, 503)
+        assert not (participant_dir(tmp_path, "environment", "env-0") / "manifest.json").exists()
+        assert (await control(client, "resume")).status_code == 200
+        unreported = await control(client, "prepare", "c2", seconds=0.6)
+        assert "environment-workers-unreported:1" in unreported.json()["report"]["blockers"]
