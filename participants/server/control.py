@@ -38,7 +38,8 @@ from participants.protocol import (
     encode,
 )
 from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
-from participants.server.store import WriteStop, read_checkpoint, write_checkpoint
+from participants.server.store import WriteStop, write_checkpoint
+from participants.server.store_read import read_checkpoint
 from participants.workloads.base import Record
 from participants.workloads.checkpointable import CheckpointableWorkload
 

@@ -15,9 +15,9 @@ from participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
     participant_dir,
-    read_checkpoint,
     write_checkpoint,
 )
+from participants.server.store_read import read_checkpoint
 from participants.workloads import ResourcesRecord
 from tests.participants.helpers import TOKEN, control, error_code, running
 
