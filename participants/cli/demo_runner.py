@@ -86,7 +86,10 @@ async def _fleet(
 ) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
     """Yield (instance -> url, crash) for one generation of the fleet."""
     if not opts.processes:
-        async with local_fleet(token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS) as urls:
+        local = local_fleet(
+            token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS, checkpoint_root=workdir / "run"
+        )
+        async with local as urls:
             yield urls, lambda: None  # leaving the block stops the servers; their state is gone
         return
     token_file = write_token_file(workdir / "token", token)
@@ -99,7 +102,9 @@ async def _fleet(
             extra["OTEL_SERVICE_NAME"] = f"ckpt-events-demo/{instance}"
         return extra
 
-    fleet = await process_fleet(token_file=token_file, log_dir=logs, members=MEMBERS, env=env)
+    fleet = await process_fleet(
+        token_file=token_file, log_dir=logs, members=MEMBERS, env=env, checkpoint_root=workdir / "run"
+    )
     crashed = False
     try:
 
@@ -164,6 +169,7 @@ async def _verify(
     second: CollectionSummary,
     continued: list[str],
     urls: dict[str, str],
+    token: str,
 ) -> list[str]:
     """Check the outcome; returns the checks that passed (raises DemoFailed on the first that fails)."""
     passed: list[str] = []
@@ -181,7 +187,7 @@ async def _verify(
     if redone:
         raise DemoFailed(f"rollouts ran more than one extra attempt: {redone[:5]}")
     passed.append("no rollout ran twice (every attempt number is 0 or 1)")
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
         if continued:
             sample = continued[0]
             for instance, url in urls.items():
@@ -250,7 +256,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                         label="generation 2 (restored)",
                         stop_at=None,
                     )
-                    passed = await _verify(opts, first, second, continued, urls)
+                    passed = await _verify(opts, first, second, continued, urls, token)
                 seconds["generation 2"] = time.monotonic() - start
             finally:
                 await bus.flush(timeout=10)

@@ -24,6 +24,7 @@ import anyio
 import uvicorn
 
 from participants.errors import LaunchError
+from participants.server.limits import SERVER_LIMITS
 
 __all__ = [
     "LaunchError",
@@ -161,7 +162,8 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = _EmbeddedServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", **SERVER_LIMITS)
+    server = _EmbeddedServer(config)
     ended = anyio.Event()
 
     async def serve() -> None:
@@ -199,11 +201,12 @@ async def local_fleet(
         ("resources", "resources-0"),
     ),
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    checkpoint_root: Path | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
-    instance to extra ``create_app`` keyword arguments.
+    instance to extra ``create_app`` keyword arguments; ``checkpoint_root`` goes to every app.
     """
     from participants import create_app, create_inference_app
 
@@ -215,6 +218,8 @@ async def local_fleet(
             if kind == "model":
                 extra.setdefault("inference_url", inference_url)
                 extra.setdefault("inference_token", token)
+            if checkpoint_root is not None:
+                extra.setdefault("checkpoint_root", checkpoint_root)
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
             urls[instance] = await stack.enter_async_context(serving(app))
         yield urls
@@ -227,6 +232,7 @@ async def process_fleet(
     members: Sequence[tuple[str, str]],
     env: Callable[[str], Mapping[str, str]] = lambda instance: {},
     listen_timeout: float = 30.0,
+    checkpoint_root: Path | None = None,
 ) -> list[ServerProcess]:
     """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
 
@@ -245,6 +251,8 @@ async def process_fleet(
         fleet.append(inference)
         for kind, instance in members:
             extra = ["--inference-url", inference.url] if kind == "model" else []
+            if checkpoint_root is not None:
+                extra += ["--checkpoint-root", str(checkpoint_root)]
             fleet.append(
                 ServerProcess(
                     kind,
