@@ -30,10 +30,6 @@ SERVER_LIMITS: Final[dict[str, Any]] = {
 }
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuse request bodies over ``max_body_bytes`` with 413 and the protocol's error body."""
 
@@ -51,15 +47,17 @@ class BodyLimit:
                 await self._refuse(send)
                 return
         received = 0
-        started = False
+        started = over = False
 
         async def counted_receive() -> Message:
-            nonlocal received
+            nonlocal received, over
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise _TooLarge
+                    # Reading stops here: to the route, the body ends as if the client hung up.
+                    over = True
+                    return {"type": "http.disconnect"}
             return message
 
         async def watched_send(message: Message) -> None:
@@ -69,11 +67,10 @@ class BodyLimit:
 
         try:
             await self.app(scope, counted_receive, watched_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
         except ClientDisconnect:
-            return  # the client hung up mid-body: nobody is left to answer
+            if over and not started:
+                await self._refuse(send)
+            # else the client hung up mid-body: nobody is left to answer
 
     async def _refuse(self, send: Send) -> None:
         detail = f"request body over the {self.max_body_bytes}-byte bound"

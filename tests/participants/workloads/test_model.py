@@ -10,6 +10,7 @@ from ckpt_events.testing import capture_events
 from participants import create_app, create_inference_app
 from participants.server.inference import token_at
 from tests.participants.helpers import (
+    ROOT,
     TOKEN,
     control,
     error_code,
@@ -30,6 +31,7 @@ def make(inference, bus=None, **options):
         instance="model-0",
         token=TOKEN,
         bus=bus,
+        checkpoint_root=ROOT,
         inference_url="http://inference",
         inference_token=INFERENCE_TOKEN,
         inference_transport=httpx.ASGITransport(app=inference),
