@@ -17,7 +17,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from participants.protocol import ErrorBody, ErrorDetail, encode
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_LIMITS", "BodyLimit", "log_resource_exhaustion_once"]
+__all__ = [
+    "ACCEPT_LOGGERS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "SERVER_LIMITS",
+    "BodyLimit",
+    "log_resource_exhaustion_once",
+]
 
 #: The default bound on a request body: far above any control or work call.
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
@@ -101,8 +107,13 @@ class _Once(logging.Filter):
         return True
 
 
-def log_resource_exhaustion_once() -> None:
-    """Install the one-line filter on the loggers that report a failed ``accept()``."""
+#: The loggers that report a failed ``accept()`` (asyncio's event loop, uvicorn).
+ACCEPT_LOGGERS: Final = ("asyncio", "uvicorn.error")
+
+
+def log_resource_exhaustion_once() -> logging.Filter:
+    """Install (and return) the one-line filter on ``ACCEPT_LOGGERS``."""
     once = _Once()
-    for name in ("asyncio", "uvicorn.error"):
+    for name in ACCEPT_LOGGERS:
         logging.getLogger(name).addFilter(once)
+    return once
