@@ -68,9 +68,10 @@ class _Router(httpx.AsyncBaseTransport):
 class _Fleet:
     """Four participant apps on one bus, a coordinator over them, and ``n`` installed episodes."""
 
-    def __init__(self, bus: Bus, n: int | None) -> None:
+    def __init__(self, bus: Bus, n: int | None, root: Path) -> None:
         self.apps = {
-            instance: create_app(kind, instance=instance, token=TOKEN, bus=bus) for kind, instance in MEMBERS
+            instance: create_app(kind, instance=instance, token=TOKEN, bus=bus, checkpoint_root=root)
+            for kind, instance in MEMBERS
         }
         self.members = [
             Member(name=instance, kind=Kind(kind), instance=instance, url=f"http://{instance}")
@@ -110,7 +111,7 @@ async def _one(n: int, telemetry: bool, workdir: Path) -> dict[str, Any]:
         if telemetry:
             await _sinks(stack, bus, workdir)
         tel = Telemetry(bus, kind="controller", instance="coordination")
-        fleet = _Fleet(bus, n)
+        fleet = _Fleet(bus, n, workdir)
         async with (
             fleet.client() as http,
             Coordinator(fleet.members, token=TOKEN, telemetry=tel, client=http) as co,
@@ -123,7 +124,7 @@ async def _one(n: int, telemetry: bool, workdir: Path) -> dict[str, Any]:
             commits = await co.commit("c1", str(directory), deadline_ts=deadline, episode_ids=episodes)
             commit_s, commit_cpu = time.perf_counter() - start, time.process_time() - cpu
             await co.resume("c1", deadline_ts=deadline)
-        fresh = _Fleet(bus, None)
+        fresh = _Fleet(bus, None, workdir)
         async with (
             fresh.client() as http,
             Coordinator(fresh.members, token=TOKEN, telemetry=tel, client=http) as co,
@@ -148,7 +149,7 @@ async def _peak_memory(n: int, workdir: Path) -> dict[str, int]:
     peaks: dict[str, int] = {}
     episodes = [EpisodeId(f"r{i:06d}", 0) for i in range(n)]
     async with Bus() as bus:
-        fleet = _Fleet(bus, n)
+        fleet = _Fleet(bus, n, workdir)
         async with fleet.client() as http:
             headers = {"authorization": f"Bearer {TOKEN}"}
             deadline = time.time() + 600

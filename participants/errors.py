@@ -15,8 +15,10 @@ The whole tree::
     │                               counted as ``refused``
     ├── WorkError                   a unit of work failed upstream: 502 ``upstream_error``
     ├── CheckpointStoreError        the on-disk checkpoint could not be written or read
-    │   ├── InvalidCheckpointError  missing, corrupt, unsafe or unwritable: the control plane
+    │   ├── InvalidCheckpointError  missing, corrupt, unsafe or out of scope: the control plane
     │   │                           answers ``invalid_checkpoint_state`` (422)
+    │   ├── CheckpointWriteError    an I/O error (ENOSPC, EIO, ...) during the write; ``published``
+    │   │                           says whether the manifest exists: ``checkpoint_error`` (409)
     │   └── WriteStopped            resume ran during the write, no manifest was published:
     │                               the control plane answers ``stale_checkpoint`` (409)
     ├── WorkerChannelError          the socket between a server's coordinator and one of its
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CheckpointNotPrepared",
     "CheckpointStoreError",
+    "CheckpointWriteError",
     "CommandError",
     "CoordinationError",
     "DemoFailed",
@@ -110,6 +113,14 @@ class CheckpointStoreError(CkptEventsError):
 
 class InvalidCheckpointError(CheckpointStoreError):
     """A checkpoint (or a record in it) is missing, corrupt, unsafe or cannot be written."""
+
+
+class CheckpointWriteError(CheckpointStoreError):
+    """An I/O error stopped the write; ``published`` is whether the manifest exists afterwards."""
+
+    def __init__(self, detail: str, *, published: bool) -> None:
+        self.published = published
+        super().__init__(detail)
 
 
 class WriteStopped(CheckpointStoreError):

@@ -90,9 +90,15 @@ async def _fleet(
     """Yield (instance -> url, crash) for one generation of the fleet."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
     if not opts.processes:
-        async with local_fleet(
-            token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS, workers=workers
-        ) as urls:
+        local = local_fleet(
+            token=token,
+            bus=bus,
+            members=MEMBERS,
+            options=FAST_WORKLOADS,
+            workers=workers,
+            checkpoint_root=workdir / "run",
+        )
+        async with local as urls:
             yield urls, lambda: None  # leaving the block stops the servers; their state is gone
         return
     token_file = write_token_file(workdir / "token", token)
@@ -111,6 +117,7 @@ async def _fleet(
         members=MEMBERS,
         env=env,
         extra_args=["--workers", str(workers)] if workers > 1 else [],
+        checkpoint_root=workdir / "run",
     )
     crashed = False
     try:
@@ -176,6 +183,7 @@ async def _verify(
     second: CollectionSummary,
     continued: list[str],
     urls: dict[str, str],
+    token: str,
 ) -> list[str]:
     """Check the outcome; returns the checks that passed (raises DemoFailed on the first that fails)."""
     passed: list[str] = []
@@ -193,7 +201,7 @@ async def _verify(
     if redone:
         raise DemoFailed(f"rollouts ran more than one extra attempt: {redone[:5]}")
     passed.append("no rollout ran twice (every attempt number is 0 or 1)")
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
         if continued:
             sample = continued[0]
             for instance, url in urls.items():
@@ -262,7 +270,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                         label="generation 2 (restored)",
                         stop_at=None,
                     )
-                    passed = await _verify(opts, first, second, continued, urls)
+                    passed = await _verify(opts, first, second, continued, urls, token)
                 seconds["generation 2"] = time.monotonic() - start
             finally:
                 await bus.flush(timeout=10)

@@ -24,6 +24,7 @@ import anyio
 import uvicorn
 
 from participants.errors import LaunchError
+from participants.server.limits import SERVER_LIMITS
 
 __all__ = [
     "LaunchError",
@@ -161,7 +162,8 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = _EmbeddedServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", **SERVER_LIMITS)
+    server = _EmbeddedServer(config)
     ended = anyio.Event()
 
     async def serve() -> None:
@@ -200,12 +202,13 @@ async def local_fleet(
     ),
     options: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
+    checkpoint_root: Path | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
-    instance to extra ``create_app`` keyword arguments. With ``workers`` > 1 each participant
-    runs that many worker processes.
+    instance to extra ``create_app`` keyword arguments; ``checkpoint_root`` goes to every app.
+    With ``workers`` > 1 each participant runs that many worker processes.
     """
     from participants import create_app, create_inference_app
 
@@ -221,6 +224,8 @@ async def local_fleet(
                 from participants.cli.worker_process import worker_command
 
                 extra.update(workers=workers, worker_command=worker_command(kind, instance, extra))
+            if checkpoint_root is not None:
+                extra.setdefault("checkpoint_root", checkpoint_root)
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
             urls[instance] = await stack.enter_async_context(serving(app))
         yield urls
@@ -234,6 +239,7 @@ async def process_fleet(
     env: Callable[[str], Mapping[str, str]] = lambda instance: {},
     listen_timeout: float = 30.0,
     extra_args: Sequence[str] = (),
+    checkpoint_root: Path | None = None,
 ) -> list[ServerProcess]:
     """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
 
@@ -253,6 +259,8 @@ async def process_fleet(
         fleet.append(inference)
         for kind, instance in members:
             extra = [*(["--inference-url", inference.url] if kind == "model" else []), *extra_args]
+            if checkpoint_root is not None:
+                extra += ["--checkpoint-root", str(checkpoint_root)]
             fleet.append(
                 ServerProcess(
                     kind,

@@ -30,6 +30,8 @@ ENV_TOKEN: Final = "CKPT_EVENTS_TOKEN"
 ENV_INFERENCE_TOKEN: Final = "CKPT_EVENTS_INFERENCE_TOKEN"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 SERVE_KINDS: Final = ("environment", "model", "agent", "resources", "inference")
+#: ``store_files.DEFAULT_CHECKPOINT_ROOT``, spelled here so ``--help`` imports no server stack.
+DEFAULT_CHECKPOINT_ROOT: Final = "ckpt-events-checkpoints"
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +66,12 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="worker processes serving the episodes (default 1: no socket, no extra process)",
     )
     parser.add_argument(
+        "--checkpoint-root",
+        type=Path,
+        default=Path(DEFAULT_CHECKPOINT_ROOT),
+        help=f"checkpoints are written and read only under it (default ./{DEFAULT_CHECKPOINT_ROOT})",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
     )
 
@@ -80,9 +88,16 @@ def worker_count(text: str) -> int:
 
 
 def _read_token(path: Path | None, env_name: str, what: str) -> str:
+    token = _token_text(path, env_name, what)
+    if not (token.isascii() and token.isprintable()):
+        raise CommandError(f"the {what} must be printable ASCII (it goes into an HTTP header)")
+    return token
+
+
+def _token_text(path: Path | None, env_name: str, what: str) -> str:
     if path is not None:
         try:
-            token = path.read_text().strip()
+            token = path.read_text(errors="replace").strip()
         except OSError as exc:
             raise CommandError(f"cannot read the {what} file {str(path)!r}: {exc.strerror or exc}") from None
         if not token:
@@ -133,6 +148,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         lease_grace_seconds=args.lease_grace_seconds,
         sample_ratio=ratio,
         otel_context=args.otel_context,
+        checkpoint_root=args.checkpoint_root,
         **options,
         **workers,
     )
@@ -148,8 +164,17 @@ def _serve(args: argparse.Namespace) -> int:
         except CkptEventsError as exc:
             raise CommandError(f"${ENV_SPAN_GROUPS}: {exc}") from None
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
+    from participants.server.limits import SERVER_LIMITS, log_resource_exhaustion_once
+
+    log_resource_exhaustion_once()
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="on"
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        lifespan="on",
+        **SERVER_LIMITS,
     )
     server = uvicorn.Server(config)
     server.run()

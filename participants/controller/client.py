@@ -73,6 +73,11 @@ class ControlClient:
         self._http = client if client is not None else httpx.AsyncClient()
 
     @property
+    def auth_headers(self) -> dict[str, str]:
+        """The bearer ``Authorization`` header (the work API takes the same token)."""
+        return {"authorization": self._auth}
+
+    @property
     def http(self) -> httpx.AsyncClient:
         """The underlying HTTP client (shared with the workload calls of rollout collection)."""
         return self._http

@@ -1,11 +1,10 @@
 """Rollout collection: a controller that runs rollouts on the participants and checkpoints them.
 
-A rollout is one episode of ``steps`` units on every participant, driven through the
-uniform workload API (``/work/start``, ``/work/advance``). Checkpoints are taken on demand
-(``checkpoint()``), on a timer, on SIGUSR1, and with ``stop=True`` on SIGTERM (checkpoint,
-then stop dispatching). ``run()`` first restores the published checkpoint of the run
-directory, if any: its continued episodes go on as ``attempt + 1`` from their boundaries,
-the others restart from their inputs, also as a new attempt.
+A rollout is one episode of ``steps`` units on every participant, driven through the work API
+(``/work/start``, ``/work/advance``, with the control token). Checkpoints: on demand, on a
+timer, on SIGUSR1, and with ``stop=True`` on SIGTERM (then no more dispatch). ``run()`` first
+restores the run directory's published checkpoint, if any: its continued episodes go on as
+``attempt + 1`` from their boundaries, the others restart from their inputs (a new attempt too).
 """
 
 from __future__ import annotations
@@ -126,9 +125,7 @@ class Collection:
         self._tg: anyio.abc.TaskGroup | None = None
 
     def _http(self, member: Member) -> httpx.AsyncClient:
-        if self._given_client is not None:
-            return self._given_client
-        return self._work_clients[member.url]
+        return self._given_client or self._work_clients[member.url]
 
     @contextlib.asynccontextmanager
     async def _work_http(self) -> AsyncIterator[None]:
@@ -257,7 +254,8 @@ class Collection:
             await self._open.wait()
             if rollout.attempt != attempt:
                 return  # a restore moved this rollout on; this call belongs to the old attempt
-            response = await self._http(member).post(url, json=body, timeout=self.deadline_s)
+            auth, timeout = self.coordinator.control.auth_headers, self.deadline_s
+            response = await self._http(member).post(url, json=body, headers=auth, timeout=timeout)
             if response.status_code == 409:
                 code = response.json().get("error", {}).get("code")
                 if code == "stale_attempt":
@@ -351,7 +349,12 @@ class Collection:
             restarts = list(manifest.restarted)
             try:
                 await self.coordinator.restore(
-                    restore_id, directory, manifest.continued, deadline_ts=deadline, parent=span
+                    restore_id,
+                    directory,
+                    manifest.continued,
+                    deadline_ts=deadline,
+                    source_checkpoint_id=checkpoint_id,
+                    parent=span,
                 )
             except CoordinationError:
                 # All or nothing: the coordinator retired the next attempts and resumed everyone;

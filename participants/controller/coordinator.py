@@ -31,7 +31,7 @@ from ckpt_events import (
 )
 from participants.controller.client import ControlClient, SpanLike
 from participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
-from participants.controller.fan_out import Failures, fan_out, renewing
+from participants.controller.fan_out import Failures, check_committed, check_restored, fan_out, renewing
 from participants.controller.types import Member, PrepareResult
 from participants.errors import CheckpointNotPrepared, CoordinationError
 from participants.protocol import (
@@ -193,6 +193,7 @@ class Coordinator:
             replies, failures = await fan_out(
                 self.control, self.members, "commit", request, CommitReply, deadline_ts=deadline_ts, span=span
             )
+            check_committed(replies, failures, episode_ids)
             exported = len({key for r in replies.values() for key in r.episode_ids})
             span.set(episodes=len(episode_ids) if episode_ids is not None else exported)
             if failures:
@@ -252,9 +253,11 @@ class Coordinator:
         episode_ids: Sequence[EpisodeId],
         *,
         deadline_ts: float,
+        source_checkpoint_id: str | None = None,
         parent: Any = None,
     ) -> dict[str, RestoreReply]:
-        """Restore into fresh processes, all or nothing.
+        """Restore into fresh processes, all or nothing; each must install exactly ``episode_ids``
+        (from ``source_checkpoint_id``, if given), else it failed.
 
         If any participant fails, the next attempts are retired everywhere (deadline at
         least 30 s away), everyone is resumed, and ``CoordinationError("restore")`` raised.
@@ -276,6 +279,7 @@ class Coordinator:
                 deadline_ts=deadline_ts,
                 span=span,
             )
+            check_restored(replies, failures, episode_ids, source_checkpoint_id)
         if failures:
             cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
             context = parent if parent is not None else span

@@ -17,8 +17,9 @@ import msgspec
 from participants.controller.client import ControlClient, SpanLike
 from participants.controller.types import Member
 from participants.errors import ParticipantCallError
+from participants.protocol import CommitReply, EpisodeId, RestoreReply
 
-__all__ = ["Failures", "fan_out", "renewing"]
+__all__ = ["Failures", "check_committed", "check_restored", "fan_out", "renewing"]
 
 R = TypeVar("R", bound=msgspec.Struct)
 #: Member name -> what went wrong with its call.
@@ -51,6 +52,46 @@ async def fan_out(
         for member in members:
             tg.start_soon(one, member)
     return replies, failures
+
+
+def _move_mismatches(replies: dict[str, R], failures: Failures, wrong: Callable[[R], str | None]) -> None:
+    for name in sorted(replies):
+        problem = wrong(replies[name])
+        if problem is not None:
+            failures[name] = problem
+            del replies[name]
+
+
+def _compare(what: str, got: Sequence[str], want: Sequence[str]) -> str | None:
+    if list(got) == list(want):
+        return None
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    counts = f"{what} {len(got)} episodes, not the {len(want)} asked for"
+    return f"{counts} (missing {missing[:5]}, extra {extra[:5]})"
+
+
+def check_committed(
+    replies: dict[str, CommitReply], failures: Failures, scope: Sequence[EpisodeId] | None
+) -> None:
+    """A participant whose commit exported other episodes than ``scope`` failed."""
+    if scope is not None:
+        want = sorted({e.capture_key for e in scope})
+        _move_mismatches(replies, failures, lambda r: _compare("committed", r.episode_ids, want))
+
+
+def check_restored(
+    replies: dict[str, RestoreReply], failures: Failures, scope: Sequence[EpisodeId], source: str | None
+) -> None:
+    """A participant that installed other episodes than ``scope`` (each as attempt + 1), or
+    restored another checkpoint than ``source``, failed."""
+    want = sorted({e.next().capture_key for e in scope})
+
+    def wrong(reply: RestoreReply) -> str | None:
+        if source is not None and reply.source_checkpoint_id != source:
+            return f"restored checkpoint {reply.source_checkpoint_id}, not {source}"
+        return _compare("restored", reply.restored, want)
+
+    _move_mismatches(replies, failures, wrong)
 
 
 async def renewing(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -13,7 +15,9 @@ from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
 from participants.server.control import ControlPlane
+from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from participants.server.routes import control_router, install_error_handlers, work_router
+from participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
 from participants.workloads import AgentWorkload, EnvironmentWorkload, ResourcesWorkload
 from participants.workloads.base import Workload
 from participants.workloads.model import ModelWorkload
@@ -50,6 +54,9 @@ def create_app(
     workers: int = 1,
     worker_command: Callable[[int], Any] | None = None,
     worker_factory: Callable[[int], Workload[Any, Any]] | None = None,
+    checkpoint_root: str | os.PathLike[str] = DEFAULT_CHECKPOINT_ROOT,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_records_bytes: int = RECORDS_MAX_BYTES,
     **workload_options: Any,
 ) -> FastAPI:
     """A participant of ``kind`` (environment, model, agent or resources).
@@ -60,11 +67,16 @@ def create_app(
     lease watcher; run it (uvicorn does; in tests ``app.router.lifespan_context(app)``).
     Without the lifespan an expired lease is still noticed at the next control call.
     ``inference_url``/``inference_token`` are for the model kind; other kinds ignore them.
-    ``workload_options`` go to the kind's workload (e.g. ``step_seconds``). ``sample_ratio``
-    and ``otel_context`` go to the participant's ``Telemetry`` (``otel_context``: operations
-    join the current OpenTelemetry span, e.g. FastAPI instrumentation's SERVER span). With ``workers``
-    > 1 the episodes live in worker processes started by ``worker_command(index)`` (or tasks
-    made by ``worker_factory(index)``): see ``participants.server.workers``.
+    ``workload_options`` go to the kind's workload (e.g. ``step_seconds``).
+    ``token`` guards both the control plane and the work API. Requests' ``checkpoint_dir``
+    must lie under ``checkpoint_root`` (fixed here; relative to the working directory when
+    relative, by default ``./ckpt-events-checkpoints``). Request bodies over ``max_body_bytes``
+    are refused with 413, records files over ``max_records_bytes`` are not read.
+    ``sample_ratio`` and ``otel_context`` go to the participant's ``Telemetry``
+    (``otel_context``: operations join the current OpenTelemetry span, e.g. FastAPI
+    instrumentation's SERVER span). With ``workers`` > 1 the episodes live in worker processes
+    started by ``worker_command(index)`` (or tasks made by ``worker_factory(index)``): see
+    ``participants.server.workers``.
     """
     participant_kind = coerce(Kind, kind)
     if participant_kind not in _WORKLOADS:
@@ -73,6 +85,11 @@ def create_app(
         raise InvalidArgumentError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
     if not isinstance(token, str) or not token:
         raise InvalidArgumentError("a participant needs a non-empty control token")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        raise InvalidArgumentError("the control token must be printable ASCII without surrounding spaces")
+    for name, bound in (("max_body_bytes", max_body_bytes), ("max_records_bytes", max_records_bytes)):
+        if not isinstance(bound, int) or bound < 1:
+            raise InvalidArgumentError(f"{name} must be a positive int, not {bound!r}")
     if not isinstance(lease_grace_seconds, int | float) or not (
         math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0
     ):
@@ -105,8 +122,17 @@ def create_app(
             lease_grace_seconds=lease_grace_seconds,
             worker_command=worker_command,
             worker_factory=worker_factory,
+            checkpoint_root=Path(checkpoint_root).absolute(),
+            max_records_bytes=max_records_bytes,
+            max_body_bytes=max_body_bytes,
         )
-    plane = ControlPlane(tel, workload, lease_grace_seconds=float(lease_grace_seconds))
+    plane = ControlPlane(
+        tel,
+        workload,
+        lease_grace_seconds=float(lease_grace_seconds),
+        checkpoint_root=Path(checkpoint_root).absolute(),
+        max_records_bytes=max_records_bytes,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -132,5 +158,6 @@ def create_app(
     app.state.control = plane
     install_error_handlers(app, tel)
     app.include_router(control_router(plane, token))
-    app.include_router(work_router(workload))
+    app.include_router(work_router(workload, token))
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     return app

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import OrderedDict
+from pathlib import Path
 from typing import Final, Generic, TypeVar
 
 import anyio
@@ -37,19 +37,19 @@ from participants.protocol import (
     StatusReply,
     encode,
 )
+from participants.server.checks import check_commit_scope, check_deadline, check_outside, check_restore_scope
 from participants.server.gc_pause import freeze, gc_paused
 from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
-from participants.server.store import WriteStop, read_checkpoint, write_checkpoint
+from participants.server.store import WriteStop, write_checkpoint
+from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
+from participants.server.store_read import read_checkpoint
 from participants.workloads.base import Record
 from participants.workloads.checkpointable import CheckpointableWorkload
 
 __all__ = ["ControlPlane"]
 
-#: How many resumed checkpoint ids are remembered (and refused as ``stale_checkpoint``).
-RESUMED_KEPT: Final = 64
 _WAIT_SLICE: Final = 1.0
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
-_OUTSIDE_CHECKPOINT: Final = frozenset({Phase.IDLE, Phase.RESTORED})
 S = TypeVar("S")  # the workload's episode state, carried from check_record to install
 T = TypeVar("T")
 
@@ -61,17 +61,22 @@ class ControlPlane(Generic[S]):
     """The checkpoint state machine of ``workload``; every method is one control route."""
 
     def __init__(
-        self, tel: Telemetry, workload: CheckpointableWorkload[S], *, lease_grace_seconds: float
+        self,
+        tel: Telemetry,
+        workload: CheckpointableWorkload[S],
+        *,
+        lease_grace_seconds: float,
+        checkpoint_root: Path,
+        max_records_bytes: int = RECORDS_MAX_BYTES,
     ) -> None:
-        self.tel = tel
-        self.workload = workload
+        self.tel, self.workload = tel, workload
+        self.checkpoint_root, self.max_records_bytes = checkpoint_root, max_records_bytes
         self.lease_grace_seconds = lease_grace_seconds
         self.phase = Phase.IDLE
         self.checkpoint_id: str | None = None
         self.lease_expires_at: float | None = None
         self._lock = anyio.Lock()
         self._commit_lock = anyio.Lock()
-        self._resumed: OrderedDict[str, None] = OrderedDict()
         self._replies = ReplyCache()
         self._stop = WriteStop()
         self._report: PrepareReport | None = None
@@ -79,17 +84,11 @@ class ControlPlane(Generic[S]):
 
     # -- shared checks ----------------------------------------------------------------------
 
-    def _remember_resumed(self, checkpoint_id: str) -> None:
-        self._resumed[checkpoint_id] = None
-        self._resumed.move_to_end(checkpoint_id)
-        while len(self._resumed) > RESUMED_KEPT:
-            self._resumed.popitem(last=False)
-
     def _admit(
         self, op: Operation, checkpoint_id: str, allowed: frozenset[Phase] | set[Phase], cached: T | None
     ) -> T | None:
         """The admission checks in protocol order; returns ``cached`` (the reply to replay) if any."""
-        if checkpoint_id in self._resumed:
+        if checkpoint_id in self._replies.resumed:
             raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} was already resumed")
         if self.checkpoint_id is not None and self.checkpoint_id != checkpoint_id:
             raise _refuse(
@@ -101,10 +100,6 @@ class ControlPlane(Generic[S]):
         if self.phase not in allowed:
             raise _refuse(ErrorCode.INVALID_PHASE, f"{op.value} is not allowed in phase {self.phase.value}")
         return None
-
-    def _check_deadline(self, deadline_ts: float) -> None:
-        if deadline_ts <= time.time():
-            raise _refuse(ErrorCode.DEADLINE_EXCEEDED, f"deadline_ts {deadline_ts:.3f} has passed")
 
     def _extend_lease(self, deadline_ts: float) -> None:
         expires = deadline_ts + self.lease_grace_seconds
@@ -132,7 +127,7 @@ class ControlPlane(Generic[S]):
         self.lease_expires_at = None
         self._report = None
         if checkpoint_id is not None:
-            self._remember_resumed(checkpoint_id)
+            self._replies.remember_resumed(checkpoint_id)
             self._replies.drop(checkpoint_id)
         self.workload.open_admission()
         self._lease_changed.set()
@@ -177,7 +172,7 @@ class ControlPlane(Generic[S]):
                 if cached is not None:
                     o.set(phase=cached.phase, blockers=cached.report.blocker_count)
                     return cached
-                self._check_deadline(req.deadline_ts)
+                check_deadline(req.deadline_ts)
                 self._extend_lease(req.deadline_ts)
                 first = self.phase is Phase.IDLE
                 if first:
@@ -197,6 +192,10 @@ class ControlPlane(Generic[S]):
                         self._abort()
                 raise
             async with self._lock:
+                # An identical prepare that finished first: this one gets the same answer.
+                if self.checkpoint_id == cid and (done := self._replies.prepare.get(cid)) is not None:
+                    o.set(phase=done.phase, blockers=done.report.blocker_count)
+                    return done
                 if self.checkpoint_id != cid or self.phase is not Phase.PREPARING:
                     raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed while preparing")
                 self._report = report
@@ -227,7 +226,7 @@ class ControlPlane(Generic[S]):
             async with self._lock:
                 self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
-                self._check_deadline(req.deadline_ts)
+                check_deadline(req.deadline_ts)
                 self._extend_lease(req.deadline_ts)
                 assert self.lease_expires_at is not None
                 return RenewReply(lease_expires_at=self.lease_expires_at)
@@ -253,10 +252,13 @@ class ControlPlane(Generic[S]):
                             )
                         o.set(records=cached.manifest.record_count, bytes=cached.bytes)
                         return cached
-                    self._check_deadline(req.deadline_ts)
+                    check_deadline(req.deadline_ts)
                     self._extend_lease(req.deadline_ts)
                     if not self.workload.report().ready:
                         raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
+                    with store_refusals():
+                        directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
+                    check_commit_scope(req.episode_ids, self.workload.episodes)
                     with o.step("export") as s, gc_paused():
                         records = await self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
@@ -266,7 +268,7 @@ class ControlPlane(Generic[S]):
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
                             write_checkpoint,
-                            req.checkpoint_dir,
+                            directory,
                             kind=self.workload.kind.value,
                             instance=self.tel.instance,
                             checkpoint_id=cid,
@@ -312,7 +314,7 @@ class ControlPlane(Generic[S]):
                         )
                     o.set(records=len(cached.restored))
                     return cached
-                self._check_deadline(req.deadline_ts)
+                check_deadline(req.deadline_ts)
                 if self.workload.served or self.workload.episodes:
                     raise _refuse(
                         ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
@@ -321,13 +323,15 @@ class ControlPlane(Generic[S]):
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
                             read_checkpoint,
-                            req.checkpoint_dir,
+                            resolve_under(self.checkpoint_root, req.checkpoint_dir),
                             kind=self.workload.kind.value,
                             instance=self.tel.instance,
                             record_type=self.workload.record_type,
+                            max_records_bytes=self.max_records_bytes,
                         )
                     )
                     chosen: list[Record] = [r for r in result.records if r.episode_id in scope]
+                    check_restore_scope(scope, chosen, result.manifest.checkpoint_id)
                     # Every record in scope checks before anything is installed.
                     states = [self.workload.check_record(r) for r in chosen]
                     s.set(records=len(result.records), bytes=result.bytes)
@@ -355,14 +359,14 @@ class ControlPlane(Generic[S]):
         with self.tel.operation(Operation.RESUME, checkpoint_id=cid, traceparent=traceparent) as o:
             async with self._lock:
                 self.check_lease()
-                if cid in self._resumed:
+                if cid in self._replies.resumed:
                     idempotent = True
                 elif self.checkpoint_id is not None and self.checkpoint_id != cid:
                     raise _refuse(
                         ErrorCode.CHECKPOINT_CONFLICT, f"checkpoint {self.checkpoint_id} is active, not {cid}"
                     )
                 elif self.phase is Phase.IDLE:
-                    self._remember_resumed(cid)
+                    self._replies.remember_resumed(cid)
                     idempotent = True
                 else:
                     self._abort()
@@ -372,12 +376,7 @@ class ControlPlane(Generic[S]):
 
     def _check_outside(self, op: Operation, deadline_ts: float) -> None:
         self.check_lease()
-        if self.phase not in _OUTSIDE_CHECKPOINT:
-            raise _refuse(
-                ErrorCode.INVALID_PHASE,
-                f"{op.value} is not allowed in phase {self.phase.value}: resume first",
-            )
-        self._check_deadline(deadline_ts)
+        check_outside(op, self.phase, deadline_ts)
 
     async def retire(self, req: RetireRequest, traceparent: str | None) -> RetireReply:
         cid = req.checkpoint_id

@@ -4,31 +4,46 @@ A retry of prepare, commit or restore with the same checkpoint id gets the same 
 (``ReplyCache``); a commit or restore retried with other arguments is a conflict, so their
 arguments are kept with the reply. The store raises its own errors; ``store_refusals`` turns
 them into the protocol's: ``InvalidCheckpointError`` is ``invalid_checkpoint_state`` (422),
-``WriteStopped`` is ``stale_checkpoint`` (409).
+``WriteStopped`` is ``stale_checkpoint`` (409), ``CheckpointWriteError`` (an I/O error; its
+detail says whether the manifest exists) is ``checkpoint_error`` (409).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 from ckpt_events import ErrorCode
-from participants.errors import CheckpointStoreError, ProtocolRefusal, WriteStopped
+from participants.errors import CheckpointStoreError, CheckpointWriteError, ProtocolRefusal, WriteStopped
 from participants.protocol import CommitReply, PrepareReply, RestoreReply
 
-__all__ = ["ReplayArgs", "ReplyCache", "store_refusals"]
+__all__ = ["RESUMED_KEPT", "ReplayArgs", "ReplyCache", "store_refusals"]
 
 #: What a replayed commit or restore must repeat: the directory and the capture keys in scope.
 ReplayArgs = tuple[str, list[str] | None]
 
 
+#: How many resumed checkpoint ids are remembered (and refused as ``stale_checkpoint``).
+RESUMED_KEPT: Final = 64
+
+
 class ReplyCache:
-    """The replies a retry of the same checkpoint id gets again, with the arguments they answered."""
+    """The replies a retry of the same checkpoint id gets again, with the arguments they answered,
+    and the ids resumed lately (the newest ``RESUMED_KEPT``)."""
 
     def __init__(self) -> None:
+        self.resumed: OrderedDict[str, None] = OrderedDict()
         self.prepare: dict[str, PrepareReply] = {}
         self.commit: dict[str, tuple[CommitReply, ReplayArgs]] = {}
         self.restore: dict[str, tuple[RestoreReply, ReplayArgs]] = {}
+
+    def remember_resumed(self, checkpoint_id: str) -> None:
+        self.resumed[checkpoint_id] = None
+        self.resumed.move_to_end(checkpoint_id)
+        while len(self.resumed) > RESUMED_KEPT:
+            self.resumed.popitem(last=False)
 
     def drop(self, checkpoint_id: str) -> None:
         """Forget every reply of ``checkpoint_id`` (it was resumed)."""
@@ -42,6 +57,10 @@ def store_refusals() -> Iterator[None]:
     try:
         yield
     except CheckpointStoreError as exc:
-        stale = isinstance(exc, WriteStopped)
-        code = ErrorCode.STALE_CHECKPOINT if stale else ErrorCode.INVALID_CHECKPOINT_STATE
+        if isinstance(exc, WriteStopped):
+            code = ErrorCode.STALE_CHECKPOINT
+        elif isinstance(exc, CheckpointWriteError):
+            code = ErrorCode.CHECKPOINT_ERROR
+        else:
+            code = ErrorCode.INVALID_CHECKPOINT_STATE
         raise ProtocolRefusal(code, exc.detail) from exc

@@ -1,8 +1,9 @@
-"""HTTP routes: the control plane (bearer auth) and the uniform workload API (no auth).
+"""HTTP routes: the control plane and the uniform workload API, both behind the bearer token.
 
 Errors become responses in exactly one place, ``install_error_handlers``: a ``ProtocolRefusal``
 is counted as ``refused`` by its code there and nowhere else; a ``MalformedRequest`` is 422
-``invalid_request`` and a ``WorkError`` 502 ``upstream_error``.
+``invalid_request``, a ``WorkError`` 502 ``upstream_error``, and an unknown route or method
+404 ``not_found`` / 405 ``method_not_allowed``, all with the protocol's error body.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ckpt_events import ErrorCode, Telemetry
 from participants.errors import MalformedRequest, ProtocolRefusal, WorkError
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -152,9 +155,9 @@ def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
     return EpisodeId(req.rollout_id, req.attempt)
 
 
-def work_router(workload: Workload[Any, Any]) -> APIRouter:
-    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``."""
-    router = APIRouter(prefix="/work")
+def work_router(workload: Workload[Any, Any], token: str) -> APIRouter:
+    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``."""
+    router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
 
     @router.post("/start")
     async def start(request: Request) -> Response:
@@ -198,6 +201,15 @@ def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
     async def on_work_error(request: Request, exc: Exception) -> Response:
         return _json(ErrorBody(error=ErrorDetail(code="upstream_error", detail=str(exc))), 502)
 
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        headers = getattr(exc, "headers", None)
+        reply = _json(ErrorBody(error=ErrorDetail(code=code, detail=str(exc.detail))), exc.status_code)
+        reply.headers.update(headers or {})
+        return reply
+
     app.add_exception_handler(ProtocolRefusal, on_control_error)
     app.add_exception_handler(WorkError, on_work_error)
     app.add_exception_handler(MalformedRequest, on_request_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)

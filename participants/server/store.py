@@ -17,34 +17,60 @@ import hashlib
 import os
 import re
 import secrets
-import stat
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, Generic, NamedTuple, Protocol, TypeVar
+from typing import Final, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
 from ckpt_events import SAFE_NAME
-from participants.errors import InvalidCheckpointError, WriteStopped
+from participants.errors import (
+    CheckpointStoreError,
+    CheckpointWriteError,
+    InvalidCheckpointError,
+    WriteStopped,
+)
 from participants.protocol import EpisodeId, Manifest
+from participants.server.store_files import (
+    MANIFEST_MAX_BYTES,
+    fsync_dir,
+    make_dirs,
+    read_bounded,
+)
 
 __all__ = [
+    "COMMIT_STEPS",
+    "R",
     "MANIFEST_NAME",
+    "RECORDS_FILE",
     "SCHEMA_VERSION",
-    "ReadResult",
     "WriteResult",
     "WriteStop",
+    "decode_manifest",
     "participant_dir",
-    "read_checkpoint",
     "write_checkpoint",
 ]
 
 SCHEMA_VERSION: Final = 1
 MANIFEST_NAME: Final = "manifest.json"
-_RECORDS_FILE: Final = re.compile(r"records(-[0-9a-f]{64})?\.jsonl")
-_SHA256: Final = re.compile(r"[0-9a-f]{64}")
+RECORDS_FILE: Final = re.compile(r"records(-[0-9a-f]{64})?\.jsonl")
 _manifest_encoder: Final = msgspec.json.Encoder(order="sorted")
+_TEMP_PREFIXES: Final = (".records.jsonl.", ".manifest.json.")
+#: Every step of a commit that touches the disk, in order (each may fail; see ``_step``).
+COMMIT_STEPS: Final = (
+    "make_dirs",
+    "open_records",
+    "write_records",
+    "fsync_records",
+    "rename_records",
+    "fsync_dir_records",
+    "open_manifest",
+    "write_manifest",
+    "fsync_manifest",
+    "link_manifest",
+    "fsync_dir_manifest",
+)
 
 
 class _Record(Protocol):
@@ -80,12 +106,6 @@ class WriteResult(NamedTuple):
     path: Path
 
 
-class ReadResult(NamedTuple, Generic[R]):
-    manifest: Manifest
-    records: list[R]
-    bytes: int
-
-
 def participant_dir(checkpoint_dir: str | os.PathLike[str], kind: str, instance: str) -> Path:
     """``<checkpoint_dir>/gym/<kind>/<instance>``; an unsafe part is an ``InvalidCheckpointError``."""
     base = Path(checkpoint_dir)
@@ -97,12 +117,11 @@ def participant_dir(checkpoint_dir: str | os.PathLike[str], kind: str, instance:
     return base / "gym" / kind / instance
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _step(name: str) -> None:
+    """Called before each step of a commit named in ``COMMIT_STEPS``; does nothing.
+
+    The seam of the fault-injection tests, which replace it to fail at exactly one step.
+    """
 
 
 def write_checkpoint(
@@ -118,37 +137,22 @@ def write_checkpoint(
 
     Committing the same content again returns the existing manifest; different content under
     an existing manifest is ``InvalidCheckpointError`` and this writer's records are deleted.
-    A set ``stop`` raises ``WriteStopped`` and publishes nothing.
+    A set ``stop`` raises ``WriteStopped`` and publishes nothing. An I/O error raises
+    ``CheckpointWriteError`` whose ``published`` says whether the manifest exists; this
+    writer's temp files are gone either way, and a crashed writer's are swept here.
     """
     if SAFE_NAME.fullmatch(checkpoint_id) is None:
         raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
     directory = participant_dir(checkpoint_dir, kind, instance)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        _step("make_dirs")
+        make_dirs(directory)
     except OSError as exc:
-        raise InvalidCheckpointError(f"cannot create {directory}: {exc.strerror}") from None
-    digest = hashlib.sha256()
-    count = size = 0
-    temp = directory / f".records.jsonl.{secrets.token_hex(8)}"
-    try:
-        with open(temp, "xb") as f:
-            for line in lines:
-                data = line + b"\n"
-                digest.update(data)
-                f.write(data)
-                count += 1
-                size += len(data)
-            f.flush()
-            os.fsync(f.fileno())
-        sha = digest.hexdigest()
-        records = directory / f"records-{sha}.jsonl"
-        # Same content gives the same name: replacing it changes nothing a reader could see.
-        os.replace(temp, records)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        raise InvalidCheckpointError(f"cannot write records in {directory}: {exc.strerror}") from None
-    _fsync_dir(directory)
+        raise CheckpointWriteError(
+            f"cannot create {directory}: {exc.strerror}; no checkpoint was published", published=False
+        ) from None
+    _sweep(directory)
+    records, sha, count, size = _write_records(directory, lines)
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
         kind=kind,
@@ -162,16 +166,83 @@ def write_checkpoint(
     return WriteResult(manifest, size, directory / MANIFEST_NAME)
 
 
+def _sweep(directory: Path) -> None:
+    """Delete what a crashed commit left: temp files, and records no manifest names."""
+    named: str | None = None
+    try:
+        named = decode_manifest(read_bounded(directory / MANIFEST_NAME, MANIFEST_MAX_BYTES)).records_file
+    except FileNotFoundError:
+        pass
+    except (OSError, CheckpointStoreError, msgspec.MsgspecError):
+        named = ""  # an unreadable manifest: keep every records file, the reader will judge
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            orphan = (
+                entry.name.startswith(_TEMP_PREFIXES)
+                or (
+                    named is not None
+                    and named != ""
+                    and RECORDS_FILE.fullmatch(entry.name) is not None
+                    and entry.name != named
+                )
+                or (named is None and RECORDS_FILE.fullmatch(entry.name) is not None)
+            )
+            if orphan and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _write_records(directory: Path, lines: Iterable[bytes]) -> tuple[Path, str, int, int]:
+    digest = hashlib.sha256()
+    count = size = 0
+    temp = directory / f".records.jsonl.{secrets.token_hex(8)}"
+    records: Path | None = None
+    try:
+        _step("open_records")
+        with open(temp, "xb") as f:
+            _step("write_records")
+            for line in lines:
+                data = line + b"\n"
+                digest.update(data)
+                f.write(data)
+                count += 1
+                size += len(data)
+            f.flush()
+            _step("fsync_records")
+            os.fsync(f.fileno())
+        sha = digest.hexdigest()
+        # Same content gives the same name: replacing it changes nothing a reader could see.
+        _step("rename_records")
+        os.replace(temp, directory / f"records-{sha}.jsonl")
+        records = directory / f"records-{sha}.jsonl"
+        _step("fsync_dir_records")
+        fsync_dir(directory)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        if records is not None:
+            _unlink_unless_published(records, directory / MANIFEST_NAME)
+        raise CheckpointWriteError(
+            f"cannot write records in {directory}: {exc.strerror}; no checkpoint was published",
+            published=False,
+        ) from None
+    return records, sha, count, size
+
+
 def _publish(directory: Path, manifest: Manifest, records: Path, stop: WriteStop | None) -> None:
     content = _manifest_encoder.encode(manifest)
     target = directory / MANIFEST_NAME
     temp = directory / f".manifest.json.{secrets.token_hex(8)}"
-    with open(temp, "xb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    lock = stop._lock if stop is not None else contextlib.nullcontext()
+    linked = existed = False
     try:
+        _step("open_manifest")
+        with open(temp, "xb") as f:
+            _step("write_manifest")
+            f.write(content)
+            f.flush()
+            _step("fsync_manifest")
+            os.fsync(f.fileno())
+        lock = stop._lock if stop is not None else contextlib.nullcontext()
         with lock:
             if stop is not None and stop.stopped:
                 _unlink_unless_published(records, target)
@@ -179,109 +250,58 @@ def _publish(directory: Path, manifest: Manifest, records: Path, stop: WriteStop
                     f"checkpoint {manifest.checkpoint_id} was resumed: its manifest is not published"
                 )
             try:
+                _step("link_manifest")
                 os.link(temp, target)
+                linked = True
             except FileExistsError:
-                existing = target.read_bytes()
-                if existing != content:
+                if read_bounded(target, MANIFEST_MAX_BYTES) != content:
                     _unlink_unless_published(records, target)
                     raise InvalidCheckpointError(
                         f"{target} already holds a different manifest: it is never replaced"
                     ) from None
+                existed = True
+        _step("fsync_dir_manifest")
+        fsync_dir(directory)
+    except OSError as exc:
+        raise _write_failed(directory, records, target, linked=linked, existed=existed, exc=exc) from None
     finally:
         with contextlib.suppress(OSError):
             temp.unlink()
-    _fsync_dir(directory)
+
+
+def _write_failed(
+    directory: Path, records: Path, target: Path, *, linked: bool, existed: bool, exc: OSError
+) -> CheckpointWriteError:
+    """Undo what this writer published, and say truthfully whether a checkpoint exists now."""
+    why = f"cannot publish the manifest in {directory}: {exc.strerror}"
+    if existed:
+        return CheckpointWriteError(
+            f"{why}; the identical manifest of an earlier commit is published", published=True
+        )
+    if linked:
+        # Published but maybe not durable: take it back, so that no caller trusts it.
+        try:
+            target.unlink()
+        except OSError as again:
+            return CheckpointWriteError(
+                f"{why}; the manifest IS published but may not be durable (removing it failed: "
+                f"{again.strerror})",
+                published=True,
+            )
+        with contextlib.suppress(OSError):
+            fsync_dir(directory)
+    _unlink_unless_published(records, target)
+    return CheckpointWriteError(f"{why}; no checkpoint was published", published=False)
 
 
 def _unlink_unless_published(records: Path, manifest_path: Path) -> None:
     """Delete a losing writer's records, unless a published manifest names the same file."""
-    with contextlib.suppress(OSError, msgspec.DecodeError):
-        if msgspec.json.decode(manifest_path.read_bytes(), type=Manifest).records_file == records.name:
+    with contextlib.suppress(OSError, CheckpointStoreError, msgspec.MsgspecError):
+        if decode_manifest(read_bounded(manifest_path, MANIFEST_MAX_BYTES)).records_file == records.name:
             return
     with contextlib.suppress(OSError):
         records.unlink()
 
 
-def read_checkpoint(
-    checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str, record_type: type[R]
-) -> ReadResult[R]:
-    """Read and verify this participant's checkpoint; nothing is returned unless all of it checks."""
-    directory = participant_dir(checkpoint_dir, kind, instance)
-    manifest_path = directory / MANIFEST_NAME
-    try:
-        raw = _read_regular(manifest_path)
-    except FileNotFoundError:
-        raise InvalidCheckpointError(f"{manifest_path} is missing (the commit never finished)") from None
-    except OSError as exc:
-        raise InvalidCheckpointError(f"cannot read {manifest_path}: {exc.strerror}") from None
-    try:
-        manifest = msgspec.json.decode(raw, type=Manifest)
-    except msgspec.MsgspecError as exc:
-        raise InvalidCheckpointError(f"{manifest_path} is not a valid manifest: {exc}") from None
-    _check_manifest(manifest, kind, instance)
-    records_path = directory / manifest.records_file
-    try:
-        data = _read_regular(records_path)
-    except FileNotFoundError:
-        raise InvalidCheckpointError(f"records file {manifest.records_file} is missing") from None
-    except OSError as exc:
-        raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
-    if hashlib.sha256(data).hexdigest() != manifest.records_sha256:
-        raise InvalidCheckpointError(
-            f"records file {manifest.records_file} does not match its SHA-256 digest"
-        )
-    if data and not data.endswith(b"\n"):
-        raise InvalidCheckpointError(f"records file {manifest.records_file} is truncated")
-    lines = data.splitlines()
-    if len(lines) != manifest.record_count:
-        raise InvalidCheckpointError(
-            f"records file has {len(lines)} records, the manifest says {manifest.record_count}"
-        )
-    decoder = msgspec.json.Decoder(record_type)
-    records: list[R] = []
-    seen: set[EpisodeId] = set()
-    for number, line in enumerate(lines, 1):
-        try:
-            record = decoder.decode(line)
-        except msgspec.MsgspecError as exc:
-            raise InvalidCheckpointError(f"record {number} is not a valid {kind} record: {exc}") from None
-        if record.episode_id in seen:
-            raise InvalidCheckpointError(f"record {number} repeats episode {record.episode_id.capture_key}")
-        seen.add(record.episode_id)
-        records.append(record)
-    return ReadResult(manifest, records, len(data))
-
-
-def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
-    if manifest.schema_version != SCHEMA_VERSION:
-        raise InvalidCheckpointError(
-            f"manifest schema_version {manifest.schema_version} is not {SCHEMA_VERSION}"
-        )
-    if (manifest.kind, manifest.instance) != (kind, instance):
-        raise InvalidCheckpointError(
-            f"manifest belongs to {manifest.kind}/{manifest.instance}, not {kind}/{instance}"
-        )
-    if SAFE_NAME.fullmatch(manifest.checkpoint_id) is None:
-        raise InvalidCheckpointError(f"manifest checkpoint_id {manifest.checkpoint_id!r} is not a safe name")
-    name = _RECORDS_FILE.fullmatch(manifest.records_file)
-    if name is None:
-        raise InvalidCheckpointError(
-            f"manifest records_file {manifest.records_file!r} is not a records file name"
-        )
-    if _SHA256.fullmatch(manifest.records_sha256) is None:
-        raise InvalidCheckpointError("manifest records_sha256 is not a SHA-256 hex digest")
-    if name.group(1) is not None and name.group(1)[1:] != manifest.records_sha256:
-        raise InvalidCheckpointError(
-            f"records file {manifest.records_file} is not named after the manifest's digest"
-        )
-    if manifest.record_count < 0:
-        raise InvalidCheckpointError("manifest record_count is negative")
-
-
-def _read_regular(path: Path) -> bytes:
-    """Read a regular file without following a symlink in its last part."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidCheckpointError(f"{path.name} is not a regular file")
-        return f.read()
+def decode_manifest(raw: bytes) -> Manifest:
+    return msgspec.json.decode(raw, type=Manifest)

@@ -177,10 +177,10 @@ class Workload(Generic[S, R]):
 
     async def advance(self, episode_id: EpisodeId) -> Episode[S]:
         self._admit(episode_id)
-        self.served = True
         episode = self.episodes.get(episode_id.capture_key)
         if episode is None:
             raise LookupError(episode_id.capture_key)
+        self.served = True
         if episode.stopped:
             raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, f"{episode.key} was stopped by a checkpoint")
         if episode.done:

@@ -167,11 +167,11 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
                 async for line in reply.aiter_lines():
                     if not line:
                         continue
-                    item = msgspec.json.decode(line)
+                    item = _stream_item(line)
                     if "token" in item:
                         tokens.append(item["token"])
                     elif item.get("done"):
-                        resumed = int(item.get("resumed_prefix", 0))
+                        resumed = item.get("resumed_prefix", 0)
         except httpx.HTTPError as exc:
             raise WorkError(f"inference worker unreachable: {exc}") from None
         finally:
@@ -297,3 +297,19 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
             "continuation": msgspec.to_builtins(state.continuation),
             "resumed_prefix_tokens": state.resumed_prefix_tokens,
         }
+
+
+def _stream_item(line: str) -> dict[str, Any]:
+    """One line of the worker's stream; anything malformed is a ``WorkError`` (502)."""
+    try:
+        item = msgspec.json.decode(line)
+    except msgspec.MsgspecError:
+        raise WorkError(f"inference worker sent a malformed line: {line[:80]!r}") from None
+    if not isinstance(item, dict):
+        raise WorkError(f"inference worker sent a line that is not an object: {line[:80]!r}")
+    if "token" in item and not isinstance(item["token"], str):
+        raise WorkError("inference worker sent a token that is not a string")
+    resumed = item.get("resumed_prefix", 0)
+    if isinstance(resumed, bool) or not isinstance(resumed, int) or resumed < 0:
+        raise WorkError(f"inference worker sent resumed_prefix {resumed!r}")
+    return item

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,14 +17,16 @@ from participants.protocol import CONTROL_PREFIX
 
 TOKEN = "test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+#: The participants' checkpoint root in tests: every ``tmp_path`` lies under it.
+ROOT = Path(tempfile.gettempdir())
 
 
 @asynccontextmanager
 async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """Run ``app``'s lifespan and yield a client that talks to it in process."""
+    """Run ``app``'s lifespan and yield a client that talks to it in process (with the token)."""
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=AUTH) as client:
             yield client
 
 

@@ -17,12 +17,13 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
 from fastapi import FastAPI, Request, Response
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, CkptEventsError, Telemetry
 from participants.protocol import (
     CommitReply,
     CommitRequest,
@@ -34,15 +35,18 @@ from participants.protocol import (
     WorkStartReply,
 )
 from participants.server.control import ControlPlane
+from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from participants.server.routes import (
     _body,
     _episode_id,
     _json,
     _not_found,
+    bearer_auth,
     control_router,
     install_error_handlers,
 )
 from participants.server.store import participant_dir
+from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
 from participants.server.workers.supervisor import WorkerSupervisor
@@ -62,7 +66,8 @@ class WorkerControlPlane(ControlPlane[Any]):
     pool: WorkerPool
 
     def _placement_path(self, checkpoint_dir: str) -> Any:
-        return participant_dir(checkpoint_dir, self.workload.kind.value, self.tel.instance) / PLACEMENT_FILE
+        directory = resolve_under(self.checkpoint_root, checkpoint_dir)
+        return participant_dir(directory, self.workload.kind.value, self.tel.instance) / PLACEMENT_FILE
 
     async def commit(self, req: CommitRequest, traceparent: str | None) -> CommitReply:
         reply = await super().commit(req, traceparent)
@@ -77,17 +82,17 @@ class WorkerControlPlane(ControlPlane[Any]):
 
     async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
         hint: dict[str, int] = {}
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, CkptEventsError):
             data = json.loads(await anyio.Path(self._placement_path(req.checkpoint_dir)).read_text())
             hint = {str(k): int(v) for k, v in dict(data["owners"]).items()}
         self.pool.placement_hint = hint
         return await super().restore(req, traceparent)
 
 
-def _work_router(pool: WorkerPool) -> Any:
-    from fastapi import APIRouter
+def _work_router(pool: WorkerPool, token: str) -> Any:
+    from fastapi import APIRouter, Depends
 
-    router = APIRouter(prefix="/work")
+    router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
 
     @router.post("/start")
     async def start(request: Request) -> Response:
@@ -123,6 +128,9 @@ def create_worker_app(
     worker_command: Callable[[int], Sequence[str]] | None = None,
     worker_factory: Callable[[int], Workload[Any, Any]] | None = None,
     reply_seconds: float = 30.0,
+    checkpoint_root: Path,
+    max_records_bytes: int = RECORDS_MAX_BYTES,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The main process of a participant with ``workers`` workers (``checker`` is a local
     workload of the kind; the pool only checks records with it, its ``tel`` is the server's;
@@ -131,7 +139,13 @@ def create_worker_app(
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
     pool = WorkerPool(checker, coordinator)
-    plane = WorkerControlPlane(tel, pool, lease_grace_seconds=float(lease_grace_seconds))
+    plane = WorkerControlPlane(
+        tel,
+        pool,
+        lease_grace_seconds=float(lease_grace_seconds),
+        checkpoint_root=checkpoint_root,
+        max_records_bytes=max_records_bytes,
+    )
     plane.pool = pool
 
     @asynccontextmanager
@@ -172,5 +186,6 @@ def create_worker_app(
     app.state.coordinator = coordinator
     install_error_handlers(app, tel)
     app.include_router(control_router(plane, token))
-    app.include_router(_work_router(pool))
+    app.include_router(_work_router(pool, token))
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     return app

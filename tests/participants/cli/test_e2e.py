@@ -33,10 +33,12 @@ from participants.cli.fleet import ServerProcess, process_fleet, write_token_fil
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from sinks.jsonl import JsonLinesSink
+from tests.participants.helpers import ROOT
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = "e2e-control-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 ROLLOUTS = 8
 STEPS = 12
 PARTICIPANTS = (
@@ -59,7 +61,9 @@ async def start_fleet(tmp: Path, generation: int) -> list[ServerProcess]:
             "CKPT_EVENTS_SPAN_GROUPS": "default,checkpoint",
         }
 
-    return await process_fleet(token_file=token_file, log_dir=logs, members=PARTICIPANTS, env=env)
+    return await process_fleet(
+        token_file=token_file, log_dir=logs, members=PARTICIPANTS, env=env, checkpoint_root=ROOT
+    )
 
 
 def read_log(path: Path) -> list[Any]:
@@ -86,7 +90,7 @@ async def test_checkpoint_crash_restore_across_processes(tmp_path: Path) -> None
     run_dir = tmp_path / "run"
     figures: dict[str, Any] = {}
     with anyio.fail_after(120):
-        async with Bus() as bus, httpx.AsyncClient() as http:
+        async with Bus() as bus, httpx.AsyncClient(headers=AUTH) as http:
             bus.subscribe(JsonLinesSink(tmp_path / "logs-controller.jsonl"), name="jsonl")
             tel = Telemetry(bus, kind="controller", instance="coordination")
 

@@ -18,8 +18,10 @@ from ckpt_events.testing import capture_events
 from participants.cli.fleet import local_fleet
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
+from tests.participants.helpers import ROOT
 
 TOKEN = "collection-test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 @asynccontextmanager
@@ -28,7 +30,10 @@ async def collection(
 ) -> AsyncIterator[tuple[Collection, httpx.AsyncClient]]:
     """A fresh fleet on ``bus`` and a collection over it."""
     tel = Telemetry(bus, kind="controller", instance="coordination")
-    async with local_fleet(token=TOKEN, bus=bus) as urls, httpx.AsyncClient() as http:
+    async with (
+        local_fleet(token=TOKEN, bus=bus, checkpoint_root=ROOT) as urls,
+        httpx.AsyncClient(headers=AUTH) as http,
+    ):
         async with await Coordinator.discover(urls, token=TOKEN, telemetry=tel, client=http) as co:
             yield Collection(co, run_dir, telemetry=tel, **{"rollouts": 6, "steps": 5, **options}), http
 

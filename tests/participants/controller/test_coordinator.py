@@ -31,8 +31,10 @@ from participants.controller.coordinator import (
     Coordinator,
 )
 from participants.protocol import EpisodeId, PrepareReply, PrepareRequest
+from tests.participants.helpers import ROOT
 
 TOKEN = "coordinator-test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 FOUR = (
     ("environment", "environment-0"),
     ("model", "model-0"),
@@ -47,8 +49,10 @@ async def coordinated(
 ) -> AsyncIterator[tuple[Coordinator, httpx.AsyncClient, list[Any]]]:
     """A fleet on one captured bus, and a coordinator discovered over it."""
     async with capture_events() as (bus, events):
-        async with local_fleet(token=TOKEN, bus=bus, members=members, options=options) as urls:
-            async with httpx.AsyncClient() as http:
+        async with local_fleet(
+            token=TOKEN, bus=bus, members=members, options=options, checkpoint_root=ROOT
+        ) as urls:
+            async with httpx.AsyncClient(headers=AUTH) as http:
                 tel = Telemetry(bus, kind="controller", instance="coordination")
                 coordinator = await Coordinator.discover(urls, token=TOKEN, telemetry=tel, client=http)
                 async with coordinator:
@@ -74,8 +78,11 @@ async def test_discover_sorts_by_stage_and_skips_non_participants() -> None:
     """Members come in prepare order; a server whose /status is 404 is not a participant."""
     shuffled = (FOUR[3], FOUR[2], FOUR[1], FOUR[0])
     async with capture_events() as (bus, _):
-        async with local_fleet(token=TOKEN, bus=bus, members=shuffled) as urls, serving(FastAPI()) as plain:
-            async with httpx.AsyncClient() as http:
+        async with (
+            local_fleet(token=TOKEN, bus=bus, members=shuffled, checkpoint_root=ROOT) as urls,
+            serving(FastAPI()) as plain,
+        ):
+            async with httpx.AsyncClient(headers=AUTH) as http:
                 tel = Telemetry(bus, kind="controller", instance="coordination")
                 servers = {**urls, "judge": plain}
                 async with await Coordinator.discover(servers, token=TOKEN, telemetry=tel, client=http) as co:
@@ -91,7 +98,9 @@ async def test_discover_sorts_by_stage_and_skips_non_participants() -> None:
 async def test_discover_needs_a_model_participant() -> None:
     """A fleet without a model participant is refused."""
     async with capture_events() as (bus, _):
-        async with local_fleet(token=TOKEN, bus=bus, members=(FOUR[0], FOUR[2])) as urls:
+        async with local_fleet(
+            token=TOKEN, bus=bus, members=(FOUR[0], FOUR[2]), checkpoint_root=ROOT
+        ) as urls:
             tel = Telemetry(bus, kind="controller", instance="coordination")
             with pytest.raises(CoordinationError, match="no model participant"):
                 await Coordinator.discover(urls, token=TOKEN, telemetry=tel)
@@ -169,7 +178,7 @@ async def test_prepare_stops_at_the_first_stage_not_ready_and_aborts() -> None:
     async with coordinated(options=slow) as (co, http, events):
         await start_work(http, co, "r1")
         env = co.of_kind("environment")[0]
-        async with httpx.AsyncClient() as other, anyio.create_task_group() as tg:
+        async with httpx.AsyncClient(headers=AUTH) as other, anyio.create_task_group() as tg:
             # A unit of work in flight keeps the episode running past the prepare deadline.
             running = anyio.Event()
 

@@ -25,6 +25,7 @@ from participants import create_app
 from participants.protocol import CONTROL_PREFIX
 from tests.participants.helpers import (
     AUTH,
+    ROOT,
     TOKEN,
     body,
     control,
@@ -38,7 +39,7 @@ from tests.participants.helpers import (
 
 
 def make(kind: str = "resources", **options: object):
-    return create_app(kind, instance=f"{kind}-0", token=TOKEN, **options)
+    return create_app(kind, instance=f"{kind}-0", token=TOKEN, checkpoint_root=ROOT, **options)
 
 
 async def start(client, rollout_id: str = "r1", attempt: int = 0, steps: int = 3) -> None:
@@ -92,7 +93,11 @@ async def test_unauthorized_is_401_and_counted():
     """A missing or wrong bearer token is 401 unauthorized on every control route, counted once."""
     async with capture_events() as (bus, events):
         async with running(make(bus=bus)) as client:
-            assert error_code(await client.get(f"{CONTROL_PREFIX}/status")) == (401, "unauthorized")
+            none = {"authorization": ""}
+            assert error_code(await client.get(f"{CONTROL_PREFIX}/status", headers=none)) == (
+                401,
+                "unauthorized",
+            )
             bad = {"authorization": "Bearer nope"}
             for op in ("prepare", "renew", "commit", "restore", "resume", "retire", "forget"):
                 assert error_code(await control(client, op, headers=bad)) == (401, "unauthorized")
@@ -250,7 +255,9 @@ async def test_admission_closed_while_a_checkpoint_is_open():
 async def test_prepare_not_ready_reports_blockers_and_keeps_admission_closed():
     """At its deadline with work running, prepare replies preparing with blockers, counted."""
     async with capture_events() as (bus, events):
-        app = create_app("environment", instance="env-0", token=TOKEN, bus=bus, step_seconds=1.0)
+        app = create_app(
+            "environment", instance="env-0", token=TOKEN, bus=bus, step_seconds=1.0, checkpoint_root=ROOT
+        )
         async with running(app) as client:
             await start(client, "slow", steps=2)
             async with anyio.create_task_group() as tg:
@@ -275,7 +282,7 @@ async def test_prepare_not_ready_reports_blockers_and_keeps_admission_closed():
 
 async def test_blockers_are_capped_at_100():
     """More than 100 blockers: the report lists 100 and counts them all."""
-    app = create_app("agent", instance="agent-0", token=TOKEN, turn_seconds=1.0)
+    app = create_app("agent", instance="agent-0", token=TOKEN, turn_seconds=1.0, checkpoint_root=ROOT)
     async with running(app) as client:
         async with anyio.create_task_group() as tg:
             for i in range(120):
@@ -339,7 +346,14 @@ async def test_renew_extends_the_lease():
 
 async def test_lease_expiry_during_prepare_cuts_the_wait_short():
     """A lease that runs out while prepare waits aborts it: the prepare is stale, admission reopens."""
-    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=2.0, lease_grace_seconds=0.05)
+    app = create_app(
+        "environment",
+        instance="env-0",
+        token=TOKEN,
+        step_seconds=2.0,
+        lease_grace_seconds=0.05,
+        checkpoint_root=ROOT,
+    )
     async with running(app) as client:
         await start(client, "slow")
         async with anyio.create_task_group() as tg:
@@ -387,7 +401,7 @@ async def test_retire_fences_attempts_and_forget_clears_marks():
 
 async def test_retire_cancels_running_work():
     """Retiring an attempt whose step is running cancels the step; the caller gets stale_attempt."""
-    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=5.0)
+    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=5.0, checkpoint_root=ROOT)
     async with running(app) as client:
         await start(client, "r1")
         replies = []
@@ -456,15 +470,18 @@ async def test_commit_stop_parks_exported_episodes(tmp_path):
 
 
 async def test_commit_scope_limits_the_export(tmp_path):
-    """Commit exports only the episodes it is given, and all of them when none are given."""
+    """Commit exports only the episodes it is given (an unknown one refuses), all when none are given."""
     async with running(make()) as client:
         for rollout in ("a", "b", "c"):
             await start(client, rollout)
         await control(client, "prepare")
+        unknown = [{"rollout_id": "c"}, {"rollout_id": "zz"}]
+        refused = await control(client, "commit", checkpoint_dir=str(tmp_path), episode_ids=unknown)
+        assert error_code(refused) == (422, "invalid_checkpoint_state") and "zz" in refused.text
         reply = await control(
             client,
             "commit",
             checkpoint_dir=str(tmp_path),
-            episode_ids=[{"rollout_id": "c"}, {"rollout_id": "a"}, {"rollout_id": "zz"}],
+            episode_ids=[{"rollout_id": "c"}, {"rollout_id": "a"}],
         )
         assert reply.json()["episode_ids"] == ["a", "c"] and reply.json()["manifest"]["record_count"] == 2

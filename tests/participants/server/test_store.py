@@ -15,11 +15,11 @@ from participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
     participant_dir,
-    read_checkpoint,
     write_checkpoint,
 )
+from participants.server.store_read import read_checkpoint
 from participants.workloads import ResourcesRecord
-from tests.participants.helpers import TOKEN, control, error_code, running
+from tests.participants.helpers import ROOT, TOKEN, control, error_code, running
 
 
 def record(rollout_id: str, boundary: int = 1) -> bytes:
@@ -239,7 +239,9 @@ def test_a_wrong_schema_version_is_refused(tmp_path):
 
 async def test_a_corrupt_store_is_its_own_error_and_answered_422(tmp_path):
     """Corrupt records raise the store's own InvalidCheckpointError; a restore answers 422."""
-    async with running(create_app("resources", instance="res-0", token=TOKEN)) as client:
+    async with running(
+        create_app("resources", instance="res-0", token=TOKEN, checkpoint_root=ROOT)
+    ) as client:
         reply = await client.post("/work/start", json={"rollout_id": "r1", "steps": 3})
         assert reply.status_code == 200, reply.text
         assert (await control(client, "prepare")).status_code == 200
@@ -251,7 +253,7 @@ async def test_a_corrupt_store_is_its_own_error_and_answered_422(tmp_path):
     with pytest.raises(InvalidCheckpointError) as info:
         read(tmp_path)
     assert not isinstance(info.value, ProtocolRefusal)
-    async with running(create_app("resources", instance="res-0", token=TOKEN)) as fresh:
+    async with running(create_app("resources", instance="res-0", token=TOKEN, checkpoint_root=ROOT)) as fresh:
         restored = await control(
             fresh, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=[{"rollout_id": "r1"}]
         )

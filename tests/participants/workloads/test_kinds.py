@@ -10,7 +10,7 @@ from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.testing import capture_events
 from participants import create_app
 from participants.server.store import MANIFEST_NAME, participant_dir
-from tests.participants.helpers import TOKEN, control, error_code, run_episode, running, status
+from tests.participants.helpers import ROOT, TOKEN, control, error_code, run_episode, running, status
 
 FAST = {
     "environment": {"step_seconds": 0.001},
@@ -21,7 +21,7 @@ STEPS = 4
 
 
 def make(kind, bus=None):
-    return create_app(kind, instance=f"{kind}-0", token=TOKEN, bus=bus, **FAST[kind])
+    return create_app(kind, instance=f"{kind}-0", token=TOKEN, bus=bus, checkpoint_root=ROOT, **FAST[kind])
 
 
 async def view(client, key):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import anyio
 import httpx
+import pytest
+from fastapi import FastAPI, Response
 
 from ckpt_events import GenerationCut, OperationFinished, StepFinished
 from ckpt_events.testing import capture_events
 from participants import create_app, create_inference_app
 from participants.server.inference import token_at
 from tests.participants.helpers import (
+    ROOT,
     TOKEN,
     control,
     error_code,
@@ -30,6 +33,7 @@ def make(inference, bus=None, **options):
         instance="model-0",
         token=TOKEN,
         bus=bus,
+        checkpoint_root=ROOT,
         inference_url="http://inference",
         inference_token=INFERENCE_TOKEN,
         inference_transport=httpx.ASGITransport(app=inference),
@@ -174,3 +178,27 @@ async def test_no_calls_in_flight_means_an_empty_cut_step(tmp_path):
     step = next(e for e in events if isinstance(e, StepFinished) and e.step == "generation_cut")
     assert (step.calls, step.cut_durable_prefix, step.cut_durable_failure) == (0, 0, 0)
     assert not [e for e in events if isinstance(e, GenerationCut)]
+
+
+def _broken_worker(line: bytes) -> FastAPI:
+    """An inference worker whose stream carries ``line``."""
+    app = FastAPI()
+
+    @app.post("/generate")
+    async def generate() -> Response:
+        return Response(content=b'{"token": "a"}\n' + line + b"\n", media_type="application/x-ndjson")
+
+    return app
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"not json", b'["a list"]', b'{"token": 7}', b'{"done": true, "resumed_prefix": "x"}',
+     b'{"done": true, "resumed_prefix": -1}', b'{"token": "trunc'],
+)  # fmt: skip
+async def test_malformed_worker_lines_are_502_upstream_error(line):
+    """Every malformed stream line from the inference worker is 502 upstream_error, never a 500."""
+    async with running(make(_broken_worker(line))) as client:
+        await client.post("/work/start", json={"rollout_id": "r1", "steps": 2})
+        reply = await client.post("/work/advance", json={"rollout_id": "r1"})
+        assert error_code(reply) == (502, "upstream_error"), reply.text

@@ -1,0 +1,73 @@
+"""The control plane's argument checks: deadlines in bounds, commit and restore scopes exact.
+
+A commit's ``episode_ids`` name only episodes the participant holds, else 422
+``invalid_checkpoint_state``: admission is closed while prepared, so an unknown id can never
+become known and a retry cannot help (a 409 would invite one). A restore installs exactly the
+episodes it was asked for: one missing from the checkpoint (an older pair, a dropped record,
+an empty file, an id never committed) refuses the whole restore with the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterable
+from typing import Final
+
+from ckpt_events import ErrorCode, Operation, Phase
+from participants.errors import InvalidCheckpointError, MalformedRequest, ProtocolRefusal
+from participants.protocol import EpisodeId
+from participants.workloads.base import Record
+
+__all__ = [
+    "MAX_DEADLINE_SECONDS",
+    "check_commit_scope",
+    "check_deadline",
+    "check_outside",
+    "check_restore_scope",
+]
+
+#: How far ahead a ``deadline_ts`` may be (24 h): every lease expires.
+MAX_DEADLINE_SECONDS: Final = 24 * 3600.0
+_NAMED: Final = 10
+_OUTSIDE_CHECKPOINT: Final = frozenset({Phase.IDLE, Phase.RESTORED})
+
+
+def check_deadline(deadline_ts: float) -> None:
+    """A past deadline is ``deadline_exceeded`` (409); one beyond the bound is ``invalid_request``."""
+    now = time.time()
+    if deadline_ts <= now:
+        raise ProtocolRefusal(ErrorCode.DEADLINE_EXCEEDED, f"deadline_ts {deadline_ts:.3f} has passed")
+    if deadline_ts > now + MAX_DEADLINE_SECONDS:
+        raise MalformedRequest(
+            f"deadline_ts {deadline_ts:.3f} is more than {MAX_DEADLINE_SECONDS:.0f} s (24 h) from now"
+        )
+
+
+def check_outside(op: Operation, phase: Phase, deadline_ts: float) -> None:
+    """Retire and forget run outside a checkpoint (idle or restored) before their deadline."""
+    if phase not in _OUTSIDE_CHECKPOINT:
+        raise ProtocolRefusal(
+            ErrorCode.INVALID_PHASE, f"{op.value} is not allowed in phase {phase.value}: resume first"
+        )
+    check_deadline(deadline_ts)
+
+
+def check_commit_scope(episode_ids: Iterable[EpisodeId] | None, held: Collection[str]) -> None:
+    """Every episode named in a commit scope is held by this participant."""
+    unknown = sorted({e.capture_key for e in episode_ids or ()} - set(held))
+    if unknown:
+        raise ProtocolRefusal(
+            ErrorCode.INVALID_CHECKPOINT_STATE,
+            f"commit scope names {len(unknown)} episodes this participant does not hold: "
+            f"{', '.join(unknown[:_NAMED])}",
+        )
+
+
+def check_restore_scope(scope: set[EpisodeId], chosen: list[Record], source: str) -> None:
+    """Every requested episode is in the checkpoint read."""
+    missing = sorted(e.capture_key for e in scope - {r.episode_id for r in chosen})
+    if missing:
+        raise InvalidCheckpointError(
+            f"checkpoint {source} lacks {len(missing)} of the {len(scope)} requested episodes: "
+            f"{', '.join(missing[:_NAMED])}"
+        )

@@ -1,0 +1,119 @@
+"""Bounds on what a client can make a participant hold: request bodies, connections, idle time.
+
+``BodyLimit`` is an ASGI middleware: a ``Content-Length`` over the bound is answered 413 before
+anything is read, and a streamed body is counted chunk by chunk and cut off at the bound, so
+no route ever buffers more than ``max_body_bytes``. A client that hangs up mid-body ends its
+request quietly (no traceback). ``SERVER_LIMITS`` are the uvicorn settings ``serve`` and the
+fleets use; ``log_resource_exhaustion_once`` keeps "Too many open files" to one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from participants.protocol import ErrorBody, ErrorDetail, encode
+
+__all__ = [
+    "ACCEPT_LOGGERS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "SERVER_LIMITS",
+    "BodyLimit",
+    "log_resource_exhaustion_once",
+]
+
+#: The default bound on a request body: far above any control or work call.
+DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+#: uvicorn settings: at most this many connections at once (then 503), idle keep-alive
+#: connections closed after 5 s, and an incomplete HTTP head bounded to 64 KiB.
+SERVER_LIMITS: Final[dict[str, Any]] = {
+    "limit_concurrency": 512,
+    "timeout_keep_alive": 5,
+    "h11_max_incomplete_event_size": 64 * 1024,
+}
+
+
+class BodyLimit:
+    """Refuse request bodies over ``max_body_bytes`` with 413 and the protocol's error body."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and (not value.isdigit() or int(value) > limit):
+                await self._refuse(send)
+                return
+        received = 0
+        started = over = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, over
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # Reading stops here: to the route, the body ends as if the client hung up.
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, watched_send)
+        except ClientDisconnect:
+            if over and not started:
+                await self._refuse(send)
+            # else the client hung up mid-body: nobody is left to answer
+
+    async def _refuse(self, send: Send) -> None:
+        detail = f"request body over the {self.max_body_bytes}-byte bound"
+        body = encode(ErrorBody(error=ErrorDetail(code="payload_too_large", detail=detail)))
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _Once(logging.Filter):
+    """Let the first record about running out of descriptors through, without its traceback."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            text += str(record.exc_info[1])
+        if "Too many open files" not in text and "out of system resource" not in text:
+            return True
+        if self.seen:
+            return False
+        self.seen = True
+        record.msg, record.args = f"{text} (further such errors are not logged)", None
+        record.exc_info = record.exc_text = None
+        return True
+
+
+#: The loggers that report a failed ``accept()`` (asyncio's event loop, uvicorn).
+ACCEPT_LOGGERS: Final = ("asyncio", "uvicorn.error")
+
+
+def log_resource_exhaustion_once() -> logging.Filter:
+    """Install (and return) the one-line filter on ``ACCEPT_LOGGERS``."""
+    once = _Once()
+    for name in ACCEPT_LOGGERS:
+        logging.getLogger(name).addFilter(once)
+    return once

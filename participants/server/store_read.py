@@ -1,0 +1,167 @@
+"""Reading a participant's checkpoint back: every byte verified before anything is returned.
+
+Only regular files are opened (``store_files.open_regular``: no symlink, FIFO or device), the
+manifest and the records are read under a size bound, and the records are streamed: hashed,
+split and decoded as they arrive. Anything that does not check is ``InvalidCheckpointError``.
+These functions block: call them in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from typing import Final, Generic, NamedTuple
+
+import msgspec
+
+from ckpt_events import SAFE_NAME
+from participants.errors import InvalidCheckpointError
+from participants.protocol import EpisodeId, Manifest
+from participants.server.store import (
+    MANIFEST_NAME,
+    RECORDS_FILE,
+    SCHEMA_VERSION,
+    R,
+    decode_manifest,
+    participant_dir,
+)
+from participants.server.store_files import (
+    MANIFEST_MAX_BYTES,
+    RECORDS_MAX_BYTES,
+    open_regular,
+    read_bounded,
+    read_chunks,
+)
+
+__all__ = ["ReadResult", "read_checkpoint"]
+
+_SHA256: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class ReadResult(NamedTuple, Generic[R]):
+    manifest: Manifest
+    records: list[R]
+    bytes: int
+
+
+def read_checkpoint(
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    kind: str,
+    instance: str,
+    record_type: type[R],
+    max_records_bytes: int = RECORDS_MAX_BYTES,
+) -> ReadResult[R]:
+    """Read and verify this participant's checkpoint; nothing is returned unless all of it checks.
+
+    Only regular files are read, never more than their bound (the records file is streamed).
+    """
+    directory = participant_dir(checkpoint_dir, kind, instance)
+    manifest_path = directory / MANIFEST_NAME
+    try:
+        raw = read_bounded(manifest_path, MANIFEST_MAX_BYTES)
+    except FileNotFoundError:
+        raise InvalidCheckpointError(f"{manifest_path} is missing (the commit never finished)") from None
+    except OSError as exc:
+        raise InvalidCheckpointError(f"cannot read {manifest_path}: {exc.strerror}") from None
+    try:
+        manifest = decode_manifest(raw)
+    except msgspec.MsgspecError as exc:
+        raise InvalidCheckpointError(f"{manifest_path} is not a valid manifest: {exc}") from None
+    _check_manifest(manifest, kind, instance)
+    try:
+        fd = open_regular(directory / manifest.records_file, max_records_bytes)
+    except FileNotFoundError:
+        raise InvalidCheckpointError(f"records file {manifest.records_file} is missing") from None
+    except OSError as exc:
+        raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
+    chunks = read_chunks(fd, directory / manifest.records_file, max_records_bytes)
+    with contextlib.closing(chunks):
+        try:
+            records, size = _decode_records(chunks, manifest, record_type)
+        except OSError as exc:
+            raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
+    return ReadResult(manifest, records, size)
+
+
+def _decode_records(chunks: Iterable[bytes], manifest: Manifest, record_type: type[R]) -> tuple[list[R], int]:
+    """Hash, split and decode the records as they stream in; the digest is judged first, then
+    the first bad record (decoding stops there, hashing goes on), then the count."""
+    digest = hashlib.sha256()
+    decoder = msgspec.json.Decoder(record_type)
+    records: list[R] = []
+    seen: set[EpisodeId] = set()
+    problem: str | None = None
+    size = 0
+    tail = b""
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+        if problem is not None:
+            continue
+        *lines, tail = (tail + chunk).split(b"\n")
+        for line in lines:
+            problem = _add_record(decoder, line, records, seen, manifest)
+            if problem is not None:
+                tail = b""
+                break
+    if digest.hexdigest() != manifest.records_sha256:
+        raise InvalidCheckpointError(
+            f"records file {manifest.records_file} does not match its SHA-256 digest"
+        )
+    if problem is not None:
+        raise InvalidCheckpointError(problem)
+    if tail:
+        raise InvalidCheckpointError(f"records file {manifest.records_file} is truncated")
+    if len(records) != manifest.record_count:
+        raise InvalidCheckpointError(
+            f"records file has {len(records)} records, the manifest says {manifest.record_count}"
+        )
+    return records, size
+
+
+def _add_record(
+    decoder: msgspec.json.Decoder[R], line: bytes, records: list[R], seen: set[EpisodeId], manifest: Manifest
+) -> str | None:
+    """Decode one line into ``records``; returns what is wrong with it, if anything."""
+    number = len(records) + 1
+    if number > manifest.record_count:
+        return f"records file has more than the {manifest.record_count} records the manifest says"
+    try:
+        record = decoder.decode(line)
+    except msgspec.MsgspecError as exc:
+        return f"record {number} is not a valid {manifest.kind} record: {exc}"
+    if record.episode_id in seen:
+        return f"record {number} repeats episode {record.episode_id.capture_key}"
+    seen.add(record.episode_id)
+    records.append(record)
+    return None
+
+
+def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
+    if manifest.schema_version != SCHEMA_VERSION:
+        raise InvalidCheckpointError(
+            f"manifest schema_version {manifest.schema_version} is not {SCHEMA_VERSION}"
+        )
+    if (manifest.kind, manifest.instance) != (kind, instance):
+        raise InvalidCheckpointError(
+            f"manifest belongs to {manifest.kind}/{manifest.instance}, not {kind}/{instance}"
+        )
+    if SAFE_NAME.fullmatch(manifest.checkpoint_id) is None:
+        raise InvalidCheckpointError(f"manifest checkpoint_id {manifest.checkpoint_id!r} is not a safe name")
+    name = RECORDS_FILE.fullmatch(manifest.records_file)
+    if name is None:
+        raise InvalidCheckpointError(
+            f"manifest records_file {manifest.records_file!r} is not a records file name"
+        )
+    if _SHA256.fullmatch(manifest.records_sha256) is None:
+        raise InvalidCheckpointError("manifest records_sha256 is not a SHA-256 hex digest")
+    if name.group(1) is not None and name.group(1)[1:] != manifest.records_sha256:
+        raise InvalidCheckpointError(
+            f"records file {manifest.records_file} is not named after the manifest's digest"
+        )
+    if manifest.record_count < 0:
+        raise InvalidCheckpointError("manifest record_count is negative")

@@ -1,0 +1,46 @@
+"""The coordinator checks each participant's answer against the scope it asked for."""
+
+from __future__ import annotations
+
+from ckpt_events import Phase
+from participants.controller.fan_out import check_committed, check_restored
+from participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
+
+MANIFEST = Manifest(
+    schema_version=1,
+    kind="resources",
+    instance="res-0",
+    checkpoint_id="c1",
+    records_file="records.jsonl",
+    records_sha256="0" * 64,
+    record_count=1,
+)
+SCOPE = [EpisodeId("r1"), EpisodeId("r2")]
+
+
+def _commit(*keys: str) -> CommitReply:
+    return CommitReply(phase=Phase.COMMITTED, manifest=MANIFEST, episode_ids=list(keys))
+
+
+def test_a_commit_short_of_its_scope_is_a_failure_of_that_participant():
+    """A participant that committed fewer (or other) episodes than asked moves to the failures."""
+    replies = {"a": _commit("r1", "r2"), "b": _commit("r1"), "c": _commit("r1", "r2", "r3")}
+    failures: dict[str, str] = {}
+    check_committed(replies, failures, SCOPE)
+    assert set(replies) == {"a"} and set(failures) == {"b", "c"}
+    assert "missing ['r2']" in failures["b"] and "extra ['r3']" in failures["c"]
+    everything = {"a": _commit("r1")}
+    check_committed(everything, failures, None)
+    assert set(everything) == {"a"}
+
+
+def test_a_restore_other_than_asked_is_a_failure_of_that_participant():
+    """Restored keys must be the scope as attempt + 1, from the checkpoint the controller named."""
+    good = RestoreReply(phase=Phase.RESTORED, restored=["r1-a1", "r2-a1"], source_checkpoint_id="c1")
+    short = RestoreReply(phase=Phase.RESTORED, restored=["r1-a1"], source_checkpoint_id="c1")
+    older = RestoreReply(phase=Phase.RESTORED, restored=["r1-a1", "r2-a1"], source_checkpoint_id="c0")
+    replies = {"a": good, "b": short, "c": older}
+    failures: dict[str, str] = {}
+    check_restored(replies, failures, SCOPE, "c1")
+    assert set(replies) == {"a"} and set(failures) == {"b", "c"}
+    assert "restored 1 episodes, not the 2" in failures["b"] and "c0, not c1" in failures["c"]
