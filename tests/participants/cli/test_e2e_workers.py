@@ -51,14 +51,14 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
     token_file = write_token_file(tmp_path / "token", TOKEN)
     server = ServerProcess(
         "environment", instance="environment-0", token_file=token_file, log_dir=tmp_path / "logs",
-        extra_args=["--workers", "2"],
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
     )  # fmt: skip
     try:
         await server.wait_listening(30)
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             for i in range(4):
                 body = {"rollout_id": f"r{i}", "steps": 3}
-                assert (await client.post("/work/start", json=body)).status_code == 200
+                assert (await client.post("/work/start", json=body, headers=AUTH)).status_code == 200
             with anyio.fail_after(10):
                 while len(workers := _children(server.proc.pid)) < 2:
                     await anyio.sleep(0.05)

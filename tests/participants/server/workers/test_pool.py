@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 from typing import Any
 
 import anyio
@@ -27,6 +28,7 @@ def _app(workers: int, *, bus: Bus | None = None, instance: str = "env-0", **opt
         instance=instance,
         token=TOKEN,
         workers=workers,
+        checkpoint_root=tempfile.gettempdir(),  # holds every tmp_path
         worker_factory=lambda i: make_workload(
             "environment", Telemetry(the_bus, kind="environment", instance=instance), **options
         ),
