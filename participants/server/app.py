@@ -12,6 +12,7 @@ import anyio
 from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
+from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
 from participants.server.control import ControlPlane
 from participants.server.routes import control_router, install_error_handlers, work_router
 from participants.workloads import AgentWorkload, EnvironmentWorkload, ResourcesWorkload
@@ -74,6 +75,7 @@ def create_app(
         }
     workload = _WORKLOADS[participant_kind](tel, **workload_options)
     plane = ControlPlane(tel, workload, lease_grace_seconds=float(lease_grace_seconds))
+    monitor = LoopLagMonitor()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,6 +91,7 @@ def create_app(
             stack.push_async_callback(workload.aclose)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(plane.watch_lease)
+                tg.start_soon(monitor.run)
                 yield
                 tg.cancel_scope.cancel()
 
@@ -100,4 +103,6 @@ def create_app(
     install_error_handlers(app, tel)
     app.include_router(control_router(plane, token))
     app.include_router(work_router(workload))
+    # Outermost of ours: the arrival stamp is taken before routing, body parsing and auth.
+    app.add_middleware(ArrivalMiddleware, monitor=monitor)
     return app
