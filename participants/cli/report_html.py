@@ -129,7 +129,8 @@ _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 16px 24px; color: #111; max-width: 1880px; }
 section { margin-bottom: 28px; } svg { display: block; }
 .line { font-weight: 600; } .parts { color: #555; font-size: 13px; }
-table { border-collapse: collapse; font-size: 13px; } td, th { padding: 3px 10px; text-align: right; }
+.wrap { overflow-x: auto; } table { border-collapse: collapse; font-size: 12px; width: 100%; }
+td, th { padding: 3px 5px; text-align: right; } th { white-space: normal; vertical-align: bottom; }
 td:first-child, th:first-child { text-align: left; } tr:nth-child(even) { background: #f5f5f5; }
 #tip { position: fixed; display: none; background: #fff; border: 1px solid #999; padding: 6px 8px;
   font: 12px ui-monospace, monospace; white-space: pre; pointer-events: none; max-width: 640px;
@@ -154,7 +155,7 @@ document.body.dataset.ready = String(document.querySelectorAll('rect.span').leng
 def _attribution_html(attribution: Attribution | None) -> str:
     if attribution is None:
         return ""
-    parts = ", ".join(f"{html.escape(k)} {v:.1f} ms" for k, v in attribution.parts.items() if v >= 0.05)
+    parts = ", ".join(f"{html.escape(k)} {v:.1f} ms" for k, v in attribution.top_parts())
     if attribution.max_loop_lag_ms is not None:
         parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
     root, line = html.escape(attribution.root), html.escape(attribution.line())
@@ -168,9 +169,10 @@ def _table_html(events: Sequence[Event]) -> str:
     body = []
     for r in rows:
         cells = "".join(f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>" for c in columns)
-        who = html.escape(f"{r.kind.value}/{r.instance}") + (f" ({r.errors} errors)" if r.errors else "")
+        who = f"{r.kind.value}/<wbr>{html.escape(r.instance)}" + (f" ({r.errors} errors)" if r.errors else "")
         body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")
-    return f'<table id="participants"><tr>{head}</tr>\n' + "\n".join(body) + "</table>"
+    rows_html = "\n".join(body)
+    return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'
 
 
 def html_page(events: Sequence[Event], *, title: str = "checkpoint report") -> str:

@@ -110,7 +110,7 @@ def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | N
     finished = finished_spans(events)
 
     def last(action: CollectionAction, operation: Operation) -> int | None:
-        roots = [e for e in finished if isinstance(e, CollectionFinished) and e.action is action]
+        roots: list[Any] = [e for e in finished if isinstance(e, CollectionFinished) and e.action is action]
         if not roots:
             roots = [e for e in finished if isinstance(e, CoordinateFinished) and e.operation is operation]
         return roots[-1].trace_id if roots else None
@@ -203,6 +203,11 @@ class Attribution:
     @property
     def unattributed_share(self) -> float:
         return self.unattributed_ms / self.total_ms if self.total_ms else 0.0
+
+    def top_parts(self, most: int = 8) -> list[tuple[str, float]]:
+        """The largest named parts (at least 1% of the total), largest first."""
+        floor = max(0.05, self.total_ms / 100)
+        return [(name, ms) for name, ms in self.parts.items() if ms >= floor][:most]
 
     def line(self) -> str:
         """``N ms total, M ms in participants' handlers, K ms transit/queue, L ms controller, U ms

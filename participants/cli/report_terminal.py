@@ -56,7 +56,7 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
     if attribution is None:
         return
     console.print(Text(f"{label} ({attribution.root}): {attribution.line()}", style="bold"))
-    parts = ", ".join(f"{name} {ms:.1f} ms" for name, ms in attribution.parts.items() if ms >= 0.05)
+    parts = ", ".join(f"{name} {ms:.1f} ms" for name, ms in attribution.top_parts())
     if attribution.max_loop_lag_ms is not None:
         parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
     console.print(Text("  " + parts, style="dim"))

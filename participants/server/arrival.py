@@ -17,9 +17,10 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Iterator
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["SCOPE_KEY", "Arrival", "ArrivalMiddleware", "LoopLagMonitor", "timed"]
 
@@ -76,18 +77,14 @@ class Arrival:
 _CURRENT: contextvars.ContextVar[Arrival | None] = contextvars.ContextVar("ckpt_events_arrival", default=None)
 
 
-class _ASGIApp(Protocol):
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None: ...
-
-
 class ArrivalMiddleware:
     """Stamps each HTTP request with its arrival time before routing, parsing or auth."""
 
-    def __init__(self, app: _ASGIApp, monitor: LoopLagMonitor | None = None) -> None:
+    def __init__(self, app: ASGIApp, monitor: LoopLagMonitor | None = None) -> None:
         self.app = app
         self.monitor = monitor
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
