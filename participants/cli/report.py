@@ -27,7 +27,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from participants.cli.report_files import PngUnavailable, check_report_path, write_report
+    from participants.cli.report_files import check_report_path, write_report
     from participants.cli.report_terminal import render
 
     if args.report is not None and (refusal := check_report_path(args.report)) is not None:
@@ -37,10 +37,7 @@ def _report(args: argparse.Namespace) -> int:
         raise CommandError(f"{str(args.log)!r} holds no checkpoint events")
     render(console(), events, title=str(args.log))
     if args.report is not None:
-        try:
-            print(write_report(args.report, events, title=f"report of {args.log.name}"))
-        except PngUnavailable as exc:
-            raise CommandError(str(exc)) from None
+        print(write_report(args.report, events, title=f"report of {args.log.name}"))
     return 0
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ckpt_events import Event
 from participants.cli.report_html import write_timeline
-from participants.cli.report_png import PngUnavailable, find_browser, write_png
+from participants.cli.report_png import find_browser, write_png
 
-__all__ = ["PngUnavailable", "check_report_path", "write_report"]
+__all__ = ["check_report_path", "write_report"]
 
 
 def check_report_path(path: Path) -> str | None:
@@ -23,7 +23,7 @@ def check_report_path(path: Path) -> str | None:
 
 
 def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
-    """Write the report and say what was written; raises ``PngUnavailable`` for a PNG that failed."""
+    """Write the report and say what was written; raises ``CommandError`` for a PNG that failed."""
     suffix = path.suffix.lower()
     if suffix == ".png":
         write_png(path, events, title=title)

@@ -18,17 +18,14 @@ from typing import Final
 
 from ckpt_events import Event
 from participants.cli.report_html import html_page
+from participants.errors import CommandError
 
-__all__ = ["BROWSERS", "PngUnavailable", "find_browser", "screenshot", "write_png"]
+__all__ = ["BROWSERS", "browser_command", "find_browser", "screenshot", "write_png"]
 
 #: Executables tried in order, then ``$CKPT_EVENTS_CHROMIUM`` first if set.
 BROWSERS: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _PNG_MAGIC: Final = b"\x89PNG\r\n\x1a\n"
 _TIMEOUT_S: Final = 60.0
-
-
-class PngUnavailable(RuntimeError):
-    """No browser to render the PNG with, or it failed; the message says what to do."""
 
 
 def find_browser() -> str | None:
@@ -48,10 +45,11 @@ def browser_command(browser: str, *args: str) -> list[str]:
 
 
 def screenshot(page: Path, out: Path, *, width: int, height: int, browser: str | None = None) -> None:
-    """Render the HTML file ``page`` at ``width`` x ``height`` CSS pixels into the PNG ``out``."""
+    """Render the HTML file ``page`` at ``width`` x ``height`` CSS pixels into the PNG ``out``;
+    ``CommandError`` (one line) without a browser or when it drew nothing."""
     browser = browser or find_browser()
     if browser is None:
-        raise PngUnavailable(
+        raise CommandError(
             "cannot write a PNG: no Chromium found (install Debian's 'chromium' package, or write .html/.svg)"
         )
     with tempfile.TemporaryDirectory(prefix="ckpt-chromium-") as profile:
@@ -65,7 +63,7 @@ def screenshot(page: Path, out: Path, *, width: int, height: int, browser: str |
         run = subprocess.run(command, capture_output=True, timeout=_TIMEOUT_S, check=False)
     if not out.is_file() or out.read_bytes()[:8] != _PNG_MAGIC:
         last = (run.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise PngUnavailable(f"cannot write a PNG: {Path(browser).name} exited {run.returncode}: {last}")
+        raise CommandError(f"cannot write a PNG: {Path(browser).name} exited {run.returncode}: {last}")
 
 
 def write_png(path: Path, events: Sequence[Event], *, title: str, width: int = 1600) -> None:

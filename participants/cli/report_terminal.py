@@ -33,7 +33,8 @@ def render(console: Console, events: Sequence[Event], *, title: str = "checkpoin
     """Print the breakdown, then for the checkpoint and the restore: the attribution line and
     the waterfall; then the counted events."""
     rows = breakdown(events)
-    console.print(_breakdown_table(rows, title, console.width))
+    console.print(Text(f"{title}: time per participant (ms), records and bytes", style="italic"))
+    console.print(_breakdown_table(rows, console.width))
     checkpoint, restore = checkpoint_and_restore(events)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
         if trace_id is None:
@@ -62,12 +63,11 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
     console.print(Text("  " + parts, style="dim"))
 
 
-def _breakdown_table(rows: list[Breakdown], title: str, width: int) -> Table:
+def _breakdown_table(rows: list[Breakdown], width: int) -> Table:
     columns = [c for c in BREAKDOWN_COLUMNS if any(c in r.ms for r in rows)]
-    heading = f"{title}: time per participant (ms), records and bytes"
     wide = 27 + sum(max(len(c), 8) + 3 for c in columns) + 2 * 20
     if wide <= width:
-        table = Table(title=heading, title_justify="left", box=box.SIMPLE_HEAD)
+        table = Table(box=box.SIMPLE_HEAD)
         table.add_column("participant", overflow="fold")
         for column in (*columns, "records committed", "bytes written"):
             table.add_column(column, justify="right", overflow="fold")
@@ -76,7 +76,7 @@ def _breakdown_table(rows: list[Breakdown], title: str, width: int) -> Table:
             table.add_row(_who(row), *cells, f"{row.records:,}", f"{row.bytes:,}")
         return table
     # Pivoted: one row per operation or step, one column per participant.
-    table = Table(title=heading, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("ms", overflow="fold")
     for row in rows:
         table.add_column(Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind.value)),
