@@ -118,6 +118,11 @@ class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finishe
     bytes: int | None = None
     episodes: int | None = None
     rollouts: int | None = None
+    #: When the request reached the participant's app (Unix ns); the span's start is when
+    #: its handler began, so the two apart are the time queued inside the participant.
+    received_ns: int | None = None
+    #: The participant's worst event-loop lag (ms) measured while the operation ran.
+    loop_lag_ms: float | None = None
 
 
 class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):

@@ -81,6 +81,8 @@ class _NoopOperation(_Noop, OperationSpan):
         blockers: int | None = None,
         episodes: int | None = None,
         rollouts: int | None = None,
+        received_ns: int | None = None,
+        loop_lag_ms: float | None = None,
     ) -> None:
         return None
 

@@ -218,7 +218,17 @@ class StepSpan(_Span):
 class OperationSpan(_Span):
     """A participant's operation (``gym.checkpoint.<operation>``)."""
 
-    __slots__ = ("_blockers", "_bytes", "_episodes", "_phase", "_records", "_rollouts", "operation")
+    __slots__ = (
+        "_blockers",
+        "_bytes",
+        "_episodes",
+        "_loop_lag_ms",
+        "_phase",
+        "_received_ns",
+        "_records",
+        "_rollouts",
+        "operation",
+    )
     _records: int | None
     _bytes: int | None
     _blockers: int | None
@@ -247,6 +257,8 @@ class OperationSpan(_Span):
         self.operation = operation
         self._records = self._bytes = self._blockers = self._episodes = self._rollouts = None
         self._phase: Phase | None = None
+        self._received_ns: int | None = None
+        self._loop_lag_ms: float | None = None
 
     def __enter__(self) -> OperationSpan:
         self.start_ns = time_ns()
@@ -287,6 +299,8 @@ class OperationSpan(_Span):
                     self._bytes,
                     self._episodes,
                     self._rollouts,
+                    self._received_ns,
+                    self._loop_lag_ms,
                 )
             )
 
@@ -309,6 +323,8 @@ class OperationSpan(_Span):
         blockers: int | None = None,
         episodes: int | None = None,
         rollouts: int | None = None,
+        received_ns: int | None = None,
+        loop_lag_ms: float | None = None,
     ) -> None:
         """Record the operation's attributes; ``None`` leaves a value as it was."""
         if records is not None:
@@ -333,3 +349,11 @@ class OperationSpan(_Span):
             )
         if phase is not None:
             self._phase = _PHASES.get(phase) or coerce(Phase, phase)
+        if received_ns is not None:
+            if type(received_ns) is not int or received_ns < 0:
+                _bad("received_ns", received_ns)
+            self._received_ns = received_ns
+        if loop_lag_ms is not None:
+            if type(loop_lag_ms) not in (int, float) or not loop_lag_ms >= 0:
+                raise InvalidArgumentError(f"loop_lag_ms must be a number >= 0, not {loop_lag_ms!r}")
+            self._loop_lag_ms = float(loop_lag_ms)

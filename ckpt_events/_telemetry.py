@@ -276,7 +276,7 @@ class Telemetry:
         traceparent: str | None = None,
         parent: _Span | None = None,
     ) -> CollectionSpan:
-        """Rollout collection's span: ``action`` is ``"checkpoint"`` or ``"restore"``."""
+        """Rollout collection's span: ``action`` is ``"checkpoint"``, ``"restore"`` or ``"publish"``."""
         member = coerce(CollectionAction, action)
         if not self._collection_on:
             return NOOP_COLLECTION

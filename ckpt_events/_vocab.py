@@ -20,6 +20,7 @@ __all__ = [
     "COORDINATE_SPANS",
     "METRIC_BYTES",
     "METRIC_EVENTS",
+    "METRIC_LOOP_LAG",
     "METRIC_OPERATION_DURATION",
     "METRIC_RECORDS",
     "OPERATION_END_ATTRS",
@@ -136,6 +137,9 @@ class CollectionAction(enum.StrEnum):
 
     CHECKPOINT = "checkpoint"
     RESTORE = "restore"
+    #: Writing the collection record of a checkpoint (a child of ``checkpoint``), so the
+    #: report can name that time instead of leaving it as a gap.
+    PUBLISH = "publish"
 
 
 class SpanKind(enum.StrEnum):
@@ -191,6 +195,8 @@ METRIC_OPERATION_DURATION: Final = "gym.checkpoint.operation_duration_ms"
 METRIC_RECORDS: Final = "gym.checkpoint.records_total"
 METRIC_BYTES: Final = "gym.checkpoint.bytes_total"
 METRIC_EVENTS: Final = "gym.checkpoint.events_total"
+#: Event-loop lag of a participant during one operation (max sleep overshoot), a histogram.
+METRIC_LOOP_LAG: Final = "gym.checkpoint.loop_lag_ms"
 
 
 def attr(name: str) -> str:
@@ -278,6 +284,10 @@ class Attr:
     PUBLISHED: Final = attr("published")
     ROWS: Final = attr("rows")
     RESTARTS: Final = attr("restarts")
+    #: When the request reached the participant's app (Unix ns), before routing and parsing.
+    RECEIVED_NS: Final = attr("received_ns")
+    #: The participant's worst event-loop lag (ms) seen while the operation ran.
+    LOOP_LAG_MS: Final = attr("loop_lag_ms")
     # Metric point attributes.
     OPERATION: Final = attr("operation")
     EVENT: Final = attr("event")
@@ -301,13 +311,14 @@ COLLECTION_SPANS: Final[dict[CollectionAction, str]] = {
 #: (event field, attribute key) pairs each span adds when it ends, beyond id, kind, instance
 #: and outcome. Fields left out here stay off the span.
 FieldAttrs = tuple[tuple[str, str], ...]
+_TIMING: Final = (("received_ns", Attr.RECEIVED_NS), ("loop_lag_ms", Attr.LOOP_LAG_MS))
 OPERATION_END_ATTRS: Final[dict[Operation, FieldAttrs]] = {
-    Operation.PREPARE: (("phase", Attr.PHASE), ("blockers", Attr.BLOCKERS)),
-    Operation.COMMIT: (("records", Attr.RECORDS),),
-    Operation.RESTORE: (("records", Attr.RECORDS),),
-    Operation.RETIRE: (("episodes", Attr.EPISODES),),
-    Operation.FORGET: (("rollouts", Attr.ROLLOUTS),),
-    Operation.RESUME: (),
+    Operation.PREPARE: (("phase", Attr.PHASE), ("blockers", Attr.BLOCKERS), *_TIMING),
+    Operation.COMMIT: (("records", Attr.RECORDS), *_TIMING),
+    Operation.RESTORE: (("records", Attr.RECORDS), *_TIMING),
+    Operation.RETIRE: (("episodes", Attr.EPISODES), *_TIMING),
+    Operation.FORGET: (("rollouts", Attr.ROLLOUTS), *_TIMING),
+    Operation.RESUME: _TIMING,
 }
 COORDINATE_END_ATTRS: Final[dict[Operation, FieldAttrs]] = {
     Operation.PREPARE: (("prepared", Attr.PREPARED), ("stopped_at", Attr.STOPPED_AT)),
@@ -337,4 +348,5 @@ COLLECTION_END_ATTRS: Final[dict[CollectionAction, FieldAttrs]] = {
         ("published", Attr.PUBLISHED),
     ),
     CollectionAction.RESTORE: (("rows", Attr.ROWS), ("restarts", Attr.RESTARTS)),
+    CollectionAction.PUBLISH: (),
 }

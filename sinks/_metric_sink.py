@@ -1,4 +1,4 @@
-"""``MetricSink``: the four checkpoint instruments of SPEC section 3, fed from events.
+"""``MetricSink``: the four checkpoint instruments of SPEC section 3 and the loop lag, fed from events.
 
 The SDK's per-call cost is about 10-17 us, so counters are summed per attribute set within
 a batch and reach the SDK once per set. Histogram values cannot be summed; each is recorded.
@@ -15,6 +15,7 @@ from opentelemetry.metrics import MeterProvider
 from ckpt_events import (
     METRIC_BYTES,
     METRIC_EVENTS,
+    METRIC_LOOP_LAG,
     METRIC_OPERATION_DURATION,
     METRIC_RECORDS,
     Attr,
@@ -48,6 +49,7 @@ _CONTROLLER: Final = Kind.CONTROLLER.value
 # that follow each tag. Counted-event tags are the ``nemo.gym.checkpoint.event`` values.
 _DURATION: Final = "duration"
 _VOLUME: Final = "volume"
+_LAG: Final = "loop_lag"
 _REFUSED: Final = CountedEvent.REFUSED.value
 _CUT: Final = CountedEvent.GENERATION_CUT.value
 _LEASE: Final = CountedEvent.LEASE_EXPIRED.value
@@ -55,6 +57,7 @@ _NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
 _KEYS: Final[dict[str, tuple[str, ...]]] = {
     _DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),
     _VOLUME: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
+    _LAG: (Attr.PARTICIPANT_KIND,),
     _REFUSED: (Attr.CODE,),
     _CUT: (Attr.DISPOSITION,),
     _LEASE: (Attr.PARTICIPANT_KIND, Attr.PHASE),
@@ -97,6 +100,9 @@ class MetricSink:
             METRIC_BYTES, unit="By", description="Bytes written by commit or read by restore"
         )
         self._events = meter.create_counter(METRIC_EVENTS, unit="1", description="Counted checkpoint events")
+        self._loop_lag = meter.create_histogram(
+            METRIC_LOOP_LAG, unit="ms", description="A participant's worst event-loop lag during an operation"
+        )
         # Attribute mappings are built once per distinct flat key and reused: the sets are few.
         self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
         self._seen = 0
@@ -136,6 +142,10 @@ class MetricSink:
                 key = (_DURATION, operation, kind, event.outcome)
                 record((event.end_ns - event.start_ns) / 1e6, cache.get(key) or attributes(key))
                 calls += 1
+                if event.loop_lag_ms is not None:
+                    key = (_LAG, kind)
+                    self._loop_lag.record(event.loop_lag_ms, cache.get(key) or attributes(key))
+                    calls += 1
                 if operation in _VOLUME_OPERATIONS:
                     key = (_VOLUME, operation, kind)
                     if event.records is not None:

@@ -44,7 +44,10 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--jsonl", type=writable_path, metavar="PATH", help="also write every event as JSON lines"
     )
     parser.add_argument(
-        "--report", type=writable_path, metavar="PATH", help="also write the timeline (.svg or .html)"
+        "--report",
+        type=writable_path,
+        metavar="PATH",
+        help="also write the report: .html, .svg or .png (by headless chromium)",
     )
     parser.add_argument(
         "--otlp-endpoint",
@@ -75,6 +78,11 @@ def _demo(args: argparse.Namespace) -> int:
         report=args.report,
         otlp_endpoint=args.otlp_endpoint,
     )
+    if args.report is not None:
+        from participants.cli.report_files import check_report_path
+
+        if (refusal := check_report_path(args.report)) is not None:
+            raise CommandError(refusal)
     if args.otlp_endpoint:
         anyio.run(check_reachable, args.otlp_endpoint)
     try:

@@ -28,7 +28,8 @@ import sinks
 from ckpt_events import CONTROLLER_INSTANCE, Bus, Kind, Telemetry
 from ckpt_events.testing import MemorySink
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
-from participants.cli.timeline import render, spans_of, write_timeline
+from participants.cli.report_files import write_report
+from participants.cli.report_terminal import render
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
@@ -283,6 +284,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             for log in sorted((workdir / "logs").glob("*.jsonl")):
                 events.extend(load_events(log))
         _show(console, opts, events, checkpoint_id, passed)
+        _exported(console, opts, configured)
         return DemoResult(
             first,
             second,
@@ -302,7 +304,29 @@ def _show(
     for check in passed:
         console.print(f"[green]ok[/green] {check}")
     if opts.report is not None:
-        write_timeline(opts.report, spans_of(events), title=f"checkpoint {checkpoint_id}")
-        console.print(f"timeline written to {opts.report}")
-    if opts.jsonl is not None:
-        console.print(f"events written to {opts.jsonl} (try: ckpt-events report {opts.jsonl})")
+        console.print(write_report(opts.report, events, title=f"checkpoint {checkpoint_id} and its restore"))
+
+
+def _exported(console: Console, opts: DemoOptions, configured: sinks.Configured) -> None:
+    """Say what went where: spans and metrics to the collector, lines to the log."""
+    elsewhere = " (the participants' own processes exported theirs too)" if opts.processes else ""
+    if configured.span_sink is not None:
+        spans = configured.span_sink.stats()
+        console.print(
+            f"exported {spans.exported:,} spans to {opts.otlp_endpoint}/v1/traces"
+            f" ({spans.dropped:,} dropped){elsewhere}"
+        )
+    if configured.metric_sink is not None:
+        metrics = configured.metric_sink.stats()
+        console.print(
+            f"exported metrics from {metrics.events:,} events ({metrics.sdk_calls:,} instrument calls) "
+            f"to {opts.otlp_endpoint}/v1/metrics{elsewhere}"
+        )
+    if configured.jsonl_sink is not None:
+        lines = configured.jsonl_sink.stats()
+        console.print(
+            f"wrote {lines.events:,} JSON lines ({lines.bytes:,} bytes) to {opts.jsonl}"
+            f" (try: ckpt-events report {opts.jsonl}){elsewhere}"
+        )
+    if not configured.enabled:
+        console.print("exported nothing (add --jsonl PATH or --otlp-endpoint URL to keep the events)")

@@ -19,20 +19,25 @@ __all__ = ["REPORT"]
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", type=existing_file, help="a JSON-lines log written by the jsonl sink")
     parser.add_argument(
-        "--report", type=writable_path, metavar="PATH", help="also write the timeline (.svg or .html)"
+        "--report",
+        type=writable_path,
+        metavar="PATH",
+        help="also write the report: .html, .svg or .png (by headless chromium)",
     )
 
 
 def _report(args: argparse.Namespace) -> int:
-    from participants.cli.timeline import render, spans_of, write_timeline
+    from participants.cli.report_files import check_report_path, write_report
+    from participants.cli.report_terminal import render
 
+    if args.report is not None and (refusal := check_report_path(args.report)) is not None:
+        raise CommandError(refusal)
     events = load_events(args.log)
     if not events:
         raise CommandError(f"{str(args.log)!r} holds no checkpoint events")
     render(console(), events, title=str(args.log))
     if args.report is not None:
-        write_timeline(args.report, spans_of(events))
-        print(f"timeline written to {args.report}")
+        print(write_report(args.report, events, title=f"report of {args.log.name}"))
     return 0
 
 

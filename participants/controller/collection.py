@@ -321,7 +321,8 @@ class Collection:
                 restarted=restarted,
                 completed=sorted(r.rollout_id for r in self.rollouts.values() if r.status == "done"),
             )
-            await anyio.to_thread.run_sync(self.run_dir.publish, manifest)
+            with self.tel.collection("publish", checkpoint_id=checkpoint_id, parent=span):
+                await anyio.to_thread.run_sync(self.run_dir.publish, manifest)
 
         directory = self.run_dir.checkpoint_dir(checkpoint_id)
         await self.coordinator.checkpoint(

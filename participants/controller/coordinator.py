@@ -203,12 +203,14 @@ class Coordinator:
     async def renew(
         self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None
     ) -> dict[str, RenewReply]:
-        """Extend every participant's lease. Renew has no controller span; the calls still carry
-        ``parent``'s traceparent, so whatever participants record stays in the checkpoint's trace."""
+        """Extend every participant's lease, under ``gym.checkpoint.coordinate.renew`` (participants
+        record no renew span), so the report can name the time it takes within the checkpoint."""
         request = RenewRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
-        replies, failures = await fan_out(
-            self.control, self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=parent
-        )
+        with self.tel.coordinate("renew", checkpoint_id=checkpoint_id, parent=parent) as span:
+            span.set(participants=len(self.members))
+            replies, failures = await fan_out(
+                self.control, self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=span
+            )
         if failures:
             raise CoordinationError("renew", failures)
         return replies

@@ -14,6 +14,7 @@ import anyio
 from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
+from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
 from participants.server.control import ControlPlane
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from participants.server.routes import control_router, install_error_handlers, work_router
@@ -133,6 +134,7 @@ def create_app(
         checkpoint_root=Path(checkpoint_root).absolute(),
         max_records_bytes=max_records_bytes,
     )
+    monitor = LoopLagMonitor()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -148,6 +150,7 @@ def create_app(
             stack.push_async_callback(workload.aclose)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(plane.watch_lease)
+                tg.start_soon(monitor.run)
                 yield
                 tg.cancel_scope.cancel()
 
@@ -160,4 +163,6 @@ def create_app(
     app.include_router(control_router(plane, token))
     app.include_router(work_router(workload, token))
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+    # Outermost of ours: the arrival stamp is taken before routing, body parsing and auth.
+    app.add_middleware(ArrivalMiddleware, monitor=monitor)
     return app

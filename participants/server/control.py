@@ -37,6 +37,7 @@ from participants.protocol import (
     StatusReply,
     encode,
 )
+from participants.server.arrival import timed
 from participants.server.checks import check_commit_scope, check_deadline, check_outside, check_restore_scope
 from participants.server.gc_pause import freeze, gc_paused
 from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
@@ -163,7 +164,7 @@ class ControlPlane(Generic[S]):
 
     async def prepare(self, req: PrepareRequest, traceparent: str | None) -> PrepareReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.PREPARE, checkpoint_id=cid, traceparent=traceparent) as o:
+        with self.tel.operation(Operation.PREPARE, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 cached = self._admit(
@@ -222,7 +223,7 @@ class ControlPlane(Generic[S]):
 
     async def renew(self, req: RenewRequest, traceparent: str | None) -> RenewReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.RENEW, checkpoint_id=cid, traceparent=traceparent):
+        with self.tel.operation(Operation.RENEW, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
@@ -235,7 +236,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         scope = None if req.episode_ids is None else sorted({e.capture_key for e in req.episode_ids})
         args: ReplayArgs = (req.checkpoint_dir, scope)
-        with self.tel.operation(Operation.COMMIT, checkpoint_id=cid, traceparent=traceparent) as o:
+        with self.tel.operation(Operation.COMMIT, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             # Commits run one at a time: a retry waits for the write in progress, then replays.
             async with self._commit_lock:
                 async with self._lock:
@@ -301,7 +302,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         scope = {e for e in req.episode_ids}
         args: ReplayArgs = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
-        with self.tel.operation(Operation.RESTORE, checkpoint_id=cid, traceparent=traceparent) as o:
+        with self.tel.operation(Operation.RESTORE, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
@@ -356,7 +357,7 @@ class ControlPlane(Generic[S]):
     async def resume(self, req: ResumeRequest, traceparent: str | None) -> ResumeReply:
         """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.RESUME, checkpoint_id=cid, traceparent=traceparent) as o:
+        with self.tel.operation(Operation.RESUME, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 if cid in self._replies.resumed:
@@ -380,7 +381,7 @@ class ControlPlane(Generic[S]):
 
     async def retire(self, req: RetireRequest, traceparent: str | None) -> RetireReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.RETIRE, checkpoint_id=cid, traceparent=traceparent) as o:
+        with self.tel.operation(Operation.RETIRE, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             async with self._lock:
                 self._check_outside(Operation.RETIRE, req.deadline_ts)
                 retired = await self.workload.retire(req.episode_ids)
@@ -389,7 +390,7 @@ class ControlPlane(Generic[S]):
 
     async def forget(self, req: ForgetRequest, traceparent: str | None) -> ForgetReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.FORGET, checkpoint_id=cid, traceparent=traceparent) as o:
+        with self.tel.operation(Operation.FORGET, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
             async with self._lock:
                 self._check_outside(Operation.FORGET, req.deadline_ts)
                 forgotten = sorted(set(req.rollout_ids))

@@ -50,6 +50,8 @@ def _for_type(tp: Any) -> st.SearchStrategy[Any]:
         return st.integers(0, 2**63 - 1)
     if tp is str:
         return st.text(max_size=40)
+    if tp is float:
+        return st.floats(0, 1e9, allow_nan=False, allow_infinity=False)
     raise NotImplementedError(f"no strategy for {tp!r}")
 
 

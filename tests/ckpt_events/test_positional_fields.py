@@ -64,6 +64,7 @@ async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
                 step.set(records=11, bytes=12, calls=13, cut_durable_prefix=14, cut_durable_failure=15)
                 step.set_attribute("user.step", "s")
             op.set(records=21, bytes=22, phase="preparing", blockers=23, episodes=24, rollouts=25)
+            op.set(received_ns=27, loop_lag_ms=28.5)
             op.set_attribute("user.op", 26)
     started, finished = _only(events, OperationStarted), _only(events, OperationFinished)
     step_started, step_finished = _only(events, StepStarted), _only(events, StepFinished)
@@ -90,6 +91,8 @@ async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
         "bytes": 22,
         "episodes": 24,
         "rollouts": 25,
+        "received_ns": 27,
+        "loop_lag_ms": 28.5,
     }
     assert _fields(step_finished) == {
         "kind": Kind.MODEL,

@@ -228,7 +228,7 @@ async def test_unknown_names_raise_on_both_paths(enabled: bool) -> None:
         with pytest.raises(UnknownNameError, match="resources"):
             tel.coordinate("prepare").stage("judge")
         with pytest.raises(UnknownNameError, match="collection action"):
-            tel.collection("publish")
+            tel.collection("upload")
 
 
 def test_bad_constructor_arguments() -> None:

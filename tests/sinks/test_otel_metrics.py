@@ -1,4 +1,4 @@
-"""MetricSink: the four instruments of SPEC section 3, attribute sets, values and units."""
+"""MetricSink: the four instruments of SPEC section 3 and the loop lag, attribute sets, values and units."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
-from ckpt_events import Bus, InvalidArgumentError, Telemetry
+from ckpt_events import METRIC_LOOP_LAG, Bus, InvalidArgumentError, Telemetry
 from sinks.otel import MetricSink
 from tests.sinks.helpers import histogram_sums, metric_points
 
@@ -165,3 +165,27 @@ def test_metric_sink_needs_a_meter_provider() -> None:
         assert MetricSink(provider).stats().events == 0
     finally:
         provider.shutdown()
+
+
+async def test_loop_lag_is_a_histogram_per_participant_kind(
+    reader: InMemoryMetricReader, metric_sink: MetricSink
+) -> None:
+    """An operation's loop_lag_ms is recorded on gym.checkpoint.loop_lag_ms by participant kind only."""
+    async with Bus() as bus:
+        bus.subscribe(metric_sink)
+        resources = Telemetry(bus, kind="resources", instance="r0")
+        for lag in (2.5, 7.5):
+            with resources.operation("commit", checkpoint_id="c1") as op:
+                op.set(loop_lag_ms=lag)
+        with resources.operation("resume", checkpoint_id="c1"):
+            pass  # no lag measured: nothing recorded
+        await bus.flush()
+    data = reader.get_metrics_data()
+    (metric,) = [
+        m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        if m.name == METRIC_LOOP_LAG
+    ]  # fmt: skip
+    assert isinstance(metric.data, Histogram) and metric.unit == "ms"
+    (point,) = metric.data.data_points
+    assert dict(point.attributes) == {P + "participant_kind": "resources"}
+    assert point.count == 2 and point.sum == 10.0 and point.max == 7.5

@@ -26,12 +26,18 @@ async def test_demo_checkpoints_crashes_restores_and_verifies(tmp_path: Path) ->
     assert result.continued and all(result.second.attempts[r] == 1 for r in result.continued)
     assert len(result.checks) == 4
     text = out.getvalue()
-    assert "time per participant" in text and "timeline of one checkpoint" in text
+    assert "time per participant" in text and "checkpoint: waterfall" in text and "restore: waterfall" in text
     assert "stale_attempt" in text
+    assert text.count("ms unattributed") == 2  # the checkpoint's and the restore's attribution lines
+    assert "JSON lines" in text and "demo.jsonl" in text  # says what it exported and where
     assert (tmp_path / "t.svg").read_text().startswith("<svg")
     decoder = msgspec.json.Decoder(CheckpointEvent)
     logged = [decoder.decode(line) for line in (tmp_path / "demo.jsonl").read_bytes().splitlines()]
-    assert {e.action for e in logged if isinstance(e, CollectionFinished)} == {"checkpoint", "restore"}
+    assert {e.action for e in logged if isinstance(e, CollectionFinished)} == {
+        "checkpoint",
+        "restore",
+        "publish",
+    }
     assert {e.operation for e in logged if isinstance(e, OperationFinished)} >= {
         Operation.COMMIT,
         Operation.RESTORE,

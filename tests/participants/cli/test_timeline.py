@@ -9,7 +9,9 @@ from rich.console import Console
 
 from ckpt_events import Kind, Telemetry
 from ckpt_events.testing import capture_events
-from participants.cli.timeline import breakdown, counts, render, spans_of, write_timeline
+from participants.cli.report_html import write_timeline
+from participants.cli.report_terminal import render
+from participants.cli.timeline import breakdown, counts, spans_of
 
 
 async def _one_checkpoint() -> list:
@@ -59,7 +61,7 @@ async def test_waterfall_is_one_trace_parents_first(tmp_path: Path) -> None:
     assert "gym.checkpoint.coordinate.prepare.resources" in names
     assert max(s.depth for s in spans) == 4  # collection > coordinate > stage > prepare > wait_ready
     write_timeline(tmp_path / "t.svg", spans)
-    write_timeline(tmp_path / "t.html", spans)
+    write_timeline(tmp_path / "t.html", events=events)
     assert (tmp_path / "t.svg").read_text().startswith("<svg")
     assert "<svg" in (tmp_path / "t.html").read_text()
 
@@ -74,4 +76,4 @@ async def test_counts_and_render() -> None:
     out = io.StringIO()
     render(Console(file=out, width=150), events)
     text = out.getvalue()
-    assert "environment/e0" in text and "timeline" in text and "stale_attempt" in text
+    assert "environment/e0" in text and "waterfall" in text and "stale_attempt" in text

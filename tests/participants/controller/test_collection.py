@@ -73,11 +73,15 @@ async def test_checkpoint_publishes_collection_json_then_latest(tmp_path: Path) 
     assert manifest["checkpoint_id"] == checkpoint_id and manifest["steps"] == 5
     assert len(manifest["continued"]) + len(manifest["restarted"]) + len(manifest["completed"]) <= 6
     assert (tmp_path / checkpoint_id / "gym" / "model" / "model-0" / "manifest.json").is_file()
-    (span,) = [e for e in events if isinstance(e, CollectionFinished)]
+    (span, publish) = sorted(
+        (e for e in events if isinstance(e, CollectionFinished)), key=lambda e: e.action != "checkpoint"
+    )
     assert span.action == "checkpoint" and span.checkpoint_id == checkpoint_id
     assert span.published is True and span.stop is False and span.in_flight >= 1
+    # Publishing the collection record and renewing the leases meanwhile are named spans too.
+    assert publish.action == "publish" and publish.parent_span_id == span.span_id
     coordinate = [e for e in events if isinstance(e, CoordinateFinished)]
-    assert [e.operation for e in coordinate] == ["prepare", "commit", "resume"]
+    assert [e.operation for e in coordinate] == ["prepare", "commit", "renew", "resume"]
     assert {e.parent_span_id for e in coordinate} == {span.span_id}
     # Every span of the checkpoint, on the controller and on each participant, is in one trace.
     assert {e.trace_id for e in events if hasattr(e, "trace_id")} == {span.trace_id}
@@ -139,7 +143,7 @@ async def test_signals_checkpoint_and_stop(tmp_path: Path) -> None:
         async with collection(bus, tmp_path, rollouts=4, steps=40, handle_signals=True) as (col, _):
             summary, _ = await run_and(col, signal_twice)
     assert summary.stopped and len(summary.checkpoints) == 2
-    spans = [e for e in events if isinstance(e, CollectionFinished)]
+    spans = [e for e in events if isinstance(e, CollectionFinished) and e.action == "checkpoint"]
     assert [(e.stop, e.published) for e in spans] == [(False, True), (True, True)]
 
 

@@ -1,0 +1,35 @@
+"""Write the report to a file chosen by its extension: ``.svg``, ``.png`` or HTML (anything else)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ckpt_events import Event
+from participants.cli.report_html import write_timeline
+from participants.cli.report_png import find_browser, write_png
+
+__all__ = ["check_report_path", "write_report"]
+
+
+def check_report_path(path: Path) -> str | None:
+    """Why ``path`` cannot be written (one line), checked before any work; ``None`` if it can."""
+    if path.suffix.lower() == ".png" and find_browser() is None:
+        return (
+            f"cannot write {path}: a PNG is rendered by headless Chromium, and none was found "
+            "(install Debian's 'chromium' package, or ask for .html or .svg)"
+        )
+    return None
+
+
+def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
+    """Write the report and say what was written; raises ``CommandError`` for a PNG that failed."""
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        write_png(path, events, title=title)
+        return (
+            f"report written to {path} (PNG rendered by headless {Path(find_browser() or 'chromium').name})"
+        )
+    write_timeline(path, events=events, title=title)
+    what = "SVG waterfall of the checkpoint" if suffix == ".svg" else "HTML page"
+    return f"report written to {path} ({what})"

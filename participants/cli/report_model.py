@@ -1,0 +1,268 @@
+"""The report's model: one checkpoint's (or restore's) spans as a tree, and where its time went.
+
+``trace_spans`` flattens one trace into ``Span`` rows, children under their parents in
+start order, with every field of each event kept for hover details and the slowest path
+(the chain of last-ending children from the root) marked. ``attribute`` sweeps the root's
+time once and gives every instant to exactly one part, by priority:
+
+1. a participant's handler (its operation span);
+2. queued inside a participant (request arrived, ``received_ns``, handler not yet started);
+3. transit, request on its way: from the calling controller span's start to the
+   participant's ``received_ns``;
+4. transit, replies and waiting: the rest of a controller span that calls participants (a
+   stage, a fanned-out coordinate operation) with no handler running;
+5. controller: inside a named controller span that calls nobody (publishing the collection
+   record, ``coordinate.prepare`` between its stages), named by the deepest such span;
+6. unattributed: covered by the root span only.
+
+The parts add up to the root's duration exactly. Nothing here draws.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ckpt_events import (
+    CollectionAction,
+    CollectionFinished,
+    CoordinateFinished,
+    Event,
+    Kind,
+    Operation,
+    OperationFinished,
+    Outcome,
+    SpanKind,
+    span_kind_of,
+    span_name,
+    span_name_of,
+)
+
+__all__ = [
+    "Attribution",
+    "Span",
+    "attribute",
+    "checkpoint_and_restore",
+    "finished_spans",
+    "trace_spans",
+]
+
+#: Participants record no span for renew, but its events say how long each handler took.
+_RENEW_NAME = span_name(Operation.RENEW.value)
+HANDLERS, QUEUED, TRANSIT, CONTROLLER, UNATTRIBUTED = (
+    "participants' handlers",
+    "queued in participants",
+    "transit",
+    "controller",
+    "unattributed",
+)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A finished span, flattened for drawing: ``depth`` under the root, ``details`` every field."""
+
+    name: str
+    who: str
+    start_ns: int
+    end_ns: int
+    depth: int
+    error: bool
+    span_id: int = 0
+    parent_span_id: int | None = None
+    client: bool = False
+    received_ns: int | None = None
+    loop_lag_ms: float | None = None
+    slowest: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def short(self) -> str:
+        """The name without the ``gym.checkpoint.`` prefix."""
+        return self.name.removeprefix("gym.checkpoint.")
+
+    @property
+    def participant(self) -> bool:
+        return self.who != "controller"
+
+
+def finished_spans(events: Iterable[Event]) -> list[Any]:
+    """Every ``*Finished`` event that closes a span, and the participants' renew operations."""
+    return [
+        e
+        for e in events
+        if span_name_of(e) is not None
+        or (isinstance(e, OperationFinished) and e.operation is Operation.RENEW)
+    ]
+
+
+def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | None]:
+    """Trace ids of the last collection checkpoint and the last restore (coordinate spans when
+    no collection ran); ``None`` where there is none."""
+    finished = finished_spans(events)
+
+    def last(action: CollectionAction, operation: Operation) -> int | None:
+        roots: list[Any] = [e for e in finished if isinstance(e, CollectionFinished) and e.action is action]
+        if not roots:
+            roots = [e for e in finished if isinstance(e, CoordinateFinished) and e.operation is operation]
+        return roots[-1].trace_id if roots else None
+
+    checkpoint = last(CollectionAction.CHECKPOINT, Operation.COMMIT)
+    if checkpoint is None and finished:
+        checkpoint = finished[-1].trace_id
+    return checkpoint, last(CollectionAction.RESTORE, Operation.RESTORE)
+
+
+def _details(event: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": type(event).__name__}
+    for name, value in msgspec.structs.asdict(event).items():
+        if value is None or name == "attributes":
+            continue
+        if name in ("trace_id", "span_id", "parent_span_id"):
+            out[name] = f"{value:0{32 if name == 'trace_id' else 16}x}"
+        else:
+            out[name] = value.value if hasattr(value, "value") else value
+    out.update(event.attributes or {})
+    out["duration_ms"] = round((event.end_ns - event.start_ns) / 1e6, 3)
+    return out
+
+
+def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
+    """The spans of one trace, each child right under its parent, siblings in start order."""
+    chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
+    ids = {e.span_id for e in chosen}
+    children: dict[int | None, list[Any]] = {}
+    for e in chosen:
+        parent = e.parent_span_id if e.parent_span_id in ids else None
+        children.setdefault(parent, []).append(e)
+    slowest = _slowest_path(children)
+    out: list[Span] = []
+    # Depth-first with an explicit stack: bounded by the number of events, never recursive.
+    stack: list[tuple[Any, int]] = [(e, 0) for e in sorted(children.get(None, []), key=_start, reverse=True)]
+    while stack and len(out) <= len(chosen):
+        e, depth = stack.pop()
+        out.append(_span(e, depth, e.span_id in slowest))
+        stack.extend((c, depth + 1) for c in sorted(children.get(e.span_id, []), key=_start, reverse=True))
+    return out
+
+
+def _start(e: Any) -> tuple[int, int]:
+    return (e.start_ns, -e.end_ns)
+
+
+def _slowest_path(children: dict[int | None, list[Any]]) -> set[int]:
+    """From the longest root down, always the child that ends last: what made it take so long."""
+    path: set[int] = set()
+    level = children.get(None, [])
+    node = max(level, key=lambda e: e.end_ns - e.start_ns, default=None)
+    while node is not None and node.span_id not in path:
+        path.add(node.span_id)
+        node = max(children.get(node.span_id, []), key=lambda e: e.end_ns, default=None)
+    return path
+
+
+def _span(e: Any, depth: int, slowest: bool) -> Span:
+    return Span(
+        name=span_name_of(e) or _RENEW_NAME,
+        who="controller" if e.kind is Kind.CONTROLLER else f"{e.kind.value}/{e.instance}",
+        start_ns=e.start_ns,
+        end_ns=e.end_ns,
+        depth=depth,
+        error=e.outcome is Outcome.ERROR,
+        span_id=e.span_id,
+        parent_span_id=e.parent_span_id,
+        client=span_kind_of(e) is SpanKind.CLIENT,
+        received_ns=getattr(e, "received_ns", None),
+        loop_lag_ms=getattr(e, "loop_lag_ms", None),
+        slowest=slowest,
+        details=_details(e),
+    )
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Where one root span's time went, in milliseconds; ``parts`` names each piece."""
+
+    root: str
+    total_ms: float
+    handlers_ms: float
+    transit_ms: float
+    controller_ms: float
+    unattributed_ms: float
+    parts: dict[str, float]
+    max_loop_lag_ms: float | None
+
+    @property
+    def unattributed_share(self) -> float:
+        return self.unattributed_ms / self.total_ms if self.total_ms else 0.0
+
+    def top_parts(self, most: int = 8) -> list[tuple[str, float]]:
+        """The largest named parts (at least 1% of the total), largest first."""
+        floor = max(0.05, self.total_ms / 100)
+        return [(name, ms) for name, ms in self.parts.items() if ms >= floor][:most]
+
+    def line(self) -> str:
+        """``N ms total, M ms in participants' handlers, K ms transit/queue, L ms controller, U ms
+        unattributed``."""
+        return (
+            f"{self.total_ms:.1f} ms total, {self.handlers_ms:.1f} ms in participants' handlers, "
+            f"{self.transit_ms:.1f} ms transit/queue, {self.controller_ms:.1f} ms controller, "
+            f"{self.unattributed_ms:.1f} ms unattributed ({self.unattributed_share:.1%})"
+        )
+
+
+def attribute(spans: list[Span]) -> Attribution | None:
+    """Sweep the root's time (the first span at depth 0) into parts; ``None`` without spans."""
+    roots = [s for s in spans if s.depth == 0]
+    if not roots:
+        return None
+    root = max(roots, key=lambda s: s.end_ns - s.start_ns)
+    lo, hi = root.start_ns, root.end_ns
+    by_id = {s.span_id: s for s in spans}
+    # (priority, label, start, end): a lower priority number wins an instant.
+    intervals: list[tuple[int, str, int, int]] = []
+    for s in spans:
+        if s is root:
+            continue
+        if s.participant:
+            intervals.append((1, HANDLERS, s.start_ns, s.end_ns))
+            if s.received_ns is not None and s.received_ns < s.start_ns:
+                intervals.append((2, QUEUED, s.received_ns, s.start_ns))
+            parent = by_id.get(s.parent_span_id or -1)
+            if s.received_ns is not None and parent is not None and parent.client:
+                label = f"{TRANSIT}: request on its way ({parent.short})"
+                intervals.append((3, label, parent.start_ns, s.received_ns))
+        elif s.client:
+            intervals.append((4, f"{TRANSIT}: replies and waiting ({s.short})", s.start_ns, s.end_ns))
+        else:
+            intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
+    cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
+    parts: dict[str, float] = {}
+    for a, b in itertools.pairwise(cuts):
+        mid = (a + b) / 2
+        covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
+        label = min(covering)[1] if covering else UNATTRIBUTED
+        parts[label] = parts.get(label, 0.0) + (b - a) / 1e6
+
+    def total(prefix: str) -> float:
+        return sum(v for k, v in parts.items() if k.startswith(prefix))
+
+    lags = [s.loop_lag_ms for s in spans if s.loop_lag_ms is not None]
+    return Attribution(
+        root=root.short,
+        total_ms=(hi - lo) / 1e6,
+        handlers_ms=total(HANDLERS),
+        transit_ms=total(QUEUED) + total(TRANSIT),
+        controller_ms=total(CONTROLLER),
+        unattributed_ms=total(UNATTRIBUTED),
+        parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])),
+        max_loop_lag_ms=max(lags) if lags else None,
+    )
