@@ -98,7 +98,11 @@ async def test_checkpoint_crash_restore_across_processes(tmp_path: Path) -> None
             fleet = await start_fleet(tmp_path, 1)
             try:
                 async with coordinator(fleet, tel, http) as co:
-                    col = Collection(co, run_dir, telemetry=tel, rollouts=ROLLOUTS, steps=STEPS)
+                    # Two at a time: rollouts are still waiting when the first two finish, however loaded
+                    # the machine (all eight at once could all finish before the checkpoint).
+                    col = Collection(
+                        co, run_dir, telemetry=tel, rollouts=ROLLOUTS, steps=STEPS, concurrency=2
+                    )
                     first, crash_id = await run_then_checkpoint(
                         col, figures, "checkpoint_before_crash", stop=True
                     )
