@@ -123,7 +123,7 @@ async def _run_generation(
     tel: Telemetry,
     *,
     label: str,
-    stop_at: float | None,
+    stop_after: int | None,
 ) -> tuple[Collection, CollectionSummary]:
     collection = Collection(
         coordinator,
@@ -132,6 +132,7 @@ async def _run_generation(
         rollouts=opts.rollouts,
         steps=opts.steps,
         concurrency=opts.concurrency,
+        stop_after=stop_after,
     )
     summary: CollectionSummary | None = None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -144,18 +145,17 @@ async def _run_generation(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            checkpointed = False
             while summary is None:
-                done = collection.progress()["done"]
-                progress.update(task, completed=done)
-                if stop_at is not None and not checkpointed and done >= stop_at * opts.rollouts:
-                    checkpointed = True
-                    progress.update(task, description=f"{label}: checkpoint and stop")
-                    await collection.checkpoint(stop=True)
+                progress.update(task, completed=collection.progress()["done"])
                 await anyio.sleep(0.05)
             progress.update(task, completed=collection.progress()["done"])
     assert summary is not None
     return collection, summary
+
+
+def stop_after(opts: DemoOptions) -> int:
+    """How many rollouts generation 1 finishes before its checkpoint: at least one stays in flight."""
+    return min(int(opts.checkpoint_at * opts.rollouts), opts.rollouts - 1)
 
 
 async def _verify(
@@ -205,7 +205,13 @@ async def _first_generation(
         await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
     ):
         _, summary = await _run_generation(
-            opts, console, coordinator, workdir / "run", tel, label="generation 1", stop_at=opts.checkpoint_at
+            opts,
+            console,
+            coordinator,
+            workdir / "run",
+            tel,
+            label="generation 1: checkpoint and stop",
+            stop_after=stop_after(opts),
         )
         crash()
     return summary
@@ -229,12 +235,17 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 start = time.monotonic()
                 first = await _first_generation(opts, console, bus, tel, token, workdir)
                 seconds["generation 1"] = time.monotonic() - start
+                if not first.checkpoints:
+                    raise DemoFailed("generation 1 finished without its checkpoint")
                 checkpoint_id = first.checkpoints[-1]
-                manifest = (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
-                continued = [e["rollout_id"] for e in msgspec.json.decode(manifest)["continued"]]
+                manifest = msgspec.json.decode(
+                    (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
+                )
+                continued = [e["rollout_id"] for e in manifest["continued"]]
                 console.print(
                     f"[bold]crash[/bold]: every participant killed after checkpoint {checkpoint_id} "
-                    f"({first.completed} done, {len(continued)} in flight)"
+                    f"({len(manifest['completed'])} done, {len(continued)} in flight, "
+                    f"{len(manifest['restarted'])} to restart)"
                 )
                 start = time.monotonic()
                 async with (
@@ -248,7 +259,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                         workdir / "run",
                         tel,
                         label="generation 2 (restored)",
-                        stop_at=None,
+                        stop_after=None,
                     )
                     passed = await _verify(opts, first, second, continued, urls)
                 seconds["generation 2"] = time.monotonic() - start

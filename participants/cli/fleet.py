@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 _POLL: Final = 0.05
+#: How long an embedded server may take to stop (its lifespan closes the bus and sinks).
+_STOP_TIMEOUT: Final = 5.0
 
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -161,7 +163,14 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = _EmbeddedServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,  # requests still running are cut after 2 s
+    )
+    server = _EmbeddedServer(config)
     ended = anyio.Event()
 
     async def serve() -> None:
@@ -182,7 +191,11 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
             try:
                 yield f"http://{host}:{port}"
             finally:
+                # Shut down before the task group would cancel the server: cancelled, uvicorn's
+                # lifespan logs a traceback per app (five for a fleet, on every error or Ctrl-C).
                 server.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_TIMEOUT):
+                    await ended.wait()
     finally:
         sock.close()
 
