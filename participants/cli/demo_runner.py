@@ -82,11 +82,12 @@ class DemoResult:
 
 @contextlib.asynccontextmanager
 async def _fleet(
-    opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int
+    opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int, stopping: anyio.Event | None
 ) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
     """Yield (instance -> url, crash) for one generation of the fleet."""
     if not opts.processes:
-        async with local_fleet(token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS) as urls:
+        local = local_fleet(token=token, bus=bus, members=MEMBERS, options=FAST_WORKLOADS, stopping=stopping)
+        async with local as urls:
             yield urls, lambda: None  # leaving the block stops the servers; their state is gone
         return
     token_file = write_token_file(workdir / "token", token)
@@ -197,11 +198,17 @@ async def _verify(
 
 
 async def _first_generation(
-    opts: DemoOptions, console: Console, bus: Bus, tel: Telemetry, token: str, workdir: Path
+    opts: DemoOptions,
+    console: Console,
+    bus: Bus,
+    tel: Telemetry,
+    token: str,
+    workdir: Path,
+    stopping: anyio.Event | None,
 ) -> CollectionSummary:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
-        _fleet(opts, bus, token, workdir, 1) as (urls, crash),
+        _fleet(opts, bus, token, workdir, 1, stopping) as (urls, crash),
         await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
     ):
         _, summary = await _run_generation(
@@ -217,8 +224,10 @@ async def _first_generation(
     return summary
 
 
-async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
-    """Run both generations, verify, and print the breakdown, timeline and counts."""
+async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | None = None) -> DemoResult:
+    """Run both generations, verify, and print the breakdown, timeline and counts.
+
+    Setting ``stopping`` shuts the in-process servers down gracefully (Ctrl-C)."""
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
         workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
@@ -233,7 +242,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
-                first = await _first_generation(opts, console, bus, tel, token, workdir)
+                first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
                 seconds["generation 1"] = time.monotonic() - start
                 if not first.checkpoints:
                     raise DemoFailed("generation 1 finished without its checkpoint")
@@ -249,7 +258,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 )
                 start = time.monotonic()
                 async with (
-                    _fleet(opts, bus, token, workdir, 2) as (urls, _),
+                    _fleet(opts, bus, token, workdir, 2, stopping) as (urls, _),
                     await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
                 ):
                     _, second = await _run_generation(

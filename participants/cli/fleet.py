@@ -156,9 +156,18 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+async def _exit_when(stopping: anyio.Event, server: uvicorn.Server) -> None:
+    await stopping.wait()
+    server.should_exit = True
+
+
 @contextlib.asynccontextmanager
-async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 10.0) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit."""
+async def serving(
+    app: Any, *, host: str = "127.0.0.1", start_timeout: float = 10.0, stopping: anyio.Event | None = None
+) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit.
+
+    Setting ``stopping`` shuts the server down gracefully before that (requests in flight end)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
@@ -182,6 +191,8 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
+            if stopping is not None:
+                tg.start_soon(_exit_when, stopping, server)
             with anyio.move_on_after(start_timeout):
                 while not server.started and not ended.is_set():
                     await anyio.sleep(0.01)
@@ -196,6 +207,7 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
                 server.should_exit = True
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_TIMEOUT):
                     await ended.wait()
+                tg.cancel_scope.cancel()  # the _exit_when watcher
     finally:
         sock.close()
 
@@ -212,24 +224,27 @@ async def local_fleet(
         ("resources", "resources-0"),
     ),
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    stopping: anyio.Event | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
-    instance to extra ``create_app`` keyword arguments.
+    instance to extra ``create_app`` keyword arguments; ``stopping`` stops them all gracefully.
     """
     from participants import create_app, create_inference_app
 
     urls: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
-        inference_url = await stack.enter_async_context(serving(create_inference_app(token=token)))
+        inference_url = await stack.enter_async_context(
+            serving(create_inference_app(token=token), stopping=stopping)
+        )
         for kind, instance in members:
             extra = dict((options or {}).get(instance, {}))
             if kind == "model":
                 extra.setdefault("inference_url", inference_url)
                 extra.setdefault("inference_token", token)
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
-            urls[instance] = await stack.enter_async_context(serving(app))
+            urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping))
         yield urls
 
 
