@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ __all__ = [
     "http_endpoint",
     "instance_name",
     "load_events",
+    "otel_environ",
     "port_number",
     "positive_int",
     "positive_number",
@@ -84,6 +86,13 @@ def load_events(path: Path) -> list[Any]:
     except OSError as exc:
         raise CommandError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     return events
+
+
+def otel_environ() -> dict[str, str]:
+    """The ``OTEL_*`` variables, for ``sinks.configure``: commands whose flags stand in for
+    ``CKPT_EVENTS_*`` still have the OpenTelemetry settings checked, and refused if bad (a
+    protocol other than OTLP/HTTP is an error, never silently exported over HTTP)."""
+    return {key: value for key, value in os.environ.items() if key.startswith("OTEL_")}
 
 
 def positive_int(value: str) -> int:

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import sinks
 from ckpt_events import CONTROLLER_INSTANCE, Bus, Kind, Telemetry
 from ckpt_events.testing import MemorySink
+from participants.cli.command import otel_environ
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.timeline import render, spans_of, write_timeline
 from participants.controller.collection import Collection, CollectionSummary
@@ -237,7 +238,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         async with Bus(buffer_size=1 << 20) as bus:
             bus.subscribe(memory, name="demo-report")
             configured = sinks.configure(
-                bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ={}
+                bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ=otel_environ()
             )
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:

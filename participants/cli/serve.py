@@ -14,10 +14,13 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from ckpt_events import CkptEventsError, resolve_span_groups
+import anyio
+
+from ckpt_events import CkptEventsError, ConfigurationError, resolve_span_groups
 from participants.cli.command import (
     Command,
     CommandError,
+    check_reachable,
     instance_name,
     port_number,
     positive_number,
@@ -28,6 +31,9 @@ __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERV
 ENV_TOKEN: Final = "CKPT_EVENTS_TOKEN"
 ENV_INFERENCE_TOKEN: Final = "CKPT_EVENTS_INFERENCE_TOKEN"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
+ENV_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: Seconds a stopping server gives requests in flight, and its sinks to flush and close.
+SHUTDOWN_TIMEOUT: Final = 2.0
 SERVE_KINDS: Final = ("environment", "model", "agent", "resources", "inference")
 
 
@@ -68,7 +74,6 @@ def _read_token(path: Path | None, env_name: str, what: str) -> str:
 
 def _build_app(args: argparse.Namespace, token: str) -> Any:
     # Imported here so `ckpt-events --help` and the other subcommands need no server stack.
-    import sinks
     from participants import create_app, create_inference_app
 
     if args.kind == "inference":
@@ -89,10 +94,39 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         args.kind,
         instance=args.instance or f"{args.kind}-0",
         token=token,
-        configure_sinks=sinks.configure,
+        configure_sinks=_configure_sinks,
         lease_grace_seconds=args.lease_grace_seconds,
         **options,
     )
+
+
+def _configure_sinks(bus: Any) -> Any:
+    import sinks
+
+    configured = sinks.configure(bus)
+    # Bounded: a collector gone since start-up must not hold a Ctrl-C for its retries (13 s).
+    configured.close_timeout = SHUTDOWN_TIMEOUT
+    return configured
+
+
+async def _check_settings() -> None:
+    """Build the sinks from the environment once, before uvicorn runs, then close them.
+
+    A bad setting raises here as one line naming the variable (inside the app's lifespan it
+    was a traceback and exit 3); an OTLP endpoint nobody answers at is refused the same way.
+    """
+    from ckpt_events import Bus
+
+    endpoint = os.environ.get(ENV_ENDPOINT, "").strip()
+    if endpoint.startswith(("http://", "https://")):  # anything else: configure names the problem
+        try:
+            await check_reachable(endpoint)
+        except CommandError as exc:
+            raise CommandError(f"{ENV_ENDPOINT}: {exc}") from None
+        except ValueError:
+            pass  # a bad port: configure names it
+    async with Bus(close_timeout=SHUTDOWN_TIMEOUT) as bus:
+        await _configure_sinks(bus).aclose()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -105,8 +139,18 @@ def _serve(args: argparse.Namespace) -> int:
         except CkptEventsError as exc:
             raise CommandError(f"${ENV_SPAN_GROUPS}: {exc}") from None
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
+    try:
+        anyio.run(_check_settings)
+    except ConfigurationError as exc:
+        raise CommandError(f"bad setting: {exc}") from None
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="on"
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = uvicorn.Server(config)
     server.run()
