@@ -252,10 +252,11 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                     (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
                 )
                 continued = [e["rollout_id"] for e in manifest["continued"]]
+                done, restarted = len(manifest["completed"]), len(manifest["restarted"])
                 console.print(
                     f"[bold]crash[/bold]: every participant killed after checkpoint {checkpoint_id} "
-                    f"({len(manifest['completed'])} done, {len(continued)} in flight, "
-                    f"{len(manifest['restarted'])} to restart)"
+                    f"({done} done, {len(continued)} in flight, {restarted} to restart, "
+                    f"{opts.rollouts - done - len(continued) - restarted} not started)"
                 )
                 start = time.monotonic()
                 async with (

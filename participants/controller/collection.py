@@ -209,6 +209,8 @@ class Collection:
         assert self._stop_after is not None
         if self._finishing < self._stop_after:
             self._finishing += 1
+            if not self._finishing_in_flight:
+                self._finishing_idle = anyio.Event()
             self._finishing_in_flight += 1
             try:
                 await self._fan(rollout, pending, "advance")

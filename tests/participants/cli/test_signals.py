@@ -39,7 +39,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _session(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def _session(
+    argv: list[str], tmp_path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run the CLI as the leader of its own process group; the group is killed on the way out."""
     with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
         proc = subprocess.Popen(
@@ -59,7 +61,9 @@ def _session(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None)
             proc.wait(10)
 
 
-def _interrupt_and_check(proc: subprocess.Popen[bytes], tmp_path: Path, sig: int = signal.SIGINT) -> list[str]:
+def _interrupt_and_check(
+    proc: subprocess.Popen[bytes], tmp_path: Path, sig: int = signal.SIGINT
+) -> list[str]:
     """Send ``sig`` to the whole group (as a terminal's Ctrl-C does); wait for it all to end."""
     os.killpg(proc.pid, sig)
     proc.wait(30)
@@ -71,7 +75,9 @@ def _interrupt_and_check(proc: subprocess.Popen[bytes], tmp_path: Path, sig: int
 def test_ctrl_c_during_demo_stops_everything_with_one_line(tmp_path: Path, processes: bool) -> None:
     """Ctrl-C once the fleet runs: exit 130, one line on stderr, no process left in the group."""
     workdir = tmp_path / "work"
-    argv = ["demo", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)] + (["--processes"] if processes else [])
+    argv = ["demo", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)] + (
+        ["--processes"] if processes else []
+    )
     with _session(argv, tmp_path) as proc:
         _wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
         time.sleep(0.5)
@@ -91,7 +97,10 @@ def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
 
         def listening() -> bool:
             assert proc.poll() is None, (tmp_path / "err").read_text()
-            with contextlib.suppress(OSError), __import__("socket").create_connection(("127.0.0.1", port), 0.2):
+            with (
+                contextlib.suppress(OSError),
+                __import__("socket").create_connection(("127.0.0.1", port), 0.2),
+            ):
                 return True
             return False
 
