@@ -7,6 +7,8 @@ mid-``write`` aside, which ``read_events`` reports as a corrupt last line).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import logging
 import os
@@ -28,11 +30,22 @@ _EXCERPT: Final = 120
 
 
 class JsonLinesStats(msgspec.Struct, frozen=True):
-    """Counters of one ``JsonLinesSink``: events and bytes written, files rotated."""
+    """Counters of one ``JsonLinesSink``: events and bytes written, files rotated, writes failed.
+
+    ``events`` and ``bytes`` count only what reached the file. ``failed`` counts the events
+    of batches whose write failed (a full disk: their bytes are truncated away, and the bus
+    counts the batch as failed too); ``torn_lines`` the lines that could not be truncated
+    away and were ended with a newline instead (a reader reports each as a corrupt line).
+    ``last_error`` is the latest write error (kept after writing resumes; ``None`` if none).
+    """
 
     events: int
     bytes: int
     rotations: int
+    failed: int = 0
+    write_errors: int = 0
+    torn_lines: int = 0
+    last_error: str | None = None
 
 
 class JsonLinesSink:
@@ -92,6 +105,12 @@ class JsonLinesSink:
         self._events = 0
         self._bytes = 0
         self._rotations = 0
+        self._failed = 0
+        self._write_errors = 0
+        self._torn_lines = 0
+        self._torn = False  # the file ends in a torn line that still needs its newline
+        self._last_error: str | None = None
+        self._failing = False  # the last write failed: log once when writing resumes
 
     @property
     def path(self) -> Path | None:
@@ -105,26 +124,51 @@ class JsonLinesSink:
         return open(self._path, "ab", buffering=0)  # closed by aclose()
 
     def handle(self, batch: list[Any]) -> None:
-        """Append one line per event; whole lines only."""
+        """Append one line per event; whole lines only.
+
+        A failed write (``OSError``, e.g. ``ENOSPC`` on a full disk) loses this batch: the
+        buffer is cleared (memory stays bounded by one batch), what a short write left in the
+        file is truncated away, the events are counted in ``stats().failed`` and the error is
+        raised for the bus to count and log. The next batch tries again, so writing resumes
+        when space returns.
+        """
         with self._lock:
             if self._closed:
                 return
-            if self.max_bytes is None:
-                buffer = self._buffer
-                encode_into = self._encode_into
-                for event in batch:
-                    encode_into(event, buffer, -1)
-                    buffer.append(_NEWLINE)
-                self._write(buffer)
-            else:
-                self._handle_rotating(batch, self.max_bytes)
-            if self._path is None:
-                self._file.flush()  # a caller's stream: push each batch through its buffer too
-            self._events += len(batch)
+            events_before = self._events
+            try:
+                if self._torn:
+                    self._end_torn_line()
+                if self.max_bytes is None:
+                    buffer = self._buffer
+                    encode_into = self._encode_into
+                    for event in batch:
+                        encode_into(event, buffer, -1)
+                        buffer.append(_NEWLINE)
+                    self._write(buffer, len(batch))
+                else:
+                    self._handle_rotating(batch, self.max_bytes)
+            except OSError as exc:
+                self._buffer.clear()
+                self._failed += len(batch) - (self._events - events_before)
+                self._write_errors += 1
+                self._last_error = str(exc)
+                self._failing = True
+                raise
+            if self._failing:
+                logger.warning(
+                    "%s: writing again after %d write errors (%d events lost, last: %s)",
+                    self._path or self._file,
+                    self._write_errors,
+                    self._failed,
+                    self._last_error,
+                )
+                self._failing = False
 
     def _handle_rotating(self, batch: Iterable[Any], max_bytes: int) -> None:
         buffer = self._buffer
         encode_into = self._encode_into
+        lines = 0
         for event in batch:
             before = len(buffer)
             encode_into(event, buffer, -1)
@@ -132,18 +176,72 @@ class JsonLinesSink:
             if self._size + len(buffer) > max_bytes and self._size + before > 0:
                 # The new line would overflow this file: finish the file without it.
                 if before:
-                    self._write(memoryview(buffer)[:before])
+                    self._write(memoryview(buffer)[:before], lines)
                     del buffer[:before]
                 self._rotate()
-        self._write(buffer)
+                lines = 0
+            lines += 1
+        self._write(buffer, lines)
 
-    def _write(self, data: bytearray | memoryview) -> None:
-        if data:
-            self._file.write(data)
-            self._size += len(data)
-            self._bytes += len(data)
-        if isinstance(data, bytearray):
-            data.clear()
+    def _write(self, data: bytearray | memoryview, lines: int) -> None:
+        """Write all of ``data`` (``lines`` whole lines), going on after short writes.
+
+        On a failure after a short write, the file is truncated back to where ``data``
+        began; if it cannot be, the whole lines that reached it are counted as written and a
+        torn last line is ended with a newline (now, or before the next batch).
+        """
+        try:
+            if data:
+                view = memoryview(data)
+                written = 0
+                try:
+                    while written < len(view):
+                        with view[written:] as rest:  # released even if a traceback keeps it
+                            count = self._file.write(rest)
+                        if not count:  # None (would block) or 0: no progress, do not spin
+                            raise OSError(errno.EIO, "write made no progress")
+                        written += count
+                    if self._path is None:
+                        self._file.flush()  # a caller's stream: push each batch through its buffer
+                except OSError:
+                    if written:
+                        with view[:written] as done:
+                            self._take_back(done)
+                    raise
+                finally:
+                    view.release()
+                self._size += written
+                self._bytes += written
+            self._events += lines
+        finally:
+            if isinstance(data, bytearray):
+                data.clear()
+
+    def _take_back(self, written: memoryview) -> None:
+        """Remove the bytes of a failed write from the file, or keep its whole lines and end the torn one."""
+        try:
+            end = self._file.tell()
+            self._file.truncate(end - len(written))
+            self._file.seek(end - len(written))
+            return
+        except (OSError, ValueError):  # not seekable, or the truncate itself failed
+            pass
+        whole = bytes(written).rfind(b"\n") + 1
+        self._events += bytes(written[:whole]).count(b"\n")
+        self._size += len(written)
+        self._bytes += len(written)
+        if whole < len(written):
+            self._torn = True
+            self._torn_lines += 1
+            with contextlib.suppress(OSError):
+                self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        # A newline after a torn line, so the next line starts clean (the reader skips one line).
+        if self._file.write(b"\n"):
+            self._torn = False
+            self._size += 1
+            self._bytes += 1
 
     def _rotate(self) -> None:
         assert self._path is not None
@@ -183,8 +281,16 @@ class JsonLinesSink:
         self.close()
 
     def stats(self) -> JsonLinesStats:
-        """Events and bytes written so far, and rotations."""
-        return JsonLinesStats(events=self._events, bytes=self._bytes, rotations=self._rotations)
+        """Events and bytes that reached the file so far, rotations, and failed writes."""
+        return JsonLinesStats(
+            events=self._events,
+            bytes=self._bytes,
+            rotations=self._rotations,
+            failed=self._failed,
+            write_errors=self._write_errors,
+            torn_lines=self._torn_lines,
+            last_error=self._last_error,
+        )
 
 
 class CorruptLine(msgspec.Struct, frozen=True):

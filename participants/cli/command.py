@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -25,11 +27,18 @@ __all__ = [
     "http_endpoint",
     "instance_name",
     "load_events",
+    "otel_environ",
     "port_number",
     "positive_int",
     "positive_number",
+    "run_interruptibly",
     "writable_path",
 ]
+
+T = TypeVar("T")
+
+#: After Ctrl-C, how long servers get to finish the requests in flight before all is cancelled.
+INTERRUPT_GRACE: Final = 3.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,13 @@ def load_events(path: Path) -> list[Any]:
     except OSError as exc:
         raise CommandError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     return events
+
+
+def otel_environ() -> dict[str, str]:
+    """The ``OTEL_*`` variables, for ``sinks.configure``: commands whose flags stand in for
+    ``CKPT_EVENTS_*`` still have the OpenTelemetry settings checked, and refused if bad (a
+    protocol other than OTLP/HTTP is an error, never silently exported over HTTP)."""
+    return {key: value for key, value in os.environ.items() if key.startswith("OTEL_")}
 
 
 def positive_int(value: str) -> int:
@@ -143,3 +159,47 @@ def positive_number(value: str) -> float:
     if not number > 0 or number == float("inf"):
         raise argparse.ArgumentTypeError(f"{value!r} must be a finite number > 0")
     return number
+
+
+async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: float = INTERRUPT_GRACE) -> T:
+    """Run ``main(stopping)``; on Ctrl-C set ``stopping``, give it ``grace`` seconds, then cancel it.
+
+    ``stopping`` tells the servers ``main`` started to shut down gracefully: cancelled at once,
+    each request in flight would log a traceback. What ``main`` raises once ``stopping`` is
+    set (its calls to those servers failing) is the interrupt's doing: ``KeyboardInterrupt`` is
+    raised instead, for the command line to report in one line. A second Ctrl-C cancels at once.
+    """
+    stopping = anyio.Event()
+    done = anyio.Event()
+    results: list[T] = []
+
+    async def body() -> None:
+        try:
+            results.append(await main(stopping))
+        except Exception:
+            if not stopping.is_set():
+                raise
+        finally:
+            done.set()
+            tg.cancel_scope.cancel()
+
+    async def cancel_after_grace() -> None:
+        with anyio.move_on_after(grace):
+            await done.wait()
+        tg.cancel_scope.cancel()
+
+    async def watch() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                if stopping.is_set():
+                    tg.cancel_scope.cancel()
+                    return
+                stopping.set()
+                tg.start_soon(cancel_after_grace)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        tg.start_soon(body)
+    if stopping.is_set():
+        raise KeyboardInterrupt
+    return results[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from participants.cli.command import (
     fraction,
     http_endpoint,
     positive_int,
+    run_interruptibly,
     writable_path,
 )
 
@@ -86,7 +88,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.otlp_endpoint:
         anyio.run(check_reachable, args.otlp_endpoint)
     try:
-        result = anyio.run(run_demo, options, console())
+        result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
     if result.spans_not_exported:

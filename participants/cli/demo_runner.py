@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import sinks
 from ckpt_events import CONTROLLER_INSTANCE, Bus, Kind, Telemetry
 from ckpt_events.testing import MemorySink
+from participants.cli.command import otel_environ
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
@@ -86,7 +87,7 @@ class DemoResult:
 
 @contextlib.asynccontextmanager
 async def _fleet(
-    opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int
+    opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int, stopping: anyio.Event | None
 ) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
     """Yield (instance -> url, crash) for one generation of the fleet."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
@@ -98,6 +99,7 @@ async def _fleet(
             options=FAST_WORKLOADS,
             workers=workers,
             checkpoint_root=workdir / "run",
+            stopping=stopping,
         )
         async with local as urls:
             yield urls, lambda: None  # leaving the block stops the servers; their state is gone
@@ -143,7 +145,7 @@ async def _run_generation(
     tel: Telemetry,
     *,
     label: str,
-    stop_at: float | None,
+    stop_after: int | None,
 ) -> tuple[Collection, CollectionSummary]:
     collection = Collection(
         coordinator,
@@ -152,6 +154,7 @@ async def _run_generation(
         rollouts=opts.rollouts,
         steps=opts.steps,
         concurrency=opts.concurrency,
+        stop_after=stop_after,
     )
     summary: CollectionSummary | None = None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -164,18 +167,17 @@ async def _run_generation(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            checkpointed = False
             while summary is None:
-                done = collection.progress()["done"]
-                progress.update(task, completed=done)
-                if stop_at is not None and not checkpointed and done >= stop_at * opts.rollouts:
-                    checkpointed = True
-                    progress.update(task, description=f"{label}: checkpoint and stop")
-                    await collection.checkpoint(stop=True)
+                progress.update(task, completed=collection.progress()["done"])
                 await anyio.sleep(0.05)
             progress.update(task, completed=collection.progress()["done"])
     assert summary is not None
     return collection, summary
+
+
+def stop_after(opts: DemoOptions) -> int:
+    """How many rollouts generation 1 finishes before its checkpoint: at least one stays in flight."""
+    return min(int(opts.checkpoint_at * opts.rollouts), opts.rollouts - 1)
 
 
 async def _verify(
@@ -218,22 +220,36 @@ async def _verify(
 
 
 async def _first_generation(
-    opts: DemoOptions, console: Console, bus: Bus, tel: Telemetry, token: str, workdir: Path
+    opts: DemoOptions,
+    console: Console,
+    bus: Bus,
+    tel: Telemetry,
+    token: str,
+    workdir: Path,
+    stopping: anyio.Event | None,
 ) -> CollectionSummary:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
-        _fleet(opts, bus, token, workdir, 1) as (urls, crash),
+        _fleet(opts, bus, token, workdir, 1, stopping) as (urls, crash),
         await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
     ):
         _, summary = await _run_generation(
-            opts, console, coordinator, workdir / "run", tel, label="generation 1", stop_at=opts.checkpoint_at
+            opts,
+            console,
+            coordinator,
+            workdir / "run",
+            tel,
+            label="generation 1: checkpoint and stop",
+            stop_after=stop_after(opts),
         )
         crash()
     return summary
 
 
-async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
-    """Run both generations, verify, and print the breakdown, timeline and counts."""
+async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | None = None) -> DemoResult:
+    """Run both generations, verify, and print the breakdown, timeline and counts.
+
+    Setting ``stopping`` shuts the in-process servers down gracefully (Ctrl-C)."""
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
         workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
@@ -243,23 +259,29 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         async with Bus(buffer_size=1 << 20) as bus:
             bus.subscribe(memory, name="demo-report")
             configured = sinks.configure(
-                bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ={}
+                bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ=otel_environ()
             )
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
-                first = await _first_generation(opts, console, bus, tel, token, workdir)
+                first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
                 seconds["generation 1"] = time.monotonic() - start
+                if not first.checkpoints:
+                    raise DemoFailed("generation 1 finished without its checkpoint")
                 checkpoint_id = first.checkpoints[-1]
-                manifest = (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
-                continued = [e["rollout_id"] for e in msgspec.json.decode(manifest)["continued"]]
+                manifest = msgspec.json.decode(
+                    (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
+                )
+                continued = [e["rollout_id"] for e in manifest["continued"]]
+                done, restarted = len(manifest["completed"]), len(manifest["restarted"])
                 console.print(
                     f"[bold]crash[/bold]: every participant killed after checkpoint {checkpoint_id} "
-                    f"({first.completed} done, {len(continued)} in flight)"
+                    f"({done} done, {len(continued)} in flight, {restarted} to restart, "
+                    f"{opts.rollouts - done - len(continued) - restarted} not started)"
                 )
                 start = time.monotonic()
                 async with (
-                    _fleet(opts, bus, token, workdir, 2) as (urls, _),
+                    _fleet(opts, bus, token, workdir, 2, stopping) as (urls, _),
                     await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
                 ):
                     _, second = await _run_generation(
@@ -269,7 +291,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                         workdir / "run",
                         tel,
                         label="generation 2 (restored)",
-                        stop_at=None,
+                        stop_after=None,
                     )
                     passed = await _verify(opts, first, second, continued, urls, token)
                 seconds["generation 2"] = time.monotonic() - start

@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 _POLL: Final = 0.05
+#: How long an embedded server may take to stop (its lifespan closes the bus and sinks).
+_STOP_TIMEOUT: Final = 5.0
 
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -155,14 +157,30 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+async def _exit_when(stopping: anyio.Event, server: uvicorn.Server) -> None:
+    await stopping.wait()
+    server.should_exit = True
+
+
 @contextlib.asynccontextmanager
-async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 10.0) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit."""
+async def serving(
+    app: Any, *, host: str = "127.0.0.1", start_timeout: float = 10.0, stopping: anyio.Event | None = None
+) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit.
+
+    Setting ``stopping`` shuts the server down gracefully before that (requests in flight end)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", **SERVER_LIMITS)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,  # requests still running are cut after 2 s
+        **SERVER_LIMITS,
+    )
     server = _EmbeddedServer(config)
     ended = anyio.Event()
 
@@ -175,6 +193,8 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
+            if stopping is not None:
+                tg.start_soon(_exit_when, stopping, server)
             with anyio.move_on_after(start_timeout):
                 while not server.started and not ended.is_set():
                     await anyio.sleep(0.01)
@@ -184,7 +204,12 @@ async def serving(app: Any, *, host: str = "127.0.0.1", start_timeout: float = 1
             try:
                 yield f"http://{host}:{port}"
             finally:
+                # Shut down before the task group would cancel the server: cancelled, uvicorn's
+                # lifespan logs a traceback per app (five for a fleet, on every error or Ctrl-C).
                 server.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_TIMEOUT):
+                    await ended.wait()
+                tg.cancel_scope.cancel()  # the _exit_when watcher
     finally:
         sock.close()
 
@@ -203,18 +228,22 @@ async def local_fleet(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
     checkpoint_root: Path | None = None,
+    stopping: anyio.Event | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
     instance to extra ``create_app`` keyword arguments; ``checkpoint_root`` goes to every app.
     With ``workers`` > 1 each participant runs that many worker processes.
+    ``stopping`` stops them all gracefully.
     """
     from participants import create_app, create_inference_app
 
     urls: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
-        inference_url = await stack.enter_async_context(serving(create_inference_app(token=token)))
+        inference_url = await stack.enter_async_context(
+            serving(create_inference_app(token=token), stopping=stopping)
+        )
         for kind, instance in members:
             extra = dict((options or {}).get(instance, {}))
             if kind == "model":
@@ -227,7 +256,7 @@ async def local_fleet(
             if checkpoint_root is not None:
                 extra.setdefault("checkpoint_root", checkpoint_root)
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
-            urls[instance] = await stack.enter_async_context(serving(app))
+            urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping))
         yield urls
 
 

@@ -53,9 +53,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {c.name: c.run for c in COMMANDS}[args.command]
     try:
         return handler(args)
+    except KeyboardInterrupt:
+        return _interrupted(args.command)
     except CkptEventsError as exc:
-        print(f"ckpt-events {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _failed(args.command, exc)
+    except BaseExceptionGroup as group:
+        # Errors out of task groups come wrapped, often several times over: report the first
+        # of ours (or the interrupt) once, as a plain one would be.
+        leaf = _first_leaf(group)
+        if isinstance(leaf, KeyboardInterrupt):
+            return _interrupted(args.command)
+        if isinstance(leaf, CkptEventsError):
+            return _failed(args.command, leaf)
+        raise
+
+
+def _interrupted(command: str) -> int:
+    print(f"ckpt-events {command}: interrupted", file=sys.stderr)
+    return 130  # 128 + SIGINT, as a shell reports it
+
+
+def _failed(command: str, exc: CkptEventsError) -> int:
+    print(f"ckpt-events {command}: error: {exc}", file=sys.stderr)
+    return 2
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The interrupt if there is one, else the first of our errors, anywhere in nested groups."""
+    for kind in (KeyboardInterrupt, CkptEventsError):
+        found: BaseException | None = group.split(kind)[0]
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        if found is not None:
+            return found
+    return None
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from participants.cli.command import (
     CommandError,
     check_reachable,
     existing_file,
+    otel_environ,
 )
 
 __all__ = ["REPLAY"]
@@ -39,7 +40,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
             otlp_endpoint=args.otlp_endpoint,
             span_groups=args.span_groups,
             service_name=args.service_name,
-            environ={},
+            environ=otel_environ(),
         )
         try:
             result = await sinks.replay(args.log, bus)

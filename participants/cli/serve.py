@@ -15,10 +15,13 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from ckpt_events import CkptEventsError, resolve_span_groups
+import anyio
+
+from ckpt_events import CkptEventsError, ConfigurationError, resolve_span_groups
 from participants.cli.command import (
     Command,
     CommandError,
+    check_reachable,
     instance_name,
     port_number,
     positive_number,
@@ -29,6 +32,9 @@ __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERV
 ENV_TOKEN: Final = "CKPT_EVENTS_TOKEN"
 ENV_INFERENCE_TOKEN: Final = "CKPT_EVENTS_INFERENCE_TOKEN"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
+ENV_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: Seconds a stopping server gives requests in flight, and its sinks to flush and close.
+SHUTDOWN_TIMEOUT: Final = 2.0
 SERVE_KINDS: Final = ("environment", "model", "agent", "resources", "inference")
 #: ``store_files.DEFAULT_CHECKPOINT_ROOT``, spelled here so ``--help`` imports no server stack.
 DEFAULT_CHECKPOINT_ROOT: Final = "ckpt-events-checkpoints"
@@ -144,7 +150,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         args.kind,
         instance=instance,
         token=token,
-        configure_sinks=functools.partial(sinks.configure, service_instance_id=instance),
+        configure_sinks=functools.partial(_configure_sinks, instance=instance),
         lease_grace_seconds=args.lease_grace_seconds,
         sample_ratio=ratio,
         otel_context=args.otel_context,
@@ -152,6 +158,35 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         **options,
         **workers,
     )
+
+
+def _configure_sinks(bus: Any, *, instance: str | None = None) -> Any:
+    import sinks
+
+    configured = sinks.configure(bus, service_instance_id=instance)
+    # Bounded: a collector gone since start-up must not hold a Ctrl-C for its retries (13 s).
+    configured.close_timeout = SHUTDOWN_TIMEOUT
+    return configured
+
+
+async def _check_settings() -> None:
+    """Build the sinks from the environment once, before uvicorn runs, then close them.
+
+    A bad setting raises here as one line naming the variable (inside the app's lifespan it
+    was a traceback and exit 3); an OTLP endpoint nobody answers at is refused the same way.
+    """
+    from ckpt_events import Bus
+
+    endpoint = os.environ.get(ENV_ENDPOINT, "").strip()
+    if endpoint.startswith(("http://", "https://")):  # anything else: configure names the problem
+        try:
+            await check_reachable(endpoint)
+        except CommandError as exc:
+            raise CommandError(f"{ENV_ENDPOINT}: {exc}") from None
+        except ValueError:
+            pass  # a bad port: configure names it
+    async with Bus(close_timeout=SHUTDOWN_TIMEOUT) as bus:
+        await _configure_sinks(bus).aclose()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -167,6 +202,10 @@ def _serve(args: argparse.Namespace) -> int:
     from participants.server.limits import SERVER_LIMITS, log_resource_exhaustion_once
 
     log_resource_exhaustion_once()
+    try:
+        anyio.run(_check_settings)
+    except ConfigurationError as exc:
+        raise CommandError(f"bad setting: {exc}") from None
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -175,6 +214,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         lifespan="on",
         **SERVER_LIMITS,
+        timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = uvicorn.Server(config)
     server.run()

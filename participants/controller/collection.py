@@ -9,12 +9,11 @@ restores the run directory's published checkpoint, if any: its continued episode
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -25,20 +24,16 @@ import httpx
 import msgspec
 
 from ckpt_events import CollectionSpan, ConfigurationError, InvalidArgumentError, Telemetry
-from participants.controller.coordinator import (
-    CheckpointNotPrepared,
-    CoordinationError,
-    Coordinator,
-    Member,
-    PrepareResult,
-)
+from participants.controller.coordinator import Coordinator, Member, PrepareResult
+from participants.controller.rollout import CollectionSummary, Rollout
 from participants.controller.run_directory import (
     CollectionManifest,
     RunDir,
     new_checkpoint_id,
     new_restore_id,
 )
-from participants.errors import RolloutRetired
+from participants.controller.work_calls import WorkClients
+from participants.errors import CheckpointNotPrepared, CoordinationError, RolloutRetired
 from participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
 
 __all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
@@ -49,40 +44,15 @@ _RETRY_DELAY: Final = 0.02
 _MAX_REFUSALS: Final = 2_000
 
 
-class Rollout:
-    """What the controller knows of one rollout: its attempt and where each participant is."""
-
-    __slots__ = ("attempt", "done_at", "rollout_id", "started", "status")
-
-    def __init__(self, rollout_id: str, attempt: int = 0) -> None:
-        self.rollout_id = rollout_id
-        self.attempt = attempt
-        self.status = "pending"  # pending, running, done, retired
-        self.started: set[str] = set()  # members that accepted /work/start for this attempt
-        self.done_at: set[str] = set()  # members where this attempt reached its last step
-
-    @property
-    def episode_id(self) -> EpisodeId:
-        return EpisodeId(self.rollout_id, self.attempt)
-
-
-class CollectionSummary(msgspec.Struct, kw_only=True):
-    """What ``run()`` did: rollouts finished, the attempts they finished as, checkpoints taken."""
-
-    completed: int
-    stopped: bool
-    restored_from: str | None
-    checkpoints: list[str]
-    attempts: dict[str, int]
-
-
 class Collection:
     """Runs ``rollouts`` rollouts of ``steps`` units on the coordinator's members.
 
     ``concurrency`` bounds the rollouts in flight; ``checkpoint_every_s`` adds a timer;
     ``handle_signals`` installs SIGUSR1 (checkpoint) and SIGTERM (checkpoint and stop).
-    Work calls go through ``http`` if given, else a client of its own sized to
-    ``concurrency`` (never the coordinator's control client).
+    Work calls go through ``WorkClients`` (``http`` if given), which retries transient failures.
+    ``stop_after=n`` checkpoints and stops once ``n`` rollouts are finishing: no other rollout
+    starts its last step before that checkpoint, so it always finds the rest in flight, however
+    fast the work (a rollout restored mid-episode is held once its boundary is known).
     """
 
     def __init__(
@@ -99,9 +69,12 @@ class Collection:
         deadline_s: float = 30.0,
         handle_signals: bool = False,
         http: httpx.AsyncClient | None = None,
+        stop_after: int | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
             raise InvalidArgumentError("steps and concurrency must be >= 1")
+        if stop_after is not None and stop_after < 0:
+            raise InvalidArgumentError(f"stop_after must be >= 0, not {stop_after}")
         self.coordinator = coordinator
         self.run_dir = RunDir(run_dir)
         self.tel = telemetry
@@ -114,42 +87,19 @@ class Collection:
         self.handle_signals = handle_signals
         self.checkpoints: list[str] = []
         self.restored_from: str | None = None
-        self._concurrency = concurrency
         self._limiter = anyio.CapacityLimiter(concurrency)
-        self._given_client = http
-        self._work_clients: dict[str, httpx.AsyncClient] = {}
+        self._work = WorkClients(concurrency, deadline_s, http)
         self._open = anyio.Event()
         self._open.set()
         self._lock = anyio.Lock()
         self._stopped = False
         self._tg: anyio.abc.TaskGroup | None = None
-
-    def _http(self, member: Member) -> httpx.AsyncClient:
-        return self._given_client or self._work_clients[member.url]
-
-    @contextlib.asynccontextmanager
-    async def _work_http(self) -> AsyncIterator[None]:
-        """Clients for work calls, apart from the coordinator's control client: one per member.
-
-        Sharing one pool let hundreds of work calls queue ahead of a checkpoint's control
-        calls (seen as a stage span far longer than the prepare inside it). One pool per
-        member, sized to ``concurrency`` (a rollout has at most one call in flight on each
-        member), never queues: httpcore scans every queued request against every connection
-        on each assignment, which made a shared, queueing pool the demo's main CPU cost.
-        """
-        if self._given_client is not None:
-            yield
-            return
-        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency)
-        timeout = httpx.Timeout(self.deadline_s, pool=self.deadline_s)
-        async with contextlib.AsyncExitStack() as stack:
-            for member in self.coordinator.members:
-                client = httpx.AsyncClient(limits=limits, timeout=timeout)
-                self._work_clients[member.url] = await stack.enter_async_context(client)
-            try:
-                yield
-            finally:
-                self._work_clients.clear()
+        self._stop_after = stop_after
+        self._finishing = 0  # rollouts whose last step went out while stop_after holds the rest
+        self._stop_checkpoint_taken = False
+        self._held = anyio.Event()  # set if the stop checkpoint fails: the held rollouts go on
+        self._finishing_in_flight = 0
+        self._finishing_idle = anyio.Event()
 
     def progress(self) -> dict[str, int]:
         """How many rollouts are pending, running, done and retired."""
@@ -180,7 +130,7 @@ class Collection:
                 tg.start_soon(self._signals)
             if self.checkpoint_every_s is not None:
                 tg.start_soon(self._timer, self.checkpoint_every_s)
-            async with self._work_http(), anyio.create_task_group() as drivers:
+            async with self._work.open(self.coordinator.members), anyio.create_task_group() as drivers:
                 for rollout in self.rollouts.values():
                     if rollout.status in ("pending", "running"):
                         drivers.start_soon(self._drive, rollout)
@@ -235,9 +185,45 @@ class Collection:
                     if not pending:
                         rollout.status = "done"
                         break
-                    await self._fan(rollout, pending, "advance")
+                    if self._stop_after is not None and self._last_step(rollout, pending):
+                        await self._finish_or_hold(rollout, pending)
+                    else:
+                        await self._fan(rollout, pending, "advance")
             except RolloutRetired:
                 rollout.status = "retired"
+
+    def _last_step(self, rollout: Rollout, pending: list[Member]) -> bool:
+        """Whether the next advance finishes ``rollout`` everywhere (unknown boundaries: no)."""
+        return all(m.name in rollout.at and rollout.at[m.name] + 1 >= self.steps for m in pending)
+
+    async def _finish_or_hold(self, rollout: Rollout, pending: list[Member]) -> None:
+        """Let ``stop_after`` rollouts take their last step; the next one waits for them to
+        finish, then checkpoints and stops (the others wait for that checkpoint)."""
+        assert self._stop_after is not None
+        if self._finishing < self._stop_after:
+            self._finishing += 1
+            if not self._finishing_in_flight:
+                self._finishing_idle = anyio.Event()
+            self._finishing_in_flight += 1
+            try:
+                await self._fan(rollout, pending, "advance")
+            finally:
+                self._finishing_in_flight -= 1
+                if not self._finishing_in_flight:
+                    self._finishing_idle.set()
+            return
+        if not self._stop_checkpoint_taken:
+            self._stop_checkpoint_taken = True
+            if self._finishing_in_flight:
+                await self._finishing_idle.wait()
+            try:
+                await self.checkpoint(stop=True)  # cancels the drivers, this one included
+            except (CheckpointNotPrepared, CoordinationError) as exc:
+                logger.warning("checkpoint after %d rollouts failed, going on: %s", self._stop_after, exc)
+                self._stop_after = None
+                self._held.set()
+        await self._held.wait()
+        await self._fan(rollout, pending, "advance")
 
     async def _fan(self, rollout: Rollout, members: list[Member], action: str) -> None:
         attempt = rollout.attempt
@@ -254,8 +240,7 @@ class Collection:
             await self._open.wait()
             if rollout.attempt != attempt:
                 return  # a restore moved this rollout on; this call belongs to the old attempt
-            auth, timeout = self.coordinator.control.auth_headers, self.deadline_s
-            response = await self._http(member).post(url, json=body, headers=auth, timeout=timeout)
+            response = await self._work.post(member, url, body, headers=self.coordinator.control.auth_headers)
             if response.status_code == 409:
                 code = response.json().get("error", {}).get("code")
                 if code == "stale_attempt":
@@ -265,11 +250,16 @@ class Collection:
                     await anyio.sleep(_RETRY_DELAY)
                     continue
             response.raise_for_status()
+            reply: WorkStartReply | WorkAdvanceReply
             if action == "start":
-                msgspec.json.decode(response.content, type=WorkStartReply)
+                reply = msgspec.json.decode(response.content, type=WorkStartReply)
                 rollout.started.add(member.name)
-            elif msgspec.json.decode(response.content, type=WorkAdvanceReply).done:
-                rollout.done_at.add(member.name)
+            else:
+                reply = msgspec.json.decode(response.content, type=WorkAdvanceReply)
+                if reply.done:
+                    rollout.done_at.add(member.name)
+            if rollout.attempt == attempt:
+                rollout.at[member.name] = reply.boundary
             return
         raise RuntimeError(f"{url} refused {rollout.rollout_id} {_MAX_REFUSALS} times")
 
@@ -312,6 +302,9 @@ class Collection:
             return continued
 
         async def publish(prepared: PrepareResult, commits: dict[str, CommitReply]) -> None:
+            # A rollout in the scope whose last step was already in flight at prepare may finish
+            # now: the checkpoint holds it in flight, so it is not also listed as completed.
+            in_scope = {e.rollout_id for e in continued} | {e.rollout_id for e in restarted}
             manifest = CollectionManifest(
                 checkpoint_id=checkpoint_id,
                 run_id=self.run_id,
@@ -319,7 +312,11 @@ class Collection:
                 steps=self.steps,
                 continued=continued,
                 restarted=restarted,
-                completed=sorted(r.rollout_id for r in self.rollouts.values() if r.status == "done"),
+                completed=sorted(
+                    r.rollout_id
+                    for r in self.rollouts.values()
+                    if r.status == "done" and r.rollout_id not in in_scope
+                ),
             )
             with self.tel.collection("publish", checkpoint_id=checkpoint_id, parent=span):
                 await anyio.to_thread.run_sync(self.run_dir.publish, manifest)
@@ -387,6 +384,7 @@ class Collection:
             # A continued episode exists on every participant already (installed as attempt + 1).
             rollout.started = set(members) if resumed else set()
             rollout.done_at = set()
+            rollout.at = {}
 
     async def forget_finished(self) -> list[str]:
         """Clear the retired-attempt marks of finished rollouts that ran past attempt 0."""

@@ -7,8 +7,10 @@ with a blackhole exporter and its debug log on stdout, where the test finds what
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import subprocess
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,11 +43,26 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+def _agent_env() -> dict[str, str]:
+    """The environment for rotel-agent: the interpreter's library directory on the loader path.
+
+    rotel-agent links libpython; a CPython built as a shared library outside the loader's
+    search path (``libpython3.13.so.1.0`` under a pyenv prefix) is found only through it.
+    """
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], out: Path) -> None:
+    """Return once the collector listens; skip the test if it cannot start here (it exited)."""
     deadline = time.monotonic() + _STARTUP_SECONDS
     for _ in range(1000):
         if proc.poll() is not None:
-            raise RuntimeError(f"rotel-agent exited early with {proc.returncode}")
+            tail = out.read_text(errors="replace").strip()[-300:] if out.exists() else ""
+            pytest.skip(f"rotel-agent cannot start here (exit status {proc.returncode}): {tail}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
@@ -56,14 +73,9 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise TimeoutError(f"rotel-agent did not listen on 127.0.0.1:{port} within {_STARTUP_SECONDS} s")
 
 
-@pytest.fixture
-def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A running collector: (OTLP/HTTP base URL, file receiving its stdout)."""
-    binary = _agent_binary()
-    if binary is None:
-        pytest.skip("the rotel-agent binary (package rotel) is not installed")
+def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start ``binary`` as the collector; returns its OTLP/HTTP base URL and its process."""
     http_port, grpc_port = _free_port(), _free_port()
-    out = tmp_path / "collector.out"
     with open(out, "wb") as sink:
         proc = subprocess.Popen(
             [
@@ -89,17 +101,54 @@ def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             stdout=sink,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=_agent_env(),
         )
     try:
-        _wait_listening(http_port, proc)
-        yield f"http://127.0.0.1:{http_port}", out
+        _wait_listening(http_port, proc, out)
+    except BaseException:
+        _stop(proc)
+        raise
+    return f"http://127.0.0.1:{http_port}", proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A running collector: (OTLP/HTTP base URL, file receiving its stdout)."""
+    binary = _agent_binary()
+    if binary is None:
+        pytest.skip("the rotel-agent binary (package rotel) is not installed")
+    out = tmp_path / "collector.out"
+    url, proc = _start(binary, tmp_path, out)
+    try:
+        yield url, out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        _stop(proc)
+
+
+def test_collector_gets_the_interpreter_library_directory() -> None:
+    """rotel-agent is launched with sysconfig's LIBDIR first on LD_LIBRARY_PATH."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    assert libdir and _agent_env()["LD_LIBRARY_PATH"].split(os.pathsep)[0] == libdir
+
+
+def test_a_collector_that_cannot_start_skips_with_its_reason(tmp_path: Path) -> None:
+    """A collector binary that exits at once (a missing libpython) skips the test, naming why."""
+    binary = tmp_path / "rotel-agent"
+    binary.write_text(
+        "#!/bin/sh\necho 'error while loading shared libraries: libpython3.13.so.1.0' >&2\nexit 127\n"
+    )
+    binary.chmod(0o755)
+    with pytest.raises(pytest.skip.Exception, match=r"exit status 127.*libpython3\.13"):
+        _start(binary, tmp_path, tmp_path / "collector.out")
 
 
 def _wait_for(out: Path, needles: list[str]) -> str:

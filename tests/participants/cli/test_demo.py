@@ -97,3 +97,16 @@ def test_replay_to_an_unreachable_collector_says_so(
     assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
     err = capsys.readouterr().err
     assert url in err and "collector" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("rollouts", [1, 2, 5, 15])
+async def test_demo_runs_for_small_rollout_counts(tmp_path: Path, rollouts: int) -> None:
+    """Any rollout count >= 1 checkpoints with rollouts in flight, and done + in flight adds up."""
+    options = DemoOptions(rollouts=rollouts, steps=2, concurrency=4, workdir=tmp_path)
+    result = await run_demo(options, Console(file=io.StringIO(), width=170))
+    assert result.second.completed == rollouts and len(result.first.checkpoints) == 1
+    manifest = msgspec.json.decode((tmp_path / "run" / result.checkpoint_id / "collection.json").read_bytes())
+    done, continued, restarted = (len(manifest[k]) for k in ("completed", "continued", "restarted"))
+    assert continued >= 1 and done + continued + restarted <= rollouts
+    assert done == min(int(0.4 * rollouts), rollouts - 1)
+    assert result.first.completed == done

@@ -1,0 +1,85 @@
+"""Bad settings: ``serve`` and ``demo`` answer one line naming the variable, exit 2, before serving."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from participants.cli.fleet import free_port, write_token_file
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+CLI = [sys.executable, "-c", "import sys; from participants.cli.main import main; sys.exit(main())"]
+GRPC_EXPORTER = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None
+
+
+@pytest.fixture
+def listener() -> Iterator[str]:
+    """Something listening on 127.0.0.1 (a collector as far as a reachability check goes)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _run(argv: list[str], env: dict[str, str], tmp_path: Path) -> tuple[int, list[str]]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
+    proc = subprocess.run(
+        [*CLI, *argv],
+        check=False,
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    return proc.returncode, proc.stderr.decode().splitlines()
+
+
+def _serve_argv(tmp_path: Path) -> list[str]:
+    token = write_token_file(tmp_path / "token", "settings-test-token")
+    return ["serve", "environment", "--port", str(free_port()), "--token-file", str(token)]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_METRIC_EXPORT_INTERVAL", "abc"),
+        ("CKPT_EVENTS_JSONL", "{tmp}/no-such-folder/events.jsonl"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:{closed}"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://127.0.0.1:4318"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon"),
+        pytest.param(
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "grpc",
+            marks=pytest.mark.skipif(GRPC_EXPORTER, reason="the gRPC exporter is installed: grpc is valid"),
+        ),
+    ],
+)
+def test_serve_refuses_a_bad_setting_in_one_line(
+    tmp_path: Path, listener: str, variable: str, value: str
+) -> None:
+    """serve exits 2 with one line naming the variable, before uvicorn starts (no traceback)."""
+    env = {variable: value.format(tmp=tmp_path, closed=free_port())}
+    if variable == "OTEL_EXPORTER_OTLP_PROTOCOL":
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = listener
+    status, lines = _run(_serve_argv(tmp_path), env, tmp_path)
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("ckpt-events serve: error:") and variable in lines[0]
+
+
+def test_demo_refuses_a_protocol_it_would_not_use(tmp_path: Path, listener: str) -> None:
+    """demo does not export over HTTP when OTEL_EXPORTER_OTLP_PROTOCOL says otherwise: one line, exit 2."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": listener, "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}
+    status, lines = _run(["demo", "--rollouts", "2", "--workdir", str(tmp_path / "w")], env, tmp_path)
+    assert status == 2 and len(lines) == 1, lines
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL" in lines[0]
+    assert not (tmp_path / "w" / "run").exists()  # refused before any fleet started

@@ -1,0 +1,112 @@
+"""Ctrl-C and SIGTERM: ``demo`` and ``serve`` stop all they started, print one line, leave no process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from participants.cli.fleet import free_port, write_token_file
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+#: The command line as ``ckpt-events`` runs it, without the console script.
+CLI = [sys.executable, "-c", "import sys; from participants.cli.main import main; sys.exit(main())"]
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _session(
+    argv: list[str], tmp_path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run the CLI as the leader of its own process group; the group is killed on the way out."""
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(
+            [*CLI, *argv],
+            cwd=ROOT,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        try:
+            yield proc
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _interrupt_and_check(
+    proc: subprocess.Popen[bytes], tmp_path: Path, sig: int = signal.SIGINT
+) -> list[str]:
+    """Send ``sig`` to the whole group (as a terminal's Ctrl-C does); wait for it all to end."""
+    os.killpg(proc.pid, sig)
+    proc.wait(30)
+    _wait_for(lambda: not _group_alive(proc.pid), 10, "the process group to end")
+    return (tmp_path / "err").read_text().splitlines()
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["in-process", "processes"])
+def test_ctrl_c_during_demo_stops_everything_with_one_line(tmp_path: Path, processes: bool) -> None:
+    """Ctrl-C once the fleet runs: exit 130, one line on stderr, no process left in the group."""
+    workdir = tmp_path / "work"
+    argv = ["demo", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)] + (
+        ["--processes"] if processes else []
+    )
+    with _session(argv, tmp_path) as proc:
+        _wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
+        time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "err").read_text()
+        lines = _interrupt_and_check(proc, tmp_path)
+        assert proc.returncode == 130
+        assert lines == ["ckpt-events demo: interrupted"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
+    """serve shuts down on SIGINT (one line, exit 130) or SIGTERM (nothing printed)."""
+    token = write_token_file(tmp_path / "token", "signal-test-token")
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
+    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
+
+        def listening() -> bool:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            with (
+                contextlib.suppress(OSError),
+                __import__("socket").create_connection(("127.0.0.1", port), 0.2),
+            ):
+                return True
+            return False
+
+        _wait_for(listening, 30, "serve to listen")
+        lines = _interrupt_and_check(proc, tmp_path, sig)
+    if sig == signal.SIGINT:
+        assert (proc.returncode, lines) == (130, ["ckpt-events serve: interrupted"])
+    else:
+        assert proc.returncode in (0, -signal.SIGTERM) and lines == []
