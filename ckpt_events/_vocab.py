@@ -278,6 +278,8 @@ class Attr:
     PUBLISHED: Final = attr("published")
     ROWS: Final = attr("rows")
     RESTARTS: Final = attr("restarts")
+    #: The worker process of a multi-worker participant (spans and JSON lines only, never metrics).
+    WORKER: Final = attr("worker")
     # Metric point attributes.
     OPERATION: Final = attr("operation")
     EVENT: Final = attr("event")
