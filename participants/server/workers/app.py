@@ -17,7 +17,7 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 from fastapi import FastAPI, Request, Response
@@ -45,6 +45,7 @@ from participants.server.routes import (
 from participants.server.store import participant_dir
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
+from participants.server.workers.share import NotingTelemetry
 from participants.server.workers.supervisor import WorkerSupervisor
 from participants.server.workers.worker import run_worker
 from participants.workloads.base import Workload
@@ -131,7 +132,9 @@ def create_worker_app(
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
     pool = WorkerPool(checker, coordinator)
-    plane = WorkerControlPlane(tel, pool, lease_grace_seconds=float(lease_grace_seconds))
+    # The plane's operations are noted, so the pool's frames carry them to the workers' shares.
+    noting = cast(Telemetry, NotingTelemetry(tel))
+    plane = WorkerControlPlane(noting, pool, lease_grace_seconds=float(lease_grace_seconds))
     plane.pool = pool
 
     @asynccontextmanager

@@ -21,12 +21,19 @@ from ckpt_events import ErrorCode, Kind, OperationSpan
 from participants.errors import ProtocolRefusal, WorkerChannelError
 from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
 from participants.server.workers.coordinator import WorkerCoordinator
+from participants.server.workers.share import current_share
 from participants.workloads.base import Record, Workload
 from participants.workloads.fence import RetiredAttempts
 
 __all__ = ["WorkerPool"]
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
+
+
+def _share() -> tuple[str | None, str | None]:
+    """(checkpoint id, traceparent) of the coordinator operation this call is part of."""
+    share = current_share()
+    return (None, None) if share is None else (share.checkpoint_id, share.traceparent())
 
 
 def _unavailable(exc: Exception) -> ProtocolRefusal:
@@ -133,7 +140,8 @@ class WorkerPool:
 
     async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
-        replies = await self._gather("closed", body, self.coordinator.connected(), op.traceparent())
+        traceparent = op.traceparent() or _share()[1]
+        replies = await self._gather("closed", body, self.coordinator.connected(), traceparent)
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
 
@@ -179,8 +187,12 @@ class WorkerPool:
 
     async def export(self, scope: Iterable[EpisodeId] | None) -> list[Record]:
         indexes = self._all_workers("commit")
-        body = {"scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope]}
-        replies = await self._gather("export", body, indexes)
+        checkpoint_id, traceparent = _share()
+        body = {
+            "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
+            "checkpoint_id": checkpoint_id,
+        }
+        replies = await self._gather("export", body, indexes, traceparent)
         if len(replies) != len(indexes):
             raise ProtocolRefusal(
                 ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE,
@@ -241,6 +253,7 @@ class WorkerPool:
     async def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
         self._all_workers("restore")
         encoder = msgspec.json.Encoder()
+        checkpoint_id, traceparent = _share()
         restored: list[str] = []
         for index, chosen in self.place(records).items():
             if not chosen:
@@ -250,8 +263,9 @@ class WorkerPool:
             try:
                 keys = await self.coordinator.channel(index).request(
                     "install",
-                    {"lines": [encoder.encode(r) for r in chosen]},
+                    {"lines": [encoder.encode(r) for r in chosen], "checkpoint_id": checkpoint_id},
                     timeout=self.coordinator.reply_seconds,
+                    traceparent=traceparent,
                 )
             except WorkerChannelError as exc:
                 raise _unavailable(exc) from None
@@ -264,8 +278,9 @@ class WorkerPool:
         ids = list(episode_ids)
         for episode_id in ids:
             RetiredAttempts.mark(self.fence, episode_id)  # the workers' retire marks them
-        body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids]}
-        await self._gather("retire", body, self.coordinator.connected())
+        checkpoint_id, traceparent = _share()
+        body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids], "checkpoint_id": checkpoint_id}
+        await self._gather("retire", body, self.coordinator.connected(), traceparent)
         self.owners = {
             k: w for k, w in self.owners.items() if not self.fence.is_retired(EpisodeId.from_capture_key(k))
         }
