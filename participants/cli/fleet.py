@@ -200,12 +200,13 @@ async def local_fleet(
     ),
     options: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
+    worker_env: Callable[[str], Mapping[str, str]] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
     instance to extra ``create_app`` keyword arguments. With ``workers`` > 1 each participant
-    runs that many worker processes.
+    runs that many worker processes, with ``worker_env(instance)`` added to their environment.
     """
     from participants import create_app, create_inference_app
 
@@ -220,7 +221,9 @@ async def local_fleet(
             if workers > 1:
                 from participants.cli.worker_process import worker_command
 
-                extra.update(workers=workers, worker_command=worker_command(kind, instance, extra))
+                command = worker_command(kind, instance, extra)
+                command.env.update(worker_env(instance) if worker_env is not None else {})
+                extra.update(workers=workers, worker_command=command)
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
             urls[instance] = await stack.enter_async_context(serving(app))
         yield urls

@@ -72,6 +72,8 @@ class Breakdown:
     records: int = 0
     bytes: int = 0
     errors: int = 0
+    #: The worker process of a multi-worker participant (its row sits under the participant's).
+    worker: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,16 @@ class Span:
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
-    """Per-participant totals over every operation and step (of one checkpoint, if given)."""
-    rows: dict[tuple[Kind, str], Breakdown] = {}
+    """Per-participant totals over every operation and step (of one checkpoint, if given);
+    a multi-worker participant's workers get a row each, right under the participant's."""
+    rows: dict[tuple[Kind, str, int | None], Breakdown] = {}
     for event in events:
         if checkpoint_id is not None and getattr(event, "checkpoint_id", None) != checkpoint_id:
             continue
         match event:
             case OperationFinished(operation=op) | StepFinished(step=op):
-                row = rows.setdefault((event.kind, event.instance), Breakdown(event.kind, event.instance))
+                key = (event.kind, event.instance, event.worker)
+                row = rows.setdefault(key, Breakdown(event.kind, event.instance, worker=event.worker))
                 row.ms[op.value] = row.ms.get(op.value, 0.0) + (event.end_ns - event.start_ns) / 1e6
                 row.errors += event.outcome is Outcome.ERROR
                 # What a checkpoint holds: records committed and bytes written (a restore
@@ -109,7 +113,10 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                     row.bytes += event.bytes or 0
             case _:
                 pass
-    return sorted(rows.values(), key=lambda r: (_KIND_ORDER.get(r.kind, 9), r.instance))
+    return sorted(
+        rows.values(),
+        key=lambda r: (_KIND_ORDER.get(r.kind, 9), r.instance, -1 if r.worker is None else r.worker),
+    )
 
 
 def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
@@ -159,7 +166,7 @@ def spans_of(events: Iterable[Event], trace_id: int | None = None) -> list[Span]
     spans = [
         Span(
             name=span_name_of(e) or "",
-            who="controller" if e.kind is Kind.CONTROLLER else f"{e.kind.value}/{e.instance}",
+            who="controller" if e.kind is Kind.CONTROLLER else _who(e.kind, e.instance, e.worker),
             start_ns=e.start_ns,
             end_ns=e.end_ns,
             depth=depth(e),
@@ -168,6 +175,11 @@ def spans_of(events: Iterable[Event], trace_id: int | None = None) -> list[Span]
         for e in chosen
     ]
     return sorted(spans, key=lambda s: (s.start_ns, s.depth))
+
+
+def _who(kind: Kind, instance: str, worker: int | None) -> str:
+    """``kind/instance``, and ``/w<index>`` for a worker of a multi-worker participant."""
+    return f"{kind.value}/{instance}" + ("" if worker is None else f"/w{worker}")
 
 
 def render(console: Console, events: Sequence[Event], *, title: str = "checkpoint") -> None:
@@ -180,7 +192,8 @@ def render(console: Console, events: Sequence[Event], *, title: str = "checkpoin
     table.add_column("bytes written", justify="right")
     for row in breakdown(events):
         cells = [f"{row.ms[c]:.1f}" if c in row.ms else "" for c in BREAKDOWN_COLUMNS]
-        who = f"{row.kind.value}/{row.instance}" + (f" ({row.errors} errors)" if row.errors else "")
+        who = f"{row.kind.value}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
+        who += f" ({row.errors} errors)" if row.errors else ""
         table.add_row(who, *cells, f"{row.records:,}", f"{row.bytes:,}")
     console.print(table)
     spans = spans_of(events)

@@ -162,6 +162,7 @@ def create_worker_app(
                 await coordinator.wait_connected(workers, _JOIN_SECONDS)
                 tg.start_soon(plane.watch_lease)
                 yield
+                coordinator.stopping = True
                 tg.cancel_scope.cancel()
 
     app = FastAPI(
