@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Final, cast
@@ -22,10 +23,11 @@ from typing import Any, Final, cast
 import anyio
 from fastapi import FastAPI, Request, Response
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, Phase, Telemetry
 from participants.protocol import (
     CommitReply,
     CommitRequest,
+    PrepareReport,
     RestoreReply,
     RestoreRequest,
     WorkAdvance,
@@ -55,6 +57,8 @@ __all__ = ["PLACEMENT_FILE", "WorkerControlPlane", "create_worker_app"]
 #: The placement hint written next to a multi-worker participant's manifest.
 PLACEMENT_FILE: Final = "workers.json"
 _JOIN_SECONDS: Final = 30.0
+#: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
+_WAIT_SLICE: Final = 1.0
 
 
 class WorkerControlPlane(ControlPlane[Any]):
@@ -75,6 +79,18 @@ class WorkerControlPlane(ControlPlane[Any]):
                     json.dumps({"workers": self.pool.coordinator.workers, "owners": owners})
                 )
         return reply
+
+    async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
+        """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
+        cannot become ready before resume, so prepare answers "not ready" (``worker-lost``) now."""
+        report = self.pool.report()
+        while not report.ready and not self.pool.lost and self.checkpoint_id == cid:
+            remaining = deadline_ts - time.time()
+            if remaining <= 0 or self.phase is not Phase.PREPARING:
+                break
+            await self.pool.wait_changed(min(remaining, _WAIT_SLICE))
+            report = self.pool.report()
+        return report
 
     async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
         hint: dict[str, int] = {}

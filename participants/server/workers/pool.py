@@ -11,6 +11,7 @@ heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was cl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -88,6 +89,11 @@ class WorkerPool:
     def episodes(self) -> dict[str, int]:
         return self.owners
 
+    @property
+    def lost(self) -> bool:
+        """A worker was lost while admission was closed (``<kind>-worker-lost`` until resume)."""
+        return bool(self._lost)
+
     def state(self) -> dict[str, Any]:
         """What a worker gets when it joins."""
         return {"admission_open": self.admission_open, "marks": self.fence.snapshot()}
@@ -119,17 +125,26 @@ class WorkerPool:
         self.broadcast("open_admission")
 
     async def _gather(
-        self, kind: str, body: Any, indexes: Iterable[int], traceparent: str | None = None
+        self,
+        kind: str,
+        body: Any,
+        indexes: Iterable[int],
+        traceparent: str | None = None,
+        timeout: float | None = None,
     ) -> dict[int, Any]:
-        """Ask each worker in ``indexes``; the replies of those that answered (the others are left out)."""
+        """Ask each worker in ``indexes``; the replies of those that answered within ``timeout``
+        (at most the reply deadline; the others are left out)."""
         replies: dict[int, Any] = {}
+        seconds = (
+            self.coordinator.reply_seconds
+            if timeout is None
+            else min(timeout, self.coordinator.reply_seconds)
+        )
 
         async def ask(index: int) -> None:
             try:
                 channel = self.coordinator.channel(index)
-                replies[index] = await channel.request(
-                    kind, body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
-                )
+                replies[index] = await channel.request(kind, body, timeout=seconds, traceparent=traceparent)
             except (WorkerChannelError, ProtocolRefusal):
                 pass
 
@@ -141,12 +156,17 @@ class WorkerPool:
     async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         traceparent = op.traceparent() or _share()[1]
-        replies = await self._gather("closed", body, self.coordinator.connected(), traceparent)
+        # A silent worker must not hold prepare past its deadline: it is left unreported.
+        remaining = max(0.05, deadline_ts - time.time())
+        replies = await self._gather("closed", body, self.coordinator.connected(), traceparent, remaining)
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
 
     async def wait_changed(self, timeout: float) -> None:
-        replies = await self._gather("report", {"wait": timeout}, self.coordinator.connected())
+        # Workers cap their wait at 0.5 s; a worker silent for longer is left unreported this round.
+        replies = await self._gather(
+            "report", {"wait": timeout}, self.coordinator.connected(), None, timeout + 1.0
+        )
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
         if not replies:
