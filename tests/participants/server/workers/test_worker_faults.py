@@ -212,3 +212,26 @@ async def test_a_worker_whose_coordinator_socket_refuses_fails_at_once(tmp_path:
     workload = make_workload("environment", Telemetry(None, kind="environment", instance="env-0"))
     with anyio.fail_after(5), pytest.raises(OSError):
         await run_worker(str(tmp_path / "nobody.sock"), 0, workload)
+
+
+async def test_closing_a_running_channel_from_outside_ends_it_without_an_error(tmp_path: Any) -> None:
+    """aclose() on a live channel (a server stopping) ends both ends' run() cleanly."""
+    from participants.server.workers.channel import FrameChannel
+
+    async def echo(message: Message) -> Any:
+        return message.body
+
+    path = str(tmp_path / "pair.sock")
+    async with await anyio.create_unix_listener(path) as listener:
+        near_stream = await anyio.connect_unix(path)
+        far_stream = await listener.accept()
+    near = FrameChannel(near_stream, echo, name="near")
+    far = FrameChannel(far_stream, echo, name="far")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(near.run)
+            tg.start_soon(far.run)
+            assert await near.request("ping", 7) == 7
+            await near.aclose()
+            await far.wait_closed()
+    assert near.closed and far.closed
