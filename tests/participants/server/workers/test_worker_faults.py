@@ -18,6 +18,7 @@ import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 from ckpt_events import Bus, Telemetry
+from participants.errors import WorkerChannelError
 from participants.server.app import make_workload
 from participants.server.workers import create_worker_app, run_worker
 from participants.server.workers.frames import Message, Reply, encode_frame, read_frame
@@ -214,8 +215,8 @@ async def test_a_worker_whose_coordinator_socket_refuses_fails_at_once(tmp_path:
         await run_worker(str(tmp_path / "nobody.sock"), 0, workload)
 
 
-async def test_closing_a_running_channel_from_outside_ends_it_without_an_error(tmp_path: Any) -> None:
-    """aclose() on a live channel (a server stopping) ends both ends' run() cleanly."""
+async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: Any) -> None:
+    """close() on a live channel (what a stopping coordinator does) fails nothing in its run()."""
     from participants.server.workers.channel import FrameChannel
 
     async def echo(message: Message) -> Any:
@@ -232,6 +233,9 @@ async def test_closing_a_running_channel_from_outside_ends_it_without_an_error(t
             tg.start_soon(near.run)
             tg.start_soon(far.run)
             assert await near.request("ping", 7) == 7
-            await near.aclose()
-            await far.wait_closed()
+            near.close()
+            await anyio.sleep(0.1)  # the writer meets its closed queue (it raised here, once)
+            with pytest.raises(WorkerChannelError, match="closed"):
+                near.post("ping")
+            tg.cancel_scope.cancel()
     assert near.closed and far.closed
