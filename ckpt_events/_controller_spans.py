@@ -80,6 +80,7 @@ class StageSpan(_Span):
                     error_message,
                     self._attributes,
                     self._participants,
+                    tel.worker,
                 )
             )
 
@@ -151,6 +152,7 @@ class CoordinateSpan(_Span):
                     self._stopped_at,
                     self._episodes,
                     self._rollouts,
+                    tel.worker,
                 )
             )
 
@@ -250,6 +252,7 @@ class CollectionSpan(_Span):
                     self._published,
                     self._rows,
                     self._restarts,
+                    tel.worker,
                 )
             )
 

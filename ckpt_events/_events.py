@@ -67,7 +67,8 @@ AttributeValue: TypeAlias = str | bool | int | float
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="type", gc=False):
-    """Who reported an event. Every concrete event also has ``checkpoint_id: str | None``."""
+    """Who reported an event. Every concrete event also has ``checkpoint_id: str | None`` and,
+    last, ``worker: int | None`` (the worker process of a multi-worker participant)."""
 
     kind: Kind
     instance: str
@@ -98,6 +99,7 @@ class OperationStarted(SpanEvent, frozen=True, gc=False, tag="operation_started"
     parent_span_id: int | None = None
     parent_remote: bool = False
     sampled: bool = True
+    worker: int | None = None
 
 
 class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finished"):
@@ -123,6 +125,7 @@ class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finishe
     received_ns: int | None = None
     #: The participant's worst event-loop lag (ms) measured while the operation ran.
     loop_lag_ms: float | None = None
+    worker: int | None = None
 
 
 class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):
@@ -133,6 +136,7 @@ class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):
     parent_span_id: int | None = None
     parent_remote: bool = False
     sampled: bool = True
+    worker: int | None = None
 
 
 class StepFinished(_Finished, frozen=True, gc=False, tag="step_finished"):
@@ -152,6 +156,7 @@ class StepFinished(_Finished, frozen=True, gc=False, tag="step_finished"):
     calls: int | None = None
     cut_durable_prefix: int | None = None
     cut_durable_failure: int | None = None
+    worker: int | None = None
 
 
 class CoordinateStarted(SpanEvent, frozen=True, gc=False, tag="coordinate_started"):
@@ -162,6 +167,7 @@ class CoordinateStarted(SpanEvent, frozen=True, gc=False, tag="coordinate_starte
     parent_span_id: int | None = None
     parent_remote: bool = False
     sampled: bool = True
+    worker: int | None = None
 
 
 class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finished"):
@@ -181,6 +187,7 @@ class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finis
     stopped_at: Kind | None = None
     episodes: int | None = None
     rollouts: int | None = None
+    worker: int | None = None
 
 
 class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):
@@ -191,6 +198,7 @@ class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):
     parent_span_id: int | None = None
     parent_remote: bool = False
     sampled: bool = True
+    worker: int | None = None
 
 
 class StageFinished(_Finished, frozen=True, gc=False, tag="stage_finished"):
@@ -206,6 +214,7 @@ class StageFinished(_Finished, frozen=True, gc=False, tag="stage_finished"):
     error_message: str | None = None
     attributes: dict[str, AttributeValue] | None = None
     participants: int | None = None
+    worker: int | None = None
 
 
 class CollectionStarted(SpanEvent, frozen=True, gc=False, tag="collection_started"):
@@ -216,6 +225,7 @@ class CollectionStarted(SpanEvent, frozen=True, gc=False, tag="collection_starte
     parent_span_id: int | None = None
     parent_remote: bool = False
     sampled: bool = True
+    worker: int | None = None
 
 
 class CollectionFinished(_Finished, frozen=True, gc=False, tag="collection_finished"):
@@ -235,6 +245,7 @@ class CollectionFinished(_Finished, frozen=True, gc=False, tag="collection_finis
     published: bool | None = None
     rows: int | None = None
     restarts: int | None = None
+    worker: int | None = None
 
 
 class _Point(Event, frozen=True, gc=False):
@@ -246,6 +257,7 @@ class LeaseExpired(_Point, frozen=True, gc=False, tag="lease_expired"):
 
     phase: Phase
     checkpoint_id: str | None = None
+    worker: int | None = None
 
 
 class PrepareNotReady(_Point, frozen=True, gc=False, tag="prepare_not_ready"):
@@ -253,6 +265,7 @@ class PrepareNotReady(_Point, frozen=True, gc=False, tag="prepare_not_ready"):
 
     blockers: int
     checkpoint_id: str | None = None
+    worker: int | None = None
 
 
 class Refused(_Point, frozen=True, gc=False, tag="refused"):
@@ -260,6 +273,7 @@ class Refused(_Point, frozen=True, gc=False, tag="refused"):
 
     code: ErrorCode
     checkpoint_id: str | None = None
+    worker: int | None = None
 
 
 class GenerationCut(_Point, frozen=True, gc=False, tag="generation_cut"):
@@ -268,6 +282,7 @@ class GenerationCut(_Point, frozen=True, gc=False, tag="generation_cut"):
     disposition: Disposition
     calls: int
     checkpoint_id: str | None = None
+    worker: int | None = None
 
 
 CheckpointEvent: TypeAlias = (

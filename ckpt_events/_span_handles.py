@@ -100,6 +100,7 @@ class _Span:
                     self.parent_span_id,
                     self.parent_remote,
                     self.sampled,
+                    tel.worker,
                 )
             )
 
@@ -179,6 +180,7 @@ class StepSpan(_Span):
                     self._calls,
                     self._cut_prefix,
                     self._cut_failure,
+                    tel.worker,
                 )
             )
 
@@ -301,6 +303,7 @@ class OperationSpan(_Span):
                     self._rollouts,
                     self._received_ns,
                     self._loop_lag_ms,
+                    tel.worker,
                 )
             )
 

@@ -85,6 +85,8 @@ class Telemetry:
     ``otel_context`` (``True`` for OpenTelemetry, or any ``ContextBridge``): a live operation's
     parent is the current OpenTelemetry span if there is one (else ``traceparent``), and the
     operation is the current span while open. It is consulted only when a sink listens.
+    ``worker``: the index of this process among a multi-worker participant's workers; every
+    event it emits carries it (``None``, the default, for a single-process participant).
     """
 
     __slots__ = (
@@ -107,6 +109,7 @@ class Telemetry:
         "enabled",
         "instance",
         "kind",
+        "worker",
     )
 
     def __init__(
@@ -117,6 +120,7 @@ class Telemetry:
         instance: str,
         sample_ratio: float = 1.0,
         otel_context: bool | ContextBridge = False,
+        worker: int | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
             raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
@@ -127,6 +131,9 @@ class Telemetry:
                 f"or digit, not {instance!r}"
             )
         self.instance = instance
+        if worker is not None and (type(worker) is not int or worker < 0):
+            raise InvalidArgumentError(f"worker must be None or an int >= 0, not {worker!r}")
+        self.worker = worker
         if not isinstance(sample_ratio, int | float) or not 0.0 <= sample_ratio <= 1.0:
             raise InvalidArgumentError(f"sample_ratio must be in [0, 1], not {sample_ratio!r}")
         self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
@@ -300,7 +307,7 @@ class Telemetry:
             return
         self.bus.emit(
             Refused(
-                self.kind, self.instance, time_ns(), coerce(ErrorCode, code), checkpoint_id
+                self.kind, self.instance, time_ns(), coerce(ErrorCode, code), checkpoint_id, self.worker
             )  # positional, in field order
         )
 
@@ -311,7 +318,7 @@ class Telemetry:
             return
         self.bus.emit(
             LeaseExpired(
-                self.kind, self.instance, time_ns(), coerce(Phase, phase), checkpoint_id
+                self.kind, self.instance, time_ns(), coerce(Phase, phase), checkpoint_id, self.worker
             )  # positional, in field order
         )
 
@@ -323,7 +330,7 @@ class Telemetry:
             raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
         self.bus.emit(
             PrepareNotReady(
-                self.kind, self.instance, time_ns(), blockers, checkpoint_id
+                self.kind, self.instance, time_ns(), blockers, checkpoint_id, self.worker
             )  # positional, in field order
         )
 
@@ -338,6 +345,12 @@ class Telemetry:
             raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")
         self.bus.emit(
             GenerationCut(
-                self.kind, self.instance, time_ns(), coerce(Disposition, disposition), calls, checkpoint_id
+                self.kind,
+                self.instance,
+                time_ns(),
+                coerce(Disposition, disposition),
+                calls,
+                checkpoint_id,
+                self.worker,
             )  # positional, in field order
         )

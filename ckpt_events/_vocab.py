@@ -288,6 +288,8 @@ class Attr:
     RECEIVED_NS: Final = attr("received_ns")
     #: The participant's worst event-loop lag (ms) seen while the operation ran.
     LOOP_LAG_MS: Final = attr("loop_lag_ms")
+    #: The worker process of a multi-worker participant (spans and JSON lines only, never metrics).
+    WORKER: Final = attr("worker")
     # Metric point attributes.
     OPERATION: Final = attr("operation")
     EVENT: Final = attr("event")

@@ -66,6 +66,8 @@ def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[
         _put(attributes, event, COLLECTION_END_ATTRS[event.action])
     else:
         return None
+    if event.worker is not None:  # a multi-worker participant's process (spans only, never metrics)
+        attributes[Attr.WORKER] = event.worker
     extra = event.attributes
     if extra:
         # Ours win over a user attribute of the same name; the rule redacts theirs.

@@ -284,6 +284,8 @@ class SpanSink:
 
     def _span(self, event: Any, name: str, attributes: dict[str, Any]) -> ReadableSpan:
         kind = _KINDS[span_kind_of(event)]
+        if event.worker is not None:  # a multi-worker participant's process (spans only, never metrics)
+            attributes[Attr.WORKER] = event.worker
         extra = event.attributes
         if extra:
             # Ours win over a user attribute of the same name; the rule redacts theirs.

@@ -24,7 +24,10 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write the figures",
     )
     parser.add_argument(
-        "--only", choices=("core", "sinks", "otlp", "scale", "server"), action="append", help="run only these"
+        "--only",
+        choices=("core", "sinks", "otlp", "scale", "server", "workers"),
+        action="append",
+        help="run only these",
     )
 
 

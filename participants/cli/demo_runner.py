@@ -91,7 +91,9 @@ async def _fleet(
 ) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
     """Yield (instance -> url, crash) for one generation of the fleet."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
+    logs = workdir / "logs"
     if not opts.processes:
+        logs.mkdir(exist_ok=True)
         local = local_fleet(
             token=token,
             bus=bus,
@@ -100,12 +102,15 @@ async def _fleet(
             workers=workers,
             checkpoint_root=workdir / "run",
             stopping=stopping,
+            # Worker processes have buses of their own: each writes <file>.w<index> for the report.
+            worker_env=lambda instance: {
+                "CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")
+            },
         )
         async with local as urls:
             yield urls, lambda: None  # leaving the block stops the servers; their state is gone
         return
     token_file = write_token_file(workdir / "token", token)
-    logs = workdir / "logs"
 
     def env(instance: str) -> dict[str, str]:
         extra = {"CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")}
@@ -300,11 +305,13 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                 await configured.aclose()
         span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
         events = list(memory.events)
-        if opts.processes:
-            from participants.cli.command import load_events
+        from participants.cli.command import load_events
 
-            for log in sorted((workdir / "logs").glob("*.jsonl")):
-                events.extend(load_events(log))
+        # Processes' logs (<instance>.gen<n>.jsonl) and their workers' (<...>.jsonl.w<index>).
+        logs = workdir / "logs"
+        own = sorted(logs.glob("*.jsonl")) if opts.processes else []
+        for log in [*own, *sorted(logs.glob("*.jsonl.w*"))]:
+            events.extend(load_events(log))
         _show(console, opts, events, checkpoint_id, passed)
         _exported(console, opts, configured)
         return DemoResult(

@@ -229,13 +229,14 @@ async def local_fleet(
     workers: int = 1,
     checkpoint_root: Path | None = None,
     stopping: anyio.Event | None = None,
+    worker_env: Callable[[str], Mapping[str, str]] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
     instance to extra ``create_app`` keyword arguments; ``checkpoint_root`` goes to every app.
-    With ``workers`` > 1 each participant runs that many worker processes.
-    ``stopping`` stops them all gracefully.
+    With ``workers`` > 1 each participant runs that many worker processes, with
+    ``worker_env(instance)`` added to their environment. ``stopping`` stops them all gracefully.
     """
     from participants import create_app, create_inference_app
 
@@ -252,7 +253,9 @@ async def local_fleet(
             if workers > 1:
                 from participants.cli.worker_process import worker_command
 
-                extra.update(workers=workers, worker_command=worker_command(kind, instance, extra))
+                command = worker_command(kind, instance, extra)
+                command.env.update(worker_env(instance) if worker_env is not None else {})
+                extra.update(workers=workers, worker_command=command)
             if checkpoint_root is not None:
                 extra.setdefault("checkpoint_root", checkpoint_root)
             app = create_app(kind, instance=instance, token=token, bus=bus, **extra)

@@ -169,7 +169,9 @@ def _table_html(events: Sequence[Event]) -> str:
     body = []
     for r in rows:
         cells = "".join(f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>" for c in columns)
-        who = f"{r.kind.value}/<wbr>{html.escape(r.instance)}" + (f" ({r.errors} errors)" if r.errors else "")
+        who = f"{r.kind.value}/<wbr>{html.escape(r.instance)}"
+        who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {r.worker}"
+        who += f" ({r.errors} errors)" if r.errors else ""
         body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")
     rows_html = "\n".join(body)
     return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'

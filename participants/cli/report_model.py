@@ -135,6 +135,11 @@ def _details(event: Any) -> dict[str, Any]:
     return out
 
 
+def who_of(kind: Kind, instance: str, worker: int | None) -> str:
+    """``kind/instance``, and ``/w<index>`` for a worker of a multi-worker participant."""
+    return f"{kind.value}/{instance}" + ("" if worker is None else f"/w{worker}")
+
+
 def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
     """The spans of one trace, each child right under its parent, siblings in start order."""
     chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
@@ -172,7 +177,7 @@ def _slowest_path(children: dict[int | None, list[Any]]) -> set[int]:
 def _span(e: Any, depth: int, slowest: bool) -> Span:
     return Span(
         name=span_name_of(e) or _RENEW_NAME,
-        who="controller" if e.kind is Kind.CONTROLLER else f"{e.kind.value}/{e.instance}",
+        who="controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker),
         start_ns=e.start_ns,
         end_ns=e.end_ns,
         depth=depth,

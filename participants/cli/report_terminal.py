@@ -89,7 +89,9 @@ def _breakdown_table(rows: list[Breakdown], width: int) -> Table:
 
 
 def _who(row: Breakdown) -> str:
-    return f"{row.kind.value}/{row.instance}" + (f" ({row.errors} errors)" if row.errors else "")
+    # A worker's row sits right under its participant's (breakdown() orders them so).
+    who = f"{row.kind.value}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
+    return who + (f" ({row.errors} errors)" if row.errors else "")
 
 
 def render_waterfall(spans: list[Span], width: int, *, title: str = "checkpoint") -> Table:

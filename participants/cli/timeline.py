@@ -62,17 +62,21 @@ class Breakdown:
     records: int = 0
     bytes: int = 0
     errors: int = 0
+    #: The worker process of a multi-worker participant (its row sits under the participant's).
+    worker: int | None = None
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
-    """Per-participant totals over every operation and step (of one checkpoint, if given)."""
-    rows: dict[tuple[Kind, str], Breakdown] = {}
+    """Per-participant totals over every operation and step (of one checkpoint, if given);
+    a multi-worker participant's workers get a row each, right under the participant's."""
+    rows: dict[tuple[Kind, str, int | None], Breakdown] = {}
     for event in events:
         if checkpoint_id is not None and getattr(event, "checkpoint_id", None) != checkpoint_id:
             continue
         match event:
             case OperationFinished(operation=op) | StepFinished(step=op):
-                row = rows.setdefault((event.kind, event.instance), Breakdown(event.kind, event.instance))
+                key = (event.kind, event.instance, event.worker)
+                row = rows.setdefault(key, Breakdown(event.kind, event.instance, worker=event.worker))
                 row.ms[op.value] = row.ms.get(op.value, 0.0) + (event.end_ns - event.start_ns) / 1e6
                 row.errors += event.outcome is Outcome.ERROR
                 # What a checkpoint holds: records committed and bytes written (a restore
@@ -83,7 +87,10 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                     row.bytes += event.bytes or 0
             case _:
                 pass
-    return sorted(rows.values(), key=lambda r: (_KIND_ORDER.get(r.kind, 9), r.instance))
+    return sorted(
+        rows.values(),
+        key=lambda r: (_KIND_ORDER.get(r.kind, 9), r.instance, -1 if r.worker is None else r.worker),
+    )
 
 
 def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:

@@ -53,7 +53,8 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, object])
             token = os.environ.get("CKPT_EVENTS_INFERENCE_TOKEN")
             if kind == "model" and token:
                 options = {**options, "inference_token": token}
-            workload = make_workload(kind, Telemetry(bus, kind=kind, instance=instance), **options)
+            tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
+            workload = make_workload(kind, tel, **options)
             await run_worker(os.environ[ENV_SOCKET], index, workload)
         finally:
             if handle is not None and hasattr(handle, "aclose"):

@@ -20,6 +20,7 @@ from ckpt_events import (
     Disposition,
     ErrorCode,
     GenerationCut,
+    InvalidArgumentError,
     Kind,
     LeaseExpired,
     OperationFinished,
@@ -36,6 +37,7 @@ from ckpt_events import (
     format_traceparent,
 )
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
+from ckpt_events._events import EVENT_TYPES
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events.testing import capture_events
@@ -93,6 +95,7 @@ async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
         "rollouts": 25,
         "received_ns": 27,
         "loop_lag_ms": 28.5,
+        "worker": None,
     }
     assert _fields(step_finished) == {
         "kind": Kind.MODEL,
@@ -115,6 +118,7 @@ async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
         "calls": 13,
         "cut_durable_prefix": 14,
         "cut_durable_failure": 15,
+        "worker": None,
     }
     assert started.start_ns <= step_started.start_ns <= step_finished.end_ns <= finished.end_ns
     assert len({started.span_id, step_started.span_id, REMOTE_PARENT}) == 3
@@ -174,6 +178,7 @@ async def test_controller_span_fields_land_in_their_own_slots(
         "published": published,
         "rows": 52,
         "restarts": 53,
+        "worker": None,
     }
     assert _fields(coord) == {
         **common,
@@ -190,6 +195,7 @@ async def test_controller_span_fields_land_in_their_own_slots(
         "stopped_at": Kind.AGENT,
         "episodes": 42,
         "rollouts": 43,
+        "worker": None,
     }
     assert _fields(stage_end) == {
         **common,
@@ -202,6 +208,7 @@ async def test_controller_span_fields_land_in_their_own_slots(
         "parent_span_id": coord_started.span_id,
         "attributes": {"user.stage": True},
         "participants": 31,
+        "worker": None,
     }
 
 
@@ -221,6 +228,38 @@ async def test_point_events_land_in_their_own_slots() -> None:
     assert (cut.disposition, cut.calls, cut.checkpoint_id) == (Disposition.DURABLE_FAILURE, 62, "ck-d")
     for event in (refused, lease, not_ready, cut):
         assert (event.kind, event.instance) == (Kind.RESOURCES, "resources-9")
+
+
+async def test_worker_lands_in_its_own_slot_of_every_event() -> None:
+    """A worker's Telemetry puts its index in the last field of every event type, nowhere else."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="agent-4", worker=3)
+        with tel.collection("checkpoint", checkpoint_id="ck-w") as collection:
+            with tel.coordinate("prepare", checkpoint_id="ck-w", parent=collection) as coordinate:
+                with coordinate.stage("agent"):
+                    pass
+        with tel.operation("commit", checkpoint_id="ck-w") as op:
+            with op.step("write") as step:
+                step.set(cut_durable_failure=7)
+            op.set(rollouts=8)
+        tel.refused("stale_attempt", checkpoint_id="ck-w")
+        tel.lease_expired("prepared", checkpoint_id="ck-w")
+        tel.prepare_not_ready(5, checkpoint_id="ck-w")
+        tel.generation_cut("durable_failure", 6, checkpoint_id="ck-w")
+    assert {type(e) for e in events} == set(EVENT_TYPES)
+    for event in events:
+        assert event.__struct_fields__[-1] == "worker"
+        assert (event.worker, event.checkpoint_id) == (3, "ck-w"), event
+    assert _only(events, StepFinished).cut_durable_failure == 7
+    assert _only(events, OperationFinished).rollouts == 8
+    assert _only(events, GenerationCut).calls == 6
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.0, "2"])
+def test_worker_must_be_a_non_negative_int(bad: object) -> None:
+    """A worker index that is not an int >= 0 is refused when the Telemetry is built."""
+    with pytest.raises(InvalidArgumentError):
+        Telemetry(None, kind="agent", instance="agent-4", worker=bad)  # type: ignore[arg-type]
 
 
 def _public_methods(cls: type) -> dict[str, inspect.Signature]:

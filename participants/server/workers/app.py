@@ -15,18 +15,20 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 from fastapi import FastAPI, Request, Response
 
-from ckpt_events import Bus, CkptEventsError, Telemetry
+from ckpt_events import Bus, CkptEventsError, Phase, Telemetry
 from participants.protocol import (
     CommitReply,
     CommitRequest,
+    PrepareReport,
     RestoreReply,
     RestoreRequest,
     WorkAdvance,
@@ -49,6 +51,7 @@ from participants.server.store import participant_dir
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
+from participants.server.workers.share import NotingTelemetry
 from participants.server.workers.supervisor import WorkerSupervisor
 from participants.server.workers.worker import run_worker
 from participants.workloads.base import Workload
@@ -58,6 +61,8 @@ __all__ = ["PLACEMENT_FILE", "WorkerControlPlane", "create_worker_app"]
 #: The placement hint written next to a multi-worker participant's manifest.
 PLACEMENT_FILE: Final = "workers.json"
 _JOIN_SECONDS: Final = 30.0
+#: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
+_WAIT_SLICE: Final = 1.0
 
 
 class WorkerControlPlane(ControlPlane[Any]):
@@ -79,6 +84,18 @@ class WorkerControlPlane(ControlPlane[Any]):
                     json.dumps({"workers": self.pool.coordinator.workers, "owners": owners})
                 )
         return reply
+
+    async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
+        """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
+        cannot become ready before resume, so prepare answers "not ready" (``worker-lost``) now."""
+        report = self.pool.report()
+        while not report.ready and not self.pool.lost and self.checkpoint_id == cid:
+            remaining = deadline_ts - time.time()
+            if remaining <= 0 or self.phase is not Phase.PREPARING:
+                break
+            await self.pool.wait_changed(min(remaining, _WAIT_SLICE))
+            report = self.pool.report()
+        return report
 
     async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
         hint: dict[str, int] = {}
@@ -139,8 +156,10 @@ def create_worker_app(
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
     pool = WorkerPool(checker, coordinator)
+    # The plane's operations are noted, so the pool's frames carry them to the workers' shares.
+    noting = cast(Telemetry, NotingTelemetry(tel))
     plane = WorkerControlPlane(
-        tel,
+        noting,
         pool,
         lease_grace_seconds=float(lease_grace_seconds),
         checkpoint_root=checkpoint_root,
@@ -173,6 +192,7 @@ def create_worker_app(
                 await coordinator.wait_connected(workers, _JOIN_SECONDS)
                 tg.start_soon(plane.watch_lease)
                 yield
+                coordinator.stopping = True
                 tg.cancel_scope.cancel()
 
     app = FastAPI(

@@ -164,8 +164,11 @@ class FrameChannel:
                 tg.start_soon(self._answer, frame)
 
     async def _write(self) -> None:
-        async for data in self._outbox:
-            await self.stream.send(data)
+        try:
+            async for data in self._outbox:
+                await self.stream.send(data)
+        except anyio.ClosedResourceError:
+            pass  # close() from outside while running: nothing more goes out, run() ends
 
     async def run(self) -> None:
         """Serve the channel until the peer ends it or sends a bad frame; then close it."""

@@ -59,6 +59,8 @@ class WorkerCoordinator:
         self.on_lost: Callable[[int], None] = lambda index: None
         self.on_joined: Callable[[int], None] = lambda index: None
         self._joined = anyio.Event()
+        #: Set when the server stops: its workers' connections ending then are not losses.
+        self.stopping = False
 
     # -- who is connected -------------------------------------------------------------------
 
@@ -96,6 +98,7 @@ class WorkerCoordinator:
                     stream = await listener.accept()
                     tg.start_soon(self._connection, stream)
         finally:
+            self.stopping = True
             for channel in list(self.channels.values()):
                 channel.close()
             if self._own_dir:
@@ -138,6 +141,6 @@ class WorkerCoordinator:
                 channel.name = f"coordinator<-worker {joined[0]}"
 
     def _closed(self, index: int, channel: FrameChannel) -> None:
-        if self.channels.get(index) is channel:
+        if self.channels.get(index) is channel and not self.stopping:
             log.warning("worker %d lost: %s", index, channel.failure or "connection ended")
             self.on_lost(index)

@@ -11,6 +11,7 @@ heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was cl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -21,12 +22,19 @@ from ckpt_events import ErrorCode, Kind, OperationSpan
 from participants.errors import ProtocolRefusal, WorkerChannelError
 from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
 from participants.server.workers.coordinator import WorkerCoordinator
+from participants.server.workers.share import current_share
 from participants.workloads.base import Record, Workload
 from participants.workloads.fence import RetiredAttempts
 
 __all__ = ["WorkerPool"]
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
+
+
+def _share() -> tuple[str | None, str | None]:
+    """(checkpoint id, traceparent) of the coordinator operation this call is part of."""
+    share = current_share()
+    return (None, None) if share is None else (share.checkpoint_id, share.traceparent())
 
 
 def _unavailable(exc: Exception) -> ProtocolRefusal:
@@ -81,6 +89,11 @@ class WorkerPool:
     def episodes(self) -> dict[str, int]:
         return self.owners
 
+    @property
+    def lost(self) -> bool:
+        """A worker was lost while admission was closed (``<kind>-worker-lost`` until resume)."""
+        return bool(self._lost)
+
     def state(self) -> dict[str, Any]:
         """What a worker gets when it joins."""
         return {"admission_open": self.admission_open, "marks": self.fence.snapshot()}
@@ -112,17 +125,26 @@ class WorkerPool:
         self.broadcast("open_admission")
 
     async def _gather(
-        self, kind: str, body: Any, indexes: Iterable[int], traceparent: str | None = None
+        self,
+        kind: str,
+        body: Any,
+        indexes: Iterable[int],
+        traceparent: str | None = None,
+        timeout: float | None = None,
     ) -> dict[int, Any]:
-        """Ask each worker in ``indexes``; the replies of those that answered (the others are left out)."""
+        """Ask each worker in ``indexes``; the replies of those that answered within ``timeout``
+        (at most the reply deadline; the others are left out)."""
         replies: dict[int, Any] = {}
+        seconds = (
+            self.coordinator.reply_seconds
+            if timeout is None
+            else min(timeout, self.coordinator.reply_seconds)
+        )
 
         async def ask(index: int) -> None:
             try:
                 channel = self.coordinator.channel(index)
-                replies[index] = await channel.request(
-                    kind, body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
-                )
+                replies[index] = await channel.request(kind, body, timeout=seconds, traceparent=traceparent)
             except (WorkerChannelError, ProtocolRefusal):
                 pass
 
@@ -133,12 +155,18 @@ class WorkerPool:
 
     async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
-        replies = await self._gather("closed", body, self.coordinator.connected(), op.traceparent())
+        traceparent = op.traceparent() or _share()[1]
+        # A silent worker must not hold prepare past its deadline: it is left unreported.
+        remaining = max(0.05, deadline_ts - time.time())
+        replies = await self._gather("closed", body, self.coordinator.connected(), traceparent, remaining)
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
 
     async def wait_changed(self, timeout: float) -> None:
-        replies = await self._gather("report", {"wait": timeout}, self.coordinator.connected())
+        # Workers cap their wait at 0.5 s; a worker silent for longer is left unreported this round.
+        replies = await self._gather(
+            "report", {"wait": timeout}, self.coordinator.connected(), None, timeout + 1.0
+        )
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
         if not replies:
@@ -179,8 +207,12 @@ class WorkerPool:
 
     async def export(self, scope: Iterable[EpisodeId] | None) -> list[Record]:
         indexes = self._all_workers("commit")
-        body = {"scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope]}
-        replies = await self._gather("export", body, indexes)
+        checkpoint_id, traceparent = _share()
+        body = {
+            "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
+            "checkpoint_id": checkpoint_id,
+        }
+        replies = await self._gather("export", body, indexes, traceparent)
         if len(replies) != len(indexes):
             raise ProtocolRefusal(
                 ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE,
@@ -241,6 +273,7 @@ class WorkerPool:
     async def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
         self._all_workers("restore")
         encoder = msgspec.json.Encoder()
+        checkpoint_id, traceparent = _share()
         restored: list[str] = []
         for index, chosen in self.place(records).items():
             if not chosen:
@@ -250,8 +283,9 @@ class WorkerPool:
             try:
                 keys = await self.coordinator.channel(index).request(
                     "install",
-                    {"lines": [encoder.encode(r) for r in chosen]},
+                    {"lines": [encoder.encode(r) for r in chosen], "checkpoint_id": checkpoint_id},
                     timeout=self.coordinator.reply_seconds,
+                    traceparent=traceparent,
                 )
             except WorkerChannelError as exc:
                 raise _unavailable(exc) from None
@@ -264,8 +298,9 @@ class WorkerPool:
         ids = list(episode_ids)
         for episode_id in ids:
             RetiredAttempts.mark(self.fence, episode_id)  # the workers' retire marks them
-        body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids]}
-        await self._gather("retire", body, self.coordinator.connected())
+        checkpoint_id, traceparent = _share()
+        body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids], "checkpoint_id": checkpoint_id}
+        await self._gather("retire", body, self.coordinator.connected(), traceparent)
         self.owners = {
             k: w for k, w in self.owners.items() if not self.fence.is_retired(EpisodeId.from_capture_key(k))
         }

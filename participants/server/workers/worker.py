@@ -3,8 +3,9 @@
 ``run_worker`` connects to the coordinator's socket, says ``hello`` (its index), takes the
 server's state (admission, retired marks: a worker that joins late gets every mark) and
 then answers the coordinator's messages with its own ``Workload`` until the socket ends.
-A checkpoint's share (``closed``) runs as a child span of the coordinator's operation span:
-the frame carries the coordinator's traceparent.
+Its share of a checkpoint (``closed``: prepare, ``export``: commit, ``install``: restore,
+``retire``) runs as a child span of the coordinator's operation span: the frame carries the
+coordinator's traceparent, and the worker's ``Telemetry`` names the worker (``worker=index``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from ckpt_events import Operation
+from ckpt_events import Operation, OperationSpan
 from participants.protocol import EpisodeId
 from participants.server.workers.channel import FrameChannel, UnknownKind
 from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
@@ -66,6 +67,13 @@ class WorkerHost:
             "worker": self.index,
         }
 
+    def _share(self, operation: Operation, body: Any, message: Message) -> OperationSpan:
+        """This worker's share of a coordinator operation: a child of it (the frame's traceparent)."""
+        cid = body.get("checkpoint_id")
+        return self.workload.tel.operation(
+            operation, checkpoint_id=None if cid is None else str(cid), traceparent=message.traceparent
+        )
+
     def _report(self) -> Any:
         return msgspec.to_builtins(self.workload.report())
 
@@ -108,19 +116,27 @@ class WorkerHost:
         if kind == "export":
             scope = body.get("scope")
             ids = None if scope is None else [EpisodeId(r, int(a)) for r, a in scope]
-            records = await wl.export(ids)
-            keys = [r.episode_id.capture_key for r in records]
-            return {"lines": [self._encoder.encode(r) for r in records], "extras": wl.commit_extras(keys)}
+            with self._share(Operation.COMMIT, body, message) as op, op.step("export") as step:
+                records = await wl.export(ids)
+                keys = [r.episode_id.capture_key for r in records]
+                lines = [self._encoder.encode(r) for r in records]
+                step.set(records=len(lines))
+                op.set(records=len(lines), bytes=sum(map(len, lines)))
+            return {"lines": lines, "extras": wl.commit_extras(keys)}
         if kind == "stop":
             wl.stop([str(k) for k in body["keys"]])
             return None
         if kind == "install":
-            records = [self._records.decode(line) for line in body["lines"]]
-            states = [wl.check_record(r) for r in records]
-            wl.close_admission()
-            return await wl.install(records, states)
+            with self._share(Operation.RESTORE, body, message) as op, op.step("install") as step:
+                records = [self._records.decode(line) for line in body["lines"]]
+                states = [wl.check_record(r) for r in records]
+                wl.close_admission()
+                step.set(records=len(records))
+                op.set(records=len(records))
+                return await wl.install(records, states)
         if kind == "retire":
-            return await wl.retire([EpisodeId(r, int(a)) for r, a in body["episode_ids"]])
+            with self._share(Operation.RETIRE, body, message):
+                return await wl.retire([EpisodeId(r, int(a)) for r, a in body["episode_ids"]])
         if kind == "mark":
             wl.fence.mark(_episode_id(body))
             return None

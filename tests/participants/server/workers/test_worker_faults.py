@@ -1,0 +1,241 @@
+"""Faults and hostile peers on the worker socket: real Unix sockets, the app in process.
+
+A hostile peer is this test speaking frames on a real socket: it joins as a worker (or plays
+the coordinator to a real worker) and then misbehaves. Nothing may crash, hang or go quiet.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+from functools import partial
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import SocketAttribute, SocketStream
+
+from ckpt_events import Bus, Telemetry
+from participants.errors import WorkerChannelError
+from participants.server.app import make_workload
+from participants.server.workers import create_worker_app, run_worker
+from participants.server.workers.frames import Message, Reply, encode_frame, read_frame
+from tests.participants.helpers import TOKEN, control, error_code, running, status
+
+pytestmark = pytest.mark.anyio
+STATE = {"admission_open": True, "marks": {}}
+
+
+def _app(reply_seconds: float = 30.0, factory_for: tuple[int, ...] = (0, 1), **options: Any) -> Any:
+    bus = Bus()
+
+    def workload() -> Any:
+        return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"), **options)
+
+    app = create_worker_app(
+        workload(), token=TOKEN, workers=2, worker_factory=lambda i: workload(), reply_seconds=reply_seconds
+    )
+    return app
+
+
+async def _both_serving(client: Any) -> None:
+    """A session on each worker: both have had their hello answered (dropping one before that
+    would fail its hello, which in process ends the app's task group)."""
+    for rollout_id in ("w-a", "w-b"):
+        assert (
+            await client.post("/work/start", json={"rollout_id": rollout_id, "steps": 9})
+        ).status_code == 200
+
+
+async def _drop(app: Any, index: int) -> None:
+    """End worker ``index``'s socket, as when its process dies, and wait until it is lost."""
+    coordinator = app.state.coordinator
+    coordinator.channels[index].stream.extra(SocketAttribute.raw_socket).shutdown(socket.SHUT_RDWR)
+    with anyio.fail_after(5):
+        while index in coordinator.connected():
+            await anyio.sleep(0.01)
+
+
+async def _join(path: str, index: int) -> SocketStream:
+    """A hostile peer's hello as worker ``index``; returns its stream once the hello is answered."""
+    stream = await anyio.connect_unix(path)
+    await stream.send(encode_frame(Message(1, "hello", {"index": index})))
+    with anyio.fail_after(5):
+        reply = await read_frame(stream)
+    assert isinstance(reply, Reply) and reply.ok, reply
+    return stream
+
+
+async def test_a_lost_worker_makes_prepare_answer_not_ready_at_once() -> None:
+    """A worker lost while prepare waits on a busy episode: worker-lost now, not at the 20 s deadline."""
+    app = _app(step_seconds=3.0)
+    async with running(app) as client, anyio.create_task_group() as tg:
+        for i in range(2):
+            assert (
+                await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 3})
+            ).status_code == 200
+        tg.start_soon(partial(client.post, "/work/advance", json={"rollout_id": "r0"}))  # busy for 3 s
+        tg.start_soon(_drop_later, app)
+        start = time.monotonic()
+        with anyio.fail_after(10):
+            reply = await control(client, "prepare", seconds=20.0)
+        elapsed = time.monotonic() - start
+        report = reply.json()["report"]
+        assert reply.json()["phase"] == "preparing" and "environment-worker-lost" in report["blockers"]
+        assert elapsed < 10  # the deadline was 20 s away
+        tg.cancel_scope.cancel()
+
+
+async def _drop_later(app: Any) -> None:
+    await anyio.sleep(0.3)
+    index = app.state.workload.owners["r1"]
+    await _drop(app, index)
+
+
+async def test_a_silent_worker_gives_503_after_the_reply_deadline_and_none_connected_gives_503() -> None:
+    """A worker that never answers: 503 checkpoint_coordinator_unavailable at the reply deadline, no hang."""
+    app = _app(reply_seconds=0.5)
+    async with running(app) as client:
+        await _both_serving(client)
+        await _drop(app, 1)
+        silent = await _join(app.state.coordinator.socket_path, 1)  # reads nothing, answers nothing
+        try:
+            with anyio.fail_after(5):
+                reply = await client.post("/work/start", json={"rollout_id": "b", "steps": 2})
+            assert error_code(reply) == (503, "checkpoint_coordinator_unavailable")
+            await _drop(app, 0)
+            await silent.aclose()
+            with anyio.fail_after(5):
+                while app.state.coordinator.connected():
+                    await anyio.sleep(0.01)
+            reply = await client.post("/work/start", json={"rollout_id": "c", "steps": 2})
+            assert error_code(reply) == (503, "checkpoint_coordinator_unavailable")
+            assert (await status(client))["phase"] == "idle"
+        finally:
+            await silent.aclose()
+
+
+async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reply to an unknown id and an unknown kind are refused on a live channel; garbage makes it lost."""
+    caplog.set_level(logging.INFO, "ckpt_events.workers")
+    app = _app()
+    async with running(app) as client:
+        await _both_serving(client)
+        await _drop(app, 1)
+        peer = await _join(app.state.coordinator.socket_path, 1)
+        await peer.send(encode_frame(Reply(999, True, "nobody asked")))
+        await peer.send(encode_frame(Message(2, "rm -rf", {})))
+        with anyio.fail_after(5):
+            refused = await read_frame(peer)
+        assert isinstance(refused, Reply) and refused.reply_to == 2 and not refused.ok
+        assert refused.error is not None and refused.error.code == "unknown_kind"
+        assert 1 in app.state.coordinator.connected()  # still on the line after both
+        with anyio.fail_after(5):  # the peer never answers "closed": unreported by the deadline
+            prepared = await control(client, "prepare", seconds=0.5)
+        assert "environment-workers-unreported:1" in prepared.json()["report"]["blockers"]
+        await peer.send(struct.pack(">I", 2**31) + b"garbage")  # over the bound
+        with anyio.fail_after(5):
+            while 1 in app.state.coordinator.connected():
+                await anyio.sleep(0.01)
+        assert "environment-worker-lost" in app.state.workload.report().blockers
+        await peer.aclose()
+        assert (await control(client, "resume")).status_code == 200
+        assert (await client.post("/work/start", json={"rollout_id": "ok", "steps": 1})).status_code == 200
+    logged = caplog.text
+    assert "reply to unknown id 999" in logged and "unknown message kind 'rm -rf'" in logged
+    assert "over the bound" in logged
+
+
+async def _coordinator_peer(path: str, script: Any) -> tuple[bool, BaseException | None]:
+    """Run a real worker against a hostile coordinator playing ``script``; (worker ended, its error)."""
+    outcome: list[BaseException | None] = []
+    workload = make_workload("environment", Telemetry(None, kind="environment", instance="env-0"))
+
+    async def worker() -> None:
+        try:
+            await run_worker(path, 0, workload, max_frame=4096)
+            outcome.append(None)
+        except Exception as exc:  # the assertion below names it
+            outcome.append(exc)
+
+    async with await anyio.create_unix_listener(path) as listener, anyio.create_task_group() as tg:
+        tg.start_soon(worker)
+        with anyio.fail_after(5):
+            stream = await listener.accept()
+            hello = await read_frame(stream)
+        assert isinstance(hello, Message) and hello.kind == "hello"
+        await stream.send(encode_frame(Reply(hello.id, True, STATE)))
+        await script(stream)
+        with anyio.fail_after(5):
+            while not outcome:
+                await anyio.sleep(0.01)
+        await stream.aclose()
+    return bool(outcome), outcome[0]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">I", 5000) + b"x",
+        struct.pack(">I", 100) + b"x" * 10,
+        struct.pack(">I", 3) + b"\xc1\xc1\xc1",
+    ],
+    ids=["over-the-bound", "truncated", "undecodable"],
+)
+async def test_a_worker_refuses_bad_coordinator_frames_and_ends_cleanly(
+    tmp_path: Any, garbage: bytes
+) -> None:
+    """A worker answers unknown kinds, ignores unknown reply ids, and ends without an error on garbage."""
+
+    async def script(stream: SocketStream) -> None:
+        await stream.send(encode_frame(Reply(77, True)))
+        await stream.send(encode_frame(Message(5, "format_disk")))
+        await stream.send(encode_frame(Message(6, "get", {"key": "nope"})))
+        with anyio.fail_after(5):
+            refused, answered = await read_frame(stream), await read_frame(stream)
+        assert isinstance(refused, Reply) and refused.error is not None
+        assert (refused.reply_to, refused.error.code) == (5, "unknown_kind")
+        assert answered == Reply(6, True, None)
+        await stream.send(garbage)
+        if garbage[4:5] == b"x" and len(garbage) == 14:
+            await stream.send_eof()  # a truncated frame: the stream ends mid-frame
+
+    ended, error = await _coordinator_peer(str(tmp_path / "c.sock"), script)
+    assert ended and error is None
+
+
+async def test_a_worker_whose_coordinator_socket_refuses_fails_at_once(tmp_path: Any) -> None:
+    """No listener on the socket path: the worker raises promptly (its supervisor restarts it), no hang."""
+    workload = make_workload("environment", Telemetry(None, kind="environment", instance="env-0"))
+    with anyio.fail_after(5), pytest.raises(OSError):
+        await run_worker(str(tmp_path / "nobody.sock"), 0, workload)
+
+
+async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: Any) -> None:
+    """close() on a live channel (what a stopping coordinator does) fails nothing in its run()."""
+    from participants.server.workers.channel import FrameChannel
+
+    async def echo(message: Message) -> Any:
+        return message.body
+
+    path = str(tmp_path / "pair.sock")
+    async with await anyio.create_unix_listener(path) as listener:
+        near_stream = await anyio.connect_unix(path)
+        far_stream = await listener.accept()
+    near = FrameChannel(near_stream, echo, name="near")
+    far = FrameChannel(far_stream, echo, name="far")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(near.run)
+            tg.start_soon(far.run)
+            assert await near.request("ping", 7) == 7
+            near.close()
+            await anyio.sleep(0.1)  # the writer meets its closed queue (it raised here, once)
+            with pytest.raises(WorkerChannelError, match="closed"):
+                near.post("ping")
+            tg.cancel_scope.cancel()
+    assert near.closed and far.closed

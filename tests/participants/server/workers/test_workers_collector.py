@@ -1,0 +1,111 @@
+"""One checkpoint of a 2-worker ``serve`` process reaches a real collector (rotel) as one trace.
+
+The controller's spans come from this process; the participant's main process and each of
+its two worker processes export their own spans over OTLP, configured from the environment.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ckpt_events import Attr, Bus, Telemetry
+from participants.cli.fleet import ServerProcess, write_token_file
+from participants.protocol import CONTROL_PREFIX
+from sinks.otel import OtlpSpanSink
+from tests.sinks.test_otlp_collector import _wait_for, collector
+
+__all__ = ["collector"]
+
+pytestmark = [pytest.mark.collector, pytest.mark.e2e, pytest.mark.slow]
+
+TOKEN = "collector-workers-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def _all_spans(text: str) -> list[dict[str, str]]:
+    """Every span in rotel's detailed debug log: its id fields and its text."""
+    spans = []
+    for chunk in text.split("Span #")[1:]:
+        fields = {"text": chunk}
+        for line in chunk.splitlines():
+            name, colon, value = line.partition(":")
+            if colon and name.strip() in ("Trace ID", "Parent ID", "ID", "Name"):
+                fields.setdefault(name.strip(), value.strip())
+        spans.append(fields)
+    return spans
+
+
+async def _checkpoint(url: str, tel: Telemetry, tmp_path: Path) -> tuple[str, str]:
+    """Four sessions, then prepare and commit under one collection span; (trace hex, commit span hex)."""
+    async with httpx.AsyncClient(base_url=url, timeout=20) as client:
+        for i in range(4):
+            reply = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
+            assert reply.status_code == 200, reply.text
+        with tel.collection("checkpoint", checkpoint_id="c-w") as collection:
+            for op, extra in (("prepare", {}), ("commit", {"checkpoint_dir": str(tmp_path / "ck")})):
+                with tel.coordinate(op, checkpoint_id="c-w", parent=collection) as co:
+                    body = {"checkpoint_id": "c-w", "deadline_ts": time.time() + 10, **extra}
+                    headers = {**AUTH, "traceparent": co.traceparent() or ""}
+                    reply = await client.post(f"{CONTROL_PREFIX}/{op}", json=body, headers=headers)
+                    assert reply.status_code == 200, reply.text
+                    if op == "commit":
+                        commit_hex = f"{co.span_id:016x}"
+            reply = await client.post(f"{CONTROL_PREFIX}/resume", json={"checkpoint_id": "c-w"}, headers=AUTH)
+        return f"{collection.trace_id:032x}", commit_hex
+
+
+async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
+    collector: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Both workers' prepare and commit shares arrive, in the controller's trace, under the participant."""
+    endpoint, out = collector
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_SERVICE_NAME": "ckpt-events-workers",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=write_token_file(tmp_path / "token", TOKEN),
+        log_dir=tmp_path / "logs",
+        env=env,
+        extra_args=["--workers", "2"],
+    )
+    try:
+        await server.wait_listening(30)
+        sink = OtlpSpanSink(endpoint, resource_attributes={"service.name": "controller"}, linger=0.05)
+        async with Bus() as bus:
+            bus.subscribe(sink)
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            trace_hex, commit_hex = await _checkpoint(server.url, tel, tmp_path)
+        worker_lines = [f"-> {Attr.WORKER}: Int(0)", f"-> {Attr.WORKER}: Int(1)"]
+        text = _wait_for(out, [*worker_lines, "gym.checkpoint.export", "gym.checkpoint.coordinate.commit"])
+        # Every ended share must be in before counting (each process exports on its own schedule).
+        for _ in range(50):
+            spans = [s for s in _all_spans(text) if s.get("Trace ID") == trace_hex]
+            shares = [s for s in spans if f"-> {Attr.WORKER}: Int(" in s["text"]]
+            if len(shares) >= 6:  # prepare, commit and the export step, per worker
+                break
+            time.sleep(0.2)
+            text = out.read_text(errors="replace")
+    finally:
+        server.terminate()
+    by_id = {s["ID"]: s for s in spans}
+    [participant_commit] = [
+        s for s in spans if s["Name"] == "gym.checkpoint.commit" and s["Parent ID"] == commit_hex
+    ]
+    for worker in (0, 1):
+        mine = [s for s in shares if f"-> {Attr.WORKER}: Int({worker})" in s["text"]]
+        names = sorted(s["Name"] for s in mine)
+        assert names == ["gym.checkpoint.commit", "gym.checkpoint.export", "gym.checkpoint.prepare"], names
+        [commit] = [s for s in mine if s["Name"] == "gym.checkpoint.commit"]
+        assert commit["Parent ID"] == participant_commit["ID"]
+        [prepare] = [s for s in mine if s["Name"] == "gym.checkpoint.prepare"]
+        assert by_id[prepare["Parent ID"]]["Name"] == "gym.checkpoint.prepare"
+        assert f"-> {Attr.WORKER}" not in by_id[prepare["Parent ID"]]["text"]
+    assert "gym.checkpoint.collection.checkpoint" in {s["Name"] for s in spans}
