@@ -9,14 +9,19 @@ from rich.console import Console
 
 from ckpt_events import Telemetry
 from ckpt_events.testing import capture_events
-from participants.cli.timeline import breakdown, render, spans_of
+from participants.cli.report_terminal import render
+from participants.cli.timeline import breakdown, spans_of
 
 
 async def _one_commit() -> list[Any]:
     async with capture_events() as (bus, events):
+        controller = Telemetry(bus, kind="controller", instance="coordination")
         main = Telemetry(bus, kind="agent", instance="agent-0")
         shares = [Telemetry(bus, kind="agent", instance="agent-0", worker=i) for i in (1, 0)]
-        with main.operation("commit", checkpoint_id="c1") as op:
+        # Under a collection checkpoint: the report draws the waterfalls of checkpoints and restores.
+        with controller.collection("checkpoint", checkpoint_id="c1") as collection, main.operation(
+            "commit", checkpoint_id="c1", traceparent=collection.traceparent()
+        ) as op:
             for share in shares:
                 with share.operation("commit", checkpoint_id="c1", traceparent=op.traceparent()) as s:
                     s.set(records=2 + (share.worker or 0))
@@ -39,10 +44,11 @@ async def test_timeline_names_the_worker_and_nests_its_share() -> None:
     events = await _one_commit()
     spans = spans_of(events)
     assert sorted((s.who, s.depth) for s in spans) == [
-        ("agent/agent-0", 0),
-        ("agent/agent-0/w0", 1),
-        ("agent/agent-0/w1", 1),
+        ("agent/agent-0", 1),
+        ("agent/agent-0/w0", 2),
+        ("agent/agent-0/w1", 2),
+        ("controller", 0),
     ]
     out = io.StringIO()
     render(Console(file=out, width=200), events)
-    assert "└ worker 0" in out.getvalue() and "agent/agent-0/w1" in out.getvalue()
+    assert "└ worker 0" in out.getvalue() and "commit agent-0/w1" in out.getvalue()
