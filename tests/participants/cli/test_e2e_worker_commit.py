@@ -38,7 +38,7 @@ async def test_a_worker_killed_during_commit_publishes_no_manifest(tmp_path: Pat
         instance="environment-0",
         token_file=write_token_file(tmp_path / "token", TOKEN),
         log_dir=tmp_path / "logs",
-        extra_args=["--workers", "2"],
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
     )
     manifest = participant_dir(tmp_path / "ck", "environment", "environment-0") / "manifest.json"
     try:
@@ -46,7 +46,7 @@ async def test_a_worker_killed_during_commit_publishes_no_manifest(tmp_path: Pat
         async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
             for i in range(4):
                 assert (
-                    await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 3})
+                    await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 3}, headers=AUTH)
                 ).status_code == 200
             with anyio.fail_after(10):
                 while len(workers := _children(server.proc.pid)) < 2:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import tempfile
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,7 +37,12 @@ def _app(reply_seconds: float = 30.0, factory_for: tuple[int, ...] = (0, 1), **o
         return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"), **options)
 
     app = create_worker_app(
-        workload(), token=TOKEN, workers=2, worker_factory=lambda i: workload(), reply_seconds=reply_seconds
+        workload(),
+        token=TOKEN,
+        workers=2,
+        worker_factory=lambda i: workload(),
+        reply_seconds=reply_seconds,
+        checkpoint_root=Path(tempfile.gettempdir()),  # holds every tmp_path
     )
     return app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ def _app(bus: Bus) -> Any:
         token=TOKEN,
         bus=bus,
         workers=2,
+        checkpoint_root=tempfile.gettempdir(),  # holds every tmp_path
         worker_factory=lambda i: make_workload(
             "environment", Telemetry(bus, kind="environment", instance="env-0", worker=i)
         ),
@@ -73,6 +75,7 @@ async def test_a_restore_share_joins_the_controllers_trace_even_without_a_sink_h
             token=TOKEN,
             bus=main_bus,
             workers=2,
+            checkpoint_root=tempfile.gettempdir(),
             worker_factory=lambda i: make_workload(
                 "environment", Telemetry(worker_bus, kind="environment", instance="env-0", worker=i)
             ),

@@ -43,7 +43,7 @@ async def _checkpoint(url: str, tel: Telemetry, tmp_path: Path) -> tuple[str, st
     """Four sessions, then prepare and commit under one collection span; (trace hex, commit span hex)."""
     async with httpx.AsyncClient(base_url=url, timeout=20) as client:
         for i in range(4):
-            reply = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
+            reply = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2}, headers=AUTH)
             assert reply.status_code == 200, reply.text
         with tel.collection("checkpoint", checkpoint_id="c-w") as collection:
             for op, extra in (("prepare", {}), ("commit", {"checkpoint_dir": str(tmp_path / "ck")})):
@@ -74,7 +74,7 @@ async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
         token_file=write_token_file(tmp_path / "token", TOKEN),
         log_dir=tmp_path / "logs",
         env=env,
-        extra_args=["--workers", "2"],
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
     )
     try:
         await server.wait_listening(30)
