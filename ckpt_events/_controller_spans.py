@@ -44,6 +44,7 @@ class StageSpan(_Span):
         self.parent_span_id = parent.span_id
         self.parent_remote = False
         self.sampled = parent.sampled
+        self._tracestate = parent._tracestate
         self._attributes = None
         self.stage = stage
         self._participants: int | None = None
@@ -108,8 +109,9 @@ class CoordinateSpan(_Span):
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
-        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.operation = operation
         self._participants = self._episodes = self._rollouts = None
         self._prepared: bool | None = None
@@ -207,8 +209,9 @@ class CollectionSpan(_Span):
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
-        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.action: CollectionAction = action
         self._in_flight = self._rows = self._restarts = None
         self._stop: bool | None = None

@@ -41,6 +41,9 @@ class _Noop:
     def traceparent(self) -> str | None:
         return None
 
+    def tracestate(self) -> str | None:
+        return None
+
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         return None
 

@@ -55,6 +55,7 @@ class _Span:
     __slots__ = (
         "_attributes",
         "_tel",
+        "_tracestate",
         "checkpoint_id",
         "parent_remote",
         "parent_span_id",
@@ -72,6 +73,7 @@ class _Span:
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
         self._tel = tel
         self.checkpoint_id = checkpoint_id
@@ -81,6 +83,7 @@ class _Span:
         self.parent_span_id = parent_span_id
         self.parent_remote = parent_remote
         self.sampled = sampled
+        self._tracestate = tracestate
         self._attributes: dict[str, AttributeValue] | None = None
 
     def _start(self, started: type[Any], what: object) -> None:
@@ -106,6 +109,11 @@ class _Span:
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` for an outgoing call made inside this span."""
         return format_traceparent(self.trace_id, self.span_id, self.sampled)
+
+    def tracestate(self) -> str | None:
+        """The W3C ``tracestate`` to send with ``traceparent()``: the one that came in with
+        this trace's ``traceparent`` (validated), inherited by child spans; ``None`` if none."""
+        return self._tracestate
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         """Attach an extra attribute; sinks apply the redaction rule to it."""
@@ -137,6 +145,7 @@ class StepSpan(_Span):
         self.parent_span_id = parent.span_id
         self.parent_remote = False
         self.sampled = parent.sampled
+        self._tracestate = parent._tracestate
         self._attributes = None
         self.step = step
         self._records = self._bytes = self._calls = self._cut_prefix = self._cut_failure = None
@@ -232,8 +241,9 @@ class OperationSpan(_Span):
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
-        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.operation = operation
         self._records = self._bytes = self._blockers = self._episodes = self._rollouts = None
         self._phase: Phase | None = None
