@@ -6,7 +6,6 @@ so each module reads in one sitting.
 
 from __future__ import annotations
 
-from time import time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -19,7 +18,6 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._span_handles import _OK, _bad, _error_fields, _Span
-from ckpt_events._tracecontext import _getrandbits
 from ckpt_events._vocab import CollectionAction, Kind, Operation, coerce
 
 if TYPE_CHECKING:
@@ -40,7 +38,7 @@ class StageSpan(_Span):
         self._tel = parent._tel
         self.checkpoint_id = parent.checkpoint_id
         self.trace_id = parent.trace_id
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = self._tel._random(64) or self._tel._random(64) or 1
         self.parent_span_id = parent.span_id
         self.parent_remote = False
         self.sampled = parent.sampled
@@ -56,8 +54,8 @@ class StageSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if StageFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -124,8 +122,8 @@ class CoordinateSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if CoordinateFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -224,8 +222,8 @@ class CollectionSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if CollectionFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None

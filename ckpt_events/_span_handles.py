@@ -13,7 +13,6 @@ checks each value inline.
 
 from __future__ import annotations
 
-from time import time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -25,7 +24,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._tracecontext import _getrandbits, format_traceparent
+from ckpt_events._tracecontext import format_traceparent
 from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
 
 if TYPE_CHECKING:
@@ -79,7 +78,7 @@ class _Span:
         self.checkpoint_id = checkpoint_id
         self.trace_id = trace_id
         # A zero span id is invalid in W3C; one in 2**64 draws, so retry rather than branch.
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = tel._random(64) or tel._random(64) or 1
         self.parent_span_id = parent_span_id
         self.parent_remote = parent_remote
         self.sampled = sampled
@@ -88,8 +87,8 @@ class _Span:
 
     def _start(self, started: type[Any], what: object) -> None:
         """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
-        self.start_ns = time_ns()
         tel = self._tel
+        self.start_ns = tel._clock()
         if started in tel.bus._routes:
             tel.bus.emit(
                 started(  # positional, in field order (see _events.py)
@@ -141,7 +140,7 @@ class StepSpan(_Span):
         self._tel = parent._tel
         self.checkpoint_id = parent.checkpoint_id
         self.trace_id = parent.trace_id
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = self._tel._random(64) or self._tel._random(64) or 1
         self.parent_span_id = parent.span_id
         self.parent_remote = False
         self.sampled = parent.sampled
@@ -157,8 +156,8 @@ class StepSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if StepFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -255,8 +254,8 @@ class OperationSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if OperationFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None

@@ -8,6 +8,7 @@ flags it checks are plain attributes, recomputed by the bus on subscribe and uns
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from time import time_ns
 from typing import Final
@@ -90,17 +91,23 @@ class Telemetry:
     ``otel_context`` (``True`` for OpenTelemetry, or any ``ContextBridge``): a live operation's
     parent is the current OpenTelemetry span if there is one (else ``traceparent``), and the
     operation is the current span while open. It is consulted only when a sink listens.
+    ``ids`` (``ids(bits)``: a random non-zero int of ``bits`` bits, 64 or 128) and ``clock``
+    (nanoseconds since the epoch) replace ``random.getrandbits`` and ``time.time_ns`` for
+    this Telemetry's live spans and events, e.g. with ``ckpt_events.testing``'s
+    ``SequentialIds`` and ``TickingClock`` for deterministic tests.
     """
 
     __slots__ = (
         "__weakref__",
         "_bridge",
+        "_clock",
         "_collection_on",
         "_coordinate_on",
         "_cut_on",
         "_lease_on",
         "_not_ready_on",
         "_operation_on",
+        "_random",
         "_ratio_bound",
         "_refused_on",
         "bus",
@@ -117,6 +124,8 @@ class Telemetry:
         instance: str,
         sample_ratio: float = 1.0,
         otel_context: bool | ContextBridge = False,
+        ids: Callable[[int], int] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
             raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
@@ -140,6 +149,10 @@ class Telemetry:
             raise InvalidArgumentError(
                 f"otel_context must be a bool or a ContextBridge, not {otel_context!r}"
             )
+        if (ids is not None and not callable(ids)) or (clock is not None and not callable(clock)):
+            raise InvalidArgumentError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
+        self._random: Callable[[int], int] = _getrandbits if ids is None else ids
+        self._clock: Callable[[], int] = time_ns if clock is None else clock
         self.bus = bus if bus is not None else Bus()
         self._interest_changed()
         if bus is not None:
@@ -177,14 +190,14 @@ class Telemetry:
     def _context(self, traceparent: str | None, parent: _Span | None) -> tuple[int, int | None, bool, bool]:
         """(trace id, parent span id, parent is remote, sampled) for a new span."""
         if traceparent is None and parent is None:  # a new root: the common case, kept short
-            trace_id = _getrandbits(128) or new_trace_id()
+            trace_id = self._random(128) or new_trace_id()
             return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
         if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
             return parent.trace_id, parent.span_id, False, parent.sampled
         remote = parse_traceparent(traceparent) if traceparent is not None else None
         if remote is not None:
             return remote.trace_id, remote.span_id, True, remote.sampled
-        trace_id = new_trace_id()
+        trace_id = self._random(128) or new_trace_id()
         return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
 
     def operation(
@@ -300,7 +313,7 @@ class Telemetry:
             return
         self.bus.emit(
             Refused(
-                self.kind, self.instance, time_ns(), coerce(ErrorCode, code), checkpoint_id
+                self.kind, self.instance, self._clock(), coerce(ErrorCode, code), checkpoint_id
             )  # positional, in field order
         )
 
@@ -311,7 +324,7 @@ class Telemetry:
             return
         self.bus.emit(
             LeaseExpired(
-                self.kind, self.instance, time_ns(), coerce(Phase, phase), checkpoint_id
+                self.kind, self.instance, self._clock(), coerce(Phase, phase), checkpoint_id
             )  # positional, in field order
         )
 
@@ -323,7 +336,7 @@ class Telemetry:
             raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
         self.bus.emit(
             PrepareNotReady(
-                self.kind, self.instance, time_ns(), blockers, checkpoint_id
+                self.kind, self.instance, self._clock(), blockers, checkpoint_id
             )  # positional, in field order
         )
 
@@ -338,6 +351,11 @@ class Telemetry:
             raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")
         self.bus.emit(
             GenerationCut(
-                self.kind, self.instance, time_ns(), coerce(Disposition, disposition), calls, checkpoint_id
+                self.kind,
+                self.instance,
+                self._clock(),
+                coerce(Disposition, disposition),
+                calls,
+                checkpoint_id,
             )  # positional, in field order
         )
