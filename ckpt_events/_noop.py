@@ -44,6 +44,9 @@ class _Noop:
     def tracestate(self) -> str | None:
         return None
 
+    def with_tracestate(self, header: str | None) -> Self:
+        return self
+
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         return None
 

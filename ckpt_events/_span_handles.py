@@ -14,7 +14,7 @@ checks each value inline.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Self
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
@@ -24,7 +24,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._tracecontext import format_traceparent
+from ckpt_events._tracecontext import format_traceparent, parse_tracestate
 from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
 
 if TYPE_CHECKING:
@@ -111,8 +111,21 @@ class _Span:
 
     def tracestate(self) -> str | None:
         """The W3C ``tracestate`` to send with ``traceparent()``: the one that came in with
-        this trace's ``traceparent`` (validated), inherited by child spans; ``None`` if none."""
+        this trace's ``traceparent`` (see ``with_tracestate``), inherited by child spans."""
         return self._tracestate
+
+    def with_tracestate(self, header: str | None) -> Self:
+        """Keep the incoming ``tracestate`` ``header`` (validated by ``parse_tracestate``) if
+        this span continues the ``traceparent`` it came with; returns this span::
+
+            with tel.operation("prepare", traceparent=tp).with_tracestate(ts) as op: ...
+
+        A span that does not continue a remote parent ignores it (W3C: a ``tracestate``
+        goes only with its ``traceparent``); a child span keeps its parent's.
+        """
+        if self.parent_remote and header is not None:
+            self._tracestate = parse_tracestate(header)
+        return self
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         """Attach an extra attribute; sinks apply the redaction rule to it."""

@@ -35,7 +35,7 @@ from ckpt_events._events import (
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
 from ckpt_events._span_handles import OperationSpan, _Span
-from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
+from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
     CollectionAction,
     Disposition,
@@ -74,11 +74,11 @@ def _load_bridge(name: str) -> ContextBridge:
     )
 
 
-def _state(tracestate: str | None, remote: bool, parent: _Span | None) -> str | None:
-    """A new span's tracestate: its local parent's, or the incoming one with its traceparent."""
+def _inherited(parent: _Span | None) -> str | None:
+    """A new span's tracestate before ``with_tracestate``: its live local parent's, if any."""
     if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
         return parent._tracestate
-    return parse_tracestate(tracestate) if remote and tracestate is not None else None
+    return None
 
 
 class Telemetry:
@@ -207,13 +207,12 @@ class Telemetry:
         checkpoint_id: str | None = None,
         traceparent: str | None = None,
         parent: _Span | None = None,
-        tracestate: str | None = None,
     ) -> OperationSpan:
         """A span for ``operation`` on this participant (``gym.checkpoint.<operation>``).
 
         ``traceparent`` is the incoming header of the control call (malformed: ignored, a
-        new trace starts) and ``tracestate`` the one that came with it (kept, validated, by
-        the span's ``tracestate()``); ``parent`` a span in this process. Use with ``with``.
+        new trace starts); ``parent`` a span in this process. Use with ``with``; the
+        ``tracestate`` that came with ``traceparent`` is kept by ``.with_tracestate(header)``.
         """
         if not self._operation_on:
             try:  # inline, not a helper call: this is the whole cost of a disabled site
@@ -228,9 +227,9 @@ class Telemetry:
             member = coerce(Operation, operation)
         bridge = self._bridge
         if bridge is not None:
-            return self._bridged(bridge, member, checkpoint_id, traceparent, parent, tracestate)
+            return self._bridged(bridge, member, checkpoint_id, traceparent, parent)
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-        state = None if tracestate is None and parent is None else _state(tracestate, remote, parent)
+        state = None if parent is None else _inherited(parent)
         return OperationSpan(self, member, checkpoint_id, trace_id, parent_id, remote, sampled, state)
 
     def _bridged(
@@ -240,7 +239,6 @@ class Telemetry:
         checkpoint_id: str | None,
         traceparent: str | None,
         parent: _Span | None,
-        tracestate: str | None,
     ) -> OperationSpan:
         current = bridge.current_parent() if parent is None else None
         parent_id: int | None
@@ -249,7 +247,7 @@ class Telemetry:
             trace_id, parent_id, remote, sampled = current[0], current[1], False, current[2]
         else:
             trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-            state = _state(tracestate, remote, parent)
+            state = _inherited(parent)
         return BridgedOperationSpan(
             self, member, checkpoint_id, trace_id, parent_id, remote, sampled, bridge, state
         )
@@ -261,7 +259,6 @@ class Telemetry:
         checkpoint_id: str | None = None,
         traceparent: str | None = None,
         parent: _Span | None = None,
-        tracestate: str | None = None,
     ) -> CoordinateSpan:
         """A controller span ``gym.checkpoint.coordinate.<operation>``; ``.stage(kind)`` nests."""
         if not self._coordinate_on:
@@ -276,7 +273,7 @@ class Telemetry:
             parent_id,
             remote,
             sampled,
-            _state(tracestate, remote, parent),
+            _inherited(parent),
         )
 
     def collection(
@@ -286,7 +283,6 @@ class Telemetry:
         checkpoint_id: str | None = None,
         traceparent: str | None = None,
         parent: _Span | None = None,
-        tracestate: str | None = None,
     ) -> CollectionSpan:
         """Rollout collection's span: ``action`` is ``"checkpoint"`` or ``"restore"``."""
         member = coerce(CollectionAction, action)
@@ -301,7 +297,7 @@ class Telemetry:
             parent_id,
             remote,
             sampled,
-            _state(tracestate, remote, parent),
+            _inherited(parent),
         )
 
     # -- counted events ----------------------------------------------------------------------

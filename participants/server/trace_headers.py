@@ -22,6 +22,5 @@ class TraceHeaders(NamedTuple):
 
     def operation(self, tel: Telemetry, operation: Operation, checkpoint_id: str) -> OperationSpan:
         """``tel.operation(operation)`` continuing the caller's trace."""
-        return tel.operation(
-            operation, checkpoint_id=checkpoint_id, traceparent=self.traceparent, tracestate=self.tracestate
-        )
+        span = tel.operation(operation, checkpoint_id=checkpoint_id, traceparent=self.traceparent)
+        return span.with_tracestate(self.tracestate)

@@ -33,7 +33,7 @@ async def test_control_calls_carry_the_tracestate_of_their_trace() -> None:
                 tel = Telemetry(bus, kind="controller", instance="coordination")
                 coordinator = await Coordinator.discover(urls, token=TOKEN, telemetry=tel, client=http)
                 async with coordinator:
-                    with tel.collection("checkpoint", traceparent=_PARENT, tracestate="rojo=1") as root:
+                    with tel.collection("checkpoint", traceparent=_PARENT).with_tracestate("rojo=1") as root:
                         await coordinator.prepare("c-ts", deadline_ts=time.time() + 10, parent=root)
                         await coordinator.resume("c-ts", deadline_ts=time.time() + 10, parent=root)
     assert len(sent) >= 2
