@@ -10,7 +10,17 @@ from typing import get_args
 import msgspec
 import pytest
 
-from ckpt_events import Bus, CheckpointEvent, InvalidArgumentError, Kind, Step, StepStarted, Telemetry
+from ckpt_events import (
+    Bus,
+    CheckpointEvent,
+    InvalidArgumentError,
+    Kind,
+    Step,
+    StepStarted,
+    Telemetry,
+    new_span_id,
+    new_trace_id,
+)
 from ckpt_events.testing import MemorySink
 from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from tests.sinks.helpers import every_event_type
@@ -227,3 +237,32 @@ async def test_lines_reach_disk_when_the_bus_delivers(tmp_path: Path) -> None:
     threaded = JsonLinesSink(tmp_path / "threaded.jsonl", blocking=True)
     assert threaded.blocking and threaded.linger > 0
     threaded.close()
+
+
+def test_hex_ids_stay_right_past_the_id_cache() -> None:
+    """More distinct ids than the hex cache holds: every line still names its own ids."""
+    events = [
+        StepStarted(
+            kind=Kind.AGENT,
+            instance="a0",
+            trace_id=new_trace_id(),
+            span_id=new_span_id(),
+            start_ns=n,
+            step=Step.WRITE,
+            parent_span_id=new_span_id() if n % 2 else None,
+        )
+        for n in range(10_000)
+    ]
+    stream = io.BytesIO()
+    JsonLinesSink(stream).handle(events)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["trace_id"], x["span_id"], x["parent_span_id"]) for x in lines] == [
+        (
+            format(e.trace_id, "032x"),
+            format(e.span_id, "016x"),
+            None if e.parent_span_id is None else format(e.parent_span_id, "016x"),
+        )
+        for e in events
+    ]
+    stream.seek(0)
+    assert [event for _, event in read_events(stream)] == events
