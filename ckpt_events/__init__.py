@@ -48,6 +48,7 @@ from ckpt_events._tracecontext import (
     new_span_id,
     new_trace_id,
     parse_traceparent,
+    parse_tracestate,
 )
 from ckpt_events._vocab import (
     ATTR_PREFIX,
@@ -169,6 +170,7 @@ __all__ = [
     "new_span_id",
     "new_trace_id",
     "parse_traceparent",
+    "parse_tracestate",
     "resolve_interests",
     "resolve_span_groups",
     "span_kind_of",

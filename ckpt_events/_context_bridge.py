@@ -52,8 +52,11 @@ class BridgedOperationSpan(OperationSpan):
         parent_remote: bool,
         sampled: bool,
         bridge: ContextBridge,
+        tracestate: str | None = None,
     ) -> None:
-        super().__init__(tel, operation, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        super().__init__(
+            tel, operation, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate
+        )
         self._bridge = bridge
         self._token: object = None
 

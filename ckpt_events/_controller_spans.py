@@ -6,7 +6,6 @@ so each module reads in one sitting.
 
 from __future__ import annotations
 
-from time import time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -19,7 +18,6 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._span_handles import _OK, _bad, _error_fields, _Span
-from ckpt_events._tracecontext import _getrandbits
 from ckpt_events._vocab import CollectionAction, Kind, Operation, coerce
 
 if TYPE_CHECKING:
@@ -40,10 +38,11 @@ class StageSpan(_Span):
         self._tel = parent._tel
         self.checkpoint_id = parent.checkpoint_id
         self.trace_id = parent.trace_id
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = self._tel._random(64) or self._tel._random(64) or 1
         self.parent_span_id = parent.span_id
         self.parent_remote = False
         self.sampled = parent.sampled
+        self._tracestate = parent._tracestate
         self._attributes = None
         self.stage = stage
         self._participants: int | None = None
@@ -55,8 +54,8 @@ class StageSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if StageFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -109,8 +108,9 @@ class CoordinateSpan(_Span):
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
-        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.operation = operation
         self._participants = self._episodes = self._rollouts = None
         self._prepared: bool | None = None
@@ -123,8 +123,8 @@ class CoordinateSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if CoordinateFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -209,8 +209,9 @@ class CollectionSpan(_Span):
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
-        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled)
+        self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.action: CollectionAction = action
         self._in_flight = self._rows = self._restarts = None
         self._stop: bool | None = None
@@ -223,8 +224,8 @@ class CollectionSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if CollectionFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None

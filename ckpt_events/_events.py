@@ -2,10 +2,13 @@
 
 Spans travel as a pair of events (``*Started`` when the span opens, ``*Finished`` when it
 closes); a span sink needs only the ``*Finished`` ones, which carry both timestamps. Counted
-events are single points. ``CheckpointEvent`` is the union of all of them, so a JSON line
-decodes back into its typed event::
+events are single points. ``CheckpointEvent`` is the union of all of them, so msgspec's JSON
+of an event decodes back into its typed event::
 
-    msgspec.json.decode(line, type=CheckpointEvent)
+    msgspec.json.decode(msgspec.json.encode(event), type=CheckpointEvent)
+
+(The JSON-lines sink writes the ids as W3C hex strings instead; ``sinks.read_events`` reads
+them back.)
 
 Schema evolution follows msgspec's rules: new fields get defaults; nothing is renamed or
 retyped.

@@ -41,6 +41,12 @@ class _Noop:
     def traceparent(self) -> str | None:
         return None
 
+    def tracestate(self) -> str | None:
+        return None
+
+    def with_tracestate(self, header: str | None) -> Self:
+        return self
+
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         return None
 

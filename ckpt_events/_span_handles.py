@@ -13,9 +13,8 @@ checks each value inline.
 
 from __future__ import annotations
 
-from time import time_ns
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Self
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
@@ -25,7 +24,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._tracecontext import _getrandbits, format_traceparent
+from ckpt_events._tracecontext import format_traceparent, parse_tracestate
 from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
 
 if TYPE_CHECKING:
@@ -55,6 +54,7 @@ class _Span:
     __slots__ = (
         "_attributes",
         "_tel",
+        "_tracestate",
         "checkpoint_id",
         "parent_remote",
         "parent_span_id",
@@ -72,21 +72,23 @@ class _Span:
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
         self._tel = tel
         self.checkpoint_id = checkpoint_id
         self.trace_id = trace_id
         # A zero span id is invalid in W3C; one in 2**64 draws, so retry rather than branch.
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = tel._random(64) or tel._random(64) or 1
         self.parent_span_id = parent_span_id
         self.parent_remote = parent_remote
         self.sampled = sampled
+        self._tracestate = tracestate
         self._attributes: dict[str, AttributeValue] | None = None
 
     def _start(self, started: type[Any], what: object) -> None:
         """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
-        self.start_ns = time_ns()
         tel = self._tel
+        self.start_ns = tel._clock()
         if started in tel.bus._routes:
             tel.bus.emit(
                 started(  # positional, in field order (see _events.py)
@@ -107,6 +109,24 @@ class _Span:
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` for an outgoing call made inside this span."""
         return format_traceparent(self.trace_id, self.span_id, self.sampled)
+
+    def tracestate(self) -> str | None:
+        """The W3C ``tracestate`` to send with ``traceparent()``: the one that came in with
+        this trace's ``traceparent`` (see ``with_tracestate``), inherited by child spans."""
+        return self._tracestate
+
+    def with_tracestate(self, header: str | None) -> Self:
+        """Keep the incoming ``tracestate`` ``header`` (validated by ``parse_tracestate``) if
+        this span continues the ``traceparent`` it came with; returns this span::
+
+            with tel.operation("prepare", traceparent=tp).with_tracestate(ts) as op: ...
+
+        A span that does not continue a remote parent ignores it (W3C: a ``tracestate``
+        goes only with its ``traceparent``); a child span keeps its parent's.
+        """
+        if self.parent_remote and header is not None:
+            self._tracestate = parse_tracestate(header)
+        return self
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         """Attach an extra attribute; sinks apply the redaction rule to it."""
@@ -134,25 +154,27 @@ class StepSpan(_Span):
         self._tel = parent._tel
         self.checkpoint_id = parent.checkpoint_id
         self.trace_id = parent.trace_id
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = self._tel._random(64) or self._tel._random(64) or 1
         self.parent_span_id = parent.span_id
         self.parent_remote = False
         self.sampled = parent.sampled
+        self._tracestate = parent._tracestate
         self._attributes = None
         self.step = step
         self._records = self._bytes = self._calls = self._cut_prefix = self._cut_failure = None
 
     def __enter__(self) -> StepSpan:
-        self.start_ns = time_ns()
         if self._tel._step_started_on:
-            self._start(StepStarted, self.step)
+            self._start(StepStarted, self.step)  # reads the clock
+        else:
+            self.start_ns = self._tel._clock()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if tel._step_finished_on:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -246,15 +268,17 @@ class OperationSpan(_Span):
         parent_span_id: int | None,
         parent_remote: bool,
         sampled: bool,
+        tracestate: str | None = None,
     ) -> None:
         # Identity inline, not through _identify(): this runs once per span on the request path.
         self._tel = tel
         self.checkpoint_id = checkpoint_id
         self.trace_id = trace_id
-        self.span_id = _getrandbits(64) or _getrandbits(64) or 1
+        self.span_id = tel._random(64) or tel._random(64) or 1
         self.parent_span_id = parent_span_id
         self.parent_remote = parent_remote
         self.sampled = sampled
+        self._tracestate = tracestate
         self._attributes = None
         self.operation = operation
         self._records = self._bytes = self._blockers = self._episodes = self._rollouts = None
@@ -263,16 +287,17 @@ class OperationSpan(_Span):
         self._loop_lag_ms: float | None = None
 
     def __enter__(self) -> OperationSpan:
-        self.start_ns = time_ns()
         if self._tel._operation_started_on:
-            self._start(OperationStarted, self.operation)
+            self._start(OperationStarted, self.operation)  # reads the clock
+        else:
+            self.start_ns = self._tel._clock()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        end_ns = time_ns()
         tel = self._tel
+        end_ns = tel._clock()
         if tel._operation_finished_on:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None

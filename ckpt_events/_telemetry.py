@@ -8,6 +8,7 @@ flags it checks are plain attributes, recomputed by the bus on subscribe and uns
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from time import time_ns
 from typing import Final
@@ -75,6 +76,13 @@ def _load_bridge(name: str) -> ContextBridge:
     )
 
 
+def _inherited(parent: _Span | None) -> str | None:
+    """A new span's tracestate before ``with_tracestate``: its live local parent's, if any."""
+    if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
+        return parent._tracestate
+    return None
+
+
 class Telemetry:
     """Emits the checkpoint events of one participant (``kind``, ``instance``) onto ``bus``.
 
@@ -87,11 +95,16 @@ class Telemetry:
     operation is the current span while open. It is consulted only when a sink listens.
     ``worker``: the index of this process among a multi-worker participant's workers; every
     event it emits carries it (``None``, the default, for a single-process participant).
+    ``ids`` (``ids(bits)``: a random non-zero int of ``bits`` bits, 64 or 128) and ``clock``
+    (nanoseconds since the epoch) replace ``random.getrandbits`` and ``time.time_ns`` for
+    this Telemetry's live spans and events, e.g. with ``ckpt_events.testing``'s
+    ``SequentialIds`` and ``TickingClock`` for deterministic tests.
     """
 
     __slots__ = (
         "__weakref__",
         "_bridge",
+        "_clock",
         "_collection_on",
         "_coordinate_on",
         "_cut_on",
@@ -100,6 +113,7 @@ class Telemetry:
         "_operation_finished_on",
         "_operation_on",
         "_operation_started_on",
+        "_random",
         "_ratio_bound",
         "_refused_on",
         "_step_finished_on",
@@ -121,6 +135,8 @@ class Telemetry:
         sample_ratio: float = 1.0,
         otel_context: bool | ContextBridge = False,
         worker: int | None = None,
+        ids: Callable[[int], int] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
             raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
@@ -147,6 +163,10 @@ class Telemetry:
             raise InvalidArgumentError(
                 f"otel_context must be a bool or a ContextBridge, not {otel_context!r}"
             )
+        if (ids is not None and not callable(ids)) or (clock is not None and not callable(clock)):
+            raise InvalidArgumentError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
+        self._random: Callable[[int], int] = _getrandbits if ids is None else ids
+        self._clock: Callable[[], int] = time_ns if clock is None else clock
         self.bus = bus if bus is not None else Bus()
         self._interest_changed()
         if bus is not None:
@@ -200,14 +220,14 @@ class Telemetry:
     def _context(self, traceparent: str | None, parent: _Span | None) -> tuple[int, int | None, bool, bool]:
         """(trace id, parent span id, parent is remote, sampled) for a new span."""
         if traceparent is None and parent is None:  # a new root: the common case, kept short
-            trace_id = _getrandbits(128) or new_trace_id()
+            trace_id = self._random(128) or new_trace_id()
             return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
         if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
             return parent.trace_id, parent.span_id, False, parent.sampled
         remote = parse_traceparent(traceparent) if traceparent is not None else None
         if remote is not None:
             return remote.trace_id, remote.span_id, True, remote.sampled
-        trace_id = new_trace_id()
+        trace_id = self._random(128) or new_trace_id()
         return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
 
     def operation(
@@ -221,7 +241,8 @@ class Telemetry:
         """A span for ``operation`` on this participant (``gym.checkpoint.<operation>``).
 
         ``traceparent`` is the incoming header of the control call (malformed: ignored, a
-        new trace starts); ``parent`` a span in this process. Use with ``with``.
+        new trace starts); ``parent`` a span in this process. Use with ``with``; the
+        ``tracestate`` that came with ``traceparent`` is kept by ``.with_tracestate(header)``.
         """
         if not self._operation_on:
             try:  # inline, not a helper call: this is the whole cost of a disabled site
@@ -238,7 +259,8 @@ class Telemetry:
         if bridge is not None:
             return self._bridged(bridge, member, checkpoint_id, traceparent, parent)
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-        return OperationSpan(self, member, checkpoint_id, trace_id, parent_id, remote, sampled)
+        state = None if parent is None else _inherited(parent)
+        return OperationSpan(self, member, checkpoint_id, trace_id, parent_id, remote, sampled, state)
 
     def _bridged(
         self,
@@ -250,12 +272,14 @@ class Telemetry:
     ) -> OperationSpan:
         current = bridge.current_parent() if parent is None else None
         parent_id: int | None
+        state: str | None = None
         if current is not None:
             trace_id, parent_id, remote, sampled = current[0], current[1], False, current[2]
         else:
             trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
+            state = _inherited(parent)
         return BridgedOperationSpan(
-            self, member, checkpoint_id, trace_id, parent_id, remote, sampled, bridge
+            self, member, checkpoint_id, trace_id, parent_id, remote, sampled, bridge, state
         )
 
     def coordinate(
@@ -272,7 +296,14 @@ class Telemetry:
             return NOOP_COORDINATE
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return CoordinateSpan(
-            self, coerce(Operation, operation), checkpoint_id, trace_id, parent_id, remote, sampled
+            self,
+            coerce(Operation, operation),
+            checkpoint_id,
+            trace_id,
+            parent_id,
+            remote,
+            sampled,
+            _inherited(parent),
         )
 
     def collection(
@@ -296,6 +327,7 @@ class Telemetry:
             parent_id,
             remote,
             sampled,
+            _inherited(parent),
         )
 
     # -- counted events ----------------------------------------------------------------------
@@ -307,7 +339,7 @@ class Telemetry:
             return
         self.bus.emit(
             Refused(
-                self.kind, self.instance, time_ns(), coerce(ErrorCode, code), checkpoint_id, self.worker
+                self.kind, self.instance, self._clock(), coerce(ErrorCode, code), checkpoint_id, self.worker
             )  # positional, in field order
         )
 
@@ -318,7 +350,7 @@ class Telemetry:
             return
         self.bus.emit(
             LeaseExpired(
-                self.kind, self.instance, time_ns(), coerce(Phase, phase), checkpoint_id, self.worker
+                self.kind, self.instance, self._clock(), coerce(Phase, phase), checkpoint_id, self.worker
             )  # positional, in field order
         )
 
@@ -330,7 +362,7 @@ class Telemetry:
             raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
         self.bus.emit(
             PrepareNotReady(
-                self.kind, self.instance, time_ns(), blockers, checkpoint_id, self.worker
+                self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
             )  # positional, in field order
         )
 
@@ -347,7 +379,7 @@ class Telemetry:
             GenerationCut(
                 self.kind,
                 self.instance,
-                time_ns(),
+                self._clock(),
                 coerce(Disposition, disposition),
                 calls,
                 checkpoint_id,

@@ -11,9 +11,25 @@ import random
 import re
 from typing import Final, NamedTuple
 
-__all__ = ["RemoteParent", "format_traceparent", "new_span_id", "new_trace_id", "parse_traceparent"]
+__all__ = [
+    "RemoteParent",
+    "format_traceparent",
+    "new_span_id",
+    "new_trace_id",
+    "parse_traceparent",
+    "parse_tracestate",
+]
 
 _TRACEPARENT: Final = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+# W3C trace context, tracestate: a key is lowercase, simple or ``tenant@system``; a value
+# is up to 256 printable ASCII characters without ``,`` and ``=``, not ending in a space.
+_TRACESTATE_MEMBER: Final = re.compile(
+    r"(?:[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
+#: W3C: a tracestate has at most 32 list members; OpenTelemetry reads at most 8192 characters.
+MAX_TRACESTATE_MEMBERS: Final = 32
+MAX_TRACESTATE_LENGTH: Final = 8192
 _getrandbits: Final = random.getrandbits  # the global Random is reseeded after fork
 
 
@@ -65,3 +81,32 @@ def parse_traceparent(header: object) -> RemoteParent | None:
 def format_traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
     """The ``traceparent`` header value naming span ``span_id`` of trace ``trace_id``."""
     return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+
+
+def parse_tracestate(header: object) -> str | None:
+    """The W3C ``tracestate`` to pass on, normalised (``k=v,k2=v2``), or ``None`` to drop it.
+
+    ``header`` is the value (several header fields joined with ``,``, as HTTP combines
+    them). Empty members and the optional whitespace around members are dropped; the whole
+    header is dropped when a member is malformed, a key repeats, it has more than 32
+    members or more than 8192 characters (as OpenTelemetry's propagator does). Only pass it
+    on with the ``traceparent`` it came with: a tracestate without a valid parent is noise.
+    """
+    if not isinstance(header, str) or len(header) > MAX_TRACESTATE_LENGTH:
+        return None
+    members: list[str] = []
+    keys: set[str] = set()
+    for raw in header.split(","):
+        member = raw.strip(" \t")
+        if not member:
+            continue
+        if _TRACESTATE_MEMBER.fullmatch(member) is None:
+            return None
+        key = member[: member.index("=")]
+        if key in keys:
+            return None
+        keys.add(key)
+        members.append(member)
+    if not members or len(members) > MAX_TRACESTATE_MEMBERS:
+        return None
+    return ",".join(members)

@@ -10,18 +10,34 @@ fresh started bus with one ``MemorySink`` subscribed::
     assert [type(e) for e in events] == [OperationStarted, OperationFinished]
 
 The block's events are flushed into ``events`` when it ends.
+
+``EventCapture`` does the same from synchronous and asynchronous code alike (its bus runs in
+a thread of its own), and its ``telemetry()`` draws ids from ``SequentialIds`` and time from
+``TickingClock``, so events compare equal run after run. The pytest plugin (``ckpt_capture``
+and the OpenTelemetry fixtures) is built on it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import anyio.from_thread
+import anyio.to_thread
 
 from ckpt_events._bus import Bus
 from ckpt_events._events import Event
+from ckpt_events._sink import Sink
+from ckpt_events._telemetry import Telemetry
+from ckpt_events._vocab import Kind
 
-__all__ = ["MemorySink", "capture_events"]
+__all__ = ["EventCapture", "MemorySink", "SequentialIds", "TickingClock", "capture_events"]
+
+#: ``TickingClock``'s default start: 2023-11-14T22:13:20Z, in nanoseconds.
+CLOCK_START_NS = 1_700_000_000_000_000_000
 
 E = TypeVar("E", bound=Event)
 
@@ -60,3 +76,112 @@ async def capture_events(
         bus.subscribe(sink, name="capture")
         yield bus, sink.events
         await bus.flush()
+
+
+class SequentialIds:
+    """Deterministic ids for ``Telemetry(ids=...)``: trace ids 1, 2, 3... and span ids 1, 2, 3...
+
+    Called as ``ids(bits)``: 128 bits draws the next trace id, anything else the next span id.
+    """
+
+    def __init__(self, first_trace: int = 1, first_span: int = 1) -> None:
+        self._lock = threading.Lock()
+        self.next_trace = first_trace
+        self.next_span = first_span
+
+    def __call__(self, bits: int) -> int:
+        with self._lock:
+            if bits == 128:
+                value, self.next_trace = self.next_trace, self.next_trace + 1
+            else:
+                value, self.next_span = self.next_span, self.next_span + 1
+        return value
+
+
+class TickingClock:
+    """A deterministic clock for ``Telemetry(clock=...)``: each reading is ``step_ns`` later."""
+
+    def __init__(self, start_ns: int = CLOCK_START_NS, step_ns: int = 1_000_000) -> None:
+        self._lock = threading.Lock()
+        self.now_ns = start_ns
+        self.step_ns = step_ns
+
+    def __call__(self) -> int:
+        with self._lock:
+            value = self.now_ns
+            self.now_ns += self.step_ns
+        return value
+
+
+class EventCapture:
+    """A running bus with a ``MemorySink``, for sync and async tests, with deterministic telemetry.
+
+    ``with EventCapture() as capture:`` starts the bus in a thread of its own (emitting is safe
+    from any thread); ``capture.telemetry(kind, instance)`` emits onto it with ``SequentialIds``
+    and a ``TickingClock``; ``capture.events`` flushes and returns the events so far (``await
+    capture.flush()`` does the flushing from async code without blocking its loop).
+    """
+
+    def __init__(self, interests: Iterable[type[Event]] | None = None, **bus_options: Any) -> None:
+        self.sink = MemorySink(interests)
+        self.bus = Bus(**bus_options)
+        self.ids = SequentialIds()
+        self.clock = TickingClock()
+        self._stack = ExitStack()
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+
+    def __enter__(self) -> Self:
+        portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
+        self._portal = portal
+        bus_context: AbstractContextManager[Bus] = portal.wrap_async_context_manager(self.bus)
+        self._stack.enter_context(bus_context)
+        portal.call(self._subscribe, self.sink, "capture")
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._portal = None
+        self._stack.close()
+
+    def _subscribe(self, sink: Sink, name: str | None) -> None:
+        self.bus.subscribe(sink, name=name)
+
+    def _running(self) -> anyio.from_thread.BlockingPortal:
+        if self._portal is None:
+            raise RuntimeError("EventCapture is not running: use it as `with EventCapture() as capture:`")
+        return self._portal
+
+    def subscribe(self, sink: Sink, *, name: str | None = None) -> None:
+        """Subscribe another sink (a span or metric sink, say) to the capture's bus."""
+        self._running().call(self._subscribe, sink, name)
+
+    def telemetry(self, kind: Kind | str, instance: str, **options: Any) -> Telemetry:
+        """A ``Telemetry`` on this bus with deterministic ids and clock (``options`` go to it)."""
+        options.setdefault("ids", self.ids)
+        options.setdefault("clock", self.clock)
+        return Telemetry(self.bus, kind=kind, instance=instance, **options)
+
+    def flush_sync(self) -> None:
+        """Wait until every event emitted so far has reached every sink."""
+        self._running().call(self.bus.flush)
+
+    async def flush(self) -> None:
+        """``flush_sync`` from async code, in a worker thread so the caller's loop runs on."""
+        await anyio.to_thread.run_sync(self.flush_sync)
+
+    @property
+    def events(self) -> list[Any]:
+        """Every event captured so far, in order (flushed first)."""
+        self.flush_sync()
+        return self.sink.events
+
+    def of_type(self, cls: type[E]) -> list[E]:
+        """The captured events that are instances of ``cls``, in order (flushed first)."""
+        self.flush_sync()
+        return self.sink.of_type(cls)
+
+    def clear(self) -> None:
+        """Forget the events captured so far."""
+        self.flush_sync()
+        self.sink.clear()

@@ -1,5 +1,9 @@
 """The JSON-lines sink and its reader: one JSON object per event per line.
 
+Ids are written as W3C hex strings (``sinks._hexids``), as a collector and a ``traceparent``
+show them; ``read_events`` turns them back into the ints the typed events carry (and still
+reads older logs with decimal ids).
+
 Writing reuses one ``msgspec.json.Encoder`` and one ``bytearray`` for every batch; a batch is
 written with whole lines only, so a reader never sees half a line from this sink (a crash
 mid-``write`` aside, which ``read_events`` reports as a corrupt last line).
@@ -20,6 +24,7 @@ from typing import IO, Any, Final
 import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidArgumentError
+from sinks._hexids import WIRE_DECODER, from_wire, with_hex_ids
 
 __all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]
 
@@ -143,7 +148,7 @@ class JsonLinesSink:
                     buffer = self._buffer
                     encode_into = self._encode_into
                     for event in batch:
-                        encode_into(event, buffer, -1)
+                        encode_into(with_hex_ids(event), buffer, -1)
                         buffer.append(_NEWLINE)
                     self._write(buffer, len(batch))
                 else:
@@ -171,7 +176,7 @@ class JsonLinesSink:
         lines = 0
         for event in batch:
             before = len(buffer)
-            encode_into(event, buffer, -1)
+            encode_into(with_hex_ids(event), buffer, -1)
             buffer.append(_NEWLINE)
             if self._size + len(buffer) > max_bytes and self._size + before > 0:
                 # The new line would overflow this file: finish the file without it.
@@ -301,9 +306,6 @@ class CorruptLine(msgspec.Struct, frozen=True):
     excerpt: str
 
 
-_decoder: Final = msgspec.json.Decoder(CheckpointEvent)
-
-
 def read_events(
     source: str | os.PathLike[str] | IO[bytes],
 ) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
@@ -322,13 +324,13 @@ def read_events(
 
 
 def _read(file: IO[bytes]) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
-    decode = _decoder.decode
+    decode = WIRE_DECODER.decode
     for number, raw in enumerate(file, 1):
         line = raw.strip()
         if not line:
             continue
         try:
-            yield number, decode(line)
+            yield number, from_wire(decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             excerpt = line[:_EXCERPT].decode("utf-8", "replace")
             yield number, CorruptLine(line=number, error=str(exc), excerpt=excerpt)

@@ -1,8 +1,14 @@
-"""Shared pytest setup: async tests run on anyio's asyncio backend (``anyio_mode = "auto"``)."""
+"""Shared pytest setup: async tests run on anyio's asyncio backend (``anyio_mode = "auto"``).
+
+Our own pytest plugin (``sinks.pytest_plugin``, registered under ``pytest11``) is loaded by
+its entry point, as in any project that installs ckpt-events; ``pytester`` tests the plugin.
+"""
 
 from __future__ import annotations
 
 import pytest
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture

@@ -26,4 +26,12 @@ def test_no_public_name_is_left_out() -> None:
 
 def test_testing_helpers_are_exported() -> None:
     """The testing helpers are part of the surface."""
-    assert set(ckpt_events.testing.__all__) == {"MemorySink", "capture_events"}
+    assert set(ckpt_events.testing.__all__) == {
+        "EventCapture",
+        "MemorySink",
+        "SequentialIds",
+        "TickingClock",
+        "capture_events",
+    }
+    for name in ckpt_events.testing.__all__:
+        assert hasattr(ckpt_events.testing, name), name

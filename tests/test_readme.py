@@ -1,26 +1,101 @@
-"""The README's runnable example runs, and its test command is exactly what CI runs."""
+"""The README: every python example runs, its tables match the code, its test command is CI's."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from ckpt_events import ErrorCode
+from participants.protocol import CONTROL_PREFIX
+from tests.readme_names import names_table, readme_block
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+_PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 
 
-def test_custom_sink_example_runs() -> None:
-    """The custom-sink example in the README runs as written and prints its alert."""
-    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
-    runnable = [b for b in blocks if "anyio.run(main)" in b]
-    assert len(runnable) == 1
-    result = subprocess.run(
-        [sys.executable, "-c", runnable[0]], capture_output=True, text=True, timeout=60, check=False
+def _run(code: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter, in ``tmp_path``, without our or OTel's variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
+    clean["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+        env={**clean, **env},
     )
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_every_python_block_runs(index: int, tmp_path: Path) -> None:
+    """Each ```python block of the README runs as written, in a fresh interpreter."""
+    result = _run(BLOCKS[index], tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_readme_has_its_examples() -> None:
+    """The server-code, testing and custom-sink examples are all there to run."""
+    assert len(BLOCKS) >= 3
+    assert any("anyio.run(main)" in b and "with_tracestate" in b for b in BLOCKS)
+    assert any("EventCapture" in b for b in BLOCKS)
+
+
+def test_custom_sink_example_prints_its_alert(tmp_path: Path) -> None:
+    """The custom-sink example prints its alert."""
+    (block,) = [b for b in BLOCKS if "RefusalAlert" in b]
+    result = _run(block, tmp_path)
     assert "ALERT resources/resources-0 refused a request: stale_attempt" in result.stdout
+
+
+def test_server_example_joins_the_callers_trace_and_logs_hex_ids(tmp_path: Path) -> None:
+    """With CKPT_EVENTS_JSONL set, the server example continues the incoming trace, passes its
+    tracestate on, and logs the trace id as the caller's hex string."""
+    (block,) = [b for b in BLOCKS if "with_tracestate" in b]
+    result = _run(block, tmp_path, CKPT_EVENTS_JSONL=str(tmp_path / "run.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"00-{_PARENT_TRACE}-" in result.stdout and "'tracestate': 'rojo=00f067aa0ba902b7'" in result.stdout
+    )
+    lines = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert {line["trace_id"] for line in lines if "trace_id" in line} == {_PARENT_TRACE}
+
+
+def test_names_table_matches_the_code() -> None:
+    """The README's span/attribute/metric table is what tests/readme_names.py generates."""
+    assert readme_block(README) == names_table(), "run: python -m tests.readme_names"
+
+
+def test_error_codes_table_matches_the_protocol() -> None:
+    """Every protocol error code is in the HTTP API section with its status."""
+    for code in ErrorCode:
+        assert f"| `{code.value}` | {code.http_status} |" in README, code
+
+
+def test_http_api_lists_every_control_route() -> None:
+    """Every control route of a participant app is in the README's route table."""
+    from participants.server.app import create_app
+
+    app = create_app("resources", instance="resources-0", token="t")
+    routes = {
+        (method.upper(), path.removeprefix(CONTROL_PREFIX))
+        for path, operations in app.openapi()["paths"].items()
+        if path.startswith(CONTROL_PREFIX)
+        for method in operations
+    }
+    assert routes
+    for method, path in routes:
+        assert f"| `{method} {path}` |" in README, (method, path)
+    assert f"`{CONTROL_PREFIX}`" in README
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:

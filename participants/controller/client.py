@@ -44,9 +44,12 @@ R = TypeVar("R", bound=msgspec.Struct)
 
 
 class SpanLike(Protocol):
-    """Any ckpt_events span handle (live or no-op): it names itself as a ``traceparent``."""
+    """Any ckpt_events span handle (live or no-op): it names itself as a ``traceparent``
+    and passes on the ``tracestate`` its trace came with."""
 
     def traceparent(self) -> str | None: ...
+
+    def tracestate(self) -> str | None: ...
 
 
 def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
@@ -99,6 +102,9 @@ class ControlClient:
             traceparent = span.traceparent()
             if traceparent is not None:
                 headers["traceparent"] = traceparent
+                tracestate = span.tracestate()
+                if tracestate is not None:
+                    headers["tracestate"] = tracestate
         return headers
 
     async def status(self, base_url: str, *, timeout: float = 60.0) -> StatusReply:

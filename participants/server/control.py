@@ -44,6 +44,7 @@ from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from participants.server.store import WriteStop, write_checkpoint
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
 from participants.server.store_read import read_checkpoint
+from participants.server.trace_headers import TraceHeaders
 from participants.workloads.base import Record
 from participants.workloads.checkpointable import CheckpointableWorkload
 
@@ -53,9 +54,7 @@ _WAIT_SLICE: Final = 1.0
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
 S = TypeVar("S")  # the workload's episode state, carried from check_record to install
 T = TypeVar("T")
-
-
-_refuse: Final = ProtocolRefusal
+_refuse: Final = ProtocolRefusal  # a short name for the many refusals below
 
 
 class ControlPlane(Generic[S]):
@@ -162,9 +161,9 @@ class ControlPlane(Generic[S]):
                 report=self._report,
             )
 
-    async def prepare(self, req: PrepareRequest, traceparent: str | None) -> PrepareReply:
+    async def prepare(self, req: PrepareRequest, trace: TraceHeaders) -> PrepareReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.PREPARE, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.PREPARE, cid) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 cached = self._admit(
@@ -221,9 +220,9 @@ class ControlPlane(Generic[S]):
             report = self.workload.report()
         return report
 
-    async def renew(self, req: RenewRequest, traceparent: str | None) -> RenewReply:
+    async def renew(self, req: RenewRequest, trace: TraceHeaders) -> RenewReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.RENEW, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.RENEW, cid) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
@@ -232,11 +231,11 @@ class ControlPlane(Generic[S]):
                 assert self.lease_expires_at is not None
                 return RenewReply(lease_expires_at=self.lease_expires_at)
 
-    async def commit(self, req: CommitRequest, traceparent: str | None) -> CommitReply:
+    async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
         cid = req.checkpoint_id
         scope = None if req.episode_ids is None else sorted({e.capture_key for e in req.episode_ids})
         args: ReplayArgs = (req.checkpoint_dir, scope)
-        with self.tel.operation(Operation.COMMIT, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.COMMIT, cid) as o, timed(o):
             # Commits run one at a time: a retry waits for the write in progress, then replays.
             async with self._commit_lock:
                 async with self._lock:
@@ -298,11 +297,11 @@ class ControlPlane(Generic[S]):
             o.set(records=len(records), bytes=result.bytes)
             return reply
 
-    async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
+    async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
         cid = req.checkpoint_id
         scope = {e for e in req.episode_ids}
         args: ReplayArgs = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
-        with self.tel.operation(Operation.RESTORE, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.RESTORE, cid) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
@@ -354,10 +353,10 @@ class ControlPlane(Generic[S]):
             o.set(records=len(chosen), bytes=result.bytes)
             return reply
 
-    async def resume(self, req: ResumeRequest, traceparent: str | None) -> ResumeReply:
+    async def resume(self, req: ResumeRequest, trace: TraceHeaders) -> ResumeReply:
         """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.RESUME, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.RESUME, cid) as o, timed(o):
             async with self._lock:
                 self.check_lease()
                 if cid in self._replies.resumed:
@@ -379,18 +378,18 @@ class ControlPlane(Generic[S]):
         self.check_lease()
         check_outside(op, self.phase, deadline_ts)
 
-    async def retire(self, req: RetireRequest, traceparent: str | None) -> RetireReply:
+    async def retire(self, req: RetireRequest, trace: TraceHeaders) -> RetireReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.RETIRE, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.RETIRE, cid) as o, timed(o):
             async with self._lock:
                 self._check_outside(Operation.RETIRE, req.deadline_ts)
                 retired = await self.workload.retire(req.episode_ids)
             o.set(episodes=len(retired))
             return RetireReply(retired=retired)
 
-    async def forget(self, req: ForgetRequest, traceparent: str | None) -> ForgetReply:
+    async def forget(self, req: ForgetRequest, trace: TraceHeaders) -> ForgetReply:
         cid = req.checkpoint_id
-        with self.tel.operation(Operation.FORGET, checkpoint_id=cid, traceparent=traceparent) as o, timed(o):
+        with trace.operation(self.tel, Operation.FORGET, cid) as o, timed(o):
             async with self._lock:
                 self._check_outside(Operation.FORGET, req.deadline_ts)
                 forgotten = sorted(set(req.rollout_ids))

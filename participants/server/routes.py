@@ -38,12 +38,15 @@ from participants.protocol import (
     error_body,
 )
 from participants.server.control import ControlPlane
+from participants.server.trace_headers import TraceHeaders
 from participants.workloads.base import Episode, Workload
 
 __all__ = [
+    "Trace",
     "Traceparent",
     "bearer_auth",
     "control_router",
+    "incoming_trace",
     "incoming_traceparent",
     "install_error_handlers",
     "work_router",
@@ -78,6 +81,18 @@ def incoming_traceparent(traceparent: Annotated[str | None, Header()] = None) ->
 Traceparent = Annotated[str | None, Depends(incoming_traceparent)]
 
 
+def incoming_trace(
+    traceparent: Traceparent, tracestate: Annotated[list[str] | None, Header()] = None
+) -> TraceHeaders:
+    """The dependency every control route reads the caller's W3C trace context through:
+    ``traceparent``, and the ``tracestate`` fields joined with ``,`` (as HTTP combines them)."""
+    return TraceHeaders(traceparent, ",".join(tracestate) if tracestate else None)
+
+
+#: A control route's trace context (``TraceHeaders``).
+Trace = Annotated[TraceHeaders, Depends(incoming_trace)]
+
+
 async def _body(request: Request, type: type[T]) -> T:
     value = decode(await request.body(), type)
     # Lets the one refusal handler attribute the refusal to its checkpoint.
@@ -94,39 +109,39 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
         return _json(await plane.status())
 
     @router.post("/prepare")
-    async def prepare(request: Request, traceparent: Traceparent) -> Response:
+    async def prepare(request: Request, trace: Trace) -> Response:
         req = await _body(request, PrepareRequest)
-        return _json(await plane.prepare(req, traceparent))
+        return _json(await plane.prepare(req, trace))
 
     @router.post("/renew")
-    async def renew(request: Request, traceparent: Traceparent) -> Response:
+    async def renew(request: Request, trace: Trace) -> Response:
         req = await _body(request, RenewRequest)
-        return _json(await plane.renew(req, traceparent))
+        return _json(await plane.renew(req, trace))
 
     @router.post("/commit")
-    async def commit(request: Request, traceparent: Traceparent) -> Response:
+    async def commit(request: Request, trace: Trace) -> Response:
         req = await _body(request, CommitRequest)
-        return _json(await plane.commit(req, traceparent))
+        return _json(await plane.commit(req, trace))
 
     @router.post("/restore")
-    async def restore(request: Request, traceparent: Traceparent) -> Response:
+    async def restore(request: Request, trace: Trace) -> Response:
         req = await _body(request, RestoreRequest)
-        return _json(await plane.restore(req, traceparent))
+        return _json(await plane.restore(req, trace))
 
     @router.post("/resume")
-    async def resume(request: Request, traceparent: Traceparent) -> Response:
+    async def resume(request: Request, trace: Trace) -> Response:
         req = await _body(request, ResumeRequest)
-        return _json(await plane.resume(req, traceparent))
+        return _json(await plane.resume(req, trace))
 
     @router.post("/retire")
-    async def retire(request: Request, traceparent: Traceparent) -> Response:
+    async def retire(request: Request, trace: Trace) -> Response:
         req = await _body(request, RetireRequest)
-        return _json(await plane.retire(req, traceparent))
+        return _json(await plane.retire(req, trace))
 
     @router.post("/forget")
-    async def forget(request: Request, traceparent: Traceparent) -> Response:
+    async def forget(request: Request, trace: Trace) -> Response:
         req = await _body(request, ForgetRequest)
-        return _json(await plane.forget(req, traceparent))
+        return _json(await plane.forget(req, trace))
 
     return router
 

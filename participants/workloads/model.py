@@ -253,6 +253,9 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
                 # The worker joins the checkpoint's trace through the prepare span.
                 traceparent = op.traceparent()
                 headers = {} if traceparent is None else {"traceparent": traceparent}
+                tracestate = op.tracestate()
+                if tracestate is not None:
+                    headers["tracestate"] = tracestate
                 reply = await self._client.post(CUT_PATH, content=encode(inventory), headers=headers)
             if reply.status_code != 200:
                 return None

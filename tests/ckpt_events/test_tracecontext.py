@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_events import format_traceparent, new_span_id, new_trace_id, parse_traceparent
+from ckpt_events import format_traceparent, new_span_id, new_trace_id, parse_traceparent, parse_tracestate
 
 
 @given(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1), st.booleans())
@@ -35,3 +35,42 @@ def test_ids_are_nonzero_and_in_range() -> None:
     """Generated ids fit W3C widths and are never zero."""
     for _ in range(1000):
         assert 0 < new_trace_id() < 2**128 and 0 < new_span_id() < 2**64
+
+
+def test_tracestate_is_normalised_and_kept() -> None:
+    """Optional whitespace and empty members go; members keep their order; multi-tenant keys pass."""
+    assert parse_tracestate(" rojo=00f067aa0ba902b7 ,, congo=t61rcWkgMzE,\tfoo@bar=a b") == (
+        "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE,foo@bar=a b"
+    )
+
+
+def test_tracestate_up_to_32_members() -> None:
+    """32 list members are kept; a 33rd drops the whole header (W3C, as OpenTelemetry does)."""
+    members = [f"k{n}=v{n}" for n in range(33)]
+    assert parse_tracestate(",".join(members[:32])) == ",".join(members[:32])
+    assert parse_tracestate(",".join(members)) is None
+
+
+def test_invalid_tracestate_is_dropped() -> None:
+    """A bad key or value, a repeated key, too long a header or no member at all drops it."""
+    for header in (
+        "Rojo=1",
+        "rojo=1,bad key=2",
+        "rojo=a=b",
+        "rojo=",
+        "rojo=1,rojo=2",
+        "k=" + "v" * 257,
+        ",".join(f"k{n:02d}=" + "v" * 253 for n in range(32)),  # 8255 characters
+        "",
+        " , ",
+        None,
+        7,
+    ):
+        assert parse_tracestate(header) is None, header
+
+
+@given(st.text(max_size=120))
+def test_parse_tracestate_never_raises(value: str) -> None:
+    """Whatever arrives, parsing returns a normalised header or None."""
+    result = parse_tracestate(value)
+    assert result is None or parse_tracestate(result) == result

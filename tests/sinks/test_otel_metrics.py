@@ -62,14 +62,14 @@ async def _mix(bus: Bus) -> None:
 
 
 async def test_every_instrument_attribute_set_and_value(
-    reader: InMemoryMetricReader, metric_sink: MetricSink
+    ckpt_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
 ) -> None:
     """Durations, volumes and counted events land with exact keys, values and units."""
     async with Bus() as bus:
-        bus.subscribe(metric_sink)
+        bus.subscribe(ckpt_metric_sink)
         await _mix(bus)
         await bus.flush()
-    points = metric_points(reader)
+    points = metric_points(ckpt_metric_reader)
     assert set(points) == {DURATION, RECORDS, BYTES, EVENTS}
     unit, durations = points[DURATION]
     assert unit == "ms"
@@ -84,7 +84,7 @@ async def test_every_instrument_attribute_set_and_value(
         _op("restore", "resources", "error"): 1,
         _op("restore", "resources"): 1,
     }
-    assert all(v >= 0 for v in histogram_sums(reader).values())
+    assert all(v >= 0 for v in histogram_sums(ckpt_metric_reader).values())
     assert points[RECORDS] == (
         "1",
         {_vol("commit", "resources"): 7, _vol("commit", "model"): 1, _vol("restore", "resources"): 7},
@@ -109,14 +109,14 @@ async def test_every_instrument_attribute_set_and_value(
 
 
 async def test_instrument_kinds_and_no_high_cardinality_attributes(
-    reader: InMemoryMetricReader, metric_sink: MetricSink
+    ckpt_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
 ) -> None:
     """One histogram and three monotonic sums; no id, instance or rollout on any point."""
     async with Bus() as bus:
-        bus.subscribe(metric_sink)
+        bus.subscribe(ckpt_metric_sink)
         await _mix(bus)
         await bus.flush()
-    data = reader.get_metrics_data()
+    data = ckpt_metric_reader.get_metrics_data()
     metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert isinstance(metrics[DURATION].data, Histogram)
     for name in (RECORDS, BYTES, EVENTS):
@@ -128,32 +128,32 @@ async def test_instrument_kinds_and_no_high_cardinality_attributes(
 
 
 async def test_counters_are_summed_per_attribute_set_within_a_batch(
-    reader: InMemoryMetricReader, metric_sink: MetricSink
+    ckpt_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
 ) -> None:
     """A batch of 1000 refusals reaches the SDK as one add."""
     async with Bus() as bus:
         tel = Telemetry(bus, kind="agent", instance="a0")
-        bus.subscribe(metric_sink)
+        bus.subscribe(ckpt_metric_sink)
         for _ in range(1000):  # emitted before the bus delivers: one batch
             tel.refused("admission_closed")
         await bus.flush()
-    stats = metric_sink.stats()
+    stats = ckpt_metric_sink.stats()
     assert stats.events == 1000 and stats.sdk_calls == 1
-    (_, points) = metric_points(reader)[EVENTS]
+    (_, points) = metric_points(ckpt_metric_reader)[EVENTS]
     assert points == {_key(**{P + "event": "refused", P + "code": "admission_closed"}): 1000}
 
 
 async def test_metrics_do_not_depend_on_span_groups_or_sampling(
-    reader: InMemoryMetricReader, metric_sink: MetricSink
+    ckpt_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
 ) -> None:
     """A sampled-out trace is still measured."""
     async with Bus() as bus:
-        bus.subscribe(metric_sink)
+        bus.subscribe(ckpt_metric_sink)
         tel = Telemetry(bus, kind="agent", instance="a0", sample_ratio=0.0)
         with tel.operation("resume", checkpoint_id="c1"):
             pass
         await bus.flush()
-    assert metric_points(reader)[DURATION][1] == {_op("resume", "agent"): 1}
+    assert metric_points(ckpt_metric_reader)[DURATION][1] == {_op("resume", "agent"): 1}
 
 
 def test_metric_sink_needs_a_meter_provider() -> None:

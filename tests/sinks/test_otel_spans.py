@@ -69,14 +69,14 @@ async def _run_participant(tel: Telemetry) -> None:
 
 
 async def test_participant_spans_names_attributes_and_nesting(
-    exporter: InMemorySpanExporter, span_sink: SpanSink
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
 ) -> None:
     """Every participant span has SPEC names and attributes, and steps nest under their operation."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         await _run_participant(Telemetry(bus, kind="model", instance="model-0"))
         await bus.flush()
-    spans = by_name(exporter.get_finished_spans())
+    spans = by_name(ckpt_span_exporter.get_finished_spans())
     assert sorted(spans) == sorted(
         "gym.checkpoint." + n
         for n in [
@@ -130,16 +130,16 @@ async def test_participant_spans_names_attributes_and_nesting(
     for op in ("prepare", "commit", "restore", "resume", "retire", "forget"):
         assert one["gym.checkpoint." + op].parent is None
     assert all(s.status.status_code is StatusCode.UNSET for s in one.values())
-    assert span_sink.stats().skipped == 1  # renew: counted, no span
-    assert span_sink.stats().exported == 12
+    assert ckpt_span_sink.stats().skipped == 1  # renew: counted, no span
+    assert ckpt_span_sink.stats().exported == 12
 
 
 async def test_coordinate_and_stage_spans_for_every_stage(
-    exporter: InMemorySpanExporter, span_sink: SpanSink
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
 ) -> None:
     """coordinate.prepare has one child per stage in prepare order, an empty stage included."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         ctl = Telemetry(bus, kind="controller", instance="coordination")
         with ctl.coordinate("prepare", checkpoint_id="c1") as co:
             for kind in PREPARE_ORDER:
@@ -156,7 +156,7 @@ async def test_coordinate_and_stage_spans_for_every_stage(
         with ctl.coordinate("resume", checkpoint_id="c1") as co:
             co.set(participants=6)
         await bus.flush()
-    spans = by_name(exporter.get_finished_spans())
+    spans = by_name(ckpt_span_exporter.get_finished_spans())
     ident = _identity("controller", "coordination")
     first, stopped = spans["gym.checkpoint.coordinate.prepare"]
     assert dict(first.attributes) == {**ident, P + "participants": 6, P + "prepared": True}
@@ -179,17 +179,17 @@ async def test_coordinate_and_stage_spans_for_every_stage(
     assert dict(resume.attributes) == {**ident, P + "participants": 6}
 
 
-async def test_collection_spans(exporter: InMemorySpanExporter, span_sink: SpanSink) -> None:
+async def test_collection_spans(ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink) -> None:
     """collection.checkpoint and collection.restore carry id and their own attributes."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         ctl = Telemetry(bus, kind="controller", instance="coordination")
         with ctl.collection("checkpoint", checkpoint_id="c1") as col:
             col.set(in_flight=7, stop=False, published=True)
         with ctl.collection("restore", checkpoint_id="c1") as col:
             col.set(rows=12, restarts=2)
         await bus.flush()
-    spans = by_name(exporter.get_finished_spans())
+    spans = by_name(ckpt_span_exporter.get_finished_spans())
     (ckpt,) = spans["gym.checkpoint.collection.checkpoint"]
     assert dict(ckpt.attributes) == {
         P + "id": "c1",
@@ -202,11 +202,11 @@ async def test_collection_spans(exporter: InMemorySpanExporter, span_sink: SpanS
 
 
 async def test_one_trace_across_controller_and_two_participants(
-    exporter: InMemorySpanExporter, span_sink: SpanSink
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
 ) -> None:
     """Participants continue the controller's trace; their spans have remote parents."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         ctl = Telemetry(bus, kind="controller", instance="coordination")
         env = Telemetry(bus, kind="environment", instance="env-0")
         model = Telemetry(bus, kind="model", instance="model-0")
@@ -219,7 +219,7 @@ async def test_one_trace_across_controller_and_two_participants(
                         with op.step("wait_ready"):
                             pass
         await bus.flush()
-    spans = exporter.get_finished_spans()
+    spans = ckpt_span_exporter.get_finished_spans()
     assert len(spans) == 1 + 2 + 2 * 2
     assert len({s.context.trace_id for s in spans}) == 1
     named = by_name(spans)
@@ -233,18 +233,18 @@ async def test_one_trace_across_controller_and_two_participants(
 
 
 async def test_failure_sets_error_status_and_records_exception(
-    exporter: InMemorySpanExporter, span_sink: SpanSink
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
 ) -> None:
     """A failed operation ends with status ERROR, an exception event, and outcome error."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         tel = Telemetry(bus, kind="resources", instance="r0")
         with pytest.raises(OSError):
             with tel.operation("commit", checkpoint_id="c1") as op:
                 with op.step("write"):
                     raise OSError("disk full")
         await bus.flush()
-    named = {s.name: s for s in exporter.get_finished_spans()}
+    named = {s.name: s for s in ckpt_span_exporter.get_finished_spans()}
     for name in ("gym.checkpoint.commit", "gym.checkpoint.write"):
         span = named[name]
         assert span.status.status_code is StatusCode.ERROR
@@ -280,10 +280,12 @@ async def test_span_groups_are_case_and_space_insensitive() -> None:
     assert SpanSink(InMemorySpanExporter(), span_groups=["all"]).enabled
 
 
-async def test_sampled_out_trace_costs_no_spans(exporter: InMemorySpanExporter, span_sink: SpanSink) -> None:
+async def test_sampled_out_trace_costs_no_spans(
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
+) -> None:
     """The root's decision holds downstream: unsampled events are skipped and counted."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         ctl = Telemetry(bus, kind="controller", instance="coordination", sample_ratio=0.0)
         part = Telemetry(bus, kind="agent", instance="agent-0")
         with ctl.coordinate("commit", checkpoint_id="c1") as co:
@@ -291,12 +293,12 @@ async def test_sampled_out_trace_costs_no_spans(exporter: InMemorySpanExporter, 
                 with op.step("write"):
                     pass
         await bus.flush()
-    assert exporter.get_finished_spans() == ()
-    assert span_sink.stats().unsampled == 3
+    assert ckpt_span_exporter.get_finished_spans() == ()
+    assert ckpt_span_sink.stats().unsampled == 3
 
 
 async def test_out_of_order_events_still_give_the_right_tree(
-    exporter: InMemorySpanExporter, span_sink: SpanSink
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
 ) -> None:
     """A step finishing after its operation (another thread) still nests under it."""
     trace, op_id, step_id = new_trace_id(), new_span_id(), new_span_id()
@@ -305,9 +307,9 @@ async def test_out_of_order_events_still_give_the_right_tree(
     step = StepFinished(
         **common, span_id=step_id, parent_span_id=op_id, start_ns=150, end_ns=250, step="write"
     )
-    span_sink.handle([op])
-    span_sink.handle([step])
-    named = {s.name: s for s in exporter.get_finished_spans()}
+    ckpt_span_sink.handle([op])
+    ckpt_span_sink.handle([step])
+    named = {s.name: s for s in ckpt_span_exporter.get_finished_spans()}
     write = named["gym.checkpoint.write"]
     assert write.parent is not None and write.parent.span_id == named["gym.checkpoint.commit"].context.span_id
     assert write.context.trace_id == trace
@@ -315,11 +317,11 @@ async def test_out_of_order_events_still_give_the_right_tree(
 
 
 async def test_user_attributes_are_redacted_and_ours_are_not(
-    exporter: InMemorySpanExporter, span_sink: SpanSink
+    ckpt_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
 ) -> None:
     """User attributes matching the redact rule become [REDACTED]; our names never do."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         tel = Telemetry(bus, kind="agent", instance="a0")
         with tel.operation("commit", checkpoint_id="c1") as op:
             op.set_attribute("user.prompt", "tell me a secret")
@@ -329,7 +331,7 @@ async def test_user_attributes_are_redacted_and_ours_are_not(
             op.set_attribute(P + "instance", "spoofed")
             op.set(records=1)
         await bus.flush()
-    (span,) = exporter.get_finished_spans()
+    (span,) = ckpt_span_exporter.get_finished_spans()
     attributes = dict(span.attributes)
     assert attributes["user.prompt"] == REDACTED
     assert attributes["user.token"] == REDACTED
@@ -388,7 +390,9 @@ async def test_failing_exporter_result_counts_drops() -> None:
     assert sink.stats().dropped == 2 and sink.stats().export_failures == 1
 
 
-async def test_export_batches_are_bounded_and_shutdown_drops(exporter: InMemorySpanExporter) -> None:
+async def test_export_batches_are_bounded_and_shutdown_drops(
+    ckpt_span_exporter: InMemorySpanExporter,
+) -> None:
     """Exports are at most max_export_batch spans; after shutdown spans are dropped, counted."""
     sizes: list[int] = []
 

@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from sinks import configure
+from sinks import JsonLinesSink, configure
 
 pytestmark = pytest.mark.collector
 
@@ -192,6 +193,31 @@ async def test_spans_and_metrics_reach_a_real_collector(collector: tuple[str, Pa
         "gym.checkpoint.operation_duration_ms",
         "gym.checkpoint.events_total",
     ]
+    text = _wait_for(out, needles)
+    missing = [n for n in needles if n not in text]
+    assert not missing, f"collector output lacks {missing}:\n{text[-3000:]}"
+
+
+def test_replay_exports_a_logged_trace_to_a_collector(collector: tuple[str, Path], tmp_path: Path) -> None:
+    """`ckpt-events replay` reads a hex-id JSON-lines log and the collector gets the same trace."""
+    from participants.cli.main import main
+
+    endpoint, out = collector
+    log = tmp_path / "run.jsonl"
+    trace_hex, parent_hex = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+
+    async def record() -> None:
+        async with Bus() as bus:
+            bus.subscribe(JsonLinesSink(log))
+            tel = Telemetry(bus, kind="resources", instance="resources-0")
+            header = f"00-{trace_hex}-{parent_hex}-01"
+            with tel.operation("commit", checkpoint_id="c-replay", traceparent=header) as op:
+                op.set(records=2)
+
+    anyio.run(record)
+    assert f'"trace_id":"{trace_hex}"' in log.read_text()
+    assert main(["replay", str(log), "--otlp-endpoint", endpoint, "--service-name", "ckpt-replay"]) == 0
+    needles = ["gym.checkpoint.commit", "ckpt-replay", trace_hex, parent_hex]
     text = _wait_for(out, needles)
     missing = [n for n in needles if n not in text]
     assert not missing, f"collector output lacks {missing}:\n{text[-3000:]}"

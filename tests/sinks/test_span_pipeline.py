@@ -11,10 +11,12 @@ from ckpt_events import Bus, Telemetry
 from sinks.otel import SpanSink
 
 
-async def test_span_kinds_server_client_internal(span_sink: SpanSink, exporter: InMemorySpanExporter) -> None:
+async def test_span_kinds_server_client_internal(
+    ckpt_span_sink: SpanSink, ckpt_span_exporter: InMemorySpanExporter
+) -> None:
     """A stage is CLIENT, the operation it reaches over HTTP is SERVER, a step INTERNAL."""
     async with Bus() as bus:
-        bus.subscribe(span_sink)
+        bus.subscribe(ckpt_span_sink)
         ctl = Telemetry(bus, kind="controller", instance="coordination")
         agent = Telemetry(bus, kind="agent", instance="a0")
         with ctl.coordinate("prepare", checkpoint_id="c1") as co, co.stage("agent") as stage:
@@ -23,7 +25,7 @@ async def test_span_kinds_server_client_internal(span_sink: SpanSink, exporter: 
                     pass
         with agent.operation("resume"):
             pass
-    kinds = {(s.name, s.kind) for s in exporter.get_finished_spans()}
+    kinds = {(s.name, s.kind) for s in ckpt_span_exporter.get_finished_spans()}
     assert ("gym.checkpoint.prepare", SpanKind.SERVER) in kinds
     assert ("gym.checkpoint.resume", SpanKind.INTERNAL) in kinds
     assert any(kind is SpanKind.CLIENT for _, kind in kinds)
@@ -58,6 +60,6 @@ async def test_tracer_provider_processors_and_resource() -> None:
     provider.shutdown()
 
 
-def test_default_resource_is_not_unknown_service(exporter: InMemorySpanExporter) -> None:
+def test_default_resource_is_not_unknown_service(ckpt_span_exporter: InMemorySpanExporter) -> None:
     """Without a resource, the service name is ckpt-events, never unknown_service:python."""
-    assert SpanSink(exporter).resource.attributes["service.name"] == "ckpt-events"
+    assert SpanSink(ckpt_span_exporter).resource.attributes["service.name"] == "ckpt-events"

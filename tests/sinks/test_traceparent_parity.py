@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ckpt_events import parse_traceparent
+from ckpt_events import parse_traceparent, parse_tracestate
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _hex = st.sampled_from("0123456789abcdefABCDEF")
@@ -48,3 +48,20 @@ def test_parse_matches_opentelemetry(version: str, trace: str, span: str, flags:
 def test_uppercase_is_refused() -> None:
     """Uppercase hex is invalid per W3C."""
     assert parse_traceparent("00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01") is None
+
+
+_VALID_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+_key = st.from_regex(r"\A(?:[a-z][_0-9a-z*/-]{0,6}|[a-z0-9][_0-9a-z*/-]{0,3}@[a-z][_0-9a-z*/-]{0,3})\Z")
+_value = st.from_regex(r"\A[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,6}[\x21-\x2b\x2d-\x3c\x3e-\x7e]\Z")
+_member = st.tuples(_key, _value).map("=".join) | st.sampled_from(
+    ["", " ", "Bad=1", "k=v ", "k=a,b", "k", "=v", "k=" + "x" * 257, "a=1"]
+)
+
+
+@given(st.lists(_member, max_size=40), st.sampled_from([",", ", ", " ,\t"]))
+def test_tracestate_matches_opentelemetry(members: list[str], separator: str) -> None:
+    """Kept or dropped as OpenTelemetry's propagator decides, and the same header passed on."""
+    header = separator.join(members)
+    carrier = {"traceparent": _VALID_PARENT, "tracestate": header}
+    theirs = get_current_span(_PROPAGATOR.extract(carrier)).get_span_context().trace_state
+    assert parse_tracestate(header) == (theirs.to_header() or None), header

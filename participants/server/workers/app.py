@@ -49,6 +49,7 @@ from participants.server.routes import (
 )
 from participants.server.store import participant_dir
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
+from participants.server.trace_headers import TraceHeaders
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
 from participants.server.workers.share import NotingTelemetry
@@ -74,8 +75,8 @@ class WorkerControlPlane(ControlPlane[Any]):
         directory = resolve_under(self.checkpoint_root, checkpoint_dir)
         return participant_dir(directory, self.workload.kind.value, self.tel.instance) / PLACEMENT_FILE
 
-    async def commit(self, req: CommitRequest, traceparent: str | None) -> CommitReply:
-        reply = await super().commit(req, traceparent)
+    async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
+        reply = await super().commit(req, trace)
         owners = {k: self.pool.owners[k] for k in reply.episode_ids if k in self.pool.owners}
         path = self._placement_path(req.checkpoint_dir)
         with contextlib.suppress(OSError):
@@ -97,13 +98,13 @@ class WorkerControlPlane(ControlPlane[Any]):
             report = self.pool.report()
         return report
 
-    async def restore(self, req: RestoreRequest, traceparent: str | None) -> RestoreReply:
+    async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
         hint: dict[str, int] = {}
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, CkptEventsError):
             data = json.loads(await anyio.Path(self._placement_path(req.checkpoint_dir)).read_text())
             hint = {str(k): int(v) for k, v in dict(data["owners"]).items()}
         self.pool.placement_hint = hint
-        return await super().restore(req, traceparent)
+        return await super().restore(req, trace)
 
 
 def _work_router(pool: WorkerPool, token: str) -> Any:

@@ -17,7 +17,6 @@ import pytest
 
 from ckpt_events import (
     Bus,
-    CheckpointEvent,
     CollectionFinished,
     CoordinateFinished,
     Kind,
@@ -32,7 +31,7 @@ from ckpt_events import (
 from participants.cli.fleet import ServerProcess, process_fleet, write_token_file
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
-from sinks.jsonl import JsonLinesSink
+from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from tests.participants.helpers import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -69,9 +68,9 @@ async def start_fleet(tmp: Path, generation: int) -> list[ServerProcess]:
 def read_log(path: Path) -> list[Any]:
     if not path.exists():
         return []
-    return [
-        msgspec.json.decode(line, type=CheckpointEvent) for line in path.read_bytes().splitlines() if line
-    ]
+    events = [event for _, event in read_events(path)]
+    assert not any(isinstance(event, CorruptLine) for event in events)
+    return events
 
 
 def read_logs(logs: Path, pattern: str = "*.jsonl") -> list[Any]:

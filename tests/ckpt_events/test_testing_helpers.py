@@ -1,0 +1,51 @@
+"""ckpt_events.testing: deterministic ids and clock for Telemetry, and EventCapture from sync code."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_events import InvalidArgumentError, OperationFinished, Refused, Telemetry
+from ckpt_events.testing import CLOCK_START_NS, EventCapture, SequentialIds, TickingClock
+
+
+def _run() -> list[object]:
+    with EventCapture() as capture:
+        tel = capture.telemetry("resources", "r0")
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("write") as write:
+                write.set(records=1)
+        tel.refused("unauthorized")
+        return list(capture.events)
+
+
+def test_two_runs_give_equal_events() -> None:
+    """With SequentialIds and a TickingClock the same code emits equal events, run after run."""
+    first, second = _run(), _run()
+    assert first == second
+    finished = [e for e in first if isinstance(e, OperationFinished)]
+    assert [(e.trace_id, e.span_id, e.start_ns) for e in finished] == [(1, 1, CLOCK_START_NS)]
+    (refused,) = [e for e in first if isinstance(e, Refused)]
+    assert refused.time_ns == CLOCK_START_NS + 4 * 1_000_000
+
+
+def test_sequential_ids_and_ticking_clock() -> None:
+    """Trace and span ids count separately; the clock steps by step_ns per reading."""
+    ids = SequentialIds(first_trace=10)
+    assert [ids(128), ids(64), ids(128), ids(64)] == [10, 1, 11, 2]
+    clock = TickingClock(start_ns=5, step_ns=2)
+    assert [clock(), clock(), clock()] == [5, 7, 9]
+
+
+def test_ids_and_clock_must_be_callable() -> None:
+    """A non-callable ids or clock is refused."""
+    with pytest.raises(InvalidArgumentError):
+        Telemetry(None, kind="agent", instance="a0", ids=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        Telemetry(None, kind="agent", instance="a0", clock="now")  # type: ignore[arg-type]
+
+
+def test_capture_outside_its_block_says_so() -> None:
+    """Reading events of a capture that is not running raises a clear error."""
+    capture = EventCapture()
+    with pytest.raises(RuntimeError, match="not running"):
+        capture.flush_sync()
