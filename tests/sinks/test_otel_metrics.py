@@ -168,11 +168,11 @@ def test_metric_sink_needs_a_meter_provider() -> None:
 
 
 async def test_loop_lag_is_a_histogram_per_participant_kind(
-    reader: InMemoryMetricReader, metric_sink: MetricSink
+    ckpt_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
 ) -> None:
     """An operation's loop_lag_ms is recorded on gym.checkpoint.loop_lag_ms by participant kind only."""
     async with Bus() as bus:
-        bus.subscribe(metric_sink)
+        bus.subscribe(ckpt_metric_sink)
         resources = Telemetry(bus, kind="resources", instance="r0")
         for lag in (2.5, 7.5):
             with resources.operation("commit", checkpoint_id="c1") as op:
@@ -180,7 +180,7 @@ async def test_loop_lag_is_a_histogram_per_participant_kind(
         with resources.operation("resume", checkpoint_id="c1"):
             pass  # no lag measured: nothing recorded
         await bus.flush()
-    data = reader.get_metrics_data()
+    data = ckpt_metric_reader.get_metrics_data()
     (metric,) = [
         m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
         if m.name == METRIC_LOOP_LAG

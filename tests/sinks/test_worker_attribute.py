@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
-import msgspec
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ckpt_events import Attr, Bus, CheckpointEvent, Telemetry
-from sinks import JsonLinesSink
+from ckpt_events import Attr, Bus, Telemetry
+from sinks import JsonLinesSink, read_events
 from sinks._otlp_encode import SpanEncoder
 from sinks.otel import MetricSink, SpanSink
 
@@ -71,14 +71,14 @@ async def test_otlp_encoder_names_the_worker() -> None:
 
 
 async def test_metric_points_never_carry_the_worker(
-    reader: InMemoryMetricReader, metric_sink: MetricSink
+    ckpt_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
 ) -> None:
     """Metrics: a worker's events are counted, but no point has a worker attribute (cardinality)."""
     async with Bus() as bus:
-        bus.subscribe(metric_sink)
+        bus.subscribe(ckpt_metric_sink)
         await _share(bus)
         await bus.flush()
-    data = reader.get_metrics_data()
+    data = ckpt_metric_reader.get_metrics_data()
     points = [
         p
         for rm in data.resource_metrics
@@ -90,7 +90,7 @@ async def test_metric_points_never_carry_the_worker(
     assert not any(Attr.WORKER in p.attributes or "worker" in p.attributes for p in points)
 
 
-async def test_json_lines_carry_the_worker() -> None:
+async def test_json_lines_carry_the_worker(tmp_path: Path) -> None:
     """A JSON line of a worker's event has ``worker`` and decodes back with it."""
     stream = io.BytesIO()
     async with Bus() as bus:
@@ -100,7 +100,9 @@ async def test_json_lines_carry_the_worker() -> None:
         await bus.flush()
         await sink.aclose()
     lines = stream.getvalue().splitlines()
-    events = [msgspec.json.decode(line, type=CheckpointEvent) for line in lines]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(stream.getvalue())
+    events = [event for _, event in read_events(path)]
     assert {e.worker for e in events if e.instance == "agent-0"} == {1}
     assert {e.worker for e in events if e.instance == "agent-9"} == {None}
     assert any(b'"worker":1' in line for line in lines)
