@@ -186,7 +186,7 @@ def _traced() -> Iterator[list[int]]:
 
 async def _sink_cpu(log: Path) -> float:
     """CPU seconds the three sinks spend on the events of one run, replayed from its log."""
-    from sinks import replay
+    from sinks.replay import replay
 
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))

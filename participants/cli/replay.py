@@ -32,6 +32,7 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 async def _replay_async(args: argparse.Namespace) -> int:
     import sinks
     from ckpt_events import Bus
+    from sinks.replay import replay
 
     await check_reachable(args.otlp_endpoint)
     async with Bus() as bus:
@@ -43,7 +44,9 @@ async def _replay_async(args: argparse.Namespace) -> int:
             environ=otel_environ(),
         )
         try:
-            result = await sinks.replay(args.log, bus)
+            # The function from its module: `sinks.replay` turns into the submodule once anything
+            # has imported `sinks.replay` (Python sets a package attribute per submodule).
+            result = await replay(args.log, bus)
         finally:
             await configured.aclose()
     for corrupt in result.corrupt:
