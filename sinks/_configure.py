@@ -19,6 +19,7 @@ import anyio.to_thread
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription, resolve_span_groups
 from sinks._jsonl import JsonLinesSink
 from sinks._otel_env import OtelSettings, read_otel_env
+from sinks._otlp_sink import OtlpSpanSink
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from sinks._metric_sink import MetricSink
     from sinks._span_sink import SpanSink
+
+    AnySpanSink = SpanSink | OtlpSpanSink
 
 __all__ = ["Configured", "configure"]
 
@@ -54,8 +57,8 @@ class Configured:
         bus: Bus,
         *,
         subscriptions: Sequence[Subscription] = (),
-        span_sink: SpanSink | None = None,
-        span_sinks: Sequence[SpanSink] = (),
+        span_sink: AnySpanSink | None = None,
+        span_sinks: Sequence[AnySpanSink] = (),
         metric_sink: MetricSink | None = None,
         jsonl_sink: JsonLinesSink | None = None,
         meter_provider: MeterProvider | None = None,
@@ -135,6 +138,8 @@ def configure(
       ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_METRIC_EXPORT_INTERVAL``).
       ``otlp_endpoint`` is a base URL winning over every endpoint variable. Spans use
       ``span_groups`` or ``CKPT_EVENTS_SPAN_GROUPS`` (default ``"default,checkpoint"``).
+    * OTLP over HTTP (``http/protobuf``, ``http/json``) is our own ``OtlpSpanSink``: spans
+      encoded straight from the events; gRPC and console go through OpenTelemetry's exporters.
     * ``tracer_provider``: our finished spans go through its span processors (with its
       resource), and no span exporter is built. ``meter_provider``: the metric sink records
       through it, and none is built (nor shut down here).
@@ -165,7 +170,7 @@ def configure(
         settings = _replace(settings, metric_interval_ms=interval)
     jsonl_sink = _jsonl(jsonl_path, env)
     subscriptions: list[Subscription] = []
-    span_sinks: list[tuple[str, SpanSink]] = []
+    span_sinks: list[tuple[str, AnySpanSink]] = []
     metric_sink: MetricSink | None = None
     own_provider: MeterProvider | None = None
     if not settings.sdk_disabled:
@@ -183,7 +188,11 @@ def configure(
         if jsonl_sink is not None:
             subscriptions.append(bus.subscribe(jsonl_sink, name="jsonl"))
         for name, sink in span_sinks:
-            if sink.enabled:
+            if not sink.enabled:
+                continue
+            if isinstance(sink, OtlpSpanSink):  # batches and bounds its own queue (OTEL_BSP_*)
+                subscriptions.append(bus.subscribe(sink, name=name))
+            else:
                 subscriptions.append(
                     bus.subscribe(
                         sink,
@@ -241,7 +250,7 @@ def _otel(
     span_exporter: SpanExporter | None,
     metric_readers: Sequence[MetricReader] | None,
     resource_args: tuple[str | None, Mapping[str, str] | None, str | None],
-) -> tuple[list[tuple[str, SpanSink]], MetricSink | None, MeterProvider | None]:
+) -> tuple[list[tuple[str, AnySpanSink]], MetricSink | None, MeterProvider | None]:
     """(named span sinks, the metric sink, the meter provider built here) for ``settings``."""
     wants_spans = tracer_provider is not None or span_exporter is not None or bool(settings.traces)
     wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
@@ -249,6 +258,7 @@ def _otel(
         return [], None, None
     from sinks._metric_sink import MetricSink
     from sinks._otel_build import build_resource, metric_readers_for, span_exporters_for
+    from sinks._otlp_own import is_own_http, own_span_sink
     from sinks._span_sink import SpanSink
 
     service_name, attributes, instance_id = resource_args
@@ -267,19 +277,29 @@ def _otel(
         options["linger"] = batch.linger_s
     if batch.export_timeout_s is not None:
         options["export_timeout"] = batch.export_timeout_s
-    span_sinks: list[tuple[str, SpanSink]] = []
+    made: list[tuple[str, AnySpanSink]] = []
     if tracer_provider is not None:
-        span_sinks.append(("otel-spans", SpanSink(tracer_provider=tracer_provider, **options)))
+        made.append(("otel-spans", SpanSink(tracer_provider=tracer_provider, **options)))
     else:
-        exporters: list[tuple[str, SpanExporter]] = []
         if span_exporter is not None:
-            exporters.append(("otel-spans", span_exporter))
+            made.append(("otel-spans", SpanSink(span_exporter, resource=resource, **options)))
+        if "checkpoint" in groups and "otlp" in settings.traces and is_own_http(settings.traces_otlp):
+            assert settings.traces_otlp is not None
+            own = own_span_sink(
+                settings.traces_otlp,
+                batch,
+                resource_attributes=dict(resource.attributes),
+                span_groups=groups,
+            )
+            made.append(("otlp", own))
         if "checkpoint" in groups:
-            exporters += span_exporters_for(settings)
-        for index, (name, exporter) in enumerate(exporters):
-            # The first is "otel-spans"; more (OTEL_TRACES_EXPORTER=otlp,console) get suffixes.
-            label = "otel-spans" if index == 0 else f"otel-spans-{name}"
-            span_sinks.append((label, SpanSink(exporter, resource=resource, **options)))
+            for name, exporter in span_exporters_for(settings):
+                made.append((name, SpanSink(exporter, resource=resource, **options)))
+    # The first is "otel-spans"; more (OTEL_TRACES_EXPORTER=otlp,console) get suffixes.
+    span_sinks = [
+        ("otel-spans" if index == 0 else f"otel-spans-{name}", sink)
+        for index, (name, sink) in enumerate(made)
+    ]
     own_provider: MeterProvider | None = None
     readers = [*(metric_readers or ()), *metric_readers_for(settings)] if meter_provider is None else []
     if readers:

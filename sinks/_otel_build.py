@@ -62,7 +62,9 @@ def _otlp_kwargs(otlp: OtlpSettings) -> dict[str, Any]:
 
 
 def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]:
-    """(name, exporter) for each trace exporter the settings ask for."""
+    """(name, exporter) for each trace exporter the settings ask for that goes through
+    OpenTelemetry: the console and OTLP over gRPC. (OTLP over HTTP is our own
+    ``OtlpSpanSink``, built by ``sinks._otlp_own``.)"""
     exporters: list[tuple[str, SpanExporter]] = []
     for name in settings.traces:
         if name == "console":
@@ -75,10 +77,6 @@ def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]
         if otlp.protocol == "grpc":
             grpc_exporter = _grpc_module("trace_exporter")
             exporters.append(("otlp", grpc_exporter.OTLPSpanExporter(**_otlp_kwargs(otlp))))
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            exporters.append(("otlp", OTLPSpanExporter(**_otlp_kwargs(otlp))))
     return exporters
 
 
@@ -98,6 +96,11 @@ def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
             assert otlp is not None
             if otlp.protocol == "grpc":
                 exporter = _grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp))
+            elif otlp.protocol == "http/json":
+                raise ConfigurationError(
+                    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/json: OpenTelemetry's Python metric "
+                    "exporter has no http/json; use http/protobuf or grpc"
+                )
             else:
                 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 

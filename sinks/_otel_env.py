@@ -24,7 +24,7 @@ __all__ = [
     "sample_ratio_from_env",
 ]
 
-Protocol = Literal["http/protobuf", "grpc"]
+Protocol = Literal["http/protobuf", "http/json", "grpc"]
 ExporterName = Literal["otlp", "console"]
 
 PROTOCOLS: Final = ("http/protobuf", "http/json", "grpc")
@@ -40,9 +40,14 @@ SAMPLERS: Final = (
 )
 #: Propagators we implement; ``baggage`` is accepted and ignored (we carry no baggage).
 PROPAGATORS_SUPPORTED: Final = ("tracecontext", "baggage", "none")
-DEFAULT_ENDPOINTS: Final = {"http/protobuf": "http://localhost:4318", "grpc": "http://localhost:4317"}
+DEFAULT_ENDPOINTS: Final = {
+    "http/protobuf": "http://localhost:4318",
+    "http/json": "http://localhost:4318",
+    "grpc": "http://localhost:4317",
+}
 SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
+_PROTOCOL_NAMES: Final[dict[str, Protocol]] = {p: p for p in ("http/protobuf", "http/json", "grpc")}
 
 
 class OtlpSettings(msgspec.Struct, frozen=True):
@@ -194,13 +199,7 @@ def _otlp(
     prefix = f"OTEL_EXPORTER_OTLP_{upper}_"
     protocol_var = prefix + "PROTOCOL" if _get(env, prefix + "PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
     protocol = _choice(env, protocol_var, PROTOCOLS) or "http/protobuf"
-    if protocol == "http/json":
-        raise _bad(
-            protocol_var,
-            protocol,
-            "OpenTelemetry's Python OTLP exporter has no http/json; use http/protobuf or grpc",
-        )
-    path = SIGNAL_PATHS[signal] if protocol == "http/protobuf" else ""
+    path = SIGNAL_PATHS[signal] if protocol != "grpc" else ""
     if endpoint_override is not None:
         endpoint = check_url(endpoint_override, where_override) + path
     elif (own := _get(env, prefix + "ENDPOINT")) is not None:
@@ -217,7 +216,7 @@ def _otlp(
     timeout_ms = _millis(env, timeout_var, allow_zero=False)
     return OtlpSettings(
         endpoint=endpoint,
-        protocol="grpc" if protocol == "grpc" else "http/protobuf",
+        protocol=_PROTOCOL_NAMES[protocol],
         headers=_pairs(env, headers_var),
         timeout_s=None if timeout_ms is None else timeout_ms / 1000,
         compression=_choice(env, compression_var, COMPRESSIONS),

@@ -1,4 +1,4 @@
-"""One OTLP/HTTP sender: a kept-alive connection, gzip if asked, retries as the OTLP spec says.
+"""One OTLP/HTTP sender: a kept-alive connection, gzip or deflate if asked, retries as the OTLP spec says.
 
 ``OtlpHttpSender.send(body)`` posts one export request from the caller's thread (the sink's
 worker) and returns whether the collector accepted it. 429, 502, 503 and 504 are retried
@@ -14,6 +14,7 @@ import gzip
 import http.client
 import random
 import threading
+import zlib
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
@@ -55,8 +56,8 @@ class OtlpHttpSender:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidArgumentError(f"an OTLP/HTTP endpoint is an http(s) URL, not {url!r}")
-        if compression not in ("none", "gzip"):
-            raise InvalidArgumentError(f"compression is 'gzip' or 'none', not {compression!r}")
+        if compression not in ("none", "gzip", "deflate"):
+            raise InvalidArgumentError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
         if not timeout > 0:
             raise InvalidArgumentError(f"timeout must be > 0 seconds, not {timeout!r}")
         self.url = url
@@ -70,8 +71,8 @@ class OtlpHttpSender:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self._headers = {"Content-Type": content_type, **dict(headers or {})}
-        if compression == "gzip":
-            self._headers["Content-Encoding"] = "gzip"
+        if compression != "none":
+            self._headers["Content-Encoding"] = compression
         self._connection: http.client.HTTPConnection | None = None
         self._cancelled = threading.Event()
 
@@ -79,6 +80,8 @@ class OtlpHttpSender:
         """Post ``body``, retrying retryable failures; ``accepted`` is a 2xx answer."""
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=6)
+        elif self.compression == "deflate":
+            body = zlib.compress(body, 6)
         backoff = self.initial_backoff
         status: int | None = None
         for attempt in range(1, self.max_retries + 2):

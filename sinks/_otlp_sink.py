@@ -57,7 +57,7 @@ class OtlpSpanSink:
     ``endpoint`` is the collector's base URL (``http://host:4318``); spans go to its
     ``/v1/traces`` unless ``traces_path`` says otherwise (``""`` for a URL used as is, as
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is). ``protocol`` is ``"http/protobuf"`` (default)
-    or ``"http/json"``; ``compression`` ``"none"`` or ``"gzip"``; ``headers`` go with every
+    or ``"http/json"``; ``compression`` ``"none"``, ``"gzip"`` or ``"deflate"``; ``headers`` go with every
     request; ``resource_attributes`` describe the process (``service.name`` defaults to
     ``"unknown_service"``). ``timeout`` bounds each request, and ``shutdown`` waits at most
     that long for the last export.

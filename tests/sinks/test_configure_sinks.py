@@ -80,8 +80,8 @@ async def test_resource_from_environment_and_arguments() -> None:
 
 
 async def test_endpoint_builds_otlp_http_exporters() -> None:
-    """An endpoint gives OTLP/HTTP span and metric exporters and the default span groups."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    """An endpoint gives our OTLP/HTTP span sink, a metric exporter and the default span groups."""
+    from sinks.otel import OtlpSpanSink
 
     async with Bus() as bus:
         configured = configure(
@@ -93,7 +93,8 @@ async def test_endpoint_builds_otlp_http_exporters() -> None:
             },
         )
         assert configured.span_sink is not None
-        assert isinstance(configured.span_sink.exporter, OTLPSpanExporter)
+        assert isinstance(configured.span_sink, OtlpSpanSink)
+        assert configured.span_sink.sender.url == "http://127.0.0.1:9/v1/traces"
         assert configured.span_sink.span_groups >= {"checkpoint", "job"}
         # Nothing was emitted, so closing has nothing to send to the (closed) port.
         configured.close_timeout = 2.0

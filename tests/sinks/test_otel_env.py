@@ -15,13 +15,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ckpt_events import Bus, ConfigurationError, Telemetry
 from sinks import configure
 from sinks._otel_env import read_otel_env, sample_ratio_from_env
+from sinks.otel import OtlpSpanSink
 from tests.sinks.helpers import metric_points
 
 BASE = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
 
 def _endpoint(sink: object) -> str:
-    return str(sink.exporter._endpoint)  # type: ignore[attr-defined]
+    assert isinstance(sink, OtlpSpanSink)
+    return sink.sender.url
 
 
 async def test_sdk_disabled_subscribes_nothing() -> None:
@@ -65,7 +67,7 @@ async def test_exporter_names() -> None:
         async with configure(bus, environ=environ) as configured:
             assert [s.name for s in configured.subscriptions] == ["otel-spans"]
             assert configured.span_sink is not None
-            assert isinstance(configured.span_sink.exporter, ConsoleSpanExporter)
+            assert isinstance(configured.span_sink.exporter, ConsoleSpanExporter)  # type: ignore[union-attr]
     settings = read_otel_env({"OTEL_METRICS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "none"})
     assert settings.metrics == ("console",) and settings.traces == ()
     from sinks._otel_build import metric_readers_for
@@ -92,11 +94,52 @@ async def test_headers_timeout_compression_come_from_environ() -> None:
     assert (settings.traces_otlp.compression, settings.metrics_otlp.compression) == ("gzip", "none")
     async with Bus() as bus:
         async with configure(bus, environ=environ) as configured:
-            assert configured.span_sink is not None
-            client = configured.span_sink.exporter._client  # type: ignore[union-attr]
-            assert client._headers["b"] == "traces only"
-            assert client._timeout == 2.5
-            assert configured.span_sink.exporter._compression.value == "gzip"  # type: ignore[union-attr]
+            sink = configured.span_sink
+            assert isinstance(sink, OtlpSpanSink)
+            assert sink.sender._headers["b"] == "traces only" and "a" not in sink.sender._headers
+            assert (sink.sender.timeout, sink.sender.compression) == (2.5, "gzip")
+            assert sink.sender._headers["Content-Encoding"] == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "content_type"),
+    [("http/protobuf", "application/x-protobuf"), ("http/json", "application/json")],
+)
+async def test_otlp_over_http_is_our_own_sink(protocol: str, content_type: str) -> None:
+    """OTLP over HTTP (either protocol) is an OtlpSpanSink with the OTEL_BSP_* batch, linger and
+    queue, the resource of Resource.create (instance id included) and the OTLP timeout in seconds."""
+    environ = {
+        **BASE,
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": protocol,
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1500",
+        "OTEL_BSP_SCHEDULE_DELAY": "250",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "100",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_RESOURCE_ATTRIBUTES": "team=rl",
+    }
+    async with Bus() as bus:
+        async with configure(bus, service_instance_id="srv-1", environ=environ) as configured:
+            sink = configured.span_sink
+            assert isinstance(sink, OtlpSpanSink)
+            assert [s.name for s in configured.subscriptions] == ["otel-spans"]
+            assert (sink.protocol, sink.sender._headers["Content-Type"]) == (protocol, content_type)
+            assert (sink.export_linger, sink.max_export_batch, sink.max_queue) == (0.25, 64, 100)
+            assert sink.sender.timeout == 1.5
+            resource = sink.encoder.resource_attributes
+            assert (resource["service.instance.id"], resource["team"]) == ("srv-1", "rl")
+            assert (resource["service.name"], resource["telemetry.sdk.language"]) == ("ckpt-events", "python")
+
+
+async def test_console_and_given_exporter_keep_opentelemetry() -> None:
+    """OTEL_TRACES_EXPORTER=otlp,console: our sink for OTLP and a SpanSink for the console."""
+    environ = {**BASE, "OTEL_TRACES_EXPORTER": "otlp,console", "OTEL_METRICS_EXPORTER": "none"}
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as configured:
+            own, console = configured.span_sinks
+            assert isinstance(own, OtlpSpanSink)
+            assert isinstance(console.exporter, ConsoleSpanExporter)  # type: ignore[union-attr]
+            assert [s.name for s in configured.subscriptions] == ["otel-spans", "otel-spans-console"]
 
 
 async def test_grpc_without_the_extra_names_it() -> None:
@@ -202,7 +245,7 @@ async def test_given_providers_are_used_not_built() -> None:
         ("OTEL_SDK_DISABLED", "yes"),
         ("OTEL_TRACES_EXPORTER", "zipkin"),
         ("OTEL_METRICS_EXPORTER", "prometheus"),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/xml"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "novalue"),

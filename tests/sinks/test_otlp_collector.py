@@ -20,6 +20,7 @@ import pytest
 
 from ckpt_events import Bus, Telemetry
 from sinks import JsonLinesSink, configure
+from sinks.otel import OtlpSpanSink
 
 pytestmark = pytest.mark.collector
 
@@ -163,13 +164,16 @@ def _wait_for(out: Path, needles: list[str]) -> str:
     return text
 
 
-async def test_spans_and_metrics_reach_a_real_collector(collector: tuple[str, Path]) -> None:
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
+async def test_spans_and_metrics_reach_a_real_collector(collector: tuple[str, Path], protocol: str) -> None:
     """One checkpoint's spans (one trace) and the metric names arrive at the collector."""
     endpoint, out = collector
+    environ = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": protocol}
     async with Bus() as bus:
         async with configure(
-            bus, otlp_endpoint=endpoint, service_name="ckpt-events-test", environ={}
+            bus, otlp_endpoint=endpoint, service_name="ckpt-events-test", environ=environ
         ) as configured:
+            assert isinstance(configured.span_sink, OtlpSpanSink)
             ctl = Telemetry(bus, kind="controller", instance="coordination")
             resources = Telemetry(bus, kind="resources", instance="resources-0")
             with ctl.coordinate("commit", checkpoint_id="c-otlp") as co:

@@ -1,0 +1,60 @@
+"""Our own OTLP/HTTP sinks built from ``OtelSettings`` (``http/protobuf`` and ``http/json``).
+
+``configure`` uses these for OTLP over HTTP: the events are encoded straight into OTLP
+request bodies and posted over one kept-alive connection, with no OpenTelemetry SDK objects
+per span or metric point. gRPC, the console exporter and a pipeline the user hands in
+(``tracer_provider``, ``span_exporter``, ``meter_provider``) keep OpenTelemetry's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sinks._otel_env import BatchSettings, OtlpSettings
+from sinks._otlp_sink import OtlpSpanSink
+
+__all__ = ["DEFAULT_TIMEOUT_S", "is_own_http", "own_span_sink"]
+
+#: OTEL_EXPORTER_OTLP_TIMEOUT's default (10 000 ms).
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def is_own_http(otlp: OtlpSettings | None) -> bool:
+    """Whether ``otlp`` is OTLP over HTTP (protobuf or JSON): the protocols we encode ourselves."""
+    return otlp is not None and otlp.protocol in ("http/protobuf", "http/json")
+
+
+def _compression(otlp: OtlpSettings) -> str:
+    return "none" if otlp.compression is None else otlp.compression
+
+
+def own_span_sink(
+    otlp: OtlpSettings,
+    batch: BatchSettings,
+    *,
+    resource_attributes: Mapping[str, object],
+    span_groups: frozenset[str],
+) -> OtlpSpanSink:
+    """An ``OtlpSpanSink`` posting to ``otlp.endpoint`` as is (the signal path is already in
+    it), with the ``OTEL_BSP_*`` batch, linger and queue; the request timeout is the OTLP
+    timeout, else ``OTEL_BSP_EXPORT_TIMEOUT``, else 10 s."""
+    options: dict[str, Any] = {}
+    if batch.max_export_batch is not None:
+        options["max_export_batch"] = batch.max_export_batch
+    if batch.max_buffer is not None:
+        options["max_queue"] = batch.max_buffer
+    if batch.linger_s is not None:
+        options["linger"] = batch.linger_s
+    timeout = otlp.timeout_s if otlp.timeout_s is not None else batch.export_timeout_s
+    return OtlpSpanSink(
+        otlp.endpoint,
+        traces_path="",
+        protocol=otlp.protocol,
+        headers=otlp.headers,
+        timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+        compression=_compression(otlp),
+        resource_attributes=resource_attributes,
+        span_groups=span_groups,
+        **options,
+    )
