@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias
 
 import anyio
 import anyio.to_thread
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from sinks._metric_sink import MetricSink
+    from sinks._otlp_metric_sink import OtlpMetricSink
     from sinks._span_sink import SpanSink
 
-    AnySpanSink = SpanSink | OtlpSpanSink
+    AnySpanSink: TypeAlias = SpanSink | OtlpSpanSink
+    AnyMetricSink: TypeAlias = MetricSink | OtlpMetricSink
 
 __all__ = ["Configured", "configure"]
 
@@ -59,7 +61,8 @@ class Configured:
         subscriptions: Sequence[Subscription] = (),
         span_sink: AnySpanSink | None = None,
         span_sinks: Sequence[AnySpanSink] = (),
-        metric_sink: MetricSink | None = None,
+        metric_sink: AnyMetricSink | None = None,
+        metric_sinks: Sequence[AnyMetricSink] = (),
         jsonl_sink: JsonLinesSink | None = None,
         meter_provider: MeterProvider | None = None,
         close_timeout: float = 10.0,
@@ -71,7 +74,8 @@ class Configured:
         self.span_sinks = tuple(span_sinks) if span_sinks else ((span_sink,) if span_sink else ())
         self.settings = settings if settings is not None else OtelSettings()
         self.sample_ratio = self.settings.sample_ratio
-        self.metric_sink = metric_sink
+        self.metric_sinks = tuple(metric_sinks) if metric_sinks else ((metric_sink,) if metric_sink else ())
+        self.metric_sink = metric_sink if metric_sink is not None else next(iter(metric_sinks), None)
         self.jsonl_sink = jsonl_sink
         self.meter_provider = meter_provider
         self.close_timeout = close_timeout
@@ -138,8 +142,9 @@ def configure(
       ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_METRIC_EXPORT_INTERVAL``).
       ``otlp_endpoint`` is a base URL winning over every endpoint variable. Spans use
       ``span_groups`` or ``CKPT_EVENTS_SPAN_GROUPS`` (default ``"default,checkpoint"``).
-    * OTLP over HTTP (``http/protobuf``, ``http/json``) is our own ``OtlpSpanSink``: spans
-      encoded straight from the events; gRPC and console go through OpenTelemetry's exporters.
+    * OTLP over HTTP (``http/protobuf``, ``http/json``) is our own ``OtlpSpanSink`` and
+      ``OtlpMetricSink``: spans and aggregated metric points encoded straight from the events;
+      gRPC and console go through OpenTelemetry's exporters.
     * ``tracer_provider``: our finished spans go through its span processors (with its
       resource), and no span exporter is built. ``meter_provider``: the metric sink records
       through it, and none is built (nor shut down here).
@@ -171,10 +176,10 @@ def configure(
     jsonl_sink = _jsonl(jsonl_path, env)
     subscriptions: list[Subscription] = []
     span_sinks: list[tuple[str, AnySpanSink]] = []
-    metric_sink: MetricSink | None = None
+    metric_sinks: list[tuple[str, AnyMetricSink]] = []
     own_provider: MeterProvider | None = None
     if not settings.sdk_disabled:
-        span_sinks, metric_sink, own_provider = _otel(
+        span_sinks, metric_sinks, own_provider = _otel(
             settings,
             groups,
             tracer_provider=tracer_provider,
@@ -202,8 +207,8 @@ def configure(
                         linger=batch.linger_s,
                     )
                 )
-        if metric_sink is not None:
-            subscriptions.append(bus.subscribe(metric_sink, name="otel-metrics"))
+        for name, metric_sink in metric_sinks:
+            subscriptions.append(bus.subscribe(metric_sink, name=name))
     except BaseException:
         for sub in subscriptions:
             sub.close()
@@ -212,7 +217,7 @@ def configure(
         bus,
         subscriptions=subscriptions,
         span_sinks=[sink for _, sink in span_sinks],
-        metric_sink=metric_sink,
+        metric_sinks=[sink for _, sink in metric_sinks],
         jsonl_sink=jsonl_sink,
         meter_provider=own_provider,
         settings=settings,
@@ -250,15 +255,15 @@ def _otel(
     span_exporter: SpanExporter | None,
     metric_readers: Sequence[MetricReader] | None,
     resource_args: tuple[str | None, Mapping[str, str] | None, str | None],
-) -> tuple[list[tuple[str, AnySpanSink]], MetricSink | None, MeterProvider | None]:
-    """(named span sinks, the metric sink, the meter provider built here) for ``settings``."""
+) -> tuple[list[tuple[str, AnySpanSink]], list[tuple[str, AnyMetricSink]], MeterProvider | None]:
+    """(named span sinks, named metric sinks, the meter provider built here) for ``settings``."""
     wants_spans = tracer_provider is not None or span_exporter is not None or bool(settings.traces)
     wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
     if not wants_spans and not wants_metrics:
-        return [], None, None
+        return [], [], None
     from sinks._metric_sink import MetricSink
     from sinks._otel_build import build_resource, metric_readers_for, span_exporters_for
-    from sinks._otlp_own import is_own_http, own_span_sink
+    from sinks._otlp_own import is_own_http, own_metric_sink, own_span_sink
     from sinks._span_sink import SpanSink
 
     service_name, attributes, instance_id = resource_args
@@ -307,5 +312,16 @@ def _otel(
 
         own_provider = SdkMeterProvider(resource=resource, metric_readers=readers)
     provider = meter_provider if meter_provider is not None else own_provider
-    metric_sink = MetricSink(provider) if provider is not None else None
-    return span_sinks, metric_sink, own_provider
+    metrics: list[tuple[str, AnyMetricSink]] = []
+    if meter_provider is None and "otlp" in settings.metrics and is_own_http(settings.metrics_otlp):
+        assert settings.metrics_otlp is not None
+        own_metrics = own_metric_sink(
+            settings.metrics_otlp,
+            resource_attributes=dict(resource.attributes),
+            interval_ms=settings.metric_interval_ms,
+        )
+        metrics.append(("otel-metrics", own_metrics))
+    if provider is not None:
+        label = "otel-metrics-sdk" if metrics else "otel-metrics"
+        metrics.append((label, MetricSink(provider)))
+    return span_sinks, metrics, own_provider

@@ -18,52 +18,29 @@ from ckpt_events import (
     METRIC_LOOP_LAG,
     METRIC_OPERATION_DURATION,
     METRIC_RECORDS,
-    Attr,
     CoordinateFinished,
-    CountedEvent,
     GenerationCut,
     InvalidArgumentError,
-    Kind,
     LeaseExpired,
-    Operation,
     OperationFinished,
     PrepareNotReady,
     Refused,
     __version__,
 )
+from sinks import _metric_keys as keys
 
 __all__ = ["MetricSink", "MetricSinkStats"]
 
-_VOLUME_OPERATIONS: Final = frozenset({Operation.COMMIT, Operation.RESTORE})
-_INTERESTS: Final = (
-    OperationFinished,
-    CoordinateFinished,
-    LeaseExpired,
-    PrepareNotReady,
-    Refused,
-    GenerationCut,
-)
-
-_CONTROLLER: Final = Kind.CONTROLLER.value
-# Tags of the flat keys built in MetricSink.handle, and the attribute names of the values
-# that follow each tag. Counted-event tags are the ``nemo.gym.checkpoint.event`` values.
-_DURATION: Final = "duration"
-_VOLUME: Final = "volume"
-_LAG: Final = "loop_lag"
-_REFUSED: Final = CountedEvent.REFUSED.value
-_CUT: Final = CountedEvent.GENERATION_CUT.value
-_LEASE: Final = CountedEvent.LEASE_EXPIRED.value
-_NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
-_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    _DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),
-    _VOLUME: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
-    _LAG: (Attr.PARTICIPANT_KIND,),
-    _REFUSED: (Attr.CODE,),
-    _CUT: (Attr.DISPOSITION,),
-    _LEASE: (Attr.PARTICIPANT_KIND, Attr.PHASE),
-    _NOT_READY: (Attr.PARTICIPANT_KIND,),
-}
-_EVENT_TAGS: Final = frozenset({_REFUSED, _CUT, _LEASE, _NOT_READY})
+_VOLUME_OPERATIONS: Final = keys.VOLUME_OPERATIONS
+_INTERESTS: Final = keys.INTERESTS
+_CONTROLLER: Final = keys.CONTROLLER
+_DURATION: Final = keys.DURATION
+_VOLUME: Final = keys.VOLUME
+_LAG: Final = keys.LAG
+_REFUSED: Final = keys.REFUSED
+_CUT: Final = keys.CUT
+_LEASE: Final = keys.LEASE
+_NOT_READY: Final = keys.NOT_READY
 
 
 class MetricSinkStats(msgspec.Struct, frozen=True):
@@ -113,12 +90,7 @@ class MetricSink:
         cached = self._cache.get(key)
         if cached is None:
             # Plain str values (not enum members), as any exporter expects.
-            tag, *values = key
-            names = _KEYS[tag]
-            cached = {name: str(value) for name, value in zip(names, values, strict=True)}
-            if tag in _EVENT_TAGS:
-                cached = {Attr.EVENT: tag, **cached}
-            self._cache[key] = cached
+            cached = self._cache[key] = keys.attributes_of(key)
         return cached
 
     def handle(self, batch: list[Any]) -> None:

@@ -81,7 +81,8 @@ def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]
 
 
 def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
-    """A periodic reader for each metric exporter the settings ask for."""
+    """A periodic reader for each metric exporter the settings ask for that goes through
+    OpenTelemetry: the console and OTLP over gRPC."""
     from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 
     readers: list[MetricReader] = []
@@ -96,15 +97,8 @@ def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
             assert otlp is not None
             if otlp.protocol == "grpc":
                 exporter = _grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp))
-            elif otlp.protocol == "http/json":
-                raise ConfigurationError(
-                    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/json: OpenTelemetry's Python metric "
-                    "exporter has no http/json; use http/protobuf or grpc"
-                )
             else:
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-                exporter = OTLPMetricExporter(**_otlp_kwargs(otlp))
+                continue  # OTLP over HTTP: our own OtlpMetricSink (sinks._otlp_own)
         readers.append(
             PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms)
         )

@@ -17,6 +17,11 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
+from sinks._otlp_wire import FIXED64 as _FIXED64
+from sinks._otlp_wire import field as _field
+from sinks._otlp_wire import json_attributes as _json_attributes
+from sinks._otlp_wire import key_value as _key_value
+from sinks._otlp_wire import varint as _varint
 from sinks._span_attrs import span_name_and_attributes
 
 __all__ = ["SCOPE_NAME", "SpanEncoder"]
@@ -31,64 +36,7 @@ _IS_REMOTE: Final = 0x200
 _CACHE_LIMIT: Final = 8192
 
 _TIMES: Final = struct.Struct("<BQBQ")  # Span fields 7 and 8, fixed64 each
-_DOUBLE: Final = struct.Struct("<d")
 _FLAGS: Final = struct.Struct("<I")
-_FIXED64: Final = struct.Struct("<Q")
-
-
-def _varint_of(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int64 as two's complement, ten bytes
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL_VARINTS: Final = tuple(_varint_of(n) for n in range(1 << 14))
-
-
-def _varint(value: int) -> bytes:
-    return _SMALL_VARINTS[value] if 0 <= value < 16384 else _varint_of(value)
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag byte, length, payload."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
-def _any_value(value: object) -> bytes:
-    if isinstance(value, str):
-        return _field(0x0A, value.encode())
-    if isinstance(value, bool):
-        return b"\x10\x01" if value else b"\x10\x00"
-    if isinstance(value, int):
-        return b"\x18" + _varint(value)
-    if isinstance(value, float):
-        return b"\x21" + _DOUBLE.pack(value)
-    return _field(0x0A, str(value).encode())
-
-
-def _key_value(key: str, value: object) -> bytes:
-    return _field(0x0A, key.encode()) + _field(0x12, _any_value(value))
-
-
-def _json_value(value: object) -> dict[str, Any]:
-    if isinstance(value, str):
-        return {"stringValue": value}
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    return {"stringValue": str(value)}
-
-
-def _json_attributes(attributes: Mapping[str, object]) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _json_value(value)} for key, value in attributes.items()]
 
 
 class SpanEncoder:

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from sinks._otel_env import BatchSettings, OtlpSettings
+from sinks._otlp_metric_sink import OtlpMetricSink
 from sinks._otlp_sink import OtlpSpanSink
 
-__all__ = ["DEFAULT_TIMEOUT_S", "is_own_http", "own_span_sink"]
+__all__ = ["DEFAULT_TIMEOUT_S", "is_own_http", "own_metric_sink", "own_span_sink"]
 
 #: OTEL_EXPORTER_OTLP_TIMEOUT's default (10 000 ms).
 DEFAULT_TIMEOUT_S = 10.0
@@ -57,4 +58,21 @@ def own_span_sink(
         resource_attributes=resource_attributes,
         span_groups=span_groups,
         **options,
+    )
+
+
+def own_metric_sink(
+    otlp: OtlpSettings, *, resource_attributes: Mapping[str, object], interval_ms: int
+) -> OtlpMetricSink:
+    """An ``OtlpMetricSink`` posting to ``otlp.endpoint`` as is every ``interval_ms``
+    (``OTEL_METRIC_EXPORT_INTERVAL``)."""
+    return OtlpMetricSink(
+        otlp.endpoint,
+        metrics_path="",
+        protocol=otlp.protocol,
+        headers=otlp.headers,
+        timeout=DEFAULT_TIMEOUT_S if otlp.timeout_s is None else otlp.timeout_s,
+        compression=_compression(otlp),
+        resource_attributes=resource_attributes,
+        export_interval=interval_ms / 1000,
     )

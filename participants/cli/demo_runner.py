@@ -34,6 +34,7 @@ from participants.cli.report_terminal import render
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
+from sinks.otel import OtlpMetricSinkStats
 
 __all__ = ["DemoFailed", "DemoOptions", "DemoResult", "run_demo"]
 
@@ -347,8 +348,13 @@ def _exported(console: Console, opts: DemoOptions, configured: sinks.Configured)
         )
     if configured.metric_sink is not None:
         metrics = configured.metric_sink.stats()
+        how = (
+            f"{metrics.exports:,} export requests, {metrics.export_failures:,} failed"
+            if isinstance(metrics, OtlpMetricSinkStats)
+            else f"{metrics.sdk_calls:,} instrument calls"
+        )
         console.print(
-            f"exported metrics from {metrics.events:,} events ({metrics.sdk_calls:,} instrument calls) "
+            f"exported metrics from {metrics.events:,} events ({how}) "
             f"to {opts.otlp_endpoint}/v1/metrics{elsewhere}"
         )
     if configured.jsonl_sink is not None:

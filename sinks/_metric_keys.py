@@ -1,0 +1,78 @@
+"""The checkpoint metrics' attribute sets, shared by ``MetricSink`` and ``OtlpMetricSink``.
+
+Both sinks turn an event into a flat key ``(tag, value, ...)`` and the key into the same
+attribute mapping, so the two record exactly the same points. Values are bounded
+vocabularies (operation, kind, outcome, code, disposition, phase): never an id or instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ckpt_events import (
+    Attr,
+    CoordinateFinished,
+    CountedEvent,
+    GenerationCut,
+    Kind,
+    LeaseExpired,
+    Operation,
+    OperationFinished,
+    PrepareNotReady,
+    Refused,
+)
+
+__all__ = [
+    "CONTROLLER",
+    "CUT",
+    "DURATION",
+    "INTERESTS",
+    "LAG",
+    "LEASE",
+    "NOT_READY",
+    "REFUSED",
+    "VOLUME",
+    "VOLUME_OPERATIONS",
+    "attributes_of",
+]
+
+VOLUME_OPERATIONS: Final = frozenset({Operation.COMMIT, Operation.RESTORE})
+INTERESTS: Final = (
+    OperationFinished,
+    CoordinateFinished,
+    LeaseExpired,
+    PrepareNotReady,
+    Refused,
+    GenerationCut,
+)
+
+CONTROLLER: Final = Kind.CONTROLLER.value
+# Tags of the flat keys, and the attribute names of the values that follow each tag.
+# Counted-event tags are the ``nemo.gym.checkpoint.event`` values.
+DURATION: Final = "duration"
+VOLUME: Final = "volume"
+LAG: Final = "loop_lag"
+REFUSED: Final = CountedEvent.REFUSED.value
+CUT: Final = CountedEvent.GENERATION_CUT.value
+LEASE: Final = CountedEvent.LEASE_EXPIRED.value
+NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
+_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),
+    VOLUME: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
+    LAG: (Attr.PARTICIPANT_KIND,),
+    REFUSED: (Attr.CODE,),
+    CUT: (Attr.DISPOSITION,),
+    LEASE: (Attr.PARTICIPANT_KIND, Attr.PHASE),
+    NOT_READY: (Attr.PARTICIPANT_KIND,),
+}
+_EVENT_TAGS: Final = frozenset({REFUSED, CUT, LEASE, NOT_READY})
+
+
+def attributes_of(key: tuple[Any, ...]) -> dict[str, str]:
+    """The attribute mapping of a flat key ``(tag, value, ...)``: plain ``str`` values."""
+    tag, *values = key
+    names = _KEYS[tag]
+    attributes = {name: str(value) for name, value in zip(names, values, strict=True)}
+    if tag in _EVENT_TAGS:
+        attributes = {Attr.EVENT: tag, **attributes}
+    return attributes

@@ -1,0 +1,197 @@
+"""OtlpMetricSink: the same points as MetricSink on OpenTelemetry's SDK, aggregated here and
+accepted by a real collector (rotel) in protobuf and JSON; configure uses it for OTLP/HTTP."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from ckpt_events import Bus, Telemetry
+from sinks import configure
+from sinks._otlp_metrics import MetricEncoder, MetricTotals
+from sinks.otel import MetricSink, OtlpMetricSink
+from tests.sinks.test_otlp_collector import _wait_for, collector
+
+__all__ = ["collector"]
+
+Points = dict[str, dict[frozenset[tuple[str, str]], tuple[Any, ...]]]
+
+
+async def _event_mix(bus: Bus) -> None:
+    """Every instrument and attribute set: operations of two kinds (ok and error), a coordinate,
+    counted events of every kind, some repeated so sums and histograms aggregate."""
+    ctl = Telemetry(bus, kind="controller", instance="coordination")
+    resources = Telemetry(bus, kind="resources", instance="resources-0")
+    model = Telemetry(bus, kind="model", instance="model-0")
+    for n in range(3):
+        with ctl.coordinate("commit", checkpoint_id=f"c{n}") as co:
+            with resources.operation("commit", checkpoint_id=f"c{n}") as op:
+                op.set(records=10 + n, bytes=1000 * (n + 1))
+            with model.operation("commit", checkpoint_id=f"c{n}") as op:
+                op.set(records=1, bytes=7)
+            co.set(participants=2)
+    with resources.operation("restore", checkpoint_id="c2") as op:
+        op.set(records=12, bytes=3000)
+    try:
+        with model.operation("restore", checkpoint_id="c2"):
+            raise OSError("disk")
+    except OSError:
+        pass
+    resources.refused("unauthorized")
+    resources.refused("unauthorized")
+    resources.refused("stale_checkpoint")
+    model.lease_expired("prepared")
+    resources.prepare_not_ready(2)
+    model.generation_cut("durable_prefix", 4)
+    model.generation_cut("durable_prefix", 1)
+    model.generation_cut("durable_failure", 2)
+    await bus.flush()
+
+
+def _sdk_points(reader: InMemoryMetricReader) -> Points:
+    data = reader.get_metrics_data()
+    assert data is not None
+    found: Points = {}
+    for resource_metrics in data.resource_metrics:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                points = found.setdefault(metric.name, {})
+                for point in metric.data.data_points:
+                    attrs = frozenset((k, str(v)) for k, v in point.attributes.items())
+                    if hasattr(point, "bucket_counts"):
+                        points[attrs] = (
+                            point.count,
+                            round(point.sum, 6),
+                            tuple(point.bucket_counts),
+                            round(point.min, 6),
+                            round(point.max, 6),
+                        )
+                    else:
+                        points[attrs] = (point.value,)
+    return found
+
+
+def _rotel_points(text: str) -> Points:
+    """Every metric point in rotel's detailed debug log (the last export of each metric wins)."""
+    found: Points = {}
+    for block in text.split("Metric #")[1:]:
+        name = re.search(r"-> Name: (\S+)", block)
+        assert name is not None
+        points = found.setdefault(name.group(1), {})
+        for part in re.split(r"\w+DataPoints #\d+", block)[1:]:
+            attrs = frozenset(re.findall(r"-> (\S+): Str\(([^)]*)\)", part))
+            if "Buckets #" in part:
+                buckets = tuple(int(c) for c in re.findall(r"Buckets #\d+, Count: (\d+)", part))
+                fields = {k: float(v) for k, v in re.findall(r"^(Count|Sum|Min|Max): (\S+)$", part, re.M)}
+                points[attrs] = (
+                    int(fields["Count"]),
+                    round(fields["Sum"], 6),
+                    buckets,
+                    round(fields["Min"], 6),
+                    round(fields["Max"], 6),
+                )
+            else:
+                value = re.search(r"^Value: (\S+)$", part, re.M)
+                assert value is not None, part
+                points[attrs] = (int(value.group(1)),)
+    return found
+
+
+async def _both(sink: OtlpMetricSink) -> Points:
+    """The SDK's points for the event mix, recorded side by side with ``sink`` on one bus."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    async with Bus() as bus:
+        bus.subscribe(MetricSink(provider))
+        bus.subscribe(sink)
+        await _event_mix(bus)
+    points = _sdk_points(reader)
+    provider.shutdown()
+    return points
+
+
+@pytest.mark.collector
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
+async def test_every_point_reaches_rotel_as_the_sdk_records_it(
+    collector: tuple[str, Path], protocol: str
+) -> None:
+    """Names, attribute sets, sums, histogram counts/sums/buckets/min/max: rotel sees the SDK's points."""
+    endpoint, out = collector
+    sink = OtlpMetricSink(endpoint, protocol=protocol, resource_attributes={"service.name": "otlp-metrics"})
+    expected = await _both(sink)
+    assert sink.stats().exports == 1 and sink.stats().export_failures == 0
+    text = _wait_for(out, ["otlp-metrics", "gym.checkpoint.events_total"])
+    assert set(expected) == {
+        "gym.checkpoint.operation_duration_ms",
+        "gym.checkpoint.records_total",
+        "gym.checkpoint.bytes_total",
+        "gym.checkpoint.events_total",
+    }
+    assert _rotel_points(text) == expected
+    assert len(expected["gym.checkpoint.events_total"]) == 6  # 2 refused, lease, not ready, 2 cut
+    assert "AGGREGATION_TEMPORALITY_CUMULATIVE" in text and "IsMonotonic: true" in text
+
+
+async def test_protobuf_and_json_decode_to_the_same_request() -> None:
+    """OpenTelemetry's own protobuf classes parse our protobuf body and our JSON body identically."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    events: list[Any] = []
+
+    class Keep:
+        def handle(self, batch: list[Any]) -> None:
+            events.extend(batch)
+
+    async with Bus() as bus:
+        bus.subscribe(Keep())
+        await _event_mix(bus)
+    totals = MetricTotals()
+    totals.add(events)
+    encoder = MetricEncoder({"service.name": "s", "n": 3})
+    from_pb = ExportMetricsServiceRequest.FromString(encoder.protobuf(totals, 1, 2))
+    from_json = json_format.Parse(encoder.json(totals, 1, 2), ExportMetricsServiceRequest())
+    assert from_pb == from_json
+    metrics = from_pb.resource_metrics[0].scope_metrics[0].metrics
+    assert [m.name for m in metrics][0] == "gym.checkpoint.operation_duration_ms"
+    assert sum(p.count for p in metrics[0].histogram.data_points) == 11
+    assert msgspec.json.decode(encoder.json(totals, 1, 2))["resourceMetrics"][0]["resource"]["attributes"][
+        1
+    ] == {
+        "key": "n",
+        "value": {"intValue": "3"},
+    }
+
+
+async def test_configure_uses_it_for_otlp_http_unless_a_meter_provider_is_given() -> None:
+    """An endpoint: OtlpMetricSink at base + /v1/metrics with OTEL_METRIC_EXPORT_INTERVAL; a given
+    meter_provider: the SDK MetricSink only."""
+    environ = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "OTEL_METRIC_EXPORT_INTERVAL": "1500",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json",
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+    async with Bus() as bus:
+        configured = configure(bus, environ=environ, service_instance_id="i-1")
+        sink = configured.metric_sink
+        assert isinstance(sink, OtlpMetricSink)
+        assert [s.name for s in configured.subscriptions] == ["otel-metrics"]
+        assert (sink.sender.url, sink.export_interval, sink.protocol) == (
+            "http://127.0.0.1:9/v1/metrics",
+            1.5,
+            "http/json",
+        )
+        assert sink.encoder.resource_attributes["service.instance.id"] == "i-1"
+        configured.close_timeout = 2.0
+        await configured.aclose()  # nothing recorded: nothing sent to the closed port
+        provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        async with configure(bus, environ=environ, meter_provider=provider) as given:
+            assert isinstance(given.metric_sink, MetricSink) and len(given.metric_sinks) == 1
+        provider.shutdown()
