@@ -138,7 +138,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "uninstrumented": "uninstrumented",
         "no_sink": "ckpt-events, no sink",
         "jsonl": "ckpt-events, JSON lines",
-        "otlp": "ckpt-events, OtlpSpanSink + MetricSink, OTLP/HTTP to rotel",
+        "otlp": "ckpt-events, configure(): OtlpSpanSink + OtlpMetricSink, OTLP/HTTP to rotel",
         "sdk": "OpenTelemetry SDK directly (BatchSpanProcessor), OTLP/HTTP to rotel",
     }
     for variant in variants:

@@ -3,8 +3,8 @@
 ``python -m benchmarks.server_app VARIANT PORT [COLLECTOR_URL]`` serves ``POST /work`` on
 127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
 with two steps (or the same three spans made with the OpenTelemetry SDK directly).
-Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``OtlpSpanSink`` plus
-``MetricSink`` over OTLP/HTTP to the collector) and ``sdk`` (tracer with a
+Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``sinks.configure`` with the
+collector's endpoint: ``OtlpSpanSink`` plus ``OtlpMetricSink`` over OTLP/HTTP) and ``sdk`` (tracer with a
 ``BatchSpanProcessor`` and the OTLP/HTTP exporter to the collector).
 """
 
@@ -92,17 +92,13 @@ async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Calla
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             bus.subscribe(JsonLinesSink(Path(tmp) / "events.jsonl"))
         elif variant == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-            from opentelemetry.sdk.metrics import MeterProvider
-            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+            import sinks
 
-            from sinks.otel import MetricSink, OtlpSpanSink
-
-            reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{collector}/v1/metrics"))
-            meters = MeterProvider(metric_readers=[reader])
-            stack.callback(meters.shutdown)
-            bus.subscribe(OtlpSpanSink(str(collector), resource_attributes={"service.name": "bench-server"}))
-            bus.subscribe(MetricSink(meters))
+            # What `serve` does: configure() -> OtlpSpanSink + OtlpMetricSink over OTLP/HTTP.
+            configured = sinks.configure(
+                bus, otlp_endpoint=collector, service_name="bench-server", environ={}
+            )
+            stack.push_async_callback(configured.aclose)
         yield _ours(Telemetry(bus, kind="resources", instance="resources-0"))
 
 
