@@ -195,3 +195,15 @@ async def test_configure_uses_it_for_otlp_http_unless_a_meter_provider_is_given(
         async with configure(bus, environ=environ, meter_provider=provider) as given:
             assert isinstance(given.metric_sink, MetricSink) and len(given.metric_sinks) == 1
         provider.shutdown()
+
+
+async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
+    """Nothing listening: the last export at close fails, is counted, and close still returns."""
+    from tests.sinks.test_otlp_collector import _free_port
+
+    sink = OtlpMetricSink(f"http://127.0.0.1:{_free_port()}", max_retries=0, timeout=2.0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        Telemetry(bus, kind="model", instance="m0").refused("unauthorized")
+    stats = sink.stats()
+    assert (stats.events, stats.exports, stats.export_failures) == (1, 0, 1)
