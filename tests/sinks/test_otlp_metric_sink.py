@@ -24,7 +24,7 @@ Points = dict[str, dict[frozenset[tuple[str, str]], tuple[Any, ...]]]
 
 
 async def _event_mix(bus: Bus) -> None:
-    """Every instrument and attribute set: operations of two kinds (ok and error), a coordinate,
+    """Every instrument and attribute set: operations of two kinds (ok and error; loop lag), a coordinate,
     counted events of every kind, some repeated so sums and histograms aggregate."""
     ctl = Telemetry(bus, kind="controller", instance="coordination")
     resources = Telemetry(bus, kind="resources", instance="resources-0")
@@ -32,7 +32,7 @@ async def _event_mix(bus: Bus) -> None:
     for n in range(3):
         with ctl.coordinate("commit", checkpoint_id=f"c{n}") as co:
             with resources.operation("commit", checkpoint_id=f"c{n}") as op:
-                op.set(records=10 + n, bytes=1000 * (n + 1))
+                op.set(records=10 + n, bytes=1000 * (n + 1), loop_lag_ms=2.5 * n)
             with model.operation("commit", checkpoint_id=f"c{n}") as op:
                 op.set(records=1, bytes=7)
             co.set(participants=2)
@@ -129,6 +129,7 @@ async def test_every_point_reaches_rotel_as_the_sdk_records_it(
     text = _wait_for(out, ["otlp-metrics", "gym.checkpoint.events_total"])
     assert set(expected) == {
         "gym.checkpoint.operation_duration_ms",
+        "gym.checkpoint.loop_lag_ms",
         "gym.checkpoint.records_total",
         "gym.checkpoint.bytes_total",
         "gym.checkpoint.events_total",
