@@ -135,14 +135,17 @@ class OtlpSpanSink:
                 self._dropped += len(sampled)
                 return
             queue = self._queue
-            if not queue:
+            was_empty = not queue
+            if was_empty:
                 self._oldest = time.monotonic()
             room = self.max_queue - len(queue)
             if len(sampled) > room:
                 self._dropped += len(sampled) - room
                 sampled = sampled[:room]
             queue.extend(sampled)
-            if len(queue) >= self.max_export_batch:
+            # Wake the worker on a full batch, and on the first span of an empty queue: it then
+            # sleeps out the linger from that span (asleep on an empty queue it has no deadline).
+            if (was_empty and sampled) or len(queue) >= self.max_export_batch:
                 wake.notify()
 
     # -- the worker thread --------------------------------------------------------------------

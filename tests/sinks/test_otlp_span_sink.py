@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
@@ -177,3 +178,27 @@ async def test_a_full_queue_drops_and_counts() -> None:
         await _one_checkpoint(bus)
         assert sink.stats().dropped == 2  # four spans, room for two
     assert sink.stats().dropped == 4
+
+
+async def test_a_lone_span_goes_out_after_the_linger_without_a_flush() -> None:
+    """One span into an empty queue is exported once the linger passes, with no flush or close
+    (the worker slept on an empty queue with no deadline, so a quiet server never exported)."""
+    seen: list[int] = []
+    handler = type("Handler", (_Flaky,), {"seen": seen, "failures": 0})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    sink = OtlpSpanSink(f"http://127.0.0.1:{server.server_address[1]}", linger=0.05)
+    try:
+        async with Bus() as bus:
+            bus.subscribe(sink)
+            with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+                pass
+            with anyio.fail_after(5):
+                while not seen:
+                    await anyio.sleep(0.02)
+            assert sink.stats().exported == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
