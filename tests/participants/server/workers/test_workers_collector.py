@@ -96,7 +96,6 @@ async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
     finally:
         server.terminate()
     by_id = {s["ID"]: s for s in spans}
-
     [participant_commit] = [
         s for s in spans if s["Name"] == "gym.checkpoint.commit" and s["Parent ID"] == commit_hex
     ]
