@@ -82,8 +82,12 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
                 },
                 headers=AUTH,
             )
-            assert commit.status_code in (409, 503)
-            assert any("worker" in b for b in report["blockers"]) or commit.status_code == 503
+            assert commit.status_code in (409, 503), (commit.status_code, commit.text, replies[0].text)
+            # The kill lands during the prepare (a blocker names the lost worker) or, on a loaded
+            # machine, just after it: the commit is refused all the same (readiness regressed, or
+            # the worker unreachable). tests/participants/server/workers covers the blocker itself.
+            if report["blockers"]:
+                assert any("worker" in b for b in report["blockers"]), report
             assert not (
                 participant_dir(tmp_path / "ck", "environment", "environment-0") / "manifest.json"
             ).exists()
