@@ -59,7 +59,8 @@ from sinks.otel import MetricSink, SpanSink
 
 from . import report
 
-TARGETS = {"spans_total": 0.2, "spans_emit": 0.02, "metrics": 0.25, "jsonl_events_per_s": 1_000_000}
+#: SPEC section 7: the span path at most 0.1x the SDK in total, its emitting side at most 0.035x.
+TARGETS = {"spans_total": 0.1, "spans_emit": 0.035, "metrics": 0.25, "jsonl_events_per_s": 1_000_000}
 DEFAULT_JSON = Path(__file__).parent / "results" / "sinks.json"
 P = "nemo.gym.checkpoint."
 RESOURCE = Resource({"service.name": "bench"})
@@ -320,13 +321,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         (
             "spans: emit + SpanSink / SDK (simple processor, non-retaining exporter), CPU",
             spans["ratio_total_vs_simple"],
-            "<= 0.2",
+            f"<= {TARGETS['spans_total']}",
             checks["spans_total"],
         ),
         (
             "spans: emitting side / SDK (simple processor, non-retaining exporter), CPU",
             spans["ratio_emit_vs_simple"],
-            "<= 0.02",
+            f"<= {TARGETS['spans_emit']}",
             checks["spans_emit"],
         ),
         (
