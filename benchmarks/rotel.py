@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import socket
 import subprocess
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["agent_binary", "collector", "free_port"]
+__all__ = ["agent_binary", "agent_env", "collector", "free_port"]
 
 
 def agent_binary() -> Path | None:
@@ -28,6 +30,19 @@ def agent_binary() -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def agent_env() -> dict[str, str]:
+    """The environment for rotel-agent: the interpreter's library directory on the loader path.
+
+    rotel-agent links libpython; a CPython built as a shared library outside the loader's
+    search path (``libpython3.13.so.1.0`` under a pyenv prefix) is found only through it.
+    """
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
 
 
 def free_port() -> int:
@@ -60,7 +75,9 @@ def collector(startup_seconds: float = 15.0) -> Iterator[str | None]:
             "--log-file",
             str(Path(tmp) / "rotel.log"),
         ]
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=agent_env()
+        )
         try:
             deadline = time.monotonic() + startup_seconds
             for _ in range(10_000):

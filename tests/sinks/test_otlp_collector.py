@@ -6,7 +6,6 @@ with a blackhole exporter and its debug log on stdout, where the test finds what
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from benchmarks.rotel import agent_binary, agent_env, free_port
 from ckpt_events import Bus, Telemetry
 from sinks import JsonLinesSink, configure
 from sinks.otel import OtlpSpanSink
@@ -26,36 +26,6 @@ pytestmark = pytest.mark.collector
 
 _STARTUP_SECONDS = 15.0
 _RECEIVE_SECONDS = 15.0
-
-
-def _agent_binary() -> Path | None:
-    spec = importlib.util.find_spec("rotel")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "rotel-agent"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _agent_env() -> dict[str, str]:
-    """The environment for rotel-agent: the interpreter's library directory on the loader path.
-
-    rotel-agent links libpython; a CPython built as a shared library outside the loader's
-    search path (``libpython3.13.so.1.0`` under a pyenv prefix) is found only through it.
-    """
-    env = dict(os.environ)
-    libdir = sysconfig.get_config_var("LIBDIR")
-    if libdir:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
-    return env
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], out: Path) -> None:
@@ -77,7 +47,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], out: Path) -> None
 
 def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Popen[bytes]]:
     """Start ``binary`` as the collector; returns its OTLP/HTTP base URL and its process."""
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     with open(out, "wb") as sink:
         proc = subprocess.Popen(
             [
@@ -103,7 +73,7 @@ def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Pop
             stdout=sink,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_agent_env(),
+            env=agent_env(),
         )
     try:
         _wait_listening(http_port, proc, out)
@@ -125,7 +95,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A running collector: (OTLP/HTTP base URL, file receiving its stdout)."""
-    binary = _agent_binary()
+    binary = agent_binary()
     if binary is None:
         pytest.skip("the rotel-agent binary (package rotel) is not installed")
     out = tmp_path / "collector.out"
@@ -139,7 +109,7 @@ def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_collector_gets_the_interpreter_library_directory() -> None:
     """rotel-agent is launched with sysconfig's LIBDIR first on LD_LIBRARY_PATH."""
     libdir = sysconfig.get_config_var("LIBDIR")
-    assert libdir and _agent_env()["LD_LIBRARY_PATH"].split(os.pathsep)[0] == libdir
+    assert libdir and agent_env()["LD_LIBRARY_PATH"].split(os.pathsep)[0] == libdir
 
 
 def test_a_collector_that_cannot_start_skips_with_its_reason(tmp_path: Path) -> None:

@@ -200,9 +200,9 @@ async def test_configure_uses_it_for_otlp_http_unless_a_meter_provider_is_given(
 
 async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
     """Nothing listening: the last export at close fails, is counted, and close still returns."""
-    from tests.sinks.test_otlp_collector import _free_port
+    from benchmarks.rotel import free_port
 
-    sink = OtlpMetricSink(f"http://127.0.0.1:{_free_port()}", max_retries=0, timeout=2.0)
+    sink = OtlpMetricSink(f"http://127.0.0.1:{free_port()}", max_retries=0, timeout=2.0)
     async with Bus() as bus:
         bus.subscribe(sink)
         Telemetry(bus, kind="model", instance="m0").refused("unauthorized")

@@ -12,9 +12,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from benchmarks.rotel import free_port
 from ckpt_events import Bus, Telemetry
 from sinks.otel import OtlpSpanSink
-from tests.sinks.test_otlp_collector import _free_port, _wait_for, collector
+from tests.sinks.test_otlp_collector import _wait_for, collector
 
 __all__ = ["collector"]
 
@@ -158,7 +159,7 @@ async def test_503_is_retried_then_accepted(flaky: tuple[str, list[int]]) -> Non
 
 async def test_spans_are_dropped_and_counted_when_the_collector_is_down() -> None:
     """Nothing listens: the retries give up and every span is counted as dropped."""
-    port = _free_port()
+    port = free_port()
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
     sink = OtlpSpanSink(f"http://127.0.0.1:{port}", linger=0.01, max_retries=2, initial_backoff=0.01)
@@ -171,7 +172,7 @@ async def test_spans_are_dropped_and_counted_when_the_collector_is_down() -> Non
 
 async def test_a_full_queue_drops_and_counts() -> None:
     """Events beyond ``max_queue`` are dropped at once and counted; the rest still go out."""
-    port = _free_port()
+    port = free_port()
     sink = OtlpSpanSink(f"http://127.0.0.1:{port}", max_queue=2, linger=5.0, max_retries=0)
     async with Bus() as bus:
         bus.subscribe(sink)
