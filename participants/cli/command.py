@@ -66,10 +66,13 @@ def writable_path(value: str) -> Path:
 
 
 def console() -> Any:
-    """A rich console; piped output gets a wide fixed width so the tables stay readable."""
+    """A rich console: a terminal's own width; piped output ``$COLUMNS`` if set, else 170."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=170)
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else 170)
 
 
 def load_events(path: Path) -> list[Any]:
