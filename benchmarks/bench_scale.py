@@ -87,7 +87,8 @@ class _Fleet:
         return httpx.AsyncClient(transport=_Router(self.apps), timeout=600)
 
 
-async def _sinks(stack: AsyncExitStack, bus: Bus, workdir: Path) -> None:
+async def subscribe_all_sinks(stack: AsyncExitStack, bus: Bus, workdir: Path) -> None:
+    """Every sink on: spans into an exporter that keeps them, metrics, JSON lines in ``workdir``."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -109,7 +110,7 @@ async def _one(n: int, telemetry: bool, workdir: Path) -> dict[str, Any]:
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))
         if telemetry:
-            await _sinks(stack, bus, workdir)
+            await subscribe_all_sinks(stack, bus, workdir)
         tel = Telemetry(bus, kind="controller", instance="coordination")
         fleet = _Fleet(bus, n, workdir)
         async with (
@@ -192,7 +193,7 @@ async def _sink_cpu(log: Path) -> float:
         bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))
         replayed = log.parent / "replayed"
         replayed.mkdir(exist_ok=True)
-        await _sinks(stack, bus, replayed)
+        await subscribe_all_sinks(stack, bus, replayed)
         start = time.process_time()
         await replay(log, bus)
         await bus.flush()

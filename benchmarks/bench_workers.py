@@ -42,6 +42,7 @@ from participants.protocol import CONTROL_PREFIX, EpisodeId
 from participants.server.app import make_workload
 
 from . import report
+from .bench_scale import subscribe_all_sinks
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "workers.json"
 TOKEN = "bench-" + secrets.token_hex(8)
@@ -64,21 +65,6 @@ def _app(bus: Bus, workers: int) -> Any:
         checkpoint_root=ROOT,
         worker_factory=lambda i: make_workload(KIND, Telemetry(bus, kind=KIND, instance=INSTANCE, worker=i)),
     )
-
-
-async def _sinks(stack: AsyncExitStack, bus: Bus, workdir: Path) -> None:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from sinks.jsonl import JsonLinesSink
-    from sinks.otel import MetricSink, SpanSink
-
-    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    stack.callback(provider.shutdown)
-    bus.subscribe(SpanSink(InMemorySpanExporter()), name="spans")
-    bus.subscribe(MetricSink(provider), name="metrics")
-    bus.subscribe(JsonLinesSink(workdir / "events.jsonl"), name="jsonl")
 
 
 async def _post(client: httpx.AsyncClient, op: str, body: Any) -> Any:
@@ -111,7 +97,7 @@ async def _one(n: int, workers: int, on: bool, seed: Path, workdir: Path) -> dic
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))
         if on:
-            await _sinks(stack, bus, workdir)
+            await subscribe_all_sinks(stack, bus, workdir)
         app = _app(bus, workers)
         await stack.enter_async_context(app.router.lifespan_context(app))
         transport = httpx.ASGITransport(app=app)
