@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final
 
 import anyio.to_thread
@@ -24,25 +24,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ckpt_events import (
-    COLLECTION_END_ATTRS,
-    COLLECTION_SPANS,
-    COORDINATE_END_ATTRS,
-    COORDINATE_SPANS,
-    OPERATION_END_ATTRS,
-    OPERATION_SPANS,
-    STAGE_SPANS,
-    STEP_END_ATTRS,
-    STEP_SPANS,
-    Attr,
-    CollectionFinished,
-    CoordinateFinished,
-    FieldAttrs,
     InvalidArgumentError,
-    OperationFinished,
     Outcome,
     Redactor,
-    StageFinished,
-    StepFinished,
     __version__,
     resolve_span_groups,
     span_kind_of,
@@ -50,6 +34,7 @@ from ckpt_events import (
 from ckpt_events import (
     SpanKind as CkptSpanKind,
 )
+from sinks._span_attrs import FINISHED, span_name_and_attributes
 
 __all__ = ["SpanSink", "SpanSinkStats"]
 
@@ -61,7 +46,6 @@ _UNSET: Final = Status(StatusCode.UNSET)
 _KINDS: Final = {CkptSpanKind(k.name.lower()): k for k in SpanKind if k.name.lower() in set(CkptSpanKind)}
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _ERROR: Final = Outcome.ERROR.value
-_FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
 
 class SpanSinkStats(msgspec.Struct, frozen=True):
@@ -134,7 +118,7 @@ class SpanSink:
         self.processor = processor
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
-        self.interests: tuple[type, ...] = _FINISHED if self.enabled else ()
+        self.interests: tuple[type, ...] = FINISHED if self.enabled else ()
         self.resource = resource if resource is not None else _default_resource()
         self.redactor = redactor if redactor is not None else Redactor()
         self.max_export_batch = max_export_batch
@@ -150,19 +134,12 @@ class SpanSink:
         self._skipped = 0
         self._logged_failure = False
         self._contexts: dict[int, SpanContext] = {}  # per batch; see _span
-        self._builders: dict[type, Callable[[Any], ReadableSpan | None]] = {
-            OperationFinished: self._operation,
-            StepFinished: self._step,
-            CoordinateFinished: self._coordinate,
-            StageFinished: self._stage,
-            CollectionFinished: self._collection,
-        }
 
     # -- the sink ---------------------------------------------------------------------------
 
     def handle(self, batch: list[Any]) -> None:
         """Build a span per sampled finished event and export them in batches."""
-        builders = self._builders
+        redactor = self.redactor
         self._contexts = {}
         spans: list[ReadableSpan] = []
         unsampled = skipped = 0
@@ -171,12 +148,11 @@ class SpanSink:
             if not event.sampled:
                 unsampled += 1
                 continue
-            builder = builders.get(event.__class__)
-            span = builder(event) if builder is not None else None
-            if span is None:
+            named = span_name_and_attributes(event, redactor)
+            if named is None:  # renew: counted in metrics, no span
                 skipped += 1
                 continue
-            spans.append(span)
+            spans.append(self._span(event, *named))
             if len(spans) >= limit:
                 self._export(spans)
                 spans = []
@@ -280,16 +256,10 @@ class SpanSink:
             skipped=self._skipped,
         )
 
-    # -- span builders, one per event class --------------------------------------------------
+    # -- the span of one event (name and attributes from sinks._span_attrs) --------------------
 
     def _span(self, event: Any, name: str, attributes: dict[str, Any]) -> ReadableSpan:
         kind = _KINDS[span_kind_of(event)]
-        if event.worker is not None:  # a multi-worker participant's process (spans only, never metrics)
-            attributes[Attr.WORKER] = event.worker
-        extra = event.attributes
-        if extra:
-            # Ours win over a user attribute of the same name; the rule redacts theirs.
-            attributes = {**self.redactor.apply(extra), **attributes}
         trace_id = event.trace_id
         contexts = self._contexts
         # A local span's own context is its children's parent context: build each once per
@@ -338,51 +308,6 @@ class SpanSink:
             SCOPE,
         )
 
-    @staticmethod
-    def _identity(event: Any) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            # str(): a plain string whether the field holds the enum member or its value.
-            Attr.PARTICIPANT_KIND: str(event.kind),
-            Attr.INSTANCE: event.instance,
-            Attr.OUTCOME: str(event.outcome),
-        }
-        if event.checkpoint_id is not None:
-            attributes[Attr.ID] = event.checkpoint_id
-        return attributes
-
-    def _operation(self, event: OperationFinished) -> ReadableSpan | None:
-        name = OPERATION_SPANS.get(event.operation)
-        if name is None:  # renew: counted in metrics, no span
-            return None
-        attributes = self._identity(event)
-        _put(attributes, event, OPERATION_END_ATTRS[event.operation])
-        return self._span(event, name, attributes)
-
-    def _step(self, event: StepFinished) -> ReadableSpan:
-        attributes: dict[str, Any] = {}
-        _put(attributes, event, STEP_END_ATTRS[event.step])
-        return self._span(event, STEP_SPANS[event.step], attributes)
-
-    def _coordinate(self, event: CoordinateFinished) -> ReadableSpan:
-        attributes = self._identity(event)
-        if event.participants is not None:
-            attributes[Attr.PARTICIPANTS] = event.participants
-        _put(attributes, event, COORDINATE_END_ATTRS[event.operation])
-        return self._span(event, COORDINATE_SPANS[event.operation], attributes)
-
-    def _stage(self, event: StageFinished) -> ReadableSpan:
-        attributes: dict[str, Any] = {}
-        if event.participants is not None:
-            attributes[Attr.PARTICIPANTS] = event.participants
-        return self._span(event, STAGE_SPANS[event.stage], attributes)
-
-    def _collection(self, event: CollectionFinished) -> ReadableSpan:
-        attributes: dict[str, Any] = {}
-        if event.checkpoint_id is not None:
-            attributes[Attr.ID] = event.checkpoint_id
-        _put(attributes, event, COLLECTION_END_ATTRS[event.action])
-        return self._span(event, COLLECTION_SPANS[event.action], attributes)
-
 
 def _default_resource() -> Resource:
     # Resource.create honours OTEL_SERVICE_NAME; only its unknown_service fallback is replaced.
@@ -390,11 +315,3 @@ def _default_resource() -> Resource:
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
     return resource
-
-
-def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:
-    for field, key in fields:
-        value = getattr(event, field)
-        if value is not None:
-            # Enum members go out as plain strings.
-            attributes[key] = str(value) if isinstance(value, str) else value
