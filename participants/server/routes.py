@@ -46,6 +46,7 @@ __all__ = [
     "Traceparent",
     "bearer_auth",
     "control_router",
+    "episode_view",
     "incoming_trace",
     "incoming_traceparent",
     "install_error_handlers",
@@ -146,7 +147,8 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
     return router
 
 
-def _episode_view(workload: Workload[Any, Any], episode: Episode[Any]) -> dict[str, Any]:
+def episode_view(workload: Workload[Any, Any], episode: Episode[Any]) -> dict[str, Any]:
+    """What ``GET /work/{capture_key}`` answers about ``episode``."""
     return {
         "capture_key": episode.key,
         "rollout_id": episode.episode_id.rollout_id,
@@ -194,7 +196,7 @@ def work_router(workload: Workload[Any, Any], token: str) -> APIRouter:
         episode = workload.get(capture_key)
         if episode is None:
             return _not_found(capture_key)
-        return _json(_episode_view(workload, episode))
+        return _json(episode_view(workload, episode))
 
     return router
 

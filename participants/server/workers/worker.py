@@ -18,6 +18,7 @@ import msgspec
 
 from ckpt_events import Operation, OperationSpan
 from participants.protocol import EpisodeId
+from participants.server.routes import episode_view
 from participants.server.workers.channel import FrameChannel, UnknownKind
 from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
 from participants.workloads.base import Episode, Workload
@@ -54,18 +55,7 @@ class WorkerHost:
             self.workload.close_admission()
 
     def _view(self, episode: Episode[Any]) -> dict[str, Any]:
-        return {
-            "capture_key": episode.key,
-            "rollout_id": episode.episode_id.rollout_id,
-            "attempt": episode.episode_id.attempt,
-            "boundary": episode.boundary,
-            "steps": episode.steps,
-            "done": episode.done,
-            "status": episode.status,
-            "kind": self.workload.kind.value,
-            "state": self.workload.describe(episode),
-            "worker": self.index,
-        }
+        return {**episode_view(self.workload, episode), "worker": self.index}
 
     def _share(self, operation: Operation, body: Any, message: Message) -> OperationSpan:
         """This worker's share of a coordinator operation: a child of it (the frame's traceparent)."""
