@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["agent_binary", "agent_env", "collector", "free_port"]
+__all__ = ["agent_binary", "agent_command", "agent_env", "collector", "free_port"]
 
 
 def agent_binary() -> Path | None:
@@ -30,6 +30,30 @@ def agent_binary() -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def agent_command(
+    binary: Path, http_port: int, grpc_port: int, workdir: Path, *, debug: bool = False
+) -> list[str]:
+    """``rotel-agent start`` on loopback with a blackhole exporter, its pid and log in ``workdir``;
+    ``debug`` prints every span and metric point it receives on stdout (detailed)."""
+    command = [
+        str(binary),
+        "start",
+        "--otlp-http-endpoint",
+        f"127.0.0.1:{http_port}",
+        "--otlp-grpc-endpoint",
+        f"127.0.0.1:{grpc_port}",
+        "--exporter",
+        "blackhole",
+        "--pid-file",
+        str(workdir / "rotel.pid"),
+        "--log-file",
+        str(workdir / "rotel.log"),
+    ]
+    if debug:
+        command += ["--debug-log", "traces", "--debug-log", "metrics", "--debug-log-verbosity", "detailed"]
+    return command
 
 
 def agent_env() -> dict[str, str]:
@@ -61,20 +85,7 @@ def collector(startup_seconds: float = 15.0) -> Iterator[str | None]:
         return
     http_port, grpc_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        command = [
-            str(binary),
-            "start",
-            "--otlp-http-endpoint",
-            f"127.0.0.1:{http_port}",
-            "--otlp-grpc-endpoint",
-            f"127.0.0.1:{grpc_port}",
-            "--exporter",
-            "blackhole",
-            "--pid-file",
-            str(Path(tmp) / "rotel.pid"),
-            "--log-file",
-            str(Path(tmp) / "rotel.log"),
-        ]
+        command = agent_command(binary, http_port, grpc_port, Path(tmp))
         proc = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=agent_env()
         )

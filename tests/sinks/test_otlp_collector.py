@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from benchmarks.rotel import agent_binary, agent_env, free_port
+from benchmarks.rotel import agent_binary, agent_command, agent_env, free_port
 from ckpt_events import Bus, Telemetry
 from sinks import JsonLinesSink, configure
 from sinks.otel import OtlpSpanSink
@@ -50,26 +50,7 @@ def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Pop
     http_port, grpc_port = free_port(), free_port()
     with open(out, "wb") as sink:
         proc = subprocess.Popen(
-            [
-                str(binary),
-                "start",
-                "--otlp-http-endpoint",
-                f"127.0.0.1:{http_port}",
-                "--otlp-grpc-endpoint",
-                f"127.0.0.1:{grpc_port}",
-                "--exporter",
-                "blackhole",
-                "--debug-log",
-                "traces",
-                "--debug-log",
-                "metrics",
-                "--debug-log-verbosity",
-                "detailed",
-                "--pid-file",
-                str(tmp_path / "rotel.pid"),
-                "--log-file",
-                str(tmp_path / "rotel.log"),
-            ],
+            agent_command(binary, http_port, grpc_port, tmp_path, debug=True),
             stdout=sink,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
