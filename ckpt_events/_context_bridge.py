@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from ckpt_events._span_handles import OperationSpan
 
 if TYPE_CHECKING:
-    from ckpt_events._telemetry import Telemetry
-    from ckpt_events._vocab import Operation
+    pass
 
 __all__ = ["BridgedOperationSpan", "ContextBridge"]
 
@@ -37,31 +36,15 @@ class ContextBridge(Protocol):
         ...
 
 
-class BridgedOperationSpan(OperationSpan):
+class BridgedOperationSpan(OperationSpan, gc=False):
     """An ``OperationSpan`` that is the bridge's current span while it is open."""
 
-    __slots__ = ("_bridge", "_token")
-
-    def __init__(
-        self,
-        tel: Telemetry,
-        operation: Operation,
-        checkpoint_id: str | None,
-        trace_id: int,
-        parent_span_id: int | None,
-        parent_remote: bool,
-        sampled: bool,
-        bridge: ContextBridge,
-        tracestate: str | None = None,
-    ) -> None:
-        super().__init__(
-            tel, operation, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate
-        )
-        self._bridge = bridge
-        self._token: object = None
+    _bridge: ContextBridge | None = None
+    _token: object = None
 
     def __enter__(self) -> OperationSpan:
         super().__enter__()
+        assert self._bridge is not None
         self._token = self._bridge.attach(self.trace_id, self.span_id, self.sampled)
         return self
 
@@ -69,6 +52,7 @@ class BridgedOperationSpan(OperationSpan):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            self._bridge.detach(self._token)
+            if self._bridge is not None:
+                self._bridge.detach(self._token)
         finally:
             super().__exit__(exc_type, exc, tb)

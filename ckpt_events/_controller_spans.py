@@ -1,7 +1,8 @@
 """Live span handles of the controller: coordinate operations, prepare stages, collection.
 
-Same shape as ``_spans.py`` (positional event construction, values in slots); kept apart
-so each module reads in one sitting.
+Slot-based classes that build their ``*Finished`` event when they end (the controller is
+not a request path that needs ``_span_handles.py``'s deferred events); kept apart so each
+module reads in one sitting.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ckpt_events._events import (
     StageFinished,
     StageStarted,
 )
-from ckpt_events._span_handles import _OK, _bad, _error_fields, _Span
+from ckpt_events._span_handles import _OK, _bad, _error_fields, _SpanBase
 from ckpt_events._vocab import CollectionAction, Kind, Operation, coerce
 
 if TYPE_CHECKING:
@@ -26,6 +27,44 @@ if TYPE_CHECKING:
 __all__ = ["CollectionSpan", "CoordinateSpan", "StageSpan"]
 
 _KINDS: Final = {k.value: k for k in Kind}
+
+
+class _Span(_SpanBase):
+    """The slot layout of the controller's span handles (``_controller_spans.py``)."""
+
+    __slots__ = (
+        "_attributes",
+        "_tel",
+        "_tracestate",
+        "checkpoint_id",
+        "parent_remote",
+        "parent_span_id",
+        "sampled",
+        "span_id",
+        "start_ns",
+        "trace_id",
+    )
+
+    def _identify(
+        self,
+        tel: Telemetry,
+        checkpoint_id: str | None,
+        trace_id: int,
+        parent_span_id: int | None,
+        parent_remote: bool,
+        sampled: bool,
+        tracestate: str | None = None,
+    ) -> None:
+        self._tel = tel
+        self.checkpoint_id = checkpoint_id
+        self.trace_id = trace_id
+        # A zero span id is invalid in W3C; one in 2**64 draws, so retry rather than branch.
+        self.span_id = tel._random(64) or tel._random(64) or 1
+        self.parent_span_id = parent_span_id
+        self.parent_remote = parent_remote
+        self.sampled = sampled
+        self._tracestate = tracestate
+        self._attributes = None
 
 
 class StageSpan(_Span):

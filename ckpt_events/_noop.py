@@ -9,12 +9,12 @@ nothing.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Final, Self
+from typing import ClassVar, Final, Self
 
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
 from ckpt_events._span_handles import OperationSpan, StepSpan
-from ckpt_events._vocab import Kind, Phase, Step, check_name, coerce
+from ckpt_events._vocab import Kind, Operation, Phase, Step, check_name, coerce
 
 __all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]
 
@@ -23,12 +23,10 @@ _KINDS: Final = frozenset(k.value for k in Kind)
 
 
 class _Noop:
-    """The parts every no-op handle shares: entering and leaving do nothing."""
+    """The parts every no-op handle shares: entering and leaving do nothing; never a parent."""
 
     __slots__ = ()
-
-    def __init__(self) -> None:  # no identity, no clock
-        pass
+    _live: ClassVar[bool] = False
 
     def __enter__(self) -> Self:
         return self
@@ -51,8 +49,16 @@ class _Noop:
         return None
 
 
-class _NoopStep(_Noop, StepSpan):
+class _NoopSlots(_Noop):
+    """The controller's no-op handles (slot classes): built with no identity and no clock."""
+
     __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+
+class _NoopStep(_Noop, StepSpan, gc=False):
 
     def set(
         self,
@@ -66,8 +72,7 @@ class _NoopStep(_Noop, StepSpan):
         return None
 
 
-class _NoopOperation(_Noop, OperationSpan):
-    __slots__ = ()
+class _NoopOperation(_Noop, OperationSpan, gc=False):
 
     def step(self, step: Step | str) -> StepSpan:
         try:  # inline, not a helper call: this is the whole cost of a disabled step
@@ -93,14 +98,14 @@ class _NoopOperation(_Noop, OperationSpan):
         return None
 
 
-class _NoopStage(_Noop, StageSpan):
+class _NoopStage(_NoopSlots, StageSpan):
     __slots__ = ()
 
     def set(self, *, participants: int | None = None) -> None:
         return None
 
 
-class _NoopCoordinate(_Noop, CoordinateSpan):
+class _NoopCoordinate(_NoopSlots, CoordinateSpan):
     __slots__ = ()
 
     def stage(self, stage: Kind | str) -> StageSpan:
@@ -119,7 +124,7 @@ class _NoopCoordinate(_Noop, CoordinateSpan):
         return None
 
 
-class _NoopCollection(_Noop, CollectionSpan):
+class _NoopCollection(_NoopSlots, CollectionSpan):
     __slots__ = ()
 
     def set(
@@ -135,8 +140,9 @@ class _NoopCollection(_Noop, CollectionSpan):
         return None
 
 
-NOOP_STEP: Final[StepSpan] = _NoopStep()
-NOOP_OPERATION: Final[OperationSpan] = _NoopOperation()
+# The struct twins need their fields filled; no method of theirs reads them.
+NOOP_STEP: Final[StepSpan] = _NoopStep(None, Step.EXPORT, None, 0, 0, None, False, None)  # type: ignore[arg-type]
+NOOP_OPERATION: Final[OperationSpan] = _NoopOperation(None, Operation.COMMIT, None, 0, 0, None, False, False)  # type: ignore[arg-type]
 NOOP_STAGE: Final[StageSpan] = _NoopStage()
 NOOP_COORDINATE: Final[CoordinateSpan] = _NoopCoordinate()
 NOOP_COLLECTION: Final[CollectionSpan] = _NoopCollection()

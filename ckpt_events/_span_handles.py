@@ -1,20 +1,24 @@
 """Live span handles that ``Telemetry`` returns while some sink listens.
 
 Each handle is a context manager: entering reads the clock and emits a ``*Started`` event
-(if wanted); leaving emits the ``*Finished`` event with what ``set`` recorded. An exception
-leaving the block records outcome ``error`` and the exception type, and propagates. The
-no-op twins in ``_noop.py`` are returned when nobody listens.
+(if wanted); leaving reads it again and queues the handle itself where its ``*Finished``
+event is routed. Each sink's delivery task turns the handle into that event (built once,
+shared by every sink), so the request path never builds an event. An exception leaving
+the block records outcome ``error`` and the exception type, and propagates. The no-op
+twins in ``_noop.py`` are returned when nobody listens.
 
-This is the request path of an instrumented server, so it is written for speed: values
-live in slots (no per-span dict), events are built positionally (the ``__exit__`` methods
-spell each one out: a shared helper would cost a tuple per span), and ``set``
-checks each value inline.
+This is the request path of an instrumented server, so it is written for speed: the
+operation and step handles are msgspec structs built positionally in C, untracked by the
+garbage collector (they hold no reference cycle: ids, clock reads, names and scalars; the
+bus holds them only until delivery), and ``set`` checks each value inline.
 """
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
+
+import msgspec
 
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
@@ -48,47 +52,31 @@ def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
     return Outcome.ERROR, name, str(exc)[:_MAX_MESSAGE]
 
 
-class _Span:
-    """Identity, timing and extra attributes shared by every live span handle."""
+class _SpanBase:
+    """What every span handle answers, live or no-op: its trace context and extra attributes.
 
-    __slots__ = (
-        "_attributes",
-        "_tel",
-        "_tracestate",
-        "checkpoint_id",
-        "parent_remote",
-        "parent_span_id",
-        "sampled",
-        "span_id",
-        "start_ns",
-        "trace_id",
-    )
+    A mixin without fields: the live handles hold ``_tel``, ``trace_id``, ``span_id``,
+    ``sampled``, ``parent_remote``, ``_tracestate``, ``_attributes`` and ``start_ns``.
+    """
 
-    def _identify(
-        self,
-        tel: Telemetry,
-        checkpoint_id: str | None,
-        trace_id: int,
-        parent_span_id: int | None,
-        parent_remote: bool,
-        sampled: bool,
-        tracestate: str | None = None,
-    ) -> None:
-        self._tel = tel
-        self.checkpoint_id = checkpoint_id
-        self.trace_id = trace_id
-        # A zero span id is invalid in W3C; one in 2**64 draws, so retry rather than branch.
-        self.span_id = tel._random(64) or tel._random(64) or 1
-        self.parent_span_id = parent_span_id
-        self.parent_remote = parent_remote
-        self.sampled = sampled
-        self._tracestate = tracestate
-        self._attributes: dict[str, AttributeValue] | None = None
+    __slots__ = ()
+    #: False on the no-op twins: they are never a parent.
+    _live: ClassVar[bool] = True
+    _tel: Telemetry
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    parent_remote: bool
+    sampled: bool
+    checkpoint_id: str | None
+    start_ns: int
+    _tracestate: str | None
+    _attributes: dict[str, AttributeValue] | None
 
     def _start(self, started: type[Any], what: object) -> None:
         """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
         tel = self._tel
-        self.start_ns = tel._clock()
+        self.start_ns = tel._clock()  # type: ignore[misc]  # a field of the struct subclasses
         if started in tel.bus._routes:
             tel.bus.emit(
                 started(  # positional, in field order (see _events.py)
@@ -125,7 +113,7 @@ class _Span:
         goes only with its ``traceparent``); a child span keeps its parent's.
         """
         if self.parent_remote and header is not None:
-            self._tracestate = parse_tracestate(header)
+            self._tracestate = parse_tracestate(header)  # type: ignore[misc]  # a field of the struct subclasses
         return self
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
@@ -135,76 +123,89 @@ class _Span:
                 f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
             )
         if self._attributes is None:
-            self._attributes = {}
+            self._attributes = {}  # type: ignore[misc]  # a field of the struct subclasses
         self._attributes[name] = value
 
 
-class StepSpan(_Span):
+class StepSpan(_SpanBase, msgspec.Struct, gc=False):
     """A step (``wait_ready``, ``export``, ...) inside an operation span."""
 
-    __slots__ = ("_bytes", "_calls", "_cut_failure", "_cut_prefix", "_records", "step")
-    _records: int | None
-    _bytes: int | None
-    _calls: int | None
-    _cut_prefix: int | None
-    _cut_failure: int | None
-
-    def __init__(self, parent: OperationSpan, step: Step) -> None:
-        # Identity inline, not through _identify(): this runs once per span on the request path.
-        self._tel = parent._tel
-        self.checkpoint_id = parent.checkpoint_id
-        self.trace_id = parent.trace_id
-        self.span_id = self._tel._random(64) or self._tel._random(64) or 1
-        self.parent_span_id = parent.span_id
-        self.parent_remote = False
-        self.sampled = parent.sampled
-        self._tracestate = parent._tracestate
-        self._attributes = None
-        self.step = step
-        self._records = self._bytes = self._calls = self._cut_prefix = self._cut_failure = None
+    # Fields in the order Telemetry builds them (positional), then what __enter__,
+    # __exit__ and set() fill in. Underscored: not part of the public API.
+    _tel: Telemetry
+    step: Step
+    checkpoint_id: str | None
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    sampled: bool
+    _tracestate: str | None
+    parent_remote: bool = False
+    start_ns: int = 0
+    _end_ns: int = 0
+    _attributes: dict[str, AttributeValue] | None = None
+    _outcome: Outcome = _OK
+    _error_type: str | None = None
+    _error_message: str | None = None
+    _records: int | None = None
+    _bytes: int | None = None
+    _calls: int | None = None
+    _cut_prefix: int | None = None
+    _cut_failure: int | None = None
+    _event: StepFinished | None = None
 
     def __enter__(self) -> StepSpan:
-        if self._tel._step_started_on:
+        tel = self._tel
+        if tel._step_started_on:
             self._start(StepStarted, self.step)  # reads the clock
         else:
-            self.start_ns = self._tel._clock()
+            self.start_ns = tel._clock()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         tel = self._tel
-        end_ns = tel._clock()
-        if tel._step_finished_on:
-            if exc is None:
-                outcome, error_type, error_message = _OK, None, None
+        self._end_ns = tel._clock()
+        if exc is not None:
+            self._outcome, self._error_type, self._error_message = _error_fields(exc)
+        for buffer in tel._step_route:  # as Bus.emit offers an event (inline: per span)
+            if len(buffer) < buffer.capacity:
+                buffer.append(self)
+                if buffer.waiting:
+                    tel.bus._wake(buffer)
             else:
-                outcome, error_type, error_message = _error_fields(exc)
-            tel.bus.emit(
-                StepFinished(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    end_ns,
-                    self.step,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                    outcome,
-                    error_type,
-                    error_message,
-                    self._attributes,
-                    self._records,
-                    self._bytes,
-                    self._calls,
-                    self._cut_prefix,
-                    self._cut_failure,
-                    tel.worker,
-                )
+                buffer.dropped += 1
+
+    def _finished(self) -> StepFinished:
+        """This step's event (built on the first call, by a sink's delivery task)."""
+        event = self._event
+        if event is None:
+            tel = self._tel
+            event = self._event = StepFinished(  # positional, in field order (see _events.py)
+                tel.kind,
+                tel.instance,
+                self.trace_id,
+                self.span_id,
+                self.start_ns,
+                self._end_ns,
+                self.step,
+                self.checkpoint_id,
+                self.parent_span_id,
+                self.parent_remote,
+                self.sampled,
+                self._outcome,
+                self._error_type,
+                self._error_message,
+                self._attributes,
+                self._records,
+                self._bytes,
+                self._calls,
+                self._cut_prefix,
+                self._cut_failure,
+                tel.worker,
             )
+        return event
 
     def set(
         self,
@@ -233,114 +234,114 @@ class StepSpan(_Span):
                 _bad("cut_durable_prefix", cut_durable_prefix)
             self._cut_prefix = cut_durable_prefix
         if cut_durable_failure is not None:
-            ok = type(cut_durable_failure) is int and cut_durable_failure >= 0
-            self._cut_failure = (
-                cut_durable_failure if ok else _bad("cut_durable_failure", cut_durable_failure)
-            )
+            if type(cut_durable_failure) is not int or cut_durable_failure < 0:
+                _bad("cut_durable_failure", cut_durable_failure)
+            self._cut_failure = cut_durable_failure
 
 
-class OperationSpan(_Span):
+class OperationSpan(_SpanBase, msgspec.Struct, gc=False):
     """A participant's operation (``gym.checkpoint.<operation>``)."""
 
-    __slots__ = (
-        "_blockers",
-        "_bytes",
-        "_episodes",
-        "_loop_lag_ms",
-        "_phase",
-        "_received_ns",
-        "_records",
-        "_rollouts",
-        "operation",
-    )
-    _records: int | None
-    _bytes: int | None
-    _blockers: int | None
-    _episodes: int | None
-    _rollouts: int | None
-
-    def __init__(
-        self,
-        tel: Telemetry,
-        operation: Operation,
-        checkpoint_id: str | None,
-        trace_id: int,
-        parent_span_id: int | None,
-        parent_remote: bool,
-        sampled: bool,
-        tracestate: str | None = None,
-    ) -> None:
-        # Identity inline, not through _identify(): this runs once per span on the request path.
-        self._tel = tel
-        self.checkpoint_id = checkpoint_id
-        self.trace_id = trace_id
-        self.span_id = tel._random(64) or tel._random(64) or 1
-        self.parent_span_id = parent_span_id
-        self.parent_remote = parent_remote
-        self.sampled = sampled
-        self._tracestate = tracestate
-        self._attributes = None
-        self.operation = operation
-        self._records = self._bytes = self._blockers = self._episodes = self._rollouts = None
-        self._phase: Phase | None = None
-        self._received_ns: int | None = None
-        self._loop_lag_ms: float | None = None
+    _tel: Telemetry
+    operation: Operation
+    checkpoint_id: str | None
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    parent_remote: bool
+    sampled: bool
+    _tracestate: str | None = None
+    start_ns: int = 0
+    _end_ns: int = 0
+    _attributes: dict[str, AttributeValue] | None = None
+    _outcome: Outcome = _OK
+    _error_type: str | None = None
+    _error_message: str | None = None
+    _phase: Phase | None = None
+    _blockers: int | None = None
+    _records: int | None = None
+    _bytes: int | None = None
+    _episodes: int | None = None
+    _rollouts: int | None = None
+    _received_ns: int | None = None
+    _loop_lag_ms: float | None = None
+    _event: OperationFinished | None = None
 
     def __enter__(self) -> OperationSpan:
-        if self._tel._operation_started_on:
+        tel = self._tel
+        if tel._operation_started_on:
             self._start(OperationStarted, self.operation)  # reads the clock
         else:
-            self.start_ns = self._tel._clock()
+            self.start_ns = tel._clock()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         tel = self._tel
-        end_ns = tel._clock()
-        if tel._operation_finished_on:
-            if exc is None:
-                outcome, error_type, error_message = _OK, None, None
+        self._end_ns = tel._clock()
+        if exc is not None:
+            self._outcome, self._error_type, self._error_message = _error_fields(exc)
+        for buffer in tel._operation_route:  # as Bus.emit offers an event (inline: per span)
+            if len(buffer) < buffer.capacity:
+                buffer.append(self)
+                if buffer.waiting:
+                    tel.bus._wake(buffer)
             else:
-                outcome, error_type, error_message = _error_fields(exc)
-            tel.bus.emit(
-                OperationFinished(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    end_ns,
-                    self.operation,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                    outcome,
-                    error_type,
-                    error_message,
-                    self._attributes,
-                    self._phase,
-                    self._blockers,
-                    self._records,
-                    self._bytes,
-                    self._episodes,
-                    self._rollouts,
-                    self._received_ns,
-                    self._loop_lag_ms,
-                    tel.worker,
-                )
+                buffer.dropped += 1
+
+    def _finished(self) -> OperationFinished:
+        """This operation's event (built on the first call, by a sink's delivery task)."""
+        event = self._event
+        if event is None:
+            tel = self._tel
+            event = self._event = OperationFinished(  # positional, in field order (see _events.py)
+                tel.kind,
+                tel.instance,
+                self.trace_id,
+                self.span_id,
+                self.start_ns,
+                self._end_ns,
+                self.operation,
+                self.checkpoint_id,
+                self.parent_span_id,
+                self.parent_remote,
+                self.sampled,
+                self._outcome,
+                self._error_type,
+                self._error_message,
+                self._attributes,
+                self._phase,
+                self._blockers,
+                self._records,
+                self._bytes,
+                self._episodes,
+                self._rollouts,
+                self._received_ns,
+                self._loop_lag_ms,
+                tel.worker,
             )
+        return event
 
     def step(self, step: Step | str) -> StepSpan:
         """A child span for one step of this operation."""
-        if not self._tel._step_on:
-            return self._tel._no_step(step)
+        tel = self._tel
+        if not tel._step_on:
+            return tel._no_step(step)
         try:
             member = _STEPS[step]
         except (KeyError, TypeError):
             member = coerce(Step, step)  # raises UnknownNameError naming the valid steps
-        return StepSpan(self, member)
+        return StepSpan(  # positional, in field order
+            tel,
+            member,
+            self.checkpoint_id,
+            self.trace_id,
+            tel._random(64) or tel._random(64) or 1,  # a zero span id is invalid in W3C
+            self.span_id,
+            self.sampled,
+            self._tracestate,
+        )
 
     def set(
         self,
@@ -364,17 +365,17 @@ class OperationSpan(_Span):
                 _bad("bytes", bytes)
             self._bytes = bytes
         if blockers is not None:
-            self._blockers = (
-                blockers if type(blockers) is int and blockers >= 0 else _bad("blockers", blockers)
-            )
+            if type(blockers) is not int or blockers < 0:
+                _bad("blockers", blockers)
+            self._blockers = blockers
         if episodes is not None:
-            self._episodes = (
-                episodes if type(episodes) is int and episodes >= 0 else _bad("episodes", episodes)
-            )
+            if type(episodes) is not int or episodes < 0:
+                _bad("episodes", episodes)
+            self._episodes = episodes
         if rollouts is not None:
-            self._rollouts = (
-                rollouts if type(rollouts) is int and rollouts >= 0 else _bad("rollouts", rollouts)
-            )
+            if type(rollouts) is not int or rollouts < 0:
+                _bad("rollouts", rollouts)
+            self._rollouts = rollouts
         if phase is not None:
             self._phase = _PHASES.get(phase) or coerce(Phase, phase)
         if received_ns is not None:

@@ -18,7 +18,7 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events._errors import InvalidArgumentError
-from ckpt_events._events import EVENT_TYPES, Event
+from ckpt_events._events import EVENT_TYPES, QUEUED_AS_HANDLES, Event
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ class Subscription:
         self.sink = sink
         self.name = name
         self.interests: frozenset[type[Event]] = resolve_interests(sink)
+        # Finished operations and steps are queued as their span handles (see _span_handles.py).
+        self._takes_handles = not self.interests.isdisjoint(QUEUED_AS_HANDLES)
         self.closed = False
         self._buffer = _Buffer(buffer_size, self)
         self._batch_size = batch_size
@@ -184,6 +186,8 @@ class Subscription:
                 count = min(len(buffer), self._batch_size)
                 # popleft is atomic against emitters on other threads; starmap runs it in C.
                 batch = list(starmap(popleft, repeat((), count)))
+                if self._takes_handles:
+                    _finish(batch)
                 self._in_flight = count
                 await self._deliver(batch)
                 self._in_flight = 0
@@ -261,6 +265,13 @@ class Subscription:
         event = anyio.Event()
         self._flush_waiters.append((target, event))
         await event.wait()
+
+
+def _finish(batch: list[Any]) -> None:
+    """Turn the span handles in ``batch`` into their ``*Finished`` events, in place."""
+    for i, item in enumerate(batch):
+        if not isinstance(item, Event):
+            batch[i] = item._finished()
 
 
 def _linger_of(sink: object, given: float | None, blocking: bool) -> float:

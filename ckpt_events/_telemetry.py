@@ -16,6 +16,7 @@ from typing import Final
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
+from ckpt_events._counted import CountedEvents
 from ckpt_events._errors import InvalidArgumentError
 from ckpt_events._events import (
     CollectionFinished,
@@ -34,15 +35,12 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP
-from ckpt_events._span_handles import OperationSpan, StepSpan, _Span
+from ckpt_events._span_handles import OperationSpan, StepSpan, _SpanBase
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
     CollectionAction,
-    Disposition,
-    ErrorCode,
     Kind,
     Operation,
-    Phase,
     Step,
     check_name,
     coerce,
@@ -55,9 +53,6 @@ SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
 _OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
-_CODES: Final = frozenset(c.value for c in ErrorCode)
-_PHASES: Final = frozenset(p.value for p in Phase)
-_DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
 _STEPS: Final = frozenset(s.value for s in Step)
 _MAX_RATIO_BOUND: Final = 1 << 64
 #: Entry-point group of context bridges; ``otel_context=True`` loads the one named ``opentelemetry``.
@@ -76,14 +71,14 @@ def _load_bridge(name: str) -> ContextBridge:
     )
 
 
-def _inherited(parent: _Span | None) -> str | None:
+def _inherited(parent: _SpanBase | None) -> str | None:
     """A new span's tracestate before ``with_tracestate``: its live local parent's, if any."""
-    if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
+    if parent is not None and isinstance(parent, _SpanBase) and parent._live:
         return parent._tracestate
     return None
 
 
-class Telemetry:
+class Telemetry(CountedEvents):
     """Emits the checkpoint events of one participant (``kind``, ``instance``) onto ``bus``.
 
     ``bus=None`` gives a Telemetry that is always off. ``sample_ratio`` is the share of
@@ -112,12 +107,14 @@ class Telemetry:
         "_not_ready_on",
         "_operation_finished_on",
         "_operation_on",
+        "_operation_route",
         "_operation_started_on",
         "_random",
         "_ratio_bound",
         "_refused_on",
         "_step_finished_on",
         "_step_on",
+        "_step_route",
         "_step_started_on",
         "bus",
         "enabled",
@@ -175,6 +172,9 @@ class Telemetry:
     def _interest_changed(self) -> None:
         """Recompute the on/off flags from the bus's routing table (the bus calls this)."""
         wants = self.bus.wants
+        # Where a finished operation or step handle is queued (its event's route; () for none).
+        self._operation_route = self.bus._routes.get(OperationFinished, ())
+        self._step_route = self.bus._routes.get(StepFinished, ())
         # One flag per event type the live handles read on every span (an attribute read,
         # not a routing-table lookup); steps off (say, metrics only) means no step handles.
         self._operation_started_on = wants(OperationStarted)
@@ -217,12 +217,14 @@ class Telemetry:
         coerce(Step, step)  # raises UnknownNameError naming the valid steps
         return NOOP_STEP
 
-    def _context(self, traceparent: str | None, parent: _Span | None) -> tuple[int, int | None, bool, bool]:
+    def _context(
+        self, traceparent: str | None, parent: _SpanBase | None
+    ) -> tuple[int, int | None, bool, bool]:
         """(trace id, parent span id, parent is remote, sampled) for a new span."""
         if traceparent is None and parent is None:  # a new root: the common case, kept short
             trace_id = self._random(128) or new_trace_id()
             return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
-        if parent is not None and isinstance(parent, _Span) and hasattr(parent, "span_id"):
+        if parent is not None and isinstance(parent, _SpanBase) and parent._live:
             return parent.trace_id, parent.span_id, False, parent.sampled
         remote = parse_traceparent(traceparent) if traceparent is not None else None
         if remote is not None:
@@ -236,7 +238,7 @@ class Telemetry:
         *,
         checkpoint_id: str | None = None,
         traceparent: str | None = None,
-        parent: _Span | None = None,
+        parent: _SpanBase | None = None,
     ) -> OperationSpan:
         """A span for ``operation`` on this participant (``gym.checkpoint.<operation>``).
 
@@ -258,9 +260,31 @@ class Telemetry:
         bridge = self._bridge
         if bridge is not None:
             return self._bridged(bridge, member, checkpoint_id, traceparent, parent)
+        random = self._random
+        if traceparent is None and parent is None:  # a new root: the common case, inline
+            trace_id = random(128) or new_trace_id()
+            return OperationSpan(  # positional, in field order
+                self,
+                member,
+                checkpoint_id,
+                trace_id,
+                random(64) or random(64) or 1,  # a zero span id is invalid in W3C
+                None,
+                False,
+                (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound,
+            )
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-        state = None if parent is None else _inherited(parent)
-        return OperationSpan(self, member, checkpoint_id, trace_id, parent_id, remote, sampled, state)
+        return OperationSpan(
+            self,
+            member,
+            checkpoint_id,
+            trace_id,
+            random(64) or random(64) or 1,
+            parent_id,
+            remote,
+            sampled,
+            _inherited(parent),
+        )
 
     def _bridged(
         self,
@@ -268,7 +292,7 @@ class Telemetry:
         member: Operation,
         checkpoint_id: str | None,
         traceparent: str | None,
-        parent: _Span | None,
+        parent: _SpanBase | None,
     ) -> OperationSpan:
         current = bridge.current_parent() if parent is None else None
         parent_id: int | None
@@ -278,8 +302,9 @@ class Telemetry:
         else:
             trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
             state = _inherited(parent)
+        span_id = self._random(64) or self._random(64) or 1
         return BridgedOperationSpan(
-            self, member, checkpoint_id, trace_id, parent_id, remote, sampled, bridge, state
+            self, member, checkpoint_id, trace_id, span_id, parent_id, remote, sampled, state, _bridge=bridge
         )
 
     def coordinate(
@@ -288,7 +313,7 @@ class Telemetry:
         *,
         checkpoint_id: str | None = None,
         traceparent: str | None = None,
-        parent: _Span | None = None,
+        parent: _SpanBase | None = None,
     ) -> CoordinateSpan:
         """A controller span ``gym.checkpoint.coordinate.<operation>``; ``.stage(kind)`` nests."""
         if not self._coordinate_on:
@@ -312,7 +337,7 @@ class Telemetry:
         *,
         checkpoint_id: str | None = None,
         traceparent: str | None = None,
-        parent: _Span | None = None,
+        parent: _SpanBase | None = None,
     ) -> CollectionSpan:
         """Rollout collection's span: ``action`` is ``"checkpoint"``, ``"restore"`` or ``"publish"``."""
         member = coerce(CollectionAction, action)
@@ -328,61 +353,4 @@ class Telemetry:
             remote,
             sampled,
             _inherited(parent),
-        )
-
-    # -- counted events ----------------------------------------------------------------------
-
-    def refused(self, code: ErrorCode | str, *, checkpoint_id: str | None = None) -> None:
-        """Count a request refused with protocol error ``code``."""
-        if not self._refused_on:
-            check_name(_CODES, code, ErrorCode)
-            return
-        self.bus.emit(
-            Refused(
-                self.kind, self.instance, self._clock(), coerce(ErrorCode, code), checkpoint_id, self.worker
-            )  # positional, in field order
-        )
-
-    def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
-        """Count a lease that ran out in ``phase`` (the participant resumed on its own)."""
-        if not self._lease_on:
-            check_name(_PHASES, phase, Phase)
-            return
-        self.bus.emit(
-            LeaseExpired(
-                self.kind, self.instance, self._clock(), coerce(Phase, phase), checkpoint_id, self.worker
-            )  # positional, in field order
-        )
-
-    def prepare_not_ready(self, blockers: int, *, checkpoint_id: str | None = None) -> None:
-        """Count a prepare that reached its deadline with ``blockers`` still blocking."""
-        if not self._not_ready_on:
-            return
-        if isinstance(blockers, bool) or not isinstance(blockers, int) or blockers < 0:
-            raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
-        self.bus.emit(
-            PrepareNotReady(
-                self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
-            )  # positional, in field order
-        )
-
-    def generation_cut(
-        self, disposition: Disposition | str, calls: int, *, checkpoint_id: str | None = None
-    ) -> None:
-        """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
-        if not self._cut_on:
-            check_name(_DISPOSITIONS, disposition, Disposition)
-            return
-        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-            raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")
-        self.bus.emit(
-            GenerationCut(
-                self.kind,
-                self.instance,
-                self._clock(),
-                coerce(Disposition, disposition),
-                calls,
-                checkpoint_id,
-                self.worker,
-            )  # positional, in field order
         )
