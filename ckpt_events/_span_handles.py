@@ -4,8 +4,9 @@ Each handle is a context manager: entering reads the clock and emits a ``*Starte
 (if wanted); leaving reads it again and queues the handle itself where its ``*Finished``
 event is routed. Each sink's delivery task turns the handle into that event (built once,
 shared by every sink), so the request path never builds an event. An exception leaving
-the block records outcome ``error`` and the exception type, and propagates. The no-op
-twins in ``_noop.py`` are returned when nobody listens.
+the block records outcome ``error`` and the exception type, and propagates. Call ``set``
+and ``set_attribute`` inside the block: a value given after it has ended may or may not
+reach the event. The no-op twins in ``_noop.py`` are returned when nobody listens.
 
 This is the request path of an instrumented server, so it is written for speed: the
 operation and step handles are msgspec structs built positionally in C, untracked by the
