@@ -6,7 +6,8 @@ generator (``connections`` keep-alive HTTP/1.1 connections, asyncio, in this pro
 Server CPU is read from the server process's own counters (``/proc/<pid>/stat``: user +
 system) around the measured requests. With two or more cores the server is pinned to
 one and this process to another. Rounds rotate the variants' order; the figure is the
-median over rounds. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without).
+median over rounds. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without), and so
+does ``nemo_lens``, which also needs an interpreter with nemo-lens (``benchmarks.nemo_lens_row``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import report, rotel
+from . import nemo_lens_row, report, rotel
 from .server_app import VARIANTS
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "server.json"
@@ -67,11 +68,15 @@ async def _load(port: int, requests: int, connections: int, seconds: float) -> i
     return sum(counts)
 
 
-def _start(variant: str, port: int, collector: str | None, core: int | None) -> subprocess.Popen[bytes]:
+def _start(
+    variant: str, port: int, collector: str | None, core: int | None, lens_python: str | None = None
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", f"{__package__}.server_app", variant, str(port)]
     if collector:
         command.append(collector)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if variant == nemo_lens_row.VARIANT and lens_python and collector:
+        command, env = nemo_lens_row.command(lens_python, port, collector), nemo_lens_row.environment()
     proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
     if core is not None:
         os.sched_setaffinity(proc.pid, {core})
@@ -97,11 +102,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _one(
-    variant: str, collector: str | None, requests: int, connections: int, cores: tuple[int, int] | None
+    variant: str,
+    collector: str | None,
+    requests: int,
+    connections: int,
+    cores: tuple[int, int] | None,
+    lens_python: str | None = None,
 ) -> float:
     """Server CPU microseconds per request for one run of ``variant``."""
     port = rotel.free_port()
-    proc = _start(variant, port, collector, cores[0] if cores else None)
+    proc = _start(variant, port, collector, cores[0] if cores else None, lens_python)
     try:
         asyncio.run(_load(port, requests // 5, connections, 60))  # warm-up
         before = _cpu_seconds(proc.pid)
@@ -112,9 +122,13 @@ def _one(
     return (after - before) / done * 1e6
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """All variants, rounds rotated; returns the figures and the ratio table's rows."""
+def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, Any]:
+    """All variants, rounds rotated; returns the figures and the ratio table's rows.
+
+    ``nemo_lens_python`` (default: ``$CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON``) runs the nemo-lens row.
+    """
     requests, rounds, connections = (2_000, 3, 32) if quick else (10_000, 5, 32)
+    lens = nemo_lens_row.probe(nemo_lens_python or os.environ.get(nemo_lens_row.ENV))
     cores: tuple[int, int] | None = None
     available = sorted(os.sched_getaffinity(0))
     if len(available) >= 2:
@@ -123,11 +137,15 @@ def run(quick: bool = False) -> dict[str, Any]:
     try:
         with rotel.collector() as collector:
             variants = [v for v in VARIANTS if collector or v not in ("otlp", "sdk")]
+            if lens.python and not collector:
+                lens = nemo_lens_row.LensInterpreter(None, skipped="needs the rotel collector")
+            if lens.python:
+                variants.append(nemo_lens_row.VARIANT)
             per: dict[str, list[float]] = {v: [] for v in variants}
             for r in range(rounds):
                 order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for variant in order:
-                    per[variant].append(_one(variant, collector, requests, connections, cores))
+                    per[variant].append(_one(variant, collector, requests, connections, cores, lens.python))
     finally:
         if cores is not None:
             os.sched_setaffinity(0, set(available))
@@ -140,6 +158,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "jsonl": "ckpt-events, JSON lines",
         "otlp": "ckpt-events, configure(): OtlpSpanSink + OtlpMetricSink, OTLP/HTTP to rotel",
         "sdk": "OpenTelemetry SDK directly (BatchSpanProcessor), OTLP/HTTP to rotel",
+        nemo_lens_row.VARIANT: nemo_lens_row.name(lens.runtime),
     }
     for variant in variants:
         ratio = us[variant] / base
@@ -152,6 +171,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                 ratio <= 1.15 if target else None,
             )
         )
+    if lens.skipped:
+        rows.append(nemo_lens_row.skipped_row(lens.skipped))
     if "otlp" in us and "sdk" in us:
         added = (us["otlp"] - base) / (us["sdk"] - base)
         rows.append(("server: added CPU/request, ours (OTLP) / the SDK's", added, "<= 0.15", added <= 0.15))
@@ -163,6 +184,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "connections": connections,
         "rounds": rounds,
         "pinned": cores is not None,
+        "nemo_lens": {"python": lens.python, "runtime": lens.runtime, "skipped": lens.skipped},
         "us_per_request": us,
         "rounds_us": per,
         "rows": rows,
@@ -173,8 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument(
+        "--nemo-lens-python",
+        metavar="PATH",
+        default=os.environ.get(nemo_lens_row.ENV),
+        help=f"an interpreter (3.13+) with nemo-lens[sdk], fastapi and uvicorn, for the nemo-lens row "
+        f"(default: ${nemo_lens_row.ENV}; skipped without)",
+    )
     args = parser.parse_args(argv)
-    result = run(args.quick)
+    result = run(args.quick, args.nemo_lens_python)
     rows = result.pop("rows")
     report.print_table("ckpt-events server under load: server CPU per request", rows)
     print(report.markdown_table(rows))
