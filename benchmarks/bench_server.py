@@ -7,7 +7,8 @@ Server CPU is read from the server process's own counters (``/proc/<pid>/stat``:
 system) around the measured requests. With two or more cores the server is pinned to
 one and this process to another. Rounds rotate the variants' order; the figure is the
 median over rounds. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without), and so
-does ``nemo_lens``, which also needs an interpreter with nemo-lens (``benchmarks.nemo_lens_row``).
+does ``nemo_lens``, which also needs an interpreter with nemo-lens (``benchmarks.nemo_lens_row``);
+``nemo_lens_uninstrumented`` is its server without telemetry, on that interpreter.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def _start(
     if collector:
         command.append(collector)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    if variant == nemo_lens_row.VARIANT and lens_python and collector:
-        command, env = nemo_lens_row.command(lens_python, port, collector), nemo_lens_row.environment()
+    if variant in nemo_lens_row.VARIANTS and lens_python and collector:
+        lens_collector = collector if variant == nemo_lens_row.VARIANT else None
+        command, env = nemo_lens_row.command(lens_python, port, lens_collector), nemo_lens_row.environment()
     proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
     if core is not None:
         os.sched_setaffinity(proc.pid, {core})
@@ -140,7 +142,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
             if lens.python and not collector:
                 lens = nemo_lens_row.LensInterpreter(None, skipped="needs the rotel collector")
             if lens.python:
-                variants.append(nemo_lens_row.VARIANT)
+                variants.extend(nemo_lens_row.VARIANTS)
             per: dict[str, list[float]] = {v: [] for v in variants}
             for r in range(rounds):
                 order = variants[r % len(variants) :] + variants[: r % len(variants)]
@@ -158,7 +160,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         "jsonl": "ckpt-events, JSON lines",
         "otlp": "ckpt-events, configure(): OtlpSpanSink + OtlpMetricSink, OTLP/HTTP to rotel",
         "sdk": "OpenTelemetry SDK directly (BatchSpanProcessor), OTLP/HTTP to rotel",
-        nemo_lens_row.VARIANT: nemo_lens_row.name(lens.runtime),
+        **{v: nemo_lens_row.name(v, lens.runtime) for v in nemo_lens_row.VARIANTS},
     }
     for variant in variants:
         ratio = us[variant] / base
@@ -173,6 +175,8 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         )
     if lens.skipped:
         rows.append(nemo_lens_row.skipped_row(lens.skipped))
+    else:
+        rows.append(nemo_lens_row.same_interpreter_row(us, lens.runtime))
     if "otlp" in us and "sdk" in us:
         added = (us["otlp"] - base) / (us["sdk"] - base)
         rows.append(("server: added CPU/request, ours (OTLP) / the SDK's", added, "<= 0.15", added <= 0.15))

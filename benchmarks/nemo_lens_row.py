@@ -4,6 +4,8 @@ nemo-lens (NeMo Gym's telemetry layer) requires Python >= 3.13, so its server
 (``server_app_nemo_lens.py``) runs under an interpreter given with ``--nemo-lens-python`` or
 ``CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON``, which must import ``nemo.lens`` (with its ``sdk`` extra),
 fastapi and uvicorn. Without one, the row is printed as skipped with its reason, never an error.
+With one, the same server also runs uninstrumented on that interpreter (``BASELINE``), so a row
+compares nemo-lens with no telemetry on the same interpreter too.
 """
 
 from __future__ import annotations
@@ -16,19 +18,24 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "BASELINE",
     "ENV",
     "SERVER",
     "VARIANT",
+    "VARIANTS",
     "LensInterpreter",
     "command",
     "environment",
     "name",
     "probe",
+    "same_interpreter_row",
     "skipped_row",
 ]
 
 ENV: Final = "CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON"
 VARIANT: Final = "nemo_lens"
+BASELINE: Final = "nemo_lens_uninstrumented"
+VARIANTS: Final = (BASELINE, VARIANT)
 SERVER: Final = Path(__file__).with_name("server_app_nemo_lens.py")
 _PROBE: Final = (
     "import platform, fastapi, uvicorn, nemo.lens, opentelemetry.sdk.trace, "
@@ -76,15 +83,24 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
-def command(python: str, port: int, collector: str) -> list[str]:
-    """The nemo-lens server's command line (run as a file: it is no module of this interpreter)."""
-    return [python, str(SERVER), str(port), collector]
+def command(python: str, port: int, collector: str | None) -> list[str]:
+    """The nemo-lens server's command line (run as a file: it is no module of this interpreter);
+    uninstrumented without a ``collector``."""
+    return [python, str(SERVER), str(port), *([collector] if collector else [])]
 
 
-def name(runtime: str) -> str:
-    """The variant's name in the table: it says which interpreter, since the comparison crosses them."""
+def name(variant: str, runtime: str) -> str:
+    """A variant's name in the table: it says which interpreter, since the comparison crosses them."""
     ours = f"{platform.python_implementation()} {platform.python_version()}"
+    if variant == BASELINE:
+        return f"uninstrumented, on {runtime} (the nemo-lens server, no telemetry)"
     return f"nemo-lens managed_span, OTLP/HTTP to rotel, on {runtime} (the other rows: {ours})"
+
+
+def same_interpreter_row(us: dict[str, float], runtime: str) -> tuple[str, float, str, None]:
+    """nemo-lens against no telemetry on its own interpreter: the ratio without the interpreters' gap."""
+    what = f"server CPU/request: nemo-lens managed_span / uninstrumented, both on {runtime}"
+    return (what, us[VARIANT] / us[BASELINE], "", None)
 
 
 def skipped_row(reason: str) -> tuple[str, None, str, None]:

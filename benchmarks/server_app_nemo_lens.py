@@ -1,7 +1,8 @@
 """The server benchmark's nemo-lens variant: the same endpoint, its three spans made with ``managed_span``.
 
-``PYTHON server_app_nemo_lens.py PORT COLLECTOR_URL`` serves ``POST /work`` on 127.0.0.1 under an
-interpreter with ``nemo-lens[sdk]``, fastapi and uvicorn. nemo-lens requires Python >= 3.13, so
+``PYTHON server_app_nemo_lens.py PORT [COLLECTOR_URL]`` serves ``POST /work`` on 127.0.0.1 under an
+interpreter with ``nemo-lens[sdk]``, fastapi and uvicorn; without a collector, uninstrumented (the
+baseline on the same interpreter). nemo-lens requires Python >= 3.13, so
 this module runs apart from the bench's interpreter and imports nothing of ours (its unit of work
 is ``server_app``'s, kept identical by a test). Telemetry is set up as nemo-lens's quick start
 says: ``NEMO_LENS_ENABLED=1`` and the OTLP endpoint in the environment, ``NemoLensConfig.from_env()``,
@@ -19,7 +20,7 @@ import hashlib
 import inspect
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import uvicorn
@@ -63,11 +64,15 @@ def _handle(body: bytes) -> int:
     return size
 
 
-def make_app() -> FastAPI:
-    """The app: telemetry set up in the lifespan, shut down (flushed) after it."""
+def make_app(instrumented: bool) -> FastAPI:
+    """The app: telemetry set up in the lifespan, shut down (flushed) after it, if ``instrumented``."""
+    handle_work: Callable[[bytes], int] = _handle if instrumented else _unit_of_work
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not instrumented:
+            yield
+            return
         handle = setup_telemetry(NemoLensConfig.from_env(), rank=0, world_size=1)
         if not (handle.is_exporting and is_span_group_enabled(_GROUP)):
             raise RuntimeError(f"nemo-lens is not exporting the {_GROUP!r} span group")
@@ -83,22 +88,24 @@ def make_app() -> FastAPI:
 
     @app.post("/work")
     async def work(request: Request) -> Response:
-        size = _handle(await request.body())
+        size = handle_work(await request.body())
         return Response(content=str(size), media_type="text/plain")
 
     return app
 
 
 def main(argv: list[str]) -> int:
-    port, collector = int(argv[0]), argv[1]
-    # nemo-lens and the OTLP exporters it builds read their configuration from the environment.
-    os.environ.update(
-        NEMO_LENS_ENABLED="1",
-        OTEL_EXPORTER_OTLP_ENDPOINT=collector,
-        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        OTEL_SERVICE_NAME="bench-server",
-    )
-    uvicorn.run(make_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    port, collector = int(argv[0]), (argv[1] if len(argv) > 1 else None)
+    if collector:
+        # nemo-lens and the OTLP exporters it builds read their configuration from the environment.
+        os.environ.update(
+            NEMO_LENS_ENABLED="1",
+            OTEL_EXPORTER_OTLP_ENDPOINT=collector,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_SERVICE_NAME="bench-server",
+        )
+    app = make_app(instrumented=collector is not None)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     return 0
 
 

@@ -62,15 +62,22 @@ def test_the_server_runs_as_a_file_without_our_interpreter_paths(monkeypatch: py
         "8123",
         "http://127.0.0.1:4318",
     ]
+    assert nemo_lens_row.command("/opt/py313/bin/python", 8123, None)[2:] == ["8123"]
     assert nemo_lens_row.SERVER.is_file()
     assert "PYTHONPATH" not in nemo_lens_row.environment()
 
 
 def test_the_row_names_both_interpreters() -> None:
     """The comparison crosses interpreters, and the row's name says so."""
-    name = nemo_lens_row.name("CPython 3.13.0")
+    name = nemo_lens_row.name(nemo_lens_row.VARIANT, "CPython 3.13.0")
     assert "on CPython 3.13.0" in name
     assert f"the other rows: CPython {sys.version.split()[0]}" in name
+    assert "uninstrumented, on CPython 3.13.0" in nemo_lens_row.name(nemo_lens_row.BASELINE, "CPython 3.13.0")
+    what, ratio, _, _ = nemo_lens_row.same_interpreter_row(
+        {nemo_lens_row.VARIANT: 300.0, nemo_lens_row.BASELINE: 200.0}, "CPython 3.13.0"
+    )
+    assert ratio == 1.5
+    assert what.endswith("/ uninstrumented, both on CPython 3.13.0")
 
 
 def _tree(path: Path) -> ast.Module:
