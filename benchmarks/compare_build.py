@@ -92,8 +92,8 @@ def compare(baseline: Path, candidate: Path, n: int, pairs: int, warmup: int = _
         for name, figures in got.items():
             runs[name].append(figures)
             print(f"pair {pair + 1} {name}: {json.dumps(figures)}", file=sys.stderr)
-        for key in ratios:
-            ratios[key].append(got["candidate"][key] / got["baseline"][key])
+        for key, values in ratios.items():
+            values.append(got["candidate"][key] / got["baseline"][key])
     keys = ("commit_s", "restore_s", "total_s", "cpu_s")
     return {
         "size": n,

@@ -339,7 +339,9 @@ class ControlPlane(Generic[S]):
                 with o.step("install") as s, gc_paused():
                     restored = await self.workload.install(chosen, states)
                     s.set(records=len(chosen))
-                freeze()  # the installed state stays: later collections need not scan it
+                    # The installed state stays: later collections need not scan it. Frozen
+                    # before the collector is back on, or its first young collection would.
+                    freeze()
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
                 self._stop = WriteStop()
