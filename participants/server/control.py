@@ -233,7 +233,7 @@ class ControlPlane(Generic[S]):
 
     async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
         cid = req.checkpoint_id
-        scope = None if req.episode_ids is None else sorted({e.capture_key for e in req.episode_ids})
+        scope = None if req.episode_ids is None else frozenset(e.capture_key for e in req.episode_ids)
         args: ReplayArgs = (req.checkpoint_dir, scope)
         with trace.operation(self.tel, Operation.COMMIT, cid) as o, timed(o):
             # Commits run one at a time: a retry waits for the write in progress, then replays.
@@ -258,7 +258,7 @@ class ControlPlane(Generic[S]):
                         raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
                     with store_refusals():
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
-                    check_commit_scope(req.episode_ids, self.workload.episodes)
+                    check_commit_scope(scope, self.workload.episodes)
                     with o.step("export") as s, gc_paused():
                         records = await self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
@@ -299,8 +299,8 @@ class ControlPlane(Generic[S]):
 
     async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
         cid = req.checkpoint_id
-        scope = {e for e in req.episode_ids}
-        args: ReplayArgs = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
+        scope = set(req.episode_ids)
+        args: ReplayArgs = (req.checkpoint_dir, frozenset(e.capture_key for e in scope))
         with trace.operation(self.tel, Operation.RESTORE, cid) as o, timed(o):
             async with self._lock:
                 self.check_lease()

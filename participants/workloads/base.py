@@ -228,10 +228,11 @@ class Workload(Generic[S, R]):
 
     def check_record(self, record: Record) -> S:
         """Validate one record before anything is installed; returns the state to install."""
-        key = record.episode_id.capture_key
         if not isinstance(record, self.record_type):
+            key = record.episode_id.capture_key
             raise InvalidCheckpointError(f"record of {key} is not a {self.kind.value} record")
         if not 0 <= record.boundary <= record.steps or record.steps < 1:
+            key = record.episode_id.capture_key
             raise InvalidCheckpointError(f"record of {key} has boundary {record.boundary} of {record.steps}")
         return self.from_record(record)
 

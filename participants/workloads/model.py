@@ -279,10 +279,11 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
         )
 
     def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]:
+        chosen = set(keys)  # once, not once per cut
         staging = [
             c.continuation.staging_key
             for k, c in self._cuts.items()
-            if k in set(keys) and c.continuation is not None
+            if k in chosen and c.continuation is not None
         ]
         return {"staging_keys": sorted(staging)}
 
