@@ -54,7 +54,7 @@ def check_outside(op: Operation, phase: Phase, deadline_ts: float) -> None:
 
 def check_commit_scope(keys: frozenset[str] | None, held: Mapping[str, object]) -> None:
     """Every episode named in a commit scope (by capture key) is held by this participant."""
-    unknown = sorted(k for k in keys or () if k not in held)
+    unknown = sorted(keys - held.keys()) if keys is not None else []
     if unknown:
         raise ProtocolRefusal(
             ErrorCode.INVALID_CHECKPOINT_STATE,

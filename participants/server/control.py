@@ -262,7 +262,9 @@ class ControlPlane(Generic[S]):
                     with o.step("export") as s, gc_paused():
                         records = await self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
-                        s.set(records=len(records))
+                        keys = sorted(r.episode_id.capture_key for r in records)
+                        del records  # freed while the collector is off: it never scans their lists
+                        s.set(records=len(lines))
                     stop = self._stop
                 with o.step("write") as s, store_refusals(), gc_paused():
                     result = await anyio.to_thread.run_sync(
@@ -276,13 +278,12 @@ class ControlPlane(Generic[S]):
                             stop=stop,
                         )
                     )
-                    s.set(records=len(records), bytes=result.bytes)
+                    s.set(records=len(lines), bytes=result.bytes)
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
                         raise _refuse(
                             ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed during commit"
                         )
-                    keys = sorted(r.episode_id.capture_key for r in records)
                     if req.stop:
                         self.workload.stop(keys)
                     self.phase = Phase.COMMITTED
@@ -294,7 +295,7 @@ class ControlPlane(Generic[S]):
                         **self.workload.commit_extras(keys),
                     )
                     self._replies.commit[cid] = (reply, args)
-            o.set(records=len(records), bytes=result.bytes)
+            o.set(records=len(lines), bytes=result.bytes)
             return reply
 
     async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
@@ -339,9 +340,7 @@ class ControlPlane(Generic[S]):
                 with o.step("install") as s, gc_paused():
                     restored = await self.workload.install(chosen, states)
                     s.set(records=len(chosen))
-                    # The installed state stays: later collections need not scan it. Frozen
-                    # before the collector is back on, or its first young collection would.
-                    freeze()
+                    freeze()  # the installed state stays: frozen before the collector is back on
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
                 self._stop = WriteStop()
