@@ -7,6 +7,9 @@ never holds a connection across a checkpoint), and a unit already running finish
 parks the episode at its next boundary. Kinds subclass ``Workload[State, Record]`` and fill
 in the hooks: ``State`` is the kind's episode state (one Struct per kind), ``Record`` what a
 commit saves of it. ``checkpointable.CheckpointableWorkload`` is what the control plane uses.
+Episodes are not tracked by the cyclic collector, so a ``State`` must never refer back to
+its episode or its workload (such a cycle would leak); the built-in kinds' states and records
+are ``gc=False`` Structs of scalars, strings and lists of those.
 """
 
 from __future__ import annotations
