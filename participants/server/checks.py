@@ -10,7 +10,7 @@ an empty file, an id never committed) refuses the whole restore with the same co
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Mapping
 from typing import Final
 
 from ckpt_events import ErrorCode, Operation, Phase
@@ -52,9 +52,9 @@ def check_outside(op: Operation, phase: Phase, deadline_ts: float) -> None:
     check_deadline(deadline_ts)
 
 
-def check_commit_scope(episode_ids: Iterable[EpisodeId] | None, held: Collection[str]) -> None:
-    """Every episode named in a commit scope is held by this participant."""
-    unknown = sorted({e.capture_key for e in episode_ids or ()} - set(held))
+def check_commit_scope(keys: frozenset[str] | None, held: Mapping[str, object]) -> None:
+    """Every episode named in a commit scope (by capture key) is held by this participant."""
+    unknown = sorted(keys - held.keys()) if keys is not None else []
     if unknown:
         raise ProtocolRefusal(
             ErrorCode.INVALID_CHECKPOINT_STATE,

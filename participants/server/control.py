@@ -233,7 +233,7 @@ class ControlPlane(Generic[S]):
 
     async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
         cid = req.checkpoint_id
-        scope = None if req.episode_ids is None else sorted({e.capture_key for e in req.episode_ids})
+        scope = None if req.episode_ids is None else frozenset(e.capture_key for e in req.episode_ids)
         args: ReplayArgs = (req.checkpoint_dir, scope)
         with trace.operation(self.tel, Operation.COMMIT, cid) as o, timed(o):
             # Commits run one at a time: a retry waits for the write in progress, then replays.
@@ -258,11 +258,13 @@ class ControlPlane(Generic[S]):
                         raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
                     with store_refusals():
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
-                    check_commit_scope(req.episode_ids, self.workload.episodes)
+                    check_commit_scope(scope, self.workload.episodes)
                     with o.step("export") as s, gc_paused():
                         records = await self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
-                        s.set(records=len(records))
+                        keys = sorted(r.episode_id.capture_key for r in records)
+                        del records  # freed while the collector is off: it never scans their lists
+                        s.set(records=len(lines))
                     stop = self._stop
                 with o.step("write") as s, store_refusals(), gc_paused():
                     result = await anyio.to_thread.run_sync(
@@ -276,13 +278,12 @@ class ControlPlane(Generic[S]):
                             stop=stop,
                         )
                     )
-                    s.set(records=len(records), bytes=result.bytes)
+                    s.set(records=len(lines), bytes=result.bytes)
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
                         raise _refuse(
                             ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed during commit"
                         )
-                    keys = sorted(r.episode_id.capture_key for r in records)
                     if req.stop:
                         self.workload.stop(keys)
                     self.phase = Phase.COMMITTED
@@ -294,13 +295,13 @@ class ControlPlane(Generic[S]):
                         **self.workload.commit_extras(keys),
                     )
                     self._replies.commit[cid] = (reply, args)
-            o.set(records=len(records), bytes=result.bytes)
+            o.set(records=len(lines), bytes=result.bytes)
             return reply
 
     async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
         cid = req.checkpoint_id
-        scope = {e for e in req.episode_ids}
-        args: ReplayArgs = (req.checkpoint_dir, sorted(e.capture_key for e in scope))
+        scope = set(req.episode_ids)
+        args: ReplayArgs = (req.checkpoint_dir, frozenset(e.capture_key for e in scope))
         with trace.operation(self.tel, Operation.RESTORE, cid) as o, timed(o):
             async with self._lock:
                 self.check_lease()
@@ -339,7 +340,7 @@ class ControlPlane(Generic[S]):
                 with o.step("install") as s, gc_paused():
                     restored = await self.workload.install(chosen, states)
                     s.set(records=len(chosen))
-                freeze()  # the installed state stays: later collections need not scan it
+                    freeze()  # the installed state stays: frozen before the collector is back on
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
                 self._stop = WriteStop()

@@ -21,8 +21,9 @@ from participants.protocol import CommitReply, PrepareReply, RestoreReply
 
 __all__ = ["RESUMED_KEPT", "ReplayArgs", "ReplyCache", "store_refusals"]
 
-#: What a replayed commit or restore must repeat: the directory and the capture keys in scope.
-ReplayArgs = tuple[str, list[str] | None]
+#: What a replayed commit or restore must repeat: the directory and the capture keys in scope
+#: (a set: equal whatever the order, and no sort of tens of thousands of keys per request).
+ReplayArgs = tuple[str, frozenset[str] | None]
 
 
 #: How many resumed checkpoint ids are remembered (and refused as ``stale_checkpoint``).

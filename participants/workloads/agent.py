@@ -22,7 +22,7 @@ class AgentRecord(Record, kw_only=True):
     history: list[str]
 
 
-class AgentState(msgspec.Struct, kw_only=True):
+class AgentState(msgspec.Struct, kw_only=True, gc=False):
     """A live agent session: its key and the turns it has taken."""
 
     session_key: str

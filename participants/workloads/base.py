@@ -7,11 +7,15 @@ never holds a connection across a checkpoint), and a unit already running finish
 parks the episode at its next boundary. Kinds subclass ``Workload[State, Record]`` and fill
 in the hooks: ``State`` is the kind's episode state (one Struct per kind), ``Record`` what a
 commit saves of it. ``checkpointable.CheckpointableWorkload`` is what the control plane uses.
+Episodes are not tracked by the cyclic collector, so a ``State`` must never refer back to
+its episode or its workload (such a cycle would leak); the built-in kinds' states and records
+are ``gc=False`` Structs of scalars, strings and lists of those.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
@@ -28,8 +32,14 @@ __all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
 _RETIRE_WAIT: Final = 5.0
 
 
-class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Base of every kind's record: the episode it captures, its boundary and length."""
+class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
+    """Base of every kind's record: the episode it captures, its boundary and length.
+
+    ``gc=False`` (inherited by every kind's record): a record holds only scalars, strings,
+    lists of those and other ``gc=False`` Structs, so it can close no reference cycle, and
+    the collector need not track the 64,000 of them a commit or a restore makes
+    (tests/participants/test_gc_free.py checks every kind's types and instances).
+    """
 
     episode_id: EpisodeId
     boundary: int
@@ -40,23 +50,21 @@ S = TypeVar("S", bound=msgspec.Struct)
 R = TypeVar("R", bound=Record)
 
 
-class Episode(Generic[S]):
-    """One episode's live state. ``status``: ``idle`` (at a boundary), ``running`` or ``held``."""
+class Episode(msgspec.Struct, Generic[S], gc=False, eq=False):
+    """One episode's live state. ``status``: ``idle`` (at a boundary), ``running`` or ``held``.
 
-    __slots__ = ("boundary", "episode_id", "scope", "state", "status", "steps", "stopped")
+    ``key`` is ``episode_id.capture_key``, computed once by whoever makes the episode. Like a
+    record, an episode holds no object that could lead back to it (its cancel scope, while a
+    unit of work runs, is kept by the workload), so it is ``gc=False``.
+    """
 
-    def __init__(self, episode_id: EpisodeId, steps: int, boundary: int, state: S) -> None:
-        self.episode_id = episode_id
-        self.steps = steps
-        self.boundary = boundary
-        self.state = state
-        self.status = "idle"
-        self.scope: anyio.CancelScope | None = None
-        self.stopped = False
-
-    @property
-    def key(self) -> str:
-        return self.episode_id.capture_key
+    episode_id: EpisodeId
+    key: str
+    steps: int
+    boundary: int
+    state: S
+    status: str = "idle"
+    stopped: bool = False
 
     @property
     def done(self) -> bool:
@@ -78,6 +86,8 @@ class Workload(Generic[S, R]):
         self.tel = tel
         self.fence = RetiredAttempts()
         self.episodes: dict[str, Episode[S]] = {}
+        # The cancel scope of each unit of work in progress, by capture key.
+        self._scopes: dict[str, anyio.CancelScope] = {}
         self.admission_open = True
         self.served = False
         self._changed = anyio.Event()
@@ -165,10 +175,11 @@ class Workload(Generic[S, R]):
     def start(self, episode_id: EpisodeId, steps: int) -> Episode[S]:
         self._admit(episode_id)
         self.served = True
-        episode = self.episodes.get(episode_id.capture_key)
+        key = episode_id.capture_key
+        episode = self.episodes.get(key)
         if episode is None:
-            episode = Episode(episode_id, steps, 0, self.initial_state(episode_id, steps))
-            self.episodes[episode.key] = episode
+            episode = Episode(episode_id, key, steps, 0, self.initial_state(episode_id, steps))
+            self.episodes[key] = episode
             self._notify()
         return episode
 
@@ -190,11 +201,11 @@ class Workload(Generic[S, R]):
         episode.status = "running"
         self._notify()
         try:
-            with anyio.CancelScope() as episode.scope:
+            with anyio.CancelScope() as self._scopes[episode.key]:
                 await self.work(episode)
                 episode.boundary += 1
         finally:
-            episode.scope = None
+            self._scopes.pop(episode.key, None)
             episode.status = "idle"
             self._notify()
         # A retire cancelled the unit of work: the attempt is gone.
@@ -209,7 +220,8 @@ class Workload(Generic[S, R]):
             chosen = list(self.episodes.values())
         else:
             chosen = [e for e in (self.episodes.get(i.capture_key) for i in scope) if e is not None]
-        return [self.to_record(e) for e in sorted(chosen, key=lambda e: e.key)]
+        chosen.sort(key=_by_key)
+        return [self.to_record(e) for e in chosen]
 
     def stop(self, keys: Iterable[str]) -> None:
         """Checkpoint-and-stop: exported episodes take no more work in this process."""
@@ -219,23 +231,29 @@ class Workload(Generic[S, R]):
 
     def check_record(self, record: Record) -> S:
         """Validate one record before anything is installed; returns the state to install."""
-        key = record.episode_id.capture_key
         if not isinstance(record, self.record_type):
+            key = record.episode_id.capture_key
             raise InvalidCheckpointError(f"record of {key} is not a {self.kind.value} record")
         if not 0 <= record.boundary <= record.steps or record.steps < 1:
+            key = record.episode_id.capture_key
             raise InvalidCheckpointError(f"record of {key} has boundary {record.boundary} of {record.steps}")
         return self.from_record(record)
 
     async def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]:
         """Install each record as attempt + 1 and fence the attempt it came from."""
+        if len(records) != len(states):
+            raise ValueError(f"{len(records)} records but {len(states)} states")
+        self.fence.mark_all(r.episode_id for r in records)
+        episodes = self.episodes
         restored = []
         for record, state in zip(records, states, strict=True):
-            self.fence.mark(record.episode_id)
-            episode = Episode(record.episode_id.next(), record.steps, record.boundary, state)
-            self.episodes[episode.key] = episode
-            restored.append(episode.key)
+            episode_id = record.episode_id.next()
+            key = episode_id.capture_key
+            episodes[key] = Episode(episode_id, key, record.steps, record.boundary, state)
+            restored.append(key)
         self._notify()
-        return sorted(restored)
+        restored.sort()
+        return restored
 
     async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
         """Raise the marks first, then cancel and free the retired attempts' state."""
@@ -245,8 +263,8 @@ class Workload(Generic[S, R]):
             retired.append(episode_id.capture_key)
         doomed = [e for e in self.episodes.values() if self.fence.is_retired(e.episode_id)]
         for episode in doomed:
-            if episode.scope is not None:
-                episode.scope.cancel()
+            if (scope := self._scopes.get(episode.key)) is not None:
+                scope.cancel()
         with anyio.move_on_after(_RETIRE_WAIT):
             while any(e.status != "idle" for e in doomed):
                 await self.wait_changed(0.05)
@@ -254,6 +272,9 @@ class Workload(Generic[S, R]):
             self.episodes.pop(episode.key, None)
         self._notify()
         return sorted(set(retired))
+
+
+_by_key: Final = operator.attrgetter("key")
 
 
 def finite_sleep(seconds: float) -> float:

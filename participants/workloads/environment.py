@@ -22,7 +22,7 @@ class EnvironmentRecord(Record, kw_only=True):
     total_reward: int
 
 
-class EnvironmentState(msgspec.Struct, kw_only=True):
+class EnvironmentState(msgspec.Struct, kw_only=True, gc=False):
     """A live environment episode: its task's digest and the reward collected so far."""
 
     task_digest: str

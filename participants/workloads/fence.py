@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ckpt_events import ErrorCode
 from participants.errors import ProtocolRefusal
 from participants.protocol import EpisodeId
@@ -24,6 +26,13 @@ class RetiredAttempts:
         current = self._marks.get(episode.rollout_id, -1)
         if episode.attempt > current:
             self._marks[episode.rollout_id] = episode.attempt
+
+    def mark_all(self, episodes: Iterable[EpisodeId]) -> None:
+        """``mark`` each of ``episodes`` (one call for a restore's tens of thousands)."""
+        marks = self._marks
+        for episode in episodes:
+            if episode.attempt > marks.get(episode.rollout_id, -1):
+                marks[episode.rollout_id] = episode.attempt
 
     def forget(self, rollout_id: str) -> bool:
         """Clear the mark of ``rollout_id``; true if there was one."""

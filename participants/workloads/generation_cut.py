@@ -71,7 +71,7 @@ class CutReceipt(_Body):
     prefixes: list[CutAck]
 
 
-class Continuation(_Body):
+class Continuation(_Body, gc=False):
     """Where a cut call continues after a restore: its staged prefix on the worker."""
 
     staging_key: str

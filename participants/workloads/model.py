@@ -44,7 +44,7 @@ _MAX_INFERENCE_CONNECTIONS: Final = 128
 _INFERENCE_TIMEOUT: Final = 60.0
 
 
-class CallRow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class CallRow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
     """A token-free ledger row of one delivered generation call."""
 
     call: int
@@ -52,7 +52,7 @@ class CallRow(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     digest: str
 
 
-class GenerationCutRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class GenerationCutRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
     """The cut of the call in flight at the checkpoint; ``continuation`` None for a failure."""
 
     model_call_id: str
@@ -65,7 +65,7 @@ class ModelRecord(Record, kw_only=True):
     generation_cuts: list[GenerationCutRecord]
 
 
-class ModelState(msgspec.Struct, kw_only=True):
+class ModelState(msgspec.Struct, kw_only=True, gc=False):
     """A live model episode: its delivered calls, where a cut call continues, tokens reused."""
 
     rows: list[CallRow]
@@ -279,10 +279,11 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
         )
 
     def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]:
+        chosen = set(keys)  # once, not once per cut
         staging = [
             c.continuation.staging_key
             for k, c in self._cuts.items()
-            if k in set(keys) and c.continuation is not None
+            if k in chosen and c.continuation is not None
         ]
         return {"staging_keys": sorted(staging)}
 

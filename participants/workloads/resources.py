@@ -23,7 +23,7 @@ class ResourcesRecord(Record, kw_only=True):
     document: list[str]
 
 
-class ResourcesState(msgspec.Struct, kw_only=True):
+class ResourcesState(msgspec.Struct, kw_only=True, gc=False):
     """A live resources session: its id, its counter and its document's last lines."""
 
     session_id: str

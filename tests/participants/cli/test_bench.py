@@ -40,3 +40,26 @@ def test_a_quick_suite_runs_and_writes_its_figures(suite: str, tmp_path: Path) -
     assert run.returncode == 0, run.stderr[-2000:]
     assert "ratios measured side by side" in run.stdout
     assert suite in json.loads(out.read_text())["figures"]
+
+
+def test_the_build_comparison_runs_this_checkout_against_itself(tmp_path: Path) -> None:
+    """compare_build runs each build's own scale round in a child and writes per-pair ratios."""
+    out = tmp_path / "compare.json"
+    root = Path(__file__).resolve().parents[3]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compare_build", "--baseline", str(root)]
+        + ["--size", "200", "--pairs", "2", "--warmup", "0", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=root,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "candidate / baseline (median of 2 pairs)" in run.stdout
+    figures = json.loads(out.read_text())["figures"]
+    assert figures["size"] == 200 and len(figures["ratio_pairs"]["total_s"]) == 2
+    for build in ("baseline", "candidate"):
+        assert [r["records"] for r in figures["runs"][build]] == [
+            {"environment-0": 200, "model-0": 200, "agent-0": 200, "resources-0": 200}
+        ] * 2

@@ -259,3 +259,30 @@ async def test_a_corrupt_store_is_its_own_error_and_answered_422(tmp_path):
         )
     assert error_code(restored) == (422, "invalid_checkpoint_state")
     assert "SHA-256" in restored.json()["error"]["detail"]
+
+
+def test_a_bad_record_deep_in_a_large_file_is_named_by_its_number(tmp_path):
+    """Records decode a chunk at a time; a problem in a later chunk still names its record."""
+    lines = [record(f"r{i:05d}") for i in range(30_000)]
+    assert sum(len(line) + 1 for line in lines) > 3 * (1 << 20)  # several read chunks
+    root = tmp_path / "good"
+    write_checkpoint(root, kind="resources", instance="res-0", checkpoint_id="c1", lines=lines)
+    assert [r.episode_id.rollout_id for r in read(root).records] == [f"r{i:05d}" for i in range(30_000)]
+    for number, bad, why in [
+        (25_000, record("r00001"), "record 25000 repeats episode r00001"),
+        (20_001, b'{"nope": 1}', "record 20001 is not a valid resources record"),
+    ]:
+        root = tmp_path / str(number)
+        changed = [*lines[: number - 1], bad, *lines[number:]]
+        write_checkpoint(root, kind="resources", instance="res-0", checkpoint_id="c1", lines=changed)
+        assert invalid(root).startswith(why)
+
+
+def test_more_records_than_the_manifest_says_is_refused_at_the_first_extra(tmp_path):
+    """A manifest that counts fewer records than a large file holds is refused (digest intact)."""
+    write(tmp_path, rollouts=[f"r{i:05d}" for i in range(20_000)])
+    directory = participant_dir(tmp_path, "resources", "res-0")
+    manifest = json.loads((directory / MANIFEST_NAME).read_text())
+    manifest["record_count"] = 15_000
+    (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert invalid(tmp_path) == "records file has more than the 15000 records the manifest says"
