@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args.quick)
     report.print_table("ckpt-events core: off path and bus (ratios measured side by side)", result["rows"])
     report.write_json(args.json, {"off": result["off"], "bus": result["bus"]})
+    print(report.markdown_table(result["rows"]))
     return 0
 
 
