@@ -4,7 +4,8 @@
   names, attributes, nesting) through a ``SimpleSpanProcessor``; both into an exporter that
   counts spans and keeps none (an ``InMemorySpanExporter`` keeps every span, and the garbage
   collector scanning them would dominate the SDK's figure); total CPU (``process_time``) and
-  the emitting side's share.
+  the emitting side's share, beside ``python_floor``: the least any pure-Python handle with
+  this API does (its ids, clock reads, stores and one append, nothing else).
 * metrics: ``MetricSink`` on a checkpoint event mix vs the direct instrument calls the
   original system makes for the same mix (same ``MeterProvider`` setup).
 * JSON lines: events per second written to a file.
@@ -57,7 +58,7 @@ from ckpt_events import (
 from sinks.jsonl import JsonLinesSink
 from sinks.otel import MetricSink, SpanSink
 
-from . import report
+from . import python_floor, report
 
 #: SPEC section 7: the span path at most 0.1x the SDK in total, its emitting side at most 0.035x.
 TARGETS = {"spans_total": 0.1, "spans_emit": 0.035, "metrics": 0.25, "jsonl_events_per_s": 1_000_000}
@@ -146,6 +147,12 @@ async def _span_path(n: int, rounds: int) -> dict[str, Any]:
             total = time.process_time() - start
             keep("ours_total", total)
             keep("ours_emit", emit)
+            floor = python_floor.FloorTelemetry()
+            floor_cpu = 0.0
+            for done in range(0, n, CHUNK):
+                floor_cpu += _cpu(functools.partial(python_floor.emit, floor, min(CHUNK, n - done)))
+                floor.done.clear()
+            keep("python_floor", floor_cpu)
             assert exporter.count == 3 * n, "sink lost spans"
     simple.shutdown()
     batched.shutdown()
@@ -158,6 +165,7 @@ async def _span_path(n: int, rounds: int) -> dict[str, Any]:
         "ratio_emit_vs_simple": best["ours_emit"] / best["direct_simple"],
         "ratio_total_vs_batch": best["ours_total"] / best["direct_batch"],
         "ratio_emit_vs_batch": best["ours_emit"] / best["direct_batch"],
+        "ratio_floor_vs_simple": best["python_floor"] / best["direct_simple"],
     }
 
 
@@ -311,6 +319,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     spans = anyio.run(_span_path, ops, rounds)
     metrics = _metric_path(cycles=400 if quick else 2_000, rounds=rounds)
     jsonl = _jsonl_path(200_000 if quick else 1_000_000, rounds)
+    per = spans["us_per_span"]
     checks = {
         "spans_total": spans["ratio_total_vs_simple"] <= TARGETS["spans_total"],
         "spans_emit": spans["ratio_emit_vs_simple"] <= TARGETS["spans_emit"],
@@ -338,6 +347,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         ),
         ("spans: us per span, ours (emit + sink)", spans["us_per_span"]["ours_total"], "", None),
         ("spans: us per span, ours (emitting side)", spans["us_per_span"]["ours_emit"], "", None),
+        ("spans: this API's pure-Python floor / SDK (simple), CPU", spans["ratio_floor_vs_simple"], "", None),
+        ("spans: us per span, that floor (ids, clocks, stores, an append)", per["python_floor"], "", None),
         (
             "spans: us per span, SDK (simple processor, non-retaining exporter)",
             spans["us_per_span"]["direct_simple"],
