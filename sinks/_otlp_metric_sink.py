@@ -21,7 +21,7 @@ import msgspec
 
 from ckpt_events import InvalidArgumentError
 from sinks import _metric_keys as keys
-from sinks._otlp_http import OtlpHttpSender
+from sinks._otlp_http import BUS_LINGER, OtlpHttpSender
 from sinks._otlp_metrics import MetricEncoder, MetricTotals
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
@@ -54,6 +54,7 @@ class OtlpMetricSink:
 
     interests: Final = keys.INTERESTS
     blocking: Final = False  # handle() only folds counts; the worker thread does the I/O
+    linger: Final = BUS_LINGER  # the bus gathers events before a delivery; flush and close do not wait
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ import msgspec
 
 from ckpt_events import InvalidArgumentError, Redactor, resolve_span_groups
 from sinks._otlp_encode import SpanEncoder
-from sinks._otlp_http import OtlpHttpSender
+from sinks._otlp_http import BUS_LINGER, OtlpHttpSender
 from sinks._span_attrs import FINISHED
 
 __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
@@ -64,7 +64,6 @@ class OtlpSpanSink:
     """
 
     blocking: Final = False  # handle() only queues; the worker thread does the I/O
-    linger: Final = 0.0  # the bus hands events over at once; batching is ours
 
     def __init__(
         self,
@@ -110,6 +109,8 @@ class OtlpSpanSink:
         self.max_export_batch = max_export_batch
         self.max_queue = max_queue
         self.export_linger = linger
+        # The bus gathers events a little (at most the export linger) before handing them over.
+        self.linger = min(BUS_LINGER, linger)
         self.timeout = timeout
         self._queue: list[Any] = []
         self._oldest = 0.0  # monotonic time the oldest queued event arrived

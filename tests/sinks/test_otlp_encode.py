@@ -12,7 +12,22 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ckpt_events import Bus, Redactor, SpanKind, Telemetry, span_kind_of
+from ckpt_events import (
+    Bus,
+    CollectionAction,
+    CollectionFinished,
+    CoordinateFinished,
+    Kind,
+    Operation,
+    OperationFinished,
+    Redactor,
+    SpanKind,
+    StageFinished,
+    Step,
+    StepFinished,
+    Telemetry,
+    span_kind_of,
+)
 from sinks._otlp_encode import SpanEncoder
 from sinks.otel import SpanSink
 from tests.sinks.helpers import every_event_type
@@ -113,3 +128,66 @@ async def test_json_carries_the_same_spans_as_protobuf() -> None:
 
 def _b64hex(value: str) -> str:
     return base64.b64decode(value).hex()
+
+
+def _every_span_shape() -> list[Any]:
+    """A finished event of every class for every name it can have, with a local and a remote parent."""
+    shapes: list[tuple[type, str, list[Any]]] = [
+        (OperationFinished, "operation", list(Operation)),
+        (CoordinateFinished, "operation", list(Operation)),
+        (StepFinished, "step", list(Step)),
+        (StageFinished, "stage", list(Kind)),
+        (CollectionFinished, "action", list(CollectionAction)),
+    ]
+    events = []
+    span_id = 1
+    for cls, field, values in shapes:
+        for value in values:
+            for remote in (False, True):
+                span_id += 1
+                ids = {"trace_id": 7, "span_id": span_id, "parent_span_id": 1, "parent_remote": remote}
+                events.append(
+                    cls(kind="controller", instance="c", start_ns=1, end_ns=2, **{field: value}, **ids)
+                )
+    return events
+
+
+def test_the_cached_span_kind_is_span_kind_of_for_every_span_name() -> None:
+    """The encoder caches name and kind per (name, class, remote parent): for every span name of
+    every class, in one batch through one encoder, the kind written is ``span_kind_of``'s."""
+    events = _every_span_shape()
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(SpanEncoder({"service.name": "t"}).protobuf(events + events[::-1])[0])
+    spans = _spans_of(request)
+    by_id = {f"{event.span_id:016x}": event for event in events}
+    assert len(spans) >= 40
+    for span_id, span in spans.items():
+        assert span["kind"] == _KIND_NAMES[span_kind_of(by_id[span_id])], span["name"]
+
+
+async def test_equal_values_of_other_types_are_not_confused_by_the_cache() -> None:
+    """1, True and 1.0 compare equal; through one encoder each is still written as its own type."""
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for value in (1, True, 1.0, "1", 1, True):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute("user.n", value)
+        await bus.flush()
+    events = [event for event in keep.events if type(event).__name__.endswith("Finished")]
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(SpanEncoder({"service.name": "t"}).protobuf(events)[0])
+    by_id = _spans_of(request)
+    written = [
+        next(a["value"] for a in by_id[f"{event.span_id:016x}"]["attributes"] if a["key"] == "user.n")
+        for event in events
+    ]
+    assert written == [
+        {"intValue": "1"},
+        {"boolValue": True},
+        {"doubleValue": 1.0},
+        {"stringValue": "1"},
+        {"intValue": "1"},
+        {"boolValue": True},
+    ]
