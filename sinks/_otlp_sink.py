@@ -1,7 +1,8 @@
 """``OtlpSpanSink``: checkpoint spans sent to an OTLP/HTTP collector, encoded from the events.
 
-No OpenTelemetry objects are made: ``handle`` only queues sampled finished events (on the
-event loop, a list extend under a lock), and one worker thread batches them like a
+No OpenTelemetry objects are made: the bus gathers events for a short linger (``BUS_LINGER``,
+at most the export linger; a flush or close cuts it short), ``handle`` only queues the sampled
+finished ones (on the event loop, a list extend under a lock), and one worker thread batches them like a
 collector client (an export when ``max_export_batch`` spans are queued or ``linger`` has
 passed since the oldest queued one, whichever comes first, under sustained load too),
 encodes each batch with ``SpanEncoder`` and posts it with ``OtlpHttpSender``. The queue is
