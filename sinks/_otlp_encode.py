@@ -18,6 +18,7 @@ import msgspec
 
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
 from sinks._otlp_wire import FIXED64 as _FIXED64
+from sinks._otlp_wire import SMALL_VARINTS as _SMALL_VARINTS
 from sinks._otlp_wire import field as _field
 from sinks._otlp_wire import json_attributes as _json_attributes
 from sinks._otlp_wire import key_value as _key_value
@@ -63,10 +64,14 @@ class SpanEncoder:
     def protobuf(self, events: Iterable[Any]) -> tuple[bytes, int]:
         """``(request body, spans in it)`` for ``events``; events without a span are skipped."""
         spans = [self._span(event) for event in events]
-        body = [span for span in spans if span]
-        scope_spans = _field(0x12, self._scope + b"".join(body))
-        resource_spans = _field(0x0A, self._resource + scope_spans)
-        return resource_spans, len(body)
+        count = len(spans) - spans.count(b"")  # an event without a span wrote nothing
+        # One join for the whole request (the spans are most of it): the two enclosing
+        # messages' tags and lengths are written in front rather than by copying the body.
+        scope_spans = len(self._scope) + sum(map(len, spans))
+        header = b"\x12" + _varint(scope_spans)
+        resource_spans = len(self._resource) + len(header) + scope_spans
+        spans[:0] = (b"\x0a", _varint(resource_spans), self._resource, header, self._scope)
+        return b"".join(spans), count
 
     def _pair(self, key: str, value: object) -> bytes:
         """Attributes field 9 holding one ``KeyValue``; the common ones come from a cache."""
@@ -134,7 +139,8 @@ class SpanEncoder:
             parts.append(_field(0x7A, _field(0x12, description.encode()) + b"\x18" + _varint(_STATUS_ERROR)))
         parts.append(flags)
         span = b"".join(parts)
-        return b"\x12" + _varint(len(span)) + span
+        size = len(span)
+        return b"\x12" + (_SMALL_VARINTS[size] if size < 16384 else _varint(size)) + span
 
     # -- JSON --------------------------------------------------------------------------------
 

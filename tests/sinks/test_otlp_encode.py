@@ -191,3 +191,25 @@ async def test_equal_values_of_other_types_are_not_confused_by_the_cache() -> No
         {"intValue": "1"},
         {"boolValue": True},
     ]
+
+
+async def test_a_large_request_and_a_large_span_decode_whole() -> None:
+    """Lengths past one varint byte pair (a 20 KiB attribute, a request of hundreds of spans) are
+    written right: the request parses to every span, the long value intact, renew skipped."""
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for n in range(300):
+            with tel.operation("renew" if n == 7 else "commit", checkpoint_id=f"c{n}") as op:
+                if n == 3:
+                    op.set_attribute("user.blob", "x" * 20_000)
+        await bus.flush()
+    events = [event for event in keep.events if type(event).__name__.endswith("Finished")]
+    body, count = SpanEncoder({"service.name": "t"}).protobuf(events)
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    spans = _spans_of(request)
+    assert count == len(spans) == 299 and len(body) > 40_000
+    blob = [a for span in spans.values() for a in span.get("attributes", []) if a["key"] == "user.blob"]
+    assert blob == [{"key": "user.blob", "value": {"stringValue": "x" * 20_000}}]
