@@ -23,7 +23,7 @@ from sinks._otlp_wire import field as _field
 from sinks._otlp_wire import json_attributes as _json_attributes
 from sinks._otlp_wire import key_value as _key_value
 from sinks._otlp_wire import varint as _varint
-from sinks._span_attrs import span_name_and_attributes
+from sinks._span_attrs import span_name_and_attributes, span_plan
 
 __all__ = ["SCOPE_NAME", "SpanEncoder"]
 
@@ -102,10 +102,10 @@ class SpanEncoder:
         return head
 
     def _span(self, event: Any) -> bytes:
-        made = span_name_and_attributes(event, self.redactor)
-        if made is None:
+        plan = span_plan(event)
+        if plan is None:
             return b""
-        name, attributes = made
+        name, fields = plan
         flags = _FLAGS_LOCAL
         parent = event.parent_span_id
         ids = b"\x0a\x10" + event.trace_id.to_bytes(16, "big")
@@ -117,13 +117,24 @@ class SpanEncoder:
         head = self._names.get((name, event.__class__, event.parent_remote)) or self._head(event, name)
         pairs = self._pairs
         parts = [ids, head, _TIMES.pack(0x39, event.start_ns, 0x41, event.end_ns)]
-        for item in attributes.items():
-            # The cache lookup inline (a method call per attribute costs more than the lookup).
-            value = item[1]
-            encoded = (
-                pairs.get(item) if value.__class__ is str or value.__class__ is int else None
-            ) or self._pair(*item)
-            parts.append(encoded)
+        if event.attributes or event.worker is not None:
+            made = span_name_and_attributes(event, self.redactor)
+            for key, value in (made[1] if made is not None else {}).items():
+                parts.append(self._pair(key, value))
+        else:
+            # Most spans: the plan's fields straight from the event, as span_name_and_attributes
+            # puts them (None left out, an enum member as its str), without building the dict;
+            # the cache lookup inline (a method call per attribute costs more than the lookup).
+            for field, key in fields:
+                value = getattr(event, field)
+                if value is None:
+                    continue
+                cls = value.__class__
+                if cls is not str and cls is not int and isinstance(value, str):
+                    value = str(value)
+                    cls = str
+                encoded = pairs.get((key, value)) if cls is str or cls is int else None
+                parts.append(encoded or self._pair(key, value))
         if event.outcome == _ERROR:
             error_type = event.error_type or "Exception"
             message = event.error_message or ""

@@ -29,6 +29,8 @@ from ckpt_events import (
     span_kind_of,
 )
 from sinks._otlp_encode import SpanEncoder
+from sinks._otlp_wire import json_attributes
+from sinks._span_attrs import span_name_and_attributes, span_plan
 from sinks.otel import SpanSink
 from tests.sinks.helpers import every_event_type
 
@@ -213,3 +215,33 @@ async def test_a_large_request_and_a_large_span_decode_whole() -> None:
     assert count == len(spans) == 299 and len(body) > 40_000
     blob = [a for span in spans.values() for a in span.get("attributes", []) if a["key"] == "user.blob"]
     assert blob == [{"key": "user.blob", "value": {"stringValue": "x" * 20_000}}]
+
+
+async def test_every_span_carries_the_rules_attributes() -> None:
+    """Spans without user attributes take a fast path (the plan's fields, no dict): for every
+    event type and every span name, what is written is ``span_name_and_attributes``' dict."""
+    events = await _events() + _every_span_shape()
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(SpanEncoder({"service.name": "t"}).protobuf(events)[0])
+    spans = _spans_of(request)
+    redactor = Redactor()
+    checked = 0
+    for event in events:
+        made = span_name_and_attributes(event, redactor)
+        if made is None:
+            continue
+        span = spans[f"{event.span_id:016x}"]
+        assert span["name"] == made[0]
+        assert span.get("attributes", []) == json_attributes(made[1]), made[0]
+        checked += 1
+    assert checked >= 50
+
+
+def test_no_span_plan_names_an_attribute_twice() -> None:
+    """The fast path writes each planned field in turn, which equals the dict only if no
+    attribute name repeats within a plan."""
+    for event in _every_span_shape():
+        plan = span_plan(event)
+        if plan is not None:
+            keys = [key for _, key in plan[1]]
+            assert len(keys) == len(set(keys)), plan[0]
