@@ -18,11 +18,12 @@ import msgspec
 
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
 from sinks._otlp_wire import FIXED64 as _FIXED64
+from sinks._otlp_wire import SMALL_VARINTS as _SMALL_VARINTS
 from sinks._otlp_wire import field as _field
 from sinks._otlp_wire import json_attributes as _json_attributes
 from sinks._otlp_wire import key_value as _key_value
 from sinks._otlp_wire import varint as _varint
-from sinks._span_attrs import span_name_and_attributes
+from sinks._span_attrs import span_name_and_attributes, span_plan
 
 __all__ = ["SCOPE_NAME", "SpanEncoder"]
 
@@ -37,6 +38,8 @@ _CACHE_LIMIT: Final = 8192
 
 _TIMES: Final = struct.Struct("<BQBQ")  # Span fields 7 and 8, fixed64 each
 _FLAGS: Final = struct.Struct("<I")
+_FLAGS_LOCAL: Final = b"\x85\x01" + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE)  # Span field 16, fixed32
+_FLAGS_REMOTE: Final = b"\x85\x01" + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE | _IS_REMOTE)
 
 
 class SpanEncoder:
@@ -51,8 +54,8 @@ class SpanEncoder:
         scope = _field(0x0A, _field(0x0A, SCOPE_NAME.encode()) + _field(0x12, __version__.encode()))
         self._resource = resource  # ResourceSpans field 1
         self._scope = scope  # ScopeSpans field 1
-        self._pairs: dict[tuple[str, type, object], bytes] = {}
-        self._names: dict[tuple[str, SpanKind], bytes] = {}  # Span fields 5 and 6, per name and kind
+        self._pairs: dict[tuple[str, object], bytes] = {}
+        self._names: dict[tuple[str, type, bool], bytes] = {}  # Span fields 5 and 6
         self._json_resource = {"attributes": _json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
@@ -61,49 +64,77 @@ class SpanEncoder:
     def protobuf(self, events: Iterable[Any]) -> tuple[bytes, int]:
         """``(request body, spans in it)`` for ``events``; events without a span are skipped."""
         spans = [self._span(event) for event in events]
-        body = [span for span in spans if span]
-        scope_spans = _field(0x12, self._scope + b"".join(body))
-        resource_spans = _field(0x0A, self._resource + scope_spans)
-        return resource_spans, len(body)
+        count = len(spans) - spans.count(b"")  # an event without a span wrote nothing
+        # One join for the whole request (the spans are most of it): the two enclosing
+        # messages' tags and lengths are written in front rather than by copying the body.
+        scope_spans = len(self._scope) + sum(map(len, spans))
+        header = b"\x12" + _varint(scope_spans)
+        resource_spans = len(self._resource) + len(header) + scope_spans
+        spans[:0] = (b"\x0a", _varint(resource_spans), self._resource, header, self._scope)
+        return b"".join(spans), count
 
     def _pair(self, key: str, value: object) -> bytes:
-        cache_key = (key, value.__class__, value)
-        encoded = self._pairs.get(cache_key)
-        if encoded is None:
-            if len(self._pairs) >= _CACHE_LIMIT:
-                self._pairs.clear()
-            encoded = self._pairs[cache_key] = _field(0x4A, _key_value(key, value))
+        """Attributes field 9 holding one ``KeyValue``; the common ones come from a cache."""
+        pairs = self._pairs
+        # Keyed by (key, value) for exact str and int values only: a bool or float equal to a
+        # cached int (True == 1 == 1.0) encodes differently, so those are never looked up here.
+        cached = value.__class__ is str or value.__class__ is int
+        if cached:
+            encoded = pairs.get((key, value))
+            if encoded is not None:
+                return encoded
+        encoded = _field(0x4A, _key_value(key, value))
+        if cached:
+            if len(pairs) >= _CACHE_LIMIT:
+                pairs.clear()
+            pairs[key, value] = encoded
         return encoded
 
-    def _span(self, event: Any) -> bytes:
-        made = span_name_and_attributes(event, self.redactor)
-        if made is None:
-            return b""
-        name, attributes = made
-        pair = self._pair
-        parts = [
-            b"\x0a\x10",
-            event.trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            event.span_id.to_bytes(8, "big"),
-        ]
-        flags = _SAMPLED | _HAS_IS_REMOTE
-        parent = event.parent_span_id
-        if parent is not None:
-            parts.append(b"\x22\x08")
-            parts.append(parent.to_bytes(8, "big"))
-            if event.parent_remote:
-                flags |= _IS_REMOTE
-        kind = span_kind_of(event)
-        name_and_kind = self._names.get((name, kind))
-        if name_and_kind is None:
-            name_and_kind = self._names[name, kind] = (
-                _field(0x2A, name.encode()) + b"\x30" + _varint(_KIND[kind])
+    def _head(self, event: Any, name: str) -> bytes:
+        """Span fields 5 and 6 (name, kind), cached per (name, event class, remote parent): all
+        ``span_kind_of`` reads (a test checks this over every span name of every class)."""
+        cache_key = (name, event.__class__, event.parent_remote)
+        head = self._names.get(cache_key)
+        if head is None:
+            head = self._names[cache_key] = (
+                _field(0x2A, name.encode()) + b"\x30" + _varint(_KIND[span_kind_of(event)])
             )
-        parts.append(name_and_kind)
-        parts.append(_TIMES.pack(0x39, event.start_ns, 0x41, event.end_ns))
-        for key, value in attributes.items():
-            parts.append(pair(key, value))
+        return head
+
+    def _span(self, event: Any) -> bytes:
+        plan = span_plan(event)
+        if plan is None:
+            return b""
+        name, fields = plan
+        flags = _FLAGS_LOCAL
+        parent = event.parent_span_id
+        ids = b"\x0a\x10" + event.trace_id.to_bytes(16, "big")
+        ids += b"\x12\x08" + event.span_id.to_bytes(8, "big")
+        if parent is not None:
+            ids += b"\x22\x08" + parent.to_bytes(8, "big")
+            if event.parent_remote:
+                flags = _FLAGS_REMOTE
+        head = self._names.get((name, event.__class__, event.parent_remote)) or self._head(event, name)
+        pairs = self._pairs
+        parts = [ids, head, _TIMES.pack(0x39, event.start_ns, 0x41, event.end_ns)]
+        if event.attributes or event.worker is not None:
+            made = span_name_and_attributes(event, self.redactor)
+            for key, value in (made[1] if made is not None else {}).items():
+                parts.append(self._pair(key, value))
+        else:
+            # Most spans: the plan's fields straight from the event, as span_name_and_attributes
+            # puts them (None left out, an enum member as its str), without building the dict;
+            # the cache lookup inline (a method call per attribute costs more than the lookup).
+            for field, key in fields:
+                value = getattr(event, field)
+                if value is None:
+                    continue
+                cls = value.__class__
+                if cls is not str and cls is not int and isinstance(value, str):
+                    value = str(value)
+                    cls = str
+                encoded = pairs.get((key, value)) if cls is str or cls is int else None
+                parts.append(encoded or self._pair(key, value))
         if event.outcome == _ERROR:
             error_type = event.error_type or "Exception"
             message = event.error_message or ""
@@ -117,9 +148,10 @@ class SpanEncoder:
             parts.append(_field(0x5A, exception))
             description = f"{error_type}: {message}" if message else error_type
             parts.append(_field(0x7A, _field(0x12, description.encode()) + b"\x18" + _varint(_STATUS_ERROR)))
-        parts.append(b"\x85\x01" + _FLAGS.pack(flags))
+        parts.append(flags)
         span = b"".join(parts)
-        return b"\x12" + _varint(len(span)) + span
+        size = len(span)
+        return b"\x12" + (_SMALL_VARINTS[size] if size < 16384 else _varint(size)) + span
 
     # -- JSON --------------------------------------------------------------------------------
 

@@ -21,9 +21,14 @@ from urllib.parse import urlsplit
 
 from ckpt_events import InvalidArgumentError
 
-__all__ = ["RETRYABLE_STATUSES", "OtlpHttpSender", "SendResult"]
+__all__ = ["BUS_LINGER", "RETRYABLE_STATUSES", "OtlpHttpSender", "SendResult"]
 
 RETRYABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
+#: Seconds the bus gathers events for an OTLP sink before a delivery (``bus.flush()`` and
+#: close cut it short). Without it a busy server wakes each sink's delivery task for every
+#: request (an event set and two task steps per sink); measured under load, about 10 us of
+#: server CPU per request with the span and metric sinks.
+BUS_LINGER: Final = 0.05
 _MAX_RETRY_AFTER: Final = 60.0
 
 

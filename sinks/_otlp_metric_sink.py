@@ -1,7 +1,8 @@
 """``OtlpMetricSink``: the four checkpoint instruments, aggregated here, posted over OTLP/HTTP.
 
-No OpenTelemetry SDK is involved: ``handle`` folds a batch into cumulative totals (on the
-event loop, a few dict operations per event under a lock), and one worker thread posts a
+No OpenTelemetry SDK is involved: the bus gathers events for ``BUS_LINGER`` (a flush or close
+cuts it short), ``handle`` folds a batch into cumulative totals (on the event loop, a few
+dict operations per event under a lock), and one worker thread posts a
 snapshot every ``export_interval`` seconds (``OTEL_METRIC_EXPORT_INTERVAL``), at
 ``force_flush`` and at shutdown, through the same kept-alive sender as ``OtlpSpanSink``
 (retries with backoff on 429/502/503/504). Cumulative temporality: a lost export loses no
@@ -21,7 +22,7 @@ import msgspec
 
 from ckpt_events import InvalidArgumentError
 from sinks import _metric_keys as keys
-from sinks._otlp_http import OtlpHttpSender
+from sinks._otlp_http import BUS_LINGER, OtlpHttpSender
 from sinks._otlp_metrics import MetricEncoder, MetricTotals
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
@@ -54,6 +55,7 @@ class OtlpMetricSink:
 
     interests: Final = keys.INTERESTS
     blocking: Final = False  # handle() only folds counts; the worker thread does the I/O
+    linger: Final = BUS_LINGER  # the bus gathers events before a delivery; flush and close do not wait
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ HISTOGRAMS: Final = (
 )
 _CUMULATIVE: Final = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _TIMES: Final = struct.Struct("<BQBQ")  # start_time_unix_nano (2) and time_unix_nano (3), fixed64
+_bisect_left: Final = bisect.bisect_left
 
 
 class HistogramPoint:
@@ -71,9 +72,13 @@ class HistogramPoint:
         """Add one value (a bucket holds values up to and including its upper boundary)."""
         self.count += 1
         self.total += value
-        self.min = min(self.min, value)
-        self.max = max(self.max, value)
-        self.buckets[bisect.bisect_left(DEFAULT_BOUNDARIES, value)] += 1
+        # Comparisons, not min()/max() (11 ns against 87 each): this runs on the event loop
+        # for every operation, and means the same (the current value wins a tie or a NaN).
+        if value < self.min:  # noqa: PLR1730
+            self.min = value
+        if value > self.max:  # noqa: PLR1730
+            self.max = value
+        self.buckets[_bisect_left(DEFAULT_BOUNDARIES, value)] += 1
 
     def copy(self) -> HistogramPoint:
         """A snapshot of this point."""
@@ -96,6 +101,7 @@ class MetricTotals:
         """Fold ``batch`` in (the same points ``MetricSink`` records for it)."""
         durations = self.durations
         records, sizes, counts = self.sums
+        volume_operations = keys.VOLUME_OPERATIONS
         for event in batch:
             cls = event.__class__
             if cls is Refused:
@@ -114,12 +120,14 @@ class MetricTotals:
                     if point is None:
                         point = self.lags[key] = HistogramPoint()
                     point.record(event.loop_lag_ms)
-                if operation in keys.VOLUME_OPERATIONS:
-                    key = (keys.VOLUME, operation, kind)
-                    if event.records is not None:
-                        records[key] = records.get(key, 0) + event.records
-                    if event.bytes is not None:
-                        sizes[key] = sizes.get(key, 0) + event.bytes
+                if operation in volume_operations:
+                    rows, size = event.records, event.bytes
+                    if rows is not None or size is not None:
+                        key = (keys.VOLUME, operation, kind)
+                        if rows is not None:
+                            records[key] = records.get(key, 0) + rows
+                        if size is not None:
+                            sizes[key] = sizes.get(key, 0) + size
             elif cls is CoordinateFinished:
                 key = (keys.DURATION, event.operation, keys.CONTROLLER, event.outcome)
                 point = durations.get(key)

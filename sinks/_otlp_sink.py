@@ -1,7 +1,8 @@
 """``OtlpSpanSink``: checkpoint spans sent to an OTLP/HTTP collector, encoded from the events.
 
-No OpenTelemetry objects are made: ``handle`` only queues sampled finished events (on the
-event loop, a list extend under a lock), and one worker thread batches them like a
+No OpenTelemetry objects are made: the bus gathers events for a short linger (``BUS_LINGER``,
+at most the export linger; a flush or close cuts it short), ``handle`` only queues the sampled
+finished ones (on the event loop, a list extend under a lock), and one worker thread batches them like a
 collector client (an export when ``max_export_batch`` spans are queued or ``linger`` has
 passed since the oldest queued one, whichever comes first, under sustained load too),
 encodes each batch with ``SpanEncoder`` and posts it with ``OtlpHttpSender``. The queue is
@@ -22,7 +23,7 @@ import msgspec
 
 from ckpt_events import InvalidArgumentError, Redactor, resolve_span_groups
 from sinks._otlp_encode import SpanEncoder
-from sinks._otlp_http import OtlpHttpSender
+from sinks._otlp_http import BUS_LINGER, OtlpHttpSender
 from sinks._span_attrs import FINISHED
 
 __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
@@ -64,7 +65,6 @@ class OtlpSpanSink:
     """
 
     blocking: Final = False  # handle() only queues; the worker thread does the I/O
-    linger: Final = 0.0  # the bus hands events over at once; batching is ours
 
     def __init__(
         self,
@@ -110,6 +110,8 @@ class OtlpSpanSink:
         self.max_export_batch = max_export_batch
         self.max_queue = max_queue
         self.export_linger = linger
+        # The bus gathers events a little (at most the export linger) before handing them over.
+        self.linger = min(BUS_LINGER, linger)
         self.timeout = timeout
         self._queue: list[Any] = []
         self._oldest = 0.0  # monotonic time the oldest queued event arrived

@@ -10,7 +10,16 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["DOUBLE", "FIXED64", "field", "json_attributes", "json_value", "key_value", "varint"]
+__all__ = [
+    "DOUBLE",
+    "FIXED64",
+    "SMALL_VARINTS",
+    "field",
+    "json_attributes",
+    "json_value",
+    "key_value",
+    "varint",
+]
 
 DOUBLE: Final = struct.Struct("<d")
 FIXED64: Final = struct.Struct("<Q")
@@ -27,12 +36,13 @@ def _varint_of(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_VARINTS: Final = tuple(_varint_of(n) for n in range(1 << 14))
+#: The varints of 0 .. 16383, precomputed (most lengths a span encoder writes).
+SMALL_VARINTS: Final = tuple(_varint_of(n) for n in range(1 << 14))
 
 
 def varint(value: int) -> bytes:
     """``value`` as a protobuf varint (negative: int64 two's complement)."""
-    return _SMALL_VARINTS[value] if 0 <= value < 16384 else _varint_of(value)
+    return SMALL_VARINTS[value] if 0 <= value < 16384 else _varint_of(value)
 
 
 def field(tag: int, payload: bytes) -> bytes:

@@ -29,43 +29,68 @@ from ckpt_events import (
     StepFinished,
 )
 
-__all__ = ["FINISHED", "span_name_and_attributes"]
+__all__ = ["FINISHED", "SpanPlan", "span_name_and_attributes", "span_plan"]
 
 FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
+
+#: A span's name and the (event field, attribute) pairs it carries, in order.
+SpanPlan = tuple[str, FieldAttrs]
+
+# A participant's identity, then what each span adds: the rule, as one table per event class
+# keyed by the field that names the span (an operation, step, stage or action).
+_IDENTITY: Final[FieldAttrs] = (
+    ("kind", Attr.PARTICIPANT_KIND),
+    ("instance", Attr.INSTANCE),
+    ("outcome", Attr.OUTCOME),
+    ("checkpoint_id", Attr.ID),
+)
+_PARTICIPANTS: Final[FieldAttrs] = (("participants", Attr.PARTICIPANTS),)
+_PLANS: Final[dict[type, tuple[str, dict[Any, SpanPlan]]]] = {
+    OperationFinished: (
+        "operation",
+        {op: (name, _IDENTITY + OPERATION_END_ATTRS[op]) for op, name in OPERATION_SPANS.items()},
+    ),
+    StepFinished: ("step", {step: (name, STEP_END_ATTRS[step]) for step, name in STEP_SPANS.items()}),
+    CoordinateFinished: (
+        "operation",
+        {
+            op: (name, _IDENTITY + _PARTICIPANTS + COORDINATE_END_ATTRS[op])
+            for op, name in COORDINATE_SPANS.items()
+        },
+    ),
+    StageFinished: ("stage", {stage: (name, _PARTICIPANTS) for stage, name in STAGE_SPANS.items()}),
+    CollectionFinished: (
+        "action",
+        {
+            action: (name, (("checkpoint_id", Attr.ID), *COLLECTION_END_ATTRS[action]))
+            for action, name in COLLECTION_SPANS.items()
+        },
+    ),
+}
+
+
+def span_plan(event: Any) -> SpanPlan | None:
+    """``(name, fields)`` of ``event``'s span, or ``None`` for an event with no span (renew).
+
+    ``fields`` are the ``(event field, attribute)`` pairs, in order: a field holding ``None``
+    is left out and a ``str`` subclass (an enum member) goes out as a plain ``str``. A
+    ``worker`` and the user's ``attributes`` come on top (``span_name_and_attributes``).
+    """
+    found = _PLANS.get(event.__class__)
+    if found is None:
+        return None
+    field, plans = found
+    return plans.get(getattr(event, field))
 
 
 def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[str, Any]] | None:
     """``(name, attributes)`` of ``event``'s span, or ``None`` for an event with no span (renew)."""
-    cls = event.__class__
-    if cls is OperationFinished:
-        name = OPERATION_SPANS.get(event.operation)
-        if name is None:  # renew: counted in metrics, no span
-            return None
-        attributes = _identity(event)
-        _put(attributes, event, OPERATION_END_ATTRS[event.operation])
-    elif cls is StepFinished:
-        name = STEP_SPANS[event.step]
-        attributes = {}
-        _put(attributes, event, STEP_END_ATTRS[event.step])
-    elif cls is CoordinateFinished:
-        name = COORDINATE_SPANS[event.operation]
-        attributes = _identity(event)
-        if event.participants is not None:
-            attributes[Attr.PARTICIPANTS] = event.participants
-        _put(attributes, event, COORDINATE_END_ATTRS[event.operation])
-    elif cls is StageFinished:
-        name = STAGE_SPANS[event.stage]
-        attributes = {}
-        if event.participants is not None:
-            attributes[Attr.PARTICIPANTS] = event.participants
-    elif cls is CollectionFinished:
-        name = COLLECTION_SPANS[event.action]
-        attributes = {}
-        if event.checkpoint_id is not None:
-            attributes[Attr.ID] = event.checkpoint_id
-        _put(attributes, event, COLLECTION_END_ATTRS[event.action])
-    else:
+    plan = span_plan(event)
+    if plan is None:
         return None
+    name, fields = plan
+    attributes: dict[str, Any] = {}
+    _put(attributes, event, fields)
     if event.worker is not None:  # a multi-worker participant's process (spans only, never metrics)
         attributes[Attr.WORKER] = event.worker
     extra = event.attributes
@@ -73,18 +98,6 @@ def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[
         # Ours win over a user attribute of the same name; the rule redacts theirs.
         attributes = {**redactor.apply(extra), **attributes}
     return name, attributes
-
-
-def _identity(event: Any) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        # str(): a plain string whether the field holds the enum member or its value.
-        Attr.PARTICIPANT_KIND: str(event.kind),
-        Attr.INSTANCE: event.instance,
-        Attr.OUTCOME: str(event.outcome),
-    }
-    if event.checkpoint_id is not None:
-        attributes[Attr.ID] = event.checkpoint_id
-    return attributes
 
 
 def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:

@@ -12,8 +12,25 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ckpt_events import Bus, Redactor, SpanKind, Telemetry, span_kind_of
+from ckpt_events import (
+    Bus,
+    CollectionAction,
+    CollectionFinished,
+    CoordinateFinished,
+    Kind,
+    Operation,
+    OperationFinished,
+    Redactor,
+    SpanKind,
+    StageFinished,
+    Step,
+    StepFinished,
+    Telemetry,
+    span_kind_of,
+)
 from sinks._otlp_encode import SpanEncoder
+from sinks._otlp_wire import json_attributes
+from sinks._span_attrs import span_name_and_attributes, span_plan
 from sinks.otel import SpanSink
 from tests.sinks.helpers import every_event_type
 
@@ -113,3 +130,118 @@ async def test_json_carries_the_same_spans_as_protobuf() -> None:
 
 def _b64hex(value: str) -> str:
     return base64.b64decode(value).hex()
+
+
+def _every_span_shape() -> list[Any]:
+    """A finished event of every class for every name it can have, with a local and a remote parent."""
+    shapes: list[tuple[type, str, list[Any]]] = [
+        (OperationFinished, "operation", list(Operation)),
+        (CoordinateFinished, "operation", list(Operation)),
+        (StepFinished, "step", list(Step)),
+        (StageFinished, "stage", list(Kind)),
+        (CollectionFinished, "action", list(CollectionAction)),
+    ]
+    events = []
+    span_id = 1
+    for cls, field, values in shapes:
+        for value in values:
+            for remote in (False, True):
+                span_id += 1
+                ids = {"trace_id": 7, "span_id": span_id, "parent_span_id": 1, "parent_remote": remote}
+                events.append(
+                    cls(kind="controller", instance="c", start_ns=1, end_ns=2, **{field: value}, **ids)
+                )
+    return events
+
+
+def test_the_cached_span_kind_is_span_kind_of_for_every_span_name() -> None:
+    """The encoder caches name and kind per (name, class, remote parent): for every span name of
+    every class, in one batch through one encoder, the kind written is ``span_kind_of``'s."""
+    events = _every_span_shape()
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(SpanEncoder({"service.name": "t"}).protobuf(events + events[::-1])[0])
+    spans = _spans_of(request)
+    by_id = {f"{event.span_id:016x}": event for event in events}
+    assert len(spans) >= 40
+    for span_id, span in spans.items():
+        assert span["kind"] == _KIND_NAMES[span_kind_of(by_id[span_id])], span["name"]
+
+
+async def test_equal_values_of_other_types_are_not_confused_by_the_cache() -> None:
+    """1, True and 1.0 compare equal; through one encoder each is still written as its own type."""
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for value in (1, True, 1.0, "1", 1, True):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute("user.n", value)
+        await bus.flush()
+    events = [event for event in keep.events if type(event).__name__.endswith("Finished")]
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(SpanEncoder({"service.name": "t"}).protobuf(events)[0])
+    by_id = _spans_of(request)
+    written = [
+        next(a["value"] for a in by_id[f"{event.span_id:016x}"]["attributes"] if a["key"] == "user.n")
+        for event in events
+    ]
+    assert written == [
+        {"intValue": "1"},
+        {"boolValue": True},
+        {"doubleValue": 1.0},
+        {"stringValue": "1"},
+        {"intValue": "1"},
+        {"boolValue": True},
+    ]
+
+
+async def test_a_large_request_and_a_large_span_decode_whole() -> None:
+    """Lengths past one varint byte pair (a 20 KiB attribute, a request of hundreds of spans) are
+    written right: the request parses to every span, the long value intact, renew skipped."""
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for n in range(300):
+            with tel.operation("renew" if n == 7 else "commit", checkpoint_id=f"c{n}") as op:
+                if n == 3:
+                    op.set_attribute("user.blob", "x" * 20_000)
+        await bus.flush()
+    events = [event for event in keep.events if type(event).__name__.endswith("Finished")]
+    body, count = SpanEncoder({"service.name": "t"}).protobuf(events)
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    spans = _spans_of(request)
+    assert count == len(spans) == 299 and len(body) > 40_000
+    blob = [a for span in spans.values() for a in span.get("attributes", []) if a["key"] == "user.blob"]
+    assert blob == [{"key": "user.blob", "value": {"stringValue": "x" * 20_000}}]
+
+
+async def test_every_span_carries_the_rules_attributes() -> None:
+    """Spans without user attributes take a fast path (the plan's fields, no dict): for every
+    event type and every span name, what is written is ``span_name_and_attributes``' dict."""
+    events = await _events() + _every_span_shape()
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(SpanEncoder({"service.name": "t"}).protobuf(events)[0])
+    spans = _spans_of(request)
+    redactor = Redactor()
+    checked = 0
+    for event in events:
+        made = span_name_and_attributes(event, redactor)
+        if made is None:
+            continue
+        span = spans[f"{event.span_id:016x}"]
+        assert span["name"] == made[0]
+        assert span.get("attributes", []) == json_attributes(made[1]), made[0]
+        checked += 1
+    assert checked >= 50
+
+
+def test_no_span_plan_names_an_attribute_twice() -> None:
+    """The fast path writes each planned field in turn, which equals the dict only if no
+    attribute name repeats within a plan."""
+    for event in _every_span_shape():
+        plan = span_plan(event)
+        if plan is not None:
+            keys = [key for _, key in plan[1]]
+            assert len(keys) == len(set(keys)), plan[0]

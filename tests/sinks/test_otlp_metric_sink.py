@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -208,3 +209,40 @@ async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
         Telemetry(bus, kind="model", instance="m0").refused("unauthorized")
     stats = sink.stats()
     assert (stats.events, stats.exports, stats.export_failures) == (1, 0, 1)
+
+
+class _CountingMetricSink(OtlpMetricSink):
+    """Counts the batches the bus hands over."""
+
+    batches = 0
+
+    def handle(self, batch: list[Any]) -> None:
+        self.batches += 1
+        super().handle(batch)
+
+
+@pytest.mark.collector
+async def test_a_busy_servers_events_come_in_few_batches_and_all_count_at_close(
+    collector: tuple[str, Path],
+) -> None:
+    """Operations over many loop turns reach the sink in a few batches (the bus lingers), and those
+    still lingering when the bus closes (no flush) are in the last export the collector gets."""
+    endpoint, out = collector
+    sink = _CountingMetricSink(endpoint, resource_attributes={"service.name": "otlp-linger"})
+    assert sink.linger > 0
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        for _ in range(30):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set(records=2, bytes=10)
+            await anyio.sleep(0)
+    assert sink.batches <= 3
+    stats = sink.stats()
+    assert (stats.events, stats.exports, stats.export_failures) == (30, 1, 0)
+    points = _rotel_points(_wait_for(out, ["otlp-linger", "gym.checkpoint.records_total"]))
+    attributes = {
+        ("nemo.gym.checkpoint.operation", "commit"),
+        ("nemo.gym.checkpoint.participant_kind", "resources"),
+    }
+    assert points["gym.checkpoint.records_total"] == {frozenset(attributes): (60,)}
