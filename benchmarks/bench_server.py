@@ -5,8 +5,9 @@ Each variant's server (``benchmarks.server_app``, uvicorn, one process) is start
 generator (``connections`` keep-alive HTTP/1.1 connections, asyncio, in this process).
 Server CPU is read from the server process's own counters (``/proc/<pid>/stat``: user +
 system) around the measured requests. With two or more cores the server is pinned to
-one and this process to another. Rounds rotate the variants' order; the figure is the
-median over rounds. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without), and so
+one and this process to another. Rounds rotate the variants' order; each ratio is taken
+within a round (variants run back to back) and the figure is its median over rounds; the
+absolute rows are medians. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without), and so
 does ``nemo_lens``, which also needs an interpreter with nemo-lens (``benchmarks.nemo_lens_row``);
 ``nemo_lens_uninstrumented`` is its server without telemetry, on that interpreter.
 """
@@ -129,7 +130,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
 
     ``nemo_lens_python`` (default: ``$CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON``) runs the nemo-lens row.
     """
-    requests, rounds, connections = (2_000, 3, 32) if quick else (10_000, 5, 32)
+    requests, rounds, connections = (2_000, 3, 32) if quick else (10_000, 7, 32)
     lens = nemo_lens_row.probe(nemo_lens_python or os.environ.get(nemo_lens_row.ENV))
     cores: tuple[int, int] | None = None
     available = sorted(os.sched_getaffinity(0))
@@ -152,7 +153,13 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         if cores is not None:
             os.sched_setaffinity(0, set(available))
     us = {v: statistics.median(values) for v, values in per.items()}
-    base = us["uninstrumented"]
+    # Ratios are paired within each round (the variants run back to back), then the median
+    # over rounds: a drift in the machine's speed between rounds cancels out of each pair.
+    base_rounds = per["uninstrumented"]
+    paired = {
+        v: statistics.median(x / b for x, b in zip(values, base_rounds, strict=True))
+        for v, values in per.items()
+    }
     rows: list[tuple[str, Any, str, bool | None]] = []
     names = {
         "uninstrumented": "uninstrumented",
@@ -163,7 +170,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         **{v: nemo_lens_row.name(v, lens.runtime) for v in nemo_lens_row.VARIANTS},
     }
     for variant in variants:
-        ratio = us[variant] / base
+        ratio = paired[variant]
         target = "<= 1.15" if variant == "otlp" else ""
         rows.append(
             (
@@ -178,7 +185,9 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
     else:
         rows.append(nemo_lens_row.same_interpreter_row(us, lens.runtime))
     if "otlp" in us and "sdk" in us:
-        added = (us["otlp"] - base) / (us["sdk"] - base)
+        added = statistics.median(
+            (o - b) / (s - b) for o, s, b in zip(per["otlp"], per["sdk"], base_rounds, strict=True)
+        )
         rows.append(("server: added CPU/request, ours (OTLP) / the SDK's", added, "<= 0.15", added <= 0.15))
     for variant in variants:
         rows.append((f"server: us CPU/request, {names[variant]}", us[variant], "", None))
@@ -190,6 +199,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         "pinned": cores is not None,
         "nemo_lens": {"python": lens.python, "runtime": lens.runtime, "skipped": lens.skipped},
         "us_per_request": us,
+        "paired_ratio_to_uninstrumented": paired,
         "rounds_us": per,
         "rows": rows,
     }
