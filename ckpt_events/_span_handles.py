@@ -22,13 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
 import msgspec
 
 from ckpt_events._errors import InvalidArgumentError
-from ckpt_events._events import (
-    AttributeValue,
-    OperationFinished,
-    OperationStarted,
-    StepFinished,
-    StepStarted,
-)
+from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._tracecontext import format_traceparent, parse_tracestate
 from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
 
@@ -128,7 +122,22 @@ class _SpanBase:
         self._attributes[name] = value
 
 
-class StepSpan(_SpanBase, msgspec.Struct, gc=False):
+#: The classes whose instances are queued in place of their ``*Finished`` event (each
+#: subscription's delivery task turns them into it with ``_finished()``).
+QUEUED_HANDLES: Final[set[type]] = set()
+
+
+class _Queued:
+    """Marks a handle class queued in place of its event; it and its subclasses register."""
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        QUEUED_HANDLES.add(cls)
+
+
+class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     """A step (``wait_ready``, ``export``, ...) inside an operation span."""
 
     # Fields in the order Telemetry builds them (positional), then what __enter__,
@@ -240,7 +249,7 @@ class StepSpan(_SpanBase, msgspec.Struct, gc=False):
             self._cut_failure = cut_durable_failure
 
 
-class OperationSpan(_SpanBase, msgspec.Struct, gc=False):
+class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     """A participant's operation (``gym.checkpoint.<operation>``)."""
 
     _tel: Telemetry

@@ -110,3 +110,42 @@ async def test_spans_finished_on_another_thread_arrive_as_events() -> None:
     ops: dict[int, Any] = {e.span_id: e for e in sink.events if isinstance(e, OperationFinished)}
     steps = [e for e in sink.events if isinstance(e, StepFinished)]
     assert len(ops) == 4 and {s.parent_span_id for s in steps} == set(ops)
+
+
+def test_every_live_handle_class_is_known_to_the_delivery() -> None:
+    """Delivery converts by exact type: a handle subclass (the OpenTelemetry-bridged
+    operation, say) must be registered, or its instances would reach sinks unconverted."""
+    import ckpt_events._context_bridge  # noqa: F401  (defines BridgedOperationSpan)
+    from ckpt_events._span_handles import QUEUED_HANDLES, OperationSpan, StepSpan
+
+    def subclasses(cls: type) -> set[type]:
+        found = {cls}
+        for sub in cls.__subclasses__():
+            found |= subclasses(sub)
+        return found
+
+    every = subclasses(OperationSpan) | subclasses(StepSpan)
+    assert len(every) >= 3 and every <= QUEUED_HANDLES
+
+
+async def test_a_batch_mixing_events_and_handles_arrives_in_emit_order() -> None:
+    """Counted events emitted between spans stay in place among the converted spans."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        with tel.operation("commit") as op:
+            tel.refused("stale_attempt")
+            with op.step("export"):
+                pass
+            tel.refused("admission_closed")
+        await bus.flush()
+    names = [type(e).__name__ for e in sink.events]
+    assert names == [
+        "OperationStarted",
+        "Refused",
+        "StepStarted",
+        "StepFinished",
+        "Refused",
+        "OperationFinished",
+    ]
