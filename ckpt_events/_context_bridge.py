@@ -9,12 +9,9 @@ calls it only when built with ``otel_context``; the disabled path never reaches 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ckpt_events._span_handles import OperationSpan
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["BridgedOperationSpan", "ContextBridge"]
 
