@@ -316,9 +316,6 @@ FINISHED_TYPES: Final = (
     CollectionFinished,
 )
 POINT_TYPES: Final = (LeaseExpired, PrepareNotReady, Refused, GenerationCut)
-#: Finished events that the live handles queue as themselves; each sink's delivery task
-#: turns them into these events (``_span_handles.py``).
-QUEUED_AS_HANDLES: Final = frozenset((OperationFinished, StepFinished))
 
 
 def span_name_of(event: Event) -> str | None:

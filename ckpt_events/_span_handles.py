@@ -123,8 +123,9 @@ class _SpanBase:
 
 
 #: The classes whose instances are queued in place of their ``*Finished`` event (each
-#: subscription's delivery task turns them into it with ``_finished()``).
+#: subscription's delivery task turns them into it with ``_finished()``), and those events.
 QUEUED_HANDLES: Final[set[type]] = set()
+QUEUED_EVENTS: Final = frozenset((OperationFinished, StepFinished))
 
 
 class _Queued:

@@ -18,9 +18,9 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events._errors import InvalidArgumentError
-from ckpt_events._events import EVENT_TYPES, QUEUED_AS_HANDLES, Event
+from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
-from ckpt_events._span_handles import QUEUED_HANDLES
+from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES
 
 if TYPE_CHECKING:
     from ckpt_events._bus import Bus
@@ -76,7 +76,7 @@ class Subscription:
         self.name = name
         self.interests: frozenset[type[Event]] = resolve_interests(sink)
         # Finished operations and steps are queued as their span handles (see _span_handles.py).
-        self._takes_handles = not self.interests.isdisjoint(QUEUED_AS_HANDLES)
+        self._takes_handles = not self.interests.isdisjoint(QUEUED_EVENTS)
         self.closed = False
         self._buffer = _Buffer(buffer_size, self)
         self._batch_size = batch_size
@@ -273,7 +273,7 @@ class Subscription:
 def _finish(batch: list[Any]) -> None:
     """Turn the span handles in ``batch`` into their ``*Finished`` events, in place."""
     for i, item in enumerate(batch):
-        if not isinstance(item, Event):
+        if type(item) in QUEUED_HANDLES:  # the test the delivery task made over the batch
             batch[i] = item._finished()
 
 
