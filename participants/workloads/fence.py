@@ -23,9 +23,7 @@ class RetiredAttempts:
 
     def mark(self, episode: EpisodeId) -> None:
         """Retire ``episode`` and every earlier attempt of its rollout."""
-        current = self._marks.get(episode.rollout_id, -1)
-        if episode.attempt > current:
-            self._marks[episode.rollout_id] = episode.attempt
+        self.mark_all((episode,))
 
     def mark_all(self, episodes: Iterable[EpisodeId]) -> None:
         """``mark`` each of ``episodes`` (one call for a restore's tens of thousands)."""
