@@ -153,13 +153,8 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         if cores is not None:
             os.sched_setaffinity(0, set(available))
     us = {v: statistics.median(values) for v, values in per.items()}
-    # Ratios are paired within each round (the variants run back to back), then the median
-    # over rounds: a drift in the machine's speed between rounds cancels out of each pair.
     base_rounds = per["uninstrumented"]
-    paired = {
-        v: statistics.median(x / b for x, b in zip(values, base_rounds, strict=True))
-        for v, values in per.items()
-    }
+    paired = {v: report.paired_ratio(values, base_rounds) for v, values in per.items()}
     rows: list[tuple[str, Any, str, bool | None]] = []
     names = {
         "uninstrumented": "uninstrumented",
@@ -183,7 +178,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
     if lens.skipped:
         rows.append(nemo_lens_row.skipped_row(lens.skipped))
     else:
-        rows.append(nemo_lens_row.same_interpreter_row(us, lens.runtime))
+        rows.append(nemo_lens_row.same_interpreter_row(per, lens.runtime))
     if "otlp" in us and "sdk" in us:
         added = statistics.median(
             (o - b) / (s - b) for o, s, b in zip(per["otlp"], per["sdk"], base_rounds, strict=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from . import report
+
 __all__ = [
     "BASELINE",
     "ENV",
@@ -97,10 +99,12 @@ def name(variant: str, runtime: str) -> str:
     return f"nemo-lens managed_span, OTLP/HTTP to rotel, on {runtime} (the other rows: {ours})"
 
 
-def same_interpreter_row(us: dict[str, float], runtime: str) -> tuple[str, float, str, None]:
-    """nemo-lens against no telemetry on its own interpreter: the ratio without the interpreters' gap."""
+def same_interpreter_row(rounds: dict[str, list[float]], runtime: str) -> tuple[str, float, str, None]:
+    """nemo-lens against no telemetry on its own interpreter: the ratio without the interpreters'
+    gap, taken within each round (``rounds``: us per request per variant, by round) like the
+    bench's other ratios, median over rounds."""
     what = f"server CPU/request: nemo-lens managed_span / uninstrumented, both on {runtime}"
-    return (what, us[VARIANT] / us[BASELINE], "", None)
+    return (what, report.paired_ratio(rounds[VARIANT], rounds[BASELINE]), "", None)
 
 
 def skipped_row(reason: str) -> tuple[str, None, str, None]:

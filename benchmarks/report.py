@@ -1,9 +1,10 @@
-"""Shared output for the benchmarks: one rich table of ratios, and the figures as JSON."""
+"""Shared output for the benchmarks: one rich table of ratios, the figures as JSON, paired ratios."""
 
 from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,12 @@ def markdown_table(rows: Iterable[Row]) -> str:
         mark = "" if met is None else ("yes" if met else "NO")
         lines.append(f"| {what} | {_fmt(value)} | {target} | {mark} |")
     return "\n".join(lines)
+
+
+def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> float:
+    """The median over rounds of ``values[r] / baseline[r]``: measured back to back in each
+    round, so a drift in the machine's speed between rounds cancels out of every pair."""
+    return statistics.median(x / b for x, b in zip(values, baseline, strict=True))
 
 
 def write_json(path: Path, figures: dict[str, Any]) -> None:

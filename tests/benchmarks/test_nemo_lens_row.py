@@ -74,7 +74,8 @@ def test_the_row_names_both_interpreters() -> None:
     assert f"the other rows: CPython {sys.version.split()[0]}" in name
     assert "uninstrumented, on CPython 3.13.0" in nemo_lens_row.name(nemo_lens_row.BASELINE, "CPython 3.13.0")
     what, ratio, _, _ = nemo_lens_row.same_interpreter_row(
-        {nemo_lens_row.VARIANT: 300.0, nemo_lens_row.BASELINE: 200.0}, "CPython 3.13.0"
+        {nemo_lens_row.VARIANT: [300.0, 330.0, 280.0], nemo_lens_row.BASELINE: [200.0, 220.0, 140.0]},
+        "CPython 3.13.0",
     )
     assert ratio == 1.5
     assert what.endswith("/ uninstrumented, both on CPython 3.13.0")
