@@ -1,23 +1,29 @@
-"""``ckpt-events report``: breakdown, waterfall and counts from a recorded JSON-lines log."""
+"""``ckpt-events report``: the run overview, then each checkpoint in detail, from any number of logs."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from participants.cli.command import (
-    Command,
-    CommandError,
-    console,
-    existing_file,
-    load_events,
-    writable_path,
-)
+from participants.cli.command import Command, CommandError, console, writable_path
 
 __all__ = ["REPORT"]
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log", type=existing_file, help="a JSON-lines log written by the jsonl sink")
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="JSON-lines logs written by the jsonl sink: files, globs or directories (every "
+        "process's and worker's files), merged in time order",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="ID",
+        help="only this checkpoint (or restore) in detail; by default the slowest published one "
+        "and every one that did not publish",
+    )
     parser.add_argument(
         "--report",
         type=writable_path,
@@ -29,18 +35,37 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     from participants.cli.report_files import check_report_path, write_report
     from participants.cli.report_terminal import render
+    from participants.cli.run_logs import LogProblems, expand_logs, merged_events
+    from participants.cli.run_overview import overview
+    from participants.cli.run_terminal import chosen_rows, render_overview
 
     if args.report is not None and (refusal := check_report_path(args.report)) is not None:
         raise CommandError(refusal)
-    events = load_events(args.log)
-    if not events:
-        raise CommandError(f"{str(args.log)!r} holds no checkpoint events")
-    render(console(), events, title=str(args.log))
+    paths, missing = expand_logs(args.logs)
+    if missing:
+        raise CommandError("; ".join(missing))
+    problems = LogProblems()
+    run = overview(merged_events(paths, problems))
+    for line in problems.summary():
+        print(line, file=sys.stderr)
+    if not run.events:
+        raise CommandError(f"{', '.join(args.logs)}: no checkpoint events in {len(paths)} file(s)")
+    out = console()
+    rows = chosen_rows(run, args.checkpoint)
+    if args.checkpoint is not None and not rows:
+        known = ", ".join(sorted({r.checkpoint_id or "" for r in run.rows})[:5])
+        raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
+    if args.checkpoint is None:
+        render_overview(out, run, title=f"{len(paths)} log file(s)")
+    for row in rows:
+        render(out, run.events_of(row), title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
     if args.report is not None:
-        print(write_report(args.report, events, title=f"report of {args.log.name}"))
+        name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
+        events = run.events_of(rows[0]) if rows else run.events
+        print(write_report(args.report, events, title=f"report of {name}"))
     return 0
 
 
 REPORT = Command(
-    "report", "breakdown, timeline and counts from a recorded JSON-lines log", _report_arguments, _report
+    "report", "run overview, then checkpoints in detail, from recorded JSON-lines logs", _report_arguments, _report
 )

@@ -1,0 +1,120 @@
+"""Every process's logs in: files, globs and directories merged into one time-ordered stream.
+
+Each file is read lazily and the files are merged by event time (``heapq.merge`` of one
+iterator per file), so memory holds one pending event per file, never a whole log. An event
+read twice (the same file named twice, a copy in two directories) is kept once: identical
+events share their time stamp, so only events whose stamps collide are compared.
+"""
+
+from __future__ import annotations
+
+import glob
+import heapq
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+__all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
+
+#: How many problem lines are shown; the rest are counted.
+SHOWN = 5
+
+
+def event_time(event: Any) -> int:
+    """When an event happened: the end of a finished span, the instant of a counted event,
+    the start of a started span."""
+    return getattr(event, "end_ns", None) or getattr(event, "time_ns", None) or event.start_ns
+
+
+def expand_logs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
+    """Paths for files, globs and directories (every regular file in it, sorted), each once,
+    and one line per spec that named nothing."""
+    paths: list[Path] = []
+    missing: list[str] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found = sorted(p for p in Path(spec).iterdir() if p.is_file() and not p.name.startswith("."))
+        elif os.path.isfile(spec):
+            found = [Path(spec)]
+        else:
+            found = [Path(p) for p in sorted(glob.glob(spec)) if os.path.isfile(p)]
+        if not found:
+            missing.append(f"{spec}: no such file, directory or matching glob")
+        paths.extend(found)
+    seen: set[Path] = set()
+    unique = []
+    for path in paths:
+        if (resolved := path.resolve()) not in seen:
+            seen.add(resolved)
+            unique.append(path)
+    return unique, missing
+
+
+@dataclass
+class LogProblems:
+    """What was not a log: files refused whole, lines skipped (counted, the first few kept)."""
+
+    refused: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    skipped: int = 0
+    duplicates: int = 0
+    events: int = 0
+
+    def skip(self, line: str) -> None:
+        self.skipped += 1
+        if len(self.lines) < SHOWN:
+            self.lines.append(line)
+
+    def summary(self) -> list[str]:
+        """One line per problem shown, and one counting the rest."""
+        out = [*self.refused, *self.lines]
+        if self.skipped > len(self.lines):
+            out.append(f"... and {self.skipped - len(self.lines)} more lines skipped")
+        return out
+
+
+def _one_file(path: Path, problems: LogProblems) -> Iterator[tuple[int, Any]]:
+    from sinks import CorruptLine, read_events
+
+    decoded = 0
+    try:
+        for number, item in read_events(path):
+            if isinstance(item, CorruptLine):
+                if decoded == 0:
+                    problems.refused.append(
+                        f"{path}:{number}: not a ckpt-events JSON-lines log ({item.error}); file skipped"
+                    )
+                    return
+                problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
+                continue
+            decoded += 1
+            yield event_time(item), item
+    except OSError as exc:
+        problems.refused.append(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def merged_events(paths: Iterable[Path], problems: LogProblems) -> Iterator[Any]:
+    """The events of every file in time order (ties in file order), duplicates dropped."""
+    streams = [_one_file(p, problems) for p in paths]
+    group_time: int | None = None
+    group: list[Any] = []
+    group_keys: set[bytes] | None = None
+    encode = msgspec.json.encode
+    for time_ns, event in heapq.merge(*streams, key=lambda pair: pair[0]):
+        if time_ns != group_time:
+            group_time, group, group_keys = time_ns, [event], None
+        else:
+            if group_keys is None:
+                group_keys = {encode(e) for e in group}
+            key = encode(event)
+            if key in group_keys:
+                problems.duplicates += 1
+                continue
+            group_keys.add(key)
+            group.append(event)
+        problems.events += 1
+        yield event

@@ -1,0 +1,200 @@
+"""The run overview: one row per checkpoint and per restore, its outcome and, when it did not
+publish, its cause in words naming the participant.
+
+A row is a root span (a span whose parent is not in the logs): a collection checkpoint or
+restore, or a coordinate operation run on its own. What a failure leaves in the log:
+
+- ``lease_expired`` (participant, phase), timed from that participant's prepare;
+- ``prepare_not_ready`` (participant, blocker count);
+- ``refused`` (code, participant);
+- a span with outcome ``error`` (participant, exception type);
+- spans started and never finished: the checkpoint is open at the end of the log.
+
+A restore names the checkpoint it restored: the collection restore carries that
+checkpoint's id as its ``checkpoint_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_events import (
+    CollectionAction,
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    Kind,
+    LeaseExpired,
+    Operation,
+    OperationStarted,
+    Outcome,
+    PrepareNotReady,
+    Refused,
+)
+from participants.cli.report_model import trace_spans, who_of
+from participants.cli.run_logs import event_time
+
+__all__ = ["Run", "RunRow", "overview"]
+
+PUBLISHED, RESTORED, ABORTED, FAILED, OPEN = "published", "restored", "aborted", "failed", "open at end of log"
+#: Causes shown per row; the rest are counted.
+_CAUSES = 4
+
+
+@dataclass
+class RunRow:
+    """One checkpoint or restore of the run."""
+
+    trace_id: int
+    span_id: int
+    what: str
+    checkpoint_id: str | None
+    start_ns: int
+    end_ns: int | None = None
+    outcome: str = OPEN
+    causes: list[str] = field(default_factory=list)
+    slowest: str = ""
+
+    @property
+    def ms(self) -> float | None:
+        return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def published(self) -> bool:
+        return self.outcome in (PUBLISHED, RESTORED)
+
+
+@dataclass
+class Run:
+    """Every row in time order, and the events they were built from."""
+
+    rows: list[RunRow]
+    events: list[Any]
+    last_ns: int
+
+    def events_of(self, row: RunRow) -> list[Any]:
+        """The row's spans (its trace) and the counted events naming its checkpoint id."""
+        return [
+            e
+            for e in self.events
+            if getattr(e, "trace_id", None) == row.trace_id
+            or (not hasattr(e, "trace_id") and row.checkpoint_id and e.checkpoint_id == row.checkpoint_id)
+        ]
+
+
+def _who(e: Any) -> str:
+    return "controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
+
+
+def _what(started: Any) -> str:
+    if isinstance(started, CollectionStarted):
+        return started.action.value
+    return f"{started.operation.value} (coordinate)"
+
+
+def overview(events: Iterable[Any]) -> Run:
+    """Rows for every root span, in start order, with outcome, causes and slowest path."""
+    kept = list(events)
+    started: dict[int, Any] = {}
+    finished: dict[int, Any] = {}
+    span_ids: set[int] = set()
+    for e in kept:
+        if hasattr(e, "span_id"):
+            span_ids.add(e.span_id)
+            (finished if hasattr(e, "end_ns") else started)[e.span_id] = e
+    last_ns = max((event_time(e) for e in kept), default=0)
+    rows: list[RunRow] = []
+    for e in [*started.values(), *(f for s, f in finished.items() if s not in started)]:
+        if e.parent_span_id in span_ids:
+            continue
+        if isinstance(e, CollectionStarted | CollectionFinished):
+            if e.action not in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE):
+                continue
+        elif not isinstance(e, CoordinateStarted | CoordinateFinished):
+            continue
+        rows.append(RunRow(e.trace_id, e.span_id, _what(e), e.checkpoint_id, e.start_ns))
+    rows.sort(key=lambda r: r.start_ns)
+    run = Run(rows, kept, last_ns)
+    for row in rows:
+        _judge(run, row, started, finished)
+    return run
+
+
+def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, Any]) -> None:
+    mine = run.events_of(row)
+    root = next((f for f in mine if hasattr(f, "end_ns") and f.span_id == row.span_id), None)
+    causes: list[str] = []
+    prepares = {
+        _who(e): e.start_ns
+        for e in mine
+        if isinstance(e, OperationStarted) and e.operation is Operation.PREPARE
+    }
+    for e in mine:
+        match e:
+            case LeaseExpired():
+                since = e.time_ns - prepares[_who(e)] if _who(e) in prepares else None
+                after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
+                causes.append(f"lease expired on {_who(e)} in phase {e.phase.value}{after}")
+            case PrepareNotReady():
+                causes.append(f"not ready at its deadline: {_who(e)} blocked by {e.blockers} episodes")
+            case Refused():
+                causes.append(f"refused ({e.code.value}) by {_who(e)}")
+            case _ if hasattr(e, "end_ns") and e.outcome is Outcome.ERROR:
+                name = span_name_or_kind(e)
+                kind = e.error_type or "error"
+                causes.append(f"{name} failed on {_who(e)} ({kind}: {_clip(e.error_message)})")
+    if root is None:
+        row.outcome = OPEN
+        open_spans = [s for sid, s in started.items() if s.trace_id == row.trace_id and sid not in finished]
+        open_spans.sort(key=lambda s: s.start_ns)
+        silent = sorted({_who(s) for s in open_spans if isinstance(s, OperationStarted)})
+        for s in open_spans[:_CAUSES]:
+            causes.append(f"{span_name_or_kind(s)} on {_who(s)} still open, {(run.last_ns - s.start_ns) / 1e6:.1f} ms")
+        if len(open_spans) > _CAUSES:
+            causes.append(f"... {len(open_spans) - _CAUSES} more open spans")
+        if silent:
+            causes.append("never answered: " + ", ".join(silent))
+        row.end_ns = None
+    else:
+        row.end_ns = root.end_ns
+        if root.outcome is Outcome.ERROR:
+            row.outcome = FAILED
+        elif isinstance(root, CollectionFinished) and root.published is False:
+            row.outcome = ABORTED
+        elif getattr(root, "prepared", None) is False:
+            row.outcome = ABORTED
+        else:
+            row.outcome = RESTORED if "restore" in row.what else PUBLISHED
+    if row.published:
+        row.slowest = _slowest(mine, row.trace_id)
+        causes = []
+    row.causes = causes[:_CAUSES] + ([f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else [])
+
+
+def span_name_or_kind(e: Any) -> str:
+    for attr in ("operation", "step", "stage", "action"):
+        if (value := getattr(e, attr, None)) is not None:
+            return str(value.value)
+    return type(e).__name__
+
+
+def _clip(text: str | None, most: int = 60) -> str:
+    text = text or ""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _slowest(events: Sequence[Any], trace_id: int) -> str:
+    """The participant and stage on the critical path (the chain of last-ending spans)."""
+    path = [s for s in trace_spans(events, trace_id) if s.slowest]
+    participant = next((s for s in reversed(path) if s.participant), None)
+    stage = next((s for s in path if s.depth == 1), None)
+    parts = []
+    if stage is not None:
+        parts.append(f"{stage.short} {stage.ms:.1f} ms")
+    if participant is not None:
+        parts.append(f"{participant.who} {participant.short} {participant.ms:.1f} ms")
+    return ", slowest ".join(parts) if parts else ""
+

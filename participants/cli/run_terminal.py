@@ -1,0 +1,60 @@
+"""The run overview in a terminal: one row per checkpoint and restore, causes under the row."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from participants.cli.run_overview import ABORTED, FAILED, OPEN, Run, RunRow
+
+__all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
+
+#: Colour of each outcome: the one place the overview picks colours.
+OUTCOME_COLOURS = {"published": "green", "restored": "green", ABORTED: "yellow", FAILED: "red", OPEN: "red"}
+#: ESC/CSI/OSC sequences and other C0/C1 control characters a log could smuggle to a terminal.
+_CONTROL = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: str) -> str:
+    """``text`` with terminal control sequences removed: strings from a log are never obeyed."""
+    return _CONTROL.sub("", text)
+
+
+def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
+    """The rows shown in detail: the named checkpoint's, else the slowest published checkpoint
+    and every row that did not publish, in time order."""
+    if checkpoint is not None:
+        return [r for r in run.rows if r.checkpoint_id == checkpoint]
+    published = [r for r in run.rows if r.published and r.what == "checkpoint"]
+    slowest = max(published, key=lambda r: r.ms or 0.0, default=None)
+    return [r for r in run.rows if r is slowest or not r.published]
+
+
+def render_overview(console: Console, run: Run, *, title: str) -> None:
+    """The table of the run's checkpoints and restores, then each one's cause or slowest path."""
+    console.print(Text(f"run overview ({clean(title)}): {len(run.rows)} checkpoints and restores", style="bold"))
+    table = Table(box=box.SIMPLE_HEAD)
+    for column, justify in (("#", "right"), ("what", "left"), ("id", "left"), ("start (UTC)", "left"),
+                            ("ms", "right"), ("outcome", "left")):  # fmt: skip
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for number, row in enumerate(run.rows, 1):
+        start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
+        table.add_row(
+            str(number),
+            row.what,
+            clean(row.checkpoint_id or ""),
+            start,
+            "" if row.ms is None else f"{row.ms:.1f}",
+            Text(row.outcome, style=OUTCOME_COLOURS.get(row.outcome, "white")),
+        )
+    console.print(table)
+    for number, row in enumerate(run.rows, 1):
+        if row.causes:
+            console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))
+        elif row.slowest:
+            console.print(Text(f"#{number} {row.what} slowest: {clean(row.slowest)}", style="dim"))
