@@ -67,5 +67,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 REPORT = Command(
-    "report", "run overview, then checkpoints in detail, from recorded JSON-lines logs", _report_arguments, _report
+    "report",
+    "run overview, then checkpoints in detail, from recorded JSON-lines logs",
+    _report_arguments,
+    _report,
 )

@@ -27,7 +27,8 @@ SHOWN = 5
 def event_time(event: Any) -> int:
     """When an event happened: the end of a finished span, the instant of a counted event,
     the start of a started span."""
-    return getattr(event, "end_ns", None) or getattr(event, "time_ns", None) or event.start_ns
+    stamp: int = getattr(event, "end_ns", None) or getattr(event, "time_ns", None) or event.start_ns
+    return stamp
 
 
 def expand_logs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:

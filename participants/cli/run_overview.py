@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ckpt_events import (
     CollectionAction,
@@ -39,7 +39,11 @@ from participants.cli.run_logs import event_time
 
 __all__ = ["Run", "RunRow", "overview"]
 
-PUBLISHED, RESTORED, ABORTED, FAILED, OPEN = "published", "restored", "aborted", "failed", "open at end of log"
+PUBLISHED: Final = "published"
+RESTORED: Final = "restored"
+ABORTED: Final = "aborted"
+FAILED: Final = "failed"
+OPEN: Final = "open at end of log"
 #: Causes shown per row; the rest are counted.
 _CAUSES = 4
 
@@ -152,7 +156,8 @@ def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, A
         open_spans.sort(key=lambda s: s.start_ns)
         silent = sorted({_who(s) for s in open_spans if isinstance(s, OperationStarted)})
         for s in open_spans[:_CAUSES]:
-            causes.append(f"{span_name_or_kind(s)} on {_who(s)} still open, {(run.last_ns - s.start_ns) / 1e6:.1f} ms")
+            age_ms = (run.last_ns - s.start_ns) / 1e6
+            causes.append(f"{span_name_or_kind(s)} on {_who(s)} still open, {age_ms:.1f} ms")
         if len(open_spans) > _CAUSES:
             causes.append(f"... {len(open_spans) - _CAUSES} more open spans")
         if silent:
@@ -162,16 +167,15 @@ def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, A
         row.end_ns = root.end_ns
         if root.outcome is Outcome.ERROR:
             row.outcome = FAILED
-        elif isinstance(root, CollectionFinished) and root.published is False:
-            row.outcome = ABORTED
-        elif getattr(root, "prepared", None) is False:
+        elif getattr(root, "published", None) is False or getattr(root, "prepared", None) is False:
             row.outcome = ABORTED
         else:
             row.outcome = RESTORED if "restore" in row.what else PUBLISHED
     if row.published:
         row.slowest = _slowest(mine, row.trace_id)
         causes = []
-    row.causes = causes[:_CAUSES] + ([f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else [])
+    more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
+    row.causes = causes[:_CAUSES] + more
 
 
 def span_name_or_kind(e: Any) -> str:
@@ -197,4 +201,3 @@ def _slowest(events: Sequence[Any], trace_id: int) -> str:
     if participant is not None:
         parts.append(f"{participant.who} {participant.short} {participant.ms:.1f} ms")
     return ", slowest ".join(parts) if parts else ""
-

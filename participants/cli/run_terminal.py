@@ -10,14 +10,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from participants.cli.run_overview import ABORTED, FAILED, OPEN, Run, RunRow
+from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 
 #: Colour of each outcome: the one place the overview picks colours.
-OUTCOME_COLOURS = {"published": "green", "restored": "green", ABORTED: "yellow", FAILED: "red", OPEN: "red"}
+OUTCOME_COLOURS = {PUBLISHED: "green", RESTORED: "green", ABORTED: "yellow", FAILED: "red", OPEN: "red"}
 #: ESC/CSI/OSC sequences and other C0/C1 control characters a log could smuggle to a terminal.
-_CONTROL = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, ended by BEL or ST (or cut off)
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # every other C0/C1 control, ESC included
+)
 
 
 def clean(text: str) -> str:
@@ -37,7 +41,8 @@ def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
 
 def render_overview(console: Console, run: Run, *, title: str) -> None:
     """The table of the run's checkpoints and restores, then each one's cause or slowest path."""
-    console.print(Text(f"run overview ({clean(title)}): {len(run.rows)} checkpoints and restores", style="bold"))
+    heading = f"run overview ({clean(title)}): {len(run.rows)} checkpoints and restores"
+    console.print(Text(heading, style="bold"))
     table = Table(box=box.SIMPLE_HEAD)
     for column, justify in (("#", "right"), ("what", "left"), ("id", "left"), ("start (UTC)", "left"),
                             ("ms", "right"), ("outcome", "left")):  # fmt: skip
