@@ -52,8 +52,6 @@ _CAUSES = 4
 class RunRow:
     """One checkpoint or restore of the run."""
 
-    trace_id: int
-    span_id: int
     what: str
     checkpoint_id: str | None
     start_ns: int
@@ -61,6 +59,14 @@ class RunRow:
     outcome: str = OPEN
     causes: list[str] = field(default_factory=list)
     slowest: str = ""
+    #: (trace id, span id) of each root span: a checkpoint run by a bare coordinator has one
+    #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
+    roots: list[tuple[int, int]] = field(default_factory=list)
+    coordinated: bool = False
+
+    @property
+    def trace_ids(self) -> set[int]:
+        return {trace for trace, _ in self.roots}
 
     @property
     def ms(self) -> float | None:
@@ -81,10 +87,11 @@ class Run:
 
     def events_of(self, row: RunRow) -> list[Any]:
         """The row's spans (its trace) and the counted events naming its checkpoint id."""
+        traces = row.trace_ids
         return [
             e
             for e in self.events
-            if getattr(e, "trace_id", None) == row.trace_id
+            if getattr(e, "trace_id", None) in traces
             or (not hasattr(e, "trace_id") and row.checkpoint_id and e.checkpoint_id == row.checkpoint_id)
         ]
 
@@ -93,10 +100,10 @@ def _who(e: Any) -> str:
     return "controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
 
 
-def _what(started: Any) -> str:
-    if isinstance(started, CollectionStarted):
-        return started.action.value
-    return f"{started.operation.value} (coordinate)"
+def _what(root: Any) -> str:
+    if isinstance(root, CollectionStarted | CollectionFinished):
+        return str(root.action.value)
+    return "restore" if root.operation is Operation.RESTORE else "checkpoint"
 
 
 def overview(events: Iterable[Any]) -> Run:
@@ -111,6 +118,7 @@ def overview(events: Iterable[Any]) -> Run:
             (finished if hasattr(e, "end_ns") else started)[e.span_id] = e
     last_ns = max((event_time(e) for e in kept), default=0)
     rows: list[RunRow] = []
+    roots: list[Any] = []
     for e in [*started.values(), *(f for s, f in finished.items() if s not in started)]:
         if e.parent_span_id in span_ids:
             continue
@@ -119,8 +127,20 @@ def overview(events: Iterable[Any]) -> Run:
                 continue
         elif not isinstance(e, CoordinateStarted | CoordinateFinished):
             continue
-        rows.append(RunRow(e.trace_id, e.span_id, _what(e), e.checkpoint_id, e.start_ns))
-    rows.sort(key=lambda r: r.start_ns)
+        roots.append(e)
+    roots.sort(key=lambda e: e.start_ns)
+    for e in roots:
+        what = _what(e)
+        last = rows[-1] if rows else None
+        coordinate = isinstance(e, CoordinateStarted | CoordinateFinished)
+        if coordinate and last is not None and last.coordinated and last.checkpoint_id == e.checkpoint_id \
+                and (e.operation is Operation.RESTORE) == (last.what == "restore"):  # fmt: skip
+            last.roots.append((e.trace_id, e.span_id))
+            continue
+        row = RunRow(
+            what, e.checkpoint_id, e.start_ns, roots=[(e.trace_id, e.span_id)], coordinated=coordinate
+        )
+        rows.append(row)
     run = Run(rows, kept, last_ns)
     for row in rows:
         _judge(run, row, started, finished)
@@ -129,7 +149,8 @@ def overview(events: Iterable[Any]) -> Run:
 
 def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, Any]) -> None:
     mine = run.events_of(row)
-    root = next((f for f in mine if hasattr(f, "end_ns") and f.span_id == row.span_id), None)
+    root_ids = {span for _, span in row.roots}
+    ends = [f for f in mine if hasattr(f, "end_ns") and f.span_id in root_ids]
     causes: list[str] = []
     prepares = {
         _who(e): e.start_ns
@@ -150,9 +171,10 @@ def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, A
                 name = span_name_or_kind(e)
                 kind = e.error_type or "error"
                 causes.append(f"{name} failed on {_who(e)} ({kind}: {_clip(e.error_message)})")
-    if root is None:
+    if len(ends) < len(root_ids):
         row.outcome = OPEN
-        open_spans = [s for sid, s in started.items() if s.trace_id == row.trace_id and sid not in finished]
+        traces = row.trace_ids
+        open_spans = [s for sid, s in started.items() if s.trace_id in traces and sid not in finished]
         open_spans.sort(key=lambda s: s.start_ns)
         silent = sorted({_who(s) for s in open_spans if isinstance(s, OperationStarted)})
         for s in open_spans[:_CAUSES]:
@@ -164,18 +186,28 @@ def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, A
             causes.append("never answered: " + ", ".join(silent))
         row.end_ns = None
     else:
-        row.end_ns = root.end_ns
-        if root.outcome is Outcome.ERROR:
+        row.end_ns = max(f.end_ns for f in ends)
+        if any(f.outcome is Outcome.ERROR for f in ends):
             row.outcome = FAILED
-        elif getattr(root, "published", None) is False or getattr(root, "prepared", None) is False:
+        elif any(
+            getattr(f, "published", None) is False or getattr(f, "prepared", None) is False for f in ends
+        ):
             row.outcome = ABORTED
+        elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
+            row.outcome = ABORTED
+            causes = causes or ["prepared, never committed"]
         else:
             row.outcome = RESTORED if "restore" in row.what else PUBLISHED
     if row.published:
-        row.slowest = _slowest(mine, row.trace_id)
+        longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
+        row.slowest = _slowest(mine, longest.trace_id)
         causes = []
     more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
     row.causes = causes[:_CAUSES] + more
+
+
+def _committed(roots: Sequence[Any]) -> bool:
+    return any(getattr(f, "operation", None) is Operation.COMMIT for f in roots)
 
 
 def span_name_or_kind(e: Any) -> str:
