@@ -11,15 +11,21 @@ from participants.cli.command import (
     Command,
     CommandError,
     check_reachable,
-    existing_file,
     otel_environ,
 )
 
 __all__ = ["REPLAY"]
 
+_BATCH = 4096
+
 
 def _replay_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log", type=existing_file, help="a JSON-lines log written by the jsonl sink")
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="JSON-lines logs written by the jsonl sink: files, globs or directories, merged in time order",
+    )
     parser.add_argument(
         "--otlp-endpoint", required=True, metavar="URL", help="OTLP/HTTP base URL of a collector"
     )
@@ -32,9 +38,13 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 async def _replay_async(args: argparse.Namespace) -> int:
     import sinks
     from ckpt_events import Bus
-    from sinks.replay import replay
+    from participants.cli.run_logs import LogProblems, expand_logs, merged_events
 
+    paths, missing = expand_logs(args.logs)
+    if missing:
+        raise CommandError("; ".join(missing))
     await check_reachable(args.otlp_endpoint)
+    problems = LogProblems()
     async with Bus() as bus:
         configured = sinks.configure(
             bus,
@@ -44,13 +54,17 @@ async def _replay_async(args: argparse.Namespace) -> int:
             environ=otel_environ(),
         )
         try:
-            # The function from its module: `sinks.replay` turns into the submodule once anything
-            # has imported `sinks.replay` (Python sets a package attribute per submodule).
-            result = await replay(args.log, bus)
+            for count, event in enumerate(merged_events(paths, problems), 1):
+                bus.emit(event)
+                if count % _BATCH == 0:
+                    await bus.flush()  # bounded: the bus never holds more than one batch of a log
+            await bus.flush()
         finally:
             await configured.aclose()
-    for corrupt in result.corrupt:
-        print(f"{args.log}:{corrupt.line}: corrupt line skipped: {corrupt.error}", file=sys.stderr)
+    for line in problems.summary():
+        print(line, file=sys.stderr)
+    if problems.events == 0:
+        raise CommandError(f"{', '.join(args.logs)}: no checkpoint events in {len(paths)} file(s)")
     span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
     if span_stats is not None and span_stats.export_failures:
         raise CommandError(
@@ -58,7 +72,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
             f"({span_stats.export_failures} failed exports): is a collector listening there?"
         )
     exported = span_stats.exported if span_stats is not None else 0
-    print(f"replayed {result.events} events: {exported} spans exported to {args.otlp_endpoint}")
+    print(f"replayed {problems.events} events: {exported} spans exported to {args.otlp_endpoint}")
     return 0
 
 

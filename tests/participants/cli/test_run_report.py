@@ -37,7 +37,9 @@ async def _run(tmp_path: Path) -> list[Any]:
 
             async def run_step() -> None:
                 running.set()
-                await other.post(env.url + "/work/advance", json={"rollout_id": "r1", "attempt": 0}, timeout=10)
+                await other.post(
+                    env.url + "/work/advance", json={"rollout_id": "r1", "attempt": 0}, timeout=10
+                )
 
             tg.start_soon(run_step)
             await running.wait()
@@ -76,10 +78,15 @@ async def test_run_overview_names_each_checkpoint_and_its_cause(tmp_path: Path) 
     assert "slowest" in by_id["c1"].slowest
     blocked = by_id["c-blocked"]
     assert blocked.outcome == "aborted"
-    assert any(c.startswith("not ready at its deadline: environment/environment-0 blocked by 1") for c in blocked.causes)
+    assert any(
+        c.startswith("not ready at its deadline: environment/environment-0 blocked by 1")
+        for c in blocked.causes
+    )
     lease = by_id["c-lease"]
     assert lease.outcome == "aborted"
-    assert any(c.startswith("lease expired on model/model-0 in phase prepared, 3.") for c in lease.causes), lease.causes
+    assert any(c.startswith("lease expired on model/model-0 in phase prepared, 3.") for c in lease.causes), (
+        lease.causes
+    )
     out = Console(file=io.StringIO(), width=100)
     render_overview(out, run, title="t")
     text = out.file.getvalue()  # type: ignore[attr-defined]
@@ -110,7 +117,9 @@ async def test_report_scopes_each_checkpoint_and_names_a_cut_log(
     assert scoped.count("checkpoint c1") == 1
 
 
-def test_not_a_log_is_refused_naming_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_a_log_is_refused_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A file that is not a log: one line naming it and its line, non-zero exit, no traceback."""
     bogus = tmp_path / "notes.txt"
     bogus.write_text("hello\n")
