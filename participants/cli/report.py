@@ -49,13 +49,17 @@ def _report(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if not run.events:
-        raise CommandError(f"{', '.join(args.logs)}: no checkpoint events in {len(paths)} file(s)")
+        raise CommandError(f"{', '.join(args.logs)} holds no checkpoint events ({len(paths)} file(s) read)")
     out = console()
     rows = chosen_rows(run, args.checkpoint)
     if args.checkpoint is not None and not rows:
         known = ", ".join(sorted({r.checkpoint_id or "" for r in run.rows})[:5])
         raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
-    if args.checkpoint is None:
+    if not run.rows:
+        # Only participants' spans (their parents live in a controller log not given): no
+        # checkpoint to name, so everything is shown as one.
+        render(out, run.events, title=", ".join(args.logs))
+    elif args.checkpoint is None:
         render_overview(out, run, title=f"{len(paths)} log file(s)")
     for row in rows:
         render(out, run.events_of(row), title=f"{row.what} {row.checkpoint_id} ({row.outcome})")

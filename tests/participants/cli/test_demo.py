@@ -68,8 +68,6 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
         ["demo", "--rollouts", "zero"],
         ["demo", "--otlp-endpoint", "127.0.0.1:4318"],
         ["demo", "--report", str(tmp_path / "missing" / "t.svg")],
-        ["report", str(tmp_path / "nope.jsonl")],
-        ["replay", str(tmp_path / "nope.jsonl"), "--otlp-endpoint", "http://127.0.0.1:9"],
         ["bench", "--only", "everything"],
     ):
         with pytest.raises(SystemExit) as info:
@@ -77,6 +75,13 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
         assert info.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err, argv
+    for argv in (
+        ["report", str(tmp_path / "nope.jsonl")],
+        ["replay", str(tmp_path / "nope.jsonl"), "--otlp-endpoint", "http://127.0.0.1:9"],
+    ):
+        assert main(argv) == 2  # paths may be globs: checked when expanded, not by argparse
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "no such file, directory or matching glob" in err, argv
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     assert main(["report", str(empty)]) == 2
