@@ -19,9 +19,10 @@ async def _one_commit() -> list[Any]:
         main = Telemetry(bus, kind="agent", instance="agent-0")
         shares = [Telemetry(bus, kind="agent", instance="agent-0", worker=i) for i in (1, 0)]
         # Under a collection checkpoint: the report draws the waterfalls of checkpoints and restores.
-        with controller.collection("checkpoint", checkpoint_id="c1") as collection, main.operation(
-            "commit", checkpoint_id="c1", traceparent=collection.traceparent()
-        ) as op:
+        with (
+            controller.collection("checkpoint", checkpoint_id="c1") as collection,
+            main.operation("commit", checkpoint_id="c1", traceparent=collection.traceparent()) as op,
+        ):
             for share in shares:
                 with share.operation("commit", checkpoint_id="c1", traceparent=op.traceparent()) as s:
                     s.set(records=2 + (share.worker or 0))
