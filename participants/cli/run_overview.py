@@ -85,15 +85,16 @@ class Run:
     events: list[Any]
     last_ns: int
 
+    by_trace: dict[int, list[Any]] = field(default_factory=dict)
+    by_checkpoint: dict[str, list[Any]] = field(default_factory=dict)
+
     def events_of(self, row: RunRow) -> list[Any]:
-        """The row's spans (its trace) and the counted events naming its checkpoint id."""
-        traces = row.trace_ids
-        return [
-            e
-            for e in self.events
-            if getattr(e, "trace_id", None) in traces
-            or (not hasattr(e, "trace_id") and row.checkpoint_id and e.checkpoint_id == row.checkpoint_id)
-        ]
+        """The row's spans (its traces) and the counted events naming its checkpoint id, in
+        time order."""
+        out = [e for trace in row.trace_ids for e in self.by_trace.get(trace, ())]
+        out.extend(self.by_checkpoint.get(row.checkpoint_id or "", ()) if row.checkpoint_id else ())
+        out.sort(key=event_time)
+        return out
 
 
 def _who(e: Any) -> str:
@@ -109,18 +110,24 @@ def _what(root: Any) -> str:
 def overview(events: Iterable[Any]) -> Run:
     """Rows for every root span, in start order, with outcome, causes and slowest path."""
     kept = list(events)
-    started: dict[int, Any] = {}
-    finished: dict[int, Any] = {}
-    span_ids: set[int] = set()
+    started: dict[tuple[int, int], Any] = {}
+    finished: dict[tuple[int, int], Any] = {}
+    # Keyed by (trace id, span id): a span id is unique only within its trace.
+    span_ids: set[tuple[int, int]] = set()
+    by_trace: dict[int, list[Any]] = {}
+    by_checkpoint: dict[str, list[Any]] = {}
     for e in kept:
+        if not hasattr(e, "trace_id"):
+            by_checkpoint.setdefault(e.checkpoint_id or "", []).append(e)
         if hasattr(e, "span_id"):
-            span_ids.add(e.span_id)
-            (finished if hasattr(e, "end_ns") else started)[e.span_id] = e
+            by_trace.setdefault(e.trace_id, []).append(e)
+            span_ids.add((e.trace_id, e.span_id))
+            (finished if hasattr(e, "end_ns") else started)[(e.trace_id, e.span_id)] = e
     last_ns = max((event_time(e) for e in kept), default=0)
     rows: list[RunRow] = []
     roots: list[Any] = []
     for e in [*started.values(), *(f for s, f in finished.items() if s not in started)]:
-        if e.parent_span_id in span_ids:
+        if (e.trace_id, e.parent_span_id) in span_ids:
             continue
         if isinstance(e, CollectionStarted | CollectionFinished):
             if e.action not in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE):
@@ -141,16 +148,18 @@ def overview(events: Iterable[Any]) -> Run:
             what, e.checkpoint_id, e.start_ns, roots=[(e.trace_id, e.span_id)], coordinated=coordinate
         )
         rows.append(row)
-    run = Run(rows, kept, last_ns)
+    run = Run(rows, kept, last_ns, by_trace, by_checkpoint)
     for row in rows:
         _judge(run, row, started, finished)
     return run
 
 
-def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, Any]) -> None:
+def _judge(
+    run: Run, row: RunRow, started: dict[tuple[int, int], Any], finished: dict[tuple[int, int], Any]
+) -> None:
     mine = run.events_of(row)
-    root_ids = {span for _, span in row.roots}
-    ends = [f for f in mine if hasattr(f, "end_ns") and f.span_id in root_ids]
+    root_ids = set(row.roots)
+    ends = [f for f in mine if hasattr(f, "end_ns") and (f.trace_id, f.span_id) in root_ids]
     causes: list[str] = []
     prepares = {
         _who(e): e.start_ns
@@ -174,7 +183,7 @@ def _judge(run: Run, row: RunRow, started: dict[int, Any], finished: dict[int, A
     if len(ends) < len(root_ids):
         row.outcome = OPEN
         traces = row.trace_ids
-        open_spans = [s for sid, s in started.items() if s.trace_id in traces and sid not in finished]
+        open_spans = [s for sid, s in started.items() if sid[0] in traces and sid not in finished]
         open_spans.sort(key=lambda s: s.start_ns)
         silent = sorted({_who(s) for s in open_spans if isinstance(s, OperationStarted)})
         for s in open_spans[:_CAUSES]:
