@@ -78,7 +78,7 @@ class LogProblems:
         return out
 
 
-def _one_file(path: Path, problems: LogProblems) -> Iterator[tuple[int, Any]]:
+def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[int, int, int, Any]]:
     from sinks import CorruptLine, read_events
 
     decoded = 0
@@ -93,19 +93,21 @@ def _one_file(path: Path, problems: LogProblems) -> Iterator[tuple[int, Any]]:
                 problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
                 continue
             decoded += 1
-            yield event_time(item), item
+            # (time, file, line): plain tuples merge without a key function, ties in file
+            # order, and two events are never compared.
+            yield event_time(item), index, number, item
     except OSError as exc:
         problems.refused.append(f"{path}: cannot read: {exc.strerror or exc}")
 
 
 def merged_events(paths: Iterable[Path], problems: LogProblems) -> Iterator[Any]:
     """The events of every file in time order (ties in file order), duplicates dropped."""
-    streams = [_one_file(p, problems) for p in paths]
+    streams = [_one_file(p, i, problems) for i, p in enumerate(paths)]
     group_time: int | None = None
     group: list[Any] = []
     group_keys: set[bytes] | None = None
     encode = msgspec.json.encode
-    for time_ns, event in heapq.merge(*streams, key=lambda pair: pair[0]):
+    for time_ns, _, _, event in heapq.merge(*streams):
         if time_ns != group_time:
             group_time, group, group_keys = time_ns, [event], None
         else:
