@@ -29,6 +29,7 @@ from ckpt_events import (
     Kind,
     LeaseExpired,
     Operation,
+    OperationFinished,
     OperationStarted,
     Outcome,
     PrepareNotReady,
@@ -59,6 +60,9 @@ class RunRow:
     outcome: str = OPEN
     causes: list[str] = field(default_factory=list)
     slowest: str = ""
+    #: How long admission was closed: from the first participant's prepare to the last one's
+    #: resume; ``None`` without both.
+    paused_ms: float | None = None
     #: (trace id, span id) of each root span: a checkpoint run by a bare coordinator has one
     #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
     roots: list[tuple[int, int]] = field(default_factory=list)
@@ -84,6 +88,7 @@ class Run:
     rows: list[RunRow]
     events: list[Any]
     last_ns: int
+    first_ns: int
 
     by_trace: dict[int, list[Any]] = field(default_factory=dict)
     by_checkpoint: dict[str, list[Any]] = field(default_factory=dict)
@@ -124,6 +129,7 @@ def overview(events: Iterable[Any]) -> Run:
             span_ids.add((e.trace_id, e.span_id))
             (finished if hasattr(e, "end_ns") else started)[(e.trace_id, e.span_id)] = e
     last_ns = max((event_time(e) for e in kept), default=0)
+    first_ns = min((getattr(e, "start_ns", None) or event_time(e) for e in kept), default=0)
     rows: list[RunRow] = []
     roots: list[Any] = []
     for e in [*started.values(), *(f for s, f in finished.items() if s not in started)]:
@@ -148,7 +154,7 @@ def overview(events: Iterable[Any]) -> Run:
             what, e.checkpoint_id, e.start_ns, roots=[(e.trace_id, e.span_id)], coordinated=coordinate
         )
         rows.append(row)
-    run = Run(rows, kept, last_ns, by_trace, by_checkpoint)
+    run = Run(rows, kept, last_ns, first_ns, by_trace, by_checkpoint)
     for row in rows:
         _judge(run, row, started, finished)
     return run
@@ -161,6 +167,7 @@ def _judge(
     root_ids = set(row.roots)
     ends = [f for f in mine if hasattr(f, "end_ns") and (f.trace_id, f.span_id) in root_ids]
     causes: list[str] = []
+    row.paused_ms = _paused_ms(mine)
     prepares = {
         _who(e): e.start_ns
         for e in mine
@@ -213,6 +220,18 @@ def _judge(
         causes = []
     more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
     row.causes = causes[:_CAUSES] + more
+
+
+def _paused_ms(events: Sequence[Any]) -> float | None:
+    first = min(
+        (e.start_ns for e in events if isinstance(e, OperationStarted) and e.operation is Operation.PREPARE),
+        default=None,
+    )
+    last = max(
+        (e.end_ns for e in events if isinstance(e, OperationFinished) and e.operation is Operation.RESUME),
+        default=None,
+    )
+    return None if first is None or last is None or last < first else (last - first) / 1e6
 
 
 def _committed(roots: Sequence[Any]) -> bool:

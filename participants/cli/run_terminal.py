@@ -45,7 +45,7 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
     console.print(Text(heading, style="bold"))
     table = Table(box=box.SIMPLE_HEAD)
     for column, justify in (("#", "right"), ("what", "left"), ("id", "left"), ("start (UTC)", "left"),
-                            ("ms", "right"), ("outcome", "left")):  # fmt: skip
+                            ("ms", "right"), ("paused ms", "right"), ("outcome", "left")):  # fmt: skip
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for number, row in enumerate(run.rows, 1):
         start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
@@ -55,9 +55,19 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
             clean(row.checkpoint_id or ""),
             start,
             "" if row.ms is None else f"{row.ms:.1f}",
+            "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
             Text(row.outcome, style=OUTCOME_COLOURS.get(row.outcome, "white")),
         )
     console.print(table)
+    paused = sum(r.paused_ms or 0.0 for r in run.rows)
+    wall_ms = (run.last_ns - run.first_ns) / 1e6
+    if wall_ms > 0:
+        console.print(
+            Text(
+                f"checkpointing paused the fleet (admission closed, first prepare to last resume) "
+                f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {wall_ms / 1e3:.1f} s"
+            )
+        )
     for number, row in enumerate(run.rows, 1):
         if row.causes:
             console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))

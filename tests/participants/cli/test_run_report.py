@@ -87,10 +87,14 @@ async def test_run_overview_names_each_checkpoint_and_its_cause(tmp_path: Path) 
     assert any(c.startswith("lease expired on model/model-0 in phase prepared, 3.") for c in lease.causes), (
         lease.causes
     )
+    # Paused: first prepare to last resume; the lease row holds the 3.5 s nobody committed.
+    assert 0 < by_id["c1"].paused_ms <= by_id["c1"].ms  # type: ignore[operator]
+    assert by_id["c-lease"].paused_ms >= 3000  # type: ignore[operator]
     out = Console(file=io.StringIO(), width=100)
     render_overview(out, run, title="t")
     text = out.file.getvalue()  # type: ignore[attr-defined]
     assert "lease expired on model/model-0" in text and text.count("published") == 2
+    assert "checkpointing paused the fleet" in text
 
 
 async def test_report_scopes_each_checkpoint_and_names_a_cut_log(
