@@ -29,6 +29,10 @@ def clean(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def _span_text(ms: float) -> str:
+    return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1e3:.1f} s"
+
+
 def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
     """The rows shown in detail: the named checkpoint's, else the slowest published checkpoint
     and every row that did not publish, in time order."""
@@ -65,7 +69,7 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
         console.print(
             Text(
                 f"checkpointing paused the fleet (admission closed, first prepare to last resume) "
-                f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {wall_ms / 1e3:.1f} s"
+                f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {_span_text(wall_ms)}"
             )
         )
     for number, row in enumerate(run.rows, 1):
