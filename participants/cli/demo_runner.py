@@ -311,10 +311,16 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         # Processes' logs (<instance>.gen<n>.jsonl) and their workers' (<...>.jsonl.w<index>).
         logs = workdir / "logs"
         own = sorted(logs.glob("*.jsonl")) if opts.processes else []
-        for log in [*own, *sorted(logs.glob("*.jsonl.w*"))]:
+        others = [*own, *sorted(logs.glob("*.jsonl.w*"))]
+        for log in others:
             events.extend(load_events(log))
+        merged = None
+        if opts.jsonl is not None and others:
+            from participants.cli.demo_logs import merge_into
+
+            merged = (merge_into(opts.jsonl, others), len(others))
         _show(console, opts, events, checkpoint_id, passed)
-        _exported(console, opts, configured)
+        _exported(console, opts, configured, merged)
         return DemoResult(
             first,
             second,
@@ -337,8 +343,11 @@ def _show(
         console.print(write_report(opts.report, events, title=f"checkpoint {checkpoint_id} and its restore"))
 
 
-def _exported(console: Console, opts: DemoOptions, configured: sinks.Configured) -> None:
-    """Say what went where: spans and metrics to the collector, lines to the log."""
+def _exported(
+    console: Console, opts: DemoOptions, configured: sinks.Configured, merged: tuple[int, int] | None
+) -> None:
+    """Say what went where: spans and metrics to the collector, lines to the log (``merged``: the
+    lines it holds after the other processes' and workers' logs were folded in, and how many)."""
     elsewhere = " (the participants' own processes exported theirs too)" if opts.processes else ""
     if configured.span_sink is not None:
         spans = configured.span_sink.stats()
@@ -359,9 +368,14 @@ def _exported(console: Console, opts: DemoOptions, configured: sinks.Configured)
         )
     if configured.jsonl_sink is not None:
         lines = configured.jsonl_sink.stats()
+        folded = (
+            ""
+            if merged is None
+            else f", merged with {merged[1]} processes' and workers' logs: {merged[0]:,} lines"
+        )
         console.print(
-            f"wrote {lines.events:,} JSON lines ({lines.bytes:,} bytes) to {opts.jsonl}"
-            f" (try: ckpt-events report {opts.jsonl}){elsewhere}"
+            f"wrote {lines.events:,} JSON lines ({lines.bytes:,} bytes) to {opts.jsonl}{folded}"
+            f" (try: ckpt-events report {opts.jsonl})"
         )
     if not configured.enabled:
         console.print("exported nothing (add --jsonl PATH or --otlp-endpoint URL to keep the events)")

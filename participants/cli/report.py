@@ -28,7 +28,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         "--report",
         type=writable_path,
         metavar="PATH",
-        help="also write the report: .html, .svg or .png (by headless chromium)",
+        help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
     )
 
 

@@ -1,4 +1,5 @@
-"""Write the report to a file chosen by its extension: ``.svg``, ``.png`` or HTML (anything else)."""
+"""Write the report to a file chosen by its extension: ``.html``/``.htm``, ``.svg``, ``.png`` or
+``.perfetto.json`` (Chrome Trace Event format); any other extension is refused before work starts."""
 
 from __future__ import annotations
 
@@ -9,11 +10,26 @@ from ckpt_events import Event
 from participants.cli.report_html import write_timeline
 from participants.cli.report_png import find_browser, write_png
 
-__all__ = ["check_report_path", "write_report"]
+__all__ = ["REPORT_SUFFIXES", "check_report_path", "write_report"]
+
+
+#: What ``--report`` can write, by how the file name ends.
+REPORT_SUFFIXES = (".html", ".htm", ".svg", ".png", ".perfetto.json")
+
+
+def _perfetto(path: Path) -> bool:
+    return path.name.lower().endswith(".perfetto.json")
 
 
 def check_report_path(path: Path) -> str | None:
     """Why ``path`` cannot be written (one line), checked before any work; ``None`` if it can."""
+    if path.is_dir():
+        return f"cannot write {path}: it is a folder (name a file ending in {', '.join(REPORT_SUFFIXES)})"
+    if not _perfetto(path) and path.suffix.lower() not in REPORT_SUFFIXES:
+        return (
+            f"cannot write {path}: --report writes {', '.join(REPORT_SUFFIXES)} "
+            "(the file name's ending picks the format)"
+        )
     if path.suffix.lower() == ".png" and find_browser() is None:
         return (
             f"cannot write {path}: a PNG is rendered by headless Chromium, and none was found "
@@ -25,6 +41,11 @@ def check_report_path(path: Path) -> str | None:
 def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
     """Write the report and say what was written; raises ``CommandError`` for a PNG that failed."""
     suffix = path.suffix.lower()
+    if _perfetto(path):
+        from participants.cli.report_perfetto import write_perfetto
+
+        spans = write_perfetto(path, events)
+        return f"report written to {path} (Chrome Trace Event JSON, {spans} spans: open in ui.perfetto.dev)"
     if suffix == ".png":
         write_png(path, events, title=title)
         return (

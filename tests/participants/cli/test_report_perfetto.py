@@ -1,0 +1,86 @@
+"""``--report X.perfetto.json``: Chrome Trace Event JSON from a real demo run's log, and ``--report``
+refusing what it cannot write in one line before any work."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from ckpt_events import Kind
+from participants.cli.demo_runner import DemoOptions, run_demo
+from participants.cli.main import main
+from participants.cli.report_model import finished_spans
+from sinks.jsonl import CorruptLine, read_events
+
+
+@pytest.mark.e2e
+async def test_a_demo_runs_perfetto_trace_has_what_perfetto_needs(tmp_path: Path) -> None:
+    """Every finished span is one complete event on its instance's track; every track is named; every
+    flow starts on a controller call span and ends on a participant span with the same id."""
+    log, trace = tmp_path / "demo.jsonl", tmp_path / "run.perfetto.json"
+    options = DemoOptions(rollouts=5, steps=2, concurrency=4, jsonl=log, report=trace, workdir=tmp_path)
+    out = io.StringIO()
+    await run_demo(options, Console(file=out, width=170))
+    assert "Chrome Trace Event JSON" in out.getvalue()
+    events = [e for _, e in read_events(log) if not isinstance(e, CorruptLine)]
+    rows = json.loads(trace.read_text())["traceEvents"]
+    complete = [r for r in rows if r["ph"] == "X"]
+    assert len(complete) == len(finished_spans(events)) > 0
+    for r in complete:
+        assert isinstance(r["ts"], float) and r["ts"] >= 0 and r["dur"] >= 0
+        assert isinstance(r["pid"], int) and isinstance(r["tid"], int) and r["name"]
+        assert "trace_id" in r["args"] and "duration_ms" in r["args"]
+        assert abs(r["dur"] / 1e3 - r["args"]["duration_ms"]) < 0.01
+    names = {r["pid"]: r["args"]["name"] for r in rows if r["ph"] == "M" and r["name"] == "process_name"}
+    threads = {(r["pid"], r["tid"]) for r in rows if r["ph"] == "M" and r["name"] == "thread_name"}
+    assert {(r["pid"], r["tid"]) for r in complete} <= threads and {p for p, _ in threads} <= set(names)
+    spans = finished_spans(events)
+    instances = {f"{e.kind.value}/{e.instance}" for e in spans if e.kind is not Kind.CONTROLLER}
+    assert set(names.values()) == {"controller"} | instances and len(instances) >= 3
+    for r in complete:
+        assert names[r["pid"]] == r["args"]["who"].rsplit("/w", 1)[0]
+    starts = {r["id"]: r for r in rows if r["ph"] == "s"}
+    ends = {r["id"]: r for r in rows if r["ph"] == "f"}
+    assert starts and set(starts) == set(ends)
+    assert len(starts) == sum(1 for r in rows if r["ph"] == "s")  # ids are unique
+
+    def at(flow: dict[str, Any]) -> list[dict[str, Any]]:
+        place = (flow["pid"], flow["tid"], flow["ts"])
+        return [r for r in complete if (r["pid"], r["tid"], r["ts"]) == place]
+
+    for flow_id, start in starts.items():
+        end = ends[flow_id]
+        assert end["bp"] == "e" and start["ts"] <= end["ts"]
+        (callee,) = at(end)
+        assert names[callee["pid"]] != "controller" and names[start["pid"]] == "controller"
+        callers = [r["args"]["span_id"] for r in at(start)]
+        assert callee["args"]["parent_span_id"] in callers
+
+
+def test_report_refuses_what_it_cannot_write_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown extension, none, or a folder: one line naming the path and the formats, exit 2,
+    nothing written (report never reads its log; demo never starts)."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
+        b'"start_ns":1000000,"end_ns":5000000,"operation":"commit","records":3}\n'
+    )
+    (tmp_path / "folder").mkdir()
+    for bad in ("r.pdf", "r.txt", "report", "r.json", "folder"):
+        for argv in (["report", str(log)], ["demo", "--rollouts", "1"]):
+            assert main([*argv, "--report", str(tmp_path / bad)]) == 2, (argv, bad)
+            captured = capsys.readouterr()
+            err = captured.err.strip()
+            assert len(err.splitlines()) == 1 and "Traceback" not in err and bad in err, (argv, err)
+            assert ".perfetto.json" in err and captured.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "log.jsonl"]
+    assert main(["report", str(log), "--report", str(tmp_path / "R.Perfetto.JSON")]) == 0
+    rows = json.loads((tmp_path / "R.Perfetto.JSON").read_text())["traceEvents"]
+    assert [r["ph"] for r in rows if r["ph"] != "M"] == ["X"]
