@@ -115,7 +115,8 @@ class Bus:
         await self.aclose()
         # The task group is exited here only, by the task that entered it: aclose() may run
         # in another task or inside the caller's cancel scope, where exiting it is an error.
-        tg, self._tg = self._tg, None
+        tg = self._tg
+        self._tg = None
         if tg is not None:
             await tg.__aexit__(None, None, None)
         return None

@@ -179,7 +179,10 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         tel = self._tel
         self._end_ns = tel._clock()
         if exc is not None:
-            self._outcome, self._error_type, self._error_message = _error_fields(exc)
+            outcome, error_type, error_message = _error_fields(exc)
+            self._outcome = outcome
+            self._error_type = error_type
+            self._error_message = error_message
         for buffer in tel._step_route:  # as Bus.emit offers an event (inline: per span)
             if len(buffer) < buffer.capacity:
                 buffer.append(self)
@@ -292,7 +295,10 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         tel = self._tel
         self._end_ns = tel._clock()
         if exc is not None:
-            self._outcome, self._error_type, self._error_message = _error_fields(exc)
+            outcome, error_type, error_message = _error_fields(exc)
+            self._outcome = outcome
+            self._error_type = error_type
+            self._error_message = error_message
         for buffer in tel._operation_route:  # as Bus.emit offers an event (inline: per span)
             if len(buffer) < buffer.capacity:
                 buffer.append(self)
