@@ -46,12 +46,9 @@ controller's client *receives* when a participant refused (or could not be reach
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from ckpt_events import CkptEventsError, ErrorCode, UnknownNameError, coerce
-
-if TYPE_CHECKING:
-    from participants.controller.types import PrepareResult
+from ckpt_events import CkptEventsError, ErrorCode, Kind, UnknownNameError, coerce
 
 __all__ = [
     "CheckpointNotPrepared",
@@ -65,6 +62,7 @@ __all__ = [
     "MalformedRequest",
     "ParticipantCallError",
     "ParticipantUnreachable",
+    "PrepareOutcome",
     "ProtocolRefusal",
     "RolloutRetired",
     "WorkError",
@@ -134,6 +132,27 @@ class WorkerChannelError(CkptEventsError):
 # -- controller side ---------------------------------------------------------------------------
 
 
+class PrepareOutcome(Protocol):
+    """What ``CheckpointNotPrepared`` holds of a stopped prepare, typed by shape so this module
+    imports only the core (the controller's ``PrepareResult`` is the one implementation)."""
+
+    @property
+    def checkpoint_id(self) -> str: ...
+
+    @property
+    def prepared(self) -> bool: ...
+
+    @property
+    def stopped_at(self) -> Kind | None: ...
+
+    @property
+    def replies(self) -> Mapping[str, object]: ...
+
+    def blockers(self) -> dict[str, list[str]]: ...
+
+    def blocker_count(self) -> int: ...
+
+
 class ParticipantCallError(CkptEventsError):
     """A control call failed: the participant refused it, or its reply was not usable."""
 
@@ -169,7 +188,7 @@ class CoordinationError(CkptEventsError):
 class CheckpointNotPrepared(CkptEventsError):
     """Prepare stopped at a stage that was not ready; everyone was resumed (the checkpoint aborted)."""
 
-    def __init__(self, result: PrepareResult) -> None:
+    def __init__(self, result: PrepareOutcome) -> None:
         self.result = result
         stage = result.stopped_at.value if result.stopped_at is not None else "?"
         super().__init__(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -18,6 +20,7 @@ from ckpt_events import Bus, CkptEventsError, InvalidArgumentError, Kind, Teleme
 from participants import create_app
 from participants.controller import ControlClient, Coordinator
 from participants.controller.run_directory import RunDir
+from participants.controller.types import PrepareResult
 from participants.protocol import EpisodeId, PrepareRequest
 from participants.server import create_inference_app
 
@@ -91,3 +94,20 @@ async def test_retire_and_forget_need_ids():
             await coordinator.retire([], checkpoint_id="c1", deadline_ts=0.0)
         with pytest.raises(InvalidArgumentError, match="at least one rollout id"):
             await coordinator.forget([], checkpoint_id="c1", deadline_ts=0.0)
+
+
+def test_the_error_module_imports_only_the_core():
+    """participants.errors imports nothing of ours but ckpt_events, not even for the type checker."""
+    tree = ast.parse(Path(participants.errors.__file__).read_text())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    ours = {m for m in modules if m.split(".")[0] in ("ckpt_events", "sinks", "participants", "benchmarks")}
+    assert ours == {"ckpt_events"}
+
+
+def test_a_prepare_result_is_a_prepare_outcome():
+    """CheckpointNotPrepared keeps the controller's PrepareResult whole (typed by shape, not by import)."""
+    result = PrepareResult("c1", False, Kind.MODEL, {})
+    error = participants.errors.CheckpointNotPrepared(result)
+    assert error.result is result
+    assert str(error) == "checkpoint c1 not prepared: stopped at stage model with 0 blockers"
