@@ -13,6 +13,8 @@ from ckpt_events._errors import (
     CkptEventsError,
     ConfigurationError,
     InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
     UnknownNameError,
 )
 from ckpt_events._events import (
@@ -136,6 +138,8 @@ __all__ = [
     "FieldAttrs",
     "GenerationCut",
     "InvalidArgumentError",
+    "InvalidTypeError",
+    "InvalidValueError",
     "Kind",
     "LeaseExpired",
     "LingeringSink",

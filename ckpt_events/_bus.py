@@ -25,7 +25,7 @@ import anyio.abc
 import anyio.lowlevel
 import msgspec
 
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
@@ -76,7 +76,9 @@ class Bus:
         _check_positive_int("buffer_size", buffer_size)
         _check_positive_int("batch_size", batch_size)
         if not isinstance(close_timeout, int | float) or not close_timeout >= 0:
-            raise InvalidArgumentError(f"close_timeout must be a number >= 0, not {close_timeout!r}")
+            raise argument_error(
+                f"close_timeout must be a number >= 0, not {close_timeout!r}", close_timeout, (int, float)
+            )
         self.buffer_size = buffer_size
         self.batch_size = batch_size
         self.close_timeout = float(close_timeout)
@@ -97,7 +99,7 @@ class Bus:
 
     async def __aenter__(self) -> Self:
         if self._tg is not None or self._closed:
-            raise InvalidArgumentError("a Bus can be entered once; create a new one")
+            raise InvalidValueError("a Bus can be entered once; create a new one")
         self._loop_thread = threading.get_ident()
         self._call_soon_threadsafe = _threadsafe_scheduler()
         self._tg = anyio.create_task_group()
@@ -176,10 +178,10 @@ class Bus:
         ``linger`` override the bus's defaults (and the sink's ``linger``) for this sink.
         """
         if self._closed:
-            raise InvalidArgumentError("this bus is closed; subscribe to a new Bus")
+            raise InvalidValueError("this bus is closed; subscribe to a new Bus")
         handle = getattr(sink, "handle", None)
         if not callable(handle):
-            raise InvalidArgumentError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
+            raise InvalidTypeError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
         sub = Subscription(
             self,
             sink,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._errors import argument_error
 from ckpt_events._events import GenerationCut, LeaseExpired, PrepareNotReady, Refused
 from ckpt_events._vocab import Disposition, ErrorCode, Kind, Phase, check_name, coerce
 
@@ -61,7 +61,7 @@ class CountedEvents:
         if not self._not_ready_on:
             return
         if isinstance(blockers, bool) or not isinstance(blockers, int) or blockers < 0:
-            raise InvalidArgumentError(f"blockers must be an int >= 0, not {blockers!r}")
+            raise argument_error(f"blockers must be an int >= 0, not {blockers!r}", blockers, int)
         self.bus.emit(
             PrepareNotReady(
                 self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
@@ -76,7 +76,7 @@ class CountedEvents:
             check_name(_DISPOSITIONS, disposition, Disposition)
             return
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-            raise InvalidArgumentError(f"calls must be an int >= 0, not {calls!r}")
+            raise argument_error(f"calls must be an int >= 0, not {calls!r}", calls, int)
         self.bus.emit(
             GenerationCut(
                 self.kind,

@@ -17,7 +17,7 @@ from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
 from ckpt_events._counted import CountedEvents
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -65,7 +65,7 @@ def _load_bridge(name: str) -> ContextBridge:
         bridge = entry.load()()
         if isinstance(bridge, ContextBridge):
             return bridge
-    raise InvalidArgumentError(
+    raise InvalidValueError(
         f"otel_context=True needs the {name!r} context bridge (install ckpt-events[otel]), "
         f"or pass a ContextBridge"
     )
@@ -136,19 +136,23 @@ class Telemetry(CountedEvents):
         clock: Callable[[], int] | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
-            raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
+            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
         self.kind = coerce(Kind, kind)
         if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
-            raise InvalidArgumentError(
+            raise argument_error(
                 f"instance must be 1-128 characters of [A-Za-z0-9._-] starting with a letter "
-                f"or digit, not {instance!r}"
+                f"or digit, not {instance!r}",
+                instance,
+                str,
             )
         self.instance = instance
         if worker is not None and (type(worker) is not int or worker < 0):
-            raise InvalidArgumentError(f"worker must be None or an int >= 0, not {worker!r}")
+            raise argument_error(f"worker must be None or an int >= 0, not {worker!r}", worker, int)
         self.worker = worker
         if not isinstance(sample_ratio, int | float) or not 0.0 <= sample_ratio <= 1.0:
-            raise InvalidArgumentError(f"sample_ratio must be in [0, 1], not {sample_ratio!r}")
+            raise argument_error(
+                f"sample_ratio must be in [0, 1], not {sample_ratio!r}", sample_ratio, (int, float)
+            )
         self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
         if otel_context is True:
             self._bridge: ContextBridge | None = _load_bridge("opentelemetry")
@@ -157,11 +161,9 @@ class Telemetry(CountedEvents):
         elif isinstance(otel_context, ContextBridge):
             self._bridge = otel_context
         else:
-            raise InvalidArgumentError(
-                f"otel_context must be a bool or a ContextBridge, not {otel_context!r}"
-            )
+            raise InvalidTypeError(f"otel_context must be a bool or a ContextBridge, not {otel_context!r}")
         if (ids is not None and not callable(ids)) or (clock is not None and not callable(clock)):
-            raise InvalidArgumentError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
+            raise InvalidTypeError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
         self._random: Callable[[int], int] = _getrandbits if ids is None else ids
         self._clock: Callable[[], int] = time_ns if clock is None else clock
         self.bus = bus if bus is not None else Bus()

@@ -4,7 +4,10 @@ The whole tree::
 
     CkptEventsError                 root: catch this to catch everything we raise
     ├── UnknownNameError            a name outside a closed vocabulary (also a ValueError)
-    ├── InvalidArgumentError        a bad argument: wrong type, out of range (also a TypeError)
+    ├── InvalidArgumentError        a bad argument; raised as one of its two children:
+    │   ├── InvalidValueError       the right type, a wrong value: out of range, empty, unsafe
+    │   │                           (also a ValueError)
+    │   └── InvalidTypeError        the wrong type of object (also a TypeError)
     ├── ConfigurationError          a bad setting or environment variable (also a ValueError)
     │
     │   participant side (raised in a participant process, answered over HTTP)
@@ -36,7 +39,7 @@ The whole tree::
     ├── LaunchError                 a server process did not come up (also a RuntimeError)
     └── DemoFailed                  the demo ran but its result is wrong
 
-The first four live in ``ckpt_events`` (its ``_errors`` module draws the core's part);
+The first six live in ``ckpt_events`` (its ``_errors`` module draws the core's part);
 the sinks raise those and define none of their own. Everything else is defined here, so
 each room of ``participants`` imports its errors from one module that imports only the core.
 ``ProtocolRefusal`` is what a participant *raises*; ``ParticipantCallError`` is what the

@@ -23,7 +23,7 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from ckpt_events import CollectionSpan, ConfigurationError, InvalidArgumentError, Telemetry
+from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
 from participants.controller.coordinator import Coordinator, Member, PrepareResult
 from participants.controller.rollout import CollectionSummary, Rollout
 from participants.controller.run_directory import (
@@ -72,9 +72,9 @@ class Collection:
         stop_after: int | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
-            raise InvalidArgumentError("steps and concurrency must be >= 1")
+            raise InvalidValueError("steps and concurrency must be >= 1")
         if stop_after is not None and stop_after < 0:
-            raise InvalidArgumentError(f"stop_after must be >= 0, not {stop_after}")
+            raise InvalidValueError(f"stop_after must be >= 0, not {stop_after}")
 
         self.coordinator = coordinator
         self.run_dir = RunDir(run_dir)

@@ -23,7 +23,7 @@ from ckpt_events import (
     PREPARE_ORDER,
     RESUME_ORDER,
     RETIRE_GROUPS,
-    InvalidArgumentError,
+    InvalidValueError,
     Kind,
     Phase,
     Telemetry,
@@ -85,7 +85,7 @@ class Coordinator:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if telemetry.kind is not Kind.CONTROLLER:
-            raise InvalidArgumentError(
+            raise InvalidValueError(
                 f"the coordinator reports as kind 'controller', not {telemetry.kind.value!r}"
             )
 
@@ -335,7 +335,7 @@ class Coordinator:
     ) -> dict[str, RetireReply]:
         """Retire attempts everywhere (a later request at or below them gets ``stale_attempt``)."""
         if not episode_ids:
-            raise InvalidArgumentError("retire needs at least one episode")
+            raise InvalidValueError("retire needs at least one episode")
         request = RetireRequest(
             checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, episode_ids=list(episode_ids)
         )
@@ -349,7 +349,7 @@ class Coordinator:
     ) -> dict[str, ForgetReply]:
         """Clear the retired-attempt marks of ``rollout_ids`` everywhere."""
         if not rollout_ids:
-            raise InvalidArgumentError("forget needs at least one rollout id")
+            raise InvalidValueError("forget needs at least one rollout id")
         request = ForgetRequest(
             checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, rollout_ids=list(rollout_ids)
         )

@@ -20,7 +20,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
-from ckpt_events import ErrorCode, InvalidArgumentError
+from ckpt_events import ErrorCode, InvalidTypeError, InvalidValueError
 from participants.errors import ProtocolRefusal
 from participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
@@ -45,8 +45,10 @@ class WorkerCoordinator:
         reply_seconds: float = DEFAULT_REPLY_SECONDS,
         socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise InvalidArgumentError(f"workers must be an int >= 1, not {workers!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise InvalidTypeError(f"workers must be an int >= 1, not {workers!r}")
+        if workers < 1:
+            raise InvalidValueError(f"workers must be an int >= 1, not {workers!r}")
         self.workers = workers
         self.max_frame = max_frame
         self.reply_seconds = reply_seconds
