@@ -108,6 +108,11 @@ class WorkerCoordinator:
 
     async def _connection(self, stream: SocketStream) -> None:
         joined: list[int] = []
+        settled = anyio.Event()  # the hello came, or the channel closed before it
+
+        async def settle_on_close() -> None:
+            await channel.wait_closed()
+            settled.set()
 
         async def handle(message: Message) -> Any:
             if message.kind != "hello" or joined:
@@ -126,6 +131,7 @@ class WorkerCoordinator:
             self.on_joined(index)
             self._joined.set()
             self._joined = anyio.Event()
+            settled.set()
             return self.state_provider()
 
         channel = FrameChannel(
@@ -133,11 +139,16 @@ class WorkerCoordinator:
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(channel.run)
+            tg.start_soon(settle_on_close)
             with anyio.move_on_after(_HELLO_SECONDS):
-                while not joined and not channel.closed:
-                    await anyio.sleep(0.01)
+                await settled.wait()
             if not joined:
-                log.error("protocol error: a connection sent no hello within %g s; dropped", _HELLO_SECONDS)
+                # A peer that hung up first (or whose first frame was bad, logged by the channel)
+                # did not keep us waiting: only the one silent past the deadline is this error.
+                if not channel.closed:
+                    log.error(
+                        "protocol error: a connection sent no hello within %g s; dropped", _HELLO_SECONDS
+                    )
                 tg.cancel_scope.cancel()
             else:
                 channel.name = f"coordinator<-worker {joined[0]}"
