@@ -16,7 +16,6 @@ from typing import Final
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
-from ckpt_events._counted import CountedEvents
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
 from ckpt_events._events import (
     CollectionFinished,
@@ -39,8 +38,11 @@ from ckpt_events._span_handles import OperationSpan, StepSpan, _SpanBase
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
     CollectionAction,
+    Disposition,
+    ErrorCode,
     Kind,
     Operation,
+    Phase,
     Step,
     check_name,
     coerce,
@@ -54,6 +56,9 @@ SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
 _OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
 _STEPS: Final = frozenset(s.value for s in Step)
+_CODES: Final = frozenset(c.value for c in ErrorCode)
+_PHASES: Final = frozenset(p.value for p in Phase)
+_DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
 _MAX_RATIO_BOUND: Final = 1 << 64
 #: Entry-point group of context bridges; ``otel_context=True`` loads the one named ``opentelemetry``.
 BRIDGE_GROUP: Final = "ckpt_events.context_bridges"
@@ -78,7 +83,7 @@ def _inherited(parent: _SpanBase | None) -> str | None:
     return None
 
 
-class Telemetry(CountedEvents):
+class Telemetry:
     """Emits the checkpoint events of one participant (``kind``, ``instance``) onto ``bus``.
 
     ``bus=None`` gives a Telemetry that is always off. ``sample_ratio`` is the share of
@@ -355,4 +360,61 @@ class Telemetry(CountedEvents):
             remote,
             sampled,
             _inherited(parent),
+        )
+
+    # -- counted events: one attribute check when no sink wants them, as for spans ----------
+
+    def refused(self, code: ErrorCode | str, *, checkpoint_id: str | None = None) -> None:
+        """Count a request refused with protocol error ``code``."""
+        if not self._refused_on:
+            check_name(_CODES, code, ErrorCode)
+            return
+        self.bus.emit(
+            Refused(
+                self.kind, self.instance, self._clock(), coerce(ErrorCode, code), checkpoint_id, self.worker
+            )  # positional, in field order
+        )
+
+    def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
+        """Count a lease that ran out in ``phase`` (the participant resumed on its own)."""
+        if not self._lease_on:
+            check_name(_PHASES, phase, Phase)
+            return
+        self.bus.emit(
+            LeaseExpired(
+                self.kind, self.instance, self._clock(), coerce(Phase, phase), checkpoint_id, self.worker
+            )  # positional, in field order
+        )
+
+    def prepare_not_ready(self, blockers: int, *, checkpoint_id: str | None = None) -> None:
+        """Count a prepare that reached its deadline with ``blockers`` still blocking."""
+        if not self._not_ready_on:
+            return
+        if isinstance(blockers, bool) or not isinstance(blockers, int) or blockers < 0:
+            raise argument_error(f"blockers must be an int >= 0, not {blockers!r}", blockers, int)
+        self.bus.emit(
+            PrepareNotReady(
+                self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
+            )  # positional, in field order
+        )
+
+    def generation_cut(
+        self, disposition: Disposition | str, calls: int, *, checkpoint_id: str | None = None
+    ) -> None:
+        """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
+        if not self._cut_on:
+            check_name(_DISPOSITIONS, disposition, Disposition)
+            return
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise argument_error(f"calls must be an int >= 0, not {calls!r}", calls, int)
+        self.bus.emit(
+            GenerationCut(
+                self.kind,
+                self.instance,
+                self._clock(),
+                coerce(Disposition, disposition),
+                calls,
+                checkpoint_id,
+                self.worker,
+            )  # positional, in field order
         )
