@@ -18,13 +18,14 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Final, Self
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import msgspec
 
+from ckpt_events._bus_contract import InterestListener
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
@@ -85,7 +86,7 @@ class Bus:
         self._routes: dict[type, tuple[_Buffer, ...]] = {}
         self._subscriptions: list[Subscription] = []
         self._history: list[Subscription] = []
-        self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._listeners: weakref.WeakSet[InterestListener] = weakref.WeakSet()
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop_thread: int | None = None
         self._call_soon_threadsafe: Callable[[Callable[[], object]], object] | None = None
@@ -229,7 +230,7 @@ class Bus:
         for listener in list(self._listeners):
             listener._interest_changed()
 
-    def _add_listener(self, listener: Any) -> None:
+    def _add_listener(self, listener: InterestListener) -> None:
         """Register an emitter (``Telemetry``) to be told when interests change."""
         self._listeners.add(listener)
 
