@@ -46,6 +46,8 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # Never the working directory on its path: a user's own sinks.py must not shadow ours.
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 
