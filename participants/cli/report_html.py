@@ -22,10 +22,18 @@ from participants.cli.timeline import BREAKDOWN_COLUMNS, breakdown, spans_of
 __all__ = ["FILLS", "html_page", "waterfall_svg", "write_timeline"]
 
 #: Fill of each participant kind's bars (the terminal uses the same families).
-FILLS = {"controller": "#a855f7", "environment": "#16a34a", "model": "#2563eb", "agent": "#0891b2",
-         "resources": "#ca8a04"}  # fmt: skip
+FILLS = {
+    "controller": "#a855f7",
+    "environment": "#16a34a",
+    "model": "#2563eb",
+    "agent": "#0891b2",
+    "resources": "#ca8a04",
+}
 _ERROR = "#dc2626"
-_ROW, _LABEL_W, _BAR_W, _TOP = 20, 380, 900, 44
+_ROW = 20
+_LABEL_W = 380
+_BAR_W = 900
+_TOP = 44
 
 
 def _fill(who: str) -> str:

@@ -20,8 +20,13 @@ from participants.cli.timeline import BREAKDOWN_COLUMNS, Breakdown, breakdown, c
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
 
 #: Terminal colour of each participant kind (the HTML page uses the same families).
-COLOURS = {"controller": "magenta", "environment": "green", "model": "blue", "agent": "cyan",
-           "resources": "yellow"}  # fmt: skip
+COLOURS = {
+    "controller": "magenta",
+    "environment": "green",
+    "model": "blue",
+    "agent": "cyan",
+    "resources": "yellow",
+}
 _SLOW = "▶"
 
 
@@ -79,8 +84,8 @@ def _breakdown_table(rows: list[Breakdown], width: int) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("ms", overflow="fold")
     for row in rows:
-        table.add_column(Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind.value)),
-                         justify="right", overflow="fold")  # fmt: skip
+        header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind.value))
+        table.add_column(header, justify="right", overflow="fold")
     for column in columns:
         table.add_row(column, *(f"{r.ms[column]:.1f}" if column in r.ms else "" for r in rows))
     table.add_row("records", *(f"{r.records:,}" for r in rows))
