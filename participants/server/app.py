@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import anyio
 from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
-from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
+from participants.server.builder import build_app
 from participants.server.control import ControlPlane
-from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
-from participants.server.routes import control_router, install_error_handlers, work_router
+from participants.server.limits import DEFAULT_MAX_BODY_BYTES
+from participants.server.routes import work_router
 from participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
 from participants.workloads import AgentWorkload, EnvironmentWorkload, ResourcesWorkload
 from participants.workloads.base import Workload
@@ -134,35 +131,15 @@ def create_app(
         checkpoint_root=Path(checkpoint_root).absolute(),
         max_records_bytes=max_records_bytes,
     )
-    monitor = LoopLagMonitor()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            if own_bus:
-                await stack.enter_async_context(the_bus)
-                if configure_sinks is not None:
-                    handle = configure_sinks(the_bus)
-                    if inspect.isawaitable(handle):
-                        handle = await handle
-                    if handle is not None and hasattr(handle, "aclose"):
-                        stack.push_async_callback(handle.aclose)
-            stack.push_async_callback(workload.aclose)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(plane.watch_lease)
-                tg.start_soon(monitor.run)
-                yield
-                tg.cancel_scope.cancel()
-
-    app = FastAPI(title=f"ckpt-events {participant_kind.value} participant {instance}", lifespan=lifespan)
-    app.state.bus = the_bus
-    app.state.telemetry = tel
-    app.state.workload = workload
-    app.state.control = plane
-    install_error_handlers(app, tel)
-    app.include_router(control_router(plane, token))
-    app.include_router(work_router(workload, token))
-    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
-    # Outermost of ours: the arrival stamp is taken before routing, body parsing and auth.
-    app.add_middleware(ArrivalMiddleware, monitor=monitor)
-    return app
+    return build_app(
+        title=f"ckpt-events {participant_kind.value} participant {instance}",
+        tel=tel,
+        plane=plane,
+        work=workload,
+        work_router=work_router(workload, token),
+        token=token,
+        max_body_bytes=max_body_bytes,
+        bus=the_bus,
+        own_bus=own_bus,
+        configure_sinks=configure_sinks,
+    )
