@@ -35,12 +35,14 @@ METRICS_PATH: Final = "/v1/metrics"
 
 class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``OtlpMetricSink``: events folded in, export requests accepted and
-    failed (after retries), and requests repeated after a retryable answer."""
+    failed (after retries), and requests repeated after a retryable answer; ``invalid_values``
+    attribute texts written with U+FFFD for what UTF-8 cannot hold (a lone surrogate)."""
 
     events: int
     exports: int
     export_failures: int
     retries: int
+    invalid_values: int = 0
 
 
 class OtlpMetricSink:
@@ -170,4 +172,5 @@ class OtlpMetricSink:
                 exports=self._exports,
                 export_failures=self._failures,
                 retries=self._retries,
+                invalid_values=self.encoder.invalid_values,
             )

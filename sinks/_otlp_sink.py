@@ -40,7 +40,10 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     ``exported`` spans the collector accepted; ``dropped`` spans lost (queue full, refused
     or unreachable collector, handed in after shutdown); ``exports`` requests accepted;
     ``retries`` requests repeated after a retryable answer; ``unsampled`` events skipped by
-    the root's sampling decision; ``skipped`` events with no span (``renew``).
+    the root's sampling decision; ``skipped`` events with no span (``renew``);
+    ``invalid_values`` attribute values the wire cannot carry (a lone surrogate, an int outside
+    int64), left out of their span (or, in a status or exception text, replaced) while the
+    span itself is exported.
     """
 
     exported: int
@@ -50,6 +53,7 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     retries: int
     unsampled: int
     skipped: int
+    invalid_values: int = 0
 
 
 class OtlpSpanSink:
@@ -273,4 +277,5 @@ class OtlpSpanSink:
                 retries=self._retries,
                 unsampled=self._unsampled,
                 skipped=self._skipped,
+                invalid_values=self.encoder.invalid_values,
             )
