@@ -192,11 +192,17 @@ class Subscription:
                 if self._takes_handles and not QUEUED_HANDLES.isdisjoint(map(type, batch)):
                     _finish(batch)
                 self._in_flight = count
+                left = len(buffer)
                 await self._deliver(batch)
                 self._in_flight = 0
                 self._handled += count
                 if self._flush_waiters:
                     self._release_flushers()
+                if len(buffer) > left:
+                    # The buffer refilled while the sink handled its batch (a sink re-emitting
+                    # what it sees): let the loop run before the next one. A synchronous
+                    # handle never yields by itself, and such a sink held the loop for ever.
+                    await anyio.lowlevel.checkpoint()
         finally:
             self._done.set()
         await self._close_sink()
