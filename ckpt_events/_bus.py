@@ -92,6 +92,7 @@ class Bus:
         self._closed_event = anyio.Event()
         self._dropped_after_close = 0
         self._names: set[str] = set()
+        self._suffixes: dict[str, int] = {}  # the last "-n" given per base name
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -189,16 +190,19 @@ class Bus:
         )
         self._subscriptions.append(sub)
         self._history.append(sub)
-        self._rebuild_routes()
+        self._add_routes(sub)
         if self._tg is not None:
             self._start(sub)
         return sub
 
     def _unique_name(self, base: str) -> str:
-        name, n = base, 1
+        # Counting on from the last suffix given for ``base``: from 1 each time, the 4,000th
+        # sink of one class tried 3,999 names first.
+        name, n = base, self._suffixes.get(base, 1)
         while name in self._names:
             n += 1
             name = f"{base}-{n}"
+        self._suffixes[base] = n
         self._names.add(name)
         return name
 
@@ -212,6 +216,15 @@ class Bus:
             self._subscriptions.remove(sub)
             if not self._closed:
                 self._rebuild_routes()
+
+    def _add_routes(self, sub: Subscription) -> None:
+        # Incremental: the new buffer goes after the others of each class it wants (the order
+        # of subscription), without walking every subscription again; rebuilding the table
+        # per subscribe made 4,000 subscriptions take 7.1 s.
+        routes = dict(self._routes)
+        for cls in sub.interests:
+            routes[cls] = (*routes.get(cls, ()), sub._buffer)
+        self._set_routes(routes)
 
     def _rebuild_routes(self) -> None:
         routes: dict[type, list[_Buffer]] = {}
