@@ -91,6 +91,11 @@ class Bus:
         self._closing = False
         self._closed_event = anyio.Event()
         self._dropped_after_close = 0
+        # Where every event goes once the bus is closed: a buffer that takes nothing and
+        # counts it. An emitter (a span handle on another thread) that read the routes
+        # before they changed still lands somewhere counted, and a Telemetry stays live:
+        # with an empty table its spans were no-ops, counted nowhere.
+        self._after_close = _Buffer(0, None)
         self._names: set[str] = set()
         self._suffixes: dict[str, int] = {}  # the last "-n" given per base name
 
@@ -138,7 +143,7 @@ class Bus:
             subs = list(self._subscriptions)
             for sub in subs:
                 sub.close()
-            self._set_routes({})
+            self._set_routes(dict.fromkeys(self._routes, (self._after_close,)))
             if self._tg is None:
                 return
             started = [sub for sub in subs if sub._started]
@@ -277,6 +282,7 @@ class Bus:
     def _wake(self, buffer: _Buffer) -> None:
         buffer.waiting = False
         sub = buffer.owner
+        assert sub is not None  # only the closed bus's buffer has no owner, and it never waits
         if threading.get_ident() == self._loop_thread:
             sub._wake.set()
         elif self._call_soon_threadsafe is not None:
@@ -304,7 +310,7 @@ class Bus:
         """Counters for every subscription this bus has had, and closed-bus drops."""
         return BusStats(
             sinks=tuple(sub.stats() for sub in self._history),
-            dropped_after_close=self._dropped_after_close,
+            dropped_after_close=self._dropped_after_close + self._after_close.dropped,
         )
 
 

@@ -57,7 +57,7 @@ class _Buffer(deque[Any]):
 
     __slots__ = ("capacity", "dropped", "owner", "waiting")
 
-    def __init__(self, capacity: int, owner: Subscription) -> None:
+    def __init__(self, capacity: int, owner: Subscription | None) -> None:
         super().__init__()
         self.capacity = capacity
         self.dropped = 0
@@ -204,6 +204,12 @@ class Subscription:
                     # handle never yields by itself, and such a sink held the loop for ever.
                     await anyio.lowlevel.checkpoint()
         finally:
+            # Nothing more is delivered: what a thread appends still (it read the routes
+            # before they changed) is dropped and counted, not left pending for ever.
+            buffer.capacity = 0
+            for _ in range(len(buffer)):
+                popleft()
+                buffer.dropped += 1
             self._done.set()
         await self._close_sink()
 
