@@ -16,7 +16,7 @@ import pytest
 
 from ckpt_events import Bus, Telemetry
 from sinks._otlp_http import MAX_REPLY_BYTES, OtlpHttpSender
-from sinks.otel import OtlpSpanSink
+from sinks.otel import OtlpMetricSink, OtlpSpanSink
 
 DEADLINE = 1.0
 SLACK = 0.75
@@ -225,3 +225,18 @@ def test_an_odd_retry_after_still_backs_off(hostile: Hostile) -> None:
     sender.close()
     assert (result.accepted, result.attempts, result.status, hostile.requests) == (False, 4, 503, 4)
     assert took >= 1.1
+
+
+@pytest.mark.parametrize("hostile", [("hang",), ("slow",), ("503", "-5")], indirect=True, ids="-".join)
+async def test_the_metric_sink_closes_within_its_deadline(hostile: Hostile) -> None:
+    """The metric sink's last export, against the same collectors, ends by its 1 s deadline too
+    (before: a join, a second join and an uncancellable last export, each up to its timeout)."""
+    sink = OtlpMetricSink(hostile.url, metrics_path="", timeout=DEADLINE, export_interval=0.05)
+    async with Bus(close_timeout=30) as bus:
+        bus.subscribe(sink)
+        await _emit(bus, 50)
+        await anyio.sleep(0.2)  # an interval export is under way
+        started = time.monotonic()
+    took = time.monotonic() - started
+    assert took <= DEADLINE + SLACK, f"{hostile.mode}: closed in {took:.2f} s"
+    assert sink.stats().exports == 0
