@@ -179,11 +179,13 @@ async def test_shutdown_ends_within_its_deadline_and_counts_every_span(hostile: 
     assert exported + dropped == SPANS
 
 
-@pytest.mark.parametrize("hostile", [("hang",)], indirect=True, ids=["hang"])
+@pytest.mark.parametrize("hostile", MODES, indirect=True, ids="-".join)
 async def test_the_bus_close_deadline_cuts_a_sink_with_a_longer_one_short(hostile: Hostile) -> None:
-    """A sink whose own timeout is 30 s still lets the bus close at its 1 s deadline, and the
-    spans in flight are counted dropped."""
-    sink = OtlpSpanSink(hostile.url, traces_path="", timeout=30, linger=0.0)
+    """A sink with the default 10 s timeout still lets ``Bus(close_timeout=1)`` close within
+    1 s + slack, and every span is counted (before: the sink's uncancellable shutdown held the
+    bus 10-20 s, and a trickled reply kept its 512 spans in neither counter)."""
+    url = _refused_url() if hostile.mode == "refuse" else hostile.url
+    sink = OtlpSpanSink(url, traces_path="", linger=0.0)
     started = 0.0
     async with Bus(close_timeout=DEADLINE) as bus:
         bus.subscribe(sink)
@@ -192,7 +194,8 @@ async def test_the_bus_close_deadline_cuts_a_sink_with_a_longer_one_short(hostil
     took = time.monotonic() - started
     assert took <= DEADLINE + SLACK, f"closed in {took:.2f} s"
     exported, dropped = await _counted(sink, SPANS)
-    assert (exported, dropped) == (0, SPANS)
+    assert exported + dropped == SPANS
+    assert exported == (SPANS if hostile.mode == "huge" else 0)
 
 
 @pytest.mark.parametrize("hostile", [("huge",)], indirect=True, ids=["huge"])
