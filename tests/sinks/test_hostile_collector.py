@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
+from sinks import configure
 from sinks._otlp_http import MAX_REPLY_BYTES, OtlpHttpSender
 from sinks.otel import OtlpMetricSink, OtlpSpanSink
 
@@ -243,3 +244,23 @@ async def test_the_metric_sink_closes_within_its_deadline(hostile: Hostile) -> N
     took = time.monotonic() - started
     assert took <= DEADLINE + SLACK, f"{hostile.mode}: closed in {took:.2f} s"
     assert sink.stats().exports == 0
+
+
+@pytest.mark.parametrize("hostile", [("hang",), ("slow",)], indirect=True, ids="-".join)
+async def test_configure_closes_its_sinks_side_by_side_within_the_otlp_timeout(hostile: Hostile) -> None:
+    """``configure()``'s span and metric sinks, OTLP timeout 1 s, against a hanging collector:
+    closing the bus takes 1 s + slack (one after the other they took both timeouts, and the
+    bus's own deadline on top: 15 s with the default 10 s)."""
+    base = hostile.url.removesuffix("/v1/traces")
+    environ = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1000", "OTEL_METRIC_EXPORT_INTERVAL": "100"}
+    async with Bus() as bus:
+        configured = configure(bus, otlp_endpoint=base, service_name="hostile", environ=environ)
+        await _emit(bus, SPANS)
+        await anyio.sleep(0.2)  # a metric export is under way too
+        started = time.monotonic()
+        await configured.aclose()
+    took = time.monotonic() - started
+    assert took <= DEADLINE + SLACK, f"{hostile.mode}: closed in {took:.2f} s"
+    assert isinstance(configured.span_sink, OtlpSpanSink)
+    exported, dropped = await _counted(configured.span_sink, SPANS)
+    assert (exported, dropped) == (0, SPANS)
