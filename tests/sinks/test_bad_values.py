@@ -149,3 +149,20 @@ async def test_jsonl_writes_every_event_with_the_bad_text_replaced_and_counted()
     assert finished[0].attributes is not None and finished[0].attributes["user.value"] == "x\ufffd"
     assert finished[1].attributes == {"user.n": 1, "user.big": 2**63}  # JSON carries any int
     assert msgspec.json.decode(stream.getvalue().splitlines()[-1])["type"] == "operation_finished"
+
+
+async def test_jsonl_reads_a_nan_attribute_back_as_nan() -> None:
+    """JSON has no NaN: written as null, read back as NaN, the event kept (it was a corrupt line)."""
+    stream = io.BytesIO()
+    sink = JsonLinesSink(stream)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for value in (math.nan, math.inf, 0.5):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute("user.ratio", value)
+    stream.seek(0)
+    finished = [event for _, event in read_events(stream) if isinstance(event, OperationFinished)]
+    assert len(finished) == 3
+    ratios = [event.attributes["user.ratio"] for event in finished if event.attributes is not None]
+    assert math.isnan(ratios[0]) and math.isnan(ratios[1]) and ratios[2] == 0.5
