@@ -94,7 +94,13 @@ class Bus:
         self._closing = False
         self._closed_event = anyio.Event()
         self._dropped_after_close = 0
+        # Where every event goes once the bus is closed: a buffer that takes nothing and
+        # counts it. An emitter (a span handle on another thread) that read the routes
+        # before they changed still lands somewhere counted, and a Telemetry stays live:
+        # with an empty table its spans were no-ops, counted nowhere.
+        self._after_close = _Buffer(0, None)
         self._names: set[str] = set()
+        self._suffixes: dict[str, int] = {}  # the last "-n" given per base name
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -141,7 +147,7 @@ class Bus:
             subs = list(self._subscriptions)
             for sub in subs:
                 sub.close()
-            self._set_routes({})
+            self._set_routes(dict.fromkeys(self._routes, (self._after_close,)))
             if self._tg is None:
                 return
             started = [sub for sub in subs if sub._started]
@@ -193,16 +199,19 @@ class Bus:
         )
         self._subscriptions.append(sub)
         self._history.append(sub)
-        self._rebuild_routes()
+        self._add_routes(sub)
         if self._tg is not None:
             self._start(sub)
         return sub
 
     def _unique_name(self, base: str) -> str:
-        name, n = base, 1
+        # Counting on from the last suffix given for ``base``: from 1 each time, the 4,000th
+        # sink of one class tried 3,999 names first.
+        name, n = base, self._suffixes.get(base, 1)
         while name in self._names:
             n += 1
             name = f"{base}-{n}"
+        self._suffixes[base] = n
         self._names.add(name)
         return name
 
@@ -216,6 +225,15 @@ class Bus:
             self._subscriptions.remove(sub)
             if not self._closed:
                 self._rebuild_routes()
+
+    def _add_routes(self, sub: Subscription) -> None:
+        # Incremental: the new buffer goes after the others of each class it wants (the order
+        # of subscription), without walking every subscription again; rebuilding the table
+        # per subscribe made 4,000 subscriptions take 7.1 s.
+        routes = dict(self._routes)
+        for cls in sub.interests:
+            routes[cls] = (*routes.get(cls, ()), sub._buffer)
+        self._set_routes(routes)
 
     def _rebuild_routes(self) -> None:
         routes: dict[type, list[_Buffer]] = {}
@@ -268,6 +286,7 @@ class Bus:
     def _wake(self, buffer: _Buffer) -> None:
         buffer.waiting = False
         sub = buffer.owner
+        assert sub is not None  # only the closed bus's buffer has no owner, and it never waits
         if threading.get_ident() == self._loop_thread:
             sub._wake.set()
         elif self._call_soon_threadsafe is not None:
@@ -295,7 +314,7 @@ class Bus:
         """Counters for every subscription this bus has had, and closed-bus drops."""
         return BusStats(
             sinks=tuple(sub.stats() for sub in self._history),
-            dropped_after_close=self._dropped_after_close,
+            dropped_after_close=self._dropped_after_close + self._after_close.dropped,
         )
 
 

@@ -18,7 +18,8 @@ from ckpt_events._events import (
     StageFinished,
     StageStarted,
 )
-from ckpt_events._span_handles import _OK, _bad, _error_fields, _SpanBase
+from ckpt_events._frozen_attrs import FrozenAttributes
+from ckpt_events._span_base import _OK, _bad, _error_fields, _SpanBase
 from ckpt_events._vocab import CollectionAction, Kind, Operation, coerce
 
 if TYPE_CHECKING:
@@ -87,12 +88,16 @@ class StageSpan(_Span):
         self._participants: int | None = None
 
     def __enter__(self) -> StageSpan:
+        if self._attributes.__class__ is FrozenAttributes:
+            return self  # ended: a handle is one span
         self._start(StageStarted, self.stage)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._seal():
+            return  # ended already: one event per span id
         tel = self._tel
         end_ns = tel._clock()
         if StageFinished in tel.bus._routes:
@@ -116,7 +121,7 @@ class StageSpan(_Span):
                     outcome,
                     error_type,
                     error_message,
-                    self._attributes,
+                    self._attributes or None,
                     self._participants,
                     tel.worker,
                 )
@@ -156,12 +161,16 @@ class CoordinateSpan(_Span):
         self._stopped_at: Kind | None = None
 
     def __enter__(self) -> CoordinateSpan:
+        if self._attributes.__class__ is FrozenAttributes:
+            return self  # ended: a handle is one span
         self._start(CoordinateStarted, self.operation)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._seal():
+            return  # ended already: one event per span id
         tel = self._tel
         end_ns = tel._clock()
         if CoordinateFinished in tel.bus._routes:
@@ -185,7 +194,7 @@ class CoordinateSpan(_Span):
                     outcome,
                     error_type,
                     error_message,
-                    self._attributes,
+                    self._attributes or None,
                     self._participants,
                     self._prepared,
                     self._stopped_at,
@@ -257,12 +266,16 @@ class CollectionSpan(_Span):
         self._published: bool | None = None
 
     def __enter__(self) -> CollectionSpan:
+        if self._attributes.__class__ is FrozenAttributes:
+            return self  # ended: a handle is one span
         self._start(CollectionStarted, self.action)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._seal():
+            return  # ended already: one event per span id
         tel = self._tel
         end_ns = tel._clock()
         if CollectionFinished in tel.bus._routes:
@@ -286,7 +299,7 @@ class CollectionSpan(_Span):
                     outcome,
                     error_type,
                     error_message,
-                    self._attributes,
+                    self._attributes or None,
                     self._in_flight,
                     self._stop,
                     self._published,

@@ -5,8 +5,10 @@ Each handle is a context manager: entering reads the clock and emits a ``*Starte
 event is routed. Each sink's delivery task turns the handle into that event (built once,
 shared by every sink), so the request path never builds an event. An exception leaving
 the block records outcome ``error`` and the exception type, and propagates. Call ``set``
-and ``set_attribute`` inside the block: a value given after it has ended may or may not
-reach the event. The no-op twins in ``_noop.py`` are returned when nobody listens.
+and ``set_attribute`` inside the block: a ``set_attribute`` after it has ended is ignored
+(the attributes are frozen at the end, ``FrozenAttributes``), a ``set`` may or may not reach
+the event. A handle ends once: entering or leaving it again does nothing. The no-op twins
+in ``_noop.py`` are returned when nobody listens.
 
 This is the request path of an instrumented server, so it is written for speed: the
 operation and step handles are msgspec structs built positionally in C, untracked by the
@@ -17,13 +19,14 @@ bus holds them only until delivery), and ``set`` checks each value inline.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ckpt_events._errors import InvalidTypeError, argument_error
+from ckpt_events._errors import argument_error
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
-from ckpt_events._tracecontext import format_traceparent, parse_tracestate
+from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
+from ckpt_events._span_base import _OK, _bad, _error_fields, _SpanBase
 from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
 
 if TYPE_CHECKING:
@@ -31,95 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OperationSpan", "StepSpan"]
 
-_MAX_MESSAGE: Final = 1024
-_OK: Final = Outcome.OK
 _STEPS: Final = {s.value: s for s in Step}
 _PHASES: Final = {p.value: p for p in Phase}
-
-
-def _bad(name: str, value: object) -> NoReturn:
-    raise argument_error(f"{name} must be an int >= 0, not {value!r}", value, int)
-
-
-def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
-    cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    return Outcome.ERROR, name, str(exc)[:_MAX_MESSAGE]
-
-
-class _SpanBase:
-    """What every span handle answers, live or no-op: its trace context and extra attributes.
-
-    A mixin without fields: the live handles hold ``_tel``, ``trace_id``, ``span_id``,
-    ``sampled``, ``parent_remote``, ``_tracestate``, ``_attributes`` and ``start_ns``.
-    """
-
-    __slots__ = ()
-    #: False on the no-op twins: they are never a parent.
-    _live: ClassVar[bool] = True
-    _tel: Telemetry
-    trace_id: int
-    span_id: int
-    parent_span_id: int | None
-    parent_remote: bool
-    sampled: bool
-    checkpoint_id: str | None
-    start_ns: int
-    _tracestate: str | None
-    _attributes: dict[str, AttributeValue] | None
-
-    def _start(self, started: type[Any], what: object) -> None:
-        """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
-        tel = self._tel
-        self.start_ns = tel._clock()  # type: ignore[misc]  # a field of the struct subclasses
-        if started in tel.bus._routes:
-            tel.bus.emit(
-                started(  # positional, in field order (see _events.py)
-                    tel.kind,
-                    tel.instance,
-                    self.trace_id,
-                    self.span_id,
-                    self.start_ns,
-                    what,
-                    self.checkpoint_id,
-                    self.parent_span_id,
-                    self.parent_remote,
-                    self.sampled,
-                    tel.worker,
-                )
-            )
-
-    def traceparent(self) -> str | None:
-        """The W3C ``traceparent`` for an outgoing call made inside this span."""
-        return format_traceparent(self.trace_id, self.span_id, self.sampled)
-
-    def tracestate(self) -> str | None:
-        """The W3C ``tracestate`` to send with ``traceparent()``: the one that came in with
-        this trace's ``traceparent`` (see ``with_tracestate``), inherited by child spans."""
-        return self._tracestate
-
-    def with_tracestate(self, header: str | None) -> Self:
-        """Keep the incoming ``tracestate`` ``header`` (validated by ``parse_tracestate``) if
-        this span continues the ``traceparent`` it came with; returns this span::
-
-            with tel.operation("prepare", traceparent=tp).with_tracestate(ts) as op: ...
-
-        A span that does not continue a remote parent ignores it (W3C: a ``tracestate``
-        goes only with its ``traceparent``); a child span keeps its parent's.
-        """
-        if self.parent_remote and header is not None:
-            self._tracestate = parse_tracestate(header)  # type: ignore[misc]  # a field of the struct subclasses
-        return self
-
-    def set_attribute(self, name: str, value: AttributeValue) -> None:
-        """Attach an extra attribute; sinks apply the redaction rule to it."""
-        if not isinstance(name, str) or not isinstance(value, str | bool | int | float):
-            raise InvalidTypeError(
-                f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
-            )
-        if self._attributes is None:
-            self._attributes = {}  # type: ignore[misc]  # a field of the struct subclasses
-        self._attributes[name] = value
 
 
 #: The classes whose instances are queued in place of their ``*Finished`` event (each
@@ -166,6 +82,8 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     _event: StepFinished | None = None
 
     def __enter__(self) -> StepSpan:
+        if self._attributes.__class__ is FrozenAttributes:
+            return self  # ended: a handle is one span (no second start)
         tel = self._tel
         if tel._step_started_on:
             self._start(StepStarted, self.step)  # reads the clock
@@ -176,6 +94,10 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        attributes = self._attributes
+        if attributes.__class__ is FrozenAttributes:
+            return  # ended already: queued once, never a second event with this span id
+        self._attributes = FrozenAttributes(attributes) if attributes else ENDED
         tel = self._tel
         self._end_ns = tel._clock()
         if exc is not None:
@@ -211,7 +133,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                 self._outcome,
                 self._error_type,
                 self._error_message,
-                self._attributes,
+                self._attributes or None,
                 self._records,
                 self._bytes,
                 self._calls,
@@ -282,6 +204,8 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     _event: OperationFinished | None = None
 
     def __enter__(self) -> OperationSpan:
+        if self._attributes.__class__ is FrozenAttributes:
+            return self  # ended: a handle is one span (no second start)
         tel = self._tel
         if tel._operation_started_on:
             self._start(OperationStarted, self.operation)  # reads the clock
@@ -292,6 +216,10 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        attributes = self._attributes
+        if attributes.__class__ is FrozenAttributes:
+            return  # ended already: queued once, never a second event with this span id
+        self._attributes = FrozenAttributes(attributes) if attributes else ENDED
         tel = self._tel
         self._end_ns = tel._clock()
         if exc is not None:
@@ -327,7 +255,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                 self._outcome,
                 self._error_type,
                 self._error_message,
-                self._attributes,
+                self._attributes or None,
                 self._phase,
                 self._blockers,
                 self._records,

@@ -57,7 +57,7 @@ class _Buffer(deque[Any]):
 
     __slots__ = ("capacity", "dropped", "owner", "waiting")
 
-    def __init__(self, capacity: int, owner: Subscription) -> None:
+    def __init__(self, capacity: int, owner: Subscription | None) -> None:
         super().__init__()
         self.capacity = capacity
         self.dropped = 0
@@ -192,12 +192,24 @@ class Subscription:
                 if self._takes_handles and not QUEUED_HANDLES.isdisjoint(map(type, batch)):
                     _finish(batch)
                 self._in_flight = count
+                left = len(buffer)
                 await self._deliver(batch)
                 self._in_flight = 0
                 self._handled += count
                 if self._flush_waiters:
                     self._release_flushers()
+                if len(buffer) > left:
+                    # The buffer refilled while the sink handled its batch (a sink re-emitting
+                    # what it sees): let the loop run before the next one. A synchronous
+                    # handle never yields by itself, and such a sink held the loop for ever.
+                    await anyio.lowlevel.checkpoint()
         finally:
+            # Nothing more is delivered: what a thread appends still (it read the routes
+            # before they changed) is dropped and counted, not left pending for ever.
+            buffer.capacity = 0
+            for _ in range(len(buffer)):
+                popleft()
+                buffer.dropped += 1
             self._done.set()
         await self._close_sink()
 

@@ -34,7 +34,8 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP
-from ckpt_events._span_handles import OperationSpan, StepSpan, _SpanBase
+from ckpt_events._span_base import _SpanBase
+from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
     CollectionAction,

@@ -12,7 +12,9 @@ writing costs about 0.2 us per span event more than with decimal ids, and the si
 
 Reading goes the other way: ``WIRE_DECODER`` decodes a line into a wire twin of its event
 class (ids typed ``str`` of the right length in lowercase hex, or ``int`` for logs written
-before hex ids), and ``from_wire`` builds the real event positionally with int ids.
+before hex ids), and ``from_wire`` builds the real event positionally with int ids. JSON
+has no NaN or infinity: msgspec writes a non-finite float attribute as ``null``, which is
+read back as NaN (the one value changed, the event kept: it was a corrupt line).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ _WIRE_TYPES: Final[dict[str, Any]] = {
     "span_id": _SpanHex | int,
     "parent_span_id": _SpanHex | int | None,
 }
+_NAN: Final = float("nan")
 
 
 def with_hex_ids(event: Any) -> Any:
@@ -65,14 +68,18 @@ def _remember(cache: dict[int, str], value: int, size: int) -> str:
     return text
 
 
-def _wire_twin(cls: type[Event]) -> tuple[type[msgspec.Struct], type[Event], tuple[int, ...]]:
-    """A Struct with ``cls``'s tag and fields, its id fields typed for hex or int."""
+def _wire_twin(cls: type[Event]) -> tuple[type[msgspec.Struct], type[Event], tuple[int, ...], int | None]:
+    """A Struct with ``cls``'s tag and fields, its id fields typed for hex or int, and where its
+    ``attributes`` are (their values may be ``null``: a NaN or an infinity)."""
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     positions: list[int] = []
+    attributes: int | None = None
     for index, field in enumerate(msgspec.structs.fields(cls)):
         kind = _WIRE_TYPES.get(field.name, field.type)
         if field.name in _WIRE_TYPES:
             positions.append(index)
+        if field.name == "attributes":
+            kind, attributes = dict[str, str | bool | int | float | None] | None, index
         fields.append((field.name, kind) if field.required else (field.name, kind, field.default))
     twin = msgspec.defstruct(
         f"_Wire{cls.__name__}",
@@ -82,11 +89,12 @@ def _wire_twin(cls: type[Event]) -> tuple[type[msgspec.Struct], type[Event], tup
         frozen=True,
         gc=False,
     )
-    return twin, cls, tuple(positions)
+    return twin, cls, tuple(positions), attributes
 
 
 _TWINS: Final = {
-    twin: (cls, positions) for twin, cls, positions in map(_wire_twin, get_args(CheckpointEvent))
+    twin: (cls, positions, attributes)
+    for twin, cls, positions, attributes in map(_wire_twin, get_args(CheckpointEvent))
 }
 
 #: Decodes one JSON line into the wire twin of its event class (give it to ``from_wire``).
@@ -95,10 +103,14 @@ WIRE_DECODER: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(reduce(ope
 
 def from_wire(wire: Any) -> CheckpointEvent:
     """The typed event a decoded wire twin stands for, ids back to ints."""
-    cls, positions = _TWINS[type(wire)]
+    cls, positions, attributes = _TWINS[type(wire)]
     values = list(msgspec.structs.astuple(wire))
     for index in positions:
         value = values[index]
         if type(value) is str:
             values[index] = int(value, 16)
+    if attributes is not None:
+        extra = values[attributes]
+        if extra and None in extra.values():
+            values[attributes] = {key: _NAN if value is None else value for key, value in extra.items()}
     return cast("CheckpointEvent", cls(*values))

@@ -25,6 +25,7 @@ import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidArgumentError
 from sinks._hexids import WIRE_DECODER, from_wire, with_hex_ids
+from sinks._wire_safe import replace_surrogates
 
 __all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]
 
@@ -42,6 +43,8 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     counts the batch as failed too); ``torn_lines`` the lines that could not be truncated
     away and were ended with a newline instead (a reader reports each as a corrupt line).
     ``last_error`` is the latest write error (kept after writing resumes; ``None`` if none).
+    ``replaced_values`` counts strings JSON (UTF-8) cannot hold, a lone surrogate such as
+    ``"x\\ud800"``, written with U+FFFD in its place so the event's line is still written.
     """
 
     events: int
@@ -51,6 +54,7 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     write_errors: int = 0
     torn_lines: int = 0
     last_error: str | None = None
+    replaced_values: int = 0
 
 
 class JsonLinesSink:
@@ -113,6 +117,7 @@ class JsonLinesSink:
         self._failed = 0
         self._write_errors = 0
         self._torn_lines = 0
+        self._replaced = 0
         self._torn = False  # the file ends in a torn line that still needs its newline
         self._last_error: str | None = None
         self._failing = False  # the last write failed: log once when writing resumes
@@ -148,7 +153,10 @@ class JsonLinesSink:
                     buffer = self._buffer
                     encode_into = self._encode_into
                     for event in batch:
-                        encode_into(with_hex_ids(event), buffer, -1)
+                        try:
+                            encode_into(with_hex_ids(event), buffer, -1)
+                        except UnicodeEncodeError:
+                            self._encode_replaced(event, buffer, buffer.rfind(_NEWLINE) + 1)
                         buffer.append(_NEWLINE)
                     self._write(buffer, len(batch))
                 else:
@@ -176,7 +184,10 @@ class JsonLinesSink:
         lines = 0
         for event in batch:
             before = len(buffer)
-            encode_into(with_hex_ids(event), buffer, -1)
+            try:
+                encode_into(with_hex_ids(event), buffer, -1)
+            except UnicodeEncodeError:
+                self._encode_replaced(event, buffer, before)
             buffer.append(_NEWLINE)
             if self._size + len(buffer) > max_bytes and self._size + before > 0:
                 # The new line would overflow this file: finish the file without it.
@@ -187,6 +198,13 @@ class JsonLinesSink:
                 lines = 0
             lines += 1
         self._write(buffer, lines)
+
+    def _encode_replaced(self, event: Any, buffer: bytearray, start: int) -> None:
+        """Encode ``event`` at ``start`` (where the failed encode began) with U+FFFD for each surrogate."""
+        del buffer[start:]
+        fields, replaced = _replace_text(msgspec.to_builtins(with_hex_ids(event)))
+        self._encode_into(fields, buffer, -1)
+        self._replaced += replaced
 
     def _write(self, data: bytearray | memoryview, lines: int) -> None:
         """Write all of ``data`` (``lines`` whole lines), going on after short writes.
@@ -295,7 +313,27 @@ class JsonLinesSink:
             write_errors=self._write_errors,
             torn_lines=self._torn_lines,
             last_error=self._last_error,
+            replaced_values=self._replaced,
         )
+
+
+def _replace_text(value: Any) -> tuple[Any, int]:
+    """``value`` (``msgspec.to_builtins`` output) with surrogates replaced, and how many strings changed."""
+    if isinstance(value, str):
+        replaced = replace_surrogates(value)
+        return replaced, int(replaced != value)
+    if isinstance(value, dict):
+        changed = 0
+        out = {}
+        for key, item in value.items():
+            new_key, key_changed = _replace_text(key)
+            out[new_key], item_changed = _replace_text(item)
+            changed += key_changed + item_changed
+        return out, changed
+    if isinstance(value, list):
+        pairs = [_replace_text(item) for item in value]
+        return [item for item, _ in pairs], sum(changed for _, changed in pairs)
+    return value, 0
 
 
 class CorruptLine(msgspec.Struct, frozen=True):

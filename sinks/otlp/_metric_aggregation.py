@@ -32,6 +32,7 @@ from ckpt_events import (
     __version__,
 )
 from sinks import _metric_keys as keys
+from sinks._wire_safe import replace_surrogates
 from sinks.otlp._span_encoder import SCOPE_NAME
 from sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
 
@@ -166,13 +167,19 @@ class MetricEncoder:
         )
         self._scope = field(0x0A, field(0x0A, SCOPE_NAME.encode()) + field(0x12, __version__.encode()))
         self._attributes: dict[tuple[Any, ...], dict[str, str]] = {}
+        #: Attribute texts UTF-8 cannot hold (a lone surrogate in an instance name), written
+        #: with U+FFFD: the point is kept, under a name that is still readable.
+        self.invalid_values = 0
         self._json_resource = {"attributes": json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
     def _attrs(self, key: tuple[Any, ...]) -> dict[str, str]:
         cached = self._attributes.get(key)
         if cached is None:
-            cached = self._attributes[key] = keys.attributes_of(key)
+            cached = keys.attributes_of(key)
+            replaced = {name: replace_surrogates(value) for name, value in cached.items()}
+            self.invalid_values += sum(replaced[name] != value for name, value in cached.items())
+            cached = self._attributes[key] = replaced
         return cached
 
     # -- protobuf ----------------------------------------------------------------------------

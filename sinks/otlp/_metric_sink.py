@@ -35,12 +35,14 @@ METRICS_PATH: Final = "/v1/metrics"
 
 class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``OtlpMetricSink``: events folded in, export requests accepted and
-    failed (after retries), and requests repeated after a retryable answer."""
+    failed (after retries), and requests repeated after a retryable answer; ``invalid_values``
+    attribute texts written with U+FFFD for what UTF-8 cannot hold (a lone surrogate)."""
 
     events: int
     exports: int
     export_failures: int
     retries: int
+    invalid_values: int = 0
 
 
 class OtlpMetricSink:
@@ -116,16 +118,16 @@ class OtlpMetricSink:
                 return
             self._export()
 
-    def _export(self) -> bool:
+    def _export(self, deadline: float | None = None) -> bool:
         with self._export_lock:
             with self._lock:
                 if not self._totals:
                     return True
                 snapshot = self._totals.snapshot()
             body = self._encode(snapshot, self.start_ns, time.time_ns())
-            result = self.sender.send(body)
+            result = self.sender.send(body, deadline)
             with self._lock:
-                self._retries += result.attempts - 1
+                self._retries += max(result.attempts - 1, 0)
                 if result.accepted:
                     self._exports += 1
                 else:
@@ -145,22 +147,30 @@ class OtlpMetricSink:
         """Export the totals now; ``True`` when the collector accepted them (or there were none)."""
         return self._export()
 
-    def shutdown(self) -> None:
-        """Stop the worker, export the totals one last time, close the connection. Idempotent."""
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the worker, export the totals one last time, close the connection: all within
+        ``timeout`` seconds (default the sink's ``timeout``), whatever the collector does. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         self._stop.set()
-        self._worker.join(self.timeout)
-        if self._worker.is_alive():  # stuck in a retry backoff: give up on it, then the last export
+        self._worker.join(max(deadline - time.monotonic(), 0.0) / 2)
+        if self._worker.is_alive():  # stuck in a request or a backoff: end it, then the last export
             self.sender.cancel()
-            self._worker.join(self.timeout)
-        self._export()
+            self._worker.join(max(deadline - time.monotonic(), 0.0))
+            self.sender.resume()
+        self._export(deadline)
         self.sender.close()
 
     async def aclose(self) -> None:
-        """Export the last totals and shut down (the bus awaits this after the last batch)."""
-        await anyio.to_thread.run_sync(self.shutdown)
+        """Export the last totals and shut down (the bus awaits this after the last batch);
+        cancelled (the bus's close deadline), the export in flight ends at once."""
+        try:
+            await anyio.to_thread.run_sync(self.shutdown, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            self.sender.cancel()
+            raise
 
     def stats(self) -> OtlpMetricSinkStats:
         """The counters so far."""
@@ -170,4 +180,5 @@ class OtlpMetricSink:
                 exports=self._exports,
                 export_failures=self._failures,
                 retries=self._retries,
+                invalid_values=self.encoder.invalid_values,
             )

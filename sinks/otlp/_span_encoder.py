@@ -18,6 +18,7 @@ import msgspec
 
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
 from sinks._span_attrs import span_name_and_attributes, span_plan
+from sinks._wire_safe import replace_surrogates, scrub_json_span
 from sinks.otlp._wire import FIXED64 as _FIXED64
 from sinks.otlp._wire import SMALL_VARINTS as _SMALL_VARINTS
 from sinks.otlp._wire import field as _field
@@ -48,15 +49,16 @@ class SpanEncoder:
     def __init__(self, resource_attributes: Mapping[str, object], redactor: Redactor | None = None) -> None:
         self.redactor = redactor if redactor is not None else Redactor()
         self.resource_attributes = dict(resource_attributes)
-        resource = _field(
-            0x0A, b"".join(_field(0x0A, _key_value(k, v)) for k, v in self.resource_attributes.items())
-        )
+        #: Values left out (an attribute protobuf cannot carry: a lone surrogate, an int
+        #: outside int64) or replaced (U+FFFD in a status or exception text); the span stays.
+        self.invalid_values = 0
+        resource = _field(0x0A, b"".join(self._resource_pairs()))
         scope = _field(0x0A, _field(0x0A, SCOPE_NAME.encode()) + _field(0x12, __version__.encode()))
         self._resource = resource  # ResourceSpans field 1
         self._scope = scope  # ScopeSpans field 1
         self._pairs: dict[tuple[str, object], bytes] = {}
         self._names: dict[tuple[str, type, bool], bytes] = {}  # Span fields 5 and 6
-        self._json_resource = {"attributes": _json_attributes(self.resource_attributes)}
+        self._json_resource = {"attributes": self._json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
     # -- protobuf ----------------------------------------------------------------------------
@@ -73,6 +75,13 @@ class SpanEncoder:
         spans[:0] = (b"\x0a", _varint(resource_spans), self._resource, header, self._scope)
         return b"".join(spans), count
 
+    def _resource_pairs(self) -> Iterable[bytes]:
+        for key, value in self.resource_attributes.items():
+            try:
+                yield _field(0x0A, _key_value(key, value))
+            except ValueError:
+                self.invalid_values += 1
+
     def _pair(self, key: str, value: object) -> bytes:
         """Attributes field 9 holding one ``KeyValue``; the common ones come from a cache."""
         pairs = self._pairs
@@ -83,7 +92,11 @@ class SpanEncoder:
             encoded = pairs.get((key, value))
             if encoded is not None:
                 return encoded
-        encoded = _field(0x4A, _key_value(key, value))
+        try:
+            encoded = _field(0x4A, _key_value(key, value))
+        except ValueError:  # the one value is dropped, as OpenTelemetry's encoder does
+            self.invalid_values += 1
+            return b""
         if cached:
             if len(pairs) >= _CACHE_LIMIT:
                 pairs.clear()
@@ -136,8 +149,8 @@ class SpanEncoder:
                 encoded = pairs.get((key, value)) if cls is str or cls is int else None
                 parts.append(encoded or self._pair(key, value))
         if event.outcome == _ERROR:
-            error_type = event.error_type or "Exception"
-            message = event.error_message or ""
+            error_type = self._text(event.error_type or "Exception")
+            message = self._text(event.error_message or "")
             exception = (
                 b"\x09"
                 + _FIXED64.pack(event.end_ns)
@@ -153,6 +166,15 @@ class SpanEncoder:
         size = len(span)
         return b"\x12" + (_SMALL_VARINTS[size] if size < 16384 else _varint(size)) + span
 
+    def _text(self, text: str) -> str:
+        """``text`` itself, or with U+FFFD for what UTF-8 cannot hold (counted)."""
+        if text.isascii():
+            return text
+        replaced = replace_surrogates(text)
+        if replaced != text:
+            self.invalid_values += 1
+        return replaced
+
     # -- JSON --------------------------------------------------------------------------------
 
     def json(self, events: Iterable[Any]) -> tuple[bytes, int]:
@@ -166,7 +188,18 @@ class SpanEncoder:
                 }
             ]
         }
-        return msgspec.json.encode(request), len(spans)
+        try:
+            return msgspec.json.encode(request), len(spans)
+        except UnicodeEncodeError:
+            # A lone surrogate somewhere (msgspec finds it only when encoding): found and
+            # dropped span by span, so this one value costs nothing else.
+            self.invalid_values += sum(map(scrub_json_span, spans))
+            return msgspec.json.encode(request), len(spans)
+
+    def _json_attributes(self, attributes: Mapping[str, object]) -> list[dict[str, Any]]:
+        pairs = _json_attributes(attributes)
+        self.invalid_values += len(attributes) - len(pairs)
+        return pairs
 
     def _json_span(self, event: Any) -> dict[str, Any] | None:
         made = span_name_and_attributes(event, self.redactor)
@@ -187,10 +220,10 @@ class SpanEncoder:
         span["kind"] = _KIND[span_kind_of(event)]
         span["startTimeUnixNano"] = str(event.start_ns)
         span["endTimeUnixNano"] = str(event.end_ns)
-        span["attributes"] = _json_attributes(attributes)
+        span["attributes"] = self._json_attributes(attributes)
         if event.outcome == _ERROR:
-            error_type = event.error_type or "Exception"
-            message = event.error_message or ""
+            error_type = self._text(event.error_type or "Exception")
+            message = self._text(event.error_message or "")
             span["events"] = [
                 {
                     "timeUnixNano": str(event.end_ns),

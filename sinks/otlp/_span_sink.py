@@ -30,6 +30,9 @@ __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
 
 logger: Final = logging.getLogger("sinks.otel")
 
+#: How long a shutdown waits for the worker after cancelling its request (it returns at once
+#: but for a thread switch); past it, the spans it held are counted as dropped.
+_JOIN_SLACK: Final = 0.25
 PROTOCOLS: Final = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 TRACES_PATH: Final = "/v1/traces"
 
@@ -40,7 +43,10 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     ``exported`` spans the collector accepted; ``dropped`` spans lost (queue full, refused
     or unreachable collector, handed in after shutdown); ``exports`` requests accepted;
     ``retries`` requests repeated after a retryable answer; ``unsampled`` events skipped by
-    the root's sampling decision; ``skipped`` events with no span (``renew``).
+    the root's sampling decision; ``skipped`` events with no span (``renew``);
+    ``invalid_values`` attribute values the wire cannot carry (a lone surrogate, an int outside
+    int64), left out of their span (or, in a status or exception text, replaced) while the
+    span itself is exported.
     """
 
     exported: int
@@ -50,6 +56,7 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     retries: int
     unsampled: int
     skipped: int
+    invalid_values: int = 0
 
 
 class OtlpSpanSink:
@@ -60,8 +67,9 @@ class OtlpSpanSink:
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is). ``protocol`` is ``"http/protobuf"`` (default)
     or ``"http/json"``; ``compression`` ``"none"``, ``"gzip"`` or ``"deflate"``; ``headers`` go with every
     request; ``resource_attributes`` describe the process (``service.name`` defaults to
-    ``"unknown_service"``). ``timeout`` bounds each request, and ``shutdown`` waits at most
-    that long for the last export.
+    ``"unknown_service"``). ``timeout`` bounds each request (the whole reply, however slowly
+    it comes), and ``shutdown`` ends within that long, whatever the collector does: what it
+    could not send by then is counted in ``dropped``.
     """
 
     blocking: Final = False  # handle() only queues; the worker thread does the I/O
@@ -118,6 +126,8 @@ class OtlpSpanSink:
         self._in_flight = 0
         self._flush_requested = False
         self._closed = False
+        self._deadline: float | None = None  # a shutdown's: the worker's sends end by it
+        self._abandoned = False  # shutdown counted the worker's batch as dropped
         self._wake = threading.Condition()
         self._exported = self._dropped = self._exports = self._failures = 0
         self._retries = self._unsampled = self._skipped = 0
@@ -194,8 +204,8 @@ class OtlpSpanSink:
         if not spans:
             self._count(skipped=skipped)
             return
-        result = self.sender.send(body)
-        retries = result.attempts - 1
+        result = self.sender.send(body, self._deadline)
+        retries = max(result.attempts - 1, 0)
         if result.accepted:
             self._count(exported=spans, skipped=skipped, retries=retries)
         else:
@@ -206,6 +216,8 @@ class OtlpSpanSink:
         self, *, exported: int = 0, dropped: int = 0, skipped: int = 0, retries: int = 0, failed: bool = False
     ) -> None:
         with self._wake:
+            if self._abandoned:
+                return  # shutdown gave up on this batch and counted it
             self._exported += exported
             self._exports += 1 if exported else 0
             self._dropped += dropped
@@ -244,23 +256,35 @@ class OtlpSpanSink:
                 wake.wait(remaining)
         return False
 
-    def shutdown(self) -> None:
-        """Flush (at most ``timeout`` seconds), stop the worker, close the connection. Idempotent."""
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Flush, stop the worker, close the connection: all within ``timeout`` seconds (default
+        the sink's ``timeout``). Spans not exported by then are counted in ``dropped``. Idempotent."""
         if self._closed:
             return
-        self.force_flush()
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        self._deadline = deadline
+        self.force_flush(max(deadline - time.monotonic(), 0.0))
         with self._wake:
             self._closed = True
             self._dropped += len(self._queue)
             self._queue.clear()
             self._wake.notify_all()
-        self.sender.cancel()
-        self._worker.join(self.timeout)
+        self.sender.cancel()  # ends a backoff wait and the request in flight
+        self._worker.join(_JOIN_SLACK)
+        with self._wake:
+            if self._worker.is_alive() and self._in_flight:
+                self._dropped += self._in_flight
+                self._abandoned = True
         self.sender.close()
 
     async def aclose(self) -> None:
-        """Flush and shut down (the bus awaits this after the last batch)."""
-        await anyio.to_thread.run_sync(self.shutdown)
+        """Flush and shut down (the bus awaits this after the last batch); cancelled (the bus's
+        close deadline), the export in flight ends at once and its spans count as dropped."""
+        try:
+            await anyio.to_thread.run_sync(self.shutdown, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            self.sender.cancel()
+            raise
 
     def stats(self) -> OtlpSpanSinkStats:
         """The counters so far."""
@@ -273,4 +297,5 @@ class OtlpSpanSink:
                 retries=self._retries,
                 unsampled=self._unsampled,
                 skipped=self._skipped,
+                invalid_values=self.encoder.invalid_values,
             )

@@ -6,9 +6,12 @@ Hand-written protobuf: a varint, a length-delimited field, an ``AnyValue`` and a
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping
 from typing import Any, Final
+
+from sinks._wire_safe import INT64_MAX, INT64_MIN
 
 __all__ = [
     "DOUBLE",
@@ -56,6 +59,8 @@ def _any_value(value: object) -> bytes:
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"{value} is outside int64")  # OpenTelemetry's encoder drops it too
         return b"\x18" + varint(value)
     if isinstance(value, float):
         return b"\x21" + DOUBLE.pack(value)
@@ -63,23 +68,42 @@ def _any_value(value: object) -> bytes:
 
 
 def key_value(key: str, value: object) -> bytes:
-    """A ``KeyValue`` message's bytes (without its own tag)."""
+    """A ``KeyValue`` message's bytes (without its own tag).
+
+    Raises ``ValueError`` for a pair protobuf cannot carry: a surrogate in the key or a string
+    value (``UnicodeEncodeError``), an int outside int64.
+    """
     return field(0x0A, key.encode()) + field(0x12, _any_value(value))
 
 
 def json_value(value: object) -> dict[str, Any]:
-    """An OTLP/JSON ``AnyValue``."""
+    """An OTLP/JSON ``AnyValue``; ``ValueError`` for an int outside int64.
+
+    NaN and the infinities are the strings protobuf's JSON mapping reads ("NaN", "Infinity",
+    "-Infinity"); as numbers they would go out as ``null``.
+    """
     if isinstance(value, str):
         return {"stringValue": value}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"{value} is outside int64")
         return {"intValue": str(value)}
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return {"doubleValue": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
         return {"doubleValue": value}
     return {"stringValue": str(value)}
 
 
 def json_attributes(attributes: Mapping[str, object]) -> list[dict[str, Any]]:
-    """OTLP/JSON ``KeyValue`` list."""
-    return [{"key": key, "value": json_value(value)} for key, value in attributes.items()]
+    """OTLP/JSON ``KeyValue`` list; a pair with an int outside int64 is left out (as OpenTelemetry
+    does), so a caller counts ``len(attributes) - len(result)`` values dropped."""
+    pairs = []
+    for key, value in attributes.items():
+        try:
+            pairs.append({"key": key, "value": json_value(value)})
+        except ValueError:
+            continue
+    return pairs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import anyio
@@ -416,3 +417,28 @@ async def test_blocking_sinks_linger_by_default_and_bad_linger_raises() -> None:
         assert bus.subscribe(MemorySink()).linger == 0
         with pytest.raises(InvalidArgumentError, match="linger"):
             bus.subscribe(MemorySink(), linger=-1)
+
+
+async def test_many_subscriptions_are_added_in_linear_time() -> None:
+    """3,000 sinks of one class subscribe in well under 6 s (a route table rebuilt per
+    subscribe and names tried from "-1" each time: 4,000 took 7.1 s, 49 s under load), keep
+    their unique names, and each gets an emitted event once."""
+
+    class Counting:
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def handle(self, batch: list[Any]) -> None:
+            self.seen += len(batch)
+
+    sinks = [Counting() for _ in range(3000)]
+    async with Bus() as bus:
+        started = time.perf_counter()
+        subs = [bus.subscribe(sink) for sink in sinks]
+        took = time.perf_counter() - started
+        bus.emit(Refused(Kind.MODEL, "m0", 1, ErrorCode.STALE_ATTEMPT))
+        await bus.flush()
+    assert took < 6.0, f"3,000 subscriptions took {took:.1f} s"
+    assert [sub.name for sub in subs[:3]] == ["Counting", "Counting-2", "Counting-3"]
+    assert len({sub.name for sub in subs}) == 3000
+    assert [sink.seen for sink in sinks] == [1] * 3000

@@ -1,0 +1,120 @@
+"""What every span handle answers, live or no-op (``_SpanBase``), and the helpers the live ones share.
+
+A handle's trace context (``traceparent()``, ``tracestate()``, ``with_tracestate()``) and its
+extra attributes: ``set_attribute`` until the span ends, when ``_seal`` freezes them
+(``FrozenAttributes``) and later calls are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
+
+from ckpt_events._errors import InvalidTypeError, argument_error
+from ckpt_events._events import AttributeValue
+from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
+from ckpt_events._tracecontext import format_traceparent, parse_tracestate
+from ckpt_events._vocab import Outcome
+
+if TYPE_CHECKING:
+    from ckpt_events._telemetry import Telemetry
+
+__all__ = ["_OK", "_SpanBase", "_bad", "_error_fields"]
+
+_MAX_MESSAGE: Final = 1024
+_OK: Final = Outcome.OK
+
+
+def _bad(name: str, value: object) -> NoReturn:
+    raise argument_error(f"{name} must be an int >= 0, not {value!r}", value, int)
+
+
+def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return Outcome.ERROR, name, str(exc)[:_MAX_MESSAGE]
+
+
+class _SpanBase:
+    """What every span handle answers, live or no-op: its trace context and extra attributes.
+
+    A mixin without fields: the live handles hold ``_tel``, ``trace_id``, ``span_id``,
+    ``sampled``, ``parent_remote``, ``_tracestate``, ``_attributes`` and ``start_ns``.
+    """
+
+    __slots__ = ()
+    #: False on the no-op twins: they are never a parent.
+    _live: ClassVar[bool] = True
+    _tel: Telemetry
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    parent_remote: bool
+    sampled: bool
+    checkpoint_id: str | None
+    start_ns: int
+    _tracestate: str | None
+    _attributes: dict[str, AttributeValue] | None
+
+    def _seal(self) -> bool:
+        """End this span: freeze its attributes. ``False`` if it had ended already."""
+        attributes = self._attributes
+        if attributes.__class__ is FrozenAttributes:
+            return False
+        self._attributes = FrozenAttributes(attributes) if attributes else ENDED  # type: ignore[misc]  # a field of the struct subclasses
+        return True
+
+    def _start(self, started: type[Any], what: object) -> None:
+        """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
+        tel = self._tel
+        self.start_ns = tel._clock()  # type: ignore[misc]  # a field of the struct subclasses
+        if started in tel.bus._routes:
+            tel.bus.emit(
+                started(  # positional, in field order (see _events.py)
+                    tel.kind,
+                    tel.instance,
+                    self.trace_id,
+                    self.span_id,
+                    self.start_ns,
+                    what,
+                    self.checkpoint_id,
+                    self.parent_span_id,
+                    self.parent_remote,
+                    self.sampled,
+                    tel.worker,
+                )
+            )
+
+    def traceparent(self) -> str | None:
+        """The W3C ``traceparent`` for an outgoing call made inside this span."""
+        return format_traceparent(self.trace_id, self.span_id, self.sampled)
+
+    def tracestate(self) -> str | None:
+        """The W3C ``tracestate`` to send with ``traceparent()``: the one that came in with
+        this trace's ``traceparent`` (see ``with_tracestate``), inherited by child spans."""
+        return self._tracestate
+
+    def with_tracestate(self, header: str | None) -> Self:
+        """Keep the incoming ``tracestate`` ``header`` (validated by ``parse_tracestate``) if
+        this span continues the ``traceparent`` it came with; returns this span::
+
+            with tel.operation("prepare", traceparent=tp).with_tracestate(ts) as op: ...
+
+        A span that does not continue a remote parent ignores it (W3C: a ``tracestate``
+        goes only with its ``traceparent``); a child span keeps its parent's.
+        """
+        if self.parent_remote and header is not None:
+            self._tracestate = parse_tracestate(header)  # type: ignore[misc]  # a field of the struct subclasses
+        return self
+
+    def set_attribute(self, name: str, value: AttributeValue) -> None:
+        """Attach an extra attribute; sinks apply the redaction rule to it. Ignored once the
+        span has ended (its event, perhaps delivered already, is final)."""
+        if not isinstance(name, str) or not isinstance(value, str | bool | int | float):
+            raise InvalidTypeError(
+                f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
+            )
+        if self._attributes.__class__ is FrozenAttributes:
+            return
+        if self._attributes is None:
+            self._attributes = {}  # type: ignore[misc]  # a field of the struct subclasses
+        self._attributes[name] = value
