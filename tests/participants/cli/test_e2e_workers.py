@@ -97,12 +97,15 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
                 participant_dir(tmp_path / "ck", "environment", "environment-0") / "manifest.json"
             ).exists()
             assert (await _control(client, "resume", "c1", 5)).status_code == 200
+            # Until the restarted worker has joined, prepare is not ready; each retry is a new
+            # checkpoint id (a resumed one is refused as stale_checkpoint). 100 tries x >= 0.2 s.
             with anyio.fail_after(20):
-                while True:
-                    again = await _control(client, "prepare", "c2", 2.0)
+                for attempt in range(2, 102):
+                    again = await _control(client, "prepare", f"c{attempt}", 2.0)
+                    assert again.status_code == 200, again.text
                     if again.json()["phase"] == "prepared":
                         break
-                    await _control(client, "resume", "c2", 5)
+                    await _control(client, "resume", f"c{attempt}", 5)
                     await anyio.sleep(0.2)
             assert again.json()["report"]["counts"]["workers"] == 2
     finally:
