@@ -98,11 +98,13 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
             ).exists()
             assert (await _control(client, "resume", "c1", 5)).status_code == 200
             with anyio.fail_after(20):
-                while True:
-                    again = await _control(client, "prepare", "c2", 2.0)
+                # A new id per try: a resumed id is fenced (stale_checkpoint), never prepared again.
+                for attempt in range(100):
+                    again = await _control(client, "prepare", f"c2-{attempt}", 2.0)
+                    assert again.status_code == 200, again.text
                     if again.json()["phase"] == "prepared":
                         break
-                    await _control(client, "resume", "c2", 5)
+                    await _control(client, "resume", f"c2-{attempt}", 5)
                     await anyio.sleep(0.2)
             assert again.json()["report"]["counts"]["workers"] == 2
     finally:
