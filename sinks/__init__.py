@@ -7,8 +7,9 @@ modules import the SDK only when used.
 
 from sinks._configure import Configured, configure
 from sinks._logging_sink import LoggingSink
+from sinks.jsonl._reader import CorruptLine, read_events
 from sinks.jsonl._replay import ReplayResult, replay
-from sinks.jsonl._writer import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
+from sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
 from sinks.otel._env import OtelSettings, read_otel_env, sample_ratio_from_env
 
 __all__ = [
