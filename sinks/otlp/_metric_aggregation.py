@@ -18,13 +18,11 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import (
-    METRIC_BYTES,
-    METRIC_EVENTS,
-    METRIC_LOOP_LAG,
-    METRIC_OPERATION_DURATION,
-    METRIC_RECORDS,
+    INSTRUMENTS,
     CoordinateFinished,
     GenerationCut,
+    Instrument,
+    InstrumentKind,
     LeaseExpired,
     OperationFinished,
     PrepareNotReady,
@@ -40,17 +38,10 @@ __all__ = ["COUNTERS", "DEFAULT_BOUNDARIES", "HISTOGRAMS", "HistogramPoint", "Me
 #: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
 DEFAULT_BOUNDARIES: Final = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0,
                              2500.0, 5000.0, 7500.0, 10000.0)  # fmt: skip
-#: (name, unit, description) of each counter, in export order; the histogram comes first.
-COUNTERS: Final = (
-    (METRIC_RECORDS, "1", "Records written by commit or read by restore"),
-    (METRIC_BYTES, "By", "Bytes written by commit or read by restore"),
-    (METRIC_EVENTS, "1", "Counted checkpoint events"),
-)
-#: (name, unit, description) of each histogram, in export order: durations, then loop lag.
-HISTOGRAMS: Final = (
-    (METRIC_OPERATION_DURATION, "ms", "Duration of a checkpoint operation"),
-    (METRIC_LOOP_LAG, "ms", "A participant's worst event-loop lag during an operation"),
-)
+#: The counters, in export order (the table's order); the histograms are exported first.
+COUNTERS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.COUNTER)
+#: The histograms, in export order: durations, then loop lag.
+HISTOGRAMS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.HISTOGRAM)
 _CUMULATIVE: Final = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _TIMES: Final = struct.Struct("<BQBQ")  # start_time_unix_nano (2) and time_unix_nano (3), fixed64
 _bisect_left: Final = bisect.bisect_left
@@ -204,8 +195,8 @@ class MetricEncoder:
         return b"".join(field(tag, key_value(k, v)) for k, v in self._attrs(key).items())
 
     @staticmethod
-    def _metric(meta: tuple[str, str, str], data: bytes) -> bytes:
-        name, unit, description = meta
+    def _metric(meta: Instrument, data: bytes) -> bytes:
+        name, _, unit, description = meta
         return (
             field(0x0A, name.encode()) + field(0x12, description.encode()) + field(0x1A, unit.encode()) + data
         )
@@ -232,7 +223,7 @@ class MetricEncoder:
         # mapping accepts both, as the OpenTelemetry Collector does); timestamps as strings.
         start, now = str(start_ns), str(now_ns)
         metrics: list[dict[str, Any]] = []
-        for (name, unit, description), histogram in zip(
+        for (name, _, unit, description), histogram in zip(
             HISTOGRAMS, (totals.durations, totals.lags), strict=True
         ):
             if not histogram:
@@ -253,7 +244,7 @@ class MetricEncoder:
             ]
             data = {"dataPoints": points, "aggregationTemporality": _CUMULATIVE}
             metrics.append({"name": name, "unit": unit, "description": description, "histogram": data})
-        for (name, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
+        for (name, _, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
             if sums:
                 number_points = [
                     {
