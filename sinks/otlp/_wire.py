@@ -10,6 +10,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sinks.otlp import _tags as tags
+
 __all__ = [
     "DOUBLE",
     "FIXED64",
@@ -46,25 +48,31 @@ def varint(value: int) -> bytes:
 
 
 def field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag byte, length, payload."""
+    """A length-delimited field: tag byte (a ``sinks.otlp._tags`` name under 128), length, payload."""
     return bytes((tag,)) + varint(len(payload)) + payload
+
+
+_TRUE: Final = bytes((tags.ANY_VALUE_BOOL, 1))
+_FALSE: Final = bytes((tags.ANY_VALUE_BOOL, 0))
+_INT: Final = bytes((tags.ANY_VALUE_INT,))
+_DOUBLE: Final = bytes((tags.ANY_VALUE_DOUBLE,))
 
 
 def _any_value(value: object) -> bytes:
     if isinstance(value, str):
-        return field(0x0A, value.encode())
+        return field(tags.ANY_VALUE_STRING, value.encode())
     if isinstance(value, bool):
-        return b"\x10\x01" if value else b"\x10\x00"
+        return _TRUE if value else _FALSE
     if isinstance(value, int):
-        return b"\x18" + varint(value)
+        return _INT + varint(value)
     if isinstance(value, float):
-        return b"\x21" + DOUBLE.pack(value)
-    return field(0x0A, str(value).encode())
+        return _DOUBLE + DOUBLE.pack(value)
+    return field(tags.ANY_VALUE_STRING, str(value).encode())
 
 
 def key_value(key: str, value: object) -> bytes:
     """A ``KeyValue`` message's bytes (without its own tag)."""
-    return field(0x0A, key.encode()) + field(0x12, _any_value(value))
+    return field(tags.KEY_VALUE_KEY, key.encode()) + field(tags.KEY_VALUE_VALUE, _any_value(value))
 
 
 def json_value(value: object) -> dict[str, Any]:
