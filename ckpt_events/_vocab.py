@@ -7,7 +7,7 @@ dashboards built for the original system: they are spelled here and nowhere else
 from __future__ import annotations
 
 import enum
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from ckpt_events._errors import UnknownNameError
 
@@ -18,6 +18,7 @@ __all__ = [
     "CONTROLLER_INSTANCE",
     "COORDINATE_END_ATTRS",
     "COORDINATE_SPANS",
+    "INSTRUMENTS",
     "METRIC_BYTES",
     "METRIC_EVENTS",
     "METRIC_LOOP_LAG",
@@ -38,6 +39,8 @@ __all__ = [
     "Disposition",
     "ErrorCode",
     "FieldAttrs",
+    "Instrument",
+    "InstrumentKind",
     "Kind",
     "Operation",
     "Outcome",
@@ -197,6 +200,40 @@ METRIC_BYTES: Final = "gym.checkpoint.bytes_total"
 METRIC_EVENTS: Final = "gym.checkpoint.events_total"
 #: Event-loop lag of a participant during one operation (max sleep overshoot), a histogram.
 METRIC_LOOP_LAG: Final = "gym.checkpoint.loop_lag_ms"
+
+
+class InstrumentKind(enum.StrEnum):
+    """How a metric instrument aggregates: a monotonic sum, or an explicit-bucket histogram."""
+
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+class Instrument(NamedTuple):
+    """One metric instrument: its SPEC name, kind, UCUM unit and description."""
+
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+
+
+#: Every metric instrument, spelled once: the SDK-backed ``MetricSink`` creates these and our
+#: OTLP encoder exports them, histograms and counters each in this order.
+INSTRUMENTS: Final = (
+    Instrument(
+        METRIC_OPERATION_DURATION, InstrumentKind.HISTOGRAM, "ms", "Duration of a checkpoint operation"
+    ),
+    Instrument(METRIC_RECORDS, InstrumentKind.COUNTER, "1", "Records written by commit or read by restore"),
+    Instrument(METRIC_BYTES, InstrumentKind.COUNTER, "By", "Bytes written by commit or read by restore"),
+    Instrument(METRIC_EVENTS, InstrumentKind.COUNTER, "1", "Counted checkpoint events"),
+    Instrument(
+        METRIC_LOOP_LAG,
+        InstrumentKind.HISTOGRAM,
+        "ms",
+        "A participant's worst event-loop lag during an operation",
+    ),
+)
 
 
 def attr(name: str) -> str:

@@ -3,13 +3,23 @@
 ``configure(bus)`` subscribes the standard set from arguments and the environment;
 ``sinks.otel``, ``sinks.jsonl`` and ``sinks.replay`` hold the parts. The OpenTelemetry
 modules import the SDK only when used.
+
+The names below load on first use, so ``import sinks`` (and ``ckpt-events --help``) imports
+neither the core's bus nor an HTTP stack until a name is read.
 """
 
-from sinks._configure import Configured, configure
-from sinks._logging_sink import LoggingSink
-from sinks.jsonl._replay import ReplayResult, replay
-from sinks.jsonl._writer import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
-from sinks.otel._env import OtelSettings, read_otel_env, sample_ratio_from_env
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from sinks._configure import Configured, configure
+    from sinks._logging_sink import LoggingSink
+    from sinks.jsonl._reader import CorruptLine, read_events
+    from sinks.jsonl._replay import ReplayResult, replay
+    from sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
+    from sinks.otel._env import OtelSettings, read_otel_env, sample_ratio_from_env
 
 __all__ = [
     "Configured",
@@ -25,3 +35,33 @@ __all__ = [
     "replay",
     "sample_ratio_from_env",
 ]
+
+_HOME: Final = {
+    "Configured": "sinks._configure",
+    "CorruptLine": "sinks.jsonl._reader",
+    "JsonLinesSink": "sinks.jsonl._writer",
+    "JsonLinesStats": "sinks.jsonl._writer",
+    "LoggingSink": "sinks._logging_sink",
+    "OtelSettings": "sinks.otel._env",
+    "ReplayResult": "sinks.jsonl._replay",
+    "configure": "sinks._configure",
+    "read_events": "sinks.jsonl._reader",
+    "read_otel_env": "sinks.otel._env",
+    "replay": "sinks.jsonl._replay",
+    "sample_ratio_from_env": "sinks.otel._env",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and cache the name here."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, loaded or not."""
+    return sorted(set(globals()) | set(__all__))

@@ -1,5 +1,6 @@
-"""The JSON-lines sink, and the reader that reports corrupt lines without stopping."""
+"""The JSON-lines sink (writer), the reader that reports corrupt lines without stopping."""
 
-from sinks.jsonl._writer import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
+from sinks.jsonl._reader import CorruptLine, read_events
+from sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
 
 __all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]

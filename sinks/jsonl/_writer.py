@@ -1,8 +1,8 @@
-"""The JSON-lines sink and its reader: one JSON object per event per line.
+"""The JSON-lines sink: one JSON object per event per line.
 
 Ids are written as W3C hex strings (``sinks._hexids``), as a collector and a ``traceparent``
-show them; ``read_events`` turns them back into the ints the typed events carry (and still
-reads older logs with decimal ids).
+show them; ``read_events`` (``sinks.jsonl._reader``) turns them back into the ints the typed
+events carry.
 
 Writing reuses one ``msgspec.json.Encoder`` and one ``bytearray`` for every batch; a batch is
 written with whole lines only, so a reader never sees half a line from this sink (a crash
@@ -13,26 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
 import msgspec
 
-from ckpt_events import CheckpointEvent, InvalidArgumentError
-from sinks._hexids import WIRE_DECODER, from_wire, with_hex_ids
+from ckpt_events import InvalidArgumentError
+from sinks._hexids import with_hex_ids
 from sinks._wire_safe import replace_surrogates
 
-__all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]
+__all__ = ["JsonLinesSink", "JsonLinesStats"]
 
 logger: Final = logging.getLogger("sinks.jsonl")
 
 _NEWLINE: Final = 10
-_EXCERPT: Final = 120
 
 
 class JsonLinesStats(msgspec.Struct, frozen=True):
@@ -335,40 +333,3 @@ def _replace_text(value: Any) -> tuple[Any, int]:
         return [item for item, _ in pairs], sum(changed for _, changed in pairs)
     return value, 0
 
-
-class CorruptLine(msgspec.Struct, frozen=True):
-    """A line that did not decode as a ``CheckpointEvent``: its 1-based number and why."""
-
-    line: int
-    error: str
-    excerpt: str
-
-
-def read_events(
-    source: str | os.PathLike[str] | IO[bytes],
-) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
-    """Yield ``(line_number, event)`` for each line of a JSON-lines log, in order.
-
-    A line that does not decode yields a ``CorruptLine`` instead and reading goes on; blank
-    lines are skipped. Line numbers are 1-based.
-    """
-    if isinstance(source, str | os.PathLike):
-        with open(source, "rb") as file:
-            yield from _read(file)
-    elif isinstance(source, io.IOBase) or hasattr(source, "readline"):
-        yield from _read(source)
-    else:
-        raise InvalidArgumentError(f"source must be a path or a binary stream, not {source!r}")
-
-
-def _read(file: IO[bytes]) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
-    decode = WIRE_DECODER.decode
-    for number, raw in enumerate(file, 1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            yield number, from_wire(decode(line))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            excerpt = line[:_EXCERPT].decode("utf-8", "replace")
-            yield number, CorruptLine(line=number, error=str(exc), excerpt=excerpt)

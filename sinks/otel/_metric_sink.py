@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
-from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import Counter, Histogram, Meter, MeterProvider
 
 from ckpt_events import (
+    INSTRUMENTS,
     METRIC_BYTES,
     METRIC_EVENTS,
     METRIC_LOOP_LAG,
@@ -20,6 +21,7 @@ from ckpt_events import (
     METRIC_RECORDS,
     CoordinateFinished,
     GenerationCut,
+    InstrumentKind,
     InvalidArgumentError,
     LeaseExpired,
     OperationFinished,
@@ -30,6 +32,23 @@ from ckpt_events import (
 from sinks import _metric_keys as keys
 
 __all__ = ["MetricSink", "MetricSinkStats"]
+
+_INSTRUMENTS: Final = {instrument.name: instrument for instrument in INSTRUMENTS}
+
+
+def _histogram(meter: Meter, name: str) -> Histogram:
+    """The histogram ``name`` with the unit and description of the core's instrument table."""
+    instrument = _INSTRUMENTS[name]
+    assert instrument.kind is InstrumentKind.HISTOGRAM, instrument
+    return meter.create_histogram(name, unit=instrument.unit, description=instrument.description)
+
+
+def _counter(meter: Meter, name: str) -> Counter:
+    """The counter ``name`` with the unit and description of the core's instrument table."""
+    instrument = _INSTRUMENTS[name]
+    assert instrument.kind is InstrumentKind.COUNTER, instrument
+    return meter.create_counter(name, unit=instrument.unit, description=instrument.description)
+
 
 _VOLUME_OPERATIONS: Final = keys.VOLUME_OPERATIONS
 _INTERESTS: Final = keys.INTERESTS
@@ -67,19 +86,11 @@ class MetricSink:
             )
         self.meter_provider = meter_provider
         meter = get_meter("ckpt_events", __version__)
-        self._duration = meter.create_histogram(
-            METRIC_OPERATION_DURATION, unit="ms", description="Duration of a checkpoint operation"
-        )
-        self._records = meter.create_counter(
-            METRIC_RECORDS, unit="1", description="Records written by commit or read by restore"
-        )
-        self._bytes = meter.create_counter(
-            METRIC_BYTES, unit="By", description="Bytes written by commit or read by restore"
-        )
-        self._events = meter.create_counter(METRIC_EVENTS, unit="1", description="Counted checkpoint events")
-        self._loop_lag = meter.create_histogram(
-            METRIC_LOOP_LAG, unit="ms", description="A participant's worst event-loop lag during an operation"
-        )
+        self._duration = _histogram(meter, METRIC_OPERATION_DURATION)
+        self._records = _counter(meter, METRIC_RECORDS)
+        self._bytes = _counter(meter, METRIC_BYTES)
+        self._events = _counter(meter, METRIC_EVENTS)
+        self._loop_lag = _histogram(meter, METRIC_LOOP_LAG)
         # Attribute mappings are built once per distinct flat key and reused: the sets are few.
         self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
         self._seen = 0

@@ -18,13 +18,11 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import (
-    METRIC_BYTES,
-    METRIC_EVENTS,
-    METRIC_LOOP_LAG,
-    METRIC_OPERATION_DURATION,
-    METRIC_RECORDS,
+    INSTRUMENTS,
     CoordinateFinished,
     GenerationCut,
+    Instrument,
+    InstrumentKind,
     LeaseExpired,
     OperationFinished,
     PrepareNotReady,
@@ -33,27 +31,43 @@ from ckpt_events import (
 )
 from sinks import _metric_keys as keys
 from sinks._wire_safe import replace_surrogates
+from sinks.otlp import _tags as tags
 from sinks.otlp._span_encoder import SCOPE_NAME
 from sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
 
 __all__ = ["COUNTERS", "DEFAULT_BOUNDARIES", "HISTOGRAMS", "HistogramPoint", "MetricEncoder", "MetricTotals"]
 
 #: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
-DEFAULT_BOUNDARIES: Final = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0,
-                             2500.0, 5000.0, 7500.0, 10000.0)  # fmt: skip
-#: (name, unit, description) of each counter, in export order; the histogram comes first.
-COUNTERS: Final = (
-    (METRIC_RECORDS, "1", "Records written by commit or read by restore"),
-    (METRIC_BYTES, "By", "Bytes written by commit or read by restore"),
-    (METRIC_EVENTS, "1", "Counted checkpoint events"),
+DEFAULT_BOUNDARIES: Final = (
+    0.0,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    75.0,
+    100.0,
+    250.0,
+    500.0,
+    750.0,
+    1000.0,
+    2500.0,
+    5000.0,
+    7500.0,
+    10000.0,
 )
-#: (name, unit, description) of each histogram, in export order: durations, then loop lag.
-HISTOGRAMS: Final = (
-    (METRIC_OPERATION_DURATION, "ms", "Duration of a checkpoint operation"),
-    (METRIC_LOOP_LAG, "ms", "A participant's worst event-loop lag during an operation"),
-)
+#: The counters, in export order (the table's order); the histograms are exported first.
+COUNTERS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.COUNTER)
+#: The histograms, in export order: durations, then loop lag.
+HISTOGRAMS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.HISTOGRAM)
 _CUMULATIVE: Final = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
-_TIMES: Final = struct.Struct("<BQBQ")  # start_time_unix_nano (2) and time_unix_nano (3), fixed64
+_TIMES: Final = struct.Struct("<BQBQ")  # a data point's start and end time, fixed64 each
+_CUMULATIVE_HISTOGRAM: Final = bytes((tags.HISTOGRAM_TEMPORALITY, _CUMULATIVE))
+_CUMULATIVE_MONOTONIC_SUM: Final = bytes((tags.SUM_TEMPORALITY, _CUMULATIVE, tags.SUM_IS_MONOTONIC, 1))
+_AS_INT: Final = bytes((tags.NUMBER_POINT_AS_INT,))
+_COUNT: Final = bytes((tags.HISTOGRAM_POINT_COUNT,))
+_SUM: Final = bytes((tags.HISTOGRAM_POINT_SUM,))
+_MIN: Final = bytes((tags.HISTOGRAM_POINT_MIN,))
+_MAX: Final = bytes((tags.HISTOGRAM_POINT_MAX,))
 _bisect_left: Final = bisect.bisect_left
 
 
@@ -163,9 +177,16 @@ class MetricEncoder:
     def __init__(self, resource_attributes: Mapping[str, object]) -> None:
         self.resource_attributes = dict(resource_attributes)
         self._resource = field(
-            0x0A, b"".join(field(0x0A, key_value(k, v)) for k, v in self.resource_attributes.items())
+            tags.RESOURCE_METRICS_RESOURCE,
+            b"".join(
+                field(tags.RESOURCE_ATTRIBUTES, key_value(k, v)) for k, v in self.resource_attributes.items()
+            ),
         )
-        self._scope = field(0x0A, field(0x0A, SCOPE_NAME.encode()) + field(0x12, __version__.encode()))
+        self._scope = field(
+            tags.SCOPE_METRICS_SCOPE,
+            field(tags.SCOPE_NAME_FIELD, SCOPE_NAME.encode())
+            + field(tags.SCOPE_VERSION, __version__.encode()),
+        )
         self._attributes: dict[tuple[Any, ...], dict[str, str]] = {}
         #: Attribute texts UTF-8 cannot hold (a lone surrogate in an instance name), written
         #: with U+FFFD: the point is kept, under a name that is still readable.
@@ -186,50 +207,66 @@ class MetricEncoder:
 
     def protobuf(self, totals: MetricTotals, start_ns: int, now_ns: int) -> bytes:
         """An ``ExportMetricsServiceRequest`` with every point of ``totals``."""
-        times = _TIMES.pack(0x11, start_ns, 0x19, now_ns)
+        times = _TIMES.pack(tags.POINT_START_TIME, start_ns, tags.POINT_TIME, now_ns)
         metrics: list[bytes] = []
         for meta, histogram in zip(HISTOGRAMS, (totals.durations, totals.lags), strict=True):
             if histogram:
                 points = b"".join(
-                    field(0x0A, self._histogram_point(key, point, times)) for key, point in histogram.items()
+                    field(tags.HISTOGRAM_DATA_POINTS, self._histogram_point(key, point, times))
+                    for key, point in histogram.items()
                 )
-                metrics.append(self._metric(meta, field(0x4A, points + b"\x10\x02")))
+                metrics.append(
+                    self._metric(meta, field(tags.METRIC_HISTOGRAM, points + _CUMULATIVE_HISTOGRAM))
+                )
         for meta, sums in zip(COUNTERS, totals.sums, strict=True):
             if sums:
                 points = b"".join(
                     field(
-                        0x0A,
-                        self._attributes_pb(0x3A, key) + times + b"\x31" + FIXED64.pack(total % (1 << 64)),
+                        tags.SUM_DATA_POINTS,
+                        self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
+                        + times
+                        + _AS_INT
+                        + FIXED64.pack(total % (1 << 64)),
                     )
                     for key, total in sums.items()
                 )
-                metrics.append(self._metric(meta, field(0x3A, points + b"\x10\x02\x18\x01")))
-        scope_metrics = field(0x12, self._scope + b"".join(field(0x12, metric) for metric in metrics))
-        return field(0x0A, self._resource + scope_metrics)
+                metrics.append(self._metric(meta, field(tags.METRIC_SUM, points + _CUMULATIVE_MONOTONIC_SUM)))
+        scope_metrics = field(
+            tags.RESOURCE_METRICS_SCOPE_METRICS,
+            self._scope + b"".join(field(tags.SCOPE_METRICS_METRICS, metric) for metric in metrics),
+        )
+        return field(tags.METRICS_REQUEST_RESOURCE_METRICS, self._resource + scope_metrics)
 
     def _attributes_pb(self, tag: int, key: tuple[Any, ...]) -> bytes:
         return b"".join(field(tag, key_value(k, v)) for k, v in self._attrs(key).items())
 
     @staticmethod
-    def _metric(meta: tuple[str, str, str], data: bytes) -> bytes:
-        name, unit, description = meta
+    def _metric(meta: Instrument, data: bytes) -> bytes:
+        name, _, unit, description = meta
         return (
-            field(0x0A, name.encode()) + field(0x12, description.encode()) + field(0x1A, unit.encode()) + data
+            field(tags.METRIC_NAME, name.encode())
+            + field(tags.METRIC_DESCRIPTION, description.encode())
+            + field(tags.METRIC_UNIT, unit.encode())
+            + data
         )
 
     def _histogram_point(self, key: tuple[Any, ...], point: HistogramPoint, times: bytes) -> bytes:
         buckets = b"".join(FIXED64.pack(n) for n in point.buckets)
         bounds = b"".join(DOUBLE.pack(b) for b in DEFAULT_BOUNDARIES)
         return (
-            self._attributes_pb(0x4A, key)
+            self._attributes_pb(tags.HISTOGRAM_POINT_ATTRIBUTES, key)
             + times
-            + b"\x21" + FIXED64.pack(point.count)
-            + b"\x29" + DOUBLE.pack(point.total)
-            + field(0x32, buckets)
-            + field(0x3A, bounds)
-            + b"\x59" + DOUBLE.pack(point.min)
-            + b"\x61" + DOUBLE.pack(point.max)
-        )  # fmt: skip
+            + _COUNT
+            + FIXED64.pack(point.count)
+            + _SUM
+            + DOUBLE.pack(point.total)
+            + field(tags.HISTOGRAM_POINT_BUCKETS, buckets)
+            + field(tags.HISTOGRAM_POINT_BOUNDS, bounds)
+            + _MIN
+            + DOUBLE.pack(point.min)
+            + _MAX
+            + DOUBLE.pack(point.max)
+        )
 
     # -- JSON --------------------------------------------------------------------------------
 
@@ -239,7 +276,7 @@ class MetricEncoder:
         # mapping accepts both, as the OpenTelemetry Collector does); timestamps as strings.
         start, now = str(start_ns), str(now_ns)
         metrics: list[dict[str, Any]] = []
-        for (name, unit, description), histogram in zip(
+        for (name, _, unit, description), histogram in zip(
             HISTOGRAMS, (totals.durations, totals.lags), strict=True
         ):
             if not histogram:
@@ -260,7 +297,7 @@ class MetricEncoder:
             ]
             data = {"dataPoints": points, "aggregationTemporality": _CUMULATIVE}
             metrics.append({"name": name, "unit": unit, "description": description, "histogram": data})
-        for (name, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
+        for (name, _, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
             if sums:
                 number_points = [
                     {

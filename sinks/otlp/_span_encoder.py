@@ -19,6 +19,7 @@ import msgspec
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
 from sinks._span_attrs import span_name_and_attributes, span_plan
 from sinks._wire_safe import replace_surrogates, scrub_json_span
+from sinks.otlp import _tags as tags
 from sinks.otlp._wire import FIXED64 as _FIXED64
 from sinks.otlp._wire import SMALL_VARINTS as _SMALL_VARINTS
 from sinks.otlp._wire import field as _field
@@ -37,10 +38,19 @@ _HAS_IS_REMOTE: Final = 0x100
 _IS_REMOTE: Final = 0x200
 _CACHE_LIMIT: Final = 8192
 
-_TIMES: Final = struct.Struct("<BQBQ")  # Span fields 7 and 8, fixed64 each
+_TIMES: Final = struct.Struct("<BQBQ")  # Span start and end time, fixed64 each
 _FLAGS: Final = struct.Struct("<I")
-_FLAGS_LOCAL: Final = b"\x85\x01" + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE)  # Span field 16, fixed32
-_FLAGS_REMOTE: Final = b"\x85\x01" + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE | _IS_REMOTE)
+_FLAGS_LOCAL: Final = _varint(tags.SPAN_FLAGS) + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE)
+_FLAGS_REMOTE: Final = _varint(tags.SPAN_FLAGS) + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE | _IS_REMOTE)
+# Tag and length of the fixed-size id fields, written in front of the ids in every span.
+_TRACE_ID: Final = bytes((tags.SPAN_TRACE_ID, 16))
+_SPAN_ID: Final = bytes((tags.SPAN_ID, 8))
+_PARENT_SPAN_ID: Final = bytes((tags.SPAN_PARENT_SPAN_ID, 8))
+_KIND_TAG: Final = bytes((tags.SPAN_KIND,))
+_SPAN_TAG: Final = bytes((tags.SCOPE_SPANS_SPANS,))
+_EVENT_TIME: Final = bytes((tags.EVENT_TIME,))
+_STATUS_CODE: Final = bytes((tags.STATUS_CODE,))
+_REQUEST_TAG: Final = bytes((tags.TRACES_REQUEST_RESOURCE_SPANS,))
 
 
 class SpanEncoder:
@@ -52,10 +62,14 @@ class SpanEncoder:
         #: Values left out (an attribute protobuf cannot carry: a lone surrogate, an int
         #: outside int64) or replaced (U+FFFD in a status or exception text); the span stays.
         self.invalid_values = 0
-        resource = _field(0x0A, b"".join(self._resource_pairs()))
-        scope = _field(0x0A, _field(0x0A, SCOPE_NAME.encode()) + _field(0x12, __version__.encode()))
-        self._resource = resource  # ResourceSpans field 1
-        self._scope = scope  # ScopeSpans field 1
+        resource = _field(tags.RESOURCE_SPANS_RESOURCE, b"".join(self._resource_pairs()))
+        scope = _field(
+            tags.SCOPE_SPANS_SCOPE,
+            _field(tags.SCOPE_NAME_FIELD, SCOPE_NAME.encode())
+            + _field(tags.SCOPE_VERSION, __version__.encode()),
+        )
+        self._resource = resource
+        self._scope = scope
         self._pairs: dict[tuple[str, object], bytes] = {}
         self._names: dict[tuple[str, type, bool], bytes] = {}  # Span fields 5 and 6
         self._json_resource = {"attributes": self._json_attributes(self.resource_attributes)}
@@ -70,20 +84,20 @@ class SpanEncoder:
         # One join for the whole request (the spans are most of it): the two enclosing
         # messages' tags and lengths are written in front rather than by copying the body.
         scope_spans = len(self._scope) + sum(map(len, spans))
-        header = b"\x12" + _varint(scope_spans)
+        header = bytes((tags.RESOURCE_SPANS_SCOPE_SPANS,)) + _varint(scope_spans)
         resource_spans = len(self._resource) + len(header) + scope_spans
-        spans[:0] = (b"\x0a", _varint(resource_spans), self._resource, header, self._scope)
+        spans[:0] = (_REQUEST_TAG, _varint(resource_spans), self._resource, header, self._scope)
         return b"".join(spans), count
 
     def _resource_pairs(self) -> Iterable[bytes]:
         for key, value in self.resource_attributes.items():
             try:
-                yield _field(0x0A, _key_value(key, value))
+                yield _field(tags.RESOURCE_ATTRIBUTES, _key_value(key, value))
             except ValueError:
                 self.invalid_values += 1
 
     def _pair(self, key: str, value: object) -> bytes:
-        """Attributes field 9 holding one ``KeyValue``; the common ones come from a cache."""
+        """Span.attributes holding one ``KeyValue``; the common ones come from a cache."""
         pairs = self._pairs
         # Keyed by (key, value) for exact str and int values only: a bool or float equal to a
         # cached int (True == 1 == 1.0) encodes differently, so those are never looked up here.
@@ -93,7 +107,7 @@ class SpanEncoder:
             if encoded is not None:
                 return encoded
         try:
-            encoded = _field(0x4A, _key_value(key, value))
+            encoded = _field(tags.SPAN_ATTRIBUTES, _key_value(key, value))
         except ValueError:  # the one value is dropped, as OpenTelemetry's encoder does
             self.invalid_values += 1
             return b""
@@ -104,13 +118,13 @@ class SpanEncoder:
         return encoded
 
     def _head(self, event: Any, name: str) -> bytes:
-        """Span fields 5 and 6 (name, kind), cached per (name, event class, remote parent): all
+        """Span.name and Span.kind, cached per (name, event class, remote parent): all
         ``span_kind_of`` reads (a test checks this over every span name of every class)."""
         cache_key = (name, event.__class__, event.parent_remote)
         head = self._names.get(cache_key)
         if head is None:
             head = self._names[cache_key] = (
-                _field(0x2A, name.encode()) + b"\x30" + _varint(_KIND[span_kind_of(event)])
+                _field(tags.SPAN_NAME, name.encode()) + _KIND_TAG + _varint(_KIND[span_kind_of(event)])
             )
         return head
 
@@ -121,15 +135,19 @@ class SpanEncoder:
         name, fields = plan
         flags = _FLAGS_LOCAL
         parent = event.parent_span_id
-        ids = b"\x0a\x10" + event.trace_id.to_bytes(16, "big")
-        ids += b"\x12\x08" + event.span_id.to_bytes(8, "big")
+        ids = _TRACE_ID + event.trace_id.to_bytes(16, "big")
+        ids += _SPAN_ID + event.span_id.to_bytes(8, "big")
         if parent is not None:
-            ids += b"\x22\x08" + parent.to_bytes(8, "big")
+            ids += _PARENT_SPAN_ID + parent.to_bytes(8, "big")
             if event.parent_remote:
                 flags = _FLAGS_REMOTE
         head = self._names.get((name, event.__class__, event.parent_remote)) or self._head(event, name)
         pairs = self._pairs
-        parts = [ids, head, _TIMES.pack(0x39, event.start_ns, 0x41, event.end_ns)]
+        parts = [
+            ids,
+            head,
+            _TIMES.pack(tags.SPAN_START_TIME, event.start_ns, tags.SPAN_END_TIME, event.end_ns),
+        ]
         if event.attributes or event.worker is not None:
             made = span_name_and_attributes(event, self.redactor)
             for key, value in (made[1] if made is not None else {}).items():
@@ -152,19 +170,20 @@ class SpanEncoder:
             error_type = self._text(event.error_type or "Exception")
             message = self._text(event.error_message or "")
             exception = (
-                b"\x09"
+                _EVENT_TIME
                 + _FIXED64.pack(event.end_ns)
-                + _field(0x12, b"exception")
-                + _field(0x1A, _key_value("exception.type", error_type))
-                + _field(0x1A, _key_value("exception.message", message))
+                + _field(tags.EVENT_NAME, b"exception")
+                + _field(tags.EVENT_ATTRIBUTES, _key_value("exception.type", error_type))
+                + _field(tags.EVENT_ATTRIBUTES, _key_value("exception.message", message))
             )
-            parts.append(_field(0x5A, exception))
+            parts.append(_field(tags.SPAN_EVENTS, exception))
             description = f"{error_type}: {message}" if message else error_type
-            parts.append(_field(0x7A, _field(0x12, description.encode()) + b"\x18" + _varint(_STATUS_ERROR)))
+            status = _field(tags.STATUS_MESSAGE, description.encode()) + _STATUS_CODE + _varint(_STATUS_ERROR)
+            parts.append(_field(tags.SPAN_STATUS, status))
         parts.append(flags)
         span = b"".join(parts)
         size = len(span)
-        return b"\x12" + (_SMALL_VARINTS[size] if size < 16384 else _varint(size)) + span
+        return _SPAN_TAG + (_SMALL_VARINTS[size] if size < 16384 else _varint(size)) + span
 
     def _text(self, text: str) -> str:
         """``text`` itself, or with U+FFFD for what UTF-8 cannot hold (counted)."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sinks._wire_safe import INT64_MAX, INT64_MIN
+from sinks.otlp import _tags as tags
 
 __all__ = [
     "DOUBLE",
@@ -49,22 +50,28 @@ def varint(value: int) -> bytes:
 
 
 def field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag byte, length, payload."""
+    """A length-delimited field: tag byte (a ``sinks.otlp._tags`` name under 128), length, payload."""
     return bytes((tag,)) + varint(len(payload)) + payload
+
+
+_TRUE: Final = bytes((tags.ANY_VALUE_BOOL, 1))
+_FALSE: Final = bytes((tags.ANY_VALUE_BOOL, 0))
+_INT: Final = bytes((tags.ANY_VALUE_INT,))
+_DOUBLE: Final = bytes((tags.ANY_VALUE_DOUBLE,))
 
 
 def _any_value(value: object) -> bytes:
     if isinstance(value, str):
-        return field(0x0A, value.encode())
+        return field(tags.ANY_VALUE_STRING, value.encode())
     if isinstance(value, bool):
-        return b"\x10\x01" if value else b"\x10\x00"
+        return _TRUE if value else _FALSE
     if isinstance(value, int):
         if not INT64_MIN <= value <= INT64_MAX:
             raise ValueError(f"{value} is outside int64")  # OpenTelemetry's encoder drops it too
-        return b"\x18" + varint(value)
+        return _INT + varint(value)
     if isinstance(value, float):
-        return b"\x21" + DOUBLE.pack(value)
-    return field(0x0A, str(value).encode())
+        return _DOUBLE + DOUBLE.pack(value)
+    return field(tags.ANY_VALUE_STRING, str(value).encode())
 
 
 def key_value(key: str, value: object) -> bytes:
@@ -73,7 +80,7 @@ def key_value(key: str, value: object) -> bytes:
     Raises ``ValueError`` for a pair protobuf cannot carry: a surrogate in the key or a string
     value (``UnicodeEncodeError``), an int outside int64.
     """
-    return field(0x0A, key.encode()) + field(0x12, _any_value(value))
+    return field(tags.KEY_VALUE_KEY, key.encode()) + field(tags.KEY_VALUE_VALUE, _any_value(value))
 
 
 def json_value(value: object) -> dict[str, Any]:

@@ -27,3 +27,35 @@ def test_importing_sinks_does_not_import_the_otel_sdk_eagerly() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("module", ["sinks", "sinks.otel"])
+def test_every_lazy_name_is_listed_and_resolves_to_its_home(module: str) -> None:
+    """The lazy table and __all__ hold the same names; each resolves to the object of its home module."""
+    mod = importlib.import_module(module)
+    assert sorted(mod._HOME) == mod.__all__
+    for name, home in mod._HOME.items():
+        value = getattr(mod, name)
+        if name == "replay" and isinstance(value, type(mod)):
+            # Importing the documented submodule sinks.replay rebinds sinks.replay to it (as it did
+            # when the names were imported eagerly); the function is then sinks.replay.replay.
+            value = value.replay
+        assert value is getattr(importlib.import_module(home), name)
+    assert set(mod.__all__) <= set(dir(mod))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        mod.nope  # noqa: B018
+
+
+def test_importing_sinks_imports_neither_the_bus_nor_an_http_stack() -> None:
+    """A bare ``import sinks`` loads no other module of ours and no http.client."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sinks; "
+        "print(sorted(m for m in sys.modules if m.startswith(('ckpt_events', 'sinks.', 'http.client'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"

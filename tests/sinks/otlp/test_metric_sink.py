@@ -246,3 +246,55 @@ async def test_a_busy_servers_events_come_in_few_batches_and_all_count_at_close(
         ("nemo.gym.checkpoint.participant_kind", "resources"),
     }
     assert points["gym.checkpoint.records_total"] == {frozenset(attributes): (60,)}
+
+
+async def test_both_sinks_export_each_instrument_as_the_core_table_spells_it() -> None:
+    """MetricSink (through the SDK) and our encoder give every instrument of ckpt_events.INSTRUMENTS
+    its kind, unit and description, in the table's order within each kind."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.sdk.metrics.export import Histogram, Sum
+
+    from ckpt_events import INSTRUMENTS, InstrumentKind
+
+    want = {(i.name, i.kind, i.unit, i.description) for i in INSTRUMENTS}
+    events: list[Any] = []
+
+    class Keep:
+        def handle(self, batch: list[Any]) -> None:
+            events.extend(batch)
+
+    reader = InMemoryMetricReader()
+    async with Bus() as bus:
+        bus.subscribe(MetricSink(MeterProvider(metric_readers=[reader])))
+        bus.subscribe(Keep())
+        await _event_mix(bus)
+    data = reader.get_metrics_data()
+    assert data is not None
+    sdk = {
+        (
+            m.name,
+            InstrumentKind.HISTOGRAM if isinstance(m.data, Histogram) else InstrumentKind.COUNTER,
+            m.unit,
+            m.description,
+        )
+        for m in data.resource_metrics[0].scope_metrics[0].metrics
+        if isinstance(m.data, Histogram | Sum)
+    }
+    assert sdk == want
+    totals = MetricTotals()
+    totals.add(events)
+    request = ExportMetricsServiceRequest.FromString(
+        MetricEncoder({"service.name": "s"}).protobuf(totals, 1, 2)
+    )
+    ours = [
+        (
+            m.name,
+            InstrumentKind.HISTOGRAM if m.HasField("histogram") else InstrumentKind.COUNTER,
+            m.unit,
+            m.description,
+        )
+        for m in request.resource_metrics[0].scope_metrics[0].metrics
+    ]
+    histograms = [i for i in INSTRUMENTS if i.kind is InstrumentKind.HISTOGRAM]
+    counters = [i for i in INSTRUMENTS if i.kind is InstrumentKind.COUNTER]
+    assert ours == [(i.name, i.kind, i.unit, i.description) for i in histograms + counters]
