@@ -7,10 +7,11 @@ and three flags in words:
 * a checkpoint slower than twice the run's median checkpoint;
 * a straggler: an instance that is the slowest of its kind (by its operations' total time in
   a checkpoint) in more than two thirds of at least ``MIN_CHECKPOINTS`` checkpoints, and whose
-  median total is at least ``STRAGGLER_RATIO`` times the others' (so a coin flip between two
-  equal instances is not called one);
+  median total is at least ``STRAGGLER_RATIO`` times the others' and ``STRAGGLER_MIN_MS``
+  above it (so a coin flip between two equal instances is not called one);
 * a growing step: Spearman's rank correlation of its time with checkpoint order at least
-  ``GROWTH_RHO`` and the last third's median over the first third's above ``GROWTH_RATIO``.
+  ``GROWTH_RHO`` and the last third's median over the first third's above ``GROWTH_RATIO``
+  and ``GROWTH_MIN_MS`` above it (sub-millisecond jitter is not a trend).
 
 Memory: a few numbers per key and per instance per checkpoint (``array`` of doubles), never
 the events.
@@ -32,8 +33,10 @@ __all__ = ["Trend", "Trends", "spearman"]
 
 MIN_CHECKPOINTS: Final = 3
 STRAGGLER_RATIO: Final = 1.2
+STRAGGLER_MIN_MS: Final = 1.0
 GROWTH_RHO: Final = 0.6
 GROWTH_RATIO: Final = 1.5
+GROWTH_MIN_MS: Final = 1.0
 SLOW_FACTOR: Final = 2.0
 
 
@@ -90,6 +93,8 @@ class Trends:
     slowest_of_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     checkpoints_of_kind: dict[str, int] = field(default_factory=dict)
     rows: list[Any] = field(default_factory=list)
+    _pending_id: str | None = None
+    _pending: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def add_trace(self, spans: Sequence[Any], root: Any) -> None:
         """Fold one finished trace (its finished spans) under ``root``."""
@@ -118,7 +123,18 @@ class Trends:
         for key, by_who in per_key.items():
             self.starts.setdefault(key, array("q")).append(root.start_ns)
             self.values.setdefault(key, array("d")).append(max(by_who.values()))
+        # A bare coordinator's checkpoint is one trace per coordinate operation: the totals
+        # are per checkpoint id, summed until the next checkpoint's root ends.
+        if root.checkpoint_id != self._pending_id:
+            self._flush()
+            self._pending_id = root.checkpoint_id
         for kind, by_who in per_kind.items():
+            pending = self._pending.setdefault(kind, {})
+            for who, ms in by_who.items():
+                pending[who] = pending.get(who, 0.0) + ms
+
+    def _flush(self) -> None:
+        for kind, by_who in self._pending.items():
             totals = self.totals.setdefault(kind, {})
             for who, ms in by_who.items():
                 totals.setdefault(who, array("d")).append(ms)
@@ -127,6 +143,8 @@ class Trends:
                 counts = self.slowest_of_kind.setdefault(kind, {})
                 counts[winner] = counts.get(winner, 0) + 1
                 self.checkpoints_of_kind[kind] = self.checkpoints_of_kind.get(kind, 0) + 1
+        self._pending = {}
+        self._pending_id = None
 
     def table(self) -> list[Trend]:
         """One ``Trend`` per key, sorted by kind, operation, step."""
@@ -141,6 +159,7 @@ class Trends:
 
     def flags(self) -> list[str]:
         """The run's flags in words: slow checkpoints, stragglers, growing steps."""
+        self._flush()
         out: list[str] = []
         done = [r for r in self.rows if r.published and r.what == "checkpoint" and r.ms is not None]
         if len(done) >= MIN_CHECKPOINTS:
@@ -159,7 +178,7 @@ class Trends:
             mine = statistics.median(self.totals[kind][who])
             others = [statistics.median(v) for w, v in self.totals[kind].items() if w != who]
             rest = statistics.median(others) if others else 0.0
-            if rest > 0 and mine >= STRAGGLER_RATIO * rest:
+            if rest > 0 and mine >= STRAGGLER_RATIO * rest and mine - rest >= STRAGGLER_MIN_MS:
                 out.append(
                     f"straggler: {who} was the slowest {kind} in {wins} of {total} checkpoints "
                     f"(median {mine:.1f} ms in its operations, {mine / rest:.1f}x the other {kind}s')"
@@ -170,7 +189,7 @@ class Trends:
             ordered = [v for _, v in sorted(zip(self.starts[trend.key], self.values[trend.key], strict=True))]
             third = len(ordered) // 3
             first, last = statistics.median(ordered[:third]), statistics.median(ordered[-third:])
-            if first > 0 and last / first > GROWTH_RATIO:
+            if first > 0 and last / first > GROWTH_RATIO and last - first >= GROWTH_MIN_MS:
                 out.append(
                     f"growing: {trend.name} went from a median {first:.1f} ms in the first third of the "
                     f"run to {last:.1f} ms in the last (x{last / first:.1f}, "
