@@ -67,6 +67,11 @@ def _report(args: argparse.Namespace) -> int:
         render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
     if args.report is not None:
         name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
+        if run.rows and args.checkpoint is None and args.report.suffix.lower() in (".html", ".htm"):
+            from participants.cli.run_html import write_run_page
+
+            print(write_run_page(args.report, run, rows, title=f"report of {name}"))
+            return 0
         events = details[id(rows[0])] if rows else run.all_events()
         print(write_report(args.report, events, title=f"report of {name}"))
     return 0
