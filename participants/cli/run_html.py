@@ -20,6 +20,7 @@ from typing import Any, Final
 from participants.cli.report_html import _SCRIPT, _STYLE, _attribution_html, waterfall_svg
 from participants.cli.report_model import attribute, trace_spans
 from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
+from participants.cli.trends import MIN_CHECKPOINTS
 
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
 
@@ -83,10 +84,18 @@ def _table(run: Run, drawn: set[int]) -> str:
     for number, row in enumerate(run.rows, 1):
         said = "; ".join(row.causes) if row.causes else row.slowest
         link = f' <a href="#detail-{number}">waterfall</a>' if id(row) in drawn else ""
+        if row.what == "restore":
+            source = (
+                f'<a href="#row-{row.source_row}">#{row.source_row}</a>'
+                if row.source_row
+                else "not in these logs"
+            )
+            said = "; ".join(x for x in (said, row.dominated) if x)
+            link = f" (restored from {source}){link}"
         colour = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         body.append(
             f'<tr id="row-{number}"><td>{number}</td><td>{_e(row.what)}</td>'
-            f'<td>{_e(row.checkpoint_id or "")}</td>'
+            f"<td>{_e(row.checkpoint_id or '')}</td>"
             f"<td>{_when(row.start_ns)}</td><td>{'' if row.ms is None else f'{row.ms:.1f}'}</td>"
             f"<td>{'' if row.paused_ms is None else f'{row.paused_ms:.1f}'}</td>"
             f'<td class="outcome" style="color:{colour}">{_e(row.outcome)}</td>'
@@ -98,7 +107,7 @@ def _table(run: Run, drawn: set[int]) -> str:
 
 def _trends(run: Run) -> str:
     trends = run.trends.table()
-    if not trends:
+    if sum(r.what == "checkpoint" for r in run.rows) < MIN_CHECKPOINTS or not trends:
         return ""
     head = "".join(f"<th>{c}</th>" for c in ("kind", "operation", "step", "n", "p50 ms", "p95 ms", "max ms"))
     body = "\n".join(

@@ -34,6 +34,8 @@ from ckpt_events import (
     Outcome,
     PrepareNotReady,
     Refused,
+    Step,
+    StepFinished,
     span_name,
     span_name_of,
 )
@@ -70,6 +72,10 @@ class RunRow:
     #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
     roots: list[tuple[int, int]] = field(default_factory=list)
     coordinated: bool = False
+    #: A restore: what dominated it (the longest read or install step: participant, records,
+    #: MB/s), and the number (1-based) of the row of the checkpoint it restored, if in the logs.
+    dominated: str = ""
+    source_row: int | None = None
 
     @property
     def trace_ids(self) -> set[int]:
@@ -165,6 +171,7 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
     root_started: dict[tuple[int, int], Any] = {}
     root_finished: dict[tuple[int, int], Any] = {}
     slowest: dict[tuple[int, int], str] = {}
+    dominated: dict[tuple[int, int], str] = {}
     causes_by_checkpoint: dict[str, list[Any]] = {}
     trends = Trends()
     first_ns: int | None = None
@@ -214,12 +221,22 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
             # A root ended: its trace's spans so far are its tree; fold and let them go.
             root_finished[key] = e
             slowest[key] = _slowest(buffer, trace_id)
+            if _what(e) == "restore":
+                dominated[key] = _dominated(buffer)
             trends.add_trace(buffer, e)
             del pending[trace_id]
     rows = _rows(root_started, root_finished)
     run = Run(rows, last_ns, first_ns or 0, count, again, trends)
-    for row in rows:
+    checkpoints: dict[str, int] = {}
+    for number, row in enumerate(rows, 1):
         _judge(run, row, traces, started, root_finished, slowest, causes_by_checkpoint)
+        if row.what == "restore":
+            # The restore carries the id of the checkpoint it restored (no event names a
+            # separate source id): the last checkpoint row with that id before it.
+            row.source_row = checkpoints.get(row.checkpoint_id or "")
+            row.dominated = "; ".join(dominated[k] for k in row.roots if dominated.get(k))
+        elif row.checkpoint_id:
+            checkpoints[row.checkpoint_id] = number
     trends.rows = rows
     return run
 
@@ -369,3 +386,20 @@ def _slowest(events: Sequence[Any], trace_id: int) -> str:
 
 def _short(e: Any) -> str:
     return (span_name_of(e) or span_name(Operation.RENEW.value)).removeprefix("gym.checkpoint.")
+
+
+def _dominated(spans: Sequence[Any]) -> str:
+    """The longest read or install step of a restore: which, on whom, its records and MB/s."""
+    steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]
+    if not steps:
+        return ""
+    top = max(steps, key=lambda e: e.end_ns - e.start_ns)
+    ms = (top.end_ns - top.start_ns) / 1e6
+    out = f"{top.step.value} on {_who(top)} {ms:.1f} ms dominated"
+    if top.records is not None:
+        out += f", {top.records:,} records"
+    if top.bytes is not None:
+        rate = f" at {top.bytes / 1e6 / (ms / 1e3):.2f} MB/s" if ms > 0 else ""
+        size = f"{top.bytes:,} bytes" if top.bytes < 100_000 else f"{top.bytes / 1e6:.1f} MB"
+        out += f", {size}{rate}"
+    return out

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
+from participants.cli.trends import MIN_CHECKPOINTS
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 
@@ -78,12 +79,20 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
             console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))
         elif row.slowest:
             console.print(Text(f"#{number} {row.what} slowest: {clean(row.slowest)}", style="dim"))
+        if row.what == "restore":
+            source = (
+                f"from #{row.source_row} checkpoint {clean(row.checkpoint_id or '')}"
+                if row.source_row is not None
+                else f"of checkpoint {clean(row.checkpoint_id or '')} (not in these logs)"
+            )
+            said = f"; {clean(row.dominated)}" if row.dominated else ""
+            console.print(Text(f"#{number} restore {source}{said}"))
 
 
 def _render_trends(console: Console, run: Run) -> None:
     """Per (kind, operation, step) over the run's checkpoints, then the flags in words."""
     trends = run.trends.table()
-    if len(run.rows) < 2 or not trends:
+    if sum(r.what == "checkpoint" for r in run.rows) < MIN_CHECKPOINTS or not trends:
         return
     title = "trends over the run's checkpoints (slowest instance per checkpoint)"
     table = Table(box=box.SIMPLE_HEAD, title=title)
