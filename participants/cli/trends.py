@@ -164,8 +164,9 @@ class Trends:
         done = [r for r in self.rows if r.published and r.what == "checkpoint" and r.ms is not None]
         if len(done) >= MIN_CHECKPOINTS:
             middle = statistics.median(r.ms for r in done)
+            done_ids = {id(r) for r in done}
             for number, row in enumerate(self.rows, 1):
-                if row in done and row.ms > SLOW_FACTOR * middle:
+                if id(row) in done_ids and row.ms > SLOW_FACTOR * middle:
                     out.append(
                         f"checkpoint #{number} {row.checkpoint_id} took {row.ms:.1f} ms, "
                         f"{row.ms / middle:.1f}x the run's median {middle:.1f} ms"
