@@ -15,8 +15,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         "logs",
         nargs="+",
         metavar="LOG",
-        help="JSON-lines logs written by the jsonl sink: files, globs or directories (every "
-        "process's and worker's files), merged in time order",
+        help="JSON-lines logs written by the jsonl sink, or a collector's OTLP JSON file: files, "
+        "globs or directories (every process's and worker's files), merged in time order",
     )
     parser.add_argument(
         "--checkpoint",

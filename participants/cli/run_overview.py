@@ -210,6 +210,12 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
                 root_started[key] = e
             continue
         started.pop(key, None)
+        if isinstance(e, OperationFinished) and e.operation is Operation.PREPARE:
+            # Also from the finished span: an OTLP file holds no started events.
+            who = _who(e)
+            trace.prepares[who] = min(e.start_ns, trace.prepares.get(who, e.start_ns))
+            if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
+                trace.first_prepare_ns = e.start_ns
         if isinstance(e, OperationFinished) and e.operation is Operation.RESUME \
                 and (trace.last_resume_ns is None or e.end_ns > trace.last_resume_ns):  # fmt: skip
             trace.last_resume_ns = e.end_ns
