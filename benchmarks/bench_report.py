@@ -7,7 +7,7 @@ files (controller and participants) so the heap merge does real work.
 
 * read: ``merged_events`` over both files, lines per second (one core);
 * memory: peak traced memory of the streaming read (tracemalloc, separate pass), and of
-  the overview, which keeps every event of the run;
+  the overview, which folds the events into per-checkpoint summaries as they stream past;
 * overview: ``overview`` of the whole run (every checkpoint judged and its slowest path).
 
 Run ``python -m benchmarks.bench_report [--quick] [--json PATH]``.

@@ -15,8 +15,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         "logs",
         nargs="+",
         metavar="LOG",
-        help="JSON-lines logs written by the jsonl sink: files, globs or directories (every "
-        "process's and worker's files), merged in time order",
+        help="JSON-lines logs written by the jsonl sink, or a collector's OTLP JSON file: files, "
+        "globs or directories (every process's and worker's files), merged in time order",
     )
     parser.add_argument(
         "--checkpoint",
@@ -45,10 +45,11 @@ def _report(args: argparse.Namespace) -> int:
     if missing:
         raise CommandError("; ".join(missing))
     problems = LogProblems()
-    run = overview(merged_events(paths, problems))
+    # The overview folds one streaming pass; the detail of the chosen rows is one more pass.
+    run = overview(merged_events(paths, problems), again=lambda: merged_events(paths, LogProblems()))
     for line in problems.summary():
         print(line, file=sys.stderr)
-    if not run.events:
+    if not run.count:
         raise CommandError(f"{', '.join(args.logs)} holds no checkpoint events ({len(paths)} file(s) read)")
     out = console()
     rows = chosen_rows(run, args.checkpoint)
@@ -58,14 +59,20 @@ def _report(args: argparse.Namespace) -> int:
     if not run.rows:
         # Only participants' spans (their parents live in a controller log not given): no
         # checkpoint to name, so everything is shown as one.
-        render(out, run.events, title=", ".join(args.logs))
+        render(out, run.all_events(), title=", ".join(args.logs))
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{len(paths)} log file(s)")
+    details = run.details(rows)
     for row in rows:
-        render(out, run.events_of(row), title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
+        render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
     if args.report is not None:
         name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
-        events = run.events_of(rows[0]) if rows else run.events
+        if run.rows and args.checkpoint is None and args.report.suffix.lower() in (".html", ".htm"):
+            from participants.cli.run_html import write_run_page
+
+            print(write_run_page(args.report, run, rows, title=f"report of {name}"))
+            return 0
+        events = details[id(rows[0])] if rows else run.all_events()
         print(write_report(args.report, events, title=f"report of {name}"))
     return 0
 

@@ -1,5 +1,8 @@
 """Every process's logs in: files, globs and directories merged into one time-ordered stream.
 
+A file is a JSON-lines log of the jsonl sink, or a collector's OTLP JSON file (``otlp_input``),
+told apart by its first line.
+
 Each file is read lazily and the files are merged by event time (``heapq.merge`` of one
 iterator per file), so memory holds one pending event per file, never a whole log. An event
 read twice (the same file named twice, a copy in two directories) is kept once: identical
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from participants.cli.otlp_input import looks_like_otlp, read_otlp
 
 __all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
 
@@ -83,6 +88,12 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
 
     decoded = 0
     try:
+        with open(path, "rb") as head:
+            first = head.readline(4096)
+        if looks_like_otlp(first):
+            for number, event in read_otlp(path, problems.skip):
+                yield event_time(event), index, number, event
+            return
         for number, item in read_events(path):
             if isinstance(item, CorruptLine):
                 if decoded == 0:

@@ -16,7 +16,7 @@ checkpoint's id as its ``checkpoint_id``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,9 +34,14 @@ from ckpt_events import (
     Outcome,
     PrepareNotReady,
     Refused,
+    Step,
+    StepFinished,
+    span_name,
+    span_name_of,
 )
-from participants.cli.report_model import trace_spans, who_of
+from participants.cli.report_model import finished_spans, who_of
 from participants.cli.run_logs import event_time
+from participants.cli.trends import Trends
 
 __all__ = ["Run", "RunRow", "overview"]
 
@@ -67,6 +72,10 @@ class RunRow:
     #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
     roots: list[tuple[int, int]] = field(default_factory=list)
     coordinated: bool = False
+    #: A restore: what dominated it (the longest read or install step: participant, records,
+    #: MB/s), and the number (1-based) of the row of the checkpoint it restored, if in the logs.
+    dominated: str = ""
+    source_row: int | None = None
 
     @property
     def trace_ids(self) -> set[int]:
@@ -82,116 +91,226 @@ class RunRow:
 
 
 @dataclass
+class _Trace:
+    """What one trace leaves after it streamed past: never its events."""
+
+    #: Each participant's first prepare start, for "N s after its prepare".
+    prepares: dict[str, int] = field(default_factory=dict)
+    first_prepare_ns: int | None = None
+    last_resume_ns: int | None = None
+    #: (time, cause) of every span that ended in error.
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+_CAUSE_EVENTS = (LeaseExpired, PrepareNotReady, Refused)
+
+
+@dataclass
 class Run:
-    """Every row in time order, and the events they were built from."""
+    """Every row in time order, folded from one streaming pass over the logs.
+
+    Only summaries are kept: per trace its prepares, pause bounds and errors, per root its
+    start and end events and its slowest path, the spans still open at the end, and the
+    counted events that name a cause. A row's events (for its detail) are read again from
+    the logs by ``events_of`` / ``details``, filtered by its trace ids and checkpoint id.
+    """
 
     rows: list[RunRow]
-    events: list[Any]
     last_ns: int
     first_ns: int
+    #: Events read in the first pass.
+    count: int = 0
+    again: Callable[[], Iterable[Any]] | None = None
+    trends: Trends = field(default_factory=Trends)
 
-    by_trace: dict[int, list[Any]] = field(default_factory=dict)
-    by_checkpoint: dict[str, list[Any]] = field(default_factory=dict)
-
-    def events_of(self, row: RunRow) -> list[Any]:
-        """The row's spans (its traces) and the counted events naming its checkpoint id, in
-        time order."""
-        out = [e for trace in row.trace_ids for e in self.by_trace.get(trace, ())]
-        out.extend(self.by_checkpoint.get(row.checkpoint_id or "", ()) if row.checkpoint_id else ())
-        out.sort(key=event_time)
+    def details(self, rows: Sequence[RunRow]) -> dict[int, list[Any]]:
+        """Each row's spans (its traces) and the events naming its checkpoint id, in time
+        order, keyed by ``id(row)``: one more pass over the logs for all of them."""
+        if self.again is None:
+            raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
+        by_trace: dict[int, list[list[Any]]] = {}
+        by_checkpoint: dict[str, list[list[Any]]] = {}
+        out: dict[int, list[Any]] = {}
+        for row in rows:
+            bucket: list[Any] = out.setdefault(id(row), [])
+            for trace in row.trace_ids:
+                by_trace.setdefault(trace, []).append(bucket)
+            if row.checkpoint_id:
+                by_checkpoint.setdefault(row.checkpoint_id, []).append(bucket)
+        for e in self.again():
+            trace_id = getattr(e, "trace_id", None)
+            targets = by_checkpoint.get(e.checkpoint_id or "") if trace_id is None else by_trace.get(trace_id)
+            for bucket in targets or ():
+                bucket.append(e)
+        for bucket in out.values():
+            bucket.sort(key=event_time)
         return out
 
+    def events_of(self, row: RunRow) -> list[Any]:
+        """One row's events (see ``details``)."""
+        return self.details([row])[id(row)]
 
-def _who(e: Any) -> str:
-    return "controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
-
-
-def _what(root: Any) -> str:
-    if isinstance(root, CollectionStarted | CollectionFinished):
-        return str(root.action.value)
-    return "restore" if root.operation is Operation.RESTORE else "checkpoint"
+    def all_events(self) -> list[Any]:
+        """Every event of the logs, read again (for logs with no checkpoint to scope to)."""
+        return [] if self.again is None else list(self.again())
 
 
-def overview(events: Iterable[Any]) -> Run:
-    """Rows for every root span, in start order, with outcome, causes and slowest path."""
-    kept = list(events)
+def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None = None) -> Run:
+    """Rows for every root span, in start order, with outcome, causes and slowest path.
+
+    ``events`` is streamed once and folded; ``again`` gives the events anew for the detail
+    of chosen rows (a list passed as ``events`` is its own ``again``)."""
+    if again is None and isinstance(events, list | tuple):
+        kept = events
+        again = lambda: kept  # noqa: E731
+    traces: dict[int, _Trace] = {}
+    #: Spans started and not yet finished, by (trace id, span id).
     started: dict[tuple[int, int], Any] = {}
-    finished: dict[tuple[int, int], Any] = {}
-    # Keyed by (trace id, span id): a span id is unique only within its trace.
-    span_ids: set[tuple[int, int]] = set()
-    by_trace: dict[int, list[Any]] = {}
-    by_checkpoint: dict[str, list[Any]] = {}
-    for e in kept:
-        if not hasattr(e, "trace_id"):
-            by_checkpoint.setdefault(e.checkpoint_id or "", []).append(e)
-        if hasattr(e, "span_id"):
-            by_trace.setdefault(e.trace_id, []).append(e)
-            span_ids.add((e.trace_id, e.span_id))
-            (finished if hasattr(e, "end_ns") else started)[(e.trace_id, e.span_id)] = e
-    last_ns = max((event_time(e) for e in kept), default=0)
-    first_ns = min((getattr(e, "start_ns", None) or event_time(e) for e in kept), default=0)
-    rows: list[RunRow] = []
-    roots: list[Any] = []
-    for e in [*started.values(), *(f for s, f in finished.items() if s not in started)]:
-        if (e.trace_id, e.parent_span_id) in span_ids:
+    #: Finished spans of each trace since its last root ended: the slowest path's input.
+    pending: dict[int, list[Any]] = {}
+    root_started: dict[tuple[int, int], Any] = {}
+    root_finished: dict[tuple[int, int], Any] = {}
+    slowest: dict[tuple[int, int], str] = {}
+    dominated: dict[tuple[int, int], str] = {}
+    causes_by_checkpoint: dict[str, list[Any]] = {}
+    trends = Trends()
+    first_ns: int | None = None
+    last_ns = 0
+    count = 0
+    for e in events:
+        count += 1
+        t = event_time(e)
+        last_ns = max(last_ns, t)
+        begin = getattr(e, "start_ns", None) or t
+        first_ns = begin if first_ns is None else min(first_ns, begin)
+        trace_id = getattr(e, "trace_id", None)
+        if trace_id is None:
+            if isinstance(e, _CAUSE_EVENTS):
+                causes_by_checkpoint.setdefault(e.checkpoint_id or "", []).append(e)
             continue
-        if isinstance(e, CollectionStarted | CollectionFinished):
-            if e.action not in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE):
-                continue
-        elif not isinstance(e, CoordinateStarted | CoordinateFinished):
+        key = (trace_id, e.span_id)
+        trace = traces.get(trace_id)
+        if trace is None:
+            trace = traces[trace_id] = _Trace()
+        buffer = pending.setdefault(trace_id, [])
+        candidate = isinstance(
+            e, CollectionStarted | CollectionFinished | CoordinateStarted | CoordinateFinished
+        )
+        parent_seen = (trace_id, e.parent_span_id) in started or any(
+            f.span_id == e.parent_span_id for f in buffer
+        ) if candidate and e.parent_span_id is not None else False  # fmt: skip
+        if not hasattr(e, "end_ns"):
+            started[key] = e
+            if isinstance(e, OperationStarted) and e.operation is Operation.PREPARE:
+                who = _who(e)
+                trace.prepares.setdefault(who, e.start_ns)
+                if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
+                    trace.first_prepare_ns = e.start_ns
+            if candidate and not parent_seen:
+                root_started[key] = e
             continue
-        roots.append(e)
+        started.pop(key, None)
+        if isinstance(e, OperationFinished) and e.operation is Operation.PREPARE:
+            # Also from the finished span: an OTLP file holds no started events.
+            who = _who(e)
+            trace.prepares[who] = min(e.start_ns, trace.prepares.get(who, e.start_ns))
+            if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
+                trace.first_prepare_ns = e.start_ns
+        if isinstance(e, OperationFinished) and e.operation is Operation.RESUME \
+                and (trace.last_resume_ns is None or e.end_ns > trace.last_resume_ns):  # fmt: skip
+            trace.last_resume_ns = e.end_ns
+        if e.outcome is Outcome.ERROR:
+            name, kind = span_name_or_kind(e), e.error_type or "error"
+            trace.errors.append((t, f"{name} failed on {_who(e)} ({kind}: {_clip(e.error_message)})"))
+        buffer.append(e)
+        if candidate and (key in root_started or not parent_seen):
+            # A root ended: its trace's spans so far are its tree; fold and let them go.
+            root_finished[key] = e
+            slowest[key] = _slowest(buffer, trace_id)
+            if _what(e) == "restore":
+                dominated[key] = _dominated(buffer)
+            trends.add_trace(buffer, e)
+            del pending[trace_id]
+    rows = _rows(root_started, root_finished)
+    run = Run(rows, last_ns, first_ns or 0, count, again, trends)
+    checkpoints: dict[str, int] = {}
+    for number, row in enumerate(rows, 1):
+        _judge(run, row, traces, started, root_finished, slowest, causes_by_checkpoint)
+        if row.what == "restore":
+            # The restore carries the id of the checkpoint it restored (no event names a
+            # separate source id): the last checkpoint row with that id before it.
+            row.source_row = checkpoints.get(row.checkpoint_id or "")
+            row.dominated = "; ".join(dominated[k] for k in row.roots if dominated.get(k))
+        elif row.checkpoint_id:
+            checkpoints[row.checkpoint_id] = number
+    trends.rows = rows
+    return run
+
+
+def _rows(
+    root_started: dict[tuple[int, int], Any], root_finished: dict[tuple[int, int], Any]
+) -> list[RunRow]:
+    roots = [*root_started.values(), *(f for k, f in root_finished.items() if k not in root_started)]
+    roots = [
+        e for e in roots
+        if not isinstance(e, CollectionStarted | CollectionFinished)
+        or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE)
+    ]  # fmt: skip
     roots.sort(key=lambda e: e.start_ns)
+    rows: list[RunRow] = []
     for e in roots:
-        what = _what(e)
         last = rows[-1] if rows else None
         coordinate = isinstance(e, CoordinateStarted | CoordinateFinished)
         if coordinate and last is not None and last.coordinated and last.checkpoint_id == e.checkpoint_id \
                 and (e.operation is Operation.RESTORE) == (last.what == "restore"):  # fmt: skip
             last.roots.append((e.trace_id, e.span_id))
             continue
-        row = RunRow(
-            what, e.checkpoint_id, e.start_ns, roots=[(e.trace_id, e.span_id)], coordinated=coordinate
+        rows.append(
+            RunRow(
+                _what(e), e.checkpoint_id, e.start_ns, roots=[(e.trace_id, e.span_id)], coordinated=coordinate
+            )
         )
-        rows.append(row)
-    run = Run(rows, kept, last_ns, first_ns, by_trace, by_checkpoint)
-    for row in rows:
-        _judge(run, row, started, finished)
-    return run
+    return rows
 
 
 def _judge(
-    run: Run, row: RunRow, started: dict[tuple[int, int], Any], finished: dict[tuple[int, int], Any]
+    run: Run,
+    row: RunRow,
+    traces: dict[int, _Trace],
+    started: dict[tuple[int, int], Any],
+    root_finished: dict[tuple[int, int], Any],
+    slowest: dict[tuple[int, int], str],
+    causes_by_checkpoint: dict[str, list[Any]],
 ) -> None:
-    mine = run.events_of(row)
-    root_ids = set(row.roots)
-    ends = [f for f in mine if hasattr(f, "end_ns") and (f.trace_id, f.span_id) in root_ids]
-    causes: list[str] = []
-    row.paused_ms = _paused_ms(mine)
-    prepares = {
-        _who(e): e.start_ns
-        for e in mine
-        if isinstance(e, OperationStarted) and e.operation is Operation.PREPARE
-    }
-    for e in mine:
+    mine = [traces[t] for t in row.trace_ids if t in traces]
+    ends = [root_finished[k] for k in row.roots if k in root_finished]
+    prepares: dict[str, int] = {}
+    for trace in mine:
+        for who, at in trace.prepares.items():
+            prepares[who] = min(at, prepares.get(who, at))
+    firsts = [t.first_prepare_ns for t in mine if t.first_prepare_ns is not None]
+    lasts = [t.last_resume_ns for t in mine if t.last_resume_ns is not None]
+    row.paused_ms = (
+        (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None
+    )
+    timed: list[tuple[int, str]] = [c for trace in mine for c in trace.errors]
+    for e in causes_by_checkpoint.get(row.checkpoint_id or "", []) if row.checkpoint_id else []:
         match e:
             case LeaseExpired():
                 since = e.time_ns - prepares[_who(e)] if _who(e) in prepares else None
                 after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
-                causes.append(f"lease expired on {_who(e)} in phase {e.phase.value}{after}")
+                timed.append((e.time_ns, f"lease expired on {_who(e)} in phase {e.phase.value}{after}"))
             case PrepareNotReady():
-                causes.append(f"not ready at its deadline: {_who(e)} blocked by {e.blockers} episodes")
+                blocked = f"not ready at its deadline: {_who(e)} blocked by {e.blockers} episodes"
+                timed.append((e.time_ns, blocked))
             case Refused():
-                causes.append(f"refused ({e.code.value}) by {_who(e)}")
-            case _ if hasattr(e, "end_ns") and e.outcome is Outcome.ERROR:
-                name = span_name_or_kind(e)
-                kind = e.error_type or "error"
-                causes.append(f"{name} failed on {_who(e)} ({kind}: {_clip(e.error_message)})")
-    if len(ends) < len(root_ids):
+                timed.append((e.time_ns, f"refused ({e.code.value}) by {_who(e)}"))
+    timed.sort(key=lambda c: c[0])
+    causes = [c for _, c in timed]
+    if len(ends) < len(row.roots):
         row.outcome = OPEN
-        traces = row.trace_ids
-        open_spans = [s for sid, s in started.items() if sid[0] in traces and sid not in finished]
-        open_spans.sort(key=lambda s: s.start_ns)
+        traces_of = row.trace_ids
+        open_spans = sorted((s for k, s in started.items() if k[0] in traces_of), key=lambda s: s.start_ns)
         silent = sorted({_who(s) for s in open_spans if isinstance(s, OperationStarted)})
         for s in open_spans[:_CAUSES]:
             age_ms = (run.last_ns - s.start_ns) / 1e6
@@ -216,22 +335,20 @@ def _judge(
             row.outcome = RESTORED if "restore" in row.what else PUBLISHED
     if row.published:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
-        row.slowest = _slowest(mine, longest.trace_id)
+        row.slowest = slowest.get((longest.trace_id, longest.span_id), "")
         causes = []
     more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
     row.causes = causes[:_CAUSES] + more
 
 
-def _paused_ms(events: Sequence[Any]) -> float | None:
-    first = min(
-        (e.start_ns for e in events if isinstance(e, OperationStarted) and e.operation is Operation.PREPARE),
-        default=None,
-    )
-    last = max(
-        (e.end_ns for e in events if isinstance(e, OperationFinished) and e.operation is Operation.RESUME),
-        default=None,
-    )
-    return None if first is None or last is None or last < first else (last - first) / 1e6
+def _who(e: Any) -> str:
+    return "controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
+
+
+def _what(root: Any) -> str:
+    if isinstance(root, CollectionStarted | CollectionFinished):
+        return str(root.action.value)
+    return "restore" if root.operation is Operation.RESTORE else "checkpoint"
 
 
 def _committed(roots: Sequence[Any]) -> bool:
@@ -251,13 +368,44 @@ def _clip(text: str | None, most: int = 60) -> str:
 
 
 def _slowest(events: Sequence[Any], trace_id: int) -> str:
-    """The participant and stage on the critical path (the chain of last-ending spans)."""
-    path = [s for s in trace_spans(events, trace_id) if s.slowest]
-    participant = next((s for s in reversed(path) if s.participant), None)
-    stage = next((s for s in path if s.depth == 1), None)
+    """The participant and stage on the critical path (from the longest root, always the child
+    that ends last), the same path ``report_model.trace_spans`` marks, without its details."""
+    chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
+    ids = {e.span_id for e in chosen}
+    children: dict[int | None, list[Any]] = {}
+    for e in chosen:
+        children.setdefault(e.parent_span_id if e.parent_span_id in ids else None, []).append(e)
+    path: list[Any] = []
+    node = max(children.get(None, []), key=lambda e: e.end_ns - e.start_ns, default=None)
+    while node is not None and len(path) <= len(chosen):
+        path.append(node)
+        node = max(children.get(node.span_id, []), key=lambda e: e.end_ns, default=None)
+    participant = next((e for e in reversed(path) if e.kind is not Kind.CONTROLLER), None)
     parts = []
-    if stage is not None:
-        parts.append(f"{stage.short} {stage.ms:.1f} ms")
+    if len(path) > 1:
+        parts.append(f"{_short(path[1])} {(path[1].end_ns - path[1].start_ns) / 1e6:.1f} ms")
     if participant is not None:
-        parts.append(f"{participant.who} {participant.short} {participant.ms:.1f} ms")
+        ms = (participant.end_ns - participant.start_ns) / 1e6
+        parts.append(f"{_who(participant)} {_short(participant)} {ms:.1f} ms")
     return ", slowest ".join(parts) if parts else ""
+
+
+def _short(e: Any) -> str:
+    return (span_name_of(e) or span_name(Operation.RENEW.value)).removeprefix("gym.checkpoint.")
+
+
+def _dominated(spans: Sequence[Any]) -> str:
+    """The longest read or install step of a restore: which, on whom, its records and MB/s."""
+    steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]
+    if not steps:
+        return ""
+    top = max(steps, key=lambda e: e.end_ns - e.start_ns)
+    ms = (top.end_ns - top.start_ns) / 1e6
+    out = f"{top.step.value} on {_who(top)} {ms:.1f} ms dominated"
+    if top.records is not None:
+        out += f", {top.records:,} records"
+    if top.bytes is not None:
+        rate = f" at {top.bytes / 1e6 / (ms / 1e3):.2f} MB/s" if ms > 0 else ""
+        size = f"{top.bytes:,} bytes" if top.bytes < 100_000 else f"{top.bytes / 1e6:.1f} MB"
+        out += f", {size}{rate}"
+    return out

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
+from participants.cli.trends import MIN_CHECKPOINTS
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 
@@ -72,8 +73,36 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
                 f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {_span_text(wall_ms)}"
             )
         )
+    _render_trends(console, run)
     for number, row in enumerate(run.rows, 1):
         if row.causes:
             console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))
         elif row.slowest:
             console.print(Text(f"#{number} {row.what} slowest: {clean(row.slowest)}", style="dim"))
+        if row.what == "restore":
+            source = (
+                f"from #{row.source_row} checkpoint {clean(row.checkpoint_id or '')}"
+                if row.source_row is not None
+                else f"of checkpoint {clean(row.checkpoint_id or '')} (not in these logs)"
+            )
+            said = f"; {clean(row.dominated)}" if row.dominated else ""
+            console.print(Text(f"#{number} restore {source}{said}"))
+
+
+def _render_trends(console: Console, run: Run) -> None:
+    """Per (kind, operation, step) over the run's checkpoints, then the flags in words."""
+    trends = run.trends.table()
+    if sum(r.what == "checkpoint" for r in run.rows) < MIN_CHECKPOINTS or not trends:
+        return
+    title = "trends over the run's checkpoints (slowest instance per checkpoint)"
+    table = Table(box=box.SIMPLE_HEAD, title=title)
+    for column, justify in (("kind", "left"), ("operation", "left"), ("step", "left"), ("n", "right"),
+                            ("p50 ms", "right"), ("p95 ms", "right"), ("max ms", "right")):  # fmt: skip
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for t in trends:
+        kind, operation, step = t.key
+        table.add_row(clean(kind), clean(operation), clean(step), str(t.count),
+                      f"{t.p50:.1f}", f"{t.p95:.1f}", f"{t.max:.1f}")  # fmt: skip
+    console.print(table)
+    for flag in run.trends.flags():
+        console.print(Text("flag: " + clean(flag), style="yellow"))

@@ -1,0 +1,206 @@
+"""A collector's OTLP JSON file read as events: the ``file`` exporter's output, one
+``ExportTraceServiceRequest`` as JSON per line.
+
+Each span becomes the finished event it was exported from: its name picks the event class and
+the operation, step, stage or action (the span tables in ``ckpt_events``), its attributes give
+back the event's fields (``Attr`` keys, the ``*_END_ATTRS`` tables) and the rest are the user's
+attributes. A step names no participant: it takes its operation's (its parent span), so a step
+is held until its operation arrives. A collector exports finished spans only, so nothing is
+ever open in such a file.
+
+Bad input is reported per line (counted, the first few shown) and never stops the read: a
+line that is not JSON, a span id seen twice, ids of the wrong length, an end before its
+start, and, at the end, steps whose operation (parent) never came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from ckpt_events import (
+    COLLECTION_END_ATTRS,
+    COLLECTION_SPANS,
+    COORDINATE_END_ATTRS,
+    COORDINATE_SPANS,
+    OPERATION_END_ATTRS,
+    OPERATION_SPANS,
+    STAGE_SPANS,
+    STEP_END_ATTRS,
+    STEP_SPANS,
+    Attr,
+    CollectionFinished,
+    CoordinateFinished,
+    Kind,
+    OperationFinished,
+    StageFinished,
+    StepFinished,
+)
+
+__all__ = ["looks_like_otlp", "read_otlp"]
+
+_IS_REMOTE: Final = 0x200
+_STATUS_ERROR: Final = 2
+#: Span name -> (event class, the field its name comes from, that field's value).
+_BY_NAME: Final[dict[str, tuple[type, str, Any]]] = {}
+for _cls, _field, _table in (
+    (OperationFinished, "operation", OPERATION_SPANS),
+    (StepFinished, "step", STEP_SPANS),
+    (CoordinateFinished, "operation", COORDINATE_SPANS),
+    (StageFinished, "stage", STAGE_SPANS),
+    (CollectionFinished, "action", COLLECTION_SPANS),
+):
+    for _member, _name in _table.items():
+        _BY_NAME[_name] = (_cls, _field, _member)
+#: Attribute key -> event field.
+_FIELDS: Final[dict[str, str]] = {
+    Attr.PARTICIPANT_KIND: "kind",
+    Attr.INSTANCE: "instance",
+    Attr.OUTCOME: "outcome",
+    Attr.ID: "checkpoint_id",
+    Attr.PARTICIPANTS: "participants",
+    Attr.WORKER: "worker",
+}
+for _tables in (OPERATION_END_ATTRS, STEP_END_ATTRS, COORDINATE_END_ATTRS, COLLECTION_END_ATTRS):
+    for _pairs in _tables.values():
+        for _f, _key in _pairs:
+            _FIELDS[_key] = _f
+
+
+def looks_like_otlp(first_line: bytes) -> bool:
+    """Whether a file's first line is an OTLP JSON trace request."""
+    return first_line.lstrip().startswith(b"{") and b'"resourceSpans"' in first_line[:200]
+
+
+def _value(v: dict[str, Any]) -> Any:
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "doubleValue" in v:
+        return float(v["doubleValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "arrayValue" in v:
+        return [_value(x) for x in v["arrayValue"].get("values", [])]
+    return None
+
+
+def _hex(text: Any, digits: int) -> int | None:
+    if not isinstance(text, str) or len(text) != digits:
+        return None
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+class _Bad(Exception):
+    pass
+
+
+def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
+    """``(line number, event)`` for every span of the file; ``skip(text)`` is told of each bad
+    span or line (one line each)."""
+    decode = msgspec.json.Decoder().decode
+    seen: set[tuple[int, int]] = set()
+    #: Operations seen: span id -> (kind, instance, worker); steps waiting for theirs.
+    owners: dict[tuple[int, int], tuple[str, str, int | None]] = {}
+    waiting: dict[tuple[int, int], list[tuple[int, dict[str, Any]]]] = {}
+    with open(path, "rb") as file:
+        for number, raw in enumerate(file, 1):
+            if not raw.strip():
+                continue
+            try:
+                request = decode(raw)
+                resources = request["resourceSpans"]
+            except (msgspec.DecodeError, KeyError, TypeError) as exc:
+                skip(f"{path}:{number}: not an OTLP JSON trace request ({exc}); line skipped")
+                continue
+            for resource in resources or ():
+                for scope in resource.get("scopeSpans") or ():
+                    for span in scope.get("spans") or ():
+                        try:
+                            made = _event_fields(span)
+                        except _Bad as exc:
+                            skip(f"{path}:{number}: span {span.get('spanId', '?')!s:.16} skipped: {exc}")
+                            continue
+                        if made is None:
+                            continue
+                        cls, fields = made
+                        key = (fields["trace_id"], fields["span_id"])
+                        if key in seen:
+                            skip(f"{path}:{number}: span {fields['span_id']:016x} seen twice; skipped")
+                            continue
+                        seen.add(key)
+                        if cls is StepFinished:
+                            owner = owners.get((fields["trace_id"], fields["parent_span_id"] or 0))
+                            if owner is None:
+                                parent = (fields["trace_id"], fields["parent_span_id"] or 0)
+                                waiting.setdefault(parent, []).append((number, fields))
+                                continue
+                            fields["kind"], fields["instance"], fields["worker"] = owner
+                        elif cls is OperationFinished:
+                            owner = (fields["kind"], fields["instance"], fields.get("worker"))
+                            owners[key] = owner
+                            for at, step in waiting.pop(key, ()):
+                                step["kind"], step["instance"], step["worker"] = owner
+                                yield at, msgspec.convert(step, StepFinished)
+                        else:
+                            fields.setdefault("kind", Kind.CONTROLLER.value)
+                            fields.setdefault("instance", "controller")
+                        yield number, msgspec.convert(fields, cls)
+    for steps in waiting.values():
+        for at, step in steps:
+            skip(f"{path}:{at}: step span {step['span_id']:016x}: its parent operation never came; skipped")
+
+
+def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | None:
+    found = _BY_NAME.get(span.get("name", ""))
+    if found is None:
+        return None  # a span not of ours: the collector may carry others
+    cls, field, value = found
+    trace_id = _hex(span.get("traceId"), 32)
+    span_id = _hex(span.get("spanId"), 16)
+    if trace_id is None or span_id is None:
+        raise _Bad("trace id must be 32 hex digits and span id 16")
+    parent_text = span.get("parentSpanId") or None
+    parent = None if parent_text is None else _hex(parent_text, 16)
+    if parent_text is not None and parent is None:
+        raise _Bad("parent span id must be 16 hex digits")
+    try:
+        start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise _Bad(f"no start or end time ({exc})") from None
+    if end < start:
+        raise _Bad("its end is before its start")
+    fields: dict[str, Any] = {
+        field: value.value,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "start_ns": start,
+        "end_ns": end,
+        "parent_span_id": parent,
+        "parent_remote": bool(int(span.get("flags", 0)) & _IS_REMOTE),
+    }
+    extra: dict[str, Any] = {}
+    for pair in span.get("attributes") or ():
+        key, got = pair.get("key"), _value(pair.get("value") or {})
+        if key in _FIELDS:
+            fields[_FIELDS[key]] = got
+        elif key is not None:
+            extra[key] = got
+    if extra:
+        fields["attributes"] = extra
+    status = span.get("status") or {}
+    if status.get("code") == _STATUS_ERROR:
+        fields["outcome"] = "error"
+        for event in span.get("events") or ():
+            if event.get("name") == "exception":
+                attrs = {p.get("key"): _value(p.get("value") or {}) for p in event.get("attributes") or ()}
+                fields["error_type"] = attrs.get("exception.type")
+                fields["error_message"] = attrs.get("exception.message") or None
+    return cls, fields
