@@ -20,7 +20,10 @@ __all__ = [
     "COORDINATE_SPANS",
     "METRIC_BYTES",
     "METRIC_EVENTS",
+    "METRIC_LAST_PUBLISHED",
     "METRIC_LOOP_LAG",
+    "METRIC_OLDEST_OPEN",
+    "METRIC_OPEN_OPERATIONS",
     "METRIC_OPERATION_DURATION",
     "METRIC_RECORDS",
     "OPERATION_END_ATTRS",
@@ -123,6 +126,8 @@ class CountedEvent(enum.StrEnum):
     PREPARE_NOT_READY = "prepare_not_ready"
     REFUSED = "refused"
     GENERATION_CUT = "generation_cut"
+    #: An operation stayed open past ``sinks.StallWatch``'s threshold (counted once per operation).
+    STALLED = "stalled"
 
 
 class Disposition(enum.StrEnum):
@@ -197,6 +202,12 @@ METRIC_BYTES: Final = "gym.checkpoint.bytes_total"
 METRIC_EVENTS: Final = "gym.checkpoint.events_total"
 #: Event-loop lag of a participant during one operation (max sleep overshoot), a histogram.
 METRIC_LOOP_LAG: Final = "gym.checkpoint.loop_lag_ms"
+#: Operations open now (started, not finished), an up-down counter.
+METRIC_OPEN_OPERATIONS: Final = "gym.checkpoint.open_operations"
+#: Age in seconds of the oldest open operation (0 when none), a gauge.
+METRIC_OLDEST_OPEN: Final = "gym.checkpoint.oldest_open_s"
+#: Unix time (s) the controller last published a checkpoint, a gauge.
+METRIC_LAST_PUBLISHED: Final = "gym.checkpoint.last_published_ts"
 
 
 def attr(name: str) -> str:

@@ -10,6 +10,7 @@ from sinks._jsonl import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
 from sinks._logging_sink import LoggingSink
 from sinks._otel_env import OtelSettings, read_otel_env, sample_ratio_from_env
 from sinks._replay import ReplayResult, replay
+from sinks.stall_watch import StallWatch
 
 __all__ = [
     "Configured",
@@ -19,6 +20,7 @@ __all__ = [
     "LoggingSink",
     "OtelSettings",
     "ReplayResult",
+    "StallWatch",
     "configure",
     "read_events",
     "read_otel_env",

@@ -100,7 +100,8 @@ def _rotel_points(text: str) -> Points:
             else:
                 value = re.search(r"^Value: (\S+)$", part, re.M)
                 assert value is not None, part
-                points[attrs] = (int(value.group(1)),)
+                number = value.group(1)
+                points[attrs] = (float(number) if "." in number else int(number),)
     return found
 
 
@@ -134,6 +135,8 @@ async def test_every_point_reaches_rotel_as_the_sdk_records_it(
         "gym.checkpoint.records_total",
         "gym.checkpoint.bytes_total",
         "gym.checkpoint.events_total",
+        "gym.checkpoint.open_operations",
+        "gym.checkpoint.oldest_open_s",
     }
     assert _rotel_points(text) == expected
     assert len(expected["gym.checkpoint.events_total"]) == 6  # 2 refused, lease, not ready, 2 cut
@@ -239,7 +242,8 @@ async def test_a_busy_servers_events_come_in_few_batches_and_all_count_at_close(
             await anyio.sleep(0)
     assert sink.batches <= 3
     stats = sink.stats()
-    assert (stats.events, stats.exports, stats.export_failures) == (30, 1, 0)
+    # Each operation is two events: its start (open work) and its end.
+    assert (stats.events, stats.exports, stats.export_failures) == (60, 1, 0)
     points = _rotel_points(_wait_for(out, ["otlp-linger", "gym.checkpoint.records_total"]))
     attributes = {
         ("nemo.gym.checkpoint.operation", "commit"),
