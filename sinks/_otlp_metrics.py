@@ -250,7 +250,7 @@ class MetricEncoder:
             ]
             data = {"dataPoints": points, "aggregationTemporality": _CUMULATIVE, "isMonotonic": False}
             metrics.append({"name": name, "unit": unit, "description": description, "sum": data})
-        gauges = (
+        gauges: tuple[tuple[tuple[str, str, str], list[tuple[dict[str, str], float]]], ...] = (
             (oldest_meta, [(self._attrs(key), age) for key, age in snapshot.oldest_s.items()]),
             (published_meta, [] if (ts := snapshot.last_published_ts) is None else [({}, ts)]),
         )

@@ -17,6 +17,7 @@ from participants.cli.demo import DEMO
 from participants.cli.replay import REPLAY
 from participants.cli.report import REPORT
 from participants.cli.serve import SERVE
+from participants.cli.watch import WATCH
 from participants.errors import CommandError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
@@ -34,6 +35,7 @@ COMMANDS: list[Command] = [
     REPORT,
     REPLAY,
     BENCH,
+    WATCH,
 ]
 
 
