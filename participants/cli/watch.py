@@ -21,7 +21,7 @@ from participants.cli.serve import ENV_TOKEN
 from participants.cli.watch_sources import LogFollower, poll_all
 from participants.cli.watch_view import FleetView, escape
 
-__all__ = ["WATCH", "snapshot"]
+__all__ = ["WATCH", "live", "snapshot"]
 
 _ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
 
@@ -116,9 +116,34 @@ async def snapshot(view: FleetView, client: Any, follower: LogFollower | None, t
         view.notes = list(follower.notes.values())
 
 
+async def live(
+    view: FleetView,
+    client: Any,
+    follower: LogFollower | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+) -> None:
+    """Redraw ``view`` in place on the console ``out`` every ``interval`` seconds until ``until``
+    is set (``None``: until cancelled). ``demo --watch`` can run this in place of its progress bars."""
+    from rich.live import Live
+
+    with Live(view.render(), console=out, auto_refresh=False, transient=False) as screen:
+        while until is None or not until.is_set():
+            started = time.monotonic()
+            await snapshot(view, client, follower, timeout)
+            screen.update(view.render(), refresh=True)
+            with anyio.move_on_after(max(0.0, interval - (time.monotonic() - started))):
+                if until is not None:
+                    await until.wait()
+                else:
+                    await anyio.sleep_forever()
+
+
 async def _watch_async(args: argparse.Namespace) -> int:
     import httpx
-    from rich.live import Live
 
     urls = _urls(args)
     token = _token(args, needed=bool(urls))
@@ -138,12 +163,8 @@ async def _watch_async(args: argparse.Namespace) -> int:
                     break
                 await anyio.sleep(max(0.0, args.interval - (time.monotonic() - started)))
             return 0
-        with Live(view.render(), console=out, auto_refresh=False, transient=False) as live:
-            while True:
-                started = time.monotonic()
-                await snapshot(view, client, follower, args.timeout)
-                live.update(view.render(), refresh=True)
-                await anyio.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+        await live(view, client, follower, out, interval=args.interval, timeout=args.timeout)
+        return 0  # not reached: Ctrl-C ends it, reported by main in one line
 
 
 def _run(args: argparse.Namespace) -> int:

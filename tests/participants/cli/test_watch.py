@@ -3,6 +3,7 @@ in prepare; StallWatch and the open-work gauges see the same stall."""
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import re
@@ -19,10 +20,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from rich.console import Console
 
-from ckpt_events import METRIC_EVENTS, METRIC_OLDEST_OPEN, Bus
+from ckpt_events import METRIC_EVENTS, METRIC_OLDEST_OPEN, Bus, Telemetry
 from participants.cli.fleet import local_fleet
 from participants.cli.main import main
-from participants.cli.watch import snapshot
+from participants.cli.watch import live, snapshot
 from participants.cli.watch_sources import LogFollower
 from participants.cli.watch_view import FleetView
 from participants.protocol import CONTROL_PREFIX
@@ -137,3 +138,23 @@ async def test_watch_once_prints_one_snapshot_of_the_stall(
     assert code == 0
     assert out.count("-- ckpt-events watch") == 1
     assert "NOT READY: 1 blocking: r1" in out and "STALLED" in out, out
+
+
+async def test_live_redraws_until_told_to_stop(tmp_path: Path) -> None:
+    """``live`` (what a terminal gets, and what ``demo --watch`` can run) redraws from a followed log
+    about once a second and returns when ``until`` is set."""
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(log))
+        tel = Telemetry(bus, kind="model", instance="model-0")
+        with tel.operation("commit", checkpoint_id="c-live"):
+            pass
+    out = Console(width=80, record=True, force_terminal=True, file=io.StringIO())
+    until = anyio.Event()
+    view = FleetView([], stall_after=30.0)
+    async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(live, view, client, LogFollower([str(log)]), out, until=until))
+        await anyio.sleep(1.3)
+        until.set()
+    text = out.export_text()
+    assert "model model-0" in text and "last: c-live commit ok" in text, text
