@@ -40,7 +40,9 @@ TWO = (("environment", "environment-0"), ("resources", "resources-0"))
 
 
 @asynccontextmanager
-async def stalled_fleet(log: Path) -> AsyncIterator[tuple[dict[str, str], StallWatch, InMemoryMetricReader]]:
+async def stalled_fleet(
+    log: Path, step_seconds: float = 2.5
+) -> AsyncIterator[tuple[dict[str, str], StallWatch, InMemoryMetricReader]]:
     """Two participants; environment-0 has a step in flight (2.5 s) when a prepare comes, so its first
     prepare (0.3 s deadline) reports the blocker and a retried one stays open until the step ends:
     a stall of about 1.9 s, over before the servers stop (nothing in flight is cancelled)."""
@@ -51,7 +53,7 @@ async def stalled_fleet(log: Path) -> AsyncIterator[tuple[dict[str, str], StallW
         bus.subscribe(watch)
         bus.subscribe(MetricSink(provider))
         bus.subscribe(JsonLinesSink(log), linger=0.0)
-        options = {"environment-0": {"step_seconds": 2.5}}
+        options = {"environment-0": {"step_seconds": step_seconds}}
         async with local_fleet(
             token=TOKEN, bus=bus, members=TWO, options=options, checkpoint_root=ROOT
         ) as urls:
