@@ -51,6 +51,7 @@ __all__ = [
     "PrepareNotReady",
     "Refused",
     "SpanEvent",
+    "Stalled",
     "StageFinished",
     "StageStarted",
     "StepFinished",
@@ -288,6 +289,19 @@ class GenerationCut(_Point, frozen=True, gc=False, tag="generation_cut"):
     worker: int | None = None
 
 
+class Stalled(_Point, frozen=True, gc=False, tag="stalled"):
+    """``operation`` of this participant has been open ``age_s`` seconds, past the stall threshold.
+
+    ``phase`` is the participant's phase the operation was started in, when known.
+    """
+
+    operation: Operation
+    age_s: float
+    phase: Phase | None = None
+    checkpoint_id: str | None = None
+    worker: int | None = None
+
+
 CheckpointEvent: TypeAlias = (
     OperationStarted
     | OperationFinished
@@ -303,6 +317,7 @@ CheckpointEvent: TypeAlias = (
     | PrepareNotReady
     | Refused
     | GenerationCut
+    | Stalled
 )
 
 #: Every concrete event class, in the order of the union.
@@ -315,7 +330,7 @@ FINISHED_TYPES: Final = (
     StageFinished,
     CollectionFinished,
 )
-POINT_TYPES: Final = (LeaseExpired, PrepareNotReady, Refused, GenerationCut)
+POINT_TYPES: Final = (LeaseExpired, PrepareNotReady, Refused, GenerationCut, Stalled)
 
 
 def span_name_of(event: Event) -> str | None:

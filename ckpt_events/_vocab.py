@@ -21,9 +21,13 @@ __all__ = [
     "INSTRUMENTS",
     "METRIC_BYTES",
     "METRIC_EVENTS",
+    "METRIC_LAST_PUBLISHED",
     "METRIC_LOOP_LAG",
+    "METRIC_OLDEST_OPEN",
+    "METRIC_OPEN_OPERATIONS",
     "METRIC_OPERATION_DURATION",
     "METRIC_RECORDS",
+    "OPEN_WORK_INSTRUMENTS",
     "OPERATION_END_ATTRS",
     "OPERATION_SPANS",
     "PREPARE_ORDER",
@@ -126,6 +130,8 @@ class CountedEvent(enum.StrEnum):
     PREPARE_NOT_READY = "prepare_not_ready"
     REFUSED = "refused"
     GENERATION_CUT = "generation_cut"
+    #: An operation stayed open past ``sinks.StallWatch``'s threshold (counted once per operation).
+    STALLED = "stalled"
 
 
 class Disposition(enum.StrEnum):
@@ -200,6 +206,12 @@ METRIC_BYTES: Final = "gym.checkpoint.bytes_total"
 METRIC_EVENTS: Final = "gym.checkpoint.events_total"
 #: Event-loop lag of a participant during one operation (max sleep overshoot), a histogram.
 METRIC_LOOP_LAG: Final = "gym.checkpoint.loop_lag_ms"
+#: Operations open now (started, not finished), an up-down counter.
+METRIC_OPEN_OPERATIONS: Final = "gym.checkpoint.open_operations"
+#: Age in seconds of the oldest open operation (0 when none), a gauge.
+METRIC_OLDEST_OPEN: Final = "gym.checkpoint.oldest_open_s"
+#: Unix time (s) the controller last published a checkpoint, a gauge.
+METRIC_LAST_PUBLISHED: Final = "gym.checkpoint.last_published_ts"
 
 
 class InstrumentKind(enum.StrEnum):
@@ -207,6 +219,10 @@ class InstrumentKind(enum.StrEnum):
 
     COUNTER = "counter"
     HISTOGRAM = "histogram"
+    #: Open work: a sum that goes up and down (started minus finished).
+    UP_DOWN_COUNTER = "up_down_counter"
+    #: Open work: a value observed when the metrics are read (an age, a time).
+    GAUGE = "gauge"
 
 
 class Instrument(NamedTuple):
@@ -232,6 +248,29 @@ INSTRUMENTS: Final = (
         InstrumentKind.HISTOGRAM,
         "ms",
         "A participant's worst event-loop lag during an operation",
+    ),
+)
+
+#: The open-work instruments, spelled once: both metric sinks derive them from the
+#: ``*Started``/``*Finished`` events (the up-down counter first, then the two gauges).
+OPEN_WORK_INSTRUMENTS: Final = (
+    Instrument(
+        METRIC_OPEN_OPERATIONS,
+        InstrumentKind.UP_DOWN_COUNTER,
+        "1",
+        "Checkpoint operations started and not yet finished",
+    ),
+    Instrument(
+        METRIC_OLDEST_OPEN,
+        InstrumentKind.GAUGE,
+        "s",
+        "Age of the oldest open checkpoint operation (0 when none is open)",
+    ),
+    Instrument(
+        METRIC_LAST_PUBLISHED,
+        InstrumentKind.GAUGE,
+        "s",
+        "Unix time the controller last published a checkpoint",
     ),
 )
 

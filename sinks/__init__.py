@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sinks.jsonl._replay import ReplayResult, replay
     from sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
     from sinks.otel._env import OtelSettings, read_otel_env, sample_ratio_from_env
+    from sinks.stall_watch import StallWatch
 
 __all__ = [
     "Configured",
@@ -29,6 +30,7 @@ __all__ = [
     "LoggingSink",
     "OtelSettings",
     "ReplayResult",
+    "StallWatch",
     "configure",
     "read_events",
     "read_otel_env",
@@ -44,6 +46,7 @@ _HOME: Final = {
     "LoggingSink": "sinks._logging_sink",
     "OtelSettings": "sinks.otel._env",
     "ReplayResult": "sinks.jsonl._replay",
+    "StallWatch": "sinks.stall_watch",
     "configure": "sinks._configure",
     "read_events": "sinks.jsonl._reader",
     "read_otel_env": "sinks.otel._env",

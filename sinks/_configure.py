@@ -20,6 +20,7 @@ from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription, 
 from sinks.jsonl._writer import JsonLinesSink
 from sinks.otel._env import OtelSettings, read_otel_env
 from sinks.otlp._span_sink import OtlpSpanSink
+from sinks.stall_watch import ENV_STALL_AFTER, StallWatch
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -148,6 +149,7 @@ def configure(
     * OTLP over HTTP (``http/protobuf``, ``http/json``) is our own ``OtlpSpanSink`` and
       ``OtlpMetricSink``: spans and aggregated metric points encoded straight from the events;
       gRPC and console go through OpenTelemetry's exporters.
+    * A ``StallWatch`` when ``CKPT_EVENTS_STALL_AFTER`` is a number of seconds.
     * ``tracer_provider``: our finished spans go through its span processors (with its
       resource), and no span exporter is built. ``meter_provider``: the metric sink records
       through it, and none is built (nor shut down here).
@@ -177,6 +179,7 @@ def configure(
             )
         settings = _replace(settings, metric_interval_ms=interval)
     jsonl_sink = _jsonl(jsonl_path, env)
+    stall_watch = _stall_watch(env, bus)
     subscriptions: list[Subscription] = []
     span_sinks: list[tuple[str, AnySpanSink]] = []
     metric_sinks: list[tuple[str, AnyMetricSink]] = []
@@ -195,6 +198,8 @@ def configure(
     try:
         if jsonl_sink is not None:
             subscriptions.append(bus.subscribe(jsonl_sink, name="jsonl"))
+        if stall_watch is not None:
+            subscriptions.append(bus.subscribe(stall_watch, name="stall-watch"))
         for name, sink in span_sinks:
             if not sink.enabled:
                 continue
@@ -231,6 +236,19 @@ def _replace(settings: OtelSettings, **changes: Any) -> OtelSettings:
     import msgspec
 
     return msgspec.structs.replace(settings, **changes)
+
+
+def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:
+    raw = env.get(ENV_STALL_AFTER, "").strip()
+    if not raw:
+        return None
+    try:
+        after = float(raw)
+    except ValueError:
+        after = float("nan")
+    if not after > 0 or after == float("inf"):
+        raise ConfigurationError(f"{ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
+    return StallWatch(after, bus=bus)
 
 
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:

@@ -11,15 +11,19 @@ from typing import Any, Final
 
 from ckpt_events import (
     Attr,
+    CollectionFinished,
     CoordinateFinished,
+    CoordinateStarted,
     CountedEvent,
     GenerationCut,
     Kind,
     LeaseExpired,
     Operation,
     OperationFinished,
+    OperationStarted,
     PrepareNotReady,
     Refused,
+    Stalled,
 )
 
 __all__ = [
@@ -30,7 +34,9 @@ __all__ = [
     "LAG",
     "LEASE",
     "NOT_READY",
+    "OPEN",
     "REFUSED",
+    "STALLED",
     "VOLUME",
     "VOLUME_OPERATIONS",
     "attributes_of",
@@ -44,6 +50,11 @@ INTERESTS: Final = (
     PrepareNotReady,
     Refused,
     GenerationCut,
+    Stalled,
+    # Open work: what started and has not finished yet, and when a checkpoint was published.
+    OperationStarted,
+    CoordinateStarted,
+    CollectionFinished,
 )
 
 CONTROLLER: Final = Kind.CONTROLLER.value
@@ -56,6 +67,9 @@ REFUSED: Final = CountedEvent.REFUSED.value
 CUT: Final = CountedEvent.GENERATION_CUT.value
 LEASE: Final = CountedEvent.LEASE_EXPIRED.value
 NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
+STALLED: Final = CountedEvent.STALLED.value
+#: Open operations and the oldest one's age (``sinks._open_work``).
+OPEN: Final = "open"
 _KEYS: Final[dict[str, tuple[str, ...]]] = {
     DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),
     VOLUME: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
@@ -64,8 +78,10 @@ _KEYS: Final[dict[str, tuple[str, ...]]] = {
     CUT: (Attr.DISPOSITION,),
     LEASE: (Attr.PARTICIPANT_KIND, Attr.PHASE),
     NOT_READY: (Attr.PARTICIPANT_KIND,),
+    STALLED: (Attr.PARTICIPANT_KIND, Attr.OPERATION),
+    OPEN: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
 }
-_EVENT_TAGS: Final = frozenset({REFUSED, CUT, LEASE, NOT_READY})
+_EVENT_TAGS: Final = frozenset({REFUSED, CUT, LEASE, NOT_READY, STALLED})
 
 
 def attributes_of(key: tuple[Any, ...]) -> dict[str, str]:

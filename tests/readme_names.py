@@ -17,7 +17,10 @@ from ckpt_events import (
     COORDINATE_SPANS,
     METRIC_BYTES,
     METRIC_EVENTS,
+    METRIC_LAST_PUBLISHED,
     METRIC_LOOP_LAG,
+    METRIC_OLDEST_OPEN,
+    METRIC_OPEN_OPERATIONS,
     METRIC_OPERATION_DURATION,
     METRIC_RECORDS,
     OPERATION_END_ATTRS,
@@ -100,6 +103,9 @@ def _metric_rows() -> list[str]:
         f"| `{METRIC_RECORDS}` | counter | {_keys(_KEYS['volume'])} |",
         f"| `{METRIC_BYTES}` | counter, By | {_keys(_KEYS['volume'])} |",
         f"| `{METRIC_EVENTS}` | counter | `{Attr.EVENT}` (the event), and per event: {events} |",
+        f"| `{METRIC_OPEN_OPERATIONS}` | up-down counter | {_keys(_KEYS['open'])} |",
+        f"| `{METRIC_OLDEST_OPEN}` | gauge, s (0 when none is open) | {_keys(_KEYS['open'])} |",
+        f"| `{METRIC_LAST_PUBLISHED}` | gauge, s (Unix time; the controller) | - |",
     ]
 
 

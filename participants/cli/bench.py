@@ -25,7 +25,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=("core", "sinks", "otlp", "scale", "server", "workers", "report"),
+        choices=("core", "sinks", "otlp", "scale", "server", "workers", "report", "watch"),
         action="append",
         help="run only these",
     )

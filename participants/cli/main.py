@@ -18,6 +18,7 @@ from participants.cli.diff import DIFF
 from participants.cli.replay import REPLAY
 from participants.cli.report import REPORT
 from participants.cli.serve import SERVE
+from participants.cli.watch import WATCH
 from participants.errors import CommandError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
@@ -36,6 +37,7 @@ COMMANDS: list[Command] = [
     REPLAY,
     DIFF,
     BENCH,
+    WATCH,
 ]
 
 

@@ -25,6 +25,7 @@ from ckpt_events import (
     Outcome,
     PrepareNotReady,
     Refused,
+    Stalled,
     Step,
     StepFinished,
 )
@@ -113,6 +114,8 @@ def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
                 out["prepare_not_ready_blockers"][event.kind.value] += blockers
             case GenerationCut(disposition=disposition, calls=calls):
                 out[CountedEvent.GENERATION_CUT][disposition.value] += calls
+            case Stalled(operation=operation):
+                out[CountedEvent.STALLED][f"{event.kind.value}/{operation.value}"] += 1
             case _:
                 pass
     return dict(out)

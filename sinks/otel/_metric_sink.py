@@ -7,10 +7,12 @@ Attribute values are bounded vocabularies: never an id or an instance.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
-from opentelemetry.metrics import Counter, Histogram, Meter, MeterProvider
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, MeterProvider, Observation
 
 from ckpt_events import (
     INSTRUMENTS,
@@ -27,9 +29,11 @@ from ckpt_events import (
     OperationFinished,
     PrepareNotReady,
     Refused,
+    Stalled,
     __version__,
 )
 from sinks import _metric_keys as keys
+from sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork
 
 __all__ = ["MetricSink", "MetricSinkStats"]
 
@@ -60,6 +64,7 @@ _REFUSED: Final = keys.REFUSED
 _CUT: Final = keys.CUT
 _LEASE: Final = keys.LEASE
 _NOT_READY: Final = keys.NOT_READY
+_STALLED: Final = keys.STALLED
 
 
 class MetricSinkStats(msgspec.Struct, frozen=True):
@@ -91,6 +96,13 @@ class MetricSink:
         self._bytes = _counter(meter, METRIC_BYTES)
         self._events = _counter(meter, METRIC_EVENTS)
         self._loop_lag = _histogram(meter, METRIC_LOOP_LAG)
+        name, _, unit, description = OPEN_COUNTER
+        self._open_operations = meter.create_up_down_counter(name, unit=unit, description=description)
+        self._open_work = OpenWork()
+        for (name, _, unit, description), observe in zip(
+            GAUGES, (self._observe_oldest, self._observe_published), strict=True
+        ):
+            meter.create_observable_gauge(name, callbacks=[observe], unit=unit, description=description)
         # Attribute mappings are built once per distinct flat key and reused: the sets are few.
         self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
         self._seen = 0
@@ -148,6 +160,15 @@ class MetricSink:
             elif cls is PrepareNotReady:
                 key = (_NOT_READY, event.kind)
                 counts[key] = counts.get(key, 0) + 1
+            elif cls is Stalled:
+                key = (_STALLED, event.kind, event.operation)
+                counts[key] = counts.get(key, 0) + 1
+        deltas = self._open_work.add(batch)
+        if deltas is not None:
+            # Also a zero: the series exists from the first operation on, so "open > 0" has data.
+            for key, delta in deltas.items():
+                self._open_operations.add(delta, attributes(key))
+            calls += len(deltas)
         for counter, sums in ((self._records, records), (self._bytes, sizes), (self._events, counts)):
             add = counter.add
             for key, total in sums.items():
@@ -155,6 +176,14 @@ class MetricSink:
             calls += len(sums)
         self._seen += len(batch)
         self._sdk_calls += calls
+
+    def _observe_oldest(self, options: CallbackOptions) -> Iterable[Observation]:
+        snapshot = self._open_work.snapshot(time.time_ns())
+        return [Observation(age, self._attributes(key)) for key, age in snapshot.oldest_s.items()]
+
+    def _observe_published(self, options: CallbackOptions) -> Iterable[Observation]:
+        published = self._open_work.snapshot(time.time_ns()).last_published_ts
+        return [] if published is None else [Observation(published, {})]
 
     async def aclose(self) -> None:
         """Nothing to release: the meter provider belongs to whoever made it."""

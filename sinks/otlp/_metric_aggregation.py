@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -27,9 +28,11 @@ from ckpt_events import (
     OperationFinished,
     PrepareNotReady,
     Refused,
+    Stalled,
     __version__,
 )
 from sinks import _metric_keys as keys
+from sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork, OpenWorkSnapshot
 from sinks._wire_safe import replace_surrogates
 from sinks.otlp import _tags as tags
 from sinks.otlp._span_encoder import SCOPE_NAME
@@ -111,6 +114,9 @@ class MetricTotals:
         self.lags: dict[tuple[Any, ...], HistogramPoint] = {}
         # One dict per counter, in the order of COUNTERS: records, bytes, events.
         self.sums: tuple[dict[tuple[Any, ...], int], ...] = ({}, {}, {})
+        self.open_work = OpenWork()
+        #: What was open when this copy was taken (set by ``snapshot``).
+        self.open: OpenWorkSnapshot | None = None
 
     def add(self, batch: list[Any]) -> None:
         """Fold ``batch`` in (the same points ``MetricSink`` records for it)."""
@@ -158,6 +164,10 @@ class MetricTotals:
             elif cls is PrepareNotReady:
                 key = (keys.NOT_READY, event.kind)
                 counts[key] = counts.get(key, 0) + 1
+            elif cls is Stalled:
+                key = (keys.STALLED, event.kind, event.operation)
+                counts[key] = counts.get(key, 0) + 1
+        self.open_work.add(batch)
 
     def snapshot(self) -> MetricTotals:
         """A copy to encode while the original keeps counting."""
@@ -165,10 +175,11 @@ class MetricTotals:
         copy.durations = {key: point.copy() for key, point in self.durations.items()}
         copy.lags = {key: point.copy() for key, point in self.lags.items()}
         copy.sums = tuple(dict(sums) for sums in self.sums)
+        copy.open = self.open_work.snapshot(time.time_ns())
         return copy
 
     def __bool__(self) -> bool:
-        return bool(self.durations) or bool(self.lags) or any(self.sums)
+        return bool(self.durations) or bool(self.lags) or any(self.sums) or bool(self.open_work)
 
 
 class MetricEncoder:
@@ -231,11 +242,65 @@ class MetricEncoder:
                     for key, total in sums.items()
                 )
                 metrics.append(self._metric(meta, field(tags.METRIC_SUM, points + _CUMULATIVE_MONOTONIC_SUM)))
+        if totals.open is not None:
+            metrics.extend(self._open_protobuf(totals.open, times))
         scope_metrics = field(
             tags.RESOURCE_METRICS_SCOPE_METRICS,
             self._scope + b"".join(field(tags.SCOPE_METRICS_METRICS, metric) for metric in metrics),
         )
         return field(tags.METRICS_REQUEST_RESOURCE_METRICS, self._resource + scope_metrics)
+
+    def _open_protobuf(self, snapshot: OpenWorkSnapshot, times: bytes) -> list[bytes]:
+        # The up-down counter is a non-monotonic cumulative sum (no is_monotonic field); the
+        # gauges are Gauge data (Metric field 5) of double points (NumberDataPoint field 4).
+        metrics: list[bytes] = []
+        if snapshot.open:
+            points = b"".join(
+                field(0x0A, self._attributes_pb(0x3A, key) + times + b"\x31" + FIXED64.pack(n % (1 << 64)))
+                for key, n in snapshot.open.items()
+            )
+            metrics.append(self._metric(OPEN_COUNTER, field(0x3A, points + b"\x10\x02")))
+        oldest_meta, published_meta = GAUGES
+        if snapshot.oldest_s:
+            points = b"".join(
+                field(0x0A, self._attributes_pb(0x3A, key) + times + b"\x21" + DOUBLE.pack(age))
+                for key, age in snapshot.oldest_s.items()
+            )
+            metrics.append(self._metric(oldest_meta, field(0x2A, points)))
+        if snapshot.last_published_ts is not None:
+            point = field(0x0A, times + b"\x21" + DOUBLE.pack(snapshot.last_published_ts))
+            metrics.append(self._metric(published_meta, field(0x2A, point)))
+        return metrics
+
+    def _open_json(self, snapshot: OpenWorkSnapshot, start: str, now: str) -> list[dict[str, Any]]:
+        metrics: list[dict[str, Any]] = []
+        name, _, unit, description = OPEN_COUNTER
+        oldest_meta, published_meta = GAUGES
+        if snapshot.open:
+            points = [
+                {
+                    "attributes": json_attributes(self._attrs(key)),
+                    "startTimeUnixNano": start,
+                    "timeUnixNano": now,
+                    "asInt": n,
+                }
+                for key, n in snapshot.open.items()
+            ]
+            data = {"dataPoints": points, "aggregationTemporality": _CUMULATIVE, "isMonotonic": False}
+            metrics.append({"name": name, "unit": unit, "description": description, "sum": data})
+        gauges: tuple[tuple[Instrument, list[tuple[dict[str, str], float]]], ...] = (
+            (oldest_meta, [(self._attrs(key), age) for key, age in snapshot.oldest_s.items()]),
+            (published_meta, [] if (ts := snapshot.last_published_ts) is None else [({}, ts)]),
+        )
+        for (name, _, unit, description), values in gauges:
+            if values:
+                gauge_points = [
+                    {"attributes": json_attributes(attributes), "timeUnixNano": now, "asDouble": value}
+                    for attributes, value in values
+                ]
+                gauge = {"dataPoints": gauge_points}
+                metrics.append({"name": name, "unit": unit, "description": description, "gauge": gauge})
+        return metrics
 
     def _attributes_pb(self, tag: int, key: tuple[Any, ...]) -> bytes:
         return b"".join(field(tag, key_value(k, v)) for k, v in self._attrs(key).items())
@@ -314,6 +379,8 @@ class MetricEncoder:
                     "isMonotonic": True,
                 }
                 metrics.append({"name": name, "unit": unit, "description": description, "sum": data})
+        if totals.open is not None:
+            metrics.extend(self._open_json(totals.open, start, now))
         request = {
             "resourceMetrics": [
                 {

@@ -74,11 +74,13 @@ def test_coerce_accepts_members_and_values_only() -> None:
 
 
 def test_the_instrument_table_names_every_metric_constant_once() -> None:
-    """INSTRUMENTS holds each METRIC_* name exactly once, with a kind, a unit and a description."""
+    """INSTRUMENTS and OPEN_WORK_INSTRUMENTS hold each METRIC_* name exactly once between them,
+    with a kind, a unit and a description."""
     import ckpt_events
-    from ckpt_events import INSTRUMENTS, InstrumentKind
+    from ckpt_events import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
 
+    table = INSTRUMENTS + OPEN_WORK_INSTRUMENTS
     constants = {getattr(ckpt_events, n) for n in ckpt_events.__all__ if n.startswith("METRIC_")}
-    names = [i.name for i in INSTRUMENTS]
+    names = [i.name for i in table]
     assert sorted(names) == sorted(constants)
-    assert all(isinstance(i.kind, InstrumentKind) and i.unit and i.description for i in INSTRUMENTS)
+    assert all(isinstance(i.kind, InstrumentKind) and i.unit and i.description for i in table)

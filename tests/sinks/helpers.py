@@ -7,7 +7,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, Kind, Operation, Phase, Stalled, Telemetry
 
 
 def by_name(spans: tuple[ReadableSpan, ...] | list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
@@ -65,5 +65,7 @@ async def every_event_type(bus: Bus) -> None:
     model.prepare_not_ready(3, checkpoint_id="c1")
     model.lease_expired("preparing", checkpoint_id="c1")
     model.refused("stale_checkpoint", checkpoint_id="c1")
+    # Built by sinks.StallWatch from the stalled operation, not by a Telemetry.
+    bus.emit(Stalled(Kind.MODEL, "model-0", 1, Operation.PREPARE, 31.5, Phase.PREPARING, "c1"))
     with ctl.collection("checkpoint", checkpoint_id="c1") as col:
         col.set(in_flight=1, stop=True, published=False)

@@ -57,6 +57,8 @@ async def test_arguments_win_and_default_alone_gives_metrics_but_no_spans() -> N
         "gym.checkpoint.operation_duration_ms",
         "gym.checkpoint.records_total",
         "gym.checkpoint.bytes_total",
+        "gym.checkpoint.open_operations",
+        "gym.checkpoint.oldest_open_s",
     }
     assert configured.meter_provider is not None
 

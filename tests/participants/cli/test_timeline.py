@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ckpt_events import Kind, Telemetry
+from ckpt_events import Kind, Operation, Phase, Stalled, Telemetry
 from ckpt_events.testing import capture_events
 from participants.cli.report_html import write_timeline
 from participants.cli.report_terminal import render
@@ -69,7 +69,10 @@ async def test_waterfall_is_one_trace_parents_first(tmp_path: Path) -> None:
 async def test_counts_and_render() -> None:
     """Counted events are tallied and everything renders to a terminal."""
     events = await _one_checkpoint()
+    # What sinks.StallWatch counts for a prepare held past its threshold.
+    events.append(Stalled(Kind.ENVIRONMENT, "e0", 1, Operation.PREPARE, 31.0, Phase.PREPARING, "c1"))
     tallies = counts(events)
+    assert tallies["stalled"] == {"environment/prepare": 1}
     assert tallies["refused"] == {"stale_attempt": 2}
     assert tallies["generation_cut"] == {"durable_prefix": 3}
     assert tallies["lease_expired"] == {"environment/prepared": 1}
@@ -77,3 +80,4 @@ async def test_counts_and_render() -> None:
     render(Console(file=out, width=150), events)
     text = out.getvalue()
     assert "environment/e0" in text and "waterfall" in text and "stale_attempt" in text
+    assert "environment/prepare" in text

@@ -6,7 +6,14 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
-from ckpt_events import METRIC_LOOP_LAG, Bus, InvalidArgumentError, Telemetry
+from ckpt_events import (
+    METRIC_LOOP_LAG,
+    METRIC_OLDEST_OPEN,
+    METRIC_OPEN_OPERATIONS,
+    Bus,
+    InvalidArgumentError,
+    Telemetry,
+)
 from sinks.otel import MetricSink
 from tests.sinks.helpers import histogram_sums, metric_points
 
@@ -70,7 +77,11 @@ async def test_every_instrument_attribute_set_and_value(
         await _mix(bus)
         await bus.flush()
     points = metric_points(ckpt_metric_reader)
-    assert set(points) == {DURATION, RECORDS, BYTES, EVENTS}
+    assert set(points) == {DURATION, RECORDS, BYTES, EVENTS, METRIC_OPEN_OPERATIONS, METRIC_OLDEST_OPEN}
+    # Everything finished: every (operation, kind) seen has 0 open, and an oldest age of 0.
+    opened = {key - {("outcome", "ok"), ("outcome", "error")} for key in points[DURATION][1]}
+    assert points[METRIC_OPEN_OPERATIONS] == ("1", dict.fromkeys(opened, 0))
+    assert points[METRIC_OLDEST_OPEN] == ("s", dict.fromkeys(opened, 0.0))
     unit, durations = points[DURATION]
     assert unit == "ms"
     assert durations == {

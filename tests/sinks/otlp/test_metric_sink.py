@@ -100,7 +100,8 @@ def _rotel_points(text: str) -> Points:
             else:
                 value = re.search(r"^Value: (\S+)$", part, re.M)
                 assert value is not None, part
-                points[attrs] = (int(value.group(1)),)
+                number = value.group(1)
+                points[attrs] = (float(number) if "." in number else int(number),)
     return found
 
 
@@ -134,6 +135,8 @@ async def test_every_point_reaches_rotel_as_the_sdk_records_it(
         "gym.checkpoint.records_total",
         "gym.checkpoint.bytes_total",
         "gym.checkpoint.events_total",
+        "gym.checkpoint.open_operations",
+        "gym.checkpoint.oldest_open_s",
     }
     assert _rotel_points(text) == expected
     assert len(expected["gym.checkpoint.events_total"]) == 6  # 2 refused, lease, not ready, 2 cut
@@ -239,7 +242,8 @@ async def test_a_busy_servers_events_come_in_few_batches_and_all_count_at_close(
             await anyio.sleep(0)
     assert sink.batches <= 3
     stats = sink.stats()
-    assert (stats.events, stats.exports, stats.export_failures) == (30, 1, 0)
+    # Each operation is two events: its start (open work) and its end.
+    assert (stats.events, stats.exports, stats.export_failures) == (60, 1, 0)
     points = _rotel_points(_wait_for(out, ["otlp-linger", "gym.checkpoint.records_total"]))
     attributes = {
         ("nemo.gym.checkpoint.operation", "commit"),
@@ -250,13 +254,28 @@ async def test_a_busy_servers_events_come_in_few_batches_and_all_count_at_close(
 
 async def test_both_sinks_export_each_instrument_as_the_core_table_spells_it() -> None:
     """MetricSink (through the SDK) and our encoder give every instrument of ckpt_events.INSTRUMENTS
-    its kind, unit and description, in the table's order within each kind."""
+    and OPEN_WORK_INSTRUMENTS its kind, unit and description, in the table's order within each kind."""
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-    from opentelemetry.sdk.metrics.export import Histogram, Sum
+    from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 
-    from ckpt_events import INSTRUMENTS, InstrumentKind
+    from ckpt_events import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
 
-    want = {(i.name, i.kind, i.unit, i.description) for i in INSTRUMENTS}
+    def sdk_kind(data: Any) -> InstrumentKind:
+        if isinstance(data, Histogram):
+            return InstrumentKind.HISTOGRAM
+        if isinstance(data, Gauge):
+            return InstrumentKind.GAUGE
+        return InstrumentKind.COUNTER if data.is_monotonic else InstrumentKind.UP_DOWN_COUNTER
+
+    def otlp_kind(m: Any) -> InstrumentKind:
+        if m.HasField("histogram"):
+            return InstrumentKind.HISTOGRAM
+        if m.HasField("gauge"):
+            return InstrumentKind.GAUGE
+        return InstrumentKind.COUNTER if m.sum.is_monotonic else InstrumentKind.UP_DOWN_COUNTER
+
+    table = INSTRUMENTS + OPEN_WORK_INSTRUMENTS
+    want = {(i.name, i.kind, i.unit, i.description) for i in table}
     events: list[Any] = []
 
     class Keep:
@@ -271,30 +290,23 @@ async def test_both_sinks_export_each_instrument_as_the_core_table_spells_it() -
     data = reader.get_metrics_data()
     assert data is not None
     sdk = {
-        (
-            m.name,
-            InstrumentKind.HISTOGRAM if isinstance(m.data, Histogram) else InstrumentKind.COUNTER,
-            m.unit,
-            m.description,
-        )
+        (m.name, sdk_kind(m.data), m.unit, m.description)
         for m in data.resource_metrics[0].scope_metrics[0].metrics
-        if isinstance(m.data, Histogram | Sum)
+        if isinstance(m.data, Histogram | Sum | Gauge)
     }
-    assert sdk == want
+    # The open-work instruments the event mix left open or published are exported too.
+    assert {i.name for i in INSTRUMENTS} <= {name for name, *_ in sdk} and sdk <= want
     totals = MetricTotals()
     totals.add(events)
     request = ExportMetricsServiceRequest.FromString(
         MetricEncoder({"service.name": "s"}).protobuf(totals, 1, 2)
     )
     ours = [
-        (
-            m.name,
-            InstrumentKind.HISTOGRAM if m.HasField("histogram") else InstrumentKind.COUNTER,
-            m.unit,
-            m.description,
-        )
+        (m.name, otlp_kind(m), m.unit, m.description)
         for m in request.resource_metrics[0].scope_metrics[0].metrics
     ]
     histograms = [i for i in INSTRUMENTS if i.kind is InstrumentKind.HISTOGRAM]
     counters = [i for i in INSTRUMENTS if i.kind is InstrumentKind.COUNTER]
-    assert ours == [(i.name, i.kind, i.unit, i.description) for i in histograms + counters]
+    spelled = [(i.name, i.kind, i.unit, i.description) for i in histograms + counters]
+    assert ours[: len(spelled)] == spelled
+    assert set(ours[len(spelled) :]) <= want

@@ -1,0 +1,179 @@
+"""``ckpt-events watch``: a live view of a fleet, refreshed once a second.
+
+Polls every ``--participant``'s ``GET /status`` (so it works with telemetry off) and tails
+``--follow`` JSON-lines logs for open operations. On a terminal the view redraws in place;
+piped, it prints one plain snapshot per interval; ``--once`` prints one and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+
+from participants.cli.command import Command, CommandError, console, positive_number
+from participants.cli.serve import ENV_TOKEN
+from participants.cli.watch_sources import LogFollower, poll_all
+from participants.cli.watch_view import FleetView, escape
+
+__all__ = ["WATCH", "live", "snapshot"]
+
+_ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
+
+
+def _watch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--participant",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a participant's base URL (repeatable)",
+    )
+    parser.add_argument("--participants-file", type=Path, help="a file with one participant URL a line")
+    parser.add_argument(
+        "--follow",
+        nargs="+",
+        default=[],
+        metavar="LOG",
+        help="JSON-lines logs to tail: files, globs, folders",
+    )
+    parser.add_argument("--token-file", type=Path, help=f"file holding the control token (else ${ENV_TOKEN})")
+    parser.add_argument("--interval", type=positive_number, default=1.0, help="seconds between refreshes (1)")
+    parser.add_argument(
+        "--timeout", type=positive_number, default=0.8, help="seconds each /status poll may take (0.8)"
+    )
+    parser.add_argument(
+        "--stall-after",
+        type=positive_number,
+        default=None,
+        help=f"mark open work older than this stalled (else ${_ENV_STALL_AFTER}, else 30)",
+    )
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    urls = list(args.participant)
+    if args.participants_file is not None:
+        try:
+            text = args.participants_file.read_text(errors="replace")
+        except OSError as exc:
+            raise CommandError(
+                f"cannot read {str(args.participants_file)!r}: {exc.strerror or exc}"
+            ) from None
+        urls += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise CommandError(f"participant {escape(url)!r} is not an http:// or https:// URL")
+    if not urls and not args.follow:
+        raise CommandError("nothing to watch: pass --participant URL, --participants-file or --follow LOG")
+    return list(dict.fromkeys(urls))
+
+
+def _token(args: argparse.Namespace, needed: bool) -> str | None:
+    token: str
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(errors="replace").strip()
+        except OSError as exc:
+            raise CommandError(
+                f"cannot read the token file {str(args.token_file)!r}: {exc.strerror or exc}"
+            ) from None
+    else:
+        token = os.environ.get(ENV_TOKEN, "").strip()
+    if not token:
+        if needed:
+            raise CommandError(f"no control token: pass --token-file PATH or set ${ENV_TOKEN}")
+        return None
+    if not (token.isascii() and token.isprintable()):
+        raise CommandError("the control token must be printable ASCII (it goes into an HTTP header)")
+    return token
+
+
+def _stall_after(args: argparse.Namespace) -> float:
+    if args.stall_after is not None:
+        return float(args.stall_after)
+    raw = os.environ.get(_ENV_STALL_AFTER, "").strip()
+    try:
+        value = float(raw) if raw else 30.0
+    except ValueError:
+        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds, not {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
+    return value
+
+
+async def snapshot(view: FleetView, client: Any, follower: LogFollower | None, timeout: float) -> None:
+    """One refresh: a poll round and whatever the logs gained, folded into ``view``."""
+    results = await poll_all(client, view.urls, timeout) if view.urls else []
+    view.add_polls(results, time.time())
+    if follower is not None:
+        view.add_events(follower.read())
+        view.notes = list(follower.notes.values())
+
+
+async def live(
+    view: FleetView,
+    client: Any,
+    follower: LogFollower | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+) -> None:
+    """Redraw ``view`` in place on the console ``out`` every ``interval`` seconds until ``until``
+    is set (``None``: until cancelled). ``demo --watch`` can run this in place of its progress bars."""
+    from rich.live import Live
+
+    with Live(view.render(), console=out, auto_refresh=False, transient=False) as screen:
+        while until is None or not until.is_set():
+            started = time.monotonic()
+            await snapshot(view, client, follower, timeout)
+            screen.update(view.render(), refresh=True)
+            with anyio.move_on_after(max(0.0, interval - (time.monotonic() - started))):
+                if until is not None:
+                    await until.wait()
+                else:
+                    await anyio.sleep_forever()
+
+
+async def _watch_async(args: argparse.Namespace) -> int:
+    import httpx
+
+    urls = _urls(args)
+    token = _token(args, needed=bool(urls))
+    view = FleetView(urls, stall_after=_stall_after(args))
+    follower = LogFollower(args.follow) if args.follow else None
+    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    out = console()
+    limits = httpx.Limits(max_connections=max(len(urls), 1), max_keepalive_connections=max(len(urls), 1))
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=args.timeout) as client:
+        if args.once or not out.is_terminal:
+            for _ in range(1 if args.once else sys.maxsize):  # piped: until interrupted
+                started = time.monotonic()
+                await snapshot(view, client, follower, args.timeout)
+                out.print(f"-- ckpt-events watch {time.strftime('%H:%M:%S')} --")
+                out.print(view.render())
+                if args.once:
+                    break
+                await anyio.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+            return 0
+        await live(view, client, follower, out, interval=args.interval, timeout=args.timeout)
+        return 0  # not reached: Ctrl-C ends it, reported by main in one line
+
+
+def _run(args: argparse.Namespace) -> int:
+    return anyio.run(_watch_async, args)
+
+
+WATCH: Final = Command(
+    name="watch",
+    help="live view of a fleet: phases, leases, blockers, open operations",
+    add_arguments=_watch_arguments,
+    run=_run,
+)

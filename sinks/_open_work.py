@@ -1,0 +1,112 @@
+"""Open work, shared by ``MetricSink`` and ``OtlpMetricSink``: operations started and not finished.
+
+``OpenWork.add(batch)`` pairs ``OperationStarted``/``CoordinateStarted`` with their
+``*Finished`` by span id and keeps, per (operation, participant kind), how many are open and
+when each began; ``snapshot(now_ns)`` reads the instruments ``gym.checkpoint.open_operations``,
+``gym.checkpoint.oldest_open_s`` and ``gym.checkpoint.last_published_ts`` from that. Attribute
+sets are the low-cardinality flat keys of ``sinks._metric_keys`` (tag ``open``), never an id.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from ckpt_events import (
+    OPEN_WORK_INSTRUMENTS,
+    CollectionAction,
+    CollectionFinished,
+    CoordinateFinished,
+    CoordinateStarted,
+    OperationFinished,
+    OperationStarted,
+    Outcome,
+)
+from sinks import _metric_keys as keys
+
+__all__ = ["GAUGES", "MAX_OPEN", "OPEN_COUNTER", "OpenWork", "OpenWorkSnapshot"]
+
+#: The up-down counter and the two gauges (in export order), from the core's instrument table.
+OPEN_COUNTER: Final = OPEN_WORK_INSTRUMENTS[0]
+GAUGES: Final = OPEN_WORK_INSTRUMENTS[1:]
+#: Open operations tracked at most: a process whose ``*Finished`` events are lost (dropped by a
+#: full buffer, or a crash mid-operation) must not grow this without bound.
+MAX_OPEN: Final = 10_000
+_CONTROLLER: Final = keys.CONTROLLER
+_OPEN: Final = keys.OPEN
+_PUBLISH: Final = CollectionAction.PUBLISH
+_OK: Final = Outcome.OK
+
+
+class OpenWorkSnapshot(msgspec.Struct, frozen=True):
+    """Open operations per flat key, the oldest one's age (s, 0 when none) and the last publish."""
+
+    open: dict[tuple[Any, ...], int]
+    oldest_s: dict[tuple[Any, ...], float]
+    last_published_ts: float | None
+    #: Operations that could not be tracked because ``MAX_OPEN`` were open.
+    untracked: int
+
+
+class OpenWork:
+    """What is open now, fed with batches; a dict insert and delete per operation."""
+
+    __slots__ = ("_counts", "_last_published_ns", "_open", "untracked")
+
+    def __init__(self) -> None:
+        # span id -> (flat key, start ns). Keys once seen stay in _counts, so a key whose work
+        # all finished reports 0 open and an oldest age of 0 rather than vanishing.
+        self._open: dict[int, tuple[tuple[Any, ...], int]] = {}
+        self._counts: dict[tuple[Any, ...], int] = {}
+        self._last_published_ns: int | None = None
+        self.untracked = 0
+
+    def add(self, batch: list[Any]) -> dict[tuple[Any, ...], int] | None:
+        """Fold ``batch`` in; returns the change in open operations per key (``None``: none)."""
+        deltas: dict[tuple[Any, ...], int] | None = None
+        opened = self._open
+        counts = self._counts
+        for event in batch:
+            cls = event.__class__
+            if cls is OperationStarted or cls is CoordinateStarted:
+                if len(opened) >= MAX_OPEN:
+                    self.untracked += 1
+                    continue
+                kind = _CONTROLLER if cls is CoordinateStarted else event.kind
+                key: tuple[Any, ...] = (_OPEN, event.operation, kind)
+                opened[event.span_id] = (key, event.start_ns)
+                counts[key] = counts.get(key, 0) + 1
+                if deltas is None:
+                    deltas = {}
+                deltas[key] = deltas.get(key, 0) + 1
+            elif cls is OperationFinished or cls is CoordinateFinished:
+                entry = opened.pop(event.span_id, None)
+                if entry is None:  # started before this sink subscribed, or untracked
+                    continue
+                key = entry[0]
+                counts[key] -= 1
+                if deltas is None:
+                    deltas = {}
+                deltas[key] = deltas.get(key, 0) - 1
+            elif cls is CollectionFinished and event.action is _PUBLISH and event.outcome is _OK:
+                self._last_published_ns = event.end_ns
+        return deltas
+
+    def snapshot(self, now_ns: int) -> OpenWorkSnapshot:
+        """The instruments' values at ``now_ns`` (Unix ns, the events' clock)."""
+        oldest: dict[tuple[Any, ...], int] = {}
+        for key, start_ns in self._open.values():
+            if start_ns < oldest.get(key, now_ns):
+                oldest[key] = start_ns
+        ages = {key: max(0.0, (now_ns - oldest[key]) / 1e9) if key in oldest else 0.0 for key in self._counts}
+        published = self._last_published_ns
+        return OpenWorkSnapshot(
+            open=dict(self._counts),
+            oldest_s=ages,
+            last_published_ts=None if published is None else published / 1e9,
+            untracked=self.untracked,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self._counts) or self._last_published_ns is not None

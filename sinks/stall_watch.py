@@ -1,0 +1,163 @@
+"""``StallWatch``: one warning per checkpoint operation that stays open past a threshold.
+
+Per event it costs a dict insert (``*Started``) or delete (``*Finished``) under one lock per
+batch; a timer thread wakes at most once a second, and only while something is open. An
+operation open longer than ``after`` seconds is logged once (operation, participant, checkpoint
+id, phase, age) and counted as a ``Stalled`` event on ``bus``, so every metric sink counts it in
+``gym.checkpoint.events_total`` and the JSON lines keep it; when it ends, a second line says
+how long it took.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Final
+
+import anyio.to_thread
+
+from ckpt_events import (
+    Bus,
+    CoordinateFinished,
+    CoordinateStarted,
+    InvalidArgumentError,
+    Kind,
+    Operation,
+    OperationFinished,
+    OperationStarted,
+    Phase,
+    Stalled,
+)
+
+__all__ = ["ENV_STALL_AFTER", "StallWatch"]
+
+logger: Final = logging.getLogger("sinks.stall")
+
+#: Set to a number of seconds, ``configure()`` and ``serve`` subscribe a ``StallWatch(after=...)``.
+ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
+#: The phase a participant is in while an operation runs, when the operation says so itself.
+_PHASE_DURING: Final = {Operation.PREPARE: Phase.PREPARING}
+
+
+class _Open:
+    __slots__ = ("checkpoint_id", "instance", "kind", "operation", "stalled", "start_ns", "worker")
+
+    def __init__(self, event: Any, kind: Kind) -> None:
+        self.kind = kind
+        self.instance: str = event.instance
+        self.operation: Operation = event.operation
+        self.checkpoint_id: str | None = event.checkpoint_id
+        self.start_ns: int = event.start_ns
+        self.worker: int | None = event.worker
+        self.stalled = False
+
+    def describe(self) -> str:
+        cid = self.checkpoint_id or "-"
+        return f"{self.operation.value} of {self.kind.value} {self.instance} (checkpoint {cid}"
+
+
+class StallWatch:
+    """A bus sink warning once about each operation open longer than ``after`` seconds.
+
+    ``bus``: where to count ``Stalled`` events (``None``: log only). The timer thread starts
+    with the first batch and stops in ``aclose`` (the bus awaits it when it closes).
+    """
+
+    interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
+
+    def __init__(self, after: float = 30.0, *, bus: Bus | None = None) -> None:
+        if isinstance(after, bool) or not isinstance(after, int | float) or not after > 0:
+            raise InvalidArgumentError(f"after must be a number of seconds > 0, not {after!r}")
+        self.after = float(after)
+        self.bus = bus
+        self._open: dict[int, _Open] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stalls = 0
+
+    def handle(self, batch: list[Any]) -> None:
+        """Track what opens and closes; log the end of an operation that was reported stalled."""
+        ended: list[tuple[_Open, int, str]] = []
+        opened = self._open
+        with self._lock:
+            for event in batch:
+                cls = event.__class__
+                if cls is OperationStarted:
+                    opened[event.span_id] = _Open(event, event.kind)
+                elif cls is CoordinateStarted:
+                    opened[event.span_id] = _Open(event, Kind.CONTROLLER)
+                else:
+                    entry = opened.pop(event.span_id, None)
+                    if entry is not None and entry.stalled:
+                        ended.append((entry, event.end_ns, event.outcome.value))
+        for entry, end_ns, outcome in ended:
+            logger.warning(
+                "stall ended: %s) ended %s after %.1f s",
+                entry.describe(),
+                outcome,
+                (end_ns - entry.start_ns) / 1e9,
+            )
+        if opened and not self._wake.is_set():
+            self._start()
+            self._wake.set()
+
+    def _start(self) -> None:
+        if self._thread is None and not self._stopped.is_set():
+            self._thread = threading.Thread(target=self._run, name="ckpt-events-stall-watch", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()  # idle until something is open
+            if self._stopped.is_set():
+                return
+            self.check(time.time_ns())
+            with self._lock:
+                if not self._open:
+                    self._wake.clear()
+            if self._stopped.wait(1.0):
+                return
+
+    def check(self, now_ns: int) -> int:
+        """Report every operation open past ``after`` at ``now_ns`` not reported yet; returns how many."""
+        threshold = int(self.after * 1e9)
+        with self._lock:
+            due = [e for e in self._open.values() if not e.stalled and now_ns - e.start_ns >= threshold]
+            for entry in due:
+                entry.stalled = True
+        for entry in due:
+            age = (now_ns - entry.start_ns) / 1e9
+            phase = _PHASE_DURING.get(entry.operation)
+            logger.warning(
+                "stalled: %s, phase %s) open for %.1f s (threshold %g s)",
+                entry.describe(),
+                phase.value if phase is not None else "-",
+                age,
+                self.after,
+            )
+            if self.bus is not None:
+                self.bus.emit(
+                    Stalled(
+                        entry.kind,
+                        entry.instance,
+                        now_ns,
+                        entry.operation,
+                        age,
+                        phase,
+                        entry.checkpoint_id,
+                        entry.worker,
+                    )  # positional, in field order
+                )
+        self.stalls += len(due)
+        return len(due)
+
+    async def aclose(self) -> None:
+        """Stop the timer thread (it sleeps at most a second). Idempotent."""
+        self._stopped.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join, 2.0)

@@ -1,0 +1,97 @@
+"""Open-work metrics: an operation held open shows as open with a growing oldest age, in
+OpenTelemetry's SDK and through our OTLP metric sink into a real collector (rotel)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from ckpt_events import (
+    METRIC_LAST_PUBLISHED,
+    METRIC_OLDEST_OPEN,
+    METRIC_OPEN_OPERATIONS,
+    Bus,
+    Telemetry,
+)
+from sinks._open_work import MAX_OPEN, OpenWork
+from sinks.otel import MetricSink, OtlpMetricSink
+from tests.sinks.helpers import metric_points
+from tests.sinks.otlp.test_collector import _wait_for, collector
+
+__all__ = ["collector"]
+
+P = "nemo.gym.checkpoint."
+PREPARE_ENV = frozenset({(P + "operation", "prepare"), (P + "participant_kind", "environment")})
+PREPARE_CTL = frozenset({(P + "operation", "prepare"), (P + "participant_kind", "controller")})
+
+
+async def test_a_held_prepare_is_open_and_ages_then_closes() -> None:
+    """While held: one open, age growing; after: 0 open, age 0; a publish sets the last-published time."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    async with Bus() as bus:
+        bus.subscribe(MetricSink(provider))
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        env = Telemetry(bus, kind="environment", instance="environment-0")
+        with ctl.coordinate("prepare", checkpoint_id="c1"), env.operation("prepare", checkpoint_id="c1"):
+            await bus.flush()
+            first = metric_points(reader)
+            await anyio.sleep(0.3)
+            second = metric_points(reader)
+        with ctl.collection("checkpoint", checkpoint_id="c1") as collection:
+            with ctl.collection("publish", checkpoint_id="c1", parent=collection):
+                pass
+        await bus.flush()
+        after = metric_points(reader)
+    assert first[METRIC_OPEN_OPERATIONS][1] == {PREPARE_ENV: 1, PREPARE_CTL: 1}
+    assert second[METRIC_OLDEST_OPEN][1][PREPARE_ENV] >= first[METRIC_OLDEST_OPEN][1][PREPARE_ENV] + 0.25
+    assert after[METRIC_OPEN_OPERATIONS][1] == {PREPARE_ENV: 0, PREPARE_CTL: 0}
+    assert after[METRIC_OLDEST_OPEN][1] == {PREPARE_ENV: 0.0, PREPARE_CTL: 0.0}
+    ((attributes, published),) = after[METRIC_LAST_PUBLISHED][1].items()
+    assert attributes == frozenset() and abs(published - time.time()) < 5
+    provider.shutdown()
+
+
+def test_the_tracker_is_bounded() -> None:
+    """Past MAX_OPEN open operations (their ends lost), more are counted as untracked, not stored."""
+    from ckpt_events import Kind, Operation, OperationStarted
+
+    work = OpenWork()
+    started = [
+        OperationStarted(Kind.MODEL, "m", 1, span_id, 0, Operation.COMMIT) for span_id in range(MAX_OPEN + 5)
+    ]
+    work.add(started)
+    snapshot = work.snapshot(10**9)
+    assert snapshot.untracked == 5
+    assert sum(snapshot.open.values()) == MAX_OPEN
+
+
+@pytest.mark.collector
+async def test_the_open_prepares_age_grows_at_the_collector(collector: tuple[str, Path]) -> None:
+    """Two exports while a prepare is held: rotel receives oldest_open_s growing, then 0 open."""
+    endpoint, out = collector
+    sink = OtlpMetricSink(endpoint, resource_attributes={"service.name": "open-work"})
+    ages: list[float] = []
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        env = Telemetry(bus, kind="environment", instance="environment-0")
+        with env.operation("prepare", checkpoint_id="c1"):
+            for _ in range(2):
+                await bus.flush()
+                assert await anyio.to_thread.run_sync(sink.force_flush)
+                text = _wait_for(out, ["gym.checkpoint.oldest_open_s"] * (len(ages) + 1))
+                found = re.findall(
+                    r"-> Name: gym\.checkpoint\.oldest_open_s.*?^Value: (\S+)$", text, re.S | re.M
+                )
+                assert len(found) > len(ages), text
+                ages.append(float(found[-1]))
+                await anyio.sleep(0.4)
+    assert ages[1] >= ages[0] + 0.3, ages
+    text = _wait_for(out, ["open-work"])
+    assert "gym.checkpoint.open_operations" in text and "IsMonotonic: false" in text

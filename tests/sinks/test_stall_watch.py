@@ -1,0 +1,103 @@
+"""StallWatch: one warning and one counted ``stalled`` per operation open past the threshold."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from ckpt_events import (
+    METRIC_EVENTS,
+    METRIC_OLDEST_OPEN,
+    Bus,
+    ConfigurationError,
+    InvalidArgumentError,
+    Stalled,
+    Telemetry,
+)
+from ckpt_events.testing import MemorySink
+from sinks import StallWatch, configure
+from sinks.otel import MetricSink
+from tests.sinks.helpers import metric_points
+
+P = "nemo.gym.checkpoint."
+
+
+async def test_one_warning_one_stalled_and_a_line_when_it_ends(caplog: pytest.LogCaptureFixture) -> None:
+    """A prepare held past ``after`` is warned about once (timer wakes several times), counted once,
+    the gauge sees its age grow, and its end is logged with how long it took."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    memory = MemorySink()
+    caplog.set_level(logging.WARNING, logger="sinks.stall")
+    async with Bus() as bus:
+        watch = StallWatch(after=0.3, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(MetricSink(provider))
+        bus.subscribe(memory)
+        tel = Telemetry(bus, kind="environment", instance="environment-0", worker=2)
+        with tel.operation("prepare", checkpoint_id="c-stuck"):
+            await bus.flush()
+            first = metric_points(reader)[METRIC_OLDEST_OPEN][1]
+            await anyio.sleep(2.6)  # the timer wakes 2-3 times past the threshold
+            await bus.flush()
+            later = metric_points(reader)[METRIC_OLDEST_OPEN][1]
+        await bus.flush()
+    key = frozenset({(P + "operation", "prepare"), (P + "participant_kind", "environment")})
+    assert 0 <= first[key] < 0.5 and later[key] > 2.0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sinks.stall"]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(
+        "stalled: prepare of environment environment-0 (checkpoint c-stuck, phase preparing) open for "
+    )
+    assert warnings[1].startswith(
+        "stall ended: prepare of environment environment-0 (checkpoint c-stuck) ended ok after 2."
+    )
+    (stalled,) = [e for e in memory.events if isinstance(e, Stalled)]
+    assert (stalled.kind, stalled.instance, stalled.worker, stalled.checkpoint_id) == (
+        "environment",
+        "environment-0",
+        2,
+        "c-stuck",
+    )
+    assert 0.3 <= stalled.age_s < 1.5 and watch.stalls == 1
+    events = metric_points(reader)[METRIC_EVENTS][1]
+    stalled_key = frozenset(
+        {(P + "event", "stalled"), (P + "participant_kind", "environment"), (P + "operation", "prepare")}
+    )
+    assert events == {stalled_key: 1}
+    provider.shutdown()
+
+
+async def test_quick_operations_are_never_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """Operations that end before ``after`` leave no warning and no open entry."""
+    async with Bus() as bus:
+        watch = StallWatch(after=0.5, bus=bus)
+        bus.subscribe(watch)
+        tel = Telemetry(bus, kind="model", instance="model-0")
+        for _ in range(20):
+            with tel.operation("commit", checkpoint_id="c1"):
+                pass
+        await bus.flush()
+        assert watch.check(time.time_ns() + 10**9) == 0
+    assert not [r for r in caplog.records if r.name == "sinks.stall"]
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "5"])
+def test_after_must_be_positive_seconds(bad: object) -> None:
+    """A threshold that is not a positive number is refused when built."""
+    with pytest.raises(InvalidArgumentError, match="after must be"):
+        StallWatch(after=bad)  # type: ignore[arg-type]
+
+
+async def test_configure_subscribes_it_from_the_environment() -> None:
+    """CKPT_EVENTS_STALL_AFTER subscribes a StallWatch; a bad value names the variable."""
+    async with Bus() as bus:
+        async with configure(bus, environ={"CKPT_EVENTS_STALL_AFTER": "12.5"}) as configured:
+            assert [s.name for s in configured.subscriptions] == ["stall-watch"]
+        with pytest.raises(ConfigurationError, match="CKPT_EVENTS_STALL_AFTER must be"):
+            configure(bus, environ={"CKPT_EVENTS_STALL_AFTER": "soon"})
