@@ -35,7 +35,15 @@ from sinks import _metric_keys as keys
 from sinks._otlp_encode import SCOPE_NAME
 from sinks._otlp_wire import DOUBLE, FIXED64, field, json_attributes, key_value
 
-__all__ = ["COUNTERS", "DEFAULT_BOUNDARIES", "HISTOGRAMS", "HistogramPoint", "MetricEncoder", "MetricTotals"]
+__all__ = [
+    "COUNTERS",
+    "DEFAULT_BOUNDARIES",
+    "EXEMPLAR_WINDOW_NS",
+    "HISTOGRAMS",
+    "HistogramPoint",
+    "MetricEncoder",
+    "MetricTotals",
+]
 
 #: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
 DEFAULT_BOUNDARIES: Final = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0,
@@ -54,12 +62,19 @@ HISTOGRAMS: Final = (
 _CUMULATIVE: Final = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _TIMES: Final = struct.Struct("<BQBQ")  # start_time_unix_nano (2) and time_unix_nano (3), fixed64
 _bisect_left: Final = bisect.bisect_left
+#: A bucket's exemplar is the slowest operation in it, replaced by any newer one once it is this
+#: much older (by the operations' end times): "the slowest of about the last minute".
+EXEMPLAR_WINDOW_NS: Final = 60_000_000_000
 
 
 class HistogramPoint:
-    """One attribute set's cumulative histogram: count, sum, min, max and bucket counts."""
+    """One attribute set's cumulative histogram: count, sum, min, max and bucket counts.
 
-    __slots__ = ("buckets", "count", "max", "min", "total")
+    ``exemplars[i]`` is the finished-span event of bucket ``i``'s exemplar (its trace and span
+    ids, end time), ``exemplar_values[i]`` the value it recorded; ``None`` / NaN where none.
+    """
+
+    __slots__ = ("buckets", "count", "exemplar_values", "exemplars", "max", "min", "total")
 
     def __init__(self) -> None:
         self.count = 0
@@ -67,9 +82,13 @@ class HistogramPoint:
         self.min = float("inf")
         self.max = float("-inf")
         self.buckets = [0] * (len(DEFAULT_BOUNDARIES) + 1)
+        self.exemplars: list[Any] = [None] * (len(DEFAULT_BOUNDARIES) + 1)
+        self.exemplar_values = [float("nan")] * (len(DEFAULT_BOUNDARIES) + 1)
 
-    def record(self, value: float) -> None:
-        """Add one value (a bucket holds values up to and including its upper boundary)."""
+    def record(self, value: float, exemplar: Any = None) -> None:
+        """Add one value (a bucket holds values up to and including its upper boundary);
+        ``exemplar``, a finished-span event, becomes the bucket's exemplar when it is the
+        slowest there or the held one is older than ``EXEMPLAR_WINDOW_NS``."""
         self.count += 1
         self.total += value
         # Comparisons, not min()/max() (11 ns against 87 each): this runs on the event loop
@@ -78,13 +97,26 @@ class HistogramPoint:
             self.min = value
         if value > self.max:  # noqa: PLR1730
             self.max = value
-        self.buckets[_bisect_left(DEFAULT_BOUNDARIES, value)] += 1
+        index = _bisect_left(DEFAULT_BOUNDARIES, value)
+        self.buckets[index] += 1
+        if exemplar is not None:
+            held = self.exemplars[index]
+            # No clock read: the events' own end times say how old the held exemplar is.
+            if (
+                held is None
+                or not value < self.exemplar_values[index]
+                or exemplar.end_ns - held.end_ns > EXEMPLAR_WINDOW_NS
+            ):
+                self.exemplars[index] = exemplar
+                self.exemplar_values[index] = value
 
     def copy(self) -> HistogramPoint:
         """A snapshot of this point."""
         point = HistogramPoint()
         point.count, point.total, point.min, point.max = self.count, self.total, self.min, self.max
         point.buckets = list(self.buckets)
+        point.exemplars = list(self.exemplars)
+        point.exemplar_values = list(self.exemplar_values)
         return point
 
 
@@ -113,13 +145,13 @@ class MetricTotals:
                 point = durations.get(key)
                 if point is None:
                     point = durations[key] = HistogramPoint()
-                point.record((event.end_ns - event.start_ns) / 1e6)
+                point.record((event.end_ns - event.start_ns) / 1e6, event)
                 if event.loop_lag_ms is not None:
                     key = (keys.LAG, kind)
                     point = self.lags.get(key)
                     if point is None:
                         point = self.lags[key] = HistogramPoint()
-                    point.record(event.loop_lag_ms)
+                    point.record(event.loop_lag_ms, event)
                 if operation in volume_operations:
                     rows, size = event.records, event.bytes
                     if rows is not None or size is not None:
@@ -133,7 +165,7 @@ class MetricTotals:
                 point = durations.get(key)
                 if point is None:
                     point = durations[key] = HistogramPoint()
-                point.record((event.end_ns - event.start_ns) / 1e6)
+                point.record((event.end_ns - event.start_ns) / 1e6, event)
             elif cls is GenerationCut:
                 key = (keys.CUT, event.disposition)
                 counts[key] = counts.get(key, 0) + event.calls
@@ -220,6 +252,7 @@ class MetricEncoder:
             + b"\x29" + DOUBLE.pack(point.total)
             + field(0x32, buckets)
             + field(0x3A, bounds)
+            + _exemplars_pb(point)
             + b"\x59" + DOUBLE.pack(point.min)
             + b"\x61" + DOUBLE.pack(point.max)
         )  # fmt: skip
@@ -228,6 +261,8 @@ class MetricEncoder:
 
     def json(self, totals: MetricTotals, start_ns: int, now_ns: int) -> bytes:
         """The same request in OTLP/JSON."""
+        # No exemplars here: rotel's JSON decoder drops a histogram whose points carry any
+        # (measured, with hex, base64 or no ids); protobuf, the default, carries them.
         # Counts as JSON numbers: rotel's decoder drops string counts and asInt (protobuf's JSON
         # mapping accepts both, as the OpenTelemetry Collector does); timestamps as strings.
         start, now = str(start_ns), str(now_ns)
@@ -279,3 +314,20 @@ class MetricEncoder:
             ]
         }
         return msgspec.json.encode(request)
+
+
+def _exemplars_pb(point: HistogramPoint) -> bytes:
+    """``HistogramDataPoint.exemplars`` (field 8), one ``Exemplar`` per bucket that has one:
+    time_unix_nano (2, fixed64), as_double (3), span_id (4) and trace_id (5), big-endian bytes."""
+    out = []
+    for event, value in zip(point.exemplars, point.exemplar_values, strict=True):
+        if event is not None:
+            exemplar = (
+                b"\x11" + FIXED64.pack(event.end_ns)
+                + b"\x19" + DOUBLE.pack(value)
+                + field(0x22, event.span_id.to_bytes(8, "big"))
+                + field(0x2A, event.trace_id.to_bytes(16, "big"))
+            )  # fmt: skip
+            out.append(field(0x42, exemplar))
+    return b"".join(out)
+
