@@ -14,6 +14,7 @@ from ckpt_events import CkptEventsError
 from participants.cli.bench import BENCH
 from participants.cli.command import Command
 from participants.cli.demo import DEMO
+from participants.cli.ops import OPS
 from participants.cli.replay import REPLAY
 from participants.cli.report import REPORT
 from participants.cli.serve import SERVE
@@ -34,6 +35,7 @@ COMMANDS: list[Command] = [
     REPORT,
     REPLAY,
     BENCH,
+    OPS,
 ]
 
 
