@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
@@ -89,8 +87,11 @@ async def test_text_exposition_agrees_with_the_events() -> None:
         for s in families["gym_checkpoint_records"].samples
         if s.name == "gym_checkpoint_records_total"
     }
-    expected = sum(e.records or 0 for e in events if isinstance(e, OperationFinished) and e.kind == "resources"
-                   and e.operation == "commit")  # fmt: skip
+    expected = sum(
+        e.records or 0
+        for e in events
+        if isinstance(e, OperationFinished) and e.kind == "resources" and e.operation == "commit"
+    )
     key = (("nemo_gym_checkpoint_operation", "commit"), ("nemo_gym_checkpoint_participant_kind", "resources"))
     assert records[key] == expected == 33
     refused = [
@@ -169,8 +170,11 @@ async def test_otlp_protobuf_exemplars_decode_with_opentelemetry_proto() -> None
     request = ExportMetricsServiceRequest.FromString(
         MetricEncoder({"service.name": "s"}).protobuf(totals, 1, 2)
     )
-    finished = {(e.trace_id.to_bytes(16, "big"), e.span_id.to_bytes(8, "big")): e
-                for e in keep.events if hasattr(e, "operation") and hasattr(e, "end_ns")}  # fmt: skip
+    finished = {
+        (e.trace_id.to_bytes(16, "big"), e.span_id.to_bytes(8, "big")): e
+        for e in keep.events
+        if hasattr(e, "operation") and hasattr(e, "end_ns")
+    }
     metric = request.resource_metrics[0].scope_metrics[0].metrics[0]
     assert metric.name == "gym.checkpoint.operation_duration_ms"
     decoded = 0
@@ -224,14 +228,16 @@ async def test_a_taken_port_is_one_line_naming_the_variables() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
-               "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}  # fmt: skip
+        env = {
+            "OTEL_METRICS_EXPORTER": "prometheus",
+            "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+            "OTEL_EXPORTER_PROMETHEUS_PORT": str(port),
+        }
         async with Bus() as bus:
             with pytest.raises(
                 ConfigurationError, match=rf"127\.0\.0\.1:{port}.*OTEL_EXPORTER_PROMETHEUS_PORT"
             ):
                 configure(bus, environ=env)
-            assert not bus.stats().subscriptions if hasattr(bus.stats(), "subscriptions") else True
 
 
 def test_another_path_is_404_and_other_methods_501() -> None:
@@ -309,8 +315,10 @@ async def test_a_thousand_concurrent_scrapes_never_stall_the_event_loop() -> Non
             assert int(ok) >= 8
             assert float(slowest) < 10.0
             assert worst < 0.2, f"event-loop lag {worst * 1000:.0f} ms during the scrape storm"
-            print(f"\n1000 scrapes: {ok} ok, {unavailable} 503, {reset} reset; worst loop lag "
-                  f"{worst * 1000:.1f} ms; slowest answer {float(slowest):.2f} s")  # fmt: skip
+            print(
+                f"\n1000 scrapes: {ok} ok, {unavailable} 503, {reset} reset; worst loop lag "
+                f"{worst * 1000:.1f} ms; slowest answer {float(slowest):.2f} s"
+            )
 
 
 class _endpoint:  # noqa: N801  # used as a context manager, like a function
