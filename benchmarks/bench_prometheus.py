@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.bench_sinks import _metric_mix
+from benchmarks.bench_sinks import RESOURCE, _direct_metrics, _metric_mix
 from sinks.prometheus import PrometheusEndpoint, PrometheusSink
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "prometheus.json"
@@ -42,6 +42,20 @@ def _scraper(url: str, stop: threading.Event, counts: list[int]) -> None:
         counts[0] += 1
 
 
+def _sdk(events: list[Any]) -> float:
+    """The same events as one OpenTelemetry SDK call per measurement (InMemoryMetricReader)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()], resource=RESOURCE)
+    meter = provider.get_meter("bench")
+    started = time.perf_counter()
+    _direct_metrics(meter, events)
+    elapsed = time.perf_counter() - started
+    provider.shutdown()
+    return elapsed
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Paired rounds off/on; returns the figures and the table's rows."""
     events = _metric_mix(400 if quick else 2_000)
@@ -50,7 +64,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     off: list[float] = []
     on: list[float] = []
     scrapes = [0]
+    sdk: list[float] = []
     for _ in range(rounds):
+        sdk.append(_sdk(events))
         off.append(_feed(PrometheusSink(), chunks))
         sink = PrometheusSink()
         endpoint = PrometheusEndpoint(sink, "127.0.0.1", 0)
@@ -68,10 +84,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     per_off = min(off) / len(events) * 1e6
     per_on = min(on) / len(events) * 1e6
     ratio = report.paired_ratio(on, off)
+    vs_sdk = report.paired_ratio(on, sdk)
     rows = [
         ("metrics aggregation: us per event, scrape endpoint off", per_off, "", None),
         ("metrics aggregation: us per event, scrape endpoint on (10 scrapes/s)", per_on, "", None),
         ("metrics aggregation: on / off, paired rounds", ratio, "", None),
+        (
+            "metrics aggregation, endpoint on / OpenTelemetry SDK direct calls",
+            vs_sdk,
+            "<= 0.25",
+            vs_sdk <= 0.25,
+        ),
+        ("metrics: us per event, OpenTelemetry SDK direct calls", min(sdk) / len(events) * 1e6, "peer", None),
     ]
     return {
         "quick": quick,
@@ -80,6 +104,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "us_per_event_off": per_off,
         "us_per_event_on": per_on,
         "ratio_on_off": ratio,
+        "ratio_on_vs_sdk": vs_sdk,
         "scrapes": scrapes[0],
         "rows": rows,
     }
