@@ -17,7 +17,6 @@ for the copy (microseconds for the few hundred series a fleet has).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -44,7 +43,6 @@ __all__ = [
     "prometheus_names",
 ]
 
-logger: Final = logging.getLogger("sinks.prometheus")
 
 DEFAULT_HOST: Final = "localhost"  # OTEL_EXPORTER_PROMETHEUS_HOST's default
 DEFAULT_PORT: Final = 9464  # OTEL_EXPORTER_PROMETHEUS_PORT's default
