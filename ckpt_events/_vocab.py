@@ -257,7 +257,7 @@ OPEN_WORK_INSTRUMENTS: Final = (
     Instrument(
         METRIC_OPEN_OPERATIONS,
         InstrumentKind.UP_DOWN_COUNTER,
-        "1",
+        "{operation}",
         "Checkpoint operations started and not yet finished",
     ),
     Instrument(

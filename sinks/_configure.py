@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sinks.otel._metric_sink import MetricSink
     from sinks.otel._span_sink import SpanSink
     from sinks.otlp._metric_sink import OtlpMetricSink
+    from sinks.prometheus import PrometheusEndpoint
 
     AnySpanSink: TypeAlias = SpanSink | OtlpSpanSink
     AnyMetricSink: TypeAlias = MetricSink | OtlpMetricSink
@@ -68,6 +69,7 @@ class Configured:
         meter_provider: MeterProvider | None = None,
         close_timeout: float = 10.0,
         settings: OtelSettings | None = None,
+        prometheus: PrometheusEndpoint | None = None,
     ) -> None:
         self.bus = bus
         self.subscriptions = tuple(subscriptions)
@@ -80,6 +82,8 @@ class Configured:
         self.jsonl_sink = jsonl_sink
         self.meter_provider = meter_provider
         self.close_timeout = close_timeout
+        #: The scrape endpoint of ``OTEL_METRICS_EXPORTER=prometheus`` (closed last, by ``aclose``).
+        self.prometheus = prometheus
         self._closed = False
 
     @property
@@ -108,6 +112,8 @@ class Configured:
                 provider = self.meter_provider
                 timeout_ms = int(self.close_timeout * 1000)
                 await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
+        if self.prometheus is not None:
+            await self.prometheus.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -217,6 +223,7 @@ def configure(
                 )
         for name, metric_sink in metric_sinks:
             subscriptions.append(bus.subscribe(metric_sink, name=name))
+        prometheus = _prometheus(bus, settings, metric_sinks, subscriptions)
     except BaseException:
         for sub in subscriptions:
             sub.close()
@@ -229,7 +236,32 @@ def configure(
         jsonl_sink=jsonl_sink,
         meter_provider=own_provider,
         settings=settings,
+        prometheus=prometheus,
     )
+
+
+def _prometheus(
+    bus: Bus,
+    settings: OtelSettings,
+    metric_sinks: Sequence[tuple[str, AnyMetricSink]],
+    subscriptions: list[Subscription],
+) -> PrometheusEndpoint | None:
+    """The scrape endpoint over our own aggregation: the ``OtlpMetricSink``'s when OTLP is on
+    too (one aggregation, read by the exporter and by each scrape), else a ``PrometheusSink``
+    subscribed here."""
+    if "prometheus" not in settings.metrics or settings.sdk_disabled:
+        return None
+    from sinks.otlp._metric_sink import OtlpMetricSink
+    from sinks.prometheus import PrometheusEndpoint, PrometheusSink, TotalsSource
+
+    source: TotalsSource
+    own = [sink for _, sink in metric_sinks if isinstance(sink, OtlpMetricSink)]
+    if own:
+        source = own[0]
+    else:
+        source = PrometheusSink()
+        subscriptions.append(bus.subscribe(source, name="prometheus"))
+    return PrometheusEndpoint(source, settings.prometheus_host, settings.prometheus_port)
 
 
 def _replace(settings: OtelSettings, **changes: Any) -> OtelSettings:

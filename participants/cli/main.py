@@ -15,6 +15,7 @@ from participants.cli.bench import BENCH
 from participants.cli.command import Command
 from participants.cli.demo import DEMO
 from participants.cli.diff import DIFF
+from participants.cli.ops import OPS
 from participants.cli.replay import REPLAY
 from participants.cli.report import REPORT
 from participants.cli.serve import SERVE
@@ -37,6 +38,7 @@ COMMANDS: list[Command] = [
     REPLAY,
     DIFF,
     BENCH,
+    OPS,
     WATCH,
 ]
 

@@ -48,6 +48,7 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
     if jsonl:
         os.environ["CKPT_EVENTS_JSONL"] = f"{jsonl}.w{index}"
+    _prometheus_port_of_worker(index)
     async with Bus() as bus:
         handle = sinks.configure(bus)
         try:
@@ -60,6 +61,17 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
         finally:
             if handle is not None and hasattr(handle, "aclose"):
                 await handle.aclose()
+
+
+def _prometheus_port_of_worker(index: int) -> None:
+    """Worker ``index`` serves its own scrape endpoint on the base port + 1 + ``index`` (the
+    supervisor keeps the base port): one target per process, no merge across processes."""
+    exporters = os.environ.get("OTEL_METRICS_EXPORTER", "")
+    if "prometheus" not in exporters.lower():
+        return
+    raw = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or "9464"
+    if raw.isdigit() and int(raw) != 0:  # 0 (any free port) stays 0; a bad value: configure says so
+        os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(int(raw) + 1 + index)
 
 
 def main(argv: list[str] | None = None) -> int:

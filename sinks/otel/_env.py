@@ -25,10 +25,10 @@ __all__ = [
 ]
 
 Protocol = Literal["http/protobuf", "http/json", "grpc"]
-ExporterName = Literal["otlp", "console"]
+ExporterName = Literal["otlp", "console", "prometheus"]
 
 PROTOCOLS: Final = ("http/protobuf", "http/json", "grpc")
-EXPORTERS: Final = ("otlp", "console", "none")
+EXPORTERS: Final = ("otlp", "console", "prometheus", "none")
 COMPRESSIONS: Final = ("gzip", "deflate", "none")
 SAMPLERS: Final = (
     "always_on",
@@ -87,6 +87,10 @@ class OtelSettings(msgspec.Struct, frozen=True):
     service_name: str | None = None
     resource_attributes: dict[str, str] = msgspec.field(default_factory=dict)
     metric_interval_ms: int = DEFAULT_METRIC_INTERVAL_MS
+    #: Where ``OTEL_METRICS_EXPORTER=prometheus`` serves ``/metrics``
+    #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``).
+    prometheus_host: str = "localhost"
+    prometheus_port: int = 9464
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -189,6 +193,10 @@ def _exporters(env: Mapping[str, str], name: str, has_endpoint: bool) -> tuple[E
             names.append("otlp")
         elif part == "console":
             names.append("console")
+        elif part == "prometheus":
+            if name != "OTEL_METRICS_EXPORTER":
+                raise _bad(name, raw, "prometheus is a metrics exporter (OTEL_METRICS_EXPORTER)")
+            names.append("prometheus")
     return () if "none" in raw.lower() else tuple(dict.fromkeys(names))
 
 
@@ -221,6 +229,19 @@ def _otlp(
         timeout_s=None if timeout_ms is None else timeout_ms / 1000,
         compression=_choice(env, compression_var, COMPRESSIONS),
     )
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise _bad(name, raw, "use a TCP port number from 0 to 65535")
+    return value
 
 
 def _sample_ratio(env: Mapping[str, str]) -> float:
@@ -302,4 +323,6 @@ def read_otel_env(
         service_name=service,
         resource_attributes=attributes,
         metric_interval_ms=DEFAULT_METRIC_INTERVAL_MS if interval is None else interval,
+        prometheus_host=_get(env, "OTEL_EXPORTER_PROMETHEUS_HOST") or "localhost",
+        prometheus_port=_port(env, "OTEL_EXPORTER_PROMETHEUS_PORT", 9464),
     )

@@ -92,6 +92,8 @@ def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
             exporter = ConsoleMetricExporter()
+        elif name == "prometheus":
+            continue  # our own scrape endpoint over our aggregation (sinks.prometheus)
         else:
             otlp = settings.metrics_otlp
             assert otlp is not None

@@ -38,7 +38,15 @@ from sinks.otlp import _tags as tags
 from sinks.otlp._span_encoder import SCOPE_NAME
 from sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
 
-__all__ = ["COUNTERS", "DEFAULT_BOUNDARIES", "HISTOGRAMS", "HistogramPoint", "MetricEncoder", "MetricTotals"]
+__all__ = [
+    "COUNTERS",
+    "DEFAULT_BOUNDARIES",
+    "EXEMPLAR_WINDOW_NS",
+    "HISTOGRAMS",
+    "HistogramPoint",
+    "MetricEncoder",
+    "MetricTotals",
+]
 
 #: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
 DEFAULT_BOUNDARIES: Final = (
@@ -72,12 +80,19 @@ _SUM: Final = bytes((tags.HISTOGRAM_POINT_SUM,))
 _MIN: Final = bytes((tags.HISTOGRAM_POINT_MIN,))
 _MAX: Final = bytes((tags.HISTOGRAM_POINT_MAX,))
 _bisect_left: Final = bisect.bisect_left
+#: A bucket's exemplar is the slowest operation in it, replaced by any newer one once it is this
+#: much older (by the operations' end times): "the slowest of about the last minute".
+EXEMPLAR_WINDOW_NS: Final = 60_000_000_000
 
 
 class HistogramPoint:
-    """One attribute set's cumulative histogram: count, sum, min, max and bucket counts."""
+    """One attribute set's cumulative histogram: count, sum, min, max and bucket counts.
 
-    __slots__ = ("buckets", "count", "max", "min", "total")
+    ``exemplars[i]`` is the finished-span event of bucket ``i``'s exemplar (its trace and span
+    ids, end time), ``exemplar_values[i]`` the value it recorded; ``None`` / NaN where none.
+    """
+
+    __slots__ = ("buckets", "count", "exemplar_values", "exemplars", "max", "min", "total")
 
     def __init__(self) -> None:
         self.count = 0
@@ -85,9 +100,13 @@ class HistogramPoint:
         self.min = float("inf")
         self.max = float("-inf")
         self.buckets = [0] * (len(DEFAULT_BOUNDARIES) + 1)
+        self.exemplars: list[Any] = [None] * (len(DEFAULT_BOUNDARIES) + 1)
+        self.exemplar_values = [float("nan")] * (len(DEFAULT_BOUNDARIES) + 1)
 
-    def record(self, value: float) -> None:
-        """Add one value (a bucket holds values up to and including its upper boundary)."""
+    def record(self, value: float, exemplar: Any = None) -> None:
+        """Add one value (a bucket holds values up to and including its upper boundary);
+        ``exemplar``, a finished-span event, becomes the bucket's exemplar when it is the
+        slowest there or the held one is older than ``EXEMPLAR_WINDOW_NS``."""
         self.count += 1
         self.total += value
         # Comparisons, not min()/max() (11 ns against 87 each): this runs on the event loop
@@ -96,13 +115,26 @@ class HistogramPoint:
             self.min = value
         if value > self.max:  # noqa: PLR1730
             self.max = value
-        self.buckets[_bisect_left(DEFAULT_BOUNDARIES, value)] += 1
+        index = _bisect_left(DEFAULT_BOUNDARIES, value)
+        self.buckets[index] += 1
+        if exemplar is not None:
+            held = self.exemplars[index]
+            # No clock read: the events' own end times say how old the held exemplar is.
+            if (
+                held is None
+                or not value < self.exemplar_values[index]
+                or exemplar.end_ns - held.end_ns > EXEMPLAR_WINDOW_NS
+            ):
+                self.exemplars[index] = exemplar
+                self.exemplar_values[index] = value
 
     def copy(self) -> HistogramPoint:
         """A snapshot of this point."""
         point = HistogramPoint()
         point.count, point.total, point.min, point.max = self.count, self.total, self.min, self.max
         point.buckets = list(self.buckets)
+        point.exemplars = list(self.exemplars)
+        point.exemplar_values = list(self.exemplar_values)
         return point
 
 
@@ -134,13 +166,13 @@ class MetricTotals:
                 point = durations.get(key)
                 if point is None:
                     point = durations[key] = HistogramPoint()
-                point.record((event.end_ns - event.start_ns) / 1e6)
+                point.record((event.end_ns - event.start_ns) / 1e6, event)
                 if event.loop_lag_ms is not None:
                     key = (keys.LAG, kind)
                     point = self.lags.get(key)
                     if point is None:
                         point = self.lags[key] = HistogramPoint()
-                    point.record(event.loop_lag_ms)
+                    point.record(event.loop_lag_ms, event)
                 if operation in volume_operations:
                     rows, size = event.records, event.bytes
                     if rows is not None or size is not None:
@@ -154,7 +186,7 @@ class MetricTotals:
                 point = durations.get(key)
                 if point is None:
                     point = durations[key] = HistogramPoint()
-                point.record((event.end_ns - event.start_ns) / 1e6)
+                point.record((event.end_ns - event.start_ns) / 1e6, event)
             elif cls is GenerationCut:
                 key = (keys.CUT, event.disposition)
                 counts[key] = counts.get(key, 0) + event.calls
@@ -327,6 +359,7 @@ class MetricEncoder:
             + DOUBLE.pack(point.total)
             + field(tags.HISTOGRAM_POINT_BUCKETS, buckets)
             + field(tags.HISTOGRAM_POINT_BOUNDS, bounds)
+            + _exemplars_pb(point)
             + _MIN
             + DOUBLE.pack(point.min)
             + _MAX
@@ -337,6 +370,8 @@ class MetricEncoder:
 
     def json(self, totals: MetricTotals, start_ns: int, now_ns: int) -> bytes:
         """The same request in OTLP/JSON."""
+        # No exemplars here: rotel's JSON decoder drops a histogram whose points carry any
+        # (measured, with hex, base64 or no ids); protobuf, the default, carries them.
         # Counts as JSON numbers: rotel's decoder drops string counts and asInt (protobuf's JSON
         # mapping accepts both, as the OpenTelemetry Collector does); timestamps as strings.
         start, now = str(start_ns), str(now_ns)
@@ -390,3 +425,20 @@ class MetricEncoder:
             ]
         }
         return msgspec.json.encode(request)
+
+
+def _exemplars_pb(point: HistogramPoint) -> bytes:
+    """``HistogramDataPoint.exemplars`` (field 8), one ``Exemplar`` per bucket that has one:
+    time_unix_nano (2, fixed64), as_double (3), span_id (4) and trace_id (5), big-endian bytes."""
+    out = []
+    for event, value in zip(point.exemplars, point.exemplar_values, strict=True):
+        if event is not None:
+            exemplar = (
+                b"\x11" + FIXED64.pack(event.end_ns)
+                + b"\x19" + DOUBLE.pack(value)
+                + field(0x22, event.span_id.to_bytes(8, "big"))
+                + field(0x2A, event.trace_id.to_bytes(16, "big"))
+            )  # fmt: skip
+            out.append(field(0x42, exemplar))
+    return b"".join(out)
+

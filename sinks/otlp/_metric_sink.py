@@ -111,6 +111,11 @@ class OtlpMetricSink:
             self._totals.add(batch)
             self._events += len(batch)
 
+    def snapshot(self) -> MetricTotals:
+        """A copy of the cumulative totals (what a Prometheus scrape endpoint renders)."""
+        with self._lock:
+            return self._totals.snapshot()
+
     def _run(self) -> None:
         # Bounded: each wait ends by the interval or by shutdown.
         for _ in range(1 << 40):

@@ -244,7 +244,9 @@ async def test_given_providers_are_used_not_built() -> None:
     [
         ("OTEL_SDK_DISABLED", "yes"),
         ("OTEL_TRACES_EXPORTER", "zipkin"),
-        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_METRICS_EXPORTER", "zipkin"),
+        ("OTEL_TRACES_EXPORTER", "prometheus"),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", "99999"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/xml"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),

@@ -1,0 +1,334 @@
+"""A Prometheus scrape endpoint over our own in-process metric aggregation.
+
+``PrometheusSink`` folds events into the same ``MetricTotals`` that ``OtlpMetricSink`` keeps
+(a few dict operations per event under a lock, nothing else on the event loop);
+``PrometheusEndpoint`` serves any source with a ``snapshot()`` of those totals on
+``http://host:port/metrics``, rendered by ``prometheus-client`` from ``TotalsCollector`` at
+scrape time only, in the Prometheus text format or, when the scraper asks for
+``application/openmetrics-text``, in OpenMetrics with one exemplar (trace and span id) per
+histogram bucket. Names and labels are the Collector's Prometheus exporter's
+(``sinks._prom_names``). ``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
+
+The server is a thread per scrape, at most ``max_concurrent`` at once (more are answered
+``503`` and closed by the accepting thread), each with a socket ``timeout`` so a slow reader
+is cut off; it never touches the event loop, and reads the totals under the sink's lock only
+for the copy (microseconds for the few hundred series a fleet has).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final, Protocol
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+
+from ckpt_events import OPEN_WORK_INSTRUMENTS, ConfigurationError, Instrument
+from sinks import _metric_keys as keys
+from sinks._open_work import OpenWorkSnapshot
+from sinks._prom_names import label_name, metric_name, unit_word
+from sinks.otlp._http import BUS_LINGER
+from sinks.otlp._metric_aggregation import (
+    COUNTERS,
+    DEFAULT_BOUNDARIES,
+    HISTOGRAMS,
+    HistogramPoint,
+    MetricTotals,
+)
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "METRICS_PATH",
+    "PrometheusEndpoint",
+    "PrometheusSink",
+    "TotalsCollector",
+    "TotalsSource",
+    "prometheus_names",
+]
+
+
+DEFAULT_HOST: Final = "localhost"  # OTEL_EXPORTER_PROMETHEUS_HOST's default
+DEFAULT_PORT: Final = 9464  # OTEL_EXPORTER_PROMETHEUS_PORT's default
+METRICS_PATH: Final = "/metrics"
+# Go's shortest form ("5", not "5.0"), as the Collector (client_golang) writes `le`.
+_LE: Final = (*(str(int(b)) if float(b).is_integer() else repr(float(b)) for b in DEFAULT_BOUNDARIES), "+Inf")
+
+
+class TotalsSource(Protocol):
+    """Anything holding cumulative ``MetricTotals``: ``PrometheusSink``, ``OtlpMetricSink``."""
+
+    start_ns: int
+
+    def snapshot(self) -> MetricTotals:
+        """A copy of the totals, safe to read while the original keeps counting."""
+        ...
+
+
+def prometheus_names() -> list[tuple[str, str, str, str]]:
+    """(OpenTelemetry name, unit, kind, Prometheus family name) of every instrument we export."""
+    rows = [
+        (name, unit, "histogram", metric_name(name, unit, "histogram")) for name, _, unit, _ in HISTOGRAMS
+    ]
+    rows += [(name, unit, "counter", metric_name(name, unit, "counter")) for name, _, unit, _ in COUNTERS]
+    # The open-work instruments: an up-down counter is a Prometheus gauge (it goes down).
+    rows += [
+        (name, unit, "gauge", metric_name(name, unit, "gauge")) for name, _, unit, _ in OPEN_WORK_INSTRUMENTS
+    ]
+    return rows
+
+
+class PrometheusSink:
+    """A bus sink keeping the checkpoint metrics' cumulative totals for a scrape endpoint.
+
+    Records what ``OtlpMetricSink`` records for the same events (it is the same aggregation),
+    and exports nothing by itself: hand it to ``PrometheusEndpoint``.
+    """
+
+    interests: Final = keys.INTERESTS
+    blocking: Final = False  # handle() only folds counts
+    linger: Final = BUS_LINGER
+
+    def __init__(self) -> None:
+        self.start_ns = time.time_ns()
+        self._totals = MetricTotals()
+        self._lock = threading.Lock()
+
+    def handle(self, batch: list[Any]) -> None:
+        """Fold ``batch`` into the totals."""
+        with self._lock:
+            self._totals.add(batch)
+
+    def snapshot(self) -> MetricTotals:
+        """A copy of the totals so far."""
+        with self._lock:
+            return self._totals.snapshot()
+
+
+class TotalsCollector:
+    """A ``prometheus_client`` collector rendering a source's totals at each scrape."""
+
+    def __init__(self, source: TotalsSource) -> None:
+        self.source = source
+        self._labels: dict[tuple[Any, ...], dict[str, str]] = {}
+
+    def _labels_of(self, key: tuple[Any, ...]) -> dict[str, str]:
+        cached = self._labels.get(key)
+        if cached is None:
+            attributes = keys.attributes_of(key)
+            cached = self._labels[key] = {label_name(k): v for k, v in attributes.items()}
+        return cached
+
+    def describe(self) -> list[Any]:
+        """Nothing: the registry must not call ``collect`` at registration."""
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        """One family per instrument with points, from one snapshot of the totals."""
+        from prometheus_client.metrics_core import Metric
+        from prometheus_client.samples import Exemplar
+
+        # No _created samples: the Collector's exporter writes none, and the series must match.
+        totals = self.source.snapshot()
+        for (name, _, unit, description), histogram in zip(
+            HISTOGRAMS, (totals.durations, totals.lags), strict=True
+        ):
+            if not histogram:
+                continue
+            family = metric_name(name, unit, "histogram")
+            metric = Metric(family, description, "histogram", unit_word(unit)[0])
+            for key, point in histogram.items():
+                labels = self._labels_of(key)
+                _add_histogram(metric, family, labels, point, Exemplar)
+            yield metric
+        for (name, _, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
+            if not sums:
+                continue
+            family = metric_name(name, unit, "counter")
+            base = family.removesuffix("_total")
+            metric = Metric(base, description, "counter", unit_word(unit)[0])
+            for key, total in sums.items():
+                labels = self._labels_of(key)
+                metric.add_sample(family, labels, total)
+            yield metric
+        if totals.open is not None:
+            yield from self._open_work(totals.open, Metric)
+
+    def _open_work(self, snapshot: OpenWorkSnapshot, metric_class: Any) -> Iterator[Any]:
+        """The open operations, the oldest one's age and the last publish, as gauges."""
+        counter, oldest, published = OPEN_WORK_INSTRUMENTS
+        values: tuple[tuple[Instrument, dict[tuple[Any, ...], float] | dict[tuple[Any, ...], int]], ...] = (
+            (counter, snapshot.open),
+            (oldest, snapshot.oldest_s),
+        )
+        for (name, _, unit, description), points in values:
+            if not points:
+                continue
+            family = metric_name(name, unit, "gauge")
+            metric = metric_class(family, description, "gauge", unit_word(unit)[0])
+            for key, value in points.items():
+                metric.add_sample(family, self._labels_of(key), value)
+            yield metric
+        if snapshot.last_published_ts is not None:
+            name, _, unit, description = published
+            family = metric_name(name, unit, "gauge")
+            metric = metric_class(family, description, "gauge", unit_word(unit)[0])
+            metric.add_sample(family, {}, snapshot.last_published_ts)
+            yield metric
+
+
+def _add_histogram(
+    metric: Any, family: str, labels: dict[str, str], point: HistogramPoint, exemplar: Any
+) -> None:
+    cumulative = 0
+    for le, count, event, value in zip(
+        _LE, point.buckets, point.exemplars, point.exemplar_values, strict=True
+    ):
+        cumulative += count
+        sample_exemplar = None
+        if event is not None:
+            sample_exemplar = exemplar(
+                {"trace_id": f"{event.trace_id:032x}", "span_id": f"{event.span_id:016x}"},
+                value,
+                event.end_ns / 1e9,
+            )
+        metric.add_sample(family + "_bucket", {**labels, "le": le}, cumulative, exemplar=sample_exemplar)
+    metric.add_sample(family + "_count", labels, point.count)
+    metric.add_sample(family + "_sum", labels, point.total)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], slots: int) -> None:
+        self.slots = threading.BoundedSemaphore(slots)
+        self.refused = 0
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # In the accepting thread: past the bound, answer 503 at once instead of a new thread.
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.settimeout(0.5)
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
+    from prometheus_client.exposition import choose_encoder
+
+    handler_timeout = timeout
+
+    class Handler(BaseHTTPRequestHandler):
+        # Per socket operation (StreamRequestHandler.setup applies it): a slow reader is cut off.
+        timeout = handler_timeout
+
+        def do_GET(self) -> None:  # the http.server hook name
+            if urlsplit(self.path).path != METRICS_PATH:
+                body = f"not found: metrics are at {METRICS_PATH}\n".encode()
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            body = encoder(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # one line per scrape on stderr would drown a participant's log
+
+    return Handler
+
+
+class PrometheusEndpoint:
+    """``http://host:port/metrics`` serving ``source``'s totals until ``close``.
+
+    ``port=0`` picks a free port (read ``port``). Binding fails with ``ConfigurationError``
+    naming the address. ``max_concurrent`` scrapes run at once; ``timeout`` bounds each
+    socket read and write of one.
+    """
+
+    def __init__(
+        self,
+        source: TotalsSource,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        max_concurrent: int = 8,
+        timeout: float = 5.0,
+    ) -> None:
+        try:
+            from prometheus_client import CollectorRegistry
+        except ImportError:
+            raise ConfigurationError(
+                "OTEL_METRICS_EXPORTER=prometheus needs prometheus-client: "
+                "pip install 'ckpt-events[prometheus]'"
+            ) from None
+        self.source = source
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(TotalsCollector(source))
+        try:
+            self._server = _Server((host, port), _handler(self.registry, timeout), max_concurrent)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve Prometheus metrics on {host}:{port} ({exc.strerror or exc}); set "
+                "OTEL_EXPORTER_PROMETHEUS_HOST/OTEL_EXPORTER_PROMETHEUS_PORT to a free address"
+            ) from None
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"ckpt-events-prometheus-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The metrics URL."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{METRICS_PATH}"
+
+    @property
+    def refused(self) -> int:
+        """Scrapes answered 503 because ``max_concurrent`` were already running."""
+        return self._server.refused
+
+    def close(self) -> None:
+        """Stop serving and release the port. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+    async def aclose(self) -> None:
+        """``close`` off the event loop (it waits for the serving thread)."""
+        await anyio.to_thread.run_sync(self.close)

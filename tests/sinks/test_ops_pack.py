@@ -1,0 +1,95 @@
+"""The ops pack: promtool accepts the rules and their unit tests pass; ``ckpt-events ops`` writes it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from participants.cli.main import main
+from participants.cli.ops import OPS_FILES, ops_file
+from sinks._prom_names import metric_name
+from sinks.prometheus import prometheus_names
+from tests.sinks.prom_server import promtool_binary
+
+#: The open-work instruments of the live view (name, unit, kind), translated like ours.
+OPEN_WORK = (
+    ("gym.checkpoint.open_operations", "{operation}", "gauge"),
+    ("gym.checkpoint.oldest_open_s", "s", "gauge"),
+    ("gym.checkpoint.last_published_ts", "s", "gauge"),
+)
+
+
+def _written(tmp_path: Path) -> Path:
+    assert main(["ops", "--write", str(tmp_path / "pack")]) == 0
+    return tmp_path / "pack"
+
+
+def test_ops_writes_every_file_and_refuses_to_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every file lands as shipped; a second run without --force is one line and exit 2."""
+    pack = _written(tmp_path)
+    assert sorted(p.name for p in pack.iterdir()) == sorted(OPS_FILES)
+    for name in OPS_FILES:
+        assert (pack / name).read_text() == ops_file(name)
+    capsys.readouterr()
+    assert main(["ops", "--write", str(pack)]) == 2
+    err = capsys.readouterr().err
+    assert "already there; pass --force" in err and err.count("\n") == 1
+    assert main(["ops", "--write", str(pack), "--force"]) == 0
+
+
+def test_promtool_checks_the_rules(tmp_path: Path) -> None:
+    """promtool check rules: 2 recording rules and 6 alerts, no errors."""
+    result = subprocess.run(
+        [promtool_binary(), "check", "rules", str(_written(tmp_path) / "rules.yml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 8 rules found" in result.stdout
+
+
+def test_promtool_unit_tests_fire_each_alert_and_stay_silent_on_healthy_series(tmp_path: Path) -> None:
+    """promtool test rules passes, with a firing and a silent case for every alert."""
+    pack = _written(tmp_path)
+    result = subprocess.run(
+        [promtool_binary(), "test", "rules", "rules_test.yml"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=pack,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+    tests = (pack / "rules_test.yml").read_text()
+    alerts = re.findall(r"- alert: (\w+)", (pack / "rules.yml").read_text())
+    assert len(alerts) == 6
+    for alert in alerts:
+        assert f"alertname: {alert}\n        exp_alerts:\n          - exp_labels" in tests, alert
+        assert re.search(rf"alertname: {alert}\n        exp_alerts: \[\]", tests), alert
+
+
+def test_promtool_unit_tests_fail_when_a_threshold_is_wrong(tmp_path: Path) -> None:
+    """The unit tests can fail: raising the refusal threshold past the series makes promtool say so."""
+    pack = _written(tmp_path)
+    rules = pack / "rules.yml"
+    rules.write_text(rules.read_text().replace("> 0.1", "> 10"))
+    result = subprocess.run(
+        [promtool_binary(), "test", "rules", "rules_test.yml"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=pack,
+    )  # fmt: skip
+    assert result.returncode != 0 and "CheckpointRefusalsHigh" in result.stdout + result.stderr
+
+
+def test_every_metric_in_the_pack_has_a_documented_name() -> None:
+    """Each metric the rules and dashboard read is ours (or an open-work gauge) by its Prometheus name."""
+    families = {row[3] for row in prometheus_names()}
+    families |= {metric_name(name, unit, kind) for name, unit, kind in OPEN_WORK}  # type: ignore[arg-type]
+    series = {f for f in families} | {f + s for f in families for s in ("_bucket", "_sum", "_count")}
+    text = ops_file("rules.yml") + ops_file("dashboard.json")
+    used = set(re.findall(r"\bgym_checkpoint_[a-z_]+", text))
+    assert used and used <= series, used - series
+    dashboard = json.loads(ops_file("dashboard.json"))
+    assert any(t.get("exemplar") for p in dashboard["panels"] for t in p["targets"])
+    assert "exemplarTraceIdDestinations" in ops_file("grafana-datasource.yml")

@@ -1,0 +1,332 @@
+"""The Prometheus scrape endpoint: exposition, exemplars, configure, and hostile scrapers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
+
+from ckpt_events import Bus, ConfigurationError, OperationFinished
+from sinks import configure
+from sinks.otel import OtlpMetricSink
+from sinks.otlp._metric_aggregation import DEFAULT_BOUNDARIES, MetricEncoder, MetricTotals
+from sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from tests.sinks.test_otlp_metric_sink import _event_mix
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+DURATION = "gym_checkpoint_operation_duration_ms_milliseconds"
+
+
+class Keep:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def handle(self, batch: list[Any]) -> None:
+        self.events.extend(batch)
+
+
+def _get(url: str, accept: str = "") -> tuple[str, str]:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.headers["Content-Type"], reply.read().decode()
+
+
+async def _fed() -> tuple[PrometheusSink, list[Any]]:
+    sink, keep = PrometheusSink(), Keep()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        bus.subscribe(keep)
+        await _event_mix(bus)
+    return sink, keep.events
+
+
+async def test_text_exposition_agrees_with_the_events() -> None:
+    """Count, sum and cumulative buckets per attribute set equal what the events say; counters too."""
+    sink, events = await _fed()
+    with _endpoint(sink) as endpoint:
+        content_type, text = _get(endpoint.url)
+    assert content_type.startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) == {
+        DURATION,
+        "gym_checkpoint_loop_lag_ms_milliseconds",
+        "gym_checkpoint_records",
+        "gym_checkpoint_bytes",
+        "gym_checkpoint_events",
+    }
+    commits = [
+        (e.end_ns - e.start_ns) / 1e6
+        for e in events
+        if isinstance(e, OperationFinished) and e.kind == "resources" and e.operation == "commit"
+    ]
+    labels = {
+        "nemo_gym_checkpoint_operation": "commit",
+        "nemo_gym_checkpoint_participant_kind": "resources",
+        "outcome": "ok",
+    }
+    samples = [s for s in families[DURATION].samples if {k: s.labels.get(k) for k in labels} == labels]
+    by_name: dict[str, list[Any]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    assert by_name[DURATION + "_count"][0].value == len(commits) == 3
+    assert by_name[DURATION + "_sum"][0].value == pytest.approx(sum(commits))
+    buckets = {s.labels["le"]: s.value for s in by_name[DURATION + "_bucket"]}
+    assert list(buckets) == [*(f"{b:g}" for b in DEFAULT_BOUNDARIES), "+Inf"]  # Go's "5", not "5.0"
+    for le, value in buckets.items():
+        bound = float("inf") if le == "+Inf" else float(le)
+        assert value == sum(1 for c in commits if c <= bound)
+    records = {
+        tuple(sorted(s.labels.items())): s.value
+        for s in families["gym_checkpoint_records"].samples
+        if s.name == "gym_checkpoint_records_total"
+    }
+    expected = sum(
+        e.records or 0
+        for e in events
+        if isinstance(e, OperationFinished) and e.kind == "resources" and e.operation == "commit"
+    )
+    key = (("nemo_gym_checkpoint_operation", "commit"), ("nemo_gym_checkpoint_participant_kind", "resources"))
+    assert records[key] == expected == 33
+    refused = [
+        s.labels
+        for s in families["gym_checkpoint_events"].samples
+        if s.labels.get("nemo_gym_checkpoint_event") == "refused"
+    ]
+    assert refused and all(
+        set(r) == {"nemo_gym_checkpoint_event", "nemo_gym_checkpoint_code"} for r in refused
+    )
+
+
+async def test_openmetrics_buckets_carry_exemplars_of_their_own_operations() -> None:
+    """Each non-empty bucket's exemplar is the slowest operation in it: its trace and span id, value, time."""
+    sink, events = await _fed()
+    with _endpoint(sink) as endpoint:
+        content_type, text = _get(endpoint.url, OPENMETRICS)
+    assert content_type.startswith("application/openmetrics-text")
+    assert f"# UNIT {DURATION} milliseconds" in text
+    finished = {
+        (f"{e.trace_id:032x}", f"{e.span_id:016x}"): e
+        for e in events
+        if hasattr(e, "end_ns") and hasattr(e, "operation")
+    }
+    seen = 0
+    for family in openmetrics_families(text):
+        if family.name != DURATION:
+            continue
+        previous = float("-inf")
+        for sample in family.samples:
+            if sample.name != DURATION + "_bucket":
+                continue
+            le = float(sample.labels["le"])
+            if sample.exemplar is not None:
+                ex = sample.exemplar
+                event = finished[(ex.labels["trace_id"], ex.labels["span_id"])]
+                assert ex.value == pytest.approx((event.end_ns - event.start_ns) / 1e6)
+                assert float(ex.timestamp) == pytest.approx(event.end_ns / 1e9, abs=1e-6)
+                lower = previous if previous != float("-inf") else float("-inf")
+                assert lower < ex.value <= le or (le == 0.0 and ex.value <= 0.0)
+                seen += 1
+            previous = le
+    assert seen >= 2
+
+
+def test_the_slowest_in_a_bucket_is_its_exemplar_until_it_is_a_minute_old() -> None:
+    """A faster operation does not replace the held exemplar; once the held one is over 60 s old, any does."""
+    from sinks.otlp._metric_aggregation import HistogramPoint
+
+    class Op:
+        def __init__(self, end_s: float, span: int) -> None:
+            self.end_ns, self.trace_id, self.span_id = int(end_s * 1e9), 1, span
+
+    point = HistogramPoint()
+    point.record(20.0, Op(1, 1))
+    point.record(12.0, Op(2, 2))  # same bucket (10, 25], faster: kept out
+    assert point.exemplars[3].span_id == 1
+    point.record(24.0, Op(3, 3))  # slower: replaces
+    assert point.exemplars[3].span_id == 3 and point.exemplar_values[3] == 24.0
+    point.record(11.0, Op(64, 4))  # faster, but the held one is 61 s old: replaces
+    assert point.exemplars[3].span_id == 4
+    point.record(3.0)  # no exemplar given: counted only
+    assert point.buckets[1] == 1 and point.exemplars[1] is None
+
+
+async def test_otlp_protobuf_exemplars_decode_with_opentelemetry_proto() -> None:
+    """OpenTelemetry's own classes read our HistogramDataPoint.exemplars: ids, value, time."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    keep = Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        await _event_mix(bus)
+    totals = MetricTotals()
+    totals.add(keep.events)
+    request = ExportMetricsServiceRequest.FromString(
+        MetricEncoder({"service.name": "s"}).protobuf(totals, 1, 2)
+    )
+    finished = {
+        (e.trace_id.to_bytes(16, "big"), e.span_id.to_bytes(8, "big")): e
+        for e in keep.events
+        if hasattr(e, "operation") and hasattr(e, "end_ns")
+    }
+    metric = request.resource_metrics[0].scope_metrics[0].metrics[0]
+    assert metric.name == "gym.checkpoint.operation_duration_ms"
+    decoded = 0
+    for point in metric.histogram.data_points:
+        assert 1 <= len(point.exemplars) <= sum(1 for n in point.bucket_counts if n)
+        for ex in point.exemplars:
+            event = finished[(ex.trace_id, ex.span_id)]
+            assert ex.as_double == pytest.approx((event.end_ns - event.start_ns) / 1e6)
+            assert ex.time_unix_nano == event.end_ns
+            decoded += 1
+    assert decoded >= len(metric.histogram.data_points)
+
+
+async def test_configure_serves_prometheus_alone_and_beside_otlp() -> None:
+    """prometheus alone subscribes a PrometheusSink; with otlp, the endpoint reads the OtlpMetricSink."""
+    env = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+    }
+    async with Bus() as bus:
+        configured = configure(bus, environ=env)
+        assert [s.name for s in configured.subscriptions] == ["prometheus"]
+        assert configured.prometheus is not None and isinstance(configured.prometheus.source, PrometheusSink)
+        await _event_mix(bus)
+        await bus.flush()
+        url = configured.prometheus.url
+        assert "gym_checkpoint_events_total{" in _get(url)[1]
+        await configured.aclose()
+    with pytest.raises(urllib.error.URLError):
+        _get(url)  # closed with the Configured: the port is released
+    both = {
+        **env,
+        "OTEL_METRICS_EXPORTER": "otlp,prometheus",
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+    }
+    async with Bus() as bus:
+        configured = configure(bus, environ=both)
+        assert configured.prometheus is not None
+        assert isinstance(configured.prometheus.source, OtlpMetricSink)
+        assert [s.name for s in configured.subscriptions] == ["otel-metrics"]  # one aggregation
+        configured.metric_sinks[0].sender.cancel()  # type: ignore[union-attr]  # nobody at :9
+        configured.close_timeout = 2.0
+        await configured.aclose()
+
+
+async def test_a_taken_port_is_one_line_naming_the_variables() -> None:
+    """Binding a port already in use raises ConfigurationError naming host, port and the variables."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            "OTEL_METRICS_EXPORTER": "prometheus",
+            "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+            "OTEL_EXPORTER_PROMETHEUS_PORT": str(port),
+        }
+        async with Bus() as bus:
+            with pytest.raises(
+                ConfigurationError, match=rf"127\.0\.0\.1:{port}.*OTEL_EXPORTER_PROMETHEUS_PORT"
+            ):
+                configure(bus, environ=env)
+
+
+def test_another_path_is_404_and_other_methods_501() -> None:
+    """Only GET /metrics is served."""
+    with _endpoint(PrometheusSink()) as endpoint:
+        base = endpoint.url.removesuffix("/metrics")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            _get(base + "/other")
+        assert info.value.code == 404
+        assert b"/metrics" in info.value.read()
+        info.value.close()
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(urllib.request.Request(endpoint.url, data=b"x", method="POST"), timeout=5)
+        assert info.value.code == 501
+        info.value.close()
+        assert _get(endpoint.url + "?x=1")[0].startswith("text/plain")
+
+
+def test_a_slow_reader_is_cut_off_and_does_not_hold_up_others() -> None:
+    """A client that never finishes its request is closed after the timeout; a scrape meanwhile answers."""
+    with _endpoint(PrometheusSink(), timeout=0.5) as endpoint:
+        with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5) as slow:
+            slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+            started = time.monotonic()
+            _get(endpoint.url)
+            assert time.monotonic() - started < 1.0
+            assert slow.recv(1024) == b""  # the server hung up on it
+            assert time.monotonic() - started < 3.0
+
+
+_STORM = """
+import asyncio, sys, time, httpx
+async def main(url):
+    statuses, durations = [], []
+    async def scrape(client):
+        started = time.monotonic()
+        try:
+            statuses.append((await client.get(url)).status_code)
+        except httpx.TransportError:
+            statuses.append(0)  # a reset connection is an answer too, not a hang
+        durations.append(time.monotonic() - started)
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+    async with httpx.AsyncClient(limits=limits, timeout=10.0) as client:
+        await asyncio.gather(*(scrape(client) for _ in range(1000)))
+    print(statuses.count(200), statuses.count(503), statuses.count(0), len(statuses), max(durations))
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_a_thousand_concurrent_scrapes_never_stall_the_event_loop() -> None:
+    """1,000 scrapes at once from another process: each answered (200, or 503 past the bound) within
+    10 s, while the participant's loop keeps folding events with a small lag."""
+    import subprocess
+    import sys
+
+    sink = PrometheusSink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        await _event_mix(bus)
+        with _endpoint(sink) as endpoint:
+            storm = subprocess.Popen(
+                [sys.executable, "-c", _STORM, endpoint.url], stdout=subprocess.PIPE, text=True
+            )
+            worst = 0.0
+            for _ in range(100_000):  # bounded: the storm ends within its timeouts
+                if storm.poll() is not None:
+                    break
+                before = time.monotonic()
+                await asyncio.sleep(0.005)
+                worst = max(worst, time.monotonic() - before - 0.005)
+                await _event_mix(bus)  # the loop keeps working meanwhile
+            out, _ = storm.communicate(timeout=30)
+            ok, unavailable, reset, total, slowest = out.split()
+            assert int(total) == 1000 and int(ok) + int(unavailable) + int(reset) == 1000
+            assert int(ok) >= 8
+            assert float(slowest) < 10.0
+            assert worst < 0.2, f"event-loop lag {worst * 1000:.0f} ms during the scrape storm"
+            print(
+                f"\n1000 scrapes: {ok} ok, {unavailable} 503, {reset} reset; worst loop lag "
+                f"{worst * 1000:.1f} ms; slowest answer {float(slowest):.2f} s"
+            )
+
+
+class _endpoint:  # noqa: N801  # used as a context manager, like a function
+    def __init__(self, sink: Any, **options: Any) -> None:
+        self.endpoint = PrometheusEndpoint(sink, "127.0.0.1", 0, **options)
+
+    def __enter__(self) -> PrometheusEndpoint:
+        return self.endpoint
+
+    def __exit__(self, *exc: object) -> None:
+        self.endpoint.close()
