@@ -20,13 +20,16 @@ _LABELS = {
     "gym.checkpoint.loop_lag_ms": _KEYS["loop_lag"],
     "gym.checkpoint.records_total": _KEYS["volume"],
     "gym.checkpoint.bytes_total": _KEYS["volume"],
+    "gym.checkpoint.open_operations": _KEYS["open"],
+    "gym.checkpoint.oldest_open_s": _KEYS["open"],
+    "gym.checkpoint.last_published_ts": (),
 }
-_EVENT_TAGS = ("lease_expired", "prepare_not_ready", "refused", "generation_cut")
+_EVENT_TAGS = ("lease_expired", "prepare_not_ready", "refused", "generation_cut", "stalled")
 
 
 def _labels(name: str) -> str:
     if name in _LABELS:
-        return ", ".join(f"`{label_name(a)}`" for a in _LABELS[name])
+        return ", ".join(f"`{label_name(a)}`" for a in _LABELS[name]) or "none"
     per_event = "; ".join(
         f"`{tag}`: " + ", ".join(f"`{label_name(a)}`" for a in _KEYS[tag]) for tag in _EVENT_TAGS
     )
@@ -40,7 +43,7 @@ def names_table() -> str:
         "|---|---|---|---|",
     ]
     for name, unit, kind, family in prometheus_names():
-        series = "`_bucket` (`le`), `_sum`, `_count`" if kind == "histogram" else "counter"
+        series = "`_bucket` (`le`), `_sum`, `_count`" if kind == "histogram" else kind
         lines.append(f"| `{name}` ({unit}) | `{family}` | {series} | {_labels(name)} |")
     return "\n".join(lines)
 

@@ -55,11 +55,14 @@ def test_label_names() -> None:
 
 
 def test_our_instruments_have_the_documented_names() -> None:
-    """The five instruments, by their Prometheus family names (the README's table)."""
+    """The eight instruments, by their Prometheus family names (the README's table)."""
     assert [row[3] for row in prometheus_names()] == [
         "gym_checkpoint_operation_duration_ms_milliseconds",
         "gym_checkpoint_loop_lag_ms_milliseconds",
         "gym_checkpoint_records_total",
         "gym_checkpoint_bytes_total",
         "gym_checkpoint_events_total",
+        "gym_checkpoint_open_operations",
+        "gym_checkpoint_oldest_open_s_seconds",
+        "gym_checkpoint_last_published_ts_seconds",
     ]

@@ -18,7 +18,7 @@ from sinks import configure
 from sinks.otel import OtlpMetricSink
 from sinks.otlp._metric_aggregation import DEFAULT_BOUNDARIES, MetricEncoder, MetricTotals
 from sinks.prometheus import PrometheusEndpoint, PrometheusSink
-from tests.sinks.test_otlp_metric_sink import _event_mix
+from tests.sinks.otlp.test_metric_sink import _event_mix
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 DURATION = "gym_checkpoint_operation_duration_ms_milliseconds"
@@ -60,7 +60,11 @@ async def test_text_exposition_agrees_with_the_events() -> None:
         "gym_checkpoint_records",
         "gym_checkpoint_bytes",
         "gym_checkpoint_events",
+        # The open-work gauges: every operation of the mix finished, so each is open 0, age 0.
+        "gym_checkpoint_open_operations",
+        "gym_checkpoint_oldest_open_s_seconds",
     }
+    assert {s.value for s in families["gym_checkpoint_open_operations"].samples} == {0}
     commits = [
         (e.end_ns - e.start_ns) / 1e6
         for e in events

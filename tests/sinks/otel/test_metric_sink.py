@@ -80,7 +80,7 @@ async def test_every_instrument_attribute_set_and_value(
     assert set(points) == {DURATION, RECORDS, BYTES, EVENTS, METRIC_OPEN_OPERATIONS, METRIC_OLDEST_OPEN}
     # Everything finished: every (operation, kind) seen has 0 open, and an oldest age of 0.
     opened = {key - {("outcome", "ok"), ("outcome", "error")} for key in points[DURATION][1]}
-    assert points[METRIC_OPEN_OPERATIONS] == ("1", dict.fromkeys(opened, 0))
+    assert points[METRIC_OPEN_OPERATIONS] == ("{operation}", dict.fromkeys(opened, 0))
     assert points[METRIC_OLDEST_OPEN] == ("s", dict.fromkeys(opened, 0.0))
     unit, durations = points[DURATION]
     assert unit == "ms"
