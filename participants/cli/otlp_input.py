@@ -98,10 +98,6 @@ def _hex(text: Any, digits: int) -> int | None:
         return None
 
 
-class _Bad(Exception):
-    pass
-
-
 def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
     """``(line number, event)`` for every span of the file; ``skip(text)`` is told of each bad
     span or line (one line each)."""
@@ -125,7 +121,7 @@ def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
                     for span in scope.get("spans") or ():
                         try:
                             made = _event_fields(span)
-                        except _Bad as exc:
+                        except ValueError as exc:  # a span that cannot be read: one line, the rest goes on
                             skip(f"{path}:{number}: span {span.get('spanId', '?')!s:.16} skipped: {exc}")
                             continue
                         if made is None:
@@ -166,17 +162,17 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | None:
     trace_id = _hex(span.get("traceId"), 32)
     span_id = _hex(span.get("spanId"), 16)
     if trace_id is None or span_id is None:
-        raise _Bad("trace id must be 32 hex digits and span id 16")
+        raise ValueError("trace id must be 32 hex digits and span id 16")
     parent_text = span.get("parentSpanId") or None
     parent = None if parent_text is None else _hex(parent_text, 16)
     if parent_text is not None and parent is None:
-        raise _Bad("parent span id must be 16 hex digits")
+        raise ValueError("parent span id must be 16 hex digits")
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     except (KeyError, ValueError, TypeError) as exc:
-        raise _Bad(f"no start or end time ({exc})") from None
+        raise ValueError(f"no start or end time ({exc})") from None
     if end < start:
-        raise _Bad("its end is before its start")
+        raise ValueError("its end is before its start")
     fields: dict[str, Any] = {
         field: value.value,
         "trace_id": trace_id,

@@ -14,10 +14,9 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
-import httpx
 import msgspec
 
 from ckpt_events import Event, Kind
@@ -42,6 +41,17 @@ class PollResult(msgspec.Struct, frozen=True):
     error: str | None = None
 
 
+if TYPE_CHECKING:
+    import httpx
+
+
+def _http_error() -> type[Exception]:
+    # httpx is imported only when polling: the command line's parser must not load it.
+    import httpx
+
+    return httpx.HTTPError
+
+
 async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollResult:
     """``GET url/status`` under ``timeout`` seconds for the whole exchange, body capped at ``MAX_BODY``."""
     started = time.perf_counter()
@@ -61,7 +71,7 @@ async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollR
                     return failed(f"HTTP {reply.status_code} from /status{_hint(reply.status_code)}")
     except TimeoutError:
         return failed(f"no answer within {timeout:g} s")
-    except httpx.HTTPError as exc:
+    except _http_error() as exc:
         return failed(f"unreachable: {type(exc).__name__}: {exc or 'no detail'}")
     try:
         status = _DECODER.decode(bytes(body))

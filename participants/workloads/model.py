@@ -13,16 +13,19 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import httpx
 import msgspec
 
 from ckpt_events import Disposition, Kind, OperationSpan, Telemetry
 from participants.errors import MalformedRequest, WorkError
 from participants.protocol import EpisodeId, decode, encode
 from participants.workloads.base import Episode, Record, Workload
+
+if TYPE_CHECKING:
+    import httpx
+
 from participants.workloads.generation_cut import (
     CUT_PATH,
     ActivePrefix,
@@ -105,6 +108,12 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
         **options: Any,
     ) -> None:
         super().__init__(tel, **options)
+        # httpx is imported here, not at module level: the kind registry imports every workload,
+        # and `ckpt-events --help` (which reads the registry) must not load the HTTP stack.
+        import httpx
+
+        #: What a failed call to the inference worker raises (httpx's root, bound once).
+        self._http_error: type[Exception] = httpx.HTTPError
         self.inference_url = inference_url
         self.max_tokens = max_tokens
         headers = {"authorization": f"Bearer {inference_token}"} if inference_token else {}
@@ -172,7 +181,7 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
                         tokens.append(item["token"])
                     elif item.get("done"):
                         resumed = item.get("resumed_prefix", 0)
-        except httpx.HTTPError as exc:
+        except self._http_error as exc:
             raise WorkError(f"inference worker unreachable: {exc}") from None
         finally:
             del self._inflight[call.ticket_id]
@@ -260,7 +269,7 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
             if reply.status_code != 200:
                 return None
             receipt = decode(reply.content, CutReceipt)
-        except (httpx.HTTPError, TimeoutError, MalformedRequest):
+        except (self._http_error, TimeoutError, MalformedRequest):
             return None
         return None if receipt_problem(inventory, receipt) is not None else receipt
 
