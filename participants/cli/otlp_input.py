@@ -119,10 +119,9 @@ def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
             for resource in resources or ():
                 for scope in resource.get("scopeSpans") or ():
                     for span in scope.get("spans") or ():
-                        try:
-                            made = _event_fields(span)
-                        except ValueError as exc:  # a span that cannot be read: one line, the rest goes on
-                            skip(f"{path}:{number}: span {span.get('spanId', '?')!s:.16} skipped: {exc}")
+                        made = _event_fields(span)
+                        if isinstance(made, str):
+                            skip(f"{path}:{number}: span {span.get('spanId', '?')!s:.16} skipped: {made}")
                             continue
                         if made is None:
                             continue
@@ -154,7 +153,8 @@ def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
             skip(f"{path}:{at}: step span {step['span_id']:016x}: its parent operation never came; skipped")
 
 
-def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | None:
+def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | None:
+    """The event class and fields of a span of ours, why it is bad, or ``None`` for another's."""
     found = _BY_NAME.get(span.get("name", ""))
     if found is None:
         return None  # a span not of ours: the collector may carry others
@@ -162,17 +162,17 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | None:
     trace_id = _hex(span.get("traceId"), 32)
     span_id = _hex(span.get("spanId"), 16)
     if trace_id is None or span_id is None:
-        raise ValueError("trace id must be 32 hex digits and span id 16")
+        return "trace id must be 32 hex digits and span id 16"
     parent_text = span.get("parentSpanId") or None
     parent = None if parent_text is None else _hex(parent_text, 16)
     if parent_text is not None and parent is None:
-        raise ValueError("parent span id must be 16 hex digits")
+        return "parent span id must be 16 hex digits"
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     except (KeyError, ValueError, TypeError) as exc:
-        raise ValueError(f"no start or end time ({exc})") from None
+        return f"no start or end time ({exc})"
     if end < start:
-        raise ValueError("its end is before its start")
+        return "its end is before its start"
     fields: dict[str, Any] = {
         field: value.value,
         "trace_id": trace_id,

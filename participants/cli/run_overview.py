@@ -34,13 +34,11 @@ from ckpt_events import (
     Outcome,
     PrepareNotReady,
     Refused,
-    Step,
-    StepFinished,
-    span_name,
-    span_name_of,
 )
-from participants.cli.report_model import finished_spans, who_of
+from participants.cli.report_model import who_of
 from participants.cli.run_logs import event_time
+from participants.cli.run_paths import dominated as dominated_by
+from participants.cli.run_paths import slowest as path_of
 from participants.cli.trends import Trends
 
 __all__ = ["Run", "RunRow", "overview"]
@@ -226,9 +224,9 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
         if candidate and (key in root_started or not parent_seen):
             # A root ended: its trace's spans so far are its tree; fold and let them go.
             root_finished[key] = e
-            slowest[key] = _slowest(buffer, trace_id)
+            slowest[key] = path_of(buffer, trace_id)
             if _what(e) == "restore":
-                dominated[key] = _dominated(buffer)
+                dominated[key] = dominated_by(buffer)
             trends.add_trace(buffer, e)
             del pending[trace_id]
     rows = _rows(root_started, root_finished)
@@ -365,47 +363,3 @@ def span_name_or_kind(e: Any) -> str:
 def _clip(text: str | None, most: int = 60) -> str:
     text = text or ""
     return text if len(text) <= most else text[: most - 1] + "…"
-
-
-def _slowest(events: Sequence[Any], trace_id: int) -> str:
-    """The participant and stage on the critical path (from the longest root, always the child
-    that ends last), the same path ``report_model.trace_spans`` marks, without its details."""
-    chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
-    ids = {e.span_id for e in chosen}
-    children: dict[int | None, list[Any]] = {}
-    for e in chosen:
-        children.setdefault(e.parent_span_id if e.parent_span_id in ids else None, []).append(e)
-    path: list[Any] = []
-    node = max(children.get(None, []), key=lambda e: e.end_ns - e.start_ns, default=None)
-    while node is not None and len(path) <= len(chosen):
-        path.append(node)
-        node = max(children.get(node.span_id, []), key=lambda e: e.end_ns, default=None)
-    participant = next((e for e in reversed(path) if e.kind is not Kind.CONTROLLER), None)
-    parts = []
-    if len(path) > 1:
-        parts.append(f"{_short(path[1])} {(path[1].end_ns - path[1].start_ns) / 1e6:.1f} ms")
-    if participant is not None:
-        ms = (participant.end_ns - participant.start_ns) / 1e6
-        parts.append(f"{_who(participant)} {_short(participant)} {ms:.1f} ms")
-    return ", slowest ".join(parts) if parts else ""
-
-
-def _short(e: Any) -> str:
-    return (span_name_of(e) or span_name(Operation.RENEW.value)).removeprefix("gym.checkpoint.")
-
-
-def _dominated(spans: Sequence[Any]) -> str:
-    """The longest read or install step of a restore: which, on whom, its records and MB/s."""
-    steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]
-    if not steps:
-        return ""
-    top = max(steps, key=lambda e: e.end_ns - e.start_ns)
-    ms = (top.end_ns - top.start_ns) / 1e6
-    out = f"{top.step.value} on {_who(top)} {ms:.1f} ms dominated"
-    if top.records is not None:
-        out += f", {top.records:,} records"
-    if top.bytes is not None:
-        rate = f" at {top.bytes / 1e6 / (ms / 1e3):.2f} MB/s" if ms > 0 else ""
-        size = f"{top.bytes:,} bytes" if top.bytes < 100_000 else f"{top.bytes / 1e6:.1f} MB"
-        out += f", {size}{rate}"
-    return out
