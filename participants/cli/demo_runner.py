@@ -10,13 +10,14 @@ with SIGKILL) with ``--processes``.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -25,15 +26,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import sinks
-from ckpt_events import CONTROLLER_INSTANCE, Bus, Kind, Telemetry
+from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidArgumentError, Kind, Telemetry
 from ckpt_events.testing import MemorySink
 from participants.cli.command import otel_environ
+from participants.cli.demo_checks import diagnosis_checks
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
+from participants.cli.run_overview import Run, overview
+from participants.cli.run_terminal import render_overview
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
+from participants.server.faults import FAULT_ENV, parse_fault
 from sinks.otel import OtlpMetricSinkStats
 
 __all__ = ["DemoFailed", "DemoOptions", "DemoResult", "run_demo"]
@@ -69,6 +74,54 @@ class DemoOptions:
     jsonl: Path | None = None
     report: Path | None = None
     otlp_endpoint: str | None = None
+    #: Checkpoints generation 1 takes, spread over its rollouts, the last one stopping it
+    #: (``None``: 1, or 2 with a fault that aborts one).
+    checkpoints: int | None = None
+    #: One of ``FAULT_MODES``: injected for real through ``CKPT_EVENTS_FAULT`` (see ``faults``).
+    fault: str | None = None
+
+    def checkpoint_count(self) -> int:
+        return self.checkpoints or (2 if self.fault in ABORTING_FAULTS else 1)
+
+
+#: What each ``--fault`` injects (``CKPT_EVENTS_FAULT``), on which participant.
+FAULTS: Final = {
+    "stall": "stall:environment-0",
+    "lease": "lease:3",
+    "slow-restore": "slow-restore:model-0:0.05",
+}
+#: Faults that abort the checkpoint they hit (the first one).
+ABORTING_FAULTS: Final = ("stall", "lease")
+#: With a fault: the prepare deadline and the participants' lease grace, short so the failure
+#: shows in seconds (the lease expires 2.5 s after prepare; the ``lease`` fault stalls 3 s).
+FAULT_DEADLINE_S: Final = 2.0
+FAULT_LEASE_GRACE_S: Final = 0.5
+#: Work calls wait this long whatever the deadline (a stalled step is held through a prepare).
+WORK_TIMEOUT_S: Final = 30.0
+
+
+def check_options(opts: DemoOptions) -> str | None:
+    """Why ``opts`` cannot run, in one line, or ``None``."""
+    if opts.fault is not None and opts.fault not in FAULTS:
+        return f"--fault {opts.fault!r} is not one of {', '.join(FAULTS)}"
+    count = opts.checkpoint_count()
+    if opts.fault in ABORTING_FAULTS and count < 2:
+        return (
+            f"--fault {opts.fault} aborts the first checkpoint: use --checkpoints 2 or more "
+            "so a later one publishes and is restored"
+        )
+    if count > 1 and stop_after(opts) < count:
+        return (
+            f"--checkpoints {count} needs at least {count} rollouts done before the last checkpoint "
+            f"({stop_after(opts)} are): raise --rollouts or --checkpoint-at"
+        )
+    return None
+
+
+def checkpoint_thresholds(opts: DemoOptions) -> list[int]:
+    """After how many finished rollouts generation 1 checkpoints, before its last (stopping) one."""
+    count, last = opts.checkpoint_count(), stop_after(opts)
+    return [last * i // count for i in range(1, count)]
 
 
 @dataclass
@@ -95,11 +148,14 @@ async def _fleet(
     logs = workdir / "logs"
     if not opts.processes:
         logs.mkdir(exist_ok=True)
+        options = FAST_WORKLOADS
+        if opts.fault is not None:
+            options = {i: {**o, "lease_grace_seconds": FAULT_LEASE_GRACE_S} for i, o in options.items()}
         local = local_fleet(
             token=token,
             bus=bus,
             members=MEMBERS,
-            options=FAST_WORKLOADS,
+            options=options,
             workers=workers,
             checkpoint_root=workdir / "run",
             stopping=stopping,
@@ -125,7 +181,10 @@ async def _fleet(
         log_dir=logs,
         members=MEMBERS,
         env=env,
-        extra_args=["--workers", str(workers)] if workers > 1 else [],
+        extra_args=[
+            *(["--workers", str(workers)] if workers > 1 else []),
+            *(["--lease-grace-seconds", str(FAULT_LEASE_GRACE_S)] if opts.fault is not None else []),
+        ],
         checkpoint_root=workdir / "run",
     )
     crashed = False
@@ -152,6 +211,7 @@ async def _run_generation(
     *,
     label: str,
     stop_after: int | None,
+    checkpoint_after: list[int] | None = None,
 ) -> tuple[Collection, CollectionSummary]:
     collection = Collection(
         coordinator,
@@ -161,6 +221,9 @@ async def _run_generation(
         steps=opts.steps,
         concurrency=opts.concurrency,
         stop_after=stop_after,
+        checkpoint_after=checkpoint_after or (),
+        deadline_s=FAULT_DEADLINE_S if opts.fault is not None else 30.0,
+        work_timeout_s=WORK_TIMEOUT_S,
     )
     summary: CollectionSummary | None = None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -247,6 +310,7 @@ async def _first_generation(
             tel,
             label="generation 1: checkpoint and stop",
             stop_after=stop_after(opts),
+            checkpoint_after=checkpoint_thresholds(opts),
         )
         crash()
     return summary
@@ -256,8 +320,11 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
     """Run both generations, verify, and print the breakdown, timeline and counts.
 
     Setting ``stopping`` shuts the in-process servers down gracefully (Ctrl-C)."""
+    if (refusal := check_options(opts)) is not None:
+        raise InvalidArgumentError(refusal)
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
+        fault = parse_fault(FAULTS[opts.fault]) if opts.fault is not None else None
         workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
         workdir.mkdir(parents=True, exist_ok=True)
         memory = MemorySink()
@@ -270,7 +337,10 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
-                first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
+                with _environ(
+                    FAULT_ENV, str(fault) if fault is not None and fault.mode in ABORTING_FAULTS else None
+                ):
+                    first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
                 seconds["generation 1"] = time.monotonic() - start
                 if not first.checkpoints:
                     raise DemoFailed("generation 1 finished without its checkpoint")
@@ -286,7 +356,10 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                     f"{opts.rollouts - done - len(continued) - restarted} not started)"
                 )
                 start = time.monotonic()
+                # The stall and lease faults hit generation 1's checkpoints, slow-restore its restore.
+                second_fault = str(fault) if fault is not None and fault.mode == "slow-restore" else None
                 async with (
+                    _as_environ(FAULT_ENV, second_fault),
                     _fleet(opts, bus, token, workdir, 2, stopping) as (urls, _),
                     await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
                 ):
@@ -319,7 +392,12 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             from participants.cli.demo_logs import merge_into
 
             merged = (merge_into(opts.jsonl, others), len(others))
-        _show(console, opts, events, checkpoint_id, passed)
+        run = overview(events)
+        passed += diagnosis_checks(run, published=len(first.checkpoints), fault=fault)
+        expected = opts.checkpoint_count() - (1 if opts.fault in ABORTING_FAULTS else 0)
+        if len(first.checkpoints) != expected:
+            raise DemoFailed(f"{len(first.checkpoints)} checkpoints published, not {expected}")
+        _show(console, opts, events, run, checkpoint_id, passed)
         _exported(console, opts, configured, merged)
         return DemoResult(
             first,
@@ -333,10 +411,36 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         )
 
 
+@contextlib.contextmanager
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """``$name`` set to ``value`` (``None``: unset) for a block (the servers started in it and
+    their processes read it), then as it was."""
+    before = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+@contextlib.asynccontextmanager
+async def _as_environ(name: str, value: str | None) -> AsyncIterator[None]:
+    with _environ(name, value):
+        yield
+
+
 def _show(
-    console: Console, opts: DemoOptions, events: list[Any], checkpoint_id: str, passed: list[str]
+    console: Console, opts: DemoOptions, events: list[Any], run: Run, checkpoint_id: str, passed: list[str]
 ) -> None:
-    render(console, events, title=f"demo: {opts.rollouts} rollouts x {opts.steps} steps")
+    title = f"demo: {opts.rollouts} rollouts x {opts.steps} steps"
+    render(console, events, title=title)
+    render_overview(console, run, title=title)
     for check in passed:
         console.print(f"[green]ok[/green] {check}")
     if opts.report is not None:

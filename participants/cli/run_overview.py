@@ -34,6 +34,7 @@ from ckpt_events import (
     Outcome,
     PrepareNotReady,
     Refused,
+    StepFinished,
 )
 from participants.cli.report_model import trace_spans, who_of
 from participants.cli.run_logs import event_time
@@ -67,6 +68,8 @@ class RunRow:
     #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
     roots: list[tuple[int, int]] = field(default_factory=list)
     coordinated: bool = False
+    #: A restore's longest read or install step, in ms (``None``: not a restore, or none seen).
+    dominant_ms: float | None = None
 
     @property
     def trace_ids(self) -> set[int]:
@@ -167,6 +170,7 @@ def _judge(
     root_ids = set(row.roots)
     ends = [f for f in mine if hasattr(f, "end_ns") and (f.trace_id, f.span_id) in root_ids]
     causes: list[str] = []
+    aborted_by = False  # a participant not ready at the deadline, or a lease that ran out
     row.paused_ms = _paused_ms(mine)
     prepares = {
         _who(e): e.start_ns
@@ -179,7 +183,9 @@ def _judge(
                 since = e.time_ns - prepares[_who(e)] if _who(e) in prepares else None
                 after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
                 causes.append(f"lease expired on {_who(e)} in phase {e.phase.value}{after}")
+                aborted_by = True
             case PrepareNotReady():
+                aborted_by = True
                 causes.append(f"not ready at its deadline: {_who(e)} blocked by {e.blockers} episodes")
             case Refused():
                 causes.append(f"refused ({e.code.value}) by {_who(e)}")
@@ -204,7 +210,9 @@ def _judge(
     else:
         row.end_ns = max(f.end_ns for f in ends)
         if any(f.outcome is Outcome.ERROR for f in ends):
-            row.outcome = FAILED
+            # The protocol's own aborts surface as the controller's error (not prepared, or a
+            # commit refused after the lease): the abort is the outcome, not a failure.
+            row.outcome = ABORTED if aborted_by else FAILED
         elif any(
             getattr(f, "published", None) is False or getattr(f, "prepared", None) is False for f in ends
         ):
@@ -217,9 +225,24 @@ def _judge(
     if row.published:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
         row.slowest = _slowest(mine, longest.trace_id)
+        if row.what == "restore" and (dominant := _restore_dominant(mine, row)):
+            row.slowest = f"dominated by {dominant}; critical path {row.slowest}"
         causes = []
     more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
     row.causes = causes[:_CAUSES] + more
+
+
+def _restore_dominant(events: Sequence[Any], row: RunRow) -> str:
+    """The longest read or install step of a restore: participant, ms, records and MB/s."""
+    steps = [e for e in events if isinstance(e, StepFinished) and e.step in ("read", "install")]
+    if not steps:
+        return ""
+    top = max(steps, key=lambda e: e.end_ns - e.start_ns)
+    ms = row.dominant_ms = (top.end_ns - top.start_ns) / 1e6
+    parts = [f"{getattr(top, 'records', None) or 0} records"]
+    if (size := getattr(top, "bytes", None)) and ms > 0:
+        parts.append(f"{size / 1e6 / (ms / 1e3):.2f} MB/s")
+    return f"{_who(top)} {top.step} {ms:.1f} ms ({', '.join(parts)})"
 
 
 def _paused_ms(events: Sequence[Any]) -> float | None:

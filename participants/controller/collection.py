@@ -53,6 +53,8 @@ class Collection:
     ``stop_after=n`` checkpoints and stops once ``n`` rollouts are finishing: no other rollout
     starts its last step before that checkpoint, so it always finds the rest in flight, however
     fast the work (a rollout restored mid-episode is held once its boundary is known).
+    ``checkpoint_after=[n, ...]`` checkpoints (and goes on) as the n-th rollout finishes; one that
+    fails is logged. ``work_timeout_s`` bounds each work call (default: ``deadline_s``).
     """
 
     def __init__(
@@ -70,6 +72,8 @@ class Collection:
         handle_signals: bool = False,
         http: httpx.AsyncClient | None = None,
         stop_after: int | None = None,
+        checkpoint_after: Iterable[int] = (),
+        work_timeout_s: float | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
             raise InvalidArgumentError("steps and concurrency must be >= 1")
@@ -88,7 +92,9 @@ class Collection:
         self.checkpoints: list[str] = []
         self.restored_from: str | None = None
         self._limiter = anyio.CapacityLimiter(concurrency)
-        self._work = WorkClients(concurrency, deadline_s, http)
+        self._work = WorkClients(concurrency, work_timeout_s or deadline_s, http)
+        self._checkpoint_after = frozenset(checkpoint_after)
+        self._finished = 0
         self._open = anyio.Event()
         self._open.set()
         self._lock = anyio.Lock()
@@ -155,6 +161,12 @@ class Collection:
                     if stop:
                         self._stop_now()
 
+    async def _checkpoint_quietly(self, why: str) -> None:
+        try:
+            await self.checkpoint()
+        except (CheckpointNotPrepared, CoordinationError) as exc:
+            logger.warning("checkpoint %s failed: %s", why, exc)
+
     async def _timer(self, every: float) -> None:
         while True:
             await anyio.sleep(every)
@@ -184,6 +196,9 @@ class Collection:
                     pending = [m for m in members if m.name not in rollout.done_at]
                     if not pending:
                         rollout.status = "done"
+                        self._finished += 1
+                        if self._finished in self._checkpoint_after:
+                            await self._checkpoint_quietly(f"after {self._finished} rollouts")
                         break
                     if self._stop_after is not None and self._last_step(rollout, pending):
                         await self._finish_or_hold(rollout, pending)

@@ -51,6 +51,7 @@ from participants.protocol import (
     RetireReply,
     RetireRequest,
 )
+from participants.server.faults import controller_stall
 
 __all__ = [
     "CheckpointNotPrepared",
@@ -92,6 +93,7 @@ class Coordinator:
         self.tel = telemetry
         self.control = ControlClient(token, client=client)
         self._by_kind = {kind: [m for m in self.members if m.kind is kind] for kind in PREPARE_ORDER}
+        self._lease_stall = controller_stall()  # CKPT_EVENTS_FAULT=lease: the first checkpoint only
 
     @classmethod
     async def discover(
@@ -372,6 +374,9 @@ class Coordinator:
         if not prepared.prepared:
             raise CheckpointNotPrepared(prepared)
         try:
+            if self._lease_stall:
+                stall, self._lease_stall = self._lease_stall, 0.0
+                await anyio.sleep(stall)
             scope = episodes(prepared) if episodes is not None else None
             commits = await self.commit(
                 checkpoint_id,

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
 from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
 from participants.server.control import ControlPlane
+from participants.server.faults import hold_one_step
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from participants.server.routes import control_router, install_error_handlers, work_router
 from participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
@@ -111,6 +112,7 @@ def create_app(
             **workload_options,
         }
     workload = _WORKLOADS[participant_kind](tel, **workload_options)
+    hold_one_step(workload, instance)  # only with CKPT_EVENTS_FAULT=stall:<instance>
     if workers != 1:
         from participants.server.workers.app import create_worker_app
 
