@@ -7,20 +7,25 @@ for, and a mismatch raises ``DemoFailed``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from participants.cli.run_overview import ABORTED, PUBLISHED, RESTORED, Run
 from participants.errors import DemoFailed
-from participants.server.faults import Fault
+from participants.faults import Fault
 
 __all__ = ["diagnosis_checks"]
 
 
-def diagnosis_checks(run: Run, *, published: int, fault: Fault | None) -> list[str]:
-    """The checks that passed; raises ``DemoFailed`` on the first that does not."""
+def diagnosis_checks(
+    run: Run, *, published: int, ids: Sequence[str] | None = None, fault: Fault | None
+) -> list[str]:
+    """The checks that passed; raises ``DemoFailed`` on the first that does not. ``published``
+    checkpoints should have published, with these ``ids`` if given (the controller's list)."""
     checkpoints = [r for r in run.rows if r.what == "checkpoint"]
     done = [r for r in checkpoints if r.outcome == PUBLISHED]
+    if ids is not None and [r.checkpoint_id for r in done] != list(ids):
+        raise DemoFailed(f"the controller published {list(ids)}, the log shows {_outcomes(checkpoints)}")
     if len(done) != published:
         raise DemoFailed(f"{len(done)} checkpoints published, not {published}: {_outcomes(checkpoints)}")
     passed = [f"{published} checkpoints published ({_outcomes(checkpoints)})"]

@@ -34,6 +34,7 @@ from participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, 
 from participants.controller.fan_out import Failures, check_committed, check_restored, fan_out, renewing
 from participants.controller.types import Member, PrepareResult
 from participants.errors import CheckpointNotPrepared, CoordinationError
+from participants.faults import stall_before_commit
 from participants.protocol import (
     CommitReply,
     CommitRequest,
@@ -51,7 +52,6 @@ from participants.protocol import (
     RetireReply,
     RetireRequest,
 )
-from participants.server.faults import controller_stall
 
 __all__ = [
     "CheckpointNotPrepared",
@@ -93,7 +93,6 @@ class Coordinator:
         self.tel = telemetry
         self.control = ControlClient(token, client=client)
         self._by_kind = {kind: [m for m in self.members if m.kind is kind] for kind in PREPARE_ORDER}
-        self._lease_stall = controller_stall()  # CKPT_EVENTS_FAULT=lease: the first checkpoint only
 
     @classmethod
     async def discover(
@@ -364,19 +363,14 @@ class Coordinator:
         renew_every: float = 5.0,
         parent: Any = None,
     ) -> tuple[PrepareResult, dict[str, CommitReply]]:
-        """Prepare, commit, publish (renewing leases meanwhile), resume.
-
-        ``episodes(prepared)`` picks the commit scope once prepare is done (``None``: all).
-        Any failure after prepare resumes everyone and re-raises; a prepare that stopped
-        raises ``CheckpointNotPrepared`` (everyone was already resumed).
-        """
+        """Prepare, commit, publish (renewing leases meanwhile), resume; ``episodes(prepared)``
+        picks the commit scope once prepared (``None``: all). A failure after prepare resumes
+        everyone and re-raises; a prepare that stopped raises ``CheckpointNotPrepared``."""
         prepared = await self.prepare(checkpoint_id, deadline_ts=deadline_ts, parent=parent)
         if not prepared.prepared:
             raise CheckpointNotPrepared(prepared)
         try:
-            if self._lease_stall:
-                stall, self._lease_stall = self._lease_stall, 0.0
-                await anyio.sleep(stall)
+            await stall_before_commit(self)  # CKPT_EVENTS_FAULT=lease only
             scope = episodes(prepared) if episodes is not None else None
             commits = await self.commit(
                 checkpoint_id,

@@ -14,9 +14,9 @@ import anyio
 from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
+from participants.faults import hold_one_step
 from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
 from participants.server.control import ControlPlane
-from participants.server.faults import hold_one_step
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from participants.server.routes import control_router, install_error_handlers, work_router
 from participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES

@@ -20,8 +20,8 @@ import msgspec
 
 from ckpt_events import SAFE_NAME
 from participants.errors import InvalidCheckpointError
+from participants.faults import read_pause
 from participants.protocol import EpisodeId, Manifest
-from participants.server.faults import read_pause
 from participants.server.store import (
     MANIFEST_NAME,
     RECORDS_FILE,

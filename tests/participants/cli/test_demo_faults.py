@@ -15,7 +15,7 @@ from participants.cli.demo_runner import DemoOptions, run_demo
 from participants.cli.main import main
 from participants.cli.run_overview import overview
 from participants.errors import DemoFailed
-from participants.server.faults import FAULT_ENV, parse_fault
+from participants.faults import FAULT_ENV, parse_fault
 from sinks.jsonl import read_events
 
 PARTICIPANTS = ("environment/environment-0", "model/model-0", "agent/agent-0", "resources/resources-0")

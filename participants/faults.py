@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -36,6 +37,7 @@ __all__ = [
     "hold_one_step",
     "parse_fault",
     "read_pause",
+    "stall_before_commit",
 ]
 
 FAULT_ENV: Final = "CKPT_EVENTS_FAULT"
@@ -43,6 +45,8 @@ FAULT_MODES: Final = ("stall", "lease", "slow-restore")
 _DEFAULT_SECONDS: Final = {"lease": 3.0, "slow-restore": 0.05}
 #: The longest a stalled step is held, whatever happens to the checkpoint it blocks.
 _HOLD_LIMIT: Final = 60.0
+#: The coordinators that took their lease stall already.
+_stalled: weakref.WeakSet[object] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,14 @@ def read_pause(instance: str) -> Callable[[int], None] | None:
         return None
     seconds = fault.seconds
     return lambda records: time.sleep(seconds * records)
+
+
+async def stall_before_commit(coordinator: object) -> None:
+    """With ``lease``: wait ``controller_stall()`` seconds, once per ``coordinator`` (its first
+    checkpoint), between its ready prepare and its commit."""
+    if (seconds := controller_stall()) and coordinator not in _stalled:
+        _stalled.add(coordinator)
+        await anyio.sleep(seconds)
 
 
 def controller_stall() -> float:
