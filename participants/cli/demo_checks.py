@@ -28,7 +28,9 @@ def diagnosis_checks(
         raise DemoFailed(f"the controller published {list(ids)}, the log shows {_outcomes(checkpoints)}")
     if len(done) != published:
         raise DemoFailed(f"{len(done)} checkpoints published, not {published}: {_outcomes(checkpoints)}")
-    passed = [f"{published} checkpoints published ({_outcomes(checkpoints)})"]
+    others = sorted({r.outcome for r in checkpoints} - {PUBLISHED})
+    rest = "".join(f", {sum(r.outcome == o for r in checkpoints)} {o}" for o in others)
+    passed = [f"{published} of {len(checkpoints)} checkpoints published{rest}, each through the controller"]
     restores = [r for r in run.rows if r.what == "restore"]
     if len(restores) != 1 or restores[0].outcome != RESTORED:
         raise DemoFailed(f"expected one restore that restored, got {_outcomes(restores)}")

@@ -39,7 +39,7 @@ async def test_three_checkpoints_are_published_and_the_last_is_restored(
     assert len(result.first.checkpoints) == 3
     assert result.second.restored_from == result.first.checkpoints[-1] == result.checkpoint_id
     assert result.second.completed == 30
-    assert "3 checkpoints published" in result.checks[4]
+    assert result.checks[4] == "3 of 3 checkpoints published, each through the controller"
     run = overview(result.events)
     assert [(r.what, r.outcome) for r in run.rows] == [("checkpoint", "published")] * 3 + [
         ("restore", "restored")
