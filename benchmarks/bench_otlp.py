@@ -27,8 +27,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, Redactor, Telemetry
-from sinks._otlp_encode import SpanEncoder
 from sinks.otel import OtlpSpanSink, SpanSink
+from sinks.otlp._span_encoder import SpanEncoder
 
 from . import report, rotel
 from .bench_sinks import CHUNK, _direct_spans, _emit_spans

@@ -41,16 +41,12 @@ from ckpt_events import Bus, Kind, Telemetry
 from participants import create_app
 from participants.controller.coordinator import Coordinator, Member
 from participants.protocol import CommitReply, CommitRequest, EpisodeId, PrepareReply, PrepareRequest
+from participants.workloads.registry import KINDS
 
 from . import report
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "scale.json"
-MEMBERS = (
-    ("environment", "environment-0"),
-    ("model", "model-0"),
-    ("agent", "agent-0"),
-    ("resources", "resources-0"),
-)
+MEMBERS = KINDS.members()
 TOKEN = "bench-" + secrets.token_hex(8)
 TARGET_RATIO = 1.02
 

@@ -76,7 +76,8 @@ def _start(
     command = [sys.executable, "-m", f"{__package__}.server_app", variant, str(port)]
     if collector:
         command.append(collector)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONSAFEPATH": "1"}
     if variant in nemo_lens_row.VARIANTS and lens_python and collector:
         lens_collector = collector if variant == nemo_lens_row.VARIANT else None
         command, env = nemo_lens_row.command(lens_python, port, lens_collector), nemo_lens_row.environment()

@@ -153,7 +153,8 @@ def _measure(quick: bool) -> dict[str, Any]:
         anyio.run(_seed, n, seed)
         for workers in WORKER_COUNTS:
             command = [sys.executable, "-m", module, "--one", str(n), str(workers), str(pairs), str(seed)]
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+            # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONSAFEPATH": "1"}
             done = subprocess.run(command, capture_output=True, check=True, timeout=3600, env=env)
             figures["workers"][workers] = json.loads(done.stdout.decode().strip().splitlines()[-1])
     figures["hop"] = anyio.run(_hop, 300 if quick else 2000)

@@ -4,7 +4,7 @@ Start here: ``Bus`` (owns delivery to sinks), ``Telemetry`` (what server code ca
 ``CheckpointEvent`` (the union of every event type). Errors derive from ``CkptEventsError``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from ckpt_events._bus import Bus, BusStats, SinkStats, Subscription
 from ckpt_events._context_bridge import ContextBridge
@@ -13,6 +13,8 @@ from ckpt_events._errors import (
     CkptEventsError,
     ConfigurationError,
     InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
     UnknownNameError,
 )
 from ckpt_events._events import (
@@ -136,6 +138,8 @@ __all__ = [
     "FieldAttrs",
     "GenerationCut",
     "InvalidArgumentError",
+    "InvalidTypeError",
+    "InvalidValueError",
     "Kind",
     "LeaseExpired",
     "LingeringSink",

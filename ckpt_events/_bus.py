@@ -18,14 +18,15 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Final, Self
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import msgspec
 
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._bus_contract import InterestListener
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
@@ -76,14 +77,16 @@ class Bus:
         _check_positive_int("buffer_size", buffer_size)
         _check_positive_int("batch_size", batch_size)
         if not isinstance(close_timeout, int | float) or not close_timeout >= 0:
-            raise InvalidArgumentError(f"close_timeout must be a number >= 0, not {close_timeout!r}")
+            raise argument_error(
+                f"close_timeout must be a number >= 0, not {close_timeout!r}", close_timeout, (int, float)
+            )
         self.buffer_size = buffer_size
         self.batch_size = batch_size
         self.close_timeout = float(close_timeout)
         self._routes: dict[type, tuple[_Buffer, ...]] = {}
         self._subscriptions: list[Subscription] = []
         self._history: list[Subscription] = []
-        self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._listeners: weakref.WeakSet[InterestListener] = weakref.WeakSet()
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop_thread: int | None = None
         self._call_soon_threadsafe: Callable[[Callable[[], object]], object] | None = None
@@ -97,7 +100,7 @@ class Bus:
 
     async def __aenter__(self) -> Self:
         if self._tg is not None or self._closed:
-            raise InvalidArgumentError("a Bus can be entered once; create a new one")
+            raise InvalidValueError("a Bus can be entered once; create a new one")
         self._loop_thread = threading.get_ident()
         self._call_soon_threadsafe = _threadsafe_scheduler()
         self._tg = anyio.create_task_group()
@@ -115,7 +118,8 @@ class Bus:
         await self.aclose()
         # The task group is exited here only, by the task that entered it: aclose() may run
         # in another task or inside the caller's cancel scope, where exiting it is an error.
-        tg, self._tg = self._tg, None
+        tg = self._tg
+        self._tg = None
         if tg is not None:
             await tg.__aexit__(None, None, None)
         return None
@@ -175,10 +179,10 @@ class Bus:
         ``linger`` override the bus's defaults (and the sink's ``linger``) for this sink.
         """
         if self._closed:
-            raise InvalidArgumentError("this bus is closed; subscribe to a new Bus")
+            raise InvalidValueError("this bus is closed; subscribe to a new Bus")
         handle = getattr(sink, "handle", None)
         if not callable(handle):
-            raise InvalidArgumentError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
+            raise InvalidTypeError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
         sub = Subscription(
             self,
             sink,
@@ -226,7 +230,7 @@ class Bus:
         for listener in list(self._listeners):
             listener._interest_changed()
 
-    def _add_listener(self, listener: Any) -> None:
+    def _add_listener(self, listener: InterestListener) -> None:
         """Register an emitter (``Telemetry``) to be told when interests change."""
         self._listeners.add(listener)
 

@@ -4,7 +4,10 @@ The tree, all in one place::
 
     CkptEventsError                 root: catch this to catch everything we raise
     ├── UnknownNameError            a name outside a closed vocabulary (also a ValueError)
-    ├── InvalidArgumentError        a value of the wrong type or range (also a TypeError)
+    ├── InvalidArgumentError        a bad argument; raised as one of its two children:
+    │   ├── InvalidValueError       the right type, a wrong value: out of range, empty, unsafe
+    │   │                           (also a ValueError)
+    │   └── InvalidTypeError        the wrong type of object (also a TypeError)
     └── ConfigurationError          a bad setting or environment variable (also a ValueError)
 
 The bus itself never raises into an emitting caller; these come from constructors and
@@ -16,7 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["CkptEventsError", "ConfigurationError", "InvalidArgumentError", "UnknownNameError"]
+__all__ = [
+    "CkptEventsError",
+    "ConfigurationError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "InvalidValueError",
+    "UnknownNameError",
+]
 
 
 class CkptEventsError(Exception):
@@ -33,8 +43,26 @@ class UnknownNameError(CkptEventsError, ValueError):
         super().__init__(f"unknown {what} {name!r}; valid values: {', '.join(self.valid)}")
 
 
-class InvalidArgumentError(CkptEventsError, TypeError):
-    """An argument has the wrong type or is out of range; the message says what to pass."""
+class InvalidArgumentError(CkptEventsError):
+    """An argument is wrong; the message says what to pass. Catch this for both children."""
+
+
+class InvalidValueError(InvalidArgumentError, ValueError):
+    """An argument has the right type but a wrong value (out of range, empty, unsafe)."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument is the wrong type of object."""
+
+
+def argument_error(message: str, value: object, expected: type | tuple[type, ...]) -> InvalidArgumentError:
+    """The child a failed combined check ("an int >= 0") means: ``InvalidValueError`` when ``value``
+    is of the ``expected`` type (so its value is what is wrong), else ``InvalidTypeError``.
+
+    A ``bool`` never counts as a number here, as in every check of ours.
+    """
+    right_type = isinstance(value, expected) and not isinstance(value, bool)
+    return InvalidValueError(message) if right_type else InvalidTypeError(message)
 
 
 class ConfigurationError(CkptEventsError, ValueError):

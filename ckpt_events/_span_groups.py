@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from ckpt_events._errors import InvalidArgumentError, UnknownNameError
+from ckpt_events._errors import InvalidTypeError, UnknownNameError
 
 __all__ = ["SPAN_GROUPS", "SPAN_GROUP_PRESETS", "resolve_span_groups"]
 
@@ -40,13 +40,13 @@ def resolve_span_groups(spec: str | Iterable[str] | None) -> frozenset[str]:
     elif isinstance(spec, Iterable):
         names = spec
     else:
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"span groups must be a comma-separated string or a list of names, not {spec!r}"
         )
     groups: set[str] = set()
     for raw in names:
         if not isinstance(raw, str):
-            raise InvalidArgumentError(f"span group names must be strings, not {raw!r}")
+            raise InvalidTypeError(f"span group names must be strings, not {raw!r}")
         name = raw.strip().lower()
         if not name:
             continue

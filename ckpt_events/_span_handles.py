@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
 
 import msgspec
 
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._errors import InvalidTypeError, argument_error
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._tracecontext import format_traceparent, parse_tracestate
 from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
@@ -38,7 +38,7 @@ _PHASES: Final = {p.value: p for p in Phase}
 
 
 def _bad(name: str, value: object) -> NoReturn:
-    raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}")
+    raise argument_error(f"{name} must be an int >= 0, not {value!r}", value, int)
 
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
@@ -114,7 +114,7 @@ class _SpanBase:
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         """Attach an extra attribute; sinks apply the redaction rule to it."""
         if not isinstance(name, str) or not isinstance(value, str | bool | int | float):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
             )
         if self._attributes is None:
@@ -179,7 +179,10 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         tel = self._tel
         self._end_ns = tel._clock()
         if exc is not None:
-            self._outcome, self._error_type, self._error_message = _error_fields(exc)
+            outcome, error_type, error_message = _error_fields(exc)
+            self._outcome = outcome
+            self._error_type = error_type
+            self._error_message = error_message
         for buffer in tel._step_route:  # as Bus.emit offers an event (inline: per span)
             if len(buffer) < buffer.capacity:
                 buffer.append(self)
@@ -292,7 +295,10 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         tel = self._tel
         self._end_ns = tel._clock()
         if exc is not None:
-            self._outcome, self._error_type, self._error_message = _error_fields(exc)
+            outcome, error_type, error_message = _error_fields(exc)
+            self._outcome = outcome
+            self._error_type = error_type
+            self._error_message = error_message
         for buffer in tel._operation_route:  # as Bus.emit offers an event (inline: per span)
             if len(buffer) < buffer.capacity:
                 buffer.append(self)
@@ -395,5 +401,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
             self._received_ns = received_ns
         if loop_lag_ms is not None:
             if type(loop_lag_ms) not in (int, float) or not loop_lag_ms >= 0:
-                raise InvalidArgumentError(f"loop_lag_ms must be a number >= 0, not {loop_lag_ms!r}")
+                raise argument_error(
+                    f"loop_lag_ms must be a number >= 0, not {loop_lag_ms!r}", loop_lag_ms, (int, float)
+                )
             self._loop_lag_ms = float(loop_lag_ms)

@@ -17,7 +17,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._errors import InvalidTypeError, argument_error
 from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES
@@ -282,7 +282,9 @@ def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
     if value is None:
         return DEFAULT_BLOCKING_LINGER if blocking else 0.0
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 60:
-        raise InvalidArgumentError(f"linger must be a number of seconds in [0, 60], not {value!r}")
+        raise argument_error(
+            f"linger must be a number of seconds in [0, 60], not {value!r}", value, (int, float)
+        )
     return float(value)
 
 
@@ -290,7 +292,7 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
     """The concrete event classes ``sink`` wants, from its optional ``interests``.
 
     No ``interests`` means every event; a base class (e.g. ``SpanEvent``) stands for its
-    concrete subclasses. Anything but event classes raises ``InvalidArgumentError``. The
+    concrete subclasses. Anything but event classes raises ``InvalidTypeError``. The
     bus routes by this, and so does anything else that feeds sinks (``sinks.replay``).
     """
     wanted = sink.interests if isinstance(sink, WantsEvents) else None
@@ -301,15 +303,13 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
     try:
         chosen = frozenset(wanted)
     except TypeError:
-        raise InvalidArgumentError(
+        raise InvalidTypeError(
             f"a sink's interests must be an iterable of event classes, not {wanted!r}"
         ) from None
     expanded: set[type[Event]] = set()
     for cls in chosen:
         if not (isinstance(cls, type) and issubclass(cls, Event)):
-            raise InvalidArgumentError(
-                f"a sink's interests must be event classes from ckpt_events, not {cls!r}"
-            )
+            raise InvalidTypeError(f"a sink's interests must be event classes from ckpt_events, not {cls!r}")
         # A base class (e.g. SpanEvent) stands for all of its concrete subclasses.
         expanded.update(t for t in EVENT_TYPES if issubclass(t, cls))
     return frozenset(expanded)
@@ -317,5 +317,5 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
 
 def _check_positive_int(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{what} must be a positive int, not {value!r}")
+        raise argument_error(f"{what} must be a positive int, not {value!r}", value, int)
     return value

@@ -16,8 +16,7 @@ from typing import Final
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
-from ckpt_events._counted import CountedEvents
-from ckpt_events._errors import InvalidArgumentError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -39,8 +38,11 @@ from ckpt_events._span_handles import OperationSpan, StepSpan, _SpanBase
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
     CollectionAction,
+    Disposition,
+    ErrorCode,
     Kind,
     Operation,
+    Phase,
     Step,
     check_name,
     coerce,
@@ -54,6 +56,9 @@ SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
 _OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
 _STEPS: Final = frozenset(s.value for s in Step)
+_CODES: Final = frozenset(c.value for c in ErrorCode)
+_PHASES: Final = frozenset(p.value for p in Phase)
+_DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
 _MAX_RATIO_BOUND: Final = 1 << 64
 #: Entry-point group of context bridges; ``otel_context=True`` loads the one named ``opentelemetry``.
 BRIDGE_GROUP: Final = "ckpt_events.context_bridges"
@@ -65,7 +70,7 @@ def _load_bridge(name: str) -> ContextBridge:
         bridge = entry.load()()
         if isinstance(bridge, ContextBridge):
             return bridge
-    raise InvalidArgumentError(
+    raise InvalidValueError(
         f"otel_context=True needs the {name!r} context bridge (install ckpt-events[otel]), "
         f"or pass a ContextBridge"
     )
@@ -78,7 +83,7 @@ def _inherited(parent: _SpanBase | None) -> str | None:
     return None
 
 
-class Telemetry(CountedEvents):
+class Telemetry:
     """Emits the checkpoint events of one participant (``kind``, ``instance``) onto ``bus``.
 
     ``bus=None`` gives a Telemetry that is always off. ``sample_ratio`` is the share of
@@ -136,19 +141,23 @@ class Telemetry(CountedEvents):
         clock: Callable[[], int] | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
-            raise InvalidArgumentError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
+            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
         self.kind = coerce(Kind, kind)
         if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
-            raise InvalidArgumentError(
+            raise argument_error(
                 f"instance must be 1-128 characters of [A-Za-z0-9._-] starting with a letter "
-                f"or digit, not {instance!r}"
+                f"or digit, not {instance!r}",
+                instance,
+                str,
             )
         self.instance = instance
         if worker is not None and (type(worker) is not int or worker < 0):
-            raise InvalidArgumentError(f"worker must be None or an int >= 0, not {worker!r}")
+            raise argument_error(f"worker must be None or an int >= 0, not {worker!r}", worker, int)
         self.worker = worker
         if not isinstance(sample_ratio, int | float) or not 0.0 <= sample_ratio <= 1.0:
-            raise InvalidArgumentError(f"sample_ratio must be in [0, 1], not {sample_ratio!r}")
+            raise argument_error(
+                f"sample_ratio must be in [0, 1], not {sample_ratio!r}", sample_ratio, (int, float)
+            )
         self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
         if otel_context is True:
             self._bridge: ContextBridge | None = _load_bridge("opentelemetry")
@@ -157,11 +166,9 @@ class Telemetry(CountedEvents):
         elif isinstance(otel_context, ContextBridge):
             self._bridge = otel_context
         else:
-            raise InvalidArgumentError(
-                f"otel_context must be a bool or a ContextBridge, not {otel_context!r}"
-            )
+            raise InvalidTypeError(f"otel_context must be a bool or a ContextBridge, not {otel_context!r}")
         if (ids is not None and not callable(ids)) or (clock is not None and not callable(clock)):
-            raise InvalidArgumentError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
+            raise InvalidTypeError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
         self._random: Callable[[int], int] = _getrandbits if ids is None else ids
         self._clock: Callable[[], int] = time_ns if clock is None else clock
         self.bus = bus if bus is not None else Bus()
@@ -353,4 +360,61 @@ class Telemetry(CountedEvents):
             remote,
             sampled,
             _inherited(parent),
+        )
+
+    # -- counted events: one attribute check when no sink wants them, as for spans ----------
+
+    def refused(self, code: ErrorCode | str, *, checkpoint_id: str | None = None) -> None:
+        """Count a request refused with protocol error ``code``."""
+        if not self._refused_on:
+            check_name(_CODES, code, ErrorCode)
+            return
+        self.bus.emit(
+            Refused(
+                self.kind, self.instance, self._clock(), coerce(ErrorCode, code), checkpoint_id, self.worker
+            )  # positional, in field order
+        )
+
+    def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
+        """Count a lease that ran out in ``phase`` (the participant resumed on its own)."""
+        if not self._lease_on:
+            check_name(_PHASES, phase, Phase)
+            return
+        self.bus.emit(
+            LeaseExpired(
+                self.kind, self.instance, self._clock(), coerce(Phase, phase), checkpoint_id, self.worker
+            )  # positional, in field order
+        )
+
+    def prepare_not_ready(self, blockers: int, *, checkpoint_id: str | None = None) -> None:
+        """Count a prepare that reached its deadline with ``blockers`` still blocking."""
+        if not self._not_ready_on:
+            return
+        if isinstance(blockers, bool) or not isinstance(blockers, int) or blockers < 0:
+            raise argument_error(f"blockers must be an int >= 0, not {blockers!r}", blockers, int)
+        self.bus.emit(
+            PrepareNotReady(
+                self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
+            )  # positional, in field order
+        )
+
+    def generation_cut(
+        self, disposition: Disposition | str, calls: int, *, checkpoint_id: str | None = None
+    ) -> None:
+        """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
+        if not self._cut_on:
+            check_name(_DISPOSITIONS, disposition, Disposition)
+            return
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise argument_error(f"calls must be an int >= 0, not {calls!r}", calls, int)
+        self.bus.emit(
+            GenerationCut(
+                self.kind,
+                self.instance,
+                self._clock(),
+                coerce(Disposition, disposition),
+                calls,
+                checkpoint_id,
+                self.worker,
+            )  # positional, in field order
         )

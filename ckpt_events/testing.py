@@ -92,9 +92,11 @@ class SequentialIds:
     def __call__(self, bits: int) -> int:
         with self._lock:
             if bits == 128:
-                value, self.next_trace = self.next_trace, self.next_trace + 1
+                value = self.next_trace
+                self.next_trace += 1
             else:
-                value, self.next_span = self.next_span, self.next_span + 1
+                value = self.next_span
+                self.next_span += 1
         return value
 
 

@@ -13,7 +13,36 @@ the simulated inference worker the model participant calls; ``Coordinator`` driv
 checkpoints and ``Collection`` runs rollouts on them.
 """
 
-from participants.controller import Collection, Coordinator
-from participants.server import PARTICIPANT_KINDS, create_app, create_inference_app
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from participants.controller import Collection, Coordinator
+    from participants.server import PARTICIPANT_KINDS, create_app, create_inference_app
 
 __all__ = ["PARTICIPANT_KINDS", "Collection", "Coordinator", "create_app", "create_inference_app"]
+
+#: Where each public name lives. Imported on first use, so ``import participants`` (and every
+#: submodule import, such as the command line's) loads neither FastAPI nor httpx until asked.
+_HOMES: Final = {
+    "PARTICIPANT_KINDS": "participants.server",
+    "Collection": "participants.controller",
+    "Coordinator": "participants.controller",
+    "create_app": "participants.server",
+    "create_inference_app": "participants.server",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups are plain module attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -4,7 +4,10 @@ The whole tree::
 
     CkptEventsError                 root: catch this to catch everything we raise
     ├── UnknownNameError            a name outside a closed vocabulary (also a ValueError)
-    ├── InvalidArgumentError        a bad argument: wrong type, out of range (also a TypeError)
+    ├── InvalidArgumentError        a bad argument; raised as one of its two children:
+    │   ├── InvalidValueError       the right type, a wrong value: out of range, empty, unsafe
+    │   │                           (also a ValueError)
+    │   └── InvalidTypeError        the wrong type of object (also a TypeError)
     ├── ConfigurationError          a bad setting or environment variable (also a ValueError)
     │
     │   participant side (raised in a participant process, answered over HTTP)
@@ -36,7 +39,7 @@ The whole tree::
     ├── LaunchError                 a server process did not come up (also a RuntimeError)
     └── DemoFailed                  the demo ran but its result is wrong
 
-The first four live in ``ckpt_events`` (its ``_errors`` module draws the core's part);
+The first six live in ``ckpt_events`` (its ``_errors`` module draws the core's part);
 the sinks raise those and define none of their own. Everything else is defined here, so
 each room of ``participants`` imports its errors from one module that imports only the core.
 ``ProtocolRefusal`` is what a participant *raises*; ``ParticipantCallError`` is what the
@@ -46,12 +49,9 @@ controller's client *receives* when a participant refused (or could not be reach
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from ckpt_events import CkptEventsError, ErrorCode, UnknownNameError, coerce
-
-if TYPE_CHECKING:
-    from participants.controller.types import PrepareResult
+from ckpt_events import CkptEventsError, ErrorCode, Kind, UnknownNameError, coerce
 
 __all__ = [
     "CheckpointNotPrepared",
@@ -65,6 +65,7 @@ __all__ = [
     "MalformedRequest",
     "ParticipantCallError",
     "ParticipantUnreachable",
+    "PrepareOutcome",
     "ProtocolRefusal",
     "RolloutRetired",
     "WorkError",
@@ -134,6 +135,27 @@ class WorkerChannelError(CkptEventsError):
 # -- controller side ---------------------------------------------------------------------------
 
 
+class PrepareOutcome(Protocol):
+    """What ``CheckpointNotPrepared`` holds of a stopped prepare, typed by shape so this module
+    imports only the core (the controller's ``PrepareResult`` is the one implementation)."""
+
+    @property
+    def checkpoint_id(self) -> str: ...
+
+    @property
+    def prepared(self) -> bool: ...
+
+    @property
+    def stopped_at(self) -> Kind | None: ...
+
+    @property
+    def replies(self) -> Mapping[str, object]: ...
+
+    def blockers(self) -> dict[str, list[str]]: ...
+
+    def blocker_count(self) -> int: ...
+
+
 class ParticipantCallError(CkptEventsError):
     """A control call failed: the participant refused it, or its reply was not usable."""
 
@@ -169,7 +191,7 @@ class CoordinationError(CkptEventsError):
 class CheckpointNotPrepared(CkptEventsError):
     """Prepare stopped at a stage that was not ready; everyone was resumed (the checkpoint aborted)."""
 
-    def __init__(self, result: PrepareResult) -> None:
+    def __init__(self, result: PrepareOutcome) -> None:
         self.result = result
         stage = result.stopped_at.value if result.stopped_at is not None else "?"
         super().__init__(

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
-from ckpt_events import InvalidArgumentError, Phase
+from ckpt_events import InvalidValueError, Phase
 from participants.errors import MalformedRequest, ProtocolRefusal
 
 __all__ = [
@@ -74,7 +74,7 @@ def _check_rollout_id(value: str, where: str) -> None:
     # Runs for every id decoded or made (a 64,000-rollout restore makes a million): the
     # substring test spares the regex for ids that cannot end in -a<N>.
     if "-a" in value and _ATTEMPT_SUFFIX.search(value):
-        raise InvalidArgumentError(f"{where}: rollout_id {value!r} must not end in -a<N> - at `$.{where}`")
+        raise InvalidValueError(f"{where}: rollout_id {value!r} must not end in -a<N> - at `$.{where}`")
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -114,7 +114,7 @@ class _Base(_Body):
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.deadline_ts):
-            raise InvalidArgumentError("deadline_ts must be a finite Unix time - at `$.deadline_ts`")
+            raise InvalidValueError("deadline_ts must be a finite Unix time - at `$.deadline_ts`")
 
 
 class PrepareRequest(_Base):

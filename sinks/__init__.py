@@ -6,10 +6,10 @@ modules import the SDK only when used.
 """
 
 from sinks._configure import Configured, configure
-from sinks._jsonl import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
 from sinks._logging_sink import LoggingSink
-from sinks._otel_env import OtelSettings, read_otel_env, sample_ratio_from_env
-from sinks._replay import ReplayResult, replay
+from sinks.jsonl._replay import ReplayResult, replay
+from sinks.jsonl._writer import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
+from sinks.otel._env import OtelSettings, read_otel_env, sample_ratio_from_env
 
 __all__ = [
     "Configured",

@@ -1,8 +1,8 @@
 """``configure``: the standard set of sinks from arguments and the OpenTelemetry environment.
 
 With nothing set, nothing is subscribed, and every emit site stays off. The variables are
-parsed by ``sinks._otel_env`` (README: "Environment variables"); exporters and the resource
-are built by ``sinks._otel_build``.
+parsed by ``sinks.otel._env`` (README: "Environment variables"); exporters and the resource
+are built by ``sinks.otel._pipeline``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription, resolve_span_groups
-from sinks._jsonl import JsonLinesSink
-from sinks._otel_env import OtelSettings, read_otel_env
-from sinks._otlp_sink import OtlpSpanSink
+from sinks.jsonl._writer import JsonLinesSink
+from sinks.otel._env import OtelSettings, read_otel_env
+from sinks.otlp._span_sink import OtlpSpanSink
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from sinks._metric_sink import MetricSink
-    from sinks._otlp_metric_sink import OtlpMetricSink
-    from sinks._span_sink import SpanSink
+    from sinks.otel._metric_sink import MetricSink
+    from sinks.otel._span_sink import SpanSink
+    from sinks.otlp._metric_sink import OtlpMetricSink
 
     AnySpanSink: TypeAlias = SpanSink | OtlpSpanSink
     AnyMetricSink: TypeAlias = MetricSink | OtlpMetricSink
@@ -261,10 +261,10 @@ def _otel(
     wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
     if not wants_spans and not wants_metrics:
         return [], [], None
-    from sinks._metric_sink import MetricSink
-    from sinks._otel_build import build_resource, metric_readers_for, span_exporters_for
-    from sinks._otlp_own import is_own_http, own_metric_sink, own_span_sink
-    from sinks._span_sink import SpanSink
+    from sinks.otel._metric_sink import MetricSink
+    from sinks.otel._pipeline import build_resource, metric_readers_for, span_exporters_for
+    from sinks.otel._span_sink import SpanSink
+    from sinks.otlp._factory import is_own_http, own_metric_sink, own_span_sink
 
     service_name, attributes, instance_id = resource_args
     resource = build_resource(

@@ -1,37 +1,6 @@
-"""``OtelContextBridge``: ckpt_events operations inside OpenTelemetry's current context.
+"""The ``ckpt_events.context_bridges`` entry point's documented home; the bridge lives in
+``sinks.otel._context_bridge``."""
 
-``Telemetry(..., otel_context=True)`` loads it through the ``ckpt_events.context_bridges``
-entry point. While an operation is open, OpenTelemetry's current span is a
-``NonRecordingSpan`` carrying the operation's ids, so the app's spans, instrumented clients
-and log correlation nest under it; the span itself is exported by ``SpanSink``.
-"""
-
-from __future__ import annotations
-
-from opentelemetry import context, trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from sinks.otel._context_bridge import OtelContextBridge
 
 __all__ = ["OtelContextBridge"]
-
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-
-
-class OtelContextBridge:
-    """A ``ckpt_events.ContextBridge`` over OpenTelemetry's context API."""
-
-    def current_parent(self) -> tuple[int, int, bool] | None:
-        """The current OpenTelemetry span's ids and sampled flag, if it is valid."""
-        span_context = trace.get_current_span().get_span_context()
-        if not span_context.is_valid:
-            return None
-        return span_context.trace_id, span_context.span_id, span_context.trace_flags.sampled
-
-    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
-        """Make a non-recording span with these ids current; returns the context token."""
-        span = NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED if sampled else _NOT_SAMPLED))
-        return context.attach(trace.set_span_in_context(span))
-
-    def detach(self, token: object) -> None:
-        """Restore the context from before ``attach``."""
-        context.detach(token)  # type: ignore[arg-type]

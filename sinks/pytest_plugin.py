@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from sinks._metric_sink import MetricSink
-    from sinks._span_sink import SpanSink
+    from sinks.otel._metric_sink import MetricSink
+    from sinks.otel._span_sink import SpanSink
 
 __all__ = [
     "ckpt_capture",
@@ -63,7 +63,7 @@ def ckpt_span_exporter() -> InMemorySpanExporter:
 @pytest.fixture
 def ckpt_span_sink(ckpt_span_exporter: InMemorySpanExporter) -> Iterator[SpanSink]:
     """A ``SpanSink`` (default and checkpoint span groups) exporting to ``ckpt_span_exporter``."""
-    from sinks._span_sink import SpanSink
+    from sinks.otel._span_sink import SpanSink
 
     sink = SpanSink(ckpt_span_exporter, span_groups="default,checkpoint")
     yield sink
@@ -90,6 +90,6 @@ def ckpt_meter_provider(ckpt_metric_reader: InMemoryMetricReader) -> Iterator[Me
 @pytest.fixture
 def ckpt_metric_sink(ckpt_meter_provider: MeterProvider) -> MetricSink:
     """A ``MetricSink`` recording through ``ckpt_meter_provider``."""
-    from sinks._metric_sink import MetricSink
+    from sinks.otel._metric_sink import MetricSink
 
     return MetricSink(ckpt_meter_provider)

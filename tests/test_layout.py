@@ -13,7 +13,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ckpt_events", "sinks", "participants", "benchmarks")
-MAX_LINES = 400
+#: Past WARN_LINES a module is worth a look (printed); past MAX_LINES it fails. A cohesion rule, not
+#: a cap to squeeze under: split a module when it holds two concepts, never by size alone.
+WARN_LINES = 400
+MAX_LINES = 800
 
 #: What each room may import of ours (by module prefix). A module may always import its own room.
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -143,10 +146,34 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
-def test_every_file_is_small() -> None:
-    """No module passes 400 lines: split it before it does."""
+def test_no_file_is_huge() -> None:
+    """Modules past WARN_LINES are printed (worth a look); none may pass MAX_LINES."""
     lengths = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    for name, n in sorted(lengths.items()):
+        if n > WARN_LINES:
+            print(f"layout: {name} has {n} lines (over {WARN_LINES}): does it hold one concept?")
     assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+
+
+def _folded_lines(path: Path) -> list[int]:
+    """Lines that fold statements to save space: tuple-assigns to ``self`` attributes, ``# fmt: skip``."""
+    text = path.read_text()
+    found = [n for n, line in enumerate(text.splitlines(), 1) if "# fmt: skip" in line]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Tuple)
+            and any(isinstance(e, ast.Attribute) and ast.unparse(e.value) == "self" for e in target.elts)
+            for target in node.targets
+        ):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+@pytest.mark.xfail(strict=True, reason="12 folds in 8 modules still to unfold (house issue 17, item 1)")
+def test_no_folded_statements() -> None:
+    """One statement a line: no ``self.a, self.b = a, b`` and no ``# fmt: skip`` to dodge the formatter."""
+    folded = {name: lines for name, path in _modules().items() if (lines := _folded_lines(path))}
+    assert folded == {}
 
 
 def _import_alone(name: str) -> tuple[str, str]:

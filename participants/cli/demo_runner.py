@@ -51,6 +51,7 @@ from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
 from participants.faults import parse_fault
+from participants.workloads.registry import KINDS
 from sinks.otel import OtlpMetricSinkStats
 
 __all__ = ["DemoFailed", "DemoOptions", "DemoResult", "check_options", "run_demo"]
@@ -62,12 +63,7 @@ FAST_WORKLOADS: dict[str, dict[str, Any]] = {
     "agent-0": {"turn_seconds": 0.001},
     "resources-0": {"request_seconds": 0.001},
 }
-MEMBERS = (
-    ("environment", "environment-0"),
-    ("model", "model-0"),
-    ("agent", "agent-0"),
-    ("resources", "resources-0"),
-)
+MEMBERS = KINDS.members()
 
 
 @dataclass

@@ -25,6 +25,7 @@ import uvicorn
 
 from participants.errors import LaunchError
 from participants.server.limits import SERVER_LIMITS
+from participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = [
     "LaunchError",
@@ -46,6 +47,8 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # Never the working directory on its path: a user's own sinks.py must not shadow ours.
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 
@@ -224,12 +227,8 @@ async def local_fleet(
     *,
     token: str,
     bus: Any = None,
-    members: Sequence[tuple[str, str]] = (
-        ("environment", "environment-0"),
-        ("model", "model-0"),
-        ("agent", "agent-0"),
-        ("resources", "resources-0"),
-    ),
+    members: Sequence[tuple[str, str]] | None = None,
+    kinds: KindRegistry = KINDS,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
     checkpoint_root: Path | None = None,
@@ -237,6 +236,9 @@ async def local_fleet(
     worker_env: Callable[[str], Mapping[str, str]] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
+
+    ``members`` defaults to one participant of each of ``kinds`` (default instance names), and
+    each app runs its kind's row of ``kinds``.
 
     Every app shares ``bus`` (``None``: each app's lifespan makes its own). ``options`` maps an
     instance to extra ``create_app`` keyword arguments; ``checkpoint_root`` goes to every app.
@@ -250,9 +252,9 @@ async def local_fleet(
         inference_url = await stack.enter_async_context(
             serving(create_inference_app(token=token), stopping=stopping)
         )
-        for kind, instance in members:
+        for kind, instance in kinds.members() if members is None else members:
             extra = dict((options or {}).get(instance, {}))
-            if kind == "model":
+            if kinds[kind].uses_inference:
                 extra.setdefault("inference_url", inference_url)
                 extra.setdefault("inference_token", token)
             if workers > 1:
@@ -263,7 +265,7 @@ async def local_fleet(
                 extra.update(workers=workers, worker_command=command)
             if checkpoint_root is not None:
                 extra.setdefault("checkpoint_root", checkpoint_root)
-            app = create_app(kind, instance=instance, token=token, bus=bus, **extra)
+            app = create_app(kind, instance=instance, token=token, bus=bus, kinds=kinds, **extra)
             urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping))
         yield urls
 
@@ -295,7 +297,7 @@ async def process_fleet(
         )
         fleet.append(inference)
         for kind, instance in members:
-            extra = [*(["--inference-url", inference.url] if kind == "model" else []), *extra_args]
+            extra = [*(["--inference-url", inference.url] if KINDS[kind].uses_inference else []), *extra_args]
             if checkpoint_root is not None:
                 extra += ["--checkpoint-root", str(checkpoint_root)]
             fleet.append(

@@ -12,32 +12,39 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 from ckpt_events import Event
 from participants.cli.report_model import Attribution, Span, attribute, checkpoint_and_restore, trace_spans
 from participants.cli.timeline import BREAKDOWN_COLUMNS, breakdown, spans_of
+from participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["FILLS", "html_page", "waterfall_svg", "write_timeline"]
 
-#: Fill of each participant kind's bars (the terminal uses the same families).
-FILLS = {"controller": "#a855f7", "environment": "#16a34a", "model": "#2563eb", "agent": "#0891b2",
-         "resources": "#ca8a04"}  # fmt: skip
+#: Fill of the controller's and each participant kind's bars (``KINDS``; the terminal uses the
+#: same colours).
+FILLS: Final = KINDS.palette()
 _ERROR = "#dc2626"
-_ROW, _LABEL_W, _BAR_W, _TOP = 20, 380, 900, 44
+_ROW = 20
+_LABEL_W = 380
+_BAR_W = 900
+_TOP = 44
 
 
-def _fill(who: str) -> str:
-    return FILLS.get(who.split("/", 1)[0], "#6b7280")
+def _fill(who: str, fills: Mapping[str, str]) -> str:
+    return fills.get(who.split("/", 1)[0], "#6b7280")
 
 
 def _label(s: Span) -> str:
     return f"{s.short}  {s.who}" if s.participant else s.short
 
 
-def waterfall_svg(spans: list[Span], *, title: str) -> str:
-    """One trace's waterfall as an SVG that scales to its container."""
+def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS) -> str:
+    """One trace's waterfall as an SVG that scales to its container, each kind's bars in its
+    colour in ``kinds``."""
+    fills = kinds.palette()
     t0 = min((s.start_ns for s in spans), default=0)
     total = max(1, max((s.end_ns for s in spans), default=1) - t0)
     width, height = _LABEL_W + _BAR_W + 70, _TOP + _ROW * len(spans) + 34
@@ -72,10 +79,10 @@ def waterfall_svg(spans: list[Span], *, title: str) -> str:
                 if b > a:
                     out.append(
                         f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
-                        f'height="6" fill="{_fill(s.who)}" opacity="0.3"><title>{what}: '
+                        f'height="6" fill="{_fill(s.who, fills)}" opacity="0.3"><title>{what}: '
                         f"{(b - a) / 1e6:.2f} ms</title></rect>"
                     )
-        fill = _ERROR if s.error else _fill(s.who)
+        fill = _ERROR if s.error else _fill(s.who, fills)
         stroke = ' stroke="#111" stroke-width="1.5"' if s.slowest else ""
         details = html.escape(json.dumps(s.details, default=str))
         tip = html.escape(f"{s.name} {s.who}: {s.ms:.2f} ms")
@@ -86,7 +93,7 @@ def waterfall_svg(spans: list[Span], *, title: str) -> str:
             f"<title>{tip}</title></rect>"
         )
         out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{s.ms:.1f} ms</text>')
-    out += _legend(height - 12)
+    out += _legend(height - 12, fills)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -109,9 +116,9 @@ def _axis(total_ns: int, height: int) -> list[str]:
     return out
 
 
-def _legend(y: int) -> list[str]:
+def _legend(y: int, fills: Mapping[str, str]) -> list[str]:
     out, x = [], 4
-    for who, fill in FILLS.items():
+    for who, fill in fills.items():
         out.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{fill}"/>')
         out.append(f'<text x="{x + 16}" y="{y}">{who}</text>')
         x += 30 + 8 * len(who)
@@ -177,9 +184,12 @@ def _table_html(events: Sequence[Event]) -> str:
     return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'
 
 
-def html_page(events: Sequence[Event], *, title: str = "checkpoint report") -> str:
+def html_page(
+    events: Sequence[Event], *, title: str = "checkpoint report", kinds: KindRegistry = KINDS
+) -> str:
     """The whole report as one HTML page: attribution and waterfall of the checkpoint and of
-    the restore, then of any other trace, then the per-participant table."""
+    the restore, then of any other trace, then the per-participant table (each kind in its
+    colour in ``kinds``)."""
     checkpoint, restore = checkpoint_and_restore(events)
     sections = []
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
@@ -188,7 +198,7 @@ def html_page(events: Sequence[Event], *, title: str = "checkpoint report") -> s
         spans = trace_spans(events, trace_id)
         sections.append(
             f'<section id="{label}"><h2>{label}</h2>\n{_attribution_html(attribute(spans))}\n'
-            f"{waterfall_svg(spans, title=label)}</section>"
+            f"{waterfall_svg(spans, title=label, kinds=kinds)}</section>"
         )
     sections.append(f"<section><h2>time per participant (ms)</h2>\n{_table_html(events)}</section>")
     return (

@@ -6,7 +6,8 @@ columns) when the wide table would not fit, and no cell is ever cut with an elli
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 from rich import box
 from rich.console import Console
@@ -16,36 +17,40 @@ from rich.text import Text
 from ckpt_events import CountedEvent, Event
 from participants.cli.report_model import Attribution, Span, attribute, checkpoint_and_restore, trace_spans
 from participants.cli.timeline import BREAKDOWN_COLUMNS, Breakdown, breakdown, counts
+from participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
 
-#: Terminal colour of each participant kind (the HTML page uses the same families).
-COLOURS = {"controller": "magenta", "environment": "green", "model": "blue", "agent": "cyan",
-           "resources": "yellow"}  # fmt: skip
+#: Terminal colour of the controller and of each participant kind (``KINDS``; the HTML page
+#: uses the same ones).
+COLOURS: Final = KINDS.palette()
 _SLOW = "▶"
 
 
-def _colour(who: str) -> str:
-    return COLOURS.get(who.split("/", 1)[0], "white")
+def _colour(who: str, colours: Mapping[str, str]) -> str:
+    return colours.get(who.split("/", 1)[0], "white")
 
 
-def render(console: Console, events: Sequence[Event], *, title: str = "checkpoint") -> None:
+def render(
+    console: Console, events: Sequence[Event], *, title: str = "checkpoint", kinds: KindRegistry = KINDS
+) -> None:
     """Print the breakdown, then for the checkpoint and the restore: the attribution line and
-    the waterfall; then the counted events."""
+    the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``."""
+    colours = kinds.palette()
     rows = breakdown(events)
     console.print(Text(f"{title}: time per participant (ms), records and bytes", style="italic"))
-    console.print(_breakdown_table(rows, console.width))
+    console.print(_breakdown_table(rows, console.width, colours))
     checkpoint, restore = checkpoint_and_restore(events)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
         if trace_id is None:
             continue
         spans = trace_spans(events, trace_id)
         render_attribution(console, label, attribute(spans))
-        console.print(render_waterfall(spans, console.width, title=label))
+        console.print(render_waterfall(spans, console.width, title=label, kinds=kinds))
     console.print(
         Text.assemble(
             "who: ",
-            *((Text(f"█ {kind}  ", style=colour)) for kind, colour in COLOURS.items()),
+            *((Text(f"█ {kind}  ", style=colour)) for kind, colour in colours.items()),
             f"{_SLOW} slowest path  ░ transit  ▒ queued in participant",
         )
     )
@@ -63,7 +68,7 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
     console.print(Text("  " + parts, style="dim"))
 
 
-def _breakdown_table(rows: list[Breakdown], width: int) -> Table:
+def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, str]) -> Table:
     columns = [c for c in BREAKDOWN_COLUMNS if any(c in r.ms for r in rows)]
     wide = 27 + sum(max(len(c), 8) + 3 for c in columns) + 2 * 20
     if wide <= width:
@@ -79,8 +84,8 @@ def _breakdown_table(rows: list[Breakdown], width: int) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("ms", overflow="fold")
     for row in rows:
-        table.add_column(Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind.value)),
-                         justify="right", overflow="fold")  # fmt: skip
+        header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind.value, colours))
+        table.add_column(header, justify="right", overflow="fold")
     for column in columns:
         table.add_row(column, *(f"{r.ms[column]:.1f}" if column in r.ms else "" for r in rows))
     table.add_row("records", *(f"{r.records:,}" for r in rows))
@@ -94,9 +99,13 @@ def _who(row: Breakdown) -> str:
     return who + (f" ({row.errors} errors)" if row.errors else "")
 
 
-def render_waterfall(spans: list[Span], width: int, *, title: str = "checkpoint") -> Table:
+def render_waterfall(
+    spans: list[Span], width: int, *, title: str = "checkpoint", kinds: KindRegistry = KINDS
+) -> Table:
     """One trace as a waterfall: indented span names (a participant's instance after its
-    operation), milliseconds, and a bar on a time axis scaled to what is left of ``width``."""
+    operation), milliseconds, and a bar on a time axis scaled to what is left of ``width``;
+    bars in their kind's colour in ``kinds``."""
+    colours = kinds.palette()
     name_w = min(40, max(len("  " * s.depth + _label(s)) for s in spans))
     bar_w = max(10, min(width, 200) - name_w - 9 - 4)
     t0 = min(s.start_ns for s in spans)
@@ -117,12 +126,12 @@ def render_waterfall(spans: list[Span], width: int, *, title: str = "checkpoint"
         parent = by_id.get(s.parent_span_id or -1)
         if s.participant and parent is not None and parent.client:
             arrived = s.received_ns if s.received_ns is not None else s.start_ns
-            bar.stylize(_colour(s.who), col(parent.start_ns), col(parent.end_ns) + 1)
+            bar.stylize(_colour(s.who, colours), col(parent.start_ns), col(parent.end_ns) + 1)
             _paint(bar, "░", col(parent.start_ns), col(arrived))
             _paint(bar, "▒", col(arrived), col(s.start_ns))
             _paint(bar, "░", col(s.end_ns), col(parent.end_ns) + 1)
         _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
-        bar.stylize("red" if s.error else _colour(s.who), col(s.start_ns), col(s.end_ns) + 1)
+        bar.stylize("red" if s.error else _colour(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
         name = Text("  " * s.depth + _label(s), style="bold" if s.slowest else "")
         table.add_row(name, f"{_SLOW if s.slowest else ''}{s.ms:.1f}", bar)
     return table

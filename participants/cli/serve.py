@@ -26,6 +26,7 @@ from participants.cli.command import (
     port_number,
     positive_number,
 )
+from participants.workloads.registry import KINDS
 
 __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERVE_KINDS"]
 
@@ -35,7 +36,8 @@ ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 #: Seconds a stopping server gives requests in flight, and its sinks to flush and close.
 SHUTDOWN_TIMEOUT: Final = 2.0
-SERVE_KINDS: Final = ("environment", "model", "agent", "resources", "inference")
+#: The participant kinds (``KINDS``, in stage order), then the inference worker.
+SERVE_KINDS: Final = (*KINDS.names, "inference")
 #: ``store_files.DEFAULT_CHECKPOINT_ROOT``, spelled here so ``--help`` imports no server stack.
 DEFAULT_CHECKPOINT_ROOT: Final = "ckpt-events-checkpoints"
 
@@ -123,9 +125,10 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     if args.kind == "inference":
         return create_inference_app(token=token)
     options: dict[str, Any] = {}
-    if args.kind == "model":
+    row = KINDS[args.kind]
+    if row.uses_inference:
         if not args.inference_url:
-            raise CommandError("serve model needs --inference-url (the inference worker's base URL)")
+            raise CommandError(f"serve {args.kind} needs --inference-url (the inference worker's base URL)")
         options["inference_url"] = args.inference_url
         options["inference_token"] = (
             _read_token(args.inference_token_file, ENV_INFERENCE_TOKEN, "inference token")
@@ -134,7 +137,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         )
     elif args.inference_url or args.inference_token_file:
         raise CommandError("--inference-url and --inference-token-file are for serve model only")
-    instance = args.instance or f"{args.kind}-0"
+    instance = args.instance or row.instance
     try:
         ratio = sinks.sample_ratio_from_env(os.environ) if args.sample_ratio is None else args.sample_ratio
     except CkptEventsError as exc:

@@ -43,12 +43,18 @@ __all__ = [
 BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
     str(name)
     for name in (
-        Operation.PREPARE, Step.WAIT_READY, Step.GENERATION_CUT,
-        Operation.COMMIT, Step.EXPORT, Step.WRITE,
-        Operation.RESTORE, Step.READ, Step.INSTALL,
+        Operation.PREPARE,
+        Step.WAIT_READY,
+        Step.GENERATION_CUT,
+        Operation.COMMIT,
+        Step.EXPORT,
+        Step.WRITE,
+        Operation.RESTORE,
+        Step.READ,
+        Step.INSTALL,
         Operation.RESUME,
     )
-)  # fmt: skip
+)
 _KIND_ORDER = {kind: i for i, kind in enumerate((*PREPARE_ORDER, Kind.CONTROLLER))}
 
 

@@ -38,11 +38,12 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
     return WorkerCommand(kind, instance, options)
 
 
-async def _run(kind: str, instance: str, index: int, options: dict[str, object]) -> None:
+async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
     import sinks
     from ckpt_events import Bus, Telemetry
     from participants.server.app import make_workload
     from participants.server.workers import ENV_SOCKET, run_worker
+    from participants.workloads.registry import KINDS
 
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
     if jsonl:
@@ -51,7 +52,7 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, object])
         handle = sinks.configure(bus)
         try:
             token = os.environ.get("CKPT_EVENTS_INFERENCE_TOKEN")
-            if kind == "model" and token:
+            if KINDS[kind].uses_inference and token:
                 options = {**options, "inference_token": token}
             tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
             workload = make_workload(kind, tel, **options)

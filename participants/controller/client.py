@@ -23,7 +23,7 @@ from typing import Final, Protocol, TypeVar
 import httpx
 import msgspec
 
-from ckpt_events import InvalidArgumentError
+from ckpt_events import InvalidValueError
 from participants.errors import ParticipantCallError, ParticipantUnreachable
 from participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
 
@@ -70,7 +70,7 @@ class ControlClient:
 
     def __init__(self, token: str, *, client: httpx.AsyncClient | None = None) -> None:
         if not token:
-            raise InvalidArgumentError("a control token is required")
+            raise InvalidValueError("a control token is required")
         self._auth = f"Bearer {token}"
         self._owned = client is None
         self._http = client if client is not None else httpx.AsyncClient()

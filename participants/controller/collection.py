@@ -22,7 +22,7 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from ckpt_events import CollectionSpan, ConfigurationError, InvalidArgumentError, Telemetry
+from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
 from participants.controller.coordinator import Coordinator, Member, PrepareResult
 from participants.controller.rollout import CollectionSummary, Rollout
 from participants.controller.run_directory import (
@@ -76,9 +76,10 @@ class Collection:
         work_timeout_s: float | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
-            raise InvalidArgumentError("steps and concurrency must be >= 1")
+            raise InvalidValueError("steps and concurrency must be >= 1")
         if stop_after is not None and stop_after < 0:
-            raise InvalidArgumentError(f"stop_after must be >= 0, not {stop_after}")
+            raise InvalidValueError(f"stop_after must be >= 0, not {stop_after}")
+
         self.coordinator = coordinator
         self.run_dir = RunDir(run_dir)
         self.tel = telemetry
@@ -89,8 +90,10 @@ class Collection:
         self.checkpoint_every_s = checkpoint_every_s
         self.deadline_s = deadline_s
         self.handle_signals = handle_signals
+
         self.checkpoints: list[str] = []
         self.restored_from: str | None = None
+
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._work = WorkClients(concurrency, work_timeout_s or deadline_s, http)
         self._checkpoint_after, self._finished = frozenset(checkpoint_after), 0
@@ -99,6 +102,7 @@ class Collection:
         self._lock = anyio.Lock()
         self._stopped = False
         self._tg: anyio.abc.TaskGroup | None = None
+
         self._stop_after = stop_after
         self._finishing = 0  # rollouts whose last step went out while stop_after holds the rest
         self._stop_checkpoint_taken = False
@@ -129,6 +133,7 @@ class Collection:
             except CoordinationError as exc:
                 # Nothing was installed anywhere; its rollouts restart from their inputs.
                 logger.warning("restore of %s failed, restarting its rollouts: %s", latest, exc)
+
         async with anyio.create_task_group() as tg:
             self._tg = tg
             if self.handle_signals:
@@ -140,6 +145,7 @@ class Collection:
                     if rollout.status in ("pending", "running"):
                         drivers.start_soon(self._drive, rollout)
             tg.cancel_scope.cancel()
+
         self._tg = None
         return CollectionSummary(
             completed=self.progress()["done"],
@@ -209,6 +215,7 @@ class Collection:
                 if not self._finishing_in_flight:
                     self._finishing_idle.set()
             return
+
         if not self._stop_checkpoint_taken:
             self._stop_checkpoint_taken = True
             if self._finishing_in_flight:
@@ -219,6 +226,7 @@ class Collection:
                 logger.warning("checkpoint after %d rollouts failed, going on: %s", self._stop_after, exc)
                 self._stop_after = None
                 self._held.set()
+
         await self._held.wait()
         await self._fan(rollout, pending, "advance")
 
@@ -232,6 +240,7 @@ class Collection:
         body: dict[str, object] = {"rollout_id": rollout.rollout_id, "attempt": attempt}
         if action == "start":
             body["steps"] = self.steps
+
         url = member.url.rstrip("/") + "/work/" + action
         for _ in range(_MAX_REFUSALS):
             await self._open.wait()
@@ -246,6 +255,7 @@ class Collection:
                     # A checkpoint is open; wait for it (the event) and for the participant to reopen.
                     await anyio.sleep(_RETRY_DELAY)
                     continue
+
             response.raise_for_status()
             reply: WorkStartReply | WorkAdvanceReply
             if action == "start":
@@ -278,6 +288,7 @@ class Collection:
                     span.set(published=True)
             finally:
                 self._open.set()
+
             self.checkpoints.append(checkpoint_id)
             if stop:
                 self._stop_now()
@@ -336,6 +347,7 @@ class Collection:
             raise ConfigurationError(
                 f"{checkpoint_id} was taken with {manifest.steps} steps, not {self.steps}"
             )
+
         restore_id = new_restore_id()
         deadline = time.time() + self.deadline_s
         directory = str(self.run_dir.checkpoint_dir(checkpoint_id))
@@ -358,6 +370,7 @@ class Collection:
                     manifest, continued=[], restarted=[e.next() for e in manifest.continued] + restarts
                 )
                 raise
+
             old = list(manifest.continued) + restarts
             if old:
                 await self.coordinator.retire(
@@ -365,6 +378,7 @@ class Collection:
                 )
             await self.coordinator.resume(restore_id, deadline_ts=deadline, parent=span)
             self._apply(manifest, continued=manifest.continued, restarted=restarts)
+
         self.restored_from = checkpoint_id
 
     def _apply(
@@ -374,6 +388,7 @@ class Collection:
         for rollout_id in manifest.completed:
             if rollout_id in self.rollouts:
                 self.rollouts[rollout_id].status = "done"
+
         for episode_id, resumed in [(e, True) for e in continued] + [(e, False) for e in restarted]:
             rollout = self.rollouts.setdefault(episode_id.rollout_id, Rollout(episode_id.rollout_id))
             rollout.attempt = episode_id.attempt + 1

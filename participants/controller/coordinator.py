@@ -23,7 +23,7 @@ from ckpt_events import (
     PREPARE_ORDER,
     RESUME_ORDER,
     RETIRE_GROUPS,
-    InvalidArgumentError,
+    InvalidValueError,
     Kind,
     Phase,
     Telemetry,
@@ -86,9 +86,10 @@ class Coordinator:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if telemetry.kind is not Kind.CONTROLLER:
-            raise InvalidArgumentError(
+            raise InvalidValueError(
                 f"the coordinator reports as kind 'controller', not {telemetry.kind.value!r}"
             )
+
         self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))
         self.tel = telemetry
         self.control = ControlClient(token, client=client)
@@ -112,6 +113,7 @@ class Coordinator:
         except BaseException:
             await self.aclose()
             raise
+
         self.members = tuple(members)
         self._by_kind = {kind: [m for m in members if m.kind is kind] for kind in PREPARE_ORDER}
         return self
@@ -141,6 +143,7 @@ class Coordinator:
         replies: dict[str, PrepareReply] = {}
         failures: Failures = {}
         stopped_at: Kind | None = None
+
         with self.tel.coordinate("prepare", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
             for kind in PREPARE_ORDER:
@@ -163,6 +166,7 @@ class Coordinator:
             span.set(prepared=stopped_at is None)
             if stopped_at is not None:
                 span.set(stopped_at=stopped_at)
+
         result = PrepareResult(checkpoint_id, stopped_at is None, stopped_at, replies)
         if stopped_at is not None:
             # Abort: everyone already prepared (and the stage that stopped) reopens admission.
@@ -189,6 +193,7 @@ class Coordinator:
             episode_ids=None if episode_ids is None else list(episode_ids),
             stop=stop,
         )
+
         with self.tel.coordinate("commit", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
             replies, failures = await fan_out(
@@ -223,6 +228,7 @@ class Coordinator:
         request = ResumeRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies: dict[str, ResumeReply] = {}
         failures: Failures = {}
+
         with self.tel.coordinate("resume", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
             for kind in RESUME_ORDER:
@@ -271,6 +277,7 @@ class Coordinator:
             checkpoint_dir=checkpoint_dir,
             episode_ids=list(episode_ids),
         )
+
         with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members), episodes=len(episode_ids))
             replies, failures = await fan_out(
@@ -283,6 +290,7 @@ class Coordinator:
                 span=span,
             )
             check_restored(replies, failures, episode_ids, source_checkpoint_id)
+
         if failures:
             cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
             context = parent if parent is not None else span
@@ -328,10 +336,11 @@ class Coordinator:
     ) -> dict[str, RetireReply]:
         """Retire attempts everywhere (a later request at or below them gets ``stale_attempt``)."""
         if not episode_ids:
-            raise InvalidArgumentError("retire needs at least one episode")
+            raise InvalidValueError("retire needs at least one episode")
         request = RetireRequest(
             checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, episode_ids=list(episode_ids)
         )
+
         with self.tel.coordinate("retire", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members), episodes=len(episode_ids))
             return await self._grouped("retire", request, RetireReply, deadline_ts=deadline_ts, span=span)
@@ -341,10 +350,11 @@ class Coordinator:
     ) -> dict[str, ForgetReply]:
         """Clear the retired-attempt marks of ``rollout_ids`` everywhere."""
         if not rollout_ids:
-            raise InvalidArgumentError("forget needs at least one rollout id")
+            raise InvalidValueError("forget needs at least one rollout id")
         request = ForgetRequest(
             checkpoint_id=checkpoint_id, deadline_ts=deadline_ts, rollout_ids=list(rollout_ids)
         )
+
         with self.tel.coordinate("forget", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members), rollouts=len(rollout_ids))
             return await self._grouped("forget", request, ForgetReply, deadline_ts=deadline_ts, span=span)
@@ -363,12 +373,16 @@ class Coordinator:
         renew_every: float = 5.0,
         parent: Any = None,
     ) -> tuple[PrepareResult, dict[str, CommitReply]]:
-        """Prepare, commit, publish (renewing leases meanwhile), resume; ``episodes(prepared)``
-        picks the commit scope once prepared (``None``: all). A failure after prepare resumes
-        everyone and re-raises; a prepare that stopped raises ``CheckpointNotPrepared``."""
+        """Prepare, commit, publish (renewing leases meanwhile), resume.
+
+        ``episodes(prepared)`` picks the commit scope once prepare is done (``None``: all).
+        Any failure after prepare resumes everyone and re-raises; a prepare that stopped
+        raises ``CheckpointNotPrepared`` (everyone was already resumed).
+        """
         prepared = await self.prepare(checkpoint_id, deadline_ts=deadline_ts, parent=parent)
         if not prepared.prepared:
             raise CheckpointNotPrepared(prepared)
+
         try:
             await stall_before_commit(self)  # CKPT_EVENTS_FAULT=lease only
             scope = episodes(prepared) if episodes is not None else None
@@ -395,5 +409,6 @@ class Coordinator:
             with anyio.CancelScope(shield=True):
                 await self._resume_quietly(checkpoint_id, deadline_ts, parent)
             raise
+
         await self.resume(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + 5.0), parent=parent)
         return prepared, commits

@@ -16,7 +16,7 @@ from typing import Final
 
 import msgspec
 
-from ckpt_events import SAFE_NAME, InvalidArgumentError
+from ckpt_events import SAFE_NAME, InvalidValueError
 from participants.errors import InvalidCheckpointError
 from participants.protocol import EpisodeId
 
@@ -75,7 +75,7 @@ class RunDir:
 
     def checkpoint_dir(self, checkpoint_id: str) -> Path:
         if SAFE_NAME.fullmatch(checkpoint_id) is None:
-            raise InvalidArgumentError(f"unsafe checkpoint id {checkpoint_id!r}")
+            raise InvalidValueError(f"unsafe checkpoint id {checkpoint_id!r}")
         return self.path / checkpoint_id
 
     def latest(self) -> str | None:

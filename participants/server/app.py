@@ -2,43 +2,35 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import anyio
 from fastapi import FastAPI
 
-from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Kind, Telemetry, coerce
+from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Telemetry
 from participants.faults import hold_one_step
-from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
+from participants.server.builder import build_app
 from participants.server.control import ControlPlane
-from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
-from participants.server.routes import control_router, install_error_handlers, work_router
+from participants.server.limits import DEFAULT_MAX_BODY_BYTES
+from participants.server.routes import work_router
 from participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
-from participants.workloads import AgentWorkload, EnvironmentWorkload, ResourcesWorkload
 from participants.workloads.base import Workload
-from participants.workloads.model import ModelWorkload
+from participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["PARTICIPANT_KINDS", "create_app", "make_workload"]
 
-_WORKLOADS: Final[dict[Kind, type[Workload[Any, Any]]]] = {
-    Kind.ENVIRONMENT: EnvironmentWorkload,
-    Kind.MODEL: ModelWorkload,
-    Kind.AGENT: AgentWorkload,
-    Kind.RESOURCES: ResourcesWorkload,
-}
-#: The kinds ``create_app`` accepts, in prepare order.
-PARTICIPANT_KINDS: Final = tuple(k.value for k in _WORKLOADS)
+#: The kinds ``create_app`` accepts by default (``KINDS``), in prepare order.
+PARTICIPANT_KINDS: Final = KINDS.names
 
 
-def make_workload(kind: str, tel: Telemetry, **options: Any) -> Workload[Any, Any]:
-    """A workload of participant ``kind`` on ``tel`` (what a worker process runs)."""
-    return _WORKLOADS[coerce(Kind, kind)](tel, **options)
+def make_workload(
+    kind: str, tel: Telemetry, *, kinds: KindRegistry = KINDS, **options: Any
+) -> Workload[Any, Any]:
+    """A workload of participant ``kind`` (a row of ``kinds``) on ``tel`` (what a worker process runs)."""
+    return kinds[kind].workload(tel, **options)
 
 
 def create_app(
@@ -59,16 +51,19 @@ def create_app(
     checkpoint_root: str | os.PathLike[str] = DEFAULT_CHECKPOINT_ROOT,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_records_bytes: int = RECORDS_MAX_BYTES,
+    kinds: KindRegistry = KINDS,
     **workload_options: Any,
 ) -> FastAPI:
-    """A participant of ``kind`` (environment, model, agent or resources).
+    """A participant of ``kind``: one of ``kinds`` (by default ``KINDS``: environment, model,
+    agent or resources), running that row's workload.
 
     With ``bus`` the app uses it as is (the caller started it). Without, the app's lifespan
     creates a ``Bus``, enters it, calls ``configure_sinks(bus)`` (its result's ``aclose()``,
     if any, is awaited at shutdown) and closes both at shutdown. The lifespan also runs the
     lease watcher; run it (uvicorn does; in tests ``app.router.lifespan_context(app)``).
     Without the lifespan an expired lease is still noticed at the next control call.
-    ``inference_url``/``inference_token`` are for the model kind; other kinds ignore them.
+    ``inference_url``/``inference_token`` are for kinds whose row ``uses_inference`` (the
+    model); other kinds ignore them.
     ``workload_options`` go to the kind's workload (e.g. ``step_seconds``).
     ``token`` guards both the control plane and the work API. Requests' ``checkpoint_dir``
     must lie under ``checkpoint_root`` (fixed here; relative to the working directory when
@@ -80,9 +75,8 @@ def create_app(
     started by ``worker_command(index)`` (or tasks made by ``worker_factory(index)``): see
     ``participants.server.workers``.
     """
-    participant_kind = coerce(Kind, kind)
-    if participant_kind not in _WORKLOADS:
-        raise InvalidArgumentError(f"kind must be one of {', '.join(PARTICIPANT_KINDS)}, not {kind!r}")
+    row = kinds[kind]
+    participant_kind = row.kind
     if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
         raise InvalidArgumentError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
     if not isinstance(token, str) or not token:
@@ -105,13 +99,13 @@ def create_app(
         sample_ratio=sample_ratio,
         otel_context=otel_context,
     )
-    if participant_kind is Kind.MODEL:
+    if row.uses_inference:
         workload_options = {
             "inference_url": inference_url,
             "inference_token": inference_token,
             **workload_options,
         }
-    workload = _WORKLOADS[participant_kind](tel, **workload_options)
+    workload = row.workload(tel, **workload_options)
     hold_one_step(workload, instance)  # only with CKPT_EVENTS_FAULT=stall:<instance>
     if workers != 1:
         from participants.server.workers.app import create_worker_app
@@ -136,35 +130,15 @@ def create_app(
         checkpoint_root=Path(checkpoint_root).absolute(),
         max_records_bytes=max_records_bytes,
     )
-    monitor = LoopLagMonitor()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            if own_bus:
-                await stack.enter_async_context(the_bus)
-                if configure_sinks is not None:
-                    handle = configure_sinks(the_bus)
-                    if inspect.isawaitable(handle):
-                        handle = await handle
-                    if handle is not None and hasattr(handle, "aclose"):
-                        stack.push_async_callback(handle.aclose)
-            stack.push_async_callback(workload.aclose)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(plane.watch_lease)
-                tg.start_soon(monitor.run)
-                yield
-                tg.cancel_scope.cancel()
-
-    app = FastAPI(title=f"ckpt-events {participant_kind.value} participant {instance}", lifespan=lifespan)
-    app.state.bus = the_bus
-    app.state.telemetry = tel
-    app.state.workload = workload
-    app.state.control = plane
-    install_error_handlers(app, tel)
-    app.include_router(control_router(plane, token))
-    app.include_router(work_router(workload, token))
-    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
-    # Outermost of ours: the arrival stamp is taken before routing, body parsing and auth.
-    app.add_middleware(ArrivalMiddleware, monitor=monitor)
-    return app
+    return build_app(
+        title=f"ckpt-events {participant_kind.value} participant {instance}",
+        tel=tel,
+        plane=plane,
+        work=workload,
+        work_router=work_router(workload, token),
+        token=token,
+        max_body_bytes=max_body_bytes,
+        bus=the_bus,
+        own_bus=own_bus,
+        configure_sinks=configure_sinks,
+    )

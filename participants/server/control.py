@@ -54,7 +54,6 @@ _WAIT_SLICE: Final = 1.0
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
 S = TypeVar("S")  # the workload's episode state, carried from check_record to install
 T = TypeVar("T")
-_refuse: Final = ProtocolRefusal  # a short name for the many refusals below
 
 
 class ControlPlane(Generic[S]):
@@ -69,8 +68,10 @@ class ControlPlane(Generic[S]):
         checkpoint_root: Path,
         max_records_bytes: int = RECORDS_MAX_BYTES,
     ) -> None:
-        self.tel, self.workload = tel, workload
-        self.checkpoint_root, self.max_records_bytes = checkpoint_root, max_records_bytes
+        self.tel = tel
+        self.workload = workload
+        self.checkpoint_root = checkpoint_root
+        self.max_records_bytes = max_records_bytes
         self.lease_grace_seconds = lease_grace_seconds
         self.phase = Phase.IDLE
         self.checkpoint_id: str | None = None
@@ -89,16 +90,20 @@ class ControlPlane(Generic[S]):
     ) -> T | None:
         """The admission checks in protocol order; returns ``cached`` (the reply to replay) if any."""
         if checkpoint_id in self._replies.resumed:
-            raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} was already resumed")
+            raise ProtocolRefusal(
+                ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} was already resumed"
+            )
         if self.checkpoint_id is not None and self.checkpoint_id != checkpoint_id:
-            raise _refuse(
+            raise ProtocolRefusal(
                 ErrorCode.CHECKPOINT_CONFLICT,
                 f"checkpoint {self.checkpoint_id} is active, not {checkpoint_id}",
             )
         if cached is not None:
             return cached
         if self.phase not in allowed:
-            raise _refuse(ErrorCode.INVALID_PHASE, f"{op.value} is not allowed in phase {self.phase.value}")
+            raise ProtocolRefusal(
+                ErrorCode.INVALID_PHASE, f"{op.value} is not allowed in phase {self.phase.value}"
+            )
         return None
 
     def _extend_lease(self, deadline_ts: float) -> None:
@@ -126,9 +131,11 @@ class ControlPlane(Generic[S]):
         self.checkpoint_id = None
         self.lease_expires_at = None
         self._report = None
+
         if checkpoint_id is not None:
             self._replies.remember_resumed(checkpoint_id)
             self._replies.drop(checkpoint_id)
+
         self.workload.open_admission()
         self._lease_changed.set()
         self._lease_changed = anyio.Event()
@@ -140,6 +147,7 @@ class ControlPlane(Generic[S]):
                 self.check_lease()
                 changed = self._lease_changed
                 expires = self.lease_expires_at if self.phase is not Phase.IDLE else None
+
             wait = _WAIT_SLICE if expires is None else min(_WAIT_SLICE, max(expires - time.time(), 0.0))
             with anyio.move_on_after(wait):
                 await changed.wait()
@@ -172,6 +180,7 @@ class ControlPlane(Generic[S]):
                 if cached is not None:
                     o.set(phase=cached.phase, blockers=cached.report.blocker_count)
                     return cached
+
                 check_deadline(req.deadline_ts)
                 self._extend_lease(req.deadline_ts)
                 first = self.phase is Phase.IDLE
@@ -180,6 +189,7 @@ class ControlPlane(Generic[S]):
                     self.checkpoint_id = cid
                     self._stop = WriteStop()
                     self.workload.close_admission()
+
             try:
                 if first:
                     await self.workload.on_admission_closed(o, cid, req.deadline_ts)
@@ -191,13 +201,16 @@ class ControlPlane(Generic[S]):
                     if self.checkpoint_id == cid and self.phase is Phase.PREPARING:
                         self._abort()
                 raise
+
             async with self._lock:
                 # An identical prepare that finished first: this one gets the same answer.
                 if self.checkpoint_id == cid and (done := self._replies.prepare.get(cid)) is not None:
                     o.set(phase=done.phase, blockers=done.report.blocker_count)
                     return done
                 if self.checkpoint_id != cid or self.phase is not Phase.PREPARING:
-                    raise _refuse(ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed while preparing")
+                    raise ProtocolRefusal(
+                        ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed while preparing"
+                    )
                 self._report = report
                 if report.ready:
                     self.phase = Phase.PREPARED
@@ -206,6 +219,7 @@ class ControlPlane(Generic[S]):
                 else:
                     reply = PrepareReply(phase=Phase.PREPARING, report=report)
                     self.tel.prepare_not_ready(report.blocker_count, checkpoint_id=cid)
+
             o.set(phase=reply.phase, blockers=report.blocker_count)
             return reply
 
@@ -246,19 +260,21 @@ class ControlPlane(Generic[S]):
                     if replay is not None:
                         cached, cached_args = replay
                         if cached_args != args:
-                            raise _refuse(
+                            raise ProtocolRefusal(
                                 ErrorCode.CHECKPOINT_CONFLICT,
                                 f"checkpoint {cid} was committed with another directory or scope",
                             )
                         o.set(records=cached.manifest.record_count, bytes=cached.bytes)
                         return cached
+
                     check_deadline(req.deadline_ts)
                     self._extend_lease(req.deadline_ts)
                     if not self.workload.report().ready:
-                        raise _refuse(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
+                        raise ProtocolRefusal(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
                     with store_refusals():
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
                     check_commit_scope(scope, self.workload.episodes)
+
                     with o.step("export") as s, gc_paused():
                         records = await self.workload.export(req.episode_ids)
                         lines = [encode(r) for r in records]
@@ -266,6 +282,7 @@ class ControlPlane(Generic[S]):
                         del records  # freed while the collector is off: it never scans their lists
                         s.set(records=len(lines))
                     stop = self._stop
+
                 with o.step("write") as s, store_refusals(), gc_paused():
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
@@ -279,9 +296,10 @@ class ControlPlane(Generic[S]):
                         )
                     )
                     s.set(records=len(lines), bytes=result.bytes)
+
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
-                        raise _refuse(
+                        raise ProtocolRefusal(
                             ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed during commit"
                         )
                     if req.stop:
@@ -295,6 +313,7 @@ class ControlPlane(Generic[S]):
                         **self.workload.commit_extras(keys),
                     )
                     self._replies.commit[cid] = (reply, args)
+
             o.set(records=len(lines), bytes=result.bytes)
             return reply
 
@@ -309,17 +328,19 @@ class ControlPlane(Generic[S]):
                 if replay is not None:
                     cached, cached_args = replay
                     if cached_args != args:
-                        raise _refuse(
+                        raise ProtocolRefusal(
                             ErrorCode.CHECKPOINT_CONFLICT,
                             f"checkpoint {cid} was restored from another directory or scope",
                         )
                     o.set(records=len(cached.restored))
                     return cached
+
                 check_deadline(req.deadline_ts)
                 if self.workload.served or self.workload.episodes:
-                    raise _refuse(
+                    raise ProtocolRefusal(
                         ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
                     )
+
                 with o.step("read") as s, store_refusals(), gc_paused():
                     result = await anyio.to_thread.run_sync(
                         functools.partial(
@@ -336,11 +357,15 @@ class ControlPlane(Generic[S]):
                     # Every record in scope checks before anything is installed.
                     states = [self.workload.check_record(r) for r in chosen]
                     s.set(records=len(result.records), bytes=result.bytes)
+
                 self.workload.close_admission()
                 with o.step("install") as s, gc_paused():
                     restored = await self.workload.install(chosen, states)
                     s.set(records=len(chosen))
-                    freeze()  # the installed state stays: frozen before the collector is back on
+                    # The installed state stays: later collections need not scan it. Frozen
+                    # before the collector is back on, or its first young collection would.
+                    freeze()
+
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
                 self._stop = WriteStop()
@@ -351,6 +376,7 @@ class ControlPlane(Generic[S]):
                     source_checkpoint_id=result.manifest.checkpoint_id,
                 )
                 self._replies.restore[cid] = (reply, args)
+
             o.set(records=len(chosen), bytes=result.bytes)
             return reply
 
@@ -363,7 +389,7 @@ class ControlPlane(Generic[S]):
                 if cid in self._replies.resumed:
                     idempotent = True
                 elif self.checkpoint_id is not None and self.checkpoint_id != cid:
-                    raise _refuse(
+                    raise ProtocolRefusal(
                         ErrorCode.CHECKPOINT_CONFLICT, f"checkpoint {self.checkpoint_id} is active, not {cid}"
                     )
                 elif self.phase is Phase.IDLE:

@@ -14,7 +14,7 @@ import anyio
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
-from ckpt_events import Disposition, ErrorCode, InvalidArgumentError
+from ckpt_events import Disposition, ErrorCode, InvalidValueError
 from participants.errors import ProtocolRefusal
 from participants.protocol import decode, encode
 from participants.server.routes import bearer_auth, install_error_handlers
@@ -62,7 +62,7 @@ def create_inference_app(
     (both exercise ``durable_failure``).
     """
     if not token:
-        raise InvalidArgumentError("the inference worker needs a bearer token")
+        raise InvalidValueError("the inference worker needs a bearer token")
     delay = finite_sleep(token_seconds)
     cut_delay = finite_sleep(cut_seconds)
     active: dict[int, _Generation] = {}

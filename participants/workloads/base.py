@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 import anyio
 import msgspec
 
-from ckpt_events import ErrorCode, InvalidArgumentError, Kind, OperationSpan, Telemetry
+from ckpt_events import ErrorCode, InvalidTypeError, Kind, OperationSpan, Telemetry
 from participants.errors import InvalidCheckpointError, ProtocolRefusal, WorkError
 from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
 from participants.workloads.fence import RetiredAttempts
@@ -80,7 +80,7 @@ class Workload(Generic[S, R]):
 
     def __init__(self, tel: Telemetry, **options: Any) -> None:
         if options:
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"unknown {self.kind.value} workload options: {', '.join(sorted(options))}"
             )
         self.tel = tel

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -14,12 +16,22 @@ import ckpt_events
 import participants
 import participants.errors
 import sinks
-from ckpt_events import Bus, CkptEventsError, InvalidArgumentError, Kind, Telemetry
+from ckpt_events import (
+    Bus,
+    CkptEventsError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
+    Kind,
+    Telemetry,
+)
 from participants import create_app
 from participants.controller import ControlClient, Coordinator
 from participants.controller.run_directory import RunDir
+from participants.controller.types import PrepareResult
 from participants.protocol import EpisodeId, PrepareRequest
 from participants.server import create_inference_app
+from participants.server.workers.coordinator import WorkerCoordinator
 
 
 def _modules(package: ModuleType) -> list[ModuleType]:
@@ -64,24 +76,35 @@ def _telemetry(kind: Kind) -> Telemetry:
     return Telemetry(Bus(), kind=kind, instance="t-0")
 
 
-BAD_ARGUMENTS: dict[str, Callable[[], object]] = {
-    "empty control token": lambda: ControlClient(""),
-    "coordinator not reporting as controller": lambda: Coordinator(
-        (), token="t", telemetry=_telemetry(Kind.AGENT)
+#: Each bad argument and the child of InvalidArgumentError it is (a ValueError or a TypeError).
+BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]] = {
+    "empty control token": (lambda: ControlClient(""), InvalidValueError),
+    "coordinator not reporting as controller": (
+        lambda: Coordinator((), token="t", telemetry=_telemetry(Kind.AGENT)),
+        InvalidValueError,
     ),
-    "unknown workload option": lambda: create_app("agent", instance="a-0", token="t", step_seconds=1.0),
-    "inference worker without a token": lambda: create_inference_app(token=""),
-    "unsafe run directory checkpoint id": lambda: RunDir("run").checkpoint_dir("../up"),
-    "rollout id shaped like a capture key": lambda: EpisodeId("r1-a2"),
-    "deadline that is not finite": lambda: PrepareRequest(checkpoint_id="c1", deadline_ts=float("nan")),
+    "unknown workload option": (
+        lambda: create_app("agent", instance="a-0", token="t", step_seconds=1.0),
+        InvalidTypeError,
+    ),
+    "inference worker without a token": (lambda: create_inference_app(token=""), InvalidValueError),
+    "unsafe run directory checkpoint id": (lambda: RunDir("run").checkpoint_dir("../up"), InvalidValueError),
+    "rollout id shaped like a capture key": (lambda: EpisodeId("r1-a2"), InvalidValueError),
+    "deadline that is not finite": (
+        lambda: PrepareRequest(checkpoint_id="c1", deadline_ts=float("nan")),
+        InvalidValueError,
+    ),
+    "no worker processes": (lambda: WorkerCoordinator(0), InvalidValueError),
+    "worker count as a string": (lambda: WorkerCoordinator("2"), InvalidTypeError),
 }
 
 
-@pytest.mark.parametrize("call", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
-def test_bad_arguments_raise_invalid_argument_error(call):
-    """A bad argument anywhere in participants raises InvalidArgumentError (a CkptEventsError)."""
-    with pytest.raises(InvalidArgumentError):
+@pytest.mark.parametrize(("call", "child"), BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+def test_bad_arguments_raise_invalid_argument_error(call, child):
+    """A bad argument anywhere in participants raises the right child of InvalidArgumentError."""
+    with pytest.raises(InvalidArgumentError) as info:
         call()
+    assert type(info.value) is child
 
 
 async def test_retire_and_forget_need_ids():
@@ -91,3 +114,20 @@ async def test_retire_and_forget_need_ids():
             await coordinator.retire([], checkpoint_id="c1", deadline_ts=0.0)
         with pytest.raises(InvalidArgumentError, match="at least one rollout id"):
             await coordinator.forget([], checkpoint_id="c1", deadline_ts=0.0)
+
+
+def test_the_error_module_imports_only_the_core():
+    """participants.errors imports nothing of ours but ckpt_events, not even for the type checker."""
+    tree = ast.parse(Path(participants.errors.__file__).read_text())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    ours = {m for m in modules if m.split(".")[0] in ("ckpt_events", "sinks", "participants", "benchmarks")}
+    assert ours == {"ckpt_events"}
+
+
+def test_a_prepare_result_is_a_prepare_outcome():
+    """CheckpointNotPrepared keeps the controller's PrepareResult whole (typed by shape, not by import)."""
+    result = PrepareResult("c1", False, Kind.MODEL, {})
+    error = participants.errors.CheckpointNotPrepared(result)
+    assert error.result is result
+    assert str(error) == "checkpoint c1 not prepared: stopped at stage model with 0 blockers"

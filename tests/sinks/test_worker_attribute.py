@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ckpt_events import Attr, Bus, Telemetry
 from sinks import JsonLinesSink, read_events
-from sinks._otlp_encode import SpanEncoder
 from sinks.otel import MetricSink, SpanSink
+from sinks.otlp._span_encoder import SpanEncoder
 
 
 class _Keep:

@@ -13,15 +13,15 @@ balanced by load.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, cast
 
 import anyio
+from anyio.abc import TaskGroup
 from fastapi import FastAPI, Request, Response
 
 from ckpt_events import Bus, CkptEventsError, Phase, Telemetry
@@ -36,16 +36,15 @@ from participants.protocol import (
     WorkStart,
     WorkStartReply,
 )
+from participants.server.builder import build_app
 from participants.server.control import ControlPlane
-from participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from participants.server.routes import (
     _body,
     _episode_id,
     _json,
     _not_found,
     bearer_auth,
-    control_router,
-    install_error_handlers,
 )
 from participants.server.store import participant_dir
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
@@ -169,44 +168,31 @@ def create_worker_app(
     plane.pool = pool
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            if own_bus:
-                await stack.enter_async_context(the_bus)
-            if own_bus and configure_sinks is not None:
-                handle = configure_sinks(the_bus)
-                if inspect.isawaitable(handle):
-                    handle = await handle
-                if handle is not None and hasattr(handle, "aclose"):
-                    stack.push_async_callback(handle.aclose)
-            stack.push_async_callback(pool.aclose)
-            async with anyio.create_task_group() as tg:
-                await tg.start(coordinator.serve)
-                if worker_factory is not None:
-                    for index in range(workers):
-                        tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
-                elif worker_command is not None:
-                    env = {**getattr(worker_command, "env", {}), ENV_SOCKET: coordinator.socket_path}
-                    supervisor = WorkerSupervisor(workers, worker_command, env=env)
-                    app.state.supervisor = supervisor
-                    tg.start_soon(supervisor.run)
-                await coordinator.wait_connected(workers, _JOIN_SECONDS)
-                tg.start_soon(plane.watch_lease)
-                yield
-                coordinator.stopping = True
-                tg.cancel_scope.cancel()
+    async def serve_workers(app: FastAPI, tg: TaskGroup) -> AsyncIterator[None]:
+        await tg.start(coordinator.serve)
+        if worker_factory is not None:
+            for index in range(workers):
+                tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
+        elif worker_command is not None:
+            env = {**getattr(worker_command, "env", {}), ENV_SOCKET: coordinator.socket_path}
+            supervisor = WorkerSupervisor(workers, worker_command, env=env)
+            app.state.supervisor = supervisor
+            tg.start_soon(supervisor.run)
+        await coordinator.wait_connected(workers, _JOIN_SECONDS)
+        yield
+        coordinator.stopping = True
 
-    app = FastAPI(
+    return build_app(
         title=f"ckpt-events {checker.kind.value} participant {tel.instance} ({workers} workers)",
-        lifespan=lifespan,
+        tel=tel,
+        plane=plane,
+        work=pool,
+        work_router=_work_router(pool, token),
+        token=token,
+        max_body_bytes=max_body_bytes,
+        bus=the_bus,
+        own_bus=own_bus,
+        configure_sinks=configure_sinks,
+        body=serve_workers,
+        state={"coordinator": coordinator},
     )
-    app.state.bus = the_bus
-    app.state.telemetry = tel
-    app.state.workload = pool
-    app.state.control = plane
-    app.state.coordinator = coordinator
-    install_error_handlers(app, tel)
-    app.include_router(control_router(plane, token))
-    app.include_router(_work_router(pool, token))
-    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
-    return app

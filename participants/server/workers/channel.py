@@ -71,7 +71,9 @@ class FrameChannel:
         self._inline = frozenset(inline)
         self._next_id = 0
         self._pending: dict[int, _Pending | None] = {}
-        self._send, self._outbox = anyio.create_memory_object_stream[bytes](math.inf)
+        send, outbox = anyio.create_memory_object_stream[bytes](math.inf)
+        self._send = send
+        self._outbox = outbox
         self._ended = anyio.Event()
         #: Called once when the channel closes (the coordinator marks the worker lost there).
         self.on_close: Callable[[], None] | None = None

@@ -20,7 +20,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
-from ckpt_events import ErrorCode, InvalidArgumentError
+from ckpt_events import ErrorCode, InvalidTypeError, InvalidValueError
 from participants.errors import ProtocolRefusal
 from participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
@@ -45,8 +45,10 @@ class WorkerCoordinator:
         reply_seconds: float = DEFAULT_REPLY_SECONDS,
         socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise InvalidArgumentError(f"workers must be an int >= 1, not {workers!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise InvalidTypeError(f"workers must be an int >= 1, not {workers!r}")
+        if workers < 1:
+            raise InvalidValueError(f"workers must be an int >= 1, not {workers!r}")
         self.workers = workers
         self.max_frame = max_frame
         self.reply_seconds = reply_seconds
@@ -106,6 +108,11 @@ class WorkerCoordinator:
 
     async def _connection(self, stream: SocketStream) -> None:
         joined: list[int] = []
+        settled = anyio.Event()  # the hello came, or the channel closed before it
+
+        async def settle_on_close() -> None:
+            await channel.wait_closed()
+            settled.set()
 
         async def handle(message: Message) -> Any:
             if message.kind != "hello" or joined:
@@ -124,6 +131,7 @@ class WorkerCoordinator:
             self.on_joined(index)
             self._joined.set()
             self._joined = anyio.Event()
+            settled.set()
             return self.state_provider()
 
         channel = FrameChannel(
@@ -131,11 +139,16 @@ class WorkerCoordinator:
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(channel.run)
+            tg.start_soon(settle_on_close)
             with anyio.move_on_after(_HELLO_SECONDS):
-                while not joined and not channel.closed:
-                    await anyio.sleep(0.01)
+                await settled.wait()
             if not joined:
-                log.error("protocol error: a connection sent no hello within %g s; dropped", _HELLO_SECONDS)
+                # A peer that hung up first (or whose first frame was bad, logged by the channel)
+                # did not keep us waiting: only the one silent past the deadline is this error.
+                if not channel.closed:
+                    log.error(
+                        "protocol error: a connection sent no hello within %g s; dropped", _HELLO_SECONDS
+                    )
                 tg.cancel_scope.cancel()
             else:
                 channel.name = f"coordinator<-worker {joined[0]}"

@@ -170,7 +170,8 @@ class WorkerPool:
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
         if not replies:
-            await anyio.sleep(min(timeout, 0.5))
+            # No worker answered: the next report can only come from one that joins.
+            await self.coordinator.wait_connected(len(self.coordinator.connected()) + 1, min(timeout, 0.5))
 
     def report(self) -> PrepareReport:
         kind = self.kind.value

@@ -50,6 +50,8 @@ class WorkerSupervisor:
         env = {**os.environ, **self.env, "CKPT_EVENTS_WORKER_INDEX": str(index)}
         # The worker imports this very checkout, however (or whether) it was installed.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
+        # Never the working directory on its path: a user's own sinks.py must not shadow ours.
+        env["PYTHONSAFEPATH"] = "1"
         self.processes[index] = subprocess.Popen(list(self.command(index)), env=env, start_new_session=True)
 
     async def run(self) -> None:

@@ -97,13 +97,18 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
                 participant_dir(tmp_path / "ck", "environment", "environment-0") / "manifest.json"
             ).exists()
             assert (await _control(client, "resume", "c1", 5)).status_code == 200
+            # Until the restarted worker reports, a prepare answers preparing (or an error body while
+            # its socket is not back); each try is a new checkpoint, since a resumed id is stale.
             with anyio.fail_after(20):
-                while True:
-                    again = await _control(client, "prepare", "c2", 2.0)
-                    if again.json()["phase"] == "prepared":
+                for attempt in range(1, 100):
+                    cid = f"c2-{attempt}"
+                    again = await _control(client, "prepare", cid, 2.0)
+                    if again.status_code == 200 and again.json()["phase"] == "prepared":
                         break
-                    await _control(client, "resume", "c2", 5)
+                    await _control(client, "resume", cid, 5)
                     await anyio.sleep(0.2)
+                else:
+                    pytest.fail(f"never prepared again after the worker's restart: {again.text}")
             assert again.json()["report"]["counts"]["workers"] == 2
     finally:
         server.kill()

@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 from ckpt_events import Bus, Telemetry
 from participants.errors import WorkerChannelError
 from participants.server.app import make_workload
+from participants.server.workers import coordinator as worker_coordinator
 from participants.server.workers import create_worker_app, run_worker
+from participants.server.workers.coordinator import WorkerCoordinator
 from participants.server.workers.frames import Message, Reply, encode_frame, read_frame
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
@@ -246,3 +249,38 @@ async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: A
                 near.post("ping")
             tg.cancel_scope.cancel()
     assert near.closed and far.closed
+
+
+async def _serving_coordinator(tg: anyio.abc.TaskGroup) -> WorkerCoordinator:
+    coordinator = WorkerCoordinator(1)
+    await tg.start(coordinator.serve)
+    return coordinator
+
+
+async def test_a_peer_silent_past_the_hello_deadline_is_dropped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection that sends no hello is closed once the hello deadline passes, and logged once."""
+    monkeypatch.setattr(worker_coordinator, "_HELLO_SECONDS", 0.3)
+    async with anyio.create_task_group() as tg:
+        coordinator = await _serving_coordinator(tg)
+        start = time.monotonic()
+        async with await anyio.connect_unix(coordinator.socket_path) as stream:
+            with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                await stream.receive()
+        assert 0.25 <= time.monotonic() - start < 5
+        tg.cancel_scope.cancel()
+    assert [r.message for r in caplog.records if "no hello" in r.message] == [
+        "protocol error: a connection sent no hello within 0.3 s; dropped"
+    ]
+
+
+async def test_a_peer_gone_before_its_hello_is_no_protocol_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A connection that closes before its hello ends its handler at once: no wait, no error logged."""
+    async with anyio.create_task_group() as tg:
+        coordinator = await _serving_coordinator(tg)
+        stream = await anyio.connect_unix(coordinator.socket_path)
+        await stream.aclose()
+        await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

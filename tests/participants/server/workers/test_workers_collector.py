@@ -16,7 +16,7 @@ from ckpt_events import Attr, Bus, Telemetry
 from participants.cli.fleet import ServerProcess, write_token_file
 from participants.protocol import CONTROL_PREFIX
 from sinks.otel import OtlpSpanSink
-from tests.sinks.test_otlp_collector import _wait_for, collector
+from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
 

@@ -17,13 +17,13 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
-from sinks._otlp_wire import FIXED64 as _FIXED64
-from sinks._otlp_wire import SMALL_VARINTS as _SMALL_VARINTS
-from sinks._otlp_wire import field as _field
-from sinks._otlp_wire import json_attributes as _json_attributes
-from sinks._otlp_wire import key_value as _key_value
-from sinks._otlp_wire import varint as _varint
 from sinks._span_attrs import span_name_and_attributes, span_plan
+from sinks.otlp._wire import FIXED64 as _FIXED64
+from sinks.otlp._wire import SMALL_VARINTS as _SMALL_VARINTS
+from sinks.otlp._wire import field as _field
+from sinks.otlp._wire import json_attributes as _json_attributes
+from sinks.otlp._wire import key_value as _key_value
+from sinks.otlp._wire import varint as _varint
 
 __all__ = ["SCOPE_NAME", "SpanEncoder"]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckpt_events import ConfigurationError
-from sinks._otel_env import OtelSettings, OtlpSettings
+from sinks.otel._env import OtelSettings, OtlpSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -64,7 +64,7 @@ def _otlp_kwargs(otlp: OtlpSettings) -> dict[str, Any]:
 def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]:
     """(name, exporter) for each trace exporter the settings ask for that goes through
     OpenTelemetry: the console and OTLP over gRPC. (OTLP over HTTP is our own
-    ``OtlpSpanSink``, built by ``sinks._otlp_own``.)"""
+    ``OtlpSpanSink``, built by ``sinks.otlp._factory``.)"""
     exporters: list[tuple[str, SpanExporter]] = []
     for name in settings.traces:
         if name == "console":
@@ -98,7 +98,7 @@ def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
             if otlp.protocol == "grpc":
                 exporter = _grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp))
             else:
-                continue  # OTLP over HTTP: our own OtlpMetricSink (sinks._otlp_own)
+                continue  # OTLP over HTTP: our own OtlpMetricSink (sinks.otlp._factory)
         readers.append(
             PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms)
         )

@@ -1,5 +1,5 @@
 """The JSON-lines sink, and the reader that reports corrupt lines without stopping."""
 
-from sinks._jsonl import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
+from sinks.jsonl._writer import CorruptLine, JsonLinesSink, JsonLinesStats, read_events
 
 __all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]

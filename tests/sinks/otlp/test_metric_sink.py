@@ -15,9 +15,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import Bus, Telemetry
 from sinks import configure
-from sinks._otlp_metrics import MetricEncoder, MetricTotals
 from sinks.otel import MetricSink, OtlpMetricSink
-from tests.sinks.test_otlp_collector import _wait_for, collector
+from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
+from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
 

@@ -16,7 +16,7 @@ import pytest
 from benchmarks.rotel import free_port
 from ckpt_events import Bus, Telemetry
 from sinks.otel import OtlpSpanSink
-from tests.sinks.test_otlp_collector import _wait_for, collector
+from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
 

@@ -22,8 +22,8 @@ import msgspec
 
 from ckpt_events import InvalidArgumentError
 from sinks import _metric_keys as keys
-from sinks._otlp_http import BUS_LINGER, OtlpHttpSender
-from sinks._otlp_metrics import MetricEncoder, MetricTotals
+from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
+from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
 

@@ -22,9 +22,9 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events import InvalidArgumentError, Redactor, resolve_span_groups
-from sinks._otlp_encode import SpanEncoder
-from sinks._otlp_http import BUS_LINGER, OtlpHttpSender
 from sinks._span_attrs import FINISHED
+from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
+from sinks.otlp._span_encoder import SpanEncoder
 
 __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
 

@@ -14,7 +14,7 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import Bus, CheckpointEvent, Event, InvalidArgumentError, resolve_interests
-from sinks._jsonl import CorruptLine, read_events
+from sinks.jsonl._writer import CorruptLine, read_events
 
 __all__ = ["ReplayResult", "replay"]
 

@@ -32,8 +32,8 @@ from ckpt_events import (
     __version__,
 )
 from sinks import _metric_keys as keys
-from sinks._otlp_encode import SCOPE_NAME
-from sinks._otlp_wire import DOUBLE, FIXED64, field, json_attributes, key_value
+from sinks.otlp._span_encoder import SCOPE_NAME
+from sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
 
 __all__ = ["COUNTERS", "DEFAULT_BOUNDARIES", "HISTOGRAMS", "HistogramPoint", "MetricEncoder", "MetricTotals"]
 

@@ -1,0 +1,104 @@
+"""The participant kinds this package serves: one row per kind, and everything else derives from it.
+
+A row names the kind's workload class, its default instance, whether it talks to the
+inference worker, and its colour in the reports (a presentation detail, kept here so a kind
+is one row). ``KINDS`` lists them in stage order (prepare order; resume runs the reverse):
+the app factory, ``serve``, the local and process fleets, the demo, the benchmarks and the
+report renderers read it, and a test checks that no other source lists kinds. A new kind is
+its workload module, one row here (and its member of ``ckpt_events.Kind``) and its tests.
+Other registries (``KINDS.replacing(...)``, or ``KindRegistry(rows)``) can be passed to
+``create_app``, ``local_fleet`` and the renderers instead, e.g. to try a workload in a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ckpt_events import InvalidArgumentError, Kind, coerce
+from participants.workloads.agent import AgentWorkload
+from participants.workloads.base import Workload
+from participants.workloads.environment import EnvironmentWorkload
+from participants.workloads.model import ModelWorkload
+from participants.workloads.resources import ResourcesWorkload
+
+__all__ = ["CONTROLLER_COLOUR", "KINDS", "KindRegistry", "KindRow"]
+
+#: The coordinator's bars in the reports (it reports as kind ``controller``, which has no row).
+CONTROLLER_COLOUR: Final = "#a855f7"
+
+
+@dataclass(frozen=True, slots=True)
+class KindRow:
+    """One participant kind: what it runs, what its first instance is called, how it is drawn."""
+
+    kind: Kind
+    workload: type[Workload[Any, Any]]
+    #: The instance name ``serve``, the fleets and the demo use when none is given.
+    instance: str
+    #: ``#rrggbb``: the kind's bars in the terminal and HTML reports.
+    colour: str
+    #: The workload takes ``inference_url``/``inference_token`` (the model's generation cut).
+    uses_inference: bool = False
+
+
+class KindRegistry:
+    """Rows by kind, in stage order; read-only once built."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: Iterable[KindRow]) -> None:
+        self._rows: dict[Kind, KindRow] = {}
+        for row in rows:
+            if row.kind in self._rows:
+                raise InvalidArgumentError(f"kind {row.kind.value!r} has two rows")
+            self._rows[row.kind] = row
+
+    def __iter__(self) -> Iterator[KindRow]:
+        return iter(self._rows.values())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._rows
+
+    def __getitem__(self, kind: str) -> KindRow:
+        """The row of ``kind`` (a ``Kind`` or its value); ``InvalidArgumentError`` if it has none."""
+        row = self._rows.get(coerce(Kind, kind))
+        if row is None:
+            raise InvalidArgumentError(f"kind must be one of {', '.join(self.names)}, not {kind!r}")
+        return row
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The kinds' values, in stage order."""
+        return tuple(kind.value for kind in self._rows)
+
+    def members(self) -> tuple[tuple[str, str], ...]:
+        """``(kind, default instance)`` of every kind: one participant of each."""
+        return tuple((row.kind.value, row.instance) for row in self)
+
+    def colours(self) -> dict[str, str]:
+        """Kind value -> colour, in stage order."""
+        return {row.kind.value: row.colour for row in self}
+
+    def palette(self) -> dict[str, str]:
+        """Who -> colour as the reports draw it: the controller, then every kind in stage order."""
+        return {Kind.CONTROLLER.value: CONTROLLER_COLOUR, **self.colours()}
+
+    def replacing(self, *rows: KindRow) -> KindRegistry:
+        """A copy with ``rows`` in place of the rows of their kinds (appended if new)."""
+        by_kind = {**self._rows, **{row.kind: row for row in rows}}
+        return KindRegistry(by_kind.values())
+
+
+KINDS: Final = KindRegistry(
+    (
+        KindRow(Kind.ENVIRONMENT, EnvironmentWorkload, instance="environment-0", colour="#16a34a"),
+        KindRow(Kind.MODEL, ModelWorkload, instance="model-0", colour="#2563eb", uses_inference=True),
+        KindRow(Kind.AGENT, AgentWorkload, instance="agent-0", colour="#0891b2"),
+        KindRow(Kind.RESOURCES, ResourcesWorkload, instance="resources-0", colour="#ca8a04"),
+    )
+)

@@ -1,0 +1,99 @@
+"""The core's error tree: a bad argument is a ValueError for a value and a TypeError for a type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from ckpt_events import (
+    Bus,
+    CkptEventsError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
+    Telemetry,
+    resolve_span_groups,
+)
+from ckpt_events._errors import argument_error
+from ckpt_events.testing import EventCapture
+
+
+def _telemetry(**options: object) -> Telemetry:
+    return Telemetry(Bus(), **{"kind": "agent", "instance": "a-0", **options})  # type: ignore[arg-type]
+
+
+def _listened(call: Callable[[Telemetry], object]) -> Callable[[], object]:
+    # With nobody listening, counted events and spans are no-ops that check nothing.
+    def run() -> None:
+        with EventCapture() as capture:
+            call(capture.telemetry("agent", "a-0"))
+
+    return run
+
+
+def _span_set(tel: Telemetry, **fields: object) -> None:
+    with tel.operation("commit", checkpoint_id="c1") as op:
+        op.set(**fields)  # type: ignore[arg-type]
+
+
+WRONG_VALUES: dict[str, Callable[[], object]] = {
+    "sample ratio above 1": lambda: _telemetry(sample_ratio=1.5),
+    "negative worker": lambda: _telemetry(worker=-1),
+    "unsafe instance name": lambda: _telemetry(instance="../x"),
+    "negative close timeout": lambda: Bus(close_timeout=-1.0),
+    "zero buffer size": lambda: Bus(buffer_size=0),
+    "negative blockers": _listened(lambda tel: tel.prepare_not_ready(-1)),
+    "negative records on a span": _listened(lambda tel: _span_set(tel, records=-3)),
+}
+
+WRONG_TYPES: dict[str, Callable[[], object]] = {
+    "sample ratio as a string": lambda: _telemetry(sample_ratio="half"),
+    "worker as a bool": lambda: _telemetry(worker=True),
+    "instance as bytes": lambda: _telemetry(instance=b"a-0"),
+    "bus that is not a Bus": lambda: Telemetry(object(), kind="agent", instance="a-0"),  # type: ignore[arg-type]
+    "buffer size as a float": lambda: Bus(buffer_size=1.5),  # type: ignore[arg-type]
+    "blockers as a string": _listened(lambda tel: tel.prepare_not_ready("3")),  # type: ignore[arg-type]
+    "span group as a number": lambda: resolve_span_groups([7]),  # type: ignore[list-item]
+    "clock that is not callable": lambda: _telemetry(clock=5),
+}
+
+
+@pytest.mark.parametrize("call", WRONG_VALUES.values(), ids=WRONG_VALUES.keys())
+def test_a_wrong_value_is_a_value_error(call: Callable[[], object]) -> None:
+    """Right type, wrong value: InvalidValueError, a ValueError and never a TypeError."""
+    with pytest.raises(InvalidValueError) as info:
+        call()
+    assert isinstance(info.value, ValueError) and not isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("call", WRONG_TYPES.values(), ids=WRONG_TYPES.keys())
+def test_a_wrong_type_is_a_type_error(call: Callable[[], object]) -> None:
+    """The wrong type of object: InvalidTypeError, a TypeError and never a ValueError."""
+    with pytest.raises(InvalidTypeError) as info:
+        call()
+    assert isinstance(info.value, TypeError) and not isinstance(info.value, ValueError)
+
+
+def test_one_root_catches_both() -> None:
+    """InvalidArgumentError (a CkptEventsError) is the parent of both children."""
+    for child in (InvalidValueError, InvalidTypeError):
+        assert issubclass(child, InvalidArgumentError) and issubclass(child, CkptEventsError)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "child"),
+    [
+        (-1, int, InvalidValueError),
+        ("1", int, InvalidTypeError),
+        (True, int, InvalidTypeError),
+        (2.5, (int, float), InvalidValueError),
+        (None, (int, float), InvalidTypeError),
+    ],
+)
+def test_argument_error_picks_the_child_by_the_value_s_type(
+    value: object, expected: type | tuple[type, ...], child: type[InvalidArgumentError]
+) -> None:
+    """A combined check's failure is a value error when the value had the expected type (bool never does)."""
+    error = argument_error("n must be an int >= 0", value, expected)
+    assert type(error) is child and str(error) == "n must be an int >= 0"

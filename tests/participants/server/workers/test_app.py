@@ -1,0 +1,48 @@
+"""The multi-worker app is built like the single-process one: arrival stamps and loop lag included."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+import pytest
+
+from ckpt_events import OperationFinished, Telemetry
+from ckpt_events.testing import capture_events
+from participants import create_app
+from participants.server.app import make_workload
+from tests.participants.helpers import TOKEN, control, running
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_two_worker_operations_carry_arrival_and_loop_lag(tmp_path) -> None:
+    """With ``workers=2`` every control operation's event has ``received_ns`` and ``loop_lag_ms``."""
+    async with capture_events() as (bus, events):
+        app = create_app(
+            "environment",
+            instance="env-0",
+            token=TOKEN,
+            bus=bus,
+            workers=2,
+            checkpoint_root=tempfile.gettempdir(),  # holds every tmp_path
+            worker_factory=lambda i: make_workload(
+                "environment", Telemetry(bus, kind="environment", instance="env-0")
+            ),
+        )
+        async with running(app) as client:
+            for i in range(4):
+                started = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
+                assert started.status_code == 200, started.text
+            before = time.time_ns()
+            assert (await control(client, "prepare")).status_code == 200
+            assert (await control(client, "commit", checkpoint_dir=str(tmp_path))).status_code == 200
+            assert (await control(client, "resume")).status_code == 200
+            assert app.state.coordinator.workers == 2
+    # The main process's operations are the roots (the requests carried no traceparent); the
+    # workers' shares of them are their children and saw no HTTP request.
+    finished = [e for e in events if isinstance(e, OperationFinished) and e.parent_span_id is None]
+    assert [e.operation for e in finished] == ["prepare", "commit", "resume"]
+    for event in finished:
+        assert event.received_ns is not None and before <= event.received_ns <= event.start_ns, event
+        assert event.loop_lag_ms is not None and event.loop_lag_ms >= 0.0, event
