@@ -96,7 +96,8 @@ class Collection:
 
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._work = WorkClients(concurrency, work_timeout_s or deadline_s, http)
-        self._checkpoint_after, self._finished = frozenset(checkpoint_after), 0
+        self._checkpoint_after = frozenset(checkpoint_after)
+        self._finished = 0  # rollouts finished in this run, counted against checkpoint_after
         self._open = anyio.Event()
         self._open.set()
         self._lock = anyio.Lock()
