@@ -25,14 +25,22 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The errors of every room, in one module (the whole tree in its docstring): importable by all.
     "participants.errors": ("ckpt_events",),
     "participants.protocol": ("ckpt_events", "participants.errors"),
+    # CKPT_EVENTS_FAULT, read in one place for the servers and the controller alike.
+    "participants.faults": ("ckpt_events",),
     "participants.workloads": ("ckpt_events", "participants.errors", "participants.protocol"),
     "participants.server": (
         "ckpt_events",
         "participants.errors",
         "participants.protocol",
         "participants.workloads",
+        "participants.faults",
     ),
-    "participants.controller": ("ckpt_events", "participants.errors", "participants.protocol"),
+    "participants.controller": (
+        "ckpt_events",
+        "participants.errors",
+        "participants.protocol",
+        "participants.faults",
+    ),
     "participants.cli": ("ckpt_events", "sinks", "participants", "benchmarks"),
     "participants": ("ckpt_events", "participants.server", "participants.controller"),
     "benchmarks": ("ckpt_events", "sinks", "participants"),

@@ -32,6 +32,19 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-at", type=fraction, default=0.4, help="checkpoint when this share is done (0.4)"
     )
     parser.add_argument(
+        "--checkpoints",
+        type=positive_int,
+        help="checkpoints during generation 1, spread over its rollouts; the last is restored "
+        "(1; 2 with --fault stall or lease)",
+    )
+    parser.add_argument(
+        "--fault",
+        choices=("stall", "lease", "slow-restore"),
+        help="inject a failure for real (via $CKPT_EVENTS_FAULT): stall = environment-0 not ready at "
+        "the prepare deadline, lease = the controller stalls past the lease, slow-restore = "
+        "model-0 reads slowly",
+    )
+    parser.add_argument(
         "--processes", action="store_true", help="run the servers as real processes, killed with SIGKILL"
     )
     parser.add_argument(
@@ -65,7 +78,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so `ckpt-events --help` and the other commands load no server stack.
-    from participants.cli.demo_runner import DemoFailed, DemoOptions, run_demo
+    from participants.cli.demo_runner import DemoFailed, DemoOptions, check_options, run_demo
 
     options = DemoOptions(
         rollouts=args.rollouts,
@@ -79,7 +92,11 @@ def _demo(args: argparse.Namespace) -> int:
         jsonl=args.jsonl,
         report=args.report,
         otlp_endpoint=args.otlp_endpoint,
+        checkpoints=args.checkpoints,
+        fault=args.fault,
     )
+    if (refusal := check_options(options)) is not None:
+        raise CommandError(refusal)
     if args.report is not None:
         from participants.cli.report_files import check_report_path
 

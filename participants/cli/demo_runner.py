@@ -25,19 +25,36 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import sinks
-from ckpt_events import CONTROLLER_INSTANCE, Bus, Kind, Telemetry
+from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidArgumentError, Kind, Telemetry
 from ckpt_events.testing import MemorySink
 from participants.cli.command import otel_environ
+from participants.cli.demo_checks import diagnosis_checks
+from participants.cli.demo_plan import (
+    ABORTING_FAULTS,
+    FAULT_DEADLINE_S,
+    FAULT_LEASE_GRACE_S,
+    FAULTS,
+    WORK_TIMEOUT_S,
+    DemoOptions,
+    async_fault_environ,
+    check_options,
+    checkpoint_thresholds,
+    fault_environ,
+    stop_after,
+)
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
+from participants.cli.run_overview import Run, overview
+from participants.cli.run_terminal import render_overview
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
+from participants.faults import parse_fault
 from participants.workloads.registry import KINDS
 from sinks.otel import OtlpMetricSinkStats
 
-__all__ = ["DemoFailed", "DemoOptions", "DemoResult", "run_demo"]
+__all__ = ["DemoFailed", "DemoOptions", "DemoResult", "check_options", "run_demo"]
 
 #: In-process workloads run fast: the demo is about the checkpoint, not the simulated work.
 FAST_WORKLOADS: dict[str, dict[str, Any]] = {
@@ -47,24 +64,6 @@ FAST_WORKLOADS: dict[str, dict[str, Any]] = {
     "resources-0": {"request_seconds": 0.001},
 }
 MEMBERS = KINDS.members()
-
-
-@dataclass
-class DemoOptions:
-    """What ``ckpt-events demo`` runs; the defaults finish in well under a minute on 2 cores."""
-
-    rollouts: int = 1000
-    steps: int = 2
-    concurrency: int = 16
-    checkpoint_at: float = 0.4
-    processes: bool = False
-    #: Worker processes per participant in generation 1 and (if set) in the restored generation 2.
-    workers: int = 1
-    restore_workers: int | None = None
-    workdir: Path | None = None
-    jsonl: Path | None = None
-    report: Path | None = None
-    otlp_endpoint: str | None = None
 
 
 @dataclass
@@ -91,11 +90,14 @@ async def _fleet(
     logs = workdir / "logs"
     if not opts.processes:
         logs.mkdir(exist_ok=True)
+        options = FAST_WORKLOADS
+        if opts.fault is not None:
+            options = {i: {**o, "lease_grace_seconds": FAULT_LEASE_GRACE_S} for i, o in options.items()}
         local = local_fleet(
             token=token,
             bus=bus,
             members=MEMBERS,
-            options=FAST_WORKLOADS,
+            options=options,
             workers=workers,
             checkpoint_root=workdir / "run",
             stopping=stopping,
@@ -121,7 +123,10 @@ async def _fleet(
         log_dir=logs,
         members=MEMBERS,
         env=env,
-        extra_args=["--workers", str(workers)] if workers > 1 else [],
+        extra_args=[
+            *(["--workers", str(workers)] if workers > 1 else []),
+            *(["--lease-grace-seconds", str(FAULT_LEASE_GRACE_S)] if opts.fault is not None else []),
+        ],
         checkpoint_root=workdir / "run",
     )
     crashed = False
@@ -148,6 +153,7 @@ async def _run_generation(
     *,
     label: str,
     stop_after: int | None,
+    checkpoint_after: list[int] | None = None,
 ) -> tuple[Collection, CollectionSummary]:
     collection = Collection(
         coordinator,
@@ -157,6 +163,9 @@ async def _run_generation(
         steps=opts.steps,
         concurrency=opts.concurrency,
         stop_after=stop_after,
+        checkpoint_after=checkpoint_after or (),
+        deadline_s=FAULT_DEADLINE_S if opts.fault is not None else 30.0,
+        work_timeout_s=WORK_TIMEOUT_S,
     )
     summary: CollectionSummary | None = None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -175,11 +184,6 @@ async def _run_generation(
             progress.update(task, completed=collection.progress()["done"])
     assert summary is not None
     return collection, summary
-
-
-def stop_after(opts: DemoOptions) -> int:
-    """How many rollouts generation 1 finishes before its checkpoint: at least one stays in flight."""
-    return min(int(opts.checkpoint_at * opts.rollouts), opts.rollouts - 1)
 
 
 async def _verify(
@@ -243,6 +247,7 @@ async def _first_generation(
             tel,
             label="generation 1: checkpoint and stop",
             stop_after=stop_after(opts),
+            checkpoint_after=checkpoint_thresholds(opts),
         )
         crash()
     return summary
@@ -252,8 +257,11 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
     """Run both generations, verify, and print the breakdown, timeline and counts.
 
     Setting ``stopping`` shuts the in-process servers down gracefully (Ctrl-C)."""
+    if (refusal := check_options(opts)) is not None:
+        raise InvalidArgumentError(refusal)
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
+        fault = parse_fault(FAULTS[opts.fault]) if opts.fault is not None else None
         workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
         workdir.mkdir(parents=True, exist_ok=True)
         memory = MemorySink()
@@ -266,7 +274,9 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
-                first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
+                first_fault = str(fault) if fault is not None and fault.mode in ABORTING_FAULTS else None
+                with fault_environ(first_fault):
+                    first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
                 seconds["generation 1"] = time.monotonic() - start
                 if not first.checkpoints:
                     raise DemoFailed("generation 1 finished without its checkpoint")
@@ -282,7 +292,10 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                     f"{opts.rollouts - done - len(continued) - restarted} not started)"
                 )
                 start = time.monotonic()
+                # The stall and lease faults hit generation 1's checkpoints, slow-restore its restore.
+                second_fault = str(fault) if fault is not None and fault.mode == "slow-restore" else None
                 async with (
+                    async_fault_environ(second_fault),
                     _fleet(opts, bus, token, workdir, 2, stopping) as (urls, _),
                     await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
                 ):
@@ -315,7 +328,10 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             from participants.cli.demo_logs import merge_into
 
             merged = (merge_into(opts.jsonl, others), len(others))
-        _show(console, opts, events, checkpoint_id, passed)
+        run = overview(events)
+        expected = opts.checkpoint_count() - (1 if opts.fault in ABORTING_FAULTS else 0)
+        passed += diagnosis_checks(run, published=expected, ids=first.checkpoints, fault=fault)
+        _show(console, opts, events, run, checkpoint_id, passed)
         _exported(console, opts, configured, merged)
         return DemoResult(
             first,
@@ -330,9 +346,11 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
 
 
 def _show(
-    console: Console, opts: DemoOptions, events: list[Any], checkpoint_id: str, passed: list[str]
+    console: Console, opts: DemoOptions, events: list[Any], run: Run, checkpoint_id: str, passed: list[str]
 ) -> None:
-    render(console, events, title=f"demo: {opts.rollouts} rollouts x {opts.steps} steps")
+    title = f"demo: {opts.rollouts} rollouts x {opts.steps} steps"
+    render(console, events, title=title)
+    render_overview(console, run, title=title)
     for check in passed:
         console.print(f"[green]ok[/green] {check}")
     if opts.report is not None:

@@ -37,6 +37,7 @@ from ckpt_events import (
 )
 from participants.cli.report_model import who_of
 from participants.cli.run_logs import event_time
+from participants.cli.run_paths import dominant_step_ms
 from participants.cli.run_paths import dominated as dominated_by
 from participants.cli.run_paths import slowest as path_of
 from participants.cli.trends import Trends
@@ -74,6 +75,8 @@ class RunRow:
     #: MB/s), and the number (1-based) of the row of the checkpoint it restored, if in the logs.
     dominated: str = ""
     source_row: int | None = None
+    #: A restore's longest read or install step, in ms (``None``: not a restore, or none seen).
+    dominant_ms: float | None = None
 
     @property
     def trace_ids(self) -> set[int]:
@@ -170,6 +173,7 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
     root_finished: dict[tuple[int, int], Any] = {}
     slowest: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
+    dominant_ms: dict[tuple[int, int], float | None] = {}
     causes_by_checkpoint: dict[str, list[Any]] = {}
     trends = Trends()
     first_ns: int | None = None
@@ -227,6 +231,7 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
             slowest[key] = path_of(buffer, trace_id)
             if _what(e) == "restore":
                 dominated[key] = dominated_by(buffer)
+                dominant_ms[key] = dominant_step_ms(buffer)
             trends.add_trace(buffer, e)
             del pending[trace_id]
     rows = _rows(root_started, root_finished)
@@ -239,6 +244,8 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
             # separate source id): the last checkpoint row with that id before it.
             row.source_row = checkpoints.get(row.checkpoint_id or "")
             row.dominated = "; ".join(dominated[k] for k in row.roots if dominated.get(k))
+            step_ms = [ms for k in row.roots if (ms := dominant_ms.get(k)) is not None]
+            row.dominant_ms = max(step_ms) if step_ms else None
         elif row.checkpoint_id:
             checkpoints[row.checkpoint_id] = number
     trends.rows = rows
@@ -292,15 +299,18 @@ def _judge(
         (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None
     )
     timed: list[tuple[int, str]] = [c for trace in mine for c in trace.errors]
+    aborted_by = False  # a participant not ready at the deadline, or a lease that ran out
     for e in causes_by_checkpoint.get(row.checkpoint_id or "", []) if row.checkpoint_id else []:
         match e:
             case LeaseExpired():
                 since = e.time_ns - prepares[_who(e)] if _who(e) in prepares else None
                 after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
                 timed.append((e.time_ns, f"lease expired on {_who(e)} in phase {e.phase.value}{after}"))
+                aborted_by = True
             case PrepareNotReady():
                 blocked = f"not ready at its deadline: {_who(e)} blocked by {e.blockers} episodes"
                 timed.append((e.time_ns, blocked))
+                aborted_by = True
             case Refused():
                 timed.append((e.time_ns, f"refused ({e.code.value}) by {_who(e)}"))
     timed.sort(key=lambda c: c[0])
@@ -321,7 +331,9 @@ def _judge(
     else:
         row.end_ns = max(f.end_ns for f in ends)
         if any(f.outcome is Outcome.ERROR for f in ends):
-            row.outcome = FAILED
+            # The protocol's own aborts surface as the controller's error (not prepared, or a
+            # commit refused after the lease): the abort is the outcome, not a failure.
+            row.outcome = ABORTED if aborted_by else FAILED
         elif any(
             getattr(f, "published", None) is False or getattr(f, "prepared", None) is False for f in ends
         ):

@@ -42,6 +42,14 @@ def _short(e: Any) -> str:
     return (span_name_of(e) or span_name(Operation.RENEW.value)).removeprefix("gym.checkpoint.")
 
 
+def dominant_step_ms(spans: Sequence[Any]) -> float | None:
+    """How long a restore's longest read or install step took, in ms (``None``: no such step)."""
+    steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]
+    if not steps:
+        return None
+    return max((e.end_ns - e.start_ns) / 1e6 for e in steps)
+
+
 def dominated(spans: Sequence[Any]) -> str:
     """The longest read or install step of a restore: which, on whom, its records and MB/s."""
     steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,6 +31,7 @@ from participants.controller.run_directory import (
     new_checkpoint_id,
     new_restore_id,
 )
+from participants.controller.triggers import every, on_signals
 from participants.controller.work_calls import WorkClients
 from participants.errors import CheckpointNotPrepared, CoordinationError, RolloutRetired
 from participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
@@ -53,6 +53,8 @@ class Collection:
     ``stop_after=n`` checkpoints and stops once ``n`` rollouts are finishing: no other rollout
     starts its last step before that checkpoint, so it always finds the rest in flight, however
     fast the work (a rollout restored mid-episode is held once its boundary is known).
+    ``checkpoint_after=[n, ...]`` checkpoints (and goes on) as the n-th rollout finishes (a failure
+    is logged); ``work_timeout_s`` bounds each work call (default: ``deadline_s``).
     """
 
     def __init__(
@@ -70,6 +72,8 @@ class Collection:
         handle_signals: bool = False,
         http: httpx.AsyncClient | None = None,
         stop_after: int | None = None,
+        checkpoint_after: Iterable[int] = (),
+        work_timeout_s: float | None = None,
     ) -> None:
         if steps < 1 or concurrency < 1:
             raise InvalidValueError("steps and concurrency must be >= 1")
@@ -91,7 +95,9 @@ class Collection:
         self.restored_from: str | None = None
 
         self._limiter = anyio.CapacityLimiter(concurrency)
-        self._work = WorkClients(concurrency, deadline_s, http)
+        self._work = WorkClients(concurrency, work_timeout_s or deadline_s, http)
+        self._checkpoint_after = frozenset(checkpoint_after)
+        self._finished = 0  # rollouts finished in this run, counted against checkpoint_after
         self._open = anyio.Event()
         self._open.set()
         self._lock = anyio.Lock()
@@ -132,9 +138,9 @@ class Collection:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             if self.handle_signals:
-                tg.start_soon(self._signals)
+                tg.start_soon(on_signals, self._checkpoint_quietly)
             if self.checkpoint_every_s is not None:
-                tg.start_soon(self._timer, self.checkpoint_every_s)
+                tg.start_soon(every, self.checkpoint_every_s, self._checkpoint_quietly)
             async with self._work.open(self.coordinator.members), anyio.create_task_group() as drivers:
                 for rollout in self.rollouts.values():
                     if rollout.status in ("pending", "running"):
@@ -150,24 +156,13 @@ class Collection:
             attempts={r.rollout_id: r.attempt for r in self.rollouts.values()},
         )
 
-    async def _signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGTERM) as received:
-            async for signum in received:
-                stop = signum == signal.SIGTERM
-                try:
-                    await self.checkpoint(stop=stop)
-                except (CheckpointNotPrepared, CoordinationError) as exc:
-                    logger.warning("checkpoint on signal %s failed: %s", signum, exc)
-                    if stop:
-                        self._stop_now()
-
-    async def _timer(self, every: float) -> None:
-        while True:
-            await anyio.sleep(every)
-            try:
-                await self.checkpoint()
-            except (CheckpointNotPrepared, CoordinationError) as exc:
-                logger.warning("timed checkpoint failed: %s", exc)
+    async def _checkpoint_quietly(self, why: str, *, stop: bool = False) -> None:
+        try:
+            await self.checkpoint(stop=stop)
+        except (CheckpointNotPrepared, CoordinationError) as exc:
+            logger.warning("checkpoint %s failed: %s", why, exc)
+            if stop:
+                self._stop_now()
 
     def _stop_now(self) -> None:
         self._stopped = True
@@ -190,6 +185,9 @@ class Collection:
                     pending = [m for m in members if m.name not in rollout.done_at]
                     if not pending:
                         rollout.status = "done"
+                        self._finished += 1
+                        if self._finished in self._checkpoint_after:
+                            await self._checkpoint_quietly(f"after {self._finished} rollouts")
                         break
                     if self._stop_after is not None and self._last_step(rollout, pending):
                         await self._finish_or_hold(rollout, pending)

@@ -34,6 +34,7 @@ from participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, 
 from participants.controller.fan_out import Failures, check_committed, check_restored, fan_out, renewing
 from participants.controller.types import Member, PrepareResult
 from participants.errors import CheckpointNotPrepared, CoordinationError
+from participants.faults import stall_before_commit
 from participants.protocol import (
     CommitReply,
     CommitRequest,
@@ -383,6 +384,7 @@ class Coordinator:
             raise CheckpointNotPrepared(prepared)
 
         try:
+            await stall_before_commit(self)  # CKPT_EVENTS_FAULT=lease only
             scope = episodes(prepared) if episodes is not None else None
             commits = await self.commit(
                 checkpoint_id,

@@ -11,6 +11,7 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Telemetry
+from participants.faults import hold_one_step
 from participants.server.builder import build_app
 from participants.server.control import ControlPlane
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES
@@ -105,6 +106,7 @@ def create_app(
             **workload_options,
         }
     workload = row.workload(tel, **workload_options)
+    hold_one_step(workload, instance)  # only with CKPT_EVENTS_FAULT=stall:<instance>
     if workers != 1:
         from participants.server.workers.app import create_worker_app
 

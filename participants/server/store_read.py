@@ -13,13 +13,14 @@ import hashlib
 import operator
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, Generic, NamedTuple
 
 import msgspec
 
 from ckpt_events import SAFE_NAME
 from participants.errors import InvalidCheckpointError
+from participants.faults import read_pause
 from participants.protocol import EpisodeId, Manifest
 from participants.server.store import (
     MANIFEST_NAME,
@@ -82,13 +83,18 @@ def read_checkpoint(
     chunks = read_chunks(fd, directory / manifest.records_file, max_records_bytes)
     with contextlib.closing(chunks):
         try:
-            records, size = _decode_records(chunks, manifest, record_type)
+            records, size = _decode_records(chunks, manifest, record_type, read_pause(instance))
         except OSError as exc:
             raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
     return ReadResult(manifest, records, size)
 
 
-def _decode_records(chunks: Iterable[bytes], manifest: Manifest, record_type: type[R]) -> tuple[list[R], int]:
+def _decode_records(
+    chunks: Iterable[bytes],
+    manifest: Manifest,
+    record_type: type[R],
+    pause: Callable[[int], None] | None = None,
+) -> tuple[list[R], int]:
     """Hash, split and decode the records as they stream in; the digest is judged first, then
     the first bad record (decoding stops there, hashing goes on), then the count."""
     digest = hashlib.sha256()
@@ -105,6 +111,8 @@ def _decode_records(chunks: Iterable[bytes], manifest: Manifest, record_type: ty
             continue
         *lines, tail = (tail + chunk).split(b"\n")
         problem = _add_records(decoder, lines, records, seen, manifest)
+        if pause is not None:
+            pause(len(lines))  # CKPT_EVENTS_FAULT=slow-restore:<instance> only
         if problem is not None:
             tail = b""
     if digest.hexdigest() != manifest.records_sha256:
