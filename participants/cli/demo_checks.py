@@ -56,14 +56,14 @@ def diagnosis_checks(
     elif fault.mode == "slow-restore":
         row = restores[0]
         share = (row.dominant_ms or 0.0) / row.ms if row.ms else 0.0
-        named = row.slowest.startswith(f"dominated by {_kind_of(fault.instance)}/{fault.instance} read ")
+        named = row.dominated.startswith(f"read on {_kind_of(fault.instance)}/{fault.instance} ")
         if not named or share < 0.5:
             raise DemoFailed(
                 f"restore of {row.checkpoint_id} was not dominated by {fault.instance}'s read "
-                f"({share:.0%} of it): {row.slowest or 'no slowest path'}"
+                f"({share:.0%} of it): {row.dominated or row.slowest or 'no read or install step'}"
             )
         passed.append(
-            f"restore of {row.checkpoint_id} {row.slowest.split(';')[0]}, {share:.0%} of its "
+            f"restore of {row.checkpoint_id}: {row.dominated.split(',')[0]}, {share:.0%} of its "
             f"{row.ms:.1f} ms (injected: {fault})"
         )
     return passed
