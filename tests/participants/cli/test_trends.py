@@ -73,7 +73,9 @@ async def test_one_slowed_instance_is_named_the_straggler(
     stragglers = [f for f in flags if f.startswith("straggler:")]
     assert len(stragglers) == 1, flags
     assert "environment/environment-1 was the slowest environment in" in stragglers[0]
-    assert not any(f.startswith("growing:") for f in flags), flags
+    # The slowed step is slower by a constant, never growing (other steps may grow on a loaded
+    # machine as the run's files accumulate: commit.write went 4.6 -> 11.3 ms in one CI-like run).
+    assert not any(f.startswith("growing:") and "export" in f for f in flags), flags
 
 
 async def test_a_healthy_run_flags_nothing_and_a_stream_folds_like_a_list(tmp_path: Path) -> None:
