@@ -35,6 +35,7 @@ __all__ = [
     "PrepareReply",
     "PrepareReport",
     "PrepareRequest",
+    "RecordsPart",
     "RenewReply",
     "RenewRequest",
     "RestoreReply",
@@ -196,8 +197,23 @@ class RenewReply(_Body):
     lease_expires_at: float
 
 
-class Manifest(_Body):
-    """``manifest.json``, written last and create-only next to the records file."""
+class RecordsPart(_Body):
+    """One worker's records file of a multi-worker participant's checkpoint."""
+
+    worker: int
+    records_file: str
+    records_sha256: str
+    record_count: int
+
+
+class Manifest(_Body, omit_defaults=True):
+    """``manifest.json``, written last and create-only next to the records file(s).
+
+    A single-process participant names its one records file. A participant with several
+    workers writes one file per worker, in parallel, and lists them in ``parts`` (in worker
+    order); then ``records_file`` is empty, ``records_sha256`` is the SHA-256 of the parts'
+    digests joined by newlines and ``record_count`` their sum.
+    """
 
     schema_version: int
     kind: str
@@ -206,6 +222,7 @@ class Manifest(_Body):
     records_file: str
     records_sha256: str
     record_count: int
+    parts: list[RecordsPart] = msgspec.field(default_factory=list)
 
 
 class CommitReply(_Body):
