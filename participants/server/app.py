@@ -123,7 +123,7 @@ def create_app(
             max_records_bytes=max_records_bytes,
             max_body_bytes=max_body_bytes,
         )
-    plane = ControlPlane(
+    plane: ControlPlane[Any] = ControlPlane(
         tel,
         workload,
         lease_grace_seconds=float(lease_grace_seconds),

@@ -65,7 +65,12 @@ def check_commit_scope(keys: frozenset[str] | None, held: Mapping[str, object]) 
 
 def check_restore_scope(scope: set[EpisodeId], chosen: list[Record], source: str) -> None:
     """Every requested episode is in the checkpoint read."""
-    missing = sorted(e.capture_key for e in scope - {r.episode_id for r in chosen})
+    check_restore_ids(scope, [r.episode_id for r in chosen], source)
+
+
+def check_restore_ids(scope: set[EpisodeId], found: list[EpisodeId], source: str) -> None:
+    """Every requested episode is among those ``found`` in the checkpoint read."""
+    missing = sorted(e.capture_key for e in scope - set(found))
     if missing:
         raise InvalidCheckpointError(
             f"checkpoint {source} lacks {len(missing)} of the {len(scope)} requested episodes: "

@@ -47,7 +47,7 @@ from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
 from participants.server.store_read import read_checkpoint
 from participants.server.trace_headers import TraceHeaders
 from participants.workloads.base import Record
-from participants.workloads.checkpointable import CheckpointableWorkload
+from participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 
 __all__ = ["ControlPlane", "Exported", "Restored"]
 
@@ -56,10 +56,12 @@ _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Ph
 
 
 class Exported(NamedTuple):
-    """What a commit's ``export`` step hands its ``write`` step: encoded records, sorted keys."""
+    """What a commit's ``export`` step hands its ``write`` step: encoded records and their
+    sorted keys, or (a plane whose workers write their own records) only the scope."""
 
     lines: list[bytes]
     keys: list[str]
+    scope: list[EpisodeId] | None = None
 
 
 class Restored(NamedTuple):
@@ -80,7 +82,7 @@ class ControlPlane(Generic[S]):
     def __init__(
         self,
         tel: Telemetry,
-        workload: CheckpointableWorkload[S],
+        workload: ControlledWorkload,
         *,
         lease_grace_seconds: float,
         checkpoint_root: Path,
@@ -317,10 +319,17 @@ class ControlPlane(Generic[S]):
             o.set(records=result.manifest.record_count, bytes=result.bytes)
             return reply
 
+    def _records(self) -> CheckpointableWorkload[S]:
+        """The workload as one whose records this plane moves (a plane over a workload that
+        moves its own, the worker pool, overrides the steps that would call this)."""
+        if not isinstance(self.workload, CheckpointableWorkload):
+            raise TypeError(f"{type(self.workload).__name__} does not export or install records itself")
+        return self.workload
+
     async def _export(self, o: OperationSpan, episode_ids: list[EpisodeId] | None) -> Exported:
         """The ``export`` step, under the lock while prepared: the records, encoded."""
         with o.step("export") as s, gc_paused():
-            records = await self.workload.export(episode_ids)
+            records = await self._records().export(episode_ids)
             lines = [encode(r) for r in records]
             keys = sorted(r.episode_id.capture_key for r in records)
             del records  # freed while the collector is off: it never scans their lists
@@ -411,11 +420,12 @@ class ControlPlane(Generic[S]):
             chosen: list[Record] = [r for r in result.records if r.episode_id in scope]
             check_restore_scope(scope, chosen, result.manifest.checkpoint_id)
             # Every record in scope checks before anything is installed.
-            states = [self.workload.check_record(r) for r in chosen]
+            workload = self._records()
+            states = [workload.check_record(r) for r in chosen]
             s.set(records=len(result.records), bytes=result.bytes)
 
         with o.step("install") as s, gc_paused():
-            keys = await self.workload.install(chosen, states)
+            keys = await workload.install(chosen, states)
             s.set(records=len(chosen))
             # The installed state stays: later collections need not scan it. Frozen
             # before the collector is back on, or its first young collection would.

@@ -52,6 +52,7 @@ __all__ = [
     "WriteStop",
     "PartWritten",
     "decode_manifest",
+    "discard_parts",
     "named_files",
     "parts_digest",
     "participant_dir",
@@ -247,6 +248,11 @@ def publish_parts(
         size = sum(os.stat(f).st_size for f in set(files))
     _publish(directory, manifest, files, stop)
     return WriteResult(manifest, size, directory / MANIFEST_NAME)
+
+
+def discard_parts(directory: Path, names: Iterable[str]) -> None:
+    """Delete the parts a failed multi-worker commit wrote, except those a manifest names."""
+    _unlink_unless_published([directory / name for name in names], directory / MANIFEST_NAME)
 
 
 def named_files(manifest: Manifest) -> set[str]:

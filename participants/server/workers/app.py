@@ -5,15 +5,14 @@ over a ``WorkerPool``; the work routes are forwarded, by capture key, to the wor
 the episode (placement must be sticky: a session's state lives in one worker, and a restore
 puts sessions back on their pre-crash owner, which connection-hashing ``SO_REUSEPORT`` cannot
 do). Workers are processes (``worker_command``) or, for tests, tasks in this process
-(``worker_factory``). Next to each committed manifest the plane writes ``workers.json``
-(capture key -> worker), the placement hint a restore reads; without it sessions are
-balanced by load.
+(``worker_factory``). Each worker writes its own records file of a commit and reads its own
+share of a restore; the manifest's parts name each file's worker, so a restore puts every
+session back on the worker that wrote it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -21,15 +20,14 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import anyio
+import anyio.to_thread
 from anyio.abc import TaskGroup
 from fastapi import FastAPI, Request, Response
 
-from ckpt_events import Bus, CkptEventsError, Phase, Telemetry
+from ckpt_events import Bus, OperationSpan, Phase, Telemetry
 from participants.protocol import (
-    CommitReply,
-    CommitRequest,
+    EpisodeId,
     PrepareReport,
-    RestoreReply,
     RestoreRequest,
     WorkAdvance,
     WorkAdvanceReply,
@@ -37,8 +35,10 @@ from participants.protocol import (
     WorkStartReply,
 )
 from participants.server.builder import build_app
-from participants.server.control import ControlPlane
+from participants.server.checks import check_restore_ids
+from participants.server.control import ControlPlane, Exported, Restored
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES
+from participants.server.replies import store_refusals
 from participants.server.routes import (
     _body,
     _episode_id,
@@ -46,9 +46,16 @@ from participants.server.routes import (
     _not_found,
     bearer_auth,
 )
-from participants.server.store import participant_dir
+from participants.server.store import (
+    WriteResult,
+    WriteStop,
+    discard_parts,
+    participant_dir,
+    prepare_directory,
+    publish_parts,
+)
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
-from participants.server.trace_headers import TraceHeaders
+from participants.server.store_read import files_of, read_manifest
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
 from participants.server.workers.share import NotingTelemetry
@@ -56,34 +63,54 @@ from participants.server.workers.supervisor import WorkerSupervisor
 from participants.server.workers.worker import run_worker
 from participants.workloads.base import Workload
 
-__all__ = ["PLACEMENT_FILE", "WorkerControlPlane", "create_worker_app"]
+__all__ = ["WorkerControlPlane", "create_worker_app"]
 
-#: The placement hint written next to a multi-worker participant's manifest.
-PLACEMENT_FILE: Final = "workers.json"
 _JOIN_SECONDS: Final = 30.0
 #: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
 _WAIT_SLICE: Final = 1.0
 
 
 class WorkerControlPlane(ControlPlane[Any]):
-    """The control plane of a multi-worker server: writes and reads the placement hint."""
+    """The control plane of a multi-worker server: the workers write and read the records.
+
+    A commit's export and write are one step in every worker at once (each its own records
+    file), then this process publishes the manifest listing the parts. A restore reads the
+    manifest here, then every worker reads and checks its share at once (``stage``), and
+    only when all have does each install (``install_staged``): all or nothing, as at N = 1.
+    """
 
     pool: WorkerPool
 
-    def _placement_path(self, checkpoint_dir: str) -> Any:
-        directory = resolve_under(self.checkpoint_root, checkpoint_dir)
-        return participant_dir(directory, self.workload.kind.value, self.tel.instance) / PLACEMENT_FILE
+    async def _export(self, o: OperationSpan, episode_ids: list[EpisodeId] | None) -> Exported:
+        self.pool.check_all_connected("commit")
+        return Exported([], [], episode_ids)
 
-    async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
-        reply = await super().commit(req, trace)
-        owners = {k: self.pool.owners[k] for k in reply.episode_ids if k in self.pool.owners}
-        path = self._placement_path(req.checkpoint_dir)
-        with contextlib.suppress(OSError):
-            if not path.exists():
-                await anyio.Path(path).write_text(
-                    json.dumps({"workers": self.pool.coordinator.workers, "owners": owners})
+    async def _write(
+        self, o: OperationSpan, directory: Path, cid: str, exported: Exported, stop: WriteStop
+    ) -> tuple[WriteResult, list[str]]:
+        kind, instance = self.workload.kind.value, self.tel.instance
+        with o.step("write") as s, store_refusals():
+            where = await anyio.to_thread.run_sync(
+                functools.partial(prepare_directory, directory, kind=kind, instance=instance)
+            )
+            try:
+                parts = await self.pool.write_parts(str(where), exported.scope)
+            except BaseException:
+                await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
+                raise
+            result = await anyio.to_thread.run_sync(
+                functools.partial(
+                    publish_parts,
+                    where,
+                    kind=kind,
+                    instance=instance,
+                    checkpoint_id=cid,
+                    parts=[part for part, _ in parts],
+                    stop=stop,
                 )
-        return reply
+            )
+            s.set(records=result.manifest.record_count, bytes=result.bytes)
+        return result, sorted(key for _, keys in parts for key in keys)
 
     async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
         """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
@@ -97,13 +124,27 @@ class WorkerControlPlane(ControlPlane[Any]):
             report = self.pool.report()
         return report
 
-    async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
-        hint: dict[str, int] = {}
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, CkptEventsError):
-            data = json.loads(await anyio.Path(self._placement_path(req.checkpoint_dir)).read_text())
-            hint = {str(k): int(v) for k, v in dict(data["owners"]).items()}
-        self.pool.placement_hint = hint
-        return await super().restore(req, trace)
+    async def _read_and_install(
+        self, o: OperationSpan, req: RestoreRequest, scope: set[EpisodeId]
+    ) -> Restored:
+        kind, instance = self.workload.kind.value, self.tel.instance
+        with o.step("read") as s, store_refusals():
+            directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
+            manifest = await anyio.to_thread.run_sync(
+                functools.partial(read_manifest, directory, kind=kind, instance=instance)
+            )
+            where = participant_dir(directory, kind, instance)
+            found, size = await self.pool.stage(str(where), files_of(manifest), scope)
+            try:
+                check_restore_ids(scope, found, manifest.checkpoint_id)
+            except BaseException:
+                self.pool.discard()
+                raise
+            s.set(records=manifest.record_count, bytes=size)
+        with o.step("install") as s:
+            keys = await self.pool.install_staged()
+            s.set(records=len(keys))
+        return Restored(keys, manifest.checkpoint_id, size)
 
 
 def _work_router(pool: WorkerPool, token: str) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import httpx
+import msgspec
 import pytest
 from rich.console import Console
 
@@ -16,7 +17,6 @@ from participants.cli.demo_runner import DemoOptions, run_demo
 from participants.cli.fleet import ServerProcess, write_token_file
 from participants.protocol import CONTROL_PREFIX
 from participants.server.store import participant_dir
-from participants.server.workers import PLACEMENT_FILE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,7 +33,9 @@ async def test_demo_crash_and_restore_from_two_workers_into_three(tmp_path: Path
         result = await run_demo(options, Console(file=quiet))
     assert len(result.checks) >= 4 and result.continued
     checkpoint = tmp_path / "run" / result.checkpoint_id
-    assert (participant_dir(checkpoint, "environment", "environment-0") / PLACEMENT_FILE).exists()
+    # Each of the 2 workers wrote its own records file; the manifest lists both.
+    manifest = (participant_dir(checkpoint, "environment", "environment-0") / "manifest.json").read_bytes()
+    assert [part["worker"] for part in msgspec.json.decode(manifest)["parts"]] == [0, 1]
 
 
 def _children(pid: int) -> list[int]:

@@ -33,12 +33,19 @@ def _app(workers: int, instance: str) -> Any:
             ),
         }
     return create_app(
-        "environment", instance=instance, token=TOKEN, bus=bus, checkpoint_root=tempfile.gettempdir(), **options
+        "environment",
+        instance=instance,
+        token=TOKEN,
+        bus=bus,
+        checkpoint_root=tempfile.gettempdir(),
+        **options,
     )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-async def test_work_started_during_a_restore_is_refused_and_nothing_runs_twice(tmp_path, monkeypatch, workers):
+async def test_work_started_during_a_restore_is_refused_and_nothing_runs_twice(
+    tmp_path, monkeypatch, workers
+):
     instance = f"env-race-{workers}"
     async with running(_app(workers, instance)) as client:
         for i in range(ROLLOUTS):
