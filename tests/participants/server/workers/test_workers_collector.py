@@ -61,7 +61,8 @@ async def _checkpoint(url: str, tel: Telemetry, tmp_path: Path) -> tuple[str, st
 async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
     collector: tuple[str, Path], tmp_path: Path
 ) -> None:
-    """Both workers' prepare and commit shares (export and write) arrive, in the controller's trace, under the participant."""
+    """Both workers' prepare and commit shares (export and write) arrive in the controller's
+    trace, under the participant."""
     endpoint, out = collector
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
