@@ -50,6 +50,7 @@ __all__ = [
     "WorkAdvanceReply",
     "WorkStart",
     "WorkStartReply",
+    "WorkerEndpoint",
     "decode",
     "encode",
     "error_body",
@@ -172,8 +173,17 @@ class PrepareReport(_Body):
     restarts: list[str] = msgspec.field(default_factory=list)
 
 
+class WorkerEndpoint(_Body):
+    """One worker of a multi-worker server in ``GET /status``: its own work port, if up."""
+
+    index: int
+    connected: bool
+    url: str | None = None
+
+
 class StatusReply(_Body):
-    """``GET /status``: who this is and where its state machine stands."""
+    """``GET /status``: who this is and where its state machine stands (``workers``: a
+    multi-worker server's workers, whose ports serve their sessions' work calls directly)."""
 
     kind: str
     instance: str
@@ -184,6 +194,7 @@ class StatusReply(_Body):
     episodes: int = 0
     retired_rollouts: dict[str, int] = msgspec.field(default_factory=dict)
     report: PrepareReport | None = None
+    workers: list[WorkerEndpoint] | None = None
 
 
 class PrepareReply(_Body):
@@ -288,9 +299,13 @@ class WorkStart(_Body):
             _check_rollout_id(self.rollout_id, "rollout_id")
 
 
-class WorkStartReply(_Body):
+class WorkStartReply(_Body, omit_defaults=True):
+    """``worker_url``: the own port of the worker that holds the session (multi-worker servers
+    only): later work calls for it can go there directly, past the main process."""
+
     capture_key: str
-    boundary: int = 0
+    boundary: int
+    worker_url: str | None = None
 
 
 class WorkAdvance(_Body):
@@ -304,9 +319,12 @@ class WorkAdvance(_Body):
             _check_rollout_id(self.rollout_id, "rollout_id")
 
 
-class WorkAdvanceReply(_Body):
+class WorkAdvanceReply(_Body, omit_defaults=True):
+    """``worker_url`` as in ``WorkStartReply``: given when the call came through the main port."""
+
     boundary: int
     done: bool
+    worker_url: str | None = None
 
 
 # -- errors and codecs -------------------------------------------------------------------------

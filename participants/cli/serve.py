@@ -148,7 +148,11 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     if args.workers > 1:
         from participants.cli.worker_process import worker_command
 
-        workers = {"workers": args.workers, "worker_command": worker_command(args.kind, instance, options)}
+        workers = {
+            "workers": args.workers,
+            "worker_command": worker_command(args.kind, instance, options),
+            "worker_host": args.host,
+        }
     return create_app(
         args.kind,
         instance=instance,

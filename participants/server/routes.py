@@ -172,14 +172,26 @@ def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
     return EpisodeId(req.rollout_id, req.attempt)
 
 
-def work_router(workload: Workload[Any, Any], token: str) -> APIRouter:
-    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``."""
+def work_router(
+    workload: Workload[Any, Any],
+    token: str,
+    *,
+    worker: int | None = None,
+    on_started: Callable[[str], None] | None = None,
+) -> APIRouter:
+    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``.
+
+    A worker of a multi-worker server serves them too, on its own port: its views carry its
+    ``worker`` index, and ``on_started`` tells the main process of each session it took.
+    """
     router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
 
     @router.post("/start")
     async def start(request: Request) -> Response:
         req = await _body(request, WorkStart)
         episode = workload.start(_episode_id(req), req.steps)
+        if on_started is not None:
+            on_started(episode.key)
         return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
 
     @router.post("/advance")
@@ -196,7 +208,8 @@ def work_router(workload: Workload[Any, Any], token: str) -> APIRouter:
         episode = workload.get(capture_key)
         if episode is None:
             return _not_found(capture_key)
-        return _json(episode_view(workload, episode))
+        view = episode_view(workload, episode)
+        return _json(view if worker is None else {**view, "worker": worker})
 
     return router
 

@@ -21,6 +21,7 @@ from typing import Any, Final, cast
 
 import anyio
 import anyio.to_thread
+import msgspec
 from anyio.abc import TaskGroup
 from fastapi import FastAPI, Request, Response
 
@@ -29,8 +30,10 @@ from participants.protocol import (
     EpisodeId,
     PrepareReport,
     RestoreRequest,
+    StatusReply,
     WorkAdvance,
     WorkAdvanceReply,
+    WorkerEndpoint,
     WorkStart,
     WorkStartReply,
 )
@@ -61,6 +64,7 @@ from participants.server.workers.pool import WorkerPool
 from participants.server.workers.share import NotingTelemetry
 from participants.server.workers.supervisor import WorkerSupervisor
 from participants.server.workers.worker import run_worker
+from participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
 from participants.workloads.base import Workload
 
 __all__ = ["WorkerControlPlane", "create_worker_app"]
@@ -112,6 +116,17 @@ class WorkerControlPlane(ControlPlane[Any]):
             s.set(records=result.manifest.record_count, bytes=result.bytes)
         return result, sorted(key for _, keys in parts for key in keys)
 
+    async def status(self) -> StatusReply:
+        """As at N = 1, with each worker's own work port."""
+        reply = await super().status()
+        coordinator = self.pool.coordinator
+        connected = set(coordinator.connected())
+        workers = [
+            WorkerEndpoint(index=i, connected=i in connected, url=coordinator.urls.get(i))
+            for i in range(coordinator.workers)
+        ]
+        return msgspec.structs.replace(reply, workers=workers)
+
     async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
         """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
         cannot become ready before resume, so prepare answers "not ready" (``worker-lost``) now."""
@@ -156,16 +171,21 @@ def _work_router(pool: WorkerPool, token: str) -> Any:
     async def start(request: Request) -> Response:
         req = await _body(request, WorkStart)
         reply = await pool.start(_episode_id(req), req.steps)
-        return _json(WorkStartReply(capture_key=reply["capture_key"], boundary=reply["boundary"]))
+        key = reply["capture_key"]
+        return _json(
+            WorkStartReply(capture_key=key, boundary=reply["boundary"], worker_url=pool.worker_url(key))
+        )
 
     @router.post("/advance")
     async def advance(request: Request) -> Response:
         req = await _body(request, WorkAdvance)
+        episode_id = _episode_id(req)
         try:
-            reply = await pool.advance(_episode_id(req))
+            reply = await pool.advance(episode_id)
         except LookupError as exc:
             return _not_found(str(exc.args[0]))
-        return _json(WorkAdvanceReply(boundary=reply["boundary"], done=reply["done"]))
+        url = pool.worker_url(episode_id.capture_key)
+        return _json(WorkAdvanceReply(boundary=reply["boundary"], done=reply["done"], worker_url=url))
 
     @router.get("/{capture_key}")
     async def get(capture_key: str) -> Response:
@@ -189,10 +209,13 @@ def create_worker_app(
     checkpoint_root: Path,
     max_records_bytes: int = RECORDS_MAX_BYTES,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    worker_host: str = "127.0.0.1",
 ) -> FastAPI:
     """The main process of a participant with ``workers`` workers (``checker`` is a local
-    workload of the kind; the pool only checks records with it, its ``tel`` is the server's;
-    with ``own_bus`` the lifespan enters that bus and calls ``configure_sinks`` on it)."""
+    workload of the kind, its ``tel`` the server's; with ``own_bus`` the lifespan enters that
+    bus and calls ``configure_sinks`` on it). Worker processes serve their sessions' work
+    calls on their own ports, bound on ``worker_host``; worker tasks (``worker_factory``) are
+    reached through the main process only."""
     tel: Telemetry = checker.tel
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
@@ -215,7 +238,13 @@ def create_worker_app(
             for index in range(workers):
                 tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
         elif worker_command is not None:
-            env = {**getattr(worker_command, "env", {}), ENV_SOCKET: coordinator.socket_path}
+            env = {
+                **getattr(worker_command, "env", {}),
+                ENV_SOCKET: coordinator.socket_path,
+                # Each worker serves its sessions' work calls on its own port, with this token.
+                ENV_WORKER_TOKEN: token,
+                ENV_WORKER_HOST: worker_host,
+            }
             supervisor = WorkerSupervisor(workers, worker_command, env=env)
             app.state.supervisor = supervisor
             tg.start_soon(supervisor.run)

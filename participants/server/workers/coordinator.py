@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -32,6 +33,9 @@ log = logging.getLogger("ckpt_events.workers")
 #: The environment variable a worker process reads the coordinator's socket path from.
 ENV_SOCKET: Final = "CKPT_EVENTS_COORDINATOR_SOCKET"
 _HELLO_SECONDS: Final = 10.0
+_MAX_KEY: Final = 512
+#: A worker's own port, as it announces it: ``http://<host>:<port>`` and nothing more.
+_URL: Final = re.compile(r"http://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
 
 
 class WorkerCoordinator:
@@ -57,6 +61,10 @@ class WorkerCoordinator:
         os.chmod(self.directory, 0o700)
         self.socket_path = str(self.directory / "coordinator.sock")
         self.channels: dict[int, FrameChannel] = {}
+        #: Each connected worker's own work port (``http://host:port``), if it serves one.
+        self.urls: dict[int, str] = {}
+        #: Called with (worker, capture key) for each session a worker took on its own port.
+        self.on_owned: Callable[[int, str], None] = lambda index, key: None
         self.state_provider: Callable[[], Any] = dict
         self.on_lost: Callable[[int], None] = lambda index: None
         self.on_joined: Callable[[int], None] = lambda index: None
@@ -115,17 +123,32 @@ class WorkerCoordinator:
             settled.set()
 
         async def handle(message: Message) -> Any:
+            body = message.body if isinstance(message.body, dict) else {}
+            if message.kind == "owned" and joined:
+                key = body.get("key")
+                if not isinstance(key, str) or len(key) > _MAX_KEY:
+                    raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, "owned: not a capture key")
+                self.on_owned(joined[0], key)
+                return None
             if message.kind != "hello" or joined:
                 raise UnknownKind(message.kind)
-            body = message.body if isinstance(message.body, dict) else {}
             index = body.get("index")
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.workers:
                 raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"no worker slot {index!r}")
             current = self.channels.get(index)
             if current is not None and not current.closed:
                 raise ProtocolRefusal(ErrorCode.CHECKPOINT_CONFLICT, f"worker {index} is connected already")
+            url = body.get("url")
+            if url is not None and (not isinstance(url, str) or not _URL.fullmatch(url)):
+                raise ProtocolRefusal(
+                    ErrorCode.CHECKPOINT_ERROR, f"hello: {str(url)[:80]!r} is not an http URL"
+                )
             joined.append(index)
             self.channels[index] = channel
+            if url is None:
+                self.urls.pop(index, None)
+            else:
+                self.urls[index] = url
             channel.on_close = lambda: self._closed(index, channel)
             log.info("worker %d joined (pid %s)", index, body.get("pid"))
             self.on_joined(index)
@@ -135,7 +158,7 @@ class WorkerCoordinator:
             return self.state_provider()
 
         channel = FrameChannel(
-            stream, handle, name="coordinator", inline=("hello",), max_frame=self.max_frame
+            stream, handle, name="coordinator", inline=("hello", "owned"), max_frame=self.max_frame
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(channel.run)
@@ -154,6 +177,8 @@ class WorkerCoordinator:
                 channel.name = f"coordinator<-worker {joined[0]}"
 
     def _closed(self, index: int, channel: FrameChannel) -> None:
+        if self.channels.get(index) is channel:
+            self.urls.pop(index, None)
         if self.channels.get(index) is channel and not self.stopping:
             log.warning("worker %d lost: %s", index, channel.failure or "connection ended")
             self.on_lost(index)

@@ -113,6 +113,7 @@ class WorkerPool:
         self._extras: dict[str, Any] = {}
         coordinator.state_provider = self.state
         coordinator.on_lost = self._on_lost
+        coordinator.on_owned = self._on_owned
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -143,6 +144,16 @@ class WorkerPool:
                 self.coordinator.channels[index].post(kind, body)
             except WorkerChannelError:
                 pass  # it is being lost; it gets the state again when it rejoins
+
+    def _on_owned(self, index: int, key: str) -> None:
+        """Worker ``index`` took session ``key`` on its own port."""
+        self.owners[key] = index
+        self.served = True
+
+    def worker_url(self, key: str) -> str | None:
+        """The own port of the worker holding ``key``, for the client's next calls."""
+        owner = self.owners.get(key)
+        return None if owner is None else self.coordinator.urls.get(owner)
 
     def _on_lost(self, index: int) -> None:
         self.owners = {k: w for k, w in self.owners.items() if w != index}

@@ -15,6 +15,7 @@ checks its share (``stage``), and only when all have does each install what it s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -25,6 +26,7 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events import Operation, OperationSpan
+from participants.errors import WorkerChannelError
 from participants.protocol import EpisodeId, RecordsPart, encode
 from participants.server.gc_pause import gc_paused
 from participants.server.replies import store_refusals
@@ -244,20 +246,46 @@ class WorkerHost:
 
 
 async def run_worker(
-    socket_path: str, index: int, workload: Workload[Any, Any], *, max_frame: int = DEFAULT_MAX_FRAME
+    socket_path: str,
+    index: int,
+    workload: Workload[Any, Any],
+    *,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    token: str | None = None,
+    host: str | None = None,
 ) -> None:
-    """Serve as worker ``index`` until the coordinator's socket ends."""
-    host = WorkerHost(workload, index)
+    """Serve as worker ``index`` until the coordinator's socket ends.
+
+    With ``token`` the worker also serves the work routes on its own port (on ``host``),
+    announced in its ``hello``; without, every work call reaches it through the main process.
+    """
+    host_ = WorkerHost(workload, index)
     stream = await anyio.connect_unix(socket_path)
     channel = FrameChannel(
-        stream, host.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
+        stream, host_.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
     )
+
+    def owned(key: str) -> None:
+        with contextlib.suppress(WorkerChannelError):
+            channel.post("owned", {"key": key})
+
+    http = None
+    if token is not None:
+        from participants.server.workers.worker_http import WorkerHttp
+
+        http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1", on_started=owned)
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
+        if http is not None:
+            tg.start_soon(http.monitor.run)
+            tg.start_soon(http.serve)
         try:
-            state = await channel.request("hello", {"index": index, "pid": os.getpid()}, timeout=10.0)
-            host.apply_state(state)
+            hello = {"index": index, "pid": os.getpid(), "url": None if http is None else http.url}
+            state = await channel.request("hello", hello, timeout=10.0)
+            host_.apply_state(state)
             await channel.wait_closed()
         finally:
+            if http is not None:
+                http.stop()
             tg.cancel_scope.cancel()
             await workload.aclose()
