@@ -177,22 +177,22 @@ def work_router(
     token: str,
     *,
     worker: int | None = None,
-    on_started: Callable[[str], None] | None = None,
 ) -> APIRouter:
     """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``.
 
-    A worker of a multi-worker server serves them too, on its own port: its views carry its
-    ``worker`` index, and ``on_started`` tells the main process of each session it took.
+    A worker of a multi-worker server serves the last two on its own port (its views carry
+    its ``worker`` index): sessions are placed by the main process's ``/work/start``, which
+    checks the fence and admission of the whole server, and then served by their worker.
     """
     router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
 
-    @router.post("/start")
-    async def start(request: Request) -> Response:
-        req = await _body(request, WorkStart)
-        episode = workload.start(_episode_id(req), req.steps)
-        if on_started is not None:
-            on_started(episode.key)
-        return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
+    if worker is None:
+
+        @router.post("/start")
+        async def start(request: Request) -> Response:
+            req = await _body(request, WorkStart)
+            episode = workload.start(_episode_id(req), req.steps)
+            return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
 
     @router.post("/advance")
     async def advance(request: Request) -> Response:

@@ -38,7 +38,7 @@ from participants.protocol import (
     WorkStartReply,
 )
 from participants.server.builder import build_app
-from participants.server.checks import check_restore_ids
+from participants.server.checks import check_restore_keys
 from participants.server.control import ControlPlane, Exported, Restored
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from participants.server.replies import store_refusals
@@ -151,7 +151,7 @@ class WorkerControlPlane(ControlPlane[Any]):
             where = participant_dir(directory, kind, instance)
             found, size = await self.pool.stage(str(where), files_of(manifest), scope)
             try:
-                check_restore_ids(scope, found, manifest.checkpoint_id)
+                check_restore_keys({e.capture_key for e in scope}, found, manifest.checkpoint_id)
             except BaseException:
                 self.pool.discard()
                 raise

@@ -33,7 +33,6 @@ log = logging.getLogger("ckpt_events.workers")
 #: The environment variable a worker process reads the coordinator's socket path from.
 ENV_SOCKET: Final = "CKPT_EVENTS_COORDINATOR_SOCKET"
 _HELLO_SECONDS: Final = 10.0
-_MAX_KEY: Final = 512
 #: A worker's own port, as it announces it: ``http://<host>:<port>`` and nothing more.
 _URL: Final = re.compile(r"http://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
 
@@ -63,8 +62,6 @@ class WorkerCoordinator:
         self.channels: dict[int, FrameChannel] = {}
         #: Each connected worker's own work port (``http://host:port``), if it serves one.
         self.urls: dict[int, str] = {}
-        #: Called with (worker, capture key) for each session a worker took on its own port.
-        self.on_owned: Callable[[int, str], None] = lambda index, key: None
         self.state_provider: Callable[[], Any] = dict
         self.on_lost: Callable[[int], None] = lambda index: None
         self.on_joined: Callable[[int], None] = lambda index: None
@@ -124,12 +121,6 @@ class WorkerCoordinator:
 
         async def handle(message: Message) -> Any:
             body = message.body if isinstance(message.body, dict) else {}
-            if message.kind == "owned" and joined:
-                key = body.get("key")
-                if not isinstance(key, str) or len(key) > _MAX_KEY:
-                    raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, "owned: not a capture key")
-                self.on_owned(joined[0], key)
-                return None
             if message.kind != "hello" or joined:
                 raise UnknownKind(message.kind)
             index = body.get("index")
@@ -158,7 +149,7 @@ class WorkerCoordinator:
             return self.state_provider()
 
         channel = FrameChannel(
-            stream, handle, name="coordinator", inline=("hello", "owned"), max_frame=self.max_frame
+            stream, handle, name="coordinator", inline=("hello",), max_frame=self.max_frame
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(channel.run)

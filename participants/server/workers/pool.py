@@ -42,9 +42,9 @@ class _PartReply(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _StageReply(msgspec.Struct, forbid_unknown_fields=True):
-    """A worker's ``stage`` reply: the episodes in scope its share holds, and the bytes read."""
+    """A worker's ``stage`` reply: the capture keys its share holds, and the bytes read."""
 
-    chosen: list[tuple[str, int]]
+    keys: list[str]
     bytes: int
 
 
@@ -106,14 +106,14 @@ class WorkerPool:
         self.served = False
         #: The records files the last ``write_parts`` got written (deleted if not published).
         self.written: list[str] = []
-        #: The episodes the last ``stage`` found, by the worker that staged each.
-        self._staged_on: dict[EpisodeId, int] = {}
+        #: After a ``stage``: per worker, the keys it staged that are out of the restore's scope.
+        self._staged: dict[int, list[str]] = {}
+        self._staged_scope: set[EpisodeId] = set()
         self._reports: dict[int, PrepareReport] = {}
         self._lost: set[int] = set()
         self._extras: dict[str, Any] = {}
         coordinator.state_provider = self.state
         coordinator.on_lost = self._on_lost
-        coordinator.on_owned = self._on_owned
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -144,11 +144,6 @@ class WorkerPool:
                 self.coordinator.channels[index].post(kind, body)
             except WorkerChannelError:
                 pass  # it is being lost; it gets the state again when it rejoins
-
-    def _on_owned(self, index: int, key: str) -> None:
-        """Worker ``index`` took session ``key`` on its own port."""
-        self.owners[key] = index
-        self.served = True
 
     def worker_url(self, key: str) -> str | None:
         """The own port of the worker holding ``key``, for the client's next calls."""
@@ -334,16 +329,16 @@ class WorkerPool:
     # -- restore ----------------------------------------------------------------------------
 
     async def stage(
-        self, directory: str, parts: Sequence[RecordsPart], scope: Iterable[EpisodeId]
-    ) -> tuple[list[EpisodeId], int]:
+        self, directory: str, parts: Sequence[RecordsPart], scope: set[EpisodeId]
+    ) -> tuple[set[str], int]:
         """Every worker reads and checks its share of ``parts`` (``assign_parts``), all at once;
-        nothing is installed. Returns the episodes in scope the checkpoint holds, and its bytes.
-        A refusal (a record that does not check: 422) or a lost worker (503) discards everywhere."""
+        nothing is installed. Returns the capture keys the checkpoint holds and its bytes read.
+        A refusal (a record that does not check: 422) or a lost worker (503) discards everywhere;
+        so does an episode in two shares. What is out of ``scope`` is left out at install."""
         indexes = self.check_all_connected("restore")
         checkpoint_id, traceparent = _share()
         plan = assign_parts(parts, len(indexes))
-        scope_list = [[e.rollout_id, e.attempt] for e in scope]
-        found: list[EpisodeId] = []
+        held: dict[int, list[str]] = {}
         size = 0
         refusal: ProtocolRefusal | None = None
 
@@ -353,12 +348,7 @@ class WorkerPool:
                 [p.worker, p.records_file, p.records_sha256, p.record_count, *share]
                 for p, share in plan[index]
             ]
-            body = {
-                "directory": directory,
-                "parts": shares,
-                "scope": scope_list,
-                "checkpoint_id": checkpoint_id,
-            }
+            body = {"directory": directory, "parts": shares, "checkpoint_id": checkpoint_id}
             try:
                 reply = await self.coordinator.channel(index).request(
                     "stage", body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
@@ -370,17 +360,15 @@ class WorkerPool:
             except (WorkerChannelError, msgspec.ValidationError) as exc:
                 refusal = refusal or _unavailable(Exception(f"restore: worker {index}: {exc}"))
                 return
-            for rollout_id, attempt in staged.chosen:
-                found.append(EpisodeId(rollout_id, attempt))
-                self._staged_on[EpisodeId(rollout_id, attempt)] = index
+            held[index] = staged.keys
             size += staged.bytes
 
-        self._staged_on = {}
         async with anyio.create_task_group() as tg:
             for index in indexes:
                 tg.start_soon(ask, index)
-        if refusal is None and len(set(found)) != len(found):
-            twice = sorted(e.capture_key for e, n in Counter(found).items() if n > 1)
+        found = {key for keys in held.values() for key in keys}
+        if refusal is None and len(found) != sum(map(len, held.values())):
+            twice = sorted(k for k, n in Counter(k for keys in held.values() for k in keys).items() if n > 1)
             refusal = ProtocolRefusal(
                 ErrorCode.INVALID_CHECKPOINT_STATE,
                 f"episodes in two parts of the checkpoint: {', '.join(twice[:5])}",
@@ -388,36 +376,53 @@ class WorkerPool:
         if refusal is not None:
             self.discard()
             raise refusal
+        wanted = {e.capture_key for e in scope}
+        self._staged = {i: [k for k in keys if k not in wanted] for i, keys in held.items()}
+        self._staged_scope = scope
         return found, size
 
     async def install_staged(self) -> list[str]:
-        """Each worker installs what it staged; a worker lost now takes the others' out again."""
+        """Each worker installs what it staged (less what is out of scope); a worker lost now
+        takes the others' out again."""
         indexes = self.check_all_connected("restore")
         checkpoint_id, traceparent = _share()
-        for episode_id in self._staged_on:
-            RetiredAttempts.mark(self.fence, episode_id)  # each worker marks its own on install
-        replies, refusal = await self._gather_all(
-            "install_staged", {"checkpoint_id": checkpoint_id}, indexes, traceparent
-        )
+        # The whole server's fence: a late attempt is refused here before any worker sees it.
+        RetiredAttempts.mark_all(self.fence, self._staged_scope)
+        refusal: ProtocolRefusal | None = None
+        replies: dict[int, Any] = {}
+
+        async def ask(index: int) -> None:
+            nonlocal refusal
+            body = {"drop": self._staged.get(index, []), "checkpoint_id": checkpoint_id}
+            try:
+                replies[index] = await self.coordinator.channel(index).request(
+                    "install_staged", body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
+                )
+            except ProtocolRefusal as exc:
+                refusal = refusal or exc
+            except WorkerChannelError as exc:
+                refusal = refusal or _unavailable(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index in indexes:
+                tg.start_soon(ask, index)
         if refusal is not None:
             self.discard()
             raise refusal
-        # Every worker fences every restored attempt (a late attempt 0 is stale on any worker).
-        self.broadcast("marks", {"episode_ids": [[e.rollout_id, e.attempt] for e in self._staged_on]})
         restored: list[str] = []
         for index, keys in replies.items():
             for key in keys:
                 self.owners[str(key)] = index
                 restored.append(str(key))
-        self._staged_on = {}
+        self._staged, self._staged_scope = {}, set()
         return sorted(restored)
 
     def discard(self) -> None:
         """Every connected worker drops what a failed restore staged or installed."""
         self.broadcast("discard")
-        for episode_id in self._staged_on:
+        for episode_id in self._staged_scope:
             self.owners.pop(episode_id.next().capture_key, None)
-        self._staged_on = {}
+        self._staged, self._staged_scope = {}, set()
 
     def _least_loaded(self, candidates: Sequence[int]) -> int:
         load = dict.fromkeys(candidates, 0)

@@ -15,7 +15,6 @@ checks its share (``stage``), and only when all have does each install what it s
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from pathlib import Path
@@ -26,7 +25,6 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events import Operation, OperationSpan
-from participants.errors import WorkerChannelError
 from participants.protocol import EpisodeId, RecordsPart, encode
 from participants.server.gc_pause import gc_paused
 from participants.server.replies import store_refusals
@@ -51,7 +49,6 @@ INLINE_KINDS: Final = frozenset(
         "install_staged",
         "discard",
         "mark",
-        "marks",
         "forget",
     }
 )
@@ -152,9 +149,6 @@ class WorkerHost:
         if kind == "mark":
             wl.fence.mark(_episode_id(body))
             return None
-        if kind == "marks":
-            wl.fence.mark_all(EpisodeId(r, int(a)) for r, a in body["episode_ids"])
-            return None
         if kind == "forget":
             wl.fence.forget(str(body["rollout_id"]))
             return None
@@ -188,7 +182,6 @@ class WorkerHost:
         """Read and check this worker's share of a checkpoint; nothing is installed yet."""
         wl = self.workload
         self._discard()
-        scope = {EpisodeId(r, int(a)) for r, a in body["scope"]}
         directory = Path(str(body["directory"]))
         instance = wl.tel.instance
         with self._share(Operation.RESTORE, body, message) as op, op.step("read") as step, gc_paused():
@@ -213,7 +206,7 @@ class WorkerHost:
                     )
                 count += len(records)
                 size += part_size
-                chosen += [r for r in records if r.episode_id in scope]
+                chosen += records
                 del records
             with store_refusals():
                 # Every record of the share checks before any worker installs anything.
@@ -221,7 +214,7 @@ class WorkerHost:
             step.set(records=count, bytes=size)
             op.set(records=len(chosen), bytes=size)
         self._staged = (chosen, states)
-        return {"chosen": [[r.episode_id.rollout_id, r.episode_id.attempt] for r in chosen], "bytes": size}
+        return {"keys": [r.episode_id.capture_key for r in chosen], "bytes": size}
 
     async def _install_staged(self, body: Any, message: Message) -> Any:
         """Install what ``stage`` read (admission closes first), as attempt + 1 of each."""
@@ -229,6 +222,11 @@ class WorkerHost:
             raise UnknownKind("install_staged without a stage")  # answered, never installed
         records, states = self._staged
         self._staged = None
+        if drop := set(body.get("drop") or ()):  # read and checked, but out of the restore's scope
+            kept = [
+                (r, s) for r, s in zip(records, states, strict=True) if r.episode_id.capture_key not in drop
+            ]
+            records, states = [r for r, _ in kept], [s for _, s in kept]
         wl = self.workload
         with self._share(Operation.RESTORE, body, message) as op, op.step("install") as step:
             wl.close_admission()
@@ -265,15 +263,11 @@ async def run_worker(
         stream, host_.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
     )
 
-    def owned(key: str) -> None:
-        with contextlib.suppress(WorkerChannelError):
-            channel.post("owned", {"key": key})
-
     http = None
     if token is not None:
         from participants.server.workers.worker_http import WorkerHttp
 
-        http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1", on_started=owned)
+        http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1")
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
         if http is not None:

@@ -3,11 +3,12 @@
 Why a port per worker: the main process forwarding every work call costs it more CPU per call
 (parse, frame, decode, re-encode) than a single-process server spends serving the call, so
 forwarding alone can never add capacity. With its own port a worker serves its sessions'
-``/work/*`` calls itself and the main process does nothing per call; the worker tells the
-main process of each session it takes (a one-way ``owned`` frame), so control calls, stop
-and placement still know where every session lives. Its URL is announced in the worker's
-``hello`` and given to clients in every forwarded work reply (``worker_url``) and in
-``GET /status``; the main port still forwards, for clients that do not route.
+``POST /work/advance`` and ``GET /work/{key}`` itself and the main process does nothing per
+call. Sessions are still placed by the main port's ``/work/start`` (once per session), which
+checks admission and the fence of the whole server, so no worker needs every other worker's
+retired marks. The URL is announced in the worker's ``hello`` and given to clients in every
+forwarded work reply (``worker_url``) and in ``GET /status``; the main port still forwards,
+for clients that do not route.
 
 The port is bound before ``hello`` (port 0: any free one, on the server's host), so the
 URL announced is one that already accepts connections.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
 from typing import Any, Final
 
 import uvicorn
@@ -50,7 +50,6 @@ class WorkerHttp:
         token: str,
         host: str = _DEFAULT_HOST,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        on_started: Callable[[str], None],
     ) -> None:
         self.monitor = LoopLagMonitor()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -69,7 +68,7 @@ class WorkerHttp:
         app = build_work_app(
             title=f"ckpt-events {workload.kind.value} worker {index} of {workload.tel.instance}",
             tel=workload.tel,
-            work_router=work_router(workload, token, worker=index, on_started=on_started),
+            work_router=work_router(workload, token, worker=index),
             max_body_bytes=max_body_bytes,
             monitor=self.monitor,
         )

@@ -114,3 +114,82 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
             assert again.json()["report"]["counts"]["workers"] == 2
     finally:
         server.kill()
+
+
+async def test_calls_routed_to_a_worker_port_skip_the_main_process_and_survive_its_death(
+    tmp_path: Path,
+) -> None:
+    """Work calls go straight to the worker's own port (the main process spends nothing on
+    them); once that worker is killed its port refuses at once, and through the main port
+    the session's loss is a clear 404 while a new session is placed on a live worker."""
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=token_file,
+        log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path), "--step-seconds", "0"],
+    )
+    try:
+        await server.wait_listening(30)
+        async with httpx.AsyncClient(base_url=server.url, timeout=10, headers=AUTH) as client:
+            with anyio.fail_after(30):
+                while True:
+                    workers = (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"]
+                    if all(w["connected"] and w["url"] for w in workers):
+                        break
+                    await anyio.sleep(0.1)
+            started = (await client.post("/work/start", json={"rollout_id": "r0", "steps": 50})).json()
+            direct = started["worker_url"]
+            assert direct in {w["url"] for w in workers} and direct != server.url
+            owner = next(w["index"] for w in workers if w["url"] == direct)
+            # The worker's port takes the token like the main port, and serves only its sessions.
+            async with httpx.AsyncClient(timeout=10) as bare:
+                assert (
+                    await bare.post(f"{direct}/work/advance", json={"rollout_id": "r0"})
+                ).status_code == 401
+            assert (
+                await client.post(f"{direct}/work/start", json={"rollout_id": "x", "steps": 1})
+            ).status_code in (404, 405)
+            main_pid = server.proc.pid
+            before = _cpu_ticks(main_pid)
+            for boundary in range(1, 41):
+                reply = await client.post(f"{direct}/work/advance", json={"rollout_id": "r0"})
+                assert reply.json() == {"boundary": boundary, "done": False}
+            assert _cpu_ticks(main_pid) - before <= 5  # 40 calls: at most the main's idle ticks
+            view = (await client.get("/work/r0")).json()  # the main port still forwards
+            assert view["boundary"] == 40 and view["worker"] == owner
+
+            pid = _children(main_pid)[owner]
+            os.kill(pid, signal.SIGKILL)
+            refused = None
+            with anyio.fail_after(5):
+                while refused is None:  # a kept-alive connection is reset first, then none is taken
+                    try:
+                        await client.post(f"{direct}/work/advance", json={"rollout_id": "r0"})
+                    except httpx.ConnectError as exc:
+                        refused = exc
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        pass
+                    await anyio.sleep(0.05)
+            with anyio.fail_after(10):
+                while (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"][owner][
+                    "url"
+                ] == direct:
+                    await anyio.sleep(0.1)
+            lost = await client.post("/work/advance", json={"rollout_id": "r0"})
+            assert lost.status_code == 404 and lost.json()["error"]["code"] == "not_found", lost.text
+            again = await client.post("/work/start", json={"rollout_id": "r1", "steps": 5})
+            assert again.status_code == 200, again.text
+            moved = again.json()["worker_url"]
+            assert moved and moved != direct
+            assert (await client.post(f"{moved}/work/advance", json={"rollout_id": "r1"})).json()[
+                "boundary"
+            ] == 1
+    finally:
+        server.kill()
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
