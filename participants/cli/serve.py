@@ -252,7 +252,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server = uvicorn.Server(config)
     server.run()
-    return 0 if server.started else 1
+    # A server that stopped itself (its workers' restart budget spent) exits non-zero.
+    return 0 if server.started and getattr(app.state, "fatal", None) is None else 1
 
 
 SERVE = Command(

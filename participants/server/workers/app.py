@@ -13,6 +13,8 @@ session back on the worker that wrote it.
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -195,6 +197,17 @@ def _work_router(pool: WorkerPool, token: str) -> Any:
     return router
 
 
+def _stop_server(app: FastAPI) -> Callable[[str], None]:
+    """What a spent restart budget does: note why on ``app.state.fatal`` (``serve`` then exits
+    non-zero) and stop the server as SIGTERM does (gracefully, within its deadline)."""
+
+    def stop(why: str) -> None:
+        app.state.fatal = why
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    return stop
+
+
 def create_worker_app(
     checker: Workload[Any, Any],
     *,
@@ -236,7 +249,13 @@ def create_worker_app(
         await tg.start(coordinator.serve)
         if worker_factory is not None:
             for index in range(workers):
-                tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
+                secret = coordinator.new_secret(index)
+                tg.start_soon(
+                    functools.partial(run_worker, secret=secret),
+                    coordinator.socket_path,
+                    index,
+                    worker_factory(index),
+                )
         elif worker_command is not None:
             env = {
                 **getattr(worker_command, "env", {}),
@@ -245,7 +264,13 @@ def create_worker_app(
                 ENV_WORKER_TOKEN: token,
                 ENV_WORKER_HOST: worker_host,
             }
-            supervisor = WorkerSupervisor(workers, worker_command, env=env)
+            supervisor = WorkerSupervisor(
+                workers,
+                worker_command,
+                env=env,
+                secret_for=coordinator.new_secret,
+                on_spent=_stop_server(app),
+            )
             app.state.supervisor = supervisor
             tg.start_soon(supervisor.run)
         await coordinator.wait_connected(workers, _JOIN_SECONDS)

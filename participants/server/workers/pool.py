@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import anyio
 import msgspec
@@ -31,6 +31,7 @@ from participants.workloads.fence import RetiredAttempts
 __all__ = ["WorkerPool", "assign_parts"]
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
+T = TypeVar("T")
 
 
 class _PartReply(msgspec.Struct, forbid_unknown_fields=True):
@@ -39,6 +40,45 @@ class _PartReply(msgspec.Struct, forbid_unknown_fields=True):
     part: tuple[str, str, int, int]
     keys: list[str]
     extras: dict[str, Any]
+
+
+class _StartReply(msgspec.Struct, forbid_unknown_fields=True):
+    capture_key: str
+    boundary: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _AdvanceReply(msgspec.Struct, forbid_unknown_fields=True):
+    boundary: Annotated[int, msgspec.Meta(ge=0)]
+    done: bool
+
+
+class _View(msgspec.Struct, forbid_unknown_fields=True):
+    """What a worker answers for ``GET /work/{key}`` (``routes.episode_view`` and its index)."""
+
+    capture_key: str
+    rollout_id: str
+    attempt: Annotated[int, msgspec.Meta(ge=0)]
+    boundary: Annotated[int, msgspec.Meta(ge=0)]
+    steps: Annotated[int, msgspec.Meta(ge=1)]
+    done: bool
+    status: str
+    kind: str
+    state: dict[str, Any]
+    worker: int
+
+
+def _checked(reply: Any, kind: type[T], index: int, what: str, key: str) -> T:
+    """A worker's reply as ``kind``, for session ``key``; anything else is the worker's fault
+    (503, logged), never passed on to the client."""
+    try:
+        checked = msgspec.convert(reply, kind)
+    except msgspec.ValidationError as exc:
+        raise _unavailable(
+            Exception(f"worker {index} answered {what} of {key} with a bad reply: {exc}")
+        ) from None
+    if getattr(checked, "capture_key", key) != key or getattr(checked, "worker", index) != index:
+        raise _unavailable(Exception(f"worker {index} answered {what} of {key} for another session"))
+    return checked
 
 
 class _StageReply(msgspec.Struct, forbid_unknown_fields=True):
@@ -469,29 +509,30 @@ class WorkerPool:
             owner = self._least_loaded(connected)
         self.served = True
         body = {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt, "steps": steps}
-        reply = await self._request(owner, "start", body)
+        reply = _checked(await self._request(owner, "start", body), _StartReply, owner, "start", key)
         self.owners[key] = owner
-        return dict(reply)
+        return msgspec.structs.asdict(reply)
 
     async def advance(self, episode_id: EpisodeId) -> dict[str, Any]:
         self._admit(episode_id)
-        owner = self.owners.get(episode_id.capture_key)
+        key = episode_id.capture_key
+        owner = self.owners.get(key)
         if owner is None:
-            raise LookupError(episode_id.capture_key)
+            raise LookupError(key)
         self.served = True
         reply = await self._request(
             owner, "advance", {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt}
         )
         if reply is None:
-            raise LookupError(episode_id.capture_key)
-        return dict(reply)
+            raise LookupError(key)
+        return msgspec.structs.asdict(_checked(reply, _AdvanceReply, owner, "advance", key))
 
     async def get(self, key: str) -> dict[str, Any] | None:
         owner = self.owners.get(key)
         if owner is None:
             return None
         reply = await self._request(owner, "get", {"key": key})
-        return None if reply is None else dict(reply)
+        return None if reply is None else msgspec.structs.asdict(_checked(reply, _View, owner, "get", key))
 
     async def aclose(self) -> None:
         await self.checker.aclose()

@@ -249,10 +249,12 @@ async def run_worker(
     workload: Workload[Any, Any],
     *,
     max_frame: int = DEFAULT_MAX_FRAME,
+    secret: str,
     token: str | None = None,
     host: str | None = None,
 ) -> None:
-    """Serve as worker ``index`` until the coordinator's socket ends.
+    """Serve as worker ``index`` until the coordinator's socket ends (``secret``: what the
+    coordinator gave this start of the worker, said in its ``hello``).
 
     With ``token`` the worker also serves the work routes on its own port (on ``host``),
     announced in its ``hello``; without, every work call reaches it through the main process.
@@ -274,7 +276,12 @@ async def run_worker(
             tg.start_soon(http.monitor.run)
             tg.start_soon(http.serve)
         try:
-            hello = {"index": index, "pid": os.getpid(), "url": None if http is None else http.url}
+            hello = {
+                "index": index,
+                "pid": os.getpid(),
+                "secret": secret,
+                "url": None if http is None else http.url,
+            }
             state = await channel.request("hello", hello, timeout=10.0)
             host_.apply_state(state)
             await channel.wait_closed()
