@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -193,3 +194,79 @@ async def test_calls_routed_to_a_worker_port_skip_the_main_process_and_survive_i
 def _cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
+
+
+_HIJACK = """
+import json, socket, struct, sys
+import msgspec
+from participants.server.workers.frames import Message, decode_frame, encode_frame
+path, index, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sock = socket.socket(socket.AF_UNIX)
+sock.settimeout(10)
+sock.connect(path)
+sock.sendall(encode_frame(Message(1, "hello", {"index": index, "secret": secret, "pid": 1})))
+data = b""
+while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+reply = decode_frame(data[4:])
+print(json.dumps({"ok": reply.ok, "detail": reply.error.detail if reply.error else None}))
+"""
+
+
+async def test_a_process_replaying_a_dead_workers_secret_cannot_take_its_slot(tmp_path: Path) -> None:
+    """A second process that read worker 1's environment says hello as worker 1 the moment it
+    dies: refused (that secret was used); the restarted worker joins with its new one."""
+    import subprocess
+    import sys
+
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=token_file,
+        log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
+    )
+    try:
+        await server.wait_listening(30)
+        async with httpx.AsyncClient(base_url=server.url, timeout=10, headers=AUTH) as client:
+            with anyio.fail_after(30):
+                while not all(
+                    w["connected"] for w in (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"]
+                ):
+                    await anyio.sleep(0.1)
+            victim = sorted(_children(server.proc.pid))[1]
+            environ = dict(
+                item.split("=", 1)
+                for item in Path(f"/proc/{victim}/environ").read_text().split("\0")
+                if "=" in item
+            )
+            index = int(environ["CKPT_EVENTS_WORKER_INDEX"])
+            os.kill(victim, signal.SIGKILL)
+            hijack = subprocess.run(
+                [sys.executable, "-c", _HIJACK, environ["CKPT_EVENTS_COORDINATOR_SOCKET"], str(index),
+                 environ["CKPT_EVENTS_WORKER_SECRET"]],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert hijack.returncode == 0, hijack.stderr[-2000:]
+            assert json.loads(hijack.stdout) == {
+                "ok": False,
+                "detail": f"hello for worker {index} without its secret",
+            }
+            with anyio.fail_after(30):  # the supervisor's restart joins with its own secret
+                while True:
+                    workers = (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"]
+                    if workers[index]["connected"] and victim not in _children(server.proc.pid):
+                        break
+                    await anyio.sleep(0.1)
+            started = (
+                await client.post("/work/start", json={"rollout_id": f"after-{i}", "steps": 2})
+                if (i := 0) == 0
+                else None
+            )
+            assert started is not None and started.status_code == 200, started
+    finally:
+        server.kill()
