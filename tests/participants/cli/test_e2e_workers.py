@@ -246,11 +246,15 @@ async def test_a_process_replaying_a_dead_workers_secret_cannot_take_its_slot(tm
             )
             index = int(environ["CKPT_EVENTS_WORKER_INDEX"])
             os.kill(victim, signal.SIGKILL)
+            socket_path = environ["CKPT_EVENTS_COORDINATOR_SOCKET"]
+            old_secret = environ["CKPT_EVENTS_WORKER_SECRET"]
             hijack = subprocess.run(
-                [sys.executable, "-c", _HIJACK, environ["CKPT_EVENTS_COORDINATOR_SOCKET"], str(index),
-                 environ["CKPT_EVENTS_WORKER_SECRET"]],
-                capture_output=True, text=True, timeout=30, check=False,
-            )  # fmt: skip
+                [sys.executable, "-c", _HIJACK, socket_path, str(index), old_secret],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             assert hijack.returncode == 0, hijack.stderr[-2000:]
             assert json.loads(hijack.stdout) == {
                 "ok": False,
@@ -262,11 +266,7 @@ async def test_a_process_replaying_a_dead_workers_secret_cannot_take_its_slot(tm
                     if workers[index]["connected"] and victim not in _children(server.proc.pid):
                         break
                     await anyio.sleep(0.1)
-            started = (
-                await client.post("/work/start", json={"rollout_id": f"after-{i}", "steps": 2})
-                if (i := 0) == 0
-                else None
-            )
-            assert started is not None and started.status_code == 200, started
+            started = await client.post("/work/start", json={"rollout_id": "after", "steps": 2})
+            assert started.status_code == 200, started.text
     finally:
         server.kill()
