@@ -3,3 +3,6 @@
 Run them all with ``ckpt-events bench`` (installed, the package is ``ckpt_events_bench``), or
 one from a checkout with ``python -m benchmarks.bench_core`` (``bench_sinks``, ``bench_scale``).
 """
+
+#: Every suite ``ckpt-events bench --only`` runs (``bench_<name>.py`` here, each with ``run(quick)``).
+SUITES = ("core", "sinks", "otlp", "scale", "server", "workers", "report", "watch", "prometheus")

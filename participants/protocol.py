@@ -35,6 +35,7 @@ __all__ = [
     "PrepareReply",
     "PrepareReport",
     "PrepareRequest",
+    "RecordsPart",
     "RenewReply",
     "RenewRequest",
     "RestoreReply",
@@ -49,6 +50,7 @@ __all__ = [
     "WorkAdvanceReply",
     "WorkStart",
     "WorkStartReply",
+    "WorkerEndpoint",
     "decode",
     "encode",
     "error_body",
@@ -171,8 +173,17 @@ class PrepareReport(_Body):
     restarts: list[str] = msgspec.field(default_factory=list)
 
 
+class WorkerEndpoint(_Body):
+    """One worker of a multi-worker server in ``GET /status``: its own work port, if up."""
+
+    index: int
+    connected: bool
+    url: str | None = None
+
+
 class StatusReply(_Body):
-    """``GET /status``: who this is and where its state machine stands."""
+    """``GET /status``: who this is and where its state machine stands (``workers``: a
+    multi-worker server's workers, whose ports serve their sessions' work calls directly)."""
 
     kind: str
     instance: str
@@ -183,6 +194,7 @@ class StatusReply(_Body):
     episodes: int = 0
     retired_rollouts: dict[str, int] = msgspec.field(default_factory=dict)
     report: PrepareReport | None = None
+    workers: list[WorkerEndpoint] | None = None
 
 
 class PrepareReply(_Body):
@@ -196,8 +208,23 @@ class RenewReply(_Body):
     lease_expires_at: float
 
 
-class Manifest(_Body):
-    """``manifest.json``, written last and create-only next to the records file."""
+class RecordsPart(_Body):
+    """One worker's records file of a multi-worker participant's checkpoint."""
+
+    worker: int
+    records_file: str
+    records_sha256: str
+    record_count: int
+
+
+class Manifest(_Body, omit_defaults=True):
+    """``manifest.json``, written last and create-only next to the records file(s).
+
+    A single-process participant names its one records file. A participant with several
+    workers writes one file per worker, in parallel, and lists them in ``parts`` (in worker
+    order); then ``records_file`` is empty, ``records_sha256`` is the SHA-256 of the parts'
+    digests joined by newlines and ``record_count`` their sum.
+    """
 
     schema_version: int
     kind: str
@@ -206,6 +233,7 @@ class Manifest(_Body):
     records_file: str
     records_sha256: str
     record_count: int
+    parts: list[RecordsPart] = msgspec.field(default_factory=list)
 
 
 class CommitReply(_Body):
@@ -271,9 +299,13 @@ class WorkStart(_Body):
             _check_rollout_id(self.rollout_id, "rollout_id")
 
 
-class WorkStartReply(_Body):
+class WorkStartReply(_Body, omit_defaults=True):
+    """``worker_url``: the own port of the worker that holds the session (multi-worker servers
+    only): later work calls for it can go there directly, past the main process."""
+
     capture_key: str
-    boundary: int = 0
+    boundary: int
+    worker_url: str | None = None
 
 
 class WorkAdvance(_Body):
@@ -287,9 +319,12 @@ class WorkAdvance(_Body):
             _check_rollout_id(self.rollout_id, "rollout_id")
 
 
-class WorkAdvanceReply(_Body):
+class WorkAdvanceReply(_Body, omit_defaults=True):
+    """``worker_url`` as in ``WorkStartReply``: given when the call came through the main port."""
+
     boundary: int
     done: bool
+    worker_url: str | None = None
 
 
 # -- errors and codecs -------------------------------------------------------------------------

@@ -15,6 +15,14 @@ from participants.cli.command import (
 __all__ = ["BENCH"]
 
 
+def _suites() -> tuple[str, ...]:
+    """The suites of the shipped benchmarks package (its ``SUITES``), read without importing
+    any suite."""
+    import importlib
+
+    return tuple(importlib.import_module("ckpt_events_bench").SUITES)
+
+
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations and a smaller scale run")
     parser.add_argument(
@@ -25,7 +33,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=("core", "sinks", "otlp", "scale", "server", "workers", "report", "watch"),
+        choices=_suites(),
         action="append",
         help="run only these",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 from pathlib import Path
 from typing import Any, Final
@@ -68,6 +69,16 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="operations join the current OpenTelemetry span (e.g. under opentelemetry-instrument)",
     )
     parser.add_argument(
+        "--step-seconds",
+        type=step_amount,
+        help="environment only: seconds each unit of work waits (default 0.01, a simulated step)",
+    )
+    parser.add_argument(
+        "--step-cpu-ms",
+        type=step_amount,
+        help="environment only: milliseconds of CPU (hashing) each unit of work spends (default 0)",
+    )
+    parser.add_argument(
         "--workers",
         type=worker_count,
         default=1,
@@ -82,6 +93,17 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
     )
+
+
+def step_amount(text: str) -> float:
+    """``--step-seconds`` / ``--step-cpu-ms``: a finite number from 0 to 60,000."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= 60_000):
+        raise argparse.ArgumentTypeError(f"must be from 0 to 60000, not {text}")
+    return value
 
 
 def worker_count(text: str) -> int:
@@ -137,6 +159,11 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         )
     elif args.inference_url or args.inference_token_file:
         raise CommandError("--inference-url and --inference-token-file are for serve model only")
+    for flag, name in (("--step-seconds", "step_seconds"), ("--step-cpu-ms", "step_cpu_ms")):
+        if (value := getattr(args, name)) is not None:
+            if args.kind != "environment":
+                raise CommandError(f"{flag} is for serve environment only")
+            options[name] = value
     instance = args.instance or row.instance
     try:
         ratio = sinks.sample_ratio_from_env(os.environ) if args.sample_ratio is None else args.sample_ratio
@@ -148,7 +175,11 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     if args.workers > 1:
         from participants.cli.worker_process import worker_command
 
-        workers = {"workers": args.workers, "worker_command": worker_command(args.kind, instance, options)}
+        workers = {
+            "workers": args.workers,
+            "worker_command": worker_command(args.kind, instance, options),
+            "worker_host": args.host,
+        }
     return create_app(
         args.kind,
         instance=instance,
@@ -221,7 +252,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server = uvicorn.Server(config)
     server.run()
-    return 0 if server.started else 1
+    # A server that stopped itself (its workers' restart budget spent) exits non-zero.
+    return 0 if server.started and getattr(app.state, "fatal", None) is None else 1
 
 
 SERVE = Command(

@@ -43,6 +43,8 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     from ckpt_events import Bus, Telemetry
     from participants.server.app import make_workload
     from participants.server.workers import ENV_SOCKET, run_worker
+    from participants.server.workers.coordinator import ENV_SECRET
+    from participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
     from participants.workloads.registry import KINDS
 
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
@@ -57,7 +59,14 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
                 options = {**options, "inference_token": token}
             tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
             workload = make_workload(kind, tel, **options)
-            await run_worker(os.environ[ENV_SOCKET], index, workload)
+            await run_worker(
+                os.environ[ENV_SOCKET],
+                index,
+                workload,
+                secret=os.environ.pop(ENV_SECRET, ""),
+                token=os.environ.get(ENV_WORKER_TOKEN) or None,
+                host=os.environ.get(ENV_WORKER_HOST) or None,
+            )
         finally:
             if handle is not None and hasattr(handle, "aclose"):
                 await handle.aclose()

@@ -33,7 +33,7 @@ from participants.controller.run_directory import (
 )
 from participants.controller.triggers import every, on_signals
 from participants.controller.work_calls import WorkClients
-from participants.errors import CheckpointNotPrepared, CoordinationError, RolloutRetired
+from participants.errors import CheckpointNotPrepared, CoordinationError, ParticipantCallError, RolloutRetired
 from participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
 
 __all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
@@ -242,12 +242,32 @@ class Collection:
         if action == "start":
             body["steps"] = self.steps
 
-        url = member.url.rstrip("/") + "/work/" + action
+        routed = rollout.direct.get(member.name)
+        direct = routed[1] if routed is not None and routed[0] == attempt and action != "start" else None
         for _ in range(_MAX_REFUSALS):
             await self._open.wait()
             if rollout.attempt != attempt:
                 return  # a restore moved this rollout on; this call belongs to the old attempt
-            response = await self._work.post(member, url, body, headers=self.coordinator.control.auth_headers)
+            url = (direct or member.url).rstrip("/") + "/work/" + action
+            headers = self.coordinator.control.auth_headers
+            try:
+                # Straight to the worker: one try, since the main port is the fallback.
+                response = await self._work.post(
+                    member, url, body, headers=headers, tries=1 if direct else None
+                )
+            except ParticipantCallError as exc:
+                if direct is None:
+                    raise
+                logger.info(
+                    "worker port of %s unreachable (%s): through its main port", member.name, exc.detail
+                )
+                rollout.direct.pop(member.name, None)
+                direct = None
+                continue
+            if direct is not None and response.status_code == 404:
+                rollout.direct.pop(member.name, None)  # not (or no longer) on that worker
+                direct = None
+                continue
             if response.status_code == 409:
                 code = response.json().get("error", {}).get("code")
                 if code == "stale_attempt":
@@ -266,6 +286,8 @@ class Collection:
                 reply = msgspec.json.decode(response.content, type=WorkAdvanceReply)
                 if reply.done:
                     rollout.done_at.add(member.name)
+            if reply.worker_url is not None:
+                rollout.direct[member.name] = (attempt, reply.worker_url)
             if rollout.attempt == attempt:
                 rollout.at[member.name] = reply.boundary
             return

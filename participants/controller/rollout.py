@@ -12,7 +12,7 @@ __all__ = ["CollectionSummary", "Rollout"]
 class Rollout:
     """What the controller knows of one rollout: its attempt and where each participant is."""
 
-    __slots__ = ("at", "attempt", "done_at", "rollout_id", "started", "status")
+    __slots__ = ("at", "attempt", "direct", "done_at", "rollout_id", "started", "status")
 
     def __init__(self, rollout_id: str, attempt: int = 0) -> None:
         self.rollout_id = rollout_id
@@ -21,6 +21,9 @@ class Rollout:
         self.started: set[str] = set()  # members that accepted /work/start for this attempt
         self.done_at: set[str] = set()  # members where this attempt reached its last step
         self.at: dict[str, int] = {}  # the step boundary each member last reported for this attempt
+        # (attempt, URL) of the worker port that holds this rollout's session on a member with
+        # several workers: its work calls go there directly, past the member's main process.
+        self.direct: dict[str, tuple[int, str]] = {}
 
     @property
     def episode_id(self) -> EpisodeId:

@@ -70,13 +70,22 @@ class WorkClients:
         return self._given if self._given is not None else self._clients[member.url]
 
     async def post(
-        self, member: Member, url: str, body: dict[str, object], headers: Mapping[str, str] | None = None
+        self,
+        member: Member,
+        url: str,
+        body: dict[str, object],
+        headers: Mapping[str, str] | None = None,
+        *,
+        tries: int | None = None,
     ) -> httpx.Response:
-        """POST ``body``; a transient failure is retried, the last one raises ``ParticipantCallError``.
+        """POST ``body`` to ``url`` (the member's, or one of its workers' own ports, on the
+        member's pool); a transient failure is retried (``WORK_CALL_TRIES`` times in all, or
+        ``tries``), the last one raises ``ParticipantCallError``.
 
         Any other answer (2xx, or a refusal such as 409) is returned for the caller to read.
         """
-        for attempt in range(WORK_CALL_TRIES):
+        tries = WORK_CALL_TRIES if tries is None else tries
+        for attempt in range(tries):
             if attempt:
                 await anyio.sleep(_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
             try:
@@ -90,7 +99,7 @@ class WorkClients:
             failure = _failure(url, response)
         raise ParticipantCallError(
             failure.url,
-            f"{failure.detail} (failed {WORK_CALL_TRIES} times)",
+            f"{failure.detail} (failed {tries} times)" if tries > 1 else failure.detail,
             raw_code=failure.raw_code,
             status=failure.status,
         )

@@ -52,6 +52,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_records_bytes: int = RECORDS_MAX_BYTES,
     kinds: KindRegistry = KINDS,
+    worker_host: str = "127.0.0.1",
     **workload_options: Any,
 ) -> FastAPI:
     """A participant of ``kind``: one of ``kinds`` (by default ``KINDS``: environment, model,
@@ -73,7 +74,8 @@ def create_app(
     (``otel_context``: operations join the current OpenTelemetry span, e.g. FastAPI
     instrumentation's SERVER span). With ``workers`` > 1 the episodes live in worker processes
     started by ``worker_command(index)`` (or tasks made by ``worker_factory(index)``): see
-    ``participants.server.workers``.
+    ``participants.server.workers``; each worker process also serves its sessions' work
+    calls on its own port, bound on ``worker_host``.
     """
     row = kinds[kind]
     participant_kind = row.kind
@@ -122,8 +124,9 @@ def create_app(
             checkpoint_root=Path(checkpoint_root).absolute(),
             max_records_bytes=max_records_bytes,
             max_body_bytes=max_body_bytes,
+            worker_host=worker_host,
         )
-    plane = ControlPlane(
+    plane: ControlPlane[Any] = ControlPlane(
         tel,
         workload,
         lease_grace_seconds=float(lease_grace_seconds),

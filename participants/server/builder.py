@@ -25,7 +25,7 @@ from participants.server.control import ControlPlane
 from participants.server.limits import BodyLimit
 from participants.server.routes import control_router, install_error_handlers
 
-__all__ = ["Closeable", "LifespanBody", "build_app"]
+__all__ = ["Closeable", "LifespanBody", "build_app", "build_work_app"]
 
 
 class Closeable(Protocol):
@@ -102,5 +102,21 @@ def build_app(
     app.include_router(work_router)
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     # Outermost of ours: the arrival stamp is taken before routing, body parsing and auth.
+    app.add_middleware(ArrivalMiddleware, monitor=monitor)
+    return app
+
+
+def build_work_app(
+    *, title: str, tel: Telemetry, work_router: APIRouter, max_body_bytes: int, monitor: LoopLagMonitor
+) -> FastAPI:
+    """The work routes alone, as a worker of a multi-worker server serves them on its own
+    port: the same error handlers, body limit and arrival stamp as ``build_app``; the worker
+    runs ``monitor`` and owns its workload's lifetime, so there is no lifespan here."""
+    app = FastAPI(title=title)
+    app.state.telemetry = tel
+    app.state.monitor = monitor
+    install_error_handlers(app, tel)
+    app.include_router(work_router)
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     app.add_middleware(ArrivalMiddleware, monitor=monitor)
     return app

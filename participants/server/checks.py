@@ -23,6 +23,7 @@ __all__ = [
     "check_commit_scope",
     "check_deadline",
     "check_outside",
+    "check_restore_keys",
     "check_restore_scope",
 ]
 
@@ -65,7 +66,12 @@ def check_commit_scope(keys: frozenset[str] | None, held: Mapping[str, object]) 
 
 def check_restore_scope(scope: set[EpisodeId], chosen: list[Record], source: str) -> None:
     """Every requested episode is in the checkpoint read."""
-    missing = sorted(e.capture_key for e in scope - {r.episode_id for r in chosen})
+    check_restore_keys({e.capture_key for e in scope}, {r.episode_id.capture_key for r in chosen}, source)
+
+
+def check_restore_keys(scope: set[str], found: set[str], source: str) -> None:
+    """Every requested episode (by capture key) is among those ``found`` in the checkpoint read."""
+    missing = sorted(scope - found)
     if missing:
         raise InvalidCheckpointError(
             f"checkpoint {source} lacks {len(missing)} of the {len(scope)} requested episodes: "

@@ -11,16 +11,17 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from ckpt_events import ErrorCode, Operation, Phase, Telemetry
+from ckpt_events import ErrorCode, Operation, OperationSpan, Phase, Telemetry
 from participants.errors import ProtocolRefusal
 from participants.protocol import (
     CommitReply,
     CommitRequest,
+    EpisodeId,
     ForgetReply,
     ForgetRequest,
     PrepareReply,
@@ -41,17 +42,36 @@ from participants.server.arrival import timed
 from participants.server.checks import check_commit_scope, check_deadline, check_outside, check_restore_scope
 from participants.server.gc_pause import freeze, gc_paused
 from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
-from participants.server.store import WriteStop, write_checkpoint
+from participants.server.store import WriteResult, WriteStop, write_checkpoint
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
 from participants.server.store_read import read_checkpoint
 from participants.server.trace_headers import TraceHeaders
 from participants.workloads.base import Record
-from participants.workloads.checkpointable import CheckpointableWorkload
+from participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 
-__all__ = ["ControlPlane"]
+__all__ = ["ControlPlane", "Exported", "Restored"]
 
 _WAIT_SLICE: Final = 1.0
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
+
+
+class Exported(NamedTuple):
+    """What a commit's ``export`` step hands its ``write`` step: encoded records and their
+    sorted keys, or (a plane whose workers write their own records) only the scope."""
+
+    lines: list[bytes]
+    keys: list[str]
+    scope: list[EpisodeId] | None = None
+
+
+class Restored(NamedTuple):
+    """What a restore installed: the capture keys, the checkpoint read, and its bytes."""
+
+    keys: list[str]
+    source_checkpoint_id: str
+    bytes: int
+
+
 S = TypeVar("S")  # the workload's episode state, carried from check_record to install
 T = TypeVar("T")
 
@@ -62,7 +82,7 @@ class ControlPlane(Generic[S]):
     def __init__(
         self,
         tel: Telemetry,
-        workload: CheckpointableWorkload[S],
+        workload: ControlledWorkload,
         *,
         lease_grace_seconds: float,
         checkpoint_root: Path,
@@ -274,28 +294,10 @@ class ControlPlane(Generic[S]):
                     with store_refusals():
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
                     check_commit_scope(scope, self.workload.episodes)
-
-                    with o.step("export") as s, gc_paused():
-                        records = await self.workload.export(req.episode_ids)
-                        lines = [encode(r) for r in records]
-                        keys = sorted(r.episode_id.capture_key for r in records)
-                        del records  # freed while the collector is off: it never scans their lists
-                        s.set(records=len(lines))
+                    exported = await self._export(o, req.episode_ids)
                     stop = self._stop
 
-                with o.step("write") as s, store_refusals(), gc_paused():
-                    result = await anyio.to_thread.run_sync(
-                        functools.partial(
-                            write_checkpoint,
-                            directory,
-                            kind=self.workload.kind.value,
-                            instance=self.tel.instance,
-                            checkpoint_id=cid,
-                            lines=lines,
-                            stop=stop,
-                        )
-                    )
-                    s.set(records=len(lines), bytes=result.bytes)
+                result, keys = await self._write(o, directory, cid, exported, stop)
 
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
@@ -314,8 +316,44 @@ class ControlPlane(Generic[S]):
                     )
                     self._replies.commit[cid] = (reply, args)
 
-            o.set(records=len(lines), bytes=result.bytes)
+            o.set(records=result.manifest.record_count, bytes=result.bytes)
             return reply
+
+    def _records(self) -> CheckpointableWorkload[S]:
+        """The workload as one whose records this plane moves (a plane over a workload that
+        moves its own, the worker pool, overrides the steps that would call this)."""
+        if not isinstance(self.workload, CheckpointableWorkload):
+            raise TypeError(f"{type(self.workload).__name__} does not export or install records itself")
+        return self.workload
+
+    async def _export(self, o: OperationSpan, episode_ids: list[EpisodeId] | None) -> Exported:
+        """The ``export`` step, under the lock while prepared: the records, encoded."""
+        with o.step("export") as s, gc_paused():
+            records = await self._records().export(episode_ids)
+            lines = [encode(r) for r in records]
+            keys = sorted(r.episode_id.capture_key for r in records)
+            del records  # freed while the collector is off: it never scans their lists
+            s.set(records=len(lines))
+        return Exported(lines, keys)
+
+    async def _write(
+        self, o: OperationSpan, directory: Path, cid: str, exported: Exported, stop: WriteStop
+    ) -> tuple[WriteResult, list[str]]:
+        """The ``write`` step, outside the lock: records, then the manifest (never after ``stop``)."""
+        with o.step("write") as s, store_refusals(), gc_paused():
+            result = await anyio.to_thread.run_sync(
+                functools.partial(
+                    write_checkpoint,
+                    directory,
+                    kind=self.workload.kind.value,
+                    instance=self.tel.instance,
+                    checkpoint_id=cid,
+                    lines=exported.lines,
+                    stop=stop,
+                )
+            )
+            s.set(records=len(exported.lines), bytes=result.bytes)
+        return result, exported.keys
 
     async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
         cid = req.checkpoint_id
@@ -341,30 +379,14 @@ class ControlPlane(Generic[S]):
                         ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
                     )
 
-                with o.step("read") as s, store_refusals(), gc_paused():
-                    result = await anyio.to_thread.run_sync(
-                        functools.partial(
-                            read_checkpoint,
-                            resolve_under(self.checkpoint_root, req.checkpoint_dir),
-                            kind=self.workload.kind.value,
-                            instance=self.tel.instance,
-                            record_type=self.workload.record_type,
-                            max_records_bytes=self.max_records_bytes,
-                        )
-                    )
-                    chosen: list[Record] = [r for r in result.records if r.episode_id in scope]
-                    check_restore_scope(scope, chosen, result.manifest.checkpoint_id)
-                    # Every record in scope checks before anything is installed.
-                    states = [self.workload.check_record(r) for r in chosen]
-                    s.set(records=len(result.records), bytes=result.bytes)
-
+                # Admission closes from the moment a restore is admitted: work accepted beside
+                # it would run twice (once as itself, once as its restored next attempt).
                 self.workload.close_admission()
-                with o.step("install") as s, gc_paused():
-                    restored = await self.workload.install(chosen, states)
-                    s.set(records=len(chosen))
-                    # The installed state stays: later collections need not scan it. Frozen
-                    # before the collector is back on, or its first young collection would.
-                    freeze()
+                try:
+                    restored = await self._read_and_install(o, req, scope)
+                except BaseException:
+                    self.workload.open_admission()  # nothing was installed: still fresh, still idle
+                    raise
 
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
@@ -372,13 +394,43 @@ class ControlPlane(Generic[S]):
                 self._extend_lease(req.deadline_ts)
                 reply = RestoreReply(
                     phase=Phase.RESTORED,
-                    restored=restored,
-                    source_checkpoint_id=result.manifest.checkpoint_id,
+                    restored=restored.keys,
+                    source_checkpoint_id=restored.source_checkpoint_id,
                 )
                 self._replies.restore[cid] = (reply, args)
 
-            o.set(records=len(chosen), bytes=result.bytes)
+            o.set(records=len(restored.keys), bytes=restored.bytes)
             return reply
+
+    async def _read_and_install(
+        self, o: OperationSpan, req: RestoreRequest, scope: set[EpisodeId]
+    ) -> Restored:
+        """The ``read`` step (every record in scope checks first), then the ``install`` step."""
+        with o.step("read") as s, store_refusals(), gc_paused():
+            result = await anyio.to_thread.run_sync(
+                functools.partial(
+                    read_checkpoint,
+                    resolve_under(self.checkpoint_root, req.checkpoint_dir),
+                    kind=self.workload.kind.value,
+                    instance=self.tel.instance,
+                    record_type=self.workload.record_type,
+                    max_records_bytes=self.max_records_bytes,
+                )
+            )
+            chosen: list[Record] = [r for r in result.records if r.episode_id in scope]
+            check_restore_scope(scope, chosen, result.manifest.checkpoint_id)
+            # Every record in scope checks before anything is installed.
+            workload = self._records()
+            states = [workload.check_record(r) for r in chosen]
+            s.set(records=len(result.records), bytes=result.bytes)
+
+        with o.step("install") as s, gc_paused():
+            keys = await workload.install(chosen, states)
+            s.set(records=len(chosen))
+            # The installed state stays: later collections need not scan it. Frozen
+            # before the collector is back on, or its first young collection would.
+            freeze()
+        return Restored(keys, result.manifest.checkpoint_id, result.bytes)
 
     async def resume(self, req: ResumeRequest, trace: TraceHeaders) -> ResumeReply:
         """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""

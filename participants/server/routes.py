@@ -172,15 +172,27 @@ def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
     return EpisodeId(req.rollout_id, req.attempt)
 
 
-def work_router(workload: Workload[Any, Any], token: str) -> APIRouter:
-    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``."""
+def work_router(
+    workload: Workload[Any, Any],
+    token: str,
+    *,
+    worker: int | None = None,
+) -> APIRouter:
+    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``.
+
+    A worker of a multi-worker server serves the last two on its own port (its views carry
+    its ``worker`` index): sessions are placed by the main process's ``/work/start``, which
+    checks the fence and admission of the whole server, and then served by their worker.
+    """
     router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
 
-    @router.post("/start")
-    async def start(request: Request) -> Response:
-        req = await _body(request, WorkStart)
-        episode = workload.start(_episode_id(req), req.steps)
-        return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
+    if worker is None:
+
+        @router.post("/start")
+        async def start(request: Request) -> Response:
+            req = await _body(request, WorkStart)
+            episode = workload.start(_episode_id(req), req.steps)
+            return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
 
     @router.post("/advance")
     async def advance(request: Request) -> Response:
@@ -196,7 +208,8 @@ def work_router(workload: Workload[Any, Any], token: str) -> APIRouter:
         episode = workload.get(capture_key)
         if episode is None:
             return _not_found(capture_key)
-        return _json(episode_view(workload, episode))
+        view = episode_view(workload, episode)
+        return _json(view if worker is None else {**view, "worker": worker})
 
     return router
 

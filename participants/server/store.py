@@ -1,6 +1,9 @@
-"""The on-disk checkpoint of one participant: a records file, then a create-only manifest.
+"""The on-disk checkpoint of one participant: records file(s), then a create-only manifest.
 
 Layout: ``<checkpoint_dir>/gym/<kind>/<instance>/records-<sha256>.jsonl`` and ``manifest.json``.
+A participant with several workers writes one records file per worker, each by its worker in
+parallel (``write_part``), and the main process publishes one manifest listing them
+(``prepare_directory`` first, ``publish_parts`` last).
 A commit that crashes at any point leaves either no manifest or a complete, verifiable one:
 records go to a temp file (fsync), are renamed after their digest, and the manifest is
 hard-linked into place last, so it is never replaced; the directory is fsynced after each.
@@ -31,7 +34,7 @@ from participants.errors import (
     InvalidCheckpointError,
     WriteStopped,
 )
-from participants.protocol import EpisodeId, Manifest
+from participants.protocol import EpisodeId, Manifest, RecordsPart
 from participants.server.store_files import (
     MANIFEST_MAX_BYTES,
     fsync_dir,
@@ -47,9 +50,16 @@ __all__ = [
     "SCHEMA_VERSION",
     "WriteResult",
     "WriteStop",
+    "PartWritten",
     "decode_manifest",
+    "discard_parts",
+    "named_files",
+    "parts_digest",
     "participant_dir",
+    "prepare_directory",
+    "publish_parts",
     "write_checkpoint",
+    "write_part",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -141,17 +151,8 @@ def write_checkpoint(
     ``CheckpointWriteError`` whose ``published`` says whether the manifest exists; this
     writer's temp files are gone either way, and a crashed writer's are swept here.
     """
-    if SAFE_NAME.fullmatch(checkpoint_id) is None:
-        raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
-    directory = participant_dir(checkpoint_dir, kind, instance)
-    try:
-        _step("make_dirs")
-        make_dirs(directory)
-    except OSError as exc:
-        raise CheckpointWriteError(
-            f"cannot create {directory}: {exc.strerror}; no checkpoint was published", published=False
-        ) from None
-    _sweep(directory)
+    _check_checkpoint_id(checkpoint_id)
+    directory = prepare_directory(checkpoint_dir, kind=kind, instance=instance)
     records, sha, count, size = _write_records(directory, lines)
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
@@ -162,30 +163,120 @@ def write_checkpoint(
         records_sha256=sha,
         record_count=count,
     )
-    _publish(directory, manifest, records, stop)
+    _publish(directory, manifest, [records], stop)
     return WriteResult(manifest, size, directory / MANIFEST_NAME)
+
+
+def _check_checkpoint_id(checkpoint_id: str) -> None:
+    if SAFE_NAME.fullmatch(checkpoint_id) is None:
+        raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
+
+
+def prepare_directory(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str) -> Path:
+    """The participant's directory, created (durably) and swept of what a crashed commit left."""
+    directory = participant_dir(checkpoint_dir, kind, instance)
+    try:
+        _step("make_dirs")
+        make_dirs(directory)
+    except OSError as exc:
+        raise CheckpointWriteError(
+            f"cannot create {directory}: {exc.strerror}; no checkpoint was published", published=False
+        ) from None
+    _sweep(directory)
+    return directory
+
+
+class PartWritten(NamedTuple):
+    """What one worker's ``write_part`` wrote: its records file (renamed after its digest)."""
+
+    records_file: str
+    records_sha256: str
+    record_count: int
+    bytes: int
+
+
+def write_part(directory: Path, lines: Iterable[bytes]) -> PartWritten:
+    """One worker's records file in ``directory`` (made by ``prepare_directory``); no manifest.
+
+    Never sweeps: the other workers are writing theirs beside it. ``CheckpointWriteError``
+    (nothing of this part left behind) if the disk fails.
+    """
+    records, sha, count, size = _write_records(directory, lines)
+    return PartWritten(records.name, sha, count, size)
+
+
+def parts_digest(parts: Iterable[RecordsPart]) -> str:
+    """The manifest's ``records_sha256`` of a multi-part checkpoint: its parts' digests, hashed."""
+    return hashlib.sha256("\n".join(p.records_sha256 for p in parts).encode()).hexdigest()
+
+
+def publish_parts(
+    directory: Path,
+    *,
+    kind: str,
+    instance: str,
+    checkpoint_id: str,
+    parts: list[RecordsPart],
+    stop: WriteStop | None = None,
+) -> WriteResult:
+    """Publish the manifest of a multi-worker checkpoint whose ``parts`` are written already.
+
+    As ``write_checkpoint``'s last step: create-only, never after ``stop``, and what it cannot
+    publish it deletes (the parts too, unless a published manifest names them).
+    """
+    files = [directory / p.records_file for p in parts]
+    try:
+        _check_checkpoint_id(checkpoint_id)
+        for part in parts:
+            if RECORDS_FILE.fullmatch(part.records_file) is None:
+                raise InvalidCheckpointError(f"{part.records_file!r} is not a records file name")
+    except InvalidCheckpointError:
+        _unlink_unless_published(files, directory / MANIFEST_NAME)
+        raise
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        kind=kind,
+        instance=instance,
+        checkpoint_id=checkpoint_id,
+        records_file="",
+        records_sha256=parts_digest(parts),
+        record_count=sum(p.record_count for p in parts),
+        parts=parts,
+    )
+    size = 0
+    with contextlib.suppress(OSError):
+        size = sum(os.stat(f).st_size for f in set(files))
+    _publish(directory, manifest, files, stop)
+    return WriteResult(manifest, size, directory / MANIFEST_NAME)
+
+
+def discard_parts(directory: Path, names: Iterable[str]) -> None:
+    """Delete the parts a failed multi-worker commit wrote, except those a manifest names."""
+    _unlink_unless_published([directory / name for name in names], directory / MANIFEST_NAME)
+
+
+def named_files(manifest: Manifest) -> set[str]:
+    """The records files ``manifest`` names (one, or its parts')."""
+    if manifest.parts:
+        return {p.records_file for p in manifest.parts}
+    return {manifest.records_file}
 
 
 def _sweep(directory: Path) -> None:
     """Delete what a crashed commit left: temp files, and records no manifest names."""
-    named: str | None = None
+    named: set[str] | None = set()
     try:
-        named = decode_manifest(read_bounded(directory / MANIFEST_NAME, MANIFEST_MAX_BYTES)).records_file
+        named = named_files(decode_manifest(read_bounded(directory / MANIFEST_NAME, MANIFEST_MAX_BYTES)))
     except FileNotFoundError:
         pass
     except (OSError, CheckpointStoreError, msgspec.MsgspecError):
-        named = ""  # an unreadable manifest: keep every records file, the reader will judge
+        named = None  # an unreadable manifest: keep every records file, the reader will judge
     with contextlib.suppress(OSError):
         for entry in os.scandir(directory):
-            orphan = (
-                entry.name.startswith(_TEMP_PREFIXES)
-                or (
-                    named is not None
-                    and named != ""
-                    and RECORDS_FILE.fullmatch(entry.name) is not None
-                    and entry.name != named
-                )
-                or (named is None and RECORDS_FILE.fullmatch(entry.name) is not None)
+            orphan = entry.name.startswith(_TEMP_PREFIXES) or (
+                named is not None
+                and RECORDS_FILE.fullmatch(entry.name) is not None
+                and entry.name not in named
             )
             if orphan and entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(OSError):
@@ -221,7 +312,7 @@ def _write_records(directory: Path, lines: Iterable[bytes]) -> tuple[Path, str, 
         with contextlib.suppress(OSError):
             temp.unlink()
         if records is not None:
-            _unlink_unless_published(records, directory / MANIFEST_NAME)
+            _unlink_unless_published([records], directory / MANIFEST_NAME)
         raise CheckpointWriteError(
             f"cannot write records in {directory}: {exc.strerror}; no checkpoint was published",
             published=False,
@@ -229,7 +320,7 @@ def _write_records(directory: Path, lines: Iterable[bytes]) -> tuple[Path, str, 
     return records, sha, count, size
 
 
-def _publish(directory: Path, manifest: Manifest, records: Path, stop: WriteStop | None) -> None:
+def _publish(directory: Path, manifest: Manifest, records: list[Path], stop: WriteStop | None) -> None:
     content = _manifest_encoder.encode(manifest)
     target = directory / MANIFEST_NAME
     temp = directory / f".manifest.json.{secrets.token_hex(8)}"
@@ -270,7 +361,7 @@ def _publish(directory: Path, manifest: Manifest, records: Path, stop: WriteStop
 
 
 def _write_failed(
-    directory: Path, records: Path, target: Path, *, linked: bool, existed: bool, exc: OSError
+    directory: Path, records: list[Path], target: Path, *, linked: bool, existed: bool, exc: OSError
 ) -> CheckpointWriteError:
     """Undo what this writer published, and say truthfully whether a checkpoint exists now."""
     why = f"cannot publish the manifest in {directory}: {exc.strerror}"
@@ -294,13 +385,15 @@ def _write_failed(
     return CheckpointWriteError(f"{why}; no checkpoint was published", published=False)
 
 
-def _unlink_unless_published(records: Path, manifest_path: Path) -> None:
-    """Delete a losing writer's records, unless a published manifest names the same file."""
+def _unlink_unless_published(records: list[Path], manifest_path: Path) -> None:
+    """Delete a losing writer's records, except those a published manifest names."""
+    named: set[str] = set()
     with contextlib.suppress(OSError, CheckpointStoreError, msgspec.MsgspecError):
-        if decode_manifest(read_bounded(manifest_path, MANIFEST_MAX_BYTES)).records_file == records.name:
-            return
-    with contextlib.suppress(OSError):
-        records.unlink()
+        named = named_files(decode_manifest(read_bounded(manifest_path, MANIFEST_MAX_BYTES)))
+    for path in records:
+        if path.name not in named:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def decode_manifest(raw: bytes) -> Manifest:

@@ -14,6 +14,7 @@ import operator
 import os
 import re
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Final, Generic, NamedTuple
 
 import msgspec
@@ -21,7 +22,7 @@ import msgspec
 from ckpt_events import SAFE_NAME
 from participants.errors import InvalidCheckpointError
 from participants.faults import read_pause
-from participants.protocol import EpisodeId, Manifest
+from participants.protocol import EpisodeId, Manifest, RecordsPart
 from participants.server.store import (
     MANIFEST_NAME,
     RECORDS_FILE,
@@ -29,6 +30,7 @@ from participants.server.store import (
     R,
     decode_manifest,
     participant_dir,
+    parts_digest,
 )
 from participants.server.store_files import (
     MANIFEST_MAX_BYTES,
@@ -38,7 +40,7 @@ from participants.server.store_files import (
     read_chunks,
 )
 
-__all__ = ["ReadResult", "read_checkpoint"]
+__all__ = ["ALL", "ReadResult", "Share", "files_of", "read_checkpoint", "read_manifest", "read_part"]
 
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -49,18 +51,19 @@ class ReadResult(NamedTuple, Generic[R]):
     bytes: int
 
 
-def read_checkpoint(
-    checkpoint_dir: str | os.PathLike[str],
-    *,
-    kind: str,
-    instance: str,
-    record_type: type[R],
-    max_records_bytes: int = RECORDS_MAX_BYTES,
-) -> ReadResult[R]:
-    """Read and verify this participant's checkpoint; nothing is returned unless all of it checks.
+class Share(NamedTuple):
+    """Which records of a file a reader keeps: those at positions ``p`` with ``p % modulus ==
+    residue`` (``Share(1, 0)``: all). Several workers reading one file each keep their share."""
 
-    Only regular files are read, never more than their bound (the records file is streamed).
-    """
+    modulus: int = 1
+    residue: int = 0
+
+
+ALL: Final = Share()
+
+
+def read_manifest(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str) -> Manifest:
+    """This participant's manifest, checked (its records are not read here)."""
     directory = participant_dir(checkpoint_dir, kind, instance)
     manifest_path = directory / MANIFEST_NAME
     try:
@@ -74,35 +77,95 @@ def read_checkpoint(
     except msgspec.MsgspecError as exc:
         raise InvalidCheckpointError(f"{manifest_path} is not a valid manifest: {exc}") from None
     _check_manifest(manifest, kind, instance)
+    return manifest
+
+
+def files_of(manifest: Manifest) -> list[RecordsPart]:
+    """The records files to read, as parts (a single-file manifest is one part, worker 0)."""
+    if manifest.parts:
+        return list(manifest.parts)
+    return [RecordsPart(0, manifest.records_file, manifest.records_sha256, manifest.record_count)]
+
+
+def read_checkpoint(
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    kind: str,
+    instance: str,
+    record_type: type[R],
+    max_records_bytes: int = RECORDS_MAX_BYTES,
+) -> ReadResult[R]:
+    """Read and verify this participant's checkpoint; nothing is returned unless all of it checks.
+
+    Only regular files are read, never more than their bound (the records file is streamed).
+    A multi-part checkpoint is read part after part; an episode in two parts does not check.
+    """
+    manifest = read_manifest(checkpoint_dir, kind=kind, instance=instance)
+    directory = participant_dir(checkpoint_dir, kind, instance)
+    records: list[R] = []
+    seen: set[EpisodeId] = set()
+    size = 0
+    for part in files_of(manifest):
+        got, part_size = read_part(
+            directory,
+            part,
+            kind=kind,
+            instance=instance,
+            record_type=record_type,
+            max_records_bytes=max_records_bytes,
+            seen=seen,
+        )
+        records += got
+        size += part_size
+    return ReadResult(manifest, records, size)
+
+
+def read_part(
+    directory: Path,
+    part: RecordsPart,
+    *,
+    kind: str,
+    instance: str,
+    record_type: type[R],
+    max_records_bytes: int = RECORDS_MAX_BYTES,
+    share: Share = ALL,
+    seen: set[EpisodeId] | None = None,
+) -> tuple[list[R], int]:
+    """The records of ``share`` of one records file in the participant's ``directory``: the
+    whole file is hashed and counted, only the share is decoded. ``seen`` (episodes read
+    before, from other parts) grows by what this part holds; a repeat does not check."""
     try:
-        fd = open_regular(directory / manifest.records_file, max_records_bytes)
+        fd = open_regular(directory / part.records_file, max_records_bytes)
     except FileNotFoundError:
-        raise InvalidCheckpointError(f"records file {manifest.records_file} is missing") from None
+        raise InvalidCheckpointError(f"records file {part.records_file} is missing") from None
     except OSError as exc:
-        raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
-    chunks = read_chunks(fd, directory / manifest.records_file, max_records_bytes)
+        raise InvalidCheckpointError(f"cannot read {part.records_file}: {exc.strerror}") from None
+    chunks = read_chunks(fd, directory / part.records_file, max_records_bytes)
     with contextlib.closing(chunks):
         try:
-            records, size = _decode_records(chunks, manifest, record_type, read_pause(instance))
+            return _decode_records(
+                chunks, part, kind, record_type, read_pause(instance), share, set() if seen is None else seen
+            )
         except OSError as exc:
-            raise InvalidCheckpointError(f"cannot read {manifest.records_file}: {exc.strerror}") from None
-    return ReadResult(manifest, records, size)
+            raise InvalidCheckpointError(f"cannot read {part.records_file}: {exc.strerror}") from None
 
 
 def _decode_records(
     chunks: Iterable[bytes],
-    manifest: Manifest,
+    part: RecordsPart,
+    kind: str,
     record_type: type[R],
-    pause: Callable[[int], None] | None = None,
+    pause: Callable[[int], None] | None,
+    share: Share,
+    seen: set[EpisodeId],
 ) -> tuple[list[R], int]:
     """Hash, split and decode the records as they stream in; the digest is judged first, then
     the first bad record (decoding stops there, hashing goes on), then the count."""
     digest = hashlib.sha256()
     decoder = msgspec.json.Decoder(record_type)
     records: list[R] = []
-    seen: set[EpisodeId] = set()
     problem: str | None = None
-    size = 0
+    size = lines_seen = 0
     tail = b""
     for chunk in chunks:
         digest.update(chunk)
@@ -110,52 +173,52 @@ def _decode_records(
         if problem is not None:
             continue
         *lines, tail = (tail + chunk).split(b"\n")
-        problem = _add_records(decoder, lines, records, seen, manifest)
+        first = lines_seen
+        lines_seen += len(lines)
+        if lines_seen > part.record_count:
+            problem = f"records file has more than the {part.record_count} records the manifest says"
+        else:
+            if share.modulus > 1:
+                lines = lines[(share.residue - first) % share.modulus :: share.modulus]
+            problem = _add_records(decoder, lines, records, seen, kind)
         if pause is not None:
             pause(len(lines))  # CKPT_EVENTS_FAULT=slow-restore:<instance> only
         if problem is not None:
             tail = b""
-    if digest.hexdigest() != manifest.records_sha256:
-        raise InvalidCheckpointError(
-            f"records file {manifest.records_file} does not match its SHA-256 digest"
-        )
+    if digest.hexdigest() != part.records_sha256:
+        raise InvalidCheckpointError(f"records file {part.records_file} does not match its SHA-256 digest")
     if problem is not None:
         raise InvalidCheckpointError(problem)
     if tail:
-        raise InvalidCheckpointError(f"records file {manifest.records_file} is truncated")
-    if len(records) != manifest.record_count:
+        raise InvalidCheckpointError(f"records file {part.records_file} is truncated")
+    if lines_seen != part.record_count:
         raise InvalidCheckpointError(
-            f"records file has {len(records)} records, the manifest says {manifest.record_count}"
+            f"records file has {lines_seen} records, the manifest says {part.record_count}"
         )
     return records, size
 
 
 def _add_records(
-    decoder: msgspec.json.Decoder[R],
-    lines: list[bytes],
-    records: list[R],
-    seen: set[EpisodeId],
-    manifest: Manifest,
+    decoder: msgspec.json.Decoder[R], lines: list[bytes], records: list[R], seen: set[EpisodeId], kind: str
 ) -> str | None:
     """Decode a chunk's whole lines into ``records``; returns what is wrong with the first bad one.
 
     The lines decode one by one in C (``map``), with no Python frame per record; only when
-    something is wrong (a line that does not decode, a repeated episode, too many records)
-    are they gone through again one at a time, to name the first bad record exactly.
+    something is wrong (a line that does not decode, a repeated episode) are they gone
+    through again one at a time, to name the first bad record exactly.
     """
-    if len(records) + len(lines) <= manifest.record_count:
-        try:
-            batch = list(map(decoder.decode, lines))
-        except msgspec.MsgspecError:
-            pass
-        else:
-            ids = set(map(_episode_id, batch))
-            if len(ids) == len(batch) and seen.isdisjoint(ids):
-                seen |= ids
-                records += batch
-                return None
+    try:
+        batch = list(map(decoder.decode, lines))
+    except msgspec.MsgspecError:
+        pass
+    else:
+        ids = set(map(_episode_id, batch))
+        if len(ids) == len(batch) and seen.isdisjoint(ids):
+            seen |= ids
+            records += batch
+            return None
     for line in lines:
-        problem = _add_record(decoder, line, records, seen, manifest)
+        problem = _add_record(decoder, line, records, seen, kind)
         if problem is not None:
             return problem
     return None
@@ -165,16 +228,14 @@ _episode_id: Final = operator.attrgetter("episode_id")
 
 
 def _add_record(
-    decoder: msgspec.json.Decoder[R], line: bytes, records: list[R], seen: set[EpisodeId], manifest: Manifest
+    decoder: msgspec.json.Decoder[R], line: bytes, records: list[R], seen: set[EpisodeId], kind: str
 ) -> str | None:
     """Decode one line into ``records``; returns what is wrong with it, if anything."""
     number = len(records) + 1
-    if number > manifest.record_count:
-        return f"records file has more than the {manifest.record_count} records the manifest says"
     try:
         record = decoder.decode(line)
     except msgspec.MsgspecError as exc:
-        return f"record {number} is not a valid {manifest.kind} record: {exc}"
+        return f"record {number} is not a valid {kind} record: {exc}"
     if record.episode_id in seen:
         return f"record {number} repeats episode {record.episode_id.capture_key}"
     seen.add(record.episode_id)
@@ -193,16 +254,30 @@ def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
         )
     if SAFE_NAME.fullmatch(manifest.checkpoint_id) is None:
         raise InvalidCheckpointError(f"manifest checkpoint_id {manifest.checkpoint_id!r} is not a safe name")
-    name = RECORDS_FILE.fullmatch(manifest.records_file)
+    if manifest.parts:
+        if manifest.records_file:
+            raise InvalidCheckpointError("a manifest with parts names no records_file of its own")
+        if manifest.records_sha256 != parts_digest(manifest.parts):
+            raise InvalidCheckpointError("manifest records_sha256 is not the digest of its parts' digests")
+        if manifest.record_count != sum(p.record_count for p in manifest.parts):
+            raise InvalidCheckpointError("manifest record_count is not the sum of its parts' counts")
+    for part in files_of(manifest):
+        _check_part(part)
+
+
+def _check_part(part: RecordsPart) -> None:
+    name = RECORDS_FILE.fullmatch(part.records_file)
     if name is None:
         raise InvalidCheckpointError(
-            f"manifest records_file {manifest.records_file!r} is not a records file name"
+            f"manifest records_file {part.records_file!r} is not a records file name"
         )
-    if _SHA256.fullmatch(manifest.records_sha256) is None:
+    if _SHA256.fullmatch(part.records_sha256) is None:
         raise InvalidCheckpointError("manifest records_sha256 is not a SHA-256 hex digest")
-    if name.group(1) is not None and name.group(1)[1:] != manifest.records_sha256:
+    if name.group(1) is not None and name.group(1)[1:] != part.records_sha256:
         raise InvalidCheckpointError(
-            f"records file {manifest.records_file} is not named after the manifest's digest"
+            f"records file {part.records_file} is not named after the manifest's digest"
         )
-    if manifest.record_count < 0:
+    if part.record_count < 0:
         raise InvalidCheckpointError("manifest record_count is negative")
+    if part.worker < 0:
+        raise InvalidCheckpointError("manifest part worker is negative")

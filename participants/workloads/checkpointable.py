@@ -1,27 +1,31 @@
-"""``CheckpointableWorkload``: what the control plane needs of a workload, and nothing more.
+"""What the control plane needs of a workload, and nothing more.
 
-``Workload`` (in ``base``) implements it for every kind. ``S`` is the kind's episode state:
-the control plane never looks inside it, it only carries the states ``check_record`` returns
-to ``install``, so a restore checks every record before it installs any.
+``ControlledWorkload`` is what every control plane drives: admission, readiness, fencing,
+stop and retire. ``CheckpointableWorkload`` adds the records a single-process plane moves
+itself (``export``; ``check_record`` then ``install``). ``Workload`` (in ``base``) implements
+both for every kind; a multi-worker server's pool is only a ``ControlledWorkload``: its
+workers write and read their own records. ``S`` is the kind's episode state: the control
+plane never looks inside it, it only carries the states ``check_record`` returns to
+``install``, so a restore checks every record before it installs any.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ckpt_events import Kind, OperationSpan
 from participants.protocol import EpisodeId, PrepareReport
 from participants.workloads.base import Record
 from participants.workloads.fence import RetiredAttempts
 
-__all__ = ["CheckpointableWorkload"]
+__all__ = ["CheckpointableWorkload", "ControlledWorkload"]
 
 S = TypeVar("S")
 
 
-class CheckpointableWorkload(Protocol[S]):
-    """The members of a workload the checkpoint state machine uses (``server.control``)."""
+class ControlledWorkload(Protocol):
+    """The members of a workload every checkpoint state machine uses (``server.control``)."""
 
     @property
     def kind(self) -> Kind: ...
@@ -59,16 +63,21 @@ class CheckpointableWorkload(Protocol[S]):
 
     async def wait_changed(self, timeout: float) -> None: ...
 
-    async def export(self, scope: Iterable[EpisodeId] | None) -> Sequence[Record]: ...
-
     def stop(self, keys: Iterable[str]) -> None: ...
 
     def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]: ...
+
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]: ...
+
+
+@runtime_checkable
+class CheckpointableWorkload(ControlledWorkload, Protocol[S]):
+    """A workload whose records the control plane exports, checks and installs itself."""
+
+    async def export(self, scope: Iterable[EpisodeId] | None) -> Sequence[Record]: ...
 
     def check_record(self, record: Record) -> S:
         """The state to install from ``record``; raises ``InvalidCheckpointError`` if it does not check."""
         ...
 
     async def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]: ...
-
-    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]: ...

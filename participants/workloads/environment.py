@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
 from typing import Any
 
 import anyio
@@ -12,7 +14,15 @@ from participants.protocol import EpisodeId
 from participants.workloads.base import Episode, Record, Workload, finite_sleep
 from participants.workloads.records import digest, invalid_record, task_digest
 
-__all__ = ["EnvironmentRecord", "EnvironmentState", "EnvironmentWorkload"]
+__all__ = ["EnvironmentRecord", "EnvironmentState", "EnvironmentWorkload", "burn_cpu"]
+
+
+def burn_cpu(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU time hashing (a step that computes, not waits)."""
+    end = time.thread_time() + seconds
+    block = b"\x00" * 4096
+    while time.thread_time() < end:
+        hashlib.sha256(block).digest()
 
 
 class EnvironmentRecord(Record, kw_only=True):
@@ -35,14 +45,20 @@ class EnvironmentWorkload(Workload[EnvironmentState, EnvironmentRecord]):
     kind = Kind.ENVIRONMENT
     record_type = EnvironmentRecord
 
-    def __init__(self, tel: Telemetry, *, step_seconds: float = 0.01, **options: Any) -> None:
+    def __init__(
+        self, tel: Telemetry, *, step_seconds: float = 0.01, step_cpu_ms: float = 0.0, **options: Any
+    ) -> None:
         super().__init__(tel, **options)
         self.step_seconds = finite_sleep(step_seconds)
+        #: CPU each step spends hashing, in the loop (a CPU-bound environment, for benchmarks).
+        self.step_cpu_seconds = finite_sleep(step_cpu_ms / 1000.0)
 
     def initial_state(self, episode_id: EpisodeId, steps: int) -> EnvironmentState:
         return EnvironmentState(task_digest=task_digest(episode_id.rollout_id, steps), total_reward=0)
 
     async def work(self, episode: Episode[EnvironmentState]) -> None:
+        if self.step_cpu_seconds:
+            burn_cpu(self.step_cpu_seconds)
         await anyio.sleep(self.step_seconds)
         reward = int(digest(episode.episode_id.rollout_id, episode.boundary)[:2], 16) % 10
         episode.state.total_reward += reward

@@ -173,7 +173,6 @@ async def test_shutdown_warning_is_logged_once(caplog: pytest.LogCaptureFixture)
     assert len(warnings) == 1 and "'one'" in warnings[0] and "'two'" in warnings[0]
 
 
-
 class _Finished:
     """Counts finished operations."""
 

@@ -5,14 +5,13 @@ main process's socket), ``pool`` (the workload the control plane drives), ``work
 worker's end), ``supervisor`` (the worker processes) and ``app`` (``create_worker_app``).
 """
 
-from participants.server.workers.app import PLACEMENT_FILE, WorkerControlPlane, create_worker_app
+from participants.server.workers.app import WorkerControlPlane, create_worker_app
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
 from participants.server.workers.worker import run_worker
 
 __all__ = [
     "ENV_SOCKET",
-    "PLACEMENT_FILE",
     "WorkerControlPlane",
     "WorkerCoordinator",
     "WorkerPool",

@@ -5,15 +5,16 @@ over a ``WorkerPool``; the work routes are forwarded, by capture key, to the wor
 the episode (placement must be sticky: a session's state lives in one worker, and a restore
 puts sessions back on their pre-crash owner, which connection-hashing ``SO_REUSEPORT`` cannot
 do). Workers are processes (``worker_command``) or, for tests, tasks in this process
-(``worker_factory``). Next to each committed manifest the plane writes ``workers.json``
-(capture key -> worker), the placement hint a restore reads; without it sessions are
-balanced by load.
+(``worker_factory``). Each worker writes its own records file of a commit and reads its own
+share of a restore; the manifest's parts name each file's worker, so a restore puts every
+session back on the worker that wrote it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import functools
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -21,24 +22,28 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import anyio
+import anyio.to_thread
+import msgspec
 from anyio.abc import TaskGroup
 from fastapi import FastAPI, Request, Response
 
-from ckpt_events import Bus, CkptEventsError, Phase, Telemetry
+from ckpt_events import Bus, OperationSpan, Phase, Telemetry
 from participants.protocol import (
-    CommitReply,
-    CommitRequest,
+    EpisodeId,
     PrepareReport,
-    RestoreReply,
     RestoreRequest,
+    StatusReply,
     WorkAdvance,
     WorkAdvanceReply,
+    WorkerEndpoint,
     WorkStart,
     WorkStartReply,
 )
 from participants.server.builder import build_app
-from participants.server.control import ControlPlane
+from participants.server.checks import check_restore_keys
+from participants.server.control import ControlPlane, Exported, Restored
 from participants.server.limits import DEFAULT_MAX_BODY_BYTES
+from participants.server.replies import store_refusals
 from participants.server.routes import (
     _body,
     _episode_id,
@@ -46,44 +51,83 @@ from participants.server.routes import (
     _not_found,
     bearer_auth,
 )
-from participants.server.store import participant_dir
+from participants.server.store import (
+    WriteResult,
+    WriteStop,
+    discard_parts,
+    participant_dir,
+    prepare_directory,
+    publish_parts,
+)
 from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
-from participants.server.trace_headers import TraceHeaders
+from participants.server.store_read import files_of, read_manifest
 from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from participants.server.workers.pool import WorkerPool
 from participants.server.workers.share import NotingTelemetry
 from participants.server.workers.supervisor import WorkerSupervisor
 from participants.server.workers.worker import run_worker
+from participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
 from participants.workloads.base import Workload
 
-__all__ = ["PLACEMENT_FILE", "WorkerControlPlane", "create_worker_app"]
+__all__ = ["WorkerControlPlane", "create_worker_app"]
 
-#: The placement hint written next to a multi-worker participant's manifest.
-PLACEMENT_FILE: Final = "workers.json"
 _JOIN_SECONDS: Final = 30.0
 #: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
 _WAIT_SLICE: Final = 1.0
 
 
 class WorkerControlPlane(ControlPlane[Any]):
-    """The control plane of a multi-worker server: writes and reads the placement hint."""
+    """The control plane of a multi-worker server: the workers write and read the records.
+
+    A commit's export and write are one step in every worker at once (each its own records
+    file), then this process publishes the manifest listing the parts. A restore reads the
+    manifest here, then every worker reads and checks its share at once (``stage``), and
+    only when all have does each install (``install_staged``): all or nothing, as at N = 1.
+    """
 
     pool: WorkerPool
 
-    def _placement_path(self, checkpoint_dir: str) -> Any:
-        directory = resolve_under(self.checkpoint_root, checkpoint_dir)
-        return participant_dir(directory, self.workload.kind.value, self.tel.instance) / PLACEMENT_FILE
+    async def _export(self, o: OperationSpan, episode_ids: list[EpisodeId] | None) -> Exported:
+        self.pool.check_all_connected("commit")
+        return Exported([], [], episode_ids)
 
-    async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
-        reply = await super().commit(req, trace)
-        owners = {k: self.pool.owners[k] for k in reply.episode_ids if k in self.pool.owners}
-        path = self._placement_path(req.checkpoint_dir)
-        with contextlib.suppress(OSError):
-            if not path.exists():
-                await anyio.Path(path).write_text(
-                    json.dumps({"workers": self.pool.coordinator.workers, "owners": owners})
+    async def _write(
+        self, o: OperationSpan, directory: Path, cid: str, exported: Exported, stop: WriteStop
+    ) -> tuple[WriteResult, list[str]]:
+        kind, instance = self.workload.kind.value, self.tel.instance
+        with o.step("write") as s, store_refusals():
+            where = await anyio.to_thread.run_sync(
+                functools.partial(prepare_directory, directory, kind=kind, instance=instance)
+            )
+            try:
+                parts = await self.pool.write_parts(str(where), exported.scope)
+            except BaseException:
+                await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
+                raise
+            result = await anyio.to_thread.run_sync(
+                functools.partial(
+                    publish_parts,
+                    where,
+                    kind=kind,
+                    instance=instance,
+                    checkpoint_id=cid,
+                    parts=[part for part, _ in parts],
+                    stop=stop,
                 )
-        return reply
+            )
+            s.set(records=result.manifest.record_count, bytes=result.bytes)
+        return result, sorted(key for _, keys in parts for key in keys)
+
+    async def status(self) -> StatusReply:
+        """As at N = 1, with each worker's own work port."""
+        reply = await super().status()
+        coordinator = self.pool.coordinator
+        connected = set(coordinator.connected())
+        workers = [
+            WorkerEndpoint(index=i, connected=i in connected, url=coordinator.urls.get(i))
+            for i in range(coordinator.workers)
+        ]
+        return msgspec.structs.replace(reply, workers=workers)
 
     async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
         """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
@@ -97,13 +141,27 @@ class WorkerControlPlane(ControlPlane[Any]):
             report = self.pool.report()
         return report
 
-    async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
-        hint: dict[str, int] = {}
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, CkptEventsError):
-            data = json.loads(await anyio.Path(self._placement_path(req.checkpoint_dir)).read_text())
-            hint = {str(k): int(v) for k, v in dict(data["owners"]).items()}
-        self.pool.placement_hint = hint
-        return await super().restore(req, trace)
+    async def _read_and_install(
+        self, o: OperationSpan, req: RestoreRequest, scope: set[EpisodeId]
+    ) -> Restored:
+        kind, instance = self.workload.kind.value, self.tel.instance
+        with o.step("read") as s, store_refusals():
+            directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
+            manifest = await anyio.to_thread.run_sync(
+                functools.partial(read_manifest, directory, kind=kind, instance=instance)
+            )
+            where = participant_dir(directory, kind, instance)
+            found, size = await self.pool.stage(str(where), files_of(manifest), scope)
+            try:
+                check_restore_keys({e.capture_key for e in scope}, found, manifest.checkpoint_id)
+            except BaseException:
+                self.pool.discard()
+                raise
+            s.set(records=manifest.record_count, bytes=size)
+        with o.step("install") as s:
+            keys = await self.pool.install_staged()
+            s.set(records=len(keys))
+        return Restored(keys, manifest.checkpoint_id, size)
 
 
 def _work_router(pool: WorkerPool, token: str) -> Any:
@@ -115,16 +173,21 @@ def _work_router(pool: WorkerPool, token: str) -> Any:
     async def start(request: Request) -> Response:
         req = await _body(request, WorkStart)
         reply = await pool.start(_episode_id(req), req.steps)
-        return _json(WorkStartReply(capture_key=reply["capture_key"], boundary=reply["boundary"]))
+        key = reply["capture_key"]
+        return _json(
+            WorkStartReply(capture_key=key, boundary=reply["boundary"], worker_url=pool.worker_url(key))
+        )
 
     @router.post("/advance")
     async def advance(request: Request) -> Response:
         req = await _body(request, WorkAdvance)
+        episode_id = _episode_id(req)
         try:
-            reply = await pool.advance(_episode_id(req))
+            reply = await pool.advance(episode_id)
         except LookupError as exc:
             return _not_found(str(exc.args[0]))
-        return _json(WorkAdvanceReply(boundary=reply["boundary"], done=reply["done"]))
+        url = pool.worker_url(episode_id.capture_key)
+        return _json(WorkAdvanceReply(boundary=reply["boundary"], done=reply["done"], worker_url=url))
 
     @router.get("/{capture_key}")
     async def get(capture_key: str) -> Response:
@@ -132,6 +195,17 @@ def _work_router(pool: WorkerPool, token: str) -> Any:
         return _not_found(capture_key) if view is None else _json(view)
 
     return router
+
+
+def _stop_server(app: FastAPI) -> Callable[[str], None]:
+    """What a spent restart budget does: note why on ``app.state.fatal`` (``serve`` then exits
+    non-zero) and stop the server as SIGTERM does (gracefully, within its deadline)."""
+
+    def stop(why: str) -> None:
+        app.state.fatal = why
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    return stop
 
 
 def create_worker_app(
@@ -148,10 +222,13 @@ def create_worker_app(
     checkpoint_root: Path,
     max_records_bytes: int = RECORDS_MAX_BYTES,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    worker_host: str = "127.0.0.1",
 ) -> FastAPI:
     """The main process of a participant with ``workers`` workers (``checker`` is a local
-    workload of the kind; the pool only checks records with it, its ``tel`` is the server's;
-    with ``own_bus`` the lifespan enters that bus and calls ``configure_sinks`` on it)."""
+    workload of the kind, its ``tel`` the server's; with ``own_bus`` the lifespan enters that
+    bus and calls ``configure_sinks`` on it). Worker processes serve their sessions' work
+    calls on their own ports, bound on ``worker_host``; worker tasks (``worker_factory``) are
+    reached through the main process only."""
     tel: Telemetry = checker.tel
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
@@ -172,10 +249,28 @@ def create_worker_app(
         await tg.start(coordinator.serve)
         if worker_factory is not None:
             for index in range(workers):
-                tg.start_soon(run_worker, coordinator.socket_path, index, worker_factory(index))
+                secret = coordinator.new_secret(index)
+                tg.start_soon(
+                    functools.partial(run_worker, secret=secret),
+                    coordinator.socket_path,
+                    index,
+                    worker_factory(index),
+                )
         elif worker_command is not None:
-            env = {**getattr(worker_command, "env", {}), ENV_SOCKET: coordinator.socket_path}
-            supervisor = WorkerSupervisor(workers, worker_command, env=env)
+            env = {
+                **getattr(worker_command, "env", {}),
+                ENV_SOCKET: coordinator.socket_path,
+                # Each worker serves its sessions' work calls on its own port, with this token.
+                ENV_WORKER_TOKEN: token,
+                ENV_WORKER_HOST: worker_host,
+            }
+            supervisor = WorkerSupervisor(
+                workers,
+                worker_command,
+                env=env,
+                secret_for=coordinator.new_secret,
+                on_spent=_stop_server(app),
+            )
             app.state.supervisor = supervisor
             tg.start_soon(supervisor.run)
         await coordinator.wait_connected(workers, _JOIN_SECONDS)

@@ -35,6 +35,9 @@ log = logging.getLogger("ckpt_events.workers")
 
 #: How long a request waits for its reply before the peer counts as unavailable.
 DEFAULT_REPLY_SECONDS: Final = 30.0
+#: Protocol errors logged per channel; the rest are counted (``protocol_errors``) and the
+#: count is logged once when the channel closes, so a hostile peer cannot flood the log.
+LOGGED_PROTOCOL_ERRORS: Final = 10
 Handler = Callable[[Message], Awaitable[Any]]
 
 
@@ -77,11 +80,22 @@ class FrameChannel:
         self._ended = anyio.Event()
         #: Called once when the channel closes (the coordinator marks the worker lost there).
         self.on_close: Callable[[], None] | None = None
+        #: Protocol errors seen (unknown message kinds, replies to unknown ids).
+        self.protocol_errors = 0
+        self._finishing = False  # finish(): what is queued goes out, nothing more is queued
+        self._run_scope: anyio.CancelScope | None = None
+
+    def _protocol_error(self, message: str, *args: object) -> None:
+        self.protocol_errors += 1
+        if self.protocol_errors <= LOGGED_PROTOCOL_ERRORS:
+            log.error("%s: protocol error: " + message, self.name, *args)
+        if self.protocol_errors == LOGGED_PROTOCOL_ERRORS:
+            log.error("%s: further protocol errors are counted, not logged", self.name)
 
     # -- sending ----------------------------------------------------------------------------
 
     def _queue(self, kind: str, body: Any, traceparent: str | None, waiter: _Pending | None) -> int:
-        if self.closed:
+        if self.closed or self._finishing:
             raise WorkerChannelError(f"{self.name}: channel is closed ({self.failure or 'ended'})")
         self._next_id += 1
         message_id = self._next_id
@@ -123,7 +137,7 @@ class FrameChannel:
         raise WorkerChannelError(f"{self.name}: {kind} refused: {error.code}: {error.detail}")
 
     def _reply(self, reply: Reply) -> None:
-        if not self.closed:
+        if not self.closed and not self._finishing:
             try:
                 self._send.send_nowait(encode_frame(reply, self.max_frame))
             except WorkerChannelError as exc:
@@ -138,7 +152,7 @@ class FrameChannel:
         except ProtocolRefusal as exc:
             self._reply(Reply(message.id, False, error=FrameError(exc.status, exc.code.value, exc.detail)))
         except UnknownKind:
-            log.error("%s: protocol error: unknown message kind %r", self.name, message.kind)
+            self._protocol_error("unknown message kind %r", message.kind[:64])
             detail = f"unknown message kind {message.kind!r}"
             self._reply(Reply(message.id, False, error=FrameError(400, "unknown_kind", detail)))
         except Exception as exc:
@@ -154,7 +168,7 @@ class FrameChannel:
                 return
             if isinstance(frame, Reply):
                 if frame.reply_to not in self._pending:
-                    log.error("%s: protocol error: reply to unknown id %d", self.name, frame.reply_to)
+                    self._protocol_error("reply to unknown id %d", frame.reply_to)
                     continue
                 waiter = self._pending.pop(frame.reply_to)
                 if waiter is not None:
@@ -170,12 +184,23 @@ class FrameChannel:
             async for data in self._outbox:
                 await self.stream.send(data)
         except anyio.ClosedResourceError:
-            pass  # close() from outside while running: nothing more goes out, run() ends
+            return  # close() from outside while running: nothing more goes out, run() ends
+        if self._finishing and self._run_scope is not None:
+            # finish(): everything queued went out; now the read is cancelled and run() closes
+            # the stream (never closed under a pending read: anyio's Unix stream races on that).
+            self._run_scope.cancel()
+
+    def finish(self) -> None:
+        """Send what is queued (a refused peer gets its answer), then close the channel."""
+        if not self.closed and not self._finishing:
+            self._finishing = True
+            self._send.close()
 
     async def run(self) -> None:
         """Serve the channel until the peer ends it or sends a bad frame; then close it."""
         try:
             async with anyio.create_task_group() as tg:
+                self._run_scope = tg.cancel_scope
                 tg.start_soon(self._write)
                 try:
                     await self._read(tg)
@@ -202,6 +227,8 @@ class FrameChannel:
                 waiter.done.set()
         self._pending.clear()
         self._ended.set()
+        if self.protocol_errors > LOGGED_PROTOCOL_ERRORS:
+            log.error("%s: %d protocol errors in all", self.name, self.protocol_errors)
         if self.on_close is not None:
             self.on_close()
 

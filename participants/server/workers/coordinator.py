@@ -2,15 +2,24 @@
 
 It listens on a Unix socket in a private directory (mode 0700, created here, removed at the
 end), takes one connection per worker, and knows which workers are connected. A worker joins
-by sending ``hello`` with its index; the reply is the server's state (``state_provider``), so
-a worker that joins late (or restarts) gets admission and every retired mark. A worker whose
-connection ends, or that sends a bad frame, is lost (``on_lost``).
+by sending ``hello`` with its index and the secret the server gave that start of it
+(``new_secret``: in the worker's environment, a fresh one each time the worker is started,
+so a process that read an old one cannot take the slot); the reply is the server's state
+(``state_provider``), so a worker that joins late (or restarts) gets admission and every
+retired mark. A worker whose connection ends, or that sends a bad frame, is lost (``on_lost``).
+
+Until its ``hello`` a connection is a stranger: at most ``MAX_STRANGERS`` at once (more are
+closed at once), frames of at most ``HELLO_MAX_FRAME`` bytes, and any first message but a
+valid ``hello`` ends it. Refusals are logged a bounded number of times, then counted.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
+import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -25,13 +34,24 @@ from participants.errors import ProtocolRefusal
 from participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
 
-__all__ = ["ENV_SOCKET", "WorkerCoordinator"]
+__all__ = ["ENV_SECRET", "ENV_SOCKET", "HELLO_MAX_FRAME", "MAX_STRANGERS", "WorkerCoordinator"]
 
 log = logging.getLogger("ckpt_events.workers")
 
 #: The environment variable a worker process reads the coordinator's socket path from.
 ENV_SOCKET: Final = "CKPT_EVENTS_COORDINATOR_SOCKET"
+#: The environment variable a worker process reads its ``hello`` secret from.
+ENV_SECRET: Final = "CKPT_EVENTS_WORKER_SECRET"
 _HELLO_SECONDS: Final = 10.0
+#: Connections that have not said ``hello`` yet, at once (the workers' own, with room for restarts).
+MAX_STRANGERS: Final = 8
+#: The largest frame a connection may send before its ``hello`` (a hello is a few hundred bytes).
+HELLO_MAX_FRAME: Final = 64 * 1024
+#: Refused connections logged one by one; after that one line per ``_REFUSED_EVERY`` refusals.
+_REFUSED_LOGGED: Final = 10
+_REFUSED_EVERY: Final = 1000
+#: A worker's own port, as it announces it: ``http://<host>:<port>`` and nothing more.
+_URL: Final = re.compile(r"http://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
 
 
 class WorkerCoordinator:
@@ -57,12 +77,30 @@ class WorkerCoordinator:
         os.chmod(self.directory, 0o700)
         self.socket_path = str(self.directory / "coordinator.sock")
         self.channels: dict[int, FrameChannel] = {}
+        #: Each connected worker's own work port (``http://host:port``), if it serves one.
+        self.urls: dict[int, str] = {}
         self.state_provider: Callable[[], Any] = dict
         self.on_lost: Callable[[int], None] = lambda index: None
         self.on_joined: Callable[[int], None] = lambda index: None
         self._joined = anyio.Event()
         #: Set when the server stops: its workers' connections ending then are not losses.
         self.stopping = False
+        self._secrets: dict[int, str] = {}
+        self._strangers = 0
+        #: Connections refused before or at their ``hello`` (too many, bad frame, bad hello).
+        self.refused = 0
+
+    def new_secret(self, index: int) -> str:
+        """The secret worker ``index``'s next start must say in its ``hello`` (the last one
+        given is the only one taken)."""
+        secret = secrets.token_hex(16)
+        self._secrets[index] = secret
+        return secret
+
+    def _refuse(self, why: str) -> None:
+        self.refused += 1
+        if self.refused <= _REFUSED_LOGGED or self.refused % _REFUSED_EVERY == 0:
+            log.error("worker socket: refused a connection (%s); %d refused so far", why, self.refused)
 
     # -- who is connected -------------------------------------------------------------------
 
@@ -107,53 +145,97 @@ class WorkerCoordinator:
                 shutil.rmtree(self.directory, ignore_errors=True)
 
     async def _connection(self, stream: SocketStream) -> None:
+        if self._strangers >= MAX_STRANGERS:
+            self._refuse(f"{MAX_STRANGERS} connections are waiting for their hello already")
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        self._strangers += 1
         joined: list[int] = []
-        settled = anyio.Event()  # the hello came, or the channel closed before it
+        refused: list[ProtocolRefusal] = []
+        settled = anyio.Event()  # the hello came (or was refused), or the channel closed before it
 
         async def settle_on_close() -> None:
             await channel.wait_closed()
             settled.set()
 
         async def handle(message: Message) -> Any:
-            if message.kind != "hello" or joined:
+            if joined:
                 raise UnknownKind(message.kind)
-            body = message.body if isinstance(message.body, dict) else {}
-            index = body.get("index")
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.workers:
-                raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"no worker slot {index!r}")
-            current = self.channels.get(index)
-            if current is not None and not current.closed:
-                raise ProtocolRefusal(ErrorCode.CHECKPOINT_CONFLICT, f"worker {index} is connected already")
-            joined.append(index)
-            self.channels[index] = channel
-            channel.on_close = lambda: self._closed(index, channel)
-            log.info("worker %d joined (pid %s)", index, body.get("pid"))
-            self.on_joined(index)
-            self._joined.set()
-            self._joined = anyio.Event()
-            settled.set()
-            return self.state_provider()
+            try:
+                state = self._hello(message, channel, joined)
+                settled.set()
+                return state
+            except ProtocolRefusal as exc:
+                self._refuse(exc.detail)
+                refused.append(exc)
+                settled.set()  # woken once the refusal is queued: then finish() (one try)
+                raise
 
         channel = FrameChannel(
-            stream, handle, name="coordinator", inline=("hello",), max_frame=self.max_frame
+            stream, handle, name="coordinator", inline=("hello",), max_frame=HELLO_MAX_FRAME
         )
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(channel.run)
-            tg.start_soon(settle_on_close)
-            with anyio.move_on_after(_HELLO_SECONDS):
-                await settled.wait()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(channel.run)
+                tg.start_soon(settle_on_close)
+                with anyio.move_on_after(_HELLO_SECONDS):
+                    await settled.wait()
+                if refused:
+                    channel.finish()  # the refusal goes out, then the connection ends
+                    with anyio.move_on_after(_HELLO_SECONDS):
+                        await channel.wait_closed()
+                    tg.cancel_scope.cancel()
+                elif not joined:
+                    # A peer that hung up first (or whose first frame was bad, logged by the channel)
+                    # did not keep us waiting: only the one silent past the deadline is this error.
+                    if not channel.closed:
+                        self._refuse(f"no hello within {_HELLO_SECONDS:g} s")
+                    tg.cancel_scope.cancel()
+                else:
+                    channel.name = f"coordinator<-worker {joined[0]}"
+        finally:
             if not joined:
-                # A peer that hung up first (or whose first frame was bad, logged by the channel)
-                # did not keep us waiting: only the one silent past the deadline is this error.
-                if not channel.closed:
-                    log.error(
-                        "protocol error: a connection sent no hello within %g s; dropped", _HELLO_SECONDS
-                    )
-                tg.cancel_scope.cancel()
-            else:
-                channel.name = f"coordinator<-worker {joined[0]}"
+                self._strangers -= 1
+
+    def _hello(self, message: Message, channel: FrameChannel, joined: list[int]) -> Any:
+        """Take ``message`` as a worker's ``hello`` on ``channel``, or refuse it."""
+        if message.kind != "hello":
+            raise ProtocolRefusal(
+                ErrorCode.CHECKPOINT_ERROR, f"a first message {message.kind[:64]!r}, not hello"
+            )
+        body = message.body if isinstance(message.body, dict) else {}
+        index = body.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.workers:
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"no worker slot {index!r}")
+        expected, given = self._secrets.get(index), body.get("secret")
+        if expected is None or not isinstance(given, str) or not hmac.compare_digest(expected, given):
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"hello for worker {index} without its secret")
+        current = self.channels.get(index)
+        if current is not None and not current.closed:
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_CONFLICT, f"worker {index} is connected already")
+        url = body.get("url")
+        if url is not None and (not isinstance(url, str) or not _URL.fullmatch(url)):
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"hello: {str(url)[:80]!r} is not an http URL")
+        del self._secrets[index]  # one join per start
+        joined.append(index)
+        self._strangers -= 1
+        channel.max_frame = self.max_frame
+        self.channels[index] = channel
+        if url is None:
+            self.urls.pop(index, None)
+        else:
+            self.urls[index] = url
+        channel.on_close = lambda: self._closed(index, channel)
+        log.info("worker %d joined (pid %s)", index, body.get("pid"))
+        self.on_joined(index)
+        self._joined.set()
+        self._joined = anyio.Event()
+        return self.state_provider()
 
     def _closed(self, index: int, channel: FrameChannel) -> None:
+        if self.channels.get(index) is channel:
+            self.urls.pop(index, None)
         if self.channels.get(index) is channel and not self.stopping:
             log.warning("worker %d lost: %s", index, channel.failure or "connection ended")
             self.on_lost(index)

@@ -12,23 +12,99 @@ heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was cl
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import anyio
 import msgspec
 
 from ckpt_events import ErrorCode, Kind, OperationSpan
 from participants.errors import ProtocolRefusal, WorkerChannelError
-from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
+from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
+from participants.server.store_read import Share
 from participants.server.workers.coordinator import WorkerCoordinator
 from participants.server.workers.share import current_share
 from participants.workloads.base import Record, Workload
 from participants.workloads.fence import RetiredAttempts
 
-__all__ = ["WorkerPool"]
+__all__ = ["WorkerPool", "assign_parts"]
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
+T = TypeVar("T")
+
+
+class _PartReply(msgspec.Struct, forbid_unknown_fields=True):
+    """A worker's ``write_part`` reply: [file, sha256, count, bytes], its keys, commit extras."""
+
+    part: tuple[str, str, int, int]
+    keys: list[str]
+    extras: dict[str, Any]
+
+
+class _StartReply(msgspec.Struct, forbid_unknown_fields=True):
+    capture_key: str
+    boundary: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _AdvanceReply(msgspec.Struct, forbid_unknown_fields=True):
+    boundary: Annotated[int, msgspec.Meta(ge=0)]
+    done: bool
+
+
+class _View(msgspec.Struct, forbid_unknown_fields=True):
+    """What a worker answers for ``GET /work/{key}`` (``routes.episode_view`` and its index)."""
+
+    capture_key: str
+    rollout_id: str
+    attempt: Annotated[int, msgspec.Meta(ge=0)]
+    boundary: Annotated[int, msgspec.Meta(ge=0)]
+    steps: Annotated[int, msgspec.Meta(ge=1)]
+    done: bool
+    status: str
+    kind: str
+    state: dict[str, Any]
+    worker: int
+
+
+def _checked(reply: Any, kind: type[T], index: int, what: str, key: str) -> T:
+    """A worker's reply as ``kind``, for session ``key``; anything else is the worker's fault
+    (503, logged), never passed on to the client."""
+    try:
+        checked = msgspec.convert(reply, kind)
+    except msgspec.ValidationError as exc:
+        raise _unavailable(
+            Exception(f"worker {index} answered {what} of {key} with a bad reply: {exc}")
+        ) from None
+    if getattr(checked, "capture_key", key) != key or getattr(checked, "worker", index) != index:
+        raise _unavailable(Exception(f"worker {index} answered {what} of {key} for another session"))
+    return checked
+
+
+class _StageReply(msgspec.Struct, forbid_unknown_fields=True):
+    """A worker's ``stage`` reply: the capture keys its share holds, and the bytes read."""
+
+    keys: list[str]
+    bytes: int
+
+
+def assign_parts(parts: Sequence[RecordsPart], workers: int) -> dict[int, list[tuple[RecordsPart, Share]]]:
+    """Which worker reads what of a checkpoint's records files, each record read by exactly one.
+
+    The parts of a multi-worker checkpoint go back to the worker that wrote them (its
+    sessions return to their pre-crash owner), part ``w`` to worker ``w % workers`` when
+    there are fewer workers now; a worker index that did not exist then gets nothing. The one
+    file of a single-process checkpoint is shared out: worker ``i`` of ``n`` takes every
+    ``n``-th record from the ``i``-th (each still reads and verifies the whole file).
+    """
+    plan: dict[int, list[tuple[RecordsPart, Share]]] = {i: [] for i in range(workers)}
+    if len(parts) == 1 and parts[0].worker == 0 and workers > 1:
+        for index in range(workers):
+            plan[index].append((parts[0], Share(workers, index)))
+        return plan
+    for part in parts:
+        plan[part.worker % workers].append((part, Share()))
+    return plan
 
 
 def _share() -> tuple[str | None, str | None]:
@@ -68,7 +144,11 @@ class WorkerPool:
         self.fence: RetiredAttempts = _PostedMarks(self)
         self.admission_open = True
         self.served = False
-        self.placement_hint: dict[str, int] = {}
+        #: The records files the last ``write_parts`` got written (deleted if not published).
+        self.written: list[str] = []
+        #: After a ``stage``: per worker, the keys it staged that are out of the restore's scope.
+        self._staged: dict[int, list[str]] = {}
+        self._staged_scope: set[EpisodeId] = set()
         self._reports: dict[int, PrepareReport] = {}
         self._lost: set[int] = set()
         self._extras: dict[str, Any] = {}
@@ -104,6 +184,11 @@ class WorkerPool:
                 self.coordinator.channels[index].post(kind, body)
             except WorkerChannelError:
                 pass  # it is being lost; it gets the state again when it rejoins
+
+    def worker_url(self, key: str) -> str | None:
+        """The own port of the worker holding ``key``, for the client's next calls."""
+        owner = self.owners.get(key)
+        return None if owner is None else self.coordinator.urls.get(owner)
 
     def _on_lost(self, index: int) -> None:
         self.owners = {k: w for k, w in self.owners.items() if w != index}
@@ -197,7 +282,8 @@ class WorkerPool:
 
     # -- commit -----------------------------------------------------------------------------
 
-    def _all_workers(self, what: str) -> list[int]:
+    def check_all_connected(self, what: str) -> list[int]:
+        """Every worker index; 503 if any is not connected (or was lost during this checkpoint)."""
         indexes = list(range(self.coordinator.workers))
         missing = sorted(set(indexes) - set(self.coordinator.connected()) | self._lost)
         if missing:
@@ -206,29 +292,65 @@ class WorkerPool:
             )
         return indexes
 
-    async def export(self, scope: Iterable[EpisodeId] | None) -> list[Record]:
-        indexes = self._all_workers("commit")
+    async def write_parts(
+        self, directory: str, scope: Iterable[EpisodeId] | None
+    ) -> list[tuple[RecordsPart, list[str]]]:
+        """Every worker writes its episodes in scope as its own records file in ``directory``,
+        all at once; each part with the capture keys it holds, in worker order. A worker that
+        fails or does not answer is 503 (the parts the others wrote are the caller's to delete:
+        ``CommitParts.written``)."""
+        indexes = self.check_all_connected("commit")
         checkpoint_id, traceparent = _share()
         body = {
+            "directory": directory,
             "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
             "checkpoint_id": checkpoint_id,
         }
-        replies = await self._gather("export", body, indexes, traceparent)
-        if len(replies) != len(indexes):
-            raise ProtocolRefusal(
-                ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE,
-                f"commit: workers {sorted(set(indexes) - set(replies))} did not answer",
-            )
-        decoder = msgspec.json.Decoder(self.record_type)
-        records = [decoder.decode(line) for i in indexes for line in replies[i]["lines"]]
+        replies, refusal = await self._gather_all("write_part", body, indexes, traceparent)
+        parts: list[tuple[RecordsPart, list[str]]] = []
         self._extras = {}
-        for i in indexes:
-            for name, value in dict(replies[i]["extras"]).items():
+        for index in sorted(replies):
+            try:
+                reply = msgspec.convert(replies[index], _PartReply)
+            except msgspec.ValidationError as exc:
+                refusal = refusal or _unavailable(Exception(f"worker {index}: a bad write_part reply: {exc}"))
+                continue
+            name, sha, count, _size = reply.part
+            parts.append((RecordsPart(index, name, sha, count), reply.keys))
+            for key, value in reply.extras.items():
                 if isinstance(value, list):
-                    self._extras[name] = sorted([*self._extras.get(name, []), *value])
+                    self._extras[key] = sorted([*self._extras.get(key, []), *value])
                 else:
-                    self._extras[name] = value
-        return sorted(records, key=lambda r: r.episode_id.capture_key)
+                    self._extras[key] = value
+        self.written = [p.records_file for p, _ in parts]
+        if refusal is not None:
+            raise refusal
+        return parts
+
+    async def _gather_all(
+        self, kind: str, body: Any, indexes: list[int], traceparent: str | None
+    ) -> tuple[dict[int, Any], ProtocolRefusal | None]:
+        """Ask every worker in ``indexes`` at once; the replies, and the first refusal (a
+        refused or silent worker), after every worker answered or timed out."""
+        replies: dict[int, Any] = {}
+        refusals: dict[int, ProtocolRefusal] = {}
+
+        async def ask(index: int) -> None:
+            try:
+                channel = self.coordinator.channel(index)
+                replies[index] = await channel.request(
+                    kind, body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
+                )
+            except ProtocolRefusal as exc:
+                refusals[index] = exc
+            except WorkerChannelError as exc:
+                refusals[index] = _unavailable(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index in indexes:
+                tg.start_soon(ask, index)
+        first = refusals[min(refusals)] if refusals else None
+        return replies, first
 
     def stop(self, keys: Iterable[str]) -> None:
         by_worker: dict[int, list[str]] = {}
@@ -246,54 +368,108 @@ class WorkerPool:
 
     # -- restore ----------------------------------------------------------------------------
 
-    def check_record(self, record: Record) -> Any:
-        return self.checker.check_record(record)
+    async def stage(
+        self, directory: str, parts: Sequence[RecordsPart], scope: set[EpisodeId]
+    ) -> tuple[set[str], int]:
+        """Every worker reads and checks its share of ``parts`` (``assign_parts``), all at once;
+        nothing is installed. Returns the capture keys the checkpoint holds and its bytes read.
+        A refusal (a record that does not check: 422) or a lost worker (503) discards everywhere;
+        so does an episode in two shares. What is out of ``scope`` is left out at install."""
+        indexes = self.check_all_connected("restore")
+        checkpoint_id, traceparent = _share()
+        plan = assign_parts(parts, len(indexes))
+        held: dict[int, list[str]] = {}
+        size = 0
+        refusal: ProtocolRefusal | None = None
 
-    def _least_loaded(self, candidates: Sequence[int], extra: dict[int, int] | None = None) -> int:
+        async def ask(index: int) -> None:
+            nonlocal size, refusal
+            shares = [
+                [p.worker, p.records_file, p.records_sha256, p.record_count, *share]
+                for p, share in plan[index]
+            ]
+            body = {"directory": directory, "parts": shares, "checkpoint_id": checkpoint_id}
+            try:
+                reply = await self.coordinator.channel(index).request(
+                    "stage", body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
+                )
+                staged = msgspec.convert(reply, _StageReply)
+            except ProtocolRefusal as exc:
+                refusal = refusal or exc
+                return
+            except (WorkerChannelError, msgspec.ValidationError) as exc:
+                refusal = refusal or _unavailable(Exception(f"restore: worker {index}: {exc}"))
+                return
+            held[index] = staged.keys
+            size += staged.bytes
+
+        async with anyio.create_task_group() as tg:
+            for index in indexes:
+                tg.start_soon(ask, index)
+        found = {key for keys in held.values() for key in keys}
+        if refusal is None and len(found) != sum(map(len, held.values())):
+            twice = sorted(k for k, n in Counter(k for keys in held.values() for k in keys).items() if n > 1)
+            refusal = ProtocolRefusal(
+                ErrorCode.INVALID_CHECKPOINT_STATE,
+                f"episodes in two parts of the checkpoint: {', '.join(twice[:5])}",
+            )
+        if refusal is not None:
+            self.discard()
+            raise refusal
+        wanted = {e.capture_key for e in scope}
+        self._staged = {i: [k for k in keys if k not in wanted] for i, keys in held.items()}
+        self._staged_scope = scope
+        return found, size
+
+    async def install_staged(self) -> list[str]:
+        """Each worker installs what it staged (less what is out of scope); a worker lost now
+        takes the others' out again."""
+        indexes = self.check_all_connected("restore")
+        checkpoint_id, traceparent = _share()
+        # The whole server's fence: a late attempt is refused here before any worker sees it.
+        RetiredAttempts.mark_all(self.fence, self._staged_scope)
+        refusal: ProtocolRefusal | None = None
+        replies: dict[int, Any] = {}
+
+        async def ask(index: int) -> None:
+            nonlocal refusal
+            body = {"drop": self._staged.get(index, []), "checkpoint_id": checkpoint_id}
+            try:
+                replies[index] = await self.coordinator.channel(index).request(
+                    "install_staged", body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
+                )
+            except ProtocolRefusal as exc:
+                refusal = refusal or exc
+            except WorkerChannelError as exc:
+                refusal = refusal or _unavailable(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index in indexes:
+                tg.start_soon(ask, index)
+        if refusal is not None:
+            self.discard()
+            raise refusal
+        restored: list[str] = []
+        for index, keys in replies.items():
+            for key in keys:
+                self.owners[str(key)] = index
+                restored.append(str(key))
+        self._staged, self._staged_scope = {}, set()
+        return sorted(restored)
+
+    def discard(self) -> None:
+        """Every connected worker drops what a failed restore staged or installed."""
+        self.broadcast("discard")
+        for episode_id in self._staged_scope:
+            self.owners.pop(episode_id.next().capture_key, None)
+        self._staged, self._staged_scope = {}, set()
+
+    def _least_loaded(self, candidates: Sequence[int]) -> int:
         load = dict.fromkeys(candidates, 0)
         for owner in self.owners.values():
             if owner in load:
                 load[owner] += 1
-        for index, count in (extra or {}).items():
-            load[index] = load.get(index, 0) + count
         return min(candidates, key=lambda i: (load[i], i))
-
-    def place(self, records: Sequence[Record]) -> dict[int, list[Record]]:
-        """Each record's worker: its pre-crash owner if that worker exists, else the least loaded."""
-        indexes = list(range(self.coordinator.workers))
-        placed: dict[int, list[Record]] = {i: [] for i in indexes}
-        added: dict[int, int] = {}
-        for record in records:
-            owner = self.placement_hint.get(record.episode_id.capture_key)
-            if owner is None or owner not in placed:
-                owner = self._least_loaded(indexes, added)
-            placed[owner].append(record)
-            added[owner] = added.get(owner, 0) + 1
-        return placed
-
-    async def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
-        self._all_workers("restore")
-        encoder = msgspec.json.Encoder()
-        checkpoint_id, traceparent = _share()
-        restored: list[str] = []
-        for index, chosen in self.place(records).items():
-            if not chosen:
-                continue
-            for record in chosen:
-                RetiredAttempts.mark(self.fence, record.episode_id)  # workers mark on install
-            try:
-                keys = await self.coordinator.channel(index).request(
-                    "install",
-                    {"lines": [encoder.encode(r) for r in chosen], "checkpoint_id": checkpoint_id},
-                    timeout=self.coordinator.reply_seconds,
-                    traceparent=traceparent,
-                )
-            except WorkerChannelError as exc:
-                raise _unavailable(exc) from None
-            for key in keys:
-                self.owners[key] = index
-            restored.extend(keys)
-        return sorted(restored)
 
     async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
         ids = list(episode_ids)
@@ -333,29 +509,30 @@ class WorkerPool:
             owner = self._least_loaded(connected)
         self.served = True
         body = {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt, "steps": steps}
-        reply = await self._request(owner, "start", body)
+        reply = _checked(await self._request(owner, "start", body), _StartReply, owner, "start", key)
         self.owners[key] = owner
-        return dict(reply)
+        return msgspec.structs.asdict(reply)
 
     async def advance(self, episode_id: EpisodeId) -> dict[str, Any]:
         self._admit(episode_id)
-        owner = self.owners.get(episode_id.capture_key)
+        key = episode_id.capture_key
+        owner = self.owners.get(key)
         if owner is None:
-            raise LookupError(episode_id.capture_key)
+            raise LookupError(key)
         self.served = True
         reply = await self._request(
             owner, "advance", {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt}
         )
         if reply is None:
-            raise LookupError(episode_id.capture_key)
-        return dict(reply)
+            raise LookupError(key)
+        return msgspec.structs.asdict(_checked(reply, _AdvanceReply, owner, "advance", key))
 
     async def get(self, key: str) -> dict[str, Any] | None:
         owner = self.owners.get(key)
         if owner is None:
             return None
         reply = await self._request(owner, "get", {"key": key})
-        return None if reply is None else dict(reply)
+        return None if reply is None else msgspec.structs.asdict(_checked(reply, _View, owner, "get", key))
 
     async def aclose(self) -> None:
         await self.checker.aclose()

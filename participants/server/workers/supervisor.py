@@ -1,9 +1,13 @@
 """``WorkerSupervisor``: starts the worker processes of one server and restarts lost ones.
 
 Each worker is its own process group (``start_new_session``), so stopping the server ends
-every process a worker started. A worker that exits while the server runs is started again
-(at most ``max_restarts`` times in all, a short pause between): the pool reports it lost for
-the checkpoint in progress, and the next checkpoint succeeds once it is back.
+every process a worker started. Each start gets a fresh ``hello`` secret in its environment
+(``secret_for``). A worker that exits while the server runs is started again: the pool
+reports it lost for the checkpoint in progress, and the next checkpoint succeeds once it is
+back. Restarts are budgeted per time window (``max_restarts`` within ``window`` seconds, per
+worker): a worker that keeps dying is a broken server, not a transient, so a spent budget
+is logged once and ``on_spent`` is called (the server stops and exits non-zero) rather than
+leaving every later prepare "not ready" for ever.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ import logging
 import os
 import signal
 import subprocess
+import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 import anyio
+
+from participants.server.workers.coordinator import ENV_SECRET
 
 __all__ = ["WorkerSupervisor"]
 
@@ -36,18 +44,30 @@ class WorkerSupervisor:
         command: Callable[[int], Sequence[str]],
         *,
         env: Mapping[str, str] | None = None,
-        max_restarts: int = 20,
+        max_restarts: int = 5,
+        window: float = 60.0,
+        secret_for: Callable[[int], str] | None = None,
+        on_spent: Callable[[str], None] | None = None,
     ) -> None:
         self.workers = workers
         self.command = command
         self.env = dict(env or {})
         self.max_restarts = max_restarts
+        self.window = window
+        self.secret_for = secret_for
+        self.on_spent = on_spent
+        #: Restarts in all, and each worker's recent ones (monotonic times, within ``window``).
         self.restarts = 0
+        self._recent: dict[int, deque[float]] = {}
+        #: Why the server gave up on its workers, once it has.
+        self.spent: str | None = None
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self._stopping = False
 
     def start(self, index: int) -> None:
         env = {**os.environ, **self.env, "CKPT_EVENTS_WORKER_INDEX": str(index)}
+        if self.secret_for is not None:
+            env[ENV_SECRET] = self.secret_for(index)
         # The worker imports this very checkout, however (or whether) it was installed.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
         # Never the working directory on its path: a user's own sinks.py must not shadow ours.
@@ -65,16 +85,32 @@ class WorkerSupervisor:
                     code = process.poll()
                     if code is None or self._stopping:
                         continue
-                    if self.restarts >= self.max_restarts:
-                        log.error("worker %d exited (%s); restart budget spent", index, code)
+                    recent = self._recent.setdefault(index, deque())
+                    now = time.monotonic()
+                    while recent and now - recent[0] > self.window:
+                        recent.popleft()
+                    if len(recent) >= self.max_restarts:
                         del self.processes[index]
+                        self._give_up(index, code, len(recent) + 1)
                         continue
                     log.warning("worker %d exited (%s); restarting it", index, code)
+                    recent.append(now)
                     self.restarts += 1
                     self.start(index)
         finally:
             with anyio.CancelScope(shield=True):
                 await self.stop()
+
+    def _give_up(self, index: int, code: int, exits: int) -> None:
+        if self.spent is not None:
+            return
+        self.spent = (
+            f"worker {index} exited {exits} times within {self.window:g} s (last exit status {code}): "
+            f"restart budget of {self.max_restarts} spent; stopping the server"
+        )
+        log.error("%s", self.spent)
+        if self.on_spent is not None:
+            self.on_spent(self.spent)
 
     def pid(self, index: int) -> int | None:
         process = self.processes.get(index)

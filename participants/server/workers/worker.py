@@ -3,22 +3,35 @@
 ``run_worker`` connects to the coordinator's socket, says ``hello`` (its index), takes the
 server's state (admission, retired marks: a worker that joins late gets every mark) and
 then answers the coordinator's messages with its own ``Workload`` until the socket ends.
-Its share of a checkpoint (``closed``: prepare, ``export``: commit, ``install``: restore,
-``retire``) runs as a child span of the coordinator's operation span: the frame carries the
-coordinator's traceparent, and the worker's ``Telemetry`` names the worker (``worker=index``).
+Its share of a checkpoint (``closed``: prepare, ``write_part``: commit, ``stage`` and
+``install_staged``: restore, ``retire``) runs as a child span of the coordinator's operation
+span: the frame carries the coordinator's traceparent, and the worker's ``Telemetry`` names the
+worker (``worker=index``). A worker writes and reads its own records file: a commit's records
+never pass through the main process, which only publishes the manifest listing the parts.
+A restore is two steps, so that it installs everywhere or nowhere: every worker reads and
+checks its share (``stage``), and only when all have does each install what it staged;
+``discard`` drops a staged (or freshly installed) share when another worker failed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
+import anyio.to_thread
 import msgspec
 
 from ckpt_events import Operation, OperationSpan
-from participants.protocol import EpisodeId
+from participants.protocol import EpisodeId, RecordsPart, encode
+from participants.server.gc_pause import gc_paused
+from participants.server.replies import store_refusals
 from participants.server.routes import episode_view
+from participants.server.store import write_part
+from participants.server.store_files import RECORDS_MAX_BYTES
+from participants.server.store_read import Share, read_part
 from participants.server.workers.channel import FrameChannel, UnknownKind
 from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
 from participants.workloads.base import Episode, Workload
@@ -27,7 +40,17 @@ __all__ = ["INLINE_KINDS", "WorkerHost", "run_worker"]
 
 #: Kinds a worker handles in arrival order (quick, and their order matters).
 INLINE_KINDS: Final = frozenset(
-    {"start", "get", "close_admission", "open_admission", "export", "stop", "install", "mark", "forget"}
+    {
+        "start",
+        "get",
+        "close_admission",
+        "open_admission",
+        "stop",
+        "install_staged",
+        "discard",
+        "mark",
+        "forget",
+    }
 )
 _REPORT_WAIT_CAP: Final = 0.5
 
@@ -39,11 +62,16 @@ def _episode_id(body: Any) -> EpisodeId:
 class WorkerHost:
     """Answers the coordinator's messages with ``workload`` (worker ``index`` of the server)."""
 
-    def __init__(self, workload: Workload[Any, Any], index: int) -> None:
+    def __init__(
+        self, workload: Workload[Any, Any], index: int, *, max_records_bytes: int = RECORDS_MAX_BYTES
+    ) -> None:
         self.workload = workload
         self.index = index
-        self._records = msgspec.json.Decoder(workload.record_type)
-        self._encoder = msgspec.json.Encoder()
+        self.max_records_bytes = max_records_bytes
+        #: A restore's share read and checked by ``stage``, installed by ``install_staged``.
+        self._staged: tuple[list[Any], list[Any]] | None = None
+        #: The keys the last ``install_staged`` installed (``discard`` takes them out again).
+        self._installed: list[str] = []
 
     def apply_state(self, state: Any) -> None:
         """The server's state from the coordinator's ``hello`` reply."""
@@ -103,27 +131,18 @@ class WorkerHost:
             if not wl.report().ready:
                 await wl.wait_changed(min(float(body.get("wait", 0.0)), _REPORT_WAIT_CAP))
             return self._report()
-        if kind == "export":
-            scope = body.get("scope")
-            ids = None if scope is None else [EpisodeId(r, int(a)) for r, a in scope]
-            with self._share(Operation.COMMIT, body, message) as op, op.step("export") as step:
-                records = await wl.export(ids)
-                keys = [r.episode_id.capture_key for r in records]
-                lines = [self._encoder.encode(r) for r in records]
-                step.set(records=len(lines))
-                op.set(records=len(lines), bytes=sum(map(len, lines)))
-            return {"lines": lines, "extras": wl.commit_extras(keys)}
+        if kind == "write_part":
+            return await self._write_part(body, message)
         if kind == "stop":
             wl.stop([str(k) for k in body["keys"]])
             return None
-        if kind == "install":
-            with self._share(Operation.RESTORE, body, message) as op, op.step("install") as step:
-                records = [self._records.decode(line) for line in body["lines"]]
-                states = [wl.check_record(r) for r in records]
-                wl.close_admission()
-                step.set(records=len(records))
-                op.set(records=len(records))
-                return await wl.install(records, states)
+        if kind == "stage":
+            return await self._stage(body, message)
+        if kind == "install_staged":
+            return await self._install_staged(body, message)
+        if kind == "discard":
+            self._discard()
+            return None
         if kind == "retire":
             with self._share(Operation.RETIRE, body, message):
                 return await wl.retire([EpisodeId(r, int(a)) for r, a in body["episode_ids"]])
@@ -135,22 +154,139 @@ class WorkerHost:
             return None
         raise UnknownKind(kind)
 
+    # -- this worker's share of a commit and a restore --------------------------------------
+
+    async def _write_part(self, body: Any, message: Message) -> Any:
+        """Export this worker's episodes in scope and write them as one records file."""
+        wl = self.workload
+        scope = body.get("scope")
+        ids = None if scope is None else [EpisodeId(r, int(a)) for r, a in scope]
+        with self._share(Operation.COMMIT, body, message) as op:
+            with op.step("export") as step, gc_paused():
+                records = await wl.export(ids)
+                keys = [r.episode_id.capture_key for r in records]
+                lines = [encode(r) for r in records]
+                del records
+                step.set(records=len(lines))
+            with op.step("write") as step, store_refusals(), gc_paused():
+                part = await anyio.to_thread.run_sync(write_part, Path(str(body["directory"])), lines)
+                step.set(records=part.record_count, bytes=part.bytes)
+            op.set(records=part.record_count, bytes=part.bytes)
+        return {
+            "part": [part.records_file, part.records_sha256, part.record_count, part.bytes],
+            "keys": keys,
+            "extras": wl.commit_extras(keys),
+        }
+
+    async def _stage(self, body: Any, message: Message) -> Any:
+        """Read and check this worker's share of a checkpoint; nothing is installed yet."""
+        wl = self.workload
+        self._discard()
+        directory = Path(str(body["directory"]))
+        instance = wl.tel.instance
+        with self._share(Operation.RESTORE, body, message) as op, op.step("read") as step, gc_paused():
+            chosen: list[Any] = []
+            seen: set[EpisodeId] = set()  # across this worker's parts: an episode in two does not check
+            size = count = 0
+            for worker, name, sha, records_count, modulus, residue in body["parts"]:
+                part = RecordsPart(int(worker), str(name), str(sha), int(records_count))
+                with store_refusals():
+                    records, part_size = await anyio.to_thread.run_sync(
+                        functools.partial(
+                            read_part,
+                            directory,
+                            part,
+                            kind=wl.kind.value,
+                            instance=instance,
+                            record_type=wl.record_type,
+                            max_records_bytes=self.max_records_bytes,
+                            share=Share(int(modulus), int(residue)),
+                            seen=seen,
+                        )
+                    )
+                count += len(records)
+                size += part_size
+                chosen += records
+                del records
+            with store_refusals():
+                # Every record of the share checks before any worker installs anything.
+                states = [wl.check_record(r) for r in chosen]
+            step.set(records=count, bytes=size)
+            op.set(records=len(chosen), bytes=size)
+        self._staged = (chosen, states)
+        return {"keys": [r.episode_id.capture_key for r in chosen], "bytes": size}
+
+    async def _install_staged(self, body: Any, message: Message) -> Any:
+        """Install what ``stage`` read (admission closes first), as attempt + 1 of each."""
+        if self._staged is None:
+            raise UnknownKind("install_staged without a stage")  # answered, never installed
+        records, states = self._staged
+        self._staged = None
+        if drop := set(body.get("drop") or ()):  # read and checked, but out of the restore's scope
+            kept = [
+                (r, s) for r, s in zip(records, states, strict=True) if r.episode_id.capture_key not in drop
+            ]
+            records, states = [r for r, _ in kept], [s for _, s in kept]
+        wl = self.workload
+        with self._share(Operation.RESTORE, body, message) as op, op.step("install") as step:
+            wl.close_admission()
+            self._installed = await wl.install(records, states)
+            step.set(records=len(records))
+            op.set(records=len(records))
+        return self._installed
+
+    def _discard(self) -> None:
+        """Drop a staged share, and take out what the last install put in (never ran work)."""
+        self._staged = None
+        for key in self._installed:
+            self.workload.episodes.pop(key, None)
+        self._installed = []
+
 
 async def run_worker(
-    socket_path: str, index: int, workload: Workload[Any, Any], *, max_frame: int = DEFAULT_MAX_FRAME
+    socket_path: str,
+    index: int,
+    workload: Workload[Any, Any],
+    *,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    secret: str,
+    token: str | None = None,
+    host: str | None = None,
 ) -> None:
-    """Serve as worker ``index`` until the coordinator's socket ends."""
-    host = WorkerHost(workload, index)
+    """Serve as worker ``index`` until the coordinator's socket ends (``secret``: what the
+    coordinator gave this start of the worker, said in its ``hello``).
+
+    With ``token`` the worker also serves the work routes on its own port (on ``host``),
+    announced in its ``hello``; without, every work call reaches it through the main process.
+    """
+    host_ = WorkerHost(workload, index)
     stream = await anyio.connect_unix(socket_path)
     channel = FrameChannel(
-        stream, host.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
+        stream, host_.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
     )
+
+    http = None
+    if token is not None:
+        from participants.server.workers.worker_http import WorkerHttp
+
+        http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1")
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
+        if http is not None:
+            tg.start_soon(http.monitor.run)
+            tg.start_soon(http.serve)
         try:
-            state = await channel.request("hello", {"index": index, "pid": os.getpid()}, timeout=10.0)
-            host.apply_state(state)
+            hello = {
+                "index": index,
+                "pid": os.getpid(),
+                "secret": secret,
+                "url": None if http is None else http.url,
+            }
+            state = await channel.request("hello", hello, timeout=10.0)
+            host_.apply_state(state)
             await channel.wait_closed()
         finally:
+            if http is not None:
+                http.stop()
             tg.cancel_scope.cancel()
             await workload.aclose()

@@ -63,3 +63,12 @@ def test_the_build_comparison_runs_this_checkout_against_itself(tmp_path: Path) 
         assert [r["records"] for r in figures["runs"][build]] == [
             {"environment-0": 200, "model-0": 200, "agent-0": 200, "resources-0": 200}
         ] * 2
+
+
+def test_every_suite_in_the_benchmarks_folder_can_be_chosen() -> None:
+    """``--only`` offers exactly the ``bench_*.py`` suites (a new suite cannot be left out)."""
+    import benchmarks
+
+    folder = Path(benchmarks.__file__).parent
+    found = sorted(p.stem.removeprefix("bench_") for p in folder.glob("bench_*.py"))
+    assert sorted(benchmarks.SUITES) == found

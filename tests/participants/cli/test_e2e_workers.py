@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import httpx
+import msgspec
 import pytest
 from rich.console import Console
 
@@ -16,7 +18,6 @@ from participants.cli.demo_runner import DemoOptions, run_demo
 from participants.cli.fleet import ServerProcess, write_token_file
 from participants.protocol import CONTROL_PREFIX
 from participants.server.store import participant_dir
-from participants.server.workers import PLACEMENT_FILE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,7 +34,9 @@ async def test_demo_crash_and_restore_from_two_workers_into_three(tmp_path: Path
         result = await run_demo(options, Console(file=quiet))
     assert len(result.checks) >= 4 and result.continued
     checkpoint = tmp_path / "run" / result.checkpoint_id
-    assert (participant_dir(checkpoint, "environment", "environment-0") / PLACEMENT_FILE).exists()
+    # Each of the 2 workers wrote its own records file; the manifest lists both.
+    manifest = (participant_dir(checkpoint, "environment", "environment-0") / "manifest.json").read_bytes()
+    assert [part["worker"] for part in msgspec.json.decode(manifest)["parts"]] == [0, 1]
 
 
 def _children(pid: int) -> list[int]:
@@ -110,5 +113,160 @@ async def test_a_worker_killed_during_prepare_aborts_cleanly_and_comes_back(tmp_
                 else:
                     pytest.fail(f"never prepared again after the worker's restart: {again.text}")
             assert again.json()["report"]["counts"]["workers"] == 2
+    finally:
+        server.kill()
+
+
+async def test_calls_routed_to_a_worker_port_skip_the_main_process_and_survive_its_death(
+    tmp_path: Path,
+) -> None:
+    """Work calls go straight to the worker's own port (the main process spends nothing on
+    them); once that worker is killed its port refuses at once, and through the main port
+    the session's loss is a clear 404 while a new session is placed on a live worker."""
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=token_file,
+        log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path), "--step-seconds", "0"],
+    )
+    try:
+        await server.wait_listening(30)
+        async with httpx.AsyncClient(base_url=server.url, timeout=10, headers=AUTH) as client:
+            with anyio.fail_after(30):
+                while True:
+                    workers = (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"]
+                    if all(w["connected"] and w["url"] for w in workers):
+                        break
+                    await anyio.sleep(0.1)
+            started = (await client.post("/work/start", json={"rollout_id": "r0", "steps": 50})).json()
+            direct = started["worker_url"]
+            assert direct in {w["url"] for w in workers} and direct != server.url
+            owner = next(w["index"] for w in workers if w["url"] == direct)
+            # The worker's port takes the token like the main port, and serves only its sessions.
+            async with httpx.AsyncClient(timeout=10) as bare:
+                assert (
+                    await bare.post(f"{direct}/work/advance", json={"rollout_id": "r0"})
+                ).status_code == 401
+            assert (
+                await client.post(f"{direct}/work/start", json={"rollout_id": "x", "steps": 1})
+            ).status_code in (404, 405)
+            main_pid = server.proc.pid
+            before = _cpu_ticks(main_pid)
+            for boundary in range(1, 41):
+                reply = await client.post(f"{direct}/work/advance", json={"rollout_id": "r0"})
+                assert reply.json() == {"boundary": boundary, "done": False}
+            assert _cpu_ticks(main_pid) - before <= 5  # 40 calls: at most the main's idle ticks
+            view = (await client.get("/work/r0")).json()  # the main port still forwards
+            assert view["boundary"] == 40 and view["worker"] == owner
+
+            pid = _children(main_pid)[owner]
+            os.kill(pid, signal.SIGKILL)
+            refused = None
+            with anyio.fail_after(5):
+                while refused is None:  # a kept-alive connection is reset first, then none is taken
+                    try:
+                        await client.post(f"{direct}/work/advance", json={"rollout_id": "r0"})
+                    except httpx.ConnectError as exc:
+                        refused = exc
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        pass
+                    await anyio.sleep(0.05)
+            with anyio.fail_after(10):
+                while (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"][owner][
+                    "url"
+                ] == direct:
+                    await anyio.sleep(0.1)
+            lost = await client.post("/work/advance", json={"rollout_id": "r0"})
+            assert lost.status_code == 404 and lost.json()["error"]["code"] == "not_found", lost.text
+            again = await client.post("/work/start", json={"rollout_id": "r1", "steps": 5})
+            assert again.status_code == 200, again.text
+            moved = again.json()["worker_url"]
+            assert moved and moved != direct
+            assert (await client.post(f"{moved}/work/advance", json={"rollout_id": "r1"})).json()[
+                "boundary"
+            ] == 1
+    finally:
+        server.kill()
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+_HIJACK = """
+import json, socket, struct, sys
+import msgspec
+from participants.server.workers.frames import Message, decode_frame, encode_frame
+path, index, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sock = socket.socket(socket.AF_UNIX)
+sock.settimeout(10)
+sock.connect(path)
+sock.sendall(encode_frame(Message(1, "hello", {"index": index, "secret": secret, "pid": 1})))
+data = b""
+while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+reply = decode_frame(data[4:])
+print(json.dumps({"ok": reply.ok, "detail": reply.error.detail if reply.error else None}))
+"""
+
+
+async def test_a_process_replaying_a_dead_workers_secret_cannot_take_its_slot(tmp_path: Path) -> None:
+    """A second process that read worker 1's environment says hello as worker 1 the moment it
+    dies: refused (that secret was used); the restarted worker joins with its new one."""
+    import subprocess
+    import sys
+
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=token_file,
+        log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
+    )
+    try:
+        await server.wait_listening(30)
+        async with httpx.AsyncClient(base_url=server.url, timeout=10, headers=AUTH) as client:
+            with anyio.fail_after(30):
+                while not all(
+                    w["connected"] for w in (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"]
+                ):
+                    await anyio.sleep(0.1)
+            victim = sorted(_children(server.proc.pid))[1]
+            environ = dict(
+                item.split("=", 1)
+                for item in Path(f"/proc/{victim}/environ").read_text().split("\0")
+                if "=" in item
+            )
+            index = int(environ["CKPT_EVENTS_WORKER_INDEX"])
+            os.kill(victim, signal.SIGKILL)
+            socket_path = environ["CKPT_EVENTS_COORDINATOR_SOCKET"]
+            old_secret = environ["CKPT_EVENTS_WORKER_SECRET"]
+            hijack = subprocess.run(
+                [sys.executable, "-c", _HIJACK, socket_path, str(index), old_secret],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            assert hijack.returncode == 0, hijack.stderr[-2000:]
+            assert json.loads(hijack.stdout) == {
+                "ok": False,
+                "detail": f"hello for worker {index} without its secret",
+            }
+            with anyio.fail_after(30):  # the supervisor's restart joins with its own secret
+                while True:
+                    workers = (await client.get(f"{CONTROL_PREFIX}/status")).json()["workers"]
+                    if workers[index]["connected"] and victim not in _children(server.proc.pid):
+                        break
+                    await anyio.sleep(0.1)
+            started = await client.post("/work/start", json={"rollout_id": "after", "steps": 2})
+            assert started.status_code == 200, started.text
     finally:
         server.kill()

@@ -15,7 +15,6 @@ from ckpt_events import Bus, Telemetry
 from participants import create_app
 from participants.server.app import make_workload
 from participants.server.store import participant_dir
-from participants.server.workers import PLACEMENT_FILE
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
@@ -64,11 +63,20 @@ async def test_work_is_spread_and_a_checkpoint_gathers_every_worker(tmp_path):
         )
         committed = await control(client, "commit", checkpoint_dir=str(tmp_path))
         assert committed.status_code == 200, committed.text
-        assert committed.json()["manifest"]["record_count"] == 6
-        placement = json.loads(
-            (participant_dir(tmp_path, "environment", "env-0") / PLACEMENT_FILE).read_text()
-        )
-        assert sorted(placement["owners"]) == [f"r{i}" for i in range(6)]
+        manifest = committed.json()["manifest"]
+        assert manifest["record_count"] == 6 and manifest["records_file"] == ""
+        # One records file per worker, written by that worker, listed in worker order.
+        directory = participant_dir(tmp_path, "environment", "env-0")
+        assert [p["worker"] for p in manifest["parts"]] == [0, 1]
+        by_worker = {
+            p["worker"]: {
+                json.loads(line)["episode_id"]["rollout_id"]
+                for line in (directory / p["records_file"]).read_bytes().splitlines()
+            }
+            for p in manifest["parts"]
+        }
+        assert by_worker == {w: {v["rollout_id"] for v in views if v["worker"] == w} for w in (0, 1)}
+        assert json.loads((directory / "manifest.json").read_bytes()) == manifest
         assert (await control(client, "resume")).json()["idempotent"] is False
         await _start(client, "after")
 

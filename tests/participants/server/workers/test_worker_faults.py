@@ -68,10 +68,12 @@ async def _drop(app: Any, index: int) -> None:
             await anyio.sleep(0.01)
 
 
-async def _join(path: str, index: int) -> SocketStream:
-    """A hostile peer's hello as worker ``index``; returns its stream once the hello is answered."""
-    stream = await anyio.connect_unix(path)
-    await stream.send(encode_frame(Message(1, "hello", {"index": index})))
+async def _join(coordinator: WorkerCoordinator, index: int) -> SocketStream:
+    """A misbehaving worker's hello as worker ``index`` (with the secret of a new start of it);
+    returns its stream once the hello is answered."""
+    stream = await anyio.connect_unix(coordinator.socket_path)
+    hello = {"index": index, "secret": coordinator.new_secret(index)}
+    await stream.send(encode_frame(Message(1, "hello", hello)))
     with anyio.fail_after(5):
         reply = await read_frame(stream)
     assert isinstance(reply, Reply) and reply.ok, reply
@@ -110,7 +112,7 @@ async def test_a_silent_worker_gives_503_after_the_reply_deadline_and_none_conne
     async with running(app) as client:
         await _both_serving(client)
         await _drop(app, 1)
-        silent = await _join(app.state.coordinator.socket_path, 1)  # reads nothing, answers nothing
+        silent = await _join(app.state.coordinator, 1)  # reads nothing, answers nothing
         try:
             with anyio.fail_after(5):
                 reply = await client.post("/work/start", json={"rollout_id": "b", "steps": 2})
@@ -136,7 +138,7 @@ async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_g
     async with running(app) as client:
         await _both_serving(client)
         await _drop(app, 1)
-        peer = await _join(app.state.coordinator.socket_path, 1)
+        peer = await _join(app.state.coordinator, 1)
         await peer.send(encode_frame(Reply(999, True, "nobody asked")))
         await peer.send(encode_frame(Message(2, "rm -rf", {})))
         with anyio.fail_after(5):
@@ -167,7 +169,7 @@ async def _coordinator_peer(path: str, script: Any) -> tuple[bool, BaseException
 
     async def worker() -> None:
         try:
-            await run_worker(path, 0, workload, max_frame=4096)
+            await run_worker(path, 0, workload, max_frame=4096, secret="s")
             outcome.append(None)
         except Exception as exc:  # the assertion below names it
             outcome.append(exc)
@@ -222,7 +224,7 @@ async def test_a_worker_whose_coordinator_socket_refuses_fails_at_once(tmp_path:
     """No listener on the socket path: the worker raises promptly (its supervisor restarts it), no hang."""
     workload = make_workload("environment", Telemetry(None, kind="environment", instance="env-0"))
     with anyio.fail_after(5), pytest.raises(OSError):
-        await run_worker(str(tmp_path / "nobody.sock"), 0, workload)
+        await run_worker(str(tmp_path / "nobody.sock"), 0, workload, secret="s")
 
 
 async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: Any) -> None:
@@ -271,7 +273,7 @@ async def test_a_peer_silent_past_the_hello_deadline_is_dropped(
         assert 0.25 <= time.monotonic() - start < 5
         tg.cancel_scope.cancel()
     assert [r.message for r in caplog.records if "no hello" in r.message] == [
-        "protocol error: a connection sent no hello within 0.3 s; dropped"
+        "worker socket: refused a connection (no hello within 0.3 s); 1 refused so far"
     ]
 
 
@@ -284,3 +286,163 @@ async def test_a_peer_gone_before_its_hello_is_no_protocol_error(caplog: pytest.
         await anyio.sleep(0.2)
         tg.cancel_scope.cancel()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+# -- who may take a worker slot, and what a stranger can cost ---------------------------------
+
+
+async def test_a_hello_without_the_slots_current_secret_is_refused_and_closed() -> None:
+    """No secret, another slot's secret, or a secret already used: refused, connection closed."""
+    async with anyio.create_task_group() as tg:
+        coordinator = WorkerCoordinator(2)
+        await tg.start(coordinator.serve)
+        old = coordinator.new_secret(1)
+        first, kept = await _hello_as(coordinator.socket_path, 1, old)
+        assert first.ok  # the slot's current secret joins
+        other = coordinator.new_secret(0)
+        for index, secret in ((0, None), (1, other), (0, old)):
+            refused, gone = await _hello_as(coordinator.socket_path, index, secret)
+            await gone.aclose()
+            assert not refused.ok and refused.error is not None and "secret" in refused.error.detail
+        assert coordinator.connected() == [1] and coordinator.refused == 3
+        await _close_and_wait(coordinator, kept, 1)
+        tg.cancel_scope.cancel()
+
+
+async def _close_and_wait(coordinator: WorkerCoordinator, stream: SocketStream, index: int) -> None:
+    """Close a peer's end and wait until the coordinator saw it go: a read cancelled (at the
+    test's end) in the very iteration its socket turns readable trips anyio's Unix stream."""
+    await stream.aclose()
+    with anyio.fail_after(5):
+        while index in coordinator.connected():
+            await anyio.sleep(0.01)
+
+
+async def _hello_as(path: str, index: int, secret: str | None) -> tuple[Reply, SocketStream]:
+    stream = await anyio.connect_unix(path)
+    await stream.send(encode_frame(Message(1, "hello", {"index": index, "secret": secret})))
+    with anyio.fail_after(5):
+        reply = await read_frame(stream)
+    assert isinstance(reply, Reply), reply
+    if not reply.ok:
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await stream.receive()  # closed after the refusal
+    return reply, stream
+
+
+async def test_strangers_are_bounded_in_number_in_frame_size_and_in_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Connections that never say hello are held at most MAX_STRANGERS at once; a big first
+    frame is refused from its header; 300 bad first messages log at most a dozen lines."""
+    caplog.set_level(logging.INFO, "ckpt_events.workers")
+    async with anyio.create_task_group() as tg:
+        coordinator = WorkerCoordinator(2)
+        await tg.start(coordinator.serve)
+        held = [
+            await anyio.connect_unix(coordinator.socket_path) for _ in range(worker_coordinator.MAX_STRANGERS)
+        ]
+        await anyio.sleep(0.2)
+        extra = await anyio.connect_unix(coordinator.socket_path)
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await extra.receive()  # closed at once: the strangers' seats are taken
+        await extra.aclose()
+        for stream in held:
+            await stream.aclose()
+        await anyio.sleep(0.2)
+        big = await anyio.connect_unix(coordinator.socket_path)
+        await big.send(struct.pack(">I", 256 * 1024 * 1024))  # announces 256 MiB, sends none of it
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await big.receive()
+        await big.aclose()
+        for _ in range(300):
+            async with await anyio.connect_unix(coordinator.socket_path) as stream:
+                await stream.send(encode_frame(Message(1, "status", {})))
+                with anyio.fail_after(5):
+                    reply = await read_frame(stream)
+                assert isinstance(reply, Reply) and not reply.ok
+        tg.cancel_scope.cancel()
+    lines = [r for r in caplog.records if r.name == "ckpt_events.workers" and r.levelno >= logging.ERROR]
+    assert coordinator.refused >= 301 and len(lines) <= 14, len(lines)
+
+
+async def test_a_forged_work_reply_is_never_passed_to_the_client() -> None:
+    """A worker (holding the slot's secret) that answers for another session, or with a body
+    of the wrong shape: 503 to the client, the forged value nowhere in the answer."""
+    app = _app()
+    async with running(app) as client:
+        await _both_serving(client)
+        await _drop(app, 1)
+        peer = await _join(app.state.coordinator, 1)
+
+        async def forge() -> None:
+            with anyio.fail_after(5):
+                message = await read_frame(peer)
+            assert isinstance(message, Message) and message.kind == "start", message
+            forged = {"capture_key": "FORGED<script>", "boundary": 0}
+            await peer.send(encode_frame(Reply(message.id, True, forged)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forge)
+            start = await client.post("/work/start", json={"rollout_id": "f", "steps": 2})
+        assert error_code(start) == (503, "checkpoint_coordinator_unavailable")
+        assert "<script>" not in start.text and "another session" in start.text, start.text
+        assert "f" not in app.state.workload.owners
+        await _close_and_wait(app.state.coordinator, peer, 1)
+
+
+async def test_a_worker_that_keeps_dying_spends_its_budget_once_and_stops_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Real processes that exit at once: restarted max_restarts times within the window, then
+    one error line and ``on_spent`` (the server stops), never a prepare "not ready" for ever."""
+    import sys
+
+    from participants.server.workers.supervisor import WorkerSupervisor
+
+    caplog.set_level(logging.WARNING, "ckpt_events.workers")
+    spent: list[str] = []
+    supervisor = WorkerSupervisor(
+        1,
+        lambda index: [sys.executable, "-c", "raise SystemExit(3)"],
+        max_restarts=3,
+        window=60.0,
+        secret_for=lambda index: "s",
+        on_spent=spent.append,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(supervisor.run)
+        with anyio.fail_after(30):
+            while not spent:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)  # nothing more is started after the budget is spent
+        tg.cancel_scope.cancel()
+    assert supervisor.restarts == 3 and supervisor.processes == {}
+    assert spent == [
+        "worker 0 exited 4 times within 60 s (last exit status 3): "
+        "restart budget of 3 spent; stopping the server"
+    ]
+    assert [r.message for r in caplog.records if r.levelno >= logging.ERROR] == spent
+
+
+async def test_restarts_spread_over_time_are_never_spent() -> None:
+    """The budget is per window: exits further apart than the window restart for ever."""
+    import sys
+
+    from participants.server.workers.supervisor import WorkerSupervisor
+
+    spent: list[str] = []
+    supervisor = WorkerSupervisor(
+        1,
+        lambda index: [sys.executable, "-c", "import time; time.sleep(0.3)"],
+        max_restarts=2,
+        window=0.2,
+        on_spent=spent.append,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(supervisor.run)
+        with anyio.fail_after(30):
+            while supervisor.restarts < 4:
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert spent == []

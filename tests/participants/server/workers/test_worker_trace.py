@@ -87,10 +87,17 @@ async def test_a_restore_share_joins_the_controllers_trace_even_without_a_sink_h
             )
             assert reply.status_code == 200, reply.text
         await worker_bus.flush()
-    [share] = [e for e in events if type(e) is OperationFinished and e.operation == "restore"]
-    assert share.worker is not None and share.records == 1 and share.checkpoint_id == "c2"
-    assert (share.trace_id, share.parent_span_id, share.parent_remote) == (
-        CONTROLLER_TRACE,
-        CONTROLLER_SPAN,
-        True,
-    )
+    # Each worker's share is two operations: it reads and checks (stage), then installs.
+    shares = [e for e in events if type(e) is OperationFinished and e.operation == "restore"]
+    assert sorted(e.worker for e in shares) == [0, 0, 1, 1]
+    for share in shares:
+        assert share.checkpoint_id == "c2"
+        assert (share.trace_id, share.parent_span_id, share.parent_remote) == (
+            CONTROLLER_TRACE,
+            CONTROLLER_SPAN,
+            True,
+        )
+    holding = [e for e in shares if e.records == 1]
+    assert len(holding) == 2 and len({e.worker for e in holding}) == 1
+    steps = [e.step for e in events if type(e) is StepFinished and e.worker == holding[0].worker]
+    assert steps == ["read", "install"]

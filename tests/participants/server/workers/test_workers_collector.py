@@ -61,7 +61,8 @@ async def _checkpoint(url: str, tel: Telemetry, tmp_path: Path) -> tuple[str, st
 async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
     collector: tuple[str, Path], tmp_path: Path
 ) -> None:
-    """Both workers' prepare and commit shares arrive, in the controller's trace, under the participant."""
+    """Both workers' prepare and commit shares (export and write) arrive in the controller's
+    trace, under the participant."""
     endpoint, out = collector
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
@@ -89,7 +90,7 @@ async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
         for _ in range(50):
             spans = [s for s in _all_spans(text) if s.get("Trace ID") == trace_hex]
             shares = [s for s in spans if f"-> {Attr.WORKER}: Int(" in s["text"]]
-            if len(shares) >= 6:  # prepare, commit and the export step, per worker
+            if len(shares) >= 8:  # prepare, commit and its export and write steps, per worker
                 break
             time.sleep(0.2)
             text = out.read_text(errors="replace")
@@ -102,7 +103,14 @@ async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
     for worker in (0, 1):
         mine = [s for s in shares if f"-> {Attr.WORKER}: Int({worker})" in s["text"]]
         names = sorted(s["Name"] for s in mine)
-        assert names == ["gym.checkpoint.commit", "gym.checkpoint.export", "gym.checkpoint.prepare"], names
+        # Each worker exports and writes its own records file.
+        expected = [
+            "gym.checkpoint.commit",
+            "gym.checkpoint.export",
+            "gym.checkpoint.prepare",
+            "gym.checkpoint.write",
+        ]
+        assert names == expected, names
         [commit] = [s for s in mine if s["Name"] == "gym.checkpoint.commit"]
         assert commit["Parent ID"] == participant_commit["ID"]
         [prepare] = [s for s in mine if s["Name"] == "gym.checkpoint.prepare"]

@@ -1,0 +1,86 @@
+"""A worker's own HTTP port: the work routes served by the worker that owns the sessions.
+
+Why a port per worker: the main process forwarding every work call costs it more CPU per call
+(parse, frame, decode, re-encode) than a single-process server spends serving the call, so
+forwarding alone can never add capacity. With its own port a worker serves its sessions'
+``POST /work/advance`` and ``GET /work/{key}`` itself and the main process does nothing per
+call. Sessions are still placed by the main port's ``/work/start`` (once per session), which
+checks admission and the fence of the whole server, so no worker needs every other worker's
+retired marks. The URL is announced in the worker's ``hello`` and given to clients in every
+forwarded work reply (``worker_url``) and in ``GET /status``; the main port still forwards,
+for clients that do not route.
+
+The port is bound before ``hello`` (port 0: any free one, on the server's host), so the
+URL announced is one that already accepts connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any, Final
+
+import uvicorn
+
+from participants.server.arrival import LoopLagMonitor
+from participants.server.builder import build_work_app
+from participants.server.limits import DEFAULT_MAX_BODY_BYTES, SERVER_LIMITS
+from participants.server.routes import work_router
+from participants.workloads.base import Workload
+
+__all__ = ["ENV_WORKER_HOST", "ENV_WORKER_TOKEN", "WorkerHttp"]
+
+#: The host a worker process binds its own port on (the server's ``--host``; loopback if unset).
+ENV_WORKER_HOST: Final = "CKPT_EVENTS_WORKER_HOST"
+#: The server's token, which a worker process's own port takes (never on a command line).
+ENV_WORKER_TOKEN: Final = "CKPT_EVENTS_WORKER_TOKEN"
+_DEFAULT_HOST: Final = "127.0.0.1"
+
+log = logging.getLogger("ckpt_events.workers")
+
+
+class WorkerHttp:
+    """Worker ``index``'s HTTP server for ``workload``'s work routes, on a port bound now."""
+
+    def __init__(
+        self,
+        workload: Workload[Any, Any],
+        index: int,
+        *,
+        token: str,
+        host: str = _DEFAULT_HOST,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.monitor = LoopLagMonitor()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so, and without it
+        # a reply written as head then body waits out the client's delayed ACK (about 40 ms).
+        self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind((host, 0))
+            self.socket.listen(1024)
+        except OSError:
+            self.socket.close()
+            raise
+        port = self.socket.getsockname()[1]
+        self.url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+        app = build_work_app(
+            title=f"ckpt-events {workload.kind.value} worker {index} of {workload.tel.instance}",
+            tel=workload.tel,
+            work_router=work_router(workload, token, worker=index),
+            max_body_bytes=max_body_bytes,
+            monitor=self.monitor,
+        )
+        config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", **SERVER_LIMITS)
+        self.server = uvicorn.Server(config)
+
+    async def serve(self) -> None:
+        """Serve until ``stop()`` (the worker's coordinator socket ended) or a signal."""
+        try:
+            await self.server.serve(sockets=[self.socket])
+        finally:
+            self.socket.close()
+
+    def stop(self) -> None:
+        self.server.should_exit = True

@@ -1,0 +1,224 @@
+"""Commit and restore done by the workers: one records file per worker, all or nothing.
+
+The app runs in process with its workers as tasks behind a real Unix socket; a worker is
+"killed" by shutting its end of the socket, as when its process dies.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+import threading
+import time
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from anyio.abc import SocketAttribute
+
+from ckpt_events import Bus, Telemetry
+from participants import create_app
+from participants.faults import FAULT_ENV
+from participants.protocol import RecordsPart
+from participants.server import store
+from participants.server.app import make_workload
+from participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir
+from participants.server.store_read import Share
+from participants.server.workers.pool import assign_parts
+from tests.participants.helpers import TOKEN, control, error_code, running, status
+
+pytestmark = pytest.mark.anyio
+
+
+class _Fleet:
+    """A multi-worker app whose worker workloads the test can look into."""
+
+    def __init__(self, workers: int, instance: str = "env-0") -> None:
+        bus = Bus()
+        self.workloads: list[Any] = []
+
+        def factory(index: int) -> Any:
+            workload = make_workload("environment", Telemetry(bus, kind="environment", instance=instance))
+            self.workloads.append(workload)
+            return workload
+
+        options: dict[str, Any] = {"workers": workers, "worker_factory": factory} if workers > 1 else {}
+        self.app = create_app(
+            "environment",
+            instance=instance,
+            token=TOKEN,
+            bus=bus,
+            checkpoint_root=tempfile.gettempdir(),
+            **options,
+        )
+
+    def installed(self) -> list[str]:
+        return sorted(key for w in self.workloads for key in w.episodes)
+
+    async def kill(self, index: int) -> None:
+        coordinator = self.app.state.coordinator
+        coordinator.channels[index].stream.extra(SocketAttribute.raw_socket).shutdown(socket.SHUT_RDWR)
+        with anyio.fail_after(5):
+            while index in coordinator.connected():
+                await anyio.sleep(0.01)
+
+
+async def _commit(client: Any, directory: Any, rollouts: int) -> dict[str, Any]:
+    for i in range(rollouts):
+        reply = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 4})
+        assert reply.status_code == 200, reply.text
+    assert (await control(client, "prepare")).json()["phase"] == "prepared"
+    committed = await control(client, "commit", checkpoint_dir=str(directory))
+    assert committed.status_code == 200, committed.text
+    return committed.json()  # type: ignore[no-any-return]
+
+
+def _episodes(rollouts: int) -> list[dict[str, Any]]:
+    return [{"rollout_id": f"r{i}", "attempt": 0} for i in range(rollouts)]
+
+
+def test_parts_are_assigned_so_that_every_record_is_read_exactly_once():
+    one = [RecordsPart(0, "records.jsonl", "0" * 64, 10)]
+    assert assign_parts(one, 1) == {0: [(one[0], Share())]}
+    assert assign_parts(one, 3) == {i: [(one[0], Share(3, i))] for i in range(3)}
+    two = [RecordsPart(w, f"records-{w}.jsonl", "0" * 64, 5) for w in (0, 1)]
+    # Back to the worker that wrote each; a worker that did not exist then reads nothing.
+    assert assign_parts(two, 3) == {0: [(two[0], Share())], 1: [(two[1], Share())], 2: []}
+    assert assign_parts(two, 1) == {0: [(two[0], Share()), (two[1], Share())]}
+
+
+@pytest.mark.parametrize(("made_by", "restored_into"), [(2, 3), (1, 2), (1, 4), (2, 1), (3, 2)])
+async def test_a_restore_into_any_worker_count_puts_every_session_somewhere_exactly_once(
+    tmp_path, made_by, restored_into
+):
+    rollouts = 23
+    first = _Fleet(made_by)
+    async with running(first.app) as client:
+        committed = await _commit(client, tmp_path, rollouts)
+    assert len(committed["manifest"].get("parts", [])) == (made_by if made_by > 1 else 0)
+    again = _Fleet(restored_into)
+    async with running(again.app) as client:
+        reply = await control(
+            client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(rollouts)
+        )
+        assert reply.status_code == 200, reply.text
+        expected = sorted(f"r{i}-a1" for i in range(rollouts))
+        assert reply.json()["restored"] == expected
+        if restored_into > 1:
+            assert again.installed() == expected  # no session in two workers
+            counts = [len(w.episodes) for w in again.workloads]
+            if made_by == 1:  # one file shared out: balanced to within one session
+                assert max(counts) - min(counts) <= 1, counts
+        assert (await status(client))["episodes"] == rollouts
+
+
+async def test_a_worker_lost_during_a_parallel_commit_publishes_nothing_and_leaves_no_part(
+    tmp_path, monkeypatch
+):
+    fleet = _Fleet(2)
+    started = threading.Event()
+    real_step = store._step
+
+    def slow_rename(name: str) -> None:
+        real_step(name)
+        if name == "rename_records":
+            started.set()
+            time.sleep(0.5)  # both workers hold their part here while worker 1 is killed
+
+    monkeypatch.setattr(store, "_step", slow_rename)
+    async with running(fleet.app) as client:
+        for i in range(8):
+            assert (
+                await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 4})
+            ).status_code == 200
+        assert (await control(client, "prepare", seconds=30.0)).json()["phase"] == "prepared"
+        replies: list[Any] = []
+
+        async def commit() -> None:
+            replies.append(await control(client, "commit", seconds=30.0, checkpoint_dir=str(tmp_path)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit)
+            with anyio.fail_after(10):
+                while not started.is_set():
+                    await anyio.sleep(0.01)
+            await fleet.kill(1)
+        assert error_code(replies[0]) == (503, "checkpoint_coordinator_unavailable"), replies[0].text
+        await anyio.sleep(0.7)  # the killed worker's thread finishes its rename
+    directory = participant_dir(tmp_path, "environment", "env-0")
+    assert not (directory / MANIFEST_NAME).exists()
+    # The surviving worker's part is deleted; the lost worker's, renamed after its death, is an
+    # orphan the next commit's sweep removes (at most one file, never named by a manifest).
+    assert len([p for p in directory.iterdir() if RECORDS_FILE.fullmatch(p.name)]) <= 1
+
+
+async def test_a_worker_lost_during_a_parallel_restore_installs_nothing_anywhere(tmp_path, monkeypatch):
+    rollouts = 40
+    async with running(_Fleet(2).app) as client:
+        await _commit(client, tmp_path, rollouts)
+    # 20 ms per record read: each worker's share of 20 takes about 0.4 s to read.
+    monkeypatch.setenv(FAULT_ENV, "slow-restore:env-0:0.02")
+    fleet = _Fleet(2)
+    async with running(fleet.app) as client:
+        replies: list[Any] = []
+
+        async def restore() -> None:
+            replies.append(
+                await control(
+                    client,
+                    "restore",
+                    "c2",
+                    seconds=30.0,
+                    checkpoint_dir=str(tmp_path),
+                    episode_ids=_episodes(rollouts),
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(restore)
+            await anyio.sleep(0.15)
+            await fleet.kill(1)
+        assert error_code(replies[0]) == (503, "checkpoint_coordinator_unavailable"), replies[0].text
+        with anyio.fail_after(5):  # worker 0 drops what it staged once its read ends
+            while fleet.workloads[0].episodes or fleet.app.state.workload.owners:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.6)
+        assert fleet.installed() == [] and (await status(client))["episodes"] == 0
+        # Still fresh and idle, admission open again: work is taken, nothing half-restored.
+        assert (await status(client))["phase"] == "idle"
+        assert (await client.post("/work/start", json={"rollout_id": "new", "steps": 2})).status_code == 200
+
+
+async def test_a_part_that_does_not_check_refuses_the_restore_on_every_worker(tmp_path):
+    rollouts = 10
+    async with running(_Fleet(2).app) as client:
+        committed = await _commit(client, tmp_path, rollouts)
+    directory = participant_dir(tmp_path, "environment", "env-0")
+    part = directory / committed["manifest"]["parts"][1]["records_file"]
+    part.write_bytes(part.read_bytes().replace(b"r", b"R", 1))
+    fleet = _Fleet(2)
+    async with running(fleet.app) as client:
+        reply = await control(
+            client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(rollouts)
+        )
+        assert error_code(reply) == (422, "invalid_checkpoint_state"), reply.text
+        assert "SHA-256" in reply.json()["error"]["detail"]
+        await anyio.sleep(0.2)
+        assert fleet.installed() == [] and (await status(client))["episodes"] == 0
+
+
+async def test_a_one_process_participant_restores_a_multi_worker_checkpoint(tmp_path):
+    async with running(_Fleet(2).app) as client:
+        committed = await _commit(client, tmp_path, 9)
+    manifest = msgspec.json.decode(
+        (participant_dir(tmp_path, "environment", "env-0") / MANIFEST_NAME).read_bytes()
+    )
+    assert (
+        manifest == committed["manifest"]
+        and store.parts_digest([RecordsPart(**p) for p in manifest["parts"]]) == manifest["records_sha256"]
+    )
+    async with running(_Fleet(1).app) as client:
+        reply = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(9))
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["restored"]) == 9
