@@ -12,9 +12,9 @@ import glob
 import io
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 import msgspec
@@ -22,7 +22,7 @@ import msgspec
 from ckpt_events import Event, Kind
 from participants.protocol import CONTROL_PREFIX, StatusReply
 
-__all__ = ["MAX_BODY", "MAX_READ", "LogFollower", "PollResult", "poll_all", "poll_one"]
+__all__ = ["MAX_BODY", "MAX_READ", "EventSource", "LogFollower", "PollResult", "poll_all", "poll_one"]
 
 #: A status reply is a few hundred bytes (at most 100 blockers): anything past this is refused.
 MAX_BODY: Final = 256 * 1024
@@ -97,6 +97,19 @@ async def poll_all(client: httpx.AsyncClient, urls: Sequence[str], timeout: floa
         for index, url in enumerate(urls):
             tg.start_soon(one, index, url)
     return [r for r in results if r is not None]
+
+
+class EventSource(Protocol):
+    """Where the view's open work comes from: ``LogFollower``, or ``demo --watch``'s own bus."""
+
+    @property
+    def notes(self) -> Mapping[str, str]:
+        """One line per source with something to say this round (shown under the view)."""
+        ...
+
+    def read(self) -> list[Event]:
+        """The events gained since the last call."""
+        ...
 
 
 class _Tail:
