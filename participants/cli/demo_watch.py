@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import anyio
-import httpx
 from rich.console import Console
 
 from ckpt_events import (
@@ -31,7 +30,7 @@ from ckpt_events import (
     Stalled,
 )
 from participants.cli.watch import show
-from participants.cli.watch_sources import LogFollower
+from participants.cli.watch_sources import LogFollower, status_client
 from participants.cli.watch_view import FleetView
 from sinks.stall_watch import ENV_STALL_AFTER
 
@@ -109,9 +108,8 @@ class DemoWatch:
             return f"{label}: {finished}/{total} rollouts, {time.monotonic() - started:.1f} s"
 
         headers = {"authorization": f"Bearer {self.token}"}
-        limits = httpx.Limits(max_connections=len(urls), max_keepalive_connections=len(urls))
         async with (
-            httpx.AsyncClient(headers=headers, limits=limits, timeout=_POLL_TIMEOUT_S) as client,
+            status_client(view.urls, headers=headers, timeout=_POLL_TIMEOUT_S) as client,
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(run)

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from participants.cli.command import Command, CommandError, console, positive_number
 from participants.cli.serve import ENV_TOKEN
-from participants.cli.watch_sources import EventSource, LogFollower, poll_all
+from participants.cli.watch_sources import EventSource, LogFollower, poll_all, status_client
 from participants.cli.watch_view import FleetView, escape
 
 __all__ = ["WATCH", "live", "plain", "show", "snapshot"]
@@ -202,16 +202,13 @@ async def _pause(seconds: float, until: anyio.Event | None) -> None:
 
 
 async def _watch_async(args: argparse.Namespace) -> int:
-    import httpx
-
     urls = _urls(args)
     token = _token(args, needed=bool(urls))
     view = FleetView(urls, stall_after=_stall_after(args))
     follower = LogFollower(args.follow) if args.follow else None
     headers = {"authorization": f"Bearer {token}"} if token is not None else {}
     out = console()
-    limits = httpx.Limits(max_connections=max(len(urls), 1), max_keepalive_connections=max(len(urls), 1))
-    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=args.timeout) as client:
+    async with status_client(urls, headers=headers, timeout=args.timeout) as client:
         if args.once:
             await plain(view, client, follower, out, timeout=args.timeout, once=True)
         else:  # until Ctrl-C, reported by main in one line
