@@ -3,9 +3,11 @@ participant, and rendering the view) against 4, 16 and 64 real participants.
 
 The participants are real apps (environment participants) served by uvicorn on 127.0.0.1 in
 one child process, as a fleet runs apart from the watching terminal; the client is watch's own
-``poll_all`` with its default per-poll timeout, in this process. A refresh must fit in watch's
-one-second interval. (With the servers in the watcher's own event loop, 64 took ~0.74 s a
-round here, most of it the servers' work.)
+``poll_all`` through its ``status_client`` (a connection pool per participant) with its default
+per-poll timeout, in this process. A refresh must fit in watch's one-second interval. (With the
+servers in the watcher's own event loop, 64 took ~0.74 s a round here, most of it the servers'
+work; with one pool shared by every participant, the watcher's CPU per round grew with the
+square of the fleet.)
 
 Run ``python -m benchmarks.bench_watch [--quick] [--json PATH]``.
 """
@@ -25,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 from rich.console import Console
 
 from participants.cli.fleet import local_fleet
-from participants.cli.watch_sources import poll_all
+from participants.cli.watch_sources import poll_all, status_client
 from participants.cli.watch_view import FleetView
 
 from . import report
@@ -73,12 +74,12 @@ async def _measure_size(n: int, rounds: int) -> dict[str, Any]:
 async def _rounds(targets: list[str], rounds: int) -> dict[str, Any]:
     n = len(targets)
     view = FleetView(targets)
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     polls: list[float] = []
     cpu: list[float] = []
     renders: list[float] = []
     errors = 0
-    async with httpx.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, limits=limits) as client:
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    async with status_client(targets, headers=headers, timeout=TIMEOUT) as client:
         await poll_all(client, targets, TIMEOUT)  # warm: connections opened once, as watch keeps them
         for _ in range(rounds):
             started, cpu_started = time.perf_counter(), time.process_time()

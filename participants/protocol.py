@@ -193,6 +193,8 @@ class StatusReply(_Body):
     admission_open: bool = True
     episodes: int = 0
     retired_rollouts: dict[str, int] = msgspec.field(default_factory=dict)
+    #: Readiness: live while ``preparing`` (what a waiting prepare sees now), else the last
+    #: prepare's answer; ``None`` before any prepare of the active checkpoint.
     report: PrepareReport | None = None
     workers: list[WorkerEndpoint] | None = None
 

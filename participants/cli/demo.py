@@ -45,6 +45,12 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "model-0 reads slowly",
     )
     parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="show the watch view of the fleet (phases, blockers, open work) instead of progress bars; "
+        "with --fault, work open past 0.5 s is marked stalled and warned about",
+    )
+    parser.add_argument(
         "--processes", action="store_true", help="run the servers as real processes, killed with SIGKILL"
     )
     parser.add_argument(
@@ -94,6 +100,7 @@ def _demo(args: argparse.Namespace) -> int:
         otlp_endpoint=args.otlp_endpoint,
         checkpoints=args.checkpoints,
         fault=args.fault,
+        watch=args.watch,
     )
     if (refusal := check_options(options)) is not None:
         raise CommandError(refusal)

@@ -49,6 +49,8 @@ class DemoOptions:
     checkpoints: int | None = None
     #: One of ``FAULT_MODES``: injected for real through ``CKPT_EVENTS_FAULT`` (see ``faults``).
     fault: str | None = None
+    #: Show the ``watch`` view of the fleet during each generation instead of progress bars.
+    watch: bool = False
 
     def checkpoint_count(self) -> int:
         return self.checkpoints or (2 if self.fault in ABORTING_FAULTS else 1)

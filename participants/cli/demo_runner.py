@@ -42,6 +42,7 @@ from participants.cli.demo_plan import (
     fault_environ,
     stop_after,
 )
+from participants.cli.demo_watch import DemoWatch, stall_environ, view_stall_after
 from participants.cli.fleet import local_fleet, process_fleet, write_token_file
 from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
@@ -113,6 +114,7 @@ async def _fleet(
 
     def env(instance: str) -> dict[str, str]:
         extra = {"CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")}
+        extra.update(stall_environ(opts.fault) if opts.watch else {})  # their StallWatch logs too
         if opts.otlp_endpoint:
             extra["OTEL_EXPORTER_OTLP_ENDPOINT"] = opts.otlp_endpoint
             extra["OTEL_SERVICE_NAME"] = f"ckpt-events-demo/{instance}"
@@ -154,7 +156,10 @@ async def _run_generation(
     label: str,
     stop_after: int | None,
     checkpoint_after: list[int] | None = None,
+    watching: tuple[DemoWatch, dict[str, str]] | None = None,
 ) -> tuple[Collection, CollectionSummary]:
+    """Run one generation's rollouts under progress bars, or with ``watching`` (the watch and the
+    generation's participant URLs) under the watch view."""
     collection = Collection(
         coordinator,
         run_dir,
@@ -167,6 +172,8 @@ async def _run_generation(
         deadline_s=FAULT_DEADLINE_S if opts.fault is not None else 30.0,
         work_timeout_s=WORK_TIMEOUT_S,
     )
+    if watching is not None:
+        return collection, await watching[0].run(collection, watching[1], console, label, opts.rollouts)
     summary: CollectionSummary | None = None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -233,6 +240,7 @@ async def _first_generation(
     token: str,
     workdir: Path,
     stopping: anyio.Event | None,
+    watch: DemoWatch | None,
 ) -> CollectionSummary:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
@@ -248,6 +256,7 @@ async def _first_generation(
             label="generation 1: checkpoint and stop",
             stop_after=stop_after(opts),
             checkpoint_after=checkpoint_thresholds(opts),
+            watching=None if watch is None else (watch, urls),
         )
         crash()
     return summary
@@ -268,15 +277,24 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         seconds: dict[str, float] = {}
         async with Bus(buffer_size=1 << 20) as bus:
             bus.subscribe(memory, name="demo-report")
+            stall_env = stall_environ(opts.fault) if opts.watch else {}
             configured = sinks.configure(
-                bus, jsonl_path=opts.jsonl, otlp_endpoint=opts.otlp_endpoint, environ=otel_environ()
+                bus,
+                jsonl_path=opts.jsonl,
+                otlp_endpoint=opts.otlp_endpoint,
+                environ={**otel_environ(), **stall_env},
             )
+            watch = None
+            if opts.watch:
+                (workdir / "logs").mkdir(exist_ok=True)
+                watch = DemoWatch(workdir / "logs", stall_after=view_stall_after(stall_env), token=token)
+                bus.subscribe(watch, name="demo-watch")
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
                 first_fault = str(fault) if fault is not None and fault.mode in ABORTING_FAULTS else None
                 with fault_environ(first_fault):
-                    first = await _first_generation(opts, console, bus, tel, token, workdir, stopping)
+                    first = await _first_generation(opts, console, bus, tel, token, workdir, stopping, watch)
                 seconds["generation 1"] = time.monotonic() - start
                 if not first.checkpoints:
                     raise DemoFailed("generation 1 finished without its checkpoint")
@@ -307,6 +325,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                         tel,
                         label="generation 2 (restored)",
                         stop_after=None,
+                        watching=None if watch is None else (watch, urls),
                     )
                     passed = await _verify(opts, first, second, continued, urls, token)
                 seconds["generation 2"] = time.monotonic() - start

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
+from rich.console import Group, RenderableType
+from rich.text import Text
 
 from participants.cli.command import Command, CommandError, console, positive_number
 from participants.cli.serve import ENV_TOKEN
-from participants.cli.watch_sources import LogFollower, poll_all
+from participants.cli.watch_sources import EventSource, LogFollower, poll_all, status_client
 from participants.cli.watch_view import FleetView, escape
 
-__all__ = ["WATCH", "live", "snapshot"]
+__all__ = ["WATCH", "live", "plain", "show", "snapshot"]
 
 _ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
 
@@ -107,64 +109,111 @@ def _stall_after(args: argparse.Namespace) -> float:
     return value
 
 
-async def snapshot(view: FleetView, client: Any, follower: LogFollower | None, timeout: float) -> None:
-    """One refresh: a poll round and whatever the logs gained, folded into ``view``."""
+async def snapshot(view: FleetView, client: Any, source: EventSource | None, timeout: float) -> None:
+    """One refresh: a poll round and whatever ``source`` gained, folded into ``view``."""
     results = await poll_all(client, view.urls, timeout) if view.urls else []
     view.add_polls(results, time.time())
-    if follower is not None:
-        view.add_events(follower.read())
-        view.notes = list(follower.notes.values())
+    if source is not None:
+        view.add_events(source.read())
+        view.notes = list(source.notes.values())
+
+
+def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
+    rendered = view.render()
+    return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
 
 
 async def live(
     view: FleetView,
     client: Any,
-    follower: LogFollower | None,
+    source: EventSource | None,
     out: Any,
     *,
     interval: float = 1.0,
     timeout: float = 0.8,
     until: anyio.Event | None = None,
+    title: Callable[[], str] | None = None,
 ) -> None:
     """Redraw ``view`` in place on the console ``out`` every ``interval`` seconds until ``until``
-    is set (``None``: until cancelled). ``demo --watch`` can run this in place of its progress bars."""
+    is set (``None``: until cancelled), then once more, so the last frame is the final state.
+    ``title()``, if given, heads every frame."""
     from rich.live import Live
 
-    with Live(view.render(), console=out, auto_refresh=False, transient=False) as screen:
-        while until is None or not until.is_set():
+    with Live(_framed(view, title), console=out, auto_refresh=False, transient=False) as screen:
+        while True:
             started = time.monotonic()
-            await snapshot(view, client, follower, timeout)
-            screen.update(view.render(), refresh=True)
-            with anyio.move_on_after(max(0.0, interval - (time.monotonic() - started))):
-                if until is not None:
-                    await until.wait()
-                else:
-                    await anyio.sleep_forever()
+            await snapshot(view, client, source, timeout)
+            screen.update(_framed(view, title), refresh=True)
+            if until is not None and until.is_set():
+                return
+            await _pause(interval - (time.monotonic() - started), until)
+
+
+async def plain(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+    once: bool = False,
+    title: Callable[[], str] = lambda: "ckpt-events watch",
+) -> None:
+    """What a pipe gets: one snapshot every ``interval`` seconds, each headed by a line with
+    ``title()`` and the time, until ``until`` is set (then one last), or just one with ``once``."""
+    while True:
+        started = time.monotonic()
+        await snapshot(view, client, source, timeout)
+        out.print(f"-- {escape(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
+        out.print(view.render())
+        if once or (until is not None and until.is_set()):
+            return
+        await _pause(interval - (time.monotonic() - started), until)
+
+
+async def show(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+    title: Callable[[], str] | None = None,
+) -> None:
+    """``live`` on a terminal, else ``plain``: the view of ``watch`` and of ``demo --watch``."""
+    if out.is_terminal:
+        await live(view, client, source, out, interval=interval, timeout=timeout, until=until, title=title)
+    else:
+        heading = title if title is not None else (lambda: "ckpt-events watch")
+        await plain(view, client, source, out, interval=interval, timeout=timeout, until=until, title=heading)
+
+
+async def _pause(seconds: float, until: anyio.Event | None) -> None:
+    """Sleep ``seconds`` (if positive), waking early when ``until`` is set."""
+    with anyio.move_on_after(max(0.0, seconds)):
+        if until is not None:
+            await until.wait()
+        else:
+            await anyio.sleep_forever()
 
 
 async def _watch_async(args: argparse.Namespace) -> int:
-    import httpx
-
     urls = _urls(args)
     token = _token(args, needed=bool(urls))
     view = FleetView(urls, stall_after=_stall_after(args))
     follower = LogFollower(args.follow) if args.follow else None
     headers = {"authorization": f"Bearer {token}"} if token is not None else {}
     out = console()
-    limits = httpx.Limits(max_connections=max(len(urls), 1), max_keepalive_connections=max(len(urls), 1))
-    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=args.timeout) as client:
-        if args.once or not out.is_terminal:
-            for _ in range(1 if args.once else sys.maxsize):  # piped: until interrupted
-                started = time.monotonic()
-                await snapshot(view, client, follower, args.timeout)
-                out.print(f"-- ckpt-events watch {time.strftime('%H:%M:%S')} --")
-                out.print(view.render())
-                if args.once:
-                    break
-                await anyio.sleep(max(0.0, args.interval - (time.monotonic() - started)))
-            return 0
-        await live(view, client, follower, out, interval=args.interval, timeout=args.timeout)
-        return 0  # not reached: Ctrl-C ends it, reported by main in one line
+    async with status_client(urls, headers=headers, timeout=args.timeout) as client:
+        if args.once:
+            await plain(view, client, follower, out, timeout=args.timeout, once=True)
+        else:  # until Ctrl-C, reported by main in one line
+            await show(view, client, follower, out, interval=args.interval, timeout=args.timeout)
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

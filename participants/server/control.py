@@ -174,6 +174,11 @@ class ControlPlane(Generic[S]):
 
     # -- routes -----------------------------------------------------------------------------
 
+    def readiness(self) -> PrepareReport | None:
+        """The readiness ``/status`` shows: the workload's report now while preparing (a prepare
+        may be waiting on it), else the last prepare's answer (``None`` before one)."""
+        return self.workload.report() if self.phase is Phase.PREPARING else self._report
+
     async def status(self) -> StatusReply:
         async with self._lock:
             self.check_lease()
@@ -186,7 +191,7 @@ class ControlPlane(Generic[S]):
                 admission_open=self.workload.admission_open,
                 episodes=len(self.workload.episodes),
                 retired_rollouts=self.workload.fence.snapshot(),
-                report=self._report,
+                report=self.readiness(),
             )
 
     async def prepare(self, req: PrepareRequest, trace: TraceHeaders) -> PrepareReply:

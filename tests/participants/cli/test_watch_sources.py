@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-import httpx
 from fastapi import FastAPI, Response
 from fastapi.responses import StreamingResponse
 from rich.console import Console
 
 from ckpt_events import Bus, Telemetry
 from participants.cli.fleet import free_port, serving
-from participants.cli.watch_sources import MAX_BODY, LogFollower, poll_all
+from participants.cli.watch_sources import MAX_BODY, LogFollower, poll_all, status_client
 from participants.cli.watch_view import FleetView
 from participants.protocol import CONTROL_PREFIX
 from sinks import JsonLinesSink
@@ -64,7 +63,8 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
     silent = f"http://127.0.0.1:{free_port()}"
     async with serving(_hostile_app(release)) as base:
         urls = [silent, *(f"{base}/{name}" for name in ("slow", "invalid", "huge", "wrong", "escape"))]
-        async with httpx.AsyncClient() as client:
+        # watch's own client: five of them share one origin, so one pool of five connections
+        async with status_client(urls, headers={}, timeout=0.8) as client:
             started = time.monotonic()
             results = await poll_all(client, urls, 0.8)
             took = time.monotonic() - started

@@ -280,6 +280,38 @@ async def test_prepare_not_ready_reports_blockers_and_keeps_admission_closed():
     assert len(waits) == 2 and all(w.parent_span_id in {p.span_id for p in prepares} for w in waits)
 
 
+async def test_status_shows_live_readiness_while_the_first_prepare_waits():
+    """While a first prepare waits for readiness, /status reports the blockers now, then ready."""
+    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=0.6, checkpoint_root=ROOT)
+    async with running(app) as client:
+        await start(client, "slow", steps=2)
+        assert (await status(client))["report"] is None  # no prepare yet: nothing to report
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
+            await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+            replies: list[dict[str, object]] = []
+
+            async def prepare() -> None:
+                replies.append((await control(client, "prepare", seconds=5)).json())
+
+            tg.start_soon(prepare)
+            await wait_until(lambda: _phase_is(client, "preparing"))
+            waiting = await status(client)
+            assert not replies, "the prepare was meant to be still waiting"
+            assert waiting["report"]["ready"] is False
+            assert waiting["report"]["blockers"] == ["slow"] and waiting["report"]["blocker_count"] == 1
+            await wait_until(lambda: bool(replies), timeout=5)
+        assert replies[0]["phase"] == "prepared"
+        after = await status(client)
+        assert after["phase"] == "prepared" and after["report"]["ready"] is True
+        await control(client, "resume")
+        assert (await status(client))["report"] is None
+
+
+async def _phase_is(client, phase: str) -> bool:
+    return (await status(client))["phase"] == phase
+
+
 async def test_blockers_are_capped_at_100():
     """More than 100 blockers: the report lists 100 and counts them all."""
     app = create_app("agent", instance="agent-0", token=TOKEN, turn_seconds=1.0, checkpoint_root=ROOT)

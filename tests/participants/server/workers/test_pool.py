@@ -15,7 +15,7 @@ from ckpt_events import Bus, Telemetry
 from participants import create_app
 from participants.server.app import make_workload
 from participants.server.store import participant_dir
-from tests.participants.helpers import TOKEN, control, error_code, running, status
+from tests.participants.helpers import TOKEN, control, error_code, post_json, running, status
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +128,25 @@ async def test_a_lost_worker_blocks_prepare_and_the_next_checkpoint_succeeds(tmp
         assert (await control(client, "resume")).status_code == 200
         unreported = await control(client, "prepare", "c2", seconds=0.6)
         assert "environment-workers-unreported:1" in unreported.json()["report"]["blockers"]
+
+
+async def test_status_shows_the_workers_readiness_while_the_first_prepare_waits():
+    """With 2 workers, /status during a waiting prepare names the step still running on one of them."""
+    app = _app(2, step_seconds=0.6)
+    async with running(app) as client:
+        await _start(client, "slow", steps=2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
+            replies: list[Any] = []
+
+            async def prepare() -> None:
+                await anyio.sleep(0.1)  # the step has reached its worker
+                replies.append((await control(client, "prepare", seconds=5)).json())
+
+            tg.start_soon(prepare)
+            with anyio.fail_after(3):
+                while (waiting := await status(client))["phase"] != "preparing" or waiting["report"] is None:
+                    await anyio.sleep(0.02)
+            assert not replies, "the prepare was meant to be still waiting"
+            assert waiting["report"]["ready"] is False and waiting["report"]["blockers"] == ["slow"]
+        assert replies[0]["phase"] == "prepared"
