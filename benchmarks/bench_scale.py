@@ -277,26 +277,48 @@ def run(quick: bool = False) -> dict[str, Any]:
     ratio = top["ratio_median_of_pairs"]
     cpu_ratio = top["cpu_ratio_median_of_pairs"]
     rows: list[Any] = [
-        (f"scale {largest:,}: commit+restore wall, all sinks / off (median of {figures['pairs']} pairs)",
-         ratio, f"<= {TARGET_RATIO}", ratio <= TARGET_RATIO),
-        (f"scale {largest:,}: commit+restore CPU, all sinks / off (median of {figures['pairs']} pairs)",
-         cpu_ratio, f"<= {TARGET_RATIO}", cpu_ratio <= TARGET_RATIO),
-        (f"scale {largest:,}: sinks' CPU for a run's events / commit+restore wall",
-         top["sink_cpu_share"], "<= 0.02", top["sink_cpu_share"] <= 0.02),
+        (
+            f"scale {largest:,}: commit+restore wall, all sinks / off (median of {figures['pairs']} pairs)",
+            ratio,
+            f"<= {TARGET_RATIO}",
+            ratio <= TARGET_RATIO,
+        ),
+        (
+            f"scale {largest:,}: commit+restore CPU, all sinks / off (median of {figures['pairs']} pairs)",
+            cpu_ratio,
+            f"<= {TARGET_RATIO}",
+            cpu_ratio <= TARGET_RATIO,
+        ),
+        (
+            f"scale {largest:,}: sinks' CPU for a run's events / commit+restore wall",
+            top["sink_cpu_share"],
+            "<= 0.02",
+            top["sink_cpu_share"] <= 0.02,
+        ),
         (f"scale {largest:,}: events per commit+restore run", top["events_per_run"], "", None),
-    ]  # fmt: skip
+    ]
     first = min(sizes)
     for n in sorted(sizes):
         off = sizes[n]["off"]
-        rows.append((f"scale {n:,}: commit / restore ms (off, median)",
-                     f"{off['commit_s'] * 1e3:.0f} / {off['restore_s'] * 1e3:.0f}", "", None))  # fmt: skip
+        rows.append(
+            (
+                f"scale {n:,}: commit / restore ms (off, median)",
+                f"{off['commit_s'] * 1e3:.0f} / {off['restore_s'] * 1e3:.0f}",
+                "",
+                None,
+            )
+        )
     growth = (top["off"]["commit_s"] + top["off"]["restore_s"]) / (
         sizes[first]["off"]["commit_s"] + sizes[first]["off"]["restore_s"]
     )
     rows.append(
-        (f"scale: time at {largest:,} / at {first:,} rollouts (linear: {largest // first})", growth,
-         f"<= {largest // first}", growth <= largest / first * 1.1)
-    )  # fmt: skip
+        (
+            f"scale: time at {largest:,} / at {first:,} rollouts (linear: {largest // first})",
+            growth,
+            f"<= {largest // first}",
+            growth <= largest / first * 1.1,
+        )
+    )
     for name, peak in figures["peak_memory_bytes"].items():
         rows.append((f"scale {largest:,}: {name}: peak MiB in commit", peak / 2**20, "", None))
         records, size = top["records"][name], top["bytes"][name]

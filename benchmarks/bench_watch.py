@@ -109,14 +109,22 @@ def run(quick: bool = False) -> dict[str, Any]:
     for n, figures in sizes.items():
         refresh = figures["poll_median_s"] + figures["render_median_s"]
         rows.append(
-            (f"watch {n} participants: poll round ms, median / max of {rounds} (watcher's CPU ms)",
-             f"{figures['poll_median_s'] * 1e3:.1f} / {figures['poll_max_s'] * 1e3:.1f} "
-             f"({figures['poll_cpu_median_s'] * 1e3:.1f})", "", None)
-        )  # fmt: skip
+            (
+                f"watch {n} participants: poll round ms, median / max of {rounds} (watcher's CPU ms)",
+                f"{figures['poll_median_s'] * 1e3:.1f} / {figures['poll_max_s'] * 1e3:.1f} "
+                f"({figures['poll_cpu_median_s'] * 1e3:.1f})",
+                "",
+                None,
+            )
+        )
         rows.append(
-            (f"watch {n} participants: refresh (poll + render) s, median", refresh,
-             f"<= {TARGET_S}", refresh <= TARGET_S and figures["errors"] == 0)
-        )  # fmt: skip
+            (
+                f"watch {n} participants: refresh (poll + render) s, median",
+                refresh,
+                f"<= {TARGET_S}",
+                refresh <= TARGET_S and figures["errors"] == 0,
+            )
+        )
     return {"sizes": sizes, "rows": rows}
 
 

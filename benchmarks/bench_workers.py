@@ -47,7 +47,8 @@ from .bench_scale import subscribe_all_sinks
 DEFAULT_JSON = Path(__file__).parent / "results" / "workers.json"
 TOKEN = "bench-" + secrets.token_hex(8)
 HEADERS = {"authorization": f"Bearer {TOKEN}"}
-KIND, INSTANCE = "environment", "environment-0"
+KIND = "environment"
+INSTANCE = "environment-0"
 WORKER_COUNTS = (1, 2, 4)
 #: Checkpoints on tmpfs where there is one; the participants' checkpoint root holds them.
 ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()

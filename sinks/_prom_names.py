@@ -23,15 +23,42 @@ InstrumentKind = Literal["counter", "histogram", "gauge"]
 
 #: The Collector's unit words (time, bytes, SI, misc); a unit not listed is kept as written.
 _UNITS: Final = {
-    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds",
-    "us": "microseconds", "ns": "nanoseconds", "By": "bytes", "KiBy": "kibibytes",
-    "MiBy": "mebibytes", "GiBy": "gibibytes", "TiBy": "tibibytes", "KBy": "kilobytes",
-    "MBy": "megabytes", "GBy": "gigabytes", "TBy": "terabytes", "m": "meters", "V": "volts",
-    "A": "amperes", "J": "joules", "W": "watts", "g": "grams", "Cel": "celsius", "Hz": "hertz",
-    "1": "", "%": "percent",
-}  # fmt: skip
-_PER_UNITS: Final = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month",
-                     "y": "year"}  # fmt: skip
+    "d": "days",
+    "h": "hours",
+    "min": "minutes",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "TiBy": "tibibytes",
+    "KBy": "kilobytes",
+    "MBy": "megabytes",
+    "GBy": "gigabytes",
+    "TBy": "terabytes",
+    "m": "meters",
+    "V": "volts",
+    "A": "amperes",
+    "J": "joules",
+    "W": "watts",
+    "g": "grams",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "1": "",
+    "%": "percent",
+}
+_PER_UNITS: Final = {
+    "s": "second",
+    "m": "minute",
+    "h": "hour",
+    "d": "day",
+    "w": "week",
+    "mo": "month",
+    "y": "year",
+}
 _NAME_SPLIT: Final = re.compile(r"[^a-zA-Z0-9:]+")
 _LABEL_BAD: Final = re.compile(r"[^a-zA-Z0-9_]")
 _UNIT_BAD: Final = re.compile(r"[^a-zA-Z0-9]+")

@@ -158,6 +158,7 @@ class StallWatch:
         """Stop the timer thread (it sleeps at most a second). Idempotent."""
         self._stopped.set()
         self._wake.set()
-        thread, self._thread = self._thread, None
+        thread = self._thread
+        self._thread = None
         if thread is not None:
             await anyio.to_thread.run_sync(thread.join, 2.0)

@@ -43,7 +43,8 @@ class _Target:
         self.batch: list[Any] = []
 
     async def deliver(self) -> None:
-        batch, self.batch = self.batch, []
+        batch = self.batch
+        self.batch = []
         if not batch:
             return
         if self.bus is not None:

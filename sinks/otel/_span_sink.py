@@ -142,7 +142,8 @@ class SpanSink:
         redactor = self.redactor
         self._contexts = {}
         spans: list[ReadableSpan] = []
-        unsampled = skipped = 0
+        unsampled = 0
+        skipped = 0
         limit = self.max_export_batch
         for event in batch:
             if not event.sampled:

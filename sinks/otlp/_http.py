@@ -171,7 +171,8 @@ class OtlpHttpSender:
 
     def close(self) -> None:
         """Close the connection (the next ``send`` opens a new one)."""
-        connection, self._connection = self._connection, None
+        connection = self._connection
+        self._connection = None
         if connection is not None:
             connection.close()
 

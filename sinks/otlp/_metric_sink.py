@@ -100,7 +100,10 @@ class OtlpMetricSink:
         self._export_lock = threading.Lock()  # one export at a time: worker, flush, shutdown
         self._stop = threading.Event()
         self._closed = False
-        self._events = self._exports = self._failures = self._retries = 0
+        self._events = 0
+        self._exports = 0
+        self._failures = 0
+        self._retries = 0
         self._logged_failure = False
         self._worker = threading.Thread(target=self._run, name="ckpt-events-otlp-metrics", daemon=True)
         self._worker.start()

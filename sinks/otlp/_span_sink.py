@@ -129,8 +129,13 @@ class OtlpSpanSink:
         self._deadline: float | None = None  # a shutdown's: the worker's sends end by it
         self._abandoned = False  # shutdown counted the worker's batch as dropped
         self._wake = threading.Condition()
-        self._exported = self._dropped = self._exports = self._failures = 0
-        self._retries = self._unsampled = self._skipped = 0
+        self._exported = 0
+        self._dropped = 0
+        self._exports = 0
+        self._failures = 0
+        self._retries = 0
+        self._unsampled = 0
+        self._skipped = 0
         self._logged_failure = False
         self._worker = threading.Thread(target=self._run, name="ckpt-events-otlp", daemon=True)
         self._worker.start()
