@@ -20,7 +20,7 @@ from typing import Any, Final
 import anyio.to_thread
 import msgspec
 
-from ckpt_events import InvalidArgumentError
+from ckpt_events import InvalidTypeError, InvalidValueError
 from sinks import _metric_keys as keys
 from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
 from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
@@ -74,11 +74,12 @@ class OtlpMetricSink:
         initial_backoff: float = 1.0,
     ) -> None:
         if protocol not in PROTOCOLS:
-            raise InvalidArgumentError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+            raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+        interval_wrong = f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
+        if isinstance(export_interval, bool) or not isinstance(export_interval, int | float):
+            raise InvalidTypeError(interval_wrong)
         if not 0 < export_interval <= 86_400:
-            raise InvalidArgumentError(
-                f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
-            )
+            raise InvalidValueError(interval_wrong)
         self.protocol = protocol
         attributes = {"service.name": "unknown_service", **dict(resource_attributes or {})}
         self.encoder = MetricEncoder(attributes)

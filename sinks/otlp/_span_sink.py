@@ -21,7 +21,7 @@ from typing import Any, Final
 import anyio.to_thread
 import msgspec
 
-from ckpt_events import InvalidArgumentError, Redactor, resolve_span_groups
+from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, resolve_span_groups
 from sinks._span_attrs import FINISHED
 from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
 from sinks.otlp._span_encoder import SpanEncoder
@@ -93,12 +93,17 @@ class OtlpSpanSink:
         initial_backoff: float = 1.0,
     ) -> None:
         if protocol not in PROTOCOLS:
-            raise InvalidArgumentError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+            raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
         for name, value in (("max_export_batch", max_export_batch), ("max_queue", max_queue)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidTypeError(f"{name} must be a positive int, not {value!r}")
+            if value < 1:
+                raise InvalidValueError(f"{name} must be a positive int, not {value!r}")
+        linger_wrong = f"linger must be a number of seconds in [0, 60], not {linger!r}"
+        if isinstance(linger, bool) or not isinstance(linger, int | float):
+            raise InvalidTypeError(linger_wrong)
         if not 0 <= linger <= 60:
-            raise InvalidArgumentError(f"linger must be a number of seconds in [0, 60], not {linger!r}")
+            raise InvalidValueError(linger_wrong)
         self.protocol = protocol
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
