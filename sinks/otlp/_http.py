@@ -171,6 +171,11 @@ class OtlpHttpSender:
         """Allow sending again after ``cancel()`` (a last export at shutdown)."""
         self._cancelled.clear()
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether sends give up at once (after ``cancel()``, until ``resume()``)."""
+        return self._cancelled.is_set()
+
     def close(self) -> None:
         """Close the connection (the next ``send`` opens a new one)."""
         connection = self._connection
