@@ -55,7 +55,8 @@ async def _measure_size(n: int, rounds: int) -> dict[str, Any]:
         [sys.executable, "-m", "ckpt_events_bench.bench_watch", "--serve", str(n)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, "CKPT_EVENTS_TOKEN": TOKEN},
+        # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
+        env={**os.environ, "CKPT_EVENTS_TOKEN": TOKEN, "PYTHONSAFEPATH": "1"},
         text=True,
     )
     try:
