@@ -82,7 +82,10 @@ def bench_off_path(quick: bool) -> dict[str, Any]:
         site_total: float | None = calls_per_run(site, _f)
         with_statements: float | None = calls_per_run(nothing_site, _f)
     except AllocCounterUnavailable:
-        site_allocs = guard_allocs = site_total = with_statements = None
+        site_allocs = None
+        guard_allocs = None
+        site_total = None
+        with_statements = None
     return {
         "disabled_site_ns": site_ns,
         "nullcontext_site_ns": null_ns,

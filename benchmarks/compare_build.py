@@ -112,13 +112,25 @@ def rows(result: dict[str, Any]) -> list[Any]:
     out: list[Any] = []
     for name in ("baseline", "candidate"):
         m = result["median"][name]
-        out.append((f"{n:,} rollouts, {name}: commit / restore / total wall / CPU ms (median)",
-                    f"{m['commit_s'] * 1e3:.0f} / {m['restore_s'] * 1e3:.0f} / "
-                    f"{m['total_s'] * 1e3:.0f} / {m['cpu_s'] * 1e3:.0f}", "", None))  # fmt: skip
+        out.append(
+            (
+                f"{n:,} rollouts, {name}: commit / restore / total wall / CPU ms (median)",
+                f"{m['commit_s'] * 1e3:.0f} / {m['restore_s'] * 1e3:.0f} / "
+                f"{m['total_s'] * 1e3:.0f} / {m['cpu_s'] * 1e3:.0f}",
+                "",
+                None,
+            )
+        )
     for key, what in (("total_s", "wall"), ("cpu_s", "CPU")):
         ratio = result["ratio_median_of_pairs"][key]
-        out.append((f"{n:,} rollouts: commit+restore {what}, candidate / baseline (median of {pairs} pairs)",
-                    ratio, f"<= {TARGET_RATIO}", ratio <= TARGET_RATIO))  # fmt: skip
+        out.append(
+            (
+                f"{n:,} rollouts: commit+restore {what}, candidate / baseline (median of {pairs} pairs)",
+                ratio,
+                f"<= {TARGET_RATIO}",
+                ratio <= TARGET_RATIO,
+            )
+        )
     return out
 
 

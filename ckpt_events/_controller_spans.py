@@ -156,7 +156,9 @@ class CoordinateSpan(_Span):
     ) -> None:
         self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.operation = operation
-        self._participants = self._episodes = self._rollouts = None
+        self._participants = None
+        self._episodes = None
+        self._rollouts = None
         self._prepared: bool | None = None
         self._stopped_at: Kind | None = None
 
@@ -261,7 +263,9 @@ class CollectionSpan(_Span):
     ) -> None:
         self._identify(tel, checkpoint_id, trace_id, parent_span_id, parent_remote, sampled, tracestate)
         self.action: CollectionAction = action
-        self._in_flight = self._rows = self._restarts = None
+        self._in_flight = None
+        self._rows = None
+        self._restarts = None
         self._stop: bool | None = None
         self._published: bool | None = None
 

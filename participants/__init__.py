@@ -15,8 +15,9 @@ checkpoints and ``Collection`` runs rollouts on them.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Final
+
+from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from participants.controller import Collection, Coordinator
@@ -34,15 +35,6 @@ _HOMES: Final = {
     "create_inference_app": "participants.server",
 }
 
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups are plain module attributes
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
+# The helpers are not names of this package (dir() lists the namespace).
+del TYPE_CHECKING, lazy_attributes

@@ -10,8 +10,9 @@ neither the core's bus nor an HTTP stack until a name is read.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from sinks._configure import Configured, configure
@@ -38,7 +39,7 @@ __all__ = [
     "sample_ratio_from_env",
 ]
 
-_HOME: Final = {
+_HOMES: Final = {
     "Configured": "sinks._configure",
     "CorruptLine": "sinks.jsonl._reader",
     "JsonLinesSink": "sinks.jsonl._writer",
@@ -54,17 +55,6 @@ _HOME: Final = {
     "sample_ratio_from_env": "sinks.otel._env",
 }
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use and cache the name here."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, loaded or not."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
+# The helpers are not names of this package (dir() lists the namespace).
+del TYPE_CHECKING, lazy_attributes

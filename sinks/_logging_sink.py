@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ckpt_events import BaseSink, InvalidArgumentError
+from ckpt_events import BaseSink, InvalidTypeError
 
 __all__ = ["LoggingSink"]
 
@@ -26,9 +26,9 @@ class LoggingSink(BaseSink):
 
     def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
         if logger is not None and not isinstance(logger, logging.Logger):
-            raise InvalidArgumentError(f"logger must be a logging.Logger or None, not {logger!r}")
+            raise InvalidTypeError(f"logger must be a logging.Logger or None, not {logger!r}")
         if isinstance(level, bool) or not isinstance(level, int):
-            raise InvalidArgumentError(f"level must be a logging level int, not {level!r}")
+            raise InvalidTypeError(f"level must be a logging level int, not {level!r}")
         self.logger = logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
         self.level = level
         if not self.logger.isEnabledFor(level):

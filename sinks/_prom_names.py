@@ -6,32 +6,69 @@ with its default ``add_metric_suffixes: true`` (``pkg/translator/prometheus``, n
 ``[a-zA-Z0-9:]`` and joined with ``_``; the unit's Prometheus word (``ms`` ->
 ``milliseconds``, ``By`` -> ``bytes``, ``1`` -> nothing; ``{...}`` annotations dropped) is
 appended unless it already is a token; a monotonic sum ends in ``total`` (moved to the end);
-a gauge of unit ``1`` ends in ``ratio``. The unit word is compared with whole tokens, so
-``operation_duration_ms`` in ``ms`` becomes ``operation_duration_ms_milliseconds``: the
-Collector writes exactly that, and so do we, so one dashboard serves both paths.
+a gauge of unit ``1`` ends in ``ratio`` (an up-down counter is a Prometheus gauge too, but
+keeps its name: the Collector adds ``ratio`` to gauges proper only). The unit word is
+compared with whole tokens, so ``operation_duration_ms`` in ``ms`` becomes
+``operation_duration_ms_milliseconds``: the Collector writes exactly that, and so do we, so one
+dashboard serves both paths.
 Label names: every character outside ``[a-zA-Z0-9_]`` becomes ``_``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Final, Literal
+from typing import Final
 
-__all__ = ["InstrumentKind", "label_name", "metric_name", "unit_word"]
+from ckpt_events import InstrumentKind
 
-InstrumentKind = Literal["counter", "histogram", "gauge"]
+__all__ = ["label_name", "metric_name", "prometheus_type", "unit_word"]
+
+#: The Prometheus family type of each instrument kind: a sum that goes down is a gauge.
+_TYPES: Final = {
+    InstrumentKind.COUNTER: "counter",
+    InstrumentKind.HISTOGRAM: "histogram",
+    InstrumentKind.UP_DOWN_COUNTER: "gauge",
+    InstrumentKind.GAUGE: "gauge",
+}
 
 #: The Collector's unit words (time, bytes, SI, misc); a unit not listed is kept as written.
 _UNITS: Final = {
-    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds",
-    "us": "microseconds", "ns": "nanoseconds", "By": "bytes", "KiBy": "kibibytes",
-    "MiBy": "mebibytes", "GiBy": "gibibytes", "TiBy": "tibibytes", "KBy": "kilobytes",
-    "MBy": "megabytes", "GBy": "gigabytes", "TBy": "terabytes", "m": "meters", "V": "volts",
-    "A": "amperes", "J": "joules", "W": "watts", "g": "grams", "Cel": "celsius", "Hz": "hertz",
-    "1": "", "%": "percent",
-}  # fmt: skip
-_PER_UNITS: Final = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month",
-                     "y": "year"}  # fmt: skip
+    "d": "days",
+    "h": "hours",
+    "min": "minutes",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "TiBy": "tibibytes",
+    "KBy": "kilobytes",
+    "MBy": "megabytes",
+    "GBy": "gigabytes",
+    "TBy": "terabytes",
+    "m": "meters",
+    "V": "volts",
+    "A": "amperes",
+    "J": "joules",
+    "W": "watts",
+    "g": "grams",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "1": "",
+    "%": "percent",
+}
+_PER_UNITS: Final = {
+    "s": "second",
+    "m": "minute",
+    "h": "hour",
+    "d": "day",
+    "w": "week",
+    "mo": "month",
+    "y": "year",
+}
 _NAME_SPLIT: Final = re.compile(r"[^a-zA-Z0-9:]+")
 _LABEL_BAD: Final = re.compile(r"[^a-zA-Z0-9_]")
 _UNIT_BAD: Final = re.compile(r"[^a-zA-Z0-9]+")
@@ -61,12 +98,18 @@ def metric_name(name: str, unit: str, kind: InstrumentKind) -> str:
         tokens.append(main)
     if per and per not in tokens:
         tokens.append(per)
-    if kind == "counter":
+    if kind is InstrumentKind.COUNTER:
         tokens = [*(t for t in tokens if t != "total"), "total"]
-    if kind == "gauge" and unit == "1":
+    if kind is InstrumentKind.GAUGE and unit == "1":
         tokens = [*(t for t in tokens if t != "ratio"), "ratio"]
     joined = "_".join(tokens)
     return "_" + joined if joined[:1].isdigit() else joined
+
+
+def prometheus_type(kind: InstrumentKind) -> str:
+    """The Prometheus family type (``counter``, ``histogram``, ``gauge``) an instrument of ``kind``
+    is written as."""
+    return _TYPES[kind]
 
 
 def label_name(attribute: str) -> str:

@@ -29,7 +29,7 @@ import anyio.to_thread
 from ckpt_events import OPEN_WORK_INSTRUMENTS, ConfigurationError, Instrument
 from sinks import _metric_keys as keys
 from sinks._open_work import OpenWorkSnapshot
-from sinks._prom_names import label_name, metric_name, unit_word
+from sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
 from sinks.otlp._http import BUS_LINGER
 from sinks.otlp._metric_aggregation import (
     COUNTERS,
@@ -70,15 +70,10 @@ class TotalsSource(Protocol):
 
 def prometheus_names() -> list[tuple[str, str, str, str]]:
     """(OpenTelemetry name, unit, kind, Prometheus family name) of every instrument we export."""
-    rows = [
-        (name, unit, "histogram", metric_name(name, unit, "histogram")) for name, _, unit, _ in HISTOGRAMS
+    return [
+        (name, unit, prometheus_type(kind), metric_name(name, unit, kind))
+        for name, kind, unit, _ in (*HISTOGRAMS, *COUNTERS, *OPEN_WORK_INSTRUMENTS)
     ]
-    rows += [(name, unit, "counter", metric_name(name, unit, "counter")) for name, _, unit, _ in COUNTERS]
-    # The open-work instruments: an up-down counter is a Prometheus gauge (it goes down).
-    rows += [
-        (name, unit, "gauge", metric_name(name, unit, "gauge")) for name, _, unit, _ in OPEN_WORK_INSTRUMENTS
-    ]
-    return rows
 
 
 class PrometheusSink:
@@ -133,23 +128,23 @@ class TotalsCollector:
 
         # No _created samples: the Collector's exporter writes none, and the series must match.
         totals = self.source.snapshot()
-        for (name, _, unit, description), histogram in zip(
+        for (name, kind, unit, description), histogram in zip(
             HISTOGRAMS, (totals.durations, totals.lags), strict=True
         ):
             if not histogram:
                 continue
-            family = metric_name(name, unit, "histogram")
-            metric = Metric(family, description, "histogram", unit_word(unit)[0])
+            family = metric_name(name, unit, kind)
+            metric = Metric(family, description, prometheus_type(kind), unit_word(unit)[0])
             for key, point in histogram.items():
                 labels = self._labels_of(key)
                 _add_histogram(metric, family, labels, point, Exemplar)
             yield metric
-        for (name, _, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
+        for (name, kind, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
             if not sums:
                 continue
-            family = metric_name(name, unit, "counter")
+            family = metric_name(name, unit, kind)
             base = family.removesuffix("_total")
-            metric = Metric(base, description, "counter", unit_word(unit)[0])
+            metric = Metric(base, description, prometheus_type(kind), unit_word(unit)[0])
             for key, total in sums.items():
                 labels = self._labels_of(key)
                 metric.add_sample(family, labels, total)
@@ -164,18 +159,18 @@ class TotalsCollector:
             (counter, snapshot.open),
             (oldest, snapshot.oldest_s),
         )
-        for (name, _, unit, description), points in values:
+        for (name, kind, unit, description), points in values:
             if not points:
                 continue
-            family = metric_name(name, unit, "gauge")
-            metric = metric_class(family, description, "gauge", unit_word(unit)[0])
+            family = metric_name(name, unit, kind)
+            metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
             for key, value in points.items():
                 metric.add_sample(family, self._labels_of(key), value)
             yield metric
         if snapshot.last_published_ts is not None:
-            name, _, unit, description = published
-            family = metric_name(name, unit, "gauge")
-            metric = metric_class(family, description, "gauge", unit_word(unit)[0])
+            name, kind, unit, description = published
+            family = metric_name(name, unit, kind)
+            metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
             metric.add_sample(family, {}, snapshot.last_published_ts)
             yield metric
 

@@ -21,7 +21,8 @@ from ckpt_events import (
     Bus,
     CoordinateFinished,
     CoordinateStarted,
-    InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
     Kind,
     Operation,
     OperationFinished,
@@ -67,8 +68,10 @@ class StallWatch:
     interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
 
     def __init__(self, after: float = 30.0, *, bus: Bus | None = None) -> None:
-        if isinstance(after, bool) or not isinstance(after, int | float) or not after > 0:
-            raise InvalidArgumentError(f"after must be a number of seconds > 0, not {after!r}")
+        if isinstance(after, bool) or not isinstance(after, int | float):
+            raise InvalidTypeError(f"after must be a number of seconds > 0, not {after!r}")
+        if not after > 0:
+            raise InvalidValueError(f"after must be a number of seconds > 0, not {after!r}")
         self.after = float(after)
         self.bus = bus
         self._open: dict[int, _Open] = {}
@@ -158,6 +161,7 @@ class StallWatch:
         """Stop the timer thread (it sleeps at most a second). Idempotent."""
         self._stopped.set()
         self._wake.set()
-        thread, self._thread = self._thread, None
+        thread = self._thread
+        self._thread = None
         if thread is not None:
             await anyio.to_thread.run_sync(thread.join, 2.0)

@@ -156,20 +156,44 @@ def test_no_file_is_huge() -> None:
 
 
 def _folded_lines(path: Path) -> list[int]:
-    """Lines that fold statements to save space: tuple-assigns to ``self`` attributes, ``# fmt: skip``."""
+    """Lines that fold statements to save space: ``# fmt: skip``; a tuple-assign to attributes
+    (``self.a, self.b = a, b``); constants packed into one tuple-assign (``_W, _H = 1200, 34``);
+    several targets set to one constant (``self.a = self.b = 0``). A swap of names (``a, b = b, a``)
+    and keep-and-use (``x = cache[k] = make()``) are no folds."""
     text = path.read_text()
     found = [n for n, line in enumerate(text.splitlines(), 1) if "# fmt: skip" in line]
     for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Tuple)
-            and any(isinstance(e, ast.Attribute) and ast.unparse(e.value) == "self" for e in target.elts)
-            for target in node.targets
-        ):
+        if not isinstance(node, ast.Assign):
+            continue
+        tuples = [target for target in node.targets if isinstance(target, ast.Tuple)]
+        to_attributes = any(isinstance(e, ast.Attribute) for target in tuples for e in target.elts)
+        packed = (
+            bool(tuples)
+            and isinstance(node.value, ast.Tuple)
+            and all(isinstance(e, ast.Constant) for e in node.value.elts)
+        )
+        chained_constant = len(node.targets) > 1 and isinstance(node.value, ast.Constant)
+        if to_attributes or packed or chained_constant:
             found.append(node.lineno)
     return sorted(found)
 
 
-@pytest.mark.xfail(strict=True, reason="12 folds in 8 modules still to unfold (house issue 17, item 1)")
+def test_folded_lines_are_found(tmp_path: Path) -> None:
+    """The fold detector flags each folding form and passes a one-statement-a-line module."""
+    folded = tmp_path / "folded.py"
+    folded.write_text(
+        "x = {1: 2}  # fmt: skip\n"
+        "self.a, self.b = 1, 2\n"
+        "batch, self.batch = self.batch, []\n"
+        "_W, _H = 1200, 34\n"
+        "self.a = self.b = 0\n"
+    )
+    assert _folded_lines(folded) == [1, 2, 3, 4, 5]
+    clean = tmp_path / "clean.py"
+    clean.write_text("a = 1\nb = 2\na, b = b, a\nx = cache[1] = make()\nw, h = size()\n")
+    assert _folded_lines(clean) == []
+
+
 def test_no_folded_statements() -> None:
     """One statement a line: no ``self.a, self.b = a, b`` and no ``# fmt: skip`` to dodge the formatter."""
     folded = {name: lines for name, path in _modules().items() if (lines := _folded_lines(path))}

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import sinks
-from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidArgumentError, Kind, Telemetry
+from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidValueError, Kind, Telemetry
 from ckpt_events.testing import MemorySink
 from participants.cli.command import otel_environ
 from participants.cli.demo_checks import diagnosis_checks
@@ -267,7 +267,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
 
     Setting ``stopping`` shuts the in-process servers down gracefully (Ctrl-C)."""
     if (refusal := check_options(opts)) is not None:
-        raise InvalidArgumentError(refusal)
+        raise InvalidValueError(refusal)
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
         fault = parse_fault(FAULTS[opts.fault]) if opts.fault is not None else None

@@ -64,17 +64,47 @@ def _diff(args: argparse.Namespace) -> int:
         if max(b50, n50) < args.min_ms:
             continue
         ratio = n50 / b50 if b50 > 0 else math.inf
-        rows.append((key, len(base[key]), len(new[key]), b50, percentile(base[key], 0.95), n50,
-                     percentile(new[key], 0.95), ratio))  # fmt: skip
+        rows.append(
+            (
+                key,
+                len(base[key]),
+                len(new[key]),
+                b50,
+                percentile(base[key], 0.95),
+                n50,
+                percentile(new[key], 0.95),
+                ratio,
+            )
+        )
     rows.sort(key=lambda r: -abs(math.log(r[7])) if 0 < r[7] < math.inf else -math.inf)
     table = Table(box=box.SIMPLE_HEAD, title=f"{clean(args.new)} against {clean(args.base)} (ms)")
-    for column in ("kind", "operation", "step", "n base", "n new", "base p50", "base p95", "new p50",
-                   "new p95", "ratio p50"):  # fmt: skip
+    for column in (
+        "kind",
+        "operation",
+        "step",
+        "n base",
+        "n new",
+        "base p50",
+        "base p95",
+        "new p50",
+        "new p95",
+        "ratio p50",
+    ):
         table.add_column(column, justify="left" if column in ("kind", "operation", "step") else "right")
     for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio in rows:
         flag = "" if args.fail_above is None or ratio <= args.fail_above else " !"
-        table.add_row(kind, operation, step, str(nb), str(nn), f"{b50:.2f}", f"{b95:.2f}", f"{n50:.2f}",
-                      f"{n95:.2f}", f"{ratio:.2f}x{flag}")  # fmt: skip
+        table.add_row(
+            kind,
+            operation,
+            step,
+            str(nb),
+            str(nn),
+            f"{b50:.2f}",
+            f"{b95:.2f}",
+            f"{n50:.2f}",
+            f"{n95:.2f}",
+            f"{ratio:.2f}x{flag}",
+        )
     console().print(table)
     only = sorted(base.keys() ^ new.keys())
     if only:

@@ -90,10 +90,21 @@ class ServerProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"{instance}.stderr"
         argv = [
-            sys.executable, "-m", "participants.cli.main", "serve", kind,
-            "--instance", instance, "--host", host, "--port", str(self.port),
-            "--token-file", str(token_file), *extra_args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "participants.cli.main",
+            "serve",
+            kind,
+            "--instance",
+            instance,
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+            "--token-file",
+            str(token_file),
+            *extra_args,
+        ]
         self._out: IO[bytes] = open(log_dir / f"{instance}.stdout", "ab")  # noqa: SIM115 - closed in wait()
         self._err: IO[bytes] = open(self.stderr_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(

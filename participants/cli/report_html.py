@@ -107,7 +107,8 @@ def _axis(total_ns: int, height: int) -> list[str]:
         if total_ms / candidate <= 8:
             break
     out = [f'<line x1="{_LABEL_W}" y1="{_TOP - 6}" x2="{_LABEL_W + _BAR_W}" y2="{_TOP - 6}" stroke="#888"/>']
-    tick, ticks = 0.0, 0
+    tick = 0.0
+    ticks = 0
     while tick <= total_ms + 1e-9 and ticks < 50:
         tx = _LABEL_W + tick / total_ms * _BAR_W if total_ms else _LABEL_W
         out.append(f'<line x1="{tx:.1f}" y1="{_TOP - 9}" x2="{tx:.1f}" y2="{height - 30}" stroke="#ddd"/>')

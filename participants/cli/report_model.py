@@ -53,13 +53,11 @@ __all__ = [
 
 #: Participants record no span for renew, but its events say how long each handler took.
 _RENEW_NAME = span_name(Operation.RENEW.value)
-HANDLERS, QUEUED, TRANSIT, CONTROLLER, UNATTRIBUTED = (
-    "participants' handlers",
-    "queued in participants",
-    "transit",
-    "controller",
-    "unattributed",
-)
+HANDLERS = "participants' handlers"
+QUEUED = "queued in participants"
+TRANSIT = "transit"
+CONTROLLER = "controller"
+UNATTRIBUTED = "unattributed"
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,15 @@ from participants.cli.trends import MIN_CHECKPOINTS
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
 
 ALL_WATERFALLS: Final = 200
-OUTCOME_FILLS = {PUBLISHED: "#16a34a", RESTORED: "#0891b2", ABORTED: "#ca8a04", FAILED: "#dc2626",
-                 OPEN: "#7f1d1d"}  # fmt: skip
-_STRIP_W, _STRIP_H = 1200, 34
+OUTCOME_FILLS = {
+    PUBLISHED: "#16a34a",
+    RESTORED: "#0891b2",
+    ABORTED: "#ca8a04",
+    FAILED: "#dc2626",
+    OPEN: "#7f1d1d",
+}
+_STRIP_W = 1200
+_STRIP_H = 34
 _RUN_STYLE = """
 .strip a rect:hover { stroke: #111; stroke-width: 1.5; } .cause { text-align: left; }
 td.outcome { font-weight: 600; }

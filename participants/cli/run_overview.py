@@ -198,9 +198,11 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
         candidate = isinstance(
             e, CollectionStarted | CollectionFinished | CoordinateStarted | CoordinateFinished
         )
-        parent_seen = (trace_id, e.parent_span_id) in started or any(
-            f.span_id == e.parent_span_id for f in buffer
-        ) if candidate and e.parent_span_id is not None else False  # fmt: skip
+        parent_seen = (
+            (trace_id, e.parent_span_id) in started or any(f.span_id == e.parent_span_id for f in buffer)
+            if candidate and e.parent_span_id is not None
+            else False
+        )
         if not hasattr(e, "end_ns"):
             started[key] = e
             if isinstance(e, OperationStarted) and e.operation is Operation.PREPARE:
@@ -218,8 +220,11 @@ def overview(events: Iterable[Any], *, again: Callable[[], Iterable[Any]] | None
             trace.prepares[who] = min(e.start_ns, trace.prepares.get(who, e.start_ns))
             if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
                 trace.first_prepare_ns = e.start_ns
-        if isinstance(e, OperationFinished) and e.operation is Operation.RESUME \
-                and (trace.last_resume_ns is None or e.end_ns > trace.last_resume_ns):  # fmt: skip
+        if (
+            isinstance(e, OperationFinished)
+            and e.operation is Operation.RESUME
+            and (trace.last_resume_ns is None or e.end_ns > trace.last_resume_ns)
+        ):
             trace.last_resume_ns = e.end_ns
         if e.outcome is Outcome.ERROR:
             name, kind = span_name_or_kind(e), e.error_type or "error"
@@ -257,17 +262,23 @@ def _rows(
 ) -> list[RunRow]:
     roots = [*root_started.values(), *(f for k, f in root_finished.items() if k not in root_started)]
     roots = [
-        e for e in roots
+        e
+        for e in roots
         if not isinstance(e, CollectionStarted | CollectionFinished)
         or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE)
-    ]  # fmt: skip
+    ]
     roots.sort(key=lambda e: e.start_ns)
     rows: list[RunRow] = []
     for e in roots:
         last = rows[-1] if rows else None
         coordinate = isinstance(e, CoordinateStarted | CoordinateFinished)
-        if coordinate and last is not None and last.coordinated and last.checkpoint_id == e.checkpoint_id \
-                and (e.operation is Operation.RESTORE) == (last.what == "restore"):  # fmt: skip
+        if (
+            coordinate
+            and last is not None
+            and last.coordinated
+            and last.checkpoint_id == e.checkpoint_id
+            and (e.operation is Operation.RESTORE) == (last.what == "restore")
+        ):
             last.roots.append((e.trace_id, e.span_id))
             continue
         rows.append(

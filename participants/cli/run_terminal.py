@@ -49,8 +49,15 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
     heading = f"run overview ({clean(title)}): {len(run.rows)} checkpoints and restores"
     console.print(Text(heading, style="bold"))
     table = Table(box=box.SIMPLE_HEAD)
-    for column, justify in (("#", "right"), ("what", "left"), ("id", "left"), ("start (UTC)", "left"),
-                            ("ms", "right"), ("paused ms", "right"), ("outcome", "left")):  # fmt: skip
+    for column, justify in (
+        ("#", "right"),
+        ("what", "left"),
+        ("id", "left"),
+        ("start (UTC)", "left"),
+        ("ms", "right"),
+        ("paused ms", "right"),
+        ("outcome", "left"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for number, row in enumerate(run.rows, 1):
         start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
@@ -96,13 +103,27 @@ def _render_trends(console: Console, run: Run) -> None:
         return
     title = "trends over the run's checkpoints (slowest instance per checkpoint)"
     table = Table(box=box.SIMPLE_HEAD, title=title)
-    for column, justify in (("kind", "left"), ("operation", "left"), ("step", "left"), ("n", "right"),
-                            ("p50 ms", "right"), ("p95 ms", "right"), ("max ms", "right")):  # fmt: skip
+    for column, justify in (
+        ("kind", "left"),
+        ("operation", "left"),
+        ("step", "left"),
+        ("n", "right"),
+        ("p50 ms", "right"),
+        ("p95 ms", "right"),
+        ("max ms", "right"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for t in trends:
         kind, operation, step = t.key
-        table.add_row(clean(kind), clean(operation), clean(step), str(t.count),
-                      f"{t.p50:.1f}", f"{t.p95:.1f}", f"{t.max:.1f}")  # fmt: skip
+        table.add_row(
+            clean(kind),
+            clean(operation),
+            clean(step),
+            str(t.count),
+            f"{t.p50:.1f}",
+            f"{t.p95:.1f}",
+            f"{t.max:.1f}",
+        )
     console.print(table)
     for flag in run.trends.flags():
         console.print(Text("flag: " + clean(flag), style="yellow"))

@@ -152,9 +152,15 @@ class Trends:
         for key in sorted(self.values):
             ordered = [v for _, v in sorted(zip(self.starts[key], self.values[key], strict=True))]
             out.append(
-                Trend(key, len(ordered), percentile(ordered, 0.5), percentile(ordered, 0.95), max(ordered),
-                      spearman(ordered))
-            )  # fmt: skip
+                Trend(
+                    key,
+                    len(ordered),
+                    percentile(ordered, 0.5),
+                    percentile(ordered, 0.95),
+                    max(ordered),
+                    spearman(ordered),
+                )
+            )
         return out
 
     def flags(self) -> list[str]:

@@ -195,7 +195,8 @@ class LogFollower:
                 tail = self._tails[path] = _Tail(identity)
             elif info.st_size < tail.offset:
                 self.notes[path] = f"{path}: truncated, reading again from the start"
-                tail.offset, tail.partial = 0, b""
+                tail.offset = 0
+                tail.partial = b""
             else:
                 self.notes.pop(path, None)
             if info.st_size == tail.offset:

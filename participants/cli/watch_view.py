@@ -99,7 +99,8 @@ class FleetView:
             phase = (status.phase, status.checkpoint_id)
             if seen.phase != phase:
                 seen.at_start = seen.phase is None
-                seen.phase, seen.since = phase, now
+                seen.phase = phase
+                seen.since = now
             if status.lease_expires_at != seen.lease_at:
                 seen.lease_at = status.lease_expires_at
                 seen.grace = None if seen.lease_at is None else max(seen.lease_at - now, 0.001)

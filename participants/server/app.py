@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 
-from ckpt_events import SAFE_NAME, Bus, InvalidArgumentError, Telemetry
+from ckpt_events import SAFE_NAME, Bus, InvalidTypeError, InvalidValueError, Telemetry
 from participants.faults import hold_one_step
 from participants.server.builder import build_app
 from participants.server.control import ControlPlane
@@ -79,19 +79,25 @@ def create_app(
     """
     row = kinds[kind]
     participant_kind = row.kind
-    if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
-        raise InvalidArgumentError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
-    if not isinstance(token, str) or not token:
-        raise InvalidArgumentError("a participant needs a non-empty control token")
+    if not isinstance(instance, str):
+        raise InvalidTypeError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+    if SAFE_NAME.fullmatch(instance) is None:
+        raise InvalidValueError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+    if not isinstance(token, str):
+        raise InvalidTypeError("a participant needs a non-empty control token")
+    if not token:
+        raise InvalidValueError("a participant needs a non-empty control token")
     if not (token.isascii() and token.isprintable()) or token != token.strip():
-        raise InvalidArgumentError("the control token must be printable ASCII without surrounding spaces")
+        raise InvalidValueError("the control token must be printable ASCII without surrounding spaces")
     for name, bound in (("max_body_bytes", max_body_bytes), ("max_records_bytes", max_records_bytes)):
-        if not isinstance(bound, int) or bound < 1:
-            raise InvalidArgumentError(f"{name} must be a positive int, not {bound!r}")
-    if not isinstance(lease_grace_seconds, int | float) or not (
-        math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0
-    ):
-        raise InvalidArgumentError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
+        if not isinstance(bound, int):
+            raise InvalidTypeError(f"{name} must be a positive int, not {bound!r}")
+        if bound < 1:
+            raise InvalidValueError(f"{name} must be a positive int, not {bound!r}")
+    if not isinstance(lease_grace_seconds, int | float):
+        raise InvalidTypeError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
+    if not (math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0):
+        raise InvalidValueError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
     own_bus = bus is None
     the_bus = Bus() if bus is None else bus
     tel = Telemetry(

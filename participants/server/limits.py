@@ -53,7 +53,8 @@ class BodyLimit:
                 await self._refuse(send)
                 return
         received = 0
-        started = over = False
+        started = False
+        over = False
 
         async def counted_receive() -> Message:
             nonlocal received, over
@@ -102,8 +103,10 @@ class _Once(logging.Filter):
         if self.seen:
             return False
         self.seen = True
-        record.msg, record.args = f"{text} (further such errors are not logged)", None
-        record.exc_info = record.exc_text = None
+        record.msg = f"{text} (further such errors are not logged)"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
         return True
 
 

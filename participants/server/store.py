@@ -285,7 +285,8 @@ def _sweep(directory: Path) -> None:
 
 def _write_records(directory: Path, lines: Iterable[bytes]) -> tuple[Path, str, int, int]:
     digest = hashlib.sha256()
-    count = size = 0
+    count = 0
+    size = 0
     temp = directory / f".records.jsonl.{secrets.token_hex(8)}"
     records: Path | None = None
     try:
@@ -324,7 +325,8 @@ def _publish(directory: Path, manifest: Manifest, records: list[Path], stop: Wri
     content = _manifest_encoder.encode(manifest)
     target = directory / MANIFEST_NAME
     temp = directory / f".manifest.json.{secrets.token_hex(8)}"
-    linked = existed = False
+    linked = False
+    existed = False
     try:
         _step("open_manifest")
         with open(temp, "xb") as f:

@@ -165,7 +165,8 @@ def _decode_records(
     decoder = msgspec.json.Decoder(record_type)
     records: list[R] = []
     problem: str | None = None
-    size = lines_seen = 0
+    size = 0
+    lines_seen = 0
     tail = b""
     for chunk in chunks:
         digest.update(chunk)

@@ -206,7 +206,8 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
         with op.step("generation_cut") as step:
             receipt = await self._cut_round(checkpoint_id, calls, deadline_ts, op) if calls else None
             acks = {} if receipt is None else {a.ticket_id: a for a in receipt.prefixes}
-            durable = failed = 0
+            durable = 0
+            failed = 0
             for call in calls:
                 ack = acks.get(call.ticket_id)
                 continuation = None

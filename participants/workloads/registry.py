@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ckpt_events import InvalidArgumentError, Kind, coerce
+from ckpt_events import InvalidValueError, Kind, coerce
 from participants.workloads.agent import AgentWorkload
 from participants.workloads.base import Workload
 from participants.workloads.environment import EnvironmentWorkload
@@ -52,7 +52,7 @@ class KindRegistry:
         self._rows: dict[Kind, KindRow] = {}
         for row in rows:
             if row.kind in self._rows:
-                raise InvalidArgumentError(f"kind {row.kind.value!r} has two rows")
+                raise InvalidValueError(f"kind {row.kind.value!r} has two rows")
             self._rows[row.kind] = row
 
     def __iter__(self) -> Iterator[KindRow]:
@@ -65,10 +65,10 @@ class KindRegistry:
         return kind in self._rows
 
     def __getitem__(self, kind: str) -> KindRow:
-        """The row of ``kind`` (a ``Kind`` or its value); ``InvalidArgumentError`` if it has none."""
+        """The row of ``kind`` (a ``Kind`` or its value); ``InvalidValueError`` if it has none."""
         row = self._rows.get(coerce(Kind, kind))
         if row is None:
-            raise InvalidArgumentError(f"kind must be one of {', '.join(self.names)}, not {kind!r}")
+            raise InvalidValueError(f"kind must be one of {', '.join(self.names)}, not {kind!r}")
         return row
 
     @property

@@ -14,7 +14,7 @@ from typing import IO, Final
 
 import msgspec
 
-from ckpt_events import CheckpointEvent, InvalidArgumentError
+from ckpt_events import CheckpointEvent, InvalidTypeError
 from sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = ["CorruptLine", "read_events"]
@@ -44,7 +44,7 @@ def read_events(
     elif isinstance(source, io.IOBase) or hasattr(source, "readline"):
         yield from _read(source)
     else:
-        raise InvalidArgumentError(f"source must be a path or a binary stream, not {source!r}")
+        raise InvalidTypeError(f"source must be a path or a binary stream, not {source!r}")
 
 
 def _read(file: IO[bytes]) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:

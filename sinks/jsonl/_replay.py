@@ -13,7 +13,7 @@ from typing import IO, Any, Final, get_args
 
 import msgspec
 
-from ckpt_events import Bus, CheckpointEvent, Event, InvalidArgumentError, resolve_interests
+from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, InvalidValueError, resolve_interests
 from sinks.jsonl._reader import CorruptLine, read_events
 
 __all__ = ["ReplayResult", "replay"]
@@ -35,15 +35,14 @@ class _Target:
     def __init__(self, target: Any) -> None:
         self.bus = target if isinstance(target, Bus) else None
         if self.bus is None and not callable(getattr(target, "handle", None)):
-            raise InvalidArgumentError(
-                f"replay targets are sinks (with handle(batch)) or a Bus, not {target!r}"
-            )
+            raise InvalidTypeError(f"replay targets are sinks (with handle(batch)) or a Bus, not {target!r}")
         self.sink = target
         self.wants = resolve_interests(target) if self.bus is None else frozenset(_EVENT_TYPES)
         self.batch: list[Any] = []
 
     async def deliver(self) -> None:
-        batch, self.batch = self.batch, []
+        batch = self.batch
+        self.batch = []
         if not batch:
             return
         if self.bus is not None:
@@ -67,8 +66,10 @@ async def replay(
     started ``Bus`` (events are emitted and flushed). Corrupt lines are skipped and
     returned. Sinks are not closed: their owner does that (e.g. ``SpanSink.shutdown()``).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidArgumentError(f"batch_size must be a positive int, not {batch_size!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise InvalidTypeError(f"batch_size must be a positive int, not {batch_size!r}")
+    if batch_size < 1:
+        raise InvalidValueError(f"batch_size must be a positive int, not {batch_size!r}")
     chosen = [_Target(t) for t in targets]
     corrupt: list[CorruptLine] = []
     count = 0

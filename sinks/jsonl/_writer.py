@@ -22,7 +22,7 @@ from typing import IO, Any, Final
 
 import msgspec
 
-from ckpt_events import InvalidArgumentError
+from ckpt_events import InvalidTypeError, InvalidValueError
 from sinks._hexids import with_hex_ids
 from sinks._wire_safe import replace_surrogates
 
@@ -80,12 +80,15 @@ class JsonLinesSink:
         blocking: bool = False,
         linger: float = 0.25,
     ) -> None:
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
-        ):
-            raise InvalidArgumentError(f"max_bytes must be a positive int or None, not {max_bytes!r}")
-        if isinstance(backups, bool) or not isinstance(backups, int) or backups < 0:
-            raise InvalidArgumentError(f"backups must be an int >= 0, not {backups!r}")
+        if max_bytes is not None:
+            if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+                raise InvalidTypeError(f"max_bytes must be a positive int or None, not {max_bytes!r}")
+            if max_bytes < 1:
+                raise InvalidValueError(f"max_bytes must be a positive int or None, not {max_bytes!r}")
+        if isinstance(backups, bool) or not isinstance(backups, int):
+            raise InvalidTypeError(f"backups must be an int >= 0, not {backups!r}")
+        if backups < 0:
+            raise InvalidValueError(f"backups must be an int >= 0, not {backups!r}")
         self._path: Path | None
         self._file: IO[bytes]
         if isinstance(target, str | os.PathLike):
@@ -94,12 +97,12 @@ class JsonLinesSink:
             self._size = self._file.tell()
         elif hasattr(target, "write"):
             if max_bytes is not None:
-                raise InvalidArgumentError("max_bytes (rotation) needs a path, not a stream")
+                raise InvalidValueError("max_bytes (rotation) needs a path, not a stream")
             self._path = None
             self._file = target
             self._size = 0
         else:
-            raise InvalidArgumentError(f"target must be a path or a binary stream, not {target!r}")
+            raise InvalidTypeError(f"target must be a path or a binary stream, not {target!r}")
         self.max_bytes = max_bytes
         self.backups = backups
         self.blocking = blocking
@@ -332,4 +335,3 @@ def _replace_text(value: Any) -> tuple[Any, int]:
         pairs = [_replace_text(item) for item in value]
         return [item for item, _ in pairs], sum(changed for _, changed in pairs)
     return value, 0
-

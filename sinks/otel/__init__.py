@@ -8,8 +8,9 @@ the ``OTEL_*`` environment with) does not import the OpenTelemetry SDK.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from sinks.otel._metric_sink import MetricSink, MetricSinkStats
@@ -28,7 +29,7 @@ __all__ = [
     "SpanSinkStats",
 ]
 
-_HOME: Final = {
+_HOMES: Final = {
     "MetricSink": "sinks.otel._metric_sink",
     "MetricSinkStats": "sinks.otel._metric_sink",
     "OtlpMetricSink": "sinks.otlp._metric_sink",
@@ -39,17 +40,6 @@ _HOME: Final = {
     "SpanSinkStats": "sinks.otel._span_sink",
 }
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use and cache the name here."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, loaded or not."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
+# The helpers are not names of this package (dir() lists the namespace).
+del TYPE_CHECKING, lazy_attributes

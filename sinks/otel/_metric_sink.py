@@ -24,7 +24,7 @@ from ckpt_events import (
     CoordinateFinished,
     GenerationCut,
     InstrumentKind,
-    InvalidArgumentError,
+    InvalidTypeError,
     LeaseExpired,
     OperationFinished,
     PrepareNotReady,
@@ -86,7 +86,7 @@ class MetricSink:
     def __init__(self, meter_provider: MeterProvider) -> None:
         get_meter = getattr(meter_provider, "get_meter", None)
         if not callable(get_meter):
-            raise InvalidArgumentError(
+            raise InvalidTypeError(
                 f"meter_provider must be an OpenTelemetry MeterProvider, not {meter_provider!r}"
             )
         self.meter_provider = meter_provider

@@ -24,7 +24,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ckpt_events import (
-    InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
     Outcome,
     Redactor,
     __version__,
@@ -93,27 +94,26 @@ class SpanSink:
         export_timeout: float = 30.0,
     ) -> None:
         if sum(x is not None for x in (exporter, processor, tracer_provider)) != 1:
-            raise InvalidArgumentError("SpanSink needs exactly one of exporter, processor or tracer_provider")
+            raise InvalidValueError("SpanSink needs exactly one of exporter, processor or tracer_provider")
         if exporter is not None and not callable(getattr(exporter, "export", None)):
-            raise InvalidArgumentError(f"exporter must be an OpenTelemetry SpanExporter, not {exporter!r}")
+            raise InvalidTypeError(f"exporter must be an OpenTelemetry SpanExporter, not {exporter!r}")
         if tracer_provider is not None:
             # The SDK keeps its processors in this attribute (no public getter); our spans go
             # through exactly what the provider's own spans go through.
             processor = getattr(tracer_provider, "_active_span_processor", None)
             if processor is None:
-                raise InvalidArgumentError(
+                raise InvalidTypeError(
                     f"tracer_provider must be an OpenTelemetry SDK TracerProvider, not {tracer_provider!r}"
                 )
             if resource is None:
                 resource = tracer_provider.resource
         if processor is not None and not callable(getattr(processor, "on_end", None)):
-            raise InvalidArgumentError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
-        if (
-            isinstance(max_export_batch, bool)
-            or not isinstance(max_export_batch, int)
-            or max_export_batch < 1
-        ):
-            raise InvalidArgumentError(f"max_export_batch must be a positive int, not {max_export_batch!r}")
+            raise InvalidTypeError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
+        batch_wrong = f"max_export_batch must be a positive int, not {max_export_batch!r}"
+        if isinstance(max_export_batch, bool) or not isinstance(max_export_batch, int):
+            raise InvalidTypeError(batch_wrong)
+        if max_export_batch < 1:
+            raise InvalidValueError(batch_wrong)
         self.exporter = exporter
         self.processor = processor
         self.span_groups = resolve_span_groups(span_groups)
@@ -142,7 +142,8 @@ class SpanSink:
         redactor = self.redactor
         self._contexts = {}
         spans: list[ReadableSpan] = []
-        unsampled = skipped = 0
+        unsampled = 0
+        skipped = 0
         limit = self.max_export_batch
         for event in batch:
             if not event.sampled:

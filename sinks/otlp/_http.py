@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
-from ckpt_events import InvalidArgumentError
+from ckpt_events import InvalidTypeError, InvalidValueError
 
 __all__ = ["BUS_LINGER", "MAX_REPLY_BYTES", "RETRYABLE_STATUSES", "OtlpHttpSender", "SendResult"]
 
@@ -72,11 +72,13 @@ class OtlpHttpSender:
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidArgumentError(f"an OTLP/HTTP endpoint is an http(s) URL, not {url!r}")
+            raise InvalidValueError(f"an OTLP/HTTP endpoint is an http(s) URL, not {url!r}")
         if compression not in ("none", "gzip", "deflate"):
-            raise InvalidArgumentError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
+            raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise InvalidTypeError(f"timeout must be > 0 seconds, not {timeout!r}")
         if not timeout > 0:
-            raise InvalidArgumentError(f"timeout must be > 0 seconds, not {timeout!r}")
+            raise InvalidValueError(f"timeout must be > 0 seconds, not {timeout!r}")
         self.url = url
         self._https = parts.scheme == "https"
         self._host = parts.hostname
@@ -169,9 +171,15 @@ class OtlpHttpSender:
         """Allow sending again after ``cancel()`` (a last export at shutdown)."""
         self._cancelled.clear()
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether sends give up at once (after ``cancel()``, until ``resume()``)."""
+        return self._cancelled.is_set()
+
     def close(self) -> None:
         """Close the connection (the next ``send`` opens a new one)."""
-        connection, self._connection = self._connection, None
+        connection = self._connection
+        self._connection = None
         if connection is not None:
             connection.close()
 

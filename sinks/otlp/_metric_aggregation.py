@@ -131,7 +131,10 @@ class HistogramPoint:
     def copy(self) -> HistogramPoint:
         """A snapshot of this point."""
         point = HistogramPoint()
-        point.count, point.total, point.min, point.max = self.count, self.total, self.min, self.max
+        point.count = self.count
+        point.total = self.total
+        point.min = self.min
+        point.max = self.max
         point.buckets = list(self.buckets)
         point.exemplars = list(self.exemplars)
         point.exemplar_values = list(self.exemplar_values)
@@ -434,11 +437,12 @@ def _exemplars_pb(point: HistogramPoint) -> bytes:
     for event, value in zip(point.exemplars, point.exemplar_values, strict=True):
         if event is not None:
             exemplar = (
-                b"\x11" + FIXED64.pack(event.end_ns)
-                + b"\x19" + DOUBLE.pack(value)
+                b"\x11"
+                + FIXED64.pack(event.end_ns)
+                + b"\x19"
+                + DOUBLE.pack(value)
                 + field(0x22, event.span_id.to_bytes(8, "big"))
                 + field(0x2A, event.trace_id.to_bytes(16, "big"))
-            )  # fmt: skip
+            )
             out.append(field(0x42, exemplar))
     return b"".join(out)
-

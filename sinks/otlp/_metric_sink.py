@@ -6,28 +6,26 @@ dict operations per event under a lock), and one worker thread posts a
 snapshot every ``export_interval`` seconds (``OTEL_METRIC_EXPORT_INTERVAL``), at
 ``force_flush`` and at shutdown, through the same kept-alive sender as ``OtlpSpanSink``
 (retries with backoff on 429/502/503/504). Cumulative temporality: a lost export loses no
-counts, the next one carries them.
+counts, the next one carries them. The thread, its counters, its one warning and its
+deadline-bounded stop are the ``ExportWorker`` the span sink runs too.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-import anyio.to_thread
 import msgspec
 
-from ckpt_events import InvalidArgumentError
+from ckpt_events import InvalidTypeError, InvalidValueError
 from sinks import _metric_keys as keys
+from sinks.otlp._export_worker import ExportWorker
 from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
 from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
-
-logger: Final = logging.getLogger("sinks.otel")
 
 PROTOCOLS: Final = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 METRICS_PATH: Final = "/v1/metrics"
@@ -74,11 +72,12 @@ class OtlpMetricSink:
         initial_backoff: float = 1.0,
     ) -> None:
         if protocol not in PROTOCOLS:
-            raise InvalidArgumentError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+            raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+        interval_wrong = f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
+        if isinstance(export_interval, bool) or not isinstance(export_interval, int | float):
+            raise InvalidTypeError(interval_wrong)
         if not 0 < export_interval <= 86_400:
-            raise InvalidArgumentError(
-                f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
-            )
+            raise InvalidValueError(interval_wrong)
         self.protocol = protocol
         attributes = {"service.name": "unknown_service", **dict(resource_attributes or {})}
         self.encoder = MetricEncoder(attributes)
@@ -96,14 +95,16 @@ class OtlpMetricSink:
         self.timeout = timeout
         self.start_ns = time.time_ns()
         self._totals = MetricTotals()
-        self._lock = threading.Lock()
         self._export_lock = threading.Lock()  # one export at a time: worker, flush, shutdown
-        self._stop = threading.Event()
-        self._closed = False
-        self._events = self._exports = self._failures = self._retries = 0
-        self._logged_failure = False
-        self._worker = threading.Thread(target=self._run, name="ckpt-events-otlp-metrics", daemon=True)
-        self._worker.start()
+        self._events = 0
+        self._worker = ExportWorker(
+            self.sender,
+            name="ckpt-events-otlp-metrics",
+            signal="metric",
+            lost="counted in OtlpMetricSink.stats()",
+        )
+        self._lock = self._worker.wake
+        self._worker.start(self._run)
 
     def handle(self, batch: list[Any]) -> None:
         """Fold ``batch`` into the cumulative totals."""
@@ -117,10 +118,12 @@ class OtlpMetricSink:
             return self._totals.snapshot()
 
     def _run(self) -> None:
-        # Bounded: each wait ends by the interval or by shutdown.
-        for _ in range(1 << 40):
-            if self._stop.wait(self.export_interval):
-                return
+        worker = self._worker
+        while True:
+            with worker.wake:
+                # Each wait ends by the interval or by shutdown.
+                if worker.wake.wait_for(lambda: worker.closed, self.export_interval):
+                    return
             self._export()
 
     def _export(self, deadline: float | None = None) -> bool:
@@ -130,23 +133,8 @@ class OtlpMetricSink:
                     return True
                 snapshot = self._totals.snapshot()
             body = self._encode(snapshot, self.start_ns, time.time_ns())
-            result = self.sender.send(body, deadline)
-            with self._lock:
-                self._retries += max(result.attempts - 1, 0)
-                if result.accepted:
-                    self._exports += 1
-                else:
-                    self._failures += 1
-            if not result.accepted and not self._logged_failure:
-                # Logged once; later failures only count (cumulative points lose nothing).
-                self._logged_failure = True
-                logger.warning(
-                    "OTLP metric export to %s refused or unreachable (last status %s); counted in "
-                    "OtlpMetricSink.stats(), not logged again",
-                    self.sender.url,
-                    result.status,
-                )
-            return result.accepted
+            # Points are not counted one by one: cumulative totals lose nothing to a failed export.
+            return self._worker.send(body, 0, deadline)
 
     def force_flush(self) -> bool:
         """Export the totals now; ``True`` when the collector accepted them (or there were none)."""
@@ -155,35 +143,30 @@ class OtlpMetricSink:
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the worker, export the totals one last time, close the connection: all within
         ``timeout`` seconds (default the sink's ``timeout``), whatever the collector does. Idempotent."""
-        if self._closed:
+        worker = self._worker
+        if worker.closed:
             return
-        self._closed = True
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        self._stop.set()
-        self._worker.join(max(deadline - time.monotonic(), 0.0) / 2)
-        if self._worker.is_alive():  # stuck in a request or a backoff: end it, then the last export
-            self.sender.cancel()
-            self._worker.join(max(deadline - time.monotonic(), 0.0))
-            self.sender.resume()
+        worker.request_stop()
+        # Half the time for an export in flight to end by itself; then it is cancelled, and the
+        # last export (which carries every count) gets the rest.
+        worker.join(deadline, patience=0.5, slack=0.0, resume=True)
         self._export(deadline)
         self.sender.close()
 
     async def aclose(self) -> None:
         """Export the last totals and shut down (the bus awaits this after the last batch);
         cancelled (the bus's close deadline), the export in flight ends at once."""
-        try:
-            await anyio.to_thread.run_sync(self.shutdown, abandon_on_cancel=True)
-        except anyio.get_cancelled_exc_class():
-            self.sender.cancel()
-            raise
+        await self._worker.aclose_with(self.shutdown)
 
     def stats(self) -> OtlpMetricSinkStats:
         """The counters so far."""
+        worker = self._worker
         with self._lock:
             return OtlpMetricSinkStats(
                 events=self._events,
-                exports=self._exports,
-                export_failures=self._failures,
-                retries=self._retries,
+                exports=worker.exports,
+                export_failures=worker.failures,
+                retries=worker.retries,
                 invalid_values=self.encoder.invalid_values,
             )

@@ -7,28 +7,25 @@ collector client (an export when ``max_export_batch`` spans are queued or ``ling
 passed since the oldest queued one, whichever comes first, under sustained load too),
 encodes each batch with ``SpanEncoder`` and posts it with ``OtlpHttpSender``. The queue is
 bounded (``max_queue``); what does not fit, and what the collector finally refuses, is
-dropped and counted in ``stats()``.
+dropped and counted in ``stats()``. The thread, its counters, its one warning and its
+deadline-bounded stop are the ``ExportWorker`` the metric sink runs too.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-import anyio.to_thread
 import msgspec
 
-from ckpt_events import InvalidArgumentError, Redactor, resolve_span_groups
+from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, resolve_span_groups
 from sinks._span_attrs import FINISHED
+from sinks.otlp._export_worker import ExportWorker
 from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
 from sinks.otlp._span_encoder import SpanEncoder
 
 __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
-
-logger: Final = logging.getLogger("sinks.otel")
 
 #: How long a shutdown waits for the worker after cancelling its request (it returns at once
 #: but for a thread switch); past it, the spans it held are counted as dropped.
@@ -93,12 +90,17 @@ class OtlpSpanSink:
         initial_backoff: float = 1.0,
     ) -> None:
         if protocol not in PROTOCOLS:
-            raise InvalidArgumentError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+            raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
         for name, value in (("max_export_batch", max_export_batch), ("max_queue", max_queue)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidTypeError(f"{name} must be a positive int, not {value!r}")
+            if value < 1:
+                raise InvalidValueError(f"{name} must be a positive int, not {value!r}")
+        linger_wrong = f"linger must be a number of seconds in [0, 60], not {linger!r}"
+        if isinstance(linger, bool) or not isinstance(linger, int | float):
+            raise InvalidTypeError(linger_wrong)
         if not 0 <= linger <= 60:
-            raise InvalidArgumentError(f"linger must be a number of seconds in [0, 60], not {linger!r}")
+            raise InvalidValueError(linger_wrong)
         self.protocol = protocol
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
@@ -123,17 +125,19 @@ class OtlpSpanSink:
         self.timeout = timeout
         self._queue: list[Any] = []
         self._oldest = 0.0  # monotonic time the oldest queued event arrived
-        self._in_flight = 0
+        self._in_flight = 0  # spans of the batch being sent (dropped if the send outlives shutdown)
         self._flush_requested = False
-        self._closed = False
         self._deadline: float | None = None  # a shutdown's: the worker's sends end by it
-        self._abandoned = False  # shutdown counted the worker's batch as dropped
-        self._wake = threading.Condition()
-        self._exported = self._dropped = self._exports = self._failures = 0
-        self._retries = self._unsampled = self._skipped = 0
-        self._logged_failure = False
-        self._worker = threading.Thread(target=self._run, name="ckpt-events-otlp", daemon=True)
-        self._worker.start()
+        self._unsampled = 0
+        self._skipped = 0
+        self._worker = ExportWorker(
+            self.sender,
+            name="ckpt-events-otlp",
+            signal="span",
+            lost="spans are dropped and counted in OtlpSpanSink.stats()",
+        )
+        self._wake = self._worker.wake
+        self._worker.start(self._run)
 
     # -- the sink (event loop side) -----------------------------------------------------------
 
@@ -143,8 +147,9 @@ class OtlpSpanSink:
         self._unsampled += len(batch) - len(sampled)
         wake = self._wake
         with wake:
-            if self._closed:
-                self._dropped += len(sampled)
+            worker = self._worker
+            if worker.closed:
+                worker.dropped += len(sampled)
                 return
             queue = self._queue
             was_empty = not queue
@@ -152,7 +157,7 @@ class OtlpSpanSink:
                 self._oldest = time.monotonic()
             room = self.max_queue - len(queue)
             if len(sampled) > room:
-                self._dropped += len(sampled) - room
+                worker.dropped += len(sampled) - room
                 sampled = sampled[:room]
             queue.extend(sampled)
             # Wake the worker on a full batch, and on the first span of an empty queue: it then
@@ -162,21 +167,26 @@ class OtlpSpanSink:
 
     # -- the worker thread --------------------------------------------------------------------
 
+    def _due(self) -> bool:
+        """Whether the worker should take a batch now (under ``wake``)."""
+        queue = self._queue
+        if len(queue) >= self.max_export_batch or self._flush_requested or self._worker.closed:
+            return True
+        return bool(queue) and time.monotonic() >= self._oldest + self.export_linger
+
     def _run(self) -> None:
         wake = self._wake
         while True:
             with wake:
-                for _ in range(1_000_000):  # bounded: each wait ends by linger, notify or close
-                    queue = self._queue
-                    if len(queue) >= self.max_export_batch or self._flush_requested or self._closed:
-                        break
-                    if queue:
-                        remaining = self._oldest + self.export_linger - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        wake.wait(remaining)
-                    else:
-                        wake.wait()
+                if self._queue:
+                    linger_left = self._oldest + self.export_linger - time.monotonic()
+                    wake.wait_for(self._due, linger_left)
+                else:
+                    # An empty queue has no deadline: sleep until its first span (whose linger
+                    # is then waited out on the next turn), a flush or shutdown.
+                    wake.wait_for(lambda: self._due() or bool(self._queue))
+                if not self._due():
+                    continue
                 taken = self._queue[: self.max_export_batch]
                 del self._queue[: self.max_export_batch]
                 if self._queue:
@@ -185,7 +195,7 @@ class OtlpSpanSink:
                 if not taken:
                     self._flush_requested = False
                     wake.notify_all()  # flushers waiting for an empty queue
-                    if self._closed:
+                    if self._worker.closed:
                         return
                     continue
             self._export(taken)
@@ -194,48 +204,20 @@ class OtlpSpanSink:
                 wake.notify_all()
 
     def _export(self, events: list[Any]) -> None:
+        worker = self._worker
         try:
             body, spans = self._encode(events)
         except Exception:
-            self._count(dropped=len(events), failed=True)
-            self._log_failure("could not encode a batch")
+            worker.count(dropped=len(events), failed=True)
+            worker.log_failure("could not encode a batch")
             return
-        skipped = len(events) - spans
-        if not spans:
-            self._count(skipped=skipped)
-            return
-        result = self.sender.send(body, self._deadline)
-        retries = max(result.attempts - 1, 0)
-        if result.accepted:
-            self._count(exported=spans, skipped=skipped, retries=retries)
-        else:
-            self._count(dropped=spans, skipped=skipped, retries=retries, failed=True)
-            self._log_failure(f"refused or unreachable (last status {result.status})")
-
-    def _count(
-        self, *, exported: int = 0, dropped: int = 0, skipped: int = 0, retries: int = 0, failed: bool = False
-    ) -> None:
         with self._wake:
-            if self._abandoned:
-                return  # shutdown gave up on this batch and counted it
-            self._exported += exported
-            self._exports += 1 if exported else 0
-            self._dropped += dropped
-            self._skipped += skipped
-            self._retries += retries
-            self._failures += 1 if failed else 0
-
-    def _log_failure(self, how: str) -> None:
-        # Logged once; later failures only count, so a dead collector cannot flood the log.
-        if self._logged_failure:
-            return
-        self._logged_failure = True
-        logger.warning(
-            "OTLP span export to %s %s; spans are dropped and counted in OtlpSpanSink.stats(), "
-            "not logged again",
-            self.sender.url,
-            how,
-        )
+            if not worker.abandoned:
+                self._skipped += len(events) - spans
+                # Only the spans are lost if the send outlives shutdown; the skipped are counted.
+                self._in_flight = spans
+        if spans:
+            worker.send(body, spans, self._deadline)
 
     # -- flush, shutdown, stats ---------------------------------------------------------------
 
@@ -246,55 +228,53 @@ class OtlpSpanSink:
         with wake:
             self._flush_requested = True
             wake.notify_all()
-            for _ in range(1_000_000):
-                if not self._queue and not self._in_flight:
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._worker.is_alive():
-                    return False
-                self._flush_requested = True
-                wake.wait(remaining)
-        return False
+            wake.wait_for(self._flushed_or_stuck, max(deadline - time.monotonic(), 0.0))
+            return not self._queue and not self._in_flight
+
+    def _flushed_or_stuck(self) -> bool:
+        if not self._queue and not self._in_flight:
+            return True
+        # Spans that came after the worker found the queue empty (and ended the flush) need
+        # the flush asked for again.
+        self._flush_requested = True
+        return not self._worker.is_alive()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Flush, stop the worker, close the connection: all within ``timeout`` seconds (default
         the sink's ``timeout``). Spans not exported by then are counted in ``dropped``. Idempotent."""
-        if self._closed:
+        worker = self._worker
+        if worker.closed:
             return
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         self._deadline = deadline
         self.force_flush(max(deadline - time.monotonic(), 0.0))
         with self._wake:
-            self._closed = True
-            self._dropped += len(self._queue)
+            worker.request_stop()
+            worker.count(dropped=len(self._queue))
             self._queue.clear()
-            self._wake.notify_all()
-        self.sender.cancel()  # ends a backoff wait and the request in flight
-        self._worker.join(_JOIN_SLACK)
+        # The flush had the time; the sender is cancelled at once (ending the request in flight),
+        # and the worker gets a thread switch's worth to return.
+        worker.join(deadline, patience=0.0, slack=_JOIN_SLACK)
         with self._wake:
-            if self._worker.is_alive() and self._in_flight:
-                self._dropped += self._in_flight
-                self._abandoned = True
+            if worker.is_alive() and self._in_flight:
+                worker.abandon(self._in_flight)
         self.sender.close()
 
     async def aclose(self) -> None:
         """Flush and shut down (the bus awaits this after the last batch); cancelled (the bus's
         close deadline), the export in flight ends at once and its spans count as dropped."""
-        try:
-            await anyio.to_thread.run_sync(self.shutdown, abandon_on_cancel=True)
-        except anyio.get_cancelled_exc_class():
-            self.sender.cancel()
-            raise
+        await self._worker.aclose_with(self.shutdown)
 
     def stats(self) -> OtlpSpanSinkStats:
         """The counters so far."""
+        worker = self._worker
         with self._wake:
             return OtlpSpanSinkStats(
-                exported=self._exported,
-                dropped=self._dropped,
-                exports=self._exports,
-                export_failures=self._failures,
-                retries=self._retries,
+                exported=worker.exported,
+                dropped=worker.dropped,
+                exports=worker.exports,
+                export_failures=worker.failures,
+                retries=worker.retries,
                 unsampled=self._unsampled,
                 skipped=self._skipped,
                 invalid_values=self.encoder.invalid_values,

@@ -96,6 +96,16 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     ),
     "no worker processes": (lambda: WorkerCoordinator(0), InvalidValueError),
     "worker count as a string": (lambda: WorkerCoordinator("2"), InvalidTypeError),
+    "instance name with a slash": (lambda: create_app("agent", instance="a/0", token="t"), InvalidValueError),
+    "instance name not a string": (lambda: create_app("agent", instance=0, token="t"), InvalidTypeError),
+    "body limit of zero": (
+        lambda: create_app("agent", instance="a-0", token="t", max_body_bytes=0),
+        InvalidValueError,
+    ),
+    "lease grace as a string": (
+        lambda: create_app("agent", instance="a-0", token="t", lease_grace_seconds="5"),
+        InvalidTypeError,
+    ),
 }
 
 
@@ -123,6 +133,23 @@ def test_the_error_module_imports_only_the_core():
     modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     ours = {m for m in modules if m.split(".")[0] in ("ckpt_events", "sinks", "participants", "benchmarks")}
     assert ours == {"ckpt_events"}
+
+
+def test_nothing_raises_the_root_of_bad_arguments():
+    """No module raises InvalidArgumentError itself: a bad value is an InvalidValueError (a ValueError),
+    a wrong type an InvalidTypeError (a TypeError), so callers can catch either builtin."""
+    root = Path(ckpt_events.__file__).resolve().parents[1]
+    bare = []
+    for package in ("ckpt_events", "sinks", "participants", "benchmarks"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Raise)
+                    and isinstance(node.exc, ast.Call)
+                    and ast.unparse(node.exc.func).endswith("InvalidArgumentError")
+                ):
+                    bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bare == []
 
 
 def test_a_prepare_result_is_a_prepare_outcome():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_events import InstrumentKind
 from participants.cli.main import main
 from participants.cli.ops import OPS_FILES, ops_file
 from sinks._prom_names import metric_name
@@ -17,9 +18,9 @@ from tests.sinks.prom_server import promtool_binary
 
 #: The open-work instruments of the live view (name, unit, kind), translated like ours.
 OPEN_WORK = (
-    ("gym.checkpoint.open_operations", "{operation}", "gauge"),
-    ("gym.checkpoint.oldest_open_s", "s", "gauge"),
-    ("gym.checkpoint.last_published_ts", "s", "gauge"),
+    ("gym.checkpoint.open_operations", "{operation}", InstrumentKind.UP_DOWN_COUNTER),
+    ("gym.checkpoint.oldest_open_s", "s", InstrumentKind.GAUGE),
+    ("gym.checkpoint.last_published_ts", "s", InstrumentKind.GAUGE),
 )
 
 
@@ -85,7 +86,7 @@ def test_promtool_unit_tests_fail_when_a_threshold_is_wrong(tmp_path: Path) -> N
 def test_every_metric_in_the_pack_has_a_documented_name() -> None:
     """Each metric the rules and dashboard read is ours (or an open-work gauge) by its Prometheus name."""
     families = {row[3] for row in prometheus_names()}
-    families |= {metric_name(name, unit, kind) for name, unit, kind in OPEN_WORK}  # type: ignore[arg-type]
+    families |= {metric_name(name, unit, kind) for name, unit, kind in OPEN_WORK}
     series = {f for f in families} | {f + s for f in families for s in ("_bucket", "_sum", "_count")}
     text = ops_file("rules.yml") + ops_file("dashboard.json")
     used = set(re.findall(r"\bgym_checkpoint_[a-z_]+", text))

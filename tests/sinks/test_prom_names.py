@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sinks._prom_names import label_name, metric_name, unit_word
+from ckpt_events import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
+from sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
 from sinks.prometheus import prometheus_names
 
 
@@ -35,7 +36,7 @@ from sinks.prometheus import prometheus_names
 )
 def test_metric_names_follow_the_collector(name: str, unit: str, kind: str, expected: str) -> None:
     """Dots and runs of other characters become one underscore; unit word, _total, _ratio as the Collector."""
-    assert metric_name(name, unit, kind) == expected  # type: ignore[arg-type]
+    assert metric_name(name, unit, InstrumentKind(kind)) == expected
 
 
 def test_unit_words() -> None:
@@ -66,3 +67,22 @@ def test_our_instruments_have_the_documented_names() -> None:
         "gym_checkpoint_oldest_open_s_seconds",
         "gym_checkpoint_last_published_ts_seconds",
     ]
+
+
+def test_each_instrument_kind_has_its_prometheus_type() -> None:
+    """Every core instrument kind maps to a family type; a sum that goes down is a gauge."""
+    assert {kind: prometheus_type(kind) for kind in InstrumentKind} == {
+        InstrumentKind.COUNTER: "counter",
+        InstrumentKind.HISTOGRAM: "histogram",
+        InstrumentKind.UP_DOWN_COUNTER: "gauge",
+        InstrumentKind.GAUGE: "gauge",
+    }
+    assert {row[0]: row[2] for row in prometheus_names()} == {
+        i.name: prometheus_type(i.kind) for i in (*INSTRUMENTS, *OPEN_WORK_INSTRUMENTS)
+    }
+
+
+def test_an_up_down_counter_of_unit_one_gets_no_ratio() -> None:
+    """_ratio is for gauges proper, as the Collector writes it; a unit-1 up-down counter keeps its name."""
+    assert metric_name("queue.depth", "1", InstrumentKind.UP_DOWN_COUNTER) == "queue_depth"
+    assert metric_name("queue.depth", "1", InstrumentKind.GAUGE) == "queue_depth_ratio"

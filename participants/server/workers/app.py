@@ -94,7 +94,8 @@ class WorkerControlPlane(ControlPlane[Any]):
     async def _write(
         self, o: OperationSpan, directory: Path, cid: str, exported: Exported, stop: WriteStop
     ) -> tuple[WriteResult, list[str]]:
-        kind, instance = self.workload.kind.value, self.tel.instance
+        kind = self.workload.kind.value
+        instance = self.tel.instance
         with o.step("write") as s, store_refusals():
             where = await anyio.to_thread.run_sync(
                 functools.partial(prepare_directory, directory, kind=kind, instance=instance)
@@ -144,7 +145,8 @@ class WorkerControlPlane(ControlPlane[Any]):
     async def _read_and_install(
         self, o: OperationSpan, req: RestoreRequest, scope: set[EpisodeId]
     ) -> Restored:
-        kind, instance = self.workload.kind.value, self.tel.instance
+        kind = self.workload.kind.value
+        instance = self.tel.instance
         with o.step("read") as s, store_refusals():
             directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
             manifest = await anyio.to_thread.run_sync(

@@ -454,7 +454,8 @@ class WorkerPool:
             for key in keys:
                 self.owners[str(key)] = index
                 restored.append(str(key))
-        self._staged, self._staged_scope = {}, set()
+        self._staged = {}
+        self._staged_scope = set()
         return sorted(restored)
 
     def discard(self) -> None:
@@ -462,7 +463,8 @@ class WorkerPool:
         self.broadcast("discard")
         for episode_id in self._staged_scope:
             self.owners.pop(episode_id.next().capture_key, None)
-        self._staged, self._staged_scope = {}, set()
+        self._staged = {}
+        self._staged_scope = set()
 
     def _least_loaded(self, candidates: Sequence[int]) -> int:
         load = dict.fromkeys(candidates, 0)

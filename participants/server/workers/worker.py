@@ -187,7 +187,8 @@ class WorkerHost:
         with self._share(Operation.RESTORE, body, message) as op, op.step("read") as step, gc_paused():
             chosen: list[Any] = []
             seen: set[EpisodeId] = set()  # across this worker's parts: an episode in two does not check
-            size = count = 0
+            size = 0
+            count = 0
             for worker, name, sha, records_count, modulus, residue in body["parts"]:
                 part = RecordsPart(int(worker), str(name), str(sha), int(records_count))
                 with store_refusals():

@@ -1,0 +1,144 @@
+"""``ExportWorker``: the export thread both OTLP sinks run, and what they keep about it alike.
+
+One daemon thread per sink; the condition its loop sleeps on (each sink guards its own queue or
+totals with it too, so one lock covers a sink's state and these counters); the counters every
+OTLP export has (items exported and dropped, requests accepted and failed, retries); the one
+warning a failing collector gets; and a stop bounded by a deadline whatever the collector does.
+What differs stays in each sink: the span sink's queue with its linger, the metric sink's
+interval timer and cumulative totals.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+import anyio.to_thread
+
+from sinks.otlp._http import OtlpHttpSender
+
+__all__ = ["ExportWorker"]
+
+logger: Final = logging.getLogger("sinks.otel")
+
+
+class ExportWorker:
+    """One export thread posting through ``sender``, its condition and its counters.
+
+    ``signal`` (``"span"``, ``"metric"``) and ``lost`` (what happens to what was not sent, and
+    where it is counted) make the one warning logged at the first failure. Every counter and
+    ``closed`` are read and written under ``wake``.
+    """
+
+    def __init__(self, sender: OtlpHttpSender, *, name: str, signal: str, lost: str) -> None:
+        self.sender = sender
+        self.name = name
+        self.wake = threading.Condition()
+        self.closed = False  # the loop returns at its next wake-up; the sink takes no more
+        self.exported = 0
+        self.dropped = 0
+        self.exports = 0
+        self.failures = 0
+        self.retries = 0
+        self.abandoned = False  # stop gave up on the batch in flight and counted it as dropped
+        self._signal = signal
+        self._lost = lost
+        self._logged_failure = False
+        self._thread: threading.Thread | None = None
+
+    def start(self, loop: Callable[[], None]) -> None:
+        """Run ``loop`` in the worker thread; it returns once it sees ``closed``."""
+        self._thread = threading.Thread(target=loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        """Whether the thread runs (a loop that raised has ended)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def send(self, body: bytes, items: int, deadline: float | None) -> bool:
+        """Post ``body`` (``items`` exported if accepted, dropped if not) by ``deadline`` at most;
+        count the outcome and log the first failure. Returns whether the collector accepted it."""
+        result = self.sender.send(body, deadline)
+        accepted = result.accepted
+        self.count(
+            exported=items if accepted else 0,
+            dropped=0 if accepted else items,
+            retries=max(result.attempts - 1, 0),
+            accepted=accepted,
+            failed=not accepted,
+        )
+        if not accepted:
+            self.log_failure(f"refused or unreachable (last status {result.status})")
+        return accepted
+
+    def count(
+        self,
+        *,
+        exported: int = 0,
+        dropped: int = 0,
+        retries: int = 0,
+        accepted: bool = False,
+        failed: bool = False,
+    ) -> None:
+        """Add to the counters, unless ``stop`` already counted this batch as dropped."""
+        with self.wake:
+            if self.abandoned:
+                return
+            self.exported += exported
+            self.dropped += dropped
+            self.retries += retries
+            self.exports += 1 if accepted else 0
+            self.failures += 1 if failed else 0
+
+    def log_failure(self, how: str) -> None:
+        """Warn once that an export failed (``how``); later failures only count, so a dead
+        collector cannot flood the log."""
+        if self._logged_failure:
+            return
+        self._logged_failure = True
+        logger.warning(
+            "OTLP %s export to %s %s; %s, not logged again", self._signal, self.sender.url, how, self._lost
+        )
+
+    def request_stop(self) -> None:
+        """Mark the worker closed and wake its loop (call it under ``wake`` with what else the
+        sink does at that moment, such as dropping its queue)."""
+        with self.wake:
+            self.closed = True
+            self.wake.notify_all()
+
+    def join(self, deadline: float, *, patience: float, slack: float, resume: bool = False) -> bool:
+        """Wait for the thread to end after ``request_stop``: ``patience`` (a fraction) of the
+        time left to end by itself, then the sender is cancelled (a backoff wait and a request in
+        flight end at once) and it gets the rest of the time, at least ``slack`` seconds;
+        ``resume`` lets the sender send again after such a cancel (for a last export).
+        Returns whether the thread ended."""
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(max(deadline - time.monotonic(), 0.0) * patience)
+        if thread.is_alive():
+            self.sender.cancel()
+            thread.join(max(deadline - time.monotonic(), slack))
+            if resume:
+                self.sender.resume()
+        return not thread.is_alive()
+
+    def abandon(self, items: int) -> None:
+        """Count the ``items`` of a batch whose send outlived the stop as dropped; what the
+        thread counts for it later is ignored."""
+        with self.wake:
+            self.dropped += items
+            self.abandoned = True
+
+    async def aclose_with(self, shutdown: Callable[[], None]) -> None:
+        """Run the sink's blocking ``shutdown`` in a thread; cancelled (the bus's close deadline),
+        the request in flight ends at once."""
+        try:
+            await anyio.to_thread.run_sync(shutdown, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            self.sender.cancel()
+            raise

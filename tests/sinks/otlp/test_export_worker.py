@@ -1,0 +1,95 @@
+"""ExportWorker: the thread, counters, one warning and bounded stop both OTLP sinks share."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+
+from benchmarks.rotel import free_port
+from ckpt_events import Bus, Telemetry
+from sinks.otel import OtlpMetricSink, OtlpSpanSink
+from sinks.otlp._export_worker import ExportWorker
+from sinks.otlp._http import OtlpHttpSender
+
+
+def _dead_endpoint() -> str:
+    port = free_port()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    return f"http://127.0.0.1:{port}"
+
+
+def _worker(url: str, **sender: float) -> ExportWorker:
+    return ExportWorker(
+        OtlpHttpSender(url, content_type="application/x-protobuf", **sender),  # type: ignore[arg-type]
+        name="test-export",
+        signal="test",
+        lost="counted nowhere",
+    )
+
+
+async def test_each_sink_warns_once_in_its_own_words(caplog: pytest.LogCaptureFixture) -> None:
+    """Two failed exports of each signal give one warning each, naming the sink whose stats count them."""
+    caplog.set_level(logging.WARNING, logger="sinks.otel")
+    endpoint = _dead_endpoint()
+    spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0)
+    metrics = OtlpMetricSink(endpoint, max_retries=0)
+    async with Bus() as bus:
+        bus.subscribe(spans)
+        bus.subscribe(metrics)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for n in range(2):
+            with tel.operation("commit", checkpoint_id=f"c{n}"):
+                pass
+            await bus.flush()
+            assert spans.force_flush(5.0) is True
+            assert metrics.force_flush() is False
+    assert spans.stats().export_failures == 2
+    assert metrics.stats().export_failures >= 2
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sinks.otel"]
+    assert len(warnings) == 2
+    span_warning, metric_warning = sorted(warnings, key=lambda w: "metric" in w)
+    assert span_warning.startswith(f"OTLP span export to {endpoint}/v1/traces refused or unreachable")
+    assert span_warning.endswith("spans are dropped and counted in OtlpSpanSink.stats(), not logged again")
+    assert metric_warning.startswith(f"OTLP metric export to {endpoint}/v1/metrics refused or unreachable")
+    assert metric_warning.endswith("counted in OtlpMetricSink.stats(), not logged again")
+
+
+def test_an_abandoned_batch_is_counted_once() -> None:
+    """After ``abandon`` the thread's late counts for that batch are ignored: dropped once, never exported."""
+    worker = _worker("http://127.0.0.1:9")
+    worker.count(exported=5, accepted=True)
+    worker.abandon(3)
+    worker.count(exported=3, accepted=True)
+    assert (worker.exported, worker.dropped, worker.exports) == (5, 3, 1)
+
+
+def test_a_loop_that_sees_closed_ends_without_a_cancel() -> None:
+    """A loop waiting on the condition returns at ``request_stop``; the sender is not cancelled."""
+    worker = _worker("http://127.0.0.1:9")
+
+    def loop() -> None:
+        with worker.wake:
+            worker.wake.wait_for(lambda: worker.closed, 30.0)
+
+    worker.start(loop)
+    assert worker.is_alive()
+    worker.request_stop()
+    assert worker.join(time.monotonic() + 5.0, patience=1.0, slack=0.0) is True
+    assert not worker.is_alive()
+    assert not worker.sender.cancelled
+
+
+def test_a_send_stuck_in_backoff_is_cancelled_within_the_deadline() -> None:
+    """A send waiting out a long backoff ends when ``join`` cancels it, well before the backoff would."""
+    worker = _worker(_dead_endpoint(), max_retries=3, initial_backoff=30.0)
+    worker.start(lambda: worker.send(b"x", 7, None) and None)
+    time.sleep(0.2)  # into the first backoff wait
+    started = time.monotonic()
+    assert worker.join(started + 1.0, patience=0.5, slack=0.0, resume=True) is True
+    assert time.monotonic() - started < 2.0
+    assert (worker.dropped, worker.failures, worker.exports) == (7, 1, 0)
+    assert not worker.sender.cancelled  # resumed for a last export

@@ -1,0 +1,70 @@
+"""A bad argument to a sink raises the child of InvalidArgumentError it is: a range or a wrong
+value is a ``ValueError`` (``InvalidValueError``), the wrong type of object a ``TypeError``
+(``InvalidTypeError``)."""
+
+from __future__ import annotations
+
+import inspect
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ckpt_events import InvalidArgumentError, InvalidTypeError, InvalidValueError
+from sinks import JsonLinesSink, LoggingSink, StallWatch, read_events
+from sinks.otel import OtlpMetricSink, OtlpSpanSink, SpanSink
+from sinks.replay import replay
+
+ENDPOINT = "http://127.0.0.1:9"
+
+#: Each bad argument and the child of InvalidArgumentError it raises.
+BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]] = {
+    "span sink linger out of range": (lambda: OtlpSpanSink(ENDPOINT, linger=61), InvalidValueError),
+    "span sink linger as a string": (lambda: OtlpSpanSink(ENDPOINT, linger="1"), InvalidTypeError),
+    "span sink queue of zero": (lambda: OtlpSpanSink(ENDPOINT, max_queue=0), InvalidValueError),
+    "span sink queue as a float": (lambda: OtlpSpanSink(ENDPOINT, max_queue=8.0), InvalidTypeError),
+    "span sink unknown protocol": (lambda: OtlpSpanSink(ENDPOINT, protocol="grpc"), InvalidValueError),
+    "sender timeout of zero": (lambda: OtlpSpanSink(ENDPOINT, timeout=0), InvalidValueError),
+    "sender endpoint not http": (lambda: OtlpSpanSink("ftp://127.0.0.1/"), InvalidValueError),
+    "metric interval out of range": (
+        lambda: OtlpMetricSink(ENDPOINT, export_interval=0),
+        InvalidValueError,
+    ),
+    "metric interval as None": (
+        lambda: OtlpMetricSink(ENDPOINT, export_interval=None),
+        InvalidTypeError,
+    ),
+    "SDK span sink with no exporter": (SpanSink, InvalidValueError),
+    "SDK span sink with a non-exporter": (lambda: SpanSink(exporter=object()), InvalidTypeError),
+    "JSON lines rotation of zero bytes": (
+        lambda: JsonLinesSink(io.BytesIO(), max_bytes=0),
+        InvalidValueError,
+    ),
+    "JSON lines backups negative": (lambda: JsonLinesSink(io.BytesIO(), backups=-1), InvalidValueError),
+    "JSON lines rotation of a stream": (
+        lambda: JsonLinesSink(io.BytesIO(), max_bytes=1024),
+        InvalidValueError,
+    ),
+    "JSON lines target not a path or stream": (lambda: JsonLinesSink(42), InvalidTypeError),
+    "reading from a non-source": (lambda: list(read_events(42)), InvalidTypeError),
+    "replay into a non-sink": (lambda: replay(io.BytesIO(), object()), InvalidTypeError),
+    "replay batch of zero": (lambda: replay(io.BytesIO(), LoggingSink(), batch_size=0), InvalidValueError),
+    "logging sink level as a string": (lambda: LoggingSink(level="INFO"), InvalidTypeError),
+    "stall watch after zero seconds": (lambda: StallWatch(0), InvalidValueError),
+    "stall watch after as a string": (lambda: StallWatch("30"), InvalidTypeError),
+}
+
+
+@pytest.mark.parametrize(("call", "child"), BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+async def test_bad_arguments_raise_the_right_child(
+    call: Callable[[], Any], child: type[InvalidArgumentError]
+) -> None:
+    """Each bad argument raises exactly its child, which is also the matching builtin."""
+    with pytest.raises(InvalidArgumentError) as info:
+        result = call()
+        if inspect.isawaitable(result):  # replay is a coroutine: it checks when awaited
+            await result
+    assert type(info.value) is child
+    builtin = ValueError if child is InvalidValueError else TypeError
+    assert isinstance(info.value, builtin)
