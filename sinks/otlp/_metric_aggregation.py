@@ -75,6 +75,11 @@ _TIMES: Final = struct.Struct("<BQBQ")  # a data point's start and end time, fix
 _CUMULATIVE_HISTOGRAM: Final = bytes((tags.HISTOGRAM_TEMPORALITY, _CUMULATIVE))
 _CUMULATIVE_MONOTONIC_SUM: Final = bytes((tags.SUM_TEMPORALITY, _CUMULATIVE, tags.SUM_IS_MONOTONIC, 1))
 _AS_INT: Final = bytes((tags.NUMBER_POINT_AS_INT,))
+_AS_DOUBLE: Final = bytes((tags.NUMBER_POINT_AS_DOUBLE,))
+#: A non-monotonic cumulative sum (the up-down counter): is_monotonic left at false.
+_CUMULATIVE_SUM: Final = bytes((tags.SUM_TEMPORALITY, _CUMULATIVE))
+_EXEMPLAR_TIME: Final = bytes((tags.EXEMPLAR_TIME,))
+_EXEMPLAR_AS_DOUBLE: Final = bytes((tags.EXEMPLAR_AS_DOUBLE,))
 _COUNT: Final = bytes((tags.HISTOGRAM_POINT_COUNT,))
 _SUM: Final = bytes((tags.HISTOGRAM_POINT_SUM,))
 _MIN: Final = bytes((tags.HISTOGRAM_POINT_MIN,))
@@ -291,20 +296,34 @@ class MetricEncoder:
         metrics: list[bytes] = []
         if snapshot.open:
             points = b"".join(
-                field(0x0A, self._attributes_pb(0x3A, key) + times + b"\x31" + FIXED64.pack(n % (1 << 64)))
+                field(
+                    tags.SUM_DATA_POINTS,
+                    self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
+                    + times
+                    + _AS_INT
+                    + FIXED64.pack(n % (1 << 64)),
+                )
                 for key, n in snapshot.open.items()
             )
-            metrics.append(self._metric(OPEN_COUNTER, field(0x3A, points + b"\x10\x02")))
+            metrics.append(self._metric(OPEN_COUNTER, field(tags.METRIC_SUM, points + _CUMULATIVE_SUM)))
         oldest_meta, published_meta = GAUGES
         if snapshot.oldest_s:
             points = b"".join(
-                field(0x0A, self._attributes_pb(0x3A, key) + times + b"\x21" + DOUBLE.pack(age))
+                field(
+                    tags.GAUGE_DATA_POINTS,
+                    self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
+                    + times
+                    + _AS_DOUBLE
+                    + DOUBLE.pack(age),
+                )
                 for key, age in snapshot.oldest_s.items()
             )
-            metrics.append(self._metric(oldest_meta, field(0x2A, points)))
+            metrics.append(self._metric(oldest_meta, field(tags.METRIC_GAUGE, points)))
         if snapshot.last_published_ts is not None:
-            point = field(0x0A, times + b"\x21" + DOUBLE.pack(snapshot.last_published_ts))
-            metrics.append(self._metric(published_meta, field(0x2A, point)))
+            point = field(
+                tags.GAUGE_DATA_POINTS, times + _AS_DOUBLE + DOUBLE.pack(snapshot.last_published_ts)
+            )
+            metrics.append(self._metric(published_meta, field(tags.METRIC_GAUGE, point)))
         return metrics
 
     def _open_json(self, snapshot: OpenWorkSnapshot, start: str, now: str) -> list[dict[str, Any]]:
@@ -437,12 +456,12 @@ def _exemplars_pb(point: HistogramPoint) -> bytes:
     for event, value in zip(point.exemplars, point.exemplar_values, strict=True):
         if event is not None:
             exemplar = (
-                b"\x11"
+                _EXEMPLAR_TIME
                 + FIXED64.pack(event.end_ns)
-                + b"\x19"
+                + _EXEMPLAR_AS_DOUBLE
                 + DOUBLE.pack(value)
-                + field(0x22, event.span_id.to_bytes(8, "big"))
-                + field(0x2A, event.trace_id.to_bytes(16, "big"))
+                + field(tags.EXEMPLAR_SPAN_ID, event.span_id.to_bytes(8, "big"))
+                + field(tags.EXEMPLAR_TRACE_ID, event.trace_id.to_bytes(16, "big"))
             )
-            out.append(field(0x42, exemplar))
+            out.append(field(tags.HISTOGRAM_POINT_EXEMPLARS, exemplar))
     return b"".join(out)

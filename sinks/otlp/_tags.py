@@ -11,6 +11,14 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "EXEMPLAR_TRACE_ID",
+    "EXEMPLAR_SPAN_ID",
+    "EXEMPLAR_AS_DOUBLE",
+    "EXEMPLAR_TIME",
+    "HISTOGRAM_POINT_EXEMPLARS",
+    "NUMBER_POINT_AS_DOUBLE",
+    "GAUGE_DATA_POINTS",
+    "METRIC_GAUGE",
     "ANY_VALUE_BOOL",
     "ANY_VALUE_DOUBLE",
     "ANY_VALUE_INT",
@@ -168,6 +176,8 @@ METRIC_NAME: Final = tag(1, LEN)
 METRIC_DESCRIPTION: Final = tag(2, LEN)
 #: Metric.unit
 METRIC_UNIT: Final = tag(3, LEN)
+#: Metric.gauge
+METRIC_GAUGE: Final = tag(5, LEN)
 #: Metric.sum
 METRIC_SUM: Final = tag(7, LEN)
 #: Metric.histogram
@@ -178,6 +188,8 @@ SUM_DATA_POINTS: Final = tag(1, LEN)
 SUM_TEMPORALITY: Final = tag(2, VARINT)
 #: Sum.is_monotonic
 SUM_IS_MONOTONIC: Final = tag(3, VARINT)
+#: Gauge.data_points
+GAUGE_DATA_POINTS: Final = tag(1, LEN)
 #: Histogram.data_points
 HISTOGRAM_DATA_POINTS: Final = tag(1, LEN)
 #: Histogram.aggregation_temporality
@@ -186,6 +198,8 @@ HISTOGRAM_TEMPORALITY: Final = tag(2, VARINT)
 POINT_START_TIME: Final = tag(2, I64)
 #: NumberDataPoint.time_unix_nano and HistogramDataPoint.time_unix_nano (both 3)
 POINT_TIME: Final = tag(3, I64)
+#: NumberDataPoint.as_double
+NUMBER_POINT_AS_DOUBLE: Final = tag(4, I64)
 #: NumberDataPoint.as_int
 NUMBER_POINT_AS_INT: Final = tag(6, I64)
 #: NumberDataPoint.attributes
@@ -198,6 +212,16 @@ HISTOGRAM_POINT_SUM: Final = tag(5, I64)
 HISTOGRAM_POINT_BUCKETS: Final = tag(6, LEN)
 #: HistogramDataPoint.explicit_bounds (packed)
 HISTOGRAM_POINT_BOUNDS: Final = tag(7, LEN)
+#: HistogramDataPoint.exemplars
+HISTOGRAM_POINT_EXEMPLARS: Final = tag(8, LEN)
+#: Exemplar.time_unix_nano
+EXEMPLAR_TIME: Final = tag(2, I64)
+#: Exemplar.as_double
+EXEMPLAR_AS_DOUBLE: Final = tag(3, I64)
+#: Exemplar.span_id
+EXEMPLAR_SPAN_ID: Final = tag(4, LEN)
+#: Exemplar.trace_id
+EXEMPLAR_TRACE_ID: Final = tag(5, LEN)
 #: HistogramDataPoint.attributes
 HISTOGRAM_POINT_ATTRIBUTES: Final = tag(9, LEN)
 #: HistogramDataPoint.min
