@@ -59,7 +59,6 @@ class _NoopSlots(_Noop):
 
 
 class _NoopStep(_Noop, StepSpan, gc=False):
-
     def set(
         self,
         *,
@@ -73,7 +72,6 @@ class _NoopStep(_Noop, StepSpan, gc=False):
 
 
 class _NoopOperation(_Noop, OperationSpan, gc=False):
-
     def step(self, step: Step | str) -> StepSpan:
         try:  # inline, not a helper call: this is the whole cost of a disabled step
             if step in _STEPS:
