@@ -90,7 +90,7 @@ def _table(run: Run, drawn: set[int]) -> str:
                 if row.source_row
                 else "not in these logs"
             )
-            said = "; ".join(x for x in (said, row.dominated) if x)
+            said = "; ".join(x for x in (said, row.dominated, row.episodes_text) if x)
             link = f" (restored from {source}){link}"
         colour = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         body.append(
