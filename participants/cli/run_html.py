@@ -34,6 +34,7 @@ td.outcome { font-weight: 600; }
 #overview td:nth-child(-n+3), #overview th:nth-child(-n+3), #overview td:nth-child(7),
 #overview th:last-child, #trends td:nth-child(-n+3), #trends th:nth-child(-n+3) { text-align: left; }
 :target { outline: 2px solid #2563eb; }
+#overview td:nth-child(3), #overview td:nth-child(4) { white-space: nowrap; }
 """
 
 
