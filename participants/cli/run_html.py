@@ -40,6 +40,7 @@ td.outcome { font-weight: 600; }
 #overview td:nth-child(-n+3), #overview th:nth-child(-n+3), #overview td:nth-child(7),
 #overview th:last-child, #trends td:nth-child(-n+3), #trends th:nth-child(-n+3) { text-align: left; }
 :target { outline: 2px solid #2563eb; }
+#overview td:nth-child(3), #overview td:nth-child(4) { white-space: nowrap; }
 """
 
 
@@ -96,7 +97,7 @@ def _table(run: Run, drawn: set[int]) -> str:
                 if row.source_row
                 else "not in these logs"
             )
-            said = "; ".join(x for x in (said, row.dominated) if x)
+            said = "; ".join(x for x in (said, row.dominated, row.episodes_text) if x)
             link = f" (restored from {source}){link}"
         colour = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         body.append(

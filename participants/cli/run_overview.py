@@ -42,7 +42,7 @@ from participants.cli.run_paths import dominated as dominated_by
 from participants.cli.run_paths import slowest as path_of
 from participants.cli.trends import Trends
 
-__all__ = ["Run", "RunRow", "overview"]
+__all__ = ["Run", "RunRow", "episodes_text", "overview"]
 
 PUBLISHED: Final = "published"
 RESTORED: Final = "restored"
@@ -77,6 +77,17 @@ class RunRow:
     source_row: int | None = None
     #: A restore's longest read or install step, in ms (``None``: not a restore, or none seen).
     dominant_ms: float | None = None
+    #: After a restore: episodes that continued from their checkpointed boundary and episodes
+    #: restarted from scratch (a rollout collection's ``collection.restore`` ``rows`` and
+    #: ``restarts``; a bare coordinator's restore counts its ``episodes`` as continued and
+    #: does not know the restarts). ``None``: not a restore, or not carried.
+    continued: int | None = None
+    restarted: int | None = None
+
+    @property
+    def episodes_text(self) -> str:
+        """``12 episodes continued from their boundary, 3 restarted from scratch``, or ``""``."""
+        return episodes_text(self.continued, self.restarted)
 
     @property
     def trace_ids(self) -> set[int]:
@@ -354,12 +365,38 @@ def _judge(
             causes = causes or ["prepared, never committed"]
         else:
             row.outcome = RESTORED if "restore" in row.what else PUBLISHED
+    if row.what == "restore" and ends:
+        _episodes_after_restore(row, ends)
     if row.published:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
         row.slowest = slowest.get((longest.trace_id, longest.span_id), "")
         causes = []
     more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
     row.causes = causes[:_CAUSES] + more
+
+
+def episodes_text(continued: int | None, restarted: int | None) -> str:
+    """Words for episodes continued and restarted after a restore (``""`` if neither known)."""
+    parts = []
+    if continued is not None:
+        parts.append(f"{continued:,} episode{'' if continued == 1 else 's'} continued from their boundary")
+    if restarted is not None:
+        parts.append(f"{restarted:,} restarted from scratch")
+    return ", ".join(parts)
+
+
+def _episodes_after_restore(row: RunRow, ends: Sequence[Any]) -> None:
+    collections = [
+        f for f in ends if isinstance(f, CollectionFinished) and f.action is CollectionAction.RESTORE
+    ]
+    if collections:
+        rows = [f.rows for f in collections if f.rows is not None]
+        restarts = [f.restarts for f in collections if f.restarts is not None]
+        row.continued = sum(rows) if rows else None
+        row.restarted = sum(restarts) if restarts else None
+        return
+    episodes = [f.episodes for f in ends if isinstance(f, CoordinateFinished) and f.episodes is not None]
+    row.continued = sum(episodes) if episodes else None
 
 
 def _who(e: Any) -> str:

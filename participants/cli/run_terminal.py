@@ -10,7 +10,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
+from participants.cli.run_overview import (
+    ABORTED,
+    FAILED,
+    OPEN,
+    PUBLISHED,
+    RESTORED,
+    Run,
+    RunRow,
+    episodes_text,
+)
 from participants.cli.trends import MIN_CHECKPOINTS
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
@@ -80,6 +89,13 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
                 f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {_span_text(wall_ms)}"
             )
         )
+    restores = [
+        r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
+    ]
+    if restores:
+        known = [r.restarted for r in restores if r.restarted is not None]
+        after = episodes_text(sum(r.continued or 0 for r in restores), sum(known) if known else None)
+        console.print(Text(f"after {len(restores)} restore{'' if len(restores) == 1 else 's'}: {after}"))
     _render_trends(console, run)
     for number, row in enumerate(run.rows, 1):
         if row.causes:
@@ -92,7 +108,7 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
                 if row.source_row is not None
                 else f"of checkpoint {clean(row.checkpoint_id or '')} (not in these logs)"
             )
-            said = f"; {clean(row.dominated)}" if row.dominated else ""
+            said = "".join(f"; {clean(x)}" for x in (row.dominated, row.episodes_text) if x)
             console.print(Text(f"#{number} restore {source}{said}"))
 
 

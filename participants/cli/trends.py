@@ -6,12 +6,25 @@ and three flags in words:
 
 * a checkpoint slower than twice the run's median checkpoint;
 * a straggler: an instance that is the slowest of its kind (by its operations' total time in
-  a checkpoint) in more than two thirds of at least ``MIN_CHECKPOINTS`` checkpoints, and whose
-  median total is at least ``STRAGGLER_RATIO`` times the others' and ``STRAGGLER_MIN_MS``
-  above it (so a coin flip between two equal instances is not called one);
-* a growing step: Spearman's rank correlation of its time with checkpoint order at least
-  ``GROWTH_RHO`` and the last third's median over the first third's above ``GROWTH_RATIO``
-  and ``GROWTH_MIN_MS`` above it (sub-millisecond jitter is not a trend).
+  a checkpoint) in more than two thirds of at least ``MIN_CHECKPOINTS`` checkpoints, a share
+  that luck among equals gives with a chance under ``STRAGGLER_CHANCE``; and whose gap to its
+  peers (per checkpoint, its total minus the median of the others' in that checkpoint, so a
+  load that slows everyone at once cancels) has a median at least ``STRAGGLER_RATIO`` times
+  the peers' level, ``STRAGGLER_MIN_MS``, and the gaps' own spread (times ``STRAGGLER_SPREAD``);
+* a growing step: its time against checkpoint order has a significant Spearman rank
+  correlation (``rho * sqrt(n - 1)`` at least ``GROWTH_Z``, one-sided p ~ 0.01: seven
+  checkpoints at the least), and the growth over the run of a Theil-Sen line (the median of
+  the pairwise slopes, which outliers do not move) is at least ``GROWTH_MIN_MS``, takes the
+  step to ``GROWTH_RATIO`` times its fitted start, and is ``GROWTH_SPREAD`` times its jitter
+  (the robust spread of the changes from one checkpoint to the next).
+
+The thresholds were set on real fleets run 20 times on a loaded two-core machine (healthy runs
+reached a growth 4x their jitter, a write drifting 8 -> 27 ms with the machine's load, and a
+straggler gap 1.36x its peers; a step slowed 15 ms more at every checkpoint reached 22x at the
+least, an instance slowed by 50 ms 1.9x), and on synthetic runs with jitter, outliers and a
+drifting load (none of 600 healthy ones flagged; an instance 2.5x its peers always is, 2x
+over 30 checkpoints too; a step growing 5-fold over 300 checkpoints always is, over 8 only
+about one in three: a short run needs a larger, cleaner change).
 
 Memory: a few numbers per key and per instance per checkpoint (``array`` of doubles), never
 the events.
@@ -19,6 +32,8 @@ the events.
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from array import array
 from collections.abc import Sequence
@@ -29,15 +44,24 @@ from ckpt_events import Kind, OperationFinished, StepFinished
 from participants.cli.durations import Key, percentile
 from participants.cli.report_model import who_of
 
-__all__ = ["Trend", "Trends", "spearman"]
+__all__ = ["Growth", "Trend", "Trends", "binomial_tail", "growth", "spearman", "theil_sen"]
 
 MIN_CHECKPOINTS: Final = 3
-STRAGGLER_RATIO: Final = 1.2
-STRAGGLER_MIN_MS: Final = 1.0
-GROWTH_RHO: Final = 0.6
-GROWTH_RATIO: Final = 1.5
-GROWTH_MIN_MS: Final = 1.0
 SLOW_FACTOR: Final = 2.0
+STRAGGLER_CHANCE: Final = 0.05
+STRAGGLER_RATIO: Final = 1.5
+STRAGGLER_SPREAD: Final = 1.0
+STRAGGLER_MIN_MS: Final = 1.0
+GROWTH_Z: Final = 2.33
+GROWTH_RATIO: Final = 2.0
+GROWTH_SPREAD: Final = 6.0
+GROWTH_MIN_MS: Final = 1.0
+#: A longer run is judged on the medians of this many consecutive blocks of checkpoints: a
+#: block's median is less noisy than one checkpoint (so a long run needs a smaller growth to
+#: stand out of its jitter), and Theil-Sen is quadratic in the points.
+GROWTH_MAX_POINTS: Final = 16
+#: The median absolute deviation times this estimates a normal spread's standard deviation.
+_MAD_TO_SIGMA: Final = 1.4826
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,90 @@ def spearman(values: Sequence[float]) -> float | None:
     return None if var_r == 0 else cov / (var_r * var_i) ** 0.5
 
 
+def theil_sen(values: Sequence[float], at: Sequence[float] | None = None) -> tuple[float, float]:
+    """The Theil-Sen line through ``values`` placed ``at`` (by default their order): (intercept,
+    slope), the slope the median of all pairwise slopes, the intercept the median of
+    ``v - slope * x``. Needs at least 2 values."""
+    xs = range(len(values)) if at is None else at
+    n = len(values)
+    slopes = [(values[j] - values[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n)]
+    slope = statistics.median(slopes)
+    return statistics.median(v - slope * x for x, v in zip(xs, values, strict=True)), slope
+
+
+def spread(values: Sequence[float]) -> float:
+    """A robust standard deviation: the median absolute deviation, scaled to a normal's."""
+    middle = statistics.median(values)
+    return _MAD_TO_SIGMA * statistics.median(abs(v - middle) for v in values)
+
+
+def binomial_tail(wins: int, trials: int, chance: float) -> float:
+    """P(at least ``wins`` of ``trials``) when each is won with probability ``chance``."""
+    if wins <= 0:
+        return 1.0
+    log_p, log_q = math.log(chance), math.log1p(-chance)
+    total = 0.0
+    for x in range(wins, trials + 1):
+        log_comb = math.lgamma(trials + 1) - math.lgamma(x + 1) - math.lgamma(trials - x + 1)
+        total += math.exp(log_comb + x * log_p + (trials - x) * log_q)
+    return min(1.0, total)
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A step's growth through the run (see the module docstring for when it is one)."""
+
+    #: The fitted line's value at the first and the last checkpoint, and its slope per
+    #: checkpoint (ms).
+    start: float
+    end: float
+    slope: float
+    #: The growth over the jitter between consecutive points (``inf`` with no jitter).
+    over_jitter: float
+    rho: float
+    points: int
+
+
+def _blocks(values: Sequence[float], most: int) -> tuple[list[float], list[float]]:
+    """At most ``most`` points: the medians of consecutive blocks, each at its block's middle."""
+    if len(values) <= most:
+        return list(values), [float(i) for i in range(len(values))]
+    edges = [round(b * len(values) / most) for b in range(most + 1)]
+    pairs = itertools.pairwise(edges)
+    return [statistics.median(values[a:z]) for a, z in pairs], [
+        (a + z - 1) / 2 for a, z in itertools.pairwise(edges)
+    ]
+
+
+def growth(values: Sequence[float]) -> Growth | None:
+    """The growth of ``values`` (one per checkpoint, in order) if it is one, else ``None``."""
+    points, at = _blocks(values, GROWTH_MAX_POINTS)
+    n = len(points)
+    rho = spearman(points)
+    if rho is None or rho * math.sqrt(n - 1) < GROWTH_Z:
+        return None
+    intercept, slope = theil_sen(points, at)
+    grown = slope * (len(values) - 1)
+    start, end = intercept, intercept + grown
+    if grown < GROWTH_MIN_MS or (start > 0 and end < GROWTH_RATIO * start):
+        return None
+    jitter = spread([b - a for a, b in itertools.pairwise(points)]) / math.sqrt(2)
+    over = grown / jitter if jitter > 0 else math.inf
+    if over < GROWTH_SPREAD:
+        return None
+    return Growth(start, end, slope, over, rho, n)
+
+
+def _median_without(ordered: Sequence[float], position: int) -> float:
+    """The median of sorted ``ordered`` without its element at ``position`` (2+ elements)."""
+    n = len(ordered) - 1
+
+    def at(i: int) -> float:
+        return ordered[i if i < position else i + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
 @dataclass
 class Trends:
     """Per-checkpoint values folded from each finished trace (see the module docstring)."""
@@ -92,6 +200,12 @@ class Trends:
     totals: dict[str, dict[str, array[float]]] = field(default_factory=dict)
     slowest_of_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     checkpoints_of_kind: dict[str, int] = field(default_factory=dict)
+    #: Per kind, per instance, in each checkpoint with 2+ of the kind: its total minus the
+    #: median of the others' (its gap), and that median (its peers' level); and the fewest
+    #: instances of the kind in such a checkpoint (what a share won by luck is judged by).
+    gaps: dict[str, dict[str, array[float]]] = field(default_factory=dict)
+    peers: dict[str, dict[str, array[float]]] = field(default_factory=dict)
+    fewest_of_kind: dict[str, int] = field(default_factory=dict)
     rows: list[Any] = field(default_factory=list)
     _pending_id: str | None = None
     _pending: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -143,14 +257,25 @@ class Trends:
                 counts = self.slowest_of_kind.setdefault(kind, {})
                 counts[winner] = counts.get(winner, 0) + 1
                 self.checkpoints_of_kind[kind] = self.checkpoints_of_kind.get(kind, 0) + 1
+                self.fewest_of_kind[kind] = min(len(by_who), self.fewest_of_kind.get(kind, len(by_who)))
+                ordered = sorted(by_who.items(), key=lambda kv: kv[1])
+                ms_sorted = [ms for _, ms in ordered]
+                gaps, peers = self.gaps.setdefault(kind, {}), self.peers.setdefault(kind, {})
+                for position, (who, ms) in enumerate(ordered):
+                    level = _median_without(ms_sorted, position)
+                    gaps.setdefault(who, array("d")).append(ms - level)
+                    peers.setdefault(who, array("d")).append(level)
         self._pending = {}
         self._pending_id = None
+
+    def _ordered(self, key: Key) -> list[float]:
+        return [v for _, v in sorted(zip(self.starts[key], self.values[key], strict=True))]
 
     def table(self) -> list[Trend]:
         """One ``Trend`` per key, sorted by kind, operation, step."""
         out = []
         for key in sorted(self.values):
-            ordered = [v for _, v in sorted(zip(self.starts[key], self.values[key], strict=True))]
+            ordered = self._ordered(key)
             out.append(
                 Trend(
                     key,
@@ -177,29 +302,40 @@ class Trends:
                         f"checkpoint #{number} {row.checkpoint_id} took {row.ms:.1f} ms, "
                         f"{row.ms / middle:.1f}x the run's median {middle:.1f} ms"
                     )
+        out.extend(self._stragglers())
+        for key in sorted(self.values):
+            ordered = self._ordered(key)
+            if len(ordered) < 2 * MIN_CHECKPOINTS or (found := growth(ordered)) is None:
+                continue
+            name = Trend(key, 0, 0.0, 0.0, 0.0, None).name
+            jitter = "" if math.isinf(found.over_jitter) else f", {found.over_jitter:.0f}x its jitter"
+            out.append(
+                f"growing: {name} went from {found.start:.1f} ms to {found.end:.1f} ms through the "
+                f"run's {len(ordered)} checkpoints (+{found.slope:.1f} ms per checkpoint{jitter}, "
+                f"rank correlation {found.rho:.2f})"
+            )
+        return out
+
+    def _stragglers(self) -> list[str]:
+        out = []
         for kind, counts in sorted(self.slowest_of_kind.items()):
             total = self.checkpoints_of_kind[kind]
             who, wins = max(counts.items(), key=lambda kv: kv[1])
             if total < MIN_CHECKPOINTS or wins * 3 <= total * 2:
                 continue
-            mine = statistics.median(self.totals[kind][who])
-            others = [statistics.median(v) for w, v in self.totals[kind].items() if w != who]
-            rest = statistics.median(others) if others else 0.0
-            if rest > 0 and mine >= STRAGGLER_RATIO * rest and mine - rest >= STRAGGLER_MIN_MS:
-                out.append(
-                    f"straggler: {who} was the slowest {kind} in {wins} of {total} checkpoints "
-                    f"(median {mine:.1f} ms in its operations, {mine / rest:.1f}x the other {kind}s')"
-                )
-        for trend in self.table():
-            if trend.count < 2 * MIN_CHECKPOINTS or trend.rho is None or trend.rho < GROWTH_RHO:
+            if binomial_tail(wins, total, 1 / self.fewest_of_kind[kind]) >= STRAGGLER_CHANCE:
                 continue
-            ordered = [v for _, v in sorted(zip(self.starts[trend.key], self.values[trend.key], strict=True))]
-            third = len(ordered) // 3
-            first, last = statistics.median(ordered[:third]), statistics.median(ordered[-third:])
-            if first > 0 and last / first > GROWTH_RATIO and last - first >= GROWTH_MIN_MS:
-                out.append(
-                    f"growing: {trend.name} went from a median {first:.1f} ms in the first third of the "
-                    f"run to {last:.1f} ms in the last (x{last / first:.1f}, "
-                    f"rank correlation {trend.rho:.2f})"
-                )
+            gaps = self.gaps[kind][who]
+            gap, level = statistics.median(gaps), statistics.median(self.peers[kind][who])
+            if gap < STRAGGLER_MIN_MS or level + gap < STRAGGLER_RATIO * level:
+                continue
+            if gap < STRAGGLER_SPREAD * spread(gaps):
+                continue
+            mine = statistics.median(self.totals[kind][who])
+            times = f"{(level + gap) / level:.1f}x" if level > 0 else "where they took none"
+            out.append(
+                f"straggler: {who} was the slowest {kind} in {wins} of {total} checkpoints "
+                f"(median {mine:.1f} ms in its operations, {gap:.1f} ms over the other {kind}s' "
+                f"{level:.1f} ms in the same checkpoint, {times})"
+            )
         return out

@@ -126,3 +126,26 @@ def test_more_checkpoints_than_rollouts_before_the_last_is_refused(
     assert main(["demo", "--rollouts", "5", "--checkpoints", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "raise --rollouts or --checkpoint-at" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_processes_lease_fault_is_named_from_every_serve_process_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real command, ``demo --processes --fault lease --jsonl``: the participants are
+    ``serve`` processes, so their lease-expired events reach the file only from their own logs;
+    ``report`` on it names the aborted checkpoint's cause on each participant, in its phase."""
+    log = tmp_path / "run.jsonl"
+    argv = ["demo", "--processes", "--fault", "lease", "--rollouts", "30", "--concurrency", "4",
+            "--jsonl", str(log), "--workdir", str(tmp_path / "work")]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr()
+    events = [e for _, e in read_events(log)]
+    expired = [e for e in events if isinstance(e, LeaseExpired)]
+    assert sorted(e.instance for e in expired) == sorted(p.split("/")[1] for p in PARTICIPANTS)
+    assert {e.phase for e in expired} == {Phase.PREPARED} and len({e.checkpoint_id for e in expired}) == 1
+    text = _report(log, capsys)
+    assert "#1 checkpoint aborted: lease expired on" in text
+    for who in PARTICIPANTS:
+        assert f"lease expired on {who} in phase prepared" in text
+    assert "#2 checkpoint slowest" in text and "#3 restore slowest" in text
+    assert FAULT_ENV not in os.environ

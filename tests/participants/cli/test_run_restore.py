@@ -1,5 +1,6 @@
-"""A restore in the overview, from a real demo run: linked to the checkpoint it restored, and what
-dominated it (read or install, which participant, records, MB/s) named in words."""
+"""A restore in the overview, from a real demo run: linked to the checkpoint it restored, what
+dominated it (read or install, which participant, records, MB/s) named in words, and how many
+episodes continued from their boundary against restarted from scratch."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ async def test_restore_row_names_its_source_and_what_dominated(
 ) -> None:
     log = tmp_path / "demo.jsonl"
     options = DemoOptions(rollouts=8, steps=2, concurrency=4, jsonl=log, workdir=tmp_path)
-    await run_demo(options, Console(file=io.StringIO(), width=170))
+    printed = io.StringIO()
+    await run_demo(options, Console(file=printed, width=170))
     paths, _ = expand_logs([str(log)])
     run = overview(merged_events(paths, LogProblems()))
     restores = [r for r in run.rows if r.what == "restore"]
@@ -41,5 +43,11 @@ async def test_restore_row_names_its_source_and_what_dominated(
     assert match.group(1) == "install" or match.group(4) is not None
     assert main(["report", str(log)]) == 0
     out = capsys.readouterr().out
+    # The demo says what its checkpoint held: in flight (continued after the restore) and to restart.
+    *_, held = re.finditer(r"\((\d+) done, (\d+) in flight, (\d+) to restart", printed.getvalue())
+    assert (restore.continued, restore.restarted) == (int(held.group(2)), int(held.group(3)))
+    assert restore.continued is not None and restore.continued > 0
     said = f"restore from #{restore.source_row} checkpoint {restore.checkpoint_id}; {restore.dominated}"
-    assert said in out
+    words = " ".join(out.split())  # the terminal wraps long lines
+    assert f"{said}; {restore.episodes_text}" in words
+    assert f"after 1 restore: {restore.episodes_text}" in words
