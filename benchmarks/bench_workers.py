@@ -30,8 +30,8 @@ import secrets
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -184,21 +184,30 @@ async def _cpu_per_call(workers: int, routed: bool, calls: int, workdir: Path) -
 # -- throughput with a CPU-bound step -------------------------------------------------------
 
 
-def _pin_to_last_core() -> str:
-    """Pin this process (the load generator) to the last core, if the OS lets it; what it did."""
+@contextmanager
+def _pinned_to_last_core() -> Iterator[str]:
+    """This process (the load generator) on the last core while inside, if the OS allows it;
+    yields what it did. Entered only once the servers run: a child started while pinned would
+    inherit the pin and share the one core."""
     try:
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) < 2:
-            return "not pinned (one core)"
-        os.sched_setaffinity(0, {cores[-1]})
+        every = os.sched_getaffinity(0)
     except (AttributeError, OSError) as exc:
-        return f"not pinned ({exc})"
-    return f"pinned to core {cores[-1]}"
+        yield f"not pinned ({exc})"
+        return
+    cores = sorted(every)
+    if len(cores) < 2:
+        yield "not pinned (one core)"
+        return
+    os.sched_setaffinity(0, {cores[-1]})
+    try:
+        yield f"pinned to core {cores[-1]}"
+    finally:
+        os.sched_setaffinity(0, every)
 
 
 async def _throughput(
     workers: int, step_cpu_ms: float, sessions: int, seconds: float, workdir: Path
-) -> float:
+) -> tuple[float, str]:
     """Work calls per second, ``sessions`` sessions each with one call in flight, routed."""
     async with _server(workers, workdir, "--step-seconds", "0", "--step-cpu-ms", str(step_cpu_ms)) as (
         server,
@@ -220,15 +229,16 @@ async def _throughput(
                 await connection.aclose()
 
         warm = 1.0
-        start = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for index in range(sessions):
-                tg.start_soon(drive, index, start + warm + seconds)
-            await anyio.sleep(warm)
-            measuring = True
-            measured_from = time.perf_counter()
-        elapsed = time.perf_counter() - measured_from
-    return sum(counts) / elapsed
+        with _pinned_to_last_core() as pinning:
+            start = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for index in range(sessions):
+                    tg.start_soon(drive, index, start + warm + seconds)
+                await anyio.sleep(warm)
+                measuring = True
+                measured_from = time.perf_counter()
+            elapsed = time.perf_counter() - measured_from
+    return sum(counts) / elapsed, pinning
 
 
 # -- commit and restore ---------------------------------------------------------------------
@@ -382,13 +392,11 @@ async def _measure(quick: bool) -> dict[str, Any]:
             w: {k: statistics.median(r[k] for r in got) for k in ("restore_s", "commit_s", "main_cpu_s")}
             for w, got in runs.items()
         }
-        figures["pinning"] = _pin_to_last_core()  # after every server above: they are not pinned
         throughput: dict[int, list[float]] = {1: [], 2: []}
         for index in range(rounds):
             for workers in (1, 2) if index % 2 == 0 else (2, 1):
-                throughput[workers].append(
-                    await _throughput(workers, step_cpu_ms, sessions, seconds, workdir)
-                )
+                rate, figures["pinning"] = await _throughput(workers, step_cpu_ms, sessions, seconds, workdir)
+                throughput[workers].append(rate)
         figures["throughput"] = {w: statistics.median(v) for w, v in throughput.items()}
     figures["hop"] = await _hop(300 if quick else 2000)
     return figures
