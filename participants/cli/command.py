@@ -43,12 +43,17 @@ INTERRUPT_GRACE: Final = 3.0
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: ``add_arguments(parser)`` declares it, ``run(args)`` returns the exit status."""
+    """One subcommand: ``add_arguments(parser)`` declares it, ``run(args)`` returns the exit status.
+
+    ``needs`` names the modules of the ``cli`` extra it imports: checked before ``run``, so a
+    missing one is one line naming the extra, never a traceback after part of the work.
+    """
 
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    needs: tuple[str, ...] = ()
 
 
 def existing_file(value: str) -> Path:

@@ -121,4 +121,5 @@ DEMO = Command(
     "run rollouts, checkpoint mid-flight, kill, restore, finish, and show where the time went",
     _demo_arguments,
     _demo,
+    needs=("rich", "fastapi", "uvicorn", "httpx"),
 )

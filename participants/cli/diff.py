@@ -93,5 +93,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 DIFF = Command(
-    "diff", "compare two runs' logs: median and p95 per kind, operation and step", _diff_arguments, _diff
+    "diff",
+    "compare two runs' logs: median and p95 per kind, operation and step",
+    _diff_arguments,
+    _diff,
+    needs=("rich",),
 )

@@ -82,4 +82,5 @@ REPORT = Command(
     "run overview, then checkpoints in detail, from recorded JSON-lines logs",
     _report_arguments,
     _report,
+    needs=("rich",),
 )

@@ -225,5 +225,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 SERVE = Command(
-    "serve", "run one participant (or the inference worker) under uvicorn", serve_arguments, _serve
+    "serve",
+    "run one participant (or the inference worker) under uvicorn",
+    serve_arguments,
+    _serve,
+    needs=("fastapi", "uvicorn", "httpx"),
 )

@@ -12,14 +12,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from participants.cli.command import Command, CommandError, console, positive_number
 from participants.cli.serve import ENV_TOKEN
 from participants.cli.watch_sources import LogFollower, poll_all
-from participants.cli.watch_view import FleetView, escape
+
+if TYPE_CHECKING:
+    # The view draws with rich, the `cli` extra: imported when a watch runs, so that
+    # `ckpt-events --help` (and its one-line "install the cli extra") works without it.
+    from participants.cli.watch_view import FleetView
 
 __all__ = ["WATCH", "live", "snapshot"]
 
@@ -66,6 +70,8 @@ def _urls(args: argparse.Namespace) -> list[str]:
                 f"cannot read {str(args.participants_file)!r}: {exc.strerror or exc}"
             ) from None
         urls += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    from participants.cli.watch_view import escape
+
     for url in urls:
         if not url.startswith(("http://", "https://")):
             raise CommandError(f"participant {escape(url)!r} is not an http:// or https:// URL")
@@ -145,6 +151,8 @@ async def live(
 async def _watch_async(args: argparse.Namespace) -> int:
     import httpx
 
+    from participants.cli.watch_view import FleetView
+
     urls = _urls(args)
     token = _token(args, needed=bool(urls))
     view = FleetView(urls, stall_after=_stall_after(args))
@@ -176,4 +184,5 @@ WATCH: Final = Command(
     help="live view of a fleet: phases, leases, blockers, open operations",
     add_arguments=_watch_arguments,
     run=_run,
+    needs=("rich", "httpx"),
 )
