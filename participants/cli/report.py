@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from participants.cli.command import Command, CommandError, console, writable_path
+from participants.cli.command import Command, CommandError, console
 
 __all__ = ["REPORT"]
 
@@ -26,7 +27,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--report",
-        type=writable_path,
+        type=Path,
         metavar="PATH",
         help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
     )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ckpt_events import Event
+from participants.cli.command import unwritable
 from participants.cli.report_html import write_timeline
 from participants.cli.report_png import find_browser, write_png
 
@@ -30,6 +31,8 @@ def check_report_path(path: Path) -> str | None:
             f"cannot write {path}: --report writes {', '.join(REPORT_SUFFIXES)} "
             "(the file name's ending picks the format)"
         )
+    if (refusal := unwritable(path)) is not None:
+        return refusal
     if path.suffix.lower() == ".png" and find_browser() is None:
         return (
             f"cannot write {path}: a PNG is rendered by headless Chromium, and none was found "
