@@ -25,9 +25,10 @@ __all__ = [
     "console",
     "existing_file",
     "fraction",
-    "http_endpoint",
     "instance_name",
     "load_events",
+    "otlp_base_from_env",
+    "otlp_base_url",
     "otel_environ",
     "port_number",
     "positive_int",
@@ -145,10 +146,44 @@ def fraction(value: str) -> float:
     return number
 
 
-def http_endpoint(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
+#: Where OTLP/HTTP posts each signal under a base URL (the OpenTelemetry rule for
+#: ``OTEL_EXPORTER_OTLP_ENDPOINT``); a ``--otlp-endpoint`` ending in one is taken as its base.
+SIGNAL_PATHS: Final = ("/v1/traces", "/v1/metrics")
+ENV_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+
+def otlp_base_url(value: str) -> str:
+    """``--otlp-endpoint URL``: an http(s) URL with a host, as the collector's OTLP/HTTP base.
+
+    OpenTelemetry appends ``/v1/traces`` (``/v1/metrics``) to a base; a URL already ending in
+    one (a per-signal URL pasted into the flag) is cut back to its base, never doubled.
+    """
+    url = value.strip()
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:4318")
-    return value
+    try:
+        parsed.port  # noqa: B018  # raises on a port that is not one
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} has an invalid port") from None
+    if parsed.query or parsed.fragment:
+        raise argparse.ArgumentTypeError(f"{value!r}: an OTLP endpoint takes no ?query or #fragment")
+    base = url.rstrip("/")
+    for path in SIGNAL_PATHS:
+        base = base.removesuffix(path)
+    return base.rstrip("/")
+
+
+def otlp_base_from_env() -> str | None:
+    """``$OTEL_EXPORTER_OTLP_ENDPOINT`` checked as ``--otlp-endpoint`` is (``None`` if unset);
+    a bad value is one line naming the variable."""
+    raw = os.environ.get(ENV_OTLP_ENDPOINT, "").strip()
+    if not raw:
+        return None
+    try:
+        return otlp_base_url(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(f"${ENV_OTLP_ENDPOINT}: {exc}") from None
 
 
 async def check_reachable(url: str, timeout: float = 3.0) -> None:
