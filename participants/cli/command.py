@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -103,19 +103,16 @@ def console() -> Any:
     return Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else 170)
 
 
-def load_events(path: Path) -> list[Any]:
-    """Every event of a JSON-lines log; corrupt lines are reported (with their number) and skipped."""
-    from sinks import CorruptLine, read_events
+def load_events(paths: Sequence[Path]) -> list[Any]:
+    """Every event of JSON-lines logs in time order; what is not a log is reported on stderr as
+    ``run_logs.LogProblems`` says it (a file refused in one line, corrupt lines counted with
+    the first few named), never one line per bad line."""
+    from participants.cli.run_logs import LogProblems, merged_events
 
-    events: list[Any] = []
-    try:
-        for _, item in read_events(path):
-            if isinstance(item, CorruptLine):
-                print(f"{path}:{item.line}: corrupt line skipped: {item.error}", file=sys.stderr)
-            else:
-                events.append(item)
-    except OSError as exc:
-        raise CommandError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    problems = LogProblems()
+    events = list(merged_events(paths, problems))
+    for line in problems.summary():
+        print(line, file=sys.stderr)
     return events
 
 

@@ -321,8 +321,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         logs = workdir / "logs"
         own = sorted(logs.glob("*.jsonl")) if opts.processes else []
         others = [*own, *sorted(logs.glob("*.jsonl.w*"))]
-        for log in others:
-            events.extend(load_events(log))
+        events.extend(load_events(others))
         merged = None
         if opts.jsonl is not None and others:
             from participants.cli.demo_logs import merge_into

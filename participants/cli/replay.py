@@ -77,7 +77,9 @@ async def _replay_async(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if problems.events == 0:
-        raise CommandError(f"{', '.join(args.logs)} holds no checkpoint events ({len(paths)} file(s) read)")
+        raise CommandError(
+            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
+        )
     span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
     if span_stats is not None and span_stats.export_failures:
         raise CommandError(

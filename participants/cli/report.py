@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from participants.cli.command import Command, CommandError, console
+from participants.cli.words import counted
 
 __all__ = ["REPORT"]
 
@@ -51,7 +52,9 @@ def _report(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if not run.count:
-        raise CommandError(f"{', '.join(args.logs)} holds no checkpoint events ({len(paths)} file(s) read)")
+        raise CommandError(
+            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
+        )
     out = console()
     rows = chosen_rows(run, args.checkpoint)
     if args.checkpoint is not None and not rows:

@@ -97,6 +97,6 @@ def test_a_file_that_is_no_log_or_empty_fails_with_the_collector_up(
         for path in (readme, empty):
             assert main(["replay", str(path), "--otlp-endpoint", received.url]) == 2
             err = capsys.readouterr().err.splitlines()
-            assert err[-1] == f"ckpt-events replay: error: {path} holds no checkpoint events (1 file(s) read)"
+            assert err[-1] == f"ckpt-events replay: error: {path} holds no checkpoint events (1 file read)"
             assert len(err) <= 2, err
     assert received.paths == []
