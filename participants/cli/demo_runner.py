@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -42,7 +43,7 @@ from participants.cli.demo_plan import (
     fault_environ,
     stop_after,
 )
-from participants.cli.fleet import local_fleet, process_fleet, write_token_file
+from participants.cli.fleet import local_fleet, process_fleet, stop_processes, write_token_file
 from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
 from participants.cli.run_overview import Run, overview
@@ -81,11 +82,21 @@ class DemoResult:
     spans_not_exported: int = 0
 
 
+@dataclass(frozen=True)
+class _Fleet:
+    """One generation's servers: their URLs; ``crash`` kills them all (SIGKILL); ``interrupt``
+    passes a Ctrl-C on to them (SIGTERM, without waiting: the calls to them then fail fast)."""
+
+    urls: dict[str, str]
+    crash: Callable[[], None]
+    interrupt: Callable[[], None]
+
+
 @contextlib.asynccontextmanager
 async def _fleet(
     opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int, stopping: anyio.Event | None
-) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
-    """Yield (instance -> url, crash) for one generation of the fleet."""
+) -> AsyncIterator[_Fleet]:
+    """Yield one generation of the fleet; leaving the block stops it."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
     logs = workdir / "logs"
     if not opts.processes:
@@ -107,7 +118,9 @@ async def _fleet(
             },
         )
         async with local as urls:
-            yield urls, lambda: None  # leaving the block stops the servers; their state is gone
+            # Leaving the block stops the servers (their state is gone); `stopping` already
+            # shuts them down gracefully.
+            yield _Fleet(urls, crash=lambda: None, interrupt=lambda: None)
         return
     token_file = write_token_file(workdir / "token", token)
 
@@ -138,10 +151,13 @@ async def _fleet(
             for process in fleet:
                 process.kill()
 
-        yield {p.instance: p.url for p in fleet[1:]}, crash
+        def interrupt() -> None:
+            for process in fleet:
+                process.send(signal.SIGTERM)
+
+        yield _Fleet({p.instance: p.url for p in fleet[1:]}, crash, interrupt)
     finally:
-        for process in fleet:
-            process.terminate() if not crashed else process.kill()
+        await stop_processes(fleet, kill=crashed)
 
 
 async def _run_generation(
@@ -154,6 +170,8 @@ async def _run_generation(
     label: str,
     stop_after: int | None,
     checkpoint_after: list[int] | None = None,
+    stopping: anyio.Event | None = None,
+    interrupt: Callable[[], None] = lambda: None,
 ) -> tuple[Collection, CollectionSummary]:
     collection = Collection(
         coordinator,
@@ -176,10 +194,16 @@ async def _run_generation(
             nonlocal summary
             summary = await collection.run()
 
+        interrupted = False
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             while summary is None:
                 progress.update(task, completed=collection.progress()["done"])
+                if stopping is not None and stopping.is_set() and not interrupted:
+                    # A Ctrl-C sent to this process alone: pass it on to the servers (the
+                    # terminal sends it to the whole group), so the calls to them end now.
+                    interrupted = True
+                    interrupt()
                 await anyio.sleep(0.05)
             progress.update(task, completed=collection.progress()["done"])
     assert summary is not None
@@ -236,8 +260,8 @@ async def _first_generation(
 ) -> CollectionSummary:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
-        _fleet(opts, bus, token, workdir, 1, stopping) as (urls, crash),
-        await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
+        _fleet(opts, bus, token, workdir, 1, stopping) as fleet,
+        await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
     ):
         _, summary = await _run_generation(
             opts,
@@ -248,8 +272,10 @@ async def _first_generation(
             label="generation 1: checkpoint and stop",
             stop_after=stop_after(opts),
             checkpoint_after=checkpoint_thresholds(opts),
+            stopping=stopping,
+            interrupt=fleet.interrupt,
         )
-        crash()
+        fleet.crash()
     return summary
 
 
@@ -296,8 +322,8 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                 second_fault = str(fault) if fault is not None and fault.mode == "slow-restore" else None
                 async with (
                     async_fault_environ(second_fault),
-                    _fleet(opts, bus, token, workdir, 2, stopping) as (urls, _),
-                    await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
+                    _fleet(opts, bus, token, workdir, 2, stopping) as fleet,
+                    await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
                 ):
                     _, second = await _run_generation(
                         opts,
@@ -307,8 +333,10 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                         tel,
                         label="generation 2 (restored)",
                         stop_after=None,
+                        stopping=stopping,
+                        interrupt=fleet.interrupt,
                     )
-                    passed = await _verify(opts, first, second, continued, urls, token)
+                    passed = await _verify(opts, first, second, continued, fleet.urls, token)
                 seconds["generation 2"] = time.monotonic() - start
             finally:
                 await bus.flush(timeout=10)
