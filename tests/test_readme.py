@@ -70,6 +70,25 @@ def test_server_example_joins_the_callers_trace_and_logs_hex_ids(tmp_path: Path)
     assert {line["trace_id"] for line in lines if "trace_id" in line} == {_PARENT_TRACE}
 
 
+def test_server_example_exits_fast_when_the_collector_is_down(tmp_path: Path) -> None:
+    """With OTEL_EXPORTER_OTLP_ENDPOINT where nothing listens, the server example still runs and
+    exits in a few seconds, saying once per signal that its export was refused (it took 20 s,
+    then 8 s: the final export backed off for its whole close budget)."""
+    import socket
+    import time
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    (block,) = [b for b in BLOCKS if "with_tracestate" in b]
+    started = time.monotonic()
+    result = _run(block, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert took < 4.0, f"the example took {took:.1f} s to exit"
+    refusals = result.stderr.splitlines()
+    assert len(refusals) == 2 and all("refused or unreachable" in line for line in refusals), refusals
+
+
 def test_names_table_matches_the_code() -> None:
     """The README's span/attribute/metric table is what tests/readme_names.py generates."""
     assert readme_block(README) == names_table(), "run: python -m tests.readme_names"

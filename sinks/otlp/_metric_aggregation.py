@@ -441,4 +441,3 @@ def _exemplars_pb(point: HistogramPoint) -> bytes:
             )  # fmt: skip
             out.append(field(0x42, exemplar))
     return b"".join(out)
-

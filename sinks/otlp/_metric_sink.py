@@ -159,6 +159,7 @@ class OtlpMetricSink:
             return
         self._closed = True
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        self.sender.close_by(deadline)  # the export under way too: its backoff ends now
         self._stop.set()
         self._worker.join(max(deadline - time.monotonic(), 0.0) / 2)
         if self._worker.is_alive():  # stuck in a request or a backoff: end it, then the last export
