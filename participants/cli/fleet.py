@@ -69,7 +69,7 @@ def write_token_file(path: Path, token: str) -> Path:
 
 
 class ServerProcess:
-    """One ``python -m participants.cli.main serve <kind>`` process."""
+    """One ``python -m participants.cli serve <kind>`` process."""
 
     def __init__(
         self,
@@ -91,7 +91,7 @@ class ServerProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"{instance}.stderr"
         argv = [
-            sys.executable, "-m", "participants.cli.main", "serve", kind,
+            sys.executable, "-m", "participants.cli", "serve", kind,
             "--instance", instance, "--host", host, "--port", str(self.port),
             "--token-file", str(token_file), *extra_args,
         ]  # fmt: skip

@@ -21,8 +21,8 @@ class Received:
 
 
 @contextlib.contextmanager
-def otlp_receiver() -> Iterator[Received]:
-    """A running receiver; ``url`` is its base (``http://127.0.0.1:PORT``)."""
+def otlp_receiver(port: int = 0) -> Iterator[Received]:
+    """A running receiver on ``port`` (0: any free one); ``url`` is its base (``http://127.0.0.1:PORT``)."""
     received = Received("")
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -37,7 +37,7 @@ def otlp_receiver() -> Iterator[Received]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     received.url = f"http://127.0.0.1:{server.server_port}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
