@@ -48,6 +48,7 @@ from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
 from participants.cli.run_overview import Run, overview
 from participants.cli.run_terminal import render_overview
+from participants.cli.words import counted
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
@@ -223,13 +224,13 @@ async def _verify(
     if not first.stopped or first.completed >= opts.rollouts:
         raise DemoFailed("the first generation was not checkpointed mid-flight")
     if second.completed != opts.rollouts:
-        raise DemoFailed(f"{opts.rollouts - second.completed} rollouts did not complete")
-    passed.append(f"all {opts.rollouts} rollouts completed")
+        raise DemoFailed(f"{counted(opts.rollouts - second.completed, 'rollout')} did not complete")
+    passed.append(f"all {counted(opts.rollouts, 'rollout')} completed")
     attempts = second.attempts
     wrong = [r for r in continued if attempts[r] != 1]
     if wrong:
         raise DemoFailed(f"continued rollouts not on attempt 1: {wrong[:5]}")
-    passed.append(f"{len(continued)} rollouts in flight at the checkpoint continued as attempt 1")
+    passed.append(f"{counted(len(continued), 'rollout')} in flight at the checkpoint continued as attempt 1")
     redone = [r for r, a in attempts.items() if a > 1]
     if redone:
         raise DemoFailed(f"rollouts ran more than one extra attempt: {redone[:5]}")
@@ -375,7 +376,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
 def _show(
     console: Console, opts: DemoOptions, events: list[Any], run: Run, checkpoint_id: str, passed: list[str]
 ) -> None:
-    title = f"demo: {opts.rollouts} rollouts x {opts.steps} steps"
+    title = f"demo: {counted(opts.rollouts, 'rollout')} x {counted(opts.steps, 'step')}"
     render(console, events, title=title)
     render_overview(console, run, title=title)
     for check in passed:
@@ -393,18 +394,18 @@ def _exported(
     if configured.span_sink is not None:
         spans = configured.span_sink.stats()
         console.print(
-            f"exported {spans.exported:,} spans to {opts.otlp_endpoint}/v1/traces"
+            f"exported {counted(spans.exported, 'span')} to {opts.otlp_endpoint}/v1/traces"
             f" ({spans.dropped:,} dropped){elsewhere}"
         )
     if configured.metric_sink is not None:
         metrics = configured.metric_sink.stats()
         how = (
-            f"{metrics.exports:,} export requests, {metrics.export_failures:,} failed"
+            f"{counted(metrics.exports, 'export request')}, {metrics.export_failures:,} failed"
             if isinstance(metrics, OtlpMetricSinkStats)
-            else f"{metrics.sdk_calls:,} instrument calls"
+            else counted(metrics.sdk_calls, "instrument call")
         )
         console.print(
-            f"exported metrics from {metrics.events:,} events ({how}) "
+            f"exported metrics from {counted(metrics.events, 'event')} ({how}) "
             f"to {opts.otlp_endpoint}/v1/metrics{elsewhere}"
         )
     if configured.jsonl_sink is not None:
@@ -412,10 +413,11 @@ def _exported(
         folded = (
             ""
             if merged is None
-            else f", merged with {merged[1]} processes' and workers' logs: {merged[0]:,} lines"
+            else f", merged with {merged[1]} processes' and workers' logs: {counted(merged[0], 'line')}"
         )
         console.print(
-            f"wrote {lines.events:,} JSON lines ({lines.bytes:,} bytes) to {opts.jsonl}{folded}"
+            f"wrote {counted(lines.events, 'JSON line')} ({counted(lines.bytes, 'byte')}) "
+            f"to {opts.jsonl}{folded}"
             f" (try: ckpt-events report {opts.jsonl})"
         )
     if not configured.enabled:

@@ -65,7 +65,7 @@ def _report(args: argparse.Namespace) -> int:
         # checkpoint to name, so everything is shown as one.
         render(out, run.all_events(), title=", ".join(args.logs))
     elif args.checkpoint is None:
-        render_overview(out, run, title=f"{len(paths)} log file(s)")
+        render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
     details = run.details(rows)
     for row in rows:
         render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")

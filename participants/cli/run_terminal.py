@@ -12,6 +12,7 @@ from rich.text import Text
 
 from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
 from participants.cli.trends import MIN_CHECKPOINTS
+from participants.cli.words import counted
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 
@@ -46,7 +47,8 @@ def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
 
 def render_overview(console: Console, run: Run, *, title: str) -> None:
     """The table of the run's checkpoints and restores, then each one's cause or slowest path."""
-    heading = f"run overview ({clean(title)}): {len(run.rows)} checkpoints and restores"
+    rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
+    heading = f"run overview ({clean(title)}): {rows}"
     console.print(Text(heading, style="bold"))
     table = Table(box=box.SIMPLE_HEAD)
     for column, justify in (("#", "right"), ("what", "left"), ("id", "left"), ("start (UTC)", "left"),
