@@ -197,7 +197,9 @@ async def _check_settings(require_collector: bool) -> None:
             await check_reachable(endpoint)
         except CommandError as exc:
             if require_collector:
-                raise CommandError(f"--require-collector: {exc}") from None
+                traces = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+                source = traces if os.environ.get(traces, "").strip() else "OTEL_EXPORTER_OTLP_ENDPOINT"
+                raise CommandError(f"--require-collector: ${source}: {exc}") from None
             print(
                 f"ckpt-events serve: the collector at {endpoint} does not answer (yet): serving "
                 "anyway, spans are exported once it does (dropped and counted until then; "

@@ -124,7 +124,7 @@ async def test_serve_starts_before_its_collector_and_exports_once_it_comes(tmp_p
     )
     assert strict.wait(30) == 2
     assert strict.stderr_path.read_text().splitlines() == [
-        "ckpt-events serve: error: --require-collector: nothing answers at "
+        "ckpt-events serve: error: --require-collector: $OTEL_EXPORTER_OTLP_ENDPOINT: nothing answers at "
         f"http://127.0.0.1:{port}/v1/traces: start a collector there, or fix the endpoint"
     ]
     process = ServerProcess(
