@@ -92,6 +92,7 @@ class Subscription:
         self._sink_closed = anyio.Event()
         self._scope: anyio.CancelScope | None = None  # made in _run, on the event loop
         self._started = False
+        self._closing_sink = False  # the sink's aclose() is called once, by this task
         handle = sink.handle
         self._async = inspect.iscoroutinefunction(handle)
         self._blocking = isinstance(sink, BlockingSink) and bool(sink.blocking) and not self._async
@@ -157,9 +158,19 @@ class Subscription:
     async def _run(self) -> None:
         # Its own scope: the bus cancels a stuck sink's task alone at the close deadline,
         # never the task group (whose scope also holds the code inside `async with bus:`).
-        with anyio.CancelScope() as self._scope:
-            await self._deliver_until_closed()
-        self._sink_closed.set()
+        try:
+            with anyio.CancelScope() as self._scope:
+                await self._deliver_until_closed()
+        except anyio.get_cancelled_exc_class():
+            # The bus's owner was cancelled (a Ctrl-C), not this task alone (its own scope
+            # takes that): the sink is still closed, shielded, within the bus's deadline; the
+            # bus's close no longer waits out that deadline for a task that was gone (5 s).
+            if not self._closing_sink:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self.bus.close_timeout):
+                    await self._close_sink()
+            raise
+        finally:
+            self._sink_closed.set()
 
     async def _deliver_until_closed(self) -> None:
         buffer = self._buffer
@@ -252,6 +263,7 @@ class Subscription:
                 )
 
     async def _close_sink(self) -> None:
+        self._closing_sink = True
         if not isinstance(self.sink, ClosableSink):
             return
         try:

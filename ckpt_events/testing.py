@@ -131,6 +131,7 @@ class EventCapture:
         self.clock = TickingClock()
         self._stack = ExitStack()
         self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._subscribed: set[int] = set()  # ids of the sinks on the bus: each once
 
     def __enter__(self) -> Self:
         portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
@@ -147,7 +148,10 @@ class EventCapture:
         self._stack.close()
 
     def _subscribe(self, sink: Sink, name: str | None) -> None:
+        if id(sink) in self._subscribed:
+            return
         self.bus.subscribe(sink, name=name)
+        self._subscribed.add(id(sink))
 
     def _running(self) -> anyio.from_thread.BlockingPortal:
         if self._portal is None:
@@ -155,7 +159,8 @@ class EventCapture:
         return self._portal
 
     def subscribe(self, sink: Sink, *, name: str | None = None) -> None:
-        """Subscribe another sink (a span or metric sink, say) to the capture's bus."""
+        """Subscribe another sink (a span or metric sink, say) to the capture's bus; a sink
+        already subscribed (the pytest plugin's sink fixtures subscribe themselves) stays once."""
         self._running().call(self._subscribe, sink, name)
 
     def telemetry(self, kind: Kind | str, instance: str, **options: Any) -> Telemetry:

@@ -6,10 +6,15 @@ emits checkpoint events.
   deterministic ids (1, 2, 3...) and clock (1 ms per reading), ``ckpt_capture.events`` the
   events so far.
 * ``ckpt_span_exporter`` / ``ckpt_span_sink``: OpenTelemetry's ``InMemorySpanExporter`` and a
-  ``SpanSink`` exporting to it (subscribe it with ``ckpt_capture.subscribe``; the spans are in
-  ``ckpt_span_exporter.get_finished_spans()`` after ``ckpt_capture.events`` or a flush).
+  ``SpanSink`` exporting to it, subscribed to ``ckpt_capture`` (asking for either is enough);
+  the spans are in ``ckpt_span_exporter.get_finished_spans()`` after ``ckpt_capture.events``
+  or a flush.
 * ``ckpt_metric_reader`` / ``ckpt_meter_provider`` / ``ckpt_metric_sink``: OpenTelemetry's
-  ``InMemoryMetricReader``, a ``MeterProvider`` reading through it, and a ``MetricSink``.
+  ``InMemoryMetricReader``, a ``MeterProvider`` reading through it, and a ``MetricSink``
+  recording through it, subscribed to ``ckpt_capture`` (asking for any of the three is enough).
+
+Async tests need an async plugin's marker, e.g. anyio's ``@pytest.mark.anyio`` (or
+``anyio_mode = "auto"``); the fixtures themselves are synchronous and serve both kinds.
 
 OpenTelemetry is imported by the fixtures that need it, so the plugin loads on an install
 without the ``otel`` extra; those fixtures then skip the test.
@@ -52,8 +57,7 @@ def ckpt_capture() -> Iterator[EventCapture]:
 
 
 @pytest.fixture
-def ckpt_span_exporter() -> InMemorySpanExporter:
-    """OpenTelemetry's in-memory span exporter."""
+def _ckpt_in_memory_span_exporter() -> InMemorySpanExporter:
     exporter = pytest.importorskip(
         "opentelemetry.sdk.trace.export.in_memory_span_exporter", reason=_NEEDS_OTEL
     )
@@ -61,35 +65,55 @@ def ckpt_span_exporter() -> InMemorySpanExporter:
 
 
 @pytest.fixture
-def ckpt_span_sink(ckpt_span_exporter: InMemorySpanExporter) -> Iterator[SpanSink]:
-    """A ``SpanSink`` (default and checkpoint span groups) exporting to ``ckpt_span_exporter``."""
+def ckpt_span_sink(
+    _ckpt_in_memory_span_exporter: InMemorySpanExporter, ckpt_capture: EventCapture
+) -> SpanSink:
+    """A ``SpanSink`` (default and checkpoint span groups) exporting to ``ckpt_span_exporter``,
+    subscribed to ``ckpt_capture`` (whose bus closes it after the test)."""
     from sinks.otel._span_sink import SpanSink
 
-    sink = SpanSink(ckpt_span_exporter, span_groups="default,checkpoint")
-    yield sink
-    sink.shutdown()
+    sink = SpanSink(_ckpt_in_memory_span_exporter, span_groups="default,checkpoint")
+    ckpt_capture.subscribe(sink, name="ckpt_span_sink")
+    return sink
 
 
 @pytest.fixture
-def ckpt_metric_reader() -> InMemoryMetricReader:
-    """OpenTelemetry's in-memory metric reader."""
+def ckpt_span_exporter(
+    _ckpt_in_memory_span_exporter: InMemorySpanExporter, ckpt_span_sink: SpanSink
+) -> InMemorySpanExporter:
+    """OpenTelemetry's in-memory span exporter, fed by ``ckpt_span_sink`` from ``ckpt_capture``."""
+    return _ckpt_in_memory_span_exporter
+
+
+@pytest.fixture
+def _ckpt_in_memory_metric_reader() -> InMemoryMetricReader:
     export = pytest.importorskip("opentelemetry.sdk.metrics.export", reason=_NEEDS_OTEL)
     return export.InMemoryMetricReader()  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def ckpt_meter_provider(ckpt_metric_reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
+def ckpt_meter_provider(_ckpt_in_memory_metric_reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
     """A ``MeterProvider`` read by ``ckpt_metric_reader``; shut down after the test."""
     from opentelemetry.sdk.metrics import MeterProvider
 
-    provider = MeterProvider(metric_readers=[ckpt_metric_reader])
+    provider = MeterProvider(metric_readers=[_ckpt_in_memory_metric_reader])
     yield provider
     provider.shutdown()
 
 
 @pytest.fixture
-def ckpt_metric_sink(ckpt_meter_provider: MeterProvider) -> MetricSink:
-    """A ``MetricSink`` recording through ``ckpt_meter_provider``."""
+def ckpt_metric_sink(ckpt_meter_provider: MeterProvider, ckpt_capture: EventCapture) -> MetricSink:
+    """A ``MetricSink`` recording through ``ckpt_meter_provider``, subscribed to ``ckpt_capture``."""
     from sinks.otel._metric_sink import MetricSink
 
-    return MetricSink(ckpt_meter_provider)
+    sink = MetricSink(ckpt_meter_provider)
+    ckpt_capture.subscribe(sink, name="ckpt_metric_sink")
+    return sink
+
+
+@pytest.fixture
+def ckpt_metric_reader(
+    _ckpt_in_memory_metric_reader: InMemoryMetricReader, ckpt_metric_sink: MetricSink
+) -> InMemoryMetricReader:
+    """OpenTelemetry's in-memory metric reader, reading what ``ckpt_metric_sink`` records."""
+    return _ckpt_in_memory_metric_reader

@@ -60,4 +60,10 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCH = Command("bench", "run the benchmark suite and print one table of ratios", _bench_arguments, _bench)
+BENCH = Command(
+    "bench",
+    "run the benchmark suite and print one table of ratios",
+    _bench_arguments,
+    _bench,
+    needs=("rich",),
+)

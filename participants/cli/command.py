@@ -6,7 +6,8 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -24,14 +25,16 @@ __all__ = [
     "console",
     "existing_file",
     "fraction",
-    "http_endpoint",
     "instance_name",
     "load_events",
+    "otlp_base_from_env",
+    "otlp_base_url",
     "otel_environ",
     "port_number",
     "positive_int",
     "positive_number",
     "run_interruptibly",
+    "unwritable",
     "writable_path",
 ]
 
@@ -43,12 +46,17 @@ INTERRUPT_GRACE: Final = 3.0
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: ``add_arguments(parser)`` declares it, ``run(args)`` returns the exit status."""
+    """One subcommand: ``add_arguments(parser)`` declares it, ``run(args)`` returns the exit status.
+
+    ``needs`` names the modules of the ``cli`` extra it imports: checked before ``run``, so a
+    missing one is one line naming the extra, never a traceback after part of the work.
+    """
 
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    needs: tuple[str, ...] = ()
 
 
 def existing_file(value: str) -> Path:
@@ -59,10 +67,30 @@ def existing_file(value: str) -> Path:
 
 
 def writable_path(value: str) -> Path:
+    """``--flag PATH`` for a file to write: refused when parsed, before any work (``unwritable``)."""
     path = Path(value)
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"the folder of {value!r} does not exist")
+    if (refusal := unwritable(path)) is not None:
+        raise argparse.ArgumentTypeError(refusal)
     return path
+
+
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file (one line), or ``None``: a folder, a folder that
+    does not exist, or no right to write there (tried: modes lie to root and on read-only mounts)."""
+    if path.is_dir():
+        return f"{str(path)!r} is a folder: name a file in it"
+    if not path.parent.is_dir():
+        return f"the folder of {str(path)!r} does not exist"
+    try:
+        if path.exists():
+            with open(path, "r+b"):  # opened for writing, not truncated
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+    except OSError as exc:
+        return f"cannot write {str(path)!r}: {exc.strerror or exc}"
+    return None
 
 
 def console() -> Any:
@@ -75,19 +103,16 @@ def console() -> Any:
     return Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else 170)
 
 
-def load_events(path: Path) -> list[Any]:
-    """Every event of a JSON-lines log; corrupt lines are reported (with their number) and skipped."""
-    from sinks import CorruptLine, read_events
+def load_events(paths: Sequence[Path]) -> list[Any]:
+    """Every event of JSON-lines logs in time order; what is not a log is reported on stderr as
+    ``run_logs.LogProblems`` says it (a file refused in one line, corrupt lines counted with
+    the first few named), never one line per bad line."""
+    from participants.cli.run_logs import LogProblems, merged_events
 
-    events: list[Any] = []
-    try:
-        for _, item in read_events(path):
-            if isinstance(item, CorruptLine):
-                print(f"{path}:{item.line}: corrupt line skipped: {item.error}", file=sys.stderr)
-            else:
-                events.append(item)
-    except OSError as exc:
-        raise CommandError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    problems = LogProblems()
+    events = list(merged_events(paths, problems))
+    for line in problems.summary():
+        print(line, file=sys.stderr)
     return events
 
 
@@ -118,10 +143,44 @@ def fraction(value: str) -> float:
     return number
 
 
-def http_endpoint(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
+#: Where OTLP/HTTP posts each signal under a base URL (the OpenTelemetry rule for
+#: ``OTEL_EXPORTER_OTLP_ENDPOINT``); a ``--otlp-endpoint`` ending in one is taken as its base.
+SIGNAL_PATHS: Final = ("/v1/traces", "/v1/metrics")
+ENV_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+
+def otlp_base_url(value: str) -> str:
+    """``--otlp-endpoint URL``: an http(s) URL with a host, as the collector's OTLP/HTTP base.
+
+    OpenTelemetry appends ``/v1/traces`` (``/v1/metrics``) to a base; a URL already ending in
+    one (a per-signal URL pasted into the flag) is cut back to its base, never doubled.
+    """
+    url = value.strip()
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:4318")
-    return value
+    try:
+        parsed.port  # noqa: B018  # raises on a port that is not one
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} has an invalid port") from None
+    if parsed.query or parsed.fragment:
+        raise argparse.ArgumentTypeError(f"{value!r}: an OTLP endpoint takes no ?query or #fragment")
+    base = url.rstrip("/")
+    for path in SIGNAL_PATHS:
+        base = base.removesuffix(path)
+    return base.rstrip("/")
+
+
+def otlp_base_from_env() -> str | None:
+    """``$OTEL_EXPORTER_OTLP_ENDPOINT`` checked as ``--otlp-endpoint`` is (``None`` if unset);
+    a bad value is one line naming the variable."""
+    raw = os.environ.get(ENV_OTLP_ENDPOINT, "").strip()
+    if not raw:
+        return None
+    try:
+        return otlp_base_url(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(f"${ENV_OTLP_ENDPOINT}: {exc}") from None
 
 
 async def check_reachable(url: str, timeout: float = 3.0) -> None:

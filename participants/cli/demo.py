@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 from pathlib import Path
 
 import anyio
@@ -15,7 +14,8 @@ from participants.cli.command import (
     check_reachable,
     console,
     fraction,
-    http_endpoint,
+    otlp_base_from_env,
+    otlp_base_url,
     positive_int,
     run_interruptibly,
     writable_path,
@@ -66,16 +66,16 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--report",
-        type=writable_path,
+        type=Path,
         metavar="PATH",
         help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
     )
     parser.add_argument(
         "--otlp-endpoint",
-        type=http_endpoint,
+        type=otlp_base_url,
         metavar="URL",
-        default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
-        help="export spans and metrics to this OTLP/HTTP collector ($OTEL_EXPORTER_OTLP_ENDPOINT)",
+        help="export spans and metrics to this OTLP/HTTP collector's base URL, to which /v1/traces and "
+        "/v1/metrics are appended (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
     parser.add_argument(
         "--workdir", type=Path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
@@ -86,6 +86,7 @@ def _demo(args: argparse.Namespace) -> int:
     # Imported here so `ckpt-events --help` and the other commands load no server stack.
     from participants.cli.demo_runner import DemoFailed, DemoOptions, check_options, run_demo
 
+    endpoint = args.otlp_endpoint if args.otlp_endpoint is not None else otlp_base_from_env()
     options = DemoOptions(
         rollouts=args.rollouts,
         steps=args.steps,
@@ -97,7 +98,7 @@ def _demo(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         jsonl=args.jsonl,
         report=args.report,
-        otlp_endpoint=args.otlp_endpoint,
+        otlp_endpoint=endpoint,
         checkpoints=args.checkpoints,
         fault=args.fault,
         watch=args.watch,
@@ -109,15 +110,15 @@ def _demo(args: argparse.Namespace) -> int:
 
         if (refusal := check_report_path(args.report)) is not None:
             raise CommandError(refusal)
-    if args.otlp_endpoint:
-        anyio.run(check_reachable, args.otlp_endpoint)
+    if endpoint is not None:
+        anyio.run(check_reachable, endpoint)
     try:
         result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
     if result.spans_not_exported:
         raise CommandError(
-            f"{result.spans_not_exported} spans could not be exported to {args.otlp_endpoint}: "
+            f"{result.spans_not_exported} spans could not be exported to {endpoint}: "
             "is a collector listening there?"
         )
     return 0
@@ -128,4 +129,5 @@ DEMO = Command(
     "run rollouts, checkpoint mid-flight, kill, restore, finish, and show where the time went",
     _demo_arguments,
     _demo,
+    needs=("rich", "fastapi", "uvicorn", "httpx"),
 )

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from participants.cli.run_overview import ABORTED, PUBLISHED, RESTORED, Run
+from participants.cli.words import counted
 from participants.errors import DemoFailed
 from participants.faults import Fault
 
@@ -27,7 +28,9 @@ def diagnosis_checks(
     if ids is not None and [r.checkpoint_id for r in done] != list(ids):
         raise DemoFailed(f"the controller published {list(ids)}, the log shows {_outcomes(checkpoints)}")
     if len(done) != published:
-        raise DemoFailed(f"{len(done)} checkpoints published, not {published}: {_outcomes(checkpoints)}")
+        raise DemoFailed(
+            f"{counted(len(done), 'checkpoint')} published, not {published}: {_outcomes(checkpoints)}"
+        )
     others = sorted({r.outcome for r in checkpoints} - {PUBLISHED})
     rest = "".join(f", {sum(r.outcome == o for r in checkpoints)} {o}" for o in others)
     passed = [f"{published} of {len(checkpoints)} checkpoints published{rest}, each through the controller"]

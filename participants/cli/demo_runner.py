@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -43,11 +44,12 @@ from participants.cli.demo_plan import (
     stop_after,
 )
 from participants.cli.demo_watch import DemoWatch, stall_environ, view_stall_after
-from participants.cli.fleet import local_fleet, process_fleet, write_token_file
+from participants.cli.fleet import local_fleet, process_fleet, stop_processes, write_token_file
 from participants.cli.report_files import write_report
 from participants.cli.report_terminal import render
 from participants.cli.run_overview import Run, overview
 from participants.cli.run_terminal import render_overview
+from participants.cli.words import counted
 from participants.controller.collection import Collection, CollectionSummary
 from participants.controller.coordinator import Coordinator
 from participants.errors import DemoFailed
@@ -82,11 +84,21 @@ class DemoResult:
     spans_not_exported: int = 0
 
 
+@dataclass(frozen=True)
+class _Fleet:
+    """One generation's servers: their URLs; ``crash`` kills them all (SIGKILL); ``interrupt``
+    passes a Ctrl-C on to them (SIGTERM, without waiting: the calls to them then fail fast)."""
+
+    urls: dict[str, str]
+    crash: Callable[[], None]
+    interrupt: Callable[[], None]
+
+
 @contextlib.asynccontextmanager
 async def _fleet(
     opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int, stopping: anyio.Event | None
-) -> AsyncIterator[tuple[dict[str, str], Callable[[], None]]]:
-    """Yield (instance -> url, crash) for one generation of the fleet."""
+) -> AsyncIterator[_Fleet]:
+    """Yield one generation of the fleet; leaving the block stops it."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
     logs = workdir / "logs"
     if not opts.processes:
@@ -108,7 +120,9 @@ async def _fleet(
             },
         )
         async with local as urls:
-            yield urls, lambda: None  # leaving the block stops the servers; their state is gone
+            # Leaving the block stops the servers (their state is gone); `stopping` already
+            # shuts them down gracefully.
+            yield _Fleet(urls, crash=lambda: None, interrupt=lambda: None)
         return
     token_file = write_token_file(workdir / "token", token)
 
@@ -140,10 +154,13 @@ async def _fleet(
             for process in fleet:
                 process.kill()
 
-        yield {p.instance: p.url for p in fleet[1:]}, crash
+        def interrupt() -> None:
+            for process in fleet:
+                process.send(signal.SIGTERM)
+
+        yield _Fleet({p.instance: p.url for p in fleet[1:]}, crash, interrupt)
     finally:
-        for process in fleet:
-            process.terminate() if not crashed else process.kill()
+        await stop_processes(fleet, kill=crashed)
 
 
 async def _run_generation(
@@ -157,6 +174,8 @@ async def _run_generation(
     stop_after: int | None,
     checkpoint_after: list[int] | None = None,
     watching: tuple[DemoWatch, dict[str, str]] | None = None,
+    stopping: anyio.Event | None = None,
+    interrupt: Callable[[], None] = lambda: None,
 ) -> tuple[Collection, CollectionSummary]:
     """Run one generation's rollouts under progress bars, or with ``watching`` (the watch and the
     generation's participant URLs) under the watch view."""
@@ -183,10 +202,16 @@ async def _run_generation(
             nonlocal summary
             summary = await collection.run()
 
+        interrupted = False
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             while summary is None:
                 progress.update(task, completed=collection.progress()["done"])
+                if stopping is not None and stopping.is_set() and not interrupted:
+                    # A Ctrl-C sent to this process alone: pass it on to the servers (the
+                    # terminal sends it to the whole group), so the calls to them end now.
+                    interrupted = True
+                    interrupt()
                 await anyio.sleep(0.05)
             progress.update(task, completed=collection.progress()["done"])
     assert summary is not None
@@ -206,13 +231,13 @@ async def _verify(
     if not first.stopped or first.completed >= opts.rollouts:
         raise DemoFailed("the first generation was not checkpointed mid-flight")
     if second.completed != opts.rollouts:
-        raise DemoFailed(f"{opts.rollouts - second.completed} rollouts did not complete")
-    passed.append(f"all {opts.rollouts} rollouts completed")
+        raise DemoFailed(f"{counted(opts.rollouts - second.completed, 'rollout')} did not complete")
+    passed.append(f"all {counted(opts.rollouts, 'rollout')} completed")
     attempts = second.attempts
     wrong = [r for r in continued if attempts[r] != 1]
     if wrong:
         raise DemoFailed(f"continued rollouts not on attempt 1: {wrong[:5]}")
-    passed.append(f"{len(continued)} rollouts in flight at the checkpoint continued as attempt 1")
+    passed.append(f"{counted(len(continued), 'rollout')} in flight at the checkpoint continued as attempt 1")
     redone = [r for r, a in attempts.items() if a > 1]
     if redone:
         raise DemoFailed(f"rollouts ran more than one extra attempt: {redone[:5]}")
@@ -244,8 +269,8 @@ async def _first_generation(
 ) -> CollectionSummary:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
-        _fleet(opts, bus, token, workdir, 1, stopping) as (urls, crash),
-        await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
+        _fleet(opts, bus, token, workdir, 1, stopping) as fleet,
+        await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
     ):
         _, summary = await _run_generation(
             opts,
@@ -256,9 +281,11 @@ async def _first_generation(
             label="generation 1: checkpoint and stop",
             stop_after=stop_after(opts),
             checkpoint_after=checkpoint_thresholds(opts),
-            watching=None if watch is None else (watch, urls),
+            watching=None if watch is None else (watch, fleet.urls),
+            stopping=stopping,
+            interrupt=fleet.interrupt,
         )
-        crash()
+        fleet.crash()
     return summary
 
 
@@ -314,8 +341,8 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                 second_fault = str(fault) if fault is not None and fault.mode == "slow-restore" else None
                 async with (
                     async_fault_environ(second_fault),
-                    _fleet(opts, bus, token, workdir, 2, stopping) as (urls, _),
-                    await Coordinator.discover(urls, token=token, telemetry=tel) as coordinator,
+                    _fleet(opts, bus, token, workdir, 2, stopping) as fleet,
+                    await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
                 ):
                     _, second = await _run_generation(
                         opts,
@@ -325,9 +352,11 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                         tel,
                         label="generation 2 (restored)",
                         stop_after=None,
-                        watching=None if watch is None else (watch, urls),
+                        watching=None if watch is None else (watch, fleet.urls),
+                        stopping=stopping,
+                        interrupt=fleet.interrupt,
                     )
-                    passed = await _verify(opts, first, second, continued, urls, token)
+                    passed = await _verify(opts, first, second, continued, fleet.urls, token)
                 seconds["generation 2"] = time.monotonic() - start
             finally:
                 await bus.flush(timeout=10)
@@ -340,8 +369,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         logs = workdir / "logs"
         own = sorted(logs.glob("*.jsonl")) if opts.processes else []
         others = [*own, *sorted(logs.glob("*.jsonl.w*"))]
-        for log in others:
-            events.extend(load_events(log))
+        events.extend(load_events(others))
         merged = None
         if opts.jsonl is not None and others:
             from participants.cli.demo_logs import merge_into
@@ -367,7 +395,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
 def _show(
     console: Console, opts: DemoOptions, events: list[Any], run: Run, checkpoint_id: str, passed: list[str]
 ) -> None:
-    title = f"demo: {opts.rollouts} rollouts x {opts.steps} steps"
+    title = f"demo: {counted(opts.rollouts, 'rollout')} x {counted(opts.steps, 'step')}"
     render(console, events, title=title)
     render_overview(console, run, title=title)
     for check in passed:
@@ -385,18 +413,18 @@ def _exported(
     if configured.span_sink is not None:
         spans = configured.span_sink.stats()
         console.print(
-            f"exported {spans.exported:,} spans to {opts.otlp_endpoint}/v1/traces"
+            f"exported {counted(spans.exported, 'span')} to {opts.otlp_endpoint}/v1/traces"
             f" ({spans.dropped:,} dropped){elsewhere}"
         )
     if configured.metric_sink is not None:
         metrics = configured.metric_sink.stats()
         how = (
-            f"{metrics.exports:,} export requests, {metrics.export_failures:,} failed"
+            f"{counted(metrics.exports, 'export request')}, {metrics.export_failures:,} failed"
             if isinstance(metrics, OtlpMetricSinkStats)
-            else f"{metrics.sdk_calls:,} instrument calls"
+            else counted(metrics.sdk_calls, "instrument call")
         )
         console.print(
-            f"exported metrics from {metrics.events:,} events ({how}) "
+            f"exported metrics from {counted(metrics.events, 'event')} ({how}) "
             f"to {opts.otlp_endpoint}/v1/metrics{elsewhere}"
         )
     if configured.jsonl_sink is not None:
@@ -404,10 +432,11 @@ def _exported(
         folded = (
             ""
             if merged is None
-            else f", merged with {merged[1]} processes' and workers' logs: {merged[0]:,} lines"
+            else f", merged with {merged[1]} processes' and workers' logs: {counted(merged[0], 'line')}"
         )
         console.print(
-            f"wrote {lines.events:,} JSON lines ({lines.bytes:,} bytes) to {opts.jsonl}{folded}"
+            f"wrote {counted(lines.events, 'JSON line')} ({counted(lines.bytes, 'byte')}) "
+            f"to {opts.jsonl}{folded}"
             f" (try: ckpt-events report {opts.jsonl})"
         )
     if not configured.enabled:

@@ -8,6 +8,7 @@ import math
 import sys
 
 from participants.cli.command import Command, CommandError, console, positive_number
+from participants.cli.words import counted
 
 __all__ = ["DIFF"]
 
@@ -46,7 +47,7 @@ def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if not found:
-        raise CommandError(f"{spec} holds no checkpoint spans ({len(paths)} file(s) read)")
+        raise CommandError(f"{spec} holds no checkpoint spans ({counted(len(paths), 'file')} read)")
     return found
 
 
@@ -123,5 +124,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 DIFF = Command(
-    "diff", "compare two runs' logs: median and p95 per kind, operation and step", _diff_arguments, _diff
+    "diff",
+    "compare two runs' logs: median and p95 per kind, operation and step",
+    _diff_arguments,
+    _diff,
+    needs=("rich",),
 )

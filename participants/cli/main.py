@@ -6,9 +6,11 @@ To add a subcommand, write a module with a ``Command`` and append it to ``COMMAN
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from ckpt_events import CkptEventsError
 from participants.cli.bench import BENCH
@@ -31,6 +33,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+#: The top-level modules the ``cli`` extra installs (``rich`` and the ``otel``, ``server`` and
+#: ``prometheus`` extras'): a command that misses one says which extra to install.
+CLI_EXTRA_MODULES: Final = frozenset(
+    {"rich", "fastapi", "starlette", "uvicorn", "httpx", "sniffio", "opentelemetry", "prometheus_client"}
+)
+CLI_EXTRA_HINT: Final = "pip install 'ckpt-events[cli]'"
+
 COMMANDS: list[Command] = [
     SERVE,
     DEMO,
@@ -46,6 +55,7 @@ COMMANDS: list[Command] = [
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
     """The argument parser with one subparser per registered command."""
     parser = _Parser(prog="ckpt-events", description="Telemetry for partial-rollout checkpoints.")
+    parser.add_argument("--version", action="version", version=f"ckpt-events {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS if commands is None else commands:
         command.add_arguments(sub.add_parser(command.name, help=command.help, description=command.help))
@@ -56,13 +66,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and as a script exits with) the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = {c.name: c.run for c in COMMANDS}[args.command]
+    command = {c.name: c for c in COMMANDS}[args.command]
     try:
-        return handler(args)
+        for module in command.needs:
+            _find(module)
+        return command.run(args)
     except KeyboardInterrupt:
         return _interrupted(args.command)
     except CkptEventsError as exc:
         return _failed(args.command, exc)
+    except ModuleNotFoundError as exc:
+        if not _missing_extra(exc):
+            raise
+        return _needs_extra(args.command, exc)
     except BaseExceptionGroup as group:
         # Errors out of task groups come wrapped, often several times over: report the first
         # of ours (or the interrupt) once, as a plain one would be.
@@ -71,7 +87,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _interrupted(args.command)
         if isinstance(leaf, CkptEventsError):
             return _failed(args.command, leaf)
+        if isinstance(leaf, ModuleNotFoundError) and _missing_extra(leaf):
+            return _needs_extra(args.command, leaf)
         raise
+
+
+def _version() -> str:
+    """The installed distribution's version; a bare checkout on the path has the package's own."""
+    try:
+        return importlib.metadata.version("ckpt-events")
+    except importlib.metadata.PackageNotFoundError:
+        from ckpt_events import __version__
+
+        return __version__
 
 
 def _interrupted(command: str) -> int:
@@ -84,9 +112,29 @@ def _failed(command: str, exc: CkptEventsError) -> int:
     return 2
 
 
+def _find(module: str) -> None:
+    """Raise ``ModuleNotFoundError`` (as importing would) if ``module`` is not installed."""
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> bool:
+    return (exc.name or "").partition(".")[0] in CLI_EXTRA_MODULES
+
+
+def _needs_extra(command: str, exc: ModuleNotFoundError) -> int:
+    print(
+        f"ckpt-events {command}: error: {exc.name!r} is not installed: this command needs the cli "
+        f"extra: {CLI_EXTRA_HINT}",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The interrupt if there is one, else the first of our errors, anywhere in nested groups."""
-    for kind in (KeyboardInterrupt, CkptEventsError):
+    """The interrupt if there is one, else the first of our errors (or of a missing module),
+    anywhere in nested groups."""
+    for kind in (KeyboardInterrupt, CkptEventsError, ModuleNotFoundError):
         found: BaseException | None = group.split(kind)[0]
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]

@@ -12,7 +12,9 @@ from participants.cli.command import (
     CommandError,
     check_reachable,
     otel_environ,
+    otlp_base_url,
 )
+from participants.cli.words import counted
 
 __all__ = ["REPLAY"]
 
@@ -27,7 +29,11 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
         help="JSON-lines logs written by the jsonl sink: files, globs or directories, merged in time order",
     )
     parser.add_argument(
-        "--otlp-endpoint", required=True, metavar="URL", help="OTLP/HTTP base URL of a collector"
+        "--otlp-endpoint",
+        type=otlp_base_url,
+        metavar="URL",
+        help="the collector's OTLP/HTTP base URL, to which /v1/traces is appended (default: "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, or $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT used as is)",
     )
     parser.add_argument(
         "--span-groups", default="default,checkpoint", help="span groups (default,checkpoint)"
@@ -43,7 +49,14 @@ async def _replay_async(args: argparse.Namespace) -> int:
     paths, missing = expand_logs(args.logs)
     if missing:
         raise CommandError("; ".join(missing))
-    await check_reachable(args.otlp_endpoint)
+    # The flag wins; without it the OpenTelemetry variables say where, by their own rules.
+    settings = sinks.read_otel_env(otel_environ(), otlp_endpoint=args.otlp_endpoint)
+    if settings.traces_otlp is None:
+        raise CommandError(
+            "no collector to replay to: pass --otlp-endpoint URL or set $OTEL_EXPORTER_OTLP_ENDPOINT"
+        )
+    endpoint = settings.traces_otlp.endpoint
+    await check_reachable(endpoint)
     problems = LogProblems()
     async with Bus() as bus:
         configured = sinks.configure(
@@ -64,15 +77,17 @@ async def _replay_async(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if problems.events == 0:
-        raise CommandError(f"{', '.join(args.logs)} holds no checkpoint events ({len(paths)} file(s) read)")
+        raise CommandError(
+            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
+        )
     span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
     if span_stats is not None and span_stats.export_failures:
         raise CommandError(
-            f"{span_stats.dropped} spans could not be exported to {args.otlp_endpoint} "
-            f"({span_stats.export_failures} failed exports): is a collector listening there?"
+            f"{counted(span_stats.dropped, 'span')} could not be exported to {endpoint} "
+            f"({counted(span_stats.export_failures, 'failed export')}): is a collector listening there?"
         )
     exported = span_stats.exported if span_stats is not None else 0
-    print(f"replayed {problems.events} events: {exported} spans exported to {args.otlp_endpoint}")
+    print(f"replayed {counted(problems.events, 'event')}: {counted(exported, 'span')} exported to {endpoint}")
     return 0
 
 

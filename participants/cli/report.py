@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from participants.cli.command import Command, CommandError, console, writable_path
+from participants.cli.command import Command, CommandError, console
+from participants.cli.words import counted
 
 __all__ = ["REPORT"]
 
@@ -26,7 +28,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--report",
-        type=writable_path,
+        type=Path,
         metavar="PATH",
         help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
     )
@@ -50,7 +52,9 @@ def _report(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if not run.count:
-        raise CommandError(f"{', '.join(args.logs)} holds no checkpoint events ({len(paths)} file(s) read)")
+        raise CommandError(
+            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
+        )
     out = console()
     rows = chosen_rows(run, args.checkpoint)
     if args.checkpoint is not None and not rows:
@@ -61,7 +65,7 @@ def _report(args: argparse.Namespace) -> int:
         # checkpoint to name, so everything is shown as one.
         render(out, run.all_events(), title=", ".join(args.logs))
     elif args.checkpoint is None:
-        render_overview(out, run, title=f"{len(paths)} log file(s)")
+        render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
     details = run.details(rows)
     for row in rows:
         render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
@@ -82,4 +86,5 @@ REPORT = Command(
     "run overview, then checkpoints in detail, from recorded JSON-lines logs",
     _report_arguments,
     _report,
+    needs=("rich",),
 )

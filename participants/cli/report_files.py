@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ckpt_events import Event
+from participants.cli.command import unwritable
 from participants.cli.report_html import write_timeline
 from participants.cli.report_png import find_browser, write_png
+from participants.cli.words import counted
 
 __all__ = ["REPORT_SUFFIXES", "check_report_path", "write_report"]
 
@@ -30,6 +32,8 @@ def check_report_path(path: Path) -> str | None:
             f"cannot write {path}: --report writes {', '.join(REPORT_SUFFIXES)} "
             "(the file name's ending picks the format)"
         )
+    if (refusal := unwritable(path)) is not None:
+        return refusal
     if path.suffix.lower() == ".png" and find_browser() is None:
         return (
             f"cannot write {path}: a PNG is rendered by headless Chromium, and none was found "
@@ -45,7 +49,10 @@ def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
         from participants.cli.report_perfetto import write_perfetto
 
         spans = write_perfetto(path, events)
-        return f"report written to {path} (Chrome Trace Event JSON, {spans} spans: open in ui.perfetto.dev)"
+        return (
+            f"report written to {path} (Chrome Trace Event JSON, {counted(spans, 'span')}: "
+            "open in ui.perfetto.dev)"
+        )
     if suffix == ".png":
         write_png(path, events, title=title)
         return (

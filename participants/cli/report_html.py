@@ -19,6 +19,7 @@ from typing import Final
 from ckpt_events import Event
 from participants.cli.report_model import Attribution, Span, attribute, checkpoint_and_restore, trace_spans
 from participants.cli.timeline import BREAKDOWN_COLUMNS, breakdown, spans_of
+from participants.cli.words import counted
 from participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["FILLS", "html_page", "waterfall_svg", "write_timeline"]
@@ -179,7 +180,7 @@ def _table_html(events: Sequence[Event]) -> str:
         cells = "".join(f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>" for c in columns)
         who = f"{r.kind.value}/<wbr>{html.escape(r.instance)}"
         who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {r.worker}"
-        who += f" ({r.errors} errors)" if r.errors else ""
+        who += f" ({counted(r.errors, 'error')})" if r.errors else ""
         body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")
     rows_html = "\n".join(body)
     return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'

@@ -17,6 +17,7 @@ from rich.text import Text
 from ckpt_events import CountedEvent, Event
 from participants.cli.report_model import Attribution, Span, attribute, checkpoint_and_restore, trace_spans
 from participants.cli.timeline import BREAKDOWN_COLUMNS, Breakdown, breakdown, counts
+from participants.cli.words import counted
 from participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
@@ -96,7 +97,7 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
 def _who(row: Breakdown) -> str:
     # A worker's row sits right under its participant's (breakdown() orders them so).
     who = f"{row.kind.value}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
-    return who + (f" ({row.errors} errors)" if row.errors else "")
+    return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
 
 
 def render_waterfall(

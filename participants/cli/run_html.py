@@ -21,6 +21,7 @@ from participants.cli.report_html import _SCRIPT, _STYLE, _attribution_html, wat
 from participants.cli.report_model import attribute, trace_spans
 from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
 from participants.cli.trends import MIN_CHECKPOINTS
+from participants.cli.words import counted
 
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
 
@@ -161,12 +162,13 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
         if len(drawn) < len(run.rows)
         else ""
     )
+    rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{_e(title)}</title><style>{_STYLE}{_RUN_STYLE}</style></head><body>\n"
         f"<h1>{_e(title)}</h1>\n"
-        f"<section id='run'><h2>run overview: {len(run.rows)} checkpoints and restores</h2>\n"
+        f"<section id='run'><h2>run overview: {rows}</h2>\n"
         f"{_strip(run)}\n{_table(run, drawn)}\n{not_all}</section>\n"
         f"{_trends(run)}\n"
         + "\n".join(_waterfalls(run, details))
@@ -183,4 +185,4 @@ def write_run_page(path: Path, run: Run, chosen: Sequence[RunRow], *, title: str
     """Write the page (one more pass over the logs for the rows drawn) and say what was written."""
     details = run.details(rows_to_draw(run, chosen))
     path.write_text(run_page(run, details, title=title))
-    return f"report written to {path} (HTML page: the run overview and {len(details)} waterfalls)"
+    return f"report written to {path} (HTML page: the run overview and {counted(len(details), 'waterfall')})"

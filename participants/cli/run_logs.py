@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from participants.cli.otlp_input import looks_like_otlp, read_otlp
+from participants.cli.words import counted
 
 __all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
 
@@ -62,13 +63,20 @@ def expand_logs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
 
 @dataclass
 class LogProblems:
-    """What was not a log: files refused whole, lines skipped (counted, the first few kept)."""
+    """What was not a log: files refused whole and lines skipped, each counted with the first
+    few kept (a folder of 10,000 non-logs, or 5 MB of noise after one good line, is a few lines)."""
 
     refused: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    refused_files: int = 0
     skipped: int = 0
     duplicates: int = 0
     events: int = 0
+
+    def refuse(self, line: str) -> None:
+        self.refused_files += 1
+        if len(self.refused) < SHOWN:
+            self.refused.append(line)
 
     def skip(self, line: str) -> None:
         self.skipped += 1
@@ -76,10 +84,13 @@ class LogProblems:
             self.lines.append(line)
 
     def summary(self) -> list[str]:
-        """One line per problem shown, and one counting the rest."""
-        out = [*self.refused, *self.lines]
+        """One line per problem shown, and one counting the rest of each kind."""
+        out = list(self.refused)
+        if self.refused_files > len(self.refused):
+            out.append(f"... and {counted(self.refused_files - len(self.refused), 'more file')} refused")
+        out += self.lines
         if self.skipped > len(self.lines):
-            out.append(f"... and {self.skipped - len(self.lines)} more lines skipped")
+            out.append(f"... and {counted(self.skipped - len(self.lines), 'more line')} skipped")
         return out
 
 
@@ -97,7 +108,7 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
         for number, item in read_events(path):
             if isinstance(item, CorruptLine):
                 if decoded == 0:
-                    problems.refused.append(
+                    problems.refuse(
                         f"{path}:{number}: not a ckpt-events JSON-lines log ({item.error}); file skipped"
                     )
                     return
@@ -108,7 +119,7 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
             # order, and two events are never compared.
             yield event_time(item), index, number, item
     except OSError as exc:
-        problems.refused.append(f"{path}: cannot read: {exc.strerror or exc}")
+        problems.refuse(f"{path}: cannot read: {exc.strerror or exc}")
 
 
 def merged_events(paths: Iterable[Path], problems: LogProblems) -> Iterator[Any]:

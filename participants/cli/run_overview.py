@@ -41,6 +41,7 @@ from participants.cli.run_paths import dominant_step_ms
 from participants.cli.run_paths import dominated as dominated_by
 from participants.cli.run_paths import slowest as path_of
 from participants.cli.trends import Trends
+from participants.cli.words import counted
 
 __all__ = ["Run", "RunRow", "episodes_text", "overview"]
 
@@ -330,7 +331,7 @@ def _judge(
                 timed.append((e.time_ns, f"lease expired on {_who(e)} in phase {e.phase.value}{after}"))
                 aborted_by = True
             case PrepareNotReady():
-                blocked = f"not ready at its deadline: {_who(e)} blocked by {e.blockers} episodes"
+                blocked = f"not ready at its deadline: {_who(e)} blocked by {counted(e.blockers, 'episode')}"
                 timed.append((e.time_ns, blocked))
                 aborted_by = True
             case Refused():

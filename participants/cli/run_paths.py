@@ -7,6 +7,7 @@ from typing import Any
 
 from ckpt_events import Kind, Operation, Step, StepFinished, span_name, span_name_of
 from participants.cli.report_model import finished_spans, who_of
+from participants.cli.words import counted
 
 __all__ = ["dominated", "slowest"]
 
@@ -95,9 +96,9 @@ def dominated(spans: Sequence[Any]) -> str:
     ms = (top.end_ns - top.start_ns) / 1e6
     out = f"{top.step.value} on {_who(top)} {ms:.1f} ms dominated"
     if top.records is not None:
-        out += f", {top.records:,} records"
+        out += f", {counted(top.records, 'record')}"
     if top.bytes is not None:
         rate = f" at {top.bytes / 1e6 / (ms / 1e3):.2f} MB/s" if ms > 0 else ""
-        size = f"{top.bytes:,} bytes" if top.bytes < 100_000 else f"{top.bytes / 1e6:.1f} MB"
+        size = counted(top.bytes, "byte") if top.bytes < 100_000 else f"{top.bytes / 1e6:.1f} MB"
         out += f", {size}{rate}"
     return out

@@ -21,6 +21,7 @@ from participants.cli.run_overview import (
     episodes_text,
 )
 from participants.cli.trends import MIN_CHECKPOINTS
+from participants.cli.words import counted
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 
@@ -55,7 +56,8 @@ def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
 
 def render_overview(console: Console, run: Run, *, title: str) -> None:
     """The table of the run's checkpoints and restores, then each one's cause or slowest path."""
-    heading = f"run overview ({clean(title)}): {len(run.rows)} checkpoints and restores"
+    rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
+    heading = f"run overview ({clean(title)}): {rows}"
     console.print(Text(heading, style="bold"))
     table = Table(box=box.SIMPLE_HEAD)
     for column, justify in (

@@ -13,6 +13,7 @@ import argparse
 import functools
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,7 +35,6 @@ __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERV
 ENV_TOKEN: Final = "CKPT_EVENTS_TOKEN"
 ENV_INFERENCE_TOKEN: Final = "CKPT_EVENTS_INFERENCE_TOKEN"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
-ENV_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 #: Seconds a stopping server gives requests in flight, and its sinks to flush and close.
 SHUTDOWN_TIMEOUT: Final = 2.0
 #: The participant kinds (``KINDS``, in stage order), then the inference worker.
@@ -89,6 +89,12 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path(DEFAULT_CHECKPOINT_ROOT),
         help=f"checkpoints are written and read only under it (default ./{DEFAULT_CHECKPOINT_ROOT})",
+    )
+    parser.add_argument(
+        "--require-collector",
+        action="store_true",
+        help="refuse to start when nothing answers at the OTLP endpoint (default: start, say so "
+        "once, export when the collector comes)",
     )
     parser.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
@@ -203,22 +209,34 @@ def _configure_sinks(bus: Any, *, instance: str | None = None) -> Any:
     return configured
 
 
-async def _check_settings() -> None:
+async def _check_settings(require_collector: bool) -> None:
     """Build the sinks from the environment once, before uvicorn runs, then close them.
 
     A bad setting raises here as one line naming the variable (inside the app's lifespan it
-    was a traceback and exit 3); an OTLP endpoint nobody answers at is refused the same way.
+    was a traceback and exit 3). An OTLP endpoint nobody answers at is said once, on stderr,
+    and the server starts: its spans are exported once the collector is up (until then they
+    are dropped and counted), so start-up order is no hard dependency; ``require_collector``
+    refuses to start instead.
     """
+    import sinks
     from ckpt_events import Bus
 
-    endpoint = os.environ.get(ENV_ENDPOINT, "").strip()
-    if endpoint.startswith(("http://", "https://")):  # anything else: configure names the problem
+    settings = sinks.read_otel_env(os.environ)
+    endpoint = settings.traces_otlp.endpoint if settings.traces_otlp is not None else None
+    if endpoint is not None:
         try:
             await check_reachable(endpoint)
         except CommandError as exc:
-            raise CommandError(f"{ENV_ENDPOINT}: {exc}") from None
-        except ValueError:
-            pass  # a bad port: configure names it
+            if require_collector:
+                traces = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+                source = traces if os.environ.get(traces, "").strip() else "OTEL_EXPORTER_OTLP_ENDPOINT"
+                raise CommandError(f"--require-collector: ${source}: {exc}") from None
+            print(
+                f"ckpt-events serve: the collector at {endpoint} does not answer (yet): serving "
+                "anyway, spans are exported once it does (dropped and counted until then; "
+                "--require-collector refuses to start instead)",
+                file=sys.stderr,
+            )
     async with Bus(close_timeout=SHUTDOWN_TIMEOUT) as bus:
         await _configure_sinks(bus).aclose()
 
@@ -237,7 +255,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     log_resource_exhaustion_once()
     try:
-        anyio.run(_check_settings)
+        anyio.run(_check_settings, args.require_collector)
     except ConfigurationError as exc:
         raise CommandError(f"bad setting: {exc}") from None
     config = uvicorn.Config(
@@ -257,5 +275,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 SERVE = Command(
-    "serve", "run one participant (or the inference worker) under uvicorn", serve_arguments, _serve
+    "serve",
+    "run one participant (or the inference worker) under uvicorn",
+    serve_arguments,
+    _serve,
+    needs=("fastapi", "uvicorn", "httpx"),
 )

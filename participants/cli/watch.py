@@ -12,16 +12,20 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-from rich.console import Group, RenderableType
-from rich.text import Text
 
 from participants.cli.command import Command, CommandError, console, positive_number
 from participants.cli.serve import ENV_TOKEN
 from participants.cli.watch_sources import EventSource, LogFollower, poll_all, status_client
-from participants.cli.watch_view import FleetView, escape
+
+if TYPE_CHECKING:
+    # The view draws with rich, the `cli` extra: imported when a watch runs, so that
+    # `ckpt-events --help` (and its one-line "install the cli extra") works without it.
+    from rich.console import RenderableType
+
+    from participants.cli.watch_view import FleetView
 
 __all__ = ["WATCH", "live", "plain", "show", "snapshot"]
 
@@ -70,7 +74,7 @@ def _urls(args: argparse.Namespace) -> list[str]:
         urls += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     for url in urls:
         if not url.startswith(("http://", "https://")):
-            raise CommandError(f"participant {escape(url)!r} is not an http:// or https:// URL")
+            raise CommandError(f"participant {_printable(url)!r} is not an http:// or https:// URL")
     if not urls and not args.follow:
         raise CommandError("nothing to watch: pass --participant URL, --participants-file or --follow LOG")
     return list(dict.fromkeys(urls))
@@ -118,7 +122,18 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
         view.notes = list(source.notes.values())
 
 
+def _printable(text: str) -> str:
+    from participants.cli.watch_view import escape
+
+    return escape(text)
+
+
 def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    from participants.cli.watch_view import escape
+
     rendered = view.render()
     return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
 
@@ -166,7 +181,7 @@ async def plain(
     while True:
         started = time.monotonic()
         await snapshot(view, client, source, timeout)
-        out.print(f"-- {escape(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
+        out.print(f"-- {_printable(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
         out.print(view.render())
         if once or (until is not None and until.is_set()):
             return
@@ -202,6 +217,8 @@ async def _pause(seconds: float, until: anyio.Event | None) -> None:
 
 
 async def _watch_async(args: argparse.Namespace) -> int:
+    from participants.cli.watch_view import FleetView
+
     urls = _urls(args)
     token = _token(args, needed=bool(urls))
     view = FleetView(urls, stall_after=_stall_after(args))
@@ -225,4 +242,5 @@ WATCH: Final = Command(
     help="live view of a fleet: phases, leases, blockers, open operations",
     add_arguments=_watch_arguments,
     run=_run,
+    needs=("rich", "httpx"),
 )

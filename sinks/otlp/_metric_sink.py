@@ -147,6 +147,7 @@ class OtlpMetricSink:
         if worker.closed:
             return
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        self.sender.close_by(deadline)  # the export under way too: its backoff ends now
         worker.request_stop()
         # Half the time for an export in flight to end by itself; then it is cancelled, and the
         # last export (which carries every count) gets the rest.

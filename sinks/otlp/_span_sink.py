@@ -247,6 +247,7 @@ class OtlpSpanSink:
             return
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         self._deadline = deadline
+        self.sender.close_by(deadline)  # the export under way too: its backoff ends now
         self.force_flush(max(deadline - time.monotonic(), 0.0))
         with self._wake:
             worker.request_stop()

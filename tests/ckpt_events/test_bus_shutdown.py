@@ -140,6 +140,33 @@ async def test_aclose_cancelled_by_the_caller_still_closes() -> None:
     assert bus.stats().sink("stuck").abandoned == 1
 
 
+async def test_a_bus_whose_owner_is_cancelled_closes_its_sinks_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelled from outside (a Ctrl-C cancelling the command), the bus still closes each sink
+    and returns at once: it waited its whole close_timeout (5 s) for delivery tasks already gone,
+    then warned the sinks were 'still busy'."""
+    sinks = [MemorySink(), MemorySink()]
+    async with anyio.create_task_group() as tg:
+
+        async def owner() -> None:
+            async with Bus(close_timeout=5.0) as bus:
+                for n, sink in enumerate(sinks):
+                    bus.subscribe(sink, name=f"sink-{n}")
+                bus.emit(refused(1))
+                await bus.flush()
+                await anyio.sleep_forever()
+
+        tg.start_soon(owner)
+        await anyio.wait_all_tasks_blocked()
+        started = time.monotonic()
+        tg.cancel_scope.cancel()
+    closed_after = time.monotonic() - started
+    assert closed_after < 1.0
+    assert all(sink.closed and len(sink.events) == 1 for sink in sinks)
+    assert "still busy" not in caplog.text
+
+
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
 async def test_a_sink_raising_base_exception_does_not_break_its_neighbour(exc: BaseException) -> None:
     """SystemExit, KeyboardInterrupt and the like from one sink are counted; the other gets all."""

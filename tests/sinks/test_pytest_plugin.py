@@ -41,7 +41,7 @@ async def test_async_capture(ckpt_capture):
 
 
 def test_span_sink(ckpt_capture, ckpt_span_sink, ckpt_span_exporter):
-    """The span sink exports to the in-memory exporter."""
+    """The span sink exports to the in-memory exporter; subscribing it again keeps it once."""
     ckpt_capture.subscribe(ckpt_span_sink)
     with ckpt_capture.telemetry("model", "model-0").operation("prepare", checkpoint_id="c1"):
         pass
@@ -49,6 +49,28 @@ def test_span_sink(ckpt_capture, ckpt_span_sink, ckpt_span_exporter):
     ckpt_span_sink.force_flush()
     (span,) = ckpt_span_exporter.get_finished_spans()
     assert span.name == "gym.checkpoint.prepare" and span.context.trace_id == 1
+
+
+def test_span_exporter_alone(ckpt_capture, ckpt_span_exporter):
+    """Asking for the exporter is enough: its sink is on the capture's bus, no subscribe call."""
+    with ckpt_capture.telemetry("model", "model-0").operation("commit", checkpoint_id="c1"):
+        pass
+    ckpt_capture.flush_sync()
+    (span,) = ckpt_span_exporter.get_finished_spans()
+    assert span.name == "gym.checkpoint.commit"
+
+
+def test_metric_reader_alone(ckpt_capture, ckpt_metric_reader):
+    """Asking for the reader is enough: the metric sink records what the capture sees."""
+    ckpt_capture.telemetry("agent", "agent-0").refused("unauthorized")
+    ckpt_capture.flush_sync()
+    names = [
+        metric.name
+        for resource in ckpt_metric_reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    ]
+    assert METRIC_EVENTS in names
 
 
 def test_metric_sink(ckpt_capture, ckpt_metric_sink, ckpt_metric_reader, ckpt_meter_provider):
@@ -78,7 +100,7 @@ def test_each_fixture_in_a_tiny_test_file(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("import pytest\n\n@pytest.fixture\ndef anyio_backend():\n    return 'asyncio'\n")
     pytester.makepyfile(test_uses_plugin=_USES_EVERY_FIXTURE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=6)
 
 
 def test_a_failing_assertion_on_captured_events_fails(pytester: pytest.Pytester) -> None:

@@ -98,3 +98,53 @@ async def test_serve_runs_a_participant_with_bearer_auth(tmp_path: Path) -> None
             assert denied.status_code == 401 and denied.json()["error"]["code"] == "unauthorized"
     finally:
         process.terminate()
+
+
+@pytest.mark.e2e
+async def test_serve_starts_before_its_collector_and_exports_once_it_comes(tmp_path: Path) -> None:
+    """serve with nothing at OTEL_EXPORTER_OTLP_ENDPOINT starts anyway, says so in one line, and
+    its spans reach the collector started afterwards (it refused to start: start-up order was a
+    hard dependency); --require-collector keeps the refusal, in one line."""
+    import anyio
+
+    from participants.cli.fleet import free_port
+    from tests.participants.cli.otlp_receiver import otlp_receiver
+    from tests.participants.helpers import body
+
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    port = free_port()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_BSP_SCHEDULE_DELAY": "20"}
+    strict = ServerProcess(
+        "resources",
+        instance="resources-8",
+        token_file=token_file,
+        log_dir=tmp_path / "strict",
+        env=env,
+        extra_args=["--require-collector"],
+    )
+    assert strict.wait(30) == 2
+    assert strict.stderr_path.read_text().splitlines() == [
+        "ckpt-events serve: error: --require-collector: $OTEL_EXPORTER_OTLP_ENDPOINT: nothing answers at "
+        f"http://127.0.0.1:{port}/v1/traces: start a collector there, or fix the endpoint"
+    ]
+    process = ServerProcess(
+        "resources", instance="resources-7", token_file=token_file, log_dir=tmp_path, env=env
+    )
+    try:
+        await process.wait_listening(30.0)
+        assert process.stderr_path.read_text().splitlines() == [
+            f"ckpt-events serve: the collector at http://127.0.0.1:{port}/v1/traces does not answer "
+            "(yet): serving anyway, spans are exported once it does (dropped and counted until then; "
+            "--require-collector refuses to start instead)"
+        ]
+        with otlp_receiver(port) as received:
+            async with httpx.AsyncClient(
+                base_url=process.url, headers={"authorization": "Bearer served-token"}
+            ) as http:
+                reply = await http.post(CONTROL_PREFIX + "/prepare", json=body("c-late"))
+                assert reply.status_code == 200, reply.text
+            with anyio.fail_after(15):
+                while "/v1/traces" not in received.paths:
+                    await anyio.sleep(0.05)
+    finally:
+        process.terminate()

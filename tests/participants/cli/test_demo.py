@@ -67,7 +67,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
     for argv in (
         ["demo", "--rollouts", "zero"],
         ["demo", "--otlp-endpoint", "127.0.0.1:4318"],
-        ["demo", "--report", str(tmp_path / "missing" / "t.svg")],
+        ["demo", "--jsonl", str(tmp_path / "missing" / "t.jsonl")],
         ["bench", "--only", "everything"],
     ):
         with pytest.raises(SystemExit) as info:
@@ -82,6 +82,10 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
         assert main(argv) == 2  # paths may be globs: checked when expanded, not by argparse
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "no such file, directory or matching glob" in err, argv
+    # --report is checked with its extension, by the command, before any work
+    assert main(["demo", "--report", str(tmp_path / "missing" / "t.svg")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not exist" in err
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     assert main(["report", str(empty)]) == 2

@@ -69,7 +69,7 @@ async def test_stall_aborts_the_first_checkpoint_not_ready_on_environment(
     assert not any(isinstance(e, LeaseExpired) for e in events)
     text = _report(log, capsys)
     assert (
-        "#1 checkpoint aborted: not ready at its deadline: environment/environment-0 blocked by 1 episodes"
+        "#1 checkpoint aborted: not ready at its deadline: environment/environment-0 blocked by 1 episode"
         in text
     )
     assert "#2 checkpoint slowest" in text and "#3 restore slowest" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,45 @@ def test_report_refuses_what_it_cannot_write_before_any_work(
     assert main(["report", str(log), "--report", str(tmp_path / "R.Perfetto.JSON")]) == 0
     rows = json.loads((tmp_path / "R.Perfetto.JSON").read_text())["traceEvents"]
     assert [r["ph"] for r in rows if r["ph"] != "M"] == ["X"]
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    """A folder that exists and cannot be written: read-only for a user, ``/proc`` for root
+    (whom modes do not stop)."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir(mode=0o500)
+        return folder
+    if not Path("/proc/self").is_dir():
+        pytest.skip("running as root without /proc: no folder root cannot write")
+    return Path("/proc")
+
+
+def test_report_and_jsonl_paths_that_cannot_be_written_are_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --report or --jsonl in a folder we may not write is one line and exit 2 before the work
+    (the demo ran whole, then ended in a PermissionError traceback)."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
+        b'"start_ns":1000000,"end_ns":5000000,"operation":"commit","records":3}\n'
+    )
+    bad = _unwritable_folder(tmp_path) / "ckpt-events-report.html"
+    workdir = tmp_path / "work"
+    for argv in (
+        ["report", str(log), "--report", str(bad)],
+        ["demo", "--rollouts", "1", "--workdir", str(workdir), "--report", str(bad)],
+    ):
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"ckpt-events {argv[0]}: error: cannot write {str(bad)!r}: "), line
+        assert captured.out == ""
+    with pytest.raises(SystemExit) as info:
+        main(
+            ["demo", "--rollouts", "1", "--workdir", str(workdir), "--jsonl", str(bad.with_suffix(".jsonl"))]
+        )
+    assert info.value.code == 2
+    assert f"cannot write {str(bad.with_suffix('.jsonl'))!r}" in capsys.readouterr().err
+    assert not workdir.exists()  # the demo never started

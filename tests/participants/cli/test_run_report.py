@@ -137,3 +137,18 @@ def test_not_a_log_is_refused_naming_file_and_line(
 def test_control_sequences_from_a_log_are_never_printed() -> None:
     """ESC, CSI and OSC sequences are removed from strings taken from a log."""
     assert clean("a\x1b[31mred\x1b[0m\x1b]0;title\x07b\x07\x9bc") == "aredbc"
+
+
+async def test_one_of_a_kind_is_said_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log of one checkpoint: "1 log file: 1 checkpoint or restore" (it printed "1 log file(s)":
+    "1 checkpoints and restores")."""
+    async with coordinated() as (co, _, events):
+        await co.checkpoint("c1", str(tmp_path / "ck1"), deadline_ts=time.time() + 10)
+    log = tmp_path / "one.jsonl"
+    _write(log, list(events))
+    assert await anyio.to_thread.run_sync(main, ["report", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "run overview (1 log file): 1 checkpoint or restore" in out
+    assert "1 checkpoints" not in out and "file(s)" not in out

@@ -167,6 +167,10 @@ async def test_spans_are_dropped_and_counted_when_the_collector_is_down() -> Non
     async with Bus() as bus:
         bus.subscribe(sink)
         await _one_checkpoint(bus)
+        # While running, the export is retried (closing, a refused one is not: its own test).
+        with anyio.fail_after(5):
+            while sink.stats().export_failures == 0:
+                await anyio.sleep(0.01)
     stats = sink.stats()
     assert (stats.exported, stats.dropped, stats.export_failures, stats.retries) == (0, 4, 1, 2)
 

@@ -1,0 +1,83 @@
+"""``ckpt-events`` itself: a missing extra is one line naming it, ``--version``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from participants.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+#: The command line in an interpreter where ``rich`` is not installed: a meta-path finder
+#: refuses it as the import system does when no finder has it.
+WITHOUT_RICH = """
+import sys
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name == "rich" or name.startswith("rich."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+from participants.cli.main import main
+sys.exit(main())
+"""
+
+
+def _without_rich(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_RICH, *argv],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--rollouts", "2"],
+        ["report", "run.jsonl"],
+        ["bench", "--only", "core", "--quick"],
+        ["watch", "--participant", "http://127.0.0.1:9", "--once"],
+        ["diff", "a.jsonl", "b.jsonl"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_command_without_the_cli_extra_names_it_in_one_line(tmp_path: Path, argv: list[str]) -> None:
+    """Without rich, the commands that draw with it exit 2 with one line naming the extra, before
+    any work (bench ran its suite first, then failed at the table)."""
+    done = _without_rich(tmp_path, *argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"ckpt-events {argv[0]}: error: 'rich' is not installed: this command needs the cli extra: "
+        "pip install 'ckpt-events[cli]'"
+    ]
+    assert done.stdout == ""
+
+
+def test_help_and_the_commands_without_rich_still_run(tmp_path: Path) -> None:
+    """``--help`` and ``ops`` need nothing from the extra: they run without rich."""
+    helped = _without_rich(tmp_path, "--help")
+    assert helped.returncode == 0 and "demo" in helped.stdout, helped.stderr
+    ops = _without_rich(tmp_path, "ops", "--write", str(tmp_path / "ops"))
+    assert ops.returncode == 0, ops.stderr
+    assert any((tmp_path / "ops").iterdir())
+
+
+def test_version_prints_the_installed_distributions_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ckpt-events --version`` prints the version the package metadata holds, and exits 0."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"ckpt-events {version('ckpt-events')}\n"

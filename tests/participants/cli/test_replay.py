@@ -1,0 +1,102 @@
+"""``ckpt-events replay``: where it exports (the flag, else OpenTelemetry's variables, never a
+doubled signal path) and what it says about a file that is not a log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from participants.cli.main import main
+from tests.participants.cli.otlp_receiver import otlp_receiver
+
+SPAN = (
+    b'{"type":"coordinate_finished","kind":"controller","instance":"coordination","trace_id":1,'
+    b'"span_id":2,"start_ns":1000000,"end_ns":5000000,"operation":"commit"}\n'
+)
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_otel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(SPAN)
+    return path
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1/traces", "/v1/traces/"])
+def test_a_base_or_a_full_traces_url_posts_to_v1_traces_once(
+    log: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    """--otlp-endpoint takes the base or the whole /v1/traces URL; spans go to /v1/traces, never
+    /v1/traces/v1/traces (where a full URL went before)."""
+    with otlp_receiver() as received:
+        assert main(["replay", str(log), "--otlp-endpoint", received.url + suffix]) == 0
+    # Metrics go beside them, to /v1/metrics (never /v1/traces/v1/metrics).
+    assert received.paths.count("/v1/traces") == 1 and set(received.paths) == {"/v1/traces", "/v1/metrics"}
+    out = capsys.readouterr().out
+    assert out == f"replayed 1 event: 1 span exported to {received.url}/v1/traces\n"
+
+
+def test_without_the_flag_the_opentelemetry_endpoint_variables_say_where(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No flag: $OTEL_EXPORTER_OTLP_ENDPOINT is a base (/v1/traces appended); the per-signal
+    $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as is; neither: one line naming both ways."""
+    with otlp_receiver() as received:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", received.url)
+        assert main(["replay", str(log)]) == 0
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", received.url + "/custom/traces")
+        assert main(["replay", str(log)]) == 0
+    assert [p for p in received.paths if "traces" in p] == ["/v1/traces", "/custom/traces"]
+    capsys.readouterr()
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    assert main(["replay", str(log)]) == 2
+    assert capsys.readouterr().err == (
+        "ckpt-events replay: error: no collector to replay to: pass --otlp-endpoint URL or set "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT\n"
+    )
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:4318", "localhost:4318/v1/traces", "ftp://127.0.0.1:1"])
+def test_an_endpoint_without_an_http_scheme_is_refused_as_demo_refuses_it(
+    log: Path, capsys: pytest.CaptureFixture[str], endpoint: str
+) -> None:
+    """replay and demo share one check: no scheme is "not an http(s) URL", never "nothing
+    answers" (what replay said, after trying to connect)."""
+    for command in (["replay", str(log)], ["demo"]):
+        with pytest.raises(SystemExit) as info:
+            main([*command, "--otlp-endpoint", endpoint])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"ckpt-events {command[0]}: error: argument --otlp-endpoint: {endpoint!r} is not an "
+            "http(s) URL, e.g. http://127.0.0.1:4318\n"
+        )
+
+
+def test_a_file_that_is_no_log_or_empty_fails_with_the_collector_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A non-log or an empty file exits 2 saying it holds no events (it exited 0 after "replayed
+    0 events"), and nothing is sent."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# a title\n\n" + "prose, not events\n" * 500)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    with otlp_receiver() as received:
+        for path in (readme, empty):
+            assert main(["replay", str(path), "--otlp-endpoint", received.url]) == 2
+            err = capsys.readouterr().err.splitlines()
+            assert err[-1] == f"ckpt-events replay: error: {path} holds no checkpoint events (1 file read)"
+            assert len(err) <= 2, err
+    assert received.paths == []
