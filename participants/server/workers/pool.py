@@ -209,17 +209,19 @@ class WorkerPool:
         self._reports.clear()
         self.broadcast("open_admission")
 
-    async def _gather(
+    async def _ask_each(
         self,
         kind: str,
         body: Any,
         indexes: Iterable[int],
         traceparent: str | None = None,
         timeout: float | None = None,
-    ) -> dict[int, Any]:
-        """Ask each worker in ``indexes``; the replies of those that answered within ``timeout``
-        (at most the reply deadline; the others are left out)."""
+    ) -> tuple[dict[int, Any], ProtocolRefusal | None]:
+        """Ask every worker in ``indexes`` at once (``body``, or ``body(index)`` if callable),
+        each within ``timeout`` (at most the reply deadline). Returns the replies, and the
+        refusal of the lowest-numbered worker that refused or did not answer (503), if any."""
         replies: dict[int, Any] = {}
+        refusals: dict[int, ProtocolRefusal] = {}
         seconds = (
             self.coordinator.reply_seconds
             if timeout is None
@@ -227,29 +229,36 @@ class WorkerPool:
         )
 
         async def ask(index: int) -> None:
+            message = body(index) if callable(body) else body
             try:
                 channel = self.coordinator.channel(index)
-                replies[index] = await channel.request(kind, body, timeout=seconds, traceparent=traceparent)
-            except (WorkerChannelError, ProtocolRefusal):
-                pass
+                replies[index] = await channel.request(
+                    kind, message, timeout=seconds, traceparent=traceparent
+                )
+            except ProtocolRefusal as exc:
+                refusals[index] = exc
+            except WorkerChannelError as exc:
+                refusals[index] = _unavailable(exc)
 
         async with anyio.create_task_group() as tg:
             for index in indexes:
                 tg.start_soon(ask, index)
-        return replies
+        return replies, refusals[min(refusals)] if refusals else None
 
     async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         traceparent = op.traceparent() or _share()[1]
         # A silent worker must not hold prepare past its deadline: it is left unreported.
         remaining = max(0.05, deadline_ts - time.time())
-        replies = await self._gather("closed", body, self.coordinator.connected(), traceparent, remaining)
+        replies, _ = await self._ask_each(
+            "closed", body, self.coordinator.connected(), traceparent, remaining
+        )
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
 
     async def wait_changed(self, timeout: float) -> None:
         # Workers cap their wait at 0.5 s; a worker silent for longer is left unreported this round.
-        replies = await self._gather(
+        replies, _ = await self._ask_each(
             "report", {"wait": timeout}, self.coordinator.connected(), None, timeout + 1.0
         )
         for index, report in replies.items():
@@ -298,7 +307,7 @@ class WorkerPool:
         """Every worker writes its episodes in scope as its own records file in ``directory``,
         all at once; each part with the capture keys it holds, in worker order. A worker that
         fails or does not answer is 503 (the parts the others wrote are the caller's to delete:
-        ``CommitParts.written``)."""
+        ``written``)."""
         indexes = self.check_all_connected("commit")
         checkpoint_id, traceparent = _share()
         body = {
@@ -306,7 +315,7 @@ class WorkerPool:
             "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
             "checkpoint_id": checkpoint_id,
         }
-        replies, refusal = await self._gather_all("write_part", body, indexes, traceparent)
+        replies, refusal = await self._ask_each("write_part", body, indexes, traceparent)
         parts: list[tuple[RecordsPart, list[str]]] = []
         self._extras = {}
         for index in sorted(replies):
@@ -326,31 +335,6 @@ class WorkerPool:
         if refusal is not None:
             raise refusal
         return parts
-
-    async def _gather_all(
-        self, kind: str, body: Any, indexes: list[int], traceparent: str | None
-    ) -> tuple[dict[int, Any], ProtocolRefusal | None]:
-        """Ask every worker in ``indexes`` at once; the replies, and the first refusal (a
-        refused or silent worker), after every worker answered or timed out."""
-        replies: dict[int, Any] = {}
-        refusals: dict[int, ProtocolRefusal] = {}
-
-        async def ask(index: int) -> None:
-            try:
-                channel = self.coordinator.channel(index)
-                replies[index] = await channel.request(
-                    kind, body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
-                )
-            except ProtocolRefusal as exc:
-                refusals[index] = exc
-            except WorkerChannelError as exc:
-                refusals[index] = _unavailable(exc)
-
-        async with anyio.create_task_group() as tg:
-            for index in indexes:
-                tg.start_soon(ask, index)
-        first = refusals[min(refusals)] if refusals else None
-        return replies, first
 
     def stop(self, keys: Iterable[str]) -> None:
         by_worker: dict[int, list[str]] = {}
@@ -378,34 +362,25 @@ class WorkerPool:
         indexes = self.check_all_connected("restore")
         checkpoint_id, traceparent = _share()
         plan = assign_parts(parts, len(indexes))
-        held: dict[int, list[str]] = {}
-        size = 0
-        refusal: ProtocolRefusal | None = None
 
-        async def ask(index: int) -> None:
-            nonlocal size, refusal
+        def body(index: int) -> dict[str, Any]:
             shares = [
                 [p.worker, p.records_file, p.records_sha256, p.record_count, *share]
                 for p, share in plan[index]
             ]
-            body = {"directory": directory, "parts": shares, "checkpoint_id": checkpoint_id}
+            return {"directory": directory, "parts": shares, "checkpoint_id": checkpoint_id}
+
+        replies, refusal = await self._ask_each("stage", body, indexes, traceparent)
+        held: dict[int, list[str]] = {}
+        size = 0
+        for index in sorted(replies):
             try:
-                reply = await self.coordinator.channel(index).request(
-                    "stage", body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
-                )
-                staged = msgspec.convert(reply, _StageReply)
-            except ProtocolRefusal as exc:
-                refusal = refusal or exc
-                return
-            except (WorkerChannelError, msgspec.ValidationError) as exc:
+                staged = msgspec.convert(replies[index], _StageReply)
+            except msgspec.ValidationError as exc:
                 refusal = refusal or _unavailable(Exception(f"restore: worker {index}: {exc}"))
-                return
+                continue
             held[index] = staged.keys
             size += staged.bytes
-
-        async with anyio.create_task_group() as tg:
-            for index in indexes:
-                tg.start_soon(ask, index)
         found = {key for keys in held.values() for key in keys}
         if refusal is None and len(found) != sum(map(len, held.values())):
             twice = sorted(k for k, n in Counter(k for keys in held.values() for k in keys).items() if n > 1)
@@ -428,24 +403,12 @@ class WorkerPool:
         checkpoint_id, traceparent = _share()
         # The whole server's fence: a late attempt is refused here before any worker sees it.
         RetiredAttempts.mark_all(self.fence, self._staged_scope)
-        refusal: ProtocolRefusal | None = None
-        replies: dict[int, Any] = {}
-
-        async def ask(index: int) -> None:
-            nonlocal refusal
-            body = {"drop": self._staged.get(index, []), "checkpoint_id": checkpoint_id}
-            try:
-                replies[index] = await self.coordinator.channel(index).request(
-                    "install_staged", body, timeout=self.coordinator.reply_seconds, traceparent=traceparent
-                )
-            except ProtocolRefusal as exc:
-                refusal = refusal or exc
-            except WorkerChannelError as exc:
-                refusal = refusal or _unavailable(exc)
-
-        async with anyio.create_task_group() as tg:
-            for index in indexes:
-                tg.start_soon(ask, index)
+        replies, refusal = await self._ask_each(
+            "install_staged",
+            lambda index: {"drop": self._staged.get(index, []), "checkpoint_id": checkpoint_id},
+            indexes,
+            traceparent,
+        )
         if refusal is not None:
             self.discard()
             raise refusal
@@ -479,7 +442,7 @@ class WorkerPool:
             RetiredAttempts.mark(self.fence, episode_id)  # the workers' retire marks them
         checkpoint_id, traceparent = _share()
         body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids], "checkpoint_id": checkpoint_id}
-        await self._gather("retire", body, self.coordinator.connected(), traceparent)
+        await self._ask_each("retire", body, self.coordinator.connected(), traceparent)
         self.owners = {
             k: w for k, w in self.owners.items() if not self.fence.is_retired(EpisodeId.from_capture_key(k))
         }
