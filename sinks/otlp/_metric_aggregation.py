@@ -271,16 +271,7 @@ class MetricEncoder:
                 )
         for meta, sums in zip(COUNTERS, totals.sums, strict=True):
             if sums:
-                points = b"".join(
-                    field(
-                        tags.SUM_DATA_POINTS,
-                        self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
-                        + times
-                        + _AS_INT
-                        + FIXED64.pack(total % (1 << 64)),
-                    )
-                    for key, total in sums.items()
-                )
+                points = self._int_points(sums, times)
                 metrics.append(self._metric(meta, field(tags.METRIC_SUM, points + _CUMULATIVE_MONOTONIC_SUM)))
         if totals.open is not None:
             metrics.extend(self._open_protobuf(totals.open, times))
@@ -295,16 +286,7 @@ class MetricEncoder:
         # gauges are Gauge data (Metric field 5) of double points (NumberDataPoint field 4).
         metrics: list[bytes] = []
         if snapshot.open:
-            points = b"".join(
-                field(
-                    tags.SUM_DATA_POINTS,
-                    self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
-                    + times
-                    + _AS_INT
-                    + FIXED64.pack(n % (1 << 64)),
-                )
-                for key, n in snapshot.open.items()
-            )
+            points = self._int_points(snapshot.open, times)
             metrics.append(self._metric(OPEN_COUNTER, field(tags.METRIC_SUM, points + _CUMULATIVE_SUM)))
         oldest_meta, published_meta = GAUGES
         if snapshot.oldest_s:
@@ -355,6 +337,19 @@ class MetricEncoder:
                 gauge = {"dataPoints": gauge_points}
                 metrics.append({"name": name, "unit": unit, "description": description, "gauge": gauge})
         return metrics
+
+    def _int_points(self, values: Mapping[tuple[Any, ...], int], times: bytes) -> bytes:
+        """A Sum's ``NumberDataPoint``s of ``as_int`` (two's complement, as int64 wraps), one a key."""
+        return b"".join(
+            field(
+                tags.SUM_DATA_POINTS,
+                self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
+                + times
+                + _AS_INT
+                + FIXED64.pack(value % (1 << 64)),
+            )
+            for key, value in values.items()
+        )
 
     def _attributes_pb(self, tag: int, key: tuple[Any, ...]) -> bytes:
         return b"".join(field(tag, key_value(k, v)) for k, v in self._attrs(key).items())
