@@ -35,7 +35,17 @@ from urllib.parse import urlsplit
 
 from ckpt_events import InvalidTypeError, InvalidValueError
 
-__all__ = ["BUS_LINGER", "MAX_REPLY_BYTES", "RETRYABLE_STATUSES", "OtlpHttpSender", "SendResult"]
+__all__ = [
+    "BUS_LINGER",
+    "MAX_REPLY_BYTES",
+    "PROTOCOLS",
+    "RETRYABLE_STATUSES",
+    "OtlpHttpSender",
+    "SendResult",
+    "check_protocol",
+    "resource_with_service_name",
+    "signal_sender",
+]
 
 RETRYABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
 #: Seconds the bus gathers events for an OTLP sink before a delivery (``bus.flush()`` and
@@ -250,3 +260,42 @@ def _abort(connection: http.client.HTTPConnection) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # already closed
+
+
+#: The OTLP/HTTP encodings our sinks write, and the content type each is posted as.
+PROTOCOLS: Final = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
+
+
+def check_protocol(protocol: str) -> None:
+    """``protocol`` is one of ``PROTOCOLS``, or ``InvalidValueError`` says which are."""
+    if protocol not in PROTOCOLS:
+        raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+
+
+def signal_sender(
+    endpoint: str,
+    path: str,
+    *,
+    protocol: str,
+    headers: Mapping[str, str] | None,
+    timeout: float,
+    compression: str,
+    max_retries: int,
+    initial_backoff: float,
+) -> OtlpHttpSender:
+    """The sender of one signal: to ``endpoint`` (the collector's base URL) + ``path`` (the
+    signal's, e.g. ``/v1/traces``; ``""``: the URL as is), in ``protocol``'s content type."""
+    return OtlpHttpSender(
+        endpoint.rstrip("/") + path if path else endpoint,
+        content_type=PROTOCOLS[protocol],
+        headers=headers,
+        timeout=timeout,
+        compression=compression,
+        max_retries=max_retries,
+        initial_backoff=initial_backoff,
+    )
+
+
+def resource_with_service_name(resource_attributes: Mapping[str, object] | None) -> dict[str, object]:
+    """The resource's attributes, ``service.name`` defaulting to ``"unknown_service"`` (as the SDK)."""
+    return {"service.name": "unknown_service", **dict(resource_attributes or {})}

@@ -22,12 +22,11 @@ import msgspec
 from ckpt_events import InvalidTypeError, InvalidValueError
 from sinks import _metric_keys as keys
 from sinks.otlp._export_worker import ExportWorker
-from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
+from sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
 from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
 
-PROTOCOLS: Final = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 METRICS_PATH: Final = "/v1/metrics"
 
 
@@ -71,20 +70,20 @@ class OtlpMetricSink:
         max_retries: int = 5,
         initial_backoff: float = 1.0,
     ) -> None:
-        if protocol not in PROTOCOLS:
-            raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+        check_protocol(protocol)
         interval_wrong = f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
         if isinstance(export_interval, bool) or not isinstance(export_interval, int | float):
             raise InvalidTypeError(interval_wrong)
         if not 0 < export_interval <= 86_400:
             raise InvalidValueError(interval_wrong)
         self.protocol = protocol
-        attributes = {"service.name": "unknown_service", **dict(resource_attributes or {})}
+        attributes = resource_with_service_name(resource_attributes)
         self.encoder = MetricEncoder(attributes)
         self._encode = self.encoder.protobuf if protocol == "http/protobuf" else self.encoder.json
-        self.sender = OtlpHttpSender(
-            endpoint.rstrip("/") + metrics_path if metrics_path else endpoint,
-            content_type=PROTOCOLS[protocol],
+        self.sender = signal_sender(
+            endpoint,
+            metrics_path,
+            protocol=protocol,
             headers=headers,
             timeout=timeout,
             compression=compression,

@@ -22,7 +22,7 @@ import msgspec
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, resolve_span_groups
 from sinks._span_attrs import FINISHED
 from sinks.otlp._export_worker import ExportWorker
-from sinks.otlp._http import BUS_LINGER, OtlpHttpSender
+from sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
 from sinks.otlp._span_encoder import SpanEncoder
 
 __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
@@ -30,7 +30,6 @@ __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
 #: How long a shutdown waits for the worker after cancelling its request (it returns at once
 #: but for a thread switch); past it, the spans it held are counted as dropped.
 _JOIN_SLACK: Final = 0.25
-PROTOCOLS: Final = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 TRACES_PATH: Final = "/v1/traces"
 
 
@@ -89,8 +88,7 @@ class OtlpSpanSink:
         max_retries: int = 5,
         initial_backoff: float = 1.0,
     ) -> None:
-        if protocol not in PROTOCOLS:
-            raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+        check_protocol(protocol)
         for name, value in (("max_export_batch", max_export_batch), ("max_queue", max_queue)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidTypeError(f"{name} must be a positive int, not {value!r}")
@@ -105,12 +103,13 @@ class OtlpSpanSink:
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
         self.interests: tuple[type, ...] = FINISHED if self.enabled else ()
-        attributes = {"service.name": "unknown_service", **dict(resource_attributes or {})}
+        attributes = resource_with_service_name(resource_attributes)
         self.encoder = SpanEncoder(attributes, redactor)
         self._encode = self.encoder.protobuf if protocol == "http/protobuf" else self.encoder.json
-        self.sender = OtlpHttpSender(
-            endpoint.rstrip("/") + traces_path if traces_path else endpoint,
-            content_type=PROTOCOLS[protocol],
+        self.sender = signal_sender(
+            endpoint,
+            traces_path,
+            protocol=protocol,
             headers=headers,
             timeout=timeout,
             compression=compression,
