@@ -29,7 +29,7 @@ from ckpt_events import (
     StepFinished,
 )
 
-__all__ = ["FINISHED", "SpanPlan", "span_name_and_attributes", "span_plan"]
+__all__ = ["FINISHED", "SpanPlan", "plans_by_name", "span_name_and_attributes", "span_plan"]
 
 FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
@@ -81,6 +81,16 @@ def span_plan(event: Any) -> SpanPlan | None:
         return None
     field, plans = found
     return plans.get(getattr(event, field))
+
+
+def plans_by_name() -> dict[str, tuple[type, str, Any, FieldAttrs]]:
+    """The rule read backwards, for readers of exported spans: span name -> (event class, the
+    field that names the span, that field's value, the span's (event field, attribute) pairs)."""
+    return {
+        name: (cls, field, member, fields)
+        for cls, (field, plans) in _PLANS.items()
+        for member, (name, fields) in plans.items()
+    }
 
 
 def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[str, Any]] | None:

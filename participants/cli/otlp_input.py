@@ -22,52 +22,27 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import (
-    COLLECTION_END_ATTRS,
-    COLLECTION_SPANS,
-    COORDINATE_END_ATTRS,
-    COORDINATE_SPANS,
-    OPERATION_END_ATTRS,
-    OPERATION_SPANS,
-    STAGE_SPANS,
-    STEP_END_ATTRS,
-    STEP_SPANS,
     Attr,
-    CollectionFinished,
-    CoordinateFinished,
     Kind,
     OperationFinished,
-    StageFinished,
     StepFinished,
 )
+from sinks._span_attrs import plans_by_name
 
 __all__ = ["looks_like_otlp", "read_otlp"]
 
 _IS_REMOTE: Final = 0x200
 _STATUS_ERROR: Final = 2
-#: Span name -> (event class, the field its name comes from, that field's value).
-_BY_NAME: Final[dict[str, tuple[type, str, Any]]] = {}
-for _cls, _field, _table in (
-    (OperationFinished, "operation", OPERATION_SPANS),
-    (StepFinished, "step", STEP_SPANS),
-    (CoordinateFinished, "operation", COORDINATE_SPANS),
-    (StageFinished, "stage", STAGE_SPANS),
-    (CollectionFinished, "action", COLLECTION_SPANS),
-):
-    for _member, _name in _table.items():
-        _BY_NAME[_name] = (_cls, _field, _member)
-#: Attribute key -> event field.
-_FIELDS: Final[dict[str, str]] = {
-    Attr.PARTICIPANT_KIND: "kind",
-    Attr.INSTANCE: "instance",
-    Attr.OUTCOME: "outcome",
-    Attr.ID: "checkpoint_id",
-    Attr.PARTICIPANTS: "participants",
-    Attr.WORKER: "worker",
+#: Span name -> (event class, the field its name comes from, that field's value): the span
+#: exporters' rule (``sinks._span_attrs``) read backwards.
+_PLANS: Final = plans_by_name()
+_BY_NAME: Final[dict[str, tuple[type, str, Any]]] = {
+    name: (cls, field, member) for name, (cls, field, member, _) in _PLANS.items()
 }
-for _tables in (OPERATION_END_ATTRS, STEP_END_ATTRS, COORDINATE_END_ATTRS, COLLECTION_END_ATTRS):
-    for _pairs in _tables.values():
-        for _f, _key in _pairs:
-            _FIELDS[_key] = _f
+#: Attribute key -> event field (a worker's index is put on spans beside the plan's pairs).
+_FIELDS: Final[dict[str, str]] = {key: field for *_, pairs in _PLANS.values() for field, key in pairs} | {
+    Attr.WORKER: "worker"
+}
 
 
 def looks_like_otlp(first_line: bytes) -> bool:
