@@ -65,15 +65,19 @@ def check_commit_scope(keys: frozenset[str] | None, held: Mapping[str, object]) 
 
 
 def check_restore_scope(scope: set[EpisodeId], chosen: list[Record], source: str) -> None:
-    """Every requested episode is in the checkpoint read."""
-    check_restore_keys({e.capture_key for e in scope}, {r.episode_id.capture_key for r in chosen}, source)
+    """Every requested episode is in the checkpoint read (keys made only for the missing ones)."""
+    missing = scope - {r.episode_id for r in chosen}
+    _refuse_missing(sorted(e.capture_key for e in missing), len(scope), source)
 
 
 def check_restore_keys(scope: set[str], found: set[str], source: str) -> None:
     """Every requested episode (by capture key) is among those ``found`` in the checkpoint read."""
-    missing = sorted(scope - found)
+    _refuse_missing(sorted(scope - found), len(scope), source)
+
+
+def _refuse_missing(missing: list[str], requested: int, source: str) -> None:
     if missing:
         raise InvalidCheckpointError(
-            f"checkpoint {source} lacks {len(missing)} of the {len(scope)} requested episodes: "
+            f"checkpoint {source} lacks {len(missing)} of the {requested} requested episodes: "
             f"{', '.join(missing[:_NAMED])}"
         )
