@@ -155,13 +155,15 @@ async def live(
     from rich.live import Live
 
     with Live(_framed(view, title), console=out, auto_refresh=False, transient=False) as screen:
-        while True:
-            started = time.monotonic()
-            await snapshot(view, client, source, timeout)
-            screen.update(_framed(view, title), refresh=True)
-            if until is not None and until.is_set():
-                return
-            await _pause(interval - (time.monotonic() - started), until)
+        await _rounds(
+            view,
+            client,
+            source,
+            timeout,
+            interval,
+            until,
+            lambda: screen.update(_framed(view, title), refresh=True),
+        )
 
 
 async def plain(
@@ -178,14 +180,12 @@ async def plain(
 ) -> None:
     """What a pipe gets: one snapshot every ``interval`` seconds, each headed by a line with
     ``title()`` and the time, until ``until`` is set (then one last), or just one with ``once``."""
-    while True:
-        started = time.monotonic()
-        await snapshot(view, client, source, timeout)
+
+    def draw() -> None:
         out.print(f"-- {_printable(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
         out.print(view.render())
-        if once or (until is not None and until.is_set()):
-            return
-        await _pause(interval - (time.monotonic() - started), until)
+
+    await _rounds(view, client, source, timeout, interval, until, draw, once=once)
 
 
 async def show(
@@ -205,6 +205,28 @@ async def show(
     else:
         heading = title if title is not None else (lambda: "ckpt-events watch")
         await plain(view, client, source, out, interval=interval, timeout=timeout, until=until, title=heading)
+
+
+async def _rounds(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    timeout: float,
+    interval: float,
+    until: anyio.Event | None,
+    draw: Callable[[], None],
+    *,
+    once: bool = False,
+) -> None:
+    """Poll into ``view`` and ``draw()`` it every ``interval`` seconds, until ``until`` is set
+    (then one last round) or after the first with ``once``."""
+    while True:
+        started = time.monotonic()
+        await snapshot(view, client, source, timeout)
+        draw()
+        if once or (until is not None and until.is_set()):
+            return
+        await _pause(interval - (time.monotonic() - started), until)
 
 
 async def _pause(seconds: float, until: anyio.Event | None) -> None:
