@@ -45,7 +45,7 @@ _STOP_TIMEOUT: Final = 5.0
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     # The child imports this very checkout, however (or whether) it was installed.
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     # Never the working directory on its path: a user's own sinks.py must not shadow ours.
@@ -295,7 +295,9 @@ async def local_fleet(
             if workers > 1:
                 from participants.cli.worker_process import worker_command
 
-                command = worker_command(kind, instance, extra)
+                # The worker processes build the workload alone: the app's own arguments (the lease
+                # grace, ...) stay here, its workload options (and the inference worker) go there.
+                command = worker_command(kind, instance, workload_options(extra))
                 command.env.update(worker_env(instance) if worker_env is not None else {})
                 extra.update(workers=workers, worker_command=command)
             if checkpoint_root is not None:
@@ -303,6 +305,17 @@ async def local_fleet(
             app = create_app(kind, instance=instance, token=token, bus=bus, kinds=kinds, **extra)
             urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping))
         yield urls
+
+
+def workload_options(app_options: Mapping[str, Any]) -> dict[str, Any]:
+    """What of ``create_app`` keyword arguments a kind's workload takes: all but the app's own
+    parameters, less the two it hands the workload (``inference_url``, ``inference_token``)."""
+    import inspect
+
+    from participants import create_app
+
+    own = set(inspect.signature(create_app).parameters) - {"inference_url", "inference_token"}
+    return {k: v for k, v in app_options.items() if k not in own}
 
 
 async def process_fleet(

@@ -65,3 +65,23 @@ async def test_accepted_sockets_have_tcp_nodelay() -> None:
                 conn.close()
 
         assert await anyio.to_thread.run_sync(request_and_inspect) != 0
+
+
+def test_worker_processes_get_the_workload_options_and_never_the_apps_own() -> None:
+    """The lease grace (an app argument) once reached the worker processes' workload and every
+    worker of `demo --workers 2 --fault ...` died at start ("unknown environment workload
+    options: lease_grace_seconds")."""
+    from participants.cli.fleet import workload_options
+
+    given = {
+        "lease_grace_seconds": 1.5,
+        "checkpoint_root": "/tmp",
+        "step_seconds": 0.0,
+        "inference_url": "http://127.0.0.1:1",
+        "inference_token": "t",
+    }
+    assert workload_options(given) == {
+        "step_seconds": 0.0,
+        "inference_url": "http://127.0.0.1:1",
+        "inference_token": "t",
+    }
