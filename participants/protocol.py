@@ -196,7 +196,9 @@ class StatusReply(_Body):
     #: Readiness: live while ``preparing`` (what a waiting prepare sees now), else the last
     #: prepare's answer; ``None`` before any prepare of the active checkpoint.
     report: PrepareReport | None = None
-    workers: list[WorkerEndpoint] | None = None
+    # UNSET (left out of the body) on a single-process server, so a client that predates the
+    # field (unknown fields refused) still reads every single-process server's status.
+    workers: list[WorkerEndpoint] | msgspec.UnsetType = msgspec.UNSET
 
 
 class PrepareReply(_Body):

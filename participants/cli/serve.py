@@ -180,11 +180,14 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     workers: dict[str, Any] = {}
     if args.workers > 1:
         from participants.cli.worker_process import worker_command
+        from participants.server.workers.app import stop_this_process
 
         workers = {
             "workers": args.workers,
             "worker_command": worker_command(args.kind, instance, options),
             "worker_host": args.host,
+            # A server whose workers keep dying stops (and exits non-zero) rather than linger.
+            "on_workers_spent": stop_this_process,
         }
     return create_app(
         args.kind,

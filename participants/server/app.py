@@ -53,6 +53,7 @@ def create_app(
     max_records_bytes: int = RECORDS_MAX_BYTES,
     kinds: KindRegistry = KINDS,
     worker_host: str = "127.0.0.1",
+    on_workers_spent: Callable[[str], None] | None = None,
     **workload_options: Any,
 ) -> FastAPI:
     """A participant of ``kind``: one of ``kinds`` (by default ``KINDS``: environment, model,
@@ -75,7 +76,8 @@ def create_app(
     instrumentation's SERVER span). With ``workers`` > 1 the episodes live in worker processes
     started by ``worker_command(index)`` (or tasks made by ``worker_factory(index)``): see
     ``participants.server.workers``; each worker process also serves its sessions' work
-    calls on its own port, bound on ``worker_host``.
+    calls on its own port, bound on ``worker_host``; a spent restart budget is a blocker of
+    every later prepare, and calls ``on_workers_spent(why)`` (see ``create_worker_app``).
     """
     row = kinds[kind]
     participant_kind = row.kind
@@ -131,6 +133,7 @@ def create_app(
             max_records_bytes=max_records_bytes,
             max_body_bytes=max_body_bytes,
             worker_host=worker_host,
+            on_workers_spent=on_workers_spent,
         )
     plane: ControlPlane[Any] = ControlPlane(
         tel,

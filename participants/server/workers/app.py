@@ -69,7 +69,7 @@ from participants.server.workers.worker import run_worker
 from participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
 from participants.workloads.base import Workload
 
-__all__ = ["WorkerControlPlane", "create_worker_app"]
+__all__ = ["WorkerControlPlane", "create_worker_app", "stop_this_process"]
 
 _JOIN_SECONDS: Final = 30.0
 #: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
@@ -199,15 +199,17 @@ def _work_router(pool: WorkerPool, token: str) -> Any:
     return router
 
 
-def _stop_server(app: FastAPI) -> Callable[[str], None]:
-    """What a spent restart budget does: note why on ``app.state.fatal`` (``serve`` then exits
-    non-zero) and stop the server as SIGTERM does (gracefully, within its deadline)."""
+def stop_this_process(why: str) -> None:
+    """``on_workers_spent`` for a server that is its own process (``ckpt-events serve``): stop it
+    as SIGTERM does, gracefully and within its deadline (``serve`` then exits non-zero)."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
-    def stop(why: str) -> None:
-        app.state.fatal = why
-        os.kill(os.getpid(), signal.SIGTERM)
 
-    return stop
+def _workers_spent(app: FastAPI, pool: WorkerPool, then: Callable[[str], None] | None, why: str) -> None:
+    app.state.fatal = why
+    pool.spent = why
+    if then is not None:
+        then(why)
 
 
 def create_worker_app(
@@ -225,12 +227,16 @@ def create_worker_app(
     max_records_bytes: int = RECORDS_MAX_BYTES,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     worker_host: str = "127.0.0.1",
+    on_workers_spent: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The main process of a participant with ``workers`` workers (``checker`` is a local
     workload of the kind, its ``tel`` the server's; with ``own_bus`` the lifespan enters that
     bus and calls ``configure_sinks`` on it). Worker processes serve their sessions' work
     calls on their own ports, bound on ``worker_host``; worker tasks (``worker_factory``) are
-    reached through the main process only."""
+    reached through the main process only. A worker whose restart budget is spent is noted on
+    ``app.state.fatal`` and is a blocker (``<kind>-worker-restarts-spent``) of every later
+    prepare; ``on_workers_spent(why)`` is called too (``stop_this_process`` ends a server that
+    is its own process; an app in a bigger process must not signal it)."""
     tel: Telemetry = checker.tel
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
@@ -271,7 +277,7 @@ def create_worker_app(
                 worker_command,
                 env=env,
                 secret_for=coordinator.new_secret,
-                on_spent=_stop_server(app),
+                on_spent=functools.partial(_workers_spent, app, pool, on_workers_spent),
             )
             app.state.supervisor = supervisor
             tg.start_soon(supervisor.run)

@@ -144,6 +144,8 @@ class WorkerPool:
         self.fence: RetiredAttempts = _PostedMarks(self)
         self.admission_open = True
         self.served = False
+        #: Why the workers' restart budget is spent, once it is (a blocker of every prepare then).
+        self.spent: str | None = None
         #: The records files the last ``write_parts`` got written (deleted if not published).
         self.written: list[str] = []
         #: After a ``stage``: per worker, the keys it staged that are out of the restore's scope.
@@ -276,6 +278,7 @@ class WorkerPool:
         unreported = self.coordinator.workers - len(reports) - len(self._lost)
         special = [f"{kind}-worker-lost"] * bool(self._lost)
         special += [f"{kind}-workers-unreported:{unreported}"] * (unreported > 0)
+        special += [f"{kind}-worker-restarts-spent"] * (self.spent is not None)
         counts: dict[str, int] = {}
         for r in reports:
             for name, value in r.counts.items():

@@ -446,3 +446,31 @@ async def test_restarts_spread_over_time_are_never_spent() -> None:
                 await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
     assert spent == []
+
+
+async def test_a_spent_restart_budget_is_a_blocker_of_every_later_prepare() -> None:
+    """In an app that is not its own process nothing is signalled: the spent budget shows as a
+    blocker naming it, so no prepare can ever be ready again."""
+    app = _app()
+    async with running(app) as client:
+        await _both_serving(client)
+        app.state.workload.spent = "worker 1 exited 6 times within 60 s"
+        prepared = await control(client, "prepare", seconds=0.5)
+        report = prepared.json()["report"]
+        assert prepared.json()["phase"] == "preparing" and not report["ready"]
+        assert "environment-worker-restarts-spent" in report["blockers"]
+        assert (await control(client, "resume")).status_code == 200
+
+
+async def test_status_names_the_workers_only_where_there_are_some() -> None:
+    """A single-process server's status has no ``workers`` key (a client that predates it and
+    refuses unknown fields still reads it); a multi-worker server's lists each worker."""
+    from participants import create_app
+
+    single = create_app("environment", instance="env-0", token=TOKEN, checkpoint_root=tempfile.gettempdir())
+    async with running(single) as client:
+        assert "workers" not in await status(client)
+    async with running(_app()) as client:
+        await _both_serving(client)
+        workers = (await status(client))["workers"]
+        assert [(w["index"], w["connected"], w["url"]) for w in workers] == [(0, True, None), (1, True, None)]
