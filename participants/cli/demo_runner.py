@@ -364,12 +364,16 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
         events = list(memory.events)
         from participants.cli.command import load_events
+        from participants.cli.run_logs import event_time
 
         # Processes' logs (<instance>.gen<n>.jsonl) and their workers' (<...>.jsonl.w<index>).
         logs = workdir / "logs"
         own = sorted(logs.glob("*.jsonl")) if opts.processes else []
         others = [*own, *sorted(logs.glob("*.jsonl.w*"))]
         events.extend(load_events(others))
+        # One stream in time order, as `report` merges its files: the overview folds events as
+        # they come, and the controller's coming all first left a restore's steps unattributed.
+        events.sort(key=event_time)
         merged = None
         if opts.jsonl is not None and others:
             from participants.cli.demo_logs import merge_into

@@ -149,3 +149,15 @@ def test_processes_lease_fault_is_named_from_every_serve_process_log(
         assert f"lease expired on {who} in phase prepared" in text
     assert "#2 checkpoint slowest" in text and "#3 restore slowest" in text
     assert FAULT_ENV not in os.environ
+
+
+@pytest.mark.slow
+def test_processes_slow_restore_is_named_by_the_demos_own_checks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``demo --processes --fault slow-restore``: the slowed read is in model-0's own log, which
+    the demo folds in after its own events; its check must still find that read dominating."""
+    argv = ["demo", "--processes", "--fault", "slow-restore", "--rollouts", "30", "--concurrency", "4"]
+    assert main([*argv, "--workdir", str(tmp_path / "work")]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "read on model/model-0" in out and "injected: slow-restore:model-0" in out, out[-2000:]
