@@ -1,7 +1,7 @@
 """Ratio benchmarks: each suite prints a table measured side by side in one run and writes JSON.
 
-Run them all with ``ckpt-events bench`` (installed, the package is ``ckpt_events_bench``), or
-one from a checkout with ``python -m benchmarks.bench_core`` (``bench_sinks``, ``bench_scale``).
+Run them all with ``ckpt-events bench`` (installed, the package is ``ckpt_events.benchmarks``), or
+one from a checkout with ``python -m ckpt_events.benchmarks.bench_core`` (``bench_sinks``, ``bench_scale``).
 """
 
 #: Every suite ``ckpt-events bench --only`` runs (``bench_<name>.py`` here, each with ``run(quick)``).

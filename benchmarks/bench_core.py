@@ -1,6 +1,6 @@
 """Core benchmarks: the off path and the bus, each measured beside its peer in one run.
 
-Run ``python -m benchmarks.bench_core [--quick] [--json PATH]``. Prints a table of ratios
+Run ``python -m ckpt_events.benchmarks.bench_core [--quick] [--json PATH]``. Prints a table of ratios
 (the machines are shared and noisy, so only ratios measured side by side mean anything)
 and writes the figures as JSON. Targets are SPEC section 7 ("Off" and "Bus").
 """

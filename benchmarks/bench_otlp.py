@@ -8,7 +8,7 @@
   bus, sink, encoding, HTTP; the collector is another process) for emit + ``OtlpSpanSink``
   vs the OpenTelemetry SDK (tracer, ``BatchSpanProcessor``, ``OTLPSpanExporter``).
 
-``python -m benchmarks.bench_otlp [--quick]`` prints the table; ``run`` returns the rows.
+``python -m ckpt_events.benchmarks.bench_otlp [--quick]`` prints the table; ``run`` returns the rows.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, Redactor, Telemetry
-from sinks.otel import OtlpSpanSink, SpanSink
-from sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.sinks.otel import OtlpSpanSink, SpanSink
+from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 
 from . import report, rotel
 from .bench_sinks import CHUNK, _direct_spans, _emit_spans

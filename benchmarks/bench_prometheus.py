@@ -17,9 +17,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
-from benchmarks.bench_sinks import RESOURCE, _direct_metrics, _metric_mix
-from sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from ckpt_events.benchmarks import report
+from ckpt_events.benchmarks.bench_sinks import RESOURCE, _direct_metrics, _metric_mix
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "prometheus.json"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -10,7 +10,7 @@ files (controller and participants) so the heap merge does real work.
   the overview, which folds the events into per-checkpoint summaries as they stream past;
 * overview: ``overview`` of the whole run (every checkpoint judged and its slowest path).
 
-Run ``python -m benchmarks.bench_report [--quick] [--json PATH]``.
+Run ``python -m ckpt_events.benchmarks.bench_report [--quick] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import anyio
 import msgspec
 
 from ckpt_events import PREPARE_ORDER, Kind, Telemetry
+from ckpt_events.participants.cli.run_logs import LogProblems, merged_events
+from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.testing import capture_events
-from participants.cli.run_logs import LogProblems, merged_events
-from participants.cli.run_overview import overview
-from sinks import JsonLinesSink
 
 __all__ = ["run"]
 
@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from benchmarks.report import print_table
+    from ckpt_events.benchmarks.report import print_table
 
     result = run(quick=args.quick)
     print_table("report benchmark", result.pop("rows"))

@@ -13,7 +13,7 @@ Rounds alternate off and on and the best of each is kept (the machines are share
 noisy). Peak memory is measured in a separate pass with tracemalloc, one participant's
 commit at a time, since tracemalloc slows what it watches.
 
-Run ``python -m benchmarks.bench_scale [--quick] [--json PATH]``.
+Run ``python -m ckpt_events.benchmarks.bench_scale [--quick] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,16 @@ import httpx
 import msgspec
 
 from ckpt_events import Bus, Kind, Telemetry
-from participants import create_app
-from participants.controller.coordinator import Coordinator, Member
-from participants.protocol import CommitReply, CommitRequest, EpisodeId, PrepareReply, PrepareRequest
-from participants.workloads.registry import KINDS
+from ckpt_events.participants import create_app
+from ckpt_events.participants.controller.coordinator import Coordinator, Member
+from ckpt_events.participants.protocol import (
+    CommitReply,
+    CommitRequest,
+    EpisodeId,
+    PrepareReply,
+    PrepareRequest,
+)
+from ckpt_events.participants.workloads.registry import KINDS
 
 from . import report
 
@@ -89,8 +95,8 @@ async def subscribe_all_sinks(stack: AsyncExitStack, bus: Bus, workdir: Path) ->
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from sinks.jsonl import JsonLinesSink
-    from sinks.otel import MetricSink, SpanSink
+    from ckpt_events.sinks.jsonl import JsonLinesSink
+    from ckpt_events.sinks.otel import MetricSink, SpanSink
 
     provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     stack.callback(provider.shutdown)
@@ -183,7 +189,7 @@ def _traced() -> Iterator[list[int]]:
 
 async def _sink_cpu(log: Path) -> float:
     """CPU seconds the three sinks spend on the events of one run, replayed from its log."""
-    from sinks.replay import replay
+    from ckpt_events.sinks.replay import replay
 
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))

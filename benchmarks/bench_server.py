@@ -1,6 +1,6 @@
 """Server under load: server CPU per request with each telemetry variant, vs uninstrumented.
 
-Each variant's server (``benchmarks.server_app``, uvicorn, one process) is started on
+Each variant's server (``ckpt_events.benchmarks.server_app``, uvicorn, one process) is started on
 127.0.0.1, warmed up, then sent a fixed number of requests by our own bounded load
 generator (``connections`` keep-alive HTTP/1.1 connections, asyncio, in this process).
 Server CPU is read from the server process's own counters (``/proc/<pid>/stat``: user +
@@ -8,7 +8,7 @@ system) around the measured requests. With two or more cores the server is pinne
 one and this process to another. Rounds rotate the variants' order; each ratio is taken
 within a round (variants run back to back) and the figure is its median over rounds; the
 absolute rows are medians. ``otlp`` and ``sdk`` need the ``rotel`` collector (skipped without), and so
-does ``nemo_lens``, which also needs an interpreter with nemo-lens (``benchmarks.nemo_lens_row``);
+does ``nemo_lens``, which also needs an interpreter with nemo-lens (``ckpt_events.benchmarks.nemo_lens_row``);
 ``nemo_lens_uninstrumented`` is its server without telemetry, on that interpreter.
 """
 

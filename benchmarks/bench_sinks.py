@@ -12,7 +12,7 @@
 
 Targets (SPEC section 7): spans <= 0.2x, emit side <= 0.02x, metrics <= 0.25x, JSON lines
 >= 1,000,000 events/s. ``run(quick)`` returns the figures and the table's rows;
-``python -m benchmarks.bench_sinks [--quick] [--json PATH]`` prints the table, writes JSON.
+``python -m ckpt_events.benchmarks.bench_sinks [--quick] [--json PATH]`` prints the table, writes JSON.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from ckpt_events import (
     new_span_id,
     new_trace_id,
 )
-from sinks.jsonl import JsonLinesSink
-from sinks.otel import MetricSink, SpanSink
+from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.sinks.otel import MetricSink, SpanSink
 
 from . import python_floor, report
 

@@ -9,7 +9,7 @@ servers in the watcher's own event loop, 64 took ~0.74 s a round here, most of i
 work; with one pool shared by every participant, the watcher's CPU per round grew with the
 square of the fleet.)
 
-Run ``python -m benchmarks.bench_watch [--quick] [--json PATH]``.
+Run ``python -m ckpt_events.benchmarks.bench_watch [--quick] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from participants.cli.fleet import local_fleet
-from participants.cli.watch_sources import poll_all, status_client
-from participants.cli.watch_view import FleetView
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.watch_sources import poll_all, status_client
+from ckpt_events.participants.cli.watch_view import FleetView
 
 from . import report
 
@@ -53,7 +53,7 @@ async def _serve(n: int) -> None:
 
 async def _measure_size(n: int, rounds: int) -> dict[str, Any]:
     child = subprocess.Popen(
-        [sys.executable, "-m", "ckpt_events_bench.bench_watch", "--serve", str(n)],
+        [sys.executable, "-m", "ckpt_events.benchmarks.bench_watch", "--serve", str(n)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.

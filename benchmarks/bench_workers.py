@@ -18,7 +18,7 @@ sink), measured side by side in one run:
 * **The hop** left for clients that do not route: a control and a work frame over a real
   Unix socket beside the same call made directly (the forwarded call's frame round trip).
 
-Run ``python -m benchmarks.bench_workers [--quick] [--json PATH]``.
+Run ``python -m ckpt_events.benchmarks.bench_workers [--quick] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ import msgspec
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ckpt_events import Bus, Telemetry
-from participants import create_app
-from participants.cli.fleet import ServerProcess, write_token_file
-from participants.protocol import CONTROL_PREFIX, EpisodeId
-from participants.server.app import make_workload
+from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
+from ckpt_events.participants.protocol import CONTROL_PREFIX, EpisodeId
+from ckpt_events.participants.server.app import make_workload
 
 from . import report
 
@@ -306,9 +306,9 @@ def _remove_tree(directory: Path) -> None:
 async def _hop(calls: int) -> dict[str, float]:
     """Microseconds per call: a control call (``close_admission``) and a work call (``get`` of
     one session's view) sent as frames over a real Unix socket pair, beside the direct call."""
-    from participants.server.workers.channel import FrameChannel
-    from participants.server.workers.frames import Message
-    from participants.server.workers.worker import INLINE_KINDS, WorkerHost
+    from ckpt_events.participants.server.workers.channel import FrameChannel
+    from ckpt_events.participants.server.workers.frames import Message
+    from ckpt_events.participants.server.workers.worker import INLINE_KINDS, WorkerHost
 
     workload = make_workload(KIND, Telemetry(None, kind=KIND, instance=INSTANCE))
     key = workload.start(EpisodeId("r000001", 0), 4).key

@@ -15,7 +15,7 @@ build a round started from::
 
     git worktree add --detach ../base <commit>
     (cd ../base && python3 -m venv .venv && .venv/bin/pip install -e '.[dev]')
-    python -m benchmarks.compare_build --baseline ../base --size 64000 --pairs 3
+    python -m ckpt_events.benchmarks.compare_build --baseline ../base --size 64000 --pairs 3
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _CHILD: Final = """
 import json, sys, tempfile
 from pathlib import Path
 import anyio
-from benchmarks import bench_scale
+from ckpt_events.benchmarks import bench_scale
 n, warmup = int(sys.argv[1]), int(sys.argv[2])
 base = "/dev/shm" if Path("/dev/shm").is_dir() else None
 with tempfile.TemporaryDirectory(prefix="ckpt-compare-", dir=base) as tmp:

@@ -1,9 +1,9 @@
 """The server of the server-under-load benchmark: one FastAPI endpoint, one telemetry variant.
 
-``python -m benchmarks.server_app VARIANT PORT [COLLECTOR_URL]`` serves ``POST /work`` on
+``python -m ckpt_events.benchmarks.server_app VARIANT PORT [COLLECTOR_URL]`` serves ``POST /work`` on
 127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
 with two steps (or the same three spans made with the OpenTelemetry SDK directly).
-Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``sinks.configure`` with the
+Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``ckpt_events.sinks.configure`` with the
 collector's endpoint: ``OtlpSpanSink`` plus ``OtlpMetricSink`` over OTLP/HTTP) and ``sdk`` (tracer with a
 ``BatchSpanProcessor`` and the OTLP/HTTP exporter to the collector).
 """
@@ -87,12 +87,12 @@ async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Calla
         return
     async with Bus() as bus, contextlib.AsyncExitStack() as stack:
         if variant == "jsonl":
-            from sinks.jsonl import JsonLinesSink
+            from ckpt_events.sinks.jsonl import JsonLinesSink
 
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             bus.subscribe(JsonLinesSink(Path(tmp) / "events.jsonl"))
         elif variant == "otlp":
-            import sinks
+            from ckpt_events import sinks
 
             # What `serve` does: configure() -> OtlpSpanSink + OtlpMetricSink over OTLP/HTTP.
             configured = sinks.configure(

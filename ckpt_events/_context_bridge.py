@@ -1,6 +1,6 @@
 """``ContextBridge``: the hook through which ``Telemetry`` joins another tracing context.
 
-The core imports no tracing library. A bridge (``sinks.otel_bridge.OtelContextBridge`` for
+The core imports no tracing library. A bridge (``ckpt_events.sinks.otel_bridge.OtelContextBridge`` for
 OpenTelemetry) tells ``Telemetry`` the current span to parent an operation on, and makes
 the operation current while it is open, so the app's own spans nest under it. ``Telemetry``
 calls it only when built with ``otel_context``; the disabled path never reaches it.

@@ -11,7 +11,7 @@ The tree, all in one place::
     └── ConfigurationError          a bad setting or environment variable (also a ValueError)
 
 The bus itself never raises into an emitting caller; these come from constructors and
-validation at the public API. This is the core's part of the tree; ``participants.errors``
+validation at the public API. This is the core's part of the tree; ``ckpt_events.participants.errors``
 draws the whole project's (the core, the sinks and the participants) in its docstring.
 """
 

@@ -7,7 +7,7 @@ of an event decodes back into its typed event::
 
     msgspec.json.decode(msgspec.json.encode(event), type=CheckpointEvent)
 
-(The JSON-lines sink writes the ids as W3C hex strings instead; ``sinks.read_events`` reads
+(The JSON-lines sink writes the ids as W3C hex strings instead; ``ckpt_events.sinks.read_events`` reads
 them back.)
 
 Schema evolution follows msgspec's rules: new fields get defaults; nothing is renamed or

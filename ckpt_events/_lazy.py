@@ -1,6 +1,6 @@
 """Public names imported on first use: a package's ``__getattr__`` and ``__dir__`` from one table.
 
-``ckpt_events``, ``sinks``, ``sinks.otel`` and ``participants`` list where each public name
+``ckpt_events``, ``sinks``, ``ckpt_events.sinks.otel`` and ``participants`` list where each public name
 lives; ``lazy_attributes`` builds the two module functions from that table, so importing a
 package costs a dict until a name is read (``import sinks`` loads no bus, ``--help`` no server
 stack). This module imports nothing of ours, and nothing that is not already loaded.

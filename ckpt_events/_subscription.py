@@ -317,7 +317,7 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
 
     No ``interests`` means every event; a base class (e.g. ``SpanEvent``) stands for its
     concrete subclasses. Anything but event classes raises ``InvalidTypeError``. The
-    bus routes by this, and so does anything else that feeds sinks (``sinks.replay``).
+    bus routes by this, and so does anything else that feeds sinks (``ckpt_events.sinks.replay``).
     """
     wanted = sink.interests if isinstance(sink, WantsEvents) else None
     if wanted is None:

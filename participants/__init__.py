@@ -20,19 +20,19 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from participants.controller import Collection, Coordinator
-    from participants.server import PARTICIPANT_KINDS, create_app, create_inference_app
+    from ckpt_events.participants.controller import Collection, Coordinator
+    from ckpt_events.participants.server import PARTICIPANT_KINDS, create_app, create_inference_app
 
 __all__ = ["PARTICIPANT_KINDS", "Collection", "Coordinator", "create_app", "create_inference_app"]
 
 #: Where each public name lives. Imported on first use, so ``import participants`` (and every
 #: submodule import, such as the command line's) loads neither FastAPI nor httpx until asked.
 _HOMES: Final = {
-    "PARTICIPANT_KINDS": "participants.server",
-    "Collection": "participants.controller",
-    "Coordinator": "participants.controller",
-    "create_app": "participants.server",
-    "create_inference_app": "participants.server",
+    "PARTICIPANT_KINDS": "ckpt_events.participants.server",
+    "Collection": "ckpt_events.participants.controller",
+    "Coordinator": "ckpt_events.participants.controller",
+    "create_app": "ckpt_events.participants.server",
+    "create_inference_app": "ckpt_events.participants.server",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final, TypeVar
 import msgspec
 
 from ckpt_events import InvalidValueError, Phase
-from participants.errors import MalformedRequest, ProtocolRefusal
+from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal
 
 __all__ = [
     "CONTROL_PREFIX",

@@ -1,8 +1,8 @@
 """``configure``: the standard set of sinks from arguments and the OpenTelemetry environment.
 
 With nothing set, nothing is subscribed, and every emit site stays off. The variables are
-parsed by ``sinks.otel._env`` (README: "Environment variables"); exporters and the resource
-are built by ``sinks.otel._pipeline``.
+parsed by ``ckpt_events.sinks.otel._env`` (README: "Environment variables"); exporters and the resource
+are built by ``ckpt_events.sinks.otel._pipeline``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription, resolve_span_groups
-from sinks.jsonl._writer import JsonLinesSink
-from sinks.otel._env import OtelSettings, read_otel_env
-from sinks.otlp._span_sink import OtlpSpanSink
-from sinks.stall_watch import ENV_STALL_AFTER, StallWatch
+from ckpt_events.sinks.jsonl._writer import JsonLinesSink
+from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env
+from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
+from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER, StallWatch
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from sinks.otel._metric_sink import MetricSink
-    from sinks.otel._span_sink import SpanSink
-    from sinks.otlp._metric_sink import OtlpMetricSink
-    from sinks.prometheus import PrometheusEndpoint
+    from ckpt_events.sinks.otel._metric_sink import MetricSink
+    from ckpt_events.sinks.otel._span_sink import SpanSink
+    from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
+    from ckpt_events.sinks.prometheus import PrometheusEndpoint
 
     AnySpanSink: TypeAlias = SpanSink | OtlpSpanSink
     AnyMetricSink: TypeAlias = MetricSink | OtlpMetricSink
@@ -251,8 +251,8 @@ def _prometheus(
     subscribed here."""
     if "prometheus" not in settings.metrics or settings.sdk_disabled:
         return None
-    from sinks.otlp._metric_sink import OtlpMetricSink
-    from sinks.prometheus import PrometheusEndpoint, PrometheusSink, TotalsSource
+    from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
+    from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink, TotalsSource
 
     source: TotalsSource
     own = [sink for _, sink in metric_sinks if isinstance(sink, OtlpMetricSink)]
@@ -314,10 +314,10 @@ def _otel(
     wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
     if not wants_spans and not wants_metrics:
         return [], [], None
-    from sinks.otel._metric_sink import MetricSink
-    from sinks.otel._pipeline import build_resource, metric_readers_for, span_exporters_for
-    from sinks.otel._span_sink import SpanSink
-    from sinks.otlp._factory import is_own_http, own_metric_sink, own_span_sink
+    from ckpt_events.sinks.otel._metric_sink import MetricSink
+    from ckpt_events.sinks.otel._pipeline import build_resource, metric_readers_for, span_exporters_for
+    from ckpt_events.sinks.otel._span_sink import SpanSink
+    from ckpt_events.sinks.otlp._factory import is_own_http, own_metric_sink, own_span_sink
 
     service_name, attributes, instance_id = resource_args
     resource = build_resource(

@@ -8,7 +8,7 @@ fields, and the encoder writes what it finds), which keeps the line's layout; th
 seen recently comes from a small cache. Measured per event against a per-class wire Struct
 built positionally, a dict, and ``__copy__`` plus ``force_setattr``, this is the fastest:
 writing costs about 0.2 us per span event more than with decimal ids, and the sink stays over
-1 M events/s (``benchmarks.bench_sinks``).
+1 M events/s (``ckpt_events.benchmarks.bench_sinks``).
 
 Reading goes the other way: ``WIRE_DECODER`` decodes a line into a wire twin of its event
 class (ids typed ``str``, or ``int`` for logs written before hex ids), and ``from_wire`` builds

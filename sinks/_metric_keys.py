@@ -68,7 +68,7 @@ CUT: Final = CountedEvent.GENERATION_CUT.value
 LEASE: Final = CountedEvent.LEASE_EXPIRED.value
 NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
 STALLED: Final = CountedEvent.STALLED.value
-#: Open operations and the oldest one's age (``sinks._open_work``).
+#: Open operations and the oldest one's age (``ckpt_events.sinks._open_work``).
 OPEN: Final = "open"
 _KEYS: Final[dict[str, tuple[str, ...]]] = {
     DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),

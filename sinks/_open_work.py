@@ -4,7 +4,7 @@
 ``*Finished`` by span id and keeps, per (operation, participant kind), how many are open and
 when each began; ``snapshot(now_ns)`` reads the instruments ``gym.checkpoint.open_operations``,
 ``gym.checkpoint.oldest_open_s`` and ``gym.checkpoint.last_published_ts`` from that. Attribute
-sets are the low-cardinality flat keys of ``sinks._metric_keys`` (tag ``open``), never an id.
+sets are the low-cardinality flat keys of ``ckpt_events.sinks._metric_keys`` (tag ``open``), never an id.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ckpt_events import (
     OperationStarted,
     Outcome,
 )
-from sinks import _metric_keys as keys
+from ckpt_events.sinks import _metric_keys as keys
 
 __all__ = ["GAUGES", "MAX_OPEN", "OPEN_COUNTER", "OpenWork", "OpenWorkSnapshot"]
 

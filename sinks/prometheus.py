@@ -7,7 +7,7 @@
 scrape time only, in the Prometheus text format or, when the scraper asks for
 ``application/openmetrics-text``, in OpenMetrics with one exemplar (trace and span id) per
 histogram bucket. Names and labels are the Collector's Prometheus exporter's
-(``sinks._prom_names``). ``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
+(``ckpt_events.sinks._prom_names``). ``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
 
 The server is a thread per scrape, at most ``max_concurrent`` at once (more are answered
 ``503`` and closed by the accepting thread), each with a socket ``timeout`` so a slow reader
@@ -27,11 +27,11 @@ from urllib.parse import urlsplit
 import anyio.to_thread
 
 from ckpt_events import OPEN_WORK_INSTRUMENTS, ConfigurationError, Instrument
-from sinks import _metric_keys as keys
-from sinks._open_work import OpenWorkSnapshot
-from sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
-from sinks.otlp._http import BUS_LINGER
-from sinks.otlp._metric_aggregation import (
+from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._open_work import OpenWorkSnapshot
+from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
+from ckpt_events.sinks.otlp._http import BUS_LINGER
+from ckpt_events.sinks.otlp._metric_aggregation import (
     COUNTERS,
     DEFAULT_BOUNDARIES,
     HISTOGRAMS,

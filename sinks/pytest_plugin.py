@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from sinks.otel._metric_sink import MetricSink
-    from sinks.otel._span_sink import SpanSink
+    from ckpt_events.sinks.otel._metric_sink import MetricSink
+    from ckpt_events.sinks.otel._span_sink import SpanSink
 
 __all__ = [
     "ckpt_capture",
@@ -70,7 +70,7 @@ def ckpt_span_sink(
 ) -> SpanSink:
     """A ``SpanSink`` (default and checkpoint span groups) exporting to ``ckpt_span_exporter``,
     subscribed to ``ckpt_capture`` (whose bus closes it after the test)."""
-    from sinks.otel._span_sink import SpanSink
+    from ckpt_events.sinks.otel._span_sink import SpanSink
 
     sink = SpanSink(_ckpt_in_memory_span_exporter, span_groups="default,checkpoint")
     ckpt_capture.subscribe(sink, name="ckpt_span_sink")
@@ -104,7 +104,7 @@ def ckpt_meter_provider(_ckpt_in_memory_metric_reader: InMemoryMetricReader) -> 
 @pytest.fixture
 def ckpt_metric_sink(ckpt_meter_provider: MeterProvider, ckpt_capture: EventCapture) -> MetricSink:
     """A ``MetricSink`` recording through ``ckpt_meter_provider``, subscribed to ``ckpt_capture``."""
-    from sinks.otel._metric_sink import MetricSink
+    from ckpt_events.sinks.otel._metric_sink import MetricSink
 
     sink = MetricSink(ckpt_meter_provider)
     ckpt_capture.subscribe(sink, name="ckpt_metric_sink")

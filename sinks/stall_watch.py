@@ -33,7 +33,7 @@ from ckpt_events import (
 
 __all__ = ["ENV_STALL_AFTER", "StallWatch"]
 
-logger: Final = logging.getLogger("sinks.stall")
+logger: Final = logging.getLogger("ckpt_events.sinks.stall")
 
 #: Set to a number of seconds, ``configure()`` and ``serve`` subscribe a ``StallWatch(after=...)``.
 ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"

@@ -1,6 +1,6 @@
 """Shared pytest setup: async tests run on anyio's asyncio backend (``anyio_mode = "auto"``).
 
-Our own pytest plugin (``sinks.pytest_plugin``, registered under ``pytest11``) is loaded by
+Our own pytest plugin (``ckpt_events.sinks.pytest_plugin``, registered under ``pytest11``) is loaded by
 its entry point, as in any project that installs ckpt-events; ``pytester`` tests the plugin.
 """
 

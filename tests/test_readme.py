@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_events import ErrorCode
-from participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 from tests.readme_names import names_table, readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_the_rotel_command_starts_a_collector_as_pasted(tmp_path: Path) -> None:
     import socket
     import time
 
-    from benchmarks.rotel import agent_binary, agent_env, free_port
+    from ckpt_events.benchmarks.rotel import agent_binary, agent_env, free_port
 
     if agent_binary() is None:
         pytest.skip("the rotel package is not installed")
@@ -141,7 +141,7 @@ def test_error_codes_table_matches_the_protocol() -> None:
 
 def test_http_api_lists_every_control_route() -> None:
     """Every control route of a participant app is in the README's route table."""
-    from participants.server.app import create_app
+    from ckpt_events.participants.server.app import create_app
 
     app = create_app("resources", instance="resources-0", token="t")
     routes = {
@@ -161,7 +161,7 @@ async def test_what_the_readme_says_of_the_workload_apis_auth_holds() -> None:
     answers them 401 without it and 200 with it."""
     import httpx
 
-    from participants.server.app import create_app
+    from ckpt_events.participants.server.app import create_app
     from tests.participants.helpers import AUTH, TOKEN, running
 
     assert "The workload API takes the same bearer token (missing or wrong: 401 `unauthorized`)" in README

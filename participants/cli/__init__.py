@@ -6,6 +6,6 @@ the subcommands; ``fleet`` starts participants in this process or as ``serve`` p
 other part of the package; nothing imports it.
 """
 
-from participants.cli.main import COMMANDS, main
+from ckpt_events.participants.cli.main import COMMANDS, main
 
 __all__ = ["COMMANDS", "main"]

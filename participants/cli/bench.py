@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from participants.cli.command import (
+from ckpt_events.participants.cli.command import (
     Command,
     writable_path,
 )
@@ -20,7 +20,7 @@ def _suites() -> tuple[str, ...]:
     any suite."""
     import importlib
 
-    return tuple(importlib.import_module("ckpt_events_bench").SUITES)
+    return tuple(importlib.import_module("ckpt_events.benchmarks").SUITES)
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,16 +40,16 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    # The suites ship as `ckpt_events_bench` (the checkout's benchmarks/ folder), so this works
+    # The suites ship as `ckpt_events.benchmarks` (the checkout's benchmarks/ folder), so this works
     # from an installed package and from a checkout alike.
     import importlib
 
-    report = importlib.import_module("ckpt_events_bench.report")
+    report = importlib.import_module("ckpt_events.benchmarks.report")
     chosen = args.only or ["core", "sinks", "otlp", "scale"]
     rows: list[Any] = []
     figures: dict[str, Any] = {}
     for name in chosen:
-        module = importlib.import_module(f"ckpt_events_bench.bench_{name}")
+        module = importlib.import_module(f"ckpt_events.benchmarks.bench_{name}")
         print(f"running {name} benchmarks...", file=sys.stderr)
         result = module.run(quick=args.quick)
         rows.extend(result.pop("rows"))

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from ckpt_events import SAFE_NAME
-from participants.errors import CommandError
+from ckpt_events.participants.errors import CommandError
 
 __all__ = [
     "Command",
@@ -107,7 +107,7 @@ def load_events(paths: Sequence[Path]) -> list[Any]:
     """Every event of JSON-lines logs in time order; what is not a log is reported on stderr as
     ``run_logs.LogProblems`` says it (a file refused in one line, corrupt lines counted with
     the first few named), never one line per bad line."""
-    from participants.cli.run_logs import LogProblems, merged_events
+    from ckpt_events.participants.cli.run_logs import LogProblems, merged_events
 
     problems = LogProblems()
     events = list(merged_events(paths, problems))
@@ -117,7 +117,7 @@ def load_events(paths: Sequence[Path]) -> list[Any]:
 
 
 def otel_environ() -> dict[str, str]:
-    """The ``OTEL_*`` variables, for ``sinks.configure``: commands whose flags stand in for
+    """The ``OTEL_*`` variables, for ``ckpt_events.sinks.configure``: commands whose flags stand in for
     ``CKPT_EVENTS_*`` still have the OpenTelemetry settings checked, and refused if bad (a
     protocol other than OTLP/HTTP is an error, never silently exported over HTTP)."""
     return {key: value for key, value in os.environ.items() if key.startswith("OTEL_")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from participants.cli.command import (
+from ckpt_events.participants.cli.command import (
     Command,
     CommandError,
     check_reachable,
@@ -84,7 +84,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so `ckpt-events --help` and the other commands load no server stack.
-    from participants.cli.demo_runner import DemoFailed, DemoOptions, check_options, run_demo
+    from ckpt_events.participants.cli.demo_runner import DemoFailed, DemoOptions, check_options, run_demo
 
     endpoint = args.otlp_endpoint if args.otlp_endpoint is not None else otlp_base_from_env()
     options = DemoOptions(
@@ -106,7 +106,7 @@ def _demo(args: argparse.Namespace) -> int:
     if (refusal := check_options(options)) is not None:
         raise CommandError(refusal)
     if args.report is not None:
-        from participants.cli.report_files import check_report_path
+        from ckpt_events.participants.cli.report_files import check_report_path
 
         if (refusal := check_report_path(args.report)) is not None:
             raise CommandError(refusal)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from participants.cli.run_overview import ABORTED, PUBLISHED, RESTORED, Run
-from participants.cli.words import counted
-from participants.errors import DemoFailed
-from participants.faults import Fault
+from ckpt_events.participants.cli.run_overview import ABORTED, PUBLISHED, RESTORED, Run
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.errors import DemoFailed
+from ckpt_events.participants.faults import Fault
 
 __all__ = ["diagnosis_checks"]
 

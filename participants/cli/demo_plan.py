@@ -1,7 +1,7 @@
 """What ``ckpt-events demo`` is asked to run: its options, its checkpoints and its injected fault.
 
 ``--checkpoints N`` spreads N checkpoints over generation 1 (the last one stops it and is
-restored); ``--fault`` sets ``CKPT_EVENTS_FAULT`` (``participants.faults``) for the generation
+restored); ``--fault`` sets ``CKPT_EVENTS_FAULT`` (``ckpt_events.participants.faults``) for the generation
 it hits, with a short deadline and lease so the failure shows in seconds.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from participants.faults import FAULT_ENV
+from ckpt_events.participants.faults import FAULT_ENV
 
 __all__ = [
     "ABORTING_FAULTS",

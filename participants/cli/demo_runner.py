@@ -25,12 +25,10 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import sinks
-from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidValueError, Kind, Telemetry
-from ckpt_events.testing import MemorySink
-from participants.cli.command import otel_environ
-from participants.cli.demo_checks import diagnosis_checks
-from participants.cli.demo_plan import (
+from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidValueError, Kind, Telemetry, sinks
+from ckpt_events.participants.cli.command import otel_environ
+from ckpt_events.participants.cli.demo_checks import diagnosis_checks
+from ckpt_events.participants.cli.demo_plan import (
     ABORTING_FAULTS,
     FAULT_DEADLINE_S,
     FAULT_LEASE_GRACE_S,
@@ -43,19 +41,20 @@ from participants.cli.demo_plan import (
     fault_environ,
     stop_after,
 )
-from participants.cli.demo_watch import DemoWatch, stall_environ, view_stall_after
-from participants.cli.fleet import local_fleet, process_fleet, stop_processes, write_token_file
-from participants.cli.report_files import write_report
-from participants.cli.report_terminal import render
-from participants.cli.run_overview import Run, overview
-from participants.cli.run_terminal import render_overview
-from participants.cli.words import counted
-from participants.controller.collection import Collection, CollectionSummary
-from participants.controller.coordinator import Coordinator
-from participants.errors import DemoFailed
-from participants.faults import parse_fault
-from participants.workloads.registry import KINDS
-from sinks.otel import OtlpMetricSinkStats
+from ckpt_events.participants.cli.demo_watch import DemoWatch, stall_environ, view_stall_after
+from ckpt_events.participants.cli.fleet import local_fleet, process_fleet, stop_processes, write_token_file
+from ckpt_events.participants.cli.report_files import write_report
+from ckpt_events.participants.cli.report_terminal import render
+from ckpt_events.participants.cli.run_overview import Run, overview
+from ckpt_events.participants.cli.run_terminal import render_overview
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.controller.collection import Collection, CollectionSummary
+from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.errors import DemoFailed
+from ckpt_events.participants.faults import parse_fault
+from ckpt_events.participants.workloads.registry import KINDS
+from ckpt_events.sinks.otel import OtlpMetricSinkStats
+from ckpt_events.testing import MemorySink
 
 __all__ = ["DemoFailed", "DemoOptions", "DemoResult", "check_options", "run_demo"]
 
@@ -363,8 +362,8 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                 await configured.aclose()
         span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
         events = list(memory.events)
-        from participants.cli.command import load_events
-        from participants.cli.run_logs import event_time
+        from ckpt_events.participants.cli.command import load_events
+        from ckpt_events.participants.cli.run_logs import event_time
 
         # Processes' logs (<instance>.gen<n>.jsonl) and their workers' (<...>.jsonl.w<index>).
         logs = workdir / "logs"
@@ -376,7 +375,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         events.sort(key=event_time)
         merged = None
         if opts.jsonl is not None and others:
-            from participants.cli.demo_logs import merge_into
+            from ckpt_events.participants.cli.demo_logs import merge_into
 
             merged = (merge_into(opts.jsonl, others), len(others))
         run = overview(events)

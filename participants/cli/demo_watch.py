@@ -29,13 +29,13 @@ from ckpt_events import (
     OperationStarted,
     Stalled,
 )
-from participants.cli.watch import show
-from participants.cli.watch_sources import LogFollower, status_client
-from participants.cli.watch_view import FleetView
-from sinks.stall_watch import ENV_STALL_AFTER
+from ckpt_events.participants.cli.watch import show
+from ckpt_events.participants.cli.watch_sources import LogFollower, status_client
+from ckpt_events.participants.cli.watch_view import FleetView
+from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
 
 if TYPE_CHECKING:
-    from participants.controller.collection import Collection, CollectionSummary
+    from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 
 __all__ = ["FAULT_STALL_AFTER_S", "DemoWatch", "stall_environ", "view_stall_after"]
 

@@ -7,8 +7,8 @@ import argparse
 import math
 import sys
 
-from participants.cli.command import Command, CommandError, console, positive_number
-from participants.cli.words import counted
+from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["DIFF"]
 
@@ -36,8 +36,8 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
-    from participants.cli.durations import durations
-    from participants.cli.run_logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.participants.cli.durations import durations
+    from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
 
     paths, missing = expand_logs(spec.split(","))
     if missing:
@@ -55,8 +55,8 @@ def _diff(args: argparse.Namespace) -> int:
     from rich import box
     from rich.table import Table
 
-    from participants.cli.durations import median, percentile
-    from participants.cli.run_terminal import clean
+    from ckpt_events.participants.cli.durations import median, percentile
+    from ckpt_events.participants.cli.run_terminal import clean
 
     base, new = _read(args.base), _read(args.new)
     rows = []

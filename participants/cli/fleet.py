@@ -1,6 +1,6 @@
 """Running servers for tests and demos: ``serve`` processes, or uvicorn inside this process.
 
-``ServerProcess`` starts ``python -m participants.cli.main serve <kind>`` on 127.0.0.1; its
+``ServerProcess`` starts ``python -m ckpt_events.participants.cli.main serve <kind>`` on 127.0.0.1; its
 stdout and stderr go to files in ``log_dir`` (a pipe nobody reads could fill and stall
 it), and one that exits before it listens raises ``LaunchError`` with its stderr's tail.
 ``serving(app)`` runs an ASGI app under a real uvicorn server in the current event loop,
@@ -23,9 +23,9 @@ from typing import IO, Any, Final
 import anyio
 import uvicorn
 
-from participants.errors import LaunchError
-from participants.server.limits import SERVER_LIMITS
-from participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.errors import LaunchError
+from ckpt_events.participants.server.limits import SERVER_LIMITS
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = [
     "LaunchError",
@@ -69,7 +69,7 @@ def write_token_file(path: Path, token: str) -> Path:
 
 
 class ServerProcess:
-    """One ``python -m participants.cli serve <kind>`` process."""
+    """One ``python -m ckpt_events.participants.cli serve <kind>`` process."""
 
     def __init__(
         self,
@@ -93,7 +93,7 @@ class ServerProcess:
         argv = [
             sys.executable,
             "-m",
-            "participants.cli",
+            "ckpt_events.participants.cli",
             "serve",
             kind,
             "--instance",
@@ -280,7 +280,7 @@ async def local_fleet(
     With ``workers`` > 1 each participant runs that many worker processes, with
     ``worker_env(instance)`` added to their environment. ``stopping`` stops them all gracefully.
     """
-    from participants import create_app, create_inference_app
+    from ckpt_events.participants import create_app, create_inference_app
 
     urls: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -293,7 +293,7 @@ async def local_fleet(
                 extra.setdefault("inference_url", inference_url)
                 extra.setdefault("inference_token", token)
             if workers > 1:
-                from participants.cli.worker_process import worker_command
+                from ckpt_events.participants.cli.worker_process import worker_command
 
                 # The worker processes build the workload alone: the app's own arguments (the lease
                 # grace, ...) stay here, its workload options (and the inference worker) go there.
@@ -312,7 +312,7 @@ def workload_options(app_options: Mapping[str, Any]) -> dict[str, Any]:
     parameters, less the two it hands the workload (``inference_url``, ``inference_token``)."""
     import inspect
 
-    from participants import create_app
+    from ckpt_events.participants import create_app
 
     own = set(inspect.signature(create_app).parameters) - {"inference_url", "inference_token"}
     return {k: v for k, v in app_options.items() if k not in own}

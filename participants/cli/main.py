@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from ckpt_events import CkptEventsError
-from participants.cli.bench import BENCH
-from participants.cli.command import Command
-from participants.cli.demo import DEMO
-from participants.cli.diff import DIFF
-from participants.cli.ops import OPS
-from participants.cli.replay import REPLAY
-from participants.cli.report import REPORT
-from participants.cli.serve import SERVE
-from participants.cli.watch import WATCH
-from participants.errors import CommandError
+from ckpt_events.participants.cli.bench import BENCH
+from ckpt_events.participants.cli.command import Command
+from ckpt_events.participants.cli.demo import DEMO
+from ckpt_events.participants.cli.diff import DIFF
+from ckpt_events.participants.cli.ops import OPS
+from ckpt_events.participants.cli.replay import REPLAY
+from ckpt_events.participants.cli.report import REPORT
+from ckpt_events.participants.cli.serve import SERVE
+from ckpt_events.participants.cli.watch import WATCH
+from ckpt_events.participants.errors import CommandError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
 

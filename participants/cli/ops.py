@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from participants.cli.command import Command, CommandError
+from ckpt_events.participants.cli.command import Command, CommandError
 
 __all__ = ["OPS", "OPS_FILES", "ops_file"]
 
@@ -22,7 +22,7 @@ OPS_FILES: Final = ("rules.yml", "rules_test.yml", "dashboard.json", "grafana-da
 
 def ops_file(name: str) -> str:
     """The text of one file of the pack, as shipped in the installed package."""
-    return resources.files("sinks").joinpath("ops", name).read_text(encoding="utf-8")
+    return resources.files("ckpt_events.sinks").joinpath("ops", name).read_text(encoding="utf-8")
 
 
 def _ops_arguments(parser: argparse.ArgumentParser) -> None:

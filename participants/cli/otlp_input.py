@@ -27,14 +27,14 @@ from ckpt_events import (
     OperationFinished,
     StepFinished,
 )
-from sinks._span_attrs import plans_by_name
+from ckpt_events.sinks._span_attrs import plans_by_name
 
 __all__ = ["looks_like_otlp", "read_otlp"]
 
 _IS_REMOTE: Final = 0x200
 _STATUS_ERROR: Final = 2
 #: Span name -> (event class, the field its name comes from, that field's value): the span
-#: exporters' rule (``sinks._span_attrs``) read backwards.
+#: exporters' rule (``ckpt_events.sinks._span_attrs``) read backwards.
 _PLANS: Final = plans_by_name()
 _BY_NAME: Final[dict[str, tuple[type, str, Any]]] = {
     name: (cls, field, member) for name, (cls, field, member, _) in _PLANS.items()

@@ -7,14 +7,14 @@ import sys
 
 import anyio
 
-from participants.cli.command import (
+from ckpt_events.participants.cli.command import (
     Command,
     CommandError,
     check_reachable,
     otel_environ,
     otlp_base_url,
 )
-from participants.cli.words import counted
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["REPLAY"]
 
@@ -42,9 +42,8 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _replay_async(args: argparse.Namespace) -> int:
-    import sinks
-    from ckpt_events import Bus
-    from participants.cli.run_logs import LogProblems, expand_logs, merged_events
+    from ckpt_events import Bus, sinks
+    from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
 
     paths, missing = expand_logs(args.logs)
     if missing:

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from participants.cli.command import Command, CommandError, console
-from participants.cli.words import counted
+from ckpt_events.participants.cli.command import Command, CommandError, console
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["REPORT"]
 
@@ -35,11 +35,11 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from participants.cli.report_files import check_report_path, write_report
-    from participants.cli.report_terminal import render
-    from participants.cli.run_logs import LogProblems, expand_logs, merged_events
-    from participants.cli.run_overview import overview
-    from participants.cli.run_terminal import chosen_rows, render_overview
+    from ckpt_events.participants.cli.report_files import check_report_path, write_report
+    from ckpt_events.participants.cli.report_terminal import render
+    from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.participants.cli.run_overview import overview
+    from ckpt_events.participants.cli.run_terminal import chosen_rows, render_overview
 
     if args.report is not None and (refusal := check_report_path(args.report)) is not None:
         raise CommandError(refusal)
@@ -72,7 +72,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.report is not None:
         name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
         if run.rows and args.checkpoint is None and args.report.suffix.lower() in (".html", ".htm"):
-            from participants.cli.run_html import write_run_page
+            from ckpt_events.participants.cli.run_html import write_run_page
 
             print(write_run_page(args.report, run, rows, title=f"report of {name}"))
             return 0

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ckpt_events import Event
-from participants.cli.command import unwritable
-from participants.cli.report_html import write_timeline
-from participants.cli.report_png import find_browser, write_png
-from participants.cli.words import counted
+from ckpt_events.participants.cli.command import unwritable
+from ckpt_events.participants.cli.report_html import write_timeline
+from ckpt_events.participants.cli.report_png import find_browser, write_png
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["REPORT_SUFFIXES", "check_report_path", "write_report"]
 
@@ -46,7 +46,7 @@ def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
     """Write the report and say what was written; raises ``CommandError`` for a PNG that failed."""
     suffix = path.suffix.lower()
     if _perfetto(path):
-        from participants.cli.report_perfetto import write_perfetto
+        from ckpt_events.participants.cli.report_perfetto import write_perfetto
 
         spans = write_perfetto(path, events)
         return (

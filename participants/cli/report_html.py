@@ -17,10 +17,16 @@ from pathlib import Path
 from typing import Final
 
 from ckpt_events import Event
-from participants.cli.report_model import Attribution, Span, attribute, checkpoint_and_restore, trace_spans
-from participants.cli.timeline import BREAKDOWN_COLUMNS, breakdown, spans_of
-from participants.cli.words import counted
-from participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.cli.report_model import (
+    Attribution,
+    Span,
+    attribute,
+    checkpoint_and_restore,
+    trace_spans,
+)
+from ckpt_events.participants.cli.timeline import BREAKDOWN_COLUMNS, breakdown, spans_of
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["FILLS", "html_page", "waterfall_svg", "write_timeline"]
 

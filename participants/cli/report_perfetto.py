@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_events import Event
-from participants.cli.report_model import Span, finished_spans, trace_spans
+from ckpt_events.participants.cli.report_model import Span, finished_spans, trace_spans
 
 __all__ = ["trace_events", "write_perfetto"]
 

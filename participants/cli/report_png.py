@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Final
 
 from ckpt_events import Event
-from participants.cli.report_html import html_page
-from participants.errors import CommandError
+from ckpt_events.participants.cli.report_html import html_page
+from ckpt_events.participants.errors import CommandError
 
 __all__ = ["BROWSERS", "browser_command", "find_browser", "screenshot", "write_png"]
 

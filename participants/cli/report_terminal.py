@@ -15,10 +15,16 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt_events import CountedEvent, Event
-from participants.cli.report_model import Attribution, Span, attribute, checkpoint_and_restore, trace_spans
-from participants.cli.timeline import BREAKDOWN_COLUMNS, Breakdown, breakdown, counts
-from participants.cli.words import counted
-from participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.cli.report_model import (
+    Attribution,
+    Span,
+    attribute,
+    checkpoint_and_restore,
+    trace_spans,
+)
+from ckpt_events.participants.cli.timeline import BREAKDOWN_COLUMNS, Breakdown, breakdown, counts
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
 

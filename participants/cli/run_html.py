@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from participants.cli.report_html import _SCRIPT, _STYLE, _attribution_html, waterfall_svg
-from participants.cli.report_model import attribute, trace_spans
-from participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
-from participants.cli.trends import MIN_CHECKPOINTS
-from participants.cli.words import counted
+from ckpt_events.participants.cli.report_html import _SCRIPT, _STYLE, _attribution_html, waterfall_svg
+from ckpt_events.participants.cli.report_model import attribute, trace_spans
+from ckpt_events.participants.cli.run_overview import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED, Run, RunRow
+from ckpt_events.participants.cli.trends import MIN_CHECKPOINTS
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
 

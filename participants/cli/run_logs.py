@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from participants.cli.otlp_input import looks_like_otlp, read_otlp
-from participants.cli.words import counted
+from ckpt_events.participants.cli.otlp_input import looks_like_otlp, read_otlp
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
 
@@ -95,7 +95,7 @@ class LogProblems:
 
 
 def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[int, int, int, Any]]:
-    from sinks import CorruptLine, read_events
+    from ckpt_events.sinks import CorruptLine, read_events
 
     decoded = 0
     try:

@@ -35,13 +35,13 @@ from ckpt_events import (
     PrepareNotReady,
     Refused,
 )
-from participants.cli.report_model import who_of
-from participants.cli.run_logs import event_time
-from participants.cli.run_paths import dominant_step_ms
-from participants.cli.run_paths import dominated as dominated_by
-from participants.cli.run_paths import slowest as path_of
-from participants.cli.trends import Trends
-from participants.cli.words import counted
+from ckpt_events.participants.cli.report_model import who_of
+from ckpt_events.participants.cli.run_logs import event_time
+from ckpt_events.participants.cli.run_paths import dominant_step_ms
+from ckpt_events.participants.cli.run_paths import dominated as dominated_by
+from ckpt_events.participants.cli.run_paths import slowest as path_of
+from ckpt_events.participants.cli.trends import Trends
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["Run", "RunRow", "episodes_text", "overview"]
 

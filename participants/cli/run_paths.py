@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckpt_events import Kind, Operation, Step, StepFinished, span_name, span_name_of
-from participants.cli.report_model import finished_spans, who_of
-from participants.cli.words import counted
+from ckpt_events.participants.cli.report_model import finished_spans, who_of
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["dominated", "slowest"]
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from participants.cli.run_overview import (
+from ckpt_events.participants.cli.run_overview import (
     ABORTED,
     FAILED,
     OPEN,
@@ -20,8 +20,8 @@ from participants.cli.run_overview import (
     RunRow,
     episodes_text,
 )
-from participants.cli.trends import MIN_CHECKPOINTS
-from participants.cli.words import counted
+from ckpt_events.participants.cli.trends import MIN_CHECKPOINTS
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 import anyio
 
 from ckpt_events import CkptEventsError, ConfigurationError, resolve_span_groups
-from participants.cli.command import (
+from ckpt_events.participants.cli.command import (
     Command,
     CommandError,
     check_reachable,
@@ -28,7 +28,7 @@ from participants.cli.command import (
     port_number,
     positive_number,
 )
-from participants.workloads.registry import KINDS
+from ckpt_events.participants.workloads.registry import KINDS
 
 __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERVE_KINDS"]
 
@@ -147,8 +147,8 @@ def _token_text(path: Path | None, env_name: str, what: str) -> str:
 
 def _build_app(args: argparse.Namespace, token: str) -> Any:
     # Imported here so `ckpt-events --help` and the other subcommands need no server stack.
-    import sinks
-    from participants import create_app, create_inference_app
+    from ckpt_events import sinks
+    from ckpt_events.participants import create_app, create_inference_app
 
     if args.kind == "inference":
         return create_inference_app(token=token)
@@ -179,8 +179,8 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         raise CommandError(f"--sample-ratio must be between 0 and 1, not {ratio}")
     workers: dict[str, Any] = {}
     if args.workers > 1:
-        from participants.cli.worker_process import worker_command
-        from participants.server.workers.app import stop_this_process
+        from ckpt_events.participants.cli.worker_process import worker_command
+        from ckpt_events.participants.server.workers.app import stop_this_process
 
         workers = {
             "workers": args.workers,
@@ -204,7 +204,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
 
 
 def _configure_sinks(bus: Any, *, instance: str | None = None) -> Any:
-    import sinks
+    from ckpt_events import sinks
 
     configured = sinks.configure(bus, service_instance_id=instance)
     # Bounded: a collector gone since start-up must not hold a Ctrl-C for its retries (13 s).
@@ -221,8 +221,7 @@ async def _check_settings(require_collector: bool) -> None:
     are dropped and counted), so start-up order is no hard dependency; ``require_collector``
     refuses to start instead.
     """
-    import sinks
-    from ckpt_events import Bus
+    from ckpt_events import Bus, sinks
 
     settings = sinks.read_otel_env(os.environ)
     endpoint = settings.traces_otlp.endpoint if settings.traces_otlp is not None else None
@@ -254,7 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
         except CkptEventsError as exc:
             raise CommandError(f"${ENV_SPAN_GROUPS}: {exc}") from None
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
-    from participants.server.limits import SERVER_LIMITS, log_resource_exhaustion_once
+    from ckpt_events.participants.server.limits import SERVER_LIMITS, log_resource_exhaustion_once
 
     log_resource_exhaustion_once()
     try:

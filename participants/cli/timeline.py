@@ -29,7 +29,7 @@ from ckpt_events import (
     Step,
     StepFinished,
 )
-from participants.cli.report_model import Span, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.report_model import Span, checkpoint_and_restore, trace_spans
 
 __all__ = [
     "BREAKDOWN_COLUMNS",

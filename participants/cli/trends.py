@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ckpt_events import Kind, OperationFinished, StepFinished
-from participants.cli.durations import Key, percentile
-from participants.cli.report_model import who_of
+from ckpt_events.participants.cli.durations import Key, percentile
+from ckpt_events.participants.cli.report_model import who_of
 
 __all__ = ["Growth", "Trend", "Trends", "binomial_tail", "growth", "spearman", "theil_sen"]
 

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from participants.cli.command import Command, CommandError, console, positive_number
-from participants.cli.serve import ENV_TOKEN
-from participants.cli.watch_sources import EventSource, LogFollower, poll_all, status_client
+from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
+from ckpt_events.participants.cli.serve import ENV_TOKEN
+from ckpt_events.participants.cli.watch_sources import EventSource, LogFollower, poll_all, status_client
 
 if TYPE_CHECKING:
     # The view draws with rich, the `cli` extra: imported when a watch runs, so that
     # `ckpt-events --help` (and its one-line "install the cli extra") works without it.
     from rich.console import RenderableType
 
-    from participants.cli.watch_view import FleetView
+    from ckpt_events.participants.cli.watch_view import FleetView
 
 __all__ = ["WATCH", "live", "plain", "show", "snapshot"]
 
@@ -123,7 +123,7 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
 
 
 def _printable(text: str) -> str:
-    from participants.cli.watch_view import escape
+    from ckpt_events.participants.cli.watch_view import escape
 
     return escape(text)
 
@@ -132,7 +132,7 @@ def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
-    from participants.cli.watch_view import escape
+    from ckpt_events.participants.cli.watch_view import escape
 
     rendered = view.render()
     return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
@@ -239,7 +239,7 @@ async def _pause(seconds: float, until: anyio.Event | None) -> None:
 
 
 async def _watch_async(args: argparse.Namespace) -> int:
-    from participants.cli.watch_view import FleetView
+    from ckpt_events.participants.cli.watch_view import FleetView
 
     urls = _urls(args)
     token = _token(args, needed=bool(urls))

@@ -20,7 +20,7 @@ import anyio
 import msgspec
 
 from ckpt_events import Event, Kind
-from participants.protocol import CONTROL_PREFIX, StatusReply
+from ckpt_events.participants.protocol import CONTROL_PREFIX, StatusReply
 
 __all__ = [
     "MAX_BODY",
@@ -59,7 +59,7 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
 
     httpcore's pool finds a request its connection by scanning every connection it holds, at
     each request's start and end: one pool over 64 participants made a poll round quadratic
-    (73% of the round's time in that scan, measured by ``benchmarks.bench_watch``). A pool per
+    (73% of the round's time in that scan, measured by ``ckpt_events.benchmarks.bench_watch``). A pool per
     origin (``mounts``) keeps each scan to that participant's one connection.
     """
     import httpx
@@ -174,7 +174,7 @@ class LogFollower:
 
     def read(self) -> list[Event]:
         """The events appended since the last call, over every followed file."""
-        from sinks import CorruptLine, read_events
+        from ckpt_events.sinks import CorruptLine, read_events
 
         events: list[Event] = []
         paths = self._paths()

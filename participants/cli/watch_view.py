@@ -27,7 +27,7 @@ from ckpt_events import (
     Phase,
     Stalled,
 )
-from participants.cli.watch_sources import PollResult
+from ckpt_events.participants.cli.watch_sources import PollResult
 
 __all__ = ["LAST_CHECKPOINTS", "FleetView", "escape"]
 

@@ -1,6 +1,6 @@
 """A worker process of ``ckpt-events serve <kind> --workers N`` (started by the server itself).
 
-``python -m participants.cli.worker_process <kind> <instance> <index> <options-json>``: it
+``python -m ckpt_events.participants.cli.worker_process <kind> <instance> <index> <options-json>``: it
 reads the coordinator's socket from ``CKPT_EVENTS_COORDINATOR_SOCKET``, runs its own bus with
 the sinks configured from the environment (JSON lines go to ``<path>.w<index>``: one file per
 worker process) and serves its share of the episodes until the coordinator's socket ends.
@@ -24,7 +24,7 @@ class WorkerCommand:
     (never on a command line)."""
 
     def __init__(self, kind: str, instance: str, options: Mapping[str, Any]) -> None:
-        self.argv = [sys.executable, "-m", "participants.cli.worker_process", kind, instance]
+        self.argv = [sys.executable, "-m", "ckpt_events.participants.cli.worker_process", kind, instance]
         self.options = json.dumps({k: v for k, v in options.items() if k != "inference_token"})
         token = options.get("inference_token")
         self.env = {"CKPT_EVENTS_INFERENCE_TOKEN": str(token)} if token else {}
@@ -39,13 +39,12 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
 
 
 async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
-    import sinks
-    from ckpt_events import Bus, Telemetry
-    from participants.server.app import make_workload
-    from participants.server.workers import ENV_SOCKET, run_worker
-    from participants.server.workers.coordinator import ENV_SECRET
-    from participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
-    from participants.workloads.registry import KINDS
+    from ckpt_events import Bus, Telemetry, sinks
+    from ckpt_events.participants.server.app import make_workload
+    from ckpt_events.participants.server.workers import ENV_SOCKET, run_worker
+    from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
+    from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
+    from ckpt_events.participants.workloads.registry import KINDS
 
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
     if jsonl:

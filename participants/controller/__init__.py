@@ -3,14 +3,19 @@
 ``client.ControlClient`` calls one participant; ``coordinator.Coordinator`` drives a checkpoint
 or a restore across all of them (prepare in stages, commit and restore fanned out, abort);
 ``collection.Collection`` runs rollouts on the fleet and checkpoints them into a run directory
-(``run_directory``). The controller speaks ``participants.protocol`` only: it never imports the
+(``run_directory``). The controller speaks ``ckpt_events.participants.protocol`` only: it never imports the
 server or the workloads.
 """
 
-from participants.controller.client import ControlClient, ParticipantCallError
-from participants.controller.collection import Collection, CollectionSummary
-from participants.controller.coordinator import Coordinator
-from participants.controller.types import CheckpointNotPrepared, CoordinationError, Member, PrepareResult
+from ckpt_events.participants.controller.client import ControlClient, ParticipantCallError
+from ckpt_events.participants.controller.collection import Collection, CollectionSummary
+from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.controller.types import (
+    CheckpointNotPrepared,
+    CoordinationError,
+    Member,
+    PrepareResult,
+)
 
 __all__ = [
     "CheckpointNotPrepared",

@@ -7,12 +7,12 @@ Failures come back as one exception tree::
     ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``)
     └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
 
-(both defined in ``participants.errors``, which draws the project's whole tree)
+(both defined in ``ckpt_events.participants.errors``, which draws the project's whole tree)
 
 An error body ``{"error": {"code", "detail"}}`` gives ``code`` as an ``ErrorCode`` (and the
 raw string in ``raw_code``, e.g. ``invalid_request`` for a malformed body); any other failed
 reply keeps ``code=None`` and the status. Requests and replies are the Structs of
-``participants.protocol``; a reply that does not match its Struct is a ``ParticipantCallError``.
+``ckpt_events.participants.protocol``; a reply that does not match its Struct is a ``ParticipantCallError``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import httpx
 import msgspec
 
 from ckpt_events import InvalidValueError
-from participants.errors import ParticipantCallError, ParticipantUnreachable
-from participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+from ckpt_events.participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
 
 __all__ = [
     "CLIENT_GRACE_SECONDS",

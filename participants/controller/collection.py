@@ -23,22 +23,27 @@ import httpx
 import msgspec
 
 from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
-from participants.controller.coordinator import Coordinator, Member, PrepareResult
-from participants.controller.rollout import CollectionSummary, Rollout
-from participants.controller.run_directory import (
+from ckpt_events.participants.controller.coordinator import Coordinator, Member, PrepareResult
+from ckpt_events.participants.controller.rollout import CollectionSummary, Rollout
+from ckpt_events.participants.controller.run_directory import (
     CollectionManifest,
     RunDir,
     new_checkpoint_id,
     new_restore_id,
 )
-from participants.controller.triggers import every, on_signals
-from participants.controller.work_calls import WorkClients
-from participants.errors import CheckpointNotPrepared, CoordinationError, ParticipantCallError, RolloutRetired
-from participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
+from ckpt_events.participants.controller.triggers import every, on_signals
+from ckpt_events.participants.controller.work_calls import WorkClients
+from ckpt_events.participants.errors import (
+    CheckpointNotPrepared,
+    CoordinationError,
+    ParticipantCallError,
+    RolloutRetired,
+)
+from ckpt_events.participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
 
 __all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
 
-logger: Final = logging.getLogger("participants.controller.collection")
+logger: Final = logging.getLogger("ckpt_events.participants.controller.collection")
 
 _RETRY_DELAY: Final = 0.02
 _MAX_REFUSALS: Final = 2_000

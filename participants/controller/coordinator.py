@@ -29,13 +29,19 @@ from ckpt_events import (
     Telemetry,
     coerce,
 )
-from participants.controller.client import ControlClient, SpanLike
-from participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
-from participants.controller.fan_out import Failures, check_committed, check_restored, fan_out, renewing
-from participants.controller.types import Member, PrepareResult
-from participants.errors import CheckpointNotPrepared, CoordinationError
-from participants.faults import stall_before_commit
-from participants.protocol import (
+from ckpt_events.participants.controller.client import ControlClient, SpanLike
+from ckpt_events.participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
+from ckpt_events.participants.controller.fan_out import (
+    Failures,
+    check_committed,
+    check_restored,
+    fan_out,
+    renewing,
+)
+from ckpt_events.participants.controller.types import Member, PrepareResult
+from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
+from ckpt_events.participants.faults import stall_before_commit
+from ckpt_events.participants.protocol import (
     CommitReply,
     CommitRequest,
     EpisodeId,
@@ -62,7 +68,7 @@ __all__ = [
     "discover_members",
 ]
 
-logger: Final = logging.getLogger("participants.controller.coordinator")
+logger: Final = logging.getLogger("ckpt_events.participants.controller.coordinator")
 
 #: A restore that failed retires the next attempts with at least this much time left.
 RESTORE_CLEANUP_SECONDS: Final = 30.0

@@ -8,8 +8,8 @@ from typing import Final
 import anyio
 
 from ckpt_events import Kind, UnknownNameError, coerce
-from participants.controller.client import ControlClient, ParticipantCallError
-from participants.controller.types import CoordinationError, Member
+from ckpt_events.participants.controller.client import ControlClient, ParticipantCallError
+from ckpt_events.participants.controller.types import CoordinationError, Member
 
 __all__ = ["DISCOVER_TIMEOUT", "DISCOVER_TRIES", "discover_members"]
 

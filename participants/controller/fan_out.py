@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
-from participants.controller.client import ControlClient, SpanLike
-from participants.controller.types import Member
-from participants.errors import ParticipantCallError
-from participants.protocol import CommitReply, EpisodeId, RestoreReply
+from ckpt_events.participants.controller.client import ControlClient, SpanLike
+from ckpt_events.participants.controller.types import Member
+from ckpt_events.participants.errors import ParticipantCallError
+from ckpt_events.participants.protocol import CommitReply, EpisodeId, RestoreReply
 
 __all__ = ["Failures", "check_committed", "check_restored", "fan_out", "renewing"]
 

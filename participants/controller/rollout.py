@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from participants.protocol import EpisodeId
+from ckpt_events.participants.protocol import EpisodeId
 
 __all__ = ["CollectionSummary", "Rollout"]
 

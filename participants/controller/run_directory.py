@@ -17,8 +17,8 @@ from typing import Final
 import msgspec
 
 from ckpt_events import SAFE_NAME, InvalidValueError
-from participants.errors import InvalidCheckpointError
-from participants.protocol import EpisodeId
+from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events.participants.protocol import EpisodeId
 
 __all__ = ["KEEP_CHECKPOINTS", "CollectionManifest", "RunDir", "new_checkpoint_id", "new_restore_id"]
 

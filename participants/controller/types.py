@@ -9,8 +9,8 @@ from typing import Final
 import msgspec
 
 from ckpt_events import PREPARE_ORDER, Kind
-from participants.errors import CheckpointNotPrepared, CoordinationError
-from participants.protocol import EpisodeId, PrepareReply
+from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
+from ckpt_events.participants.protocol import EpisodeId, PrepareReply
 
 __all__ = [
     "CheckpointNotPrepared",

@@ -19,9 +19,9 @@ import anyio
 import httpx
 import msgspec
 
-from participants.controller.types import Member
-from participants.errors import ParticipantCallError, ParticipantUnreachable
-from participants.protocol import ErrorBody
+from ckpt_events.participants.controller.types import Member
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+from ckpt_events.participants.protocol import ErrorBody
 
 __all__ = ["WORK_CALL_TRIES", "WorkClients"]
 

@@ -7,7 +7,7 @@ calls. The server uses ``participants.protocol`` and ``participants.workloads``,
 controller or the command line.
 """
 
-from participants.server.app import PARTICIPANT_KINDS, create_app
-from participants.server.inference import create_inference_app
+from ckpt_events.participants.server.app import PARTICIPANT_KINDS, create_app
+from ckpt_events.participants.server.inference import create_inference_app
 
 __all__ = ["PARTICIPANT_KINDS", "create_app", "create_inference_app"]

@@ -11,14 +11,14 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from ckpt_events import SAFE_NAME, Bus, InvalidTypeError, InvalidValueError, Telemetry
-from participants.faults import hold_one_step
-from participants.server.builder import build_app
-from participants.server.control import ControlPlane
-from participants.server.limits import DEFAULT_MAX_BODY_BYTES
-from participants.server.routes import work_router
-from participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
-from participants.workloads.base import Workload
-from participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.faults import hold_one_step
+from ckpt_events.participants.server.builder import build_app
+from ckpt_events.participants.server.control import ControlPlane
+from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
+from ckpt_events.participants.server.routes import work_router
+from ckpt_events.participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
+from ckpt_events.participants.workloads.base import Workload
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = ["PARTICIPANT_KINDS", "create_app", "make_workload"]
 
@@ -75,7 +75,7 @@ def create_app(
     (``otel_context``: operations join the current OpenTelemetry span, e.g. FastAPI
     instrumentation's SERVER span). With ``workers`` > 1 the episodes live in worker processes
     started by ``worker_command(index)`` (or tasks made by ``worker_factory(index)``): see
-    ``participants.server.workers``; each worker process also serves its sessions' work
+    ``ckpt_events.participants.server.workers``; each worker process also serves its sessions' work
     calls on its own port, bound on ``worker_host``; a spent restart budget is a blocker of
     every later prepare, and calls ``on_workers_spent(why)`` (see ``create_worker_app``).
     """
@@ -118,7 +118,7 @@ def create_app(
     workload = row.workload(tel, **workload_options)
     hold_one_step(workload, instance)  # only with CKPT_EVENTS_FAULT=stall:<instance>
     if workers != 1:
-        from participants.server.workers.app import create_worker_app
+        from ckpt_events.participants.server.workers.app import create_worker_app
 
         return create_worker_app(
             workload,

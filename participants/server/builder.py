@@ -20,10 +20,10 @@ from anyio.abc import TaskGroup
 from fastapi import APIRouter, FastAPI
 
 from ckpt_events import Bus, Telemetry
-from participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
-from participants.server.control import ControlPlane
-from participants.server.limits import BodyLimit
-from participants.server.routes import control_router, install_error_handlers
+from ckpt_events.participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
+from ckpt_events.participants.server.control import ControlPlane
+from ckpt_events.participants.server.limits import BodyLimit
+from ckpt_events.participants.server.routes import control_router, install_error_handlers
 
 __all__ = ["Closeable", "LifespanBody", "build_app", "build_work_app"]
 

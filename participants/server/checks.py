@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Final
 
 from ckpt_events import ErrorCode, Operation, Phase
-from participants.errors import InvalidCheckpointError, MalformedRequest, ProtocolRefusal
-from participants.protocol import EpisodeId
-from participants.workloads.base import Record
+from ckpt_events.participants.errors import InvalidCheckpointError, MalformedRequest, ProtocolRefusal
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.workloads.base import Record
 
 __all__ = [
     "MAX_DEADLINE_SECONDS",

@@ -17,8 +17,8 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import ErrorCode, Operation, OperationSpan, Phase, Telemetry
-from participants.errors import ProtocolRefusal
-from participants.protocol import (
+from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.protocol import (
     CommitReply,
     CommitRequest,
     EpisodeId,
@@ -38,16 +38,21 @@ from participants.protocol import (
     StatusReply,
     encode,
 )
-from participants.server.arrival import timed
-from participants.server.checks import check_commit_scope, check_deadline, check_outside, check_restore_scope
-from participants.server.gc_pause import freeze, gc_paused
-from participants.server.replies import ReplayArgs, ReplyCache, store_refusals
-from participants.server.store import WriteResult, WriteStop, write_checkpoint
-from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
-from participants.server.store_read import read_checkpoint
-from participants.server.trace_headers import TraceHeaders
-from participants.workloads.base import Record
-from participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
+from ckpt_events.participants.server.arrival import timed
+from ckpt_events.participants.server.checks import (
+    check_commit_scope,
+    check_deadline,
+    check_outside,
+    check_restore_scope,
+)
+from ckpt_events.participants.server.gc_pause import freeze, gc_paused
+from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
+from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
+from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
+from ckpt_events.participants.server.store_read import read_checkpoint
+from ckpt_events.participants.server.trace_headers import TraceHeaders
+from ckpt_events.participants.workloads.base import Record
+from ckpt_events.participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 
 __all__ = ["ControlPlane", "Exported", "Restored"]
 

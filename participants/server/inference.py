@@ -15,11 +15,11 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
 from ckpt_events import Disposition, ErrorCode, InvalidValueError
-from participants.errors import ProtocolRefusal
-from participants.protocol import decode, encode
-from participants.server.routes import bearer_auth, install_error_handlers
-from participants.workloads.base import finite_sleep
-from participants.workloads.generation_cut import (
+from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.protocol import decode, encode
+from ckpt_events.participants.server.routes import bearer_auth, install_error_handlers
+from ckpt_events.participants.workloads.base import finite_sleep
+from ckpt_events.participants.workloads.generation_cut import (
     CUT_PATH,
     CutAck,
     CutInventory,

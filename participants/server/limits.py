@@ -15,7 +15,7 @@ from typing import Any, Final
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from participants.protocol import ErrorBody, ErrorDetail, encode
+from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
 
 __all__ = [
     "ACCEPT_LOGGERS",

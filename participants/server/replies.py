@@ -16,8 +16,13 @@ from contextlib import contextmanager
 from typing import Final
 
 from ckpt_events import ErrorCode
-from participants.errors import CheckpointStoreError, CheckpointWriteError, ProtocolRefusal, WriteStopped
-from participants.protocol import CommitReply, PrepareReply, RestoreReply
+from ckpt_events.participants.errors import (
+    CheckpointStoreError,
+    CheckpointWriteError,
+    ProtocolRefusal,
+    WriteStopped,
+)
+from ckpt_events.participants.protocol import CommitReply, PrepareReply, RestoreReply
 
 __all__ = ["RESUMED_KEPT", "ReplayArgs", "ReplyCache", "store_refusals"]
 

@@ -16,8 +16,8 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ckpt_events import ErrorCode, Telemetry
-from participants.errors import MalformedRequest, ProtocolRefusal, WorkError
-from participants.protocol import (
+from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, WorkError
+from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
     CommitRequest,
     EpisodeId,
@@ -37,9 +37,9 @@ from participants.protocol import (
     encode,
     error_body,
 )
-from participants.server.control import ControlPlane
-from participants.server.trace_headers import TraceHeaders
-from participants.workloads.base import Episode, Workload
+from ckpt_events.participants.server.control import ControlPlane
+from ckpt_events.participants.server.trace_headers import TraceHeaders
+from ckpt_events.participants.workloads.base import Episode, Workload
 
 __all__ = [
     "Trace",

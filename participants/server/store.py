@@ -28,14 +28,14 @@ from typing import Final, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from ckpt_events import SAFE_NAME
-from participants.errors import (
+from ckpt_events.participants.errors import (
     CheckpointStoreError,
     CheckpointWriteError,
     InvalidCheckpointError,
     WriteStopped,
 )
-from participants.protocol import EpisodeId, Manifest, RecordsPart
-from participants.server.store_files import (
+from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
+from ckpt_events.participants.server.store_files import (
     MANIFEST_MAX_BYTES,
     fsync_dir,
     make_dirs,

@@ -16,7 +16,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Final
 
-from participants.errors import InvalidCheckpointError
+from ckpt_events.participants.errors import InvalidCheckpointError
 
 __all__ = [
     "DEFAULT_CHECKPOINT_ROOT",

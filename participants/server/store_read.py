@@ -20,10 +20,10 @@ from typing import Final, Generic, NamedTuple
 import msgspec
 
 from ckpt_events import SAFE_NAME
-from participants.errors import InvalidCheckpointError
-from participants.faults import read_pause
-from participants.protocol import EpisodeId, Manifest, RecordsPart
-from participants.server.store import (
+from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events.participants.faults import read_pause
+from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
+from ckpt_events.participants.server.store import (
     MANIFEST_NAME,
     RECORDS_FILE,
     SCHEMA_VERSION,
@@ -32,7 +32,7 @@ from participants.server.store import (
     participant_dir,
     parts_digest,
 )
-from participants.server.store_files import (
+from ckpt_events.participants.server.store_files import (
     MANIFEST_MAX_BYTES,
     RECORDS_MAX_BYTES,
     open_regular,

@@ -3,15 +3,15 @@
 ``base.Workload`` is what every kind shares (admission, episodes, parking at a boundary,
 records); ``environment``, ``agent``, ``resources`` and ``model`` are the four kinds, each with
 its record type; ``generation_cut`` is the model's round with the inference worker. Workloads
-know the wire types in ``participants.protocol`` and nothing of HTTP servers or controllers.
+know the wire types in ``ckpt_events.participants.protocol`` and nothing of HTTP servers or controllers.
 """
 
-from participants.workloads.agent import AgentRecord, AgentWorkload
-from participants.workloads.base import Episode, Record, WorkError, Workload
-from participants.workloads.environment import EnvironmentRecord, EnvironmentWorkload
-from participants.workloads.model import ModelRecord, ModelWorkload
-from participants.workloads.records import task_digest
-from participants.workloads.resources import ResourcesRecord, ResourcesWorkload
+from ckpt_events.participants.workloads.agent import AgentRecord, AgentWorkload
+from ckpt_events.participants.workloads.base import Episode, Record, WorkError, Workload
+from ckpt_events.participants.workloads.environment import EnvironmentRecord, EnvironmentWorkload
+from ckpt_events.participants.workloads.model import ModelRecord, ModelWorkload
+from ckpt_events.participants.workloads.records import task_digest
+from ckpt_events.participants.workloads.resources import ResourcesRecord, ResourcesWorkload
 
 __all__ = [
     "AgentRecord",

@@ -8,9 +8,9 @@ import anyio
 import msgspec
 
 from ckpt_events import Kind, Telemetry
-from participants.protocol import EpisodeId
-from participants.workloads.base import Episode, Record, Workload, finite_sleep
-from participants.workloads.records import digest, invalid_record
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.workloads.base import Episode, Record, Workload, finite_sleep
+from ckpt_events.participants.workloads.records import digest, invalid_record
 
 __all__ = ["AgentRecord", "AgentState", "AgentWorkload"]
 

@@ -23,9 +23,9 @@ import anyio
 import msgspec
 
 from ckpt_events import ErrorCode, InvalidTypeError, Kind, OperationSpan, Telemetry
-from participants.errors import InvalidCheckpointError, ProtocolRefusal, WorkError
-from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
-from participants.workloads.fence import RetiredAttempts
+from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal, WorkError
+from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
+from ckpt_events.participants.workloads.fence import RetiredAttempts
 
 __all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
 

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ckpt_events import Kind, OperationSpan
-from participants.protocol import EpisodeId, PrepareReport
-from participants.workloads.base import Record
-from participants.workloads.fence import RetiredAttempts
+from ckpt_events.participants.protocol import EpisodeId, PrepareReport
+from ckpt_events.participants.workloads.base import Record
+from ckpt_events.participants.workloads.fence import RetiredAttempts
 
 __all__ = ["CheckpointableWorkload", "ControlledWorkload"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ckpt_events import ErrorCode
-from participants.errors import ProtocolRefusal
-from participants.protocol import EpisodeId
+from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.protocol import EpisodeId
 
 __all__ = ["RetiredAttempts"]
 

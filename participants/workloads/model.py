@@ -19,14 +19,14 @@ import anyio
 import msgspec
 
 from ckpt_events import Disposition, Kind, OperationSpan, Telemetry
-from participants.errors import MalformedRequest, WorkError
-from participants.protocol import EpisodeId, decode, encode
-from participants.workloads.base import Episode, Record, Workload
+from ckpt_events.participants.errors import MalformedRequest, WorkError
+from ckpt_events.participants.protocol import EpisodeId, decode, encode
+from ckpt_events.participants.workloads.base import Episode, Record, Workload
 
 if TYPE_CHECKING:
     import httpx
 
-from participants.workloads.generation_cut import (
+from ckpt_events.participants.workloads.generation_cut import (
     CUT_PATH,
     ActivePrefix,
     Continuation,
@@ -36,7 +36,7 @@ from participants.workloads.generation_cut import (
     inventory_digest,
     receipt_problem,
 )
-from participants.workloads.records import invalid_record
+from ckpt_events.participants.workloads.records import invalid_record
 
 __all__ = ["CallRow", "GenerationCutRecord", "ModelRecord", "ModelState", "ModelWorkload"]
 

@@ -11,8 +11,8 @@ from typing import Final
 
 import msgspec
 
-from participants.errors import InvalidCheckpointError
-from participants.workloads.base import Record
+from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events.participants.workloads.base import Record
 
 __all__ = ["DOCUMENT_LINES", "digest", "invalid_record", "task_digest"]
 

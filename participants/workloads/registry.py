@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ckpt_events import InvalidValueError, Kind, coerce
-from participants.workloads.agent import AgentWorkload
-from participants.workloads.base import Workload
-from participants.workloads.environment import EnvironmentWorkload
-from participants.workloads.model import ModelWorkload
-from participants.workloads.resources import ResourcesWorkload
+from ckpt_events.participants.workloads.agent import AgentWorkload
+from ckpt_events.participants.workloads.base import Workload
+from ckpt_events.participants.workloads.environment import EnvironmentWorkload
+from ckpt_events.participants.workloads.model import ModelWorkload
+from ckpt_events.participants.workloads.resources import ResourcesWorkload
 
 __all__ = ["CONTROLLER_COLOUR", "KINDS", "KindRegistry", "KindRow"]
 

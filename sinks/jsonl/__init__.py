@@ -1,6 +1,6 @@
 """The JSON-lines sink (writer), the reader that reports corrupt lines without stopping."""
 
-from sinks.jsonl._reader import CorruptLine, read_events
-from sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
+from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
+from ckpt_events.sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
 
 __all__ = ["CorruptLine", "JsonLinesSink", "JsonLinesStats", "read_events"]

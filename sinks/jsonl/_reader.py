@@ -1,7 +1,7 @@
 """The JSON-lines reader: ``read_events`` yields each line's event, or a ``CorruptLine`` saying
 why it did not decode, and goes on.
 
-Ids are read as W3C hex strings, as ``JsonLinesSink`` writes them (``sinks._hexids``), and older
+Ids are read as W3C hex strings, as ``JsonLinesSink`` writes them (``ckpt_events.sinks._hexids``), and older
 logs with decimal ids still read.
 
 The file is read 64 KiB at a time and each run of whole lines decoded at once
@@ -21,7 +21,7 @@ from typing import IO, Final
 import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidTypeError
-from sinks._hexids import WIRE_DECODER, from_wire
+from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = ["CorruptLine", "read_events"]
 

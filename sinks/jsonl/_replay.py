@@ -14,7 +14,7 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, InvalidValueError, resolve_interests
-from sinks.jsonl._reader import CorruptLine, read_events
+from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 
 __all__ = ["ReplayResult", "replay"]
 

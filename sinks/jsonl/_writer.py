@@ -1,7 +1,7 @@
 """The JSON-lines sink: one JSON object per event per line.
 
-Ids are written as W3C hex strings (``sinks._hexids``), as a collector and a ``traceparent``
-show them; ``read_events`` (``sinks.jsonl._reader``) turns them back into the ints the typed
+Ids are written as W3C hex strings (``ckpt_events.sinks._hexids``), as a collector and a ``traceparent``
+show them; ``read_events`` (``ckpt_events.sinks.jsonl._reader``) turns them back into the ints the typed
 events carry.
 
 Writing reuses one ``msgspec.json.Encoder`` and one ``bytearray`` for every batch; a batch is
@@ -23,12 +23,12 @@ from typing import IO, Any, Final
 import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError
-from sinks._hexids import with_hex_ids
-from sinks._wire_safe import replace_surrogates
+from ckpt_events.sinks._hexids import with_hex_ids
+from ckpt_events.sinks._wire_safe import replace_surrogates
 
 __all__ = ["JsonLinesSink", "JsonLinesStats"]
 
-logger: Final = logging.getLogger("sinks.jsonl")
+logger: Final = logging.getLogger("ckpt_events.sinks.jsonl")
 
 _NEWLINE: Final = 10
 

@@ -2,7 +2,7 @@
 ``OtlpSpanSink`` and ``OtlpMetricSink`` (spans and aggregated metrics straight to an OTLP/HTTP
 collector, no SDK objects).
 
-The names load on first use, so importing ``sinks.otel._env`` (what ``sinks.configure`` reads
+The names load on first use, so importing ``ckpt_events.sinks.otel._env`` (what ``sinks.configure`` reads
 the ``OTEL_*`` environment with) does not import the OpenTelemetry SDK.
 """
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from sinks.otel._metric_sink import MetricSink, MetricSinkStats
-    from sinks.otel._span_sink import SpanSink, SpanSinkStats
-    from sinks.otlp._metric_sink import OtlpMetricSink, OtlpMetricSinkStats
-    from sinks.otlp._span_sink import OtlpSpanSink, OtlpSpanSinkStats
+    from ckpt_events.sinks.otel._metric_sink import MetricSink, MetricSinkStats
+    from ckpt_events.sinks.otel._span_sink import SpanSink, SpanSinkStats
+    from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink, OtlpMetricSinkStats
+    from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink, OtlpSpanSinkStats
 
 __all__ = [
     "MetricSink",
@@ -30,14 +30,14 @@ __all__ = [
 ]
 
 _HOMES: Final = {
-    "MetricSink": "sinks.otel._metric_sink",
-    "MetricSinkStats": "sinks.otel._metric_sink",
-    "OtlpMetricSink": "sinks.otlp._metric_sink",
-    "OtlpMetricSinkStats": "sinks.otlp._metric_sink",
-    "OtlpSpanSink": "sinks.otlp._span_sink",
-    "OtlpSpanSinkStats": "sinks.otlp._span_sink",
-    "SpanSink": "sinks.otel._span_sink",
-    "SpanSinkStats": "sinks.otel._span_sink",
+    "MetricSink": "ckpt_events.sinks.otel._metric_sink",
+    "MetricSinkStats": "ckpt_events.sinks.otel._metric_sink",
+    "OtlpMetricSink": "ckpt_events.sinks.otlp._metric_sink",
+    "OtlpMetricSinkStats": "ckpt_events.sinks.otlp._metric_sink",
+    "OtlpSpanSink": "ckpt_events.sinks.otlp._span_sink",
+    "OtlpSpanSinkStats": "ckpt_events.sinks.otlp._span_sink",
+    "SpanSink": "ckpt_events.sinks.otel._span_sink",
+    "SpanSinkStats": "ckpt_events.sinks.otel._span_sink",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())

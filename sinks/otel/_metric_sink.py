@@ -32,8 +32,8 @@ from ckpt_events import (
     Stalled,
     __version__,
 )
-from sinks import _metric_keys as keys
-from sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork
+from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork
 
 __all__ = ["MetricSink", "MetricSinkStats"]
 

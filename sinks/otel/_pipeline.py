@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckpt_events import ConfigurationError
-from sinks.otel._env import OtelSettings, OtlpSettings
+from ckpt_events.sinks.otel._env import OtelSettings, OtlpSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -64,7 +64,7 @@ def _otlp_kwargs(otlp: OtlpSettings) -> dict[str, Any]:
 def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]:
     """(name, exporter) for each trace exporter the settings ask for that goes through
     OpenTelemetry: the console and OTLP over gRPC. (OTLP over HTTP is our own
-    ``OtlpSpanSink``, built by ``sinks.otlp._factory``.)"""
+    ``OtlpSpanSink``, built by ``ckpt_events.sinks.otlp._factory``.)"""
     exporters: list[tuple[str, SpanExporter]] = []
     for name in settings.traces:
         if name == "console":
@@ -93,14 +93,14 @@ def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
 
             exporter = ConsoleMetricExporter()
         elif name == "prometheus":
-            continue  # our own scrape endpoint over our aggregation (sinks.prometheus)
+            continue  # our own scrape endpoint over our aggregation (ckpt_events.sinks.prometheus)
         else:
             otlp = settings.metrics_otlp
             assert otlp is not None
             if otlp.protocol == "grpc":
                 exporter = _grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp))
             else:
-                continue  # OTLP over HTTP: our own OtlpMetricSink (sinks.otlp._factory)
+                continue  # OTLP over HTTP: our own OtlpMetricSink (ckpt_events.sinks.otlp._factory)
         readers.append(
             PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms)
         )

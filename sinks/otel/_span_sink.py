@@ -35,11 +35,11 @@ from ckpt_events import (
 from ckpt_events import (
     SpanKind as CkptSpanKind,
 )
-from sinks._span_attrs import FINISHED, span_name_and_attributes
+from ckpt_events.sinks._span_attrs import FINISHED, span_name_and_attributes
 
 __all__ = ["SpanSink", "SpanSinkStats"]
 
-logger: Final = logging.getLogger("sinks.otel")
+logger: Final = logging.getLogger("ckpt_events.sinks.otel")
 
 SCOPE: Final = InstrumentationScope("ckpt_events", __version__)
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
@@ -257,7 +257,7 @@ class SpanSink:
             skipped=self._skipped,
         )
 
-    # -- the span of one event (name and attributes from sinks._span_attrs) --------------------
+    # -- the span of one event (name and attributes from ckpt_events.sinks._span_attrs) --------------------
 
     def _span(self, event: Any, name: str, attributes: dict[str, Any]) -> ReadableSpan:
         kind = _KINDS[span_kind_of(event)]

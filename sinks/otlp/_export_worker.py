@@ -18,11 +18,11 @@ from typing import Final
 
 import anyio.to_thread
 
-from sinks.otlp._http import OtlpHttpSender
+from ckpt_events.sinks.otlp._http import OtlpHttpSender
 
 __all__ = ["ExportWorker"]
 
-logger: Final = logging.getLogger("sinks.otel")
+logger: Final = logging.getLogger("ckpt_events.sinks.otel")
 
 
 class ExportWorker:

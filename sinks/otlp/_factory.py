@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sinks.otel._env import BatchSettings, OtlpSettings
-from sinks.otlp._metric_sink import OtlpMetricSink
-from sinks.otlp._span_sink import OtlpSpanSink
+from ckpt_events.sinks.otel._env import BatchSettings, OtlpSettings
+from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
+from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
 
 __all__ = ["DEFAULT_TIMEOUT_S", "is_own_http", "own_metric_sink", "own_span_sink"]
 

@@ -31,12 +31,12 @@ from ckpt_events import (
     Stalled,
     __version__,
 )
-from sinks import _metric_keys as keys
-from sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork, OpenWorkSnapshot
-from sinks._wire_safe import replace_surrogates
-from sinks.otlp import _tags as tags
-from sinks.otlp._span_encoder import SCOPE_NAME
-from sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
+from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork, OpenWorkSnapshot
+from ckpt_events.sinks._wire_safe import replace_surrogates
+from ckpt_events.sinks.otlp import _tags as tags
+from ckpt_events.sinks.otlp._span_encoder import SCOPE_NAME
+from ckpt_events.sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
 
 __all__ = [
     "COUNTERS",
@@ -147,7 +147,7 @@ class HistogramPoint:
 
 
 class MetricTotals:
-    """Cumulative totals since creation, keyed by the flat keys of ``sinks._metric_keys``."""
+    """Cumulative totals since creation, keyed by the flat keys of ``ckpt_events.sinks._metric_keys``."""
 
     def __init__(self) -> None:
         self.durations: dict[tuple[Any, ...], HistogramPoint] = {}

@@ -20,10 +20,10 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError
-from sinks import _metric_keys as keys
-from sinks.otlp._export_worker import ExportWorker
-from sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
-from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
+from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks.otlp._export_worker import ExportWorker
+from ckpt_events.sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
+from ckpt_events.sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
 

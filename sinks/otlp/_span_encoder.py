@@ -17,15 +17,15 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
-from sinks._span_attrs import span_name_and_attributes, span_plan
-from sinks._wire_safe import replace_surrogates, scrub_json_span
-from sinks.otlp import _tags as tags
-from sinks.otlp._wire import FIXED64 as _FIXED64
-from sinks.otlp._wire import SMALL_VARINTS as _SMALL_VARINTS
-from sinks.otlp._wire import field as _field
-from sinks.otlp._wire import json_attributes as _json_attributes
-from sinks.otlp._wire import key_value as _key_value
-from sinks.otlp._wire import varint as _varint
+from ckpt_events.sinks._span_attrs import span_name_and_attributes, span_plan
+from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
+from ckpt_events.sinks.otlp import _tags as tags
+from ckpt_events.sinks.otlp._wire import FIXED64 as _FIXED64
+from ckpt_events.sinks.otlp._wire import SMALL_VARINTS as _SMALL_VARINTS
+from ckpt_events.sinks.otlp._wire import field as _field
+from ckpt_events.sinks.otlp._wire import json_attributes as _json_attributes
+from ckpt_events.sinks.otlp._wire import key_value as _key_value
+from ckpt_events.sinks.otlp._wire import varint as _varint
 
 __all__ = ["SCOPE_NAME", "SpanEncoder"]
 

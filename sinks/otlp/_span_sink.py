@@ -20,10 +20,10 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, resolve_span_groups
-from sinks._span_attrs import FINISHED
-from sinks.otlp._export_worker import ExportWorker
-from sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
-from sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.sinks._span_attrs import FINISHED
+from ckpt_events.sinks.otlp._export_worker import ExportWorker
+from ckpt_events.sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
+from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 
 __all__ = ["OtlpSpanSink", "OtlpSpanSinkStats"]
 

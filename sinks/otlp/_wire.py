@@ -11,8 +11,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sinks._wire_safe import INT64_MAX, INT64_MIN
-from sinks.otlp import _tags as tags
+from ckpt_events.sinks._wire_safe import INT64_MAX, INT64_MIN
+from ckpt_events.sinks.otlp import _tags as tags
 
 __all__ = [
     "DOUBLE",

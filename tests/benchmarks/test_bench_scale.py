@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_scale import measure_in_child
+from ckpt_events.benchmarks.bench_scale import measure_in_child
 
 
 def test_a_size_is_measured_from_a_directory_holding_modules_named_like_ours(

@@ -12,8 +12,8 @@ import contextlib
 
 import pytest
 
-from benchmarks.allocount import NOTHING, AllocCounterUnavailable, build, calls_per_run
 from ckpt_events import Bus, Telemetry
+from ckpt_events.benchmarks.allocount import NOTHING, AllocCounterUnavailable, build, calls_per_run
 from ckpt_events.testing import MemorySink
 
 

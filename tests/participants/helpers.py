@@ -13,7 +13,7 @@ import anyio
 import httpx
 from fastapi import FastAPI
 
-from participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 
 TOKEN = "test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}

@@ -13,9 +13,7 @@ from types import ModuleType
 import pytest
 
 import ckpt_events
-import participants
-import participants.errors
-import sinks
+import ckpt_events.participants.errors
 from ckpt_events import (
     Bus,
     CkptEventsError,
@@ -24,14 +22,16 @@ from ckpt_events import (
     InvalidValueError,
     Kind,
     Telemetry,
+    participants,
+    sinks,
 )
-from participants import create_app
-from participants.controller import ControlClient, Coordinator
-from participants.controller.run_directory import RunDir
-from participants.controller.types import PrepareResult
-from participants.protocol import EpisodeId, PrepareRequest
-from participants.server import create_inference_app
-from participants.server.workers.coordinator import WorkerCoordinator
+from ckpt_events.participants import create_app
+from ckpt_events.participants.controller import ControlClient, Coordinator
+from ckpt_events.participants.controller.run_directory import RunDir
+from ckpt_events.participants.controller.types import PrepareResult
+from ckpt_events.participants.protocol import EpisodeId, PrepareRequest
+from ckpt_events.participants.server import create_inference_app
+from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
 
 
 def _modules(package: ModuleType) -> list[ModuleType]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import participants
-import participants.controller
-import participants.server
+import ckpt_events.participants.controller
+import ckpt_events.participants.server
+from ckpt_events import participants
 
 #: Third-party stacks only a server or a controller needs (and the command's ``--help`` does not).
 HEAVY = ("fastapi", "starlette", "uvicorn", "httpx", "opentelemetry")
@@ -23,8 +23,10 @@ def _loaded_after(code: str) -> set[str]:
 
 def test_importing_the_package_loads_no_server_stack():
     """``import participants`` (and the command line's parser) loads neither FastAPI nor httpx."""
-    assert _loaded_after("import participants") == set()
-    assert _loaded_after("from participants.cli.main import build_parser; build_parser()") == set()
+    assert _loaded_after("from ckpt_events import participants") == set()
+    assert (
+        _loaded_after("from ckpt_events.participants.cli.main import build_parser; build_parser()") == set()
+    )
 
 
 def test_a_name_loads_its_home_on_first_use():
@@ -35,11 +37,11 @@ def test_a_name_loads_its_home_on_first_use():
 def test_every_public_name_is_its_home_module_s_object():
     """Each name in ``__all__`` resolves to the very object of the module it lives in, and dir() lists it."""
     homes = {
-        "PARTICIPANT_KINDS": participants.server,
-        "Collection": participants.controller,
-        "Coordinator": participants.controller,
-        "create_app": participants.server,
-        "create_inference_app": participants.server,
+        "PARTICIPANT_KINDS": ckpt_events.participants.server,
+        "Collection": ckpt_events.participants.controller,
+        "Coordinator": ckpt_events.participants.controller,
+        "create_app": ckpt_events.participants.server,
+        "create_inference_app": ckpt_events.participants.server,
     }
     assert sorted(homes) == sorted(participants.__all__)
     for name, home in homes.items():

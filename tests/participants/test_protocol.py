@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from participants.errors import MalformedRequest, ProtocolRefusal
-from participants.protocol import (
+from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal
+from ckpt_events.participants.protocol import (
     CommitRequest,
     EpisodeId,
     ForgetRequest,

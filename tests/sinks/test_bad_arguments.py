@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ckpt_events import InvalidArgumentError, InvalidTypeError, InvalidValueError
-from sinks import JsonLinesSink, LoggingSink, StallWatch, read_events
-from sinks.otel import OtlpMetricSink, OtlpSpanSink, SpanSink
-from sinks.replay import replay
+from ckpt_events.sinks import JsonLinesSink, LoggingSink, StallWatch, read_events
+from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink, SpanSink
+from ckpt_events.sinks.replay import replay
 
 ENDPOINT = "http://127.0.0.1:9"
 

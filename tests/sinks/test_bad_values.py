@@ -19,9 +19,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, OperationFinished, Redactor, Telemetry
-from sinks.jsonl import JsonLinesSink, read_events
-from sinks.otel import SpanSink
-from sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.sinks.jsonl import JsonLinesSink, read_events
+from ckpt_events.sinks.otel import SpanSink
+from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 
 SPANS = 200
 #: (attribute or field, value) set on one operation each; every one is a value the wire cannot carry.

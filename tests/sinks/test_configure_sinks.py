@@ -9,8 +9,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, ConfigurationError, Telemetry
-from sinks import configure
-from sinks.jsonl import read_events
+from ckpt_events.sinks import configure
+from ckpt_events.sinks.jsonl import read_events
 from tests.sinks.helpers import metric_points
 
 
@@ -83,7 +83,7 @@ async def test_resource_from_environment_and_arguments() -> None:
 
 async def test_endpoint_builds_otlp_http_exporters() -> None:
     """An endpoint gives our OTLP/HTTP span sink, a metric exporter and the default span groups."""
-    from sinks.otel import OtlpSpanSink
+    from ckpt_events.sinks.otel import OtlpSpanSink
 
     async with Bus() as bus:
         configured = configure(

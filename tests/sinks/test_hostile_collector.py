@@ -16,9 +16,9 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from sinks import configure
-from sinks.otel import OtlpMetricSink, OtlpSpanSink
-from sinks.otlp._http import CLOSING_CONNECT_TIMEOUT, MAX_REPLY_BYTES, OtlpHttpSender
+from ckpt_events.sinks import configure
+from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink
+from ckpt_events.sinks.otlp._http import CLOSING_CONNECT_TIMEOUT, MAX_REPLY_BYTES, OtlpHttpSender
 
 DEADLINE = 1.0
 SLACK = 0.75

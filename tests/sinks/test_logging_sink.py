@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from sinks import LoggingSink
+from ckpt_events.sinks import LoggingSink
 
 
 async def test_records_carry_hex_ids(caplog: pytest.LogCaptureFixture) -> None:

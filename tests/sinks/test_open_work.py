@@ -19,8 +19,8 @@ from ckpt_events import (
     Bus,
     Telemetry,
 )
-from sinks._open_work import MAX_OPEN, OpenWork
-from sinks.otel import MetricSink, OtlpMetricSink
+from ckpt_events.sinks._open_work import MAX_OPEN, OpenWork
+from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
 from tests.sinks.helpers import metric_points
 from tests.sinks.otlp.test_collector import _wait_for, collector
 

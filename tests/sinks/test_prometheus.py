@@ -14,10 +14,10 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from ckpt_events import Bus, ConfigurationError, OperationFinished
-from sinks import configure
-from sinks.otel import OtlpMetricSink
-from sinks.otlp._metric_aggregation import DEFAULT_BOUNDARIES, MetricEncoder, MetricTotals
-from sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from ckpt_events.sinks import configure
+from ckpt_events.sinks.otel import OtlpMetricSink
+from ckpt_events.sinks.otlp._metric_aggregation import DEFAULT_BOUNDARIES, MetricEncoder, MetricTotals
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
 from tests.sinks.otlp.test_metric_sink import _event_mix
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -143,7 +143,7 @@ async def test_openmetrics_buckets_carry_exemplars_of_their_own_operations() -> 
 
 def test_the_slowest_in_a_bucket_is_its_exemplar_until_it_is_a_minute_old() -> None:
     """A faster operation does not replace the held exemplar; once the held one is over 60 s old, any does."""
-    from sinks.otlp._metric_aggregation import HistogramPoint
+    from ckpt_events.sinks.otlp._metric_aggregation import HistogramPoint
 
     class Op:
         def __init__(self, end_s: float, span: int) -> None:

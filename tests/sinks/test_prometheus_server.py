@@ -16,12 +16,12 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, OperationFinished, Refused
-from participants import create_app
-from participants.cli.ops import ops_file
-from sinks import JsonLinesSink, read_events
-from sinks._metric_keys import _KEYS
-from sinks._prom_names import label_name
-from sinks.prometheus import PrometheusEndpoint, PrometheusSink, prometheus_names
+from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.ops import ops_file
+from ckpt_events.sinks import JsonLinesSink, read_events
+from ckpt_events.sinks._metric_keys import _KEYS
+from ckpt_events.sinks._prom_names import label_name
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink, prometheus_names
 from tests.participants.helpers import ROOT, TOKEN, control, running, status, wait_until
 from tests.sinks.prom_server import prometheus_binary, running_prometheus
 

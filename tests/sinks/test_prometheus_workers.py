@@ -12,8 +12,8 @@ import anyio
 import httpx
 import pytest
 
-from participants.cli.fleet import ServerProcess, write_token_file
-from participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 from tests.sinks.prom_server import prometheus_binary, running_prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -91,7 +91,7 @@ def test_metric_sink(ckpt_capture, ckpt_metric_sink, ckpt_metric_reader, ckpt_me
 def test_the_plugin_is_registered_under_pytest11() -> None:
     """The distribution's pytest11 entry point names the plugin module."""
     (entry,) = [e for e in entry_points(group="pytest11") if e.name == "ckpt_events"]
-    assert entry.value == "sinks.pytest_plugin"
+    assert entry.value == "ckpt_events.sinks.pytest_plugin"
 
 
 def test_each_fixture_in_a_tiny_test_file(pytester: pytest.Pytester) -> None:
@@ -119,7 +119,7 @@ def test_wrong(ckpt_capture):
 def test_the_plugin_loads_without_importing_opentelemetry() -> None:
     """Loading the plugin imports no OpenTelemetry module (a core-only install loads it)."""
     code = (
-        "import sys, sinks.pytest_plugin\n"
+        "import sys, ckpt_events.sinks.pytest_plugin\n"
         "loaded = [m for m in sys.modules if m.startswith('opentelemetry')]\n"
         "assert not loaded, loaded\n"
     )

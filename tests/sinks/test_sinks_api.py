@@ -7,7 +7,9 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["sinks", "sinks.jsonl", "sinks.otel", "sinks.replay"])
+@pytest.mark.parametrize(
+    "module", ["ckpt_events.sinks", "ckpt_events.sinks.jsonl", "ckpt_events.sinks.otel", "ckpt_events.sinks.replay"]
+)
 def test_all_is_sorted_and_complete(module: str) -> None:
     """__all__ is sorted, public, and every name in it exists."""
     mod = importlib.import_module(module)
@@ -29,7 +31,7 @@ def test_importing_sinks_does_not_import_the_otel_sdk_eagerly() -> None:
     assert result.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("module", ["sinks", "sinks.otel"])
+@pytest.mark.parametrize("module", ["ckpt_events.sinks", "ckpt_events.sinks.otel"])
 def test_every_lazy_name_is_listed_and_resolves_to_its_home(module: str) -> None:
     """The lazy table and __all__ hold the same names; each resolves to the object of its home module."""
     mod = importlib.import_module(module)
@@ -38,7 +40,7 @@ def test_every_lazy_name_is_listed_and_resolves_to_its_home(module: str) -> None
         value = getattr(mod, name)
         if name == "replay" and isinstance(value, type(mod)):
             # Importing the documented submodule sinks.replay rebinds sinks.replay to it (as it did
-            # when the names were imported eagerly); the function is then sinks.replay.replay.
+            # when the names were imported eagerly); the function is then ckpt_events.sinks.replay.replay.
             value = value.replay
         assert value is getattr(importlib.import_module(home), name)
     assert set(mod.__all__) <= set(dir(mod))

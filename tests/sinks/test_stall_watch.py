@@ -19,9 +19,9 @@ from ckpt_events import (
     Stalled,
     Telemetry,
 )
+from ckpt_events.sinks import StallWatch, configure
+from ckpt_events.sinks.otel import MetricSink
 from ckpt_events.testing import MemorySink
-from sinks import StallWatch, configure
-from sinks.otel import MetricSink
 from tests.sinks.helpers import metric_points
 
 P = "nemo.gym.checkpoint."
@@ -33,7 +33,7 @@ async def test_one_warning_one_stalled_and_a_line_when_it_ends(caplog: pytest.Lo
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     memory = MemorySink()
-    caplog.set_level(logging.WARNING, logger="sinks.stall")
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
     async with Bus() as bus:
         watch = StallWatch(after=0.3, bus=bus)
         bus.subscribe(watch)
@@ -49,7 +49,7 @@ async def test_one_warning_one_stalled_and_a_line_when_it_ends(caplog: pytest.Lo
         await bus.flush()
     key = frozenset({(P + "operation", "prepare"), (P + "participant_kind", "environment")})
     assert 0 <= first[key] < 0.5 and later[key] > 2.0
-    warnings = [r.getMessage() for r in caplog.records if r.name == "sinks.stall"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
     assert len(warnings) == 2, warnings
     assert warnings[0].startswith(
         "stalled: prepare of environment environment-0 (checkpoint c-stuck, phase preparing) open for "
@@ -84,7 +84,7 @@ async def test_quick_operations_are_never_warned_about(caplog: pytest.LogCapture
                 pass
         await bus.flush()
         assert watch.check(time.time_ns() + 10**9) == 0
-    assert not [r for r in caplog.records if r.name == "sinks.stall"]
+    assert not [r for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, True, "5"])

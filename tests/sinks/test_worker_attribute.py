@@ -12,9 +12,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Attr, Bus, Telemetry
-from sinks import JsonLinesSink, read_events
-from sinks.otel import MetricSink, SpanSink
-from sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.sinks import JsonLinesSink, read_events
+from ckpt_events.sinks.otel import MetricSink, SpanSink
+from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 
 
 class _Keep:

@@ -5,10 +5,10 @@ main process's socket), ``pool`` (the workload the control plane drives), ``work
 worker's end), ``supervisor`` (the worker processes) and ``app`` (``create_worker_app``).
 """
 
-from participants.server.workers.app import WorkerControlPlane, create_worker_app
-from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
-from participants.server.workers.pool import WorkerPool
-from participants.server.workers.worker import run_worker
+from ckpt_events.participants.server.workers.app import WorkerControlPlane, create_worker_app
+from ckpt_events.participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
+from ckpt_events.participants.server.workers.pool import WorkerPool
+from ckpt_events.participants.server.workers.worker import run_worker
 
 __all__ = [
     "ENV_SOCKET",

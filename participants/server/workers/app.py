@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup
 from fastapi import FastAPI, Request, Response
 
 from ckpt_events import Bus, OperationSpan, Phase, Telemetry
-from participants.protocol import (
+from ckpt_events.participants.protocol import (
     EpisodeId,
     PrepareReport,
     RestoreRequest,
@@ -39,19 +39,19 @@ from participants.protocol import (
     WorkStart,
     WorkStartReply,
 )
-from participants.server.builder import build_app
-from participants.server.checks import check_restore_keys
-from participants.server.control import ControlPlane, Exported, Restored
-from participants.server.limits import DEFAULT_MAX_BODY_BYTES
-from participants.server.replies import store_refusals
-from participants.server.routes import (
+from ckpt_events.participants.server.builder import build_app
+from ckpt_events.participants.server.checks import check_restore_keys
+from ckpt_events.participants.server.control import ControlPlane, Exported, Restored
+from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
+from ckpt_events.participants.server.replies import store_refusals
+from ckpt_events.participants.server.routes import (
     _body,
     _episode_id,
     _json,
     _not_found,
     bearer_auth,
 )
-from participants.server.store import (
+from ckpt_events.participants.server.store import (
     WriteResult,
     WriteStop,
     discard_parts,
@@ -59,15 +59,15 @@ from participants.server.store import (
     prepare_directory,
     publish_parts,
 )
-from participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
-from participants.server.store_read import files_of, read_manifest
-from participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
-from participants.server.workers.pool import WorkerPool
-from participants.server.workers.share import NotingTelemetry
-from participants.server.workers.supervisor import WorkerSupervisor
-from participants.server.workers.worker import run_worker
-from participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
-from participants.workloads.base import Workload
+from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
+from ckpt_events.participants.server.store_read import files_of, read_manifest
+from ckpt_events.participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
+from ckpt_events.participants.server.workers.pool import WorkerPool
+from ckpt_events.participants.server.workers.share import NotingTelemetry
+from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
+from ckpt_events.participants.server.workers.worker import run_worker
+from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
+from ckpt_events.participants.workloads.base import Workload
 
 __all__ = ["WorkerControlPlane", "create_worker_app", "stop_this_process"]
 

@@ -19,8 +19,8 @@ import anyio
 from anyio.abc import ByteStream, TaskGroup
 
 from ckpt_events import ErrorCode
-from participants.errors import ProtocolRefusal, WorkerChannelError
-from participants.server.workers.frames import (
+from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
+from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
     FrameError,
     Message,

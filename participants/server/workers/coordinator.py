@@ -30,9 +30,9 @@ import anyio
 from anyio.abc import SocketStream, TaskStatus
 
 from ckpt_events import ErrorCode, InvalidTypeError, InvalidValueError
-from participants.errors import ProtocolRefusal
-from participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
-from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
+from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
+from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
 
 __all__ = ["ENV_SECRET", "ENV_SOCKET", "HELLO_MAX_FRAME", "MAX_STRANGERS", "WorkerCoordinator"]
 

@@ -15,7 +15,7 @@ import anyio
 import msgspec
 from anyio.abc import ByteReceiveStream
 
-from participants.errors import WorkerChannelError
+from ckpt_events.participants.errors import WorkerChannelError
 
 __all__ = [
     "DEFAULT_MAX_FRAME",

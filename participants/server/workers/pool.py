@@ -20,13 +20,13 @@ import anyio
 import msgspec
 
 from ckpt_events import ErrorCode, Kind, OperationSpan
-from participants.errors import ProtocolRefusal, WorkerChannelError
-from participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
-from participants.server.store_read import Share
-from participants.server.workers.coordinator import WorkerCoordinator
-from participants.server.workers.share import current_share
-from participants.workloads.base import Record, Workload
-from participants.workloads.fence import RetiredAttempts
+from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
+from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
+from ckpt_events.participants.server.store_read import Share
+from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
+from ckpt_events.participants.server.workers.share import current_share
+from ckpt_events.participants.workloads.base import Record, Workload
+from ckpt_events.participants.workloads.fence import RetiredAttempts
 
 __all__ = ["WorkerPool", "assign_parts"]
 

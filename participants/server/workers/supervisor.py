@@ -24,7 +24,7 @@ from typing import Final
 
 import anyio
 
-from participants.server.workers.coordinator import ENV_SECRET
+from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
 
 __all__ = ["WorkerSupervisor"]
 

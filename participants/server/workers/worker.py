@@ -25,16 +25,16 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events import Operation, OperationSpan
-from participants.protocol import EpisodeId, RecordsPart, encode
-from participants.server.gc_pause import gc_paused
-from participants.server.replies import store_refusals
-from participants.server.routes import episode_view
-from participants.server.store import write_part
-from participants.server.store_files import RECORDS_MAX_BYTES
-from participants.server.store_read import Share, read_part
-from participants.server.workers.channel import FrameChannel, UnknownKind
-from participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
-from participants.workloads.base import Episode, Workload
+from ckpt_events.participants.protocol import EpisodeId, RecordsPart, encode
+from ckpt_events.participants.server.gc_pause import gc_paused
+from ckpt_events.participants.server.replies import store_refusals
+from ckpt_events.participants.server.routes import episode_view
+from ckpt_events.participants.server.store import write_part
+from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES
+from ckpt_events.participants.server.store_read import Share, read_part
+from ckpt_events.participants.server.workers.channel import FrameChannel, UnknownKind
+from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
+from ckpt_events.participants.workloads.base import Episode, Workload
 
 __all__ = ["INLINE_KINDS", "WorkerHost", "run_worker"]
 
@@ -268,7 +268,7 @@ async def run_worker(
 
     http = None
     if token is not None:
-        from participants.server.workers.worker_http import WorkerHttp
+        from ckpt_events.participants.server.workers.worker_http import WorkerHttp
 
         http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1")
     async with anyio.create_task_group() as tg:

@@ -22,11 +22,11 @@ from typing import Any, Final
 
 import uvicorn
 
-from participants.server.arrival import LoopLagMonitor
-from participants.server.builder import build_work_app
-from participants.server.limits import DEFAULT_MAX_BODY_BYTES, SERVER_LIMITS
-from participants.server.routes import work_router
-from participants.workloads.base import Workload
+from ckpt_events.participants.server.arrival import LoopLagMonitor
+from ckpt_events.participants.server.builder import build_work_app
+from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, SERVER_LIMITS
+from ckpt_events.participants.server.routes import work_router
+from ckpt_events.participants.workloads.base import Workload
 
 __all__ = ["ENV_WORKER_HOST", "ENV_WORKER_TOKEN", "WorkerHttp"]
 

@@ -24,7 +24,7 @@ def test_a_quick_suite_runs_and_writes_its_figures(suite: str, tmp_path: Path) -
         [
             sys.executable,
             "-m",
-            "participants.cli.main",
+            "ckpt_events.participants.cli.main",
             "bench",
             "--quick",
             "--only",
@@ -47,7 +47,7 @@ def test_the_build_comparison_runs_this_checkout_against_itself(tmp_path: Path) 
     out = tmp_path / "compare.json"
     root = Path(__file__).resolve().parents[3]
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compare_build", "--baseline", str(root)]
+        [sys.executable, "-m", "ckpt_events.benchmarks.compare_build", "--baseline", str(root)]
         + ["--size", "200", "--pairs", "2", "--warmup", "0", "--json", str(out)],
         capture_output=True,
         text=True,
@@ -67,7 +67,7 @@ def test_the_build_comparison_runs_this_checkout_against_itself(tmp_path: Path) 
 
 def test_every_suite_in_the_benchmarks_folder_can_be_chosen() -> None:
     """``--only`` offers exactly the ``bench_*.py`` suites (a new suite cannot be left out)."""
-    import benchmarks
+    from ckpt_events import benchmarks
 
     folder = Path(benchmarks.__file__).parent
     found = sorted(p.stem.removeprefix("bench_") for p in folder.glob("bench_*.py"))

@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from participants.cli.fleet import ServerProcess, write_token_file
-from participants.cli.main import COMMANDS, build_parser, main
-from participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
+from ckpt_events.participants.cli.main import COMMANDS, build_parser, main
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -107,7 +107,7 @@ async def test_serve_starts_before_its_collector_and_exports_once_it_comes(tmp_p
     hard dependency); --require-collector keeps the refusal, in one line."""
     import anyio
 
-    from participants.cli.fleet import free_port
+    from ckpt_events.participants.cli.fleet import free_port
     from tests.participants.cli.otlp_receiver import otlp_receiver
     from tests.participants.helpers import body
 

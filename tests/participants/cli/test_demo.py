@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 
 from ckpt_events import CollectionFinished, Operation, OperationFinished
-from participants.cli.demo_runner import DemoOptions, run_demo
-from participants.cli.main import main
-from sinks.jsonl import CorruptLine, read_events
+from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.main import main
+from ckpt_events.sinks.jsonl import CorruptLine, read_events
 
 
 async def test_demo_checkpoints_crashes_restores_and_verifies(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_replay_to_an_unreachable_collector_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """replay to a port where nothing listens exits non-zero naming the endpoint."""
-    from participants.cli.fleet import free_port
+    from ckpt_events.participants.cli.fleet import free_port
 
     log = tmp_path / "log.jsonl"
     log.write_bytes(

@@ -10,13 +10,13 @@ import pytest
 from rich.console import Console
 
 from ckpt_events import LeaseExpired, Phase, PrepareNotReady
-from participants.cli.demo_checks import diagnosis_checks
-from participants.cli.demo_runner import DemoOptions, run_demo
-from participants.cli.main import main
-from participants.cli.run_overview import overview
-from participants.errors import DemoFailed
-from participants.faults import FAULT_ENV, parse_fault
-from sinks.jsonl import read_events
+from ckpt_events.participants.cli.demo_checks import diagnosis_checks
+from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.participants.errors import DemoFailed
+from ckpt_events.participants.faults import FAULT_ENV, parse_fault
+from ckpt_events.sinks.jsonl import read_events
 
 PARTICIPANTS = ("environment/environment-0", "model/model-0", "agent/agent-0", "resources/resources-0")
 

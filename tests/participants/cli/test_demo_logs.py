@@ -10,10 +10,10 @@ import pytest
 from rich.console import Console
 
 from ckpt_events import Kind
-from participants.cli.demo_logs import merge_into
-from participants.cli.demo_runner import DemoOptions, run_demo
-from participants.cli.report_model import finished_spans
-from sinks.jsonl import CorruptLine, read_events
+from ckpt_events.participants.cli.demo_logs import merge_into
+from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.report_model import finished_spans
+from ckpt_events.sinks.jsonl import CorruptLine, read_events
 
 
 def _who(events: list[object]) -> set[str]:

@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from ckpt_events import Kind, Operation, Stalled
-from participants.cli.demo_runner import DemoOptions, run_demo
-from participants.cli.demo_watch import FAULT_STALL_AFTER_S, stall_environ, view_stall_after
-from participants.faults import FAULT_ENV
-from sinks.stall_watch import ENV_STALL_AFTER
+from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.demo_watch import FAULT_STALL_AFTER_S, stall_environ, view_stall_after
+from ckpt_events.participants.faults import FAULT_ENV
+from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
 
 _OPEN_PREPARE = re.compile(r"open prepare (\S+) (\d+\.\d) s( STALLED)?")
 
@@ -49,7 +49,7 @@ async def test_the_stalled_participant_is_named_in_the_view_while_it_is_stuck(
     not ready with its blocker, its lease, and the open prepare (stalled past 0.5 s); the demo's
     StallWatch warns once about that prepare, and the counted ``stalled`` names the same one."""
     monkeypatch.delenv(ENV_STALL_AFTER, raising=False)
-    caplog.set_level(logging.WARNING, logger="sinks.stall")
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
     text = io.StringIO()
     options = DemoOptions(
         rollouts=40, concurrency=4, fault="stall", watch=True, processes=processes, workdir=tmp_path

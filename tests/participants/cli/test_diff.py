@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from participants.cli.main import main
-from participants.workloads.model import ModelWorkload
-from sinks import JsonLinesSink
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.workloads.model import ModelWorkload
+from ckpt_events.sinks import JsonLinesSink
 from tests.participants.controller.test_coordinator import coordinated
 
 

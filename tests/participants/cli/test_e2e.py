@@ -28,10 +28,10 @@ from ckpt_events import (
     StepFinished,
     Telemetry,
 )
-from participants.cli.fleet import ServerProcess, process_fleet, write_token_file
-from participants.controller.collection import Collection, CollectionSummary
-from participants.controller.coordinator import Coordinator
-from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
+from ckpt_events.participants.cli.fleet import ServerProcess, process_fleet, write_token_file
+from ckpt_events.participants.controller.collection import Collection, CollectionSummary
+from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from tests.participants.helpers import ROOT
 
 pytestmark = pytest.mark.e2e

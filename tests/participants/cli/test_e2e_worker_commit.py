@@ -11,9 +11,9 @@ import anyio
 import httpx
 import pytest
 
-from participants.cli.fleet import ServerProcess, write_token_file
-from participants.protocol import CONTROL_PREFIX
-from participants.server.store import participant_dir
+from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.server.store import participant_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

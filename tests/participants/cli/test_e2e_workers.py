@@ -14,10 +14,10 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from participants.cli.demo_runner import DemoOptions, run_demo
-from participants.cli.fleet import ServerProcess, write_token_file
-from participants.protocol import CONTROL_PREFIX
-from participants.server.store import participant_dir
+from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.server.store import participant_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -199,7 +199,7 @@ def _cpu_ticks(pid: int) -> int:
 _HIJACK = """
 import json, socket, struct, sys
 import msgspec
-from participants.server.workers.frames import Message, decode_frame, encode_frame
+from ckpt_events.participants.server.workers.frames import Message, decode_frame, encode_frame
 path, index, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sock = socket.socket(socket.AF_UNIX)
 sock.settimeout(10)

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from fastapi import FastAPI
 
-from participants.cli.fleet import serving
+from ckpt_events.participants.cli.fleet import serving
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 
@@ -71,7 +71,7 @@ def test_worker_processes_get_the_workload_options_and_never_the_apps_own() -> N
     """The lease grace (an app argument) once reached the worker processes' workload and every
     worker of `demo --workers 2 --fault ...` died at start ("unknown environment workload
     options: lease_grace_seconds")."""
-    from participants.cli.fleet import workload_options
+    from ckpt_events.participants.cli.fleet import workload_options
 
     given = {
         "lease_grace_seconds": 1.5,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from participants.cli.main import main
+from ckpt_events.participants.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -25,7 +25,7 @@ class NotInstalled:
         return None
 
 sys.meta_path.insert(0, NotInstalled())
-from participants.cli.main import main
+from ckpt_events.participants.cli.main import main
 sys.exit(main())
 """
 

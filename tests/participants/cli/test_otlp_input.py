@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from participants.cli.main import main
-from participants.cli.run_logs import LogProblems, merged_events
-from participants.cli.run_overview import overview
-from sinks.otel import OtlpSpanSink
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.run_logs import LogProblems, merged_events
+from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.sinks.otel import OtlpSpanSink
 from tests.participants.cli.test_run_report import _run, _write
 
 

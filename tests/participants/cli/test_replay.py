@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from participants.cli.main import main
+from ckpt_events.participants.cli.main import main
 from tests.participants.cli.otlp_receiver import otlp_receiver
 
 SPAN = (

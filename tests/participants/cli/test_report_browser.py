@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from participants.cli.report_files import check_report_path, write_report
-from participants.cli.report_html import html_page
-from participants.cli.report_model import finished_spans
-from participants.cli.report_png import browser_command, find_browser, screenshot
+from ckpt_events.participants.cli.report_files import check_report_path, write_report
+from ckpt_events.participants.cli.report_html import html_page
+from ckpt_events.participants.cli.report_model import finished_spans
+from ckpt_events.participants.cli.report_png import browser_command, find_browser, screenshot
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
 
 BROWSER = find_browser()

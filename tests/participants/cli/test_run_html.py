@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from participants.cli.main import main
-from participants.cli.report_png import screenshot
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report_png import screenshot
 from tests.participants.cli.test_report_browser import PNG, _dom, needs_browser
 from tests.participants.cli.test_run_report import _run, _write
 

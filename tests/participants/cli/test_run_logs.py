@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from participants.cli.command import load_events
-from participants.cli.main import main
-from participants.cli.run_logs import SHOWN
+from ckpt_events.participants.cli.command import load_events
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.run_logs import SHOWN
 
 GOOD = (
     b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'

@@ -16,7 +16,7 @@ from ckpt_events import (
     Step,
     StepFinished,
 )
-from participants.cli.run_paths import slowest
+from ckpt_events.participants.cli.run_paths import slowest
 
 MS = 1_000_000
 T = 7

@@ -15,12 +15,12 @@ import pytest
 from rich.console import Console
 
 from ckpt_events import Kind
-from participants.cli.main import main
-from participants.cli.run_logs import LogProblems, expand_logs, merged_events
-from participants.cli.run_overview import overview
-from participants.cli.run_terminal import clean, render_overview
-from participants.controller.coordinator import CheckpointNotPrepared
-from sinks import JsonLinesSink
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
+from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.participants.cli.run_terminal import clean, render_overview
+from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared
+from ckpt_events.sinks import JsonLinesSink
 from tests.participants.controller.test_coordinator import AUTH, coordinated, start_work
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from participants.cli.demo_runner import DemoOptions, run_demo
-from participants.cli.main import main
-from participants.cli.run_logs import LogProblems, expand_logs, merged_events
-from participants.cli.run_overview import overview
+from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
+from ckpt_events.participants.cli.run_overview import overview
 
 
 async def test_restore_row_names_its_source_and_what_dominated(

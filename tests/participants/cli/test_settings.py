@@ -12,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from participants.cli.fleet import free_port, write_token_file
+from ckpt_events.participants.cli.fleet import free_port, write_token_file
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
-CLI = [sys.executable, "-c", "import sys; from participants.cli.main import main; sys.exit(main())"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())",
+]
 GRPC_EXPORTER = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None
 
 

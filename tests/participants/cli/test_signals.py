@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from participants.cli.fleet import free_port, write_token_file
+from ckpt_events.participants.cli.fleet import free_port, write_token_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The command line as ``ckpt-events`` runs it, without the console script.
-CLI = [sys.executable, "-c", "import sys; from participants.cli.main import main; sys.exit(main())"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())",
+]
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 
 from ckpt_events import Telemetry
+from ckpt_events.participants.cli.report_terminal import render
+from ckpt_events.participants.cli.timeline import breakdown, spans_of
 from ckpt_events.testing import capture_events
-from participants.cli.report_terminal import render
-from participants.cli.timeline import breakdown, spans_of
 
 
 async def _one_commit() -> list[Any]:

@@ -17,9 +17,9 @@ import anyio
 import pytest
 
 from ckpt_events import CoordinateFinished, Kind, Operation, OperationFinished, Step, StepFinished
-from participants.cli.run_overview import overview
-from participants.cli.trends import Trends, binomial_tail, growth, spearman, theil_sen
-from participants.workloads.environment import EnvironmentWorkload
+from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.participants.cli.trends import Trends, binomial_tail, growth, spearman, theil_sen
+from ckpt_events.participants.workloads.environment import EnvironmentWorkload
 from tests.participants.controller.test_coordinator import FOUR, coordinated
 
 TWO_ENVIRONMENTS = (("environment", "environment-1"), *FOUR)

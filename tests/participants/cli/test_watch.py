@@ -21,14 +21,14 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from rich.console import Console
 
 from ckpt_events import METRIC_EVENTS, METRIC_OLDEST_OPEN, Bus, Telemetry
-from participants.cli.fleet import local_fleet
-from participants.cli.main import main
-from participants.cli.watch import live, snapshot
-from participants.cli.watch_sources import LogFollower
-from participants.cli.watch_view import FleetView
-from participants.protocol import CONTROL_PREFIX
-from sinks import JsonLinesSink, StallWatch
-from sinks.otel import MetricSink
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.watch import live, snapshot
+from ckpt_events.participants.cli.watch_sources import LogFollower
+from ckpt_events.participants.cli.watch_view import FleetView
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.sinks import JsonLinesSink, StallWatch
+from ckpt_events.sinks.otel import MetricSink
 from tests.participants.helpers import ROOT
 from tests.sinks.helpers import metric_points
 
@@ -92,7 +92,7 @@ async def test_watch_names_the_stalled_participant_its_blockers_lease_and_open_p
 ) -> None:
     """Within 2 s of the stall: not ready with its blocker, lease left, the open prepare with its age
     (stalled); one StallWatch warning, one ``stalled`` counted, the oldest-open gauge growing."""
-    caplog.set_level(logging.WARNING, logger="sinks.stall")
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
     log = tmp_path / "events.jsonl"
     async with stalled_fleet(log) as (urls, watch, reader):
         stall_began = time.monotonic()
@@ -115,7 +115,11 @@ async def test_watch_names_the_stalled_participant_its_blockers_lease_and_open_p
         assert "resources resources-0" in text and "…" not in text
         assert max(len(line) for line in text.splitlines()) <= width
     assert first_age < later_age and later_age > 1.0
-    warnings = [r.getMessage() for r in caplog.records if r.name == "sinks.stall" and "stalled:" in r.message]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "ckpt_events.sinks.stall" and "stalled:" in r.message
+    ]
     assert len(warnings) == 1 and "prepare of environment environment-0 (checkpoint c-stall" in warnings[0]
     assert watch.stalls == 1
     events = metric_points(reader)[METRIC_EVENTS][1]

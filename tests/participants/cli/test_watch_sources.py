@@ -15,11 +15,11 @@ from fastapi.responses import StreamingResponse
 from rich.console import Console
 
 from ckpt_events import Bus, Telemetry
-from participants.cli.fleet import free_port, serving
-from participants.cli.watch_sources import MAX_BODY, LogFollower, poll_all, status_client
-from participants.cli.watch_view import FleetView
-from participants.protocol import CONTROL_PREFIX
-from sinks import JsonLinesSink
+from ckpt_events.participants.cli.fleet import free_port, serving
+from ckpt_events.participants.cli.watch_sources import MAX_BODY, LogFollower, poll_all, status_client
+from ckpt_events.participants.cli.watch_view import FleetView
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.sinks import JsonLinesSink
 
 GOOD = b'{"kind":"agent","instance":"agent-\\u001b[2Jx","phase":"idle"}'
 

@@ -19,9 +19,9 @@ from ckpt_events import (
     Phase,
     Stalled,
 )
-from participants.cli.watch_sources import PollResult
-from participants.cli.watch_view import FleetView
-from participants.protocol import PrepareReport, StatusReply
+from ckpt_events.participants.cli.watch_sources import PollResult
+from ckpt_events.participants.cli.watch_view import FleetView
+from ckpt_events.participants.protocol import PrepareReport, StatusReply
 
 NOW = 1_800_000_000.0
 NS = 1_000_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from participants.cli.words import counted
+from ckpt_events.participants.cli.words import counted
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ import httpx
 import msgspec
 
 from ckpt_events import CollectionFinished, CoordinateFinished, Telemetry
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.controller.collection import Collection, CollectionSummary
+from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.testing import capture_events
-from participants.cli.fleet import local_fleet
-from participants.controller.collection import Collection, CollectionSummary
-from participants.controller.coordinator import Coordinator
 from tests.participants.helpers import ROOT
 
 TOKEN = "collection-test-token"

@@ -22,15 +22,19 @@ from ckpt_events import (
     StageFinished,
     Telemetry,
 )
-from ckpt_events.testing import capture_events
-from participants.cli.fleet import free_port, local_fleet, serving
-from participants.controller.client import ControlClient, ParticipantCallError, ParticipantUnreachable
-from participants.controller.coordinator import (
+from ckpt_events.participants.cli.fleet import free_port, local_fleet, serving
+from ckpt_events.participants.controller.client import (
+    ControlClient,
+    ParticipantCallError,
+    ParticipantUnreachable,
+)
+from ckpt_events.participants.controller.coordinator import (
     CheckpointNotPrepared,
     CoordinationError,
     Coordinator,
 )
-from participants.protocol import EpisodeId, PrepareReply, PrepareRequest
+from ckpt_events.participants.protocol import EpisodeId, PrepareReply, PrepareRequest
+from ckpt_events.testing import capture_events
 from tests.participants.helpers import ROOT
 
 TOKEN = "coordinator-test-token"

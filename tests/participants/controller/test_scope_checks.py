@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ckpt_events import Phase
-from participants.controller.fan_out import check_committed, check_restored
-from participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
+from ckpt_events.participants.controller.fan_out import check_committed, check_restored
+from ckpt_events.participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
 
 MANIFEST = Manifest(
     schema_version=1,

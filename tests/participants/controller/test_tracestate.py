@@ -9,11 +9,11 @@ import httpx
 from fastapi import FastAPI
 
 from ckpt_events import Operation, Telemetry, parse_traceparent
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.server.routes import Trace
+from ckpt_events.participants.server.trace_headers import TraceHeaders
 from ckpt_events.testing import capture_events
-from participants.cli.fleet import local_fleet
-from participants.controller.coordinator import Coordinator
-from participants.server.routes import Trace
-from participants.server.trace_headers import TraceHeaders
 
 TOKEN = "tracestate-test-token"
 _PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from participants.cli.fleet import local_fleet
-from participants.controller.collection import Collection
-from participants.controller.coordinator import Coordinator
-from participants.controller.work_calls import WORK_CALL_TRIES
-from participants.errors import ParticipantCallError
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.controller.collection import Collection
+from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.controller.work_calls import WORK_CALL_TRIES
+from ckpt_events.participants.errors import ParticipantCallError
 
 TOKEN = "work-calls-test-token"
 FAST = {"environment-0": {"step_seconds": 0.001}, "agent-0": {"turn_seconds": 0.001}}

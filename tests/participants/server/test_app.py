@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ckpt_events import InvalidArgumentError, OperationFinished, UnknownNameError
+from ckpt_events.participants import PARTICIPANT_KINDS, create_app
 from ckpt_events.testing import MemorySink
-from participants import PARTICIPANT_KINDS, create_app
 from tests.participants.helpers import TOKEN, control, running
 
 

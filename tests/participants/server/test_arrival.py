@@ -7,9 +7,15 @@ import time
 import anyio
 
 from ckpt_events import OperationFinished
+from ckpt_events.participants import create_app
+from ckpt_events.participants.server.arrival import (
+    SCOPE_KEY,
+    Arrival,
+    ArrivalMiddleware,
+    LoopLagMonitor,
+    timed,
+)
 from ckpt_events.testing import capture_events
-from participants import create_app
-from participants.server.arrival import SCOPE_KEY, Arrival, ArrivalMiddleware, LoopLagMonitor, timed
 from tests.participants.helpers import TOKEN, control, running
 
 

@@ -20,9 +20,9 @@ from ckpt_events import (
     new_span_id,
     new_trace_id,
 )
+from ckpt_events.participants import create_app
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.testing import capture_events
-from participants import create_app
-from participants.protocol import CONTROL_PREFIX
 from tests.participants.helpers import (
     AUTH,
     ROOT,

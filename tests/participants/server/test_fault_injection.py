@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ckpt_events import ConfigurationError
-from participants.faults import (
+from ckpt_events.participants.faults import (
     FAULT_ENV,
     Fault,
     active_fault,

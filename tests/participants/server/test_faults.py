@@ -13,13 +13,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from participants import create_app
-from participants.errors import CheckpointWriteError
-from participants.protocol import EpisodeId
-from participants.server import store, store_files
-from participants.server.store import COMMIT_STEPS, MANIFEST_NAME, participant_dir, write_checkpoint
-from participants.server.store_read import read_checkpoint
-from participants.workloads import ResourcesRecord
+from ckpt_events.participants import create_app
+from ckpt_events.participants.errors import CheckpointWriteError
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.server import store, store_files
+from ckpt_events.participants.server.store import (
+    COMMIT_STEPS,
+    MANIFEST_NAME,
+    participant_dir,
+    write_checkpoint,
+)
+from ckpt_events.participants.server.store_read import read_checkpoint
+from ckpt_events.participants.workloads import ResourcesRecord
 from tests.participants.helpers import ROOT, TOKEN, control, error_code, running
 
 LINES = [

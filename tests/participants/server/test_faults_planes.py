@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from ckpt_events import InvalidArgumentError
-from participants import create_app
-from participants.cli.main import main
-from participants.server.limits import ACCEPT_LOGGERS, log_resource_exhaustion_once
+from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.server.limits import ACCEPT_LOGGERS, log_resource_exhaustion_once
 from tests.participants.helpers import AUTH, ROOT, TOKEN, control, error_code, post_json, running, status
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from participants import create_app
-from participants.server.store import MANIFEST_NAME, participant_dir
+from ckpt_events.participants import create_app
+from ckpt_events.participants.server.store import MANIFEST_NAME, participant_dir
 from tests.participants.helpers import ROOT, TOKEN, control, error_code, running, status
 
 ROLLOUTS = ("r1", "r2", "r3")

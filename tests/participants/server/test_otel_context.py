@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, set_span_in_context
 
 from ckpt_events import Bus
-from participants import create_app
-from sinks.otel import SpanSink
+from ckpt_events.participants import create_app
+from ckpt_events.sinks.otel import SpanSink
 from tests.participants.helpers import AUTH, TOKEN, control, running
 
 

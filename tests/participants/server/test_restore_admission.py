@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from participants import create_app
-from participants.faults import FAULT_ENV
-from participants.server.app import make_workload
+from ckpt_events.participants import create_app
+from ckpt_events.participants.faults import FAULT_ENV
+from ckpt_events.participants.server.app import make_workload
 from tests.participants.helpers import TOKEN, control, error_code, running
 
 pytestmark = pytest.mark.anyio

@@ -8,17 +8,17 @@ import os
 import msgspec
 import pytest
 
-from participants import create_app
-from participants.errors import InvalidCheckpointError, ProtocolRefusal, WriteStopped
-from participants.protocol import EpisodeId
-from participants.server.store import (
+from ckpt_events.participants import create_app
+from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal, WriteStopped
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
     participant_dir,
     write_checkpoint,
 )
-from participants.server.store_read import read_checkpoint
-from participants.workloads import ResourcesRecord
+from ckpt_events.participants.server.store_read import read_checkpoint
+from ckpt_events.participants.workloads import ResourcesRecord
 from tests.participants.helpers import ROOT, TOKEN, control, error_code, running
 
 

@@ -16,8 +16,8 @@ import msgspec.inspect as mi
 import pytest
 
 from ckpt_events import Telemetry
-from participants.protocol import EpisodeId
-from participants.workloads import (
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.workloads import (
     AgentWorkload,
     EnvironmentWorkload,
     Episode,
@@ -25,11 +25,11 @@ from participants.workloads import (
     ResourcesWorkload,
     Workload,
 )
-from participants.workloads.agent import AgentState
-from participants.workloads.environment import EnvironmentState
-from participants.workloads.generation_cut import Continuation
-from participants.workloads.model import CallRow, GenerationCutRecord, ModelRecord, ModelState
-from participants.workloads.resources import ResourcesState
+from ckpt_events.participants.workloads.agent import AgentState
+from ckpt_events.participants.workloads.environment import EnvironmentState
+from ckpt_events.participants.workloads.generation_cut import Continuation
+from ckpt_events.participants.workloads.model import CallRow, GenerationCutRecord, ModelRecord, ModelState
+from ckpt_events.participants.workloads.resources import ResourcesState
 
 _SCALARS = (mi.StrType, mi.IntType, mi.FloatType, mi.BoolType, mi.NoneType, mi.BytesType, mi.LiteralType)
 _ATOMS = (str, int, float, bool, bytes, type(None))

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from ckpt_events import OperationFinished, StepFinished
+from ckpt_events.participants import create_app
+from ckpt_events.participants.server.store import MANIFEST_NAME, participant_dir
 from ckpt_events.testing import capture_events
-from participants import create_app
-from participants.server.store import MANIFEST_NAME, participant_dir
 from tests.participants.helpers import ROOT, TOKEN, control, error_code, run_episode, running, status
 
 FAST = {
@@ -117,7 +117,7 @@ async def test_a_record_that_does_not_check_installs_nothing(tmp_path):
     lines = (directory / manifest["records_file"]).read_bytes().splitlines()
     lines[1] = lines[1].replace(b'"task_digest":"', b'"task_digest":"0')
     (directory / MANIFEST_NAME).unlink()
-    from participants.server.store import write_checkpoint
+    from ckpt_events.participants.server.store import write_checkpoint
 
     write_checkpoint(tmp_path, kind="environment", instance="environment-0", checkpoint_id="c1", lines=lines)
     async with running(make("environment")) as fresh:

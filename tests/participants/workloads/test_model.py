@@ -8,9 +8,9 @@ import pytest
 from fastapi import FastAPI, Response
 
 from ckpt_events import GenerationCut, OperationFinished, StepFinished
+from ckpt_events.participants import create_app, create_inference_app
+from ckpt_events.participants.server.inference import token_at
 from ckpt_events.testing import capture_events
-from participants import create_app, create_inference_app
-from participants.server.inference import token_at
 from tests.participants.helpers import (
     ROOT,
     TOKEN,

@@ -14,16 +14,16 @@ import pytest
 from rich.console import Console
 
 from ckpt_events import PREPARE_ORDER, Bus, InvalidArgumentError, Kind, Telemetry
+from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.report_html import html_page
+from ckpt_events.participants.cli.report_terminal import render
+from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.controller.types import Member
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.workloads.base import Episode, Record, Workload
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, KindRow
 from ckpt_events.testing import capture_events
-from participants import create_app
-from participants.cli.fleet import local_fleet
-from participants.cli.report_html import html_page
-from participants.cli.report_terminal import render
-from participants.controller.coordinator import Coordinator
-from participants.controller.types import Member
-from participants.protocol import EpisodeId
-from participants.workloads.base import Episode, Record, Workload
-from participants.workloads.registry import KINDS, KindRegistry, KindRow
 from tests.participants.helpers import AUTH, TOKEN
 
 pytestmark = pytest.mark.anyio

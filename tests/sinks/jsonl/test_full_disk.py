@@ -13,8 +13,8 @@ from typing import IO, Any, cast
 import pytest
 
 from ckpt_events import Bus, Telemetry
+from ckpt_events.sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from ckpt_events.testing import MemorySink
-from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 
 
 async def _events(count: int) -> list[Any]:

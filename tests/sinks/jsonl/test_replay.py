@@ -11,10 +11,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, InvalidArgumentError
+from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.sinks.otel import MetricSink, SpanSink
+from ckpt_events.sinks.replay import replay
 from ckpt_events.testing import MemorySink
-from sinks.jsonl import JsonLinesSink
-from sinks.otel import MetricSink, SpanSink
-from sinks.replay import replay
 from tests.sinks.helpers import every_event_type, histogram_sums, metric_points
 
 

@@ -23,8 +23,8 @@ from ckpt_events import (
     new_span_id,
     new_trace_id,
 )
+from ckpt_events.sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from ckpt_events.testing import MemorySink
-from sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from tests.ckpt_events.strategies import any_event
 from tests.sinks.helpers import every_event_type
 

@@ -13,9 +13,9 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, ConfigurationError, Telemetry
-from sinks import configure
-from sinks.otel import OtlpSpanSink
-from sinks.otel._env import read_otel_env, sample_ratio_from_env
+from ckpt_events.sinks import configure
+from ckpt_events.sinks.otel import OtlpSpanSink
+from ckpt_events.sinks.otel._env import read_otel_env, sample_ratio_from_env
 from tests.sinks.helpers import metric_points
 
 BASE = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
@@ -70,7 +70,7 @@ async def test_exporter_names() -> None:
             assert isinstance(configured.span_sink.exporter, ConsoleSpanExporter)  # type: ignore[union-attr]
     settings = read_otel_env({"OTEL_METRICS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "none"})
     assert settings.metrics == ("console",) and settings.traces == ()
-    from sinks.otel._pipeline import metric_readers_for
+    from ckpt_events.sinks.otel._pipeline import metric_readers_for
 
     (reader,) = metric_readers_for(settings)
     assert isinstance(reader._exporter, ConsoleMetricExporter)  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from ckpt_events import (
     InvalidArgumentError,
     Telemetry,
 )
-from sinks.otel import MetricSink
+from ckpt_events.sinks.otel import MetricSink
 from tests.sinks.helpers import histogram_sums, metric_points
 
 P = "nemo.gym.checkpoint."

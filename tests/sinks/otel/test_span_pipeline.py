@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from ckpt_events import Bus, Telemetry
-from sinks.otel import SpanSink
+from ckpt_events.sinks.otel import SpanSink
 
 
 async def test_span_kinds_server_client_internal(

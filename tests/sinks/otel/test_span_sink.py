@@ -23,8 +23,8 @@ from ckpt_events import (
     new_span_id,
     new_trace_id,
 )
+from ckpt_events.sinks.otel import SpanSink
 from ckpt_events.testing import MemorySink
-from sinks.otel import SpanSink
 from tests.sinks.helpers import by_name
 
 P = "nemo.gym.checkpoint."
@@ -360,7 +360,7 @@ async def test_raising_exporter_is_isolated_counted_and_logged_once(caplog: pyte
     raising = _RaisingExporter()
     sink = SpanSink(raising)
     other = MemorySink()
-    caplog.set_level(logging.WARNING, logger="sinks.otel")
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
     async with Bus(batch_size=2) as bus:
         sub = bus.subscribe(sink, name="spans")
         bus.subscribe(other, name="other")
@@ -374,7 +374,7 @@ async def test_raising_exporter_is_isolated_counted_and_logged_once(caplog: pyte
     stats = sink.stats()
     assert (stats.exported, stats.dropped, stats.export_failures) == (0, 5, 5)
     assert len(other.of_type(OperationFinished)) == 5
-    assert len([r for r in caplog.records if r.name == "sinks.otel"]) == 1
+    assert len([r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]) == 1
 
 
 async def test_failing_exporter_result_counts_drops() -> None:

@@ -17,10 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from benchmarks.rotel import agent_binary, agent_command, agent_env, free_port
 from ckpt_events import Bus, Telemetry
-from sinks import JsonLinesSink, configure
-from sinks.otel import OtlpSpanSink
+from ckpt_events.benchmarks.rotel import agent_binary, agent_command, agent_env, free_port
+from ckpt_events.sinks import JsonLinesSink, configure
+from ckpt_events.sinks.otel import OtlpSpanSink
 
 pytestmark = pytest.mark.collector
 
@@ -155,7 +155,7 @@ async def test_spans_and_metrics_reach_a_real_collector(collector: tuple[str, Pa
 
 def test_replay_exports_a_logged_trace_to_a_collector(collector: tuple[str, Path], tmp_path: Path) -> None:
     """`ckpt-events replay` reads a hex-id JSON-lines log and the collector gets the same trace."""
-    from participants.cli.main import main
+    from ckpt_events.participants.cli.main import main
 
     endpoint, out = collector
     log = tmp_path / "run.jsonl"

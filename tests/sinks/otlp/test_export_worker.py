@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from benchmarks.rotel import free_port
 from ckpt_events import Bus, Telemetry
-from sinks.otel import OtlpMetricSink, OtlpSpanSink
-from sinks.otlp._export_worker import ExportWorker
-from sinks.otlp._http import OtlpHttpSender
+from ckpt_events.benchmarks.rotel import free_port
+from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink
+from ckpt_events.sinks.otlp._export_worker import ExportWorker
+from ckpt_events.sinks.otlp._http import OtlpHttpSender
 
 
 def _dead_endpoint() -> str:
@@ -33,7 +33,7 @@ def _worker(url: str, **sender: float) -> ExportWorker:
 
 async def test_each_sink_warns_once_in_its_own_words(caplog: pytest.LogCaptureFixture) -> None:
     """Two failed exports of each signal give one warning each, naming the sink whose stats count them."""
-    caplog.set_level(logging.WARNING, logger="sinks.otel")
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
     endpoint = _dead_endpoint()
     spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0)
     metrics = OtlpMetricSink(endpoint, max_retries=0)
@@ -49,7 +49,7 @@ async def test_each_sink_warns_once_in_its_own_words(caplog: pytest.LogCaptureFi
             assert metrics.force_flush() is False
     assert spans.stats().export_failures == 2
     assert metrics.stats().export_failures >= 2
-    warnings = [r.getMessage() for r in caplog.records if r.name == "sinks.otel"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
     assert len(warnings) == 2
     span_warning, metric_warning = sorted(warnings, key=lambda w: "metric" in w)
     assert span_warning.startswith(f"OTLP span export to {endpoint}/v1/traces refused or unreachable")

@@ -14,9 +14,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import Bus, Telemetry
-from sinks import configure
-from sinks.otel import MetricSink, OtlpMetricSink
-from sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
+from ckpt_events.sinks import configure
+from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
+from ckpt_events.sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
@@ -214,7 +214,7 @@ async def test_configure_uses_it_for_otlp_http_unless_a_meter_provider_is_given(
 
 async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
     """Nothing listening: the last export at close fails, is counted, and close still returns."""
-    from benchmarks.rotel import free_port
+    from ckpt_events.benchmarks.rotel import free_port
 
     sink = OtlpMetricSink(f"http://127.0.0.1:{free_port()}", max_retries=0, timeout=2.0)
     async with Bus() as bus:

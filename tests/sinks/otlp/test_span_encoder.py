@@ -28,10 +28,10 @@ from ckpt_events import (
     Telemetry,
     span_kind_of,
 )
-from sinks._span_attrs import span_name_and_attributes, span_plan
-from sinks.otel import SpanSink
-from sinks.otlp._span_encoder import SpanEncoder
-from sinks.otlp._wire import json_attributes
+from ckpt_events.sinks._span_attrs import span_name_and_attributes, span_plan
+from ckpt_events.sinks.otel import SpanSink
+from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.sinks.otlp._wire import json_attributes
 from tests.sinks.helpers import every_event_type
 
 _KIND_NAMES = {SpanKind.INTERNAL: "SPAN_KIND_INTERNAL", SpanKind.SERVER: "SPAN_KIND_SERVER"}

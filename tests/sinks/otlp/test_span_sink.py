@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from benchmarks.rotel import free_port
 from ckpt_events import Bus, Telemetry
-from sinks.otel import OtlpSpanSink
+from ckpt_events.benchmarks.rotel import free_port
+from ckpt_events.sinks.otel import OtlpSpanSink
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]

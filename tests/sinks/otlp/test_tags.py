@@ -1,4 +1,4 @@
-"""The named protobuf tags of sinks.otlp._tags agree with opentelemetry-proto's descriptors."""
+"""The named protobuf tags of ckpt_events.sinks.otlp._tags agree with opentelemetry-proto's descriptors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from sinks.otlp import _tags as tags
-from sinks.otlp._wire import varint
+from ckpt_events.sinks.otlp import _tags as tags
+from ckpt_events.sinks.otlp._wire import varint
 
 # Each constant and the proto field(s) it stands for, spelled here a second time on purpose:
 # the test reads the field number and type from the descriptors, not from the module.

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from ckpt_events import OperationFinished, Telemetry
+from ckpt_events.participants import create_app
+from ckpt_events.participants.server.app import make_workload
 from ckpt_events.testing import capture_events
-from participants import create_app
-from participants.server.app import make_workload
 from tests.participants.helpers import TOKEN, control, running
 
 pytestmark = pytest.mark.anyio

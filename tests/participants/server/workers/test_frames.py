@@ -7,8 +7,14 @@ import struct
 import anyio
 import pytest
 
-from participants.errors import WorkerChannelError
-from participants.server.workers.frames import Message, Reply, decode_frame, encode_frame, read_frame
+from ckpt_events.participants.errors import WorkerChannelError
+from ckpt_events.participants.server.workers.frames import (
+    Message,
+    Reply,
+    decode_frame,
+    encode_frame,
+    read_frame,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -18,14 +18,14 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from ckpt_events import Bus, Telemetry
-from participants import create_app
-from participants.faults import FAULT_ENV
-from participants.protocol import RecordsPart
-from participants.server import store
-from participants.server.app import make_workload
-from participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir
-from participants.server.store_read import Share
-from participants.server.workers.pool import assign_parts
+from ckpt_events.participants import create_app
+from ckpt_events.participants.faults import FAULT_ENV
+from ckpt_events.participants.protocol import RecordsPart
+from ckpt_events.participants.server import store
+from ckpt_events.participants.server.app import make_workload
+from ckpt_events.participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir
+from ckpt_events.participants.server.store_read import Share
+from ckpt_events.participants.server.workers.pool import assign_parts
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio

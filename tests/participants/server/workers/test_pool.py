@@ -12,9 +12,9 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from ckpt_events import Bus, Telemetry
-from participants import create_app
-from participants.server.app import make_workload
-from participants.server.store import participant_dir
+from ckpt_events.participants import create_app
+from ckpt_events.participants.server.app import make_workload
+from ckpt_events.participants.server.store import participant_dir
 from tests.participants.helpers import TOKEN, control, error_code, post_json, running, status
 
 pytestmark = pytest.mark.anyio

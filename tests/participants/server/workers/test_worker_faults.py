@@ -21,12 +21,12 @@ import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 from ckpt_events import Bus, Telemetry
-from participants.errors import WorkerChannelError
-from participants.server.app import make_workload
-from participants.server.workers import coordinator as worker_coordinator
-from participants.server.workers import create_worker_app, run_worker
-from participants.server.workers.coordinator import WorkerCoordinator
-from participants.server.workers.frames import Message, Reply, encode_frame, read_frame
+from ckpt_events.participants.errors import WorkerChannelError
+from ckpt_events.participants.server.app import make_workload
+from ckpt_events.participants.server.workers import coordinator as worker_coordinator
+from ckpt_events.participants.server.workers import create_worker_app, run_worker
+from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
+from ckpt_events.participants.server.workers.frames import Message, Reply, encode_frame, read_frame
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
@@ -229,7 +229,7 @@ async def test_a_worker_whose_coordinator_socket_refuses_fails_at_once(tmp_path:
 
 async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: Any) -> None:
     """close() on a live channel (what a stopping coordinator does) fails nothing in its run()."""
-    from participants.server.workers.channel import FrameChannel
+    from ckpt_events.participants.server.workers.channel import FrameChannel
 
     async def echo(message: Message) -> Any:
         return message.body
@@ -398,7 +398,7 @@ async def test_a_worker_that_keeps_dying_spends_its_budget_once_and_stops_the_se
     one error line and ``on_spent`` (the server stops), never a prepare "not ready" for ever."""
     import sys
 
-    from participants.server.workers.supervisor import WorkerSupervisor
+    from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
 
     caplog.set_level(logging.WARNING, "ckpt_events.workers")
     spent: list[str] = []
@@ -429,7 +429,7 @@ async def test_restarts_spread_over_time_are_never_spent() -> None:
     """The budget is per window: exits further apart than the window restart for ever."""
     import sys
 
-    from participants.server.workers.supervisor import WorkerSupervisor
+    from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
 
     spent: list[str] = []
     supervisor = WorkerSupervisor(
@@ -465,7 +465,7 @@ async def test_a_spent_restart_budget_is_a_blocker_of_every_later_prepare() -> N
 async def test_status_names_the_workers_only_where_there_are_some() -> None:
     """A single-process server's status has no ``workers`` key (a client that predates it and
     refuses unknown fields still reads it); a multi-worker server's lists each worker."""
-    from participants import create_app
+    from ckpt_events.participants import create_app
 
     single = create_app("environment", instance="env-0", token=TOKEN, checkpoint_root=tempfile.gettempdir())
     async with running(single) as client:
