@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ckpt_events import Bus, Redactor, Telemetry
 from ckpt_events.sinks.otel import OtlpSpanSink, SpanSink
-from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.sinks.otlp import SpanEncoder
 
 from . import report, rotel
 from .bench_sinks import CHUNK, _direct_spans, _emit_spans

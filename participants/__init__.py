@@ -15,9 +15,8 @@ checkpoints and ``Collection`` runs rollouts on them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
-
-from ckpt_events._lazy import lazy_attributes
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ckpt_events.participants.controller import Collection, Coordinator
@@ -35,6 +34,16 @@ _HOMES: Final = {
     "create_inference_app": "ckpt_events.participants.server",
 }
 
-__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
-# The helpers are not names of this package (dir() lists the namespace).
-del TYPE_CHECKING, lazy_attributes
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's home on first use (PEP 562); later reads are plain attributes."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -1,6 +1,7 @@
-"""Every exception the project raises on purpose, as one tree (the core's, the sinks' and ours).
+"""Every exception the project raises on purpose, as two trees: the library's and the command line's.
 
-The whole tree::
+The library's tree (``CkptEventsError``: the core, the sinks, the FastAPI integration and the
+control plane's protocol)::
 
     CkptEventsError                 root: catch this to catch everything we raise
     ├── UnknownNameError            a name outside a closed vocabulary (also a ValueError)
@@ -32,14 +33,17 @@ The whole tree::
     │   └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
     ├── CoordinationError           an operation failed on some participants (``failures``)
     ├── CheckpointNotPrepared       prepare stopped at a stage that was not ready (aborted)
-    ├── RolloutRetired              the participants fenced this attempt (``stale_attempt``)
-    │
-    │   command line
-    ├── CommandError                a usage or setup problem: one line on stderr, exit status 2
+    └── RolloutRetired              the participants fenced this attempt (``stale_attempt``)
+
+The command line's tree (``ckpt-events``: not library errors, so a user's ``except
+CkptEventsError`` never catches a demo's verdict)::
+
+    CommandLineError                root: one line on stderr and a non-zero exit, never a traceback
+    ├── CommandError                a usage or setup problem: exit status 2
     ├── LaunchError                 a server process did not come up (also a RuntimeError)
     └── DemoFailed                  the demo ran but its result is wrong
 
-The first six live in ``ckpt_events`` (its ``_errors`` module draws the core's part);
+The first six of the library's tree live in ``ckpt_events`` (its ``_errors`` module draws them);
 the sinks raise those and define none of their own. Everything else is defined here, so
 each room of ``participants`` imports its errors from one module that imports only the core.
 ``ProtocolRefusal`` is what a participant *raises*; ``ParticipantCallError`` is what the
@@ -51,13 +55,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from ckpt_events import CkptEventsError, ErrorCode, Kind, UnknownNameError, coerce
+from ckpt_events import CkptEventsError, UnknownNameError
+from ckpt_events.vocab import ErrorCode, coerce
 
 __all__ = [
+    "HTTP_STATUS",
     "CheckpointNotPrepared",
     "CheckpointStoreError",
     "CheckpointWriteError",
     "CommandError",
+    "CommandLineError",
     "CoordinationError",
     "DemoFailed",
     "InvalidCheckpointError",
@@ -76,6 +83,23 @@ __all__ = [
 
 # -- participant side --------------------------------------------------------------------------
 
+#: The HTTP status a participant answers each protocol error code with (the harness's rule,
+#: SPEC section 1: the core's ``ErrorCode`` names the codes only).
+HTTP_STATUS: Final[Mapping[ErrorCode, int]] = {
+    ErrorCode.CHECKPOINT_ERROR: 409,
+    ErrorCode.STALE_CHECKPOINT: 409,
+    ErrorCode.CHECKPOINT_CONFLICT: 409,
+    ErrorCode.INVALID_PHASE: 409,
+    ErrorCode.DEADLINE_EXCEEDED: 409,
+    ErrorCode.STALE_ATTEMPT: 409,
+    ErrorCode.ADMISSION_CLOSED: 409,
+    ErrorCode.RESTART_IN_SCOPE: 409,
+    ErrorCode.ROLLOUT_ID_REQUIRED: 400,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.INVALID_CHECKPOINT_STATE: 422,
+    ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE: 503,
+}
+
 
 class ProtocolRefusal(CkptEventsError):
     """A participant refuses a call: ``code`` (an ``ErrorCode``), ``detail``, and its HTTP ``status``."""
@@ -87,7 +111,7 @@ class ProtocolRefusal(CkptEventsError):
 
     @property
     def status(self) -> int:
-        return self.code.http_status
+        return HTTP_STATUS[self.code]
 
 
 class MalformedRequest(CkptEventsError):
@@ -146,7 +170,7 @@ class PrepareOutcome(Protocol):
     def prepared(self) -> bool: ...
 
     @property
-    def stopped_at(self) -> Kind | None: ...
+    def stopped_at(self) -> str | None: ...
 
     @property
     def replies(self) -> Mapping[str, object]: ...
@@ -193,7 +217,7 @@ class CheckpointNotPrepared(CkptEventsError):
 
     def __init__(self, result: PrepareOutcome) -> None:
         self.result = result
-        stage = result.stopped_at.value if result.stopped_at is not None else "?"
+        stage = str(result.stopped_at) if result.stopped_at is not None else "?"
         super().__init__(
             f"checkpoint {result.checkpoint_id} not prepared: stopped at stage {stage} "
             f"with {result.blocker_count()} blockers"
@@ -207,13 +231,20 @@ class RolloutRetired(CkptEventsError):
 # -- command line ------------------------------------------------------------------------------
 
 
-class CommandError(CkptEventsError):
+class CommandLineError(Exception):
+    """The root of the command line's errors: ``ckpt-events`` prints one line and exits non-zero.
+
+    Not a ``CkptEventsError``: these are verdicts of the harness's commands, never raised by the
+    library a user's server imports."""
+
+
+class CommandError(CommandLineError):
     """A usage or setup problem, reported as one line on stderr with exit status 2."""
 
 
-class LaunchError(CkptEventsError, RuntimeError):
+class LaunchError(CommandLineError, RuntimeError):
     """A server process did not come up (it exited, or did not listen in time)."""
 
 
-class DemoFailed(CkptEventsError):
+class DemoFailed(CommandLineError):
     """The run finished but its result is wrong (a rollout lost, run twice, or a wrong attempt)."""

@@ -22,7 +22,7 @@ from ckpt_events.participants.cli.replay import REPLAY
 from ckpt_events.participants.cli.report import REPORT
 from ckpt_events.participants.cli.serve import SERVE
 from ckpt_events.participants.cli.watch import WATCH
-from ckpt_events.participants.errors import CommandError
+from ckpt_events.participants.errors import CommandError, CommandLineError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command.run(args)
     except KeyboardInterrupt:
         return _interrupted(args.command)
-    except CkptEventsError as exc:
+    except (CkptEventsError, CommandLineError) as exc:
         return _failed(args.command, exc)
     except ModuleNotFoundError as exc:
         if not _missing_extra(exc):
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         leaf = _first_leaf(group)
         if isinstance(leaf, KeyboardInterrupt):
             return _interrupted(args.command)
-        if isinstance(leaf, CkptEventsError):
+        if isinstance(leaf, (CkptEventsError, CommandLineError)):
             return _failed(args.command, leaf)
         if isinstance(leaf, ModuleNotFoundError) and _missing_extra(leaf):
             return _needs_extra(args.command, leaf)
@@ -107,7 +107,7 @@ def _interrupted(command: str) -> int:
     return 130  # 128 + SIGINT, as a shell reports it
 
 
-def _failed(command: str, exc: CkptEventsError) -> int:
+def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:
     print(f"ckpt-events {command}: error: {exc}", file=sys.stderr)
     return 2
 

@@ -1,6 +1,6 @@
 """Every process's logs in: files, globs and directories merged into one time-ordered stream.
 
-A file is a JSON-lines log of the jsonl sink, or a collector's OTLP JSON file (``otlp_input``),
+A file is a JSON-lines log of the jsonl sink, or a collector's OTLP JSON file (``sinks.otlp.read_otlp``),
 told apart by its first line.
 
 Each file is read lazily and the files are merged by event time (``heapq.merge`` of one
@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from ckpt_events.participants.cli.otlp_input import looks_like_otlp, read_otlp
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
 __all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
 

@@ -31,7 +31,7 @@ def test_importing_the_package_loads_no_server_stack():
 
 def test_a_name_loads_its_home_on_first_use():
     """Asking for ``create_app`` imports the server stack then, not before."""
-    assert "fastapi" in _loaded_after("from participants import create_app")
+    assert "fastapi" in _loaded_after("from ckpt_events.participants import create_app")
 
 
 def test_every_public_name_is_its_home_module_s_object():

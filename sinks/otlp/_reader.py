@@ -21,13 +21,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import (
-    Attr,
-    Kind,
-    OperationFinished,
-    StepFinished,
-)
+from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.sinks._span_attrs import plans_by_name
+from ckpt_events.vocab import Attr, Kind
 
 __all__ = ["looks_like_otlp", "read_otlp"]
 
