@@ -85,7 +85,11 @@ class Bus:
         self.close_timeout = float(close_timeout)
         self._routes: dict[type, tuple[_Buffer, ...]] = {}
         self._subscriptions: list[Subscription] = []
-        self._history: list[Subscription] = []
+        # Every subscription still running (live, or closed and still delivering); one that has
+        # finished leaves only its final counters in `_retired`, so a sink and its buffer are
+        # freed: 100k subscribe/unsubscribe cycles kept every sink (+754 MiB).
+        self._history: dict[Subscription, None] = {}
+        self._retired: list[SinkStats] = []
         self._listeners: weakref.WeakSet[InterestListener] = weakref.WeakSet()
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop_thread: int | None = None
@@ -198,7 +202,7 @@ class Bus:
             linger,
         )
         self._subscriptions.append(sub)
-        self._history.append(sub)
+        self._history[sub] = None
         self._add_routes(sub)
         if self._tg is not None:
             self._start(sub)
@@ -310,12 +314,47 @@ class Bus:
             return True
         return False
 
+    def _retire(self, sub: Subscription) -> None:
+        """``sub`` has finished (closed, delivered, its sink closed): keep its counters only."""
+        if sub not in self._history:
+            return
+        del self._history[sub]
+        self._names.discard(sub.name)  # its name may be given again (stats keep the old row)
+        retired = self._retired
+        retired.append(sub.stats())
+        if len(retired) > RETIRED_ROWS:
+            # Fold the oldest rows into one: stats() stays bounded and no event goes uncounted.
+            retired[:2] = [_fold(retired[0], retired[1])]
+
     def stats(self) -> BusStats:
-        """Counters for every subscription this bus has had, and closed-bus drops."""
+        """Counters for every subscription this bus has had, and closed-bus drops.
+
+        Finished subscriptions come first, in the order they finished; past ``RETIRED_ROWS``
+        of them the oldest are summed into one row named ``EARLIER_SUBSCRIPTIONS``.
+        """
         return BusStats(
-            sinks=tuple(sub.stats() for sub in self._history),
+            sinks=(*self._retired, *(sub.stats() for sub in self._history)),
             dropped_after_close=self._dropped_after_close + self._after_close.dropped,
         )
+
+
+#: Finished subscriptions whose counters ``Bus.stats()`` lists one by one.
+RETIRED_ROWS: Final = 1024
+#: The name of the row that sums finished subscriptions beyond ``RETIRED_ROWS``.
+EARLIER_SUBSCRIPTIONS: Final = "(earlier subscriptions)"
+
+
+def _fold(a: SinkStats, b: SinkStats) -> SinkStats:
+    return SinkStats(
+        name=EARLIER_SUBSCRIPTIONS,
+        emitted=a.emitted + b.emitted,
+        delivered=a.delivered + b.delivered,
+        dropped=a.dropped + b.dropped,
+        failed=a.failed + b.failed,
+        failed_batches=a.failed_batches + b.failed_batches,
+        pending=a.pending + b.pending,
+        abandoned=a.abandoned + b.abandoned,
+    )
 
 
 def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:

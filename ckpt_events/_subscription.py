@@ -171,6 +171,8 @@ class Subscription:
             raise
         finally:
             self._sink_closed.set()
+            if self.closed:
+                self.bus._retire(self)
 
     async def _deliver_until_closed(self) -> None:
         buffer = self._buffer
