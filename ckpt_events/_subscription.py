@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 import msgspec
 
 from ckpt_events._errors import InvalidTypeError, argument_error
 from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
+from ckpt_events._sink_thread import SinkThread
 from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ class Subscription:
         self._async = inspect.iscoroutinefunction(handle)
         self._blocking = isinstance(sink, BlockingSink) and bool(sink.blocking) and not self._async
         self.linger = _linger_of(sink, linger, self._blocking)
+        self._thread: SinkThread | None = None  # a blocking sink's daemon thread, made on first use
         self._hurry = anyio.Event()
 
     def close(self) -> None:
@@ -170,6 +171,8 @@ class Subscription:
                     await self._close_sink()
             raise
         finally:
+            if self._thread is not None:
+                self._thread.stop()
             self._sink_closed.set()
             if self.closed:
                 self.bus._retire(self)
@@ -246,8 +249,13 @@ class Subscription:
                 await self.sink.handle(batch)  # type: ignore[misc]
             elif self._blocking:
                 # Abandoned on cancel: a handle stuck in I/O cannot hold the bus's close past
-                # its deadline (the thread finishes on its own; its batch counts as abandoned).
-                await anyio.to_thread.run_sync(self.sink.handle, batch, abandon_on_cancel=True)
+                # its deadline, nor the interpreter's exit (a daemon thread; its batch counts
+                # as abandoned).
+                if self._thread is None:
+                    schedule = self.bus._call_soon_threadsafe
+                    assert schedule is not None  # set when the bus starts, before any delivery
+                    self._thread = SinkThread(self.name, schedule)
+                await self._thread.run(self.sink.handle, batch)
             else:
                 self.sink.handle(batch)
         except anyio.get_cancelled_exc_class():

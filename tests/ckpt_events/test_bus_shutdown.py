@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -10,8 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
-from ckpt_events import Bus, ErrorCode, Event, Kind, OperationFinished, Refused, Telemetry
+from ckpt_events import Bus, Event, OperationFinished, Refused, Telemetry
 from ckpt_events.testing import MemorySink
+from ckpt_events.vocab import ErrorCode, Kind
 
 DEADLINE = 0.3
 #: A stuck close must end within the deadline plus this (a loaded CI machine included).
@@ -242,3 +245,38 @@ async def test_operations_from_threads_during_close_are_all_counted() -> None:
     assert sub.delivered == sink.seen
     counted = sub.delivered + sub.dropped + sub.failed + sub.abandoned + stats.dropped_after_close
     assert counted == threads_n * per_thread, (sub, stats.dropped_after_close, sink.seen)
+
+
+_STUCK_FOR_GOOD = """
+import threading, time, anyio
+from ckpt_events import Bus, Refused
+
+class Stuck:
+    blocking = True
+    linger = 0.0
+
+    def handle(self, batch):
+        print("stuck", flush=True)
+        threading.Event().wait(120)  # an exporter on a dead socket
+
+async def main():
+    async with Bus(close_timeout=0.3) as bus:
+        bus.subscribe(Stuck())
+        bus.emit(Refused(kind="agent", instance="a0", time_ns=1, code="admission_closed"))
+        await anyio.sleep(0.2)
+    print("closed", bus.stats().sinks[0].abandoned, flush=True)
+
+anyio.run(main)
+"""
+
+
+def test_a_sink_stuck_for_good_does_not_keep_the_process_alive() -> None:
+    """The bus closes within its deadline and the interpreter exits: a stuck blocking sink runs on a
+    daemon thread (anyio's worker threads are joined at exit, and the process never ended)."""
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-c", _STUCK_FOR_GOOD], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["stuck", "closed", "1"]
+    assert time.monotonic() - started < 30  # the stuck handle waits 120 s
