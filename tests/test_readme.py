@@ -1,185 +1,175 @@
-"""The README: every python example runs, its tables match the code, its test command is CI's."""
+"""The README, the front page: short, an install line and a FastAPI example on the first screen,
+every example doing what the text around it says, its extras table and test command true.
+
+What holds for every page (examples run, commands parse, links resolve) is tests/test_docs.py.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
+import shlex
+import tomllib
 from pathlib import Path
 
-import pytest
+from tests.readme_pages import README, ROOT, blocks, run_python
 
-from ckpt_events import ErrorCode
-from ckpt_events.participants.protocol import CONTROL_PREFIX
-from tests.readme_names import names_table, readme_block
-
-ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+TEXT = README.read_text()
+LINES = TEXT.splitlines()
+PYTHON = [block.code for block in blocks(README, "python")]
+BASH = [block.code for block in blocks(README, "bash")]
+FIRST_SCREEN = 60
 _PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 
 
-def _run(code: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter, in ``tmp_path``, without our or OTel's variables."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
-    clean["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-        env={**clean, **env},
-    )
+def _one(marker: str) -> str:
+    (block,) = [code for code in PYTHON if marker in code]
+    return block
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_every_python_block_runs(index: int, tmp_path: Path) -> None:
-    """Each ```python block of the README runs as written, in a fresh interpreter."""
-    result = _run(BLOCKS[index], tmp_path)
-    assert result.returncode == 0, result.stderr
+def _line_of(needle: str) -> int:
+    """The 1-based number of the README's first line holding ``needle``."""
+    return next(number for number, line in enumerate(LINES, 1) if needle in line)
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most 300 lines; the install line and the FastAPI example (its first code) open it."""
+    assert len(LINES) <= 300, len(LINES)
+    assert _line_of("pip install 'ckpt-events[otel]'") < FIRST_SCREEN
+    first_python = _line_of("```python")
+    assert "from fastapi import" in LINES[first_python]
+    closing = next(n for n in range(first_python + 1, len(LINES) + 1) if LINES[n - 1] == "```")
+    assert closing <= FIRST_SCREEN, f"the FastAPI example ends on line {closing}"
 
 
 def test_the_readme_has_its_examples() -> None:
-    """The server-code, testing and custom-sink examples are all there to run."""
-    assert len(BLOCKS) >= 3
-    assert any("anyio.run(main)" in b and "with_tracestate" in b for b in BLOCKS)
-    assert any("EventCapture" in b for b in BLOCKS)
+    """FastAPI, the library, a custom sink and an OpenTelemetry setup, in that order."""
+    markers = ["participants.fastapi import", "JsonLinesSink(", "def handle(", "tracer_provider=provider"]
+    positions = [TEXT.index(marker) for marker in markers]
+    assert positions == sorted(positions)
+    assert len(PYTHON) == len(markers)
 
 
-def test_custom_sink_example_prints_its_alert(tmp_path: Path) -> None:
-    """The custom-sink example prints its alert."""
-    (block,) = [b for b in BLOCKS if "RefusalAlert" in b]
-    result = _run(block, tmp_path)
-    assert "ALERT resources/resources-0 refused a request: stale_attempt" in result.stdout
+def test_fastapi_quickstart_serves_the_curl_and_logs_it(tmp_path: Path) -> None:
+    """The quickstart app, sent the README's own curl request through its lifespan, answers it
+    and writes the commit and its upload step to events.jsonl, in the caller's trace."""
+    (tmp_path / "app.py").write_text(_one("participants.fastapi import"))
+    (curl,) = [line for code in BASH for line in code.splitlines() if line.startswith("curl ")]
+    words = shlex.split(curl)
+    path = "/" + words[2].split("/", 1)[1]
+    body = json.loads(words[words.index("-d") + 1])
+    driver = f"""
+import anyio, httpx
+from app import app
 
+async def main():
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+            headers = {{"traceparent": "00-{_PARENT_TRACE}-b7ad6b7169203331-01"}}
+            reply = await client.post({path!r}, json={body!r}, headers=headers)
+            print(reply.status_code, reply.json())
 
-def test_server_example_joins_the_callers_trace_and_logs_hex_ids(tmp_path: Path) -> None:
-    """With CKPT_EVENTS_JSONL set, the server example continues the incoming trace, passes its
-    tracestate on, and logs the trace id as the caller's hex string."""
-    (block,) = [b for b in BLOCKS if "with_tracestate" in b]
-    result = _run(block, tmp_path, CKPT_EVENTS_JSONL=str(tmp_path / "run.jsonl"))
+anyio.run(main)
+"""
+    result = run_python(driver, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert (
-        f"00-{_PARENT_TRACE}-" in result.stdout and "'tracestate': 'rojo=00f067aa0ba902b7'" in result.stdout
+    assert result.stdout.split() == ["200", "{'records':", f"{len(body['rows'])}}}"], result.stdout
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    finished = {event["type"]: event for event in events if event["type"].endswith("_finished")}
+    operation, step = finished["operation_finished"], finished["step_finished"]
+    assert (operation["kind"], operation["operation"]) == ("judge", "commit")
+    assert (operation["checkpoint_id"], operation["records"]) == (body["checkpoint_id"], len(body["rows"]))
+    assert operation["received_ns"] is not None
+    assert (step["step"], step["parent_span_id"]) == ("upload", operation["span_id"])
+    assert {event["trace_id"] for event in events} == {_PARENT_TRACE}
+
+
+def test_library_quickstart_reads_its_log_back(tmp_path: Path) -> None:
+    """The library example writes its events and reads them back as the typed events."""
+    result = run_python(_one("JsonLinesSink("), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "OperationStarted",
+        "StepStarted",
+        "StepFinished",
+        "OperationFinished",
+        "Refused",
+    ]
+
+
+def test_custom_sink_prints_each_operation(tmp_path: Path) -> None:
+    """The README's sink, subscribed as the text says, prints every finished operation."""
+    driver = (
+        _one("def handle(")
+        + """
+import anyio
+from ckpt_events import Bus, Telemetry
+
+async def main():
+    async with Bus() as bus:
+        bus.subscribe(PrintOperations())
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        with tel.operation("commit", checkpoint_id="c1"):
+            pass
+        try:
+            with tel.operation("restore", checkpoint_id="c1"):
+                raise OSError("disk")
+        except OSError:
+            pass
+
+anyio.run(main)
+"""
     )
-    lines = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
-    assert {line["trace_id"] for line in lines if "trace_id" in line} == {_PARENT_TRACE}
-
-
-def test_server_example_exits_fast_when_the_collector_is_down(tmp_path: Path) -> None:
-    """With OTEL_EXPORTER_OTLP_ENDPOINT where nothing listens, the server example still runs and
-    exits in a few seconds, saying once per signal that its export was refused (it took 20 s,
-    then 8 s: the final export backed off for its whole close budget)."""
-    import socket
-    import time
-
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        port = probe.getsockname()[1]
-    (block,) = [b for b in BLOCKS if "with_tracestate" in b]
-    started = time.monotonic()
-    result = _run(block, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
-    took = time.monotonic() - started
+    assert "bus.subscribe(PrintOperations())" in TEXT
+    result = run_python(driver, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert took < 4.0, f"the example took {took:.1f} s to exit"
-    refusals = result.stderr.splitlines()
-    assert len(refusals) == 2 and all("refused or unreachable" in line for line in refusals), refusals
+    lines = result.stdout.splitlines()
+    assert [line.rsplit(" ", 2)[0] for line in lines] == [
+        "resources/resources-0 commit ok",
+        "resources/resources-0 restore error",
+    ]
 
 
-@pytest.mark.collector
-def test_the_rotel_command_starts_a_collector_as_pasted(tmp_path: Path) -> None:
-    """The README's rotel line, run by a shell as written (with this interpreter and a free
-    port), starts rotel-agent listening ("rotel-agent" alone is not on PATH: it failed)."""
-    import socket
-    import time
-
-    from ckpt_events.benchmarks.rotel import agent_binary, agent_env, free_port
-
-    if agent_binary() is None:
-        pytest.skip("the rotel package is not installed")
-    (line,) = [line for line in README.splitlines() if "rotel-agent" in line and "start" in line]
-    port = free_port()
-    command = line.replace(".venv/bin/python", sys.executable).replace("127.0.0.1:4318", f"127.0.0.1:{port}")
-    grpc = f" --otlp-grpc-endpoint 127.0.0.1:{free_port()}"  # the default 4317 may be taken here
-    log = tmp_path / "rotel.out"
-    with open(log, "wb") as out:
-        agent = subprocess.Popen(
-            ["bash", "-c", f"exec {command}{grpc}"],
-            cwd=tmp_path,
-            env=agent_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert agent.poll() is None, log.read_text(errors="replace")
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "rotel-agent did not listen within 15 s"
-            time.sleep(0.05)
-    finally:
-        agent.terminate()
-        agent.wait(10)
+def test_opentelemetry_example_nests_under_the_callers_span(tmp_path: Path) -> None:
+    """Our commit span goes through the user's provider, in the trace of the user's span."""
+    result = run_python(_one("tracer_provider=provider"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    spans = dict(line.split() for line in result.stdout.splitlines())
+    assert set(spans) == {"handle-request", "gym.checkpoint.commit"}
+    assert len(set(spans.values())) == 1
 
 
-def test_names_table_matches_the_code() -> None:
-    """The README's span/attribute/metric table is what tests/readme_names.py generates."""
-    assert readme_block(README) == names_table(), "run: python -m tests.readme_names"
+def test_extras_table_is_pyproject(tmp_path: Path) -> None:
+    """Each row of the extras table lists exactly what pyproject.toml's extra installs."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
+    def names(requirements: list[str]) -> set[str]:
+        found = set()
+        for requirement in requirements:
+            match = re.match(r"ckpt-events\[(.+)\]", requirement)
+            if match:
+                found |= {f"[{extra}]" for extra in match.group(1).split(",")}
+            else:
+                found.add(re.split(r"[<>=\[; ]", requirement, maxsplit=1)[0])
+        return found
 
-def test_error_codes_table_matches_the_protocol() -> None:
-    """Every protocol error code is in the HTTP API section with its status."""
-    for code in ErrorCode:
-        assert f"| `{code.value}` | {code.http_status} |" in README, code
-
-
-def test_http_api_lists_every_control_route() -> None:
-    """Every control route of a participant app is in the README's route table."""
-    from ckpt_events.participants.server.app import create_app
-
-    app = create_app("resources", instance="resources-0", token="t")
-    routes = {
-        (method.upper(), path.removeprefix(CONTROL_PREFIX))
-        for path, operations in app.openapi()["paths"].items()
-        if path.startswith(CONTROL_PREFIX)
-        for method in operations
-    }
-    assert routes
-    for method, path in routes:
-        assert f"| `{method} {path}` |" in README, (method, path)
-    assert f"`{CONTROL_PREFIX}`" in README
-
-
-async def test_what_the_readme_says_of_the_workload_apis_auth_holds() -> None:
-    """The README says the /work routes take the bearer token (it said "no auth"), and a real app
-    answers them 401 without it and 200 with it."""
-    import httpx
-
-    from ckpt_events.participants.server.app import create_app
-    from tests.participants.helpers import AUTH, TOKEN, running
-
-    assert "The workload API takes the same bearer token (missing or wrong: 401 `unauthorized`)" in README
-    assert "no auth" not in README
-    app = create_app("resources", instance="resources-0", token=TOKEN)
-    async with running(app) as client:
-        work = {"rollout_id": "r1", "attempt": 0, "steps": 2}
-        bare = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
-        async with bare:
-            denied = await bare.post("/work/start", json=work)
-            assert (denied.status_code, denied.json()["error"]["code"]) == (401, "unauthorized")
-            assert (await bare.get("/work/r1-a0")).status_code == 401
-        assert (await client.post("/work/start", json=work, headers=AUTH)).status_code == 200
+    expected = {"`ckpt-events`": names(project["dependencies"])}
+    expected |= {f"`[{extra}]`": names(reqs) for extra, reqs in project["optional-dependencies"].items()}
+    rows = {}
+    for line in LINES:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in expected:
+            listed = set()
+            for item in cells[1].split(", "):
+                match = re.fullmatch(r"`\[(.+)\]`", item)
+                listed |= {f"[{e}]" for e in match.group(1).split(",")} if match else {item}
+            rows[cells[0]] = listed
+    assert rows == expected
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     """.ci/run contains the README's test command verbatim."""
-    commands = re.findall(r"```bash\n(.*?)\n```", README, flags=re.S)
-    test_command = next(c for c in commands if "pytest" in c)
+    test_command = next(code.strip() for code in BASH if "pytest" in code)
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci

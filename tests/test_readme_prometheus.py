@@ -1,10 +1,10 @@
-"""The README's Prometheus names table is the generated one."""
+"""The Prometheus names table of docs/prometheus.md is the generated one."""
 
 from __future__ import annotations
 
-from tests.readme_prometheus import README, names_table, readme_block
+from tests.readme_prometheus import PAGE, names_table, readme_block
 
 
 def test_prometheus_names_table_matches_the_code() -> None:
-    """The README's table is what tests/readme_prometheus.py generates."""
-    assert readme_block(README.read_text()) == names_table(), "run: python -m tests.readme_prometheus"
+    """The page's table is what tests/readme_prometheus.py generates."""
+    assert readme_block(PAGE.read_text()) == names_table(), "run: python -m tests.readme_prometheus"

@@ -1,0 +1,288 @@
+"""Every documentation page (README.md and docs/*.md): its python examples run, its command lines
+parse, its links resolve, its generated tables are what the code generates, and what it says of
+the HTTP API, the server example, the sink and the test fixtures holds."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ckpt_events.participants.cli.main import build_parser
+from ckpt_events.participants.errors import HTTP_STATUS
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from tests.readme_names import PAGE as NAMES_PAGE
+from tests.readme_names import names_table, readme_block
+from tests.readme_pages import (
+    DOCS,
+    LANGUAGES,
+    PAGES,
+    README,
+    ROOT,
+    all_blocks,
+    anchors,
+    blocks,
+    links,
+    name_of,
+    run_python,
+)
+
+PYTHON = all_blocks("python")
+HTTP_API = (DOCS / "http-api.md").read_text()
+_PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+#: Programs a page's bash line may start with that are not ours to parse; each is exercised
+#: elsewhere (curl and uvicorn: the FastAPI quickstart's test; the rotel line: its own test).
+_OTHER_PROGRAMS = frozenset({"curl", "uvicorn", "python3", "ruff", "mypy", "pytest"})
+
+
+def _one(page: str, marker: str) -> str:
+    (block,) = [b.code for b in blocks(DOCS / page, "python") if marker in b.code]
+    return block
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[block.name for block in PYTHON])
+def test_every_python_block_runs(block, tmp_path: Path) -> None:
+    """Each ```python block of every page runs as written, in a fresh interpreter."""
+    result = run_python(block.code, tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_block_says_what_it_is() -> None:
+    """Every fenced block is python (run), bash (checked) or text (a program's output)."""
+    for block in all_blocks():
+        assert block.language in LANGUAGES, block.name
+
+
+def _check_command(words: list[str], where: str, extras: set[str]) -> None:
+    """One shell command of a page: ours parse, pip installs name real extras."""
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        variable = words.pop(0).split("=", 1)[0]
+        assert f"`{variable}" in (DOCS / "configuration.md").read_text() or variable.startswith(
+            "OTEL_EXPORTER_PROMETHEUS"
+        ), f"{where}: {variable} is not in docs/configuration.md"
+    program = words[0].removeprefix(".venv/bin/")
+    if program == "ckpt-events":
+        try:
+            build_parser().parse_args(words[1:])
+        except SystemExit as exc:
+            raise AssertionError(f"{where}: ckpt-events refuses {' '.join(words[1:])!r}") from exc
+    elif program == "pip":
+        assert words[1] == "install", where
+        for word in words[2:]:
+            match = re.fullmatch(r"(?:ckpt-events|\.)\[(.+)\]", word)
+            if match:
+                assert set(match.group(1).split(",")) <= extras, f"{where}: {word}"
+    else:
+        assert program in _OTHER_PROGRAMS, f"{where}: what checks {program!r}?"
+
+
+def test_every_command_line_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line of every ```bash block: a ckpt-events command our parser accepts, a pip install
+    of extras that exist, variables that docs/configuration.md documents, or a program another
+    test runs."""
+    monkeypatch.chdir(tmp_path)
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    for block in all_blocks("bash"):
+        for line in block.code.splitlines():
+            if "rotel-agent" in line:
+                continue  # test_the_rotel_command_starts_a_collector_as_pasted runs it
+            for command in line.split("&&"):
+                words = shlex.split(command, comments=True)
+                _check_command(words, f"{block.name}: {line}", extras)
+
+
+def test_every_relative_link_resolves() -> None:
+    """Every link from one page to a file or a heading finds it."""
+    for page in PAGES:
+        for target in links(page):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            found = (page.parent / path).resolve() if path else page
+            assert found.exists(), f"{name_of(page)}: {target}"
+            if anchor:
+                assert found.suffix == ".md", f"{name_of(page)}: {target}"
+                assert anchor in anchors(found), f"{name_of(page)}: {target}: no such heading"
+
+
+def test_every_page_is_linked() -> None:
+    """The docs index and the README's documentation table link every page."""
+    pages = {page.name for page in DOCS.glob("*.md")} - {"index.md"}
+    assert pages <= {target.partition("#")[0] for target in links(DOCS / "index.md")}
+    from_readme = {target.partition("#")[0] for target in links(README)}
+    assert {f"docs/{page}" for page in pages | {"index.md"}} <= from_readme
+
+
+def test_names_table_matches_the_code() -> None:
+    """The span/attribute/metric table of docs/names.md is what tests/readme_names.py generates."""
+    assert readme_block(NAMES_PAGE.read_text()) == names_table(), "run: python -m tests.readme_names"
+
+
+def test_error_codes_table_matches_the_protocol() -> None:
+    """Every protocol error code is in the HTTP API page with the status the harness sends."""
+    for code, status in HTTP_STATUS.items():
+        assert f"| `{code.value}` | {status} |" in HTTP_API, code
+
+
+def test_http_api_lists_every_control_route() -> None:
+    """Every control route of a participant app is in the HTTP API page's route table."""
+    from ckpt_events.participants.server.app import create_app
+
+    app = create_app("resources", instance="resources-0", token="t")
+    routes = {
+        (method.upper(), path.removeprefix(CONTROL_PREFIX))
+        for path, operations in app.openapi()["paths"].items()
+        if path.startswith(CONTROL_PREFIX)
+        for method in operations
+    }
+    assert routes
+    for method, path in routes:
+        assert f"| `{method} {path}` |" in HTTP_API, (method, path)
+    assert f"`{CONTROL_PREFIX}`" in HTTP_API
+
+
+async def test_what_the_docs_say_of_the_workload_apis_auth_holds() -> None:
+    """The HTTP API page says the /work routes take the bearer token (it once said "no auth"),
+    and a real app answers them 401 without it and 200 with it."""
+    import httpx
+
+    from ckpt_events.participants.server.app import create_app
+    from tests.participants.helpers import AUTH, TOKEN, running
+
+    assert "The workload API takes the same bearer token (missing or wrong: 401 `unauthorized`)" in HTTP_API
+    assert "no auth" not in HTTP_API
+    app = create_app("resources", instance="resources-0", token=TOKEN)
+    async with running(app) as client:
+        work = {"rollout_id": "r1", "attempt": 0, "steps": 2}
+        bare = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        async with bare:
+            denied = await bare.post("/work/start", json=work)
+            assert (denied.status_code, denied.json()["error"]["code"]) == (401, "unauthorized")
+            assert (await bare.get("/work/r1-a0")).status_code == 401
+        assert (await client.post("/work/start", json=work, headers=AUTH)).status_code == 200
+
+
+def test_server_example_joins_the_callers_trace_and_logs_hex_ids(tmp_path: Path) -> None:
+    """With CKPT_EVENTS_JSONL set, the library page's example continues the incoming trace,
+    passes its tracestate on, and logs the trace id as the caller's hex string."""
+    block = _one("library.md", "with_tracestate")
+    result = run_python(block, tmp_path, CKPT_EVENTS_JSONL=str(tmp_path / "run.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert f"00-{_PARENT_TRACE}-" in result.stdout
+    assert "'tracestate': 'rojo=00f067aa0ba902b7'" in result.stdout
+    lines = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert {line["trace_id"] for line in lines if "trace_id" in line} == {_PARENT_TRACE}
+
+
+def test_server_example_exits_fast_when_the_collector_is_down(tmp_path: Path) -> None:
+    """With OTEL_EXPORTER_OTLP_ENDPOINT where nothing listens, the server example still runs and
+    exits in a few seconds, saying once per signal that its export was refused (it took 20 s,
+    then 8 s: the final export backed off for its whole close budget)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    block = _one("library.md", "with_tracestate")
+    started = time.monotonic()
+    result = run_python(block, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert took < 4.0, f"the example took {took:.1f} s to exit"
+    refusals = result.stderr.splitlines()
+    assert len(refusals) == 2 and all("refused or unreachable" in line for line in refusals), refusals
+
+
+def test_custom_sink_example_prints_its_alert(tmp_path: Path) -> None:
+    """The sink page's example prints its alert and its table."""
+    result = run_python(_one("writing-a-sink.md", "RefusalAlert"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ALERT resources/resources-0 refused a request: stale_attempt" in result.stdout
+    assert "'resources/resources-0 commit':" in result.stdout
+
+
+def test_sink_members_table_names_the_protocols() -> None:
+    """Each row of the sink page's members table names a protocol of ckpt_events that declares
+    that member."""
+    import ckpt_events
+
+    page = (DOCS / "writing-a-sink.md").read_text()
+    rows = re.findall(r"^\| `(\w+)(?:\([^)]*\))?` \| `(\w+)` \|", page, flags=re.M)
+    assert len(rows) == 5
+    for member, protocol in rows:
+        cls = getattr(ckpt_events, protocol)
+        assert member in dir(cls) or member in getattr(cls, "__annotations__", {}), (member, protocol)
+
+
+def test_fastapi_page_example_continues_the_trace_and_counts_the_refusal(tmp_path: Path) -> None:
+    """The FastAPI page's example answers 200 then 409, and its log holds the commit and its
+    upload step in the caller's trace, then the refusal."""
+    result = run_python(_one("fastapi.md", "lifespan_context"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["200 {'records': 2}", "409 {'error': 'stale_checkpoint'}"]
+    assert lines[2:] == [
+        f"OperationStarted {_PARENT_TRACE}",
+        f"StepStarted {_PARENT_TRACE}",
+        f"StepFinished {_PARENT_TRACE}",
+        f"OperationFinished {_PARENT_TRACE}",
+        "Refused ",
+    ]
+
+
+def test_pytest_plugin_example_passes_under_pytest(tmp_path: Path) -> None:
+    """The testing page's test file passes when pytest runs it, with only the installed plugin."""
+    (tmp_path / "test_commit.py").write_text(_one("testing.md", "def test_commit_is_one_span"))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "test_commit.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+
+
+@pytest.mark.collector
+def test_the_rotel_command_starts_a_collector_as_pasted(tmp_path: Path) -> None:
+    """The rotel line of docs/reading-a-trace.md, run by a shell as written (with this
+    interpreter and a free port), starts rotel-agent listening ("rotel-agent" alone is not on
+    PATH: it failed)."""
+    from ckpt_events.benchmarks.rotel import agent_binary, agent_env, free_port
+
+    if agent_binary() is None:
+        pytest.skip("the rotel package is not installed")
+    page = (DOCS / "reading-a-trace.md").read_text()
+    (line,) = [line for line in page.splitlines() if "rotel-agent" in line and "start" in line]
+    port = free_port()
+    command = line.replace(".venv/bin/python", sys.executable).replace("127.0.0.1:4318", f"127.0.0.1:{port}")
+    grpc = f" --otlp-grpc-endpoint 127.0.0.1:{free_port()}"  # the default 4317 may be taken here
+    log = tmp_path / "rotel.out"
+    with open(log, "wb") as out:
+        agent = subprocess.Popen(
+            ["bash", "-c", f"exec {command}{grpc}"],
+            cwd=tmp_path,
+            env=agent_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            assert agent.poll() is None, log.read_text(errors="replace")
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "rotel-agent did not listen within 15 s"
+            time.sleep(0.05)
+    finally:
+        agent.terminate()
+        agent.wait(10)
