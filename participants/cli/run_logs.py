@@ -1,7 +1,8 @@
 """Every process's logs in: files, globs and directories merged into one time-ordered stream.
 
 A file is a JSON-lines log of the jsonl sink, or a collector's OTLP JSON file (``sinks.otlp.read_otlp``),
-told apart by its first line.
+told apart by its first line. A JSON-lines file is judged by its first line that decodes
+(within ``PROBE_LINES``), so a torn first line (a cut copy, a crash) costs that line, not the file.
 
 Each file is read lazily and the files are merged by event time (``heapq.merge`` of one
 iterator per file), so memory holds one pending event per file, never a whole log. An event
@@ -28,6 +29,10 @@ __all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
 
 #: How many problem lines are shown; the rest are counted.
 SHOWN = 5
+#: A file is a log if an event decodes within its first this many non-blank lines; the corrupt
+#: lines before it are skipped and counted. A crash tears one line (a crash loop a few), and
+#: prose or binary data is refused after this many lines instead of being read to its end.
+PROBE_LINES = 16
 
 
 def event_time(event: Any) -> int:
@@ -98,6 +103,7 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
     from ckpt_events.sinks import CorruptLine, read_events
 
     decoded = 0
+    before_first: list[CorruptLine] = []  # corrupt lines before the first event: torn, or not a log
     try:
         with open(path, "rb") as head:
             first = head.readline(4096)
@@ -107,17 +113,25 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
             return
         for number, item in read_events(path):
             if isinstance(item, CorruptLine):
-                if decoded == 0:
-                    problems.refuse(
-                        f"{path}:{number}: not a ckpt-events JSON-lines log ({item.error}); file skipped"
-                    )
-                    return
-                problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
+                if decoded:
+                    problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
+                    continue
+                before_first.append(item)
+                if len(before_first) == PROBE_LINES:
+                    break
                 continue
+            if not decoded:
+                for line in before_first:
+                    problems.skip(f"{path}:{line.line}: corrupt line skipped: {line.error}")
             decoded += 1
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.
             yield event_time(item), index, number, item
+        if not decoded and before_first:
+            line = before_first[0]
+            problems.refuse(
+                f"{path}:{line.line}: not a ckpt-events JSON-lines log ({line.error}); file skipped"
+            )
     except OSError as exc:
         problems.refuse(f"{path}: cannot read: {exc.strerror or exc}")
 

@@ -6,7 +6,8 @@ events carry.
 
 Writing reuses one ``msgspec.json.Encoder`` and one ``bytearray`` for every batch; a batch is
 written with whole lines only, so a reader never sees half a line from this sink (a crash
-mid-``write`` aside, which ``read_events`` reports as a corrupt last line).
+mid-``write`` aside, which ``read_events`` reports as a corrupt line; the next sink to open
+the file ends that line first, so what it appends is not merged into it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,8 +40,10 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
 
     ``events`` and ``bytes`` count only what reached the file. ``failed`` counts the events
     of batches whose write failed (a full disk: their bytes are truncated away, and the bus
-    counts the batch as failed too); ``torn_lines`` the lines that could not be truncated
-    away and were ended with a newline instead (a reader reports each as a corrupt line).
+    counts the batch as failed too); ``torn_lines`` the torn lines ended with a newline so the
+    next line starts clean (a reader reports each as a corrupt line): one a failed write left
+    that could not be truncated away, or one found at the end of the file when the sink opened
+    it (a process killed mid-write before this one appended).
     ``last_error`` is the latest write error (kept after writing resumes; ``None`` if none).
     ``replaced_values`` counts strings JSON (UTF-8) cannot hold, a lone surrogate such as
     ``"x\\ud800"``, written with U+FFFD in its place so the event's line is still written.
@@ -89,18 +93,27 @@ class JsonLinesSink:
             raise InvalidTypeError(f"backups must be an int >= 0, not {backups!r}")
         if backups < 0:
             raise InvalidValueError(f"backups must be an int >= 0, not {backups!r}")
+        self._events = 0
+        self._bytes = 0
+        self._rotations = 0
+        self._failed = 0
+        self._write_errors = 0
+        self._torn_lines = 0
+        self._replaced = 0
+        self._torn = False  # the file ends in a torn line that still needs its newline
+        self._last_error: str | None = None
+        self._failing = False  # the last write failed: log once when writing resumes
         self._path: Path | None
         self._file: IO[bytes]
+        self._size = 0
         if isinstance(target, str | os.PathLike):
             self._path = Path(target)
-            self._file = self._open()
-            self._size = self._file.tell()
+            self._open()
         elif hasattr(target, "write"):
             if max_bytes is not None:
                 raise InvalidValueError("max_bytes (rotation) needs a path, not a stream")
             self._path = None
             self._file = target
-            self._size = 0
         else:
             raise InvalidTypeError(f"target must be a path or a binary stream, not {target!r}")
         self.max_bytes = max_bytes
@@ -112,27 +125,29 @@ class JsonLinesSink:
         # handle() may run in a worker thread; flush()/aclose() come from the loop thread.
         self._lock = threading.Lock()
         self._closed = False
-        self._events = 0
-        self._bytes = 0
-        self._rotations = 0
-        self._failed = 0
-        self._write_errors = 0
-        self._torn_lines = 0
-        self._replaced = 0
-        self._torn = False  # the file ends in a torn line that still needs its newline
-        self._last_error: str | None = None
-        self._failing = False  # the last write failed: log once when writing resumes
 
     @property
     def path(self) -> Path | None:
         """The file written to (``None`` for a stream)."""
         return self._path
 
-    def _open(self) -> IO[bytes]:
+    def _open(self) -> None:
+        """Open the path for append, and end a torn line a killed writer left at its end.
+
+        Without the newline, the first line appended would join the fragment and be lost with
+        it (one corrupt line); with it, the fragment is that one corrupt line and every new line
+        reads. Another writer appending at the same moment can only make that one blank line.
+        """
         assert self._path is not None
         # Unbuffered: each batch is already one buffer and goes out in one write(), so a
         # process killed with SIGKILL loses at most the batch being written, not a buffer's worth.
-        return open(self._path, "ab", buffering=0)  # closed by aclose()
+        self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 - closed by aclose()
+        self._size = self._file.tell()
+        if self._size and not _ends_a_line(self._file, self._path):
+            self._torn = True
+            self._torn_lines += 1
+            with contextlib.suppress(OSError):  # a full disk: handle() ends it before its first write
+                self._end_torn_line()
 
     def handle(self, batch: list[Any]) -> None:
         """Append one line per event; whole lines only.
@@ -279,8 +294,8 @@ class JsonLinesSink:
                 if older.exists():
                     older.replace(path.with_name(f"{path.name}.{n + 1}"))
             path.replace(path.with_name(f"{path.name}.1"))
-        self._file = self._open()
-        self._size = 0
+        # Usually a new file; another writer may have made it since, and it may end torn.
+        self._open()
         self._rotations += 1
 
     def flush(self) -> None:
@@ -316,6 +331,26 @@ class JsonLinesSink:
             last_error=self._last_error,
             replaced_values=self._replaced,
         )
+
+
+def _ends_a_line(file: IO[bytes], path: Path) -> bool:
+    """Whether the regular file open for append as ``file`` ends in a newline (or cannot be read).
+
+    Read through a second descriptor (an append descriptor cannot read), checked to be the same
+    file, so a rotation by another writer in between is not mistaken for this file's end.
+    """
+    written = os.fstat(file.fileno())
+    if not stat.S_ISREG(written.st_mode) or written.st_size == 0:
+        return True  # a pipe, a terminal, /dev/null: nothing to end
+    try:
+        with open(path, "rb", buffering=0) as reader:
+            read = os.fstat(reader.fileno())
+            if (read.st_dev, read.st_ino) != (written.st_dev, written.st_ino) or read.st_size == 0:
+                return True
+            reader.seek(read.st_size - 1)
+            return reader.read(1) in (b"\n", b"")
+    except OSError:  # a write-only file, or renamed by another writer's rotation: nothing to check
+        return True
 
 
 def _replace_text(value: Any) -> tuple[Any, int]:

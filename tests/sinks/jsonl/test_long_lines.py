@@ -1,0 +1,100 @@
+"""read_events and a line past ``max_line``: skipped as one corrupt line, in linear time and
+bounded memory (issue 29: a 64 MB line took 24.5 s, quadratic in the line's length)."""
+
+from __future__ import annotations
+
+import io
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from ckpt_events import InvalidArgumentError
+from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, read_events
+
+GOOD = b'{"type":"refused","kind":"agent","instance":"a%d","time_ns":%d,"code":"unauthorized"}\n'
+
+
+def _log(path: Path, long_line: int, *, good: int = 100) -> Path:
+    """``good`` lines, one event's line of ``long_line`` bytes, then ``good`` lines again."""
+    with open(path, "wb") as file:
+        file.write(b"".join(GOOD % (n, n) for n in range(good)))
+        prefix, suffix = (
+            b'{"type":"refused","kind":"agent","instance":"',
+            b'","time_ns":1,"code":"unauthorized"}',
+        )
+        file.write(prefix + b"x" * (long_line - len(prefix) - len(suffix)) + suffix + b"\n")
+        file.write(b"".join(GOOD % (n, n) for n in range(good, 2 * good)))
+    return path
+
+
+def test_a_line_past_the_bound_is_one_corrupt_line_and_the_rest_reads(tmp_path: Path) -> None:
+    """A 3 MiB line: its number, its length and the bound in the error, the first bytes as the
+    excerpt; the lines around it decode with their own numbers."""
+    path = _log(tmp_path / "e.jsonl", 3 << 20)
+    results = list(read_events(path))
+    assert [n for n, _ in results] == list(range(1, 202))
+    corrupt = [item for _, item in results if isinstance(item, CorruptLine)]
+    assert [c.line for c in corrupt] == [101]
+    assert corrupt[0].error == f"line of {3 << 20:,} bytes, longer than the {MAX_LINE:,}-byte bound"
+    assert corrupt[0].excerpt == ('{"type":"refused","kind":"agent","instance":"' + "x" * 120)[:120]
+    assert results[-1][1].time_ns == 199  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("length", [MAX_LINE - 1, MAX_LINE, MAX_LINE + 1])
+def test_the_bound_is_the_line_without_its_newline(tmp_path: Path, length: int) -> None:
+    """A line of exactly ``max_line`` bytes decodes; one byte more is corrupt."""
+    path = _log(tmp_path / "e.jsonl", length, good=1)
+    kinds = [isinstance(item, CorruptLine) for _, item in read_events(path)]
+    assert kinds == [False, length > MAX_LINE, False]
+
+
+def test_max_line_raises_or_lowers_the_bound() -> None:
+    """A caller may read longer lines, or refuse shorter ones, whatever the block size;
+    a last line without its newline is judged the same way."""
+    data = (
+        GOOD % (0, 0)
+        + b'{"type":"refused","kind":"agent","instance":"'
+        + b"y" * 70_000
+        + b'","time_ns":1,"code":"unauthorized"}'
+    )
+    assert not any(
+        isinstance(item, CorruptLine) for _, item in read_events(io.BytesIO(data), max_line=80_000)
+    )
+    lowered = [item for _, item in read_events(io.BytesIO(data), max_line=50)]
+    assert all(isinstance(item, CorruptLine) for item in lowered) and len(lowered) == 2
+
+
+def test_bad_max_line_is_refused() -> None:
+    """max_line is a positive int."""
+    for bad in (0, -1, 1.5, True, "1"):
+        with pytest.raises(InvalidArgumentError):
+            list(read_events(io.BytesIO(b""), max_line=bad))  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_64_mb_line_is_skipped_in_linear_time_and_bounded_memory(tmp_path: Path) -> None:
+    """8 MB and 64 MB lines: the 64 MB one costs about 8x the 8 MB one (quadratic was 64x,
+    24.5 s), and reading it holds about one bound of memory, not the line."""
+    taken = {}
+    for megabytes in (8, 64):
+        path = _log(tmp_path / f"e{megabytes}.jsonl", megabytes << 20)
+        best = float("inf")
+        for _ in range(3):
+            began = time.perf_counter()
+            corrupt = sum(isinstance(item, CorruptLine) for _, item in read_events(path))
+            best = min(best, time.perf_counter() - began)
+        assert corrupt == 1
+        taken[megabytes] = best
+    print(f"8 MB line: {taken[8] * 1e3:.1f} ms, 64 MB line: {taken[64] * 1e3:.1f} ms")
+    assert taken[64] < 2.0
+    assert taken[64] < 24 * taken[8] + 0.1  # linear: 8x, with room for noise
+    tracemalloc.start()
+    try:
+        for _ in read_events(path):
+            pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_LINE
