@@ -33,7 +33,11 @@ control plane's protocol)::
     │   └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
     ├── CoordinationError           an operation failed on some participants (``failures``)
     ├── CheckpointNotPrepared       prepare stopped at a stage that was not ready (aborted)
-    └── RolloutRetired              the participants fenced this attempt (``stale_attempt``)
+    ├── RolloutRetired              the participants fenced this attempt (``stale_attempt``)
+    └── RunDirectoryError           a run directory is not this run's to use
+        ├── RunDirectoryInUse       another fleet holds its lock (``holder`` says whose)
+        └── ForeignCheckpoint       a checkpoint of another run (``run_id``): never restored
+                                    unless named with that run's id
 
 The command line's tree (``ckpt-events``: not library errors, so a user's ``except
 CkptEventsError`` never catches a demo's verdict)::
@@ -67,6 +71,7 @@ __all__ = [
     "CommandLineError",
     "CoordinationError",
     "DemoFailed",
+    "ForeignCheckpoint",
     "InvalidCheckpointError",
     "LaunchError",
     "MalformedRequest",
@@ -75,6 +80,8 @@ __all__ = [
     "PrepareOutcome",
     "ProtocolRefusal",
     "RolloutRetired",
+    "RunDirectoryError",
+    "RunDirectoryInUse",
     "WorkError",
     "WorkerChannelError",
     "WriteStopped",
@@ -226,6 +233,28 @@ class CheckpointNotPrepared(CkptEventsError):
 
 class RolloutRetired(CkptEventsError):
     """The participants fenced this attempt (``stale_attempt``): another attempt owns the rollout."""
+
+
+class RunDirectoryError(CkptEventsError):
+    """A run directory is not this run's to use; the message says why and what to do."""
+
+
+class RunDirectoryInUse(RunDirectoryError):
+    """Another fleet holds the run directory's lock; ``holder`` is what it wrote there (run id,
+    pid, host), or ``""`` if unreadable."""
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        self.holder = holder
+        super().__init__(message)
+
+
+class ForeignCheckpoint(RunDirectoryError):
+    """A checkpoint that belongs to another run (``run_id``); it is not restored, nor pruned."""
+
+    def __init__(self, message: str, *, checkpoint_id: str, run_id: str) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.run_id = run_id
+        super().__init__(message)
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -1,10 +1,16 @@
 """Rollout collection: a controller that runs rollouts on the participants and checkpoints them.
 
-A rollout is one episode of ``steps`` units on every participant, driven through the work API
-(``/work/start``, ``/work/advance``, with the control token). Checkpoints: on demand, on a
+A rollout is one episode of ``steps`` units on one participant of each kind, driven through the
+work API (``/work/start``, ``/work/advance``, with the control token). Where a kind has several
+servers, a rollout's session goes to its least loaded one (rollouts in flight there) and stays
+there: a checkpoint commits each server's own rollouts, and a restore gives them back to the
+server of the same name. Sessions never move between servers (a server reads only its own
+records), so a restored rollout whose server is gone restarts. Checkpoints: on demand, on a
 timer, on SIGUSR1, and with ``stop=True`` on SIGTERM (then no more dispatch). ``run()`` first
 restores the run directory's published checkpoint, if any: its continued episodes go on as
 ``attempt + 1`` from their boundaries, the others restart from their inputs (a new attempt too).
+The run directory is this collection's while it runs (``RunDir.claim``): a second fleet there
+is refused, and so is a published checkpoint of another run.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -60,6 +66,8 @@ class Collection:
     fast the work (a rollout restored mid-episode is held once its boundary is known).
     ``checkpoint_after=[n, ...]`` checkpoints (and goes on) as the n-th rollout finishes (a failure
     is logged); ``work_timeout_s`` bounds each work call (default: ``deadline_s``).
+    ``run_id`` (default: the run directory's name) is written in every checkpoint; only this
+    run's checkpoints are restored by ``run()`` and pruned.
     """
 
     def __init__(
@@ -86,23 +94,29 @@ class Collection:
             raise InvalidValueError(f"stop_after must be >= 0, not {stop_after}")
 
         self.coordinator = coordinator
-        self.run_dir = RunDir(run_dir)
+        self.run_dir = RunDir(run_dir, run_id=run_id)
         self.tel = telemetry
         ids = [f"r{i:05d}" for i in range(rollouts)] if isinstance(rollouts, int) else list(rollouts)
         self.rollouts: dict[str, Rollout] = {rid: Rollout(rid) for rid in ids}
         self.steps = steps
-        self.run_id = run_id or self.run_dir.path.name
+        self.run_id = self.run_dir.run_id
         self.checkpoint_every_s = checkpoint_every_s
         self.deadline_s = deadline_s
         self.handle_signals = handle_signals
 
         self.checkpoints: list[str] = []
         self.restored_from: str | None = None
+        #: Every prepare that stopped at a stage not ready (its checkpoint aborted), with the
+        #: blockers each member reported.
+        self.not_prepared: list[PrepareResult] = []
+        self._continues: str | None = None  # the other run whose checkpoint was restored on purpose
 
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._work = WorkClients(concurrency, work_timeout_s or deadline_s, http)
         self._checkpoint_after = frozenset(checkpoint_after)
         self._finished = 0  # rollouts finished in this run, counted against checkpoint_after
+        self._load: dict[str, int] = {}  # member name -> rollouts in flight placed there
+        self._loading: set[str] = set()  # the rollouts counted in _load
         self._open = anyio.Event()
         self._open.set()
         self._lock = anyio.Lock()
@@ -129,9 +143,14 @@ class Collection:
         """Restore the published checkpoint if there is one, then run every rollout to its end.
 
         A restore that fails (all or nothing) restarts that checkpoint's rollouts from their
-        inputs, past the attempts the coordinator retired.
+        inputs, past the attempts the coordinator retired. The run directory is held throughout:
+        another fleet in it is ``RunDirectoryInUse``, a published checkpoint of another run
+        ``ForeignCheckpoint`` (both before anything is dispatched).
         """
-        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        with self.run_dir.claim():
+            return await self._run()
+
+    async def _run(self) -> CollectionSummary:
         latest = self.run_dir.latest()
         if latest is not None:
             try:
@@ -179,7 +198,7 @@ class Collection:
         async with self._limiter:
             try:
                 while rollout.status in ("pending", "running"):
-                    members = self.coordinator.members
+                    members = self._place(rollout)
                     if len(rollout.started) < len(members):
                         # Running from the first call on: a checkpoint taken mid-start restarts it.
                         rollout.status = "running"
@@ -190,6 +209,7 @@ class Collection:
                     pending = [m for m in members if m.name not in rollout.done_at]
                     if not pending:
                         rollout.status = "done"
+                        self._unload(rollout)
                         self._finished += 1
                         if self._finished in self._checkpoint_after:
                             await self._checkpoint_quietly(f"after {self._finished} rollouts")
@@ -200,6 +220,36 @@ class Collection:
                         await self._fan(rollout, pending, "advance")
             except RolloutRetired:
                 rollout.status = "retired"
+                self._unload(rollout)
+
+    def _place(self, rollout: Rollout) -> tuple[Member, ...]:
+        """The members ``rollout``'s session is on: placed on first use, one of each kind, the
+        one with the fewest rollouts in flight (then by name), as a rollout driver balances."""
+        if not rollout.placed:
+            kinds: dict[str, list[Member]] = {}
+            for member in self.coordinator.members:
+                kinds.setdefault(member.kind, []).append(member)
+            chosen = tuple(
+                min(group, key=lambda m: (self._load.get(m.name, 0), m.name)) for group in kinds.values()
+            )
+            self._set_placed(rollout, chosen)
+        return rollout.placed
+
+    def _set_placed(self, rollout: Rollout, members: tuple[Member, ...]) -> None:
+        """Place ``rollout`` on ``members`` (none: to be placed when it next runs)."""
+        self._unload(rollout)
+        rollout.placed = members
+        if members:
+            self._loading.add(rollout.rollout_id)
+            for member in members:
+                self._load[member.name] = self._load.get(member.name, 0) + 1
+
+    def _unload(self, rollout: Rollout) -> None:
+        """``rollout`` no longer counts in its members' load (it stays placed, to be looked up)."""
+        if rollout.rollout_id in self._loading:
+            self._loading.discard(rollout.rollout_id)
+            for member in rollout.placed:
+                self._load[member.name] -= 1
 
     def _last_step(self, rollout: Rollout, pending: list[Member]) -> bool:
         """Whether the next advance finishes ``rollout`` everywhere (unknown boundaries: no)."""
@@ -304,38 +354,54 @@ class Collection:
         """Checkpoint the rollouts in flight and publish it; with ``stop``, stop dispatching after.
 
         Raises ``CheckpointNotPrepared`` (nothing published, everyone resumed) or
-        ``CoordinationError``.
+        ``CoordinationError``; before anything, ``RunDirectoryInUse`` if another fleet holds the
+        run directory, ``ForeignCheckpoint`` if its published checkpoint is another run's.
         """
         async with self._lock:
-            checkpoint_id = new_checkpoint_id()
-            self._open = anyio.Event()  # hold our own calls back while the checkpoint is open
-            try:
-                with self.tel.collection("checkpoint", checkpoint_id=checkpoint_id) as span:
-                    span.set(stop=stop, published=False)
-                    await self._checkpoint(checkpoint_id, stop, span)
-                    span.set(published=True)
-            finally:
-                self._open.set()
+            with self.run_dir.claim():
+                self.run_dir.check_latest(also=self._continues)
+                checkpoint_id = new_checkpoint_id()
+                self._open = anyio.Event()  # hold our own calls back while the checkpoint is open
+                try:
+                    with self.tel.collection("checkpoint", checkpoint_id=checkpoint_id) as span:
+                        span.set(stop=stop, published=False)
+                        await self._checkpoint(checkpoint_id, stop, span)
+                        span.set(published=True)
+                except CheckpointNotPrepared as exc:
+                    if isinstance(exc.result, PrepareResult):
+                        self.not_prepared.append(exc.result)
+                    raise
+                finally:
+                    self._open.set()
 
-            self.checkpoints.append(checkpoint_id)
-            if stop:
-                self._stop_now()
-            return checkpoint_id
+                self.checkpoints.append(checkpoint_id)
+                if stop:
+                    self._stop_now()
+                return checkpoint_id
 
     async def _checkpoint(self, checkpoint_id: str, stop: bool, span: CollectionSpan) -> None:
-        members = len(self.coordinator.members)
         continued: list[EpisodeId] = []
         restarted: list[EpisodeId] = []
+        placement: dict[str, list[str]] = {}
 
-        def scope(prepared: PrepareResult) -> list[EpisodeId]:
+        def scope(prepared: PrepareResult) -> dict[str, list[EpisodeId]]:
             # Decided after prepare, when no participant admits work: the scope is stable.
+            # Each member commits the continued rollouts placed on it.
             restarts = prepared.restarts()
             running = [r for r in self.rollouts.values() if r.status == "running"]
             span.set(in_flight=len(running))
+            shares: dict[str, list[EpisodeId]] = {m.name: [] for m in self.coordinator.members}
             for rollout in running:
-                whole = len(rollout.started) == members and rollout.episode_id.capture_key not in restarts
-                (continued if whole else restarted).append(rollout.episode_id)
-            return continued
+                episode_id = rollout.episode_id
+                placed = rollout.placed
+                if placed and len(rollout.started) == len(placed) and episode_id.capture_key not in restarts:
+                    continued.append(episode_id)
+                    placement[rollout.rollout_id] = [m.name for m in placed]
+                    for member in placed:
+                        shares[member.name].append(episode_id)
+                else:
+                    restarted.append(episode_id)
+            return shares
 
         async def publish(prepared: PrepareResult, commits: dict[str, CommitReply]) -> None:
             # A rollout in the scope whose last step was already in flight at prepare may finish
@@ -353,6 +419,8 @@ class Collection:
                     for r in self.rollouts.values()
                     if r.status == "done" and r.rollout_id not in in_scope
                 ),
+                placement=placement,
+                members=[m.name for m in self.coordinator.members],
             )
             with self.tel.collection("publish", checkpoint_id=checkpoint_id, parent=span):
                 await anyio.to_thread.run_sync(self.run_dir.publish, manifest)
@@ -368,9 +436,17 @@ class Collection:
             parent=span,
         )
 
-    async def restore(self, checkpoint_id: str) -> None:
-        """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt."""
-        manifest = self.run_dir.read(checkpoint_id)
+    async def restore(self, checkpoint_id: str, *, from_run: str | None = None) -> None:
+        """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt.
+
+        The checkpoint must be this run's (``ForeignCheckpoint`` otherwise, nothing restored);
+        ``from_run`` names another run whose checkpoint is restored on purpose.
+        """
+        with self.run_dir.claim():
+            await self._restore(checkpoint_id, from_run)
+
+    async def _restore(self, checkpoint_id: str, from_run: str | None) -> None:
+        manifest = self.run_dir.read(checkpoint_id, run_id=from_run)
         if manifest.steps != self.steps:
             raise ConfigurationError(
                 f"{checkpoint_id} was taken with {manifest.steps} steps, not {self.steps}"
@@ -379,14 +455,15 @@ class Collection:
         restore_id = new_restore_id()
         deadline = time.time() + self.deadline_s
         directory = str(self.run_dir.checkpoint_dir(checkpoint_id))
+        scope, continued, orphans = self._restore_scope(manifest)
         with self.tel.collection("restore", checkpoint_id=checkpoint_id) as span:
-            span.set(rows=len(manifest.continued), restarts=len(manifest.restarted))
-            restarts = list(manifest.restarted)
+            span.set(rows=len(continued), restarts=len(manifest.restarted) + len(orphans))
+            restarts = list(manifest.restarted) + orphans
             try:
                 await self.coordinator.restore(
                     restore_id,
                     directory,
-                    manifest.continued,
+                    scope,
                     deadline_ts=deadline,
                     source_checkpoint_id=checkpoint_id,
                     parent=span,
@@ -394,25 +471,49 @@ class Collection:
             except CoordinationError:
                 # All or nothing: the coordinator retired the next attempts and resumed everyone;
                 # every rollout of the checkpoint restarts from its input, past those attempts.
-                self._apply(
-                    manifest, continued=[], restarted=[e.next() for e in manifest.continued] + restarts
-                )
+                self._apply(manifest, continued=[], restarted=[e.next() for e in continued] + restarts)
                 raise
 
-            old = list(manifest.continued) + restarts
+            old = list(manifest.continued) + list(manifest.restarted)
             if old:
                 await self.coordinator.retire(
                     old, checkpoint_id=restore_id, deadline_ts=deadline, parent=span
                 )
             await self.coordinator.resume(restore_id, deadline_ts=deadline, parent=span)
-            self._apply(manifest, continued=manifest.continued, restarted=restarts)
+            self._apply(manifest, continued=continued, restarted=restarts)
 
         self.restored_from = checkpoint_id
+        self._continues = from_run
+
+    def _restore_scope(
+        self, manifest: CollectionManifest
+    ) -> tuple[list[EpisodeId] | dict[str, list[EpisodeId]], list[EpisodeId], list[EpisodeId]]:
+        """What each member restores, the episodes that continue, and those that cannot: a
+        session on a member this fleet lacks (it had fewer servers of that kind) restarts.
+
+        A member that took no part in the checkpoint (this fleet has more servers) restores
+        nothing and starts empty; a checkpoint without placements gives everyone everything."""
+        if not manifest.placement:
+            return list(manifest.continued), list(manifest.continued), []
+        present = {m.name for m in self.coordinator.members}
+        shares: dict[str, list[EpisodeId]] = {name: [] for name in manifest.members if name in present}
+        continued: list[EpisodeId] = []
+        orphans: list[EpisodeId] = []
+        for episode_id in manifest.continued:
+            names = manifest.placement.get(episode_id.rollout_id, [])
+            if names and all(name in shares for name in names):
+                continued.append(episode_id)
+                for name in names:
+                    shares[name].append(episode_id)
+            else:
+                orphans.append(episode_id)
+        return shares, continued, orphans
 
     def _apply(
         self, manifest: CollectionManifest, *, continued: list[EpisodeId], restarted: list[EpisodeId]
     ) -> None:
-        members = {m.name for m in self.coordinator.members}
+        members = {m.name: m for m in self.coordinator.members}
+        placement: Mapping[str, list[str]] = manifest.placement
         for rollout_id in manifest.completed:
             if rollout_id in self.rollouts:
                 self.rollouts[rollout_id].status = "done"
@@ -421,8 +522,11 @@ class Collection:
             rollout = self.rollouts.setdefault(episode_id.rollout_id, Rollout(episode_id.rollout_id))
             rollout.attempt = episode_id.attempt + 1
             rollout.status = "running" if resumed else "pending"
-            # A continued episode exists on every participant already (installed as attempt + 1).
-            rollout.started = set(members) if resumed else set()
+            # A continued episode exists on the members it was placed on already (installed as
+            # attempt + 1; on every member, from a checkpoint without placements).
+            names = placement.get(episode_id.rollout_id, list(members)) if resumed else []
+            self._set_placed(rollout, tuple(members[name] for name in names))
+            rollout.started = set(names)
             rollout.done_at = set()
             rollout.at = {}
 

@@ -2,29 +2,48 @@
 
 Writing ``LATEST`` publishes a checkpoint; every file is written to a temporary name,
 fsynced and renamed, so a crash leaves either the old file or the new one. Only the two
-newest published checkpoints are kept.
+newest published checkpoints of the run are kept.
+
+A run directory belongs to one run. ``claim()`` holds ``LOCK`` (``flock``, as SQLite and
+Prometheus's TSDB lock their data directories; the kernel drops it when the holder's process
+dies, so a stale lock needs no cleaning): a second fleet gets ``RunDirectoryInUse`` at once,
+before it writes anything. Each checkpoint's ``collection.json`` names its ``run_id``:
+``prune`` only counts and deletes this run's, and ``read`` refuses another run's
+(``ForeignCheckpoint``) unless that run's id is given. A checkpoint directory, ``LATEST`` and
+``collection.json`` are opened relative to the run directory without following a symlink.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import secrets
 import shutil
+import socket
+import stat
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
-from ckpt_events import SAFE_NAME, InvalidValueError
-from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events import InvalidValueError
+from ckpt_events.participants.errors import ForeignCheckpoint, InvalidCheckpointError, RunDirectoryInUse
 from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.vocab import SAFE_NAME
 
 __all__ = ["KEEP_CHECKPOINTS", "CollectionManifest", "RunDir", "new_checkpoint_id", "new_restore_id"]
 
 KEEP_CHECKPOINTS: Final = 2
 _LATEST: Final = "LATEST"
 _MANIFEST: Final = "collection.json"
+_LOCK: Final = "LOCK"
+_DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_READ: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def new_checkpoint_id() -> str:
@@ -47,41 +66,147 @@ class CollectionManifest(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     continued: list[EpisodeId]
     restarted: list[EpisodeId]
     completed: list[str] = msgspec.field(default_factory=list)
+    #: The members (by name) each continued rollout's session is on, and every member that
+    #: committed: a restore gives each its own episodes. Empty in a checkpoint that predates
+    #: them (every member held every rollout).
+    placement: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    members: list[str] = msgspec.field(default_factory=list)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+class _LockHolder(msgspec.Struct, kw_only=True):
+    """What the fleet holding ``LOCK`` wrote in it, for the next one's error message."""
+
+    run_id: str
+    pid: int
+    host: str
+    since: float
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
+        return f"run {self.run_id!r}, pid {self.pid} on {self.host}, since {when}"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _write_atomic(dfd: int, name: str, data: bytes) -> None:
+    """``name`` in the directory ``dfd`` replaced by ``data`` (temp file, fsync, rename, fsync)."""
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    os.fsync(dfd)
+
+
+def _read_file(dfd: int, name: str, where: Path) -> bytes:
+    """The regular file ``name`` in the directory ``dfd``, never through a symlink."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidCheckpointError(f"{where / name} is a symlink: it is never followed") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidCheckpointError(f"{where / name} is not a regular file")
+        return f.read()
 
 
 class RunDir:
-    """One collection run's directory; the checkpoint directories live inside it."""
+    """One collection run's directory; the checkpoint directories live inside it.
 
-    def __init__(self, path: Path | str) -> None:
+    ``run_id`` (default: the directory's name) is the run it belongs to: ``publish`` and
+    ``prune`` hold the directory's lock (``claim``), ``prune`` and ``read`` go by the run id.
+    """
+
+    def __init__(self, path: Path | str, *, run_id: str | None = None) -> None:
         self.path = Path(path)
+        self.run_id = run_id or self.path.name
+        self._claim_lock = threading.Lock()
+        self._claims = 0
+        self._lock_fd: int | None = None
+
+    # -- the lock ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[None]:
+        """Hold the run directory for the block (re-entrant: the outermost claim takes ``LOCK``,
+        creating the directory). Another fleet holding it is ``RunDirectoryInUse``."""
+        with self._claim_lock:
+            if self._claims == 0:
+                self._lock_fd = self._take_lock()
+            self._claims += 1
+        try:
+            yield
+        finally:
+            with self._claim_lock:
+                self._claims -= 1
+                if self._claims == 0 and self._lock_fd is not None:
+                    os.close(self._lock_fd)  # closing the last descriptor drops the flock
+                    self._lock_fd = None
+
+    def _take_lock(self) -> int:
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / _LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunDirectoryInUse(
+                f"run directory {self.path} is in use by another fleet ({holder or 'holder unknown'}): "
+                "give this fleet its own run directory, or stop the other fleet first",
+                holder=holder,
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        me = _LockHolder(run_id=self.run_id, pid=os.getpid(), host=socket.gethostname(), since=time.time())
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, msgspec.json.encode(me) + b"\n", 0)
+        return fd
+
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[int]:
+        fd = os.open(self.path, _DIRECTORY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    # -- checkpoints ------------------------------------------------------------------------
 
     def checkpoint_dir(self, checkpoint_id: str) -> Path:
         if SAFE_NAME.fullmatch(checkpoint_id) is None:
             raise InvalidValueError(f"unsafe checkpoint id {checkpoint_id!r}")
         return self.path / checkpoint_id
 
+    def _checkpoint_fd(self, run_fd: int, checkpoint_id: str, *, create: bool = False) -> int:
+        """The checkpoint's directory, opened in the run directory without following a symlink."""
+        path = self.checkpoint_dir(checkpoint_id)
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(checkpoint_id, dir_fd=run_fd)
+                os.fsync(run_fd)
+        try:
+            return os.open(checkpoint_id, _DIRECTORY | os.O_NOFOLLOW, dir_fd=run_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise InvalidCheckpointError(
+                    f"{path} is a symlink or not a directory: a checkpoint is never reached through one"
+                ) from None
+            raise
+
     def latest(self) -> str | None:
         """The published checkpoint id, or ``None`` before the first publish."""
         try:
-            value = (self.path / _LATEST).read_text().strip()
+            with self._opened() as run_fd:
+                value = _read_file(run_fd, _LATEST, self.path).decode(errors="replace").strip()
         except FileNotFoundError:
             return None
         if SAFE_NAME.fullmatch(value) is None:
@@ -90,8 +215,49 @@ class RunDir:
             )
         return value
 
-    def read(self, checkpoint_id: str) -> CollectionManifest:
-        data = (self.checkpoint_dir(checkpoint_id) / _MANIFEST).read_bytes()
+    def read(self, checkpoint_id: str, *, run_id: str | None = None) -> CollectionManifest:
+        """The checkpoint's manifest, if it belongs to ``run_id`` (default: this run's);
+        another run's is ``ForeignCheckpoint``."""
+        with self._opened() as run_fd:
+            manifest = self._load(run_fd, checkpoint_id)
+        expected = self.run_id if run_id is None else run_id
+        if manifest.run_id != expected:
+            raise ForeignCheckpoint(
+                f"checkpoint {checkpoint_id} in {self.path} belongs to run {manifest.run_id!r}, not "
+                f"{expected!r}: give this run its own run directory (or run_id={manifest.run_id!r} "
+                "to continue that run)",
+                checkpoint_id=checkpoint_id,
+                run_id=manifest.run_id,
+            )
+        return manifest
+
+    def check_latest(self, *, also: str | None = None) -> None:
+        """The published checkpoint, if any, is this run's (or run ``also``'s, which this run
+        continues on purpose); another run's is ``ForeignCheckpoint``: publishing over it would
+        hide that run's state from its next start. One that cannot be read is left to ``read``."""
+        latest = self.latest()
+        if latest is None:
+            return
+        try:
+            with self._opened() as run_fd:
+                owner = self._load(run_fd, latest).run_id
+        except (OSError, InvalidCheckpointError, msgspec.DecodeError):
+            return
+        if owner not in (self.run_id, also):
+            raise ForeignCheckpoint(
+                f"run directory {self.path} holds the published checkpoint {latest} of run {owner!r}, "
+                f"and this is run {self.run_id!r}: give this run its own run directory (or "
+                f"run_id={owner!r} to continue that run)",
+                checkpoint_id=latest,
+                run_id=owner,
+            )
+
+    def _load(self, run_fd: int, checkpoint_id: str) -> CollectionManifest:
+        fd = self._checkpoint_fd(run_fd, checkpoint_id)
+        try:
+            data = _read_file(fd, _MANIFEST, self.checkpoint_dir(checkpoint_id))
+        finally:
+            os.close(fd)
         manifest = msgspec.json.decode(data, type=CollectionManifest)
         if manifest.checkpoint_id != checkpoint_id:
             raise InvalidCheckpointError(
@@ -100,25 +266,50 @@ class RunDir:
         return manifest
 
     def publish(self, manifest: CollectionManifest) -> None:
-        """Write ``collection.json``, then ``LATEST``; then drop all but the newest two."""
-        directory = self.checkpoint_dir(manifest.checkpoint_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / _MANIFEST, msgspec.json.format(msgspec.json.encode(manifest), indent=1))
-        _write_atomic(self.path / _LATEST, manifest.checkpoint_id.encode() + b"\n")
-        self.prune(keep=manifest.checkpoint_id)
+        """Write ``collection.json``, then ``LATEST``; then drop all but this run's newest two.
+
+        Holds the directory (``claim``) throughout; a manifest of another run is refused.
+        """
+        if manifest.run_id != self.run_id:
+            raise InvalidValueError(
+                f"checkpoint {manifest.checkpoint_id} is of run {manifest.run_id!r}, this directory's "
+                f"run is {self.run_id!r}"
+            )
+        with self.claim(), self._opened() as run_fd:
+            fd = self._checkpoint_fd(run_fd, manifest.checkpoint_id, create=True)
+            try:
+                _write_atomic(fd, _MANIFEST, msgspec.json.format(msgspec.json.encode(manifest), indent=1))
+            finally:
+                os.close(fd)
+            _write_atomic(run_fd, _LATEST, manifest.checkpoint_id.encode() + b"\n")
+            self.prune(keep=manifest.checkpoint_id)
 
     def prune(self, *, keep: str) -> list[str]:
-        """Remove published checkpoints older than the ``KEEP_CHECKPOINTS`` newest; never ``keep``."""
-        published: list[tuple[float, str]] = []
-        for child in self.path.iterdir():
-            if not child.is_dir() or SAFE_NAME.fullmatch(child.name) is None:
-                continue
-            try:
-                published.append((self.read(child.name).created_at, child.name))
-            except (OSError, InvalidCheckpointError, msgspec.DecodeError):
-                continue  # not a published checkpoint (yet): leave it alone
-        published.sort(reverse=True)
-        removed = [name for _, name in published[KEEP_CHECKPOINTS:] if name != keep]
-        for name in removed:
-            shutil.rmtree(self.path / name, ignore_errors=True)
+        """Remove this run's published checkpoints older than its ``KEEP_CHECKPOINTS`` newest;
+        never ``keep``, never another run's, never through a symlink."""
+        with self.claim(), self._opened() as run_fd:
+            published: list[tuple[float, str]] = []
+            with os.scandir(run_fd) as entries:
+                names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+            for name in names:
+                if SAFE_NAME.fullmatch(name) is None:
+                    continue
+                try:
+                    manifest = self._load(run_fd, name)
+                except (OSError, InvalidCheckpointError, msgspec.DecodeError):
+                    continue  # not a published checkpoint (yet): leave it alone
+                if manifest.run_id == self.run_id:
+                    published.append((manifest.created_at, name))
+            published.sort(reverse=True)
+            removed = [name for _, name in published[KEEP_CHECKPOINTS:] if name != keep]
+            for name in removed:
+                shutil.rmtree(name, dir_fd=run_fd, ignore_errors=True)
         return removed
+
+
+def _holder(fd: int) -> str:
+    """Who holds ``LOCK`` (what it wrote there), or ``""`` if that is unreadable."""
+    try:
+        return msgspec.json.decode(os.pread(fd, 4096, 0), type=_LockHolder).describe()
+    except (OSError, msgspec.DecodeError):
+        return ""

@@ -16,8 +16,10 @@ from typing import Final, Generic, NamedTuple, TypeVar
 import anyio
 import anyio.to_thread
 
-from ckpt_events import ErrorCode, Operation, OperationSpan, Phase, Telemetry
+from ckpt_events import OperationSpan, Telemetry
 from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.fastapi import Incoming
+from ckpt_events.participants.faults import slow_down, write_factor
 from ckpt_events.participants.protocol import (
     CommitReply,
     CommitRequest,
@@ -38,7 +40,6 @@ from ckpt_events.participants.protocol import (
     StatusReply,
     encode,
 )
-from ckpt_events.participants.server.arrival import timed
 from ckpt_events.participants.server.checks import (
     check_commit_scope,
     check_deadline,
@@ -48,11 +49,11 @@ from ckpt_events.participants.server.checks import (
 from ckpt_events.participants.server.gc_pause import freeze, gc_paused
 from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
-from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
+from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import read_checkpoint
-from ckpt_events.participants.server.trace_headers import TraceHeaders
 from ckpt_events.participants.workloads.base import Record
 from ckpt_events.participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
+from ckpt_events.vocab import ErrorCode, Operation, Phase
 
 __all__ = ["ControlPlane", "Exported", "Restored"]
 
@@ -98,6 +99,8 @@ class ControlPlane(Generic[S]):
         self.checkpoint_root = checkpoint_root
         self.max_records_bytes = max_records_bytes
         self.lease_grace_seconds = lease_grace_seconds
+        #: How many times as long each commit's write takes (1; more with CKPT_EVENTS_FAULT=slow).
+        self.write_factor = write_factor(tel.instance)
         self.phase = Phase.IDLE
         self.checkpoint_id: str | None = None
         self.lease_expires_at: float | None = None
@@ -188,7 +191,7 @@ class ControlPlane(Generic[S]):
         async with self._lock:
             self.check_lease()
             return StatusReply(
-                kind=self.workload.kind.value,
+                kind=str(self.workload.kind),
                 instance=self.tel.instance,
                 phase=self.phase,
                 checkpoint_id=self.checkpoint_id,
@@ -199,9 +202,9 @@ class ControlPlane(Generic[S]):
                 report=self.readiness(),
             )
 
-    async def prepare(self, req: PrepareRequest, trace: TraceHeaders) -> PrepareReply:
+    async def prepare(self, req: PrepareRequest, trace: Incoming) -> PrepareReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.PREPARE, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.PREPARE, checkpoint_id=cid) as o:
             async with self._lock:
                 self.check_lease()
                 cached = self._admit(
@@ -264,9 +267,9 @@ class ControlPlane(Generic[S]):
             report = self.workload.report()
         return report
 
-    async def renew(self, req: RenewRequest, trace: TraceHeaders) -> RenewReply:
+    async def renew(self, req: RenewRequest, trace: Incoming) -> RenewReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.RENEW, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.RENEW, checkpoint_id=cid):
             async with self._lock:
                 self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
@@ -275,11 +278,11 @@ class ControlPlane(Generic[S]):
                 assert self.lease_expires_at is not None
                 return RenewReply(lease_expires_at=self.lease_expires_at)
 
-    async def commit(self, req: CommitRequest, trace: TraceHeaders) -> CommitReply:
+    async def commit(self, req: CommitRequest, trace: Incoming) -> CommitReply:
         cid = req.checkpoint_id
         scope = None if req.episode_ids is None else frozenset(e.capture_key for e in req.episode_ids)
         args: ReplayArgs = (req.checkpoint_dir, scope)
-        with trace.operation(self.tel, Operation.COMMIT, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.COMMIT, checkpoint_id=cid) as o:
             # Commits run one at a time: a retry waits for the write in progress, then replays.
             async with self._commit_lock:
                 async with self._lock:
@@ -347,29 +350,31 @@ class ControlPlane(Generic[S]):
         return Exported(lines, keys)
 
     async def _write(
-        self, o: OperationSpan, directory: Path, cid: str, exported: Exported, stop: WriteStop
+        self, o: OperationSpan, directory: Beneath, cid: str, exported: Exported, stop: WriteStop
     ) -> tuple[WriteResult, list[str]]:
         """The ``write`` step, outside the lock: records, then the manifest (never after ``stop``)."""
         with o.step("write") as s, store_refusals(), gc_paused():
+            started = time.monotonic()
             result = await anyio.to_thread.run_sync(
                 functools.partial(
                     write_checkpoint,
                     directory,
-                    kind=self.workload.kind.value,
+                    kind=str(self.workload.kind),
                     instance=self.tel.instance,
                     checkpoint_id=cid,
                     lines=exported.lines,
                     stop=stop,
                 )
             )
+            await slow_down(self.write_factor, started)
             s.set(records=len(exported.lines), bytes=result.bytes)
         return result, exported.keys
 
-    async def restore(self, req: RestoreRequest, trace: TraceHeaders) -> RestoreReply:
+    async def restore(self, req: RestoreRequest, trace: Incoming) -> RestoreReply:
         cid = req.checkpoint_id
         scope = set(req.episode_ids)
         args: ReplayArgs = (req.checkpoint_dir, frozenset(e.capture_key for e in scope))
-        with trace.operation(self.tel, Operation.RESTORE, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.RESTORE, checkpoint_id=cid) as o:
             async with self._lock:
                 self.check_lease()
                 replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
@@ -421,7 +426,7 @@ class ControlPlane(Generic[S]):
                 functools.partial(
                     read_checkpoint,
                     resolve_under(self.checkpoint_root, req.checkpoint_dir),
-                    kind=self.workload.kind.value,
+                    kind=str(self.workload.kind),
                     instance=self.tel.instance,
                     record_type=self.workload.record_type,
                     max_records_bytes=self.max_records_bytes,
@@ -442,10 +447,10 @@ class ControlPlane(Generic[S]):
             freeze()
         return Restored(keys, result.manifest.checkpoint_id, result.bytes)
 
-    async def resume(self, req: ResumeRequest, trace: TraceHeaders) -> ResumeReply:
+    async def resume(self, req: ResumeRequest, trace: Incoming) -> ResumeReply:
         """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.RESUME, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.RESUME, checkpoint_id=cid) as o:
             async with self._lock:
                 self.check_lease()
                 if cid in self._replies.resumed:
@@ -467,18 +472,18 @@ class ControlPlane(Generic[S]):
         self.check_lease()
         check_outside(op, self.phase, deadline_ts)
 
-    async def retire(self, req: RetireRequest, trace: TraceHeaders) -> RetireReply:
+    async def retire(self, req: RetireRequest, trace: Incoming) -> RetireReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.RETIRE, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.RETIRE, checkpoint_id=cid) as o:
             async with self._lock:
                 self._check_outside(Operation.RETIRE, req.deadline_ts)
                 retired = await self.workload.retire(req.episode_ids)
             o.set(episodes=len(retired))
             return RetireReply(retired=retired)
 
-    async def forget(self, req: ForgetRequest, trace: TraceHeaders) -> ForgetReply:
+    async def forget(self, req: ForgetRequest, trace: Incoming) -> ForgetReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.FORGET, cid) as o, timed(o):
+        with trace.operation(self.tel, Operation.FORGET, checkpoint_id=cid) as o:
             async with self._lock:
                 self._check_outside(Operation.FORGET, req.deadline_ts)
                 forgotten = sorted(set(req.rollout_ids))

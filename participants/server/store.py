@@ -7,6 +7,10 @@ parallel (``write_part``), and the main process publishes one manifest listing t
 A commit that crashes at any point leaves either no manifest or a complete, verifiable one:
 records go to a temp file (fsync), are renamed after their digest, and the manifest is
 hard-linked into place last, so it is never replaced; the directory is fsynced after each.
+Nothing outside the root: the directory is walked from the root without following a symlink
+(``store_files.open_dir``) and every file in it is created, renamed, linked, read and deleted
+relative to that directory's descriptor, so a symlink planted below the root is refused
+(``InvalidCheckpointError``) before anything is written, swept or read through it.
 Reading verifies everything before the caller installs anything. A checkpoint that cannot be
 written or does not verify raises ``InvalidCheckpointError`` (the control plane answers
 ``invalid_checkpoint_state``, 422); a write stopped by resume raises ``WriteStopped`` (answered
@@ -16,18 +20,18 @@ written or does not verify raises ``InvalidCheckpointError`` (the control plane 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final, NamedTuple, Protocol, TypeVar
+from typing import BinaryIO, Final, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from ckpt_events import SAFE_NAME
 from ckpt_events.participants.errors import (
     CheckpointStoreError,
     CheckpointWriteError,
@@ -37,10 +41,12 @@ from ckpt_events.participants.errors import (
 from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
 from ckpt_events.participants.server.store_files import (
     MANIFEST_MAX_BYTES,
-    fsync_dir,
-    make_dirs,
+    Beneath,
+    open_dir,
+    opened_dir,
     read_bounded,
 )
+from ckpt_events.vocab import SAFE_NAME
 
 __all__ = [
     "COMMIT_STEPS",
@@ -55,6 +61,7 @@ __all__ = [
     "discard_parts",
     "named_files",
     "parts_digest",
+    "participant_beneath",
     "participant_dir",
     "prepare_directory",
     "publish_parts",
@@ -67,6 +74,8 @@ MANIFEST_NAME: Final = "manifest.json"
 RECORDS_FILE: Final = re.compile(r"records(-[0-9a-f]{64})?\.jsonl")
 _manifest_encoder: Final = msgspec.json.Encoder(order="sorted")
 _TEMP_PREFIXES: Final = (".records.jsonl.", ".manifest.json.")
+#: Create-only, never through a symlink (``O_EXCL`` refuses one already), closed on exec.
+_CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Every step of a commit that touches the disk, in order (each may fail; see ``_step``).
 COMMIT_STEPS: Final = (
     "make_dirs",
@@ -127,6 +136,13 @@ def participant_dir(checkpoint_dir: str | os.PathLike[str], kind: str, instance:
     return base / "gym" / kind / instance
 
 
+def participant_beneath(checkpoint_dir: str | os.PathLike[str], kind: str, instance: str) -> Beneath:
+    """``participant_dir`` as a ``Beneath``: below ``checkpoint_dir``'s root (``checkpoint_dir``
+    itself, unless it is a ``Beneath`` already), walked without following a symlink."""
+    participant_dir(checkpoint_dir, kind, instance)  # the same checks of every part
+    return Beneath.of(checkpoint_dir).child("gym", kind, instance)
+
+
 def _step(name: str) -> None:
     """Called before each step of a commit named in ``COMMIT_STEPS``; does nothing.
 
@@ -152,19 +168,23 @@ def write_checkpoint(
     writer's temp files are gone either way, and a crashed writer's are swept here.
     """
     _check_checkpoint_id(checkpoint_id)
-    directory = prepare_directory(checkpoint_dir, kind=kind, instance=instance)
-    records, sha, count, size = _write_records(directory, lines)
-    manifest = Manifest(
-        schema_version=SCHEMA_VERSION,
-        kind=kind,
-        instance=instance,
-        checkpoint_id=checkpoint_id,
-        records_file=records.name,
-        records_sha256=sha,
-        record_count=count,
-    )
-    _publish(directory, manifest, [records], stop)
-    return WriteResult(manifest, size, directory / MANIFEST_NAME)
+    where = participant_beneath(checkpoint_dir, kind, instance)
+    dfd = _prepare(where)
+    try:
+        records, sha, count, size = _write_records(dfd, where, lines)
+        manifest = Manifest(
+            schema_version=SCHEMA_VERSION,
+            kind=kind,
+            instance=instance,
+            checkpoint_id=checkpoint_id,
+            records_file=records,
+            records_sha256=sha,
+            record_count=count,
+        )
+        _publish(dfd, where, manifest, [records], stop)
+    finally:
+        os.close(dfd)
+    return WriteResult(manifest, size, where.path / MANIFEST_NAME)
 
 
 def _check_checkpoint_id(checkpoint_id: str) -> None:
@@ -172,18 +192,24 @@ def _check_checkpoint_id(checkpoint_id: str) -> None:
         raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
 
 
-def prepare_directory(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str) -> Path:
+def prepare_directory(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str) -> Beneath:
     """The participant's directory, created (durably) and swept of what a crashed commit left."""
-    directory = participant_dir(checkpoint_dir, kind, instance)
+    where = participant_beneath(checkpoint_dir, kind, instance)
+    os.close(_prepare(where))
+    return where
+
+
+def _prepare(where: Beneath) -> int:
+    """``where``'s descriptor, the directory created (durably) and swept; the caller closes it."""
     try:
         _step("make_dirs")
-        make_dirs(directory)
+        dfd = open_dir(where, create=True)
     except OSError as exc:
         raise CheckpointWriteError(
-            f"cannot create {directory}: {exc.strerror}; no checkpoint was published", published=False
+            f"cannot create {where}: {exc.strerror}; no checkpoint was published", published=False
         ) from None
-    _sweep(directory)
-    return directory
+    _sweep(dfd)
+    return dfd
 
 
 class PartWritten(NamedTuple):
@@ -195,14 +221,32 @@ class PartWritten(NamedTuple):
     bytes: int
 
 
-def write_part(directory: Path, lines: Iterable[bytes]) -> PartWritten:
+def write_part(directory: str | os.PathLike[str], lines: Iterable[bytes]) -> PartWritten:
     """One worker's records file in ``directory`` (made by ``prepare_directory``); no manifest.
 
     Never sweeps: the other workers are writing theirs beside it. ``CheckpointWriteError``
-    (nothing of this part left behind) if the disk fails.
+    (nothing of this part left behind) if the disk fails; ``InvalidCheckpointError`` if the
+    walk to ``directory`` meets a symlink.
     """
-    records, sha, count, size = _write_records(directory, lines)
-    return PartWritten(records.name, sha, count, size)
+    where = Beneath.of(directory)
+    with _opened_for_write(where) as dfd:
+        records, sha, count, size = _write_records(dfd, where, lines)
+    return PartWritten(records, sha, count, size)
+
+
+@contextlib.contextmanager
+def _opened_for_write(where: Beneath) -> Iterator[int]:
+    """``opened_dir(where)``, an ``OSError`` on the way there a ``CheckpointWriteError``."""
+    try:
+        dfd = open_dir(where)
+    except OSError as exc:
+        raise CheckpointWriteError(
+            f"cannot open {where}: {exc.strerror}; no checkpoint was published", published=False
+        ) from None
+    try:
+        yield dfd
+    finally:
+        os.close(dfd)
 
 
 def parts_digest(parts: Iterable[RecordsPart]) -> str:
@@ -211,7 +255,7 @@ def parts_digest(parts: Iterable[RecordsPart]) -> str:
 
 
 def publish_parts(
-    directory: Path,
+    directory: str | os.PathLike[str],
     *,
     kind: str,
     instance: str,
@@ -224,14 +268,15 @@ def publish_parts(
     As ``write_checkpoint``'s last step: create-only, never after ``stop``, and what it cannot
     publish it deletes (the parts too, unless a published manifest names them).
     """
-    files = [directory / p.records_file for p in parts]
+    where = Beneath.of(directory)
+    files = [p.records_file for p in parts]
     try:
         _check_checkpoint_id(checkpoint_id)
         for part in parts:
             if RECORDS_FILE.fullmatch(part.records_file) is None:
                 raise InvalidCheckpointError(f"{part.records_file!r} is not a records file name")
     except InvalidCheckpointError:
-        _unlink_unless_published(files, directory / MANIFEST_NAME)
+        discard_parts(where, [f for f in files if RECORDS_FILE.fullmatch(f) is not None])
         raise
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
@@ -243,16 +288,19 @@ def publish_parts(
         record_count=sum(p.record_count for p in parts),
         parts=parts,
     )
-    size = 0
-    with contextlib.suppress(OSError):
-        size = sum(os.stat(f).st_size for f in set(files))
-    _publish(directory, manifest, files, stop)
-    return WriteResult(manifest, size, directory / MANIFEST_NAME)
+    with _opened_for_write(where) as dfd:
+        size = 0
+        with contextlib.suppress(OSError):
+            size = sum(os.stat(f, dir_fd=dfd, follow_symlinks=False).st_size for f in set(files))
+        _publish(dfd, where, manifest, files, stop)
+    return WriteResult(manifest, size, where.path / MANIFEST_NAME)
 
 
-def discard_parts(directory: Path, names: Iterable[str]) -> None:
-    """Delete the parts a failed multi-worker commit wrote, except those a manifest names."""
-    _unlink_unless_published([directory / name for name in names], directory / MANIFEST_NAME)
+def discard_parts(directory: str | os.PathLike[str], names: Iterable[str]) -> None:
+    """Delete the parts a failed multi-worker commit wrote, except those a manifest names (a
+    directory that cannot be reached, or only through a symlink, holds none of ours)."""
+    with contextlib.suppress(OSError, InvalidCheckpointError), opened_dir(Beneath.of(directory)) as dfd:
+        _unlink_unless_published(dfd, list(names))
 
 
 def named_files(manifest: Manifest) -> set[str]:
@@ -262,17 +310,18 @@ def named_files(manifest: Manifest) -> set[str]:
     return {manifest.records_file}
 
 
-def _sweep(directory: Path) -> None:
-    """Delete what a crashed commit left: temp files, and records no manifest names."""
+def _sweep(dfd: int) -> None:
+    """Delete what a crashed commit left in the directory ``dfd``: temp files, and records no
+    manifest names (by name in that directory only: never through a symlink)."""
     named: set[str] | None = set()
     try:
-        named = named_files(decode_manifest(read_bounded(directory / MANIFEST_NAME, MANIFEST_MAX_BYTES)))
+        named = named_files(decode_manifest(read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd)))
     except FileNotFoundError:
         pass
     except (OSError, CheckpointStoreError, msgspec.MsgspecError):
         named = None  # an unreadable manifest: keep every records file, the reader will judge
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(directory):
+    with contextlib.suppress(OSError), os.scandir(dfd) as entries:
+        for entry in entries:
             orphan = entry.name.startswith(_TEMP_PREFIXES) or (
                 named is not None
                 and RECORDS_FILE.fullmatch(entry.name) is not None
@@ -280,18 +329,24 @@ def _sweep(directory: Path) -> None:
             )
             if orphan and entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+                    os.unlink(entry.name, dir_fd=dfd)
 
 
-def _write_records(directory: Path, lines: Iterable[bytes]) -> tuple[Path, str, int, int]:
+def _create(dfd: int, name: str) -> BinaryIO:
+    """A new file ``name`` in the directory ``dfd``, opened for writing (never an existing one)."""
+    return os.fdopen(os.open(name, _CREATE_FLAGS, 0o666, dir_fd=dfd), "wb")
+
+
+def _write_records(dfd: int, where: Beneath, lines: Iterable[bytes]) -> tuple[str, str, int, int]:
+    """The records file written in the directory ``dfd``: its name, digest, count and size."""
     digest = hashlib.sha256()
     count = 0
     size = 0
-    temp = directory / f".records.jsonl.{secrets.token_hex(8)}"
-    records: Path | None = None
+    temp = f".records.jsonl.{secrets.token_hex(8)}"
+    records: str | None = None
     try:
         _step("open_records")
-        with open(temp, "xb") as f:
+        with _create(dfd, temp) as f:
             _step("write_records")
             for line in lines:
                 data = line + b"\n"
@@ -305,31 +360,34 @@ def _write_records(directory: Path, lines: Iterable[bytes]) -> tuple[Path, str, 
         sha = digest.hexdigest()
         # Same content gives the same name: replacing it changes nothing a reader could see.
         _step("rename_records")
-        os.replace(temp, directory / f"records-{sha}.jsonl")
-        records = directory / f"records-{sha}.jsonl"
+        os.replace(temp, f"records-{sha}.jsonl", src_dir_fd=dfd, dst_dir_fd=dfd)
+        records = f"records-{sha}.jsonl"
         _step("fsync_dir_records")
-        fsync_dir(directory)
+        os.fsync(dfd)
     except OSError as exc:
         with contextlib.suppress(OSError):
-            temp.unlink()
+            os.unlink(temp, dir_fd=dfd)
         if records is not None:
-            _unlink_unless_published([records], directory / MANIFEST_NAME)
+            _unlink_unless_published(dfd, [records])
         raise CheckpointWriteError(
-            f"cannot write records in {directory}: {exc.strerror}; no checkpoint was published",
+            f"cannot write records in {where}: {exc.strerror}; no checkpoint was published",
             published=False,
         ) from None
     return records, sha, count, size
 
 
-def _publish(directory: Path, manifest: Manifest, records: list[Path], stop: WriteStop | None) -> None:
+def _publish(
+    dfd: int, where: Beneath, manifest: Manifest, records: list[str], stop: WriteStop | None
+) -> None:
+    """Link the manifest into the directory ``dfd`` (create-only), unless ``stop`` is set."""
     content = _manifest_encoder.encode(manifest)
-    target = directory / MANIFEST_NAME
-    temp = directory / f".manifest.json.{secrets.token_hex(8)}"
+    target = where.path / MANIFEST_NAME
+    temp = f".manifest.json.{secrets.token_hex(8)}"
     linked = False
     existed = False
     try:
         _step("open_manifest")
-        with open(temp, "xb") as f:
+        with _create(dfd, temp) as f:
             _step("write_manifest")
             f.write(content)
             f.flush()
@@ -338,35 +396,51 @@ def _publish(directory: Path, manifest: Manifest, records: list[Path], stop: Wri
         lock = stop._lock if stop is not None else contextlib.nullcontext()
         with lock:
             if stop is not None and stop.stopped:
-                _unlink_unless_published(records, target)
+                _unlink_unless_published(dfd, records)
                 raise WriteStopped(
                     f"checkpoint {manifest.checkpoint_id} was resumed: its manifest is not published"
                 )
             try:
                 _step("link_manifest")
-                os.link(temp, target)
+                os.link(temp, MANIFEST_NAME, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
                 linked = True
             except FileExistsError:
-                if read_bounded(target, MANIFEST_MAX_BYTES) != content:
-                    _unlink_unless_published(records, target)
-                    raise InvalidCheckpointError(
-                        f"{target} already holds a different manifest: it is never replaced"
-                    ) from None
+                try:
+                    if _existing_manifest(dfd, target) != content:
+                        raise InvalidCheckpointError(
+                            f"{target} already holds a different manifest: it is never replaced"
+                        ) from None
+                except InvalidCheckpointError:
+                    _unlink_unless_published(dfd, records)
+                    raise
                 existed = True
         _step("fsync_dir_manifest")
-        fsync_dir(directory)
+        os.fsync(dfd)
     except OSError as exc:
-        raise _write_failed(directory, records, target, linked=linked, existed=existed, exc=exc) from None
+        raise _write_failed(dfd, where, records, linked=linked, existed=existed, exc=exc) from None
     finally:
         with contextlib.suppress(OSError):
-            temp.unlink()
+            os.unlink(temp, dir_fd=dfd)
+
+
+def _existing_manifest(dfd: int, target: Path) -> bytes:
+    """The manifest already in place; a symlink there (or anything but a regular file) is
+    ``InvalidCheckpointError``: it is never written through, nor replaced."""
+    try:
+        return read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise InvalidCheckpointError(
+            f"{target} is a symlink: the store never writes through one (remove it)"
+        ) from None
 
 
 def _write_failed(
-    directory: Path, records: list[Path], target: Path, *, linked: bool, existed: bool, exc: OSError
+    dfd: int, where: Beneath, records: list[str], *, linked: bool, existed: bool, exc: OSError
 ) -> CheckpointWriteError:
     """Undo what this writer published, and say truthfully whether a checkpoint exists now."""
-    why = f"cannot publish the manifest in {directory}: {exc.strerror}"
+    why = f"cannot publish the manifest in {where}: {exc.strerror}"
     if existed:
         return CheckpointWriteError(
             f"{why}; the identical manifest of an earlier commit is published", published=True
@@ -374,7 +448,7 @@ def _write_failed(
     if linked:
         # Published but maybe not durable: take it back, so that no caller trusts it.
         try:
-            target.unlink()
+            os.unlink(MANIFEST_NAME, dir_fd=dfd)
         except OSError as again:
             return CheckpointWriteError(
                 f"{why}; the manifest IS published but may not be durable (removing it failed: "
@@ -382,20 +456,21 @@ def _write_failed(
                 published=True,
             )
         with contextlib.suppress(OSError):
-            fsync_dir(directory)
-    _unlink_unless_published(records, target)
+            os.fsync(dfd)
+    _unlink_unless_published(dfd, records)
     return CheckpointWriteError(f"{why}; no checkpoint was published", published=False)
 
 
-def _unlink_unless_published(records: list[Path], manifest_path: Path) -> None:
-    """Delete a losing writer's records, except those a published manifest names."""
+def _unlink_unless_published(dfd: int, records: list[str]) -> None:
+    """Delete a losing writer's records in the directory ``dfd``, except those a published
+    manifest names."""
     named: set[str] = set()
     with contextlib.suppress(OSError, CheckpointStoreError, msgspec.MsgspecError):
-        named = named_files(decode_manifest(read_bounded(manifest_path, MANIFEST_MAX_BYTES)))
-    for path in records:
-        if path.name not in named:
+        named = named_files(decode_manifest(read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd)))
+    for name in records:
+        if name not in named:
             with contextlib.suppress(OSError):
-                path.unlink()
+                os.unlink(name, dir_fd=dfd)
 
 
 def decode_manifest(raw: bytes) -> Manifest:

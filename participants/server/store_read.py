@@ -1,9 +1,10 @@
 """Reading a participant's checkpoint back: every byte verified before anything is returned.
 
-Only regular files are opened (``store_files.open_regular``: no symlink, FIFO or device), the
-manifest and the records are read under a size bound, and the records are streamed: hashed,
-split and decoded as they arrive. Anything that does not check is ``InvalidCheckpointError``.
-These functions block: call them in a thread.
+Only regular files are opened (``store_files.open_regular``: no symlink, FIFO or device), in
+a directory walked from the root without following a symlink (``store_files.open_dir``: a
+checkpoint outside the root is never read), the manifest and the records under a size bound,
+and the records are streamed: hashed, split and decoded as they arrive. Anything that does
+not check is ``InvalidCheckpointError``. These functions block: call them in a thread.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import operator
 import os
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Final, Generic, NamedTuple
 
 import msgspec
 
-from ckpt_events import SAFE_NAME
 from ckpt_events.participants.errors import InvalidCheckpointError
 from ckpt_events.participants.faults import read_pause
 from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
@@ -29,16 +28,19 @@ from ckpt_events.participants.server.store import (
     SCHEMA_VERSION,
     R,
     decode_manifest,
-    participant_dir,
+    participant_beneath,
     parts_digest,
 )
 from ckpt_events.participants.server.store_files import (
     MANIFEST_MAX_BYTES,
     RECORDS_MAX_BYTES,
+    Beneath,
     open_regular,
+    opened_dir,
     read_bounded,
     read_chunks,
 )
+from ckpt_events.vocab import SAFE_NAME
 
 __all__ = ["ALL", "ReadResult", "Share", "files_of", "read_checkpoint", "read_manifest", "read_part"]
 
@@ -64,10 +66,11 @@ ALL: Final = Share()
 
 def read_manifest(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str) -> Manifest:
     """This participant's manifest, checked (its records are not read here)."""
-    directory = participant_dir(checkpoint_dir, kind, instance)
-    manifest_path = directory / MANIFEST_NAME
+    where = participant_beneath(checkpoint_dir, kind, instance)
+    manifest_path = where.path / MANIFEST_NAME
     try:
-        raw = read_bounded(manifest_path, MANIFEST_MAX_BYTES)
+        with opened_dir(where) as dfd:
+            raw = read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd)
     except FileNotFoundError:
         raise InvalidCheckpointError(f"{manifest_path} is missing (the commit never finished)") from None
     except OSError as exc:
@@ -101,7 +104,7 @@ def read_checkpoint(
     A multi-part checkpoint is read part after part; an episode in two parts does not check.
     """
     manifest = read_manifest(checkpoint_dir, kind=kind, instance=instance)
-    directory = participant_dir(checkpoint_dir, kind, instance)
+    directory = participant_beneath(checkpoint_dir, kind, instance)
     records: list[R] = []
     seen: set[EpisodeId] = set()
     size = 0
@@ -121,7 +124,7 @@ def read_checkpoint(
 
 
 def read_part(
-    directory: Path,
+    directory: str | os.PathLike[str],
     part: RecordsPart,
     *,
     kind: str,
@@ -131,16 +134,18 @@ def read_part(
     share: Share = ALL,
     seen: set[EpisodeId] | None = None,
 ) -> tuple[list[R], int]:
-    """The records of ``share`` of one records file in the participant's ``directory``: the
-    whole file is hashed and counted, only the share is decoded. ``seen`` (episodes read
-    before, from other parts) grows by what this part holds; a repeat does not check."""
+    """The records of ``share`` of one records file in the participant's ``directory`` (a
+    ``Beneath``, walked from its root; a plain path is its own root): the whole file is hashed
+    and counted, only the share is decoded. ``seen`` (episodes read before, from other parts)
+    grows by what this part holds; a repeat does not check."""
     try:
-        fd = open_regular(directory / part.records_file, max_records_bytes)
+        with opened_dir(Beneath.of(directory)) as dfd:
+            fd = open_regular(part.records_file, max_records_bytes, dir_fd=dfd)
     except FileNotFoundError:
         raise InvalidCheckpointError(f"records file {part.records_file} is missing") from None
     except OSError as exc:
         raise InvalidCheckpointError(f"cannot read {part.records_file}: {exc.strerror}") from None
-    chunks = read_chunks(fd, directory / part.records_file, max_records_bytes)
+    chunks = read_chunks(fd, part.records_file, max_records_bytes)
     with contextlib.closing(chunks):
         try:
             return _decode_records(

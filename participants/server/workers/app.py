@@ -27,7 +27,8 @@ import msgspec
 from anyio.abc import TaskGroup
 from fastapi import FastAPI, Request, Response
 
-from ckpt_events import Bus, OperationSpan, Phase, Telemetry
+from ckpt_events import Bus, OperationSpan, Telemetry
+from ckpt_events.participants.faults import slow_down
 from ckpt_events.participants.protocol import (
     EpisodeId,
     PrepareReport,
@@ -55,11 +56,11 @@ from ckpt_events.participants.server.store import (
     WriteResult,
     WriteStop,
     discard_parts,
-    participant_dir,
+    participant_beneath,
     prepare_directory,
     publish_parts,
 )
-from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, resolve_under
+from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import files_of, read_manifest
 from ckpt_events.participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from ckpt_events.participants.server.workers.pool import WorkerPool
@@ -68,6 +69,7 @@ from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
 from ckpt_events.participants.server.workers.worker import run_worker
 from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
 from ckpt_events.participants.workloads.base import Workload
+from ckpt_events.vocab import Phase
 
 __all__ = ["WorkerControlPlane", "create_worker_app", "stop_this_process"]
 
@@ -92,16 +94,17 @@ class WorkerControlPlane(ControlPlane[Any]):
         return Exported([], [], episode_ids)
 
     async def _write(
-        self, o: OperationSpan, directory: Path, cid: str, exported: Exported, stop: WriteStop
+        self, o: OperationSpan, directory: Beneath, cid: str, exported: Exported, stop: WriteStop
     ) -> tuple[WriteResult, list[str]]:
-        kind = self.workload.kind.value
+        kind = str(self.workload.kind)
         instance = self.tel.instance
         with o.step("write") as s, store_refusals():
+            started = time.monotonic()
             where = await anyio.to_thread.run_sync(
                 functools.partial(prepare_directory, directory, kind=kind, instance=instance)
             )
             try:
-                parts = await self.pool.write_parts(str(where), exported.scope)
+                parts = await self.pool.write_parts(where, exported.scope)
             except BaseException:
                 await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
                 raise
@@ -116,6 +119,7 @@ class WorkerControlPlane(ControlPlane[Any]):
                     stop=stop,
                 )
             )
+            await slow_down(self.write_factor, started)
             s.set(records=result.manifest.record_count, bytes=result.bytes)
         return result, sorted(key for _, keys in parts for key in keys)
 
@@ -145,15 +149,15 @@ class WorkerControlPlane(ControlPlane[Any]):
     async def _read_and_install(
         self, o: OperationSpan, req: RestoreRequest, scope: set[EpisodeId]
     ) -> Restored:
-        kind = self.workload.kind.value
+        kind = str(self.workload.kind)
         instance = self.tel.instance
         with o.step("read") as s, store_refusals():
             directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
             manifest = await anyio.to_thread.run_sync(
                 functools.partial(read_manifest, directory, kind=kind, instance=instance)
             )
-            where = participant_dir(directory, kind, instance)
-            found, size = await self.pool.stage(str(where), files_of(manifest), scope)
+            where = participant_beneath(directory, kind, instance)
+            found, size = await self.pool.stage(where, files_of(manifest), scope)
             try:
                 check_restore_keys({e.capture_key for e in scope}, found, manifest.checkpoint_id)
             except BaseException:
@@ -286,7 +290,7 @@ def create_worker_app(
         coordinator.stopping = True
 
     return build_app(
-        title=f"ckpt-events {checker.kind.value} participant {tel.instance} ({workers} workers)",
+        title=f"ckpt-events {checker.kind} participant {tel.instance} ({workers} workers)",
         tel=tel,
         plane=plane,
         work=pool,

@@ -19,14 +19,16 @@ from typing import Annotated, Any, Final, TypeVar
 import anyio
 import msgspec
 
-from ckpt_events import ErrorCode, Kind, OperationSpan
+from ckpt_events import OperationSpan
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
 from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
+from ckpt_events.participants.server.store_files import Beneath
 from ckpt_events.participants.server.store_read import Share
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
 from ckpt_events.participants.server.workers.share import current_share
 from ckpt_events.participants.workloads.base import Record, Workload
 from ckpt_events.participants.workloads.fence import RetiredAttempts
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["WorkerPool", "assign_parts"]
 
@@ -160,7 +162,7 @@ class WorkerPool:
     # -- identity ---------------------------------------------------------------------------
 
     @property
-    def kind(self) -> Kind:
+    def kind(self) -> str:
         return self.checker.kind
 
     @property
@@ -270,7 +272,7 @@ class WorkerPool:
             await self.coordinator.wait_connected(len(self.coordinator.connected()) + 1, min(timeout, 0.5))
 
     def report(self) -> PrepareReport:
-        kind = self.kind.value
+        kind = str(self.kind)
         connected = set(self.coordinator.connected())
         reports = [r for i, r in sorted(self._reports.items()) if i in connected and i not in self._lost]
         blockers = sorted(b for r in reports for b in r.blockers)
@@ -305,7 +307,7 @@ class WorkerPool:
         return indexes
 
     async def write_parts(
-        self, directory: str, scope: Iterable[EpisodeId] | None
+        self, directory: Beneath, scope: Iterable[EpisodeId] | None
     ) -> list[tuple[RecordsPart, list[str]]]:
         """Every worker writes its episodes in scope as its own records file in ``directory``,
         all at once; each part with the capture keys it holds, in worker order. A worker that
@@ -314,7 +316,7 @@ class WorkerPool:
         indexes = self.check_all_connected("commit")
         checkpoint_id, traceparent = _share()
         body = {
-            "directory": directory,
+            "directory": directory.wire(),
             "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
             "checkpoint_id": checkpoint_id,
         }
@@ -356,7 +358,7 @@ class WorkerPool:
     # -- restore ----------------------------------------------------------------------------
 
     async def stage(
-        self, directory: str, parts: Sequence[RecordsPart], scope: set[EpisodeId]
+        self, directory: Beneath, parts: Sequence[RecordsPart], scope: set[EpisodeId]
     ) -> tuple[set[str], int]:
         """Every worker reads and checks its share of ``parts`` (``assign_parts``), all at once;
         nothing is installed. Returns the capture keys the checkpoint holds and its bytes read.
@@ -371,7 +373,7 @@ class WorkerPool:
                 [p.worker, p.records_file, p.records_sha256, p.record_count, *share]
                 for p, share in plan[index]
             ]
-            return {"directory": directory, "parts": shares, "checkpoint_id": checkpoint_id}
+            return {"directory": directory.wire(), "parts": shares, "checkpoint_id": checkpoint_id}
 
         replies, refusal = await self._ask_each("stage", body, indexes, traceparent)
         held: dict[int, list[str]] = {}

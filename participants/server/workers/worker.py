@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
 import anyio.to_thread
 import msgspec
 
-from ckpt_events import Operation, OperationSpan
+from ckpt_events import OperationSpan
 from ckpt_events.participants.protocol import EpisodeId, RecordsPart, encode
 from ckpt_events.participants.server.gc_pause import gc_paused
 from ckpt_events.participants.server.replies import store_refusals
 from ckpt_events.participants.server.routes import episode_view
 from ckpt_events.participants.server.store import write_part
-from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES
+from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath
 from ckpt_events.participants.server.store_read import Share, read_part
 from ckpt_events.participants.server.workers.channel import FrameChannel, UnknownKind
 from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
 from ckpt_events.participants.workloads.base import Episode, Workload
+from ckpt_events.vocab import Operation
 
 __all__ = ["INLINE_KINDS", "WorkerHost", "run_worker"]
 
@@ -169,7 +169,9 @@ class WorkerHost:
                 del records
                 step.set(records=len(lines))
             with op.step("write") as step, store_refusals(), gc_paused():
-                part = await anyio.to_thread.run_sync(write_part, Path(str(body["directory"])), lines)
+                # Walked from the root again here, never through a symlink: see store_files.
+                where = Beneath.from_wire([str(p) for p in body["directory"]])
+                part = await anyio.to_thread.run_sync(write_part, where, lines)
                 step.set(records=part.record_count, bytes=part.bytes)
             op.set(records=part.record_count, bytes=part.bytes)
         return {
@@ -182,7 +184,7 @@ class WorkerHost:
         """Read and check this worker's share of a checkpoint; nothing is installed yet."""
         wl = self.workload
         self._discard()
-        directory = Path(str(body["directory"]))
+        directory = Beneath.from_wire([str(p) for p in body["directory"]])
         instance = wl.tel.instance
         with self._share(Operation.RESTORE, body, message) as op, op.step("read") as step, gc_paused():
             chosen: list[Any] = []
@@ -197,7 +199,7 @@ class WorkerHost:
                             read_part,
                             directory,
                             part,
-                            kind=wl.kind.value,
+                            kind=str(wl.kind),
                             instance=instance,
                             record_type=wl.record_type,
                             max_records_bytes=self.max_records_bytes,
@@ -253,11 +255,13 @@ async def run_worker(
     secret: str,
     token: str | None = None,
     host: str | None = None,
+    header_timeout: float | None = None,
 ) -> None:
     """Serve as worker ``index`` until the coordinator's socket ends (``secret``: what the
     coordinator gave this start of the worker, said in its ``hello``).
 
-    With ``token`` the worker also serves the work routes on its own port (on ``host``),
+    With ``token`` the worker also serves the work routes on its own port (on ``host``, closing
+    connections that send no complete request head within ``header_timeout``: default 5 s),
     announced in its ``hello``; without, every work call reaches it through the main process.
     """
     host_ = WorkerHost(workload, index)
@@ -268,9 +272,11 @@ async def run_worker(
 
     http = None
     if token is not None:
+        from ckpt_events.participants.server.connection_guard import ConnectionLimits
         from ckpt_events.participants.server.workers.worker_http import WorkerHttp
 
-        http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1")
+        limits = None if header_timeout is None else ConnectionLimits(header_timeout=header_timeout)
+        http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1", connections=limits)
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
         if http is not None:

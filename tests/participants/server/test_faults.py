@@ -144,8 +144,13 @@ def test_an_identical_earlier_manifest_is_reported_as_published(tmp_path, monkey
 def test_created_parent_directories_are_fsynced(tmp_path, monkeypatch):
     """Every directory the commit creates has its parent fsynced (so the path survives a crash)."""
     synced: list[Path] = []
-    real = store_files.fsync_dir
-    monkeypatch.setattr(store_files, "fsync_dir", lambda path: (synced.append(Path(path)), real(path)))
+    real = os.fsync
+    # Below the root the store fsyncs by descriptor (see store_files.open_dir): name each one.
+    monkeypatch.setattr(
+        store_files.os,
+        "fsync",
+        lambda fd: (synced.append(Path(os.readlink(f"/proc/self/fd/{fd}"))), real(fd)),
+    )
     base = tmp_path / "a" / "b"
     write_checkpoint(base, kind="resources", instance="res-0", checkpoint_id="c1", lines=LINES)
     created = [

@@ -1,0 +1,142 @@
+"""A run directory belongs to one run: its lock keeps a second fleet out, and another run's
+checkpoints are neither pruned nor restored.
+
+The attack of issue 29: two fleets sharing one run directory; fleet X's prune deleted fleet Y's
+published checkpoint, Y's ``LATEST`` pointed at X's, and Y's restart would have restored X's state.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from ckpt_events.participants.controller.run_directory import CollectionManifest, RunDir
+from ckpt_events.participants.errors import ForeignCheckpoint, InvalidCheckpointError, RunDirectoryInUse
+from ckpt_events.testing import capture_events
+from tests.participants.controller.test_collection import collection, run_and
+
+
+def _manifest(checkpoint_id: str, run_id: str, created_at: float) -> CollectionManifest:
+    return CollectionManifest(
+        checkpoint_id=checkpoint_id, run_id=run_id, created_at=created_at, steps=5, continued=[], restarted=[]
+    )
+
+
+async def test_a_second_fleet_is_kept_out_while_the_first_runs(tmp_path: Path) -> None:
+    """The attack, at once: while Y runs, X's checkpoints are refused in one line (cause and fix),
+    and Y's published checkpoint and LATEST stay Y's."""
+    refused: list[RunDirectoryInUse] = []
+
+    async with capture_events() as (bus, _):
+        async with (
+            collection(bus, tmp_path, rollouts=4, steps=10) as (y, _),
+            collection(bus, tmp_path, rollouts=2, steps=3) as (x, _),
+        ):
+
+            async def y_publishes_then_x_tries() -> str:
+                checkpoint_id = await y.checkpoint()
+                for attempt in (x.checkpoint, x.checkpoint, x.checkpoint, x.run):
+                    with pytest.raises(RunDirectoryInUse) as info:
+                        await attempt()
+                    refused.append(info.value)
+                return checkpoint_id
+
+            summary, y_id = await run_and(y, y_publishes_then_x_tries)
+            assert summary.completed == 4 and x.checkpoints == [] and x.progress()["pending"] == 2
+            # Y is done: the directory is free again, and X (the same run, by name) may go on.
+            assert await x.checkpoint()
+    message = str(refused[0])
+    assert "\n" not in message and "in use by another fleet" in message
+    assert "give this fleet its own run directory" in message and f"pid {os.getpid()}" in refused[0].holder
+    assert (tmp_path / y_id / "collection.json").is_file()
+
+
+def test_the_lock_is_held_by_a_live_process_only(tmp_path: Path) -> None:
+    """A fleet in another process holds the directory; once that process is killed, it is free."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from ckpt_events.participants.controller.run_directory import RunDir\n"
+            "with RunDir(sys.argv[1], run_id='other').claim():\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(60)\n",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(RunDirectoryInUse) as info, RunDir(tmp_path).claim():
+            pass
+        assert f"run 'other', pid {holder.pid}" in str(info.value)
+    finally:
+        holder.kill()
+        holder.communicate()
+    mine = RunDir(tmp_path)
+    with mine.claim(), mine.claim():  # re-entrant for its holder; anyone else is kept out
+        with pytest.raises(RunDirectoryInUse), RunDir(tmp_path).claim():
+            pass
+    with RunDir(tmp_path).claim():
+        pass
+
+
+def test_prune_touches_only_this_runs_checkpoints(tmp_path: Path) -> None:
+    """Run x's three publishes keep its two newest and never delete run y's checkpoint."""
+    RunDir(tmp_path, run_id="y").publish(_manifest("y-1", "y", 1.0))
+    x = RunDir(tmp_path, run_id="x")
+    for i in range(2, 5):
+        x.publish(_manifest(f"x-{i}", "x", float(i)))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["x-3", "x-4", "y-1"]
+    assert x.latest() == "x-4"
+    with pytest.raises(ForeignCheckpoint, match="belongs to run 'y', not 'x'"):
+        x.read("y-1")
+    assert x.read("y-1", run_id="y").checkpoint_id == "y-1"
+
+
+async def test_a_restore_refuses_another_runs_checkpoint(tmp_path: Path) -> None:
+    """Y's restart finds run x's checkpoint as LATEST: refused before any participant is called;
+    restored only when named with its run (``from_run``)."""
+    async with capture_events() as (bus, _):
+        async with collection(bus, tmp_path, run_id="x") as (x, _):
+            _, checkpoint_id = await run_and(x, lambda: x.checkpoint(stop=True))
+        async with collection(bus, tmp_path, run_id="y") as (y, _):
+            with pytest.raises(ForeignCheckpoint) as info:
+                await y.run()
+            assert info.value.run_id == "x" and info.value.checkpoint_id == checkpoint_id
+            assert "belongs to run 'x', not 'y'" in str(info.value)
+            assert y.restored_from is None and y.progress()["pending"] == 6  # nothing dispatched
+            for member in y.coordinator.members:
+                assert (await y.coordinator.control.status(member.url)).phase.value == "idle"
+            # A checkpoint of this run is not published over run x's either.
+            with pytest.raises(ForeignCheckpoint, match="of run 'x', and this is run 'y'"):
+                await y.checkpoint()
+            assert (tmp_path / "LATEST").read_text().strip() == checkpoint_id
+            await y.restore(checkpoint_id, from_run="x")
+            assert y.restored_from == checkpoint_id
+            # Restored on purpose: this run now continues run x's and may publish over it.
+            assert await y.checkpoint()
+
+
+def test_a_symlinked_checkpoint_directory_is_never_followed(tmp_path: Path) -> None:
+    """``<run>/<id>`` planted as a symlink: never read, never pruned through, never written into."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    RunDir(outside, run_id="r").publish(_manifest("c-1", "r", 1.0))
+    run.mkdir()
+    (run / "c-1").symlink_to(outside / "c-1", target_is_directory=True)
+    mine = RunDir(run, run_id="r")
+    with pytest.raises(InvalidCheckpointError, match="symlink"):
+        mine.read("c-1")
+    for i in range(2, 6):
+        mine.publish(_manifest(f"c-{i}", "r", float(i)))
+    assert (outside / "c-1" / "collection.json").is_file()
+    with pytest.raises(InvalidCheckpointError, match="symlink"):
+        mine.publish(_manifest("c-1", "r", 9.0))
+    assert msgspec.json.decode((outside / "c-1" / "collection.json").read_bytes())["created_at"] == 1.0
