@@ -1,9 +1,17 @@
-"""``ckpt-events replay``: export a recorded JSON-lines log to an OTLP collector."""
+"""``ckpt-events replay``: export a recorded JSON-lines log to an OTLP collector.
+
+Work a process left open (killed mid-operation: ``operation_started`` and nothing more) is
+exported too, as a span ended at that process's last event, status ERROR and marked
+``nemo.gym.checkpoint.truncated=true`` (``sinks.jsonl.OpenSpans``), so the checkpoint's trace
+shows the participant that never answered.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -44,6 +52,7 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 async def _replay_async(args: argparse.Namespace) -> int:
     from ckpt_events import Bus, sinks
     from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.sinks.jsonl import OpenSpans
 
     paths, missing = expand_logs(args.logs)
     if missing:
@@ -57,6 +66,8 @@ async def _replay_async(args: argparse.Namespace) -> int:
     endpoint = settings.traces_otlp.endpoint
     await check_reachable(endpoint)
     problems = LogProblems()
+    open_spans = OpenSpans()
+    truncated = 0
     async with Bus() as bus:
         configured = sinks.configure(
             bus,
@@ -68,8 +79,15 @@ async def _replay_async(args: argparse.Namespace) -> int:
         try:
             for count, event in enumerate(merged_events(paths, problems), 1):
                 bus.emit(event)
+                open_spans.add(event)
                 if count % _BATCH == 0:
                     await bus.flush()  # bounded: the bus never holds more than one batch of a log
+            closed = open_spans.close()
+            if closed:  # ended at their own process's last event: its files, not its successor's
+                closed = _closed_per_process(paths, {(e.trace_id, e.span_id) for e in closed})
+            truncated = len(closed)
+            for event in closed:
+                bus.emit(event)
             await bus.flush()
         finally:
             await configured.aclose()
@@ -87,7 +105,48 @@ async def _replay_async(args: argparse.Namespace) -> int:
         )
     exported = span_stats.exported if span_stats is not None else 0
     print(f"replayed {counted(problems.events, 'event')}: {counted(exported, 'span')} exported to {endpoint}")
+    if truncated:
+        print(f"{counted(truncated, 'span')} left open by a stopped process: exported as truncated (ERROR)")
     return 0
+
+
+def _process_files(paths: list[Path]) -> list[list[Path]]:
+    """The files grouped by the process that wrote them: a log and its rotated copies (``x.jsonl``
+    with ``x.jsonl.1``, ``x.jsonl.2``), oldest first."""
+    groups: dict[str, list[tuple[int, Path]]] = {}
+    for path in paths:
+        stem, dot, suffix = path.name.rpartition(".")
+        rotated = bool(dot) and suffix.isdigit()
+        key = str(path.with_name(stem)) if rotated else str(path)
+        groups.setdefault(key, []).append((int(suffix) if rotated else 0, path))
+    return [[path for _, path in sorted(group, key=lambda item: -item[0])] for group in groups.values()]
+
+
+def _closed_per_process(paths: list[Path], still_open: set[tuple[int, int]]) -> list[Any]:
+    """The spans of ``still_open`` (open at the end of the merged logs), each closed at the last
+    event of the process (group of files) that started it; a span in two copies of a log once."""
+    from ckpt_events.sinks import CorruptLine, read_events
+    from ckpt_events.sinks.jsonl import OpenSpans
+    from ckpt_events.sinks.otlp import looks_like_otlp
+
+    closed: dict[tuple[int, int], Any] = {}
+    for group in _process_files(paths):
+        spans = OpenSpans()
+        for path in group:
+            try:
+                with open(path, "rb") as head:
+                    if looks_like_otlp(head.readline(4096)):
+                        continue  # a collector's file holds finished spans only
+                for _, item in read_events(path):
+                    if not isinstance(item, CorruptLine):
+                        spans.add(item)
+            except OSError:
+                continue  # said once already by the merged read
+        for event in spans.close():
+            key = (event.trace_id, event.span_id)
+            if key in still_open:
+                closed.setdefault(key, event)
+    return list(closed.values())
 
 
 def _replay(args: argparse.Namespace) -> int:

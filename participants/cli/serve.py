@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import anyio
 
-from ckpt_events import CkptEventsError, ConfigurationError, resolve_span_groups
+from ckpt_events import CkptEventsError, ConfigurationError
 from ckpt_events.participants.cli.command import (
     Command,
     CommandError,
@@ -29,6 +29,7 @@ from ckpt_events.participants.cli.command import (
     positive_number,
 )
 from ckpt_events.participants.workloads.registry import KINDS
+from ckpt_events.vocab import resolve_span_groups
 
 __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERVE_KINDS"]
 
@@ -89,6 +90,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path(DEFAULT_CHECKPOINT_ROOT),
         help=f"checkpoints are written and read only under it (default ./{DEFAULT_CHECKPOINT_ROOT})",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=positive_number,
+        default=5.0,
+        help="seconds a connection (main and worker ports) may take to send a complete request "
+        "head before it is closed (5)",
     )
     parser.add_argument(
         "--require-collector",
@@ -181,10 +189,13 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     if args.workers > 1:
         from ckpt_events.participants.cli.worker_process import worker_command
         from ckpt_events.participants.server.workers.app import stop_this_process
+        from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HEADER_TIMEOUT
 
+        command = worker_command(args.kind, instance, options)
+        command.env[ENV_WORKER_HEADER_TIMEOUT] = str(args.header_timeout)
         workers = {
             "workers": args.workers,
-            "worker_command": worker_command(args.kind, instance, options),
+            "worker_command": command,
             "worker_host": args.host,
             # A server whose workers keep dying stops (and exits non-zero) rather than linger.
             "on_workers_spent": stop_this_process,
@@ -193,7 +204,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         args.kind,
         instance=instance,
         token=token,
-        configure_sinks=functools.partial(_configure_sinks, instance=instance),
+        configure_sinks=functools.partial(_configure_sinks, instance=instance, close_predecessor=True),
         lease_grace_seconds=args.lease_grace_seconds,
         sample_ratio=ratio,
         otel_context=args.otel_context,
@@ -203,13 +214,38 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     )
 
 
-def _configure_sinks(bus: Any, *, instance: str | None = None) -> Any:
+def _configure_sinks(bus: Any, *, instance: str | None = None, close_predecessor: bool = False) -> Any:
     from ckpt_events import sinks
 
     configured = sinks.configure(bus, service_instance_id=instance)
     # Bounded: a collector gone since start-up must not hold a Ctrl-C for its retries (13 s).
     configured.close_timeout = SHUTDOWN_TIMEOUT
+    if close_predecessor and configured.jsonl_sink is not None and configured.jsonl_sink.path is not None:
+        _close_predecessors_work(bus, configured.jsonl_sink.path)
     return configured
+
+
+def _close_predecessors_work(bus: Any, path: Path) -> None:
+    """Emit the end of every span a server killed before us left open in our JSON-lines log
+    (``sinks.jsonl.emit_truncated_spans``): ended at its last event, status ERROR, marked
+    truncated. The log then reads as finished, and the spans reach the collector as part of
+    their checkpoint's trace. Nothing of ours is in the log yet: the bus has delivered nothing."""
+    from ckpt_events.sinks.jsonl import emit_truncated_spans
+
+    try:
+        closed = emit_truncated_spans(bus, path)
+    except OSError as exc:
+        print(
+            f"ckpt-events serve: cannot read {str(path)!r} for open work: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return
+    if closed:
+        print(
+            f"ckpt-events serve: {closed} span(s) a previous server left open in {str(path)!r} "
+            "closed as truncated",
+            file=sys.stderr,
+        )
 
 
 async def _check_settings(require_collector: bool) -> None:
@@ -253,7 +289,8 @@ def _serve(args: argparse.Namespace) -> int:
         except CkptEventsError as exc:
             raise CommandError(f"${ENV_SPAN_GROUPS}: {exc}") from None
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
-    from ckpt_events.participants.server.limits import SERVER_LIMITS, log_resource_exhaustion_once
+    from ckpt_events.participants.server.connection_guard import ConnectionLimits
+    from ckpt_events.participants.server.limits import log_resource_exhaustion_once, server_limits
 
     log_resource_exhaustion_once()
     try:
@@ -267,7 +304,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=False,
         lifespan="on",
-        **SERVER_LIMITS,
+        **server_limits(ConnectionLimits(header_timeout=args.header_timeout)),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = uvicorn.Server(config)

@@ -8,6 +8,7 @@ worker process) and serves its share of the episodes until the coordinator's soc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -43,8 +44,13 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     from ckpt_events.participants.server.app import make_workload
     from ckpt_events.participants.server.workers import ENV_SOCKET, run_worker
     from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
-    from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
+    from ckpt_events.participants.server.workers.worker_http import (
+        ENV_WORKER_HEADER_TIMEOUT,
+        ENV_WORKER_HOST,
+        ENV_WORKER_TOKEN,
+    )
     from ckpt_events.participants.workloads.registry import KINDS
+    from ckpt_events.sinks.jsonl import emit_truncated_spans
 
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
     if jsonl:
@@ -53,7 +59,12 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     async with Bus() as bus:
         handle = sinks.configure(bus)
         try:
+            if handle.jsonl_sink is not None and handle.jsonl_sink.path is not None:
+                # A worker started again on its predecessor's log ends what that one left open.
+                with contextlib.suppress(OSError):  # the log unreadable: nothing to close
+                    emit_truncated_spans(bus, handle.jsonl_sink.path)
             token = os.environ.get("CKPT_EVENTS_INFERENCE_TOKEN")
+            header_timeout = os.environ.get(ENV_WORKER_HEADER_TIMEOUT)  # set by serve, a valid number
             if KINDS[kind].uses_inference and token:
                 options = {**options, "inference_token": token}
             tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
@@ -65,6 +76,7 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
                 secret=os.environ.pop(ENV_SECRET, ""),
                 token=os.environ.get(ENV_WORKER_TOKEN) or None,
                 host=os.environ.get(ENV_WORKER_HOST) or None,
+                header_timeout=float(header_timeout) if header_timeout else None,
             )
         finally:
             if handle is not None and hasattr(handle, "aclose"):

@@ -1,7 +1,9 @@
 """Replay a JSON-lines log into sinks or a bus: record offline, export later.
 
 A replayed log gives the same spans and metric totals as the live run, because each
-finished event carries everything its span or measurement needs.
+finished event carries everything its span or measurement needs. A span still open at the end
+of the log (its process was killed mid-operation) is replayed too, closed as truncated
+(``OpenSpans``): ended at its process's last event, status ERROR, ``nemo.gym.checkpoint.truncated``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, InvalidValueError, resolve_interests
+from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 
 __all__ = ["ReplayResult", "replay"]
@@ -23,10 +26,12 @@ DEFAULT_BATCH: Final = 4096
 
 
 class ReplayResult(msgspec.Struct, frozen=True):
-    """What a replay read: events replayed, and the lines that did not decode."""
+    """What a replay read: events replayed, the lines that did not decode, and the spans the log
+    left open that were replayed closed as truncated (counted apart from ``events``)."""
 
     events: int
     corrupt: tuple[CorruptLine, ...]
+    truncated: int = 0
 
 
 class _Target:
@@ -59,12 +64,15 @@ async def replay(
     source: str | os.PathLike[str] | IO[bytes],
     *targets: Any,
     batch_size: int = DEFAULT_BATCH,
+    close_open: bool = True,
 ) -> ReplayResult:
     """Feed every event of a JSON-lines log to each target, in file order and in batches.
 
     A target is a sink (its ``interests`` are honoured; sync or async ``handle``) or a
     started ``Bus`` (events are emitted and flushed). Corrupt lines are skipped and
     returned. Sinks are not closed: their owner does that (e.g. ``SpanSink.shutdown()``).
+    With ``close_open`` (the default), the spans the log leaves open follow its last event,
+    closed as truncated (``OpenSpans.close``).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise InvalidTypeError(f"batch_size must be a positive int, not {batch_size!r}")
@@ -73,20 +81,28 @@ async def replay(
     chosen = [_Target(t) for t in targets]
     corrupt: list[CorruptLine] = []
     count = 0
+    open_spans = OpenSpans() if close_open else None
     for _, item in _lines(source):
         if isinstance(item, CorruptLine):
             corrupt.append(item)
             continue
         count += 1
+        if open_spans is not None:
+            open_spans.add(item)
         cls = item.__class__
         for target in chosen:
             if cls in target.wants:
                 target.batch.append(item)
                 if len(target.batch) >= batch_size:
                     await target.deliver()
+    truncated = open_spans.close() if open_spans is not None else []
+    for item in truncated:
+        for target in chosen:
+            if item.__class__ in target.wants:
+                target.batch.append(item)
     for target in chosen:
         await target.deliver()
-    return ReplayResult(events=count, corrupt=tuple(corrupt))
+    return ReplayResult(events=count, corrupt=tuple(corrupt), truncated=len(truncated))
 
 
 def _lines(source: str | os.PathLike[str] | IO[bytes]) -> Iterable[tuple[int, Any]]:

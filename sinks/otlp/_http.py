@@ -16,21 +16,25 @@ flight at once (the request is then lost), for shutdown; ``resume()`` allows sen
 included, by that deadline and ends its backoff wait at once; while closing, a collector that
 does not take a connection (refused, unreachable, not connected within ``CLOSING_CONNECT_TIMEOUT``)
 is not tried again: backing off for the rest of the close budget only delayed the exit (7.3 s
-of a 10 s close, with nothing listening), and what was not sent is counted as dropped.
+of a 10 s close, with nothing listening), and what was not sent is counted as dropped. A
+connect already under way when the close begins gives up ``CLOSING_CONNECT_TIMEOUT`` later too.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import http.client
 import math
+import os
 import random
+import select
 import socket
 import threading
 import time
 import zlib
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ckpt_events import InvalidTypeError, InvalidValueError
@@ -57,6 +61,9 @@ _MAX_RETRY_AFTER: Final = 60.0
 #: While closing, how long a connection may take to open: a collector that has not accepted
 #: one by then is taken as not there (a dropped SYN would hold the close for its whole budget).
 CLOSING_CONNECT_TIMEOUT: Final = 2.0
+#: How often a connect under way looks whether the sender closed or was cancelled.
+_CONNECT_SLICE: Final = 0.05
+_CONNECTING: Final = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
 #: The most of a reply body read (an OTLP answer is a few bytes; an error message fits): a
 #: collector answering 200 with a 3 GB chunked body took the process from 32 to 4,645 MiB.
 MAX_REPLY_BYTES: Final = 64 * 1024
@@ -113,6 +120,7 @@ class OtlpHttpSender:
         self._connection: http.client.HTTPConnection | None = None
         self._cancelled = threading.Event()
         self._closing_by: float | None = None  # close_by()'s deadline
+        self._closing_since: float | None = None  # when close_by() was first called
         self._wake = threading.Event()  # ends a backoff wait: cancel() or close_by()
 
     def send(self, body: bytes, deadline: float | None = None) -> SendResult:
@@ -136,7 +144,9 @@ class OtlpHttpSender:
             connection = self._open(min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget)
             if connection is None:
                 status = None
-                if closing:  # nobody takes a connection, and we are closing: do not wait for one
+                if closing or self._closing_by is not None:
+                    # Nobody takes a connection, and we are closing (since before the connect or
+                    # during it): do not wait for one.
                     return SendResult(False, attempt, status)
             else:
                 try:
@@ -177,6 +187,9 @@ class OtlpHttpSender:
             return self._connection
         factory = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         connection = factory(self._host, self._port, timeout=connect_timeout)
+        # http.client's socket factory (HTTPS wraps what it returns): ours gives up a connect
+        # under way when the sender closes, which a blocking connect cannot be made to do.
+        connection._create_connection = self._connect  # type: ignore[attr-defined]
         try:
             connection.connect()
         except (OSError, http.client.HTTPException):
@@ -184,6 +197,41 @@ class OtlpHttpSender:
             return None
         self._connection = connection
         return connection
+
+    def _connect(self, address: tuple[str, int], timeout: float, source_address: Any = None) -> socket.socket:
+        """``socket.create_connection`` in slices of ``_CONNECT_SLICE``: a connect that began
+        before ``close_by`` gives up ``CLOSING_CONNECT_TIMEOUT`` after it (a black-holed
+        collector held a close for the whole request timeout), and at once on ``cancel``."""
+        host, port = address
+        started = time.monotonic()
+        error: OSError = OSError(f"cannot connect to {host}:{port}")
+        for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                if source_address:
+                    sock.bind(source_address)
+                sock.setblocking(False)
+                code = sock.connect_ex(sockaddr)
+                while code in _CONNECTING:
+                    if select.select([], [sock], [], _CONNECT_SLICE)[1]:
+                        code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                        break
+                    now = time.monotonic()
+                    since = self._closing_since
+                    if (
+                        self._cancelled.is_set()
+                        or now - started >= timeout
+                        or (since is not None and now - max(started, since) >= CLOSING_CONNECT_TIMEOUT)
+                    ):
+                        raise TimeoutError(f"connect to {host}:{port} timed out")
+                if code:
+                    raise OSError(code, os.strerror(code))
+                sock.settimeout(timeout)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error
 
     def _post(
         self, connection: http.client.HTTPConnection, body: bytes, budget: float
@@ -225,6 +273,8 @@ class OtlpHttpSender:
         """Closing: every send ends by ``deadline`` (a ``time.monotonic()`` value), the one
         under way included (its backoff wait ends now), and one that cannot connect gives up."""
         self._closing_by = deadline if self._closing_by is None else min(deadline, self._closing_by)
+        if self._closing_since is None:
+            self._closing_since = time.monotonic()
         self._wake.set()
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
 from ckpt_events.benchmarks.rotel import free_port
 from ckpt_events.sinks.otel import OtlpSpanSink
+from ckpt_events.sinks.otlp._span_sink import PROMPT_BURST
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
@@ -178,7 +180,10 @@ async def test_spans_are_dropped_and_counted_when_the_collector_is_down() -> Non
 async def test_a_full_queue_drops_and_counts() -> None:
     """Events beyond ``max_queue`` are dropped at once and counted; the rest still go out."""
     port = free_port()
-    sink = OtlpSpanSink(f"http://127.0.0.1:{port}", max_queue=2, linger=5.0, max_retries=0)
+    # The batch schedule alone: a prompt export would make room in the queue meanwhile.
+    sink = OtlpSpanSink(
+        f"http://127.0.0.1:{port}", max_queue=2, linger=5.0, max_retries=0, prompt_interval=None
+    )
     async with Bus() as bus:
         bus.subscribe(sink)
         await _one_checkpoint(bus)
@@ -241,3 +246,93 @@ async def test_the_bus_gathers_a_busy_servers_spans_into_few_batches() -> None:
         assert sink.batches <= 3
     stats = sink.stats()
     assert stats.exported + stats.dropped == 40
+
+
+@pytest.fixture
+def accepting() -> Iterator[tuple[str, list[int]]]:
+    """A loopback server answering 200 to every post; the list grows by one per post."""
+    seen: list[int] = []
+    handler = type("Handler", (_Flaky,), {"seen": seen, "failures": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def test_a_finished_operation_is_exported_at_once_whatever_the_linger(
+    accepting: tuple[str, list[int]],
+) -> None:
+    """An operation and its step go out in one request as soon as the bus hands them over (10 ms),
+    under a 5 s linger and with no flush (before: after the linger, or never if SIGKILL came first)."""
+    endpoint, seen = accepting
+    sink = OtlpSpanSink(endpoint, linger=5.0)
+    assert (sink.linger, sink.prompt_interval) == (0.01, 0.2)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        took = []
+        for n in range(1, PROMPT_BURST + 1):
+            # Back to back, as a checkpoint's prepare and commit come: the burst lets each go.
+            with tel.operation("commit", checkpoint_id="c1") as op, op.step("write"):
+                pass
+            ended = time.monotonic()
+            with anyio.fail_after(5):
+                while sink.stats().exported < 2 * n:
+                    await anyio.sleep(0.002)
+            took.append(time.monotonic() - ended)
+        assert len(seen) == PROMPT_BURST and sink.stats().exported == 2 * PROMPT_BURST
+        # ~15 ms here (bus linger and the post); generous for a loaded machine.
+        assert min(took) < 0.1 and max(took) < 1.0, took
+
+
+async def test_a_stream_of_operations_still_goes_in_batches(accepting: tuple[str, list[int]]) -> None:
+    """Operations ending every millisecond for 0.3 s make a request per ``prompt_interval`` at
+    most (after the burst), each holding many spans: the prompt export cuts the linger, it does
+    not send span by span."""
+    endpoint, seen = accepting
+    sink = OtlpSpanSink(endpoint, linger=5.0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        start = time.monotonic()
+        operations = 0
+        while time.monotonic() - start < 0.3:
+            with tel.operation("commit", checkpoint_id="c1") as op, op.step("write"):
+                pass
+            operations += 1
+            await anyio.sleep(0.001)
+        spent = time.monotonic() - start
+    assert sink.stats().exported == 2 * operations and sink.prompt_interval is not None
+    assert len(seen) <= spent / sink.prompt_interval + PROMPT_BURST + 2, (len(seen), spent)
+    assert 2 * operations / len(seen) >= 10, (operations, len(seen))
+
+
+def test_prompt_interval_is_checked_as_the_linger_is() -> None:
+    """A bad ``prompt_interval`` is refused with the error a bad ``linger`` gets."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(InvalidValueError, match="prompt_interval"):
+        OtlpSpanSink(endpoint, prompt_interval=-1)
+    with pytest.raises(InvalidTypeError, match="prompt_interval"):
+        OtlpSpanSink(endpoint, prompt_interval="soon")  # type: ignore[arg-type]
+    assert OtlpSpanSink(endpoint, prompt_interval=0).prompt_interval == 0
+    assert OtlpSpanSink(endpoint, prompt_interval=None).prompt_interval is None
+
+
+async def test_prompt_interval_none_keeps_to_the_batch_schedule(accepting: tuple[str, list[int]]) -> None:
+    """With ``prompt_interval=None`` a finished operation waits out the linger, as before."""
+    endpoint, seen = accepting
+    sink = OtlpSpanSink(endpoint, linger=0.5, prompt_interval=None)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+            pass
+        await anyio.sleep(0.3)
+        assert sink.stats().exported == 0 and not seen
+        with anyio.fail_after(5):
+            while not sink.stats().exported:
+                await anyio.sleep(0.02)
