@@ -26,21 +26,33 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The errors of every room, in one module (the whole tree in its docstring): importable by all.
     "participants.errors": ("ckpt_events",),
     "participants.protocol": ("ckpt_events", "participants.errors"),
+    # The harness's order of kinds (prepare, resume, retire): for the servers and the controller alike.
+    "participants.kinds": ("ckpt_events",),
     # CKPT_EVENTS_FAULT, read in one place for the servers and the controller alike.
     "participants.faults": ("ckpt_events",),
-    "participants.workloads": ("ckpt_events", "participants.errors", "participants.protocol"),
+    "participants.workloads": (
+        "ckpt_events",
+        "participants.errors",
+        "participants.protocol",
+        "participants.kinds",
+    ),
+    # The FastAPI integration users build their own servers with (``instrument``, ``operation``).
+    "participants.fastapi": ("ckpt_events", "sinks"),
     "participants.server": (
         "ckpt_events",
+        "participants.fastapi",
         "participants.errors",
         "participants.protocol",
         "participants.workloads",
         "participants.faults",
+        "participants.kinds",
     ),
     "participants.controller": (
         "ckpt_events",
         "participants.errors",
         "participants.protocol",
         "participants.faults",
+        "participants.kinds",
     ),
     "participants.cli": ("ckpt_events", "sinks", "participants", "benchmarks"),
     "participants": ("ckpt_events", "participants.server", "participants.controller"),

@@ -1,4 +1,4 @@
-"""The error trees: the library's and the command line's, drawn in participants.errors, bad arguments typed."""
+"""The error trees (the library's, the command line's) drawn in participants.errors; bad arguments typed."""
 
 from __future__ import annotations
 
@@ -144,12 +144,13 @@ async def test_retire_and_forget_need_ids():
 
 
 def test_the_error_module_imports_only_the_core():
-    """participants.errors imports nothing of ours but ckpt_events, not even for the type checker."""
+    """participants.errors imports nothing of ours but the core's public modules (ckpt_events and
+    ckpt_events.vocab), not even for the type checker."""
     tree = ast.parse(Path(participants.errors.__file__).read_text())
     modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     ours = {m for m in modules if m.split(".")[0] in ("ckpt_events", "sinks", "participants", "benchmarks")}
-    assert ours == {"ckpt_events"}
+    assert ours == {"ckpt_events", "ckpt_events.vocab"}
 
 
 def test_nothing_raises_the_root_of_bad_arguments():
@@ -175,3 +176,26 @@ def test_a_prepare_result_is_a_prepare_outcome():
     error = participants.errors.CheckpointNotPrepared(result)
     assert error.result is result
     assert str(error) == "checkpoint c1 not prepared: stopped at stage model with 0 blockers"
+
+
+def test_every_protocol_code_has_its_http_status() -> None:
+    """HTTP_STATUS (the harness's rule, not the core's) gives each ErrorCode the protocol's status,
+    and a refusal answers with it."""
+    from ckpt_events.participants.errors import HTTP_STATUS, ProtocolRefusal
+    from ckpt_events.vocab import ErrorCode
+
+    assert {code.value: HTTP_STATUS[code] for code in ErrorCode} == {
+        "checkpoint_error": 409,
+        "stale_checkpoint": 409,
+        "checkpoint_conflict": 409,
+        "invalid_phase": 409,
+        "deadline_exceeded": 409,
+        "stale_attempt": 409,
+        "admission_closed": 409,
+        "restart_in_scope": 409,
+        "rollout_id_required": 400,
+        "unauthorized": 401,
+        "invalid_checkpoint_state": 422,
+        "checkpoint_coordinator_unavailable": 503,
+    }
+    assert ProtocolRefusal("unauthorized", "no token").status == 401

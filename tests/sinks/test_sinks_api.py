@@ -8,7 +8,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["ckpt_events.sinks", "ckpt_events.sinks.jsonl", "ckpt_events.sinks.otel", "ckpt_events.sinks.replay"]
+    "module",
+    ["ckpt_events.sinks", "ckpt_events.sinks.jsonl", "ckpt_events.sinks.otel", "ckpt_events.sinks.replay"],
 )
 def test_all_is_sorted_and_complete(module: str) -> None:
     """__all__ is sorted (constants first, as ruff sorts it), public, and every name in it exists."""
