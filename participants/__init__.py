@@ -2,9 +2,11 @@
 
 The package has four rooms, and imports flow one way::
 
+    fastapi             any FastAPI app instrumented in one call (``instrument``, ``operation``)
     protocol            wire types of the control plane (requests, replies, error codes)
       <- workloads/     the simulated work of each kind and what it saves
-        <- server/      a participant as a FastAPI app: control plane, store, inference worker
+        <- server/      a participant as a FastAPI app (built with ``fastapi``): control plane,
+                        store, inference worker
       <- controller/    client, coordinator, rollout collection, run directory
     cli/                the ``ckpt-events`` command: uses all of the above; nothing imports it
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 
-from ckpt_events import SAFE_NAME, Bus, InvalidTypeError, InvalidValueError, Telemetry
+from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
 from ckpt_events.participants.faults import hold_one_step
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.control import ControlPlane
@@ -19,6 +19,7 @@ from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.vocab import SAFE_NAME
 
 __all__ = ["PARTICIPANT_KINDS", "create_app", "make_workload"]
 
@@ -143,7 +144,7 @@ def create_app(
         max_records_bytes=max_records_bytes,
     )
     return build_app(
-        title=f"ckpt-events {participant_kind.value} participant {instance}",
+        title=f"ckpt-events {participant_kind} participant {instance}",
         tel=tel,
         plane=plane,
         work=workload,

@@ -2,15 +2,15 @@
 
 Both the single-process app (``create_app``) and the multi-worker main process
 (``create_worker_app``) come from here, so neither can drop a part the other has: the state
-names, the error handlers, the control and work routers, the body limit, the arrival stamp
-(outermost, so ``received_ns`` is taken before routing, body parsing and auth), and a
-lifespan that owns the bus when asked, runs the loop-lag monitor and the lease watcher, and
-closes the workload (or the worker pool) last.
+names, the error handlers, the control and work routers, the body limit, and a lifespan that
+runs the lease watcher and closes the workload (or the worker pool) last. Telemetry is wired
+as any user's app is, by ``ckpt_events.participants.fastapi.instrument``: the bus (owned
+when asked) around that lifespan, the arrival stamp (outermost, so ``received_ns`` is taken
+before routing, body parsing and auth) and the loop-lag monitor.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol
@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup
 from fastapi import APIRouter, FastAPI
 
 from ckpt_events import Bus, Telemetry
-from ckpt_events.participants.server.arrival import ArrivalMiddleware, LoopLagMonitor
+from ckpt_events.participants.fastapi import instrument
 from ckpt_events.participants.server.control import ControlPlane
 from ckpt_events.participants.server.limits import BodyLimit
 from ckpt_events.participants.server.routes import control_router, install_error_handlers
@@ -66,24 +66,15 @@ def build_app(
     handlers' refusals), ``workload`` (``work``),
     ``control`` (``plane``), ``monitor`` (the ``LoopLagMonitor``) and whatever ``state`` adds.
     With ``own_bus`` the lifespan enters ``bus``, calls ``configure_sinks(bus)`` (awaiting it
-    if it returns an awaitable) and at shutdown awaits its result's ``aclose()``, if any.
+    if it returns an awaitable) and at shutdown awaits its result's ``aclose()``, if any
+    (``instrument(app, telemetry=tel)``, around the participant's own lifespan).
     """
-    monitor = LoopLagMonitor()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            if own_bus:
-                await stack.enter_async_context(bus)
-                if configure_sinks is not None:
-                    handle = configure_sinks(bus)
-                    if inspect.isawaitable(handle):
-                        handle = await handle
-                    if handle is not None and hasattr(handle, "aclose"):
-                        stack.push_async_callback(handle.aclose)
             stack.push_async_callback(work.aclose)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(monitor.run)
                 async with body(app, tg):
                     tg.start_soon(plane.watch_lease)
                     yield
@@ -94,29 +85,34 @@ def build_app(
     app.state.telemetry = tel
     app.state.workload = work
     app.state.control = plane
-    app.state.monitor = monitor
     for name, value in (state or {}).items():
         setattr(app.state, name, value)
     install_error_handlers(app, tel)
     app.include_router(control_router(plane, token))
     app.include_router(work_router)
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
-    # Outermost of ours: the arrival stamp is taken before routing, body parsing and auth.
-    app.add_middleware(ArrivalMiddleware, monitor=monitor)
+    # Last, so its arrival stamp is outermost: taken before routing, body parsing and auth.
+    if own_bus:
+        instrumented = instrument(app, telemetry=tel, configure_sinks=configure_sinks or _no_sinks)
+    else:
+        instrumented = instrument(app, telemetry=tel, bus=bus)
+    app.state.monitor = instrumented.monitor
     return app
 
 
-def build_work_app(
-    *, title: str, tel: Telemetry, work_router: APIRouter, max_body_bytes: int, monitor: LoopLagMonitor
-) -> FastAPI:
+def _no_sinks(bus: Bus) -> None:
+    """A participant without ``configure_sinks`` subscribes nothing (the caller may, later)."""
+
+
+def build_work_app(*, title: str, tel: Telemetry, work_router: APIRouter, max_body_bytes: int) -> FastAPI:
     """The work routes alone, as a worker of a multi-worker server serves them on its own
     port: the same error handlers, body limit and arrival stamp as ``build_app``; the worker
-    runs ``monitor`` and owns its workload's lifetime, so there is no lifespan here."""
+    owns its bus and its workload's lifetime, so it serves this app without its lifespan and
+    runs its loop-lag monitor (``app.state.monitor``) itself."""
     app = FastAPI(title=title)
     app.state.telemetry = tel
-    app.state.monitor = monitor
     install_error_handlers(app, tel)
     app.include_router(work_router)
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
-    app.add_middleware(ArrivalMiddleware, monitor=monitor)
+    app.state.monitor = instrument(app, telemetry=tel, bus=tel.bus).monitor
     return app

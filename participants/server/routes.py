@@ -12,11 +12,12 @@ import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ckpt_events import ErrorCode, Telemetry
+from ckpt_events import Telemetry
 from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, WorkError
+from ckpt_events.participants.fastapi import Incoming, incoming
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
     CommitRequest,
@@ -38,17 +39,14 @@ from ckpt_events.participants.protocol import (
     error_body,
 )
 from ckpt_events.participants.server.control import ControlPlane
-from ckpt_events.participants.server.trace_headers import TraceHeaders
 from ckpt_events.participants.workloads.base import Episode, Workload
+from ckpt_events.vocab import ErrorCode
 
 __all__ = [
     "Trace",
-    "Traceparent",
     "bearer_auth",
     "control_router",
     "episode_view",
-    "incoming_trace",
-    "incoming_traceparent",
     "install_error_handlers",
     "work_router",
 ]
@@ -73,25 +71,9 @@ def bearer_auth(token: str) -> Callable[[Request], Awaitable[None]]:
     return check
 
 
-def incoming_traceparent(traceparent: Annotated[str | None, Header()] = None) -> str | None:
-    """The dependency every control route reads the caller's W3C ``traceparent`` through."""
-    return traceparent
-
-
-#: A control route's ``traceparent`` parameter (the incoming header, or ``None``).
-Traceparent = Annotated[str | None, Depends(incoming_traceparent)]
-
-
-def incoming_trace(
-    traceparent: Traceparent, tracestate: Annotated[list[str] | None, Header()] = None
-) -> TraceHeaders:
-    """The dependency every control route reads the caller's W3C trace context through:
-    ``traceparent``, and the ``tracestate`` fields joined with ``,`` (as HTTP combines them)."""
-    return TraceHeaders(traceparent, ",".join(tracestate) if tracestate else None)
-
-
-#: A control route's trace context (``TraceHeaders``).
-Trace = Annotated[TraceHeaders, Depends(incoming_trace)]
+#: A control route's ``Incoming``: the caller's W3C trace context and the request's arrival,
+#: read as any instrumented app reads them (``ckpt_events.participants.fastapi.incoming``).
+Trace = Annotated[Incoming, Depends(incoming)]
 
 
 async def _body(request: Request, type: type[T]) -> T:
@@ -157,7 +139,7 @@ def episode_view(workload: Workload[Any, Any], episode: Episode[Any]) -> dict[st
         "steps": episode.steps,
         "done": episode.done,
         "status": episode.status,
-        "kind": workload.kind.value,
+        "kind": str(workload.kind),
         "state": workload.describe(episode),
     }
 

@@ -22,18 +22,21 @@ from typing import Any, Final
 
 import uvicorn
 
-from ckpt_events.participants.server.arrival import LoopLagMonitor
+from ckpt_events.participants.fastapi import LoopLagMonitor
 from ckpt_events.participants.server.builder import build_work_app
-from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, SERVER_LIMITS
+from ckpt_events.participants.server.connection_guard import ConnectionLimits
+from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, server_limits
 from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.workloads.base import Workload
 
-__all__ = ["ENV_WORKER_HOST", "ENV_WORKER_TOKEN", "WorkerHttp"]
+__all__ = ["ENV_WORKER_HEADER_TIMEOUT", "ENV_WORKER_HOST", "ENV_WORKER_TOKEN", "WorkerHttp"]
 
 #: The host a worker process binds its own port on (the server's ``--host``; loopback if unset).
 ENV_WORKER_HOST: Final = "CKPT_EVENTS_WORKER_HOST"
 #: The server's token, which a worker process's own port takes (never on a command line).
 ENV_WORKER_TOKEN: Final = "CKPT_EVENTS_WORKER_TOKEN"
+#: ``serve --header-timeout``, which a worker process's own port keeps too.
+ENV_WORKER_HEADER_TIMEOUT: Final = "CKPT_EVENTS_WORKER_HEADER_TIMEOUT"
 _DEFAULT_HOST: Final = "127.0.0.1"
 
 log = logging.getLogger("ckpt_events.workers")
@@ -50,8 +53,8 @@ class WorkerHttp:
         token: str,
         host: str = _DEFAULT_HOST,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        connections: ConnectionLimits | None = None,
     ) -> None:
-        self.monitor = LoopLagMonitor()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so, and without it
         # a reply written as head then body waits out the client's delayed ACK (about 40 ms).
@@ -66,13 +69,16 @@ class WorkerHttp:
         port = self.socket.getsockname()[1]
         self.url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
         app = build_work_app(
-            title=f"ckpt-events {workload.kind.value} worker {index} of {workload.tel.instance}",
+            title=f"ckpt-events {workload.kind} worker {index} of {workload.tel.instance}",
             tel=workload.tel,
             work_router=work_router(workload, token, worker=index),
             max_body_bytes=max_body_bytes,
-            monitor=self.monitor,
         )
-        config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", **SERVER_LIMITS)
+        monitor = app.state.monitor
+        assert isinstance(monitor, LoopLagMonitor)
+        self.monitor = monitor
+        limits = server_limits(connections)
+        config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", **limits)
         self.server = uvicorn.Server(config)
 
     async def serve(self) -> None:

@@ -8,12 +8,13 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from ckpt_events import Operation, Telemetry, parse_traceparent
+from ckpt_events import Telemetry, format_traceparent, parse_traceparent
 from ckpt_events.participants.cli.fleet import local_fleet
 from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.server.routes import Trace
-from ckpt_events.participants.server.trace_headers import TraceHeaders
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Operation
 
 TOKEN = "tracestate-test-token"
 _PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -49,7 +50,8 @@ async def test_routes_read_tracestate_fields_joined() -> None:
 
     @app.get("/t")
     async def echo(trace: Trace) -> dict[str, Any]:
-        return trace._asdict()
+        parent = None if trace.parent is None else format_traceparent(*trace.parent)
+        return {"traceparent": parent, "tracestate": trace.tracestate}
 
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -60,10 +62,11 @@ async def test_routes_read_tracestate_fields_joined() -> None:
     assert bare.json() == {"traceparent": None, "tracestate": None}
 
 
-async def test_trace_headers_open_an_operation_that_keeps_tracestate() -> None:
-    """TraceHeaders.operation continues the caller's trace and keeps its tracestate."""
+async def test_incoming_opens_an_operation_that_keeps_tracestate() -> None:
+    """Incoming.operation continues the caller's trace and keeps its tracestate."""
     async with capture_events() as (bus, _):
         tel = Telemetry(bus, kind="agent", instance="a0")
-        with TraceHeaders(_PARENT, "rojo=1,congo=2").operation(tel, Operation.PREPARE, "c1") as op:
+        trace = Incoming.from_headers(_PARENT, "rojo=1,congo=2")
+        with trace.operation(tel, Operation.PREPARE, checkpoint_id="c1") as op:
             assert op.tracestate() == "rojo=1,congo=2"
             assert op.trace_id == 0x0AF7651916CD43DD8448EB211C80319C

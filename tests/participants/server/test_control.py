@@ -9,10 +9,8 @@ import anyio
 import pytest
 
 from ckpt_events import (
-    ErrorCode,
     LeaseExpired,
     OperationFinished,
-    Outcome,
     PrepareNotReady,
     Refused,
     StepFinished,
@@ -23,6 +21,7 @@ from ckpt_events import (
 from ckpt_events.participants import create_app
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import ErrorCode, Outcome
 from tests.participants.helpers import (
     AUTH,
     ROOT,
@@ -349,7 +348,7 @@ async def test_lease_expiry_resumes_on_its_own_and_fences(tmp_path):
             )
             assert error_code(await control(client, "renew")) == (409, "stale_checkpoint")
     expired = events_of(events, LeaseExpired)
-    assert [(e.phase.value, e.checkpoint_id, e.kind.value) for e in expired] == [
+    assert [(e.phase.value, e.checkpoint_id, str(e.kind)) for e in expired] == [
         ("prepared", "c1", "resources")
     ]
     assert not (tmp_path / "gym").exists()
@@ -477,7 +476,7 @@ async def test_traceparent_makes_operations_children_of_the_caller(tmp_path):
         "forget",
     ]
     assert all(e.trace_id == trace_id and e.parent_span_id == parent and e.parent_remote for e in finished)
-    steps = {e.step.value: e for e in events if isinstance(e, StepFinished)}
+    steps = {str(e.step): e for e in events if isinstance(e, StepFinished)}
     assert set(steps) == {"wait_ready", "export", "write"}
     commit = finished[2]
     assert steps["export"].parent_span_id == commit.span_id and steps["export"].records == 1

@@ -1,0 +1,463 @@
+"""Your own FastAPI server, instrumented in one call (extra ``server``).
+
+``instrument(app, kind=..., instance=...)`` gives ``app``:
+
+* **a bus and its sinks for the app's lifetime**: the app's lifespan enters a ``Bus``, calls
+  ``ckpt_events.sinks.configure(bus, **configure_options)`` (JSON lines, OpenTelemetry, ...
+  from the arguments and the environment), and at shutdown flushes and closes both, each step
+  within ``shutdown_timeout`` seconds. It wraps the lifespan the app already has (FastAPI's
+  ``lifespan=`` or ``on_startup``/``on_shutdown``): telemetry is up before the app's startup
+  runs and drained after its shutdown has run, so both may emit;
+* **the arrival time of every request**, read by a pure ASGI middleware before routing, body
+  parsing and auth (Unix-epoch ns), which becomes an operation's ``received_ns``: the time a
+  request queued in the server before its handler started is then visible in traces;
+* **the event loop's lag** (on by default, ``loop_lag=False`` turns it off): a task sleeps
+  50 ms at a time and keeps how much each sleep overshot, and each operation records the worst
+  lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there.
+
+In a handler, ``operation(request, name, checkpoint_id=...)`` is the context manager of one
+operation: ``with`` gives exactly the handle ``Telemetry.operation`` gives (``op.step(...)``,
+``op.set(...)``, ``op.traceparent()`` for outgoing calls), a child of the caller's span when the
+request carried a valid W3C ``traceparent`` (its ``tracestate`` kept and passed on by
+``op.tracestate()``), else the root of a new trace; a malformed header is ignored, never an
+error. ``telemetry(request)`` (or ``telemetry(app)``) is the app's ``Telemetry`` for anything
+else (``refused``, ``prepare_not_ready``, ...). An example, served by ``uvicorn app:app``
+(``tests/participants/test_fastapi.py`` runs it so)::
+
+    from fastapi import FastAPI, Request
+
+    from ckpt_events.participants.fastapi import instrument, operation
+
+    app = FastAPI()
+    instrument(app, kind="rollout", instance="rollout-0", jsonl_path="events.jsonl")
+
+
+    @app.post("/checkpoint/{checkpoint_id}")
+    async def checkpoint(request: Request, checkpoint_id: str) -> dict[str, str | None]:
+        with operation(request, "commit", checkpoint_id=checkpoint_id) as op:
+            with op.step("write"):
+                records = [b"{}"] * 12  # your state, written somewhere
+            op.set(records=len(records))
+            return {"traceparent": op.traceparent()}  # what a call made here sends on
+
+With ``otel_context=True`` operations join OpenTelemetry's context instead: under
+``FastAPIInstrumentor``'s SERVER span, the operation is that span's child, and the app's own
+OpenTelemetry spans opened inside it are its children.
+
+``incoming(request)`` is what ``operation`` reads from a request (an ``Incoming``: the caller's
+parent, its tracestate, the arrival); code that runs an operation away from the handler (the
+reference participants' control plane) takes the ``Incoming`` and calls its ``operation(tel,
+name, ...)``. ``instrument(app, telemetry=tel)`` instruments an app with a ``Telemetry`` built
+beforehand, and ``bus=`` a bus the caller has started (and closes): then the lifespan owns no
+bus. The reference participants (``ckpt_events.participants.create_app``) are built this way.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
+from types import TracebackType
+from typing import Any, Final, NamedTuple, overload
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ckpt_events import (
+    Bus,
+    ConfigurationError,
+    ContextBridge,
+    InvalidTypeError,
+    InvalidValueError,
+    OperationSpan,
+    RemoteParent,
+    Telemetry,
+    format_traceparent,
+    parse_traceparent,
+    parse_tracestate,
+)
+
+__all__ = [
+    "Incoming",
+    "Instrumented",
+    "LoopLagMonitor",
+    "incoming",
+    "instrument",
+    "operation",
+    "telemetry",
+]
+
+#: The ``app.state`` attribute holding an instrumented app's ``Instrumented``.
+STATE_ATTRIBUTE: Final = "ckpt_events"
+#: The request-scope key of a request's arrival (set by the middleware).
+_SCOPE_KEY: Final = "ckpt_events.arrival"
+#: 50 ms between loop-lag samples: ~20 wake-ups a second, each a few microseconds.
+DEFAULT_LAG_INTERVAL: Final = 0.05
+#: Samples kept: 10 s at the default interval, plenty for one operation.
+_KEEP: Final = 200
+#: The bus's and the sinks' shutdown deadline (seconds), each.
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
+
+
+class LoopLagMonitor:
+    """The event loop's lag, sampled by sleeping ``interval`` seconds and timing the overshoot."""
+
+    def __init__(self, interval: float = DEFAULT_LAG_INTERVAL) -> None:
+        self.interval = interval
+        # (sample end ns, overshoot ms), newest last; bounded.
+        self._samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=_KEEP)
+        self._asleep_since: int | None = None
+
+    async def run(self) -> None:
+        """Sample until cancelled (``instrument``'s lifespan runs it in its task group)."""
+        while True:
+            before = time.perf_counter_ns()
+            self._asleep_since = time.time_ns()
+            await anyio.sleep(self.interval)
+            overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
+            self._samples.append((time.time_ns(), overshoot_ms))
+
+    def max_since(self, start_ns: int) -> float:
+        """The worst lag (ms) of the samples that ended after ``start_ns``, including the
+        sleep in progress if it already overshot; 0.0 with no sample."""
+        worst = 0.0
+        for end_ns, lag in reversed(self._samples):
+            if end_ns < start_ns:
+                break
+            worst = max(worst, lag)
+        if self._asleep_since is not None:
+            pending = (time.time_ns() - self._asleep_since) / 1e6 - self.interval * 1e3
+            worst = max(worst, pending)
+        return round(worst, 3)
+
+
+class Instrumented:
+    """What ``instrument`` gave one app: its ``telemetry``, that telemetry's ``bus``, the
+    ``monitor`` of its loop lag (``None`` with ``loop_lag=False``) and, while the lifespan runs,
+    ``configured``: what configuring the sinks returned (``ckpt_events.sinks.Configured``)."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        *,
+        owns_bus: bool,
+        configure_sinks: Callable[[Bus], Any] | None,
+        monitor: LoopLagMonitor | None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.bus = telemetry.bus
+        self.monitor = monitor
+        self.configured: Any = None
+        self._owns_bus = owns_bus
+        self._configure_sinks = configure_sinks
+
+    def __repr__(self) -> str:
+        return f"Instrumented({self.telemetry!r}, owns_bus={self._owns_bus})"
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The telemetry's lifetime around the app's: enter the bus and configure the sinks
+        (when this owns the bus), run the loop-lag monitor; on exit stop it, close the sinks'
+        handle and drain the bus."""
+        async with AsyncExitStack() as stack:
+            if self._owns_bus:
+                await stack.enter_async_context(self.bus)
+                if self._configure_sinks is not None:
+                    handle = self._configure_sinks(self.bus)
+                    if inspect.isawaitable(handle):
+                        handle = await handle
+                    self.configured = handle
+                    stack.callback(setattr, self, "configured", None)
+                    if handle is not None and hasattr(handle, "aclose"):
+                        stack.push_async_callback(handle.aclose)
+            async with anyio.create_task_group() as tg:
+                if self.monitor is not None:
+                    tg.start_soon(self.monitor.run)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+
+
+class _Arrival:
+    """One request's arrival time (Unix ns) and the ``Instrumented`` app it reached."""
+
+    __slots__ = ("instrumented", "received_ns")
+
+    def __init__(self, received_ns: int, instrumented: Instrumented) -> None:
+        self.received_ns = received_ns
+        self.instrumented = instrumented
+
+
+class _ArrivalMiddleware:
+    """Stamps each HTTP request with its arrival time, before routing, parsing or auth."""
+
+    def __init__(self, app: ASGIApp, instrumented: Instrumented) -> None:
+        self.app = app
+        self.instrumented = instrumented
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[_SCOPE_KEY] = _Arrival(time.time_ns(), self.instrumented)
+        await self.app(scope, receive, send)
+
+
+class _Timed:
+    """An operation that records the worst loop lag seen while it ran, as it ends."""
+
+    __slots__ = ("_monitor", "_since", "_span")
+
+    def __init__(self, span: OperationSpan, monitor: LoopLagMonitor) -> None:
+        self._span = span
+        self._monitor = monitor
+        self._since = 0
+
+    def __enter__(self) -> OperationSpan:
+        self._since = time.time_ns()
+        return self._span.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._span.set(loop_lag_ms=self._monitor.max_since(self._since))
+        self._span.__exit__(exc_type, exc, tb)
+
+
+class Incoming(NamedTuple):
+    """What one request brought: the caller's span (``parent``, from a valid ``traceparent``;
+    ``None`` starts a new trace), the ``tracestate`` that came with it (normalised, ``None``
+    when absent, malformed or without a parent), when it arrived (``received_ns``, Unix ns;
+    ``None`` outside an instrumented app) and the app's loop-lag ``monitor``."""
+
+    parent: RemoteParent | None = None
+    tracestate: str | None = None
+    received_ns: int | None = None
+    monitor: LoopLagMonitor | None = None
+
+    @classmethod
+    def from_headers(
+        cls,
+        traceparent: str | None,
+        tracestate: str | None = None,
+        *,
+        received_ns: int | None = None,
+        monitor: LoopLagMonitor | None = None,
+    ) -> Incoming:
+        """An ``Incoming`` from the header values (several ``tracestate`` fields joined with
+        ``,``, as HTTP combines them); malformed ones are dropped."""
+        parent = parse_traceparent(traceparent)
+        state = parse_tracestate(tracestate) if parent is not None and tracestate is not None else None
+        return cls(parent, state, received_ns, monitor)
+
+    def operation(
+        self, tel: Telemetry, name: str, *, checkpoint_id: str | None = None, **attributes: Any
+    ) -> AbstractContextManager[OperationSpan]:
+        """``tel.operation(name, ...)``, a child of ``parent`` keeping ``tracestate``, with
+        ``received_ns``, the loop lag while it runs, and ``attributes`` (``set_attribute``).
+
+        ``with`` gives the ``OperationSpan`` itself (a no-op handle when no sink listens).
+        """
+        parent = self.parent
+        traceparent = None if parent is None else format_traceparent(*parent)
+        span = tel.operation(name, checkpoint_id=checkpoint_id, traceparent=traceparent)
+        if not tel.enabled:
+            return span
+        if self.tracestate is not None:
+            span = span.with_tracestate(self.tracestate)
+        for key, value in attributes.items():
+            span.set_attribute(key, value)
+        if self.received_ns is not None:
+            span.set(received_ns=self.received_ns)
+        if self.monitor is None:
+            return span
+        return _Timed(span, self.monitor)
+
+
+def incoming(request: Request) -> Incoming:
+    """What ``request`` brought (see ``Incoming``); usable as a FastAPI dependency."""
+    arrival = request.scope.get(_SCOPE_KEY)
+    headers = request.headers
+    states = headers.getlist("tracestate")
+    if arrival is None:
+        return Incoming.from_headers(headers.get("traceparent"), ",".join(states) if states else None)
+    return Incoming.from_headers(
+        headers.get("traceparent"),
+        ",".join(states) if states else None,
+        received_ns=arrival.received_ns,
+        monitor=arrival.instrumented.monitor,
+    )
+
+
+def _instrumented(where: Request | Starlette) -> Instrumented:
+    if isinstance(where, Request):
+        arrival = where.scope.get(_SCOPE_KEY)
+        if arrival is not None:
+            return arrival.instrumented  # type: ignore[no-any-return]
+        where = where.app
+    found = getattr(getattr(where, "state", None), STATE_ATTRIBUTE, None)
+    if not isinstance(found, Instrumented):
+        raise ConfigurationError(
+            f"{where!r} is not instrumented: call ckpt_events.participants.fastapi.instrument(app, ...) first"
+        )
+    return found
+
+
+def telemetry(where: Request | Starlette) -> Telemetry:
+    """The ``Telemetry`` of the instrumented app serving ``where`` (a request, or the app
+    itself, e.g. in its lifespan); ``ConfigurationError`` if the app is not instrumented."""
+    return _instrumented(where).telemetry
+
+
+def operation(
+    request: Request, name: str, *, checkpoint_id: str | None = None, **attributes: Any
+) -> AbstractContextManager[OperationSpan]:
+    """The operation ``name`` of the handler serving ``request``: ``with`` gives the handle
+    ``Telemetry.operation`` gives, a child of the caller's span (W3C ``traceparent``, its
+    ``tracestate`` kept), with ``received_ns`` (the request's arrival), ``loop_lag_ms`` and
+    ``attributes`` set. See ``Incoming.operation``."""
+    return incoming(request).operation(telemetry(request), name, checkpoint_id=checkpoint_id, **attributes)
+
+
+def _env_ratio(options: Mapping[str, Any]) -> float:
+    from ckpt_events import sinks
+
+    environ = options.get("environ")
+    return sinks.sample_ratio_from_env(os.environ if environ is None else environ)
+
+
+def _configure_with(options: Mapping[str, Any], shutdown_timeout: float) -> Callable[[Bus], Any]:
+    from ckpt_events import sinks
+
+    # Bound now, so a misspelt option fails at instrument(), not at the first startup.
+    inspect.signature(sinks.configure).bind(None, **options)
+
+    def configure(bus: Bus) -> Any:
+        configured = sinks.configure(bus, **options)
+        configured.close_timeout = shutdown_timeout
+        return configured
+
+    return configure
+
+
+@overload
+def instrument(
+    app: Starlette,
+    *,
+    kind: str,
+    instance: str,
+    bus: Bus | None = None,
+    configure_sinks: Callable[[Bus], Any] | None = None,
+    sample_ratio: float | None = None,
+    otel_context: bool | ContextBridge = False,
+    loop_lag: bool = True,
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    **configure_options: Any,
+) -> Instrumented: ...
+
+
+@overload
+def instrument(
+    app: Starlette,
+    *,
+    telemetry: Telemetry,
+    bus: Bus | None = None,
+    configure_sinks: Callable[[Bus], Any] | None = None,
+    loop_lag: bool = True,
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    **configure_options: Any,
+) -> Instrumented: ...
+
+
+def instrument(
+    app: Starlette,
+    *,
+    kind: str | None = None,
+    instance: str | None = None,
+    telemetry: Telemetry | None = None,
+    bus: Bus | None = None,
+    configure_sinks: Callable[[Bus], Any] | None = None,
+    sample_ratio: float | None = None,
+    otel_context: bool | ContextBridge = False,
+    loop_lag: bool = True,
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    **configure_options: Any,
+) -> Instrumented:
+    """Give ``app`` a ``Telemetry`` of participant ``kind``/``instance``, the bus and sinks
+    for its lifetime, arrival stamps and loop lag (see the module docstring); returns the
+    ``Instrumented`` (also ``app.state.ckpt_events``). Call it once per app, after adding
+    your own middleware (so the arrival stamp is outermost).
+
+    * ``configure_options`` go to ``ckpt_events.sinks.configure(bus, ...)`` (``jsonl_path``,
+      ``otlp_endpoint``, ``span_groups``, ``tracer_provider``, ...), run in the lifespan;
+      ``configure_sinks(bus)`` replaces that call (its result, awaited if awaitable, has its
+      ``aclose()`` awaited at shutdown).
+    * ``sample_ratio`` (default: ``OTEL_TRACES_SAMPLER``/``_ARG`` of ``environ``, read now) and
+      ``otel_context`` (operations join the current OpenTelemetry span) go to the ``Telemetry``.
+    * ``telemetry`` (instead of ``kind``/``instance``): a ``Telemetry`` built beforehand.
+    * ``bus``: a bus the caller has started and will close (the ``Telemetry``'s): the lifespan
+      then neither enters, configures nor closes it.
+    * ``shutdown_timeout`` bounds the sinks' close and the bus's drain, each (seconds), for a
+      bus made here and for ``configure_options``' sinks.
+
+    A second call on the same app raises ``ConfigurationError``; bad arguments raise
+    ``InvalidArgumentError`` (or ``TypeError`` for an unknown ``configure_options`` name).
+    """
+    if not isinstance(app, Starlette):
+        raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {app!r}")
+    if isinstance(getattr(app.state, STATE_ATTRIBUTE, None), Instrumented):
+        raise ConfigurationError(f"{app!r} is instrumented already: call instrument() once per app")
+    if not isinstance(shutdown_timeout, int | float) or not shutdown_timeout >= 0:
+        raise InvalidValueError(f"shutdown_timeout must be a number >= 0, not {shutdown_timeout!r}")
+    if bus is not None and (configure_sinks is not None or configure_options):
+        raise InvalidValueError("with bus= the caller configures its sinks: no configure_sinks or options")
+    if configure_sinks is not None and configure_options:
+        raise InvalidValueError(
+            f"configure_sinks replaces sinks.configure(): no options for it ({', '.join(configure_options)})"
+        )
+    if telemetry is None:
+        if kind is None or instance is None:
+            raise InvalidValueError("instrument() needs kind= and instance= (or telemetry=)")
+        if sample_ratio is None:
+            # What sinks.configure() would read (a continued trace keeps its caller's decision).
+            sample_ratio = (
+                1.0 if configure_sinks is not None or bus is not None else _env_ratio(configure_options)
+            )
+        the_bus = Bus(close_timeout=shutdown_timeout) if bus is None else bus
+        tel = Telemetry(
+            the_bus, kind=kind, instance=instance, sample_ratio=sample_ratio, otel_context=otel_context
+        )
+    else:
+        if not isinstance(telemetry, Telemetry):
+            raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {telemetry!r}")
+        if kind is not None or instance is not None or sample_ratio is not None or otel_context is not False:
+            raise InvalidValueError(
+                "with telemetry=, kind, instance, sample_ratio and otel_context are its own"
+            )
+        if bus is not None and bus is not telemetry.bus:
+            raise InvalidValueError("bus= must be the telemetry's own bus")
+        tel = telemetry
+    if configure_sinks is None and bus is None:
+        configure_sinks = _configure_with(configure_options, float(shutdown_timeout))
+    handle = Instrumented(
+        tel,
+        owns_bus=bus is None,
+        configure_sinks=configure_sinks,
+        monitor=LoopLagMonitor() if loop_lag else None,
+    )
+    their = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        # Ours around theirs: telemetry is up for their startup and drained after their shutdown.
+        async with handle.running(), their(app) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
+    app.add_middleware(_ArrivalMiddleware, instrumented=handle)
+    setattr(app.state, STATE_ATTRIBUTE, handle)
+    return handle

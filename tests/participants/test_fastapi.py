@@ -1,0 +1,344 @@
+"""``ckpt_events.participants.fastapi``: a user's own FastAPI app, instrumented in one call."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from anyio.streams.text import TextReceiveStream
+from fastapi import FastAPI, Request
+
+from ckpt_events import (
+    Bus,
+    ConfigurationError,
+    OperationFinished,
+    OperationStarted,
+    StepFinished,
+    parse_traceparent,
+)
+from ckpt_events.participants import fastapi as fastapi_module
+from ckpt_events.participants.fastapi import (
+    Incoming,
+    LoopLagMonitor,
+    incoming,
+    instrument,
+    operation,
+    telemetry,
+)
+from ckpt_events.sinks import read_events
+from ckpt_events.testing import MemorySink
+
+TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+PARENT_ID = 0xB7AD6B7169203331
+TRACEPARENT = f"00-{TRACE_ID:032x}-{PARENT_ID:016x}-01"
+
+
+def _user_app(sink: MemorySink, lifespan: Any = None, **options: Any) -> FastAPI:
+    """A user's app: one route running one operation, instrumented with ``sink`` as its sink."""
+    app = FastAPI(lifespan=lifespan)
+    instrument(
+        app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink), **options
+    )
+
+    @app.post("/grade/{checkpoint_id}")
+    async def grade(request: Request, checkpoint_id: str) -> dict[str, Any]:
+        with operation(request, "commit", checkpoint_id=checkpoint_id, grader="exact") as op:
+            with op.step("write"):
+                await anyio.sleep(0)
+            op.set(records=3)
+            return {"traceparent": op.traceparent(), "tracestate": op.tracestate()}
+
+    return app
+
+
+@asynccontextmanager
+async def _serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+async def test_an_app_s_own_lifespan_runs_inside_ours() -> None:
+    """The app's startup sees the bus running and its sinks subscribed; its shutdown's events
+    are still delivered: ours starts first and drains last."""
+    sink = MemorySink()
+    seen: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, str]]:
+        tel = telemetry(app)
+        seen.append(f"their startup, enabled={tel.enabled}")
+        with tel.operation("restore", checkpoint_id="at-startup"):
+            pass
+        yield {"greeting": "hello"}
+        with tel.operation("retire", checkpoint_id="at-shutdown"):
+            pass
+        seen.append("their shutdown")
+
+    app = _user_app(sink, lifespan)
+    async with app.router.lifespan_context(app) as state:
+        assert state == {"greeting": "hello"}  # their lifespan state passes through
+    assert seen == ["their startup, enabled=True", "their shutdown"]
+    assert [e.checkpoint_id for e in sink.of_type(OperationFinished)] == ["at-startup", "at-shutdown"]
+    assert sink.closed
+
+
+async def test_on_startup_handlers_run_too() -> None:
+    """An app with ``on_startup``/``on_shutdown`` handlers (no lifespan=) keeps them."""
+    sink = MemorySink()
+    calls: list[str] = []
+    app = FastAPI(on_startup=[lambda: calls.append("up")], on_shutdown=[lambda: calls.append("down")])
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+    async with _serving(app):
+        assert calls == ["up"]
+    assert calls == ["up", "down"]
+
+
+async def test_an_operation_continues_the_caller_s_trace_from_its_arrival() -> None:
+    """traceparent gives the trace and remote parent, tracestate is kept, received_ns <= start_ns."""
+    sink = MemorySink()
+    app = _user_app(sink)
+    async with _serving(app) as client:
+        before = time.time_ns()
+        headers = [("traceparent", TRACEPARENT), ("tracestate", "rojo=1"), ("tracestate", "congo=2")]
+        reply = await client.post("/grade/c1", headers=headers)
+    assert reply.status_code == 200, reply.text
+    (started,) = sink.of_type(OperationStarted)
+    (finished,) = sink.of_type(OperationFinished)
+    assert (finished.kind, finished.instance, finished.operation) == ("judge", "judge-0", "commit")
+    assert (finished.trace_id, finished.parent_span_id, finished.parent_remote) == (TRACE_ID, PARENT_ID, True)
+    assert finished.checkpoint_id == "c1" and finished.records == 3
+    assert finished.attributes == {"grader": "exact"}
+    assert finished.received_ns is not None and before <= finished.received_ns <= started.start_ns
+    assert finished.loop_lag_ms is not None and finished.loop_lag_ms >= 0.0
+    (step,) = sink.of_type(StepFinished)
+    assert step.parent_span_id == finished.span_id
+    outgoing = parse_traceparent(reply.json()["traceparent"])
+    assert outgoing is not None and (outgoing.trace_id, outgoing.span_id) == (TRACE_ID, finished.span_id)
+    assert reply.json()["tracestate"] == "rojo=1,congo=2"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"traceparent": "00-not-a-trace-01", "tracestate": "rojo=1"},
+        {"traceparent": f"00-{0:032x}-{PARENT_ID:016x}-01"},
+    ],
+    ids=["none", "malformed", "zero-trace-id"],
+)
+async def test_without_a_valid_traceparent_a_new_trace_starts(headers: dict[str, str]) -> None:
+    """No traceparent, or a bad one, is a new root (no error), and no tracestate goes on."""
+    sink = MemorySink()
+    async with _serving(_user_app(sink)) as client:
+        reply = await client.post("/grade/c1", headers=headers)
+    assert reply.status_code == 200, reply.text
+    (finished,) = sink.of_type(OperationFinished)
+    assert finished.parent_span_id is None and not finished.parent_remote
+    assert finished.trace_id != TRACE_ID
+    assert reply.json()["tracestate"] is None
+    assert finished.received_ns is not None
+
+
+async def test_instrument_twice_is_an_error() -> None:
+    """A second instrument() on one app says so; the first stays in place."""
+    app = FastAPI()
+    first = instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: None)
+    with pytest.raises(ConfigurationError, match="instrumented already"):
+        instrument(app, kind="judge", instance="judge-1")
+    assert telemetry(app) is first.telemetry and app.state.ckpt_events is first
+
+
+async def test_bad_arguments_fail_at_instrument() -> None:
+    """A misspelt sinks option or a half-given identity fails when instrument() is called."""
+    with pytest.raises(TypeError):
+        instrument(FastAPI(), kind="judge", instance="judge-0", jsonl_pth="x.jsonl")
+    with pytest.raises(ConfigurationError, match="not instrumented"):
+        telemetry(FastAPI())
+    with pytest.raises(ValueError, match="kind= and instance="):
+        instrument(FastAPI(), kind="judge")  # type: ignore[call-overload]
+    async with Bus() as bus:
+        with pytest.raises(ValueError, match="caller configures"):
+            instrument(FastAPI(), kind="judge", instance="judge-0", bus=bus, jsonl_path="x.jsonl")
+
+
+async def test_a_started_bus_is_used_as_is() -> None:
+    """With ``bus=`` the lifespan neither configures nor closes it; the handler's telemetry is on it."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        app = FastAPI()
+        handle = instrument(app, kind="rollout", instance="rollout-0", bus=bus, loop_lag=False)
+
+        @app.get("/tel")
+        async def tel(request: Request) -> bool:
+            with operation(request, "prepare", checkpoint_id="c1"):
+                return telemetry(request) is handle.telemetry
+
+        async with _serving(app) as client:
+            assert (await client.get("/tel")).json() is True
+        await bus.flush()
+        assert not sink.closed
+    (finished,) = sink.of_type(OperationFinished)
+    assert finished.kind == "rollout" and finished.received_ns is not None
+    assert finished.loop_lag_ms is None  # loop_lag=False
+
+
+async def test_configure_options_reach_sinks_configure(tmp_path: Path) -> None:
+    """``jsonl_path`` and ``environ`` go to ``sinks.configure``; the environment's sampler is
+    the Telemetry's ratio for traces started here."""
+    path = tmp_path / "events.jsonl"
+    environ = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}
+    app = FastAPI()
+    handle = instrument(app, kind="judge", instance="judge-0", jsonl_path=path, environ=environ)
+
+    @app.post("/")
+    async def root(request: Request) -> bool:
+        with operation(request, "commit", checkpoint_id="c1") as op:
+            return op.sampled
+
+    async with _serving(app) as client:
+        assert handle.configured is not None and handle.configured.bus is handle.bus
+        assert (await client.post("/")).json() is False  # ratio 0: a new trace is not sampled
+        assert (await client.post("/", headers={"traceparent": TRACEPARENT})).json() is True
+    assert handle.configured is None
+    finished = [e for _, e in read_events(path) if isinstance(e, OperationFinished)]
+    assert [e.parent_span_id for e in finished] == [None, PARENT_ID]
+
+
+async def test_incoming_outside_an_instrumented_app_reads_only_the_headers() -> None:
+    """``incoming(request)`` works on any app: the trace context, but no arrival."""
+    app = FastAPI()
+    seen: list[Incoming] = []
+
+    @app.get("/")
+    async def root(request: Request) -> None:
+        seen.append(incoming(request))
+
+    async with _serving(app) as client:
+        await client.get("/", headers={"traceparent": TRACEPARENT, "tracestate": "rojo=1, bad"})
+    (got,) = seen
+    assert got.parent is not None and (got.parent.trace_id, got.parent.span_id) == (TRACE_ID, PARENT_ID)
+    assert got.tracestate is None  # malformed: dropped whole, as W3C says
+    assert got.received_ns is None and got.monitor is None
+
+
+async def test_monitor_sees_a_blocked_loop() -> None:
+    """A loop blocked for 120 ms shows a lag of at least 100 ms; the sample is taken after it."""
+    monitor = LoopLagMonitor(interval=0.01)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        await anyio.sleep(0.03)
+        start = time.time_ns()
+        time.sleep(0.12)  # blocks the event loop, as a busy handler would
+        await anyio.sleep(0.03)
+        lag = monitor.max_since(start)
+        tg.cancel_scope.cancel()
+    assert lag >= 100.0
+
+
+async def test_otel_context_nests_under_fastapi_instrumentor_s_server_span() -> None:
+    """caller -> FastAPIInstrumentor's SERVER span -> our operation -> the handler's own span."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+    from opentelemetry.propagate import inject
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind, set_span_in_context
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("the-app")
+    app = FastAPI()
+    # Our spans go through the app's provider (a configure option); the environment is left out.
+    instrument(app, kind="judge", instance="judge-0", otel_context=True, tracer_provider=provider, environ={})
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider)
+
+    @app.post("/grade")
+    async def grade(request: Request) -> None:
+        with operation(request, "commit", checkpoint_id="c1"), tracer.start_as_current_span("app.grade"):
+            pass
+
+    try:
+        async with _serving(app) as client:
+            # Not made current: the in-process ASGI app would inherit it (a real caller is
+            # another process), and the instrumentation would then make no SERVER span.
+            caller = tracer.start_span("caller", kind=SpanKind.CLIENT)
+            headers: dict[str, str] = {}
+            inject(headers, context=set_span_in_context(caller))
+            assert (await client.post("/grade", headers=headers)).status_code == 200
+            caller.end()
+    finally:
+        FastAPIInstrumentor.uninstrument_app(app)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    (server,) = [s for s in spans.values() if s.kind is SpanKind.SERVER and s.name != "gym.checkpoint.commit"]
+    ours, own = spans["gym.checkpoint.commit"], spans["app.grade"]
+    trace_id = caller.get_span_context().trace_id
+    assert {s.context.trace_id for s in (server, ours, own)} == {trace_id}
+    assert server.parent is not None and server.parent.span_id == caller.get_span_context().span_id
+    assert ours.parent is not None and ours.parent.span_id == server.context.span_id
+    assert own.parent is not None and own.parent.span_id == ours.context.span_id
+    provider.shutdown()
+
+
+def _docstring_example() -> str:
+    """The example app of the module docstring, as a file's text."""
+    assert fastapi_module.__doc__ is not None
+    lines = fastapi_module.__doc__.split("::\n\n", 1)[1].splitlines()
+    example = []
+    for line in lines:
+        if line and not line.startswith(" "):
+            break
+        example.append(line)
+    return textwrap.dedent("\n".join(example))
+
+
+@pytest.mark.e2e
+async def test_a_user_app_under_uvicorn_logs_its_operations(tmp_path: Path) -> None:
+    """A real uvicorn process on 127.0.0.1 serving the module docstring's example app: its
+    JSON-lines log holds the operation, in the caller's trace, with its arrival; SIGTERM drains it."""
+    (tmp_path / "user_app.py").write_text(_docstring_example())
+    log = tmp_path / "events.jsonl"  # the example's jsonl_path, relative to its directory
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
+    command = [sys.executable, "-m", "uvicorn", "user_app:app", "--app-dir", str(tmp_path)]
+    command += ["--host", "127.0.0.1", "--port", "0"]
+    async with await anyio.open_process(command, env=env, cwd=tmp_path) as process:
+        assert process.stderr is not None
+        output = ""
+        try:
+            with anyio.fail_after(30):
+                async for chunk in TextReceiveStream(process.stderr):
+                    output += chunk
+                    if found := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", output):
+                        break
+            assert found, output
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{found[1]}") as client:
+                before = time.time_ns()
+                reply = await client.post("/checkpoint/c-e2e", headers={"traceparent": TRACEPARENT})
+            assert reply.status_code == 200, reply.text
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(30):
+                await process.wait()
+    # uvicorn shuts down gracefully, then re-raises the signal it caught.
+    assert process.returncode in (0, -signal.SIGTERM)
+    events = [event for _, event in read_events(log)]
+    (finished,) = [e for e in events if isinstance(e, OperationFinished)]
+    assert (finished.kind, finished.instance, finished.checkpoint_id) == ("rollout", "rollout-0", "c-e2e")
+    assert finished.records == 12
+    assert (finished.trace_id, finished.parent_span_id, finished.parent_remote) == (TRACE_ID, PARENT_ID, True)
+    assert finished.received_ns is not None and before <= finished.received_ns <= finished.start_ns
+    assert [e.parent_span_id for e in events if isinstance(e, StepFinished)] == [finished.span_id]
