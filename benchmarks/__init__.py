@@ -5,4 +5,15 @@ one from a checkout with ``python -m ckpt_events.benchmarks.bench_core`` (``benc
 """
 
 #: Every suite ``ckpt-events bench --only`` runs (``bench_<name>.py`` here, each with ``run(quick)``).
-SUITES = ("core", "sinks", "otlp", "scale", "server", "workers", "report", "watch", "prometheus")
+SUITES = (
+    "core",
+    "sinks",
+    "otlp",
+    "scale",
+    "server",
+    "workers",
+    "report",
+    "watch",
+    "prometheus",
+    "connections",
+)

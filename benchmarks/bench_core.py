@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 
-from ckpt_events import Bus, ErrorCode, Event, Kind, Refused, Telemetry
+from ckpt_events import Bus, Event, Refused, Telemetry
+from ckpt_events.vocab import ErrorCode, Kind
 
 from . import report
 from .allocount import NOTHING, AllocCounterUnavailable, calls_per_run

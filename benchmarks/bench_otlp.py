@@ -224,7 +224,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             ("spans to rotel: us per span, ours", wire["us_per_span_ours"], "", None),
             ("spans to rotel: us per span, SDK", wire["us_per_span_sdk"], "peer", None),
         ]
-    if paced is not None:
+    else:
+        why = rotel.why_missing()
+        rows.append((f"spans to rotel: emit + OtlpSpanSink / SDK, CPU ({why})", None, "<= 0.1", None))
+    if paced is None:
+        why = rotel.why_missing()
+        rows.append((f"paced commits to rotel: prompt / batch schedule ({why})", None, "<= 1.25", None))
+    else:
         rows += [
             (
                 "paced commits to rotel: CPU per span, prompt export / batch schedule alone",

@@ -26,11 +26,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from ckpt_events import PREPARE_ORDER, Kind, Telemetry
+from ckpt_events import Telemetry
 from ckpt_events.participants.cli.run_logs import LogProblems, merged_events
 from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.participants.kinds import PREPARE_ORDER
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Kind
 
 __all__ = ["run"]
 
@@ -41,7 +43,7 @@ TARGET_OVERVIEW_S = 10.0
 async def _one_checkpoint() -> list[Any]:
     async with capture_events() as (bus, events):
         ctl = Telemetry(bus, kind="controller", instance="coordination")
-        who = {kind: Telemetry(bus, kind=kind, instance=f"{kind.value}-0") for kind in PREPARE_ORDER}
+        who = {kind: Telemetry(bus, kind=kind, instance=f"{kind}-0") for kind in PREPARE_ORDER}
         with ctl.collection("checkpoint", checkpoint_id="c") as coll:
             with ctl.coordinate("prepare", checkpoint_id="c", parent=coll) as coord:
                 for kind in PREPARE_ORDER:
@@ -80,8 +82,8 @@ def _write_run(folder: Path, checkpoints: int) -> int:
                 if getattr(e, name, None) is not None:
                     changes[name] = getattr(e, name) + shift
             batch.append(replace(e, **changes))
-        controller.handle([e for e in batch if e.kind is Kind.CONTROLLER])
-        participants.handle([e for e in batch if e.kind is not Kind.CONTROLLER])
+        controller.handle([e for e in batch if e.kind == Kind.CONTROLLER])
+        participants.handle([e for e in batch if e.kind != Kind.CONTROLLER])
         lines += len(batch)
     controller.close()
     participants.close()

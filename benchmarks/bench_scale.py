@@ -37,7 +37,7 @@ import anyio
 import httpx
 import msgspec
 
-from ckpt_events import Bus, Kind, Telemetry
+from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.controller.coordinator import Coordinator, Member
 from ckpt_events.participants.protocol import (
@@ -48,6 +48,7 @@ from ckpt_events.participants.protocol import (
     PrepareRequest,
 )
 from ckpt_events.participants.workloads.registry import KINDS
+from ckpt_events.vocab import Kind
 
 from . import report
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -26,6 +27,7 @@ from typing import Any
 
 from . import nemo_lens_row, report, rotel
 from .server_app import VARIANTS
+from .spread import Ratio
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "server.json"
 _BODY = b"x" * 2048
@@ -126,6 +128,16 @@ def _one(
     return (after - before) / done * 1e6
 
 
+def _skipped(collector: str | None) -> dict[str, str]:
+    """The variants that cannot run here, each with why and how to get what it needs."""
+    skipped: dict[str, str] = {}
+    if collector is None:
+        skipped["otlp"] = skipped["sdk"] = rotel.why_missing()
+    elif importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
+        skipped["sdk"] = "skipped: needs OpenTelemetry's OTLP exporter (pip install 'ckpt-events[otel]')"
+    return skipped
+
+
 def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, Any]:
     """All variants, rounds rotated; returns the figures and the ratio table's rows.
 
@@ -140,7 +152,9 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         os.sched_setaffinity(0, {cores[1]})
     try:
         with rotel.collector() as collector:
-            variants = [v for v in VARIANTS if collector or v not in ("otlp", "sdk")]
+            # A variant that cannot run keeps its rows, saying why and how (never dropped silently).
+            skipped = _skipped(collector)
+            variants = [v for v in VARIANTS if v not in skipped]
             if lens.python and not collector:
                 lens = nemo_lens_row.LensInterpreter(None, skipped="needs the rotel collector")
             if lens.python:
@@ -180,11 +194,16 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         rows.append(nemo_lens_row.skipped_row(lens.skipped))
     else:
         rows.append(nemo_lens_row.same_interpreter_row(per, lens.runtime))
+    for variant, why in skipped.items():
+        rows.append((f"server CPU/request: {names[variant]} / uninstrumented ({why})", None, "", None))
     if "otlp" in us and "sdk" in us:
-        added = statistics.median(
-            (o - b) / (s - b) for o, s, b in zip(per["otlp"], per["sdk"], base_rounds, strict=True)
+        added = Ratio(
+            [(o - b) / (s - b) for o, s, b in zip(per["otlp"], per["sdk"], base_rounds, strict=True)]
         )
         rows.append(("server: added CPU/request, ours (OTLP) / the SDK's", added, "<= 0.15", added <= 0.15))
+    else:
+        why = skipped.get("otlp") or skipped["sdk"]
+        rows.append((f"server: added CPU/request, ours (OTLP) / the SDK's ({why})", None, "<= 0.15", None))
     for variant in variants:
         rows.append((f"server: us CPU/request, {names[variant]}", us[variant], "", None))
     return {
@@ -194,6 +213,8 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         "rounds": rounds,
         "pinned": cores is not None,
         "nemo_lens": {"python": lens.python, "runtime": lens.runtime, "skipped": lens.skipped},
+        "skipped": skipped,
+        "ratio_spread": {v: ratio.figures() for v, ratio in paired.items()},
         "us_per_request": us,
         "paired_ratio_to_uninstrumented": paired,
         "rounds_us": per,

@@ -41,15 +41,10 @@ from opentelemetry.sdk.trace.export import (
 
 from ckpt_events import (
     Bus,
-    Disposition,
-    ErrorCode,
     Event,
     GenerationCut,
-    Kind,
-    Operation,
     OperationFinished,
     Refused,
-    Step,
     StepFinished,
     Telemetry,
     new_span_id,
@@ -57,6 +52,7 @@ from ckpt_events import (
 )
 from ckpt_events.sinks.jsonl import JsonLinesSink
 from ckpt_events.sinks.otel import MetricSink, SpanSink
+from ckpt_events.vocab import Disposition, ErrorCode, Kind, Operation, Step
 
 from . import python_floor, report
 
@@ -217,10 +213,10 @@ def _direct_metrics(meter: Any, events: list[Event]) -> None:
         if isinstance(e, OperationFinished):
             duration.record(
                 (e.end_ns - e.start_ns) / 1e6,
-                {P + "operation": e.operation.value, P + "participant_kind": e.kind.value, "outcome": "ok"},
+                {P + "operation": e.operation.value, P + "participant_kind": str(e.kind), "outcome": "ok"},
             )
             if e.records is not None:
-                attrs = {P + "operation": e.operation.value, P + "participant_kind": e.kind.value}
+                attrs = {P + "operation": e.operation.value, P + "participant_kind": str(e.kind)}
                 records.add(e.records, attrs)
                 size.add(e.bytes or 0, attrs)
         elif isinstance(e, Refused):

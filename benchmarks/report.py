@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from .spread import Ratio
 
 Row = Sequence[Any]  # (what, value, target, met: bool | None)
 
@@ -17,6 +18,8 @@ Row = Sequence[Any]  # (what, value, target, met: bool | None)
 def _fmt(value: object) -> str:
     if value is None:
         return "n/a"
+    if isinstance(value, Ratio):
+        return str(value)  # its spread, or "no measurable difference"
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
@@ -47,10 +50,11 @@ def markdown_table(rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
-def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> float:
-    """The median over rounds of ``values[r] / baseline[r]``: measured back to back in each
-    round, so a drift in the machine's speed between rounds cancels out of every pair."""
-    return statistics.median(x / b for x, b in zip(values, baseline, strict=True))
+def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> Ratio:
+    """The median over rounds of ``values[r] / baseline[r]``, with its spread (a ``Ratio``, a
+    float): measured back to back in each round, so a drift in the machine's speed between
+    rounds cancels out of every pair."""
+    return Ratio.paired(values, baseline)
 
 
 def write_json(path: Path, figures: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Start the ``rotel-agent`` OTLP collector (from the ``rotel`` package) on loopback, for benchmarks.
 
 ``collector()`` yields the OTLP/HTTP base URL of an agent with a blackhole exporter (it
-receives, decodes and discards), or ``None`` when the binary is not installed.
+receives, decodes and discards), or ``None`` when the binary is not installed
+(``why_missing()`` says why, and how to get it, for a row that is skipped).
 """
 
 from __future__ import annotations
@@ -14,14 +15,33 @@ import subprocess
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Final
 
-__all__ = ["agent_binary", "agent_command", "agent_env", "collector", "free_port"]
+__all__ = [
+    "ENV_BINARY",
+    "HOW",
+    "agent_binary",
+    "agent_command",
+    "agent_env",
+    "collector",
+    "free_port",
+    "why_missing",
+]
+
+#: A ``rotel-agent`` executable to use instead of the ``rotel`` package's.
+ENV_BINARY: Final = "CKPT_EVENTS_BENCH_ROTEL"
+#: How to get the collector (it ships in the ``rotel`` package, part of the ``[dev]`` extra).
+HOW: Final = "pip install rotel, or 'ckpt-events[dev]'"
 
 
-def agent_binary() -> Path | None:
-    """The ``rotel-agent`` executable shipped in the ``rotel`` package, if installed."""
+def agent_binary(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The ``rotel-agent`` executable: ``$CKPT_EVENTS_BENCH_ROTEL`` when set (``None`` if that is
+    no file), else the one shipped in the ``rotel`` package, if installed."""
+    chosen = (os.environ if environ is None else environ).get(ENV_BINARY)
+    if chosen:
+        return Path(chosen) if Path(chosen).is_file() else None
     spec = importlib.util.find_spec("rotel")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -30,6 +50,14 @@ def agent_binary() -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def why_missing(environ: Mapping[str, str] | None = None) -> str:
+    """Why ``agent_binary()`` found none and how to get one: a skipped row's text."""
+    chosen = (os.environ if environ is None else environ).get(ENV_BINARY)
+    if chosen:
+        return f"skipped: ${ENV_BINARY}={chosen} is not a file ({HOW})"
+    return f"skipped: the rotel OTLP collector is not installed ({HOW})"
 
 
 def agent_command(

@@ -8,7 +8,7 @@ module reads in one sitting.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from ckpt_events._events import (
     CollectionFinished,
@@ -20,14 +20,12 @@ from ckpt_events._events import (
 )
 from ckpt_events._frozen_attrs import FrozenAttributes
 from ckpt_events._span_base import _OK, _bad, _error_fields, _SpanBase
-from ckpt_events._vocab import CollectionAction, Kind, Operation, coerce
+from ckpt_events._vocab import KIND_NAMES, CollectionAction, Kind, Operation, kind_name
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
 __all__ = ["CollectionSpan", "CoordinateSpan", "StageSpan"]
-
-_KINDS: Final = {k.value: k for k in Kind}
 
 
 class _Span(_SpanBase):
@@ -73,7 +71,7 @@ class StageSpan(_Span):
 
     __slots__ = ("_participants", "stage")
 
-    def __init__(self, parent: CoordinateSpan, stage: Kind) -> None:
+    def __init__(self, parent: CoordinateSpan, stage: str) -> None:
         # Identity inline, not through _identify(): this runs once per span on the request path.
         self._tel = parent._tel
         self.checkpoint_id = parent.checkpoint_id
@@ -160,7 +158,7 @@ class CoordinateSpan(_Span):
         self._episodes = None
         self._rollouts = None
         self._prepared: bool | None = None
-        self._stopped_at: Kind | None = None
+        self._stopped_at: str | None = None
 
     def __enter__(self) -> CoordinateSpan:
         if self._attributes.__class__ is FrozenAttributes:
@@ -207,12 +205,12 @@ class CoordinateSpan(_Span):
             )
 
     def stage(self, stage: Kind | str) -> StageSpan:
-        """A child span for one prepare stage (a participant kind)."""
+        """A child span for one prepare stage: a participant kind (any valid name, as ``Telemetry``'s)."""
         try:
-            member = _KINDS[stage]
+            name = KIND_NAMES[stage]
         except (KeyError, TypeError):
-            member = coerce(Kind, stage)
-        return StageSpan(self, member)
+            name = kind_name(stage)
+        return StageSpan(self, name)
 
     def set(
         self,
@@ -239,7 +237,7 @@ class CoordinateSpan(_Span):
         if prepared is not None:
             self._prepared = bool(prepared)
         if stopped_at is not None:
-            self._stopped_at = coerce(Kind, stopped_at)
+            self._stopped_at = kind_name(stopped_at)
 
 
 class CollectionSpan(_Span):

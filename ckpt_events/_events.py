@@ -29,12 +29,10 @@ from ckpt_events._vocab import (
     CollectionAction,
     Disposition,
     ErrorCode,
-    Kind,
     Operation,
     Outcome,
     Phase,
     SpanKind,
-    Step,
 )
 
 __all__ = [
@@ -74,7 +72,9 @@ class Event(msgspec.Struct, frozen=True, tag_field="type", gc=False):
     """Who reported an event. Every concrete event also has ``checkpoint_id: str | None`` and,
     last, ``worker: int | None`` (the worker process of a multi-worker participant)."""
 
-    kind: Kind
+    #: A participant kind: a ``Kind`` constant's value or a user's own (``"judge"``); an event
+    #: read back from a log holds a plain ``str``, so compare with ``==``.
+    kind: str
     instance: str
 
 
@@ -135,7 +135,7 @@ class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finishe
 class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):
     """A step began under an operation span (its ``parent_span_id``)."""
 
-    step: Step
+    step: str
     checkpoint_id: str | None = None
     parent_span_id: int | None = None
     parent_remote: bool = False
@@ -146,7 +146,7 @@ class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):
 class StepFinished(_Finished, frozen=True, gc=False, tag="step_finished"):
     """A step finished; ``calls`` and ``cut_*`` belong to ``generation_cut``."""
 
-    step: Step
+    step: str
     checkpoint_id: str | None = None
     parent_span_id: int | None = None
     parent_remote: bool = False
@@ -188,7 +188,7 @@ class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finis
     attributes: dict[str, AttributeValue] | None = None
     participants: int | None = None
     prepared: bool | None = None
-    stopped_at: Kind | None = None
+    stopped_at: str | None = None
     episodes: int | None = None
     rollouts: int | None = None
     worker: int | None = None
@@ -197,7 +197,7 @@ class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finis
 class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):
     """One prepare stage began (``gym.checkpoint.coordinate.prepare.<stage>``)."""
 
-    stage: Kind
+    stage: str
     checkpoint_id: str | None = None
     parent_span_id: int | None = None
     parent_remote: bool = False
@@ -208,7 +208,7 @@ class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):
 class StageFinished(_Finished, frozen=True, gc=False, tag="stage_finished"):
     """One prepare stage finished, also for a stage with no members."""
 
-    stage: Kind
+    stage: str
     checkpoint_id: str | None = None
     parent_span_id: int | None = None
     parent_remote: bool = False

@@ -9,6 +9,7 @@ stack). This module imports nothing of ours, and nothing that is not already loa
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,21 +17,38 @@ __all__ = ["lazy_attributes"]
 
 
 def lazy_attributes(
-    package: str, homes: Mapping[str, str], namespace: dict[str, Any]
+    package: str,
+    homes: Mapping[str, str],
+    namespace: dict[str, Any],
+    *,
+    moved: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``, whose globals are ``namespace``.
 
-    ``homes`` maps each public name to the module that defines it. The first read of a name
-    imports its module and stores the name in ``namespace``, so later reads are plain module
-    attributes; a name not in ``homes`` is an ``AttributeError`` naming it (``hasattr`` works).
-    ``__dir__`` lists the public names, loaded or not.
+    ``homes`` maps each public name to the module that defines it (a submodule of
+    ``package`` maps its own name to itself: the module is the value). The first read of a
+    name imports its module and stores the name in ``namespace``, so later reads are plain
+    module attributes; a name not in ``homes`` is an ``AttributeError`` naming it (``hasattr``
+    works). ``moved`` maps deprecated names to their new public home: each read warns
+    (``DeprecationWarning`` naming the new home) and is never stored, so every use warns.
+    ``__dir__`` lists the public names, loaded or not (not the moved ones).
     """
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)
         if home is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
+            new_home = moved.get(name) if moved is not None else None
+            if new_home is None:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            warnings.warn(
+                f"{package}.{name} moved to {new_home}.{name}; import it from there "
+                f"(the old name goes away in the next release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(new_home), name)
+        module = importlib.import_module(home)
+        value = module if home == f"{package}.{name}" else getattr(module, name)
         namespace[name] = value
         return value
 

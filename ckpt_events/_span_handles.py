@@ -27,14 +27,13 @@ from ckpt_events._errors import argument_error
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._span_base import _OK, _bad, _error_fields, _SpanBase
-from ckpt_events._vocab import Operation, Outcome, Phase, Step, coerce
+from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
 __all__ = ["OperationSpan", "StepSpan"]
 
-_STEPS: Final = {s.value: s for s in Step}
 _PHASES: Final = {p.value: p for p in Phase}
 
 
@@ -55,12 +54,12 @@ class _Queued:
 
 
 class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
-    """A step (``wait_ready``, ``export``, ...) inside an operation span."""
+    """A step (``wait_ready``, ``export``, a user's ``upload``, ...) inside an operation span."""
 
     # Fields in the order Telemetry builds them (positional), then what __enter__,
     # __exit__ and set() fill in. Underscored: not part of the public API.
     _tel: Telemetry
-    step: Step
+    step: str
     checkpoint_id: str | None
     trace_id: int
     span_id: int
@@ -269,17 +268,18 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         return event
 
     def step(self, step: Step | str) -> StepSpan:
-        """A child span for one step of this operation."""
+        """A child span for one step of this operation: a ``Step`` or any name of
+        ``ckpt_events.vocab.NAME_RULE``'s shape (else ``InvalidValueError``/``InvalidTypeError``)."""
         tel = self._tel
         if not tel._step_on:
             return tel._no_step(step)
         try:
-            member = _STEPS[step]
+            name = STEP_NAMES[step]
         except (KeyError, TypeError):
-            member = coerce(Step, step)  # raises UnknownNameError naming the valid steps
+            name = step_name(step)  # raises naming the rule
         return StepSpan(  # positional, in field order
             tel,
-            member,
+            name,
             self.checkpoint_id,
             self.trace_id,
             tel._random(64) or tel._random(64) or 1,  # a zero span id is invalid in W3C

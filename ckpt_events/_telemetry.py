@@ -7,7 +7,6 @@ flags it checks are plain attributes, recomputed by the bus on subscribe and uns
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from time import time_ns
@@ -38,6 +37,8 @@ from ckpt_events._span_base import _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
+    SAFE_NAME,
+    STEP_NAMES,
     CollectionAction,
     Disposition,
     ErrorCode,
@@ -47,16 +48,14 @@ from ckpt_events._vocab import (
     Step,
     check_name,
     coerce,
+    kind_name,
+    step_name,
 )
 
-__all__ = ["SAFE_NAME", "Telemetry"]
-
-#: The pattern of checkpoint ids, rollout ids and instance names (also safe as a path part).
-SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+__all__ = ["Telemetry"]
 
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
 _OPERATION_MEMBERS: Final = {o.value: o for o in Operation}
-_STEPS: Final = frozenset(s.value for s in Step)
 _CODES: Final = frozenset(c.value for c in ErrorCode)
 _PHASES: Final = frozenset(p.value for p in Phase)
 _DISPOSITIONS: Final = frozenset(d.value for d in Disposition)
@@ -86,6 +85,9 @@ def _inherited(parent: _SpanBase | None) -> str | None:
 
 class Telemetry:
     """Emits the checkpoint events of one participant (``kind``, ``instance``) onto ``bus``.
+
+    ``kind`` is any name of ``ckpt_events.vocab.NAME_RULE``'s shape (``"judge"``), or a
+    ``Kind`` constant; ``.kind`` holds the ``Kind`` member for a constant, else the ``str``.
 
     ``bus=None`` gives a Telemetry that is always off. ``sample_ratio`` is the share of
     traces *started here* that are sampled; a trace continued from an incoming
@@ -143,7 +145,7 @@ class Telemetry:
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
             raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
-        self.kind = coerce(Kind, kind)
+        self.kind: str = kind_name(kind)
         if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
             raise argument_error(
                 f"instance must be 1-128 characters of [A-Za-z0-9._-] starting with a letter "
@@ -210,7 +212,7 @@ class Telemetry:
         )
 
     def __repr__(self) -> str:
-        return f"Telemetry(kind={self.kind.value!r}, instance={self.instance!r}, enabled={self.enabled})"
+        return f"Telemetry(kind={str(self.kind)!r}, instance={self.instance!r}, enabled={self.enabled})"
 
     # -- spans -----------------------------------------------------------------------------
 
@@ -218,11 +220,11 @@ class Telemetry:
     def _no_step(step: Step | str) -> StepSpan:
         """The do-nothing step for a live operation whose steps no sink wants."""
         try:
-            if step in _STEPS:
+            if step in STEP_NAMES:
                 return NOOP_STEP
         except TypeError:
             pass
-        coerce(Step, step)  # raises UnknownNameError naming the valid steps
+        step_name(step)  # raises InvalidValueError or InvalidTypeError naming the rule
         return NOOP_STEP
 
     def _context(

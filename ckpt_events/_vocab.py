@@ -1,15 +1,20 @@
-"""The closed vocabularies of the checkpoint protocol, and every name built from them.
+"""The vocabularies of the checkpoint protocol, and every name built from them.
 
 Span names, attribute keys and metric instrument names are contracts shared with
 dashboards built for the original system: they are spelled here and nowhere else.
+Operations, phases, outcomes, codes and dispositions are closed (a typo is an
+``UnknownNameError``); participant kinds and steps are the user's, open like OpenTelemetry's
+span names: any name of ``NAME_RULE``'s shape, with the original system's as constants.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Callable
 from typing import Final, NamedTuple, TypeVar
 
-from ckpt_events._errors import UnknownNameError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
 __all__ = [
     "ATTR_PREFIX",
@@ -19,6 +24,7 @@ __all__ = [
     "COORDINATE_END_ATTRS",
     "COORDINATE_SPANS",
     "INSTRUMENTS",
+    "KIND_NAMES",
     "METRIC_BYTES",
     "METRIC_EVENTS",
     "METRIC_LAST_PUBLISHED",
@@ -27,15 +33,15 @@ __all__ = [
     "METRIC_OPEN_OPERATIONS",
     "METRIC_OPERATION_DURATION",
     "METRIC_RECORDS",
+    "NAME_RULE",
     "OPEN_WORK_INSTRUMENTS",
     "OPERATION_END_ATTRS",
     "OPERATION_SPANS",
-    "PREPARE_ORDER",
-    "RESUME_ORDER",
-    "RETIRE_GROUPS",
+    "SAFE_NAME",
     "SPAN_PREFIX",
     "STAGE_SPANS",
     "STEP_END_ATTRS",
+    "STEP_NAMES",
     "STEP_SPANS",
     "Attr",
     "CollectionAction",
@@ -46,6 +52,7 @@ __all__ = [
     "Instrument",
     "InstrumentKind",
     "Kind",
+    "OpenTable",
     "Operation",
     "Outcome",
     "Phase",
@@ -54,12 +61,19 @@ __all__ = [
     "attr",
     "check_name",
     "coerce",
+    "kind_name",
     "span_name",
+    "step_name",
 ]
 
 
 class Kind(enum.StrEnum):
-    """Who reports: the four participant kinds, and the coordinator as ``controller``."""
+    """The original system's participant kinds, and the coordinator as ``controller``.
+
+    Kinds are open: any name of ``NAME_RULE``'s shape is a kind (``Telemetry(bus,
+    kind="judge", ...)``); these are the ones the original system named. Members are ``str``,
+    so compare a kind with ``==``: an event read from a log holds a plain ``str``.
+    """
 
     ENVIRONMENT = "environment"
     MODEL = "model"
@@ -81,7 +95,12 @@ class Operation(enum.StrEnum):
 
 
 class Step(enum.StrEnum):
-    """Children of an operation; each belongs to exactly one operation (``Step.parent``)."""
+    """The original system's steps (children of an operation), each under one operation.
+
+    Steps are open like kinds: ``op.step("upload")`` is a child span ``gym.checkpoint.upload``
+    of whatever operation it runs under. ``Step.X.parent`` is where the original system runs
+    ``X``; a step of the user's has no fixed parent.
+    """
 
     WAIT_READY = "wait_ready"
     GENERATION_CUT = "generation_cut"
@@ -160,7 +179,7 @@ class SpanKind(enum.StrEnum):
 
 
 class ErrorCode(enum.StrEnum):
-    """Protocol error codes; ``ErrorCode.X.http_status`` is the status the protocol replies with."""
+    """Protocol error codes (the HTTP status of each is the harness's rule, not the core's)."""
 
     CHECKPOINT_ERROR = "checkpoint_error"
     STALE_CHECKPOINT = "stale_checkpoint"
@@ -175,24 +194,6 @@ class ErrorCode(enum.StrEnum):
     INVALID_CHECKPOINT_STATE = "invalid_checkpoint_state"
     CHECKPOINT_COORDINATOR_UNAVAILABLE = "checkpoint_coordinator_unavailable"
 
-    @property
-    def http_status(self) -> int:
-        """The HTTP status that goes with this code."""
-        return _HTTP_STATUS.get(self, 409)
-
-
-_HTTP_STATUS: Final = {
-    ErrorCode.ROLLOUT_ID_REQUIRED: 400,
-    ErrorCode.UNAUTHORIZED: 401,
-    ErrorCode.INVALID_CHECKPOINT_STATE: 422,
-    ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE: 503,
-}
-
-#: Participant kinds in prepare order; resume runs the reverse.
-PREPARE_ORDER: Final = (Kind.ENVIRONMENT, Kind.MODEL, Kind.AGENT, Kind.RESOURCES)
-RESUME_ORDER: Final = tuple(reversed(PREPARE_ORDER))
-#: Retire and forget go callers before callees, one group at a time.
-RETIRE_GROUPS: Final = ((Kind.ENVIRONMENT,), (Kind.AGENT,), (Kind.MODEL, Kind.RESOURCES))
 
 #: The coordinator reports as kind ``controller`` with this instance.
 CONTROLLER_INSTANCE: Final = "coordination"
@@ -320,6 +321,53 @@ def check_name(names: frozenset[str], value: object, vocabulary: type[enum.StrEn
     coerce(vocabulary, value)
 
 
+#: The shape of a participant kind or a step name (SPEC section 1): 1 to 64 lowercase letters,
+#: digits, ``_`` and ``-``, starting with a letter or a digit (a kind is also a command-line
+#: argument and a file name part, where a leading ``-`` would read as an option).
+NAME_RULE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_RULE_TEXT: Final = "1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"
+#: The pattern of checkpoint ids, rollout ids and instance names (also safe as a path part).
+SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+#: Validated kind and step names -> the name events carry (the member, for a constant).
+#: Seeded with the constants; a user's names join on first use (up to ``_REMEMBERED``), so
+#: a hot path checks a name it has seen with one dict lookup, and never builds anything.
+KIND_NAMES: Final[dict[object, str]] = {k.value: k for k in Kind}
+STEP_NAMES: Final[dict[object, str]] = {s.value: s for s in Step}
+_REMEMBERED: Final = 1024
+
+
+def kind_name(value: object) -> str:
+    """``value`` as a participant kind: the ``Kind`` member for a constant, else a plain ``str``.
+
+    Raises ``InvalidTypeError`` unless ``value`` is a ``str``, ``InvalidValueError`` unless it
+    has ``NAME_RULE``'s shape; both messages name the value and the rule.
+    """
+    try:
+        return KIND_NAMES[value]
+    except (KeyError, TypeError):
+        return _learn("participant kind", value, KIND_NAMES)
+
+
+def step_name(value: object) -> str:
+    """``value`` as a step: the ``Step`` member for a constant, else a plain ``str`` (as ``kind_name``)."""
+    try:
+        return STEP_NAMES[value]
+    except (KeyError, TypeError):
+        return _learn("step", value, STEP_NAMES)
+
+
+def _learn(what: str, value: object, names: dict[object, str]) -> str:
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"a {what} must be a str ({_RULE_TEXT}), not {value!r}")
+    if NAME_RULE.fullmatch(value) is None:
+        raise InvalidValueError(f"invalid {what} {value!r}: a {what} is {_RULE_TEXT}")
+    name = str(value)  # a user's own StrEnum member goes out as its value
+    if len(names) < _REMEMBERED:
+        names[name] = name
+    return name
+
+
 _WHAT: Final[dict[type[enum.StrEnum], str]] = {
     Kind: "participant kind",
     Operation: "operation",
@@ -366,6 +414,9 @@ class Attr:
     LOOP_LAG_MS: Final = attr("loop_lag_ms")
     #: The worker process of a multi-worker participant (spans and JSON lines only, never metrics).
     WORKER: Final = attr("worker")
+    #: A span closed by a reader, not by its process: open at the end of its process's log (a
+    #: crash), ended at that process's last event with status ERROR (as nemo-lens marks them).
+    TRUNCATED: Final = attr("truncated")
     # Metric point attributes.
     OPERATION: Final = attr("operation")
     EVENT: Final = attr("event")
@@ -375,13 +426,38 @@ class Attr:
     METRIC_OUTCOME: Final = "outcome"
 
 
+V = TypeVar("V")
+
+
+class OpenTable(dict[str, V]):
+    """A table keyed by kind or step: the constants' entries, and ``table[name]`` for any other
+    name answered by the table's rule (``default(name)``), built on each lookup, never stored.
+
+    ``in``, ``get``, iteration and ``len`` see the constants' entries only.
+    """
+
+    __slots__ = ("_default",)
+
+    def __init__(self, entries: dict[str, V], default: Callable[[str], V]) -> None:
+        super().__init__(entries)
+        self._default = default
+
+    def __missing__(self, key: str) -> V:
+        return self._default(key)
+
+
 #: One span per operation, except ``renew``, which has none.
 OPERATION_SPANS: Final[dict[Operation, str]] = {
     op: span_name(op.value) for op in Operation if op is not Operation.RENEW
 }
-STEP_SPANS: Final[dict[Step, str]] = {step: span_name(step.value) for step in Step}
+#: A step's span, ``gym.checkpoint.<step>`` (a user's step too), a child of its operation's.
+STEP_SPANS: Final[OpenTable[str]] = OpenTable({step: span_name(step) for step in Step}, span_name)
 COORDINATE_SPANS: Final[dict[Operation, str]] = {op: span_name("coordinate", op.value) for op in Operation}
-STAGE_SPANS: Final[dict[Kind, str]] = {kind: span_name("coordinate", "prepare", kind.value) for kind in Kind}
+#: A prepare stage's span, ``gym.checkpoint.coordinate.prepare.<kind>`` (a user's kind too).
+STAGE_SPANS: Final[OpenTable[str]] = OpenTable(
+    {kind: span_name("coordinate", "prepare", kind) for kind in Kind},
+    lambda kind: span_name("coordinate", "prepare", kind),
+)
 COLLECTION_SPANS: Final[dict[CollectionAction, str]] = {
     action: span_name("collection", action.value) for action in CollectionAction
 }
@@ -407,18 +483,24 @@ COORDINATE_END_ATTRS: Final[dict[Operation, FieldAttrs]] = {
     Operation.RESUME: (),
     Operation.RENEW: (),
 }
-STEP_END_ATTRS: Final[dict[Step, FieldAttrs]] = {
-    Step.WAIT_READY: (),
-    Step.EXPORT: (("records", Attr.RECORDS),),
-    Step.WRITE: (("records", Attr.RECORDS), ("bytes", Attr.BYTES)),
-    Step.READ: (("records", Attr.RECORDS), ("bytes", Attr.BYTES)),
-    Step.INSTALL: (("records", Attr.RECORDS),),
-    Step.GENERATION_CUT: (
-        ("calls", Attr.CALLS),
-        ("cut_durable_prefix", Attr.CUT_DURABLE_PREFIX),
-        ("cut_durable_failure", Attr.CUT_DURABLE_FAILURE),
-    ),
-}
+#: A user's step carries ``records`` and ``bytes`` when set (``StepSpan.set``); ``calls`` and
+#: ``cut_*`` belong to ``generation_cut`` and stay off every other step's span.
+_USER_STEP_ATTRS: Final[FieldAttrs] = (("records", Attr.RECORDS), ("bytes", Attr.BYTES))
+STEP_END_ATTRS: Final[OpenTable[FieldAttrs]] = OpenTable(
+    {
+        Step.WAIT_READY: (),
+        Step.EXPORT: (("records", Attr.RECORDS),),
+        Step.WRITE: (("records", Attr.RECORDS), ("bytes", Attr.BYTES)),
+        Step.READ: (("records", Attr.RECORDS), ("bytes", Attr.BYTES)),
+        Step.INSTALL: (("records", Attr.RECORDS),),
+        Step.GENERATION_CUT: (
+            ("calls", Attr.CALLS),
+            ("cut_durable_prefix", Attr.CUT_DURABLE_PREFIX),
+            ("cut_durable_failure", Attr.CUT_DURABLE_FAILURE),
+        ),
+    },
+    lambda step: _USER_STEP_ATTRS,
+)
 COLLECTION_END_ATTRS: Final[dict[CollectionAction, FieldAttrs]] = {
     CollectionAction.CHECKPOINT: (
         ("in_flight", Attr.IN_FLIGHT),

@@ -1,4 +1,4 @@
-"""Injected failures: the three a checkpoint fleet meets, made to happen for real on demand.
+"""Injected failures: the four a checkpoint fleet meets, made to happen for real on demand.
 
 Set ``CKPT_EVENTS_FAULT`` (read here and nowhere else; nothing is injected without it):
 
@@ -10,6 +10,9 @@ Set ``CKPT_EVENTS_FAULT`` (read here and nowhere else; nothing is injected witho
   the checkpoint aborts. Once per coordinator.
 - ``slow-restore:INSTANCE[:SECONDS]``: that participant's checkpoint read sleeps ``SECONDS``
   (0.05) per record, so the restore waits on its read.
+- ``slow:INSTANCE[:FACTOR]``: that participant's commit ``write`` step takes ``FACTOR`` (5)
+  times as long as it did (it sleeps the difference once the write is done), at every
+  checkpoint: one server consistently slower than its peers of the same kind, a straggler.
 
 ``ckpt-events demo --fault`` sets it for its servers (in-process ones and processes alike).
 """
@@ -37,12 +40,16 @@ __all__ = [
     "hold_one_step",
     "parse_fault",
     "read_pause",
+    "slow_down",
     "stall_before_commit",
+    "write_factor",
 ]
 
 FAULT_ENV: Final = "CKPT_EVENTS_FAULT"
-FAULT_MODES: Final = ("stall", "lease", "slow-restore")
+FAULT_MODES: Final = ("stall", "lease", "slow-restore", "slow")
 _DEFAULT_SECONDS: Final = {"lease": 3.0, "slow-restore": 0.05}
+_DEFAULT_FACTOR: Final = {"slow": 5.0}
+_WITH_INSTANCE: Final = ("stall", "slow-restore", "slow")
 #: The longest a stalled step is held, whatever happens to the checkpoint it blocks.
 _HOLD_LIMIT: Final = 60.0
 #: The coordinators that took their lease stall already.
@@ -51,11 +58,13 @@ _stalled: weakref.WeakSet[object] = weakref.WeakSet()
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected failure: its mode, the participant instance it hits, and its seconds."""
+    """One injected failure: its mode, the participant instance it hits, its seconds (``lease``,
+    ``slow-restore``) or its factor (``slow``)."""
 
     mode: str
     instance: str | None = None
     seconds: float = 0.0
+    factor: float = 1.0
 
     def hits(self, mode: str, instance: str | None = None) -> bool:
         return self.mode == mode and (instance is None or self.instance == instance)
@@ -64,34 +73,42 @@ class Fault:
         parts = [self.mode, *([self.instance] if self.instance else [])]
         if self.mode in _DEFAULT_SECONDS:
             parts.append(f"{self.seconds:g}")
+        if self.mode in _DEFAULT_FACTOR:
+            parts.append(f"{self.factor:g}")
         return ":".join(parts)
 
 
 def parse_fault(value: str) -> Fault:
-    """``stall:INSTANCE``, ``lease[:SECONDS]`` or ``slow-restore:INSTANCE[:SECONDS]``."""
+    """``stall:INSTANCE``, ``lease[:SECONDS]``, ``slow-restore:INSTANCE[:SECONDS]`` or
+    ``slow:INSTANCE[:FACTOR]`` (a factor above 1)."""
     mode, *rest = value.strip().split(":")
     usage = (
-        f"{FAULT_ENV}={value!r} is not a fault: use stall:INSTANCE, lease[:SECONDS] "
-        "or slow-restore:INSTANCE[:SECONDS]"
+        f"{FAULT_ENV}={value!r} is not a fault: use stall:INSTANCE, lease[:SECONDS], "
+        "slow-restore:INSTANCE[:SECONDS] or slow:INSTANCE[:FACTOR]"
     )
     instance = None
-    if mode in ("stall", "slow-restore"):
+    if mode in _WITH_INSTANCE:
         if not rest or not rest[0]:
             raise ConfigurationError(usage)
         instance, *rest = rest
     elif mode != "lease":
         raise ConfigurationError(usage)
-    if len(rest) > (1 if mode in _DEFAULT_SECONDS else 0):
+    if len(rest) > (1 if mode in _DEFAULT_SECONDS or mode in _DEFAULT_FACTOR else 0):
         raise ConfigurationError(usage)
     seconds = _DEFAULT_SECONDS.get(mode, 0.0)
+    factor = _DEFAULT_FACTOR.get(mode, 1.0)
     if rest:
         try:
-            seconds = float(rest[0])
+            number = float(rest[0])
         except ValueError:
             raise ConfigurationError(usage) from None
-        if not math.isfinite(seconds) or seconds <= 0:
+        if not math.isfinite(number) or number <= (1 if mode in _DEFAULT_FACTOR else 0):
             raise ConfigurationError(usage)
-    return Fault(mode, instance, seconds)
+        if mode in _DEFAULT_FACTOR:
+            factor = number
+        else:
+            seconds = number
+    return Fault(mode, instance, seconds, factor)
 
 
 def active_fault(environ: Mapping[str, str] | None = None) -> Fault | None:
@@ -132,6 +149,20 @@ def read_pause(instance: str) -> Callable[[int], None] | None:
         return None
     seconds = fault.seconds
     return lambda records: time.sleep(seconds * records)
+
+
+def write_factor(instance: str) -> float:
+    """With ``slow:<instance>``: how many times as long that participant's commit write takes
+    (read once, when its server is built); otherwise 1."""
+    fault = active_fault()
+    return fault.factor if fault is not None and fault.hits("slow", instance) else 1.0
+
+
+async def slow_down(factor: float, started: float) -> None:
+    """Sleep so that what began at ``started`` (``time.monotonic()``) takes ``factor`` times as
+    long as it has so far; with ``factor`` 1 (no fault), return at once."""
+    if factor > 1.0:
+        await anyio.sleep((factor - 1.0) * (time.monotonic() - started))
 
 
 async def stall_before_commit(coordinator: object) -> None:

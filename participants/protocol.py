@@ -16,8 +16,9 @@ from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
-from ckpt_events import InvalidValueError, Phase
+from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal
+from ckpt_events.vocab import Phase
 
 __all__ = [
     "CONTROL_PREFIX",

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias
 import anyio
 import anyio.to_thread
 
-from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription, resolve_span_groups
+from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER, StallWatch
+from ckpt_events.vocab import resolve_span_groups
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -41,6 +42,8 @@ __all__ = ["Configured", "configure"]
 ENV_METRIC_INTERVAL: Final = "OTEL_METRIC_EXPORT_INTERVAL"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
+#: The off switch: ``true`` subscribes nothing, whatever the arguments and other variables.
+ENV_DISABLED: Final = "CKPT_EVENTS_DISABLED"
 
 DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
@@ -164,10 +167,13 @@ def configure(
 
     ``environ`` (default ``os.environ``) is the only mapping read. With nothing set, or with
     ``OTEL_SDK_DISABLED=true`` (OpenTelemetry off; JSON lines still honoured), nothing
-    OpenTelemetry is subscribed. A bad value raises ``ConfigurationError`` naming the
+    OpenTelemetry is subscribed. ``CKPT_EVENTS_DISABLED=true`` subscribes nothing at all, the
+    arguments included: the emit sites stay on the no-op path without a change to the code. A bad value raises ``ConfigurationError`` naming the
     argument or variable and what is valid.
     """
     env = os.environ if environ is None else environ
+    if _switched_off(env):
+        return Configured(bus)
     if otlp_endpoint is not None and not isinstance(otlp_endpoint, str):
         raise ConfigurationError(f"otlp_endpoint must be a URL string, not {otlp_endpoint!r}")
     settings = read_otel_env(env, otlp_endpoint=otlp_endpoint)
@@ -281,6 +287,13 @@ def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:
     if not after > 0 or after == float("inf"):
         raise ConfigurationError(f"{ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
     return StallWatch(after, bus=bus)
+
+
+def _switched_off(env: Mapping[str, str]) -> bool:
+    raw = env.get(ENV_DISABLED, "").strip().lower()
+    if raw not in ("", "true", "false"):
+        raise ConfigurationError(f"{ENV_DISABLED}={env[ENV_DISABLED]!r}: use true or false")
+    return raw == "true"
 
 
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:

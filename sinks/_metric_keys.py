@@ -10,21 +10,18 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ckpt_events import (
-    Attr,
     CollectionFinished,
     CoordinateFinished,
     CoordinateStarted,
-    CountedEvent,
     GenerationCut,
-    Kind,
     LeaseExpired,
-    Operation,
     OperationFinished,
     OperationStarted,
     PrepareNotReady,
     Refused,
     Stalled,
 )
+from ckpt_events.vocab import Attr, CountedEvent, Kind, Operation
 
 __all__ = [
     "CONTROLLER",

@@ -14,16 +14,14 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import (
-    OPEN_WORK_INSTRUMENTS,
-    CollectionAction,
     CollectionFinished,
     CoordinateFinished,
     CoordinateStarted,
     OperationFinished,
     OperationStarted,
-    Outcome,
 )
 from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, CollectionAction, Outcome
 
 __all__ = ["GAUGES", "MAX_OPEN", "OPEN_COUNTER", "OpenWork", "OpenWorkSnapshot"]
 

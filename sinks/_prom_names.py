@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ckpt_events import InstrumentKind
+from ckpt_events.vocab import InstrumentKind
 
 __all__ = ["label_name", "metric_name", "prometheus_type", "unit_word"]
 

@@ -7,9 +7,18 @@ values), taken from the tables in ``ckpt_events``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from ckpt_events import (
+    CollectionFinished,
+    CoordinateFinished,
+    OperationFinished,
+    Redactor,
+    StageFinished,
+    StepFinished,
+)
+from ckpt_events.vocab import (
     COLLECTION_END_ATTRS,
     COLLECTION_SPANS,
     COORDINATE_END_ATTRS,
@@ -20,13 +29,7 @@ from ckpt_events import (
     STEP_END_ATTRS,
     STEP_SPANS,
     Attr,
-    CollectionFinished,
-    CoordinateFinished,
     FieldAttrs,
-    OperationFinished,
-    Redactor,
-    StageFinished,
-    StepFinished,
 )
 
 __all__ = ["FINISHED", "SpanPlan", "plans_by_name", "span_name_and_attributes", "span_plan"]
@@ -69,18 +72,39 @@ _PLANS: Final[dict[type, tuple[str, dict[Any, SpanPlan]]]] = {
 }
 
 
+#: The plan of a step or stage named by the user (a step ``upload``, a kind ``judge``), from
+#: the open tables' rule: ``gym.checkpoint.<step>`` with ``records`` and ``bytes``, and
+#: ``gym.checkpoint.coordinate.prepare.<kind>``. Cached per name (at most ``_LEARNED_MAX``).
+_OPEN_PLANS: Final[dict[type, Callable[[str], SpanPlan]]] = {
+    StepFinished: lambda step: (STEP_SPANS[step], STEP_END_ATTRS[step]),
+    StageFinished: lambda stage: (STAGE_SPANS[stage], _PARTICIPANTS),
+}
+_LEARNED: Final[dict[tuple[type, str], SpanPlan]] = {}
+_LEARNED_MAX: Final = 1024
+
+
 def span_plan(event: Any) -> SpanPlan | None:
     """``(name, fields)`` of ``event``'s span, or ``None`` for an event with no span (renew).
 
     ``fields`` are the ``(event field, attribute)`` pairs, in order: a field holding ``None``
     is left out and a ``str`` subclass (an enum member) goes out as a plain ``str``. A
     ``worker`` and the user's ``attributes`` come on top (``span_name_and_attributes``).
+    A step or stage of the user's own gets the open tables' plan.
     """
-    found = _PLANS.get(event.__class__)
+    cls = event.__class__
+    found = _PLANS.get(cls)
     if found is None:
         return None
     field, plans = found
-    return plans.get(getattr(event, field))
+    value = getattr(event, field)
+    plan = plans.get(value)
+    if plan is None and cls in _OPEN_PLANS:
+        plan = _LEARNED.get((cls, value))
+        if plan is None:
+            plan = _OPEN_PLANS[cls](value)
+            if len(_LEARNED) < _LEARNED_MAX:
+                _LEARNED[cls, value] = plan
+    return plan
 
 
 def plans_by_name() -> dict[str, tuple[type, str, Any, FieldAttrs]]:

@@ -9,10 +9,12 @@ scrape time only, in the Prometheus text format or, when the scraper asks for
 histogram bucket. Names and labels are the Collector's Prometheus exporter's
 (``ckpt_events.sinks._prom_names``). ``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
 
-The server is a thread per scrape, at most ``max_concurrent`` at once (more are answered
-``503`` and closed by the accepting thread), each with a socket ``timeout`` so a slow reader
-is cut off; it never touches the event loop, and reads the totals under the sink's lock only
-for the copy (microseconds for the few hundred series a fleet has).
+The server (``_scrape_server``) reads request heads on one thread and gives a connection a
+thread only once its head is complete, at most ``max_concurrent`` at once (more are answered
+``503``): a head must arrive within ``header_timeout`` and the whole request end within
+``timeout``, so slow or idle peers cannot hold the scrape's slots. It never touches the event
+loop, and reads the totals under the sink's lock only for the copy (microseconds for the few
+hundred series a fleet has).
 """
 
 from __future__ import annotations
@@ -20,16 +22,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from ckpt_events import OPEN_WORK_INSTRUMENTS, ConfigurationError, Instrument
+from ckpt_events import ConfigurationError
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._open_work import OpenWorkSnapshot
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
+from ckpt_events.sinks._scrape_server import ScrapeServer
 from ckpt_events.sinks.otlp._http import BUS_LINGER
 from ckpt_events.sinks.otlp._metric_aggregation import (
     COUNTERS,
@@ -38,6 +41,7 @@ from ckpt_events.sinks.otlp._metric_aggregation import (
     HistogramPoint,
     MetricTotals,
 )
+from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument
 
 __all__ = [
     "DEFAULT_HOST",
@@ -195,47 +199,10 @@ def _add_histogram(
     metric.add_sample(family + "_sum", labels, point.total)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], slots: int) -> None:
-        self.slots = threading.BoundedSemaphore(slots)
-        self.refused = 0
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # In the accepting thread: past the bound, answer 503 at once instead of a new thread.
-        if not self.slots.acquire(blocking=False):
-            self.refused += 1
-            try:
-                request.settimeout(0.5)
-                request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                )
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
-def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
+def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
     from prometheus_client.exposition import choose_encoder
 
-    handler_timeout = timeout
-
     class Handler(BaseHTTPRequestHandler):
-        # Per socket operation (StreamRequestHandler.setup applies it): a slow reader is cut off.
-        timeout = handler_timeout
-
         def do_GET(self) -> None:  # the http.server hook name
             if urlsplit(self.path).path != METRICS_PATH:
                 body = f"not found: metrics are at {METRICS_PATH}\n".encode()
@@ -263,8 +230,9 @@ class PrometheusEndpoint:
     """``http://host:port/metrics`` serving ``source``'s totals until ``close``.
 
     ``port=0`` picks a free port (read ``port``). Binding fails with ``ConfigurationError``
-    naming the address. ``max_concurrent`` scrapes run at once; ``timeout`` bounds each
-    socket read and write of one.
+    naming the address. ``max_concurrent`` scrapes run at once; a connection must send its
+    request head within ``header_timeout`` and be answered within ``timeout`` (both from its
+    accept), else it is closed.
     """
 
     def __init__(
@@ -275,6 +243,7 @@ class PrometheusEndpoint:
         *,
         max_concurrent: int = 8,
         timeout: float = 5.0,
+        header_timeout: float = 2.0,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry
@@ -287,7 +256,13 @@ class PrometheusEndpoint:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TotalsCollector(source))
         try:
-            self._server = _Server((host, port), _handler(self.registry, timeout), max_concurrent)
+            self._server = ScrapeServer(
+                (host, port),
+                _handler(self.registry),
+                max_concurrent,
+                header_timeout=header_timeout,
+                timeout=timeout,
+            )
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot serve Prometheus metrics on {host}:{port} ({exc.strerror or exc}); set "
@@ -312,8 +287,14 @@ class PrometheusEndpoint:
 
     @property
     def refused(self) -> int:
-        """Scrapes answered 503 because ``max_concurrent`` were already running."""
+        """Connections answered 503: ``max_concurrent`` scrapes were running, or every place for
+        a connection waiting for its request head was taken by one that had just arrived."""
         return self._server.refused
+
+    @property
+    def timed_out(self) -> int:
+        """Connections closed for not sending a request head within ``header_timeout``."""
+        return self._server.timed_out
 
     def close(self) -> None:
         """Stop serving and release the port. Idempotent."""

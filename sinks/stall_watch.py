@@ -23,13 +23,11 @@ from ckpt_events import (
     CoordinateStarted,
     InvalidTypeError,
     InvalidValueError,
-    Kind,
-    Operation,
     OperationFinished,
     OperationStarted,
-    Phase,
     Stalled,
 )
+from ckpt_events.vocab import Kind, Operation, Phase
 
 __all__ = ["ENV_STALL_AFTER", "StallWatch"]
 
@@ -44,7 +42,7 @@ _PHASE_DURING: Final = {Operation.PREPARE: Phase.PREPARING}
 class _Open:
     __slots__ = ("checkpoint_id", "instance", "kind", "operation", "stalled", "start_ns", "worker")
 
-    def __init__(self, event: Any, kind: Kind) -> None:
+    def __init__(self, event: Any, kind: str) -> None:
         self.kind = kind
         self.instance: str = event.instance
         self.operation: Operation = event.operation
@@ -55,7 +53,7 @@ class _Open:
 
     def describe(self) -> str:
         cid = self.checkpoint_id or "-"
-        return f"{self.operation.value} of {self.kind.value} {self.instance} (checkpoint {cid}"
+        return f"{self.operation.value} of {self.kind} {self.instance} (checkpoint {cid}"
 
 
 class StallWatch:

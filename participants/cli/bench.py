@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ckpt_events.participants.cli import bench_app
 from ckpt_events.participants.cli.command import (
     Command,
     writable_path,
@@ -37,6 +38,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="run only these",
     )
+    bench_app.add_arguments(parser)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -44,6 +46,8 @@ def _bench(args: argparse.Namespace) -> int:
     # from an installed package and from a checkout alike.
     import importlib
 
+    if args.app:
+        return bench_app.run(args)
     report = importlib.import_module("ckpt_events.benchmarks.report")
     chosen = args.only or ["core", "sinks", "otlp", "scale"]
     rows: list[Any] = []

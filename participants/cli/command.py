@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from ckpt_events import SAFE_NAME
 from ckpt_events.participants.errors import CommandError
+from ckpt_events.vocab import SAFE_NAME
 
 __all__ = [
     "Command",

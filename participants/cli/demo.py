@@ -35,14 +35,30 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoints",
         type=positive_int,
         help="checkpoints during generation 1, spread over its rollouts; the last is restored "
-        "(1; 2 with --fault stall or lease)",
+        "(1; 2 with --fault stall or lease; 8 with --fault slow)",
     )
     parser.add_argument(
         "--fault",
-        choices=("stall", "lease", "slow-restore"),
-        help="inject a failure for real (via $CKPT_EVENTS_FAULT): stall = environment-0 not ready at "
-        "the prepare deadline, lease = the controller stalls past the lease, slow-restore = "
-        "model-0 reads slowly",
+        choices=("stall", "lease", "slow-restore", "slow"),
+        help="inject a failure for real (via $CKPT_EVENTS_FAULT) on one server, the middle one of "
+        "its kind (environment-0 of 1, environment-2 of 4): stall = an environment server not "
+        "ready at the prepare deadline, lease = the controller stalls past the lease (with "
+        "--instances, of that environment server alone), slow-restore = a model server reads "
+        "slowly, slow = an environment server's commits write 5x slower (--instances 2 or more)",
+    )
+    parser.add_argument(
+        "--instances",
+        type=positive_int,
+        default=1,
+        help="servers of each participant kind (1); each rollout's session is on one of each, "
+        "the least loaded",
+    )
+    parser.add_argument(
+        "--restore-instances",
+        type=positive_int,
+        metavar="M",
+        help="servers of each kind after the crash (default: --instances); a restored rollout "
+        "whose server is gone restarts from its input",
     )
     parser.add_argument(
         "--watch",
@@ -102,6 +118,8 @@ def _demo(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
         fault=args.fault,
         watch=args.watch,
+        instances=args.instances,
+        restore_instances=args.restore_instances,
     )
     if (refusal := check_options(options)) is not None:
         raise CommandError(refusal)

@@ -2,7 +2,9 @@
 
 ``--checkpoints N`` spreads N checkpoints over generation 1 (the last one stops it and is
 restored); ``--fault`` sets ``CKPT_EVENTS_FAULT`` (``ckpt_events.participants.faults``) for the generation
-it hits, with a short deadline and lease so the failure shows in seconds.
+it hits, with a short deadline and lease so the failure shows in seconds. ``--instances N`` runs
+N servers of each kind (``--restore-instances M``: M in the restored generation), and a fault
+hits one of them: ``<kind>-<N // 2>`` (``environment-2`` of 4; ``environment-0`` of one).
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ckpt_events.participants.faults import FAULT_ENV
+from ckpt_events.participants.faults import FAULT_ENV, Fault, parse_fault
 
 __all__ = [
     "ABORTING_FAULTS",
     "FAULTS",
+    "FIRST_GENERATION_FAULTS",
     "DemoOptions",
     "async_fault_environ",
     "check_options",
     "checkpoint_thresholds",
     "fault_environ",
+    "fault_of",
+    "fleet_members",
+    "lease_target",
     "stop_after",
 ]
 
@@ -51,32 +57,56 @@ class DemoOptions:
     fault: str | None = None
     #: Show the ``watch`` view of the fleet during each generation instead of progress bars.
     watch: bool = False
+    #: Servers of each participant kind in generation 1, and (if set) in the restored generation 2.
+    instances: int = 1
+    restore_instances: int | None = None
 
     def checkpoint_count(self) -> int:
-        return self.checkpoints or (2 if self.fault in ABORTING_FAULTS else 1)
+        if self.checkpoints:
+            return self.checkpoints
+        return 2 if self.fault in ABORTING_FAULTS else SLOW_CHECKPOINTS if self.fault == "slow" else 1
+
+    def servers(self, generation: int) -> int:
+        """Servers of each kind in ``generation`` (1 or 2)."""
+        return self.instances if generation == 1 else (self.restore_instances or self.instances)
 
 
-#: What each ``--fault`` injects (``CKPT_EVENTS_FAULT``), on which participant.
+#: What each ``--fault`` injects (``CKPT_EVENTS_FAULT``), on which participant (``{i}``: the
+#: index of the one it hits among the servers of its kind, ``fault_of``).
 FAULTS: Final = {
-    "stall": "stall:environment-0",
+    "stall": "stall:environment-{i}",
     "lease": "lease:3",
-    "slow-restore": "slow-restore:model-0:0.05",
+    "slow-restore": "slow-restore:model-{i}:0.05",
+    "slow": "slow:environment-{i}:5",
 }
 #: Faults that abort the checkpoint they hit (the first one).
 ABORTING_FAULTS: Final = ("stall", "lease")
+#: Faults that hit generation 1 (its checkpoints); the others hit generation 2 (its restore).
+FIRST_GENERATION_FAULTS: Final = ("stall", "lease", "slow")
+#: Checkpoints by default with ``--fault slow``: the straggler flag judges a server that is the
+#: slowest of its kind in more than two thirds of them, and a short run needs a clear margin.
+SLOW_CHECKPOINTS: Final = 8
 #: With a fault: the prepare deadline and the participants' lease grace, short so the failure
 #: shows in seconds (the lease expires 2.5 s after prepare; the ``lease`` fault stalls 3 s).
 FAULT_DEADLINE_S: Final = 2.0
 FAULT_LEASE_GRACE_S: Final = 0.5
-#: Work calls wait this long whatever the deadline (a stalled step is held through a prepare).
-WORK_TIMEOUT_S: Final = 30.0
+#: Work calls wait this long whatever the deadline: a stalled step is held from the start until
+#: the first checkpoint has come and gone (60 s at most), which on a loaded machine with many
+#: servers came after 30 s, and the held call timed out and failed its rollout.
+WORK_TIMEOUT_S: Final = 90.0
 
 
 def check_options(opts: DemoOptions) -> str | None:
     """Why ``opts`` cannot run, in one line, or ``None``."""
     if opts.fault is not None and opts.fault not in FAULTS:
         return f"--fault {opts.fault!r} is not one of {', '.join(FAULTS)}"
+    if opts.instances < 1 or (opts.restore_instances is not None and opts.restore_instances < 1):
+        return "--instances and --restore-instances must be 1 or more"
+    if opts.fault == "slow" and opts.instances < 2:
+        return "--fault slow makes one server slower than its peers: use --instances 2 or more"
     count = opts.checkpoint_count()
+    if opts.fault == "slow" and count < 3:
+        return "--fault slow is judged over the run's checkpoints: use --checkpoints 3 or more (8 by default)"
     if opts.fault in ABORTING_FAULTS and count < 2:
         return (
             f"--fault {opts.fault} aborts the first checkpoint: use --checkpoints 2 or more "
@@ -88,6 +118,35 @@ def check_options(opts: DemoOptions) -> str | None:
             f"({stop_after(opts)} are): raise --rollouts or --checkpoint-at"
         )
     return None
+
+
+def fleet_members(instances: int) -> tuple[tuple[str, str], ...]:
+    """(kind, instance) of ``instances`` servers of each kind, kind by kind: ``<kind>-0``,
+    ``<kind>-1``, ...; with one, each kind's own instance name (``KINDS``)."""
+    from ckpt_events.participants.workloads.registry import KINDS
+
+    if instances == 1:
+        return KINDS.members()
+    return tuple((str(row.kind), f"{row.kind}-{i}") for row in KINDS for i in range(instances))
+
+
+def fault_of(opts: DemoOptions) -> Fault | None:
+    """The fault ``opts`` injects, on the middle server of its kind (of both generations' for a
+    restore's fault: it must hold records and still be there)."""
+    if opts.fault is None:
+        return None
+    servers = (
+        opts.servers(1) if opts.fault in FIRST_GENERATION_FAULTS else min(opts.servers(1), opts.servers(2))
+    )
+    return parse_fault(FAULTS[opts.fault].format(i=servers // 2))
+
+
+def lease_target(opts: DemoOptions) -> str | None:
+    """With ``--fault lease`` and several servers of each kind: the one whose lease alone is
+    short (``environment-<N // 2>``), so it alone expires; ``None``: every lease is short."""
+    if opts.fault != "lease" or opts.instances == 1:
+        return None
+    return f"environment-{opts.instances // 2}"
 
 
 def checkpoint_thresholds(opts: DemoOptions) -> list[int]:

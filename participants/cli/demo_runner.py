@@ -1,9 +1,10 @@
 """What ``ckpt-events demo`` runs: a checkpoint, a crash and a restore, end to end, then where the time went.
 
-Two generations of the same fleet (an inference worker and the four participants): the
-first runs rollouts and checkpoints them mid-flight, then dies; the second starts fresh,
-restores the published checkpoint, finishes every rollout and is checked. The servers run
-as real uvicorn servers inside this process by default, or as ``serve`` processes (killed
+Two generations of the same fleet (an inference worker and the four participants, or
+``--instances N`` servers of each kind): the first runs rollouts and checkpoints them
+mid-flight, then dies; the second starts fresh (``--restore-instances M`` servers of each
+kind), restores the published checkpoint, finishes every rollout and is checked. The servers
+run as real uvicorn servers inside this process by default, or as ``serve`` processes (killed
 with SIGKILL) with ``--processes``.
 """
 
@@ -25,20 +26,23 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ckpt_events import CONTROLLER_INSTANCE, Bus, InvalidValueError, Kind, Telemetry, sinks
+from ckpt_events import Bus, InvalidValueError, Telemetry, sinks
 from ckpt_events.participants.cli.command import otel_environ
 from ckpt_events.participants.cli.demo_checks import diagnosis_checks
 from ckpt_events.participants.cli.demo_plan import (
     ABORTING_FAULTS,
     FAULT_DEADLINE_S,
     FAULT_LEASE_GRACE_S,
-    FAULTS,
+    FIRST_GENERATION_FAULTS,
     WORK_TIMEOUT_S,
     DemoOptions,
     async_fault_environ,
     check_options,
     checkpoint_thresholds,
     fault_environ,
+    fault_of,
+    fleet_members,
+    lease_target,
     stop_after,
 )
 from ckpt_events.participants.cli.demo_watch import DemoWatch, stall_environ, view_stall_after
@@ -51,21 +55,21 @@ from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.errors import DemoFailed
-from ckpt_events.participants.faults import parse_fault
 from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.sinks.otel import OtlpMetricSinkStats
 from ckpt_events.testing import MemorySink
+from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind
 
 __all__ = ["DemoFailed", "DemoOptions", "DemoResult", "check_options", "run_demo"]
 
-#: In-process workloads run fast: the demo is about the checkpoint, not the simulated work.
+#: In-process workloads run fast: the demo is about the checkpoint, not the simulated work
+#: (by each kind's first instance; its other instances run the same).
 FAST_WORKLOADS: dict[str, dict[str, Any]] = {
     "environment-0": {"step_seconds": 0.001},
     "model-0": {"max_tokens": 4},
     "agent-0": {"turn_seconds": 0.001},
     "resources-0": {"request_seconds": 0.001},
 }
-MEMBERS = KINDS.members()
 
 
 @dataclass
@@ -99,16 +103,25 @@ async def _fleet(
 ) -> AsyncIterator[_Fleet]:
     """Yield one generation of the fleet; leaving the block stops it."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
+    members = fleet_members(opts.servers(generation))
+    # With a fault the leases are short, so it shows in seconds; the lease fault among several
+    # servers of a kind shortens one server's lease, so that one alone expires.
+    target = lease_target(opts)
+    short = {i for _, i in members if opts.fault is not None and target in (None, i)}
     logs = workdir / "logs"
     if not opts.processes:
         logs.mkdir(exist_ok=True)
-        options = FAST_WORKLOADS
-        if opts.fault is not None:
-            options = {i: {**o, "lease_grace_seconds": FAULT_LEASE_GRACE_S} for i, o in options.items()}
+        options = {
+            instance: {
+                **FAST_WORKLOADS.get(KINDS[kind].instance, {}),
+                **({"lease_grace_seconds": FAULT_LEASE_GRACE_S} if instance in short else {}),
+            }
+            for kind, instance in members
+        }
         local = local_fleet(
             token=token,
             bus=bus,
-            members=MEMBERS,
+            members=members,
             options=options,
             workers=workers,
             checkpoint_root=workdir / "run",
@@ -136,11 +149,11 @@ async def _fleet(
     fleet = await process_fleet(
         token_file=token_file,
         log_dir=logs,
-        members=MEMBERS,
+        members=members,
         env=env,
-        extra_args=[
+        extra_args=lambda instance: [
             *(["--workers", str(workers)] if workers > 1 else []),
-            *(["--lease-grace-seconds", str(FAULT_LEASE_GRACE_S)] if opts.fault is not None else []),
+            *(["--lease-grace-seconds", str(FAULT_LEASE_GRACE_S)] if instance in short else []),
         ],
         checkpoint_root=workdir / "run",
     )
@@ -224,8 +237,12 @@ async def _verify(
     continued: list[str],
     urls: dict[str, str],
     token: str,
+    holders: Callable[[str], set[str]],
+    lost: list[str],
 ) -> list[str]:
-    """Check the outcome; returns the checks that passed (raises DemoFailed on the first that fails)."""
+    """Check the outcome; returns the checks that passed (raises DemoFailed on the first that fails).
+    ``holders(rollout_id)``: the participants its last attempt ran on (one of each kind); ``lost``:
+    the rollouts in flight on servers the restored fleet lacks (they restart as attempt 1)."""
     passed: list[str] = []
     if not first.stopped or first.completed >= opts.rollouts:
         raise DemoFailed("the first generation was not checkpointed mid-flight")
@@ -236,18 +253,24 @@ async def _verify(
     wrong = [r for r in continued if attempts[r] != 1]
     if wrong:
         raise DemoFailed(f"continued rollouts not on attempt 1: {wrong[:5]}")
-    passed.append(f"{counted(len(continued), 'rollout')} in flight at the checkpoint continued as attempt 1")
+    kept = [r for r in continued if r not in lost]
+    passed.append(
+        f"{counted(len(kept), 'rollout')} in flight at the checkpoint continued as attempt 1"
+        + (f", {len(lost)} on servers the restored fleet lacks restarted as attempt 1" if lost else "")
+    )
     redone = [r for r, a in attempts.items() if a > 1]
     if redone:
         raise DemoFailed(f"rollouts ran more than one extra attempt: {redone[:5]}")
     passed.append("no rollout ran twice (every attempt number is 0 or 1)")
     async with httpx.AsyncClient(timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
         if continued:
-            sample = continued[0]
+            sample = kept[0] if kept else continued[0]
+            held = holders(sample)
             for instance, url in urls.items():
-                view = (await http.get(f"{url}/work/{sample}-a1")).json()
-                if view.get("boundary") != opts.steps or view.get("attempt") != 1:
-                    raise DemoFailed(f"{instance} holds {sample} as {view}, not finished as attempt 1")
+                if instance in held:
+                    view = (await http.get(f"{url}/work/{sample}-a1")).json()
+                    if view.get("boundary") != opts.steps or view.get("attempt") != 1:
+                        raise DemoFailed(f"{instance} holds {sample} as {view}, not finished as attempt 1")
                 late = await http.post(f"{url}/work/advance", json={"rollout_id": sample, "attempt": 0})
                 code = late.json().get("error", {}).get("code") if late.status_code == 409 else None
                 if code != "stale_attempt":
@@ -265,13 +288,14 @@ async def _first_generation(
     workdir: Path,
     stopping: anyio.Event | None,
     watch: DemoWatch | None,
-) -> CollectionSummary:
+) -> tuple[Collection, CollectionSummary]:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
         _fleet(opts, bus, token, workdir, 1, stopping) as fleet,
         await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
     ):
-        _, summary = await _run_generation(
+        _check_members(coordinator)
+        collection, summary = await _run_generation(
             opts,
             console,
             coordinator,
@@ -285,7 +309,7 @@ async def _first_generation(
             interrupt=fleet.interrupt,
         )
         fleet.crash()
-    return summary
+    return collection, summary
 
 
 async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | None = None) -> DemoResult:
@@ -296,7 +320,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         raise InvalidValueError(refusal)
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
-        fault = parse_fault(FAULTS[opts.fault]) if opts.fault is not None else None
+        fault = fault_of(opts)
         workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
         workdir.mkdir(parents=True, exist_ok=True)
         memory = MemorySink()
@@ -318,9 +342,13 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
-                first_fault = str(fault) if fault is not None and fault.mode in ABORTING_FAULTS else None
+                first_fault = (
+                    str(fault) if fault is not None and fault.mode in FIRST_GENERATION_FAULTS else None
+                )
                 with fault_environ(first_fault):
-                    first = await _first_generation(opts, console, bus, tel, token, workdir, stopping, watch)
+                    collected, first = await _first_generation(
+                        opts, console, bus, tel, token, workdir, stopping, watch
+                    )
                 seconds["generation 1"] = time.monotonic() - start
                 if not first.checkpoints:
                     raise DemoFailed("generation 1 finished without its checkpoint")
@@ -329,21 +357,23 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                     (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
                 )
                 continued = [e["rollout_id"] for e in manifest["continued"]]
+                lost = _lost(opts, manifest)
                 done, restarted = len(manifest["completed"]), len(manifest["restarted"])
                 console.print(
                     f"[bold]crash[/bold]: every participant killed after checkpoint {checkpoint_id} "
                     f"({done} done, {len(continued)} in flight, {restarted} to restart, "
-                    f"{opts.rollouts - done - len(continued) - restarted} not started)"
+                    f"{opts.rollouts - done - len(continued) - restarted} not started)" + _resized(opts, lost)
                 )
                 start = time.monotonic()
-                # The stall and lease faults hit generation 1's checkpoints, slow-restore its restore.
+                # The stall, lease and slow faults hit generation 1's checkpoints, slow-restore its restore.
                 second_fault = str(fault) if fault is not None and fault.mode == "slow-restore" else None
                 async with (
                     async_fault_environ(second_fault),
                     _fleet(opts, bus, token, workdir, 2, stopping) as fleet,
                     await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
                 ):
-                    _, second = await _run_generation(
+                    _check_members(coordinator)
+                    restored, second = await _run_generation(
                         opts,
                         console,
                         coordinator,
@@ -355,7 +385,17 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                         stopping=stopping,
                         interrupt=fleet.interrupt,
                     )
-                    passed = await _verify(opts, first, second, continued, fleet.urls, token)
+                    passed = _spread(opts, collected, restored)
+                    passed += await _verify(
+                        opts,
+                        first,
+                        second,
+                        continued,
+                        fleet.urls,
+                        token,
+                        lambda r: _holders(restored, r),
+                        lost,
+                    )
                 seconds["generation 2"] = time.monotonic() - start
             finally:
                 await bus.flush(timeout=10)
@@ -380,7 +420,15 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             merged = (merge_into(opts.jsonl, others), len(others))
         run = overview(events)
         expected = opts.checkpoint_count() - (1 if opts.fault in ABORTING_FAULTS else 0)
-        passed += diagnosis_checks(run, published=expected, ids=first.checkpoints, fault=fault)
+        passed += diagnosis_checks(
+            run,
+            published=expected,
+            ids=first.checkpoints,
+            fault=fault,
+            one_of=opts.instances if opts.instances > 1 else None,
+            lease_on=lease_target(opts),
+            blockers=collected.not_prepared[0].blockers() if collected.not_prepared else None,
+        )
         _show(console, opts, events, run, checkpoint_id, passed)
         _exported(console, opts, configured, merged)
         return DemoResult(
@@ -393,6 +441,57 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             passed,
             span_stats.dropped if span_stats is not None else 0,
         )
+
+
+def _check_members(coordinator: Coordinator) -> None:
+    """Every server answers as the instance it was started as. One that does not shares its
+    port with another (taken between its choice and its use), and the two would get each
+    other's commits: with several servers of a kind, each its own scope."""
+    wrong = [f"{m.name} answers as {m.instance}" for m in coordinator.members if m.instance != m.name]
+    if wrong:
+        raise DemoFailed(f"servers answer for others ({', '.join(wrong)}): a port was taken, run again")
+
+
+def _holders(collection: Collection, rollout_id: str) -> set[str]:
+    """The participants ``rollout_id``'s last attempt ran on in ``collection``."""
+    return {m.name for m in collection.rollouts[rollout_id].placed}
+
+
+def _lost(opts: DemoOptions, manifest: dict[str, Any]) -> list[str]:
+    """The rollouts of the checkpoint ``manifest`` (``collection.json``) in flight on servers the
+    restored fleet lacks: they restart (a server reads only its own records)."""
+    names = {instance for _, instance in fleet_members(opts.servers(2))}
+    placement: dict[str, list[str]] = manifest.get("placement", {})
+    return sorted(r for r, where in placement.items() if any(n not in names for n in where))
+
+
+def _resized(opts: DemoOptions, lost: list[str]) -> str:
+    """With ``--restore-instances``: the size of the restored fleet, and the ``lost`` rollouts."""
+    after = opts.servers(2)
+    if after == opts.servers(1):
+        return ""
+    gone = f", {counted(len(lost), 'rollout')} in flight on servers it lacks restart" if lost else ""
+    return f"; restoring into {counted(after, 'server')} of each kind{gone}"
+
+
+def _spread(opts: DemoOptions, first: Collection, second: Collection) -> list[str]:
+    """With several servers of a kind: how the rollouts spread over them, one line per generation."""
+    if opts.servers(1) == 1 and opts.servers(2) == 1:
+        return []
+    passed = []
+    for label, collection in (("generation 1", first), ("generation 2", second)):
+        ran: dict[str, int] = {}
+        for rollout in collection.rollouts.values():
+            for member in rollout.placed:
+                ran[member.name] = ran.get(member.name, 0) + 1
+        members = collection.coordinator.members
+        counts = [ran.get(m.name, 0) for m in members]
+        per_kind = len(members) // len({m.kind for m in members})
+        passed.append(
+            f"{label}: {len(members)} participants ({per_kind} of each kind), each rollout's session on "
+            f"one of each kind: {min(counts)} to {max(counts)} rollouts per server"
+        )
+    return passed
 
 
 def _show(

@@ -29,17 +29,17 @@ def durations(events: Iterable[Any]) -> dict[Key, list[float]]:
         match e:
             case OperationFinished():
                 operation_of[e.span_id] = e.operation.value
-                add((e.kind.value, e.operation.value, ""), e)
+                add((str(e.kind), e.operation.value, ""), e)
             case StepFinished():
                 steps.append(e)  # its operation finishes after it
             case CoordinateFinished():
                 add(("controller", f"coordinate.{e.operation.value}", ""), e)
             case StageFinished():
-                add(("controller", "stage", e.stage.value), e)
+                add(("controller", "stage", str(e.stage)), e)
             case CollectionFinished():
                 add(("controller", f"collection.{e.action.value}", ""), e)
     for e in steps:
-        add((e.kind.value, operation_of.get(e.parent_span_id or 0, "?"), e.step.value), e)
+        add((str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step)), e)
     return out
 
 

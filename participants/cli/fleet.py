@@ -24,7 +24,7 @@ import anyio
 import uvicorn
 
 from ckpt_events.participants.errors import LaunchError
-from ckpt_events.participants.server.limits import SERVER_LIMITS
+from ckpt_events.participants.server.limits import server_limits
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = [
@@ -222,7 +222,7 @@ async def serving(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=2,  # requests still running are cut after 2 s
-        **SERVER_LIMITS,
+        **server_limits(),
     )
     server = _EmbeddedServer(config)
     ended = anyio.Event()
@@ -325,27 +325,40 @@ async def process_fleet(
     members: Sequence[tuple[str, str]],
     env: Callable[[str], Mapping[str, str]] = lambda instance: {},
     listen_timeout: float = 30.0,
-    extra_args: Sequence[str] = (),
+    extra_args: Sequence[str] | Callable[[str], Sequence[str]] = (),
     checkpoint_root: Path | None = None,
 ) -> list[ServerProcess]:
     """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
 
     Returns them inference worker first, once every one listens; ``env(instance)`` adds to
-    each process's environment, ``extra_args`` to each participant's command line (e.g.
-    ``--workers 2``). If any fails to come up, all are killed and it raises.
+    each process's environment, ``extra_args`` (or ``extra_args(instance)``) to each
+    participant's command line (e.g. ``--workers 2``). If any fails to come up, all are
+    killed and it raises.
     """
     fleet: list[ServerProcess] = []
+    ports: set[int] = set()
+
+    def port() -> int:
+        # free_port() may hand out a port twice in a row; two servers of one fleet on one port
+        # would answer for each other (a 4N-server fleet takes 4N + 1).
+        while (chosen := free_port()) in ports:
+            pass
+        ports.add(chosen)
+        return chosen
+
     try:
         inference = ServerProcess(
             "inference",
             instance="inference-0",
             token_file=token_file,
             log_dir=log_dir,
+            port=port(),
             env=env("inference-0"),
         )
         fleet.append(inference)
         for kind, instance in members:
-            extra = [*(["--inference-url", inference.url] if KINDS[kind].uses_inference else []), *extra_args]
+            own = extra_args(instance) if callable(extra_args) else extra_args
+            extra = [*(["--inference-url", inference.url] if KINDS[kind].uses_inference else []), *own]
             if checkpoint_root is not None:
                 extra += ["--checkpoint-root", str(checkpoint_root)]
             fleet.append(
@@ -354,6 +367,7 @@ async def process_fleet(
                     instance=instance,
                     token_file=token_file,
                     log_dir=log_dir,
+                    port=port(),
                     env=env(instance),
                     extra_args=extra,
                 )

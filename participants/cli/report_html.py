@@ -24,7 +24,7 @@ from ckpt_events.participants.cli.report_model import (
     checkpoint_and_restore,
     trace_spans,
 )
-from ckpt_events.participants.cli.timeline import BREAKDOWN_COLUMNS, breakdown, spans_of
+from ckpt_events.participants.cli.timeline import breakdown, breakdown_columns, spans_of
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
@@ -179,12 +179,12 @@ def _attribution_html(attribution: Attribution | None) -> str:
 
 def _table_html(events: Sequence[Event]) -> str:
     rows = breakdown(events)
-    columns = [c for c in BREAKDOWN_COLUMNS if any(c in r.ms for r in rows)]
+    columns = breakdown_columns(rows)
     head = "".join(f"<th>{c}</th>" for c in ("participant", *columns, "records committed", "bytes written"))
     body = []
     for r in rows:
         cells = "".join(f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>" for c in columns)
-        who = f"{r.kind.value}/<wbr>{html.escape(r.instance)}"
+        who = f"{r.kind}/<wbr>{html.escape(r.instance)}"
         who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {r.worker}"
         who += f" ({counted(r.errors, 'error')})" if r.errors else ""
         body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")

@@ -27,14 +27,11 @@ from typing import Any
 
 import msgspec
 
-from ckpt_events import (
+from ckpt_events import CollectionFinished, CoordinateFinished, Event, OperationFinished
+from ckpt_events.vocab import (
     CollectionAction,
-    CollectionFinished,
-    CoordinateFinished,
-    Event,
     Kind,
     Operation,
-    OperationFinished,
     Outcome,
     SpanKind,
     span_kind_of,
@@ -133,9 +130,9 @@ def _details(event: Any) -> dict[str, Any]:
     return out
 
 
-def who_of(kind: Kind, instance: str, worker: int | None) -> str:
+def who_of(kind: str, instance: str, worker: int | None) -> str:
     """``kind/instance``, and ``/w<index>`` for a worker of a multi-worker participant."""
-    return f"{kind.value}/{instance}" + ("" if worker is None else f"/w{worker}")
+    return f"{kind}/{instance}" + ("" if worker is None else f"/w{worker}")
 
 
 def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
@@ -175,7 +172,7 @@ def _slowest_path(children: dict[int | None, list[Any]]) -> set[int]:
 def _span(e: Any, depth: int, slowest: bool) -> Span:
     return Span(
         name=span_name_of(e) or _RENEW_NAME,
-        who="controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker),
+        who="controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker),
         start_ns=e.start_ns,
         end_ns=e.end_ns,
         depth=depth,

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckpt_events import CountedEvent, Event
+from ckpt_events import Event
 from ckpt_events.participants.cli.report_model import (
     Attribution,
     Span,
@@ -22,9 +22,10 @@ from ckpt_events.participants.cli.report_model import (
     checkpoint_and_restore,
     trace_spans,
 )
-from ckpt_events.participants.cli.timeline import BREAKDOWN_COLUMNS, Breakdown, breakdown, counts
+from ckpt_events.participants.cli.timeline import Breakdown, breakdown, breakdown_columns, counts
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.vocab import CountedEvent
 
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
 
@@ -76,7 +77,7 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
 
 
 def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, str]) -> Table:
-    columns = [c for c in BREAKDOWN_COLUMNS if any(c in r.ms for r in rows)]
+    columns = breakdown_columns(rows)
     wide = 27 + sum(max(len(c), 8) + 3 for c in columns) + 2 * 20
     if wide <= width:
         table = Table(box=box.SIMPLE_HEAD)
@@ -91,7 +92,7 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("ms", overflow="fold")
     for row in rows:
-        header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind.value, colours))
+        header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind, colours))
         table.add_column(header, justify="right", overflow="fold")
     for column in columns:
         table.add_row(column, *(f"{r.ms[column]:.1f}" if column in r.ms else "" for r in rows))
@@ -102,7 +103,7 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
 
 def _who(row: Breakdown) -> str:
     # A worker's row sits right under its participant's (breakdown() orders them so).
-    who = f"{row.kind.value}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
+    who = f"{row.kind}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
     return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
 
 

@@ -21,17 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ckpt_events import (
-    CollectionAction,
     CollectionFinished,
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
-    Kind,
     LeaseExpired,
-    Operation,
     OperationFinished,
     OperationStarted,
-    Outcome,
     PrepareNotReady,
     Refused,
 )
@@ -42,6 +38,7 @@ from ckpt_events.participants.cli.run_paths import dominated as dominated_by
 from ckpt_events.participants.cli.run_paths import slowest as path_of
 from ckpt_events.participants.cli.trends import Trends
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.vocab import CollectionAction, Kind, Operation, Outcome
 
 __all__ = ["Run", "RunRow", "episodes_text", "overview"]
 
@@ -401,7 +398,7 @@ def _episodes_after_restore(row: RunRow, ends: Sequence[Any]) -> None:
 
 
 def _who(e: Any) -> str:
-    return "controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
+    return "controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
 
 
 def _what(root: Any) -> str:

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ckpt_events import Kind, Operation, Step, StepFinished, span_name, span_name_of
+from ckpt_events import StepFinished
 from ckpt_events.participants.cli.report_model import finished_spans, who_of
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.vocab import Kind, Operation, Step, span_name, span_name_of
 
 __all__ = ["dominated", "slowest"]
 
 
 def _who(e: Any) -> str:
-    return "controller" if e.kind is Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
+    return "controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
 
 
 def slowest(events: Sequence[Any], trace_id: int) -> str:
@@ -63,7 +64,7 @@ def slowest(events: Sequence[Any], trace_id: int) -> str:
     if stages:
         stage = max(stages, key=lambda e: e.end_ns - e.start_ns)
         parts.append(f"{_short(stage)} {(stage.end_ns - stage.start_ns) / 1e6:.1f} ms")
-    operations = [e for e in critical if e.kind is not Kind.CONTROLLER and not isinstance(e, StepFinished)]
+    operations = [e for e in critical if e.kind != Kind.CONTROLLER and not isinstance(e, StepFinished)]
     if operations:
         top = max(operations, key=lambda e: e.end_ns - e.start_ns)
         said = f"{_who(top)} {_short(top)} {(top.end_ns - top.start_ns) / 1e6:.1f} ms"
@@ -94,7 +95,7 @@ def dominated(spans: Sequence[Any]) -> str:
         return ""
     top = max(steps, key=lambda e: e.end_ns - e.start_ns)
     ms = (top.end_ns - top.start_ns) / 1e6
-    out = f"{top.step.value} on {_who(top)} {ms:.1f} ms dominated"
+    out = f"{top.step} on {_who(top)} {ms:.1f} ms dominated"
     if top.records is not None:
         out += f", {counted(top.records, 'record')}"
     if top.bytes is not None:

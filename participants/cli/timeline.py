@@ -14,28 +14,25 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ckpt_events import (
-    PREPARE_ORDER,
-    CountedEvent,
     Event,
     GenerationCut,
-    Kind,
     LeaseExpired,
-    Operation,
     OperationFinished,
-    Outcome,
     PrepareNotReady,
     Refused,
     Stalled,
-    Step,
     StepFinished,
 )
 from ckpt_events.participants.cli.report_model import Span, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.kinds import PREPARE_ORDER, stage_index
+from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
 
 __all__ = [
     "BREAKDOWN_COLUMNS",
     "Breakdown",
     "Span",
     "breakdown",
+    "breakdown_columns",
     "counts",
     "spans_of",
 ]
@@ -56,14 +53,19 @@ BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
         Operation.RESUME,
     )
 )
-_KIND_ORDER = {kind: i for i, kind in enumerate((*PREPARE_ORDER, Kind.CONTROLLER))}
+
+
+def _kind_place(kind: str) -> int:
+    """Rows in prepare order (a kind the harness does not name after those it does), the
+    controller last."""
+    return len(PREPARE_ORDER) + 1 if kind == Kind.CONTROLLER else stage_index(kind)
 
 
 @dataclass
 class Breakdown:
     """One participant's totals: milliseconds per operation/step, records committed, bytes written."""
 
-    kind: Kind
+    kind: str
     instance: str
     ms: dict[str, float] = field(default_factory=dict)
     records: int = 0
@@ -76,7 +78,7 @@ class Breakdown:
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
     """Per-participant totals over every operation and step (of one checkpoint, if given);
     a multi-worker participant's workers get a row each, right under the participant's."""
-    rows: dict[tuple[Kind, str, int | None], Breakdown] = {}
+    rows: dict[tuple[str, str, int | None], Breakdown] = {}
     for event in events:
         if checkpoint_id is not None and getattr(event, "checkpoint_id", None) != checkpoint_id:
             continue
@@ -84,20 +86,29 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
             case OperationFinished(operation=op) | StepFinished(step=op):
                 key = (event.kind, event.instance, event.worker)
                 row = rows.setdefault(key, Breakdown(event.kind, event.instance, worker=event.worker))
-                row.ms[op.value] = row.ms.get(op.value, 0.0) + (event.end_ns - event.start_ns) / 1e6
+                name = str(op)
+                row.ms[name] = row.ms.get(name, 0.0) + (event.end_ns - event.start_ns) / 1e6
                 row.errors += event.outcome is Outcome.ERROR
                 # What a checkpoint holds: records committed and bytes written (a restore
                 # reads the same ones back, so counting both would double them).
-                if isinstance(event, OperationFinished) and op is Operation.COMMIT:
+                if isinstance(event, OperationFinished) and op == Operation.COMMIT:
                     row.records += event.records or 0
-                if isinstance(event, StepFinished) and op is Step.WRITE:
+                if isinstance(event, StepFinished) and op == Step.WRITE:
                     row.bytes += event.bytes or 0
             case _:
                 pass
     return sorted(
         rows.values(),
-        key=lambda r: (_KIND_ORDER.get(r.kind, 9), r.instance, -1 if r.worker is None else r.worker),
+        key=lambda r: (_kind_place(r.kind), r.kind, r.instance, -1 if r.worker is None else r.worker),
     )
+
+
+def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
+    """The columns a table of ``rows`` shows: ``BREAKDOWN_COLUMNS`` that any row has, then the
+    operations and steps of the user's own (an ``upload`` step), by name."""
+    seen = {name for row in rows for name in row.ms}
+    ours = [c for c in BREAKDOWN_COLUMNS if c in seen]
+    return ours + sorted(seen.difference(BREAKDOWN_COLUMNS))
 
 
 def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
@@ -108,14 +119,14 @@ def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
             case Refused(code=code):
                 out[CountedEvent.REFUSED][code.value] += 1
             case LeaseExpired(phase=phase):
-                out[CountedEvent.LEASE_EXPIRED][f"{event.kind.value}/{phase.value}"] += 1
+                out[CountedEvent.LEASE_EXPIRED][f"{event.kind}/{phase.value}"] += 1
             case PrepareNotReady(blockers=blockers):
-                out[CountedEvent.PREPARE_NOT_READY][event.kind.value] += 1
-                out["prepare_not_ready_blockers"][event.kind.value] += blockers
+                out[CountedEvent.PREPARE_NOT_READY][str(event.kind)] += 1
+                out["prepare_not_ready_blockers"][str(event.kind)] += blockers
             case GenerationCut(disposition=disposition, calls=calls):
                 out[CountedEvent.GENERATION_CUT][disposition.value] += calls
             case Stalled(operation=operation):
-                out[CountedEvent.STALLED][f"{event.kind.value}/{operation.value}"] += 1
+                out[CountedEvent.STALLED][f"{event.kind}/{operation.value}"] += 1
             case _:
                 pass
     return dict(out)

@@ -40,9 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ckpt_events import Kind, OperationFinished, StepFinished
+from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.durations import Key, percentile
 from ckpt_events.participants.cli.report_model import who_of
+from ckpt_events.vocab import Kind
 
 __all__ = ["Growth", "Trend", "Trends", "binomial_tail", "growth", "spearman", "theil_sen"]
 
@@ -220,19 +221,21 @@ class Trends:
                 operation_of[e.span_id] = e.operation.value
         for e in spans:
             if isinstance(e, OperationFinished):
-                key: Key = (e.kind.value, e.operation.value, "")
+                key: Key = (str(e.kind), e.operation.value, "")
             elif isinstance(e, StepFinished):
-                key = (e.kind.value, operation_of.get(e.parent_span_id or 0, "?"), e.step.value)
+                key = (str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step))
             else:
                 continue
-            if e.kind is Kind.CONTROLLER:
+            if e.kind == Kind.CONTROLLER:
                 continue
             who = who_of(e.kind, e.instance, e.worker)
             ms = (e.end_ns - e.start_ns) / 1e6
             mine = per_key.setdefault(key, {})
             mine[who] = mine.get(who, 0.0) + ms
-            if isinstance(e, OperationFinished):
-                of_kind = per_kind.setdefault(e.kind.value, {})
+            # A straggler is judged among the participants of a kind: a worker's share of an
+            # operation (a few ms) is no peer of a participant's whole one, which waits for it.
+            if isinstance(e, OperationFinished) and e.worker is None:
+                of_kind = per_kind.setdefault(str(e.kind), {})
                 of_kind[who] = of_kind.get(who, 0.0) + ms
         for key, by_who in per_key.items():
             self.starts.setdefault(key, array("q")).append(root.start_ns)

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Final, Protocol
 import anyio
 import msgspec
 
-from ckpt_events import Event, Kind
+from ckpt_events import Event
 from ckpt_events.participants.protocol import CONTROL_PREFIX, StatusReply
+from ckpt_events.vocab import NAME_RULE, Kind
 
 __all__ = [
     "MAX_BODY",
@@ -37,7 +38,6 @@ __all__ = [
 MAX_BODY: Final = 256 * 1024
 #: Bytes read from one followed log per refresh, so a huge backlog cannot stall the view.
 MAX_READ: Final = 8 * 1024 * 1024
-_PARTICIPANT_KINDS: Final = frozenset(k.value for k in Kind if k is not Kind.CONTROLLER)
 _DECODER: Final = msgspec.json.Decoder(StatusReply)
 
 
@@ -108,7 +108,8 @@ async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollR
         status = _DECODER.decode(bytes(body))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return failed(f"invalid status reply: {exc}")
-    if status.kind not in _PARTICIPANT_KINDS:
+    # Any participant kind (a user's own too, ``ckpt_events.vocab.NAME_RULE``), not the controller.
+    if status.kind == Kind.CONTROLLER or NAME_RULE.fullmatch(status.kind) is None:
         return failed(f"not a checkpoint participant: kind {status.kind!r}")
     return PollResult(url=url, seconds=time.perf_counter() - started, status=status)
 

@@ -17,17 +17,15 @@ from rich.console import Group
 from rich.text import Text
 
 from ckpt_events import (
-    CONTROLLER_INSTANCE,
     CoordinateFinished,
     CoordinateStarted,
     Event,
-    Kind,
     OperationFinished,
     OperationStarted,
-    Phase,
     Stalled,
 )
 from ckpt_events.participants.cli.watch_sources import PollResult
+from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Phase
 
 __all__ = ["LAST_CHECKPOINTS", "FleetView", "escape"]
 
@@ -110,11 +108,11 @@ class FleetView:
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
-                seen = self._of(kind.value, event.instance)
+                seen = self._of(str(kind), event.instance)
                 seen.open[event.span_id] = _Open(event.operation.value, event.checkpoint_id, event.start_ns)
             elif isinstance(event, OperationFinished | CoordinateFinished):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
-                seen = self._of(kind.value, event.instance)
+                seen = self._of(str(kind), event.instance)
                 seen.open.pop(event.span_id, None)
                 took = (event.end_ns - event.start_ns) / 1e6
                 seen.outcomes.append(
@@ -122,7 +120,7 @@ class FleetView:
                     f"{_ms(took)}"
                 )
             elif isinstance(event, Stalled):
-                seen = self._of(event.kind.value, event.instance)
+                seen = self._of(str(event.kind), event.instance)
                 for item in seen.open.values():
                     if item.operation == event.operation.value and item.checkpoint_id == event.checkpoint_id:
                         item.stalled = True

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -383,8 +383,10 @@ class Collection:
         continued: list[EpisodeId] = []
         restarted: list[EpisodeId] = []
         placement: dict[str, list[str]] = {}
+        # One server of each kind holds every rollout: one scope for all, no placement to keep.
+        spread = self._spread()
 
-        def scope(prepared: PrepareResult) -> dict[str, list[EpisodeId]]:
+        def scope(prepared: PrepareResult) -> list[EpisodeId] | dict[str, list[EpisodeId]]:
             # Decided after prepare, when no participant admits work: the scope is stable.
             # Each member commits the continued rollouts placed on it.
             restarts = prepared.restarts()
@@ -396,12 +398,13 @@ class Collection:
                 placed = rollout.placed
                 if placed and len(rollout.started) == len(placed) and episode_id.capture_key not in restarts:
                     continued.append(episode_id)
-                    placement[rollout.rollout_id] = [m.name for m in placed]
-                    for member in placed:
-                        shares[member.name].append(episode_id)
+                    if spread:
+                        placement[rollout.rollout_id] = [m.name for m in placed]
+                        for member in placed:
+                            shares[member.name].append(episode_id)
                 else:
                     restarted.append(episode_id)
-            return shares
+            return shares if spread else continued
 
         async def publish(prepared: PrepareResult, commits: dict[str, CommitReply]) -> None:
             # A rollout in the scope whose last step was already in flight at prepare may finish
@@ -485,6 +488,10 @@ class Collection:
         self.restored_from = checkpoint_id
         self._continues = from_run
 
+    def _spread(self) -> bool:
+        """Whether some kind has several servers (so each holds only the rollouts placed on it)."""
+        return len({m.kind for m in self.coordinator.members}) < len(self.coordinator.members)
+
     def _restore_scope(
         self, manifest: CollectionManifest
     ) -> tuple[list[EpisodeId] | dict[str, list[EpisodeId]], list[EpisodeId], list[EpisodeId]]:
@@ -492,16 +499,17 @@ class Collection:
         session on a member this fleet lacks (it had fewer servers of that kind) restarts.
 
         A member that took no part in the checkpoint (this fleet has more servers) restores
-        nothing and starts empty; a checkpoint without placements gives everyone everything."""
-        if not manifest.placement:
-            return list(manifest.continued), list(manifest.continued), []
+        nothing and starts empty. A checkpoint without placements had one server of each kind
+        (``members``; a checkpoint older than that field: this fleet's) holding every rollout."""
         present = {m.name for m in self.coordinator.members}
+        if not manifest.members or (not manifest.placement and set(manifest.members) == present):
+            return list(manifest.continued), list(manifest.continued), []
         shares: dict[str, list[EpisodeId]] = {name: [] for name in manifest.members if name in present}
         continued: list[EpisodeId] = []
         orphans: list[EpisodeId] = []
         for episode_id in manifest.continued:
-            names = manifest.placement.get(episode_id.rollout_id, [])
-            if names and all(name in shares for name in names):
+            names = self._placed_on(manifest, episode_id.rollout_id)
+            if all(name in shares for name in names):
                 continued.append(episode_id)
                 for name in names:
                     shares[name].append(episode_id)
@@ -509,11 +517,16 @@ class Collection:
                 orphans.append(episode_id)
         return shares, continued, orphans
 
+    def _placed_on(self, manifest: CollectionManifest, rollout_id: str) -> list[str]:
+        """The members that hold ``rollout_id`` in the checkpoint ``manifest``."""
+        if manifest.placement:
+            return manifest.placement.get(rollout_id, [])
+        return list(manifest.members) or [m.name for m in self.coordinator.members]
+
     def _apply(
         self, manifest: CollectionManifest, *, continued: list[EpisodeId], restarted: list[EpisodeId]
     ) -> None:
         members = {m.name: m for m in self.coordinator.members}
-        placement: Mapping[str, list[str]] = manifest.placement
         for rollout_id in manifest.completed:
             if rollout_id in self.rollouts:
                 self.rollouts[rollout_id].status = "done"
@@ -523,8 +536,8 @@ class Collection:
             rollout.attempt = episode_id.attempt + 1
             rollout.status = "running" if resumed else "pending"
             # A continued episode exists on the members it was placed on already (installed as
-            # attempt + 1; on every member, from a checkpoint without placements).
-            names = placement.get(episode_id.rollout_id, list(members)) if resumed else []
+            # attempt + 1).
+            names = self._placed_on(manifest, episode_id.rollout_id) if resumed else []
             self._set_placed(rollout, tuple(members[name] for name in names))
             rollout.started = set(names)
             rollout.done_at = set()

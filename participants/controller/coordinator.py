@@ -3,8 +3,9 @@
 Order, as the protocol fixes it: prepare runs stage by stage (environment, model, agent,
 resources) and stops at the first stage that is not prepared; commit and restore fan out to
 everyone at once; resume runs the stages in reverse; retire and forget go callers before
-callees. Every call carries the ``traceparent`` of the span it belongs to, so one
-checkpoint is one trace across every process.
+callees (``ckpt_events.participants.kinds``, which also places a kind it does not name:
+prepared last, resumed first, retired with the last group). Every call carries the
+``traceparent`` of the span it belongs to, so one checkpoint is one trace across every process.
 """
 
 from __future__ import annotations
@@ -19,28 +20,23 @@ import anyio
 import httpx
 import msgspec
 
-from ckpt_events import (
-    PREPARE_ORDER,
-    RESUME_ORDER,
-    RETIRE_GROUPS,
-    InvalidValueError,
-    Kind,
-    Phase,
-    Telemetry,
-    coerce,
-)
+from ckpt_events import InvalidValueError, Telemetry
 from ckpt_events.participants.controller.client import ControlClient, SpanLike
 from ckpt_events.participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
 from ckpt_events.participants.controller.fan_out import (
     Failures,
+    Scope,
     check_committed,
     check_restored,
+    episodes_in,
+    episodes_of,
     fan_out,
     renewing,
 )
 from ckpt_events.participants.controller.types import Member, PrepareResult
 from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
 from ckpt_events.participants.faults import stall_before_commit
+from ckpt_events.participants.kinds import prepare_order, resume_order, retire_groups
 from ckpt_events.participants.protocol import (
     CommitReply,
     CommitRequest,
@@ -58,6 +54,7 @@ from ckpt_events.participants.protocol import (
     RetireReply,
     RetireRequest,
 )
+from ckpt_events.vocab import Kind, Phase, kind_name
 
 __all__ = [
     "CheckpointNotPrepared",
@@ -91,15 +88,13 @@ class Coordinator:
         telemetry: Telemetry,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        if telemetry.kind is not Kind.CONTROLLER:
-            raise InvalidValueError(
-                f"the coordinator reports as kind 'controller', not {telemetry.kind.value!r}"
-            )
+        if telemetry.kind != Kind.CONTROLLER:
+            raise InvalidValueError(f"the coordinator reports as kind 'controller', not {telemetry.kind!r}")
 
         self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))
         self.tel = telemetry
         self.control = ControlClient(token, client=client)
-        self._by_kind = {kind: [m for m in self.members if m.kind is kind] for kind in PREPARE_ORDER}
+        self._group(self.members)
 
     @classmethod
     async def discover(
@@ -120,9 +115,18 @@ class Coordinator:
             await self.aclose()
             raise
 
-        self.members = tuple(members)
-        self._by_kind = {kind: [m for m in members if m.kind is kind] for kind in PREPARE_ORDER}
+        self._group(members)
         return self
+
+    def _group(self, members: Sequence[Member]) -> None:
+        """Keep ``members`` and the harness's order of their kinds (``participants.kinds``: a kind
+        it does not name prepares last, resumes first, retires with the last group)."""
+        self.members = tuple(members)
+        kinds = {m.kind for m in self.members}
+        self._prepare_order = prepare_order(kinds)
+        self._resume_order = resume_order(kinds)
+        self._retire_groups = retire_groups(kinds)
+        self._by_kind = {kind: [m for m in self.members if m.kind == kind] for kind in self._prepare_order}
 
     async def aclose(self) -> None:
         await self.control.aclose()
@@ -135,7 +139,7 @@ class Coordinator:
 
     def of_kind(self, kind: Kind | str) -> list[Member]:
         """The members of one stage, in (stage, name) order."""
-        return list(self._by_kind[coerce(Kind, kind)])
+        return list(self._by_kind.get(kind_name(kind), ()))
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -148,11 +152,11 @@ class Coordinator:
         request = PrepareRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies: dict[str, PrepareReply] = {}
         failures: Failures = {}
-        stopped_at: Kind | None = None
+        stopped_at: str | None = None
 
         with self.tel.coordinate("prepare", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
-            for kind in PREPARE_ORDER:
+            for kind in self._prepare_order:
                 members = self._by_kind[kind]
                 with span.stage(kind) as stage:
                     stage.set(participants=len(members))
@@ -187,27 +191,42 @@ class Coordinator:
         checkpoint_dir: str,
         *,
         deadline_ts: float,
-        episode_ids: Sequence[EpisodeId] | None = None,
+        episode_ids: Scope | None = None,
         stop: bool = False,
         parent: Any = None,
     ) -> dict[str, CommitReply]:
-        """Commit on every participant at once with the episodes the controller continues."""
-        request = CommitRequest(
-            checkpoint_id=checkpoint_id,
-            deadline_ts=deadline_ts,
-            checkpoint_dir=checkpoint_dir,
-            episode_ids=None if episode_ids is None else list(episode_ids),
-            stop=stop,
+        """Commit on every participant at once with the episodes the controller continues:
+        the same for everyone, or (a mapping) each member's own, none for a member it lacks."""
+
+        def request(episodes: list[EpisodeId] | None) -> CommitRequest:
+            return CommitRequest(
+                checkpoint_id=checkpoint_id,
+                deadline_ts=deadline_ts,
+                checkpoint_dir=checkpoint_dir,
+                episode_ids=episodes,
+                stop=stop,
+            )
+
+        requests: CommitRequest | dict[str, CommitRequest] = (
+            {m.name: request(episodes_of(episode_ids, m.name)) for m in self.members}
+            if isinstance(episode_ids, Mapping)
+            else request(None if episode_ids is None else list(episode_ids))
         )
 
         with self.tel.coordinate("commit", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
             replies, failures = await fan_out(
-                self.control, self.members, "commit", request, CommitReply, deadline_ts=deadline_ts, span=span
+                self.control,
+                self.members,
+                "commit",
+                requests,
+                CommitReply,
+                deadline_ts=deadline_ts,
+                span=span,
             )
             check_committed(replies, failures, episode_ids)
             exported = len({key for r in replies.values() for key in r.episode_ids})
-            span.set(episodes=len(episode_ids) if episode_ids is not None else exported)
+            span.set(episodes=len(episodes_in(episode_ids)) if episode_ids is not None else exported)
             if failures:
                 raise CoordinationError("commit", failures)
         return replies
@@ -237,7 +256,7 @@ class Coordinator:
 
         with self.tel.coordinate("resume", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
-            for kind in RESUME_ORDER:
+            for kind in self._resume_order:
                 got, failed = await fan_out(
                     self.control,
                     self._by_kind[kind],
@@ -265,32 +284,45 @@ class Coordinator:
         self,
         checkpoint_id: str,
         checkpoint_dir: str,
-        episode_ids: Sequence[EpisodeId],
+        episode_ids: Scope,
         *,
         deadline_ts: float,
         source_checkpoint_id: str | None = None,
         parent: Any = None,
     ) -> dict[str, RestoreReply]:
         """Restore into fresh processes, all or nothing; each must install exactly ``episode_ids``
-        (from ``source_checkpoint_id``, if given), else it failed.
+        (from ``source_checkpoint_id``, if given), else it failed. With a mapping, only the
+        members it names restore, each its own episodes (one it does not name had no part in
+        the checkpoint: it starts empty).
 
         If any participant fails, the next attempts are retired everywhere (deadline at
         least 30 s away), everyone is resumed, and ``CoordinationError("restore")`` raised.
         """
-        request = RestoreRequest(
-            checkpoint_id=checkpoint_id,
-            deadline_ts=deadline_ts,
-            checkpoint_dir=checkpoint_dir,
-            episode_ids=list(episode_ids),
-        )
+
+        def request(episodes: list[EpisodeId]) -> RestoreRequest:
+            return RestoreRequest(
+                checkpoint_id=checkpoint_id,
+                deadline_ts=deadline_ts,
+                checkpoint_dir=checkpoint_dir,
+                episode_ids=episodes,
+            )
+
+        requests: RestoreRequest | dict[str, RestoreRequest]
+        if isinstance(episode_ids, Mapping):
+            members = [m for m in self.members if m.name in episode_ids]
+            requests = {m.name: request(episodes_of(episode_ids, m.name)) for m in members}
+        else:
+            members = list(self.members)
+            requests = request(list(episode_ids))
+        everyone = episodes_in(episode_ids)
 
         with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
-            span.set(participants=len(self.members), episodes=len(episode_ids))
+            span.set(participants=len(members), episodes=len(everyone))
             replies, failures = await fan_out(
                 self.control,
-                self.members,
+                members,
                 "restore",
-                request,
+                requests,
                 RestoreReply,
                 deadline_ts=deadline_ts,
                 span=span,
@@ -300,10 +332,10 @@ class Coordinator:
         if failures:
             cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
             context = parent if parent is not None else span
-            if episode_ids:
+            if everyone:
                 try:
                     await self.retire(
-                        [e.next() for e in episode_ids],
+                        [e.next() for e in everyone],
                         checkpoint_id=checkpoint_id,
                         deadline_ts=cleanup_deadline,
                         parent=context,
@@ -326,7 +358,7 @@ class Coordinator:
         """Run ``operation`` group by group, callers before callees; raise if any member failed."""
         replies: dict[str, R] = {}
         failures: Failures = {}
-        for group in RETIRE_GROUPS:
+        for group in self._retire_groups:
             members = [m for kind in group for m in self._by_kind[kind]]
             got, failed = await fan_out(
                 self.control, members, operation, request, reply_type, deadline_ts=deadline_ts, span=span
@@ -373,7 +405,7 @@ class Coordinator:
         checkpoint_dir: str,
         *,
         deadline_ts: float,
-        episodes: Callable[[PrepareResult], Sequence[EpisodeId] | None] | None = None,
+        episodes: Callable[[PrepareResult], Scope | None] | None = None,
         publish: Callable[[PrepareResult, dict[str, CommitReply]], Awaitable[None]] | None = None,
         stop: bool = False,
         renew_every: float = 5.0,
@@ -381,7 +413,8 @@ class Coordinator:
     ) -> tuple[PrepareResult, dict[str, CommitReply]]:
         """Prepare, commit, publish (renewing leases meanwhile), resume.
 
-        ``episodes(prepared)`` picks the commit scope once prepare is done (``None``: all).
+        ``episodes(prepared)`` picks the commit scope once prepare is done (``None``: all; a
+        mapping: each member's own, see ``commit``).
         Any failure after prepare resumes everyone and re-raises; a prepare that stopped
         raises ``CheckpointNotPrepared`` (everyone was already resumed).
         """

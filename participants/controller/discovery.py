@@ -7,9 +7,10 @@ from typing import Final
 
 import anyio
 
-from ckpt_events import Kind, UnknownNameError, coerce
+from ckpt_events import InvalidArgumentError
 from ckpt_events.participants.controller.client import ControlClient, ParticipantCallError
 from ckpt_events.participants.controller.types import CoordinationError, Member
+from ckpt_events.vocab import Kind, kind_name
 
 __all__ = ["DISCOVER_TIMEOUT", "DISCOVER_TRIES", "discover_members"]
 
@@ -48,12 +49,12 @@ async def discover_members(
                     await anyio.sleep(retry_delay)
                 continue
             try:
-                kind = coerce(Kind, status.kind)
-            except UnknownNameError as exc:
+                kind = kind_name(status.kind)
+            except InvalidArgumentError as exc:
                 failures[name] = f"status reply is not a participant's: {exc}"
                 return
             instance = status.instance
-            if kind is Kind.CONTROLLER:
+            if kind == Kind.CONTROLLER:
                 failures[name] = "a controller is not a participant"
                 return
             label = instance if name == url else name
@@ -66,6 +67,6 @@ async def discover_members(
             tg.start_soon(probe, name, url)
     if failures:
         raise CoordinationError("discover", failures)
-    if not any(m.kind is Kind.MODEL for m in found):
+    if not any(m.kind == Kind.MODEL for m in found):
         raise CoordinationError("discover", {"model": "no model participant was found"})
     return sorted(found, key=Member.sort_key)

@@ -1,14 +1,15 @@
 """One control call to many participants at once, and the lease renewal around a slow publish.
 
 ``fan_out`` gathers every reply and every failure: one member failing does not cancel the
-others, so a coordinator always knows who answered what. ``renewing`` runs a publish while
-leases are renewed in the background, so they outlive it.
+others, so a coordinator always knows who answered what; the request is one for everyone, or
+one per member (a commit or restore whose episodes differ by member, ``Scope``). ``renewing``
+runs a publish while leases are renewed in the background, so they outlive it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -19,31 +20,57 @@ from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.errors import ParticipantCallError
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, RestoreReply
 
-__all__ = ["Failures", "check_committed", "check_restored", "fan_out", "renewing"]
+__all__ = [
+    "Failures",
+    "Scope",
+    "check_committed",
+    "check_restored",
+    "episodes_in",
+    "episodes_of",
+    "fan_out",
+    "renewing",
+]
 
 R = TypeVar("R", bound=msgspec.Struct)
 #: Member name -> what went wrong with its call.
 Failures = dict[str, str]
+#: The episodes of a commit or restore: one list for every member, or each member's own (by
+#: member name; a fleet with several servers of a kind holds each rollout on one of them).
+Scope = Sequence[EpisodeId] | Mapping[str, Sequence[EpisodeId]]
+
+
+def episodes_of(scope: Scope, name: str) -> list[EpisodeId]:
+    """The episodes of ``scope`` on the member called ``name`` (none if a mapping lacks it)."""
+    return list(scope.get(name, ()) if isinstance(scope, Mapping) else scope)
+
+
+def episodes_in(scope: Scope) -> list[EpisodeId]:
+    """Every episode of ``scope`` once, in first-seen order."""
+    if not isinstance(scope, Mapping):
+        return list(scope)
+    return list(dict.fromkeys(e for episodes in scope.values() for e in episodes))
 
 
 async def fan_out(
     control: ControlClient,
     members: Sequence[Member],
     operation: str,
-    request: msgspec.Struct,
+    request: msgspec.Struct | Mapping[str, msgspec.Struct],
     reply_type: type[R],
     *,
     deadline_ts: float,
     span: SpanLike | None,
 ) -> tuple[dict[str, R], Failures]:
-    """Call ``operation`` on ``members`` at once; one member failing does not cancel the others."""
+    """Call ``operation`` on ``members`` at once (``request``, or ``request[member.name]``); one
+    member failing does not cancel the others."""
     replies: dict[str, R] = {}
     failures: Failures = {}
 
     async def one(member: Member) -> None:
+        body = request[member.name] if isinstance(request, Mapping) else request
         try:
             replies[member.name] = await control.call(
-                member.url, operation, request, reply_type, deadline_ts=deadline_ts, span=span
+                member.url, operation, body, reply_type, deadline_ts=deadline_ts, span=span
             )
         except ParticipantCallError as exc:
             failures[member.name] = str(exc)
@@ -54,9 +81,11 @@ async def fan_out(
     return replies, failures
 
 
-def _move_mismatches(replies: dict[str, R], failures: Failures, wrong: Callable[[R], str | None]) -> None:
+def _move_mismatches(
+    replies: dict[str, R], failures: Failures, wrong: Callable[[str, R], str | None]
+) -> None:
     for name in sorted(replies):
-        problem = wrong(replies[name])
+        problem = wrong(name, replies[name])
         if problem is not None:
             failures[name] = problem
             del replies[name]
@@ -70,26 +99,33 @@ def _compare(what: str, got: Sequence[str], want: Sequence[str]) -> str | None:
     return f"{counts} (missing {missing[:5]}, extra {extra[:5]})"
 
 
-def check_committed(
-    replies: dict[str, CommitReply], failures: Failures, scope: Sequence[EpisodeId] | None
-) -> None:
-    """A participant whose commit exported other episodes than ``scope`` failed."""
+def _wanted(scope: Scope, key: Callable[[EpisodeId], str]) -> Callable[[str], list[str]]:
+    """Member name -> the sorted keys of its share of ``scope`` (one list for every member is
+    sorted once: a commit's scope can hold 64,000 episodes)."""
+    if isinstance(scope, Mapping):
+        return lambda name: sorted({key(e) for e in scope.get(name, ())})
+    shared = sorted({key(e) for e in scope})
+    return lambda name: shared
+
+
+def check_committed(replies: dict[str, CommitReply], failures: Failures, scope: Scope | None) -> None:
+    """A participant whose commit exported other episodes than its share of ``scope`` failed."""
     if scope is not None:
-        want = sorted({e.capture_key for e in scope})
-        _move_mismatches(replies, failures, lambda r: _compare("committed", r.episode_ids, want))
+        want = _wanted(scope, lambda e: e.capture_key)
+        _move_mismatches(replies, failures, lambda n, r: _compare("committed", r.episode_ids, want(n)))
 
 
 def check_restored(
-    replies: dict[str, RestoreReply], failures: Failures, scope: Sequence[EpisodeId], source: str | None
+    replies: dict[str, RestoreReply], failures: Failures, scope: Scope, source: str | None
 ) -> None:
-    """A participant that installed other episodes than ``scope`` (each as attempt + 1), or
-    restored another checkpoint than ``source``, failed."""
-    want = sorted({e.next().capture_key for e in scope})
+    """A participant that installed other episodes than its share of ``scope`` (each as
+    attempt + 1), or restored another checkpoint than ``source``, failed."""
+    want = _wanted(scope, lambda e: e.next().capture_key)
 
-    def wrong(reply: RestoreReply) -> str | None:
+    def wrong(name: str, reply: RestoreReply) -> str | None:
         if source is not None and reply.source_checkpoint_id != source:
             return f"restored checkpoint {reply.source_checkpoint_id}, not {source}"
-        return _compare("restored", reply.restored, want)
+        return _compare("restored", reply.restored, want(name))
 
     _move_mismatches(replies, failures, wrong)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.protocol import EpisodeId
 
 __all__ = ["CollectionSummary", "Rollout"]
@@ -12,12 +13,14 @@ __all__ = ["CollectionSummary", "Rollout"]
 class Rollout:
     """What the controller knows of one rollout: its attempt and where each participant is."""
 
-    __slots__ = ("at", "attempt", "direct", "done_at", "rollout_id", "started", "status")
+    __slots__ = ("at", "attempt", "direct", "done_at", "placed", "rollout_id", "started", "status")
 
     def __init__(self, rollout_id: str, attempt: int = 0) -> None:
         self.rollout_id = rollout_id
         self.attempt = attempt
         self.status = "pending"  # pending, running, done, retired
+        # The members this attempt's session is on, one of each kind (empty until it is placed).
+        self.placed: tuple[Member, ...] = ()
         self.started: set[str] = set()  # members that accepted /work/start for this attempt
         self.done_at: set[str] = set()  # members where this attempt reached its last step
         self.at: dict[str, int] = {}  # the step boundary each member last reported for this attempt

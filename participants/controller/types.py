@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
 
 import msgspec
 
-from ckpt_events import PREPARE_ORDER, Kind
 from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
+from ckpt_events.participants.kinds import stage_index
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply
 
 __all__ = [
@@ -17,27 +16,21 @@ __all__ = [
     "CoordinationError",
     "Member",
     "PrepareResult",
-    "stage_index",
 ]
-
-_STAGE_INDEX: Final = {kind: i for i, kind in enumerate(PREPARE_ORDER)}
-
-
-def stage_index(kind: Kind) -> int:
-    """The position of ``kind`` in the prepare order (members sort by it, then by name)."""
-    return _STAGE_INDEX[kind]
 
 
 class Member(msgspec.Struct, frozen=True, order=True):
     """One discovered participant: its config ``name``, ``kind``, ``instance`` and base ``url``."""
 
     name: str
-    kind: Kind
+    #: A participant kind (a ``Kind`` constant's or a user's own, ``ckpt_events.participants.kinds``
+    #: gives its place).
+    kind: str
     instance: str
     url: str
 
-    def sort_key(self) -> tuple[int, str]:
-        return stage_index(self.kind), self.name
+    def sort_key(self) -> tuple[int, str, str]:
+        return stage_index(self.kind), self.kind, self.name
 
 
 @dataclass(frozen=True)
@@ -46,7 +39,7 @@ class PrepareResult:
 
     checkpoint_id: str
     prepared: bool
-    stopped_at: Kind | None = None
+    stopped_at: str | None = None
     replies: dict[str, PrepareReply] = field(default_factory=dict)
 
     def blockers(self) -> dict[str, list[str]]:

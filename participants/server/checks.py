@@ -13,10 +13,10 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
-from ckpt_events import ErrorCode, Operation, Phase
 from ckpt_events.participants.errors import InvalidCheckpointError, MalformedRequest, ProtocolRefusal
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.workloads.base import Record
+from ckpt_events.vocab import ErrorCode, Operation, Phase
 
 __all__ = [
     "MAX_DEADLINE_SECONDS",

@@ -14,7 +14,7 @@ import anyio
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
-from ckpt_events import Disposition, ErrorCode, InvalidValueError
+from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.protocol import decode, encode
 from ckpt_events.participants.server.routes import bearer_auth, install_error_handlers
@@ -27,6 +27,7 @@ from ckpt_events.participants.workloads.generation_cut import (
     GenerateRequest,
     inventory_digest,
 )
+from ckpt_events.vocab import Disposition, ErrorCode
 
 __all__ = ["create_inference_app", "token_at"]
 

@@ -3,8 +3,9 @@
 ``BodyLimit`` is an ASGI middleware: a ``Content-Length`` over the bound is answered 413 before
 anything is read, and a streamed body is counted chunk by chunk and cut off at the bound, so
 no route ever buffers more than ``max_body_bytes``. A client that hangs up mid-body ends its
-request quietly (no traceback). ``SERVER_LIMITS`` are the uvicorn settings ``serve`` and the
-fleets use; ``log_resource_exhaustion_once`` keeps "Too many open files" to one log line.
+request quietly (no traceback). ``server_limits()`` are the uvicorn settings ``serve``, the
+worker ports and the fleets use (connections under a ``connection_guard``);
+``log_resource_exhaustion_once`` keeps "Too many open files" to one log line.
 """
 
 from __future__ import annotations
@@ -16,24 +17,32 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
+from ckpt_events.participants.server.connection_guard import ConnectionLimits, guarded_h11
 
 __all__ = [
     "ACCEPT_LOGGERS",
     "DEFAULT_MAX_BODY_BYTES",
-    "SERVER_LIMITS",
     "BodyLimit",
     "log_resource_exhaustion_once",
+    "server_limits",
 ]
 
 #: The default bound on a request body: far above any control or work call.
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
-#: uvicorn settings: at most this many connections at once (then 503), idle keep-alive
-#: connections closed after 5 s, and an incomplete HTTP head bounded to 64 KiB.
-SERVER_LIMITS: Final[dict[str, Any]] = {
-    "limit_concurrency": 512,
-    "timeout_keep_alive": 5,
-    "h11_max_incomplete_event_size": 64 * 1024,
-}
+
+
+def server_limits(connections: ConnectionLimits | None = None) -> dict[str, Any]:
+    """uvicorn settings for one server: h11 under a fresh ``ConnectionGuard`` (header timeout,
+    request deadline, per-peer caps: ``connections``), idle keep-alive connections closed after
+    5 s, an incomplete HTTP head bounded to 64 KiB, and no WebSocket upgrades (no route uses them).
+
+    Call it once per server: the guard's counts are that server's (``config.http.guard``)."""
+    return {
+        "http": guarded_h11(connections),
+        "ws": "none",
+        "timeout_keep_alive": 5,
+        "h11_max_incomplete_event_size": 64 * 1024,
+    }
 
 
 class BodyLimit:

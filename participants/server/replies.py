@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from ckpt_events import ErrorCode
 from ckpt_events.participants.errors import (
     CheckpointStoreError,
     CheckpointWriteError,
@@ -23,6 +22,7 @@ from ckpt_events.participants.errors import (
     WriteStopped,
 )
 from ckpt_events.participants.protocol import CommitReply, PrepareReply, RestoreReply
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["RESUMED_KEPT", "ReplayArgs", "ReplyCache", "store_refusals"]
 

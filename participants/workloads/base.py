@@ -22,10 +22,11 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 import anyio
 import msgspec
 
-from ckpt_events import ErrorCode, InvalidTypeError, Kind, OperationSpan, Telemetry
+from ckpt_events import InvalidTypeError, OperationSpan, Telemetry
 from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal, WorkError
 from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
 from ckpt_events.participants.workloads.fence import RetiredAttempts
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
 
@@ -74,14 +75,16 @@ class Episode(msgspec.Struct, Generic[S], gc=False, eq=False):
 class Workload(Generic[S, R]):
     """Episodes, admission, the retired-attempt fence and the checkpoint hooks of one kind."""
 
-    kind: ClassVar[Kind]
+    #: The participant kind it serves: a ``Kind`` constant, or a name of the user's own
+    #: (``ckpt_events.vocab.NAME_RULE``).
+    kind: ClassVar[str]
     #: The kind's record class (set on the subclass; ``R`` is not allowed in a ``ClassVar``).
     record_type: type[R]
 
     def __init__(self, tel: Telemetry, **options: Any) -> None:
         if options:
             raise InvalidTypeError(
-                f"unknown {self.kind.value} workload options: {', '.join(sorted(options))}"
+                f"unknown {self.kind} workload options: {', '.join(sorted(options))}"
             )
         self.tel = tel
         self.fence = RetiredAttempts()
@@ -233,7 +236,7 @@ class Workload(Generic[S, R]):
         """Validate one record before anything is installed; returns the state to install."""
         if not isinstance(record, self.record_type):
             key = record.episode_id.capture_key
-            raise InvalidCheckpointError(f"record of {key} is not a {self.kind.value} record")
+            raise InvalidCheckpointError(f"record of {key} is not a {self.kind} record")
         if not 0 <= record.boundary <= record.steps or record.steps < 1:
             key = record.episode_id.capture_key
             raise InvalidCheckpointError(f"record of {key} has boundary {record.boundary} of {record.steps}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ckpt_events import Kind, OperationSpan
+from ckpt_events import OperationSpan
 from ckpt_events.participants.protocol import EpisodeId, PrepareReport
 from ckpt_events.participants.workloads.base import Record
 from ckpt_events.participants.workloads.fence import RetiredAttempts
@@ -28,7 +28,7 @@ class ControlledWorkload(Protocol):
     """The members of a workload every checkpoint state machine uses (``server.control``)."""
 
     @property
-    def kind(self) -> Kind: ...
+    def kind(self) -> str: ...
 
     @property
     def record_type(self) -> type[Record]:

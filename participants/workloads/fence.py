@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ckpt_events import ErrorCode
 from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["RetiredAttempts"]
 

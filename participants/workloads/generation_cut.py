@@ -13,7 +13,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from ckpt_events import Disposition
+from ckpt_events.vocab import Disposition
 
 __all__ = [
     "CUT_PATH",

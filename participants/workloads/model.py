@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import msgspec
 
-from ckpt_events import Disposition, Kind, OperationSpan, Telemetry
+from ckpt_events import OperationSpan, Telemetry
 from ckpt_events.participants.errors import MalformedRequest, WorkError
 from ckpt_events.participants.protocol import EpisodeId, decode, encode
 from ckpt_events.participants.workloads.base import Episode, Record, Workload
+from ckpt_events.vocab import Disposition, Kind
 
 if TYPE_CHECKING:
     import httpx

@@ -4,8 +4,10 @@ A row names the kind's workload class, its default instance, whether it talks to
 inference worker, and its colour in the reports (a presentation detail, kept here so a kind
 is one row). ``KINDS`` lists them in stage order (prepare order; resume runs the reverse):
 the app factory, ``serve``, the local and process fleets, the demo, the benchmarks and the
-report renderers read it, and a test checks that no other source lists kinds. A new kind is
-its workload module, one row here (and its member of ``ckpt_events.Kind``) and its tests.
+report renderers read it, and a test checks that no other source lists kinds (but the order
+rule, ``ckpt_events.participants.kinds``, which places a kind it does not name after the
+others). A new reference kind is its workload module, one row here (and its member of
+``ckpt_events.vocab.Kind``) and its tests; a user's own kind needs none of it.
 Other registries (``KINDS.replacing(...)``, or ``KindRegistry(rows)``) can be passed to
 ``create_app``, ``local_fleet`` and the renderers instead, e.g. to try a workload in a test.
 """
@@ -16,12 +18,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ckpt_events import InvalidValueError, Kind, coerce
+from ckpt_events import InvalidValueError
 from ckpt_events.participants.workloads.agent import AgentWorkload
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload
 from ckpt_events.participants.workloads.model import ModelWorkload
 from ckpt_events.participants.workloads.resources import ResourcesWorkload
+from ckpt_events.vocab import Kind, kind_name
 
 __all__ = ["CONTROLLER_COLOUR", "KINDS", "KindRegistry", "KindRow"]
 
@@ -33,7 +36,8 @@ CONTROLLER_COLOUR: Final = "#a855f7"
 class KindRow:
     """One participant kind: what it runs, what its first instance is called, how it is drawn."""
 
-    kind: Kind
+    #: A ``Kind`` constant, or a kind of the user's own (``ckpt_events.vocab.NAME_RULE``).
+    kind: str
     workload: type[Workload[Any, Any]]
     #: The instance name ``serve``, the fleets and the demo use when none is given.
     instance: str
@@ -49,10 +53,10 @@ class KindRegistry:
     __slots__ = ("_rows",)
 
     def __init__(self, rows: Iterable[KindRow]) -> None:
-        self._rows: dict[Kind, KindRow] = {}
+        self._rows: dict[str, KindRow] = {}
         for row in rows:
             if row.kind in self._rows:
-                raise InvalidValueError(f"kind {row.kind.value!r} has two rows")
+                raise InvalidValueError(f"kind {str(row.kind)!r} has two rows")
             self._rows[row.kind] = row
 
     def __iter__(self) -> Iterator[KindRow]:
@@ -66,7 +70,7 @@ class KindRegistry:
 
     def __getitem__(self, kind: str) -> KindRow:
         """The row of ``kind`` (a ``Kind`` or its value); ``InvalidValueError`` if it has none."""
-        row = self._rows.get(coerce(Kind, kind))
+        row = self._rows.get(kind_name(kind))
         if row is None:
             raise InvalidValueError(f"kind must be one of {', '.join(self.names)}, not {kind!r}")
         return row
@@ -74,15 +78,15 @@ class KindRegistry:
     @property
     def names(self) -> tuple[str, ...]:
         """The kinds' values, in stage order."""
-        return tuple(kind.value for kind in self._rows)
+        return tuple(str(kind) for kind in self._rows)
 
     def members(self) -> tuple[tuple[str, str], ...]:
         """``(kind, default instance)`` of every kind: one participant of each."""
-        return tuple((row.kind.value, row.instance) for row in self)
+        return tuple((str(row.kind), row.instance) for row in self)
 
     def colours(self) -> dict[str, str]:
         """Kind value -> colour, in stage order."""
-        return {row.kind.value: row.colour for row in self}
+        return {str(row.kind): row.colour for row in self}
 
     def palette(self) -> dict[str, str]:
         """Who -> colour as the reports draw it: the controller, then every kind in stage order."""
@@ -90,7 +94,7 @@ class KindRegistry:
 
     def replacing(self, *rows: KindRow) -> KindRegistry:
         """A copy with ``rows`` in place of the rows of their kinds (appended if new)."""
-        by_kind = {**self._rows, **{row.kind: row for row in rows}}
+        by_kind: dict[str, KindRow] = {**self._rows, **{row.kind: row for row in rows}}
         return KindRegistry(by_kind.values())
 
 

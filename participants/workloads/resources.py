@@ -7,10 +7,11 @@ from typing import Any
 import anyio
 import msgspec
 
-from ckpt_events import Kind, Telemetry
+from ckpt_events import Telemetry
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.workloads.base import Episode, Record, Workload, finite_sleep
 from ckpt_events.participants.workloads.records import DOCUMENT_LINES, invalid_record
+from ckpt_events.vocab import Kind
 
 __all__ = ["ResourcesRecord", "ResourcesState", "ResourcesWorkload"]
 

@@ -15,15 +15,8 @@ import msgspec
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, MeterProvider, Observation
 
 from ckpt_events import (
-    INSTRUMENTS,
-    METRIC_BYTES,
-    METRIC_EVENTS,
-    METRIC_LOOP_LAG,
-    METRIC_OPERATION_DURATION,
-    METRIC_RECORDS,
     CoordinateFinished,
     GenerationCut,
-    InstrumentKind,
     InvalidTypeError,
     LeaseExpired,
     OperationFinished,
@@ -34,6 +27,15 @@ from ckpt_events import (
 )
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork
+from ckpt_events.vocab import (
+    INSTRUMENTS,
+    METRIC_BYTES,
+    METRIC_EVENTS,
+    METRIC_LOOP_LAG,
+    METRIC_OPERATION_DURATION,
+    METRIC_RECORDS,
+    InstrumentKind,
+)
 
 __all__ = ["MetricSink", "MetricSinkStats"]
 

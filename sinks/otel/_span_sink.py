@@ -4,7 +4,7 @@ Every ``*Finished`` event carries both timestamps, its ids and its parent, so a 
 built directly as a ``ReadableSpan`` (no tracer, no context switch) and the tree is right
 whatever order events arrive in. Spans go to an exporter in batches, or one by one to a
 ``SpanProcessor``'s ``on_end`` (the user's pipeline: their batch processor, scrubbing, tail
-sampling), always off the request path. Span kinds follow ``ckpt_events.span_kind_of``.
+sampling), always off the request path. Span kinds follow ``ckpt_events.vocab.span_kind_of``.
 """
 
 from __future__ import annotations
@@ -23,19 +23,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from ckpt_events import (
-    InvalidTypeError,
-    InvalidValueError,
-    Outcome,
-    Redactor,
-    __version__,
-    resolve_span_groups,
-    span_kind_of,
-)
-from ckpt_events import (
-    SpanKind as CkptSpanKind,
-)
+from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
 from ckpt_events.sinks._span_attrs import FINISHED, span_name_and_attributes
+from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
+from ckpt_events.vocab import SpanKind as CkptSpanKind
 
 __all__ = ["SpanSink", "SpanSinkStats"]
 

@@ -19,11 +19,8 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import (
-    INSTRUMENTS,
     CoordinateFinished,
     GenerationCut,
-    Instrument,
-    InstrumentKind,
     LeaseExpired,
     OperationFinished,
     PrepareNotReady,
@@ -37,6 +34,7 @@ from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp import _tags as tags
 from ckpt_events.sinks.otlp._span_encoder import SCOPE_NAME
 from ckpt_events.sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
+from ckpt_events.vocab import INSTRUMENTS, Instrument, InstrumentKind
 
 __all__ = [
     "COUNTERS",

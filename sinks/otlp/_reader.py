@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import OperationFinished, StepFinished
+from ckpt_events import OperationFinished, StageFinished, StepFinished
 from ckpt_events.sinks._span_attrs import plans_by_name
-from ckpt_events.vocab import Attr, Kind
+from ckpt_events.vocab import NAME_RULE, SPAN_PREFIX, Attr, Kind, span_name
 
 __all__ = ["looks_like_otlp", "read_otlp"]
 
@@ -35,6 +35,22 @@ _PLANS: Final = plans_by_name()
 _BY_NAME: Final[dict[str, tuple[type, str, Any]]] = {
     name: (cls, field, member) for name, (cls, field, member, _) in _PLANS.items()
 }
+_STAGE_PREFIX: Final = span_name("coordinate", "prepare", "")
+
+
+def _users_span(name: str) -> tuple[type, str, Any] | None:
+    """A step or a prepare stage the user named (``gym.checkpoint.upload``,
+    ``gym.checkpoint.coordinate.prepare.judge``): the open tables' rule read backwards."""
+    cls: type
+    if name.startswith(_STAGE_PREFIX):
+        rest, cls, field = name[len(_STAGE_PREFIX) :], StageFinished, "stage"
+    elif name.startswith(SPAN_PREFIX):
+        rest, cls, field = name[len(SPAN_PREFIX) :], StepFinished, "step"
+    else:
+        return None
+    return (cls, field, rest) if NAME_RULE.fullmatch(rest) is not None else None
+
+
 #: Attribute key -> event field (a worker's index is put on spans beside the plan's pairs).
 _FIELDS: Final[dict[str, str]] = {key: field for *_, pairs in _PLANS.values() for field, key in pairs} | {
     Attr.WORKER: "worker"
@@ -126,7 +142,8 @@ def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
 
 def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | None:
     """The event class and fields of a span of ours, why it is bad, or ``None`` for another's."""
-    found = _BY_NAME.get(span.get("name", ""))
+    name = span.get("name", "")
+    found = _BY_NAME.get(name) or (_users_span(name) if isinstance(name, str) else None)
     if found is None:
         return None  # a span not of ours: the collector may carry others
     cls, field, value = found
@@ -145,7 +162,7 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | N
     if end < start:
         return "its end is before its start"
     fields: dict[str, Any] = {
-        field: value.value,
+        field: str(value),
         "trace_id": trace_id,
         "span_id": span_id,
         "start_ns": start,

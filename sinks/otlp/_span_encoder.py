@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import Outcome, Redactor, SpanKind, __version__, span_kind_of
+from ckpt_events import Redactor, __version__
 from ckpt_events.sinks._span_attrs import span_name_and_attributes, span_plan
 from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
 from ckpt_events.sinks.otlp import _tags as tags
@@ -26,6 +26,7 @@ from ckpt_events.sinks.otlp._wire import field as _field
 from ckpt_events.sinks.otlp._wire import json_attributes as _json_attributes
 from ckpt_events.sinks.otlp._wire import key_value as _key_value
 from ckpt_events.sinks.otlp._wire import varint as _varint
+from ckpt_events.vocab import Outcome, SpanKind, span_kind_of
 
 __all__ = ["SCOPE_NAME", "SpanEncoder"]
 

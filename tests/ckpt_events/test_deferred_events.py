@@ -9,15 +9,10 @@ from typing import Any
 
 import anyio
 
-from ckpt_events import (
-    Bus,
-    OperationFinished,
-    Outcome,
-    StepFinished,
-    Telemetry,
-)
+from ckpt_events import Bus, OperationFinished, StepFinished, Telemetry
 from ckpt_events._events import Event
 from ckpt_events.testing import MemorySink
+from ckpt_events.vocab import Outcome
 
 
 def _interested() -> MemorySink:

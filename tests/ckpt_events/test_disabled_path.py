@@ -122,7 +122,8 @@ def test_emit_allocates_nothing_of_its_own() -> None:
     (A backlog over 256 events makes CPython allocate the buffer's length as an int, and a
     deque takes a new 64-slot block now and then; a sink that keeps up causes neither.)
     """
-    from ckpt_events import ErrorCode, Kind, Refused
+    from ckpt_events import Refused
+    from ckpt_events.vocab import ErrorCode, Kind
 
     bus = Bus()
     first = bus.subscribe(MemorySink(interests=[Refused]))._buffer

@@ -13,10 +13,10 @@ from ckpt_events import (
     InvalidTypeError,
     InvalidValueError,
     Telemetry,
-    resolve_span_groups,
 )
 from ckpt_events._errors import argument_error
 from ckpt_events.testing import EventCapture
+from ckpt_events.vocab import resolve_span_groups
 
 
 def _telemetry(**options: object) -> Telemetry:

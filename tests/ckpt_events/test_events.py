@@ -7,17 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_events import (
-    CheckpointEvent,
-    ErrorCode,
-    Event,
-    Kind,
-    Operation,
-    OperationFinished,
-    Outcome,
-    Refused,
-)
+from ckpt_events import CheckpointEvent, Event, OperationFinished, Refused
 from ckpt_events._events import EVENT_TYPES, FINISHED_TYPES, POINT_TYPES, STARTED_TYPES
+from ckpt_events.vocab import ErrorCode, Kind, Operation, Outcome
 from tests.ckpt_events.strategies import any_event, event_strategy
 
 _decoder = msgspec.json.Decoder(CheckpointEvent)
@@ -64,7 +56,7 @@ def test_decoding_gives_enum_members_and_full_width_ids() -> None:
     )
     back = _decoder.decode(msgspec.json.encode(event))
     assert isinstance(back, OperationFinished)
-    assert back.kind is Kind.MODEL and back.operation is Operation.COMMIT
+    assert back.kind == Kind.MODEL and back.operation is Operation.COMMIT
     assert back.outcome is Outcome.OK
     assert back.trace_id == 2**128 - 1
 

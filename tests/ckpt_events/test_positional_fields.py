@@ -17,16 +17,11 @@ from ckpt_events import (
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
-    Disposition,
-    ErrorCode,
     GenerationCut,
     InvalidArgumentError,
-    Kind,
     LeaseExpired,
     OperationFinished,
     OperationStarted,
-    Outcome,
-    Phase,
     PrepareNotReady,
     Refused,
     StageFinished,
@@ -42,6 +37,7 @@ from ckpt_events._events import EVENT_TYPES
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Disposition, ErrorCode, Kind, Outcome, Phase
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 REMOTE_PARENT = 0xB7AD6B7169203331

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_events import ATTR_PREFIX, REDACTED, Redactor, UnknownNameError
+from ckpt_events import Redactor, UnknownNameError
+from ckpt_events.vocab import ATTR_PREFIX, REDACTED
 
 OUR_NAMES = [
     ATTR_PREFIX + n

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_events import (
-    SPAN_GROUP_PRESETS,
-    SPAN_GROUPS,
-    InvalidArgumentError,
-    UnknownNameError,
-    resolve_span_groups,
-)
+from ckpt_events import InvalidArgumentError, UnknownNameError
+from ckpt_events.vocab import SPAN_GROUP_PRESETS, SPAN_GROUPS, resolve_span_groups
 
 
 def test_default_leaves_checkpoint_out_and_the_spec_turns_it_on() -> None:

@@ -1,52 +1,30 @@
-"""Closed vocabularies and the names built from them."""
+"""The vocabularies (closed and open) and the names built from them."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckpt_events import (
-    PREPARE_ORDER,
-    RESUME_ORDER,
-    RETIRE_GROUPS,
+from ckpt_events import InvalidTypeError, InvalidValueError, UnknownNameError
+from ckpt_events.vocab import (
+    NAME_RULE,
+    STAGE_SPANS,
+    STEP_END_ATTRS,
+    STEP_SPANS,
+    Attr,
     ErrorCode,
     Kind,
     Operation,
     Step,
-    UnknownNameError,
     attr,
     coerce,
+    kind_name,
     span_name,
+    step_name,
 )
 
 
-def test_error_codes_carry_their_http_status() -> None:
-    """Every code maps to the protocol's status."""
-    statuses = {code.value: code.http_status for code in ErrorCode}
-    assert statuses == {
-        "checkpoint_error": 409,
-        "stale_checkpoint": 409,
-        "checkpoint_conflict": 409,
-        "invalid_phase": 409,
-        "deadline_exceeded": 409,
-        "stale_attempt": 409,
-        "admission_closed": 409,
-        "restart_in_scope": 409,
-        "rollout_id_required": 400,
-        "unauthorized": 401,
-        "invalid_checkpoint_state": 422,
-        "checkpoint_coordinator_unavailable": 503,
-    }
-
-
-def test_orders_and_step_parents() -> None:
-    """Prepare, resume and retire orders, and each step's operation, are the protocol's."""
-    assert [k.value for k in PREPARE_ORDER] == ["environment", "model", "agent", "resources"]
-    assert RESUME_ORDER == tuple(reversed(PREPARE_ORDER))
-    assert [[k.value for k in g] for g in RETIRE_GROUPS] == [
-        ["environment"],
-        ["agent"],
-        ["model", "resources"],
-    ]
+def test_step_parents() -> None:
+    """Each of the original system's steps runs under its operation."""
     assert {s.value: s.parent.value for s in Step} == {
         "wait_ready": "prepare",
         "generation_cut": "prepare",
@@ -63,6 +41,43 @@ def test_names_built_in_one_place() -> None:
     assert span_name("coordinate", "prepare", "model") == "gym.checkpoint.coordinate.prepare.model"
 
 
+def test_kinds_and_steps_are_open_names_of_one_shape() -> None:
+    """A kind or a step is any name of NAME_RULE's shape: a constant comes back as its member,
+    a user's name as a plain str; a bad one is one error naming the value and the rule."""
+    assert kind_name("model") is Kind.MODEL and step_name(Step.WRITE) is Step.WRITE
+    assert kind_name("judge") == "judge" and type(kind_name("judge")) is str
+    assert step_name("upload-2_b") == "upload-2_b" and kind_name("7zip") == "7zip"
+    assert kind_name("a" * 64) == "a" * 64
+    for bad in ("Judge!", "a" * 65, "", "-x", "_x", "up load", "é"):
+        assert NAME_RULE.fullmatch(bad) is None
+        with pytest.raises(InvalidValueError, match=r"invalid participant kind .*1-64 characters of a-z"):
+            kind_name(bad)
+        with pytest.raises(InvalidValueError, match=r"invalid step"):
+            step_name(bad)
+    for wrong in (3, None, b"judge", ["judge"]):
+        with pytest.raises(InvalidTypeError, match="must be a str"):
+            kind_name(wrong)
+
+
+def test_tables_keyed_by_kind_or_step_answer_for_a_users_name() -> None:
+    """STAGE_SPANS, STEP_SPANS and STEP_END_ATTRS name a user's kind and step by their rule
+    (records and bytes on a step of the user's), and list the constants' entries only."""
+    assert STAGE_SPANS["judge"] == "gym.checkpoint.coordinate.prepare.judge"
+    assert STEP_SPANS["upload"] == "gym.checkpoint.upload"
+    assert STEP_END_ATTRS["upload"] == (("records", Attr.RECORDS), ("bytes", Attr.BYTES))
+    assert STEP_SPANS[Step.WRITE] == STEP_SPANS["write"] == "gym.checkpoint.write"
+    assert "upload" not in STEP_SPANS and "judge" not in STAGE_SPANS
+    assert set(STEP_SPANS) == set(Step) and set(STAGE_SPANS) == set(Kind)
+
+
+def test_closed_vocabularies_stay_closed() -> None:
+    """Operations and codes keep their typo protection."""
+    with pytest.raises(UnknownNameError, match="prepare, commit"):
+        coerce(Operation, "upload")
+    with pytest.raises(UnknownNameError, match="stale_attempt"):
+        coerce(ErrorCode, "stale")
+
+
 def test_coerce_accepts_members_and_values_only() -> None:
     """coerce() takes the member or its value, and names the valid values otherwise."""
     assert coerce(Operation, "commit") is Operation.COMMIT
@@ -76,11 +91,11 @@ def test_coerce_accepts_members_and_values_only() -> None:
 def test_the_instrument_table_names_every_metric_constant_once() -> None:
     """INSTRUMENTS and OPEN_WORK_INSTRUMENTS hold each METRIC_* name exactly once between them,
     with a kind, a unit and a description."""
-    import ckpt_events
-    from ckpt_events import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
+    from ckpt_events import vocab
+    from ckpt_events.vocab import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
 
     table = INSTRUMENTS + OPEN_WORK_INSTRUMENTS
-    constants = {getattr(ckpt_events, n) for n in ckpt_events.__all__ if n.startswith("METRIC_")}
+    constants = {getattr(vocab, n) for n in vocab.__all__ if n.startswith("METRIC_")}
     names = [i.name for i in table]
     assert sorted(names) == sorted(constants)
     assert all(isinstance(i.kind, InstrumentKind) and i.unit and i.description for i in table)

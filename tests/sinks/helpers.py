@@ -7,7 +7,8 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ckpt_events import Bus, Kind, Operation, Phase, Stalled, Telemetry
+from ckpt_events import Bus, Stalled, Telemetry
+from ckpt_events.vocab import Kind, Operation, Phase
 
 
 def by_name(spans: tuple[ReadableSpan, ...] | list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:

@@ -139,3 +139,22 @@ async def test_invalid_arguments_name_the_argument(tmp_path: Path) -> None:
             configure(bus, metric_export_interval_ms=0, environ={})
         with pytest.raises(ConfigurationError, match="jsonl_path"):
             configure(bus, jsonl_path=tmp_path / "missing-dir" / "e.jsonl", environ={})
+
+
+async def test_the_off_switch_wins_over_arguments(tmp_path: Path) -> None:
+    """CKPT_EVENTS_DISABLED=true: a jsonl_path argument and an endpoint, yet nothing subscribed."""
+    environ = {"CKPT_EVENTS_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    async with Bus() as bus:
+        async with configure(bus, jsonl_path=tmp_path / "e.jsonl", environ=environ) as configured:
+            assert configured.subscriptions == ()
+            assert not Telemetry(bus, kind="agent", instance="a0").enabled
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+async def test_the_off_switch_refuses_a_bad_value() -> None:
+    """CKPT_EVENTS_DISABLED takes true or false; anything else names the variable."""
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match="CKPT_EVENTS_DISABLED"):
+            configure(bus, environ={"CKPT_EVENTS_DISABLED": "yes"})
+        async with configure(bus, environ={"CKPT_EVENTS_DISABLED": "false"}) as configured:
+            assert not configured.enabled

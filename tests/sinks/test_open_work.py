@@ -12,15 +12,10 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ckpt_events import (
-    METRIC_LAST_PUBLISHED,
-    METRIC_OLDEST_OPEN,
-    METRIC_OPEN_OPERATIONS,
-    Bus,
-    Telemetry,
-)
+from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks._open_work import MAX_OPEN, OpenWork
 from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
+from ckpt_events.vocab import METRIC_LAST_PUBLISHED, METRIC_OLDEST_OPEN, METRIC_OPEN_OPERATIONS
 from tests.sinks.helpers import metric_points
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
@@ -60,7 +55,8 @@ async def test_a_held_prepare_is_open_and_ages_then_closes() -> None:
 
 def test_the_tracker_is_bounded() -> None:
     """Past MAX_OPEN open operations (their ends lost), more are counted as untracked, not stored."""
-    from ckpt_events import Kind, Operation, OperationStarted
+    from ckpt_events import OperationStarted
+    from ckpt_events.vocab import Kind, Operation
 
     work = OpenWork()
     started = [

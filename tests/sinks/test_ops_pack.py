@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_events import InstrumentKind
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.ops import OPS_FILES, ops_file
 from ckpt_events.sinks._prom_names import metric_name
 from ckpt_events.sinks.prometheus import prometheus_names
+from ckpt_events.vocab import InstrumentKind
 from tests.sinks.prom_server import promtool_binary
 
 #: The open-work instruments of the live view (name, unit, kind), translated like ours.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_events import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
 from ckpt_events.sinks.prometheus import prometheus_names
+from ckpt_events.vocab import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
 
 
 @pytest.mark.parametrize(

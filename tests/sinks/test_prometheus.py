@@ -261,15 +261,18 @@ def test_another_path_is_404_and_other_methods_501() -> None:
 
 
 def test_a_slow_reader_is_cut_off_and_does_not_hold_up_others() -> None:
-    """A client that never finishes its request is closed after the timeout; a scrape meanwhile answers."""
+    """A client that never finishes its request is answered 408 and closed after the timeout; a
+    scrape meanwhile answers."""
     with _endpoint(PrometheusSink(), timeout=0.5) as endpoint:
         with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5) as slow:
             slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never the blank line
             started = time.monotonic()
             _get(endpoint.url)
             assert time.monotonic() - started < 1.0
+            assert slow.recv(1024).startswith(b"HTTP/1.1 408 ")
             assert slow.recv(1024) == b""  # the server hung up on it
             assert time.monotonic() - started < 3.0
+            assert endpoint.timed_out == 1
 
 
 _STORM = """

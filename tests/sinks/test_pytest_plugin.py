@@ -11,7 +11,8 @@ import pytest
 _USES_EVERY_FIXTURE = '''
 import pytest
 
-from ckpt_events import METRIC_EVENTS, OperationFinished, OperationStarted, StepFinished
+from ckpt_events import OperationFinished, OperationStarted, StepFinished
+from ckpt_events.vocab import METRIC_EVENTS
 
 
 def test_sync_capture_is_deterministic(ckpt_capture):

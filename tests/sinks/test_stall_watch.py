@@ -10,18 +10,11 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ckpt_events import (
-    METRIC_EVENTS,
-    METRIC_OLDEST_OPEN,
-    Bus,
-    ConfigurationError,
-    InvalidArgumentError,
-    Stalled,
-    Telemetry,
-)
+from ckpt_events import Bus, ConfigurationError, InvalidArgumentError, Stalled, Telemetry
 from ckpt_events.sinks import StallWatch, configure
 from ckpt_events.sinks.otel import MetricSink
 from ckpt_events.testing import MemorySink
+from ckpt_events.vocab import METRIC_EVENTS, METRIC_OLDEST_OPEN
 from tests.sinks.helpers import metric_points
 
 P = "nemo.gym.checkpoint."

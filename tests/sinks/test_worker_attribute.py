@@ -11,10 +11,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ckpt_events import Attr, Bus, Telemetry
+from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import JsonLinesSink, read_events
 from ckpt_events.sinks.otel import MetricSink, SpanSink
 from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
+from ckpt_events.vocab import Attr
 
 
 class _Keep:

@@ -18,7 +18,6 @@ from typing import Any, Final
 import anyio
 from anyio.abc import ByteStream, TaskGroup
 
-from ckpt_events import ErrorCode
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
@@ -28,6 +27,7 @@ from ckpt_events.participants.server.workers.frames import (
     encode_frame,
     read_frame,
 )
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["DEFAULT_REPLY_SECONDS", "FrameChannel", "Handler", "UnknownKind"]
 

@@ -29,10 +29,11 @@ from typing import Any, Final
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
-from ckpt_events import ErrorCode, InvalidTypeError, InvalidValueError
+from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["ENV_SECRET", "ENV_SOCKET", "HELLO_MAX_FRAME", "MAX_STRANGERS", "WorkerCoordinator"]
 

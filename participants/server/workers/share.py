@@ -15,7 +15,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any, Final
 
-from ckpt_events import Operation, OperationSpan, Telemetry
+from ckpt_events import OperationSpan, Telemetry
+from ckpt_events.vocab import Operation
 
 __all__ = ["NotingTelemetry", "Share", "current_share"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ckpt_events import PREPARE_ORDER, Telemetry
+from ckpt_events import Telemetry
+from ckpt_events.participants.kinds import PREPARE_ORDER
 from ckpt_events.testing import capture_events
 
 

@@ -9,10 +9,11 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from ckpt_events import CollectionFinished, Operation, OperationFinished
+from ckpt_events import CollectionFinished, OperationFinished
 from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.main import main
 from ckpt_events.sinks.jsonl import CorruptLine, read_events
+from ckpt_events.vocab import Operation
 
 
 async def test_demo_checkpoints_crashes_restores_and_verifies(tmp_path: Path) -> None:

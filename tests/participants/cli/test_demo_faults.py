@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ckpt_events import LeaseExpired, Phase, PrepareNotReady
+from ckpt_events import LeaseExpired, PrepareNotReady
 from ckpt_events.participants.cli.demo_checks import diagnosis_checks
 from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.main import main
@@ -17,6 +17,7 @@ from ckpt_events.participants.cli.run_overview import overview
 from ckpt_events.participants.errors import DemoFailed
 from ckpt_events.participants.faults import FAULT_ENV, parse_fault
 from ckpt_events.sinks.jsonl import read_events
+from ckpt_events.vocab import Phase
 
 PARTICIPANTS = ("environment/environment-0", "model/model-0", "agent/agent-0", "resources/resources-0")
 

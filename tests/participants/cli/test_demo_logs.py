@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ckpt_events import Kind
 from ckpt_events.participants.cli.demo_logs import merge_into
 from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.report_model import finished_spans
 from ckpt_events.sinks.jsonl import CorruptLine, read_events
+from ckpt_events.vocab import Kind
 
 
 def _who(events: list[object]) -> set[str]:
     """Every kind/instance(/w<i>) that closed a span."""
     return {
-        f"{e.kind.value}/{e.instance}" + ("" if getattr(e, "worker", None) is None else f"/w{e.worker}")
+        f"{e.kind}/{e.instance}" + ("" if getattr(e, "worker", None) is None else f"/w{e.worker}")
         for e in finished_spans(events)  # type: ignore[arg-type]
     }
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ckpt_events import Kind, Operation, Stalled
+from ckpt_events import Stalled
 from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.demo_watch import FAULT_STALL_AFTER_S, stall_environ, view_stall_after
 from ckpt_events.participants.faults import FAULT_ENV
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
+from ckpt_events.vocab import Kind, Operation
 
 _OPEN_PREPARE = re.compile(r"open prepare (\S+) (\d+\.\d) s( STALLED)?")
 
@@ -79,7 +80,7 @@ async def test_the_stalled_participant_is_named_in_the_view_while_it_is_stuck(
     # `stalled` (the metric sinks' gym.checkpoint.events_total) say the same.
     stalled = [e for e in result.events if isinstance(e, Stalled)]
     assert [
-        (e.kind, e.instance, e.operation, e.checkpoint_id) for e in stalled if e.kind is Kind.ENVIRONMENT
+        (e.kind, e.instance, e.operation, e.checkpoint_id) for e in stalled if e.kind == Kind.ENVIRONMENT
     ] == [(Kind.ENVIRONMENT, "environment-0", Operation.PREPARE, checkpoint_id)]
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stalled: ")]
     ours = f"prepare of controller coordination (checkpoint {checkpoint_id}, phase preparing)"

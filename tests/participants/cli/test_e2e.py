@@ -19,12 +19,9 @@ from ckpt_events import (
     Bus,
     CollectionFinished,
     CoordinateFinished,
-    Kind,
-    Operation,
     OperationFinished,
     SpanEvent,
     StageFinished,
-    Step,
     StepFinished,
     Telemetry,
 )
@@ -32,6 +29,7 @@ from ckpt_events.participants.cli.fleet import ServerProcess, process_fleet, wri
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.sinks.jsonl import CorruptLine, JsonLinesSink, read_events
+from ckpt_events.vocab import Kind, Operation, Step
 from tests.participants.helpers import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -220,11 +218,11 @@ def print_figures(
     durations: dict[str, list[float]] = defaultdict(list)
     for e in controller + events:
         if isinstance(e, OperationFinished):
-            durations[f"{e.kind.value}.{e.operation.value}"].append((e.end_ns - e.start_ns) / 1e6)
+            durations[f"{e.kind}.{e.operation.value}"].append((e.end_ns - e.start_ns) / 1e6)
         elif isinstance(e, CoordinateFinished):
             durations[f"controller.coordinate.{e.operation.value}"].append((e.end_ns - e.start_ns) / 1e6)
         elif isinstance(e, StepFinished):
-            durations[f"{e.kind.value}.{e.step.value}"].append((e.end_ns - e.start_ns) / 1e6)
+            durations[f"{e.kind}.{e.step}"].append((e.end_ns - e.start_ns) / 1e6)
     for name in sorted(durations):
         values = durations[name]
         print(f"  {name:<36} n={len(values):<3} max {max(values):8.2f} ms")

@@ -7,9 +7,10 @@ import re
 
 from rich.console import Console
 
-from ckpt_events import CollectionAction, CollectionFinished
+from ckpt_events import CollectionFinished
 from ckpt_events.participants.cli.report_model import attribute, checkpoint_and_restore, trace_spans
 from ckpt_events.participants.cli.report_terminal import render
+from ckpt_events.vocab import CollectionAction
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ckpt_events import Kind
 from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report_model import finished_spans
 from ckpt_events.sinks.jsonl import CorruptLine, read_events
+from ckpt_events.vocab import Kind
 
 
 @pytest.mark.e2e
@@ -41,7 +41,7 @@ async def test_a_demo_runs_perfetto_trace_has_what_perfetto_needs(tmp_path: Path
     threads = {(r["pid"], r["tid"]) for r in rows if r["ph"] == "M" and r["name"] == "thread_name"}
     assert {(r["pid"], r["tid"]) for r in complete} <= threads and {p for p, _ in threads} <= set(names)
     spans = finished_spans(events)
-    instances = {f"{e.kind.value}/{e.instance}" for e in spans if e.kind is not Kind.CONTROLLER}
+    instances = {f"{e.kind}/{e.instance}" for e in spans if e.kind != Kind.CONTROLLER}
     assert set(names.values()) == {"controller"} | instances and len(instances) >= 3
     for r in complete:
         assert names[r["pid"]] == r["args"]["who"].rsplit("/w", 1)[0]

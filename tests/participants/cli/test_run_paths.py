@@ -6,17 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_events import (
-    CollectionAction,
-    CollectionFinished,
-    CoordinateFinished,
-    Kind,
-    Operation,
-    OperationFinished,
-    Step,
-    StepFinished,
-)
+from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StepFinished
 from ckpt_events.participants.cli.run_paths import slowest
+from ckpt_events.vocab import CollectionAction, Kind, Operation, Step
 
 MS = 1_000_000
 T = 7

@@ -14,13 +14,13 @@ import httpx
 import pytest
 from rich.console import Console
 
-from ckpt_events import Kind
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.run_logs import LogProblems, expand_logs, merged_events
 from ckpt_events.participants.cli.run_overview import overview
 from ckpt_events.participants.cli.run_terminal import clean, render_overview
 from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared
 from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.vocab import Kind
 from tests.participants.controller.test_coordinator import AUTH, coordinated, start_work
 
 
@@ -63,14 +63,14 @@ async def test_run_overview_names_each_checkpoint_and_its_cause(tmp_path: Path) 
     events = await _run(tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
-    _write(logs / "controller.jsonl", [e for e in events if e.kind is Kind.CONTROLLER])
-    _write(logs / "participants.jsonl", [e for e in events if e.kind is not Kind.CONTROLLER])
+    _write(logs / "controller.jsonl", [e for e in events if e.kind == Kind.CONTROLLER])
+    _write(logs / "participants.jsonl", [e for e in events if e.kind != Kind.CONTROLLER])
     shutil.copy(logs / "participants.jsonl", tmp_path / "again.jsonl")
     paths, missing = expand_logs([str(logs), str(tmp_path / "again.*")])
     assert missing == [] and len(paths) == 3
     problems = LogProblems()
     run = overview(merged_events(paths, problems))
-    assert problems.duplicates == len([e for e in events if e.kind is not Kind.CONTROLLER])
+    assert problems.duplicates == len([e for e in events if e.kind != Kind.CONTROLLER])
     assert problems.events == len(events)
     by_id = {r.checkpoint_id: r for r in run.rows}
     assert [r.checkpoint_id for r in run.rows] == ["c1", "c2", "c-blocked", "c-lease"]

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ckpt_events import Kind, Operation, Phase, Stalled, Telemetry
+from ckpt_events import Stalled, Telemetry
 from ckpt_events.participants.cli.report_html import write_timeline
 from ckpt_events.participants.cli.report_terminal import render
 from ckpt_events.participants.cli.timeline import breakdown, counts, spans_of
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Kind, Operation, Phase
 
 
 async def _one_checkpoint() -> list:

@@ -16,10 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from ckpt_events import CoordinateFinished, Kind, Operation, OperationFinished, Step, StepFinished
+from ckpt_events import CoordinateFinished, OperationFinished, StepFinished
 from ckpt_events.participants.cli.run_overview import overview
 from ckpt_events.participants.cli.trends import Trends, binomial_tail, growth, spearman, theil_sen
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload
+from ckpt_events.vocab import Kind, Operation, Step
 from tests.participants.controller.test_coordinator import FOUR, coordinated
 
 TWO_ENVIRONMENTS = (("environment", "environment-1"), *FOUR)
@@ -146,6 +147,48 @@ def test_the_same_noise_over_a_real_trend_or_straggler_is_flagged(
         flags = _synthetic(seed, checkpoints, straggling).flags()
         assert len(flags) == 1, (seed, flags)
         assert flags[0].startswith("straggler: environment/environment-2 was the slowest environment in")
+
+
+def test_workers_are_not_the_peers_of_participants() -> None:
+    """Two equal models of two workers each: a worker's share of a commit (2 ms) is no peer of
+    a participant's whole commit (10 ms), so neither participant is its kind's straggler, and
+    one slowed 3x among its peers still is."""
+    for seed in range(20):
+        for slower in (1.0, 3.0):
+            rng = random.Random(seed)
+            trends, span, now = Trends(), 1, 1_000_000_000
+            for n in range(8):
+                spans: list[Any] = []
+                for instance, worker, ms in [
+                    (f"model-{i}", w, (2.0 if w is not None else 10.0 * (slower if i == 1 else 1)))
+                    for i in range(2)
+                    for w in (None, 0, 1)
+                ]:
+                    end = now + int(ms * math.exp(rng.gauss(0, 0.2)) * 1e6)
+                    spans.append(
+                        OperationFinished(
+                            Kind.MODEL,
+                            instance,
+                            n + 1,
+                            span,
+                            now,
+                            end,
+                            Operation.COMMIT,
+                            f"c{n}",
+                            worker=worker,
+                        )
+                    )
+                    span += 1
+                root = CoordinateFinished(
+                    Kind.CONTROLLER, "controller", n + 1, span, now, now + 10**8, Operation.COMMIT, f"c{n}"
+                )
+                trends.add_trace(spans, root)
+                span, now = span + 1, now + 10**9
+            stragglers = [f for f in trends.flags() if f.startswith("straggler: ")]
+            if slower == 1.0:
+                assert stragglers == [], (seed, stragglers)
+            else:
+                assert len(stragglers) == 1 and stragglers[0].startswith("straggler: model/model-1 "), seed
 
 
 async def test_a_step_slowed_progressively_is_flagged_growing(

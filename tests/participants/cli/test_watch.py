@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from rich.console import Console
 
-from ckpt_events import METRIC_EVENTS, METRIC_OLDEST_OPEN, Bus, Telemetry
+from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.cli.fleet import local_fleet
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.watch import live, snapshot
@@ -29,6 +29,7 @@ from ckpt_events.participants.cli.watch_view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.sinks import JsonLinesSink, StallWatch
 from ckpt_events.sinks.otel import MetricSink
+from ckpt_events.vocab import METRIC_EVENTS, METRIC_OLDEST_OPEN
 from tests.participants.helpers import ROOT
 from tests.sinks.helpers import metric_points
 

@@ -47,7 +47,9 @@ def _hostile_app(release: anyio.Event) -> FastAPI:
 
     @app.get("/wrong" + CONTROL_PREFIX + "/status")
     async def wrong() -> Response:
-        return Response(b'{"kind":"database","instance":"db","phase":"idle"}', media_type="application/json")
+        return Response(
+            b'{"kind":"controller","instance":"db","phase":"idle"}', media_type="application/json"
+        )
 
     @app.get("/escape" + CONTROL_PREFIX + "/status")
     async def escape() -> Response:
@@ -75,7 +77,7 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
     assert errors["slow"] == "no answer within 0.8 s"
     assert errors["invalid"].startswith("invalid status reply: JSON is malformed")
     assert errors["huge"] == f"reply larger than {MAX_BODY // 1024} KiB: not a participant status"
-    assert errors["wrong"] == "not a checkpoint participant: kind 'database'"
+    assert errors["wrong"] == "not a checkpoint participant: kind 'controller'"
     assert errors["escape"] is None
     view = FleetView(urls)
     view.add_polls(results, time.time())

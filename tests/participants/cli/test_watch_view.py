@@ -8,20 +8,11 @@ import time
 import pytest
 from rich.console import Console
 
-from ckpt_events import (
-    CONTROLLER_INSTANCE,
-    CoordinateStarted,
-    Kind,
-    Operation,
-    OperationFinished,
-    OperationStarted,
-    Outcome,
-    Phase,
-    Stalled,
-)
+from ckpt_events import CoordinateStarted, OperationFinished, OperationStarted, Stalled
 from ckpt_events.participants.cli.watch_sources import PollResult
 from ckpt_events.participants.cli.watch_view import FleetView
 from ckpt_events.participants.protocol import PrepareReport, StatusReply
+from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Phase
 
 NOW = 1_800_000_000.0
 NS = 1_000_000_000

@@ -163,3 +163,32 @@ async def test_failed_restore_restarts_the_rollouts_past_the_retired_attempts(tm
     assert all(summary.attempts[e["rollout_id"]] == 2 for e in continued)
     (restore,) = [e for e in events if isinstance(e, CollectionFinished) and e.action == "restore"]
     assert restore.outcome == "error"
+
+
+async def test_each_rollout_is_placed_on_one_server_of_each_kind_and_balanced(tmp_path: Path) -> None:
+    """With two servers of each kind a rollout's session goes to one of each, the least loaded
+    (eight rollouts, four in flight at a time, reach every server), and a checkpoint records
+    where each continued rollout was."""
+    members = [(k, f"{k}-{i}") for k in ("environment", "model", "agent", "resources") for i in range(2)]
+    async with capture_events() as (bus, _events):
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with (
+            local_fleet(token=TOKEN, bus=bus, members=members, checkpoint_root=ROOT) as urls,
+            httpx.AsyncClient(headers=AUTH) as http,
+            await Coordinator.discover(urls, token=TOKEN, telemetry=tel, client=http) as co,
+        ):
+            col = Collection(co, tmp_path, telemetry=tel, rollouts=8, steps=5, concurrency=4)
+            summary, checkpoint_id = await run_and(col, col.checkpoint)
+    assert summary.completed == 8
+    ran: dict[str, int] = {}
+    for rollout in col.rollouts.values():
+        assert sorted(m.kind for m in rollout.placed) == ["agent", "environment", "model", "resources"]
+        for member in rollout.placed:
+            ran[member.name] = ran.get(member.name, 0) + 1
+    # Totals vary with the order rollouts finish in; each server takes its share.
+    assert set(ran) == {name for _, name in members} and all(2 <= n <= 6 for n in ran.values())
+    manifest = msgspec.json.decode((tmp_path / checkpoint_id / "collection.json").read_bytes())
+    assert sorted(manifest["members"]) == sorted(name for _, name in members)
+    assert set(manifest["placement"]) == {e["rollout_id"] for e in manifest["continued"]}
+    for where in manifest["placement"].values():
+        assert sorted(n.rsplit("-", 1)[0] for n in where) == ["agent", "environment", "model", "resources"]

@@ -13,15 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from ckpt_events import (
-    CoordinateFinished,
-    ErrorCode,
-    Kind,
-    OperationFinished,
-    OperationStarted,
-    StageFinished,
-    Telemetry,
-)
+from ckpt_events import CoordinateFinished, OperationFinished, OperationStarted, StageFinished, Telemetry
 from ckpt_events.participants.cli.fleet import free_port, local_fleet, serving
 from ckpt_events.participants.controller.client import (
     ControlClient,
@@ -35,6 +27,7 @@ from ckpt_events.participants.controller.coordinator import (
 )
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply, PrepareRequest
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import ErrorCode, Kind
 from tests.participants.helpers import ROOT
 
 TOKEN = "coordinator-test-token"
@@ -127,7 +120,7 @@ async def test_prepare_has_one_stage_span_per_kind_even_when_empty() -> None:
         assert result.prepared
         await co.resume("c-stages", deadline_ts=time.time() + 10)
     (prepare,) = [e for e in events if isinstance(e, CoordinateFinished) and e.operation == "prepare"]
-    assert prepare.kind is Kind.CONTROLLER and prepare.prepared is True and prepare.participants == 3
+    assert prepare.kind == Kind.CONTROLLER and prepare.prepared is True and prepare.participants == 3
     stages = [e for e in events if isinstance(e, StageFinished)]
     assert [s.stage for s in stages] == [Kind.ENVIRONMENT, Kind.MODEL, Kind.AGENT, Kind.RESOURCES]
     assert [s.participants for s in stages] == [1, 1, 0, 1]
@@ -199,12 +192,12 @@ async def test_prepare_stops_at_the_first_stage_not_ready_and_aborts() -> None:
                 await co.checkpoint("c-blocked", "/nonexistent", deadline_ts=time.time() + 0.3)
             tg.cancel_scope.cancel()
         result = info.value.result
-        assert result.stopped_at is Kind.ENVIRONMENT and not result.prepared
+        assert result.stopped_at == Kind.ENVIRONMENT and not result.prepared
         assert result.blockers() == {"environment-0": ["r1"]}
         assert set(result.replies) == {"environment-0"}
         assert set((await phases(co)).values()) == {"idle"}
     (prepare,) = [e for e in events if isinstance(e, CoordinateFinished) and e.operation == "prepare"]
-    assert prepare.prepared is False and prepare.stopped_at is Kind.ENVIRONMENT
+    assert prepare.prepared is False and prepare.stopped_at == Kind.ENVIRONMENT
     assert [e.stage for e in events if isinstance(e, StageFinished)] == [Kind.ENVIRONMENT]
     assert not [e for e in events if isinstance(e, OperationFinished) and e.operation == "commit"]
 

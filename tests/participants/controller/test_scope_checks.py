@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ckpt_events import Phase
 from ckpt_events.participants.controller.fan_out import check_committed, check_restored
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
+from ckpt_events.vocab import Phase
 
 MANIFEST = Manifest(
     schema_version=1,
@@ -44,3 +44,18 @@ def test_a_restore_other_than_asked_is_a_failure_of_that_participant():
     check_restored(replies, failures, SCOPE, "c1")
     assert set(replies) == {"a"} and set(failures) == {"b", "c"}
     assert "restored 1 episodes, not the 2" in failures["b"] and "c0, not c1" in failures["c"]
+
+
+def test_each_member_is_checked_against_its_own_share_of_a_mapped_scope():
+    """With several servers of a kind each member holds its own rollouts: a mapping scope is
+    checked member by member, and a member it does not name must hold none."""
+    shares = {"env-0": [SCOPE[0]], "env-1": [SCOPE[1]]}
+    replies = {"env-0": _commit("r1"), "env-1": _commit("r1"), "env-2": _commit(), "env-3": _commit("r2")}
+    failures: dict[str, str] = {}
+    check_committed(replies, failures, shares)
+    assert set(replies) == {"env-0", "env-2"} and set(failures) == {"env-1", "env-3"}
+    assert "missing ['r2'], extra ['r1']" in failures["env-1"] and "extra ['r2']" in failures["env-3"]
+    restored = RestoreReply(phase=Phase.RESTORED, restored=["r2-a1"], source_checkpoint_id="c1")
+    answers = {"env-0": restored, "env-1": restored}
+    check_restored(answers, failures, shares, "c1")
+    assert set(answers) == {"env-1"} and "missing ['r1-a1']" in failures["env-0"]

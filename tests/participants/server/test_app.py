@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_events import InvalidArgumentError, OperationFinished, UnknownNameError
+from ckpt_events import InvalidArgumentError, InvalidValueError, OperationFinished
 from ckpt_events.participants import PARTICIPANT_KINDS, create_app
 from ckpt_events.testing import MemorySink
 from tests.participants.helpers import TOKEN, control, running
@@ -12,8 +12,10 @@ from tests.participants.helpers import TOKEN, control, running
 
 def test_bad_arguments_are_refused():
     """Unknown kinds, unsafe instances, empty tokens and bad lease graces are refused up front."""
-    with pytest.raises(UnknownNameError):
-        create_app("judge", instance="x", token=TOKEN)
+    with pytest.raises(InvalidValueError, match="kind must be one of .*, not 'judge'"):
+        create_app("judge", instance="x", token=TOKEN)  # a valid kind the registry has no row of
+    with pytest.raises(InvalidValueError, match="invalid participant kind 'Judge!'"):
+        create_app("Judge!", instance="x", token=TOKEN)
     with pytest.raises(InvalidArgumentError):
         create_app("controller", instance="x", token=TOKEN)
     with pytest.raises(InvalidArgumentError):
@@ -47,6 +49,6 @@ async def test_the_lifespan_owns_its_bus_and_sinks():
         assert app.state.telemetry.enabled
     assert closed == [True] and sink.closed
     finished = sink.of_type(OperationFinished)
-    assert [(e.operation.value, e.kind.value, e.instance) for e in finished] == [
+    assert [(e.operation.value, str(e.kind), e.instance) for e in finished] == [
         ("prepare", "resources", "res-0")
     ]

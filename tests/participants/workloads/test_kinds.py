@@ -79,7 +79,7 @@ async def test_checkpoint_restore_and_continue(kind, tmp_path):
     assert ops[("commit", f"{kind}-0")].records == 2 and ops[("commit", f"{kind}-0")].bytes > 0
     restore_op = ops[("restore", f"{kind}-0")]
     assert restore_op.records == 2 and restore_op.bytes == ops[("commit", f"{kind}-0")].bytes
-    steps = {e.step.value: e for e in events if isinstance(e, StepFinished)}
+    steps = {str(e.step): e for e in events if isinstance(e, StepFinished)}
     assert steps["read"].records == 2 and steps["install"].records == 2
     assert steps["read"].parent_span_id == steps["install"].parent_span_id == restore_op.span_id
 

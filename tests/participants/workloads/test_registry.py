@@ -13,23 +13,26 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from ckpt_events import PREPARE_ORDER, Bus, InvalidArgumentError, Kind, Telemetry
+from ckpt_events import Bus, InvalidArgumentError, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.fleet import local_fleet
 from ckpt_events.participants.cli.report_html import html_page
 from ckpt_events.participants.cli.report_terminal import render
 from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.controller.types import Member
+from ckpt_events.participants.kinds import PREPARE_ORDER
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.workloads.base import Episode, Record, Workload
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, KindRow
 from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Kind
 from tests.participants.helpers import AUTH, TOKEN
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[3]
 REGISTRY = REPO / "participants" / "workloads" / "registry.py"
+ORDER = REPO / "participants" / "kinds.py"
 KIND_NAMES = frozenset(KINDS.names)
 KIND_MEMBERS = frozenset(k.name for k in PREPARE_ORDER)
 
@@ -59,11 +62,14 @@ def _kind_lists(path: Path, root: Path = REPO) -> list[str]:
 
 
 def test_the_registry_is_the_only_list_of_kinds() -> None:
-    """No tuple, list, set or dict in participants/ or benchmarks/ names two kinds, but the registry."""
+    """No tuple, list, set or dict in participants/ or benchmarks/ names two kinds, but the registry
+    (what runs each kind) and the order rule (``participants/kinds.py``: the controller's, which
+    imports no workload, so it cannot derive from the registry's rows)."""
     sources = sorted((REPO / "participants").rglob("*.py")) + sorted((REPO / "benchmarks").rglob("*.py"))
-    assert REGISTRY in sources and len(sources) > 50
+    assert REGISTRY in sources and ORDER in sources and len(sources) > 50
     assert len(_kind_lists(REGISTRY)) == 1  # the scan sees the one table: the registry's rows
-    offenders = [where for path in sources if path != REGISTRY for where in _kind_lists(path)]
+    assert len(_kind_lists(ORDER)) == 3  # PREPARE_ORDER, RETIRE_GROUPS and its last group
+    offenders = [where for path in sources if path not in (REGISTRY, ORDER) for where in _kind_lists(path)]
     assert offenders == [], f"kinds listed outside participants/workloads/registry.py: {offenders}"
 
 
@@ -91,6 +97,8 @@ def test_registry_refuses_unknown_and_duplicate_kinds() -> None:
         InvalidArgumentError, match="kind must be one of environment, model, agent, resources"
     ):
         KINDS["controller"]
+    with pytest.raises(InvalidArgumentError, match="kind must be one of .*, not 'judge'"):
+        KINDS["judge"]  # a valid kind, not one of the registry's
     row = KINDS["agent"]
     with pytest.raises(InvalidArgumentError, match="'agent' has two rows"):
         KindRegistry([row, row])

@@ -6,15 +6,9 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
-from ckpt_events import (
-    METRIC_LOOP_LAG,
-    METRIC_OLDEST_OPEN,
-    METRIC_OPEN_OPERATIONS,
-    Bus,
-    InvalidArgumentError,
-    Telemetry,
-)
+from ckpt_events import Bus, InvalidArgumentError, Telemetry
 from ckpt_events.sinks.otel import MetricSink
+from ckpt_events.vocab import METRIC_LOOP_LAG, METRIC_OLDEST_OPEN, METRIC_OPEN_OPERATIONS
 from tests.sinks.helpers import histogram_sums, metric_points
 
 P = "nemo.gym.checkpoint."

@@ -12,8 +12,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from ckpt_events import (
-    PREPARE_ORDER,
-    REDACTED,
     Bus,
     InvalidArgumentError,
     OperationFinished,
@@ -23,8 +21,10 @@ from ckpt_events import (
     new_span_id,
     new_trace_id,
 )
+from ckpt_events.participants.kinds import PREPARE_ORDER
 from ckpt_events.sinks.otel import SpanSink
 from ckpt_events.testing import MemorySink
+from ckpt_events.vocab import REDACTED
 from tests.sinks.helpers import by_name
 
 P = "nemo.gym.checkpoint."

@@ -263,12 +263,12 @@ async def test_a_busy_servers_events_come_in_few_batches_and_all_count_at_close(
 
 
 async def test_both_sinks_export_each_instrument_as_the_core_table_spells_it() -> None:
-    """MetricSink (through the SDK) and our encoder give every instrument of ckpt_events.INSTRUMENTS
+    """MetricSink (through the SDK) and our encoder give every instrument of ckpt_events.vocab.INSTRUMENTS
     and OPEN_WORK_INSTRUMENTS its kind, unit and description, in the table's order within each kind."""
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
     from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 
-    from ckpt_events import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
+    from ckpt_events.vocab import INSTRUMENTS, OPEN_WORK_INSTRUMENTS, InstrumentKind
 
     def sdk_kind(data: Any) -> InstrumentKind:
         if isinstance(data, Histogram):

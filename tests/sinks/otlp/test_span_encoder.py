@@ -14,24 +14,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ckpt_events import (
     Bus,
-    CollectionAction,
     CollectionFinished,
     CoordinateFinished,
-    Kind,
-    Operation,
     OperationFinished,
     Redactor,
-    SpanKind,
     StageFinished,
-    Step,
     StepFinished,
     Telemetry,
-    span_kind_of,
 )
 from ckpt_events.sinks._span_attrs import span_name_and_attributes, span_plan
 from ckpt_events.sinks.otel import SpanSink
 from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 from ckpt_events.sinks.otlp._wire import json_attributes
+from ckpt_events.vocab import CollectionAction, Kind, Operation, SpanKind, Step, span_kind_of
 from tests.sinks.helpers import every_event_type
 
 _KIND_NAMES = {SpanKind.INTERNAL: "SPAN_KIND_INTERNAL", SpanKind.SERVER: "SPAN_KIND_SERVER"}

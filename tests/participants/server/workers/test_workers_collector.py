@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ckpt_events import Attr, Bus, Telemetry
+from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.sinks.otel import OtlpSpanSink
+from ckpt_events.vocab import Attr
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
