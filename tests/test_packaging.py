@@ -134,7 +134,7 @@ def test_the_library_report_and_demo_run_beside_the_users_own_packages(
     argv = "['report', 'events.jsonl', '--report', 'run.perfetto.json']"
     report = _run(installed, project, f"import sys; sys.argv[1:] = {argv}\n{cli}")
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "the user project" not in report.stderr and "c1" in report.stdout
+    assert "the user project" not in report.stderr and "environment/env-0" in report.stdout
     assert json.loads((project / "run.perfetto.json").read_text())
 
     demo = _run(
