@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 from ckpt_events._lazy import lazy_attributes
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 if TYPE_CHECKING:
     from ckpt_events import vocab
@@ -169,7 +169,7 @@ _HOMES: Final = {
     "vocab": "ckpt_events.vocab",
 }
 
-#: Names that moved to ``ckpt_events.vocab`` in 0.2.0: still read here until 0.3.0, with a
+#: Names that moved to ``ckpt_events.vocab`` in 0.3.0: still read here until 0.4.0, with a
 #: ``DeprecationWarning`` naming the new home. (``PREPARE_ORDER``, ``RESUME_ORDER``,
 #: ``RETIRE_GROUPS`` and ``ErrorCode.http_status`` left the core: they are the harness's rules.)
 _MOVED: Final = dict.fromkeys(
