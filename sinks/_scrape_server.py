@@ -1,0 +1,289 @@
+"""The scrape endpoint's HTTP server: request heads read on one thread, scrapes on a few.
+
+``ThreadingHTTPServer`` gave every connection a thread and a slot at accept, and its socket
+timeout was per read: 8 peers trickling one byte every 3 s held all 8 slots, and 30 of 30
+scrapes got 503. Here one selector thread accepts connections and reads their request heads
+without blocking; a connection only takes a slot (a handler thread) once its head is complete,
+so a peer that never finishes a head costs a socket and a buffer, never a scrape's slot.
+
+- A head must be complete within ``header_timeout`` of the accept (408 and closed; silent if
+  nothing came), and the whole request, to the reply's last byte, within ``timeout``: each
+  write is bounded by what is left of it.
+- Waiting connections are capped: past ``max_waiting`` (or ``max_waiting // 2`` from one
+  address) a new connection closes the oldest waiting one (of that address first), once it
+  has waited a moment, so idle sockets can only displace each other; a new connection with
+  nothing to displace is answered 503.
+- A complete head finding every slot busy is answered 503 at once (both counted in ``refused``).
+
+It serves ``handler`` (a ``BaseHTTPRequestHandler`` subclass) one request per connection.
+"""
+
+from __future__ import annotations
+
+import io
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Final
+
+__all__ = ["ScrapeServer"]
+
+#: The longest request head read (as ``http.server``'s line limit): past it, 431.
+MAX_HEAD_BYTES: Final = 64 * 1024
+#: Connections accepted per wake-up, so reading heads is not starved by a connect storm.
+_ACCEPT_BATCH: Final = 16
+#: How long a connection must have waited before a new one may displace it: a moment to read a
+#: head already sent, so a burst of real scrapers gets 503s rather than each other's resets.
+_DISPLACE_AFTER: Final = 0.1
+_BUSY: Final = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_TIMED_OUT: Final = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_TOO_LARGE: Final = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A connection whose request head is not complete yet."""
+
+    sock: socket.socket
+    address: Any
+    peer: str
+    accepted: float
+    head_deadline: float
+    deadline: float
+    head: bytearray = field(default_factory=bytearray)
+
+
+class _Prefetched:
+    """What the handler sees as its socket: the head already read, writes bounded by the deadline."""
+
+    def __init__(self, sock: socket.socket, head: bytes, deadline: float) -> None:
+        self._sock = sock
+        self._head = head
+        self._deadline = deadline
+
+    def settimeout(self, value: float | None) -> None:
+        pass  # the request's deadline rules, not a per-operation timeout
+
+    def setsockopt(self, *args: Any) -> None:
+        self._sock.setsockopt(*args)
+
+    def makefile(self, mode: str, buffering: int = -1) -> io.BytesIO:
+        assert mode == "rb", "replies are written through sendall"
+        return io.BytesIO(self._head)
+
+    def sendall(self, data: Any) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's deadline passed")
+        self._sock.settimeout(left)
+        self._sock.sendall(data)
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+
+def _head_end(head: bytearray) -> int:
+    """The index just past the head's blank line, or -1 (CRLF or bare LF lines, as http.server)."""
+    ends = [i for i in (head.find(b"\n\r\n"), head.find(b"\n\n")) if i >= 0]
+    return min(ends) if ends else -1
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.send(data)  # non-blocking, small: it fits an empty socket buffer or is dropped
+    except OSError:
+        pass
+
+
+class ScrapeServer:
+    """Serve ``handler`` on ``address`` (see the module docstring); ``serve_forever`` in a thread."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        slots: int,
+        *,
+        header_timeout: float,
+        timeout: float,
+        max_waiting: int = 256,
+    ) -> None:
+        self.handler = handler
+        self.slots = threading.BoundedSemaphore(slots)
+        self.header_timeout = min(header_timeout, timeout)
+        self.timeout = timeout
+        self.max_waiting = max_waiting
+        self.max_per_peer = max(1, max_waiting // 2)
+        #: Answered 503: a complete head found every slot busy, or a new connection found every
+        #: waiting place taken by one too young to displace.
+        self.refused = 0
+        #: Connections closed for not completing a head within ``header_timeout``.
+        self.timed_out = 0
+        #: Waiting connections closed to make room for a new one.
+        self.displaced = 0
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(128)
+        except OSError:
+            self.socket.close()
+            raise
+        self.socket.setblocking(False)
+        self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
+        # Insertion-ordered: the first entry waits longest (all share one header timeout).
+        self._waiting: dict[socket.socket, _Waiting] = {}
+        self._waiting_of: dict[str, dict[socket.socket, None]] = {}
+        # A byte from shutdown() on this pair wakes the selector at once.
+        wake = socket.socketpair()
+        self._wake_r = wake[0]
+        self._wake_w = wake[1]
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._selector = selectors.DefaultSelector()
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Accept, read heads and dispatch until ``shutdown``."""
+        selector = self._selector
+        selector.register(self.socket, selectors.EVENT_READ, None)
+        selector.register(self._wake_r, selectors.EVENT_READ, None)
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                first = next(iter(self._waiting.values()), None)
+                wait = poll_interval if first is None else min(poll_interval, first.head_deadline - now)
+                accept = False
+                # Heads first, then new connections: a connection is read before it can be displaced.
+                for key, _ in selector.select(max(wait, 0.0)):
+                    if key.fileobj is self.socket:
+                        accept = True
+                    elif key.data is not None:
+                        self._read(key.data)
+                if accept:
+                    self._accept()
+                self._expire(time.monotonic())
+        finally:
+            for pending in list(self._waiting.values()):
+                self._drop(pending)
+            selector.close()
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop ``serve_forever`` and wait for it (scrapes in flight end on their own)."""
+        self._stop.set()
+        _send_quietly(self._wake_w, b"x")
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        """Release the port."""
+        self.socket.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _accept(self) -> None:
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # out of descriptors, say: the listener stays, the next wake-up retries
+            sock.setblocking(False)
+            now = time.monotonic()
+            peer = str(address[0]) if isinstance(address, tuple) else ""
+            if not self._make_room(peer, now):
+                self.refused += 1
+                _send_quietly(sock, _BUSY)
+                sock.close()
+                continue
+            pending = _Waiting(sock, address, peer, now, now + self.header_timeout, now + self.timeout)
+            self._waiting[sock] = pending
+            self._waiting_of.setdefault(peer, {})[sock] = None
+            self._selector.register(sock, selectors.EVENT_READ, pending)
+            self._read(pending)  # a scraper's head is usually there already
+
+    def _make_room(self, peer: str, now: float) -> bool:
+        """Under the caps, or a waiting connection displaced: True; else the new one is refused."""
+        of_peer = self._waiting_of.get(peer, {})
+        if len(of_peer) >= self.max_per_peer:
+            victim = self._waiting[next(iter(of_peer))]
+        elif len(self._waiting) >= self.max_waiting:
+            victim = next(iter(self._waiting.values()))
+        else:
+            return True
+        if now - victim.accepted < _DISPLACE_AFTER:
+            return False
+        self.displaced += 1
+        self._drop(victim)
+        return True
+
+    def _read(self, pending: _Waiting) -> None:
+        try:
+            data = pending.sock.recv(MAX_HEAD_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(pending)
+            return
+        pending.head += data
+        if _head_end(pending.head) < 0:
+            if len(pending.head) > MAX_HEAD_BYTES:
+                _send_quietly(pending.sock, _TOO_LARGE)
+                self._drop(pending)
+            return
+        self._forget(pending)
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            _send_quietly(pending.sock, _BUSY)
+            pending.sock.close()
+            return
+        threading.Thread(
+            target=self._serve_one,
+            args=(pending.sock, pending.address, bytes(pending.head), pending.deadline),
+            name="ckpt-events-scrape",
+            daemon=True,
+        ).start()
+
+    def _serve_one(self, sock: socket.socket, address: Any, head: bytes, deadline: float) -> None:
+        try:
+            self.handler(_Prefetched(sock, head, deadline), address, self)  # type: ignore[arg-type]
+        except OSError:
+            pass  # the scraper went away, or was too slow to take its reply within the deadline
+        finally:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            sock.close()
+            self.slots.release()
+
+    def _expire(self, now: float) -> None:
+        while self._waiting:
+            pending = next(iter(self._waiting.values()))
+            if pending.head_deadline > now:
+                return
+            self.timed_out += 1
+            if pending.head:
+                _send_quietly(pending.sock, _TIMED_OUT)
+            self._drop(pending)
+
+    def _forget(self, pending: _Waiting) -> None:
+        self._selector.unregister(pending.sock)
+        del self._waiting[pending.sock]
+        of_peer = self._waiting_of[pending.peer]
+        del of_peer[pending.sock]
+        if not of_peer:
+            del self._waiting_of[pending.peer]
+        pending.sock.setblocking(True)
+
+    def _drop(self, pending: _Waiting) -> None:
+        self._forget(pending)
+        pending.sock.close()

@@ -1,0 +1,118 @@
+"""The scrape endpoint's server under hostile peers on real sockets: slowloris, idle floods,
+oversized heads; scrapes keep answering 200 throughout."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import pytest
+
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@contextmanager
+def _endpoint(**options: Any) -> Iterator[PrometheusEndpoint]:
+    endpoint = PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0, **options)
+    try:
+        yield endpoint
+    finally:
+        endpoint.close()
+
+
+def _scrape(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            reply.read()
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+    except OSError:
+        return 0
+
+
+@contextmanager
+def _sockets(port: int, count: int) -> Iterator[list[socket.socket]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(socket.create_connection(("127.0.0.1", port))) for _ in range(count)]
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bytes:
+    """What the server sent before closing ``sock``; fails if it is still open after ``within``."""
+    sock.settimeout(within)
+    got = b""
+    while chunk := sock.recv(1024):
+        got += chunk
+    return got
+
+
+@pytest.mark.slow
+def test_slowloris_peers_cannot_hold_the_scrape_slots() -> None:
+    """The issue's attack: 8 connections (as many as the slots) trickling a head a byte at a
+    time; 30 scrapes meanwhile all answer 200, and the trickling ones are closed with 408 at the
+    header timeout although bytes keep coming."""
+    with _endpoint(header_timeout=1.0) as endpoint, _sockets(endpoint.port, 8) as slow:
+        stop = threading.Event()
+        head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-a: b\r\n" * 50
+
+        def drip() -> None:
+            for i in range(len(head)):
+                for sock in slow:
+                    try:
+                        sock.send(head[i : i + 1])
+                    except OSError:
+                        pass
+                if stop.wait(0.2):
+                    return
+
+        dripper = threading.Thread(target=drip, daemon=True)
+        dripper.start()
+        try:
+            codes = []
+            for _ in range(30):
+                codes.append(_scrape(endpoint.url))
+                time.sleep(0.05)
+            assert codes == [200] * 30
+            for sock in slow:
+                assert _closed_by_server(sock, 3.0).startswith(b"HTTP/1.1 408 ")
+        finally:
+            stop.set()
+            dripper.join()
+        assert endpoint.timed_out == 8 and endpoint.refused == 0
+
+
+@pytest.mark.slow
+def test_an_idle_flood_displaces_only_idle_connections() -> None:
+    """600 connections that send nothing (over the 256 waiting allowed): past the cap the newest
+    are answered 503 until the oldest have waited 0.1 s, then the oldest are closed to make
+    room; scrapes answer 200, and every idle one is gone after the header timeout."""
+    with _endpoint(header_timeout=1.0) as endpoint, _sockets(endpoint.port, 600) as idle:
+        time.sleep(0.3)
+        assert [_scrape(endpoint.url) for _ in range(10)] == [200] * 10
+        for sock in idle:
+            assert _closed_by_server(sock, 3.0) in (b"", _BUSY)
+        assert endpoint.timed_out > 0 and endpoint.refused > 0
+
+
+def test_a_head_past_64_kib_is_refused_with_431() -> None:
+    """A head that never ends but keeps growing is cut at 64 KiB, not buffered on."""
+    with _endpoint() as endpoint, socket.create_connection(("127.0.0.1", endpoint.port)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-a: " + b"b" * (70 * 1024))
+        assert _closed_by_server(sock, 3.0).startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_connection_closed_before_its_head_costs_nothing() -> None:
+    """A peer that connects and leaves is forgotten at once; the next scrape answers 200."""
+    with _endpoint() as endpoint:
+        for _ in range(20):
+            socket.create_connection(("127.0.0.1", endpoint.port)).close()
+        assert _scrape(endpoint.url) == 200
+        assert endpoint.timed_out == 0
