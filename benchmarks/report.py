@@ -25,6 +25,11 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def cell(value: object) -> str:
+    """A value as the table prints it (a ``Ratio`` with its spread, ``n/a`` for ``None``)."""
+    return _fmt(value)
+
+
 def print_table(title: str, rows: Iterable[Row]) -> None:
     """Print ``rows`` as a table: measurement, value, target, and whether it is met."""
     from rich.console import Console

@@ -168,8 +168,8 @@ def configure(
     ``environ`` (default ``os.environ``) is the only mapping read. With nothing set, or with
     ``OTEL_SDK_DISABLED=true`` (OpenTelemetry off; JSON lines still honoured), nothing
     OpenTelemetry is subscribed. ``CKPT_EVENTS_DISABLED=true`` subscribes nothing at all, the
-    arguments included: the emit sites stay on the no-op path without a change to the code. A bad value raises ``ConfigurationError`` naming the
-    argument or variable and what is valid.
+    arguments included: the emit sites stay on the no-op path without a change to the code. A
+    bad value raises ``ConfigurationError`` naming the argument or variable and what is valid.
     """
     env = os.environ if environ is None else environ
     if _switched_off(env):

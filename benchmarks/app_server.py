@@ -1,0 +1,89 @@
+"""The server process of ``ckpt-events bench --app``: the user's app, in uvicorn, reporting its sinks.
+
+``python -m ckpt_events.benchmarks.app_server MODULE:ATTR PORT STATE_FILE`` imports the app
+(``MODULE`` from the import path the bench gives it), checks that ``instrument()`` was called on
+it, and serves it on 127.0.0.1:PORT with uvicorn (one process, no access log). Which sinks are
+on is the environment's doing (``CKPT_EVENTS_DISABLED``, ``CKPT_EVENTS_JSONL``, ``OTEL_*``),
+exactly as for the user's own deployment. Once the app's startup has run (``started``), and
+again once its shutdown has drained the telemetry (``stopped``), it writes ``STATE_FILE`` (JSON):
+for each phase, whether the telemetry is on (``Telemetry.enabled``), the bus's counters per sink
+(``Bus.stats()``) and whether a Prometheus endpoint is served.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+from starlette.applications import Starlette
+
+from ckpt_events import Telemetry
+from ckpt_events.participants.fastapi import STATE_ATTRIBUTE, telemetry
+
+__all__ = ["load_app", "main"]
+
+
+def load_app(spec: str) -> Starlette:
+    """The app named ``MODULE:ATTR`` (``ATTR`` may be dotted); ``ValueError`` saying what is wrong."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"--app takes MODULE:ATTR (as uvicorn does), not {spec!r}")
+    found: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    if not isinstance(found, Starlette):
+        raise ValueError(f"{spec} is {type(found).__name__}, not a FastAPI (or Starlette) app")
+    return found
+
+
+def _phase(tel: Telemetry, configured: Any) -> dict[str, Any]:
+    return {
+        "enabled": tel.enabled,
+        "sinks": msgspec.to_builtins(tel.bus.stats().sinks),
+        # Served beside the metric sink's aggregation, not a subscription of its own.
+        "prometheus_endpoint": getattr(configured, "prometheus", None) is not None,
+    }
+
+
+def _reporting(app: Starlette, state_file: Path) -> None:
+    tel = telemetry(app)  # ConfigurationError unless instrument() was called on it
+    instrumented = getattr(app.state, STATE_ATTRIBUTE)
+    theirs = app.router.lifespan_context
+    state: dict[str, Any] = {"pid": os.getpid()}
+
+    def write(phase: str, configured: Any) -> None:
+        state[phase] = _phase(tel, configured)
+        partial = state_file.with_suffix(".partial")
+        partial.write_text(json.dumps(state))
+        partial.replace(state_file)  # whole or absent, never half-written, for the bench polling it
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        # Outside instrument()'s lifespan: its sinks are up here, and drained once it exits.
+        async with theirs(app) as app_state:
+            configured = instrumented.configured
+            write("started", configured)
+            yield app_state
+        write("stopped", configured)
+
+    app.router.lifespan_context = lifespan
+
+
+def main(argv: list[str]) -> int:
+    spec, port, state_file = argv[0], int(argv[1]), Path(argv[2])
+    app = load_app(spec)
+    _reporting(app, state_file)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,393 @@
+"""Your own app under load: server CPU per request with telemetry off and with the sinks you name.
+
+``ckpt-events bench --app MODULE:ATTR --request 'METHOD /path'`` runs this. The app (built with
+``instrument()``) is served by uvicorn, one process on 127.0.0.1 per run
+(``ckpt_events.benchmarks.app_server``), in two variants:
+
+* **off**: ``CKPT_EVENTS_DISABLED=true``: ``instrument()``'s ``configure()`` subscribes nothing,
+  whatever the app's own arguments (a ``jsonl_path=`` too), so every site is on the no-op path;
+* **on**: the named sinks from the environment, as a deployment turns them on: ``jsonl``
+  (``CKPT_EVENTS_JSONL``, a file in the run's temporary directory), ``otlp`` (spans and metrics
+  over OTLP/HTTP to a ``rotel`` collector started here) and ``prometheus`` (the ``/metrics``
+  endpoint on a free port, not scraped). What the app's code turns on itself stays on, and the
+  table names every sink the server really had.
+
+Servers run in a temporary directory (files the app writes by relative path go there) with the
+current directory first on the import path. The route is driven by ``wrk`` when installed (else
+httpx). In each round both variants' servers are up side by side and, after a warm-up, the load
+alternates between them in one-second slices, so a burst of other work on a shared machine falls
+on both; each server's CPU is read from its ``/proc`` counters over the whole round (what it
+did between its slices, exporting, included) and divided by the requests it answered. With two
+or more cores the servers are pinned to one core and the driver (and the collector) to another.
+Rounds rotate the variants' order; each on/off ratio is taken within a
+round, printed as the median over rounds with its spread (``spread.Ratio``). A sink that cannot
+run (no rotel) keeps a row saying why and how to get it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from . import report, rotel
+from .load import Driver, Load, Request, cpu_seconds, drive
+from .spread import Ratio
+
+__all__ = ["SINKS", "AppBench", "BenchAppError", "parse_header", "parse_request", "run"]
+
+#: The sinks ``--sinks`` may name, each with what it is (for the table).
+SINKS: Final = {
+    "jsonl": "JSON lines to a file",
+    "otlp": "OTLP/HTTP spans and metrics to a rotel collector",
+    "prometheus": "Prometheus /metrics endpoint (not scraped)",
+}
+#: Seconds a server has to start (import, startup, first answer).
+START_TIMEOUT: Final = 60.0
+#: The load alternates between the variants' servers in slices this long (seconds): a burst of
+#: other work on a shared machine then falls on both, not on one variant's whole run.
+SLICE_SECONDS: Final = 1
+#: Idle time before a round's CPU is read, so work left behind by its last slice is counted.
+DRAIN_SECONDS: Final = 1.0
+#: More failed requests than this share of a run make its figures those of errors: refused.
+MAX_FAILED_SHARE: Final = 0.01
+_OFF: Final = "off"
+_ON: Final = "on"
+
+
+class BenchAppError(Exception):
+    """The app cannot be measured as asked (it does not start, the route fails): the message says why."""
+
+
+@dataclass(frozen=True)
+class AppBench:
+    """One ``bench --app`` run: the app, the request, the sinks, and how long and how hard."""
+
+    app: str
+    request: Request
+    sinks: tuple[str, ...] = tuple(SINKS)
+    rounds: int = 5
+    seconds: int = 10
+    warmup_seconds: int = 1
+    connections: int = 32
+    driver: Driver = "wrk"
+    project: Path = field(default_factory=Path.cwd)
+
+
+@dataclass
+class _Run:
+    """One server's measured run."""
+
+    us_per_request: float
+    per_second: float
+    load: Load
+    state: dict[str, Any]
+
+
+def parse_request(text: str) -> tuple[str, str]:
+    """``'METHOD /path'`` as (method, path); ``ValueError`` otherwise."""
+    method, _, path = text.strip().partition(" ")
+    path = path.strip()
+    if not method.isalpha() or not path.startswith("/") or " " in path:
+        raise ValueError(f"--request takes 'METHOD /path' (e.g. 'POST /checkpoint/commit'), not {text!r}")
+    return method.upper(), path
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``'Name: value'`` as (name, value); ``ValueError`` otherwise."""
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip() or " " in name.strip():
+        raise ValueError(f"--header takes 'Name: value', not {text!r}")
+    return name.strip(), value.strip()
+
+
+def _child_env(extra: Mapping[str, str], project: Path) -> dict[str, str]:
+    # The user's own OTEL_*/CKPT_EVENTS_* settings would blur what each variant turns on.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
+    # The project first (MODULE is the user's), then our own path; never the server's cwd.
+    env["PYTHONPATH"] = os.pathsep.join([str(project), *sys.path])
+    env["PYTHONSAFEPATH"] = "1"
+    env.update(extra)
+    return env
+
+
+def _variant_env(variant: str, sinks: Sequence[str], collector: str | None, workdir: Path) -> dict[str, str]:
+    if variant == _OFF:
+        return {"CKPT_EVENTS_DISABLED": "true"}
+    env: dict[str, str] = {}
+    if "jsonl" in sinks:
+        env["CKPT_EVENTS_JSONL"] = str(workdir / "events.jsonl")
+    metrics = []
+    if "otlp" in sinks and collector is not None:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector
+        env["OTEL_TRACES_EXPORTER"] = "otlp"
+        metrics.append("otlp")
+    if "prometheus" in sinks:
+        env["OTEL_EXPORTER_PROMETHEUS_HOST"] = "127.0.0.1"
+        env["OTEL_EXPORTER_PROMETHEUS_PORT"] = "0"
+        metrics.append("prometheus")
+    if metrics:
+        env["OTEL_METRICS_EXPORTER"] = ",".join(metrics)
+    return env
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    return state
+
+
+def _preflight(port: int, request: Request) -> None:
+    """One request before measuring: a route that fails would be measured failing."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(
+            request.method, request.path, body=request.body or None, headers=dict(request.headers)
+        )
+        answer = connection.getresponse()
+        body = answer.read()
+    finally:
+        connection.close()
+    if answer.status >= 400:
+        raise BenchAppError(
+            f"{request} answered {answer.status}: {body[:300].decode(errors='replace')} "
+            "(check --request, --body and --header)"
+        )
+
+
+@dataclass
+class _Server:
+    """A started server: its process and port; ``state`` is its last state file, read once stopped."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _server(bench: AppBench, variant: str, collector: str | None, core: int | None) -> Iterator[_Server]:
+    """A started server of ``variant``; stopped on exit (gracefully: its telemetry drains)."""
+    port = rotel.free_port()
+    with tempfile.TemporaryDirectory(prefix="ckpt-bench-app-") as tmp:
+        workdir = Path(tmp)
+        state_file, log = workdir / "state.json", workdir / "server.log"
+        env = _child_env(_variant_env(variant, bench.sinks, collector, workdir), bench.project)
+        command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, str(port), str(state_file)]
+        with log.open("wb") as err:
+            proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
+        server = _Server(proc, port)
+        try:
+            if core is not None:
+                os.sched_setaffinity(proc.pid, {core})
+            deadline = time.monotonic() + START_TIMEOUT
+            while _read_state(state_file) is None:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+                    raise BenchAppError(
+                        f"the {variant} server of {bench.app} did not start:\n" + "\n".join(tail)
+                    )
+                time.sleep(0.05)
+            _preflight(port, bench.request)
+            yield server
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            server.state = _read_state(state_file) or {}
+
+
+def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: int | None) -> dict[str, _Run]:
+    """One round: every variant's server up at once, the load alternating between them in
+    one-second slices, each server's CPU over the whole round divided by the requests it answered."""
+    with contextlib.ExitStack() as stack:
+        servers = {v: stack.enter_context(_server(bench, v, collector, core)) for v in order}
+        urls = {v: f"http://127.0.0.1:{server.port}" for v, server in servers.items()}
+        for variant in order:
+            drive(bench.driver, urls[variant], bench.request, bench.warmup_seconds, bench.connections)
+        before = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
+        loads: dict[str, list[Load]] = {v: [] for v in order}
+        for _ in range(bench.seconds // SLICE_SECONDS):
+            for variant in order:
+                load = drive(bench.driver, urls[variant], bench.request, SLICE_SECONDS, bench.connections)
+                loads[variant].append(load)
+        time.sleep(DRAIN_SECONDS)  # what a slice left to do (a batch being exported) is counted too
+        after = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
+    runs = {}
+    for variant in order:
+        slices = loads[variant]
+        load = Load(
+            sum(x.requests for x in slices), sum(x.failed for x in slices), sum(x.seconds for x in slices)
+        )
+        if load.requests == 0 or load.failed > MAX_FAILED_SHARE * load.requests:
+            raise BenchAppError(
+                f"{bench.request} failed {load.failed} of {load.requests} times under load ({variant}): "
+                "the figures would be those of errors"
+            )
+        us = (after[variant] - before[variant]) / load.requests * 1e6
+        runs[variant] = _Run(us, load.per_second, load, servers[variant].state)
+    return runs
+
+
+def _skipped(bench: AppBench, collector: str | None) -> dict[str, str]:
+    if "otlp" in bench.sinks and collector is None:
+        return {"otlp": rotel.why_missing()}
+    return {}
+
+
+def _spread(values: Sequence[float], unit: str) -> str:
+    low, high = min(values), max(values)
+    return f"{statistics.median(values):,.1f} {unit} ({low:,.1f}-{high:,.1f})"
+
+
+def run(bench: AppBench) -> dict[str, Any]:
+    """Every round, order rotated; the figures, and the table's ``rows``."""
+    available = sorted(os.sched_getaffinity(0))
+    cores = (available[0], available[1]) if len(available) >= 2 else None
+    if cores is not None:
+        os.sched_setaffinity(0, {cores[1]})  # the driver and the collector (children inherit it)
+    try:
+        with contextlib.ExitStack() as stack:
+            collector = stack.enter_context(rotel.collector()) if "otlp" in bench.sinks else None
+            skipped = _skipped(bench, collector)
+            sinks_on = [s for s in bench.sinks if s not in skipped]
+            variants = [_OFF, _ON] if sinks_on else [_OFF]
+            runs: dict[str, list[_Run]] = {v: [] for v in variants}
+            for r in range(bench.rounds):
+                order = variants[r % len(variants) :] + variants[: r % len(variants)]
+                print(f"  round {r + 1}/{bench.rounds}: {', '.join(order)}", file=sys.stderr)
+                for variant, one in _round(bench, order, collector, cores[0] if cores else None).items():
+                    runs[variant].append(one)
+    finally:
+        if cores is not None:
+            os.sched_setaffinity(0, set(available))
+    return _figures(bench, runs, skipped, sinks_on, cores is not None)
+
+
+def _had(runs: Sequence[_Run]) -> list[str]:
+    """What the server really had once started (its bus's subscriptions), over every round."""
+    names: list[str] = []
+    for one in runs:
+        started = one.state.get("started", {})
+        had = [sink["name"] for sink in started.get("sinks", ())]
+        if started.get("prometheus_endpoint"):
+            had.append("/metrics endpoint")
+        names += [name for name in had if name not in names]
+    return names
+
+
+def _final(runs: Sequence[_Run], counter: str) -> int:
+    """A bus counter summed over the sinks and rounds, once the servers had drained."""
+    return sum(s.get(counter, 0) for one in runs for s in one.state.get("stopped", {}).get("sinks", ()))
+
+
+def _figures(
+    bench: AppBench, runs: dict[str, list[_Run]], skipped: dict[str, str], sinks_on: list[str], pinned: bool
+) -> dict[str, Any]:
+    rows: list[tuple[str, Any, str, bool | None]] = []
+    off = runs[_OFF]
+    if any(one.state.get("started", {}).get("enabled") for one in off):
+        rows.append(
+            (
+                f"off is not off: the app subscribes {', '.join(_had(off))} itself (bus= or "
+                "configure_sinks=); CKPT_EVENTS_DISABLED turns off what instrument() configures",
+                None,
+                "",
+                None,
+            )
+        )
+    labels = {_OFF: "off (CKPT_EVENTS_DISABLED=true)"}
+    ratios: dict[str, Any] = {}
+    if _ON in runs:
+        on = runs[_ON]
+        had = _had(on)
+        labels[_ON] = f"on: {', '.join(had) or 'nothing subscribed'}"
+        cpu = Ratio.paired([one.us_per_request for one in on], [one.us_per_request for one in off])
+        rps = Ratio.paired([one.per_second for one in on], [one.per_second for one in off])
+        rows.append((f"server CPU per request, on / off (--sinks {','.join(sinks_on)})", cpu, "", None))
+        rows.append((f"requests per second, on / off (--sinks {','.join(sinks_on)})", rps, "", None))
+        ratios = {"cpu_per_request": cpu.figures(), "requests_per_second": rps.figures()}
+        if not all(one.state.get("started", {}).get("enabled") for one in on):
+            rows.append(
+                ("on did not turn on in every round: nothing was subscribed at its startup", None, "", None)
+            )
+        if dropped := _final(on, "dropped") + _final(on, "abandoned"):
+            rows.append(("on: events the sinks dropped (their buffers were full)", dropped, "0", False))
+    for name, why in skipped.items():
+        rows.append((f"{name}: {SINKS[name]} ({why})", None, "", None))
+    for variant, label in labels.items():
+        rows.append(
+            (
+                f"server CPU per request, {label}",
+                _spread([one.us_per_request for one in runs[variant]], "us"),
+                "",
+                None,
+            )
+        )
+    for variant, label in labels.items():
+        rows.append(
+            (
+                f"requests per second, {label}",
+                _spread([one.per_second for one in runs[variant]], "/s"),
+                "",
+                None,
+            )
+        )
+    return {
+        "app": bench.app,
+        "request": str(bench.request),
+        "sinks_asked": list(bench.sinks),
+        "sinks_on": sinks_on,
+        "skipped": skipped,
+        "driver": bench.driver,
+        "connections": bench.connections,
+        "seconds": bench.seconds,
+        "rounds": bench.rounds,
+        "pinned": pinned,
+        "ratio_on_off": ratios,
+        "variants": {
+            variant: {
+                "label": labels[variant],
+                "sinks": _had(runs[variant]),
+                "us_per_request": [one.us_per_request for one in runs[variant]],
+                "requests_per_second": [one.per_second for one in runs[variant]],
+                "requests": [one.load.requests for one in runs[variant]],
+                "failed": [one.load.failed for one in runs[variant]],
+                "sink_stats": [one.state.get("stopped", {}).get("sinks", []) for one in runs[variant]],
+            }
+            for variant in runs
+        },
+        "rows": rows,
+    }
+
+
+def title(bench: AppBench, figures: Mapping[str, Any]) -> str:
+    """The table's title: what was measured, and how."""
+    pinned = "server and driver pinned apart" if figures["pinned"] else "not pinned (one core)"
+    return (
+        f"ckpt-events bench --app {bench.app}: {bench.request}, {bench.driver} x{bench.connections} "
+        f"connections, {bench.seconds} s x {bench.rounds} rounds (order rotated), {pinned}"
+    )
+
+
+def print_report(bench: AppBench, figures: dict[str, Any], json_path: Path) -> None:
+    """Print the table and write the figures, and the table's cells, as JSON to ``json_path``."""
+    rows = figures.pop("rows")
+    report.print_table(title(bench, figures), rows)
+    # The table as printed, beside the figures it came from.
+    figures["table"] = [[what, report.cell(value), target, met] for what, value, target, met in rows]
+    report.write_json(json_path, {"app": figures})

@@ -1,0 +1,153 @@
+"""Drive one HTTP route for a fixed time: with ``wrk`` when it is installed, else with httpx.
+
+``drive(driver, url, request, seconds, connections)`` returns a ``Load``: how many requests
+were answered, how many with a status other than 2xx/3xx, and the seconds they took. Both
+drivers keep ``connections`` keep-alive connections busy for ``seconds`` and stop there;
+every request also has a timeout, so a server that stops answering ends the run, never hangs
+it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+__all__ = ["DRIVERS", "Load", "Request", "cpu_seconds", "drive", "pick_driver"]
+
+Driver = Literal["wrk", "httpx"]
+DRIVERS: Final = ("auto", "wrk", "httpx")
+#: A request that takes longer than this ends the run as an error (seconds).
+REQUEST_TIMEOUT: Final = 10.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """What is sent, again and again: ``method``, ``path`` (with its query), ``body``, ``headers``."""
+
+    method: str
+    path: str
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one run of a driver got: ``requests`` answered, ``failed`` of them with a status
+    outside 2xx/3xx (or no answer), over ``seconds``."""
+
+    requests: int
+    failed: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` from ``/proc`` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pick_driver(choice: str) -> Driver:
+    """``wrk`` when asked, or for ``auto`` when it is on the PATH; else ``httpx``."""
+    if choice == "httpx" or (choice == "auto" and shutil.which("wrk") is None):
+        return "httpx"
+    if shutil.which("wrk") is None:
+        raise FileNotFoundError("wrk is not on the PATH (apt install wrk), or use --driver httpx")
+    return "wrk"
+
+
+def drive(driver: Driver, url: str, request: Request, seconds: int, connections: int) -> Load:
+    """Send ``request`` to ``url`` (base, no path) over ``connections`` for ``seconds``."""
+    if driver == "wrk":
+        return _wrk(url, request, seconds, connections)
+    import anyio
+
+    return anyio.run(_httpx, url, request, seconds, connections)
+
+
+def _lua(data: str) -> str:
+    # Decimal escapes: any byte, never a quote or bracket that could end the Lua string.
+    return '"' + "".join(f"\\{byte:03d}" for byte in data.encode()) + '"'
+
+
+def _wrk_script(request: Request) -> str:
+    lines = [f"wrk.method = {_lua(request.method)}"]
+    if request.body:
+        lines.append(f"wrk.body = {_lua(request.body.decode())}")
+    lines += [f"wrk.headers[{_lua(name)}] = {_lua(value)}" for name, value in request.headers]
+    return "\n".join(lines) + "\n"
+
+
+_TOTAL = re.compile(r"(\d+) requests in ([\d.]+)(us|ms|s|m)\b")
+_FAILED = re.compile(r"Non-2xx or 3xx responses: (\d+)")
+_ERRORS = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
+_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _wrk(url: str, request: Request, seconds: int, connections: int) -> Load:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "request.lua"
+        script.write_text(_wrk_script(request))
+        command = [
+            "wrk",
+            "-t1",  # one thread: the driver has one core of its own
+            f"-c{connections}",
+            f"-d{seconds}s",
+            f"--timeout={REQUEST_TIMEOUT:.0f}s",
+            "-s",
+            str(script),
+            url + request.path,
+        ]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=seconds + 2 * REQUEST_TIMEOUT, check=False
+        )
+    total = _TOTAL.search(done.stdout)
+    if done.returncode != 0 or total is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}")
+    failed = int(m.group(1)) if (m := _FAILED.search(done.stdout)) else 0
+    if errors := _ERRORS.search(done.stdout):
+        failed += sum(int(n) for n in errors.groups())
+    return Load(int(total.group(1)), failed, float(total.group(2)) * _UNIT[total.group(3)])
+
+
+async def _httpx(url: str, request: Request, seconds: int, connections: int) -> Load:
+    import anyio
+    import httpx
+
+    counts = [0, 0]  # answered, failed
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    headers = dict(request.headers)
+    start = time.monotonic()
+    deadline = start + seconds
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=REQUEST_TIMEOUT) as client:
+
+        async def one_connection() -> None:
+            while time.monotonic() < deadline:
+                try:
+                    answer = await client.request(
+                        request.method, request.path, content=request.body or None, headers=headers
+                    )
+                except httpx.TransportError:
+                    counts[1] += 1
+                    continue
+                counts[0] += 1
+                if answer.status_code >= 400:
+                    counts[1] += 1
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(connections):
+                tg.start_soon(one_connection)
+    return Load(counts[0], counts[1], time.monotonic() - start)

@@ -1,0 +1,129 @@
+"""``ckpt-events bench --app MODULE:ATTR --request 'METHOD /path'``: your own app, telemetry on and off.
+
+The options live here and ``bench`` hands over to ``run`` when ``--app`` is given; the
+measurement is ``ckpt_events.benchmarks.bench_app`` (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+from ckpt_events.benchmarks.bench_app import SINKS
+from ckpt_events.benchmarks.load import DRIVERS
+from ckpt_events.participants.errors import CommandError
+
+__all__ = ["add_arguments", "run"]
+
+_SINKS = tuple(SINKS)
+
+
+def _sinks(value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    unknown = [name for name in names if name not in _SINKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(_SINKS)} (comma-separated), not {value!r}")
+    return names
+
+
+def _at_least(minimum: int) -> Any:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"a whole number >= {minimum}, not {value!r}")
+        return number
+
+    return parse
+
+
+def _json_body(value: str) -> str:
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--app`` options of ``bench``."""
+    group = parser.add_argument_group(
+        "your own app (--app)", "server CPU per request of your instrument()ed app, telemetry off and on"
+    )
+    group.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="your FastAPI app built with instrument(), importable from the current directory",
+    )
+    group.add_argument("--request", metavar="'METHOD /path'", help="the route to drive, e.g. 'POST /items'")
+    group.add_argument("--body", type=_json_body, metavar="JSON", help="the request's JSON body")
+    group.add_argument(
+        "--header", action="append", default=[], metavar="'Name: value'", help="a request header (repeatable)"
+    )
+    group.add_argument(
+        "--sinks",
+        type=_sinks,
+        default=_SINKS,
+        metavar="jsonl,otlp,prometheus",
+        help="the sinks of the 'on' servers (default: all three; otlp goes to a rotel collector)",
+    )
+    group.add_argument(
+        "--rounds", type=_at_least(3), metavar="N", help="rounds, order rotated (default 5, --quick 3)"
+    )
+    group.add_argument(
+        "--duration",
+        type=_at_least(1),
+        metavar="SECONDS",
+        help="seconds of load per variant and round (default 10, --quick 2)",
+    )
+    group.add_argument(
+        "--connections", type=_at_least(1), default=32, help="keep-alive connections (default 32)"
+    )
+    group.add_argument(
+        "--driver",
+        choices=DRIVERS,
+        default="auto",
+        help="load generator (auto: wrk if installed)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure ``args.app``: print the table, write the JSON; ``CommandError`` for bad options."""
+    bench_app = importlib.import_module("ckpt_events.benchmarks.bench_app")
+    load = importlib.import_module("ckpt_events.benchmarks.load")
+    if args.only:
+        raise CommandError("--app measures your app: leave out --only")
+    if not args.request:
+        raise CommandError("--app needs --request 'METHOD /path'")
+    try:
+        method, path = bench_app.parse_request(args.request)
+        headers = [bench_app.parse_header(h) for h in args.header]
+        driver = load.pick_driver(args.driver)
+    except (ValueError, FileNotFoundError) as exc:
+        raise CommandError(str(exc)) from None
+    body = (args.body or "").encode()
+    if args.body is not None and not any(name.lower() == "content-type" for name, _ in headers):
+        headers.append(("Content-Type", "application/json"))
+    bench = bench_app.AppBench(
+        app=args.app,
+        request=load.Request(method, path, body, tuple(headers)),
+        sinks=args.sinks,
+        rounds=args.rounds or (3 if args.quick else 5),
+        seconds=args.duration or (2 if args.quick else 10),
+        connections=args.connections,
+        driver=driver,
+    )
+    print(f"measuring {bench.app} ({bench.request}), telemetry off and on...", file=sys.stderr)
+    try:
+        figures = bench_app.run(bench)
+    except bench_app.BenchAppError as exc:
+        print(f"ckpt-events bench: {exc}", file=sys.stderr)
+        return 1
+    bench_app.print_report(bench, figures, args.json)
+    print(f"figures written to {args.json}")
+    return 0

@@ -1,0 +1,150 @@
+"""``ckpt-events bench --app``: a tiny instrumented app, real uvicorn servers, wrk or httpx.
+
+These assert the table's rows and the JSON's shape, never a time: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckpt_events.benchmarks import rotel
+from ckpt_events.participants.cli.main import main
+
+APP = """
+from fastapi import FastAPI, Request
+
+from ckpt_events.participants.fastapi import instrument, operation
+
+app = FastAPI()
+instrument(app, kind="judge", instance="judge-0", jsonl_path="events.jsonl")
+
+
+@app.post("/commit")
+async def commit(request: Request) -> dict[str, int]:
+    body = await request.json()
+    with operation(request, "commit", checkpoint_id=body["checkpoint_id"]) as op:
+        with op.step("upload"):
+            records = len(body["rows"])
+        op.set(records=records)
+    return {"records": records}
+"""
+BODY = '{"checkpoint_id": "c1", "rows": ["a", "b"]}'
+
+
+def _bench(
+    project: Path, *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    (project / "tinyapp.py").write_text(APP)
+    command = [sys.executable, "-m", "ckpt_events.participants.cli.main", "bench", "--app", "tinyapp:app"]
+    command += ["--request", "POST /commit", "--body", BODY, "--rounds", "3", "--duration", "1"]
+    command += ["--connections", "4", "--json", str(project / "out.json"), *options]
+    return subprocess.run(
+        command,
+        cwd=project,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _table(project: Path) -> dict[str, Any]:
+    figures: dict[str, Any] = json.loads((project / "out.json").read_text())["figures"]["app"]
+    return figures
+
+
+@pytest.mark.slow
+def test_off_and_on_with_a_missing_collector(tmp_path: Path) -> None:
+    """wrk drives both variants; the otlp row says why it was skipped and how to get rotel."""
+    absent = tmp_path / "no-rotel-agent"
+    run = _bench(tmp_path, "--sinks", "jsonl,otlp", env={"CKPT_EVENTS_BENCH_ROTEL": str(absent)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ckpt-events bench --app tinyapp:app" in run.stdout and "skipped:" in run.stdout
+    figures = _table(tmp_path)
+    rows = {what: value for what, value, _, _ in figures["table"]}
+    ratio = rows["server CPU per request, on / off (--sinks jsonl)"]
+    assert "over 3 rounds" in ratio
+    assert "over 3 rounds" in rows["requests per second, on / off (--sinks jsonl)"]
+    skipped = next(what for what in rows if what.startswith("otlp: "))
+    assert "rotel collector" in skipped and str(absent) in skipped and "pip install rotel" in skipped
+    assert figures["skipped"] == {"otlp": rotel.why_missing({rotel.ENV_BINARY: str(absent)})}
+    assert rows["server CPU per request, off (CKPT_EVENTS_DISABLED=true)"].endswith(")")
+    assert "server CPU per request, on: jsonl" in rows
+    assert figures["driver"] == "wrk" and figures["rounds"] == 3 and figures["sinks_on"] == ["jsonl"]
+    # Off is the no-op path though the app's code names a JSON-lines file; on has that sink.
+    assert figures["variants"]["off"]["sinks"] == []
+    assert figures["variants"]["on"]["sinks"] == ["jsonl"]
+    for variant in figures["variants"].values():
+        assert len(variant["us_per_request"]) == len(variant["requests_per_second"]) == 3
+        assert all(n > 0 for n in variant["requests"]) and not any(variant["failed"])
+    assert set(figures["ratio_on_off"]["cpu_per_request"]) == {
+        "median",
+        "low",
+        "high",
+        "rounds",
+        "no_measurable_difference",
+    }
+    assert not (tmp_path / "events.jsonl").exists()  # the servers ran in a directory of their own
+
+
+@pytest.mark.slow
+def test_the_builtin_driver(tmp_path: Path) -> None:
+    """--driver httpx (what runs without wrk) measures the same rows."""
+    run = _bench(tmp_path, "--sinks", "prometheus", "--driver", "httpx")
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = _table(tmp_path)
+    rows = {what for what, _, _, _ in figures["table"]}
+    assert "server CPU per request, on / off (--sinks prometheus)" in rows
+    # The app's own JSON lines stay on: the table names what the server really had.
+    assert figures["variants"]["on"]["sinks"] == ["jsonl", "prometheus", "/metrics endpoint"]
+    assert figures["driver"] == "httpx"
+
+
+@pytest.mark.slow
+def test_an_app_that_is_not_instrumented_is_refused(tmp_path: Path) -> None:
+    """An app without instrument(): the server's error, not a table of nothing."""
+    (tmp_path / "plain.py").write_text("from fastapi import FastAPI\n\napp = FastAPI()\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "ckpt_events.participants.cli.main", "bench", "--app", "plain:app"]
+        + ["--request", "GET /", "--json", str(tmp_path / "out.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "did not start" in run.stderr and "instrument(" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--app", "app:app"], "--app needs --request"),
+        (["--app", "app:app", "--request", "/commit"], "--request takes 'METHOD /path'"),
+        (["--app", "app:app", "--request", "GET /", "--only", "core"], "leave out --only"),
+        (["--app", "app:app", "--request", "GET /", "--header", "novalue"], "--header takes"),
+    ],
+)
+def test_options_that_do_not_fit_are_one_line(
+    options: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A usage mistake is one line and status 2, before any server starts."""
+    assert main(["bench", *options, "--json", str(tmp_path / "out.json")]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options", [["--rounds", "2"], ["--sinks", "kafka"], ["--body", "{not json"]])
+def test_bad_values_are_refused_when_parsed(options: list[str], tmp_path: Path) -> None:
+    """Fewer than three rounds, an unknown sink or a body that is not JSON: argparse refuses them."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--app", "app:app", "--request", "GET /", *options])
+    assert exit_.value.code == 2
