@@ -83,9 +83,7 @@ class Workload(Generic[S, R]):
 
     def __init__(self, tel: Telemetry, **options: Any) -> None:
         if options:
-            raise InvalidTypeError(
-                f"unknown {self.kind} workload options: {', '.join(sorted(options))}"
-            )
+            raise InvalidTypeError(f"unknown {self.kind} workload options: {', '.join(sorted(options))}")
         self.tel = tel
         self.fence = RetiredAttempts()
         self.episodes: dict[str, Episode[S]] = {}
