@@ -127,10 +127,14 @@ async def test_a_multi_worker_commit_and_restore_through_a_symlink_are_refused(t
     _plant(root, elsewhere, "gym")
     bus = Bus()
 
-    def factory(index: int) -> Any:
-        return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"))
+    def factory_on(on: Bus) -> Any:
+        # Each app's workers emit on that app's own bus (the first one is closed with its app).
+        def factory(index: int) -> Any:
+            return make_workload("environment", Telemetry(on, kind="environment", instance="env-0"))
 
-    app = _workers_app(root, bus, factory)
+        return factory
+
+    app = _workers_app(root, bus, factory_on(bus))
     async with running(app) as client:
         for i in range(4):
             started = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 4})
@@ -147,7 +151,8 @@ async def test_a_multi_worker_commit_and_restore_through_a_symlink_are_refused(t
     assert _files(elsewhere) == []
     os.rename(root / "y" / "gym", elsewhere / "gym")
     (root / "y" / "gym").symlink_to(elsewhere / "gym", target_is_directory=True)
-    async with running(_workers_app(root, Bus(), factory)) as fresh:
+    fresh_bus = Bus()
+    async with running(_workers_app(root, fresh_bus, factory_on(fresh_bus))) as fresh:
         episodes = [{"rollout_id": f"r{i}"} for i in range(4)]
         restored = await control(fresh, "restore", "c3", checkpoint_dir="y", episode_ids=episodes)
         assert error_code(restored) == (422, "invalid_checkpoint_state"), restored.text
