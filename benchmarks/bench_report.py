@@ -27,8 +27,8 @@ import anyio
 import msgspec
 
 from ckpt_events import Telemetry
-from ckpt_events.participants.cli.run_logs import LogProblems, merged_events
-from ckpt_events.participants.cli.run_overview import overview
+from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
+from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.participants.kinds import PREPARE_ORDER
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.testing import capture_events

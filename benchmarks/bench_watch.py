@@ -30,8 +30,8 @@ import anyio
 from rich.console import Console
 
 from ckpt_events.participants.cli.fleet import local_fleet
-from ckpt_events.participants.cli.watch_sources import poll_all, status_client
-from ckpt_events.participants.cli.watch_view import FleetView
+from ckpt_events.participants.cli.watch.sources import poll_all, status_client
+from ckpt_events.participants.cli.watch.view import FleetView
 
 from . import report
 

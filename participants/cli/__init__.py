@@ -1,8 +1,11 @@
-"""``ckpt-events``, the command line: one module per subcommand, and the fleet launcher.
+"""``ckpt-events``, the command line, in rooms.
 
-``main`` parses and dispatches; ``serve``, ``demo``, ``report``, ``replay`` and ``bench`` are
-the subcommands; ``fleet`` starts participants in this process or as ``serve`` processes;
-``timeline`` renders a checkpoint's breakdown and waterfall. The command line may use every
+``main`` parses and dispatches (``COMMANDS``); ``command`` is what a subcommand is. Three rooms
+hold the big commands: ``report`` (reading every process's logs, the model of a checkpoint, the
+run overview, trends, ``diff`` and the renderers: terminal, HTML, Perfetto, PNG), ``demo`` and
+``watch``. The small commands are one module each: ``serve`` (with ``worker_process``, a worker
+it starts), ``replay``, ``ops``, ``bench`` and ``bench_app``; ``fleet`` starts participants in
+this process or as ``serve`` processes, for the demo and the tests. The command line may use every
 other part of the package; nothing imports it.
 """
 

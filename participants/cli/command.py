@@ -107,7 +107,7 @@ def load_events(paths: Sequence[Path]) -> list[Any]:
     """Every event of JSON-lines logs in time order; what is not a log is reported on stderr as
     ``run_logs.LogProblems`` says it (a file refused in one line, corrupt lines counted with
     the first few named), never one line per bad line."""
-    from ckpt_events.participants.cli.run_logs import LogProblems, merged_events
+    from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 
     problems = LogProblems()
     events = list(merged_events(paths, problems))

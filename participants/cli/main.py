@@ -1,4 +1,4 @@
-"""``ckpt-events``: the command line. One module per subcommand; ``COMMANDS`` lists them.
+"""``ckpt-events``: the command line. One ``Command`` per subcommand; ``COMMANDS`` lists them.
 
 To add a subcommand, write a module with a ``Command`` and append it to ``COMMANDS``.
 """
@@ -15,13 +15,13 @@ from typing import Final, NoReturn
 from ckpt_events import CkptEventsError
 from ckpt_events.participants.cli.bench import BENCH
 from ckpt_events.participants.cli.command import Command
-from ckpt_events.participants.cli.demo import DEMO
-from ckpt_events.participants.cli.diff import DIFF
+from ckpt_events.participants.cli.demo.command import DEMO
 from ckpt_events.participants.cli.ops import OPS
 from ckpt_events.participants.cli.replay import REPLAY
-from ckpt_events.participants.cli.report import REPORT
+from ckpt_events.participants.cli.report.command import REPORT
+from ckpt_events.participants.cli.report.diff import DIFF
 from ckpt_events.participants.cli.serve import SERVE
-from ckpt_events.participants.cli.watch import WATCH
+from ckpt_events.participants.cli.watch.command import WATCH
 from ckpt_events.participants.errors import CommandError, CommandLineError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]

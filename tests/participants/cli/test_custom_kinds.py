@@ -13,13 +13,13 @@ from rich.console import Console
 
 from ckpt_events import Bus, StageFinished, StepFinished, Telemetry
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.timeline import breakdown, breakdown_columns
-from ckpt_events.participants.cli.watch_view import FleetView
+from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns
+from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.kinds import prepare_order
 from ckpt_events.sinks import JsonLinesSink, read_events
 from ckpt_events.sinks.otlp import read_otlp
 from ckpt_events.testing import MemorySink
-from tests.participants.cli.test_otlp_input import _export_as_collector_file
+from tests.participants.cli.report.test_otlp_input import _export_as_collector_file
 
 
 async def _checkpoint_with_a_judge(log: Path | None = None) -> list[Any]:

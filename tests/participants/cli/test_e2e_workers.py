@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from ckpt_events.participants.cli.demo_runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.participants.server.store import participant_dir

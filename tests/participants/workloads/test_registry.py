@@ -16,8 +16,8 @@ from rich.console import Console
 from ckpt_events import Bus, InvalidArgumentError, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.fleet import local_fleet
-from ckpt_events.participants.cli.report_html import html_page
-from ckpt_events.participants.cli.report_terminal import render
+from ckpt_events.participants.cli.report.html import html_page
+from ckpt_events.participants.cli.report.terminal import render
 from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.kinds import PREPARE_ORDER

@@ -1,0 +1,126 @@
+"""The demo's checks of its own events: the checkpoints it took, and the injected failure named.
+
+The run overview (``run_overview``) diagnoses the demo's events exactly as ``ckpt-events
+report`` would diagnose its log; each check compares that diagnosis with what the demo asked
+for, and a mismatch raises ``DemoFailed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ckpt_events.participants.cli.report.overview import ABORTED, PUBLISHED, RESTORED, Run
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.errors import DemoFailed
+from ckpt_events.participants.faults import Fault
+
+__all__ = ["diagnosis_checks"]
+
+
+def diagnosis_checks(
+    run: Run,
+    *,
+    published: int,
+    ids: Sequence[str] | None = None,
+    fault: Fault | None,
+    one_of: int | None = None,
+    lease_on: str | None = None,
+    blockers: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
+    """The checks that passed; raises ``DemoFailed`` on the first that does not. ``published``
+    checkpoints should have published, with these ``ids`` if given (the controller's list).
+
+    ``one_of``: the fleet has that many servers of each kind, and the fault must be named on
+    its one server and no other (``lease_on``: the one whose lease the lease fault hits).
+    ``blockers``: what each member's reply to the aborted prepare named (the controller's view),
+    which the stall fault's server alone must have, naming the episode it holds."""
+    checkpoints = [r for r in run.rows if r.what == "checkpoint"]
+    done = [r for r in checkpoints if r.outcome == PUBLISHED]
+    if ids is not None and [r.checkpoint_id for r in done] != list(ids):
+        raise DemoFailed(f"the controller published {list(ids)}, the log shows {_outcomes(checkpoints)}")
+    if len(done) != published:
+        raise DemoFailed(
+            f"{counted(len(done), 'checkpoint')} published, not {published}: {_outcomes(checkpoints)}"
+        )
+    others = sorted({r.outcome for r in checkpoints} - {PUBLISHED})
+    rest = "".join(f", {sum(r.outcome == o for r in checkpoints)} {o}" for o in others)
+    passed = [f"{published} of {len(checkpoints)} checkpoints published{rest}, each through the controller"]
+    restores = [r for r in run.rows if r.what == "restore"]
+    if len(restores) != 1 or restores[0].outcome != RESTORED:
+        raise DemoFailed(f"expected one restore that restored, got {_outcomes(restores)}")
+    if fault is None:
+        return passed
+    if fault.mode in ("stall", "lease"):
+        aborted = [r for r in checkpoints if r.outcome == ABORTED]
+        if len(aborted) != 1 or aborted[0] is not checkpoints[0]:
+            raise DemoFailed(f"the first checkpoint should abort and only it: {_outcomes(checkpoints)}")
+        row = aborted[0]
+        target = fault.instance if fault.mode == "stall" else lease_on
+        wanted = (
+            ("not ready at its deadline: ", f"/{fault.instance} blocked by ")
+            if fault.mode == "stall"
+            else (
+                "lease expired on ",
+                " in phase prepared" if target is None else f"/{target} in phase prepared",
+            )
+        )
+        hits = [c for c in row.causes if c.startswith(wanted[0])]
+        cause = next((c for c in hits if wanted[1] in c), None)
+        if cause is None:
+            raise DemoFailed(
+                f"checkpoint {row.checkpoint_id} aborted, but not for the injected {fault}: "
+                + ("; ".join(row.causes) or "no cause named")
+            )
+        among = ""
+        if one_of is not None:
+            if len(hits) != 1:
+                raise DemoFailed(
+                    f"checkpoint {row.checkpoint_id}: the fault hit {target} alone, but {len(hits)} "
+                    f"servers are named: {'; '.join(hits)}"
+                )
+            among = f", the one of {one_of} {_kind_of(target)} servers"
+        if fault.mode == "stall" and blockers is not None and one_of is not None:
+            if set(blockers) != {fault.instance}:
+                raise DemoFailed(
+                    f"the prepare replies name blockers on {sorted(blockers)}, not {fault.instance}"
+                )
+            cause += f": {', '.join(blockers.get(fault.instance or '', ())[:3])}"
+        passed.append(f"checkpoint {row.checkpoint_id} aborted: {cause} (injected: {fault}{among})")
+    elif fault.mode == "slow-restore":
+        row = restores[0]
+        share = (row.dominant_ms or 0.0) / row.ms if row.ms else 0.0
+        named = row.dominated.startswith(f"read on {_kind_of(fault.instance)}/{fault.instance} ")
+        if not named or share < 0.5:
+            raise DemoFailed(
+                f"restore of {row.checkpoint_id} was not dominated by {fault.instance}'s read "
+                f"({share:.0%} of it): {row.dominated or row.slowest or 'no read or install step'}"
+            )
+        passed.append(
+            f"restore of {row.checkpoint_id}: {row.dominated.split(',')[0]}, {share:.0%} of its "
+            f"{row.ms:.1f} ms (injected: {fault})"
+        )
+    elif fault.mode == "slow":
+        passed.append(_straggler_check(run, fault))
+    return passed
+
+
+def _straggler_check(run: Run, fault: Fault) -> str:
+    """The slowed server, and it alone, is flagged as its kind's straggler over the run."""
+    kind = _kind_of(fault.instance)
+    flags = [f for f in run.trends.flags() if f.startswith("straggler: ")]
+    mine = [f for f in flags if f.startswith(f"straggler: {kind}/{fault.instance} ")]
+    if not mine or len(flags) != 1:
+        raise DemoFailed(
+            f"{fault.instance} writes {fault.factor:g}x slower, but the stragglers flagged are: "
+            + ("; ".join(flags) or "none")
+        )
+    return f"{mine[0].removeprefix('straggler: ')}, and no other server (injected: {fault})"
+
+
+def _kind_of(instance: str | None) -> str:
+    return (instance or "").rsplit("-", 1)[0]
+
+
+def _outcomes(rows: Iterable[Any]) -> str:
+    return ", ".join(f"{r.checkpoint_id} {r.outcome}" for r in rows) or "none"

@@ -1,0 +1,151 @@
+"""``ckpt-events demo``: run rollouts, checkpoint mid-flight, kill, restore, finish, and report."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from pathlib import Path
+
+import anyio
+
+from ckpt_events.participants.cli.command import (
+    Command,
+    CommandError,
+    check_reachable,
+    console,
+    fraction,
+    otlp_base_from_env,
+    otlp_base_url,
+    positive_int,
+    run_interruptibly,
+    writable_path,
+)
+
+__all__ = ["DEMO"]
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rollouts", type=positive_int, default=1000, help="rollouts to run (1000)")
+    parser.add_argument("--steps", type=positive_int, default=2, help="steps per rollout (2)")
+    parser.add_argument("--concurrency", type=positive_int, default=16, help="rollouts in flight (16)")
+    parser.add_argument(
+        "--checkpoint-at", type=fraction, default=0.4, help="checkpoint when this share is done (0.4)"
+    )
+    parser.add_argument(
+        "--checkpoints",
+        type=positive_int,
+        help="checkpoints during generation 1, spread over its rollouts; the last is restored "
+        "(1; 2 with --fault stall or lease; 8 with --fault slow)",
+    )
+    parser.add_argument(
+        "--fault",
+        choices=("stall", "lease", "slow-restore", "slow"),
+        help="inject a failure for real (via $CKPT_EVENTS_FAULT) on one server, the middle one of "
+        "its kind (environment-0 of 1, environment-2 of 4): stall = an environment server not "
+        "ready at the prepare deadline, lease = the controller stalls past the lease (with "
+        "--instances, of that environment server alone), slow-restore = a model server reads "
+        "slowly, slow = an environment server's commits write 5x slower (--instances 2 or more)",
+    )
+    parser.add_argument(
+        "--instances",
+        type=positive_int,
+        default=1,
+        help="servers of each participant kind (1); each rollout's session is on one of each, "
+        "the least loaded",
+    )
+    parser.add_argument(
+        "--restore-instances",
+        type=positive_int,
+        metavar="M",
+        help="servers of each kind after the crash (default: --instances); a restored rollout "
+        "whose server is gone restarts from its input",
+    )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="show the watch view of the fleet (phases, blockers, open work) instead of progress bars; "
+        "with --fault, work open past 0.5 s is marked stalled and warned about",
+    )
+    parser.add_argument(
+        "--processes", action="store_true", help="run the servers as real processes, killed with SIGKILL"
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=1, help="worker processes per participant (1)"
+    )
+    parser.add_argument(
+        "--restore-workers",
+        type=positive_int,
+        help="worker processes per participant after the crash (default: --workers)",
+    )
+    parser.add_argument(
+        "--jsonl", type=writable_path, metavar="PATH", help="also write every event as JSON lines"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
+    )
+    parser.add_argument(
+        "--otlp-endpoint",
+        type=otlp_base_url,
+        metavar="URL",
+        help="export spans and metrics to this OTLP/HTTP collector's base URL, to which /v1/traces and "
+        "/v1/metrics are appended (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    # Imported here so `ckpt-events --help` and the other commands load no server stack.
+    from ckpt_events.participants.cli.demo.runner import DemoFailed, DemoOptions, check_options, run_demo
+
+    endpoint = args.otlp_endpoint if args.otlp_endpoint is not None else otlp_base_from_env()
+    options = DemoOptions(
+        rollouts=args.rollouts,
+        steps=args.steps,
+        concurrency=args.concurrency,
+        checkpoint_at=args.checkpoint_at,
+        processes=args.processes,
+        workers=args.workers,
+        restore_workers=args.restore_workers,
+        workdir=args.workdir,
+        jsonl=args.jsonl,
+        report=args.report,
+        otlp_endpoint=endpoint,
+        checkpoints=args.checkpoints,
+        fault=args.fault,
+        watch=args.watch,
+        instances=args.instances,
+        restore_instances=args.restore_instances,
+    )
+    if (refusal := check_options(options)) is not None:
+        raise CommandError(refusal)
+    if args.report is not None:
+        from ckpt_events.participants.cli.report.files import check_report_path
+
+        if (refusal := check_report_path(args.report)) is not None:
+            raise CommandError(refusal)
+    if endpoint is not None:
+        anyio.run(check_reachable, endpoint)
+    try:
+        result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
+    except DemoFailed as exc:
+        raise CommandError(f"the run finished with a wrong result: {exc}") from None
+    if result.spans_not_exported:
+        raise CommandError(
+            f"{result.spans_not_exported} spans could not be exported to {endpoint}: "
+            "is a collector listening there?"
+        )
+    return 0
+
+
+DEMO = Command(
+    "demo",
+    "run rollouts, checkpoint mid-flight, kill, restore, finish, and show where the time went",
+    _demo_arguments,
+    _demo,
+    needs=("rich", "fastapi", "uvicorn", "httpx"),
+)

@@ -1,0 +1,90 @@
+"""``ckpt-events report``: the run overview, then each checkpoint in detail, from any number of logs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ckpt_events.participants.cli.command import Command, CommandError, console
+from ckpt_events.participants.cli.words import counted
+
+__all__ = ["REPORT"]
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="JSON-lines logs written by the jsonl sink, or a collector's OTLP JSON file: files, "
+        "globs or directories (every process's and worker's files), merged in time order",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="ID",
+        help="only this checkpoint (or restore) in detail; by default the slowest published one "
+        "and every one that did not publish",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ckpt_events.participants.cli.report.files import check_report_path, write_report
+    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.participants.cli.report.overview import overview
+    from ckpt_events.participants.cli.report.overview_terminal import chosen_rows, render_overview
+    from ckpt_events.participants.cli.report.terminal import render
+
+    if args.report is not None and (refusal := check_report_path(args.report)) is not None:
+        raise CommandError(refusal)
+    paths, missing = expand_logs(args.logs)
+    if missing:
+        raise CommandError("; ".join(missing))
+    problems = LogProblems()
+    # The overview folds one streaming pass; the detail of the chosen rows is one more pass.
+    run = overview(merged_events(paths, problems), again=lambda: merged_events(paths, LogProblems()))
+    for line in problems.summary():
+        print(line, file=sys.stderr)
+    if not run.count:
+        raise CommandError(
+            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
+        )
+    out = console()
+    rows = chosen_rows(run, args.checkpoint)
+    if args.checkpoint is not None and not rows:
+        known = ", ".join(sorted({r.checkpoint_id or "" for r in run.rows})[:5])
+        raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
+    if not run.rows:
+        # Only participants' spans (their parents live in a controller log not given): no
+        # checkpoint to name, so everything is shown as one.
+        render(out, run.all_events(), title=", ".join(args.logs))
+    elif args.checkpoint is None:
+        render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
+    details = run.details(rows)
+    for row in rows:
+        render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
+    if args.report is not None:
+        name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
+        if run.rows and args.checkpoint is None and args.report.suffix.lower() in (".html", ".htm"):
+            from ckpt_events.participants.cli.report.run_page import write_run_page
+
+            print(write_run_page(args.report, run, rows, title=f"report of {name}"))
+            return 0
+        events = details[id(rows[0])] if rows else run.all_events()
+        print(write_report(args.report, events, title=f"report of {name}"))
+    return 0
+
+
+REPORT = Command(
+    "report",
+    "run overview, then checkpoints in detail, from recorded JSON-lines logs",
+    _report_arguments,
+    _report,
+    needs=("rich",),
+)

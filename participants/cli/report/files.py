@@ -1,0 +1,63 @@
+"""Write the report to a file chosen by its extension: ``.html``/``.htm``, ``.svg``, ``.png`` or
+``.perfetto.json`` (Chrome Trace Event format); any other extension is refused before work starts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ckpt_events import Event
+from ckpt_events.participants.cli.command import unwritable
+from ckpt_events.participants.cli.report.html import write_timeline
+from ckpt_events.participants.cli.report.png import find_browser, write_png
+from ckpt_events.participants.cli.words import counted
+
+__all__ = ["REPORT_SUFFIXES", "check_report_path", "write_report"]
+
+
+#: What ``--report`` can write, by how the file name ends.
+REPORT_SUFFIXES = (".html", ".htm", ".svg", ".png", ".perfetto.json")
+
+
+def _perfetto(path: Path) -> bool:
+    return path.name.lower().endswith(".perfetto.json")
+
+
+def check_report_path(path: Path) -> str | None:
+    """Why ``path`` cannot be written (one line), checked before any work; ``None`` if it can."""
+    if path.is_dir():
+        return f"cannot write {path}: it is a folder (name a file ending in {', '.join(REPORT_SUFFIXES)})"
+    if not _perfetto(path) and path.suffix.lower() not in REPORT_SUFFIXES:
+        return (
+            f"cannot write {path}: --report writes {', '.join(REPORT_SUFFIXES)} "
+            "(the file name's ending picks the format)"
+        )
+    if (refusal := unwritable(path)) is not None:
+        return refusal
+    if path.suffix.lower() == ".png" and find_browser() is None:
+        return (
+            f"cannot write {path}: a PNG is rendered by headless Chromium, and none was found "
+            "(install Debian's 'chromium' package, or ask for .html or .svg)"
+        )
+    return None
+
+
+def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
+    """Write the report and say what was written; raises ``CommandError`` for a PNG that failed."""
+    suffix = path.suffix.lower()
+    if _perfetto(path):
+        from ckpt_events.participants.cli.report.perfetto import write_perfetto
+
+        spans = write_perfetto(path, events)
+        return (
+            f"report written to {path} (Chrome Trace Event JSON, {counted(spans, 'span')}: "
+            "open in ui.perfetto.dev)"
+        )
+    if suffix == ".png":
+        write_png(path, events, title=title)
+        return (
+            f"report written to {path} (PNG rendered by headless {Path(find_browser() or 'chromium').name})"
+        )
+    write_timeline(path, events=events, title=title)
+    what = "SVG waterfall of the checkpoint" if suffix == ".svg" else "HTML page"
+    return f"report written to {path} ({what})"

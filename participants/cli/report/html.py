@@ -1,0 +1,244 @@
+"""The report as a picture: SVG waterfalls and one self-contained HTML page.
+
+Each waterfall is an SVG with a ``viewBox`` and ``width="100%"``, so it scales to its
+container (readable from 1000 to 1920 px): a time axis with ticks, one row per span (children
+under their parents, in start order), the participant's request transit and queueing drawn
+as pale segments around its handler, the slowest path outlined, and a legend. Each bar has a
+``<title>`` (native tooltip) and ``data-details`` (every field of its event) that the page's
+own small script shows on hover. No external resource: the page opens offline.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from ckpt_events import Event
+from ckpt_events.participants.cli.report.model import (
+    Attribution,
+    Span,
+    attribute,
+    checkpoint_and_restore,
+    trace_spans,
+)
+from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns, spans_of
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+
+__all__ = [
+    "FILLS",
+    "PAGE_SCRIPT",
+    "PAGE_STYLE",
+    "attribution_html",
+    "html_page",
+    "waterfall_svg",
+    "write_timeline",
+]
+
+#: Fill of the controller's and each participant kind's bars (``KINDS``; the terminal uses the
+#: same colours).
+FILLS: Final = KINDS.palette()
+_ERROR = "#dc2626"
+_ROW = 20
+_LABEL_W = 380
+_BAR_W = 900
+_TOP = 44
+
+
+def _fill(who: str, fills: Mapping[str, str]) -> str:
+    return fills.get(who.split("/", 1)[0], "#6b7280")
+
+
+def _label(s: Span) -> str:
+    return f"{s.short}  {s.who}" if s.participant else s.short
+
+
+def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS) -> str:
+    """One trace's waterfall as an SVG that scales to its container, each kind's bars in its
+    colour in ``kinds``."""
+    fills = kinds.palette()
+    t0 = min((s.start_ns for s in spans), default=0)
+    total = max(1, max((s.end_ns for s in spans), default=1) - t0)
+    width, height = _LABEL_W + _BAR_W + 70, _TOP + _ROW * len(spans) + 34
+    by_id = {s.span_id: s for s in spans}
+
+    def x(t: int) -> float:
+        return _LABEL_W + (t - t0) / total * _BAR_W
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
+        f'preserveAspectRatio="xMinYMin meet" font-family="system-ui, sans-serif" font-size="12" '
+        f'role="img" aria-label="{html.escape(title)}">',
+        f'<text x="4" y="16" font-weight="bold" font-size="14">{html.escape(title)} '
+        f"({total / 1e6:.1f} ms)</text>",
+    ]
+    out += _axis(total, height)
+    for i, s in enumerate(spans):
+        y = _TOP + _ROW * i
+        if i % 2:
+            out.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW}" fill="#f5f5f5"/>')
+        indent = 4 + 14 * s.depth
+        weight = ' font-weight="bold"' if s.slowest else ""
+        out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{html.escape(_label(s))}</text>')
+        parent = by_id.get(s.parent_span_id or -1)
+        if s.participant and parent is not None and parent.client:
+            arrived = s.received_ns if s.received_ns is not None else s.start_ns
+            for a, b, what in (
+                (parent.start_ns, arrived, "request transit"),
+                (arrived, s.start_ns, "queued in participant"),
+                (s.end_ns, parent.end_ns, "reply transit"),
+            ):
+                if b > a:
+                    out.append(
+                        f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
+                        f'height="6" fill="{_fill(s.who, fills)}" opacity="0.3"><title>{what}: '
+                        f"{(b - a) / 1e6:.2f} ms</title></rect>"
+                    )
+        fill = _ERROR if s.error else _fill(s.who, fills)
+        stroke = ' stroke="#111" stroke-width="1.5"' if s.slowest else ""
+        details = html.escape(json.dumps(s.details, default=str))
+        tip = html.escape(f"{s.name} {s.who}: {s.ms:.2f} ms")
+        out.append(
+            f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{s.ms:.2f}" '
+            f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
+            f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}"{stroke}>'
+            f"<title>{tip}</title></rect>"
+        )
+        out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{s.ms:.1f} ms</text>')
+    out += _legend(height - 12, fills)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _axis(total_ns: int, height: int) -> list[str]:
+    """Ticks at a round step (1, 2 or 5 x 10^n ms), about eight of them."""
+    total_ms = total_ns / 1e6
+    step = 1.0
+    for candidate in (10.0**e * m for e in range(-2, 6) for m in (1, 2, 5)):
+        step = candidate
+        if total_ms / candidate <= 8:
+            break
+    out = [f'<line x1="{_LABEL_W}" y1="{_TOP - 6}" x2="{_LABEL_W + _BAR_W}" y2="{_TOP - 6}" stroke="#888"/>']
+    tick = 0.0
+    ticks = 0
+    while tick <= total_ms + 1e-9 and ticks < 50:
+        tx = _LABEL_W + tick / total_ms * _BAR_W if total_ms else _LABEL_W
+        out.append(f'<line x1="{tx:.1f}" y1="{_TOP - 9}" x2="{tx:.1f}" y2="{height - 30}" stroke="#ddd"/>')
+        out.append(f'<text x="{tx:.1f}" y="{_TOP - 12}" text-anchor="middle" fill="#555">{tick:g} ms</text>')
+        tick, ticks = tick + step, ticks + 1
+    return out
+
+
+def _legend(y: int, fills: Mapping[str, str]) -> list[str]:
+    out, x = [], 4
+    for who, fill in fills.items():
+        out.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{fill}"/>')
+        out.append(f'<text x="{x + 16}" y="{y}">{who}</text>')
+        x += 30 + 8 * len(who)
+    out.append(
+        f'<rect x="{x}" y="{y - 10}" width="22" height="12" fill="#fff" stroke="#111" stroke-width="1.5"/>'
+    )
+    out.append(f'<text x="{x + 28}" y="{y}">slowest path</text>')
+    x += 130
+    out.append(f'<rect x="{x}" y="{y - 7}" width="22" height="6" fill="#2563eb" opacity="0.3"/>')
+    out.append(f'<text x="{x + 28}" y="{y}">request/reply transit, queued in participant</text>')
+    return out
+
+
+#: The page's style and tooltip script, shared with the run page (``run_page``).
+PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 16px 24px; color: #111; max-width: 1880px; }
+section { margin-bottom: 28px; } svg { display: block; }
+.line { font-weight: 600; } .parts { color: #555; font-size: 13px; }
+.wrap { overflow-x: auto; } table { border-collapse: collapse; font-size: 12px; width: 100%; }
+td, th { padding: 3px 5px; text-align: right; } th { white-space: normal; vertical-align: bottom; }
+td:first-child, th:first-child { text-align: left; } tr:nth-child(even) { background: #f5f5f5; }
+#tip { position: fixed; display: none; background: #fff; border: 1px solid #999; padding: 6px 8px;
+  font: 12px ui-monospace, monospace; white-space: pre; pointer-events: none; max-width: 640px;
+  box-shadow: 0 2px 8px rgba(0,0,0,.2); z-index: 2; }
+"""
+PAGE_SCRIPT = """
+const tip = document.getElementById('tip');
+document.querySelectorAll('rect.span').forEach(function (r) {
+  r.addEventListener('mousemove', function (ev) {
+    const d = JSON.parse(r.dataset.details);
+    tip.textContent = Object.keys(d).map(function (k) { return k + ': ' + d[k]; }).join('\\n');
+    tip.style.display = 'block';
+    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 660) + 'px';
+    tip.style.top = (ev.clientY + 14) + 'px';
+  });
+  r.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+});
+document.body.dataset.ready = String(document.querySelectorAll('rect.span').length);
+"""
+
+
+def attribution_html(attribution: Attribution | None) -> str:
+    if attribution is None:
+        return ""
+    parts = ", ".join(f"{html.escape(k)} {v:.1f} ms" for k, v in attribution.top_parts())
+    if attribution.max_loop_lag_ms is not None:
+        parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
+    root, line = html.escape(attribution.root), html.escape(attribution.line())
+    return f'<p class="line" data-attribution="{root}">{line}</p>\n<p class="parts">{parts}</p>'
+
+
+def _table_html(events: Sequence[Event]) -> str:
+    rows = breakdown(events)
+    columns = breakdown_columns(rows)
+    head = "".join(f"<th>{c}</th>" for c in ("participant", *columns, "records committed", "bytes written"))
+    body = []
+    for r in rows:
+        cells = "".join(f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>" for c in columns)
+        who = f"{r.kind}/<wbr>{html.escape(r.instance)}"
+        who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {r.worker}"
+        who += f" ({counted(r.errors, 'error')})" if r.errors else ""
+        body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")
+    rows_html = "\n".join(body)
+    return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'
+
+
+def html_page(
+    events: Sequence[Event], *, title: str = "checkpoint report", kinds: KindRegistry = KINDS
+) -> str:
+    """The whole report as one HTML page: attribution and waterfall of the checkpoint and of
+    the restore, then of any other trace, then the per-participant table (each kind in its
+    colour in ``kinds``)."""
+    checkpoint, restore = checkpoint_and_restore(events)
+    sections = []
+    for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
+        if trace_id is None:
+            continue
+        spans = trace_spans(events, trace_id)
+        sections.append(
+            f'<section id="{label}"><h2>{label}</h2>\n{attribution_html(attribute(spans))}\n'
+            f"{waterfall_svg(spans, title=label, kinds=kinds)}</section>"
+        )
+    sections.append(f"<section><h2>time per participant (ms)</h2>\n{_table_html(events)}</section>")
+    return (
+        f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n"
+        f"<h1>{html.escape(title)}</h1>\n"
+        + "\n".join(sections)
+        + f"\n<div id='tip'></div>\n<script>{PAGE_SCRIPT}</script>"
+        "\n</body></html>\n"
+    )
+
+
+def write_timeline(
+    path: Path,
+    spans: list[Span] | None = None,
+    *,
+    events: Sequence[Event] = (),
+    title: str = "checkpoint timeline",
+) -> None:
+    """Write ``.svg`` (one waterfall: ``spans``, else the checkpoint of ``events``) or, for any
+    other suffix, the HTML page of ``events`` (``.png`` is ``report_png``'s)."""
+    if path.suffix.lower() == ".svg":
+        path.write_text(waterfall_svg(spans if spans is not None else spans_of(events), title=title) + "\n")
+    else:
+        path.write_text(html_page(events, title=title))

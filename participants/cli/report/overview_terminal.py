@@ -1,0 +1,147 @@
+"""The run overview in a terminal: one row per checkpoint and restore, causes under the row."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ckpt_events.participants.cli.report.overview import (
+    ABORTED,
+    FAILED,
+    OPEN,
+    PUBLISHED,
+    RESTORED,
+    Run,
+    RunRow,
+    episodes_text,
+)
+from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
+from ckpt_events.participants.cli.words import counted
+
+__all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
+
+#: Colour of each outcome: the one place the overview picks colours.
+OUTCOME_COLOURS = {PUBLISHED: "green", RESTORED: "green", ABORTED: "yellow", FAILED: "red", OPEN: "red"}
+#: ESC/CSI/OSC sequences and other C0/C1 control characters a log could smuggle to a terminal.
+_CONTROL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, ended by BEL or ST (or cut off)
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # every other C0/C1 control, ESC included
+)
+
+
+def clean(text: str) -> str:
+    """``text`` with terminal control sequences removed: strings from a log are never obeyed."""
+    return _CONTROL.sub("", text)
+
+
+def _span_text(ms: float) -> str:
+    return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1e3:.1f} s"
+
+
+def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
+    """The rows shown in detail: the named checkpoint's, else the slowest published checkpoint
+    and every row that did not publish, in time order."""
+    if checkpoint is not None:
+        return [r for r in run.rows if r.checkpoint_id == checkpoint]
+    published = [r for r in run.rows if r.published and r.what == "checkpoint"]
+    slowest = max(published, key=lambda r: r.ms or 0.0, default=None)
+    return [r for r in run.rows if r is slowest or not r.published]
+
+
+def render_overview(console: Console, run: Run, *, title: str) -> None:
+    """The table of the run's checkpoints and restores, then each one's cause or slowest path."""
+    rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
+    heading = f"run overview ({clean(title)}): {rows}"
+    console.print(Text(heading, style="bold"))
+    table = Table(box=box.SIMPLE_HEAD)
+    for column, justify in (
+        ("#", "right"),
+        ("what", "left"),
+        ("id", "left"),
+        ("start (UTC)", "left"),
+        ("ms", "right"),
+        ("paused ms", "right"),
+        ("outcome", "left"),
+    ):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for number, row in enumerate(run.rows, 1):
+        start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
+        table.add_row(
+            str(number),
+            row.what,
+            clean(row.checkpoint_id or ""),
+            start,
+            "" if row.ms is None else f"{row.ms:.1f}",
+            "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
+            Text(row.outcome, style=OUTCOME_COLOURS.get(row.outcome, "white")),
+        )
+    console.print(table)
+    paused = sum(r.paused_ms or 0.0 for r in run.rows)
+    wall_ms = (run.last_ns - run.first_ns) / 1e6
+    if wall_ms > 0:
+        console.print(
+            Text(
+                f"checkpointing paused the fleet (admission closed, first prepare to last resume) "
+                f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {_span_text(wall_ms)}"
+            )
+        )
+    restores = [
+        r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
+    ]
+    if restores:
+        known = [r.restarted for r in restores if r.restarted is not None]
+        after = episodes_text(sum(r.continued or 0 for r in restores), sum(known) if known else None)
+        console.print(Text(f"after {len(restores)} restore{'' if len(restores) == 1 else 's'}: {after}"))
+    _render_trends(console, run)
+    for number, row in enumerate(run.rows, 1):
+        if row.causes:
+            console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))
+        elif row.slowest:
+            console.print(Text(f"#{number} {row.what} slowest: {clean(row.slowest)}", style="dim"))
+        if row.what == "restore":
+            source = (
+                f"from #{row.source_row} checkpoint {clean(row.checkpoint_id or '')}"
+                if row.source_row is not None
+                else f"of checkpoint {clean(row.checkpoint_id or '')} (not in these logs)"
+            )
+            said = "".join(f"; {clean(x)}" for x in (row.dominated, row.episodes_text) if x)
+            console.print(Text(f"#{number} restore {source}{said}"))
+
+
+def _render_trends(console: Console, run: Run) -> None:
+    """Per (kind, operation, step) over the run's checkpoints, then the flags in words."""
+    trends = run.trends.table()
+    if sum(r.what == "checkpoint" for r in run.rows) < MIN_CHECKPOINTS or not trends:
+        return
+    title = "trends over the run's checkpoints (slowest instance per checkpoint)"
+    table = Table(box=box.SIMPLE_HEAD, title=title)
+    for column, justify in (
+        ("kind", "left"),
+        ("operation", "left"),
+        ("step", "left"),
+        ("n", "right"),
+        ("p50 ms", "right"),
+        ("p95 ms", "right"),
+        ("max ms", "right"),
+    ):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for t in trends:
+        kind, operation, step = t.key
+        table.add_row(
+            clean(kind),
+            clean(operation),
+            clean(step),
+            str(t.count),
+            f"{t.p50:.1f}",
+            f"{t.p95:.1f}",
+            f"{t.max:.1f}",
+        )
+    console.print(table)
+    for flag in run.trends.flags():
+        console.print(Text("flag: " + clean(flag), style="yellow"))

@@ -1,0 +1,182 @@
+"""The report in a terminal (rich): the breakdown, where each millisecond went, both waterfalls,
+the counts. Everything fits the console's width: the breakdown pivots (participants as
+columns) when the wide table would not fit, and no cell is ever cut with an ellipsis.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ckpt_events import Event
+from ckpt_events.participants.cli.report.model import (
+    Attribution,
+    Span,
+    attribute,
+    checkpoint_and_restore,
+    trace_spans,
+)
+from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, breakdown_columns, counts
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.vocab import CountedEvent
+
+__all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
+
+#: Terminal colour of the controller and of each participant kind (``KINDS``; the HTML page
+#: uses the same ones).
+COLOURS: Final = KINDS.palette()
+_SLOW = "▶"
+
+
+def _colour(who: str, colours: Mapping[str, str]) -> str:
+    return colours.get(who.split("/", 1)[0], "white")
+
+
+def render(
+    console: Console, events: Sequence[Event], *, title: str = "checkpoint", kinds: KindRegistry = KINDS
+) -> None:
+    """Print the breakdown, then for the checkpoint and the restore: the attribution line and
+    the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``."""
+    colours = kinds.palette()
+    rows = breakdown(events)
+    console.print(Text(f"{title}: time per participant (ms), records and bytes", style="italic"))
+    console.print(_breakdown_table(rows, console.width, colours))
+    checkpoint, restore = checkpoint_and_restore(events)
+    for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
+        if trace_id is None:
+            continue
+        spans = trace_spans(events, trace_id)
+        render_attribution(console, label, attribute(spans))
+        console.print(render_waterfall(spans, console.width, title=label, kinds=kinds))
+    console.print(
+        Text.assemble(
+            "who: ",
+            *((Text(f"█ {kind}  ", style=colour)) for kind, colour in colours.items()),
+            f"{_SLOW} slowest path  ░ transit  ▒ queued in participant",
+        )
+    )
+    console.print(_counts_table(events))
+
+
+def render_attribution(console: Console, label: str, attribution: Attribution | None) -> None:
+    """The line ``N ms total, M ms in participants' handlers, ...`` and its named parts."""
+    if attribution is None:
+        return
+    console.print(Text(f"{label} ({attribution.root}): {attribution.line()}", style="bold"))
+    parts = ", ".join(f"{name} {ms:.1f} ms" for name, ms in attribution.top_parts())
+    if attribution.max_loop_lag_ms is not None:
+        parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
+    console.print(Text("  " + parts, style="dim"))
+
+
+def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, str]) -> Table:
+    columns = breakdown_columns(rows)
+    wide = 27 + sum(max(len(c), 8) + 3 for c in columns) + 2 * 20
+    if wide <= width:
+        table = Table(box=box.SIMPLE_HEAD)
+        table.add_column("participant", overflow="fold")
+        for column in (*columns, "records committed", "bytes written"):
+            table.add_column(column, justify="right", overflow="fold")
+        for row in rows:
+            cells = [f"{row.ms[c]:.1f}" if c in row.ms else "" for c in columns]
+            table.add_row(_who(row), *cells, f"{row.records:,}", f"{row.bytes:,}")
+        return table
+    # Pivoted: one row per operation or step, one column per participant.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("ms", overflow="fold")
+    for row in rows:
+        header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind, colours))
+        table.add_column(header, justify="right", overflow="fold")
+    for column in columns:
+        table.add_row(column, *(f"{r.ms[column]:.1f}" if column in r.ms else "" for r in rows))
+    table.add_row("records", *(f"{r.records:,}" for r in rows))
+    table.add_row("bytes", *(f"{r.bytes:,}" for r in rows))
+    return table
+
+
+def _who(row: Breakdown) -> str:
+    # A worker's row sits right under its participant's (breakdown() orders them so).
+    who = f"{row.kind}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
+    return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
+
+
+def render_waterfall(
+    spans: list[Span], width: int, *, title: str = "checkpoint", kinds: KindRegistry = KINDS
+) -> Table:
+    """One trace as a waterfall: indented span names (a participant's instance after its
+    operation), milliseconds, and a bar on a time axis scaled to what is left of ``width``;
+    bars in their kind's colour in ``kinds``."""
+    colours = kinds.palette()
+    name_w = min(40, max(len("  " * s.depth + _label(s)) for s in spans))
+    bar_w = max(10, min(width, 200) - name_w - 9 - 4)
+    t0 = min(s.start_ns for s in spans)
+    total = max(1, max(s.end_ns for s in spans) - t0)
+    table = Table(
+        title=f"{title}: waterfall ({total / 1e6:.1f} ms)", title_justify="left", box=None, pad_edge=False
+    )
+    table.add_column("span", width=name_w, overflow="fold")
+    table.add_column("ms", justify="right", width=9, overflow="fold")
+    table.add_column(_axis(total, bar_w), width=bar_w, no_wrap=True, overflow="crop")
+    by_id = {s.span_id: s for s in spans}
+
+    def col(t: int) -> int:
+        return min(bar_w - 1, max(0, int((t - t0) / total * bar_w)))
+
+    for s in spans:
+        bar = Text(" " * bar_w)
+        parent = by_id.get(s.parent_span_id or -1)
+        if s.participant and parent is not None and parent.client:
+            arrived = s.received_ns if s.received_ns is not None else s.start_ns
+            bar.stylize(_colour(s.who, colours), col(parent.start_ns), col(parent.end_ns) + 1)
+            _paint(bar, "░", col(parent.start_ns), col(arrived))
+            _paint(bar, "▒", col(arrived), col(s.start_ns))
+            _paint(bar, "░", col(s.end_ns), col(parent.end_ns) + 1)
+        _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
+        bar.stylize("red" if s.error else _colour(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
+        name = Text("  " * s.depth + _label(s), style="bold" if s.slowest else "")
+        table.add_row(name, f"{_SLOW if s.slowest else ''}{s.ms:.1f}", bar)
+    return table
+
+
+def _label(s: Span) -> str:
+    return f"{s.short} {s.who.split('/', 1)[-1]}" if s.participant else s.short
+
+
+def _paint(bar: Text, char: str, start: int, end: int) -> None:
+    if end > start:
+        bar.plain = bar.plain[:start] + char * (end - start) + bar.plain[end:]
+
+
+def _axis(total_ns: int, width: int) -> str:
+    """``0 ms`` at the left, the total at the right, a middle tick when there is room."""
+    right = f"{total_ns / 1e6:.0f} ms"
+    mid = f"{total_ns / 2e6:.0f}"
+    axis = [" "] * width
+    axis[0] = "0"
+    for i, ch in enumerate(right):
+        axis[width - len(right) + i] = ch
+    if width > 3 * len(right) + 4:
+        start = width // 2 - len(mid) // 2
+        axis[start : start + len(mid)] = mid
+    return "".join(axis)
+
+
+def _counts_table(events: Sequence[Event]) -> Table:
+    tallies = counts(events)
+    summary = Table(title="counted events", title_justify="left", box=box.SIMPLE_HEAD)
+    summary.add_column("event", overflow="fold")
+    summary.add_column("by", overflow="fold")
+    summary.add_column("count", justify="right", overflow="fold")
+    for event_name in CountedEvent:
+        for key, value in sorted(tallies.get(event_name, Counter()).items()):
+            summary.add_row(event_name, key, f"{value:,}")
+    if not summary.row_count:
+        summary.add_row("(none)", "", "0")
+    return summary

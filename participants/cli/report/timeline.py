@@ -1,0 +1,140 @@
+"""Where a checkpoint's time went, built from its events alone: the per-participant
+breakdown, the counted events, and one trace's spans.
+
+Used by ``ckpt-events demo`` (live events) and ``ckpt-events report LOG.jsonl`` (a recorded
+log). The rest of the report lives beside it: ``report_model`` (the span tree and the
+attribution of every millisecond), ``report_terminal`` (rich), ``report_html`` (SVG and
+HTML) and ``report_png``. Nothing here talks to a server or draws.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ckpt_events import (
+    Event,
+    GenerationCut,
+    LeaseExpired,
+    OperationFinished,
+    PrepareNotReady,
+    Refused,
+    Stalled,
+    StepFinished,
+)
+from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.kinds import PREPARE_ORDER, stage_index
+from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
+
+__all__ = [
+    "BREAKDOWN_COLUMNS",
+    "Breakdown",
+    "Span",
+    "breakdown",
+    "breakdown_columns",
+    "counts",
+    "spans_of",
+]
+
+#: Operations and steps shown per participant, in the order a checkpoint runs them.
+BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
+    str(name)
+    for name in (
+        Operation.PREPARE,
+        Step.WAIT_READY,
+        Step.GENERATION_CUT,
+        Operation.COMMIT,
+        Step.EXPORT,
+        Step.WRITE,
+        Operation.RESTORE,
+        Step.READ,
+        Step.INSTALL,
+        Operation.RESUME,
+    )
+)
+
+
+def _kind_place(kind: str) -> int:
+    """Rows in prepare order (a kind the harness does not name after those it does), the
+    controller last."""
+    return len(PREPARE_ORDER) + 1 if kind == Kind.CONTROLLER else stage_index(kind)
+
+
+@dataclass
+class Breakdown:
+    """One participant's totals: milliseconds per operation/step, records committed, bytes written."""
+
+    kind: str
+    instance: str
+    ms: dict[str, float] = field(default_factory=dict)
+    records: int = 0
+    bytes: int = 0
+    errors: int = 0
+    #: The worker process of a multi-worker participant (its row sits under the participant's).
+    worker: int | None = None
+
+
+def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
+    """Per-participant totals over every operation and step (of one checkpoint, if given);
+    a multi-worker participant's workers get a row each, right under the participant's."""
+    rows: dict[tuple[str, str, int | None], Breakdown] = {}
+    for event in events:
+        if checkpoint_id is not None and getattr(event, "checkpoint_id", None) != checkpoint_id:
+            continue
+        match event:
+            case OperationFinished(operation=op) | StepFinished(step=op):
+                key = (event.kind, event.instance, event.worker)
+                row = rows.setdefault(key, Breakdown(event.kind, event.instance, worker=event.worker))
+                name = str(op)
+                row.ms[name] = row.ms.get(name, 0.0) + (event.end_ns - event.start_ns) / 1e6
+                row.errors += event.outcome is Outcome.ERROR
+                # What a checkpoint holds: records committed and bytes written (a restore
+                # reads the same ones back, so counting both would double them).
+                if isinstance(event, OperationFinished) and op == Operation.COMMIT:
+                    row.records += event.records or 0
+                if isinstance(event, StepFinished) and op == Step.WRITE:
+                    row.bytes += event.bytes or 0
+            case _:
+                pass
+    return sorted(
+        rows.values(),
+        key=lambda r: (_kind_place(r.kind), r.kind, r.instance, -1 if r.worker is None else r.worker),
+    )
+
+
+def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
+    """The columns a table of ``rows`` shows: ``BREAKDOWN_COLUMNS`` that any row has, then the
+    operations and steps of the user's own (an ``upload`` step), by name."""
+    seen = {name for row in rows for name in row.ms}
+    ours = [c for c in BREAKDOWN_COLUMNS if c in seen]
+    return ours + sorted(seen.difference(BREAKDOWN_COLUMNS))
+
+
+def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
+    """The counted events: refusals by code, lease expiries, not-ready prepares, cuts."""
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for event in events:
+        match event:
+            case Refused(code=code):
+                out[CountedEvent.REFUSED][code.value] += 1
+            case LeaseExpired(phase=phase):
+                out[CountedEvent.LEASE_EXPIRED][f"{event.kind}/{phase.value}"] += 1
+            case PrepareNotReady(blockers=blockers):
+                out[CountedEvent.PREPARE_NOT_READY][str(event.kind)] += 1
+                out["prepare_not_ready_blockers"][str(event.kind)] += blockers
+            case GenerationCut(disposition=disposition, calls=calls):
+                out[CountedEvent.GENERATION_CUT][disposition.value] += calls
+            case Stalled(operation=operation):
+                out[CountedEvent.STALLED][f"{event.kind}/{operation.value}"] += 1
+            case _:
+                pass
+    return dict(out)
+
+
+def spans_of(events: Sequence[Event], trace_id: int | None = None) -> list[Span]:
+    """The finished spans of one trace (default: the last collection checkpoint's, else the
+    last coordinate commit's), each child right under its parent, siblings in start order."""
+    if trace_id is None:
+        trace_id = checkpoint_and_restore(events)[0]
+    return [] if trace_id is None else trace_spans(events, trace_id)

@@ -1,0 +1,268 @@
+"""``ckpt-events watch``: a live view of a fleet, refreshed once a second.
+
+Polls every ``--participant``'s ``GET /status`` (so it works with telemetry off) and tails
+``--follow`` JSON-lines logs for open operations. On a terminal the view redraws in place;
+piped, it prints one plain snapshot per interval; ``--once`` prints one and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+
+from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
+from ckpt_events.participants.cli.serve import ENV_TOKEN
+from ckpt_events.participants.cli.watch.sources import EventSource, LogFollower, poll_all, status_client
+
+if TYPE_CHECKING:
+    # The view draws with rich, the `cli` extra: imported when a watch runs, so that
+    # `ckpt-events --help` (and its one-line "install the cli extra") works without it.
+    from rich.console import RenderableType
+
+    from ckpt_events.participants.cli.watch.view import FleetView
+
+__all__ = ["WATCH", "live", "plain", "show", "snapshot"]
+
+_ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
+
+
+def _watch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--participant",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a participant's base URL (repeatable)",
+    )
+    parser.add_argument("--participants-file", type=Path, help="a file with one participant URL a line")
+    parser.add_argument(
+        "--follow",
+        nargs="+",
+        default=[],
+        metavar="LOG",
+        help="JSON-lines logs to tail: files, globs, folders",
+    )
+    parser.add_argument("--token-file", type=Path, help=f"file holding the control token (else ${ENV_TOKEN})")
+    parser.add_argument("--interval", type=positive_number, default=1.0, help="seconds between refreshes (1)")
+    parser.add_argument(
+        "--timeout", type=positive_number, default=0.8, help="seconds each /status poll may take (0.8)"
+    )
+    parser.add_argument(
+        "--stall-after",
+        type=positive_number,
+        default=None,
+        help=f"mark open work older than this stalled (else ${_ENV_STALL_AFTER}, else 30)",
+    )
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    urls = list(args.participant)
+    if args.participants_file is not None:
+        try:
+            text = args.participants_file.read_text(errors="replace")
+        except OSError as exc:
+            raise CommandError(
+                f"cannot read {str(args.participants_file)!r}: {exc.strerror or exc}"
+            ) from None
+        urls += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise CommandError(f"participant {_printable(url)!r} is not an http:// or https:// URL")
+    if not urls and not args.follow:
+        raise CommandError("nothing to watch: pass --participant URL, --participants-file or --follow LOG")
+    return list(dict.fromkeys(urls))
+
+
+def _token(args: argparse.Namespace, needed: bool) -> str | None:
+    token: str
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(errors="replace").strip()
+        except OSError as exc:
+            raise CommandError(
+                f"cannot read the token file {str(args.token_file)!r}: {exc.strerror or exc}"
+            ) from None
+    else:
+        token = os.environ.get(ENV_TOKEN, "").strip()
+    if not token:
+        if needed:
+            raise CommandError(f"no control token: pass --token-file PATH or set ${ENV_TOKEN}")
+        return None
+    if not (token.isascii() and token.isprintable()):
+        raise CommandError("the control token must be printable ASCII (it goes into an HTTP header)")
+    return token
+
+
+def _stall_after(args: argparse.Namespace) -> float:
+    if args.stall_after is not None:
+        return float(args.stall_after)
+    raw = os.environ.get(_ENV_STALL_AFTER, "").strip()
+    try:
+        value = float(raw) if raw else 30.0
+    except ValueError:
+        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds, not {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
+    return value
+
+
+async def snapshot(view: FleetView, client: Any, source: EventSource | None, timeout: float) -> None:
+    """One refresh: a poll round and whatever ``source`` gained, folded into ``view``."""
+    results = await poll_all(client, view.urls, timeout) if view.urls else []
+    view.add_polls(results, time.time())
+    if source is not None:
+        view.add_events(source.read())
+        view.notes = list(source.notes.values())
+
+
+def _printable(text: str) -> str:
+    from ckpt_events.participants.cli.watch.view import escape
+
+    return escape(text)
+
+
+def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    from ckpt_events.participants.cli.watch.view import escape
+
+    rendered = view.render()
+    return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
+
+
+async def live(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+    title: Callable[[], str] | None = None,
+) -> None:
+    """Redraw ``view`` in place on the console ``out`` every ``interval`` seconds until ``until``
+    is set (``None``: until cancelled), then once more, so the last frame is the final state.
+    ``title()``, if given, heads every frame."""
+    from rich.live import Live
+
+    with Live(_framed(view, title), console=out, auto_refresh=False, transient=False) as screen:
+        await _rounds(
+            view,
+            client,
+            source,
+            timeout,
+            interval,
+            until,
+            lambda: screen.update(_framed(view, title), refresh=True),
+        )
+
+
+async def plain(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+    once: bool = False,
+    title: Callable[[], str] = lambda: "ckpt-events watch",
+) -> None:
+    """What a pipe gets: one snapshot every ``interval`` seconds, each headed by a line with
+    ``title()`` and the time, until ``until`` is set (then one last), or just one with ``once``."""
+
+    def draw() -> None:
+        out.print(f"-- {_printable(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
+        out.print(view.render())
+
+    await _rounds(view, client, source, timeout, interval, until, draw, once=once)
+
+
+async def show(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    out: Any,
+    *,
+    interval: float = 1.0,
+    timeout: float = 0.8,
+    until: anyio.Event | None = None,
+    title: Callable[[], str] | None = None,
+) -> None:
+    """``live`` on a terminal, else ``plain``: the view of ``watch`` and of ``demo --watch``."""
+    if out.is_terminal:
+        await live(view, client, source, out, interval=interval, timeout=timeout, until=until, title=title)
+    else:
+        heading = title if title is not None else (lambda: "ckpt-events watch")
+        await plain(view, client, source, out, interval=interval, timeout=timeout, until=until, title=heading)
+
+
+async def _rounds(
+    view: FleetView,
+    client: Any,
+    source: EventSource | None,
+    timeout: float,
+    interval: float,
+    until: anyio.Event | None,
+    draw: Callable[[], None],
+    *,
+    once: bool = False,
+) -> None:
+    """Poll into ``view`` and ``draw()`` it every ``interval`` seconds, until ``until`` is set
+    (then one last round) or after the first with ``once``."""
+    while True:
+        started = time.monotonic()
+        await snapshot(view, client, source, timeout)
+        draw()
+        if once or (until is not None and until.is_set()):
+            return
+        await _pause(interval - (time.monotonic() - started), until)
+
+
+async def _pause(seconds: float, until: anyio.Event | None) -> None:
+    """Sleep ``seconds`` (if positive), waking early when ``until`` is set."""
+    with anyio.move_on_after(max(0.0, seconds)):
+        if until is not None:
+            await until.wait()
+        else:
+            await anyio.sleep_forever()
+
+
+async def _watch_async(args: argparse.Namespace) -> int:
+    from ckpt_events.participants.cli.watch.view import FleetView
+
+    urls = _urls(args)
+    token = _token(args, needed=bool(urls))
+    view = FleetView(urls, stall_after=_stall_after(args))
+    follower = LogFollower(args.follow) if args.follow else None
+    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    out = console()
+    async with status_client(urls, headers=headers, timeout=args.timeout) as client:
+        if args.once:
+            await plain(view, client, follower, out, timeout=args.timeout, once=True)
+        else:  # until Ctrl-C, reported by main in one line
+            await show(view, client, follower, out, interval=args.interval, timeout=args.timeout)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    return anyio.run(_watch_async, args)
+
+
+WATCH: Final = Command(
+    name="watch",
+    help="live view of a fleet: phases, leases, blockers, open operations",
+    add_arguments=_watch_arguments,
+    run=_run,
+    needs=("rich", "httpx"),
+)

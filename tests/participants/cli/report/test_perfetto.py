@@ -1,0 +1,129 @@
+"""``--report X.perfetto.json``: Chrome Trace Event JSON from a real demo run's log, and ``--report``
+refusing what it cannot write in one line before any work."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.model import finished_spans
+from ckpt_events.sinks.jsonl import CorruptLine, read_events
+from ckpt_events.vocab import Kind
+
+
+@pytest.mark.e2e
+async def test_a_demo_runs_perfetto_trace_has_what_perfetto_needs(tmp_path: Path) -> None:
+    """Every finished span is one complete event on its instance's track; every track is named; every
+    flow starts on a controller call span and ends on a participant span with the same id."""
+    log, trace = tmp_path / "demo.jsonl", tmp_path / "run.perfetto.json"
+    options = DemoOptions(rollouts=5, steps=2, concurrency=4, jsonl=log, report=trace, workdir=tmp_path)
+    out = io.StringIO()
+    await run_demo(options, Console(file=out, width=170))
+    assert "Chrome Trace Event JSON" in out.getvalue()
+    events = [e for _, e in read_events(log) if not isinstance(e, CorruptLine)]
+    rows = json.loads(trace.read_text())["traceEvents"]
+    complete = [r for r in rows if r["ph"] == "X"]
+    assert len(complete) == len(finished_spans(events)) > 0
+    for r in complete:
+        assert isinstance(r["ts"], float) and r["ts"] >= 0 and r["dur"] >= 0
+        assert isinstance(r["pid"], int) and isinstance(r["tid"], int) and r["name"]
+        assert "trace_id" in r["args"] and "duration_ms" in r["args"]
+        assert abs(r["dur"] / 1e3 - r["args"]["duration_ms"]) < 0.01
+    names = {r["pid"]: r["args"]["name"] for r in rows if r["ph"] == "M" and r["name"] == "process_name"}
+    threads = {(r["pid"], r["tid"]) for r in rows if r["ph"] == "M" and r["name"] == "thread_name"}
+    assert {(r["pid"], r["tid"]) for r in complete} <= threads and {p for p, _ in threads} <= set(names)
+    spans = finished_spans(events)
+    instances = {f"{e.kind}/{e.instance}" for e in spans if e.kind != Kind.CONTROLLER}
+    assert set(names.values()) == {"controller"} | instances and len(instances) >= 3
+    for r in complete:
+        assert names[r["pid"]] == r["args"]["who"].rsplit("/w", 1)[0]
+    starts = {r["id"]: r for r in rows if r["ph"] == "s"}
+    ends = {r["id"]: r for r in rows if r["ph"] == "f"}
+    assert starts and set(starts) == set(ends)
+    assert len(starts) == sum(1 for r in rows if r["ph"] == "s")  # ids are unique
+
+    def at(flow: dict[str, Any]) -> list[dict[str, Any]]:
+        place = (flow["pid"], flow["tid"], flow["ts"])
+        return [r for r in complete if (r["pid"], r["tid"], r["ts"]) == place]
+
+    for flow_id, start in starts.items():
+        end = ends[flow_id]
+        assert end["bp"] == "e" and start["ts"] <= end["ts"]
+        (callee,) = at(end)
+        assert names[callee["pid"]] != "controller" and names[start["pid"]] == "controller"
+        callers = [r["args"]["span_id"] for r in at(start)]
+        assert callee["args"]["parent_span_id"] in callers
+
+
+def test_report_refuses_what_it_cannot_write_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown extension, none, or a folder: one line naming the path and the formats, exit 2,
+    nothing written (report never reads its log; demo never starts)."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
+        b'"start_ns":1000000,"end_ns":5000000,"operation":"commit","records":3}\n'
+    )
+    (tmp_path / "folder").mkdir()
+    for bad in ("r.pdf", "r.txt", "report", "r.json", "folder"):
+        for argv in (["report", str(log)], ["demo", "--rollouts", "1"]):
+            assert main([*argv, "--report", str(tmp_path / bad)]) == 2, (argv, bad)
+            captured = capsys.readouterr()
+            err = captured.err.strip()
+            assert len(err.splitlines()) == 1 and "Traceback" not in err and bad in err, (argv, err)
+            assert ".perfetto.json" in err and captured.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "log.jsonl"]
+    assert main(["report", str(log), "--report", str(tmp_path / "R.Perfetto.JSON")]) == 0
+    rows = json.loads((tmp_path / "R.Perfetto.JSON").read_text())["traceEvents"]
+    assert [r["ph"] for r in rows if r["ph"] != "M"] == ["X"]
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    """A folder that exists and cannot be written: read-only for a user, ``/proc`` for root
+    (whom modes do not stop)."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir(mode=0o500)
+        return folder
+    if not Path("/proc/self").is_dir():
+        pytest.skip("running as root without /proc: no folder root cannot write")
+    return Path("/proc")
+
+
+def test_report_and_jsonl_paths_that_cannot_be_written_are_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --report or --jsonl in a folder we may not write is one line and exit 2 before the work
+    (the demo ran whole, then ended in a PermissionError traceback)."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
+        b'"start_ns":1000000,"end_ns":5000000,"operation":"commit","records":3}\n'
+    )
+    bad = _unwritable_folder(tmp_path) / "ckpt-events-report.html"
+    workdir = tmp_path / "work"
+    for argv in (
+        ["report", str(log), "--report", str(bad)],
+        ["demo", "--rollouts", "1", "--workdir", str(workdir), "--report", str(bad)],
+    ):
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"ckpt-events {argv[0]}: error: cannot write {str(bad)!r}: "), line
+        assert captured.out == ""
+    with pytest.raises(SystemExit) as info:
+        main(
+            ["demo", "--rollouts", "1", "--workdir", str(workdir), "--jsonl", str(bad.with_suffix(".jsonl"))]
+        )
+    assert info.value.code == 2
+    assert f"cannot write {str(bad.with_suffix('.jsonl'))!r}" in capsys.readouterr().err
+    assert not workdir.exists()  # the demo never started

@@ -1,0 +1,78 @@
+"""The run's HTML page from a real run: the strip of checkpoints linked to their rows, the table
+linked to each waterfall, the trends; every string from the log escaped; rendered by Chromium."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.png import screenshot
+from tests.participants.cli.report.test_png import PNG, _dom, needs_browser
+from tests.participants.cli.report.test_run_report import _run, _write
+
+HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
+
+
+def _hostile(events: list[Any]) -> list[Any]:
+    """c1 renamed to markup, as a log could carry it."""
+    return [
+        msgspec.structs.replace(e, checkpoint_id=HOSTILE + "c1") if e.checkpoint_id == "c1" else e
+        for e in events
+    ]
+
+
+async def test_run_page_links_strip_rows_and_waterfalls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "run.jsonl"
+    _write(log, _hostile(await _run(tmp_path)))
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    assert "HTML page: the run overview and 4 waterfalls" in capsys.readouterr().out
+    text = page.read_text()
+    assert HOSTILE not in text and "<script>alert" not in text and "<img" not in text
+    assert html_escaped(HOSTILE) in text
+    strip = re.findall(
+        r'<a href="#row-(\d+)"><rect class="checkpoint" data-row="\d+" data-outcome="([^"]+)"', text
+    )
+    assert strip == [("1", "published"), ("2", "published"), ("3", "aborted"), ("4", "aborted")]
+    for n in range(1, 5):
+        assert f'<tr id="row-{n}">' in text and f'<a href="#detail-{n}">waterfall</a>' in text
+        assert f'<section id="detail-{n}">' in text
+    # The overview comes first, then the trends, then the waterfalls in row order.
+    order = [
+        text.index(s)
+        for s in ('class="strip"', 'id="overview"', 'id="trends"', 'id="detail-1"', 'id="detail-4"')
+    ]
+    assert order == sorted(order)
+    lease = text[text.index('<section id="detail-4">') :]
+    assert "lease expired on model/model-0 in phase prepared" in lease
+    # Nothing to fetch: every link is to an anchor of the page.
+    assert re.search(r'\b(?:src|href)=(?!"#)', text.replace(html_escaped(HOSTILE), "")) is None
+
+
+def html_escaped(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+@needs_browser
+async def test_run_page_renders_in_chromium(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    _write(log, _hostile(await _run(tmp_path)))
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    dom = _dom(page, tmp_path / "profile")
+    assert "<img" not in dom and "alert(2)" not in dom.replace(html_escaped("<script>alert(2)</script>"), "")
+    ready = re.search(r'data-ready="(\d+)"', dom)
+    assert ready is not None and int(ready.group(1)) > 20, "the page's script did not run over the waterfalls"
+    assert dom.count('class="checkpoint"') == 4
+    shot = tmp_path / "run.png"
+    screenshot(page, shot, width=1400, height=1600)
+    assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 20_000

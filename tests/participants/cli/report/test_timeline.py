@@ -1,0 +1,84 @@
+"""The report: breakdown, waterfall and counts, built from events alone."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from ckpt_events import Stalled, Telemetry
+from ckpt_events.participants.cli.report.html import write_timeline
+from ckpt_events.participants.cli.report.terminal import render
+from ckpt_events.participants.cli.report.timeline import breakdown, counts, spans_of
+from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Kind, Operation, Phase
+
+
+async def _one_checkpoint() -> list:
+    async with capture_events() as (bus, events):
+        controller = Telemetry(bus, kind="controller", instance="coordination")
+        model = Telemetry(bus, kind="model", instance="m0")
+        env = Telemetry(bus, kind="environment", instance="e0")
+        with controller.collection("checkpoint", checkpoint_id="c1") as coll:
+            with controller.coordinate("prepare", checkpoint_id="c1", parent=coll) as coord:
+                for kind in ("environment", "model", "agent", "resources"):
+                    with coord.stage(kind) as stage:
+                        tp = stage.traceparent()
+                        tel = {"environment": env, "model": model}.get(kind)
+                        if tel is not None:
+                            with tel.operation("prepare", checkpoint_id="c1", traceparent=tp) as op:
+                                with op.step("wait_ready"):
+                                    pass
+            with controller.coordinate("commit", checkpoint_id="c1", parent=coll) as coord:
+                for tel in (env, model):
+                    with tel.operation("commit", checkpoint_id="c1", traceparent=coord.traceparent()) as op:
+                        with op.step("export"):
+                            pass
+                        with op.step("write") as write:
+                            write.set(records=10, bytes=1000)
+                        op.set(records=10)
+        model.refused("stale_attempt")
+        model.refused("stale_attempt")
+        model.generation_cut("durable_prefix", 3)
+        env.lease_expired("prepared")
+    return events
+
+
+async def test_breakdown_sums_per_participant() -> None:
+    """Each participant gets its operation and step times, records and bytes."""
+    rows = breakdown(await _one_checkpoint())
+    assert [(r.kind, r.instance) for r in rows] == [(Kind.ENVIRONMENT, "e0"), (Kind.MODEL, "m0")]
+    assert rows[0].records == 10 and rows[0].bytes == 1000
+    assert {"prepare", "wait_ready", "commit", "export", "write"} <= set(rows[1].ms)
+
+
+async def test_waterfall_is_one_trace_parents_first(tmp_path: Path) -> None:
+    """The timeline covers the collection trace, with depth from parent links."""
+    events = await _one_checkpoint()
+    spans = spans_of(events)
+    names = [s.name for s in spans]
+    assert names[0] == "gym.checkpoint.collection.checkpoint" and spans[0].depth == 0
+    assert "gym.checkpoint.coordinate.prepare.resources" in names
+    assert max(s.depth for s in spans) == 4  # collection > coordinate > stage > prepare > wait_ready
+    write_timeline(tmp_path / "t.svg", spans)
+    write_timeline(tmp_path / "t.html", events=events)
+    assert (tmp_path / "t.svg").read_text().startswith("<svg")
+    assert "<svg" in (tmp_path / "t.html").read_text()
+
+
+async def test_counts_and_render() -> None:
+    """Counted events are tallied and everything renders to a terminal."""
+    events = await _one_checkpoint()
+    # What sinks.StallWatch counts for a prepare held past its threshold.
+    events.append(Stalled(Kind.ENVIRONMENT, "e0", 1, Operation.PREPARE, 31.0, Phase.PREPARING, "c1"))
+    tallies = counts(events)
+    assert tallies["stalled"] == {"environment/prepare": 1}
+    assert tallies["refused"] == {"stale_attempt": 2}
+    assert tallies["generation_cut"] == {"durable_prefix": 3}
+    assert tallies["lease_expired"] == {"environment/prepared": 1}
+    out = io.StringIO()
+    render(Console(file=out, width=150), events)
+    text = out.getvalue()
+    assert "environment/e0" in text and "waterfall" in text and "stale_attempt" in text
+    assert "environment/prepare" in text

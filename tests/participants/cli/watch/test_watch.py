@@ -1,0 +1,167 @@
+"""``ckpt-events watch`` against a real fleet (uvicorn in this process) with one participant stalled
+in prepare; StallWatch and the open-work gauges see the same stall."""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from rich.console import Console
+
+from ckpt_events import Bus, Telemetry
+from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.watch.command import live, snapshot
+from ckpt_events.participants.cli.watch.sources import LogFollower
+from ckpt_events.participants.cli.watch.view import FleetView
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.sinks import JsonLinesSink, StallWatch
+from ckpt_events.sinks.otel import MetricSink
+from ckpt_events.vocab import METRIC_EVENTS, METRIC_OLDEST_OPEN
+from tests.participants.helpers import ROOT
+from tests.sinks.helpers import metric_points
+
+TOKEN = "watch-test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+P = "nemo.gym.checkpoint."
+PREPARE_ENV = frozenset({(P + "operation", "prepare"), (P + "participant_kind", "environment")})
+TWO = (("environment", "environment-0"), ("resources", "resources-0"))
+
+
+@asynccontextmanager
+async def stalled_fleet(
+    log: Path, step_seconds: float = 2.5
+) -> AsyncIterator[tuple[dict[str, str], StallWatch, InMemoryMetricReader]]:
+    """Two participants; environment-0 has a step in flight (2.5 s) when a prepare comes, so its first
+    prepare (0.3 s deadline) reports the blocker and a retried one stays open until the step ends:
+    a stall of about 1.9 s, over before the servers stop (nothing in flight is cancelled)."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    async with Bus() as bus:
+        watch = StallWatch(after=0.5, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(MetricSink(provider))
+        bus.subscribe(JsonLinesSink(log), linger=0.0)
+        options = {"environment-0": {"step_seconds": step_seconds}}
+        async with local_fleet(
+            token=TOKEN, bus=bus, members=TWO, options=options, checkpoint_root=ROOT
+        ) as urls:
+            env = urls["environment-0"]
+            async with httpx.AsyncClient(headers=AUTH, timeout=10) as http, anyio.create_task_group() as tg:
+                started = await http.post(
+                    env + "/work/start", json={"rollout_id": "r1", "attempt": 0, "steps": 3}
+                )
+                assert started.status_code == 200, started.text
+                tg.start_soon(_post, http, env + "/work/advance", {"rollout_id": "r1", "attempt": 0})
+                await anyio.sleep(0.2)
+                first = await http.post(
+                    env + CONTROL_PREFIX + "/prepare",
+                    json={"checkpoint_id": "c-stall", "deadline_ts": time.time() + 0.3},
+                )
+                assert first.json()["report"]["blockers"] == ["r1"], first.text
+                retry = {"checkpoint_id": "c-stall", "deadline_ts": time.time() + 5.0}
+                tg.start_soon(_post, http, env + CONTROL_PREFIX + "/prepare", retry)
+                await anyio.sleep(0.1)
+                yield urls, watch, reader
+    provider.shutdown()
+
+
+async def _post(http: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> None:
+    await http.post(url, json=payload)
+
+
+def _render(view: FleetView, width: int) -> str:
+    out = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render())
+    return out.export_text()
+
+
+async def test_watch_names_the_stalled_participant_its_blockers_lease_and_open_prepare(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Within 2 s of the stall: not ready with its blocker, lease left, the open prepare with its age
+    (stalled); one StallWatch warning, one ``stalled`` counted, the oldest-open gauge growing."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
+    log = tmp_path / "events.jsonl"
+    async with stalled_fleet(log) as (urls, watch, reader):
+        stall_began = time.monotonic()
+        first_age = metric_points(reader)[METRIC_OLDEST_OPEN][1][PREPARE_ENV]
+        view = FleetView(list(urls.values()), stall_after=0.5)
+        follower = LogFollower([str(tmp_path)])
+        async with httpx.AsyncClient(headers=AUTH) as client:
+            await anyio.sleep(0.6)
+            await snapshot(view, client, follower, 0.8)
+        assert time.monotonic() - stall_began < 2.0
+        texts = {width: _render(view, width) for width in (80, 160)}
+        await anyio.sleep(0.6)
+        later_age = metric_points(reader)[METRIC_OLDEST_OPEN][1][PREPARE_ENV]
+    for width, text in texts.items():
+        assert "environment environment-0" in text, text
+        assert "NOT READY: 1 blocking: r1" in text, text
+        assert re.search(r"lease \d+\.\d (s|min) left", text), text
+        assert re.search(r"open prepare c-stall \d\.\d s STALLED", text), text
+        assert "phase preparing  checkpoint c-stall" in text or width == 80, text
+        assert "resources resources-0" in text and "…" not in text
+        assert max(len(line) for line in text.splitlines()) <= width
+    assert first_age < later_age and later_age > 1.0
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "ckpt_events.sinks.stall" and "stalled:" in r.message
+    ]
+    assert len(warnings) == 1 and "prepare of environment environment-0 (checkpoint c-stall" in warnings[0]
+    assert watch.stalls == 1
+    events = metric_points(reader)[METRIC_EVENTS][1]
+    assert events[frozenset({(P + "event", "stalled"), *PREPARE_ENV})] == 1
+    print(texts[80])
+
+
+async def test_watch_once_prints_one_snapshot_of_the_stall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command itself: one plain snapshot naming the stalled participant, exit 0."""
+    monkeypatch.setenv("CKPT_EVENTS_TOKEN", TOKEN)
+    monkeypatch.setenv("COLUMNS", "100")
+    log = tmp_path / "events.jsonl"
+    async with stalled_fleet(log) as (urls, _, _):
+        await anyio.sleep(0.6)
+        argv = ["watch", "--once", "--stall-after", "0.5", "--follow", str(log)]
+        for url in urls.values():
+            argv += ["--participant", url]
+        code = await anyio.to_thread.run_sync(main, argv)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("-- ckpt-events watch") == 1
+    assert "NOT READY: 1 blocking: r1" in out and "STALLED" in out, out
+
+
+async def test_live_redraws_until_told_to_stop(tmp_path: Path) -> None:
+    """``live`` (what a terminal gets, and what ``demo --watch`` can run) redraws from a followed log
+    about once a second and returns when ``until`` is set."""
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(log))
+        tel = Telemetry(bus, kind="model", instance="model-0")
+        with tel.operation("commit", checkpoint_id="c-live"):
+            pass
+    out = Console(width=80, record=True, force_terminal=True, file=io.StringIO())
+    until = anyio.Event()
+    view = FleetView([], stall_after=30.0)
+    async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(live, view, client, LogFollower([str(log)]), out, until=until))
+        await anyio.sleep(1.3)
+        until.set()
+    text = out.export_text()
+    assert "model model-0" in text and "last: c-live commit ok" in text, text
