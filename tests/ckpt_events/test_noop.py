@@ -1,0 +1,80 @@
+"""The no-op twins (``ckpt_events._noop``): the live handles' surface, nothing emitted, names still checked."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from ckpt_events import Bus, InvalidValueError, Telemetry
+from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
+from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STAGE, NOOP_STEP
+from ckpt_events._span_handles import OperationSpan, StepSpan
+from ckpt_events.testing import MemorySink
+
+TWINS = [
+    (StepSpan, NOOP_STEP),
+    (OperationSpan, NOOP_OPERATION),
+    (StageSpan, NOOP_STAGE),
+    (CoordinateSpan, NOOP_COORDINATE),
+    (CollectionSpan, NOOP_COLLECTION),
+]
+
+
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_") or name in ("__enter__", "__exit__")
+    }
+
+
+@pytest.mark.parametrize(("live", "twin"), TWINS, ids=[live.__name__ for live, _ in TWINS])
+def test_every_live_method_has_a_twin_with_the_same_signature(live: type, twin: object) -> None:
+    """Code written against a live handle runs unchanged when telemetry is off: a keyword added to a
+    live ``set()`` and not to its twin would raise ``TypeError`` only in the disabled path."""
+    assert isinstance(twin, live)
+    live_methods = _public_methods(live)
+    twin_methods = _public_methods(type(twin))
+    twin_only = [k for k in type(twin).__mro__ if k not in live.__mro__]
+    for name, signature in live_methods.items():
+        owner = next(k for k in type(twin).__mro__ if name in k.__dict__)
+        assert owner in twin_only, f"{type(twin).__name__} runs the live {name}() (from {owner.__name__})"
+        assert twin_methods[name].parameters.keys() == signature.parameters.keys(), name
+
+
+def test_no_op_handles_are_singletons_and_emit_nothing() -> None:
+    telemetry = Telemetry(None, kind="environment", instance="environment-0")
+    with telemetry.operation("commit", checkpoint_id="ckpt-1") as op:
+        assert op is NOOP_OPERATION
+        with op.step("write") as step:
+            assert step is NOOP_STEP
+            step.set(records=3, bytes=10)
+        op.set(records=3, phase="paused")
+        op.set_attribute("user.key", "v")
+        assert op.traceparent() is None
+        assert op.with_tracestate("k=v") is op
+
+
+async def test_a_bus_without_sinks_hands_out_the_twins_and_nothing_reaches_a_later_sink() -> None:
+    async with Bus() as bus:
+        telemetry = Telemetry(bus, kind="rollout", instance="rollout-0")
+        with telemetry.operation("commit", checkpoint_id="ckpt-1") as op:
+            assert op is NOOP_OPERATION
+        sink = MemorySink()
+        bus.subscribe(sink)
+        await bus.flush()
+        assert sink.events == []
+
+
+@pytest.mark.parametrize("bad", ["Write", "", "x" * 65, "a b"])
+def test_step_and_stage_names_are_checked_with_telemetry_off(bad: str) -> None:
+    with pytest.raises(InvalidValueError):
+        NOOP_OPERATION.step(bad)
+    with pytest.raises(InvalidValueError):
+        NOOP_COORDINATE.stage(bad)
+
+
+def test_open_names_are_accepted_with_telemetry_off() -> None:
+    assert NOOP_OPERATION.step("tokenize") is NOOP_STEP
+    assert NOOP_COORDINATE.stage("rollout-db") is NOOP_STAGE
