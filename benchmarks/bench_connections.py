@@ -273,10 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = run(quick=args.quick)
     rows = result.pop("rows")
-    report.print_table("ckpt-events: connections that cannot starve a participant or a scrape", rows)
-    report.write_json(args.json, result)
-    print(f"figures written to {args.json}")
-    print(report.markdown_table(rows))
+    report.publish(
+        "ckpt-events: connections that cannot starve a participant or a scrape", rows, args.json, result
+    )
     return 0
 
 

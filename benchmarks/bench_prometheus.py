@@ -115,10 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(quick=args.quick)
     rows = result.pop("rows")
-    report.print_table("ckpt-events: the Prometheus scrape endpoint's cost on the event path", rows)
-    report.write_json(args.json, result)
-    print(f"figures written to {args.json}")
-    print(report.markdown_table(rows))
+    report.publish(
+        "ckpt-events: the Prometheus scrape endpoint's cost on the event path", rows, args.json, result
+    )
     return 0
 
 

@@ -349,9 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = run(args.quick)
     rows = result.pop("rows")
-    report.print_table("ckpt-events scale: commit and restore, telemetry off vs all sinks", rows)
-    print(report.markdown_table(rows))
-    report.write_json(args.json, result)
+    report.publish(
+        "ckpt-events scale: commit and restore, telemetry off vs all sinks", rows, args.json, result
+    )
     return 0
 
 

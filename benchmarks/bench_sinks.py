@@ -384,10 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(quick=args.quick)
     rows = result.pop("rows")
-    report.print_table("ckpt-events sinks: spans, metrics, JSON lines (ratios measured side by side)", rows)
-    report.write_json(args.json, result)
-    print(f"figures written to {args.json}")
-    print(report.markdown_table(rows))
+    title = "ckpt-events sinks: spans, metrics, JSON lines (ratios measured side by side)"
+    report.publish(title, rows, args.json, result)
     return 0
 
 

@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = run(args.quick)
     rows = result.pop("rows")
-    report.print_table("ckpt-events watch: one refresh against N participants", rows)
-    print(report.markdown_table(rows))
-    report.write_json(args.json, result)
+    report.publish("ckpt-events watch: one refresh against N participants", rows, args.json, result)
     return 0
 
 

@@ -480,9 +480,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(args.quick)
     rows = result.pop("rows")
-    report.print_table("ckpt-events workers: CPU per call, throughput, restore and commit, the hop", rows)
-    print(report.markdown_table(rows))
-    report.write_json(args.json, json.loads(json.dumps(result)))
+    title = "ckpt-events workers: CPU per call, throughput, restore and commit, the hop"
+    report.publish(title, rows, args.json, json.loads(json.dumps(result)))
     return 0
 
 

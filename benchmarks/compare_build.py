@@ -147,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = compare(args.baseline.resolve(), args.candidate.resolve(), args.size, args.pairs, args.warmup)
     table = rows(result)
-    report.print_table("commit+restore, sinks off: this build against another, side by side", table)
-    print(report.markdown_table(table))
-    report.write_json(args.json, result)
+    report.publish(
+        "commit+restore, sinks off: this build against another, side by side", table, args.json, result
+    )
     return 0
 
 

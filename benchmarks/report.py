@@ -72,3 +72,12 @@ def write_json(path: Path, figures: dict[str, Any]) -> None:
         "figures": figures,
     }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def publish(title: str, rows: Sequence[Row], json_path: Path, figures: dict[str, Any]) -> None:
+    """What every suite ends with: its table, the same table in Markdown (for the docs), and
+    ``figures`` written to ``json_path`` with the interpreter and time they were measured on."""
+    print_table(title, rows)
+    print(markdown_table(rows))
+    write_json(json_path, figures)
+    print(f"figures written to {json_path}")
