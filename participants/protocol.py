@@ -24,6 +24,7 @@ __all__ = [
     "CONTROL_PREFIX",
     "INVALID_REQUEST",
     "MAX_BLOCKERS",
+    "MAX_RETIRED_SHOWN",
     "CheckpointId",
     "CommitReply",
     "CommitRequest",
@@ -60,6 +61,9 @@ __all__ = [
 CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
 #: Replies list at most this many blockers; ``blocker_count`` has the full number.
 MAX_BLOCKERS: Final = 100
+#: ``GET /status`` lists at most this many retired marks (the newest); ``retired_count`` has
+#: the full number. 100 UUID rollout ids take about 5 KiB of the reply.
+MAX_RETIRED_SHOWN: Final = 100
 #: The error code of a malformed body (422); not an ``ErrorCode``, never counted as refused.
 INVALID_REQUEST: Final = "invalid_request"
 
@@ -193,7 +197,14 @@ class StatusReply(_Body):
     lease_expires_at: float | None = None
     admission_open: bool = True
     episodes: int = 0
+    #: The newest retired marks (rollout id -> highest retired attempt), at most
+    #: ``MAX_RETIRED_SHOWN``, oldest of them first: a summary, so the reply stays small
+    #: whatever the number of retired rollouts.
     retired_rollouts: dict[str, int] = msgspec.field(default_factory=dict)
+    #: How many retired marks the participant holds (``retired_rollouts`` shows the newest).
+    retired_count: int = 0
+    #: Marks forgotten by the retention (too old, or past the cap) since the server started.
+    retired_expired: int = 0
     #: Readiness: live while ``preparing`` (what a waiting prepare sees now), else the last
     #: prepare's answer; ``None`` before any prepare of the active checkpoint.
     report: PrepareReport | None = None

@@ -18,6 +18,7 @@ from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
 from ckpt_events.participants.workloads.base import Workload
+from ckpt_events.participants.workloads.fence import DEFAULT_MAX_RETIRED, DEFAULT_RETIRED_SECONDS
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 from ckpt_events.vocab import SAFE_NAME
 
@@ -52,6 +53,8 @@ def create_app(
     checkpoint_root: str | os.PathLike[str] = DEFAULT_CHECKPOINT_ROOT,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_records_bytes: int = RECORDS_MAX_BYTES,
+    max_retired_marks: int = DEFAULT_MAX_RETIRED,
+    retired_mark_seconds: float = DEFAULT_RETIRED_SECONDS,
     kinds: KindRegistry = KINDS,
     worker_host: str = "127.0.0.1",
     on_workers_spent: Callable[[str], None] | None = None,
@@ -72,6 +75,11 @@ def create_app(
     must lie under ``checkpoint_root`` (fixed here; relative to the working directory when
     relative, by default ``./ckpt-events-checkpoints``). Request bodies over ``max_body_bytes``
     are refused with 413, records files over ``max_records_bytes`` are not read.
+    Retired marks (the fence that refuses a retired attempt as ``stale_attempt``) are kept at
+    most ``max_retired_marks`` (the oldest go first; default 100,000: keep it above the
+    largest restore, which marks every rollout it installs) and at most
+    ``retired_mark_seconds`` after their rollout was last retired (default 3600; ``math.inf``:
+    no limit); ``GET /status`` shows their count and the newest 100 (``RetiredAttempts``).
     ``sample_ratio`` and ``otel_context`` go to the participant's ``Telemetry``
     (``otel_context``: operations join the current OpenTelemetry span, e.g. FastAPI
     instrumentation's SERVER span). With ``workers`` > 1 the episodes live in worker processes
@@ -117,11 +125,12 @@ def create_app(
             **workload_options,
         }
     workload = row.workload(tel, **workload_options)
+    workload.fence.retain(max_marks=max_retired_marks, max_age_seconds=retired_mark_seconds)
     hold_one_step(workload, instance)  # only with CKPT_EVENTS_FAULT=stall:<instance>
     if workers != 1:
         from ckpt_events.participants.server.workers.app import create_worker_app
 
-        return create_worker_app(
+        app = create_worker_app(
             workload,
             token=token,
             workers=workers,
@@ -136,6 +145,9 @@ def create_app(
             worker_host=worker_host,
             on_workers_spent=on_workers_spent,
         )
+        # The whole server's marks live in the pool's own fence, made by create_worker_app.
+        app.state.workload.fence.retain(max_marks=max_retired_marks, max_age_seconds=retired_mark_seconds)
+        return app
     plane: ControlPlane[Any] = ControlPlane(
         tel,
         workload,

@@ -2,18 +2,18 @@
 
 Both the single-process app (``create_app``) and the multi-worker main process
 (``create_worker_app``) come from here, so neither can drop a part the other has: the state
-names, the error handlers, the control and work routers, the body limit, and a lifespan that
-runs the lease watcher and closes the workload (or the worker pool) last. Telemetry is wired
-as any user's app is, by ``ckpt_events.participants.fastapi.instrument``: the bus (owned
-when asked) around that lifespan, the arrival stamp (outermost, so ``received_ns`` is taken
-before routing, body parsing and auth) and the loop-lag monitor.
+names, the error handlers, the control and work routers, the body limit, no docs routes, and a
+lifespan that runs the lease watcher and closes the workload (or the worker pool) last.
+Telemetry is wired as any user's app is, by ``ckpt_events.participants.fastapi.instrument``:
+the bus (owned when asked) around that lifespan, the arrival stamp (outermost, so
+``received_ns`` is taken before routing, body parsing and auth) and the loop-lag monitor.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -26,6 +26,11 @@ from ckpt_events.participants.server.limits import BodyLimit
 from ckpt_events.participants.server.routes import control_router, install_error_handlers
 
 __all__ = ["Closeable", "LifespanBody", "build_app", "build_work_app"]
+
+# No /docs, /redoc or /openapi.json: they would describe the API to anyone without the token
+# (a browser cannot send it to them), and no client of a participant reads them. The schema
+# is still built in process by ``app.openapi()``.
+_NO_DOCS: Final[dict[str, Any]] = {"docs_url": None, "redoc_url": None, "openapi_url": None}
 
 
 class Closeable(Protocol):
@@ -80,7 +85,7 @@ def build_app(
                     yield
                 tg.cancel_scope.cancel()
 
-    app = FastAPI(title=title, lifespan=lifespan)
+    app = FastAPI(title=title, lifespan=lifespan, **_NO_DOCS)
     app.state.bus = bus
     app.state.telemetry = tel
     app.state.workload = work
@@ -109,7 +114,7 @@ def build_work_app(*, title: str, tel: Telemetry, work_router: APIRouter, max_bo
     port: the same error handlers, body limit and arrival stamp as ``build_app``; the worker
     owns its bus and its workload's lifetime, so it serves this app without its lifespan and
     runs its loop-lag monitor (``app.state.monitor``) itself."""
-    app = FastAPI(title=title)
+    app = FastAPI(title=title, **_NO_DOCS)
     app.state.telemetry = tel
     install_error_handlers(app, tel)
     app.include_router(work_router)

@@ -21,6 +21,7 @@ from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import slow_down, write_factor
 from ckpt_events.participants.protocol import (
+    MAX_RETIRED_SHOWN,
     CommitReply,
     CommitRequest,
     EpisodeId,
@@ -169,10 +170,12 @@ class ControlPlane(Generic[S]):
         self._lease_changed = anyio.Event()
 
     async def watch_lease(self) -> None:
-        """Run for the app's lifetime: resume when the lease runs out, even with no calls."""
+        """Run for the app's lifetime: resume when the lease runs out, even with no calls, and
+        forget the retired marks past their retention (at least once a second)."""
         while True:
             async with self._lock:
                 self.check_lease()
+                self.workload.fence.expire()
                 changed = self._lease_changed
                 expires = self.lease_expires_at if self.phase is not Phase.IDLE else None
 
@@ -188,8 +191,12 @@ class ControlPlane(Generic[S]):
         return self.workload.report() if self.phase is Phase.PREPARING else self._report
 
     async def status(self) -> StatusReply:
+        """Where the state machine stands; the retired marks summarised (a count and the
+        newest ``MAX_RETIRED_SHOWN``), so the reply stays small whatever their number."""
         async with self._lock:
             self.check_lease()
+            fence = self.workload.fence
+            fence.expire()
             return StatusReply(
                 kind=str(self.workload.kind),
                 instance=self.tel.instance,
@@ -198,7 +205,9 @@ class ControlPlane(Generic[S]):
                 lease_expires_at=self.lease_expires_at,
                 admission_open=self.workload.admission_open,
                 episodes=len(self.workload.episodes),
-                retired_rollouts=self.workload.fence.snapshot(),
+                retired_rollouts=fence.newest(MAX_RETIRED_SHOWN),
+                retired_count=len(fence),
+                retired_expired=fence.expired,
                 report=self.readiness(),
             )
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from ckpt_events import InvalidArgumentError, InvalidValueError, OperationFinished
 from ckpt_events.participants import PARTICIPANT_KINDS, create_app
+from ckpt_events.participants.server.app import make_workload
+from ckpt_events.participants.server.builder import build_work_app
+from ckpt_events.participants.server.routes import work_router
 from ckpt_events.testing import MemorySink
-from tests.participants.helpers import TOKEN, control, running
+from tests.participants.helpers import AUTH, TOKEN, control, running
 
 
 def test_bad_arguments_are_refused():
@@ -52,3 +56,31 @@ async def test_the_lifespan_owns_its_bus_and_sinks():
     assert [(e.operation.value, str(e.kind), e.instance) for e in finished] == [
         ("prepare", "resources", "res-0")
     ]
+
+
+_DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+
+
+async def test_no_api_docs_are_served_with_or_without_the_token():
+    """/docs, /redoc and /openapi.json are not served (404 not_found, token or not), on the
+    participant app and on a worker's own work app; the schema is still built in process."""
+    app = create_app("resources", instance="res-0", token=TOKEN)
+    async with running(app) as client:
+        for path in _DOCS_PATHS:
+            for headers in (AUTH, {"authorization": ""}):
+                reply = await client.get(path, headers=headers)
+                assert reply.status_code == 404, (path, reply.text)
+                assert reply.json()["error"]["code"] == "not_found"
+    assert app.openapi()["paths"]
+
+    workload = make_workload("resources", app.state.telemetry)
+    work = build_work_app(
+        title="worker 0",
+        tel=app.state.telemetry,
+        work_router=work_router(workload, TOKEN, worker=0),
+        max_body_bytes=1024,
+    )
+    transport = httpx.ASGITransport(app=work)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        for path in _DOCS_PATHS:
+            assert (await client.get(path, headers=AUTH)).status_code == 404, path

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+import uuid
 
 import anyio
+import msgspec
 import pytest
 
 from ckpt_events import (
+    InvalidTypeError,
+    InvalidValueError,
     LeaseExpired,
     OperationFinished,
     PrepareNotReady,
@@ -19,7 +24,7 @@ from ckpt_events import (
     new_trace_id,
 )
 from ckpt_events.participants import create_app
-from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.protocol import CONTROL_PREFIX, MAX_RETIRED_SHOWN, StatusReply
 from ckpt_events.testing import capture_events
 from ckpt_events.vocab import ErrorCode, Outcome
 from tests.participants.helpers import (
@@ -516,3 +521,91 @@ async def test_commit_scope_limits_the_export(tmp_path):
             episode_ids=[{"rollout_id": "c"}, {"rollout_id": "a"}],
         )
         assert reply.json()["episode_ids"] == ["a", "c"] and reply.json()["manifest"]["record_count"] == 2
+
+
+def _uuid_rollouts(count: int) -> list[str]:
+    """``count`` distinct UUIDs usable as rollout ids (one in ~2,800 ends like ``-a<digits>``,
+    which the protocol refuses: that one is skipped)."""
+    ids: list[str] = []
+    while len(ids) < count:
+        rollout_id = str(uuid.uuid4())
+        if re.search(r"-a[0-9]+$", rollout_id) is None:
+            ids.append(rollout_id)
+    return ids
+
+
+async def _retire(client, rollout_ids: list[str], batch: int = 2000) -> None:
+    for i in range(0, len(rollout_ids), batch):
+        episode_ids = [{"rollout_id": r, "attempt": 0} for r in rollout_ids[i : i + batch]]
+        reply = await control(client, "retire", f"retire-{i}", episode_ids=episode_ids)
+        assert reply.status_code == 200, reply.text
+
+
+async def test_status_summarises_20000_retired_rollouts_under_64_kib():
+    """20,000 retired UUID rollouts: /status is under 64 KiB (it listed every mark, 820 KB),
+    with their full count and the newest MAX_RETIRED_SHOWN marks, oldest of them first."""
+    rollout_ids = _uuid_rollouts(20_000)
+    async with running(make("environment")) as client:
+        await _retire(client, rollout_ids)
+        reply = await client.get(f"{CONTROL_PREFIX}/status", headers=AUTH)
+        assert reply.status_code == 200
+        assert len(reply.content) < 64 * 1024, len(reply.content)
+        got = reply.json()
+        assert got["retired_count"] == 20_000
+        assert got["retired_expired"] == 0
+        assert got["retired_rollouts"] == {r: 0 for r in rollout_ids[-MAX_RETIRED_SHOWN:]}
+        assert list(got["retired_rollouts"]) == rollout_ids[-MAX_RETIRED_SHOWN:]
+        # What ``watch`` decodes, it still decodes.
+        assert msgspec.json.decode(reply.content, type=StatusReply).retired_count == 20_000
+        # A summary, not a forgetting: the oldest mark still fences its rollout.
+        refused = await client.post("/work/start", json={"rollout_id": rollout_ids[0], "steps": 1})
+        assert error_code(refused) == (409, "stale_attempt")
+
+
+async def test_retired_marks_are_kept_as_long_and_as_many_as_create_app_says():
+    """max_retired_marks drops the oldest marks past the cap; retired_mark_seconds forgets
+    marks once that old (on the lease watcher's schedule, with no call at all); both counted."""
+    rollout_ids = _uuid_rollouts(300)
+    app = make("environment", max_retired_marks=250)
+    async with running(app) as client:
+        await _retire(client, rollout_ids, batch=100)
+        got = await status(client)
+        assert (got["retired_count"], got["retired_expired"]) == (250, 50)
+        assert list(got["retired_rollouts"]) == rollout_ids[-MAX_RETIRED_SHOWN:]
+        reply = await client.post("/work/start", json={"rollout_id": rollout_ids[0], "steps": 1})
+        assert reply.status_code == 200, reply.text  # forgotten: no longer fenced
+        refused = await client.post("/work/start", json={"rollout_id": rollout_ids[50], "steps": 1})
+        assert error_code(refused) == (409, "stale_attempt")
+
+    app = make("environment", retired_mark_seconds=0.2)
+    async with running(app) as client:
+        await _retire(client, rollout_ids[:10])
+        assert (await status(client))["retired_count"] == 10
+        fence = app.state.workload.fence
+        await wait_until(lambda: len(fence) == 0, timeout=5)
+        got = await status(client)
+        assert (got["retired_count"], got["retired_expired"], got["retired_rollouts"]) == (0, 10, {})
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"max_retired_marks": 0}, InvalidValueError),
+        ({"max_retired_marks": 1.5}, InvalidTypeError),
+        ({"retired_mark_seconds": 0}, InvalidValueError),
+        ({"retired_mark_seconds": float("nan")}, InvalidValueError),
+        ({"retired_mark_seconds": "1"}, InvalidTypeError),
+    ],
+)
+def test_a_bad_retention_is_refused_up_front(options, error):
+    """create_app refuses a retention that is not a positive count or a positive duration."""
+    with pytest.raises(error):
+        make("environment", **options)
+
+
+def test_a_multi_worker_servers_fence_takes_the_same_retention():
+    """With workers > 1 the server's marks live in the pool's fence: it gets the retention too."""
+    app = make("resources", workers=2, worker_factory=lambda index: None, max_retired_marks=7)
+    fence = app.state.workload.fence
+    assert (fence.max_marks, fence.max_age_seconds) == (7, 3600.0)
+    assert fence is not app.state.workload.checker.fence
