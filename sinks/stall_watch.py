@@ -53,7 +53,7 @@ class _Open:
 
     def describe(self) -> str:
         cid = self.checkpoint_id or "-"
-        return f"{self.operation.value} of {self.kind} {self.instance} (checkpoint {cid}"
+        return f"{self.operation} of {self.kind} {self.instance} (checkpoint {cid}"
 
 
 class StallWatch:
@@ -93,7 +93,7 @@ class StallWatch:
                 else:
                     entry = opened.pop(event.span_id, None)
                     if entry is not None and entry.stalled:
-                        ended.append((entry, event.end_ns, event.outcome.value))
+                        ended.append((entry, event.end_ns, str(event.outcome)))
         for entry, end_ns, outcome in ended:
             logger.warning(
                 "stall ended: %s) ended %s after %.1f s",

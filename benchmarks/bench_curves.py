@@ -1,0 +1,335 @@
+"""Cost against scale: how each piece of work grows with its size, as a curve and its exponent.
+
+Four curves, each measured at three sizes in this run, every point in a fresh process (FastAPI's
+route caches keep every fleet's apps alive; one point must not weigh on the next):
+
+* ``rollouts``: a commit and a restore of N rollouts across the four participants, every sink on
+  (1,000, 16,000 and 64,000; the original system profiled 16,000);
+* ``watch``: one ``watch`` refresh (a poll round of ``GET /status`` and the render) against N real
+  participants served by uvicorn in a child process (4, 16, 64);
+* ``report``: the report's overview of a run of N checkpoints, read from two JSON-lines files
+  (10, 1,000, 10,000);
+* ``fleet``: a checkpoint (prepare, commit, resume) and a restore across N servers of each kind,
+  4N participants, 1,000 rollouts spread over them as a rollout driver would (1, 4, 16); the work
+  is fixed, so the curve is the coordination's own cost against fleet width.
+
+The exponent is the slope of log(time) on log(size), least squares over the points: 1.0 is linear,
+n log n reads about 1.1 over these ranges, 2.0 is quadratic; below 1.0 a fixed cost still
+dominates. A curve fails at an exponent of 1.5 or more. Each point is the median of its repeats,
+printed with their spread (min-max). ``--png PATH`` draws the four curves on log-log axes (with a
+dotted linear reference through the first point) through a headless Chromium.
+
+Run ``python -m ckpt_events.benchmarks.bench_curves [--quick] [--json PATH] [--png PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import html
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+
+from . import report
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "curves.json"
+#: An exponent at or above this fails the curve: work that grows faster than n log n.
+FAIL_EXPONENT: Final = 1.5
+
+#: Per curve: its sizes (full, quick), the unit of its size, what is timed.
+CURVES: Final[dict[str, tuple[tuple[int, ...], tuple[int, ...], str, str]]] = {
+    "rollouts": ((1_000, 16_000, 64_000), (500, 2_000, 8_000), "rollouts", "commit + restore, all sinks on"),
+    "watch": ((4, 16, 64), (4, 8, 16), "participants", "one watch refresh (poll + render)"),
+    "report": ((10, 1_000, 10_000), (10, 100, 1_000), "checkpoints", "the report's overview of the run"),
+    "fleet": ((1, 4, 16), (1, 2, 4), "servers per kind", "checkpoint + restore, 1,000 rollouts"),
+}
+
+
+def fit_exponent(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of log(time) on log(size): how time grows with size."""
+    if len(points) < 2 or any(size <= 0 or seconds <= 0 for size, seconds in points):
+        raise ValueError(f"an exponent needs two or more positive points, got {points!r}")
+    xs = [math.log(size) for size, _ in points]
+    ys = [math.log(seconds) for _, seconds in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        raise ValueError("an exponent needs two or more distinct sizes")
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def growth(exponent: float) -> str:
+    """The exponent in words, as the table prints it."""
+    if exponent >= FAIL_EXPONENT:
+        return "faster than n log n (a failure)"
+    if exponent > 1.25:
+        return "n log n or a little worse"
+    if exponent >= 0.8:
+        return "linear"
+    return "sub-linear (a fixed cost dominates)"
+
+
+# --- the points, each measured in the child process that runs it -------------------------------
+
+
+async def _rollouts_point(n: int) -> float:
+    from .bench_scale import _one
+
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="ckpt-curves-", dir=base) as tmp:
+        run = await _one(n, True, Path(tmp))
+    return float(run["commit_s"] + run["restore_s"])
+
+
+async def _watch_point(n: int) -> float:
+    from .bench_watch import _measure_size
+
+    figures = await _measure_size(n, 5)
+    if figures["errors"]:
+        raise RuntimeError(f"{figures['errors']} failed polls against {n} participants")
+    return float(figures["poll_median_s"] + figures["render_median_s"])
+
+
+async def _report_point(n: int) -> float:
+    from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
+    from ckpt_events.participants.cli.report.overview import overview
+
+    from .bench_report import _write_run
+
+    with tempfile.TemporaryDirectory(prefix="ckpt-curves-") as tmp:
+        folder = Path(tmp)
+        await anyio.to_thread.run_sync(_write_run, folder, n)
+        paths = sorted(folder.iterdir())
+        gc.collect()
+        began = time.perf_counter()
+        run = overview(merged_events(paths, LogProblems()))
+        took = time.perf_counter() - began
+    if len(run.rows) != n:
+        raise RuntimeError(f"the overview of {n} checkpoints has {len(run.rows)} rows")
+    return took
+
+
+async def _fleet_point(instances: int, rollouts: int = 1_000) -> float:
+    """A checkpoint and a restore across ``instances`` servers of each kind, in this process."""
+    import httpx
+
+    from ckpt_events import Bus, Telemetry
+    from ckpt_events.participants import create_app
+    from ckpt_events.participants.controller.coordinator import Coordinator, Member
+    from ckpt_events.participants.protocol import EpisodeId
+
+    from .bench_scale import MEMBERS, TOKEN, _Router, subscribe_all_sinks
+
+    kinds = [kind for kind, _ in MEMBERS]
+    names = [(kind, f"{kind}-{i}") for kind in kinds for i in range(instances)]
+    # Each rollout's session lives on one server of each kind, as a rollout driver spreads them.
+    scope = {
+        name: [
+            EpisodeId(f"r{r:06d}", 0) for r in range(rollouts) if r % instances == int(name.rsplit("-", 1)[1])
+        ]
+        for _, name in names
+    }
+
+    def fleet(bus: Bus, root: Path, install: bool) -> tuple[dict[str, Any], list[Member]]:
+        apps = {
+            name: create_app(kind, instance=name, token=TOKEN, bus=bus, checkpoint_root=root)
+            for kind, name in names
+        }
+        if install:
+            for name, app in apps.items():
+                for episode in scope[name]:
+                    app.state.workload.start(episode, 4)
+        members = [Member(name=name, kind=kind, instance=name, url=f"http://{name}") for kind, name in names]
+        return apps, members
+
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="ckpt-curves-", dir=base) as tmp:
+        root = Path(tmp)
+        async with AsyncExitStack() as stack:
+            bus = await stack.enter_async_context(Bus(buffer_size=1 << 20))
+            await subscribe_all_sinks(stack, bus, root)
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            apps, members = fleet(bus, root, install=True)
+            gc.collect()
+            began = time.perf_counter()
+            async with (
+                httpx.AsyncClient(transport=_Router(apps), timeout=600) as http,
+                Coordinator(members, token=TOKEN, telemetry=tel, client=http) as co,
+            ):
+                deadline = time.time() + 600
+                prepared = await co.prepare("c1", deadline_ts=deadline)
+                if not prepared.prepared:
+                    raise RuntimeError(f"prepare across {len(members)} participants: {prepared}")
+                await co.commit("c1", str(root / "ckpt"), deadline_ts=deadline, episode_ids=scope)
+                await co.resume("c1", deadline_ts=deadline)
+            apps, members = fleet(bus, root, install=False)
+            async with (
+                httpx.AsyncClient(transport=_Router(apps), timeout=600) as http,
+                Coordinator(members, token=TOKEN, telemetry=tel, client=http) as co,
+            ):
+                await co.restore("r1", str(root / "ckpt"), scope, deadline_ts=time.time() + 600)
+                await co.resume("r1", deadline_ts=time.time() + 600)
+            return time.perf_counter() - began
+
+
+POINTS: Final[dict[str, Callable[[int], Any]]] = {
+    "rollouts": _rollouts_point,
+    "watch": _watch_point,
+    "report": _report_point,
+    "fleet": _fleet_point,
+}
+
+
+def measure_point(curve: str, size: int, repeats: int) -> list[float]:
+    """``repeats`` timings of one point, in a fresh Python process."""
+    module = __spec__.name if __spec__ is not None else __name__
+    command = [sys.executable, "-m", module, "--point", curve, str(size), "--repeats", str(repeats)]
+    # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONSAFEPATH": "1"}
+    done = subprocess.run(command, capture_output=True, timeout=1800, env=env, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{curve} at {size}: the child exited {done.returncode}: {last}")
+    timings: list[float] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return timings
+
+
+async def _point_in_this_process(curve: str, size: int, repeats: int) -> list[float]:
+    return [await POINTS[curve](size) for _ in range(repeats)]
+
+
+# --- the table and the picture ------------------------------------------------------------------
+
+
+def run(quick: bool = False, curves: Sequence[str] = tuple(CURVES)) -> dict[str, Any]:
+    """Measure every curve; returns the figures and the rows of the table."""
+    repeats = 2 if quick else 3
+    figures: dict[str, Any] = {"repeats": repeats, "curves": {}}
+    rows: list[Any] = []
+    for curve in curves:
+        full, small, unit, what = CURVES[curve]
+        sizes = small if quick else full
+        points = {size: measure_point(curve, size, repeats) for size in sizes}
+        medians = [(size, statistics.median(t)) for size, t in points.items()]
+        exponent = fit_exponent(medians)
+        figures["curves"][curve] = {
+            "unit": unit,
+            "what": what,
+            "points": {str(size): timings for size, timings in points.items()},
+            "exponent": exponent,
+        }
+        for size, timings in points.items():
+            spread = f"{min(timings) * 1e3:,.1f}-{max(timings) * 1e3:,.1f}"
+            rows.append(
+                (
+                    f"{curve}: {what} at {size:,} {unit}: ms, median (spread of {repeats})",
+                    f"{statistics.median(timings) * 1e3:,.1f} ({spread})",
+                    "",
+                    None,
+                )
+            )
+        rows.append(
+            (
+                f"{curve}: exponent of time on {unit} ({growth(exponent)})",
+                round(exponent, 2),
+                f"< {FAIL_EXPONENT}",
+                exponent < FAIL_EXPONENT,
+            )
+        )
+    return {**figures, "rows": rows}
+
+
+def curves_svg(figures: dict[str, Any], *, panel: int = 300) -> str:
+    """The curves on log-log axes, one small panel each, with a dotted linear reference."""
+    curves = figures["curves"]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{panel * len(curves)}" height="{panel + 40}" '
+        'font-family="sans-serif" font-size="11">'
+    ]
+    for index, (name, curve) in enumerate(curves.items()):
+        parts.extend(_panel_svg(name, curve, left=index * panel, panel=panel))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _panel_svg(name: str, curve: dict[str, Any], *, left: int, panel: int, pad: int = 44) -> list[str]:
+    points = sorted((int(size), statistics.median(t)) for size, t in curve["points"].items())
+    xs = [math.log10(size) for size, _ in points]
+    ys = [math.log10(seconds) for _, seconds in points]
+    linear = [ys[0] + (x - xs[0]) for x in xs]  # slope 1 through the first point
+    low, high = min(ys + linear), max(ys + linear)
+    span_x, span_y, inner = (xs[-1] - xs[0]) or 1.0, (high - low) or 1.0, panel - 2 * pad
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return left + pad + (x - xs[0]) / span_x * inner, 20 + inner - (y - low) / span_y * inner
+
+    def line(values: list[float]) -> str:
+        return " ".join("{:.1f},{:.1f}".format(*at(x, y)) for x, y in zip(xs, values, strict=True))
+
+    title = html.escape(f"{name}: exponent {curve['exponent']:.2f}")
+    parts = [
+        f'<text x="{left + pad}" y="14" font-weight="bold">{title}</text>',
+        f'<rect x="{left + pad}" y="20" width="{inner}" height="{inner}" fill="none" stroke="#bbb"/>',
+        f'<polyline points="{line(linear)}" fill="none" stroke="#999" stroke-dasharray="4 3"/>',
+        f'<polyline points="{line(ys)}" fill="none" stroke="#1f77b4" stroke-width="2"/>',
+    ]
+    for (size, seconds), x, y in zip(points, xs, ys, strict=True):
+        px, py = at(x, y)
+        parts.append(
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="#1f77b4"/>'
+            f'<text x="{px:.1f}" y="{panel - pad + 34}" text-anchor="middle">{size:,}</text>'
+            f'<text x="{px + 5:.1f}" y="{py - 5:.1f}">{seconds * 1e3:,.0f} ms</text>'
+        )
+    unit = html.escape(f"{curve['unit']} (log)")
+    parts.append(f'<text x="{left + panel / 2:.0f}" y="{panel + 34}" text-anchor="middle">{unit}</text>')
+    return parts
+
+
+def write_png(figures: dict[str, Any], out: Path) -> None:
+    """The curves as a PNG through a headless Chromium (``CommandError`` without one)."""
+    from ckpt_events.participants.cli.report.png import screenshot
+
+    svg = curves_svg(figures)
+    with tempfile.TemporaryDirectory(prefix="ckpt-curves-") as tmp:
+        page = Path(tmp) / "curves.html"
+        page.write_text(f"<!doctype html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        screenshot(page, out, width=300 * len(figures["curves"]), height=340)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, two repeats")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument("--png", type=Path, help="draw the curves into this PNG (needs Chromium)")
+    parser.add_argument("--only", action="append", choices=tuple(CURVES), help="one curve (repeatable)")
+    parser.add_argument("--point", nargs=2, metavar=("CURVE", "SIZE"), help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.point is not None:
+        curve, size = args.point[0], int(args.point[1])
+        print(json.dumps(anyio.run(_point_in_this_process, curve, size, args.repeats)))
+        return 0
+    result = run(quick=args.quick, curves=args.only or tuple(CURVES))
+    rows = result.pop("rows")
+    report.publish("ckpt-events cost against scale: each curve and its exponent", rows, args.json, result)
+    if args.png is not None:
+        write_png(result, args.png)
+        print(f"curves drawn in {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
