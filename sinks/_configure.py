@@ -17,6 +17,7 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
@@ -145,6 +146,7 @@ def configure(
     environ: Mapping[str, str] | None = None,
     span_exporter: SpanExporter | None = None,
     metric_readers: Sequence[MetricReader] | None = None,
+    metric_cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
 ) -> Configured:
     """Subscribe the standard sinks to ``bus``; arguments win over the environment.
 
@@ -164,6 +166,9 @@ def configure(
       through it, and none is built (nor shut down here).
     * ``span_exporter`` / ``metric_readers`` plug in other OpenTelemetry parts (tests)
       besides what the environment asks for.
+    * ``metric_cardinality_limit`` (default 2,000, OpenTelemetry's): attribute sets kept per
+      instrument by every metric sink built here (and by the SDK readers built here); a
+      measurement of a set first seen past it goes to the ``otel.metric.overflow=true`` series.
 
     ``environ`` (default ``os.environ``) is the only mapping read. With nothing set, or with
     ``OTEL_SDK_DISABLED=true`` (OpenTelemetry off; JSON lines still honoured), nothing
@@ -190,6 +195,10 @@ def configure(
                 f"metric_export_interval_ms must be a positive number of milliseconds, not {interval!r}"
             )
         settings = _replace(settings, metric_interval_ms=interval)
+    try:
+        cardinality_limit = check_cardinality_limit(metric_cardinality_limit, "metric_cardinality_limit")
+    except CkptEventsError as exc:
+        raise ConfigurationError(str(exc)) from None
     jsonl_sink = _jsonl(jsonl_path, env)
     stall_watch = _stall_watch(env, bus)
     subscriptions: list[Subscription] = []
@@ -205,6 +214,7 @@ def configure(
             span_exporter=span_exporter,
             metric_readers=metric_readers,
             resource_args=(service_name, resource_attributes, service_instance_id),
+            cardinality_limit=cardinality_limit,
         )
     batch = settings.batch
     try:
@@ -229,7 +239,7 @@ def configure(
                 )
         for name, metric_sink in metric_sinks:
             subscriptions.append(bus.subscribe(metric_sink, name=name))
-        prometheus = _prometheus(bus, settings, metric_sinks, subscriptions)
+        prometheus = _prometheus(bus, settings, metric_sinks, subscriptions, cardinality_limit)
     except BaseException:
         for sub in subscriptions:
             sub.close()
@@ -251,6 +261,7 @@ def _prometheus(
     settings: OtelSettings,
     metric_sinks: Sequence[tuple[str, AnyMetricSink]],
     subscriptions: list[Subscription],
+    cardinality_limit: int,
 ) -> PrometheusEndpoint | None:
     """The scrape endpoint over our own aggregation: the ``OtlpMetricSink``'s when OTLP is on
     too (one aggregation, read by the exporter and by each scrape), else a ``PrometheusSink``
@@ -265,7 +276,7 @@ def _prometheus(
     if own:
         source = own[0]
     else:
-        source = PrometheusSink()
+        source = PrometheusSink(cardinality_limit=cardinality_limit)
         subscriptions.append(bus.subscribe(source, name="prometheus"))
     return PrometheusEndpoint(source, settings.prometheus_host, settings.prometheus_port)
 
@@ -321,6 +332,7 @@ def _otel(
     span_exporter: SpanExporter | None,
     metric_readers: Sequence[MetricReader] | None,
     resource_args: tuple[str | None, Mapping[str, str] | None, str | None],
+    cardinality_limit: int,
 ) -> tuple[list[tuple[str, AnySpanSink]], list[tuple[str, AnyMetricSink]], MeterProvider | None]:
     """(named span sinks, named metric sinks, the meter provider built here) for ``settings``."""
     wants_spans = tracer_provider is not None or span_exporter is not None or bool(settings.traces)
@@ -372,7 +384,11 @@ def _otel(
         for index, (name, sink) in enumerate(made)
     ]
     own_provider: MeterProvider | None = None
-    readers = [*(metric_readers or ()), *metric_readers_for(settings)] if meter_provider is None else []
+    readers = (
+        [*(metric_readers or ()), *metric_readers_for(settings, cardinality_limit=cardinality_limit)]
+        if meter_provider is None
+        else []
+    )
     if readers:
         from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
@@ -385,9 +401,10 @@ def _otel(
             settings.metrics_otlp,
             resource_attributes=dict(resource.attributes),
             interval_ms=settings.metric_interval_ms,
+            cardinality_limit=cardinality_limit,
         )
         metrics.append(("otel-metrics", own_metrics))
     if provider is not None:
         label = "otel-metrics-sdk" if metrics else "otel-metrics"
-        metrics.append((label, MetricSink(provider)))
+        metrics.append((label, MetricSink(provider, cardinality_limit=cardinality_limit)))
     return span_sinks, metrics, own_provider

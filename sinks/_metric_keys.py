@@ -1,8 +1,11 @@
 """The checkpoint metrics' attribute sets, shared by ``MetricSink`` and ``OtlpMetricSink``.
 
 Both sinks turn an event into a flat key ``(tag, value, ...)`` and the key into the same
-attribute mapping, so the two record exactly the same points. Values are bounded
+attribute mapping, so the two record exactly the same points. Values are low-cardinality
 vocabularies (operation, kind, outcome, code, disposition, phase): never an id or instance.
+Kinds and steps are the user's open words, so each instrument keeps at most a cardinality
+limit of them (``ckpt_events.sinks._cardinality``); the rest share ``OVERFLOW_KEY``, whose one
+attribute is OpenTelemetry's ``otel.metric.overflow=true``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ __all__ = [
     "LEASE",
     "NOT_READY",
     "OPEN",
+    "OVERFLOW",
+    "OVERFLOW_ATTRIBUTE",
+    "OVERFLOW_KEY",
     "REFUSED",
     "STALLED",
     "VOLUME",
@@ -67,6 +73,12 @@ NOT_READY: Final = CountedEvent.PREPARE_NOT_READY.value
 STALLED: Final = CountedEvent.STALLED.value
 #: Open operations and the oldest one's age (``ckpt_events.sinks._open_work``).
 OPEN: Final = "open"
+#: The series of every attribute set past an instrument's cardinality limit: one key for all of
+#: them, its one attribute the OpenTelemetry SDK's own overflow set (a boolean, as the SDK
+#: writes it, so our points and an SDK's overflow point are one series).
+OVERFLOW: Final = "overflow"
+OVERFLOW_KEY: Final = (OVERFLOW,)
+OVERFLOW_ATTRIBUTE: Final = "otel.metric.overflow"
 _KEYS: Final[dict[str, tuple[str, ...]]] = {
     DURATION: (Attr.OPERATION, Attr.PARTICIPANT_KIND, Attr.METRIC_OUTCOME),
     VOLUME: (Attr.OPERATION, Attr.PARTICIPANT_KIND),
@@ -81,11 +93,14 @@ _KEYS: Final[dict[str, tuple[str, ...]]] = {
 _EVENT_TAGS: Final = frozenset({REFUSED, CUT, LEASE, NOT_READY, STALLED})
 
 
-def attributes_of(key: tuple[Any, ...]) -> dict[str, str]:
-    """The attribute mapping of a flat key ``(tag, value, ...)``: plain ``str`` values."""
+def attributes_of(key: tuple[Any, ...]) -> dict[str, str | bool]:
+    """The attribute mapping of a flat key ``(tag, value, ...)``: plain ``str`` values, but
+    ``{"otel.metric.overflow": True}`` for ``OVERFLOW_KEY``."""
     tag, *values = key
+    if tag == OVERFLOW:
+        return {OVERFLOW_ATTRIBUTE: True}
     names = _KEYS[tag]
-    attributes = {name: str(value) for name, value in zip(names, values, strict=True)}
+    attributes: dict[str, str | bool] = {name: str(value) for name, value in zip(names, values, strict=True)}
     if tag in _EVENT_TAGS:
         attributes = {Attr.EVENT: tag, **attributes}
     return attributes

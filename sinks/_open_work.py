@@ -4,7 +4,9 @@
 ``*Finished`` by span id and keeps, per (operation, participant kind), how many are open and
 when each began; ``snapshot(now_ns)`` reads the instruments ``gym.checkpoint.open_operations``,
 ``gym.checkpoint.oldest_open_s`` and ``gym.checkpoint.last_published_ts`` from that. Attribute
-sets are the low-cardinality flat keys of ``ckpt_events.sinks._metric_keys`` (tag ``open``), never an id.
+sets are the low-cardinality flat keys of ``ckpt_events.sinks._metric_keys`` (tag ``open``), never an id;
+past the cardinality limit of its ``Overflow`` a new (operation, kind) is counted under the
+overflow key (``ckpt_events.sinks._cardinality``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ckpt_events import (
     OperationStarted,
 )
 from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._cardinality import Overflow
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, CollectionAction, Outcome
 
 __all__ = ["GAUGES", "MAX_OPEN", "OPEN_COUNTER", "OpenWork", "OpenWorkSnapshot"]
@@ -33,6 +36,8 @@ GAUGES: Final = OPEN_WORK_INSTRUMENTS[1:]
 MAX_OPEN: Final = 10_000
 _CONTROLLER: Final = keys.CONTROLLER
 _OPEN: Final = keys.OPEN
+_OVERFLOW_KEY: Final = keys.OVERFLOW_KEY
+_OPEN_NAME: Final = OPEN_COUNTER.name
 _PUBLISH: Final = CollectionAction.PUBLISH
 _OK: Final = Outcome.OK
 
@@ -48,11 +53,16 @@ class OpenWorkSnapshot(msgspec.Struct, frozen=True):
 
 
 class OpenWork:
-    """What is open now, fed with batches; a dict insert and delete per operation."""
+    """What is open now, fed with batches; a dict insert and delete per operation.
 
-    __slots__ = ("_counts", "_last_published_ns", "_open", "untracked")
+    ``overflow`` (its owner's, so one count and one limit serve all its instruments; default a
+    fresh one of OpenTelemetry's limit) caps the (operation, kind) sets kept.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_counts", "_last_published_ns", "_open", "overflow", "untracked")
+
+    def __init__(self, overflow: Overflow | None = None) -> None:
+        self.overflow = Overflow() if overflow is None else overflow
         # span id -> (flat key, start ns). Keys once seen stay in _counts, so a key whose work
         # all finished reports 0 open and an oldest age of 0 rather than vanishing.
         self._open: dict[int, tuple[tuple[Any, ...], int]] = {}
@@ -60,9 +70,10 @@ class OpenWork:
         self._last_published_ns: int | None = None
         self.untracked = 0
 
-    def add(self, batch: list[Any]) -> dict[tuple[Any, ...], int] | None:
-        """Fold ``batch`` in; returns the change in open operations per key (``None``: none)."""
-        deltas: dict[tuple[Any, ...], int] | None = None
+    def add(self, batch: list[Any], *, deltas: bool = True) -> dict[tuple[Any, ...], int] | None:
+        """Fold ``batch`` in; returns the change in open operations per key (``None``: none, or
+        ``deltas=False``: a caller that reads ``snapshot`` only saves a dict update per event)."""
+        changes: dict[tuple[Any, ...], int] | None = {} if deltas else None
         opened = self._open
         counts = self._counts
         for event in batch:
@@ -73,23 +84,29 @@ class OpenWork:
                     continue
                 kind = _CONTROLLER if cls is CoordinateStarted else event.kind
                 key: tuple[Any, ...] = (_OPEN, event.operation, kind)
+                count = counts.get(key)
+                if count is None:
+                    if len(counts) < self.overflow.limit:
+                        count = 0
+                    else:
+                        self.overflow.fold(_OPEN_NAME)
+                        key = _OVERFLOW_KEY
+                        count = counts.get(key, 0)
                 opened[event.span_id] = (key, event.start_ns)
-                counts[key] = counts.get(key, 0) + 1
-                if deltas is None:
-                    deltas = {}
-                deltas[key] = deltas.get(key, 0) + 1
+                counts[key] = count + 1
+                if changes is not None:
+                    changes[key] = changes.get(key, 0) + 1
             elif cls is OperationFinished or cls is CoordinateFinished:
                 entry = opened.pop(event.span_id, None)
                 if entry is None:  # started before this sink subscribed, or untracked
                     continue
                 key = entry[0]
                 counts[key] -= 1
-                if deltas is None:
-                    deltas = {}
-                deltas[key] = deltas.get(key, 0) - 1
-            elif cls is CollectionFinished and event.action is _PUBLISH and event.outcome is _OK:
+                if changes is not None:
+                    changes[key] = changes.get(key, 0) - 1
+            elif cls is CollectionFinished and event.action == _PUBLISH and event.outcome == _OK:
                 self._last_published_ns = event.end_ns
-        return deltas
+        return changes or None
 
     def snapshot(self, now_ns: int) -> OpenWorkSnapshot:
         """The instruments' values at ``now_ns`` (Unix ns, the events' clock)."""

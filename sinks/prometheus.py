@@ -30,17 +30,18 @@ import anyio.to_thread
 
 from ckpt_events import ConfigurationError
 from ckpt_events.sinks import _metric_keys as keys
-from ckpt_events.sinks._open_work import OpenWorkSnapshot
-from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
-from ckpt_events.sinks._scrape_server import ScrapeServer
-from ckpt_events.sinks.otlp._http import BUS_LINGER
-from ckpt_events.sinks.otlp._metric_aggregation import (
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
+from ckpt_events.sinks._metric_totals import (
     COUNTERS,
     DEFAULT_BOUNDARIES,
     HISTOGRAMS,
     HistogramPoint,
     MetricTotals,
 )
+from ckpt_events.sinks._open_work import OpenWorkSnapshot
+from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
+from ckpt_events.sinks._scrape_server import ScrapeServer
+from ckpt_events.sinks.otlp._http import BUS_LINGER
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument
 
 __all__ = [
@@ -84,16 +85,19 @@ class PrometheusSink:
     """A bus sink keeping the checkpoint metrics' cumulative totals for a scrape endpoint.
 
     Records what ``OtlpMetricSink`` records for the same events (it is the same aggregation),
-    and exports nothing by itself: hand it to ``PrometheusEndpoint``.
+    and exports nothing by itself: hand it to ``PrometheusEndpoint``. Each instrument keeps at
+    most ``cardinality_limit`` label sets (OpenTelemetry's 2,000 by default); samples of sets
+    first seen after that go to its one ``otel_metric_overflow="true"`` series, counted in
+    ``overflowed`` and logged once.
     """
 
     interests: Final = keys.INTERESTS
     blocking: Final = False  # handle() only folds counts
     linger: Final = BUS_LINGER
 
-    def __init__(self) -> None:
+    def __init__(self, *, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT) -> None:
         self.start_ns = time.time_ns()
-        self._totals = MetricTotals()
+        self._totals = MetricTotals(cardinality_limit, owner="PrometheusSink")
         self._lock = threading.Lock()
 
     def handle(self, batch: list[Any]) -> None:
@@ -106,19 +110,29 @@ class PrometheusSink:
         with self._lock:
             return self._totals.snapshot()
 
+    @property
+    def overflowed(self) -> int:
+        """Measurements recorded in an instrument's overflow series, its label sets being full."""
+        with self._lock:
+            return self._totals.overflow.measurements
+
 
 class TotalsCollector:
     """A ``prometheus_client`` collector rendering a source's totals at each scrape."""
 
     def __init__(self, source: TotalsSource) -> None:
         self.source = source
+        # One entry per key of the totals: bounded by their cardinality limit per instrument.
         self._labels: dict[tuple[Any, ...], dict[str, str]] = {}
 
     def _labels_of(self, key: tuple[Any, ...]) -> dict[str, str]:
         cached = self._labels.get(key)
         if cached is None:
             attributes = keys.attributes_of(key)
-            cached = self._labels[key] = {label_name(k): v for k, v in attributes.items()}
+            # The overflow attribute is a boolean: "true", as the Collector's exporter writes it.
+            cached = self._labels[key] = {
+                label_name(k): v if isinstance(v, str) else str(v).lower() for k, v in attributes.items()
+            }
         return cached
 
     def describe(self) -> list[Any]:

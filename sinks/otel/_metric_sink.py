@@ -2,7 +2,10 @@
 
 The SDK's per-call cost is about 10-17 us, so counters are summed per attribute set within
 a batch and reach the SDK once per set. Histogram values cannot be summed; each is recorded.
-Attribute values are bounded vocabularies: never an id or an instance.
+Attribute values are low-cardinality vocabularies: never an id or an instance. Kinds and steps
+are open, so each instrument passes at most ``cardinality_limit`` attribute sets to the SDK and
+the rest as the SDK's own overflow set (``ckpt_events.sinks._cardinality``): our own limit, as
+the SDK enforces one only from opentelemetry-sdk 1.45.2 (and ours bounds what we cache).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ckpt_events import (
     __version__,
 )
 from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, AttributeSets, Overflow
 from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork
 from ckpt_events.vocab import (
     INSTRUMENTS,
@@ -70,10 +74,13 @@ _STALLED: Final = keys.STALLED
 
 
 class MetricSinkStats(msgspec.Struct, frozen=True):
-    """Counters of one ``MetricSink``: events seen and SDK calls made for them."""
+    """Counters of one ``MetricSink``: events seen and SDK calls made for them; ``overflowed``
+    recordings given an instrument's overflow set (``otel.metric.overflow=true``), it having
+    ``cardinality_limit`` attribute sets already (a counter's per set and batch, summed)."""
 
     events: int
     sdk_calls: int
+    overflowed: int = 0
 
 
 class MetricSink:
@@ -81,17 +88,25 @@ class MetricSink:
 
     Independent of span groups: while subscribed it records every operation duration
     (participants and controller), commit/restore volumes and the counted events.
+
+    Each instrument gets at most ``cardinality_limit`` attribute sets (OpenTelemetry's 2,000 by
+    default), then the overflow set ``{"otel.metric.overflow": True}``, the SDK's own, counted in
+    ``stats().overflowed`` and logged once. An SDK that caps too (opentelemetry-sdk >= 1.45.2:
+    its reader's ``cardinality_limits``, default 2,000) applies its limit on top: the lower wins.
     """
 
     interests: Final = _INTERESTS
 
-    def __init__(self, meter_provider: MeterProvider) -> None:
+    def __init__(
+        self, meter_provider: MeterProvider, *, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT
+    ) -> None:
         get_meter = getattr(meter_provider, "get_meter", None)
         if not callable(get_meter):
             raise InvalidTypeError(
                 f"meter_provider must be an OpenTelemetry MeterProvider, not {meter_provider!r}"
             )
         self.meter_provider = meter_provider
+        self._overflow = Overflow(cardinality_limit, owner="MetricSink")
         meter = get_meter("ckpt_events", __version__)
         self._duration = _histogram(meter, METRIC_OPERATION_DURATION)
         self._records = _counter(meter, METRIC_RECORDS)
@@ -100,29 +115,35 @@ class MetricSink:
         self._loop_lag = _histogram(meter, METRIC_LOOP_LAG)
         name, _, unit, description = OPEN_COUNTER
         self._open_operations = meter.create_up_down_counter(name, unit=unit, description=description)
-        self._open_work = OpenWork()
+        self._open_work = OpenWork(self._overflow)
         for (name, _, unit, description), observe in zip(
             GAUGES, (self._observe_oldest, self._observe_published), strict=True
         ):
             meter.create_observable_gauge(name, callbacks=[observe], unit=unit, description=description)
-        # Attribute mappings are built once per distinct flat key and reused: the sets are few.
-        self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
+        # Attribute mappings are built once per distinct flat key and reused, per instrument
+        # (at most the limit each). Plain str values (not enum members), as any exporter expects.
+        overflow = self._overflow
+        self._duration_sets = AttributeSets(METRIC_OPERATION_DURATION, overflow)
+        self._lag_sets = AttributeSets(METRIC_LOOP_LAG, overflow)
+        self._volume_sets = (AttributeSets(METRIC_RECORDS, overflow), AttributeSets(METRIC_BYTES, overflow))
+        self._event_sets = AttributeSets(METRIC_EVENTS, overflow)
+        # Open work's keys are capped by OpenWork itself (the same Overflow): a plain cache.
+        self._open_attributes: dict[tuple[Any, ...], dict[str, str | bool]] = {}
         self._seen = 0
         self._sdk_calls = 0
 
-    def _attributes(self, key: tuple[Any, ...]) -> dict[str, str]:
-        """The attribute mapping of a flat key: (tag, value, ...) as built in ``handle``."""
-        cached = self._cache.get(key)
+    def _open_attributes_of(self, key: tuple[Any, ...]) -> dict[str, str | bool]:
+        """The attribute mapping of an open-work key (``OpenWork`` keeps at most the limit)."""
+        cached = self._open_attributes.get(key)
         if cached is None:
-            # Plain str values (not enum members), as any exporter expects.
-            cached = self._cache[key] = keys.attributes_of(key)
+            cached = self._open_attributes[key] = keys.attributes_of(key)
         return cached
 
     def handle(self, batch: list[Any]) -> None:
         """Record a batch: histogram values one by one, counters summed per attribute set."""
         record = self._duration.record
-        cache = self._cache
-        attributes = self._attributes
+        durations = self._duration_sets.kept
+        duration_attributes = self._duration_sets.attributes
         records: dict[tuple[Any, ...], int] = {}
         sizes: dict[tuple[Any, ...], int] = {}
         counts: dict[tuple[Any, ...], int] = {}
@@ -137,11 +158,12 @@ class MetricSink:
             elif cls is OperationFinished:
                 operation, kind = event.operation, event.kind
                 key = (_DURATION, operation, kind, event.outcome)
-                record((event.end_ns - event.start_ns) / 1e6, cache.get(key) or attributes(key))
+                record((event.end_ns - event.start_ns) / 1e6, durations.get(key) or duration_attributes(key))
                 calls += 1
                 if event.loop_lag_ms is not None:
                     key = (_LAG, kind)
-                    self._loop_lag.record(event.loop_lag_ms, cache.get(key) or attributes(key))
+                    lags = self._lag_sets
+                    self._loop_lag.record(event.loop_lag_ms, lags.kept.get(key) or lags.attributes(key))
                     calls += 1
                 if operation in _VOLUME_OPERATIONS:
                     key = (_VOLUME, operation, kind)
@@ -151,7 +173,7 @@ class MetricSink:
                         sizes[key] = sizes.get(key, 0) + event.bytes
             elif cls is CoordinateFinished:
                 key = (_DURATION, event.operation, _CONTROLLER, event.outcome)
-                record((event.end_ns - event.start_ns) / 1e6, cache.get(key) or attributes(key))
+                record((event.end_ns - event.start_ns) / 1e6, durations.get(key) or duration_attributes(key))
                 calls += 1
             elif cls is GenerationCut:
                 key = (_CUT, event.disposition)
@@ -169,19 +191,25 @@ class MetricSink:
         if deltas is not None:
             # Also a zero: the series exists from the first operation on, so "open > 0" has data.
             for key, delta in deltas.items():
-                self._open_operations.add(delta, attributes(key))
+                self._open_operations.add(delta, self._open_attributes_of(key))
             calls += len(deltas)
-        for counter, sums in ((self._records, records), (self._bytes, sizes), (self._events, counts)):
+        records_sets, bytes_sets = self._volume_sets
+        for counter, sums, sets in (
+            (self._records, records, records_sets),
+            (self._bytes, sizes, bytes_sets),
+            (self._events, counts, self._event_sets),
+        ):
             add = counter.add
+            kept = sets.kept
             for key, total in sums.items():
-                add(total, attributes(key))
+                add(total, kept.get(key) or sets.attributes(key))
             calls += len(sums)
         self._seen += len(batch)
         self._sdk_calls += calls
 
     def _observe_oldest(self, options: CallbackOptions) -> Iterable[Observation]:
         snapshot = self._open_work.snapshot(time.time_ns())
-        return [Observation(age, self._attributes(key)) for key, age in snapshot.oldest_s.items()]
+        return [Observation(age, self._open_attributes_of(key)) for key, age in snapshot.oldest_s.items()]
 
     def _observe_published(self, options: CallbackOptions) -> Iterable[Observation]:
         published = self._open_work.snapshot(time.time_ns()).last_published_ts
@@ -192,4 +220,6 @@ class MetricSink:
 
     def stats(self) -> MetricSinkStats:
         """Events seen and SDK calls made so far."""
-        return MetricSinkStats(events=self._seen, sdk_calls=self._sdk_calls)
+        return MetricSinkStats(
+            events=self._seen, sdk_calls=self._sdk_calls, overflowed=self._overflow.measurements
+        )

@@ -8,11 +8,13 @@ still merge ``os.environ``'s header variables underneath ours; ours win per head
 from __future__ import annotations
 
 import importlib
+import inspect
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckpt_events import ConfigurationError
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks.otel._env import OtelSettings, OtlpSettings
 
 if TYPE_CHECKING:
@@ -80,11 +82,20 @@ def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]
     return exporters
 
 
-def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
+def metric_readers_for(
+    settings: OtelSettings, *, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT
+) -> list[MetricReader]:
     """A periodic reader for each metric exporter the settings ask for that goes through
-    OpenTelemetry: the console and OTLP over gRPC."""
+    OpenTelemetry: the console and OTLP over gRPC. ``cardinality_limit`` is also the reader's
+    per instrument, where the SDK has one (opentelemetry-sdk >= 1.45.2; its default is 2,000),
+    so raising ``MetricSink``'s is not undone by the SDK's."""
+    from opentelemetry.sdk.metrics import Counter, Histogram, ObservableGauge, UpDownCounter
     from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 
+    limits: dict[str, Any] = {}
+    if "cardinality_limits" in inspect.signature(PeriodicExportingMetricReader).parameters:
+        classes = (Counter, UpDownCounter, Histogram, ObservableGauge)  # what MetricSink creates
+        limits["cardinality_limits"] = dict.fromkeys(classes, cardinality_limit)
     readers: list[MetricReader] = []
     for name in settings.metrics:
         exporter: MetricExporter
@@ -102,7 +113,9 @@ def metric_readers_for(settings: OtelSettings) -> list[MetricReader]:
             else:
                 continue  # OTLP over HTTP: our own OtlpMetricSink (ckpt_events.sinks.otlp._factory)
         readers.append(
-            PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms)
+            PeriodicExportingMetricReader(
+                exporter, export_interval_millis=settings.metric_interval_ms, **limits
+            )
         )
     return readers
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks.otel._env import BatchSettings, OtlpSettings
 from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
@@ -62,10 +63,14 @@ def own_span_sink(
 
 
 def own_metric_sink(
-    otlp: OtlpSettings, *, resource_attributes: Mapping[str, object], interval_ms: int
+    otlp: OtlpSettings,
+    *,
+    resource_attributes: Mapping[str, object],
+    interval_ms: int,
+    cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
 ) -> OtlpMetricSink:
     """An ``OtlpMetricSink`` posting to ``otlp.endpoint`` as is every ``interval_ms``
-    (``OTEL_METRIC_EXPORT_INTERVAL``)."""
+    (``OTEL_METRIC_EXPORT_INTERVAL``), keeping ``cardinality_limit`` attribute sets per instrument."""
     return OtlpMetricSink(
         otlp.endpoint,
         metrics_path="",
@@ -75,4 +80,5 @@ def own_metric_sink(
         compression=_compression(otlp),
         resource_attributes=resource_attributes,
         export_interval=interval_ms / 1000,
+        cardinality_limit=cardinality_limit,
     )

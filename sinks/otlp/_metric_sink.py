@@ -21,9 +21,11 @@ import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
+from ckpt_events.sinks._metric_totals import MetricTotals
 from ckpt_events.sinks.otlp._export_worker import ExportWorker
 from ckpt_events.sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
-from ckpt_events.sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
+from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 
 __all__ = ["OtlpMetricSink", "OtlpMetricSinkStats"]
 
@@ -33,13 +35,16 @@ METRICS_PATH: Final = "/v1/metrics"
 class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``OtlpMetricSink``: events folded in, export requests accepted and
     failed (after retries), and requests repeated after a retryable answer; ``invalid_values``
-    attribute texts written with U+FFFD for what UTF-8 cannot hold (a lone surrogate)."""
+    attribute texts written with U+FFFD for what UTF-8 cannot hold (a lone surrogate);
+    ``overflowed`` measurements recorded in an instrument's ``otel.metric.overflow=true``
+    series because it already held ``cardinality_limit`` attribute sets."""
 
     events: int
     exports: int
     export_failures: int
     retries: int
     invalid_values: int = 0
+    overflowed: int = 0
 
 
 class OtlpMetricSink:
@@ -50,6 +55,9 @@ class OtlpMetricSink:
     ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is). ``protocol``, ``headers``, ``timeout``,
     ``compression`` and ``resource_attributes`` as for ``OtlpSpanSink``. Records what
     ``MetricSink`` records for the same events: same names, units and attribute sets.
+    Each instrument keeps at most ``cardinality_limit`` attribute sets (OpenTelemetry's 2,000
+    by default); measurements of sets first seen after that go to its one
+    ``otel.metric.overflow=true`` series, counted in ``stats().overflowed`` and logged once.
     """
 
     interests: Final = keys.INTERESTS
@@ -69,8 +77,10 @@ class OtlpMetricSink:
         export_interval: float = 60.0,
         max_retries: int = 5,
         initial_backoff: float = 1.0,
+        cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
     ) -> None:
         check_protocol(protocol)
+        check_cardinality_limit(cardinality_limit)
         interval_wrong = f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
         if isinstance(export_interval, bool) or not isinstance(export_interval, int | float):
             raise InvalidTypeError(interval_wrong)
@@ -93,7 +103,7 @@ class OtlpMetricSink:
         self.export_interval = export_interval
         self.timeout = timeout
         self.start_ns = time.time_ns()
-        self._totals = MetricTotals()
+        self._totals = MetricTotals(cardinality_limit, owner="OtlpMetricSink")
         self._export_lock = threading.Lock()  # one export at a time: worker, flush, shutdown
         self._events = 0
         self._worker = ExportWorker(
@@ -169,4 +179,5 @@ class OtlpMetricSink:
                 export_failures=worker.failures,
                 retries=worker.retries,
                 invalid_values=self.encoder.invalid_values,
+                overflowed=self._totals.overflow.measurements,
             )

@@ -68,6 +68,35 @@ def test_the_tracker_is_bounded() -> None:
     assert sum(snapshot.open.values()) == MAX_OPEN
 
 
+def test_changes_are_optional_and_the_state_is_the_same_without() -> None:
+    """``deltas=False`` (MetricTotals, which reads snapshots only) returns None and keeps the same counts."""
+    from ckpt_events import OperationFinished, OperationStarted
+    from ckpt_events.vocab import Kind, Operation
+
+    batch = [
+        OperationStarted(Kind.MODEL, "m", 1, 1, 0, Operation.COMMIT),
+        OperationStarted(Kind.AGENT, "a", 1, 2, 0, Operation.COMMIT),
+        OperationFinished(Kind.MODEL, "m", 1, 1, 0, 5, Operation.COMMIT),
+    ]
+    with_changes, without = OpenWork(), OpenWork()
+    assert with_changes.add(batch) == {("open", "commit", "model"): 0, ("open", "commit", "agent"): 1}
+    assert without.add(batch, deltas=False) is None
+    assert without.snapshot(10) == with_changes.snapshot(10)
+
+
+def test_new_kinds_past_the_limit_are_open_under_the_overflow_key() -> None:
+    """The (operation, kind) sets kept are capped by the owner's Overflow; the rest share its key."""
+    from ckpt_events import OperationStarted
+    from ckpt_events.sinks._cardinality import Overflow
+    from ckpt_events.sinks._metric_keys import OVERFLOW_KEY
+    from ckpt_events.vocab import Operation
+
+    work = OpenWork(Overflow(2))
+    changes = work.add([OperationStarted(f"k{i}", "i", 1, i, 0, Operation.PREPARE) for i in range(5)])
+    assert changes is not None and changes[OVERFLOW_KEY] == 3 and len(changes) == 3
+    assert work.overflow.by_instrument == {"gym.checkpoint.open_operations": 3}
+
+
 @pytest.mark.collector
 async def test_the_open_prepares_age_grows_at_the_collector(collector: tuple[str, Path]) -> None:
     """Two exports while a prepare is held: rotel receives oldest_open_s growing, then 0 open."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import socket
 import time
 import urllib.error
@@ -13,10 +15,11 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from ckpt_events import Bus, ConfigurationError, OperationFinished
+from ckpt_events import Bus, ConfigurationError, OperationFinished, OperationStarted, Refused
 from ckpt_events.sinks import configure
+from ckpt_events.sinks._metric_totals import DEFAULT_BOUNDARIES, MetricTotals
 from ckpt_events.sinks.otel import OtlpMetricSink
-from ckpt_events.sinks.otlp._metric_aggregation import DEFAULT_BOUNDARIES, MetricEncoder, MetricTotals
+from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
 from tests.sinks.otlp.test_metric_sink import _event_mix
 
@@ -143,7 +146,7 @@ async def test_openmetrics_buckets_carry_exemplars_of_their_own_operations() -> 
 
 def test_the_slowest_in_a_bucket_is_its_exemplar_until_it_is_a_minute_old() -> None:
     """A faster operation does not replace the held exemplar; once the held one is over 60 s old, any does."""
-    from ckpt_events.sinks.otlp._metric_aggregation import HistogramPoint
+    from ckpt_events.sinks._metric_totals import HistogramPoint
 
     class Op:
         def __init__(self, end_s: float, span: int) -> None:
@@ -224,6 +227,93 @@ async def test_configure_serves_prometheus_alone_and_beside_otlp() -> None:
         configured.metric_sinks[0].sender.cancel()  # type: ignore[union-attr]  # nobody at :9
         configured.close_timeout = 2.0
         await configured.aclose()
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _codes(n: int) -> list[Any]:
+    # Refused is built as bus.emit gets it: an event's fields are not checked there.
+    return [Refused(kind="model", instance="m0", time_ns=i, code=f"code-{i:06d}") for i in range(n)]  # type: ignore[arg-type]
+
+
+def _kinds(n: int) -> list[Any]:
+    events: list[Any] = []
+    for i in range(n):
+        ident = {"kind": f"kind-{i}", "instance": "i0", "trace_id": 1, "span_id": i + 1, "start_ns": 1}
+        events.append(OperationStarted(**ident, operation="prepare"))  # type: ignore[arg-type]
+        events.append(OperationFinished(**ident, end_ns=2_000_000, operation="prepare"))  # type: ignore[arg-type]
+    return events
+
+
+async def _flood(events: list[Any]) -> tuple[PrometheusSink, str, int]:
+    """(the sink, its page, RSS growth in bytes) after ``events`` went through ``bus.emit``."""
+    sink = PrometheusSink()
+    with _endpoint(sink) as endpoint:
+        _get(endpoint.url)  # the parser and the server warmed up before the baseline
+        gc.collect()
+        before = _rss()
+        async with Bus() as bus:
+            subscription = bus.subscribe(sink)
+            for start in range(0, len(events), 20_000):
+                for event in events[start : start + 20_000]:
+                    bus.emit(event)
+                await bus.flush()
+            assert subscription.stats().dropped == 0
+        _, page = _get(endpoint.url)
+        events.clear()
+        gc.collect()
+        return sink, page, _rss() - before
+
+
+async def test_200k_new_codes_keep_the_page_under_2_mb_and_memory_flat() -> None:
+    """Issue #29: 200,000 distinct refusal codes through bus.emit; page < 2 MB, RSS growth < 100 MiB.
+
+    Before the cardinality limit: a 21.6 MB page and +162 MiB (20.7 MB, +211 MiB in the issue).
+    With it: 0.22 MB and +3 to +9 MiB: 2,000 codes and the overflow series.
+    """
+    sink, page, grown = await _flood(_codes(200_000))
+    assert len(page.encode()) < 2_000_000
+    assert grown < 100 * 2**20, f"RSS grew {grown / 2**20:.0f} MiB"
+    assert sink.overflowed == 198_000
+    overflow = [line for line in page.splitlines() if "otel_metric_overflow" in line]
+    assert overflow == ['gym_checkpoint_events_total{otel_metric_overflow="true"} 198000.0']
+
+
+async def test_new_kinds_past_the_limit_do_not_grow_the_page() -> None:
+    """10,000 or 100,000 new kinds: the same page (2,000 sets a histogram, 18 lines each), flat memory."""
+    pages = []
+    for n in (10_000, 100_000):
+        _, page, grown = await _flood(_kinds(n))
+        assert grown < 100 * 2**20, f"{n} kinds: RSS grew {grown / 2**20:.0f} MiB"
+        overflow = [line for line in page.splitlines() if "otel_metric_overflow" in line]
+        assert f'{DURATION}_count{{otel_metric_overflow="true"}} {n - 2_000}.0' in overflow
+        assert 'gym_checkpoint_open_operations{otel_metric_overflow="true"} 0.0' in overflow
+        pages.append(len(page.encode()))
+    assert abs(pages[1] - pages[0]) < 100  # only the overflow series' counts have more digits
+
+
+async def test_configure_passes_the_cardinality_limit_on() -> None:
+    """``metric_cardinality_limit`` reaches the sink configure builds; a bad one is a ConfigurationError."""
+    env = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+    }
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match="metric_cardinality_limit"):
+            configure(bus, environ=env, metric_cardinality_limit=0)
+        configured = configure(bus, environ=env, metric_cardinality_limit=2)
+        for event in _codes(5):
+            bus.emit(event)
+        await bus.flush()
+        assert configured.prometheus is not None
+        page = _get(configured.prometheus.url)[1]
+        await configured.aclose()
+    assert page.count("gym_checkpoint_events_total{") == 3
+    assert 'gym_checkpoint_events_total{otel_metric_overflow="true"} 3.0' in page
 
 
 async def test_a_taken_port_is_one_line_naming_the_variables() -> None:

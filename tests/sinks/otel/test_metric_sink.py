@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
-from ckpt_events import Bus, InvalidArgumentError, Telemetry
+from ckpt_events import Bus, InvalidArgumentError, Refused, Telemetry
 from ckpt_events.sinks.otel import MetricSink
 from ckpt_events.vocab import METRIC_LOOP_LAG, METRIC_OLDEST_OPEN, METRIC_OPEN_OPERATIONS
 from tests.sinks.helpers import histogram_sums, metric_points
@@ -194,3 +194,60 @@ async def test_loop_lag_is_a_histogram_per_participant_kind(
     (point,) = metric.data.data_points
     assert dict(point.attributes) == {P + "participant_kind": "resources"}
     assert point.count == 2 and point.sum == 10.0 and point.max == 7.5
+
+
+def _codes(n: int) -> list[Refused]:
+    # Built as bus.emit gets them: an event's fields are not checked there.
+    return [Refused(kind="model", instance="m0", time_ns=1, code=f"code-{i}") for i in range(n)]  # type: ignore[arg-type]
+
+
+async def test_new_codes_past_the_limit_share_the_sdks_overflow_point() -> None:
+    """5,000 new codes: 2,000 points of their own, one ``otel.metric.overflow=True`` point with the rest."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    sink = MetricSink(provider)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        for event in _codes(5_000):
+            bus.emit(event)
+    _, points = metric_points(reader)[EVENTS]
+    assert len(points) == 2_001
+    assert points[frozenset({("otel.metric.overflow", True)})] == 3_000
+    assert sum(points.values()) == 5_000
+    assert sink.stats().overflowed == 3_000  # each new code was its own SDK call
+    provider.shutdown()
+
+
+def test_a_lower_sdk_limit_wins() -> None:
+    """The SDK reader's own limit (2,000 in opentelemetry-sdk >= 1.45.2) caps a MetricSink allowed more."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    sink = MetricSink(provider, cardinality_limit=3_000)
+    sink.handle(_codes(2_500))
+    assert len(metric_points(reader)[EVENTS][1]) == 2_001 and sink.stats().overflowed == 0
+    provider.shutdown()
+
+
+def test_the_readers_configure_builds_take_its_limit() -> None:
+    """``metric_cardinality_limit`` is also the limit of the SDK readers configure builds, so raising it
+    is not undone by the SDK's default."""
+    from opentelemetry.sdk.metrics._internal.instrument import _Counter, _Histogram
+
+    from ckpt_events.sinks.otel._env import read_otel_env
+    from ckpt_events.sinks.otel._pipeline import metric_readers_for
+
+    (reader,) = metric_readers_for(
+        read_otel_env({"OTEL_METRICS_EXPORTER": "console"}), cardinality_limit=3_000
+    )
+    try:
+        # The SDK's own table (no public getter): what its storage reads for each new stream.
+        limits = reader._instrument_class_cardinality_limit  # type: ignore[attr-defined]
+        assert limits[_Counter] == limits[_Histogram] == 3_000
+    finally:
+        reader.shutdown()
+
+
+def test_a_bad_cardinality_limit_is_refused(ckpt_meter_provider: MeterProvider) -> None:
+    """Whole numbers >= 1 only."""
+    with pytest.raises(InvalidArgumentError, match="cardinality_limit"):
+        MetricSink(ckpt_meter_provider, cardinality_limit=0)

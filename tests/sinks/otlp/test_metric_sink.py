@@ -15,8 +15,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import configure
+from ckpt_events.sinks._metric_totals import MetricTotals
 from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
-from ckpt_events.sinks.otlp._metric_aggregation import MetricEncoder, MetricTotals
+from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
@@ -320,3 +321,89 @@ async def test_both_sinks_export_each_instrument_as_the_core_table_spells_it() -
     spelled = [(i.name, i.kind, i.unit, i.description) for i in histograms + counters]
     assert ours[: len(spelled)] == spelled
     assert set(ours[len(spelled) :]) <= want
+
+
+def _overflow_mix() -> list[Any]:
+    """Five new codes, four new kinds (started, then finished with a volume): past a limit of 2 everywhere."""
+    from ckpt_events import OperationFinished, OperationStarted, Refused
+
+    events: list[Any] = [Refused(kind="model", instance="m0", time_ns=1, code=f"code-{i}") for i in range(5)]
+    for i in range(4):
+        ident: dict[str, Any] = {"kind": f"kind-{i}", "instance": "i0", "trace_id": 1, "span_id": i + 1}
+        events.append(OperationStarted(**ident, start_ns=1, operation="commit"))
+        events.append(
+            OperationFinished(
+                **ident, start_ns=1, end_ns=2_000_001, operation="commit", records=i, bytes=10 * i
+            )
+        )
+    return events
+
+
+def _request_points(body: bytes) -> Points:
+    """Our protobuf request's points, keyed as ``_sdk_points`` keys the SDK's (values as ``str``)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    found: Points = {}
+    request = ExportMetricsServiceRequest.FromString(body)
+    for metric in request.resource_metrics[0].scope_metrics[0].metrics:
+        points = found.setdefault(metric.name, {})
+        data = (
+            metric.histogram if metric.HasField("histogram") else getattr(metric, metric.WhichOneof("data"))
+        )
+        for point in data.data_points:
+            attrs = frozenset(
+                (a.key, str(getattr(a.value, a.value.WhichOneof("value")))) for a in point.attributes
+            )
+            if metric.HasField("histogram"):
+                points[attrs] = (
+                    point.count,
+                    round(point.sum, 6),
+                    tuple(point.bucket_counts),
+                    round(point.min, 6),
+                    round(point.max, 6),
+                )
+            else:
+                points[attrs] = (point.as_int if point.WhichOneof("value") == "as_int" else point.as_double,)
+    return found
+
+
+async def test_past_the_cardinality_limit_our_points_are_the_sdks() -> None:
+    """Limit 2: the OTLP request holds the SDK-backed MetricSink's points, overflow series included
+    (``otel.metric.overflow`` a boolean, as the SDK writes it)."""
+    events = _overflow_mix()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    sdk_sink = MetricSink(provider, cardinality_limit=2)
+    sdk_sink.handle(events)
+    expected = _sdk_points(reader)
+    provider.shutdown()
+    totals = MetricTotals(2)
+    totals.add(events)
+    ours = _request_points(MetricEncoder({"service.name": "s"}).protobuf(totals.snapshot(), 1, 2))
+    overflow = frozenset({("otel.metric.overflow", "True")})
+    assert ours["gym.checkpoint.events_total"][overflow] == (3,)
+    assert ours["gym.checkpoint.operation_duration_ms"][overflow][0] == 2
+    assert ours["gym.checkpoint.bytes_total"][overflow] == (50,)
+    del ours["gym.checkpoint.oldest_open_s"]  # an age: read at different times
+    del expected["gym.checkpoint.oldest_open_s"]
+    assert ours == expected
+    assert sdk_sink.stats().overflowed > 0 and totals.overflow.measurements == 3 + 2 + 2 + 2 + 2
+    json_request = msgspec.json.decode(MetricEncoder({}).json(totals, 1, 2))
+    metrics = json_request["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+    events_total = next(m for m in metrics if m["name"] == "gym.checkpoint.events_total")
+    assert {"key": "otel.metric.overflow", "value": {"boolValue": True}} in events_total["sum"]["dataPoints"][
+        -1
+    ]["attributes"]
+
+
+async def test_the_sink_takes_a_cardinality_limit_and_counts_its_overflow() -> None:
+    """``cardinality_limit=`` is checked like any argument; ``stats().overflowed`` counts what overflowed."""
+    from ckpt_events import InvalidValueError
+    from ckpt_events.benchmarks.rotel import free_port
+
+    with pytest.raises(InvalidValueError, match="cardinality_limit"):
+        OtlpMetricSink("http://127.0.0.1:9", cardinality_limit=0)
+    sink = OtlpMetricSink(f"http://127.0.0.1:{free_port()}", max_retries=0, timeout=2.0, cardinality_limit=2)
+    sink.handle(_overflow_mix())
+    assert sink.stats().overflowed == 11
+    sink.shutdown(timeout=2.0)

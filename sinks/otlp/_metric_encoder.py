@@ -1,73 +1,38 @@
-"""Checkpoint metrics aggregated in-process and written as OTLP metric export requests.
+"""Checkpoint metrics written as OTLP metric export requests, from our own cumulative totals.
 
-``MetricTotals.add(batch)`` folds events into cumulative state: one explicit-bucket histogram
-per attribute set of ``gym.checkpoint.operation_duration_ms`` (OpenTelemetry's default
-boundaries, count, sum, min, max) and an integer sum per attribute set of each counter.
-``MetricEncoder`` writes a snapshot as an ``ExportMetricsServiceRequest`` in protobuf (by
-hand, as the span encoder does) or OTLP/JSON (msgspec), cumulative temporality, with the
-instrument names, units and attribute sets of ``MetricSink``.
+``MetricEncoder`` writes a ``MetricTotals`` snapshot (``ckpt_events.sinks._metric_totals``) as
+an ``ExportMetricsServiceRequest`` in protobuf (by hand, as the span encoder does) or OTLP/JSON
+(msgspec), cumulative temporality, with the instrument names, units and attribute sets of
+``MetricSink``; an instrument's overflow series carries the boolean attribute
+``otel.metric.overflow=true``, as the OpenTelemetry SDK writes it.
 """
 
 from __future__ import annotations
 
-import bisect
 import struct
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import (
-    CoordinateFinished,
-    GenerationCut,
-    LeaseExpired,
-    OperationFinished,
-    PrepareNotReady,
-    Refused,
-    Stalled,
-    __version__,
-)
+from ckpt_events import __version__
 from ckpt_events.sinks import _metric_keys as keys
-from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork, OpenWorkSnapshot
+from ckpt_events.sinks._metric_totals import (
+    COUNTERS,
+    DEFAULT_BOUNDARIES,
+    HISTOGRAMS,
+    HistogramPoint,
+    MetricTotals,
+)
+from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWorkSnapshot
 from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp import _tags as tags
 from ckpt_events.sinks.otlp._span_encoder import SCOPE_NAME
 from ckpt_events.sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
-from ckpt_events.vocab import INSTRUMENTS, Instrument, InstrumentKind
+from ckpt_events.vocab import Instrument
 
-__all__ = [
-    "COUNTERS",
-    "DEFAULT_BOUNDARIES",
-    "EXEMPLAR_WINDOW_NS",
-    "HISTOGRAMS",
-    "HistogramPoint",
-    "MetricEncoder",
-    "MetricTotals",
-]
+__all__ = ["MetricEncoder"]
 
-#: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
-DEFAULT_BOUNDARIES: Final = (
-    0.0,
-    5.0,
-    10.0,
-    25.0,
-    50.0,
-    75.0,
-    100.0,
-    250.0,
-    500.0,
-    750.0,
-    1000.0,
-    2500.0,
-    5000.0,
-    7500.0,
-    10000.0,
-)
-#: The counters, in export order (the table's order); the histograms are exported first.
-COUNTERS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.COUNTER)
-#: The histograms, in export order: durations, then loop lag.
-HISTOGRAMS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.HISTOGRAM)
 _CUMULATIVE: Final = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _TIMES: Final = struct.Struct("<BQBQ")  # a data point's start and end time, fixed64 each
 _CUMULATIVE_HISTOGRAM: Final = bytes((tags.HISTOGRAM_TEMPORALITY, _CUMULATIVE))
@@ -82,142 +47,6 @@ _COUNT: Final = bytes((tags.HISTOGRAM_POINT_COUNT,))
 _SUM: Final = bytes((tags.HISTOGRAM_POINT_SUM,))
 _MIN: Final = bytes((tags.HISTOGRAM_POINT_MIN,))
 _MAX: Final = bytes((tags.HISTOGRAM_POINT_MAX,))
-_bisect_left: Final = bisect.bisect_left
-#: A bucket's exemplar is the slowest operation in it, replaced by any newer one once it is this
-#: much older (by the operations' end times): "the slowest of about the last minute".
-EXEMPLAR_WINDOW_NS: Final = 60_000_000_000
-
-
-class HistogramPoint:
-    """One attribute set's cumulative histogram: count, sum, min, max and bucket counts.
-
-    ``exemplars[i]`` is the finished-span event of bucket ``i``'s exemplar (its trace and span
-    ids, end time), ``exemplar_values[i]`` the value it recorded; ``None`` / NaN where none.
-    """
-
-    __slots__ = ("buckets", "count", "exemplar_values", "exemplars", "max", "min", "total")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.total = 0.0
-        self.min = float("inf")
-        self.max = float("-inf")
-        self.buckets = [0] * (len(DEFAULT_BOUNDARIES) + 1)
-        self.exemplars: list[Any] = [None] * (len(DEFAULT_BOUNDARIES) + 1)
-        self.exemplar_values = [float("nan")] * (len(DEFAULT_BOUNDARIES) + 1)
-
-    def record(self, value: float, exemplar: Any = None) -> None:
-        """Add one value (a bucket holds values up to and including its upper boundary);
-        ``exemplar``, a finished-span event, becomes the bucket's exemplar when it is the
-        slowest there or the held one is older than ``EXEMPLAR_WINDOW_NS``."""
-        self.count += 1
-        self.total += value
-        # Comparisons, not min()/max() (11 ns against 87 each): this runs on the event loop
-        # for every operation, and means the same (the current value wins a tie or a NaN).
-        if value < self.min:  # noqa: PLR1730
-            self.min = value
-        if value > self.max:  # noqa: PLR1730
-            self.max = value
-        index = _bisect_left(DEFAULT_BOUNDARIES, value)
-        self.buckets[index] += 1
-        if exemplar is not None:
-            held = self.exemplars[index]
-            # No clock read: the events' own end times say how old the held exemplar is.
-            if (
-                held is None
-                or not value < self.exemplar_values[index]
-                or exemplar.end_ns - held.end_ns > EXEMPLAR_WINDOW_NS
-            ):
-                self.exemplars[index] = exemplar
-                self.exemplar_values[index] = value
-
-    def copy(self) -> HistogramPoint:
-        """A snapshot of this point."""
-        point = HistogramPoint()
-        point.count = self.count
-        point.total = self.total
-        point.min = self.min
-        point.max = self.max
-        point.buckets = list(self.buckets)
-        point.exemplars = list(self.exemplars)
-        point.exemplar_values = list(self.exemplar_values)
-        return point
-
-
-class MetricTotals:
-    """Cumulative totals since creation, keyed by the flat keys of ``ckpt_events.sinks._metric_keys``."""
-
-    def __init__(self) -> None:
-        self.durations: dict[tuple[Any, ...], HistogramPoint] = {}
-        self.lags: dict[tuple[Any, ...], HistogramPoint] = {}
-        # One dict per counter, in the order of COUNTERS: records, bytes, events.
-        self.sums: tuple[dict[tuple[Any, ...], int], ...] = ({}, {}, {})
-        self.open_work = OpenWork()
-        #: What was open when this copy was taken (set by ``snapshot``).
-        self.open: OpenWorkSnapshot | None = None
-
-    def add(self, batch: list[Any]) -> None:
-        """Fold ``batch`` in (the same points ``MetricSink`` records for it)."""
-        durations = self.durations
-        records, sizes, counts = self.sums
-        volume_operations = keys.VOLUME_OPERATIONS
-        for event in batch:
-            cls = event.__class__
-            if cls is Refused:
-                key: tuple[Any, ...] = (keys.REFUSED, event.code)
-                counts[key] = counts.get(key, 0) + 1
-            elif cls is OperationFinished:
-                operation, kind = event.operation, event.kind
-                key = (keys.DURATION, operation, kind, event.outcome)
-                point = durations.get(key)
-                if point is None:
-                    point = durations[key] = HistogramPoint()
-                point.record((event.end_ns - event.start_ns) / 1e6, event)
-                if event.loop_lag_ms is not None:
-                    key = (keys.LAG, kind)
-                    point = self.lags.get(key)
-                    if point is None:
-                        point = self.lags[key] = HistogramPoint()
-                    point.record(event.loop_lag_ms, event)
-                if operation in volume_operations:
-                    rows, size = event.records, event.bytes
-                    if rows is not None or size is not None:
-                        key = (keys.VOLUME, operation, kind)
-                        if rows is not None:
-                            records[key] = records.get(key, 0) + rows
-                        if size is not None:
-                            sizes[key] = sizes.get(key, 0) + size
-            elif cls is CoordinateFinished:
-                key = (keys.DURATION, event.operation, keys.CONTROLLER, event.outcome)
-                point = durations.get(key)
-                if point is None:
-                    point = durations[key] = HistogramPoint()
-                point.record((event.end_ns - event.start_ns) / 1e6, event)
-            elif cls is GenerationCut:
-                key = (keys.CUT, event.disposition)
-                counts[key] = counts.get(key, 0) + event.calls
-            elif cls is LeaseExpired:
-                key = (keys.LEASE, event.kind, event.phase)
-                counts[key] = counts.get(key, 0) + 1
-            elif cls is PrepareNotReady:
-                key = (keys.NOT_READY, event.kind)
-                counts[key] = counts.get(key, 0) + 1
-            elif cls is Stalled:
-                key = (keys.STALLED, event.kind, event.operation)
-                counts[key] = counts.get(key, 0) + 1
-        self.open_work.add(batch)
-
-    def snapshot(self) -> MetricTotals:
-        """A copy to encode while the original keeps counting."""
-        copy = MetricTotals()
-        copy.durations = {key: point.copy() for key, point in self.durations.items()}
-        copy.lags = {key: point.copy() for key, point in self.lags.items()}
-        copy.sums = tuple(dict(sums) for sums in self.sums)
-        copy.open = self.open_work.snapshot(time.time_ns())
-        return copy
-
-    def __bool__(self) -> bool:
-        return bool(self.durations) or bool(self.lags) or any(self.sums) or bool(self.open_work)
 
 
 class MetricEncoder:
@@ -236,18 +65,22 @@ class MetricEncoder:
             field(tags.SCOPE_NAME_FIELD, SCOPE_NAME.encode())
             + field(tags.SCOPE_VERSION, __version__.encode()),
         )
-        self._attributes: dict[tuple[Any, ...], dict[str, str]] = {}
+        # One entry per key of the totals: bounded by their cardinality limit per instrument.
+        self._attributes: dict[tuple[Any, ...], dict[str, str | bool]] = {}
         #: Attribute texts UTF-8 cannot hold (a lone surrogate in an instance name), written
         #: with U+FFFD: the point is kept, under a name that is still readable.
         self.invalid_values = 0
         self._json_resource = {"attributes": json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
-    def _attrs(self, key: tuple[Any, ...]) -> dict[str, str]:
+    def _attrs(self, key: tuple[Any, ...]) -> dict[str, str | bool]:
         cached = self._attributes.get(key)
         if cached is None:
             cached = keys.attributes_of(key)
-            replaced = {name: replace_surrogates(value) for name, value in cached.items()}
+            replaced = {
+                name: replace_surrogates(value) if isinstance(value, str) else value
+                for name, value in cached.items()
+            }
             self.invalid_values += sum(replaced[name] != value for name, value in cached.items())
             cached = self._attributes[key] = replaced
         return cached
@@ -322,7 +155,7 @@ class MetricEncoder:
             ]
             data = {"dataPoints": points, "aggregationTemporality": _CUMULATIVE, "isMonotonic": False}
             metrics.append({"name": name, "unit": unit, "description": description, "sum": data})
-        gauges: tuple[tuple[Instrument, list[tuple[dict[str, str], float]]], ...] = (
+        gauges: tuple[tuple[Instrument, list[tuple[dict[str, str | bool], float]]], ...] = (
             (oldest_meta, [(self._attrs(key), age) for key, age in snapshot.oldest_s.items()]),
             (published_meta, [] if (ts := snapshot.last_published_ts) is None else [({}, ts)]),
         )

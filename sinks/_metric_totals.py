@@ -1,0 +1,275 @@
+"""The checkpoint metrics' cumulative totals, kept in-process: what our OTLP export and the
+Prometheus scrape both read.
+
+``MetricTotals.add(batch)`` folds events into cumulative state: one explicit-bucket histogram
+per attribute set of ``gym.checkpoint.operation_duration_ms`` and ``gym.checkpoint.loop_lag_ms``
+(OpenTelemetry's default boundaries, count, sum, min, max, an exemplar per bucket), an integer
+sum per attribute set of each counter, and the open work (``ckpt_events.sinks._open_work``):
+the points ``MetricSink`` records for the same events, under the same flat keys
+(``ckpt_events.sinks._metric_keys``). Each instrument keeps at most ``cardinality_limit``
+attribute sets (OpenTelemetry's 2,000 by default); a measurement of a set first seen after that
+goes to the instrument's ``otel.metric.overflow=true`` series (``ckpt_events.sinks._cardinality``).
+``snapshot()`` copies them for an encoder (``ckpt_events.sinks.otlp._metric_encoder``) or a
+scrape (``ckpt_events.sinks.prometheus``) to read while the original keeps counting.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Any, Final
+
+from ckpt_events import (
+    CoordinateFinished,
+    GenerationCut,
+    LeaseExpired,
+    OperationFinished,
+    PrepareNotReady,
+    Refused,
+    Stalled,
+)
+from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, Overflow
+from ckpt_events.sinks._open_work import OpenWork, OpenWorkSnapshot
+from ckpt_events.vocab import (
+    INSTRUMENTS,
+    METRIC_BYTES,
+    METRIC_EVENTS,
+    METRIC_LOOP_LAG,
+    METRIC_OPERATION_DURATION,
+    METRIC_RECORDS,
+    InstrumentKind,
+)
+
+__all__ = [
+    "COUNTERS",
+    "DEFAULT_BOUNDARIES",
+    "EXEMPLAR_WINDOW_NS",
+    "HISTOGRAMS",
+    "HistogramPoint",
+    "MetricTotals",
+]
+
+#: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
+DEFAULT_BOUNDARIES: Final = (
+    0.0,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    75.0,
+    100.0,
+    250.0,
+    500.0,
+    750.0,
+    1000.0,
+    2500.0,
+    5000.0,
+    7500.0,
+    10000.0,
+)
+#: The counters, in export order (the table's order); the histograms are exported first.
+COUNTERS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.COUNTER)
+#: The histograms, in export order: durations, then loop lag.
+HISTOGRAMS: Final = tuple(i for i in INSTRUMENTS if i.kind is InstrumentKind.HISTOGRAM)
+_bisect_left: Final = bisect.bisect_left
+#: A bucket's exemplar is the slowest operation in it, replaced by any newer one once it is this
+#: much older (by the operations' end times): "the slowest of about the last minute".
+EXEMPLAR_WINDOW_NS: Final = 60_000_000_000
+_OVERFLOW_KEY: Final = keys.OVERFLOW_KEY
+
+
+class HistogramPoint:
+    """One attribute set's cumulative histogram: count, sum, min, max and bucket counts.
+
+    ``exemplars[i]`` is the finished-span event of bucket ``i``'s exemplar (its trace and span
+    ids, end time), ``exemplar_values[i]`` the value it recorded; ``None`` / NaN where none.
+    """
+
+    __slots__ = ("buckets", "count", "exemplar_values", "exemplars", "max", "min", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+        self.min = float("inf")
+        self.max = float("-inf")
+        self.buckets = [0] * (len(DEFAULT_BOUNDARIES) + 1)
+        self.exemplars: list[Any] = [None] * (len(DEFAULT_BOUNDARIES) + 1)
+        self.exemplar_values = [float("nan")] * (len(DEFAULT_BOUNDARIES) + 1)
+
+    def record(self, value: float, exemplar: Any = None) -> None:
+        """Add one value (a bucket holds values up to and including its upper boundary);
+        ``exemplar``, a finished-span event, becomes the bucket's exemplar when it is the
+        slowest there or the held one is older than ``EXEMPLAR_WINDOW_NS``."""
+        self.count += 1
+        self.total += value
+        # Comparisons, not min()/max() (11 ns against 87 each): this runs on the event loop
+        # for every operation, and means the same (the current value wins a tie or a NaN).
+        if value < self.min:  # noqa: PLR1730
+            self.min = value
+        if value > self.max:  # noqa: PLR1730
+            self.max = value
+        index = _bisect_left(DEFAULT_BOUNDARIES, value)
+        self.buckets[index] += 1
+        if exemplar is not None:
+            held = self.exemplars[index]
+            # No clock read: the events' own end times say how old the held exemplar is.
+            if (
+                held is None
+                or not value < self.exemplar_values[index]
+                or exemplar.end_ns - held.end_ns > EXEMPLAR_WINDOW_NS
+            ):
+                self.exemplars[index] = exemplar
+                self.exemplar_values[index] = value
+
+    def copy(self) -> HistogramPoint:
+        """A snapshot of this point."""
+        point = HistogramPoint()
+        point.count = self.count
+        point.total = self.total
+        point.min = self.min
+        point.max = self.max
+        point.buckets = list(self.buckets)
+        point.exemplars = list(self.exemplars)
+        point.exemplar_values = list(self.exemplar_values)
+        return point
+
+
+class MetricTotals:
+    """Cumulative totals since creation, keyed by the flat keys of ``ckpt_events.sinks._metric_keys``.
+
+    Each instrument keeps at most ``cardinality_limit`` attribute sets, then records new ones
+    under ``keys.OVERFLOW_KEY``: what was folded there is in ``overflow.by_instrument``, and
+    the first time per instrument is logged. Not locked: the owner adds and copies under its lock.
+    """
+
+    def __init__(self, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT, *, owner: str = "metrics") -> None:
+        self.overflow = Overflow(cardinality_limit, owner=owner)
+        self.durations: dict[tuple[Any, ...], HistogramPoint] = {}
+        self.lags: dict[tuple[Any, ...], HistogramPoint] = {}
+        # One dict per counter, in the order of COUNTERS: records, bytes, events.
+        self.sums: tuple[dict[tuple[Any, ...], int], ...] = ({}, {}, {})
+        self.open_work = OpenWork(self.overflow)
+        #: What was open when this copy was taken (set by ``snapshot``).
+        self.open: OpenWorkSnapshot | None = None
+
+    def add(self, batch: list[Any]) -> None:
+        """Fold ``batch`` in (the same points ``MetricSink`` records for it)."""
+        durations = self.durations
+        records, sizes, counts = self.sums
+        volume_operations = keys.VOLUME_OPERATIONS
+        # A set already kept costs one lookup, as before the limit; only a new set (at most
+        # ``limit`` per instrument, then each overflowing measurement) takes the calls below.
+        for event in batch:
+            cls = event.__class__
+            if cls is Refused:
+                key: tuple[Any, ...] = (keys.REFUSED, event.code)
+                n = counts.get(key)
+                if n is None:
+                    self._add_new(counts, key, 1, METRIC_EVENTS)
+                else:
+                    counts[key] = n + 1
+            elif cls is OperationFinished:
+                operation, kind = event.operation, event.kind
+                key = (keys.DURATION, operation, kind, event.outcome)
+                point = durations.get(key)
+                if point is None:
+                    point = self._new_point(durations, key, METRIC_OPERATION_DURATION)
+                point.record((event.end_ns - event.start_ns) / 1e6, event)
+                if event.loop_lag_ms is not None:
+                    key = (keys.LAG, kind)
+                    point = self.lags.get(key)
+                    if point is None:
+                        point = self._new_point(self.lags, key, METRIC_LOOP_LAG)
+                    point.record(event.loop_lag_ms, event)
+                if operation in volume_operations:
+                    rows, size = event.records, event.bytes
+                    if rows is not None or size is not None:
+                        key = (keys.VOLUME, operation, kind)
+                        if rows is not None:
+                            n = records.get(key)
+                            if n is None:
+                                self._add_new(records, key, rows, METRIC_RECORDS)
+                            else:
+                                records[key] = n + rows
+                        if size is not None:
+                            n = sizes.get(key)
+                            if n is None:
+                                self._add_new(sizes, key, size, METRIC_BYTES)
+                            else:
+                                sizes[key] = n + size
+            elif cls is CoordinateFinished:
+                key = (keys.DURATION, event.operation, keys.CONTROLLER, event.outcome)
+                point = durations.get(key)
+                if point is None:
+                    point = self._new_point(durations, key, METRIC_OPERATION_DURATION)
+                point.record((event.end_ns - event.start_ns) / 1e6, event)
+            elif cls is GenerationCut:
+                key = (keys.CUT, event.disposition)
+                n = counts.get(key)
+                if n is None:
+                    self._add_new(counts, key, event.calls, METRIC_EVENTS)
+                else:
+                    counts[key] = n + event.calls
+            elif cls is LeaseExpired:
+                key = (keys.LEASE, event.kind, event.phase)
+                n = counts.get(key)
+                if n is None:
+                    self._add_new(counts, key, 1, METRIC_EVENTS)
+                else:
+                    counts[key] = n + 1
+            elif cls is PrepareNotReady:
+                key = (keys.NOT_READY, event.kind)
+                n = counts.get(key)
+                if n is None:
+                    self._add_new(counts, key, 1, METRIC_EVENTS)
+                else:
+                    counts[key] = n + 1
+            elif cls is Stalled:
+                key = (keys.STALLED, event.kind, event.operation)
+                n = counts.get(key)
+                if n is None:
+                    self._add_new(counts, key, 1, METRIC_EVENTS)
+                else:
+                    counts[key] = n + 1
+        # No per-key changes: only MetricSink hands those to an SDK. Skipping that dict update
+        # per operation start and end made this method 13-22% cheaper on an emit loop's mix.
+        self.open_work.add(batch, deltas=False)
+
+    def _add_new(
+        self, sums: dict[tuple[Any, ...], int], key: tuple[Any, ...], amount: int, instrument: str
+    ) -> None:
+        """Add ``amount`` for a key ``sums`` does not hold yet: under it, or past the limit
+        under the overflow key."""
+        if len(sums) < self.overflow.limit:
+            sums[key] = amount
+        else:
+            self.overflow.fold(instrument)
+            sums[_OVERFLOW_KEY] = sums.get(_OVERFLOW_KEY, 0) + amount
+
+    def _new_point(
+        self, points: dict[tuple[Any, ...], HistogramPoint], key: tuple[Any, ...], instrument: str
+    ) -> HistogramPoint:
+        """The point to record in for a key ``points`` does not hold yet (created if need be)."""
+        if len(points) >= self.overflow.limit:
+            self.overflow.fold(instrument)
+            key = _OVERFLOW_KEY
+            point = points.get(key)
+            if point is not None:
+                return point
+        point = points[key] = HistogramPoint()
+        return point
+
+    def snapshot(self) -> MetricTotals:
+        """A copy to encode while the original keeps counting (its ``overflow`` is shared)."""
+        copy = MetricTotals.__new__(MetricTotals)
+        copy.overflow = self.overflow
+        copy.durations = {key: point.copy() for key, point in self.durations.items()}
+        copy.lags = {key: point.copy() for key, point in self.lags.items()}
+        copy.sums = tuple(dict(sums) for sums in self.sums)
+        copy.open_work = OpenWork(self.overflow)  # the copy's is never fed: what was open is ``open``
+        copy.open = self.open_work.snapshot(time.time_ns())
+        return copy
+
+    def __bool__(self) -> bool:
+        return bool(self.durations) or bool(self.lags) or any(self.sums) or bool(self.open_work)
