@@ -225,9 +225,11 @@ class CheckpointNotPrepared(CkptEventsError):
     def __init__(self, result: PrepareOutcome) -> None:
         self.result = result
         stage = str(result.stopped_at) if result.stopped_at is not None else "?"
+        # In words as ``cli.words.counted`` says them (this module imports only the core).
+        blockers = result.blocker_count()
         super().__init__(
             f"checkpoint {result.checkpoint_id} not prepared: stopped at stage {stage} "
-            f"with {result.blocker_count()} blockers"
+            f"with {blockers:,} blocker{'' if blockers == 1 else 's'}"
         )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "INVALID_REQUEST",
     "MAX_BLOCKERS",
     "MAX_RETIRED_SHOWN",
+    "SERVER_TIME_HEADER",
     "CheckpointId",
     "CommitReply",
     "CommitRequest",
@@ -66,6 +67,10 @@ MAX_BLOCKERS: Final = 100
 MAX_RETIRED_SHOWN: Final = 100
 #: The error code of a malformed body (422); not an ``ErrorCode``, never counted as refused.
 INVALID_REQUEST: Final = "invalid_request"
+#: ``GET /status``'s reply header with the participant's clock (Unix seconds, microseconds):
+#: ``watch`` ages open work by it. A header, not a field: a client that refuses unknown fields
+#: still reads the body.
+SERVER_TIME_HEADER: Final = "ckpt-server-time"
 
 _SAFE: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # A rollout id ending like a capture key suffix would make capture keys ambiguous.

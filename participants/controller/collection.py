@@ -212,7 +212,8 @@ class Collection:
                         self._unload(rollout)
                         self._finished += 1
                         if self._finished in self._checkpoint_after:
-                            await self._checkpoint_quietly(f"after {self._finished} rollouts")
+                            done = self._finished
+                            await self._checkpoint_quietly(f"after {done} rollout{'' if done == 1 else 's'}")
                         break
                     if self._stop_after is not None and self._last_step(rollout, pending):
                         await self._finish_or_hold(rollout, pending)
@@ -452,7 +453,8 @@ class Collection:
         manifest = self.run_dir.read(checkpoint_id, run_id=from_run)
         if manifest.steps != self.steps:
             raise ConfigurationError(
-                f"{checkpoint_id} was taken with {manifest.steps} steps, not {self.steps}"
+                f"{checkpoint_id} was taken with {manifest.steps} step{'' if manifest.steps == 1 else 's'}, "
+                f"not {self.steps}"
             )
 
         restore_id = new_restore_id()

@@ -21,7 +21,7 @@ import httpx
 import msgspec
 
 from ckpt_events import InvalidValueError, Telemetry
-from ckpt_events.participants.controller.client import ControlClient, SpanLike
+from ckpt_events.participants.controller.client import ControlClient
 from ckpt_events.participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
 from ckpt_events.participants.controller.fan_out import (
     Failures,
@@ -33,7 +33,12 @@ from ckpt_events.participants.controller.fan_out import (
     fan_out,
     renewing,
 )
-from ckpt_events.participants.controller.types import Member, PrepareResult
+from ckpt_events.participants.controller.types import (
+    FAILURES_ATTRIBUTE,
+    Member,
+    PrepareResult,
+    failures_value,
+)
 from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
 from ckpt_events.participants.faults import stall_before_commit
 from ckpt_events.participants.kinds import prepare_order, resume_order, retire_groups
@@ -151,39 +156,53 @@ class Coordinator:
         """
         request = PrepareRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies: dict[str, PrepareReply] = {}
-        failures: Failures = {}
         stopped_at: str | None = None
 
-        with self.tel.coordinate("prepare", checkpoint_id=checkpoint_id, parent=parent) as span:
-            span.set(participants=len(self.members))
-            for kind in self._prepare_order:
-                members = self._by_kind[kind]
-                with span.stage(kind) as stage:
-                    stage.set(participants=len(members))
-                    got, failures = await fan_out(
-                        self.control,
-                        members,
-                        "prepare",
-                        request,
-                        PrepareReply,
-                        deadline_ts=deadline_ts,
-                        span=stage,
-                    )
-                replies.update(got)
-                if failures or any(r.phase is not Phase.PREPARED for r in got.values()):
-                    stopped_at = kind
-                    break
-            span.set(prepared=stopped_at is None)
-            if stopped_at is not None:
-                span.set(stopped_at=stopped_at)
+        try:
+            with self.tel.coordinate("prepare", checkpoint_id=checkpoint_id, parent=parent) as span:
+                span.set(participants=len(self.members))
+                for kind in self._prepare_order:
+                    members = self._by_kind[kind]
+                    with span.stage(kind) as stage:
+                        stage.set(participants=len(members))
+                        got, failures = await fan_out(
+                            self.control,
+                            members,
+                            "prepare",
+                            request,
+                            PrepareReply,
+                            deadline_ts=deadline_ts,
+                            span=stage,
+                        )
+                        replies.update(got)
+                        if failures:
+                            span.set(prepared=False, stopped_at=kind)
+                            # Ends this stage and coordinate.prepare as errors naming who failed.
+                            raise self._failed(span, "prepare", failures, stage)
+                    if any(r.phase is not Phase.PREPARED for r in got.values()):
+                        stopped_at = kind
+                        break
+                span.set(prepared=stopped_at is None)
+                if stopped_at is not None:
+                    span.set(stopped_at=stopped_at)
+        except CoordinationError:
+            # Abort: everyone already prepared (and the stage that failed) reopens admission.
+            await self._resume_quietly(checkpoint_id, deadline_ts, parent if parent is not None else span)
+            raise
 
         result = PrepareResult(checkpoint_id, stopped_at is None, stopped_at, replies)
         if stopped_at is not None:
-            # Abort: everyone already prepared (and the stage that stopped) reopens admission.
+            # Abort, the same way: the stage that stopped was not ready.
             await self._resume_quietly(checkpoint_id, deadline_ts, parent if parent is not None else span)
-            if failures:
-                raise CoordinationError("prepare", failures)
         return result
+
+    def _failed(self, span: Any, operation: str, failures: Failures, *more: Any) -> CoordinationError:
+        """Record on ``span`` (and ``more`` spans) whose calls failed and how
+        (``FAILURES_ATTRIBUTE``); returns the error to raise inside them, so they end as errors."""
+        value = failures_value(self.members, failures)
+        for each in (span, *more):
+            each.set_attribute(FAILURES_ATTRIBUTE, value)
+        return CoordinationError(operation, failures)
 
     async def commit(
         self,
@@ -228,7 +247,7 @@ class Coordinator:
             exported = len({key for r in replies.values() for key in r.episode_ids})
             span.set(episodes=len(episodes_in(episode_ids)) if episode_ids is not None else exported)
             if failures:
-                raise CoordinationError("commit", failures)
+                raise self._failed(span, "commit", failures)
         return replies
 
     async def renew(
@@ -242,8 +261,8 @@ class Coordinator:
             replies, failures = await fan_out(
                 self.control, self.members, "renew", request, RenewReply, deadline_ts=deadline_ts, span=span
             )
-        if failures:
-            raise CoordinationError("renew", failures)
+            if failures:
+                raise self._failed(span, "renew", failures)
         return replies
 
     async def resume(
@@ -269,7 +288,7 @@ class Coordinator:
                 replies.update(got)
                 failures.update(failed)
             if failures:
-                raise CoordinationError("resume", failures)
+                raise self._failed(span, "resume", failures)
         return replies
 
     async def _resume_quietly(self, checkpoint_id: str, deadline_ts: float, parent: Any) -> None:
@@ -316,20 +335,22 @@ class Coordinator:
             requests = request(list(episode_ids))
         everyone = episodes_in(episode_ids)
 
-        with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
-            span.set(participants=len(members), episodes=len(everyone))
-            replies, failures = await fan_out(
-                self.control,
-                members,
-                "restore",
-                requests,
-                RestoreReply,
-                deadline_ts=deadline_ts,
-                span=span,
-            )
-            check_restored(replies, failures, episode_ids, source_checkpoint_id)
-
-        if failures:
+        try:
+            with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
+                span.set(participants=len(members), episodes=len(everyone))
+                replies, failures = await fan_out(
+                    self.control,
+                    members,
+                    "restore",
+                    requests,
+                    RestoreReply,
+                    deadline_ts=deadline_ts,
+                    span=span,
+                )
+                check_restored(replies, failures, episode_ids, source_checkpoint_id)
+                if failures:
+                    raise self._failed(span, "restore", failures)
+        except CoordinationError:
             cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
             context = parent if parent is not None else span
             if everyone:
@@ -343,7 +364,7 @@ class Coordinator:
                 except CoordinationError as exc:
                     logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
             await self._resume_quietly(checkpoint_id, cleanup_deadline, context)
-            raise CoordinationError("restore", failures)
+            raise
         return replies
 
     async def _grouped(
@@ -353,7 +374,7 @@ class Coordinator:
         reply_type: type[R],
         *,
         deadline_ts: float,
-        span: SpanLike,
+        span: Any,
     ) -> dict[str, R]:
         """Run ``operation`` group by group, callers before callees; raise if any member failed."""
         replies: dict[str, R] = {}
@@ -366,7 +387,7 @@ class Coordinator:
             replies.update(got)
             failures.update(failed)
         if failures:
-            raise CoordinationError(operation, failures)
+            raise self._failed(span, operation, failures)
         return replies
 
     async def retire(

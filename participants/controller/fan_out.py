@@ -17,7 +17,7 @@ import msgspec
 
 from ckpt_events.participants.controller.client import ControlClient, SpanLike
 from ckpt_events.participants.controller.types import Member
-from ckpt_events.participants.errors import ParticipantCallError
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, RestoreReply
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Scope",
     "check_committed",
     "check_restored",
+    "described",
     "episodes_in",
     "episodes_of",
     "fan_out",
@@ -32,11 +33,22 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=msgspec.Struct)
-#: Member name -> what went wrong with its call.
+#: Member name -> what went wrong with its call, in words (``described``).
 Failures = dict[str, str]
 #: The episodes of a commit or restore: one list for every member, or each member's own (by
 #: member name; a fleet with several servers of a kind holds each rollout on one of them).
 Scope = Sequence[EpisodeId] | Mapping[str, Sequence[EpisodeId]]
+
+
+def described(exc: ParticipantCallError) -> str:
+    """A failed call in words, code first: ``refused: unauthorized (401): missing or wrong
+    bearer token``, ``unreachable at URL: ConnectError: ...``, ``answered HTTP 502: ...``."""
+    detail = " ".join(exc.detail.split())  # one line, whatever the reply's body held
+    if isinstance(exc, ParticipantUnreachable):
+        return f"unreachable at {exc.url}: {detail}"
+    if exc.raw_code is not None:
+        return f"refused: {exc.raw_code} ({exc.status}): {detail}"
+    return f"answered HTTP {exc.status}: {detail}"
 
 
 def episodes_of(scope: Scope, name: str) -> list[EpisodeId]:
@@ -73,7 +85,7 @@ async def fan_out(
                 member.url, operation, body, reply_type, deadline_ts=deadline_ts, span=span
             )
         except ParticipantCallError as exc:
-            failures[member.name] = str(exc)
+            failures[member.name] = described(exc)
 
     async with anyio.create_task_group() as tg:
         for member in members:
@@ -95,7 +107,9 @@ def _compare(what: str, got: Sequence[str], want: Sequence[str]) -> str | None:
     if list(got) == list(want):
         return None
     missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-    counts = f"{what} {len(got)} episodes, not the {len(want)} asked for"
+    # In words as ``cli.words.counted`` says them (the controller does not import the command line).
+    episodes = f"{len(got):,} episode{'' if len(got) == 1 else 's'}"
+    counts = f"{what} {episodes}, not the {len(want):,} asked for"
     return f"{counts} (missing {missing[:5]}, extra {extra[:5]})"
 
 

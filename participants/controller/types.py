@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 import msgspec
 
@@ -12,11 +13,25 @@ from ckpt_events.participants.kinds import stage_index
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply
 
 __all__ = [
+    "FAILURES_ATTRIBUTE",
     "CheckpointNotPrepared",
     "CoordinationError",
     "Member",
+    "MemberFailure",
     "PrepareResult",
+    "failures_value",
+    "read_failures",
 ]
+
+#: The span attribute on which the coordinator records whose calls failed and how (a JSON list
+#: of ``MemberFailure``), on each stage or coordinate span that had failures. The controller
+#: knows which checkpoint a refused call was for; the participant does not always (a refusal
+#: before the body is read, a wrong token, names no checkpoint), and never reads an
+#: unauthenticated request's claim.
+FAILURES_ATTRIBUTE: Final = "ckpt_events.failures"
+#: Members recorded on one span at most (a fleet of 64 refusing at once stays one small value).
+MAX_FAILURES_RECORDED: Final = 16
+_MAX_SAID: Final = 512
 
 
 class Member(msgspec.Struct, frozen=True, order=True):
@@ -31,6 +46,44 @@ class Member(msgspec.Struct, frozen=True, order=True):
 
     def sort_key(self) -> tuple[int, str, str]:
         return stage_index(self.kind), self.kind, self.name
+
+
+class MemberFailure(msgspec.Struct, frozen=True):
+    """One member's failed call as the coordinator received it: ``said`` is what went wrong, in
+    words (``refused: unauthorized (401): missing or wrong bearer token``, ``unreachable at
+    URL: ...``, ``committed 3 episodes, not the 4 asked for ...``)."""
+
+    kind: str
+    instance: str
+    said: str
+
+
+_failures_decoder: Final = msgspec.json.Decoder(list[MemberFailure])
+
+
+def failures_value(members: Iterable[Member], failures: Mapping[str, str]) -> str:
+    """``FAILURES_ATTRIBUTE``'s value for ``failures`` (member name -> what went wrong) among
+    ``members``: the first ``MAX_FAILURES_RECORDED`` in name order."""
+    by_name = {m.name: m for m in members}
+    recorded = [
+        MemberFailure(
+            by_name[name].kind if name in by_name else "?",
+            by_name[name].instance if name in by_name else name,
+            said[:_MAX_SAID],
+        )
+        for name, said in sorted(failures.items())[:MAX_FAILURES_RECORDED]
+    ]
+    return msgspec.json.encode(recorded).decode()
+
+
+def read_failures(value: object) -> list[MemberFailure]:
+    """The failures a span recorded under ``FAILURES_ATTRIBUTE`` (``[]`` if ``value`` is not one)."""
+    if not isinstance(value, str):
+        return []
+    try:
+        return _failures_decoder.decode(value)
+    except msgspec.DecodeError:
+        return []
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ is counted as ``refused`` by its code there and nowhere else; a ``MalformedReque
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -20,6 +21,7 @@ from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, W
 from ckpt_events.participants.fastapi import Incoming, incoming
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
+    SERVER_TIME_HEADER,
     CommitRequest,
     EpisodeId,
     ErrorBody,
@@ -60,7 +62,11 @@ def _json(value: Any, status: int = 200) -> Response:
 
 
 def bearer_auth(token: str) -> Callable[[Request], Awaitable[None]]:
-    """A dependency that refuses a missing or wrong ``Authorization: Bearer`` (constant time)."""
+    """A dependency that refuses a missing or wrong ``Authorization: Bearer`` (constant time).
+
+    It runs before the body is read, and an unauthenticated body's claims are not trusted: its
+    ``refused`` names no checkpoint. The controller's span records the checkpoint it was for
+    (``controller.types.FAILURES_ATTRIBUTE``), which the report names as the cause."""
     expected = token.encode()
 
     async def check(request: Request) -> None:
@@ -89,7 +95,9 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
 
     @router.get("/status")
     async def status() -> Response:
-        return _json(await plane.status())
+        reply = _json(await plane.status())
+        reply.headers[SERVER_TIME_HEADER] = f"{time.time():.6f}"  # watch's clock offset
+        return reply
 
     @router.post("/prepare")
     async def prepare(request: Request, trace: Trace) -> Response:

@@ -45,7 +45,8 @@ def diagnosis_checks(
         )
     others = sorted({r.outcome for r in checkpoints} - {PUBLISHED})
     rest = "".join(f", {sum(r.outcome == o for r in checkpoints)} {o}" for o in others)
-    passed = [f"{published} of {len(checkpoints)} checkpoints published{rest}, each through the controller"]
+    of = counted(len(checkpoints), "checkpoint")
+    passed = [f"{published} of {of} published{rest}, each through the controller"]
     restores = [r for r in run.rows if r.what == "restore"]
     if len(restores) != 1 or restores[0].outcome != RESTORED:
         raise DemoFailed(f"expected one restore that restored, got {_outcomes(restores)}")
@@ -76,10 +77,10 @@ def diagnosis_checks(
         if one_of is not None:
             if len(hits) != 1:
                 raise DemoFailed(
-                    f"checkpoint {row.checkpoint_id}: the fault hit {target} alone, but {len(hits)} "
-                    f"servers are named: {'; '.join(hits)}"
+                    f"checkpoint {row.checkpoint_id}: the fault hit {target} alone, but "
+                    f"{counted(len(hits), 'server is', 'servers are')} named: {'; '.join(hits)}"
                 )
-            among = f", the one of {one_of} {_kind_of(target)} servers"
+            among = f", the one of {counted(one_of, _kind_of(target) + ' server')}"
         if fault.mode == "stall" and blockers is not None and one_of is not None:
             if set(blockers) != {fault.instance}:
                 raise DemoFailed(

@@ -20,6 +20,7 @@ from ckpt_events.participants.cli.command import (
     run_interruptibly,
     writable_path,
 )
+from ckpt_events.participants.cli.words import counted
 
 __all__ = ["DEMO"]
 
@@ -136,7 +137,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
     if result.spans_not_exported:
         raise CommandError(
-            f"{result.spans_not_exported} spans could not be exported to {endpoint}: "
+            f"{counted(result.spans_not_exported, 'span')} could not be exported to {endpoint}: "
             "is a collector listening there?"
         )
     return 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.faults import FAULT_ENV, Fault, parse_fault
 
 __all__ = [
@@ -114,8 +115,8 @@ def check_options(opts: DemoOptions) -> str | None:
         )
     if count > 1 and stop_after(opts) < count:
         return (
-            f"--checkpoints {count} needs at least {count} rollouts done before the last checkpoint "
-            f"({stop_after(opts)} are): raise --rollouts or --checkpoint-at"
+            f"--checkpoints {count} needs at least {counted(count, 'rollout')} done before the last "
+            f"checkpoint ({stop_after(opts)} are): raise --rollouts or --checkpoint-at"
         )
     return None
 

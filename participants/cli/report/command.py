@@ -35,7 +35,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ckpt_events.participants.cli.report.files import check_report_path, write_report
+    from ckpt_events.participants.cli.report.clocks import ClockEvidence
+    from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
     from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
     from ckpt_events.participants.cli.report.overview import overview
     from ckpt_events.participants.cli.report.overview_terminal import chosen_rows, render_overview
@@ -46,9 +47,23 @@ def _report(args: argparse.Namespace) -> int:
     paths, missing = expand_logs(args.logs)
     if missing:
         raise CommandError("; ".join(missing))
-    problems = LogProblems()
+    problems = LogProblems(clocks=(clocks := ClockEvidence()))
     # The overview folds one streaming pass; the detail of the chosen rows is one more pass.
-    run = overview(merged_events(paths, problems), again=lambda: merged_events(paths, LogProblems()))
+    run = overview(
+        merged_events(paths, problems), again=lambda: merged_events(paths, LogProblems()), clocks=clocks
+    )
+    offsets = clocks.offsets()
+    # Shifting one process of a file may put that file out of time order too.
+    exact = (problems.disordered or bool(offsets)) and len(paths) > 1
+    if offsets or exact:
+        # The calls prove a process's clock off (fold again on the callers' clock), or a log
+        # went back in time (its copies are found only by looking further back).
+        problems = LogProblems(clocks=(clocks := ClockEvidence()))
+        run = overview(
+            merged_events(paths, problems, offsets, exact=exact),
+            again=lambda: merged_events(paths, LogProblems(), offsets, exact=exact),
+            clocks=clocks,
+        )
     for line in problems.summary():
         print(line, file=sys.stderr)
     if not run.count:
@@ -76,7 +91,7 @@ def _report(args: argparse.Namespace) -> int:
 
             print(write_run_page(args.report, run, rows, title=f"report of {name}"))
             return 0
-        events = details[id(rows[0])] if rows else run.all_events()
+        events = details[id(rows[0])] if rows and not holds_the_run(args.report) else run.all_events()
         print(write_report(args.report, events, title=f"report of {name}"))
     return 0
 

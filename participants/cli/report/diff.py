@@ -1,16 +1,37 @@
 """``ckpt-events diff BASE NEW``: per (kind, operation, step) median and p95 of two runs, and
-their ratio, largest change first; ``--fail-above RATIO`` gates a CI job on it."""
+their ratio, largest change first; ``--fail-above RATIO`` gates a CI job on it.
+
+A ratio above the gate fails the run only if the change of the medians is also real: at least
+``FAIL_FLOOR_MS`` (as the trend flags' ``GROWTH_MIN_MS``), and at least the step's jitter (the
+robust spread of its durations, the larger of the two runs'; as the straggler flag weighs a gap
+against its spread). A sub-millisecond step doubling (renew 0.14 -> 0.27 ms over 3 checkpoints)
+is noise; each one ignored is named in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from typing import Final
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
 from ckpt_events.participants.cli.words import counted
 
-__all__ = ["DIFF"]
+__all__ = ["DIFF", "FAIL_FLOOR_MS", "real_change"]
+
+#: A median change under this many ms never fails ``--fail-above`` (the trend flags' floor).
+FAIL_FLOOR_MS: Final = 1.0
+
+
+def real_change(base: list[float], new: list[float]) -> bool:
+    """Whether the medians of ``base`` and ``new`` (ms) differ by at least ``FAIL_FLOOR_MS`` and by
+    at least the larger of the two runs' jitter (the robust spread of their values)."""
+    from ckpt_events.participants.cli.report.durations import median
+    from ckpt_events.participants.cli.report.trends import spread
+
+    change = abs(median(new) - median(base))
+    return change >= FAIL_FLOOR_MS and change >= max(spread(base), spread(new))
 
 
 def _diff_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +45,8 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
         "--fail-above",
         type=positive_number,
         metavar="RATIO",
-        help="exit 1 when any median ratio (new / base) is above RATIO",
+        help="exit 1 when any median ratio (new / base) is above RATIO and its change is real: at "
+        f"least {FAIL_FLOOR_MS:g} ms and at least the step's jitter (the others are named, not failed)",
     )
     parser.add_argument(
         "--min-ms",
@@ -78,6 +100,9 @@ def _diff(args: argparse.Namespace) -> int:
             )
         )
     rows.sort(key=lambda r: -abs(math.log(r[7])) if 0 < r[7] < math.inf else -math.inf)
+    above = [] if args.fail_above is None else [r for r in rows if r[7] > args.fail_above]
+    failing = [r for r in above if real_change(base[r[0]], new[r[0]])]
+    noise = [r for r in above if r not in failing]
     table = Table(box=box.SIMPLE_HEAD, title=f"{clean(args.new)} against {clean(args.base)} (ms)")
     for column in (
         "kind",
@@ -93,7 +118,7 @@ def _diff(args: argparse.Namespace) -> int:
     ):
         table.add_column(column, justify="left" if column in ("kind", "operation", "step") else "right")
     for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio in rows:
-        flag = "" if args.fail_above is None or ratio <= args.fail_above else " !"
+        flag = " !" if any(r[0] == (kind, operation, step) for r in failing) else ""
         table.add_row(
             kind,
             operation,
@@ -110,17 +135,29 @@ def _diff(args: argparse.Namespace) -> int:
     only = sorted(base.keys() ^ new.keys())
     if only:
         print(f"in one run only (not compared): {', '.join('/'.join(k).rstrip('/') for k in only[:8])}")
-    if args.fail_above is not None:
-        above = [r for r in rows if r[7] > args.fail_above]
-        if above:
-            (kind, operation, step), *_, ratio = above[0]
-            worst = "/".join(p for p in (kind, operation, step) if p)
-            print(
-                f"{len(above)} median ratios above {args.fail_above}: worst {worst} {ratio:.2f}x",
-                file=sys.stderr,
-            )
-            return 1
+    if noise:
+        ignored = ", ".join(
+            f"{_name(r[0])} {r[3]:.2f} -> {r[5]:.2f} ms (n = {r[1]}, {r[2]})" for r in noise[:4]
+        )
+        more = f" and {len(noise) - 4} more" if len(noise) > 4 else ""
+        print(
+            f"ignored {counted(len(noise), 'median ratio')} above {args.fail_above:g} as noise (a change "
+            f"under {FAIL_FLOOR_MS:g} ms or under the step's jitter): {ignored}{more}",
+            file=sys.stderr,
+        )
+    if failing:
+        (kind, operation, step), *_, ratio = failing[0]
+        print(
+            f"{counted(len(failing), 'median ratio')} above {args.fail_above:g}: "
+            f"worst {_name((kind, operation, step))} {ratio:.2f}x",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _name(key: tuple[str, str, str]) -> str:
+    return "/".join(p for p in key if p)
 
 
 DIFF = Command(

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StageFinished, StepFinished
+from ckpt_events.participants.cli.report.model import duration_ns
 
 __all__ = ["Key", "durations", "percentile"]
 
@@ -16,28 +17,31 @@ Key = tuple[str, str, str]
 
 
 def durations(events: Iterable[Any]) -> dict[Key, list[float]]:
-    """Milliseconds of every finished operation, step, stage, coordinate and collection span.
-    A step is keyed by its operation, found from its parent span."""
+    """Milliseconds of every finished operation, step, stage, coordinate and collection span,
+    each by its own process's clock (``duration_ns``; a span whose clock went back during it
+    has no known duration and is left out). A step is keyed by its operation, found from its
+    parent span."""
     operation_of: dict[int, str] = {}
     steps: list[Any] = []
     out: dict[Key, list[float]] = {}
 
     def add(key: Key, e: Any) -> None:
-        out.setdefault(key, []).append((e.end_ns - e.start_ns) / 1e6)
+        if (length := duration_ns(e)) is not None:
+            out.setdefault(key, []).append(length / 1e6)
 
     for e in events:
         match e:
             case OperationFinished():
-                operation_of[e.span_id] = e.operation.value
-                add((str(e.kind), e.operation.value, ""), e)
+                operation_of[e.span_id] = str(e.operation)
+                add((str(e.kind), str(e.operation), ""), e)
             case StepFinished():
                 steps.append(e)  # its operation finishes after it
             case CoordinateFinished():
-                add(("controller", f"coordinate.{e.operation.value}", ""), e)
+                add(("controller", f"coordinate.{e.operation!s}", ""), e)
             case StageFinished():
                 add(("controller", "stage", str(e.stage)), e)
             case CollectionFinished():
-                add(("controller", f"collection.{e.action.value}", ""), e)
+                add(("controller", f"collection.{e.action!s}", ""), e)
     for e in steps:
         add((str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step)), e)
     return out

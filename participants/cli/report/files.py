@@ -12,7 +12,7 @@ from ckpt_events.participants.cli.report.html import write_timeline
 from ckpt_events.participants.cli.report.png import find_browser, write_png
 from ckpt_events.participants.cli.words import counted
 
-__all__ = ["REPORT_SUFFIXES", "check_report_path", "write_report"]
+__all__ = ["REPORT_SUFFIXES", "check_report_path", "holds_the_run", "write_report"]
 
 
 #: What ``--report`` can write, by how the file name ends.
@@ -21,6 +21,12 @@ REPORT_SUFFIXES = (".html", ".htm", ".svg", ".png", ".perfetto.json")
 
 def _perfetto(path: Path) -> bool:
     return path.name.lower().endswith(".perfetto.json")
+
+
+def holds_the_run(path: Path) -> bool:
+    """Whether the format of ``path`` holds every trace of the run (Perfetto's JSON), rather than
+    the checkpoint shown in detail and its restore (a picture)."""
+    return _perfetto(path)
 
 
 def check_report_path(path: Path) -> str | None:
@@ -50,8 +56,8 @@ def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
 
         spans = write_perfetto(path, events)
         return (
-            f"report written to {path} (Chrome Trace Event JSON, {counted(spans, 'span')}: "
-            "open in ui.perfetto.dev)"
+            f"report written to {path} (Chrome Trace Event JSON, {counted(spans, 'span')} of the "
+            "whole run: open in ui.perfetto.dev)"
         )
     if suffix == ".png":
         write_png(path, events, title=title)

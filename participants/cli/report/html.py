@@ -3,20 +3,22 @@
 Each waterfall is an SVG with a ``viewBox`` and ``width="100%"``, so it scales to its
 container (readable from 1000 to 1920 px): a time axis with ticks, one row per span (children
 under their parents, in start order), the participant's request transit and queueing drawn
-as pale segments around its handler, the slowest path outlined, and a legend. Each bar has a
-``<title>`` (native tooltip) and ``data-details`` (every field of its event) that the page's
-own small script shows on hover. No external resource: the page opens offline.
+as pale segments around its handler, the critical path underlined (and its spans' names
+bold), a stage's large group of parallel calls folded to its slowest call, and a legend on
+top. Each bar has a ``<title>`` (native tooltip) and ``data-details`` (every field of its
+event) that the page's own small script shows on hover. No external resource: the page opens offline.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 from ckpt_events import Event
+from ckpt_events.participants.cli.report.folding import Folded, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     Attribution,
     Span,
@@ -24,6 +26,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     trace_spans,
 )
+from ckpt_events.participants.cli.report.paths import critical_path, on_critical_path
 from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns, spans_of
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
@@ -42,10 +45,12 @@ __all__ = [
 #: same colours).
 FILLS: Final = KINDS.palette()
 _ERROR = "#dc2626"
+_CRITICAL = "#111"
 _ROW = 20
 _LABEL_W = 380
 _BAR_W = 900
-_TOP = 44
+#: Title, legend and axis above the first row.
+_TOP = 70
 
 
 def _fill(who: str, fills: Mapping[str, str]) -> str:
@@ -58,12 +63,17 @@ def _label(s: Span) -> str:
 
 def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS) -> str:
     """One trace's waterfall as an SVG that scales to its container, each kind's bars in its
-    colour in ``kinds``."""
+    colour in ``kinds``, the critical path's stretches underlined and its spans' names bold; a
+    stage's large group of parallel calls shows its slowest call and one ``+N more`` row."""
     fills = kinds.palette()
+    critical_sections = critical_path(spans)
+    critical = on_critical_path(spans)
+    rows = waterfall_rows(spans, critical)
     t0 = min((s.start_ns for s in spans), default=0)
     total = max(1, max((s.end_ns for s in spans), default=1) - t0)
-    width, height = _LABEL_W + _BAR_W + 70, _TOP + _ROW * len(spans) + 34
+    width, height = _LABEL_W + _BAR_W + 70, _TOP + _ROW * len(rows) + 14
     by_id = {s.span_id: s for s in spans}
+    y_of: dict[int, int] = {}
 
     def x(t: int) -> float:
         return _LABEL_W + (t - t0) / total * _BAR_W
@@ -75,13 +85,19 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
         f'<text x="4" y="16" font-weight="bold" font-size="14">{html.escape(title)} '
         f"({total / 1e6:.1f} ms)</text>",
     ]
+    out += _legend(36, fills)
     out += _axis(total, height)
-    for i, s in enumerate(spans):
+    for i, row in enumerate(rows):
         y = _TOP + _ROW * i
         if i % 2:
             out.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW}" fill="#f5f5f5"/>')
+        if isinstance(row, Folded):
+            out += _folded(row, y, x, fills)
+            continue
+        s = row
+        y_of[s.span_id] = y
         indent = 4 + 14 * s.depth
-        weight = ' font-weight="bold"' if s.slowest else ""
+        weight = ' font-weight="bold"' if s.span_id in critical else ""
         out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{html.escape(_label(s))}</text>')
         parent = by_id.get(s.parent_span_id or -1)
         if s.participant and parent is not None and parent.client:
@@ -98,19 +114,40 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
                         f"{(b - a) / 1e6:.2f} ms</title></rect>"
                     )
         fill = _ERROR if s.error else _fill(s.who, fills)
-        stroke = ' stroke="#111" stroke-width="1.5"' if s.slowest else ""
         details = html.escape(json.dumps(s.details, default=str))
         tip = html.escape(f"{s.name} {s.who}: {s.ms:.2f} ms")
         out.append(
             f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{s.ms:.2f}" '
             f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
-            f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}"{stroke}>'
+            f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}">'
             f"<title>{tip}</title></rect>"
         )
         out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{s.ms:.1f} ms</text>')
-    out += _legend(height - 12, fills)
+    # The critical path as Jaeger draws it: a dark line over the stretch each span held it.
+    for section in critical_sections:
+        row_y = y_of.get(section.span.span_id)
+        if row_y is not None and section.end_ns > section.start_ns:
+            out.append(
+                f'<rect class="critical" x="{x(section.start_ns):.1f}" y="{row_y + 9}" '
+                f'width="{max(0.5, x(section.end_ns) - x(section.start_ns)):.1f}" height="2" '
+                f'fill="{_CRITICAL}"/>'
+            )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _folded(row: Folded, y: int, x: Callable[[int], float], fills: Mapping[str, str]) -> list[str]:
+    """A folded group: its label, a pale bar from the first start to the last end, its summary."""
+    fill = fills.get(row.kind, "#6b7280")
+    tip = html.escape(f"{row.label}: {row.summary}")
+    return [
+        f'<text class="folded" x="{4 + 14 * row.depth}" y="{y + 14}" fill="#555" font-style="italic">'
+        f"{html.escape(row.label)}</text>",
+        f'<rect class="folded" data-count="{row.count}" x="{x(row.start_ns):.1f}" y="{y + 5}" '
+        f'width="{max(1.0, x(row.end_ns) - x(row.start_ns)):.1f}" height="10" fill="{fill}" opacity="0.35" '
+        f'stroke="{fill}" stroke-dasharray="3 2"><title>{tip}</title></rect>',
+        f'<text x="{x(row.end_ns) + 4:.1f}" y="{y + 14}" fill="#555">{html.escape(row.summary)}</text>',
+    ]
 
 
 def _axis(total_ns: int, height: int) -> list[str]:
@@ -126,25 +163,32 @@ def _axis(total_ns: int, height: int) -> list[str]:
     ticks = 0
     while tick <= total_ms + 1e-9 and ticks < 50:
         tx = _LABEL_W + tick / total_ms * _BAR_W if total_ms else _LABEL_W
-        out.append(f'<line x1="{tx:.1f}" y1="{_TOP - 9}" x2="{tx:.1f}" y2="{height - 30}" stroke="#ddd"/>')
+        out.append(f'<line x1="{tx:.1f}" y1="{_TOP - 9}" x2="{tx:.1f}" y2="{height - 10}" stroke="#ddd"/>')
         out.append(f'<text x="{tx:.1f}" y="{_TOP - 12}" text-anchor="middle" fill="#555">{tick:g} ms</text>')
         tick, ticks = tick + step, ticks + 1
     return out
 
 
 def _legend(y: int, fills: Mapping[str, str]) -> list[str]:
-    out, x = [], 4
-    for who, fill in fills.items():
+    """What the colours and marks mean, on one line under the title."""
+    out, x = ['<g class="legend">'], 4
+    for who, fill in (*fills.items(), ("error", _ERROR)):
         out.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{fill}"/>')
         out.append(f'<text x="{x + 16}" y="{y}">{who}</text>')
-        x += 30 + 8 * len(who)
-    out.append(
-        f'<rect x="{x}" y="{y - 10}" width="22" height="12" fill="#fff" stroke="#111" stroke-width="1.5"/>'
-    )
-    out.append(f'<text x="{x + 28}" y="{y}">slowest path</text>')
-    x += 130
+        x += 30 + 7 * len(who)
+    out.append(f'<rect x="{x}" y="{y - 10}" width="22" height="12" fill="#bbb"/>')
+    out.append(f'<rect x="{x}" y="{y - 5}" width="22" height="2" fill="{_CRITICAL}"/>')
+    out.append(f'<text x="{x + 28}" y="{y}" font-weight="bold">critical path</text>')
+    x += 120
     out.append(f'<rect x="{x}" y="{y - 7}" width="22" height="6" fill="#2563eb" opacity="0.3"/>')
-    out.append(f'<text x="{x + 28}" y="{y}">request/reply transit, queued in participant</text>')
+    out.append(f'<text x="{x + 28}" y="{y}">request/reply transit, queued</text>')
+    x += 225
+    out.append(
+        f'<rect x="{x}" y="{y - 9}" width="22" height="10" fill="#888" opacity="0.35" stroke="#888" '
+        'stroke-dasharray="3 2"/>'
+    )
+    out.append(f'<text x="{x + 28}" y="{y}">+N more: parallel calls folded, the slowest drawn</text>')
+    out.append("</g>")
     return out
 
 

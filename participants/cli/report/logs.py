@@ -5,9 +5,21 @@ told apart by its first line. A JSON-lines file is judged by its first line that
 (within ``PROBE_LINES``), so a torn first line (a cut copy, a crash) costs that line, not the file.
 
 Each file is read lazily and the files are merged by event time (``heapq.merge`` of one
-iterator per file), so memory holds one pending event per file, never a whole log. An event
-read twice (the same file named twice, a copy in two directories) is kept once: identical
-events share their time stamp, so only events whose stamps collide are compared.
+iterator per file), so memory holds one pending event per file, never a whole log. Each
+process's stamps can be moved by an offset first (``clocks``: its clock proven off its
+caller's), so the merge is in the callers' time.
+
+An event read from two files (the same file named twice, a copy in two directories) is kept
+once, whatever the order of either file. Its identity (``identity``): for a span event, its
+type, trace id, span id and process (kind, instance, worker): a span id is 64 random bits
+drawn once per span, and a span writes one ``*Started`` and one ``*Finished`` event (a handle
+ends once), so two distinct events never share it. A counted event has no id: only one equal
+in every field (same process, same nanosecond, same values) is the same. Within one file
+nothing is dropped. While every file is in time order, an event's copy has its stamp, so only
+events whose stamps collide are compared (nothing kept, nothing per event). A file that goes
+back in time (a clock that stepped back) sets ``LogProblems.disordered``: read again
+``exact``, the identities of the last ``DEDUP_EVENTS`` events are kept, whatever the order;
+an event whose copy could have been forgotten is counted, and said.
 """
 
 from __future__ import annotations
@@ -15,17 +27,31 @@ from __future__ import annotations
 import glob
 import heapq
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
+from ckpt_events import (
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    OperationFinished,
+    OperationStarted,
+    StageFinished,
+    StageStarted,
+    StepFinished,
+    StepStarted,
+)
+from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
-__all__ = ["LogProblems", "event_time", "expand_logs", "merged_events"]
+__all__ = ["LogProblems", "event_time", "expand_logs", "identity", "merged_events"]
 
 #: How many problem lines are shown; the rest are counted.
 SHOWN = 5
@@ -33,6 +59,26 @@ SHOWN = 5
 #: lines before it are skipped and counted. A crash tears one line (a crash loop a few), and
 #: prose or binary data is refused after this many lines instead of being read to its end.
 PROBE_LINES = 16
+#: Identities kept to find an event's copy in another file when a file is out of time order:
+#: the last this many events (~20 MB; a clock that stepped back by this many events' time).
+DEDUP_EVENTS: Final = 65_536
+#: Runs of forgotten stamps told apart; past it, one run holds them all.
+_FORGOTTEN_RUNS: Final = 64
+#: The span events: each has a trace id, a span id and a worker.
+_SPAN_TYPES: Final = frozenset(
+    (
+        OperationStarted,
+        OperationFinished,
+        StepStarted,
+        StepFinished,
+        CoordinateStarted,
+        CoordinateFinished,
+        StageStarted,
+        StageFinished,
+        CollectionStarted,
+        CollectionFinished,
+    )
+)
 
 
 def event_time(event: Any) -> int:
@@ -76,7 +122,15 @@ class LogProblems:
     refused_files: int = 0
     skipped: int = 0
     duplicates: int = 0
+    #: A file went back in time (a clock that stepped back): its copies need an ``exact`` read.
+    disordered: bool = False
+    #: Events too far out of time order to be checked against the other files.
+    unchecked: int = 0
     events: int = 0
+    #: The calls and answers seen, and the offsets applied to this read (``merged_events``).
+    #: Set one to gather it (the report does; reading for durations alone needs none).
+    clocks: ClockEvidence | None = None
+    offsets: Offsets = field(default_factory=dict)
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -96,20 +150,59 @@ class LogProblems:
         out += self.lines
         if self.skipped > len(self.lines):
             out.append(f"... and {counted(self.skipped - len(self.lines), 'more line')} skipped")
-        return out
+        if self.duplicates:
+            out.append(
+                f"dropped {counted(self.duplicates, 'duplicate event')}: the same event in two "
+                "files (same type, trace, span and process) counts once"
+            )
+        if self.unchecked:
+            out.append(
+                f"{counted(self.unchecked, 'event')} out of time order by more than "
+                f"{DEDUP_EVENTS:,} events (a clock that stepped back) could not be checked for "
+                "a copy in another file: a copy would count twice"
+            )
+        return out + (self.clocks.lines(self.offsets) if self.clocks is not None else [])
 
 
-def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[int, int, int, Any]]:
+def identity(event: Any) -> Hashable:
+    """What makes two events the same event (see the module docstring)."""
+    if type(event) in _SPAN_TYPES:  # each has a trace id, a span id and a worker
+        return (type(event), event.trace_id, event.span_id, event.kind, event.instance, event.worker)
+    return msgspec.json.encode(event)
+
+
+def _one_file(
+    path: Path, index: int, problems: LogProblems, offsets: Offsets
+) -> Iterator[tuple[int, int, int, Any]]:
+    """One file's (time, file, line, event), each event on its process's aligned clock."""
+    if not offsets:
+        yield from _read_file(path, index, problems)
+        return
+    last = None
+    for time_ns, i, number, event in _read_file(path, index, problems):
+        if by := offsets.get(process_of(event)):
+            time_ns, event = time_ns + by, shifted(event, by)  # noqa: PLW2901
+        if last is not None and time_ns < last:
+            problems.disordered = True  # two processes of one file, shifted apart
+        last = time_ns
+        yield time_ns, i, number, event
+
+
+def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[int, int, int, Any]]:
     from ckpt_events.sinks import CorruptLine, read_events
 
     decoded = 0
+    last = 0  # the previous event's time: a file going back in time is disordered
     before_first: list[CorruptLine] = []  # corrupt lines before the first event: torn, or not a log
     try:
         with open(path, "rb") as head:
             first = head.readline(4096)
         if looks_like_otlp(first):
             for number, event in read_otlp(path, problems.skip):
-                yield event_time(event), index, number, event
+                if (time_ns := event_time(event)) < last:
+                    problems.disordered = True
+                last = time_ns
+                yield time_ns, index, number, event
             return
         for number, item in read_events(path):
             if isinstance(item, CorruptLine):
@@ -126,7 +219,10 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
             decoded += 1
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.
-            yield event_time(item), index, number, item
+            if (time_ns := event_time(item)) < last:
+                problems.disordered = True
+            last = time_ns
+            yield time_ns, index, number, item
         if not decoded and before_first:
             line = before_first[0]
             problems.refuse(
@@ -136,24 +232,78 @@ def _one_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[i
         problems.refuse(f"{path}: cannot read: {exc.strerror or exc}")
 
 
-def merged_events(paths: Iterable[Path], problems: LogProblems) -> Iterator[Any]:
-    """The events of every file in time order (ties in file order), duplicates dropped."""
-    streams = [_one_file(p, i, problems) for i, p in enumerate(paths)]
+def merged_events(
+    paths: Iterable[Path], problems: LogProblems, offsets: Offsets | None = None, *, exact: bool = False
+) -> Iterator[Any]:
+    """The events of every file in time order (ties in file order), each process's stamps
+    moved by its ``offsets`` entry, an event from two files once; ``problems.clocks``, if
+    set, gathers what the calls prove about each process's clock.
+
+    By default an event's copy is looked for among the events of the same stamp, which finds
+    every copy when each file is in time order; ``problems.disordered`` says when one was not
+    (a clock that stepped back). ``exact`` looks among the last ``DEDUP_EVENTS`` events
+    whatever the order, and counts in ``problems.unchecked`` the events whose copy could have
+    been forgotten: read again with it when ``problems.disordered``."""
+    offsets = problems.offsets = dict(offsets or {})
+    merged = heapq.merge(*(_one_file(p, i, problems, offsets) for i, p in enumerate(paths)))
+    clocks = problems.clocks
+    add, calls_and_answers = (clocks.add, clocks.TYPES) if clocks is not None else (None, frozenset())
+    if exact:
+        for event in _in_window(merged, problems):
+            problems.events += 1
+            if add is not None and type(event) in calls_and_answers:
+                add(event)
+            yield event
+        return
+    # Inline, one loop per event: an event's copy has its stamp while files are in order.
     group_time: int | None = None
-    group: list[Any] = []
-    group_keys: set[bytes] | None = None
-    encode = msgspec.json.encode
-    for time_ns, _, _, event in heapq.merge(*streams):
+    group: list[tuple[int, Any]] = []  # (file, event) of the latest stamp
+    group_keys: dict[Hashable, int] | None = None
+    for time_ns, index, _, event in merged:
         if time_ns != group_time:
-            group_time, group, group_keys = time_ns, [event], None
+            group_time, group, group_keys = time_ns, [(index, event)], None
         else:
-            if group_keys is None:
-                group_keys = {encode(e) for e in group}
-            key = encode(event)
-            if key in group_keys:
+            if group_keys is None:  # identities only where stamps collide
+                group_keys = {identity(e): i for i, e in group}
+            if group_keys.setdefault(identity(event), index) != index:
                 problems.duplicates += 1
                 continue
-            group_keys.add(key)
-            group.append(event)
+            group.append((index, event))
         problems.events += 1
+        if add is not None and type(event) in calls_and_answers:
+            add(event)
+        yield event
+
+
+def _in_window(merged: Iterator[tuple[int, int, int, Any]], problems: LogProblems) -> Iterator[Any]:
+    """Drop an event whose identity one of the last ``DEDUP_EVENTS`` events from another file
+    had, in any order. An event whose stamp lies within a forgotten run of stamps (each run
+    nondecreasing, as the merge wrote them) may have had its copy forgotten: counted."""
+    seen: dict[Hashable, int] = {}  # identity -> the file it was first read from
+    kept: deque[tuple[int, Hashable]] = deque()  # (time, identity), oldest first
+    forgotten: list[list[int]] = []  # [first, last] stamp of each forgotten run
+    low = high = 0  # the stamps all forgotten runs lie within
+    for time_ns, index, _, event in merged:
+        key = identity(event)
+        n = len(seen)
+        first = seen.setdefault(key, index)
+        if len(seen) == n:  # seen before
+            if first != index:
+                problems.duplicates += 1
+                continue
+            yield event
+            continue
+        if forgotten and low <= time_ns <= high and any(a <= time_ns <= b for a, b in forgotten):
+            problems.unchecked += 1
+        kept.append((time_ns, key))
+        if len(kept) > DEDUP_EVENTS:
+            old, gone = kept.popleft()
+            del seen[gone]
+            if forgotten and old >= forgotten[-1][1]:
+                forgotten[-1][1] = old
+            elif len(forgotten) < _FORGOTTEN_RUNS:
+                forgotten.append([old, old])
+            else:  # too many runs to keep apart: one that holds them all (more is counted)
+                forgotten[:] = [[min(low, old), max(high, old)]]
+            low, high = min(a for a, _ in forgotten), max(b for _, b in forgotten)
         yield event

@@ -16,10 +16,15 @@ time once and gives every instant to exactly one part, by priority:
 6. unattributed: covered by the root span only.
 
 The parts add up to the root's duration exactly. Nothing here draws.
+
+A span's duration is read from one clock, its own process's (``duration_ns``): never from two
+processes' stamps. When that clock went back during the span (its end stamped before its
+start), its duration is unknown: the span is drawn as an instant and never as a negative time.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,6 +49,7 @@ __all__ = [
     "Span",
     "attribute",
     "checkpoint_and_restore",
+    "duration_ns",
     "finished_spans",
     "trace_spans",
 ]
@@ -74,6 +80,9 @@ class Span:
     loop_lag_ms: float | None = None
     slowest: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+    #: False when the process's clock went back during the span: ``end_ns`` is then its start
+    #: and ``ms`` 0, its duration unknown.
+    known: bool = True
 
     @property
     def ms(self) -> float:
@@ -89,13 +98,24 @@ class Span:
         return self.who != "controller"
 
 
+def duration_ns(event: Any) -> int | None:
+    """A finished span's length by its own process's clock: its monotonic ``duration_ns``
+    when the event carries one, else its end minus its start (both stamped by the same
+    process); ``None``, unknown, when that wall clock went back during the span."""
+    measured: int | None = getattr(event, "duration_ns", None)
+    if measured is not None:
+        return measured
+    length: int = event.end_ns - event.start_ns
+    return length if length >= 0 else None
+
+
 def finished_spans(events: Iterable[Event]) -> list[Any]:
     """Every ``*Finished`` event that closes a span, and the participants' renew operations."""
     return [
         e
         for e in events
         if span_name_of(e) is not None
-        or (isinstance(e, OperationFinished) and e.operation is Operation.RENEW)
+        or (isinstance(e, OperationFinished) and e.operation == Operation.RENEW)
     ]
 
 
@@ -105,9 +125,9 @@ def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | N
     finished = finished_spans(events)
 
     def last(action: CollectionAction, operation: Operation) -> int | None:
-        roots: list[Any] = [e for e in finished if isinstance(e, CollectionFinished) and e.action is action]
+        roots: list[Any] = [e for e in finished if isinstance(e, CollectionFinished) and e.action == action]
         if not roots:
-            roots = [e for e in finished if isinstance(e, CoordinateFinished) and e.operation is operation]
+            roots = [e for e in finished if isinstance(e, CoordinateFinished) and e.operation == operation]
         return roots[-1].trace_id if roots else None
 
     checkpoint = last(CollectionAction.CHECKPOINT, Operation.COMMIT)
@@ -124,9 +144,14 @@ def _details(event: Any) -> dict[str, Any]:
         if name in ("trace_id", "span_id", "parent_span_id"):
             out[name] = f"{value:0{32 if name == 'trace_id' else 16}x}"
         else:
-            out[name] = value.value if hasattr(value, "value") else value
+            out[name] = str(value) if isinstance(value, enum.Enum) else value
     out.update(event.attributes or {})
-    out["duration_ms"] = round((event.end_ns - event.start_ns) / 1e6, 3)
+    length = duration_ns(event)
+    out["duration_ms"] = (
+        round(length / 1e6, 3)
+        if length is not None
+        else f"unknown: the clock went back {(event.start_ns - event.end_ns) / 1e6:,.1f} ms during it"
+    )
     return out
 
 
@@ -155,17 +180,22 @@ def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
 
 
 def _start(e: Any) -> tuple[int, int]:
-    return (e.start_ns, -e.end_ns)
+    return (e.start_ns, -_end(e))
+
+
+def _end(e: Any) -> int:
+    """The end by the span's own clock: its start plus its duration (its start if unknown)."""
+    return int(e.start_ns + (duration_ns(e) or 0))
 
 
 def _slowest_path(children: dict[int | None, list[Any]]) -> set[int]:
     """From the longest root down, always the child that ends last: what made it take so long."""
     path: set[int] = set()
     level = children.get(None, [])
-    node = max(level, key=lambda e: e.end_ns - e.start_ns, default=None)
+    node = max(level, key=lambda e: duration_ns(e) or 0, default=None)
     while node is not None and node.span_id not in path:
         path.add(node.span_id)
-        node = max(children.get(node.span_id, []), key=lambda e: e.end_ns, default=None)
+        node = max(children.get(node.span_id, []), key=_end, default=None)
     return path
 
 
@@ -174,9 +204,9 @@ def _span(e: Any, depth: int, slowest: bool) -> Span:
         name=span_name_of(e) or _RENEW_NAME,
         who="controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker),
         start_ns=e.start_ns,
-        end_ns=e.end_ns,
+        end_ns=_end(e),
         depth=depth,
-        error=e.outcome is Outcome.ERROR,
+        error=e.outcome == Outcome.ERROR,
         span_id=e.span_id,
         parent_span_id=e.parent_span_id,
         client=span_kind_of(e) is SpanKind.CLIENT,
@@ -184,6 +214,7 @@ def _span(e: Any, depth: int, slowest: bool) -> Span:
         loop_lag_ms=getattr(e, "loop_lag_ms", None),
         slowest=slowest,
         details=_details(e),
+        known=duration_ns(e) is not None,
     )
 
 

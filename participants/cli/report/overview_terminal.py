@@ -27,6 +27,10 @@ __all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
 
 #: Colour of each outcome: the one place the overview picks colours.
 OUTCOME_COLOURS = {PUBLISHED: "green", RESTORED: "green", ABORTED: "yellow", FAILED: "red", OPEN: "red"}
+#: Consoles narrower than this get the compact overview table.
+_ROOMY = 100
+#: Ids up to this long are never wrapped (the demo's are 29 characters).
+_WHOLE_ID = 36
 #: ESC/CSI/OSC sequences and other C0/C1 control characters a log could smuggle to a terminal.
 _CONTROL = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, ended by BEL or ST (or cut off)
@@ -55,21 +59,26 @@ def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
 
 
 def render_overview(console: Console, run: Run, *, title: str) -> None:
-    """The table of the run's checkpoints and restores, then each one's cause or slowest path."""
+    """The table of the run's checkpoints and restores, then each one's cause or critical path."""
     rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
     heading = f"run overview ({clean(title)}): {rows}"
     console.print(Text(heading, style="bold"))
-    table = Table(box=box.SIMPLE_HEAD)
+    # Under 100 columns one space between columns (no edges) keeps a checkpoint id and its
+    # start time on one line each at 80; an id too long for that folds rather than being cut.
+    compact = console.width < _ROOMY
+    table = Table(box=box.SIMPLE_HEAD, show_edge=not compact, padding=(0, 0) if compact else (0, 1))
+    whole = max((len(clean(r.checkpoint_id or "")) for r in run.rows), default=0) <= _WHOLE_ID
     for column, justify in (
         ("#", "right"),
         ("what", "left"),
         ("id", "left"),
         ("start (UTC)", "left"),
         ("ms", "right"),
-        ("paused ms", "right"),
+        ("paused\nms" if compact else "paused ms", "right"),
         ("outcome", "left"),
     ):
-        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        no_wrap = column == "start (UTC)" or (column == "id" and whole)
+        table.add_column(column, justify=justify, overflow="fold", no_wrap=no_wrap)  # type: ignore[arg-type]
     for number, row in enumerate(run.rows, 1):
         start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
         table.add_row(
@@ -78,17 +87,24 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
             clean(row.checkpoint_id or ""),
             start,
             "" if row.ms is None else f"{row.ms:.1f}",
-            "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
+            "unknown" if row.pause_unknown else "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
             Text(row.outcome, style=OUTCOME_COLOURS.get(row.outcome, "white")),
         )
     console.print(table)
     paused = sum(r.paused_ms or 0.0 for r in run.rows)
+    unknown = sum(r.pause_unknown for r in run.rows)
     wall_ms = (run.last_ns - run.first_ns) / 1e6
     if wall_ms > 0:
         console.print(
             Text(
                 f"checkpointing paused the fleet (admission closed, first prepare to last resume) "
                 f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {_span_text(wall_ms)}"
+                + (
+                    f"; pause unknown for {counted(unknown, 'checkpoint')} (a participant answered "
+                    "outside the controller's call: a clock no one shift aligns)"
+                    if unknown
+                    else ""
+                )
             )
         )
     restores = [
@@ -97,13 +113,13 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
     if restores:
         known = [r.restarted for r in restores if r.restarted is not None]
         after = episodes_text(sum(r.continued or 0 for r in restores), sum(known) if known else None)
-        console.print(Text(f"after {len(restores)} restore{'' if len(restores) == 1 else 's'}: {after}"))
+        console.print(Text(f"after {counted(len(restores), 'restore')}: {after}"))
     _render_trends(console, run)
     for number, row in enumerate(run.rows, 1):
         if row.causes:
             console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))
         elif row.slowest:
-            console.print(Text(f"#{number} {row.what} slowest: {clean(row.slowest)}", style="dim"))
+            console.print(Text(f"#{number} {row.what}, {clean(row.slowest)}", style="dim"))
         if row.what == "restore":
             source = (
                 f"from #{row.source_row} checkpoint {clean(row.checkpoint_id or '')}"

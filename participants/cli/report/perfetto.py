@@ -1,12 +1,18 @@
-"""Chrome Trace Event JSON (what ui.perfetto.dev and chrome://tracing open) from the report's spans.
+"""Chrome Trace Event JSON (what ui.perfetto.dev and chrome://tracing open) of a whole run.
 
-One process track per participant instance (``pid``; the controller is pid 1), one thread per
-worker of a multi-worker participant (``tid``: 0 for a single-process participant, ``1 + i``
-for worker ``w<i>``), named by ``process_name`` / ``thread_name`` metadata events (``ph: "M"``).
-Every finished span of every trace is a complete event (``ph: "X"``, ``ts`` and ``dur`` in
-microseconds from the first span's start) with its fields and attributes as ``args``. A flow
-arrow (``ph: "s"`` on the controller's call, ``ph: "f"`` with ``bp: "e"`` on the participant's
-operation, one shared ``id``) joins each controller call span to the operation it caused.
+Every finished span of every trace (each checkpoint, each restore, and any other) is a complete
+event (``ph: "X"``, ``ts`` and ``dur`` in microseconds from the run's first instant) with its
+fields and attributes as ``args``. One process per participant instance (``pid``; the controller
+is pid 1), named by ``process_name`` metadata events (``ph: "M"``). Within a process, slices
+of one thread must nest (Perfetto's JSON importer mis-nests the rest), so each worker's spans
+are laid out on as few threads as nest them: ``main`` (``w<i>`` for worker ``i`` of a
+multi-worker participant), then ``main 2``, ``main 3``... for spans that overlap without
+nesting, each named by a ``thread_name`` event. A flow arrow (``ph: "s"`` on the controller's
+call, ``ph: "f"`` with ``bp: "e"`` on the participant's operation, one shared ``id``) joins each
+controller call span to the operation it caused. Each counted event (refusals by code, lease
+expiries by phase, not-ready prepares and their blockers, cut generations by disposition,
+stalls by operation) is a counter (``ph: "C"``) on its participant's process, its running
+totals as ``args``.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckpt_events import Event
-from ckpt_events.participants.cli.report.model import Span, finished_spans, trace_spans
+from ckpt_events import Event, GenerationCut, LeaseExpired, PrepareNotReady, Refused, Stalled
+from ckpt_events.participants.cli.report.model import Span, finished_spans, trace_spans, who_of
+from ckpt_events.vocab import CountedEvent, Kind
 
 __all__ = ["trace_events", "write_perfetto"]
 
@@ -40,29 +47,82 @@ def _all_spans(events: Sequence[Event]) -> list[tuple[int, Span]]:
     return [(trace, s) for trace in order for s in trace_spans(events, trace)]
 
 
+def _lanes(spans: list[Span]) -> list[int]:
+    """A lane per span (same order) such that the spans of one lane nest: first fit."""
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ns, -spans[i].end_ns))
+    open_ends: list[list[int]] = []  # per lane, the ends of its enclosing slices, innermost last
+    out = [0] * len(spans)
+    for i in order:
+        s = spans[i]
+        for lane, ends in enumerate(open_ends):
+            while ends and ends[-1] <= s.start_ns:
+                ends.pop()
+            if not ends or s.end_ns <= ends[-1]:
+                ends.append(s.end_ns)
+                out[i] = lane
+                break
+        else:
+            out[i] = len(open_ends)
+            open_ends.append([s.end_ns])
+    return out
+
+
+def _counted(e: Event) -> list[tuple[str, str, int]]:
+    """(counter, series, increment) of a counted event; ``[]`` for any other event."""
+    match e:
+        case Refused(code=code):
+            return [(CountedEvent.REFUSED.value, str(code), 1)]
+        case LeaseExpired(phase=phase):
+            return [(CountedEvent.LEASE_EXPIRED.value, str(phase), 1)]
+        case PrepareNotReady(blockers=blockers):
+            return [
+                (CountedEvent.PREPARE_NOT_READY.value, "prepares", 1),
+                (CountedEvent.PREPARE_NOT_READY.value, "blockers", blockers),
+            ]
+        case GenerationCut(disposition=disposition, calls=calls):
+            return [(CountedEvent.GENERATION_CUT.value, str(disposition), calls)]
+        case Stalled(operation=operation):
+            return [(CountedEvent.STALLED.value, str(operation), 1)]
+        case _:
+            return []
+
+
 def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
-    """The trace events, metadata first: ``[]`` when no span finished."""
-    spans = _all_spans(list(events))
-    if not spans:
+    """The trace events, metadata first: ``[]`` when no span finished and nothing was counted."""
+    events = list(events)
+    spans = _all_spans(events)
+    counted: list[tuple[Any, list[tuple[str, str, int]]]] = [(e, c) for e in events if (c := _counted(e))]
+    instants = [s.start_ns for _, s in spans] + [e.time_ns for e, _ in counted]
+    if not instants:
         return []
-    origin = min(s.start_ns for _, s in spans)
+    origin = min(instants)
     pids: dict[str, int] = {"controller": _CONTROLLER_PID}
-    threads: set[tuple[int, int, str]] = set()
+    by_track: dict[tuple[int, int | None], list[int]] = {}  # (pid, worker) -> indexes into spans
+    for index, (_, s) in enumerate(spans):
+        process, worker = _track(s.who)
+        by_track.setdefault((pids.setdefault(process, len(pids) + 1), worker), []).append(index)
+    tids: dict[int, int] = {}  # index into spans -> tid
+    threads: list[tuple[int, int, str]] = []
+    next_tid: dict[int, int] = {}
+    for (pid, worker), indexes in sorted(by_track.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+        base = "main" if worker is None else f"w{worker}"
+        lanes = _lanes([spans[i][1] for i in indexes])
+        first = next_tid.get(pid, 0)
+        next_tid[pid] = first + max(lanes) + 1
+        threads += [(pid, first + n, base if n == 0 else f"{base} {n + 1}") for n in range(max(lanes) + 1)]
+        for i, lane in zip(indexes, lanes, strict=True):
+            tids[i] = first + lane
     out: list[dict[str, Any]] = []
     placed: dict[tuple[int, int], dict[str, Any]] = {}
-    for trace, s in spans:
-        process, worker = _track(s.who)
-        pid = pids.setdefault(process, len(pids) + 1)
-        tid = 0 if worker is None else 1 + worker
-        threads.add((pid, tid, "main" if worker is None else f"w{worker}"))
+    for index, (trace, s) in enumerate(spans):
         event = {
             "name": s.short,
             "cat": "controller" if not s.participant else "participant",
             "ph": "X",
             "ts": (s.start_ns - origin) / 1e3,
             "dur": max(0.0, (s.end_ns - s.start_ns) / 1e3),
-            "pid": pid,
-            "tid": tid,
+            "pid": pids[_track(s.who)[0]],
+            "tid": tids[index],
             "args": {"who": s.who, **s.details},
         }
         out.append(event)
@@ -79,13 +139,25 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
         flows.append(
             {**common, "ph": "f", "bp": "e", "ts": child["ts"], "pid": child["pid"], "tid": child["tid"]}
         )
+    counters: list[dict[str, Any]] = []
+    totals: dict[tuple[int, str], dict[str, int]] = {}
+    for e, increments in sorted(counted, key=lambda ec: ec[0].time_ns):
+        who = "controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, None)
+        pid = pids.setdefault(who, len(pids) + 1)
+        for name, series, increment in increments:
+            running = totals.setdefault((pid, name), {})
+            running[series] = running.get(series, 0) + increment
+        ts = (e.time_ns - origin) / 1e3
+        for name in dict.fromkeys(name for name, _, _ in increments):
+            running_totals = dict(totals[(pid, name)])
+            counters.append({"name": name, "ph": "C", "ts": ts, "pid": pid, "tid": 0, "args": running_totals})
     metadata: list[dict[str, Any]] = []
     for process, pid in pids.items():
         for name, args in (("process_name", {"name": process}), ("process_sort_index", {"sort_index": pid})):
             metadata.append({"name": name, "ph": "M", "pid": pid, "tid": 0, "args": args})
-    for pid, tid, name in sorted(threads):
+    for pid, tid, name in threads:
         metadata.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-    return metadata + out + flows
+    return metadata + out + flows + counters
 
 
 def write_perfetto(path: Path, events: Sequence[Event]) -> int:

@@ -1,12 +1,13 @@
 """The run as one HTML page: the overview first, then each checkpoint's waterfall.
 
 At the top a strip of the run's checkpoints and restores over time (x = start, width =
-duration, colour = outcome; an open one reaches the end of the logs), each linked to its row;
-then the table (one row per checkpoint and restore, its cause or slowest path, linked to its
-waterfall), the trends and their flags, then the waterfalls. Every string from a log is
-escaped. A run of more than ``ALL_WATERFALLS`` rows draws the waterfalls of the rows shown in
-detail only (the slowest published checkpoint and every one that did not publish), so the
-page stays readable and the second pass over the logs stays small.
+duration, colour = outcome; an open one reaches the end of the logs), each linked to its row,
+and the outcome legend; then the table (one row per checkpoint and restore, its cause or
+critical path, linked to its waterfall) and the trend flags; then the waterfalls; last the
+trends table, collapsed (``<details>``), so the first waterfall is on the first screen. Every
+string from a log is escaped. A run of more than ``ALL_WATERFALLS`` rows draws the waterfalls
+of the rows shown in detail only (the slowest published checkpoint and every one that did not
+publish), so the page stays readable and the second pass over the logs stays small.
 """
 
 from __future__ import annotations
@@ -34,17 +35,22 @@ from ckpt_events.participants.cli.words import counted
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
 
 ALL_WATERFALLS: Final = 200
+#: Outcome colours, none of them a participant kind's (``KINDS.palette()``: a test keeps the two
+#: sets apart): dark and neutral for what went well, warm for what did not.
 OUTCOME_FILLS = {
-    PUBLISHED: "#16a34a",
-    RESTORED: "#0891b2",
-    ABORTED: "#ca8a04",
+    PUBLISHED: "#334155",
+    RESTORED: "#94a3b8",
+    ABORTED: "#ea580c",
     FAILED: "#dc2626",
-    OPEN: "#7f1d1d",
+    OPEN: "#be185d",
 }
 _STRIP_W = 1200
 _STRIP_H = 34
 _RUN_STYLE = """
 .strip a rect:hover { stroke: #111; stroke-width: 1.5; } .cause { text-align: left; }
+.legend { font-size: 12px; color: #333; margin: 4px 0 8px; } .legend span { margin-right: 14px; }
+.swatch { display: inline-block; width: 12px; height: 12px; vertical-align: -1px; margin-right: 4px; }
+details > summary { cursor: pointer; font-weight: 600; font-size: 1.2em; margin: 8px 0; }
 td.outcome { font-weight: 600; }
 #overview td:nth-child(-n+3), #overview th:nth-child(-n+3), #overview td:nth-child(7),
 #overview th:last-child, #trends td:nth-child(-n+3), #trends th:nth-child(-n+3) { text-align: left; }
@@ -87,6 +93,19 @@ def _strip(run: Run) -> str:
     return "\n".join(out)
 
 
+def _strip_legend(run: Run) -> str:
+    """The outcome colours of the strip (and of the table's outcome column), with their counts."""
+    seen: dict[str, int] = {}
+    for row in run.rows:
+        seen[row.outcome] = seen.get(row.outcome, 0) + 1
+    items = "".join(
+        f'<span data-outcome="{_e(outcome)}"><i class="swatch" style="background:{fill}"></i>'
+        f"{_e(outcome)} ({seen.get(outcome, 0)})</span>"
+        for outcome, fill in OUTCOME_FILLS.items()
+    )
+    return f'<div class="legend" id="strip-legend">outcome: {items}</div>'
+
+
 def _when(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
 
@@ -94,7 +113,7 @@ def _when(ns: int) -> str:
 def _table(run: Run, drawn: set[int]) -> str:
     head = "".join(
         f"<th>{c}</th>"
-        for c in ("#", "what", "id", "start (UTC)", "ms", "paused ms", "outcome", "cause or slowest")
+        for c in ("#", "what", "id", "start (UTC)", "ms", "paused ms", "outcome", "cause or critical path")
     )
     body = []
     for number, row in enumerate(run.rows, 1):
@@ -131,12 +150,15 @@ def _trends(run: Run) -> str:
         f"<td>{t.p50:.1f}</td><td>{t.p95:.1f}</td><td>{t.max:.1f}</td></tr>"
         for t in trends
     )
-    flags = "".join(f'<li class="flag">{_e(f)}</li>' for f in run.trends.flags())
+    flags = run.trends.flags()
+    listed = "".join(f'<li class="flag">{_e(f)}</li>' for f in flags)
+    said = counted(len(trends), "row") + (f", {counted(len(flags), 'flag')}" if flags else ", no flags")
+    # Collapsed, and after the waterfalls: a long table must not push them off the first screen.
     return (
-        "<section><h2>trends over the run's checkpoints (slowest instance per checkpoint)</h2>\n"
-        f'<div class="wrap"><table id="trends"><tr>{head}</tr>\n{body}</table></div>'
-        + (f"<ul>{flags}</ul>" if flags else "<p>no flags</p>")
-        + "</section>"
+        '<details id="trends-details"><summary>trends over the run\'s checkpoints (slowest instance '
+        f"per checkpoint): {said}</summary>\n"
+        + (f"<ul>{listed}</ul>" if listed else "")
+        + f'<div class="wrap"><table id="trends"><tr>{head}</tr>\n{body}</table></div></details>'
     )
 
 
@@ -171,16 +193,23 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
         else ""
     )
     rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
+    trends = _trends(run)
+    flags = (
+        f'<p class="flags">{counted(len(run.trends.flags()), "trend flag")}: '
+        + "; ".join(_e(f) for f in run.trends.flags())
+        + ' (<a href="#trends-details">trends table</a>, below the waterfalls)</p>'
+        if trends and run.trends.flags()
+        else ""
+    )
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{_e(title)}</title><style>{PAGE_STYLE}{_RUN_STYLE}</style></head><body>\n"
         f"<h1>{_e(title)}</h1>\n"
         f"<section id='run'><h2>run overview: {rows}</h2>\n"
-        f"{_strip(run)}\n{_table(run, drawn)}\n{not_all}</section>\n"
-        f"{_trends(run)}\n"
+        f"{_strip(run)}\n{_strip_legend(run)}\n{_table(run, drawn)}\n{not_all}{flags}</section>\n"
         + "\n".join(_waterfalls(run, details))
-        + f"\n<div id='tip'></div>\n<script>{PAGE_SCRIPT}</script>\n</body></html>\n"
+        + f"\n{trends}\n<div id='tip'></div>\n<script>{PAGE_SCRIPT}</script>\n</body></html>\n"
     )
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt_events import Event
+from ckpt_events.participants.cli.report.folding import Folded, Row, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     Attribution,
     Span,
@@ -22,6 +23,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     trace_spans,
 )
+from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, breakdown_columns, counts
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
@@ -32,7 +34,10 @@ __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
 #: Terminal colour of the controller and of each participant kind (``KINDS``; the HTML page
 #: uses the same ones).
 COLOURS: Final = KINDS.palette()
-_SLOW = "▶"
+_CRITICAL = "▶"
+#: Past this many participants the breakdown shows one row per kind (its longest instance).
+_FLEET = 8
+_FOLDED = " (longest)"
 
 
 def _colour(who: str, colours: Mapping[str, str]) -> str:
@@ -59,7 +64,8 @@ def render(
         Text.assemble(
             "who: ",
             *((Text(f"█ {kind}  ", style=colour)) for kind, colour in colours.items()),
-            f"{_SLOW} slowest path  ░ transit  ▒ queued in participant",
+            f"{_CRITICAL} critical path  ░ transit  ▒ queued in participant  "
+            f"─ +N more: parallel calls folded (the slowest shown; ≤ their longest ms)",
         )
     )
     console.print(_counts_table(events))
@@ -76,7 +82,35 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
     console.print(Text("  " + parts, style="dim"))
 
 
+def _per_kind(rows: list[Breakdown]) -> list[Breakdown]:
+    """A wide fleet's breakdown as one row per kind: each column's longest instance (``ms``),
+    records and bytes summed; the instance field says how many were folded."""
+    kinds: dict[str, list[Breakdown]] = {}
+    for row in rows:
+        kinds.setdefault(row.kind, []).append(row)
+    out = []
+    for kind, members in kinds.items():
+        ms: dict[str, float] = {}
+        for row in members:
+            for column, value in row.ms.items():
+                ms[column] = max(value, ms.get(column, 0.0))
+        instances = len({row.instance for row in members})
+        out.append(
+            Breakdown(
+                kind,
+                f"x{instances}{_FOLDED}",
+                ms,
+                sum(r.records for r in members),
+                sum(r.bytes for r in members),
+                sum(r.errors for r in members),
+            )
+        )
+    return out
+
+
 def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, str]) -> Table:
+    if len({(r.kind, r.instance) for r in rows}) > _FLEET:
+        rows = _per_kind(rows)
     columns = breakdown_columns(rows)
     wide = 27 + sum(max(len(c), 8) + 3 for c in columns) + 2 * 20
     if wide <= width:
@@ -104,6 +138,8 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
 def _who(row: Breakdown) -> str:
     # A worker's row sits right under its participant's (breakdown() orders them so).
     who = f"{row.kind}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
+    if row.instance.endswith(_FOLDED):
+        who = f"{row.kind} {row.instance}"
     return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
 
 
@@ -112,9 +148,12 @@ def render_waterfall(
 ) -> Table:
     """One trace as a waterfall: indented span names (a participant's instance after its
     operation), milliseconds, and a bar on a time axis scaled to what is left of ``width``;
-    bars in their kind's colour in ``kinds``."""
+    bars in their kind's colour in ``kinds``, the critical path marked ``▶``. A stage's large
+    group of parallel calls shows its slowest call and one ``+N more`` row (``folding``)."""
     colours = kinds.palette()
-    name_w = min(40, max(len("  " * s.depth + _label(s)) for s in spans))
+    critical = on_critical_path(spans)
+    rows = waterfall_rows(spans, critical)
+    name_w = min(40, max(len("  " * r.depth + _label(r)) for r in rows))
     bar_w = max(10, min(width, 200) - name_w - 9 - 4)
     t0 = min(s.start_ns for s in spans)
     total = max(1, max(s.end_ns for s in spans) - t0)
@@ -129,8 +168,16 @@ def render_waterfall(
     def col(t: int) -> int:
         return min(bar_w - 1, max(0, int((t - t0) / total * bar_w)))
 
-    for s in spans:
+    for row in rows:
         bar = Text(" " * bar_w)
+        if isinstance(row, Folded):
+            start, end = col(row.start_ns), max(col(row.start_ns) + 1, col(row.end_ns))
+            _paint(bar, "─", start, end)
+            bar.stylize(colours.get(row.kind, "white"), start, end)
+            name = Text("  " * row.depth + _label(row), style="dim")
+            table.add_row(name, Text(f"≤{row.max_ms:.1f}", style="dim"), bar)
+            continue
+        s = row
         parent = by_id.get(s.parent_span_id or -1)
         if s.participant and parent is not None and parent.client:
             arrived = s.received_ns if s.received_ns is not None else s.start_ns
@@ -140,13 +187,16 @@ def render_waterfall(
             _paint(bar, "░", col(s.end_ns), col(parent.end_ns) + 1)
         _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
         bar.stylize("red" if s.error else _colour(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
-        name = Text("  " * s.depth + _label(s), style="bold" if s.slowest else "")
-        table.add_row(name, f"{_SLOW if s.slowest else ''}{s.ms:.1f}", bar)
+        on_path = s.span_id in critical
+        name = Text("  " * s.depth + _label(s), style="bold" if on_path else "")
+        table.add_row(name, f"{_CRITICAL if on_path else ''}{s.ms:.1f}", bar)
     return table
 
 
-def _label(s: Span) -> str:
-    return f"{s.short} {s.who.split('/', 1)[-1]}" if s.participant else s.short
+def _label(row: Row) -> str:
+    if isinstance(row, Folded):
+        return row.label
+    return f"{row.short} {row.who.split('/', 1)[-1]}" if row.participant else row.short
 
 
 def _paint(bar: Text, char: str, start: int, end: int) -> None:

@@ -23,7 +23,7 @@ from ckpt_events import (
     Stalled,
     StepFinished,
 )
-from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, duration_ns, trace_spans
 from ckpt_events.participants.kinds import PREPARE_ORDER, stage_index
 from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
 
@@ -73,6 +73,9 @@ class Breakdown:
     errors: int = 0
     #: The worker process of a multi-worker participant (its row sits under the participant's).
     worker: int | None = None
+    #: Operations and steps of unknown duration (the process's clock went back during one):
+    #: absent from ``ms``, never a made-up number.
+    unknown: set[str] = field(default_factory=set)
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
@@ -87,8 +90,11 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 key = (event.kind, event.instance, event.worker)
                 row = rows.setdefault(key, Breakdown(event.kind, event.instance, worker=event.worker))
                 name = str(op)
-                row.ms[name] = row.ms.get(name, 0.0) + (event.end_ns - event.start_ns) / 1e6
-                row.errors += event.outcome is Outcome.ERROR
+                # By the participant's own clock; one of unknown duration makes the total unknown.
+                if (length := duration_ns(event)) is None:
+                    row.unknown.add(name)
+                row.ms[name] = row.ms.get(name, 0.0) + (length or 0) / 1e6
+                row.errors += event.outcome == Outcome.ERROR
                 # What a checkpoint holds: records committed and bytes written (a restore
                 # reads the same ones back, so counting both would double them).
                 if isinstance(event, OperationFinished) and op == Operation.COMMIT:
@@ -97,6 +103,9 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                     row.bytes += event.bytes or 0
             case _:
                 pass
+    for row in rows.values():
+        for name in row.unknown:
+            del row.ms[name]
     return sorted(
         rows.values(),
         key=lambda r: (_kind_place(r.kind), r.kind, r.instance, -1 if r.worker is None else r.worker),
@@ -106,7 +115,7 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
 def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
     """The columns a table of ``rows`` shows: ``BREAKDOWN_COLUMNS`` that any row has, then the
     operations and steps of the user's own (an ``upload`` step), by name."""
-    seen = {name for row in rows for name in row.ms}
+    seen = {name for row in rows for name in (*row.ms, *row.unknown)}
     ours = [c for c in BREAKDOWN_COLUMNS if c in seen]
     return ours + sorted(seen.difference(BREAKDOWN_COLUMNS))
 
@@ -117,16 +126,16 @@ def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
     for event in events:
         match event:
             case Refused(code=code):
-                out[CountedEvent.REFUSED][code.value] += 1
+                out[CountedEvent.REFUSED][str(code)] += 1
             case LeaseExpired(phase=phase):
-                out[CountedEvent.LEASE_EXPIRED][f"{event.kind}/{phase.value}"] += 1
+                out[CountedEvent.LEASE_EXPIRED][f"{event.kind}/{phase}"] += 1
             case PrepareNotReady(blockers=blockers):
                 out[CountedEvent.PREPARE_NOT_READY][str(event.kind)] += 1
                 out["prepare_not_ready_blockers"][str(event.kind)] += blockers
             case GenerationCut(disposition=disposition, calls=calls):
-                out[CountedEvent.GENERATION_CUT][disposition.value] += calls
+                out[CountedEvent.GENERATION_CUT][str(disposition)] += calls
             case Stalled(operation=operation):
-                out[CountedEvent.STALLED][f"{event.kind}/{operation.value}"] += 1
+                out[CountedEvent.STALLED][f"{event.kind}/{operation}"] += 1
             case _:
                 pass
     return dict(out)

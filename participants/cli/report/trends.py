@@ -42,7 +42,7 @@ from typing import Any, Final
 
 from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.report.durations import Key, percentile
-from ckpt_events.participants.cli.report.model import who_of
+from ckpt_events.participants.cli.report.model import duration_ns, who_of
 from ckpt_events.vocab import Kind
 
 __all__ = ["Growth", "Trend", "Trends", "binomial_tail", "growth", "spearman", "theil_sen"]
@@ -210,18 +210,23 @@ class Trends:
     rows: list[Any] = field(default_factory=list)
     _pending_id: str | None = None
     _pending: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Kinds of the pending checkpoint with an operation of unknown duration: no totals.
+    _pending_unknown: set[str] = field(default_factory=set)
 
     def add_trace(self, spans: Sequence[Any], root: Any) -> None:
         """Fold one finished trace (its finished spans) under ``root``."""
         operation_of: dict[int, str] = {}
         per_key: dict[Key, dict[str, float]] = {}
         per_kind: dict[str, dict[str, float]] = {}
+        # Keys and kinds with a span of unknown duration (its clock went back during it): the
+        # checkpoint's slowest instance, or an instance's total, is unknown, so left out.
+        unknown: set[Key | str] = set()
         for e in spans:
             if isinstance(e, OperationFinished):
-                operation_of[e.span_id] = e.operation.value
+                operation_of[e.span_id] = str(e.operation)
         for e in spans:
             if isinstance(e, OperationFinished):
-                key: Key = (str(e.kind), e.operation.value, "")
+                key: Key = (str(e.kind), str(e.operation), "")
             elif isinstance(e, StepFinished):
                 key = (str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step))
             else:
@@ -229,7 +234,13 @@ class Trends:
             if e.kind == Kind.CONTROLLER:
                 continue
             who = who_of(e.kind, e.instance, e.worker)
-            ms = (e.end_ns - e.start_ns) / 1e6
+            length = duration_ns(e)
+            if length is None:
+                unknown.add(key)
+                if isinstance(e, OperationFinished) and e.worker is None:
+                    unknown.add(str(e.kind))
+                continue
+            ms = length / 1e6
             mine = per_key.setdefault(key, {})
             mine[who] = mine.get(who, 0.0) + ms
             # A straggler is judged among the participants of a kind: a worker's share of an
@@ -238,6 +249,8 @@ class Trends:
                 of_kind = per_kind.setdefault(str(e.kind), {})
                 of_kind[who] = of_kind.get(who, 0.0) + ms
         for key, by_who in per_key.items():
+            if key in unknown:
+                continue
             self.starts.setdefault(key, array("q")).append(root.start_ns)
             self.values.setdefault(key, array("d")).append(max(by_who.values()))
         # A bare coordinator's checkpoint is one trace per coordinate operation: the totals
@@ -245,6 +258,7 @@ class Trends:
         if root.checkpoint_id != self._pending_id:
             self._flush()
             self._pending_id = root.checkpoint_id
+        self._pending_unknown.update(k for k in unknown if isinstance(k, str))
         for kind, by_who in per_kind.items():
             pending = self._pending.setdefault(kind, {})
             for who, ms in by_who.items():
@@ -252,6 +266,8 @@ class Trends:
 
     def _flush(self) -> None:
         for kind, by_who in self._pending.items():
+            if kind in self._pending_unknown:
+                continue
             totals = self.totals.setdefault(kind, {})
             for who, ms in by_who.items():
                 totals.setdefault(who, array("d")).append(ms)
@@ -269,6 +285,7 @@ class Trends:
                     gaps.setdefault(who, array("d")).append(ms - level)
                     peers.setdefault(who, array("d")).append(level)
         self._pending = {}
+        self._pending_unknown = set()
         self._pending_id = None
 
     def _ordered(self, key: Key) -> list[float]:

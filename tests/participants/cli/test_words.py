@@ -1,10 +1,11 @@
-"""Counts in words: one is singular, every other count plural, with thousands separators."""
+"""Numbers in words: one is singular, every other count plural, with thousands separators; a rate
+in the unit that shows it; a long text cut at a word."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.cli.words import clipped, counted, rate
 
 
 @pytest.mark.parametrize(
@@ -21,3 +22,31 @@ from ckpt_events.participants.cli.words import counted
 def test_counted(count: int, noun: str, plural: str | None, words: str) -> None:
     """The noun agrees with the count."""
     assert counted(count, noun, plural) == words
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "seconds", "words"),
+    [
+        (3_744, 0.0029, "1.29 MB/s"),
+        (2_106, 6.2, "340 B/s"),  # it said "0.00 MB/s"
+        (3, 10.0, "0.30 B/s"),
+        (999_600, 1.0, "1.00 MB/s"),  # never "1000 kB/s"
+        (0, 1.0, "0 B/s"),
+        (5e9, 2.0, "2.50 GB/s"),
+    ],
+)
+def test_rate_is_never_zero_for_some_bytes(nbytes: float, seconds: float, words: str) -> None:
+    """Three significant digits in the unit that shows them."""
+    assert rate(nbytes, seconds) == words
+
+
+def test_clipped_cuts_at_a_word() -> None:
+    """A long message is cut at its last word that fits, with an ellipsis, and on one line."""
+    text = "checkpoint c1 not prepared:\n stopped at stage environment with 1 blocker"
+    assert clipped(text, 200) == "checkpoint c1 not prepared: stopped at stage environment with 1 blocker"
+    assert clipped(text, 48) == "checkpoint c1 not prepared: stopped at stage…"
+    assert clipped(text, 31) == "checkpoint c1 not prepared…"
+    # A long token (a URL) is cut after a separator, not inside a name.
+    assert clipped("agent-0 at http://127.0.0.1:41571/ng-control/v1/checkpoint/prepare", 40) == (
+        "agent-0 at http://127.0.0.1:41571/…"
+    )

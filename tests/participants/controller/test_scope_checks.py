@@ -43,7 +43,7 @@ def test_a_restore_other_than_asked_is_a_failure_of_that_participant():
     failures: dict[str, str] = {}
     check_restored(replies, failures, SCOPE, "c1")
     assert set(replies) == {"a"} and set(failures) == {"b", "c"}
-    assert "restored 1 episodes, not the 2" in failures["b"] and "c0, not c1" in failures["c"]
+    assert "restored 1 episode, not the 2" in failures["b"] and "c0, not c1" in failures["c"]
 
 
 def test_each_member_is_checked_against_its_own_share_of_a_mapped_scope():

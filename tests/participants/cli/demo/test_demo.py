@@ -26,8 +26,10 @@ async def test_demo_checkpoints_crashes_restores_and_verifies(tmp_path: Path) ->
     result = await run_demo(options, Console(file=out, width=170))
     assert result.second.completed == 60 and result.first.completed < 60
     assert result.continued and all(result.second.attempts[r] == 1 for r in result.continued)
-    assert len(result.checks) == 5 and result.checks[4].startswith("1 of 1 checkpoints published")
+    assert len(result.checks) == 5 and result.checks[4].startswith("1 of 1 checkpoint published")
     text = out.getvalue()
+    # The breakdown adds up the run's checkpoints and restore, and says so.
+    assert "60 rollouts x 2 steps, summed over 1 checkpoint and 1 restore: time per participant" in text
     assert "time per participant" in text and "checkpoint: waterfall" in text and "restore: waterfall" in text
     assert "stale_attempt" in text
     assert text.count("ms unattributed") == 2  # the checkpoint's and the restore's attribution lines

@@ -9,9 +9,12 @@ from typing import Any
 import anyio
 import pytest
 
+from ckpt_events import OperationFinished
 from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.diff import real_change
 from ckpt_events.participants.workloads.model import ModelWorkload
 from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.vocab import Operation
 from tests.participants.controller.test_coordinator import coordinated
 
 
@@ -45,3 +48,51 @@ async def test_diff_flags_the_slowed_step_and_fails_above_the_ratio(
     assert "worst model/commit/export" in captured.err
     # Without the gate the same comparison only reports.
     assert main(["diff", str(tmp_path / "base.jsonl"), str(tmp_path / "new.jsonl")]) == 0
+
+
+def _log(path: Path, ms: dict[Operation, list[float]]) -> Path:
+    """A log of model operations taking ``ms`` milliseconds each, one after the other."""
+    events, t = [], 1_000_000_000
+    for n, (operation, values) in enumerate(ms.items()):
+        for i, value in enumerate(values):
+            end = t + round(value * 1e6)
+            events.append(
+                OperationFinished(
+                    "model", "model-0", 1, 100 * n + i + 1, t, end, operation, checkpoint_id=f"c{i}"
+                )
+            )
+            t = end + 1_000_000
+    sink = JsonLinesSink(path)
+    sink.handle(events)
+    sink.close()
+    return path
+
+
+def test_fail_above_ignores_a_sub_millisecond_change_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """renew 0.14 -> 0.27 ms over 3 checkpoints is 1.9x but noise: named in one line, not failed
+    (it failed the run); a commit 10 -> 30 ms still fails it."""
+    base = _log(
+        tmp_path / "base.jsonl", {Operation.RENEW: [0.14, 0.13, 0.15], Operation.COMMIT: [10, 11, 10]}
+    )
+    new = _log(tmp_path / "new.jsonl", {Operation.RENEW: [0.27, 0.26, 0.28], Operation.COMMIT: [10, 11, 10]})
+    assert main(["diff", str(base), str(new), "--fail-above", "1.5"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "ignored 1 median ratio above 1.5 as noise (a change under 1 ms or under the step's jitter): "
+        "model/renew 0.14 -> 0.27 ms (n = 3, 3)"
+    ]
+    slower = _log(
+        tmp_path / "slower.jsonl", {Operation.RENEW: [0.27, 0.26, 0.28], Operation.COMMIT: [30, 31, 29]}
+    )
+    assert main(["diff", str(base), str(slower), "--fail-above", "1.5"]) == 1
+    err = capsys.readouterr().err
+    assert "1 median ratio above 1.5: worst model/commit 3.00x" in err and "ignored 1 median ratio" in err
+
+
+def test_a_real_change_clears_the_floor_and_the_jitter() -> None:
+    """At least 1 ms, and at least the larger run's robust spread."""
+    assert not real_change([0.14, 0.13, 0.15], [0.27, 0.26, 0.28])  # under 1 ms
+    assert real_change([10.0, 11.0, 10.0], [30.0, 31.0, 29.0])
+    assert not real_change([10.0, 30.0, 10.0, 30.0, 20.0], [12.0, 40.0, 5.0, 33.0, 22.0])  # within its jitter

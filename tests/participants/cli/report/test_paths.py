@@ -1,32 +1,84 @@
-"""The critical path in words: the longest stage on the chain that set the root's end (walked
-back through earlier stages, not only the last-ending child), and the longest participant
-operation on it with its step."""
+"""The critical path walked as Jaeger's UI walks it (the last-ending child, then the child that
+ended last before the current point, repeatedly; children cut to their parent), and the slowest
+operation named as the longest one, on the path or not."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StepFinished
-from ckpt_events.participants.cli.report.paths import slowest
+from ckpt_events.participants.cli.report.paths import critical_path, dominated, on_critical_path, path_line
 from ckpt_events.vocab import CollectionAction, Kind, Operation, Step
 
 MS = 1_000_000
 T = 7
 
 
-def _coordinate(span: int, operation: Operation, start: int, end: int) -> CoordinateFinished:
-    return CoordinateFinished(Kind.CONTROLLER, "c", T, span, start * MS, end * MS, operation, "k", 1)
+def _coordinate(span: int, operation: Operation, start: float, end: float, parent: int = 1) -> Any:
+    return CoordinateFinished(
+        Kind.CONTROLLER, "c", T, span, int(start * MS), int(end * MS), operation, "k", parent
+    )
 
 
-def _operation(span: int, parent: int, kind: Kind, operation: Operation, start: int, end: int) -> Any:
-    return OperationFinished(kind, f"{kind.value}-0", T, span, start * MS, end * MS, operation, "k", parent)
+def _operation(span: int, parent: int, kind: Kind, operation: Operation, start: float, end: float) -> Any:
+    return OperationFinished(
+        kind, f"{kind.value}-0", T, span, int(start * MS), int(end * MS), operation, "k", parent
+    )
+
+
+def _walk(spans: list[Any]) -> list[tuple[int, float, float]]:
+    """(span id, start ms, end ms) of each section, latest first."""
+    return [(s.span.span_id, s.start_ns / MS, s.end_ns / MS) for s in critical_path(spans)]
+
+
+def _tiles(spans: list[Any], root: Any) -> None:
+    sections = critical_path(spans)
+    assert sections[0].end_ns == root.end_ns and sections[-1].start_ns == root.start_ns
+    for later, earlier in zip(sections, sections[1:], strict=False):
+        assert earlier.end_ns == later.start_ns
+
+
+def test_overlapping_parallel_children_only_the_last_ending_is_on_the_path() -> None:
+    """A 10-90 and B 20-95 under P 0-100: B ends last; A overlapped B's start, so it did not hold
+    P up and P's own time runs back from B's start to its own."""
+    p = _coordinate(1, Operation.PREPARE, 0, 100, parent=0)
+    a = _operation(2, 1, Kind.MODEL, Operation.PREPARE, 10, 90)
+    b = _operation(3, 1, Kind.AGENT, Operation.PREPARE, 20, 95)
+    assert _walk([p, a, b]) == [(1, 95, 100), (3, 20, 95), (1, 0, 20)]
+    assert on_critical_path([p, a, b]) == {1, 3}
+    _tiles([p, a, b], p)
+
+
+def test_staggered_parallel_children_chain_only_through_those_that_ended_before() -> None:
+    """A 10-30, B 25-60, C 55-80 (each call sent a little after the last): C ends last; before C
+    started only A had ended (B was still running), so the path is C then A, never B."""
+    p = _coordinate(1, Operation.COMMIT, 0, 100, parent=0)
+    a = _operation(2, 1, Kind.MODEL, Operation.COMMIT, 10, 30)
+    b = _operation(3, 1, Kind.AGENT, Operation.COMMIT, 25, 60)
+    c = _operation(4, 1, Kind.ENVIRONMENT, Operation.COMMIT, 55, 80)
+    assert _walk([p, a, b, c]) == [(1, 80, 100), (4, 55, 80), (1, 30, 55), (2, 10, 30), (1, 0, 10)]
+    _tiles([p, a, b, c], p)
+
+
+def test_children_that_end_after_their_parent_are_cut_to_it_and_late_ones_dropped() -> None:
+    """X 50-130 under P 0-100 counts as 50-100 (it is P's last-ending child); Z starting at 110,
+    after P ended, is not on the path; Y 10-40 ended before X started (jaeger-ui #1532's cases)."""
+    p = _coordinate(1, Operation.RESUME, 0, 100, parent=0)
+    x = _operation(2, 1, Kind.MODEL, Operation.RESUME, 50, 130)
+    y = _operation(3, 1, Kind.AGENT, Operation.RESUME, 10, 40)
+    z = _operation(4, 1, Kind.ENVIRONMENT, Operation.RESUME, 110, 120)
+    assert _walk([p, x, y, z]) == [(2, 50, 100), (1, 40, 50), (3, 10, 40), (1, 0, 10)]
+    _tiles([p, x, y, z], p)
+    # A grandchild is cut to its (already cut) parent too.
+    g = StepFinished(Kind.MODEL, "model-0", T, 5, 90 * MS, 125 * MS, Step.WRITE, "k", 2)
+    assert _walk([p, x, y, z, g])[:2] == [(5, 90, 100), (2, 50, 90)]
+    assert critical_path([]) == [] and path_line([], T) == ""
 
 
 def test_a_long_stage_before_a_short_last_one_is_named() -> None:
     """Prepare 0-100 (the model's prepare 10-90, its generation cut 20-80), commit 100-130,
-    resume 130-135 ends last: prepare is the longest stage on the path, the model's prepare the
-    longest operation, the cut its step; a span that ended after the next stage began (a stray
-    renew 95-120, overlapping the commit) is off the path."""
+    resume 130-135 ends last: the path walks back through every stage; prepare is its longest
+    stage and the model's prepare its longest operation, also the trace's slowest."""
     spans = [
         CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 135 * MS, CollectionAction.CHECKPOINT, "k"),
         _coordinate(2, Operation.PREPARE, 0, 100),
@@ -39,12 +91,33 @@ def test_a_long_stage_before_a_short_last_one_is_named() -> None:
         _coordinate(5, Operation.RESUME, 130, 135),
         _operation(14, 5, Kind.AGENT, Operation.RESUME, 131, 134),
     ]
-    said = slowest(spans, T)
-    assert (
-        said == "coordinate.prepare 100.0 ms, slowest model/model-0 prepare 80.0 ms (generation_cut 60.0 ms)"
+    assert path_line(spans, T) == (
+        "critical path: coordinate.prepare 100.0 ms, model/model-0 prepare 80.0 ms "
+        "(generation_cut 60.0 ms), the slowest operation"
     )
     # Without the long prepare, the commit is the longest stage and its environment operation.
-    assert slowest([spans[0], *spans[5:]], T) == (
-        "coordinate.commit 30.0 ms, slowest environment/environment-0 commit 28.0 ms"
+    assert path_line([spans[0], *spans[5:]], T) == (
+        "critical path: coordinate.commit 30.0 ms, environment/environment-0 commit 28.0 ms, "
+        "the slowest operation"
     )
-    assert slowest([], T) == ""
+
+
+def test_slowest_names_the_longest_operation_even_off_the_path() -> None:
+    """The measured contradiction: a restore whose agent call (4.9 ms) ended last, and whose
+    model call (5.6 ms, read 5.4 ms) overlapped it: the path names the agent, "slowest" the
+    model, and agrees with what dominated the restore."""
+    spans = [
+        CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 20 * MS, CollectionAction.RESTORE, "k"),
+        _coordinate(2, Operation.RESTORE, 0, 15),
+        _operation(10, 2, Kind.MODEL, Operation.RESTORE, 3.5, 9.1),
+        StepFinished(Kind.MODEL, "model-0", T, 11, int(3.6 * MS), int(9.0 * MS), Step.READ, "k", 10),
+        _operation(12, 2, Kind.AGENT, Operation.RESTORE, 9.0, 13.9),
+        StepFinished(Kind.AGENT, "agent-0", T, 13, int(9.1 * MS), int(12.7 * MS), Step.READ, "k", 12),
+        _coordinate(3, Operation.RESUME, 15, 20),
+    ]
+    said = path_line(spans, T)
+    assert said == (
+        "critical path: coordinate.restore 15.0 ms, agent/agent-0 restore 4.9 ms (read 3.6 ms); "
+        "slowest operation: model/model-0 restore 5.6 ms (read 5.4 ms)"
+    )
+    assert dominated(spans).startswith("read on model/model-0 5.4 ms dominated")

@@ -12,11 +12,22 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from ckpt_events import (
+    CollectionFinished,
+    CoordinateFinished,
+    GenerationCut,
+    OperationFinished,
+    PrepareNotReady,
+    Refused,
+)
 from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.model import finished_spans
+from ckpt_events.participants.cli.report.perfetto import trace_events
 from ckpt_events.sinks.jsonl import CorruptLine, read_events
-from ckpt_events.vocab import Kind
+from ckpt_events.vocab import CollectionAction, Disposition, ErrorCode, Kind, Operation
+
+MS = 1_000_000
 
 
 @pytest.mark.e2e
@@ -127,3 +138,91 @@ def test_report_and_jsonl_paths_that_cannot_be_written_are_refused_before_any_wo
     assert info.value.code == 2
     assert f"cannot write {str(bad.with_suffix('.jsonl'))!r}" in capsys.readouterr().err
     assert not workdir.exists()  # the demo never started
+
+
+def _nested(rows: list[dict[str, Any]]) -> None:
+    """On every thread, complete events nest (Perfetto's JSON importer mis-nests the rest)."""
+    threads: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["ph"] == "X":
+            threads.setdefault((r["pid"], r["tid"]), []).append(r)
+    for slices in threads.values():
+        open_ends: list[float] = []
+        for r in sorted(slices, key=lambda r: (r["ts"], -r["dur"])):
+            while open_ends and open_ends[-1] <= r["ts"] + 1e-3:
+                open_ends.pop()
+            assert not open_ends or r["ts"] + r["dur"] <= open_ends[-1] + 1e-3, r
+            open_ends.append(r["ts"] + r["dur"])
+
+
+def test_overlapping_spans_get_their_own_thread_and_counted_events_are_counters() -> None:
+    """A renew overlapping the commit on the controller, two checkpoints' traces: every span is
+    a slice on a named thread where slices nest, and refusals, cuts and not-ready prepares are
+    counters with running totals on their participant's process."""
+    events: list[Any] = []
+    for trace, at in ((1, 0), (2, 1000)):
+        events += [
+            CollectionFinished(
+                Kind.CONTROLLER, "c", trace, 1, at * MS, (at + 135) * MS, CollectionAction.CHECKPOINT, "k"
+            ),
+            CoordinateFinished(
+                Kind.CONTROLLER, "c", trace, 2, (at + 100) * MS, (at + 130) * MS, Operation.COMMIT, "k", 1
+            ),
+            CoordinateFinished(
+                Kind.CONTROLLER, "c", trace, 3, (at + 95) * MS, (at + 120) * MS, Operation.RENEW, "k", 1
+            ),
+            OperationFinished(
+                Kind.MODEL, "model-0", trace, 4, (at + 101) * MS, (at + 129) * MS, Operation.COMMIT, "k", 2
+            ),
+            OperationFinished(
+                Kind.MODEL, "model-0", trace, 5, (at + 96) * MS, (at + 119) * MS, Operation.RENEW, "k", 3
+            ),
+        ]
+    events += [
+        Refused(Kind.MODEL, "model-0", 10 * MS, ErrorCode.STALE_ATTEMPT),
+        Refused(Kind.MODEL, "model-0", 20 * MS, ErrorCode.STALE_ATTEMPT),
+        GenerationCut(Kind.MODEL, "model-0", 30 * MS, Disposition.DURABLE_PREFIX, 3),
+        PrepareNotReady(Kind.ENVIRONMENT, "environment-0", 40 * MS, 2),
+    ]
+    rows = trace_events(events)
+    complete = [r for r in rows if r["ph"] == "X"]
+    assert len(complete) == len(finished_spans(events)) == 10
+    _nested(rows)
+    names = {(r["pid"], r["tid"]): r["args"]["name"] for r in rows if r["name"] == "thread_name"}
+    assert {(r["pid"], r["tid"]) for r in complete} <= set(names)
+    assert sorted(set(names.values())) == ["main", "main 2"]
+    processes = {r["args"]["name"]: r["pid"] for r in rows if r["name"] == "process_name"}
+    counters = [(r["name"], r["pid"], r["args"]) for r in rows if r["ph"] == "C"]
+    model, environment = processes["model/model-0"], processes["environment/environment-0"]
+    assert counters == [
+        ("refused", model, {"stale_attempt": 1}),
+        ("refused", model, {"stale_attempt": 2}),
+        ("generation_cut", model, {"durable_prefix": 3}),
+        ("prepare_not_ready", environment, {"prepares": 1, "blockers": 2}),
+    ]
+    assert all(r["ts"] >= 0 for r in rows if "ts" in r)
+
+
+@pytest.mark.slow
+async def test_report_of_a_stall_run_exports_every_span_of_every_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``demo --checkpoints 3 --fault stall --jsonl``, then ``report LOG --report X.perfetto.json``:
+    every finished span of the log (three checkpoints and a restore), not the aborted one's
+    only (it held 10 of 112), on nesting threads, with the not-ready prepare as a counter."""
+    log, trace = tmp_path / "run.jsonl", tmp_path / "run.perfetto.json"
+    options = DemoOptions(
+        rollouts=40, concurrency=4, checkpoints=3, fault="stall", jsonl=log, workdir=tmp_path
+    )
+    await run_demo(options, Console(file=io.StringIO(), width=170))
+    events = [e for _, e in read_events(log) if not isinstance(e, CorruptLine)]
+    spans = finished_spans(events)
+    capsys.readouterr()
+    assert main(["report", str(log), "--report", str(trace)]) == 0
+    assert f"{len(spans)} spans of the whole run" in capsys.readouterr().out
+    rows = json.loads(trace.read_text())["traceEvents"]
+    complete = [r for r in rows if r["ph"] == "X"]
+    assert len(complete) == len(spans)
+    assert len({r["args"]["trace_id"] for r in complete}) == len({e.trace_id for e in spans}) >= 4
+    _nested(rows)
+    assert any(r["ph"] == "C" and r["name"] == "prepare_not_ready" for r in rows)

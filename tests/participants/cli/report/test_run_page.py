@@ -1,5 +1,6 @@
-"""The run's HTML page from a real run: the strip of checkpoints linked to their rows, the table
-linked to each waterfall, the trends; every string from the log escaped; rendered by Chromium."""
+"""The run's HTML page from a real run: the strip of checkpoints linked to their rows and its
+legend, the table linked to each waterfall, the trends collapsed after them; every string from
+the log escaped; rendered by Chromium."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import msgspec
 import pytest
 
 from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.html import FILLS
 from ckpt_events.participants.cli.report.png import screenshot
+from ckpt_events.participants.cli.report.run_page import OUTCOME_FILLS
 from tests.participants.cli.report.test_png import PNG, _dom, needs_browser
 from tests.participants.cli.report.test_run_report import _run, _write
 
@@ -44,10 +47,18 @@ async def test_run_page_links_strip_rows_and_waterfalls(
     for n in range(1, 5):
         assert f'<tr id="row-{n}">' in text and f'<a href="#detail-{n}">waterfall</a>' in text
         assert f'<section id="detail-{n}">' in text
-    # The overview comes first, then the trends, then the waterfalls in row order.
+    # The overview comes first, then the waterfalls in row order, then the trends (collapsed).
     order = [
         text.index(s)
-        for s in ('class="strip"', 'id="overview"', 'id="trends"', 'id="detail-1"', 'id="detail-4"')
+        for s in (
+            'class="strip"',
+            'id="strip-legend"',
+            'id="overview"',
+            'id="detail-1"',
+            'id="detail-4"',
+            '<details id="trends-details">',
+            'id="trends"',
+        )
     ]
     assert order == sorted(order)
     lease = text[text.index('<section id="detail-4">') :]
@@ -76,3 +87,31 @@ async def test_run_page_renders_in_chromium(tmp_path: Path) -> None:
     shot = tmp_path / "run.png"
     screenshot(page, shot, width=1400, height=1600)
     assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 20_000
+
+
+async def test_run_page_reads_at_a_glance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a browser: outcome colours are none of the participants' colours; the strip has a
+    legend naming every outcome, each waterfall a legend naming every kind and the critical
+    path; the trends table sits in a ``<details>`` after the first waterfall."""
+    assert not set(OUTCOME_FILLS.values()) & set(FILLS.values())
+    assert len(set(OUTCOME_FILLS.values())) == len(OUTCOME_FILLS)
+    log = tmp_path / "run.jsonl"
+    _write(log, await _run(tmp_path))
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    text = page.read_text()
+    legend = re.search(r'<div class="legend" id="strip-legend">(.*?)</div>', text)
+    assert legend is not None
+    for outcome, fill in OUTCOME_FILLS.items():
+        assert f'data-outcome="{outcome}"><i class="swatch" style="background:{fill}">' in legend.group(1)
+    strip_fills = set(re.findall(r'<rect class="checkpoint"[^>]* fill="(#[0-9a-f]{6})"', text))
+    assert strip_fills and strip_fills <= set(OUTCOME_FILLS.values())
+    waterfalls = re.findall(r'<g class="legend">(.*?)</g>', text, re.S)
+    # Every waterfall (a row run by a bare coordinator has one per coordinate operation).
+    assert len(waterfalls) == text.count('preserveAspectRatio="xMinYMin meet"') >= 4
+    for kind in FILLS:
+        assert f">{kind}</text>" in waterfalls[0]
+    assert "critical path" in waterfalls[0]
+    details = text[text.index("<details") : text.index("</details>")]
+    assert "<summary>" in details and 'id="trends"' in details and "<details open" not in text
+    assert text.index('<section id="detail-1">') < text.index("<details") < text.index('id="trends"')

@@ -34,12 +34,12 @@ async def test_restore_row_names_its_source_and_what_dominated(
     assert source.what == "checkpoint" and source.checkpoint_id == restore.checkpoint_id
     match = re.fullmatch(
         r"(read|install) on (\w+)/[\w-]+ [\d.]+ ms dominated, ([\d,]+) records"
-        r"(, [\d.,]+ (?:bytes|MB) at [\d.]+ MB/s)?",
+        r"(, [\d.,]+ (?:bytes|MB) at [\d.]+ (?:B|kB|MB|GB)/s)?",
         restore.dominated,
     )
     assert match is not None, restore.dominated
     assert int(match.group(3).replace(",", "")) > 0
-    # The read step's bytes are the checkpoint file's size: MB/s is bytes over the read's time.
+    # The read step's bytes are the checkpoint file's size: the rate is bytes over the read's time.
     assert match.group(1) == "install" or match.group(4) is not None
     assert main(["report", str(log)]) == 0
     out = capsys.readouterr().out

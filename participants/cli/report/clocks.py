@@ -1,0 +1,165 @@
+"""Clocks across processes: how far each participant's wall clock sits from its caller's, from
+what the logs prove, and nothing else.
+
+A participant's operation that answers a controller's call (its parent is the controller's
+client span, a prepare stage or a fanned-out coordinate operation, reached by ``traceparent``)
+ran inside that call: it started after the call started and ended before the call ended.
+Each such pair bounds the participant's clock offset ``d`` (added to its stamps) to
+``[call.start - op.start, call.end - op.end]``. The pairs of one process narrow the range
+(one constant skew per process; Jaeger's clock-skew adjuster shifts span by span the same
+way). When the range holds 0, the clocks already agree with everything the logs show and
+nothing is shifted; when it does not, the process is shifted by the middle of the range
+(the unknown transit split evenly between request and reply); when no single shift fits
+every pair (a clock that stepped during the run), nothing is shifted and the report says so.
+
+A span's duration is read from its own process's clock alone (``model.duration_ns``); a
+figure spanning processes (the fleet's pause, a waterfall, the logs' time) needs this
+alignment, and where an operation still sits outside its call (``outside``) that figure is
+unknown. Memory is bounded: the calls waiting for their answers (and answers for their
+calls) are the last ``PENDING`` of each.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, TypeAlias
+
+import msgspec
+
+from ckpt_events import CoordinateFinished, OperationFinished, StageFinished
+from ckpt_events.participants.cli.report.model import who_of
+from ckpt_events.vocab import Kind, SpanKind, span_kind_of
+
+__all__ = ["ClockEvidence", "Offsets", "Process", "process_of", "shifted"]
+
+#: A process: participant kind, instance, worker index.
+Process: TypeAlias = tuple[str, str, int | None]
+#: Nanoseconds to add to each process's wall-clock stamps.
+Offsets: TypeAlias = Mapping[Process, int]
+#: Calls kept waiting for an answer (and answers for their call): a participant whose clock is
+#: ahead logs its answers after the call ended, one behind logs them before it started.
+PENDING: Final = 1024
+#: Aligned clocks named one a line; the rest are counted.
+SHOWN: Final = 5
+
+
+def process_of(e: Any) -> Process:
+    """The process that wrote ``e``."""
+    return (str(e.kind), e.instance, e.worker)
+
+
+def _who(process: Process) -> str:
+    kind, instance, worker = process
+    return "controller" if kind == Kind.CONTROLLER else who_of(kind, instance, worker)
+
+
+def _seconds(ns: float) -> str:
+    return f"{ns / 1e9:+.1f} s" if abs(ns) >= 1e9 else f"{ns / 1e6:+.1f} ms"
+
+
+def shifted(e: Any, by: int) -> Any:
+    """``e`` with every wall-clock stamp moved by ``by`` ns (durations unchanged)."""
+    changes = {
+        name: value + by
+        for name in ("start_ns", "end_ns", "received_ns", "time_ns")
+        if (value := getattr(e, name, None)) is not None
+    }
+    return msgspec.structs.replace(e, **changes)
+
+
+@dataclass
+class _Range:
+    low: int
+    high: int
+    pairs: int = 1
+
+
+@dataclass
+class ClockEvidence:
+    """Per participant process, the offsets its calls allow (see the module docstring).
+
+    Feed it every event (``add``); ``offsets()`` says what to shift, ``lines()`` what was done."""
+
+    #: The event types ``add`` looks at (a caller may skip the others).
+    TYPES: ClassVar[frozenset[type]] = frozenset((OperationFinished, StageFinished, CoordinateFinished))
+    ranges: dict[Process, _Range] = field(default_factory=dict)
+    #: Traces where an operation sat outside its call by these stamps (a clock no shift fits).
+    outside: set[int] = field(default_factory=set)
+    _calls: OrderedDict[tuple[int, int], tuple[int, int]] = field(default_factory=OrderedDict)
+    _answers: OrderedDict[tuple[int, int], list[tuple[Process, int, int]]] = field(
+        default_factory=OrderedDict
+    )
+
+    def add(self, e: Any) -> None:
+        cls = type(e)  # per event: the cheapest tests first
+        if cls is OperationFinished:
+            if not e.parent_remote or e.parent_span_id is None or e.kind == Kind.CONTROLLER:
+                return
+            call = self._calls.get((e.trace_id, e.parent_span_id))
+            if call is not None:
+                self._pair(e.trace_id, process_of(e), call, e.start_ns, e.end_ns)
+                return
+            waiting = self._answers.get((e.trace_id, e.parent_span_id))
+            if waiting is None:
+                waiting = self._answers[(e.trace_id, e.parent_span_id)] = []
+                if len(self._answers) > PENDING:
+                    self._answers.popitem(last=False)
+            waiting.append((process_of(e), e.start_ns, e.end_ns))
+        elif cls is StageFinished or (cls is CoordinateFinished and span_kind_of(e) is SpanKind.CLIENT):
+            key = (e.trace_id, e.span_id)
+            call = self._calls[key] = (e.start_ns, e.end_ns)
+            if len(self._calls) > PENDING:
+                self._calls.popitem(last=False)
+            for process, start, end in self._answers.pop(key, ()):
+                self._pair(e.trace_id, process, call, start, end)
+
+    def _pair(self, trace_id: int, process: Process, call: tuple[int, int], start: int, end: int) -> None:
+        low, high = call[0] - start, call[1] - end
+        if low > 0 or high < 0:
+            self.outside.add(trace_id)
+        bound = self.ranges.get(process)
+        if bound is None:
+            self.ranges[process] = _Range(low, high)
+        else:
+            bound.low, bound.high, bound.pairs = max(bound.low, low), min(bound.high, high), bound.pairs + 1
+
+    def offsets(self) -> dict[Process, int]:
+        """Each process whose clock the logs prove off, and the shift that puts every one of
+        its operations inside its call; processes that agree, or that no one shift fits, are
+        left out."""
+        return {
+            p: (r.low + r.high) // 2
+            for p, r in self.ranges.items()
+            if r.low <= r.high and not r.low <= 0 <= r.high
+        }
+
+    def unaligned(self) -> list[Process]:
+        """The processes no one shift fits (a clock that moved during the run)."""
+        return [p for p, r in self.ranges.items() if r.low > r.high]
+
+    def lines(self, applied: Offsets) -> list[str]:
+        """One line per process aligned (by ``applied``, the offsets this read used), the
+        largest shifts first and past ``SHOWN`` counted, and one per process no shift fits."""
+        out = []
+        ordered = sorted(applied.items(), key=lambda kv: (-abs(kv[1]), str(kv[0])))
+        for process, by in ordered[:SHOWN]:
+            r = self.ranges.get(process)
+            pairs = f"{r.pairs} of its operations" if r is not None else "its operations"
+            out.append(
+                f"aligned {_who(process)}'s clock by {_seconds(-by)} (shifted its stamps "
+                f"{_seconds(by)}: {pairs} must sit inside the controller's calls)"
+            )
+        if rest := ordered[SHOWN:]:
+            most = _seconds(abs(rest[0][1])).removeprefix("+")
+            out.append(f"... and {len(rest)} more clocks aligned, none by more than {most}")
+        for process, r in sorted(self.ranges.items(), key=lambda kv: str(kv[0])):
+            if r.low > r.high:
+                out.append(
+                    f"could not align {_who(process)}'s clock: no one shift puts its "
+                    f"{r.pairs} operations inside the controller's calls (they disagree by "
+                    f"{(r.low - r.high) / 1e6:,.1f} ms: a clock that stepped?); the figures across "
+                    "processes that involve it are unknown where it answered outside a call"
+                )
+        return out

@@ -1,0 +1,115 @@
+"""A waterfall's rows for a wide fleet: a stage's parallel calls folded to the slowest.
+
+Under one parent, the participants' spans of one operation on one kind (sixteen environment
+servers' ``prepare``) are a group. A group of more than ``FOLD_AT`` calls keeps its slowest
+call (and the one on the critical path, when that is another), each with its steps, and one
+``Folded`` row sums up the rest: how many, when the first started and the last ended, their
+median and longest. A checkpoint across 64 participants is then a few rows per stage, not 64.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ckpt_events.participants.cli.report.model import Span
+
+__all__ = ["FOLD_AT", "Folded", "Row", "waterfall_rows"]
+
+#: A group of at most this many parallel calls is drawn whole.
+FOLD_AT: Final = 3
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The calls of one group not drawn: ``count`` of operation ``name`` on ``kind``."""
+
+    name: str
+    kind: str
+    depth: int
+    count: int
+    start_ns: int
+    end_ns: int
+    median_ms: float
+    max_ms: float
+    errors: int
+
+    @property
+    def label(self) -> str:
+        """``+15 more prepare on environment``."""
+        return f"+{self.count} more {self.name} on {self.kind}"
+
+    @property
+    def summary(self) -> str:
+        """``median 5.2 ms, longest 8.9 ms`` (and the errors among them, if any)."""
+        said = f"median {self.median_ms:.1f} ms, longest {self.max_ms:.1f} ms"
+        return said + (f", {self.errors} failed" if self.errors else "")
+
+
+Row = Span | Folded
+
+
+def _kind(s: Span) -> str:
+    return s.who.split("/", 1)[0]
+
+
+def waterfall_rows(spans: Sequence[Span], critical: Collection[int] = ()) -> list[Row]:
+    """``spans`` (one trace's, parents before children) with each large group of parallel calls
+    folded: the slowest call and the one on the ``critical`` path (span ids) stay, with their
+    subtrees, and a ``Folded`` row follows the last of them."""
+    ids = {s.span_id for s in spans}
+    children: dict[int | None, list[Span]] = {}
+    for s in spans:
+        parent = s.parent_span_id if s.parent_span_id in ids and s.parent_span_id != s.span_id else None
+        children.setdefault(parent, []).append(s)
+    out: list[Row] = []
+    # Depth-first with an explicit stack, children in start order; a Folded row is pushed right
+    # after the last call kept from its group, so it follows that call's subtree.
+    stack: list[Row] = list(reversed(_level(children.get(None, []), critical)))
+    while stack and len(out) <= 2 * len(spans):
+        row = stack.pop()
+        out.append(row)
+        if isinstance(row, Span):
+            stack.extend(reversed(_level(children.get(row.span_id, []), critical)))
+    return out
+
+
+def _level(siblings: list[Span], critical: Collection[int]) -> list[Row]:
+    """One parent's children in start order, large groups folded."""
+    ordered = sorted(siblings, key=lambda s: (s.start_ns, -s.end_ns))
+    groups: dict[tuple[str, str], list[Span]] = {}
+    for s in ordered:
+        if s.participant:
+            groups.setdefault((s.short, _kind(s)), []).append(s)
+    kept: dict[int, Folded] = {}  # span id of a group's last kept call -> the group's Folded row
+    hidden: set[int] = set()
+    for (name, kind), calls in groups.items():
+        if len(calls) <= FOLD_AT:
+            continue
+        slowest = max(calls, key=lambda s: s.end_ns - s.start_ns)
+        on_path = [s for s in calls if s is not slowest and s.span_id in critical]
+        keep = [slowest, *sorted(on_path, key=lambda s: s.end_ns)[-1:]]
+        rest = [s for s in calls if all(s is not k for k in keep)]
+        hidden.update(s.span_id for s in rest)
+        last = max(keep, key=lambda s: (s.start_ns, -s.end_ns))
+        kept[last.span_id] = Folded(
+            name=name,
+            kind=kind,
+            depth=slowest.depth,
+            count=len(rest),
+            start_ns=min(s.start_ns for s in rest),
+            end_ns=max(s.end_ns for s in rest),
+            median_ms=statistics.median(s.ms for s in rest),
+            max_ms=max(s.ms for s in rest),
+            errors=sum(s.error for s in rest),
+        )
+    out: list[Row] = []
+    for s in ordered:
+        if s.span_id in hidden:
+            continue
+        out.append(s)
+        if s.span_id in kept:
+            out.append(kept[s.span_id])
+    return out

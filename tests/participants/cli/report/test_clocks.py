@@ -1,0 +1,294 @@
+"""Clocks and copies, from a real fleet's logs rewritten: one participant's clock 40 s behind or
+60 s ahead is aligned by the controller's calls (the pause figures match the true run's, and a
+line says so); a clock stepping back 5 s during a write gives no negative duration and says
+what it cannot know; a log out of order and its copy count once."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from ckpt_events import OperationFinished, StepFinished
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.clocks import ClockEvidence
+from ckpt_events.participants.cli.report.logs import LogProblems, identity, merged_events
+from ckpt_events.participants.cli.report.model import duration_ns
+from ckpt_events.participants.cli.report.overview import overview
+from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.vocab import Operation, Step
+from tests.participants.controller.test_coordinator import coordinated
+
+CHECKPOINTS = 4
+SECOND = 1_000_000_000
+#: One row of the overview table: number, what, id, start, ms, paused ms, outcome.
+_ROW = re.compile(r"^\s*(\d+)\s+checkpoint\s+(\S+)\s+[\d:.]+\s+([\d.]+)\s+([\d.]+|unknown)\s+published")
+_LOGS_TIME = re.compile(r"of the logs' ([\d.]+ m?s)")
+_TOTAL = re.compile(r"paused the fleet .* ([\d.]+) ms in all, ([\d.]+)% of the logs'")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    """A real fleet's events: four participants over HTTP, ``CHECKPOINTS`` checkpoints."""
+    import anyio
+
+    root = tmp_path_factory.mktemp("run")
+
+    async def checkpoints() -> list[Any]:
+        async with coordinated() as (co, _, events):
+            for n in range(CHECKPOINTS):
+                await co.checkpoint(f"c{n}", str(root / f"ck{n}"), deadline_ts=time.time() + 10)
+        return list(events)
+
+    return anyio.run(checkpoints)
+
+
+def _shift(e: Any, by: int) -> Any:
+    changes = {
+        name: value + by
+        for name in ("start_ns", "end_ns", "received_ns", "time_ns")
+        if (value := getattr(e, name, None)) is not None
+    }
+    return msgspec.structs.replace(e, **changes)
+
+
+def _write(folder: Path, events: list[Any]) -> Path:
+    """One JSON-lines file per process, as a fleet on several hosts writes them."""
+    folder.mkdir()
+    by_process: dict[str, list[Any]] = {}
+    for e in events:
+        by_process.setdefault(f"{e.kind}-{e.instance}", []).append(e)
+    for name, mine in by_process.items():
+        sink = JsonLinesSink(folder / f"{name}.jsonl")
+        sink.handle(mine)
+        sink.close()
+    return folder
+
+
+def _report(capsys: pytest.CaptureFixture[str], *args: Path | str) -> tuple[str, str]:
+    assert main(["report", *map(str, args)]) == 0
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def _pauses(out: str) -> tuple[dict[str, float], float, float]:
+    """Each checkpoint's paused ms, the total and its share of the logs' wall time (%)."""
+    rows = {m[2]: float(m[4]) for line in out.splitlines() if (m := _ROW.match(line))}
+    total = _TOTAL.search(out.replace("\n", " "))
+    assert total is not None, out
+    return rows, float(total[1]), float(total[2])
+
+
+@pytest.mark.parametrize("skew_s", [-40, 60])
+def test_a_participant_clock_off_by_tens_of_seconds_is_aligned_by_the_calls(
+    run: list[Any],
+    skew_s: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """agent-0's stamps moved by -40 s or +60 s: the pause per checkpoint and in all match the
+    true run's within a few ms (they were 40,043-40,059 ms: 254.6% of the logs' wall time), and
+    one line says how agent-0's clock was aligned."""
+    monkeypatch.setenv("COLUMNS", "200")
+    true_out, true_err = _report(capsys, _write(tmp_path / "true", run))
+    assert "aligned" not in true_err
+    skewed = [_shift(e, skew_s * SECOND) if e.instance == "agent-0" else e for e in run]
+    out, err = _report(capsys, _write(tmp_path / "skewed", skewed))
+
+    expected, expected_total, _ = _pauses(true_out)
+    got, total, share = _pauses(out)
+    assert len(expected) == CHECKPOINTS and got.keys() == expected.keys()
+    for checkpoint, ms in expected.items():
+        assert got[checkpoint] == pytest.approx(ms, abs=3.0), (checkpoint, got, expected)
+    assert total == pytest.approx(expected_total, abs=3.0 * CHECKPOINTS)
+    assert share < 100
+    aligned = [line for line in err.splitlines() if line.startswith("aligned agent/agent-0's clock by ")]
+    assert len(aligned) == 1, err
+    assert f"by {skew_s:+.1f} s " in aligned[0]
+    assert "aligned" not in err.replace(aligned[0], "")
+
+
+def test_a_clock_stepping_back_during_a_write_gives_no_negative_duration(
+    run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model-0's clock goes back 5 s during checkpoint c1's write: its write and commit have no
+    known duration (never negative), the checkpoints whose pause crosses processes after the
+    step say unknown, a line says the clock could not be aligned, and c0's pause is the true one."""
+    monkeypatch.setenv("COLUMNS", "200")
+    write = next(
+        e
+        for e in run
+        if isinstance(e, StepFinished)
+        and e.step == Step.WRITE
+        and e.instance == "model-0"
+        and e.checkpoint_id == "c1"
+    )
+    step_at = write.start_ns + (write.end_ns - write.start_ns) // 2
+
+    def stepped(e: Any) -> Any:
+        if e.instance != "model-0":
+            return e
+        # Every stamp read after the step is 5 s early; those read before it are right.
+        changes = {
+            name: value - 5 * SECOND
+            for name in ("start_ns", "end_ns", "received_ns", "time_ns")
+            if (value := getattr(e, name, None)) is not None and value > step_at
+        }
+        return msgspec.structs.replace(e, **changes)
+
+    events = [stepped(e) for e in run]
+    negative = [e for e in events if hasattr(e, "end_ns") and e.end_ns < e.start_ns]
+    assert {type(e) for e in negative} == {StepFinished, OperationFinished}  # the write and its commit
+    assert all(duration_ns(e) is None for e in negative)
+
+    true_out, _ = _report(capsys, _write(tmp_path / "true", run))
+    out, err = _report(capsys, _write(tmp_path / "stepped", events))
+    expected, _, _ = _pauses(true_out)
+    rows = {m[2]: m[4] for line in out.splitlines() if (m := _ROW.match(line))}
+    assert float(rows["c0"]) == pytest.approx(expected["c0"], abs=0.05)
+    assert rows["c1"] == rows["c2"] == rows["c3"] == "unknown"  # c1 resumed after the step
+    assert "pause unknown for 3 checkpoints" in out
+    # The logs' time is the controller's, not stretched 5 s by model-0's stamps.
+    assert _LOGS_TIME.findall(out) == _LOGS_TIME.findall(true_out)
+    assert any(line.startswith("could not align model/model-0's clock") for line in err.splitlines()), err
+    assert not re.search(r"(?<![\w.:])-\d", out), [
+        line for line in out.splitlines() if re.search(r"(?<![\w.:])-\d", line)
+    ]
+
+    detail, _ = _report(capsys, tmp_path / "stepped", "--checkpoint", "c1")
+    assert not re.search(r"(?<![\w.:])-\d", detail)
+
+
+def _out_of_order(run: list[Any]) -> list[Any]:
+    """The run as one process wrote it, its clock stepping back 5 s after the second checkpoint:
+    the log's stamps go back in the middle of the file."""
+    cut = next(
+        e.start_ns for e in run if getattr(e, "checkpoint_id", None) == "c2" and hasattr(e, "start_ns")
+    )
+    return [_shift(e, -5 * SECOND) if (getattr(e, "start_ns", None) or e.time_ns) >= cut else e for e in run]
+
+
+def test_a_log_out_of_order_and_its_copy_count_once(
+    run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The copy of a log whose clock stepped back (so identical events are far apart in the
+    merge): every event of the copy is dropped, trends' p95 equals the single log's (it was
+    about twice it), and one line counts the duplicates."""
+    log = tmp_path / "fleet.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(_out_of_order(run))
+    sink.close()
+    copy = tmp_path / "copy" / "fleet.jsonl"
+    copy.parent.mkdir()
+    shutil.copy(log, copy)
+
+    alone, first, twice = LogProblems(), LogProblems(), LogProblems()
+    single = overview(list(merged_events([log], alone)))
+    list(merged_events([log, copy], first))
+    assert first.disordered  # the log goes back in time: its copies need an exact read
+    both = overview(list(merged_events([log, copy], twice, exact=True)))
+    assert twice.duplicates == alone.events == len(run) and twice.unchecked == 0
+    assert [(t.key, t.count, t.p50, t.p95, t.max) for t in both.trends.table()] == [
+        (t.key, t.count, t.p50, t.p95, t.max) for t in single.trends.table()
+    ]
+    assert [(r.checkpoint_id, r.ms, r.paused_ms) for r in both.rows] == [
+        (r.checkpoint_id, r.ms, r.paused_ms) for r in single.rows
+    ]
+    _, err = _report(capsys, log, copy)
+    assert f"dropped {len(run):,} duplicate events: the same event in two files" in err
+
+
+def test_a_copy_forgotten_before_it_came_is_counted_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fewer identities kept than the copy lags behind, the events whose copy may have
+    been forgotten are counted (never silently counted twice), and a line says so."""
+    from ckpt_events.participants.cli.report import logs
+
+    lines = _spans_lines(40)
+    log, copy = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    log.write_bytes(b"".join(lines[20:] + lines[:20]))  # the clock stepped back after 20
+    copy.write_bytes(log.read_bytes())
+    problems = LogProblems()
+    monkeypatch.setattr(logs, "DEDUP_EVENTS", 8)
+    events = list(merged_events([log, copy], problems, exact=True))
+    assert problems.unchecked > 0
+    assert len(events) + problems.duplicates == 80 and len(events) <= 40 + problems.unchecked
+    assert any("could not be checked for a copy" in line for line in problems.summary())
+
+
+def _spans_lines(count: int) -> list[bytes]:
+    return [
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":%d,'
+        b'"start_ns":%d,"end_ns":%d,"operation":"commit"}\n'
+        % (n + 2, 1_000_000 * (n + 1), 1_000_000 * (n + 1) + 5)
+        for n in range(count)
+    ]
+
+
+def test_identity_tells_apart_every_event_of_a_run(run: list[Any]) -> None:
+    """No two events of a real run share an identity: dropping by it never merges two events."""
+    assert len({identity(e) for e in run}) == len(run)
+
+
+def test_an_event_repeated_within_one_file_is_kept(tmp_path: Path) -> None:
+    """Only another file's copy is a duplicate: a counted event written twice by one process
+    (two identical refusals in the same nanosecond, on a coarse clock) is kept twice."""
+    line = b'{"type":"refused","kind":"model","instance":"m0","time_ns":5,"code":"invalid_phase"}\n'
+    log = tmp_path / "a.jsonl"
+    log.write_bytes(line * 2)
+    other = tmp_path / "b.jsonl"
+    other.write_bytes(line)
+    problems = LogProblems()
+    assert len(list(merged_events([log, other], problems))) == 2 and problems.duplicates == 1
+
+
+def test_calls_bound_a_clock_and_a_stepped_one_is_not_aligned(run: list[Any]) -> None:
+    """The evidence: agreeing clocks need no shift; a constant skew is found within the calls'
+    slack; a clock that moves during the run fits no one shift and is left alone."""
+    clocks = ClockEvidence()
+    for e in run:
+        clocks.add(e)
+    assert clocks.offsets() == {} and clocks.outside == set()
+    assert {p[1] for p in clocks.ranges} == {"environment-0", "model-0", "agent-0", "resources-0"}
+
+    skewed = ClockEvidence()
+    for e in run:
+        skewed.add(_shift(e, -40 * SECOND) if e.instance == "agent-0" else e)
+    (process, by), *others = skewed.offsets().items()
+    assert not others and process[1] == "agent-0" and abs(by - 40 * SECOND) < 5_000_000
+
+    first_commit = next(
+        e for e in run if isinstance(e, OperationFinished) and e.operation is Operation.COMMIT
+    )
+    moving = ClockEvidence()
+    for e in run:
+        late = e.instance == "agent-0" and getattr(e, "start_ns", 0) > first_commit.end_ns
+        moving.add(_shift(e, 5 * SECOND) if late else e)
+    assert moving.offsets() == {}
+    assert any(line.startswith("could not align agent/agent-0's clock") for line in moving.lines({}))
+    assert moving.outside
+
+
+def test_a_span_whose_clock_went_back_has_no_duration_anywhere() -> None:
+    """end before start (the clock went back 5 s during it): left out of durations, a blank in
+    the breakdown, an instant in the waterfall that says why; never a negative number."""
+    from ckpt_events.participants.cli.report.durations import durations
+    from ckpt_events.participants.cli.report.model import trace_spans
+    from ckpt_events.participants.cli.report.timeline import breakdown
+
+    back = OperationFinished("model", "m0", 1, 2, 10 * SECOND, 5 * SECOND + 3_000_000, Operation.COMMIT)
+    fine = OperationFinished("model", "m1", 1, 3, 10 * SECOND, 10 * SECOND + 4_000_000, Operation.COMMIT)
+    assert duration_ns(back) is None and duration_ns(fine) == 4_000_000
+    assert durations([back, fine]) == {("model", "commit", ""): [4.0]}
+    rows = {r.instance: r for r in breakdown([back, fine])}
+    assert rows["m0"].ms == {} and rows["m0"].unknown == {"commit"} and rows["m1"].ms == {"commit": 4.0}
+    spans = {s.who: s for s in trace_spans([back, fine], 1)}
+    assert spans["model/m0"].ms == 0 and not spans["model/m0"].known
+    assert spans["model/m0"].details["duration_ms"] == "unknown: the clock went back 4,997.0 ms during it"

@@ -1,0 +1,66 @@
+"""The run overview in a terminal at 80 and 160 columns: a checkpoint id and its start time
+each stay on one line (at 80 columns the id wrapped over 3 lines and the time was split)."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+
+from ckpt_events import CollectionFinished
+from ckpt_events.participants.cli.report.overview import overview
+from ckpt_events.participants.cli.report.overview_terminal import render_overview
+from ckpt_events.vocab import CollectionAction, Kind, Outcome
+
+MS = 1_000_000
+#: 2026-12-02 10:22:41 UTC, as the demo's ids say.
+T0 = 1_796_206_961_990 * MS
+IDS = ("ckpt-20261202T102241-6cb441a9", "ckpt-20261202T102246-978655d9", "ckpt-20261202T102248-69572869")
+
+
+def _run() -> list[Any]:
+    """Three checkpoints (the first aborted, 2060.6 ms, the longest a row holds) and a restore."""
+    events: list[Any] = []
+    for n, checkpoint in enumerate(IDS):
+        start = T0 + n * 4_500 * MS
+        ms = 2060.6 if n == 0 else 196.0
+        outcome = Outcome.ERROR if n == 0 else Outcome.OK
+        events.append(
+            CollectionFinished(
+                Kind.CONTROLLER,
+                "c",
+                n + 1,
+                1,
+                start,
+                start + int(ms * MS),
+                CollectionAction.CHECKPOINT,
+                checkpoint,
+                outcome=outcome,
+            )
+        )
+    start = T0 + 9_000 * MS
+    events.append(
+        CollectionFinished(
+            Kind.CONTROLLER, "c", 9, 1, start, start + 28 * MS, CollectionAction.RESTORE, IDS[-1]
+        )
+    )
+    return events
+
+
+def test_overview_keeps_ids_and_start_times_whole_at_80_and_160_columns() -> None:
+    """Every id and every start time is on one line, no line is wider than the console, nothing
+    is cut with an ellipsis."""
+    run = overview(_run())
+    starts = [datetime.fromtimestamp(r.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3] for r in run.rows]
+    assert len(run.rows) == 4
+    for width in (80, 160):
+        console = Console(file=io.StringIO(), width=width, record=True)
+        render_overview(console, run, title="1 log file")
+        text = console.export_text()
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= width and "…" not in text
+        for number, (row, start) in enumerate(zip(run.rows, starts, strict=True), 1):
+            (line,) = [line for line in lines if line.lstrip().startswith(f"{number} ")]
+            assert row.checkpoint_id in line and start in line, (width, line)

@@ -1,0 +1,121 @@
+"""A participant that refuses: the controller's spans end in error and say who refused and how."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckpt_events import CoordinateFinished, Refused, StageFinished, Telemetry
+from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.fleet import local_fleet, serving
+from ckpt_events.participants.controller.coordinator import CoordinationError, Coordinator, Member
+from ckpt_events.participants.controller.fan_out import described
+from ckpt_events.participants.controller.types import (
+    FAILURES_ATTRIBUTE,
+    MemberFailure,
+    PrepareResult,
+    failures_value,
+    read_failures,
+)
+from ckpt_events.participants.errors import (
+    CheckpointNotPrepared,
+    ParticipantCallError,
+    ParticipantUnreachable,
+)
+from ckpt_events.participants.protocol import PrepareReply, PrepareReport
+from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Outcome, Phase
+from tests.participants.controller.test_coordinator import FOUR, TOKEN
+
+
+@asynccontextmanager
+async def one_with_another_token(root: Path) -> AsyncIterator[tuple[Coordinator, list[Any]]]:
+    """The four kinds on one captured bus; ``agent-0`` was started with another token."""
+    others = [m for m in FOUR if m[1] != "agent-0"]
+    async with capture_events() as (bus, events):
+        async with (
+            local_fleet(token=TOKEN, bus=bus, members=others, checkpoint_root=root) as started,
+            serving(
+                create_app("agent", instance="agent-0", token="another-token", bus=bus, checkpoint_root=root)
+            ) as agent,
+        ):
+            urls = {**started, "agent-0": agent}
+            members = [Member(name=i, kind=k, instance=i, url=urls[i]) for k, i in FOUR]
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as coordinator:
+                yield coordinator, events
+        await bus.flush()
+
+
+async def run_refused_checkpoint(root: Path) -> list[Any]:
+    """A checkpoint through a fleet whose agent refuses the controller's token; its events."""
+    async with one_with_another_token(root) as (co, events):
+        with pytest.raises(CoordinationError) as info:
+            await co.checkpoint("c1", str(root / "ck"), deadline_ts=time.time() + 10)
+        assert info.value.failures == {
+            "agent-0": "refused: unauthorized (401): missing or wrong bearer token"
+        }
+    return events
+
+
+async def test_a_refusal_ends_the_stage_and_prepare_in_error_naming_who(tmp_path: Path) -> None:
+    """The agent stage and coordinate.prepare end ``error`` with ``prepared=False``,
+    ``stopped_at=agent`` and the agent's refusal recorded; the participant's own ``refused``
+    names no checkpoint (it never reads an unauthenticated body), the controller's record does."""
+    events = await run_refused_checkpoint(tmp_path)
+    stage = next(e for e in events if isinstance(e, StageFinished) and e.stage == "agent")
+    prepare = next(e for e in events if isinstance(e, CoordinateFinished) and e.operation == "prepare")
+    assert stage.outcome is prepare.outcome is Outcome.ERROR
+    assert (prepare.prepared, prepare.stopped_at, prepare.checkpoint_id) == (False, "agent", "c1")
+    refusal = MemberFailure("agent", "agent-0", "refused: unauthorized (401): missing or wrong bearer token")
+    for span in (stage, prepare):
+        assert read_failures((span.attributes or {})[FAILURES_ATTRIBUTE]) == [refusal]
+    # The stages before it prepared and were resumed; the one after it never ran.
+    assert {e.stage for e in events if isinstance(e, StageFinished)} == {"environment", "model", "agent"}
+    refused = [e for e in events if isinstance(e, Refused)]
+    assert refused and {(e.instance, e.code.value, e.checkpoint_id) for e in refused} == {
+        ("agent-0", "unauthorized", None)
+    }
+    # The resume after the abort was refused too, and says so on its own span.
+    resume = next(e for e in events if isinstance(e, CoordinateFinished) and e.operation == "resume")
+    assert resume.outcome is Outcome.ERROR
+    assert read_failures((resume.attributes or {})[FAILURES_ATTRIBUTE]) == [refusal]
+
+
+def test_failure_records_are_bounded_and_tolerate_foreign_values() -> None:
+    """At most 16 members are recorded on a span; a value that is not a record reads as none."""
+    members = [Member(name=f"a-{i:02}", kind="agent", instance=f"a-{i:02}", url="u") for i in range(40)]
+    value = failures_value(members, {m.name: "unreachable at u: ConnectError" for m in members})
+    recorded = read_failures(value)
+    assert len(recorded) == 16
+    assert recorded[0] == MemberFailure("agent", "a-00", "unreachable at u: ConnectError")
+    assert read_failures("not json") == read_failures(3) == read_failures('{"kind": 1}') == []
+
+
+def test_not_prepared_counts_its_blockers_in_words() -> None:
+    """One blocker is "1 blocker" (it said "with 1 blockers")."""
+
+    def stopped(count: int) -> str:
+        report = PrepareReport(ready=False, blockers=["r1"], blocker_count=count)
+        reply = PrepareReply(phase=Phase.PREPARING, report=report)
+        return str(CheckpointNotPrepared(PrepareResult("c1", False, "environment", {"environment-0": reply})))
+
+    assert stopped(1).endswith("stopped at stage environment with 1 blocker")
+    assert stopped(1200).endswith("with 1,200 blockers")
+
+
+def test_a_failed_call_is_described_code_first_on_one_line() -> None:
+    """A refusal by its code and status, an unreachable member by its URL, any other reply by
+    its status; a body's line breaks never reach the message."""
+    url = "http://127.0.0.1:9/ng-control/v1/checkpoint/prepare"
+    refused = ParticipantCallError(url, "missing or wrong bearer token", raw_code="unauthorized", status=401)
+    assert described(refused) == "refused: unauthorized (401): missing or wrong bearer token"
+    gone = ParticipantUnreachable(url, "ConnectError: All connection attempts failed")
+    assert described(gone) == f"unreachable at {url}: ConnectError: All connection attempts failed"
+    proxy = ParticipantCallError(url, "<html>\n<b>Bad Gateway</b>\n</html>", status=502)
+    assert described(proxy) == "answered HTTP 502: <html> <b>Bad Gateway</b> </html>"
