@@ -16,4 +16,6 @@ SUITES = (
     "watch",
     "prometheus",
     "connections",
+    "fleet_trace",
+    "curves",
 )

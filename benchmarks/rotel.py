@@ -105,18 +105,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def collector(startup_seconds: float = 15.0) -> Iterator[str | None]:
-    """A running collector's base URL (``None`` without the binary); stopped on exit."""
+def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -> Iterator[str | None]:
+    """A running collector's base URL (``None`` without the binary); stopped on exit. With
+    ``debug_out``, every span and metric point it receives is printed to that file (``rotel_spans``
+    reads the spans back)."""
     binary = agent_binary()
     if binary is None:
         yield None
         return
     http_port, grpc_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        command = agent_command(binary, http_port, grpc_port, Path(tmp))
-        proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=agent_env()
-        )
+        command = agent_command(binary, http_port, grpc_port, Path(tmp), debug=debug_out is not None)
+        with open(debug_out or os.devnull, "wb") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
         try:
             deadline = time.monotonic() + startup_seconds
             for _ in range(10_000):

@@ -39,6 +39,12 @@ __all__ = [
 ]
 
 _POLL: Final = 0.05
+#: ``process_fleet``'s deadline for all to listen: this, plus ``_LISTEN_PER_PROCESS_S`` for each.
+#: They start at once, ~0.6 s of CPU each (measured): on 2 shared cores 17 took 25.6 s to
+#: listen, and 65 (``demo --instances 16 --processes``) ~89 s, past a fixed 30 s. One that
+#: exits still fails at once.
+_LISTEN_BASE_S: Final = 30.0
+_LISTEN_PER_PROCESS_S: Final = 2.0
 #: How long an embedded server may take to stop (its lifespan closes the bus and sinks).
 _STOP_TIMEOUT: Final = 5.0
 
@@ -324,13 +330,14 @@ async def process_fleet(
     log_dir: Path,
     members: Sequence[tuple[str, str]],
     env: Callable[[str], Mapping[str, str]] = lambda instance: {},
-    listen_timeout: float = 30.0,
+    listen_timeout: float | None = None,
     extra_args: Sequence[str] | Callable[[str], Sequence[str]] = (),
     checkpoint_root: Path | None = None,
 ) -> list[ServerProcess]:
     """Start the inference worker, then ``members`` (kind, instance), as ``serve`` processes.
 
-    Returns them inference worker first, once every one listens; ``env(instance)`` adds to
+    Returns them inference worker first, once every one listens (within ``listen_timeout``, by
+    default 30 s plus 2 s per process: they compete for the cores); ``env(instance)`` adds to
     each process's environment, ``extra_args`` (or ``extra_args(instance)``) to each
     participant's command line (e.g. ``--workers 2``). If any fails to come up, all are
     killed and it raises.
@@ -372,9 +379,14 @@ async def process_fleet(
                     extra_args=extra,
                 )
             )
+        deadline = (
+            listen_timeout
+            if listen_timeout is not None
+            else _LISTEN_BASE_S + _LISTEN_PER_PROCESS_S * len(fleet)
+        )
         async with anyio.create_task_group() as tg:
             for process in fleet:
-                tg.start_soon(process.wait_listening, listen_timeout)
+                tg.start_soon(process.wait_listening, deadline)
     except BaseException:
         for process in fleet:
             process.kill()

@@ -15,7 +15,7 @@ import secrets
 import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,7 +256,7 @@ async def _verify(
     kept = [r for r in continued if r not in lost]
     passed.append(
         f"{counted(len(kept), 'rollout')} in flight at the checkpoint continued as attempt 1"
-        + (f", {len(lost)} on servers the restored fleet lacks restarted as attempt 1" if lost else "")
+        + (f", {len(lost):,} on servers the restored fleet lacks restarted as attempt 1" if lost else "")
     )
     redone = [r for r, a in attempts.items() if a > 1]
     if redone:
@@ -294,7 +294,7 @@ async def _first_generation(
         _fleet(opts, bus, token, workdir, 1, stopping) as fleet,
         await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
     ):
-        _check_members(coordinator)
+        _check_members(coordinator, fleet.urls)
         collection, summary = await _run_generation(
             opts,
             console,
@@ -372,7 +372,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                     _fleet(opts, bus, token, workdir, 2, stopping) as fleet,
                     await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
                 ):
-                    _check_members(coordinator)
+                    _check_members(coordinator, fleet.urls)
                     restored, second = await _run_generation(
                         opts,
                         console,
@@ -443,13 +443,19 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         )
 
 
-def _check_members(coordinator: Coordinator) -> None:
-    """Every server answers as the instance it was started as. One that does not shares its
-    port with another (taken between its choice and its use), and the two would get each
-    other's commits: with several servers of a kind, each its own scope."""
-    wrong = [f"{m.name} answers as {m.instance}" for m in coordinator.members if m.instance != m.name]
+def _check_members(coordinator: Coordinator, started: Mapping[str, str]) -> None:
+    """Every server ``started`` (instance -> URL) is a participant and answers as the instance it
+    was started as. One that does not shares its port with another (taken between its choice and
+    its use), and the two would get each other's commits: with several servers of a kind, each its
+    own scope. One whose port another program took first failed to bind, and that program answers
+    404 there: discovery drops the server as no participant, and the run went on without it."""
+    found = {m.name for m in coordinator.members}
+    wrong = [f"{name} is not found at {url}" for name, url in started.items() if name not in found]
+    wrong += [f"{m.name} answers as {m.instance}" for m in coordinator.members if m.instance != m.name]
     if wrong:
-        raise DemoFailed(f"servers answer for others ({', '.join(wrong)}): a port was taken, run again")
+        raise DemoFailed(
+            f"servers missing or answering for others ({', '.join(wrong)}): a port was taken, run again"
+        )
 
 
 def _holders(collection: Collection, rollout_id: str) -> set[str]:
@@ -488,8 +494,8 @@ def _spread(opts: DemoOptions, first: Collection, second: Collection) -> list[st
         counts = [ran.get(m.name, 0) for m in members]
         per_kind = len(members) // len({m.kind for m in members})
         passed.append(
-            f"{label}: {len(members)} participants ({per_kind} of each kind), each rollout's session on "
-            f"one of each kind: {min(counts)} to {max(counts)} rollouts per server"
+            f"{label}: {counted(len(members), 'participant')} ({per_kind} of each kind), each rollout's "
+            f"session on one of each kind: {min(counts)} to {counted(max(counts), 'rollout')} per server"
         )
     return passed
 
@@ -498,7 +504,12 @@ def _show(
     console: Console, opts: DemoOptions, events: list[Any], run: Run, checkpoint_id: str, passed: list[str]
 ) -> None:
     title = f"demo: {counted(opts.rollouts, 'rollout')} x {counted(opts.steps, 'step')}"
-    render(console, events, title=title)
+    # The breakdown adds up every checkpoint's and restore's records and times: say so, right
+    # above the one checkpoint's own "N ms total".
+    checkpoints = sum(r.what == "checkpoint" for r in run.rows)
+    restores = sum(r.what == "restore" for r in run.rows)
+    summed = f"{title}, summed over {counted(checkpoints, 'checkpoint')} and {counted(restores, 'restore')}"
+    render(console, events, title=summed)
     render_overview(console, run, title=title)
     for check in passed:
         console.print(f"[green]ok[/green] {check}")

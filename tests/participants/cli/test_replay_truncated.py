@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from ckpt_events import Bus, Telemetry
+from ckpt_events.benchmarks.rotel_spans import ReceivedSpan, received_spans
 from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.controller.client import ControlClient
@@ -24,7 +25,6 @@ from ckpt_events.sinks.jsonl import read_events
 from ckpt_events.testing import MemorySink
 from ckpt_events.vocab import Attr
 from tests.sinks.jsonl.test_open_spans import PARENT_HEX, TRACE_HEX, write_log_with_an_open_commit
-from tests.sinks.otlp.rotel_spans import ReceivedSpan, received_spans
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]

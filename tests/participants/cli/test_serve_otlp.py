@@ -10,10 +10,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from ckpt_events.benchmarks.rotel_spans import received_spans
 from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
 from ckpt_events.participants.controller.client import ControlClient
 from ckpt_events.participants.protocol import PrepareReply, PrepareRequest, ResumeReply, ResumeRequest
-from tests.sinks.otlp.rotel_spans import received_spans
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]

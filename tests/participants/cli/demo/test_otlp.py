@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_events.benchmarks.rotel_spans import received_spans
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.workloads.registry import KINDS
-from tests.sinks.otlp.rotel_spans import received_spans
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]

@@ -1,11 +1,14 @@
-"""The spans in rotel's detailed debug log (``agent_command(..., debug=True)``), one record each,
-with the service that sent it: what a test asks of a real collector."""
+"""The spans in rotel's detailed debug log (``rotel.agent_command(..., debug=True)``, or
+``rotel.collector(debug_out=PATH)``), one record each, with the service that sent it: what a
+benchmark or a test asks of a real collector."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["ReceivedSpan", "received_spans"]
+__all__ = ["ReceivedSpan", "received_spans", "settled_text"]
 
 _ATTRIBUTE = "     -> "
 
@@ -67,3 +70,17 @@ def received_spans(text: str) -> list[ReceivedSpan]:
         elif key == "Status code":
             span.status = value
     return spans
+
+
+def settled_text(out: Path, *, settle_s: float = 1.0, timeout_s: float = 30.0) -> str:
+    """The collector's printed output in ``out`` once it has not grown for ``settle_s`` (it prints
+    each request as it decodes it), or as it is after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    size = -1
+    while time.monotonic() < deadline:
+        now = out.stat().st_size if out.exists() else 0
+        if now == size:
+            break
+        size = now
+        time.sleep(settle_s)
+    return out.read_text(errors="replace")
