@@ -248,18 +248,19 @@ def _close_predecessors_work(bus: Any, path: Path) -> None:
         )
 
 
-async def _check_settings(require_collector: bool) -> None:
+async def _check_settings(require_collector: bool, workers: int = 1) -> None:
     """Build the sinks from the environment once, before uvicorn runs, then close them.
 
     A bad setting raises here as one line naming the variable (inside the app's lifespan it
-    was a traceback and exit 3). An OTLP endpoint nobody answers at is said once, on stderr,
-    and the server starts: its spans are exported once the collector is up (until then they
-    are dropped and counted), so start-up order is no hard dependency; ``require_collector``
-    refuses to start instead.
+    was a traceback and exit 3); so does a worker's Prometheus port that is taken. An OTLP
+    endpoint nobody answers at is said once, on stderr, and the server starts: its spans are
+    exported once the collector is up (until then they are dropped and counted), so start-up
+    order is no hard dependency; ``require_collector`` refuses to start instead.
     """
     from ckpt_events import Bus, sinks
 
     settings = sinks.read_otel_env(os.environ)
+    _check_worker_metrics_ports(settings, workers)
     endpoint = settings.traces_otlp.endpoint if settings.traces_otlp is not None else None
     if endpoint is not None:
         try:
@@ -279,6 +280,27 @@ async def _check_settings(require_collector: bool) -> None:
         await _configure_sinks(bus).aclose()
 
 
+def _check_worker_metrics_ports(settings: Any, workers: int) -> None:
+    """Each worker's Prometheus port (base + 1 + index) is free now, else one line: which, why,
+    and what to do. A worker that cannot bind its port would die at start, be restarted and die
+    again until the restart budget is spent (6 exits in 32 s, the main port never served)."""
+    from ckpt_events.participants.cli.worker_process import port_taken, worker_metrics_port
+
+    base = settings.prometheus_port
+    if workers < 2 or "prometheus" not in settings.metrics or settings.sdk_disabled or base == 0:
+        return
+    for index in range(workers):
+        port = worker_metrics_port(base, index)
+        why = port_taken(settings.prometheus_host, port)
+        if why is not None:
+            raise CommandError(
+                f"worker {index}'s Prometheus port {port} on {settings.prometheus_host} "
+                f"(OTEL_EXPORTER_PROMETHEUS_PORT {base} + 1 + {index}) is taken ({why}): free it, or "
+                f"set OTEL_EXPORTER_PROMETHEUS_PORT to a port whose next {workers} are free too "
+                "(0: any free port for every process)"
+            )
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -294,7 +316,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     log_resource_exhaustion_once()
     try:
-        anyio.run(_check_settings, args.require_collector)
+        anyio.run(_check_settings, args.require_collector, args.workers)
     except ConfigurationError as exc:
         raise CommandError(f"bad setting: {exc}") from None
     config = uvicorn.Config(

@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
 
-__all__ = ["WorkerCommand", "main", "worker_command"]
+__all__ = ["WorkerCommand", "main", "port_taken", "worker_command", "worker_metrics_port"]
 
 
 class WorkerCommand:
@@ -55,10 +56,17 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
     if jsonl:
         os.environ["CKPT_EVENTS_JSONL"] = f"{jsonl}.w{index}"
-    _prometheus_port_of_worker(index)
+    moved = _prometheus_port_of_worker(index)
     async with Bus() as bus:
         handle = sinks.configure(bus)
         try:
+            if moved is not None and handle.prometheus is not None:
+                print(
+                    f"ckpt-events serve: worker {index}: {moved}: its metrics are at "
+                    f"{handle.prometheus.url} instead",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if handle.jsonl_sink is not None and handle.jsonl_sink.path is not None:
                 # A worker started again on its predecessor's log ends what that one left open.
                 with contextlib.suppress(OSError):  # the log unreadable: nothing to close
@@ -83,15 +91,47 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
                 await handle.aclose()
 
 
-def _prometheus_port_of_worker(index: int) -> None:
+def _prometheus_port_of_worker(index: int) -> str | None:
     """Worker ``index`` serves its own scrape endpoint on the base port + 1 + ``index`` (the
-    supervisor keeps the base port): one target per process, no merge across processes."""
+    supervisor keeps the base port): one target per process, no merge across processes.
+
+    If that port is taken (``serve`` checked it was free at start-up, but a worker started
+    again later may find it taken), any free port instead: returns why, for the line that
+    announces where the metrics went. A worker that died on its port was started again, died
+    again, and spent the server's restart budget: 6 exits in 32 s, the main port never served.
+    """
     exporters = os.environ.get("OTEL_METRICS_EXPORTER", "")
     if "prometheus" not in exporters.lower():
-        return
+        return None
     raw = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or "9464"
-    if raw.isdigit() and int(raw) != 0:  # 0 (any free port) stays 0; a bad value: configure says so
-        os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(int(raw) + 1 + index)
+    if not raw.isdigit() or int(raw) == 0:  # 0 (any free port) stays 0; a bad value: configure says so
+        return None
+    port = worker_metrics_port(int(raw), index)
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost"
+    why = port_taken(host, port)
+    os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = "0" if why else str(port)
+    return None if why is None else f"Prometheus port {port} on {host} is taken ({why})"
+
+
+def worker_metrics_port(base: int, index: int) -> int:
+    """Worker ``index``'s Prometheus port when the server's is ``base``."""
+    return base + 1 + index
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why a scrape endpoint could not listen on ``host:port`` now (bound as it binds: with
+    ``SO_REUSEADDR``, so a port left in TIME_WAIT counts as free), or None if it could."""
+    if not 0 < port <= 65535:
+        return "past 65535" if port > 65535 else "not a port"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+            probe.listen(1)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

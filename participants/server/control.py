@@ -319,7 +319,7 @@ class ControlPlane(Generic[S]):
                     exported = await self._export(o, req.episode_ids)
                     stop = self._stop
 
-                result, keys = await self._write(o, directory, cid, exported, stop)
+                result, keys = await self._write(o, directory, cid, exported, stop, req.deadline_ts)
 
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
@@ -359,9 +359,16 @@ class ControlPlane(Generic[S]):
         return Exported(lines, keys)
 
     async def _write(
-        self, o: OperationSpan, directory: Beneath, cid: str, exported: Exported, stop: WriteStop
+        self,
+        o: OperationSpan,
+        directory: Beneath,
+        cid: str,
+        exported: Exported,
+        stop: WriteStop,
+        deadline_ts: float,
     ) -> tuple[WriteResult, list[str]]:
-        """The ``write`` step, outside the lock: records, then the manifest (never after ``stop``)."""
+        """The ``write`` step, outside the lock: records, then the manifest (never after ``stop``).
+        ``deadline_ts`` is the commit's (a plane whose workers write waits for them until it)."""
         with o.step("write") as s, store_refusals(), gc_paused():
             started = time.monotonic()
             result = await anyio.to_thread.run_sync(

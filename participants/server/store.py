@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple, Protocol, TypeVar
@@ -221,17 +222,30 @@ class PartWritten(NamedTuple):
     bytes: int
 
 
-def write_part(directory: str | os.PathLike[str], lines: Iterable[bytes]) -> PartWritten:
+def write_part(
+    directory: str | os.PathLike[str], lines: Iterable[bytes], *, place_by: float | None = None
+) -> PartWritten:
     """One worker's records file in ``directory`` (made by ``prepare_directory``); no manifest.
 
     Never sweeps: the other workers are writing theirs beside it. ``CheckpointWriteError``
-    (nothing of this part left behind) if the disk fails; ``InvalidCheckpointError`` if the
-    walk to ``directory`` meets a symlink.
+    (nothing of this part left behind) if the disk fails, or if the file would be placed after
+    ``place_by`` (a ``time.time()``: the main process no longer waits for it, so nobody would
+    name or delete it); ``InvalidCheckpointError`` if the walk to ``directory`` meets a symlink.
     """
     where = Beneath.of(directory)
+    _check_in_time(where, place_by)
     with _opened_for_write(where) as dfd:
-        records, sha, count, size = _write_records(dfd, where, lines)
+        records, sha, count, size = _write_records(dfd, where, lines, place_by)
     return PartWritten(records, sha, count, size)
+
+
+def _check_in_time(where: Beneath, place_by: float | None) -> None:
+    if place_by is not None and time.time() > place_by:
+        raise CheckpointWriteError(
+            f"the commit stopped waiting for this part of {where} {time.time() - place_by:.1f} s ago: "
+            "not placed, no checkpoint names it",
+            published=False,
+        )
 
 
 @contextlib.contextmanager
@@ -337,8 +351,11 @@ def _create(dfd: int, name: str) -> BinaryIO:
     return os.fdopen(os.open(name, _CREATE_FLAGS, 0o666, dir_fd=dfd), "wb")
 
 
-def _write_records(dfd: int, where: Beneath, lines: Iterable[bytes]) -> tuple[str, str, int, int]:
-    """The records file written in the directory ``dfd``: its name, digest, count and size."""
+def _write_records(
+    dfd: int, where: Beneath, lines: Iterable[bytes], place_by: float | None = None
+) -> tuple[str, str, int, int]:
+    """The records file written in the directory ``dfd``: its name, digest, count and size
+    (renamed into place only until ``place_by``, if given)."""
     digest = hashlib.sha256()
     count = 0
     size = 0
@@ -358,6 +375,13 @@ def _write_records(dfd: int, where: Beneath, lines: Iterable[bytes]) -> tuple[st
             _step("fsync_records")
             os.fsync(f.fileno())
         sha = digest.hexdigest()
+        try:
+            # A worker stopped (SIGSTOP, swapped out) past its commit's wait places nothing.
+            _check_in_time(where, place_by)
+        except CheckpointWriteError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dfd)
+            raise
         # Same content gives the same name: replacing it changes nothing a reader could see.
         _step("rename_records")
         os.replace(temp, f"records-{sha}.jsonl", src_dir_fd=dfd, dst_dir_fd=dfd)

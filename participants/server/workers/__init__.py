@@ -1,8 +1,9 @@
 """Several workers per participant server: one control plane, N worker processes.
 
-``frames`` (the wire format), ``channel`` (one connection, both ways), ``coordinator`` (the
-main process's socket), ``pool`` (the workload the control plane drives), ``worker`` (a
-worker's end), ``supervisor`` (the worker processes) and ``app`` (``create_worker_app``).
+``frames`` (the wire format), ``channel`` (one connection, both ways), ``socket_stream`` (the
+channel's socket reads and writes), ``coordinator`` (the main process's socket), ``pool`` (the
+workload the control plane drives), ``worker`` (a worker's end), ``supervisor`` (the worker
+processes) and ``app`` (``create_worker_app``).
 """
 
 from ckpt_events.participants.server.workers.app import WorkerControlPlane, create_worker_app

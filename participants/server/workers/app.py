@@ -94,7 +94,13 @@ class WorkerControlPlane(ControlPlane[Any]):
         return Exported([], [], episode_ids)
 
     async def _write(
-        self, o: OperationSpan, directory: Beneath, cid: str, exported: Exported, stop: WriteStop
+        self,
+        o: OperationSpan,
+        directory: Beneath,
+        cid: str,
+        exported: Exported,
+        stop: WriteStop,
+        deadline_ts: float,
     ) -> tuple[WriteResult, list[str]]:
         kind = str(self.workload.kind)
         instance = self.tel.instance
@@ -104,7 +110,7 @@ class WorkerControlPlane(ControlPlane[Any]):
                 functools.partial(prepare_directory, directory, kind=kind, instance=instance)
             )
             try:
-                parts = await self.pool.write_parts(where, exported.scope)
+                parts = await self.pool.write_parts(where, exported.scope, deadline_ts)
             except BaseException:
                 await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
                 raise

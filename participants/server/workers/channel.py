@@ -3,16 +3,21 @@
 Either side sends messages and answers the other's. Frames go out in the order they were
 queued (``post`` and ``request`` share one queue), so a sync ``post`` (admission, marks) is
 seen by the peer before anything queued after it. Messages whose kind is in ``inline`` are
-handled one at a time in arrival order; the others each run in their own task. A bad frame
-ends the channel (the peer is lost); a reply to an id nobody waits for, or a message of an
-unknown kind, is a protocol error that is logged and refused, and the channel goes on.
+handled one at a time in arrival order; the others each run in their own task, and each
+handler can read when its message arrived (``current_arrival``). A bad frame ends the channel
+(the peer is lost); a reply to an id nobody waits for, or a message of an unknown kind, is a
+protocol error that is logged and refused, and the channel goes on. A reply that comes after
+its request gave up waiting is logged once as late, and dropped.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection
+from contextvars import ContextVar
 from typing import Any, Final
 
 import anyio
@@ -27,14 +32,18 @@ from ckpt_events.participants.server.workers.frames import (
     encode_frame,
     read_frame,
 )
+from ckpt_events.participants.server.workers.socket_stream import loop_socket_stream
 from ckpt_events.vocab import ErrorCode
 
-__all__ = ["DEFAULT_REPLY_SECONDS", "FrameChannel", "Handler", "UnknownKind"]
+__all__ = ["DEFAULT_REPLY_SECONDS", "FrameChannel", "Handler", "UnknownKind", "current_arrival"]
 
 log = logging.getLogger("ckpt_events.workers")
 
 #: How long a request waits for its reply before the peer counts as unavailable.
 DEFAULT_REPLY_SECONDS: Final = 30.0
+#: Requests given up on (no reply in time) whose late reply is logged as late, not as a
+#: protocol error; older ones are forgotten (a peer is lost long before it lags 64 behind).
+_GIVEN_UP_KEPT: Final = 64
 #: Protocol errors logged per channel; the rest are counted (``protocol_errors``) and the
 #: count is logged once when the channel closes, so a hostile peer cannot flood the log.
 LOGGED_PROTOCOL_ERRORS: Final = 10
@@ -43,6 +52,14 @@ Handler = Callable[[Message], Awaitable[Any]]
 
 #: What a handler raises for a message kind it does not know (answered 400 ``unknown_kind``).
 UnknownKind = WorkerChannelError
+
+_ARRIVAL: Final[ContextVar[int | None]] = ContextVar("ckpt_events_frame_arrival", default=None)
+
+
+def current_arrival() -> int | None:
+    """When the message being handled was read off the socket (Unix ns), inside a handler: the
+    frames' ``received_ns``, as the HTTP middleware's is the request's. None elsewhere."""
+    return _ARRIVAL.get()
 
 
 class _Pending:
@@ -65,7 +82,9 @@ class FrameChannel:
         inline: Collection[str] = (),
         max_frame: int = DEFAULT_MAX_FRAME,
     ) -> None:
-        self.stream = stream
+        # A Unix socket is read by the loop's own socket calls: anyio's raise InvalidStateError
+        # in a loop callback when a read is cancelled as its socket turns readable (socket_stream).
+        self.stream = loop_socket_stream(stream)
         self.name = name
         self.max_frame = max_frame
         self.closed = False
@@ -74,6 +93,7 @@ class FrameChannel:
         self._inline = frozenset(inline)
         self._next_id = 0
         self._pending: dict[int, _Pending | None] = {}
+        self._given_up: OrderedDict[int, str] = OrderedDict()  # id -> kind, for a late reply
         send, outbox = anyio.create_memory_object_stream[bytes](math.inf)
         self._send = send
         self._outbox = outbox
@@ -127,6 +147,10 @@ class FrameChannel:
             self._pending.pop(message_id, None)
         reply = waiter.reply
         if reply is None:
+            if not self.closed:
+                self._given_up[message_id] = kind
+                if len(self._given_up) > _GIVEN_UP_KEPT:
+                    self._given_up.popitem(last=False)
             reason = self.failure or "ended" if self.closed else f"no reply within {timeout:g} s"
             raise WorkerChannelError(f"{self.name}: {kind}: {reason}")
         if reply.ok:
@@ -146,7 +170,9 @@ class FrameChannel:
 
     # -- receiving --------------------------------------------------------------------------
 
-    async def _answer(self, message: Message) -> None:
+    async def _answer(self, message: Message, received_ns: int) -> None:
+        # Set in the handler's own task (or, inline, just before it): nothing leaks across.
+        _ARRIVAL.set(received_ns)
         try:
             body = await self._handler(message)
         except ProtocolRefusal as exc:
@@ -166,18 +192,27 @@ class FrameChannel:
             frame = await read_frame(self.stream, self.max_frame)
             if frame is None:
                 return
+            received_ns = time.time_ns()
             if isinstance(frame, Reply):
                 if frame.reply_to not in self._pending:
-                    self._protocol_error("reply to unknown id %d", frame.reply_to)
+                    if (kind := self._given_up.pop(frame.reply_to, None)) is not None:
+                        log.warning(
+                            "%s: late reply to %s %d, given up on before it came: dropped",
+                            self.name,
+                            kind,
+                            frame.reply_to,
+                        )
+                    else:
+                        self._protocol_error("reply to unknown id %d", frame.reply_to)
                     continue
                 waiter = self._pending.pop(frame.reply_to)
                 if waiter is not None:
                     waiter.reply = frame
                     waiter.done.set()
             elif frame.kind in self._inline:
-                await self._answer(frame)
+                await self._answer(frame, received_ns)
             else:
-                tg.start_soon(self._answer, frame)
+                tg.start_soon(self._answer, frame, received_ns)
 
     async def _write(self) -> None:
         try:

@@ -33,6 +33,11 @@ from ckpt_events.vocab import ErrorCode
 __all__ = ["WorkerPool", "assign_parts"]
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
+#: How long after a commit's deadline a worker may still place its records file.
+_PART_GRACE_SECONDS: Final = 1.0
+#: How long after that the main process waits for the worker's reply: a part placed in time
+#: is announced within it (a local socket: milliseconds), so the commit answers by deadline + 2 s.
+_PART_REPLY_SECONDS: Final = 1.0
 T = TypeVar("T")
 
 
@@ -222,15 +227,11 @@ class WorkerPool:
         timeout: float | None = None,
     ) -> tuple[dict[int, Any], ProtocolRefusal | None]:
         """Ask every worker in ``indexes`` at once (``body``, or ``body(index)`` if callable),
-        each within ``timeout`` (at most the reply deadline). Returns the replies, and the
+        each within ``timeout`` (default: the reply deadline). Returns the replies, and the
         refusal of the lowest-numbered worker that refused or did not answer (503), if any."""
         replies: dict[int, Any] = {}
         refusals: dict[int, ProtocolRefusal] = {}
-        seconds = (
-            self.coordinator.reply_seconds
-            if timeout is None
-            else min(timeout, self.coordinator.reply_seconds)
-        )
+        seconds = self.coordinator.reply_seconds if timeout is None else timeout
 
         async def ask(index: int) -> None:
             message = body(index) if callable(body) else body
@@ -253,7 +254,7 @@ class WorkerPool:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         traceparent = op.traceparent() or _share()[1]
         # A silent worker must not hold prepare past its deadline: it is left unreported.
-        remaining = max(0.05, deadline_ts - time.time())
+        remaining = min(max(0.05, deadline_ts - time.time()), self.coordinator.reply_seconds)
         replies, _ = await self._ask_each(
             "closed", body, self.coordinator.connected(), traceparent, remaining
         )
@@ -262,8 +263,9 @@ class WorkerPool:
 
     async def wait_changed(self, timeout: float) -> None:
         # Workers cap their wait at 0.5 s; a worker silent for longer is left unreported this round.
+        seconds = min(timeout + 1.0, self.coordinator.reply_seconds)
         replies, _ = await self._ask_each(
-            "report", {"wait": timeout}, self.coordinator.connected(), None, timeout + 1.0
+            "report", {"wait": timeout}, self.coordinator.connected(), None, seconds
         )
         for index, report in replies.items():
             self._reports[index] = msgspec.convert(report, PrepareReport)
@@ -307,20 +309,28 @@ class WorkerPool:
         return indexes
 
     async def write_parts(
-        self, directory: Beneath, scope: Iterable[EpisodeId] | None
+        self, directory: Beneath, scope: Iterable[EpisodeId] | None, deadline_ts: float
     ) -> list[tuple[RecordsPart, list[str]]]:
         """Every worker writes its episodes in scope as its own records file in ``directory``,
         all at once; each part with the capture keys it holds, in worker order. A worker that
-        fails or does not answer is 503 (the parts the others wrote are the caller's to delete:
-        ``written``)."""
+        fails, or does not answer by the commit's ``deadline_ts`` plus ``_PART_GRACE_SECONDS``
+        and ``_PART_REPLY_SECONDS``, is 503 (the parts the others wrote are the caller's to
+        delete: ``written``); a part not placed by the deadline plus ``_PART_GRACE_SECONDS`` is
+        never placed (a worker that runs again later drops it)."""
         indexes = self.check_all_connected("commit")
         checkpoint_id, traceparent = _share()
+        place_by = deadline_ts + _PART_GRACE_SECONDS
         body = {
             "directory": directory.wire(),
             "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
             "checkpoint_id": checkpoint_id,
+            "place_by": place_by,
         }
-        replies, refusal = await self._ask_each("write_part", body, indexes, traceparent)
+        # Bounded by the commit's deadline, not the reply deadline: a hung worker (SIGSTOP) held
+        # every commit for the fixed 30 s, whatever its deadline, and a large part that takes
+        # longer than 30 s within a longer deadline was cut short.
+        wait = max(0.0, place_by - time.time()) + _PART_REPLY_SECONDS
+        replies, refusal = await self._ask_each("write_part", body, indexes, traceparent, wait)
         parts: list[tuple[RecordsPart, list[str]]] = []
         self._extras = {}
         for index in sorted(replies):

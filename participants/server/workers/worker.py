@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+from contextlib import AbstractContextManager
 from typing import Any, Final
 
 import anyio
@@ -24,6 +25,7 @@ import anyio.to_thread
 import msgspec
 
 from ckpt_events import OperationSpan
+from ckpt_events.participants.fastapi import Incoming, LoopLagMonitor
 from ckpt_events.participants.protocol import EpisodeId, RecordsPart, encode
 from ckpt_events.participants.server.gc_pause import gc_paused
 from ckpt_events.participants.server.replies import store_refusals
@@ -31,7 +33,7 @@ from ckpt_events.participants.server.routes import episode_view
 from ckpt_events.participants.server.store import write_part
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath
 from ckpt_events.participants.server.store_read import Share, read_part
-from ckpt_events.participants.server.workers.channel import FrameChannel, UnknownKind
+from ckpt_events.participants.server.workers.channel import FrameChannel, UnknownKind, current_arrival
 from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
 from ckpt_events.participants.workloads.base import Episode, Workload
 from ckpt_events.vocab import Operation
@@ -63,11 +65,18 @@ class WorkerHost:
     """Answers the coordinator's messages with ``workload`` (worker ``index`` of the server)."""
 
     def __init__(
-        self, workload: Workload[Any, Any], index: int, *, max_records_bytes: int = RECORDS_MAX_BYTES
+        self,
+        workload: Workload[Any, Any],
+        index: int,
+        *,
+        max_records_bytes: int = RECORDS_MAX_BYTES,
+        monitor: LoopLagMonitor | None = None,
     ) -> None:
         self.workload = workload
         self.index = index
         self.max_records_bytes = max_records_bytes
+        #: This worker's loop lag, recorded on each of its operations (``loop_lag_ms``).
+        self.monitor = monitor
         #: A restore's share read and checked by ``stage``, installed by ``install_staged``.
         self._staged: tuple[list[Any], list[Any]] | None = None
         #: The keys the last ``install_staged`` installed (``discard`` takes them out again).
@@ -85,11 +94,18 @@ class WorkerHost:
     def _view(self, episode: Episode[Any]) -> dict[str, Any]:
         return {**episode_view(self.workload, episode), "worker": self.index}
 
-    def _share(self, operation: Operation, body: Any, message: Message) -> OperationSpan:
-        """This worker's share of a coordinator operation: a child of it (the frame's traceparent)."""
+    def _share(
+        self, operation: Operation, body: Any, message: Message
+    ) -> AbstractContextManager[OperationSpan]:
+        """This worker's share of a coordinator operation: a child of it (the frame's traceparent),
+        with the frame's arrival (``received_ns``) and this worker's loop lag while it runs, as
+        an operation of the main port has its request's."""
         cid = body.get("checkpoint_id")
-        return self.workload.tel.operation(
-            operation, checkpoint_id=None if cid is None else str(cid), traceparent=message.traceparent
+        incoming = Incoming.from_headers(
+            message.traceparent, received_ns=current_arrival(), monitor=self.monitor
+        )
+        return incoming.operation(
+            self.workload.tel, operation, checkpoint_id=None if cid is None else str(cid)
         )
 
     def _report(self) -> Any:
@@ -120,9 +136,7 @@ class WorkerHost:
             return None
         if kind == "closed":
             cid = str(body["checkpoint_id"])
-            with wl.tel.operation(
-                Operation.PREPARE, checkpoint_id=cid, traceparent=message.traceparent
-            ) as op:
+            with self._share(Operation.PREPARE, body, message) as op:
                 await wl.on_admission_closed(op, cid, float(body["deadline_ts"]))
                 report = wl.report()
                 op.set(blockers=report.blocker_count)
@@ -171,7 +185,12 @@ class WorkerHost:
             with op.step("write") as step, store_refusals(), gc_paused():
                 # Walked from the root again here, never through a symlink: see store_files.
                 where = Beneath.from_wire([str(p) for p in body["directory"]])
-                part = await anyio.to_thread.run_sync(write_part, where, lines)
+                place_by = body.get("place_by")
+                part = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        write_part, where, lines, place_by=None if place_by is None else float(place_by)
+                    )
+                )
                 step.set(records=part.record_count, bytes=part.bytes)
             op.set(records=part.record_count, bytes=part.bytes)
         return {
@@ -264,12 +283,7 @@ async def run_worker(
     connections that send no complete request head within ``header_timeout``: default 5 s),
     announced in its ``hello``; without, every work call reaches it through the main process.
     """
-    host_ = WorkerHost(workload, index)
     stream = await anyio.connect_unix(socket_path)
-    channel = FrameChannel(
-        stream, host_.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
-    )
-
     http = None
     if token is not None:
         from ckpt_events.participants.server.connection_guard import ConnectionLimits
@@ -277,10 +291,16 @@ async def run_worker(
 
         limits = None if header_timeout is None else ConnectionLimits(header_timeout=header_timeout)
         http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1", connections=limits)
+    # One loop-lag sampler per worker, for its own port's operations and its checkpoint shares.
+    monitor = LoopLagMonitor() if http is None else http.monitor
+    host_ = WorkerHost(workload, index, monitor=monitor)
+    channel = FrameChannel(
+        stream, host_.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
+        tg.start_soon(monitor.run)
         if http is not None:
-            tg.start_soon(http.monitor.run)
             tg.start_soon(http.serve)
         try:
             hello = {

@@ -101,3 +101,30 @@ async def test_a_restore_share_joins_the_controllers_trace_even_without_a_sink_h
     assert len(holding) == 2 and len({e.worker for e in holding}) == 1
     steps = [e.step for e in events if type(e) is StepFinished and e.worker == holding[0].worker]
     assert steps == ["read", "install"]
+
+
+async def test_every_workers_share_carries_its_frames_arrival_and_its_loop_lag(tmp_path: Any) -> None:
+    """prepare, commit, retire and restore shares have ``received_ns`` (the frame read, at or
+    before the share starts) and ``loop_lag_ms``, as the main port's operations do."""
+    async with capture_events() as (bus, events):
+        async with running(_app(bus)) as client:
+            for i in range(4):
+                reply = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
+                assert reply.status_code == 200, reply.text
+            assert (await control(client, "prepare")).json()["phase"] == "prepared"
+            assert (await control(client, "commit", checkpoint_dir=str(tmp_path))).status_code == 200
+            assert (await control(client, "resume")).status_code == 200
+            retired = await control(client, "retire", "c2", episode_ids=[{"rollout_id": "r0"}])
+            assert retired.status_code == 200, retired.text
+        async with running(_app(bus)) as fresh:
+            episodes = [{"rollout_id": f"r{i}"} for i in range(1, 4)]
+            restored = await control(
+                fresh, "restore", "c3", checkpoint_dir=str(tmp_path), episode_ids=episodes
+            )
+            assert restored.status_code == 200, restored.text
+        await bus.flush()
+    shares = [e for e in events if type(e) is OperationFinished and e.worker is not None]
+    assert {e.operation for e in shares} == {"prepare", "commit", "retire", "restore"}
+    for share in shares:
+        assert share.received_ns is not None and share.received_ns <= share.start_ns, share
+        assert share.loop_lag_ms is not None and share.loop_lag_ms >= 0, share

@@ -17,7 +17,7 @@ from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.sinks.otel import OtlpSpanSink
 from ckpt_events.vocab import Attr
-from tests.sinks.otlp.test_collector import _wait_for, collector
+from tests.sinks.otlp.test_collector import _RECEIVE_SECONDS, collector
 
 __all__ = ["collector"]
 
@@ -40,6 +40,32 @@ def _all_spans(text: str) -> list[dict[str, str]]:
     return spans
 
 
+def _complete(spans: list[dict[str, str]], commit_hex: str) -> bool:
+    """Every span the test checks has arrived: the controller's collection, the participant's
+    prepare and commit (the commit under the controller's), and four shares per worker."""
+    names = {s.get("Name") for s in spans}
+    participant = [s for s in spans if f"-> {Attr.WORKER}:" not in s["text"]]
+    commit_under = any(
+        s.get("Name") == "gym.checkpoint.commit" and s.get("Parent ID") == commit_hex for s in participant
+    )
+    prepared = any(s.get("Name") == "gym.checkpoint.prepare" for s in participant)
+    shares = [
+        sum(f"-> {Attr.WORKER}: Int({worker})" in s["text"] for s in spans) for worker in (0, 1)
+    ]  # prepare, commit and its export and write steps, per worker
+    return "gym.checkpoint.collection.checkpoint" in names and commit_under and prepared and shares >= [4, 4]
+
+
+def _wait_for_trace(out: Path, trace_hex: str, commit_hex: str) -> list[dict[str, str]]:
+    """The spans of ``trace_hex`` in the collector's log, once all that ``_complete`` names are in
+    (or after ``_RECEIVE_SECONDS``: the assertions then say what is missing)."""
+    deadline = time.monotonic() + _RECEIVE_SECONDS
+    while True:
+        spans = [s for s in _all_spans(out.read_text(errors="replace")) if s.get("Trace ID") == trace_hex]
+        if _complete(spans, commit_hex) or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.1)
+
+
 async def _checkpoint(url: str, tel: Telemetry, tmp_path: Path) -> tuple[str, str]:
     """Four sessions, then prepare and commit under one collection span; (trace hex, commit span hex)."""
     async with httpx.AsyncClient(base_url=url, timeout=20) as client:
@@ -59,10 +85,6 @@ async def _checkpoint(url: str, tel: Telemetry, tmp_path: Path) -> tuple[str, st
         return f"{collection.trace_id:032x}", commit_hex
 
 
-@pytest.mark.skip(
-    reason="quarantined: racy on a 2-core machine (the collector's file held no span 1 run in 2 on a clean "
-    "clone, with the old uvicorn settings too); an open bug, named in the round's closing note"
-)
 async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
     collector: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -89,18 +111,13 @@ async def test_a_two_worker_checkpoint_is_one_trace_with_a_span_per_worker(
             bus.subscribe(sink)
             tel = Telemetry(bus, kind="controller", instance="coordination")
             trace_hex, commit_hex = await _checkpoint(server.url, tel, tmp_path)
-        worker_lines = [f"-> {Attr.WORKER}: Int(0)", f"-> {Attr.WORKER}: Int(1)"]
-        text = _wait_for(out, [*worker_lines, "gym.checkpoint.export", "gym.checkpoint.coordinate.commit"])
-        # Every ended share must be in before counting (each process exports on its own schedule).
-        for _ in range(50):
-            spans = [s for s in _all_spans(text) if s.get("Trace ID") == trace_hex]
-            shares = [s for s in spans if f"-> {Attr.WORKER}: Int(" in s["text"]]
-            if len(shares) >= 8:  # prepare, commit and its export and write steps, per worker
-                break
-            time.sleep(0.2)
-            text = out.read_text(errors="replace")
+        # One bounded wait on the whole trace: the controller, the main process and each worker
+        # export on their own schedules, and a check on part of it raced the rest (on 2 cores
+        # the main process's commit span came last 6 runs in 10).
+        spans = _wait_for_trace(out, trace_hex, commit_hex)
     finally:
         server.terminate()
+    shares = [s for s in spans if f"-> {Attr.WORKER}: Int(" in s["text"]]
     by_id = {s["ID"]: s for s in spans}
     [participant_commit] = [
         s for s in spans if s["Name"] == "gym.checkpoint.commit" and s["Parent ID"] == commit_hex
