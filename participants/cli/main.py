@@ -21,6 +21,7 @@ from ckpt_events.participants.cli.replay import REPLAY
 from ckpt_events.participants.cli.report.command import REPORT
 from ckpt_events.participants.cli.report.diff import DIFF
 from ckpt_events.participants.cli.serve import SERVE
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.command import WATCH
 from ckpt_events.participants.errors import CommandError, CommandLineError
 
@@ -108,7 +109,8 @@ def _interrupted(command: str) -> int:
 
 
 def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:
-    print(f"ckpt-events {command}: error: {exc}", file=sys.stderr)
+    # One line, inert: a message may carry a log's strings (a checkpoint id, an instance name).
+    print(f"ckpt-events {command}: error: {escape(exc)}", file=sys.stderr)
     return 2
 
 

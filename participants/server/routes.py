@@ -33,22 +33,19 @@ from ckpt_events.participants.protocol import (
     ResumeRequest,
     RetireRequest,
     WorkAdvance,
-    WorkAdvanceReply,
     WorkStart,
-    WorkStartReply,
     decode,
     encode,
     error_body,
 )
 from ckpt_events.participants.server.control import ControlPlane
-from ckpt_events.participants.workloads.base import Episode, Workload
+from ckpt_events.participants.server.work import WorkService
 from ckpt_events.vocab import ErrorCode
 
 __all__ = [
     "Trace",
     "bearer_auth",
     "control_router",
-    "episode_view",
     "install_error_handlers",
     "work_router",
 ]
@@ -137,21 +134,6 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
     return router
 
 
-def episode_view(workload: Workload[Any, Any], episode: Episode[Any]) -> dict[str, Any]:
-    """What ``GET /work/{capture_key}`` answers about ``episode``."""
-    return {
-        "capture_key": episode.key,
-        "rollout_id": episode.episode_id.rollout_id,
-        "attempt": episode.episode_id.attempt,
-        "boundary": episode.boundary,
-        "steps": episode.steps,
-        "done": episode.done,
-        "status": episode.status,
-        "kind": str(workload.kind),
-        "state": workload.describe(episode),
-    }
-
-
 def _not_found(key: str) -> Response:
     return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=f"no episode {key}")), 404)
 
@@ -162,44 +144,37 @@ def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
     return EpisodeId(req.rollout_id, req.attempt)
 
 
-def work_router(
-    workload: Workload[Any, Any],
-    token: str,
-    *,
-    worker: int | None = None,
-) -> APIRouter:
-    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}``, with ``token``.
+def work_router(work: WorkService, token: str, *, start: bool = True) -> APIRouter:
+    """``/work/start``, ``/work/advance`` and ``GET /work/{capture_key}`` on ``work``, with ``token``:
+    the one router of a single-process server, a multi-worker server's main port
+    (``PooledWork``) and a worker's own port.
 
-    A worker of a multi-worker server serves the last two on its own port (its views carry
-    its ``worker`` index): sessions are placed by the main process's ``/work/start``, which
-    checks the fence and admission of the whole server, and then served by their worker.
+    A worker's own port serves the last two only (``start=False``): sessions are placed by the
+    main process's ``/work/start``, which checks the fence and admission of the whole server,
+    and then served by their worker.
     """
     router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
 
-    if worker is None:
+    if start:
 
         @router.post("/start")
-        async def start(request: Request) -> Response:
+        async def start_work(request: Request) -> Response:
             req = await _body(request, WorkStart)
-            episode = workload.start(_episode_id(req), req.steps)
-            return _json(WorkStartReply(capture_key=episode.key, boundary=episode.boundary))
+            return _json(await work.start(_episode_id(req), req.steps))
 
     @router.post("/advance")
     async def advance(request: Request) -> Response:
         req = await _body(request, WorkAdvance)
         try:
-            episode = await workload.advance(_episode_id(req))
+            reply = await work.advance(_episode_id(req))
         except LookupError as exc:
             return _not_found(str(exc.args[0]))
-        return _json(WorkAdvanceReply(boundary=episode.boundary, done=episode.done))
+        return _json(reply)
 
     @router.get("/{capture_key}")
     async def get(capture_key: str) -> Response:
-        episode = workload.get(capture_key)
-        if episode is None:
-            return _not_found(capture_key)
-        view = episode_view(workload, episode)
-        return _json(view if worker is None else {**view, "worker": worker})
+        view = await work.view(capture_key)
+        return _not_found(capture_key) if view is None else _json(view)
 
     return router
 

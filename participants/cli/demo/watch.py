@@ -21,16 +21,10 @@ from typing import TYPE_CHECKING, Final
 import anyio
 from rich.console import Console
 
-from ckpt_events import (
-    CoordinateFinished,
-    CoordinateStarted,
-    Event,
-    OperationFinished,
-    OperationStarted,
-    Stalled,
-)
+from ckpt_events import Event
 from ckpt_events.participants.cli.watch.command import show
-from ckpt_events.participants.cli.watch.sources import LogFollower, status_client
+from ckpt_events.participants.cli.watch.follow import LogFollower
+from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
 
@@ -68,7 +62,7 @@ class DemoWatch:
     """A bus sink keeping what the view shows of the demo's own events, and the source the view
     reads them from, with the logs in ``logs`` (the processes' and workers' JSON lines)."""
 
-    interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished, Stalled)
+    interests: Final = VIEW_EVENTS
 
     def __init__(self, logs: Path, *, stall_after: float, token: str) -> None:
         self.stall_after = stall_after
@@ -78,6 +72,10 @@ class DemoWatch:
 
     def handle(self, batch: list[Event]) -> None:
         self._pending.extend(batch)
+
+    async def aclose(self) -> None:
+        """Close the followed logs' files (the bus awaits it once, after the last batch)."""
+        self._logs.close()
 
     @property
     def notes(self) -> Mapping[str, str]:

@@ -1,14 +1,17 @@
 """``ckpt-events watch``: a live view of a fleet, refreshed once a second.
 
-Polls every ``--participant``'s ``GET /status`` (so it works with telemetry off) and tails
-``--follow`` JSON-lines logs for open operations. On a terminal the view redraws in place;
-piped, it prints one plain snapshot per interval; ``--once`` prints one and exits.
+Polls every ``--participant``'s ``GET /status`` (so it works with telemetry off) and follows
+``--follow`` JSON-lines logs for open operations (``follow.LogFollower``). On a terminal the view
+redraws in place; piped, it prints one plain snapshot per interval; ``--once`` prints one and
+exits with ``EXIT_UNREACHABLE`` or ``EXIT_REFUSED`` when a participant could not be read, so it
+serves as a health check.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +21,8 @@ import anyio
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
 from ckpt_events.participants.cli.serve import ENV_TOKEN
-from ckpt_events.participants.cli.watch.sources import EventSource, LogFollower, poll_all, status_client
+from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
+from ckpt_events.participants.cli.watch.sources import EventSource, PollResult, poll_all, status_client
 
 if TYPE_CHECKING:
     # The view draws with rich, the `cli` extra: imported when a watch runs, so that
@@ -27,9 +31,14 @@ if TYPE_CHECKING:
 
     from ckpt_events.participants.cli.watch.view import FleetView
 
-__all__ = ["WATCH", "live", "plain", "show", "snapshot"]
+__all__ = ["EXIT_REFUSED", "EXIT_UNREACHABLE", "WATCH", "live", "once_status", "plain", "show", "snapshot"]
 
 _ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
+#: ``--once``: a participant could not be read (no connection, no answer in time, not a status).
+EXIT_UNREACHABLE: Final = 2
+#: ``--once``: a participant refused the token (401/403); wins over ``EXIT_UNREACHABLE``.
+EXIT_REFUSED: Final = 3
+_UNREACHABLE_FIX: Final = " (check the URL and that it runs; --timeout for a slow one)"
 
 
 def _watch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +68,12 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"mark open work older than this stalled (else ${_ENV_STALL_AFTER}, else 30)",
     )
-    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help=f"print one snapshot and exit: 0, or {EXIT_UNREACHABLE} when a participant could not be read, "
+        f"{EXIT_REFUSED} when one refused the token (a health check)",
+    )
 
 
 def _urls(args: argparse.Namespace) -> list[str]:
@@ -123,7 +137,7 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
 
 
 def _printable(text: str) -> str:
-    from ckpt_events.participants.cli.watch.view import escape
+    from ckpt_events.participants.cli.text import escape
 
     return escape(text)
 
@@ -132,7 +146,7 @@ def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
-    from ckpt_events.participants.cli.watch.view import escape
+    from ckpt_events.participants.cli.text import escape
 
     rendered = view.render()
     return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
@@ -238,20 +252,39 @@ async def _pause(seconds: float, until: anyio.Event | None) -> None:
             await anyio.sleep_forever()
 
 
+def once_status(polls: list[PollResult]) -> int:
+    """``--once``'s exit status for its poll round, each failure one line on stderr."""
+    code = 0
+    for result in polls:
+        if result.failure is not None:
+            why = _printable(result.error or "no answer")
+            if result.failure == "unreachable":  # a refusal's error already names its fix (the token)
+                why += _UNREACHABLE_FIX
+            print(f"ckpt-events watch: {_printable(result.url)}: {why}", file=sys.stderr)
+            code = max(code, EXIT_REFUSED if result.failure == "refused" else EXIT_UNREACHABLE)
+    return code
+
+
 async def _watch_async(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.watch.view import FleetView
 
     urls = _urls(args)
     token = _token(args, needed=bool(urls))
     view = FleetView(urls, stall_after=_stall_after(args))
-    follower = LogFollower(args.follow) if args.follow else None
+    # --once reads each log's backlog to its end at once (in bounded memory): one true snapshot.
+    follower = LogFollower(args.follow, budget=None if args.once else MAX_READ) if args.follow else None
     headers = {"authorization": f"Bearer {token}"} if token is not None else {}
     out = console()
-    async with status_client(urls, headers=headers, timeout=args.timeout) as client:
-        if args.once:
-            await plain(view, client, follower, out, timeout=args.timeout, once=True)
-        else:  # until Ctrl-C, reported by main in one line
+    try:
+        async with status_client(urls, headers=headers, timeout=args.timeout) as client:
+            if args.once:
+                await plain(view, client, follower, out, timeout=args.timeout, once=True)
+                return once_status([view.polls[url] for url in urls if url in view.polls])
+            # until Ctrl-C, reported by main in one line
             await show(view, client, follower, out, interval=args.interval, timeout=args.timeout)
+    finally:
+        if follower is not None:
+            follower.close()
     return 0
 
 

@@ -1,33 +1,40 @@
-"""Where ``ckpt-events watch`` reads from: participants' ``GET /status``, and followed JSON-lines logs.
+"""Where ``ckpt-events watch`` reads from: participants' ``GET /status``, and ``EventSource``s
+(followed JSON-lines logs, ``follow.LogFollower``; the demo's own bus).
 
 ``poll_all`` asks every participant at once, each under its own deadline and byte cap, so a
 slow, silent or hostile one costs the round at most ``timeout`` and is one ``PollResult``
-with an error line. ``LogFollower`` tails files (globs, directories), reading only what
-was appended, and reopens a file that was rotated or truncated.
+with an error line and its ``failure`` (``unreachable`` or ``refused``). Each answer carries
+the participant's clock offset, NTP-style: its reply's time (``SERVER_TIME_HEADER``, else the
+HTTP ``Date`` header, to the second) against the local midpoint of the request.
 """
 
 from __future__ import annotations
 
-import glob
-import io
-import os
+import math
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import anyio
 import msgspec
 
-from ckpt_events import Event
-from ckpt_events.participants.protocol import CONTROL_PREFIX, StatusReply
+from ckpt_events import (
+    CoordinateFinished,
+    CoordinateStarted,
+    Event,
+    OperationFinished,
+    OperationStarted,
+    Stalled,
+)
+from ckpt_events.participants.protocol import CONTROL_PREFIX, SERVER_TIME_HEADER, StatusReply
 from ckpt_events.vocab import NAME_RULE, Kind
 
 __all__ = [
     "MAX_BODY",
-    "MAX_READ",
+    "VIEW_EVENTS",
     "EventSource",
-    "LogFollower",
+    "Failure",
     "PollResult",
     "poll_all",
     "poll_one",
@@ -36,18 +43,30 @@ __all__ = [
 
 #: A status reply is a few hundred bytes (at most 100 blockers): anything past this is refused.
 MAX_BODY: Final = 256 * 1024
-#: Bytes read from one followed log per refresh, so a huge backlog cannot stall the view.
-MAX_READ: Final = 8 * 1024 * 1024
+#: The events the view folds in; an ``EventSource`` may hand on only these.
+VIEW_EVENTS: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished, Stalled)
+#: How far the HTTP ``Date`` header may be behind the reply: it has whole seconds, and uvicorn
+#: renews it once a second.
+_DATE_SPAN: Final = 2.0
 _DECODER: Final = msgspec.json.Decoder(StatusReply)
+
+#: Why a participant could not be read: ``unreachable`` (no connection, no answer in time, or an
+#: answer that is not a participant's status) or ``refused`` (401/403: the token).
+Failure = Literal["unreachable", "refused"]
 
 
 class PollResult(msgspec.Struct, frozen=True):
-    """One participant's answer (``status``), or why there is none (``error``, one line)."""
+    """One participant's answer (``status``), or why there is none (``error``, one line, and
+    ``failure``). ``clock_offset``: its clock minus ours, in seconds, within ``clock_error``
+    (``None`` when its reply carried no time)."""
 
     url: str
     seconds: float
     status: StatusReply | None = None
     error: str | None = None
+    failure: Failure | None = None
+    clock_offset: float | None = None
+    clock_error: float | None = None
 
 
 if TYPE_CHECKING:
@@ -87,19 +106,25 @@ async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollR
     """``GET url/status`` under ``timeout`` seconds for the whole exchange, body capped at ``MAX_BODY``."""
     started = time.perf_counter()
 
-    def failed(error: str) -> PollResult:
-        return PollResult(url=url, seconds=time.perf_counter() - started, error=error)
+    def failed(error: str, failure: Failure = "unreachable") -> PollResult:
+        return PollResult(url=url, seconds=time.perf_counter() - started, error=error, failure=failure)
 
     try:
         with anyio.fail_after(timeout):
+            sent = time.time()
             async with client.stream("GET", url.rstrip("/") + CONTROL_PREFIX + "/status") as reply:
+                clock = _clock(reply.headers, sent, time.time())
                 body = bytearray()
                 async for chunk in reply.aiter_raw():
                     body += chunk
                     if len(body) > MAX_BODY:
                         return failed(f"reply larger than {MAX_BODY // 1024} KiB: not a participant status")
                 if reply.status_code != 200:
-                    return failed(f"HTTP {reply.status_code} from /status{_hint(reply.status_code)}")
+                    refused = reply.status_code in (401, 403)
+                    return failed(
+                        f"HTTP {reply.status_code} from /status{_hint(reply.status_code)}",
+                        "refused" if refused else "unreachable",
+                    )
     except TimeoutError:
         return failed(f"no answer within {timeout:g} s")
     except _http_error() as exc:
@@ -111,7 +136,34 @@ async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollR
     # Any participant kind (a user's own too, ``ckpt_events.vocab.NAME_RULE``), not the controller.
     if status.kind == Kind.CONTROLLER or NAME_RULE.fullmatch(status.kind) is None:
         return failed(f"not a checkpoint participant: kind {status.kind!r}")
-    return PollResult(url=url, seconds=time.perf_counter() - started, status=status)
+    offset, error = clock if clock is not None else (None, None)
+    return PollResult(
+        url=url,
+        seconds=time.perf_counter() - started,
+        status=status,
+        clock_offset=offset,
+        clock_error=error,
+    )
+
+
+def _clock(headers: Mapping[str, str], sent: float, received: float) -> tuple[float, float] | None:
+    """(offset, error): the participant's clock minus ours at the midpoint of the request, within
+    half the round trip (and the ``Date`` header's ``_DATE_SPAN`` when that is all there is)."""
+    middle = (sent + received) / 2
+    half = max(received - sent, 0.0) / 2
+    try:
+        precise = headers.get(SERVER_TIME_HEADER)
+        if precise is not None:
+            stamp = float(precise)
+            if math.isfinite(stamp) and abs(stamp) < 1e11:  # Unix seconds, not nan, inf or ns
+                return stamp - middle, half
+        date = headers.get("date")
+        if date is not None:
+            stamp = parsedate_to_datetime(date).timestamp()
+            return stamp + _DATE_SPAN / 2 - middle, half + _DATE_SPAN / 2
+    except (ValueError, TypeError, OverflowError):  # a garbled time: no clock, not a failed poll
+        pass
+    return None
 
 
 def _hint(code: int) -> str:
@@ -142,83 +194,3 @@ class EventSource(Protocol):
     def read(self) -> list[Event]:
         """The events gained since the last call."""
         ...
-
-
-class _Tail:
-    __slots__ = ("identity", "offset", "partial")
-
-    def __init__(self, identity: tuple[int, int]) -> None:
-        self.identity = identity
-        self.offset = 0
-        self.partial = b""
-
-
-class LogFollower:
-    """Tails JSON-lines logs named by files, globs or directories (their ``*.jsonl*`` files)."""
-
-    def __init__(self, specs: Sequence[str]) -> None:
-        self.specs = list(specs)
-        self._tails: dict[str, _Tail] = {}
-        #: One line per file with something to say this round (rotated, truncated, gone, corrupt).
-        self.notes: dict[str, str] = {}
-
-    def _paths(self) -> list[str]:
-        found: list[str] = []
-        for spec in self.specs:
-            if os.path.isdir(spec):
-                found.extend(sorted(str(p) for p in Path(spec).glob("*.jsonl*") if p.is_file()))
-            elif glob.has_magic(spec):
-                found.extend(sorted(glob.glob(spec)))
-            else:
-                found.append(spec)
-        return list(dict.fromkeys(found))
-
-    def read(self) -> list[Event]:
-        """The events appended since the last call, over every followed file."""
-        from ckpt_events.sinks import CorruptLine, read_events
-
-        events: list[Event] = []
-        paths = self._paths()
-        for gone in set(self._tails) - set(paths):
-            del self._tails[gone]
-        for path in paths:
-            try:
-                info = os.stat(path)
-            except OSError as exc:
-                self._tails.pop(path, None)
-                self.notes[path] = f"{path}: cannot read ({exc.strerror or exc}); waiting for it"
-                continue
-            identity = (info.st_dev, info.st_ino)
-            tail = self._tails.get(path)
-            if tail is None or tail.identity != identity:
-                if tail is not None:
-                    self.notes[path] = f"{path}: replaced (rotated), reading the new file"
-                tail = self._tails[path] = _Tail(identity)
-            elif info.st_size < tail.offset:
-                self.notes[path] = f"{path}: truncated, reading again from the start"
-                tail.offset = 0
-                tail.partial = b""
-            else:
-                self.notes.pop(path, None)
-            if info.st_size == tail.offset:
-                continue
-            try:
-                with open(path, "rb") as file:
-                    file.seek(tail.offset)
-                    chunk = file.read(MAX_READ)
-            except OSError as exc:
-                self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
-                continue
-            tail.offset += len(chunk)
-            data = tail.partial + chunk
-            cut = data.rfind(b"\n") + 1
-            tail.partial = data[cut:][-MAX_READ:]
-            corrupt = 0
-            for _, item in read_events(io.BytesIO(data[:cut])):
-                if isinstance(item, CorruptLine):
-                    corrupt += 1
-                else:
-                    events.append(item)
-            if corrupt:
-                self.notes[path] = f"{path}: {corrupt} corrupt line(s) skipped"
-        return events

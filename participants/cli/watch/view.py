@@ -1,9 +1,21 @@
 """What ``ckpt-events watch`` shows: per participant, its state from ``/status`` and its open work from logs.
 
-``FleetView`` folds poll results and followed events in and renders one block of short lines
-per participant (rich ``Text``, no markup: every string from a participant or a log is shown
-with its control characters escaped, so it cannot move the cursor or recolour the terminal).
-Lines wrap at the console's width; nothing is cut.
+``FleetView`` folds poll results and followed events in and renders them (rich ``Text``, no
+markup: every string from a participant or a log is shown with its control characters escaped,
+so it cannot move the cursor or recolour the terminal). Two layouts:
+
+- **blocks** (a few participants): one block of short lines per participant; lines wrap at the
+  console's width and nothing is cut;
+- **rows** (more than ``ROWS_OVER`` participants, or blocks taller than the terminal): a summary
+  line, then one line per participant, cut at the width with an ellipsis (long names and ids are
+  cut in the middle, keeping their distinct end); when the rows are taller than the terminal,
+  those with a problem come first and the rest are counted.
+
+Open work is aged by the participant's clock, not ours: each poll's clock offset
+(``PollResult.clock_offset``) corrects the age, and the participant's line says so past
+``CLOCK_NOTE_S``. An age is never negative: work stamped in our future by a participant whose
+clock is not known is shown as such, with no age. Work is marked stalled only when its age,
+less the clock's uncertainty, is past ``stall_after`` (or StallWatch said so).
 """
 
 from __future__ import annotations
@@ -11,7 +23,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rich.console import Group
 from rich.text import Text
@@ -24,23 +36,32 @@ from ckpt_events import (
     OperationStarted,
     Stalled,
 )
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.sources import PollResult
 from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Phase
 
-__all__ = ["LAST_CHECKPOINTS", "FleetView", "escape"]
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
+__all__ = ["CLOCK_NOTE_S", "LAST_CHECKPOINTS", "ROWS_OVER", "FleetView"]
 
 #: How many past outcomes each participant shows.
 LAST_CHECKPOINTS: Final = 3
+#: Past this many participants the view is one row each.
+ROWS_OVER: Final = 12
+#: A participant's clock off ours by more than this (seconds) is said on its line.
+CLOCK_NOTE_S: Final = 1.0
 #: At most this many blockers are named; the count says how many there are.
 _BLOCKERS_SHOWN: Final = 3
 #: The lease turns red under this fraction of the lease it was given.
 _LEASE_RED: Final = 0.2
-_CONTROL: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def escape(text: object) -> str:
-    """``text`` with terminal control characters shown as ``\\xNN``."""
-    return str(text).translate(_CONTROL)
+#: Clock samples kept per participant; the one with the shortest round trip is used (as NTP's
+#: clock filter does).
+_CLOCK_SAMPLES: Final = 8
+#: Open spans kept per participant; past it, new ones are counted, not shown.
+_MAX_OPEN: Final = 1000
+#: Work stamped this far in our future by a participant of known clock is shown as just opened.
+_FUTURE_SLACK_S: Final = 0.5
 
 
 class _Open:
@@ -53,28 +74,63 @@ class _Open:
         self.stalled = False
 
 
+class _Age:
+    """An open operation's age by the participant's clock: ``seconds`` (``None``: unknown, with
+    ``why``), and whether it is certainly stalled."""
+
+    __slots__ = ("seconds", "stalled", "why")
+
+    def __init__(self, seconds: float | None, stalled: bool, why: str = "") -> None:
+        self.seconds = seconds
+        self.stalled = stalled
+        self.why = why
+
+
 class _Seen:
     """What the view remembers of one participant between refreshes."""
 
-    __slots__ = ("at_start", "grace", "lease_at", "open", "outcomes", "phase", "since")
+    __slots__ = (
+        "at_start",
+        "clocks",
+        "grace",
+        "lease_at",
+        "open",
+        "outcomes",
+        "phase",
+        "since",
+        "untracked",
+    )
 
     def __init__(self) -> None:
-        self.phase: tuple[Phase, str | None] | None = None
+        self.phase: tuple[str, str | None] | None = None
         self.since = 0.0
         #: The phase was already there at the first poll: its time is at least what is shown.
         self.at_start = False
         self.lease_at: float | None = None
         self.grace: float | None = None
-        self.open: dict[int, _Open] = {}
+        self.open: dict[tuple[int, int], _Open] = {}
+        self.untracked = 0
         self.outcomes: collections.deque[str] = collections.deque(maxlen=LAST_CHECKPOINTS)
+        #: (offset, error) of its last polls: its clock minus ours, in seconds.
+        self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
+
+    def clock(self) -> tuple[float, float] | None:
+        """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
+        a time. An offset within its own error is taken as none (clocks in sync)."""
+        if not self.clocks:
+            return None
+        offset, error = min(self.clocks, key=lambda sample: sample[1])
+        return (0.0, abs(offset) + error) if abs(offset) <= error else (offset, error)
 
 
 class FleetView:
-    """The fleet as last seen; ``stall_after``: open work older than this is marked stalled."""
+    """The fleet as last seen; ``stall_after``: open work older than this is marked stalled.
+    ``rows``: ``True`` one line per participant, ``False`` blocks, ``None`` as fits (see above)."""
 
-    def __init__(self, urls: Sequence[str], *, stall_after: float = 30.0) -> None:
+    def __init__(self, urls: Sequence[str], *, stall_after: float = 30.0, rows: bool | None = None) -> None:
         self.urls = list(urls)
         self.stall_after = stall_after
+        self.rows = rows
         self.polls: dict[str, PollResult] = {}
         self.seen: dict[tuple[str, str], _Seen] = {}
         self.notes: list[str] = []
@@ -93,78 +149,107 @@ class FleetView:
             status = result.status
             if status is None:
                 continue
-            seen = self._of(status.kind, status.instance)
-            phase = (status.phase, status.checkpoint_id)
+            seen = self._of(str(status.kind), status.instance)
+            if result.clock_offset is not None and result.clock_error is not None:
+                seen.clocks.append((result.clock_offset, result.clock_error))
+            phase = (str(status.phase), status.checkpoint_id)
             if seen.phase != phase:
                 seen.at_start = seen.phase is None
                 seen.phase = phase
                 seen.since = now
             if status.lease_expires_at != seen.lease_at:
                 seen.lease_at = status.lease_expires_at
-                seen.grace = None if seen.lease_at is None else max(seen.lease_at - now, 0.001)
+                theirs = now + _correction(seen)
+                seen.grace = None if seen.lease_at is None else max(seen.lease_at - theirs, 0.001)
 
     def add_events(self, events: Iterable[Event]) -> None:
-        """Fold in events read from the logs: spans that open and close, stalls, outcomes."""
+        """Fold in events read from the logs: spans that open and close, stalls, outcomes.
+        Kinds, operations and outcomes may be plain strings (events built by keyword)."""
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
                 seen = self._of(str(kind), event.instance)
-                seen.open[event.span_id] = _Open(event.operation.value, event.checkpoint_id, event.start_ns)
+                key = (event.trace_id, event.span_id)
+                if key in seen.open or len(seen.open) < _MAX_OPEN:
+                    seen.open[key] = _Open(str(event.operation), event.checkpoint_id, event.start_ns)
+                else:
+                    seen.untracked += 1
             elif isinstance(event, OperationFinished | CoordinateFinished):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
                 seen = self._of(str(kind), event.instance)
-                seen.open.pop(event.span_id, None)
+                seen.open.pop((event.trace_id, event.span_id), None)
                 took = (event.end_ns - event.start_ns) / 1e6
                 seen.outcomes.append(
-                    f"{escape(event.checkpoint_id or '-')} {event.operation.value} {event.outcome.value} "
+                    f"{escape(event.checkpoint_id or '-')} {escape(event.operation)} {escape(event.outcome)} "
                     f"{_ms(took)}"
                 )
             elif isinstance(event, Stalled):
                 seen = self._of(str(event.kind), event.instance)
                 for item in seen.open.values():
-                    if item.operation == event.operation.value and item.checkpoint_id == event.checkpoint_id:
+                    if item.operation == str(event.operation) and item.checkpoint_id == event.checkpoint_id:
                         item.stalled = True
 
-    def render(self, now: float | None = None) -> Group:
-        """One block per participant: polled ones in the order given, then those only in logs."""
-        now = time.time() if now is None else now
-        blocks: list[Text] = []
+    def render(self, now: float | None = None, *, rows: bool | None = None) -> _Rendered:
+        """The view at ``now`` (Unix seconds), laid out when printed: ``rows`` as in the
+        constructor (``None``: the view's own choice)."""
+        return _Rendered(self, time.time() if now is None else now, self.rows if rows is None else rows)
+
+    # -- what each participant is --------------------------------------------------------------
+
+    def _keys(self) -> list[tuple[str | None, tuple[str, str] | None]]:
+        """(url, participant) of every entry: polled ones in the order given, then those only
+        in logs (the controller only while it has open work)."""
+        entries: list[tuple[str | None, tuple[str, str] | None]] = []
         shown: set[tuple[str, str]] = set()
         for url in self.urls:
-            result = self.polls.get(url)
-            if result is None:
-                blocks.append(Text(f"{escape(url)}  waiting for the first answer", style="dim"))
-            elif result.status is None:
-                blocks.append(Text(f"{escape(url)}  {escape(result.error)}", style="bold red"))
-            else:
-                key = (result.status.kind, result.status.instance)
+            status = getattr(self.polls.get(url), "status", None)
+            key = None if status is None else (str(status.kind), status.instance)
+            if key is not None:
                 shown.add(key)
-                blocks.append(self._block(key, now, result))
-        for key in self.seen:
-            if key not in shown and (key[0] != Kind.CONTROLLER.value or self.seen[key].open):
-                blocks.append(self._block(key, now, None))
-        if not blocks:
-            blocks.append(Text("nothing to watch yet", style="dim"))
-        blocks.extend(Text(escape(note), style="yellow") for note in self.notes)
-        return Group(*blocks)
+            entries.append((url, key))
+        for key, seen in self.seen.items():
+            if key not in shown and (key[0] != Kind.CONTROLLER.value or seen.open):
+                entries.append((None, key))
+        return entries
 
-    def _block(self, key: tuple[str, str], now: float, result: PollResult | None) -> Text:
+    def _age(self, seen: _Seen, item: _Open, now: float, polled: bool) -> _Age:
+        clock = seen.clock() if polled else None
+        correction, uncertainty = clock if clock is not None else (0.0, 0.0)
+        age = now + correction - item.start_ns / 1e9
+        if age < 0:
+            if clock is not None and -age <= uncertainty + _FUTURE_SLACK_S:
+                return _Age(0.0, item.stalled)
+            return _Age(None, item.stalled, f"stamped {_seconds(-age)} in our future: its clock is ahead")
+        return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
+
+    def _lease_left(self, seen: _Seen, lease_at: float, now: float) -> float:
+        return max(lease_at - (now + _correction(seen)), 0.0)
+
+    # -- blocks ---------------------------------------------------------------------------------
+
+    def _block(self, url: str | None, key: tuple[str, str] | None, now: float) -> Text:
+        result = None if url is None else self.polls.get(url)
+        if key is None:
+            if result is None:
+                return Text(f"{escape(url)}  waiting for the first answer", style="dim")
+            return Text(f"{escape(url)}  {escape(result.error)}", style="bold red")
         kind, instance = key
         seen = self.seen.get(key) or _Seen()
         text = Text()
         text.append(f"{escape(kind)} {escape(instance)}", style="bold")
         if result is not None:
             text.append(f"  {escape(result.url)}", style="dim")
+        if (clock := _clock_note(seen)) and result is not None:
+            text.append(f"  {clock}", style="yellow")
         status = None if result is None else result.status
         if status is not None:
-            text.append(f"\n  phase {status.phase.value}")
+            text.append(f"\n  phase {escape(status.phase)}")
             text.append(f"  checkpoint {escape(status.checkpoint_id or '-')}")
             text.append(f"  for {'>=' if seen.at_start else ''}{_seconds(now - seen.since)}")
             if status.lease_expires_at is not None:
-                left = status.lease_expires_at - now
-                red = seen.grace is not None and left < _LEASE_RED * seen.grace
+                left = self._lease_left(seen, status.lease_expires_at, now)
                 text.append("  lease ")
-                text.append(f"{_seconds(max(left, 0.0))} left", style="bold red" if red else "")
+                text.append(f"{_seconds(left)} left", style="bold red" if self._lease_red(seen, left) else "")
             report = status.report
             if report is not None:
                 if report.ready:
@@ -175,19 +260,191 @@ class FleetView:
                     tail = f" and {more} more" if more > 0 else ""
                     text.append("\n  NOT READY", style="bold red")
                     text.append(f": {report.blocker_count} blocking: {names}{tail}")
-            elif status.phase is Phase.PREPARING:
+            elif status.phase == Phase.PREPARING:
                 text.append("\n  readiness not reported yet", style="yellow")
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("\n  (from logs only)", style="dim")
         for item in sorted(seen.open.values(), key=lambda o: o.start_ns):
-            age = now - item.start_ns / 1e9
-            stalled = item.stalled or age >= self.stall_after
-            text.append(f"\n  open {item.operation} {escape(item.checkpoint_id or '-')} {_seconds(age)}")
-            if stalled:
+            age = self._age(seen, item, now, status is not None)
+            shown = _seconds(age.seconds) if age.seconds is not None else f"age unknown ({age.why})"
+            text.append(f"\n  open {escape(item.operation)} {escape(item.checkpoint_id or '-')} {shown}")
+            if age.stalled:
                 text.append(" STALLED", style="bold red")
+        if seen.untracked:
+            text.append(f"\n  and {seen.untracked} more open, not tracked", style="yellow")
         if seen.outcomes:
             text.append("\n  last: " + " | ".join(seen.outcomes), style="dim")
         return text
+
+    def _lease_red(self, seen: _Seen, left: float) -> bool:
+        return seen.grace is not None and left < _LEASE_RED * seen.grace
+
+    def blocks(self, now: float) -> Group:
+        """One block per participant, then the notes: nothing cut, lines wrap."""
+        blocks = [self._block(url, key, now) for url, key in self._keys()]
+        if not blocks:
+            blocks.append(Text("nothing to watch yet", style="dim"))
+        blocks.extend(Text(escape(note), style="yellow") for note in self.notes)
+        return Group(*blocks)
+
+    # -- rows -----------------------------------------------------------------------------------
+
+    def _row(
+        self, url: str | None, key: tuple[str, str] | None, now: float, name_width: int
+    ) -> tuple[Text, bool]:
+        """One participant's line, and whether it has a problem (unreachable, not ready, a red
+        lease, stalled work)."""
+        result = None if url is None else self.polls.get(url)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if key is None:
+            text.append(_middle(self._name(url, key), name_width).ljust(name_width), style="bold")
+            if result is None:
+                text.append("  waiting for the first answer", style="dim")
+                return text, False
+            text.append(f"  {escape(result.error)}", style="bold red")
+            return text, True
+        kind, instance = key
+        seen = self.seen.get(key) or _Seen()
+        text.append(_middle(self._name(url, key), name_width).ljust(name_width), style="bold")
+        # What is wrong comes first, so that a line cut at the width keeps it: readiness, stalled
+        # work, the lease; then the checkpoint, the clock and the last outcome.
+        problem = False
+        status = None if result is None else result.status
+        report = None if status is None else status.report
+        if status is not None:
+            text.append(f"  {escape(status.phase)}")
+            if report is not None and not report.ready:
+                text.append(f"  NOT READY {report.blocker_count}", style="bold red")
+                problem = True
+            elif report is not None and status.phase != Phase.IDLE:
+                text.append("  ready", style="green")
+        elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
+            text.append("  (logs only)", style="dim")
+        items = sorted(seen.open.values(), key=lambda o: o.start_ns)
+        ages = [self._age(seen, item, now, status is not None) for item in items]
+        if items:
+            first = next((i for i, a in enumerate(ages) if a.stalled), 0)
+            item = items[first]
+            age = ages[first]
+            shown = _seconds(age.seconds) if age.seconds is not None else "age unknown (clock ahead)"
+            text.append(f"  open {escape(item.operation)} {shown}")
+            if age.stalled:
+                text.append(" STALLED", style="bold red")
+                problem = True
+            if len(items) + seen.untracked > 1:
+                text.append(f" +{len(items) + seen.untracked - 1}")
+        if status is not None:
+            if status.lease_expires_at is not None:
+                left = self._lease_left(seen, status.lease_expires_at, now)
+                red = self._lease_red(seen, left)
+                problem |= red
+                text.append(f"  lease {_seconds(left)}", style="bold red" if red else "")
+            if status.checkpoint_id is not None:
+                text.append(f"  {_middle(escape(status.checkpoint_id), 24)}")
+            if clock := _clock_note(seen, short=True):
+                text.append(f"  {clock}", style="yellow")
+        if seen.outcomes:
+            text.append(f"  last {seen.outcomes[-1]}", style="dim")
+        return text, problem
+
+    def rows_of(self, now: float, width: int, height: int | None) -> Group:
+        """A summary line and one line per participant, cut at ``width``; with ``height``, those
+        with a problem first and the rest counted in one line when they are more than fit."""
+        entries = self._keys()
+        names = [self._name(url, key) for url, key in entries]
+        name_width = min(max((len(n) for n in names), default=8), max(12, min(32, width // 4)))
+        rows = [self._row(url, key, now, name_width) for url, key in entries]
+        phases = collections.Counter(
+            escape(r.status.phase) for r in self.polls.values() if r.status is not None and r.url in self.urls
+        )
+        failed = sum(1 for url in self.urls if getattr(self.polls.get(url), "failure", None) is not None)
+        problems = sum(1 for _, bad in rows if bad)
+        summary = Text(no_wrap=True, overflow="ellipsis")
+        summary.append(f"{len(entries)} participants: ", style="bold")
+        summary.append(
+            ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items())) or "none polled"
+        )
+        if failed:
+            summary.append(f", {failed} not read", style="bold red")
+        summary.append(
+            f"; {problems} with a problem" if problems else "; no problem",
+            style="bold red" if problems else "green",
+        )
+        notes = [Text(escape(note), style="yellow", no_wrap=True, overflow="ellipsis") for note in self.notes]
+        lines = [text for text, _ in rows]
+        if height is not None and 1 + len(lines) + len(notes) > height:
+            notes = notes[: max(height // 4, 1)]
+            room = max(height - 2 - len(notes), 1)
+            ordered = [text for text, bad in rows if bad] + [text for text, bad in rows if not bad]
+            left = ordered[room:]
+            lines = ordered[:room]
+            if left:
+                hidden = problems - min(problems, room)
+                what = f", {hidden} of them with a problem" if hidden else ", none with a problem"
+                lines.append(Text(f"... and {len(left)} more participants{what}", style="dim"))
+        out = [summary, *lines, *notes]
+        for text in out:
+            text.truncate(width, overflow="ellipsis")
+        return Group(*out)
+
+    def _name(self, url: str | None, key: tuple[str, str] | None) -> str:
+        if key is None:  # a URL: without its scheme, the width goes to its host and port
+            return escape(str(url).split("://", 1)[-1])
+        kind, instance = key
+        if kind == Kind.CONTROLLER.value and instance == CONTROLLER_INSTANCE:
+            return "controller"
+        return escape(instance if instance.startswith(kind) else f"{kind} {instance}")
+
+
+class _Rendered:
+    """The view at one instant, laid out for the console it is printed on."""
+
+    def __init__(self, view: FleetView, now: float, rows: bool | None) -> None:
+        self.view = view
+        self.now = now
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        view = self.view
+        width = options.max_width
+        # A terminal's live view cannot scroll: rows when the blocks are taller than it. A pipe
+        # has no height: rows only past ROWS_OVER participants, and every row is printed.
+        height = console.height - 2 if console.is_terminal else None  # less the title's line
+        rows = self.rows
+        if rows is None:
+            rows = len(view._keys()) > ROWS_OVER
+            if not rows and height is not None:
+                blocks = view.blocks(self.now)
+                if len(console.render_lines(blocks, options, pad=False)) <= height:
+                    yield blocks
+                    return
+                rows = True
+        yield view.rows_of(self.now, width, height) if rows else view.blocks(self.now)
+
+
+def _correction(seen: _Seen) -> float:
+    clock = seen.clock()
+    return 0.0 if clock is None else clock[0]
+
+
+def _clock_note(seen: _Seen, *, short: bool = False) -> str:
+    """What the participant's line says of its clock, when it is off ours past ``CLOCK_NOTE_S``."""
+    clock = seen.clock()
+    if clock is None or abs(clock[0]) < CLOCK_NOTE_S:
+        return ""
+    offset = clock[0]
+    if short:
+        return f"clock {offset:+.0f} s"
+    side = "behind" if offset < 0 else "ahead of"
+    return f"clock {_seconds(abs(offset))} {side} ours: ages corrected"
+
+
+def _middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` in its middle, keeping its start and its distinct end."""
+    if len(text) <= width:
+        return text
+    end = min(8, max(width // 3, 1))
+    return text[: max(width - end - 1, 0)] + "…" + text[-end:]
 
 
 def _seconds(value: float) -> str:

@@ -15,6 +15,7 @@ from rich.console import Console
 from ckpt_events import Stalled
 from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.demo.watch import FAULT_STALL_AFTER_S, stall_environ, view_stall_after
+from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.faults import FAULT_ENV
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
 from ckpt_events.vocab import Kind, Operation
@@ -106,3 +107,24 @@ def test_the_stall_threshold_is_the_users_else_short_with_a_fault() -> None:
     assert view_stall_after({ENV_STALL_AFTER: "7"}) == 7.0
     assert view_stall_after({}) == 30.0
     assert view_stall_after(stall_environ("lease", {})) == FAULT_STALL_AFTER_S
+
+
+@pytest.mark.slow
+def test_64_servers_are_one_line_each_in_every_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``demo --instances 16 --watch`` (64 servers) piped at 80 columns: every snapshot is a summary
+    line and one line per server (each server once), none wider than 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv(ENV_STALL_AFTER, raising=False)
+    argv = ["demo", "--instances", "16", "--watch", "--rollouts", "20", "--workdir", str(tmp_path)]
+    assert main(argv) == 0
+    snapshots = _snapshots(capsys.readouterr().out)
+    servers = {f"{kind}-{i}" for kind in ("environment", "model", "agent", "resources") for i in range(16)}
+    assert len(snapshots) >= 2
+    for snapshot in snapshots:
+        lines = snapshot.splitlines()[1:]
+        assert re.match(r"6[45] participants: ", lines[0]), snapshot
+        assert max(len(line) for line in lines) <= 80, snapshot
+        starts = [line.split()[0] for line in lines[1:] if line.split()]
+        assert sorted(s for s in starts if s in servers) == sorted(servers), snapshot

@@ -1,25 +1,21 @@
-"""watch's sources: a poll round survives silent, slow and hostile participants; followed logs that
-are rotated, truncated or deleted are reread or reported."""
+"""watch's sources: a poll round survives silent, slow and hostile participants (followed logs:
+``test_follow.py``)."""
 
 from __future__ import annotations
 
 import io
-import os
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 from fastapi import FastAPI, Response
 from fastapi.responses import StreamingResponse
 from rich.console import Console
 
-from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.cli.fleet import free_port, serving
-from ckpt_events.participants.cli.watch.sources import MAX_BODY, LogFollower, poll_all, status_client
+from ckpt_events.participants.cli.watch.sources import MAX_BODY, poll_all, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
-from ckpt_events.sinks import JsonLinesSink
 
 GOOD = b'{"kind":"agent","instance":"agent-\\u001b[2Jx","phase":"idle"}'
 
@@ -51,6 +47,10 @@ def _hostile_app(release: anyio.Event) -> FastAPI:
             b'{"kind":"controller","instance":"db","phase":"idle"}', media_type="application/json"
         )
 
+    @app.get("/locked" + CONTROL_PREFIX + "/status")
+    async def locked() -> Response:
+        return Response(b'{"error":{"code":"unauthorized","detail":"bad token"}}', status_code=401)
+
     @app.get("/escape" + CONTROL_PREFIX + "/status")
     async def escape() -> Response:
         return Response(GOOD, media_type="application/json")
@@ -59,12 +59,16 @@ def _hostile_app(release: anyio.Event) -> FastAPI:
 
 
 async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> None:
-    """Silent, slow, invalid, 100 MB and wrong-kind participants are one line each; the good one
-    is shown, its control characters escaped; the round takes about the per-poll timeout."""
+    """Silent, slow, invalid, 100 MB, wrong-kind and refusing participants are one line each (the
+    refusal told apart); the good one is shown, its control characters escaped, its clock read from
+    its Date header; the round takes about the per-poll timeout."""
     release = anyio.Event()
     silent = f"http://127.0.0.1:{free_port()}"
     async with serving(_hostile_app(release)) as base:
-        urls = [silent, *(f"{base}/{name}" for name in ("slow", "invalid", "huge", "wrong", "escape"))]
+        urls = [
+            silent,
+            *(f"{base}/{name}" for name in ("slow", "invalid", "huge", "wrong", "locked", "escape")),
+        ]
         # watch's own client: five of them share one origin, so one pool of five connections
         async with status_client(urls, headers={}, timeout=0.8) as client:
             started = time.monotonic()
@@ -78,7 +82,17 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
     assert errors["invalid"].startswith("invalid status reply: JSON is malformed")
     assert errors["huge"] == f"reply larger than {MAX_BODY // 1024} KiB: not a participant status"
     assert errors["wrong"] == "not a checkpoint participant: kind 'controller'"
+    assert (
+        errors["locked"] == "HTTP 401 from /status (wrong token: pass --token-file or set $CKPT_EVENTS_TOKEN)"
+    )
     assert errors["escape"] is None
+    failures = {r.url.rsplit("/", 1)[-1]: r.failure for r in results}
+    assert failures.pop("locked") == "refused" and failures.pop("escape") is None
+    assert set(failures.values()) == {"unreachable"}
+    # No clock header from this app: its clock is read from the HTTP Date header, to the second.
+    (good,) = [r for r in results if r.status is not None]
+    assert good.clock_offset is not None and good.clock_error is not None
+    assert 1.0 <= good.clock_error < 1.5 and abs(good.clock_offset) <= good.clock_error
     view = FleetView(urls)
     view.add_polls(results, time.time())
     out = Console(width=80, record=True, file=io.StringIO())
@@ -86,36 +100,3 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
     text = out.export_text(styles=False)
     assert "agent agent-\\x1b[2Jx" in text and "\x1b" not in text
     assert all(url in text for url in urls) and "…" not in text  # long lines wrap, never cut
-
-
-async def _write(path: Path, checkpoint_id: str) -> None:
-    async with Bus() as bus:
-        bus.subscribe(JsonLinesSink(path))
-        tel = Telemetry(bus, kind="model", instance="model-0")
-        with tel.operation("commit", checkpoint_id=checkpoint_id):
-            pass
-
-
-async def test_followed_logs_rotated_truncated_and_deleted(tmp_path: Path) -> None:
-    """Appended lines are read once; a replaced or truncated file is read again from its start; a
-    deleted one is one note until it is back."""
-    log = tmp_path / "events.jsonl"
-    await _write(log, "c1")
-    follower = LogFollower([str(tmp_path / "*.jsonl")])
-    assert [e.checkpoint_id for e in follower.read()] == ["c1", "c1"]
-    assert follower.read() == [] and follower.notes == {}
-    await _write(log, "c2")
-    assert [e.checkpoint_id for e in follower.read()] == ["c2", "c2"]
-    os.replace(log, tmp_path / "events.jsonl.1")  # rotated: a new file under the old name
-    await _write(log, "c3")
-    assert [e.checkpoint_id for e in follower.read()] == ["c3", "c3"]
-    assert follower.notes == {str(log): f"{log}: replaced (rotated), reading the new file"}
-    log.write_bytes(b"")  # truncated in place: same inode, shorter than what was read
-    assert follower.read() == []
-    assert follower.notes == {str(log): f"{log}: truncated, reading again from the start"}
-    await _write(log, "c4")
-    assert [e.checkpoint_id for e in follower.read()] == ["c4", "c4"]
-    follower = LogFollower([str(log)])
-    log.unlink()
-    assert follower.read() == []
-    assert follower.notes[str(log)].startswith(f"{log}: cannot read (No such file or directory)")

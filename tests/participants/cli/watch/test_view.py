@@ -183,3 +183,128 @@ def test_control_characters_from_a_participant_are_escaped() -> None:
     text = _render(view, 80)
     assert "agent agent-\\x1b[2J" in text and "s\\x07" in text and "\\x1b]0;owned\\x07" in text
     assert "\x1b" not in text and "\x07" not in text
+
+
+def test_events_built_by_keyword_with_plain_strings() -> None:
+    """Kinds, operations, outcomes and phases as plain strings (a user's own kind too): folded
+    and shown as their words, with no ``.value`` on a string."""
+    view = FleetView([], stall_after=30.0)
+    start = int((NOW - 40.0) * NS)
+    common = {"instance": "judge-0", "trace_id": 1, "checkpoint_id": "c1"}
+    view.add_events(
+        [
+            OperationStarted(kind="judge", span_id=1, start_ns=start, operation="commit", **common),
+            OperationFinished(
+                kind="judge",
+                span_id=1,
+                start_ns=start,
+                end_ns=start + NS // 50,
+                operation="commit",
+                outcome="ok",
+                **common,
+            ),
+            OperationStarted(kind="judge", span_id=2, start_ns=start, operation="prepare", **common),
+            Stalled(
+                kind="judge",
+                instance="judge-0",
+                time_ns=start,
+                operation="prepare",
+                checkpoint_id="c1",
+                age_s=31.0,
+                phase="preparing",
+            ),
+            CoordinateStarted(kind="controller", span_id=3, start_ns=start, operation="renew", **common),
+        ]
+    )
+    text = _render(view, 120)
+    assert "judge judge-0" in text and "last: c1 commit ok 20 ms" in text, text
+    assert "open prepare c1 40.0 s STALLED" in text and "open renew c1 40.0 s" in text, text
+    assert "Operation." not in text and "Outcome." not in text
+
+
+def _fleet_of_64() -> FleetView:
+    """64 participants polled (one unreachable, one not ready with a prepare stalled, one with a
+    62-character name), and the controller's stalled prepare from its log."""
+    urls = [f"http://127.0.0.1:{42100 + i}" for i in range(64)]
+    view = FleetView(urls, stall_after=30.0)
+    kinds = ("environment", "model", "agent", "resources")
+    results = []
+    for i, url in enumerate(urls):
+        kind = kinds[i % 4]
+        instance = f"{kind}-{i // 4}" if i != 5 else f"{kind}-{'x' * 54}-1"
+        if i == 9:
+            error = "unreachable: ConnectError: [Errno 111] refused"
+            results.append(PollResult(url=url, seconds=0.8, error=error, failure="unreachable"))
+            continue
+        ready = (
+            PrepareReport(ready=False, blockers=["r1"], blocker_count=1)
+            if i == 12
+            else PrepareReport(ready=True)
+        )
+        status = StatusReply(
+            kind=kind,
+            instance=instance,
+            phase=Phase.PREPARING,
+            checkpoint_id=CHECKPOINT,
+            lease_expires_at=NOW + 50.0,
+            report=ready,
+        )
+        results.append(PollResult(url=url, seconds=0.01, status=status, clock_offset=0.0, clock_error=0.001))
+    view.add_polls(results, NOW - 10.0)
+    start = int((NOW - 45.0) * NS)
+    view.add_events(
+        [
+            OperationStarted(
+                kind="environment",
+                instance="environment-3",
+                trace_id=1,
+                span_id=1,
+                start_ns=start,
+                operation="prepare",
+                checkpoint_id=CHECKPOINT,
+            ),
+            CoordinateStarted(
+                kind="controller",
+                instance=CONTROLLER_INSTANCE,
+                trace_id=1,
+                span_id=2,
+                start_ns=start,
+                operation="prepare",
+                checkpoint_id=CHECKPOINT,
+            ),
+        ]
+    )
+    return view
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_64_participants_on_a_24_line_terminal_are_one_line_each_problems_first(width: int) -> None:
+    """A terminal of 24 lines: a summary, then one line per participant, cut at the width with the
+    name cut in its middle; the unreachable, the not-ready and the stalled come first, with what is
+    wrong at the start of their line, and the rest are counted; nothing wraps."""
+    out = Console(
+        width=width, height=24, force_terminal=True, record=True, color_system=None, file=io.StringIO()
+    )
+    out.print(_fleet_of_64().render(NOW))
+    lines = out.export_text().splitlines()
+    assert len(lines) <= 22 and max(len(line) for line in lines) <= width, lines
+    assert lines[0].startswith("65 participants: 63 preparing, 1 not read; 3 with a problem")
+    assert lines[1].startswith("127.0.0.1:42109") and "unreachable: ConnectError" in lines[1]
+    assert lines[2].startswith("environment-3 ")
+    assert "NOT READY 1  open prepare 45.0 s STALLED" in lines[2]
+    assert lines[3].startswith("controller ") and "open prepare 45.0 s STALLED" in lines[3]
+    assert lines[-1] == "... and 45 more participants, none with a problem"
+    names = [line.split()[0] for line in lines[4:-1]]
+    assert len(set(names)) == len(names) == 17  # each participant once, on its own line
+    long_name = [n for n in names if "…" in n]
+    assert long_name and long_name[0].startswith("model-xxx") and long_name[0].endswith("x-1")
+
+
+def test_64_participants_piped_are_all_there_one_line_each() -> None:
+    """Piped (no height): every participant has its one line, and the controller's open work."""
+    out = Console(width=80, record=True, color_system=None, file=io.StringIO())
+    out.print(_fleet_of_64().render(NOW))
+    lines = out.export_text().splitlines()
+    assert len(lines) == 1 + 64 + 1 and max(len(line) for line in lines) <= 80
+    assert lines[-1].startswith("controller ") and "open prepare 45.0 s STALLED" in lines[-1]
+    assert sum(1 for line in lines if line.startswith("environment-3 ")) == 1

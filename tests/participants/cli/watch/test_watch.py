@@ -21,10 +21,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from rich.console import Console
 
 from ckpt_events import Bus, Telemetry
-from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.fleet import free_port, local_fleet
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.watch.command import live, snapshot
-from ckpt_events.participants.cli.watch.sources import LogFollower
+from ckpt_events.participants.cli.watch.follow import LogFollower
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.sinks import JsonLinesSink, StallWatch
@@ -99,10 +99,10 @@ async def test_watch_names_the_stalled_participant_its_blockers_lease_and_open_p
         stall_began = time.monotonic()
         first_age = metric_points(reader)[METRIC_OLDEST_OPEN][1][PREPARE_ENV]
         view = FleetView(list(urls.values()), stall_after=0.5)
-        follower = LogFollower([str(tmp_path)])
-        async with httpx.AsyncClient(headers=AUTH) as client:
-            await anyio.sleep(0.6)
-            await snapshot(view, client, follower, 0.8)
+        with LogFollower([str(tmp_path)]) as follower:
+            async with httpx.AsyncClient(headers=AUTH) as client:
+                await anyio.sleep(0.6)
+                await snapshot(view, client, follower, 0.8)
         assert time.monotonic() - stall_began < 2.0
         texts = {width: _render(view, width) for width in (80, 160)}
         await anyio.sleep(0.6)
@@ -159,9 +159,40 @@ async def test_live_redraws_until_told_to_stop(tmp_path: Path) -> None:
     out = Console(width=80, record=True, force_terminal=True, file=io.StringIO())
     until = anyio.Event()
     view = FleetView([], stall_after=30.0)
-    async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
-        tg.start_soon(functools.partial(live, view, client, LogFollower([str(log)]), out, until=until))
-        await anyio.sleep(1.3)
-        until.set()
+    with LogFollower([str(log)]) as follower:
+        async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(live, view, client, follower, out, until=until))
+            await anyio.sleep(1.3)
+            until.set()
     text = out.export_text()
     assert "model model-0" in text and "last: c-live commit ok" in text, text
+
+
+async def test_watch_once_is_a_health_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--once`` exits 0 when every participant answered, 2 when one could not be reached, 3 when
+    one refused the token (over an unreachable one too); each failure one line on stderr."""
+    monkeypatch.setenv("COLUMNS", "120")
+    silent = f"http://127.0.0.1:{free_port()}"
+    async with Bus() as bus, local_fleet(token=TOKEN, bus=bus, members=TWO, checkpoint_root=ROOT) as urls:
+        fleet = [arg for url in urls.values() for arg in ("--participant", url)]
+
+        async def once(token: str, *extra: str) -> tuple[int, str, str]:
+            monkeypatch.setenv("CKPT_EVENTS_TOKEN", token)
+            code = await anyio.to_thread.run_sync(main, ["watch", "--once", *fleet, *extra])
+            out, err = capsys.readouterr()
+            return code, out, err
+
+        assert (await once(TOKEN))[::2] == (0, "")
+        code, out, err = await once(TOKEN, "--participant", silent)
+        assert code == 2 and "environment environment-0" in out
+        assert err.splitlines() == [
+            f"ckpt-events watch: {silent}: unreachable: ConnectError: All connection attempts failed "
+            "(check the URL and that it runs; --timeout for a slow one)"
+        ]
+        code, _, err = await once("wrong-token", "--participant", silent)
+        assert code == 3
+        lines = err.splitlines()
+        assert len(lines) == 3 and lines[-1].startswith(f"ckpt-events watch: {silent}: unreachable"), err
+        assert all("HTTP 401 from /status (wrong token" in line for line in lines[:2]), err

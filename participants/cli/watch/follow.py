@@ -1,0 +1,333 @@
+"""``LogFollower``: JSON-lines logs followed the way ``tail -F`` follows them, for ``watch``.
+
+A followed file is known by its device and inode, and held open, so that:
+
+- renamed by a rotation (``JsonLinesSink(max_bytes=...)``, logrotate), it is read to its end from
+  the open file before the file now at its name; found again under a rotated name (``.1``), in a
+  folder or among the followed file's rotated names, it goes on from its offset, never from 0;
+- copied then truncated (logrotate's ``copytruncate``), the copy is recognised by its first line
+  and read from the offset the original had reached, then the original again from its start.
+
+The first read folds everything the logs hold (the followed files and their rotated names) in
+bounded memory (``Backlog``): what it hands on is the work still open, its stall reports and the
+last few outcomes of each participant, never a prefix of the log read as if it were the whole.
+A backlog larger than ``budget`` bytes takes several reads, and nothing is handed on until it is
+read to its end (a note says how far it is); ``budget=None`` reads it all at once (``--once``).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import io
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, Final, Self
+
+from ckpt_events import (
+    CoordinateFinished,
+    CoordinateStarted,
+    Event,
+    OperationFinished,
+    OperationStarted,
+    Stalled,
+)
+from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
+from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, read_events
+
+__all__ = ["KEEP_FINISHED", "MAX_FILES", "MAX_OPEN", "MAX_READ", "Backlog", "LogFollower"]
+
+#: Bytes read from one followed log per read, so a huge backlog cannot stall the view.
+MAX_READ: Final = 8 * 1024 * 1024
+#: Files held open at most (a folder of 64 servers' logs and their three rotations is 256).
+MAX_FILES: Final = 512
+#: Open spans a backlog keeps at most (an open operation is a few hundred bytes).
+MAX_OPEN: Final = 10_000
+#: Finished operations a backlog keeps per participant: the view shows the last three.
+KEEP_FINISHED: Final = 8
+#: A file's first line (at most this many bytes) recognises its copy.
+_HEAD: Final = 4096
+#: Reads a file rotated away and read to its end is kept open for, in case its writer still appends.
+_DETACHED_READS: Final = 2
+_ROTATED: Final = re.compile(r"(?P<base>.+)\.(?P<n>\d{1,4})")
+
+
+class Backlog:
+    """What the view needs of a stream of events, in bounded memory: the spans still open, the
+    stall reports about them, and each participant's last ``KEEP_FINISHED`` finished operations."""
+
+    __slots__ = ("_finished", "_open", "_stalled", "untracked")
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[int, int], Event] = {}
+        self._stalled: dict[tuple[str, str, str, str | None], Stalled] = {}
+        self._finished: dict[tuple[str, str], collections.deque[Event]] = {}
+        #: Spans (and stall reports) left out past ``MAX_OPEN``.
+        self.untracked = 0
+
+    def add_all(self, events: Iterable[Event]) -> None:
+        """Fold ``events`` in, in the order each process wrote them."""
+        for event in events:
+            if isinstance(event, OperationStarted | CoordinateStarted):
+                if len(self._open) < MAX_OPEN:
+                    self._open[event.trace_id, event.span_id] = event
+                else:
+                    self.untracked += 1
+            elif isinstance(event, OperationFinished | CoordinateFinished):
+                self._open.pop((event.trace_id, event.span_id), None)
+                who = (str(event.kind), event.instance)
+                last = self._finished.get(who)
+                if last is None:
+                    if len(self._finished) >= MAX_OPEN:
+                        self.untracked += 1
+                        continue
+                    last = self._finished[who] = collections.deque(maxlen=KEEP_FINISHED)
+                last.append(event)
+            elif isinstance(event, Stalled):
+                key = (str(event.kind), event.instance, str(event.operation), event.checkpoint_id)
+                if key in self._stalled or len(self._stalled) < MAX_OPEN:
+                    self._stalled[key] = event
+                else:
+                    self.untracked += 1
+
+    def events(self) -> list[Event]:
+        """The fold as events: finished ones (each participant's in order), then the open spans,
+        then the stall reports of open operations."""
+        out: list[Event] = [event for last in self._finished.values() for event in last]
+        out.extend(self._open.values())
+        open_ops = {
+            (str(e.kind), e.instance, str(e.operation), e.checkpoint_id)
+            for e in self._open.values()
+            if isinstance(e, OperationStarted)
+        }
+        out.extend(s for key, s in self._stalled.items() if key in open_ops)
+        return out
+
+
+class _File:
+    """One followed file, held open: where reading stands, and the line it starts with."""
+
+    __slots__ = ("detached", "file", "head", "identity", "offset", "partial", "path", "skipping")
+
+    def __init__(self, file: IO[bytes], identity: tuple[int, int], path: str, offset: int) -> None:
+        self.file = file
+        self.identity = identity
+        self.path = path
+        self.offset = offset
+        self.partial = b""
+        self.skipping = False  # inside a line longer than MAX_LINE, dropped up to its newline
+        self.head: bytes | None = None  # its first line (or _HEAD bytes of it), once read
+        self.detached = 0  # reads since no followed name leads to it
+
+
+class LogFollower:
+    """Follows JSON-lines logs named by files, globs or folders (their ``*.jsonl*`` files), each
+    with its rotated names (``name.1``, ``name.2``...). ``read()`` returns the events gained since
+    the last call; ``notes`` says, one line per file, what happened to it on that call (rotated,
+    copied, truncated, gone, corrupt lines, backlog still being read).
+
+    ``budget``: at most this many bytes are read from one file per call (``None``: to its end).
+    Every call is bounded: by ``budget`` and by the files' sizes when it starts. ``close()`` (or
+    leaving ``with``) closes the files held open.
+    """
+
+    def __init__(self, specs: Sequence[str], *, budget: int | None = MAX_READ) -> None:
+        self.specs = list(specs)
+        self.budget = budget
+        self._files: dict[tuple[int, int], _File] = {}
+        self._backlog: Backlog | None = Backlog()  # until the first read reaches the logs' ends
+        self.notes: dict[str, str] = {}
+
+    def close(self) -> None:
+        """Close every file held open. Idempotent."""
+        for followed in self._files.values():
+            followed.file.close()
+        self._files.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _paths(self) -> list[str]:
+        """Every file to follow, each rotation before the name it rotated from (oldest first)."""
+        found: list[str] = []
+        for spec in self.specs:
+            if os.path.isdir(spec):
+                found.extend(str(p) for p in Path(spec).glob("*.jsonl*") if p.is_file())
+            elif glob.has_magic(spec):
+                found.extend(glob.glob(spec))
+            else:
+                found.append(spec)
+        rotated: list[str] = []
+        for path in found:
+            if _ROTATED.fullmatch(path) is None:  # its rotations: name.1, name.2 (not name.1.gz)
+                names = glob.glob(glob.escape(path) + ".[0-9]*")
+                rotated.extend(n for n in names if _ROTATED.fullmatch(n) is not None)
+        return sorted(dict.fromkeys(found + rotated), key=_age_order)
+
+    def read(self) -> list[Event]:
+        """The events appended since the last call, over every followed file."""
+        self.notes = {}
+        order = self._look()
+        events: list[Event] = []
+        behind = 0
+        for followed in order:
+            behind += self._read_file(followed, events)
+        for key in [k for k, f in self._files.items() if f.detached > _DETACHED_READS]:
+            self._files.pop(key).file.close()
+        backlog = self._backlog
+        if backlog is None:
+            return events
+        if behind:
+            read = sum(f.offset for f in self._files.values())
+            self.notes["(backlog)"] = (
+                f"reading the logs' backlog: {read / 2**20:.0f} of {(read + behind) / 2**20:.0f} MiB read; "
+                "open work is shown once it is all read"
+            )
+            return []
+        self._backlog = None
+        if backlog.untracked:
+            self.notes["(backlog)"] = f"backlog: {backlog.untracked} open span(s) past {MAX_OPEN} not shown"
+        return backlog.events()
+
+    def _look(self) -> list[_File]:
+        """Match the files now at the followed names to the files held open; open the new ones.
+        Returns what to read, in order: files rotated away first, then oldest name first."""
+        first = self._backlog is not None and not self._files
+        at: dict[tuple[int, int], str] = {}
+        for path in self._paths():
+            try:
+                info = os.stat(path)
+            except OSError as exc:
+                if path in self.specs:
+                    self.notes[path] = f"{path}: cannot read ({exc.strerror or exc}); waiting for it"
+                continue
+            at.setdefault((info.st_dev, info.st_ino), path)
+        heads = {f.head: f for f in self._files.values() if f.head is not None}
+        order: list[_File] = []
+        for followed in self._files.values():
+            if followed.identity not in at:
+                followed.detached += 1
+                if followed.detached == 1:
+                    self.notes.setdefault(
+                        followed.path,
+                        f"{followed.path}: rotated away or deleted; its end is read from the open file",
+                    )
+                order.append(followed)
+        for identity, path in at.items():
+            known = self._files.get(identity)
+            if known is not None:
+                if known.path != path:
+                    self.notes[path] = (
+                        f"{path}: is {known.path} rotated (same inode): read on from byte {known.offset:,}"
+                    )
+                known.path = path
+                known.detached = 0
+                order.append(known)
+            else:
+                if len(self._files) >= MAX_FILES:
+                    self.notes["(files)"] = f"following {MAX_FILES} files at most: {path} and others not read"
+                    continue
+                try:
+                    file = open(path, "rb")  # noqa: SIM115 - held open across reads, closed by close()
+                except OSError as exc:
+                    self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
+                    continue
+                new = self._files[identity] = _File(file, identity, path, 0)
+                if not first:
+                    self._copied_from(new, heads)
+                order.append(new)
+        return order
+
+    def _copied_from(self, new: _File, heads: dict[bytes, _File]) -> None:
+        """A file that is a copy of one read so far (copy-truncate) starts where that one stands."""
+        if not heads:
+            return
+        start = _read_at(new.file, 0, _HEAD)
+        for head, original in heads.items():
+            if start.startswith(head):
+                size = os.fstat(new.file.fileno()).st_size
+                new.offset = min(original.offset, size)
+                new.head = head
+                new.partial = original.partial if new.offset == original.offset else b""
+                self.notes[new.path] = (
+                    f"{new.path}: a copy of {original.path} (copy-truncate rotation): "
+                    f"read from byte {new.offset:,}"
+                )
+                return
+
+    def _read_file(self, followed: _File, events: list[Event]) -> int:
+        """Read ``followed`` on, up to ``budget`` bytes; the bytes left behind."""
+        try:
+            size = os.fstat(followed.file.fileno()).st_size
+            if size < followed.offset or (
+                followed.head is not None and _read_at(followed.file, 0, len(followed.head)) != followed.head
+            ):
+                self.notes[followed.path] = f"{followed.path}: truncated, reading again from the start"
+                followed.offset = 0
+                followed.partial = b""
+                followed.head = None
+                followed.skipping = False
+            end = size if self.budget is None else min(size, followed.offset + self.budget)
+            while followed.offset < end:  # bounded: each pass moves the offset on, up to `end`
+                chunk = _read_at(followed.file, followed.offset, min(MAX_READ, end - followed.offset))
+                if not chunk:
+                    break
+                followed.offset += len(chunk)
+                self._decode(followed, chunk, events)
+                if self._backlog is not None:  # folded chunk by chunk: memory stays one chunk's
+                    self._backlog.add_all(events)
+                    events.clear()
+            if followed.head is None and followed.offset > 0:
+                start = _read_at(followed.file, 0, _HEAD)
+                cut = start.find(b"\n")
+                if cut >= 0 or len(start) == _HEAD:  # a whole first line, or _HEAD bytes of it
+                    followed.head = start[: cut + 1] if cut >= 0 else start
+        except OSError as exc:
+            self.notes[followed.path] = f"{followed.path}: cannot read ({exc.strerror or exc})"
+            return 0
+        if followed.detached and followed.offset < size:
+            followed.detached = 1  # still being read: not closed yet
+        return size - followed.offset
+
+    def _decode(self, followed: _File, chunk: bytes, events: list[Event]) -> None:
+        data = followed.partial + chunk
+        start = 0
+        if followed.skipping:
+            start = data.find(b"\n") + 1
+            if start == 0:
+                followed.partial = b""
+                return
+            followed.skipping = False
+        cut = data.rfind(b"\n") + 1
+        followed.partial = data[max(cut, start) :]
+        corrupt = 0
+        if len(followed.partial) > MAX_LINE:  # a line past the reader's bound: dropped to its end
+            followed.partial = b""
+            followed.skipping = True
+            corrupt += 1
+        if cut > start:
+            for _, item in read_events(io.BytesIO(data[start:cut])):
+                if isinstance(item, CorruptLine):
+                    corrupt += 1
+                elif isinstance(item, VIEW_EVENTS):
+                    events.append(item)
+        if corrupt:
+            self.notes[followed.path] = f"{followed.path}: {corrupt} corrupt line(s) skipped"
+
+
+def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:
+    file.seek(offset)
+    return file.read(size)
+
+
+def _age_order(path: str) -> tuple[str, int]:
+    """Sort key: a log's rotations oldest first (``.3``, ``.2``, ``.1``), then the log itself."""
+    match = _ROTATED.fullmatch(path)
+    if match is None:
+        return (path, 0)
+    return (match["base"], -int(match["n"]))

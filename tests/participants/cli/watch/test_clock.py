@@ -1,0 +1,132 @@
+"""``watch`` ages a participant's open work by the participant's clock: a real ``ckpt-events
+serve`` whose clock runs 40 s behind or 60 s ahead of ours, with a prepare open about a second."""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from rich.console import Console
+
+from ckpt_events.participants.cli.fleet import free_port
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.watch.view import FleetView
+from ckpt_events.participants.protocol import CONTROL_PREFIX, SERVER_TIME_HEADER
+from tests.participants.helpers import ROOT
+
+TOKEN = "clock-test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+NS = 1_000_000_000
+
+#: The server's process with its wall clock moved by SKEW seconds, before anything reads it.
+_SKEWED = """
+import sys, time
+skew = float(sys.argv[1])
+real, real_ns = time.time, time.time_ns
+time.time = lambda: real() + skew
+time.time_ns = lambda: real_ns() + int(skew * 1e9)
+from ckpt_events.participants.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("skew", [-40.0, 60.0])
+async def test_a_prepare_open_a_second_is_a_second_old_whatever_the_participants_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], skew: float
+) -> None:
+    """``watch --once`` polls the participant and reads its log: the prepare, stamped by a clock
+    ``skew`` seconds off ours, is shown about a second old and not stalled; the participant's line
+    says its clock is off and ages are corrected. Without the correction it was 41 s STALLED (40 s
+    behind) or -59 s (60 s ahead)."""
+    log = tmp_path / "env.jsonl"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "CKPT_EVENTS_TOKEN": TOKEN, "CKPT_EVENTS_JSONL": str(log)}
+    argv = [
+        "serve",
+        "environment",
+        "--port",
+        str(port),
+        "--step-seconds",
+        "20",
+        "--checkpoint-root",
+        str(ROOT),
+    ]
+    stderr = open(tmp_path / "server.stderr", "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen([sys.executable, "-c", _SKEWED, str(skew), *argv], env=env, stderr=stderr)
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=5) as http:
+            with anyio.fail_after(30):  # the server's start-up
+                while True:
+                    try:
+                        reply = await http.get(CONTROL_PREFIX + "/status")
+                        break
+                    except httpx.ConnectError:
+                        await anyio.sleep(0.1)
+            theirs = float(reply.headers[SERVER_TIME_HEADER])
+            assert abs(theirs - time.time() - skew) < 1.0
+            episode = {"rollout_id": "r1", "attempt": 0}
+            assert (await http.post("/work/start", json={**episode, "steps": 3})).status_code == 200
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    functools.partial(http.post, "/work/advance", json=episode)
+                )  # a 20 s step: prepare waits on it
+                await anyio.sleep(0.2)
+                prepare = {"checkpoint_id": "c-clock", "deadline_ts": time.time() + skew + 8.0}
+                tg.start_soon(functools.partial(http.post, CONTROL_PREFIX + "/prepare", json=prepare))
+                await anyio.sleep(1.0)
+                monkeypatch.setenv("CKPT_EVENTS_TOKEN", TOKEN)
+                monkeypatch.setenv("COLUMNS", "160")
+                argv = ["watch", "--once", "--stall-after", "5", "--participant", url, "--follow", str(log)]
+                code = await anyio.to_thread.run_sync(main, argv)
+                tg.cancel_scope.cancel()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        stderr.close()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    age = re.search(r"open prepare c-clock (\S+) s(.*)", out)
+    assert age is not None, out
+    assert 0.8 <= float(age[1]) < 3.0 and "STALLED" not in age[2], out
+    side = "behind" if skew < 0 else "ahead of"
+    note = re.search(rf"clock (\d+\.\d) s {side} ours: ages corrected", out)
+    assert note is not None and abs(float(note[1]) - abs(skew)) < 0.5, out
+    assert "-" not in age[1]
+    print(out)
+
+
+def test_work_stamped_in_our_future_by_a_participant_of_unknown_clock_has_no_age() -> None:
+    """A participant known only from its logs, whose clock is ahead: its open work is shown with
+    its age unknown and why, never a negative age, never stalled."""
+    from ckpt_events import OperationStarted
+
+    now = time.time()
+    view = FleetView([], stall_after=0.5)
+    start = int((now + 60.0) * NS)
+    view.add_events(
+        [
+            OperationStarted(
+                kind="environment",
+                instance="env-9",
+                trace_id=1,
+                span_id=1,
+                start_ns=start,
+                operation="prepare",
+            )
+        ]
+    )
+    out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render(now))
+    text = out.export_text()
+    assert "open prepare - age unknown (stamped 60.0 s in our future: its clock is ahead)" in text, text
+    assert "STALLED" not in text and "-60" not in text

@@ -1,0 +1,218 @@
+"""``LogFollower`` follows logs as ``tail -F`` does: across the sink's own rotation and a
+copy-truncate rotation nothing is lost or read twice, and the first read folds the whole log."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from ckpt_events import Event, OperationFinished, OperationStarted
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
+from ckpt_events.participants.cli.watch.view import FleetView
+from ckpt_events.sinks.jsonl import JsonLinesSink
+
+NS = 1_000_000_000
+#: A minute ago: an operation open since then is stalled (past the view's 30 s).
+T0 = time.time_ns() - 60 * NS
+
+
+def _started(span: int, op: str, cid: str, at: int = T0, instance: str = "environment-0") -> OperationStarted:
+    return OperationStarted(
+        kind="environment",
+        instance=instance,
+        trace_id=7,
+        span_id=span,
+        start_ns=at,
+        operation=op,
+        checkpoint_id=cid,
+    )
+
+
+def _finished(
+    span: int, op: str, cid: str, at: int = T0, instance: str = "environment-0"
+) -> OperationFinished:
+    return OperationFinished(
+        kind="environment",
+        instance=instance,
+        trace_id=7,
+        span_id=span,
+        start_ns=at,
+        end_ns=at + NS // 100,
+        operation=op,
+        checkpoint_id=cid,
+        outcome="ok",
+    )
+
+
+def _line_size(event: Event) -> int:
+    out = io.BytesIO()
+    JsonLinesSink(out).handle([event])
+    return len(out.getvalue())
+
+
+def _shown(view: FleetView, events: list[Event]) -> str:
+    view.add_events(events)
+    out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render())
+    return out.export_text()
+
+
+@pytest.mark.parametrize("spec", ["file", "folder"])
+@pytest.mark.parametrize("lands", ["old file", "new file"])
+def test_a_commit_across_the_sinks_own_rotation_is_seen_to_finish(
+    tmp_path: Path, spec: str, lands: str
+) -> None:
+    """A real ``JsonLinesSink(max_bytes=...)``: the commit's ``OperationFinished`` is written after
+    the follower's last read, just before the rotation (in the old file) or as the line that rotates
+    it (first in the new file); a renew straddles the rotation. Followed by the file or by its
+    folder, the commit and the renew finish and nothing is read twice."""
+    log = tmp_path / "env.jsonl"
+    follower = LogFollower([str(log) if spec == "file" else str(tmp_path)])
+    view = FleetView([], stall_after=30.0)
+    commit_end = _finished(1, "commit", "c1")
+    max_bytes = 2000
+    sink = JsonLinesSink(log, max_bytes=max_bytes, backups=3)
+    sink.handle([_started(1, "commit", "c1"), _started(2, "renew", "c1")])
+    assert re.search(r"open commit c1 \d+\.\d s STALLED", _shown(view, follower.read()))
+    # Fillers: ends of renews never started (ignored by the view), a byte shorter than the commit's.
+    filler, spans = _finished(10, "renew", "c0"), iter(range(10, 10_000))
+    assert _line_size(filler) < _line_size(commit_end)
+
+    def free() -> int:
+        return max_bytes - log.stat().st_size
+
+    # old file: the commit's end still fits after the fillers; new file: it no longer does.
+    room = 2 * _line_size(commit_end) if lands == "old file" else _line_size(commit_end)
+    while free() >= room:  # bounded: each filler takes a line of the 2000 bytes, none rotates
+        sink.handle([_finished(next(spans), "renew", "c0")])
+    sink.handle([commit_end])
+    assert sink.stats().rotations == (lands == "new file")
+    sink.handle([_finished(2, "renew", "c1")])
+    while sink.stats().rotations < 1:
+        sink.handle([_finished(next(spans), "renew", "c0")])
+    sink.close()
+    assert (tmp_path / "env.jsonl.1").exists()
+    events = follower.read()
+    text = _shown(view, events)
+    assert "open" not in text and "STALLED" not in text, text
+    assert events.count(commit_end) == 1 and events.count(_finished(2, "renew", "c1")) == 1
+    assert follower.read() == []
+    notes = " ".join(follower.notes.values())
+    assert notes == "" or "rotated" in notes
+    follower.close()
+
+
+@pytest.mark.parametrize("spec", ["file", "folder"])
+@pytest.mark.parametrize("refill", ["shorter", "longer"])
+def test_a_copy_truncate_rotation_continues_in_the_copy(tmp_path: Path, spec: str, refill: str) -> None:
+    """logrotate's ``copytruncate``: the copy (``env.jsonl.1``, a new inode) is recognised by its
+    first line and read from where the original was; the original, refilled (shorter or longer
+    than what had been read), is read from its start. Every commit is seen to finish, once."""
+    log = tmp_path / "env.jsonl"
+    follower = LogFollower([str(log) if spec == "file" else str(tmp_path)])
+    view = FleetView([], stall_after=30.0)
+    sink = JsonLinesSink(log)
+    sink.handle([_started(1, "commit", "c1")])
+    sink.flush()
+    assert "open commit c1" in _shown(view, follower.read())
+    sink.handle([_finished(1, "commit", "c1"), _started(2, "commit", "c2")])
+    sink.close()
+    shutil.copyfile(log, tmp_path / "env.jsonl.1")
+    with open(log, "r+b") as file:
+        file.truncate(0)
+    after = JsonLinesSink(log)
+    after.handle([_finished(2, "commit", "c2")])
+    if refill == "longer":
+        after.handle(
+            [x for n in range(10, 20) for x in (_started(n, "prepare", "c3"), _finished(n, "prepare", "c3"))]
+        )
+    after.close()
+    events = follower.read()
+    text = _shown(view, events)
+    assert "open" not in text and "STALLED" not in text, text
+    ends = [e.checkpoint_id for e in events if isinstance(e, OperationFinished) and e.operation == "commit"]
+    assert ends == ["c1", "c2"]
+    assert any("copy-truncate" in note for note in follower.notes.values()), follower.notes
+    follower.close()
+
+
+def _big_log(path: Path, checkpoints: int) -> int:
+    """A log of ``checkpoints`` commits, every one finished, 15 s apart, after a prepare of
+    environment-9 that never finished (a true stall, at the very start); its size."""
+    sink = JsonLinesSink(path)
+    start = T0 - checkpoints * 15 * NS
+    sink.handle([_started(1, "prepare", "ckpt-stuck", start, instance="environment-9")])
+    batch: list[Event] = []
+    for n in range(checkpoints):
+        at = start + n * 15 * NS
+        cid = f"ckpt-{n:08d}"
+        batch += [_started(100 + n, "commit", cid, at), _finished(100 + n, "commit", cid, at)]
+        if len(batch) >= 10_000:
+            sink.handle(batch)
+            batch = []
+    sink.handle(batch)
+    sink.close()
+    return path.stat().st_size
+
+
+def test_once_on_a_log_over_8_mib_shows_its_true_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``watch --once --follow`` on a 20 MiB log: the last checkpoint is the log's last, no
+    finished commit is shown open, and the prepare left open at the log's start is."""
+    monkeypatch.setenv("COLUMNS", "160")
+    log = tmp_path / "env.jsonl"
+    checkpoints = 40_000
+    assert _big_log(log, checkpoints) > 2 * MAX_READ
+    assert main(["watch", "--once", "--follow", str(log)]) == 0
+    out = capsys.readouterr().out
+    last = f"ckpt-{checkpoints - 1:08d} commit ok"
+    assert last in out, out
+    assert "open commit" not in out, out
+    assert "environment environment-9" in out and "open prepare ckpt-stuck" in out and "STALLED" in out, out
+
+
+def test_a_backlog_is_read_over_several_reads_and_handed_on_whole(tmp_path: Path) -> None:
+    """Live, a read takes at most ``budget`` bytes of a file: until the backlog is read to its end
+    nothing is handed on (a note says how far it is), then the fold of the whole log."""
+    log = tmp_path / "env.jsonl"
+    size = _big_log(log, 8_000)
+    follower = LogFollower([str(log)], budget=size // 3 + 1)
+    assert follower.read() == [] and follower.read() == []
+    assert "reading the logs' backlog" in follower.notes["(backlog)"]
+    events = follower.read()
+    assert follower.notes == {}
+    view = FleetView([], stall_after=30.0)
+    text = _shown(view, events)
+    assert "ckpt-00007999 commit ok" in text and "open commit" not in text
+    assert "open prepare ckpt-stuck" in text
+    assert len(events) < 20  # the fold: the last finished per participant, and what is open
+    follower.close()
+
+
+def test_a_deleted_file_is_read_to_its_end_then_waited_for(tmp_path: Path) -> None:
+    """A followed file deleted after being read: what it gained before is read from the open
+    file, then its name is one note until it is back, and a new file there is read from 0."""
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([_started(1, "commit", "c1")])
+    sink.flush()
+    follower = LogFollower([str(log)])
+    assert [e.checkpoint_id for e in follower.read()] == ["c1"]
+    sink.handle([_finished(1, "commit", "c1")])
+    sink.close()
+    log.unlink()
+    assert [type(e).__name__ for e in follower.read()] == ["OperationFinished"]
+    assert follower.notes[str(log)].startswith(f"{log}: cannot read (No such file or directory)")
+    sink = JsonLinesSink(log)
+    sink.handle([_started(2, "commit", "c2")])
+    sink.close()
+    assert [e.checkpoint_id for e in follower.read()] == ["c2"]
+    follower.close()
