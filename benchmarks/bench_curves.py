@@ -255,7 +255,7 @@ def curves_svg(figures: dict[str, Any], *, panel: int = 300) -> str:
     """The curves on log-log axes, one small panel each, with a dotted linear reference."""
     curves = figures["curves"]
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{panel * len(curves)}" height="{panel + 40}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{panel * len(curves)}" height="{panel - 28}" '
         'font-family="sans-serif" font-size="11">'
     ]
     for index, (name, curve) in enumerate(curves.items()):
@@ -289,11 +289,11 @@ def _panel_svg(name: str, curve: dict[str, Any], *, left: int, panel: int, pad: 
         px, py = at(x, y)
         parts.append(
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="#1f77b4"/>'
-            f'<text x="{px:.1f}" y="{panel - pad + 34}" text-anchor="middle">{size:,}</text>'
+            f'<text x="{px:.1f}" y="{20 + inner + 14}" text-anchor="middle">{size:,}</text>'
             f'<text x="{px + 5:.1f}" y="{py - 5:.1f}">{seconds * 1e3:,.0f} ms</text>'
         )
     unit = html.escape(f"{curve['unit']} (log)")
-    parts.append(f'<text x="{left + panel / 2:.0f}" y="{panel + 34}" text-anchor="middle">{unit}</text>')
+    parts.append(f'<text x="{left + panel / 2:.0f}" y="{20 + inner + 30}" text-anchor="middle">{unit}</text>')
     return parts
 
 
@@ -306,7 +306,7 @@ def write_png(figures: dict[str, Any], out: Path) -> None:
         page = Path(tmp) / "curves.html"
         page.write_text(f"<!doctype html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
         out.parent.mkdir(parents=True, exist_ok=True)
-        screenshot(page, out, width=300 * len(figures["curves"]), height=340)
+        screenshot(page, out, width=300 * len(figures["curves"]), height=272)
 
 
 def main(argv: list[str] | None = None) -> int:
