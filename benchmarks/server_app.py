@@ -4,8 +4,10 @@
 127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
 with two steps (or the same three spans made with the OpenTelemetry SDK directly).
 Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``ckpt_events.sinks.configure`` with the
-collector's endpoint: ``OtlpSpanSink`` plus ``OtlpMetricSink`` over OTLP/HTTP) and ``sdk`` (tracer with a
-``BatchSpanProcessor`` and the OTLP/HTTP exporter to the collector).
+collector's endpoint: ``OtlpSpanSink`` plus ``OtlpMetricSink`` over OTLP/HTTP), ``all`` (every sink on,
+as a deployment turns them on: ``otlp``'s two, JSON lines and the Prometheus ``/metrics`` endpoint,
+not scraped) and ``sdk`` (tracer with a ``BatchSpanProcessor`` and the OTLP/HTTP exporter to the
+collector).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ckpt_events import Bus, Telemetry
 
 __all__ = ["VARIANTS", "make_app"]
 
-VARIANTS = ("uninstrumented", "no_sink", "jsonl", "otlp", "sdk")
+VARIANTS = ("uninstrumented", "no_sink", "jsonl", "otlp", "all", "sdk")
 _P = "nemo.gym.checkpoint."
 
 
@@ -91,12 +93,28 @@ async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Calla
 
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             bus.subscribe(JsonLinesSink(Path(tmp) / "events.jsonl"))
-        elif variant == "otlp":
+        elif variant in ("otlp", "all"):
             from ckpt_events import sinks
 
-            # What `serve` does: configure() -> OtlpSpanSink + OtlpMetricSink over OTLP/HTTP.
+            # What `serve` does: configure() -> OtlpSpanSink + OtlpMetricSink over OTLP/HTTP;
+            # `all` adds JSON lines and the /metrics endpoint (on a free port, not scraped).
+            everything = variant == "all"
+            environ = (
+                {
+                    "OTEL_METRICS_EXPORTER": "otlp,prometheus",
+                    "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+                    "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+                }
+                if everything
+                else {}
+            )
+            jsonl = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "events.jsonl"
             configured = sinks.configure(
-                bus, otlp_endpoint=collector, service_name="bench-server", environ={}
+                bus,
+                otlp_endpoint=collector,
+                jsonl_path=jsonl if everything else None,
+                service_name="bench-server",
+                environ=environ,
             )
             stack.push_async_callback(configured.aclose)
         yield _ours(Telemetry(bus, kind="resources", instance="resources-0"))

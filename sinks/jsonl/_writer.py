@@ -4,10 +4,12 @@ Ids are written as W3C hex strings (``ckpt_events.sinks._hexids``), as a collect
 show them; ``read_events`` (``ckpt_events.sinks.jsonl._reader``) turns them back into the ints the typed
 events carry.
 
-Writing reuses one ``msgspec.json.Encoder`` and one ``bytearray`` for every batch; a batch is
-written with whole lines only, so a reader never sees half a line from this sink (a crash
-mid-``write`` aside, which ``read_events`` reports as a corrupt line; the next sink to open
-the file ends that line first, so what it appends is not merged into it).
+Writing reuses one ``msgspec.json.Encoder`` for every batch: a batch is encoded by one
+``encode_lines`` call (event by event into one reused ``bytearray`` when a file rotates, or when
+a lone surrogate must be replaced); a batch is written with whole lines only, so a reader never
+sees half a line from this sink (a crash mid-``write`` aside, which ``read_events`` reports as a
+corrupt line; the next sink to open the file ends that line first, so what it appends is not
+merged into it).
 """
 
 from __future__ import annotations
@@ -120,7 +122,9 @@ class JsonLinesSink:
         self.backups = backups
         self.blocking = blocking
         self.linger = linger if blocking else 0.0
-        self._encode_into = msgspec.json.Encoder().encode_into
+        encoder = msgspec.json.Encoder()
+        self._encode_into = encoder.encode_into
+        self._encode_lines = encoder.encode_lines
         self._buffer = bytearray()
         # handle() may run in a worker thread; flush()/aclose() come from the loop thread.
         self._lock = threading.Lock()
@@ -166,15 +170,13 @@ class JsonLinesSink:
                 if self._torn:
                     self._end_torn_line()
                 if self.max_bytes is None:
-                    buffer = self._buffer
-                    encode_into = self._encode_into
-                    for event in batch:
-                        try:
-                            encode_into(with_hex_ids(event), buffer, -1)
-                        except UnicodeEncodeError:
-                            self._encode_replaced(event, buffer, buffer.rfind(_NEWLINE) + 1)
-                        buffer.append(_NEWLINE)
-                    self._write(buffer, len(batch))
+                    try:
+                        # The whole batch in one call into msgspec: per event, a Python loop
+                        # around encode_into cost about as much again as the encoding itself.
+                        lines: bytes | bytearray = self._encode_lines(list(map(with_hex_ids, batch)))
+                    except UnicodeEncodeError:  # a lone surrogate somewhere: event by event
+                        lines = self._encode_each(batch)
+                    self._write(lines, len(batch))
                 else:
                     self._handle_rotating(batch, self.max_bytes)
             except OSError as exc:
@@ -193,6 +195,18 @@ class JsonLinesSink:
                     self._last_error,
                 )
                 self._failing = False
+
+    def _encode_each(self, batch: Iterable[Any]) -> bytearray:
+        """``batch``'s lines in the reused buffer, each event on its own, any surrogate replaced."""
+        buffer = self._buffer
+        encode_into = self._encode_into
+        for event in batch:
+            try:
+                encode_into(with_hex_ids(event), buffer, -1)
+            except UnicodeEncodeError:
+                self._encode_replaced(event, buffer, buffer.rfind(_NEWLINE) + 1)
+            buffer.append(_NEWLINE)
+        return buffer
 
     def _handle_rotating(self, batch: Iterable[Any], max_bytes: int) -> None:
         buffer = self._buffer
@@ -222,7 +236,7 @@ class JsonLinesSink:
         self._encode_into(fields, buffer, -1)
         self._replaced += replaced
 
-    def _write(self, data: bytearray | memoryview, lines: int) -> None:
+    def _write(self, data: bytes | bytearray | memoryview, lines: int) -> None:
         """Write all of ``data`` (``lines`` whole lines), going on after short writes.
 
         On a failure after a short write, the file is truncated back to where ``data``

@@ -7,9 +7,9 @@ jitter), waiting longer when the collector's ``Retry-After`` (seconds, at most 6
 negative, NaN or date ``Retry-After`` is our own backoff. A refused or broken connection is
 retried the same way. Any other status is final.
 
-Each request ends within ``timeout`` however the collector answers (a watchdog shuts the
-socket down, so a reply trickling in at one byte a second is cut off too), and ``send`` ends
-by its ``deadline``. A reply body is read up to ``MAX_REPLY_BYTES`` only: a larger one costs
+Each request ends within ``timeout`` however the collector answers (a watchdog, one kept thread
+per sender, shuts the socket down, so a reply trickling in at one byte a second is cut off too),
+and ``send`` ends by its ``deadline``. A reply body is read up to ``MAX_REPLY_BYTES`` only: a larger one costs
 the kept-alive connection, never memory. ``cancel()`` ends a backoff wait and the request in
 flight at once (the request is then lost), for shutdown; ``resume()`` allows sending again.
 ``close_by(deadline)`` (a sink's shutdown) bounds every send from then on, the one under way
@@ -38,6 +38,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
 
 __all__ = [
     "BUS_LINGER",
@@ -122,6 +123,9 @@ class OtlpHttpSender:
         self._closing_by: float | None = None  # close_by()'s deadline
         self._closing_since: float | None = None  # when close_by() was first called
         self._wake = threading.Event()  # ends a backoff wait: cancel() or close_by()
+        self._watchdog: RequestWatchdog[http.client.HTTPConnection] = RequestWatchdog(
+            _abort, f"ckpt-events-otlp-watchdog {url}"
+        )
 
     def send(self, body: bytes, deadline: float | None = None) -> SendResult:
         """Post ``body``, retrying retryable failures; ``accepted`` is a 2xx answer.
@@ -241,9 +245,8 @@ class OtlpHttpSender:
             connection.sock.settimeout(budget)
         # The socket timeout bounds each read, not the reply: a collector sending a byte a
         # second never trips it. The watchdog ends the whole request at ``budget``.
-        watchdog = threading.Timer(budget, _abort, (connection,))
-        watchdog.daemon = True
-        watchdog.start()
+        watchdog = self._watchdog
+        watchdog.arm(budget, connection)
         try:
             connection.request("POST", self._path, body, self._headers)
             response = connection.getresponse()
@@ -251,7 +254,7 @@ class OtlpHttpSender:
             # connection goes instead of being drained for the next request).
             data = response.read(MAX_REPLY_BYTES + 1)
         finally:
-            watchdog.cancel()
+            watchdog.disarm()
         if response.will_close or len(data) > MAX_REPLY_BYTES or not response.isclosed():
             self.close()
         return response.status, _retry_after(response.getheader("Retry-After"))

@@ -1,4 +1,4 @@
-"""bench_server without a collector: the OTLP and SDK rows stay, saying why and how to get rotel."""
+"""bench_server without a collector: the OTLP, every-sink and SDK rows stay, saying why and how."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ def test_rows_that_need_rotel_say_why_without_it(tmp_path: Path, monkeypatch: py
     result = bench_server.run(quick=True)
     why = rotel.why_missing()
     assert str(absent) in why and "pip install rotel" in why
-    assert result["skipped"] == {"otlp": why, "sdk": why}
+    assert result["skipped"] == {"otlp": why, "all": why, "sdk": why}
     rows = {what: value for what, value, _, _ in result["rows"]}
     skipped = [what for what in rows if why in what]
-    assert len(skipped) == 3  # the OTLP row, the SDK row, ours against the SDK's
+    # The OTLP, every-sink and SDK rows, and each of ours against the SDK's.
+    assert len(skipped) == 5
     assert all(rows[what] is None for what in skipped)
     measured = rows["server CPU/request: ckpt-events, no sink / uninstrumented"]
     assert isinstance(measured, Ratio) and measured.rounds == result["rounds"]
