@@ -106,11 +106,11 @@ def console() -> Any:
 def load_events(paths: Sequence[Path]) -> list[Any]:
     """Every event of JSON-lines logs in time order; what is not a log is reported on stderr as
     ``run_logs.LogProblems`` says it (a file refused in one line, corrupt lines counted with
-    the first few named), never one line per bad line."""
-    from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
+    the first few named), never one line per bad line. An event in two files counts once,
+    whatever their order (``read_logs``)."""
+    from ckpt_events.participants.cli.report.logs import read_logs
 
-    problems = LogProblems()
-    events = list(merged_events(paths, problems))
+    events, problems = read_logs(paths, list)
     for line in problems.summary():
         print(line, file=sys.stderr)
     return events

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -23,6 +23,9 @@ from ckpt_events.participants.cli.command import (
     otlp_base_url,
 )
 from ckpt_events.participants.cli.words import counted
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.cli.report.events import FinishedSpan
 
 __all__ = ["REPLAY"]
 
@@ -77,7 +80,11 @@ async def _replay_async(args: argparse.Namespace) -> int:
             environ=otel_environ(),
         )
         try:
-            for count, event in enumerate(merged_events(paths, problems), 1):
+            # Each event is exported as it is read, so no second read can take a copy back:
+            # several files are read exactly from the start (an event's copy in another file
+            # is dropped whatever their order, as ``report`` finds it reading again).
+            exact = len(paths) > 1
+            for count, event in enumerate(merged_events(paths, problems, exact=exact), 1):
                 bus.emit(event)
                 open_spans.add(event)
                 if count % _BATCH == 0:
@@ -122,14 +129,14 @@ def _process_files(paths: list[Path]) -> list[list[Path]]:
     return [[path for _, path in sorted(group, key=lambda item: -item[0])] for group in groups.values()]
 
 
-def _closed_per_process(paths: list[Path], still_open: set[tuple[int, int]]) -> list[Any]:
+def _closed_per_process(paths: list[Path], still_open: set[tuple[int, int]]) -> list[FinishedSpan]:
     """The spans of ``still_open`` (open at the end of the merged logs), each closed at the last
     event of the process (group of files) that started it; a span in two copies of a log once."""
     from ckpt_events.sinks import CorruptLine, read_events
     from ckpt_events.sinks.jsonl import OpenSpans
     from ckpt_events.sinks.otlp import looks_like_otlp
 
-    closed: dict[tuple[int, int], Any] = {}
+    closed: dict[tuple[int, int], FinishedSpan] = {}
     for group in _process_files(paths):
         spans = OpenSpans()
         for path in group:

@@ -95,7 +95,7 @@ def diagnosis_checks(
         if not named or share < 0.5:
             raise DemoFailed(
                 f"restore of {row.checkpoint_id} was not dominated by {fault.instance}'s read "
-                f"({share:.0%} of it): {row.dominated or row.slowest or 'no read or install step'}"
+                f"({share:.0%} of it): {row.dominated or row.critical_path or 'no read or install step'}"
             )
         passed.append(
             f"restore of {row.checkpoint_id}: {row.dominated.split(',')[0]}, {share:.0%} of its "

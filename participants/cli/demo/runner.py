@@ -25,6 +25,7 @@ import httpx
 import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from ckpt_events import Bus, InvalidValueError, Telemetry, sinks
 from ckpt_events.participants.cli.command import otel_environ
@@ -33,14 +34,12 @@ from ckpt_events.participants.cli.demo.plan import (
     ABORTING_FAULTS,
     FAULT_DEADLINE_S,
     FAULT_LEASE_GRACE_S,
-    FIRST_GENERATION_FAULTS,
     WORK_TIMEOUT_S,
     DemoOptions,
-    async_fault_environ,
     check_options,
     checkpoint_thresholds,
-    fault_environ,
     fault_of,
+    fault_plans,
     fleet_members,
     lease_target,
     stop_after,
@@ -51,10 +50,12 @@ from ckpt_events.participants.cli.report.files import write_report
 from ckpt_events.participants.cli.report.overview import Run, overview
 from ckpt_events.participants.cli.report.overview_terminal import render_overview
 from ckpt_events.participants.cli.report.terminal import render
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.errors import DemoFailed
+from ckpt_events.participants.faults import FaultPlan
 from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.sinks.otel import OtlpMetricSinkStats
 from ckpt_events.testing import MemorySink
@@ -99,9 +100,15 @@ class _Fleet:
 
 @contextlib.asynccontextmanager
 async def _fleet(
-    opts: DemoOptions, bus: Bus, token: str, workdir: Path, generation: int, stopping: anyio.Event | None
+    opts: DemoOptions,
+    bus: Bus,
+    token: str,
+    workdir: Path,
+    generation: int,
+    stopping: anyio.Event | None,
+    faults: FaultPlan,
 ) -> AsyncIterator[_Fleet]:
-    """Yield one generation of the fleet; leaving the block stops it."""
+    """Yield one generation of the fleet, injecting ``faults``; leaving the block stops it."""
     workers = opts.workers if generation == 1 else (opts.restore_workers or opts.workers)
     members = fleet_members(opts.servers(generation))
     # With a fault the leases are short, so it shows in seconds; the lease fault among several
@@ -126,6 +133,7 @@ async def _fleet(
             workers=workers,
             checkpoint_root=workdir / "run",
             stopping=stopping,
+            faults=faults,
             # Worker processes have buses of their own: each writes <file>.w<index> for the report.
             worker_env=lambda instance: {
                 "CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")
@@ -140,6 +148,7 @@ async def _fleet(
 
     def env(instance: str) -> dict[str, str]:
         extra = {"CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")}
+        extra.update(faults.environ())  # each process reads it once, at start-up
         extra.update(stall_environ(opts.fault) if opts.watch else {})  # their StallWatch logs too
         if opts.otlp_endpoint:
             extra["OTEL_EXPORTER_OTLP_ENDPOINT"] = opts.otlp_endpoint
@@ -288,11 +297,12 @@ async def _first_generation(
     workdir: Path,
     stopping: anyio.Event | None,
     watch: DemoWatch | None,
+    faults: FaultPlan,
 ) -> tuple[Collection, CollectionSummary]:
     """Run rollouts, checkpoint them mid-flight and stop, then crash every participant."""
     async with (
-        _fleet(opts, bus, token, workdir, 1, stopping) as fleet,
-        await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
+        _fleet(opts, bus, token, workdir, 1, stopping, faults) as fleet,
+        await Coordinator.discover(fleet.urls, token=token, telemetry=tel, faults=faults) as coordinator,
     ):
         _check_members(coordinator, fleet.urls)
         collection, summary = await _run_generation(
@@ -342,13 +352,10 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
                 start = time.monotonic()
-                first_fault = (
-                    str(fault) if fault is not None and fault.mode in FIRST_GENERATION_FAULTS else None
+                first_faults, second_faults = fault_plans(opts)
+                collected, first = await _first_generation(
+                    opts, console, bus, tel, token, workdir, stopping, watch, first_faults
                 )
-                with fault_environ(first_fault):
-                    collected, first = await _first_generation(
-                        opts, console, bus, tel, token, workdir, stopping, watch
-                    )
                 seconds["generation 1"] = time.monotonic() - start
                 if not first.checkpoints:
                     raise DemoFailed("generation 1 finished without its checkpoint")
@@ -360,17 +367,20 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
                 lost = _lost(opts, manifest)
                 done, restarted = len(manifest["completed"]), len(manifest["restarted"])
                 console.print(
-                    f"[bold]crash[/bold]: every participant killed after checkpoint {checkpoint_id} "
-                    f"({done} done, {len(continued)} in flight, {restarted} to restart, "
-                    f"{opts.rollouts - done - len(continued) - restarted} not started)" + _resized(opts, lost)
+                    Text.assemble(
+                        ("crash", "bold"),
+                        f": every participant killed after checkpoint {escape(checkpoint_id)} "
+                        f"({done} done, {len(continued)} in flight, {restarted} to restart, "
+                        f"{opts.rollouts - done - len(continued) - restarted} not started)"
+                        + _resized(opts, lost),
+                    )
                 )
                 start = time.monotonic()
-                # The stall, lease and slow faults hit generation 1's checkpoints, slow-restore its restore.
-                second_fault = str(fault) if fault is not None and fault.mode == "slow-restore" else None
                 async with (
-                    async_fault_environ(second_fault),
-                    _fleet(opts, bus, token, workdir, 2, stopping) as fleet,
-                    await Coordinator.discover(fleet.urls, token=token, telemetry=tel) as coordinator,
+                    _fleet(opts, bus, token, workdir, 2, stopping, second_faults) as fleet,
+                    await Coordinator.discover(
+                        fleet.urls, token=token, telemetry=tel, faults=second_faults
+                    ) as coordinator,
                 ):
                     _check_members(coordinator, fleet.urls)
                     restored, second = await _run_generation(
@@ -512,9 +522,11 @@ def _show(
     render(console, events, title=summed)
     render_overview(console, run, title=title)
     for check in passed:
-        console.print(f"[green]ok[/green] {check}")
+        # A check names checkpoints, instances and causes from the logs: Text, never markup.
+        console.print(Text.assemble(("ok", "green"), " ", escape(check)))
     if opts.report is not None:
-        console.print(write_report(opts.report, events, title=f"checkpoint {checkpoint_id} and its restore"))
+        written = write_report(opts.report, events, title=f"checkpoint {checkpoint_id} and its restore")
+        console.print(Text(escape(written)))
 
 
 def _exported(

@@ -24,12 +24,29 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import ClassVar, Final, TypeAlias
 
 import msgspec
 
-from ckpt_events import CoordinateFinished, OperationFinished, StageFinished
-from ckpt_events.participants.cli.report.model import who_of
+from ckpt_events import (
+    CheckpointEvent,
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    GenerationCut,
+    LeaseExpired,
+    OperationFinished,
+    OperationStarted,
+    PrepareNotReady,
+    Refused,
+    StageFinished,
+    StageStarted,
+    Stalled,
+    StepFinished,
+    StepStarted,
+)
+from ckpt_events.participants.cli.report.events import who_of
 from ckpt_events.vocab import Kind, SpanKind, span_kind_of
 
 __all__ = ["ClockEvidence", "Offsets", "Process", "process_of", "shifted"]
@@ -45,7 +62,7 @@ PENDING: Final = 1024
 SHOWN: Final = 5
 
 
-def process_of(e: Any) -> Process:
+def process_of(e: CheckpointEvent) -> Process:
     """The process that wrote ``e``."""
     return (str(e.kind), e.instance, e.worker)
 
@@ -59,14 +76,24 @@ def _seconds(ns: float) -> str:
     return f"{ns / 1e9:+.1f} s" if abs(ns) >= 1e9 else f"{ns / 1e6:+.1f} ms"
 
 
-def shifted(e: Any, by: int) -> Any:
+def shifted(e: CheckpointEvent, by: int) -> CheckpointEvent:
     """``e`` with every wall-clock stamp moved by ``by`` ns (durations unchanged)."""
-    changes = {
-        name: value + by
-        for name in ("start_ns", "end_ns", "received_ns", "time_ns")
-        if (value := getattr(e, name, None)) is not None
-    }
-    return msgspec.structs.replace(e, **changes)
+    replace = msgspec.structs.replace
+    match e:
+        case OperationFinished(received_ns=received) if received is not None:
+            return replace(e, start_ns=e.start_ns + by, end_ns=e.end_ns + by, received_ns=received + by)
+        case (
+            OperationFinished()
+            | StepFinished()
+            | CoordinateFinished()
+            | StageFinished()
+            | CollectionFinished()
+        ):
+            return replace(e, start_ns=e.start_ns + by, end_ns=e.end_ns + by)
+        case OperationStarted() | StepStarted() | CoordinateStarted() | StageStarted() | CollectionStarted():
+            return replace(e, start_ns=e.start_ns + by)
+        case LeaseExpired() | PrepareNotReady() | Refused() | GenerationCut() | Stalled():
+            return replace(e, time_ns=e.time_ns + by)
 
 
 @dataclass
@@ -92,28 +119,32 @@ class ClockEvidence:
         default_factory=OrderedDict
     )
 
-    def add(self, e: Any) -> None:
-        cls = type(e)  # per event: the cheapest tests first
-        if cls is OperationFinished:
-            if not e.parent_remote or e.parent_span_id is None or e.kind == Kind.CONTROLLER:
-                return
-            call = self._calls.get((e.trace_id, e.parent_span_id))
-            if call is not None:
-                self._pair(e.trace_id, process_of(e), call, e.start_ns, e.end_ns)
-                return
-            waiting = self._answers.get((e.trace_id, e.parent_span_id))
-            if waiting is None:
-                waiting = self._answers[(e.trace_id, e.parent_span_id)] = []
-                if len(self._answers) > PENDING:
-                    self._answers.popitem(last=False)
-            waiting.append((process_of(e), e.start_ns, e.end_ns))
-        elif cls is StageFinished or (cls is CoordinateFinished and span_kind_of(e) is SpanKind.CLIENT):
-            key = (e.trace_id, e.span_id)
-            call = self._calls[key] = (e.start_ns, e.end_ns)
-            if len(self._calls) > PENDING:
-                self._calls.popitem(last=False)
-            for process, start, end in self._answers.pop(key, ()):
-                self._pair(e.trace_id, process, call, start, end)
+    def add(self, e: CheckpointEvent) -> None:
+        match e:
+            case OperationFinished(parent_remote=True, parent_span_id=int(parent)) if (
+                e.kind != Kind.CONTROLLER
+            ):
+                call = self._calls.get((e.trace_id, parent))
+                if call is not None:
+                    self._pair(e.trace_id, process_of(e), call, e.start_ns, e.end_ns)
+                    return
+                waiting = self._answers.get((e.trace_id, parent))
+                if waiting is None:
+                    waiting = self._answers[(e.trace_id, parent)] = []
+                    if len(self._answers) > PENDING:
+                        self._answers.popitem(last=False)
+                waiting.append((process_of(e), e.start_ns, e.end_ns))
+            case StageFinished() | CoordinateFinished() if span_kind_of(e) is SpanKind.CLIENT:
+                self._call(e)
+
+    def _call(self, e: StageFinished | CoordinateFinished) -> None:
+        """A controller's call: pair it with the answers that came before it."""
+        key = (e.trace_id, e.span_id)
+        call = self._calls[key] = (e.start_ns, e.end_ns)
+        if len(self._calls) > PENDING:
+            self._calls.popitem(last=False)
+        for process, start, end in self._answers.pop(key, ()):
+            self._pair(e.trace_id, process, call, start, end)
 
     def _pair(self, trace_id: int, process: Process, call: tuple[int, int], start: int, end: int) -> None:
         low, high = call[0] - start, call[1] - end
@@ -123,7 +154,9 @@ class ClockEvidence:
         if bound is None:
             self.ranges[process] = _Range(low, high)
         else:
-            bound.low, bound.high, bound.pairs = max(bound.low, low), min(bound.high, high), bound.pairs + 1
+            bound.low = max(bound.low, low)
+            bound.high = min(bound.high, high)
+            bound.pairs += 1
 
     def offsets(self) -> dict[Process, int]:
         """Each process whose clock the logs prove off, and the shift that puts every one of

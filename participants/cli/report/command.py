@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ckpt_events.participants.cli.command import Command, CommandError, console
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["REPORT"]
@@ -65,7 +66,7 @@ def _report(args: argparse.Namespace) -> int:
             clocks=clocks,
         )
     for line in problems.summary():
-        print(line, file=sys.stderr)
+        print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
     if not run.count:
         raise CommandError(
             f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
@@ -73,12 +74,14 @@ def _report(args: argparse.Namespace) -> int:
     out = console()
     rows = chosen_rows(run, args.checkpoint)
     if args.checkpoint is not None and not rows:
-        known = ", ".join(sorted({r.checkpoint_id or "" for r in run.rows})[:5])
+        known = ", ".join(escape(i) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
         raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
     if not run.rows:
         # Only participants' spans (their parents live in a controller log not given): no
-        # checkpoint to name, so everything is shown as one.
-        render(out, run.all_events(), title=", ".join(args.logs))
+        # checkpoint to name, so every participant's totals are shown as one and the last trace
+        # is drawn, the logs streamed again, never listed (1.2M lines listed took 590 MiB).
+        whole = run.whole()
+        render(out, whole.events, title=", ".join(args.logs), totals=(whole.breakdown, whole.counts))
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
     details = run.details(rows)

@@ -16,6 +16,7 @@ import sys
 from typing import Final
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["DIFF", "FAIL_FLOOR_MS", "real_change"]
@@ -59,15 +60,15 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
     from ckpt_events.participants.cli.report.durations import durations
-    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.participants.cli.report.logs import expand_logs, read_logs
 
     paths, missing = expand_logs(spec.split(","))
     if missing:
         raise CommandError("; ".join(missing))
-    problems = LogProblems()
-    found = durations(merged_events(paths, problems))
+    # A log that went back in time is read again exactly: its copies in the others count once.
+    found, problems = read_logs(paths, durations)
     for line in problems.summary():
-        print(line, file=sys.stderr)
+        print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
     if not found:
         raise CommandError(f"{spec} holds no checkpoint spans ({counted(len(paths), 'file')} read)")
     return found
@@ -76,9 +77,9 @@ def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
 def _diff(args: argparse.Namespace) -> int:
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     from ckpt_events.participants.cli.report.durations import median, percentile
-    from ckpt_events.participants.cli.report.overview_terminal import clean
 
     base, new = _read(args.base), _read(args.new)
     rows = []
@@ -103,7 +104,8 @@ def _diff(args: argparse.Namespace) -> int:
     above = [] if args.fail_above is None else [r for r in rows if r[7] > args.fail_above]
     failing = [r for r in above if real_change(base[r[0]], new[r[0]])]
     noise = [r for r in above if r not in failing]
-    table = Table(box=box.SIMPLE_HEAD, title=f"{clean(args.new)} against {clean(args.base)} (ms)")
+    title = Text(f"{escape(args.new)} against {escape(args.base)} (ms)", style="table.title")
+    table = Table(box=box.SIMPLE_HEAD, title=title)
     for column in (
         "kind",
         "operation",
@@ -120,9 +122,9 @@ def _diff(args: argparse.Namespace) -> int:
     for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio in rows:
         flag = " !" if any(r[0] == (kind, operation, step) for r in failing) else ""
         table.add_row(
-            kind,
-            operation,
-            step,
+            Text(escape(kind)),
+            Text(escape(operation)),
+            Text(escape(step)),
             str(nb),
             str(nn),
             f"{b50:.2f}",
@@ -134,7 +136,7 @@ def _diff(args: argparse.Namespace) -> int:
     console().print(table)
     only = sorted(base.keys() ^ new.keys())
     if only:
-        print(f"in one run only (not compared): {', '.join('/'.join(k).rstrip('/') for k in only[:8])}")
+        print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}")
     if noise:
         ignored = ", ".join(
             f"{_name(r[0])} {r[3]:.2f} -> {r[5]:.2f} ms (n = {r[1]}, {r[2]})" for r in noise[:4]
@@ -157,7 +159,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _name(key: tuple[str, str, str]) -> str:
-    return "/".join(p for p in key if p)
+    """``kind/operation/step`` of a key, escaped for the terminal."""
+    return escape("/".join(p for p in key if p))
 
 
 DIFF = Command(

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from typing import Any
 
-from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StageFinished, StepFinished
-from ckpt_events.participants.cli.report.model import duration_ns
+from ckpt_events import (
+    CheckpointEvent,
+    CollectionFinished,
+    CoordinateFinished,
+    OperationFinished,
+    StageFinished,
+    StepFinished,
+)
+from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns
 
 __all__ = ["Key", "durations", "percentile"]
 
@@ -16,16 +22,16 @@ __all__ = ["Key", "durations", "percentile"]
 Key = tuple[str, str, str]
 
 
-def durations(events: Iterable[Any]) -> dict[Key, list[float]]:
+def durations(events: Iterable[CheckpointEvent]) -> dict[Key, list[float]]:
     """Milliseconds of every finished operation, step, stage, coordinate and collection span,
     each by its own process's clock (``duration_ns``; a span whose clock went back during it
     has no known duration and is left out). A step is keyed by its operation, found from its
     parent span."""
     operation_of: dict[int, str] = {}
-    steps: list[Any] = []
+    steps: list[StepFinished] = []
     out: dict[Key, list[float]] = {}
 
-    def add(key: Key, e: Any) -> None:
+    def add(key: Key, e: FinishedSpan) -> None:
         if (length := duration_ns(e)) is not None:
             out.setdefault(key, []).append(length / 1e6)
 

@@ -11,7 +11,6 @@ event) that the page's own small script shows on hover. No external resource: th
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,7 +26,8 @@ from ckpt_events.participants.cli.report.model import (
     trace_spans,
 )
 from ckpt_events.participants.cli.report.paths import critical_path, on_critical_path
-from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns, spans_of
+from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns, spans_of, summed_over
+from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
@@ -81,8 +81,8 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
         f'preserveAspectRatio="xMinYMin meet" font-family="system-ui, sans-serif" font-size="12" '
-        f'role="img" aria-label="{html.escape(title)}">',
-        f'<text x="4" y="16" font-weight="bold" font-size="14">{html.escape(title)} '
+        f'role="img" aria-label="{escape_html(title)}">',
+        f'<text x="4" y="16" font-weight="bold" font-size="14">{escape_html(title)} '
         f"({total / 1e6:.1f} ms)</text>",
     ]
     out += _legend(36, fills)
@@ -98,7 +98,7 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
         y_of[s.span_id] = y
         indent = 4 + 14 * s.depth
         weight = ' font-weight="bold"' if s.span_id in critical else ""
-        out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{html.escape(_label(s))}</text>')
+        out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{escape_html(_label(s))}</text>')
         parent = by_id.get(s.parent_span_id or -1)
         if s.participant and parent is not None and parent.client:
             arrived = s.received_ns if s.received_ns is not None else s.start_ns
@@ -114,15 +114,19 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
                         f"{(b - a) / 1e6:.2f} ms</title></rect>"
                     )
         fill = _ERROR if s.error else _fill(s.who, fills)
-        details = html.escape(json.dumps(s.details, default=str))
-        tip = html.escape(f"{s.name} {s.who}: {s.ms:.2f} ms")
+        # JSON escapes every control character (ensure_ascii), so the attribute holds none.
+        details = escape_html(json.dumps(s.details, default=str))
+        # A span whose clock went back during it: its duration is unknown, never 0.0.
+        ms, short_ms = (f"{s.ms:.2f}", f"{s.ms:.1f}") if s.known else ("?", "?")
+        why = "" if s.known else " (its clock went back during it)"
+        tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}")
         out.append(
-            f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{s.ms:.2f}" '
+            f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{ms}" '
             f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
             f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}">'
             f"<title>{tip}</title></rect>"
         )
-        out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{s.ms:.1f} ms</text>')
+        out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{short_ms} ms</text>')
     # The critical path as Jaeger draws it: a dark line over the stretch each span held it.
     for section in critical_sections:
         row_y = y_of.get(section.span.span_id)
@@ -139,14 +143,14 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
 def _folded(row: Folded, y: int, x: Callable[[int], float], fills: Mapping[str, str]) -> list[str]:
     """A folded group: its label, a pale bar from the first start to the last end, its summary."""
     fill = fills.get(row.kind, "#6b7280")
-    tip = html.escape(f"{row.label}: {row.summary}")
+    tip = escape_html(f"{row.label}: {row.summary}")
     return [
         f'<text class="folded" x="{4 + 14 * row.depth}" y="{y + 14}" fill="#555" font-style="italic">'
-        f"{html.escape(row.label)}</text>",
+        f"{escape_html(row.label)}</text>",
         f'<rect class="folded" data-count="{row.count}" x="{x(row.start_ns):.1f}" y="{y + 5}" '
         f'width="{max(1.0, x(row.end_ns) - x(row.start_ns)):.1f}" height="10" fill="{fill}" opacity="0.35" '
         f'stroke="{fill}" stroke-dasharray="3 2"><title>{tip}</title></rect>',
-        f'<text x="{x(row.end_ns) + 4:.1f}" y="{y + 14}" fill="#555">{html.escape(row.summary)}</text>',
+        f'<text x="{x(row.end_ns) + 4:.1f}" y="{y + 14}" fill="#555">{escape_html(row.summary)}</text>',
     ]
 
 
@@ -174,7 +178,7 @@ def _legend(y: int, fills: Mapping[str, str]) -> list[str]:
     out, x = ['<g class="legend">'], 4
     for who, fill in (*fills.items(), ("error", _ERROR)):
         out.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{fill}"/>')
-        out.append(f'<text x="{x + 16}" y="{y}">{who}</text>')
+        out.append(f'<text x="{x + 16}" y="{y}">{escape_html(who)}</text>')
         x += 30 + 7 * len(who)
     out.append(f'<rect x="{x}" y="{y - 10}" width="22" height="12" fill="#bbb"/>')
     out.append(f'<rect x="{x}" y="{y - 5}" width="22" height="2" fill="{_CRITICAL}"/>')
@@ -223,22 +227,28 @@ document.body.dataset.ready = String(document.querySelectorAll('rect.span').leng
 def attribution_html(attribution: Attribution | None) -> str:
     if attribution is None:
         return ""
-    parts = ", ".join(f"{html.escape(k)} {v:.1f} ms" for k, v in attribution.top_parts())
+    parts = ", ".join(f"{escape_html(k)} {v:.1f} ms" for k, v in attribution.top_parts())
     if attribution.max_loop_lag_ms is not None:
         parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
-    root, line = html.escape(attribution.root), html.escape(attribution.line())
+    root, line = escape_html(attribution.root), escape_html(attribution.line())
     return f'<p class="line" data-attribution="{root}">{line}</p>\n<p class="parts">{parts}</p>'
 
 
 def _table_html(events: Sequence[Event]) -> str:
     rows = breakdown(events)
     columns = breakdown_columns(rows)
-    head = "".join(f"<th>{c}</th>" for c in ("participant", *columns, "records committed", "bytes written"))
+    head = "".join(
+        f"<th>{escape_html(c)}</th>" for c in ("participant", *columns, "records committed", "bytes written")
+    )
     body = []
     for r in rows:
-        cells = "".join(f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>" for c in columns)
-        who = f"{r.kind}/<wbr>{html.escape(r.instance)}"
-        who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {r.worker}"
+        # ``?`` where a duration is unknown (a clock went back), blank where there is none.
+        cells = "".join(
+            "<td>?</td>" if c in r.unknown else f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>"
+            for c in columns
+        )
+        who = f"{escape_html(r.kind)}/<wbr>{escape_html(r.instance)}"
+        who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {escape_html(r.worker)}"
         who += f" ({counted(r.errors, 'error')})" if r.errors else ""
         body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")
     rows_html = "\n".join(body)
@@ -257,16 +267,24 @@ def html_page(
         if trace_id is None:
             continue
         spans = trace_spans(events, trace_id)
+        attribution = attribute(spans)
+        # Which checkpoint: a restore's id is the checkpoint it restored.
+        named = label
+        if attribution is not None and attribution.checkpoint_id is not None:
+            named = f"{label} {escape_html(attribution.checkpoint_id)}"
         sections.append(
-            f'<section id="{label}"><h2>{label}</h2>\n{attribution_html(attribute(spans))}\n'
+            f'<section id="{label}"><h2>{named}</h2>\n{attribution_html(attribution)}\n'
             f"{waterfall_svg(spans, title=label, kinds=kinds)}</section>"
         )
-    sections.append(f"<section><h2>time per participant (ms)</h2>\n{_table_html(events)}</section>")
+    # The table adds up every checkpoint and restore of ``events``: say so, as the terminal does.
+    summed = summed_over(events)
+    heading = f"time per participant (ms), {summed}" if summed else "time per participant (ms)"
+    sections.append(f"<section><h2>{heading}</h2>\n{_table_html(events)}</section>")
     return (
         f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n"
-        f"<h1>{html.escape(title)}</h1>\n"
+        f"<title>{escape_html(title)}</title><style>{PAGE_STYLE}</style></head><body>\n"
+        f"<h1>{escape_html(title)}</h1>\n"
         + "\n".join(sections)
         + f"\n<div id='tip'></div>\n<script>{PAGE_SCRIPT}</script>"
         "\n</body></html>\n"

@@ -28,30 +28,20 @@ import glob
 import heapq
 import os
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypeVar
 
 import msgspec
 
-from ckpt_events import (
-    CollectionFinished,
-    CollectionStarted,
-    CoordinateFinished,
-    CoordinateStarted,
-    OperationFinished,
-    OperationStarted,
-    StageFinished,
-    StageStarted,
-    StepFinished,
-    StepStarted,
-)
+from ckpt_events import CheckpointEvent, SpanEvent
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
+from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
-__all__ = ["LogProblems", "event_time", "expand_logs", "identity", "merged_events"]
+__all__ = ["LogProblems", "event_time", "expand_logs", "identity", "merged_events", "read_logs"]
 
 #: How many problem lines are shown; the rest are counted.
 SHOWN = 5
@@ -64,28 +54,9 @@ PROBE_LINES = 16
 DEDUP_EVENTS: Final = 65_536
 #: Runs of forgotten stamps told apart; past it, one run holds them all.
 _FORGOTTEN_RUNS: Final = 64
-#: The span events: each has a trace id, a span id and a worker.
-_SPAN_TYPES: Final = frozenset(
-    (
-        OperationStarted,
-        OperationFinished,
-        StepStarted,
-        StepFinished,
-        CoordinateStarted,
-        CoordinateFinished,
-        StageStarted,
-        StageFinished,
-        CollectionStarted,
-        CollectionFinished,
-    )
-)
-
-
-def event_time(event: Any) -> int:
-    """When an event happened: the end of a finished span, the instant of a counted event,
-    the start of a started span."""
-    stamp: int = getattr(event, "end_ns", None) or getattr(event, "time_ns", None) or event.start_ns
-    return stamp
+#: A merged log's entries: (time, file, line, event); plain tuples merge without a key function.
+_Entry = tuple[int, int, int, CheckpointEvent]
+T = TypeVar("T")
 
 
 def expand_logs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
@@ -164,16 +135,16 @@ class LogProblems:
         return out + (self.clocks.lines(self.offsets) if self.clocks is not None else [])
 
 
-def identity(event: Any) -> Hashable:
+def identity(event: CheckpointEvent) -> Hashable:
     """What makes two events the same event (see the module docstring)."""
-    if type(event) in _SPAN_TYPES:  # each has a trace id, a span id and a worker
-        return (type(event), event.trace_id, event.span_id, event.kind, event.instance, event.worker)
-    return msgspec.json.encode(event)
+    match event:
+        case SpanEvent():  # each of its classes has a trace id, a span id and a worker
+            return (type(event), event.trace_id, event.span_id, event.kind, event.instance, event.worker)
+        case _:
+            return msgspec.json.encode(event)
 
 
-def _one_file(
-    path: Path, index: int, problems: LogProblems, offsets: Offsets
-) -> Iterator[tuple[int, int, int, Any]]:
+def _one_file(path: Path, index: int, problems: LogProblems, offsets: Offsets) -> Iterator[_Entry]:
     """One file's (time, file, line, event), each event on its process's aligned clock."""
     if not offsets:
         yield from _read_file(path, index, problems)
@@ -188,7 +159,7 @@ def _one_file(
         yield time_ns, i, number, event
 
 
-def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[int, int, int, Any]]:
+def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry]:
     from ckpt_events.sinks import CorruptLine, read_events
 
     decoded = 0
@@ -198,6 +169,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[
         with open(path, "rb") as head:
             first = head.readline(4096)
         if looks_like_otlp(first):
+            event: CheckpointEvent
             for number, event in read_otlp(path, problems.skip):
                 if (time_ns := event_time(event)) < last:
                     problems.disordered = True
@@ -234,7 +206,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[tuple[
 
 def merged_events(
     paths: Iterable[Path], problems: LogProblems, offsets: Offsets | None = None, *, exact: bool = False
-) -> Iterator[Any]:
+) -> Iterator[CheckpointEvent]:
     """The events of every file in time order (ties in file order), each process's stamps
     moved by its ``offsets`` entry, an event from two files once; ``problems.clocks``, if
     set, gathers what the calls prove about each process's clock.
@@ -257,7 +229,7 @@ def merged_events(
         return
     # Inline, one loop per event: an event's copy has its stamp while files are in order.
     group_time: int | None = None
-    group: list[tuple[int, Any]] = []  # (file, event) of the latest stamp
+    group: list[tuple[int, CheckpointEvent]] = []  # (file, event) of the latest stamp
     group_keys: dict[Hashable, int] | None = None
     for time_ns, index, _, event in merged:
         if time_ns != group_time:
@@ -275,14 +247,15 @@ def merged_events(
         yield event
 
 
-def _in_window(merged: Iterator[tuple[int, int, int, Any]], problems: LogProblems) -> Iterator[Any]:
+def _in_window(merged: Iterator[_Entry], problems: LogProblems) -> Iterator[CheckpointEvent]:
     """Drop an event whose identity one of the last ``DEDUP_EVENTS`` events from another file
     had, in any order. An event whose stamp lies within a forgotten run of stamps (each run
     nondecreasing, as the merge wrote them) may have had its copy forgotten: counted."""
     seen: dict[Hashable, int] = {}  # identity -> the file it was first read from
     kept: deque[tuple[int, Hashable]] = deque()  # (time, identity), oldest first
     forgotten: list[list[int]] = []  # [first, last] stamp of each forgotten run
-    low = high = 0  # the stamps all forgotten runs lie within
+    low = 0  # the stamps all forgotten runs lie within
+    high = 0
     for time_ns, index, _, event in merged:
         key = identity(event)
         n = len(seen)
@@ -307,3 +280,17 @@ def _in_window(merged: Iterator[tuple[int, int, int, Any]], problems: LogProblem
                 forgotten[:] = [[min(low, old), max(high, old)]]
             low, high = min(a for a, _ in forgotten), max(b for _, b in forgotten)
         yield event
+
+
+def read_logs(paths: Sequence[Path], fold: Callable[[Iterator[CheckpointEvent]], T]) -> tuple[T, LogProblems]:
+    """``fold`` of the events of every file (``merged_events``, no clock shifted), and what the
+    read met. When a file went back in time (``LogProblems.disordered``) and there are several,
+    the files are folded again from an ``exact`` read, so that an event's copy in another file
+    counts once whatever the order, as ``report`` reads them: only that second fold (and its
+    problems) is returned. ``fold`` must consume the events."""
+    problems = LogProblems()
+    folded = fold(merged_events(paths, problems))
+    if problems.disordered and len(paths) > 1:
+        problems = LogProblems()
+        folded = fold(merged_events(paths, problems, exact=True))
+    return folded, problems

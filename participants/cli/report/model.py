@@ -1,9 +1,9 @@
 """The report's model: one checkpoint's (or restore's) spans as a tree, and where its time went.
 
 ``trace_spans`` flattens one trace into ``Span`` rows, children under their parents in
-start order, with every field of each event kept for hover details and the slowest path
-(the chain of last-ending children from the root) marked. ``attribute`` sweeps the root's
-time once and gives every instant to exactly one part, by priority:
+start order, with every field of each event kept for hover details (the critical path is
+``paths``'). ``attribute`` sweeps the root's time once and gives every instant to exactly one
+part, by priority:
 
 1. a participant's handler (its operation span);
 2. queued inside a participant (request arrived, ``received_ns``, handler not yet started);
@@ -17,8 +17,8 @@ time once and gives every instant to exactly one part, by priority:
 
 The parts add up to the root's duration exactly. Nothing here draws.
 
-A span's duration is read from one clock, its own process's (``duration_ns``): never from two
-processes' stamps. When that clock went back during the span (its end stamped before its
+A span's duration is read from one clock, its own process's (``events.duration_ns``): never
+from two processes' stamps. When that clock went back during the span (its end stamped before its
 start), its duration is unknown: the span is drawn as an instant and never as a negative time.
 """
 
@@ -32,10 +32,17 @@ from typing import Any
 
 import msgspec
 
-from ckpt_events import CollectionFinished, CoordinateFinished, Event, OperationFinished
+from ckpt_events import (
+    CollectionFinished,
+    CoordinateFinished,
+    Event,
+    OperationFinished,
+    StageFinished,
+    StepFinished,
+)
+from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
 from ckpt_events.vocab import (
     CollectionAction,
-    Kind,
     Operation,
     Outcome,
     SpanKind,
@@ -49,7 +56,6 @@ __all__ = [
     "Span",
     "attribute",
     "checkpoint_and_restore",
-    "duration_ns",
     "finished_spans",
     "trace_spans",
 ]
@@ -78,11 +84,12 @@ class Span:
     client: bool = False
     received_ns: int | None = None
     loop_lag_ms: float | None = None
-    slowest: bool = False
+    #: Every field of its event, for hover details: the JSON edge, so values of any type.
     details: dict[str, Any] = field(default_factory=dict)
     #: False when the process's clock went back during the span: ``end_ns`` is then its start
-    #: and ``ms`` 0, its duration unknown.
+    #: and ``ms`` 0, its duration unknown (drawn as ``?``, never as a number).
     known: bool = True
+    checkpoint_id: str | None = None
 
     @property
     def ms(self) -> float:
@@ -98,25 +105,21 @@ class Span:
         return self.who != "controller"
 
 
-def duration_ns(event: Any) -> int | None:
-    """A finished span's length by its own process's clock: its monotonic ``duration_ns``
-    when the event carries one, else its end minus its start (both stamped by the same
-    process); ``None``, unknown, when that wall clock went back during the span."""
-    measured: int | None = getattr(event, "duration_ns", None)
-    if measured is not None:
-        return measured
-    length: int = event.end_ns - event.start_ns
-    return length if length >= 0 else None
-
-
-def finished_spans(events: Iterable[Event]) -> list[Any]:
-    """Every ``*Finished`` event that closes a span, and the participants' renew operations."""
-    return [
-        e
-        for e in events
-        if span_name_of(e) is not None
-        or (isinstance(e, OperationFinished) and e.operation == Operation.RENEW)
-    ]
+def finished_spans(events: Iterable[Event]) -> list[FinishedSpan]:
+    """Every ``*Finished`` event: each closes a span (a participant's renew records none, but
+    its events say how long the handler took)."""
+    out: list[FinishedSpan] = []
+    for e in events:
+        match e:
+            case (
+                OperationFinished()
+                | StepFinished()
+                | CoordinateFinished()
+                | StageFinished()
+                | CollectionFinished()
+            ):
+                out.append(e)
+    return out
 
 
 def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | None]:
@@ -125,7 +128,9 @@ def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | N
     finished = finished_spans(events)
 
     def last(action: CollectionAction, operation: Operation) -> int | None:
-        roots: list[Any] = [e for e in finished if isinstance(e, CollectionFinished) and e.action == action]
+        roots: list[CollectionFinished | CoordinateFinished] = [
+            e for e in finished if isinstance(e, CollectionFinished) and e.action == action
+        ]
         if not roots:
             roots = [e for e in finished if isinstance(e, CoordinateFinished) and e.operation == operation]
         return roots[-1].trace_id if roots else None
@@ -136,7 +141,7 @@ def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | N
     return checkpoint, last(CollectionAction.RESTORE, Operation.RESTORE)
 
 
-def _details(event: Any) -> dict[str, Any]:
+def _details(event: FinishedSpan) -> dict[str, Any]:
     out: dict[str, Any] = {"type": type(event).__name__}
     for name, value in msgspec.structs.asdict(event).items():
         if value is None or name == "attributes":
@@ -155,54 +160,44 @@ def _details(event: Any) -> dict[str, Any]:
     return out
 
 
-def who_of(kind: str, instance: str, worker: int | None) -> str:
-    """``kind/instance``, and ``/w<index>`` for a worker of a multi-worker participant."""
-    return f"{kind}/{instance}" + ("" if worker is None else f"/w{worker}")
-
-
 def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
     """The spans of one trace, each child right under its parent, siblings in start order."""
     chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
     ids = {e.span_id for e in chosen}
-    children: dict[int | None, list[Any]] = {}
+    children: dict[int | None, list[FinishedSpan]] = {}
     for e in chosen:
         parent = e.parent_span_id if e.parent_span_id in ids else None
         children.setdefault(parent, []).append(e)
-    slowest = _slowest_path(children)
     out: list[Span] = []
     # Depth-first with an explicit stack: bounded by the number of events, never recursive.
-    stack: list[tuple[Any, int]] = [(e, 0) for e in sorted(children.get(None, []), key=_start, reverse=True)]
+    stack: list[tuple[FinishedSpan, int]] = [
+        (e, 0) for e in sorted(children.get(None, []), key=_start, reverse=True)
+    ]
     while stack and len(out) <= len(chosen):
         e, depth = stack.pop()
-        out.append(_span(e, depth, e.span_id in slowest))
+        out.append(_span(e, depth))
         stack.extend((c, depth + 1) for c in sorted(children.get(e.span_id, []), key=_start, reverse=True))
     return out
 
 
-def _start(e: Any) -> tuple[int, int]:
+def _start(e: FinishedSpan) -> tuple[int, int]:
     return (e.start_ns, -_end(e))
 
 
-def _end(e: Any) -> int:
+def _end(e: FinishedSpan) -> int:
     """The end by the span's own clock: its start plus its duration (its start if unknown)."""
-    return int(e.start_ns + (duration_ns(e) or 0))
+    return e.start_ns + (duration_ns(e) or 0)
 
 
-def _slowest_path(children: dict[int | None, list[Any]]) -> set[int]:
-    """From the longest root down, always the child that ends last: what made it take so long."""
-    path: set[int] = set()
-    level = children.get(None, [])
-    node = max(level, key=lambda e: duration_ns(e) or 0, default=None)
-    while node is not None and node.span_id not in path:
-        path.add(node.span_id)
-        node = max(children.get(node.span_id, []), key=_end, default=None)
-    return path
-
-
-def _span(e: Any, depth: int, slowest: bool) -> Span:
+def _span(e: FinishedSpan, depth: int) -> Span:
+    match e:
+        case OperationFinished(received_ns=received_ns, loop_lag_ms=loop_lag_ms):
+            pass
+        case _:
+            received_ns, loop_lag_ms = None, None
     return Span(
         name=span_name_of(e) or _RENEW_NAME,
-        who="controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker),
+        who=who_wrote(e),
         start_ns=e.start_ns,
         end_ns=_end(e),
         depth=depth,
@@ -210,11 +205,11 @@ def _span(e: Any, depth: int, slowest: bool) -> Span:
         span_id=e.span_id,
         parent_span_id=e.parent_span_id,
         client=span_kind_of(e) is SpanKind.CLIENT,
-        received_ns=getattr(e, "received_ns", None),
-        loop_lag_ms=getattr(e, "loop_lag_ms", None),
-        slowest=slowest,
+        received_ns=received_ns,
+        loop_lag_ms=loop_lag_ms,
         details=_details(e),
         known=duration_ns(e) is not None,
+        checkpoint_id=e.checkpoint_id,
     )
 
 
@@ -230,6 +225,8 @@ class Attribution:
     unattributed_ms: float
     parts: dict[str, float]
     max_loop_lag_ms: float | None
+    #: The root span's checkpoint id (a restore's: the checkpoint it restored).
+    checkpoint_id: str | None = None
 
     @property
     def unattributed_share(self) -> float:
@@ -296,4 +293,5 @@ def attribute(spans: list[Span]) -> Attribution | None:
         unattributed_ms=total(UNATTRIBUTED),
         parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])),
         max_loop_lag_ms=max(lags) if lags else None,
+        checkpoint_id=root.checkpoint_id,
     )

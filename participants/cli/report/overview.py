@@ -7,6 +7,9 @@ restore, or a coordinate operation run on its own. What a failure leaves in the 
 - ``lease_expired`` (participant, phase), timed from that participant's prepare;
 - ``prepare_not_ready`` (participant, blocker count);
 - ``refused`` (code, participant);
+- any counted event that names no checkpoint (a refusal before the body is read): no row's
+  cause, counted run-wide by event, detail and participant (``Run.unscoped``) and said in one
+  line per event, never kept (2M of them were 382 MiB, and shown nowhere);
 - a controller span that records whose calls failed and how (``FAILURES_ATTRIBUTE``: a
   refusal before the body is read, a wrong token, names no checkpoint on the participant's
   side; the controller knows which checkpoint it was for);
@@ -21,34 +24,55 @@ checkpoint's id as its ``checkpoint_id``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, NamedTuple
 
 from ckpt_events import (
+    CheckpointEvent,
     CollectionFinished,
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
+    GenerationCut,
     LeaseExpired,
     OperationFinished,
     OperationStarted,
     PrepareNotReady,
     Refused,
+    SpanEvent,
+    StageFinished,
+    StageStarted,
+    Stalled,
+    StepFinished,
+    StepStarted,
 )
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
-from ckpt_events.participants.cli.report.logs import event_time
-from ckpt_events.participants.cli.report.model import duration_ns, who_of
+from ckpt_events.participants.cli.report.events import (
+    FinishedSpan,
+    PointEvent,
+    RootSpan,
+    StartedSpan,
+    duration_ns,
+    event_start,
+    event_time,
+    trace_of,
+    what_of,
+    who_of,
+    who_wrote,
+)
 from ckpt_events.participants.cli.report.paths import dominant_step_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
+from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import clipped, counted
 from ckpt_events.participants.controller.types import FAILURES_ATTRIBUTE, MemberFailure, read_failures
 from ckpt_events.participants.errors import HTTP_STATUS
-from ckpt_events.vocab import CollectionAction, Kind, Operation, Outcome
+from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome
 
-__all__ = ["Run", "RunRow", "episodes_text", "overview"]
+__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview"]
 
 PUBLISHED: Final = "published"
 RESTORED: Final = "restored"
@@ -71,7 +95,8 @@ class RunRow:
     end_ns: int | None = None
     outcome: str = OPEN
     causes: list[str] = field(default_factory=list)
-    slowest: str = ""
+    #: A published row's critical path and slowest operation in words (``paths.path_line``).
+    critical_path: str = ""
     #: How long admission was closed: from the first participant's prepare to the last one's
     #: resume, stamps of several processes on the callers' clock (``clocks``); ``None``
     #: without both, or when a participant's clock is not proven on it (``pause_unknown``).
@@ -147,6 +172,51 @@ class _Error:
 
 
 _CAUSE_EVENTS = (LeaseExpired, PrepareNotReady, Refused)
+#: The spans that can be a row (``events.RootSpan``).
+_ROOT_TYPES = (CollectionStarted, CollectionFinished, CoordinateStarted, CoordinateFinished)
+#: Traces with no root seen yet whose spans are kept (a collector's file holds no started
+#: events: a root is known when it ends, after its spans); past this many the longest idle is
+#: let go. Participants' logs without the controller's make one such trace per checkpoint, and
+#: every span was kept (1.2M lines: 531 MB).
+_UNROOTED: Final = 4096
+
+
+#: Causes (refusals, lease expiries, prepares not ready) kept per checkpoint id, first in time;
+#: the rest are counted (a million refusals naming one checkpoint took 520 MiB).
+_KEPT_CAUSES: Final = 64
+
+#: What the overview calls each counted event that names no checkpoint (one, many).
+_UNSCOPED_NOUNS: Final = {
+    CountedEvent.REFUSED: ("refusal", "refusals"),
+    CountedEvent.LEASE_EXPIRED: ("lease expiry", "lease expiries"),
+    CountedEvent.PREPARE_NOT_READY: ("prepare not ready", "prepares not ready"),
+    CountedEvent.GENERATION_CUT: ("generation cut", "generation cuts"),
+    CountedEvent.STALLED: ("stalled operation", "stalled operations"),
+}
+
+
+class Unscoped(NamedTuple):
+    """Counted events that name no checkpoint, as the overview counts them run-wide: the event,
+    its detail (a refusal's code, a lease's phase, a cut's disposition, a stalled operation;
+    ``""`` for a prepare not ready) and the participant."""
+
+    event: CountedEvent
+    detail: str
+    who: str
+
+
+def _unscoped(e: PointEvent) -> Unscoped:
+    match e:
+        case Refused(code=code):
+            return Unscoped(CountedEvent.REFUSED, str(code), who_wrote(e))
+        case LeaseExpired(phase=phase):
+            return Unscoped(CountedEvent.LEASE_EXPIRED, str(phase), who_wrote(e))
+        case GenerationCut(disposition=disposition):
+            return Unscoped(CountedEvent.GENERATION_CUT, str(disposition), who_wrote(e))
+        case Stalled(operation=operation):
+            return Unscoped(CountedEvent.STALLED, str(operation), who_wrote(e))
+        case PrepareNotReady():
+            return Unscoped(CountedEvent.PREPARE_NOT_READY, "", who_wrote(e))
 
 
 @dataclass
@@ -154,9 +224,11 @@ class Run:
     """Every row in time order, folded from one streaming pass over the logs.
 
     Only summaries are kept: per trace its prepares, pause bounds and errors, per root its
-    start and end events and its slowest path, the spans still open at the end, and the
+    start and end events and its critical path, the spans still open at the end, and the
     counted events that name a cause. A row's events (for its detail) are read again from
     the logs by ``events_of`` / ``details``, filtered by its trace ids and checkpoint id.
+    Counted events that name no checkpoint are counted (``unscoped``), never kept, so memory
+    follows the checkpoints shown, not the lines read.
     """
 
     rows: list[RunRow]
@@ -164,25 +236,31 @@ class Run:
     first_ns: int
     #: Events read in the first pass.
     count: int = 0
-    again: Callable[[], Iterable[Any]] | None = None
+    again: Callable[[], Iterable[CheckpointEvent]] | None = None
     trends: Trends = field(default_factory=Trends)
+    #: Counted events that name no checkpoint (a refusal before the body is read), run-wide.
+    unscoped: Counter[Unscoped] = field(default_factory=Counter)
+    #: The trace of the last finished span: the one a run with no row draws (``whole``).
+    last_trace: int | None = None
 
-    def details(self, rows: Sequence[RunRow]) -> dict[int, list[Any]]:
+    def details(self, rows: Sequence[RunRow]) -> dict[int, list[CheckpointEvent]]:
         """Each row's spans (its traces) and the events naming its checkpoint id, in time
         order, keyed by ``id(row)``: one more pass over the logs for all of them."""
+        if not rows:
+            return {}
         if self.again is None:
             raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
-        by_trace: dict[int, list[list[Any]]] = {}
-        by_checkpoint: dict[str, list[list[Any]]] = {}
-        out: dict[int, list[Any]] = {}
+        by_trace: dict[int, list[list[CheckpointEvent]]] = {}
+        by_checkpoint: dict[str, list[list[CheckpointEvent]]] = {}
+        out: dict[int, list[CheckpointEvent]] = {}
         for row in rows:
-            bucket: list[Any] = out.setdefault(id(row), [])
+            bucket = out.setdefault(id(row), [])
             for trace in row.trace_ids:
                 by_trace.setdefault(trace, []).append(bucket)
             if row.checkpoint_id:
                 by_checkpoint.setdefault(row.checkpoint_id, []).append(bucket)
         for e in self.again():
-            trace_id = getattr(e, "trace_id", None)
+            trace_id = trace_of(e)
             targets = by_checkpoint.get(e.checkpoint_id or "") if trace_id is None else by_trace.get(trace_id)
             for bucket in targets or ():
                 bucket.append(e)
@@ -190,22 +268,76 @@ class Run:
             bucket.sort(key=event_time)
         return out
 
-    def events_of(self, row: RunRow) -> list[Any]:
+    def events_of(self, row: RunRow) -> list[CheckpointEvent]:
         """One row's events (see ``details``)."""
         return self.details([row])[id(row)]
 
-    def all_events(self) -> list[Any]:
-        """Every event of the logs, read again (for logs with no checkpoint to scope to)."""
+    def all_events(self) -> list[CheckpointEvent]:
+        """Every event of the logs, read again into a list (a file that holds the whole run)."""
         return [] if self.again is None else list(self.again())
+
+    def whole(self) -> Whole:
+        """For logs with no row (participants' spans only: their parents are in a controller
+        log not given), two more streamed passes: the per-participant breakdown and the counted
+        events of every event, and the events of the last trace; nothing else is kept."""
+        if self.again is None:
+            raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
+        drawn: list[CheckpointEvent] = []
+
+        def tapped(events: Iterable[CheckpointEvent]) -> Iterator[CheckpointEvent]:
+            for e in events:
+                if self.last_trace is not None and trace_of(e) == self.last_trace:
+                    drawn.append(e)
+                yield e
+
+        rows = breakdown(tapped(self.again()))
+        return Whole(drawn, rows, counts(self.again()))
+
+    def unscoped_lines(self) -> list[str]:
+        """One line per counted event that named no checkpoint, its most frequent details and
+        participants first: ``2,000,000 refusals without a checkpoint id: unauthorized (401)
+        2,000,000 on environment/environment-0``."""
+        lines = []
+        for event in CountedEvent:
+            found = sorted(
+                ((n, key) for key, n in self.unscoped.items() if key.event == event),
+                key=lambda found: (-found[0], found[1]),
+            )
+            if not found:
+                continue
+            said = []
+            for n, key in found[:_CAUSES]:
+                codes = HTTP_STATUS.items() if event == CountedEvent.REFUSED else ()
+                status = next((status for code, status in codes if code == key.detail), None)
+                detail = f"{key.detail} ({status}) " if status else f"{key.detail} " if key.detail else ""
+                said.append(f"{detail}{n:,} on {key.who}")
+            if len(found) > _CAUSES:
+                said.append(f"... and {sum(n for n, _ in found[_CAUSES:]):,} more")
+            singular, plural = _UNSCOPED_NOUNS[event]
+            total = sum(n for n, _ in found)
+            lines.append(f"{counted(total, singular, plural)} without a checkpoint id: {', '.join(said)}")
+        return lines
+
+
+@dataclass(frozen=True)
+class Whole:
+    """What the logs of a run with no row hold (``Run.whole``)."""
+
+    #: The last trace's events, in time order: the one drawn.
+    events: list[CheckpointEvent]
+    #: Every participant's totals over every event of the logs.
+    breakdown: list[Breakdown]
+    #: The counted events of the logs (``timeline.counts``).
+    counts: dict[str, Counter[str]]
 
 
 def overview(
-    events: Iterable[Any],
+    events: Iterable[CheckpointEvent],
     *,
-    again: Callable[[], Iterable[Any]] | None = None,
+    again: Callable[[], Iterable[CheckpointEvent]] | None = None,
     clocks: ClockEvidence | None = None,
 ) -> Run:
-    """Rows for every root span, in start order, with outcome, causes and slowest path.
+    """Rows for every root span, in start order, with outcome, causes and critical path.
 
     ``events`` is streamed once and folded; ``again`` gives the events anew for the detail
     of chosen rows (a list passed as ``events`` is its own ``again``). ``clocks``, filled by
@@ -216,15 +348,21 @@ def overview(
         again = lambda: kept  # noqa: E731
     traces: dict[int, _Trace] = {}
     #: Spans started and not yet finished, by (trace id, span id).
-    started: dict[tuple[int, int], Any] = {}
-    #: Finished spans of each trace since its last root ended: the slowest path's input.
-    pending: dict[int, list[Any]] = {}
-    root_started: dict[tuple[int, int], Any] = {}
-    root_finished: dict[tuple[int, int], Any] = {}
-    slowest: dict[tuple[int, int], str] = {}
+    started: dict[tuple[int, int], StartedSpan] = {}
+    #: Finished spans of each trace since its last root ended: the critical path's input.
+    pending: dict[int, list[FinishedSpan]] = {}
+    root_started: dict[tuple[int, int], RootSpan] = {}
+    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished] = {}
+    critical: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
-    causes_by_checkpoint: dict[str, list[Any]] = {}
+    causes_by_checkpoint: dict[str, list[LeaseExpired | PrepareNotReady | Refused]] = {}
+    causes_over: Counter[str] = Counter()
+    unscoped: Counter[Unscoped] = Counter()
+    #: Traces with a root, and those with none yet, longest idle first (``_UNROOTED``).
+    rooted: set[int] = set()
+    unrooted: dict[int, None] = {}
+    last_trace: int | None = None
     trends = Trends()
     first_ns: int | None = None
     last_ns = 0
@@ -235,70 +373,107 @@ def overview(
     count = 0
     for e in events:
         count += 1
-        t = event_time(e)
+        t, begin = event_time(e), event_start(e)
         last_ns = max(last_ns, t)
-        begin = getattr(e, "start_ns", None) or t
         first_ns = begin if first_ns is None else min(first_ns, begin)
         if e.kind == Kind.CONTROLLER:
             controller_last = max(controller_last, t)
             controller_first = begin if controller_first is None else min(controller_first, begin)
-        trace_id = getattr(e, "trace_id", None)
-        if trace_id is None:
-            if isinstance(e, _CAUSE_EVENTS):
-                causes_by_checkpoint.setdefault(e.checkpoint_id or "", []).append(e)
+        if not isinstance(e, SpanEvent):  # a counted event: no trace, it names a checkpoint
+            if e.checkpoint_id:
+                if isinstance(e, _CAUSE_EVENTS):
+                    kept = causes_by_checkpoint.setdefault(e.checkpoint_id, [])
+                    if len(kept) < _KEPT_CAUSES:
+                        kept.append(e)
+                    else:  # a flood naming one checkpoint: counted, never kept
+                        causes_over[e.checkpoint_id] += 1
+            else:  # a cause of no row: counted run-wide, never kept (2M of them took 382 MiB)
+                unscoped[_unscoped(e)] += 1
             continue
+        trace_id = e.trace_id
         key = (trace_id, e.span_id)
         trace = traces.get(trace_id)
         if trace is None:
             trace = traces[trace_id] = _Trace()
         buffer = pending.setdefault(trace_id, [])
-        candidate = isinstance(
-            e, CollectionStarted | CollectionFinished | CoordinateStarted | CoordinateFinished
-        )
+        if trace_id not in rooted:
+            unrooted.pop(trace_id, None)
+            unrooted[trace_id] = None
+            if len(unrooted) > _UNROOTED:
+                idle = next(iter(unrooted))
+                del unrooted[idle]
+                del traces[idle], pending[idle]
+        candidate = isinstance(e, _ROOT_TYPES)
         parent_seen = (
             (trace_id, e.parent_span_id) in started or any(f.span_id == e.parent_span_id for f in buffer)
             if candidate and e.parent_span_id is not None
             else False
         )
-        if not hasattr(e, "end_ns"):
-            started[key] = e
-            if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
-                who = _who(e)
-                trace.prepares.setdefault(who, e.start_ns)
+        # A started span is an instant (t == begin): a span that ended later skips the five
+        # class tests below (each that fails costs ~0.1 us: the overview was 4% slower).
+        if t == begin:
+            match e:
+                case (
+                    OperationStarted()
+                    | StepStarted()
+                    | CoordinateStarted()
+                    | StageStarted()
+                    | CollectionStarted()
+                ):
+                    started[key] = e
+                    if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
+                        writer = who_wrote(e)
+                        trace.prepares.setdefault(writer, e.start_ns)
+                        if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
+                            trace.first_prepare_ns = e.start_ns
+                    if candidate and isinstance(e, _ROOT_TYPES) and not parent_seen:
+                        root_started[key] = e
+                        rooted.add(trace_id)
+                        unrooted.pop(trace_id, None)
+                    continue
+        match e:
+            case (
+                OperationFinished()
+                | StepFinished()
+                | CoordinateFinished()
+                | StageFinished()
+                | CollectionFinished()
+            ):
+                pass  # a span ended: folded below
+            case _:  # never: every started span went on above
+                continue
+        started.pop(key, None)
+        last_trace = trace_id
+        match e:
+            case OperationFinished(operation=Operation.PREPARE):
+                # Also from the finished span: an OTLP file holds no started events.
+                writer = who_wrote(e)
+                trace.prepares[writer] = min(e.start_ns, trace.prepares.get(writer, e.start_ns))
                 if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
                     trace.first_prepare_ns = e.start_ns
-            if candidate and not parent_seen:
-                root_started[key] = e
-            continue
-        started.pop(key, None)
-        if isinstance(e, OperationFinished) and e.operation == Operation.PREPARE:
-            # Also from the finished span: an OTLP file holds no started events.
-            who = _who(e)
-            trace.prepares[who] = min(e.start_ns, trace.prepares.get(who, e.start_ns))
-            if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
-                trace.first_prepare_ns = e.start_ns
-        if isinstance(e, OperationFinished) and e.operation == Operation.RESUME:
-            # Its end by its own clock: its start plus its duration.
-            length = duration_ns(e)
-            trace.resume_unknown |= length is None
-            end = e.start_ns + (length or 0)
-            if trace.last_resume_ns is None or end > trace.last_resume_ns:
-                trace.last_resume_ns = end
+            case OperationFinished(operation=Operation.RESUME):
+                # Its end by its own clock: its start plus its duration.
+                length = duration_ns(e)
+                trace.resume_unknown |= length is None
+                end = e.start_ns + (length or 0)
+                if trace.last_resume_ns is None or end > trace.last_resume_ns:
+                    trace.last_resume_ns = end
         if e.outcome == Outcome.ERROR:
             trace.errors.append(_error(e, t))
-        if e.parent_span_id is not None and (
-            e.outcome == Outcome.ERROR or getattr(e, "prepared", None) is False
-        ):
+        # A coordinate.prepare that was not prepared: stopped at a stage.
+        stopped = False
+        if isinstance(e, CoordinateFinished) and e.prepared is False:
+            stopped = True
+            trace.stops.append(f"prepare stopped at stage {e.stopped_at or '?'}, not prepared")
+        if e.parent_span_id is not None and (e.outcome == Outcome.ERROR or stopped):
             trace.failed_below.add(e.parent_span_id)
-        if getattr(e, "prepared", None) is False:
-            trace.stops.append(
-                f"prepare stopped at stage {getattr(e, 'stopped_at', None) or '?'}, not prepared"
-            )
         buffer.append(e)
-        if candidate and (key in root_started or not parent_seen):
+        if candidate and isinstance(e, _ROOT_TYPES) and (key in root_started or not parent_seen):
             # A root ended: its trace's spans so far are its tree; fold and let them go.
             root_finished[key] = e
-            slowest[key] = path_of(buffer, trace_id)
+            rooted.add(trace_id)
+            unrooted.pop(trace_id, None)
+            critical[key] = path_of(buffer, trace_id)
             if _what(e) == "restore":
                 dominated[key] = dominated_by(buffer)
                 dominant_ms[key] = dominant_step_ms(buffer)
@@ -307,10 +482,10 @@ def overview(
     rows = _rows(root_started, root_finished)
     if clocks is not None and clocks.unaligned() and controller_first is not None:
         first_ns, last_ns = controller_first, controller_last
-    run = Run(rows, last_ns, first_ns or 0, count, again, trends)
+    run = Run(rows, last_ns, first_ns or 0, count, again, trends, unscoped, last_trace)
     checkpoints: dict[str, int] = {}
     for number, row in enumerate(rows, 1):
-        _judge(run, row, traces, started, root_finished, slowest, causes_by_checkpoint)
+        _judge(run, row, traces, started, root_finished, critical, causes_by_checkpoint, causes_over)
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it.
@@ -324,12 +499,14 @@ def overview(
     outside = clocks.outside if clocks is not None else set()
     for row in rows:
         if row.trace_ids & outside or any(traces[t].resume_unknown for t in row.trace_ids if t in traces):
-            row.paused_ms, row.pause_unknown = None, True
+            row.paused_ms = None
+            row.pause_unknown = True
     return run
 
 
 def _rows(
-    root_started: dict[tuple[int, int], Any], root_finished: dict[tuple[int, int], Any]
+    root_started: dict[tuple[int, int], RootSpan],
+    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished],
 ) -> list[RunRow]:
     roots = [*root_started.values(), *(f for k, f in root_finished.items() if k not in root_started)]
     roots = [
@@ -344,7 +521,7 @@ def _rows(
         last = rows[-1] if rows else None
         coordinate = isinstance(e, CoordinateStarted | CoordinateFinished)
         if (
-            coordinate
+            isinstance(e, CoordinateStarted | CoordinateFinished)
             and last is not None
             and last.coordinated
             and last.checkpoint_id == e.checkpoint_id
@@ -364,10 +541,11 @@ def _judge(
     run: Run,
     row: RunRow,
     traces: dict[int, _Trace],
-    started: dict[tuple[int, int], Any],
-    root_finished: dict[tuple[int, int], Any],
-    slowest: dict[tuple[int, int], str],
-    causes_by_checkpoint: dict[str, list[Any]],
+    started: dict[tuple[int, int], StartedSpan],
+    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished],
+    critical: dict[tuple[int, int], str],
+    causes_by_checkpoint: dict[str, list[LeaseExpired | PrepareNotReady | Refused]],
+    causes_over: Counter[str],
 ) -> None:
     mine = [traces[t] for t in row.trace_ids if t in traces]
     ends = [root_finished[k] for k in row.roots if k in root_finished]
@@ -385,17 +563,19 @@ def _judge(
     for e in causes_by_checkpoint.get(row.checkpoint_id or "", []) if row.checkpoint_id else []:
         match e:
             case LeaseExpired():
-                since = e.time_ns - prepares[_who(e)] if _who(e) in prepares else None
+                since = e.time_ns - prepares[who_wrote(e)] if who_wrote(e) in prepares else None
                 after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
-                timed.append((e.time_ns, f"lease expired on {_who(e)} in phase {e.phase}{after}"))
+                timed.append((e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}"))
                 aborted_by = True
             case PrepareNotReady():
-                blocked = f"not ready at its deadline: {_who(e)} blocked by {counted(e.blockers, 'episode')}"
+                blocked = (
+                    f"not ready at its deadline: {who_wrote(e)} blocked by {counted(e.blockers, 'episode')}"
+                )
                 timed.append((e.time_ns, blocked))
                 aborted_by = True
             case Refused():
                 status = HTTP_STATUS.get(e.code)
-                refused = f"{_who(e)} refused: {e.code}" + ("" if status is None else f" ({status})")
+                refused = f"{who_wrote(e)} refused: {e.code}" + ("" if status is None else f" ({status})")
                 # The controller's record of the same refusal says more (its detail, when).
                 if not any(c.startswith(refused) for c in recorded):
                     timed.append((e.time_ns, refused))
@@ -406,10 +586,10 @@ def _judge(
         row.outcome = OPEN
         traces_of = row.trace_ids
         open_spans = sorted((s for k, s in started.items() if k[0] in traces_of), key=lambda s: s.start_ns)
-        silent = sorted({_who(s) for s in open_spans if isinstance(s, OperationStarted)})
+        silent = sorted({who_wrote(s) for s in open_spans if isinstance(s, OperationStarted)})
         for s in open_spans[:_CAUSES]:
             age_ms = (run.last_ns - s.start_ns) / 1e6
-            causes.append(f"{span_name_or_kind(s)} on {_who(s)} still open, {age_ms:.1f} ms")
+            causes.append(f"{what_of(s)} on {who_wrote(s)} still open, {age_ms:.1f} ms")
         if len(open_spans) > _CAUSES:
             causes.append(f"... {counted(len(open_spans) - _CAUSES, 'more open span')}")
         if silent:
@@ -421,9 +601,7 @@ def _judge(
             # The protocol's own aborts surface as the controller's error (not prepared, or a
             # commit refused after the lease): the abort is the outcome, not a failure.
             row.outcome = ABORTED if aborted_by else FAILED
-        elif any(
-            getattr(f, "published", None) is False or getattr(f, "prepared", None) is False for f in ends
-        ):
+        elif any(_not_done(f) for f in ends):
             row.outcome = ABORTED
         elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
             row.outcome = ABORTED
@@ -434,9 +612,11 @@ def _judge(
         _episodes_after_restore(row, ends)
     if row.published:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
-        row.slowest = slowest.get((longest.trace_id, longest.span_id), "")
+        row.critical_path = critical.get((longest.trace_id, longest.span_id), "")
         causes = []
-    more = [f"... and {len(causes) - _CAUSES} more"] if len(causes) > _CAUSES else []
+    # Past the causes kept per checkpoint, the rest are counted (``_KEPT_CAUSES``).
+    over = causes_over[row.checkpoint_id or ""] if causes else 0
+    more = [f"... and {len(causes) - _CAUSES + over:,} more"] if len(causes) + over > _CAUSES else []
     row.causes = causes[:_CAUSES] + more
 
 
@@ -450,7 +630,7 @@ def episodes_text(continued: int | None, restarted: int | None) -> str:
     return ", ".join(parts)
 
 
-def _episodes_after_restore(row: RunRow, ends: Sequence[Any]) -> None:
+def _episodes_after_restore(row: RunRow, ends: Sequence[CollectionFinished | CoordinateFinished]) -> None:
     collections = [
         f for f in ends if isinstance(f, CollectionFinished) and f.action == CollectionAction.RESTORE
     ]
@@ -464,44 +644,43 @@ def _episodes_after_restore(row: RunRow, ends: Sequence[Any]) -> None:
     row.continued = sum(episodes) if episodes else None
 
 
-def _who(e: Any) -> str:
-    return "controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
+def _what(root: RootSpan) -> str:
+    match root:
+        case CollectionStarted(action=action) | CollectionFinished(action=action):
+            return str(action)
+        case CoordinateStarted(operation=operation) | CoordinateFinished(operation=operation):
+            return "restore" if operation == Operation.RESTORE else "checkpoint"
 
 
-def _what(root: Any) -> str:
-    if isinstance(root, CollectionStarted | CollectionFinished):
-        return str(root.action)
-    return "restore" if root.operation == Operation.RESTORE else "checkpoint"
+def _committed(roots: Sequence[CollectionFinished | CoordinateFinished]) -> bool:
+    return any(isinstance(f, CoordinateFinished) and f.operation == Operation.COMMIT for f in roots)
 
 
-def _committed(roots: Sequence[Any]) -> bool:
-    return any(getattr(f, "operation", None) == Operation.COMMIT for f in roots)
+def _not_done(root: CollectionFinished | CoordinateFinished) -> bool:
+    """A root that ended without doing its work: a collection not published, a prepare not
+    prepared."""
+    match root:
+        case CollectionFinished(published=False) | CoordinateFinished(prepared=False):
+            return True
+        case _:
+            return False
 
 
-def span_name_or_kind(e: Any) -> str:
-    for attr in ("operation", "step", "stage", "action"):
-        if (value := getattr(e, attr, None)) is not None:
-            # A stage (and a user's own step) is a plain name; the protocol's are enums.
-            name = str(getattr(value, "value", value))
-            return f"prepare stage {name}" if attr == "stage" else name
-    return type(e).__name__
-
-
-def _error(e: Any, t: int) -> _Error:
+def _error(e: FinishedSpan, t: int) -> _Error:
     """What a span that ended in error says: its error's name (not its module path; a
     refusal's code is the start of its message) and message, cut at a word."""
     name = (e.error_type or "error").rsplit(".", 1)[-1]
     message = e.error_message or ""
     what = message if name == "ProtocolRefusal" and message else f"{name}: {message}" if message else name
-    said = f"{span_name_or_kind(e)} failed on {_who(e)} ({clipped(what, _MESSAGE)})"
+    said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
     members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
-    return _Error(t, e.span_id, _who(e), _operation_of(e), said, members)
+    return _Error(t, e.span_id, who_wrote(e), _operation_of(e), said, members)
 
 
-def _operation_of(e: Any) -> str:
-    if getattr(e, "stage", None) is not None:
+def _operation_of(e: FinishedSpan) -> str:
+    if isinstance(e, StageFinished):
         return Operation.PREPARE.value  # a stage of coordinate.prepare
-    return span_name_or_kind(e)
+    return what_of(e)
 
 
 def _span_causes(traces: Sequence[_Trace]) -> tuple[list[tuple[int, str]], list[str], list[str]]:

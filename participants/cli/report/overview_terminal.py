@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 from rich import box
@@ -21,9 +20,10 @@ from ckpt_events.participants.cli.report.overview import (
     episodes_text,
 )
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
 
-__all__ = ["OUTCOME_COLOURS", "chosen_rows", "clean", "render_overview"]
+__all__ = ["OUTCOME_COLOURS", "chosen_rows", "render_overview"]
 
 #: Colour of each outcome: the one place the overview picks colours.
 OUTCOME_COLOURS = {PUBLISHED: "green", RESTORED: "green", ABORTED: "yellow", FAILED: "red", OPEN: "red"}
@@ -31,17 +31,6 @@ OUTCOME_COLOURS = {PUBLISHED: "green", RESTORED: "green", ABORTED: "yellow", FAI
 _ROOMY = 100
 #: Ids up to this long are never wrapped (the demo's are 29 characters).
 _WHOLE_ID = 36
-#: ESC/CSI/OSC sequences and other C0/C1 control characters a log could smuggle to a terminal.
-_CONTROL = re.compile(
-    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, ended by BEL or ST (or cut off)
-    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # every other C0/C1 control, ESC included
-)
-
-
-def clean(text: str) -> str:
-    """``text`` with terminal control sequences removed: strings from a log are never obeyed."""
-    return _CONTROL.sub("", text)
 
 
 def _span_text(ms: float) -> str:
@@ -61,13 +50,13 @@ def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
 def render_overview(console: Console, run: Run, *, title: str) -> None:
     """The table of the run's checkpoints and restores, then each one's cause or critical path."""
     rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
-    heading = f"run overview ({clean(title)}): {rows}"
+    heading = f"run overview ({escape(title)}): {rows}"
     console.print(Text(heading, style="bold"))
     # Under 100 columns one space between columns (no edges) keeps a checkpoint id and its
     # start time on one line each at 80; an id too long for that folds rather than being cut.
     compact = console.width < _ROOMY
     table = Table(box=box.SIMPLE_HEAD, show_edge=not compact, padding=(0, 0) if compact else (0, 1))
-    whole = max((len(clean(r.checkpoint_id or "")) for r in run.rows), default=0) <= _WHOLE_ID
+    whole = max((len(escape(r.checkpoint_id or "")) for r in run.rows), default=0) <= _WHOLE_ID
     for column, justify in (
         ("#", "right"),
         ("what", "left"),
@@ -84,11 +73,11 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
         table.add_row(
             str(number),
             row.what,
-            clean(row.checkpoint_id or ""),
+            Text(escape(row.checkpoint_id or "")),
             start,
             "" if row.ms is None else f"{row.ms:.1f}",
             "unknown" if row.pause_unknown else "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
-            Text(row.outcome, style=OUTCOME_COLOURS.get(row.outcome, "white")),
+            Text(escape(row.outcome), style=OUTCOME_COLOURS.get(row.outcome, "white")),
         )
     console.print(table)
     paused = sum(r.paused_ms or 0.0 for r in run.rows)
@@ -114,19 +103,22 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
         known = [r.restarted for r in restores if r.restarted is not None]
         after = episodes_text(sum(r.continued or 0 for r in restores), sum(known) if known else None)
         console.print(Text(f"after {counted(len(restores), 'restore')}: {after}"))
+    for line in run.unscoped_lines():
+        # Counted run-wide: a refusal before the body was read names no checkpoint.
+        console.print(Text(escape(line), style="yellow"))
     _render_trends(console, run)
     for number, row in enumerate(run.rows, 1):
         if row.causes:
-            console.print(Text(f"#{number} {row.what} {row.outcome}: " + clean("; ".join(row.causes))))
-        elif row.slowest:
-            console.print(Text(f"#{number} {row.what}, {clean(row.slowest)}", style="dim"))
+            console.print(Text(f"#{number} {row.what} {row.outcome}: " + escape("; ".join(row.causes))))
+        elif row.critical_path:
+            console.print(Text(f"#{number} {row.what}, {escape(row.critical_path)}", style="dim"))
         if row.what == "restore":
             source = (
-                f"from #{row.source_row} checkpoint {clean(row.checkpoint_id or '')}"
+                f"from #{row.source_row} checkpoint {escape(row.checkpoint_id or '')}"
                 if row.source_row is not None
-                else f"of checkpoint {clean(row.checkpoint_id or '')} (not in these logs)"
+                else f"of checkpoint {escape(row.checkpoint_id or '')} (not in these logs)"
             )
-            said = "".join(f"; {clean(x)}" for x in (row.dominated, row.episodes_text) if x)
+            said = "".join(f"; {escape(x)}" for x in (row.dominated, row.episodes_text) if x)
             console.print(Text(f"#{number} restore {source}{said}"))
 
 
@@ -150,9 +142,9 @@ def _render_trends(console: Console, run: Run) -> None:
     for t in trends:
         kind, operation, step = t.key
         table.add_row(
-            clean(kind),
-            clean(operation),
-            clean(step),
+            Text(escape(kind)),
+            Text(escape(operation)),
+            Text(escape(step)),
             str(t.count),
             f"{t.p50:.1f}",
             f"{t.p95:.1f}",
@@ -160,4 +152,4 @@ def _render_trends(console: Console, run: Run) -> None:
         )
     console.print(table)
     for flag in run.trends.flags():
-        console.print(Text("flag: " + clean(flag), style="yellow"))
+        console.print(Text("flag: " + escape(flag), style="yellow"))

@@ -10,16 +10,22 @@ Two words, one meaning each:
   starts after its parent ended is dropped (jaeger-ui's ``sanitizeOverFlowingChildren``);
 - the **slowest** operation is the longest participant operation of the trace, on the path or
   not.
+
+A span of unknown duration (its process's clock went back during it) may have ended any time
+before its parent did: when the walk reaches a span with such a child, the path from there is
+unknown and said so, never walked through a participant that may not have held the root up.
+Likewise the slowest operation is unknown when one of unknown duration could have been it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
-from ckpt_events import OperationFinished, StepFinished
-from ckpt_events.participants.cli.report.model import finished_spans, who_of
+from ckpt_events import Event, OperationFinished, StepFinished
+from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
+from ckpt_events.participants.cli.report.model import Span, finished_spans
 from ckpt_events.participants.cli.words import counted, rate
 from ckpt_events.vocab import Kind, Operation, Step, span_name, span_name_of
 
@@ -32,6 +38,7 @@ __all__ = [
     "on_critical_path",
     "path_line",
     "slowest_operation",
+    "unknown_on_path",
 ]
 
 
@@ -48,54 +55,76 @@ class SpanLike(Protocol):
     def end_ns(self) -> int: ...
 
 
+S = TypeVar("S", bound=SpanLike)
+
+
 @dataclass(frozen=True)
-class Section:
+class Section(Generic[S]):
     """A stretch of the critical path: the time ``span`` itself held the root up, children
     aside."""
 
-    span: Any
+    span: S
     start_ns: int
     end_ns: int
 
 
-def _tree(spans: Iterable[SpanLike]) -> tuple[Any, dict[int | None, list[SpanLike]]]:
+def _unknown_duration(s: SpanLike) -> bool:
+    """Whether a span's duration is unknown: an event's end is before its start
+    (``events.duration_ns``); a ``Span`` (drawn as an instant) says so."""
+    # Per span of every walk: two comparisons first, the class test only for a zero-length one.
+    return s.end_ns < s.start_ns or (s.end_ns == s.start_ns and isinstance(s, Span) and not s.known)
+
+
+def _tree(spans: Iterable[S]) -> tuple[S | None, dict[int | None, list[S]]]:
     """The longest root (``None`` without spans) and each span's children, by parent id."""
     chosen = list(spans)
     ids = {s.span_id for s in chosen}
-    children: dict[int | None, list[SpanLike]] = {}
+    children: dict[int | None, list[S]] = {}
     for s in chosen:
         parent = s.parent_span_id if s.parent_span_id in ids and s.parent_span_id != s.span_id else None
         children.setdefault(parent, []).append(s)
     return max(children.get(None, []), key=lambda s: s.end_ns - s.start_ns, default=None), children
 
 
-def critical_path(spans: Iterable[SpanLike]) -> list[Section]:
-    """The critical path of the longest root among ``spans`` (one trace's), latest section first;
-    ``[]`` without spans. The sections tile the root's time exactly."""
+def _walk(spans: Iterable[S]) -> tuple[list[Section[S]], S | None]:
+    """The critical path's sections, latest first, and the span of unknown duration where the
+    walk had to stop (``None``: the path is whole)."""
     root, children = _tree(spans)
     if root is None:
-        return []
-    # Each span's time cut to its parent's, top down; what falls outside is dropped.
+        return [], None
+    if _unknown_duration(root):
+        return [], root
+    # Each span's time cut to its parent's, top down; what falls outside is dropped. A child
+    # of unknown duration that started before its parent ended may have ended any time until
+    # the parent did: kept apart, it stops the walk where the walk reaches its parent.
     bounds: dict[int, tuple[int, int]] = {root.span_id: (root.start_ns, root.end_ns)}
-    parent_of: dict[int, SpanLike] = {}
-    kids: dict[int, list[SpanLike]] = {}
+    parent_of: dict[int, S] = {}
+    kids: dict[int, list[S]] = {}
+    unsure: dict[int, S] = {}
     todo = [root]
     while todo:
         node = todo.pop()
         lo, hi = bounds[node.span_id]
         inside = []
         for child in children.get(node.span_id, []):
-            if child.span_id in bounds or child.start_ns >= hi or child.end_ns <= lo:
+            if child.span_id in bounds or child.start_ns >= hi:
+                continue
+            if _unknown_duration(child):
+                unsure.setdefault(node.span_id, child)
+                continue
+            if child.end_ns <= lo:
                 continue
             bounds[child.span_id] = (max(lo, child.start_ns), min(hi, child.end_ns))
             parent_of[child.span_id] = node
             inside.append(child)
         kids[node.span_id] = sorted(inside, key=lambda c: bounds[c.span_id][1], reverse=True)
         todo.extend(inside)
-    out: list[Section] = []
+    out: list[Section[S]] = []
     entered = {root.span_id}
     node, returning = root, None  # returning: the start of the child just walked back from
     for _ in range(2 * len(bounds) + 1):  # each span is entered once and left once
+        if returning is None and (stop := unsure.get(node.span_id)) is not None:
+            return out, stop
         lo, hi = bounds[node.span_id]
         top = hi if returning is None else returning
         # A sibling that ended the instant the next one started counts as before it (Jaeger
@@ -115,71 +144,117 @@ def critical_path(spans: Iterable[SpanLike]) -> list[Section]:
         if node is root:
             break
         node, returning = parent_of[node.span_id], lo
-    return out
+    return out, None
+
+
+def critical_path(spans: Iterable[S]) -> list[Section[S]]:
+    """The critical path of the longest root among ``spans`` (one trace's), latest section first;
+    ``[]`` without spans. The sections tile the root's time exactly, unless the walk met a span
+    of unknown duration (``unknown_on_path``): then they stop where it did."""
+    return _walk(spans)[0]
+
+
+def unknown_on_path(spans: Iterable[S]) -> S | None:
+    """The span of unknown duration that makes the critical path unknown from where the walk
+    reached it (see the module docstring), or ``None``."""
+    return _walk(spans)[1]
 
 
 def on_critical_path(spans: Iterable[SpanLike]) -> set[int]:
-    """Span ids of the root and of every span holding a section of its critical path."""
+    """Span ids of the root and of every span holding a section of its critical path, as far as
+    it is known: where the walk stopped at a span of unknown duration, its parent (which the
+    walk entered) is on it, the span itself is not known to be."""
     chosen = list(spans)
     root = _tree(chosen)[0]
-    return set() if root is None else {root.span_id} | {s.span.span_id for s in critical_path(chosen)}
+    if root is None:
+        return set()
+    sections, stop = _walk(chosen)
+    entered = set() if stop is None or stop.parent_span_id is None else {stop.parent_span_id}
+    return {root.span_id} | {s.span.span_id for s in sections} | entered
 
 
-def _ms(e: Any) -> float:
+def _ms(e: FinishedSpan) -> float:
     return float(e.end_ns - e.start_ns) / 1e6
 
 
-def _who(e: Any) -> str:
-    return "controller" if e.kind == Kind.CONTROLLER else who_of(e.kind, e.instance, e.worker)
-
-
-def _short(e: Any) -> str:
+def _short(e: FinishedSpan) -> str:
     return (span_name_of(e) or span_name(Operation.RENEW.value)).removeprefix("gym.checkpoint.")
 
 
-def _operation(top: Any, spans: Sequence[Any]) -> str:
+def _operation(top: FinishedSpan, spans: Sequence[FinishedSpan]) -> str:
     """``environment/environment-0 commit 9.0 ms (write 7.4 ms)``: with its longest step."""
-    said = f"{_who(top)} {_short(top)} {_ms(top):.1f} ms"
-    steps = [e for e in spans if isinstance(e, StepFinished) and e.parent_span_id == top.span_id]
+    said = f"{who_wrote(top)} {_short(top)} {_ms(top):.1f} ms"
+    steps = [
+        e
+        for e in spans
+        if isinstance(e, StepFinished) and e.parent_span_id == top.span_id and duration_ns(e) is not None
+    ]
     if steps:
         step = max(steps, key=_ms)
         said += f" ({_short(step)} {_ms(step):.1f} ms)"
     return said
 
 
-def slowest_operation(spans: Sequence[Any]) -> Any | None:
-    """The longest participant operation among one trace's finished spans, or ``None``."""
-    operations = [e for e in spans if isinstance(e, OperationFinished) and e.kind != Kind.CONTROLLER]
+def _unknown(e: FinishedSpan) -> str:
+    """``the clock of model/model-0 went back during its commit``."""
+    return f"the clock of {who_wrote(e)} went back during its {_short(e)}"
+
+
+def _participant_operations(spans: Sequence[FinishedSpan]) -> list[OperationFinished]:
+    return [e for e in spans if isinstance(e, OperationFinished) and e.kind != Kind.CONTROLLER]
+
+
+def _slowest(operations: Sequence[OperationFinished]) -> OperationFinished | None:
+    if any(duration_ns(e) is None for e in operations):
+        return None
     return max(operations, key=_ms, default=None)
 
 
-def path_line(events: Sequence[Any], trace_id: int) -> str:
+def slowest_operation(spans: Sequence[FinishedSpan]) -> OperationFinished | None:
+    """The longest participant operation among one trace's finished spans; ``None`` without one,
+    or when one of unknown duration could have been the longest."""
+    return _slowest(_participant_operations(spans))
+
+
+def path_line(events: Sequence[Event], trace_id: int) -> str:
     """The trace's critical path and its slowest operation in words, ``""`` without spans:
     ``critical path: coordinate.commit 30.0 ms, environment/environment-0 commit 28.0 ms
     (write 7.4 ms); slowest operation: model/model-0 prepare 80.0 ms (generation_cut 60.0 ms)``.
 
     The path is named by its longest stage (a child of the root) and its longest participant
     operation; when that operation is also the trace's slowest, the line says so instead of
-    naming it twice."""
+    naming it twice. Where a span of unknown duration makes either unknown, the line says
+    ``unknown`` and whose clock went back."""
     chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
     root = _tree(chosen)[0]
     if root is None:
         return ""
-    sections = critical_path(chosen)
+    sections, stop = _walk(chosen)
+    operations = _participant_operations(chosen)
+    unsure = next((e for e in operations if duration_ns(e) is None), None)
+    slowest = None if unsure is not None else _slowest(operations)
+    if stop is not None:
+        said = f"critical path: unknown ({_unknown(stop)})"
+        if unsure is stop:
+            return f"{said}; slowest operation: unknown too"
+        if unsure is not None:
+            return f"{said}; slowest operation: unknown ({_unknown(unsure)})"
+        return said if slowest is None else f"{said}; slowest operation: {_operation(slowest, chosen)}"
     on_path = {id(s.span): s.span for s in sections}
     stages = [s for s in on_path.values() if s.parent_span_id == root.span_id and s is not root]
-    operations = [
+    on_path_operations = [
         s for s in on_path.values() if isinstance(s, OperationFinished) and s.kind != Kind.CONTROLLER
     ]
     parts = []
     if stages:
         stage = max(stages, key=_ms)
         parts.append(f"{_short(stage)} {_ms(stage):.1f} ms")
-    top = max(operations, key=_ms, default=None)
+    top = max(on_path_operations, key=_ms, default=None)
     if top is not None:
         parts.append(_operation(top, chosen))
     said = "critical path: " + ", ".join(parts or [f"{_short(root)} {_ms(root):.1f} ms"])
-    slowest = slowest_operation(chosen)
+    if unsure is not None:
+        return f"{said}; slowest operation: unknown ({_unknown(unsure)})"
     if slowest is None:
         return said
     if slowest is top:
@@ -187,22 +262,31 @@ def path_line(events: Sequence[Any], trace_id: int) -> str:
     return f"{said}; slowest operation: {_operation(slowest, chosen)}"
 
 
-def dominant_step_ms(spans: Sequence[Any]) -> float | None:
+def _read_or_install(spans: Sequence[FinishedSpan]) -> list[StepFinished]:
+    """A restore's read and install steps of known duration."""
+    return [
+        e
+        for e in spans
+        if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL) and duration_ns(e) is not None
+    ]
+
+
+def dominant_step_ms(spans: Sequence[FinishedSpan]) -> float | None:
     """How long a restore's longest read or install step took, in ms (``None``: no such step)."""
-    steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]
+    steps = _read_or_install(spans)
     if not steps:
         return None
     return max(_ms(e) for e in steps)
 
 
-def dominated(spans: Sequence[Any]) -> str:
+def dominated(spans: Sequence[FinishedSpan]) -> str:
     """The longest read or install step of a restore: which, on whom, its records and rate."""
-    steps = [e for e in spans if isinstance(e, StepFinished) and e.step in (Step.READ, Step.INSTALL)]
+    steps = _read_or_install(spans)
     if not steps:
         return ""
     top = max(steps, key=_ms)
     ms = _ms(top)
-    out = f"{top.step} on {_who(top)} {ms:.1f} ms dominated"
+    out = f"{top.step} on {who_wrote(top)} {ms:.1f} ms dominated"
     if top.records is not None:
         out += f", {counted(top.records, 'record')}"
     if top.bytes is not None:

@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_events import Event, GenerationCut, LeaseExpired, PrepareNotReady, Refused, Stalled
-from ckpt_events.participants.cli.report.model import Span, finished_spans, trace_spans, who_of
+from ckpt_events.participants.cli.report.events import PointEvent, who_of
+from ckpt_events.participants.cli.report.model import Span, finished_spans, trace_spans
 from ckpt_events.vocab import CountedEvent, Kind
 
 __all__ = ["trace_events", "write_perfetto"]
 
 _CONTROLLER_PID = 1
+#: The counted events (``events.PointEvent``): each is a counter.
+_POINTS = (LeaseExpired, PrepareNotReady, Refused, GenerationCut, Stalled)
 
 
 def _track(who: str) -> tuple[str, int | None]:
@@ -91,7 +94,9 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
     """The trace events, metadata first: ``[]`` when no span finished and nothing was counted."""
     events = list(events)
     spans = _all_spans(events)
-    counted: list[tuple[Any, list[tuple[str, str, int]]]] = [(e, c) for e in events if (c := _counted(e))]
+    counted: list[tuple[PointEvent, list[tuple[str, str, int]]]] = [
+        (e, c) for e in events if isinstance(e, _POINTS) and (c := _counted(e))
+    ]
     instants = [s.start_ns for _, s in spans] + [e.time_ns for e, _ in counted]
     if not instants:
         return []

@@ -12,7 +12,6 @@ publish), so the page stays readable and the second pass over the logs stays sma
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from ckpt_events.participants.cli.report.overview import (
     RunRow,
 )
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
+from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
@@ -59,10 +59,6 @@ td.outcome { font-weight: 600; }
 """
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _strip(run: Run) -> str:
     lo = min((r.start_ns for r in run.rows), default=run.first_ns)
     hi = max([run.last_ns, *(r.end_ns or run.last_ns for r in run.rows)])
@@ -79,10 +75,10 @@ def _strip(run: Run) -> str:
         width = max(2.0, (end - row.start_ns) / total * _STRIP_W)
         fill = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         ms = "open" if row.ms is None else f"{row.ms:.1f} ms"
-        tip = _e(f"#{number} {row.what} {row.checkpoint_id or ''}: {row.outcome}, {ms}")
+        tip = escape_html(f"#{number} {row.what} {row.checkpoint_id or ''}: {row.outcome}, {ms}")
         out.append(
             f'<a href="#row-{number}"><rect class="checkpoint" data-row="{number}" '
-            f'data-outcome="{_e(row.outcome)}" x="{x:.1f}" y="4" width="{width:.1f}" '
+            f'data-outcome="{escape_html(row.outcome)}" x="{x:.1f}" y="4" width="{width:.1f}" '
             f'height="{_STRIP_H - 8}" fill="{fill}"><title>{tip}</title></rect></a>'
         )
     out.append(f'<text x="0" y="{_STRIP_H + 13}" fill="#555">{_when(lo)} UTC</text>')
@@ -99,8 +95,8 @@ def _strip_legend(run: Run) -> str:
     for row in run.rows:
         seen[row.outcome] = seen.get(row.outcome, 0) + 1
     items = "".join(
-        f'<span data-outcome="{_e(outcome)}"><i class="swatch" style="background:{fill}"></i>'
-        f"{_e(outcome)} ({seen.get(outcome, 0)})</span>"
+        f'<span data-outcome="{escape_html(outcome)}"><i class="swatch" style="background:{fill}"></i>'
+        f"{escape_html(outcome)} ({seen.get(outcome, 0)})</span>"
         for outcome, fill in OUTCOME_FILLS.items()
     )
     return f'<div class="legend" id="strip-legend">outcome: {items}</div>'
@@ -117,7 +113,7 @@ def _table(run: Run, drawn: set[int]) -> str:
     )
     body = []
     for number, row in enumerate(run.rows, 1):
-        said = "; ".join(row.causes) if row.causes else row.slowest
+        said = "; ".join(row.causes) if row.causes else row.critical_path
         link = f' <a href="#detail-{number}">waterfall</a>' if id(row) in drawn else ""
         if row.what == "restore":
             source = (
@@ -129,12 +125,12 @@ def _table(run: Run, drawn: set[int]) -> str:
             link = f" (restored from {source}){link}"
         colour = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         body.append(
-            f'<tr id="row-{number}"><td>{number}</td><td>{_e(row.what)}</td>'
-            f"<td>{_e(row.checkpoint_id or '')}</td>"
+            f'<tr id="row-{number}"><td>{number}</td><td>{escape_html(row.what)}</td>'
+            f"<td>{escape_html(row.checkpoint_id or '')}</td>"
             f"<td>{_when(row.start_ns)}</td><td>{'' if row.ms is None else f'{row.ms:.1f}'}</td>"
             f"<td>{'' if row.paused_ms is None else f'{row.paused_ms:.1f}'}</td>"
-            f'<td class="outcome" style="color:{colour}">{_e(row.outcome)}</td>'
-            f'<td class="cause">{_e(said)}{link}</td></tr>'
+            f'<td class="outcome" style="color:{colour}">{escape_html(row.outcome)}</td>'
+            f'<td class="cause">{escape_html(said)}{link}</td></tr>'
         )
     rows = "\n".join(body)
     return f'<div class="wrap"><table id="overview"><tr>{head}</tr>\n{rows}</table></div>'
@@ -146,12 +142,13 @@ def _trends(run: Run) -> str:
         return ""
     head = "".join(f"<th>{c}</th>" for c in ("kind", "operation", "step", "n", "p50 ms", "p95 ms", "max ms"))
     body = "\n".join(
-        f"<tr><td>{_e(t.key[0])}</td><td>{_e(t.key[1])}</td><td>{_e(t.key[2])}</td><td>{t.count}</td>"
-        f"<td>{t.p50:.1f}</td><td>{t.p95:.1f}</td><td>{t.max:.1f}</td></tr>"
+        "<tr>"
+        + "".join(f"<td>{escape_html(part)}</td>" for part in t.key)
+        + f"<td>{t.count}</td><td>{t.p50:.1f}</td><td>{t.p95:.1f}</td><td>{t.max:.1f}</td></tr>"
         for t in trends
     )
     flags = run.trends.flags()
-    listed = "".join(f'<li class="flag">{_e(f)}</li>' for f in flags)
+    listed = "".join(f'<li class="flag">{escape_html(f)}</li>' for f in flags)
     said = counted(len(trends), "row") + (f", {counted(len(flags), 'flag')}" if flags else ", no flags")
     # Collapsed, and after the waterfalls: a long table must not push them off the first screen.
     return (
@@ -169,9 +166,11 @@ def _waterfalls(run: Run, details: dict[int, list[Any]]) -> list[str]:
         if events is None:
             continue
         label = f"#{number} {row.what} {row.checkpoint_id or ''} ({row.outcome})"
-        parts = [f'<section id="detail-{number}"><h2>{_e(label)} <a href="#row-{number}">↑ row</a></h2>']
+        parts = [
+            f'<section id="detail-{number}"><h2>{escape_html(label)} <a href="#row-{number}">↑ row</a></h2>'
+        ]
         if row.causes:
-            parts.append(f'<p class="line">{_e("; ".join(row.causes))}</p>')
+            parts.append(f'<p class="line">{escape_html("; ".join(row.causes))}</p>')
         for trace in sorted(row.trace_ids, key=lambda t: min(s for tr, s in row.roots if tr == t)):
             spans = trace_spans(events, trace)
             if spans:
@@ -196,7 +195,7 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
     trends = _trends(run)
     flags = (
         f'<p class="flags">{counted(len(run.trends.flags()), "trend flag")}: '
-        + "; ".join(_e(f) for f in run.trends.flags())
+        + "; ".join(escape_html(f) for f in run.trends.flags())
         + ' (<a href="#trends-details">trends table</a>, below the waterfalls)</p>'
         if trends and run.trends.flags()
         else ""
@@ -204,8 +203,8 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_e(title)}</title><style>{PAGE_STYLE}{_RUN_STYLE}</style></head><body>\n"
-        f"<h1>{_e(title)}</h1>\n"
+        f"<title>{escape_html(title)}</title><style>{PAGE_STYLE}{_RUN_STYLE}</style></head><body>\n"
+        f"<h1>{escape_html(title)}</h1>\n"
         f"<section id='run'><h2>run overview: {rows}</h2>\n"
         f"{_strip(run)}\n{_strip_legend(run)}\n{_table(run, drawn)}\n{not_all}{flags}</section>\n"
         + "\n".join(_waterfalls(run, details))

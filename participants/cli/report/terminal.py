@@ -25,6 +25,7 @@ from ckpt_events.participants.cli.report.model import (
 )
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, breakdown_columns, counts
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 from ckpt_events.vocab import CountedEvent
@@ -45,13 +46,20 @@ def _colour(who: str, colours: Mapping[str, str]) -> str:
 
 
 def render(
-    console: Console, events: Sequence[Event], *, title: str = "checkpoint", kinds: KindRegistry = KINDS
+    console: Console,
+    events: Sequence[Event],
+    *,
+    title: str = "checkpoint",
+    kinds: KindRegistry = KINDS,
+    totals: tuple[list[Breakdown], Mapping[str, Counter[str]]] | None = None,
 ) -> None:
     """Print the breakdown, then for the checkpoint and the restore: the attribution line and
-    the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``."""
+    the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``.
+    ``totals``, the breakdown and counted events of more than ``events`` (whole logs streamed
+    past, ``events`` only the trace drawn), are shown instead of ``events``' own."""
     colours = kinds.palette()
-    rows = breakdown(events)
-    console.print(Text(f"{title}: time per participant (ms), records and bytes", style="italic"))
+    rows = breakdown(events) if totals is None else totals[0]
+    console.print(Text(f"{escape(title)}: time per participant (ms), records and bytes", style="italic"))
     console.print(_breakdown_table(rows, console.width, colours))
     checkpoint, restore = checkpoint_and_restore(events)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
@@ -68,15 +76,20 @@ def render(
             f"─ +N more: parallel calls folded (the slowest shown; ≤ their longest ms)",
         )
     )
-    console.print(_counts_table(events))
+    console.print(_counts_table(counts(events) if totals is None else totals[1]))
 
 
 def render_attribution(console: Console, label: str, attribution: Attribution | None) -> None:
     """The line ``N ms total, M ms in participants' handlers, ...`` and its named parts."""
     if attribution is None:
         return
-    console.print(Text(f"{label} ({attribution.root}): {attribution.line()}", style="bold"))
-    parts = ", ".join(f"{name} {ms:.1f} ms" for name, ms in attribution.top_parts())
+    # Which checkpoint: a restore's id is the checkpoint it restored.
+    if attribution.checkpoint_id is not None:
+        label = f"{label} {attribution.checkpoint_id}"
+    console.print(
+        Text(f"{escape(label)} ({escape(attribution.root)}): {escape(attribution.line())}", style="bold")
+    )
+    parts = ", ".join(f"{escape(name)} {ms:.1f} ms" for name, ms in attribution.top_parts())
     if attribution.max_loop_lag_ms is not None:
         parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
     console.print(Text("  " + parts, style="dim"))
@@ -94,6 +107,10 @@ def _per_kind(rows: list[Breakdown]) -> list[Breakdown]:
         for row in members:
             for column, value in row.ms.items():
                 ms[column] = max(value, ms.get(column, 0.0))
+        # The longest instance is unknown where one instance's duration is.
+        unknown: set[str] = set().union(*(row.unknown for row in members))
+        for column in unknown:
+            ms.pop(column, None)
         instances = len({row.instance for row in members})
         out.append(
             Breakdown(
@@ -103,6 +120,7 @@ def _per_kind(rows: list[Breakdown]) -> list[Breakdown]:
                 sum(r.records for r in members),
                 sum(r.bytes for r in members),
                 sum(r.errors for r in members),
+                unknown=unknown,
             )
         )
     return out
@@ -117,10 +135,10 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
         table = Table(box=box.SIMPLE_HEAD)
         table.add_column("participant", overflow="fold")
         for column in (*columns, "records committed", "bytes written"):
-            table.add_column(column, justify="right", overflow="fold")
+            table.add_column(Text(escape(column)), justify="right", overflow="fold")
         for row in rows:
-            cells = [f"{row.ms[c]:.1f}" if c in row.ms else "" for c in columns]
-            table.add_row(_who(row), *cells, f"{row.records:,}", f"{row.bytes:,}")
+            cells = [_cell(row, c) for c in columns]
+            table.add_row(Text(_who(row)), *cells, f"{row.records:,}", f"{row.bytes:,}")
         return table
     # Pivoted: one row per operation or step, one column per participant.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -129,17 +147,26 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
         header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind, colours))
         table.add_column(header, justify="right", overflow="fold")
     for column in columns:
-        table.add_row(column, *(f"{r.ms[column]:.1f}" if column in r.ms else "" for r in rows))
+        table.add_row(Text(escape(column)), *(_cell(r, column) for r in rows))
     table.add_row("records", *(f"{r.records:,}" for r in rows))
     table.add_row("bytes", *(f"{r.bytes:,}" for r in rows))
     return table
 
 
+def _cell(row: Breakdown, column: str) -> str:
+    """A breakdown cell: its ms, ``?`` where a duration is unknown (a clock went back), or blank."""
+    if column in row.unknown:
+        return "?"
+    return f"{row.ms[column]:.1f}" if column in row.ms else ""
+
+
 def _who(row: Breakdown) -> str:
+    """The participant's name, its log strings escaped (for a ``Text``, never markup)."""
     # A worker's row sits right under its participant's (breakdown() orders them so).
-    who = f"{row.kind}/{row.instance}" if row.worker is None else f"  └ worker {row.worker}"
+    kind, instance = escape(row.kind), escape(row.instance)
+    who = f"{kind}/{instance}" if row.worker is None else f"  └ worker {escape(row.worker)}"
     if row.instance.endswith(_FOLDED):
-        who = f"{row.kind} {row.instance}"
+        who = f"{kind} {instance}"
     return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
 
 
@@ -158,7 +185,10 @@ def render_waterfall(
     t0 = min(s.start_ns for s in spans)
     total = max(1, max(s.end_ns for s in spans) - t0)
     table = Table(
-        title=f"{title}: waterfall ({total / 1e6:.1f} ms)", title_justify="left", box=None, pad_edge=False
+        title=Text(f"{escape(title)}: waterfall ({total / 1e6:.1f} ms)", style="table.title"),
+        title_justify="left",
+        box=None,
+        pad_edge=False,
     )
     table.add_column("span", width=name_w, overflow="fold")
     table.add_column("ms", justify="right", width=9, overflow="fold")
@@ -189,14 +219,16 @@ def render_waterfall(
         bar.stylize("red" if s.error else _colour(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
         on_path = s.span_id in critical
         name = Text("  " * s.depth + _label(s), style="bold" if on_path else "")
-        table.add_row(name, f"{_CRITICAL if on_path else ''}{s.ms:.1f}", bar)
+        # A span whose clock went back during it: its duration is unknown, never 0.0.
+        ms = f"{s.ms:.1f}" if s.known else "?"
+        table.add_row(name, f"{_CRITICAL if on_path else ''}{ms}", bar)
     return table
 
 
 def _label(row: Row) -> str:
     if isinstance(row, Folded):
-        return row.label
-    return f"{row.short} {row.who.split('/', 1)[-1]}" if row.participant else row.short
+        return escape(row.label)
+    return escape(f"{row.short} {row.who.split('/', 1)[-1]}" if row.participant else row.short)
 
 
 def _paint(bar: Text, char: str, start: int, end: int) -> None:
@@ -218,15 +250,14 @@ def _axis(total_ns: int, width: int) -> str:
     return "".join(axis)
 
 
-def _counts_table(events: Sequence[Event]) -> Table:
-    tallies = counts(events)
+def _counts_table(tallies: Mapping[str, Counter[str]]) -> Table:
     summary = Table(title="counted events", title_justify="left", box=box.SIMPLE_HEAD)
     summary.add_column("event", overflow="fold")
     summary.add_column("by", overflow="fold")
     summary.add_column("count", justify="right", overflow="fold")
     for event_name in CountedEvent:
         for key, value in sorted(tallies.get(event_name, Counter()).items()):
-            summary.add_row(event_name, key, f"{value:,}")
+            summary.add_row(event_name, Text(escape(key)), f"{value:,}")
     if not summary.row_count:
         summary.add_row("(none)", "", "0")
     return summary

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ckpt_events import (
+    CollectionFinished,
+    CoordinateFinished,
     Event,
     GenerationCut,
     LeaseExpired,
@@ -23,9 +25,11 @@ from ckpt_events import (
     Stalled,
     StepFinished,
 )
-from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, duration_ns, trace_spans
+from ckpt_events.participants.cli.report.events import duration_ns
+from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.kinds import PREPARE_ORDER, stage_index
-from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
+from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Step
 
 __all__ = [
     "BREAKDOWN_COLUMNS",
@@ -35,6 +39,7 @@ __all__ = [
     "breakdown_columns",
     "counts",
     "spans_of",
+    "summed_over",
 ]
 
 #: Operations and steps shown per participant, in the order a checkpoint runs them.
@@ -83,10 +88,10 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
     a multi-worker participant's workers get a row each, right under the participant's."""
     rows: dict[tuple[str, str, int | None], Breakdown] = {}
     for event in events:
-        if checkpoint_id is not None and getattr(event, "checkpoint_id", None) != checkpoint_id:
-            continue
         match event:
-            case OperationFinished(operation=op) | StepFinished(step=op):
+            case OperationFinished(operation=op) | StepFinished(step=op) if (
+                checkpoint_id is None or event.checkpoint_id == checkpoint_id
+            ):
                 key = (event.kind, event.instance, event.worker)
                 row = rows.setdefault(key, Breakdown(event.kind, event.instance, worker=event.worker))
                 name = str(op)
@@ -110,6 +115,27 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
         rows.values(),
         key=lambda r: (_kind_place(r.kind), r.kind, r.instance, -1 if r.worker is None else r.worker),
     )
+
+
+def summed_over(events: Iterable[Event]) -> str:
+    """What a ``breakdown`` of ``events`` adds up, in words: ``summed over 3 checkpoints and 1
+    restore`` (collection checkpoints and restores; without a collection, a bare coordinator's
+    prepares and restores); ``""`` when there is neither."""
+    collected = {CollectionAction.CHECKPOINT: 0, CollectionAction.RESTORE: 0}
+    coordinated = {Operation.PREPARE: 0, Operation.RESTORE: 0}
+    for event in events:
+        match event:
+            case CollectionFinished(action=action) if action in collected:
+                collected[action] += 1
+            case CoordinateFinished(operation=operation) if operation in coordinated:
+                coordinated[operation] += 1
+            case _:
+                pass
+    checkpoints = collected[CollectionAction.CHECKPOINT] or coordinated[Operation.PREPARE]
+    restores = collected[CollectionAction.RESTORE] or coordinated[Operation.RESTORE]
+    if not checkpoints and not restores:
+        return ""
+    return f"summed over {counted(checkpoints, 'checkpoint')} and {counted(restores, 'restore')}"
 
 
 def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:

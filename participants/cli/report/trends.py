@@ -38,12 +38,15 @@ import statistics
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.report.durations import Key, percentile
-from ckpt_events.participants.cli.report.model import duration_ns, who_of
+from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
 from ckpt_events.vocab import Kind
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.cli.report.overview import RunRow
 
 __all__ = ["Growth", "Trend", "Trends", "binomial_tail", "growth", "spearman", "theil_sen"]
 
@@ -207,13 +210,13 @@ class Trends:
     gaps: dict[str, dict[str, array[float]]] = field(default_factory=dict)
     peers: dict[str, dict[str, array[float]]] = field(default_factory=dict)
     fewest_of_kind: dict[str, int] = field(default_factory=dict)
-    rows: list[Any] = field(default_factory=list)
+    rows: list[RunRow] = field(default_factory=list)
     _pending_id: str | None = None
     _pending: dict[str, dict[str, float]] = field(default_factory=dict)
     #: Kinds of the pending checkpoint with an operation of unknown duration: no totals.
     _pending_unknown: set[str] = field(default_factory=set)
 
-    def add_trace(self, spans: Sequence[Any], root: Any) -> None:
+    def add_trace(self, spans: Sequence[FinishedSpan], root: FinishedSpan) -> None:
         """Fold one finished trace (its finished spans) under ``root``."""
         operation_of: dict[int, str] = {}
         per_key: dict[Key, dict[str, float]] = {}
@@ -225,29 +228,32 @@ class Trends:
             if isinstance(e, OperationFinished):
                 operation_of[e.span_id] = str(e.operation)
         for e in spans:
-            if isinstance(e, OperationFinished):
-                key: Key = (str(e.kind), str(e.operation), "")
-            elif isinstance(e, StepFinished):
-                key = (str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step))
-            else:
-                continue
+            # A straggler is judged among the participants of a kind: a worker's share of an
+            # operation (a few ms) is no peer of a participant's whole one, which waits for it.
+            match e:
+                case OperationFinished():
+                    key: Key = (str(e.kind), str(e.operation), "")
+                    whole = e.worker is None
+                case StepFinished():
+                    key = (str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step))
+                    whole = False
+                case _:
+                    continue
             if e.kind == Kind.CONTROLLER:
                 continue
-            who = who_of(e.kind, e.instance, e.worker)
             length = duration_ns(e)
             if length is None:
                 unknown.add(key)
-                if isinstance(e, OperationFinished) and e.worker is None:
+                if whole:
                     unknown.add(str(e.kind))
                 continue
             ms = length / 1e6
+            writer = who_wrote(e)
             mine = per_key.setdefault(key, {})
-            mine[who] = mine.get(who, 0.0) + ms
-            # A straggler is judged among the participants of a kind: a worker's share of an
-            # operation (a few ms) is no peer of a participant's whole one, which waits for it.
-            if isinstance(e, OperationFinished) and e.worker is None:
+            mine[writer] = mine.get(writer, 0.0) + ms
+            if whole:
                 of_kind = per_kind.setdefault(str(e.kind), {})
-                of_kind[who] = of_kind.get(who, 0.0) + ms
+                of_kind[writer] = of_kind.get(writer, 0.0) + ms
         for key, by_who in per_key.items():
             if key in unknown:
                 continue
@@ -312,15 +318,19 @@ class Trends:
         """The run's flags in words: slow checkpoints, stragglers, growing steps."""
         self._flush()
         out: list[str] = []
-        done = [r for r in self.rows if r.published and r.what == "checkpoint" and r.ms is not None]
+        # (number, row, ms) of each published checkpoint that ended.
+        done = [
+            (number, r, ms)
+            for number, r in enumerate(self.rows, 1)
+            if r.published and r.what == "checkpoint" and (ms := r.ms) is not None
+        ]
         if len(done) >= MIN_CHECKPOINTS:
-            middle = statistics.median(r.ms for r in done)
-            done_ids = {id(r) for r in done}
-            for number, row in enumerate(self.rows, 1):
-                if id(row) in done_ids and row.ms > SLOW_FACTOR * middle:
+            middle = statistics.median(ms for _, _, ms in done)
+            for number, row, ms in done:
+                if ms > SLOW_FACTOR * middle:
                     out.append(
-                        f"checkpoint #{number} {row.checkpoint_id} took {row.ms:.1f} ms, "
-                        f"{row.ms / middle:.1f}x the run's median {middle:.1f} ms"
+                        f"checkpoint #{number} {row.checkpoint_id} took {ms:.1f} ms, "
+                        f"{ms / middle:.1f}x the run's median {middle:.1f} ms"
                     )
         out.extend(self._stragglers())
         for key in sorted(self.values):

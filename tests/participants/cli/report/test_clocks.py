@@ -17,8 +17,8 @@ import pytest
 from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
+from ckpt_events.participants.cli.report.events import duration_ns
 from ckpt_events.participants.cli.report.logs import LogProblems, identity, merged_events
-from ckpt_events.participants.cli.report.model import duration_ns
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.vocab import Operation, Step

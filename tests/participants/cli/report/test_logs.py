@@ -4,8 +4,11 @@ nothing was a log (``report``, ``replay``, and the demo folding its processes' l
 from __future__ import annotations
 
 import random
+import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +166,71 @@ def test_one_64_mb_line_is_skipped_in_linear_time(tmp_path: Path, capsys: pytest
         assert len(err) == 1 and err[0].startswith(skipped)
     print(f"report with an 8 MB line: {taken[8]:.2f} s, with a 64 MB line: {taken[64]:.2f} s")
     assert taken[64] < 2.0 and taken[64] < 3 * taken[8] + 0.5
+
+
+def _out_of_order_and_a_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A log whose clock stepped back after its 20th span (40 spans) and a copy of its last 20
+    in time order: merged, each copy comes out far from its original."""
+    lines = [
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":%d,'
+        b'"start_ns":%d,"end_ns":%d,"operation":"commit"}\n'
+        % (n + 2, 1_000_000 * (n + 1), 1_000_000 * (n + 2))
+        for n in range(40)
+    ]
+    log, copy = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    log.write_bytes(b"".join(lines[20:] + lines[:20]))
+    copy.write_bytes(b"".join(lines[:20]))
+    return log, copy
+
+
+def test_read_logs_reads_a_disordered_log_again_exactly(tmp_path: Path) -> None:
+    """read_logs folds again from an exact read when a file went back in time: the copies are
+    dropped (a plain read keeps all 60), and only the second fold is returned."""
+    from ckpt_events.participants.cli.report.logs import LogProblems, merged_events, read_logs
+
+    log, copy = _out_of_order_and_a_copy(tmp_path)
+    plain = LogProblems()
+    assert len(list(merged_events([log, copy], plain))) == 60 and plain.disordered
+    folds: list[int] = []
+
+    def fold(events: Iterator[Any]) -> int:
+        folds.append(n := sum(1 for _ in events))
+        return n
+
+    count, problems = read_logs([log, copy], fold)
+    assert (count, problems.duplicates, folds) == (40, 20, [60, 40])
+    assert read_logs([log], fold)[0] == 40 and folds[-1] == 40  # one file: read once, nothing to drop
+
+
+def test_load_events_and_diff_drop_copies_across_disordered_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """load_events (the demo's read) and diff read a disordered log and its copy as report does:
+    each event once, the duplicates counted in one line."""
+    log, copy = _out_of_order_and_a_copy(tmp_path)
+    assert len(load_events([log, copy])) == 40
+    assert "dropped 20 duplicate events" in capsys.readouterr().err
+    assert main(["diff", f"{log},{copy}", str(log)]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"model\s+commit\s+40\s+40\s", out), out
+    assert "dropped 20 duplicate events" in err
+
+
+def test_replay_exports_each_event_of_disordered_files_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replay exports as it reads (no second read can take a copy back), so several files are
+    read exactly from the start: 40 spans, not 60."""
+    import os
+
+    from tests.participants.cli.otlp_receiver import otlp_receiver
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    log, copy = _out_of_order_and_a_copy(tmp_path)
+    with otlp_receiver() as received:
+        assert main(["replay", str(log), str(copy), "--otlp-endpoint", received.url]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("replayed 40 events: 40 spans exported"), out
+    assert "dropped 20 duplicate events" in err

@@ -56,7 +56,7 @@ def _export_as_collector_file(events: list[Any], out: Path) -> int:
 
 def _rows(path: Path) -> list[tuple[Any, ...]]:
     run = overview(merged_events([path], LogProblems()))
-    return [(r.what, r.checkpoint_id, r.outcome, r.ms, r.slowest, r.paused_ms) for r in run.rows]
+    return [(r.what, r.checkpoint_id, r.outcome, r.ms, r.critical_path, r.paused_ms) for r in run.rows]
 
 
 async def test_otlp_file_gives_the_overview_of_the_json_lines(

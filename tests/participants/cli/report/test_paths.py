@@ -7,7 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StepFinished
-from ckpt_events.participants.cli.report.paths import critical_path, dominated, on_critical_path, path_line
+from ckpt_events.participants.cli.report.model import trace_spans
+from ckpt_events.participants.cli.report.paths import (
+    critical_path,
+    dominated,
+    on_critical_path,
+    path_line,
+    unknown_on_path,
+)
 from ckpt_events.vocab import CollectionAction, Kind, Operation, Step
 
 MS = 1_000_000
@@ -121,3 +128,44 @@ def test_slowest_names_the_longest_operation_even_off_the_path() -> None:
         "slowest operation: model/model-0 restore 5.6 ms (read 5.4 ms)"
     )
     assert dominated(spans).startswith("read on model/model-0 5.4 ms dominated")
+
+
+def test_a_child_of_unknown_duration_makes_the_path_unknown_from_its_parent() -> None:
+    """The agent's clock went back during its prepare (end stamped before start): it may have
+    ended as late as P did, so the path is unknown from P down and the model, which ended last
+    by the stamps, is never named."""
+    p = _coordinate(1, Operation.PREPARE, 0, 100, parent=0)
+    a = _operation(2, 1, Kind.MODEL, Operation.PREPARE, 10, 90)
+    b = _operation(3, 1, Kind.AGENT, Operation.PREPARE, 20, 5)
+    assert critical_path([p, a, b]) == [] and unknown_on_path([p, a, b]) is b
+    assert on_critical_path([p, a, b]) == {1}
+    assert path_line([p, a, b], T) == (
+        "critical path: unknown (the clock of agent/agent-0 went back during its prepare); "
+        "slowest operation: unknown too"
+    )
+    # Drawn from the report's spans (an instant, ``known`` false) the walk stops there too.
+    spans = trace_spans([p, a, b], T)
+    unknown = unknown_on_path(spans)
+    assert unknown is not None and unknown.span_id == 3 and not unknown.known
+
+
+def test_a_span_of_unknown_duration_off_the_path_leaves_it_named() -> None:
+    """A renew under a stage that ended before the path reached it: the path is walked and named
+    as without it; the slowest operation is unknown (the renew could have been the longest)."""
+    spans = [
+        CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 135 * MS, CollectionAction.CHECKPOINT, "k"),
+        _coordinate(2, Operation.PREPARE, 0, 100),
+        _operation(10, 2, Kind.MODEL, Operation.PREPARE, 10, 90),
+        _coordinate(3, Operation.COMMIT, 100, 130),
+        _operation(13, 3, Kind.ENVIRONMENT, Operation.COMMIT, 101, 129),
+        _coordinate(4, Operation.RENEW, 95, 120),
+        _operation(15, 4, Kind.AGENT, Operation.RENEW, 96, 90),
+        _coordinate(5, Operation.RESUME, 130, 135),
+    ]
+    assert unknown_on_path(spans) is None
+    assert {section.span.span_id for section in critical_path(spans)} == {5, 3, 13, 2, 10}
+    _tiles(spans, spans[0])
+    assert path_line(spans, T) == (
+        "critical path: coordinate.prepare 100.0 ms, model/model-0 prepare 80.0 ms; "
+        "slowest operation: unknown (the clock of agent/agent-0 went back during its renew)"
+    )

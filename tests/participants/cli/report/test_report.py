@@ -9,6 +9,7 @@ from rich.console import Console
 
 from ckpt_events import CollectionFinished
 from ckpt_events.participants.cli.report.model import attribute, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.terminal import render
 from ckpt_events.vocab import CollectionAction
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
@@ -53,9 +54,11 @@ async def test_children_follow_their_parents_in_start_order() -> None:
     expected = ["prepare", "commit", "renew", "publish", "resume"]
     assert [s.short.rsplit(".", 1)[-1] for s in siblings] == expected
     assert [s.start_ns for s in siblings] == sorted(s.start_ns for s in siblings)
-    # The slowest path runs from the root to the last thing that finished.
-    slowest = [s.short for s in spans if s.slowest]
-    assert slowest == ["collection.checkpoint", "coordinate.resume", "resume"]
+    # The critical path holds the root and, walking back from its end, the resume that ended last.
+    critical = on_critical_path(spans)
+    last_resume = max((s for s in spans if s.short == "resume"), key=lambda s: s.end_ns)
+    resume_stage = next(s for s in spans if s.short == "coordinate.resume")
+    assert {spans[0].span_id, resume_stage.span_id, last_resume.span_id} <= critical
 
 
 async def test_terminal_report_fits_80_columns_with_nothing_cut() -> None:

@@ -17,7 +17,7 @@ from rich.console import Console
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
 from ckpt_events.participants.cli.report.overview import overview
-from ckpt_events.participants.cli.report.overview_terminal import clean, render_overview
+from ckpt_events.participants.cli.report.overview_terminal import render_overview
 from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.vocab import Kind
@@ -75,7 +75,7 @@ async def test_run_overview_names_each_checkpoint_and_its_cause(tmp_path: Path) 
     by_id = {r.checkpoint_id: r for r in run.rows}
     assert [r.checkpoint_id for r in run.rows] == ["c1", "c2", "c-blocked", "c-lease"]
     assert by_id["c1"].outcome == by_id["c2"].outcome == "published"
-    assert "slowest" in by_id["c1"].slowest
+    assert by_id["c1"].critical_path.startswith("critical path: ") and "slowest" in by_id["c1"].critical_path
     blocked = by_id["c-blocked"]
     assert blocked.outcome == "aborted"
     assert any(
@@ -117,8 +117,11 @@ async def test_report_scopes_each_checkpoint_and_names_a_cut_log(
     assert main(["report", str(full), "--checkpoint", "c1"]) == 0
     scoped = capsys.readouterr().out
     assert "run overview" not in scoped
-    # The per-participant table holds c1's commit only: one checkpoint's records, not the run's.
-    assert scoped.count("checkpoint c1") == 1
+    # The per-participant table holds c1's commit only: one checkpoint's records, not the run's;
+    # the attribution line names the checkpoint it is about.
+    assert scoped.count("checkpoint c1 (published): time per participant") == 1
+    assert scoped.count("checkpoint c1 (coordinate.commit): ") == 1
+    assert "checkpoint c2" not in scoped
 
 
 def test_not_a_log_is_refused_naming_file_and_line(
@@ -132,11 +135,6 @@ def test_not_a_log_is_refused_naming_file_and_line(
     assert f"{bogus}:1: not a ckpt-events JSON-lines log" in err and "Traceback" not in err
     assert main(["report", str(tmp_path / "nothing-*.jsonl")]) != 0
     assert "no such file, directory or matching glob" in capsys.readouterr().err
-
-
-def test_control_sequences_from_a_log_are_never_printed() -> None:
-    """ESC, CSI and OSC sequences are removed from strings taken from a log."""
-    assert clean("a\x1b[31mred\x1b[0m\x1b]0;title\x07b\x07\x9bc") == "aredbc"
 
 
 async def test_one_of_a_kind_is_said_in_the_singular(

@@ -82,3 +82,48 @@ async def test_counts_and_render() -> None:
     text = out.getvalue()
     assert "environment/e0" in text and "waterfall" in text and "stale_attempt" in text
     assert "environment/prepare" in text
+
+
+async def test_a_span_of_unknown_duration_shows_a_question_mark_never_zero() -> None:
+    """The model's clock went back 5 s during its commit: the waterfall row and the breakdown
+    cell say ``?`` (terminal and HTML), never 0.0; the attribution line names the checkpoint."""
+    import msgspec
+
+    from ckpt_events import OperationFinished
+    from ckpt_events.participants.cli.report.html import html_page
+
+    events = [
+        msgspec.structs.replace(e, end_ns=e.start_ns - 5_000_000_000)
+        if isinstance(e, OperationFinished) and e.instance == "m0" and e.operation == Operation.COMMIT
+        else e
+        for e in await _one_checkpoint()
+    ]
+    out = io.StringIO()
+    render(Console(file=out, width=200), events)
+    text = out.getvalue()
+    row = next(line for line in text.splitlines() if line.strip().startswith("commit m0"))
+    assert row.split()[2] == "?"
+    # The walk stopped at the commit stage (it entered it): marked, its unknown child not.
+    stage = next(line for line in text.splitlines() if line.strip().startswith("coordinate.commit"))
+    assert "▶" in stage and "▶" not in row
+    table = next(line for line in text.splitlines() if line.strip().startswith("model/m0"))
+    assert " ? " in table
+    assert "checkpoint c1 (collection.checkpoint): " in text
+    page = html_page(events)
+    assert 'data-ms="?"' in page and "? ms</text>" in page and "<td>?</td>" in page
+    assert "its clock went back during it" in page
+    assert "<h2>checkpoint c1</h2>" in page
+
+
+async def test_the_html_table_says_it_sums_every_checkpoint_and_restore() -> None:
+    """Two checkpoints in the events: the per-participant heading says what it adds up, as the
+    terminal's does."""
+    from ckpt_events.participants.cli.report.html import html_page
+    from ckpt_events.participants.cli.report.timeline import summed_over
+
+    one = await _one_checkpoint()
+    two = one + await _one_checkpoint()
+    assert summed_over(one) == "summed over 1 checkpoint and 0 restores"
+    assert summed_over(two) == "summed over 2 checkpoints and 0 restores"
+    assert summed_over([]) == ""
+    assert "<h2>time per participant (ms), summed over 2 checkpoints and 0 restores</h2>" in html_page(two)

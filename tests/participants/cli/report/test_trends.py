@@ -234,8 +234,8 @@ async def test_a_healthy_run_flags_nothing_and_a_stream_folds_like_a_list(tmp_pa
     listed = overview(events)
     streamed = overview(iter(events), again=lambda: iter(events))
     assert not [f for f in listed.trends.flags() if not f.startswith("checkpoint #")]
-    assert [(r.checkpoint_id, r.outcome, r.ms, r.slowest, r.paused_ms) for r in listed.rows] == [
-        (r.checkpoint_id, r.outcome, r.ms, r.slowest, r.paused_ms) for r in streamed.rows
+    assert [(r.checkpoint_id, r.outcome, r.ms, r.critical_path, r.paused_ms) for r in listed.rows] == [
+        (r.checkpoint_id, r.outcome, r.ms, r.critical_path, r.paused_ms) for r in streamed.rows
     ]
     row = streamed.rows[3]
     detail = streamed.events_of(row)
