@@ -307,8 +307,8 @@ async def _hop(calls: int) -> dict[str, float]:
     """Microseconds per call: a control call (``close_admission``) and a work call (``get`` of
     one session's view) sent as frames over a real Unix socket pair, beside the direct call."""
     from ckpt_events.participants.server.workers.channel import FrameChannel
-    from ckpt_events.participants.server.workers.frames import Message
-    from ckpt_events.participants.server.workers.worker import INLINE_KINDS, WorkerHost
+    from ckpt_events.participants.server.workers.frames import Close, Get, Message, Request
+    from ckpt_events.participants.server.workers.worker import WorkerHost
 
     workload = make_workload(KIND, Telemetry(None, kind=KIND, instance=INSTANCE))
     key = workload.start(EpisodeId("r000001", 0), 4).key
@@ -317,13 +317,14 @@ async def _hop(calls: int) -> dict[str, float]:
     async with anyio.create_task_group() as tg:
         left, right = await _socket_pair()
         near = FrameChannel(left, _refuse, name="bench coordinator")
-        far = FrameChannel(right, host.handle, name="bench worker", inline=INLINE_KINDS)
+        far = FrameChannel(right, host.handle, name="bench worker")
         tg.start_soon(near.run)
         tg.start_soon(far.run)
-        for kind, body in (("close_admission", None), ("get", {"key": key})):
-            message = Message(0, kind, body)
+        bodies: tuple[tuple[str, Request[Any]], ...] = (("close_admission", Close()), ("get", Get(key)))
+        for kind, body in bodies:
+            message = Message(0, body)
             for _ in range(50):  # warm both paths
-                await near.request(kind, body)
+                await near.request(body)
                 await host.handle(message)
             start = time.perf_counter()
             for _ in range(calls):
@@ -331,7 +332,7 @@ async def _hop(calls: int) -> dict[str, float]:
             direct = (time.perf_counter() - start) / calls
             start = time.perf_counter()
             for _ in range(calls):
-                await near.request(kind, body)
+                await near.request(body)
             hop = (time.perf_counter() - start) / calls
             figures[f"{kind}_direct_us"] = direct * 1e6
             figures[f"{kind}_hop_us"] = hop * 1e6

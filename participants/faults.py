@@ -1,10 +1,15 @@
 """Injected failures: the four a checkpoint fleet meets, made to happen for real on demand.
 
-Set ``CKPT_EVENTS_FAULT`` (read here and nowhere else; nothing is injected without it):
+A ``FaultPlan`` says what is injected; ``NO_FAULTS`` (the default everywhere) injects nothing.
+It is a value passed in: to ``create_app(faults=...)`` (the participant servers and their
+workers), to ``Coordinator(faults=...)`` (the controller), or built by a test. Nothing in a
+request path reads the environment: a process reads ``CKPT_EVENTS_FAULT`` once, at its edge
+(``FaultPlan.from_environ``: ``ckpt-events serve`` and a worker process at start-up, since the
+demo passes a fault to its child processes that way). The faults:
 
 - ``stall:INSTANCE``: that participant holds one unit of work mid-step until a checkpoint has
   come and gone, so that checkpoint's prepare is not ready at its deadline
-  (``prepare_not_ready``) and aborts. Once per process.
+  (``prepare_not_ready``) and aborts. Once per server.
 - ``lease[:SECONDS]``: the controller waits ``SECONDS`` (3) between a ready prepare and the
   commit, past the participants' lease, so they resume on their own (``lease_expired``) and
   the checkpoint aborts. Once per coordinator.
@@ -14,7 +19,8 @@ Set ``CKPT_EVENTS_FAULT`` (read here and nowhere else; nothing is injected witho
   times as long as it did (it sleeps the difference once the write is done), at every
   checkpoint: one server consistently slower than its peers of the same kind, a straggler.
 
-``ckpt-events demo --fault`` sets it for its servers (in-process ones and processes alike).
+A plan's ``on_step`` is the disk's fault seam: the store calls it before each step of a
+commit that touches the disk (``store.COMMIT_STEPS``), and a test's hook raises at one.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,15 +39,14 @@ from ckpt_events import ConfigurationError
 __all__ = [
     "FAULT_ENV",
     "FAULT_MODES",
+    "NO_FAULTS",
     "Fault",
-    "active_fault",
-    "controller_stall",
+    "FaultPlan",
+    "StepHook",
     "hold_one_step",
+    "no_step",
     "parse_fault",
-    "read_pause",
     "slow_down",
-    "stall_before_commit",
-    "write_factor",
 ]
 
 FAULT_ENV: Final = "CKPT_EVENTS_FAULT"
@@ -52,8 +56,12 @@ _DEFAULT_FACTOR: Final = {"slow": 5.0}
 _WITH_INSTANCE: Final = ("stall", "slow-restore", "slow")
 #: The longest a stalled step is held, whatever happens to the checkpoint it blocks.
 _HOLD_LIMIT: Final = 60.0
-#: The coordinators that took their lease stall already.
-_stalled: weakref.WeakSet[object] = weakref.WeakSet()
+#: Called with a commit step's name (``store.COMMIT_STEPS``) before the store takes it.
+StepHook = Callable[[str], None]
+
+
+def no_step(name: str) -> None:
+    """The ``StepHook`` that injects nothing (every store function's default)."""
 
 
 @dataclass(frozen=True)
@@ -111,17 +119,66 @@ def parse_fault(value: str) -> Fault:
     return Fault(mode, instance, seconds, factor)
 
 
-def active_fault(environ: Mapping[str, str] | None = None) -> Fault | None:
-    """The fault ``$CKPT_EVENTS_FAULT`` asks for, or ``None`` (unset or empty)."""
-    value = (os.environ if environ is None else environ).get(FAULT_ENV, "")
-    return parse_fault(value) if value.strip() else None
+@dataclass(frozen=True)
+class FaultPlan:
+    """What is injected: ``fault`` (``None``: nothing) and the store's ``on_step`` hook (called
+    before each commit step that touches the disk; by default ``no_step``). Each question below
+    is answered for one participant instance."""
+
+    fault: Fault | None = None
+    on_step: StepHook = no_step
+
+    @classmethod
+    def parse(cls, value: str | None) -> FaultPlan:
+        """The plan of ``value`` (``parse_fault``'s syntax); unset or blank: ``NO_FAULTS``."""
+        return cls(parse_fault(value)) if value is not None and value.strip() else NO_FAULTS
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> FaultPlan:
+        """The plan ``$CKPT_EVENTS_FAULT`` asks for (``environ``: by default ``os.environ``); read
+        once, by a process at start-up."""
+        return cls.parse((os.environ if environ is None else environ).get(FAULT_ENV))
+
+    def environ(self) -> dict[str, str]:
+        """What a child process's environment needs to inject ``fault`` too (empty: nothing)."""
+        return {} if self.fault is None else {FAULT_ENV: str(self.fault)}
+
+    def _hit(self, mode: str, instance: str | None = None) -> Fault | None:
+        fault = self.fault
+        return fault if fault is not None and fault.hits(mode, instance) else None
+
+    def stalls(self, instance: str) -> bool:
+        """``stall:<instance>``: hold one step of that participant's work."""
+        return self._hit("stall", instance) is not None
+
+    def read_pause(self, instance: str) -> Callable[[int], None] | None:
+        """With ``slow-restore:<instance>``: a function sleeping the fault's seconds per record read
+        (called in the read's thread); otherwise ``None``."""
+        if (fault := self._hit("slow-restore", instance)) is None:
+            return None
+        seconds = fault.seconds
+        return lambda records: time.sleep(seconds * records)
+
+    def write_factor(self, instance: str) -> float:
+        """With ``slow:<instance>``: how many times as long that participant's commit write takes;
+        otherwise 1."""
+        fault = self._hit("slow", instance)
+        return 1.0 if fault is None else fault.factor
+
+    def lease_stall(self) -> float:
+        """With ``lease``: how long the controller waits between prepare and commit; else 0."""
+        fault = self._hit("lease")
+        return 0.0 if fault is None else fault.seconds
 
 
-def hold_one_step(workload: Any, instance: str) -> None:
+#: The plan that injects nothing: every default.
+NO_FAULTS: Final = FaultPlan()
+
+
+def hold_one_step(workload: Any, instance: str, faults: FaultPlan) -> None:
     """With ``stall:<instance>``: hold the first unit of work of ``workload`` until admission
     has closed and reopened (a checkpoint came and went), so that checkpoint is not ready."""
-    fault = active_fault()
-    if fault is None or not fault.hits("stall", instance):
+    if not faults.stalls(instance):
         return
     work: Callable[[Any], Awaitable[None]] = workload.work
     held = False
@@ -141,39 +198,8 @@ def hold_one_step(workload: Any, instance: str) -> None:
     setattr(workload, "work", work_then_hold)  # noqa: B010
 
 
-def read_pause(instance: str) -> Callable[[int], None] | None:
-    """With ``slow-restore:<instance>``: a function sleeping the fault's seconds per record read
-    (called in the read's thread); otherwise ``None``."""
-    fault = active_fault()
-    if fault is None or not fault.hits("slow-restore", instance):
-        return None
-    seconds = fault.seconds
-    return lambda records: time.sleep(seconds * records)
-
-
-def write_factor(instance: str) -> float:
-    """With ``slow:<instance>``: how many times as long that participant's commit write takes
-    (read once, when its server is built); otherwise 1."""
-    fault = active_fault()
-    return fault.factor if fault is not None and fault.hits("slow", instance) else 1.0
-
-
 async def slow_down(factor: float, started: float) -> None:
     """Sleep so that what began at ``started`` (``time.monotonic()``) takes ``factor`` times as
     long as it has so far; with ``factor`` 1 (no fault), return at once."""
     if factor > 1.0:
         await anyio.sleep((factor - 1.0) * (time.monotonic() - started))
-
-
-async def stall_before_commit(coordinator: object) -> None:
-    """With ``lease``: wait ``controller_stall()`` seconds, once per ``coordinator`` (its first
-    checkpoint), between its ready prepare and its commit."""
-    if (seconds := controller_stall()) and coordinator not in _stalled:
-        _stalled.add(coordinator)
-        await anyio.sleep(seconds)
-
-
-def controller_stall() -> float:
-    """With ``lease``: how long the controller waits between prepare and commit; else 0."""
-    fault = active_fault()
-    return fault.seconds if fault is not None and fault.hits("lease") else 0.0

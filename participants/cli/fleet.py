@@ -24,6 +24,7 @@ import anyio
 import uvicorn
 
 from ckpt_events.participants.errors import LaunchError
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.server.limits import server_limits
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
@@ -275,6 +276,7 @@ async def local_fleet(
     checkpoint_root: Path | None = None,
     stopping: anyio.Event | None = None,
     worker_env: Callable[[str], Mapping[str, str]] | None = None,
+    faults: FaultPlan = NO_FAULTS,
 ) -> AsyncIterator[dict[str, str]]:
     """Serve the inference worker and ``members`` (kind, instance) in this loop; yields instance -> URL.
 
@@ -285,6 +287,7 @@ async def local_fleet(
     instance to extra ``create_app`` keyword arguments; ``checkpoint_root`` goes to every app.
     With ``workers`` > 1 each participant runs that many worker processes, with
     ``worker_env(instance)`` added to their environment. ``stopping`` stops them all gracefully.
+    Every app injects ``faults`` (its worker processes are passed it in their environment).
     """
     from ckpt_events.participants import create_app, create_inference_app
 
@@ -305,10 +308,13 @@ async def local_fleet(
                 # grace, ...) stay here, its workload options (and the inference worker) go there.
                 command = worker_command(kind, instance, workload_options(extra))
                 command.env.update(worker_env(instance) if worker_env is not None else {})
+                command.env.update(faults.environ())  # a worker process reads it at start-up
                 extra.update(workers=workers, worker_command=command)
             if checkpoint_root is not None:
                 extra.setdefault("checkpoint_root", checkpoint_root)
-            app = create_app(kind, instance=instance, token=token, bus=bus, kinds=kinds, **extra)
+            app = create_app(
+                kind, instance=instance, token=token, bus=bus, kinds=kinds, faults=faults, **extra
+            )
             urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping))
         yield urls
 

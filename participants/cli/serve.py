@@ -157,6 +157,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     # Imported here so `ckpt-events --help` and the other subcommands need no server stack.
     from ckpt_events import sinks
     from ckpt_events.participants import create_app, create_inference_app
+    from ckpt_events.participants.faults import FAULT_ENV, FaultPlan
 
     if args.kind == "inference":
         return create_inference_app(token=token)
@@ -185,6 +186,11 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         raise CommandError(str(exc)) from None
     if not 0.0 <= ratio <= 1.0:
         raise CommandError(f"--sample-ratio must be between 0 and 1, not {ratio}")
+    try:
+        # Read once, here at the process's edge: the demo passes its fault to servers this way.
+        faults = FaultPlan.from_environ()
+    except CkptEventsError as exc:
+        raise CommandError(f"${FAULT_ENV}: {exc}") from None
     workers: dict[str, Any] = {}
     if args.workers > 1:
         from ckpt_events.participants.cli.worker_process import worker_command
@@ -193,6 +199,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
 
         command = worker_command(args.kind, instance, options)
         command.env[ENV_WORKER_HEADER_TIMEOUT] = str(args.header_timeout)
+        command.env.update(faults.environ())  # each worker process reads it once too
         workers = {
             "workers": args.workers,
             "worker_command": command,
@@ -209,6 +216,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         sample_ratio=ratio,
         otel_context=args.otel_context,
         checkpoint_root=args.checkpoint_root,
+        faults=faults,
         **options,
         **workers,
     )

@@ -1,7 +1,8 @@
 """A worker process of ``ckpt-events serve <kind> --workers N`` (started by the server itself).
 
 ``python -m ckpt_events.participants.cli.worker_process <kind> <instance> <index> <options-json>``: it
-reads the coordinator's socket from ``CKPT_EVENTS_COORDINATOR_SOCKET``, runs its own bus with
+reads the coordinator's socket from ``CKPT_EVENTS_COORDINATOR_SOCKET`` and its fault from
+``CKPT_EVENTS_FAULT`` (once, at start-up: ``FaultPlan.from_environ``), runs its own bus with
 the sinks configured from the environment (JSON lines go to ``<path>.w<index>``: one file per
 worker process) and serves its share of the episodes until the coordinator's socket ends.
 """
@@ -42,6 +43,7 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
 
 async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
     from ckpt_events import Bus, Telemetry, sinks
+    from ckpt_events.participants.faults import FaultPlan
     from ckpt_events.participants.server.app import make_workload
     from ckpt_events.participants.server.workers import ENV_SOCKET, run_worker
     from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
@@ -53,6 +55,8 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     from ckpt_events.participants.workloads.registry import KINDS
     from ckpt_events.sinks.jsonl import emit_truncated_spans
 
+    # Read once, at start-up: the server passes its fault to its worker processes this way.
+    faults = FaultPlan.from_environ()
     jsonl = os.environ.get("CKPT_EVENTS_JSONL")
     if jsonl:
         os.environ["CKPT_EVENTS_JSONL"] = f"{jsonl}.w{index}"
@@ -85,6 +89,7 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
                 token=os.environ.get(ENV_WORKER_TOKEN) or None,
                 host=os.environ.get(ENV_WORKER_HOST) or None,
                 header_timeout=float(header_timeout) if header_timeout else None,
+                faults=faults,
             )
         finally:
             if handle is not None and hasattr(handle, "aclose"):

@@ -40,7 +40,7 @@ from ckpt_events.participants.controller.types import (
     failures_value,
 )
 from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
-from ckpt_events.participants.faults import stall_before_commit
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.kinds import prepare_order, resume_order, retire_groups
 from ckpt_events.participants.protocol import (
     CommitReply,
@@ -82,7 +82,8 @@ class Coordinator:
     """Runs checkpoint operations over ``members`` with telemetry ``tel`` (kind ``controller``).
 
     ``client`` (an ``httpx.AsyncClient``) stays the caller's; without one the coordinator
-    makes its own and closes it in ``aclose()``.
+    makes its own and closes it in ``aclose()``. ``faults`` is what is injected (a ``lease``
+    fault: the first checkpoint waits past the leases between prepare and commit).
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class Coordinator:
         token: str,
         telemetry: Telemetry,
         client: httpx.AsyncClient | None = None,
+        faults: FaultPlan = NO_FAULTS,
     ) -> None:
         if telemetry.kind != Kind.CONTROLLER:
             raise InvalidValueError(f"the coordinator reports as kind 'controller', not {telemetry.kind!r}")
@@ -99,6 +101,9 @@ class Coordinator:
         self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))
         self.tel = telemetry
         self.control = ControlClient(token, client=client)
+        self.faults = faults
+        #: The ``lease`` fault stalls this coordinator's first checkpoint only.
+        self._lease_stalled = False
         self._group(self.members)
 
     @classmethod
@@ -111,9 +116,10 @@ class Coordinator:
         client: httpx.AsyncClient | None = None,
         tries: int = DISCOVER_TRIES,
         timeout: float = DISCOVER_TIMEOUT,
+        faults: FaultPlan = NO_FAULTS,
     ) -> Coordinator:
         """A coordinator over the participants found among ``servers`` (see ``discover_members``)."""
-        self = cls((), token=token, telemetry=telemetry, client=client)
+        self = cls((), token=token, telemetry=telemetry, client=client, faults=faults)
         try:
             members = await discover_members(servers, self.control, tries=tries, timeout=timeout)
         except BaseException:
@@ -135,6 +141,12 @@ class Coordinator:
 
     async def aclose(self) -> None:
         await self.control.aclose()
+
+    async def _stall_for_lease_fault(self) -> None:
+        """With a ``lease`` fault: wait its seconds between the first ready prepare and its commit."""
+        if not self._lease_stalled and (seconds := self.faults.lease_stall()):
+            self._lease_stalled = True
+            await anyio.sleep(seconds)
 
     async def __aenter__(self) -> Self:
         return self
@@ -444,7 +456,7 @@ class Coordinator:
             raise CheckpointNotPrepared(prepared)
 
         try:
-            await stall_before_commit(self)  # CKPT_EVENTS_FAULT=lease only
+            await self._stall_for_lease_fault()
             scope = episodes(prepared) if episodes is not None else None
             commits = await self.commit(
                 checkpoint_id,

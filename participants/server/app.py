@@ -11,12 +11,13 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
-from ckpt_events.participants.faults import hold_one_step
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, hold_one_step
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.control import ControlPlane
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.server.store_files import DEFAULT_CHECKPOINT_ROOT, RECORDS_MAX_BYTES
+from ckpt_events.participants.server.work import LocalWork
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.participants.workloads.fence import DEFAULT_MAX_RETIRED, DEFAULT_RETIRED_SECONDS
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
@@ -58,6 +59,7 @@ def create_app(
     kinds: KindRegistry = KINDS,
     worker_host: str = "127.0.0.1",
     on_workers_spent: Callable[[str], None] | None = None,
+    faults: FaultPlan = NO_FAULTS,
     **workload_options: Any,
 ) -> FastAPI:
     """A participant of ``kind``: one of ``kinds`` (by default ``KINDS``: environment, model,
@@ -87,6 +89,8 @@ def create_app(
     ``ckpt_events.participants.server.workers``; each worker process also serves its sessions' work
     calls on its own port, bound on ``worker_host``; a spent restart budget is a blocker of
     every later prepare, and calls ``on_workers_spent(why)`` (see ``create_worker_app``).
+    ``faults`` is what is injected (``ckpt_events.participants.faults``; ``NO_FAULTS``: nothing):
+    the app and its worker tasks take it as is, worker processes read their own at start-up.
     """
     row = kinds[kind]
     participant_kind = row.kind
@@ -126,7 +130,7 @@ def create_app(
         }
     workload = row.workload(tel, **workload_options)
     workload.fence.retain(max_marks=max_retired_marks, max_age_seconds=retired_mark_seconds)
-    hold_one_step(workload, instance)  # only with CKPT_EVENTS_FAULT=stall:<instance>
+    hold_one_step(workload, instance, faults)  # only with a stall:<instance> fault
     if workers != 1:
         from ckpt_events.participants.server.workers.app import create_worker_app
 
@@ -144,6 +148,7 @@ def create_app(
             max_body_bytes=max_body_bytes,
             worker_host=worker_host,
             on_workers_spent=on_workers_spent,
+            faults=faults,
         )
         # The whole server's marks live in the pool's own fence, made by create_worker_app.
         app.state.workload.fence.retain(max_marks=max_retired_marks, max_age_seconds=retired_mark_seconds)
@@ -154,13 +159,14 @@ def create_app(
         lease_grace_seconds=float(lease_grace_seconds),
         checkpoint_root=Path(checkpoint_root).absolute(),
         max_records_bytes=max_records_bytes,
+        faults=faults,
     )
     return build_app(
         title=f"ckpt-events {participant_kind} participant {instance}",
         tel=tel,
         plane=plane,
         work=workload,
-        work_router=work_router(workload, token),
+        work_router=work_router(LocalWork(workload), token),
         token=token,
         max_body_bytes=max_body_bytes,
         bus=the_bus,

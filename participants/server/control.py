@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Final, Generic, NamedTuple, TypeVar
 
@@ -19,7 +20,7 @@ import anyio.to_thread
 from ckpt_events import OperationSpan, Telemetry
 from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.fastapi import Incoming
-from ckpt_events.participants.faults import slow_down, write_factor
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
 from ckpt_events.participants.protocol import (
     MAX_RETIRED_SHOWN,
     CommitReply,
@@ -94,14 +95,17 @@ class ControlPlane(Generic[S]):
         lease_grace_seconds: float,
         checkpoint_root: Path,
         max_records_bytes: int = RECORDS_MAX_BYTES,
+        faults: FaultPlan = NO_FAULTS,
     ) -> None:
         self.tel = tel
         self.workload = workload
         self.checkpoint_root = checkpoint_root
         self.max_records_bytes = max_records_bytes
         self.lease_grace_seconds = lease_grace_seconds
-        #: How many times as long each commit's write takes (1; more with CKPT_EVENTS_FAULT=slow).
-        self.write_factor = write_factor(tel.instance)
+        #: What is injected (``NO_FAULTS``: nothing): a slow write or read, a failing disk step.
+        self.faults = faults
+        #: How many times as long each commit's write takes (1; more with a ``slow`` fault).
+        self.write_factor = faults.write_factor(tel.instance)
         self.phase = Phase.IDLE
         self.checkpoint_id: str | None = None
         self.lease_expires_at: float | None = None
@@ -111,6 +115,13 @@ class ControlPlane(Generic[S]):
         self._stop = WriteStop()
         self._report: PrepareReport | None = None
         self._lease_changed = anyio.Event()
+
+    def _operation(
+        self, trace: Incoming, operation: Operation, checkpoint_id: str
+    ) -> AbstractContextManager[OperationSpan]:
+        """The span of one control call, a child of the caller's (a ``WorkerControlPlane`` also
+        notes it, so its workers' shares join it)."""
+        return trace.operation(self.tel, operation, checkpoint_id=checkpoint_id)
 
     # -- shared checks ----------------------------------------------------------------------
 
@@ -213,7 +224,7 @@ class ControlPlane(Generic[S]):
 
     async def prepare(self, req: PrepareRequest, trace: Incoming) -> PrepareReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.PREPARE, checkpoint_id=cid) as o:
+        with self._operation(trace, Operation.PREPARE, cid) as o:
             async with self._lock:
                 self.check_lease()
                 cached = self._admit(
@@ -278,7 +289,7 @@ class ControlPlane(Generic[S]):
 
     async def renew(self, req: RenewRequest, trace: Incoming) -> RenewReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.RENEW, checkpoint_id=cid):
+        with self._operation(trace, Operation.RENEW, cid):
             async with self._lock:
                 self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
@@ -291,7 +302,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         scope = None if req.episode_ids is None else frozenset(e.capture_key for e in req.episode_ids)
         args: ReplayArgs = (req.checkpoint_dir, scope)
-        with trace.operation(self.tel, Operation.COMMIT, checkpoint_id=cid) as o:
+        with self._operation(trace, Operation.COMMIT, cid) as o:
             # Commits run one at a time: a retry waits for the write in progress, then replays.
             async with self._commit_lock:
                 async with self._lock:
@@ -380,6 +391,7 @@ class ControlPlane(Generic[S]):
                     checkpoint_id=cid,
                     lines=exported.lines,
                     stop=stop,
+                    on_step=self.faults.on_step,
                 )
             )
             await slow_down(self.write_factor, started)
@@ -390,7 +402,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         scope = set(req.episode_ids)
         args: ReplayArgs = (req.checkpoint_dir, frozenset(e.capture_key for e in scope))
-        with trace.operation(self.tel, Operation.RESTORE, checkpoint_id=cid) as o:
+        with self._operation(trace, Operation.RESTORE, cid) as o:
             async with self._lock:
                 self.check_lease()
                 replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
@@ -446,6 +458,7 @@ class ControlPlane(Generic[S]):
                     instance=self.tel.instance,
                     record_type=self.workload.record_type,
                     max_records_bytes=self.max_records_bytes,
+                    pause=self.faults.read_pause(self.tel.instance),
                 )
             )
             chosen: list[Record] = [r for r in result.records if r.episode_id in scope]
@@ -466,7 +479,7 @@ class ControlPlane(Generic[S]):
     async def resume(self, req: ResumeRequest, trace: Incoming) -> ResumeReply:
         """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.RESUME, checkpoint_id=cid) as o:
+        with self._operation(trace, Operation.RESUME, cid) as o:
             async with self._lock:
                 self.check_lease()
                 if cid in self._replies.resumed:
@@ -490,7 +503,7 @@ class ControlPlane(Generic[S]):
 
     async def retire(self, req: RetireRequest, trace: Incoming) -> RetireReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.RETIRE, checkpoint_id=cid) as o:
+        with self._operation(trace, Operation.RETIRE, cid) as o:
             async with self._lock:
                 self._check_outside(Operation.RETIRE, req.deadline_ts)
                 retired = await self.workload.retire(req.episode_ids)
@@ -499,7 +512,7 @@ class ControlPlane(Generic[S]):
 
     async def forget(self, req: ForgetRequest, trace: Incoming) -> ForgetReply:
         cid = req.checkpoint_id
-        with trace.operation(self.tel, Operation.FORGET, checkpoint_id=cid) as o:
+        with self._operation(trace, Operation.FORGET, cid) as o:
             async with self._lock:
                 self._check_outside(Operation.FORGET, req.deadline_ts)
                 forgotten = sorted(set(req.rollout_ids))

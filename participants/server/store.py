@@ -39,6 +39,7 @@ from ckpt_events.participants.errors import (
     InvalidCheckpointError,
     WriteStopped,
 )
+from ckpt_events.participants.faults import StepHook, no_step
 from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
 from ckpt_events.participants.server.store_files import (
     MANIFEST_MAX_BYTES,
@@ -77,7 +78,8 @@ _manifest_encoder: Final = msgspec.json.Encoder(order="sorted")
 _TEMP_PREFIXES: Final = (".records.jsonl.", ".manifest.json.")
 #: Create-only, never through a symlink (``O_EXCL`` refuses one already), closed on exec.
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-#: Every step of a commit that touches the disk, in order (each may fail; see ``_step``).
+#: Every step of a commit that touches the disk, in order (each may fail; ``on_step`` is called
+#: with each name before it is taken).
 COMMIT_STEPS: Final = (
     "make_dirs",
     "open_records",
@@ -144,13 +146,6 @@ def participant_beneath(checkpoint_dir: str | os.PathLike[str], kind: str, insta
     return Beneath.of(checkpoint_dir).child("gym", kind, instance)
 
 
-def _step(name: str) -> None:
-    """Called before each step of a commit named in ``COMMIT_STEPS``; does nothing.
-
-    The seam of the fault-injection tests, which replace it to fail at exactly one step.
-    """
-
-
 def write_checkpoint(
     checkpoint_dir: str | os.PathLike[str],
     *,
@@ -159,8 +154,10 @@ def write_checkpoint(
     checkpoint_id: str,
     lines: Iterable[bytes],
     stop: WriteStop | None = None,
+    on_step: StepHook = no_step,
 ) -> WriteResult:
-    """Write ``lines`` (one JSON record each, no newline) and then the manifest.
+    """Write ``lines`` (one JSON record each, no newline) and then the manifest (``on_step``
+    is called before each of ``COMMIT_STEPS``).
 
     Committing the same content again returns the existing manifest; different content under
     an existing manifest is ``InvalidCheckpointError`` and this writer's records are deleted.
@@ -170,9 +167,9 @@ def write_checkpoint(
     """
     _check_checkpoint_id(checkpoint_id)
     where = participant_beneath(checkpoint_dir, kind, instance)
-    dfd = _prepare(where)
+    dfd = _prepare(where, on_step)
     try:
-        records, sha, count, size = _write_records(dfd, where, lines)
+        records, sha, count, size = _write_records(dfd, where, lines, on_step)
         manifest = Manifest(
             schema_version=SCHEMA_VERSION,
             kind=kind,
@@ -182,7 +179,7 @@ def write_checkpoint(
             records_sha256=sha,
             record_count=count,
         )
-        _publish(dfd, where, manifest, [records], stop)
+        _publish(dfd, where, manifest, [records], stop, on_step)
     finally:
         os.close(dfd)
     return WriteResult(manifest, size, where.path / MANIFEST_NAME)
@@ -193,17 +190,19 @@ def _check_checkpoint_id(checkpoint_id: str) -> None:
         raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
 
 
-def prepare_directory(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str) -> Beneath:
+def prepare_directory(
+    checkpoint_dir: str | os.PathLike[str], *, kind: str, instance: str, on_step: StepHook = no_step
+) -> Beneath:
     """The participant's directory, created (durably) and swept of what a crashed commit left."""
     where = participant_beneath(checkpoint_dir, kind, instance)
-    os.close(_prepare(where))
+    os.close(_prepare(where, on_step))
     return where
 
 
-def _prepare(where: Beneath) -> int:
+def _prepare(where: Beneath, on_step: StepHook) -> int:
     """``where``'s descriptor, the directory created (durably) and swept; the caller closes it."""
     try:
-        _step("make_dirs")
+        on_step("make_dirs")
         dfd = open_dir(where, create=True)
     except OSError as exc:
         raise CheckpointWriteError(
@@ -223,7 +222,11 @@ class PartWritten(NamedTuple):
 
 
 def write_part(
-    directory: str | os.PathLike[str], lines: Iterable[bytes], *, place_by: float | None = None
+    directory: str | os.PathLike[str],
+    lines: Iterable[bytes],
+    *,
+    place_by: float | None = None,
+    on_step: StepHook = no_step,
 ) -> PartWritten:
     """One worker's records file in ``directory`` (made by ``prepare_directory``); no manifest.
 
@@ -235,7 +238,7 @@ def write_part(
     where = Beneath.of(directory)
     _check_in_time(where, place_by)
     with _opened_for_write(where) as dfd:
-        records, sha, count, size = _write_records(dfd, where, lines, place_by)
+        records, sha, count, size = _write_records(dfd, where, lines, on_step, place_by)
     return PartWritten(records, sha, count, size)
 
 
@@ -276,6 +279,7 @@ def publish_parts(
     checkpoint_id: str,
     parts: list[RecordsPart],
     stop: WriteStop | None = None,
+    on_step: StepHook = no_step,
 ) -> WriteResult:
     """Publish the manifest of a multi-worker checkpoint whose ``parts`` are written already.
 
@@ -306,7 +310,7 @@ def publish_parts(
         size = 0
         with contextlib.suppress(OSError):
             size = sum(os.stat(f, dir_fd=dfd, follow_symlinks=False).st_size for f in set(files))
-        _publish(dfd, where, manifest, files, stop)
+        _publish(dfd, where, manifest, files, stop, on_step)
     return WriteResult(manifest, size, where.path / MANIFEST_NAME)
 
 
@@ -352,7 +356,7 @@ def _create(dfd: int, name: str) -> BinaryIO:
 
 
 def _write_records(
-    dfd: int, where: Beneath, lines: Iterable[bytes], place_by: float | None = None
+    dfd: int, where: Beneath, lines: Iterable[bytes], on_step: StepHook, place_by: float | None = None
 ) -> tuple[str, str, int, int]:
     """The records file written in the directory ``dfd``: its name, digest, count and size
     (renamed into place only until ``place_by``, if given)."""
@@ -362,9 +366,9 @@ def _write_records(
     temp = f".records.jsonl.{secrets.token_hex(8)}"
     records: str | None = None
     try:
-        _step("open_records")
+        on_step("open_records")
         with _create(dfd, temp) as f:
-            _step("write_records")
+            on_step("write_records")
             for line in lines:
                 data = line + b"\n"
                 digest.update(data)
@@ -372,7 +376,7 @@ def _write_records(
                 count += 1
                 size += len(data)
             f.flush()
-            _step("fsync_records")
+            on_step("fsync_records")
             os.fsync(f.fileno())
         sha = digest.hexdigest()
         try:
@@ -383,10 +387,10 @@ def _write_records(
                 os.unlink(temp, dir_fd=dfd)
             raise
         # Same content gives the same name: replacing it changes nothing a reader could see.
-        _step("rename_records")
+        on_step("rename_records")
         os.replace(temp, f"records-{sha}.jsonl", src_dir_fd=dfd, dst_dir_fd=dfd)
         records = f"records-{sha}.jsonl"
-        _step("fsync_dir_records")
+        on_step("fsync_dir_records")
         os.fsync(dfd)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -401,7 +405,12 @@ def _write_records(
 
 
 def _publish(
-    dfd: int, where: Beneath, manifest: Manifest, records: list[str], stop: WriteStop | None
+    dfd: int,
+    where: Beneath,
+    manifest: Manifest,
+    records: list[str],
+    stop: WriteStop | None,
+    on_step: StepHook,
 ) -> None:
     """Link the manifest into the directory ``dfd`` (create-only), unless ``stop`` is set."""
     content = _manifest_encoder.encode(manifest)
@@ -410,12 +419,12 @@ def _publish(
     linked = False
     existed = False
     try:
-        _step("open_manifest")
+        on_step("open_manifest")
         with _create(dfd, temp) as f:
-            _step("write_manifest")
+            on_step("write_manifest")
             f.write(content)
             f.flush()
-            _step("fsync_manifest")
+            on_step("fsync_manifest")
             os.fsync(f.fileno())
         lock = stop._lock if stop is not None else contextlib.nullcontext()
         with lock:
@@ -425,7 +434,7 @@ def _publish(
                     f"checkpoint {manifest.checkpoint_id} was resumed: its manifest is not published"
                 )
             try:
-                _step("link_manifest")
+                on_step("link_manifest")
                 os.link(temp, MANIFEST_NAME, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
                 linked = True
             except FileExistsError:
@@ -438,7 +447,7 @@ def _publish(
                     _unlink_unless_published(dfd, records)
                     raise
                 existed = True
-        _step("fsync_dir_manifest")
+        on_step("fsync_dir_manifest")
         os.fsync(dfd)
     except OSError as exc:
         raise _write_failed(dfd, where, records, linked=linked, existed=existed, exc=exc) from None

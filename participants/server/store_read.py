@@ -20,7 +20,6 @@ from typing import Final, Generic, NamedTuple
 import msgspec
 
 from ckpt_events.participants.errors import InvalidCheckpointError
-from ckpt_events.participants.faults import read_pause
 from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
 from ckpt_events.participants.server.store import (
     MANIFEST_NAME,
@@ -97,6 +96,7 @@ def read_checkpoint(
     instance: str,
     record_type: type[R],
     max_records_bytes: int = RECORDS_MAX_BYTES,
+    pause: Callable[[int], None] | None = None,
 ) -> ReadResult[R]:
     """Read and verify this participant's checkpoint; nothing is returned unless all of it checks.
 
@@ -113,10 +113,10 @@ def read_checkpoint(
             directory,
             part,
             kind=kind,
-            instance=instance,
             record_type=record_type,
             max_records_bytes=max_records_bytes,
             seen=seen,
+            pause=pause,
         )
         records += got
         size += part_size
@@ -128,16 +128,17 @@ def read_part(
     part: RecordsPart,
     *,
     kind: str,
-    instance: str,
     record_type: type[R],
     max_records_bytes: int = RECORDS_MAX_BYTES,
     share: Share = ALL,
     seen: set[EpisodeId] | None = None,
+    pause: Callable[[int], None] | None = None,
 ) -> tuple[list[R], int]:
     """The records of ``share`` of one records file in the participant's ``directory`` (a
     ``Beneath``, walked from its root; a plain path is its own root): the whole file is hashed
     and counted, only the share is decoded. ``seen`` (episodes read before, from other parts)
-    grows by what this part holds; a repeat does not check."""
+    grows by what this part holds; a repeat does not check. ``pause(records)``, if given, is
+    called after each chunk's records (``FaultPlan.read_pause``: a slow read)."""
     try:
         with opened_dir(Beneath.of(directory)) as dfd:
             fd = open_regular(part.records_file, max_records_bytes, dir_fd=dfd)
@@ -149,7 +150,7 @@ def read_part(
     with contextlib.closing(chunks):
         try:
             return _decode_records(
-                chunks, part, kind, record_type, read_pause(instance), share, set() if seen is None else seen
+                chunks, part, kind, record_type, pause, share, set() if seen is None else seen
             )
         except OSError as exc:
             raise InvalidCheckpointError(f"cannot read {part.records_file}: {exc.strerror}") from None
@@ -188,7 +189,7 @@ def _decode_records(
                 lines = lines[(share.residue - first) % share.modulus :: share.modulus]
             problem = _add_records(decoder, lines, records, seen, kind)
         if pause is not None:
-            pause(len(lines))  # CKPT_EVENTS_FAULT=slow-restore:<instance> only
+            pause(len(lines))  # a slow-restore fault only
         if problem is not None:
             tail = b""
     if digest.hexdigest() != part.records_sha256:

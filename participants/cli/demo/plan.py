@@ -1,34 +1,31 @@
 """What ``ckpt-events demo`` is asked to run: its options, its checkpoints and its injected fault.
 
 ``--checkpoints N`` spreads N checkpoints over generation 1 (the last one stops it and is
-restored); ``--fault`` sets ``CKPT_EVENTS_FAULT`` (``ckpt_events.participants.faults``) for the generation
-it hits, with a short deadline and lease so the failure shows in seconds. ``--instances N`` runs
-N servers of each kind (``--restore-instances M``: M in the restored generation), and a fault
-hits one of them: ``<kind>-<N // 2>`` (``environment-2`` of 4; ``environment-0`` of one).
+restored); ``--fault`` is a ``FaultPlan`` (``ckpt_events.participants.faults``) for the
+generation it hits (``fault_plans``), with a short deadline and lease so the failure shows in
+seconds. ``--instances N`` runs N servers of each kind (``--restore-instances M``: M in the
+restored generation), and a fault hits one of them: ``<kind>-<N // 2>`` (``environment-2`` of
+4; ``environment-0`` of one).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.participants.faults import FAULT_ENV, Fault, parse_fault
+from ckpt_events.participants.faults import NO_FAULTS, Fault, FaultPlan, parse_fault
 
 __all__ = [
     "ABORTING_FAULTS",
     "FAULTS",
     "FIRST_GENERATION_FAULTS",
     "DemoOptions",
-    "async_fault_environ",
     "check_options",
     "checkpoint_thresholds",
-    "fault_environ",
     "fault_of",
+    "fault_plans",
     "fleet_members",
     "lease_target",
     "stop_after",
@@ -54,7 +51,7 @@ class DemoOptions:
     #: Checkpoints generation 1 takes, spread over its rollouts, the last one stopping it
     #: (``None``: 1, or 2 with a fault that aborts one).
     checkpoints: int | None = None
-    #: One of ``FAULT_MODES``: injected for real through ``CKPT_EVENTS_FAULT`` (see ``faults``).
+    #: One of ``FAULT_MODES``: injected for real (``fault_plans``; see ``faults``).
     fault: str | None = None
     #: Show the ``watch`` view of the fleet during each generation instead of progress bars.
     watch: bool = False
@@ -72,7 +69,7 @@ class DemoOptions:
         return self.instances if generation == 1 else (self.restore_instances or self.instances)
 
 
-#: What each ``--fault`` injects (``CKPT_EVENTS_FAULT``), on which participant (``{i}``: the
+#: What each ``--fault`` injects (``parse_fault``'s syntax), on which participant (``{i}``: the
 #: index of the one it hits among the servers of its kind, ``fault_of``).
 FAULTS: Final = {
     "stall": "stall:environment-{i}",
@@ -161,25 +158,13 @@ def stop_after(opts: DemoOptions) -> int:
     return min(int(opts.checkpoint_at * opts.rollouts), opts.rollouts - 1)
 
 
-@contextlib.contextmanager
-def fault_environ(value: str | None) -> Iterator[None]:
-    """``$CKPT_EVENTS_FAULT`` set to ``value`` (``None``: unset) for a block (the servers started
-    in it and their processes read it), then as it was."""
-    before = os.environ.get(FAULT_ENV)
-    if value is None:
-        os.environ.pop(FAULT_ENV, None)
-    else:
-        os.environ[FAULT_ENV] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(FAULT_ENV, None)
-        else:
-            os.environ[FAULT_ENV] = before
-
-
-@contextlib.asynccontextmanager
-async def async_fault_environ(value: str | None) -> AsyncIterator[None]:
-    with fault_environ(value):
-        yield
+def fault_plans(opts: DemoOptions) -> tuple[FaultPlan, FaultPlan]:
+    """What each generation injects: the stall, lease and slow faults hit generation 1's
+    checkpoints, slow-restore generation 2's restore; the other generation gets ``NO_FAULTS``.
+    In-process servers and the coordinator take the plan as is; server and worker processes
+    are passed it in their environment (``FaultPlan.environ``) and read it at start-up."""
+    fault = fault_of(opts)
+    if fault is None:
+        return NO_FAULTS, NO_FAULTS
+    plan = FaultPlan(fault)
+    return (plan, NO_FAULTS) if fault.mode in FIRST_GENERATION_FAULTS else (NO_FAULTS, plan)

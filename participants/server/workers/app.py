@@ -17,27 +17,26 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
 import msgspec
 from anyio.abc import TaskGroup
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from ckpt_events import Bus, OperationSpan, Telemetry
-from ckpt_events.participants.faults import slow_down
+from ckpt_events.participants.fastapi import Incoming
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
 from ckpt_events.participants.protocol import (
     EpisodeId,
     PrepareReport,
     RestoreRequest,
     StatusReply,
-    WorkAdvance,
     WorkAdvanceReply,
     WorkerEndpoint,
-    WorkStart,
     WorkStartReply,
 )
 from ckpt_events.participants.server.builder import build_app
@@ -45,13 +44,7 @@ from ckpt_events.participants.server.checks import check_restore_keys
 from ckpt_events.participants.server.control import ControlPlane, Exported, Restored
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from ckpt_events.participants.server.replies import store_refusals
-from ckpt_events.participants.server.routes import (
-    _body,
-    _episode_id,
-    _json,
-    _not_found,
-    bearer_auth,
-)
+from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.server.store import (
     WriteResult,
     WriteStop,
@@ -62,16 +55,17 @@ from ckpt_events.participants.server.store import (
 )
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import files_of, read_manifest
+from ckpt_events.participants.server.work import EpisodeView
 from ckpt_events.participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
 from ckpt_events.participants.server.workers.pool import WorkerPool
-from ckpt_events.participants.server.workers.share import NotingTelemetry
+from ckpt_events.participants.server.workers.share import noted
 from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
 from ckpt_events.participants.server.workers.worker import run_worker
 from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HOST, ENV_WORKER_TOKEN
 from ckpt_events.participants.workloads.base import Workload
-from ckpt_events.vocab import Phase
+from ckpt_events.vocab import Operation, Phase
 
-__all__ = ["WorkerControlPlane", "create_worker_app", "stop_this_process"]
+__all__ = ["PooledWork", "WorkerControlPlane", "create_worker_app", "stop_this_process"]
 
 _JOIN_SECONDS: Final = 30.0
 #: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
@@ -88,6 +82,12 @@ class WorkerControlPlane(ControlPlane[Any]):
     """
 
     pool: WorkerPool
+
+    def _operation(
+        self, trace: Incoming, operation: Operation, checkpoint_id: str
+    ) -> AbstractContextManager[OperationSpan]:
+        """As at N = 1, and noted: the pool's frames carry it to the workers' shares."""
+        return noted(super()._operation(trace, operation, checkpoint_id), checkpoint_id, trace)
 
     async def _export(self, o: OperationSpan, episode_ids: list[EpisodeId] | None) -> Exported:
         self.pool.check_all_connected("commit")
@@ -107,7 +107,9 @@ class WorkerControlPlane(ControlPlane[Any]):
         with o.step("write") as s, store_refusals():
             started = time.monotonic()
             where = await anyio.to_thread.run_sync(
-                functools.partial(prepare_directory, directory, kind=kind, instance=instance)
+                functools.partial(
+                    prepare_directory, directory, kind=kind, instance=instance, on_step=self.faults.on_step
+                )
             )
             try:
                 parts = await self.pool.write_parts(where, exported.scope, deadline_ts)
@@ -123,6 +125,7 @@ class WorkerControlPlane(ControlPlane[Any]):
                     checkpoint_id=cid,
                     parts=[part for part, _ in parts],
                     stop=stop,
+                    on_step=self.faults.on_step,
                 )
             )
             await slow_down(self.write_factor, started)
@@ -163,7 +166,7 @@ class WorkerControlPlane(ControlPlane[Any]):
                 functools.partial(read_manifest, directory, kind=kind, instance=instance)
             )
             where = participant_beneath(directory, kind, instance)
-            found, size = await self.pool.stage(where, files_of(manifest), scope)
+            found, size = await self.pool.stage(where, files_of(manifest), scope, req.deadline_ts)
             try:
                 check_restore_keys({e.capture_key for e in scope}, found, manifest.checkpoint_id)
             except BaseException:
@@ -171,42 +174,32 @@ class WorkerControlPlane(ControlPlane[Any]):
                 raise
             s.set(records=manifest.record_count, bytes=size)
         with o.step("install") as s:
-            keys = await self.pool.install_staged()
+            keys = await self.pool.install_staged(req.deadline_ts)
             s.set(records=len(keys))
         return Restored(keys, manifest.checkpoint_id, size)
 
 
-def _work_router(pool: WorkerPool, token: str) -> Any:
-    from fastapi import APIRouter, Depends
+class PooledWork:
+    """The work calls of a multi-worker server's main port: each goes to the worker that holds
+    the session (``WorkerPool``), and each reply names that worker's own port (``worker_url``)."""
 
-    router = APIRouter(prefix="/work", dependencies=[Depends(bearer_auth(token))])
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
 
-    @router.post("/start")
-    async def start(request: Request) -> Response:
-        req = await _body(request, WorkStart)
-        reply = await pool.start(_episode_id(req), req.steps)
-        key = reply["capture_key"]
-        return _json(
-            WorkStartReply(capture_key=key, boundary=reply["boundary"], worker_url=pool.worker_url(key))
+    async def start(self, episode_id: EpisodeId, steps: int) -> WorkStartReply:
+        started = await self.pool.start(episode_id, steps)
+        key = started.capture_key
+        return WorkStartReply(
+            capture_key=key, boundary=started.boundary, worker_url=self.pool.worker_url(key)
         )
 
-    @router.post("/advance")
-    async def advance(request: Request) -> Response:
-        req = await _body(request, WorkAdvance)
-        episode_id = _episode_id(req)
-        try:
-            reply = await pool.advance(episode_id)
-        except LookupError as exc:
-            return _not_found(str(exc.args[0]))
-        url = pool.worker_url(episode_id.capture_key)
-        return _json(WorkAdvanceReply(boundary=reply["boundary"], done=reply["done"], worker_url=url))
+    async def advance(self, episode_id: EpisodeId) -> WorkAdvanceReply:
+        advanced = await self.pool.advance(episode_id)
+        url = self.pool.worker_url(episode_id.capture_key)
+        return WorkAdvanceReply(boundary=advanced.boundary, done=advanced.done, worker_url=url)
 
-    @router.get("/{capture_key}")
-    async def get(capture_key: str) -> Response:
-        view = await pool.get(capture_key)
-        return _not_found(capture_key) if view is None else _json(view)
-
-    return router
+    async def view(self, key: str) -> EpisodeView | None:
+        return await self.pool.get(key)
 
 
 def stop_this_process(why: str) -> None:
@@ -238,6 +231,7 @@ def create_worker_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     worker_host: str = "127.0.0.1",
     on_workers_spent: Callable[[str], None] | None = None,
+    faults: FaultPlan = NO_FAULTS,
 ) -> FastAPI:
     """The main process of a participant with ``workers`` workers (``checker`` is a local
     workload of the kind, its ``tel`` the server's; with ``own_bus`` the lifespan enters that
@@ -246,19 +240,19 @@ def create_worker_app(
     reached through the main process only. A worker whose restart budget is spent is noted on
     ``app.state.fatal`` and is a blocker (``<kind>-worker-restarts-spent``) of every later
     prepare; ``on_workers_spent(why)`` is called too (``stop_this_process`` ends a server that
-    is its own process; an app in a bigger process must not signal it)."""
+    is its own process; an app in a bigger process must not signal it). ``faults`` goes to the
+    plane and to worker tasks; a worker process reads its own at start-up."""
     tel: Telemetry = checker.tel
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
     pool = WorkerPool(checker, coordinator)
-    # The plane's operations are noted, so the pool's frames carry them to the workers' shares.
-    noting = cast(Telemetry, NotingTelemetry(tel))
     plane = WorkerControlPlane(
-        noting,
+        tel,
         pool,
         lease_grace_seconds=float(lease_grace_seconds),
         checkpoint_root=checkpoint_root,
         max_records_bytes=max_records_bytes,
+        faults=faults,
     )
     plane.pool = pool
 
@@ -269,7 +263,7 @@ def create_worker_app(
             for index in range(workers):
                 secret = coordinator.new_secret(index)
                 tg.start_soon(
-                    functools.partial(run_worker, secret=secret),
+                    functools.partial(run_worker, secret=secret, faults=faults),
                     coordinator.socket_path,
                     index,
                     worker_factory(index),
@@ -300,7 +294,7 @@ def create_worker_app(
         tel=tel,
         plane=plane,
         work=pool,
-        work_router=_work_router(pool, token),
+        work_router=work_router(PooledWork(pool), token),
         token=token,
         max_body_bytes=max_body_bytes,
         bus=the_bus,

@@ -2,12 +2,14 @@
 
 Either side sends messages and answers the other's. Frames go out in the order they were
 queued (``post`` and ``request`` share one queue), so a sync ``post`` (admission, marks) is
-seen by the peer before anything queued after it. Messages whose kind is in ``inline`` are
-handled one at a time in arrival order; the others each run in their own task, and each
-handler can read when its message arrived (``current_arrival``). A bad frame ends the channel
-(the peer is lost); a reply to an id nobody waits for, or a message of an unknown kind, is a
-protocol error that is logged and refused, and the channel goes on. A reply that comes after
-its request gave up waiting is logged once as late, and dropped.
+seen by the peer before anything queued after it. Requests of an ``inline`` kind are handled
+one at a time in arrival order; the others each run in their own task, and each handler can
+read when its message arrived (``current_arrival``). ``request`` returns the reply decoded as
+the request's reply type (``frames.reply_type``). A bad frame ends the channel (the peer is
+lost); a reply to an id nobody waits for, or a message of an unknown kind, is a protocol error
+that is logged and refused, and the channel goes on. A reply that comes after its request gave
+up waiting is logged once as late, and dropped; a reply that is not of its request's type is
+the peer's fault (``WorkerChannelError``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
+import msgspec
 from anyio.abc import ByteStream, TaskGroup
 
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
@@ -29,6 +32,9 @@ from ckpt_events.participants.server.workers.frames import (
     FrameError,
     Message,
     Reply,
+    Request,
+    decode_reply,
+    encode_body,
     encode_frame,
     read_frame,
 )
@@ -48,6 +54,7 @@ _GIVEN_UP_KEPT: Final = 64
 #: count is logged once when the channel closes, so a hostile peer cannot flood the log.
 LOGGED_PROTOCOL_ERRORS: Final = 10
 Handler = Callable[[Message], Awaitable[Any]]
+R = TypeVar("R")
 
 
 #: What a handler raises for a message kind it does not know (answered 400 ``unknown_kind``).
@@ -79,7 +86,6 @@ class FrameChannel:
         handler: Handler,
         *,
         name: str,
-        inline: Collection[str] = (),
         max_frame: int = DEFAULT_MAX_FRAME,
     ) -> None:
         # A Unix socket is read by the loop's own socket calls: anyio's raise InvalidStateError
@@ -90,7 +96,6 @@ class FrameChannel:
         self.closed = False
         self.failure: str | None = None
         self._handler = handler
-        self._inline = frozenset(inline)
         self._next_id = 0
         self._pending: dict[int, _Pending | None] = {}
         self._given_up: OrderedDict[int, str] = OrderedDict()  # id -> kind, for a late reply
@@ -114,32 +119,33 @@ class FrameChannel:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _queue(self, kind: str, body: Any, traceparent: str | None, waiter: _Pending | None) -> int:
+    def _queue(self, body: Request[Any], traceparent: str | None, waiter: _Pending | None) -> int:
         if self.closed or self._finishing:
             raise WorkerChannelError(f"{self.name}: channel is closed ({self.failure or 'ended'})")
         self._next_id += 1
         message_id = self._next_id
-        data = encode_frame(Message(message_id, kind, body, traceparent), self.max_frame)
+        data = encode_frame(Message(message_id, body, traceparent), self.max_frame)
         self._pending[message_id] = waiter
         self._send.send_nowait(data)
         return message_id
 
-    def post(self, kind: str, body: Any = None, traceparent: str | None = None) -> None:
+    def post(self, body: Request[Any], traceparent: str | None = None) -> None:
         """Queue a message whose reply nobody awaits (raises if the channel is closed)."""
-        self._queue(kind, body, traceparent, None)
+        self._queue(body, traceparent, None)
 
     async def request(
         self,
-        kind: str,
-        body: Any = None,
+        body: Request[R],
         *,
         timeout: float = DEFAULT_REPLY_SECONDS,
         traceparent: str | None = None,
-    ) -> Any:
-        """Send and await the reply's body; a refusal is raised as ``ProtocolRefusal``, no
-        reply within ``timeout`` (or a closed channel) as ``WorkerChannelError``."""
+    ) -> R:
+        """Send and await the reply, as ``body``'s reply type; a refusal is raised as
+        ``ProtocolRefusal``; no reply within ``timeout`` (or a closed channel), or a reply of
+        another type, as ``WorkerChannelError``."""
+        kind = body.kind
         waiter = _Pending()
-        message_id = self._queue(kind, body, traceparent, waiter)
+        message_id = self._queue(body, traceparent, waiter)
         try:
             with anyio.move_on_after(timeout):
                 await waiter.done.wait()
@@ -154,7 +160,10 @@ class FrameChannel:
             reason = self.failure or "ended" if self.closed else f"no reply within {timeout:g} s"
             raise WorkerChannelError(f"{self.name}: {kind}: {reason}")
         if reply.ok:
-            return reply.body
+            try:
+                return decode_reply(type(body), reply.body)
+            except msgspec.DecodeError as exc:
+                raise WorkerChannelError(f"{self.name}: {kind}: a bad reply: {exc}") from None
         error = reply.error or FrameError(500, ErrorCode.CHECKPOINT_ERROR.value, "refused without a reason")
         if error.code in ErrorCode.__members__.values():
             raise ProtocolRefusal(error.code, error.detail)
@@ -174,7 +183,7 @@ class FrameChannel:
         # Set in the handler's own task (or, inline, just before it): nothing leaks across.
         _ARRIVAL.set(received_ns)
         try:
-            body = await self._handler(message)
+            value = await self._handler(message)
         except ProtocolRefusal as exc:
             self._reply(Reply(message.id, False, error=FrameError(exc.status, exc.code.value, exc.detail)))
         except UnknownKind:
@@ -185,7 +194,7 @@ class FrameChannel:
             log.exception("%s: %s failed", self.name, message.kind)
             self._reply(_error_reply(message.id, exc))
         else:
-            self._reply(Reply(message.id, True, body))
+            self._reply(Reply(message.id, True, encode_body(value)))
 
     async def _read(self, tg: TaskGroup) -> None:
         while True:
@@ -209,7 +218,7 @@ class FrameChannel:
                 if waiter is not None:
                     waiter.reply = frame
                     waiter.done.set()
-            elif frame.kind in self._inline:
+            elif frame.body.inline:
                 await self._answer(frame, received_ns)
             else:
                 tg.start_soon(self._answer, frame, received_ns)

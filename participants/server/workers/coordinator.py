@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import anyio
 from anyio.abc import SocketStream, TaskStatus
@@ -32,7 +32,13 @@ from anyio.abc import SocketStream, TaskStatus
 from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
-from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
+from ckpt_events.participants.server.workers.frames import (
+    DEFAULT_MAX_FRAME,
+    Hello,
+    Message,
+    Unreadable,
+    WorkerState,
+)
 from ckpt_events.vocab import ErrorCode
 
 __all__ = ["ENV_SECRET", "ENV_SOCKET", "HELLO_MAX_FRAME", "MAX_STRANGERS", "WorkerCoordinator"]
@@ -80,7 +86,7 @@ class WorkerCoordinator:
         self.channels: dict[int, FrameChannel] = {}
         #: Each connected worker's own work port (``http://host:port``), if it serves one.
         self.urls: dict[int, str] = {}
-        self.state_provider: Callable[[], Any] = dict
+        self.state_provider: Callable[[], WorkerState] = WorkerState
         self.on_lost: Callable[[int], None] = lambda index: None
         self.on_joined: Callable[[int], None] = lambda index: None
         self._joined = anyio.Event()
@@ -160,7 +166,7 @@ class WorkerCoordinator:
             await channel.wait_closed()
             settled.set()
 
-        async def handle(message: Message) -> Any:
+        async def handle(message: Message) -> WorkerState:
             if joined:
                 raise UnknownKind(message.kind)
             try:
@@ -173,9 +179,7 @@ class WorkerCoordinator:
                 settled.set()  # woken once the refusal is queued: then finish() (one try)
                 raise
 
-        channel = FrameChannel(
-            stream, handle, name="coordinator", inline=("hello",), max_frame=HELLO_MAX_FRAME
-        )
+        channel = FrameChannel(stream, handle, name="coordinator", max_frame=HELLO_MAX_FRAME)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(channel.run)
@@ -199,24 +203,25 @@ class WorkerCoordinator:
             if not joined:
                 self._strangers -= 1
 
-    def _hello(self, message: Message, channel: FrameChannel, joined: list[int]) -> Any:
+    def _hello(self, message: Message, channel: FrameChannel, joined: list[int]) -> WorkerState:
         """Take ``message`` as a worker's ``hello`` on ``channel``, or refuse it."""
-        if message.kind != "hello":
+        body = message.body
+        if not isinstance(body, Hello):
+            why = f": {body.why}" if isinstance(body, Unreadable) else ""
             raise ProtocolRefusal(
-                ErrorCode.CHECKPOINT_ERROR, f"a first message {message.kind[:64]!r}, not hello"
+                ErrorCode.CHECKPOINT_ERROR, f"a first message {message.kind[:64]!r}, not hello{why}"
             )
-        body = message.body if isinstance(message.body, dict) else {}
-        index = body.get("index")
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.workers:
+        index = body.index
+        if not 0 <= index < self.workers:
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"no worker slot {index!r}")
-        expected, given = self._secrets.get(index), body.get("secret")
-        if expected is None or not isinstance(given, str) or not hmac.compare_digest(expected, given):
+        expected, given = self._secrets.get(index), body.secret
+        if expected is None or given is None or not hmac.compare_digest(expected, given):
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"hello for worker {index} without its secret")
         current = self.channels.get(index)
         if current is not None and not current.closed:
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_CONFLICT, f"worker {index} is connected already")
-        url = body.get("url")
-        if url is not None and (not isinstance(url, str) or not _URL.fullmatch(url)):
+        url = body.url
+        if url is not None and not _URL.fullmatch(url):
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"hello: {str(url)[:80]!r} is not an http URL")
         del self._secrets[index]  # one join per start
         joined.append(index)
@@ -228,7 +233,7 @@ class WorkerCoordinator:
         else:
             self.urls[index] = url
         channel.on_close = lambda: self._closed(index, channel)
-        log.info("worker %d joined (pid %s)", index, body.get("pid"))
+        log.info("worker %d joined (pid %s)", index, body.pid)
         self.on_joined(index)
         self._joined.set()
         self._joined = anyio.Event()

@@ -13,18 +13,40 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Final, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, TypeVar
 
 import anyio
-import msgspec
 
 from ckpt_events import OperationSpan
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
 from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
 from ckpt_events.participants.server.store_files import Beneath
 from ckpt_events.participants.server.store_read import Share
+from ckpt_events.participants.server.work import EpisodeView
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
+from ckpt_events.participants.server.workers.frames import (
+    Advance,
+    Advanced,
+    Close,
+    Closed,
+    Discard,
+    Forget,
+    Get,
+    InstallStaged,
+    Mark,
+    Open,
+    PartShare,
+    Report,
+    Request,
+    Retire,
+    Stage,
+    Start,
+    Started,
+    Stop,
+    WorkerState,
+    WritePart,
+)
 from ckpt_events.participants.server.workers.share import current_share
 from ckpt_events.participants.workloads.base import Record, Workload
 from ckpt_events.participants.workloads.fence import RetiredAttempts
@@ -38,61 +60,18 @@ _PART_GRACE_SECONDS: Final = 1.0
 #: How long after that the main process waits for the worker's reply: a part placed in time
 #: is announced within it (a local socket: milliseconds), so the commit answers by deadline + 2 s.
 _PART_REPLY_SECONDS: Final = 1.0
-T = TypeVar("T")
+R = TypeVar("R")
+#: How long after a restore's deadline its workers' ``stage`` and ``install_staged`` may still
+#: answer (as a commit's parts: deadline + 2 s), never the fixed reply deadline.
+_RESTORE_GRACE_SECONDS: Final = 2.0
 
 
-class _PartReply(msgspec.Struct, forbid_unknown_fields=True):
-    """A worker's ``write_part`` reply: [file, sha256, count, bytes], its keys, commit extras."""
-
-    part: tuple[str, str, int, int]
-    keys: list[str]
-    extras: dict[str, Any]
-
-
-class _StartReply(msgspec.Struct, forbid_unknown_fields=True):
-    capture_key: str
-    boundary: Annotated[int, msgspec.Meta(ge=0)]
-
-
-class _AdvanceReply(msgspec.Struct, forbid_unknown_fields=True):
-    boundary: Annotated[int, msgspec.Meta(ge=0)]
-    done: bool
-
-
-class _View(msgspec.Struct, forbid_unknown_fields=True):
-    """What a worker answers for ``GET /work/{key}`` (``routes.episode_view`` and its index)."""
-
-    capture_key: str
-    rollout_id: str
-    attempt: Annotated[int, msgspec.Meta(ge=0)]
-    boundary: Annotated[int, msgspec.Meta(ge=0)]
-    steps: Annotated[int, msgspec.Meta(ge=1)]
-    done: bool
-    status: str
-    kind: str
-    state: dict[str, Any]
-    worker: int
-
-
-def _checked(reply: Any, kind: type[T], index: int, what: str, key: str) -> T:
-    """A worker's reply as ``kind``, for session ``key``; anything else is the worker's fault
+def _same_session(reply: R, index: int, what: str, key: str) -> R:
+    """A worker's ``reply`` about session ``key``; one about another session is the worker's fault
     (503, logged), never passed on to the client."""
-    try:
-        checked = msgspec.convert(reply, kind)
-    except msgspec.ValidationError as exc:
-        raise _unavailable(
-            Exception(f"worker {index} answered {what} of {key} with a bad reply: {exc}")
-        ) from None
-    if getattr(checked, "capture_key", key) != key or getattr(checked, "worker", index) != index:
+    if getattr(reply, "capture_key", key) != key or getattr(reply, "worker", index) != index:
         raise _unavailable(Exception(f"worker {index} answered {what} of {key} for another session"))
-    return checked
-
-
-class _StageReply(msgspec.Struct, forbid_unknown_fields=True):
-    """A worker's ``stage`` reply: the capture keys its share holds, and the bytes read."""
-
-    keys: list[str]
-    bytes: int
+    return reply
 
 
 def assign_parts(parts: Sequence[RecordsPart], workers: int) -> dict[int, list[tuple[RecordsPart, Share]]]:
@@ -124,6 +103,11 @@ def _unavailable(exc: Exception) -> ProtocolRefusal:
     return ProtocolRefusal(ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE, str(exc))
 
 
+def _until(deadline_ts: float) -> float:
+    """How long a restore's workers may take to answer: until its deadline, and a grace."""
+    return max(0.0, deadline_ts - time.time()) + _RESTORE_GRACE_SECONDS
+
+
 class _PostedMarks(RetiredAttempts):
     """The server's marks; each change is also posted to every connected worker."""
 
@@ -133,11 +117,11 @@ class _PostedMarks(RetiredAttempts):
 
     def mark(self, episode: EpisodeId) -> None:
         super().mark(episode)
-        self._pool.broadcast("mark", {"rollout_id": episode.rollout_id, "attempt": episode.attempt})
+        self._pool.broadcast(Mark(episode))
 
     def forget(self, rollout_id: str) -> bool:
         found = super().forget(rollout_id)
-        self._pool.broadcast("forget", {"rollout_id": rollout_id})
+        self._pool.broadcast(Forget(rollout_id))
         return found
 
 
@@ -183,14 +167,14 @@ class WorkerPool:
         """A worker was lost while admission was closed (``<kind>-worker-lost`` until resume)."""
         return bool(self._lost)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> WorkerState:
         """What a worker gets when it joins."""
-        return {"admission_open": self.admission_open, "marks": self.fence.snapshot()}
+        return WorkerState(self.admission_open, self.fence.snapshot())
 
-    def broadcast(self, kind: str, body: Any = None) -> None:
+    def broadcast(self, body: Request[None]) -> None:
         for index in self.coordinator.connected():
             try:
-                self.coordinator.channels[index].post(kind, body)
+                self.coordinator.channels[index].post(body)
             except WorkerChannelError:
                 pass  # it is being lost; it gets the state again when it rejoins
 
@@ -210,36 +194,34 @@ class WorkerPool:
     def close_admission(self) -> None:
         self.admission_open = False
         self._reports.clear()
-        self.broadcast("close_admission")
+        self.broadcast(Close())
 
     def open_admission(self) -> None:
         self.admission_open = True
         self._lost.clear()
         self._reports.clear()
-        self.broadcast("open_admission")
+        self.broadcast(Open())
 
     async def _ask_each(
         self,
-        kind: str,
-        body: Any,
+        body: Request[R] | Callable[[int], Request[R]],
         indexes: Iterable[int],
         traceparent: str | None = None,
         timeout: float | None = None,
-    ) -> tuple[dict[int, Any], ProtocolRefusal | None]:
+    ) -> tuple[dict[int, R], ProtocolRefusal | None]:
         """Ask every worker in ``indexes`` at once (``body``, or ``body(index)`` if callable),
         each within ``timeout`` (default: the reply deadline). Returns the replies, and the
-        refusal of the lowest-numbered worker that refused or did not answer (503), if any."""
-        replies: dict[int, Any] = {}
+        refusal of the lowest-numbered worker that refused, did not answer or answered with a
+        bad reply (503), if any."""
+        replies: dict[int, R] = {}
         refusals: dict[int, ProtocolRefusal] = {}
         seconds = self.coordinator.reply_seconds if timeout is None else timeout
 
         async def ask(index: int) -> None:
-            message = body(index) if callable(body) else body
+            message = body if isinstance(body, Request) else body(index)
             try:
                 channel = self.coordinator.channel(index)
-                replies[index] = await channel.request(
-                    kind, message, timeout=seconds, traceparent=traceparent
-                )
+                replies[index] = await channel.request(message, timeout=seconds, traceparent=traceparent)
             except ProtocolRefusal as exc:
                 refusals[index] = exc
             except WorkerChannelError as exc:
@@ -251,24 +233,19 @@ class WorkerPool:
         return replies, refusals[min(refusals)] if refusals else None
 
     async def on_admission_closed(self, op: OperationSpan, checkpoint_id: str, deadline_ts: float) -> None:
-        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         traceparent = op.traceparent() or _share()[1]
         # A silent worker must not hold prepare past its deadline: it is left unreported.
         remaining = min(max(0.05, deadline_ts - time.time()), self.coordinator.reply_seconds)
         replies, _ = await self._ask_each(
-            "closed", body, self.coordinator.connected(), traceparent, remaining
+            Closed(checkpoint_id, deadline_ts), self.coordinator.connected(), traceparent, remaining
         )
-        for index, report in replies.items():
-            self._reports[index] = msgspec.convert(report, PrepareReport)
+        self._reports.update(replies)
 
     async def wait_changed(self, timeout: float) -> None:
         # Workers cap their wait at 0.5 s; a worker silent for longer is left unreported this round.
         seconds = min(timeout + 1.0, self.coordinator.reply_seconds)
-        replies, _ = await self._ask_each(
-            "report", {"wait": timeout}, self.coordinator.connected(), None, seconds
-        )
-        for index, report in replies.items():
-            self._reports[index] = msgspec.convert(report, PrepareReport)
+        replies, _ = await self._ask_each(Report(timeout), self.coordinator.connected(), None, seconds)
+        self._reports.update(replies)
         if not replies:
             # No worker answered: the next report can only come from one that joins.
             await self.coordinator.wait_connected(len(self.coordinator.connected()) + 1, min(timeout, 0.5))
@@ -320,27 +297,19 @@ class WorkerPool:
         indexes = self.check_all_connected("commit")
         checkpoint_id, traceparent = _share()
         place_by = deadline_ts + _PART_GRACE_SECONDS
-        body = {
-            "directory": directory.wire(),
-            "scope": None if scope is None else [[e.rollout_id, e.attempt] for e in scope],
-            "checkpoint_id": checkpoint_id,
-            "place_by": place_by,
-        }
+        body = WritePart(directory.wire(), None if scope is None else list(scope), checkpoint_id, place_by)
         # Bounded by the commit's deadline, not the reply deadline: a hung worker (SIGSTOP) held
         # every commit for the fixed 30 s, whatever its deadline, and a large part that takes
         # longer than 30 s within a longer deadline was cut short.
         wait = max(0.0, place_by - time.time()) + _PART_REPLY_SECONDS
-        replies, refusal = await self._ask_each("write_part", body, indexes, traceparent, wait)
+        replies, refusal = await self._ask_each(body, indexes, traceparent, wait)
         parts: list[tuple[RecordsPart, list[str]]] = []
         self._extras = {}
         for index in sorted(replies):
-            try:
-                reply = msgspec.convert(replies[index], _PartReply)
-            except msgspec.ValidationError as exc:
-                refusal = refusal or _unavailable(Exception(f"worker {index}: a bad write_part reply: {exc}"))
-                continue
-            name, sha, count, _size = reply.part
-            parts.append((RecordsPart(index, name, sha, count), reply.keys))
+            reply = replies[index]
+            parts.append(
+                (RecordsPart(index, reply.records_file, reply.records_sha256, reply.record_count), reply.keys)
+            )
             for key, value in reply.extras.items():
                 if isinstance(value, list):
                     self._extras[key] = sorted([*self._extras.get(key, []), *value])
@@ -358,7 +327,7 @@ class WorkerPool:
                 by_worker.setdefault(owner, []).append(key)
         for index, chosen in by_worker.items():
             try:
-                self.coordinator.channel(index).post("stop", {"keys": chosen})
+                self.coordinator.channel(index).post(Stop(chosen))
             except (WorkerChannelError, ProtocolRefusal):
                 pass
 
@@ -368,32 +337,26 @@ class WorkerPool:
     # -- restore ----------------------------------------------------------------------------
 
     async def stage(
-        self, directory: Beneath, parts: Sequence[RecordsPart], scope: set[EpisodeId]
+        self, directory: Beneath, parts: Sequence[RecordsPart], scope: set[EpisodeId], deadline_ts: float
     ) -> tuple[set[str], int]:
         """Every worker reads and checks its share of ``parts`` (``assign_parts``), all at once;
         nothing is installed. Returns the capture keys the checkpoint holds and its bytes read.
-        A refusal (a record that does not check: 422) or a lost worker (503) discards everywhere;
+        A refusal (a record that does not check: 422), a lost worker, or one that has not answered
+        by the restore's ``deadline_ts`` plus ``_RESTORE_GRACE_SECONDS`` (503) discards everywhere;
         so does an episode in two shares. What is out of ``scope`` is left out at install."""
         indexes = self.check_all_connected("restore")
         checkpoint_id, traceparent = _share()
         plan = assign_parts(parts, len(indexes))
+        wire = directory.wire()
 
-        def body(index: int) -> dict[str, Any]:
-            shares = [
-                [p.worker, p.records_file, p.records_sha256, p.record_count, *share]
-                for p, share in plan[index]
-            ]
-            return {"directory": directory.wire(), "parts": shares, "checkpoint_id": checkpoint_id}
+        def body(index: int) -> Stage:
+            return Stage(wire, [PartShare(p, share) for p, share in plan[index]], checkpoint_id)
 
-        replies, refusal = await self._ask_each("stage", body, indexes, traceparent)
+        replies, refusal = await self._ask_each(body, indexes, traceparent, _until(deadline_ts))
         held: dict[int, list[str]] = {}
         size = 0
         for index in sorted(replies):
-            try:
-                staged = msgspec.convert(replies[index], _StageReply)
-            except msgspec.ValidationError as exc:
-                refusal = refusal or _unavailable(Exception(f"restore: worker {index}: {exc}"))
-                continue
+            staged = replies[index]
             held[index] = staged.keys
             size += staged.bytes
         found = {key for keys in held.values() for key in keys}
@@ -411,18 +374,19 @@ class WorkerPool:
         self._staged_scope = scope
         return found, size
 
-    async def install_staged(self) -> list[str]:
-        """Each worker installs what it staged (less what is out of scope); a worker lost now
-        takes the others' out again."""
+    async def install_staged(self, deadline_ts: float) -> list[str]:
+        """Each worker installs what it staged (less what is out of scope); a worker lost now, or
+        silent past the restore's ``deadline_ts`` plus ``_RESTORE_GRACE_SECONDS``, takes the
+        others' out again."""
         indexes = self.check_all_connected("restore")
         checkpoint_id, traceparent = _share()
         # The whole server's fence: a late attempt is refused here before any worker sees it.
         RetiredAttempts.mark_all(self.fence, self._staged_scope)
         replies, refusal = await self._ask_each(
-            "install_staged",
-            lambda index: {"drop": self._staged.get(index, []), "checkpoint_id": checkpoint_id},
+            lambda index: InstallStaged(self._staged.get(index, []), checkpoint_id),
             indexes,
             traceparent,
+            _until(deadline_ts),
         )
         if refusal is not None:
             self.discard()
@@ -430,15 +394,15 @@ class WorkerPool:
         restored: list[str] = []
         for index, keys in replies.items():
             for key in keys:
-                self.owners[str(key)] = index
-                restored.append(str(key))
+                self.owners[key] = index
+                restored.append(key)
         self._staged = {}
         self._staged_scope = set()
         return sorted(restored)
 
     def discard(self) -> None:
         """Every connected worker drops what a failed restore staged or installed."""
-        self.broadcast("discard")
+        self.broadcast(Discard())
         for episode_id in self._staged_scope:
             self.owners.pop(episode_id.next().capture_key, None)
         self._staged = {}
@@ -456,8 +420,7 @@ class WorkerPool:
         for episode_id in ids:
             RetiredAttempts.mark(self.fence, episode_id)  # the workers' retire marks them
         checkpoint_id, traceparent = _share()
-        body = {"episode_ids": [[e.rollout_id, e.attempt] for e in ids], "checkpoint_id": checkpoint_id}
-        await self._ask_each("retire", body, self.coordinator.connected(), traceparent)
+        await self._ask_each(Retire(ids, checkpoint_id), self.coordinator.connected(), traceparent)
         self.owners = {
             k: w for k, w in self.owners.items() if not self.fence.is_retired(EpisodeId.from_capture_key(k))
         }
@@ -470,15 +433,13 @@ class WorkerPool:
         if not self.admission_open:
             raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
 
-    async def _request(self, index: int, kind: str, body: Any) -> Any:
+    async def _request(self, index: int, body: Request[R]) -> R:
         try:
-            return await self.coordinator.channel(index).request(
-                kind, body, timeout=self.coordinator.reply_seconds
-            )
+            return await self.coordinator.channel(index).request(body, timeout=self.coordinator.reply_seconds)
         except WorkerChannelError as exc:
             raise _unavailable(exc) from None
 
-    async def start(self, episode_id: EpisodeId, steps: int) -> dict[str, Any]:
+    async def start(self, episode_id: EpisodeId, steps: int) -> Started:
         self._admit(episode_id)
         key = episode_id.capture_key
         owner = self.owners.get(key)
@@ -488,31 +449,28 @@ class WorkerPool:
                 raise ProtocolRefusal(ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE, "no worker is connected")
             owner = self._least_loaded(connected)
         self.served = True
-        body = {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt, "steps": steps}
-        reply = _checked(await self._request(owner, "start", body), _StartReply, owner, "start", key)
+        reply = _same_session(await self._request(owner, Start(episode_id, steps)), owner, "start", key)
         self.owners[key] = owner
-        return msgspec.structs.asdict(reply)
+        return reply
 
-    async def advance(self, episode_id: EpisodeId) -> dict[str, Any]:
+    async def advance(self, episode_id: EpisodeId) -> Advanced:
         self._admit(episode_id)
         key = episode_id.capture_key
         owner = self.owners.get(key)
         if owner is None:
             raise LookupError(key)
         self.served = True
-        reply = await self._request(
-            owner, "advance", {"rollout_id": episode_id.rollout_id, "attempt": episode_id.attempt}
-        )
+        reply = await self._request(owner, Advance(episode_id))
         if reply is None:
             raise LookupError(key)
-        return msgspec.structs.asdict(_checked(reply, _AdvanceReply, owner, "advance", key))
+        return reply
 
-    async def get(self, key: str) -> dict[str, Any] | None:
+    async def get(self, key: str) -> EpisodeView | None:
         owner = self.owners.get(key)
         if owner is None:
             return None
-        reply = await self._request(owner, "get", {"key": key})
-        return None if reply is None else msgspec.structs.asdict(_checked(reply, _View, owner, "get", key))
+        reply = await self._request(owner, Get(key))
+        return None if reply is None else _same_session(reply, owner, "get", key)
 
     async def aclose(self) -> None:
         await self.checker.aclose()

@@ -2,8 +2,8 @@
 
 The control plane opens its operation span (``gym.checkpoint.commit``, ...) deep inside
 ``ControlPlane``; the pool, which sends the frames, only sees the workload calls made under
-it. ``NotingTelemetry`` wraps the plane's ``Telemetry`` and notes each operation it opens in
-a context variable of the request's task; the pool reads it (``current_share``) and puts the
+it. ``WorkerControlPlane._operation`` enters each span and notes it (``noted``) in a context
+variable of the request's task; the pool reads it (``current_share``) and puts the
 operation's ``traceparent`` and checkpoint id on the frames, so each worker's share is a
 child span of the coordinator's operation. When the main process has no sink (its span is a
 no-op), the incoming ``traceparent`` is forwarded instead: the shares still join the
@@ -12,13 +12,15 @@ controller's trace.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Final
 
-from ckpt_events import OperationSpan, Telemetry
-from ckpt_events.vocab import Operation
+from ckpt_events import OperationSpan, format_traceparent
+from ckpt_events.participants.fastapi import Incoming
 
-__all__ = ["NotingTelemetry", "Share", "current_share"]
+__all__ = ["Share", "current_share", "noted"]
 
 
 class Share:
@@ -40,30 +42,21 @@ _CURRENT: Final[ContextVar[Share | None]] = ContextVar("ckpt_events_worker_share
 
 
 def current_share() -> Share | None:
-    """The operation the calling task is inside, if it was opened through a ``NotingTelemetry``."""
+    """The operation the calling task is inside, if it was opened through ``noted``."""
     return _CURRENT.get()
 
 
-class NotingTelemetry:
-    """A ``Telemetry`` (every member forwarded) whose ``operation`` also notes the span it opens."""
-
-    def __init__(self, tel: Telemetry) -> None:
-        self._tel = tel
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tel, name)
-
-    def operation(
-        self,
-        operation: Operation | str,
-        *,
-        checkpoint_id: str | None = None,
-        traceparent: str | None = None,
-        parent: Any = None,
-    ) -> OperationSpan:
-        span = self._tel.operation(
-            operation, checkpoint_id=checkpoint_id, traceparent=traceparent, parent=parent
-        )
+@contextmanager
+def noted(
+    operation: AbstractContextManager[OperationSpan], checkpoint_id: str | None, trace: Incoming
+) -> Iterator[OperationSpan]:
+    """Enter ``operation`` (for ``checkpoint_id``, called with ``trace``) and note it as the
+    calling task's share until it ends."""
+    incoming = None if trace.parent is None else format_traceparent(*trace.parent)
+    with operation as span:
         # Set in the request's own task: each HTTP call runs in its own, so nothing leaks across.
-        _CURRENT.set(Share(span, checkpoint_id, traceparent))
-        return span
+        token = _CURRENT.set(Share(span, checkpoint_id, incoming))
+        try:
+            yield span
+        finally:
+            _CURRENT.reset(token)

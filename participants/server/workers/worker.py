@@ -22,43 +22,49 @@ from typing import Any, Final
 
 import anyio
 import anyio.to_thread
-import msgspec
 
 from ckpt_events import OperationSpan
 from ckpt_events.participants.fastapi import Incoming, LoopLagMonitor
-from ckpt_events.participants.protocol import EpisodeId, RecordsPart, encode
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
+from ckpt_events.participants.protocol import EpisodeId, encode
 from ckpt_events.participants.server.gc_pause import gc_paused
 from ckpt_events.participants.server.replies import store_refusals
-from ckpt_events.participants.server.routes import episode_view
 from ckpt_events.participants.server.store import write_part
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath
-from ckpt_events.participants.server.store_read import Share, read_part
+from ckpt_events.participants.server.store_read import read_part
+from ckpt_events.participants.server.work import episode_view
 from ckpt_events.participants.server.workers.channel import FrameChannel, UnknownKind, current_arrival
-from ckpt_events.participants.server.workers.frames import DEFAULT_MAX_FRAME, Message
-from ckpt_events.participants.workloads.base import Episode, Workload
+from ckpt_events.participants.server.workers.frames import (
+    DEFAULT_MAX_FRAME,
+    Advance,
+    Advanced,
+    Close,
+    Closed,
+    Discard,
+    Forget,
+    Get,
+    Hello,
+    InstallStaged,
+    Mark,
+    Message,
+    Open,
+    Report,
+    Retire,
+    Stage,
+    Staged,
+    Start,
+    Started,
+    Stop,
+    WorkerState,
+    WritePart,
+    WrittenPart,
+)
+from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.vocab import Operation
 
-__all__ = ["INLINE_KINDS", "WorkerHost", "run_worker"]
+__all__ = ["WorkerHost", "run_worker"]
 
-#: Kinds a worker handles in arrival order (quick, and their order matters).
-INLINE_KINDS: Final = frozenset(
-    {
-        "start",
-        "get",
-        "close_admission",
-        "open_admission",
-        "stop",
-        "install_staged",
-        "discard",
-        "mark",
-        "forget",
-    }
-)
 _REPORT_WAIT_CAP: Final = 0.5
-
-
-def _episode_id(body: Any) -> EpisodeId:
-    return EpisodeId(str(body["rollout_id"]), int(body["attempt"]))
 
 
 class WorkerHost:
@@ -71,147 +77,138 @@ class WorkerHost:
         *,
         max_records_bytes: int = RECORDS_MAX_BYTES,
         monitor: LoopLagMonitor | None = None,
+        faults: FaultPlan = NO_FAULTS,
     ) -> None:
         self.workload = workload
         self.index = index
         self.max_records_bytes = max_records_bytes
         #: This worker's loop lag, recorded on each of its operations (``loop_lag_ms``).
         self.monitor = monitor
+        #: What is injected into this worker's share (a slow read, a failing disk step).
+        self.faults = faults
         #: A restore's share read and checked by ``stage``, installed by ``install_staged``.
         self._staged: tuple[list[Any], list[Any]] | None = None
         #: The keys the last ``install_staged`` installed (``discard`` takes them out again).
         self._installed: list[str] = []
 
-    def apply_state(self, state: Any) -> None:
+    def apply_state(self, state: WorkerState) -> None:
         """The server's state from the coordinator's ``hello`` reply."""
-        for rollout_id, attempt in dict(state.get("marks", {})).items():
-            self.workload.fence.mark(EpisodeId(rollout_id, int(attempt)))
-        if state.get("admission_open", True):
+        for rollout_id, attempt in state.marks.items():
+            self.workload.fence.mark(EpisodeId(rollout_id, attempt))
+        if state.admission_open:
             self.workload.open_admission()
         else:
             self.workload.close_admission()
 
-    def _view(self, episode: Episode[Any]) -> dict[str, Any]:
-        return {**episode_view(self.workload, episode), "worker": self.index}
-
     def _share(
-        self, operation: Operation, body: Any, message: Message
+        self, operation: Operation, checkpoint_id: str | None, message: Message
     ) -> AbstractContextManager[OperationSpan]:
         """This worker's share of a coordinator operation: a child of it (the frame's traceparent),
         with the frame's arrival (``received_ns``) and this worker's loop lag while it runs, as
         an operation of the main port has its request's."""
-        cid = body.get("checkpoint_id")
         incoming = Incoming.from_headers(
             message.traceparent, received_ns=current_arrival(), monitor=self.monitor
         )
-        return incoming.operation(
-            self.workload.tel, operation, checkpoint_id=None if cid is None else str(cid)
-        )
-
-    def _report(self) -> Any:
-        return msgspec.to_builtins(self.workload.report())
+        return incoming.operation(self.workload.tel, operation, checkpoint_id=checkpoint_id)
 
     async def handle(self, message: Message) -> Any:
-        body = message.body if message.body is not None else {}
-        kind = message.kind
+        """The reply to ``message`` (of its request's reply type); ``UnknownKind`` for a request
+        a worker does not take."""
         wl = self.workload
-        if kind == "start":
-            episode = wl.start(_episode_id(body), int(body["steps"]))
-            return {"capture_key": episode.key, "boundary": episode.boundary}
-        if kind == "advance":
-            try:
-                episode = await wl.advance(_episode_id(body))
-            except LookupError:
+        match message.body:
+            case Start(episode_id=episode_id, steps=steps):
+                episode = wl.start(episode_id, steps)
+                return Started(episode.key, episode.boundary)
+            case Advance(episode_id=episode_id):
+                try:
+                    episode = await wl.advance(episode_id)
+                except LookupError:
+                    return None
+                return Advanced(episode.boundary, episode.done)
+            case Get(key=key):
+                found = wl.get(key)
+                return None if found is None else episode_view(wl, found, self.index)
+            case Close():
+                wl.close_admission()
                 return None
-            return {"boundary": episode.boundary, "done": episode.done}
-        if kind == "get":
-            found = wl.get(str(body["key"]))
-            return None if found is None else self._view(found)
-
-        if kind == "close_admission":
-            wl.close_admission()
-            return None
-        if kind == "open_admission":
-            wl.open_admission()
-            return None
-        if kind == "closed":
-            cid = str(body["checkpoint_id"])
-            with self._share(Operation.PREPARE, body, message) as op:
-                await wl.on_admission_closed(op, cid, float(body["deadline_ts"]))
-                report = wl.report()
-                op.set(blockers=report.blocker_count)
-            return msgspec.to_builtins(report)
-        if kind == "report":
-            if not wl.report().ready:
-                await wl.wait_changed(min(float(body.get("wait", 0.0)), _REPORT_WAIT_CAP))
-            return self._report()
-        if kind == "write_part":
-            return await self._write_part(body, message)
-        if kind == "stop":
-            wl.stop([str(k) for k in body["keys"]])
-            return None
-        if kind == "stage":
-            return await self._stage(body, message)
-        if kind == "install_staged":
-            return await self._install_staged(body, message)
-        if kind == "discard":
-            self._discard()
-            return None
-        if kind == "retire":
-            with self._share(Operation.RETIRE, body, message):
-                return await wl.retire([EpisodeId(r, int(a)) for r, a in body["episode_ids"]])
-        if kind == "mark":
-            wl.fence.mark(_episode_id(body))
-            return None
-        if kind == "forget":
-            wl.fence.forget(str(body["rollout_id"]))
-            return None
-        raise UnknownKind(kind)
+            case Open():
+                wl.open_admission()
+                return None
+            case Closed(checkpoint_id=cid, deadline_ts=deadline_ts):
+                with self._share(Operation.PREPARE, cid, message) as op:
+                    await wl.on_admission_closed(op, cid, deadline_ts)
+                    report = wl.report()
+                    op.set(blockers=report.blocker_count)
+                return report
+            case Report(wait=wait):
+                if not wl.report().ready:
+                    await wl.wait_changed(min(wait, _REPORT_WAIT_CAP))
+                return wl.report()
+            case WritePart() as request:
+                return await self._write_part(request, message)
+            case Stop(keys=keys):
+                wl.stop(keys)
+                return None
+            case Stage() as request:
+                return await self._stage(request, message)
+            case InstallStaged() as request:
+                return await self._install_staged(request, message)
+            case Discard():
+                self._discard()
+                return None
+            case Retire(episode_ids=episode_ids, checkpoint_id=cid):
+                with self._share(Operation.RETIRE, cid, message):
+                    return await wl.retire(episode_ids)
+            case Mark(episode_id=episode_id):
+                wl.fence.mark(episode_id)
+                return None
+            case Forget(rollout_id=rollout_id):
+                wl.fence.forget(rollout_id)
+                return None
+            case _:
+                raise UnknownKind(message.kind)
 
     # -- this worker's share of a commit and a restore --------------------------------------
 
-    async def _write_part(self, body: Any, message: Message) -> Any:
+    async def _write_part(self, request: WritePart, message: Message) -> WrittenPart:
         """Export this worker's episodes in scope and write them as one records file."""
         wl = self.workload
-        scope = body.get("scope")
-        ids = None if scope is None else [EpisodeId(r, int(a)) for r, a in scope]
-        with self._share(Operation.COMMIT, body, message) as op:
+        with self._share(Operation.COMMIT, request.checkpoint_id, message) as op:
             with op.step("export") as step, gc_paused():
-                records = await wl.export(ids)
+                records = await wl.export(request.scope)
                 keys = [r.episode_id.capture_key for r in records]
                 lines = [encode(r) for r in records]
                 del records
                 step.set(records=len(lines))
             with op.step("write") as step, store_refusals(), gc_paused():
                 # Walked from the root again here, never through a symlink: see store_files.
-                where = Beneath.from_wire([str(p) for p in body["directory"]])
-                place_by = body.get("place_by")
+                where = Beneath.from_wire(request.directory)
                 part = await anyio.to_thread.run_sync(
                     functools.partial(
-                        write_part, where, lines, place_by=None if place_by is None else float(place_by)
+                        write_part, where, lines, place_by=request.place_by, on_step=self.faults.on_step
                     )
                 )
                 step.set(records=part.record_count, bytes=part.bytes)
             op.set(records=part.record_count, bytes=part.bytes)
-        return {
-            "part": [part.records_file, part.records_sha256, part.record_count, part.bytes],
-            "keys": keys,
-            "extras": wl.commit_extras(keys),
-        }
+        return WrittenPart(*part, keys=keys, extras=wl.commit_extras(keys))
 
-    async def _stage(self, body: Any, message: Message) -> Any:
+    async def _stage(self, request: Stage, message: Message) -> Staged:
         """Read and check this worker's share of a checkpoint; nothing is installed yet."""
         wl = self.workload
         self._discard()
-        directory = Beneath.from_wire([str(p) for p in body["directory"]])
-        instance = wl.tel.instance
-        with self._share(Operation.RESTORE, body, message) as op, op.step("read") as step, gc_paused():
+        directory = Beneath.from_wire(request.directory)
+        pause = self.faults.read_pause(wl.tel.instance)
+        with (
+            self._share(Operation.RESTORE, request.checkpoint_id, message) as op,
+            op.step("read") as step,
+            gc_paused(),
+        ):
             chosen: list[Any] = []
             seen: set[EpisodeId] = set()  # across this worker's parts: an episode in two does not check
             size = 0
             count = 0
-            for worker, name, sha, records_count, modulus, residue in body["parts"]:
-                part = RecordsPart(int(worker), str(name), str(sha), int(records_count))
+            for shared in request.parts:
+                part, share = shared.part, shared.share
                 with store_refusals():
                     records, part_size = await anyio.to_thread.run_sync(
                         functools.partial(
@@ -219,11 +216,11 @@ class WorkerHost:
                             directory,
                             part,
                             kind=str(wl.kind),
-                            instance=instance,
                             record_type=wl.record_type,
                             max_records_bytes=self.max_records_bytes,
-                            share=Share(int(modulus), int(residue)),
+                            share=share,
                             seen=seen,
+                            pause=pause,
                         )
                     )
                 count += len(records)
@@ -236,21 +233,21 @@ class WorkerHost:
             step.set(records=count, bytes=size)
             op.set(records=len(chosen), bytes=size)
         self._staged = (chosen, states)
-        return {"keys": [r.episode_id.capture_key for r in chosen], "bytes": size}
+        return Staged([r.episode_id.capture_key for r in chosen], size)
 
-    async def _install_staged(self, body: Any, message: Message) -> Any:
+    async def _install_staged(self, request: InstallStaged, message: Message) -> list[str]:
         """Install what ``stage`` read (admission closes first), as attempt + 1 of each."""
         if self._staged is None:
             raise UnknownKind("install_staged without a stage")  # answered, never installed
         records, states = self._staged
         self._staged = None
-        if drop := set(body.get("drop") or ()):  # read and checked, but out of the restore's scope
+        if drop := set(request.drop):  # read and checked, but out of the restore's scope
             kept = [
                 (r, s) for r, s in zip(records, states, strict=True) if r.episode_id.capture_key not in drop
             ]
             records, states = [r for r, _ in kept], [s for _, s in kept]
         wl = self.workload
-        with self._share(Operation.RESTORE, body, message) as op, op.step("install") as step:
+        with self._share(Operation.RESTORE, request.checkpoint_id, message) as op, op.step("install") as step:
             wl.close_admission()
             self._installed = await wl.install(records, states)
             step.set(records=len(records))
@@ -275,6 +272,7 @@ async def run_worker(
     token: str | None = None,
     host: str | None = None,
     header_timeout: float | None = None,
+    faults: FaultPlan = NO_FAULTS,
 ) -> None:
     """Serve as worker ``index`` until the coordinator's socket ends (``secret``: what the
     coordinator gave this start of the worker, said in its ``hello``).
@@ -293,23 +291,16 @@ async def run_worker(
         http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1", connections=limits)
     # One loop-lag sampler per worker, for its own port's operations and its checkpoint shares.
     monitor = LoopLagMonitor() if http is None else http.monitor
-    host_ = WorkerHost(workload, index, monitor=monitor)
-    channel = FrameChannel(
-        stream, host_.handle, name=f"worker {index}", inline=INLINE_KINDS, max_frame=max_frame
-    )
+    host_ = WorkerHost(workload, index, monitor=monitor, faults=faults)
+    channel = FrameChannel(stream, host_.handle, name=f"worker {index}", max_frame=max_frame)
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
         tg.start_soon(monitor.run)
         if http is not None:
             tg.start_soon(http.serve)
         try:
-            hello = {
-                "index": index,
-                "pid": os.getpid(),
-                "secret": secret,
-                "url": None if http is None else http.url,
-            }
-            state = await channel.request("hello", hello, timeout=10.0)
+            hello = Hello(index, secret, os.getpid(), None if http is None else http.url)
+            state = await channel.request(hello, timeout=10.0)
             host_.apply_state(state)
             await channel.wait_closed()
         finally:

@@ -27,6 +27,7 @@ from ckpt_events.participants.server.builder import build_work_app
 from ckpt_events.participants.server.connection_guard import ConnectionLimits
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, server_limits
 from ckpt_events.participants.server.routes import work_router
+from ckpt_events.participants.server.work import LocalWork
 from ckpt_events.participants.workloads.base import Workload
 
 __all__ = ["ENV_WORKER_HEADER_TIMEOUT", "ENV_WORKER_HOST", "ENV_WORKER_TOKEN", "WorkerHttp"]
@@ -71,7 +72,7 @@ class WorkerHttp:
         app = build_work_app(
             title=f"ckpt-events {workload.kind} worker {index} of {workload.tel.instance}",
             tel=workload.tel,
-            work_router=work_router(workload, token, worker=index),
+            work_router=work_router(LocalWork(workload, worker=index), token, start=False),
             max_body_bytes=max_body_bytes,
         )
         monitor = app.state.monitor

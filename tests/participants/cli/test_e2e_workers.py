@@ -199,12 +199,12 @@ def _cpu_ticks(pid: int) -> int:
 _HIJACK = """
 import json, socket, struct, sys
 import msgspec
-from ckpt_events.participants.server.workers.frames import Message, decode_frame, encode_frame
+from ckpt_events.participants.server.workers.frames import Hello, Message, decode_frame, encode_frame
 path, index, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sock = socket.socket(socket.AF_UNIX)
 sock.settimeout(10)
 sock.connect(path)
-sock.sendall(encode_frame(Message(1, "hello", {"index": index, "secret": secret, "pid": 1})))
+sock.sendall(encode_frame(Message(1, Hello(index, secret, pid=1))))
 data = b""
 while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
     chunk = sock.recv(65536)

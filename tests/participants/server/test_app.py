@@ -10,6 +10,7 @@ from ckpt_events.participants import PARTICIPANT_KINDS, create_app
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.builder import build_work_app
 from ckpt_events.participants.server.routes import work_router
+from ckpt_events.participants.server.work import LocalWork
 from ckpt_events.testing import MemorySink
 from tests.participants.helpers import AUTH, TOKEN, control, running
 
@@ -77,7 +78,7 @@ async def test_no_api_docs_are_served_with_or_without_the_token():
     work = build_work_app(
         title="worker 0",
         tel=app.state.telemetry,
-        work_router=work_router(workload, TOKEN, worker=0),
+        work_router=work_router(LocalWork(workload, worker=0), TOKEN, start=False),
         max_body_bytes=1024,
     )
     transport = httpx.ASGITransport(app=work)

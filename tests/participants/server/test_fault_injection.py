@@ -1,5 +1,6 @@
-"""The demo's failure hook ``CKPT_EVENTS_FAULT``: parsed in one place, never active unless set,
-refused in one line."""
+"""The demo's failures: a ``FaultPlan`` passed in, parsed in one place (``CKPT_EVENTS_FAULT``
+is read only by ``FaultPlan.from_environ``, at a process's edge), nothing injected unless asked,
+a wrong value refused in one line."""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ import pytest
 from ckpt_events import ConfigurationError
 from ckpt_events.participants.faults import (
     FAULT_ENV,
+    NO_FAULTS,
     Fault,
-    active_fault,
-    controller_stall,
+    FaultPlan,
     parse_fault,
-    read_pause,
     slow_down,
-    write_factor,
 )
 
 
@@ -61,25 +60,39 @@ def test_a_wrong_value_is_refused_naming_the_variable(value: str) -> None:
     assert "stall:INSTANCE" in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_nothing_is_injected_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(FAULT_ENV, raising=False)
-    assert active_fault() is None and controller_stall() == 0.0 and read_pause("model-0") is None
-    monkeypatch.setenv(FAULT_ENV, " ")
-    assert active_fault() is None
-    monkeypatch.setenv(FAULT_ENV, "slow-restore:model-0:0.001")
-    assert read_pause("environment-0") is None and controller_stall() == 0.0
-    pause = read_pause("model-0")
-    assert pause is not None
-    monkeypatch.setenv(FAULT_ENV, "lease:2")
-    assert controller_stall() == 2.0 and read_pause("model-0") is None
+def test_nothing_is_injected_unless_asked() -> None:
+    """``NO_FAULTS`` (every default) and an unset or blank variable inject nothing."""
+    for plan in (NO_FAULTS, FaultPlan.from_environ({}), FaultPlan.from_environ({FAULT_ENV: " "})):
+        assert plan == NO_FAULTS and plan.environ() == {}
+        assert plan.lease_stall() == 0.0 and plan.read_pause("model-0") is None
+        assert plan.write_factor("model-0") == 1.0 and not plan.stalls("model-0")
+        plan.on_step("make_dirs")  # the store's hook does nothing
 
 
-async def test_slow_makes_one_instance_write_that_many_times_as_long(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_plan_hits_its_own_instance_only() -> None:
+    """Each question is answered for one instance: the fault's, and no other."""
+    plan = FaultPlan.from_environ({FAULT_ENV: "slow-restore:model-0:0.001"})
+    assert plan.read_pause("environment-0") is None and plan.lease_stall() == 0.0
+    assert plan.read_pause("model-0") is not None
+    lease = FaultPlan(parse_fault("lease:2"))
+    assert lease.lease_stall() == 2.0 and lease.read_pause("model-0") is None
+    stall = FaultPlan.parse("stall:environment-0")
+    assert stall.stalls("environment-0") and not stall.stalls("environment-1")
+
+
+def test_a_plan_passes_to_a_child_process_through_its_environment() -> None:
+    """What the demo hands a server or worker process is what that process reads back."""
+    plan = FaultPlan(parse_fault("slow:environment-1:3"))
+    assert plan.environ() == {FAULT_ENV: "slow:environment-1:3"}
+    assert FaultPlan.from_environ(plan.environ()) == plan
+
+
+async def test_slow_makes_one_instance_write_that_many_times_as_long() -> None:
     """slow:INSTANCE:FACTOR: only that instance's factor is above 1, and slow_down stretches what
     began at ``started`` to that many times its length."""
-    monkeypatch.setenv(FAULT_ENV, "slow:environment-1:3")
-    assert write_factor("environment-1") == 3.0 and write_factor("environment-0") == 1.0
-    assert controller_stall() == 0.0 and read_pause("environment-1") is None
+    plan = FaultPlan(parse_fault("slow:environment-1:3"))
+    assert plan.write_factor("environment-1") == 3.0 and plan.write_factor("environment-0") == 1.0
+    assert plan.lease_stall() == 0.0 and plan.read_pause("environment-1") is None
     started = time.monotonic()
     await anyio.sleep(0.05)
     await slow_down(3.0, started)

@@ -14,7 +14,7 @@ import pytest
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
-from ckpt_events.participants.faults import FAULT_ENV
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.server.app import make_workload
 from tests.participants.helpers import TOKEN, control, error_code, running
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 ROLLOUTS = 400
 
 
-def _app(workers: int, instance: str) -> Any:
+def _app(workers: int, instance: str, faults: FaultPlan = NO_FAULTS) -> Any:
     bus = Bus()
     options: dict[str, Any] = {}
     if workers > 1:
@@ -38,14 +38,13 @@ def _app(workers: int, instance: str) -> Any:
         token=TOKEN,
         bus=bus,
         checkpoint_root=tempfile.gettempdir(),
+        faults=faults,
         **options,
     )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-async def test_work_started_during_a_restore_is_refused_and_nothing_runs_twice(
-    tmp_path, monkeypatch, workers
-):
+async def test_work_started_during_a_restore_is_refused_and_nothing_runs_twice(tmp_path, workers):
     instance = f"env-race-{workers}"
     async with running(_app(workers, instance)) as client:
         for i in range(ROLLOUTS):
@@ -55,10 +54,10 @@ async def test_work_started_during_a_restore_is_refused_and_nothing_runs_twice(
         assert (await control(client, "commit", checkpoint_dir=str(tmp_path))).status_code == 200
 
     # 5 ms per record read: the read of 400 records takes about 2 s.
-    monkeypatch.setenv(FAULT_ENV, f"slow-restore:{instance}:0.005")
+    slow = FaultPlan.parse(f"slow-restore:{instance}:0.005")
     episodes = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(ROLLOUTS)]
     answers: list[tuple[int, str]] = []
-    async with running(_app(workers, instance)) as client:
+    async with running(_app(workers, instance, slow)) as client:
         restored: dict[str, Any] = {}
 
         async def restore() -> None:

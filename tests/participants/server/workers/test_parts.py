@@ -19,11 +19,10 @@ from anyio.abc import SocketAttribute
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
-from ckpt_events.participants.faults import FAULT_ENV
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.protocol import RecordsPart
-from ckpt_events.participants.server import store
 from ckpt_events.participants.server.app import make_workload
-from ckpt_events.participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir
+from ckpt_events.participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir, parts_digest
 from ckpt_events.participants.server.store_read import Share
 from ckpt_events.participants.server.workers.pool import assign_parts
 from tests.participants.helpers import TOKEN, control, error_code, running, status
@@ -34,7 +33,7 @@ pytestmark = pytest.mark.anyio
 class _Fleet:
     """A multi-worker app whose worker workloads the test can look into."""
 
-    def __init__(self, workers: int, instance: str = "env-0") -> None:
+    def __init__(self, workers: int, instance: str = "env-0", faults: FaultPlan = NO_FAULTS) -> None:
         bus = Bus()
         self.workloads: list[Any] = []
 
@@ -50,6 +49,7 @@ class _Fleet:
             token=TOKEN,
             bus=bus,
             checkpoint_root=tempfile.gettempdir(),
+            faults=faults,
             **options,
         )
 
@@ -113,20 +113,15 @@ async def test_a_restore_into_any_worker_count_puts_every_session_somewhere_exac
         assert (await status(client))["episodes"] == rollouts
 
 
-async def test_a_worker_lost_during_a_parallel_commit_publishes_nothing_and_leaves_no_part(
-    tmp_path, monkeypatch
-):
-    fleet = _Fleet(2)
+async def test_a_worker_lost_during_a_parallel_commit_publishes_nothing_and_leaves_no_part(tmp_path):
     started = threading.Event()
-    real_step = store._step
 
     def slow_rename(name: str) -> None:
-        real_step(name)
         if name == "rename_records":
             started.set()
             time.sleep(0.5)  # both workers hold their part here while worker 1 is killed
 
-    monkeypatch.setattr(store, "_step", slow_rename)
+    fleet = _Fleet(2, faults=FaultPlan(on_step=slow_rename))
     async with running(fleet.app) as client:
         for i in range(8):
             assert (
@@ -153,13 +148,12 @@ async def test_a_worker_lost_during_a_parallel_commit_publishes_nothing_and_leav
     assert len([p for p in directory.iterdir() if RECORDS_FILE.fullmatch(p.name)]) <= 1
 
 
-async def test_a_worker_lost_during_a_parallel_restore_installs_nothing_anywhere(tmp_path, monkeypatch):
+async def test_a_worker_lost_during_a_parallel_restore_installs_nothing_anywhere(tmp_path):
     rollouts = 40
     async with running(_Fleet(2).app) as client:
         await _commit(client, tmp_path, rollouts)
     # 20 ms per record read: each worker's share of 20 takes about 0.4 s to read.
-    monkeypatch.setenv(FAULT_ENV, "slow-restore:env-0:0.02")
-    fleet = _Fleet(2)
+    fleet = _Fleet(2, faults=FaultPlan.parse("slow-restore:env-0:0.02"))
     async with running(fleet.app) as client:
         replies: list[Any] = []
 
@@ -190,6 +184,33 @@ async def test_a_worker_lost_during_a_parallel_restore_installs_nothing_anywhere
         assert (await client.post("/work/start", json={"rollout_id": "new", "steps": 2})).status_code == 200
 
 
+async def test_a_restore_whose_workers_are_slow_answers_by_its_deadline_not_the_reply_wait(tmp_path):
+    """Workers still reading when the restore's deadline passes: 503 by deadline + 2 s (was the
+    fixed 30 s reply wait, whatever the deadline), and nothing is installed anywhere."""
+    rollouts = 40
+    async with running(_Fleet(2).app) as client:
+        await _commit(client, tmp_path, rollouts)
+    # 0.2 s per record read: each worker's share of 20 takes about 4 s, past the 1 s deadline.
+    fleet = _Fleet(2, faults=FaultPlan.parse("slow-restore:env-0:0.2"))
+    async with running(fleet.app) as client:
+        started = time.monotonic()
+        reply = await control(
+            client,
+            "restore",
+            "c2",
+            seconds=1.0,
+            checkpoint_dir=str(tmp_path),
+            episode_ids=_episodes(rollouts),
+        )
+        answered = time.monotonic() - started
+        assert error_code(reply) == (503, "checkpoint_coordinator_unavailable"), reply.text
+        assert 1.0 <= answered < 1.0 + 2.0 + 1.5, answered
+        with anyio.fail_after(10):  # the workers' reads end; what they staged is dropped
+            while fleet.app.state.workload.owners or fleet.installed():
+                await anyio.sleep(0.05)
+        assert (await status(client))["episodes"] == 0
+
+
 async def test_a_part_that_does_not_check_refuses_the_restore_on_every_worker(tmp_path):
     rollouts = 10
     async with running(_Fleet(2).app) as client:
@@ -216,7 +237,7 @@ async def test_a_one_process_participant_restores_a_multi_worker_checkpoint(tmp_
     )
     assert (
         manifest == committed["manifest"]
-        and store.parts_digest([RecordsPart(**p) for p in manifest["parts"]]) == manifest["records_sha256"]
+        and parts_digest([RecordsPart(**p) for p in manifest["parts"]]) == manifest["records_sha256"]
     )
     async with running(_Fleet(1).app) as client:
         reply = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(9))

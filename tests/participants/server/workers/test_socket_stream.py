@@ -17,7 +17,7 @@ import pytest
 from anyio.streams.stapled import StapledObjectStream
 
 from ckpt_events.participants.server.workers.channel import FrameChannel
-from ckpt_events.participants.server.workers.frames import Message, encode_frame
+from ckpt_events.participants.server.workers.frames import Close, Message, encode_frame
 from ckpt_events.participants.server.workers.socket_stream import loop_socket_stream
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ async def test_a_read_cancelled_in_the_iteration_its_socket_turns_readable_is_qu
         async with anyio.create_task_group() as tg:
             tg.start_soon(channel.run)
             await anyio.wait_all_tasks_blocked()  # the channel waits for its socket to be readable
-            far.send(encode_frame(Message(1, "ping", 7)))
+            far.send(encode_frame(Message(1, Close())))
             # Woken in the next iteration ahead of the selector's reader callback, which is
             # queued in that same iteration: the cancel lands between the two.
             await anyio.lowlevel.checkpoint()

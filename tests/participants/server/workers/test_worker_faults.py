@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
@@ -26,11 +27,21 @@ from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.workers import coordinator as worker_coordinator
 from ckpt_events.participants.server.workers import create_worker_app, run_worker
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
-from ckpt_events.participants.server.workers.frames import Message, Reply, encode_frame, read_frame
+from ckpt_events.participants.server.workers.frames import (
+    Close,
+    Get,
+    Hello,
+    Message,
+    Reply,
+    WorkerState,
+    encode_body,
+    encode_frame,
+    read_frame,
+)
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
-STATE = {"admission_open": True, "marks": {}}
+STATE = WorkerState(admission_open=True, marks={})
 
 
 def _app(reply_seconds: float = 30.0, factory_for: tuple[int, ...] = (0, 1), **options: Any) -> Any:
@@ -72,8 +83,8 @@ async def _join(coordinator: WorkerCoordinator, index: int) -> SocketStream:
     """A misbehaving worker's hello as worker ``index`` (with the secret of a new start of it);
     returns its stream once the hello is answered."""
     stream = await anyio.connect_unix(coordinator.socket_path)
-    hello = {"index": index, "secret": coordinator.new_secret(index)}
-    await stream.send(encode_frame(Message(1, "hello", hello)))
+    hello = Hello(index, coordinator.new_secret(index))
+    await stream.send(encode_frame(Message(1, hello)))
     with anyio.fail_after(5):
         reply = await read_frame(stream)
     assert isinstance(reply, Reply) and reply.ok, reply
@@ -139,8 +150,8 @@ async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_g
         await _both_serving(client)
         await _drop(app, 1)
         peer = await _join(app.state.coordinator, 1)
-        await peer.send(encode_frame(Reply(999, True, "nobody asked")))
-        await peer.send(encode_frame(Message(2, "rm -rf", {})))
+        await peer.send(encode_frame(Reply(999, True, encode_body("nobody asked"))))
+        await peer.send(msgspec_frame({"t": "m", "id": 2, "body": {"kind": "rm -rf"}}))
         with anyio.fail_after(5):
             refused = await read_frame(peer)
         assert isinstance(refused, Reply) and refused.reply_to == 2 and not refused.ok
@@ -162,6 +173,12 @@ async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_g
     assert "over the bound" in logged
 
 
+def msgspec_frame(value: Any) -> bytes:
+    """A frame of any shape (a request of an unknown kind), as a hostile peer sends it."""
+    payload = msgspec.msgpack.encode(value)
+    return struct.pack(">I", len(payload)) + payload
+
+
 async def _coordinator_peer(path: str, script: Any) -> tuple[bool, BaseException | None]:
     """Run a real worker against a hostile coordinator playing ``script``; (worker ended, its error)."""
     outcome: list[BaseException | None] = []
@@ -179,8 +196,8 @@ async def _coordinator_peer(path: str, script: Any) -> tuple[bool, BaseException
         with anyio.fail_after(5):
             stream = await listener.accept()
             hello = await read_frame(stream)
-        assert isinstance(hello, Message) and hello.kind == "hello"
-        await stream.send(encode_frame(Reply(hello.id, True, STATE)))
+        assert isinstance(hello, Message) and isinstance(hello.body, Hello)
+        await stream.send(encode_frame(Reply(hello.id, True, encode_body(STATE))))
         await script(stream)
         with anyio.fail_after(5):
             while not outcome:
@@ -205,13 +222,13 @@ async def test_a_worker_refuses_bad_coordinator_frames_and_ends_cleanly(
 
     async def script(stream: SocketStream) -> None:
         await stream.send(encode_frame(Reply(77, True)))
-        await stream.send(encode_frame(Message(5, "format_disk")))
-        await stream.send(encode_frame(Message(6, "get", {"key": "nope"})))
+        await stream.send(msgspec_frame({"t": "m", "id": 5, "body": {"kind": "format_disk"}}))
+        await stream.send(encode_frame(Message(6, Get("nope"))))
         with anyio.fail_after(5):
             refused, answered = await read_frame(stream), await read_frame(stream)
         assert isinstance(refused, Reply) and refused.error is not None
         assert (refused.reply_to, refused.error.code) == (5, "unknown_kind")
-        assert answered == Reply(6, True, None)
+        assert answered == Reply(6, True, encode_body(None))
         await stream.send(garbage)
         if garbage[4:5] == b"x" and len(garbage) == 14:
             await stream.send_eof()  # a truncated frame: the stream ends mid-frame
@@ -232,7 +249,7 @@ async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: A
     from ckpt_events.participants.server.workers.channel import FrameChannel
 
     async def echo(message: Message) -> Any:
-        return message.body
+        return None
 
     path = str(tmp_path / "pair.sock")
     async with await anyio.create_unix_listener(path) as listener:
@@ -244,11 +261,11 @@ async def test_closing_a_running_channel_from_outside_raises_nothing(tmp_path: A
         async with anyio.create_task_group() as tg:
             tg.start_soon(near.run)
             tg.start_soon(far.run)
-            assert await near.request("ping", 7) == 7
+            assert await near.request(Close()) is None
             near.close()
             await anyio.sleep(0.1)  # the writer meets its closed queue (it raised here, once)
             with pytest.raises(WorkerChannelError, match="closed"):
-                near.post("ping")
+                near.post(Close())
             tg.cancel_scope.cancel()
     assert near.closed and far.closed
 
@@ -320,7 +337,7 @@ async def _close_and_wait(coordinator: WorkerCoordinator, stream: SocketStream, 
 
 async def _hello_as(path: str, index: int, secret: str | None) -> tuple[Reply, SocketStream]:
     stream = await anyio.connect_unix(path)
-    await stream.send(encode_frame(Message(1, "hello", {"index": index, "secret": secret})))
+    await stream.send(encode_frame(Message(1, Hello(index, secret))))
     with anyio.fail_after(5):
         reply = await read_frame(stream)
     assert isinstance(reply, Reply), reply
@@ -357,7 +374,7 @@ async def test_strangers_are_bounded_in_number_in_frame_size_and_in_log_lines(
         await big.aclose()
         for _ in range(300):
             async with await anyio.connect_unix(coordinator.socket_path) as stream:
-                await stream.send(encode_frame(Message(1, "status", {})))
+                await stream.send(msgspec_frame({"t": "m", "id": 1, "body": {"kind": "status"}}))
                 with anyio.fail_after(5):
                     reply = await read_frame(stream)
                 assert isinstance(reply, Reply) and not reply.ok
@@ -380,7 +397,7 @@ async def test_a_forged_work_reply_is_never_passed_to_the_client() -> None:
                 message = await read_frame(peer)
             assert isinstance(message, Message) and message.kind == "start", message
             forged = {"capture_key": "FORGED<script>", "boundary": 0}
-            await peer.send(encode_frame(Reply(message.id, True, forged)))
+            await peer.send(encode_frame(Reply(message.id, True, encode_body(forged))))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(forge)
