@@ -111,7 +111,7 @@ async def test_slow_restore_is_dominated_by_the_model_read(
     assert restore.ms is not None and restore.dominant_ms is not None
     assert restore.dominant_ms > 0.5 * restore.ms  # 50 ms per record, several records in flight
     text = _report(log, capsys)
-    assert "#2 restore slowest:" in text and "read on model/model-0" in text and "dominated" in text
+    assert "#2 restore, critical path:" in text and "read on model/model-0" in text and "dominated" in text
     assert "aborted" not in text
 
 
