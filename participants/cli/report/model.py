@@ -194,7 +194,8 @@ def _span(e: FinishedSpan, depth: int) -> Span:
         case OperationFinished(received_ns=received_ns, loop_lag_ms=loop_lag_ms):
             pass
         case _:
-            received_ns, loop_lag_ms = None, None
+            received_ns = None
+            loop_lag_ms = None
     return Span(
         name=span_name_of(e) or _RENEW_NAME,
         who=who_wrote(e),
