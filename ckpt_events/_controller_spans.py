@@ -33,6 +33,7 @@ class _Span(_SpanBase):
 
     __slots__ = (
         "_attributes",
+        "_mono_ns",
         "_tel",
         "_tracestate",
         "checkpoint_id",
@@ -97,7 +98,7 @@ class StageSpan(_Span):
         if not self._seal():
             return  # ended already: one event per span id
         tel = self._tel
-        end_ns = tel._clock()
+        end_ns = self._end_time()
         if StageFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -172,7 +173,7 @@ class CoordinateSpan(_Span):
         if not self._seal():
             return  # ended already: one event per span id
         tel = self._tel
-        end_ns = tel._clock()
+        end_ns = self._end_time()
         if CoordinateFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None
@@ -279,7 +280,7 @@ class CollectionSpan(_Span):
         if not self._seal():
             return  # ended already: one event per span id
         tel = self._tel
-        end_ns = tel._clock()
+        end_ns = self._end_time()
         if CollectionFinished in tel.bus._routes:
             if exc is None:
                 outcome, error_type, error_message = _OK, None, None

@@ -38,7 +38,8 @@ class _SpanBase:
     """What every span handle answers, live or no-op: its trace context and extra attributes.
 
     A mixin without fields: the live handles hold ``_tel``, ``trace_id``, ``span_id``,
-    ``sampled``, ``parent_remote``, ``_tracestate``, ``_attributes`` and ``start_ns``.
+    ``sampled``, ``parent_remote``, ``_tracestate``, ``_attributes``, ``start_ns`` (wall clock)
+    and ``_mono_ns`` (the monotonic clock read beside it, which times the span).
     """
 
     __slots__ = ()
@@ -52,6 +53,7 @@ class _SpanBase:
     sampled: bool
     checkpoint_id: str | None
     start_ns: int
+    _mono_ns: int
     _tracestate: str | None
     _attributes: dict[str, AttributeValue] | None
 
@@ -64,9 +66,11 @@ class _SpanBase:
         return True
 
     def _start(self, started: type[Any], what: object) -> None:
-        """Read the clock; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
+        """Read the clocks; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
         tel = self._tel
         self.start_ns = start_ns = tel._clock()  # type: ignore[misc]  # a field of the struct subclasses
+        monotonic = tel._monotonic
+        self._mono_ns = start_ns if monotonic is None else monotonic()  # type: ignore[misc]  # as start_ns
         route = tel.bus._routes.get(started)
         if route is None:
             return
@@ -90,6 +94,15 @@ class _SpanBase:
                     tel.bus._wake(buffer)
             else:
                 buffer.dropped += 1
+
+    def _end_time(self) -> int:
+        """This span's end: its wall-clock start plus its duration on the monotonic clock, so a
+        wall-clock step while it ran (NTP, a VM resumed) cannot make it negative or inflated."""
+        tel = self._tel
+        monotonic = tel._monotonic
+        if monotonic is None:  # an injected clock alone (TickingClock): it times durations too
+            return tel._clock()
+        return self.start_ns + (monotonic() - self._mono_ns)
 
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` for an outgoing call made inside this span."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from time import time_ns
+from time import monotonic_ns, time_ns
 from typing import Final
 
 from ckpt_events._bus import Bus
@@ -102,6 +102,12 @@ class Telemetry:
     (nanoseconds since the epoch) replace ``random.getrandbits`` and ``time.time_ns`` for
     this Telemetry's live spans and events, e.g. with ``ckpt_events.testing``'s
     ``SequentialIds`` and ``TickingClock`` for deterministic tests.
+
+    A span's ``start_ns`` is read from the wall clock and its duration from a monotonic clock
+    (``time.monotonic_ns``, or ``monotonic``) read beside it: ``end_ns`` is ``start_ns`` plus that
+    duration, so a wall-clock step while a span runs (NTP, a resumed VM) leaves its duration
+    true. A ``clock`` given without a ``monotonic`` times the spans too (as a ``TickingClock``
+    does: every reading one step later).
     """
 
     __slots__ = (
@@ -112,11 +118,13 @@ class Telemetry:
         "_coordinate_on",
         "_cut_on",
         "_lease_on",
+        "_monotonic",
         "_not_ready_on",
         "_operation_finished_on",
         "_operation_on",
         "_operation_route",
         "_operation_started_on",
+        "_operation_started_route",
         "_random",
         "_ratio_bound",
         "_refused_on",
@@ -124,6 +132,7 @@ class Telemetry:
         "_step_on",
         "_step_route",
         "_step_started_on",
+        "_step_started_route",
         "bus",
         "enabled",
         "instance",
@@ -142,6 +151,7 @@ class Telemetry:
         worker: int | None = None,
         ids: Callable[[int], int] | None = None,
         clock: Callable[[], int] | None = None,
+        monotonic: Callable[[], int] | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
             raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
@@ -170,10 +180,16 @@ class Telemetry:
             self._bridge = otel_context
         else:
             raise InvalidTypeError(f"otel_context must be a bool or a ContextBridge, not {otel_context!r}")
-        if (ids is not None and not callable(ids)) or (clock is not None and not callable(clock)):
-            raise InvalidTypeError(f"ids and clock must be callables or None, not {ids!r}, {clock!r}")
+        if any(f is not None and not callable(f) for f in (ids, clock, monotonic)):
+            raise InvalidTypeError(
+                f"ids, clock and monotonic must be callables or None, not {ids!r}, {clock!r}, {monotonic!r}"
+            )
         self._random: Callable[[int], int] = _getrandbits if ids is None else ids
         self._clock: Callable[[], int] = time_ns if clock is None else clock
+        # None: the injected clock alone times spans too (a TickingClock stays deterministic).
+        self._monotonic: Callable[[], int] | None = (
+            monotonic if monotonic is not None else monotonic_ns if clock is None else None
+        )
         self.bus = bus if bus is not None else Bus()
         self._interest_changed()
         if bus is not None:
@@ -185,6 +201,9 @@ class Telemetry:
         # Where a finished operation or step handle is queued (its event's route; () for none).
         self._operation_route = self.bus._routes.get(OperationFinished, ())
         self._step_route = self.bus._routes.get(StepFinished, ())
+        # Where a span's *Started event goes, read by the request-path handles as they enter.
+        self._operation_started_route = self.bus._routes.get(OperationStarted, ())
+        self._step_started_route = self.bus._routes.get(StepStarted, ())
         # One flag per event type the live handles read on every span (an attribute read,
         # not a routing-table lookup); steps off (say, metrics only) means no step handles.
         self._operation_started_on = wants(OperationStarted)

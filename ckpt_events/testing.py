@@ -101,7 +101,11 @@ class SequentialIds:
 
 
 class TickingClock:
-    """A deterministic clock for ``Telemetry(clock=...)``: each reading is ``step_ns`` later."""
+    """A deterministic clock for ``Telemetry(clock=...)``: each reading is ``step_ns`` later.
+
+    Given alone (no ``monotonic=``), it times the spans too: a span's end is a reading of its
+    own, as its start is, so events compare equal run after run.
+    """
 
     def __init__(self, start_ns: int = CLOCK_START_NS, step_ns: int = 1_000_000) -> None:
         self._lock = threading.Lock()

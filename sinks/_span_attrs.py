@@ -32,7 +32,7 @@ from ckpt_events.vocab import (
     FieldAttrs,
 )
 
-__all__ = ["FINISHED", "SpanPlan", "plans_by_name", "span_name_and_attributes", "span_plan"]
+__all__ = ["FINISHED", "NAMING_FIELDS", "SpanPlan", "plans_by_name", "span_name_and_attributes", "span_plan"]
 
 FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
@@ -70,6 +70,8 @@ _PLANS: Final[dict[type, tuple[str, dict[Any, SpanPlan]]]] = {
         },
     ),
 }
+#: The field whose value names a span, per finished event class (the key of its plan).
+NAMING_FIELDS: Final[dict[type, str]] = {cls: field for cls, (field, _) in _PLANS.items()}
 
 
 #: The plan of a step or stage named by the user (a step ``upload``, a kind ``judge``), from

@@ -27,7 +27,7 @@ from typing import IO, Any, Final
 import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError
-from ckpt_events.sinks._hexids import with_hex_ids
+from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._wire_safe import replace_surrogates
 
 __all__ = ["JsonLinesSink", "JsonLinesStats"]
@@ -173,7 +173,7 @@ class JsonLinesSink:
                     try:
                         # The whole batch in one call into msgspec: per event, a Python loop
                         # around encode_into cost about as much again as the encoding itself.
-                        lines: bytes | bytearray = self._encode_lines(list(map(with_hex_ids, batch)))
+                        lines: bytes | bytearray = self._encode_lines(with_hex_ids_all(batch))
                     except UnicodeEncodeError:  # a lone surrogate somewhere: event by event
                         lines = self._encode_each(batch)
                     self._write(lines, len(batch))

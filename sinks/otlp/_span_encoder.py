@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
 from ckpt_events import Redactor, __version__
-from ckpt_events.sinks._span_attrs import span_name_and_attributes, span_plan
+from ckpt_events.sinks._span_attrs import NAMING_FIELDS, span_name_and_attributes, span_plan
 from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
 from ckpt_events.sinks.otlp import _tags as tags
 from ckpt_events.sinks.otlp._wire import FIXED64 as _FIXED64
@@ -38,6 +38,10 @@ _SAMPLED: Final = 0x01
 _HAS_IS_REMOTE: Final = 0x100
 _IS_REMOTE: Final = 0x200
 _CACHE_LIMIT: Final = 8192
+#: Bounds of the encoded pairs: values kept per attribute key, and keys kept (ours are ~20; a
+#: user's attributes beyond this many keys are encoded each time).
+_PAIRS_PER_KEY: Final = 1024
+_PAIR_KEYS: Final = 64
 
 _TIMES: Final = struct.Struct("<BQBQ")  # Span start and end time, fixed64 each
 _FLAGS: Final = struct.Struct("<I")
@@ -52,6 +56,9 @@ _SPAN_TAG: Final = bytes((tags.SCOPE_SPANS_SPANS,))
 _EVENT_TIME: Final = bytes((tags.EVENT_TIME,))
 _STATUS_CODE: Final = bytes((tags.STATUS_CODE,))
 _REQUEST_TAG: Final = bytes((tags.TRACES_REQUEST_RESOURCE_SPANS,))
+#: A span's cached plan: its head (Span.name, Span.kind) and, per attribute field in order, the
+#: field, its attribute key and that key's encoded pairs by value.
+_Plan: TypeAlias = tuple[bytes, tuple[tuple[str, str, dict[object, bytes]], ...]]
 
 
 class SpanEncoder:
@@ -71,8 +78,10 @@ class SpanEncoder:
         )
         self._resource = resource
         self._scope = scope
-        self._pairs: dict[tuple[str, object], bytes] = {}
-        self._names: dict[tuple[str, type, bool], bytes] = {}  # Span fields 5 and 6
+        # Encoded Span.attributes pairs: per attribute key, by value (exact str and int values).
+        self._pairs: dict[str, dict[object, bytes]] = {}
+        # Per (event class, the value naming its span, parent is remote): its _Plan, or None.
+        self._plans: dict[tuple[type, object, bool], _Plan | None] = {}
         self._json_resource = {"attributes": self._json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
@@ -97,43 +106,59 @@ class SpanEncoder:
             except ValueError:
                 self.invalid_values += 1
 
-    def _pair(self, key: str, value: object) -> bytes:
-        """Span.attributes holding one ``KeyValue``; the common ones come from a cache."""
-        pairs = self._pairs
-        # Keyed by (key, value) for exact str and int values only: a bool or float equal to a
-        # cached int (True == 1 == 1.0) encodes differently, so those are never looked up here.
-        cached = value.__class__ is str or value.__class__ is int
-        if cached:
-            encoded = pairs.get((key, value))
-            if encoded is not None:
-                return encoded
+    def _pair(self, key: str, value: object, cache: dict[object, bytes] | None = None) -> bytes:
+        """Span.attributes holding one ``KeyValue``, kept in ``cache`` (the key's own) if given."""
+        # An enum member goes out as its plain str (all are StrEnums: str() is the value).
+        if value.__class__ is not str and isinstance(value, str):
+            value = str(value)
         try:
             encoded = _field(tags.SPAN_ATTRIBUTES, _key_value(key, value))
         except ValueError:  # the one value is dropped, as OpenTelemetry's encoder does
             self.invalid_values += 1
             return b""
-        if cached:
-            if len(pairs) >= _CACHE_LIMIT:
-                pairs.clear()
-            pairs[key, value] = encoded
+        # Kept for exact str and int values only: a bool or float equal to a cached int
+        # (True == 1 == 1.0) encodes differently, so those are never looked up.
+        if cache is not None and (value.__class__ is str or value.__class__ is int):
+            if len(cache) >= _PAIRS_PER_KEY:
+                cache.clear()
+            cache[value] = encoded
         return encoded
 
-    def _head(self, event: Any, name: str) -> bytes:
-        """Span.name and Span.kind, cached per (name, event class, remote parent): all
-        ``span_kind_of`` reads (a test checks this over every span name of every class)."""
-        cache_key = (name, event.__class__, event.parent_remote)
-        head = self._names.get(cache_key)
-        if head is None:
-            head = self._names[cache_key] = (
-                _field(tags.SPAN_NAME, name.encode()) + _KIND_TAG + _varint(_KIND[span_kind_of(event)])
-            )
-        return head
-
-    def _span(self, event: Any) -> bytes:
+    def _plan(self, event: Any) -> _Plan | None:
+        """What every span of ``event``'s name, class and parent locality shares (``_plans``)."""
         plan = span_plan(event)
         if plan is None:
-            return b""
+            return None
         name, fields = plan
+        head = _field(tags.SPAN_NAME, name.encode()) + _KIND_TAG + _varint(_KIND[span_kind_of(event)])
+        return head, tuple((field, key, self._pairs.setdefault(key, {})) for field, key in fields)
+
+    def _cache_of(self, key: str) -> dict[object, bytes] | None:
+        """The encoded pairs of attribute ``key`` (a user's too, up to ``_PAIR_KEYS`` keys)."""
+        cache = self._pairs.get(key)
+        if cache is None and len(self._pairs) < _PAIR_KEYS:
+            cache = self._pairs[key] = {}
+        return cache
+
+    def _span(self, event: Any) -> bytes:
+        cls = event.__class__
+        naming = NAMING_FIELDS.get(cls)
+        if naming is None:
+            return b""
+        # One lookup for everything a span's name decides: its head (Span.name and Span.kind:
+        # all span_kind_of reads, a test checks this over every span name of every class) and
+        # its attribute fields, each with its encoded pairs by value.
+        cache_key = (cls, getattr(event, naming), event.parent_remote)
+        try:
+            plan = self._plans[cache_key]
+        except KeyError:
+            plan = self._plan(event)
+            if len(self._plans) >= _CACHE_LIMIT:
+                self._plans.clear()
+            self._plans[cache_key] = plan
+        if plan is None:
+            return b""
+        head, fields = plan
         flags = _FLAGS_LOCAL
         parent = event.parent_span_id
         ids = _TRACE_ID + event.trace_id.to_bytes(16, "big")
@@ -142,8 +167,6 @@ class SpanEncoder:
             ids += _PARENT_SPAN_ID + parent.to_bytes(8, "big")
             if event.parent_remote:
                 flags = _FLAGS_REMOTE
-        head = self._names.get((name, event.__class__, event.parent_remote)) or self._head(event, name)
-        pairs = self._pairs
         parts = [
             ids,
             head,
@@ -152,21 +175,20 @@ class SpanEncoder:
         if event.attributes or event.worker is not None:
             made = span_name_and_attributes(event, self.redactor)
             for key, value in (made[1] if made is not None else {}).items():
-                parts.append(self._pair(key, value))
+                parts.append(self._pair(key, value, self._cache_of(key)))
         else:
             # Most spans: the plan's fields straight from the event, as span_name_and_attributes
-            # puts them (None left out, an enum member as its str), without building the dict;
-            # the cache lookup inline (a method call per attribute costs more than the lookup).
-            for field, key in fields:
+            # puts them (None left out, an enum member as its str), without building the dict:
+            # each pair looked up in its key's own cache by value (no tuple key), inline (a method
+            # call per attribute costs more than the lookup).
+            for field, key, cache in fields:
                 value = getattr(event, field)
                 if value is None:
                     continue
                 cls = value.__class__
-                if cls is not str and cls is not int and isinstance(value, str):
-                    value = str(value)
-                    cls = str
-                encoded = pairs.get((key, value)) if cls is str or cls is int else None
-                parts.append(encoded or self._pair(key, value))
+                # A bool or float never: True == 1 == 1.0 hash alike and encode differently.
+                encoded = cache.get(value) if cls is not bool and cls is not float else None
+                parts.append(encoded or self._pair(key, value, cache))
         if event.outcome == _ERROR:
             error_type = self._text(event.error_type or "Exception")
             message = self._text(event.error_message or "")

@@ -1,9 +1,11 @@
-"""JsonLinesSink and read_events: round trip, whole lines, rotation, corrupt lines."""
+"""JsonLinesSink: round trip through read_events, whole lines, rotation, bad arguments.
+
+Reading corrupt and long lines: ``test_reader.py``; hex ids: ``tests/sinks/test_hexids.py``.
+"""
 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any, get_args
 
@@ -16,14 +18,11 @@ from ckpt_events import (
     Bus,
     CheckpointEvent,
     InvalidArgumentError,
-    StepStarted,
     Telemetry,
-    new_span_id,
-    new_trace_id,
 )
 from ckpt_events.sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from ckpt_events.testing import MemorySink
-from ckpt_events.vocab import Kind, Step
+from ckpt_events.vocab import Kind
 from tests.ckpt_events.strategies import any_event
 from tests.sinks.helpers import every_event_type
 
@@ -108,78 +107,6 @@ async def test_rotation_drops_beyond_backups(tmp_path: Path) -> None:
         assert kept == [path.name] + [f"{path.name}.{n}" for n in range(1, backups + 1)]
 
 
-def test_corrupt_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path) -> None:
-    """Garbage, a wrong type tag and a truncated last line are reported; good lines still decode."""
-    good = msgspec.json.encode(
-        msgspec.json.decode(
-            b'{"type":"refused","kind":"agent","instance":"a0","time_ns":1,"code":"unauthorized"}',
-            type=CheckpointEvent,
-        )
-    )
-    path = tmp_path / "e.jsonl"
-    path.write_bytes(b"\n".join([good, b"not json", b"", good, b'{"type":"nope","kind":"agent"}', good[:20]]))
-    results = list(read_events(path))
-    assert [n for n, _ in results] == [1, 2, 4, 5, 6]
-    corrupt = [item for _, item in results if isinstance(item, CorruptLine)]
-    assert [c.line for c in corrupt] == [2, 5, 6]
-    assert all(c.error for c in corrupt)
-    assert sum(1 for _, item in results if not isinstance(item, CorruptLine)) == 2
-    assert len(list(read_events(io.BytesIO(path.read_bytes())))) == 5
-
-
-async def test_ids_are_w3c_hex_strings_a_json_reader_sees(tmp_path: Path) -> None:
-    """json.loads (as jq would) sees trace_id as 32 lowercase hex digits, span ids as 16."""
-    path = tmp_path / "events.jsonl"
-    memory = MemorySink()
-    async with Bus() as bus:
-        bus.subscribe(memory)
-        bus.subscribe(JsonLinesSink(path))
-        await every_event_type(bus)
-    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
-    spans = [(line, event) for line, event in zip(lines, memory.events, strict=True) if "trace_id" in line]
-    assert spans and any(event.parent_span_id is not None for _, event in spans)
-    for line, event in spans:
-        assert line["trace_id"] == format(event.trace_id, "032x")
-        assert line["span_id"] == format(event.span_id, "016x")
-        parent = event.parent_span_id
-        assert line["parent_span_id"] == (None if parent is None else format(parent, "016x"))
-
-
-def test_reads_older_logs_with_decimal_ids_and_refuses_bad_hex(tmp_path: Path) -> None:
-    """A decimal-id line (older logs) still decodes; uppercase or short hex is a corrupt line."""
-    base = (
-        b'{"type":"step_started","kind":"agent","instance":"a0","start_ns":1,"step":"write",'
-        b'"trace_id":%s,"span_id":%s,"parent_span_id":%s}'
-    )
-    trace, span, parent = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, 0x00F067AA0BA902B7
-    path = tmp_path / "e.jsonl"
-    path.write_bytes(
-        b"\n".join(
-            [
-                base % (b"%d" % trace, b"%d" % span, b"%d" % parent),
-                base % (b'"%032x"' % trace, b'"%016x"' % span, b'"%016x"' % parent),
-                base % (b'"%032X"' % trace, b'"%016x"' % span, b"null"),
-                base % (b'"%016x"' % span, b'"%016x"' % span, b"null"),
-            ]
-        )
-    )
-    items = [item for _, item in read_events(path)]
-    assert (
-        items[0]
-        == items[1]
-        == StepStarted(
-            kind=Kind.AGENT,
-            instance="a0",
-            trace_id=trace,
-            span_id=span,
-            start_ns=1,
-            step=Step.WRITE,
-            parent_span_id=parent,
-        )
-    )
-    assert [isinstance(item, CorruptLine) for item in items] == [False, False, True, True]
-
-
 def test_bad_arguments() -> None:
     """Bad sizes, rotation of a stream, and non-targets raise InvalidArgumentError."""
     with pytest.raises(InvalidArgumentError):
@@ -212,7 +139,7 @@ async def test_closing_the_bus_mid_stream_leaves_only_whole_lines(tmp_path: Path
 def test_each_batch_reaches_the_file_without_a_flush(tmp_path: Path) -> None:
     """After handle() returns, its lines are in the file: a SIGKILL then loses nothing handled."""
     from ckpt_events import Refused
-    from ckpt_events.vocab import ErrorCode, Kind
+    from ckpt_events.vocab import ErrorCode
 
     path = tmp_path / "events.jsonl"
     sink = JsonLinesSink(path)
@@ -242,35 +169,6 @@ async def test_lines_reach_disk_when_the_bus_delivers(tmp_path: Path) -> None:
     threaded.close()
 
 
-def test_hex_ids_stay_right_past_the_id_cache() -> None:
-    """More distinct ids than the hex cache holds: every line still names its own ids."""
-    events = [
-        StepStarted(
-            kind=Kind.AGENT,
-            instance="a0",
-            trace_id=new_trace_id(),
-            span_id=new_span_id(),
-            start_ns=n,
-            step=Step.WRITE,
-            parent_span_id=new_span_id() if n % 2 else None,
-        )
-        for n in range(10_000)
-    ]
-    stream = io.BytesIO()
-    JsonLinesSink(stream).handle(events)
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [(x["trace_id"], x["span_id"], x["parent_span_id"]) for x in lines] == [
-        (
-            format(e.trace_id, "032x"),
-            format(e.span_id, "016x"),
-            None if e.parent_span_id is None else format(e.parent_span_id, "016x"),
-        )
-        for e in events
-    ]
-    stream.seek(0)
-    assert [event for _, event in read_events(stream)] == events
-
-
 @given(st.lists(any_event, min_size=1, max_size=20))
 @settings(max_examples=200, deadline=None)
 def test_any_events_read_back_field_by_field(events: list[Any]) -> None:
@@ -281,24 +179,3 @@ def test_any_events_read_back_field_by_field(events: list[Any]) -> None:
     sink.handle(events)
     read = [item for _, item in read_events(io.BytesIO(buffer.getvalue()))]
     assert read == events
-
-
-def test_runs_past_a_megabyte_keep_line_numbers_and_find_the_corrupt_line(tmp_path: Path) -> None:
-    """Lines spread over several read blocks (one longer than a block), with a blank and a
-    corrupt line deep in the file: every line is numbered as in the file, the corrupt one named."""
-    path = tmp_path / "e.jsonl"
-    lines = [b'{"type":"refused","kind":"agent","instance":"a%d","time_ns":%d,"code":"unauthorized"}' % (n, n)
-             for n in range(12_000)]  # fmt: skip
-    lines[5_000] = b""
-    lines[9_000] = b'{"type":"refused","kind":"agent"'
-    lines[10_000] = b'{"type":"refused","kind":"agent","instance":"%s","time_ns":1,"code":"unauthorized"}' % (
-        b"x" * 900_000)  # fmt: skip
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    results = list(read_events(path))
-    numbers = [n for n, _ in results]
-    assert numbers == [n + 1 for n in range(12_000) if n != 5_000]
-    corrupt = [item for _, item in results if isinstance(item, CorruptLine)]
-    assert [c.line for c in corrupt] == [9_001]
-    by_number = dict(results)
-    assert by_number[10_001].instance == "x" * 900_000  # type: ignore[union-attr]
-    assert by_number[12_000].time_ns == 11_999 and by_number[1].instance == "a0"  # type: ignore[union-attr]

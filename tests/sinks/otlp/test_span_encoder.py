@@ -240,3 +240,27 @@ def test_no_span_plan_names_an_attribute_twice() -> None:
         if plan is not None:
             keys = [key for _, key in plan[1]]
             assert len(keys) == len(set(keys)), plan[0]
+
+
+async def test_the_pair_caches_keep_keys_and_values_apart() -> None:
+    """Through one encoder, more user keys than it caches, one value under several keys and several
+    values under one key (past the per-key bound) are each written as their own pair."""
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        tel = Telemetry(bus, kind="agent", instance="agent-0", worker=3)
+        for n in range(1_200):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute(f"user.k{n % 100}", "same")
+                op.set(records=n)
+        await bus.flush()
+    events = [event for event in keep.events if isinstance(event, OperationFinished)]
+    encoder = SpanEncoder({"service.name": "t"})
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoder.protobuf(events + events)[0])
+    by_id = _spans_of(request)
+    for n, event in enumerate(events):
+        attributes = {a["key"]: a["value"] for a in by_id[f"{event.span_id:016x}"]["attributes"]}
+        assert attributes[f"user.k{n % 100}"] == {"stringValue": "same"}
+        assert attributes["nemo.gym.checkpoint.records"] == {"intValue": str(n)}
+        assert attributes["nemo.gym.checkpoint.worker"] == {"intValue": "3"}
