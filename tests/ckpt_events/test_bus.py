@@ -1,9 +1,12 @@
-"""The bus: ordering, isolation, bounded buffers, flush, stats, threads and lifecycle."""
+"""The bus: ordering, routing, flush, stats, threads and lifecycle.
+
+A sink's own buffer, drops, linger and failures are in ``test_subscription.py``; a blocking
+sink's thread in ``test_sink_thread.py``.
+"""
 
 from __future__ import annotations
 
 import gc
-import logging
 import threading
 import time
 import weakref
@@ -34,15 +37,6 @@ class Gate:
     async def handle(self, batch: list[Event]) -> None:
         await self.release.wait()
         self.events.extend(batch)
-
-
-class Exploding:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def handle(self, batch: list[Event]) -> None:
-        self.calls += 1
-        raise RuntimeError("exporter down")
 
 
 async def test_events_reach_a_sink_in_emit_order_in_batches() -> None:
@@ -117,47 +111,6 @@ async def test_unsubscribe_stops_routing_and_recomputes_interest() -> None:
     assert sink.closed
 
 
-async def test_stalled_sink_drops_its_own_overflow_and_others_get_everything() -> None:
-    """A stalled sink drops what does not fit (counted); a healthy sink loses nothing."""
-    gate, healthy = Gate(), MemorySink()
-    async with Bus(buffer_size=10, batch_size=5) as bus:
-        bus.subscribe(gate, name="gate")
-        bus.subscribe(healthy, name="healthy", buffer_size=1000)
-        bus.emit(refused(0))
-        await anyio.sleep(0.01)  # the gate's task takes the first batch and stalls in handle
-        for i in range(1, 100):
-            bus.emit(refused(i))
-        assert await bus.flush(timeout=0.2) is False  # the gate is stalled
-        stats = bus.stats()
-        assert stats.sink("healthy").delivered == 100
-        gated = stats.sink("gate")
-        assert gated.pending == 1 + 10 and gated.dropped == 99 - 10
-        assert gated.emitted == 100
-        gate.release.set()
-        assert await bus.flush(timeout=5)
-    assert len(gate.events) == 11
-    assert [e.time_ns for e in healthy.events] == list(range(100))
-
-
-async def test_failing_sink_is_logged_once_counted_and_isolated(caplog: pytest.LogCaptureFixture) -> None:
-    """A sink that raises is logged once, counted per event, and does not hurt others."""
-    bad, good = Exploding(), MemorySink()
-    with caplog.at_level(logging.ERROR, logger="ckpt_events"):
-        async with Bus(batch_size=1) as bus:
-            bus.subscribe(bad, name="bad")
-            bus.subscribe(good, name="good")
-            for i in range(5):
-                bus.emit(refused(i))
-            await bus.flush(timeout=5)
-            stats = bus.stats()
-    assert bad.calls == 5
-    assert stats.sink("bad").failed == 5 and stats.sink("bad").failed_batches == 5
-    assert stats.sink("bad").delivered == 0
-    assert stats.sink("good").delivered == 5
-    failures = [r for r in caplog.records if "failed to handle" in r.getMessage()]
-    assert len(failures) == 1 and "bad" in failures[0].getMessage()
-
-
 async def test_emit_from_threads_and_tasks_at_once() -> None:
     """Emits from several threads and tasks all arrive, each emitter's events in order."""
     sink = MemorySink()
@@ -202,24 +155,6 @@ async def test_a_thread_emit_wakes_an_idle_sink() -> None:
             while not sink.events:
                 await anyio.sleep(0.005)
     assert sink.events[0].time_ns == 7
-
-
-async def test_blocking_sink_runs_in_a_worker_thread() -> None:
-    """A sync sink marked blocking runs off the event loop thread."""
-    loop_thread = threading.get_ident()
-    seen: list[int] = []
-
-    class Blocking:
-        blocking = True
-
-        def handle(self, batch: list[Event]) -> None:
-            seen.append(threading.get_ident())
-
-    async with Bus() as bus:
-        bus.subscribe(Blocking())
-        bus.emit(refused(1))
-        await bus.flush(timeout=5)
-    assert seen and seen[0] != loop_thread
 
 
 async def test_emit_after_close_is_counted_never_raised() -> None:
@@ -358,58 +293,6 @@ def test_order_loss_and_drops_under_random_interleavings(ops: list[tuple[str, in
                 assert sub_stats.dropped == sub_stats.emitted - len(expected)
 
     anyio.run(scenario)
-
-
-async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:
-    """Memory stays flat while a stalled sink drops: it never holds more than its buffer."""
-    import tracemalloc
-
-    gate = Gate()
-    async with Bus(buffer_size=1000, close_timeout=0.05) as bus:
-        bus.subscribe(gate, name="gate")
-        bus.emit(refused(0))
-        await anyio.sleep(0.01)
-        event = refused(1)  # one shared event: only the bus's own memory is measured
-        for _ in range(20_000):
-            bus.emit(event)
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            for _ in range(200_000):
-                bus.emit(event)
-            grown = tracemalloc.get_traced_memory()[0] - before
-        finally:
-            tracemalloc.stop()
-        assert bus.stats().sink("gate").dropped == 220_000 - 1000
-        assert grown < 64 * 1024
-        gate.release.set()
-
-
-async def test_linger_gathers_a_batch_and_flush_cuts_it_short() -> None:
-    """A lingering sink gets spread-out emits in one batch; flush() does not wait out the linger."""
-    sink = MemorySink()
-    async with Bus() as bus:
-        bus.subscribe(sink, linger=30)
-        for i in range(5):
-            bus.emit(refused(i))
-            await anyio.sleep(0.01)  # the delivery task wakes, then lingers
-        assert sink.events == []
-        with anyio.fail_after(5):
-            assert await bus.flush(timeout=10)
-        assert sink.batches == 1 and len(sink.events) == 5
-
-
-async def test_blocking_sinks_linger_by_default_and_bad_linger_raises() -> None:
-    """Blocking sinks default to a short linger, others to none; linger is validated."""
-
-    class Blocking(MemorySink):
-        blocking = True
-
-    async with Bus() as bus:
-        assert bus.subscribe(Blocking()).linger > 0
-        assert bus.subscribe(MemorySink()).linger == 0
-        with pytest.raises(InvalidArgumentError, match="linger"):
-            bus.subscribe(MemorySink(), linger=-1)
 
 
 async def test_many_subscriptions_are_added_in_linear_time() -> None:

@@ -1,4 +1,5 @@
-"""The no-op twins (``ckpt_events._noop``): the live handles' surface, nothing emitted, names still checked."""
+"""The no-op twins (``ckpt_events._noop``): the live handles' surface, nothing emitted, names
+still checked."""
 
 from __future__ import annotations
 
@@ -78,3 +79,21 @@ def test_step_and_stage_names_are_checked_with_telemetry_off(bad: str) -> None:
 def test_open_names_are_accepted_with_telemetry_off() -> None:
     assert NOOP_OPERATION.step("tokenize") is NOOP_STEP
     assert NOOP_COORDINATE.stage("rollout-db") is NOOP_STAGE
+
+
+@pytest.mark.parametrize(
+    ("live", "noop"),
+    [
+        (OperationSpan, type(NOOP_OPERATION)),
+        (StepSpan, type(NOOP_OPERATION.step("write"))),
+        (CoordinateSpan, type(NOOP_COORDINATE)),
+        (StageSpan, type(NOOP_COORDINATE.stage("agent"))),
+        (CollectionSpan, type(NOOP_COLLECTION)),
+    ],
+)
+def test_noop_handles_have_the_live_signatures(live: type, noop: type) -> None:
+    """Each no-op twin's public methods take exactly the live handle's parameters."""
+    live_methods, noop_methods = _public_methods(live), _public_methods(noop)
+    for name, signature in live_methods.items():
+        twin = noop_methods[name]
+        assert list(twin.parameters.values()) == list(signature.parameters.values()), name

@@ -1,4 +1,5 @@
-"""The ops pack: promtool accepts the rules and their unit tests pass; ``ckpt-events ops`` writes it."""
+"""The ops pack: promtool accepts the rules and their unit tests pass. The command that writes it:
+``tests/participants/cli/test_ops.py``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.ops import OPS_FILES, ops_file
+from ckpt_events.participants.cli.ops import ops_file
 from ckpt_events.sinks._prom_names import metric_name
 from ckpt_events.sinks.prometheus import prometheus_names
 from ckpt_events.vocab import InstrumentKind
@@ -27,21 +26,6 @@ OPEN_WORK = (
 def _written(tmp_path: Path) -> Path:
     assert main(["ops", "--write", str(tmp_path / "pack")]) == 0
     return tmp_path / "pack"
-
-
-def test_ops_writes_every_file_and_refuses_to_overwrite(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Every file lands as shipped; a second run without --force is one line and exit 2."""
-    pack = _written(tmp_path)
-    assert sorted(p.name for p in pack.iterdir()) == sorted(OPS_FILES)
-    for name in OPS_FILES:
-        assert (pack / name).read_text() == ops_file(name)
-    capsys.readouterr()
-    assert main(["ops", "--write", str(pack)]) == 2
-    err = capsys.readouterr().err
-    assert "already there; pass --force" in err and err.count("\n") == 1
-    assert main(["ops", "--write", str(pack), "--force"]) == 0
 
 
 def test_promtool_checks_the_rules(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ trends are built from. Read in one pass; each key keeps its durations (one float
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 
@@ -56,7 +57,10 @@ def durations(events: Iterable[CheckpointEvent]) -> dict[Key, list[float]]:
 def percentile(values: list[float], share: float) -> float:
     """The nearest-rank percentile (``share`` in 0..1) of a non-empty list."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
+    # The ceil(share * n)-th smallest; the tolerance keeps a product like 0.95 * 20 (18.999...) on
+    # its whole rank.
+    rank = math.ceil(share * len(ordered) - 1e-9)
+    return ordered[min(len(ordered) - 1, max(0, rank - 1))]
 
 
 def median(values: list[float]) -> float:

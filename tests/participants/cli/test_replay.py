@@ -100,3 +100,20 @@ def test_a_file_that_is_no_log_or_empty_fails_with_the_collector_up(
             assert err[-1] == f"ckpt-events replay: error: {path} holds no checkpoint events (1 file read)"
             assert len(err) <= 2, err
     assert received.paths == []
+
+
+def test_replay_to_an_unreachable_collector_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """replay to a port where nothing listens exits non-zero naming the endpoint."""
+    from ckpt_events.participants.cli.fleet import free_port
+
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"coordinate_finished","kind":"controller","instance":"coordination","trace_id":1,'
+        b'"span_id":2,"start_ns":1000000,"end_ns":5000000,"operation":"commit"}\n'
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
+    err = capsys.readouterr().err
+    assert url in err and "collector" in err and len(err.strip().splitlines()) == 1

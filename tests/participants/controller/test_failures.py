@@ -14,18 +14,14 @@ from ckpt_events import CoordinateFinished, Refused, StageFinished, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.fleet import local_fleet, serving
 from ckpt_events.participants.controller.coordinator import CoordinationError, Coordinator, Member
-from ckpt_events.participants.controller.fan_out import described
 from ckpt_events.participants.controller.types import (
     FAILURES_ATTRIBUTE,
     MemberFailure,
     PrepareResult,
-    failures_value,
     read_failures,
 )
 from ckpt_events.participants.errors import (
     CheckpointNotPrepared,
-    ParticipantCallError,
-    ParticipantUnreachable,
 )
 from ckpt_events.participants.protocol import PrepareReply, PrepareReport
 from ckpt_events.testing import capture_events
@@ -87,16 +83,6 @@ async def test_a_refusal_ends_the_stage_and_prepare_in_error_naming_who(tmp_path
     assert read_failures((resume.attributes or {})[FAILURES_ATTRIBUTE]) == [refusal]
 
 
-def test_failure_records_are_bounded_and_tolerate_foreign_values() -> None:
-    """At most 16 members are recorded on a span; a value that is not a record reads as none."""
-    members = [Member(name=f"a-{i:02}", kind="agent", instance=f"a-{i:02}", url="u") for i in range(40)]
-    value = failures_value(members, {m.name: "unreachable at u: ConnectError" for m in members})
-    recorded = read_failures(value)
-    assert len(recorded) == 16
-    assert recorded[0] == MemberFailure("agent", "a-00", "unreachable at u: ConnectError")
-    assert read_failures("not json") == read_failures(3) == read_failures('{"kind": 1}') == []
-
-
 def test_not_prepared_counts_its_blockers_in_words() -> None:
     """One blocker is "1 blocker" (it said "with 1 blockers")."""
 
@@ -107,15 +93,3 @@ def test_not_prepared_counts_its_blockers_in_words() -> None:
 
     assert stopped(1).endswith("stopped at stage environment with 1 blocker")
     assert stopped(1200).endswith("with 1,200 blockers")
-
-
-def test_a_failed_call_is_described_code_first_on_one_line() -> None:
-    """A refusal by its code and status, an unreachable member by its URL, any other reply by
-    its status; a body's line breaks never reach the message."""
-    url = "http://127.0.0.1:9/ng-control/v1/checkpoint/prepare"
-    refused = ParticipantCallError(url, "missing or wrong bearer token", raw_code="unauthorized", status=401)
-    assert described(refused) == "refused: unauthorized (401): missing or wrong bearer token"
-    gone = ParticipantUnreachable(url, "ConnectError: All connection attempts failed")
-    assert described(gone) == f"unreachable at {url}: ConnectError: All connection attempts failed"
-    proxy = ParticipantCallError(url, "<html>\n<b>Bad Gateway</b>\n</html>", status=502)
-    assert described(proxy) == "answered HTTP 502: <html> <b>Bad Gateway</b> </html>"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
@@ -60,22 +58,6 @@ def test_metrics_endpoint_alone_asks_for_metrics_only() -> None:
     assert settings.metrics_otlp is not None and settings.metrics_otlp.endpoint == "http://127.0.0.1:9/m"
 
 
-async def test_exporter_names() -> None:
-    """OTEL_TRACES_EXPORTER=console and OTEL_METRICS_EXPORTER=none: console spans, no metrics."""
-    environ = {**BASE, "OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
-    async with Bus() as bus:
-        async with configure(bus, environ=environ) as configured:
-            assert [s.name for s in configured.subscriptions] == ["otel-spans"]
-            assert configured.span_sink is not None
-            assert isinstance(configured.span_sink.exporter, ConsoleSpanExporter)  # type: ignore[union-attr]
-    settings = read_otel_env({"OTEL_METRICS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "none"})
-    assert settings.metrics == ("console",) and settings.traces == ()
-    from ckpt_events.sinks.otel._pipeline import metric_readers_for
-
-    (reader,) = metric_readers_for(settings)
-    assert isinstance(reader._exporter, ConsoleMetricExporter)  # type: ignore[attr-defined]
-
-
 async def test_headers_timeout_compression_come_from_environ() -> None:
     """Per-signal headers/timeout/compression win over the base ones and reach the exporter."""
     environ = {
@@ -101,36 +83,6 @@ async def test_headers_timeout_compression_come_from_environ() -> None:
             assert sink.sender._headers["Content-Encoding"] == "gzip"
 
 
-@pytest.mark.parametrize(
-    ("protocol", "content_type"),
-    [("http/protobuf", "application/x-protobuf"), ("http/json", "application/json")],
-)
-async def test_otlp_over_http_is_our_own_sink(protocol: str, content_type: str) -> None:
-    """OTLP over HTTP (either protocol) is an OtlpSpanSink with the OTEL_BSP_* batch, linger and
-    queue, the resource of Resource.create (instance id included) and the OTLP timeout in seconds."""
-    environ = {
-        **BASE,
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": protocol,
-        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1500",
-        "OTEL_BSP_SCHEDULE_DELAY": "250",
-        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64",
-        "OTEL_BSP_MAX_QUEUE_SIZE": "100",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_RESOURCE_ATTRIBUTES": "team=rl",
-    }
-    async with Bus() as bus:
-        async with configure(bus, service_instance_id="srv-1", environ=environ) as configured:
-            sink = configured.span_sink
-            assert isinstance(sink, OtlpSpanSink)
-            assert [s.name for s in configured.subscriptions] == ["otel-spans"]
-            assert (sink.protocol, sink.sender._headers["Content-Type"]) == (protocol, content_type)
-            assert (sink.export_linger, sink.max_export_batch, sink.max_queue) == (0.25, 64, 100)
-            assert sink.sender.timeout == 1.5
-            resource = sink.encoder.resource_attributes
-            assert (resource["service.instance.id"], resource["team"]) == ("srv-1", "rl")
-            assert (resource["service.name"], resource["telemetry.sdk.language"]) == ("ckpt-events", "python")
-
-
 async def test_console_and_given_exporter_keep_opentelemetry() -> None:
     """OTEL_TRACES_EXPORTER=otlp,console: our sink for OTLP and a SpanSink for the console."""
     environ = {**BASE, "OTEL_TRACES_EXPORTER": "otlp,console", "OTEL_METRICS_EXPORTER": "none"}
@@ -140,18 +92,6 @@ async def test_console_and_given_exporter_keep_opentelemetry() -> None:
             assert isinstance(own, OtlpSpanSink)
             assert isinstance(console.exporter, ConsoleSpanExporter)  # type: ignore[union-attr]
             assert [s.name for s in configured.subscriptions] == ["otel-spans", "otel-spans-console"]
-
-
-async def test_grpc_without_the_extra_names_it() -> None:
-    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc: base endpoint used as is; without the extra, an error names it."""
-    environ = {**BASE, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
-    settings = read_otel_env(environ)
-    assert settings.traces_otlp is not None and settings.traces_otlp.endpoint == "http://127.0.0.1:4318"
-    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None:
-        pytest.skip("the grpc extra is installed")
-    async with Bus() as bus:
-        with pytest.raises(ConfigurationError, match=r"ckpt-events\[grpc\]"):
-            configure(bus, environ=environ)
 
 
 async def test_bsp_variables_map_onto_the_span_sink() -> None:
@@ -200,20 +140,6 @@ async def test_sampler_variables_give_the_ratio(sampler: str | None, arg: str | 
     async with Bus() as bus:
         async with configure(bus, environ=environ) as configured:
             assert configured.sample_ratio == ratio
-
-
-async def test_resource_is_created_with_an_instance_id() -> None:
-    """Resource.create runs (sdk attributes present); service.instance.id set per instance."""
-    exporter = InMemorySpanExporter()
-    async with Bus() as bus:
-        async with configure(bus, span_exporter=exporter, service_instance_id="agent-3", environ={}):
-            with Telemetry(bus, kind="agent", instance="agent-3").operation("resume"):
-                pass
-    (span,) = exporter.get_finished_spans()
-    attributes = span.resource.attributes
-    assert attributes["service.instance.id"] == "agent-3"
-    assert attributes["service.name"] == "ckpt-events"
-    assert attributes["telemetry.sdk.language"] == "python"
 
 
 async def test_given_providers_are_used_not_built() -> None:

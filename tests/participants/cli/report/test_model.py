@@ -1,16 +1,13 @@
-"""The report's model and terminal view: every millisecond attributed, both waterfalls, 80 columns."""
+"""The report's model (``participants.cli.report.model``): every millisecond attributed, children
+after their parents. Its terminal view: ``test_terminal.py``."""
 
 from __future__ import annotations
 
-import io
 import re
-
-from rich.console import Console
 
 from ckpt_events import CollectionFinished
 from ckpt_events.participants.cli.report.model import attribute, checkpoint_and_restore, trace_spans
 from ckpt_events.participants.cli.report.paths import on_critical_path
-from ckpt_events.participants.cli.report.terminal import render
 from ckpt_events.vocab import CollectionAction
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
 
@@ -59,18 +56,3 @@ async def test_children_follow_their_parents_in_start_order() -> None:
     last_resume = max((s for s in spans if s.short == "resume"), key=lambda s: s.end_ns)
     resume_stage = next(s for s in spans if s.short == "coordinate.resume")
     assert {spans[0].span_id, resume_stage.span_id, last_resume.span_id} <= critical
-
-
-async def test_terminal_report_fits_80_columns_with_nothing_cut() -> None:
-    """At 80 columns no line is longer and no cell is ellipsized; both waterfalls and the line are there."""
-    events = await emit()
-    for width in (80, 120, 200):
-        console = Console(file=io.StringIO(), width=width, record=True)
-        render(console, events, title="a report")
-        text = console.export_text()
-        assert "…" not in text, width
-        assert max(len(line) for line in text.splitlines()) <= width
-        assert "checkpoint: waterfall" in text and "restore: waterfall" in text
-        assert text.count("ms unattributed") == 2
-        for kind in ("environment-0", "model-0", "agent-0", "resources-0"):
-            assert kind in text

@@ -1,8 +1,10 @@
-"""The coordinator checks each participant's answer against the scope it asked for."""
+"""The fan-out to participants (``participants.controller.fan_out``): each answer checked against the
+scope asked for, a failed call described in one line."""
 
 from __future__ import annotations
 
-from ckpt_events.participants.controller.fan_out import check_committed, check_restored
+from ckpt_events.participants.controller.fan_out import check_committed, check_restored, described
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
 from ckpt_events.vocab import Phase
 
@@ -59,3 +61,15 @@ def test_each_member_is_checked_against_its_own_share_of_a_mapped_scope():
     answers = {"env-0": restored, "env-1": restored}
     check_restored(answers, failures, shares, "c1")
     assert set(answers) == {"env-1"} and "missing ['r1-a1']" in failures["env-0"]
+
+
+def test_a_failed_call_is_described_code_first_on_one_line() -> None:
+    """A refusal by its code and status, an unreachable member by its URL, any other reply by
+    its status; a body's line breaks never reach the message."""
+    url = "http://127.0.0.1:9/ng-control/v1/checkpoint/prepare"
+    refused = ParticipantCallError(url, "missing or wrong bearer token", raw_code="unauthorized", status=401)
+    assert described(refused) == "refused: unauthorized (401): missing or wrong bearer token"
+    gone = ParticipantUnreachable(url, "ConnectError: All connection attempts failed")
+    assert described(gone) == f"unreachable at {url}: ConnectError: All connection attempts failed"
+    proxy = ParticipantCallError(url, "<html>\n<b>Bad Gateway</b>\n</html>", status=502)
+    assert described(proxy) == "answered HTTP 502: <html> <b>Bad Gateway</b> </html>"

@@ -1,0 +1,66 @@
+"""``ContextBridge`` (``ckpt_events._context_bridge``): an operation parents on the bridge's current
+span and is the bridge's current span while it is open."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_events import ContextBridge, InvalidTypeError, OperationFinished, StepFinished, Telemetry
+from ckpt_events.testing import capture_events
+
+
+class _StackTracer:
+    """Another tracing system's context, as a user would bridge it: a stack of current spans."""
+
+    def __init__(self, root: tuple[int, int, bool] | None = None) -> None:
+        self.stack: list[tuple[int, int, bool]] = [] if root is None else [root]
+
+    def current_parent(self) -> tuple[int, int, bool] | None:
+        return self.stack[-1] if self.stack else None
+
+    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
+        self.stack.append((trace_id, span_id, sampled))
+        return len(self.stack)
+
+    def detach(self, token: object) -> None:
+        assert token == len(self.stack)
+        self.stack.pop()
+
+
+async def test_an_operation_parents_on_the_current_span_and_is_current_inside() -> None:
+    """The bridge's current span is the operation's parent; inside the block the operation is
+    current (so the app's spans nest under it); its steps still parent on the operation."""
+    tracer = _StackTracer(root=(0xABC, 0xDEF, False))
+    assert isinstance(tracer, ContextBridge)
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="judge", instance="judge-0", otel_context=tracer)
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            assert tracer.current_parent() == (0xABC, op.span_id, False)
+            with op.step("write"):
+                pass
+        assert tracer.stack == [(0xABC, 0xDEF, False)]
+    [finished] = [e for e in events if isinstance(e, OperationFinished)]
+    [step] = [e for e in events if isinstance(e, StepFinished)]
+    assert (finished.trace_id, finished.parent_span_id, finished.parent_remote) == (0xABC, 0xDEF, False)
+    assert finished.sampled is False
+    assert step.parent_span_id == finished.span_id
+
+
+async def test_the_context_is_restored_when_the_block_raises() -> None:
+    """An exception leaving the operation detaches it and is recorded; without a current span
+    the operation is a root."""
+    tracer = _StackTracer()
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="judge", instance="judge-0", otel_context=tracer)
+        with pytest.raises(RuntimeError), tel.operation("restore"):
+            assert len(tracer.stack) == 1
+            raise RuntimeError("boom")
+        assert tracer.stack == []
+    [finished] = [e for e in events if isinstance(e, OperationFinished)]
+    assert finished.parent_span_id is None and finished.error_type == "RuntimeError"
+
+
+def test_otel_context_must_be_a_bool_or_a_bridge() -> None:
+    """Anything else is refused when the Telemetry is built."""
+    with pytest.raises(InvalidTypeError, match="ContextBridge"):
+        Telemetry(None, kind="judge", instance="judge-0", otel_context=object())  # type: ignore[arg-type]

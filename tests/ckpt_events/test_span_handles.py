@@ -1,0 +1,198 @@
+"""The participants' span handles (``ckpt_events._span_handles``): operations and steps as Started/Finished
+pairs, their ``set()`` values and error fields, each in its own slot."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_events import (
+    InvalidArgumentError,
+    OperationFinished,
+    OperationStarted,
+    StepFinished,
+    StepStarted,
+    Telemetry,
+    UnknownNameError,
+    format_traceparent,
+)
+from ckpt_events.testing import capture_events
+from ckpt_events.vocab import Kind, Operation, Outcome, Phase
+from tests.ckpt_events.test_positional_fields import _fields, _only
+
+TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+REMOTE_PARENT = 0xB7AD6B7169203331
+
+
+async def test_operation_with_steps_emits_started_and_finished_pairs() -> None:
+    """An operation and its steps emit Started/Finished events with nested ids and attributes."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("export") as export:
+                export.set(records=2)
+            with op.step("write") as write:
+                write.set(records=2, bytes=4096)
+            op.set(records=2)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "OperationStarted",
+        "StepStarted",
+        "StepFinished",
+        "StepStarted",
+        "StepFinished",
+        "OperationFinished",
+    ]
+    started, finished = events[0], events[-1]
+    assert isinstance(finished, OperationFinished)
+    assert finished.operation is Operation.COMMIT and finished.kind == Kind.RESOURCES
+    assert finished.checkpoint_id == "c1" and finished.records == 2
+    assert finished.span_id == started.span_id and finished.parent_span_id is None
+    assert finished.start_ns <= finished.end_ns
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    assert [str(s.step) for s in steps] == ["export", "write"]
+    assert all(s.parent_span_id == finished.span_id and s.trace_id == finished.trace_id for s in steps)
+    assert steps[1].bytes == 4096 and steps[1].records == 2
+    assert finished.start_ns <= steps[0].start_ns <= steps[1].end_ns <= finished.end_ns
+
+
+async def test_an_exception_records_error_and_propagates() -> None:
+    """An exception leaving an operation gives outcome error with its type, and re-raises."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with pytest.raises(KeyError), tel.operation("restore") as op:
+            with op.step("read"):
+                raise KeyError("missing")
+    step, operation = events[2], events[3]
+    assert isinstance(step, StepFinished) and step.outcome is Outcome.ERROR
+    assert isinstance(operation, OperationFinished)
+    assert operation.outcome is Outcome.ERROR and operation.error_type == "KeyError"
+    assert operation.error_message == "'missing'"
+
+
+async def test_bad_attribute_values_raise() -> None:
+    """set() rejects negative or non-int counts; set_attribute() non-scalar values."""
+    async with capture_events() as (bus, _):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with tel.operation("commit") as op:
+            with pytest.raises(InvalidArgumentError, match="records"):
+                op.set(records=-1)
+            with pytest.raises(InvalidArgumentError, match="bytes"):
+                op.set(bytes="10")  # type: ignore[arg-type]
+            with pytest.raises(UnknownNameError, match="phase"):
+                op.set(phase="done")
+            with pytest.raises(InvalidArgumentError, match="attribute"):
+                op.set_attribute("x", [1])  # type: ignore[arg-type]
+
+
+async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
+    """Operation and step: each of their settable fields is given a distinct value and read back."""
+    header = format_traceparent(TRACE_ID, REMOTE_PARENT)
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="model-7")
+        with tel.operation("prepare", checkpoint_id="ck-1", traceparent=header) as op:
+            with op.step("generation_cut") as step:
+                step.set(records=11, bytes=12, calls=13, cut_durable_prefix=14, cut_durable_failure=15)
+                step.set_attribute("user.step", "s")
+            op.set(records=21, bytes=22, phase="preparing", blockers=23, episodes=24, rollouts=25)
+            op.set(received_ns=27, loop_lag_ms=28.5)
+            op.set_attribute("user.op", 26)
+    started, finished = _only(events, OperationStarted), _only(events, OperationFinished)
+    step_started, step_finished = _only(events, StepStarted), _only(events, StepFinished)
+
+    assert _fields(finished) == {
+        "kind": Kind.MODEL,
+        "instance": "model-7",
+        "trace_id": TRACE_ID,
+        "span_id": started.span_id,
+        "start_ns": started.start_ns,
+        "end_ns": finished.end_ns,
+        "operation": "prepare",
+        "checkpoint_id": "ck-1",
+        "parent_span_id": REMOTE_PARENT,
+        "parent_remote": True,
+        "sampled": True,
+        "outcome": Outcome.OK,
+        "error_type": None,
+        "error_message": None,
+        "attributes": {"user.op": 26},
+        "phase": Phase.PREPARING,
+        "blockers": 23,
+        "records": 21,
+        "bytes": 22,
+        "episodes": 24,
+        "rollouts": 25,
+        "received_ns": 27,
+        "loop_lag_ms": 28.5,
+        "worker": None,
+    }
+    assert _fields(step_finished) == {
+        "kind": Kind.MODEL,
+        "instance": "model-7",
+        "trace_id": TRACE_ID,
+        "span_id": step_started.span_id,
+        "start_ns": step_started.start_ns,
+        "end_ns": step_finished.end_ns,
+        "step": "generation_cut",
+        "checkpoint_id": "ck-1",
+        "parent_span_id": started.span_id,
+        "parent_remote": False,
+        "sampled": True,
+        "outcome": Outcome.OK,
+        "error_type": None,
+        "error_message": None,
+        "attributes": {"user.step": "s"},
+        "records": 11,
+        "bytes": 12,
+        "calls": 13,
+        "cut_durable_prefix": 14,
+        "cut_durable_failure": 15,
+        "worker": None,
+    }
+    assert started.start_ns <= step_started.start_ns <= step_finished.end_ns <= finished.end_ns
+    assert len({started.span_id, step_started.span_id, REMOTE_PARENT}) == 3
+
+
+async def test_failed_operation_fills_the_error_fields() -> None:
+    """An exception fills outcome, error_type and error_message, each in its own field."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="agent-3")
+        with pytest.raises(KeyError), tel.operation("commit", checkpoint_id="ck-2") as op:
+            with op.step("write"):
+                raise KeyError("disk")
+    for cls in (OperationFinished, StepFinished):
+        event = _only(events, cls)
+        assert (event.outcome, event.error_type, event.error_message) == (
+            Outcome.ERROR,
+            "KeyError",
+            "'disk'",
+        )
+        assert event.parent_remote is False
+
+
+async def test_set_keeps_what_it_is_not_given_and_refuses_bad_counts() -> None:
+    """A later set() leaves earlier values alone; a negative, bool or float count is refused."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with tel.operation("commit") as op:
+            with op.step("write") as step:
+                step.set(records=3)
+                step.set(bytes=4)
+                for bad in ({"calls": -1}, {"records": True}, {"cut_durable_prefix": 1.0}):
+                    with pytest.raises(InvalidArgumentError):
+                        step.set(**bad)  # type: ignore[arg-type]
+            op.set(records=5, phase="preparing")
+            op.set(blockers=2)
+            with pytest.raises(InvalidArgumentError, match="received_ns"):
+                op.set(received_ns=-1)
+    step_event, op_event = _only(events, StepFinished), _only(events, OperationFinished)
+    assert (step_event.records, step_event.bytes, step_event.calls) == (3, 4, None)
+    assert (op_event.records, op_event.phase, op_event.blockers) == (5, Phase.PREPARING, 2)
+
+
+async def test_a_step_named_by_the_user_is_kept_as_given() -> None:
+    """A step that is not in the vocabulary but has the rule's shape is its own name."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with tel.operation("commit") as op, op.step("tokenize"):
+            pass
+    assert _only(events, StepStarted).step == "tokenize" == _only(events, StepFinished).step

@@ -1,0 +1,153 @@
+"""A sink's subscription (``ckpt_events._subscription``): its bounded buffer, drop counting,
+linger, the one boundary for its failures, and how its ``interests`` resolve."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from ckpt_events import (
+    Bus,
+    CoordinateFinished,
+    Event,
+    InvalidArgumentError,
+    InvalidTypeError,
+    Refused,
+    SpanEvent,
+    StepStarted,
+    resolve_interests,
+)
+from ckpt_events._events import EVENT_TYPES
+from ckpt_events.testing import MemorySink
+from tests.ckpt_events.test_bus import Gate, refused
+
+
+class Exploding:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def handle(self, batch: list[Event]) -> None:
+        self.calls += 1
+        raise RuntimeError("exporter down")
+
+
+async def test_stalled_sink_drops_its_own_overflow_and_others_get_everything() -> None:
+    """A stalled sink drops what does not fit (counted); a healthy sink loses nothing."""
+    gate, healthy = Gate(), MemorySink()
+    async with Bus(buffer_size=10, batch_size=5) as bus:
+        bus.subscribe(gate, name="gate")
+        bus.subscribe(healthy, name="healthy", buffer_size=1000)
+        bus.emit(refused(0))
+        await anyio.sleep(0.01)  # the gate's task takes the first batch and stalls in handle
+        for i in range(1, 100):
+            bus.emit(refused(i))
+        assert await bus.flush(timeout=0.2) is False  # the gate is stalled
+        stats = bus.stats()
+        assert stats.sink("healthy").delivered == 100
+        gated = stats.sink("gate")
+        assert gated.pending == 1 + 10 and gated.dropped == 99 - 10
+        assert gated.emitted == 100
+        gate.release.set()
+        assert await bus.flush(timeout=5)
+    assert len(gate.events) == 11
+    assert [e.time_ns for e in healthy.events] == list(range(100))
+
+
+async def test_failing_sink_is_logged_once_counted_and_isolated(caplog: pytest.LogCaptureFixture) -> None:
+    """A sink that raises is logged once, counted per event, and does not hurt others."""
+    bad, good = Exploding(), MemorySink()
+    with caplog.at_level(logging.ERROR, logger="ckpt_events"):
+        async with Bus(batch_size=1) as bus:
+            bus.subscribe(bad, name="bad")
+            bus.subscribe(good, name="good")
+            for i in range(5):
+                bus.emit(refused(i))
+            await bus.flush(timeout=5)
+            stats = bus.stats()
+    assert bad.calls == 5
+    assert stats.sink("bad").failed == 5 and stats.sink("bad").failed_batches == 5
+    assert stats.sink("bad").delivered == 0
+    assert stats.sink("good").delivered == 5
+    failures = [r for r in caplog.records if "failed to handle" in r.getMessage()]
+    assert len(failures) == 1 and "bad" in failures[0].getMessage()
+
+
+async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:
+    """Memory stays flat while a stalled sink drops: it never holds more than its buffer."""
+    import tracemalloc
+
+    gate = Gate()
+    async with Bus(buffer_size=1000, close_timeout=0.05) as bus:
+        bus.subscribe(gate, name="gate")
+        bus.emit(refused(0))
+        await anyio.sleep(0.01)
+        event = refused(1)  # one shared event: only the bus's own memory is measured
+        for _ in range(20_000):
+            bus.emit(event)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(200_000):
+                bus.emit(event)
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert bus.stats().sink("gate").dropped == 220_000 - 1000
+        assert grown < 64 * 1024
+        gate.release.set()
+
+
+async def test_linger_gathers_a_batch_and_flush_cuts_it_short() -> None:
+    """A lingering sink gets spread-out emits in one batch; flush() does not wait out the linger."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink, linger=30)
+        for i in range(5):
+            bus.emit(refused(i))
+            await anyio.sleep(0.01)  # the delivery task wakes, then lingers
+        assert sink.events == []
+        with anyio.fail_after(5):
+            assert await bus.flush(timeout=10)
+        assert sink.batches == 1 and len(sink.events) == 5
+
+
+async def test_blocking_sinks_linger_by_default_and_bad_linger_raises() -> None:
+    """Blocking sinks default to a short linger, others to none; linger is validated."""
+
+    class Blocking(MemorySink):
+        blocking = True
+
+    async with Bus() as bus:
+        assert bus.subscribe(Blocking()).linger > 0
+        assert bus.subscribe(MemorySink()).linger == 0
+        with pytest.raises(InvalidArgumentError, match="linger"):
+            bus.subscribe(MemorySink(), linger=-1)
+
+
+class _Wants:
+    """A sink whose ``interests`` is exactly what it is given."""
+
+    def __init__(self, interests: object) -> None:
+        self.interests = interests
+
+    def handle(self, batch: list[Event]) -> None:
+        pass
+
+
+def test_interests_resolve_to_concrete_event_classes() -> None:
+    """No interests means every event; a base class stands for its subclasses; a lone class works."""
+    assert resolve_interests(MemorySink()) == frozenset(EVENT_TYPES)
+    assert resolve_interests(_Wants(None)) == frozenset(EVENT_TYPES)
+    spans = resolve_interests(_Wants([SpanEvent]))
+    assert StepStarted in spans and CoordinateFinished in spans and Refused not in spans
+    assert all(issubclass(t, SpanEvent) for t in spans)
+    assert resolve_interests(_Wants(Refused)) == {Refused}
+
+
+@pytest.mark.parametrize("wanted", [[int], 5, ["Refused"]])
+def test_interests_that_are_not_event_classes_raise(wanted: object) -> None:
+    """Anything but an event class, or an iterable of them, is an InvalidTypeError."""
+    with pytest.raises(InvalidTypeError, match="event classes"):
+        resolve_interests(_Wants(wanted))

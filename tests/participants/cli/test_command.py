@@ -1,0 +1,114 @@
+"""What every command shares (``participants.cli.command``): argument types refused when parsed, in
+one line; an OTLP base URL; a path checked for writing before any work; a reachability probe."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ckpt_events.participants.cli.command import (
+    check_reachable,
+    existing_file,
+    fraction,
+    instance_name,
+    otlp_base_from_env,
+    otlp_base_url,
+    port_number,
+    positive_int,
+    positive_number,
+    unwritable,
+)
+from ckpt_events.participants.errors import CommandError
+
+
+@pytest.mark.parametrize(
+    ("given", "base"),
+    [
+        ("http://127.0.0.1:4318", "http://127.0.0.1:4318"),
+        (" https://collector/ ", "https://collector"),
+        ("http://c:4318/v1/traces", "http://c:4318"),
+        ("http://c:4318/otlp/v1/metrics/", "http://c:4318/otlp"),
+    ],
+)
+def test_an_otlp_endpoint_is_cut_back_to_its_base(given: str, base: str) -> None:
+    """A per-signal URL pasted into the flag becomes its base, never doubled; slashes trimmed."""
+    assert otlp_base_url(given) == base
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("127.0.0.1:4318", "not an http(s) URL"),
+        ("grpc://c:4317", "not an http(s) URL"),
+        ("http://c:99999", "invalid port"),
+        ("http://c:4318?x=1", "no ?query"),
+    ],
+)
+def test_a_bad_otlp_endpoint_is_one_line(given: str, said: str) -> None:
+    """Each mistake is an ArgumentTypeError saying what is wrong."""
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(said)):
+        otlp_base_url(given)
+
+
+def test_the_environment_endpoint_is_checked_as_the_flag_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset: None; set: its base; bad: a CommandError naming the variable."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert otlp_base_from_env() is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/v1/traces")
+    assert otlp_base_from_env() == "http://c:4318"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4318")
+    with pytest.raises(CommandError, match=r"^\$OTEL_EXPORTER_OTLP_ENDPOINT: "):
+        otlp_base_from_env()
+
+
+@pytest.mark.parametrize(
+    ("parse", "good", "bad"),
+    [
+        (positive_int, [("1", 1), ("40", 40)], ["0", "-2", "1.5", "x"]),
+        (fraction, [("0.5", 0.5), ("0.01", 0.01)], ["0", "1", "1.5", "x"]),
+        (port_number, [("0", 0), ("65535", 65535)], ["-1", "65536", "http"]),
+        (positive_number, [("0.5", 0.5), ("30", 30.0)], ["0", "-1", "inf", "nan", "x"]),
+        (instance_name, [("agent-0", "agent-0"), ("a.b_c", "a.b_c")], ["", "a b", "x" * 129, "../etc"]),
+    ],
+    ids=lambda p: getattr(p, "__name__", ""),
+)
+def test_argument_types_take_what_they_say_and_refuse_the_rest(
+    parse: Callable[[str], object], good: list[tuple[str, object]], bad: list[str]
+) -> None:
+    """Each type returns the parsed value, or an ArgumentTypeError on one line quoting the value."""
+    assert [parse(text) for text, _ in good] == [value for _, value in good]
+    for text in bad:
+        with pytest.raises(argparse.ArgumentTypeError) as refused:
+            parse(text)
+        assert "\n" not in str(refused.value)
+
+
+def test_a_path_is_checked_for_writing_before_any_work(tmp_path: Path) -> None:
+    """A folder, a missing folder and an existing file that is not one are refused; a new file
+    in a folder, or an existing file, is writable (and left as it was)."""
+    (tmp_path / "kept.txt").write_text("kept")
+    assert unwritable(tmp_path / "new.txt") is None and not (tmp_path / "new.txt").exists()
+    assert unwritable(tmp_path / "kept.txt") is None and (tmp_path / "kept.txt").read_text() == "kept"
+    assert "is a folder" in (unwritable(tmp_path) or "")
+    assert "does not exist" in (unwritable(tmp_path / "missing" / "x.txt") or "")
+    assert existing_file(str(tmp_path / "kept.txt")) == tmp_path / "kept.txt"
+    with pytest.raises(argparse.ArgumentTypeError, match="not a readable file"):
+        existing_file(str(tmp_path))
+
+
+async def test_reachable_is_one_line_when_nothing_listens() -> None:
+    """A listening port passes; a closed one is a CommandError naming the URL."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        await check_reachable(f"http://127.0.0.1:{listening.getsockname()[1]}", timeout=2)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: refused
+        with pytest.raises(CommandError, match=re.escape(f"nothing answers at {url}")):
+            await check_reachable(url, timeout=2)

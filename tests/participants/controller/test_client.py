@@ -1,0 +1,50 @@
+"""The controller's client of the control routes (``participants.controller.client``), against a real
+participant served by uvicorn in this process: the status, a refusal by its code, an unreachable URL."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ckpt_events import InvalidValueError
+from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.fleet import serving
+from ckpt_events.participants.controller.client import ControlClient
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+from ckpt_events.vocab import ErrorCode
+
+TOKEN = "client-test-token"
+
+
+async def test_nobody_there_then_status_then_a_wrong_token(tmp_path: Path) -> None:
+    """Nothing listening: ParticipantUnreachable naming the URL. With the token: the participant's
+    kind and instance. With another: a ParticipantCallError carrying the code and status."""
+    app = create_app("agent", instance="agent-7", token=TOKEN, checkpoint_root=tmp_path)
+    # One HTTP client under both (each new one loads TLS certificates: ~0.1 s); it stays ours.
+    async with httpx.AsyncClient() as http:
+        client, stranger = ControlClient(TOKEN, client=http), ControlClient("wrong", client=http)
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            gone = f"http://127.0.0.1:{closed.getsockname()[1]}"
+            with pytest.raises(ParticipantUnreachable) as unreachable:
+                await client.status(gone, timeout=5)
+        assert unreachable.value.url.startswith(gone) and unreachable.value.status is None
+        async with serving(app) as url:
+            status = await client.status(url, timeout=5)
+            assert (str(status.kind), status.instance) == ("agent", "agent-7")
+            with pytest.raises(ParticipantCallError) as refused:
+                await stranger.status(url, timeout=5)
+            assert (refused.value.code, refused.value.status) == (ErrorCode.UNAUTHORIZED, 401)
+            await client.aclose()  # the caller's HTTP client is left open
+            assert not http.is_closed
+            await http.aclose()  # its kept-alive connection would hold the server's shutdown
+    assert client.auth_headers == {"authorization": f"Bearer {TOKEN}"}
+
+
+def test_a_token_is_required() -> None:
+    """An empty token is refused when the client is made."""
+    with pytest.raises(InvalidValueError, match="token"):
+        ControlClient("")

@@ -1,0 +1,91 @@
+"""What every workload shares (``participants.workloads.base``): episodes advanced a boundary per unit
+of work, admission, export and install as the next attempt, the fence, records checked first."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ckpt_events import Telemetry
+from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal
+from ckpt_events.participants.protocol import EpisodeId
+from ckpt_events.participants.workloads.agent import AgentWorkload
+from ckpt_events.participants.workloads.base import finite_sleep
+from ckpt_events.participants.workloads.resources import ResourcesRecord
+from ckpt_events.vocab import ErrorCode
+
+
+def _agent() -> AgentWorkload:
+    return AgentWorkload(Telemetry(None, kind="agent", instance="agent-0"), turn_seconds=0)
+
+
+async def test_an_episode_advances_one_boundary_per_unit_until_done() -> None:
+    """start() makes the episode once; advance() moves it a boundary, and not past its steps."""
+    workload = _agent()
+    episode = workload.start(EpisodeId("r1"), 2)
+    assert workload.start(EpisodeId("r1"), 2) is episode and episode.boundary == 0
+    for _ in range(3):
+        await workload.advance(EpisodeId("r1"))
+    assert (episode.boundary, episode.done, episode.status) == (2, True, "idle")
+    with pytest.raises(LookupError):
+        await workload.advance(EpisodeId("never-started"))
+
+
+async def test_closed_admission_and_a_stopped_episode_are_refused() -> None:
+    """While a checkpoint is open nothing starts or advances; an exported-and-stopped episode
+    takes no more work; the report counts what blocks a prepare."""
+    workload = _agent()
+    workload.start(EpisodeId("r1"), 3)
+    workload.close_admission()
+    with pytest.raises(ProtocolRefusal) as refused:
+        workload.start(EpisodeId("r2"), 3)
+    assert refused.value.code is ErrorCode.ADMISSION_CLOSED
+    with pytest.raises(ProtocolRefusal):
+        await workload.advance(EpisodeId("r1"))
+    assert workload.report().ready and workload.report().counts == {"sessions": 1, "at_boundary": 1}
+    workload.open_admission()
+    workload.stop(["r1"])
+    with pytest.raises(ProtocolRefusal, match="stopped by a checkpoint"):
+        await workload.advance(EpisodeId("r1"))
+
+
+async def test_export_then_install_continues_as_the_next_attempt_and_fences_the_old() -> None:
+    """Records come out sorted by key; installed, each episode is attempt + 1 at the same
+    boundary, and its old attempt is refused from then on."""
+    source, target = _agent(), _agent()
+    for rollout in ("r2", "r1"):
+        source.start(EpisodeId(rollout), 3)
+        await source.advance(EpisodeId(rollout))
+    records = await source.export(None)
+    assert [r.episode_id.rollout_id for r in records] == ["r1", "r2"]
+    states = [target.check_record(record) for record in records]
+    assert await target.install(records, states) == ["r1-a1", "r2-a1"]
+    restored = target.get("r1-a1")
+    assert restored is not None and restored.boundary == 1
+    assert restored.state.history == source.episodes["r1"].state.history
+    with pytest.raises(ProtocolRefusal):
+        target.start(EpisodeId("r1", 0), 3)
+    assert await source.export([EpisodeId("r2"), EpisodeId("absent")]) == records[1:]
+
+
+def test_a_record_of_another_kind_or_an_impossible_boundary_is_refused() -> None:
+    """check_record validates before anything is installed."""
+    workload = _agent()
+    other = ResourcesRecord(
+        episode_id=EpisodeId("r1"), boundary=0, steps=1, session_id="s", counter=0, document=[]
+    )
+    with pytest.raises(InvalidCheckpointError, match="not a agent record"):
+        workload.check_record(other)
+    record = workload.record_type(
+        episode_id=EpisodeId("r1"), boundary=3, steps=2, session_key="k", history=[]
+    )
+    with pytest.raises(InvalidCheckpointError, match="boundary 3 of 2"):
+        workload.check_record(record)
+
+
+def test_unknown_options_and_odd_delays() -> None:
+    """An unknown option is an error naming it; a delay is clamped to [0, 60] seconds."""
+    with pytest.raises(TypeError, match="unknown agent workload options: colour"):
+        AgentWorkload(Telemetry(None, kind="agent", instance="agent-0"), colour="red")
+    assert [finite_sleep(s) for s in (-1.0, math.nan, math.inf, 0.5, 600.0)] == [0.0, 0.0, 0.0, 0.5, 60.0]

@@ -1,0 +1,88 @@
+"""A collector's OTLP JSON file read as events (``ckpt_events.sinks.otlp._reader``): each span back
+as the finished event it was exported from; a step held until its operation; bad input one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ckpt_events import OperationFinished, StepFinished
+from ckpt_events._events import FINISHED_TYPES
+from ckpt_events.sinks.otlp import SpanEncoder, looks_like_otlp, read_otlp
+from ckpt_events.testing import EventCapture
+
+#: Fields a span does not carry, per event class: a controller span's instance (read back as
+#: "controller") and the checkpoint id of a stage or a step.
+NOT_CARRIED = {
+    "StageFinished": {"instance", "checkpoint_id"},
+    "StepFinished": {"checkpoint_id"},
+    "CollectionFinished": {"instance"},
+}
+
+
+def _finished() -> list[Any]:
+    with EventCapture() as capture:
+        agent = capture.telemetry("agent", "agent-0")
+        ctl = capture.telemetry("controller", "coordination")
+        with ctl.collection("checkpoint", checkpoint_id="c1") as collection:
+            with ctl.coordinate("commit", checkpoint_id="c1", parent=collection) as coordinate:
+                with coordinate.stage("agent") as stage:
+                    stage.set(participants=1)
+                with agent.operation(
+                    "commit", checkpoint_id="c1", traceparent=coordinate.traceparent()
+                ) as op:
+                    with op.step("write") as step:
+                        step.set(records=2, bytes=10)
+                    op.set(records=2)
+                    op.set_attribute("user.a", "x")
+        events = capture.events
+    return [e for e in events if type(e) in FINISHED_TYPES]
+
+
+def _file(tmp_path: Path, *bodies: bytes) -> Path:
+    path = tmp_path / "collector.json"
+    path.write_bytes(b"".join(body + b"\n" for body in bodies))
+    return path
+
+
+def test_each_span_reads_back_as_its_event(tmp_path: Path) -> None:
+    """Every field a span carries comes back in its own place, the user's attributes too."""
+    finished = _finished()
+    body, count = SpanEncoder({"service.name": "t"}).json(finished)
+    skipped: list[str] = []
+    back = {event.span_id: event for _, event in read_otlp(_file(tmp_path, body), skipped.append)}
+    assert skipped == [] and count == len(back) == len(finished) == 5
+    for event in finished:
+        wanted, got = msgspec.structs.asdict(event), msgspec.structs.asdict(back[event.span_id])
+        differ = {k for k in wanted if wanted[k] != got[k]}
+        assert differ <= NOT_CARRIED.get(type(event).__name__, set()), (type(event).__name__, differ)
+    [operation] = [e for e in back.values() if isinstance(e, OperationFinished)]
+    assert operation.attributes == {"user.a": "x"}
+
+
+def test_a_step_waits_for_its_operation_and_an_orphan_is_one_skipped_line(tmp_path: Path) -> None:
+    """A step in an earlier line than its operation takes the operation's participant; a step
+    whose operation never comes is skipped with one line naming it."""
+    finished = _finished()
+    encoder = SpanEncoder({"service.name": "t"})
+    [step] = [e for e in finished if isinstance(e, StepFinished)]
+    [operation] = [e for e in finished if isinstance(e, OperationFinished)]
+    orphan = msgspec.structs.replace(step, span_id=0xABAB, parent_span_id=0xCDCD)
+    path = _file(tmp_path, encoder.json([step, orphan])[0], encoder.json([operation])[0], b"{not json")
+    skipped: list[str] = []
+    back = list(read_otlp(path, skipped.append))
+    assert [(n, type(e).__name__) for n, e in back] == [(1, "StepFinished"), (2, "OperationFinished")]
+    assert (back[0][1].kind, back[0][1].instance) == ("agent", "agent-0")
+    assert len(skipped) == 2
+    assert skipped[0].startswith(f"{path}:3: not an OTLP JSON trace request")
+    assert skipped[1] == f"{path}:1: step span {0xABAB:016x}: its parent operation never came; skipped"
+
+
+def test_an_otlp_file_is_told_from_a_json_lines_log() -> None:
+    """A line holding resourceSpans is OTLP; an event's line is not."""
+    body, _ = SpanEncoder({"service.name": "t"}).json(_finished())
+    assert looks_like_otlp(json.dumps(json.loads(body)).encode())
+    assert not looks_like_otlp(b'{"type":"refused","kind":"agent","instance":"a0","time_ns":1}')
