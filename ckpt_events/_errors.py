@@ -17,6 +17,7 @@ draws the whole project's (the core, the sinks and the participants) in its docs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 __all__ = [
@@ -63,6 +64,30 @@ def argument_error(message: str, value: object, expected: type | tuple[type, ...
     """
     right_type = isinstance(value, expected) and not isinstance(value, bool)
     return InvalidValueError(message) if right_type else InvalidTypeError(message)
+
+
+def check_int(value: object, message: str, *, minimum: int = 0) -> int:
+    """``value`` when it is an int of at least ``minimum``; else ``InvalidTypeError`` (not an
+    int: a ``bool`` never counts) or ``InvalidValueError`` (too small), either with ``message``.
+    The one check of an int argument in the library."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(message)
+    if value < minimum:
+        raise InvalidValueError(message)
+    return value
+
+
+def check_number(
+    value: object, message: str, *, low: float = 0.0, high: float = math.inf, low_open: bool = False
+) -> float:
+    """``value`` as a float when it is a real number in ``[low, high]`` (``(low, high]`` with
+    ``low_open``); else ``InvalidTypeError`` (not a number: a ``bool`` never counts) or
+    ``InvalidValueError`` (out of range, NaN), either with ``message``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidTypeError(message)
+    if not (low < value <= high if low_open else low <= value <= high):
+        raise InvalidValueError(message)
+    return float(value)
 
 
 class ConfigurationError(CkptEventsError, ValueError):

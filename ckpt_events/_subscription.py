@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ckpt_events._errors import InvalidTypeError, argument_error
+from ckpt_events._errors import InvalidTypeError, check_int, check_number
 from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
@@ -315,11 +315,7 @@ def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
     value = given if given is not None else sink.linger if isinstance(sink, LingeringSink) else None
     if value is None:
         return DEFAULT_BLOCKING_LINGER if blocking else 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 60:
-        raise argument_error(
-            f"linger must be a number of seconds in [0, 60], not {value!r}", value, (int, float)
-        )
-    return float(value)
+    return check_number(value, f"linger must be a number of seconds in [0, 60], not {value!r}", high=60)
 
 
 def resolve_interests(sink: object) -> frozenset[type[Event]]:
@@ -350,6 +346,4 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
 
 
 def _check_positive_int(what: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise argument_error(f"{what} must be a positive int, not {value!r}", value, int)
-    return value
+    return check_int(value, f"{what} must be a positive int, not {value!r}", minimum=1)

@@ -15,7 +15,7 @@ from typing import Final
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_int
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -412,8 +412,7 @@ class Telemetry:
         """Count a prepare that reached its deadline with ``blockers`` still blocking."""
         if not self._not_ready_on:
             return
-        if isinstance(blockers, bool) or not isinstance(blockers, int) or blockers < 0:
-            raise argument_error(f"blockers must be an int >= 0, not {blockers!r}", blockers, int)
+        check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")
         self.bus.emit(
             PrepareNotReady(
                 self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
@@ -427,8 +426,7 @@ class Telemetry:
         if not self._cut_on:
             check_name(_DISPOSITIONS, disposition, Disposition)
             return
-        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-            raise argument_error(f"calls must be an int >= 0, not {calls!r}", calls, int)
+        check_int(calls, f"calls must be an int >= 0, not {calls!r}")
         self.bus.emit(
             GenerationCut(
                 self.kind,

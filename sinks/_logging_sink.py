@@ -12,6 +12,7 @@ import logging
 from typing import Any, Final
 
 from ckpt_events import BaseSink, InvalidTypeError
+from ckpt_events._errors import check_int
 
 __all__ = ["LoggingSink"]
 
@@ -27,8 +28,7 @@ class LoggingSink(BaseSink):
     def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
         if logger is not None and not isinstance(logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger or None, not {logger!r}")
-        if isinstance(level, bool) or not isinstance(level, int):
-            raise InvalidTypeError(f"level must be a logging level int, not {level!r}")
+        check_int(level, f"level must be a logging level int, not {level!r}", minimum=0)
         self.logger = logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
         self.level = level
         if not self.logger.isEnabledFor(level):

@@ -21,12 +21,11 @@ from ckpt_events import (
     Bus,
     CoordinateFinished,
     CoordinateStarted,
-    InvalidTypeError,
-    InvalidValueError,
     OperationFinished,
     OperationStarted,
     Stalled,
 )
+from ckpt_events._errors import check_number
 from ckpt_events.vocab import Kind, Operation, Phase
 
 __all__ = ["ENV_STALL_AFTER", "StallWatch"]
@@ -66,11 +65,9 @@ class StallWatch:
     interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
 
     def __init__(self, after: float = 30.0, *, bus: Bus | None = None) -> None:
-        if isinstance(after, bool) or not isinstance(after, int | float):
-            raise InvalidTypeError(f"after must be a number of seconds > 0, not {after!r}")
-        if not after > 0:
-            raise InvalidValueError(f"after must be a number of seconds > 0, not {after!r}")
-        self.after = float(after)
+        self.after = check_number(
+            after, f"after must be a number of seconds > 0, not {after!r}", low_open=True
+        )
         self.bus = bus
         self._open: dict[int, _Open] = {}
         self._lock = threading.Lock()

@@ -27,8 +27,6 @@ from ckpt_events import (
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
-    InvalidTypeError,
-    InvalidValueError,
     OperationFinished,
     OperationStarted,
     StageFinished,
@@ -36,6 +34,7 @@ from ckpt_events import (
     StepFinished,
     StepStarted,
 )
+from ckpt_events._errors import check_int
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.vocab import Attr, Outcome
 
@@ -145,10 +144,7 @@ def truncated_spans(path: str | os.PathLike[str], *, tail_bytes: int = TAIL_BYTE
     the traces and the log reads as finished. Reads the last ``tail_bytes`` only (a span started
     before them and never finished is missed); a missing file has none. Corrupt lines (a torn
     last line) are skipped."""
-    if isinstance(tail_bytes, bool) or not isinstance(tail_bytes, int):
-        raise InvalidTypeError(f"tail_bytes must be a positive int, not {tail_bytes!r}")
-    if tail_bytes < 1:
-        raise InvalidValueError(f"tail_bytes must be a positive int, not {tail_bytes!r}")
+    check_int(tail_bytes, f"tail_bytes must be a positive int, not {tail_bytes!r}", minimum=1)
     spans = OpenSpans()
     try:
         file = open(path, "rb")  # noqa: SIM115 - closed below, after the seek

@@ -27,7 +27,8 @@ from typing import IO, Final
 
 import msgspec
 
-from ckpt_events import CheckpointEvent, InvalidTypeError, InvalidValueError
+from ckpt_events import CheckpointEvent, InvalidTypeError
+from ckpt_events._errors import check_int
 from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = ["MAX_LINE", "CorruptLine", "read_events"]
@@ -58,10 +59,7 @@ def read_events(
     ``CorruptLine`` too, found without decoding or holding it: time is linear in the file's
     size and memory bounded by ``max_line``, whatever the file holds.
     """
-    if isinstance(max_line, bool) or not isinstance(max_line, int):
-        raise InvalidTypeError(f"max_line must be a positive int, not {max_line!r}")
-    if max_line < 1:
-        raise InvalidValueError(f"max_line must be a positive int, not {max_line!r}")
+    check_int(max_line, f"max_line must be a positive int, not {max_line!r}", minimum=1)
     if isinstance(source, str | os.PathLike):
         with open(source, "rb") as file:
             yield from _read(file, max_line)

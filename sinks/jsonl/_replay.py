@@ -15,7 +15,8 @@ from typing import IO, Any, Final, get_args
 
 import msgspec
 
-from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, InvalidValueError, resolve_interests
+from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, resolve_interests
+from ckpt_events._errors import check_int
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 
@@ -74,10 +75,7 @@ async def replay(
     With ``close_open`` (the default), the spans the log leaves open follow its last event,
     closed as truncated (``OpenSpans.close``).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise InvalidTypeError(f"batch_size must be a positive int, not {batch_size!r}")
-    if batch_size < 1:
-        raise InvalidValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    check_int(batch_size, f"batch_size must be a positive int, not {batch_size!r}", minimum=1)
     chosen = [_Target(t) for t in targets]
     corrupt: list[CorruptLine] = []
     count = 0

@@ -27,6 +27,7 @@ from typing import IO, Any, Final
 import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events._errors import check_int
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._wire_safe import replace_surrogates
 
@@ -87,14 +88,8 @@ class JsonLinesSink:
         linger: float = 0.25,
     ) -> None:
         if max_bytes is not None:
-            if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
-                raise InvalidTypeError(f"max_bytes must be a positive int or None, not {max_bytes!r}")
-            if max_bytes < 1:
-                raise InvalidValueError(f"max_bytes must be a positive int or None, not {max_bytes!r}")
-        if isinstance(backups, bool) or not isinstance(backups, int):
-            raise InvalidTypeError(f"backups must be an int >= 0, not {backups!r}")
-        if backups < 0:
-            raise InvalidValueError(f"backups must be an int >= 0, not {backups!r}")
+            check_int(max_bytes, f"max_bytes must be a positive int or None, not {max_bytes!r}", minimum=1)
+        check_int(backups, f"backups must be an int >= 0, not {backups!r}")
         self._events = 0
         self._bytes = 0
         self._rotations = 0

@@ -24,6 +24,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
+from ckpt_events._errors import check_int
 from ckpt_events.sinks._span_attrs import FINISHED, span_name_and_attributes
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
 from ckpt_events.vocab import SpanKind as CkptSpanKind
@@ -100,11 +101,9 @@ class SpanSink:
                 resource = tracer_provider.resource
         if processor is not None and not callable(getattr(processor, "on_end", None)):
             raise InvalidTypeError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
-        batch_wrong = f"max_export_batch must be a positive int, not {max_export_batch!r}"
-        if isinstance(max_export_batch, bool) or not isinstance(max_export_batch, int):
-            raise InvalidTypeError(batch_wrong)
-        if max_export_batch < 1:
-            raise InvalidValueError(batch_wrong)
+        check_int(
+            max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
+        )
         self.exporter = exporter
         self.processor = processor
         self.span_groups = resolve_span_groups(span_groups)

@@ -37,7 +37,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events import InvalidValueError
+from ckpt_events._errors import check_number
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
 
 __all__ = [
@@ -101,10 +102,7 @@ class OtlpHttpSender:
             raise InvalidValueError(f"an OTLP/HTTP endpoint is an http(s) URL, not {url!r}")
         if compression not in ("none", "gzip", "deflate"):
             raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            raise InvalidTypeError(f"timeout must be > 0 seconds, not {timeout!r}")
-        if not timeout > 0:
-            raise InvalidValueError(f"timeout must be > 0 seconds, not {timeout!r}")
+        check_number(timeout, f"timeout must be > 0 seconds, not {timeout!r}", low_open=True)
         self.url = url
         self._https = parts.scheme == "https"
         self._host = parts.hostname

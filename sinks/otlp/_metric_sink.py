@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events._errors import check_number
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
@@ -82,10 +82,7 @@ class OtlpMetricSink:
         check_protocol(protocol)
         check_cardinality_limit(cardinality_limit)
         interval_wrong = f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
-        if isinstance(export_interval, bool) or not isinstance(export_interval, int | float):
-            raise InvalidTypeError(interval_wrong)
-        if not 0 < export_interval <= 86_400:
-            raise InvalidValueError(interval_wrong)
+        check_number(export_interval, interval_wrong, high=86_400, low_open=True)
         self.protocol = protocol
         attributes = resource_with_service_name(resource_attributes)
         self.encoder = MetricEncoder(attributes)

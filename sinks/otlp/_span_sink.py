@@ -26,11 +26,10 @@ import msgspec
 from ckpt_events import (
     CollectionFinished,
     CoordinateFinished,
-    InvalidTypeError,
-    InvalidValueError,
     OperationFinished,
     Redactor,
 )
+from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks._span_attrs import FINISHED
 from ckpt_events.sinks.otlp._export_worker import ExportWorker
 from ckpt_events.sinks.otlp._http import check_protocol, resource_with_service_name, signal_sender
@@ -122,18 +121,11 @@ class OtlpSpanSink:
     ) -> None:
         check_protocol(protocol)
         for name, value in (("max_export_batch", max_export_batch), ("max_queue", max_queue)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidTypeError(f"{name} must be a positive int, not {value!r}")
-            if value < 1:
-                raise InvalidValueError(f"{name} must be a positive int, not {value!r}")
+            check_int(value, f"{name} must be a positive int, not {value!r}", minimum=1)
         for name, seconds in (("linger", linger), ("prompt_interval", prompt_interval)):
             if seconds is None and name == "prompt_interval":
                 continue
-            linger_wrong = f"{name} must be a number of seconds in [0, 60], not {seconds!r}"
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-                raise InvalidTypeError(linger_wrong)
-            if not 0 <= seconds <= 60:
-                raise InvalidValueError(linger_wrong)
+            check_number(seconds, f"{name} must be a number of seconds in [0, 60], not {seconds!r}", high=60)
         self.protocol = protocol
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups

@@ -14,7 +14,7 @@ from ckpt_events import (
     InvalidValueError,
     Telemetry,
 )
-from ckpt_events._errors import argument_error
+from ckpt_events._errors import argument_error, check_int, check_number
 from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import resolve_span_groups
 
@@ -97,3 +97,29 @@ def test_argument_error_picks_the_child_by_the_value_s_type(
     """A combined check's failure is a value error when the value had the expected type (bool never does)."""
     error = argument_error("n must be an int >= 0", value, expected)
     assert type(error) is child and str(error) == "n must be an int >= 0"
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(True, InvalidTypeError), (1.0, InvalidTypeError), ("3", InvalidTypeError), (0, InvalidValueError)],
+)
+def test_check_int_refuses_bools_floats_and_too_small(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="^n must be a positive int$"):
+        check_int(value, "n must be a positive int", minimum=1)
+    assert check_int(5, "unused", minimum=1) == 5
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (False, InvalidTypeError),
+        (None, InvalidTypeError),
+        (0, InvalidValueError),
+        (61, InvalidValueError),
+        (float("nan"), InvalidValueError),
+    ],
+)
+def test_check_number_refuses_bools_out_of_range_and_nan(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="^seconds in"):
+        check_number(value, "seconds in (0, 60]", high=60, low_open=True)
+    assert check_number(60, "unused", high=60, low_open=True) == 60.0
