@@ -419,28 +419,17 @@ def instrument(
         raise InvalidValueError(
             f"configure_sinks replaces sinks.configure(): no options for it ({', '.join(configure_options)})"
         )
-    if telemetry is None:
-        if kind is None or instance is None:
-            raise InvalidValueError("instrument() needs kind= and instance= (or telemetry=)")
-        if sample_ratio is None:
-            # What sinks.configure() would read (a continued trace keeps its caller's decision).
-            sample_ratio = (
-                1.0 if configure_sinks is not None or bus is not None else _env_ratio(configure_options)
-            )
-        the_bus = Bus(close_timeout=shutdown_timeout) if bus is None else bus
-        tel = Telemetry(
-            the_bus, kind=kind, instance=instance, sample_ratio=sample_ratio, otel_context=otel_context
-        )
-    else:
-        if not isinstance(telemetry, Telemetry):
-            raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {telemetry!r}")
-        if kind is not None or instance is not None or sample_ratio is not None or otel_context is not False:
-            raise InvalidValueError(
-                "with telemetry=, kind, instance, sample_ratio and otel_context are its own"
-            )
-        if bus is not None and bus is not telemetry.bus:
-            raise InvalidValueError("bus= must be the telemetry's own bus")
-        tel = telemetry
+    tel = _telemetry_for(
+        telemetry,
+        kind=kind,
+        instance=instance,
+        bus=bus,
+        configure_sinks=configure_sinks,
+        sample_ratio=sample_ratio,
+        otel_context=otel_context,
+        shutdown_timeout=shutdown_timeout,
+        configure_options=configure_options,
+    )
     if configure_sinks is None and bus is None:
         configure_sinks = _configure_with(configure_options, float(shutdown_timeout))
     handle = Instrumented(
@@ -461,3 +450,38 @@ def instrument(
     app.add_middleware(_ArrivalMiddleware, instrumented=handle)
     setattr(app.state, STATE_ATTRIBUTE, handle)
     return handle
+
+
+def _telemetry_for(
+    telemetry: Telemetry | None,
+    *,
+    kind: str | None,
+    instance: str | None,
+    bus: Bus | None,
+    configure_sinks: Callable[[Bus], Any] | None,
+    sample_ratio: float | None,
+    otel_context: bool | ContextBridge,
+    shutdown_timeout: float,
+    configure_options: Mapping[str, Any],
+) -> Telemetry:
+    """``instrument``'s ``Telemetry``: ``telemetry`` checked against the other arguments, or one
+    built for ``kind``/``instance`` on ``bus`` (a new bus without one)."""
+    if telemetry is None:
+        if kind is None or instance is None:
+            raise InvalidValueError("instrument() needs kind= and instance= (or telemetry=)")
+        if sample_ratio is None:
+            # What sinks.configure() would read (a continued trace keeps its caller's decision).
+            sample_ratio = (
+                1.0 if configure_sinks is not None or bus is not None else _env_ratio(configure_options)
+            )
+        the_bus = Bus(close_timeout=shutdown_timeout) if bus is None else bus
+        return Telemetry(
+            the_bus, kind=kind, instance=instance, sample_ratio=sample_ratio, otel_context=otel_context
+        )
+    if not isinstance(telemetry, Telemetry):
+        raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {telemetry!r}")
+    if kind is not None or instance is not None or sample_ratio is not None or otel_context is not False:
+        raise InvalidValueError("with telemetry=, kind, instance, sample_ratio and otel_context are its own")
+    if bus is not None and bus is not telemetry.bus:
+        raise InvalidValueError("bus= must be the telemetry's own bus")
+    return telemetry

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias
 import anyio
 import anyio.to_thread
 
-from ckpt_events import Bus, CkptEventsError, ConfigurationError, Subscription
+from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env
@@ -27,6 +27,7 @@ from ckpt_events.vocab import resolve_span_groups
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -179,6 +180,59 @@ def configure(
     env = os.environ if environ is None else environ
     if _switched_off(env):
         return Configured(bus)
+    settings, groups, cardinality_limit = _checked_settings(
+        env,
+        otlp_endpoint=otlp_endpoint,
+        span_groups=span_groups,
+        metric_export_interval_ms=metric_export_interval_ms,
+        metric_cardinality_limit=metric_cardinality_limit,
+    )
+    jsonl_sink = _jsonl(jsonl_path, env)
+    stall_watch = _stall_watch(env, bus)
+    span_sinks: list[tuple[str, AnySpanSink]] = []
+    metric_sinks: list[tuple[str, AnyMetricSink]] = []
+    own_provider: MeterProvider | None = None
+    if not settings.sdk_disabled:
+        span_sinks, metric_sinks, own_provider = _otel(
+            settings,
+            groups,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            span_exporter=span_exporter,
+            metric_readers=metric_readers,
+            resource_args=(service_name, resource_attributes, service_instance_id),
+            cardinality_limit=cardinality_limit,
+        )
+    plain_sinks: list[tuple[str, Sink]] = []
+    if jsonl_sink is not None:
+        plain_sinks.append(("jsonl", jsonl_sink))
+    if stall_watch is not None:
+        plain_sinks.append(("stall-watch", stall_watch))
+    subscriptions, prometheus = _subscribe(
+        bus, settings, plain_sinks, span_sinks, metric_sinks, cardinality_limit
+    )
+    return Configured(
+        bus,
+        subscriptions=subscriptions,
+        span_sinks=[sink for _, sink in span_sinks],
+        metric_sinks=[sink for _, sink in metric_sinks],
+        jsonl_sink=jsonl_sink,
+        meter_provider=own_provider,
+        settings=settings,
+        prometheus=prometheus,
+    )
+
+
+def _checked_settings(
+    env: Mapping[str, str],
+    *,
+    otlp_endpoint: str | None,
+    span_groups: str | Iterable[str] | None,
+    metric_export_interval_ms: int | None,
+    metric_cardinality_limit: int,
+) -> tuple[OtelSettings, frozenset[str], int]:
+    """The settings of ``env`` with the arguments applied, the span groups and the cardinality
+    limit; a bad argument or variable raises ``ConfigurationError`` naming it."""
     if otlp_endpoint is not None and not isinstance(otlp_endpoint, str):
         raise ConfigurationError(f"otlp_endpoint must be a URL string, not {otlp_endpoint!r}")
     settings = read_otel_env(env, otlp_endpoint=otlp_endpoint)
@@ -199,38 +253,33 @@ def configure(
         cardinality_limit = check_cardinality_limit(metric_cardinality_limit, "metric_cardinality_limit")
     except CkptEventsError as exc:
         raise ConfigurationError(str(exc)) from None
-    jsonl_sink = _jsonl(jsonl_path, env)
-    stall_watch = _stall_watch(env, bus)
-    subscriptions: list[Subscription] = []
-    span_sinks: list[tuple[str, AnySpanSink]] = []
-    metric_sinks: list[tuple[str, AnyMetricSink]] = []
-    own_provider: MeterProvider | None = None
-    if not settings.sdk_disabled:
-        span_sinks, metric_sinks, own_provider = _otel(
-            settings,
-            groups,
-            tracer_provider=tracer_provider,
-            meter_provider=meter_provider,
-            span_exporter=span_exporter,
-            metric_readers=metric_readers,
-            resource_args=(service_name, resource_attributes, service_instance_id),
-            cardinality_limit=cardinality_limit,
-        )
+    return settings, groups, cardinality_limit
+
+
+def _subscribe(
+    bus: Bus,
+    settings: OtelSettings,
+    plain_sinks: Sequence[tuple[str, Sink]],
+    span_sinks: Sequence[tuple[str, AnySpanSink]],
+    metric_sinks: Sequence[tuple[str, AnyMetricSink]],
+    cardinality_limit: int,
+) -> tuple[list[Subscription], PrometheusEndpoint | None]:
+    """Subscribe every sink by name (``plain_sinks`` as they are, then the enabled span sinks, then the
+    metric sinks) and the scrape endpoint's; on a failure, close what was subscribed."""
     batch = settings.batch
+    subscriptions: list[Subscription] = []
     try:
-        if jsonl_sink is not None:
-            subscriptions.append(bus.subscribe(jsonl_sink, name="jsonl"))
-        if stall_watch is not None:
-            subscriptions.append(bus.subscribe(stall_watch, name="stall-watch"))
-        for name, sink in span_sinks:
-            if not sink.enabled:
+        for name, sink in plain_sinks:
+            subscriptions.append(bus.subscribe(sink, name=name))
+        for name, span_sink in span_sinks:
+            if not span_sink.enabled:
                 continue
-            if isinstance(sink, OtlpSpanSink):  # batches and bounds its own queue (OTEL_BSP_*)
-                subscriptions.append(bus.subscribe(sink, name=name))
+            if isinstance(span_sink, OtlpSpanSink):  # batches and bounds its own queue (OTEL_BSP_*)
+                subscriptions.append(bus.subscribe(span_sink, name=name))
             else:
                 subscriptions.append(
                     bus.subscribe(
-                        sink,
+                        span_sink,
                         name=name,
                         buffer_size=batch.max_buffer,
                         batch_size=batch.max_export_batch,
@@ -244,16 +293,7 @@ def configure(
         for sub in subscriptions:
             sub.close()
         raise
-    return Configured(
-        bus,
-        subscriptions=subscriptions,
-        span_sinks=[sink for _, sink in span_sinks],
-        metric_sinks=[sink for _, sink in metric_sinks],
-        jsonl_sink=jsonl_sink,
-        meter_provider=own_provider,
-        settings=settings,
-        prometheus=prometheus,
-    )
+    return subscriptions, prometheus
 
 
 def _prometheus(
@@ -339,10 +379,7 @@ def _otel(
     wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
     if not wants_spans and not wants_metrics:
         return [], [], None
-    from ckpt_events.sinks.otel._metric_sink import MetricSink
-    from ckpt_events.sinks.otel._pipeline import build_resource, metric_readers_for, span_exporters_for
-    from ckpt_events.sinks.otel._span_sink import SpanSink
-    from ckpt_events.sinks.otlp._factory import is_own_http, own_metric_sink, own_span_sink
+    from ckpt_events.sinks.otel._pipeline import build_resource
 
     service_name, attributes, instance_id = resource_args
     resource = build_resource(
@@ -352,6 +389,33 @@ def _otel(
         instance_id=instance_id,
         default_service_name=DEFAULT_SERVICE_NAME,
     )
+    span_sinks = _span_sinks(
+        settings, groups, resource, tracer_provider=tracer_provider, span_exporter=span_exporter
+    )
+    metric_sinks, own_provider = _metric_sinks(
+        settings,
+        resource,
+        meter_provider=meter_provider,
+        metric_readers=metric_readers,
+        cardinality_limit=cardinality_limit,
+    )
+    return span_sinks, metric_sinks, own_provider
+
+
+def _span_sinks(
+    settings: OtelSettings,
+    groups: frozenset[str],
+    resource: Resource,
+    *,
+    tracer_provider: TracerProvider | None,
+    span_exporter: SpanExporter | None,
+) -> list[tuple[str, AnySpanSink]]:
+    """The named span sinks: through ``tracer_provider`` alone if given, else to
+    ``span_exporter``, our own OTLP/HTTP sink and the environment's other exporters."""
+    from ckpt_events.sinks.otel._pipeline import span_exporters_for
+    from ckpt_events.sinks.otel._span_sink import SpanSink
+    from ckpt_events.sinks.otlp._factory import is_own_http, own_span_sink
+
     batch = settings.batch
     options: dict[str, Any] = {"span_groups": groups}
     if batch.max_export_batch is not None:
@@ -379,10 +443,27 @@ def _otel(
             for name, exporter in span_exporters_for(settings):
                 made.append((name, SpanSink(exporter, resource=resource, **options)))
     # The first is "otel-spans"; more (OTEL_TRACES_EXPORTER=otlp,console) get suffixes.
-    span_sinks = [
+    return [
         ("otel-spans" if index == 0 else f"otel-spans-{name}", sink)
         for index, (name, sink) in enumerate(made)
     ]
+
+
+def _metric_sinks(
+    settings: OtelSettings,
+    resource: Resource,
+    *,
+    meter_provider: MeterProvider | None,
+    metric_readers: Sequence[MetricReader] | None,
+    cardinality_limit: int,
+) -> tuple[list[tuple[str, AnyMetricSink]], MeterProvider | None]:
+    """The named metric sinks (our own OTLP/HTTP one, then one through the SDK) and the meter
+    provider built here for ``metric_readers`` and the environment's readers (``None``: none
+    built, or ``meter_provider`` given)."""
+    from ckpt_events.sinks.otel._metric_sink import MetricSink
+    from ckpt_events.sinks.otel._pipeline import metric_readers_for
+    from ckpt_events.sinks.otlp._factory import is_own_http, own_metric_sink
+
     own_provider: MeterProvider | None = None
     readers = (
         [*(metric_readers or ()), *metric_readers_for(settings, cardinality_limit=cardinality_limit)]
@@ -407,4 +488,4 @@ def _otel(
     if provider is not None:
         label = "otel-metrics-sdk" if metrics else "otel-metrics"
         metrics.append((label, MetricSink(provider, cardinality_limit=cardinality_limit)))
-    return span_sinks, metrics, own_provider
+    return metrics, own_provider

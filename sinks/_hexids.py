@@ -78,8 +78,10 @@ def with_hex_ids_all(batch: list[Any]) -> list[Any]:
     out: list[Any] = []
     append = out.append
     span_events = _SPAN_EVENTS
-    trace_hex, span_hex = _TRACE_HEX.get, _SPAN_HEX.get
-    last_trace, last_text = None, ""
+    trace_hex = _TRACE_HEX.get
+    span_hex = _SPAN_HEX.get
+    last_trace = None
+    last_text = ""
     for event in batch:
         if event.__class__ not in span_events:
             append(event)

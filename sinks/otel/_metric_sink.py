@@ -187,12 +187,30 @@ class MetricSink:
             elif cls is Stalled:
                 key = (_STALLED, event.kind, event.operation)
                 counts[key] = counts.get(key, 0) + 1
+        # Once per batch, not per event: the open-work deltas and the counters' sums.
+        calls += self._add_open_work(batch)
+        calls += self._add_sums(records, sizes, counts)
+        self._seen += len(batch)
+        self._sdk_calls += calls
+
+    def _add_open_work(self, batch: list[Any]) -> int:
+        """Add the batch's change of open operations per key; the SDK calls made."""
         deltas = self._open_work.add(batch)
-        if deltas is not None:
-            # Also a zero: the series exists from the first operation on, so "open > 0" has data.
-            for key, delta in deltas.items():
-                self._open_operations.add(delta, self._open_attributes_of(key))
-            calls += len(deltas)
+        if deltas is None:
+            return 0
+        # Also a zero: the series exists from the first operation on, so "open > 0" has data.
+        for key, delta in deltas.items():
+            self._open_operations.add(delta, self._open_attributes_of(key))
+        return len(deltas)
+
+    def _add_sums(
+        self,
+        records: dict[tuple[Any, ...], int],
+        sizes: dict[tuple[Any, ...], int],
+        counts: dict[tuple[Any, ...], int],
+    ) -> int:
+        """Add a batch's sums (records, bytes, counted events) per attribute set; the SDK calls made."""
+        calls = 0
         records_sets, bytes_sets = self._volume_sets
         for counter, sums, sets in (
             (self._records, records, records_sets),
@@ -204,8 +222,7 @@ class MetricSink:
             for key, total in sums.items():
                 add(total, kept.get(key) or sets.attributes(key))
             calls += len(sums)
-        self._seen += len(batch)
-        self._sdk_calls += calls
+        return calls
 
     def _observe_oldest(self, options: CallbackOptions) -> Iterable[Observation]:
         snapshot = self._open_work.snapshot(time.time_ns())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ckpt_events.participants.cli.report.overview import ABORTED, PUBLISHED, RESTORED, Run
+from ckpt_events.participants.cli.report.overview import ABORTED, PUBLISHED, RESTORED, Run, RunRow
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import DemoFailed
 from ckpt_events.participants.faults import Fault
@@ -36,6 +36,24 @@ def diagnosis_checks(
     ``blockers``: what each member's reply to the aborted prepare named (the controller's view),
     which the stall fault's server alone must have, naming the episode it holds."""
     checkpoints = [r for r in run.rows if r.what == "checkpoint"]
+    passed = [_published_check(checkpoints, published, ids)]
+    restores = [r for r in run.rows if r.what == "restore"]
+    if len(restores) != 1 or restores[0].outcome != RESTORED:
+        raise DemoFailed(f"expected one restore that restored, got {_outcomes(restores)}")
+    if fault is None:
+        return passed
+    if fault.mode in ("stall", "lease"):
+        passed.append(_abort_check(checkpoints, fault, one_of, lease_on, blockers))
+    elif fault.mode == "slow-restore":
+        passed.append(_slow_restore_check(restores[0], fault))
+    elif fault.mode == "slow":
+        passed.append(_straggler_check(run, fault))
+    return passed
+
+
+def _published_check(checkpoints: list[RunRow], published: int, ids: Sequence[str] | None) -> str:
+    """``published`` of the ``checkpoints`` published, with these ``ids`` if given, the others
+    counted by outcome."""
     done = [r for r in checkpoints if r.outcome == PUBLISHED]
     if ids is not None and [r.checkpoint_id for r in done] != list(ids):
         raise DemoFailed(f"the controller published {list(ids)}, the log shows {_outcomes(checkpoints)}")
@@ -46,64 +64,67 @@ def diagnosis_checks(
     others = sorted({r.outcome for r in checkpoints} - {PUBLISHED})
     rest = "".join(f", {sum(r.outcome == o for r in checkpoints)} {o}" for o in others)
     of = counted(len(checkpoints), "checkpoint")
-    passed = [f"{published} of {of} published{rest}, each through the controller"]
-    restores = [r for r in run.rows if r.what == "restore"]
-    if len(restores) != 1 or restores[0].outcome != RESTORED:
-        raise DemoFailed(f"expected one restore that restored, got {_outcomes(restores)}")
-    if fault is None:
-        return passed
-    if fault.mode in ("stall", "lease"):
-        aborted = [r for r in checkpoints if r.outcome == ABORTED]
-        if len(aborted) != 1 or aborted[0] is not checkpoints[0]:
-            raise DemoFailed(f"the first checkpoint should abort and only it: {_outcomes(checkpoints)}")
-        row = aborted[0]
-        target = fault.instance if fault.mode == "stall" else lease_on
-        wanted = (
-            ("not ready at its deadline: ", f"/{fault.instance} blocked by ")
-            if fault.mode == "stall"
-            else (
-                "lease expired on ",
-                " in phase prepared" if target is None else f"/{target} in phase prepared",
-            )
+    return f"{published} of {of} published{rest}, each through the controller"
+
+
+def _abort_check(
+    checkpoints: list[RunRow],
+    fault: Fault,
+    one_of: int | None,
+    lease_on: str | None,
+    blockers: Mapping[str, Sequence[str]] | None,
+) -> str:
+    """The stall or lease fault: the first checkpoint, and it alone, aborted, its cause naming the
+    faulty server (and no other of its kind, with ``one_of``)."""
+    aborted = [r for r in checkpoints if r.outcome == ABORTED]
+    if len(aborted) != 1 or aborted[0] is not checkpoints[0]:
+        raise DemoFailed(f"the first checkpoint should abort and only it: {_outcomes(checkpoints)}")
+    row = aborted[0]
+    target = fault.instance if fault.mode == "stall" else lease_on
+    wanted = (
+        ("not ready at its deadline: ", f"/{fault.instance} blocked by ")
+        if fault.mode == "stall"
+        else (
+            "lease expired on ",
+            " in phase prepared" if target is None else f"/{target} in phase prepared",
         )
-        hits = [c for c in row.causes if c.startswith(wanted[0])]
-        cause = next((c for c in hits if wanted[1] in c), None)
-        if cause is None:
-            raise DemoFailed(
-                f"checkpoint {row.checkpoint_id} aborted, but not for the injected {fault}: "
-                + ("; ".join(row.causes) or "no cause named")
-            )
-        among = ""
-        if one_of is not None:
-            if len(hits) != 1:
-                raise DemoFailed(
-                    f"checkpoint {row.checkpoint_id}: the fault hit {target} alone, but "
-                    f"{counted(len(hits), 'server is', 'servers are')} named: {'; '.join(hits)}"
-                )
-            among = f", the one of {counted(one_of, _kind_of(target) + ' server')}"
-        if fault.mode == "stall" and blockers is not None and one_of is not None:
-            if set(blockers) != {fault.instance}:
-                raise DemoFailed(
-                    f"the prepare replies name blockers on {sorted(blockers)}, not {fault.instance}"
-                )
-            cause += f": {', '.join(blockers.get(fault.instance or '', ())[:3])}"
-        passed.append(f"checkpoint {row.checkpoint_id} aborted: {cause} (injected: {fault}{among})")
-    elif fault.mode == "slow-restore":
-        row = restores[0]
-        share = (row.dominant_ms or 0.0) / row.ms if row.ms else 0.0
-        named = row.dominated.startswith(f"read on {_kind_of(fault.instance)}/{fault.instance} ")
-        if not named or share < 0.5:
-            raise DemoFailed(
-                f"restore of {row.checkpoint_id} was not dominated by {fault.instance}'s read "
-                f"({share:.0%} of it): {row.dominated or row.critical_path or 'no read or install step'}"
-            )
-        passed.append(
-            f"restore of {row.checkpoint_id}: {row.dominated.split(',')[0]}, {share:.0%} of its "
-            f"{row.ms:.1f} ms (injected: {fault})"
+    )
+    hits = [c for c in row.causes if c.startswith(wanted[0])]
+    cause = next((c for c in hits if wanted[1] in c), None)
+    if cause is None:
+        raise DemoFailed(
+            f"checkpoint {row.checkpoint_id} aborted, but not for the injected {fault}: "
+            + ("; ".join(row.causes) or "no cause named")
         )
-    elif fault.mode == "slow":
-        passed.append(_straggler_check(run, fault))
-    return passed
+    among = ""
+    if one_of is not None:
+        if len(hits) != 1:
+            raise DemoFailed(
+                f"checkpoint {row.checkpoint_id}: the fault hit {target} alone, but "
+                f"{counted(len(hits), 'server is', 'servers are')} named: {'; '.join(hits)}"
+            )
+        among = f", the one of {counted(one_of, _kind_of(target) + ' server')}"
+    if fault.mode == "stall" and blockers is not None and one_of is not None:
+        if set(blockers) != {fault.instance}:
+            raise DemoFailed(f"the prepare replies name blockers on {sorted(blockers)}, not {fault.instance}")
+        cause += f": {', '.join(blockers.get(fault.instance or '', ())[:3])}"
+    return f"checkpoint {row.checkpoint_id} aborted: {cause} (injected: {fault}{among})"
+
+
+def _slow_restore_check(row: RunRow, fault: Fault) -> str:
+    """The slow-restore fault: the restore ``row`` was dominated (half or more) by the faulty
+    server's read."""
+    share = (row.dominant_ms or 0.0) / row.ms if row.ms else 0.0
+    named = row.dominated.startswith(f"read on {_kind_of(fault.instance)}/{fault.instance} ")
+    if not named or share < 0.5:
+        raise DemoFailed(
+            f"restore of {row.checkpoint_id} was not dominated by {fault.instance}'s read "
+            f"({share:.0%} of it): {row.dominated or row.critical_path or 'no read or install step'}"
+        )
+    return (
+        f"restore of {row.checkpoint_id}: {row.dominated.split(',')[0]}, {share:.0%} of its "
+        f"{row.ms:.1f} ms (injected: {fault})"
+    )
 
 
 def _straggler_check(run: Run, fault: Fault) -> str:

@@ -25,6 +25,7 @@ from ckpt_events.participants.cli.words import counted
 __all__ = ["DEMO"]
 
 
+# One step over 60 lines: the demo's options declared, one add_argument per option, no logic.
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rollouts", type=positive_int, default=1000, help="rollouts to run (1000)")
     parser.add_argument("--steps", type=positive_int, default=2, help="steps per rollout (2)")

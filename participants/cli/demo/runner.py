@@ -98,6 +98,22 @@ class _Fleet:
     interrupt: Callable[[], None]
 
 
+@dataclass(frozen=True)
+class _Servers:
+    """What one generation starts: its ``members`` (kind, instance) with ``workers`` worker
+    processes each, those of ``short`` with a short lease, each writing its log in ``logs``."""
+
+    generation: int
+    members: tuple[tuple[str, str], ...]
+    workers: int
+    short: set[str]
+    logs: Path
+
+    def log_of(self, instance: str) -> str:
+        """The JSON-lines log of ``instance`` in this generation."""
+        return str(self.logs / f"{instance}.gen{self.generation}.jsonl")
+
+
 @contextlib.asynccontextmanager
 async def _fleet(
     opts: DemoOptions,
@@ -115,39 +131,61 @@ async def _fleet(
     # servers of a kind shortens one server's lease, so that one alone expires.
     target = lease_target(opts)
     short = {i for _, i in members if opts.fault is not None and target in (None, i)}
-    logs = workdir / "logs"
-    if not opts.processes:
-        logs.mkdir(exist_ok=True)
-        options = {
-            instance: {
-                **FAST_WORKLOADS.get(KINDS[kind].instance, {}),
-                **({"lease_grace_seconds": FAULT_LEASE_GRACE_S} if instance in short else {}),
-            }
-            for kind, instance in members
+    servers = _Servers(generation, members, workers, short, workdir / "logs")
+    started = (
+        _process_fleet(opts, token, workdir, faults, servers)
+        if opts.processes
+        else _local_fleet(bus, token, workdir, stopping, faults, servers)
+    )
+    async with started as fleet:
+        yield fleet
+
+
+@contextlib.asynccontextmanager
+async def _local_fleet(
+    bus: Bus,
+    token: str,
+    workdir: Path,
+    stopping: anyio.Event | None,
+    faults: FaultPlan,
+    servers: _Servers,
+) -> AsyncIterator[_Fleet]:
+    """The generation's servers in this process, on ``bus``, with the fast workloads."""
+    servers.logs.mkdir(exist_ok=True)
+    options = {
+        instance: {
+            **FAST_WORKLOADS.get(KINDS[kind].instance, {}),
+            **({"lease_grace_seconds": FAULT_LEASE_GRACE_S} if instance in servers.short else {}),
         }
-        local = local_fleet(
-            token=token,
-            bus=bus,
-            members=members,
-            options=options,
-            workers=workers,
-            checkpoint_root=workdir / "run",
-            stopping=stopping,
-            faults=faults,
-            # Worker processes have buses of their own: each writes <file>.w<index> for the report.
-            worker_env=lambda instance: {
-                "CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")
-            },
-        )
-        async with local as urls:
-            # Leaving the block stops the servers (their state is gone); `stopping` already
-            # shuts them down gracefully.
-            yield _Fleet(urls, crash=lambda: None, interrupt=lambda: None)
-        return
+        for kind, instance in servers.members
+    }
+    local = local_fleet(
+        token=token,
+        bus=bus,
+        members=servers.members,
+        options=options,
+        workers=servers.workers,
+        checkpoint_root=workdir / "run",
+        stopping=stopping,
+        faults=faults,
+        # Worker processes have buses of their own: each writes <file>.w<index> for the report.
+        worker_env=lambda instance: {"CKPT_EVENTS_JSONL": servers.log_of(instance)},
+    )
+    async with local as urls:
+        # Leaving the block stops the servers (their state is gone); `stopping` already
+        # shuts them down gracefully.
+        yield _Fleet(urls, crash=lambda: None, interrupt=lambda: None)
+
+
+@contextlib.asynccontextmanager
+async def _process_fleet(
+    opts: DemoOptions, token: str, workdir: Path, faults: FaultPlan, servers: _Servers
+) -> AsyncIterator[_Fleet]:
+    """The generation's servers as ``serve`` processes; ``crash`` kills them (SIGKILL)."""
     token_file = write_token_file(workdir / "token", token)
 
     def env(instance: str) -> dict[str, str]:
-        extra = {"CKPT_EVENTS_JSONL": str(logs / f"{instance}.gen{generation}.jsonl")}
+        extra = {"CKPT_EVENTS_JSONL": servers.log_of(instance)}
         extra.update(faults.environ())  # each process reads it once, at start-up
         extra.update(stall_environ(opts.fault) if opts.watch else {})  # their StallWatch logs too
         if opts.otlp_endpoint:
@@ -155,14 +193,15 @@ async def _fleet(
             extra["OTEL_SERVICE_NAME"] = f"ckpt-events-demo/{instance}"
         return extra
 
+    workers = servers.workers
     fleet = await process_fleet(
         token_file=token_file,
-        log_dir=logs,
-        members=members,
+        log_dir=servers.logs,
+        members=servers.members,
         env=env,
         extra_args=lambda instance: [
             *(["--workers", str(workers)] if workers > 1 else []),
-            *(["--lease-grace-seconds", str(FAULT_LEASE_GRACE_S)] if instance in short else []),
+            *(["--lease-grace-seconds", str(FAULT_LEASE_GRACE_S)] if instance in servers.short else []),
         ],
         checkpoint_root=workdir / "run",
     )
@@ -334,123 +373,168 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         workdir = opts.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ckpt-demo-")))
         workdir.mkdir(parents=True, exist_ok=True)
         memory = MemorySink()
-        seconds: dict[str, float] = {}
         async with Bus(buffer_size=1 << 20) as bus:
             bus.subscribe(memory, name="demo-report")
-            stall_env = stall_environ(opts.fault) if opts.watch else {}
-            configured = sinks.configure(
-                bus,
-                jsonl_path=opts.jsonl,
-                otlp_endpoint=opts.otlp_endpoint,
-                environ={**otel_environ(), **stall_env},
-            )
-            watch = None
-            if opts.watch:
-                (workdir / "logs").mkdir(exist_ok=True)
-                watch = DemoWatch(workdir / "logs", stall_after=view_stall_after(stall_env), token=token)
-                bus.subscribe(watch, name="demo-watch")
+            configured, watch = _subscribe_sinks(opts, bus, workdir, token)
             tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
             try:
-                start = time.monotonic()
-                first_faults, second_faults = fault_plans(opts)
-                collected, first = await _first_generation(
-                    opts, console, bus, tel, token, workdir, stopping, watch, first_faults
-                )
-                seconds["generation 1"] = time.monotonic() - start
-                if not first.checkpoints:
-                    raise DemoFailed("generation 1 finished without its checkpoint")
-                checkpoint_id = first.checkpoints[-1]
-                manifest = msgspec.json.decode(
-                    (workdir / "run" / checkpoint_id / "collection.json").read_bytes()
-                )
-                continued = [e["rollout_id"] for e in manifest["continued"]]
-                lost = _lost(opts, manifest)
-                done, restarted = len(manifest["completed"]), len(manifest["restarted"])
-                console.print(
-                    Text.assemble(
-                        ("crash", "bold"),
-                        f": every participant killed after checkpoint {escape(checkpoint_id)} "
-                        f"({done} done, {len(continued)} in flight, {restarted} to restart, "
-                        f"{opts.rollouts - done - len(continued) - restarted} not started)"
-                        + _resized(opts, lost),
-                    )
-                )
-                start = time.monotonic()
-                async with (
-                    _fleet(opts, bus, token, workdir, 2, stopping, second_faults) as fleet,
-                    await Coordinator.discover(
-                        fleet.urls, token=token, telemetry=tel, faults=second_faults
-                    ) as coordinator,
-                ):
-                    _check_members(coordinator, fleet.urls)
-                    restored, second = await _run_generation(
-                        opts,
-                        console,
-                        coordinator,
-                        workdir / "run",
-                        tel,
-                        label="generation 2 (restored)",
-                        stop_after=None,
-                        watching=None if watch is None else (watch, fleet.urls),
-                        stopping=stopping,
-                        interrupt=fleet.interrupt,
-                    )
-                    passed = _spread(opts, collected, restored)
-                    passed += await _verify(
-                        opts,
-                        first,
-                        second,
-                        continued,
-                        fleet.urls,
-                        token,
-                        lambda r: _holders(restored, r),
-                        lost,
-                    )
-                seconds["generation 2"] = time.monotonic() - start
+                ran = await _generations(opts, console, bus, tel, token, workdir, stopping, watch)
             finally:
                 await bus.flush(timeout=10)
                 await configured.aclose()
         span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
-        events = list(memory.events)
-        from ckpt_events.participants.cli.command import load_events
-        from ckpt_events.participants.cli.report.logs import event_time
-
-        # Processes' logs (<instance>.gen<n>.jsonl) and their workers' (<...>.jsonl.w<index>).
-        logs = workdir / "logs"
-        own = sorted(logs.glob("*.jsonl")) if opts.processes else []
-        others = [*own, *sorted(logs.glob("*.jsonl.w*"))]
-        events.extend(load_events(others))
-        # One stream in time order, as `report` merges its files: the overview folds events as
-        # they come, and the controller's coming all first left a restore's steps unattributed.
-        events.sort(key=event_time)
-        merged = None
-        if opts.jsonl is not None and others:
-            from ckpt_events.participants.cli.demo.logs import merge_into
-
-            merged = (merge_into(opts.jsonl, others), len(others))
+        events, merged = _all_events(opts, list(memory.events), workdir)
         run = overview(events)
         expected = opts.checkpoint_count() - (1 if opts.fault in ABORTING_FAULTS else 0)
-        passed += diagnosis_checks(
+        passed = ran.passed + diagnosis_checks(
             run,
             published=expected,
-            ids=first.checkpoints,
+            ids=ran.first.checkpoints,
             fault=fault,
             one_of=opts.instances if opts.instances > 1 else None,
             lease_on=lease_target(opts),
-            blockers=collected.not_prepared[0].blockers() if collected.not_prepared else None,
+            blockers=ran.collected.not_prepared[0].blockers() if ran.collected.not_prepared else None,
         )
-        _show(console, opts, events, run, checkpoint_id, passed)
+        _show(console, opts, events, run, ran.checkpoint_id, passed)
         _exported(console, opts, configured, merged)
         return DemoResult(
-            first,
-            second,
-            checkpoint_id,
-            continued,
-            seconds,
+            ran.first,
+            ran.second,
+            ran.checkpoint_id,
+            ran.continued,
+            ran.seconds,
             events,
             passed,
             span_stats.dropped if span_stats is not None else 0,
         )
+
+
+def _subscribe_sinks(
+    opts: DemoOptions, bus: Bus, workdir: Path, token: str
+) -> tuple[sinks.Configured, DemoWatch | None]:
+    """The sinks the options ask for (``--jsonl``, ``--otlp-endpoint``, the environment's), and
+    the watch view's sink with ``--watch``."""
+    stall_env = stall_environ(opts.fault) if opts.watch else {}
+    configured = sinks.configure(
+        bus,
+        jsonl_path=opts.jsonl,
+        otlp_endpoint=opts.otlp_endpoint,
+        environ={**otel_environ(), **stall_env},
+    )
+    watch = None
+    if opts.watch:
+        (workdir / "logs").mkdir(exist_ok=True)
+        watch = DemoWatch(workdir / "logs", stall_after=view_stall_after(stall_env), token=token)
+        bus.subscribe(watch, name="demo-watch")
+    return configured, watch
+
+
+@dataclass
+class _Ran:
+    """What the two generations left: the first's collection and both summaries, the checkpoint
+    restored, the rollouts in flight at it, the checks passed and each generation's seconds."""
+
+    collected: Collection
+    first: CollectionSummary
+    second: CollectionSummary
+    checkpoint_id: str
+    continued: list[str]
+    passed: list[str]
+    seconds: dict[str, float]
+
+
+async def _generations(
+    opts: DemoOptions,
+    console: Console,
+    bus: Bus,
+    tel: Telemetry,
+    token: str,
+    workdir: Path,
+    stopping: anyio.Event | None,
+    watch: DemoWatch | None,
+) -> _Ran:
+    """Generation 1 to its checkpoint and the crash, then generation 2 restored from it, checked."""
+    seconds: dict[str, float] = {}
+    start = time.monotonic()
+    first_faults, second_faults = fault_plans(opts)
+    collected, first = await _first_generation(
+        opts, console, bus, tel, token, workdir, stopping, watch, first_faults
+    )
+    seconds["generation 1"] = time.monotonic() - start
+    if not first.checkpoints:
+        raise DemoFailed("generation 1 finished without its checkpoint")
+    checkpoint_id = first.checkpoints[-1]
+    continued, lost = _crashed(opts, console, workdir, checkpoint_id)
+    start = time.monotonic()
+    async with (
+        _fleet(opts, bus, token, workdir, 2, stopping, second_faults) as fleet,
+        await Coordinator.discover(
+            fleet.urls, token=token, telemetry=tel, faults=second_faults
+        ) as coordinator,
+    ):
+        _check_members(coordinator, fleet.urls)
+        restored, second = await _run_generation(
+            opts,
+            console,
+            coordinator,
+            workdir / "run",
+            tel,
+            label="generation 2 (restored)",
+            stop_after=None,
+            watching=None if watch is None else (watch, fleet.urls),
+            stopping=stopping,
+            interrupt=fleet.interrupt,
+        )
+        passed = _spread(opts, collected, restored)
+        passed += await _verify(
+            opts, first, second, continued, fleet.urls, token, lambda r: _holders(restored, r), lost
+        )
+    seconds["generation 2"] = time.monotonic() - start
+    return _Ran(collected, first, second, checkpoint_id, continued, passed, seconds)
+
+
+def _crashed(
+    opts: DemoOptions, console: Console, workdir: Path, checkpoint_id: str
+) -> tuple[list[str], list[str]]:
+    """Say what the crash left of checkpoint ``checkpoint_id`` (its manifest, ``collection.json``):
+    returns the rollouts in flight at it and those of them on servers the restored fleet lacks."""
+    manifest = msgspec.json.decode((workdir / "run" / checkpoint_id / "collection.json").read_bytes())
+    continued = [e["rollout_id"] for e in manifest["continued"]]
+    lost = _lost(opts, manifest)
+    done, restarted = len(manifest["completed"]), len(manifest["restarted"])
+    console.print(
+        Text.assemble(
+            ("crash", "bold"),
+            f": every participant killed after checkpoint {escape(checkpoint_id)} "
+            f"({done} done, {len(continued)} in flight, {restarted} to restart, "
+            f"{opts.rollouts - done - len(continued) - restarted} not started)" + _resized(opts, lost),
+        )
+    )
+    return continued, lost
+
+
+def _all_events(
+    opts: DemoOptions, events: list[Any], workdir: Path
+) -> tuple[list[Any], tuple[int, int] | None]:
+    """``events`` (this process's) with the processes' and workers' logs, in time order; with
+    ``--jsonl``, the lines of that log once the others were merged into it, and how many were."""
+    from ckpt_events.participants.cli.command import load_events
+    from ckpt_events.participants.cli.report.logs import event_time
+
+    # Processes' logs (<instance>.gen<n>.jsonl) and their workers' (<...>.jsonl.w<index>).
+    logs = workdir / "logs"
+    own = sorted(logs.glob("*.jsonl")) if opts.processes else []
+    others = [*own, *sorted(logs.glob("*.jsonl.w*"))]
+    events.extend(load_events(others))
+    # One stream in time order, as `report` merges its files: the overview folds events as
+    # they come, and the controller's coming all first left a restore's steps unattributed.
+    events.sort(key=event_time)
+    merged = None
+    if opts.jsonl is not None and others:
+        from ckpt_events.participants.cli.demo.logs import merge_into
+
+        merged = (merge_into(opts.jsonl, others), len(others))
+    return events, merged
 
 
 def _check_members(coordinator: Coordinator, started: Mapping[str, str]) -> None:

@@ -13,11 +13,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["DIFF", "FAIL_FLOOR_MS", "real_change"]
 
@@ -74,18 +77,52 @@ def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
     return found
 
 
-def _diff(args: argparse.Namespace) -> int:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
+#: One compared key: (key, n base, n new, base p50, base p95, new p50, new p95, ratio p50).
+_Row = tuple[tuple[str, str, str], int, int, float, float, float, float, float]
 
+
+def _diff(args: argparse.Namespace) -> int:
+    base, new = _read(args.base), _read(args.new)
+    rows = _compared(base, new, args.min_ms)
+    above = [] if args.fail_above is None else [r for r in rows if r[7] > args.fail_above]
+    failing = [r for r in above if real_change(base[r[0]], new[r[0]])]
+    noise = [r for r in above if r not in failing]
+    console().print(_table(rows, failing, title=f"{escape(args.new)} against {escape(args.base)} (ms)"))
+    only = sorted(base.keys() ^ new.keys())
+    if only:
+        print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}")
+    if noise:
+        ignored = ", ".join(
+            f"{_name(r[0])} {r[3]:.2f} -> {r[5]:.2f} ms (n = {r[1]}, {r[2]})" for r in noise[:4]
+        )
+        more = f" and {len(noise) - 4} more" if len(noise) > 4 else ""
+        print(
+            f"ignored {counted(len(noise), 'median ratio')} above {args.fail_above:g} as noise (a change "
+            f"under {FAIL_FLOOR_MS:g} ms or under the step's jitter): {ignored}{more}",
+            file=sys.stderr,
+        )
+    if failing:
+        (kind, operation, step), *_, ratio = failing[0]
+        print(
+            f"{counted(len(failing), 'median ratio')} above {args.fail_above:g}: "
+            f"worst {_name((kind, operation, step))} {ratio:.2f}x",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _compared(
+    base: dict[tuple[str, str, str], list[float]], new: dict[tuple[str, str, str], list[float]], min_ms: float
+) -> list[_Row]:
+    """A row per key of both runs whose medians are not both under ``min_ms``, largest change
+    (either way) first."""
     from ckpt_events.participants.cli.report.durations import median, percentile
 
-    base, new = _read(args.base), _read(args.new)
     rows = []
     for key in sorted(base.keys() & new.keys()):
         b50, n50 = median(base[key]), median(new[key])
-        if max(b50, n50) < args.min_ms:
+        if max(b50, n50) < min_ms:
             continue
         ratio = n50 / b50 if b50 > 0 else math.inf
         rows.append(
@@ -101,11 +138,16 @@ def _diff(args: argparse.Namespace) -> int:
             )
         )
     rows.sort(key=lambda r: -abs(math.log(r[7])) if 0 < r[7] < math.inf else -math.inf)
-    above = [] if args.fail_above is None else [r for r in rows if r[7] > args.fail_above]
-    failing = [r for r in above if real_change(base[r[0]], new[r[0]])]
-    noise = [r for r in above if r not in failing]
-    title = Text(f"{escape(args.new)} against {escape(args.base)} (ms)", style="table.title")
-    table = Table(box=box.SIMPLE_HEAD, title=title)
+    return rows
+
+
+def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
+    """The compared rows, a failing ratio marked ``!``."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, title=Text(title, style="table.title"))
     for column in (
         "kind",
         "operation",
@@ -133,29 +175,7 @@ def _diff(args: argparse.Namespace) -> int:
             f"{n95:.2f}",
             f"{ratio:.2f}x{flag}",
         )
-    console().print(table)
-    only = sorted(base.keys() ^ new.keys())
-    if only:
-        print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}")
-    if noise:
-        ignored = ", ".join(
-            f"{_name(r[0])} {r[3]:.2f} -> {r[5]:.2f} ms (n = {r[1]}, {r[2]})" for r in noise[:4]
-        )
-        more = f" and {len(noise) - 4} more" if len(noise) > 4 else ""
-        print(
-            f"ignored {counted(len(noise), 'median ratio')} above {args.fail_above:g} as noise (a change "
-            f"under {FAIL_FLOOR_MS:g} ms or under the step's jitter): {ignored}{more}",
-            file=sys.stderr,
-        )
-    if failing:
-        (kind, operation, step), *_, ratio = failing[0]
-        print(
-            f"{counted(len(failing), 'median ratio')} above {args.fail_above:g}: "
-            f"worst {_name((kind, operation, step))} {ratio:.2f}x",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return table
 
 
 def _name(key: tuple[str, str, str]) -> str:

@@ -25,7 +25,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     trace_spans,
 )
-from ckpt_events.participants.cli.report.paths import critical_path, on_critical_path
+from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
 from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns, spans_of, summed_over
 from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
@@ -94,41 +94,58 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
         if isinstance(row, Folded):
             out += _folded(row, y, x, fills)
             continue
-        s = row
-        y_of[s.span_id] = y
-        indent = 4 + 14 * s.depth
-        weight = ' font-weight="bold"' if s.span_id in critical else ""
-        out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{escape_html(_label(s))}</text>')
-        parent = by_id.get(s.parent_span_id or -1)
-        if s.participant and parent is not None and parent.client:
-            arrived = s.received_ns if s.received_ns is not None else s.start_ns
-            for a, b, what in (
-                (parent.start_ns, arrived, "request transit"),
-                (arrived, s.start_ns, "queued in participant"),
-                (s.end_ns, parent.end_ns, "reply transit"),
-            ):
-                if b > a:
-                    out.append(
-                        f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
-                        f'height="6" fill="{_fill(s.who, fills)}" opacity="0.3"><title>{what}: '
-                        f"{(b - a) / 1e6:.2f} ms</title></rect>"
-                    )
-        fill = _ERROR if s.error else _fill(s.who, fills)
-        # JSON escapes every control character (ensure_ascii), so the attribute holds none.
-        details = escape_html(json.dumps(s.details, default=str))
-        # A span whose clock went back during it: its duration is unknown, never 0.0.
-        ms, short_ms = (f"{s.ms:.2f}", f"{s.ms:.1f}") if s.known else ("?", "?")
-        why = "" if s.known else " (its clock went back during it)"
-        tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}")
-        out.append(
-            f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{ms}" '
-            f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
-            f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}">'
-            f"<title>{tip}</title></rect>"
-        )
-        out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{short_ms} ms</text>')
-    # The critical path as Jaeger draws it: a dark line over the stretch each span held it.
-    for section in critical_sections:
+        y_of[row.span_id] = y
+        out += _span_row(row, by_id.get(row.parent_span_id or -1), y, x, fills, bold=row.span_id in critical)
+    out += _critical_marks(critical_sections, y_of, x)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _span_row(
+    s: Span, parent: Span | None, y: int, x: Callable[[int], float], fills: Mapping[str, str], *, bold: bool
+) -> list[str]:
+    """A span's row: its label (bold on the critical path), the transit and queueing around a
+    participant's handler of a controller's call (``parent``), its bar and its duration."""
+    out = []
+    indent = 4 + 14 * s.depth
+    weight = ' font-weight="bold"' if bold else ""
+    out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{escape_html(_label(s))}</text>')
+    if s.participant and parent is not None and parent.client:
+        arrived = s.received_ns if s.received_ns is not None else s.start_ns
+        for a, b, what in (
+            (parent.start_ns, arrived, "request transit"),
+            (arrived, s.start_ns, "queued in participant"),
+            (s.end_ns, parent.end_ns, "reply transit"),
+        ):
+            if b > a:
+                out.append(
+                    f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
+                    f'height="6" fill="{_fill(s.who, fills)}" opacity="0.3"><title>{what}: '
+                    f"{(b - a) / 1e6:.2f} ms</title></rect>"
+                )
+    fill = _ERROR if s.error else _fill(s.who, fills)
+    # JSON escapes every control character (ensure_ascii), so the attribute holds none.
+    details = escape_html(json.dumps(s.details, default=str))
+    # A span whose clock went back during it: its duration is unknown, never 0.0.
+    ms, short_ms = (f"{s.ms:.2f}", f"{s.ms:.1f}") if s.known else ("?", "?")
+    why = "" if s.known else " (its clock went back during it)"
+    tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}")
+    out.append(
+        f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{ms}" '
+        f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
+        f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}">'
+        f"<title>{tip}</title></rect>"
+    )
+    out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{short_ms} ms</text>')
+    return out
+
+
+def _critical_marks(
+    sections: Sequence[Section[Span]], y_of: Mapping[int, int], x: Callable[[int], float]
+) -> list[str]:
+    """The critical path as Jaeger draws it: a dark line over the stretch each span held it."""
+    out = []
+    for section in sections:
         row_y = y_of.get(section.span.span_id)
         if row_y is not None and section.end_ns > section.start_ns:
             out.append(
@@ -136,8 +153,7 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
                 f'width="{max(0.5, x(section.end_ns) - x(section.start_ns)):.1f}" height="2" '
                 f'fill="{_CRITICAL}"/>'
             )
-    out.append("</svg>")
-    return "\n".join(out)
+    return out
 
 
 def _folded(row: Folded, y: int, x: Callable[[int], float], fills: Mapping[str, str]) -> list[str]:

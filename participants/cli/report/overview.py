@@ -25,7 +25,7 @@ checkpoint's id as its ``checkpoint_id``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -346,6 +346,66 @@ def overview(
     if again is None and isinstance(events, list | tuple):
         kept = events
         again = lambda: kept  # noqa: E731
+    fold = _fold(events)
+    rows = _rows(fold.root_started, fold.root_finished)
+    first_ns, last_ns = fold.first_ns, fold.last_ns
+    if clocks is not None and clocks.unaligned() and fold.controller_first is not None:
+        first_ns, last_ns = fold.controller_first, fold.controller_last
+    run = Run(rows, last_ns, first_ns or 0, fold.count, again, fold.trends, fold.unscoped, fold.last_trace)
+    checkpoints: dict[str, int] = {}
+    for number, row in enumerate(rows, 1):
+        _judge(run, row, fold)
+        if row.what == "restore":
+            # The restore carries the id of the checkpoint it restored (no event names a
+            # separate source id): the last checkpoint row with that id before it.
+            row.source_row = checkpoints.get(row.checkpoint_id or "")
+            row.dominated = "; ".join(fold.dominated[k] for k in row.roots if fold.dominated.get(k))
+            step_ms = [ms for k in row.roots if (ms := fold.dominant_ms.get(k)) is not None]
+            row.dominant_ms = max(step_ms) if step_ms else None
+        elif row.checkpoint_id:
+            checkpoints[row.checkpoint_id] = number
+    fold.trends.rows = rows
+    outside = clocks.outside if clocks is not None else set()
+    for row in rows:
+        if row.trace_ids & outside or any(
+            fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces
+        ):
+            row.paused_ms = None
+            row.pause_unknown = True
+    return run
+
+
+@dataclass
+class _Fold:
+    """What the streamed pass over the logs keeps (``_fold``): never the events themselves."""
+
+    traces: dict[int, _Trace]
+    #: Spans started and never finished, by (trace id, span id).
+    started: dict[tuple[int, int], StartedSpan]
+    root_started: dict[tuple[int, int], RootSpan]
+    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished]
+    #: Per root: its critical path in words, and for a restore what dominated it and its
+    #: longest read or install step (ms).
+    critical: dict[tuple[int, int], str]
+    dominated: dict[tuple[int, int], str]
+    dominant_ms: dict[tuple[int, int], float | None]
+    causes_by_checkpoint: dict[str, list[LeaseExpired | PrepareNotReady | Refused]]
+    causes_over: Counter[str]
+    unscoped: Counter[Unscoped]
+    trends: Trends
+    last_trace: int | None
+    first_ns: int | None
+    last_ns: int
+    controller_first: int | None
+    controller_last: int
+    count: int
+
+
+# One step over 60 lines, kept flat for speed: the span half as a helper called per event cost
+# 2-3% (0.14 of 5.6 us/event over bench_report's 64,000 lines).
+def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
+    """Fold ``events`` in one streamed pass: each trace's summary, each root's critical path as
+    it ends, the counted events that name a cause (at most ``_KEPT_CAUSES`` per checkpoint)."""
     traces: dict[int, _Trace] = {}
     #: Spans started and not yet finished, by (trace id, span id).
     started: dict[tuple[int, int], StartedSpan] = {}
@@ -479,29 +539,25 @@ def overview(
                 dominant_ms[key] = dominant_step_ms(buffer)
             trends.add_trace(buffer, e)
             del pending[trace_id]
-    rows = _rows(root_started, root_finished)
-    if clocks is not None and clocks.unaligned() and controller_first is not None:
-        first_ns, last_ns = controller_first, controller_last
-    run = Run(rows, last_ns, first_ns or 0, count, again, trends, unscoped, last_trace)
-    checkpoints: dict[str, int] = {}
-    for number, row in enumerate(rows, 1):
-        _judge(run, row, traces, started, root_finished, critical, causes_by_checkpoint, causes_over)
-        if row.what == "restore":
-            # The restore carries the id of the checkpoint it restored (no event names a
-            # separate source id): the last checkpoint row with that id before it.
-            row.source_row = checkpoints.get(row.checkpoint_id or "")
-            row.dominated = "; ".join(dominated[k] for k in row.roots if dominated.get(k))
-            step_ms = [ms for k in row.roots if (ms := dominant_ms.get(k)) is not None]
-            row.dominant_ms = max(step_ms) if step_ms else None
-        elif row.checkpoint_id:
-            checkpoints[row.checkpoint_id] = number
-    trends.rows = rows
-    outside = clocks.outside if clocks is not None else set()
-    for row in rows:
-        if row.trace_ids & outside or any(traces[t].resume_unknown for t in row.trace_ids if t in traces):
-            row.paused_ms = None
-            row.pause_unknown = True
-    return run
+    return _Fold(
+        traces,
+        started,
+        root_started,
+        root_finished,
+        critical,
+        dominated,
+        dominant_ms,
+        causes_by_checkpoint,
+        causes_over,
+        unscoped,
+        trends,
+        last_trace,
+        first_ns,
+        last_ns,
+        controller_first,
+        controller_last,
+        count,
+    )
 
 
 def _rows(
@@ -537,29 +593,69 @@ def _rows(
     return rows
 
 
-def _judge(
-    run: Run,
+def _judge(run: Run, row: RunRow, fold: _Fold) -> None:
+    """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept."""
+    mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
+    ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
+    row.paused_ms = _paused_ms(mine)
+    timed, recorded, following = _span_causes(mine)
+    counted_causes, aborted_by = _counted_causes(row, mine, recorded, fold.causes_by_checkpoint)
+    timed += counted_causes
+    # A controller error that only follows from a failure below it is said when nothing else is.
+    timed.sort(key=lambda c: c[0])
+    causes = [c for _, c in timed] or following
+    if len(ends) < len(row.roots):
+        row.outcome = OPEN
+        causes += _open_causes(run, row, fold.started)
+        row.end_ns = None
+    else:
+        row.end_ns = max(f.end_ns for f in ends)
+        if any(f.outcome == Outcome.ERROR for f in ends):
+            # The protocol's own aborts surface as the controller's error (not prepared, or a
+            # commit refused after the lease): the abort is the outcome, not a failure.
+            row.outcome = ABORTED if aborted_by else FAILED
+        elif any(_not_done(f) for f in ends):
+            row.outcome = ABORTED
+        elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
+            row.outcome = ABORTED
+            causes = causes or ["prepared, never committed"]
+        else:
+            row.outcome = RESTORED if "restore" in row.what else PUBLISHED
+    if row.what == "restore" and ends:
+        _episodes_after_restore(row, ends)
+    if row.published:
+        longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
+        row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
+        causes = []
+    # Past the causes kept per checkpoint, the rest are counted (``_KEPT_CAUSES``).
+    over = fold.causes_over[row.checkpoint_id or ""] if causes else 0
+    more = [f"... and {len(causes) - _CAUSES + over:,} more"] if len(causes) + over > _CAUSES else []
+    row.causes = causes[:_CAUSES] + more
+
+
+def _paused_ms(traces: Sequence[_Trace]) -> float | None:
+    """From the first participant's prepare to the last one's resume over ``traces`` (``None``
+    without both, or with the resume before the prepare)."""
+    firsts = [t.first_prepare_ns for t in traces if t.first_prepare_ns is not None]
+    lasts = [t.last_resume_ns for t in traces if t.last_resume_ns is not None]
+    return (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None
+
+
+def _counted_causes(
     row: RunRow,
-    traces: dict[int, _Trace],
-    started: dict[tuple[int, int], StartedSpan],
-    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished],
-    critical: dict[tuple[int, int], str],
-    causes_by_checkpoint: dict[str, list[LeaseExpired | PrepareNotReady | Refused]],
-    causes_over: Counter[str],
-) -> None:
-    mine = [traces[t] for t in row.trace_ids if t in traces]
-    ends = [root_finished[k] for k in row.roots if k in root_finished]
+    traces: Sequence[_Trace],
+    recorded: Sequence[str],
+    causes_by_checkpoint: Mapping[str, list[LeaseExpired | PrepareNotReady | Refused]],
+) -> tuple[list[tuple[int, str]], bool]:
+    """(time, cause) of the counted events kept for ``row``'s checkpoint (a refusal the
+    controller ``recorded`` is said by its record), and whether one aborted it: a participant
+    not ready at the deadline, or a lease that ran out."""
     prepares: dict[str, int] = {}
-    for trace in mine:
+    for trace in traces:
         for who, at in trace.prepares.items():
             prepares[who] = min(at, prepares.get(who, at))
-    firsts = [t.first_prepare_ns for t in mine if t.first_prepare_ns is not None]
-    lasts = [t.last_resume_ns for t in mine if t.last_resume_ns is not None]
-    row.paused_ms = (
-        (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None
-    )
-    timed, recorded, following = _span_causes(mine)
-    aborted_by = False  # a participant not ready at the deadline, or a lease that ran out
+    timed: list[tuple[int, str]] = []
+    aborted_by = False
     for e in causes_by_checkpoint.get(row.checkpoint_id or "", []) if row.checkpoint_id else []:
         match e:
             case LeaseExpired():
@@ -579,45 +675,23 @@ def _judge(
                 # The controller's record of the same refusal says more (its detail, when).
                 if not any(c.startswith(refused) for c in recorded):
                     timed.append((e.time_ns, refused))
-    # A controller error that only follows from a failure below it is said when nothing else is.
-    timed.sort(key=lambda c: c[0])
-    causes = [c for _, c in timed] or following
-    if len(ends) < len(row.roots):
-        row.outcome = OPEN
-        traces_of = row.trace_ids
-        open_spans = sorted((s for k, s in started.items() if k[0] in traces_of), key=lambda s: s.start_ns)
-        silent = sorted({who_wrote(s) for s in open_spans if isinstance(s, OperationStarted)})
-        for s in open_spans[:_CAUSES]:
-            age_ms = (run.last_ns - s.start_ns) / 1e6
-            causes.append(f"{what_of(s)} on {who_wrote(s)} still open, {age_ms:.1f} ms")
-        if len(open_spans) > _CAUSES:
-            causes.append(f"... {counted(len(open_spans) - _CAUSES, 'more open span')}")
-        if silent:
-            causes.append("never answered: " + ", ".join(silent))
-        row.end_ns = None
-    else:
-        row.end_ns = max(f.end_ns for f in ends)
-        if any(f.outcome == Outcome.ERROR for f in ends):
-            # The protocol's own aborts surface as the controller's error (not prepared, or a
-            # commit refused after the lease): the abort is the outcome, not a failure.
-            row.outcome = ABORTED if aborted_by else FAILED
-        elif any(_not_done(f) for f in ends):
-            row.outcome = ABORTED
-        elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
-            row.outcome = ABORTED
-            causes = causes or ["prepared, never committed"]
-        else:
-            row.outcome = RESTORED if "restore" in row.what else PUBLISHED
-    if row.what == "restore" and ends:
-        _episodes_after_restore(row, ends)
-    if row.published:
-        longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
-        row.critical_path = critical.get((longest.trace_id, longest.span_id), "")
-        causes = []
-    # Past the causes kept per checkpoint, the rest are counted (``_KEPT_CAUSES``).
-    over = causes_over[row.checkpoint_id or ""] if causes else 0
-    more = [f"... and {len(causes) - _CAUSES + over:,} more"] if len(causes) + over > _CAUSES else []
-    row.causes = causes[:_CAUSES] + more
+    return timed, aborted_by
+
+
+def _open_causes(run: Run, row: RunRow, started: Mapping[tuple[int, int], StartedSpan]) -> list[str]:
+    """Why an open row is open: its spans still open (the first few, oldest first, with their
+    age at the end of the logs) and the participants that never answered."""
+    causes = []
+    open_spans = sorted((s for k, s in started.items() if k[0] in row.trace_ids), key=lambda s: s.start_ns)
+    silent = sorted({who_wrote(s) for s in open_spans if isinstance(s, OperationStarted)})
+    for s in open_spans[:_CAUSES]:
+        age_ms = (run.last_ns - s.start_ns) / 1e6
+        causes.append(f"{what_of(s)} on {who_wrote(s)} still open, {age_ms:.1f} ms")
+    if len(open_spans) > _CAUSES:
+        causes.append(f"... {counted(len(open_spans) - _CAUSES, 'more open span')}")
+    if silent:
+        causes.append("never answered: " + ", ".join(silent))
+    return causes
 
 
 def episodes_text(continued: int | None, restarted: int | None) -> str:

@@ -52,9 +52,16 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
     rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
     heading = f"run overview ({escape(title)}): {rows}"
     console.print(Text(heading, style="bold"))
+    console.print(_rows_table(run, compact=console.width < _ROOMY))
+    _render_totals(console, run)
+    _render_trends(console, run)
+    _render_row_notes(console, run)
+
+
+def _rows_table(run: Run, *, compact: bool) -> Table:
+    """One line per checkpoint and restore: number, what, id, start, ms, paused ms, outcome."""
     # Under 100 columns one space between columns (no edges) keeps a checkpoint id and its
     # start time on one line each at 80; an id too long for that folds rather than being cut.
-    compact = console.width < _ROOMY
     table = Table(box=box.SIMPLE_HEAD, show_edge=not compact, padding=(0, 0) if compact else (0, 1))
     whole = max((len(escape(r.checkpoint_id or "")) for r in run.rows), default=0) <= _WHOLE_ID
     for column, justify in (
@@ -79,7 +86,12 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
             "unknown" if row.pause_unknown else "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
             Text(escape(row.outcome), style=OUTCOME_COLOURS.get(row.outcome, "white")),
         )
-    console.print(table)
+    return table
+
+
+def _render_totals(console: Console, run: Run) -> None:
+    """Run-wide lines: the fleet's pause over the logs' time, the episodes after the restores,
+    and the counted events that named no checkpoint."""
     paused = sum(r.paused_ms or 0.0 for r in run.rows)
     unknown = sum(r.pause_unknown for r in run.rows)
     wall_ms = (run.last_ns - run.first_ns) / 1e6
@@ -106,7 +118,10 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
     for line in run.unscoped_lines():
         # Counted run-wide: a refusal before the body was read names no checkpoint.
         console.print(Text(escape(line), style="yellow"))
-    _render_trends(console, run)
+
+
+def _render_row_notes(console: Console, run: Run) -> None:
+    """Under the table, by row number: a cause or critical path, and where a restore came from."""
     for number, row in enumerate(run.rows, 1):
         if row.causes:
             console.print(Text(f"#{number} {row.what} {row.outcome}: " + escape("; ".join(row.causes))))

@@ -18,7 +18,7 @@ totals as ``args``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,19 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
         return []
     origin = min(instants)
     pids: dict[str, int] = {"controller": _CONTROLLER_PID}
+    tids, threads = _threads(spans, pids)
+    out, placed = _complete_events(spans, origin, pids, tids)
+    flows = _flows(spans, placed)
+    # After the spans: a process that only counted gets the next pid.
+    counters = _counters(counted, origin, pids)
+    return _metadata(pids, threads) + out + flows + counters
+
+
+def _threads(
+    spans: list[tuple[int, Span]], pids: dict[str, int]
+) -> tuple[dict[int, int], list[tuple[int, int, str]]]:
+    """Each span's tid (by its index in ``spans``) and every thread (pid, tid, name): each
+    worker's spans on as few lanes as nest them. Gives each span's process a pid in ``pids``."""
     by_track: dict[tuple[int, int | None], list[int]] = {}  # (pid, worker) -> indexes into spans
     for index, (_, s) in enumerate(spans):
         process, worker = _track(s.who)
@@ -117,6 +130,13 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
         threads += [(pid, first + n, base if n == 0 else f"{base} {n + 1}") for n in range(max(lanes) + 1)]
         for i, lane in zip(indexes, lanes, strict=True):
             tids[i] = first + lane
+    return tids, threads
+
+
+def _complete_events(
+    spans: list[tuple[int, Span]], origin: int, pids: Mapping[str, int], tids: Mapping[int, int]
+) -> tuple[list[dict[str, Any]], dict[tuple[int, int], dict[str, Any]]]:
+    """One complete event (``ph: "X"``) per span, in order, and each by (trace id, span id)."""
     out: list[dict[str, Any]] = []
     placed: dict[tuple[int, int], dict[str, Any]] = {}
     for index, (trace, s) in enumerate(spans):
@@ -132,6 +152,13 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
         }
         out.append(event)
         placed[(trace, s.span_id)] = event
+    return out, placed
+
+
+def _flows(
+    spans: list[tuple[int, Span]], placed: Mapping[tuple[int, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A flow arrow (``s`` then ``f``) from each controller call to the operation it caused."""
     flows: list[dict[str, Any]] = []
     for trace, s in spans:
         parent = placed.get((trace, s.parent_span_id or -1))
@@ -144,6 +171,14 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
         flows.append(
             {**common, "ph": "f", "bp": "e", "ts": child["ts"], "pid": child["pid"], "tid": child["tid"]}
         )
+    return flows
+
+
+def _counters(
+    counted: list[tuple[PointEvent, list[tuple[str, str, int]]]], origin: int, pids: dict[str, int]
+) -> list[dict[str, Any]]:
+    """A counter event (``ph: "C"``) per counted event and counter, its running totals as args, in
+    time order; a process not yet in ``pids`` gets the next pid."""
     counters: list[dict[str, Any]] = []
     totals: dict[tuple[int, str], dict[str, int]] = {}
     for e, increments in sorted(counted, key=lambda ec: ec[0].time_ns):
@@ -156,13 +191,18 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
         for name in dict.fromkeys(name for name, _, _ in increments):
             running_totals = dict(totals[(pid, name)])
             counters.append({"name": name, "ph": "C", "ts": ts, "pid": pid, "tid": 0, "args": running_totals})
+    return counters
+
+
+def _metadata(pids: Mapping[str, int], threads: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
+    """The processes' names and sort order, then the threads' names (``ph: "M"``)."""
     metadata: list[dict[str, Any]] = []
     for process, pid in pids.items():
         for name, args in (("process_name", {"name": process}), ("process_sort_index", {"sort_index": pid})):
             metadata.append({"name": name, "ph": "M", "pid": pid, "tid": 0, "args": args})
     for pid, tid, name in threads:
         metadata.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-    return metadata + out + flows + counters
+    return metadata
 
 
 def write_perfetto(path: Path, events: Sequence[Event]) -> int:

@@ -197,3 +197,26 @@ def test_a_prepare_that_stopped_says_where_when_nothing_else_does() -> None:
     )
     (row,) = overview([started, stopped]).rows
     assert (row.outcome, row.causes) == ("aborted", ["prepare stopped at stage model, not prepared"])
+
+
+def test_a_list_of_events_is_read_again_whole_after_a_cause_names_a_checkpoint() -> None:
+    """``overview(list)`` keeps the list as its own ``again``: a later read of the run gives every
+    event back (a local name reused for a checkpoint's causes once made it give those instead)."""
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events = anyio.run(checkpoint_and_restore)
+    telemetry_events: list[Any] = []
+
+    async def refused() -> None:
+        from ckpt_events import Telemetry
+        from ckpt_events.testing import capture_events
+
+        async with capture_events() as (bus, got):
+            Telemetry(bus, kind="agent", instance="agent-0").refused(
+                ErrorCode.UNAUTHORIZED, checkpoint_id="c1"
+            )
+        telemetry_events.extend(got)
+
+    anyio.run(refused)
+    run = overview([*events, *telemetry_events])
+    assert len(run.all_events()) == len(events) + len(telemetry_events)
