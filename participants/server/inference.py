@@ -86,23 +86,8 @@ def create_inference_app(
                 resumed = len(generation.tokens)
         active[req.ticket_id] = generation
 
-        async def stream() -> AsyncIterator[bytes]:
-            try:
-                for token_text in generation.tokens:
-                    yield encode({"token": token_text}) + b"\n"
-                for index in range(len(generation.tokens), req.max_tokens):
-                    await anyio.sleep(delay)
-                    token_text = token_at(req.prompt, index)
-                    generation.tokens.append(token_text)
-                    yield encode({"token": token_text}) + b"\n"
-                yield (
-                    encode({"done": True, "tokens": len(generation.tokens), "resumed_prefix": resumed})
-                    + b"\n"
-                )
-            finally:
-                active.pop(req.ticket_id, None)
-
-        return StreamingResponse(stream(), media_type="application/x-ndjson")
+        stream = _token_stream(req, generation, resumed, delay, active)
+        return StreamingResponse(stream, media_type="application/x-ndjson")
 
     @app.post(CUT_PATH, dependencies=auth)
     async def generation_cut(request: Request) -> Response:
@@ -113,37 +98,63 @@ def create_inference_app(
         expected = inventory_digest(inventory.checkpoint_id, inventory.server_name, inventory.active_prefixes)
         if expected != inventory.inventory_digest:
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, "inventory digest does not match")
-        cut_id = secrets.token_hex(6)
-        acks = []
-        for prefix in inventory.active_prefixes:
-            generation = active.get(prefix.ticket_id)
-            if generation is None:
-                acks.append(CutAck(ticket_id=prefix.ticket_id, disposition=Disposition.DURABLE_FAILURE))
-                continue
-            tokens = list(generation.tokens)
-            key = f"{inventory.checkpoint_id}/{prefix.model_call_id}"
-            staged[key] = tokens
-            done = len(tokens) >= generation.max_tokens
-            acks.append(
-                CutAck(
-                    ticket_id=prefix.ticket_id,
-                    disposition=Disposition.DURABLE_PREFIX,
-                    cut_kind="terminal_completion" if done else "active_prefix",
-                    frozen_buffer_id=f"buf-{cut_id}-{prefix.ticket_id}",
-                    staging_keys=[key],
-                    prefix_token_count=len(tokens),
-                    prefix_digest=_prefix_digest(tokens),
-                    effective_output_limit=max(generation.max_tokens - len(tokens), 1),
-                )
-            )
-        receipt = CutReceipt(
-            checkpoint_id=inventory.checkpoint_id,
-            cut_id=cut_id,
-            inventory_digest=inventory.inventory_digest,
-            inventory=inventory.active_prefixes,
-            backend_snapshot_id=f"snap-{cut_id}",
-            prefixes=acks,
-        )
+        receipt = _cut_receipt(inventory, active, staged)
         return Response(content=encode(receipt), media_type="application/json")
 
     return app
+
+
+async def _token_stream(
+    req: GenerateRequest, generation: _Generation, resumed: int, delay: float, active: dict[int, _Generation]
+) -> AsyncIterator[bytes]:
+    """The NDJSON stream of one generation: the resumed prefix at once, then a token per
+    ``delay``, then the done line; the generation leaves ``active`` when the stream ends."""
+    try:
+        for token_text in generation.tokens:
+            yield encode({"token": token_text}) + b"\n"
+        for index in range(len(generation.tokens), req.max_tokens):
+            await anyio.sleep(delay)
+            token_text = token_at(req.prompt, index)
+            generation.tokens.append(token_text)
+            yield encode({"token": token_text}) + b"\n"
+        yield encode({"done": True, "tokens": len(generation.tokens), "resumed_prefix": resumed}) + b"\n"
+    finally:
+        active.pop(req.ticket_id, None)
+
+
+def _cut_receipt(
+    inventory: CutInventory, active: dict[int, _Generation], staged: dict[str, list[str]]
+) -> CutReceipt:
+    """One cut round: each active prefix named in ``inventory`` staged under its key (a durable
+    prefix), each one no longer active a durable failure."""
+    cut_id = secrets.token_hex(6)
+    acks = []
+    for prefix in inventory.active_prefixes:
+        generation = active.get(prefix.ticket_id)
+        if generation is None:
+            acks.append(CutAck(ticket_id=prefix.ticket_id, disposition=Disposition.DURABLE_FAILURE))
+            continue
+        tokens = list(generation.tokens)
+        key = f"{inventory.checkpoint_id}/{prefix.model_call_id}"
+        staged[key] = tokens
+        done = len(tokens) >= generation.max_tokens
+        acks.append(
+            CutAck(
+                ticket_id=prefix.ticket_id,
+                disposition=Disposition.DURABLE_PREFIX,
+                cut_kind="terminal_completion" if done else "active_prefix",
+                frozen_buffer_id=f"buf-{cut_id}-{prefix.ticket_id}",
+                staging_keys=[key],
+                prefix_token_count=len(tokens),
+                prefix_digest=_prefix_digest(tokens),
+                effective_output_limit=max(generation.max_tokens - len(tokens), 1),
+            )
+        )
+    return CutReceipt(
+        checkpoint_id=inventory.checkpoint_id,
+        cut_id=cut_id,
+        inventory_digest=inventory.inventory_digest,
+        inventory=inventory.active_prefixes,
+        backend_snapshot_id=f"snap-{cut_id}",
+        prefixes=acks,
+    )
