@@ -94,25 +94,7 @@ def create_app(
     """
     row = kinds[kind]
     participant_kind = row.kind
-    if not isinstance(instance, str):
-        raise InvalidTypeError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
-    if SAFE_NAME.fullmatch(instance) is None:
-        raise InvalidValueError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
-    if not isinstance(token, str):
-        raise InvalidTypeError("a participant needs a non-empty control token")
-    if not token:
-        raise InvalidValueError("a participant needs a non-empty control token")
-    if not (token.isascii() and token.isprintable()) or token != token.strip():
-        raise InvalidValueError("the control token must be printable ASCII without surrounding spaces")
-    for name, bound in (("max_body_bytes", max_body_bytes), ("max_records_bytes", max_records_bytes)):
-        if not isinstance(bound, int):
-            raise InvalidTypeError(f"{name} must be a positive int, not {bound!r}")
-        if bound < 1:
-            raise InvalidValueError(f"{name} must be a positive int, not {bound!r}")
-    if not isinstance(lease_grace_seconds, int | float):
-        raise InvalidTypeError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
-    if not (math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0):
-        raise InvalidValueError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
+    _check_arguments(instance, token, max_body_bytes, max_records_bytes, lease_grace_seconds)
     own_bus = bus is None
     the_bus = Bus() if bus is None else bus
     tel = Telemetry(
@@ -173,3 +155,32 @@ def create_app(
         own_bus=own_bus,
         configure_sinks=configure_sinks,
     )
+
+
+def _check_arguments(
+    instance: object,
+    token: object,
+    max_body_bytes: object,
+    max_records_bytes: object,
+    lease_grace_seconds: object,
+) -> None:
+    """``create_app``'s checks of what it is given, each a precise error."""
+    if not isinstance(instance, str):
+        raise InvalidTypeError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+    if SAFE_NAME.fullmatch(instance) is None:
+        raise InvalidValueError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+    if not isinstance(token, str):
+        raise InvalidTypeError("a participant needs a non-empty control token")
+    if not token:
+        raise InvalidValueError("a participant needs a non-empty control token")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        raise InvalidValueError("the control token must be printable ASCII without surrounding spaces")
+    for name, bound in (("max_body_bytes", max_body_bytes), ("max_records_bytes", max_records_bytes)):
+        if not isinstance(bound, int):
+            raise InvalidTypeError(f"{name} must be a positive int, not {bound!r}")
+        if bound < 1:
+            raise InvalidValueError(f"{name} must be a positive int, not {bound!r}")
+    if not isinstance(lease_grace_seconds, int | float):
+        raise InvalidTypeError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
+    if not (math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0):
+        raise InvalidValueError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
