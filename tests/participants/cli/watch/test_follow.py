@@ -19,11 +19,21 @@ from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.sinks.jsonl import JsonLinesSink
 
 NS = 1_000_000_000
-#: A minute ago: an operation open since then is stalled (past the view's 30 s).
+#: A minute before each test (``_a_minute_ago``): an operation open since then is stalled (past
+#: the view's 30 s), and shown in seconds (past two minutes the view says minutes, so a time taken
+#: once at import would change the text in a long run).
 T0 = time.time_ns() - 60 * NS
 
 
-def _started(span: int, op: str, cid: str, at: int = T0, instance: str = "environment-0") -> OperationStarted:
+@pytest.fixture(autouse=True)
+def _a_minute_ago(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(globals(), "T0", time.time_ns() - 60 * NS)
+
+
+def _started(
+    span: int, op: str, cid: str, at: int | None = None, instance: str = "environment-0"
+) -> OperationStarted:
+    at = T0 if at is None else at
     return OperationStarted(
         kind="environment",
         instance=instance,
@@ -36,8 +46,9 @@ def _started(span: int, op: str, cid: str, at: int = T0, instance: str = "enviro
 
 
 def _finished(
-    span: int, op: str, cid: str, at: int = T0, instance: str = "environment-0"
+    span: int, op: str, cid: str, at: int | None = None, instance: str = "environment-0"
 ) -> OperationFinished:
+    at = T0 if at is None else at
     return OperationFinished(
         kind="environment",
         instance=instance,
