@@ -78,7 +78,7 @@ def _shown(view: FleetView, events: list[Event]) -> str:
 @pytest.mark.parametrize("spec", ["file", "folder"])
 @pytest.mark.parametrize("lands", ["old file", "new file"])
 def test_a_commit_across_the_sinks_own_rotation_is_seen_to_finish(
-    tmp_path: Path, spec: str, lands: str
+    tmp_path: Path, spec: str, lands: str, request: pytest.FixtureRequest
 ) -> None:
     """A real ``JsonLinesSink(max_bytes=...)``: the commit's ``OperationFinished`` is written after
     the follower's last read, just before the rotation (in the old file) or as the line that rotates
@@ -90,6 +90,10 @@ def test_a_commit_across_the_sinks_own_rotation_is_seen_to_finish(
     commit_end = _finished(1, "commit", "c1")
     max_bytes = 2000
     sink = JsonLinesSink(log, max_bytes=max_bytes, backups=3)
+    # Closed even when an assertion fails: an open file found by the garbage collector later is
+    # reported against whichever test runs then.
+    request.addfinalizer(sink.close)
+    request.addfinalizer(follower.close)
     sink.handle([_started(1, "commit", "c1"), _started(2, "renew", "c1")])
     assert re.search(r"open commit c1 \d+\.\d s STALLED", _shown(view, follower.read()))
     # Fillers: ends of renews never started (ignored by the view), a byte shorter than the commit's.
