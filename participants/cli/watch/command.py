@@ -21,6 +21,7 @@ import anyio
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
 from ckpt_events.participants.cli.serve import ENV_TOKEN
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
 from ckpt_events.participants.cli.watch.sources import EventSource, PollResult, poll_all, status_client
 
@@ -88,7 +89,7 @@ def _urls(args: argparse.Namespace) -> list[str]:
         urls += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     for url in urls:
         if not url.startswith(("http://", "https://")):
-            raise CommandError(f"participant {_printable(url)!r} is not an http:// or https:// URL")
+            raise CommandError(f"participant {escape(url)!r} is not an http:// or https:// URL")
     if not urls and not args.follow:
         raise CommandError("nothing to watch: pass --participant URL, --participants-file or --follow LOG")
     return list(dict.fromkeys(urls))
@@ -136,17 +137,9 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
         view.notes = list(source.notes.values())
 
 
-def _printable(text: str) -> str:
-    from ckpt_events.participants.cli.text import escape
-
-    return escape(text)
-
-
 def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
-
-    from ckpt_events.participants.cli.text import escape
 
     rendered = view.render()
     return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
@@ -196,7 +189,7 @@ async def plain(
     ``title()`` and the time, until ``until`` is set (then one last), or just one with ``once``."""
 
     def draw() -> None:
-        out.print(f"-- {_printable(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
+        out.print(f"-- {escape(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
         out.print(view.render())
 
     await _rounds(view, client, source, timeout, interval, until, draw, once=once)
@@ -257,10 +250,10 @@ def once_status(polls: list[PollResult]) -> int:
     code = 0
     for result in polls:
         if result.failure is not None:
-            why = _printable(result.error or "no answer")
+            why = escape(result.error or "no answer")
             if result.failure == "unreachable":  # a refusal's error already names its fix (the token)
                 why += _UNREACHABLE_FIX
-            print(f"ckpt-events watch: {_printable(result.url)}: {why}", file=sys.stderr)
+            print(f"ckpt-events watch: {escape(result.url)}: {why}", file=sys.stderr)
             code = max(code, EXIT_REFUSED if result.failure == "refused" else EXIT_UNREACHABLE)
     return code
 
