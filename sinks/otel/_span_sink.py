@@ -58,11 +58,17 @@ class SpanSinkStats(msgspec.Struct, frozen=True):
 
 class SpanSink:
     """A bus sink that turns checkpoint events into OpenTelemetry spans, for exactly one of
-    ``exporter`` (any ``SpanExporter``), ``processor`` (its ``on_end``) or ``tracer_provider``
-    (its span processors and resource). A processor or provider is the caller's: flushed at
-    close, never shut down. Spans are made only when ``span_groups`` contains ``checkpoint``
-    (else ``interests`` is empty and emit sites stay off). ``resource`` defaults to
-    ``Resource.create()`` named ``ckpt-events`` unless ``OTEL_SERVICE_NAME`` names it.
+    ``exporter`` (any ``SpanExporter``), ``processor`` (any ``SpanProcessor``: its ``on_end``)
+    or ``tracer_provider``. ``processor`` is the public way into your pipeline: your
+    ``BatchSpanProcessor(exporter)``, or the ``SynchronousMultiSpanProcessor`` you built your
+    ``TracerProvider(active_span_processor=...)`` with, to share every processor it has (pass
+    ``resource=provider.resource`` too). ``tracer_provider`` (an SDK ``TracerProvider``: its
+    processors and its resource) still works, through a private attribute of the SDK (it has
+    no public getter); a provider without it is ``InvalidTypeError``, naming ``processor=``.
+    A processor or provider is the caller's: flushed at close, never shut down. Spans are made
+    only when ``span_groups`` contains ``checkpoint`` (else ``interests`` is empty and emit
+    sites stay off). ``resource`` defaults to ``Resource.create()`` named ``ckpt-events``
+    unless ``OTEL_SERVICE_NAME`` names it.
     ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes.
     ``handle`` may block, so the bus runs it in a worker thread (``blocking``) after
     gathering events for ``linger`` seconds (each handoff to a thread can cost the loop a GIL
@@ -85,18 +91,17 @@ class SpanSink:
         linger: float = 1.0,
         export_timeout: float = 30.0,
     ) -> None:
-        if sum(x is not None for x in (exporter, processor, tracer_provider)) != 1:
-            raise InvalidValueError("SpanSink needs exactly one of exporter, processor or tracer_provider")
+        targets = {"exporter": exporter, "processor": processor, "tracer_provider": tracer_provider}
+        given = [name for name, value in targets.items() if value is not None]
+        if len(given) != 1:
+            raise InvalidValueError(
+                f"SpanSink takes exactly one of exporter, processor or tracer_provider, got "
+                f"{' and '.join(given) or 'none'}"
+            )
         if exporter is not None and not callable(getattr(exporter, "export", None)):
             raise InvalidTypeError(f"exporter must be an OpenTelemetry SpanExporter, not {exporter!r}")
         if tracer_provider is not None:
-            # The SDK keeps its processors in this attribute (no public getter); our spans go
-            # through exactly what the provider's own spans go through.
-            processor = getattr(tracer_provider, "_active_span_processor", None)
-            if processor is None:
-                raise InvalidTypeError(
-                    f"tracer_provider must be an OpenTelemetry SDK TracerProvider, not {tracer_provider!r}"
-                )
+            processor = _processors_of(tracer_provider)
             if resource is None:
                 resource = tracer_provider.resource
         if processor is not None and not callable(getattr(processor, "on_end", None)):
@@ -298,6 +303,24 @@ class SpanSink:
             event.end_ns,
             SCOPE,
         )
+
+
+def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
+    """The span processor every span of ``tracer_provider`` goes through (all it was given).
+
+    The fallback of ``SpanSink(tracer_provider=)``: the SDK keeps them in a private attribute
+    and has no public getter (its public route is ``TracerProvider(active_span_processor=)``
+    with a processor the caller keeps, then ``SpanSink(processor=)``). Read only here, once, at
+    construction; a provider without it (not the SDK's, or an SDK that renamed it) is refused
+    with the fix, never guessed at.
+    """
+    found: SpanProcessor | None = getattr(tracer_provider, "_active_span_processor", None)
+    if found is None or not callable(getattr(found, "on_end", None)):
+        raise InvalidTypeError(
+            f"tracer_provider {tracer_provider!r} has no OpenTelemetry SDK span processors to hand "
+            "spans to: pass processor= (any SpanProcessor, e.g. BatchSpanProcessor(exporter)) instead"
+        )
+    return found
 
 
 def _default_resource() -> Resource:

@@ -2,7 +2,8 @@
 
 ``frames`` (the wire format), ``channel`` (one connection, both ways), ``socket_stream`` (the
 channel's socket reads and writes), ``coordinator`` (the main process's socket), ``pool`` (the
-workload the control plane drives), ``worker`` (a worker's end), ``supervisor`` (the worker
+workload the control plane drives: every worker at once), ``placement`` (which worker holds each
+session, and the work calls sent there), ``worker`` (a worker's end), ``supervisor`` (the worker
 processes) and ``app`` (``create_worker_app``).
 """
 

@@ -2,12 +2,12 @@
 
 The main process serves the whole HTTP API: the control routes go to one ``ControlPlane``
 over a ``WorkerPool``; the work routes are forwarded, by capture key, to the worker that owns
-the episode (placement must be sticky: a session's state lives in one worker, and a restore
-puts sessions back on their pre-crash owner, which connection-hashing ``SO_REUSEPORT`` cannot
-do). Workers are processes (``worker_command``) or, for tests, tasks in this process
-(``worker_factory``). Each worker writes its own records file of a commit and reads its own
-share of a restore; the manifest's parts name each file's worker, so a restore puts every
-session back on the worker that wrote it.
+the episode (the pool's ``Placement``, which must be sticky: a session's state lives in one
+worker, and a restore puts sessions back on their pre-crash owner, which connection-hashing
+``SO_REUSEPORT`` cannot do). Workers are processes (``worker_command``) or, for tests, tasks
+in this process (``worker_factory``). Each worker writes its own records file of a commit and
+reads its own share of a restore; the manifest's parts name each file's worker, so a restore
+puts every session back on the worker that wrote it.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Benea
 from ckpt_events.participants.server.store_read import files_of, read_manifest
 from ckpt_events.participants.server.work import EpisodeView
 from ckpt_events.participants.server.workers.coordinator import ENV_SOCKET, WorkerCoordinator
+from ckpt_events.participants.server.workers.placement import Placement
 from ckpt_events.participants.server.workers.pool import WorkerPool
 from ckpt_events.participants.server.workers.share import noted
 from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
@@ -181,25 +182,25 @@ class WorkerControlPlane(ControlPlane[Any]):
 
 class PooledWork:
     """The work calls of a multi-worker server's main port: each goes to the worker that holds
-    the session (``WorkerPool``), and each reply names that worker's own port (``worker_url``)."""
+    the session (``Placement``), and each reply names that worker's own port (``worker_url``)."""
 
-    def __init__(self, pool: WorkerPool) -> None:
-        self.pool = pool
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
 
     async def start(self, episode_id: EpisodeId, steps: int) -> WorkStartReply:
-        started = await self.pool.start(episode_id, steps)
+        started = await self.placement.start(episode_id, steps)
         key = started.capture_key
         return WorkStartReply(
-            capture_key=key, boundary=started.boundary, worker_url=self.pool.worker_url(key)
+            capture_key=key, boundary=started.boundary, worker_url=self.placement.worker_url(key)
         )
 
     async def advance(self, episode_id: EpisodeId) -> WorkAdvanceReply:
-        advanced = await self.pool.advance(episode_id)
-        url = self.pool.worker_url(episode_id.capture_key)
+        advanced = await self.placement.advance(episode_id)
+        url = self.placement.worker_url(episode_id.capture_key)
         return WorkAdvanceReply(boundary=advanced.boundary, done=advanced.done, worker_url=url)
 
     async def view(self, key: str) -> EpisodeView | None:
-        return await self.pool.get(key)
+        return await self.placement.get(key)
 
 
 def stop_this_process(why: str) -> None:
@@ -294,7 +295,7 @@ def create_worker_app(
         tel=tel,
         plane=plane,
         work=pool,
-        work_router=work_router(PooledWork(pool), token),
+        work_router=work_router(PooledWork(pool.placement), token),
         token=token,
         max_body_bytes=max_body_bytes,
         bus=the_bus,

@@ -1,10 +1,12 @@
 """``WorkerPool``: the workload the coordinator's control plane drives, spread over N workers.
 
-It is a ``CheckpointableWorkload``: the control plane of a multi-worker server is the same
-``ControlPlane`` as at N = 1. The pool owns the placement (capture key -> worker), the
-server's retired marks (each mark is posted to every worker, and a late worker gets them all
-with its ``hello``), admission (posted to every worker in order) and the readiness of the
-whole server: ready only when every worker reported ready for this checkpoint. A worker not
+It is a ``ControlledWorkload``: the control plane of a multi-worker server is the same
+``ControlPlane`` as at N = 1. The pool is the fan-out to every worker at once: the server's
+retired marks (each mark is posted to every worker, and a late worker gets them all with its
+``hello``), admission (posted to every worker in order), the readiness of the whole server
+(ready only when every worker reported ready for this checkpoint), and the commit's parts and
+the restore's stage and install done by all workers together. Which worker holds which session
+is its ``placement`` (``placement.Placement``, which also routes the work calls). A worker not
 heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was closed is
 ``<kind>-worker-lost`` until resume. A socket that fails is 503 ``checkpoint_coordinator_unavailable``.
 """
@@ -22,17 +24,12 @@ from ckpt_events import OperationSpan
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
 from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
 from ckpt_events.participants.server.store_files import Beneath
-from ckpt_events.participants.server.store_read import Share
-from ckpt_events.participants.server.work import EpisodeView
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
 from ckpt_events.participants.server.workers.frames import (
-    Advance,
-    Advanced,
     Close,
     Closed,
     Discard,
     Forget,
-    Get,
     InstallStaged,
     Mark,
     Open,
@@ -41,18 +38,17 @@ from ckpt_events.participants.server.workers.frames import (
     Request,
     Retire,
     Stage,
-    Start,
-    Started,
     Stop,
     WorkerState,
     WritePart,
 )
+from ckpt_events.participants.server.workers.placement import Placement, assign_parts
 from ckpt_events.participants.server.workers.share import current_share
 from ckpt_events.participants.workloads.base import Record, Workload
 from ckpt_events.participants.workloads.fence import RetiredAttempts
 from ckpt_events.vocab import ErrorCode
 
-__all__ = ["WorkerPool", "assign_parts"]
+__all__ = ["WorkerPool"]
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
 #: How long after a commit's deadline a worker may still place its records file.
@@ -64,33 +60,6 @@ R = TypeVar("R")
 #: How long after a restore's deadline its workers' ``stage`` and ``install_staged`` may still
 #: answer (as a commit's parts: deadline + 2 s), never the fixed reply deadline.
 _RESTORE_GRACE_SECONDS: Final = 2.0
-
-
-def _same_session(reply: R, index: int, what: str, key: str) -> R:
-    """A worker's ``reply`` about session ``key``; one about another session is the worker's fault
-    (503, logged), never passed on to the client."""
-    if getattr(reply, "capture_key", key) != key or getattr(reply, "worker", index) != index:
-        raise _unavailable(Exception(f"worker {index} answered {what} of {key} for another session"))
-    return reply
-
-
-def assign_parts(parts: Sequence[RecordsPart], workers: int) -> dict[int, list[tuple[RecordsPart, Share]]]:
-    """Which worker reads what of a checkpoint's records files, each record read by exactly one.
-
-    The parts of a multi-worker checkpoint go back to the worker that wrote them (its
-    sessions return to their pre-crash owner), part ``w`` to worker ``w % workers`` when
-    there are fewer workers now; a worker index that did not exist then gets nothing. The one
-    file of a single-process checkpoint is shared out: worker ``i`` of ``n`` takes every
-    ``n``-th record from the ``i``-th (each still reads and verifies the whole file).
-    """
-    plan: dict[int, list[tuple[RecordsPart, Share]]] = {i: [] for i in range(workers)}
-    if len(parts) == 1 and parts[0].worker == 0 and workers > 1:
-        for index in range(workers):
-            plan[index].append((parts[0], Share(workers, index)))
-        return plan
-    for part in parts:
-        plan[part.worker % workers].append((part, Share()))
-    return plan
 
 
 def _share() -> tuple[str | None, str | None]:
@@ -131,10 +100,9 @@ class WorkerPool:
     def __init__(self, checker: Workload[Any, Any], coordinator: WorkerCoordinator) -> None:
         self.checker = checker  # a local workload of the kind: only check_record is used
         self.coordinator = coordinator
-        self.owners: dict[str, int] = {}
+        self.placement = Placement(coordinator, self.admit)
         self.fence: RetiredAttempts = _PostedMarks(self)
         self.admission_open = True
-        self.served = False
         #: Why the workers' restart budget is spent, once it is (a blocker of every prepare then).
         self.spent: str | None = None
         #: The records files the last ``write_parts`` got written (deleted if not published).
@@ -159,8 +127,18 @@ class WorkerPool:
         return self.checker.record_type
 
     @property
+    def owners(self) -> dict[str, int]:
+        """Which worker holds each session (``placement.owners``)."""
+        return self.placement.owners
+
+    @property
     def episodes(self) -> dict[str, int]:
-        return self.owners
+        return self.placement.owners
+
+    @property
+    def served(self) -> bool:
+        """Whether a work call was admitted (a restore needs a fresh participant)."""
+        return self.placement.served
 
     @property
     def lost(self) -> bool:
@@ -178,13 +156,8 @@ class WorkerPool:
             except WorkerChannelError:
                 pass  # it is being lost; it gets the state again when it rejoins
 
-    def worker_url(self, key: str) -> str | None:
-        """The own port of the worker holding ``key``, for the client's next calls."""
-        owner = self.owners.get(key)
-        return None if owner is None else self.coordinator.urls.get(owner)
-
     def _on_lost(self, index: int) -> None:
-        self.owners = {k: w for k, w in self.owners.items() if w != index}
+        self.placement.drop_worker(index)
         self._reports.pop(index, None)
         if not self.admission_open:
             self._lost.add(index)
@@ -201,6 +174,13 @@ class WorkerPool:
         self._lost.clear()
         self._reports.clear()
         self.broadcast(Open())
+
+    def admit(self, episode_id: EpisodeId) -> None:
+        """The gate of a work call (``placement``'s): refused if ``episode_id``'s attempt is
+        retired, or while a checkpoint holds admission closed."""
+        self.fence.check(episode_id)
+        if not self.admission_open:
+            raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
 
     async def _ask_each(
         self,
@@ -321,11 +301,7 @@ class WorkerPool:
         return parts
 
     def stop(self, keys: Iterable[str]) -> None:
-        by_worker: dict[int, list[str]] = {}
-        for key in keys:
-            if (owner := self.owners.get(key)) is not None:
-                by_worker.setdefault(owner, []).append(key)
-        for index, chosen in by_worker.items():
+        for index, chosen in self.placement.by_worker(keys).items():
             try:
                 self.coordinator.channel(index).post(Stop(chosen))
             except (WorkerChannelError, ProtocolRefusal):
@@ -393,9 +369,8 @@ class WorkerPool:
             raise refusal
         restored: list[str] = []
         for index, keys in replies.items():
-            for key in keys:
-                self.owners[key] = index
-                restored.append(key)
+            self.placement.place(index, keys)
+            restored.extend(keys)
         self._staged = {}
         self._staged_scope = set()
         return sorted(restored)
@@ -403,17 +378,9 @@ class WorkerPool:
     def discard(self) -> None:
         """Every connected worker drops what a failed restore staged or installed."""
         self.broadcast(Discard())
-        for episode_id in self._staged_scope:
-            self.owners.pop(episode_id.next().capture_key, None)
+        self.placement.unplace(episode_id.next().capture_key for episode_id in self._staged_scope)
         self._staged = {}
         self._staged_scope = set()
-
-    def _least_loaded(self, candidates: Sequence[int]) -> int:
-        load = dict.fromkeys(candidates, 0)
-        for owner in self.owners.values():
-            if owner in load:
-                load[owner] += 1
-        return min(candidates, key=lambda i: (load[i], i))
 
     async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
         ids = list(episode_ids)
@@ -421,56 +388,8 @@ class WorkerPool:
             RetiredAttempts.mark(self.fence, episode_id)  # the workers' retire marks them
         checkpoint_id, traceparent = _share()
         await self._ask_each(Retire(ids, checkpoint_id), self.coordinator.connected(), traceparent)
-        self.owners = {
-            k: w for k, w in self.owners.items() if not self.fence.is_retired(EpisodeId.from_capture_key(k))
-        }
+        self.placement.drop_retired(self.fence)
         return sorted({e.capture_key for e in ids})
-
-    # -- the work API -----------------------------------------------------------------------
-
-    def _admit(self, episode_id: EpisodeId) -> None:
-        self.fence.check(episode_id)
-        if not self.admission_open:
-            raise ProtocolRefusal(ErrorCode.ADMISSION_CLOSED, "a checkpoint is open: retry after it resumes")
-
-    async def _request(self, index: int, body: Request[R]) -> R:
-        try:
-            return await self.coordinator.channel(index).request(body, timeout=self.coordinator.reply_seconds)
-        except WorkerChannelError as exc:
-            raise _unavailable(exc) from None
-
-    async def start(self, episode_id: EpisodeId, steps: int) -> Started:
-        self._admit(episode_id)
-        key = episode_id.capture_key
-        owner = self.owners.get(key)
-        if owner is None:
-            connected = self.coordinator.connected()
-            if not connected:
-                raise ProtocolRefusal(ErrorCode.CHECKPOINT_COORDINATOR_UNAVAILABLE, "no worker is connected")
-            owner = self._least_loaded(connected)
-        self.served = True
-        reply = _same_session(await self._request(owner, Start(episode_id, steps)), owner, "start", key)
-        self.owners[key] = owner
-        return reply
-
-    async def advance(self, episode_id: EpisodeId) -> Advanced:
-        self._admit(episode_id)
-        key = episode_id.capture_key
-        owner = self.owners.get(key)
-        if owner is None:
-            raise LookupError(key)
-        self.served = True
-        reply = await self._request(owner, Advance(episode_id))
-        if reply is None:
-            raise LookupError(key)
-        return reply
-
-    async def get(self, key: str) -> EpisodeView | None:
-        owner = self.owners.get(key)
-        if owner is None:
-            return None
-        reply = await self._request(owner, Get(key))
-        return None if reply is None else _same_session(reply, owner, "get", key)
 
     async def aclose(self) -> None:
         await self.checker.aclose()

@@ -1,13 +1,18 @@
-"""SpanSink: span kinds, handing spans to a SpanProcessor or a TracerProvider, the default resource."""
+"""SpanSink: span kinds, handing spans to a SpanProcessor or a TracerProvider (and refusing a
+provider without the SDK's processors), exactly one target, the default resource."""
 
 from __future__ import annotations
 
-from opentelemetry.sdk.trace import TracerProvider
+from collections.abc import Callable
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
 from ckpt_events.sinks.otel import SpanSink
 
 
@@ -57,6 +62,69 @@ async def test_tracer_provider_processors_and_resource() -> None:
             pass
     (span,) = exporter.get_finished_spans()
     assert span.resource is provider.resource
+    provider.shutdown()
+
+
+async def test_a_providers_whole_pipeline_through_the_public_processor() -> None:
+    """The multi processor a provider was built with, given as processor=, takes our spans
+    through every processor the provider has, beside the provider's own spans."""
+    exporter = InMemorySpanExporter()
+    processors = SynchronousMultiSpanProcessor()
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "trainer"}), active_span_processor=processors
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with Bus() as bus:
+        sink = SpanSink(processor=processors, resource=provider.resource)
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+            provider.get_tracer("trainer").start_span("save-weights").end()
+    spans = exporter.get_finished_spans()
+    assert sorted(s.name for s in spans) == ["gym.checkpoint.resume", "save-weights"]
+    assert {s.resource.attributes["service.name"] for s in spans} == {"trainer"}
+    assert sink.stats().exported == 1
+    provider.shutdown()
+
+
+def _sdk_provider_without_processors() -> TracerProvider:
+    """An SDK provider whose private attribute is gone, as if a release renamed it."""
+    provider = TracerProvider(shutdown_on_exit=False)
+    del provider._active_span_processor
+    return provider
+
+
+@pytest.mark.parametrize(
+    "make",
+    [NoOpTracerProvider, ProxyTracerProvider, _sdk_provider_without_processors],
+    ids=["noop", "proxy", "renamed"],
+)
+def test_a_provider_without_sdk_processors_is_refused_with_the_fix(make: Callable[[], object]) -> None:
+    """A provider without the SDK's processors (the fallback's private attribute) is one
+    InvalidTypeError line that says to pass processor=."""
+    with pytest.raises(InvalidTypeError) as refused:
+        SpanSink(tracer_provider=make())  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert "\n" not in message and "no OpenTelemetry SDK span processors" in message
+    assert "pass processor= (any SpanProcessor, e.g. BatchSpanProcessor(exporter))" in message
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ((), "got none"),
+        (("processor", "tracer_provider"), "got processor and tracer_provider"),
+        (("exporter", "processor"), "got exporter and processor"),
+    ],
+)
+def test_exactly_one_of_exporter_processor_or_tracer_provider(given: tuple[str, ...], named: str) -> None:
+    """None, or two of them, is one InvalidValueError naming what was given."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    parts = {"exporter": exporter, "processor": SimpleSpanProcessor(exporter), "tracer_provider": provider}
+    with pytest.raises(
+        InvalidValueError, match=f"exactly one of exporter, processor or tracer_provider, {named}$"
+    ):
+        SpanSink(**{name: parts[name] for name in given})  # type: ignore[arg-type]
     provider.shutdown()
 
 

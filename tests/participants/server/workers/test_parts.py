@@ -23,8 +23,6 @@ from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.protocol import RecordsPart
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir, parts_digest
-from ckpt_events.participants.server.store_read import Share
-from ckpt_events.participants.server.workers.pool import assign_parts
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
@@ -76,16 +74,6 @@ async def _commit(client: Any, directory: Any, rollouts: int) -> dict[str, Any]:
 
 def _episodes(rollouts: int) -> list[dict[str, Any]]:
     return [{"rollout_id": f"r{i}", "attempt": 0} for i in range(rollouts)]
-
-
-def test_parts_are_assigned_so_that_every_record_is_read_exactly_once():
-    one = [RecordsPart(0, "records.jsonl", "0" * 64, 10)]
-    assert assign_parts(one, 1) == {0: [(one[0], Share())]}
-    assert assign_parts(one, 3) == {i: [(one[0], Share(3, i))] for i in range(3)}
-    two = [RecordsPart(w, f"records-{w}.jsonl", "0" * 64, 5) for w in (0, 1)]
-    # Back to the worker that wrote each; a worker that did not exist then reads nothing.
-    assert assign_parts(two, 3) == {0: [(two[0], Share())], 1: [(two[1], Share())], 2: []}
-    assert assign_parts(two, 1) == {0: [(two[0], Share()), (two[1], Share())]}
 
 
 @pytest.mark.parametrize(("made_by", "restored_into"), [(2, 3), (1, 2), (1, 4), (2, 1), (3, 2)])
