@@ -281,6 +281,8 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                 buffer.append(self)
                 if buffer.waiting:
                     tel.bus._wake(buffer)
+                elif buffer.paused:  # a finished operation does not wait out a batch interval
+                    tel.bus._prompt(buffer)
             else:
                 buffer.dropped += 1
 

@@ -1,11 +1,13 @@
 """A sink's subscription (``ckpt_events._subscription``): its bounded buffer, drop counting,
-linger, the one boundary for its failures, and how its ``interests`` resolve."""
+linger, the batch interval, the one boundary for its failures, and how its ``interests`` resolve."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from ckpt_events import (
@@ -14,9 +16,12 @@ from ckpt_events import (
     Event,
     InvalidArgumentError,
     InvalidTypeError,
+    InvalidValueError,
+    OperationFinished,
     Refused,
     SpanEvent,
     StepStarted,
+    Telemetry,
     resolve_interests,
 )
 from ckpt_events._events import EVENT_TYPES
@@ -124,6 +129,89 @@ async def test_blocking_sinks_linger_by_default_and_bad_linger_raises() -> None:
         assert bus.subscribe(MemorySink()).linger == 0
         with pytest.raises(InvalidArgumentError, match="linger"):
             bus.subscribe(MemorySink(), linger=-1)
+
+
+class _Timed(MemorySink):
+    """A MemorySink that notes when each batch came (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def handle(self, batch: list[Event]) -> None:
+        self.times.append(time.monotonic())
+        super().handle(batch)
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await anyio.lowlevel.checkpoint()
+
+
+async def test_a_busy_sink_gets_a_batch_per_interval_not_per_loop_turn() -> None:
+    """Events emitted every loop turn for 0.3 s: with a 50 ms interval the batches come at
+    least 50 ms apart (a handful, not hundreds); with 0, one per turn."""
+    for interval, most in ((0.05, 0.3 / 0.05 + 2), (0.0, None)):
+        sink = _Timed()
+        async with Bus(batch_interval=interval) as bus:
+            bus.subscribe(sink)
+            end = time.monotonic() + 0.3
+            emitted = 0
+            for _ in range(100_000):  # bounded; ends by time
+                if time.monotonic() > end:
+                    break
+                bus.emit(refused(emitted))
+                emitted += 1
+                await anyio.sleep(0.001)
+            assert await bus.flush(timeout=5)
+        assert [e.time_ns for e in sink.events] == list(range(emitted))
+        if most is None:
+            assert sink.batches > emitted // 2, (sink.batches, emitted)
+        else:
+            assert sink.batches <= most, (sink.batches, emitted)
+            gaps = [b - a for a, b in zip(sink.times[:-2], sink.times[1:-1], strict=True)]  # not flush's
+            assert min(gaps) >= interval * 0.9, gaps
+
+
+async def test_an_idle_sink_gets_its_next_event_at_once_and_a_finished_operation_does_not_wait() -> None:
+    """After a quiet spell the first event goes at once; a second one waits out the interval,
+    unless its batch holds a finished operation (up to 4 back to back); flush() never waits."""
+    sink = MemorySink()
+    async with Bus(batch_interval=1.0) as bus:
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        bus.subscribe(sink)
+        bus.emit(refused(0))
+        await _turns()
+        assert sink.batches == 1  # idle before: at once
+        bus.emit(refused(1))
+        await _turns()
+        assert sink.batches == 1  # within the interval: waits
+        for n in range(4):
+            with tel.operation("commit", checkpoint_id=f"c{n}"):
+                pass
+            await _turns()
+            assert sink.batches == 2 + n  # a finished operation goes at once, with what waited
+        assert [type(e).__name__ for e in sink.events[:3]] == ["Refused", "Refused", "OperationStarted"]
+        with tel.operation("commit", checkpoint_id="c5"):
+            pass
+        await _turns()
+        assert sink.batches == 5  # the 5th in a row waits: prompt batches are a bucket of 4
+        with anyio.fail_after(5):
+            assert await bus.flush(timeout=10)
+        assert sink.batches == 6
+        assert [e.checkpoint_id for e in sink.of_type(OperationFinished)] == ["c0", "c1", "c2", "c3", "c5"]
+
+
+def test_batch_interval_is_checked() -> None:
+    """A batch interval is a number of seconds in [0, 1], on the bus and per subscription."""
+    with pytest.raises(InvalidTypeError, match="batch_interval"):
+        Bus(batch_interval="10ms")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="batch_interval"):
+        Bus(batch_interval=-0.01)
+    bus = Bus()
+    with pytest.raises(InvalidValueError, match="batch_interval"):
+        bus.subscribe(MemorySink(), batch_interval=2)
+    assert bus.subscribe(MemorySink(), batch_interval=0).batch_interval == 0.0
 
 
 class _Wants:
