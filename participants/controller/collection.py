@@ -28,7 +28,7 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
+from ckpt_events import CollectionSpan, ConfigurationError, Telemetry
 from ckpt_events.participants.controller.coordinator import Coordinator, Member, PrepareResult
 from ckpt_events.participants.controller.rollout import CollectionSummary, Rollout
 from ckpt_events.participants.controller.run_directory import (
@@ -44,6 +44,7 @@ from ckpt_events.participants.errors import (
     CoordinationError,
     ParticipantCallError,
     RolloutRetired,
+    check_int,
 )
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
 
@@ -88,10 +89,10 @@ class Collection:
         checkpoint_after: Iterable[int] = (),
         work_timeout_s: float | None = None,
     ) -> None:
-        if steps < 1 or concurrency < 1:
-            raise InvalidValueError("steps and concurrency must be >= 1")
-        if stop_after is not None and stop_after < 0:
-            raise InvalidValueError(f"stop_after must be >= 0, not {stop_after}")
+        for count in (steps, concurrency):
+            check_int(count, "steps and concurrency must be >= 1", minimum=1)
+        if stop_after is not None:
+            check_int(stop_after, f"stop_after must be >= 0, not {stop_after}")
 
         self.coordinator = coordinator
         self.run_dir = RunDir(run_dir, run_id=run_id)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -11,6 +11,7 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
+from ckpt_events.participants.errors import check_int, check_number
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, hold_one_step
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.control import ControlPlane
@@ -176,11 +177,7 @@ def _check_arguments(
     if not (token.isascii() and token.isprintable()) or token != token.strip():
         raise InvalidValueError("the control token must be printable ASCII without surrounding spaces")
     for name, bound in (("max_body_bytes", max_body_bytes), ("max_records_bytes", max_records_bytes)):
-        if not isinstance(bound, int):
-            raise InvalidTypeError(f"{name} must be a positive int, not {bound!r}")
-        if bound < 1:
-            raise InvalidValueError(f"{name} must be a positive int, not {bound!r}")
-    if not isinstance(lease_grace_seconds, int | float):
-        raise InvalidTypeError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
-    if not (math.isfinite(lease_grace_seconds) and lease_grace_seconds > 0):
-        raise InvalidValueError(f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}")
+        check_int(bound, f"{name} must be a positive int, not {bound!r}", minimum=1)
+    # Finite too: at most the largest float.
+    grace = f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}"
+    check_number(lease_grace_seconds, grace, low_open=True, high=sys.float_info.max)

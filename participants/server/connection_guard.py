@@ -36,7 +36,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from ckpt_events import InvalidValueError
+from ckpt_events.participants.errors import check_int, check_number
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
 
 __all__ = [
@@ -54,7 +54,8 @@ OVERLOADED: Final = "overloaded"
 @dataclass(frozen=True)
 class ConnectionLimits:
     """What one server lets its clients hold; times in seconds. A value out of range raises
-    ``InvalidValueError`` (a ``ValueError``)."""
+    ``InvalidValueError`` (a ``ValueError``), one of the wrong type ``InvalidTypeError`` (a
+    ``TypeError``; a ``bool`` is no number)."""
 
     #: From a connection's start (or its previous response) to a complete request head.
     header_timeout: float = 5.0
@@ -75,13 +76,12 @@ class ConnectionLimits:
 
     def __post_init__(self) -> None:
         for name in ("header_timeout", "request_timeout", "send_timeout"):
-            if not getattr(self, name) > 0:
-                raise InvalidValueError(f"{name} must be > 0, not {getattr(self, name)!r}")
-        if not self.displace_after >= 0:
-            raise InvalidValueError(f"displace_after must be >= 0, not {self.displace_after!r}")
+            seconds = getattr(self, name)
+            check_number(seconds, f"{name} must be > 0, not {seconds!r}", low_open=True)
+        check_number(self.displace_after, f"displace_after must be >= 0, not {self.displace_after!r}")
         for name in ("max_connections", "max_per_peer", "max_requests"):
-            if getattr(self, name) < 1:
-                raise InvalidValueError(f"{name} must be >= 1, not {getattr(self, name)!r}")
+            count = getattr(self, name)
+            check_int(count, f"{name} must be >= 1, not {count!r}", minimum=1)
 
 
 class GuardStats(msgspec.Struct, frozen=True):

@@ -9,8 +9,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Final
 
-from ckpt_events import InvalidTypeError, InvalidValueError
-from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.errors import ProtocolRefusal, check_int, check_number
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.vocab import ErrorCode
 
@@ -124,17 +123,9 @@ class RetiredAttempts:
 
 
 def _checked_count(max_marks: int) -> int:
-    if isinstance(max_marks, bool) or not isinstance(max_marks, int):
-        raise InvalidTypeError(f"max_marks must be a positive int, not {max_marks!r}")
-    if max_marks < 1:
-        raise InvalidValueError(f"max_marks must be a positive int, not {max_marks!r}")
-    return max_marks
+    return check_int(max_marks, f"max_marks must be a positive int, not {max_marks!r}", minimum=1)
 
 
 def _checked_age(max_age_seconds: float) -> float:
     what = f"max_age_seconds must be > 0 (math.inf: no limit), not {max_age_seconds!r}"
-    if isinstance(max_age_seconds, bool) or not isinstance(max_age_seconds, int | float):
-        raise InvalidTypeError(what)
-    if math.isnan(max_age_seconds) or max_age_seconds <= 0:
-        raise InvalidValueError(what)
-    return float(max_age_seconds)
+    return check_number(max_age_seconds, what, low_open=True)

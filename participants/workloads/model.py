@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import msgspec
 
-from ckpt_events import OperationSpan, Telemetry
-from ckpt_events.participants.errors import MalformedRequest, WorkError
+from ckpt_events import InvalidArgumentError, OperationSpan, Telemetry
+from ckpt_events.participants.errors import MalformedRequest, WorkError, check_int
 from ckpt_events.participants.protocol import EpisodeId, decode, encode
 from ckpt_events.participants.workloads.base import Episode, Record, Workload
 from ckpt_events.vocab import Disposition, Kind
@@ -325,6 +325,8 @@ def _stream_item(line: str) -> dict[str, Any]:
     if "token" in item and not isinstance(item["token"], str):
         raise WorkError("inference worker sent a token that is not a string")
     resumed = item.get("resumed_prefix", 0)
-    if isinstance(resumed, bool) or not isinstance(resumed, int) or resumed < 0:
-        raise WorkError(f"inference worker sent resumed_prefix {resumed!r}")
+    try:
+        check_int(resumed, "resumed_prefix must be an int >= 0")
+    except InvalidArgumentError:  # the worker's line, not our caller's argument: upstream's fault
+        raise WorkError(f"inference worker sent resumed_prefix {resumed!r}") from None
     return item

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import math
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,12 +25,16 @@ from ckpt_events import (
     participants,
     sinks,
 )
+from ckpt_events._errors import check_int as core_check_int
+from ckpt_events._errors import check_number as core_check_number
 from ckpt_events.participants import create_app
-from ckpt_events.participants.controller import ControlClient, Coordinator
+from ckpt_events.participants.controller import Collection, ControlClient, Coordinator
 from ckpt_events.participants.controller.run_directory import RunDir
 from ckpt_events.participants.controller.types import PrepareResult
+from ckpt_events.participants.errors import check_int, check_number
 from ckpt_events.participants.protocol import EpisodeId, PrepareRequest
 from ckpt_events.participants.server import create_inference_app
+from ckpt_events.participants.server.connection_guard import ConnectionLimits
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
 from ckpt_events.vocab import Kind
 
@@ -123,6 +128,27 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
         lambda: create_app("agent", instance="a-0", token="t", lease_grace_seconds="5"),
         InvalidTypeError,
     ),
+    "worker count as a bool": (lambda: WorkerCoordinator(True), InvalidTypeError),
+    "body limit as a bool": (
+        lambda: create_app("agent", instance="a-0", token="t", max_body_bytes=True),
+        InvalidTypeError,
+    ),
+    "lease grace without end": (
+        lambda: create_app("agent", instance="a-0", token="t", lease_grace_seconds=math.inf),
+        InvalidValueError,
+    ),
+    "connection cap as a float": (lambda: ConnectionLimits(max_connections=2.5), InvalidTypeError),
+    "header timeout of NaN": (lambda: ConnectionLimits(header_timeout=math.nan), InvalidValueError),
+    "no steps per rollout": (
+        lambda: Collection(
+            Coordinator((), token="t", telemetry=_telemetry(Kind.CONTROLLER)),
+            "run",
+            telemetry=_telemetry(Kind.CONTROLLER),
+            rollouts=1,
+            steps=0,
+        ),
+        InvalidValueError,
+    ),
 }
 
 
@@ -199,3 +225,89 @@ def test_every_protocol_code_has_its_http_status() -> None:
         "checkpoint_coordinator_unavailable": 503,
     }
     assert ProtocolRefusal("unauthorized", "no token").status == 401
+
+
+#: Values of every shape the two checks meet: bools, ints, floats (NaN and infinities), others.
+_VALUES = (
+    True,
+    False,
+    -3,
+    0,
+    1,
+    7,
+    2**70,
+    -0.5,
+    0.0,
+    0.5,
+    1.0,
+    7.5,
+    math.inf,
+    -math.inf,
+    math.nan,
+    "2",
+    None,
+    [1],
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "child"),
+    [(True, InvalidTypeError), (1.0, InvalidTypeError), ("2", InvalidTypeError), (None, InvalidTypeError)]
+    + [(0, InvalidValueError), (-5, InvalidValueError)],
+)
+def test_check_int_refuses_a_non_int_by_type_and_a_small_one_by_value(value: object, child: type) -> None:
+    """A bool, a float or a string is the wrong type, an int below ``minimum`` a wrong value; both
+    carry the caller's message as it is."""
+    with pytest.raises(child) as info:
+        check_int(value, "workers must be an int >= 1", minimum=1)
+    assert type(info.value) is child and str(info.value) == "workers must be an int >= 1"
+
+
+def test_check_int_gives_back_an_int_at_or_above_its_minimum() -> None:
+    """An int at or above ``minimum`` (0 unless given, negative allowed) is given back as it is."""
+    assert check_int(0, "m") == 0
+    assert check_int(7, "m", minimum=7) == 7
+    assert check_int(-3, "m", minimum=-3) == -3
+
+
+@pytest.mark.parametrize(
+    ("value", "child"),
+    [(True, InvalidTypeError), ("5", InvalidTypeError), (None, InvalidTypeError)]
+    + [(0, InvalidValueError), (-1.5, InvalidValueError), (math.nan, InvalidValueError)]
+    + [(10.5, InvalidValueError), (math.inf, InvalidValueError)],
+)
+def test_check_number_refuses_a_non_number_by_type_and_out_of_range_by_value(
+    value: object, child: type
+) -> None:
+    """A bool or a string is the wrong type; out of ``(low, high]`` (NaN is in no range) a wrong value."""
+    with pytest.raises(child) as info:
+        check_number(value, "grace must be in (0, 10]", low=0, high=10, low_open=True)
+    assert type(info.value) is child and str(info.value) == "grace must be in (0, 10]"
+
+
+def test_check_number_gives_back_a_float_in_range() -> None:
+    """A number in range comes back as a float; ``low`` is in the range unless ``low_open``, and
+    the default range ``[0, inf]`` takes infinity (a limit that is no limit)."""
+    assert check_number(3, "n") == 3.0 and type(check_number(3, "n")) is float
+    assert check_number(0, "n") == 0.0
+    assert check_number(math.inf, "n") == math.inf
+    with pytest.raises(InvalidValueError):
+        check_number(0, "n", low_open=True)
+
+
+@pytest.mark.parametrize("value", _VALUES, ids=repr)
+def test_the_checks_are_the_cores_rule(value: object) -> None:
+    """The harness's checks answer every value as the core's own (private to it) do: the same
+    result or the same child of ``InvalidArgumentError``."""
+
+    def outcome(check: Callable[..., object], *args: object, **options: object) -> object:
+        try:
+            return check(value, *args, **options)
+        except InvalidArgumentError as error:
+            return type(error)
+
+    for minimum in (-3, 0, 1):
+        assert outcome(check_int, "m", minimum=minimum) == outcome(core_check_int, "m", minimum=minimum)
+    for low, high, low_open in ((0.0, math.inf, False), (0.0, math.inf, True), (-1.0, 7.5, False)):
+        range_ = {"low": low, "high": high, "low_open": low_open}
+        assert outcome(check_number, "n", **range_) == outcome(core_check_number, "n", **range_)

@@ -2,21 +2,11 @@
 publish, its cause in words naming the participant.
 
 A row is a root span (a span whose parent is not in the logs): a collection checkpoint or
-restore, or a coordinate operation run on its own. What a failure leaves in the log:
-
-- ``lease_expired`` (participant, phase), timed from that participant's prepare;
-- ``prepare_not_ready`` (participant, blocker count);
-- ``refused`` (code, participant);
-- any counted event that names no checkpoint (a refusal before the body is read): no row's
-  cause, counted run-wide by event, detail and participant (``Run.unscoped``) and said in one
-  line per event, never kept (2M of them were 382 MiB, and shown nowhere);
-- a controller span that records whose calls failed and how (``FAILURES_ATTRIBUTE``: a
-  refusal before the body is read, a wrong token, names no checkpoint on the participant's
-  side; the controller knows which checkpoint it was for);
-- a span with outcome ``error`` (participant, the error's name and message); a controller span
-  whose error only follows from a failure below it (a child that failed, or a prepare not
-  ready) is not a cause of its own, unless nothing else is named;
-- spans started and never finished: the checkpoint is open at the end of the log.
+restore, or a coordinate operation run on its own. What a failure leaves in the log, and how
+it becomes a row's causes, is ``causes``'s. Any counted event that names no checkpoint (a
+refusal before the body is read) is no row's cause: it is counted run-wide by event, detail
+and participant (``Run.unscoped``) and said in one line per event, never kept (2M of them
+were 382 MiB, and shown nowhere).
 
 A restore names the checkpoint it restored: the collection restore carries that
 checkpoint's id as its ``checkpoint_id``.
@@ -25,7 +15,7 @@ checkpoint's id as its ``checkpoint_id``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -48,6 +38,15 @@ from ckpt_events import (
     StepFinished,
     StepStarted,
 )
+from ckpt_events.participants.cli.report.causes import (
+    CAUSE_EVENTS,
+    CAUSES_SHOWN,
+    CheckpointCauses,
+    TraceCauses,
+    causes_of,
+    open_causes,
+    shown,
+)
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
@@ -58,8 +57,6 @@ from ckpt_events.participants.cli.report.events import (
     event_start,
     event_time,
     trace_of,
-    what_of,
-    who_of,
     who_wrote,
 )
 from ckpt_events.participants.cli.report.paths import dominant_step_ms
@@ -67,8 +64,7 @@ from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
-from ckpt_events.participants.cli.words import clipped, counted
-from ckpt_events.participants.controller.types import FAILURES_ATTRIBUTE, MemberFailure, read_failures
+from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
 from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome
 
@@ -79,10 +75,6 @@ RESTORED: Final = "restored"
 ABORTED: Final = "aborted"
 FAILED: Final = "failed"
 OPEN: Final = "open at end of log"
-#: Causes shown per row; the rest are counted.
-_CAUSES = 4
-#: A cause's error message is cut (at a word) past this many characters.
-_MESSAGE = 160
 
 
 @dataclass
@@ -142,36 +134,14 @@ class RunRow:
 class _Trace:
     """What one trace leaves after it streamed past: never its events."""
 
-    #: Each participant's first prepare start, for "N s after its prepare".
-    prepares: dict[str, int] = field(default_factory=dict)
     first_prepare_ns: int | None = None
     last_resume_ns: int | None = None
     #: A resume of unknown duration (its clock went back during it): its end is unknown.
     resume_unknown: bool = False
-    #: Every span that ended in error.
-    errors: list[_Error] = field(default_factory=list)
-    #: Spans with a failure below them: a child that ended in error or a prepare not ready.
-    failed_below: set[int] = field(default_factory=set)
-    #: ``prepare stopped at stage environment``: each coordinate.prepare that was not prepared
-    #: (said only when nothing names why: the participants' logs are not all in).
-    stops: list[str] = field(default_factory=list)
+    #: Its prepares, errors and stops, for its row's causes.
+    causes: TraceCauses = field(default_factory=TraceCauses)
 
 
-@dataclass(frozen=True)
-class _Error:
-    """A span that ended in error: when, where in its trace, and what it says."""
-
-    time_ns: int
-    span_id: int
-    who: str
-    operation: str
-    #: ``prepare failed on agent/agent-0 (...)``: the span's own error in words.
-    said: str
-    #: Whose calls failed and how, as the controller recorded them on this span.
-    members: list[MemberFailure]
-
-
-_CAUSE_EVENTS = (LeaseExpired, PrepareNotReady, Refused)
 #: The spans that can be a row (``events.RootSpan``).
 _ROOT_TYPES = (CollectionStarted, CollectionFinished, CoordinateStarted, CoordinateFinished)
 #: Traces with no root seen yet whose spans are kept (a collector's file holds no started
@@ -179,11 +149,6 @@ _ROOT_TYPES = (CollectionStarted, CollectionFinished, CoordinateStarted, Coordin
 #: let go. Participants' logs without the controller's make one such trace per checkpoint, and
 #: every span was kept (1.2M lines: 531 MB).
 _UNROOTED: Final = 4096
-
-
-#: Causes (refusals, lease expiries, prepares not ready) kept per checkpoint id, first in time;
-#: the rest are counted (a million refusals naming one checkpoint took 520 MiB).
-_KEPT_CAUSES: Final = 64
 
 #: What the overview calls each counted event that names no checkpoint (one, many).
 _UNSCOPED_NOUNS: Final = {
@@ -306,13 +271,13 @@ class Run:
             if not found:
                 continue
             said = []
-            for n, key in found[:_CAUSES]:
+            for n, key in found[:CAUSES_SHOWN]:
                 codes = HTTP_STATUS.items() if event == CountedEvent.REFUSED else ()
                 status = next((status for code, status in codes if code == key.detail), None)
                 detail = f"{key.detail} ({status}) " if status else f"{key.detail} " if key.detail else ""
                 said.append(f"{detail}{n:,} on {key.who}")
-            if len(found) > _CAUSES:
-                said.append(f"... and {sum(n for n, _ in found[_CAUSES:]):,} more")
+            if len(found) > CAUSES_SHOWN:
+                said.append(f"... and {sum(n for n, _ in found[CAUSES_SHOWN:]):,} more")
             singular, plural = _UNSCOPED_NOUNS[event]
             total = sum(n for n, _ in found)
             lines.append(f"{counted(total, singular, plural)} without a checkpoint id: {', '.join(said)}")
@@ -389,8 +354,8 @@ class _Fold:
     critical: dict[tuple[int, int], str]
     dominated: dict[tuple[int, int], str]
     dominant_ms: dict[tuple[int, int], float | None]
-    causes_by_checkpoint: dict[str, list[LeaseExpired | PrepareNotReady | Refused]]
-    causes_over: Counter[str]
+    #: The counted events that name a checkpoint (at most ``causes.KEPT_CAUSES`` each).
+    causes: CheckpointCauses
     unscoped: Counter[Unscoped]
     trends: Trends
     last_trace: int | None
@@ -405,7 +370,7 @@ class _Fold:
 # 2-3% (0.14 of 5.6 us/event over bench_report's 64,000 lines).
 def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     """Fold ``events`` in one streamed pass: each trace's summary, each root's critical path as
-    it ends, the counted events that name a cause (at most ``_KEPT_CAUSES`` per checkpoint)."""
+    it ends, the counted events that name a cause (at most ``causes.KEPT_CAUSES`` per checkpoint)."""
     traces: dict[int, _Trace] = {}
     #: Spans started and not yet finished, by (trace id, span id).
     started: dict[tuple[int, int], StartedSpan] = {}
@@ -416,8 +381,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     critical: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
-    causes_by_checkpoint: dict[str, list[LeaseExpired | PrepareNotReady | Refused]] = {}
-    causes_over: Counter[str] = Counter()
+    causes = CheckpointCauses()
     unscoped: Counter[Unscoped] = Counter()
     #: Traces with a root, and those with none yet, longest idle first (``_UNROOTED``).
     rooted: set[int] = set()
@@ -441,12 +405,8 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
             controller_first = begin if controller_first is None else min(controller_first, begin)
         if not isinstance(e, SpanEvent):  # a counted event: no trace, it names a checkpoint
             if e.checkpoint_id:
-                if isinstance(e, _CAUSE_EVENTS):
-                    kept = causes_by_checkpoint.setdefault(e.checkpoint_id, [])
-                    if len(kept) < _KEPT_CAUSES:
-                        kept.append(e)
-                    else:  # a flood naming one checkpoint: counted, never kept
-                        causes_over[e.checkpoint_id] += 1
+                if isinstance(e, CAUSE_EVENTS):
+                    causes.add(e.checkpoint_id, e)
             else:  # a cause of no row: counted run-wide, never kept (2M of them took 382 MiB)
                 unscoped[_unscoped(e)] += 1
             continue
@@ -483,7 +443,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
                     started[key] = e
                     if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
                         writer = who_wrote(e)
-                        trace.prepares.setdefault(writer, e.start_ns)
+                        trace.causes.prepares.setdefault(writer, e.start_ns)
                         if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
                             trace.first_prepare_ns = e.start_ns
                     if candidate and isinstance(e, _ROOT_TYPES) and not parent_seen:
@@ -508,7 +468,8 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
             case OperationFinished(operation=Operation.PREPARE):
                 # Also from the finished span: an OTLP file holds no started events.
                 writer = who_wrote(e)
-                trace.prepares[writer] = min(e.start_ns, trace.prepares.get(writer, e.start_ns))
+                prepares = trace.causes.prepares
+                prepares[writer] = min(e.start_ns, prepares.get(writer, e.start_ns))
                 if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
                     trace.first_prepare_ns = e.start_ns
             case OperationFinished(operation=Operation.RESUME):
@@ -518,15 +479,9 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
                 end = e.start_ns + (length or 0)
                 if trace.last_resume_ns is None or end > trace.last_resume_ns:
                     trace.last_resume_ns = end
-        if e.outcome == Outcome.ERROR:
-            trace.errors.append(_error(e, t))
-        # A coordinate.prepare that was not prepared: stopped at a stage.
-        stopped = False
-        if isinstance(e, CoordinateFinished) and e.prepared is False:
-            stopped = True
-            trace.stops.append(f"prepare stopped at stage {e.stopped_at or '?'}, not prepared")
-        if e.parent_span_id is not None and (e.outcome == Outcome.ERROR or stopped):
-            trace.failed_below.add(e.parent_span_id)
+        # Ended in error, or a coordinate.prepare not prepared: only a failed span pays the call.
+        if e.outcome == Outcome.ERROR or (isinstance(e, CoordinateFinished) and e.prepared is False):
+            trace.causes.span_failed(e, t)
         buffer.append(e)
         if candidate and isinstance(e, _ROOT_TYPES) and (key in root_started or not parent_seen):
             # A root ended: its trace's spans so far are its tree; fold and let them go.
@@ -547,8 +502,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
         critical,
         dominated,
         dominant_ms,
-        causes_by_checkpoint,
-        causes_over,
+        causes,
         unscoped,
         trends,
         last_trace,
@@ -598,15 +552,10 @@ def _judge(run: Run, row: RunRow, fold: _Fold) -> None:
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_ms = _paused_ms(mine)
-    timed, recorded, following = _span_causes(mine)
-    counted_causes, aborted_by = _counted_causes(row, mine, recorded, fold.causes_by_checkpoint)
-    timed += counted_causes
-    # A controller error that only follows from a failure below it is said when nothing else is.
-    timed.sort(key=lambda c: c[0])
-    causes = [c for _, c in timed] or following
+    causes, aborted_by = causes_of([t.causes for t in mine], fold.causes.of(row.checkpoint_id))
     if len(ends) < len(row.roots):
         row.outcome = OPEN
-        causes += _open_causes(run, row, fold.started)
+        causes += open_causes((s for k, s in fold.started.items() if k[0] in row.trace_ids), run.last_ns)
         row.end_ns = None
     else:
         row.end_ns = max(f.end_ns for f in ends)
@@ -627,10 +576,8 @@ def _judge(run: Run, row: RunRow, fold: _Fold) -> None:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
         row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
         causes = []
-    # Past the causes kept per checkpoint, the rest are counted (``_KEPT_CAUSES``).
-    over = fold.causes_over[row.checkpoint_id or ""] if causes else 0
-    more = [f"... and {len(causes) - _CAUSES + over:,} more"] if len(causes) + over > _CAUSES else []
-    row.causes = causes[:_CAUSES] + more
+    # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
+    row.causes = shown(causes, fold.causes.over[row.checkpoint_id or ""] if causes else 0)
 
 
 def _paused_ms(traces: Sequence[_Trace]) -> float | None:
@@ -639,59 +586,6 @@ def _paused_ms(traces: Sequence[_Trace]) -> float | None:
     firsts = [t.first_prepare_ns for t in traces if t.first_prepare_ns is not None]
     lasts = [t.last_resume_ns for t in traces if t.last_resume_ns is not None]
     return (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None
-
-
-def _counted_causes(
-    row: RunRow,
-    traces: Sequence[_Trace],
-    recorded: Sequence[str],
-    causes_by_checkpoint: Mapping[str, list[LeaseExpired | PrepareNotReady | Refused]],
-) -> tuple[list[tuple[int, str]], bool]:
-    """(time, cause) of the counted events kept for ``row``'s checkpoint (a refusal the
-    controller ``recorded`` is said by its record), and whether one aborted it: a participant
-    not ready at the deadline, or a lease that ran out."""
-    prepares: dict[str, int] = {}
-    for trace in traces:
-        for who, at in trace.prepares.items():
-            prepares[who] = min(at, prepares.get(who, at))
-    timed: list[tuple[int, str]] = []
-    aborted_by = False
-    for e in causes_by_checkpoint.get(row.checkpoint_id or "", []) if row.checkpoint_id else []:
-        match e:
-            case LeaseExpired():
-                since = e.time_ns - prepares[who_wrote(e)] if who_wrote(e) in prepares else None
-                after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
-                timed.append((e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}"))
-                aborted_by = True
-            case PrepareNotReady():
-                blocked = (
-                    f"not ready at its deadline: {who_wrote(e)} blocked by {counted(e.blockers, 'episode')}"
-                )
-                timed.append((e.time_ns, blocked))
-                aborted_by = True
-            case Refused():
-                status = HTTP_STATUS.get(e.code)
-                refused = f"{who_wrote(e)} refused: {e.code}" + ("" if status is None else f" ({status})")
-                # The controller's record of the same refusal says more (its detail, when).
-                if not any(c.startswith(refused) for c in recorded):
-                    timed.append((e.time_ns, refused))
-    return timed, aborted_by
-
-
-def _open_causes(run: Run, row: RunRow, started: Mapping[tuple[int, int], StartedSpan]) -> list[str]:
-    """Why an open row is open: its spans still open (the first few, oldest first, with their
-    age at the end of the logs) and the participants that never answered."""
-    causes = []
-    open_spans = sorted((s for k, s in started.items() if k[0] in row.trace_ids), key=lambda s: s.start_ns)
-    silent = sorted({who_wrote(s) for s in open_spans if isinstance(s, OperationStarted)})
-    for s in open_spans[:_CAUSES]:
-        age_ms = (run.last_ns - s.start_ns) / 1e6
-        causes.append(f"{what_of(s)} on {who_wrote(s)} still open, {age_ms:.1f} ms")
-    if len(open_spans) > _CAUSES:
-        causes.append(f"... {counted(len(open_spans) - _CAUSES, 'more open span')}")
-    if silent:
-        causes.append("never answered: " + ", ".join(silent))
-    return causes
 
 
 def episodes_text(continued: int | None, restarted: int | None) -> str:
@@ -738,57 +632,3 @@ def _not_done(root: CollectionFinished | CoordinateFinished) -> bool:
             return True
         case _:
             return False
-
-
-def _error(e: FinishedSpan, t: int) -> _Error:
-    """What a span that ended in error says: its error's name (not its module path; a
-    refusal's code is the start of its message) and message, cut at a word."""
-    name = (e.error_type or "error").rsplit(".", 1)[-1]
-    message = e.error_message or ""
-    what = message if name == "ProtocolRefusal" and message else f"{name}: {message}" if message else name
-    said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
-    members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
-    return _Error(t, e.span_id, who_wrote(e), _operation_of(e), said, members)
-
-
-def _operation_of(e: FinishedSpan) -> str:
-    if isinstance(e, StageFinished):
-        return Operation.PREPARE.value  # a stage of coordinate.prepare
-    return what_of(e)
-
-
-def _span_causes(traces: Sequence[_Trace]) -> tuple[list[tuple[int, str]], list[str], list[str]]:
-    """(time, cause) of the spans that failed in ``traces``, the causes the controller recorded
-    (one per member and what it said, with every operation it said it in), and the errors of
-    controller spans that only follow from a failure below them."""
-    timed: list[tuple[int, str]] = []
-    following: list[str] = []
-    # (who, said) -> (first time, operations): a refusal at prepare and again at the resume
-    # after the abort is one cause.
-    recorded: dict[tuple[str, str], tuple[int, list[str]]] = {}
-    for trace in traces:
-        for error in trace.errors:
-            for m in error.members:
-                key = (who_of(m.kind, m.instance, None), m.said)
-                at, operations = recorded.setdefault(key, (error.time_ns, []))
-                recorded[key] = (min(at, error.time_ns), operations)
-                if error.operation not in operations:
-                    operations.append(error.operation)
-    # A participant's failed operation that the controller recorded is said once, by the record
-    # (its code and HTTP status; the participant's message is its detail).
-    named = {(who, operation) for (who, _), (_, operations) in recorded.items() for operation in operations}
-    for trace in traces:
-        for error in trace.errors:
-            if error.members or (error.who, error.operation) in named:
-                continue
-            if error.who == "controller" and error.span_id in trace.failed_below:
-                following.append(error.said)
-            else:
-                timed.append((error.time_ns, error.said))
-    following = following or [stop for trace in traces for stop in trace.stops]
-    said = []
-    for (who, what), (at, operations) in recorded.items():
-        cause = f"{who} {clipped(what, _MESSAGE)} (at {' and '.join(operations)})"
-        timed.append((at, cause))
-        said.append(cause)
-    return timed, said, following

@@ -29,8 +29,7 @@ from typing import Final
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
-from ckpt_events import InvalidTypeError, InvalidValueError
-from ckpt_events.participants.errors import ProtocolRefusal
+from ckpt_events.participants.errors import ProtocolRefusal, check_int
 from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
@@ -72,11 +71,7 @@ class WorkerCoordinator:
         reply_seconds: float = DEFAULT_REPLY_SECONDS,
         socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int):
-            raise InvalidTypeError(f"workers must be an int >= 1, not {workers!r}")
-        if workers < 1:
-            raise InvalidValueError(f"workers must be an int >= 1, not {workers!r}")
-        self.workers = workers
+        self.workers = check_int(workers, f"workers must be an int >= 1, not {workers!r}", minimum=1)
         self.max_frame = max_frame
         self.reply_seconds = reply_seconds
         self._own_dir = socket_dir is None

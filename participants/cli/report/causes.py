@@ -1,0 +1,259 @@
+"""Why a checkpoint did not publish: its causes, gathered as the logs stream past and said in
+words naming the participant, for its row of the run overview.
+
+What a failure leaves in the log:
+
+- ``lease_expired`` (participant, phase), timed from that participant's prepare;
+- ``prepare_not_ready`` (participant, blocker count);
+- ``refused`` (code, participant);
+- a controller span that records whose calls failed and how (``FAILURES_ATTRIBUTE``: a
+  refusal before the body is read, a wrong token, names no checkpoint on the participant's
+  side; the controller knows which checkpoint it was for);
+- a span with outcome ``error`` (participant, the error's name and message); a controller span
+  whose error only follows from a failure below it (a child that failed, or a prepare not
+  ready) is not a cause of its own, unless nothing else is named;
+- spans started and never finished: the checkpoint is open at the end of the log.
+
+Gathered, never the events of a span: per trace a ``TraceCauses`` (the overview's fold fills
+one as the trace streams past), per checkpoint id the counted events that name it
+(``CheckpointCauses``). A counted event that names no checkpoint is no row's cause: the
+overview counts it run-wide (``overview.Unscoped``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, TypeAlias
+
+from ckpt_events import (
+    CoordinateFinished,
+    LeaseExpired,
+    OperationStarted,
+    PrepareNotReady,
+    Refused,
+    StageFinished,
+)
+from ckpt_events.participants.cli.report.events import (
+    FinishedSpan,
+    StartedSpan,
+    what_of,
+    who_of,
+    who_wrote,
+)
+from ckpt_events.participants.cli.words import clipped, counted
+from ckpt_events.participants.controller.types import FAILURES_ATTRIBUTE, MemberFailure, read_failures
+from ckpt_events.participants.errors import HTTP_STATUS
+from ckpt_events.vocab import Operation, Outcome
+
+__all__ = [
+    "CAUSES_SHOWN",
+    "CAUSE_EVENTS",
+    "KEPT_CAUSES",
+    "CauseEvent",
+    "CheckpointCauses",
+    "SpanError",
+    "TraceCauses",
+    "causes_of",
+    "open_causes",
+    "shown",
+]
+
+#: The counted events that name a checkpoint's cause.
+CauseEvent: TypeAlias = LeaseExpired | PrepareNotReady | Refused
+CAUSE_EVENTS: Final = (LeaseExpired, PrepareNotReady, Refused)
+#: Causes shown per row; the rest are counted.
+CAUSES_SHOWN: Final = 4
+#: A cause's error message is cut (at a word) past this many characters.
+_MESSAGE: Final = 160
+#: Causes (refusals, lease expiries, prepares not ready) kept per checkpoint id, first in time;
+#: the rest are counted (a million refusals naming one checkpoint took 520 MiB).
+KEPT_CAUSES: Final = 64
+
+
+@dataclass(frozen=True)
+class SpanError:
+    """A span that ended in error: when, where in its trace, and what it says."""
+
+    time_ns: int
+    span_id: int
+    who: str
+    operation: str
+    #: ``prepare failed on agent/agent-0 (...)``: the span's own error in words.
+    said: str
+    #: Whose calls failed and how, as the controller recorded them on this span.
+    members: list[MemberFailure]
+
+
+@dataclass
+class TraceCauses:
+    """What one trace keeps for its row's causes after it streamed past: never its events."""
+
+    #: Each participant's first prepare start, for "N s after its prepare".
+    prepares: dict[str, int] = field(default_factory=dict)
+    #: Every span that ended in error.
+    errors: list[SpanError] = field(default_factory=list)
+    #: Spans with a failure below them: a child that ended in error or a prepare not ready.
+    failed_below: set[int] = field(default_factory=set)
+    #: ``prepare stopped at stage environment``: each coordinate.prepare that was not prepared
+    #: (said only when nothing names why: the participants' logs are not all in).
+    stops: list[str] = field(default_factory=list)
+
+    def span_failed(self, e: FinishedSpan, t: int) -> None:
+        """Keep what a finished span ``e`` (ended at ``t``) says if it failed: ended in error, or
+        a coordinate.prepare not prepared; a span that did not fail keeps nothing."""
+        failed = e.outcome == Outcome.ERROR
+        if failed:
+            self.errors.append(_error(e, t))
+        # A coordinate.prepare that was not prepared: stopped at a stage.
+        if isinstance(e, CoordinateFinished) and e.prepared is False:
+            failed = True
+            self.stops.append(f"prepare stopped at stage {e.stopped_at or '?'}, not prepared")
+        if e.parent_span_id is not None and failed:
+            self.failed_below.add(e.parent_span_id)
+
+
+@dataclass
+class CheckpointCauses:
+    """The counted events that name a cause, by checkpoint id: the first ``KEPT_CAUSES`` read
+    are kept, the rest only counted (``over``)."""
+
+    kept: dict[str, list[CauseEvent]] = field(default_factory=dict)
+    over: Counter[str] = field(default_factory=Counter)
+
+    def add(self, checkpoint_id: str, e: CauseEvent) -> None:
+        """Keep ``e`` for ``checkpoint_id``, or count it past ``KEPT_CAUSES``."""
+        kept = self.kept.setdefault(checkpoint_id, [])
+        if len(kept) < KEPT_CAUSES:
+            kept.append(e)
+        else:  # a flood naming one checkpoint: counted, never kept
+            self.over[checkpoint_id] += 1
+
+    def of(self, checkpoint_id: str | None) -> list[CauseEvent]:
+        """The events kept for ``checkpoint_id`` in the order read (``[]`` for none)."""
+        return self.kept.get(checkpoint_id, []) if checkpoint_id else []
+
+
+def causes_of(traces: Sequence[TraceCauses], events: Sequence[CauseEvent]) -> tuple[list[str], bool]:
+    """A row's causes from its ``traces`` and the counted ``events`` kept for its checkpoint,
+    in time order (a controller error that only follows from a failure below it is said when
+    nothing else is), and whether a counted one aborted it: a participant not ready at the
+    deadline, or a lease that ran out."""
+    timed, recorded, following = _span_causes(traces)
+    counted_causes, aborted_by = _counted_causes(traces, events, recorded)
+    timed += counted_causes
+    timed.sort(key=lambda c: c[0])
+    return [c for _, c in timed] or following, aborted_by
+
+
+def shown(causes: Sequence[str], over: int) -> list[str]:
+    """The first ``CAUSES_SHOWN`` of ``causes``, then ``... and N more`` for the rest and the
+    ``over`` counted past ``KEPT_CAUSES``."""
+    more = (
+        [f"... and {len(causes) - CAUSES_SHOWN + over:,} more"] if len(causes) + over > CAUSES_SHOWN else []
+    )
+    return [*causes[:CAUSES_SHOWN], *more]
+
+
+def open_causes(spans: Iterable[StartedSpan], last_ns: int) -> list[str]:
+    """Why a row is open, from its ``spans`` still open when the logs end at ``last_ns``: the
+    first few, oldest first, with their age then, and the participants that never answered."""
+    causes = []
+    open_spans = sorted(spans, key=lambda s: s.start_ns)
+    silent = sorted({who_wrote(s) for s in open_spans if isinstance(s, OperationStarted)})
+    for s in open_spans[:CAUSES_SHOWN]:
+        age_ms = (last_ns - s.start_ns) / 1e6
+        causes.append(f"{what_of(s)} on {who_wrote(s)} still open, {age_ms:.1f} ms")
+    if len(open_spans) > CAUSES_SHOWN:
+        causes.append(f"... {counted(len(open_spans) - CAUSES_SHOWN, 'more open span')}")
+    if silent:
+        causes.append("never answered: " + ", ".join(silent))
+    return causes
+
+
+def _counted_causes(
+    traces: Sequence[TraceCauses], events: Sequence[CauseEvent], recorded: Sequence[str]
+) -> tuple[list[tuple[int, str]], bool]:
+    """(time, cause) of the counted ``events`` kept for a row's checkpoint (a refusal the
+    controller ``recorded`` is said by its record), and whether one aborted it."""
+    prepares: dict[str, int] = {}
+    for trace in traces:
+        for who, at in trace.prepares.items():
+            prepares[who] = min(at, prepares.get(who, at))
+    timed: list[tuple[int, str]] = []
+    aborted_by = False
+    for e in events:
+        match e:
+            case LeaseExpired():
+                since = e.time_ns - prepares[who_wrote(e)] if who_wrote(e) in prepares else None
+                after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
+                timed.append((e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}"))
+                aborted_by = True
+            case PrepareNotReady():
+                blocked = (
+                    f"not ready at its deadline: {who_wrote(e)} blocked by {counted(e.blockers, 'episode')}"
+                )
+                timed.append((e.time_ns, blocked))
+                aborted_by = True
+            case Refused():
+                status = HTTP_STATUS.get(e.code)
+                refused = f"{who_wrote(e)} refused: {e.code}" + ("" if status is None else f" ({status})")
+                # The controller's record of the same refusal says more (its detail, when).
+                if not any(c.startswith(refused) for c in recorded):
+                    timed.append((e.time_ns, refused))
+    return timed, aborted_by
+
+
+def _error(e: FinishedSpan, t: int) -> SpanError:
+    """What a span that ended in error says: its error's name (not its module path; a
+    refusal's code is the start of its message) and message, cut at a word."""
+    name = (e.error_type or "error").rsplit(".", 1)[-1]
+    message = e.error_message or ""
+    what = message if name == "ProtocolRefusal" and message else f"{name}: {message}" if message else name
+    said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
+    members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
+    return SpanError(t, e.span_id, who_wrote(e), _operation_of(e), said, members)
+
+
+def _operation_of(e: FinishedSpan) -> str:
+    if isinstance(e, StageFinished):
+        return Operation.PREPARE.value  # a stage of coordinate.prepare
+    return what_of(e)
+
+
+def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], list[str], list[str]]:
+    """(time, cause) of the spans that failed in ``traces``, the causes the controller recorded
+    (one per member and what it said, with every operation it said it in), and the errors of
+    controller spans that only follow from a failure below them."""
+    timed: list[tuple[int, str]] = []
+    following: list[str] = []
+    # (who, said) -> (first time, operations): a refusal at prepare and again at the resume
+    # after the abort is one cause.
+    recorded: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    for trace in traces:
+        for error in trace.errors:
+            for m in error.members:
+                key = (who_of(m.kind, m.instance, None), m.said)
+                at, operations = recorded.setdefault(key, (error.time_ns, []))
+                recorded[key] = (min(at, error.time_ns), operations)
+                if error.operation not in operations:
+                    operations.append(error.operation)
+    # A participant's failed operation that the controller recorded is said once, by the record
+    # (its code and HTTP status; the participant's message is its detail).
+    named = {(who, operation) for (who, _), (_, operations) in recorded.items() for operation in operations}
+    for trace in traces:
+        for error in trace.errors:
+            if error.members or (error.who, error.operation) in named:
+                continue
+            if error.who == "controller" and error.span_id in trace.failed_below:
+                following.append(error.said)
+            else:
+                timed.append((error.time_ns, error.said))
+    following = following or [stop for trace in traces for stop in trace.stops]
+    said = []
+    for (who, what), (at, operations) in recorded.items():
+        cause = f"{who} {clipped(what, _MESSAGE)} (at {' and '.join(operations)})"
+        timed.append((at, cause))
+        said.append(cause)
+    return timed, said, following

@@ -1,0 +1,379 @@
+"""A checkpoint's causes: the participant that failed and how, never a consequence blamed on the
+controller, in words (the error's name and message, cut at a word); gathered per trace and per
+checkpoint as the overview folds the logs, and said by ``overview`` as ``report`` prints them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ckpt_events import (
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    LeaseExpired,
+    OperationFinished,
+    OperationStarted,
+    PrepareNotReady,
+    Refused,
+    StageFinished,
+    StepStarted,
+)
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.causes import (
+    CAUSES_SHOWN,
+    KEPT_CAUSES,
+    CheckpointCauses,
+    SpanError,
+    TraceCauses,
+    causes_of,
+    open_causes,
+    shown,
+)
+from ckpt_events.participants.cli.report.overview import overview
+from ckpt_events.participants.controller.types import (
+    FAILURES_ATTRIBUTE,
+    Member,
+    MemberFailure,
+    failures_value,
+)
+from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.vocab import CollectionAction, ErrorCode, Operation, Outcome, Phase
+from tests.participants.controller.test_failures import run_refused_checkpoint
+
+_NOT_PREPARED = (
+    "ckpt_events.participants.errors.CheckpointNotPrepared",
+    "checkpoint c1 not prepared: stopped at stage environment with 1 blocker",
+)
+
+
+async def test_report_names_the_participant_that_refused_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One participant started with another token: ``report`` on the run's log names it, its
+    code and its status as the cause, and blames nothing on the controller. It said: "#1
+    checkpoint failed: resume failed on controller (ckpt_events.participants.errors.
+    CoordinationError: resume failed: agent-0: http://127.0.0.1:41571/ng-control/v…)"."""
+    events = await run_refused_checkpoint(tmp_path)
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(events)
+    sink.close()
+    assert await anyio.to_thread.run_sync(main, ["report", str(log)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the terminal wraps long lines
+    cause = re.search(r"#1 checkpoint failed: (.*?) checkpoint c1", out)
+    assert cause is not None, out
+    assert cause.group(1) == (
+        "agent/agent-0 refused: unauthorized (401): missing or wrong bearer token (at prepare and resume)"
+    )
+    assert "on controller" not in out and "CoordinationError" not in out
+
+
+def _span(cls: Any, span_id: int, parent: int | None, start: int, end: int | None, **fields: Any) -> Any:
+    """A controller span's event (``end=None``: its start)."""
+    ends = {} if end is None else {"end_ns": end}
+    return cls(
+        kind="controller",
+        instance="coordination",
+        trace_id=7,
+        span_id=span_id,
+        start_ns=start,
+        checkpoint_id="c1",
+        parent_span_id=parent,
+        **ends,
+        **fields,
+    )
+
+
+def _not_prepared(*, reported: bool) -> list[Any]:
+    """A collection checkpoint whose prepare stopped at a participant not ready at its deadline
+    (``reported``: the participant's own log is in)."""
+    error = {"outcome": Outcome.ERROR, "error_type": _NOT_PREPARED[0], "error_message": _NOT_PREPARED[1]}
+    events: list[Any] = [
+        _span(CollectionStarted, 1, None, 0, None, action=CollectionAction.CHECKPOINT),
+        _span(CoordinateStarted, 2, 1, 5, None, operation=Operation.PREPARE),
+        _span(StageFinished, 3, 2, 10, 40, stage="environment"),
+        _span(
+            CoordinateFinished,
+            2,
+            1,
+            5,
+            45,
+            operation=Operation.PREPARE,
+            prepared=False,
+            stopped_at="environment",
+        ),
+        _span(CollectionFinished, 1, None, 0, 60, action=CollectionAction.CHECKPOINT, **error),
+    ]
+    if reported:
+        events.insert(2, PrepareNotReady("environment", "environment-0", 38, 1, "c1"))
+    return events
+
+
+def test_a_controller_error_that_follows_from_a_failure_below_is_no_cause() -> None:
+    """The collection's ``CheckpointNotPrepared`` follows from the prepare that stopped: the
+    participant not ready is the cause, said once."""
+    (row,) = overview(_not_prepared(reported=True)).rows
+    assert row.outcome == "aborted"
+    assert row.causes == ["not ready at its deadline: environment/environment-0 blocked by 1 episode"]
+
+
+def test_without_the_participant_log_the_controller_error_is_said_by_its_name() -> None:
+    """With nothing else to name, the controller's error is the cause: its name and message, not
+    its module path (it said "ckpt_events.participants.errors.CheckpointNotPrepared: ... stop…")."""
+    (row,) = overview(_not_prepared(reported=False)).rows
+    assert row.causes == [
+        "checkpoint failed on controller (CheckpointNotPrepared: checkpoint c1 not prepared: "
+        "stopped at stage environment with 1 blocker)"
+    ]
+
+
+def test_a_long_error_message_is_cut_at_a_word() -> None:
+    """A participant's long error is cut at a word boundary with an ellipsis; a refusal counted by
+    the participant is named with its code and HTTP status."""
+    words = " ".join(f"word{i}" for i in range(80))
+    failed = OperationFinished(
+        kind="environment",
+        instance="environment-0",
+        trace_id=7,
+        span_id=2,
+        start_ns=0,
+        end_ns=20,
+        operation=Operation.COMMIT,
+        checkpoint_id="c1",
+        parent_span_id=1,
+        outcome=Outcome.ERROR,
+        error_type="ckpt_events.participants.errors.CheckpointWriteError",
+        error_message=words,
+    )
+    error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "commit failed"}
+    started = _span(CoordinateStarted, 1, None, 0, None, operation=Operation.COMMIT)
+    root = _span(CoordinateFinished, 1, None, 0, 30, operation=Operation.COMMIT, **error)
+    refused = Refused("model", "model-0", 25, ErrorCode.STALE_CHECKPOINT, "c1")
+    (row,) = overview([started, failed, refused, root]).rows
+    cut, said = row.causes
+    assert cut.startswith("commit failed on environment/environment-0 (CheckpointWriteError: word0 word1 ")
+    assert cut.endswith("…)") and re.search(r" word\d+…\)$", cut), cut
+    assert words.startswith(
+        cut.removeprefix("commit failed on environment/environment-0 (CheckpointWriteError: ")[:-2]
+    )
+    assert said == "model/model-0 refused: stale_checkpoint (409)"
+
+
+def test_a_failure_the_controller_recorded_is_said_once_with_its_code() -> None:
+    """A participant's failed commit, its ``refused`` and the controller's record of the same
+    refusal are one cause: the record, with the code, the HTTP status and the operation."""
+    detail = "no space left on device"
+    failed = OperationFinished(
+        kind="environment",
+        instance="environment-0",
+        trace_id=7,
+        span_id=2,
+        start_ns=0,
+        end_ns=20,
+        operation=Operation.COMMIT,
+        checkpoint_id="c1",
+        parent_span_id=1,
+        outcome=Outcome.ERROR,
+        error_type="ckpt_events.participants.errors.ProtocolRefusal",
+        error_message=f"checkpoint_error: {detail}",
+    )
+    refused = Refused("environment", "environment-0", 21, ErrorCode.CHECKPOINT_ERROR, "c1")
+    record = failures_value(
+        [Member("environment-0", "environment", "environment-0", "u")],
+        {"environment-0": f"refused: checkpoint_error (409): {detail}"},
+    )
+    error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "commit failed"}
+    started = _span(CoordinateStarted, 1, None, 0, None, operation=Operation.COMMIT)
+    root = _span(
+        CoordinateFinished,
+        1,
+        None,
+        0,
+        30,
+        operation=Operation.COMMIT,
+        attributes={FAILURES_ATTRIBUTE: record},
+        **error,
+    )
+    (row,) = overview([started, failed, refused, root]).rows
+    assert row.outcome == "failed"
+    assert row.causes == [
+        "environment/environment-0 refused: checkpoint_error (409): no space left on device (at commit)"
+    ]
+
+
+def test_a_prepare_that_stopped_says_where_when_nothing_else_does() -> None:
+    """A bare coordinator's prepare not prepared, without the participants' logs: the stage it
+    stopped at (it said nothing)."""
+    started = _span(CoordinateStarted, 2, None, 5, None, operation=Operation.PREPARE)
+    stopped = _span(
+        CoordinateFinished, 2, None, 5, 45, operation=Operation.PREPARE, prepared=False, stopped_at="model"
+    )
+    (row,) = overview([started, stopped]).rows
+    assert (row.outcome, row.causes) == ("aborted", ["prepare stopped at stage model, not prepared"])
+
+
+# -- the module's own functions, on real events ----------------------------------------------
+
+
+def _participant(cls: Any, who: str, span_id: int, start: int, end: int | None = None, **fields: Any) -> Any:
+    """A span's event of ``who`` (``kind-N``) in trace 7 of checkpoint c1 (``end=None``: its start)."""
+    ends = {} if end is None else {"end_ns": end}
+    kind = who.rsplit("-", 1)[0]
+    return cls(
+        kind=kind,
+        instance=who,
+        trace_id=7,
+        span_id=span_id,
+        start_ns=start,
+        checkpoint_id="c1",
+        **ends,
+        **fields,
+    )
+
+
+def test_a_span_that_failed_keeps_its_error_in_words_and_marks_its_parent() -> None:
+    """An operation that ended in error keeps when, where, who and its words (the error's name,
+    not its module path) and marks its parent as failed below; a span that ended well keeps nothing."""
+    causes = TraceCauses()
+    ok = _participant(OperationFinished, "model-0", 3, 0, 10, operation=Operation.COMMIT, parent_span_id=1)
+    causes.span_failed(ok, 10)
+    assert causes == TraceCauses()
+    failed = _participant(
+        OperationFinished,
+        "agent-0",
+        2,
+        0,
+        20,
+        operation=Operation.PREPARE,
+        parent_span_id=1,
+        outcome=Outcome.ERROR,
+        error_type="ckpt_events.participants.errors.WorkError",
+        error_message="upstream went away",
+    )
+    causes.span_failed(failed, 20)
+    said = "prepare failed on agent/agent-0 (WorkError: upstream went away)"
+    assert causes.errors == [SpanError(20, 2, "agent/agent-0", "prepare", said, [])]
+    assert causes.failed_below == {1}
+    assert causes.stops == []
+
+
+def test_a_prepare_not_prepared_is_a_stop_and_a_failure_below_its_parent() -> None:
+    """A coordinate.prepare that was not prepared keeps where it stopped; with no ``stopped_at``
+    it says ``?``; its parent is failed below."""
+    causes = TraceCauses()
+    stopped = _span(CoordinateFinished, 2, 1, 5, 45, operation=Operation.PREPARE, prepared=False)
+    causes.span_failed(stopped, 45)
+    assert causes.stops == ["prepare stopped at stage ?, not prepared"]
+    assert causes.failed_below == {1}
+    assert causes.errors == []
+
+
+def test_a_stage_error_counts_as_the_prepare_it_belongs_to() -> None:
+    """A stage of coordinate.prepare that failed is a prepare failure: the controller's record of
+    the same member at prepare says it once, with every operation it was said at, first in time."""
+    record = failures_value(
+        [Member("agent-0", "agent", "agent-0", "u")], {"agent-0": "refused: unauthorized (401): wrong token"}
+    )
+    recorded = {"attributes": {FAILURES_ATTRIBUTE: record}, "outcome": Outcome.ERROR}
+    causes = TraceCauses()
+    causes.span_failed(_span(StageFinished, 3, 2, 10, 40, stage="agent", **recorded), 40)
+    causes.span_failed(_span(CoordinateFinished, 4, None, 50, 90, operation=Operation.RESUME, **recorded), 90)
+    assert [e.operation for e in causes.errors] == ["prepare", "resume"]
+    assert causes.errors[0].members == [
+        MemberFailure("agent", "agent-0", "refused: unauthorized (401): wrong token")
+    ]
+    said, aborted = causes_of([causes], [])
+    assert said == ["agent/agent-0 refused: unauthorized (401): wrong token (at prepare and resume)"]
+    assert not aborted
+
+
+def test_a_lease_expiry_is_timed_from_the_participants_first_prepare_and_aborts() -> None:
+    """A lease expiry says its phase and how long after that participant's first prepare it came
+    (over every trace of the row); a prepare not ready says its blockers; both abort, in time order."""
+    first, second = TraceCauses(prepares={"agent/agent-0": 2_000_000_000}), TraceCauses()
+    second.prepares["agent/agent-0"] = 1_000_000_000
+    expired = LeaseExpired("agent", "agent-0", 3_500_000_000, Phase.PREPARED, "c1")
+    not_ready = PrepareNotReady("environment", "environment-0", 1_500_000_000, 3, "c1")
+    said, aborted = causes_of([first, second], [expired, not_ready])
+    assert said == [
+        "not ready at its deadline: environment/environment-0 blocked by 3 episodes",
+        "lease expired on agent/agent-0 in phase prepared, 2.5 s after its prepare",
+    ]
+    assert aborted
+    lone = LeaseExpired("model", "model-0", 5, Phase.PREPARING, "c1")
+    assert causes_of([first], [lone]) == (["lease expired on model/model-0 in phase preparing"], True)
+
+
+def test_a_refusal_is_said_with_its_status_and_never_aborts() -> None:
+    """A refusal names the participant, its code and HTTP status; it is a cause, not an abort."""
+    refused = Refused("agent", "agent-0", 7, ErrorCode.UNAUTHORIZED, "c1")
+    assert causes_of([TraceCauses()], [refused]) == (["agent/agent-0 refused: unauthorized (401)"], False)
+
+
+def test_a_controller_error_that_follows_is_said_only_when_nothing_else_is() -> None:
+    """A controller span whose child failed is said when no other cause is; a participant's
+    failure, or a counted event, takes its place; with neither, the stops are said."""
+    error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "commit failed"}
+    causes = TraceCauses()
+    causes.span_failed(
+        _span(CoordinateFinished, 2, 1, 5, 45, operation=Operation.PREPARE, prepared=False), 45
+    )
+    causes.span_failed(
+        _span(CollectionFinished, 1, None, 0, 60, action=CollectionAction.CHECKPOINT, **error), 60
+    )
+    following = "checkpoint failed on controller (CoordinationError: commit failed)"
+    assert causes_of([causes], []) == ([following], False)
+    refused = Refused("model", "model-0", 50, ErrorCode.STALE_CHECKPOINT, "c1")
+    assert causes_of([causes], [refused]) == (["model/model-0 refused: stale_checkpoint (409)"], False)
+    stopped = TraceCauses(stops=["prepare stopped at stage model, not prepared"])
+    assert causes_of([stopped], []) == (["prepare stopped at stage model, not prepared"], False)
+
+
+def test_past_kept_causes_a_checkpoints_counted_events_are_only_counted() -> None:
+    """The first ``KEPT_CAUSES`` events naming a checkpoint are kept in the order read, the rest
+    counted; other checkpoints are apart, and no checkpoint id has none."""
+    causes = CheckpointCauses()
+    flood = [Refused("agent", "agent-0", t, ErrorCode.STALE_ATTEMPT, "c1") for t in range(KEPT_CAUSES + 5)]
+    for e in flood:
+        causes.add("c1", e)
+    causes.add("c2", flood[0])
+    assert causes.of("c1") == flood[:KEPT_CAUSES]
+    assert causes.over == {"c1": 5}
+    assert causes.of("c2") == [flood[0]]
+    assert causes.of(None) == [] and causes.of("") == [] and causes.of("c3") == []
+
+
+def test_shown_keeps_the_first_causes_and_counts_the_rest_and_those_over() -> None:
+    """At most ``CAUSES_SHOWN`` causes, then ``... and N more`` counting the rest and those past
+    ``KEPT_CAUSES``."""
+    causes = [f"cause {i}" for i in range(CAUSES_SHOWN + 2)]
+    assert shown(causes[:CAUSES_SHOWN], 0) == causes[:CAUSES_SHOWN]
+    assert shown(causes, 0) == [*causes[:CAUSES_SHOWN], "... and 2 more"]
+    assert shown(causes[:1], 1_000) == ["cause 0", "... and 997 more"]
+    assert shown([], 0) == []
+
+
+def test_an_open_row_names_its_oldest_open_spans_and_who_never_answered() -> None:
+    """The oldest open spans with their age when the logs end, a count of the rest, and the
+    participants with an operation still open, sorted."""
+    spans = [
+        _participant(OperationStarted, f"environment-{i}", 10 + i, 1_000_000 * i, operation=Operation.PREPARE)
+        for i in range(CAUSES_SHOWN + 1)
+    ]
+    step = _participant(StepStarted, "agent-0", 30, 500_000, step="write", parent_span_id=10)
+    causes = open_causes(reversed([*spans, step]), 10_000_000)
+    assert causes == [
+        "prepare on environment/environment-0 still open, 10.0 ms",
+        "write on agent/agent-0 still open, 9.5 ms",
+        "prepare on environment/environment-1 still open, 9.0 ms",
+        "prepare on environment/environment-2 still open, 8.0 ms",
+        "... 2 more open spans",
+        "never answered: " + ", ".join(f"environment/environment-{i}" for i in range(CAUSES_SHOWN + 1)),
+    ]
+    assert open_causes([], 0) == []
