@@ -28,6 +28,9 @@ from ckpt_events._events import EVENT_TYPES
 from ckpt_events.testing import MemorySink
 from tests.ckpt_events.test_bus import Gate, refused
 
+#: The pause is a future and a timer on asyncio, an event and a cancel scope elsewhere.
+BACKENDS = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+
 
 class Exploding:
     def __init__(self) -> None:
@@ -104,6 +107,7 @@ async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:
         gate.release.set()
 
 
+@BACKENDS
 async def test_linger_gathers_a_batch_and_flush_cuts_it_short() -> None:
     """A lingering sink gets spread-out emits in one batch; flush() does not wait out the linger."""
     sink = MemorySink()
@@ -148,6 +152,7 @@ async def _turns(n: int = 5) -> None:
         await anyio.lowlevel.checkpoint()
 
 
+@BACKENDS
 async def test_a_busy_sink_gets_a_batch_per_interval_not_per_loop_turn() -> None:
     """Events emitted every loop turn for 0.3 s: with a 50 ms interval the batches come at
     least 50 ms apart (a handful, not hundreds); with 0, one per turn."""
@@ -173,6 +178,7 @@ async def test_a_busy_sink_gets_a_batch_per_interval_not_per_loop_turn() -> None
             assert min(gaps) >= interval * 0.9, gaps
 
 
+@BACKENDS
 async def test_an_idle_sink_gets_its_next_event_at_once_and_a_finished_operation_does_not_wait() -> None:
     """After a quiet spell the first event goes at once; a second one waits out the interval,
     unless its batch holds a finished operation (up to 4 back to back); flush() never waits."""
