@@ -106,9 +106,12 @@ async def _serve(handle: Callable[[bytes], int], requests: int) -> None:
             await asyncio.sleep(_TURN_WAIT)
 
 
-async def _one(variant: str, collector: str | None, requests: int) -> tuple[float, float]:
+async def _one(
+    variant: str, collector: str | None, requests: int, batch_interval: float | None = None
+) -> tuple[float, float]:
     """(process CPU us per request, of it on other threads than the loop's) for ``variant``."""
-    async with Bus() as bus, contextlib.AsyncExitStack() as stack:
+    bus = Bus() if batch_interval is None else Bus(batch_interval=batch_interval)
+    async with bus, contextlib.AsyncExitStack() as stack:
         await _subscribe(variant, bus, collector, stack)
         handle = _ours(Telemetry(bus, kind="resources", instance="resources-0"))
         await _serve(handle, requests // 5)  # warm-up
@@ -125,14 +128,16 @@ async def _one(variant: str, collector: str | None, requests: int) -> tuple[floa
     return total / requests * 1e6, others / requests * 1e6
 
 
-def run(rounds: int = 5, requests: int = 20_000) -> dict[str, Any]:
-    """Every variant, ``rounds`` interleaved rounds; returns the figures and the table's rows."""
+def run(rounds: int = 5, requests: int = 20_000, batch_interval: float | None = None) -> dict[str, Any]:
+    """Every variant, ``rounds`` interleaved rounds; returns the figures and the table's rows.
+
+    ``batch_interval`` is the bus's (default: ``Bus``'s own)."""
     with rotel.collector() as collector:
         variants = [v for v in VARIANTS if collector or v not in _NEEDS_COLLECTOR]
         per: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
         for r in range(rounds):
             for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:
-                per[variant].append(anyio.run(_one, variant, collector, requests))
+                per[variant].append(anyio.run(_one, variant, collector, requests, batch_interval))
     best = {v: min(values) for v, values in per.items()}
     base = best["no_sink"][0]
     rows: list[tuple[str, Any, str, bool | None]] = [
@@ -145,17 +150,26 @@ def run(rounds: int = 5, requests: int = 20_000) -> dict[str, Any]:
     for variant in VARIANTS:
         if variant not in per:
             rows.append((f"us CPU per request added: {variant} ({rotel.why_missing()})", None, "", None))
-    return {"rounds": rounds, "requests": requests, "per_round_us": per, "rows": rows}
+    return {
+        "rounds": rounds,
+        "requests": requests,
+        "batch_interval": batch_interval,
+        "per_round_us": per,
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the best is kept)")
     parser.add_argument("--requests", type=int, default=20_000, help="requests per variant and round")
+    parser.add_argument(
+        "--batch-interval", type=float, default=None, help="the bus's batch_interval (default: Bus's own)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="where to write the figures")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    result = run(args.rounds, args.requests)
+    result = run(args.rounds, args.requests, args.batch_interval)
     rows = result.pop("rows")
     report.print_table("the bench server's request: CPU added per sink set", rows)
     print(report.markdown_table(rows))

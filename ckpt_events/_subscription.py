@@ -34,10 +34,9 @@ logger: Final = logging.getLogger("ckpt_events")
 
 #: How long a blocking sink's task gathers events before handing a batch to a thread.
 DEFAULT_BLOCKING_LINGER: Final = 0.05
-#: The bus's default ``batch_interval``: a busy sink gets at most 100 batches a second. Under
-#: load a batch per loop turn cost the server ~25 us of CPU per request with every sink on
-#: (a task wake-up, a loop turn and a ``write()`` each; docs/benchmarks.md); an idle sink's
-#: first event still goes at once.
+#: The bus's default ``batch_interval``: a busy sink gets at most 100 batches a second (each a
+#: task wake-up, a loop turn and, for JSON lines, a ``write()``), however the server's loop
+#: turns; an idle sink's first event still goes at once.
 DEFAULT_BATCH_INTERVAL: Final = 0.01
 #: What closes a process's part of a trace (a finished operation, still queued as its handle;
 #: a coordination; a collection). A batch holding one goes without waiting out the interval,
@@ -232,13 +231,13 @@ class Subscription:
                     continue
                 if self.linger and not lingered and not self.closed and len(buffer) < self._batch_size:
                     lingered = True  # once per wake-up: what is left after a batch has waited already
-                    await self._pause(self.linger)
+                    await self._pause(self.linger, prompt=False)
                     continue
                 if self.batch_interval and not self.closed and len(buffer) < self._batch_size:
                     now = time.monotonic()
                     wait = self._last_batch + self.batch_interval - now
                     if wait > 0 and not self._prompt(buffer, now):
-                        await self._pause(wait)
+                        await self._pause(wait, prompt=True)
                         continue
                     self._last_batch = now
                 count = min(len(buffer), self._batch_size)
@@ -270,14 +269,15 @@ class Subscription:
             self._done.set()
         await self._close_sink()
 
-    async def _pause(self, seconds: float) -> None:
+    async def _pause(self, seconds: float, *, prompt: bool) -> None:
         # A linger (a bigger batch before a handoff to a worker thread: each handoff can cost
         # the event loop up to a GIL switch interval, 5 ms) or the rest of a batch interval.
-        # flush(), close() and a prompt batch end it (_hurry_up).
+        # flush() and close() end it (_hurry_up), and so does a finished operation queued
+        # during an interval (``prompt``; a linger is the sink's own choice, kept).
         if not self._hurried:
             # `paused` is the emitters' flag (cleared by the first to tell), `_pausing` this task's.
-            self._buffer.paused = True
-            self._pausing = True
+            self._buffer.paused = prompt
+            self._pausing = prompt
             try:
                 loop = self._asyncio_loop
                 if loop is not None:
