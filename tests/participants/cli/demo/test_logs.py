@@ -3,17 +3,15 @@ reads what the demo read."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from ckpt_events.participants.cli.demo.logs import merge_into
-from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.report.model import finished_spans
 from ckpt_events.sinks.jsonl import CorruptLine, read_events
 from ckpt_events.vocab import Kind
+from tests.participants.demo_runs import DemoRun, demo_run
 
 
 def _who(events: list[object]) -> set[str]:
@@ -40,27 +38,30 @@ def test_merge_keeps_every_line_in_time_order_and_a_corrupt_line_in_place(tmp_pa
     assert not list(tmp_path.glob("*.merging"))
 
 
+@pytest.fixture(params=[(True, 1), (False, 2)], ids=["True-1", "False-2"])
+def demo(request: pytest.FixtureRequest, tmp_path: Path) -> DemoRun:
+    """A demo run: server processes, or in-process servers of two worker processes each (that
+    one shared with the other tests that read a two-worker demo's logs)."""
+    processes, workers = request.param
+    if workers == 2:
+        run: DemoRun = request.getfixturevalue("two_worker_demo")
+        return run
+    return demo_run(tmp_path, processes=processes, workers=workers)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.parametrize(("processes", "workers"), [(True, 1), (False, 2)])
-async def test_the_demo_log_holds_every_process_and_worker(
-    tmp_path: Path, processes: bool, workers: int
-) -> None:
+def test_the_demo_log_holds_every_process_and_worker(demo: DemoRun) -> None:
     """The log names the same span owners as the demo's own report (the controller, every
     participant instance, and each worker ``w0``/``w1``), in time order, nothing corrupt."""
-    log = tmp_path / "demo.jsonl"
-    options = DemoOptions(
-        rollouts=12, steps=2, concurrency=4, processes=processes, workers=workers, jsonl=log, workdir=tmp_path
-    )
-    out = io.StringIO()
-    result = await run_demo(options, Console(file=out, width=170))
-    read = [e for _, e in read_events(log)]
+    result = demo.result
+    read = [e for _, e in read_events(demo.log)]
     assert not any(isinstance(e, CorruptLine) for e in read)
     assert _who(read) == _who(result.events)
     participants = {w for w in _who(read) if not w.startswith(Kind.CONTROLLER.value)}
     assert len({w.split("/")[1] for w in participants}) >= 3
-    if workers == 2:
+    if demo.workers == 2:
         assert {w.rsplit("/", 1)[-1] for w in participants} >= {"w0", "w1"}
     assert len(read) == len(result.events)
     assert _times(read) == sorted(_times(read))
-    assert "processes' and workers' logs" in out.getvalue()
+    assert "processes' and workers' logs" in demo.printed

@@ -15,7 +15,7 @@ from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.sinks.otel import OtlpSpanSink
-from tests.participants.cli.report.test_run_report import _run, _write
+from tests.participants.cli.report.test_run_report import _write
 
 
 def _export_as_collector_file(events: list[Any], out: Path) -> int:
@@ -60,9 +60,9 @@ def _rows(path: Path) -> list[tuple[Any, ...]]:
 
 
 async def test_otlp_file_gives_the_overview_of_the_json_lines(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
 ) -> None:
-    events = await _run(tmp_path)
+    events = aborted_run
     jsonl, otlp = tmp_path / "run.jsonl", tmp_path / "collector.json"
     _write(jsonl, events)
     assert _export_as_collector_file(events, otlp) > 2
@@ -74,8 +74,10 @@ async def test_otlp_file_gives_the_overview_of_the_json_lines(
     assert "run overview" in out.out and out.err == ""
 
 
-async def test_bad_otlp_spans_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    events = await _run(tmp_path)
+async def test_bad_otlp_spans_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
+) -> None:
+    events = aborted_run
     otlp = tmp_path / "collector.json"
     _export_as_collector_file(events, otlp)
     requests = [json.loads(line) for line in otlp.read_text().splitlines()]

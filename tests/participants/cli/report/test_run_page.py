@@ -16,7 +16,7 @@ from ckpt_events.participants.cli.report.html import FILLS
 from ckpt_events.participants.cli.report.png import screenshot
 from ckpt_events.participants.cli.report.run_page import OUTCOME_FILLS
 from tests.participants.cli.report.test_png import PNG, _dom, needs_browser
-from tests.participants.cli.report.test_run_report import _run, _write
+from tests.participants.cli.report.test_run_report import _write
 
 HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
 
@@ -30,10 +30,10 @@ def _hostile(events: list[Any]) -> list[Any]:
 
 
 async def test_run_page_links_strip_rows_and_waterfalls(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
 ) -> None:
     log = tmp_path / "run.jsonl"
-    _write(log, _hostile(await _run(tmp_path)))
+    _write(log, _hostile(aborted_run))
     page = tmp_path / "run.html"
     assert main(["report", str(log), "--report", str(page)]) == 0
     assert "HTML page: the run overview and 4 waterfalls" in capsys.readouterr().out
@@ -74,9 +74,9 @@ def html_escaped(text: str) -> str:
 
 
 @needs_browser
-async def test_run_page_renders_in_chromium(tmp_path: Path) -> None:
+async def test_run_page_renders_in_chromium(tmp_path: Path, aborted_run: list[Any]) -> None:
     log = tmp_path / "run.jsonl"
-    _write(log, _hostile(await _run(tmp_path)))
+    _write(log, _hostile(aborted_run))
     page = tmp_path / "run.html"
     assert main(["report", str(log), "--report", str(page)]) == 0
     dom = _dom(page, tmp_path / "profile")
@@ -89,14 +89,16 @@ async def test_run_page_renders_in_chromium(tmp_path: Path) -> None:
     assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 20_000
 
 
-async def test_run_page_reads_at_a_glance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_run_page_reads_at_a_glance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
+) -> None:
     """Without a browser: outcome colours are none of the participants' colours; the strip has a
     legend naming every outcome, each waterfall a legend naming every kind and the critical
     path; the trends table sits in a ``<details>`` after the first waterfall."""
     assert not set(OUTCOME_FILLS.values()) & set(FILLS.values())
     assert len(set(OUTCOME_FILLS.values())) == len(OUTCOME_FILLS)
     log = tmp_path / "run.jsonl"
-    _write(log, await _run(tmp_path))
+    _write(log, aborted_run)
     page = tmp_path / "run.html"
     assert main(["report", str(log), "--report", str(page)]) == 0
     text = page.read_text()

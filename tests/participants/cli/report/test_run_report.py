@@ -58,9 +58,11 @@ def _write(path: Path, events: list[Any]) -> None:
     sink.close()
 
 
-async def test_run_overview_names_each_checkpoint_and_its_cause(tmp_path: Path) -> None:
+async def test_run_overview_names_each_checkpoint_and_its_cause(
+    tmp_path: Path, aborted_run: list[Any]
+) -> None:
     """Controller and participants in separate files (one given twice): each checkpoint once, causes named."""
-    events = await _run(tmp_path)
+    events = aborted_run
     logs = tmp_path / "logs"
     logs.mkdir()
     _write(logs / "controller.jsonl", [e for e in events if e.kind == Kind.CONTROLLER])
@@ -98,10 +100,10 @@ async def test_run_overview_names_each_checkpoint_and_its_cause(tmp_path: Path) 
 
 
 async def test_report_scopes_each_checkpoint_and_names_a_cut_log(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
 ) -> None:
     """A log cut mid-commit is open at the end, with who never answered; details are per checkpoint."""
-    events = await _run(tmp_path)
+    events = aborted_run
     full = tmp_path / "run.jsonl"
     _write(full, events)
     lines = full.read_bytes().splitlines(keepends=True)
