@@ -77,11 +77,18 @@ async def _load(port: int, requests: int, connections: int, seconds: float) -> i
 
 
 def _start(
-    variant: str, port: int, collector: str | None, core: int | None, lens_python: str | None = None
+    variant: str,
+    port: int,
+    collector: str | None,
+    core: int | None,
+    lens_python: str | None = None,
+    batch_interval: float | None = None,
 ) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", f"{__package__}.server_app", variant, str(port)]
-    if collector:
-        command.append(collector)
+    if collector or batch_interval is not None:
+        command.append(collector or "")
+    if batch_interval is not None:
+        command.append(str(batch_interval))
     # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONSAFEPATH": "1"}
     if variant in nemo_lens_row.VARIANTS and lens_python and collector:
@@ -118,10 +125,11 @@ def _one(
     connections: int,
     cores: tuple[int, int] | None,
     lens_python: str | None = None,
+    batch_interval: float | None = None,
 ) -> float:
     """Server CPU microseconds per request for one run of ``variant``."""
     port = rotel.free_port()
-    proc = _start(variant, port, collector, cores[0] if cores else None, lens_python)
+    proc = _start(variant, port, collector, cores[0] if cores else None, lens_python, batch_interval)
     try:
         asyncio.run(_load(port, requests // 5, connections, 60))  # warm-up
         before = _cpu_seconds(proc.pid)
@@ -142,12 +150,19 @@ def _skipped(collector: str | None) -> dict[str, str]:
     return skipped
 
 
-def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, Any]:
+def run(
+    quick: bool = False,
+    nemo_lens_python: str | None = None,
+    connections: int = 32,
+    batch_interval: float | None = None,
+) -> dict[str, Any]:
     """All variants, rounds rotated; returns the figures and the ratio table's rows.
 
     ``nemo_lens_python`` (default: ``$CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON``) runs the nemo-lens row.
+    ``connections``: the load's keep-alive connections (1: one request a loop turn, a server
+    not saturated); ``batch_interval``: our servers' bus's (default: ``Bus``'s own).
     """
-    requests, rounds, connections = (2_000, 3, 32) if quick else (10_000, 7, 32)
+    requests, rounds = (2_000, 3) if quick else (10_000, 7)
     lens = nemo_lens_row.probe(nemo_lens_python or os.environ.get(nemo_lens_row.ENV))
     cores: tuple[int, int] | None = None
     available = sorted(os.sched_getaffinity(0))
@@ -167,7 +182,9 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
             for r in range(rounds):
                 order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for variant in order:
-                    per[variant].append(_one(variant, collector, requests, connections, cores, lens.python))
+                    per[variant].append(
+                        _one(variant, collector, requests, connections, cores, lens.python, batch_interval)
+                    )
     finally:
         if cores is not None:
             os.sched_setaffinity(0, set(available))
@@ -221,6 +238,7 @@ def run(quick: bool = False, nemo_lens_python: str | None = None) -> dict[str, A
         "quick": quick,
         "requests": requests,
         "connections": connections,
+        "batch_interval": batch_interval,
         "rounds": rounds,
         "pinned": cores is not None,
         "nemo_lens": {"python": lens.python, "runtime": lens.runtime, "skipped": lens.skipped},
@@ -244,8 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"an interpreter (3.13+) with nemo-lens[sdk], fastapi and uvicorn, for the nemo-lens row "
         f"(default: ${nemo_lens_row.ENV}; skipped without)",
     )
+    parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load")
+    parser.add_argument(
+        "--batch-interval", type=float, default=None, help="our servers' bus batch_interval (default: Bus's)"
+    )
     args = parser.parse_args(argv)
-    result = run(args.quick, args.nemo_lens_python)
+    result = run(args.quick, args.nemo_lens_python, args.connections, args.batch_interval)
     rows = result.pop("rows")
     report.print_table("ckpt-events server under load: server CPU per request", rows)
     print(report.markdown_table(rows))

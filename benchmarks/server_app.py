@@ -1,7 +1,7 @@
 """The server of the server-under-load benchmark: one FastAPI endpoint, one telemetry variant.
 
-``python -m ckpt_events.benchmarks.server_app VARIANT PORT [COLLECTOR_URL]`` serves ``POST /work`` on
-127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
+``python -m ckpt_events.benchmarks.server_app VARIANT PORT [COLLECTOR_URL [BATCH_INTERVAL]]`` serves
+``POST /work`` on 127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
 with two steps (or the same three spans made with the OpenTelemetry SDK directly).
 Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``ckpt_events.sinks.configure`` with the
 collector's endpoint: ``OtlpSpanSink`` plus ``OtlpMetricSink`` over OTLP/HTTP), ``all`` (every sink on,
@@ -72,7 +72,9 @@ def _sdk(tracer: Any) -> Callable[[bytes], int]:
 
 
 @contextlib.asynccontextmanager
-async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Callable[[bytes], int]]:
+async def _telemetry(
+    variant: str, collector: str | None, batch_interval: float | None = None
+) -> AsyncIterator[Callable[[bytes], int]]:
     if variant == "uninstrumented":
         yield _unit_of_work
         return
@@ -87,7 +89,8 @@ async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Calla
         yield _sdk(provider.get_tracer("bench"))
         provider.shutdown()
         return
-    async with Bus() as bus, contextlib.AsyncExitStack() as stack:
+    bus = Bus() if batch_interval is None else Bus(batch_interval=batch_interval)
+    async with bus, contextlib.AsyncExitStack() as stack:
         if variant == "jsonl":
             from ckpt_events.sinks.jsonl import JsonLinesSink
 
@@ -120,13 +123,13 @@ async def _telemetry(variant: str, collector: str | None) -> AsyncIterator[Calla
         yield _ours(Telemetry(bus, kind="resources", instance="resources-0"))
 
 
-def make_app(variant: str, collector: str | None) -> FastAPI:
-    """The benchmark's app for ``variant``."""
+def make_app(variant: str, collector: str | None, batch_interval: float | None = None) -> FastAPI:
+    """The benchmark's app for ``variant`` (``batch_interval``: its bus's; default ``Bus``'s)."""
     handlers: dict[str, Callable[[bytes], int]] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with _telemetry(variant, collector) as handle:
+        async with _telemetry(variant, collector, batch_interval) as handle:
             handlers["work"] = handle
             yield
 
@@ -142,10 +145,10 @@ def make_app(variant: str, collector: str | None) -> FastAPI:
 
 def main(argv: list[str]) -> int:
     variant, port = argv[0], int(argv[1])
-    collector = argv[2] if len(argv) > 2 else None
-    uvicorn.run(
-        make_app(variant, collector), host="127.0.0.1", port=port, log_level="warning", access_log=False
-    )
+    collector = argv[2] if len(argv) > 2 and argv[2] else None
+    interval = float(argv[3]) if len(argv) > 3 else None
+    app = make_app(variant, collector, interval)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     return 0
 
 
