@@ -207,6 +207,8 @@ class Run:
     unscoped: Counter[Unscoped] = field(default_factory=Counter)
     #: The trace of the last finished span: the one a run with no row draws (``whole``).
     last_trace: int | None = None
+    #: Traces with no root seen that were let go past ``_UNROOTED`` kept (their spans left out).
+    unrooted_let_go: int = 0
 
     def details(self, rows: Sequence[RunRow]) -> dict[int, list[CheckpointEvent]]:
         """Each row's spans (its traces) and the events naming its checkpoint id, in time
@@ -257,6 +259,16 @@ class Run:
 
         rows = breakdown(tapped(self.again()))
         return Whole(drawn, rows, counts(self.again()))
+
+    def let_go_line(self) -> str | None:
+        """What the fold let go to bound its memory, if anything: traces whose root never came."""
+        if not self.unrooted_let_go:
+            return None
+        return (
+            f"{self.unrooted_let_go:,} traces with no root span were let go past {_UNROOTED:,} waiting "
+            "for one: a checkpoint whose root came later lacks their spans (the controller's log "
+            "holds the roots; give it too)"
+        )
 
     def unscoped_lines(self) -> list[str]:
         """One line per counted event that named no checkpoint, its most frequent details and
@@ -316,7 +328,17 @@ def overview(
     first_ns, last_ns = fold.first_ns, fold.last_ns
     if clocks is not None and clocks.unaligned() and fold.controller_first is not None:
         first_ns, last_ns = fold.controller_first, fold.controller_last
-    run = Run(rows, last_ns, first_ns or 0, fold.count, again, fold.trends, fold.unscoped, fold.last_trace)
+    run = Run(
+        rows,
+        last_ns,
+        first_ns or 0,
+        fold.count,
+        again,
+        fold.trends,
+        fold.unscoped,
+        fold.last_trace,
+        fold.let_go,
+    )
     checkpoints: dict[str, int] = {}
     for number, row in enumerate(rows, 1):
         _judge(run, row, fold)
@@ -364,6 +386,7 @@ class _Fold:
     controller_first: int | None
     controller_last: int
     count: int
+    let_go: int
 
 
 # One step over 60 lines, kept flat for speed: the span half as a helper called per event cost
@@ -395,6 +418,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     controller_first: int | None = None
     controller_last = 0
     count = 0
+    let_go = 0  # unrooted traces let go past _UNROOTED (said in the overview, never silent)
     for e in events:
         count += 1
         t, begin = event_time(e), event_start(e)
@@ -423,6 +447,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
                 idle = next(iter(unrooted))
                 del unrooted[idle]
                 del traces[idle], pending[idle]
+                let_go += 1
         candidate = isinstance(e, _ROOT_TYPES)
         parent_seen = (
             (trace_id, e.parent_span_id) in started or any(f.span_id == e.parent_span_id for f in buffer)
@@ -511,6 +536,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
         controller_first,
         controller_last,
         count,
+        let_go,
     )
 
 

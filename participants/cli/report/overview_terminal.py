@@ -118,6 +118,9 @@ def _render_totals(console: Console, run: Run) -> None:
     for line in run.unscoped_lines():
         # Counted run-wide: a refusal before the body was read names no checkpoint.
         console.print(Text(escape(line), style="yellow"))
+    let_go = run.let_go_line()
+    if let_go is not None:
+        console.print(Text(let_go, style="yellow"))
 
 
 def _render_row_notes(console: Console, run: Run) -> None:

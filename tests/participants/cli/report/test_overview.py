@@ -32,3 +32,37 @@ def test_a_list_of_events_is_read_again_whole_after_a_cause_names_a_checkpoint()
     anyio.run(refused)
     run = overview([*events, *telemetry_events])
     assert len(run.all_events()) == len(events) + len(telemetry_events)
+
+
+def test_traces_let_go_past_the_unrooted_bound_are_said() -> None:
+    """4,100 participants' traces whose root never comes, after a checkpoint and a restore: the
+    fold keeps 4,096 of them waiting for a root and lets the 4 oldest go, and says so in one line
+    (they were let go silently)."""
+    from ckpt_events import OperationFinished
+    from ckpt_events.vocab import Kind, Operation, Outcome
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events: list[Any] = anyio.run(checkpoint_and_restore)
+    start = max(getattr(e, "end_ns", 0) for e in events) + 1_000
+    rootless = [
+        OperationFinished(
+            kind=Kind.ENVIRONMENT,
+            instance="environment-0",
+            trace_id=(1 << 100) + n,
+            span_id=n + 1,
+            start_ns=start + n * 1_000,
+            end_ns=start + n * 1_000 + 500,
+            operation=Operation.PREPARE,
+            checkpoint_id=f"elsewhere-{n}",
+            parent_span_id=(1 << 62) + n,
+            parent_remote=True,
+            outcome=Outcome.OK,
+        )
+        for n in range(4_100)
+    ]
+    run = overview([*events, *rootless])
+    assert run.rows  # the checkpoint and the restore
+    assert run.unrooted_let_go == 4
+    said = run.let_go_line()
+    assert said is not None and said.startswith("4 traces with no root span were let go past 4,096")
+    assert overview(events).let_go_line() is None
