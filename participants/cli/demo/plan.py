@@ -100,6 +100,8 @@ def check_options(opts: DemoOptions) -> str | None:
         return f"--fault {opts.fault!r} is not one of {', '.join(FAULTS)}"
     if opts.instances < 1 or (opts.restore_instances is not None and opts.restore_instances < 1):
         return "--instances and --restore-instances must be 1 or more"
+    if opts.checkpoints is not None and opts.checkpoints < 1:
+        return f"--checkpoints must be 1 or more, not {opts.checkpoints} (the last one stops generation 1)"
     if opts.fault == "slow" and opts.instances < 2:
         return "--fault slow makes one server slower than its peers: use --instances 2 or more"
     count = opts.checkpoint_count()

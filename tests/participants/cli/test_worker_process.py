@@ -1,0 +1,69 @@
+"""``participants.cli.worker_process``: the worker command a supervisor runs, and its metrics port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+
+from ckpt_events.participants.cli.worker_process import (
+    WorkerCommand,
+    port_taken,
+    worker_command,
+    worker_metrics_port,
+)
+
+
+def test_the_command_names_the_worker_and_carries_its_options_but_never_the_token() -> None:
+    """``argv`` ends in index and options JSON; the inference token goes in ``env`` only."""
+    command = worker_command("model", "model-0", {"latency": 0.5, "inference_token": "sekrit"})
+    assert isinstance(command, WorkerCommand)
+    argv = command(3)
+    assert argv[:5] == [
+        sys.executable,
+        "-m",
+        "ckpt_events.participants.cli.worker_process",
+        "model",
+        "model-0",
+    ]
+    assert argv[5] == "3"
+    assert json.loads(argv[6]) == {"latency": 0.5}
+    assert all("sekrit" not in part for part in argv)
+    assert command.env == {"CKPT_EVENTS_INFERENCE_TOKEN": "sekrit"}
+
+
+def test_without_a_token_the_command_adds_nothing_to_the_environment() -> None:
+    """An absent or empty token leaves ``env`` empty; each index gets its own argv."""
+    assert WorkerCommand("environment", "environment-0", {}).env == {}
+    command = WorkerCommand("environment", "environment-0", {"inference_token": ""})
+    assert command.env == {}
+    assert command(0)[-2:] == ["0", "{}"] and command(1)[-2:] == ["1", "{}"]
+
+
+def test_each_worker_s_metrics_port_follows_the_server_s() -> None:
+    """Worker ``i`` scrapes on base + 1 + i (the base stays the supervisor's)."""
+    assert [worker_metrics_port(9464, i) for i in range(3)] == [9465, 9466, 9467]
+
+
+def test_a_free_port_is_not_taken_and_a_listening_one_is() -> None:
+    """A port someone listens on is taken, with the OS's reason; once closed it is free again."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        assert port_taken("127.0.0.1", port) == "Address already in use"
+    assert port_taken("127.0.0.1", port) is None
+
+
+@pytest.mark.parametrize(("port", "why"), [(0, "not a port"), (-1, "not a port"), (65536, "past 65535")])
+def test_ports_out_of_range_are_named_without_binding(port: int, why: str) -> None:
+    """0, negatives and numbers past 65535 are refused before any socket is made."""
+    assert port_taken("127.0.0.1", port) == why
+
+
+def test_a_host_that_is_not_this_machine_s_is_taken_with_the_os_reason() -> None:
+    """Binding an address the machine does not have fails: that reason is returned, not raised."""
+    why = port_taken("192.0.2.1", 9464)  # TEST-NET-1: never a local address
+    assert why == "Cannot assign requested address"

@@ -1,0 +1,111 @@
+"""``participants.controller.discovery``: which configured servers are participants, in stage order."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from ckpt_events import Bus
+from ckpt_events.participants import create_app
+from ckpt_events.participants.controller.client import ControlClient
+from ckpt_events.participants.controller.discovery import discover_members
+from ckpt_events.participants.controller.types import CoordinationError, Member
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+from tests.participants.helpers import ROOT, TOKEN
+
+pytestmark = pytest.mark.anyio
+
+
+def _status_app(*replies: tuple[int, dict[str, Any]]) -> tuple[FastAPI, list[int]]:
+    """An app whose ``GET /status`` gives ``replies`` in turn (the last one for ever); counts calls."""
+    app = FastAPI()
+    calls: list[int] = []
+
+    @app.get(CONTROL_PREFIX + "/status")
+    async def status() -> JSONResponse:
+        calls.append(1)
+        code, body = replies[min(len(calls), len(replies)) - 1]
+        return JSONResponse(body, status_code=code)
+
+    return app, calls
+
+
+def _status(kind: str, instance: str) -> tuple[int, dict[str, Any]]:
+    return 200, {"kind": kind, "instance": instance, "phase": "idle"}
+
+
+@asynccontextmanager
+async def _control(apps: dict[str, FastAPI]) -> AsyncIterator[ControlClient]:
+    """A control client whose ``http://<host>`` reaches ``apps[host]`` in process (lifespans run)."""
+    async with AsyncExitStack() as stack:
+        for app in apps.values():
+            await stack.enter_async_context(app.router.lifespan_context(app))
+        mounts = {f"http://{host}": httpx.ASGITransport(app=app) for host, app in apps.items()}
+        http = await stack.enter_async_context(httpx.AsyncClient(mounts=mounts))
+        yield ControlClient(TOKEN, client=http)
+
+
+async def test_participants_come_in_stage_order_and_a_404_is_not_one() -> None:
+    """Real participant apps sorted (stage, name); a plain app's 404 is skipped; a URL list names
+    each member by its instance, a mapping by its config name."""
+    async with Bus() as bus:
+        apps: dict[str, FastAPI] = {
+            kind: create_app(kind, instance=f"{kind}-7", token=TOKEN, bus=bus, checkpoint_root=ROOT)
+            for kind in ("resources", "model", "environment")
+        }
+        apps["plain"] = FastAPI()
+        async with _control(apps) as control:
+            members = await discover_members([f"http://{h}" for h in apps], control, retry_delay=0)
+            assert members == [
+                Member("environment-7", "environment", "environment-7", "http://environment"),
+                Member("model-7", "model", "model-7", "http://model"),
+                Member("resources-7", "resources", "resources-7", "http://resources"),
+            ]
+            named = await discover_members({"m": "http://model", "p": "http://plain"}, control)
+            assert [(m.name, m.instance) for m in named] == [("m", "model-7")]
+
+
+async def test_a_failing_server_is_retried_and_then_found() -> None:
+    """A 500 then a good reply: the second try finds the participant."""
+    app, calls = _status_app(
+        (500, {"error": {"code": "checkpoint_error", "detail": "x"}}), _status("model", "m-0")
+    )
+    async with _control({"m": app}) as control:
+        [member] = await discover_members(["http://m"], control, tries=2, retry_delay=0)
+    assert (member.kind, member.instance, len(calls)) == ("model", "m-0", 2)
+
+
+async def test_each_server_that_is_not_a_usable_participant_is_named_in_one_error() -> None:
+    """Failures after ``tries``, a controller and a malformed kind are all collected, by name."""
+    broken, broken_calls = _status_app((503, {"error": {"code": "unavailable", "detail": "busy"}}))
+    controller, _ = _status_app(_status("controller", "coordination"))
+    odd, _ = _status_app(_status("Not A Kind!", "odd-0"))
+    model, _ = _status_app(_status("model", "model-0"))
+    apps = {"broken": broken, "ctl": controller, "odd": odd, "model": model}
+    async with _control(apps) as control:
+        with pytest.raises(CoordinationError) as info:
+            await discover_members({h: f"http://{h}" for h in apps}, control, tries=3, retry_delay=0)
+    assert info.value.operation == "discover"
+    assert sorted(info.value.failures) == ["broken", "ctl", "odd"]
+    assert info.value.failures["ctl"] == "a controller is not a participant"
+    assert info.value.failures["odd"].startswith(
+        "status reply is not a participant's: invalid participant kind 'Not A Kind!'"
+    )
+    assert info.value.failures["broken"].startswith("http://broken/ng-control/v1/checkpoint/status: 503")
+    assert len(broken_calls) == 3
+
+
+async def test_a_fleet_without_a_model_is_refused() -> None:
+    """Participants found but none of kind model: ``CoordinationError`` naming the model."""
+    env, _ = _status_app(_status("environment", "environment-0"))
+    async with _control({"env": env}) as control:
+        with pytest.raises(CoordinationError) as info:
+            await discover_members(["http://env"], control)
+    assert info.value.failures == {"model": "no model participant was found"}
+    assert str(info.value) == "discover failed: model: no model participant was found"

@@ -1,0 +1,95 @@
+"""gc_paused keeps the collector off for a block (nesting and threads), freeze, the off switch."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from ckpt_events.participants.server import gc_pause
+from ckpt_events.participants.server.gc_pause import freeze, gc_paused
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The collector on at the start, and as it was at the end (whatever a test did)."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_the_collector_is_off_inside_and_on_after(collector_on: None) -> None:
+    """Inside the block the collector is disabled; afterwards it is enabled again."""
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_nested_blocks_keep_it_off_until_the_outermost_ends(collector_on: None) -> None:
+    """The inner block's end does not turn the collector back on; the outer one's does."""
+    with gc_paused():
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_an_exception_still_restores_the_collector(collector_on: None) -> None:
+    """A block left by an exception turns the collector back on and lets the exception go."""
+    with pytest.raises(RuntimeError, match="boom"), gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_a_collector_off_before_stays_off(collector_on: None) -> None:
+    """The prior state is restored: a collector disabled by the caller is not enabled."""
+    gc.disable()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_concurrent_blocks_in_threads_keep_it_off_until_the_last_ends(collector_on: None) -> None:
+    """Two threads' overlapping blocks: the first to end leaves it off, the last turns it on."""
+    entered, release = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def other() -> None:
+        with gc_paused():
+            entered.set()
+            release.wait(5)
+        seen.append(gc.isenabled())
+
+    thread = threading.Thread(target=other)
+    with gc_paused():
+        thread.start()
+        assert entered.wait(5)
+    assert not gc.isenabled()  # this block ended, the other thread's has not
+    release.set()
+    thread.join(5)
+    assert seen == [True] and gc.isenabled()
+
+
+def test_disabled_gc_paused_and_freeze_do_nothing(
+    collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ENABLED = False the block leaves the collector on and freeze moves nothing."""
+    monkeypatch.setattr(gc_pause, "ENABLED", False)
+    before = gc.get_freeze_count()
+    with gc_paused():
+        assert gc.isenabled()
+    freeze()
+    assert gc.get_freeze_count() == before
+
+
+def test_freeze_moves_live_objects_to_the_permanent_generation() -> None:
+    """freeze() puts what is alive now, including objects made just before, in the permanent generation."""
+    before = gc.get_freeze_count()
+    kept = [[i] for i in range(100)]
+    freeze()
+    assert gc.get_freeze_count() >= before + len(kept)
