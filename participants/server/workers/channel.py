@@ -254,8 +254,10 @@ class FrameChannel:
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     self.failure = f"connection lost: {exc!r}"
                 tg.cancel_scope.cancel()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            self.failure = self.failure or f"connection lost: {exc!r}"
+        except* (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as lost:
+            # A write to a gone peer fails in ``_write``'s task, so it comes wrapped in the task
+            # group's ExceptionGroup; anything else in the group (cancellation too) goes on up.
+            self.failure = self.failure or f"connection lost: {lost.exceptions[0]!r}"
         finally:
             await self.aclose()
 

@@ -33,6 +33,7 @@ log = logging.getLogger("ckpt_events.workers")
 _POLL: Final = 0.2
 _ROOT: Final = str(Path(__file__).resolve().parents[3])
 _STOP_SECONDS: Final = 5.0
+_STOP_POLL: Final = 0.05
 
 
 class WorkerSupervisor:
@@ -117,17 +118,26 @@ class WorkerSupervisor:
         return None if process is None else process.pid
 
     async def stop(self) -> None:
-        """SIGTERM each worker's process group, then SIGKILL what is left after a bounded wait."""
+        """SIGTERM each worker's process group, then SIGKILL what is left after a bounded wait;
+        the event loop runs on while it waits. A worker still there ``_STOP_SECONDS`` after its
+        SIGKILL raises ``subprocess.TimeoutExpired``."""
         self._stopping = True
         for process in self.processes.values():
             _signal_group(process, signal.SIGTERM)
-        with anyio.move_on_after(_STOP_SECONDS):
-            while any(p.poll() is None for p in self.processes.values()):
-                await anyio.sleep(0.05)
+        await self._wait_exited()
         for process in self.processes.values():
             _signal_group(process, signal.SIGKILL)
+        # Polled, not ``process.wait()``: a blocking wait would stall the event loop (and every
+        # other worker's channel) for up to ``_STOP_SECONDS`` per worker.
+        await self._wait_exited()
+        for process in self.processes.values():
             if process.poll() is None:
-                process.wait(timeout=_STOP_SECONDS)
+                raise subprocess.TimeoutExpired(process.args, _STOP_SECONDS)
+
+    async def _wait_exited(self) -> None:
+        with anyio.move_on_after(_STOP_SECONDS):
+            while any(p.poll() is None for p in self.processes.values()):
+                await anyio.sleep(_STOP_POLL)
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
