@@ -1,7 +1,9 @@
 """A simulated inference worker: token streams and the generation-cut route, over HTTP.
 
 Tokens are a pure function of (prompt, index), so a continuation from a staged prefix
-produces the same output as an uninterrupted call. Staged prefixes live in memory.
+produces the same output as an uninterrupted call. Staged prefixes live in memory, at most
+``max_staged`` of them (the oldest staged is dropped first: a call resuming from a dropped
+prefix regenerates it, with the same output).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import AsyncIterator
+from typing import Final
 
 import anyio
 from fastapi import Depends, FastAPI, Request, Response
@@ -16,7 +19,7 @@ from fastapi.responses import StreamingResponse
 
 from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import ProtocolRefusal
-from ckpt_events.participants.protocol import decode, encode
+from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, decode, encode
 from ckpt_events.participants.server.routes import bearer_auth, install_error_handlers
 from ckpt_events.participants.workloads.base import finite_sleep
 from ckpt_events.participants.workloads.generation_cut import (
@@ -29,7 +32,10 @@ from ckpt_events.participants.workloads.generation_cut import (
 )
 from ckpt_events.vocab import Disposition, ErrorCode
 
-__all__ = ["create_inference_app", "token_at"]
+__all__ = ["DEFAULT_MAX_STAGED", "create_inference_app", "token_at"]
+
+#: How many staged prefixes a worker keeps by default (each at most 4,096 tokens).
+DEFAULT_MAX_STAGED: Final = 1024
 
 
 def token_at(prompt: str, index: int) -> str:
@@ -56,14 +62,18 @@ def create_inference_app(
     fail_cuts: bool = False,
     cut_seconds: float = 0.0,
     server_name: str = "inference",
+    max_staged: int = DEFAULT_MAX_STAGED,
 ) -> FastAPI:
     """The worker: ``POST /generate`` (NDJSON token stream) and ``POST /ng-control/v1/generation-cut``.
 
-    ``fail_cuts=True`` makes every cut round fail with 503, ``cut_seconds`` delays its answer
-    (both exercise ``durable_failure``).
+    ``fail_cuts=True`` makes every cut round fail with 503 (the protocol's error body),
+    ``cut_seconds`` delays its answer (both exercise ``durable_failure``). At most
+    ``max_staged`` prefixes are kept staged, the oldest dropped first.
     """
     if not token:
         raise InvalidValueError("the inference worker needs a bearer token")
+    if max_staged < 1:
+        raise InvalidValueError(f"max_staged must be >= 1, not {max_staged}")
     delay = finite_sleep(token_seconds)
     cut_delay = finite_sleep(cut_seconds)
     active: dict[int, _Generation] = {}
@@ -93,12 +103,13 @@ def create_inference_app(
     async def generation_cut(request: Request) -> Response:
         await anyio.sleep(cut_delay)
         if fail_cuts:
-            return Response(status_code=503, content=b'{"error":"cut unavailable"}')
+            body = ErrorBody(error=ErrorDetail(code="cut_unavailable", detail="cut unavailable"))
+            return Response(content=encode(body), status_code=503, media_type="application/json")
         inventory = decode(await request.body(), CutInventory)
         expected = inventory_digest(inventory.checkpoint_id, inventory.server_name, inventory.active_prefixes)
         if expected != inventory.inventory_digest:
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, "inventory digest does not match")
-        receipt = _cut_receipt(inventory, active, staged)
+        receipt = _cut_receipt(inventory, active, staged, max_staged)
         return Response(content=encode(receipt), media_type="application/json")
 
     return app
@@ -119,14 +130,17 @@ async def _token_stream(
             yield encode({"token": token_text}) + b"\n"
         yield encode({"done": True, "tokens": len(generation.tokens), "resumed_prefix": resumed}) + b"\n"
     finally:
-        active.pop(req.ticket_id, None)
+        # A later call with the same ticket may have taken the slot: leave its entry alone.
+        if active.get(req.ticket_id) is generation:
+            del active[req.ticket_id]
 
 
 def _cut_receipt(
-    inventory: CutInventory, active: dict[int, _Generation], staged: dict[str, list[str]]
+    inventory: CutInventory, active: dict[int, _Generation], staged: dict[str, list[str]], max_staged: int
 ) -> CutReceipt:
     """One cut round: each active prefix named in ``inventory`` staged under its key (a durable
-    prefix), each one no longer active a durable failure."""
+    prefix), each one no longer active a durable failure; past ``max_staged`` prefixes, the
+    oldest staged are dropped."""
     cut_id = secrets.token_hex(6)
     acks = []
     for prefix in inventory.active_prefixes:
@@ -136,7 +150,10 @@ def _cut_receipt(
             continue
         tokens = list(generation.tokens)
         key = f"{inventory.checkpoint_id}/{prefix.model_call_id}"
+        staged.pop(key, None)  # a key staged again counts as the newest
         staged[key] = tokens
+        while len(staged) > max_staged:
+            del staged[next(iter(staged))]  # dicts keep insertion order: the oldest first
         done = len(tokens) >= generation.max_tokens
         acks.append(
             CutAck(

@@ -106,7 +106,7 @@ class _Once(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         if record.exc_info is not None and record.exc_info[1] is not None:
-            text += str(record.exc_info[1])
+            text += f": {record.exc_info[1]}"
         if "Too many open files" not in text and "out of system resource" not in text:
             return True
         if self.seen:

@@ -185,9 +185,12 @@ def _decode_records(
         if lines_seen > part.record_count:
             problem = f"records file has more than the {part.record_count} records the manifest says"
         else:
+            start = (share.residue - first) % share.modulus
             if share.modulus > 1:
-                lines = lines[(share.residue - first) % share.modulus :: share.modulus]
-            problem = _add_records(decoder, lines, records, seen, kind)
+                lines = lines[start :: share.modulus]
+            # each kept line's 1-based number in the file, to name a bad one where it is
+            numbers = range(first + start + 1, lines_seen + 1, share.modulus)
+            problem = _add_records(decoder, lines, numbers, records, seen, kind, part.records_file)
         if pause is not None:
             pause(len(lines))  # a slow-restore fault only
         if problem is not None:
@@ -206,9 +209,16 @@ def _decode_records(
 
 
 def _add_records(
-    decoder: msgspec.json.Decoder[R], lines: list[bytes], records: list[R], seen: set[EpisodeId], kind: str
+    decoder: msgspec.json.Decoder[R],
+    lines: list[bytes],
+    numbers: range,
+    records: list[R],
+    seen: set[EpisodeId],
+    kind: str,
+    records_file: str,
 ) -> str | None:
-    """Decode a chunk's whole lines into ``records``; returns what is wrong with the first bad one.
+    """Decode a chunk's whole lines (``numbers``: their line numbers in ``records_file``) into
+    ``records``; returns what is wrong with the first bad one, named by its line and file.
 
     The lines decode one by one in C (``map``), with no Python frame per record; only when
     something is wrong (a line that does not decode, a repeated episode) are they gone
@@ -224,8 +234,8 @@ def _add_records(
             seen |= ids
             records += batch
             return None
-    for line in lines:
-        problem = _add_record(decoder, line, records, seen, kind)
+    for number, line in zip(numbers, lines, strict=True):
+        problem = _add_record(decoder, line, f"line {number} of {records_file}", records, seen, kind)
         if problem is not None:
             return problem
     return None
@@ -235,16 +245,21 @@ _episode_id: Final = operator.attrgetter("episode_id")
 
 
 def _add_record(
-    decoder: msgspec.json.Decoder[R], line: bytes, records: list[R], seen: set[EpisodeId], kind: str
+    decoder: msgspec.json.Decoder[R],
+    line: bytes,
+    where: str,
+    records: list[R],
+    seen: set[EpisodeId],
+    kind: str,
 ) -> str | None:
-    """Decode one line into ``records``; returns what is wrong with it, if anything."""
-    number = len(records) + 1
+    """Decode one line (``where``: its line and file) into ``records``; returns what is wrong
+    with it, if anything."""
     try:
         record = decoder.decode(line)
     except msgspec.MsgspecError as exc:
-        return f"record {number} is not a valid {kind} record: {exc}"
+        return f"{where} is not a valid {kind} record: {exc}"
     if record.episode_id in seen:
-        return f"record {number} repeats episode {record.episode_id.capture_key}"
+        return f"{where} repeats episode {record.episode_id.capture_key}"
     seen.add(record.episode_id)
     records.append(record)
     return None

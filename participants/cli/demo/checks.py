@@ -98,12 +98,14 @@ def _abort_check(
         )
     among = ""
     if one_of is not None:
+        # The lease fault without lease_on names no server ahead: say only what is known.
         if len(hits) != 1:
             raise DemoFailed(
-                f"checkpoint {row.checkpoint_id}: the fault hit {target} alone, but "
+                f"checkpoint {row.checkpoint_id}: the fault hit {target or 'one server'} alone, but "
                 f"{counted(len(hits), 'server is', 'servers are')} named: {'; '.join(hits)}"
             )
-        among = f", the one of {counted(one_of, _kind_of(target) + ' server')}"
+        server = f"{_kind_of(target)} server" if target else "server"
+        among = f", the one of {counted(one_of, server)}"
     if fault.mode == "stall" and blockers is not None and one_of is not None:
         if set(blockers) != {fault.instance}:
             raise DemoFailed(f"the prepare replies name blockers on {sorted(blockers)}, not {fault.instance}")

@@ -269,13 +269,15 @@ def test_a_bad_record_deep_in_a_large_file_is_named_by_its_number(tmp_path):
     write_checkpoint(root, kind="resources", instance="res-0", checkpoint_id="c1", lines=lines)
     assert [r.episode_id.rollout_id for r in read(root).records] == [f"r{i:05d}" for i in range(30_000)]
     for number, bad, why in [
-        (25_000, record("r00001"), "record 25000 repeats episode r00001"),
-        (20_001, b'{"nope": 1}', "record 20001 is not a valid resources record"),
+        (25_000, record("r00001"), "repeats episode r00001"),
+        (20_001, b'{"nope": 1}', "is not a valid resources record"),
     ]:
         root = tmp_path / str(number)
         changed = [*lines[: number - 1], bad, *lines[number:]]
-        write_checkpoint(root, kind="resources", instance="res-0", checkpoint_id="c1", lines=changed)
-        assert invalid(root).startswith(why)
+        written = write_checkpoint(
+            root, kind="resources", instance="res-0", checkpoint_id="c1", lines=changed
+        )
+        assert invalid(root).startswith(f"line {number} of {written.manifest.records_file} {why}")
 
 
 def test_more_records_than_the_manifest_says_is_refused_at_the_first_extra(tmp_path):

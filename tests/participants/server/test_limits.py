@@ -1,0 +1,178 @@
+"""BodyLimit's 413 before and while reading, server_limits' settings, the one-line log filter."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ckpt_events.participants.server.connection_guard import ConnectionLimits
+from ckpt_events.participants.server.limits import (
+    ACCEPT_LOGGERS,
+    DEFAULT_MAX_BODY_BYTES,
+    BodyLimit,
+    log_resource_exhaustion_once,
+    server_limits,
+)
+
+LIMIT = 100
+
+
+def _echo_app() -> FastAPI:
+    """A route answering the length of the body it read, behind ``BodyLimit`` as ``build_app``
+    adds it (inside Starlette's error middleware)."""
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"read": len(await request.body())}
+
+    app.add_middleware(BodyLimit, max_body_bytes=LIMIT)
+    return app
+
+
+def _client(app: ASGIApp) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+def _refusal() -> dict[str, object]:
+    return {"error": {"code": "payload_too_large", "detail": f"request body over the {LIMIT}-byte bound"}}
+
+
+async def _chunks(count: int, size: int) -> AsyncIterator[bytes]:
+    for _ in range(count):
+        yield b"z" * size
+
+
+async def test_a_body_at_the_bound_reaches_the_route() -> None:
+    """Exactly max_body_bytes, declared or streamed, is read in full by the route."""
+    async with _client(_echo_app()) as client:
+        reply = await client.post("/echo", content=b"x" * LIMIT)
+        assert (reply.status_code, reply.json()) == (200, {"read": LIMIT})
+        reply = await client.post("/echo", content=_chunks(4, LIMIT // 4))
+        assert (reply.status_code, reply.json()) == (200, {"read": LIMIT})
+
+
+async def test_a_declared_length_over_the_bound_is_413_before_the_app_runs() -> None:
+    """A Content-Length over the bound is answered 413 with the protocol's error body; the app never runs."""
+    called: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        called.append(scope)
+
+    async with _client(BodyLimit(app, max_body_bytes=LIMIT)) as client:
+        reply = await client.post("/anything", content=b"x" * (LIMIT + 1))
+    assert reply.status_code == 413 and called == []
+    assert reply.headers["content-type"] == "application/json"
+    assert json.loads(reply.content) == _refusal()
+    assert int(reply.headers["content-length"]) == len(reply.content)
+
+
+async def test_a_content_length_that_is_not_a_number_is_refused() -> None:
+    """A non-digit Content-Length cannot be bounded: it is refused with 413 too."""
+    async with _client(_echo_app()) as client:
+        reply = await client.post("/echo", content=b"{}", headers={"content-length": "-1"})
+    assert reply.status_code == 413 and reply.json() == _refusal()
+
+
+async def test_a_streamed_body_is_cut_off_at_the_bound() -> None:
+    """Without a length, a body is counted chunk by chunk: one byte over is 413, never buffered whole."""
+    async with _client(_echo_app()) as client:
+        reply = await client.post("/echo", content=_chunks(101, 1))
+        assert reply.status_code == 413 and reply.json() == _refusal()
+        reply = await client.post("/echo", content=_chunks(1000, 50))
+        assert reply.status_code == 413
+
+
+async def test_a_route_that_answered_before_the_bound_keeps_its_answer() -> None:
+    """A route that replies without reading the body is unaffected by an over-long stream."""
+    app = FastAPI()
+
+    @app.post("/ignore")
+    async def ignore() -> dict[str, bool]:
+        return {"ok": True}
+
+    app.add_middleware(BodyLimit, max_body_bytes=LIMIT)
+    async with _client(app) as client:
+        reply = await client.post("/ignore", content=_chunks(10, 50))
+    assert (reply.status_code, reply.json()) == (200, {"ok": True})
+
+
+async def test_a_non_http_scope_passes_through() -> None:
+    """A lifespan (or any non-HTTP) scope goes to the app untouched."""
+    seen: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope["type"])
+        await send({"type": "lifespan.startup.complete"})
+
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await BodyLimit(app, max_body_bytes=1)({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
+    assert seen == ["lifespan"] and sent == [{"type": "lifespan.startup.complete"}]
+
+
+def test_the_default_body_bound_is_8_mib() -> None:
+    """DEFAULT_MAX_BODY_BYTES is 8 MiB."""
+    assert DEFAULT_MAX_BODY_BYTES == 8 * 1024 * 1024
+
+
+def test_server_limits_are_the_uvicorn_settings() -> None:
+    """Guarded h11 with the given limits, no WebSockets, 5 s keep-alive, a 64 KiB head bound."""
+    limits = ConnectionLimits(header_timeout=2.0, max_connections=7)
+    settings = server_limits(limits)
+    assert settings["ws"] == "none"
+    assert settings["timeout_keep_alive"] == 5
+    assert settings["h11_max_incomplete_event_size"] == 64 * 1024
+    assert set(settings) == {"http", "ws", "timeout_keep_alive", "h11_max_incomplete_event_size"}
+    assert settings["http"].guard.limits == limits
+
+
+@pytest.fixture
+def once() -> Iterator[logging.Filter]:
+    """The installed filter, removed again from ACCEPT_LOGGERS afterwards."""
+    installed = log_resource_exhaustion_once()
+    try:
+        yield installed
+    finally:
+        for name in ACCEPT_LOGGERS:
+            logging.getLogger(name).removeFilter(installed)
+
+
+def _record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:
+    exc_info = None if exc is None else (type(exc), exc, None)
+    return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, None, exc_info)
+
+
+def test_the_filter_is_installed_on_every_accept_logger(once: logging.Filter) -> None:
+    """One filter object on asyncio's and uvicorn's error loggers."""
+    assert ACCEPT_LOGGERS == ("asyncio", "uvicorn.error")
+    for name in ACCEPT_LOGGERS:
+        assert once in logging.getLogger(name).filters
+
+
+def test_the_filter_lets_one_exhaustion_record_through_stripped(once: logging.Filter) -> None:
+    """The first record about running out (in its message or its exception) passes without its
+    traceback and says later ones are dropped; the later ones are dropped; others pass untouched."""
+    first = _record("socket.accept() failed", OSError(24, "Too many open files"))
+    assert once.filter(first)
+    assert first.exc_info is None and first.args is None
+    # The exception's text is kept in the one line (the traceback is not).
+    assert first.msg == (
+        "socket.accept() failed: [Errno 24] Too many open files (further such errors are not logged)"
+    )
+    assert not once.filter(_record("accept() out of system resource"))
+    assert not once.filter(_record("x", OSError(24, "Too many open files")))
+    other = _record("some other error %s", ValueError("boom"))
+    assert once.filter(other) and other.exc_info is not None and other.msg == "some other error %s"
