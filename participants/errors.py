@@ -54,18 +54,18 @@ each room of ``participants`` imports its errors from one module that imports on
 controller's client *receives* when a participant refused (or could not be reached).
 
 A bad int or number argument anywhere in ``participants`` is checked by ``check_int`` or
-``check_number`` here, the core's rule (its own checks are private to it): a ``bool`` is never
-a number, the wrong type is an ``InvalidTypeError``, the right type out of range an
-``InvalidValueError``.
+``check_number``, the library's public pair (``ckpt_events.checks``, re-exported here so each
+room imports its checks with its errors): a ``bool`` is never a number, the wrong type is an
+``InvalidTypeError``, the right type out of range an ``InvalidValueError``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from ckpt_events import CkptEventsError, InvalidTypeError, InvalidValueError, UnknownNameError
+from ckpt_events import CkptEventsError, UnknownNameError
+from ckpt_events.checks import check_int, check_number
 from ckpt_events.vocab import ErrorCode, coerce
 
 __all__ = [
@@ -287,29 +287,3 @@ class LaunchError(CommandLineError, RuntimeError):
 
 class DemoFailed(CommandLineError):
     """The run finished but its result is wrong (a rollout lost, run twice, or a wrong attempt)."""
-
-
-# -- argument checks ---------------------------------------------------------------------------
-
-
-def check_int(value: object, message: str, *, minimum: int = 0) -> int:
-    """``value`` when it is an int of at least ``minimum``; else ``InvalidTypeError`` (not an
-    int: a ``bool`` never counts) or ``InvalidValueError`` (too small), either with ``message``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(message)
-    if value < minimum:
-        raise InvalidValueError(message)
-    return value
-
-
-def check_number(
-    value: object, message: str, *, low: float = 0.0, high: float = math.inf, low_open: bool = False
-) -> float:
-    """``value`` as a float when it is a real number in ``[low, high]`` (``(low, high]`` with
-    ``low_open``); else ``InvalidTypeError`` (not a number: a ``bool`` never counts) or
-    ``InvalidValueError`` (out of range, NaN), either with ``message``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidTypeError(message)
-    if not (low < value <= high if low_open else low <= value <= high):
-        raise InvalidValueError(message)
-    return float(value)
