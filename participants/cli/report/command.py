@@ -76,6 +76,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.checkpoint is not None and not rows:
         known = ", ".join(escape(i) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
         raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
+    whole = None
     if not run.rows:
         # Only participants' spans (their parents live in a controller log not given): no
         # checkpoint to name, so every participant's totals are shown as one and the last trace
@@ -94,7 +95,12 @@ def _report(args: argparse.Namespace) -> int:
 
             print(write_run_page(args.report, run, rows, title=f"report of {name}"))
             return 0
-        events = details[id(rows[0])] if rows and not holds_the_run(args.report) else run.all_events()
+        if holds_the_run(args.report):
+            events = run.all_events()
+        elif rows:
+            events = details[id(rows[0])]
+        else:  # a picture of logs with no row: the last trace, as the terminal draws it
+            events = whole.events if whole is not None else run.all_events()
         print(write_report(args.report, events, title=f"report of {name}"))
     return 0
 

@@ -25,3 +25,30 @@ def test_report_skips_a_corrupt_line_with_its_number(
     assert f"{log}:2: corrupt line skipped" in captured.err
     assert "model/m0" in captured.out
     assert "<svg" in (tmp_path / "t.html").read_text()
+
+
+def test_a_picture_of_logs_with_no_row_draws_the_last_trace_as_the_terminal_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Participants' logs only (their roots are in a controller log not given): ``--report x.svg``
+    draws the last trace (the restore), as the terminal does. (That the events are no longer all
+    read into a list for it is the memory bound of ``tests/attacks/test_report_floods.py``.)"""
+    import anyio
+
+    from ckpt_events.sinks import JsonLinesSink
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events = [e for e in anyio.run(checkpoint_and_restore) if e.kind != "controller"]
+    log = tmp_path / "participants.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(events)
+    anyio.run(sink.aclose)
+    traces = {getattr(e, "trace_id", None) for e in events} - {None}
+    assert len(traces) == 2  # the checkpoint's and the restore's
+    picture = tmp_path / "x.svg"
+    assert main(["report", str(log), "--report", str(picture)]) == 0
+    drawn = picture.read_text()
+    # The restore's trace is drawn, nothing of the checkpoint's: no commit, no prepare.
+    assert "restore" in drawn
+    assert "commit" not in drawn and "prepare" not in drawn
+    assert "report written to" in capsys.readouterr().out
