@@ -46,7 +46,11 @@ def server_limits(connections: ConnectionLimits | None = None) -> dict[str, Any]
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_body_bytes`` with 413 and the protocol's error body."""
+    """Refuse request bodies over ``max_body_bytes`` with 413 and the protocol's error body.
+
+    Add it with ``app.add_middleware(BodyLimit, max_body_bytes=...)`` (as ``build_app`` does), so
+    it runs inside Starlette's error middleware: wrapped around a whole Starlette app instead, a
+    streamed body cut short at the limit reaches that middleware first and answers 500."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
