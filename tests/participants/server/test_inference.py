@@ -252,5 +252,5 @@ async def test_staged_prefixes_are_bounded_the_oldest_dropped_first() -> None:
         app, [_generate(ticket=1, max_tokens=3), _generate(ticket=5, max_tokens=40)], [5]
     )
     assert list(app.state.staged) == ["c1/call-4", "c1/call-5"]
-    with pytest.raises(InvalidValueError, match="max_staged must be >= 1, not 0"):
+    with pytest.raises(InvalidValueError, match="max_staged must be an int >= 1, not 0"):
         create_inference_app(token=TOKEN, max_staged=0)
