@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import nemo_lens_row, report, rotel
+from .load import cpu_seconds
 from .server_app import VARIANTS
 from .spread import Ratio
 
@@ -39,12 +40,6 @@ _REQUEST = (
     b"POST /work HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
     b"Content-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY
 )
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` from /proc (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _connection(port: int, requests: int, deadline: float) -> int:
@@ -132,9 +127,9 @@ def _one(
     proc = _start(variant, port, collector, cores[0] if cores else None, lens_python, batch_interval)
     try:
         asyncio.run(_load(port, requests // 5, connections, 60))  # warm-up
-        before = _cpu_seconds(proc.pid)
+        before = cpu_seconds(proc.pid)
         done = asyncio.run(_load(port, requests, connections, 120))
-        after = _cpu_seconds(proc.pid)
+        after = cpu_seconds(proc.pid)
     finally:
         _stop(proc)
     return (after - before) / done * 1e6

@@ -47,6 +47,7 @@ from ckpt_events.participants.protocol import CONTROL_PREFIX, EpisodeId
 from ckpt_events.participants.server.app import make_workload
 
 from . import report
+from .load import cpu_seconds
 
 DEFAULT_JSON: Final = Path(__file__).parent / "results" / "workers.json"
 TOKEN: Final = "bench-" + secrets.token_hex(8)
@@ -56,17 +57,10 @@ INSTANCE: Final = "environment-0"
 WORKER_COUNTS: Final = (1, 2, 4)
 #: Checkpoints on tmpfs where there is one; the servers' checkpoint root holds them.
 ROOT: Final = "/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()
-_TICK: Final = os.sysconf("SC_CLK_TCK")
 _STEPS: Final = 10_000  # the most a session may take: more than any run here makes
 
 
 # -- processes and their CPU ----------------------------------------------------------------
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` so far (``/proc/<pid>/stat``, fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _children(pid: int) -> list[int]:
@@ -168,14 +162,14 @@ async def _cpu_per_call(workers: int, routed: bool, calls: int, workdir: Path) -
         try:
             for _ in range(200):  # warm up (imports, caches, the first connection)
                 await connection.call(request)
-            main_before = _cpu_seconds(server.proc.pid)
-            workers_before = sum(_cpu_seconds(p) for p in pids)
+            main_before = cpu_seconds(server.proc.pid)
+            workers_before = sum(cpu_seconds(p) for p in pids)
             start = time.perf_counter()
             for _ in range(calls):
                 await connection.call(request)
             wall = time.perf_counter() - start
-            main = _cpu_seconds(server.proc.pid) - main_before
-            spent = sum(_cpu_seconds(p) for p in pids) - workers_before
+            main = cpu_seconds(server.proc.pid) - main_before
+            spent = sum(cpu_seconds(p) for p in pids) - workers_before
         finally:
             await connection.aclose()
     return {"main_us": main / calls * 1e6, "workers_us": spent / calls * 1e6, "wall_us": wall / calls * 1e6}
@@ -270,7 +264,7 @@ async def _checkpoint_round(n: int, workers: int, seed: Path, workdir: Path) -> 
     episodes = [EpisodeId(f"r{i:06d}", 0) for i in range(n)]
     async with _server(workers, workdir) as (server, _):
         async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
-            main_before = _cpu_seconds(server.proc.pid)
+            main_before = cpu_seconds(server.proc.pid)
             start = time.perf_counter()
             restored = await _control(
                 client,
@@ -287,7 +281,7 @@ async def _checkpoint_round(n: int, workers: int, seed: Path, workdir: Path) -> 
                 client, "commit", {"checkpoint_id": "c1", "checkpoint_dir": str(directory)}
             )
             commit_s = time.perf_counter() - start
-            main_cpu = _cpu_seconds(server.proc.pid) - main_before
+            main_cpu = cpu_seconds(server.proc.pid) - main_before
             assert committed["manifest"]["record_count"] == n
             await _control(client, "resume", {"checkpoint_id": "c1"})
     _remove_tree(directory)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-__all__ = ["DRIVERS", "Load", "Request", "cpu_seconds", "drive", "pick_driver"]
+__all__ = ["DRIVERS", "Load", "Request", "cpu_seconds", "drive", "pick_driver", "stat_cpu_seconds"]
 
 Driver = Literal["wrk", "httpx"]
 DRIVERS: Final = ("auto", "wrk", "httpx")
@@ -56,7 +56,13 @@ class Load:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of process ``pid`` from ``/proc`` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
+def stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU from a ``/proc`` ``stat`` file (a process's, or one thread's under
+    ``task/``): its fields 14 and 15, in clock ticks (10 ms here)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
 import tempfile
 import threading
@@ -34,6 +33,7 @@ import anyio
 from ckpt_events import Bus, Telemetry
 
 from . import report, rotel
+from .load import stat_cpu_seconds
 from .server_app import _ours
 
 __all__ = ["VARIANTS", "run"]
@@ -53,14 +53,12 @@ class _Null:
 
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds (user + system) of each thread of this process, by thread id."""
-    ticks = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for task in Path("/proc/self/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[task.name] = stat_cpu_seconds(task / "stat")
         except OSError:  # the thread ended meanwhile
             continue
-        out[task.name] = (int(fields[11]) + int(fields[12])) / ticks
     return out
 
 
