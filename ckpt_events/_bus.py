@@ -314,6 +314,15 @@ class Bus:
             except RuntimeError:  # the loop has closed; the events stay counted as pending
                 pass
 
+    def _emit_closing(self, event: Event) -> None:
+        """``emit`` for what closes a process's part of a trace (a finished coordination or
+        collection): a buffer whose task waits out a batch interval is told, as a finished
+        operation's handle tells it (``OperationSpan.__exit__``); ``emit`` itself reads no flag."""
+        self.emit(event)
+        for buffer in self._routes.get(event.__class__, ()):
+            if buffer.paused:
+                self._prompt(buffer)
+
     def _prompt(self, buffer: _Buffer) -> None:
         """A finished operation was queued while ``buffer``'s task waits out a pause."""
         buffer.paused = False  # told once per pause

@@ -179,7 +179,7 @@ class CoordinateSpan(_Span):
                 outcome, error_type, error_message = _OK, None, None
             else:
                 outcome, error_type, error_message = _error_fields(exc)
-            tel.bus.emit(
+            tel.bus._emit_closing(  # what closes a trace's part: not held by a batch interval
                 CoordinateFinished(  # positional, in field order (see _events.py)
                     tel.kind,
                     tel.instance,
@@ -286,7 +286,7 @@ class CollectionSpan(_Span):
                 outcome, error_type, error_message = _OK, None, None
             else:
                 outcome, error_type, error_message = _error_fields(exc)
-            tel.bus.emit(
+            tel.bus._emit_closing(  # what closes a trace's part: not held by a batch interval
                 CollectionFinished(  # positional, in field order (see _events.py)
                     tel.kind,
                     tel.instance,

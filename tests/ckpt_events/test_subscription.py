@@ -208,6 +208,26 @@ async def test_an_idle_sink_gets_its_next_event_at_once_and_a_finished_operation
         assert [e.checkpoint_id for e in sink.of_type(OperationFinished)] == ["c0", "c1", "c2", "c3", "c5"]
 
 
+@BACKENDS
+async def test_a_finished_coordination_queued_during_an_interval_goes_at_once() -> None:
+    """A coordination (the controller's, emitted through the bus) that ends while the sink's task
+    waits out its interval ends the wait, as a finished operation does."""
+    sink = MemorySink(interests=(Refused, CoordinateFinished))
+    async with Bus(batch_interval=1.0) as bus:
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        bus.subscribe(sink)
+        bus.emit(refused(0))
+        await _turns()
+        bus.emit(refused(1))
+        await _turns()
+        assert sink.batches == 1  # the second refusal waits out the interval
+        with ctl.coordinate("prepare", checkpoint_id="c1"):
+            pass
+        await _turns()
+        assert sink.batches == 2
+        assert [type(e).__name__ for e in sink.events] == ["Refused", "Refused", "CoordinateFinished"]
+
+
 def test_batch_interval_is_checked() -> None:
     """A batch interval is a number of seconds in [0, 1], on the bus and per subscription."""
     with pytest.raises(InvalidTypeError, match="batch_interval"):
