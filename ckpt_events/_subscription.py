@@ -76,7 +76,7 @@ class _Buffer(deque[Any]):
         self.capacity = capacity
         self.dropped = 0
         self.waiting = False  # the delivery task sleeps until woken
-        self.paused = False  # the delivery task waits out a linger or interval (a finished operation ends it)
+        self.paused = False  # the delivery task waits out a batch interval (a finished operation ends it)
         self.owner = owner
 
 
@@ -236,7 +236,7 @@ class Subscription:
                 if self.batch_interval and not self.closed and len(buffer) < self._batch_size:
                     now = time.monotonic()
                     wait = self._last_batch + self.batch_interval - now
-                    if wait > 0 and not self._prompt(buffer, now):
+                    if wait > 0 and not self._prompt_due(buffer, now):
                         await self._pause(wait, prompt=True)
                         continue
                     self._last_batch = now
@@ -302,7 +302,7 @@ class Subscription:
             self._hurried = False
             self._last_batch = -math.inf  # a flush's batch goes now, not after the interval
 
-    def _prompt(self, buffer: _Buffer, now: float) -> bool:
+    def _prompt_due(self, buffer: _Buffer, now: float) -> bool:
         """Whether ``buffer`` holds what closes a trace's part and a prompt batch is left (then
         it takes one): such a batch does not wait out the interval."""
         return not PROMPT_TYPES.isdisjoint(map(type, buffer)) and self._take_prompt(now)
