@@ -45,11 +45,16 @@ def load_app(spec: str) -> Starlette:
 
 
 def _phase(tel: Telemetry, configured: Any) -> dict[str, Any]:
+    export = getattr(configured, "export_process", None)
     return {
         "enabled": tel.enabled,
         "sinks": msgspec.to_builtins(tel.bus.stats().sinks),
         # Served beside the metric sink's aggregation, not a subscription of its own.
         "prometheus_endpoint": getattr(configured, "prometheus", None) is not None,
+        # configure(export_process=True): the sinks subscribed in the child, and its endpoint.
+        "export_process": None
+        if export is None
+        else {"sinks": list(export.sinks), "prometheus_endpoint": export.prometheus_url is not None},
     }
 
 

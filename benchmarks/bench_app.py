@@ -10,7 +10,9 @@
   (``CKPT_EVENTS_JSONL``, a file in the run's temporary directory), ``otlp`` (spans and metrics
   over OTLP/HTTP to a ``rotel`` collector started here) and ``prometheus`` (the ``/metrics``
   endpoint on a free port, not scraped). What the app's code turns on itself stays on, and the
-  table names every sink the server really had.
+  table names every sink the server really had. With ``export_process`` (``--export-process``)
+  the "on" server runs them in ``configure()``'s export process, whose CPU (the server's
+  children's) gets rows of its own, alone and added to the server's.
 
 Servers run in a temporary directory (files the app writes by relative path go there) with the
 current directory first on the import path. The route is driven by ``wrk`` when installed (else
@@ -41,7 +43,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import report, rotel
-from .load import Driver, Load, Request, cpu_seconds, drive
+from .load import (
+    Driver,
+    Load,
+    Request,
+    children_cpu_seconds,
+    cpu_seconds,
+    drive,
+    settled_children_cpu_seconds,
+)
 from .spread import Ratio
 
 __all__ = ["SINKS", "AppBench", "BenchAppError", "parse_header", "parse_request", "run"]
@@ -82,16 +92,18 @@ class AppBench:
     connections: int = 32
     driver: Driver = "wrk"
     project: Path = field(default_factory=Path.cwd)
+    export_process: bool = False
 
 
 @dataclass
 class _Run:
-    """One server's measured run."""
+    """One server's measured run (``children_us_per_request``: its export process's CPU)."""
 
     us_per_request: float
     per_second: float
     load: Load
     state: dict[str, Any]
+    children_us_per_request: float = 0.0
 
 
 def parse_request(text: str) -> tuple[str, str]:
@@ -121,10 +133,12 @@ def _child_env(extra: Mapping[str, str], project: Path) -> dict[str, str]:
     return env
 
 
-def _variant_env(variant: str, sinks: Sequence[str], collector: str | None, workdir: Path) -> dict[str, str]:
+def _variant_env(
+    variant: str, sinks: Sequence[str], collector: str | None, workdir: Path, export_process: bool = False
+) -> dict[str, str]:
     if variant == _OFF:
         return {"CKPT_EVENTS_DISABLED": "true"}
-    env: dict[str, str] = {}
+    env: dict[str, str] = {"CKPT_EVENTS_EXPORT_PROCESS": "true"} if export_process else {}
     if "jsonl" in sinks:
         env["CKPT_EVENTS_JSONL"] = str(workdir / "events.jsonl")
     metrics = []
@@ -183,7 +197,9 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-app-") as tmp:
         workdir = Path(tmp)
         state_file, log = workdir / "state.json", workdir / "server.log"
-        env = _child_env(_variant_env(variant, bench.sinks, collector, workdir), bench.project)
+        env = _child_env(
+            _variant_env(variant, bench.sinks, collector, workdir, bench.export_process), bench.project
+        )
         command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, str(port), str(state_file)]
         with log.open("wb") as err:
             proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
@@ -220,6 +236,7 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
         for variant in order:
             drive(bench.driver, urls[variant], bench.request, bench.warmup_seconds, bench.connections)
         before = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
+        children_before = {v: children_cpu_seconds(server.proc.pid) for v, server in servers.items()}
         loads: dict[str, list[Load]] = {v: [] for v in order}
         for _ in range(bench.seconds // SLICE_SECONDS):
             for variant in order:
@@ -227,6 +244,7 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
                 loads[variant].append(load)
         time.sleep(DRAIN_SECONDS)  # what a slice left to do (a batch being exported) is counted too
         after = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
+        children_after = {v: settled_children_cpu_seconds(server.proc.pid) for v, server in servers.items()}
     runs = {}
     for variant in order:
         slices = loads[variant]
@@ -239,7 +257,8 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
                 "the figures would be those of errors"
             )
         us = (after[variant] - before[variant]) / load.requests * 1e6
-        runs[variant] = _Run(us, load.per_second, load, servers[variant].state)
+        children = (children_after[variant] - children_before[variant]) / load.requests * 1e6
+        runs[variant] = _Run(us, load.per_second, load, servers[variant].state, children)
     return runs
 
 
@@ -286,6 +305,11 @@ def _had(runs: Sequence[_Run]) -> list[str]:
         had = [sink["name"] for sink in started.get("sinks", ())]
         if started.get("prometheus_endpoint"):
             had.append("/metrics endpoint")
+        if export := started.get("export_process"):
+            inside = [*export["sinks"], *(["/metrics endpoint"] if export["prometheus_endpoint"] else [])]
+            had = [
+                f"export process ({', '.join(inside)})" if name == "export-process" else name for name in had
+            ]
         names += [name for name in had if name not in names]
     return names
 
@@ -321,6 +345,28 @@ def _figures(
         rows.append((f"server CPU per request, on / off (--sinks {','.join(sinks_on)})", cpu, "", None))
         rows.append((f"requests per second, on / off (--sinks {','.join(sinks_on)})", rps, "", None))
         ratios = {"cpu_per_request": cpu.figures(), "requests_per_second": rps.figures()}
+        if bench.export_process:
+            both = Ratio.paired(
+                [one.us_per_request + one.children_us_per_request for one in on],
+                [one.us_per_request for one in off],
+            )
+            rows.append(
+                (
+                    f"server + export process CPU per request, on / off (--sinks {','.join(sinks_on)})",
+                    both,
+                    "",
+                    None,
+                )
+            )
+            rows.append(
+                (
+                    "export process CPU per request, on",
+                    _spread([one.children_us_per_request for one in on], "us"),
+                    "",
+                    None,
+                )
+            )
+            ratios["cpu_per_request_with_export_process"] = both.figures()
         if not all(one.state.get("started", {}).get("enabled") for one in on):
             rows.append(
                 ("on did not turn on in every round: nothing was subscribed at its startup", None, "", None)
@@ -352,6 +398,7 @@ def _figures(
         "request": str(bench.request),
         "sinks_asked": list(bench.sinks),
         "sinks_on": sinks_on,
+        "export_process": bench.export_process,
         "skipped": skipped,
         "driver": bench.driver,
         "connections": bench.connections,
@@ -364,6 +411,7 @@ def _figures(
                 "label": labels[variant],
                 "sinks": _had(runs[variant]),
                 "us_per_request": [one.us_per_request for one in runs[variant]],
+                "children_us_per_request": [one.children_us_per_request for one in runs[variant]],
                 "requests_per_second": [one.per_second for one in runs[variant]],
                 "requests": [one.load.requests for one in runs[variant]],
                 "failed": [one.load.failed for one in runs[variant]],

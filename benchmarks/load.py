@@ -59,6 +59,42 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
+def children_pids(pid: int) -> list[int]:
+    """The running children of process ``pid`` (of any of its threads)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:  # the thread ended meanwhile, or the kernel has no children file
+            continue
+    return found
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """User + system CPU of the running children of process ``pid`` (an export process)."""
+    total = 0.0
+    for child in children_pids(pid):
+        try:
+            total += cpu_seconds(child)
+        except OSError:  # it ended meanwhile
+            continue
+    return total
+
+
+def settled_children_cpu_seconds(pid: int, limit: float = 5.0) -> float:
+    """``children_cpu_seconds(pid)`` once two readings 50 ms apart agree (what the children
+    were handed is handled), or after ``limit`` seconds."""
+    last = children_cpu_seconds(pid)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = children_cpu_seconds(pid)
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def stat_cpu_seconds(stat: Path) -> float:
     """User + system CPU from a ``/proc`` ``stat`` file (a process's, or one thread's under
     ``task/``): its fields 14 and 15, in clock ticks (10 ms here)."""

@@ -3,11 +3,13 @@
 ``python -m ckpt_events.benchmarks.server_app VARIANT PORT [COLLECTOR_URL [BATCH_INTERVAL]]`` serves
 ``POST /work`` on 127.0.0.1: hash a 2 KiB body a few times (a small unit of work), inside ``tel.operation``
 with two steps (or the same three spans made with the OpenTelemetry SDK directly).
-Variants: ``uninstrumented``, ``no_sink``, ``jsonl``, ``otlp`` (``ckpt_events.sinks.configure`` with the
-collector's endpoint: ``OtlpSpanSink`` plus ``OtlpMetricSink`` over OTLP/HTTP), ``all`` (every sink on,
-as a deployment turns them on: ``otlp``'s two, JSON lines and the Prometheus ``/metrics`` endpoint,
-not scraped) and ``sdk`` (tracer with a ``BatchSpanProcessor`` and the OTLP/HTTP exporter to the
-collector).
+Variants: ``uninstrumented``, ``no_sink``, ``null`` (a sink that takes every event and does
+nothing: what building and delivering the events cost), ``jsonl``, ``otlp``
+(``ckpt_events.sinks.configure`` with the collector's endpoint: ``OtlpSpanSink`` plus
+``OtlpMetricSink`` over OTLP/HTTP), ``all`` (every sink on, as a deployment turns them on:
+``otlp``'s two, JSON lines and the Prometheus ``/metrics`` endpoint, not scraped),
+``all_export_process`` (``all`` with ``configure(export_process=True)``) and ``sdk`` (tracer
+with a ``BatchSpanProcessor`` and the OTLP/HTTP exporter to the collector).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ckpt_events import Bus, Telemetry
 
 __all__ = ["VARIANTS", "make_app"]
 
-VARIANTS = ("uninstrumented", "no_sink", "jsonl", "otlp", "all", "sdk")
+VARIANTS = ("uninstrumented", "no_sink", "null", "jsonl", "otlp", "all", "all_export_process", "sdk")
 _P = "nemo.gym.checkpoint."
 
 
@@ -71,6 +73,13 @@ def _sdk(tracer: Any) -> Callable[[bytes], int]:
     return handle
 
 
+class _Null:
+    """Takes every event and does nothing with it."""
+
+    def handle(self, batch: list[Any]) -> None:
+        pass
+
+
 @contextlib.asynccontextmanager
 async def _telemetry(
     variant: str, collector: str | None, batch_interval: float | None = None
@@ -91,17 +100,21 @@ async def _telemetry(
         return
     bus = Bus() if batch_interval is None else Bus(batch_interval=batch_interval)
     async with bus, contextlib.AsyncExitStack() as stack:
-        if variant == "jsonl":
+        if variant == "null":
+            # What every sink pays before its own work: the events built and delivered.
+            bus.subscribe(_Null())
+        elif variant == "jsonl":
             from ckpt_events.sinks.jsonl import JsonLinesSink
 
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             bus.subscribe(JsonLinesSink(Path(tmp) / "events.jsonl"))
-        elif variant in ("otlp", "all"):
+        elif variant in ("otlp", "all", "all_export_process"):
             from ckpt_events import sinks
 
             # What `serve` does: configure() -> OtlpSpanSink + OtlpMetricSink over OTLP/HTTP;
-            # `all` adds JSON lines and the /metrics endpoint (on a free port, not scraped).
-            everything = variant == "all"
+            # `all` adds JSON lines and the /metrics endpoint (on a free port, not scraped);
+            # `all_export_process` is `all` with the sinks in configure()'s export process.
+            everything = variant != "otlp"
             environ = (
                 {
                     "OTEL_METRICS_EXPORTER": "otlp,prometheus",
@@ -118,6 +131,7 @@ async def _telemetry(
                 jsonl_path=jsonl if everything else None,
                 service_name="bench-server",
                 environ=environ,
+                export_process=variant == "all_export_process",
             )
             stack.push_async_callback(configured.aclose)
         yield _ours(Telemetry(bus, kind="resources", instance="resources-0"))

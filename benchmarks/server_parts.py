@@ -7,9 +7,11 @@ unit of work) in one process as a loaded server runs it: 32 requests a loop turn
 sinks: none; a sink that takes every event and does nothing (what emitting, turning handles
 into events and delivering cost); JSON lines; ``OtlpSpanSink``; ``OtlpMetricSink``; and every
 sink as the ``server`` suite's ``all`` (``configure()`` with OTLP to rotel, JSON lines and the
-Prometheus endpoint). Per variant it prints the process CPU per request added over no sink
-(the best of the rounds, which are interleaved), and how much of it ran on threads other than
-the loop's (the OTLP export workers). The OTLP variants need rotel and say so without it.
+Prometheus endpoint); and ``all`` with ``export_process=True`` (the same sinks in a child
+process). Per variant it prints the process CPU per request added over no sink (the best of
+the rounds, which are interleaved), and how much of it ran on threads other than the loop's
+(the OTLP export workers); for the export process, its own CPU per request too. The OTLP
+variants need rotel and say so without it.
 
 This isolates the library's share: the ``server`` suite measures the same request through
 uvicorn and FastAPI, whose own ~200-260 us per request are the denominator of its ratios.
@@ -38,8 +40,8 @@ from .server_app import _ours
 
 __all__ = ["VARIANTS", "run"]
 
-VARIANTS: Final = ("no_sink", "null", "jsonl", "otlp_spans", "otlp_metrics", "all")
-_NEEDS_COLLECTOR: Final = frozenset({"otlp_spans", "otlp_metrics", "all"})
+VARIANTS: Final = ("no_sink", "null", "jsonl", "otlp_spans", "otlp_metrics", "all", "all_export_process")
+_NEEDS_COLLECTOR: Final = frozenset({"otlp_spans", "otlp_metrics", "all", "all_export_process"})
 _PER_TURN: Final = 32
 _TURN_WAIT: Final = 0.003
 
@@ -68,7 +70,10 @@ def _files() -> Iterator[Path]:
         yield Path(folder)
 
 
-async def _subscribe(variant: str, bus: Bus, collector: str | None, stack: contextlib.AsyncExitStack) -> None:
+async def _subscribe(
+    variant: str, bus: Bus, collector: str | None, stack: contextlib.AsyncExitStack
+) -> int | None:
+    """Subscribe ``variant``'s sinks; the export process's pid for ``all_export_process``."""
     from ckpt_events import sinks
 
     folder = stack.enter_context(_files())
@@ -76,11 +81,11 @@ async def _subscribe(variant: str, bus: Bus, collector: str | None, stack: conte
         bus.subscribe(_Null())
     elif variant == "jsonl":
         bus.subscribe(sinks.JsonLinesSink(folder / "events.jsonl"))
-    elif variant in ("otlp_spans", "otlp_metrics", "all"):
+    elif variant in ("otlp_spans", "otlp_metrics", "all", "all_export_process"):
         environ = {"OTEL_METRICS_EXPORTER": "none"}
         if variant == "otlp_metrics":
             environ = {"OTEL_TRACES_EXPORTER": "none"}
-        elif variant == "all":
+        elif variant in ("all", "all_export_process"):
             environ = {
                 "OTEL_METRICS_EXPORTER": "otlp,prometheus",
                 "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
@@ -89,11 +94,15 @@ async def _subscribe(variant: str, bus: Bus, collector: str | None, stack: conte
         configured = sinks.configure(
             bus,
             otlp_endpoint=collector,
-            jsonl_path=folder / "events.jsonl" if variant == "all" else None,
+            jsonl_path=folder / "events.jsonl" if variant.startswith("all") else None,
             service_name="bench-server-parts",
             environ=environ,
+            export_process=variant == "all_export_process",
         )
         stack.push_async_callback(configured.aclose)
+        if configured.export_process is not None:
+            return configured.export_process.pid
+    return None
 
 
 async def _serve(handle: Callable[[bytes], int], requests: int) -> None:
@@ -106,24 +115,44 @@ async def _serve(handle: Callable[[bytes], int], requests: int) -> None:
 
 async def _one(
     variant: str, collector: str | None, requests: int, batch_interval: float | None = None
-) -> tuple[float, float]:
-    """(process CPU us per request, of it on other threads than the loop's) for ``variant``."""
+) -> tuple[float, float, float]:
+    """(process CPU us per request, of it on other threads than the loop's, the export
+    process's CPU us per request) for ``variant``."""
     bus = Bus() if batch_interval is None else Bus(batch_interval=batch_interval)
     async with bus, contextlib.AsyncExitStack() as stack:
-        await _subscribe(variant, bus, collector, stack)
+        child = await _subscribe(variant, bus, collector, stack)
+        child_stat = Path(f"/proc/{child}/stat") if child is not None else None
         handle = _ours(Telemetry(bus, kind="resources", instance="resources-0"))
         await _serve(handle, requests // 5)  # warm-up
         await bus.flush()
         loop_thread = str(threading.get_native_id())
+        child_before = stat_cpu_seconds(child_stat) if child_stat is not None else 0.0
         before = _thread_cpu()
         await _serve(handle, requests)
         await bus.flush()
         # The export workers' share: let them send what the flush handed them.
         await anyio.sleep(0.05)
         after = _thread_cpu()
+        # The export process's share: it has read and handled everything when its CPU stops
+        # growing (bounded: 5 s).
+        child_cpu = 0.0
+        if child_stat is not None:
+            child_cpu = await _settled_cpu(child_stat) - child_before
     total = sum(after.values()) - sum(before.get(k, 0.0) for k in after)
     others = sum(v - before.get(k, 0.0) for k, v in after.items() if k != loop_thread)
-    return total / requests * 1e6, others / requests * 1e6
+    return total / requests * 1e6, others / requests * 1e6, child_cpu / requests * 1e6
+
+
+async def _settled_cpu(stat: Path) -> float:
+    """``stat``'s CPU seconds once two readings 50 ms apart agree (at most 5 s)."""
+    last = stat_cpu_seconds(stat)
+    for _ in range(100):
+        await anyio.sleep(0.05)
+        now = stat_cpu_seconds(stat)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def run(rounds: int = 5, requests: int = 20_000, batch_interval: float | None = None) -> dict[str, Any]:
@@ -132,7 +161,7 @@ def run(rounds: int = 5, requests: int = 20_000, batch_interval: float | None = 
     ``batch_interval`` is the bus's (default: ``Bus``'s own)."""
     with rotel.collector() as collector:
         variants = [v for v in VARIANTS if collector or v not in _NEEDS_COLLECTOR]
-        per: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+        per: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
         for r in range(rounds):
             for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:
                 per[variant].append(anyio.run(_one, variant, collector, requests, batch_interval))
@@ -142,9 +171,11 @@ def run(rounds: int = 5, requests: int = 20_000, batch_interval: float | None = 
         ("us CPU per request, no sink (the request alone)", base, "", None)
     ]
     for variant in variants[1:]:
-        total, others = best[variant]
+        total, others, child = best[variant]
         what = f"us CPU per request added: {variant} (of it on other threads: {others:.1f})"
         rows.append((what, total - base, "", None))
+        if variant == "all_export_process":
+            rows.append(("us CPU per request in the export process (all_export_process)", child, "", None))
     for variant in VARIANTS:
         if variant not in per:
             rows.append((f"us CPU per request added: {variant} ({rotel.why_missing()})", None, "", None))

@@ -1,6 +1,7 @@
 """Sinks for ckpt_events: OpenTelemetry spans and metrics, JSON-lines logs, and replay.
 
-``configure(bus)`` subscribes the standard set from arguments and the environment;
+``configure(bus)`` subscribes the standard set from arguments and the environment (in this
+process, or with ``export_process=True`` in a child fed through a pipe: ``ExportProcess``);
 ``otel``, ``jsonl`` and ``replay`` (under ``ckpt_events.sinks``) hold the parts. The OpenTelemetry
 modules import the SDK only when used.
 
@@ -16,6 +17,7 @@ from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured, configure
+    from ckpt_events.sinks._export_process import ExportProcess, ExportProcessStats
     from ckpt_events.sinks._logging_sink import LoggingSink
     from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
     from ckpt_events.sinks.jsonl._replay import ReplayResult, replay
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Configured",
     "CorruptLine",
+    "ExportProcess",
+    "ExportProcessStats",
     "JsonLinesSink",
     "JsonLinesStats",
     "LoggingSink",
@@ -42,6 +46,8 @@ __all__ = [
 _HOMES: Final = {
     "Configured": "ckpt_events.sinks._configure",
     "CorruptLine": "ckpt_events.sinks.jsonl._reader",
+    "ExportProcess": "ckpt_events.sinks._export_process",
+    "ExportProcessStats": "ckpt_events.sinks._export_process",
     "JsonLinesSink": "ckpt_events.sinks.jsonl._writer",
     "JsonLinesStats": "ckpt_events.sinks.jsonl._writer",
     "LoggingSink": "ckpt_events.sinks._logging_sink",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
+    from ckpt_events.sinks._export_process import ExportProcess
     from ckpt_events.sinks.otel._metric_sink import MetricSink
     from ckpt_events.sinks.otel._span_sink import SpanSink
     from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
@@ -46,6 +47,7 @@ ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
 #: The off switch: ``true`` subscribes nothing, whatever the arguments and other variables.
 ENV_DISABLED: Final = "CKPT_EVENTS_DISABLED"
+ENV_EXPORT_PROCESS: Final = "CKPT_EVENTS_EXPORT_PROCESS"
 
 DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
@@ -75,6 +77,7 @@ class Configured:
         close_timeout: float = 10.0,
         settings: OtelSettings | None = None,
         prometheus: PrometheusEndpoint | None = None,
+        export_process: ExportProcess | None = None,
     ) -> None:
         self.bus = bus
         self.subscriptions = tuple(subscriptions)
@@ -89,6 +92,8 @@ class Configured:
         self.close_timeout = close_timeout
         #: The scrape endpoint of ``OTEL_METRICS_EXPORTER=prometheus`` (closed last, by ``aclose``).
         self.prometheus = prometheus
+        #: The child process running the sinks (``export_process=True``), else ``None``.
+        self.export_process = export_process
         self._closed = False
 
     @property
@@ -148,6 +153,7 @@ def configure(
     span_exporter: SpanExporter | None = None,
     metric_readers: Sequence[MetricReader] | None = None,
     metric_cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
+    export_process: bool | None = None,
 ) -> Configured:
     """Subscribe the standard sinks to ``bus``; arguments win over the environment.
 
@@ -171,6 +177,13 @@ def configure(
       instrument by every metric sink built here (and by the SDK readers built here); a
       measurement of a set first seen past it goes to the ``otel.metric.overflow=true`` series.
 
+    * ``export_process`` (or ``CKPT_EVENTS_EXPORT_PROCESS=true``): every sink above but the
+      stall watch runs in a child process (``ExportProcess``) fed each batch through a pipe;
+      this process keeps the events' building, one JSON encoding per batch and the write. It
+      cannot take the in-process parts (``tracer_provider``, ``meter_provider``,
+      ``span_exporter``, ``metric_readers``). The child's Prometheus URL is
+      ``Configured.export_process.prometheus_url``.
+
     ``environ`` (default ``os.environ``) is the only mapping read. With nothing set, or with
     ``OTEL_SDK_DISABLED=true`` (OpenTelemetry off; JSON lines still honoured), nothing
     OpenTelemetry is subscribed. ``CKPT_EVENTS_DISABLED=true`` subscribes nothing at all, the
@@ -180,6 +193,29 @@ def configure(
     env = os.environ if environ is None else environ
     if _switched_off(env):
         return Configured(bus)
+    if _export_process_on(export_process, env):
+        return _configure_export_process(
+            bus,
+            env,
+            in_process={
+                "tracer_provider": tracer_provider,
+                "meter_provider": meter_provider,
+                "span_exporter": span_exporter,
+                "metric_readers": metric_readers,
+            },
+            arguments={
+                "jsonl_path": None if jsonl_path is None else os.fspath(jsonl_path),
+                "otlp_endpoint": otlp_endpoint,
+                "span_groups": (
+                    span_groups if span_groups is None or isinstance(span_groups, str) else list(span_groups)
+                ),
+                "service_name": service_name,
+                "service_instance_id": service_instance_id,
+                "resource_attributes": None if resource_attributes is None else dict(resource_attributes),
+                "metric_export_interval_ms": metric_export_interval_ms,
+                "metric_cardinality_limit": metric_cardinality_limit,
+            },
+        )
     settings, groups, cardinality_limit = _checked_settings(
         env,
         otlp_endpoint=otlp_endpoint,
@@ -338,6 +374,46 @@ def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:
     if not after > 0 or after == float("inf"):
         raise ConfigurationError(f"{ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
     return StallWatch(after, bus=bus)
+
+
+def _export_process_on(export_process: bool | None, env: Mapping[str, str]) -> bool:
+    if export_process is not None:
+        if not isinstance(export_process, bool):
+            raise ConfigurationError(f"export_process must be True or False, not {export_process!r}")
+        return export_process
+    raw = env.get(ENV_EXPORT_PROCESS, "").strip().lower()
+    if raw not in ("", "true", "false"):
+        raise ConfigurationError(f"{ENV_EXPORT_PROCESS}={env[ENV_EXPORT_PROCESS]!r}: use true or false")
+    return raw == "true"
+
+
+def _configure_export_process(
+    bus: Bus, env: Mapping[str, str], *, in_process: Mapping[str, object], arguments: Mapping[str, object]
+) -> Configured:
+    """``configure`` with the sinks in an ``ExportProcess``; the stall watch stays here (it
+    watches this bus and emits onto it, so its events reach the child too)."""
+    given = [name for name, value in in_process.items() if value is not None]
+    if given:
+        raise ConfigurationError(
+            f"export_process cannot take {', '.join(given)}: they live in this process; "
+            "pass them without export_process, or set the exporters through the environment"
+        )
+    from ckpt_events.sinks._export_process import ExportProcess
+
+    stall_watch = _stall_watch(env, bus)
+    child_env = {key: value for key, value in env.items() if key != ENV_EXPORT_PROCESS}
+    child_env.pop(ENV_STALL_AFTER, None)
+    process = ExportProcess.start({**arguments, "environ": child_env, "export_process": False})
+    subscriptions: list[Subscription] = []
+    try:
+        subscriptions.append(bus.subscribe(process, name="export-process"))
+        if stall_watch is not None:
+            subscriptions.append(bus.subscribe(stall_watch, name="stall-watch"))
+    except BaseException:
+        for sub in subscriptions:
+            sub.close()
+        raise
+    return Configured(bus, subscriptions=subscriptions, export_process=process)
 
 
 def _switched_off(env: Mapping[str, str]) -> bool:

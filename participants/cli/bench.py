@@ -12,6 +12,7 @@ from ckpt_events.participants.cli.command import (
     Command,
     writable_path,
 )
+from ckpt_events.participants.errors import CommandError
 
 __all__ = ["BENCH"]
 
@@ -48,6 +49,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.app:
         return bench_app.run(args)
+    for given, name in ((args.request, "--request"), (args.export_process, "--export-process")):
+        if given:
+            raise CommandError(f"{name} is for --app MODULE:ATTR (your own app): add --app, or drop {name}")
     report = importlib.import_module("ckpt_events.benchmarks.report")
     chosen = args.only or ["core", "sinks", "otlp", "scale"]
     rows: list[Any] = []

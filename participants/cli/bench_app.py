@@ -73,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the sinks of the 'on' servers (default: all three; otlp goes to a rotel collector)",
     )
     group.add_argument(
+        "--export-process",
+        action="store_true",
+        help="run the 'on' servers' sinks in configure()'s export process (its CPU has rows of its own)",
+    )
+    group.add_argument(
         "--rounds", type=_at_least(3), metavar="N", help="rounds, order rotated (default 5, --quick 3)"
     )
     group.add_argument(
@@ -113,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         app=args.app,
         request=load.Request(method, path, body, tuple(headers)),
         sinks=args.sinks,
+        export_process=args.export_process,
         rounds=args.rounds or (3 if args.quick else 5),
         seconds=args.duration or (2 if args.quick else 10),
         connections=args.connections,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,23 @@ def test_rows_that_need_rotel_say_why_without_it(tmp_path: Path, monkeypatch: py
     result = bench_server.run(quick=True)
     why = rotel.why_missing()
     assert str(absent) in why and "pip install rotel" in why
-    assert result["skipped"] == {"otlp": why, "all": why, "sdk": why}
+    assert result["skipped"] == {"otlp": why, "all": why, "all_export_process": why, "sdk": why}
     rows = {what: value for what, value, _, _ in result["rows"]}
     skipped = [what for what in rows if why in what]
-    # The OTLP, every-sink and SDK rows, and each of ours against the SDK's.
-    assert len(skipped) == 5
+    # The OTLP, both every-sink and the SDK rows, and each of ours against the SDK's.
+    assert len(skipped) == 7
     assert all(rows[what] is None for what in skipped)
     measured = rows["server CPU/request: ckpt-events, no sink / uninstrumented"]
     assert isinstance(measured, Ratio) and measured.rounds == result["rounds"]
+
+
+@pytest.mark.skipif(rotel.agent_binary() is None, reason="needs the rotel collector (pip install rotel)")
+def test_a_round_reads_the_export_process_beside_its_server() -> None:
+    """Servers side by side, load alternating: the export process's CPU is read from the
+    server's children (more than nothing), and a server without one has none."""
+    cores = (0, 1) if len(os.sched_getaffinity(0)) >= 2 else None
+    with rotel.collector() as collector:
+        measured = bench_server._round(["uninstrumented", "all_export_process"], collector, 400, 4, cores)
+    assert measured["uninstrumented"][1] == 0.0
+    server, child = measured["all_export_process"]
+    assert server > 0 and child > 0

@@ -96,16 +96,22 @@ def test_off_and_on_with_a_missing_collector(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_builtin_driver(tmp_path: Path) -> None:
-    """--driver httpx (what runs without wrk) measures the same rows."""
-    run = _bench(tmp_path, "--sinks", "prometheus", "--driver", "httpx")
+def test_the_builtin_driver_and_the_export_process(tmp_path: Path) -> None:
+    """--driver httpx (what runs without wrk) measures the same rows; with --export-process the
+    sinks run in the server's child, whose CPU has rows of its own."""
+    run = _bench(tmp_path, "--sinks", "prometheus", "--driver", "httpx", "--export-process")
     assert run.returncode == 0, run.stderr[-3000:]
     figures = _table(tmp_path)
-    rows = {what for what, _, _, _ in figures["table"]}
+    rows = {what: value for what, value, _, _ in figures["table"]}
     assert "server CPU per request, on / off (--sinks prometheus)" in rows
+    assert "over 3 rounds" in rows["server + export process CPU per request, on / off (--sinks prometheus)"]
+    assert rows["export process CPU per request, on"].endswith(")")
     # The app's own JSON lines stay on: the table names what the server really had.
-    assert figures["variants"]["on"]["sinks"] == ["jsonl", "prometheus", "/metrics endpoint"]
-    assert figures["driver"] == "httpx"
+    assert figures["variants"]["on"]["sinks"] == ["export process (jsonl, prometheus, /metrics endpoint)"]
+    assert figures["export_process"] and figures["driver"] == "httpx"
+    # The child worked: its CPU is more than nothing in every round; off has no child.
+    assert all(us > 0 for us in figures["variants"]["on"]["children_us_per_request"])
+    assert figures["variants"]["off"]["children_us_per_request"] == [0.0, 0.0, 0.0]
 
 
 @pytest.mark.slow
@@ -132,6 +138,8 @@ def test_an_app_that_is_not_instrumented_is_refused(tmp_path: Path) -> None:
         (["--app", "app:app", "--request", "/commit"], "--request takes 'METHOD /path'"),
         (["--app", "app:app", "--request", "GET /", "--only", "core"], "leave out --only"),
         (["--app", "app:app", "--request", "GET /", "--header", "novalue"], "--header takes"),
+        (["--export-process"], "--export-process is for --app"),
+        (["--request", "GET /"], "--request is for --app"),
     ],
 )
 def test_options_that_do_not_fit_are_one_line(

@@ -1,0 +1,186 @@
+"""The export process's own side: ``configure()`` in a child process, fed the parent's events.
+
+``python -m ckpt_events.sinks._export_child`` is started by ``ExportProcess``
+(``ckpt_events.sinks._export_process``), never by hand. Its stdin carries, one line each, first
+the arguments ``configure()`` was given (a JSON object), then every batch the parent's bus
+delivered (a JSON array of events, as ``msgspec.json`` writes them; a line never holds a raw
+newline). Its stdout carries two lines back: ``ready`` once the sinks are built (the event
+classes they want and the Prometheus URL, or the ``ConfigurationError`` that stopped them), and
+``closed`` with this process's bus counters once the sinks are closed. Its stderr is the
+parent's: a sink's warning (a collector refusing) is logged there, once, as it would be in the
+parent.
+
+The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
+batches are still read from the pipe and exported), or on SIGTERM; it ignores SIGINT, so a
+Ctrl-C in the server's terminal lets the parent close it in order instead of killing it mid-export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from ckpt_events import Bus, CheckpointEvent, CkptEventsError
+
+__all__ = ["MAX_LINE", "main"]
+
+#: The longest line read, in bytes: a batch of the parent's bus (at most its buffer, 65,536
+#: events by default, of a few hundred bytes each). A longer line is skipped and counted.
+MAX_LINE: Final = 64 << 20
+_READ: Final = 1 << 20
+
+_BATCH: Final = msgspec.json.Decoder(list[CheckpointEvent])
+
+
+class _Reader:
+    """Whole lines from a non-blocking file descriptor, at most ``MAX_LINE`` bytes each."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.eof = False
+        self.too_long = 0
+        self._partial = bytearray()
+        self._skipping = False  # inside a line past MAX_LINE: drop bytes up to its newline
+
+    async def lines(self) -> list[bytes]:
+        """The next whole lines (``[]`` at the end of the input)."""
+        while not self.eof:
+            try:
+                chunk = os.read(self.fd, _READ)
+            except BlockingIOError:
+                await anyio.wait_readable(self.fd)
+                continue
+            if not chunk:
+                self.eof = True
+                break
+            lines = self._split(chunk)
+            if lines:
+                return lines
+        return []
+
+    def _split(self, chunk: bytes) -> list[bytes]:
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._keep(chunk)
+            return []
+        head, tail = chunk[: end + 1], chunk[end + 1 :]
+        first, _, rest = head.partition(b"\n")
+        lines = [] if self._skipping else [bytes(self._partial) + first]
+        self._partial.clear()
+        self._skipping = False
+        lines.extend(rest.split(b"\n")[:-1])
+        self._keep(tail)
+        return lines
+
+    def _keep(self, tail: bytes) -> None:
+        if self._skipping:
+            return
+        self._partial += tail
+        if len(self._partial) > MAX_LINE:
+            self.too_long += 1
+            self._partial.clear()
+            self._skipping = True
+
+
+#: The parent reads replies on this descriptor (the child's stdout when it started); ``main``
+#: points descriptor 1 at stderr, so what a sink prints (``OTEL_TRACES_EXPORTER=console``) goes
+#: to the server's stderr instead of into the replies.
+_replies: int = 1
+
+
+def _reply(message: dict[str, Any]) -> None:
+    data = msgspec.json.encode(message) + b"\n"
+    while data:
+        data = data[os.write(_replies, data) :]
+
+
+async def _serve(reader: _Reader) -> dict[str, Any] | None:
+    """Build the sinks from the first line, then emit every batch line onto their bus until the
+    input ends or SIGTERM; the ``closed`` reply (``None`` if no sink could be built)."""
+    from ckpt_events.sinks._configure import configure
+
+    lines = await reader.lines()
+    try:
+        arguments = msgspec.json.decode(lines[0], type=dict[str, Any]) if lines else None
+    except msgspec.DecodeError:
+        arguments = None
+    if arguments is None:
+        _reply({"ready": False, "error": "the export process was not given its arguments"})
+        return None
+    bus = Bus()
+    received = 0
+    corrupt = 0
+    async with bus:
+        try:
+            configured = configure(bus, **arguments)
+        except CkptEventsError as exc:
+            _reply({"ready": False, "error": str(exc)})
+            return None
+        wanted = {cls.__struct_config__.tag for sub in configured.subscriptions for cls in sub.interests}
+        prometheus = configured.prometheus.url if configured.prometheus is not None else None
+        names = [sub.name for sub in configured.subscriptions]
+        _reply(
+            {"ready": True, "interests": sorted(map(str, wanted)), "sinks": names, "prometheus": prometheus}
+        )
+        pending = lines[1:]
+        async with configured, anyio.create_task_group() as tg:
+            tg.start_soon(_end_on_sigterm, tg.cancel_scope)
+            while True:
+                for line in pending:
+                    try:
+                        events = _BATCH.decode(line)
+                    except msgspec.DecodeError:
+                        corrupt += 1
+                        continue
+                    received += len(events)
+                    for event in events:
+                        bus.emit(event)
+                # Let the sinks take the batch before the next read (their buffers stay small;
+                # past them this bus drops and counts, as any bus does).
+                await anyio.sleep(0)
+                pending = await reader.lines()
+                if not pending:  # the input ended
+                    break
+            tg.cancel_scope.cancel()
+        stats = bus.stats()
+    return {
+        "closed": True,
+        "received": received,
+        "corrupt_lines": corrupt + reader.too_long,
+        "bus": msgspec.to_builtins(stats),
+    }
+
+
+async def _end_on_sigterm(scope: anyio.CancelScope) -> None:
+    # SIGTERM ends the input as its end would: what was read is exported and the sinks closed.
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+def main() -> int:
+    """Run until the input ends; 0 once the sinks are closed, 1 if they could not be built."""
+    global _replies
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout.flush()
+    _replies = os.dup(1)
+    os.dup2(2, 1)
+    stdin = sys.stdin.buffer.fileno()
+    os.set_blocking(stdin, False)
+    closed = anyio.run(_serve, _Reader(stdin))
+    if closed is None:
+        return 1
+    with contextlib.suppress(BrokenPipeError):  # the parent stopped listening: nothing to tell
+        _reply(closed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

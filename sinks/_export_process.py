@@ -1,0 +1,286 @@
+"""``ExportProcess``: every sink ``configure()`` builds, run in a child process instead of this one.
+
+A server's CPU per request with every sink on was 1.15-1.31x the uninstrumented server's
+(docs/benchmarks.md), most of it building spans and metric points, encoding OTLP and writing
+lines. With ``configure(export_process=True)`` (or ``CKPT_EVENTS_EXPORT_PROCESS=true``) this
+process keeps what only it can do (building the events, one JSON encoding per batch, one pipe
+write) and a child process (``ckpt_events.sinks._export_child``) runs ``configure()`` with the
+same arguments on its own bus, fed every batch through its stdin: the OTLP exporters, the JSON
+lines file and the Prometheus endpoint live there. The child costs CPU of its own (a decoding
+on top of the same sinks), on another core when the machine has one; what this process saves
+and what the pair spends are both in docs/benchmarks.md.
+
+What stays true: the bus's guarantees hold for this sink as for any (its buffer is bounded, a
+slow child makes the bus drop and count, never the emitter wait); a child that died is logged
+once, and every batch after it is counted as dropped; ``aclose()`` closes the child's input and
+waits for it within the close deadline (the child closes its sinks within theirs), then kills it.
+A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
+and exports it before it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from ckpt_events import BusStats, ConfigurationError
+from ckpt_events._events import EVENT_TYPES
+
+__all__ = ["ExportProcess", "ExportProcessStats"]
+
+logger: Final = logging.getLogger("ckpt_events.sinks")
+
+#: Seconds the child may take to build its sinks and say so (Python's start and the imports
+#: take ~0.3-0.6 s here).
+START_TIMEOUT: Final = 20.0
+_TAGS: Final = {cls.__struct_config__.tag: cls for cls in EVENT_TYPES}
+_REPLY_LIMIT: Final = 1 << 20
+#: The pipe's buffer asked for: Linux's default ``pipe-max-size`` for an unprivileged process.
+PIPE_BYTES: Final = 1 << 20
+
+
+class ExportProcessStats(msgspec.Struct, frozen=True):
+    """Counters of one ``ExportProcess``.
+
+    ``forwarded`` events were written to the child's pipe; ``dropped`` were not (the child had
+    gone; the bus's own drops, when the pipe was full, are in ``bus.stats()``). ``pid`` is the
+    child's; ``exit_code`` is ``None`` while it runs. ``child`` is the child's own bus
+    counters (its sinks' deliveries, drops and failures), known once it closed in order;
+    ``received`` and ``corrupt_lines`` are what it read.
+    """
+
+    pid: int
+    forwarded: int
+    dropped: int
+    exit_code: int | None = None
+    received: int | None = None
+    corrupt_lines: int | None = None
+    child: BusStats | None = None
+
+
+class ExportProcess:
+    """A bus sink writing every batch to a child process that runs ``configure(**arguments)``.
+
+    Start it with ``ExportProcess.start(arguments)`` (``configure(export_process=True)`` does):
+    it waits for the child to build its sinks (up to ``START_TIMEOUT``), and raises
+    ``ConfigurationError`` with the child's own message when it could not. ``interests`` are
+    the event classes the child's sinks want, ``sinks`` their subscription names there (``jsonl``,
+    ``otlp``, ...); ``prometheus_url`` is its scrape endpoint, if any.
+    """
+
+    blocking = False
+    linger = None
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        interests: frozenset[type[Any]],
+        prometheus_url: str | None,
+        close_timeout: float,
+        sinks: tuple[str, ...] = (),
+    ) -> None:
+        self._process = process
+        self.interests = interests
+        self.sinks = sinks
+        self.prometheus_url = prometheus_url
+        self.close_timeout = close_timeout
+        assert process.stdin is not None and process.stdout is not None
+        self._pipe = process.stdin.fileno()
+        os.set_blocking(self._pipe, False)
+        _widen(self._pipe)
+        self._encoder = msgspec.json.Encoder()
+        self._forwarded = 0
+        self._dropped = 0
+        self._gone = False
+        self._closed: dict[str, Any] | None = None
+        self._exit_code: int | None = None
+
+    @classmethod
+    def start(
+        cls,
+        arguments: Mapping[str, Any],
+        *,
+        close_timeout: float = 10.0,
+        start_timeout: float = START_TIMEOUT,
+    ) -> ExportProcess:
+        """Start the child with ``configure``'s ``arguments`` (JSON-encodable) and wait until it
+        built its sinks; ``ConfigurationError`` (the child's message) if it could not."""
+        try:
+            head = msgspec.json.encode(dict(arguments)) + b"\n"
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
+        # The child imports the ckpt_events this process runs, wherever it was found.
+        path = os.pathsep.join(entry for entry in sys.path if entry)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        try:
+            assert process.stdin is not None
+            try:
+                process.stdin.write(head)
+                process.stdin.flush()
+            except BrokenPipeError:  # it exited at once: said below, with its exit code
+                ready = None
+            else:
+                ready = _read_reply(process, time.monotonic() + start_timeout)
+        except BaseException:
+            _kill(process)
+            raise
+        if ready is None:
+            # Its stdout ended (it is exiting: give it a moment to be reaped) or it said nothing.
+            try:
+                exited: int | None = process.wait(1.0)
+            except subprocess.TimeoutExpired:
+                exited = None
+            _kill(process)
+            if exited is None:
+                raise ConfigurationError(
+                    f"the export process did not start within {start_timeout:g} s; run without "
+                    "export_process to see the sinks start here"
+                )
+            raise ConfigurationError(
+                f"the export process exited (code {exited}) before its sinks were up; its error is "
+                "on stderr above"
+            )
+        if not ready.get("ready"):
+            _kill(process)  # it is exiting on its own: this reaps it and closes the pipes
+            raise ConfigurationError(str(ready.get("error") or "export process: it could not start"))
+        interests = frozenset(_TAGS[tag] for tag in ready.get("interests", ()) if tag in _TAGS)
+        sinks = tuple(str(name) for name in ready.get("sinks", ()))
+        return cls(process, interests, ready.get("prometheus"), close_timeout, sinks)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    async def handle(self, batch: list[Any]) -> None:
+        """Write ``batch`` to the child as one line; wait while the pipe is full (the bus keeps
+        gathering, and drops and counts past its buffer)."""
+        if self._gone:
+            self._dropped += len(batch)
+            return
+        data = memoryview(self._encoder.encode(batch) + b"\n")
+        while data:
+            try:
+                written = os.write(self._pipe, data)
+            except BlockingIOError:
+                await anyio.wait_writable(self._pipe)
+                continue
+            except (BrokenPipeError, OSError) as exc:
+                self._lost(len(batch), exc)
+                return
+            data = data[written:]
+        self._forwarded += len(batch)
+
+    def _lost(self, events: int, exc: OSError) -> None:
+        self._gone = True
+        self._dropped += events
+        logger.warning(
+            "ckpt_events: the export process (pid %d) is gone (%s, exit code %s); events are "
+            "dropped and counted from now on",
+            self._process.pid,
+            exc.strerror or exc,
+            self._process.poll(),
+        )
+
+    async def aclose(self) -> None:
+        """End the child's input and wait for it to export and exit, within ``close_timeout``;
+        kill it past that. Idempotent."""
+        if self._exit_code is not None:
+            return
+        with contextlib.suppress(OSError):
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+        deadline = time.monotonic() + self.close_timeout
+        reply = await anyio.to_thread.run_sync(_read_reply, self._process, deadline)
+        if reply is not None and reply.get("closed"):
+            self._closed = reply
+        while self._process.poll() is None and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
+        if self._process.poll() is None:
+            logger.warning(
+                "ckpt_events: the export process (pid %d) did not end within %g s; killed",
+                self._process.pid,
+                self.close_timeout,
+            )
+            _kill(self._process)
+        self._exit_code = self._process.returncode
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+
+    def stats(self) -> ExportProcessStats:
+        """The counters now (the child's own once it closed in order)."""
+        closed = self._closed or {}
+        child = closed.get("bus")
+        return ExportProcessStats(
+            pid=self._process.pid,
+            forwarded=self._forwarded,
+            dropped=self._dropped,
+            exit_code=self._exit_code if self._exit_code is not None else self._process.poll(),
+            received=closed.get("received"),
+            corrupt_lines=closed.get("corrupt_lines"),
+            child=msgspec.convert(child, BusStats) if child is not None else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"<ExportProcess pid={self._process.pid}>"
+
+
+def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
+    """The child's next stdout line as an object, by ``deadline`` (``None``: none came)."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    line = bytearray()
+    while len(line) < _REPLY_LIMIT:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], min(left, 0.5))[0]:
+            if left <= 0:
+                return None
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        line += chunk
+        if b"\n" in line:
+            break
+    try:
+        reply = msgspec.json.decode(bytes(line).partition(b"\n")[0])
+    except msgspec.DecodeError:
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+def _widen(pipe: int) -> None:
+    """Give ``pipe`` up to ``PIPE_BYTES`` of buffer (Linux; a 64 KiB pipe took a batch of 400
+    events in 5 writes and 4 waits for the child; elsewhere, or past the system's
+    ``pipe-max-size``, it keeps what it has)."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(pipe, set_size, PIPE_BYTES)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` (if it still runs), reap it, close our ends of its pipes."""
+    with contextlib.suppress(OSError):
+        process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(5.0)
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()

@@ -1,0 +1,292 @@
+"""``configure(export_process=True)``: the sinks in a real child process, fed through a pipe.
+
+Everything here runs the real child (``python -m ckpt_events.sinks._export_child``), a real
+OTLP/HTTP receiver on 127.0.0.1 and real files; the failures are real signals to the child.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from ckpt_events import Bus, ConfigurationError, Telemetry
+from ckpt_events.sinks import ExportProcess, configure, read_events
+from tests.participants.cli.otlp_receiver import otlp_receiver
+
+pytestmark = pytest.mark.anyio
+
+
+def _checkpoints(telemetry: Telemetry, count: int) -> None:
+    for i in range(count):
+        with telemetry.operation("commit", checkpoint_id=f"c{i}") as op:
+            with op.step("export") as step:
+                step.set(records=1)
+            op.set(records=1, bytes=32)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+async def test_every_sink_runs_in_the_child_and_gets_every_event(tmp_path: Path) -> None:
+    """JSON lines, OTLP spans and the Prometheus endpoint, all in the child: the log holds the
+    same events this process emitted, the collector gets the spans, the child's counters come back."""
+    log = tmp_path / "events.jsonl"
+    with otlp_receiver() as received:
+        async with Bus() as bus:
+            configured = configure(
+                bus,
+                jsonl_path=log,
+                otlp_endpoint=received.url,
+                export_process=True,
+                environ={
+                    "OTEL_METRICS_EXPORTER": "prometheus",
+                    "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+                    "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+                },
+            )
+            process = configured.export_process
+            assert process is not None and [sub.name for sub in configured.subscriptions] == [
+                "export-process"
+            ]
+            assert configured.span_sinks == () and configured.jsonl_sink is None
+            seen: list[Any] = []
+
+            class Keep:
+                def handle(self, batch: list[Any]) -> None:
+                    seen.extend(batch)
+
+            bus.subscribe(Keep())
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 50)
+            await bus.flush()
+            assert process.prometheus_url is not None
+            scraped = _scrape(process.prometheus_url, "gym_checkpoint_records_total{")
+            assert 'operation="commit"' in scraped
+            await configured.aclose()
+        stats = process.stats()
+    assert len(seen) == 200
+    assert stats.forwarded == stats.received == 200 and stats.dropped == 0 and stats.exit_code == 0
+    assert stats.child is not None
+    assert {row.name: row.delivered for row in stats.child.sinks}["jsonl"] == 200
+    assert [event for _, event in read_events(log)] == seen
+    assert received.paths.count("/v1/traces") >= 1
+    assert not _alive(process.pid)
+
+
+def _scrape(url: str, needle: str) -> str:
+    """The endpoint's page once it shows ``needle`` (the child's bus delivers a moment later)."""
+    text = ""
+    for _ in range(100):
+        with urllib.request.urlopen(url, timeout=5) as page:
+            text = page.read().decode()
+        if needle in text:
+            break
+        time.sleep(0.05)
+    return text
+
+
+async def test_a_bad_setting_is_the_childs_own_error_in_one_line(tmp_path: Path) -> None:
+    """A setting the child's configure() refuses raises ConfigurationError here, with its
+    message, and leaves no child running."""
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match=r"OTEL_TRACES_EXPORTER.*'bogus'") as caught:
+            configure(bus, export_process=True, environ={"OTEL_TRACES_EXPORTER": "bogus"})
+        assert "\n" not in str(caught.value)
+        assert bus.stats().sinks == ()
+    children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+    assert not [pid for pid in children if _alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+async def test_in_process_parts_and_a_bad_switch_are_refused() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match="export_process cannot take span_exporter"):
+            configure(bus, export_process=True, span_exporter=InMemorySpanExporter())
+        with pytest.raises(ConfigurationError, match=r"CKPT_EVENTS_EXPORT_PROCESS='yes': use true or false"):
+            configure(bus, environ={"CKPT_EVENTS_EXPORT_PROCESS": "yes"})
+        with pytest.raises(ConfigurationError, match="export_process must be True or False"):
+            configure(bus, export_process=1)  # type: ignore[arg-type]
+        assert bus.stats().sinks == ()
+
+
+async def test_the_environment_switch_starts_the_child(tmp_path: Path) -> None:
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        configured = configure(
+            bus, environ={"CKPT_EVENTS_EXPORT_PROCESS": "true", "CKPT_EVENTS_JSONL": str(log)}
+        )
+        assert configured.export_process is not None
+        _checkpoints(Telemetry(bus, kind="agent", instance="agent-0"), 3)
+        await configured.aclose()
+    assert len(list(read_events(log))) == 12
+
+
+async def test_what_a_sink_prints_goes_to_stderr_not_into_the_replies(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The console span exporter prints to stdout; in the child that is the server's stderr,
+    and the child's closing reply still comes back whole. The span sink wants finished events
+    only, so only those are built and forwarded."""
+    async with Bus() as bus:
+        configured = configure(bus, export_process=True, environ={"OTEL_TRACES_EXPORTER": "console"})
+        _checkpoints(Telemetry(bus, kind="model", instance="model-0"), 2)
+        await configured.aclose()
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert stats.exit_code == 0 and stats.forwarded == stats.received == 4 and stats.child is not None
+    out, err = capfd.readouterr()
+    assert "gym.checkpoint.commit" in err and "gym.checkpoint.commit" not in out
+
+
+async def test_a_killed_child_costs_counted_drops_and_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL the child: the next batches are dropped and counted, one warning is logged, the
+    emitter never waits and closing ends at once."""
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+        process = configured.export_process
+        assert process is not None
+        telemetry = Telemetry(bus, kind="environment", instance="env-0")
+        _checkpoints(telemetry, 5)
+        await bus.flush()
+        os.kill(process.pid, signal.SIGKILL)
+        for _ in range(200):
+            if not _alive(process.pid):
+                break
+            time.sleep(0.01)
+        with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+            for _ in range(3):
+                _checkpoints(telemetry, 5)
+                await bus.flush()
+        started = time.monotonic()
+        await configured.aclose()
+        assert time.monotonic() - started < 2.0
+    stats = process.stats()
+    assert stats.forwarded == 20 and stats.dropped == 60 and stats.exit_code == -signal.SIGKILL
+    assert stats.child is None  # it never said what it did
+    warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
+    assert len(warnings) == 1 and "is gone" in warnings[0]
+
+
+async def test_a_stopped_child_fills_the_pipe_and_the_bus_drops_never_the_emitter(tmp_path: Path) -> None:
+    """SIGSTOP the child: the pipe fills, this sink waits for it, the bus's bounded buffer drops
+    and counts; emitting stays quick and closing ends by its deadline, killing the child."""
+    async with Bus(buffer_size=4096) as bus:
+        configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+        process = configured.export_process
+        assert process is not None
+        process.close_timeout = configured.close_timeout = 1.0
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            telemetry = Telemetry(bus, kind="environment", instance="env-0")
+            started = time.monotonic()
+            for _ in range(50):
+                _checkpoints(telemetry, 200)
+                await bus.flush(timeout=0.01)
+            emitting = time.monotonic() - started
+            dropped = {row.name: row.dropped for row in bus.stats().sinks}["export-process"]
+            assert dropped > 0
+            assert emitting < 10.0
+            started = time.monotonic()
+            await configured.aclose()
+            assert time.monotonic() - started < 4.0
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+    assert not _alive(process.pid)
+
+
+def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) -> None:
+    """The server process SIGKILLs itself right after a flush: the child reads what reached the
+    pipe to its end, writes it and exits on its own."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys, anyio
+        from ckpt_events import Bus, Telemetry
+        from ckpt_events.sinks import configure
+
+        async def main():
+            async with Bus() as bus:
+                configured = configure(bus, jsonl_path={str(log)!r}, export_process=True)
+                print(configured.export_process.pid, flush=True)
+                telemetry = Telemetry(bus, kind="environment", instance="env-0")
+                for i in range(100):
+                    with telemetry.operation("commit", checkpoint_id=f"c{{i}}"):
+                        pass
+                await bus.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        anyio.run(main)
+        """
+    )
+    server = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, timeout=60)
+    assert server.returncode == -signal.SIGKILL
+    child = int(server.stdout.split()[0])
+    for _ in range(500):
+        if not _alive(child):
+            break
+        time.sleep(0.02)
+    assert not _alive(child)
+    assert len(list(read_events(log))) == 200
+
+
+async def test_the_arguments_must_be_plain_values() -> None:
+    with pytest.raises(ConfigurationError, match="the arguments must be plain values"):
+        ExportProcess.start({"jsonl_path": object()})
+
+
+def test_closed_reply_decodes_as_bus_stats() -> None:
+    """The child's counters come back as the core's own ``BusStats``."""
+    from ckpt_events import BusStats
+
+    stats = BusStats(sinks=(), dropped_after_close=0)
+    assert msgspec.convert(msgspec.to_builtins(stats), BusStats) == stats
+
+
+def test_a_child_that_exits_before_it_is_ready_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter that cannot run the child (here: one that exits at once) is a
+    ConfigurationError saying so, not a wait."""
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match=r"exited \(code 1\) before its sinks were up"):
+        ExportProcess.start({})
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_child_that_never_answers_is_killed_at_the_start_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hang = tmp_path / "hang"
+    hang.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 30\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(hang))
+    with pytest.raises(ConfigurationError, match=r"did not start within 0.5 s"):
+        ExportProcess.start({}, start_timeout=0.5)
+    assert not _alive(int((tmp_path / "pid").read_text()))
