@@ -2,13 +2,13 @@
 
 ``python -m ckpt_events.sinks._export_child`` is started by ``ExportProcess``
 (``ckpt_events.sinks._export_process``), never by hand. Its stdin carries, one line each, first
-the arguments ``configure()`` was given (a JSON object), then every batch the parent's bus
-delivered (a JSON array of events, as ``msgspec.json`` writes them; a line never holds a raw
-newline). Its stdout carries two lines back: ``ready`` once the sinks are built (the event
-classes they want and the Prometheus URL, or the ``ConfigurationError`` that stopped them), and
-``closed`` with this process's bus counters once the sinks are closed. Its stderr is the
-parent's: a sink's warning (a collector refusing) is logged there, once, as it would be in the
-parent.
+the arguments ``configure()`` was given and the seconds its close may take (a JSON object),
+then every batch the parent's bus delivered (a JSON array of events, as ``msgspec.json`` writes
+them; a line never holds a raw newline). Its stdout carries two lines back: ``ready`` once the
+sinks are built (the event classes they want, their names and the Prometheus URL, or the
+``ConfigurationError`` that stopped them), and ``closed`` with this process's bus counters
+once the sinks are closed. Its stderr is the parent's: a sink's warning (a collector refusing)
+is logged there, once, as it would be in the parent.
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
 batches are still read from the pipe and exported), or on SIGTERM; it ignores SIGINT, so a
@@ -36,6 +36,13 @@ MAX_LINE: Final = 64 << 20
 _READ: Final = 1 << 20
 
 _BATCH: Final = msgspec.json.Decoder(list[CheckpointEvent])
+
+
+class _Head(msgspec.Struct, frozen=True):
+    """The first line: ``configure``'s keyword arguments, and the seconds its close may take."""
+
+    arguments: dict[str, Any]
+    close_timeout: float = 8.0
 
 
 class _Reader:
@@ -107,10 +114,10 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
 
     lines = await reader.lines()
     try:
-        arguments = msgspec.json.decode(lines[0], type=dict[str, Any]) if lines else None
+        head = msgspec.json.decode(lines[0], type=_Head) if lines else None
     except msgspec.DecodeError:
-        arguments = None
-    if arguments is None:
+        head = None
+    if head is None:
         _reply({"ready": False, "error": "the export process was not given its arguments"})
         return None
     bus = Bus()
@@ -118,12 +125,13 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
     corrupt = 0
     async with bus:
         try:
-            configured = configure(bus, **arguments)
+            configured = configure(bus, **head.arguments)
         except CkptEventsError as exc:
             _reply({"ready": False, "error": str(exc)})
             return None
         wanted = {cls.__struct_config__.tag for sub in configured.subscriptions for cls in sub.interests}
         prometheus = configured.prometheus.url if configured.prometheus is not None else None
+        configured.close_timeout = head.close_timeout
         names = [sub.name for sub in configured.subscriptions]
         _reply(
             {"ready": True, "interests": sorted(map(str, wanted)), "sinks": names, "prometheus": prometheus}

@@ -105,6 +105,7 @@ class ExportProcess:
         self._gone = False
         self._closed: dict[str, Any] | None = None
         self._exit_code: int | None = None
+        self._owner = os.getpid()
 
     @classmethod
     def start(
@@ -116,8 +117,10 @@ class ExportProcess:
     ) -> ExportProcess:
         """Start the child with ``configure``'s ``arguments`` (JSON-encodable) and wait until it
         built its sinks; ``ConfigurationError`` (the child's message) if it could not."""
+        # The child closes its sinks within most of our deadline, so its last reply is in time.
+        child_close = round(close_timeout * 0.8, 3)
         try:
-            head = msgspec.json.encode(dict(arguments)) + b"\n"
+            head = msgspec.json.encode({"arguments": dict(arguments), "close_timeout": child_close}) + b"\n"
         except (TypeError, msgspec.EncodeError) as exc:
             raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
         # The child imports the ckpt_events this process runs, wherever it was found.
@@ -173,6 +176,12 @@ class ExportProcess:
         if self._gone:
             self._dropped += len(batch)
             return
+        if os.getpid() != self._owner:
+            # A process forked from the one that started the child: its writes would interleave
+            # with the owner's in one pipe. It drops and counts; configure() after forking.
+            self._forked()
+            self._dropped += len(batch)
+            return
         data = memoryview(self._encoder.encode(batch) + b"\n")
         while data:
             try:
@@ -185,6 +194,16 @@ class ExportProcess:
                 return
             data = data[written:]
         self._forwarded += len(batch)
+
+    def _forked(self) -> None:
+        if not self._gone:
+            self._gone = True
+            logger.warning(
+                "ckpt_events: this process (pid %d) was forked from the one that started the export "
+                "process (pid %d); its events are dropped and counted: call configure() after forking",
+                os.getpid(),
+                self._owner,
+            )
 
     def _lost(self, events: int, exc: OSError) -> None:
         self._gone = True
@@ -199,28 +218,36 @@ class ExportProcess:
 
     async def aclose(self) -> None:
         """End the child's input and wait for it to export and exit, within ``close_timeout``;
-        kill it past that. Idempotent."""
+        kill it past that, or when this is cancelled (a caller's own deadline). Idempotent."""
         if self._exit_code is not None:
             return
         with contextlib.suppress(OSError):
             assert self._process.stdin is not None
             self._process.stdin.close()
+        if os.getpid() != self._owner:  # a forked copy: the child and its replies are the owner's
+            self._exit_code = -1
+            assert self._process.stdout is not None
+            self._process.stdout.close()
+            return
         deadline = time.monotonic() + self.close_timeout
-        reply = await anyio.to_thread.run_sync(_read_reply, self._process, deadline)
-        if reply is not None and reply.get("closed"):
-            self._closed = reply
-        while self._process.poll() is None and time.monotonic() < deadline:
-            await anyio.sleep(0.01)
-        if self._process.poll() is None:
-            logger.warning(
-                "ckpt_events: the export process (pid %d) did not end within %g s; killed",
-                self._process.pid,
-                self.close_timeout,
+        try:
+            reply = await anyio.to_thread.run_sync(
+                _read_reply, self._process, deadline, abandon_on_cancel=True
             )
-            _kill(self._process)
-        self._exit_code = self._process.returncode
-        assert self._process.stdout is not None
-        self._process.stdout.close()
+            if reply is not None and reply.get("closed"):
+                self._closed = reply
+            while self._process.poll() is None and time.monotonic() < deadline:
+                await anyio.sleep(0.01)
+        finally:
+            if self._process.poll() is None:
+                logger.warning(
+                    "ckpt_events: the export process (pid %d) did not end within its close deadline; killed",
+                    self._process.pid,
+                )
+                _kill(self._process)
+            self._exit_code = self._process.returncode
+            assert self._process.stdout is not None
+            self._process.stdout.close()
 
     def stats(self) -> ExportProcessStats:
         """The counters now (the child's own once it closed in order)."""

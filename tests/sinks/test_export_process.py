@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -290,3 +291,64 @@ def test_a_child_that_never_answers_is_killed_at_the_start_timeout(
     with pytest.raises(ConfigurationError, match=r"did not start within 0.5 s"):
         ExportProcess.start({}, start_timeout=0.5)
     assert not _alive(int((tmp_path / "pid").read_text()))
+
+
+def test_a_forked_copy_drops_and_counts_and_leaves_the_child_alone(tmp_path: Path) -> None:
+    """A process forked after the child started (a pre-forking server) must not write into the
+    owner's pipe nor take the child's replies: it drops and counts, warns once; the owner's
+    events all arrive."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import logging, os, sys, anyio
+        from ckpt_events import Bus, Telemetry
+        from ckpt_events.sinks import ExportProcess
+
+        logging.basicConfig(stream=sys.stderr)
+        events = []
+
+        class Keep:
+            def handle(self, batch):
+                events.extend(batch)
+
+        async def make():
+            async with Bus() as bus:
+                bus.subscribe(Keep())
+                with Telemetry(bus, kind="environment", instance="env-0").operation("commit"):
+                    pass
+
+        anyio.run(make)
+        process = ExportProcess.start({{"jsonl_path": {str(log)!r}}})
+        child = os.fork()
+        if child == 0:
+            anyio.run(process.handle, events)
+            anyio.run(process.handle, events)
+            anyio.run(process.aclose)
+            stats = process.stats()
+            os._exit(0 if (stats.forwarded, stats.dropped) == (0, 4) else 3)
+        _, status = os.waitpid(child, 0)
+        anyio.run(process.handle, events)
+        anyio.run(process.aclose)
+        stats = process.stats()
+        print(os.waitstatus_to_exitcode(status), stats.forwarded, stats.received, stats.exit_code)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "2", "2", "0"]
+    assert run.stderr.count("was forked from the one that started the export process") == 1
+    assert len(list(read_events(log))) == 2
+
+
+async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) -> None:
+    """A caller's own deadline cutting ``aclose()`` short (Configured.aclose has one) leaves no
+    child behind."""
+    process = ExportProcess.start({"jsonl_path": str(tmp_path / "events.jsonl")}, close_timeout=30.0)
+    os.kill(process.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with anyio.move_on_after(0.5):
+        await process.aclose()
+    assert time.monotonic() - started < 5.0
+    assert not _alive(process.pid) and process.stats().exit_code == -signal.SIGKILL
