@@ -24,6 +24,7 @@ import pytest
 from ckpt_events import Bus, ConfigurationError, Telemetry
 from ckpt_events.sinks import ExportProcess, configure, read_events
 from tests.participants.cli.otlp_receiver import otlp_receiver
+from tests.processes import alive
 
 pytestmark = pytest.mark.anyio
 
@@ -34,18 +35,6 @@ def _checkpoints(telemetry: Telemetry, count: int) -> None:
             with op.step("export") as step:
                 step.set(records=1)
             op.set(records=1, bytes=32)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 async def test_every_sink_runs_in_the_child_and_gets_every_event(tmp_path: Path) -> None:
@@ -90,7 +79,7 @@ async def test_every_sink_runs_in_the_child_and_gets_every_event(tmp_path: Path)
     assert {row.name: row.delivered for row in stats.child.sinks}["jsonl"] == 200
     assert [event for _, event in read_events(log)] == seen
     assert received.paths.count("/v1/traces") >= 1
-    assert not _alive(process.pid)
+    assert not alive(process.pid)
 
 
 def _scrape(url: str, needle: str) -> str:
@@ -114,7 +103,7 @@ async def test_a_bad_setting_is_the_childs_own_error_in_one_line(tmp_path: Path)
         assert "\n" not in str(caught.value)
         assert bus.stats().sinks == ()
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
-    assert not [pid for pid in children if _alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
+    assert not [pid for pid in children if alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
 
 
 def _cmdline(pid: int) -> str:
@@ -179,7 +168,7 @@ async def test_a_killed_child_costs_counted_drops_and_one_warning(
         await bus.flush()
         os.kill(process.pid, signal.SIGKILL)
         for _ in range(200):
-            if not _alive(process.pid):
+            if not alive(process.pid):
                 break
             time.sleep(0.01)
         with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
@@ -220,7 +209,7 @@ async def test_a_stopped_child_fills_the_pipe_and_the_bus_drops_never_the_emitte
             assert time.monotonic() - started < 4.0
         finally:
             os.kill(process.pid, signal.SIGCONT)
-    assert not _alive(process.pid)
+    assert not alive(process.pid)
 
 
 def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) -> None:
@@ -251,10 +240,10 @@ def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) 
     assert server.returncode == -signal.SIGKILL
     child = int(server.stdout.split()[0])
     for _ in range(500):
-        if not _alive(child):
+        if not alive(child):
             break
         time.sleep(0.02)
-    assert not _alive(child)
+    assert not alive(child)
     assert len(list(read_events(log))) == 200
 
 
@@ -290,7 +279,7 @@ def test_a_child_that_never_answers_is_killed_at_the_start_timeout(
     monkeypatch.setattr(sys, "executable", str(hang))
     with pytest.raises(ConfigurationError, match=r"did not start within 0.5 s"):
         ExportProcess.start({}, start_timeout=0.5)
-    assert not _alive(int((tmp_path / "pid").read_text()))
+    assert not alive(int((tmp_path / "pid").read_text()))
 
 
 def test_a_forked_copy_drops_and_counts_and_leaves_the_child_alone(tmp_path: Path) -> None:
@@ -351,4 +340,4 @@ async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) 
     with anyio.move_on_after(0.5):
         await process.aclose()
     assert time.monotonic() - started < 5.0
-    assert not _alive(process.pid) and process.stats().exit_code == -signal.SIGKILL
+    assert not alive(process.pid) and process.stats().exit_code == -signal.SIGKILL

@@ -16,6 +16,7 @@ import pytest
 from ckpt_events.participants.server.workers import supervisor as worker_supervisor
 from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
 from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
+from tests.processes import alive
 
 pytestmark = pytest.mark.anyio
 
@@ -38,18 +39,6 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 open(sys.argv[1], "w").close()
 time.sleep(60)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_a_worker_gets_its_index_secret_and_this_checkout_and_stop_ends_its_whole_group(
@@ -81,13 +70,13 @@ async def test_a_worker_gets_its_index_secret_and_this_checkout_and_stop_ends_it
             "PYTHONSAFEPATH": "1",
             ENV_SECRET: "secret-1",
         }
-        assert _alive(seen["grandchild"])
+        assert alive(seen["grandchild"])
     finally:
         with anyio.fail_after(10):
             await supervisor.stop()
     assert supervisor.processes[1].poll() is not None and supervisor.restarts == 0
     with anyio.fail_after(5):
-        while _alive(seen["grandchild"]):
+        while alive(seen["grandchild"]):
             await anyio.sleep(0.02)
 
 
