@@ -29,22 +29,27 @@ def _parts(tel: Telemetry, root: Path, grace: float = 60.0) -> tuple[Workload[An
     return workload, ControlPlane(tel, workload, lease_grace_seconds=grace, checkpoint_root=root)
 
 
-def _app(bus: Bus, root: Path, **options: Any) -> FastAPI:
-    """A participant app on ``bus`` (not owned) built from a resources workload."""
-    tel = Telemetry(bus, kind="resources", instance="res-0")
-    workload, plane = _parts(tel, root, options.pop("grace", 60.0))
+def _build(tel: Telemetry, workload: Workload[Any, Any], plane: ControlPlane[Any], **options: Any) -> FastAPI:
+    """``build_app`` over these parts, on ``tel``'s bus (not owned unless ``own_bus=True``)."""
     return build_app(
-        title="test participant",
+        title=options.pop("title", "test participant"),
         tel=tel,
         plane=plane,
         work=workload,
         work_router=work_router(LocalWork(workload), TOKEN),
         token=TOKEN,
         max_body_bytes=options.pop("max_body_bytes", 1024),
-        bus=bus,
-        own_bus=False,
+        bus=tel.bus,
+        own_bus=options.pop("own_bus", False),
         **options,
     )
+
+
+def _app(bus: Bus, root: Path, **options: Any) -> FastAPI:
+    """A participant app on ``bus`` (not owned) built from a resources workload."""
+    tel = Telemetry(bus, kind="resources", instance="res-0")
+    workload, plane = _parts(tel, root, options.pop("grace", 60.0))
+    return _build(tel, workload, plane, **options)
 
 
 async def test_the_app_state_holds_what_a_caller_may_read(tmp_path: Path) -> None:
@@ -115,18 +120,7 @@ async def test_the_lifespan_runs_the_body_around_serving_and_closes_the_work_las
         plane: ControlPlane[Any] = ControlPlane(
             tel, workload, lease_grace_seconds=60.0, checkpoint_root=tmp_path
         )
-        app = build_app(
-            title="closing",
-            tel=tel,
-            plane=plane,
-            work=workload,
-            work_router=work_router(LocalWork(workload), TOKEN),
-            token=TOKEN,
-            max_body_bytes=1024,
-            bus=bus,
-            own_bus=False,
-            body=lifespan_body,
-        )
+        app = _build(tel, workload, plane, title="closing", body=lifespan_body)
         async with running(app) as http:
             assert events == ["enter"]
             assert (await http.get(f"{CONTROL_PREFIX}/status")).status_code == 200
@@ -169,18 +163,7 @@ async def test_an_owned_bus_is_entered_and_its_sinks_configured_and_closed(tmp_p
 
     tel = Telemetry(bus, kind="resources", instance="res-0")
     workload, plane = _parts(tel, tmp_path)
-    app = build_app(
-        title="owned",
-        tel=tel,
-        plane=plane,
-        work=workload,
-        work_router=work_router(LocalWork(workload), TOKEN),
-        token=TOKEN,
-        max_body_bytes=1024,
-        bus=bus,
-        own_bus=True,
-        configure_sinks=configure,
-    )
+    app = _build(tel, workload, plane, title="owned", own_bus=True, configure_sinks=configure)
     async with running(app) as client:
         assert error_code(await client.post("/work/start", json={})) == (400, "rollout_id_required")
         await bus.flush()

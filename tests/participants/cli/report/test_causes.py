@@ -90,6 +90,24 @@ def _span(cls: Any, span_id: int, parent: int | None, start: int, end: int | Non
     )
 
 
+def _failed_commit(error_type: str, message: str) -> OperationFinished:
+    """environment-0's commit, under the controller's span 1, failed with ``error_type``."""
+    return OperationFinished(
+        kind="environment",
+        instance="environment-0",
+        trace_id=7,
+        span_id=2,
+        start_ns=0,
+        end_ns=20,
+        operation=Operation.COMMIT,
+        checkpoint_id="c1",
+        parent_span_id=1,
+        outcome=Outcome.ERROR,
+        error_type=error_type,
+        error_message=message,
+    )
+
+
 def _not_prepared(*, reported: bool) -> list[Any]:
     """A collection checkpoint whose prepare stopped at a participant not ready at its deadline
     (``reported``: the participant's own log is in)."""
@@ -137,20 +155,7 @@ def test_a_long_error_message_is_cut_at_a_word() -> None:
     """A participant's long error is cut at a word boundary with an ellipsis; a refusal counted by
     the participant is named with its code and HTTP status."""
     words = " ".join(f"word{i}" for i in range(80))
-    failed = OperationFinished(
-        kind="environment",
-        instance="environment-0",
-        trace_id=7,
-        span_id=2,
-        start_ns=0,
-        end_ns=20,
-        operation=Operation.COMMIT,
-        checkpoint_id="c1",
-        parent_span_id=1,
-        outcome=Outcome.ERROR,
-        error_type="ckpt_events.participants.errors.CheckpointWriteError",
-        error_message=words,
-    )
+    failed = _failed_commit("ckpt_events.participants.errors.CheckpointWriteError", words)
     error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "commit failed"}
     started = _span(CoordinateStarted, 1, None, 0, None, operation=Operation.COMMIT)
     root = _span(CoordinateFinished, 1, None, 0, 30, operation=Operation.COMMIT, **error)
@@ -169,20 +174,7 @@ def test_a_failure_the_controller_recorded_is_said_once_with_its_code() -> None:
     """A participant's failed commit, its ``refused`` and the controller's record of the same
     refusal are one cause: the record, with the code, the HTTP status and the operation."""
     detail = "no space left on device"
-    failed = OperationFinished(
-        kind="environment",
-        instance="environment-0",
-        trace_id=7,
-        span_id=2,
-        start_ns=0,
-        end_ns=20,
-        operation=Operation.COMMIT,
-        checkpoint_id="c1",
-        parent_span_id=1,
-        outcome=Outcome.ERROR,
-        error_type="ckpt_events.participants.errors.ProtocolRefusal",
-        error_message=f"checkpoint_error: {detail}",
-    )
+    failed = _failed_commit("ckpt_events.participants.errors.ProtocolRefusal", f"checkpoint_error: {detail}")
     refused = Refused("environment", "environment-0", 21, ErrorCode.CHECKPOINT_ERROR, "c1")
     record = failures_value(
         [Member("environment-0", "environment", "environment-0", "u")],
