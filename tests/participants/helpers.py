@@ -13,7 +13,8 @@ import anyio
 import httpx
 from fastapi import FastAPI
 
-from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.protocol import CONTROL_PREFIX, EpisodeId
+from ckpt_events.participants.workloads import ResourcesRecord
 
 TOKEN = "test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -28,6 +29,18 @@ async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=AUTH) as client:
             yield client
+
+
+def resources_record(rollout_id: str, attempt: int = 0, boundary: int = 1) -> ResourcesRecord:
+    """A resources episode's record at ``boundary``: one document line per boundary reached."""
+    return ResourcesRecord(
+        episode_id=EpisodeId(rollout_id, attempt),
+        boundary=boundary,
+        steps=3,
+        session_id=f"res-{rollout_id}",
+        counter=boundary,
+        document=[f"line {i}" for i in range(1, boundary + 1)],
+    )
 
 
 def body(checkpoint_id: str = "c1", seconds: float = 5.0, **extra: Any) -> dict[str, Any]:

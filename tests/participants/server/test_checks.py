@@ -16,20 +16,9 @@ from ckpt_events.participants.server.checks import (
     check_restore_keys,
     check_restore_scope,
 )
-from ckpt_events.participants.workloads import ResourcesRecord
 from ckpt_events.participants.workloads.base import Record
 from ckpt_events.vocab import ErrorCode, Operation, Phase
-
-
-def _record(rollout_id: str, attempt: int = 0) -> ResourcesRecord:
-    return ResourcesRecord(
-        episode_id=EpisodeId(rollout_id, attempt),
-        boundary=1,
-        steps=3,
-        session_id=f"res-{rollout_id}",
-        counter=1,
-        document=["line 1"],
-    )
+from tests.participants.helpers import resources_record
 
 
 def test_a_deadline_ahead_and_within_the_bound_passes() -> None:
@@ -102,7 +91,7 @@ def test_a_commit_scope_naming_unknown_episodes_is_invalid_checkpoint_state() ->
 
 def test_a_restore_scope_found_in_full_passes() -> None:
     """Every requested episode among the records read: nothing is raised (extra records are fine)."""
-    chosen: list[Record] = [_record("a"), _record("b", 1), _record("extra")]
+    chosen: list[Record] = [resources_record("a"), resources_record("b", 1), resources_record("extra")]
     check_restore_scope({EpisodeId("a"), EpisodeId("b", 1)}, chosen, "c1")
     check_restore_keys({"a", "b-a1"}, {"a", "b-a1", "extra"}, "c1")
 
@@ -111,7 +100,7 @@ def test_a_restore_scope_missing_episodes_refuses_the_whole_restore() -> None:
     """Missing episodes are InvalidCheckpointError naming their capture keys, sorted, and the counts."""
     scope = {EpisodeId("a"), EpisodeId("b", 2), EpisodeId("c")}
     with pytest.raises(InvalidCheckpointError) as info:
-        check_restore_scope(scope, [_record("a"), _record("b", 1)], "c7")
+        check_restore_scope(scope, [resources_record("a"), resources_record("b", 1)], "c7")
     assert info.value.detail == "checkpoint c7 lacks 2 of the 3 requested episodes: b-a2, c"
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from ckpt_events.participants import create_app
 from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal, WriteStopped
-from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
@@ -19,19 +18,11 @@ from ckpt_events.participants.server.store import (
 )
 from ckpt_events.participants.server.store_read import read_checkpoint
 from ckpt_events.participants.workloads import ResourcesRecord
-from tests.participants.helpers import ROOT, TOKEN, control, error_code, running
+from tests.participants.helpers import ROOT, TOKEN, control, error_code, resources_record, running
 
 
 def record(rollout_id: str, boundary: int = 1) -> bytes:
-    rec = ResourcesRecord(
-        episode_id=EpisodeId(rollout_id),
-        boundary=boundary,
-        steps=3,
-        session_id=f"res-{rollout_id}",
-        counter=boundary,
-        document=[f"line {i}" for i in range(1, boundary + 1)],
-    )
-    return msgspec.json.encode(rec)
+    return msgspec.json.encode(resources_record(rollout_id, boundary=boundary))
 
 
 def write(root, checkpoint_id="c1", rollouts=("a", "b"), instance="res-0", stop=None):

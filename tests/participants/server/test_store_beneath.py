@@ -18,13 +18,12 @@ import pytest
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.errors import InvalidCheckpointError
-from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.store import MANIFEST_NAME, participant_dir, write_checkpoint
 from ckpt_events.participants.server.store_files import Beneath, resolve_under
 from ckpt_events.participants.server.store_read import read_checkpoint
 from ckpt_events.participants.workloads import ResourcesRecord
-from tests.participants.helpers import TOKEN, control, error_code, running
+from tests.participants.helpers import TOKEN, control, error_code, resources_record, running
 
 pytestmark = pytest.mark.anyio
 
@@ -33,15 +32,7 @@ PLANTS = ["gym", "gym/resources", "gym/resources/res-0"]
 
 
 def _record(rollout_id: str) -> bytes:
-    rec = ResourcesRecord(
-        episode_id=EpisodeId(rollout_id),
-        boundary=1,
-        steps=3,
-        session_id=f"res-{rollout_id}",
-        counter=1,
-        document=["line 1"],
-    )
-    return msgspec.json.encode(rec)
+    return msgspec.json.encode(resources_record(rollout_id))
 
 
 def _plant(root: Path, elsewhere: Path, below: str) -> None:

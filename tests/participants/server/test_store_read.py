@@ -29,20 +29,13 @@ from ckpt_events.participants.server.store_read import (
     read_part,
 )
 from ckpt_events.participants.workloads import ResourcesRecord
+from tests.participants.helpers import resources_record
 
 KIND, INSTANCE = "resources", "res-0"
 
 
 def _line(rollout_id: str, attempt: int = 0) -> bytes:
-    record = ResourcesRecord(
-        episode_id=EpisodeId(rollout_id, attempt),
-        boundary=1,
-        steps=3,
-        session_id=f"res-{rollout_id}",
-        counter=1,
-        document=["line 1"],
-    )
-    return msgspec.json.encode(record)
+    return msgspec.json.encode(resources_record(rollout_id, attempt))
 
 
 def _dir(root: Path) -> Path:
