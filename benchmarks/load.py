@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -82,13 +83,17 @@ def children_cpu_seconds(pid: int) -> float:
 
 
 def settled_children_cpu_seconds(pid: int, limit: float = 5.0) -> float:
-    """``children_cpu_seconds(pid)`` once two readings 50 ms apart agree (what the children
-    were handed is handled), or after ``limit`` seconds."""
-    last = children_cpu_seconds(pid)
+    """``children_cpu_seconds(pid)`` once it settles (what the children were handed is handled)."""
+    return settled(lambda: children_cpu_seconds(pid), limit)
+
+
+def settled(read: Callable[[], float], limit: float = 5.0) -> float:
+    """``read()`` (a CPU counter) once two readings 50 ms apart agree, or after ``limit`` seconds."""
+    last = read()
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         time.sleep(0.05)
-        now = children_cpu_seconds(pid)
+        now = read()
         if now == last:
             break
         last = now

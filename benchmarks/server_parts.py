@@ -35,8 +35,8 @@ import anyio
 from ckpt_events import Bus, Telemetry
 
 from . import report, rotel
-from .load import stat_cpu_seconds
-from .server_app import _ours
+from .load import settled, stat_cpu_seconds
+from .server_app import _Null, _ours
 
 __all__ = ["VARIANTS", "run"]
 
@@ -44,13 +44,6 @@ VARIANTS: Final = ("no_sink", "null", "jsonl", "otlp_spans", "otlp_metrics", "al
 _NEEDS_COLLECTOR: Final = frozenset({"otlp_spans", "otlp_metrics", "all", "all_export_process"})
 _PER_TURN: Final = 32
 _TURN_WAIT: Final = 0.003
-
-
-class _Null:
-    """Takes every event and does nothing with it."""
-
-    def handle(self, batch: list[Any]) -> None:
-        pass
 
 
 def _thread_cpu() -> dict[str, float]:
@@ -137,22 +130,11 @@ async def _one(
         # growing (bounded: 5 s).
         child_cpu = 0.0
         if child_stat is not None:
-            child_cpu = await _settled_cpu(child_stat) - child_before
+            stat = child_stat
+            child_cpu = await anyio.to_thread.run_sync(settled, lambda: stat_cpu_seconds(stat)) - child_before
     total = sum(after.values()) - sum(before.get(k, 0.0) for k in after)
     others = sum(v - before.get(k, 0.0) for k, v in after.items() if k != loop_thread)
     return total / requests * 1e6, others / requests * 1e6, child_cpu / requests * 1e6
-
-
-async def _settled_cpu(stat: Path) -> float:
-    """``stat``'s CPU seconds once two readings 50 ms apart agree (at most 5 s)."""
-    last = stat_cpu_seconds(stat)
-    for _ in range(100):
-        await anyio.sleep(0.05)
-        now = stat_cpu_seconds(stat)
-        if now == last:
-            break
-        last = now
-    return last
 
 
 def run(rounds: int = 5, requests: int = 20_000, batch_interval: float | None = None) -> dict[str, Any]:

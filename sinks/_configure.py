@@ -401,8 +401,8 @@ def _configure_export_process(
     from ckpt_events.sinks._export_process import ExportProcess
 
     stall_watch = _stall_watch(env, bus)
-    child_env = {key: value for key, value in env.items() if key != ENV_EXPORT_PROCESS}
-    child_env.pop(ENV_STALL_AFTER, None)
+    # The child runs the sinks in process (export_process=False wins over the variable).
+    child_env = {key: value for key, value in env.items() if key != ENV_STALL_AFTER}
     process = ExportProcess.start({**arguments, "environ": child_env, "export_process": False})
     subscriptions: list[Subscription] = []
     try:

@@ -182,7 +182,10 @@ class ExportProcess:
             self._forked()
             self._dropped += len(batch)
             return
-        data = memoryview(self._encoder.encode(batch) + b"\n")
+        line = bytearray()
+        self._encoder.encode_into(batch, line)
+        line.append(0x0A)  # the newline ending the batch's line
+        data = memoryview(line)
         while data:
             try:
                 written = os.write(self._pipe, data)
