@@ -404,6 +404,11 @@ def _configure_export_process(
     # The child runs the sinks in process (export_process=False wins over the variable).
     child_env = {key: value for key, value in env.items() if key != ENV_STALL_AFTER}
     process = ExportProcess.start({**arguments, "environ": child_env, "export_process": False})
+    if not process.sinks:  # nothing set: as in process, no child kept and every site stays off
+        process.discard()
+        return Configured(
+            bus, subscriptions=[bus.subscribe(stall_watch, name="stall-watch")] if stall_watch else []
+        )
     subscriptions: list[Subscription] = []
     try:
         subscriptions.append(bus.subscribe(process, name="export-process"))

@@ -166,6 +166,11 @@ class ExportProcess:
         sinks = tuple(str(name) for name in ready.get("sinks", ()))
         return cls(process, interests, ready.get("prometheus"), close_timeout, sinks)
 
+    def discard(self) -> None:
+        """End a child that has nothing to export (no sink was set): killed and reaped now."""
+        _kill(self._process)
+        self._exit_code = self._process.returncode
+
     @property
     def pid(self) -> int:
         return self._process.pid

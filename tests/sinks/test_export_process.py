@@ -341,3 +341,14 @@ async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) 
         await process.aclose()
     assert time.monotonic() - started < 5.0
     assert not alive(process.pid) and process.stats().exit_code == -signal.SIGKILL
+
+
+async def test_with_nothing_set_no_child_is_kept_and_every_site_stays_off() -> None:
+    """As in process: nothing set subscribes nothing, so the emit sites stay on the no-op path."""
+    async with Bus() as bus:
+        configured = configure(bus, export_process=True, environ={})
+        assert not configured.enabled and configured.export_process is None
+        assert not Telemetry(bus, kind="agent", instance="agent-0").enabled
+        await configured.aclose()
+    children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+    assert not [pid for pid in children if alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
