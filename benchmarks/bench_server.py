@@ -86,8 +86,10 @@ def _start(
     core: int | None,
     lens_python: str | None = None,
     batch_interval: float | None = None,
+    module: tuple[str, ...] = ("server_app",),
 ) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", f"{__package__}.server_app", variant, str(port)]
+    """Start ``variant``'s server: ``python -m <package>.<module[0]> *module[1:] VARIANT PORT ...``."""
+    command = [sys.executable, "-m", f"{__package__}.{module[0]}", *module[1:], variant, str(port)]
     if collector or batch_interval is not None:
         command.append(collector or "")
     if batch_interval is not None:
@@ -185,14 +187,19 @@ def run(
     nemo_lens_python: str | None = None,
     connections: int = 32,
     batch_interval: float | None = None,
+    requests: int | None = None,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
     """All variants, rounds rotated; returns the figures and the ratio table's rows.
 
     ``nemo_lens_python`` (default: ``$CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON``) runs the nemo-lens row.
     ``connections``: the load's keep-alive connections (1: one request a loop turn, a server
-    not saturated); ``batch_interval``: our servers' bus's (default: ``Bus``'s own).
+    not saturated); ``batch_interval``: our servers' bus's (default: ``Bus``'s own);
+    ``requests`` (per variant and round) and ``rounds`` override ``quick``'s or the full run's.
     """
-    requests, rounds = (2_000, 3) if quick else (10_000, 7)
+    default_requests, default_rounds = (2_000, 3) if quick else (10_000, 7)
+    requests = default_requests if requests is None else requests
+    rounds = default_rounds if rounds is None else rounds
     lens = nemo_lens_row.probe(nemo_lens_python or os.environ.get(nemo_lens_row.ENV))
     cores: tuple[int, int] | None = None
     available = sorted(os.sched_getaffinity(0))

@@ -55,6 +55,13 @@ def markdown_table(rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
+def matrix_markdown(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table with a name column and right-aligned value columns."""
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    return "\n".join(lines)
+
+
 def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> Ratio:
     """The median over rounds of ``values[r] / baseline[r]``, with its spread (a ``Ratio``, a
     float): measured back to back in each round, so a drift in the machine's speed between

@@ -80,12 +80,23 @@ class _Null:
         pass
 
 
+#: What a variant's server calls per request: ``_ours`` for a ``Telemetry``, the bare
+#: ``_unit_of_work`` uninstrumented. ``server_profile`` passes timed twins of both.
+Instrument = Callable[[Telemetry], Callable[[bytes], int]]
+
+
 @contextlib.asynccontextmanager
 async def _telemetry(
-    variant: str, collector: str | None, batch_interval: float | None = None
+    variant: str,
+    collector: str | None,
+    batch_interval: float | None = None,
+    *,
+    bus_class: type[Bus] = Bus,
+    instrument: Instrument = _ours,
+    bare: Callable[[bytes], int] = _unit_of_work,
 ) -> AsyncIterator[Callable[[bytes], int]]:
     if variant == "uninstrumented":
-        yield _unit_of_work
+        yield bare
         return
     if variant == "sdk":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -98,7 +109,7 @@ async def _telemetry(
         yield _sdk(provider.get_tracer("bench"))
         provider.shutdown()
         return
-    bus = Bus() if batch_interval is None else Bus(batch_interval=batch_interval)
+    bus = bus_class() if batch_interval is None else bus_class(batch_interval=batch_interval)
     async with bus, contextlib.AsyncExitStack() as stack:
         if variant == "null":
             # What every sink pays before its own work: the events built and delivered.
@@ -134,16 +145,30 @@ async def _telemetry(
                 export_process=variant == "all_export_process",
             )
             stack.push_async_callback(configured.aclose)
-        yield _ours(Telemetry(bus, kind="resources", instance="resources-0"))
+        yield instrument(Telemetry(bus, kind="resources", instance="resources-0"))
 
 
-def make_app(variant: str, collector: str | None, batch_interval: float | None = None) -> FastAPI:
-    """The benchmark's app for ``variant`` (``batch_interval``: its bus's; default ``Bus``'s)."""
+def make_app(
+    variant: str,
+    collector: str | None,
+    batch_interval: float | None = None,
+    *,
+    bus_class: type[Bus] = Bus,
+    instrument: Instrument = _ours,
+    bare: Callable[[bytes], int] = _unit_of_work,
+) -> FastAPI:
+    """The benchmark's app for ``variant`` (``batch_interval``: its bus's; default ``Bus``'s).
+
+    ``bus_class``, ``instrument`` and ``bare`` (the uninstrumented request) are for
+    ``server_profile``, which times the parts of the same request inside the server."""
     handlers: dict[str, Callable[[bytes], int]] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with _telemetry(variant, collector, batch_interval) as handle:
+        telemetry = _telemetry(
+            variant, collector, batch_interval, bus_class=bus_class, instrument=instrument, bare=bare
+        )
+        async with telemetry as handle:
             handlers["work"] = handle
             yield
 

@@ -16,7 +16,8 @@ def test_rows_that_need_rotel_say_why_without_it(tmp_path: Path, monkeypatch: py
     """No rotel-agent: every variant that needs it keeps a row with the reason; the rest are measured."""
     absent = tmp_path / "no-rotel-agent"
     monkeypatch.setenv(rotel.ENV_BINARY, str(absent))
-    result = bench_server.run(quick=True)
+    # The rows, not the figures, are under test: two short rounds (a quick run is 3 of 2,000).
+    result = bench_server.run(quick=True, requests=400, rounds=2)
     why = rotel.why_missing()
     assert str(absent) in why and "pip install rotel" in why
     assert result["skipped"] == {"otlp": why, "all": why, "all_export_process": why, "sdk": why}
