@@ -48,6 +48,7 @@ from .load import (
     Load,
     Request,
     children_cpu_seconds,
+    cores_apart,
     cpu_seconds,
     drive,
     settled_children_cpu_seconds,
@@ -275,25 +276,18 @@ def _spread(values: Sequence[float], unit: str) -> str:
 
 def run(bench: AppBench) -> dict[str, Any]:
     """Every round, order rotated; the figures, and the table's ``rows``."""
-    available = sorted(os.sched_getaffinity(0))
-    cores = (available[0], available[1]) if len(available) >= 2 else None
-    if cores is not None:
-        os.sched_setaffinity(0, {cores[1]})  # the driver and the collector (children inherit it)
-    try:
-        with contextlib.ExitStack() as stack:
-            collector = stack.enter_context(rotel.collector()) if "otlp" in bench.sinks else None
-            skipped = _skipped(bench, collector)
-            sinks_on = [s for s in bench.sinks if s not in skipped]
-            variants = [_OFF, _ON] if sinks_on else [_OFF]
-            runs: dict[str, list[_Run]] = {v: [] for v in variants}
-            for r in range(bench.rounds):
-                order = variants[r % len(variants) :] + variants[: r % len(variants)]
-                print(f"  round {r + 1}/{bench.rounds}: {', '.join(order)}", file=sys.stderr)
-                for variant, one in _round(bench, order, collector, cores[0] if cores else None).items():
-                    runs[variant].append(one)
-    finally:
-        if cores is not None:
-            os.sched_setaffinity(0, set(available))
+    # The driver and the collector on one core (children inherit it), the servers on the other.
+    with cores_apart() as cores, contextlib.ExitStack() as stack:
+        collector = stack.enter_context(rotel.collector()) if "otlp" in bench.sinks else None
+        skipped = _skipped(bench, collector)
+        sinks_on = [s for s in bench.sinks if s not in skipped]
+        variants = [_OFF, _ON] if sinks_on else [_OFF]
+        runs: dict[str, list[_Run]] = {v: [] for v in variants}
+        for r in range(bench.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            print(f"  round {r + 1}/{bench.rounds}: {', '.join(order)}", file=sys.stderr)
+            for variant, one in _round(bench, order, collector, cores[0] if cores else None).items():
+                runs[variant].append(one)
     return _figures(bench, runs, skipped, sinks_on, cores is not None)
 
 

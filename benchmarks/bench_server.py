@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import nemo_lens_row, report, rotel
-from .load import children_pids, cpu_seconds, settled_children_cpu_seconds
+from .load import children_pids, cores_apart, cpu_seconds, settled_children_cpu_seconds
 from .server_app import VARIANTS
 from .spread import Ratio
 
@@ -201,31 +201,22 @@ def run(
     requests = default_requests if requests is None else requests
     rounds = default_rounds if rounds is None else rounds
     lens = nemo_lens_row.probe(nemo_lens_python or os.environ.get(nemo_lens_row.ENV))
-    cores: tuple[int, int] | None = None
-    available = sorted(os.sched_getaffinity(0))
-    if len(available) >= 2:
-        cores = (available[0], available[1])
-        os.sched_setaffinity(0, {cores[1]})
-    try:
-        with rotel.collector() as collector:
-            # A variant that cannot run keeps its rows, saying why and how (never dropped silently).
-            skipped = _skipped(collector)
-            variants = [v for v in VARIANTS if v not in skipped]
-            if lens.python and not collector:
-                lens = nemo_lens_row.LensInterpreter(None, skipped="needs the rotel collector")
-            if lens.python:
-                variants.extend(nemo_lens_row.VARIANTS)
-            per: dict[str, list[float]] = {v: [] for v in variants}
-            children: dict[str, list[float]] = {v: [] for v in variants}
-            for r in range(rounds):
-                order = variants[r % len(variants) :] + variants[: r % len(variants)]
-                measured = _round(order, collector, requests, connections, cores, lens.python, batch_interval)
-                for variant, (server, child) in measured.items():
-                    per[variant].append(server)
-                    children[variant].append(child)
-    finally:
-        if cores is not None:
-            os.sched_setaffinity(0, set(available))
+    with cores_apart() as cores, rotel.collector() as collector:
+        # A variant that cannot run keeps its rows, saying why and how (never dropped silently).
+        skipped = _skipped(collector)
+        variants = [v for v in VARIANTS if v not in skipped]
+        if lens.python and not collector:
+            lens = nemo_lens_row.LensInterpreter(None, skipped="needs the rotel collector")
+        if lens.python:
+            variants.extend(nemo_lens_row.VARIANTS)
+        per: dict[str, list[float]] = {v: [] for v in variants}
+        children: dict[str, list[float]] = {v: [] for v in variants}
+        for r in range(rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            measured = _round(order, collector, requests, connections, cores, lens.python, batch_interval)
+            for variant, (server, child) in measured.items():
+                per[variant].append(server)
+                children[variant].append(child)
     us = {v: statistics.median(values) for v, values in per.items()}
     base_rounds = per["uninstrumented"]
     paired = {v: report.paired_ratio(values, base_rounds) for v, values in per.items()}

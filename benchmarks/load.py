@@ -4,23 +4,34 @@
 were answered, how many with a status other than 2xx/3xx, and the seconds they took. Both
 drivers keep ``connections`` keep-alive connections busy for ``seconds`` and stop there;
 every request also has a timeout, so a server that stops answering ends the run, never hangs
-it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``.
+it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``; ``cores_apart()``
+pins this process (the driver) to one core and hands the other to the servers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-__all__ = ["DRIVERS", "Load", "Request", "cpu_seconds", "drive", "pick_driver", "stat_cpu_seconds"]
+__all__ = [
+    "DRIVERS",
+    "Load",
+    "Request",
+    "cores_apart",
+    "cpu_seconds",
+    "drive",
+    "pick_driver",
+    "stat_cpu_seconds",
+]
 
 Driver = Literal["wrk", "httpx"]
 DRIVERS: Final = ("auto", "wrk", "httpx")
@@ -53,6 +64,22 @@ class Load:
     @property
     def per_second(self) -> float:
         return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def cores_apart() -> Iterator[tuple[int, int] | None]:
+    """``(server_core, driver_core)`` with this process (and what it starts from now on) pinned
+    to the driver's, its affinity restored on leaving; ``None`` (nothing pinned) on one core."""
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < 2:
+        yield None
+        return
+    cores = (available[0], available[1])
+    os.sched_setaffinity(0, {cores[1]})
+    try:
+        yield cores
+    finally:
+        os.sched_setaffinity(0, set(available))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 import urllib.request
@@ -39,7 +38,7 @@ from typing import Any, Final, TypeVar
 from ckpt_events import Bus, Subscription, Telemetry
 
 from . import bench_server, report, rotel
-from .load import cpu_seconds
+from .load import cores_apart, cpu_seconds
 from .server_app import _unit_of_work, make_app
 
 __all__ = ["PARTS", "SECTIONS", "VARIANTS", "run"]
@@ -239,42 +238,29 @@ def run(requests: int = 6_000, slices: int = 10, variants: tuple[str, ...] = VAR
     """Every variant's server up at once, ``requests`` each in ``slices`` alternating slices;
     returns the figures per variant (``parts``: microseconds per request, in ``PARTS`` order)
     and why a variant could not run (``skipped``)."""
-    cores: tuple[int, int] | None = None
-    available = sorted(os.sched_getaffinity(0))
-    if len(available) >= 2:
-        cores = (available[0], available[1])
-        os.sched_setaffinity(0, {cores[1]})
-    try:
-        with rotel.collector() as collector, contextlib.ExitStack() as stack:
-            skipped = {v: why for v, why in bench_server._skipped(collector).items() if v in variants}
-            chosen = [v for v in variants if v not in skipped]
-            servers: dict[str, tuple[Any, int]] = {}
+    with cores_apart() as cores, rotel.collector() as collector, contextlib.ExitStack() as stack:
+        skipped = {v: why for v, why in bench_server._skipped(collector).items() if v in variants}
+        chosen = [v for v in variants if v not in skipped]
+        servers: dict[str, tuple[Any, int]] = {}
+        for variant in chosen:
+            port = rotel.free_port()
+            core = cores[0] if cores else None
+            proc = bench_server._start(variant, port, collector, core, module=("server_profile", "--serve"))
+            stack.callback(bench_server._stop, proc)
+            servers[variant] = (proc, port)
+        for proc, port in servers.values():
+            asyncio.run(bench_server._load(port, max(requests // 5, _CONNECTIONS), _CONNECTIONS, 60))
+            if cores is not None:
+                bench_server._pin_children(proc.pid, cores[1])
+            _call(port, "/_profile/reset", "POST")
+        before = {v: cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
+        done = dict.fromkeys(chosen, 0)
+        for _ in range(slices):
             for variant in chosen:
-                port = rotel.free_port()
-                core = cores[0] if cores else None
-                proc = bench_server._start(
-                    variant, port, collector, core, module=("server_profile", "--serve")
-                )
-                stack.callback(bench_server._stop, proc)
-                servers[variant] = (proc, port)
-            for proc, port in servers.values():
-                asyncio.run(bench_server._load(port, max(requests // 5, _CONNECTIONS), _CONNECTIONS, 60))
-                if cores is not None:
-                    bench_server._pin_children(proc.pid, cores[1])
-                _call(port, "/_profile/reset", "POST")
-            before = {v: cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
-            done = dict.fromkeys(chosen, 0)
-            for _ in range(slices):
-                for variant in chosen:
-                    port = servers[variant][1]
-                    done[variant] += asyncio.run(
-                        bench_server._load(port, requests // slices, _CONNECTIONS, 120)
-                    )
-            after = {v: cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
-            figures = {v: _call(port, "/_profile") for v, (_, port) in servers.items()}
-    finally:
-        if cores is not None:
-            os.sched_setaffinity(0, set(available))
+                port = servers[variant][1]
+                done[variant] += asyncio.run(bench_server._load(port, requests // slices, _CONNECTIONS, 120))
+        after = {v: cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
+        figures = {v: _call(port, "/_profile") for v, (_, port) in servers.items()}
     parts = {v: _parts((after[v] - before[v]) / max(done[v], 1) * 1e6, figures[v]) for v in chosen}
     return {
         "requests": requests,
