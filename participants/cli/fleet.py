@@ -67,6 +67,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def _bound_socket(host: str) -> socket.socket:
+    """A TCP socket bound to a free port on ``host``, not listening (the server it is handed to
+    listens once it has started)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (see serving()).
+    # No SO_REUSEADDR: on Linux two sockets that both set it may bind one port while neither
+    # listens, and until its server listens this one must be the port's only holder.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.bind((host, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def write_token_file(path: Path, token: str) -> Path:
     """Write ``token`` to ``path``, readable by its owner only."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -93,10 +109,20 @@ class ServerProcess:
         self.kind = kind
         self.instance = instance
         self.host = host
-        self.port = port if port is not None else free_port(host)
-        self.url = f"http://{host}:{self.port}"
+        # Without a port given, this process binds one for the server and hands it the socket
+        # (--fd): a port chosen free and bound later by the server could be taken in between
+        # (a worker process binding port 0 took a fleet's model port, and its 404s said "no
+        # model participant"). Bound, not listening: connecting is refused until the server
+        # listens, after its startup, as with --port.
+        bound: socket.socket | None = None
+        if port is None:
+            bound = _bound_socket(host)
+            port = int(bound.getsockname()[1])
+        self.port: int = port
+        self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"{instance}.stderr"
+        where = ["--port", str(self.port)] if bound is None else ["--fd", str(bound.fileno())]
         argv = [
             sys.executable,
             "-m",
@@ -107,21 +133,25 @@ class ServerProcess:
             instance,
             "--host",
             host,
-            "--port",
-            str(self.port),
+            *where,
             "--token-file",
             str(token_file),
             *extra_args,
         ]
-        self._out: IO[bytes] = open(log_dir / f"{instance}.stdout", "ab")  # noqa: SIM115 - closed in wait()
-        self._err: IO[bytes] = open(self.stderr_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=self._out,
-            stderr=self._err,
-            stdin=subprocess.DEVNULL,
-            env=_child_env(env),
-        )
+        try:
+            self._out: IO[bytes] = open(log_dir / f"{instance}.stdout", "ab")  # noqa: SIM115 - closed in wait()
+            self._err: IO[bytes] = open(self.stderr_path, "ab")  # noqa: SIM115
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=self._out,
+                stderr=self._err,
+                stdin=subprocess.DEVNULL,
+                env=_child_env(env),
+                pass_fds=() if bound is None else (bound.fileno(),),
+            )
+        finally:
+            if bound is not None:
+                bound.close()  # the server holds its own copy; when it dies, so does the port
 
     def __repr__(self) -> str:
         return f"<ServerProcess {self.kind} {self.instance} {self.url} pid={self.proc.pid}>"
@@ -348,24 +378,15 @@ async def process_fleet(
     participant's command line (e.g. ``--workers 2``). If any fails to come up, all are
     killed and it raises.
     """
+    # Each server's port is bound here and handed to it (ServerProcess): no two servers of the
+    # fleet, nor a worker process binding port 0, can be given the same one.
     fleet: list[ServerProcess] = []
-    ports: set[int] = set()
-
-    def port() -> int:
-        # free_port() may hand out a port twice in a row; two servers of one fleet on one port
-        # would answer for each other (a 4N-server fleet takes 4N + 1).
-        while (chosen := free_port()) in ports:
-            pass
-        ports.add(chosen)
-        return chosen
-
     try:
         inference = ServerProcess(
             "inference",
             instance="inference-0",
             token_file=token_file,
             log_dir=log_dir,
-            port=port(),
             env=env("inference-0"),
         )
         fleet.append(inference)
@@ -380,7 +401,6 @@ async def process_fleet(
                     instance=instance,
                     token_file=token_file,
                     log_dir=log_dir,
-                    port=port(),
                     env=env(instance),
                     extra_args=extra,
                 )

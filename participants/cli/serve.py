@@ -13,6 +13,7 @@ import argparse
 import functools
 import math
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -48,7 +49,14 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", choices=SERVE_KINDS, help="participant kind, or the inference worker")
     parser.add_argument("--instance", type=instance_name, help="instance name (default: <kind>-0)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=port_number, required=True, help="port to bind")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=port_number, help="port to bind")
+    where.add_argument(
+        "--fd",
+        type=_descriptor,
+        help="serve on this inherited TCP socket, bound and not yet listening, instead of --port "
+        "(the demo's fleet binds each server's port itself, so no other process takes it first)",
+    )
     parser.add_argument("--token-file", type=Path, help=f"file holding the control token (else ${ENV_TOKEN})")
     parser.add_argument(
         "--lease-grace-seconds", type=positive_number, default=600.0, help="lease grace (600)"
@@ -309,6 +317,31 @@ def _check_worker_metrics_ports(settings: Any, workers: int) -> None:
             )
 
 
+def _descriptor(value: str) -> int:
+    try:
+        fd = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a file descriptor number") from None
+    if fd < 0:
+        raise argparse.ArgumentTypeError(f"{fd} is not a file descriptor number")
+    return fd
+
+
+def _inherited_socket(fd: int) -> socket.socket:
+    """The TCP socket this process inherited as ``fd`` (``CommandError`` if it is not one)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise CommandError(
+            f"--fd {fd} is not a socket this process inherited ({exc.strerror or exc}): pass one, "
+            "or bind with --port"
+        ) from None
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        sock.detach()  # not ours to close
+        raise CommandError(f"--fd {fd} is not a TCP socket: pass a bound TCP socket, or bind with --port")
+    return sock
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -318,6 +351,7 @@ def _serve(args: argparse.Namespace) -> int:
             resolve_span_groups(groups)
         except CkptEventsError as exc:
             raise CommandError(f"${ENV_SPAN_GROUPS}: {exc}") from None
+    sockets = None if args.fd is None else [_inherited_socket(args.fd)]
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
     from ckpt_events.participants.server.connection_guard import ConnectionLimits
     from ckpt_events.participants.server.limits import log_resource_exhaustion_once, server_limits
@@ -330,7 +364,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         app,
         host=args.host,
-        port=args.port,
+        port=0 if args.port is None else args.port,
         log_level=args.log_level,
         access_log=False,
         lifespan="on",
@@ -338,7 +372,7 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = uvicorn.Server(config)
-    server.run()
+    server.run(sockets=sockets)
     # A server that stopped itself (its workers' restart budget spent) exits non-zero.
     return 0 if server.started and getattr(app.state, "fatal", None) is None else 1
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from pathlib import Path
 
 import httpx
@@ -39,7 +41,9 @@ def test_serve_is_registered_in_the_command_registry() -> None:
         (("serve", "judge", "--port", "1"), "invalid choice: 'judge'"),
         (("serve", "agent", "--port", "70000"), "not in 0-65535"),
         (("serve", "agent", "--port", "1", "--instance", "../x"), "is not 1-128 characters"),
-        (("serve", "agent"), "--port"),
+        (("serve", "agent"), "one of the arguments --port --fd is required"),
+        (("serve", "agent", "--port", "1", "--fd", "3"), "argument --fd: not allowed with argument --port"),
+        (("serve", "agent", "--fd", "-1"), "-1 is not a file descriptor number"),
         (("serve", "agent", "--port", "1"), "CKPT_EVENTS_TOKEN"),
         (
             ("serve", "agent", "--port", "1", "--token-file", "/nonexistent/token"),
@@ -82,6 +86,51 @@ def test_model_needs_an_inference_url(tmp_path: Path, capsys: pytest.CaptureFixt
     token = write_token_file(tmp_path / "token", "secret-token")
     status, err = run_cli(capsys, "serve", "model", "--port", "1", "--token-file", str(token))
     assert status == 2 and "--inference-url" in err
+
+
+def test_an_fd_that_is_not_an_inherited_tcp_socket_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--fd naming no open descriptor, a file, or a UDP socket: one line naming the fix, exit 2."""
+    token = str(write_token_file(tmp_path / "token", "x"))
+    with open(tmp_path / "file", "wb") as file, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        for fd, fragment in (
+            (4000, "--fd 4000 is not a socket this process inherited (Bad file descriptor)"),
+            (file.fileno(), "is not a socket this process inherited (Socket operation on non-socket)"),
+            (udp.fileno(), f"--fd {udp.fileno()} is not a TCP socket: pass a bound TCP socket"),
+        ):
+            status, err = run_cli(capsys, "serve", "resources", "--fd", str(fd), "--token-file", token)
+            assert status == 2 and fragment in err and err.count("\n") == 1, err
+        assert udp.fileno() >= 0  # the refused socket was left to its owner, not closed
+
+
+@pytest.mark.e2e
+async def test_a_fleet_servers_port_is_its_own_from_the_start(tmp_path: Path) -> None:
+    """ServerProcess binds the port and hands the server the socket (--fd): from the moment it
+    returns no one else can bind that port, not even with SO_REUSEADDR (a worker's port 0 once
+    took a fleet's model port between its choice and its bind), and connecting is refused until
+    the server listens, so wait_listening still waits for its startup."""
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    process = ServerProcess("resources", instance="resources-9", token_file=token_file, log_dir=tmp_path)
+    try:
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError) as taken:
+                other.bind(("127.0.0.1", process.port))
+            assert taken.value.errno == errno.EADDRINUSE
+        assert "--fd" in process.proc.args and "--port" not in process.proc.args  # type: ignore[operator]
+        with pytest.raises(ConnectionRefusedError):  # its Python has not even imported uvicorn yet
+            socket.create_connection(("127.0.0.1", process.port), timeout=5).close()
+        await process.wait_listening(30.0)
+        headers = {"authorization": "Bearer served-token"}
+        async with httpx.AsyncClient(base_url=process.url, headers=headers) as http:
+            reply = await http.get(CONTROL_PREFIX + "/status")
+            assert reply.status_code == 200 and reply.json()["instance"] == "resources-9"
+    finally:
+        process.terminate()
+    with socket.socket() as after:  # the server gone, its port is free again
+        after.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        after.bind(("127.0.0.1", process.port))
 
 
 @pytest.mark.e2e
