@@ -24,6 +24,7 @@ __all__ = [
     "check_reachable",
     "console",
     "existing_file",
+    "file_descriptor",
     "fraction",
     "instance_name",
     "load_events",
@@ -123,11 +124,15 @@ def otel_environ() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key.startswith("OTEL_")}
 
 
-def positive_int(value: str) -> int:
+def _whole_number(value: str, what: str) -> int:
     try:
-        number = int(value)
+        return int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+
+
+def positive_int(value: str) -> int:
+    number = _whole_number(value, "a whole number")
     if number < 1:
         raise argparse.ArgumentTypeError(f"{number} must be at least 1")
     return number
@@ -204,13 +209,17 @@ def instance_name(value: str) -> str:
 
 
 def port_number(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    port = _whole_number(value, "a port number")
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not in 0-65535")
     return port
+
+
+def file_descriptor(value: str) -> int:
+    fd = _whole_number(value, "a file descriptor number")
+    if fd < 0:
+        raise argparse.ArgumentTypeError(f"{fd} is not a file descriptor number")
+    return fd
 
 
 def positive_number(value: str) -> float:

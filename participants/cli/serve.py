@@ -25,6 +25,7 @@ from ckpt_events.participants.cli.command import (
     Command,
     CommandError,
     check_reachable,
+    file_descriptor,
     instance_name,
     port_number,
     positive_number,
@@ -53,7 +54,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--port", type=port_number, help="port to bind")
     where.add_argument(
         "--fd",
-        type=_descriptor,
+        type=file_descriptor,
         help="serve on this inherited TCP socket, bound and not yet listening, instead of --port "
         "(the demo's fleet binds each server's port itself, so no other process takes it first)",
     )
@@ -315,16 +316,6 @@ def _check_worker_metrics_ports(settings: Any, workers: int) -> None:
                 f"set OTEL_EXPORTER_PROMETHEUS_PORT to a port whose next {workers} are free too "
                 "(0: any free port for every process)"
             )
-
-
-def _descriptor(value: str) -> int:
-    try:
-        fd = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a file descriptor number") from None
-    if fd < 0:
-        raise argparse.ArgumentTypeError(f"{fd} is not a file descriptor number")
-    return fd
 
 
 def _inherited_socket(fd: int) -> socket.socket:
