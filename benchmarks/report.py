@@ -34,15 +34,18 @@ def print_table(title: str, rows: Iterable[Row]) -> None:
     """Print ``rows`` as a table: measurement, value, target, and whether it is met."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left")
+    # Text, not markup: a row's "how to get it" names an extra in brackets ('ckpt-events[dev]'),
+    # which rich's markup took for a style tag and printed as 'ckpt-events'.
+    table = Table(title=Text(title), title_justify="left")
     table.add_column("measurement")
     table.add_column("value", justify="right")
     table.add_column("target", justify="right")
     table.add_column("met", justify="center")
     for what, value, target, met in rows:
         mark = "" if met is None else ("yes" if met else "NO")
-        table.add_row(str(what), _fmt(value), str(target), mark)
+        table.add_row(Text(str(what)), Text(_fmt(value)), Text(str(target)), mark)
     Console(width=110).print(table)
 
 

@@ -301,12 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     header, rows = _table(result)
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="where a loaded server's CPU per request goes", title_justify="left")
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     Console().print(table)
     for variant, why in result["skipped"].items():
         print(f"{variant}: {why}")
