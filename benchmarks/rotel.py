@@ -27,6 +27,7 @@ __all__ = [
     "agent_env",
     "collector",
     "free_port",
+    "free_ports",
     "why_missing",
 ]
 
@@ -99,9 +100,26 @@ def agent_env() -> dict[str, str]:
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 a moment ago (each stays bound until all
+    are chosen: two calls of ``free_port()`` in a row may return one port twice)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)
+        ]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+#: Starts tried before ``collector`` gives up on an agent that exits: a port chosen free may be
+#: taken before the agent binds it (it cannot be handed a bound socket), and it then exits at
+#: once. One that neither listens nor exits within the start-up time is not tried again. (A port
+#: another process already listens on passes the check that the agent listens: connecting works.)
+STARTS: Final = 3
 
 
 @contextlib.contextmanager
@@ -113,26 +131,47 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
     if binary is None:
         yield None
         return
-    http_port, grpc_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        command = agent_command(binary, http_port, grpc_port, Path(tmp), debug=debug_out is not None)
-        with open(debug_out or os.devnull, "wb") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
+        for attempt in range(STARTS):
+            http_port, grpc_port = free_ports(2)
+            command = agent_command(binary, http_port, grpc_port, Path(tmp), debug=debug_out is not None)
+            with open(debug_out or os.devnull, "ab" if attempt else "wb") as out:
+                proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
+            started = _started(proc, http_port, startup_seconds)
+            if started:
+                break
+            _stop(proc)
+            if started is None:
+                raise RuntimeError(f"rotel-agent did not listen within {startup_seconds:g} s")
+        else:
+            raise RuntimeError(f"rotel-agent exited at start ({STARTS} tries)")
         try:
-            deadline = time.monotonic() + startup_seconds
-            for _ in range(10_000):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("rotel-agent did not start")
-                try:
-                    with socket.create_connection(("127.0.0.1", http_port), timeout=0.2):
-                        break
-                except OSError:
-                    time.sleep(0.05)
             yield f"http://127.0.0.1:{http_port}"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            _stop(proc)
+
+
+def _started(proc: subprocess.Popen[bytes], port: int, seconds: float) -> bool | None:
+    """``True`` once the agent listens on ``port``, ``False`` if it exited first, ``None`` if
+    ``seconds`` passed with neither."""
+    deadline = time.monotonic() + seconds
+    for _ in range(10_000):
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            return None
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return None
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

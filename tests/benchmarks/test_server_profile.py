@@ -53,8 +53,10 @@ def test_each_part_is_measured_and_a_missing_collector_is_said(
     assert bare[delivery] == 0 and bare[calls] == 0
     assert ours[delivery] > 0 and ours[calls] > 0
     for part in (bare, ours):
+        # Nested clocks of one kind (wall time inside the server); the app's wall time against
+        # /proc's CPU is no invariant: on a busy machine the first outgrew the second.
         assert 0 < part["handler: the unit of work"] < part["app: FastAPI, the route, the handler"]
-        assert part["app: FastAPI, the route, the handler"] < part["server CPU (/proc)"]
+        assert part["server CPU (/proc)"] > 0
     sections = [ours[f"call: {name}"] for name in server_profile.SECTIONS]
     assert all(s > 0 for s in sections) and sum(sections) == pytest.approx(ours[calls])
     header, rows = server_profile._table(result)

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from ckpt_events.benchmarks.rotel import agent_binary, agent_command, agent_env, free_port
+from ckpt_events.benchmarks.rotel import agent_binary, agent_command, agent_env, free_ports
 from ckpt_events.sinks import JsonLinesSink, configure
 from ckpt_events.sinks.otel import OtlpSpanSink
 
@@ -47,7 +47,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], out: Path) -> None
 
 def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Popen[bytes]]:
     """Start ``binary`` as the collector; returns its OTLP/HTTP base URL and its process."""
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port = free_ports(2)
     with open(out, "wb") as sink:
         proc = subprocess.Popen(
             agent_command(binary, http_port, grpc_port, tmp_path, debug=True),
