@@ -52,6 +52,7 @@ from .load import (
     cpu_seconds,
     drive,
     settled_children_cpu_seconds,
+    stop_process,
 )
 from .spread import Ratio
 
@@ -219,12 +220,7 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
             _preflight(port, bench.request)
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_process(proc, timeout=30)
             server.state = _read_state(state_file) or {}
 
 

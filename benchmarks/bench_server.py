@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import nemo_lens_row, report, rotel
-from .load import children_pids, cores_apart, cpu_seconds, settled_children_cpu_seconds
+from .load import children_pids, cores_apart, cpu_seconds, settled_children_cpu_seconds, stop_process
 from .server_app import VARIANTS
 from .spread import Ratio
 
@@ -115,12 +115,7 @@ def _start(
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=15)
+    stop_process(proc, timeout=15)
 
 
 def _round(

@@ -5,7 +5,8 @@ were answered, how many with a status other than 2xx/3xx, and the seconds they t
 drivers keep ``connections`` keep-alive connections busy for ``seconds`` and stop there;
 every request also has a timeout, so a server that stops answering ends the run, never hangs
 it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``; ``cores_apart()``
-pins this process (the driver) to one core and hands the other to the servers.
+pins this process (the driver) to one core and hands the other to the servers;
+``stop_process(proc)`` ends a server (SIGTERM, then SIGKILL past its deadline).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "drive",
     "pick_driver",
     "stat_cpu_seconds",
+    "stop_process",
 ]
 
 Driver = Literal["wrk", "httpx"]
@@ -80,6 +82,16 @@ def cores_apart() -> Iterator[tuple[int, int] | None]:
         yield cores
     finally:
         os.sched_setaffinity(0, set(available))
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL if ``proc`` outlives ``timeout`` seconds; its exit code, reaped."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(timeout=10)
 
 
 def cpu_seconds(pid: int) -> float:

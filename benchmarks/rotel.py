@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
+from .load import stop_process
+
 __all__ = [
     "ENV_BINARY",
     "HOW",
@@ -140,7 +142,7 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
             started = _started(proc, http_port, startup_seconds)
             if started:
                 break
-            _stop(proc)
+            stop_process(proc)
             if started is None:
                 raise RuntimeError(f"rotel-agent did not listen within {startup_seconds:g} s")
         else:
@@ -148,7 +150,7 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
         try:
             yield f"http://127.0.0.1:{http_port}"
         finally:
-            _stop(proc)
+            stop_process(proc)
 
 
 def _started(proc: subprocess.Popen[bytes], port: int, seconds: float) -> bool | None:
@@ -166,12 +168,3 @@ def _started(proc: subprocess.Popen[bytes], port: int, seconds: float) -> bool |
         except OSError:
             time.sleep(0.05)
     return None
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)

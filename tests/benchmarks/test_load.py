@@ -1,12 +1,17 @@
-"""``load.cores_apart``: the driver pinned apart from the servers, its affinity given back."""
+"""``load``'s process helpers: ``cores_apart`` (the driver pinned apart from the servers, its
+affinity given back) and ``stop_process``."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from ckpt_events.benchmarks.load import cores_apart
+from ckpt_events.benchmarks.load import cores_apart, stop_process
 
 
 def test_cores_apart_pins_the_driver_and_gives_its_affinity_back() -> None:
@@ -22,3 +27,19 @@ def test_cores_apart_pins_the_driver_and_gives_its_affinity_back() -> None:
             assert os.sched_getaffinity(0) == {driver}
         raise RuntimeError("inside")  # an error in the block gives the affinity back too
     assert os.sched_getaffinity(0) == before
+
+
+def test_stop_process_kills_what_outlives_its_deadline() -> None:
+    """SIGTERM first; a process that ignores it is SIGKILLed at the deadline; both are reaped."""
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert stop_process(polite) == -signal.SIGTERM
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+    started = time.monotonic()
+    assert stop_process(stubborn, timeout=0.5) == -signal.SIGKILL
+    assert 0.5 <= time.monotonic() - started < 10
+    stubborn.stdout.close()

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from ckpt_events.benchmarks.load import stop_process
+
 READY_SECONDS = 30.0
 
 
@@ -116,10 +118,5 @@ def running_prometheus(
         yield server
     finally:
         server.client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
         log.close()

@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
+from ckpt_events.benchmarks.load import stop_process
 from ckpt_events.benchmarks.rotel import agent_binary, agent_command, agent_env, free_ports
 from ckpt_events.sinks import JsonLinesSink, configure
 from ckpt_events.sinks.otel import OtlpSpanSink
@@ -59,18 +60,9 @@ def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Pop
     try:
         _wait_listening(http_port, proc, out)
     except BaseException:
-        _stop(proc)
+        stop_process(proc)
         raise
     return f"http://127.0.0.1:{http_port}", proc
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -84,7 +76,7 @@ def collector(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     try:
         yield url, out
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def test_collector_gets_the_interpreter_library_directory() -> None:
