@@ -51,6 +51,7 @@ from .load import (
     cores_apart,
     cpu_seconds,
     drive,
+    listening,
     settled_children_cpu_seconds,
     stop_process,
 )
@@ -210,7 +211,9 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
             if core is not None:
                 os.sched_setaffinity(proc.pid, {core})
             deadline = time.monotonic() + START_TIMEOUT
-            while _read_state(state_file) is None:
+            # The state file is written by the app's startup, which uvicorn runs before it
+            # listens: the port is waited for too (a request in between was refused).
+            while _read_state(state_file) is None or not listening(proc, port, deadline - time.monotonic()):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     tail = log.read_text(errors="replace").strip().splitlines()[-12:]
                     raise BenchAppError(

@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -92,6 +93,23 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(timeout=10)
+
+
+def listening(proc: subprocess.Popen[bytes], port: int, seconds: float) -> bool | None:
+    """``True`` once something accepts connections on 127.0.0.1:``port``, ``False`` if ``proc``
+    exited first, ``None`` if ``seconds`` passed with neither (polled every 50 ms)."""
+    deadline = time.monotonic() + seconds
+    for _ in range(10_000):
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            return None
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return None
 
 
 def cpu_seconds(pid: int) -> float:

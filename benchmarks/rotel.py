@@ -14,12 +14,11 @@ import socket
 import subprocess
 import sysconfig
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-from .load import stop_process
+from .load import listening, stop_process
 
 __all__ = [
     "ENV_BINARY",
@@ -139,7 +138,7 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
             command = agent_command(binary, http_port, grpc_port, Path(tmp), debug=debug_out is not None)
             with open(debug_out or os.devnull, "ab" if attempt else "wb") as out:
                 proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
-            started = _started(proc, http_port, startup_seconds)
+            started = listening(proc, http_port, startup_seconds)
             if started:
                 break
             stop_process(proc)
@@ -151,20 +150,3 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
             yield f"http://127.0.0.1:{http_port}"
         finally:
             stop_process(proc)
-
-
-def _started(proc: subprocess.Popen[bytes], port: int, seconds: float) -> bool | None:
-    """``True`` once the agent listens on ``port``, ``False`` if it exited first, ``None`` if
-    ``seconds`` passed with neither."""
-    deadline = time.monotonic() + seconds
-    for _ in range(10_000):
-        if proc.poll() is not None:
-            return False
-        if time.monotonic() > deadline:
-            return None
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return None

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from ckpt_events.benchmarks.load import cores_apart, stop_process
+from ckpt_events.benchmarks.load import cores_apart, listening, stop_process
+from ckpt_events.benchmarks.rotel import free_port
 
 
 def test_cores_apart_pins_the_driver_and_gives_its_affinity_back() -> None:
@@ -43,3 +44,33 @@ def test_stop_process_kills_what_outlives_its_deadline() -> None:
     assert stop_process(stubborn, timeout=0.5) == -signal.SIGKILL
     assert 0.5 <= time.monotonic() - started < 10
     stubborn.stdout.close()
+
+
+_LISTEN_LATE = """
+import socket, sys, time
+time.sleep(0.5)  # a server's startup before it listens (uvicorn runs the app's startup first)
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+time.sleep(60)
+"""
+
+
+def test_listening_waits_for_the_port_and_tells_an_exit_from_a_timeout() -> None:
+    """``bench --app`` once sent its first request when the app's startup had run but uvicorn
+    did not listen yet (connection refused): ``listening`` waits for the port itself."""
+    port = free_port()
+    late = subprocess.Popen([sys.executable, "-c", _LISTEN_LATE, str(port)])
+    try:
+        started = time.monotonic()
+        assert listening(late, port, 30) is True
+        assert time.monotonic() - started >= 0.4
+    finally:
+        stop_process(late)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert listening(gone, free_port(), 30) is False
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert listening(silent, free_port(), 0.3) is None
+    finally:
+        stop_process(silent)
