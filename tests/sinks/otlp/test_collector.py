@@ -7,7 +7,6 @@ with a blackhole exporter and its debug log on stdout, where the test finds what
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sysconfig
 import time
@@ -18,7 +17,7 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry
-from ckpt_events.benchmarks.load import stop_process
+from ckpt_events.benchmarks.load import listening, stop_process
 from ckpt_events.benchmarks.rotel import agent_binary, agent_command, agent_env, free_ports
 from ckpt_events.sinks import JsonLinesSink, configure
 from ckpt_events.sinks.otel import OtlpSpanSink
@@ -31,19 +30,12 @@ _RECEIVE_SECONDS = 15.0
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], out: Path) -> None:
     """Return once the collector listens; skip the test if it cannot start here (it exited)."""
-    deadline = time.monotonic() + _STARTUP_SECONDS
-    for _ in range(1000):
-        if proc.poll() is not None:
-            tail = out.read_text(errors="replace").strip()[-300:] if out.exists() else ""
-            pytest.skip(f"rotel-agent cannot start here (exit status {proc.returncode}): {tail}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-    raise TimeoutError(f"rotel-agent did not listen on 127.0.0.1:{port} within {_STARTUP_SECONDS} s")
+    started = listening(proc, port, _STARTUP_SECONDS)
+    if started is False:
+        tail = out.read_text(errors="replace").strip()[-300:] if out.exists() else ""
+        pytest.skip(f"rotel-agent cannot start here (exit status {proc.returncode}): {tail}")
+    if started is None:
+        raise TimeoutError(f"rotel-agent did not listen on 127.0.0.1:{port} within {_STARTUP_SECONDS} s")
 
 
 def _start(binary: Path, tmp_path: Path, out: Path) -> tuple[str, subprocess.Popen[bytes]]:
