@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -46,7 +47,16 @@ def print_table(title: str, rows: Iterable[Row]) -> None:
     for what, value, target, met in rows:
         mark = "" if met is None else ("yes" if met else "NO")
         table.add_row(Text(str(what)), Text(_fmt(value)), Text(str(target)), mark)
-    Console(width=110).print(table)
+    Console(width=_width()).print(table)
+
+
+def _width() -> int | None:
+    """A terminal's own width (``None``: rich asks it); piped output ``$COLUMNS`` if it is a
+    number of 40 or more (a CI log's width), else 110 columns."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else 110
 
 
 def markdown_table(rows: Iterable[Row]) -> str:

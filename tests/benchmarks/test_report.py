@@ -15,3 +15,17 @@ def test_a_skipped_rows_install_hint_keeps_its_extra(capsys: pytest.CaptureFixtu
     printed = capsys.readouterr().out  # wrapped at spaces: none of these holds one
     assert "'ckpt-events[dev]'" in printed
     assert "a [bold]title[/bold]" in printed and "<= [1.15]" in printed
+
+
+@pytest.mark.parametrize(("columns", "widest"), [("80", 80), ("", 110), ("12", 110)])
+def test_a_piped_table_keeps_to_columns(
+    columns: str, widest: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Piped, the table was drawn 110 columns wide whatever ``$COLUMNS`` said (a narrow CI log
+    wrapped every line); too small a number keeps the default."""
+    monkeypatch.setenv("COLUMNS", columns)
+    row = ("server CPU/request: ckpt-events, every sink in configure()'s export process / uninstrumented",)
+    report.print_table("a table", [(*row, 1.108, "<= 1.08", False)] * 3)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= widest
+    assert max(map(len, lines)) > widest - 10  # the long row fills the width it has

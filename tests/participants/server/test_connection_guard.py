@@ -226,7 +226,7 @@ async def test_idle_connections_from_one_peer_cannot_keep_requests_out() -> None
     """520 idle connections (over the 512 and the per-peer 256): requests still answer 200 (once
     the idle ones are ``displace_after`` old), the oldest idle ones are displaced, and every idle
     one is closed by the header timeout."""
-    limits = ConnectionLimits(header_timeout=1.0)
+    limits = ConnectionLimits(header_timeout=2.0)
     async with guarded(limits) as (port, guard, _):
         async with _connected(port, 520) as idle:
             await anyio.sleep(limits.displace_after)  # until then the newest are not displaced
@@ -236,12 +236,14 @@ async def test_idle_connections_from_one_peer_cannot_keep_requests_out() -> None
                     statuses.append((await client.get(f"http://127.0.0.1:{port}/ping")).status_code)
             assert statuses == [200] * 20
             stats = guard.stats()
-            # Past the per-peer 256: refused while the oldest were younger than displace_after,
-            # then displacing them.
-            assert stats.displaced + stats.refused >= 520 - 256
-            with anyio.fail_after(4):
+            # Past the per-peer 256, a newcomer was refused or displaced an idle one, unless the
+            # header timeout had closed one first (connecting 520 can take longer than that
+            # timeout on a loaded machine: a run beside another test once saw 256 of them).
+            assert stats.displaced > 0
+            assert stats.displaced + stats.refused + stats.header_timeouts >= 520 - 256, stats
+            with anyio.fail_after(8):
                 for stream in idle:
-                    await _closed_within(stream, 4)
+                    await _closed_within(stream, 8)
         assert guard.stats().open == 0 and guard.stats().waiting == 0
 
 
