@@ -7,11 +7,12 @@ are built by ``ckpt_events.sinks.otel._pipeline``.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Configured", "configure"]
 
+logger: Final = logging.getLogger("ckpt_events.sinks")
+_T = TypeVar("_T")
+
 ENV_METRIC_INTERVAL: Final = "OTEL_METRIC_EXPORT_INTERVAL"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
@@ -50,6 +54,8 @@ ENV_DISABLED: Final = "CKPT_EVENTS_DISABLED"
 ENV_EXPORT_PROCESS: Final = "CKPT_EVENTS_EXPORT_PROCESS"
 
 DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
+#: How long a failed ``configure`` gives the meter provider it built to shut down.
+_RELEASE_MILLIS: Final = 1000
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 
 
@@ -189,6 +195,8 @@ def configure(
     OpenTelemetry is subscribed. ``CKPT_EVENTS_DISABLED=true`` subscribes nothing at all, the
     arguments included: the emit sites stay on the no-op path without a change to the code. A
     bad value raises ``ConfigurationError`` naming the argument or variable and what is valid.
+    Whatever fails, what ``configure`` had built is stopped before the error reaches you: no
+    export thread, metric reader, open file or export process is left running.
     """
     env = os.environ if environ is None else environ
     if _switched_off(env):
@@ -223,30 +231,38 @@ def configure(
         metric_export_interval_ms=metric_export_interval_ms,
         metric_cardinality_limit=metric_cardinality_limit,
     )
-    jsonl_sink = _jsonl(jsonl_path, env)
     stall_watch = _stall_watch(env, bus)
-    span_sinks: list[tuple[str, AnySpanSink]] = []
-    metric_sinks: list[tuple[str, AnyMetricSink]] = []
-    own_provider: MeterProvider | None = None
-    if not settings.sdk_disabled:
-        span_sinks, metric_sinks, own_provider = _otel(
-            settings,
-            groups,
-            tracer_provider=tracer_provider,
-            meter_provider=meter_provider,
-            span_exporter=span_exporter,
-            metric_readers=metric_readers,
-            resource_args=(service_name, resource_attributes, service_instance_id),
-            cardinality_limit=cardinality_limit,
+    built = _Built()
+    try:
+        jsonl_sink = _jsonl(jsonl_path, env)
+        if jsonl_sink is not None:
+            built.add(jsonl_sink, JsonLinesSink.close)
+        span_sinks: list[tuple[str, AnySpanSink]] = []
+        metric_sinks: list[tuple[str, AnyMetricSink]] = []
+        own_provider: MeterProvider | None = None
+        if not settings.sdk_disabled:
+            span_sinks, metric_sinks, own_provider = _otel(
+                settings,
+                groups,
+                built,
+                tracer_provider=tracer_provider,
+                meter_provider=meter_provider,
+                span_exporter=span_exporter,
+                metric_readers=metric_readers,
+                resource_args=(service_name, resource_attributes, service_instance_id),
+                cardinality_limit=cardinality_limit,
+            )
+        plain_sinks: list[tuple[str, Sink]] = []
+        if jsonl_sink is not None:
+            plain_sinks.append(("jsonl", jsonl_sink))
+        if stall_watch is not None:
+            plain_sinks.append(("stall-watch", stall_watch))
+        subscriptions, prometheus = _subscribe(
+            bus, settings, plain_sinks, span_sinks, metric_sinks, cardinality_limit
         )
-    plain_sinks: list[tuple[str, Sink]] = []
-    if jsonl_sink is not None:
-        plain_sinks.append(("jsonl", jsonl_sink))
-    if stall_watch is not None:
-        plain_sinks.append(("stall-watch", stall_watch))
-    subscriptions, prometheus = _subscribe(
-        bus, settings, plain_sinks, span_sinks, metric_sinks, cardinality_limit
-    )
+    except BaseException:
+        built.release()
+        raise
     return Configured(
         bus,
         subscriptions=subscriptions,
@@ -417,6 +433,7 @@ def _configure_export_process(
     except BaseException:
         for sub in subscriptions:
             sub.close()
+        process.discard()  # it was left running, its input open, for as long as this process
         raise
     return Configured(bus, subscriptions=subscriptions, export_process=process)
 
@@ -426,6 +443,43 @@ def _switched_off(env: Mapping[str, str]) -> bool:
     if raw not in ("", "true", "false"):
         raise ConfigurationError(f"{ENV_DISABLED}={env[ENV_DISABLED]!r}: use true or false")
     return raw == "true"
+
+
+class _Built:
+    """What ``configure`` built and owns, each with how to stop it, released at once if
+    ``configure`` fails before returning.
+
+    A failed ``configure`` left these running for the life of the process: the OTLP sinks'
+    export threads, the SDK's periodic metric reader (exporting every interval to the console or
+    a collector), the JSON-lines file open. Nothing was emitted to them yet, so nothing is lost:
+    each is stopped without waiting for a collector. What the caller passed in (a span
+    exporter, a tracer or meter provider) stays the caller's.
+    """
+
+    def __init__(self) -> None:
+        self._stops: list[tuple[object, Callable[[Any], object]]] = []
+
+    def add(self, made: _T, stop: Callable[[_T], object]) -> _T:
+        """``made``, to be stopped with ``stop(made)`` if ``configure`` fails."""
+        self._stops.append((made, stop))
+        return made
+
+    def release(self) -> None:
+        """Stop everything added, the last first; a failure here is logged, never raised (the
+        error that stopped ``configure`` is the one to see)."""
+        for made, stop in reversed(self._stops):
+            try:
+                stop(made)
+            except Exception:
+                logger.debug("ckpt_events: releasing %r after configure() failed", made, exc_info=True)
+
+
+def _stop_now(sink: OtlpSpanSink | OtlpMetricSink) -> None:
+    sink.shutdown(timeout=0.0)  # nothing was emitted: no export to wait for
+
+
+def _shut_down(provider: MeterProvider) -> None:
+    provider.shutdown(timeout_millis=_RELEASE_MILLIS)
 
 
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:
@@ -447,6 +501,7 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
 def _otel(
     settings: OtelSettings,
     groups: frozenset[str],
+    built: _Built,
     *,
     tracer_provider: TracerProvider | None,
     meter_provider: MeterProvider | None,
@@ -471,11 +526,12 @@ def _otel(
         default_service_name=DEFAULT_SERVICE_NAME,
     )
     span_sinks = _span_sinks(
-        settings, groups, resource, tracer_provider=tracer_provider, span_exporter=span_exporter
+        settings, groups, resource, built, tracer_provider=tracer_provider, span_exporter=span_exporter
     )
     metric_sinks, own_provider = _metric_sinks(
         settings,
         resource,
+        built,
         meter_provider=meter_provider,
         metric_readers=metric_readers,
         cardinality_limit=cardinality_limit,
@@ -487,6 +543,7 @@ def _span_sinks(
     settings: OtelSettings,
     groups: frozenset[str],
     resource: Resource,
+    built: _Built,
     *,
     tracer_provider: TracerProvider | None,
     span_exporter: SpanExporter | None,
@@ -519,10 +576,12 @@ def _span_sinks(
                 resource_attributes=dict(resource.attributes),
                 span_groups=groups,
             )
-            made.append(("otlp", own))
+            made.append(("otlp", built.add(own, _stop_now)))
         if "checkpoint" in groups:
             for name, exporter in span_exporters_for(settings):
-                made.append((name, SpanSink(exporter, resource=resource, **options)))
+                made.append(
+                    (name, built.add(SpanSink(exporter, resource=resource, **options), SpanSink.shutdown))
+                )
     # The first is "otel-spans"; more (OTEL_TRACES_EXPORTER=otlp,console) get suffixes.
     return [
         ("otel-spans" if index == 0 else f"otel-spans-{name}", sink)
@@ -533,6 +592,7 @@ def _span_sinks(
 def _metric_sinks(
     settings: OtelSettings,
     resource: Resource,
+    built: _Built,
     *,
     meter_provider: MeterProvider | None,
     metric_readers: Sequence[MetricReader] | None,
@@ -554,7 +614,7 @@ def _metric_sinks(
     if readers:
         from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-        own_provider = SdkMeterProvider(resource=resource, metric_readers=readers)
+        own_provider = built.add(SdkMeterProvider(resource=resource, metric_readers=readers), _shut_down)
     provider = meter_provider if meter_provider is not None else own_provider
     metrics: list[tuple[str, AnyMetricSink]] = []
     if meter_provider is None and "otlp" in settings.metrics and is_own_http(settings.metrics_otlp):
@@ -565,7 +625,7 @@ def _metric_sinks(
             interval_ms=settings.metric_interval_ms,
             cardinality_limit=cardinality_limit,
         )
-        metrics.append(("otel-metrics", own_metrics))
+        metrics.append(("otel-metrics", built.add(own_metrics, _stop_now)))
     if provider is not None:
         label = "otel-metrics-sdk" if metrics else "otel-metrics"
         metrics.append((label, MetricSink(provider, cardinality_limit=cardinality_limit)))
