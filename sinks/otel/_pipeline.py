@@ -18,7 +18,7 @@ from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks.otel._env import OtelSettings, OtlpSettings
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -90,34 +90,39 @@ def metric_readers_for(
     per instrument, where the SDK has one (opentelemetry-sdk >= 1.45.2; its default is 2,000),
     so raising ``MetricSink``'s is not undone by the SDK's."""
     from opentelemetry.sdk.metrics import Counter, Histogram, ObservableGauge, UpDownCounter
-    from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     limits: dict[str, Any] = {}
     if "cardinality_limits" in inspect.signature(PeriodicExportingMetricReader).parameters:
         classes = (Counter, UpDownCounter, Histogram, ObservableGauge)  # what MetricSink creates
         limits["cardinality_limits"] = dict.fromkeys(classes, cardinality_limit)
-    readers: list[MetricReader] = []
+    # Every exporter first: a reader's export thread runs from its start, and one built before a
+    # later exporter failed (the console's, then gRPC without its extra) went on warning every
+    # interval that it was never registered.
+    exporters = _metric_exporters(settings)
+    return [
+        PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms, **limits)
+        for exporter in exporters
+    ]
+
+
+def _metric_exporters(settings: OtelSettings) -> list[MetricExporter]:
+    """The metric exporters of ``metric_readers_for``'s readers, in the settings' order."""
+    exporters: list[MetricExporter] = []
     for name in settings.metrics:
-        exporter: MetricExporter
         if name == "console":
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-            exporter = ConsoleMetricExporter()
+            exporters.append(ConsoleMetricExporter())
         elif name == "prometheus":
             continue  # our own scrape endpoint over our aggregation (ckpt_events.sinks.prometheus)
         else:
             otlp = settings.metrics_otlp
             assert otlp is not None
             if otlp.protocol == "grpc":
-                exporter = _grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp))
-            else:
-                continue  # OTLP over HTTP: our own OtlpMetricSink (ckpt_events.sinks.otlp._factory)
-        readers.append(
-            PeriodicExportingMetricReader(
-                exporter, export_interval_millis=settings.metric_interval_ms, **limits
-            )
-        )
-    return readers
+                exporters.append(_grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp)))
+            # else OTLP over HTTP: our own OtlpMetricSink (ckpt_events.sinks.otlp._factory)
+    return exporters
 
 
 def build_resource(

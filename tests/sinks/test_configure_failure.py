@@ -9,6 +9,7 @@ the child process, its input held open.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import threading
@@ -114,3 +115,29 @@ async def test_the_callers_own_parts_stay_the_callers(tmp_path: Path) -> None:
     with pytest.raises(CkptEventsError, match="this bus is closed"):
         configure(bus, span_exporter=exporter, span_groups="checkpoint", environ={})
     assert exporter.export([]) is SpanExportResult.SUCCESS  # a shut-down one answers FAILURE
+
+
+async def test_a_missing_grpc_extra_for_metrics_leaves_nothing_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Spans over our OTLP/HTTP sink, metrics to the console and over gRPC without its extra: the
+    span sink and the console's reader were built before the gRPC exporter failed. The reader
+    warned every interval that it was never registered; the span sink's thread ran on."""
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None:
+        pytest.skip("the grpc extra is installed")
+    before = set(threading.enumerate())
+    log = tmp_path / "events.jsonl"
+    environ = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "console,otlp",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc",
+        "OTEL_METRIC_EXPORT_INTERVAL": "100",
+    }
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match=r"ckpt-events\[grpc\]"):
+            configure(bus, jsonl_path=log, environ=environ)
+        assert str(log) not in _open_files()
+        assert await _left(before) == set()
+        await anyio.sleep(0.3)  # three of the reader's intervals
+    assert "Cannot call collect" not in capsys.readouterr().err
