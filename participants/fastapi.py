@@ -55,6 +55,7 @@ bus. The reference participants (``ckpt_events.participants.create_app``) are bu
 from __future__ import annotations
 
 import collections
+import difflib
 import inspect
 import os
 import time
@@ -333,8 +334,16 @@ def _env_ratio(options: Mapping[str, Any]) -> float:
 def _configure_with(options: Mapping[str, Any], shutdown_timeout: float) -> Callable[[Bus], Any]:
     from ckpt_events import sinks
 
-    # Bound now, so a misspelt option fails at instrument(), not at the first startup.
-    inspect.signature(sinks.configure).bind(None, **options)
+    # Checked now, so a misspelt option fails at instrument(), not at the first startup.
+    known = [name for name in inspect.signature(sinks.configure).parameters if name != "bus"]
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidTypeError(
+            f"instrument() got an unknown option {unknown[0]!r}{hint}; its options are "
+            f"ckpt_events.sinks.configure()'s: {', '.join(known)}"
+        )
 
     def configure(bus: Bus) -> Any:
         configured = sinks.configure(bus, **options)
@@ -405,7 +414,8 @@ def instrument(
       bus made here and for ``configure_options``' sinks.
 
     A second call on the same app raises ``ConfigurationError``; bad arguments raise
-    ``InvalidArgumentError`` (or ``TypeError`` for an unknown ``configure_options`` name).
+    ``InvalidArgumentError`` (``InvalidTypeError``, a ``TypeError``, for an unknown
+    ``configure_options`` name, with the closest known one).
     """
     if not isinstance(app, Starlette):
         raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {app!r}")

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from ckpt_events import (
     Bus,
     ConfigurationError,
+    InvalidTypeError,
     OperationFinished,
     OperationStarted,
     StepFinished,
@@ -163,8 +164,17 @@ async def test_instrument_twice_is_an_error() -> None:
 
 async def test_bad_arguments_fail_at_instrument() -> None:
     """A misspelt sinks option or a half-given identity fails when instrument() is called."""
-    with pytest.raises(TypeError):
+    # Python's own "got an unexpected keyword argument 'jsonl_pth'" named neither the call nor
+    # the name meant.
+    with pytest.raises(
+        TypeError, match=r"instrument\(\) got an unknown option 'jsonl_pth' \(did you mean 'jsonl_path'\?\)"
+    ):
         instrument(FastAPI(), kind="judge", instance="judge-0", jsonl_pth="x.jsonl")
+    with pytest.raises(
+        InvalidTypeError,
+        match="options are ckpt_events.sinks.configure\\(\\)'s: tracer_provider, .*, export_process$",
+    ):
+        instrument(FastAPI(), kind="judge", instance="judge-0", colour="blue")
     with pytest.raises(ConfigurationError, match="not instrumented"):
         telemetry(FastAPI())
     with pytest.raises(ValueError, match="kind= and instance="):
