@@ -19,6 +19,7 @@ hundred series a fleet has).
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from collections.abc import Iterator
@@ -278,9 +279,17 @@ class PrometheusEndpoint:
                 timeout=timeout,
             )
         except OSError as exc:
+            # Several worker processes of one app (uvicorn --workers, gunicorn) each configure
+            # their own endpoint: the second stopped the whole server with "in use" alone.
+            shared = (
+                " (each worker process of uvicorn --workers or gunicorn needs a port of its own: "
+                "see 'Several worker processes' in docs/fastapi.md)"
+                if exc.errno == errno.EADDRINUSE
+                else ""
+            )
             raise ConfigurationError(
                 f"cannot serve Prometheus metrics on {host}:{port} ({exc.strerror or exc}); set "
-                "OTEL_EXPORTER_PROMETHEUS_HOST/OTEL_EXPORTER_PROMETHEUS_PORT to a free address"
+                f"OTEL_EXPORTER_PROMETHEUS_HOST/OTEL_EXPORTER_PROMETHEUS_PORT to a free address{shared}"
             ) from None
         self.host = host
         self.port: int = self._server.server_address[1]
