@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 __all__ = [
     "DRIVERS",
@@ -85,7 +85,7 @@ def cores_apart() -> Iterator[tuple[int, int] | None]:
         os.sched_setaffinity(0, set(available))
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int:
     """SIGTERM, then SIGKILL if ``proc`` outlives ``timeout`` seconds; its exit code, reaped."""
     proc.terminate()
     try:
@@ -95,7 +95,7 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
         return proc.wait(timeout=10)
 
 
-def listening(proc: subprocess.Popen[bytes], port: int, seconds: float) -> bool | None:
+def listening(proc: subprocess.Popen[Any], port: int, seconds: float) -> bool | None:
     """``True`` once something accepts connections on 127.0.0.1:``port``, ``False`` if ``proc``
     exited first, ``None`` if ``seconds`` passed with neither (polled every 50 ms)."""
     deadline = time.monotonic() + seconds

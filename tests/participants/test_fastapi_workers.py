@@ -27,6 +27,8 @@ from tests.processes import alive
 pytestmark = pytest.mark.slow
 
 APP = """
+import os
+
 from fastapi import FastAPI, Request
 
 from ckpt_events.participants.fastapi import instrument, operation
@@ -39,7 +41,7 @@ instrument(app, kind="judge", instance="judge-0", jsonl_path="events.jsonl")
 async def commit(request: Request) -> dict[str, int]:
     with operation(request, "commit", checkpoint_id="c1") as op:
         op.set(records=1)
-    return {"pid": __import__("os").getpid()}
+    return {"pid": os.getpid()}
 """
 REQUESTS = 400
 
@@ -71,7 +73,7 @@ def test_two_workers_share_one_log_and_lose_no_line(tmp_path: Path) -> None:
         server.send_signal(signal.SIGINT)  # Ctrl-C: each worker drains its bus and closes the file
         output, _ = server.communicate(timeout=30)
     finally:
-        stop_process(server)  # type: ignore[arg-type]  # only if the test failed before
+        stop_process(server)  # only if the test failed before
     assert server.returncode == 0, output[-2000:]
     lines = (tmp_path / "events.jsonl").read_bytes().splitlines()
     kinds = [msgspec.json.decode(line)["type"] for line in lines]  # a torn line would not decode
@@ -90,7 +92,7 @@ def test_a_fixed_prometheus_port_stops_the_server_saying_why(tmp_path: Path) -> 
     try:
         output, _ = server.communicate(timeout=60)
     finally:
-        stop_process(server)  # type: ignore[arg-type]
+        stop_process(server)
     # The server stopped (uvicorn's supervisor ends when a worker fails its startup; it exits 0
     # then, its own choice) and said why.
     assert f"cannot serve Prometheus metrics on 127.0.0.1:{metrics} (Address already in use)" in output, (
