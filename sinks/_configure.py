@@ -1,24 +1,25 @@
 """``configure``: the standard set of sinks from arguments and the OpenTelemetry environment.
 
 With nothing set, nothing is subscribed, and every emit site stays off. The variables are
-parsed by ``ckpt_events.sinks.otel._env`` (README: "Environment variables"); exporters and the resource
-are built by ``ckpt_events.sinks.otel._pipeline``.
+parsed by ``ckpt_events.sinks.otel._env`` (README: "Environment variables"); the OpenTelemetry
+sinks are built by ``ckpt_events.sinks._otel_build`` (their exporters and resource by
+``ckpt_events.sinks.otel._pipeline``).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
+from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
@@ -28,23 +29,14 @@ from ckpt_events.vocab import resolve_span_groups
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from ckpt_events.sinks._export_process import ExportProcess
-    from ckpt_events.sinks.otel._metric_sink import MetricSink
-    from ckpt_events.sinks.otel._span_sink import SpanSink
-    from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
+    from ckpt_events.sinks._otel_build import AnyMetricSink, AnySpanSink
     from ckpt_events.sinks.prometheus import PrometheusEndpoint
 
-    AnySpanSink: TypeAlias = SpanSink | OtlpSpanSink
-    AnyMetricSink: TypeAlias = MetricSink | OtlpMetricSink
-
 __all__ = ["Configured", "configure"]
-
-logger: Final = logging.getLogger("ckpt_events.sinks")
-_T = TypeVar("_T")
 
 ENV_METRIC_INTERVAL: Final = "OTEL_METRIC_EXPORT_INTERVAL"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
@@ -54,9 +46,6 @@ ENV_DISABLED: Final = "CKPT_EVENTS_DISABLED"
 ENV_EXPORT_PROCESS: Final = "CKPT_EVENTS_EXPORT_PROCESS"
 
 DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
-#: How long a failed ``configure`` gives the meter provider it built to shut down.
-_RELEASE_MILLIS: Final = 1000
-DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 
 
 class Configured:
@@ -232,7 +221,7 @@ def configure(
         metric_cardinality_limit=metric_cardinality_limit,
     )
     stall_watch = _stall_watch(env, bus)
-    built = _Built()
+    built = Built()
     try:
         jsonl_sink = _jsonl(jsonl_path, env)
         if jsonl_sink is not None:
@@ -241,7 +230,7 @@ def configure(
         metric_sinks: list[tuple[str, AnyMetricSink]] = []
         own_provider: MeterProvider | None = None
         if not settings.sdk_disabled:
-            span_sinks, metric_sinks, own_provider = _otel(
+            span_sinks, metric_sinks, own_provider = otel_sinks(
                 settings,
                 groups,
                 built,
@@ -445,43 +434,6 @@ def _switched_off(env: Mapping[str, str]) -> bool:
     return raw == "true"
 
 
-class _Built:
-    """What ``configure`` built and owns, each with how to stop it, released at once if
-    ``configure`` fails before returning.
-
-    A failed ``configure`` left these running for the life of the process: the OTLP sinks'
-    export threads, the SDK's periodic metric reader (exporting every interval to the console or
-    a collector), the JSON-lines file open. Nothing was emitted to them yet, so nothing is lost:
-    each is stopped without waiting for a collector. What the caller passed in (a span
-    exporter, a tracer or meter provider) stays the caller's.
-    """
-
-    def __init__(self) -> None:
-        self._stops: list[tuple[object, Callable[[Any], object]]] = []
-
-    def add(self, made: _T, stop: Callable[[_T], object]) -> _T:
-        """``made``, to be stopped with ``stop(made)`` if ``configure`` fails."""
-        self._stops.append((made, stop))
-        return made
-
-    def release(self) -> None:
-        """Stop everything added, the last first; a failure here is logged, never raised (the
-        error that stopped ``configure`` is the one to see)."""
-        for made, stop in reversed(self._stops):
-            try:
-                stop(made)
-            except Exception:
-                logger.debug("ckpt_events: releasing %r after configure() failed", made, exc_info=True)
-
-
-def _stop_now(sink: OtlpSpanSink | OtlpMetricSink) -> None:
-    sink.shutdown(timeout=0.0)  # nothing was emitted: no export to wait for
-
-
-def _shut_down(provider: MeterProvider) -> None:
-    provider.shutdown(timeout_millis=_RELEASE_MILLIS)
-
-
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:
     where = "jsonl_path" if jsonl_path is not None else ENV_JSONL
     path: Any = jsonl_path
@@ -496,137 +448,3 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
         return JsonLinesSink(Path(path))
     except OSError as exc:
         raise ConfigurationError(f"{where}: cannot open {str(path)!r} for appending: {exc}") from None
-
-
-def _otel(
-    settings: OtelSettings,
-    groups: frozenset[str],
-    built: _Built,
-    *,
-    tracer_provider: TracerProvider | None,
-    meter_provider: MeterProvider | None,
-    span_exporter: SpanExporter | None,
-    metric_readers: Sequence[MetricReader] | None,
-    resource_args: tuple[str | None, Mapping[str, str] | None, str | None],
-    cardinality_limit: int,
-) -> tuple[list[tuple[str, AnySpanSink]], list[tuple[str, AnyMetricSink]], MeterProvider | None]:
-    """(named span sinks, named metric sinks, the meter provider built here) for ``settings``."""
-    wants_spans = tracer_provider is not None or span_exporter is not None or bool(settings.traces)
-    wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
-    if not wants_spans and not wants_metrics:
-        return [], [], None
-    from ckpt_events.sinks.otel._pipeline import build_resource
-
-    service_name, attributes, instance_id = resource_args
-    resource = build_resource(
-        settings,
-        service_name=service_name,
-        attributes=attributes,
-        instance_id=instance_id,
-        default_service_name=DEFAULT_SERVICE_NAME,
-    )
-    span_sinks = _span_sinks(
-        settings, groups, resource, built, tracer_provider=tracer_provider, span_exporter=span_exporter
-    )
-    metric_sinks, own_provider = _metric_sinks(
-        settings,
-        resource,
-        built,
-        meter_provider=meter_provider,
-        metric_readers=metric_readers,
-        cardinality_limit=cardinality_limit,
-    )
-    return span_sinks, metric_sinks, own_provider
-
-
-def _span_sinks(
-    settings: OtelSettings,
-    groups: frozenset[str],
-    resource: Resource,
-    built: _Built,
-    *,
-    tracer_provider: TracerProvider | None,
-    span_exporter: SpanExporter | None,
-) -> list[tuple[str, AnySpanSink]]:
-    """The named span sinks: through ``tracer_provider`` alone if given, else to
-    ``span_exporter``, our own OTLP/HTTP sink and the environment's other exporters."""
-    from ckpt_events.sinks.otel._pipeline import span_exporters_for
-    from ckpt_events.sinks.otel._span_sink import SpanSink
-    from ckpt_events.sinks.otlp._factory import is_own_http, own_span_sink
-
-    batch = settings.batch
-    options: dict[str, Any] = {"span_groups": groups}
-    if batch.max_export_batch is not None:
-        options["max_export_batch"] = batch.max_export_batch
-    if batch.linger_s is not None:
-        options["linger"] = batch.linger_s
-    if batch.export_timeout_s is not None:
-        options["export_timeout"] = batch.export_timeout_s
-    made: list[tuple[str, AnySpanSink]] = []
-    if tracer_provider is not None:
-        made.append(("otel-spans", SpanSink(tracer_provider=tracer_provider, **options)))
-    else:
-        if span_exporter is not None:
-            made.append(("otel-spans", SpanSink(span_exporter, resource=resource, **options)))
-        if "checkpoint" in groups and "otlp" in settings.traces and is_own_http(settings.traces_otlp):
-            assert settings.traces_otlp is not None
-            own = own_span_sink(
-                settings.traces_otlp,
-                batch,
-                resource_attributes=dict(resource.attributes),
-                span_groups=groups,
-            )
-            made.append(("otlp", built.add(own, _stop_now)))
-        if "checkpoint" in groups:
-            for name, exporter in span_exporters_for(settings):
-                made.append(
-                    (name, built.add(SpanSink(exporter, resource=resource, **options), SpanSink.shutdown))
-                )
-    # The first is "otel-spans"; more (OTEL_TRACES_EXPORTER=otlp,console) get suffixes.
-    return [
-        ("otel-spans" if index == 0 else f"otel-spans-{name}", sink)
-        for index, (name, sink) in enumerate(made)
-    ]
-
-
-def _metric_sinks(
-    settings: OtelSettings,
-    resource: Resource,
-    built: _Built,
-    *,
-    meter_provider: MeterProvider | None,
-    metric_readers: Sequence[MetricReader] | None,
-    cardinality_limit: int,
-) -> tuple[list[tuple[str, AnyMetricSink]], MeterProvider | None]:
-    """The named metric sinks (our own OTLP/HTTP one, then one through the SDK) and the meter
-    provider built here for ``metric_readers`` and the environment's readers (``None``: none
-    built, or ``meter_provider`` given)."""
-    from ckpt_events.sinks.otel._metric_sink import MetricSink
-    from ckpt_events.sinks.otel._pipeline import metric_readers_for
-    from ckpt_events.sinks.otlp._factory import is_own_http, own_metric_sink
-
-    own_provider: MeterProvider | None = None
-    readers = (
-        [*(metric_readers or ()), *metric_readers_for(settings, cardinality_limit=cardinality_limit)]
-        if meter_provider is None
-        else []
-    )
-    if readers:
-        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-
-        own_provider = built.add(SdkMeterProvider(resource=resource, metric_readers=readers), _shut_down)
-    provider = meter_provider if meter_provider is not None else own_provider
-    metrics: list[tuple[str, AnyMetricSink]] = []
-    if meter_provider is None and "otlp" in settings.metrics and is_own_http(settings.metrics_otlp):
-        assert settings.metrics_otlp is not None
-        own_metrics = own_metric_sink(
-            settings.metrics_otlp,
-            resource_attributes=dict(resource.attributes),
-            interval_ms=settings.metric_interval_ms,
-            cardinality_limit=cardinality_limit,
-        )
-        metrics.append(("otel-metrics", built.add(own_metrics, _stop_now)))
-    if provider is not None:
-        label = "otel-metrics-sdk" if metrics else "otel-metrics"
-        metrics.append((label, MetricSink(provider, cardinality_limit=cardinality_limit)))
-    return metrics, own_provider

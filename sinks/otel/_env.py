@@ -17,6 +17,7 @@ import msgspec
 from ckpt_events import ConfigurationError
 
 __all__ = [
+    "DEFAULT_SERVICE_NAME",
     "BatchSettings",
     "OtelSettings",
     "OtlpSettings",
@@ -47,6 +48,8 @@ DEFAULT_ENDPOINTS: Final = {
 }
 SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
+#: ``service.name`` when neither an argument nor ``OTEL_SERVICE_NAME`` gives one.
+DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _PROTOCOL_NAMES: Final[dict[str, Protocol]] = {p: p for p in ("http/protobuf", "http/json", "grpc")}
 
 

@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
 from ckpt_events._errors import check_int
 from ckpt_events.sinks._span_attrs import FINISHED, span_name_and_attributes
+from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
 from ckpt_events.vocab import SpanKind as CkptSpanKind
 
@@ -37,7 +38,6 @@ SCOPE: Final = InstrumentationScope("ckpt_events", __version__)
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSET: Final = Status(StatusCode.UNSET)
 _KINDS: Final = {CkptSpanKind(k.name.lower()): k for k in SpanKind if k.name.lower() in set(CkptSpanKind)}
-DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _ERROR: Final = Outcome.ERROR.value
 
 
