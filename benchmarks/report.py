@@ -40,7 +40,7 @@ def print_table(title: str, rows: Iterable[Row]) -> None:
     # Text, not markup: a row's "how to get it" names an extra in brackets ('ckpt-events[dev]'),
     # which rich's markup took for a style tag and printed as 'ckpt-events'.
     table = Table(title=Text(title), title_justify="left")
-    table.add_column("measurement")
+    table.add_column("measurement", overflow="fold")  # a long hint wraps, never cut to "…"
     table.add_column("value", justify="right")
     table.add_column("target", justify="right")
     table.add_column("met", justify="center")

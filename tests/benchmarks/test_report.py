@@ -29,3 +29,21 @@ def test_a_piped_table_keeps_to_columns(
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= widest
     assert max(map(len, lines)) > widest - 10  # the long row fills the width it has
+
+
+def test_a_long_hint_in_a_narrow_table_wraps_and_is_never_cut(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At 80 columns a skipped row's variable name was cut to 'CKPT_EVENTS_BENCH_NEMO_LENS_…':
+    the row no longer said how to get it."""
+    monkeypatch.setenv("COLUMNS", "80")
+    why = "skipped: no interpreter given (--nemo-lens-python PATH or CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON)"
+    rows = [
+        ("added CPU/request, ours (OTLP) / the SDK's", "0.156 (0.106-0.201 over 7 rounds)", "<= 0.15", False),
+        (f"nemo-lens / uninstrumented ({why})", None, "", None),
+    ]
+    report.print_table("a table", rows)
+    printed = capsys.readouterr().out
+    assert "…" not in printed
+    cells = "".join(line.split("│")[1].strip() for line in printed.splitlines() if line.startswith("│"))
+    assert "CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON" in cells
