@@ -25,22 +25,38 @@ import msgspec
 import uvicorn
 from starlette.applications import Starlette
 
-from ckpt_events import Telemetry
+from ckpt_events import ConfigurationError, Telemetry
 from ckpt_events.participants.fastapi import STATE_ATTRIBUTE, telemetry
+
+from .bench_app import REFUSED
 
 __all__ = ["load_app", "main"]
 
 
 def load_app(spec: str) -> Starlette:
-    """The app named ``MODULE:ATTR`` (``ATTR`` may be dotted); ``ValueError`` saying what is wrong."""
+    """The app named ``MODULE:ATTR`` (``ATTR`` may be dotted); ``ValueError`` saying what is wrong.
+
+    An import error raised inside the module (one of its own imports) propagates as it is:
+    its traceback is the user's to read."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"--app takes MODULE:ATTR (as uvicorn does), not {spec!r}")
-    found: Any = importlib.import_module(module_name)
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise
+        raise ValueError(
+            f"--app {spec}: no module named {exc.name!r} on the import path (run ckpt-events bench "
+            "from the directory that holds it)"
+        ) from None
     for part in attribute.split("."):
-        found = getattr(found, part)
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise ValueError(f"--app {spec}: {module_name} has no attribute {attribute!r}") from None
     if not isinstance(found, Starlette):
-        raise ValueError(f"{spec} is {type(found).__name__}, not a FastAPI (or Starlette) app")
+        raise ValueError(f"--app {spec} is a {type(found).__name__}, not a FastAPI (or Starlette) app")
     return found
 
 
@@ -84,8 +100,19 @@ def _reporting(app: Starlette, state_file: Path) -> None:
 
 def main(argv: list[str]) -> int:
     spec, port, state_file = argv[0], int(argv[1]), Path(argv[2])
-    app = load_app(spec)
-    _reporting(app, state_file)
+    try:
+        app = load_app(spec)
+        _reporting(app, state_file)
+    except ConfigurationError:  # before ValueError: it is one
+        print(
+            f"--app {spec} is not instrumented: call ckpt_events.participants.fastapi.instrument(app, ...) "
+            "where the app is made (docs/fastapi.md)",
+            file=sys.stderr,
+        )
+        return REFUSED
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return REFUSED
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
     return 0
 

@@ -78,6 +78,11 @@ _OFF: Final = "off"
 _ON: Final = "on"
 
 
+#: The exit status of a server (``app_server``) whose ``--app`` cannot be served as asked (no such
+#: module or attribute, not an app, not instrumented): its last stderr line says why.
+REFUSED: Final = 3
+
+
 class BenchAppError(Exception):
     """The app cannot be measured as asked (it does not start, the route fails): the message says why."""
 
@@ -216,6 +221,8 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
             while _read_state(state_file) is None or not listening(proc, port, deadline - time.monotonic()):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+                    if proc.returncode == REFUSED and tail:
+                        raise BenchAppError(tail[-1])  # why, in one line (no such module, not an app, ...)
                     raise BenchAppError(
                         f"the {variant} server of {bench.app} did not start:\n" + "\n".join(tail)
                     )

@@ -128,7 +128,61 @@ def test_an_app_that_is_not_instrumented_is_refused(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 1
-    assert "did not start" in run.stderr and "instrument(" in run.stderr
+    # One line saying why and what to do, not the server's traceback.
+    assert "Traceback" not in run.stderr and "File " not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ckpt-events bench: --app plain:app is not instrumented: call "
+        "ckpt_events.participants.fastapi.instrument(app, ...) where the app is made (docs/fastapi.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "spec", "message"),
+    [
+        (
+            "",
+            "nosuch:app",
+            "--app nosuch:app: no module named 'nosuch' on the import path (run ckpt-events bench",
+        ),
+        ("", "nosuch.sub:app", "--app nosuch.sub:app: no module named 'nosuch' on the import path"),
+        ("app = 1\n", "mine:apq", "--app mine:apq: mine has no attribute 'apq'"),
+        ("app = 1\n", "mine:app", "--app mine:app is a int, not a FastAPI (or Starlette) app"),
+        ("from fastapi import FastAPI\napp = FastAPI()\n", "mine:app", "--app mine:app is not instrumented"),
+    ],
+)
+def test_an_app_that_cannot_be_served_is_one_line_from_its_server(
+    module: str,
+    spec: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The bench's server process says why it cannot serve --app in one line, with the exit
+    status the bench shows as that line alone (the bench's own run is the test above)."""
+    from ckpt_events.benchmarks import app_server, bench_app
+
+    (tmp_path / "mine.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mine", raising=False)  # each case's own module
+    assert app_server.main([spec, "0", str(tmp_path / "state.json")]) == bench_app.REFUSED
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_an_import_error_inside_the_app_is_the_users_to_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module the app itself imports is missing: the error propagates (its traceback, shown
+    by the bench, points into the user's code), not turned into "no module named mine"."""
+    from ckpt_events.benchmarks import app_server
+
+    (tmp_path / "mine.py").write_text("import a_dependency_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mine", raising=False)
+    with pytest.raises(ModuleNotFoundError, match="a_dependency_not_installed"):
+        app_server.load_app("mine:app")
 
 
 @pytest.mark.parametrize(
