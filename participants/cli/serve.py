@@ -10,6 +10,7 @@ show in process listings.
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import math
 import os
@@ -278,14 +279,26 @@ async def _check_settings(require_collector: bool, workers: int = 1) -> None:
 
     settings = sinks.read_otel_env(os.environ)
     _check_worker_metrics_ports(settings, workers)
-    endpoint = settings.traces_otlp.endpoint if settings.traces_otlp is not None else None
+    # The traces' endpoint, else the metrics' (traces off, metrics over OTLP).
+    signal, otlp = (
+        ("traces", settings.traces_otlp) if settings.traces_otlp else ("metrics", settings.metrics_otlp)
+    )
+    endpoint = otlp.endpoint if otlp is not None else None
+    if endpoint is None and require_collector:
+        why = (
+            "OTEL_SDK_DISABLED turns every export off"
+            if settings.sdk_disabled
+            else "nothing is exported over OTLP: set OTEL_EXPORTER_OTLP_ENDPOINT to the collector's URL "
+            "(with OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER not 'none')"
+        )
+        raise CommandError(f"--require-collector, but {why}; or leave out --require-collector")
     if endpoint is not None:
         try:
             await check_reachable(endpoint)
         except CommandError as exc:
             if require_collector:
-                traces = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-                source = traces if os.environ.get(traces, "").strip() else "OTEL_EXPORTER_OTLP_ENDPOINT"
+                own = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+                source = own if os.environ.get(own, "").strip() else "OTEL_EXPORTER_OTLP_ENDPOINT"
                 raise CommandError(f"--require-collector: ${source}: {exc}") from None
             print(
                 f"ckpt-events serve: the collector at {endpoint} does not answer (yet): serving "
@@ -318,6 +331,35 @@ def _check_worker_metrics_ports(settings: Any, workers: int) -> None:
             )
 
 
+def _check_listen(host: str, port: int) -> None:
+    """``CommandError`` now, in one line with what to do, if ``host:port`` cannot be listened on
+    (bound as uvicorn binds: ``SO_REUSEADDR``); uvicorn's own "ERROR: [Errno 98] ..." came only
+    after the app was built and the sinks checked, with exit 3."""
+    try:
+        address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise CommandError(
+            f"--host {host}: not an address of this machine ({exc.strerror}): pass one, e.g. 127.0.0.1"
+        ) from None
+    family, _, _, _, sockaddr = address
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+            probe.listen(1)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                fix = "another process listens there: stop it, or pick another --port (0: any free port)"
+            elif exc.errno == errno.EADDRNOTAVAIL:
+                fix = "--host must be an address of this machine, e.g. 127.0.0.1"
+            elif exc.errno == errno.EACCES:
+                fix = "ports below 1024 need privileges: pick --port 1024 or above (0: any free port)"
+            else:
+                fix = "pick another --host or --port"
+            raise CommandError(f"cannot listen on {host}:{port} ({why}): {fix}") from None
+
+
 def _inherited_socket(fd: int) -> socket.socket:
     """The TCP socket this process inherited as ``fd`` (``CommandError`` if it is not one)."""
     try:
@@ -342,6 +384,8 @@ def _serve(args: argparse.Namespace) -> int:
             resolve_span_groups(groups)
         except CkptEventsError as exc:
             raise CommandError(f"${ENV_SPAN_GROUPS}: {exc}") from None
+    if args.fd is None:
+        _check_listen(args.host, args.port)
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
     from ckpt_events.participants.server.connection_guard import ConnectionLimits

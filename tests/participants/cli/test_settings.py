@@ -89,3 +89,56 @@ def test_demo_refuses_a_protocol_it_would_not_use(tmp_path: Path, listener: str)
     assert status == 2 and len(lines) == 1, lines
     assert "OTEL_EXPORTER_OTLP_PROTOCOL" in lines[0]
     assert not (tmp_path / "w" / "run").exists()  # refused before any fleet started
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("taken", "(Address already in use): another process listens there: stop it, or pick another --port"),
+        # TEST-NET-1 (RFC 5737): never an address of this machine.
+        ("192.0.2.1", "cannot listen on 192.0.2.1:0 (Cannot assign requested address): --host must be"),
+        ("nonsense.invalid", "--host nonsense.invalid: not an address of this machine"),
+    ],
+)
+def test_serve_refuses_an_address_it_cannot_listen_on_in_one_line(
+    tmp_path: Path, listener: str, where: str, expected: str
+) -> None:
+    """A port another process has, or a --host that is not this machine's: one line with what
+    to do, exit 2, before the app is built (uvicorn said "ERROR: [Errno 98] ..." and exited 3)."""
+    argv = _serve_argv(tmp_path)
+    if where == "taken":
+        argv[argv.index("--port") + 1] = listener.rsplit(":", 1)[1]
+    else:
+        argv[argv.index("--port") + 1] = "0"
+        argv += ["--host", where]
+    status, lines = _run(argv, {}, tmp_path)
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("ckpt-events serve: error:") and expected in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "--require-collector, but nothing is exported over OTLP: set OTEL_EXPORTER_OTLP_ENDPOINT"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"},
+            "--require-collector, but OTEL_SDK_DISABLED turns every export off",
+        ),
+        (
+            {
+                "OTEL_TRACES_EXPORTER": "none",
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://127.0.0.1:{closed}",
+            },
+            "--require-collector: $OTEL_EXPORTER_OTLP_METRICS_ENDPOINT:",
+        ),
+    ],
+)
+def test_require_collector_refuses_what_it_cannot_check(
+    tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    """--require-collector with no OTLP export set (or the SDK disabled) refuses to start instead
+    of serving with nothing to require; with metrics alone over OTLP it checks their endpoint."""
+    env = {k: v.format(closed=free_port()) for k, v in env.items()}
+    status, lines = _run([*_serve_argv(tmp_path), "--require-collector"], env, tmp_path)
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("ckpt-events serve: error:") and expected in lines[0], lines
