@@ -1,9 +1,9 @@
 """Shared do-nothing span handles, returned by ``Telemetry`` when no sink listens.
 
 Every method is a plain method on a module-level singleton: no clock read, no id, no
-dict, no event. ``step()`` and ``stage()`` still check their name, since a bad name should
-fail in a test run with telemetry off too; the check is a dict lookup (of the names checked
-so far) that allocates nothing.
+dict, no event. ``step()`` and ``stage()`` still check their name, and ``set_attribute`` its
+name and value, since what fails with a sink on should fail in a test run with telemetry off
+too; the name check is a dict lookup (of the names checked so far) that allocates nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import ClassVar, Final, Self
 
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
+from ckpt_events._span_base import _bad_attribute
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._vocab import KIND_NAMES, STEP_NAMES, Kind, Operation, Phase, Step, kind_name, step_name
 
@@ -43,7 +44,9 @@ class _Noop:
         return self
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
-        return None
+        # Checked as a live handle checks it: an attribute that fails with a sink on fails off too.
+        if not isinstance(name, str) or not isinstance(value, str | bool | int | float):
+            _bad_attribute(name, value)
 
 
 class _NoopSlots(_Noop):

@@ -18,7 +18,7 @@ from ckpt_events._vocab import Outcome
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
-__all__ = ["_OK", "_SpanBase", "_bad", "_error_fields"]
+__all__ = ["_OK", "_SpanBase", "_bad", "_bad_attribute", "_error_fields"]
 
 _MAX_MESSAGE: Final = 1024
 _OK: Final = Outcome.OK
@@ -26,6 +26,12 @@ _OK: Final = Outcome.OK
 
 def _bad(name: str, value: object) -> NoReturn:
     raise argument_error(f"{name} must be an int >= 0, not {value!r}", value, int)
+
+
+def _bad_attribute(name: object, value: object) -> NoReturn:
+    raise InvalidTypeError(
+        f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
+    )
 
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
@@ -130,9 +136,7 @@ class _SpanBase:
         """Attach an extra attribute; sinks apply the redaction rule to it. Ignored once the
         span has ended (its event, perhaps delivered already, is final)."""
         if not isinstance(name, str) or not isinstance(value, str | bool | int | float):
-            raise InvalidTypeError(
-                f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
-            )
+            _bad_attribute(name, value)
         if self._attributes.__class__ is FrozenAttributes:
             return
         if self._attributes is None:

@@ -57,6 +57,7 @@ from __future__ import annotations
 import collections
 import difflib
 import inspect
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -92,6 +93,8 @@ __all__ = [
     "operation",
     "telemetry",
 ]
+
+logger: Final = logging.getLogger("ckpt_events")
 
 #: The ``app.state`` attribute holding an instrumented app's ``Instrumented``.
 STATE_ATTRIBUTE: Final = "ckpt_events"
@@ -149,11 +152,17 @@ class Instrumented:
         owns_bus: bool,
         configure_sinks: Callable[[Bus], Any] | None,
         monitor: LoopLagMonitor | None,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
     ) -> None:
         self.telemetry = telemetry
         self.bus = telemetry.bus
         self.monitor = monitor
         self.configured: Any = None
+        self.shutdown_timeout = shutdown_timeout
+        #: Whether the lifespan has run (``running()`` entered): a request served without it
+        #: (a mounted sub-app, ``--lifespan off``) finds the telemetry off, and says so once.
+        self.started = False
+        self._warned = False
         self._owns_bus = owns_bus
         self._configure_sinks = configure_sinks
 
@@ -164,7 +173,10 @@ class Instrumented:
     async def running(self) -> AsyncIterator[None]:
         """The telemetry's lifetime around the app's: enter the bus and configure the sinks
         (when this owns the bus), run the loop-lag monitor; on exit stop it, close the sinks'
-        handle and drain the bus."""
+        handle and drain the bus, each within ``shutdown_timeout``.
+
+        What the app's own lifespan raises comes out as it was raised (the monitor's task
+        group is left before it is re-raised, so it is never wrapped in an ``ExceptionGroup``)."""
         async with AsyncExitStack() as stack:
             if self._owns_bus:
                 await stack.enter_async_context(self.bus)
@@ -175,14 +187,46 @@ class Instrumented:
                     self.configured = handle
                     stack.callback(setattr, self, "configured", None)
                     if handle is not None and hasattr(handle, "aclose"):
-                        stack.push_async_callback(handle.aclose)
+                        stack.push_async_callback(self._close_within, handle)
+            self.started = True
+            stack.callback(setattr, self, "started", False)
+            raised: BaseException | None = None
             async with anyio.create_task_group() as tg:
                 if self.monitor is not None:
                     tg.start_soon(self.monitor.run)
                 try:
                     yield
+                except BaseException as exc:  # re-raised below, outside the task group
+                    raised = exc
                 finally:
                     tg.cancel_scope.cancel()
+            if raised is not None:
+                try:
+                    raise raised
+                finally:
+                    raised = None  # no reference cycle through the traceback
+
+    async def _close_within(self, handle: Any) -> None:
+        """``handle.aclose()`` (what configuring the sinks returned), given up on past
+        ``shutdown_timeout`` seconds, as the bus's own drain is."""
+        with anyio.move_on_after(self.shutdown_timeout) as scope:
+            await handle.aclose()
+        if scope.cancelled_caught:
+            logger.warning(
+                "the sinks' handle (%s) did not close within shutdown_timeout=%g s; given up on",
+                type(handle).__name__,
+                self.shutdown_timeout,
+            )
+
+    def _lifespan_missing(self) -> None:
+        """A request reached the app, but its lifespan never ran: said once."""
+        self._warned = True
+        logger.warning(
+            "ckpt_events: %r serves requests but its lifespan never ran (a sub-app under "
+            "app.mount(), or uvicorn --lifespan off), so its telemetry is off: instrument the app "
+            "uvicorn serves, or run the lifespan",
+            self.telemetry,
+        )
 
 
 class _Arrival:
@@ -204,7 +248,10 @@ class _ArrivalMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope[_SCOPE_KEY] = _Arrival(time.time_ns(), self.instrumented)
+            instrumented = self.instrumented
+            scope[_SCOPE_KEY] = _Arrival(time.time_ns(), instrumented)
+            if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
+                instrumented._lifespan_missing()
         await self.app(scope, receive, send)
 
 
@@ -266,12 +313,12 @@ class Incoming(NamedTuple):
         parent = self.parent
         traceparent = None if parent is None else format_traceparent(*parent)
         span = tel.operation(name, checkpoint_id=checkpoint_id, traceparent=traceparent)
+        for key, value in attributes.items():  # checked on a no-op handle too: the same errors on or off
+            span.set_attribute(key, value)
         if not tel.enabled:
             return span
         if self.tracestate is not None:
             span = span.with_tracestate(self.tracestate)
-        for key, value in attributes.items():
-            span.set_attribute(key, value)
         if self.received_ns is not None:
             span.set(received_ns=self.received_ns)
         if self.monitor is None:
@@ -410,10 +457,11 @@ def instrument(
     * ``telemetry`` (instead of ``kind``/``instance``): a ``Telemetry`` built beforehand.
     * ``bus``: a bus the caller has started and will close (the ``Telemetry``'s): the lifespan
       then neither enters, configures nor closes it.
-    * ``shutdown_timeout`` bounds the sinks' close and the bus's drain, each (seconds), for a
-      bus made here and for ``configure_options``' sinks.
+    * ``shutdown_timeout`` bounds the sinks' close (``configure_options``' sinks, or what
+      ``configure_sinks`` returned) and the drain of a bus made here, each (seconds).
 
-    A second call on the same app raises ``ConfigurationError``; bad arguments raise
+    A second call on the same app, or a call after it has served, raises ``ConfigurationError``
+    (and changes nothing); bad arguments raise
     ``InvalidArgumentError`` (``InvalidTypeError``, a ``TypeError``, for an unknown
     ``configure_options`` name, with the closest known one).
     """
@@ -421,8 +469,20 @@ def instrument(
         raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {app!r}")
     if isinstance(getattr(app.state, STATE_ATTRIBUTE, None), Instrumented):
         raise ConfigurationError(f"{app!r} is instrumented already: call instrument() once per app")
-    if not isinstance(shutdown_timeout, int | float) or not shutdown_timeout >= 0:
+    if app.middleware_stack is not None:  # built by the app's first call: too late to add ours
+        raise ConfigurationError(
+            f"{app!r} has served already: call instrument() where the app is made, before it serves"
+        )
+    if (
+        not isinstance(shutdown_timeout, int | float)
+        or isinstance(shutdown_timeout, bool)
+        or not shutdown_timeout >= 0
+    ):
         raise InvalidValueError(f"shutdown_timeout must be a number >= 0, not {shutdown_timeout!r}")
+    if not isinstance(loop_lag, bool):
+        raise InvalidTypeError(f"loop_lag must be True or False, not {loop_lag!r}")
+    if configure_sinks is not None and not callable(configure_sinks):
+        raise InvalidTypeError(f"configure_sinks must be a callable taking the bus, not {configure_sinks!r}")
     if bus is not None and (configure_sinks is not None or configure_options):
         raise InvalidValueError("with bus= the caller configures its sinks: no configure_sinks or options")
     if configure_sinks is not None and configure_options:
@@ -447,6 +507,7 @@ def instrument(
         owns_bus=bus is None,
         configure_sinks=configure_sinks,
         monitor=LoopLagMonitor() if loop_lag else None,
+        shutdown_timeout=float(shutdown_timeout),
     )
     their = app.router.lifespan_context
 

@@ -190,6 +190,8 @@ def configure(
     env = os.environ if environ is None else environ
     if _switched_off(env):
         return Configured(bus)
+    if jsonl_path is not None and not isinstance(jsonl_path, str | os.PathLike):
+        raise ConfigurationError(f"jsonl_path must be a path (a str or os.PathLike), not {jsonl_path!r}")
     if _export_process_on(export_process, env):
         return _configure_export_process(
             bus,

@@ -184,6 +184,132 @@ async def test_bad_arguments_fail_at_instrument() -> None:
             instrument(FastAPI(), kind="judge", instance="judge-0", bus=bus, jsonl_path="x.jsonl")
 
 
+async def test_bad_option_values_fail_at_instrument_and_change_nothing() -> None:
+    """Values of the wrong type fail at instrument(), not at the first startup (``'str' object
+    is not callable``); so does a call after the app has served (Starlette's bare "Cannot add
+    middleware after an application has started"), which leaves the app as it was."""
+    with pytest.raises(InvalidTypeError, match="configure_sinks must be a callable"):
+        instrument(FastAPI(), kind="judge", instance="judge-0", configure_sinks="x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match="loop_lag must be True or False, not 'yes'"):
+        instrument(FastAPI(), kind="judge", instance="judge-0", loop_lag="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shutdown_timeout must be a number >= 0, not True"):
+        instrument(FastAPI(), kind="judge", instance="judge-0", shutdown_timeout=True)
+    app = FastAPI()
+
+    @app.get("/")
+    async def root() -> int:
+        return 1
+
+    async with _serving(app) as client:
+        assert (await client.get("/")).json() == 1
+    lifespan = app.router.lifespan_context
+    for _ in range(2):  # a retry is refused the same way: nothing was wrapped the first time
+        with pytest.raises(
+            ConfigurationError, match="has served already: call instrument\\(\\) where the app is made"
+        ):
+            instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: None)
+    assert app.router.lifespan_context is lifespan and not hasattr(app.state, "ckpt_events")
+
+
+async def test_jsonl_path_of_the_wrong_type_is_a_configuration_error() -> None:
+    """``jsonl_path=123`` said ``TypeError: expected str, bytes or os.PathLike object, not int``."""
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=123)
+    with pytest.raises(
+        ConfigurationError, match=r"jsonl_path must be a path \(a str or os.PathLike\), not 123"
+    ):
+        async with app.router.lifespan_context(app):
+            pass
+
+
+@pytest.mark.parametrize("where", ["startup", "shutdown"])
+async def test_the_app_s_own_lifespan_error_comes_out_as_raised(where: str) -> None:
+    """An app's lifespan that raises: the same exception reaches uvicorn or the test client, not
+    an ``ExceptionGroup`` from our task group (``except RuntimeError`` stopped matching)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if where == "startup":
+            raise RuntimeError("their startup failed")
+        yield
+        raise RuntimeError("their shutdown failed")
+
+    sink = MemorySink()
+    app = _user_app(sink, lifespan=lifespan)
+    with pytest.raises(RuntimeError, match=f"their {where} failed") as caught:
+        async with app.router.lifespan_context(app):
+            pass
+    assert type(caught.value) is RuntimeError
+    assert sink.closed  # our bus drained and closed all the same
+
+
+async def test_operation_attributes_are_checked_with_telemetry_off_too() -> None:
+    """``operation(request, ..., retries=None)`` was a 200 with no sink and a 500 with one."""
+    for sink in (None, MemorySink()):
+        app = FastAPI()
+        instrument(
+            app,
+            kind="judge",
+            instance="judge-0",
+            configure_sinks=(lambda bus: None) if sink is None else (lambda bus, s=sink: bus.subscribe(s)),
+        )
+
+        @app.get("/")
+        async def root(request: Request) -> int:
+            with pytest.raises(InvalidTypeError, match="a str, bool, int or float value, not 'retries'=None"):
+                operation(request, "commit", checkpoint_id="c1", retries=None)
+            return 1
+
+        async with _serving(app) as client:
+            assert telemetry(app).enabled is (sink is not None)
+            assert (await client.get("/")).json() == 1
+
+
+async def test_a_request_served_without_the_lifespan_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """An instrumented app mounted under another (Starlette runs no sub-app's lifespan) served
+    requests with its telemetry silently off; it now says why, once."""
+    sink = MemorySink()
+    outer = FastAPI()
+    outer.mount("/judge", _user_app(sink))
+    transport = httpx.ASGITransport(app=outer)
+    async with (
+        outer.router.lifespan_context(outer),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+    ):
+        for _ in range(3):
+            assert (await client.post("/judge/grade/c1")).status_code == 200
+    said = [r.getMessage() for r in caplog.records if "lifespan never ran" in r.getMessage()]
+    assert len(said) == 1 and "app.mount()" in said[0] and "--lifespan off" in said[0]
+    assert sink.events == []
+    # Served with its lifespan, nothing is said.
+    caplog.clear()
+    app = _user_app(MemorySink())
+    async with _serving(app) as client:
+        assert (await client.post("/grade/c1")).status_code == 200
+    assert not [r for r in caplog.records if "lifespan never ran" in r.getMessage()]
+
+
+async def test_shutdown_timeout_bounds_what_configure_sinks_returned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``configure_sinks``' handle whose ``aclose()`` hangs is given up on at ``shutdown_timeout``
+    (it took its own 10 s default, whatever shutdown_timeout said), and said."""
+
+    class Stuck:
+        async def aclose(self) -> None:
+            await anyio.sleep(60)
+
+    app = FastAPI()
+    instrument(
+        app, kind="judge", instance="judge-0", configure_sinks=lambda bus: Stuck(), shutdown_timeout=0.3
+    )
+    began = time.monotonic()
+    async with app.router.lifespan_context(app):
+        pass
+    assert time.monotonic() - began < 3
+    assert any("did not close within shutdown_timeout=0.3 s" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_started_bus_is_used_as_is() -> None:
     """With ``bus=`` the lifespan neither configures nor closes it; the handler's telemetry is on it."""
     sink = MemorySink()
