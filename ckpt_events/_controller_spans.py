@@ -19,7 +19,7 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._frozen_attrs import FrozenAttributes
-from ckpt_events._span_base import _OK, _bad, _error_fields, _SpanBase
+from ckpt_events._span_base import _OK, _bad, _checked_id, _error_fields, _SpanBase
 from ckpt_events._vocab import KIND_NAMES, CollectionAction, Kind, Operation, kind_name
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ class CollectionSpan(_Span):
     ) -> None:
         """Record the collection span's attributes; ``None`` leaves a value as it was."""
         if checkpoint_id is not None:
-            self.checkpoint_id = checkpoint_id
+            self.checkpoint_id = _checked_id(checkpoint_id)
         if in_flight is not None:
             self._in_flight = (
                 in_flight if type(in_flight) is int and in_flight >= 0 else _bad("in_flight", in_flight)

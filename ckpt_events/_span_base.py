@@ -18,7 +18,7 @@ from ckpt_events._vocab import Outcome
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
-__all__ = ["_OK", "_SpanBase", "_bad", "_bad_attribute", "_error_fields"]
+__all__ = ["_OK", "_SpanBase", "_bad", "_bad_attribute", "_checked_id", "_error_fields"]
 
 _MAX_MESSAGE: Final = 1024
 _OK: Final = Outcome.OK
@@ -32,6 +32,14 @@ def _bad_attribute(name: object, value: object) -> NoReturn:
     raise InvalidTypeError(
         f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
     )
+
+
+def _checked_id(checkpoint_id: object) -> str:
+    """``checkpoint_id`` if it is a ``str`` (a subclass too), else ``InvalidTypeError``: an int
+    id was accepted, written, and then every line holding it failed to read back."""
+    if isinstance(checkpoint_id, str):
+        return checkpoint_id
+    raise InvalidTypeError(f"checkpoint_id must be a str or None, not {checkpoint_id!r}")
 
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:

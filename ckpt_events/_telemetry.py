@@ -33,7 +33,7 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP
-from ckpt_events._span_base import _SpanBase
+from ckpt_events._span_base import _checked_id, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
 from ckpt_events._vocab import (
@@ -275,6 +275,8 @@ class Telemetry:
         new trace starts); ``parent`` a span in this process. Use with ``with``; the
         ``tracestate`` that came with ``traceparent`` is kept by ``.with_tracestate(header)``.
         """
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         if not self._operation_on:
             try:  # inline, not a helper call: this is the whole cost of a disabled site
                 if operation in _OPERATIONS:
@@ -345,6 +347,8 @@ class Telemetry:
         parent: _SpanBase | None = None,
     ) -> CoordinateSpan:
         """A controller span ``gym.checkpoint.coordinate.<operation>``; ``.stage(kind)`` nests."""
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         if not self._coordinate_on:
             check_name(_OPERATIONS, operation, Operation)
             return NOOP_COORDINATE
@@ -369,6 +373,8 @@ class Telemetry:
         parent: _SpanBase | None = None,
     ) -> CollectionSpan:
         """Rollout collection's span: ``action`` is ``"checkpoint"``, ``"restore"`` or ``"publish"``."""
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         member = coerce(CollectionAction, action)
         if not self._collection_on:
             return NOOP_COLLECTION
@@ -388,6 +394,8 @@ class Telemetry:
 
     def refused(self, code: ErrorCode | str, *, checkpoint_id: str | None = None) -> None:
         """Count a request refused with protocol error ``code``."""
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         if not self._refused_on:
             check_name(_CODES, code, ErrorCode)
             return
@@ -399,6 +407,8 @@ class Telemetry:
 
     def lease_expired(self, phase: Phase | str, *, checkpoint_id: str | None = None) -> None:
         """Count a lease that ran out in ``phase`` (the participant resumed on its own)."""
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         if not self._lease_on:
             check_name(_PHASES, phase, Phase)
             return
@@ -410,6 +420,8 @@ class Telemetry:
 
     def prepare_not_ready(self, blockers: int, *, checkpoint_id: str | None = None) -> None:
         """Count a prepare that reached its deadline with ``blockers`` still blocking."""
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         if not self._not_ready_on:
             return
         check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")
@@ -423,6 +435,8 @@ class Telemetry:
         self, disposition: Disposition | str, calls: int, *, checkpoint_id: str | None = None
     ) -> None:
         """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
+        if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
+            checkpoint_id = _checked_id(checkpoint_id)
         if not self._cut_on:
             check_name(_DISPOSITIONS, disposition, Disposition)
             return

@@ -30,12 +30,15 @@ from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events._errors import check_int
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._wire_safe import replace_surrogates
+from ckpt_events.sinks.jsonl._reader import MAX_LINE
 
 __all__ = ["JsonLinesSink", "JsonLinesStats"]
 
 logger: Final = logging.getLogger("ckpt_events.sinks.jsonl")
 
 _NEWLINE: Final = 10
+#: The characters a string keeps in an event whose line was too long to read back.
+CUT_TO: Final = 1024
 
 
 class JsonLinesStats(msgspec.Struct, frozen=True):
@@ -50,6 +53,10 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     ``last_error`` is the latest write error (kept after writing resumes; ``None`` if none).
     ``replaced_values`` counts strings JSON (UTF-8) cannot hold, a lone surrogate such as
     ``"x\\ud800"``, written with U+FFFD in its place so the event's line is still written.
+    An event whose line would be longer than ``MAX_LINE`` (1 MiB), which ``read_events`` skips
+    unread (a multi-megabyte attribute or checkpoint id), is written with each string longer than
+    ``CUT_TO`` characters cut (``shortened``) or, if that is still too long, not at all
+    (``too_long``); the first of them is logged.
     """
 
     events: int
@@ -60,6 +67,8 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     torn_lines: int = 0
     last_error: str | None = None
     replaced_values: int = 0
+    shortened: int = 0
+    too_long: int = 0
 
 
 class JsonLinesSink:
@@ -97,6 +106,8 @@ class JsonLinesSink:
         self._write_errors = 0
         self._torn_lines = 0
         self._replaced = 0
+        self._shortened = 0
+        self._too_long = 0
         self._torn = False  # the file ends in a torn line that still needs its newline
         self._last_error: str | None = None
         self._failing = False  # the last write failed: log once when writing resumes
@@ -169,9 +180,12 @@ class JsonLinesSink:
                         # The whole batch in one call into msgspec: per event, a Python loop
                         # around encode_into cost about as much again as the encoding itself.
                         lines: bytes | bytearray = self._encode_lines(with_hex_ids_all(batch))
+                        count = len(batch)
+                        if len(lines) > MAX_LINE and not _lines_fit(lines, MAX_LINE):
+                            lines, count = self._encode_each(batch)  # one too long: event by event
                     except UnicodeEncodeError:  # a lone surrogate somewhere: event by event
-                        lines = self._encode_each(batch)
-                    self._write(lines, len(batch))
+                        lines, count = self._encode_each(batch)
+                    self._write(lines, count)
                 else:
                     self._handle_rotating(batch, self.max_bytes)
             except OSError as exc:
@@ -191,17 +205,58 @@ class JsonLinesSink:
                 )
                 self._failing = False
 
-    def _encode_each(self, batch: Iterable[Any]) -> bytearray:
-        """``batch``'s lines in the reused buffer, each event on its own, any surrogate replaced."""
+    def _encode_each(self, batch: Iterable[Any]) -> tuple[bytearray, int]:
+        """``batch``'s lines in the reused buffer, each event on its own, any surrogate replaced,
+        a line too long for ``read_events`` left out (counted); and how many lines."""
         buffer = self._buffer
         encode_into = self._encode_into
+        lines = 0
         for event in batch:
+            before = len(buffer)
             try:
                 encode_into(with_hex_ids(event), buffer, -1)
             except UnicodeEncodeError:
-                self._encode_replaced(event, buffer, buffer.rfind(_NEWLINE) + 1)
+                self._encode_replaced(event, buffer, before)
+            if len(buffer) - before > MAX_LINE:
+                self._leave_out(event, buffer, before)
+                if len(buffer) == before:
+                    continue
             buffer.append(_NEWLINE)
-        return buffer
+            lines += 1
+        return buffer, lines
+
+    def _leave_out(self, event: Any, buffer: bytearray, start: int) -> None:
+        """``event``'s line (from ``start`` in ``buffer``) is too long to be read back: written
+        again with every string longer than ``CUT_TO`` characters cut (a span still ends in the
+        log, rather than staying open there for ever), or, if that is still too long, not at all."""
+        length = len(buffer) - start
+        del buffer[start:]
+        fields, cut = _cut_text(msgspec.to_builtins(with_hex_ids(event)))
+        try:
+            self._encode_into(fields, buffer, -1)
+        except UnicodeEncodeError:  # a lone surrogate as well
+            del buffer[start:]
+            fields, replaced = _replace_text(fields)
+            self._encode_into(fields, buffer, -1)
+            self._replaced += replaced
+        if len(buffer) - start <= MAX_LINE:
+            self._shortened += 1
+            outcome = f"written with {cut} string(s) cut to {CUT_TO:,} characters"
+        else:
+            del buffer[start:]
+            self._too_long += 1
+            outcome = "not written"
+        if self._shortened + self._too_long == 1:
+            logger.warning(
+                "%s: a %s event of %s bytes was %s: read_events skips a line longer than %s bytes "
+                "(a multi-megabyte attribute or checkpoint id?); such events are counted in "
+                "stats().shortened and stats().too_long and not logged again",
+                self._path or self._file,
+                type(event).__name__,
+                f"{length:,}",
+                outcome,
+                f"{MAX_LINE:,}",
+            )
 
     def _handle_rotating(self, batch: Iterable[Any], max_bytes: int) -> None:
         buffer = self._buffer
@@ -213,6 +268,10 @@ class JsonLinesSink:
                 encode_into(with_hex_ids(event), buffer, -1)
             except UnicodeEncodeError:
                 self._encode_replaced(event, buffer, before)
+            if len(buffer) - before > MAX_LINE:
+                self._leave_out(event, buffer, before)
+                if len(buffer) == before:
+                    continue
             buffer.append(_NEWLINE)
             if self._size + len(buffer) > max_bytes and self._size + before > 0:
                 # The new line would overflow this file: finish the file without it.
@@ -339,7 +398,21 @@ class JsonLinesSink:
             torn_lines=self._torn_lines,
             last_error=self._last_error,
             replaced_values=self._replaced,
+            shortened=self._shortened,
+            too_long=self._too_long,
         )
+
+
+def _lines_fit(data: bytes | bytearray, limit: int) -> bool:
+    """Whether every line of ``data`` (whole lines, each ending in a newline) is at most
+    ``limit`` bytes without its newline: one ``rfind`` per ``limit`` bytes, not one per line."""
+    start, size = 0, len(data)
+    while size - start > limit + 1:  # what is left may hold a line too long
+        end = data.rfind(b"\n", start, start + limit + 1)
+        if end < 0:  # no newline within limit bytes of a line's start
+            return False
+        start = end + 1
+    return True
 
 
 def _ends_a_line(file: IO[bytes], path: Path) -> bool:
@@ -360,6 +433,22 @@ def _ends_a_line(file: IO[bytes], path: Path) -> bool:
             return reader.read(1) in (b"\n", b"")
     except OSError:  # a write-only file, or renamed by another writer's rotation: nothing to check
         return True
+
+
+def _cut_text(value: Any) -> tuple[Any, int]:
+    """``value`` (``msgspec.to_builtins`` output) with each string past ``CUT_TO`` characters cut
+    to that, and how many were."""
+    if isinstance(value, str):
+        return (value[:CUT_TO], 1) if len(value) > CUT_TO else (value, 0)
+    if isinstance(value, dict):
+        cut = 0
+        out = {}
+        for key, item in value.items():
+            new_key, key_cut = _cut_text(key)
+            out[new_key], item_cut = _cut_text(item)
+            cut += key_cut + item_cut
+        return out, cut
+    return value, 0
 
 
 def _replace_text(value: Any) -> tuple[Any, int]:

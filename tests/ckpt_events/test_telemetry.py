@@ -238,3 +238,42 @@ async def test_operations_without_step_interest_build_no_step_handles() -> None:
             assert type(op.step("write")).__name__ == "StepSpan"
         await bus.flush()
     assert [type(e) for e in sink.events] == [OperationFinished, OperationFinished]
+
+
+@pytest.mark.parametrize("listening", [False, True])
+@pytest.mark.parametrize("bad", [5, 1.5, ("a", "b"), b"c1"])
+async def test_a_checkpoint_id_that_is_not_a_str_is_refused_on_and_off(listening: bool, bad: object) -> None:
+    """An int checkpoint id was accepted and written, and every line holding it then failed to
+    read back; it is refused where it is given, with telemetry on or off alike."""
+    async with Bus() as bus:
+        if listening:
+            bus.subscribe(MemorySink())
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        calls = [
+            lambda: tel.operation("commit", checkpoint_id=bad),
+            lambda: tel.coordinate("commit", checkpoint_id=bad),
+            lambda: tel.collection("checkpoint", checkpoint_id=bad),
+            lambda: tel.refused("stale_attempt", checkpoint_id=bad),
+            lambda: tel.lease_expired("preparing", checkpoint_id=bad),
+            lambda: tel.prepare_not_ready(1, checkpoint_id=bad),
+            lambda: tel.generation_cut("durable_prefix", 1, checkpoint_id=bad),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidTypeError, match=r"checkpoint_id must be a str or None, not "):
+                call()
+        if listening:
+            with (
+                tel.collection("checkpoint") as collection,
+                pytest.raises(InvalidTypeError, match="checkpoint_id"),
+            ):
+                collection.set(checkpoint_id=bad)  # type: ignore[arg-type]
+
+
+async def test_a_str_subclass_is_a_checkpoint_id() -> None:
+    class Id(str):
+        pass
+
+    async with capture_events() as (bus, events):
+        with Telemetry(bus, kind="agent", instance="a0").operation("commit", checkpoint_id=Id("c1")):
+            pass
+    assert [e.checkpoint_id for e in events if isinstance(e, OperationFinished)] == ["c1"]

@@ -179,3 +179,58 @@ def test_any_events_read_back_field_by_field(events: list[Any]) -> None:
     sink.handle(events)
     read = [item for _, item in read_events(io.BytesIO(buffer.getvalue()))]
     assert read == events
+
+
+@pytest.mark.parametrize("max_bytes", [None, 64 << 20])
+async def test_a_line_too_long_to_read_back_is_cut_or_left_out_and_counted(
+    tmp_path: Path, max_bytes: int | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 2 MB attribute made a line read_events skips (1 MiB bound): the sink counted it as
+    written and the operation was gone (open for ever in the log). Its long strings are cut so
+    the span still ends; what is still too long (a million short attributes) is left out. Both
+    are counted and the first is logged; every other line of the batch reads back."""
+    path = tmp_path / "events.jsonl"
+    sink = JsonLinesSink(path, max_bytes=max_bytes)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind=Kind.AGENT, instance="a0")
+        for blob in ("x" * (2 << 20), "y" * (3 << 20)):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute("blob", blob)
+                with op.step("write"):
+                    pass
+        with tel.operation("commit", checkpoint_id="c2") as op:
+            for n in range(100_000):
+                op.set_attribute(f"a{n}", n)
+    read = [event for _, event in read_events(path)]
+    assert not [event for event in read if isinstance(event, CorruptLine)]
+    names = [type(event).__name__ for event in read]
+    assert names == ["OperationStarted", "StepStarted", "StepFinished", "OperationFinished"] * 2 + [
+        "OperationStarted"
+    ]
+    cut = [event for event in read if type(event).__name__ == "OperationFinished"]
+    assert [event.attributes for event in cut] == [{"blob": "x" * 1024}, {"blob": "y" * 1024}]
+    stats = sink.stats()
+    assert (stats.events, stats.shortened, stats.too_long) == (9, 2, 1)
+    said = [r.getMessage() for r in caplog.records if "read_events skips a line" in r.getMessage()]
+    assert len(said) == 1 and "OperationFinished" in said[0] and "written with 1 string(s) cut" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("lines", "fits"),
+    [
+        ([10, 10], True),
+        ([16], True),  # exactly the bound
+        ([17], False),
+        ([3, 16, 2], True),
+        ([3, 5, 17, 2], False),
+        ([1] * 40, True),
+        ([1] * 40 + [17], False),
+    ],
+)
+def test_lines_fit_finds_one_line_past_the_bound(lines: list[int], fits: bool) -> None:
+    from ckpt_events.sinks.jsonl._writer import _lines_fit
+
+    data = b"".join(b"a" * n + b"\n" for n in lines)
+    assert _lines_fit(data, 16) is fits
+    assert _lines_fit(bytearray(data), 16) is fits
