@@ -15,6 +15,7 @@ from typing import Final, Literal
 import msgspec
 
 from ckpt_events import ConfigurationError
+from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
@@ -168,6 +169,22 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
     return parsed
 
 
+def _headers(env: Mapping[str, str], name: str) -> dict[str, str]:
+    """``_pairs`` whose every pair can be sent as an HTTP header (checked here, not at the
+    first export, where ``http.client`` refusing it on the export thread lost the batch)."""
+    headers = _pairs(env, name)
+    for key, value in headers.items():
+        problem = header_problem(key, value)
+        if problem is not None:
+            raise _bad(
+                name,
+                env[name].strip(),
+                f"{problem} (after percent-decoding); {HEADER_RULES}. The value is percent-decoded: "
+                "write %25 for a literal '%' (to send the text %E2%82%AC, write %25E2%2582%25AC)",
+            )
+    return headers
+
+
 def check_url(value: str, where: str) -> str:
     """``value`` as an http(s) URL without a trailing slash, or ``ConfigurationError``."""
     if not isinstance(value, str):
@@ -228,7 +245,7 @@ def _otlp(
     return OtlpSettings(
         endpoint=endpoint,
         protocol=_PROTOCOL_NAMES[protocol],
-        headers=_pairs(env, headers_var),
+        headers=_headers(env, headers_var),
         timeout_s=None if timeout_ms is None else timeout_ms / 1000,
         compression=_choice(env, compression_var, COMPRESSIONS),
     )

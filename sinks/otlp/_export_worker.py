@@ -60,8 +60,19 @@ class ExportWorker:
 
     def send(self, body: bytes, items: int, deadline: float | None) -> bool:
         """Post ``body`` (``items`` exported if accepted, dropped if not) by ``deadline`` at most;
-        count the outcome and log the first failure. Returns whether the collector accepted it."""
-        result = self.sender.send(body, deadline)
+        count the outcome and log the first failure. Returns whether the collector accepted it.
+
+        The export thread's one boundary: a send that raises (``http.client`` refusing a request
+        it cannot write, a bug of ours) is a failed export of this batch, logged once; the
+        thread goes on. It raised out of the loop before, ending the thread and losing the
+        batch in flight from every counter."""
+        try:
+            result = self.sender.send(body, deadline)
+        except Exception as exc:  # telemetry never breaks the application
+            self.sender.close()  # the request may be half written: never reuse the connection
+            self.count(dropped=items, failed=True)
+            self.log_failure(f"raised {type(exc).__name__}: {exc}", exc_info=exc)
+            return False
         accepted = result.accepted
         self.count(
             exported=items if accepted else 0,
@@ -93,14 +104,19 @@ class ExportWorker:
             self.exports += 1 if accepted else 0
             self.failures += 1 if failed else 0
 
-    def log_failure(self, how: str) -> None:
-        """Warn once that an export failed (``how``); later failures only count, so a dead
-        collector cannot flood the log."""
+    def log_failure(self, how: str, *, exc_info: BaseException | None = None) -> None:
+        """Warn once that an export failed (``how``, with ``exc_info``'s traceback if given);
+        later failures only count, so a dead collector cannot flood the log."""
         if self._logged_failure:
             return
         self._logged_failure = True
         logger.warning(
-            "OTLP %s export to %s %s; %s, not logged again", self._signal, self.sender.url, how, self._lost
+            "OTLP %s export to %s %s; %s, not logged again",
+            self._signal,
+            self.sender.url,
+            how,
+            self._lost,
+            exc_info=exc_info,
         )
 
     def request_stop(self) -> None:

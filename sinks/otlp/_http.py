@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from ckpt_events import InvalidValueError
 from ckpt_events._errors import check_number
+from ckpt_events.sinks.otlp._headers import check_headers
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
 
 __all__ = [
@@ -113,7 +114,7 @@ class OtlpHttpSender:
         self.max_retries = max_retries
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
-        self._headers = {"Content-Type": content_type, **dict(headers or {})}
+        self._headers = {"Content-Type": content_type, **check_headers(headers)}
         if compression != "none":
             self._headers["Content-Encoding"] = compression
         self._connection: http.client.HTTPConnection | None = None

@@ -27,6 +27,23 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "span sink unknown protocol": (lambda: OtlpSpanSink(ENDPOINT, protocol="grpc"), InvalidValueError),
     "sender timeout of zero": (lambda: OtlpSpanSink(ENDPOINT, timeout=0), InvalidValueError),
     "sender endpoint not http": (lambda: OtlpSpanSink("ftp://127.0.0.1/"), InvalidValueError),
+    "span sink header value with CR/LF": (
+        lambda: OtlpSpanSink(ENDPOINT, headers={"a": "b\r\nX-Injected: 1"}),
+        InvalidValueError,
+    ),
+    "span sink header name not a token": (
+        lambda: OtlpSpanSink(ENDPOINT, headers={"a b": "c"}),
+        InvalidValueError,
+    ),
+    "span sink header value not latin-1": (
+        lambda: OtlpSpanSink(ENDPOINT, headers={"api-key": "\u20ac"}),
+        InvalidValueError,
+    ),
+    "span sink header value an int": (lambda: OtlpSpanSink(ENDPOINT, headers={"a": 5}), InvalidTypeError),
+    "metric sink header value with NUL": (
+        lambda: OtlpMetricSink(ENDPOINT, headers={"a": "b\0"}),
+        InvalidValueError,
+    ),
     "metric interval out of range": (
         lambda: OtlpMetricSink(ENDPOINT, export_interval=0),
         InvalidValueError,

@@ -177,6 +177,10 @@ async def test_given_providers_are_used_not_built() -> None:
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "novalue"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=%E2%82%AC"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "a=b%0D%0AX: 1"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "a b=c"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "a=%00"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
         ("OTEL_BSP_SCHEDULE_DELAY", "-1"),
@@ -203,3 +207,13 @@ def test_bad_values_name_the_variable_on_one_line(name: str, value: str) -> None
 def test_propagators_tracecontext_and_baggage_are_accepted() -> None:
     """OTEL_PROPAGATORS=tracecontext,baggage is accepted (baggage ignored)."""
     read_otel_env({"OTEL_PROPAGATORS": "tracecontext,baggage"})
+
+
+def test_a_header_that_cannot_be_sent_says_how_to_percent_encode() -> None:
+    """A header value outside latin-1 is refused at configure(), saying what is valid and how to
+    send the percent-encoded text itself (it used to kill the export thread at the first export)."""
+    with pytest.raises(ConfigurationError, match="OTEL_EXPORTER_OTLP_HEADERS") as info:
+        read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": "x-team=rl,api-key=%E2%82%AC"})
+    assert "'api-key'" in str(info.value) and "latin-1" in str(info.value) and "%25" in str(info.value)
+    settings = read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": "api-key=%25E2%2582%25AC"})
+    assert settings.traces_otlp is not None and settings.traces_otlp.headers == {"api-key": "%E2%82%AC"}

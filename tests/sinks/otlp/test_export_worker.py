@@ -12,7 +12,8 @@ from ckpt_events import Bus, Telemetry
 from ckpt_events.benchmarks.rotel import free_port
 from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink
 from ckpt_events.sinks.otlp._export_worker import ExportWorker
-from ckpt_events.sinks.otlp._http import OtlpHttpSender
+from ckpt_events.sinks.otlp._http import OtlpHttpSender, SendResult
+from tests.sinks.otlp.test_http import _collector
 
 
 def _dead_endpoint() -> str:
@@ -93,3 +94,35 @@ def test_a_send_stuck_in_backoff_is_cancelled_within_the_deadline() -> None:
     assert time.monotonic() - started < 2.0
     assert (worker.dropped, worker.failures, worker.exports) == (7, 1, 0)
     assert not worker.sender.cancelled  # resumed for a last export
+
+
+class _RaisesOnce(OtlpHttpSender):
+    """A real sender whose first send raises as ``http.client`` did on a header it cannot write."""
+
+    raised = False
+
+    def send(self, body: bytes, deadline: float | None = None) -> SendResult:
+        if not self.raised:
+            self.raised = True
+            raise UnicodeEncodeError("latin-1", "\u20ac", 0, 1, "ordinal not in range(256)")
+        return super().send(body, deadline)
+
+
+def test_a_send_that_raises_is_a_counted_failure_and_the_thread_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An exception out of one send counts that batch as dropped and failed, is logged once, and
+    the next batch is still exported: the thread used to die with the batch uncounted."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with _collector([]) as (url, received):
+        sender = _RaisesOnce(url, content_type="application/x-protobuf")
+        worker = ExportWorker(sender, name="test-export", signal="span", lost="dropped")
+        outcomes: list[bool] = []
+        worker.start(lambda: outcomes.extend([worker.send(b"a", 3, None), worker.send(b"b", 2, None)]))
+        assert worker.join(time.monotonic() + 5.0, patience=1.0, slack=0.0) is True
+        sender.close()
+    assert outcomes == [False, True]
+    assert (worker.exported, worker.dropped, worker.exports, worker.failures) == (2, 3, 1, 1)
+    assert [body for _, body in received] == [b"b"]
+    (warning,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert "raised UnicodeEncodeError" in warning.getMessage() and warning.exc_info is not None

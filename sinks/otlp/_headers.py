@@ -1,0 +1,58 @@
+"""What an OTLP request header may be: an HTTP token for its name, one line of latin-1 for its value.
+
+``http.client`` refuses anything else only when a request is made, on the export thread: a
+value of ``%E2%82%AC`` in ``OTEL_EXPORTER_OTLP_HEADERS`` (a euro sign, not latin-1) or one
+holding CR/LF was accepted by ``configure()`` and then raised at the first export. So headers are
+checked where they are given: ``header_problem`` says what is wrong with one, and the sinks
+(``check_headers``) and the environment parser turn that into their own precise error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from ckpt_events import InvalidTypeError, InvalidValueError
+
+__all__ = ["HEADER_RULES", "check_headers", "header_problem"]
+
+#: RFC 9110's ``token``: the characters a header name may hold.
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BREAKS: Final = ("\r", "\n", "\0")
+#: What is valid, said once for every error message.
+HEADER_RULES: Final = (
+    "a header name is an HTTP token (letters, digits and !#$%&'*+-.^_`|~), "
+    "a value latin-1 text without CR, LF or NUL"
+)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """What is wrong with the header ``name: value`` (both ``str``), or ``None`` when it can be sent."""
+    if not _TOKEN.fullmatch(name):
+        return f"header name {name!r} is not an HTTP token"
+    if any(mark in value for mark in _BREAKS):
+        return f"header {name!r} has a CR, LF or NUL in its value"
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return f"header {name!r} has a value that is not latin-1 text ({value!r})"
+    return None
+
+
+def check_headers(headers: Mapping[str, str] | None, where: str = "headers") -> dict[str, str]:
+    """``headers`` as a dict when every name and value can be sent; else ``InvalidTypeError`` (not
+    a mapping of ``str`` to ``str``) or ``InvalidValueError`` naming ``where`` and the header."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidTypeError(f"{where} must be a mapping of header names to values, not {headers!r}")
+    checked: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidTypeError(f"{where} must map str names to str values, not {name!r}: {value!r}")
+        problem = header_problem(name, value)
+        if problem is not None:
+            raise InvalidValueError(f"{where}: {problem}; {HEADER_RULES}")
+        checked[name] = value
+    return checked
