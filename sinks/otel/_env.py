@@ -49,6 +49,11 @@ DEFAULT_ENDPOINTS: Final = {
 }
 SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
+#: The most each millisecond variable takes: what the sinks take (a request timeout of an hour,
+#: ``OtlpSpanSink``'s linger of a minute, ``OtlpMetricSink``'s interval of a day).
+MAX_TIMEOUT_MS: Final = 3_600_000
+MAX_SCHEDULE_DELAY_MS: Final = 60_000
+MAX_METRIC_INTERVAL_MS: Final = 86_400_000
 #: ``service.name`` when neither an argument nor ``OTEL_SERVICE_NAME`` gives one.
 DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _PROTOCOL_NAMES: Final[dict[str, Protocol]] = {p: p for p in ("http/protobuf", "http/json", "grpc")}
@@ -126,7 +131,9 @@ def _bool(env: Mapping[str, str], name: str) -> bool:
     return raw.lower() == "true"
 
 
-def _millis(env: Mapping[str, str], name: str, *, allow_zero: bool = True) -> int | None:
+def _millis(env: Mapping[str, str], name: str, *, maximum: int, allow_zero: bool = True) -> int | None:
+    """A whole number of milliseconds up to ``maximum``: a sink refused a larger one with its own
+    argument's name, and a huge timeout overflowed every wait on it at close."""
     raw = _get(env, name)
     if raw is None:
         return None
@@ -134,9 +141,9 @@ def _millis(env: Mapping[str, str], name: str, *, allow_zero: bool = True) -> in
         value = int(raw)
     except ValueError:
         value = -1
-    if value < 0 or (value == 0 and not allow_zero):
+    if value < 0 or (value == 0 and not allow_zero) or value > maximum:
         floor = "0" if allow_zero else "1"
-        raise _bad(name, raw, f"use a whole number of milliseconds >= {floor}")
+        raise _bad(name, raw, f"use a whole number of milliseconds from {floor} to {maximum}")
     return value
 
 
@@ -241,7 +248,7 @@ def _otlp(
     compression_var = (
         prefix + "COMPRESSION" if _get(env, prefix + "COMPRESSION") else "OTEL_EXPORTER_OTLP_COMPRESSION"
     )
-    timeout_ms = _millis(env, timeout_var, allow_zero=False)
+    timeout_ms = _millis(env, timeout_var, maximum=MAX_TIMEOUT_MS, allow_zero=False)
     return OtlpSettings(
         endpoint=endpoint,
         protocol=_PROTOCOL_NAMES[protocol],
@@ -315,9 +322,9 @@ def read_otel_env(
     sampler_ratio = _sample_ratio(env)
     service = _get(env, "OTEL_SERVICE_NAME")
     attributes = _pairs(env, "OTEL_RESOURCE_ATTRIBUTES")
-    interval = _millis(env, "OTEL_METRIC_EXPORT_INTERVAL", allow_zero=False)
-    delay = _millis(env, "OTEL_BSP_SCHEDULE_DELAY")
-    export_timeout = _millis(env, "OTEL_BSP_EXPORT_TIMEOUT", allow_zero=False)
+    interval = _millis(env, "OTEL_METRIC_EXPORT_INTERVAL", maximum=MAX_METRIC_INTERVAL_MS, allow_zero=False)
+    delay = _millis(env, "OTEL_BSP_SCHEDULE_DELAY", maximum=MAX_SCHEDULE_DELAY_MS)
+    export_timeout = _millis(env, "OTEL_BSP_EXPORT_TIMEOUT", maximum=MAX_TIMEOUT_MS, allow_zero=False)
     batch = BatchSettings(
         linger_s=None if delay is None else delay / 1000,
         max_export_batch=_count(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),

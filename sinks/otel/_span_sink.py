@@ -24,9 +24,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks._span_attrs import FINISHED, span_name_and_attributes
-from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME
+from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, MAX_TIMEOUT_MS
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
 from ckpt_events.vocab import SpanKind as CkptSpanKind
 
@@ -108,6 +108,13 @@ class SpanSink:
             raise InvalidTypeError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
         check_int(
             max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
+        )
+        limit = MAX_TIMEOUT_MS / 1000  # an hour: a larger one overflowed the waits bounded by it
+        check_number(
+            export_timeout,
+            f"export_timeout must be seconds in (0, {limit:g}], not {export_timeout!r}",
+            high=limit,
+            low_open=True,
         )
         self.exporter = exporter
         self.processor = processor

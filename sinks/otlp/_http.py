@@ -38,13 +38,15 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ckpt_events import InvalidValueError
-from ckpt_events._errors import check_number
+from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks.otlp._headers import check_headers
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
 
 __all__ = [
     "BUS_LINGER",
+    "MAX_BACKOFF_S",
     "MAX_REPLY_BYTES",
+    "MAX_TIMEOUT_S",
     "PROTOCOLS",
     "RETRYABLE_STATUSES",
     "OtlpHttpSender",
@@ -61,6 +63,11 @@ RETRYABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
 #: server CPU per request with the span and metric sinks.
 BUS_LINGER: Final = 0.05
 _MAX_RETRY_AFTER: Final = 60.0
+#: The longest request timeout taken (one hour): a timeout of 1e11 s was accepted, then made
+#: every wait on it raise ``OverflowError`` at close, leaving the export thread running.
+MAX_TIMEOUT_S: Final = 3600.0
+#: The longest ``initial_backoff`` taken (a minute, as ``Retry-After``).
+MAX_BACKOFF_S: Final = 60.0
 #: While closing, how long a connection may take to open: a collector that has not accepted
 #: one by then is taken as not there (a dropped SYN would hold the close for its whole budget).
 CLOSING_CONNECT_TIMEOUT: Final = 2.0
@@ -103,7 +110,19 @@ class OtlpHttpSender:
             raise InvalidValueError(f"an OTLP/HTTP endpoint is an http(s) URL, not {url!r}")
         if compression not in ("none", "gzip", "deflate"):
             raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
-        check_number(timeout, f"timeout must be > 0 seconds, not {timeout!r}", low_open=True)
+        check_number(
+            timeout,
+            f"timeout must be seconds in (0, {MAX_TIMEOUT_S:g}], not {timeout!r}",
+            high=MAX_TIMEOUT_S,
+            low_open=True,
+        )
+        check_int(max_retries, f"max_retries must be an int >= 0, not {max_retries!r}")
+        check_number(
+            initial_backoff,
+            f"initial_backoff must be seconds in (0, {MAX_BACKOFF_S:g}], not {initial_backoff!r}",
+            high=MAX_BACKOFF_S,
+            low_open=True,
+        )
         self.url = url
         self._https = parts.scheme == "https"
         self._host = parts.hostname

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import InvalidArgumentError, InvalidTypeError, InvalidValueError
 from ckpt_events.sinks import JsonLinesSink, LoggingSink, StallWatch, read_events
@@ -27,6 +28,16 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "span sink unknown protocol": (lambda: OtlpSpanSink(ENDPOINT, protocol="grpc"), InvalidValueError),
     "sender timeout of zero": (lambda: OtlpSpanSink(ENDPOINT, timeout=0), InvalidValueError),
     "sender endpoint not http": (lambda: OtlpSpanSink("ftp://127.0.0.1/"), InvalidValueError),
+    "sender timeout past an hour": (lambda: OtlpSpanSink(ENDPOINT, timeout=1e12), InvalidValueError),
+    "metric sender timeout past an hour": (lambda: OtlpMetricSink(ENDPOINT, timeout=3601), InvalidValueError),
+    "sender retries negative": (lambda: OtlpSpanSink(ENDPOINT, max_retries=-1), InvalidValueError),
+    "sender retries as a float": (lambda: OtlpMetricSink(ENDPOINT, max_retries=1.0), InvalidTypeError),
+    "sender backoff negative": (lambda: OtlpSpanSink(ENDPOINT, initial_backoff=-1), InvalidValueError),
+    "sender backoff of zero": (lambda: OtlpMetricSink(ENDPOINT, initial_backoff=0), InvalidValueError),
+    "SDK span sink export timeout past an hour": (
+        lambda: SpanSink(exporter=InMemorySpanExporter(), export_timeout=1e12),
+        InvalidValueError,
+    ),
     "span sink header value with CR/LF": (
         lambda: OtlpSpanSink(ENDPOINT, headers={"a": "b\r\nX-Injected: 1"}),
         InvalidValueError,

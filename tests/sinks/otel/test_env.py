@@ -182,6 +182,11 @@ async def test_given_providers_are_used_not_built() -> None:
         ("OTEL_EXPORTER_OTLP_HEADERS", "a b=c"),
         ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "a=%00"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "99999999999999"),
+        ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "3600001"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "3600001"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "99999999"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "999999999999999"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
         ("OTEL_BSP_SCHEDULE_DELAY", "-1"),
         ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
@@ -217,3 +222,17 @@ def test_a_header_that_cannot_be_sent_says_how_to_percent_encode() -> None:
     assert "'api-key'" in str(info.value) and "latin-1" in str(info.value) and "%25" in str(info.value)
     settings = read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": "api-key=%25E2%2582%25AC"})
     assert settings.traces_otlp is not None and settings.traces_otlp.headers == {"api-key": "%E2%82%AC"}
+
+
+def test_the_longest_timeouts_are_taken() -> None:
+    """An hour of request timeout, a minute of linger and a day of metric interval are in range."""
+    settings = read_otel_env(
+        {
+            **BASE,
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "3600000",
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",
+            "OTEL_METRIC_EXPORT_INTERVAL": "86400000",
+        }
+    )
+    assert settings.traces_otlp is not None and settings.traces_otlp.timeout_s == 3600.0
+    assert (settings.batch.linger_s, settings.metric_interval_ms) == (60.0, 86_400_000)
