@@ -21,7 +21,8 @@ from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscrip
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
-from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env
+from ckpt_events.sinks.otel._env import MAX_METRIC_INTERVAL_MS, OtelSettings, read_otel_env
+from ckpt_events.sinks.otel._pipeline import check_resource_arguments
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER, StallWatch
 from ckpt_events.vocab import resolve_span_groups
@@ -190,8 +191,18 @@ def configure(
     env = os.environ if environ is None else environ
     if _switched_off(env):
         return Configured(bus)
-    if jsonl_path is not None and not isinstance(jsonl_path, str | os.PathLike):
-        raise ConfigurationError(f"jsonl_path must be a path (a str or os.PathLike), not {jsonl_path!r}")
+    _check_jsonl_path(jsonl_path, "jsonl_path")
+    if isinstance(span_groups, Iterable) and not isinstance(span_groups, str):
+        span_groups = list(span_groups)  # read once: checked here, then used (or sent to the child)
+    # Checked before either mode, so a bad value is the same ConfigurationError in both.
+    settings, groups, cardinality_limit = _checked_settings(
+        env,
+        otlp_endpoint=otlp_endpoint,
+        span_groups=span_groups,
+        metric_export_interval_ms=metric_export_interval_ms,
+        metric_cardinality_limit=metric_cardinality_limit,
+    )
+    check_resource_arguments(service_name, resource_attributes, service_instance_id)
     if _export_process_on(export_process, env):
         return _configure_export_process(
             bus,
@@ -205,9 +216,7 @@ def configure(
             arguments={
                 "jsonl_path": None if jsonl_path is None else os.fspath(jsonl_path),
                 "otlp_endpoint": otlp_endpoint,
-                "span_groups": (
-                    span_groups if span_groups is None or isinstance(span_groups, str) else list(span_groups)
-                ),
+                "span_groups": span_groups,
                 "service_name": service_name,
                 "service_instance_id": service_instance_id,
                 "resource_attributes": None if resource_attributes is None else dict(resource_attributes),
@@ -215,13 +224,6 @@ def configure(
                 "metric_cardinality_limit": metric_cardinality_limit,
             },
         )
-    settings, groups, cardinality_limit = _checked_settings(
-        env,
-        otlp_endpoint=otlp_endpoint,
-        span_groups=span_groups,
-        metric_export_interval_ms=metric_export_interval_ms,
-        metric_cardinality_limit=metric_cardinality_limit,
-    )
     stall_watch = _stall_watch(env, bus)
     built = Built()
     try:
@@ -287,9 +289,14 @@ def _checked_settings(
         raise ConfigurationError(f"{where}: {exc}") from None
     if metric_export_interval_ms is not None:
         interval = metric_export_interval_ms
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int)
+            or not 1 <= interval <= MAX_METRIC_INTERVAL_MS
+        ):
             raise ConfigurationError(
-                f"metric_export_interval_ms must be a positive number of milliseconds, not {interval!r}"
+                f"metric_export_interval_ms must be a whole number of milliseconds from 1 to "
+                f"{MAX_METRIC_INTERVAL_MS}, not {interval!r}"
             )
         settings = _replace(settings, metric_interval_ms=interval)
     try:
@@ -436,6 +443,17 @@ def _switched_off(env: Mapping[str, str]) -> bool:
     return raw == "true"
 
 
+def _check_jsonl_path(path: object, where: str) -> None:
+    """``ConfigurationError`` naming ``where`` unless ``path`` is ``None`` or a path the OS can
+    open (a NUL byte in it was ``open``'s bare ``ValueError``)."""
+    if path is None:
+        return
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigurationError(f"{where} must be a path (a str or os.PathLike), not {path!r}")
+    if "\0" in str(os.fspath(path)):
+        raise ConfigurationError(f"{where}={str(path)!r} has a NUL byte; a file path cannot hold one")
+
+
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:
     where = "jsonl_path" if jsonl_path is not None else ENV_JSONL
     path: Any = jsonl_path
@@ -444,6 +462,7 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
         if raw is None or not raw.strip():
             return None
         path = raw.strip()
+        _check_jsonl_path(path, where)
     if not str(path).strip():
         raise ConfigurationError(f"{where} is empty")
     try:

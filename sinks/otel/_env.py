@@ -196,7 +196,10 @@ def check_url(value: str, where: str) -> str:
     """``value`` as an http(s) URL without a trailing slash, or ``ConfigurationError``."""
     if not isinstance(value, str):
         raise ConfigurationError(f"{where} must be a URL string, not {value!r}")
-    parsed = urllib.parse.urlsplit(value.strip())
+    try:
+        parsed = urllib.parse.urlsplit(value.strip())
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
+        raise ConfigurationError(f"{where}={value!r} is not a valid URL ({exc})") from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigurationError(f"{where}={value!r} is not an http(s) URL such as 'http://127.0.0.1:4318'")
     try:

@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import SpanExporter
 
-__all__ = ["GRPC_EXTRA", "build_resource", "metric_readers_for", "span_exporters_for"]
+__all__ = [
+    "GRPC_EXTRA",
+    "build_resource",
+    "check_resource_arguments",
+    "metric_readers_for",
+    "span_exporters_for",
+]
 
 #: The optional dependency that brings OTLP over gRPC.
 GRPC_EXTRA = "ckpt-events[grpc]"
@@ -125,6 +131,28 @@ def _metric_exporters(settings: OtelSettings) -> list[MetricExporter]:
     return exporters
 
 
+def check_resource_arguments(service_name: object, attributes: object, instance_id: object) -> None:
+    """``ConfigurationError`` naming the argument unless ``service_name`` is ``None`` or a
+    non-empty string, ``attributes`` ``None`` or a mapping of str to str, bool, int or float, and
+    ``instance_id`` ``None`` or a string (``configure`` checks them before either of its modes:
+    a list of pairs was an ``AttributeError`` in process and taken as a dict by the child)."""
+    if attributes is not None:
+        if not isinstance(attributes, Mapping):
+            raise ConfigurationError(
+                f"resource_attributes must be a mapping of str to str, bool, int or float, not {attributes!r}"
+            )
+        for key, val in attributes.items():
+            if not isinstance(key, str) or not isinstance(val, str | bool | int | float):
+                raise ConfigurationError(
+                    f"resource_attributes: bad entry {key!r}={val!r}; "
+                    "use str keys and str, bool, int or float values"
+                )
+    if service_name is not None and (not isinstance(service_name, str) or not service_name.strip()):
+        raise ConfigurationError(f"service_name must be a non-empty string, not {service_name!r}")
+    if instance_id is not None and not isinstance(instance_id, str):
+        raise ConfigurationError(f"service_instance_id must be a string, not {instance_id!r}")
+
+
 def build_resource(
     settings: OtelSettings,
     *,
@@ -138,15 +166,12 @@ def build_resource(
     ``service.instance.id`` is ``instance_id`` or a fresh UUID, one per configured process."""
     from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 
+    check_resource_arguments(service_name, attributes, instance_id)
     merged: dict[str, str] = dict(settings.resource_attributes)
     if attributes is not None:
         for key, val in attributes.items():
-            if not isinstance(key, str) or not isinstance(val, str | bool | int | float):
-                raise ConfigurationError(f"resource_attributes: bad entry {key!r}={val!r}")
             merged[key] = val if isinstance(val, str) else str(val)
     if service_name is not None:
-        if not isinstance(service_name, str) or not service_name.strip():
-            raise ConfigurationError(f"service_name must be a non-empty string, not {service_name!r}")
         merged[SERVICE_NAME] = service_name.strip()
     elif settings.service_name is not None:
         merged[SERVICE_NAME] = settings.service_name

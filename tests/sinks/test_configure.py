@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -158,3 +159,56 @@ async def test_the_off_switch_refuses_a_bad_value() -> None:
             configure(bus, environ={"CKPT_EVENTS_DISABLED": "yes"})
         async with configure(bus, environ={"CKPT_EVENTS_DISABLED": "false"}) as configured:
             assert not configured.enabled
+
+
+ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+#: Bad values that escaped as a raw Python error, or as a sink's error naming its own argument.
+RAW_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "endpoint variable with an unclosed [": (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://[::1:1"}},
+    ),
+    "endpoint argument with an unclosed [": (
+        "otlp_endpoint",
+        {"otlp_endpoint": "http://[::1", "environ": {}},
+    ),
+    "schedule delay past a minute": (
+        "OTEL_BSP_SCHEDULE_DELAY",
+        {"environ": {**ENDPOINT, "OTEL_BSP_SCHEDULE_DELAY": "99999999"}},
+    ),
+    "metric interval variable past a day": (
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        {"environ": {**ENDPOINT, "OTEL_METRIC_EXPORT_INTERVAL": "999999999999999"}},
+    ),
+    "metric interval argument past a day": (
+        "metric_export_interval_ms",
+        {"metric_export_interval_ms": 10**12, "environ": ENDPOINT},
+    ),
+    "resource attributes as a list of pairs": (
+        "resource_attributes",
+        {"resource_attributes": [("a", "b")], "environ": ENDPOINT},
+    ),
+    "span groups as an int": ("span_groups", {"span_groups": 5, "environ": ENDPOINT}),
+    "service instance id as an int": ("service_instance_id", {"service_instance_id": 7, "environ": ENDPOINT}),
+    "a jsonl path with a NUL byte": ("jsonl_path", {"jsonl_path": "events\0.jsonl", "environ": {}}),
+    "a jsonl variable with a NUL byte": (
+        "CKPT_EVENTS_JSONL",
+        {"environ": {"CKPT_EVENTS_JSONL": "e\0.jsonl"}},
+    ),
+}
+
+
+@pytest.mark.parametrize(("named", "arguments"), RAW_ERRORS.values(), ids=RAW_ERRORS.keys())
+async def test_bad_values_are_the_same_configuration_error_in_both_modes(
+    named: str, arguments: dict[str, Any]
+) -> None:
+    """Each is a ConfigurationError naming the argument or variable, the same with the sinks in
+    this process and in an export process (checked before a child is started)."""
+    messages = []
+    async with Bus() as bus:
+        for export_process in (False, True):
+            with pytest.raises(ConfigurationError, match=named) as info:
+                configure(bus, export_process=export_process, **arguments)
+            messages.append(str(info.value))
+        assert bus.stats().sinks == ()
+    assert messages[0] == messages[1]
