@@ -56,13 +56,14 @@ def _report(args: argparse.Namespace) -> int:
     offsets = clocks.offsets()
     # Shifting one process of a file may put that file out of time order too.
     exact = (problems.disordered or bool(offsets)) and len(paths) > 1
-    if offsets or exact:
+    sort = frozenset(problems.out_of_order)
+    if offsets or problems.disordered:
         # The calls prove a process's clock off (fold again on the callers' clock), or a log
-        # went back in time (its copies are found only by looking further back).
+        # went back in time (read sorted; its copies are found only by looking further back).
         problems = LogProblems(clocks=(clocks := ClockEvidence()))
         run = overview(
-            merged_events(paths, problems, offsets, exact=exact),
-            again=lambda: merged_events(paths, LogProblems(), offsets, exact=exact),
+            merged_events(paths, problems, offsets, exact=exact, sort=sort),
+            again=lambda: merged_events(paths, LogProblems(), offsets, exact=exact, sort=sort),
             clocks=clocks,
         )
     for line in problems.summary():

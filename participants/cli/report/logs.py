@@ -17,9 +17,12 @@ ends once), so two distinct events never share it. A counted event has no id: on
 in every field (same process, same nanosecond, same values) is the same. Within one file
 nothing is dropped. While every file is in time order, an event's copy has its stamp, so only
 events whose stamps collide are compared (nothing kept, nothing per event). A file that goes
-back in time (a clock that stepped back) sets ``LogProblems.disordered``: read again
-``exact``, the identities of the last ``DEDUP_EVENTS`` events are kept, whatever the order;
-an event whose copy could have been forgotten is counted, and said.
+back in time (a clock that stepped back, or a file joined or copied out of order) sets
+``LogProblems.disordered`` and is named in ``LogProblems.out_of_order``: read again with
+``sort`` naming it, its events are sorted by time (that file held whole in memory, the rare
+case) and merged as if each in-order run of it were a file of its own; read again ``exact``,
+the identities of the last ``DEDUP_EVENTS`` events are kept, whatever the order; an event
+whose copy could have been forgotten is counted, and said.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import glob
 import heapq
 import os
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
@@ -95,6 +98,11 @@ class LogProblems:
     duplicates: int = 0
     #: A file went back in time (a clock that stepped back): its copies need an ``exact`` read.
     disordered: bool = False
+    #: The files that went back in time, by their index among the paths read: (name, how many
+    #: events were stamped before the one above them).
+    out_of_order: dict[int, tuple[str, int]] = field(default_factory=dict)
+    #: The files this read sorted by time (``merged_events(sort=...)``).
+    sorted_files: frozenset[int] = frozenset()
     #: Events too far out of time order to be checked against the other files.
     unchecked: int = 0
     events: int = 0
@@ -121,6 +129,18 @@ class LogProblems:
         out += self.lines
         if self.skipped > len(self.lines):
             out.append(f"... and {counted(self.skipped - len(self.lines), 'more line')} skipped")
+        for index, (name, back) in list(self.out_of_order.items())[:SHOWN]:
+            how = (
+                "its events were sorted by time"
+                if index in self.sorted_files
+                else "read as written: spans may be paired wrongly"
+            )
+            out.append(
+                f"{name}: out of time order ({counted(back, 'event')} stamped before the line "
+                f"above it: a clock that stepped back, or a file joined out of order); {how}"
+            )
+        if len(self.out_of_order) > SHOWN:
+            out.append(f"... and {counted(len(self.out_of_order) - SHOWN, 'more file')} out of time order")
         if self.duplicates:
             out.append(
                 f"dropped {counted(self.duplicates, 'duplicate event')}: the same event in two "
@@ -144,8 +164,15 @@ def identity(event: CheckpointEvent) -> Hashable:
             return msgspec.json.encode(event)
 
 
-def _one_file(path: Path, index: int, problems: LogProblems, offsets: Offsets) -> Iterator[_Entry]:
-    """One file's (time, file, line, event), each event on its process's aligned clock."""
+def _one_file(
+    path: Path, index: int, problems: LogProblems, offsets: Offsets, *, sort: bool = False
+) -> Iterator[_Entry]:
+    """One file's (time, file, line, event), each event on its process's aligned clock; with
+    ``sort``, all of them read first and sorted by time (ties in line order)."""
+    if sort:
+        # (time, file, line) are distinct per entry: two events are never compared.
+        yield from sorted(_one_file(path, index, problems, offsets))
+        return
     if not offsets:
         yield from _read_file(path, index, problems)
         return
@@ -164,6 +191,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
 
     decoded = 0
     last = 0  # the previous event's time: a file going back in time is disordered
+    back = 0  # events stamped before the one above them
     before_first: list[CorruptLine] = []  # corrupt lines before the first event: torn, or not a log
     try:
         with open(path, "rb") as head:
@@ -171,6 +199,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
         if looks_like_otlp(first):
             event: CheckpointEvent
             for number, event in read_otlp(path, problems.skip):
+                # A collector writes spans as they end, not as they start: normal, not said.
                 if (time_ns := event_time(event)) < last:
                     problems.disordered = True
                 last = time_ns
@@ -192,7 +221,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.
             if (time_ns := event_time(item)) < last:
-                problems.disordered = True
+                back += 1
             last = time_ns
             yield time_ns, index, number, item
         if not decoded and before_first:
@@ -202,10 +231,19 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             )
     except OSError as exc:
         problems.refuse(f"{path}: cannot read: {exc.strerror or exc}")
+    finally:  # also when the merge stops early: what was read of the file is said
+        if back:
+            problems.disordered = True
+            problems.out_of_order[index] = (str(path), back)
 
 
 def merged_events(
-    paths: Iterable[Path], problems: LogProblems, offsets: Offsets | None = None, *, exact: bool = False
+    paths: Iterable[Path],
+    problems: LogProblems,
+    offsets: Offsets | None = None,
+    *,
+    exact: bool = False,
+    sort: Collection[int] = (),
 ) -> Iterator[CheckpointEvent]:
     """The events of every file in time order (ties in file order), each process's stamps
     moved by its ``offsets`` entry, an event from two files once; ``problems.clocks``, if
@@ -215,9 +253,14 @@ def merged_events(
     every copy when each file is in time order; ``problems.disordered`` says when one was not
     (a clock that stepped back). ``exact`` looks among the last ``DEDUP_EVENTS`` events
     whatever the order, and counts in ``problems.unchecked`` the events whose copy could have
-    been forgotten: read again with it when ``problems.disordered``."""
+    been forgotten: read again with it when ``problems.disordered``. The files whose index is in
+    ``sort`` (``problems.out_of_order`` of an earlier read) are each read whole and sorted by
+    time first, so that a file out of order merges as several in-order files would."""
     offsets = problems.offsets = dict(offsets or {})
-    merged = heapq.merge(*(_one_file(p, i, problems, offsets) for i, p in enumerate(paths)))
+    problems.sorted_files = frozenset(sort)
+    merged = heapq.merge(
+        *(_one_file(p, i, problems, offsets, sort=i in problems.sorted_files) for i, p in enumerate(paths))
+    )
     clocks = problems.clocks
     add, calls_and_answers = (clocks.add, clocks.TYPES) if clocks is not None else (None, frozenset())
     if exact:
@@ -284,13 +327,15 @@ def _in_window(merged: Iterator[_Entry], problems: LogProblems) -> Iterator[Chec
 
 def read_logs(paths: Sequence[Path], fold: Callable[[Iterator[CheckpointEvent]], T]) -> tuple[T, LogProblems]:
     """``fold`` of the events of every file (``merged_events``, no clock shifted), and what the
-    read met. When a file went back in time (``LogProblems.disordered``) and there are several,
-    the files are folded again from an ``exact`` read, so that an event's copy in another file
-    counts once whatever the order, as ``report`` reads them: only that second fold (and its
-    problems) is returned. ``fold`` must consume the events."""
+    read met. When a file went back in time (``LogProblems.disordered``), the files are folded
+    again, the files out of order sorted by time and, when there are several, from an ``exact``
+    read, so that an event's copy in another file counts once whatever the order, as ``report``
+    reads them: only that second fold (and its problems) is returned. ``fold`` must consume
+    the events."""
     problems = LogProblems()
     folded = fold(merged_events(paths, problems))
-    if problems.disordered and len(paths) > 1:
+    if problems.disordered:
+        sort = frozenset(problems.out_of_order)
         problems = LogProblems()
-        folded = fold(merged_events(paths, problems, exact=True))
+        folded = fold(merged_events(paths, problems, exact=len(paths) > 1, sort=sort))
     return folded, problems

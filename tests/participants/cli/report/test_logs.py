@@ -15,6 +15,7 @@ import pytest
 from ckpt_events.participants.cli.command import load_events
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.logs import PROBE_LINES, SHOWN
+from ckpt_events.sinks import JsonLinesSink
 
 GOOD = (
     b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
@@ -199,7 +200,7 @@ def test_read_logs_reads_a_disordered_log_again_exactly(tmp_path: Path) -> None:
 
     count, problems = read_logs([log, copy], fold)
     assert (count, problems.duplicates, folds) == (40, 20, [60, 40])
-    assert read_logs([log], fold)[0] == 40 and folds[-1] == 40  # one file: read once, nothing to drop
+    assert read_logs([log], fold)[0] == 40 and folds[-1] == 40  # one file: read again sorted, nothing dropped
 
 
 def test_load_events_and_diff_drop_copies_across_disordered_files(
@@ -234,3 +235,34 @@ def test_replay_exports_each_event_of_disordered_files_once(
     out, err = capsys.readouterr()
     assert out.startswith("replayed 40 events: 40 spans exported"), out
     assert "dropped 20 duplicate events" in err
+
+
+def test_one_file_out_of_time_order_reads_as_the_same_file_in_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log whose lines are reversed (or two halves swapped) is sorted by time and reported as
+    the log in order (was: phantom rows and a false "prepared, never committed" cause), and the
+    out-of-order file is named; diff reads it sorted too."""
+    import anyio
+
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(anyio.run(checkpoint_and_restore))
+    sink.close()
+    lines = log.read_bytes().splitlines(keepends=True)
+    reversed_log, swapped = tmp_path / "reversed.jsonl", tmp_path / "swapped.jsonl"
+    reversed_log.write_bytes(b"".join(reversed(lines)))
+    swapped.write_bytes(b"".join(lines[len(lines) // 2 :] + lines[: len(lines) // 2]))
+    assert main(["report", str(log)]) == 0
+    expected, err = capsys.readouterr()
+    assert err == ""
+    for disordered in (reversed_log, swapped):
+        assert main(["report", str(disordered)]) == 0
+        out, err = capsys.readouterr()
+        assert out == expected
+        assert f"{disordered}: out of time order (" in err and "its events were sorted by time" in err
+    assert main(["diff", str(reversed_log), str(log)]) == 0
+    out, err = capsys.readouterr()
+    assert "in one run only" not in out and "its events were sorted by time" in err
