@@ -17,8 +17,8 @@ read to its end (a note says how far it is); ``budget=None`` reads it all at onc
 
 from __future__ import annotations
 
-import collections
 import glob
+import heapq
 import io
 import os
 import re
@@ -37,7 +37,7 @@ from ckpt_events import (
 from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
 from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, read_events
 
-__all__ = ["KEEP_FINISHED", "MAX_FILES", "MAX_OPEN", "MAX_READ", "Backlog", "LogFollower"]
+__all__ = ["KEEP_FINISHED", "MAX_FILES", "MAX_FINISHED", "MAX_OPEN", "MAX_READ", "Backlog", "LogFollower"]
 
 #: Bytes read from one followed log per read, so a huge backlog cannot stall the view.
 MAX_READ: Final = 8 * 1024 * 1024
@@ -45,6 +45,9 @@ MAX_READ: Final = 8 * 1024 * 1024
 MAX_FILES: Final = 512
 #: Open spans a backlog keeps at most (an open operation is a few hundred bytes).
 MAX_OPEN: Final = 10_000
+#: Finished spans a backlog remembers, so that a copy of one's ``*Started`` event read after it
+#: (a file out of time order, a copy of the log) does not open it again (~100 bytes each).
+MAX_FINISHED: Final = 200_000
 #: Finished operations a backlog keeps per participant: the view shows the last three.
 KEEP_FINISHED: Final = 8
 #: A file's first line (at most this many bytes) recognises its copy.
@@ -56,35 +59,67 @@ _ROTATED: Final = re.compile(r"(?P<base>.+)\.(?P<n>\d{1,4})")
 
 class Backlog:
     """What the view needs of a stream of events, in bounded memory: the spans still open, the
-    stall reports about them, and each participant's last ``KEEP_FINISHED`` finished operations."""
+    stall reports about them, and each participant's last ``KEEP_FINISHED`` finished operations.
 
-    __slots__ = ("_finished", "_open", "_stalled", "untracked")
+    The events may come in any order (a file out of time order, a copy of a log in the same
+    folder): a span whose ``*Finished`` event was seen is never opened again by its ``*Started``
+    event, and a finished operation is kept once. The last ``MAX_FINISHED`` finished spans are
+    remembered; a ``*Started`` event older than the end of one forgotten is not shown as open
+    (whether it finished is unknown) but counted in ``unknown``.
+    """
+
+    __slots__ = ("_done", "_finished", "_forgotten_end", "_open", "_seq", "_stalled", "unknown", "untracked")
 
     def __init__(self) -> None:
         self._open: dict[tuple[int, int], Event] = {}
         self._stalled: dict[tuple[str, str, str, str | None], Stalled] = {}
-        self._finished: dict[tuple[str, str], collections.deque[Event]] = {}
+        #: Per participant, its latest finished operations: a heap of (end, arrival, event).
+        self._finished: dict[tuple[str, str], list[tuple[int, int, Event]]] = {}
+        #: The spans seen finished, oldest first (a dict keeps its insertion order).
+        self._done: dict[tuple[int, int], int] = {}  # span -> its end
+        #: The latest end of a finished span forgotten past ``MAX_FINISHED`` (-1: none).
+        self._forgotten_end = -1
+        self._seq = 0
         #: Spans (and stall reports) left out past ``MAX_OPEN``.
         self.untracked = 0
+        #: Spans started before a forgotten span ended: whether they are still open is unknown.
+        self.unknown = 0
 
     def add_all(self, events: Iterable[Event]) -> None:
-        """Fold ``events`` in, in the order each process wrote them."""
+        """Fold ``events`` in, in any order."""
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
-                if len(self._open) < MAX_OPEN:
-                    self._open[event.trace_id, event.span_id] = event
+                span = (event.trace_id, event.span_id)
+                if span in self._done:
+                    continue  # finished already: a copy, or a file out of time order
+                if event.start_ns <= self._forgotten_end:
+                    self.unknown += 1
+                elif span in self._open or len(self._open) < MAX_OPEN:
+                    self._open[span] = event
                 else:
                     self.untracked += 1
             elif isinstance(event, OperationFinished | CoordinateFinished):
-                self._open.pop((event.trace_id, event.span_id), None)
+                span = (event.trace_id, event.span_id)
+                if span in self._done:
+                    continue  # a copy of one already folded
+                self._done[span] = event.end_ns
+                if len(self._done) > MAX_FINISHED:
+                    gone = self._done.pop(next(iter(self._done)))
+                    self._forgotten_end = max(self._forgotten_end, gone)
+                self._open.pop(span, None)
                 who = (str(event.kind), event.instance)
                 last = self._finished.get(who)
                 if last is None:
                     if len(self._finished) >= MAX_OPEN:
                         self.untracked += 1
                         continue
-                    last = self._finished[who] = collections.deque(maxlen=KEEP_FINISHED)
-                last.append(event)
+                    last = self._finished[who] = []
+                self._seq += 1
+                entry = (event.end_ns, self._seq, event)
+                if len(last) < KEEP_FINISHED:
+                    heapq.heappush(last, entry)
+                else:
+                    heapq.heappushpop(last, entry)
             elif isinstance(event, Stalled):
                 key = (str(event.kind), event.instance, str(event.operation), event.checkpoint_id)
                 if key in self._stalled or len(self._stalled) < MAX_OPEN:
@@ -93,9 +128,9 @@ class Backlog:
                     self.untracked += 1
 
     def events(self) -> list[Event]:
-        """The fold as events: finished ones (each participant's in order), then the open spans,
-        then the stall reports of open operations."""
-        out: list[Event] = [event for last in self._finished.values() for event in last]
+        """The fold as events: finished ones (each participant's by end time), then the open
+        spans, then the stall reports of open operations."""
+        out: list[Event] = [event for last in self._finished.values() for _, _, event in sorted(last)]
         out.extend(self._open.values())
         open_ops = {
             (str(e.kind), e.instance, str(e.operation), e.checkpoint_id)
@@ -192,6 +227,11 @@ class LogFollower:
         self._backlog = None
         if backlog.untracked:
             self.notes["(backlog)"] = f"backlog: {backlog.untracked} open span(s) past {MAX_OPEN} not shown"
+        if backlog.unknown:
+            self.notes["(backlog: unknown)"] = (
+                f"backlog: {backlog.unknown} span(s) not shown: started before the last {MAX_FINISHED:,} "
+                "finished spans, whether they finished too is unknown"
+            )
         return backlog.events()
 
     def _look(self) -> list[_File]:

@@ -231,3 +231,37 @@ def test_a_deleted_file_is_read_to_its_end_then_waited_for(tmp_path: Path) -> No
     sink.close()
     assert [e.checkpoint_id for e in follower.read()] == ["c2"]
     follower.close()
+
+
+@pytest.mark.parametrize("layout", ["a log and its first half, in one folder", "one log, reversed"])
+def test_a_span_seen_finished_is_never_opened_again_by_its_started_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], layout: str
+) -> None:
+    """``watch --once``: a ``*Started`` event read after its span's ``*Finished`` (a copy of the
+    log's start in the same folder, a file out of time order) opens nothing (was: every such span
+    shown open and STALLED); the prepare still open is shown, and the last commit is the log's."""
+    monkeypatch.setenv("COLUMNS", "160")
+    events: list[Event] = [_started(1, "prepare", "stuck", at=T0)]
+    for n in range(3):
+        events += [
+            _started(n + 2, "commit", f"c{n}", at=T0 + n * NS),
+            _finished(n + 2, "commit", f"c{n}", at=T0 + n * NS),
+        ]
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    full = folder / "a.jsonl"
+    sink = JsonLinesSink(full)
+    sink.handle(events)
+    sink.close()
+    lines = full.read_bytes().splitlines(keepends=True)
+    if layout.startswith("one log"):
+        full.write_bytes(b"".join(reversed(lines)))
+        spec = str(full)
+    else:
+        (folder / "b.jsonl").write_bytes(b"".join(lines[:4]))  # the prepare and c0 started, c1 ended
+        spec = str(folder)
+    assert main(["watch", "--once", "--follow", spec, "--stall-after", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "open commit" not in out, out
+    assert out.count("STALLED") == 1 and "open prepare stuck" in out, out
+    assert "last: c0 commit ok 10 ms | c1 commit ok 10 ms | c2 commit ok 10 ms" in out, out
