@@ -11,7 +11,8 @@ Each request ends within ``timeout`` however the collector answers (a watchdog, 
 per sender, shuts the socket down, so a reply trickling in at one byte a second is cut off too),
 and ``send`` ends by its ``deadline``. A reply body is read up to ``MAX_REPLY_BYTES`` only: a larger one costs
 the kept-alive connection, never memory. ``cancel()`` ends a backoff wait and the request in
-flight at once (the request is then lost), for shutdown; ``resume()`` allows sending again.
+flight at once (the request is then lost), for shutdown; ``resume()`` allows sending again;
+``stop()`` closes the connection and ends the watchdog's thread.
 ``close_by(deadline)`` (a sink's shutdown) bounds every send from then on, the one under way
 included, by that deadline and ends its backoff wait at once; while closing, a collector that
 does not take a connection (refused, unreachable, not connected within ``CLOSING_CONNECT_TIMEOUT``)
@@ -309,6 +310,12 @@ class OtlpHttpSender:
         self._connection = None
         if connection is not None:
             connection.close()
+
+    def stop(self) -> None:
+        """Close the connection and end the watchdog's thread (a sink's shutdown; a later
+        ``send`` starts it again)."""
+        self.close()
+        self._watchdog.stop()
 
 
 def _retry_after(value: str | None) -> float | None:

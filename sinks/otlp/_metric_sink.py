@@ -159,7 +159,7 @@ class OtlpMetricSink:
         # last export (which carries every count) gets the rest.
         worker.join(deadline, patience=0.5, slack=0.0, resume=True)
         self._export(deadline)
-        self.sender.close()
+        self.sender.stop()  # no thread of ours outlives the shutdown
 
     async def aclose(self) -> None:
         """Export the last totals and shut down (the bus awaits this after the last batch);

@@ -320,7 +320,7 @@ class OtlpSpanSink:
         with self._wake:
             if worker.is_alive() and self._in_flight:
                 worker.abandon(self._in_flight)
-        self.sender.close()
+        self.sender.stop()  # no thread of ours outlives the shutdown
 
     async def aclose(self) -> None:
         """Flush and shut down (the bus awaits this after the last batch); cancelled (the bus's

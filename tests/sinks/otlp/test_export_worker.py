@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 
 import pytest
@@ -120,9 +121,29 @@ def test_a_send_that_raises_is_a_counted_failure_and_the_thread_goes_on(
         outcomes: list[bool] = []
         worker.start(lambda: outcomes.extend([worker.send(b"a", 3, None), worker.send(b"b", 2, None)]))
         assert worker.join(time.monotonic() + 5.0, patience=1.0, slack=0.0) is True
-        sender.close()
+        sender.stop()
     assert outcomes == [False, True]
     assert (worker.exported, worker.dropped, worker.exports, worker.failures) == (2, 3, 1, 1)
     assert [body for _, body in received] == [b"b"]
     (warning,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
     assert "raised UnicodeEncodeError" in warning.getMessage() and warning.exc_info is not None
+
+
+async def test_no_thread_of_ours_outlives_the_sinks_close() -> None:
+    """Once the bus has closed both OTLP sinks, no export or watchdog thread is left (the
+    watchdogs stayed up to 30 s)."""
+    before = set(threading.enumerate())
+    with _collector([]) as (url, received):
+        spans = OtlpSpanSink(url, traces_path="", linger=0.01)
+        metrics = OtlpMetricSink(url, metrics_path="")
+        async with Bus() as bus:
+            bus.subscribe(spans)
+            bus.subscribe(metrics)
+            with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            assert spans.force_flush(5.0) is True
+        ours = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("ckpt-events-otlp")]
+    assert ours == []
+    assert spans.stats().exported == 1 and metrics.stats().exports >= 1
+    assert len(received) >= 2

@@ -68,3 +68,21 @@ def test_the_thread_ends_when_idle_and_starts_again(monkeypatch: pytest.MonkeyPa
     watchdog.arm(0.05, "second")
     assert done.wait(5)
     assert expired == ["second"]
+
+
+def test_stop_ends_the_idle_thread_at_once_and_arm_starts_it_again() -> None:
+    """After ``stop`` no watchdog thread is left (it waited out IDLE_EXIT, 30 s, before); a later
+    request is watched again."""
+    before = set(threading.enumerate())
+    expired, done, watchdog = _recorder()
+    watchdog.arm(5.0, "quick")
+    watchdog.disarm()
+    assert [t.name for t in set(threading.enumerate()) - before] == ["test-watchdog"]
+    started = time.monotonic()
+    watchdog.stop()
+    assert time.monotonic() - started < 1.0
+    assert set(threading.enumerate()) - before == set()
+    watchdog.arm(0.05, "late")
+    assert done.wait(5)
+    assert expired == ["late"]
+    watchdog.stop()
