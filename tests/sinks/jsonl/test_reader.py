@@ -141,3 +141,51 @@ def test_runs_past_a_megabyte_keep_line_numbers_and_find_the_corrupt_line(tmp_pa
     by_number = dict(results)
     assert by_number[10_001].instance == "x" * 900_000  # type: ignore[union-attr]
     assert by_number[12_000].time_ns == 11_999 and by_number[1].instance == "a0"  # type: ignore[union-attr]
+
+
+SPAN = (
+    b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":%d,'
+    b'"start_ns":%d,"end_ns":%d,"operation":"commit","received_ns":%s}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "line"),
+    [
+        ("start_ns", 2**63, SPAN % (2, 2**63, 2**63 + 5, b"null")),
+        ("start_ns", 2**64 + 7, SPAN % (2, 2**64 + 7, 2**64 + 9, b"null")),
+        ("end_ns", 2**63 + 5, SPAN % (2, 1, 2**63 + 5, b"null")),
+        ("received_ns", -1, SPAN % (2, 1, 5, b"-1")),
+        ("time_ns", -3, GOOD % (0, -3)),
+    ],
+)
+def test_a_time_outside_0_to_2_63_is_a_corrupt_line_naming_the_field(
+    tmp_path: Path, field: str, value: int, line: bytes
+) -> None:
+    """A stamp no signed 64-bit int holds (``report`` crashed with OverflowError on 2**63, and
+    showed a nonsense row for 2**64 + 7) is a ``CorruptLine`` naming its field and value, in a
+    run of good lines and alone; the lines around it read."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(SPAN % (1, 1, 2, b"3") + line + GOOD % (9, 2**63 - 1))
+    results = list(read_events(path))
+    assert [n for n, _ in results] == [1, 2, 3]
+    bad = results[1][1]
+    assert isinstance(bad, CorruptLine) and bad.line == 2
+    assert bad.error == f"Expected `int` >= 0 and < 2**63 (Unix ns), got {value} - at `$.{field}`"
+    assert not isinstance(results[0][1], CorruptLine) and not isinstance(results[2][1], CorruptLine)
+    path.write_bytes(line)
+    assert [type(item) for _, item in read_events(path)] == [CorruptLine]
+
+
+def test_report_of_a_log_with_a_time_past_2_63_skips_that_line_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report``: the line is named as corrupt, once, and the rest is reported (was a traceback)."""
+    from ckpt_events.participants.cli.main import main
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(SPAN % (1, 1_000_000, 2_000_000, b"null") + SPAN % (2, 2**63, 2**63 + 5, b"null"))
+    assert main(["report", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}:2: corrupt line skipped: Expected `int` >= 0 and < 2**63"), err
+    assert "Traceback" not in err
