@@ -29,7 +29,7 @@ import anyio.lowlevel
 import msgspec
 
 from ckpt_events._bus_contract import InterestListener
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_number
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
@@ -88,10 +88,10 @@ class Bus:
         _check_positive_int("buffer_size", buffer_size)
         _check_positive_int("batch_size", batch_size)
         self.batch_interval = _check_interval(batch_interval)
-        if not isinstance(close_timeout, int | float) or not close_timeout >= 0:
-            raise argument_error(
-                f"close_timeout must be a number >= 0, not {close_timeout!r}", close_timeout, (int, float)
-            )
+        # Finite: an infinite close deadline is no deadline (``math.inf`` seconds overflowed anyio's clock).
+        check_number(
+            close_timeout, f"close_timeout must be a number of seconds >= 0, not {close_timeout!r}", high=1e9
+        )
         self.buffer_size = buffer_size
         self.batch_size = batch_size
         self.close_timeout = float(close_timeout)
@@ -160,13 +160,15 @@ class Bus:
         self._closing = True
         self._closed = True
         try:
-            subs = list(self._subscriptions)
-            for sub in subs:
+            for sub in list(self._subscriptions):
                 sub.close()
             self._set_routes(dict.fromkeys(self._routes, (self._after_close,)))
             if self._tg is None:
                 return
-            started = [sub for sub in subs if sub._started]
+            # Every subscription still running, also one unsubscribed earlier and still
+            # delivering or closing its sink: the deadline covers them all (it covered only those
+            # subscribed at close, and a sink closing for 20 s held a 1 s close for 20 s).
+            started = [sub for sub in self._history if sub._started]
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
                 for sub in started:
                     await sub._sink_closed.wait()
@@ -204,6 +206,8 @@ class Bus:
         """
         if self._closed:
             raise InvalidValueError("this bus is closed; subscribe to a new Bus")
+        if name is not None and not isinstance(name, str):
+            raise InvalidTypeError(f"a subscription's name must be a str, not {name!r}")
         handle = getattr(sink, "handle", None)
         if not callable(handle):
             raise InvalidTypeError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
@@ -344,6 +348,8 @@ class Bus:
         Returns ``False`` if ``timeout`` seconds passed first (a stalled sink); the events
         are not lost, they stay pending.
         """
+        if timeout is not None:
+            check_number(timeout, f"flush timeout must be a number of seconds >= 0 or None, not {timeout!r}")
         subs = [s for s in self._history if s._started and not s._done.is_set()]
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             for sub in subs:

@@ -19,7 +19,7 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._frozen_attrs import FrozenAttributes
-from ckpt_events._span_base import _OK, _bad, _checked_id, _error_fields, _SpanBase
+from ckpt_events._span_base import _INT64, _OK, _bad, _checked_id, _error_fields, _SpanBase
 from ckpt_events._vocab import KIND_NAMES, CollectionAction, Kind, Operation, kind_name
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class StageSpan(_Span):
     def set(self, *, participants: int | None = None) -> None:
         """Record how many participants this stage has."""
         if participants is not None:
-            if type(participants) is not int or participants < 0:
+            if type(participants) is not int or not 0 <= participants < _INT64:
                 _bad("participants", participants)
             self._participants = participants
 
@@ -224,7 +224,7 @@ class CoordinateSpan(_Span):
     ) -> None:
         """Record the coordinate operation's attributes; ``None`` leaves a value as it was."""
         if participants is not None:
-            if type(participants) is not int or participants < 0:
+            if type(participants) is not int or not 0 <= participants < _INT64:
                 _bad("participants", participants)
             self._participants = participants
         if episodes is not None:
@@ -330,7 +330,7 @@ class CollectionSpan(_Span):
                 in_flight if type(in_flight) is int and in_flight >= 0 else _bad("in_flight", in_flight)
             )
         if rows is not None:
-            if type(rows) is not int or rows < 0:
+            if type(rows) is not int or not 0 <= rows < _INT64:
                 _bad("rows", rows)
             self._rows = rows
         if restarts is not None:

@@ -18,14 +18,18 @@ from ckpt_events._vocab import Outcome
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
-__all__ = ["_OK", "_SpanBase", "_bad", "_bad_attribute", "_checked_id", "_error_fields"]
+__all__ = ["_INT64", "_OK", "_SpanBase", "_bad", "_bad_attribute", "_checked_id", "_error_fields"]
 
 _MAX_MESSAGE: Final = 1024
 _OK: Final = Outcome.OK
 
 
+#: Counts and times are int64 where they go (OTLP, Prometheus, the reports' arrays).
+_INT64: Final = 1 << 63
+
+
 def _bad(name: str, value: object) -> NoReturn:
-    raise argument_error(f"{name} must be an int >= 0, not {value!r}", value, int)
+    raise argument_error(f"{name} must be an int in [0, 2**63), not {value!r}", value, int)
 
 
 def _bad_attribute(name: object, value: object) -> NoReturn:
@@ -45,7 +49,13 @@ def _checked_id(checkpoint_id: object) -> str:
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
     cls = type(exc)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    return Outcome.ERROR, name, str(exc)[:_MAX_MESSAGE]
+    try:
+        message = str(exc)
+    except Exception:  # the app's exception must leave the block as it was, whatever its __str__ does
+        message = f"<{name}: str() of it raised>"
+    if message.__class__ is not str:  # a str subclass whose methods may be anything: a plain copy
+        message = str.__str__(message)
+    return Outcome.ERROR, name, message[:_MAX_MESSAGE]
 
 
 class _SpanBase:

@@ -19,6 +19,7 @@ bus holds them only until delivery), and ``set`` checks each value inline.
 
 from __future__ import annotations
 
+import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,7 +28,7 @@ import msgspec
 from ckpt_events._errors import argument_error
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
-from ckpt_events._span_base import _OK, _bad, _error_fields, _SpanBase
+from ckpt_events._span_base import _INT64, _OK, _bad, _error_fields, _SpanBase
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 
 if TYPE_CHECKING:
@@ -179,23 +180,23 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     ) -> None:
         """Record the step's attributes; ``None`` leaves a value as it was."""
         if records is not None:
-            if type(records) is not int or records < 0:
+            if type(records) is not int or not 0 <= records < _INT64:
                 _bad("records", records)
             self._records = records
         if bytes is not None:
-            if type(bytes) is not int or bytes < 0:
+            if type(bytes) is not int or not 0 <= bytes < _INT64:
                 _bad("bytes", bytes)
             self._bytes = bytes
         if calls is not None:
-            if type(calls) is not int or calls < 0:
+            if type(calls) is not int or not 0 <= calls < _INT64:
                 _bad("calls", calls)
             self._calls = calls
         if cut_durable_prefix is not None:
-            if type(cut_durable_prefix) is not int or cut_durable_prefix < 0:
+            if type(cut_durable_prefix) is not int or not 0 <= cut_durable_prefix < _INT64:
                 _bad("cut_durable_prefix", cut_durable_prefix)
             self._cut_prefix = cut_durable_prefix
         if cut_durable_failure is not None:
-            if type(cut_durable_failure) is not int or cut_durable_failure < 0:
+            if type(cut_durable_failure) is not int or not 0 <= cut_durable_failure < _INT64:
                 _bad("cut_durable_failure", cut_durable_failure)
             self._cut_failure = cut_durable_failure
 
@@ -354,34 +355,36 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     ) -> None:
         """Record the operation's attributes; ``None`` leaves a value as it was."""
         if records is not None:
-            if type(records) is not int or records < 0:
+            if type(records) is not int or not 0 <= records < _INT64:
                 _bad("records", records)
             self._records = records
         if bytes is not None:
-            if type(bytes) is not int or bytes < 0:
+            if type(bytes) is not int or not 0 <= bytes < _INT64:
                 _bad("bytes", bytes)
             self._bytes = bytes
         if blockers is not None:
-            if type(blockers) is not int or blockers < 0:
+            if type(blockers) is not int or not 0 <= blockers < _INT64:
                 _bad("blockers", blockers)
             self._blockers = blockers
         if episodes is not None:
-            if type(episodes) is not int or episodes < 0:
+            if type(episodes) is not int or not 0 <= episodes < _INT64:
                 _bad("episodes", episodes)
             self._episodes = episodes
         if rollouts is not None:
-            if type(rollouts) is not int or rollouts < 0:
+            if type(rollouts) is not int or not 0 <= rollouts < _INT64:
                 _bad("rollouts", rollouts)
             self._rollouts = rollouts
         if phase is not None:
             self._phase = _PHASES.get(phase) or coerce(Phase, phase)
         if received_ns is not None:
-            if type(received_ns) is not int or received_ns < 0:
+            if type(received_ns) is not int or not 0 <= received_ns < _INT64:
                 _bad("received_ns", received_ns)
             self._received_ns = received_ns
         if loop_lag_ms is not None:
-            if type(loop_lag_ms) not in (int, float) or not loop_lag_ms >= 0:
+            if type(loop_lag_ms) not in (int, float) or not 0 <= loop_lag_ms < math.inf:
                 raise argument_error(
-                    f"loop_lag_ms must be a number >= 0, not {loop_lag_ms!r}", loop_lag_ms, (int, float)
+                    f"loop_lag_ms must be a finite number >= 0, not {loop_lag_ms!r}",
+                    loop_lag_ms,
+                    (int, float),
                 )
             self._loop_lag_ms = float(loop_lag_ms)

@@ -365,7 +365,9 @@ class Subscription:
         if not isinstance(self.sink, ClosableSink):
             return
         try:
-            await self.sink.aclose()
+            closing = self.sink.aclose()
+            if inspect.isawaitable(closing):  # a plain `def aclose()` is called, not awaited
+                await closing
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException:
@@ -423,6 +425,10 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
         return frozenset(EVENT_TYPES)
     if isinstance(wanted, type):
         wanted = (wanted,)
+    if isinstance(wanted, str):  # a class's name, not the class: iterating it named one letter
+        raise InvalidTypeError(
+            f"a sink's interests must be event classes (e.g. ckpt_events.{wanted}), not the string {wanted!r}"
+        )
     try:
         chosen = frozenset(wanted)
     except TypeError:

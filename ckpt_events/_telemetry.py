@@ -167,7 +167,11 @@ class Telemetry:
         if worker is not None and (type(worker) is not int or worker < 0):
             raise argument_error(f"worker must be None or an int >= 0, not {worker!r}", worker, int)
         self.worker = worker
-        if not isinstance(sample_ratio, int | float) or not 0.0 <= sample_ratio <= 1.0:
+        if (
+            isinstance(sample_ratio, bool)
+            or not isinstance(sample_ratio, int | float)
+            or not 0.0 <= sample_ratio <= 1.0
+        ):
             raise argument_error(
                 f"sample_ratio must be in [0, 1], not {sample_ratio!r}", sample_ratio, (int, float)
             )

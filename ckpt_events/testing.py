@@ -138,11 +138,18 @@ class EventCapture:
         self._subscribed: set[int] = set()  # ids of the sinks on the bus: each once
 
     def __enter__(self) -> Self:
-        portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
-        self._portal = portal
-        bus_context: AbstractContextManager[Bus] = portal.wrap_async_context_manager(self.bus)
-        self._stack.enter_context(bus_context)
-        portal.call(self._subscribe, self.sink, "capture")
+        try:
+            portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
+            self._portal = portal
+            bus_context: AbstractContextManager[Bus] = portal.wrap_async_context_manager(self.bus)
+            self._stack.enter_context(bus_context)
+            portal.call(self._subscribe, self.sink, "capture")
+        except BaseException:
+            # Entered twice (a Bus is entered once): the portal's thread stopped, not left
+            # running an event loop that kept the interpreter from exiting.
+            self._portal = None
+            self._stack.close()
+            raise
         return self
 
     def __exit__(

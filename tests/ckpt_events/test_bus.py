@@ -7,6 +7,7 @@ sink's thread in ``test_sink_thread.py``.
 from __future__ import annotations
 
 import gc
+import math
 import threading
 import time
 import weakref
@@ -17,7 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_events import Bus, Event, InvalidArgumentError, LeaseExpired, Refused, SpanEvent
+from ckpt_events import (
+    Bus,
+    Event,
+    InvalidArgumentError,
+    InvalidTypeError,
+    LeaseExpired,
+    Refused,
+    SpanEvent,
+    Telemetry,
+)
 from ckpt_events._events import FINISHED_TYPES, STARTED_TYPES
 from ckpt_events.testing import MemorySink
 from ckpt_events.vocab import ErrorCode, Kind, Phase
@@ -353,3 +363,44 @@ async def test_finished_subscriptions_leave_only_their_counters() -> None:
         assert stats.sinks[0].name == EARLIER_SUBSCRIPTIONS
         assert sum(s.delivered for s in stats.sinks) == cycles
         assert stats.sink("ballast").delivered == 1
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Bus(close_timeout=True), "close_timeout must be a number of seconds >= 0, not True"),
+        (
+            lambda: Telemetry(None, kind="k", instance="i", sample_ratio=True),
+            r"sample_ratio must be in \[0, 1\], not True",
+        ),
+    ],
+)
+def test_a_bool_is_not_a_number(make: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        make()
+
+
+async def test_subscribe_and_flush_refuse_values_of_the_wrong_type() -> None:
+    """``interests="Refused"`` named the letter 'f'; ``name=5`` made a stats row ``stats().sink("5")``
+    could not find; ``flush(timeout="1")`` raised from inside anyio."""
+
+    class ByName:
+        interests = "Refused"
+
+        def handle(self, batch: list[Any]) -> None:
+            pass
+
+    async with Bus() as bus:
+        with pytest.raises(
+            InvalidTypeError,
+            match=r"must be event classes \(e.g. ckpt_events.Refused\), not the string 'Refused'",
+        ):
+            bus.subscribe(ByName())
+        with pytest.raises(InvalidTypeError, match="a subscription's name must be a str, not 5"):
+            bus.subscribe(MemorySink(), name=5)  # type: ignore[arg-type]
+        for bad in ("1", math.nan, -1):
+            with pytest.raises(
+                InvalidArgumentError, match="flush timeout must be a number of seconds >= 0 or None"
+            ):
+                await bus.flush(timeout=bad)  # type: ignore[arg-type]
+        assert bus.stats().sinks == ()

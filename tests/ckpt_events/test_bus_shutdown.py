@@ -280,3 +280,57 @@ def test_a_sink_stuck_for_good_does_not_keep_the_process_alive() -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["stuck", "closed", "1"]
     assert time.monotonic() - started < 30  # the stuck handle waits 120 s
+
+
+class _HangingClose:
+    def handle(self, batch: list[Any]) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        await anyio.sleep(30)
+
+
+class _StuckHandle:
+    async def handle(self, batch: list[Any]) -> None:
+        await anyio.sleep(30)
+
+
+@pytest.mark.parametrize("sink", [_HangingClose, _StuckHandle])
+async def test_the_close_deadline_covers_a_subscription_closed_earlier(sink: type[Any]) -> None:
+    """A subscription closed before the bus (``sub.close()``: its sink still closing, or still
+    handling a batch) was not waited on under the bus's deadline: a 1 s close took 20 s, and
+    its pending events were never counted as abandoned."""
+    began = time.monotonic()
+    async with Bus(close_timeout=0.5) as bus:
+        sub = bus.subscribe(sink(), name="gone")
+        tel = Telemetry(bus, kind=Kind.AGENT, instance="a0")
+        for _ in range(10):
+            tel.refused(ErrorCode.STALE_ATTEMPT)
+        await anyio.sleep(0.05)
+        sub.close()
+        for _ in range(5):
+            tel.refused(ErrorCode.STALE_ATTEMPT)  # after close: routed nowhere
+    assert time.monotonic() - began < 3
+    stats = bus.stats().sink("gone")
+    assert stats.emitted == 10 and stats.pending == 0
+    assert stats.delivered + stats.abandoned == 10
+    if sink is _StuckHandle:
+        assert stats.abandoned == 10
+
+
+async def test_a_plain_def_aclose_is_called(caplog: pytest.LogCaptureFixture) -> None:
+    """A sink with a synchronous ``aclose()`` failed at close with "object NoneType can't be used
+    in 'await' expression" (logged as the sink failing to close); it is called, not awaited."""
+    closed: list[bool] = []
+
+    class SyncClose:
+        def handle(self, batch: list[Any]) -> None:
+            pass
+
+        def aclose(self) -> None:
+            closed.append(True)
+
+    async with Bus() as bus:
+        bus.subscribe(SyncClose())
+    assert closed == [True]
+    assert not [r for r in caplog.records if "failed to close" in r.getMessage()]

@@ -3,6 +3,9 @@ pairs, their ``set()`` values and error fields, each in its own slot."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import pytest
 
 from ckpt_events import (
@@ -196,3 +199,39 @@ async def test_a_step_named_by_the_user_is_kept_as_given() -> None:
         with tel.operation("commit") as op, op.step("tokenize"):
             pass
     assert _only(events, StepStarted).step == "tokenize" == _only(events, StepFinished).step
+
+
+async def test_an_exception_whose_str_raises_leaves_the_block_as_it_was() -> None:
+    """With a sink on, ``str(exc)`` raising inside ``__exit__`` replaced the app's exception with
+    the one from ``__str__`` and lost the span; the app's exception now passes through."""
+
+    class AppError(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("__str__ is broken")
+
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        with pytest.raises(AppError), tel.operation("commit", checkpoint_id="c1") as op, op.step("write"):
+            raise AppError
+    finished = [event for event in events if isinstance(event, StepFinished | OperationFinished)]
+    assert [event.error_message for event in finished] == [
+        f"<{__name__}.{AppError.__qualname__}: str() of it raised>"
+    ] * 2
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"records": 2**63}, r"records must be an int in \[0, 2\*\*63\), not 9223372036854775808"),
+        ({"bytes": -1}, r"bytes must be an int in \[0, 2\*\*63\)"),
+        ({"loop_lag_ms": math.inf}, "loop_lag_ms must be a finite number >= 0, not inf"),
+        ({"loop_lag_ms": math.nan}, "loop_lag_ms must be a finite number >= 0, not nan"),
+    ],
+)
+async def test_set_refuses_what_no_sink_can_carry(values: dict[str, Any], message: str) -> None:
+    """Counts past int64 (OTLP's and Prometheus's integers) and an infinite loop lag (written as
+    JSON ``null``, read back as unknown) are refused where they are set."""
+    async with capture_events() as (bus, _):
+        with Telemetry(bus, kind="agent", instance="a0").operation("commit") as op:
+            with pytest.raises(InvalidArgumentError, match=message):
+                op.set(**values)

@@ -49,3 +49,23 @@ def test_capture_outside_its_block_says_so() -> None:
     capture = EventCapture()
     with pytest.raises(RuntimeError, match="not running"):
         capture.flush_sync()
+
+
+def test_entering_a_capture_twice_leaves_no_thread_running() -> None:
+    """The second ``with`` is refused (a bus is entered once); its portal's event-loop thread
+    stayed running and kept the interpreter from exiting."""
+    import threading
+
+    from ckpt_events import InvalidValueError
+
+    before = set(threading.enumerate())
+    capture = EventCapture()
+    with capture:
+        pass
+    with pytest.raises(InvalidValueError, match="entered once"), capture:
+        pass
+    time_left = 5.0
+    while set(threading.enumerate()) - before and time_left > 0:
+        threading.Event().wait(0.05)
+        time_left -= 0.05
+    assert not set(threading.enumerate()) - before
