@@ -83,7 +83,11 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
             Text(escape(row.checkpoint_id or "")),
             start,
             "" if row.ms is None else f"{row.ms:.1f}",
-            "unknown" if row.pause_unknown else "" if row.paused_ms is None else f"{row.paused_ms:.1f}",
+            "unknown"
+            if row.pause_unknown or (row.paused_ms is None and row.what == "checkpoint")
+            else ""
+            if row.paused_ms is None
+            else f"{row.paused_ms:.1f}",
             Text(escape(row.outcome), style=OUTCOME_COLOURS.get(row.outcome, "white")),
         )
     return table
@@ -92,22 +96,40 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
 def _render_totals(console: Console, run: Run) -> None:
     """Run-wide lines: the fleet's pause over the logs' time, the episodes after the restores,
     and the counted events that named no checkpoint."""
-    paused = sum(r.paused_ms or 0.0 for r in run.rows)
-    unknown = sum(r.pause_unknown for r in run.rows)
+    checkpoints = [r for r in run.rows if r.what == "checkpoint"]
+    known_ms = [r.paused_ms for r in checkpoints if r.paused_ms is not None]
+    clock = sum(r.pause_unknown for r in checkpoints)
+    # A checkpoint without both its first prepare and its last resume in the logs (a cut log,
+    # an abort) paused the fleet for an unknown time: never summed as 0.
+    torn = len(checkpoints) - len(known_ms) - clock
+    paused = sum(known_ms)
     wall_ms = (run.last_ns - run.first_ns) / 1e6
-    if wall_ms > 0:
-        console.print(
-            Text(
-                f"checkpointing paused the fleet (admission closed, first prepare to last resume) "
-                f"{paused:.1f} ms in all, {paused / wall_ms:.1%} of the logs' {_span_text(wall_ms)}"
-                + (
-                    f"; pause unknown for {counted(unknown, 'checkpoint')} (a participant answered "
-                    "outside the controller's call: a clock no one shift aligns)"
-                    if unknown
-                    else ""
-                )
+    if wall_ms > 0 and checkpoints:
+        why = [
+            *(
+                [f"{counted(torn, 'checkpoint')} without both a prepare and a resume in the logs"]
+                if torn
+                else []
+            ),
+            *(
+                [
+                    f"{counted(clock, 'checkpoint')} with a participant that answered outside the "
+                    "controller's call (a clock no one shift aligns)"
+                ]
+                if clock
+                else []
+            ),
+        ]
+        unknown = f"pause unknown for {counted(torn + clock, 'checkpoint')}: {'; '.join(why)}"
+        lead = "checkpointing paused the fleet (admission closed, first prepare to last resume) "
+        if not known_ms:
+            text = f"{lead}for an unknown time ({unknown})"
+        else:
+            text = (
+                f"{lead}{'at least ' if why else ''}{paused:.1f} ms in all, {paused / wall_ms:.1%} "
+                f"of the logs' {_span_text(wall_ms)}" + (f"; {unknown}" if why else "")
             )
-        )
+        console.print(Text(text))
     restores = [
         r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
     ]

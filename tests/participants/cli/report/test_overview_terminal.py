@@ -4,9 +4,12 @@ each stay on one line (at 80 columns the id wrapped over 3 lines and the time wa
 from __future__ import annotations
 
 import io
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from ckpt_events import CollectionFinished
@@ -64,3 +67,30 @@ def test_overview_keeps_ids_and_start_times_whole_at_80_and_160_columns() -> Non
         for number, (row, start) in enumerate(zip(run.rows, starts, strict=True), 1):
             (line,) = [line for line in lines if line.lstrip().startswith(f"{number} ")]
             assert row.checkpoint_id in line and start in line, (width, line)
+
+
+def test_a_checkpoint_cut_before_its_resume_makes_the_pause_unknown_not_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report`` of a log cut inside a checkpoint (its last line torn): the pause is unknown, in
+    its cell and in the total (was "paused the fleet ... 0.0 ms in all")."""
+    import anyio
+
+    from ckpt_events.participants.cli.main import main
+    from ckpt_events.sinks import JsonLinesSink
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events = anyio.run(checkpoint_and_restore)
+    whole = tmp_path / "whole.jsonl"
+    sink = JsonLinesSink(whole)
+    sink.handle(events)
+    sink.close()
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(data[: len(data) // 4])
+    assert main(["report", str(cut)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "0.0 ms in all" not in out, out
+    assert "paused the fleet (admission closed, first prepare to last resume) for an unknown time" in out
+    assert "pause unknown for 1 checkpoint: 1 checkpoint without both a prepare and a resume" in out
+    assert re.search(r"checkpoint c1 [\d:.]+ unknown open at end of log", out), out
