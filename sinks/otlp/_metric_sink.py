@@ -138,7 +138,12 @@ class OtlpMetricSink:
                 if not self._totals:
                     return True
                 snapshot = self._totals.snapshot()
-            body = self._encode(snapshot, self.start_ns, time.time_ns())
+            try:
+                body = self._encode(snapshot, self.start_ns, time.time_ns())
+            except Exception as exc:  # a bug of ours: this export fails, counted; the thread goes on
+                self._worker.count(failed=True)
+                self._worker.log_failure(f"could not be encoded ({type(exc).__name__}: {exc})", exc_info=exc)
+                return False
             # Points are not counted one by one: cumulative totals lose nothing to a failed export.
             return self._worker.send(body, 0, deadline)
 

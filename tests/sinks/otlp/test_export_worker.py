@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -147,3 +148,35 @@ async def test_no_thread_of_ours_outlives_the_sinks_close() -> None:
     assert ours == []
     assert spans.stats().exported == 1 and metrics.stats().exports >= 1
     assert len(received) >= 2
+
+
+async def test_metric_totals_that_cannot_be_encoded_fail_one_export_not_the_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The metric sink's encoding runs on its export thread: an encoder that raises (a bug of
+    ours) ended the thread, and no later export happened. It is one failed export, logged
+    once; the next one goes out."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with _collector([]) as (url, received):
+        metrics = OtlpMetricSink(url, metrics_path="")
+        encode = metrics._encode
+        calls = {"n": 0}
+
+        def raises_once(*args: Any) -> bytes:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OverflowError("a total past int64")
+            return encode(*args)
+
+        metrics._encode = raises_once  # type: ignore[method-assign]
+        async with Bus() as bus:
+            bus.subscribe(metrics)
+            with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            assert metrics.force_flush() is False
+            assert metrics.force_flush() is True
+    stats = metrics.stats()
+    assert stats.export_failures >= 1 and stats.exports >= 1 and len(received) >= 1
+    (warning,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert "could not be encoded (OverflowError: a total past int64)" in warning.getMessage()
