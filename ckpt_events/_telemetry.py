@@ -426,9 +426,9 @@ class Telemetry:
         """Count a prepare that reached its deadline with ``blockers`` still blocking."""
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
+        check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")  # on or off alike
         if not self._not_ready_on:
             return
-        check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")
         self.bus.emit(
             PrepareNotReady(
                 self.kind, self.instance, self._clock(), blockers, checkpoint_id, self.worker
@@ -441,10 +441,10 @@ class Telemetry:
         """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
+        check_int(calls, f"calls must be an int >= 0, not {calls!r}")  # on or off alike
         if not self._cut_on:
             check_name(_DISPOSITIONS, disposition, Disposition)
             return
-        check_int(calls, f"calls must be an int >= 0, not {calls!r}")
         self.bus.emit(
             GenerationCut(
                 self.kind,

@@ -277,3 +277,17 @@ async def test_a_str_subclass_is_a_checkpoint_id() -> None:
         with Telemetry(bus, kind="agent", instance="a0").operation("commit", checkpoint_id=Id("c1")):
             pass
     assert [e.checkpoint_id for e in events if isinstance(e, OperationFinished)] == ["c1"]
+
+
+@pytest.mark.parametrize("listening", [False, True])
+async def test_counted_events_check_their_counts_on_and_off(listening: bool) -> None:
+    """``prepare_not_ready(-1)`` and ``generation_cut(..., calls="3")`` passed with no sink
+    and raised with one."""
+    async with Bus() as bus:
+        if listening:
+            bus.subscribe(MemorySink())
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        with pytest.raises(InvalidArgumentError, match="blockers must be an int >= 0, not -1"):
+            tel.prepare_not_ready(-1)
+        with pytest.raises(InvalidArgumentError, match="calls must be an int >= 0, not '3'"):
+            tel.generation_cut("durable_prefix", "3")  # type: ignore[arg-type]
