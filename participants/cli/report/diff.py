@@ -54,11 +54,22 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--min-ms",
-        type=float,
+        type=_milliseconds,
         default=0.05,
         metavar="MS",
         help="ignore keys whose medians are both below MS (noise; default 0.05)",
     )
+
+
+def _milliseconds(value: str) -> float:
+    """A finite number of ms, 0 or more (``float`` took -1, nan and inf)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= number < math.inf:
+        raise argparse.ArgumentTypeError(f"{value!r} must be a finite number >= 0")
+    return number
 
 
 def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
@@ -90,7 +101,14 @@ def _diff(args: argparse.Namespace) -> int:
     console().print(_table(rows, failing, title=f"{escape(args.new)} against {escape(args.base)} (ms)"))
     only = sorted(base.keys() ^ new.keys())
     if only:
-        print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}")
+        more = f" and {len(only) - 8} more" if len(only) > 8 else ""
+        print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}{more}")
+    if args.fail_above is not None and not rows:
+        # A gate that compared nothing has not passed (a controller's log against a participant's).
+        raise CommandError(
+            f"--fail-above {args.fail_above:g}: nothing was compared (no operation or step is in both "
+            f"runs above {args.min_ms:g} ms): give logs of the same processes"
+        )
     if noise:
         ignored = ", ".join(
             f"{_name(r[0])} {r[3]:.2f} -> {r[5]:.2f} ms (n = {r[1]}, {r[2]})" for r in noise[:4]

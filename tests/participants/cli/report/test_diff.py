@@ -96,3 +96,33 @@ def test_a_real_change_clears_the_floor_and_the_jitter() -> None:
     assert not real_change([0.14, 0.13, 0.15], [0.27, 0.26, 0.28])  # under 1 ms
     assert real_change([10.0, 11.0, 10.0], [30.0, 31.0, 29.0])
     assert not real_change([10.0, 30.0, 10.0, 30.0, 20.0], [12.0, 40.0, 5.0, 33.0, 22.0])  # within its jitter
+
+
+def test_a_gate_that_compared_nothing_fails_and_a_cut_list_says_how_many_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No key in both runs: ``--fail-above`` fails in one line saying nothing was compared (it
+    passed with an empty table), and "in one run only" counts the keys it leaves out."""
+    base = _log(tmp_path / "base.jsonl", {op: [5.0] for op in Operation})
+    agent = tmp_path / "agent.jsonl"
+    agent.write_text(base.read_text().replace('"model"', '"agent"').replace('"model-0"', '"agent-0"'))
+    new = _log(tmp_path / "new.jsonl", {Operation.COMMIT: [5.0]})
+    new.write_text(new.read_text().replace('"model"', '"resources"'))
+    keys = 2 * len(Operation) + 1
+    assert main(["diff", f"{base},{agent}", str(new), "--fail-above", "1.1"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "--fail-above 1.1: nothing was compared" in err, err
+    assert f"and {keys - 8} more" in out, out
+    assert main(["diff", f"{base},{agent}", str(new)]) == 0  # without the gate, a report
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "x"])
+def test_min_ms_must_be_a_finite_number_at_least_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """``--min-ms`` -1, nan, inf (a plain float took them) are refused by the parser, in one line."""
+    log = _log(tmp_path / "a.jsonl", {Operation.COMMIT: [5.0]})
+    with pytest.raises(SystemExit) as exit_:
+        main(["diff", str(log), str(log), f"--min-ms={value}"])
+    assert exit_.value.code == 2
+    assert "--min-ms" in capsys.readouterr().err
