@@ -54,7 +54,7 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _replay_async(args: argparse.Namespace) -> int:
     from ckpt_events import Bus, sinks
-    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events, nothing_read
     from ckpt_events.sinks.jsonl import OpenSpans
 
     paths, missing = expand_logs(args.logs)
@@ -68,6 +68,14 @@ async def _replay_async(args: argparse.Namespace) -> int:
         )
     endpoint = settings.traces_otlp.endpoint
     await check_reachable(endpoint)
+    # Each event is exported as it is read, so nothing read can be taken back: a first read,
+    # exporting nothing, finds the files out of time order (halves joined in the wrong order,
+    # a reversed file), which the export then reads sorted, as ``report`` reads them again.
+    # Without it, a reversed log exported each span twice and 63 as left open.
+    probe = LogProblems()
+    for _ in merged_events(paths, probe):
+        pass
+    sort = frozenset(probe.out_of_order)
     problems = LogProblems()
     open_spans = OpenSpans()
     truncated = 0
@@ -84,7 +92,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
             # several files are read exactly from the start (an event's copy in another file
             # is dropped whatever their order, as ``report`` finds it reading again).
             exact = len(paths) > 1
-            for count, event in enumerate(merged_events(paths, problems, exact=exact), 1):
+            for count, event in enumerate(merged_events(paths, problems, exact=exact, sort=sort), 1):
                 bus.emit(event)
                 open_spans.add(event)
                 if count % _BATCH == 0:
@@ -101,9 +109,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(line, file=sys.stderr)
     if problems.events == 0:
-        raise CommandError(
-            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
-        )
+        raise CommandError(nothing_read(args.logs, paths, problems))
     span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
     if span_stats is not None and span_stats.export_failures:
         raise CommandError(

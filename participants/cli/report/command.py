@@ -38,7 +38,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.clocks import ClockEvidence
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
-    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
+    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events, nothing_read
     from ckpt_events.participants.cli.report.overview import overview
     from ckpt_events.participants.cli.report.overview_terminal import chosen_rows, render_overview
     from ckpt_events.participants.cli.report.terminal import render
@@ -69,9 +69,7 @@ def _report(args: argparse.Namespace) -> int:
     for line in problems.summary():
         print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
     if not run.count:
-        raise CommandError(
-            f"{', '.join(args.logs)} holds no checkpoint events ({counted(len(paths), 'file')} read)"
-        )
+        raise CommandError(nothing_read(args.logs, paths, problems))
     out = console()
     rows = chosen_rows(run, args.checkpoint)
     if args.checkpoint is not None and not rows:

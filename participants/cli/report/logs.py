@@ -5,7 +5,9 @@ told apart by its first line. A JSON-lines file is judged by its first line that
 (within ``PROBE_LINES``), so a torn first line (a cut copy, a crash) costs that line, not the file.
 
 Each file is read lazily and the files are merged by event time (``heapq.merge`` of one
-iterator per file), so memory holds one pending event per file, never a whole log. Each
+iterator per file), so memory holds one pending event per file, never a whole log; past the
+files the process may open at once (its limit raised toward the hard one first), the rest are
+each read whole before the merge. Each
 process's stamps can be moved by an offset first (``clocks``: its clock proven off its
 caller's), so the merge is in the callers' time.
 
@@ -44,7 +46,16 @@ from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
-__all__ = ["LogProblems", "event_time", "expand_logs", "identity", "merged_events", "read_logs"]
+__all__ = [
+    "LogProblems",
+    "event_time",
+    "expand_logs",
+    "identity",
+    "merged_events",
+    "nothing_read",
+    "open_files_budget",
+    "read_logs",
+]
 
 #: How many problem lines are shown; the rest are counted.
 SHOWN = 5
@@ -64,14 +75,25 @@ T = TypeVar("T")
 
 def expand_logs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
     """Paths for files, globs and directories (every regular file in it, sorted), each once,
-    and one line per spec that named nothing."""
+    and one line per spec that named nothing, saying why."""
     paths: list[Path] = []
     missing: list[str] = []
     for spec in specs:
+        if not spec.strip():
+            missing.append("an empty log name (a stray comma or quotes?)")
+            continue
         if os.path.isdir(spec):
             found = sorted(p for p in Path(spec).iterdir() if p.is_file() and not p.name.startswith("."))
+            if not found:
+                missing.append(f"{spec}: a folder with no log file in it")
+                continue
         elif os.path.isfile(spec):
             found = [Path(spec)]
+        elif os.path.exists(spec):
+            # A pipe (`<(...)`, /dev/stdin) can be read once; a log may be read twice (out of
+            # time order, or a clock proven off), so it is refused rather than misread.
+            missing.append(f"{spec}: not a regular file (a pipe?): save the log to a file and name that")
+            continue
         else:
             found = [Path(p) for p in sorted(glob.glob(spec)) if os.path.isfile(p)]
         if not found:
@@ -94,6 +116,8 @@ class LogProblems:
     refused: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     refused_files: int = 0
+    #: Of them, the files that could not be read at all (permissions, I/O): not read.
+    unreadable: int = 0
     skipped: int = 0
     duplicates: int = 0
     #: A file went back in time (a clock that stepped back): its copies need an ``exact`` read.
@@ -230,6 +254,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 f"{path}:{line.line}: not a ckpt-events JSON-lines log ({line.error}); file skipped"
             )
     except OSError as exc:
+        problems.unreadable += 1
         problems.refuse(f"{path}: cannot read: {exc.strerror or exc}")
     finally:  # also when the merge stops early: what was read of the file is said
         if back:
@@ -258,8 +283,17 @@ def merged_events(
     time first, so that a file out of order merges as several in-order files would."""
     offsets = problems.offsets = dict(offsets or {})
     problems.sorted_files = frozenset(sort)
+    paths = list(paths)
+    # One open file per log while they merge: past what the process may open, the rest are
+    # each read whole first (and closed), rather than refused with "Too many open files".
+    budget = open_files_budget(len(paths))
     merged = heapq.merge(
-        *(_one_file(p, i, problems, offsets, sort=i in problems.sorted_files) for i, p in enumerate(paths))
+        *(
+            _one_file(p, i, problems, offsets, sort=i in problems.sorted_files)
+            if i < budget
+            else iter(list(_one_file(p, i, problems, offsets, sort=i in problems.sorted_files)))
+            for i, p in enumerate(paths)
+        )
     )
     clocks = problems.clocks
     add, calls_and_answers = (clocks.add, clocks.TYPES) if clocks is not None else (None, frozenset())
@@ -288,6 +322,44 @@ def merged_events(
         if add is not None and type(event) in calls_and_answers:
             add(event)
         yield event
+
+
+#: Descriptors left for everything else while logs are open (the report's output, sockets).
+_SPARE_FILES: Final = 64
+
+
+def open_files_budget(wanted: int) -> int:
+    """How many logs may be open at once to read ``wanted``: the soft limit on open files is
+    raised toward the hard one first (a folder of 1,100 logs under ``ulimit -n 1024`` lost 77
+    of them, and the report was built from the rest)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform: no limit known
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + _SPARE_FILES * 2
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        in_use = _SPARE_FILES
+    return max(1, min(wanted, soft - in_use - _SPARE_FILES))
+
+
+def nothing_read(logs: Sequence[str], paths: Sequence[Path], problems: LogProblems) -> str:
+    """The one line for logs that gave no event: how many files were read, and how many could not be."""
+    unreadable = problems.unreadable
+    read = counted(max(len(paths) - unreadable, 0), "file")
+    also = f", {counted(unreadable, 'file')} that could not be read" if unreadable else ""
+    return f"{', '.join(logs)} holds no checkpoint events ({read} read{also})"
 
 
 def _in_window(merged: Iterator[_Entry], problems: LogProblems) -> Iterator[CheckpointEvent]:

@@ -266,3 +266,103 @@ def test_one_file_out_of_time_order_reads_as_the_same_file_in_order(
     assert main(["diff", str(reversed_log), str(log)]) == 0
     out, err = capsys.readouterr()
     assert "in one run only" not in out and "its events were sorted by time" in err
+
+
+def test_paths_that_name_no_log_say_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty folder, a pipe and an empty name in a list were all "no such file, directory or
+    matching glob" (a pipe exists; an empty name printed as ``: no such file``)."""
+    import os
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{empty}: a folder with no log file in it")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main(["report", str(fifo)]) == 2
+    assert "not a regular file (a pipe?): save the log to a file and name that" in capsys.readouterr().err
+    log = tmp_path / "a.jsonl"
+    log.write_bytes(GOOD)
+    assert main(["diff", f"{log},", str(log)]) == 2
+    assert "an empty log name (a stray comma or quotes?)" in capsys.readouterr().err
+
+
+def test_a_file_that_cannot_be_read_is_not_counted_as_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "cannot read: ..." was followed by "holds no checkpoint events (1 file read)"."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.jsonl").mkdir()  # a path open() cannot read as a file, for root too
+    (folder / "b.jsonl").write_text("prose\n")
+    from ckpt_events.participants.cli.report.logs import LogProblems, merged_events, nothing_read
+
+    problems = LogProblems()
+    paths = [folder / "a.jsonl", folder / "b.jsonl"]
+    assert list(merged_events(paths, problems)) == []
+    assert problems.unreadable == 1 and problems.refused_files == 2
+    assert nothing_read([str(folder)], paths, problems) == (
+        f"{folder} holds no checkpoint events (1 file read, 1 file that could not be read)"
+    )
+
+
+def test_more_logs_than_the_process_may_open_are_all_read(tmp_path: Path) -> None:
+    """1,100 logs under ``ulimit -n 1024``: 77 were refused ("Too many open files") and the
+    report was built from the rest, exit 0. Under a limit of 64 here (hard limit too, so it
+    cannot be raised), 150 logs: every event is read, each file read whole past the budget."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for n in range(150):
+        line = GOOD.replace(b'"span_id":2', b'"span_id":%d' % (n + 2)).replace(
+            b"1000000", b"%d" % (1000000 + n)
+        )
+        (folder / f"p{n:03}.jsonl").write_bytes(line)
+    script = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "from pathlib import Path\n"
+        "from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events\n"
+        "paths, _ = expand_logs([sys.argv[1]])\n"
+        "problems = LogProblems()\n"
+        "events = list(merged_events(paths, problems))\n"
+        "print(len(paths), len(events), problems.refused_files)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(folder)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["150", "150", "0"]
+
+
+def test_replay_of_one_file_out_of_time_order_exports_what_the_file_in_order_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reversed log exported each span twice and dozens as "left open by a stopped process";
+    replay now finds the file out of order first and exports it sorted."""
+    import os
+
+    import anyio
+
+    from tests.participants.cli.otlp_receiver import otlp_receiver
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(anyio.run(checkpoint_and_restore))
+    sink.close()
+    reversed_log = tmp_path / "reversed.jsonl"
+    reversed_log.write_bytes(b"".join(reversed(log.read_bytes().splitlines(keepends=True))))
+    outs = []
+    for path in (log, reversed_log):
+        with otlp_receiver() as received:
+            assert main(["replay", str(path), "--otlp-endpoint", received.url]) == 0
+        outs.append(capsys.readouterr())
+    first, again = (out.out.split(" to http")[0] for out in outs)  # each its own receiver's port
+    assert first == again == "replayed 114 events: 53 spans exported" and "left open" not in outs[1].out, outs
+    assert "its events were sorted by time" in outs[1].err
