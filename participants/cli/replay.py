@@ -9,6 +9,7 @@ shows the participant that never answered.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,6 +79,10 @@ async def _replay_async(args: argparse.Namespace) -> int:
     sort = frozenset(probe.out_of_order)
     problems = LogProblems()
     open_spans = OpenSpans()
+    # The OTLP sinks warn at their first failed export; replay says it in its own one line.
+    quiet = logging.getLogger("ckpt_events.sinks.otel")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     truncated = 0
     async with Bus() as bus:
         configured = sinks.configure(
@@ -106,15 +111,24 @@ async def _replay_async(args: argparse.Namespace) -> int:
             await bus.flush()
         finally:
             await configured.aclose()
+            quiet.setLevel(level)
     for line in problems.summary():
         print(line, file=sys.stderr)
     if problems.events == 0:
         raise CommandError(nothing_read(args.logs, paths, problems))
     span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
     if span_stats is not None and span_stats.export_failures:
+        how = getattr(span_stats, "last_failure", None) or "failed"  # our OTLP sink says how
+        hint = (
+            "is a collector listening there?"
+            if how == "got no answer"
+            else "is that a collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318)?"
+            if how.startswith("answered 4")
+            else "see the collector's own log"
+        )
         raise CommandError(
-            f"{counted(span_stats.dropped, 'span')} could not be exported to {endpoint} "
-            f"({counted(span_stats.export_failures, 'failed export')}): is a collector listening there?"
+            f"{counted(span_stats.dropped, 'span')} could not be exported to {endpoint}: it {how} "
+            f"({counted(span_stats.export_failures, 'failed export')}); {hint}"
         )
     exported = span_stats.exported if span_stats is not None else 0
     print(f"replayed {counted(problems.events, 'event')}: {counted(exported, 'span')} exported to {endpoint}")

@@ -43,6 +43,9 @@ class ExportWorker:
         self.exports = 0
         self.failures = 0
         self.retries = 0
+        #: How the latest failed export failed ("answered 404", "got no answer", "raised ..."),
+        #: for a caller's own one-line message; ``None`` while none has.
+        self.last_failure: str | None = None
         self.abandoned = False  # stop gave up on the batch in flight and counted it as dropped
         self._signal = signal
         self._lost = lost
@@ -71,6 +74,7 @@ class ExportWorker:
         except Exception as exc:  # telemetry never breaks the application
             self.sender.close()  # the request may be half written: never reuse the connection
             self.count(dropped=items, failed=True)
+            self.last_failure = f"raised {type(exc).__name__}: {exc}"
             self.log_failure(f"raised {type(exc).__name__}: {exc}", exc_info=exc)
             return False
         accepted = result.accepted
@@ -82,6 +86,7 @@ class ExportWorker:
             failed=not accepted,
         )
         if not accepted:
+            self.last_failure = "got no answer" if result.status is None else f"answered {result.status}"
             self.log_failure(f"refused or unreachable (last status {result.status})")
         return accepted
 

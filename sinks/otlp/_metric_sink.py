@@ -45,6 +45,8 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     retries: int
     invalid_values: int = 0
     overflowed: int = 0
+    #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``), or ``None``.
+    last_failure: str | None = None
 
 
 class OtlpMetricSink:
@@ -142,6 +144,7 @@ class OtlpMetricSink:
                 body = self._encode(snapshot, self.start_ns, time.time_ns())
             except Exception as exc:  # a bug of ours: this export fails, counted; the thread goes on
                 self._worker.count(failed=True)
+                self._worker.last_failure = f"could not be encoded ({type(exc).__name__})"
                 self._worker.log_failure(f"could not be encoded ({type(exc).__name__}: {exc})", exc_info=exc)
                 return False
             # Points are not counted one by one: cumulative totals lose nothing to a failed export.
@@ -182,4 +185,5 @@ class OtlpMetricSink:
                 retries=worker.retries,
                 invalid_values=self.encoder.invalid_values,
                 overflowed=self._totals.overflow.measurements,
+                last_failure=worker.last_failure,
             )

@@ -79,6 +79,8 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     unsampled: int
     skipped: int
     invalid_values: int = 0
+    #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``), or ``None``.
+    last_failure: str | None = None
 
 
 class OtlpSpanSink:
@@ -340,4 +342,5 @@ class OtlpSpanSink:
                 unsampled=self._unsampled,
                 skipped=self._skipped,
                 invalid_values=self.encoder.invalid_values,
+                last_failure=worker.last_failure,
             )

@@ -117,3 +117,40 @@ def test_replay_to_an_unreachable_collector_says_so(
     assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
     err = capsys.readouterr().err
     assert url in err and "collector" in err and len(err.strip().splitlines()) == 1
+
+
+def test_replay_to_a_server_that_answers_404_says_so_in_one_line(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that answers 404 (the wrong path or port): three lines, two of them the sinks'
+    own warnings, and the last asked "is a collector listening there?" of a server that was.
+    One line now, with the status and what to check."""
+    import http.server
+    import threading
+    from typing import Any
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"ckpt-events replay: error: 1 span could not be exported to {url}/v1/traces: it answered 404 "
+        "(1 failed export); is that a collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318)?"
+    ], err
