@@ -20,7 +20,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -438,33 +438,28 @@ def _ends_a_line(file: IO[bytes], path: Path) -> bool:
 def _cut_text(value: Any) -> tuple[Any, int]:
     """``value`` (``msgspec.to_builtins`` output) with each string past ``CUT_TO`` characters cut
     to that, and how many were."""
-    if isinstance(value, str):
-        return (value[:CUT_TO], 1) if len(value) > CUT_TO else (value, 0)
-    if isinstance(value, dict):
-        cut = 0
-        out = {}
-        for key, item in value.items():
-            new_key, key_cut = _cut_text(key)
-            out[new_key], item_cut = _cut_text(item)
-            cut += key_cut + item_cut
-        return out, cut
-    return value, 0
+    return _map_text(value, lambda text: text[:CUT_TO])
 
 
 def _replace_text(value: Any) -> tuple[Any, int]:
     """``value`` (``msgspec.to_builtins`` output) with surrogates replaced, and how many strings changed."""
+    return _map_text(value, replace_surrogates)
+
+
+def _map_text(value: Any, change: Callable[[str], str]) -> tuple[Any, int]:
+    """``value`` with ``change`` applied to every string in it (dict keys too), and how many it changed."""
     if isinstance(value, str):
-        replaced = replace_surrogates(value)
-        return replaced, int(replaced != value)
+        changed = change(value)
+        return changed, int(changed != value)
     if isinstance(value, dict):
-        changed = 0
+        count = 0
         out = {}
         for key, item in value.items():
-            new_key, key_changed = _replace_text(key)
-            out[new_key], item_changed = _replace_text(item)
-            changed += key_changed + item_changed
-        return out, changed
+            new_key, key_changed = _map_text(key, change)
+            out[new_key], item_changed = _map_text(item, change)
+            count += key_changed + item_changed
+        return out, count
     if isinstance(value, list):
-        pairs = [_replace_text(item) for item in value]
+        pairs = [_map_text(item, change) for item in value]
         return [item for item, _ in pairs], sum(changed for _, changed in pairs)
     return value, 0
