@@ -426,7 +426,8 @@ class Telemetry:
         """Count a prepare that reached its deadline with ``blockers`` still blocking."""
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
-        check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")  # on or off alike
+        if blockers.__class__ is not int or blockers < 0:  # on or off alike; no message built when valid
+            check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")
         if not self._not_ready_on:
             return
         self.bus.emit(
@@ -441,7 +442,8 @@ class Telemetry:
         """Count ``calls`` in-flight generations that a cut round ended with ``disposition``."""
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
-        check_int(calls, f"calls must be an int >= 0, not {calls!r}")  # on or off alike
+        if calls.__class__ is not int or calls < 0:  # on or off alike; no message built when valid
+            check_int(calls, f"calls must be an int >= 0, not {calls!r}")
         if not self._cut_on:
             check_name(_DISPOSITIONS, disposition, Disposition)
             return
