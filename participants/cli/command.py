@@ -233,7 +233,8 @@ def positive_number(value: str) -> float:
 
 
 async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: float = INTERRUPT_GRACE) -> T:
-    """Run ``main(stopping)``; on Ctrl-C set ``stopping``, give it ``grace`` seconds, then cancel it.
+    """Run ``main(stopping)``; on Ctrl-C (or SIGTERM) set ``stopping``, give it ``grace`` seconds,
+    then cancel it. What ``main`` raises comes out as raised.
 
     ``stopping`` tells the servers ``main`` started to shut down gracefully: cancelled at once,
     each request in flight would log a traceback. What ``main`` raises once ``stopping`` is
@@ -243,13 +244,16 @@ async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: 
     stopping = anyio.Event()
     done = anyio.Event()
     results: list[T] = []
+    failed: list[Exception] = []
 
     async def body() -> None:
         try:
             results.append(await main(stopping))
-        except Exception:
+        except Exception as exc:
             if not stopping.is_set():
-                raise
+                # Raised below, out of the task group: as ``main`` raised it, not wrapped in an
+                # ExceptionGroup (a DemoFailed in one was a traceback, not its one line).
+                failed.append(exc)
         finally:
             done.set()
             tg.cancel_scope.cancel()
@@ -260,7 +264,9 @@ async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: 
         tg.cancel_scope.cancel()
 
     async def watch() -> None:
-        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        # SIGTERM (``kill``, ``timeout``, a supervisor) as Ctrl-C: the servers started are
+        # stopped (it left every server of ``demo --processes`` running, reparented to init).
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 if stopping.is_set():
                     tg.cancel_scope.cancel()
@@ -273,4 +279,9 @@ async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: 
         tg.start_soon(body)
     if stopping.is_set():
         raise KeyboardInterrupt
+    if failed:
+        try:
+            raise failed[0]
+        finally:
+            failed.clear()  # no reference cycle through the traceback
     return results[0]

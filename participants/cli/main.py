@@ -136,7 +136,7 @@ def _needs_extra(command: str, exc: ModuleNotFoundError) -> int:
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     """The interrupt if there is one, else the first of our errors (or of a missing module),
     anywhere in nested groups."""
-    for kind in (KeyboardInterrupt, CkptEventsError, ModuleNotFoundError):
+    for kind in (KeyboardInterrupt, CkptEventsError, CommandLineError, ModuleNotFoundError):
         found: BaseException | None = group.split(kind)[0]
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]

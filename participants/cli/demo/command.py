@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
+from typing import Final
 
 import anyio
 
@@ -132,6 +133,8 @@ def _demo(args: argparse.Namespace) -> int:
             raise CommandError(refusal)
     if endpoint is not None:
         anyio.run(check_reachable, endpoint)
+    if (refusal := _not_fresh(args.workdir, args.jsonl)) is not None:  # last: it makes the workdir
+        raise CommandError(refusal)
     try:
         result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
     except DemoFailed as exc:
@@ -142,6 +145,38 @@ def _demo(args: argparse.Namespace) -> int:
             "is a collector listening there?"
         )
     return 0
+
+
+#: What a demo leaves in its workdir: a later demo there would resume its run (its restore
+#: found two checkpoints) and merge its logs.
+_WORKDIR_FILES: Final = ("run", "logs", "token")
+
+
+def _not_fresh(workdir: Path | None, jsonl: Path | None) -> str | None:
+    """Why the demo cannot start clean in ``workdir`` or write its log to ``jsonl``, or ``None``.
+
+    A demo's report is of its own run: a workdir holding another demo's files, or a ``--jsonl``
+    already holding events (appended to, ``report`` showed both runs), is refused, not mixed in.
+    """
+    if workdir is not None:
+        if workdir.exists() and not workdir.is_dir():
+            return f"--workdir {workdir} is not a folder: name a folder (made if missing) or leave it out"
+        taken = [name for name in _WORKDIR_FILES if (workdir / name).exists()]
+        if taken:
+            return (
+                f"--workdir {workdir} holds another demo's files ({', '.join(taken)}): the demo starts "
+                "in a folder of its own: remove them, or name another --workdir"
+            )
+        try:
+            workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"--workdir {workdir}: cannot make it ({exc.strerror or exc})"
+    if jsonl is not None and jsonl.is_file() and jsonl.stat().st_size > 0:
+        return (
+            f"--jsonl {jsonl} holds events already: the demo writes a log of its own run (report "
+            "would show both): remove it, or name another file"
+        )
+    return None
 
 
 DEMO = Command(

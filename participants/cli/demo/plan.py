@@ -107,6 +107,11 @@ def check_options(opts: DemoOptions) -> str | None:
     count = opts.checkpoint_count()
     if opts.fault == "slow" and count < 3:
         return "--fault slow is judged over the run's checkpoints: use --checkpoints 3 or more (8 by default)"
+    if opts.fault == "slow" and count < (needed := straggler_checkpoints(opts.instances)):
+        return (
+            f"--fault slow with --instances {opts.instances} needs --checkpoints {needed} or more: a server "
+            f"slowest at each of {count} could be luck among {opts.instances} equals, and is not flagged"
+        )
     if opts.fault in ABORTING_FAULTS and count < 2:
         return (
             f"--fault {opts.fault} aborts the first checkpoint: use --checkpoints 2 or more "
@@ -118,6 +123,18 @@ def check_options(opts: DemoOptions) -> str | None:
             f"checkpoint ({stop_after(opts)} are): raise --rollouts or --checkpoint-at"
         )
     return None
+
+
+def straggler_checkpoints(instances: int) -> int:
+    """The fewest checkpoints (3 or more) over which a server slowest at every one of them is
+    flagged as a straggler among ``instances`` (the report's rule: luck among equals would do
+    it with a chance under ``STRAGGLER_CHANCE``): 5 for 2 servers, 3 for 3 or more."""
+    from ckpt_events.participants.cli.report.trends import STRAGGLER_CHANCE, binomial_tail
+
+    count = 3
+    while binomial_tail(count, count, 1 / instances) >= STRAGGLER_CHANCE:
+        count += 1
+    return count
 
 
 def fleet_members(instances: int) -> tuple[tuple[str, str], ...]:

@@ -112,3 +112,30 @@ async def test_reachable_is_one_line_when_nothing_listens() -> None:
         url = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: refused
         with pytest.raises(CommandError, match=re.escape(f"nothing answers at {url}")):
             await check_reachable(url, timeout=2)
+
+
+async def test_what_main_raises_comes_out_of_run_interruptibly_as_raised() -> None:
+    """run_interruptibly's task group wrapped the body's error in an ExceptionGroup: the demo's
+    ``except DemoFailed`` missed it, and `demo --fault slow` that failed its check printed a
+    traceback (exit 1) instead of its one line."""
+    from ckpt_events.participants.cli.command import run_interruptibly
+    from ckpt_events.participants.cli.demo.runner import DemoFailed
+
+    async def fails(stopping: object) -> int:
+        raise DemoFailed("environment-1 writes 5x slower, but the stragglers flagged are: none")
+
+    with pytest.raises(DemoFailed, match="stragglers flagged are: none") as caught:
+        await run_interruptibly(fails)
+    assert type(caught.value) is DemoFailed
+
+
+def test_our_error_inside_an_exception_group_is_found() -> None:
+    """A command-line error (not a library error) in nested groups is what the command line
+    reports as one line and exit 2; ``_first_leaf`` looked for library errors only, and the
+    group was re-raised as a traceback."""
+    import importlib
+
+    main_module = importlib.import_module("ckpt_events.participants.cli.main")
+    error = CommandError("the run went wrong")
+    group = BaseExceptionGroup("outer", [ValueError("other"), ExceptionGroup("inner", [error])])
+    assert main_module._first_leaf(group) is error

@@ -195,3 +195,30 @@ def test_processes_stall_one_environment_server_of_two(
     assert "(injected: stall:environment-1, the one of 2 environment servers)" in check
     logs = sorted(p.name for p in (tmp_path / "logs").glob("environment-*.gen1.jsonl"))
     assert logs == ["environment-0.gen1.jsonl", "environment-1.gen1.jsonl"]
+
+
+def test_a_workdir_or_log_that_is_not_fresh_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --workdir that is a file or cannot be made was a traceback (exit 1); one holding another
+    demo's run was resumed (its restore found two checkpoints: a traceback); a --jsonl holding
+    events was appended to (report showed both runs). Each is one line, exit 2, before any work."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    used = tmp_path / "used"
+    (used / "run").mkdir(parents=True)
+    log = tmp_path / "old.jsonl"
+    log.write_text('{"type":"refused"}\n')
+    for argv, why in (
+        (["--workdir", str(afile)], f"--workdir {afile} is not a folder"),
+        (["--workdir", str(afile / "sub")], f"--workdir {afile / 'sub'}: cannot make it (Not a directory)"),
+        (
+            ["--workdir", str(used)],
+            f"--workdir {used} holds another demo's files (run): the demo starts in a folder",
+        ),
+        (["--jsonl", str(log)], f"--jsonl {log} holds events already"),
+    ):
+        assert main(["demo", "--rollouts", "2", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and why in err, (argv, err)
+    assert log.read_text() == '{"type":"refused"}\n'  # nothing appended

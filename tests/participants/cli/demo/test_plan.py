@@ -43,6 +43,11 @@ def test_the_defaults_run() -> None:
             "--fault slow is judged over the run's checkpoints: use --checkpoints 3 or more (8 by default)",
         ),
         (
+            DemoOptions(fault="slow", instances=2, checkpoints=4),
+            "--fault slow with --instances 2 needs --checkpoints 5 or more: a server slowest at each of 4 "
+            "could be luck among 2 equals, and is not flagged",
+        ),
+        (
             DemoOptions(fault="stall", checkpoints=1),
             "--fault stall aborts the first checkpoint: use --checkpoints 2 or more "
             "so a later one publishes and is restored",
@@ -133,3 +138,19 @@ def test_fault_plans_put_the_fault_on_the_generation_it_hits() -> None:
     first, second = fault_plans(DemoOptions(fault="slow-restore"))
     assert (first, second) == (NO_FAULTS, FaultPlan(Fault("slow-restore", "model-0", seconds=0.05)))
     assert second.environ() == {"CKPT_EVENTS_FAULT": "slow-restore:model-0:0.05"}
+
+
+def test_straggler_checkpoints_is_where_the_report_s_rule_can_flag() -> None:
+    """``--instances 2 --checkpoints 3 --fault slow`` ran and then failed: a server slowest at all
+    3 of 3 is a 1-in-8 chance among 2 equals, over the report's 5%; 5 of 5 is 1 in 32."""
+    from ckpt_events.participants.cli.demo.plan import straggler_checkpoints
+    from ckpt_events.participants.cli.report.trends import STRAGGLER_CHANCE, binomial_tail
+
+    for instances in (2, 3, 4, 9):
+        needed = straggler_checkpoints(instances)
+        assert binomial_tail(needed, needed, 1 / instances) < STRAGGLER_CHANCE
+        assert needed == 3 or binomial_tail(needed - 1, needed - 1, 1 / instances) >= STRAGGLER_CHANCE
+    assert (
+        straggler_checkpoints(2) == 5
+        and check_options(DemoOptions(fault="slow", instances=2, checkpoints=5)) is None
+    )
