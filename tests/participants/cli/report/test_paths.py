@@ -112,7 +112,8 @@ def test_a_long_stage_before_a_short_last_one_is_named() -> None:
 def test_slowest_names_the_longest_operation_even_off_the_path() -> None:
     """The measured contradiction: a restore whose agent call (4.9 ms) ended last, and whose
     model call (5.6 ms, read 5.4 ms) overlapped it: the path names the agent, "slowest" the
-    model, and agrees with what dominated the restore."""
+    model, and names the model's read as the longest: 27% of the restore, so it did not
+    dominate it (it was said to)."""
     spans = [
         CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 20 * MS, CollectionAction.RESTORE, "k"),
         _coordinate(2, Operation.RESTORE, 0, 15),
@@ -127,7 +128,13 @@ def test_slowest_names_the_longest_operation_even_off_the_path() -> None:
         "critical path: coordinate.restore 15.0 ms, agent/agent-0 restore 4.9 ms (read 3.6 ms); "
         "slowest operation: model/model-0 restore 5.6 ms (read 5.4 ms)"
     )
-    assert dominated(spans).startswith("read on model/model-0 5.4 ms dominated")
+    assert dominated(spans) == "longest read: on model/model-0 5.4 ms, 27% of the restore"
+    # The same read over most of a shorter restore dominated it.
+    short = [
+        *spans[2:4],
+        CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 9 * MS, CollectionAction.RESTORE, "k"),
+    ]
+    assert dominated(short) == "read on model/model-0 5.4 ms dominated"
 
 
 def test_a_child_of_unknown_duration_makes_the_path_unknown_from_its_parent() -> None:
