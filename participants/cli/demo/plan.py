@@ -21,6 +21,8 @@ __all__ = [
     "ABORTING_FAULTS",
     "FAULTS",
     "FIRST_GENERATION_FAULTS",
+    "MAX_INSTANCES",
+    "MAX_INSTANCES_PROCESSES",
     "DemoOptions",
     "check_options",
     "checkpoint_thresholds",
@@ -94,12 +96,27 @@ FAULT_LEASE_GRACE_S: Final = 0.5
 WORK_TIMEOUT_S: Final = 90.0
 
 
+#: Servers of each kind the demo starts at most: in its own process, and each in a process
+#: of its own (~60 MB each).
+MAX_INSTANCES: Final = 64
+MAX_INSTANCES_PROCESSES: Final = 16
+
+
 def check_options(opts: DemoOptions) -> str | None:
     """Why ``opts`` cannot run, in one line, or ``None``."""
     if opts.fault is not None and opts.fault not in FAULTS:
         return f"--fault {opts.fault!r} is not one of {', '.join(FAULTS)}"
     if opts.instances < 1 or (opts.restore_instances is not None and opts.restore_instances < 1):
         return "--instances and --restore-instances must be 1 or more"
+    most = max(opts.instances, opts.restore_instances or 0)
+    limit = MAX_INSTANCES_PROCESSES if opts.processes else MAX_INSTANCES
+    if most > limit:
+        # 6,000 (24,000 servers) started for minutes with no word, until killed.
+        where = "a process each" if opts.processes else "one process"
+        return (
+            f"--instances {most}: at most {limit} servers of each kind with {where} on one machine "
+            f"({4 * limit} participants)"
+        )
     if opts.checkpoints is not None and opts.checkpoints < 1:
         return f"--checkpoints must be 1 or more, not {opts.checkpoints} (the last one stops generation 1)"
     if opts.fault == "slow" and opts.instances < 2:

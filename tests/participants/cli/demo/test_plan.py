@@ -31,6 +31,16 @@ def test_the_defaults_run() -> None:
         (DemoOptions(instances=0), "--instances and --restore-instances must be 1 or more"),
         (DemoOptions(restore_instances=0), "--instances and --restore-instances must be 1 or more"),
         (
+            DemoOptions(instances=6000),
+            "--instances 6000: at most 64 servers of each kind with one process on one machine "
+            "(256 participants)",
+        ),
+        (
+            DemoOptions(instances=2, restore_instances=17, processes=True),
+            "--instances 17: at most 16 servers of each kind with a process each on one machine "
+            "(64 participants)",
+        ),
+        (
             DemoOptions(checkpoints=0),
             "--checkpoints must be 1 or more, not 0 (the last one stops generation 1)",
         ),
