@@ -232,6 +232,19 @@ def positive_number(value: str) -> float:
     return number
 
 
+def seconds_in(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds in ``[low, high]`` (a 1e308 s timeout never returned;
+    a 1e-300 s interval redrew 600 times a second)."""
+
+    def parse(value: str) -> float:
+        number = positive_number(value)
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value!r} must be from {low:g} to {high:g} seconds")
+        return number
+
+    return parse
+
+
 async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: float = INTERRUPT_GRACE) -> T:
     """Run ``main(stopping)``; on Ctrl-C (or SIGTERM) set ``stopping``, give it ``grace`` seconds,
     then cancel it. What ``main`` raises comes out as raised.

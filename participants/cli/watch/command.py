@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
+from ckpt_events.participants.cli.command import Command, CommandError, console, seconds_in
 from ckpt_events.participants.cli.serve import ENV_TOKEN
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
@@ -59,13 +59,21 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
         help="JSON-lines logs to tail: files, globs, folders",
     )
     parser.add_argument("--token-file", type=Path, help=f"file holding the control token (else ${ENV_TOKEN})")
-    parser.add_argument("--interval", type=positive_number, default=1.0, help="seconds between refreshes (1)")
     parser.add_argument(
-        "--timeout", type=positive_number, default=0.8, help="seconds each /status poll may take (0.8)"
+        "--interval",
+        type=seconds_in(0.05, 3600),
+        default=1.0,
+        help="seconds between refreshes (1; 0.05-3600)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds_in(0.01, 300),
+        default=0.8,
+        help="seconds each /status poll may take (0.8; at most 300)",
     )
     parser.add_argument(
         "--stall-after",
-        type=positive_number,
+        type=seconds_in(0.01, 86_400),
         default=None,
         help=f"mark open work older than this stalled (else ${_ENV_STALL_AFTER}, else 30)",
     )

@@ -196,3 +196,22 @@ async def test_watch_once_is_a_health_check(
         lines = err.splitlines()
         assert len(lines) == 3 and lines[-1].startswith(f"ckpt-events watch: {silent}: unreachable"), err
         assert all("HTTP 401 from /status (wrong token" in line for line in lines[:2]), err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--timeout", "1e308", "'1e308' must be from 0.01 to 300 seconds"),
+        ("--interval", "1e-300", "'1e-300' must be from 0.05 to 3600 seconds"),
+        ("--stall-after", "1e9", "'1e9' must be from 0.01 to 86400 seconds"),
+    ],
+)
+def test_watch_times_out_of_reason_are_one_line(
+    option: str, value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--once --timeout 1e308`` against a silent server never returned; ``--interval 1e-300``
+    redrew 600 times a second."""
+    with pytest.raises(SystemExit) as info:
+        main(["watch", "--once", option, value, "--participant", "http://127.0.0.1:9"])
+    assert info.value.code == 2
+    assert said in capsys.readouterr().err
