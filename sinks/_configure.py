@@ -203,6 +203,7 @@ def configure(
         metric_cardinality_limit=metric_cardinality_limit,
     )
     check_resource_arguments(service_name, resource_attributes, service_instance_id)
+    metric_readers = _check_otel_parts(tracer_provider, meter_provider, span_exporter, metric_readers)
     if _export_process_on(export_process, env):
         return _configure_export_process(
             bus,
@@ -441,6 +442,50 @@ def _switched_off(env: Mapping[str, str]) -> bool:
     if raw not in ("", "true", "false"):
         raise ConfigurationError(f"{ENV_DISABLED}={env[ENV_DISABLED]!r}: use true or false")
     return raw == "true"
+
+
+def _check_otel_parts(
+    tracer_provider: object, meter_provider: object, span_exporter: object, metric_readers: object
+) -> list[Any] | None:
+    """The OpenTelemetry parts passed in, checked (``ConfigurationError`` naming the argument);
+    ``metric_readers`` read once, as a list. An exporter or readers beside a provider of the
+    caller's were dropped without a word: they go to what ``configure`` builds, so the two are
+    refused together, with where they go instead."""
+    if tracer_provider is not None and span_exporter is not None:
+        raise ConfigurationError(
+            "span_exporter= goes to the tracer provider configure() builds; with tracer_provider=, add "
+            "it to your provider instead (provider.add_span_processor(BatchSpanProcessor(exporter)))"
+        )
+    if span_exporter is not None and (
+        isinstance(span_exporter, type) or not callable(getattr(span_exporter, "export", None))
+    ):
+        raise ConfigurationError(
+            "span_exporter must be an OpenTelemetry SpanExporter instance (with export()), "
+            f"not {span_exporter!r}"
+        )
+    if metric_readers is None:
+        return None
+    if isinstance(metric_readers, str | bytes) or not isinstance(metric_readers, Iterable):
+        raise ConfigurationError(
+            f"metric_readers must be a list of MetricReader instances, not {metric_readers!r}"
+        )
+    readers = list(metric_readers)
+    if meter_provider is not None and readers:
+        raise ConfigurationError(
+            "metric_readers= go to the meter provider configure() builds; with meter_provider=, give "
+            "them to your provider instead (MeterProvider(metric_readers=[...]))"
+        )
+    if readers:
+        try:
+            from opentelemetry.sdk.metrics.export import MetricReader
+        except ImportError:
+            raise ConfigurationError(
+                "metric_readers need the OpenTelemetry SDK: pip install 'ckpt-events[otel]'"
+            ) from None
+        for reader in readers:
+            if not isinstance(reader, MetricReader):
+                raise ConfigurationError(f"metric_readers must hold MetricReader instances, not {reader!r}")
+    return readers
 
 
 def _check_jsonl_path(path: object, where: str) -> None:

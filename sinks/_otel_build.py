@@ -10,10 +10,12 @@ when something is built: the core installs without it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
+from ckpt_events import ConfigurationError
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, OtelSettings
 
 if TYPE_CHECKING:
@@ -185,15 +187,19 @@ def _metric_sinks(
     from ckpt_events.sinks.otlp._factory import is_own_http, own_metric_sink
 
     own_provider: MeterProvider | None = None
-    readers = (
-        [*(metric_readers or ()), *metric_readers_for(settings, cardinality_limit=cardinality_limit)]
-        if meter_provider is None
-        else []
-    )
+    ours = metric_readers_for(settings, cardinality_limit=cardinality_limit) if meter_provider is None else []
+    readers = [*(metric_readers or ()), *ours] if meter_provider is None else []
     if readers:
         from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-        own_provider = built.add(SdkMeterProvider(resource=resource, metric_readers=readers), _shut_down)
+        try:
+            made = SdkMeterProvider(resource=resource, metric_readers=readers)
+        except Exception as exc:  # the SDK's own refusal, e.g. a reader registered elsewhere already
+            for reader in ours:  # the environment's, built here (the caller's stay the caller's)
+                with contextlib.suppress(Exception):
+                    reader.shutdown(timeout_millis=1000)
+            raise ConfigurationError(f"metric_readers: {exc}") from None
+        own_provider = built.add(made, _shut_down)
     provider = meter_provider if meter_provider is not None else own_provider
     metrics: list[tuple[str, AnyMetricSink]] = []
     if meter_provider is None and "otlp" in settings.metrics and is_own_http(settings.metrics_otlp):

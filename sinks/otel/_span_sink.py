@@ -325,7 +325,8 @@ def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
     if found is None or not callable(getattr(found, "on_end", None)):
         raise InvalidTypeError(
             f"tracer_provider {tracer_provider!r} has no OpenTelemetry SDK span processors to hand "
-            "spans to: pass processor= (any SpanProcessor, e.g. BatchSpanProcessor(exporter)) instead"
+            "spans to (a proxy or no-op provider?): pass the SDK's TracerProvider, or an exporter "
+            "(configure()'s span_exporter=, or SpanSink's processor=BatchSpanProcessor(exporter))"
         )
     return found
 

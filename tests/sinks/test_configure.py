@@ -212,3 +212,49 @@ async def test_bad_values_are_the_same_configuration_error_in_both_modes(
             messages.append(str(info.value))
         assert bus.stats().sinks == ()
     assert messages[0] == messages[1]
+
+
+async def test_otel_parts_beside_a_provider_of_yours_or_of_the_wrong_kind_are_refused() -> None:
+    """``span_exporter=`` beside ``tracer_provider=`` (and ``metric_readers=`` beside
+    ``meter_provider=``) were dropped without a word; an exporter class, a string of readers or a
+    reader of another kind failed later with a raw AttributeError or at shutdown. Each is one
+    ConfigurationError naming the argument and where the part goes instead."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"tracer_provider": TracerProvider(), "span_exporter": InMemorySpanExporter()},
+            r"span_exporter= goes to the tracer provider configure\(\) builds; with tracer_provider=, add",
+        ),
+        (
+            {"meter_provider": MeterProvider(), "metric_readers": [InMemoryMetricReader()]},
+            r"metric_readers= go to the meter provider configure\(\) builds; with meter_provider=, give",
+        ),
+        (
+            {"span_exporter": InMemorySpanExporter},
+            "span_exporter must be an OpenTelemetry SpanExporter instance",
+        ),
+        ({"span_exporter": "x"}, "span_exporter must be an OpenTelemetry SpanExporter instance"),
+        ({"metric_readers": "x"}, "metric_readers must be a list of MetricReader instances, not 'x'"),
+        ({"metric_readers": [1]}, "metric_readers must hold MetricReader instances, not 1"),
+    ]
+    for arguments, message in cases:
+        async with Bus() as bus:
+            with pytest.raises(ConfigurationError, match=message):
+                configure(bus, environ={}, **arguments)
+            assert bus.stats().sinks == ()
+
+
+async def test_a_reader_registered_elsewhere_is_a_configuration_error() -> None:
+    """The SDK's bare ``Exception`` ("has been registered already in other MeterProvider")."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    reader = InMemoryMetricReader()
+    theirs = MeterProvider(metric_readers=[reader])
+    try:
+        async with Bus() as bus:
+            with pytest.raises(ConfigurationError, match="metric_readers: .*registered"):
+                configure(bus, environ={}, metric_readers=[reader])
+    finally:
+        theirs.shutdown()

@@ -105,7 +105,7 @@ def test_a_provider_without_sdk_processors_is_refused_with_the_fix(make: Callabl
         SpanSink(tracer_provider=make())  # type: ignore[arg-type]
     message = str(refused.value)
     assert "\n" not in message and "no OpenTelemetry SDK span processors" in message
-    assert "pass processor= (any SpanProcessor, e.g. BatchSpanProcessor(exporter))" in message
+    assert "SpanSink's processor=BatchSpanProcessor(exporter)" in message and "span_exporter=" in message
 
 
 @pytest.mark.parametrize(
