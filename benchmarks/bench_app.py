@@ -80,7 +80,8 @@ _ON: Final = "on"
 
 #: The exit status of a server (``app_server``) whose ``--app`` cannot be served as asked (no such
 #: module or attribute, not an app, not instrumented): its last stderr line says why.
-REFUSED: Final = 3
+#: Not 1 or 3, which uvicorn exits with (3: the app's startup failed, whose traceback is shown).
+REFUSED: Final = 64
 
 
 class BenchAppError(Exception):
@@ -258,6 +259,14 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
         load = Load(
             sum(x.requests for x in slices), sum(x.failed for x in slices), sum(x.seconds for x in slices)
         )
+        if load.requests == 0 and load.failed == 0:
+            # No answer within a slice, and no error either: a route this slow, not a failing one
+            # (it said "failed 0 of 0 times", blaming errors).
+            raise BenchAppError(
+                f"{bench.request} answered no request within a {SLICE_SECONDS} s load slice ({variant}): "
+                f"a route this slow cannot be measured here; bench a faster one (under "
+                f"{SLICE_SECONDS / 10:g} s a request)"
+            )
         if load.requests == 0 or load.failed > MAX_FAILED_SHARE * load.requests:
             raise BenchAppError(
                 f"{bench.request} failed {load.failed} of {load.requests} times under load ({variant}): "

@@ -73,6 +73,13 @@ def _report(args: argparse.Namespace) -> int:
     out = console()
     rows = chosen_rows(run, args.checkpoint)
     if args.checkpoint is not None and not rows:
+        if not run.rows:
+            # Participants' logs alone: a checkpoint row is the controller's coordination, so
+            # "not in the logs (there are: )" was wrong of one whose participants' spans are there.
+            raise CommandError(
+                f"--checkpoint {args.checkpoint!r}: these logs hold no controller's coordination, "
+                "from which checkpoints are named: pass the controller's log too"
+            )
         known = ", ".join(escape(i) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
         raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
     whole = None

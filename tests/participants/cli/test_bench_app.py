@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,59 @@ def test_bad_values_are_refused_when_parsed(options: list[str], tmp_path: Path) 
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "--app", "app:app", "--request", "GET /", *options])
     assert exit_.value.code == 2
+
+
+def _bench_of(
+    project: Path, source: str, request: str, driver: str = "httpx"
+) -> subprocess.CompletedProcess[str]:
+    (project / "userapp.py").write_text(source)
+    command = [sys.executable, "-m", "ckpt_events.participants.cli.main", "bench", "--app", "userapp:app"]
+    command += ["--request", request, "--rounds", "3", "--duration", "1", "--connections", "2"]
+    command += ["--driver", driver, "--json", str(project / "out.json")]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_an_app_whose_startup_fails_shows_why(tmp_path: Path) -> None:
+    """uvicorn exits 3 when the app's startup fails, the code the bench took for its own one-line
+    refusals: it showed only uvicorn's "Application startup failed. Exiting." The cause now
+    shows, from the server's log."""
+    source = (
+        "from contextlib import asynccontextmanager\n"
+        "from fastapi import FastAPI\n"
+        "from ckpt_events.participants.fastapi import instrument\n\n"
+        "@asynccontextmanager\n"
+        "async def lifespan(app):\n"
+        "    raise RuntimeError('database unreachable')\n"
+        "    yield\n\n"
+        "app = FastAPI(lifespan=lifespan)\n"
+        "instrument(app, kind='judge', instance='judge-0')\n"
+    )
+    run = _bench_of(tmp_path, source, "GET /x")
+    assert run.returncode == 1
+    assert "did not start" in run.stderr and "RuntimeError: database unreachable" in run.stderr, run.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("wrk") is None,
+    reason="needs wrk (apt-get install wrk): it counts no request a slice did not finish",
+)
+def test_a_route_too_slow_for_a_slice_says_so(tmp_path: Path) -> None:
+    """A route taking 1.5 s answered no request within wrk's 1 s slice; the bench said it "failed
+    0 of 0 times under load", blaming errors."""
+    source = (
+        "import asyncio\n"
+        "from fastapi import FastAPI\n"
+        "from ckpt_events.participants.fastapi import instrument\n\n"
+        "app = FastAPI()\n"
+        "instrument(app, kind='judge', instance='judge-0')\n\n"
+        "@app.get('/slow')\n"
+        "async def slow() -> dict[str, int]:\n"
+        "    await asyncio.sleep(1.5)\n"
+        "    return {'ok': 1}\n"
+    )
+    run = _bench_of(tmp_path, source, "GET /slow", driver="wrk")
+    assert run.returncode == 1
+    last = run.stderr.strip().splitlines()[-1]
+    assert "answered no request within a 1 s load slice" in last and "failed 0 of 0" not in last, run.stderr

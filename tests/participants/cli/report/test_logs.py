@@ -366,3 +366,18 @@ def test_replay_of_one_file_out_of_time_order_exports_what_the_file_in_order_doe
     first, again = (out.out.split(" to http")[0] for out in outs)  # each its own receiver's port
     assert first == again == "replayed 114 events: 53 spans exported" and "left open" not in outs[1].out, outs
     assert "its events were sorted by time" in outs[1].err
+
+
+def test_checkpoint_asked_of_participant_logs_alone_says_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A participant's log holding k5's prepare and commit: ``--checkpoint k5`` said "no
+    checkpoint 'k5' in the logs (there are: )". Checkpoints are named from the controller's log."""
+    log = tmp_path / "participant.jsonl"
+    log.write_bytes(GOOD.replace(b'"records":3', b'"checkpoint_id":"k5","records":3'))
+    assert main(["report", str(log), "--checkpoint", "k5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "ckpt-events report: error: --checkpoint 'k5': these logs hold no controller's coordination, "
+        "from which checkpoints are named: pass the controller's log too"
+    )
