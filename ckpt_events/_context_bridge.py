@@ -8,12 +8,15 @@ calls it only when built with ``otel_context``; the disabled path never reaches 
 
 from __future__ import annotations
 
+import logging
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from ckpt_events._span_handles import OperationSpan
 
-__all__ = ["BridgedOperationSpan", "ContextBridge"]
+__all__ = ["BridgedOperationSpan", "ContextBridge", "bridge_failed"]
+
+logger: Final = logging.getLogger("ckpt_events")
 
 
 @runtime_checkable
@@ -33,23 +36,52 @@ class ContextBridge(Protocol):
         ...
 
 
+_failed_once: set[tuple[int, str]] = set()
+
+
+def bridge_failed(what: str, bridge: object) -> None:
+    """A bridge's ``current_parent``/``attach``/``detach`` raised: logged once per bridge and
+    call (with its traceback), and the operation goes on without it (telemetry never breaks the
+    app: a raising ``attach`` left the operation started, never finished, and stopped the block)."""
+    key = (id(bridge), what)
+    if key in _failed_once:
+        return
+    _failed_once.add(key)
+    logger.warning(
+        "context bridge %s.%s() raised; the operation goes on without it (not logged again)",
+        type(bridge).__name__,
+        what,
+        exc_info=True,
+    )
+
+
 class BridgedOperationSpan(OperationSpan, gc=False):
     """An ``OperationSpan`` that is the bridge's current span while it is open."""
 
     _bridge: ContextBridge | None = None
     _token: object = None
+    _attached: bool = False
 
     def __enter__(self) -> OperationSpan:
         super().__enter__()
-        assert self._bridge is not None
-        self._token = self._bridge.attach(self.trace_id, self.span_id, self.sampled)
+        bridge = self._bridge
+        if bridge is not None:
+            try:
+                self._token = bridge.attach(self.trace_id, self.span_id, self.sampled)
+                self._attached = True
+            except Exception:
+                bridge_failed("attach", bridge)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if self._bridge is not None:
-                self._bridge.detach(self._token)
+            if self._bridge is not None and self._attached:
+                self._attached = False
+                try:
+                    self._bridge.detach(self._token)
+                except Exception:
+                    bridge_failed("detach", self._bridge)
         finally:
             super().__exit__(exc_type, exc, tb)

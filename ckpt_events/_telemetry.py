@@ -13,7 +13,7 @@ from time import monotonic_ns, time_ns
 from typing import Final
 
 from ckpt_events._bus import Bus
-from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge
+from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge, bridge_failed
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_int
 from ckpt_events._events import (
@@ -329,7 +329,11 @@ class Telemetry:
         traceparent: str | None,
         parent: _SpanBase | None,
     ) -> OperationSpan:
-        current = bridge.current_parent() if parent is None else None
+        try:
+            current = bridge.current_parent() if parent is None else None
+        except Exception:  # a bridge of the user's: the operation goes on without its parent
+            bridge_failed("current_parent", bridge)
+            current = None
         parent_id: int | None
         state: str | None = None
         if current is not None:

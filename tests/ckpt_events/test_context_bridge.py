@@ -64,3 +64,43 @@ def test_otel_context_must_be_a_bool_or_a_bridge() -> None:
     """Anything else is refused when the Telemetry is built."""
     with pytest.raises(InvalidTypeError, match="ContextBridge"):
         Telemetry(None, kind="judge", instance="judge-0", otel_context=object())  # type: ignore[arg-type]
+
+
+class _Raising:
+    """A user's bridge whose every call raises."""
+
+    def __init__(self, *failing: str) -> None:
+        self.failing = failing
+
+    def current_parent(self) -> tuple[int, int, bool] | None:
+        if "current_parent" in self.failing:
+            raise RuntimeError("current_parent broke")
+        return None
+
+    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
+        if "attach" in self.failing:
+            raise RuntimeError("attach broke")
+        return "token"
+
+    def detach(self, token: object) -> None:
+        if "detach" in self.failing:
+            raise RuntimeError("detach broke")
+
+
+@pytest.mark.parametrize("failing", ["current_parent", "attach", "detach"])
+async def test_a_bridge_that_raises_never_breaks_the_block_nor_loses_the_span(
+    failing: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raising ``attach`` left the operation started and never finished, and its error stopped
+    the block; ``current_parent`` and ``detach`` raised into the app too. The block runs, the span
+    ends, the failure is logged once."""
+    ran = []
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="a0", otel_context=_Raising(failing))
+        for _ in range(2):
+            with tel.operation("commit", checkpoint_id="c1"):
+                ran.append(True)
+    assert ran == [True, True]
+    assert len([e for e in events if isinstance(e, OperationFinished)]) == 2
+    said = [r for r in caplog.records if f"_Raising.{failing}() raised" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ckpt_events import InvalidArgumentError, OperationFinished, Refused, Telemetry
@@ -69,3 +71,28 @@ def test_entering_a_capture_twice_leaves_no_thread_running() -> None:
         threading.Event().wait(0.05)
         time_left -= 0.05
     assert not set(threading.enumerate()) - before
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: SequentialIds(first_trace=0), r"first_trace must be an int in \[1, 2\*\*128\), not 0"),
+        (lambda: SequentialIds(first_span=-1), r"first_span must be an int in \[1, 2\*\*64\), not -1"),
+        (lambda: SequentialIds(first_trace=2**128), "ids must fit their bits"),
+        (lambda: TickingClock(step_ns=-1000), "step_ns must be an int >= 0, not -1000"),
+        (lambda: TickingClock(start_ns="now"), "start_ns must be an int >= 0"),  # type: ignore[arg-type]
+    ],
+)
+def test_deterministic_ids_and_clock_refuse_what_makes_invalid_events(make: Any, message: str) -> None:
+    """``first_trace=2**128`` made a 33-digit traceparent and failed a JSON-lines batch; 0 drew a
+    random trace id (the run no longer deterministic); a negative step ended spans before they
+    started."""
+    with pytest.raises(InvalidArgumentError, match=message):
+        make()
+
+
+def test_sequential_ids_say_when_they_run_out() -> None:
+    ids = SequentialIds(first_span=2**64 - 1)
+    assert ids(64) == 2**64 - 1
+    with pytest.raises(InvalidArgumentError, match="ran out of 64-bit ids"):
+        ids(64)
