@@ -132,6 +132,9 @@ class FleetView:
         self.stall_after = stall_after
         self.rows = rows
         self.polls: dict[str, PollResult] = {}
+        #: Who each URL last answered as: a participant that stops answering stays one entry
+        #: (its URL's error beside its logs), not two (the error, then "from logs only").
+        self.answered: dict[str, tuple[str, str]] = {}
         self.seen: dict[tuple[str, str], _Seen] = {}
         self.notes: list[str] = []
 
@@ -149,6 +152,7 @@ class FleetView:
             status = result.status
             if status is None:
                 continue
+            self.answered[result.url] = (str(status.kind), status.instance)
             seen = self._of(str(status.kind), status.instance)
             if result.clock_offset is not None and result.clock_error is not None:
                 seen.clocks.append((result.clock_offset, result.clock_error))
@@ -203,7 +207,7 @@ class FleetView:
         shown: set[tuple[str, str]] = set()
         for url in self.urls:
             status = getattr(self.polls.get(url), "status", None)
-            key = None if status is None else (str(status.kind), status.instance)
+            key = self.answered.get(url) if status is None else (str(status.kind), status.instance)
             if key is not None:
                 shown.add(key)
             entries.append((url, key))
@@ -262,6 +266,8 @@ class FleetView:
                     text.append(f": {report.blocker_count} blocking: {names}{tail}")
             elif status.phase == Phase.PREPARING:
                 text.append("\n  readiness not reported yet", style="yellow")
+        elif result is not None:  # it answered before: now its error, beside what its logs say
+            text.append(f"\n  {escape(result.error or 'no answer')}", style="bold red")
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("\n  (from logs only)", style="dim")
         for item in sorted(seen.open.values(), key=lambda o: o.start_ns):
@@ -318,6 +324,9 @@ class FleetView:
                 problem = True
             elif report is not None and status.phase != Phase.IDLE:
                 text.append("  ready", style="green")
+        elif result is not None:  # it answered before: now its error, beside what its logs say
+            text.append(f"  {escape(result.error or 'no answer')}", style="bold red")
+            problem = True
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("  (logs only)", style="dim")
         items = sorted(seen.open.values(), key=lambda o: o.start_ns)

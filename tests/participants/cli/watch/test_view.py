@@ -308,3 +308,31 @@ def test_64_participants_piped_are_all_there_one_line_each() -> None:
     assert len(lines) == 1 + 64 + 1 and max(len(line) for line in lines) <= 80
     assert lines[-1].startswith("controller ") and "open prepare 45.0 s STALLED" in lines[-1]
     assert sum(1 for line in lines if line.startswith("environment-3 ")) == 1
+
+
+@pytest.mark.parametrize("rows", [False, True], ids=["blocks", "rows"])
+def test_a_participant_that_stops_answering_is_one_entry_with_its_error(rows: bool) -> None:
+    """A participant killed mid-watch was shown twice: its URL's error, and again "(from logs
+    only)" with its open work. It stays one entry: who it was, the error, what its logs say."""
+    url = "http://127.0.0.1:18003"
+    view = FleetView([url], stall_after=60.0, rows=rows)
+    status = StatusReply(kind="resources", instance="resources-0", phase=Phase.IDLE)
+    view.add_polls([PollResult(url=url, seconds=0.01, status=status)], NOW - 5.0)
+    view.add_events(
+        [
+            OperationStarted(
+                kind=Kind.RESOURCES,
+                instance="resources-0",
+                trace_id=1,
+                span_id=7,
+                start_ns=int((NOW - 3.0) * NS),
+                operation=Operation.COMMIT,
+                checkpoint_id="c1",
+            )
+        ]
+    )
+    down = "unreachable: ConnectError: [Errno 111] Connection refused"
+    view.add_polls([PollResult(url=url, seconds=0.8, error=down)], NOW)
+    text = _render(view, 160)
+    assert text.count("resources-0") == 1 and "logs only" not in text, text
+    assert down in text and "open commit" in text, text
