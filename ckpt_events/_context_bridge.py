@@ -23,8 +23,11 @@ logger: Final = logging.getLogger("ckpt_events")
 class ContextBridge(Protocol):
     """Reads and sets the current span of another tracing system."""
 
-    def current_parent(self) -> tuple[int, int, bool] | None:
-        """(trace id, span id, sampled) of the current span, or ``None`` if there is none."""
+    def current_parent(self) -> tuple[int, int, bool] | tuple[int, int, bool, bool, str | None] | None:
+        """(trace id, span id, sampled) of the current span, or ``None`` if there is none; or
+        (trace id, span id, sampled, remote, tracestate), when the current span came in from
+        another process (``remote``: the operation is then a SERVER span) with its W3C
+        ``tracestate`` header (kept and passed on by the operation's ``tracestate()``)."""
         ...
 
     def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:

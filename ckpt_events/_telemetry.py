@@ -35,7 +35,7 @@ from ckpt_events._events import (
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP
 from ckpt_events._span_base import _checked_id, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
-from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent
+from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
 from ckpt_events._vocab import (
     SAFE_NAME,
     STEP_NAMES,
@@ -338,6 +338,10 @@ class Telemetry:
         state: str | None = None
         if current is not None:
             trace_id, parent_id, remote, sampled = current[0], current[1], False, current[2]
+            if len(current) > 3:  # (..., remote, tracestate): a span extracted from a request
+                remote = bool(current[3])
+                raw = current[4] if len(current) > 4 else None
+                state = parse_tracestate(raw) if isinstance(raw, str) else None
         else:
             trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
             state = _inherited(parent)

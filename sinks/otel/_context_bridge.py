@@ -20,12 +20,21 @@ _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 class OtelContextBridge:
     """A ``ckpt_events.ContextBridge`` over OpenTelemetry's context API."""
 
-    def current_parent(self) -> tuple[int, int, bool] | None:
-        """The current OpenTelemetry span's ids and sampled flag, if it is valid."""
+    def current_parent(self) -> tuple[int, int, bool, bool, str | None] | None:
+        """The current OpenTelemetry span's ids, sampled flag, whether it came from another
+        process (``propagate.extract`` then ``context.attach``: the operation is its SERVER
+        child, as with ``traceparent=``) and its tracestate, if it is valid."""
         span_context = trace.get_current_span().get_span_context()
         if not span_context.is_valid:
             return None
-        return span_context.trace_id, span_context.span_id, span_context.trace_flags.sampled
+        state = span_context.trace_state.to_header() if span_context.trace_state else None
+        return (
+            span_context.trace_id,
+            span_context.span_id,
+            span_context.trace_flags.sampled,
+            span_context.is_remote,
+            state or None,
+        )
 
     def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
         """Make a non-recording span with these ids current; returns the context token."""
