@@ -88,6 +88,13 @@ def _report(args: argparse.Namespace) -> int:
         # checkpoint to name, so every participant's totals are shown as one and the last trace
         # is drawn, the logs streamed again, never listed (1.2M lines listed took 590 MiB).
         whole = run.whole()
+        # Said, not left to be guessed from a page headed by the last trace alone.
+        print(
+            "no controller's coordination in these logs, from which checkpoints are named: shown are "
+            "every participant's totals and the last trace; pass the controller's log too for each "
+            "checkpoint and restore",
+            file=sys.stderr,
+        )
         render(out, whole.events, title=", ".join(args.logs), totals=(whole.breakdown, whole.counts))
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")

@@ -51,4 +51,8 @@ def test_a_picture_of_logs_with_no_row_draws_the_last_trace_as_the_terminal_does
     # The restore's trace is drawn, nothing of the checkpoint's: no commit, no prepare.
     assert "restore" in drawn
     assert "commit" not in drawn and "prepare" not in drawn
-    assert "report written to" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "report written to" in captured.out
+    # What the page lacks is said: the checkpoints are named from the controller's log.
+    assert "no controller's coordination in these logs" in captured.err
+    assert "pass the controller's log too" in captured.err
