@@ -114,7 +114,8 @@ def _report(args: argparse.Namespace) -> int:
             events = details[id(rows[0])]
         else:  # a picture of logs with no row: the last trace, as the terminal draws it
             events = whole.events if whole is not None else run.all_events()
-        print(write_report(args.report, events, title=f"report of {name}"))
+        tallies = whole.counts if whole is not None else None  # the whole logs' counted events
+        print(write_report(args.report, events, title=f"report of {name}", tallies=tallies))
     return 0
 
 

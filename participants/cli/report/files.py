@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ckpt_events import Event
@@ -48,8 +49,11 @@ def check_report_path(path: Path) -> str | None:
     return None
 
 
-def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
-    """Write the report and say what was written; raises ``CommandError`` for a PNG that failed."""
+def write_report(
+    path: Path, events: Sequence[Event], *, title: str, tallies: Mapping[str, Counter[str]] | None = None
+) -> str:
+    """Write the report and say what was written; raises ``CommandError`` for a PNG that failed.
+    ``tallies``: the counted events of more than ``events`` (whole logs), for the HTML page."""
     suffix = path.suffix.lower()
     if _perfetto(path):
         from ckpt_events.participants.cli.report.perfetto import write_perfetto
@@ -60,10 +64,10 @@ def write_report(path: Path, events: Sequence[Event], *, title: str) -> str:
             "whole run: open in ui.perfetto.dev)"
         )
     if suffix == ".png":
-        write_png(path, events, title=title)
+        write_png(path, events, title=title, tallies=tallies)
         return (
             f"report written to {path} (PNG rendered by headless {Path(find_browser() or 'chromium').name})"
         )
-    write_timeline(path, events=events, title=title)
+    write_timeline(path, events=events, title=title, tallies=tallies)
     what = "SVG waterfall of the checkpoint" if suffix == ".svg" else "HTML page"
     return f"report written to {path} ({what})"

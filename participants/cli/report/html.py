@@ -12,6 +12,7 @@ event) that the page's own small script shows on hover. No external resource: th
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -26,10 +27,17 @@ from ckpt_events.participants.cli.report.model import (
     trace_spans,
 )
 from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
-from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns, spans_of, summed_over
+from ckpt_events.participants.cli.report.timeline import (
+    breakdown,
+    breakdown_columns,
+    counts,
+    spans_of,
+    summed_over,
+)
 from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.vocab import CountedEvent
 
 __all__ = [
     "FILLS",
@@ -271,12 +279,31 @@ def _table_html(events: Sequence[Event]) -> str:
     return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'
 
 
+def _counts_html(tallies: Mapping[str, Counter[str]]) -> str:
+    """The counted events (refusals by code, lease expiries, ...), as the terminal's table."""
+    body = [
+        f"<tr><td>{escape_html(name)}</td><td>{escape_html(key)}</td><td>{value:,}</td></tr>"
+        for name in CountedEvent
+        for key, value in sorted(tallies.get(name, Counter()).items())
+    ]
+    rows = "\n".join(body) or "<tr><td>(none)</td><td></td><td>0</td></tr>"
+    return (
+        '<div class="wrap"><table id="counted"><tr><th>event</th><th>by</th><th>count</th></tr>\n'
+        f"{rows}</table></div>"
+    )
+
+
 def html_page(
-    events: Sequence[Event], *, title: str = "checkpoint report", kinds: KindRegistry = KINDS
+    events: Sequence[Event],
+    *,
+    title: str = "checkpoint report",
+    kinds: KindRegistry = KINDS,
+    tallies: Mapping[str, Counter[str]] | None = None,
 ) -> str:
     """The whole report as one HTML page: attribution and waterfall of the checkpoint and of
     the restore, then of any other trace, then the per-participant table (each kind in its
-    colour in ``kinds``)."""
+    colour in ``kinds``), then the counted events (``tallies``, default those of ``events``:
+    a log of refusals alone showed an empty table and nothing of them)."""
     checkpoint, restore = checkpoint_and_restore(events)
     sections = []
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
@@ -296,6 +323,8 @@ def html_page(
     summed = summed_over(events)
     heading = f"time per participant (ms), {summed}" if summed else "time per participant (ms)"
     sections.append(f"<section><h2>{heading}</h2>\n{_table_html(events)}</section>")
+    counted_html = _counts_html(counts(events) if tallies is None else tallies)
+    sections.append(f"<section><h2>counted events</h2>\n{counted_html}</section>")
     return (
         f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -313,10 +342,11 @@ def write_timeline(
     *,
     events: Sequence[Event] = (),
     title: str = "checkpoint timeline",
+    tallies: Mapping[str, Counter[str]] | None = None,
 ) -> None:
     """Write ``.svg`` (one waterfall: ``spans``, else the checkpoint of ``events``) or, for any
     other suffix, the HTML page of ``events`` (``.png`` is ``report_png``'s)."""
     if path.suffix.lower() == ".svg":
         path.write_text(waterfall_svg(spans if spans is not None else spans_of(events), title=title) + "\n")
     else:
-        path.write_text(html_page(events, title=title))
+        path.write_text(html_page(events, title=title, tallies=tallies))

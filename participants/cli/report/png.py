@@ -12,7 +12,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -66,9 +67,16 @@ def screenshot(page: Path, out: Path, *, width: int, height: int, browser: str |
         raise CommandError(f"cannot write a PNG: {Path(browser).name} exited {run.returncode}: {last}")
 
 
-def write_png(path: Path, events: Sequence[Event], *, title: str, width: int = 1600) -> None:
+def write_png(
+    path: Path,
+    events: Sequence[Event],
+    *,
+    title: str,
+    width: int = 1600,
+    tallies: Mapping[str, Counter[str]] | None = None,
+) -> None:
     """The report page of ``events`` as a PNG at ``width`` px, as tall as the page needs."""
-    page_html = html_page(events, title=title)
+    page_html = html_page(events, title=title, tallies=tallies)
     # Height from the content: rows of both waterfalls plus the table; generous, never cut.
     rows = page_html.count('class="span"') + page_html.count("<tr>")
     height = min(16000, 500 + rows * 30 * width // 1350)

@@ -56,3 +56,20 @@ def test_a_picture_of_logs_with_no_row_draws_the_last_trace_as_the_terminal_does
     # What the page lacks is said: the checkpoints are named from the controller's log.
     assert "no controller's coordination in these logs" in captured.err
     assert "pass the controller's log too" in captured.err
+
+
+def test_the_html_page_of_a_log_of_refusals_alone_shows_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log holding only refusals: the terminal listed "refused stale_attempt 8", the HTML page
+    an empty participant table and nothing of them. The page has the counted events too."""
+    refusal = b'{"type":"refused","kind":"agent","instance":"agent-0","time_ns":%d,"code":"stale_attempt"}\n'
+    log = tmp_path / "refusals.jsonl"
+    log.write_bytes(b"".join(refusal % (1_000_000 * (n + 1)) for n in range(8)))
+    page = tmp_path / "page.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "stale_attempt" in out
+    html = page.read_text()
+    assert "<h2>counted events</h2>" in html
+    assert "<tr><td>refused</td><td>stale_attempt</td><td>8</td></tr>" in html
