@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from ckpt_events import ConfigurationError
-from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, OtelSettings
+from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, OtelSettings, given
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -136,13 +136,14 @@ def _span_sinks(
     from ckpt_events.sinks.otlp._factory import is_own_http, own_span_sink
 
     batch = settings.batch
-    options: dict[str, Any] = {"span_groups": groups}
-    if batch.max_export_batch is not None:
-        options["max_export_batch"] = batch.max_export_batch
-    if batch.linger_s is not None:
-        options["linger"] = batch.linger_s
-    if batch.export_timeout_s is not None:
-        options["export_timeout"] = batch.export_timeout_s
+    options: dict[str, Any] = {
+        "span_groups": groups,
+        **given(
+            max_export_batch=batch.max_export_batch,
+            linger=batch.linger_s,
+            export_timeout=batch.export_timeout_s,
+        ),
+    }
     made: list[tuple[str, AnySpanSink]] = []
     if tracer_provider is not None:
         made.append(("otel-spans", SpanSink(tracer_provider=tracer_provider, **options)))

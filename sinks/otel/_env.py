@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import urllib.parse
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -76,6 +76,12 @@ class BatchSettings(msgspec.Struct, frozen=True):
     max_export_batch: int | None = None
     max_buffer: int | None = None
     export_timeout_s: float | None = None
+
+
+def given(**options: Any) -> dict[str, Any]:
+    """``options`` without the unset ones (``None``): a sink's own default stands for those (the
+    span sinks' ``OTEL_BSP_*`` options, under each sink's own names)."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 class OtelSettings(msgspec.Struct, frozen=True):

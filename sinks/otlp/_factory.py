@@ -9,10 +9,9 @@ per span or metric point. gRPC, the console exporter and a pipeline the user han
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
-from ckpt_events.sinks.otel._env import BatchSettings, OtlpSettings
+from ckpt_events.sinks.otel._env import BatchSettings, OtlpSettings, given
 from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
 
@@ -41,13 +40,9 @@ def own_span_sink(
     """An ``OtlpSpanSink`` posting to ``otlp.endpoint`` as is (the signal path is already in
     it), with the ``OTEL_BSP_*`` batch, linger and queue; the request timeout is the OTLP
     timeout, else ``OTEL_BSP_EXPORT_TIMEOUT``, else 10 s."""
-    options: dict[str, Any] = {}
-    if batch.max_export_batch is not None:
-        options["max_export_batch"] = batch.max_export_batch
-    if batch.max_buffer is not None:
-        options["max_queue"] = batch.max_buffer
-    if batch.linger_s is not None:
-        options["linger"] = batch.linger_s
+    options = given(
+        max_export_batch=batch.max_export_batch, max_queue=batch.max_buffer, linger=batch.linger_s
+    )
     timeout = otlp.timeout_s if otlp.timeout_s is not None else batch.export_timeout_s
     return OtlpSpanSink(
         otlp.endpoint,
