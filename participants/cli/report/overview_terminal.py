@@ -17,8 +17,8 @@ from ckpt_events.participants.cli.report.overview import (
     RESTORED,
     Run,
     RunRow,
-    episodes_text,
 )
+from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
@@ -31,10 +31,6 @@ OUTCOME_COLOURS = {PUBLISHED: "green", RESTORED: "green", ABORTED: "yellow", FAI
 _ROOMY = 100
 #: Ids up to this long are never wrapped (the demo's are 29 characters).
 _WHOLE_ID = 36
-
-
-def _span_text(ms: float) -> str:
-    return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1e3:.1f} s"
 
 
 def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
@@ -95,54 +91,9 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
 
 def _render_totals(console: Console, run: Run) -> None:
     """Run-wide lines: the fleet's pause over the logs' time, the episodes after the restores,
-    and the counted events that named no checkpoint."""
-    checkpoints = [r for r in run.rows if r.what == "checkpoint"]
-    known_ms = [r.paused_ms for r in checkpoints if r.paused_ms is not None]
-    clock = sum(r.pause_unknown for r in checkpoints)
-    # A checkpoint without both its first prepare and its last resume in the logs (a cut log,
-    # an abort) paused the fleet for an unknown time: never summed as 0.
-    torn = len(checkpoints) - len(known_ms) - clock
-    paused = sum(known_ms)
-    wall_ms = (run.last_ns - run.first_ns) / 1e6
-    if wall_ms > 0 and checkpoints:
-        why = [
-            *(
-                [f"{counted(torn, 'checkpoint')} without both a prepare and a resume in the logs"]
-                if torn
-                else []
-            ),
-            *(
-                [
-                    f"{counted(clock, 'checkpoint')} with a participant that answered outside the "
-                    "controller's call (a clock no one shift aligns)"
-                ]
-                if clock
-                else []
-            ),
-        ]
-        unknown = f"pause unknown for {counted(torn + clock, 'checkpoint')}: {'; '.join(why)}"
-        lead = "checkpointing paused the fleet (admission closed, first prepare to last resume) "
-        if not known_ms:
-            text = f"{lead}for an unknown time ({unknown})"
-        else:
-            text = (
-                f"{lead}{'at least ' if why else ''}{paused:.1f} ms in all, {paused / wall_ms:.1%} "
-                f"of the logs' {_span_text(wall_ms)}" + (f"; {unknown}" if why else "")
-            )
-        console.print(Text(text))
-    restores = [
-        r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
-    ]
-    if restores:
-        known = [r.restarted for r in restores if r.restarted is not None]
-        after = episodes_text(sum(r.continued or 0 for r in restores), sum(known) if known else None)
-        console.print(Text(f"after {counted(len(restores), 'restore')}: {after}"))
-    for line in run.unscoped_lines():
-        # Counted run-wide: a refusal before the body was read names no checkpoint.
-        console.print(Text(escape(line), style="yellow"))
-    let_go = run.let_go_line()
-    if let_go is not None:
-        console.print(Text(let_go, style="yellow"))
+    and the counted events that named no checkpoint (``run_lines``, as the HTML page says them)."""
+    for line in run_lines(run):
+        console.print(Text(escape(line.text), style="yellow" if line.warning else ""))
 
 
 def _render_row_notes(console: Console, run: Run) -> None:

@@ -3,7 +3,9 @@
 At the top a strip of the run's checkpoints and restores over time (x = start, width =
 duration, colour = outcome; an open one reaches the end of the logs), each linked to its row,
 and the outcome legend; then the table (one row per checkpoint and restore, its cause or
-critical path, linked to its waterfall) and the trend flags; then the waterfalls; last the
+critical path, linked to its waterfall), the trend flags and the run-wide lines the terminal
+prints under its table (the fleet's pause, the counted events that named no checkpoint); then
+the waterfalls; last the
 trends table, collapsed (``<details>``), so the first waterfall is on the first screen. Every
 string from a log is escaped. A run of more than ``ALL_WATERFALLS`` rows draws the waterfalls
 of the rows shown in detail only (the slowest published checkpoint and every one that did not
@@ -28,6 +30,7 @@ from ckpt_events.participants.cli.report.overview import (
     Run,
     RunRow,
 )
+from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
 from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
@@ -54,7 +57,8 @@ details > summary { cursor: pointer; font-weight: 600; font-size: 1.2em; margin:
 td.outcome { font-weight: 600; }
 #overview td:nth-child(-n+3), #overview th:nth-child(-n+3), #overview td:nth-child(7),
 #overview th:last-child, #trends td:nth-child(-n+3), #trends th:nth-child(-n+3) { text-align: left; }
-:target { outline: 2px solid #2563eb; }
+:target { outline: 2px solid #2563eb; } .run-line { margin: 4px 0; }
+.run-line.warning { color: #92400e; background: #fef3c7; padding: 2px 6px; }
 #overview td:nth-child(3), #overview td:nth-child(4) { white-space: nowrap; }
 """
 
@@ -136,6 +140,15 @@ def _table(run: Run, drawn: set[int]) -> str:
     return f'<div class="wrap"><table id="overview"><tr>{head}</tr>\n{rows}</table></div>'
 
 
+def _run_lines(run: Run) -> str:
+    """The terminal's run-wide lines (the fleet's pause, the episodes after the restores, the
+    counted events that named no checkpoint), a warning marked as the terminal colours it."""
+    return "\n".join(
+        f'<p class="run-line{" warning" if line.warning else ""}">{escape_html(line.text)}</p>'
+        for line in run_lines(run)
+    )
+
+
 def _trends(run: Run) -> str:
     trends = run.trends.table()
     if sum(r.what == "checkpoint" for r in run.rows) < MIN_CHECKPOINTS or not trends:
@@ -206,7 +219,8 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
         f"<title>{escape_html(title)}</title><style>{PAGE_STYLE}{_RUN_STYLE}</style></head><body>\n"
         f"<h1>{escape_html(title)}</h1>\n"
         f"<section id='run'><h2>run overview: {rows}</h2>\n"
-        f"{_strip(run)}\n{_strip_legend(run)}\n{_table(run, drawn)}\n{not_all}{flags}</section>\n"
+        f"{_strip(run)}\n{_strip_legend(run)}\n{_table(run, drawn)}\n{not_all}{flags}"
+        f"{_run_lines(run)}</section>\n"
         + "\n".join(_waterfalls(run, details))
         + f"\n{trends}\n<div id='tip'></div>\n<script>{PAGE_SCRIPT}</script>\n</body></html>\n"
     )

@@ -4,6 +4,7 @@ the log escaped; rendered by Chromium."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from ckpt_events import Refused
 from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.html import FILLS
 from ckpt_events.participants.cli.report.png import screenshot
 from ckpt_events.participants.cli.report.run_page import OUTCOME_FILLS
+from ckpt_events.vocab import ErrorCode, Kind
 from tests.participants.cli.report.test_png import PNG, _dom, needs_browser
 from tests.participants.cli.report.test_run_report import _write
 
@@ -68,8 +72,6 @@ async def test_run_page_links_strip_rows_and_waterfalls(
 
 
 def html_escaped(text: str) -> str:
-    import html
-
     return html.escape(text, quote=True)
 
 
@@ -117,3 +119,26 @@ async def test_run_page_reads_at_a_glance(
     details = text[text.index("<details") : text.index("</details>")]
     assert "<summary>" in details and 'id="trends"' in details and "<details open" not in text
     assert text.index('<section id="detail-1">') < text.index("<details") < text.index('id="trends"')
+
+
+async def test_run_page_says_the_terminals_run_wide_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
+) -> None:
+    """Refusals that named no checkpoint (401s before the body was read) were a yellow line in the
+    terminal and nowhere on the run's page; the fleet's pause total was missing from it too."""
+    last = max(event_time(e) for e in aborted_run)
+    refusals = [Refused(Kind.AGENT, "agent-0", last + i, ErrorCode.UNAUTHORIZED) for i in range(3)]
+    log = tmp_path / "run.jsonl"
+    _write(log, [*aborted_run, *refusals])
+    assert main(["report", str(log)]) == 0
+    terminal = capsys.readouterr().out
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    text = page.read_text()
+    run = text[text.index("<section id='run'>") : text.index('<section id="detail-1">')]
+    lines = re.findall(r'<p class="run-line( warning)?">([^<]*)</p>', run)
+    said = [(bool(warning), html.unescape(line)) for warning, line in lines]
+    assert (True, "3 refusals without a checkpoint id: unauthorized (401) 3 on agent/agent-0") in said
+    assert [line for _, line in said if line.startswith("checkpointing paused the fleet")]
+    for _, line in said:  # each is what the terminal printed (its table wraps, its lines do not)
+        assert line[:60] in " ".join(terminal.split())
