@@ -8,13 +8,14 @@ calls it only when built with ``otel_context``; the disabled path never reaches 
 
 from __future__ import annotations
 
+import inspect
 import logging
 from types import TracebackType
 from typing import Final, Protocol, runtime_checkable
 
 from ckpt_events._span_handles import OperationSpan
 
-__all__ = ["BridgedOperationSpan", "ContextBridge", "bridge_failed"]
+__all__ = ["BridgedOperationSpan", "ContextBridge", "bridge_failed", "takes_tracestate"]
 
 logger: Final = logging.getLogger("ckpt_events")
 
@@ -31,7 +32,11 @@ class ContextBridge(Protocol):
         ...
 
     def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
-        """Make the span ``span_id`` of ``trace_id`` current; returns a token for ``detach``."""
+        """Make the span ``span_id`` of ``trace_id`` current; returns a token for ``detach``.
+
+        A bridge whose ``attach`` also takes a ``tracestate`` keyword (``str | None``) is given
+        the operation's W3C ``tracestate`` there, so what the app sends from inside the
+        operation carries it on; a bridge without it is called as above."""
         ...
 
     def detach(self, token: object) -> None:
@@ -40,6 +45,20 @@ class ContextBridge(Protocol):
 
 
 _failed_once: set[tuple[int, str]] = set()
+
+
+def takes_tracestate(bridge: ContextBridge) -> bool:
+    """Whether ``bridge.attach`` takes a ``tracestate`` keyword (read once, when ``Telemetry``
+    is built: never on the request path)."""
+    try:
+        parameters = inspect.signature(bridge.attach).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature: called as the protocol says
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD
+        or (p.name == "tracestate" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
 
 
 def bridge_failed(what: str, bridge: object) -> None:
@@ -62,6 +81,8 @@ class BridgedOperationSpan(OperationSpan, gc=False):
     """An ``OperationSpan`` that is the bridge's current span while it is open."""
 
     _bridge: ContextBridge | None = None
+    #: Whether ``_bridge.attach`` takes the ``tracestate`` keyword (``takes_tracestate``).
+    _bridge_state: bool = False
     _token: object = None
     _attached: bool = False
 
@@ -70,7 +91,14 @@ class BridgedOperationSpan(OperationSpan, gc=False):
         bridge = self._bridge
         if bridge is not None:
             try:
-                self._token = bridge.attach(self.trace_id, self.span_id, self.sampled)
+                state = self._tracestate
+                if state is not None and self._bridge_state:
+                    # takes_tracestate() read this keyword in the bridge's signature
+                    self._token = bridge.attach(  # type: ignore[call-arg]
+                        self.trace_id, self.span_id, self.sampled, tracestate=state
+                    )
+                else:
+                    self._token = bridge.attach(self.trace_id, self.span_id, self.sampled)
                 self._attached = True
             except Exception:
                 bridge_failed("attach", bridge)

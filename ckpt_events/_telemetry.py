@@ -13,7 +13,7 @@ from time import monotonic_ns, time_ns
 from typing import Final
 
 from ckpt_events._bus import Bus
-from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge, bridge_failed
+from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge, bridge_failed, takes_tracestate
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_int
 from ckpt_events._events import (
@@ -113,6 +113,7 @@ class Telemetry:
     __slots__ = (
         "__weakref__",
         "_bridge",
+        "_bridge_state",
         "_clock",
         "_collection_on",
         "_coordinate_on",
@@ -184,6 +185,7 @@ class Telemetry:
             self._bridge = otel_context
         else:
             raise InvalidTypeError(f"otel_context must be a bool or a ContextBridge, not {otel_context!r}")
+        self._bridge_state = self._bridge is not None and takes_tracestate(self._bridge)
         if any(f is not None and not callable(f) for f in (ids, clock, monotonic)):
             raise InvalidTypeError(
                 f"ids, clock and monotonic must be callables or None, not {ids!r}, {clock!r}, {monotonic!r}"
@@ -347,7 +349,17 @@ class Telemetry:
             state = _inherited(parent)
         span_id = self._random(64) or self._random(64) or 1
         return BridgedOperationSpan(
-            self, member, checkpoint_id, trace_id, span_id, parent_id, remote, sampled, state, _bridge=bridge
+            self,
+            member,
+            checkpoint_id,
+            trace_id,
+            span_id,
+            parent_id,
+            remote,
+            sampled,
+            state,
+            _bridge=bridge,
+            _bridge_state=self._bridge_state,
         )
 
     def coordinate(

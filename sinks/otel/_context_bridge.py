@@ -9,7 +9,7 @@ and log correlation nest under it; the span itself is exported by ``SpanSink``.
 from __future__ import annotations
 
 from opentelemetry import context, trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
 __all__ = ["OtelContextBridge"]
 
@@ -36,9 +36,12 @@ class OtelContextBridge:
             state or None,
         )
 
-    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
-        """Make a non-recording span with these ids current; returns the context token."""
-        span = NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED if sampled else _NOT_SAMPLED))
+    def attach(self, trace_id: int, span_id: int, sampled: bool, *, tracestate: str | None = None) -> object:
+        """Make a non-recording span with these ids (and the operation's W3C ``tracestate``)
+        current, so the app's instrumented clients pass both on; returns the context token."""
+        flags = _SAMPLED if sampled else _NOT_SAMPLED
+        state = TraceState.from_header([tracestate]) if tracestate else None
+        span = NonRecordingSpan(SpanContext(trace_id, span_id, False, flags, state))
         return context.attach(trace.set_span_in_context(span))
 
     def detach(self, token: object) -> None:

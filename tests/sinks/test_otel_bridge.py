@@ -51,9 +51,52 @@ async def test_an_extracted_remote_parent_keeps_its_remote_flag_and_tracestate()
             tel = Telemetry(bus, kind="agent", instance="a0", otel_context=True)
             with tel.operation("commit", checkpoint_id="c1") as op:
                 assert op.tracestate() == "vendor=abc"
+                # What the app's own instrumented client sends from inside the operation carries
+                # the caller's tracestate on (the current span had none: attach took none).
+                sent: dict[str, str] = {}
+                propagate.inject(sent)
+                assert sent == {"traceparent": op.traceparent(), "tracestate": "vendor=abc"}
     finally:
         context.detach(token)
     (finished,) = [e for e in events if isinstance(e, OperationFinished)]
     assert finished.parent_remote is True and finished.parent_span_id == 0xB7AD6B7169203331
     assert finished.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
     assert span_kind_of(finished) == SpanKind.SERVER
+
+
+class _Bridge:
+    """A user's bridge written to the protocol before ``tracestate``: three arguments."""
+
+    def __init__(self) -> None:
+        self.attached: list[tuple[object, ...]] = []
+
+    def current_parent(self) -> None:
+        return None
+
+    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
+        self.attached.append((trace_id, span_id, sampled))
+        return None
+
+    def detach(self, token: object) -> None:
+        pass
+
+
+class _StateBridge(_Bridge):
+    def attach(self, trace_id: int, span_id: int, sampled: bool, **options: object) -> object:
+        self.attached.append((trace_id, span_id, sampled, options))
+        return None
+
+
+async def test_a_bridge_gets_the_tracestate_only_if_its_attach_takes_it() -> None:
+    """A three-argument ``attach`` (the protocol as it was) is called as before, never with a
+    keyword it would refuse; one taking ``tracestate`` (or ``**kwargs``) gets the operation's."""
+    from ckpt_events import Telemetry
+    from ckpt_events.testing import capture_events
+
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    for bridge, extra in ((_Bridge(), ()), (_StateBridge(), ({"tracestate": "vendor=abc"},))):
+        async with capture_events() as (bus, _):
+            tel = Telemetry(bus, kind="agent", instance="a0", otel_context=bridge)
+            with tel.operation("commit", traceparent=traceparent).with_tracestate("vendor=abc") as op:
+                pass
+        assert bridge.attached == [(op.trace_id, op.span_id, True, *extra)]
