@@ -11,6 +11,7 @@ how long it took.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any, Final
@@ -65,8 +66,13 @@ class StallWatch:
     interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
 
     def __init__(self, after: float = 30.0, *, bus: Bus | None = None) -> None:
+        # Finite: an infinite threshold (or one whose nanoseconds overflow an int) killed the
+        # timer thread with an OverflowError at its first check, so nothing was ever reported.
         self.after = check_number(
-            after, f"after must be a number of seconds > 0, not {after!r}", low_open=True
+            after,
+            f"after must be a finite number of seconds > 0, not {after!r}",
+            high=sys.float_info.max,
+            low_open=True,
         )
         self.bus = bus
         self._open: dict[int, _Open] = {}
@@ -121,7 +127,7 @@ class StallWatch:
 
     def check(self, now_ns: int) -> int:
         """Report every operation open past ``after`` at ``now_ns`` not reported yet; returns how many."""
-        threshold = int(self.after * 1e9)
+        threshold = self.after * 1e9  # a float: a huge ``after`` is never reached, not an overflow
         with self._lock:
             due = [e for e in self._open.values() if not e.stalled and now_ns - e.start_ns >= threshold]
             for entry in due:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import anyio
@@ -80,11 +81,22 @@ async def test_quick_operations_are_never_warned_about(caplog: pytest.LogCapture
     assert not [r for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, True, "5"])
+@pytest.mark.parametrize("bad", [0, -1.0, True, "5", math.inf, math.nan])
 def test_after_must_be_positive_seconds(bad: object) -> None:
-    """A threshold that is not a positive number is refused when built."""
+    """A threshold that is not a finite positive number is refused when built."""
     with pytest.raises(InvalidArgumentError, match="after must be"):
         StallWatch(after=bad)  # type: ignore[arg-type]
+
+
+async def test_a_huge_threshold_is_never_reached() -> None:
+    """A finite threshold whose nanoseconds overflow an int reports nothing, and raises nothing."""
+    async with Bus() as bus:
+        watch = StallWatch(after=1e300, bus=bus)
+        bus.subscribe(watch)
+        tel = Telemetry(bus, kind="model", instance="model-0")
+        with tel.operation("prepare", checkpoint_id="c1"):
+            await bus.flush()
+            assert watch.check(time.time_ns() + 10**18) == 0
 
 
 async def test_configure_subscribes_it_from_the_environment() -> None:
