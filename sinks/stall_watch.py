@@ -5,7 +5,9 @@ batch; a timer thread wakes at most once a second, and only while something is o
 operation open longer than ``after`` seconds is logged once (operation, participant, checkpoint
 id, phase, age) and counted as a ``Stalled`` event on ``bus``, so every metric sink counts it in
 ``gym.checkpoint.events_total`` and the JSON lines keep it; when it ends, a second line says
-how long it took.
+how long it took. Ages run on the monotonic clock from when the watch saw the operation start
+(plus how late it saw it), so a wall-clock step (NTP, a resumed VM) neither hides a stall nor
+makes one.
 """
 
 from __future__ import annotations
@@ -40,14 +42,25 @@ _PHASE_DURING: Final = {Operation.PREPARE: Phase.PREPARING}
 
 
 class _Open:
-    __slots__ = ("checkpoint_id", "instance", "kind", "operation", "stalled", "start_ns", "worker")
+    __slots__ = (
+        "checkpoint_id",
+        "instance",
+        "kind",
+        "operation",
+        "since_ns",
+        "stalled",
+        "start_ns",
+        "worker",
+    )
 
-    def __init__(self, event: Any, kind: str) -> None:
+    def __init__(self, event: Any, kind: str, since_ns: int) -> None:
         self.kind = kind
         self.instance: str = event.instance
         self.operation: Operation = event.operation
         self.checkpoint_id: str | None = event.checkpoint_id
         self.start_ns: int = event.start_ns
+        #: The start on the monotonic clock: its age never jumps with the wall clock.
+        self.since_ns = since_ns
         self.worker: int | None = event.worker
         self.stalled = False
 
@@ -86,13 +99,18 @@ class StallWatch:
         """Track what opens and closes; log the end of an operation that was reported stalled."""
         ended: list[tuple[_Open, int, str]] = []
         opened = self._open
+        # Read once a batch: an operation started how long before this monotonic reading
+        # (never less than 0: the wall clock may have stepped back since it started).
+        wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
         with self._lock:
             for event in batch:
                 cls = event.__class__
                 if cls is OperationStarted:
-                    opened[event.span_id] = _Open(event, event.kind)
+                    since = mono_ns - max(0, wall_ns - event.start_ns)
+                    opened[event.span_id] = _Open(event, event.kind, since)
                 elif cls is CoordinateStarted:
-                    opened[event.span_id] = _Open(event, Kind.CONTROLLER)
+                    since = mono_ns - max(0, wall_ns - event.start_ns)
+                    opened[event.span_id] = _Open(event, Kind.CONTROLLER, since)
                 else:
                     entry = opened.pop(event.span_id, None)
                     if entry is not None and entry.stalled:
@@ -118,22 +136,29 @@ class StallWatch:
             self._wake.wait()  # idle until something is open
             if self._stopped.is_set():
                 return
-            self.check(time.time_ns())
+            self.check()
             with self._lock:
                 if not self._open:
                     self._wake.clear()
             if self._stopped.wait(1.0):
                 return
 
-    def check(self, now_ns: int) -> int:
-        """Report every operation open past ``after`` at ``now_ns`` not reported yet; returns how many."""
+    def check(self, now_ns: int | None = None) -> int:
+        """Report every operation open past ``after`` at ``now_ns`` (Unix ns, default now) not
+        reported yet; returns how many. Ages are read on the monotonic clock: ``now_ns`` only
+        says how far from the present to look."""
+        wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
+        if now_ns is None:
+            now_ns = wall_ns
+        else:
+            mono_ns += now_ns - wall_ns
         threshold = self.after * 1e9  # a float: a huge ``after`` is never reached, not an overflow
         with self._lock:
-            due = [e for e in self._open.values() if not e.stalled and now_ns - e.start_ns >= threshold]
+            due = [e for e in self._open.values() if not e.stalled and mono_ns - e.since_ns >= threshold]
             for entry in due:
                 entry.stalled = True
         for entry in due:
-            age = (now_ns - entry.start_ns) / 1e9
+            age = (mono_ns - entry.since_ns) / 1e9
             phase = _PHASE_DURING.get(entry.operation)
             logger.warning(
                 "stalled: %s, phase %s) open for %.1f s (threshold %g s)",

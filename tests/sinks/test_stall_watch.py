@@ -99,6 +99,29 @@ async def test_a_huge_threshold_is_never_reached() -> None:
             assert watch.check(time.time_ns() + 10**18) == 0
 
 
+@pytest.mark.parametrize("step_s", [-3600, 3600])
+async def test_a_wall_clock_step_neither_hides_nor_makes_a_stall(
+    step_s: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ages run on the monotonic clock: an operation open 0.4 s past a wall clock stepped back an
+    hour is reported at its true age, and one stepped forward an hour is not reported an hour old."""
+    memory = MemorySink([Stalled])
+    async with Bus() as bus:
+        watch = StallWatch(after=0.3, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(memory)
+        tel = Telemetry(bus, kind="model", instance="model-0")
+        with tel.operation("prepare", checkpoint_id="c1"):
+            await bus.flush()  # the watch has seen it start
+            wall = time.time_ns
+            monkeypatch.setattr(time, "time_ns", lambda: wall() + step_s * 10**9)
+            await anyio.sleep(0.4)
+            watch.check(time.time_ns())
+        await bus.flush()
+    (stalled,) = memory.events
+    assert 0.3 <= stalled.age_s < 1.5 and watch.stalls == 1
+
+
 async def test_configure_subscribes_it_from_the_environment() -> None:
     """CKPT_EVENTS_STALL_AFTER subscribes a StallWatch; a bad value names the variable."""
     async with Bus() as bus:
