@@ -29,6 +29,7 @@ from ckpt_events import (
     Stalled,
 )
 from ckpt_events._errors import check_number
+from ckpt_events.sinks._open_work import MAX_OPEN
 from ckpt_events.vocab import Kind, Operation, Phase
 
 __all__ = ["ENV_STALL_AFTER", "StallWatch"]
@@ -73,7 +74,8 @@ class StallWatch:
     """A bus sink warning once about each operation open longer than ``after`` seconds.
 
     ``bus``: where to count ``Stalled`` events (``None``: log only). The timer thread starts
-    with the first batch and stops in ``aclose`` (the bus awaits it when it closes).
+    with the first batch and stops in ``aclose`` (the bus awaits it when it closes). At most
+    ``MAX_OPEN`` open operations are watched; the rest are counted in ``untracked``, warned once.
     """
 
     interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
@@ -94,6 +96,8 @@ class StallWatch:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.stalls = 0
+        #: Operations not watched because ``MAX_OPEN`` were open (their ends lost, say).
+        self.untracked = 0
 
     def handle(self, batch: list[Any]) -> None:
         """Track what opens and closes; log the end of an operation that was reported stalled."""
@@ -102,19 +106,30 @@ class StallWatch:
         # Read once a batch: an operation started how long before this monotonic reading
         # (never less than 0: the wall clock may have stepped back since it started).
         wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
+        untracked = 0
         with self._lock:
             for event in batch:
                 cls = event.__class__
-                if cls is OperationStarted:
+                if cls is OperationStarted or cls is CoordinateStarted:
+                    if len(opened) >= MAX_OPEN:
+                        untracked += 1
+                        continue
+                    kind = event.kind if cls is OperationStarted else Kind.CONTROLLER
                     since = mono_ns - max(0, wall_ns - event.start_ns)
-                    opened[event.span_id] = _Open(event, event.kind, since)
-                elif cls is CoordinateStarted:
-                    since = mono_ns - max(0, wall_ns - event.start_ns)
-                    opened[event.span_id] = _Open(event, Kind.CONTROLLER, since)
+                    opened[event.span_id] = _Open(event, kind, since)
                 else:
                     entry = opened.pop(event.span_id, None)
                     if entry is not None and entry.stalled:
                         ended.append((entry, event.end_ns, str(event.outcome)))
+        if untracked:
+            if not self.untracked:
+                logger.warning(
+                    "stall watch: %d operations open, the most it tracks; later ones are not watched "
+                    "(counted in StallWatch.untracked); ends dropped by a full buffer (bus.stats()) "
+                    "leave operations open here",
+                    MAX_OPEN,
+                )
+            self.untracked += untracked
         for entry, end_ns, outcome in ended:
             logger.warning(
                 "stall ended: %s) ended %s after %.1f s",

@@ -11,11 +11,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ckpt_events import Bus, ConfigurationError, InvalidArgumentError, Stalled, Telemetry
+from ckpt_events import Bus, ConfigurationError, InvalidArgumentError, OperationStarted, Stalled, Telemetry
 from ckpt_events.sinks import StallWatch, configure
+from ckpt_events.sinks._open_work import MAX_OPEN
 from ckpt_events.sinks.otel import MetricSink
 from ckpt_events.testing import MemorySink
-from ckpt_events.vocab import METRIC_EVENTS, METRIC_OLDEST_OPEN
+from ckpt_events.vocab import METRIC_EVENTS, METRIC_OLDEST_OPEN, Kind, Operation
 from tests.sinks.helpers import metric_points
 
 P = "nemo.gym.checkpoint."
@@ -120,6 +121,24 @@ async def test_a_wall_clock_step_neither_hides_nor_makes_a_stall(
         await bus.flush()
     (stalled,) = memory.events
     assert 0.3 <= stalled.age_s < 1.5 and watch.stalls == 1
+
+
+async def test_the_watch_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    """Past MAX_OPEN open operations (their ends lost to a full buffer), more are counted as
+    untracked and warned about once, not kept."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
+    watch = StallWatch(after=3600)
+    now = time.time_ns()
+    started = [
+        OperationStarted(Kind.MODEL, "m", 1, span_id, now, Operation.COMMIT)
+        for span_id in range(MAX_OPEN + 6)
+    ]
+    watch.handle(started[: MAX_OPEN + 3])
+    watch.handle(started[MAX_OPEN + 3 :])  # a later batch: counted, not warned about again
+    await watch.aclose()
+    assert watch.untracked == 6
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
+    assert warning.startswith(f"stall watch: {MAX_OPEN} operations open, the most it tracks;")
 
 
 async def test_configure_subscribes_it_from_the_environment() -> None:
