@@ -31,8 +31,12 @@ class LoggingSink(BaseSink):
         check_int(level, f"level must be a logging level int, not {level!r}", minimum=0)
         self.logger = logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
         self.level = level
-        if not self.logger.isEnabledFor(level):
-            self.interests = ()
+
+    @property
+    def interests(self) -> tuple[type[Any], ...] | None:  # type: ignore[override]  # BaseSink has a plain attribute
+        """Every event, or none while the logger would drop ``level``: read when subscribed, so
+        logging configured after the sink was built (and before it is subscribed) counts."""
+        return None if self.logger.isEnabledFor(self.level) else ()
 
     def handle(self, batch: list[Any]) -> None:
         """Log each event as one record."""

@@ -35,3 +35,20 @@ async def test_a_silenced_logger_keeps_sites_off() -> None:
     async with Bus() as bus:
         bus.subscribe(LoggingSink(logger))
         assert not Telemetry(bus, kind="agent", instance="a0").enabled
+
+
+async def test_the_level_is_read_when_subscribed(caplog: pytest.LogCaptureFixture) -> None:
+    """Logging set up after the sink is built and before it is subscribed counts, as documented."""
+    logger = logging.getLogger("test.configured_later")
+    logger.setLevel(logging.ERROR)
+    sink = LoggingSink(logger)
+    logger.setLevel(logging.INFO)
+    caplog.set_level(logging.INFO, logger="test.configured_later")
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        assert tel.enabled
+        tel.refused("unauthorized")
+    assert [r.getMessage() for r in caplog.records if r.name == "test.configured_later"] == [
+        "Refused agent/a0"
+    ]
