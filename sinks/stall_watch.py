@@ -137,25 +137,30 @@ class StallWatch:
                 outcome,
                 (end_ns - entry.start_ns) / 1e9,
             )
-        if opened and not self._wake.is_set():
+        if opened and (self._thread is None or not self._wake.is_set()):
             self._start()
             self._wake.set()
 
     def _start(self) -> None:
-        if self._thread is None and not self._stopped.is_set():
-            self._thread = threading.Thread(target=self._run, name="ckpt-events-stall-watch", daemon=True)
+        if self._thread is None:
+            # A stop of its own: a thread aclose() gave up waiting for still ends at its next look,
+            # while the watch, subscribed again, runs a new one.
+            self._stopped = stopped = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(stopped,), name="ckpt-events-stall-watch", daemon=True
+            )
             self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, stopped: threading.Event) -> None:
         while True:
             self._wake.wait()  # idle until something is open
-            if self._stopped.is_set():
+            if stopped.is_set():
                 return
             self.check()
             with self._lock:
                 if not self._open:
                     self._wake.clear()
-            if self._stopped.wait(1.0):
+            if stopped.wait(1.0):
                 return
 
     def check(self, now_ns: int | None = None) -> int:
@@ -199,10 +204,13 @@ class StallWatch:
         return len(due)
 
     async def aclose(self) -> None:
-        """Stop the timer thread (it sleeps at most a second). Idempotent."""
+        """Stop the timer thread (it sleeps at most a second) and forget what is open: their ends
+        will not reach this watch. Idempotent; subscribed again, the watch starts afresh."""
         self._stopped.set()
         self._wake.set()
         thread = self._thread
         self._thread = None
+        with self._lock:
+            self._open.clear()
         if thread is not None:
             await anyio.to_thread.run_sync(thread.join, 2.0)

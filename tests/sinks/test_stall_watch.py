@@ -141,6 +141,28 @@ async def test_the_watch_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
     assert warning.startswith(f"stall watch: {MAX_OPEN} operations open, the most it tracks;")
 
 
+async def test_subscribed_again_it_watches_afresh() -> None:
+    """A watch subscribed to a second bus (an app started twice in one process) warns about a stall
+    there, and not about an operation left open when the first bus closed."""
+    watch = StallWatch(after=0.2)
+    memory = MemorySink([Stalled])
+    async with Bus() as bus:
+        bus.subscribe(watch)
+        left_open = Telemetry(bus, kind="model", instance="model-0").operation("prepare", checkpoint_id="c1")
+        left_open.__enter__()
+        await bus.flush()
+    async with Bus() as bus:
+        watch.bus = bus
+        bus.subscribe(watch)
+        bus.subscribe(memory)
+        with Telemetry(bus, kind="model", instance="model-0").operation("prepare", checkpoint_id="c2"):
+            await bus.flush()
+            await anyio.sleep(1.3)  # the timer looks when the operation starts and a second later
+        await bus.flush()
+    left_open.__exit__(None, None, None)
+    assert [e.checkpoint_id for e in memory.events] == ["c2"]
+
+
 async def test_configure_subscribes_it_from_the_environment() -> None:
     """CKPT_EVENTS_STALL_AFTER subscribes a StallWatch; a bad value names the variable."""
     async with Bus() as bus:
