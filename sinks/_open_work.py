@@ -2,7 +2,8 @@
 
 ``OpenWork.add(batch)`` pairs ``OperationStarted``/``CoordinateStarted`` with their
 ``*Finished`` by span id and keeps, per (operation, participant kind), how many are open and
-when each began; ``snapshot(now_ns)`` reads the instruments ``gym.checkpoint.open_operations``,
+when each began (on the monotonic clock, so a wall-clock step leaves the ages true);
+``snapshot(now_ns)`` reads the instruments ``gym.checkpoint.open_operations``,
 ``gym.checkpoint.oldest_open_s`` and ``gym.checkpoint.last_published_ts`` from that. Attribute
 sets are the low-cardinality flat keys of ``ckpt_events.sinks._metric_keys`` (tag ``open``), never an id;
 past the cardinality limit of its ``Overflow`` a new (operation, kind) is counted under the
@@ -11,6 +12,7 @@ overflow key (``ckpt_events.sinks._cardinality``).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 import msgspec
@@ -63,8 +65,8 @@ class OpenWork:
 
     def __init__(self, overflow: Overflow | None = None) -> None:
         self.overflow = Overflow() if overflow is None else overflow
-        # span id -> (flat key, start ns). Keys once seen stay in _counts, so a key whose work
-        # all finished reports 0 open and an oldest age of 0 rather than vanishing.
+        # span id -> (flat key, start on the monotonic clock). Keys once seen stay in _counts, so
+        # a key whose work all finished reports 0 open and an oldest age of 0 rather than vanishing.
         self._open: dict[int, tuple[tuple[Any, ...], int]] = {}
         self._counts: dict[tuple[Any, ...], int] = {}
         self._last_published_ns: int | None = None
@@ -76,6 +78,9 @@ class OpenWork:
         changes: dict[tuple[Any, ...], int] | None = {} if deltas else None
         opened = self._open
         counts = self._counts
+        # An operation began this long before the monotonic reading (never less than 0: the
+        # wall clock may have stepped back since); read once a batch.
+        wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
         for event in batch:
             cls = event.__class__
             if cls is OperationStarted or cls is CoordinateStarted:
@@ -92,7 +97,7 @@ class OpenWork:
                         self.overflow.fold(_OPEN_NAME)
                         key = _OVERFLOW_KEY
                         count = counts.get(key, 0)
-                opened[event.span_id] = (key, event.start_ns)
+                opened[event.span_id] = (key, mono_ns - max(0, wall_ns - event.start_ns))
                 counts[key] = count + 1
                 if changes is not None:
                     changes[key] = changes.get(key, 0) + 1
@@ -109,12 +114,16 @@ class OpenWork:
         return changes or None
 
     def snapshot(self, now_ns: int) -> OpenWorkSnapshot:
-        """The instruments' values at ``now_ns`` (Unix ns, the events' clock)."""
+        """The instruments' values at ``now_ns`` (Unix ns, the events' clock). Ages are read on
+        the monotonic clock: ``now_ns`` only says how far from the present to look."""
+        mono_ns = time.monotonic_ns() + (now_ns - time.time_ns())
         oldest: dict[tuple[Any, ...], int] = {}
-        for key, start_ns in self._open.values():
-            if start_ns < oldest.get(key, now_ns):
-                oldest[key] = start_ns
-        ages = {key: max(0.0, (now_ns - oldest[key]) / 1e9) if key in oldest else 0.0 for key in self._counts}
+        for key, since_ns in self._open.values():
+            if since_ns < oldest.get(key, mono_ns):
+                oldest[key] = since_ns
+        ages = {
+            key: max(0.0, (mono_ns - oldest[key]) / 1e9) if key in oldest else 0.0 for key in self._counts
+        }
         published = self._last_published_ns
         return OpenWorkSnapshot(
             open=dict(self._counts),

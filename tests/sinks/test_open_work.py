@@ -53,6 +53,27 @@ async def test_a_held_prepare_is_open_and_ages_then_closes() -> None:
     provider.shutdown()
 
 
+@pytest.mark.parametrize("step_s", [-3600, 3600])
+async def test_a_wall_clock_step_leaves_the_oldest_age_true(
+    step_s: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The oldest age runs on the monotonic clock: a prepare open 0.2 s, the wall clock stepped an
+    hour back or forward since it began, is 0.2 s old (not 0, which hid it, nor an hour, which paged)."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    async with Bus() as bus:
+        bus.subscribe(MetricSink(provider))
+        env = Telemetry(bus, kind="environment", instance="environment-0")
+        with env.operation("prepare", checkpoint_id="c1"):
+            await bus.flush()
+            wall = time.time_ns
+            monkeypatch.setattr(time, "time_ns", lambda: wall() + step_s * 10**9)
+            await anyio.sleep(0.2)
+            age = metric_points(reader)[METRIC_OLDEST_OPEN][1][PREPARE_ENV]
+    provider.shutdown()
+    assert 0.2 <= age < 2.0
+
+
 def test_the_tracker_is_bounded() -> None:
     """Past MAX_OPEN open operations (their ends lost), more are counted as untracked, not stored."""
     from ckpt_events import OperationStarted
