@@ -150,8 +150,17 @@ class EventCapture:
         self._stack = ExitStack()
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._subscribed: set[int] = set()  # ids of the sinks on the bus: each once
+        self._entered = False
 
     def __enter__(self) -> Self:
+        if self._entered:
+            # Refused before touching the stack: closing it tore down the running capture (a
+            # test's `with ckpt_capture:` left the fixture's capture "not running").
+            raise InvalidValueError(
+                "an EventCapture is entered once (the ckpt_capture fixture enters its own): "
+                "use it as it is, or create a new one"
+            )
+        self._entered = True
         try:
             portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
             self._portal = portal
@@ -159,8 +168,8 @@ class EventCapture:
             self._stack.enter_context(bus_context)
             portal.call(self._subscribe, self.sink, "capture")
         except BaseException:
-            # Entered twice (a Bus is entered once): the portal's thread stopped, not left
-            # running an event loop that kept the interpreter from exiting.
+            # The bus failed to start: the portal's thread stopped, not left running an event
+            # loop that kept the interpreter from exiting.
             self._portal = None
             self._stack.close()
             raise

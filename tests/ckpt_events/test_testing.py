@@ -73,6 +73,19 @@ def test_entering_a_capture_twice_leaves_no_thread_running() -> None:
     assert not set(threading.enumerate()) - before
 
 
+def test_entering_a_running_capture_again_leaves_it_running() -> None:
+    """A second ``with`` inside the first (a test's ``with ckpt_capture:``) is refused and the
+    capture goes on capturing; it closed the running bus, and every later read said "not running"."""
+    from ckpt_events import InvalidValueError, OperationFinished
+
+    with EventCapture() as capture:
+        with pytest.raises(InvalidValueError, match="entered once"), capture:
+            pass
+        with capture.telemetry("model", "model-0").operation("commit", checkpoint_id="c1"):
+            pass
+        assert len(capture.of_type(OperationFinished)) == 1
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
