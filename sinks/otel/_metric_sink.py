@@ -10,6 +10,7 @@ the SDK enforces one only from opentelemetry-sdk 1.45.2 (and ours bounds what we
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any, Final
@@ -116,6 +117,10 @@ class MetricSink:
         name, _, unit, description = OPEN_COUNTER
         self._open_operations = meter.create_up_down_counter(name, unit=unit, description=description)
         self._open_work = OpenWork(self._overflow)
+        # The gauges' callbacks run in the reader's thread (a periodic reader's, a scrape) while
+        # batches change the open work: iterating it unlocked failed them ("dictionary changed
+        # size during iteration") and the SDK dropped the gauges from that collection.
+        self._open_lock = threading.Lock()
         for (name, _, unit, description), observe in zip(
             GAUGES, (self._observe_oldest, self._observe_published), strict=True
         ):
@@ -195,7 +200,8 @@ class MetricSink:
 
     def _add_open_work(self, batch: list[Any]) -> int:
         """Add the batch's change of open operations per key; the SDK calls made."""
-        deltas = self._open_work.add(batch)
+        with self._open_lock:
+            deltas = self._open_work.add(batch)
         if deltas is None:
             return 0
         # Also a zero: the series exists from the first operation on, so "open > 0" has data.
@@ -225,11 +231,13 @@ class MetricSink:
         return calls
 
     def _observe_oldest(self, options: CallbackOptions) -> Iterable[Observation]:
-        snapshot = self._open_work.snapshot(time.time_ns())
+        with self._open_lock:
+            snapshot = self._open_work.snapshot(time.time_ns())
         return [Observation(age, self._open_attributes_of(key)) for key, age in snapshot.oldest_s.items()]
 
     def _observe_published(self, options: CallbackOptions) -> Iterable[Observation]:
-        published = self._open_work.snapshot(time.time_ns()).last_published_ts
+        with self._open_lock:
+            published = self._open_work.snapshot(time.time_ns()).last_published_ts
         return [] if published is None else [Observation(published, {})]
 
     async def aclose(self) -> None:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+import threading
+import time
+from contextlib import ExitStack
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
@@ -251,3 +257,46 @@ def test_a_bad_cardinality_limit_is_refused(ckpt_meter_provider: MeterProvider) 
     """Whole numbers >= 1 only."""
     with pytest.raises(InvalidArgumentError, match="cardinality_limit"):
         MetricSink(ckpt_meter_provider, cardinality_limit=0)
+
+
+async def test_a_collection_in_another_thread_never_fails_the_open_work_gauges(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A reader collecting in its own thread (a periodic reader's) while batches open and close
+    operations reads the gauges whole: their callback iterated the open operations as the bus's
+    thread changed them ("dictionary changed size during iteration", the gauge missing)."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    caplog.set_level(logging.ERROR, logger="opentelemetry.sdk.metrics")
+    stop = threading.Event()
+
+    def collect() -> None:
+        while not stop.is_set():
+            reader.get_metrics_data()
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches as often as possible, where the race is
+    collector = threading.Thread(target=collect)
+    try:
+        async with Bus() as bus:
+            bus.subscribe(MetricSink(provider))
+            tel = Telemetry(bus, kind="model", instance="m0")
+            with ExitStack() as held:
+                for _ in range(2000):  # a long iteration for the callback
+                    held.enter_context(tel.operation("commit", checkpoint_id="c1"))
+                await bus.flush()
+                collector.start()
+                deadline = time.monotonic() + 0.5  # failed within 0.15 s, five runs of five
+                while time.monotonic() < deadline and not caplog.records:
+                    with ExitStack() as churn:
+                        for _ in range(500):
+                            churn.enter_context(tel.operation("commit", checkpoint_id="c1"))
+                        await bus.flush()
+                    await bus.flush()
+    finally:
+        stop.set()
+        if collector.is_alive():
+            collector.join()
+        sys.setswitchinterval(switch)
+        provider.shutdown()
+    assert [r.getMessage() for r in caplog.records] == []
