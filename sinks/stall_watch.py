@@ -24,6 +24,7 @@ from ckpt_events import (
     Bus,
     CoordinateFinished,
     CoordinateStarted,
+    InvalidTypeError,
     OperationFinished,
     OperationStarted,
     Stalled,
@@ -89,6 +90,9 @@ class StallWatch:
             high=sys.float_info.max,
             low_open=True,
         )
+        if bus is not None and not isinstance(bus, Bus):
+            # Else the timer thread died of an AttributeError at the first stall, reporting no more.
+            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
         self.bus = bus
         self._open: dict[int, _Open] = {}
         self._lock = threading.Lock()

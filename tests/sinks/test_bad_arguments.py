@@ -81,6 +81,7 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "logging sink level as a string": (lambda: LoggingSink(level="INFO"), InvalidTypeError),
     "stall watch after zero seconds": (lambda: StallWatch(0), InvalidValueError),
     "stall watch after as a string": (lambda: StallWatch("30"), InvalidTypeError),
+    "stall watch bus not a Bus": (lambda: StallWatch(30, bus=object()), InvalidTypeError),  # type: ignore[arg-type]
 }
 
 
