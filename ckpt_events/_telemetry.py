@@ -67,7 +67,14 @@ BRIDGE_GROUP: Final = "ckpt_events.context_bridges"
 def _load_bridge(name: str) -> ContextBridge:
     # Found by entry point, so the core imports no tracing library and no sink package.
     for entry in entry_points(group=BRIDGE_GROUP, name=name):
-        bridge = entry.load()()
+        try:
+            loaded = entry.load()
+        except ImportError as exc:  # our own entry point, on an install without the otel extra
+            raise InvalidValueError(
+                f"otel_context=True needs the {name!r} context bridge, which could not be imported "
+                f"({exc}): install ckpt-events[otel], or pass a ContextBridge"
+            ) from None
+        bridge = loaded()
         if isinstance(bridge, ContextBridge):
             return bridge
     raise InvalidValueError(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import entry_points
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
+from ckpt_events import Bus, InvalidValueError, Telemetry
 from ckpt_events.sinks import otel_bridge
 from ckpt_events.sinks.otel._context_bridge import OtelContextBridge as Implemented
 
@@ -100,3 +103,13 @@ async def test_a_bridge_gets_the_tracestate_only_if_its_attach_takes_it() -> Non
             with tel.operation("commit", traceparent=traceparent).with_tracestate("vendor=abc") as op:
                 pass
         assert bridge.attached == [(op.trace_id, op.span_id, True, *extra)]
+
+
+def test_without_opentelemetry_otel_context_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an install without the otel extra, ``otel_context=True`` is one error naming the extra,
+    not the entry point's ``ModuleNotFoundError`` traceback."""
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
+    for module in ("ckpt_events.sinks.otel_bridge", "ckpt_events.sinks.otel._context_bridge"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(InvalidValueError, match=r"install ckpt-events\[otel\], or pass a ContextBridge"):
+        Telemetry(Bus(), kind="agent", instance="a0", otel_context=True)
