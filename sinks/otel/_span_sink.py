@@ -106,6 +106,12 @@ class SpanSink:
                 resource = tracer_provider.resource
         if processor is not None and not callable(getattr(processor, "on_end", None)):
             raise InvalidTypeError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
+        # Checked here: taken as they were, every span failed later, blamed on the exporter
+        # (a dict resource: "span exporter ConsoleSpanExporter raised") or on the whole batch.
+        if resource is not None and not isinstance(resource, Resource):
+            raise InvalidTypeError(f"resource must be an OpenTelemetry Resource or None, not {resource!r}")
+        if redactor is not None and not isinstance(redactor, Redactor):
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
         check_int(
             max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
         )

@@ -65,6 +65,14 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     ),
     "SDK span sink with no exporter": (SpanSink, InvalidValueError),
     "SDK span sink with a non-exporter": (lambda: SpanSink(exporter=object()), InvalidTypeError),
+    "SDK span sink resource a dict": (
+        lambda: SpanSink(InMemorySpanExporter(), resource={"service.name": "x"}),  # type: ignore[arg-type]
+        InvalidTypeError,
+    ),
+    "SDK span sink redactor not a Redactor": (
+        lambda: SpanSink(InMemorySpanExporter(), redactor="none"),  # type: ignore[arg-type]
+        InvalidTypeError,
+    ),
     "JSON lines rotation of zero bytes": (
         lambda: JsonLinesSink(io.BytesIO(), max_bytes=0),
         InvalidValueError,
