@@ -227,7 +227,12 @@ def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(body)
                 return
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            try:
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            except TypeError:
+                # prometheus-client compares an unparsable version ("version=abc") with numbers:
+                # the scrape thread died with a traceback and no answer. Accept is a preference.
+                encoder, content_type = choose_encoder("")
             body = encoder(registry)
             self.send_response(200)
             self.send_header("Content-Type", content_type)

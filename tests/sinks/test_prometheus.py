@@ -350,6 +350,15 @@ def test_another_path_is_404_and_other_methods_501() -> None:
         assert _get(endpoint.url + "?x=1")[0].startswith("text/plain")
 
 
+def test_an_unparsable_accept_version_gets_the_text_format() -> None:
+    """``Accept`` with a version prometheus-client cannot compare is answered in the text format,
+    not with a reset connection and a traceback on stderr."""
+    with _endpoint(PrometheusSink()) as endpoint:
+        for accept in ("application/openmetrics-text; version=abc", "text/plain; version=1.x"):
+            assert _get(endpoint.url, accept)[0].startswith("text/plain; version=0.0.4")
+        assert _get(endpoint.url, OPENMETRICS)[0].startswith("application/openmetrics-text")
+
+
 def test_a_slow_reader_is_cut_off_and_does_not_hold_up_others() -> None:
     """A client that never finishes its request is answered 408 and closed after the timeout; a
     scrape meanwhile answers."""
