@@ -42,6 +42,7 @@ from ckpt_events.sinks._metric_totals import (
 from ckpt_events.sinks._open_work import OpenWorkSnapshot
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
 from ckpt_events.sinks._scrape_server import ScrapeServer
+from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp._http import BUS_LINGER
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument
 
@@ -119,10 +120,16 @@ class PrometheusSink:
 
 
 class TotalsCollector:
-    """A ``prometheus_client`` collector rendering a source's totals at each scrape."""
+    """A ``prometheus_client`` collector rendering a source's totals at each scrape.
+
+    A label value UTF-8 cannot carry (a lone surrogate) is written with U+FFFD in its place,
+    as our OTLP encoder does, and counted once per label set in ``replaced_values``.
+    """
 
     def __init__(self, source: TotalsSource) -> None:
         self.source = source
+        #: Label values written with U+FFFD for a surrogate (once per label set).
+        self.replaced_values = 0
         # One entry per key of the totals: bounded by their cardinality limit per instrument.
         self._labels: dict[tuple[Any, ...], dict[str, str]] = {}
 
@@ -131,9 +138,13 @@ class TotalsCollector:
         if cached is None:
             attributes = keys.attributes_of(key)
             # The overflow attribute is a boolean: "true", as the Collector's exporter writes it.
-            cached = self._labels[key] = {
+            labels = {
                 label_name(k): v if isinstance(v, str) else str(v).lower() for k, v in attributes.items()
             }
+            # One surrogate (a kind from os.fsdecode, say) failed every scrape from then on:
+            # the page is encoded as UTF-8 as a whole.
+            cached = self._labels[key] = {k: replace_surrogates(v) for k, v in labels.items()}
+            self.replaced_values += sum(cached[k] != v for k, v in labels.items())
         return cached
 
     def describe(self) -> list[Any]:
@@ -274,7 +285,8 @@ class PrometheusEndpoint:
             ) from None
         self.source = source
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(TotalsCollector(source))
+        self.collector = TotalsCollector(source)
+        self.registry.register(self.collector)
         try:
             self._server = ScrapeServer(
                 (host, port),
@@ -323,6 +335,11 @@ class PrometheusEndpoint:
     def timed_out(self) -> int:
         """Connections closed for not sending a request head within ``header_timeout``."""
         return self._server.timed_out
+
+    @property
+    def replaced_values(self) -> int:
+        """Label values written with U+FFFD for a lone surrogate (``TotalsCollector``'s count)."""
+        return self.collector.replaced_values
 
     def close(self) -> None:
         """Stop serving and release the port. Idempotent."""

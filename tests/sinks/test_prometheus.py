@@ -334,6 +334,18 @@ async def test_a_taken_port_is_one_line_naming_the_variables() -> None:
                 configure(bus, environ=env)
 
 
+def test_a_label_value_with_a_lone_surrogate_is_written_with_a_replacement_character() -> None:
+    """A kind UTF-8 cannot carry (``os.fsdecode`` of a bad byte) keeps every scrape answering: U+FFFD
+    in its place, counted once; before, each scrape reset its connection from then on."""
+    sink = PrometheusSink()
+    ident = {"kind": "judge\udc80", "instance": "i0", "trace_id": 1, "span_id": 1, "start_ns": 1}
+    sink.handle([OperationFinished(**ident, end_ns=2_000_000, operation="commit")])  # type: ignore[arg-type]
+    with _endpoint(sink) as endpoint:
+        for accept in ("", OPENMETRICS):
+            assert 'participant_kind="judge\ufffd"' in _get(endpoint.url, accept)[1]
+        assert endpoint.replaced_values == 1
+
+
 def test_another_path_is_404_and_other_methods_501() -> None:
     """Only GET /metrics is served."""
     with _endpoint(PrometheusSink()) as endpoint:
