@@ -44,7 +44,7 @@ from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_ty
 from ckpt_events.sinks._scrape_server import ScrapeServer
 from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp._http import BUS_LINGER
-from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument
+from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument, InstrumentKind
 
 __all__ = [
     "DEFAULT_HOST",
@@ -148,8 +148,19 @@ class TotalsCollector:
         return cached
 
     def describe(self) -> list[Any]:
-        """Nothing: the registry must not call ``collect`` at registration."""
-        return []
+        """Every family ``collect`` may yield, without samples: a registry already holding one
+        of these names refuses the collector at ``register`` (``collect`` is not called)."""
+        from prometheus_client.metrics_core import Metric
+
+        # Without names, a registry took a second collector, or a user's own metric of the same
+        # name, and every page it rendered then had a family twice: Prometheus fails the scrape.
+        families = []
+        for name, kind, unit, description in (*HISTOGRAMS, *COUNTERS, *OPEN_WORK_INSTRUMENTS):
+            family = metric_name(name, unit, kind)
+            if kind is InstrumentKind.COUNTER:
+                family = family.removesuffix("_total")  # as ``collect`` names a counter's family
+            families.append(Metric(family, description, prometheus_type(kind), unit_word(unit)[0]))
+        return families
 
     def collect(self) -> Iterator[Any]:
         """One family per instrument with points, from one snapshot of the totals."""

@@ -346,6 +346,27 @@ def test_a_label_value_with_a_lone_surrogate_is_written_with_a_replacement_chara
         assert endpoint.replaced_values == 1
 
 
+def test_a_registry_already_holding_one_of_our_names_refuses_the_collector() -> None:
+    """``register`` raises naming the clash (a user's own metric, or a second collector) rather
+    than rendering a family twice, which fails every Prometheus scrape of that registry."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from ckpt_events.sinks.prometheus import TotalsCollector
+
+    sink = PrometheusSink()
+    sink.handle(_kinds(1))
+    registry = CollectorRegistry()
+    Counter("gym_checkpoint_records", "the user's own", registry=registry)
+    with pytest.raises(ValueError, match="gym_checkpoint_records_total"):
+        registry.register(TotalsCollector(sink))
+    registry = CollectorRegistry()
+    registry.register(TotalsCollector(sink))
+    with pytest.raises(ValueError, match=DURATION):
+        registry.register(TotalsCollector(sink))
+    families = [f.name for f in text_string_to_metric_families(generate_latest(registry).decode())]
+    assert families.count(DURATION) == 1
+
+
 def test_another_path_is_404_and_other_methods_501() -> None:
     """Only GET /metrics is served."""
     with _endpoint(PrometheusSink()) as endpoint:
