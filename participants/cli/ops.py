@@ -37,16 +37,29 @@ def _ops(args: argparse.Namespace) -> int:
     if directory.exists() and not directory.is_dir():
         raise CommandError(f"--write {directory}: not a directory; name a directory to write the pack into")
     existing = [name for name in OPS_FILES if (directory / name).exists()]
+    # Checked before anything is written: a directory named dashboard.json failed the third
+    # write, after the first two had replaced what was there.
+    not_files = [name for name in existing if not (directory / name).is_file()]
+    if not_files:
+        raise CommandError(
+            f"--write {directory}: not a file: {', '.join(not_files)}; move it away or name another directory"
+        )
     if existing and not args.force:
         raise CommandError(
             f"--write {directory}: {', '.join(existing)} already there; pass --force to overwrite"
         )
+    written: list[str] = []
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name in OPS_FILES:
             (directory / name).write_text(ops_file(name), encoding="utf-8")
+            written.append(name)
     except OSError as exc:
-        raise CommandError(f"--write {directory}: cannot write the pack: {exc.strerror or exc}") from None
+        where = f"{exc.filename}: " if exc.filename else ""
+        done = f" ({', '.join(written)} written)" if written else ""
+        raise CommandError(
+            f"--write {directory}: cannot write the pack: {where}{exc.strerror or exc}{done}"
+        ) from None
     for name in OPS_FILES:
         print(directory / name)
     return 0

@@ -25,3 +25,22 @@ def test_ops_writes_every_file_and_refuses_to_overwrite(
     err = capsys.readouterr().err
     assert "already there; pass --force" in err and err.count("\n") == 1
     assert main(["ops", "--write", str(pack), "--force"]) == 0
+
+
+def test_ops_refuses_a_name_that_is_not_a_file_and_names_a_failed_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name of the pack taken by a directory is refused before anything is written; a write
+    failing part-way names its file and what was written (it said "Is a directory" alone)."""
+    pack = tmp_path / "pack"
+    (pack / "dashboard.json").mkdir(parents=True)
+    assert main(["ops", "--write", str(pack), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "not a file: dashboard.json" in err and err.count("\n") == 1
+    assert sorted(p.name for p in pack.iterdir()) == ["dashboard.json"]
+    (pack / "dashboard.json").rmdir()
+    (pack / "dashboard.json").symlink_to(tmp_path / "gone" / "dashboard.json")  # cannot be written
+    assert main(["ops", "--write", str(pack)]) == 2
+    err = capsys.readouterr().err
+    assert f"{pack / 'dashboard.json'}: No such file or directory (rules.yml, rules_test.yml written)" in err
+    assert err.count("\n") == 1
