@@ -14,6 +14,8 @@ so a peer that never finishes a head costs a socket and a buffer, never a scrape
   has waited a moment, so idle sockets can only displace each other; a new connection with
   nothing to displace is answered 503.
 - A complete head finding every slot busy is answered 503 at once (both counted in ``refused``).
+- A handler that raises (a page its encoder cannot write) fails that request alone: answered
+  500, counted in ``failed``, the first one logged with its traceback.
 
 It serves ``handler`` (a ``BaseHTTPRequestHandler`` subclass) one request per connection.
 """
@@ -21,6 +23,7 @@ It serves ``handler`` (a ``BaseHTTPRequestHandler`` subclass) one request per co
 from __future__ import annotations
 
 import io
+import logging
 import selectors
 import socket
 import threading
@@ -31,6 +34,8 @@ from typing import Any, Final
 
 __all__ = ["ScrapeServer"]
 
+logger: Final = logging.getLogger("ckpt_events.sinks.prometheus")
+
 #: The longest request head read (as ``http.server``'s line limit): past it, 431.
 MAX_HEAD_BYTES: Final = 64 * 1024
 #: Connections accepted per wake-up, so reading heads is not starved by a connect storm.
@@ -39,6 +44,7 @@ _ACCEPT_BATCH: Final = 16
 #: head already sent, so a burst of real scrapers gets 503s rather than each other's resets.
 _DISPLACE_AFTER: Final = 0.1
 _BUSY: Final = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_FAILED: Final = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _TIMED_OUT: Final = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _TOO_LARGE: Final = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -126,6 +132,9 @@ class ScrapeServer:
         self.timed_out = 0
         #: Waiting connections closed to make room for a new one.
         self.displaced = 0
+        #: Requests whose handler raised (answered 500; the first one logged).
+        self.failed = 0
+        self._failed_lock = threading.Lock()
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.socket = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -257,6 +266,20 @@ class ScrapeServer:
             self.handler(_Prefetched(sock, head, deadline), address, self)  # type: ignore[arg-type]
         except OSError:
             pass  # the scraper went away, or was too slow to take its reply within the deadline
+        except Exception:
+            # The server's one boundary: a value the page's encoder could not write killed this
+            # thread with a traceback on stderr and reset the connection, at every scrape.
+            with self._failed_lock:
+                self.failed += 1
+                first = self.failed == 1
+            if first:
+                logger.exception(
+                    "a request to %s:%d failed; answered 500, and later failures are counted "
+                    "(PrometheusEndpoint.failed), not logged",
+                    *self.server_address,
+                )
+            sock.setblocking(False)  # never wait on a peer that does not read
+            _send_quietly(sock, _FAILED)
         finally:
             try:
                 sock.shutdown(socket.SHUT_WR)

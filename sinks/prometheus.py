@@ -348,6 +348,12 @@ class PrometheusEndpoint:
         return self._server.timed_out
 
     @property
+    def failed(self) -> int:
+        """Scrapes answered 500: rendering the page raised (the first one is logged, with its
+        traceback, on ``ckpt_events.sinks.prometheus``)."""
+        return self._server.failed
+
+    @property
     def replaced_values(self) -> int:
         """Label values written with U+FFFD for a lone surrogate (``TotalsCollector``'s count)."""
         return self.collector.replaced_values

@@ -367,6 +367,25 @@ def test_a_registry_already_holding_one_of_our_names_refuses_the_collector() -> 
     assert families.count(DURATION) == 1
 
 
+def test_a_page_that_cannot_be_rendered_is_a_500_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A render that raises (a count bus.emit took unchecked as None) answers 500, counted, the
+    first one logged; it killed the scrape thread with a traceback and no answer each time."""
+    from ckpt_events import GenerationCut
+
+    sink = PrometheusSink()
+    sink.handle([GenerationCut(kind="model", instance="m0", time_ns=1, disposition="aborted", calls=None)])  # type: ignore[arg-type]
+    with _endpoint(sink) as endpoint, caplog.at_level("ERROR", logger="ckpt_events.sinks.prometheus"):
+        for _ in range(2):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                _get(endpoint.url)
+            assert info.value.code == 500
+            info.value.close()
+        assert endpoint.failed == 2
+    assert [r.message.split(";")[0] for r in caplog.records] == [
+        f"a request to 127.0.0.1:{endpoint.port} failed"
+    ]
+
+
 def test_another_path_is_404_and_other_methods_501() -> None:
     """Only GET /metrics is served."""
     with _endpoint(PrometheusSink()) as endpoint:
