@@ -103,23 +103,29 @@ class Configured:
 
     async def aclose(self) -> None:
         """Deliver what was emitted, unsubscribe (the bus closes each sink), then shut down
-        the meter provider ``configure`` built. All within ``close_timeout``. Idempotent."""
+        the meter provider ``configure`` built. All within ``close_timeout``. Idempotent. The
+        Prometheus endpoint is closed last, also when this close is cancelled or fails."""
         if self._closed:
             return
         self._closed = True
-        with anyio.move_on_after(self.close_timeout):
-            await self.bus.flush(timeout=self.close_timeout)
-            # Side by side: one after the other, a span sink's and a metric sink's last exports
-            # to a hanging collector took their two timeouts (10 + 5 s past a 10 s close).
-            async with anyio.create_task_group() as tg:
-                for sub in self.subscriptions:
-                    tg.start_soon(sub.aclose)
-            if self.meter_provider is not None:
-                provider = self.meter_provider
-                timeout_ms = int(self.close_timeout * 1000)
-                await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
-        if self.prometheus is not None:
-            await self.prometheus.aclose()
+        try:
+            with anyio.move_on_after(self.close_timeout):
+                await self.bus.flush(timeout=self.close_timeout)
+                # Side by side: one after the other, a span sink's and a metric sink's last exports
+                # to a hanging collector took their two timeouts (10 + 5 s past a 10 s close).
+                async with anyio.create_task_group() as tg:
+                    for sub in self.subscriptions:
+                        tg.start_soon(sub.aclose)
+                if self.meter_provider is not None:
+                    provider = self.meter_provider
+                    timeout_ms = int(self.close_timeout * 1000)
+                    await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
+        finally:
+            if self.prometheus is not None:
+                # Shielded: a cancelled close (a Ctrl-C, a failing sibling task) never got here,
+                # and a second aclose() returns at once: the scrape thread and its port stayed.
+                with anyio.CancelScope(shield=True):
+                    await self.prometheus.aclose()
 
     async def __aenter__(self) -> Self:
         return self

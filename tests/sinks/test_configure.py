@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -258,3 +261,22 @@ async def test_a_reader_registered_elsewhere_is_a_configuration_error() -> None:
                 configure(bus, environ={}, metric_readers=[reader])
     finally:
         theirs.shutdown()
+
+
+async def test_a_cancelled_close_still_stops_the_prometheus_endpoint() -> None:
+    """A close cancelled by its owner (a Ctrl-C, a failing sibling) still stops the scrape thread
+    and frees its port; it left both for the life of the process, a second aclose() a no-op."""
+    environ = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+    }
+    async with Bus() as bus:
+        with anyio.CancelScope() as scope:
+            async with configure(bus, environ=environ) as configured:
+                assert configured.prometheus is not None
+                port = configured.prometheus.port
+                scope.cancel()
+    assert not [t for t in threading.enumerate() if t.name == f"ckpt-events-prometheus-{port}"]
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))
