@@ -221,7 +221,9 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         args.kind,
         instance=instance,
         token=token,
-        configure_sinks=functools.partial(_configure_sinks, instance=instance, close_predecessor=True),
+        configure_sinks=functools.partial(
+            _configure_sinks, instance=instance, close_predecessor=True, announce_metrics=True
+        ),
         lease_grace_seconds=args.lease_grace_seconds,
         sample_ratio=ratio,
         otel_context=args.otel_context,
@@ -232,12 +234,17 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     )
 
 
-def _configure_sinks(bus: Any, *, instance: str | None = None, close_predecessor: bool = False) -> Any:
+def _configure_sinks(
+    bus: Any, *, instance: str | None = None, close_predecessor: bool = False, announce_metrics: bool = False
+) -> Any:
     from ckpt_events import sinks
 
     configured = sinks.configure(bus, service_instance_id=instance)
     # Bounded: a collector gone since start-up must not hold a Ctrl-C for its retries (13 s).
     configured.close_timeout = SHUTDOWN_TIMEOUT
+    if announce_metrics and configured.prometheus is not None and configured.settings.prometheus_port == 0:
+        # Port 0 (any free port, as the taken-worker-port error suggests): said nowhere else.
+        print(f"ckpt-events serve: metrics at {configured.prometheus.url}", file=sys.stderr, flush=True)
     if close_predecessor and configured.jsonl_sink is not None and configured.jsonl_sink.path is not None:
         _close_predecessors_work(bus, configured.jsonl_sink.path)
     return configured

@@ -71,6 +71,13 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
                     file=sys.stderr,
                     flush=True,
                 )
+            elif handle.prometheus is not None and handle.settings.prometheus_port == 0:
+                # Port 0 asked for (any free port): the port chosen is said nowhere else.
+                print(
+                    f"ckpt-events serve: worker {index}: metrics at {handle.prometheus.url}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if handle.jsonl_sink is not None and handle.jsonl_sink.path is not None:
                 # A worker started again on its predecessor's log ends what that one left open.
                 with contextlib.suppress(OSError):  # the log unreadable: nothing to close

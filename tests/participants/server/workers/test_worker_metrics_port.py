@@ -136,3 +136,25 @@ async def test_a_worker_restarted_onto_a_taken_port_serves_its_metrics_on_anothe
         assert "restart budget" not in server.stderr_path.read_text(errors="replace")
     finally:
         server.terminate()
+
+
+async def test_with_port_0_each_process_says_where_its_metrics_are(tmp_path: Path) -> None:
+    """``OTEL_EXPORTER_PROMETHEUS_PORT=0`` (the taken-port error's suggestion): the server and each
+    worker say their metrics URL in one line each, and serve there; before, none was said anywhere."""
+    server = _server(tmp_path, 0)
+    try:
+        await server.wait_listening(30)
+        with anyio.fail_after(30):
+            while len(lines := _said(server, "metrics at")) < 3:
+                await anyio.sleep(0.05)
+        urls = {line.rsplit(" at ", 1)[1] for line in lines}
+        assert len(urls) == 3 and sum("worker" in line for line in lines) == 2, lines
+        for url in urls:
+            assert httpx.get(url, timeout=5).status_code == 200
+    finally:
+        server.terminate()
+
+
+def _said(server: ServerProcess, words: str) -> list[str]:
+    """The lines of the server's stderr so far that hold ``words``."""
+    return [line for line in server.stderr_path.read_text(errors="replace").splitlines() if words in line]
