@@ -118,6 +118,13 @@ class PrometheusSink:
         with self._lock:
             return self._totals.overflow.measurements
 
+    @property
+    def untracked(self) -> int:
+        """Operations started while ``MAX_OPEN`` (10,000) were open already: not in
+        ``gym_checkpoint_open_operations`` nor ``..._oldest_open_s_seconds``, which undercount."""
+        with self._lock:
+            return self._totals.open_work.untracked
+
 
 class TotalsCollector:
     """A ``prometheus_client`` collector rendering a source's totals at each scrape.

@@ -295,6 +295,27 @@ async def test_new_kinds_past_the_limit_do_not_grow_the_page() -> None:
     assert abs(pages[1] - pages[0]) < 100  # only the overflow series' counts have more digits
 
 
+def test_operations_started_past_the_open_bound_are_counted_as_untracked() -> None:
+    """Past 10,000 open operations a start is not tracked by the open-work gauges: counted in
+    ``untracked``, where nothing said the gauges undercount."""
+    from ckpt_events.sinks._open_work import MAX_OPEN
+
+    sink = PrometheusSink()
+    sink.handle(
+        [
+            OperationStarted(
+                kind="model", instance="m0", trace_id=1, span_id=i + 1, start_ns=1, operation="prepare"
+            )  # type: ignore[arg-type]
+            for i in range(MAX_OPEN + 2)
+        ]
+    )
+    assert sink.untracked == 2
+    assert (
+        sink.snapshot().open is not None
+        and sink.snapshot().open.open[("open", "prepare", "model")] == MAX_OPEN
+    )
+
+
 async def test_configure_passes_the_cardinality_limit_on() -> None:
     """``metric_cardinality_limit`` reaches the sink configure builds; a bad one is a ConfigurationError."""
     env = {
