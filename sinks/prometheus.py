@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from ckpt_events import ConfigurationError
+from ckpt_events import ConfigurationError, InvalidValueError
+from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks._metric_totals import (
@@ -43,7 +44,7 @@ from ckpt_events.sinks._open_work import OpenWorkSnapshot
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
 from ckpt_events.sinks._scrape_server import ScrapeServer
 from ckpt_events.sinks._wire_safe import replace_surrogates
-from ckpt_events.sinks.otlp._http import BUS_LINGER
+from ckpt_events.sinks.otlp._http import BUS_LINGER, MAX_TIMEOUT_S
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument, InstrumentKind
 
 __all__ = [
@@ -279,9 +280,11 @@ class PrometheusEndpoint:
     """``http://host:port/metrics`` serving ``source``'s totals until ``close``.
 
     ``port=0`` picks a free port (read ``port``). Binding fails with ``ConfigurationError``
-    naming the address. ``max_concurrent`` scrapes run at once; a connection must send its
-    request head within ``header_timeout`` and be answered within ``timeout`` (both from its
-    accept), else it is closed.
+    naming the address; a port outside 0-65535, ``max_concurrent`` below 1 or a timeout that is
+    not a number of seconds in (0, 3600] raise ``InvalidValueError`` (``InvalidTypeError``: not
+    a number) before anything is bound. ``max_concurrent`` scrapes run at once; a connection
+    must send its request head within ``header_timeout`` and be answered within ``timeout``
+    (both from its accept), else it is closed.
     """
 
     def __init__(
@@ -294,6 +297,19 @@ class PrometheusEndpoint:
         timeout: float = 5.0,
         header_timeout: float = 2.0,
     ) -> None:
+        # Unchecked, max_concurrent=0 answered every scrape 503 and timeout=0 closed every
+        # connection unanswered, for the life of the endpoint; port=70000 was an OverflowError.
+        port_message = f"port must be a TCP port number from 0 to 65535, not {port!r}"
+        if check_int(port, port_message) > 65535:
+            raise InvalidValueError(port_message)
+        check_int(max_concurrent, f"max_concurrent must be an int >= 1, not {max_concurrent!r}", minimum=1)
+        for name, seconds in (("timeout", timeout), ("header_timeout", header_timeout)):
+            check_number(
+                seconds,
+                f"{name} must be seconds in (0, {MAX_TIMEOUT_S:g}], not {seconds!r}",
+                high=MAX_TIMEOUT_S,
+                low_open=True,
+            )
         try:
             from prometheus_client import CollectorRegistry
         except ImportError:

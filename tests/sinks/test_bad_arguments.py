@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ckpt_events import InvalidArgumentError, InvalidTypeError, InvalidValueError
 from ckpt_events.sinks import JsonLinesSink, LoggingSink, StallWatch, read_events
 from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink, SpanSink
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
 from ckpt_events.sinks.replay import replay
 
 ENDPOINT = "http://127.0.0.1:9"
@@ -90,6 +91,26 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "stall watch after zero seconds": (lambda: StallWatch(0), InvalidValueError),
     "stall watch after as a string": (lambda: StallWatch("30"), InvalidTypeError),
     "stall watch bus not a Bus": (lambda: StallWatch(30, bus=object()), InvalidTypeError),  # type: ignore[arg-type]
+    "scrape endpoint port past 65535": (
+        lambda: PrometheusEndpoint(PrometheusSink(), port=70000),
+        InvalidValueError,
+    ),
+    "scrape endpoint port as a string": (
+        lambda: PrometheusEndpoint(PrometheusSink(), port="9464"),
+        InvalidTypeError,
+    ),
+    "scrape endpoint of no slots": (
+        lambda: PrometheusEndpoint(PrometheusSink(), port=0, max_concurrent=0),
+        InvalidValueError,
+    ),
+    "scrape endpoint timeout of zero": (
+        lambda: PrometheusEndpoint(PrometheusSink(), port=0, timeout=0),
+        InvalidValueError,
+    ),
+    "scrape endpoint header timeout NaN": (
+        lambda: PrometheusEndpoint(PrometheusSink(), port=0, header_timeout=float("nan")),
+        InvalidValueError,
+    ),
 }
 
 
