@@ -13,7 +13,8 @@ so a peer that never finishes a head costs a socket and a buffer, never a scrape
   address) a new connection closes the oldest waiting one (of that address first), once it
   has waited a moment, so idle sockets can only displace each other; a new connection with
   nothing to displace is answered 503.
-- A complete head finding every slot busy is answered 503 at once (both counted in ``refused``).
+- A complete head finding every slot busy, or no thread to be had, is answered 503 at once
+  (all counted in ``refused``).
 - A handler that raises (a page its encoder cannot write) fails that request alone: answered
   500, counted in ``failed``, the first one logged with its traceback.
 
@@ -254,12 +255,20 @@ class ScrapeServer:
             _send_quietly(pending.sock, _BUSY)
             pending.sock.close()
             return
-        threading.Thread(
-            target=self._serve_one,
-            args=(pending.sock, pending.address, bytes(pending.head), pending.deadline),
-            name="ckpt-events-scrape",
-            daemon=True,
-        ).start()
+        try:
+            threading.Thread(
+                target=self._serve_one,
+                args=(pending.sock, pending.address, bytes(pending.head), pending.deadline),
+                name="ckpt-events-scrape",
+                daemon=True,
+            ).start()
+        except RuntimeError:
+            # No thread to be had (memory or the thread limit): busy, as with no slot. Raised
+            # here, it ended serve_forever and the endpoint answered nothing from then on.
+            self.slots.release()
+            self.refused += 1
+            _send_quietly(pending.sock, _BUSY)
+            pending.sock.close()
 
     def _serve_one(self, sock: socket.socket, address: Any, head: bytes, deadline: float) -> None:
         try:

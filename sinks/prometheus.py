@@ -361,8 +361,9 @@ class PrometheusEndpoint:
 
     @property
     def refused(self) -> int:
-        """Connections answered 503: ``max_concurrent`` scrapes were running, or every place for
-        a connection waiting for its request head was taken by one that had just arrived."""
+        """Connections answered 503: ``max_concurrent`` scrapes were running, no thread could be
+        started for one, or every place for a connection waiting for its request head was taken
+        by one that had just arrived."""
         return self._server.refused
 
     @property

@@ -4,6 +4,8 @@ oversized heads; scrapes keep answering 200 throughout."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -116,3 +118,34 @@ def test_a_connection_closed_before_its_head_costs_nothing() -> None:
             socket.create_connection(("127.0.0.1", endpoint.port)).close()
         assert _scrape(endpoint.url) == 200
         assert endpoint.timed_out == 0
+
+
+_NO_THREADS = """
+import resource, sys, threading, urllib.error, urllib.request
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+endpoint = PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0)
+def scrape():
+    try:
+        with urllib.request.urlopen(endpoint.url, timeout=3) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return type(exc).__name__
+threading.stack_size(1 << 30)  # no room for a thread's stack under the limit below
+pages = int(open("/proc/self/statm").read().split()[0])
+resource.setrlimit(resource.RLIMIT_AS, (pages * resource.getpagesize() + (256 << 20), resource.RLIM_INFINITY))
+starved = scrape()
+threading.stack_size(0)
+print(starved, scrape(), endpoint.refused)
+endpoint.close()
+"""
+
+
+def test_no_thread_for_a_scrape_is_a_503_and_the_endpoint_keeps_serving() -> None:
+    """A scrape thread that cannot be started (memory, the thread limit) answers 503 and the next
+    scrape is served; it ended the server's thread, and the endpoint answered nothing again."""
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_THREADS], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["503", "200", "1"], done.stdout + done.stderr
