@@ -13,7 +13,8 @@ and what the pair spends are both in docs/benchmarks.md.
 What stays true: the bus's guarantees hold for this sink as for any (its buffer is bounded, a
 slow child makes the bus drop and count, never the emitter wait); a child that died is logged
 once, and every batch after it is counted as dropped; ``aclose()`` closes the child's input and
-waits for it within the close deadline (the child closes its sinks within theirs), then kills it.
+waits for it within the close deadline (the child closes its sinks within theirs), then kills it;
+a child that stopped reading is killed when the bus gives up on this sink (its close deadline).
 A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
 and exports it before it exits.
 """
@@ -195,7 +196,14 @@ class ExportProcess:
             try:
                 written = os.write(self._pipe, data)
             except BlockingIOError:
-                await anyio.wait_writable(self._pipe)
+                try:
+                    await anyio.wait_writable(self._pipe)
+                except anyio.get_cancelled_exc_class():
+                    # The bus gave up on this sink at its close deadline (its aclose() will not
+                    # run) or its owner was cancelled: a child that stopped reading is not left
+                    # running (a hung one lived on, stopped, after the bus had closed).
+                    self._kill_unread()
+                    raise
                 continue
             except (BrokenPipeError, OSError) as exc:
                 self._lost(len(batch), exc)
@@ -223,6 +231,16 @@ class ExportProcess:
             exc.strerror or exc,
             self._process.poll(),
         )
+
+    def _kill_unread(self) -> None:
+        logger.warning(
+            "ckpt_events: the export process (pid %d) stopped reading its input and this sink was "
+            "given up on (the bus's close deadline, or a cancel); killed",
+            self._process.pid,
+        )
+        self._gone = True
+        _kill(self._process)
+        self._exit_code = self._process.returncode
 
     async def aclose(self) -> None:
         """End the child's input and wait for it to export and exit, within ``close_timeout``;

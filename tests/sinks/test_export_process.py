@@ -212,6 +212,32 @@ async def test_a_stopped_child_fills_the_pipe_and_the_bus_drops_never_the_emitte
     assert not alive(process.pid)
 
 
+async def test_a_hung_child_is_killed_when_the_bus_gives_up_on_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGSTOP the child, fill the pipe and close without waking it: the bus abandons the sink
+    stuck on the full pipe at its deadline, and the child is killed, not left stopped for ever."""
+    with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+        async with Bus(buffer_size=4096, close_timeout=0.3) as bus:
+            configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+            process = configured.export_process
+            assert process is not None
+            process.close_timeout = configured.close_timeout = 0.3
+            os.kill(process.pid, signal.SIGSTOP)
+            telemetry = Telemetry(bus, kind="environment", instance="env-0")
+            for _ in range(10):
+                _checkpoints(telemetry, 500)
+                await bus.flush(timeout=0.01)
+            await configured.aclose()
+        try:
+            assert not alive(process.pid)
+            assert process.stats().exit_code == -signal.SIGKILL
+        finally:
+            if alive(process.pid):
+                os.kill(process.pid, signal.SIGKILL)
+    assert any("stopped reading its input" in r.getMessage() for r in caplog.records)
+
+
 def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) -> None:
     """The server process SIGKILLs itself right after a flush: the child reads what reached the
     pipe to its end, writes it and exits on its own."""
