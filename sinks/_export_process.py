@@ -104,6 +104,7 @@ class ExportProcess:
         self._forwarded = 0
         self._dropped = 0
         self._gone = False
+        self._closing = False  # aclose() or discard() began: the pipe is ours no more
         self._closed: dict[str, Any] | None = None
         self._exit_code: int | None = None
         self._owner = os.getpid()
@@ -169,6 +170,7 @@ class ExportProcess:
 
     def discard(self) -> None:
         """End a child that has nothing to export (no sink was set): killed and reaped now."""
+        self._closing = True
         _kill(self._process)
         self._exit_code = self._process.returncode
 
@@ -178,8 +180,14 @@ class ExportProcess:
 
     async def handle(self, batch: list[Any]) -> None:
         """Write ``batch`` to the child as one line; wait while the pipe is full (the bus keeps
-        gathering, and drops and counts past its buffer)."""
+        gathering, and drops and counts past its buffer). Once the child is gone or this was
+        closed, the batch is dropped and counted (logged once)."""
         if self._gone:
+            self._dropped += len(batch)
+            return
+        if self._closing:
+            # Its descriptor number may be another file's by now: a write went into that file.
+            self._after_close()
             self._dropped += len(batch)
             return
         if os.getpid() != self._owner:
@@ -210,6 +218,14 @@ class ExportProcess:
                 return
             data = data[written:]
         self._forwarded += len(batch)
+
+    def _after_close(self) -> None:
+        self._gone = True
+        logger.warning(
+            "ckpt_events: events were handed to the export process (pid %d) after it was closed; "
+            "they are dropped and counted",
+            self._process.pid,
+        )
 
     def _forked(self) -> None:
         if not self._gone:
@@ -247,6 +263,7 @@ class ExportProcess:
         kill it past that, or when this is cancelled (a caller's own deadline). Idempotent."""
         if self._exit_code is not None:
             return
+        self._closing = True
         with contextlib.suppress(OSError):
             assert self._process.stdin is not None
             self._process.stdin.close()

@@ -273,6 +273,43 @@ def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) 
     assert len(list(read_events(log))) == 200
 
 
+async def test_a_batch_handed_over_after_close_is_dropped_not_written_to_a_reused_descriptor(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``aclose()`` the pipe's descriptor number is free, and the next file opened takes
+    it: a late batch is dropped, counted and logged once, never written into that file."""
+    process = ExportProcess.start({"jsonl_path": str(tmp_path / "events.jsonl")})
+    await process.aclose()
+    batch = [_started("c0"), _started("c1")]
+    files = [(tmp_path / f"other-{i}").open("w") for i in range(8)]  # the lowest free numbers
+    try:
+        with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+            await process.handle(batch)
+            await process.handle(batch)
+    finally:
+        for file in files:
+            file.close()
+    assert [(tmp_path / f"other-{i}").read_text() for i in range(8)] == [""] * 8
+    stats = process.stats()
+    assert (stats.forwarded, stats.dropped) == (0, 4)
+    assert sum("after it was closed" in r.getMessage() for r in caplog.records) == 1
+
+
+def _started(checkpoint_id: str) -> Any:
+    from ckpt_events import OperationStarted
+    from ckpt_events.vocab import Operation
+
+    return OperationStarted(
+        kind="agent",
+        instance="agent-0",
+        trace_id=1,
+        span_id=2,
+        start_ns=3,
+        operation=Operation.COMMIT,
+        checkpoint_id=checkpoint_id,
+    )
+
+
 async def test_the_arguments_must_be_plain_values() -> None:
     with pytest.raises(ConfigurationError, match="the arguments must be plain values"):
         ExportProcess.start({"jsonl_path": object()})
