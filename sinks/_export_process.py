@@ -29,6 +29,7 @@ import select
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -108,6 +109,7 @@ class ExportProcess:
         self._closed: dict[str, Any] | None = None
         self._exit_code: int | None = None
         self._owner = os.getpid()
+        _LIVE.add(self)
 
     @classmethod
     def start(
@@ -308,6 +310,26 @@ class ExportProcess:
 
     def __repr__(self) -> str:
         return f"<ExportProcess pid={self._process.pid}>"
+
+
+#: The ``ExportProcess`` objects of this process, for ``_close_in_forked_copy``.
+_LIVE: Final[weakref.WeakSet[ExportProcess]] = weakref.WeakSet()
+
+
+def _close_in_forked_copy() -> None:
+    """In a process forked from this one (``os.fork``, multiprocessing's ``fork``): close its
+    copies of every child's pipes. A copy of the write end kept the child's input open, so
+    the owner's ``aclose()`` waited out its deadline and killed the child (its sinks never
+    closed) for as long as a forked worker lived."""
+    for process in list(_LIVE):
+        for pipe in (process._process.stdin, process._process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+# Registered once, when the export process is first used (this module is imported then).
+os.register_at_fork(after_in_child=_close_in_forked_copy)
 
 
 def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:

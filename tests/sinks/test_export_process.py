@@ -394,6 +394,49 @@ def test_a_forked_copy_drops_and_counts_and_leaves_the_child_alone(tmp_path: Pat
     assert len(list(read_events(log))) == 2
 
 
+def test_a_forked_worker_that_lives_on_does_not_hold_the_close_up(tmp_path: Path) -> None:
+    """A process forked after the child started and still running when the owner closes (a
+    multiprocessing pool's worker) held a copy of the pipe: the child never saw its input end,
+    the close waited out its deadline and killed it. Now it ends in order, at once."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import os, signal, time, anyio
+        from ckpt_events import Bus, Telemetry
+        from ckpt_events.sinks import configure
+
+        async def main():
+            async with Bus() as bus:
+                configured = configure(bus, jsonl_path={str(log)!r}, export_process=True)
+                configured.close_timeout = configured.export_process.close_timeout = 3.0
+                with Telemetry(bus, kind="environment", instance="env-0").operation("commit"):
+                    pass
+                await bus.flush()
+                worker = os.fork()
+                if worker == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                try:
+                    started = time.monotonic()
+                    await configured.aclose()
+                    took = time.monotonic() - started
+                finally:
+                    os.kill(worker, signal.SIGKILL)
+                    os.waitpid(worker, 0)
+            stats = configured.export_process.stats()
+            print(took < 1.5, stats.exit_code, stats.received)
+
+        anyio.run(main)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "0", "2"]
+    assert len(list(read_events(log))) == 2
+
+
 async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) -> None:
     """A caller's own deadline cutting ``aclose()`` short (Configured.aclose has one) leaves no
     child behind."""
