@@ -11,13 +11,15 @@ once the sinks are closed. Its stderr is the parent's: a sink's warning (a colle
 is logged there, once, as it would be in the parent.
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
-batches are still read from the pipe and exported), or on SIGTERM; it ignores SIGINT, so a
-Ctrl-C in the server's terminal lets the parent close it in order instead of killing it mid-export.
+batches are still read from the pipe and exported, the whole events of one it was cut writing
+too), or on SIGTERM; it ignores SIGINT, so a Ctrl-C in the server's terminal lets the parent
+close it in order instead of killing it mid-export.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -34,6 +36,10 @@ __all__ = ["MAX_LINE", "main"]
 #: events by default, of a few hundred bytes each). A longer line is skipped and counted.
 MAX_LINE: Final = 64 << 20
 _READ: Final = 1 << 20
+#: Event boundaries tried, from the end back, in a batch line cut short by the parent's death.
+_CUT_TRIES: Final = 8
+
+logger: Final = logging.getLogger("ckpt_events.sinks")
 
 _BATCH: Final = msgspec.json.Decoder(list[CheckpointEvent])
 
@@ -52,6 +58,9 @@ class _Reader:
         self.fd = fd
         self.eof = False
         self.too_long = 0
+        #: What followed the last newline when the input ended: a batch the parent was killed
+        #: while writing (a line longer than the pipe is written in several steps).
+        self.cut = b""
         self._partial = bytearray()
         self._skipping = False  # inside a line past MAX_LINE: drop bytes up to its newline
 
@@ -65,6 +74,9 @@ class _Reader:
                 continue
             if not chunk:
                 self.eof = True
+                if not self._skipping:
+                    self.cut = bytes(self._partial)
+                self._partial.clear()
                 break
             lines = self._split(chunk)
             if lines:
@@ -154,6 +166,9 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
                 await anyio.sleep(0)
                 pending = await reader.lines()
                 if not pending:  # the input ended
+                    if reader.cut:
+                        corrupt += 1
+                        received += _emit_cut(bus, reader.cut)
                     break
             tg.cancel_scope.cancel()
         stats = bus.stats()
@@ -163,6 +178,36 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
         "corrupt_lines": corrupt + reader.too_long,
         "bus": msgspec.to_builtins(stats),
     }
+
+
+def _emit_cut(bus: Bus, cut: bytes) -> int:
+    """Emit the whole events at the head of a batch line cut short (it was silently dropped,
+    whole, though its events had reached the pipe); log the cut once. How many were emitted."""
+    events = _whole_events(cut)
+    for event in events:
+        bus.emit(event)
+    logger.warning(
+        "ckpt_events: the export process's input ended inside a batch (the server stopped while "
+        "writing it): %d whole events of its %d bytes exported, the rest lost",
+        len(events),
+        len(cut),
+    )
+    return len(events)
+
+
+def _whole_events(cut: bytes) -> list[CheckpointEvent]:
+    """The events of ``cut`` (a JSON array missing its end) up to the last whole one: closed
+    after it, or after an event boundary ``},{`` further back (one inside a string leaves the
+    string open, and the array does not decode)."""
+    end = len(cut.rstrip(b","))
+    for _ in range(_CUT_TRIES):
+        try:
+            return _BATCH.decode(cut[:end] + b"]")
+        except msgspec.DecodeError:
+            end = cut.rfind(b"},{", 0, end) + 1
+            if end <= 0:
+                return []
+    return []
 
 
 async def _end_on_sigterm(scope: anyio.CancelScope) -> None:

@@ -310,6 +310,89 @@ def _started(checkpoint_id: str) -> Any:
     )
 
 
+def test_a_batch_cut_by_the_servers_death_keeps_its_whole_events(tmp_path: Path) -> None:
+    """A batch longer than the pipe is written in steps: the server SIGKILLed between two of
+    them left the child a line with no end, dropped whole and unsaid. Its whole events are
+    exported now, in order, and the cut is logged."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import os, signal, anyio
+        from ckpt_events import OperationStarted
+        from ckpt_events.sinks import ExportProcess
+        from ckpt_events.vocab import Operation
+
+        async def main():
+            process = ExportProcess.start({{"jsonl_path": {str(log)!r}}})
+            print(process.pid, flush=True)
+            os.kill(process.pid, signal.SIGSTOP)  # it reads nothing until the server is dead
+            batch = [
+                OperationStarted(kind="agent", instance="agent-0", trace_id=1, span_id=i + 1,
+                                 start_ns=i, operation=Operation.COMMIT, checkpoint_id=f"c{{i}}")
+                for i in range(10_000)
+            ]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(process.handle, batch)  # fills the pipe, then waits
+                await anyio.sleep(0.2)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        anyio.run(main)
+        """
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        child = int(server.stdout.readline())
+        assert server.wait(timeout=60) == -signal.SIGKILL
+        os.kill(child, signal.SIGCONT)
+        _, err = server.communicate(timeout=60)  # the child holds its stderr until it exits
+    finally:
+        server.kill()
+    for _ in range(500):  # its stderr closes a moment before it is gone
+        if not alive(child):
+            break
+        time.sleep(0.01)
+    assert not alive(child)
+    events = [event for _, event in read_events(log)]
+    assert 0 < len(events) < 10_000
+    assert [event.checkpoint_id for event in events] == [f"c{i}" for i in range(len(events))]
+    assert f"ended inside a batch (the server stopped while writing it): {len(events)} whole" in err
+
+
+def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
+    """A cut batch is closed after its last whole event; a ``},{`` inside a message is no
+    boundary (the string it cuts stays open), so the events before it come back intact."""
+    from ckpt_events import OperationFinished
+    from ckpt_events.sinks._export_child import _whole_events
+    from ckpt_events.vocab import Operation
+
+    events = [
+        OperationFinished(
+            kind="agent",
+            instance="agent-0",
+            trace_id=1,
+            span_id=i + 1,
+            start_ns=i,
+            end_ns=i + 1,
+            operation=Operation.COMMIT,
+            error_message='a},{"type":"operation_finished"}],[{',
+        )
+        for i in range(3)
+    ]
+    line = msgspec.json.encode(events)
+    size = len(msgspec.json.encode(events[0]))  # the same for each: "[" + e0 + "," + e1 + ...
+    third = 1 + 2 * (size + 1)
+    assert line[third - 2 : third + 8] == b'},{"type":'
+    assert _whole_events(line[:third]) == events[:2]  # cut right after the comma
+    assert _whole_events(line[: third - 1]) == events[:2]  # right after the second event
+    assert _whole_events(line[: len(line) - 20]) == events[:2]  # inside the third's message
+    message = line.index(b"},{", line.index(b'"error_message"', size + 2)) + 2
+    assert _whole_events(line[:message]) == events[:1]  # past a "},{" in the second's message
+    assert _whole_events(line[:10]) == []
+
+
 async def test_the_arguments_must_be_plain_values() -> None:
     with pytest.raises(ConfigurationError, match="the arguments must be plain values"):
         ExportProcess.start({"jsonl_path": object()})
