@@ -108,9 +108,14 @@ class Configured:
         if self._closed:
             return
         self._closed = True
+        deadline = anyio.current_time() + self.close_timeout
         try:
             with anyio.move_on_after(self.close_timeout):
                 await self.bus.flush(timeout=self.close_timeout)
+                if self.export_process is not None:
+                    # The child closes in what is left of this deadline (serve and instrument() set
+                    # close_timeout after configure(); the child was given 8 s of a 10 s default).
+                    self.export_process.close_timeout = max(0.0, deadline - anyio.current_time())
                 # Side by side: one after the other, a span sink's and a metric sink's last exports
                 # to a hanging collector took their two timeouts (10 + 5 s past a 10 s close).
                 async with anyio.create_task_group() as tg:

@@ -4,7 +4,8 @@
 (``ckpt_events.sinks._export_process``), never by hand. Its stdin carries, one line each, first
 the arguments ``configure()`` was given and the seconds its close may take (a JSON object),
 then every batch the parent's bus delivered (a JSON array of events, as ``msgspec.json`` writes
-them; a line never holds a raw newline). Its stdout carries two lines back: ``ready`` once the
+them; a line never holds a raw newline), and, as the parent closes, the seconds its close may
+take now (a JSON object). Its stdout carries two lines back: ``ready`` once the
 sinks are built (the event classes they want, their names and the Prometheus URL, or the
 ``ConfigurationError`` that stopped them), and ``closed`` with this process's bus counters
 once the sinks are closed. Its stderr is the parent's: a sink's warning (a collector refusing)
@@ -23,12 +24,15 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import msgspec
 
 from ckpt_events import Bus, CheckpointEvent, CkptEventsError
+
+if TYPE_CHECKING:
+    from ckpt_events.sinks._configure import Configured
 
 __all__ = ["MAX_LINE", "main"]
 
@@ -49,6 +53,15 @@ class _Head(msgspec.Struct, frozen=True):
 
     arguments: dict[str, Any]
     close_timeout: float = 8.0
+
+
+class _Closing(msgspec.Struct, frozen=True):
+    """The parent's last line before its input ends: the seconds closing may take now."""
+
+    close_timeout: float
+
+
+_CLOSING: Final = msgspec.json.Decoder(_Closing)
 
 
 class _Reader:
@@ -143,7 +156,7 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
             return None
         wanted = {cls.__struct_config__.tag for sub in configured.subscriptions for cls in sub.interests}
         prometheus = configured.prometheus.url if configured.prometheus is not None else None
-        configured.close_timeout = head.close_timeout
+        _budget(configured, bus, head.close_timeout)
         names = [sub.name for sub in configured.subscriptions]
         _reply(
             {"ready": True, "interests": sorted(map(str, wanted)), "sinks": names, "prometheus": prometheus}
@@ -153,6 +166,12 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
             tg.start_soon(_end_on_sigterm, tg.cancel_scope)
             while True:
                 for line in pending:
+                    if line[:1] == b"{":  # the parent is closing: the time it gives us
+                        try:
+                            _budget(configured, bus, _CLOSING.decode(line).close_timeout)
+                        except msgspec.DecodeError:
+                            corrupt += 1
+                        continue
                     try:
                         events = _BATCH.decode(line)
                     except msgspec.DecodeError:
@@ -178,6 +197,13 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
         "corrupt_lines": corrupt + reader.too_long,
         "bus": msgspec.to_builtins(stats),
     }
+
+
+def _budget(configured: Configured, bus: Bus, seconds: float) -> None:
+    """Close within ``seconds``: half to deliver and close the sinks, half for the bus to wait on
+    one still closing (its own 5 s came on top, and a child whose collector hung outlived the
+    parent's deadline, killed before it could count and say what it dropped)."""
+    configured.close_timeout = bus.close_timeout = max(0.0, seconds) / 2
 
 
 def _emit_cut(bus: Bus, cut: bytes) -> int:

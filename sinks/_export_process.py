@@ -13,8 +13,9 @@ and what the pair spends are both in docs/benchmarks.md.
 What stays true: the bus's guarantees hold for this sink as for any (its buffer is bounded, a
 slow child makes the bus drop and count, never the emitter wait); a child that died is logged
 once, and every batch after it is counted as dropped; ``aclose()`` closes the child's input and
-waits for it within the close deadline (the child closes its sinks within theirs), then kills it;
-a child that stopped reading is killed when the bus gives up on this sink (its close deadline).
+waits for it within the close deadline (the child is told what is left of it, and closes its
+sinks within that), then kills it; a child that stopped reading is killed when the bus gives up
+on this sink (its close deadline).
 A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
 and exports it before it exits.
 """
@@ -121,10 +122,13 @@ class ExportProcess:
     ) -> ExportProcess:
         """Start the child with ``configure``'s ``arguments`` (JSON-encodable) and wait until it
         built its sinks; ``ConfigurationError`` (the child's message) if it could not."""
-        # The child closes its sinks within most of our deadline, so its last reply is in time.
-        child_close = round(close_timeout * 0.8, 3)
         try:
-            head = msgspec.json.encode({"arguments": dict(arguments), "close_timeout": child_close}) + b"\n"
+            head = (
+                msgspec.json.encode(
+                    {"arguments": dict(arguments), "close_timeout": _child_budget(close_timeout)}
+                )
+                + b"\n"
+            )
         except (TypeError, msgspec.EncodeError) as exc:
             raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
         # The child imports the ckpt_events this process runs, wherever it was found.
@@ -266,6 +270,13 @@ class ExportProcess:
         if self._exit_code is not None:
             return
         self._closing = True
+        if not self._gone and os.getpid() == self._owner:
+            # The close deadline now (Configured.aclose sets what is left of its own): the
+            # child closes within it. A line this short is written whole or not at all (a full
+            # pipe, a gone child: it keeps the budget it started with).
+            budget = msgspec.json.encode({"close_timeout": _child_budget(self.close_timeout)})
+            with contextlib.suppress(OSError):
+                os.write(self._pipe, budget + b"\n")
         with contextlib.suppress(OSError):
             assert self._process.stdin is not None
             self._process.stdin.close()
@@ -354,6 +365,11 @@ def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, 
     except msgspec.DecodeError:
         return None
     return reply if isinstance(reply, dict) else None
+
+
+def _child_budget(close_timeout: float) -> float:
+    """The seconds the child may take to close: most of ours, so its last reply is in time."""
+    return round(close_timeout * 0.8, 3)
 
 
 def _widen(pipe: int) -> None:

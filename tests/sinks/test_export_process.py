@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -236,6 +237,35 @@ async def test_a_hung_child_is_killed_when_the_bus_gives_up_on_it(
             if alive(process.pid):
                 os.kill(process.pid, signal.SIGKILL)
     assert any("stopped reading its input" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_hung_collector_lets_the_child_close_in_order_within_the_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A collector that takes the connection and never answers: the child closed within 8 s
+    of a 10 s deadline plus its bus's own 5 s, so it was always killed, its drops unsaid. It
+    now closes within what is left of the caller's deadline (set after configure(), as serve
+    does) and says what it dropped, as the sinks in process do."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+        async with Bus() as bus:
+            configured = configure(
+                bus,
+                otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}",
+                export_process=True,
+                environ={},
+            )
+            configured.close_timeout = 1.0
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
+            await bus.flush()
+            started = time.monotonic()
+            await configured.aclose()
+        took = time.monotonic() - started
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert took < 1.8
+    assert stats.exit_code == 0 and stats.child is not None and stats.received == stats.forwarded
+    assert not [r for r in caplog.records if "did not end within its close deadline" in r.getMessage()]
 
 
 def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) -> None:
