@@ -344,27 +344,34 @@ os.register_at_fork(after_in_child=_close_in_forked_copy)
 
 
 def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
-    """The child's next stdout line as an object, by ``deadline`` (``None``: none came)."""
+    """The child's next reply (a ``ready`` or ``closed`` object), by ``deadline`` (``None``: none came).
+
+    Another line is what a start-up hook (a ``sitecustomize``, a debugger) printed before the
+    child pointed its stdout at stderr: it is passed to our stderr, where the child's prints go
+    (it was taken for the reply: "did not start within 20 s", said after one second)."""
     assert process.stdout is not None
     fd = process.stdout.fileno()
     line = bytearray()
-    while len(line) < _REPLY_LIMIT:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], min(left, 0.5))[0]:
-            if left <= 0:
+    while True:
+        while b"\n" not in line:
+            left = deadline - time.monotonic()
+            if left <= 0 or len(line) >= _REPLY_LIMIT:
                 return None
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return None
-        line += chunk
-        if b"\n" in line:
-            break
-    try:
-        reply = msgspec.json.decode(bytes(line).partition(b"\n")[0])
-    except msgspec.DecodeError:
-        return None
-    return reply if isinstance(reply, dict) else None
+            if not select.select([fd], [], [], min(left, 0.5))[0]:
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return None
+            line += chunk
+        head, _, rest = bytes(line).partition(b"\n")
+        try:
+            reply = msgspec.json.decode(head)
+        except msgspec.DecodeError:
+            reply = None
+        if isinstance(reply, dict) and ("ready" in reply or "closed" in reply):
+            return reply
+        sys.stderr.write(head.decode(errors="replace") + "\n")
+        line = bytearray(rest)
 
 
 def _child_budget(close_timeout: float) -> float:

@@ -436,6 +436,25 @@ def test_closed_reply_decodes_as_bus_stats() -> None:
     assert msgspec.convert(msgspec.to_builtins(stats), BusStats) == stats
 
 
+async def test_a_start_up_hook_printing_to_stdout_does_not_stop_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A ``sitecustomize`` printing a line runs before the child points its stdout at stderr:
+    the line was read as the ready reply, and configure() said the child "did not start within
+    20 s" after one second. The line goes to stderr, where the child's prints go, and it starts."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text('print("hello from a start-up hook")\n')
+    monkeypatch.syspath_prepend(str(hooks))  # the child's PYTHONPATH is this process's sys.path
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+        _checkpoints(Telemetry(bus, kind="agent", instance="agent-0"), 1)
+        await configured.aclose()
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert stats.exit_code == 0 and stats.received == 4
+    assert "hello from a start-up hook" in capfd.readouterr().err
+
+
 def test_a_child_that_exits_before_it_is_ready_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """An interpreter that cannot run the child (here: one that exits at once) is a
     ConfigurationError saying so, not a wait."""
