@@ -327,7 +327,10 @@ class ControlPlane(Generic[S]):
                     with store_refusals():
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
                     check_commit_scope(scope, self.workload.episodes)
-                    exported = await self._export(o, req.episode_ids)
+                    # An episode named twice is exported once: a records file that repeats one
+                    # never restores (``store_read`` refuses the repeat).
+                    episodes = None if req.episode_ids is None else list(dict.fromkeys(req.episode_ids))
+                    exported = await self._export(o, episodes)
                     stop = self._stop
 
                 result, keys = await self._write(o, directory, cid, exported, stop, req.deadline_ts)

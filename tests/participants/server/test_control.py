@@ -523,6 +523,21 @@ async def test_commit_scope_limits_the_export(tmp_path):
         assert reply.json()["episode_ids"] == ["a", "c"] and reply.json()["manifest"]["record_count"] == 2
 
 
+async def test_commit_exports_an_episode_named_twice_once(tmp_path):
+    """A commit scope that repeats an episode writes it once: the checkpoint restores."""
+    twice = [{"rollout_id": "a"}, {"rollout_id": "b"}, {"rollout_id": "a"}]
+    async with running(make()) as client:
+        for rollout in ("a", "b"):
+            await start(client, rollout)
+        await control(client, "prepare")
+        reply = await control(client, "commit", checkpoint_dir=str(tmp_path), episode_ids=twice)
+        assert reply.json()["episode_ids"] == ["a", "b"] and reply.json()["manifest"]["record_count"] == 2
+    async with running(make()) as client:
+        restored = await control(client, "restore", checkpoint_dir=str(tmp_path), episode_ids=twice)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["restored"] == ["a-a1", "b-a1"]
+
+
 def _uuid_rollouts(count: int) -> list[str]:
     """``count`` distinct UUIDs usable as rollout ids (one in ~2,800 ends like ``-a<digits>``,
     which the protocol refuses: that one is skipped)."""
