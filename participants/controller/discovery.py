@@ -30,10 +30,11 @@ async def discover_members(
     """Probe ``GET /status`` on every server; returns the participants, sorted by (stage, name).
 
     A 404 means "not a participant". Any other failure is retried up to ``tries`` times,
-    then raises ``CoordinationError("discover", ...)``; so does a fleet without a model.
+    then raises ``CoordinationError("discover", ...)``; so do two servers that answer as one
+    participant (kind and instance) or would be one member (name), and a fleet without a model.
     """
     named = dict(servers) if isinstance(servers, Mapping) else {url: url for url in servers}
-    found: list[Member] = []
+    found: dict[str, Member] = {}  # by its name in ``servers``
     failures: Failures = {}
 
     async def probe(name: str, url: str) -> None:
@@ -58,15 +59,38 @@ async def discover_members(
                 failures[name] = "a controller is not a participant"
                 return
             label = instance if name == url else name
-            found.append(Member(name=label, kind=kind, instance=instance, url=url))
+            found[name] = Member(name=label, kind=kind, instance=instance, url=url)
             return
         failures[name] = last
 
     async with anyio.create_task_group() as tg:
         for name, url in named.items():
             tg.start_soon(probe, name, url)
+    failures.update(_twins(found))
     if failures:
         raise CoordinationError("discover", failures)
-    if not any(m.kind == Kind.MODEL for m in found):
+    if not any(m.kind == Kind.MODEL for m in found.values()):
         raise CoordinationError("discover", {"model": "no model participant was found"})
-    return sorted(found, key=Member.sort_key)
+    return sorted(found.values(), key=Member.sort_key)
+
+
+def _twins(found: Mapping[str, Member]) -> Failures:
+    """The servers (by name in ``servers``) that clash with another, the first in name order
+    kept: one kind and instance (their commits would write one checkpoint directory), or one
+    member name (their replies would be taken for each other's)."""
+    first_as: dict[tuple[str, str], str] = {}
+    first_named: dict[str, str] = {}
+    clashes: Failures = {}
+    for name, member in sorted(found.items()):
+        twin = first_as.setdefault((member.kind, member.instance), name)
+        if twin != name:
+            clashes[name] = (
+                f"answers as {member.kind}/{member.instance}, as {twin} does: two servers would "
+                "write one checkpoint directory (give each its own --instance)"
+            )
+        elif (twin := first_named.setdefault(member.name, name)) != name:
+            clashes[name] = (
+                f"would be member {member.name!r}, as {twin} is: give each server its own "
+                "--instance, or name each (a mapping of names to URLs)"
+            )
+    return clashes

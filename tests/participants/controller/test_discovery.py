@@ -101,6 +101,31 @@ async def test_each_server_that_is_not_a_usable_participant_is_named_in_one_erro
     assert len(broken_calls) == 3
 
 
+async def test_servers_that_would_be_one_participant_or_one_member_are_refused() -> None:
+    """Two servers answering as one kind and instance (they would write one checkpoint
+    directory), or as one member name, are each named in the error, the first kept."""
+    app = {
+        "env-a": _status("environment", "environment-0"),
+        "env-b": _status("environment", "environment-0"),
+        "model": _status("model", "shared-0"),
+        "res": _status("resources", "shared-0"),
+    }
+    apps = {host: _status_app(reply)[0] for host, reply in app.items()}
+    async with _control(apps) as control:
+        with pytest.raises(CoordinationError) as info:
+            await discover_members([f"http://{h}" for h in apps], control, retry_delay=0)
+        named = {"a": "http://env-a", "b": "http://env-a", "m": "http://model"}
+        with pytest.raises(CoordinationError) as again:
+            await discover_members(named, control, retry_delay=0)
+    assert info.value.failures == {
+        "http://env-b": "answers as environment/environment-0, as http://env-a does: two servers "
+        "would write one checkpoint directory (give each its own --instance)",
+        "http://res": "would be member 'shared-0', as http://model is: give each server its own "
+        "--instance, or name each (a mapping of names to URLs)",
+    }
+    assert list(again.value.failures) == ["b"]
+
+
 async def test_a_fleet_without_a_model_is_refused() -> None:
     """Participants found but none of kind model: ``CoordinationError`` naming the model."""
     env, _ = _status_app(_status("environment", "environment-0"))
