@@ -25,7 +25,7 @@ import uvicorn
 
 from ckpt_events.participants.errors import LaunchError
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
-from ckpt_events.participants.server.limits import server_limits
+from ckpt_events.participants.server.limits import log_shutdown_cuts_in_one_line, server_limits
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
 __all__ = [
@@ -253,6 +253,7 @@ async def serving(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
+    log_shutdown_cuts_in_one_line()
     config = uvicorn.Config(
         app,
         log_level="warning",

@@ -396,9 +396,14 @@ def _serve(args: argparse.Namespace) -> int:
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
     from ckpt_events.participants.server.connection_guard import ConnectionLimits
-    from ckpt_events.participants.server.limits import log_resource_exhaustion_once, server_limits
+    from ckpt_events.participants.server.limits import (
+        log_resource_exhaustion_once,
+        log_shutdown_cuts_in_one_line,
+        server_limits,
+    )
 
     log_resource_exhaustion_once()
+    log_shutdown_cuts_in_one_line()
     try:
         anyio.run(_check_settings, args.require_collector, args.workers)
     except ConfigurationError as exc:

@@ -5,11 +5,13 @@ anything is read, and a streamed body is counted chunk by chunk and cut off at t
 no route ever buffers more than ``max_body_bytes``. A client that hangs up mid-body ends its
 request quietly (no traceback). ``server_limits()`` are the uvicorn settings ``serve``, the
 worker ports and the fleets use (connections under a ``connection_guard``);
-``log_resource_exhaustion_once`` keeps "Too many open files" to one log line.
+``log_resource_exhaustion_once`` keeps "Too many open files" to one log line, and
+``log_shutdown_cuts_in_one_line`` each request cut at the graceful-shutdown deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Final
 
@@ -22,8 +24,10 @@ from ckpt_events.participants.server.connection_guard import ConnectionLimits, g
 __all__ = [
     "ACCEPT_LOGGERS",
     "DEFAULT_MAX_BODY_BYTES",
+    "SHUTDOWN_CUT_LOGGER",
     "BodyLimit",
     "log_resource_exhaustion_once",
+    "log_shutdown_cuts_in_one_line",
     "server_limits",
 ]
 
@@ -133,3 +137,33 @@ def log_resource_exhaustion_once() -> logging.Filter:
     for name in ACCEPT_LOGGERS:
         logging.getLogger(name).addFilter(once)
     return once
+
+
+class _ShutdownCut(logging.Filter):
+    """uvicorn's traceback of each request it cancels at its graceful-shutdown deadline (a
+    prepare still waiting, a step still running), as one line: the cut is the shutdown's doing,
+    and uvicorn has just said how many it cancels and why."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info is not None else None
+        if isinstance(exc, asyncio.CancelledError) and "graceful shutdown" in str(exc):
+            record.msg = "a request still running at the shutdown deadline was cancelled"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+#: The logger on which uvicorn reports a request whose app raised (or was cancelled).
+SHUTDOWN_CUT_LOGGER: Final = "uvicorn.error"
+
+
+def log_shutdown_cuts_in_one_line() -> logging.Filter:
+    """Install (once; returns it) the filter that says each request cut at uvicorn's
+    graceful-shutdown deadline in one line instead of a traceback of the whole ASGI stack."""
+    logger = logging.getLogger(SHUTDOWN_CUT_LOGGER)
+    installed = next((f for f in logger.filters if isinstance(f, _ShutdownCut)), None)
+    if installed is None:
+        installed = _ShutdownCut()
+        logger.addFilter(installed)
+    return installed

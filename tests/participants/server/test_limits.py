@@ -1,24 +1,33 @@
-"""BodyLimit's 413 before and while reading, server_limits' settings, the one-line log filter."""
+"""BodyLimit's 413 before and while reading, server_limits' settings, the one-line log filters."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 
+import anyio
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ckpt_events.participants import create_app
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.participants.server.connection_guard import ConnectionLimits
 from ckpt_events.participants.server.limits import (
     ACCEPT_LOGGERS,
     DEFAULT_MAX_BODY_BYTES,
+    SHUTDOWN_CUT_LOGGER,
     BodyLimit,
     log_resource_exhaustion_once,
+    log_shutdown_cuts_in_one_line,
     server_limits,
 )
+from tests.participants.helpers import AUTH, ROOT, TOKEN, body
 
 LIMIT = 100
 
@@ -176,3 +185,49 @@ def test_the_filter_lets_one_exhaustion_record_through_stripped(once: logging.Fi
     assert not once.filter(_record("x", OSError(24, "Too many open files")))
     other = _record("some other error %s", ValueError("boom"))
     assert once.filter(other) and other.exc_info is not None and other.msg == "some other error %s"
+
+
+async def test_a_prepare_cut_at_the_shutdown_deadline_is_one_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real uvicorn server stopping while a prepare waits on a running step: uvicorn cancels
+    both requests at its graceful-shutdown deadline, and each is said in one line."""
+    installed = log_shutdown_cuts_in_one_line()
+    assert log_shutdown_cuts_in_one_line() is installed  # installed once
+    app = create_app(
+        "environment", instance="environment-0", token=TOKEN, checkpoint_root=ROOT, step_seconds=60
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    # log_config=None: uvicorn leaves its loggers propagating, to caplog.
+    config = uvicorn.Config(
+        app, lifespan="on", log_config=None, timeout_graceful_shutdown=0, **server_limits()
+    )
+    server = uvicorn.Server(config)
+    try:
+        async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=url, headers=AUTH) as client:
+            tg.start_soon(server.serve, [sock])
+            while not server.started:
+                await anyio.sleep(0.01)
+            await client.post("/work/start", json={"rollout_id": "r1", "steps": 2})
+
+            async def post(path: str, payload: dict[str, object]) -> None:
+                with contextlib.suppress(httpx.HTTPError):  # a 500, or the connection closed
+                    await client.post(path, json=payload)
+
+            tg.start_soon(post, "/work/advance", {"rollout_id": "r1"})  # a 60 s step
+            await anyio.sleep(0.1)
+            tg.start_soon(post, f"{CONTROL_PREFIX}/prepare", body(seconds=60))  # waits on it
+            await anyio.sleep(0.2)
+            server.should_exit = True
+    finally:
+        logging.getLogger(SHUTDOWN_CUT_LOGGER).removeFilter(installed)
+        sock.close()
+    cut = [r for r in caplog.records if r.name == SHUTDOWN_CUT_LOGGER and r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in cut if r.exc_info is None] == [
+        "Cancel 2 running task(s), timeout graceful shutdown exceeded",
+        "a request still running at the shutdown deadline was cancelled",
+        "a request still running at the shutdown deadline was cancelled",
+    ]
+    assert all(r.exc_info is None for r in cut)
