@@ -38,7 +38,7 @@ from ckpt_events.participants.controller.run_directory import (
     new_restore_id,
 )
 from ckpt_events.participants.controller.triggers import every, on_signals
-from ckpt_events.participants.controller.work_calls import WorkClients
+from ckpt_events.participants.controller.work_calls import WorkClients, call_error
 from ckpt_events.participants.errors import (
     CheckpointNotPrepared,
     CoordinationError,
@@ -334,7 +334,10 @@ class Collection:
                     await anyio.sleep(_RETRY_DELAY)
                     continue
 
-            response.raise_for_status()
+            if not response.is_success:
+                # An answer the rollout cannot go past (a session the participant lost, a body
+                # it refuses): one error naming the participant and what it said.
+                raise call_error(url, response)
             reply: WorkStartReply | WorkAdvanceReply
             if action == "start":
                 reply = msgspec.json.decode(response.content, type=WorkStartReply)

@@ -23,7 +23,7 @@ from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.participants.protocol import ErrorBody
 
-__all__ = ["WORK_CALL_TRIES", "WorkClients"]
+__all__ = ["WORK_CALL_TRIES", "WorkClients", "call_error"]
 
 #: Tries per work call (the first and three retries); backoff doubles from 0.1 s, with jitter.
 WORK_CALL_TRIES: Final = 4
@@ -96,7 +96,7 @@ class WorkClients:
                 continue
             if response.status_code not in _TRANSIENT_STATUS:
                 return response
-            failure = _failure(url, response)
+            failure = call_error(url, response)
         raise ParticipantCallError(
             failure.url,
             f"{failure.detail} (failed {tries} times)" if tries > 1 else failure.detail,
@@ -105,7 +105,9 @@ class WorkClients:
         )
 
 
-def _failure(url: str, response: httpx.Response) -> ParticipantCallError:
+def call_error(url: str, response: httpx.Response) -> ParticipantCallError:
+    """A failed answer to a work call as a ``ParticipantCallError``: the participant's own code
+    and detail from its error body, else the start of the body and the status."""
     try:
         error = _error_decoder.decode(response.content).error
     except (msgspec.DecodeError, msgspec.ValidationError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from ckpt_events import CollectionFinished, CoordinateFinished, Telemetry
 from ckpt_events.participants.cli.fleet import local_fleet
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.errors import ParticipantCallError
 from ckpt_events.testing import capture_events
 from tests.participants.helpers import ROOT
 
@@ -192,3 +193,21 @@ async def test_each_rollout_is_placed_on_one_server_of_each_kind_and_balanced(tm
     assert set(manifest["placement"]) == {e["rollout_id"] for e in manifest["continued"]}
     for where in manifest["placement"].values():
         assert sorted(n.rsplit("-", 1)[0] for n in where) == ["agent", "environment", "model", "resources"]
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        yield from _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+
+
+async def test_a_work_call_the_participants_refuse_is_a_participant_error(tmp_path: Path) -> None:
+    """A start every participant refuses (422: more steps than the protocol carries) ends the run
+    with a ``ParticipantCallError`` naming the field, not an ``HTTPStatusError`` traceback."""
+    errors: list[ParticipantCallError] = []
+    async with capture_events() as (bus, _), collection(bus, tmp_path, rollouts=1, steps=10_001) as (col, _):
+        try:
+            await col.run()
+        except* ParticipantCallError as group:
+            errors = [e for e in _leaves(group) if isinstance(e, ParticipantCallError)]
+    assert errors and {(e.status, e.raw_code) for e in errors} == {(422, "invalid_request")}
+    assert all("$.steps" in e.detail and e.url.endswith("/work/start") for e in errors)
