@@ -164,7 +164,8 @@ class Coordinator:
         """Prepare stage by stage; on a stage not prepared (or failing), resume everyone.
 
         Returns a ``PrepareResult`` (``prepared=False`` with the blockers after an abort);
-        a participant that refuses or cannot be reached raises ``CoordinationError``.
+        a participant that refuses or cannot be reached raises ``CoordinationError``. A prepare
+        cancelled midway resumes everyone too (shielded, each call bounded to about ten seconds).
         """
         request = PrepareRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies: dict[str, PrepareReply] = {}
@@ -200,6 +201,13 @@ class Coordinator:
         except CoordinationError:
             # Abort: everyone already prepared (and the stage that failed) reopens admission.
             await self._resume_quietly(checkpoint_id, deadline_ts, parent if parent is not None else span)
+            raise
+        except BaseException:
+            # Cancelled (a caller's timeout, Ctrl-C): abort the same way, shielded and within
+            # seconds. Else who prepared keeps admission closed, and refuses every other
+            # checkpoint as a conflict, until its lease runs out (lease_grace_seconds, 600).
+            with anyio.CancelScope(shield=True):
+                await self._resume_quietly(checkpoint_id, time.time(), parent if parent is not None else span)
             raise
 
         result = PrepareResult(checkpoint_id, stopped_at is None, stopped_at, replies)

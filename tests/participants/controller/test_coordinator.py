@@ -202,6 +202,29 @@ async def test_prepare_stops_at_the_first_stage_not_ready_and_aborts() -> None:
     assert not [e for e in events if isinstance(e, OperationFinished) and e.operation == "commit"]
 
 
+async def test_a_prepare_cancelled_by_its_caller_resumes_everyone() -> None:
+    """A caller's timeout cancels prepare while the environment waits on a step: it is resumed,
+    not left preparing with admission closed (refusing every other checkpoint) for its lease."""
+    slow = {"environment-0": {"step_seconds": 1.5}}
+    async with coordinated(members=FOUR[:2], options=slow) as (co, http, _):
+        await start_work(http, co, "r1")
+        env = co.of_kind("environment")[0]
+        async with httpx.AsyncClient(headers=AUTH) as other, anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: other.post(env.url + "/work/advance", json={"rollout_id": "r1"}, timeout=10)
+            )
+            await anyio.sleep(0.2)  # the step is running: prepare waits for it
+            with anyio.move_on_after(0.3) as waited:
+                await co.checkpoint("c-cancelled", "/nonexistent", deadline_ts=time.time() + 10)
+            assert waited.cancelled_caught
+            statuses = [await co.control.status(m.url) for m in co.members]
+            tg.cancel_scope.cancel()
+    assert [(s.phase.value, s.checkpoint_id, s.admission_open) for s in statuses] == [
+        ("idle", None, True),
+        ("idle", None, True),
+    ]
+
+
 async def test_restore_is_all_or_nothing(tmp_path: Path) -> None:
     """One corrupt participant directory: the next attempts are retired everywhere, all resume."""
     async with coordinated() as (co, http, _):
