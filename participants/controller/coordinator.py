@@ -335,7 +335,8 @@ class Coordinator:
         the checkpoint: it starts empty).
 
         If any participant fails, the next attempts are retired everywhere (deadline at
-        least 30 s away), everyone is resumed, and ``CoordinationError("restore")`` raised.
+        least 30 s away), everyone is resumed, and ``CoordinationError("restore")`` raised; a
+        restore cancelled midway is undone the same way (shielded, each call bounded).
         """
 
         def request(episodes: list[EpisodeId]) -> RestoreRequest:
@@ -370,22 +371,35 @@ class Coordinator:
                 check_restored(replies, failures, episode_ids, source_checkpoint_id)
                 if failures:
                     raise self._failed(span, "restore", failures)
-        except CoordinationError:
-            cleanup_deadline = max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
+        except BaseException as exc:
+            # All or nothing, also when the caller cancelled the restore (a timeout, Ctrl-C):
+            # then shielded, and each call bounded to about ten seconds. Else who installed its
+            # share keeps it, restored, until its lease runs out (lease_grace_seconds, 600).
+            cancelled = not isinstance(exc, CoordinationError)
+            cleanup_deadline = (
+                time.time() + 5.0 if cancelled else max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
+            )
             context = parent if parent is not None else span
-            if everyone:
-                try:
-                    await self.retire(
-                        [e.next() for e in everyone],
-                        checkpoint_id=checkpoint_id,
-                        deadline_ts=cleanup_deadline,
-                        parent=context,
-                    )
-                except CoordinationError as exc:
-                    logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
-            await self._resume_quietly(checkpoint_id, cleanup_deadline, context)
+            with anyio.CancelScope(shield=cancelled):
+                await self._undo_restore(checkpoint_id, everyone, cleanup_deadline, context)
             raise
         return replies
+
+    async def _undo_restore(
+        self, checkpoint_id: str, everyone: list[EpisodeId], deadline_ts: float, parent: Any
+    ) -> None:
+        """Retire the next attempts of ``everyone`` everywhere, then resume everyone."""
+        if everyone:
+            try:
+                await self.retire(
+                    [e.next() for e in everyone],
+                    checkpoint_id=checkpoint_id,
+                    deadline_ts=deadline_ts,
+                    parent=parent,
+                )
+            except CoordinationError as exc:
+                logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
+        await self._resume_quietly(checkpoint_id, deadline_ts, parent)
 
     async def _grouped(
         self,

@@ -25,6 +25,7 @@ from ckpt_events.participants.controller.coordinator import (
     CoordinationError,
     Coordinator,
 )
+from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply, PrepareRequest
 from ckpt_events.testing import capture_events
 from ckpt_events.vocab import ErrorCode, Kind
@@ -42,12 +43,12 @@ FOUR = (
 
 @asynccontextmanager
 async def coordinated(
-    members: Any = FOUR, options: Any = None
+    members: Any = FOUR, options: Any = None, faults: FaultPlan = NO_FAULTS
 ) -> AsyncIterator[tuple[Coordinator, httpx.AsyncClient, list[Any]]]:
-    """A fleet on one captured bus, and a coordinator discovered over it."""
+    """A fleet on one captured bus (injecting ``faults``), and a coordinator discovered over it."""
     async with capture_events() as (bus, events):
         async with local_fleet(
-            token=TOKEN, bus=bus, members=members, options=options, checkpoint_root=ROOT
+            token=TOKEN, bus=bus, members=members, options=options, checkpoint_root=ROOT, faults=faults
         ) as urls:
             async with httpx.AsyncClient(headers=AUTH) as http:
                 tel = Telemetry(bus, kind="controller", instance="coordination")
@@ -248,6 +249,24 @@ async def test_restore_is_all_or_nothing(tmp_path: Path) -> None:
             assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
     retired = [e for e in events if isinstance(e, OperationFinished) and e.operation == "retire"]
     assert len(retired) == 4
+
+
+async def test_a_restore_cancelled_by_its_caller_is_undone(tmp_path: Path) -> None:
+    """A caller's timeout cancels restore while the model still reads: the environment, which
+    installed its share, is retired and resumed, not left restored for its lease."""
+    async with coordinated(members=FOUR[:2]) as (co, http, _):
+        await start_work(http, co, "r1")
+        await co.checkpoint("c-src", str(tmp_path), deadline_ts=time.time() + 10)
+    slow = FaultPlan.parse("slow-restore:model-0:0.6")  # the model reads its one record in 0.6 s
+    async with coordinated(members=FOUR[:2], faults=slow) as (co, _, _):
+        with anyio.move_on_after(0.3) as waited:
+            await co.restore("restore-c", str(tmp_path), [EpisodeId("r1")], deadline_ts=time.time() + 10)
+        assert waited.cancelled_caught
+        statuses = [await co.control.status(m.url) for m in co.members]
+    assert [(s.phase.value, s.episodes, s.retired_rollouts) for s in statuses] == [
+        ("idle", 0, {"r1": 1}),
+        ("idle", 0, {"r1": 1}),
+    ]
 
 
 async def test_retire_and_forget_go_callers_before_callees() -> None:
