@@ -148,7 +148,11 @@ class ControlClient:
                 timeout=timeout,
             )
         except httpx.TransportError as exc:
-            raise ParticipantUnreachable(url, f"{type(exc).__name__}: {exc}") from exc
+            # httpx's timeouts say nothing ("ReadTimeout: "): say how long it waited.
+            said = str(exc) or (
+                f"no answer within {timeout:.1f} s" if isinstance(exc, httpx.TimeoutException) else ""
+            )
+            raise ParticipantUnreachable(url, f"{type(exc).__name__}: {said}") from exc
         if response.status_code != 200:
             raise _error_from(url, response)
         try:

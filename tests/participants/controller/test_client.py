@@ -44,6 +44,18 @@ async def test_nobody_there_then_status_then_a_wrong_token(tmp_path: Path) -> No
     assert client.auth_headers == {"authorization": f"Bearer {TOKEN}"}
 
 
+async def test_a_participant_that_never_answers_is_said_to_be_silent_for_the_timeout() -> None:
+    """A server that takes the connection and never answers: ``ParticipantUnreachable`` says
+    how long it waited (httpx's ``ReadTimeout`` has no message of its own)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes the connection; nobody ever reads or answers
+        async with ControlClient(TOKEN) as client:
+            with pytest.raises(ParticipantUnreachable) as info:
+                await client.status(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.2)
+    assert info.value.detail == "ReadTimeout: no answer within 0.2 s"
+
+
 def test_a_token_is_required() -> None:
     """An empty token is refused when the client is made."""
     with pytest.raises(InvalidValueError, match="token"):
