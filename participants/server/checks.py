@@ -4,7 +4,8 @@ A commit's ``episode_ids`` name only episodes the participant holds, else 422
 ``invalid_checkpoint_state``: admission is closed while prepared, so an unknown id can never
 become known and a retry cannot help (a 409 would invite one). A restore installs exactly the
 episodes it was asked for: one missing from the checkpoint (an older pair, a dropped record,
-an empty file, an id never committed) refuses the whole restore with the same code.
+an empty file, an id never committed) refuses the whole restore with the same code; one
+that would continue as an attempt retired here refuses it as ``stale_attempt``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Final
 from ckpt_events.participants.errors import InvalidCheckpointError, MalformedRequest, ProtocolRefusal
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.workloads.base import Record
+from ckpt_events.participants.workloads.fence import RetiredAttempts
 from ckpt_events.vocab import ErrorCode, Operation, Phase
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "check_deadline",
     "check_outside",
     "check_restore_keys",
+    "check_restore_not_retired",
     "check_restore_scope",
 ]
 
@@ -68,6 +71,20 @@ def check_restore_scope(scope: set[EpisodeId], chosen: list[Record], source: str
     """Every requested episode is in the checkpoint read (keys made only for the missing ones)."""
     missing = scope - {r.episode_id for r in chosen}
     _refuse_missing(sorted(e.capture_key for e in missing), len(scope), source)
+
+
+def check_restore_not_retired(scope: set[EpisodeId], fence: RetiredAttempts) -> None:
+    """No episode of a restore continues as an attempt retired here (as a failed restore's
+    cleanup retires the next attempts): installed, it would be refused every call as
+    ``stale_attempt``, so the restore is (409 ``stale_attempt``)."""
+    retired = sorted(e.next().capture_key for e in scope if fence.is_retired(e.next()))
+    if retired:
+        raise ProtocolRefusal(
+            ErrorCode.STALE_ATTEMPT,
+            f"restore would continue {len(retired)} episodes as attempts retired here: "
+            f"{', '.join(retired[:_NAMED])} (restore into fresh participants, or forget those "
+            "rollouts first)",
+        )
 
 
 def check_restore_keys(scope: set[str], found: set[str], source: str) -> None:

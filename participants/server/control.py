@@ -46,6 +46,7 @@ from ckpt_events.participants.server.checks import (
     check_commit_scope,
     check_deadline,
     check_outside,
+    check_restore_not_retired,
     check_restore_scope,
 )
 from ckpt_events.participants.server.gc_pause import freeze, gc_paused
@@ -424,6 +425,7 @@ class ControlPlane(Generic[S]):
                     raise ProtocolRefusal(
                         ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
                     )
+                check_restore_not_retired(scope, self.workload.fence)
 
                 # Admission closes from the moment a restore is admitted: work accepted beside
                 # it would run twice (once as itself, once as its restored next attempt).

@@ -235,6 +235,26 @@ async def test_restore_needs_a_fresh_participant(tmp_path):
         assert error_code(reply) == (409, "invalid_phase")
 
 
+async def test_restore_refuses_to_continue_an_attempt_retired_here(tmp_path):
+    """A fresh participant whose next attempt of a rollout was retired (a failed restore's
+    cleanup) refuses that restore as stale_attempt and installs nothing; once forgotten, it
+    restores."""
+    r1 = [{"rollout_id": "r1"}]
+    async with running(make()) as client:
+        await start(client)
+        await control(client, "prepare")
+        await control(client, "commit", checkpoint_dir=str(tmp_path))
+    async with running(make()) as client:
+        retired = await control(client, "retire", "cleanup", episode_ids=[{"rollout_id": "r1", "attempt": 1}])
+        assert retired.status_code == 200, retired.text
+        refused = await control(client, "restore", "again", checkpoint_dir=str(tmp_path), episode_ids=r1)
+        assert error_code(refused) == (409, "stale_attempt") and "r1-a1" in refused.text
+        assert (await status(client))["phase"] == "idle" and (await status(client))["episodes"] == 0
+        await control(client, "forget", "cleanup", rollout_ids=["r1"])
+        restored = await control(client, "restore", "again", checkpoint_dir=str(tmp_path), episode_ids=r1)
+        assert restored.status_code == 200 and restored.json()["restored"] == ["r1-a1"]
+
+
 async def test_admission_closed_while_a_checkpoint_is_open():
     """New work during a checkpoint is 409 admission_closed; resume reopens admission."""
     async with running(make()) as client:
