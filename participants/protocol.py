@@ -23,6 +23,7 @@ from ckpt_events.vocab import Phase
 __all__ = [
     "CONTROL_PREFIX",
     "INVALID_REQUEST",
+    "MAX_ATTEMPT",
     "MAX_BLOCKERS",
     "MAX_RETIRED_SHOWN",
     "SERVER_TIME_HEADER",
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
+#: The last attempt of a rollout: an episode at it cannot be restored (continued as attempt + 1).
+MAX_ATTEMPT: Final = 1_000_000
 #: Replies list at most this many blockers; ``blocker_count`` has the full number.
 MAX_BLOCKERS: Final = 100
 #: ``GET /status`` lists at most this many retired marks (the newest); ``retired_count`` has
@@ -78,7 +81,7 @@ _ATTEMPT_SUFFIX: Final = re.compile(r"-a[0-9]+$")
 
 CheckpointId = Annotated[str, msgspec.Meta(pattern=_SAFE, min_length=1, max_length=128)]
 RolloutId = Annotated[str, msgspec.Meta(pattern=_SAFE, min_length=1, max_length=128)]
-Attempt = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+Attempt = Annotated[int, msgspec.Meta(ge=0, le=MAX_ATTEMPT)]
 Path = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 
@@ -154,6 +157,16 @@ class RestoreRequest(_Base):
 
     checkpoint_dir: Path
     episode_ids: list[EpisodeId]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for i, episode in enumerate(self.episode_ids):
+            if episode.attempt >= MAX_ATTEMPT:
+                # Installed as attempt + 1, it could never be named by a call again.
+                raise InvalidValueError(
+                    f"episode_ids[{i}]: attempt {episode.attempt} is the last there is: a restore "
+                    f"cannot continue it as attempt + 1 - at `$.episode_ids[{i}].attempt`"
+                )
 
 
 class RetireRequest(_Base):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal
 from ckpt_events.participants.protocol import (
+    MAX_ATTEMPT,
     CommitRequest,
     EpisodeId,
     ForgetRequest,
@@ -45,6 +47,24 @@ def test_request_defaults_and_required_fields():
         decode(b'{"checkpoint_id":"c","deadline_ts":1,"checkpoint_dir":"/d"}', RestoreRequest)
     with pytest.raises(MalformedRequest, match=r"rollout_ids\[1\]"):
         decode(b'{"checkpoint_id":"c","deadline_ts":1,"rollout_ids":["ok","bad-a2"]}', ForgetRequest)
+
+
+def test_a_restore_of_an_episode_at_the_last_attempt_is_refused():
+    """An episode at MAX_ATTEMPT cannot continue as attempt + 1 (no call could name it): its
+    restore is malformed, naming the field; built in code, an InvalidValueError."""
+    body = {"checkpoint_id": "c", "deadline_ts": 1, "checkpoint_dir": "/d"}
+    last = [{"rollout_id": "ok"}, {"rollout_id": "r", "attempt": MAX_ATTEMPT}]
+    with pytest.raises(MalformedRequest, match=r"at `\$\.episode_ids\[1\]\.attempt`"):
+        decode(msgspec.json.encode({**body, "episode_ids": last}), RestoreRequest)
+    with pytest.raises(InvalidValueError, match="last there is"):
+        RestoreRequest(
+            checkpoint_id="c", deadline_ts=1, checkpoint_dir="/d", episode_ids=[EpisodeId("r", MAX_ATTEMPT)]
+        )
+    below = decode(
+        msgspec.json.encode({**body, "episode_ids": [{"rollout_id": "r", "attempt": MAX_ATTEMPT - 1}]}),
+        RestoreRequest,
+    )
+    assert below.episode_ids[0].next().attempt == MAX_ATTEMPT
 
 
 def test_protocol_refusal_carries_code_status_and_body():
