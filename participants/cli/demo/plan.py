@@ -23,6 +23,7 @@ __all__ = [
     "FIRST_GENERATION_FAULTS",
     "MAX_INSTANCES",
     "MAX_INSTANCES_PROCESSES",
+    "MAX_WORKER_PROCESSES",
     "DemoOptions",
     "check_options",
     "checkpoint_thresholds",
@@ -100,6 +101,9 @@ WORK_TIMEOUT_S: Final = 90.0
 #: of its own (~60 MB each).
 MAX_INSTANCES: Final = 64
 MAX_INSTANCES_PROCESSES: Final = 16
+#: Worker processes (``--workers``, ``--restore-workers``) a generation starts at most, over all its
+#: participants: as many as the servers of ``MAX_INSTANCES_PROCESSES``, each as large.
+MAX_WORKER_PROCESSES: Final = 4 * MAX_INSTANCES_PROCESSES
 
 
 def check_options(opts: DemoOptions) -> str | None:
@@ -117,6 +121,25 @@ def check_options(opts: DemoOptions) -> str | None:
             f"--instances {most}: at most {limit} servers of each kind with {where} on one machine "
             f"({4 * limit} participants)"
         )
+    # Each generation's (instances, workers), named by the flags that set them.
+    restored = (
+        (opts.restore_instances, "--restore-instances")
+        if opts.restore_instances
+        else (opts.instances, "--instances"),
+        (opts.restore_workers, "--restore-workers") if opts.restore_workers else (opts.workers, "--workers"),
+    )
+    for (instances, instances_flag), (workers, workers_flag) in (
+        ((opts.instances, "--instances"), (opts.workers, "--workers")),
+        restored,
+    ):
+        participants = len(fleet_members(instances))
+        if workers > 1 and (started := participants * workers) > MAX_WORKER_PROCESSES:
+            # --workers 999999 was taken, and started worker processes until the machine stalled.
+            return (
+                f"{workers_flag} {workers}: {started} worker processes for "
+                f"{counted(participants, 'participant')}, at most {MAX_WORKER_PROCESSES} on one machine: "
+                f"lower {workers_flag} or {instances_flag}"
+            )
     if opts.checkpoints is not None and opts.checkpoints < 1:
         return f"--checkpoints must be 1 or more, not {opts.checkpoints} (the last one stops generation 1)"
     if opts.fault == "slow" and opts.instances < 2:

@@ -41,6 +41,21 @@ def test_the_defaults_run() -> None:
             "(64 participants)",
         ),
         (
+            DemoOptions(workers=999999),
+            "--workers 999999: 3999996 worker processes for 4 participants, at most 64 on one machine: "
+            "lower --workers or --instances",
+        ),
+        (
+            DemoOptions(instances=2, workers=2, restore_workers=9),
+            "--restore-workers 9: 72 worker processes for 8 participants, at most 64 on one machine: "
+            "lower --restore-workers or --instances",
+        ),
+        (
+            DemoOptions(workers=2, restore_instances=9),
+            "--workers 2: 72 worker processes for 36 participants, at most 64 on one machine: "
+            "lower --workers or --restore-instances",
+        ),
+        (
             DemoOptions(checkpoints=0),
             "--checkpoints must be 1 or more, not 0 (the last one stops generation 1)",
         ),
