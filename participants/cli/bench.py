@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 from ckpt_events.participants.cli import bench_app
 from ckpt_events.participants.cli.command import (
@@ -42,7 +46,28 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench_app.add_arguments(parser)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``timeout``, a cancelled CI job) raises ``KeyboardInterrupt``, as Ctrl-C
+    does, so the servers and collectors a suite started are stopped on the way out (SIGTERM
+    ended the bench at once and left them running, reparented to init)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _bench(args: argparse.Namespace) -> int:
+    with _sigterm_as_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     # The suites ship as `ckpt_events.benchmarks` (the checkout's benchmarks/ folder), so this works
     # from an installed package and from a checkout alike.
     import importlib

@@ -7,11 +7,16 @@ workers suite once broke silently when checkpoints had to lie under a participan
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from ckpt_events.benchmarks.load import children_pids
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +78,43 @@ def test_every_suite_in_the_benchmarks_folder_can_be_chosen() -> None:
     folder = Path(benchmarks.__file__).parent
     found = sorted(p.stem.removeprefix("bench_") for p in folder.glob("bench_*.py"))
     assert sorted(benchmarks.SUITES) == [name for name in found if name != "app"]
+
+
+_APP = """
+from fastapi import FastAPI
+
+from ckpt_events.participants.fastapi import instrument
+
+app = FastAPI()
+instrument(app, kind="judge", instance="judge-0")
+"""
+
+
+def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:
+    """SIGTERM ended the bench at once and left its servers running; it now stops them, as
+    Ctrl-C does, and says it was interrupted."""
+    (tmp_path / "termapp.py").write_text(_APP)
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_events.participants.cli.main", "bench", "--app", "termapp:app"]
+        + ["--request", "GET /", "--sinks", "jsonl", "--driver", "httpx", "--json", str(tmp_path / "o.json")],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    servers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not servers and bench.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            servers = children_pids(bench.pid)
+        assert servers, "the bench started no server"
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=60)
+        assert bench.returncode == 130, err
+        assert err.strip().splitlines()[-1] == "ckpt-events bench: interrupted"
+        assert not [pid for pid in servers if os.path.exists(f"/proc/{pid}")], "a server outlived the bench"
+    finally:
+        bench.kill()
+        for pid in servers:  # what the old code left behind
+            if os.path.exists(f"/proc/{pid}"):
+                os.kill(pid, signal.SIGKILL)
