@@ -100,17 +100,22 @@ def _start(
         lens_collector = collector if variant == nemo_lens_row.VARIANT else None
         command, env = nemo_lens_row.command(lens_python, port, lens_collector), nemo_lens_row.environment()
     proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
-    if core is not None:
-        os.sched_setaffinity(proc.pid, {core})
-    deadline = time.monotonic() + 30
-    for _ in range(3000):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the {variant} server did not start")
-        try:
-            asyncio.run(_load(port, 1, 1, 5))
-            return proc
-        except OSError:
-            time.sleep(0.05)
+    with contextlib.ExitStack() as starting:
+        # Stopped unless it answers: a Ctrl-C while it started left it running, and so did a
+        # server that never answered.
+        starting.callback(_stop, proc)
+        if core is not None:
+            os.sched_setaffinity(proc.pid, {core})
+        deadline = time.monotonic() + 30
+        for _ in range(3000):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the {variant} server did not start")
+            try:
+                asyncio.run(_load(port, 1, 1, 5))
+                starting.pop_all()
+                return proc
+            except OSError:
+                time.sleep(0.05)
     raise RuntimeError(f"the {variant} server did not start")
 
 

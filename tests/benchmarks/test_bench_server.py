@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 import pytest
 
 from ckpt_events.benchmarks import bench_server, rotel
+from ckpt_events.benchmarks.load import children_pids
 from ckpt_events.benchmarks.spread import Ratio
 
 
@@ -40,3 +44,25 @@ def test_a_round_reads_the_export_process_beside_its_server() -> None:
     assert measured["uninstrumented"][1] == 0.0
     server, child = measured["all_export_process"]
     assert server > 0 and child > 0
+
+
+def test_a_server_interrupted_while_it_starts_is_stopped() -> None:
+    """A Ctrl-C while a variant's server started (before it answered) left that server running."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+        raise KeyboardInterrupt
+
+    before = set(children_pids(os.getpid()))
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)  # uvicorn takes longer than this to import
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bench_server._start("uninstrumented", rotel.free_port(), None, None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        left = set(children_pids(os.getpid())) - before
+        for pid in left:  # what the old code left running
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert not left
