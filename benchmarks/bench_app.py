@@ -45,6 +45,7 @@ from typing import Any, Final
 from . import report, rotel
 from .load import (
     Driver,
+    DriverError,
     Load,
     Request,
     children_cpu_seconds,
@@ -196,6 +197,7 @@ class _Server:
 
     proc: subprocess.Popen[bytes]
     port: int
+    log: Path
     state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -212,7 +214,7 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
         command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, str(port), str(state_file)]
         with log.open("wb") as err:
             proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
-        server = _Server(proc, port)
+        server = _Server(proc, port, log)
         try:
             if core is not None:
                 os.sched_setaffinity(proc.pid, {core})
@@ -235,20 +237,40 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
             server.state = _read_state(state_file) or {}
 
 
+def _drive(bench: AppBench, variant: str, server: _Server, seconds: int) -> Load:
+    """``seconds`` of load on ``server``; a server that exits under it, or a driver that fails,
+    is a ``BenchAppError`` (a traceback from wrk, or "failed 1760 of 0 times", before)."""
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        load = drive(bench.driver, url, bench.request, seconds, bench.connections)
+    except DriverError as exc:
+        failed: DriverError | None = exc
+    else:
+        failed = None
+    if (code := server.proc.poll()) is not None:
+        tail = server.log.read_text(errors="replace").strip().splitlines()[-12:]
+        said = ":\n" + "\n".join(tail) if tail else ", printing nothing"
+        raise BenchAppError(
+            f"the {variant} server of {bench.app} exited ({code}) under load of {bench.request}{said}"
+        )
+    if failed is not None:
+        raise BenchAppError(f"{bench.request} could not be driven ({variant}): {failed}")
+    return load
+
+
 def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: int | None) -> dict[str, _Run]:
     """One round: every variant's server up at once, the load alternating between them in
     one-second slices, each server's CPU over the whole round divided by the requests it answered."""
     with contextlib.ExitStack() as stack:
         servers = {v: stack.enter_context(_server(bench, v, collector, core)) for v in order}
-        urls = {v: f"http://127.0.0.1:{server.port}" for v, server in servers.items()}
         for variant in order:
-            drive(bench.driver, urls[variant], bench.request, bench.warmup_seconds, bench.connections)
+            _drive(bench, variant, servers[variant], bench.warmup_seconds)
         before = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
         children_before = {v: children_cpu_seconds(server.proc.pid) for v, server in servers.items()}
         loads: dict[str, list[Load]] = {v: [] for v in order}
         for _ in range(bench.seconds // SLICE_SECONDS):
             for variant in order:
-                load = drive(bench.driver, urls[variant], bench.request, SLICE_SECONDS, bench.connections)
+                load = _drive(bench, variant, servers[variant], SLICE_SECONDS)
                 loads[variant].append(load)
         time.sleep(DRAIN_SECONDS)  # what a slice left to do (a batch being exported) is counted too
         after = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}

@@ -26,6 +26,7 @@ from typing import Any, Final, Literal
 
 __all__ = [
     "DRIVERS",
+    "DriverError",
     "Load",
     "Request",
     "cores_apart",
@@ -40,6 +41,10 @@ Driver = Literal["wrk", "httpx"]
 DRIVERS: Final = ("auto", "wrk", "httpx")
 #: A request that takes longer than this ends the run as an error (seconds).
 REQUEST_TIMEOUT: Final = 10.0
+
+
+class DriverError(RuntimeError):
+    """The load generator (``wrk``) failed or did not finish: the message says how, in one line."""
 
 
 @dataclass(frozen=True)
@@ -215,12 +220,15 @@ def _wrk(url: str, request: Request, seconds: int, connections: int) -> Load:
             str(script),
             url + request.path,
         ]
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=seconds + 2 * REQUEST_TIMEOUT, check=False
-        )
+        limit = seconds + 2 * REQUEST_TIMEOUT
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
+        except subprocess.TimeoutExpired:
+            raise DriverError(f"wrk -c{connections} -d{seconds}s did not finish within {limit:g} s") from None
     total = _TOTAL.search(done.stdout)
     if done.returncode != 0 or total is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}")
+        said = (done.stderr or done.stdout).strip().splitlines() or ["(it printed nothing)"]
+        raise DriverError(f"wrk failed ({done.returncode}): {said[-1][:300]}")
     failed = int(m.group(1)) if (m := _FAILED.search(done.stdout)) else 0
     if errors := _ERRORS.search(done.stdout):
         failed += sum(int(n) for n in errors.groups())

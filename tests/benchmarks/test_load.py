@@ -4,6 +4,7 @@ affinity given back) and ``stop_process``."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from ckpt_events.benchmarks.load import cores_apart, listening, stop_process
+from ckpt_events.benchmarks.load import DriverError, Request, cores_apart, drive, listening, stop_process
 from ckpt_events.benchmarks.rotel import free_port
 
 
@@ -74,3 +75,10 @@ def test_listening_waits_for_the_port_and_tells_an_exit_from_a_timeout() -> None
         assert listening(silent, free_port(), 0.3) is None
     finally:
         stop_process(silent)
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="needs wrk (apt-get install wrk)")
+def test_wrk_that_cannot_connect_is_a_driver_error() -> None:
+    """wrk's failure is one ``DriverError`` line (``bench --app`` reports it), not a bare RuntimeError."""
+    with pytest.raises(DriverError, match=r"^wrk failed \(1\): unable to connect to 127\.0\.0\.1:\d+ "):
+        drive("wrk", f"http://127.0.0.1:{free_port()}", Request("GET", "/"), 1, 1)

@@ -267,3 +267,29 @@ def test_a_route_too_slow_for_a_slice_says_so(tmp_path: Path) -> None:
     assert run.returncode == 1
     last = run.stderr.strip().splitlines()[-1]
     assert "answered no request within a 1 s load slice" in last and "failed 0 of 0" not in last, run.stderr
+
+
+@pytest.mark.slow
+def test_a_server_that_exits_under_load_says_so(tmp_path: Path) -> None:
+    """An app that dies under load was a traceback from wrk ("unable to connect") or, driven by
+    httpx, "failed 1760 of 0 times under load": now one line naming the server that exited."""
+    source = (
+        "import os\n"
+        "from fastapi import FastAPI\n"
+        "from ckpt_events.participants.fastapi import instrument\n\n"
+        "app = FastAPI()\n"
+        "instrument(app, kind='judge', instance='judge-0')\n"
+        "seen = [0]\n\n"
+        "@app.get('/x')\n"
+        "async def x() -> dict[str, int]:\n"
+        "    seen[0] += 1\n"
+        "    if seen[0] > 20:\n"
+        "        os._exit(1)\n"
+        "    return {'ok': 1}\n"
+    )
+    run = _bench_of(tmp_path, source, "GET /x")
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ckpt-events bench: the off server of userapp:app exited (1) under load of GET /x"
+    ), last
