@@ -58,7 +58,7 @@ from .load import (
 )
 from .spread import Ratio
 
-__all__ = ["SINKS", "AppBench", "BenchAppError", "parse_header", "parse_request", "run"]
+__all__ = ["MAX_CONNECTIONS", "SINKS", "AppBench", "BenchAppError", "parse_header", "parse_request", "run"]
 
 #: The sinks ``--sinks`` may name, each with what it is (for the table).
 SINKS: Final = {
@@ -66,6 +66,9 @@ SINKS: Final = {
     "otlp": "OTLP/HTTP spans and metrics to a rotel collector",
     "prometheus": "Prometheus /metrics endpoint (not scraped)",
 }
+#: ``--connections`` at most: 99,999,999 had wrk ask for 834 GB, 100,000 ran past its time-out,
+#: and the httpx driver would start a task for each (10,000 open within a slice here).
+MAX_CONNECTIONS: Final = 10_000
 #: Seconds a server has to start (import, startup, first answer).
 START_TIMEOUT: Final = 60.0
 #: The load alternates between the variants' servers in slices this long (seconds): a burst of

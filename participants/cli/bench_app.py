@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from ckpt_events.benchmarks.bench_app import SINKS
+from ckpt_events.benchmarks.bench_app import MAX_CONNECTIONS, SINKS
 from ckpt_events.benchmarks.load import DRIVERS
 from ckpt_events.participants.errors import CommandError
 
@@ -29,7 +29,7 @@ def _sinks(value: str) -> tuple[str, ...]:
     return names
 
 
-def _at_least(minimum: int) -> Any:
+def _at_least(minimum: int, maximum: int | None = None) -> Any:
     def parse(value: str) -> int:
         try:
             number = int(value)
@@ -37,6 +37,8 @@ def _at_least(minimum: int) -> Any:
             number = minimum - 1
         if number < minimum:
             raise argparse.ArgumentTypeError(f"a whole number >= {minimum}, not {value!r}")
+        if maximum is not None and number > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}, not {value!r}")
         return number
 
     return parse
@@ -87,7 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds of load per variant and round (default 10, --quick 2)",
     )
     group.add_argument(
-        "--connections", type=_at_least(1), default=32, help="keep-alive connections (default 32)"
+        "--connections",
+        type=_at_least(1, MAX_CONNECTIONS),
+        default=32,
+        help=f"keep-alive connections (default 32, at most {MAX_CONNECTIONS:,})",
     )
     group.add_argument(
         "--driver",
