@@ -23,6 +23,7 @@ from .load import listening, stop_process
 __all__ = [
     "ENV_BINARY",
     "HOW",
+    "CollectorError",
     "agent_binary",
     "agent_command",
     "agent_env",
@@ -36,6 +37,11 @@ __all__ = [
 ENV_BINARY: Final = "CKPT_EVENTS_BENCH_ROTEL"
 #: How to get the collector (it ships in the ``rotel`` package, part of the ``[dev]`` extra).
 HOW: Final = "pip install rotel, or 'ckpt-events[dev]'"
+
+
+class CollectorError(RuntimeError):
+    """The ``rotel-agent`` found did not run (it cannot be executed, exits at start, or never
+    listens): the message says how and what to check, in one line."""
 
 
 def agent_binary(environ: Mapping[str, str] | None = None) -> Path | None:
@@ -137,16 +143,27 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
             http_port, grpc_port = free_ports(2)
             command = agent_command(binary, http_port, grpc_port, Path(tmp), debug=debug_out is not None)
             with open(debug_out or os.devnull, "ab" if attempt else "wb") as out:
-                proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
+                try:
+                    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
+                except OSError as exc:  # not executable, not a program: a traceback before
+                    raise CollectorError(
+                        f"rotel-agent {binary} cannot run: {exc.strerror or exc}{_check()}"
+                    ) from None
             started = listening(proc, http_port, startup_seconds)
             if started:
                 break
             stop_process(proc)
             if started is None:
-                raise RuntimeError(f"rotel-agent did not listen within {startup_seconds:g} s")
+                raise CollectorError(f"rotel-agent did not listen within {startup_seconds:g} s{_check()}")
         else:
-            raise RuntimeError(f"rotel-agent exited at start ({STARTS} tries)")
+            raise CollectorError(f"rotel-agent exited at start ({STARTS} tries): {binary}{_check()}")
         try:
             yield f"http://127.0.0.1:{http_port}"
         finally:
             stop_process(proc)
+
+
+def _check() -> str:
+    """What to check when the agent found does not run: the variable that named it, if one did."""
+    chosen = os.environ.get(ENV_BINARY)
+    return f" (check ${ENV_BINARY}={chosen}, or unset it)" if chosen else f" ({HOW})"

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from ckpt_events.benchmarks.rotel import CollectorError
 from ckpt_events.participants.cli import bench_app
 from ckpt_events.participants.cli.command import (
     Command,
@@ -64,7 +65,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _bench(args: argparse.Namespace) -> int:
     with _sigterm_as_interrupt():
-        return _run(args)
+        try:
+            return _run(args)
+        except CollectorError as exc:  # a $CKPT_EVENTS_BENCH_ROTEL that does not run
+            raise CommandError(str(exc)) from None
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -45,6 +45,21 @@ def test_an_agent_that_exits_at_start_is_tried_three_times_then_said(
     assert (tmp_path / "starts").read_text().count("started") == rotel.STARTS
 
 
+def test_an_agent_that_cannot_run_is_one_line_naming_what_to_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A $CKPT_EVENTS_BENCH_ROTEL file that is no program was Popen's PermissionError, a
+    traceback out of ``bench``: a ``CollectorError`` naming the variable to check."""
+    agent = tmp_path / "rotel-agent"
+    agent.write_text("not a program\n")
+    monkeypatch.setenv(rotel.ENV_BINARY, str(agent))
+    with pytest.raises(rotel.CollectorError) as info, rotel.collector():
+        pass
+    assert str(info.value) == (
+        f"rotel-agent {agent} cannot run: Permission denied (check ${rotel.ENV_BINARY}={agent}, or unset it)"
+    )
+
+
 @pytest.mark.skipif(rotel.agent_binary() is None, reason=rotel.why_missing())
 def test_a_port_taken_before_the_agent_binds_it_costs_a_second_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first ports chosen are taken by the time the agent binds them (another process bound

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_events.benchmarks import rotel
 from ckpt_events.benchmarks.load import children_pids
+from ckpt_events.participants.cli.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +120,17 @@ def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:
         for pid in servers:  # what the old code left behind
             if os.path.exists(f"/proc/{pid}"):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_collector_that_does_not_run_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """$CKPT_EVENTS_BENCH_ROTEL naming a program that exits at once: "RuntimeError: rotel-agent
+    exited at start (3 tries)" and a traceback before; one line naming the variable now."""
+    monkeypatch.setenv(rotel.ENV_BINARY, "/bin/true")
+    argv = ["bench", "--app", "nosuch:app", "--request", "GET /", "--sinks", "otlp"]
+    assert main([*argv, "--json", str(tmp_path / "o.json")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[1:] == [
+        "ckpt-events bench: error: rotel-agent exited at start (3 tries): /bin/true "
+        f"(check ${rotel.ENV_BINARY}=/bin/true, or unset it)"
+    ]
