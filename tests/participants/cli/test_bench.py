@@ -18,7 +18,7 @@ import pytest
 
 from ckpt_events.benchmarks import rotel
 from ckpt_events.benchmarks.load import children_pids
-from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.main import build_parser, main
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +134,10 @@ def test_a_collector_that_does_not_run_is_one_line(
         "ckpt-events bench: error: rotel-agent exited at start (3 tries): /bin/true "
         f"(check ${rotel.ENV_BINARY}=/bin/true, or unset it)"
     ]
+
+
+def test_a_suite_named_twice_runs_once() -> None:
+    """``--only core --only core`` ran core twice: its rows twice in the table, and only the
+    second run's figures in the JSON. Each suite runs once, in the order first named."""
+    args = build_parser().parse_args(["bench", "--only", "report", "--only", "core", "--only", "report"])
+    assert args.only == ["report", "core"]
