@@ -193,6 +193,11 @@ def test_an_import_error_inside_the_app_is_the_users_to_read(
         (["--app", "app:app", "--request", "/commit"], "--request takes 'METHOD /path'"),
         (["--app", "app:app", "--request", "GET /", "--only", "core"], "leave out --only"),
         (["--app", "app:app", "--request", "GET /", "--header", "novalue"], "--header takes"),
+        # Each of these passed, and was a traceback at the first request, the servers started.
+        (["--app", "app:app", "--request", "GET /", "--header", "X-A: a\r\nX-B: b"], "--header takes"),
+        (["--app", "app:app", "--request", "GET /", "--header", "X-\u00e9: a"], "--header takes"),
+        (["--app", "app:app", "--request", "GET /\u00e9"], "--request takes 'METHOD /path'"),
+        (["--app", "app:app", "--request", "GET /a\tb"], "--request takes 'METHOD /path'"),
         (["--export-process"], "--export-process is for --app"),
         (["--request", "GET /"], "--request is for --app"),
     ],
