@@ -13,6 +13,7 @@ import pytest
 from ckpt_events import CoordinateFinished, Refused, StageFinished, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.fleet import local_fleet, serving
+from ckpt_events.participants.controller.collection import Collection
 from ckpt_events.participants.controller.coordinator import CoordinationError, Coordinator, Member
 from ckpt_events.participants.controller.types import (
     FAILURES_ATTRIBUTE,
@@ -22,6 +23,7 @@ from ckpt_events.participants.controller.types import (
 )
 from ckpt_events.participants.errors import (
     CheckpointNotPrepared,
+    ParticipantCallError,
 )
 from ckpt_events.participants.protocol import PrepareReply, PrepareReport
 from ckpt_events.testing import capture_events
@@ -93,3 +95,28 @@ def test_not_prepared_counts_its_blockers_in_words() -> None:
 
     assert stopped(1).endswith("stopped at stage environment with 1 blocker")
     assert stopped(1200).endswith("with 1,200 blockers")
+
+
+async def test_a_work_call_refused_is_one_error_naming_the_participant(tmp_path: Path) -> None:
+    """A work call answered with an error status (here 401; a session lost with its worker
+    process is 404) raised httpx's HTTPStatusError, which ``demo`` printed as a 238-line
+    traceback; it is a ``ParticipantCallError`` with the participant's own code and detail."""
+    refused: list[ParticipantCallError] = []
+    async with one_with_another_token(tmp_path) as (co, _):
+        col = Collection(co, tmp_path / "run", telemetry=co.tel, rollouts=1, steps=1)
+        try:
+            await col.run()
+        except* ParticipantCallError as group:  # from the rollout drivers' task groups
+            refused = _leaves(group)
+    assert [(e.status, e.raw_code, e.url.rsplit("/", 2)[-2:]) for e in refused] == [
+        (401, "unauthorized", ["work", "start"])
+    ]
+    assert "missing or wrong bearer token" in str(refused[0])
+
+
+def _leaves(group: BaseExceptionGroup[ParticipantCallError]) -> list[ParticipantCallError]:
+    return [
+        leaf
+        for inner in group.exceptions
+        for leaf in (_leaves(inner) if isinstance(inner, BaseExceptionGroup) else [inner])
+    ]
