@@ -17,6 +17,9 @@ so a peer that never finishes a head costs a socket and a buffer, never a scrape
   (all counted in ``refused``).
 - A handler that raises (a page its encoder cannot write) fails that request alone: answered
   500, counted in ``failed``, the first one logged with its traceback.
+- An accept that fails (out of descriptors) leaves the connection queued and the listener out of
+  the selector for ``ACCEPT_BACKOFF`` (it stays readable: selecting on it again spun the thread
+  at a whole core), counted in ``accept_failures``, the first one logged.
 
 It serves ``handler`` (a ``BaseHTTPRequestHandler`` subclass) one request per connection.
 """
@@ -41,6 +44,8 @@ logger: Final = logging.getLogger("ckpt_events.sinks.prometheus")
 MAX_HEAD_BYTES: Final = 64 * 1024
 #: Connections accepted per wake-up, so reading heads is not starved by a connect storm.
 _ACCEPT_BATCH: Final = 16
+#: Seconds the listener is left out of the selector after a failed accept.
+ACCEPT_BACKOFF: Final = 0.1
 #: How long a connection must have waited before a new one may displace it: a moment to read a
 #: head already sent, so a burst of real scrapers gets 503s rather than each other's resets.
 _DISPLACE_AFTER: Final = 0.1
@@ -135,6 +140,10 @@ class ScrapeServer:
         self.displaced = 0
         #: Requests whose handler raised (answered 500; the first one logged).
         self.failed = 0
+        #: Accepts that failed (out of descriptors, say), each followed by ``ACCEPT_BACKOFF``.
+        self.accept_failures = 0
+        #: When the listener goes back into the selector after a failed accept (0: it is in).
+        self._accept_again = 0.0
         self._failed_lock = threading.Lock()
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.socket = socket.socket(family, socket.SOCK_STREAM)
@@ -166,8 +175,13 @@ class ScrapeServer:
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
+                if self._accept_again and now >= self._accept_again:
+                    self._accept_again = 0.0
+                    selector.register(self.socket, selectors.EVENT_READ, None)
                 first = next(iter(self._waiting.values()), None)
                 wait = poll_interval if first is None else min(poll_interval, first.head_deadline - now)
+                if self._accept_again:
+                    wait = min(wait, self._accept_again - now)
                 accept = False
                 # Heads first, then new connections: a connection is read before it can be displaced.
                 for key, _ in selector.select(max(wait, 0.0)):
@@ -202,8 +216,21 @@ class ScrapeServer:
                 sock, address = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # out of descriptors, say: the listener stays, the next wake-up retries
+            except OSError as exc:
+                # Out of descriptors, say: the connection stays queued and the listener readable,
+                # so selecting on it at once again spun this thread at a whole core. Left out of
+                # the selector for a moment; the queued connection is taken after it.
+                self.accept_failures += 1
+                if self.accept_failures == 1:
+                    logger.warning(
+                        "the scrape endpoint cannot accept a connection (%s); retrying every %.1f s "
+                        "(counted in accept_failures, not logged again)",
+                        exc,
+                        ACCEPT_BACKOFF,
+                    )
+                self._selector.unregister(self.socket)
+                self._accept_again = time.monotonic() + ACCEPT_BACKOFF
+                return
             sock.setblocking(False)
             now = time.monotonic()
             peer = str(address[0]) if isinstance(address, tuple) else ""

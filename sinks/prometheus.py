@@ -378,6 +378,12 @@ class PrometheusEndpoint:
         return self._server.failed
 
     @property
+    def accept_failures(self) -> int:
+        """Connections the endpoint could not accept (out of descriptors, say): each retried
+        after a pause, never in a loop (the first is logged)."""
+        return self._server.accept_failures
+
+    @property
     def replaced_values(self) -> int:
         """Label values written with U+FFFD for a lone surrogate (``TotalsCollector``'s count)."""
         return self.collector.replaced_values

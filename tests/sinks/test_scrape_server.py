@@ -149,3 +149,42 @@ def test_no_thread_for_a_scrape_is_a_503_and_the_endpoint_keeps_serving() -> Non
         [sys.executable, "-c", _NO_THREADS], check=False, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.split() == ["503", "200", "1"], done.stdout + done.stderr
+
+
+_NO_DESCRIPTORS = """
+import os, resource, socket, time
+from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+endpoint = PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+for _ in range(1024):  # bounded: the limit is 256
+    try:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+os.close(held.pop())  # one left, for the client: the endpoint's accept finds none
+client = socket.create_connection(("127.0.0.1", endpoint.port))
+time.sleep(0.2)
+cpu = time.process_time()
+time.sleep(1.0)
+spent = time.process_time() - cpu
+for fd in held:
+    os.close(fd)
+client.settimeout(3)
+client.sendall(b"GET /metrics HTTP/1.0\\r\\n\\r\\n")
+print(f"{spent:.2f}", client.recv(12).decode(), getattr(endpoint, "accept_failures", 0) > 0)
+endpoint.close()
+"""
+
+
+def test_out_of_descriptors_the_endpoint_waits_instead_of_spinning() -> None:
+    """An accept that fails for want of descriptors left the listener readable in the selector:
+    the thread spun at a whole core (1.00 s of CPU in 1 s) until one came free. It now pauses
+    between tries, and the queued connection is served once descriptors are back."""
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_DESCRIPTORS], check=False, capture_output=True, text=True, timeout=60
+    )
+    spent, *answer = done.stdout.split()
+    assert float(spent) < 0.3, done.stdout + done.stderr
+    assert answer == ["HTTP/1.0", "200", "True"]
+    assert "cannot accept a connection" in done.stderr
