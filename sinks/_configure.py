@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["Configured", "configure"]
 
 ENV_METRIC_INTERVAL: Final = "OTEL_METRIC_EXPORT_INTERVAL"
+#: Seconds a cancelled ``Configured.aclose`` gives the meter provider's shutdown.
+_CANCELLED_CLOSE_S: Final = 1.0
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
 #: The off switch: ``true`` subscribes nothing, whatever the arguments and other variables.
@@ -103,12 +105,14 @@ class Configured:
 
     async def aclose(self) -> None:
         """Deliver what was emitted, unsubscribe (the bus closes each sink), then shut down
-        the meter provider ``configure`` built. All within ``close_timeout``. Idempotent. The
-        Prometheus endpoint is closed last, also when this close is cancelled or fails."""
+        the meter provider ``configure`` built. All within ``close_timeout``. Idempotent. A close
+        cancelled or failing still shuts the meter provider down (in at most a second) and
+        closes the Prometheus endpoint, last."""
         if self._closed:
             return
         self._closed = True
         deadline = anyio.current_time() + self.close_timeout
+        provider_down = False
         try:
             with anyio.move_on_after(self.close_timeout):
                 await self.bus.flush(timeout=self.close_timeout)
@@ -122,10 +126,20 @@ class Configured:
                     for sub in self.subscriptions:
                         tg.start_soon(sub.aclose)
                 if self.meter_provider is not None:
-                    provider = self.meter_provider
+                    provider, provider_down = self.meter_provider, True
                     timeout_ms = int(self.close_timeout * 1000)
                     await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
         finally:
+            if self.meter_provider is not None and not provider_down:
+                # Cancelled before it got there: the SDK's periodic reader thread went on
+                # exporting for the life of the process. Shut down shielded, in at most a second
+                # (its last export abandoned past it).
+                provider = self.meter_provider
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCELLED_CLOSE_S):
+                    await anyio.to_thread.run_sync(
+                        lambda: provider.shutdown(timeout_millis=int(_CANCELLED_CLOSE_S * 1000)),
+                        abandon_on_cancel=True,
+                    )
             if self.prometheus is not None:
                 # Shielded: a cancelled close (a Ctrl-C, a failing sibling task) never got here,
                 # and a second aclose() returns at once: the scrape thread and its port stayed.

@@ -280,3 +280,19 @@ async def test_a_cancelled_close_still_stops_the_prometheus_endpoint() -> None:
     assert not [t for t in threading.enumerate() if t.name == f"ckpt-events-prometheus-{port}"]
     with socket.socket() as again:
         again.bind(("127.0.0.1", port))
+
+
+async def test_a_cancelled_close_still_shuts_the_meter_provider_down(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A close cancelled before it reached the meter provider left the SDK's periodic reader
+    thread exporting for the life of the process (a console exporter here)."""
+    before = set(threading.enumerate())
+    environ = {"OTEL_METRICS_EXPORTER": "console", "OTEL_METRIC_EXPORT_INTERVAL": "60000"}
+    async with Bus() as bus:
+        with anyio.CancelScope() as scope:
+            async with configure(bus, environ=environ) as configured:
+                assert configured.meter_provider is not None
+                assert [t for t in set(threading.enumerate()) - before if "Metric" in t.name]
+                scope.cancel()
+    assert not [t for t in set(threading.enumerate()) - before if t.is_alive() and "Metric" in t.name]
