@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Self
 from urllib.parse import urlsplit
 
 import anyio.to_thread
@@ -279,7 +279,8 @@ def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
 class PrometheusEndpoint:
     """``http://host:port/metrics`` serving ``source``'s totals until ``close``.
 
-    ``port=0`` picks a free port (read ``port``). Binding fails with ``ConfigurationError``
+    A context manager, plain or async (``with``/``async with``: closed at the end), as the other
+    servers are. ``port=0`` picks a free port (read ``port``). Binding fails with ``ConfigurationError``
     naming the address; a port outside 0-65535, ``max_concurrent`` below 1 or a timeout that is
     not a number of seconds in (0, 3600] raise ``InvalidValueError`` (``InvalidTypeError``: not
     a number) before anything is bound. ``max_concurrent`` scrapes run at once; a connection
@@ -400,3 +401,15 @@ class PrometheusEndpoint:
     async def aclose(self) -> None:
         """``close`` off the event loop (it waits for the serving thread)."""
         await anyio.to_thread.run_sync(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

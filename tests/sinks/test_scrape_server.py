@@ -188,3 +188,16 @@ def test_out_of_descriptors_the_endpoint_waits_instead_of_spinning() -> None:
     assert float(spent) < 0.3, done.stdout + done.stderr
     assert answer == ["HTTP/1.0", "200", "True"]
     assert "cannot accept a connection" in done.stderr
+
+
+async def test_the_endpoint_is_a_context_manager_plain_and_async() -> None:
+    """As the bus, sinks and other servers are: closed at the end of the block, its port free."""
+    with PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0) as endpoint:
+        assert _scrape(endpoint.url) == 200
+    async with PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0) as served:
+        assert _scrape(served.url) == 200
+    for closed in (endpoint, served):
+        with socket.socket() as again:  # as a restarted endpoint binds: a listener would refuse it
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", closed.port))
+            again.listen()
