@@ -3,7 +3,10 @@
 Each event becomes one record whose message names the event, and whose ``extra`` carries
 ``trace_id`` (32 lowercase hex digits) and ``span_id`` (16) where the event has them, as
 OpenTelemetry's logging integration spells them, plus ``ckpt_event`` (the event itself), so
-structlog, Logfire or an OTel logging handler take them as they are.
+structlog, Logfire or an OTel logging handler take them as they are. Where the records already
+have a ``trace_id`` or ``span_id`` (a ``LogRecord`` factory of the app's that sets them: logging
+refuses to overwrite one, and every batch failed), ours go as ``ckpt_trace_id`` and
+``ckpt_span_id`` instead, said once in a warning.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ckpt_events._errors import check_int
 __all__ = ["LoggingSink"]
 
 DEFAULT_LOGGER: Final = "ckpt_events.events"
+_ID_KEYS: Final = ("trace_id", "span_id")
 
 
 class LoggingSink(BaseSink):
@@ -31,6 +35,9 @@ class LoggingSink(BaseSink):
         check_int(level, f"level must be a logging level int, not {level!r}", minimum=0)
         self.logger = logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
         self.level = level
+        #: The names the ids go under: ``trace_id``/``span_id``, or ``ckpt_``-prefixed once a
+        #: record turned out to hold those names already.
+        self._keys = _ID_KEYS
 
     @property
     def interests(self) -> tuple[type[Any], ...] | None:  # type: ignore[override]  # BaseSink has a plain attribute
@@ -46,6 +53,19 @@ class LoggingSink(BaseSink):
             extra: dict[str, Any] = {"ckpt_event": event}
             trace_id = getattr(event, "trace_id", None)
             if trace_id is not None:
-                extra["trace_id"] = f"{trace_id:032x}"
-                extra["span_id"] = f"{event.span_id:016x}"
-            log(level, "%s %s/%s", type(event).__name__, event.kind, event.instance, extra=extra)
+                trace_key, span_key = self._keys
+                extra[trace_key] = f"{trace_id:032x}"
+                extra[span_key] = f"{event.span_id:016x}"
+            try:
+                log(level, "%s %s/%s", type(event).__name__, event.kind, event.instance, extra=extra)
+            except KeyError:  # "Attempt to overwrite 'trace_id' in LogRecord"
+                if trace_id is None or self._keys != _ID_KEYS:
+                    raise
+                self._keys = ("ckpt_trace_id", "ckpt_span_id")
+                logging.getLogger("ckpt_events").warning(
+                    "LoggingSink: the log records already have a trace_id or span_id (a LogRecord "
+                    "factory of the app's, say); the events' ids go as ckpt_trace_id and ckpt_span_id"
+                )
+                extra["ckpt_trace_id"] = extra.pop("trace_id")
+                extra["ckpt_span_id"] = extra.pop("span_id")
+                log(level, "%s %s/%s", type(event).__name__, event.kind, event.instance, extra=extra)

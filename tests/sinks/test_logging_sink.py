@@ -52,3 +52,47 @@ async def test_the_level_is_read_when_subscribed(caplog: pytest.LogCaptureFixtur
     assert [r.getMessage() for r in caplog.records if r.name == "test.configured_later"] == [
         "Refused agent/a0"
     ]
+
+
+async def test_records_that_already_have_a_trace_id_get_ours_under_other_names(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An app whose LogRecord factory sets ``trace_id``/``span_id`` (its own tracer's) made
+    logging refuse every record of ours ("Attempt to overwrite 'trace_id'"): each batch failed
+    and was counted, nothing logged. Ours go as ``ckpt_trace_id``/``ckpt_span_id``, said once."""
+    made = logging.getLogRecordFactory()
+
+    def with_ids(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = made(*args, **kwargs)
+        record.trace_id = "app-trace"
+        record.span_id = "app-span"
+        return record
+
+    caplog.set_level(logging.INFO, logger="ckpt_events.events")
+    logging.setLogRecordFactory(with_ids)
+    try:
+        async with Bus() as bus:
+            bus.subscribe(LoggingSink())
+            tel = Telemetry(bus, kind="agent", instance="a0")
+            for _ in range(2):
+                with tel.operation("resume") as op:
+                    pass
+            tel.refused("unauthorized")
+            await bus.flush()
+            assert [s.failed for s in bus.stats().sinks] == [0]
+    finally:
+        logging.setLogRecordFactory(made)
+    records = [r for r in caplog.records if r.name == "ckpt_events.events"]
+    assert [r.getMessage().split()[0] for r in records] == [
+        "OperationStarted",
+        "OperationFinished",
+        "OperationStarted",
+        "OperationFinished",
+        "Refused",
+    ]
+    last = records[3]
+    assert last.trace_id == "app-trace"  # type: ignore[attr-defined]
+    assert last.ckpt_trace_id == f"{op.trace_id:032x}"  # type: ignore[attr-defined]
+    assert last.ckpt_span_id == f"{op.span_id:016x}"  # type: ignore[attr-defined]
+    said = [r for r in caplog.records if "ckpt_trace_id" in r.getMessage()]
+    assert len(said) == 1
