@@ -39,6 +39,8 @@ __all__ = ["EventCapture", "MemorySink", "SequentialIds", "TickingClock", "captu
 
 #: ``TickingClock``'s default start: 2023-11-14T22:13:20Z, in nanoseconds.
 CLOCK_START_NS = 1_700_000_000_000_000_000
+#: Seconds ``EventCapture.flush_sync`` waits for the sinks before it raises ``TimeoutError``.
+FLUSH_TIMEOUT = 30.0
 
 E = TypeVar("E", bound=Event)
 
@@ -203,9 +205,35 @@ class EventCapture:
         options.setdefault("clock", self.clock)
         return Telemetry(self.bus, kind=kind, instance=instance, **options)
 
-    def flush_sync(self) -> None:
-        """Wait until every event emitted so far has reached every sink."""
-        self._running().call(self.bus.flush)
+    def flush_sync(self, timeout: float = FLUSH_TIMEOUT) -> None:
+        """Wait until every event emitted so far has reached every sink; ``TimeoutError``
+        naming the sinks still holding events if that takes ``timeout`` seconds (a sink stuck
+        in ``handle`` hung the test, and every read of ``events`` with it)."""
+        # Waited for from another thread: a sink blocking in a plain ``def handle`` holds the
+        # bus's loop, where no timeout could fire and nothing can even be scheduled. That
+        # thread ends when the sink lets go (the flush has the same timeout otherwise).
+        portal = self._running()
+        outcome: list[BaseException | bool] = []
+        done = threading.Event()
+
+        def flush() -> None:
+            try:
+                outcome.append(portal.call(self.bus.flush, timeout))
+            except BaseException as exc:  # handed to the caller below
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=flush, name="ckpt-events-capture-flush", daemon=True).start()
+        if done.wait(timeout) and outcome[0] is True:
+            return
+        if outcome and isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        names = ", ".join(stats.name for stats in self.bus.stats().sinks)
+        raise TimeoutError(
+            f"EventCapture: the events emitted were not handled within {timeout:g} s "
+            f"(a sink stuck in handle? subscribed: {names})"
+        )
 
     async def flush(self) -> None:
         """``flush_sync`` from async code, in a worker thread so the caller's loop runs on."""

@@ -109,3 +109,27 @@ def test_sequential_ids_say_when_they_run_out() -> None:
     assert ids(64) == 2**64 - 1
     with pytest.raises(InvalidArgumentError, match="ran out of 64-bit ids"):
         ids(64)
+
+
+def test_a_sink_stuck_in_handle_fails_the_read_instead_of_hanging_the_test() -> None:
+    """A sink of the test's that never returns from ``handle`` hung ``capture.events`` for
+    ever; the flush waits ``timeout`` seconds and names the sink."""
+    import threading
+
+    release = threading.Event()
+
+    class Stuck:
+        interests = None
+
+        def handle(self, batch: list[Any]) -> None:
+            release.wait(10)
+
+    with EventCapture(close_timeout=1) as capture:
+        capture.subscribe(Stuck(), name="stuck")
+        capture.telemetry("agent", "a0").refused("unauthorized")
+        with pytest.raises(
+            TimeoutError, match=r"within 0\.2 s \(a sink stuck in handle\? subscribed: capture, stuck\)"
+        ):
+            capture.flush_sync(timeout=0.2)
+        release.set()
+        assert [type(e) for e in capture.events] == [Refused]
