@@ -16,7 +16,7 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from ckpt_events import Redactor, __version__
+from ckpt_events import InvalidTypeError, Redactor, __version__
 from ckpt_events.sinks._span_attrs import NAMING_FIELDS, span_name_and_attributes, span_plan
 from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
 from ckpt_events.sinks.otlp import _tags as tags
@@ -65,6 +65,10 @@ class SpanEncoder:
     """Encodes batches of finished events as OTLP trace export requests of one resource."""
 
     def __init__(self, resource_attributes: Mapping[str, object], redactor: Redactor | None = None) -> None:
+        # Checked here, as SpanSink does: any other object made every batch fail to encode,
+        # each span dropped as "could not encode a batch".
+        if redactor is not None and not isinstance(redactor, Redactor):
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
         self.redactor = redactor if redactor is not None else Redactor()
         self.resource_attributes = dict(resource_attributes)
         #: Values left out (an attribute protobuf cannot carry: a lone surrogate, an int

@@ -74,6 +74,10 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
         lambda: SpanSink(InMemorySpanExporter(), redactor="none"),  # type: ignore[arg-type]
         InvalidTypeError,
     ),
+    "OTLP span sink redactor not a Redactor": (
+        lambda: OtlpSpanSink(ENDPOINT, redactor="none"),  # type: ignore[arg-type]
+        InvalidTypeError,
+    ),
     "JSON lines rotation of zero bytes": (
         lambda: JsonLinesSink(io.BytesIO(), max_bytes=0),
         InvalidValueError,
