@@ -242,14 +242,18 @@ class SpanSink:
                 return
             self._shutdown = True
             millis = int(self.export_timeout * 1000)
+            target = self.exporter if self.exporter is not None else self.processor
+            assert target is not None
             try:
-                if self.exporter is not None:
-                    self.exporter.force_flush(millis)
-                    self.exporter.shutdown()
-                elif self.processor is not None:
-                    self.processor.force_flush(millis)
+                target.force_flush(millis)
             except Exception:
-                self._log_failure("raised in shutdown")
+                self._log_failure("raised in force_flush at shutdown")
+            if self.exporter is not None:
+                # Shut down even when its flush raised: it may hold a thread or a connection.
+                try:
+                    self.exporter.shutdown()
+                except Exception:
+                    self._log_failure("raised in shutdown")
 
     async def aclose(self) -> None:
         """Flush and shut down the exporter (the bus awaits this after the last batch)."""

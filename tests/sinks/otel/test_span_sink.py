@@ -446,3 +446,24 @@ async def test_collector_down_drops_are_counted_not_raised() -> None:
         await bus.flush()
         stats = sink.stats()
     assert (stats.exported, stats.dropped, stats.export_failures) == (0, 1, 1)
+
+
+def test_shutdown_shuts_the_exporter_down_when_its_flush_raises(caplog: pytest.LogCaptureFixture) -> None:
+    """An exporter whose ``force_flush`` raises is still shut down (its threads and connections
+    end), and the failure is logged once."""
+    shut: list[bool] = []
+
+    class FlushRaises(InMemorySpanExporter):
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            raise ConnectionError("collector gone")
+
+        def shutdown(self) -> None:
+            shut.append(True)
+            super().shutdown()
+
+    sink = SpanSink(FlushRaises())
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    sink.shutdown()
+    sink.shutdown()
+    assert shut == [True]
+    assert len([r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]) == 1
