@@ -149,8 +149,9 @@ def check_resource_arguments(service_name: object, attributes: object, instance_
                 )
     if service_name is not None and (not isinstance(service_name, str) or not service_name.strip()):
         raise ConfigurationError(f"service_name must be a non-empty string, not {service_name!r}")
-    if instance_id is not None and not isinstance(instance_id, str):
-        raise ConfigurationError(f"service_instance_id must be a string, not {instance_id!r}")
+    # A blank one was taken: every process then shared service.instance.id "" (no fresh UUID).
+    if instance_id is not None and (not isinstance(instance_id, str) or not instance_id.strip()):
+        raise ConfigurationError(f"service_instance_id must be a non-empty string, not {instance_id!r}")
 
 
 def build_resource(

@@ -193,6 +193,8 @@ RAW_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "span groups as an int": ("span_groups", {"span_groups": 5, "environ": ENDPOINT}),
     "service instance id as an int": ("service_instance_id", {"service_instance_id": 7, "environ": ENDPOINT}),
+    "service instance id empty": ("service_instance_id", {"service_instance_id": "", "environ": ENDPOINT}),
+    "service instance id blank": ("service_instance_id", {"service_instance_id": "  ", "environ": ENDPOINT}),
     "a jsonl path with a NUL byte": ("jsonl_path", {"jsonl_path": "events\0.jsonl", "environ": {}}),
     "a jsonl variable with a NUL byte": (
         "CKPT_EVENTS_JSONL",
