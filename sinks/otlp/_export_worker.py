@@ -29,11 +29,14 @@ class ExportWorker:
     """One export thread posting through ``sender``, its condition and its counters.
 
     ``signal`` (``"span"``, ``"metric"``) and ``lost`` (what happens to what was not sent, and
-    where it is counted) make the one warning logged at the first failure. Every counter and
+    where it is counted) make the one warning logged at the first failure; ``unit`` names what
+    a collector's partial success rejects (``"spans"``, ``"data points"``). Every counter and
     ``closed`` are read and written under ``wake``.
     """
 
-    def __init__(self, sender: OtlpHttpSender, *, name: str, signal: str, lost: str) -> None:
+    def __init__(
+        self, sender: OtlpHttpSender, *, name: str, signal: str, lost: str, unit: str = "items"
+    ) -> None:
         self.sender = sender
         self.name = name
         self.wake = threading.Condition()
@@ -43,12 +46,16 @@ class ExportWorker:
         self.exports = 0
         self.failures = 0
         self.retries = 0
+        #: Items the collector took the request of but rejected (its partial success); also in
+        #: ``dropped`` when the caller counts items.
+        self.rejected = 0
         #: How the latest failed export failed ("answered 404", "got no answer", "raised ..."),
         #: for a caller's own one-line message; ``None`` while none has.
         self.last_failure: str | None = None
         self.abandoned = False  # stop gave up on the batch in flight and counted it as dropped
         self._signal = signal
         self._lost = lost
+        self._unit = unit
         self._logged_failure = False
         self._thread: threading.Thread | None = None
 
@@ -62,8 +69,9 @@ class ExportWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def send(self, body: bytes, items: int, deadline: float | None) -> bool:
-        """Post ``body`` (``items`` exported if accepted, dropped if not) by ``deadline`` at most;
-        count the outcome and log the first failure. Returns whether the collector accepted it.
+        """Post ``body`` (``items`` exported if accepted, dropped if not or if the answer's
+        partial success rejects them) by ``deadline`` at most; count the outcome and log the
+        first failure. Returns whether the collector accepted it.
 
         The export thread's one boundary: a send that raises (``http.client`` refusing a request
         it cannot write, a bug of ours) is a failed export of this batch, logged once; the
@@ -78,13 +86,25 @@ class ExportWorker:
             self.log_failure(f"raised {type(exc).__name__}: {exc}", exc_info=exc)
             return False
         accepted = result.accepted
+        rejected = 0
+        if accepted and result.rejected:
+            # The collector took the request but rejected part of it (its partial success):
+            # those items are lost, not exported (a caller counting no items counts none).
+            rejected = min(result.rejected, items) if items else result.rejected
+        lost = min(rejected, items) if accepted else items
         self.count(
-            exported=items if accepted else 0,
-            dropped=0 if accepted else items,
+            exported=items - lost,
+            dropped=lost,
             retries=max(result.attempts - 1, 0),
             accepted=accepted,
             failed=not accepted,
+            rejected=rejected,
         )
+        if rejected:
+            # The collector's text quoted: one line, whatever it holds.
+            said = f": {result.message!r}" if result.message else ""
+            self.last_failure = f"rejected {rejected} {self._unit}{said}"
+            self.log_failure(f"took the request but rejected {rejected} {self._unit} (partial success{said})")
         if not accepted:
             self.last_failure = "got no answer" if result.status is None else f"answered {result.status}"
             self.log_failure(f"refused or unreachable (last status {result.status})")
@@ -98,6 +118,7 @@ class ExportWorker:
         retries: int = 0,
         accepted: bool = False,
         failed: bool = False,
+        rejected: int = 0,
     ) -> None:
         """Add to the counters, unless ``stop`` already counted this batch as dropped."""
         with self.wake:
@@ -106,6 +127,7 @@ class ExportWorker:
             self.exported += exported
             self.dropped += dropped
             self.retries += retries
+            self.rejected += rejected
             self.exports += 1 if accepted else 0
             self.failures += 1 if failed else 0
 

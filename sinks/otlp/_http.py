@@ -5,7 +5,9 @@ worker) and returns whether the collector accepted it. 429, 502, 503 and 504 are
 with exponential backoff (doubling from ``initial_backoff``, capped at ``max_backoff``, with
 jitter), waiting longer when the collector's ``Retry-After`` (seconds, at most 60) asks to; a
 negative, NaN or date ``Retry-After`` is our own backoff. A refused or broken connection is
-retried the same way. Any other status is final.
+retried the same way. Any other status is final. A 2xx answer whose body holds a partial success
+(``partial_success``: so many spans or points rejected) is accepted with ``rejected`` and
+``message`` set: the caller counts them as lost.
 
 Each request ends within ``timeout`` however the collector answers (a watchdog, one kept thread
 per sender, shuts the socket down, so a reply trickling in at one byte a second is cut off too),
@@ -41,6 +43,7 @@ from urllib.parse import urlsplit
 from ckpt_events import InvalidValueError
 from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks.otlp._headers import check_headers
+from ckpt_events.sinks.otlp._partial_success import partial_success
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
 
 __all__ = [
@@ -81,14 +84,19 @@ MAX_REPLY_BYTES: Final = 64 * 1024
 
 
 class SendResult:
-    """What one ``send`` came to: accepted or not, the attempts made, and the last status."""
+    """What one ``send`` came to: accepted or not, the attempts made, and the last status;
+    ``rejected`` items and the collector's ``message`` when it accepted only part (its partial success)."""
 
-    __slots__ = ("accepted", "attempts", "status")
+    __slots__ = ("accepted", "attempts", "message", "rejected", "status")
 
-    def __init__(self, accepted: bool, attempts: int, status: int | None) -> None:
+    def __init__(
+        self, accepted: bool, attempts: int, status: int | None, rejected: int = 0, message: str = ""
+    ) -> None:
         self.accepted = accepted
         self.attempts = attempts
         self.status = status
+        self.rejected = rejected
+        self.message = message
 
 
 class OtlpHttpSender:
@@ -159,6 +167,7 @@ class OtlpHttpSender:
         status: int | None = None
         for attempt in range(1, self.max_retries + 2):
             retry_after: float | None = None
+            partial = (0, "")
             limit = self._limit(deadline)
             budget = self.timeout if limit is None else min(self.timeout, limit - time.monotonic())
             if budget <= 0 or self._cancelled.is_set():
@@ -173,12 +182,12 @@ class OtlpHttpSender:
                     return SendResult(False, attempt, status)
             else:
                 try:
-                    status, retry_after = self._post(connection, body, budget)
+                    status, retry_after, partial = self._post(connection, body, budget)
                 except (OSError, http.client.HTTPException):
                     self.close()  # a stale kept-alive connection or a collector that went down
                     status = None
             if status is not None and 200 <= status < 300:
-                return SendResult(True, attempt, status)
+                return SendResult(True, attempt, status, *partial)
             if status is not None and status not in RETRYABLE_STATUSES:
                 return SendResult(False, attempt, status)
             if attempt > self.max_retries:
@@ -258,7 +267,7 @@ class OtlpHttpSender:
 
     def _post(
         self, connection: http.client.HTTPConnection, body: bytes, budget: float
-    ) -> tuple[int, float | None]:
+    ) -> tuple[int, float | None, tuple[int, str]]:
         connection.timeout = budget
         if connection.sock is not None:
             connection.sock.settimeout(budget)
@@ -276,7 +285,12 @@ class OtlpHttpSender:
             watchdog.disarm()
         if response.will_close or len(data) > MAX_REPLY_BYTES or not response.isclosed():
             self.close()
-        return response.status, _retry_after(response.getheader("Retry-After"))
+        partial = (0, "")
+        if 200 <= response.status < 300 and len(data) <= MAX_REPLY_BYTES:
+            # A 200 may still say spans were rejected: they were counted as exported before.
+            content_type = response.getheader("Content-Type") or self._headers["Content-Type"]
+            partial = partial_success(data, content_type, response.getheader("Content-Encoding"))
+        return response.status, _retry_after(response.getheader("Retry-After")), partial
 
     def cancel(self) -> None:
         """End any backoff wait and the request in flight now; later sends give up at once."""

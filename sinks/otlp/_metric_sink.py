@@ -37,7 +37,9 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     failed (after retries), and requests repeated after a retryable answer; ``invalid_values``
     attribute texts written with U+FFFD for what UTF-8 cannot hold (a lone surrogate);
     ``overflowed`` measurements recorded in an instrument's ``otel.metric.overflow=true``
-    series because it already held ``cardinality_limit`` attribute sets."""
+    series because it already held ``cardinality_limit`` attribute sets; ``rejected`` data
+    points a collector took the request of but rejected (its partial success; cumulative
+    totals carry them again in the next export)."""
 
     events: int
     exports: int
@@ -45,6 +47,7 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     retries: int
     invalid_values: int = 0
     overflowed: int = 0
+    rejected: int = 0
     #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``), or ``None``.
     last_failure: str | None = None
 
@@ -110,6 +113,7 @@ class OtlpMetricSink:
             name="ckpt-events-otlp-metrics",
             signal="metric",
             lost="counted in OtlpMetricSink.stats()",
+            unit="data points",
         )
         self._lock = self._worker.wake
         self._worker.start(self._run)
@@ -185,5 +189,6 @@ class OtlpMetricSink:
                 retries=worker.retries,
                 invalid_values=self.encoder.invalid_values,
                 overflowed=self._totals.overflow.measurements,
+                rejected=worker.rejected,
                 last_failure=worker.last_failure,
             )

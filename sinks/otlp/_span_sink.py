@@ -63,7 +63,8 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``OtlpSpanSink``.
 
     ``exported`` spans the collector accepted; ``dropped`` spans lost (queue full, refused
-    or unreachable collector, handed in after shutdown); ``exports`` requests accepted;
+    or unreachable collector, rejected in a 2xx answer's partial success, handed in after
+    shutdown); ``exports`` requests accepted;
     ``retries`` requests repeated after a retryable answer; ``unsampled`` events skipped by
     the root's sampling decision; ``skipped`` events with no span (``renew``);
     ``invalid_values`` attribute values the wire cannot carry (a lone surrogate, an int outside
@@ -79,7 +80,8 @@ class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
     unsampled: int
     skipped: int
     invalid_values: int = 0
-    #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``), or ``None``.
+    #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``,
+    #: ``"rejected 3 spans (...)"``), or ``None``.
     last_failure: str | None = None
 
 
@@ -168,6 +170,7 @@ class OtlpSpanSink:
             name="ckpt-events-otlp",
             signal="span",
             lost="spans are dropped and counted in OtlpSpanSink.stats()",
+            unit="spans",
         )
         self._wake = self._worker.wake
         self._worker.start(self._run)

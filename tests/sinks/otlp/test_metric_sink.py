@@ -19,6 +19,7 @@ from ckpt_events.sinks._metric_totals import MetricTotals
 from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 from tests.sinks.otlp.test_collector import _wait_for, collector
+from tests.sinks.otlp.test_span_sink import _partial_collector
 
 __all__ = ["collector"]
 
@@ -182,6 +183,25 @@ async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
         Telemetry(bus, kind="model", instance="m0").refused("unauthorized")
     stats = sink.stats()
     assert (stats.events, stats.exports, stats.export_failures) == (1, 0, 1)
+
+
+async def test_points_a_partial_success_rejects_are_counted_and_named() -> None:
+    """A 200 whose partial success rejects 2 data points: counted in ``rejected``, named in
+    ``last_failure``; the export itself was accepted (they showed as a clean export before)."""
+    body = b'{"partialSuccess":{"rejectedDataPoints":"2","errorMessage":"bad points"}}'
+    server, thread = _partial_collector(body, "application/json")
+    try:
+        sink = OtlpMetricSink(f"http://127.0.0.1:{server.server_address[1]}", protocol="http/json", timeout=2)
+        async with Bus() as bus:
+            bus.subscribe(sink)
+            Telemetry(bus, kind="model", instance="m0").refused("unauthorized")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    stats = sink.stats()
+    assert (stats.exports, stats.export_failures, stats.rejected) == (1, 0, 2), stats
+    assert stats.last_failure == "rejected 2 data points: 'bad points'"
 
 
 class _CountingMetricSink(OtlpMetricSink):

@@ -336,3 +336,61 @@ async def test_prompt_interval_none_keeps_to_the_batch_schedule(accepting: tuple
         with anyio.fail_after(5):
             while not sink.stats().exported:
                 await anyio.sleep(0.02)
+
+
+def _partial_collector(body: bytes, content_type: str) -> tuple[http.server.HTTPServer, threading.Thread]:
+    """A loopback server answering every post 200 with ``body`` (a partial success)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    return server, thread
+
+
+#: ``partial_success {rejected_spans: 3, error_message: "bad spans"}`` in each encoding.
+PARTIAL = {
+    "http/protobuf": (b"\x0a\x0d\x08\x03\x12\x09bad spans", "application/x-protobuf"),
+    "http/json": (b'{"partialSuccess":{"rejectedSpans":"3","errorMessage":"bad spans"}}', "application/json"),
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(PARTIAL))
+async def test_spans_a_partial_success_rejects_are_dropped_counted_and_logged_once(
+    protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 200 whose partial success rejects 3 spans: those are dropped (not exported), named in
+    ``last_failure`` and logged once, the others exported; they were all counted as exported."""
+    server, thread = _partial_collector(*PARTIAL[protocol])
+    caplog.set_level("WARNING", logger="ckpt_events.sinks.otel")
+    try:
+        sink = OtlpSpanSink(f"http://127.0.0.1:{server.server_address[1]}", protocol=protocol, timeout=2)
+        async with Bus() as bus:
+            bus.subscribe(sink)
+            tel = Telemetry(bus, kind="agent", instance="agent-0")
+            for round_ in range(2):
+                for _ in range(5):
+                    with tel.operation("commit", checkpoint_id=f"c{round_}"):
+                        pass
+                await bus.flush()
+                assert sink.force_flush(2)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (4, 6, 0), stats
+    assert stats.last_failure == "rejected 3 spans: 'bad spans'"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert len(warnings) == 1 and "rejected 3 spans (partial success: 'bad spans')" in warnings[0], warnings
