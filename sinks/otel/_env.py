@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ckpt_events import ConfigurationError
+from ckpt_events.sinks.otlp._endpoint import endpoint_problem
 from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
 
 __all__ = [
@@ -198,20 +199,14 @@ def _headers(env: Mapping[str, str], name: str) -> dict[str, str]:
     return headers
 
 
-def check_url(value: str, where: str) -> str:
-    """``value`` as an http(s) URL without a trailing slash, or ``ConfigurationError``."""
+def check_url(value: str, where: str, *, base: bool = False) -> str:
+    """``value`` as an http(s) URL without a trailing slash, or ``ConfigurationError``; ``base``:
+    a signal path is appended to it (so it takes no ``?query``)."""
     if not isinstance(value, str):
         raise ConfigurationError(f"{where} must be a URL string, not {value!r}")
-    try:
-        parsed = urllib.parse.urlsplit(value.strip())
-    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
-        raise ConfigurationError(f"{where}={value!r} is not a valid URL ({exc})") from None
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigurationError(f"{where}={value!r} is not an http(s) URL such as 'http://127.0.0.1:4318'")
-    try:
-        parsed.port  # noqa: B018  # raises on a bad port
-    except ValueError:
-        raise ConfigurationError(f"{where}={value!r} has an invalid port") from None
+    problem = endpoint_problem(value.strip(), base=base)
+    if problem is not None:
+        raise ConfigurationError(f"{where}={value!r} {problem}")
     return value.strip().rstrip("/")
 
 
@@ -245,11 +240,11 @@ def _otlp(
     protocol = _choice(env, protocol_var, PROTOCOLS) or "http/protobuf"
     path = SIGNAL_PATHS[signal] if protocol != "grpc" else ""
     if endpoint_override is not None:
-        endpoint = check_url(endpoint_override, where_override) + path
+        endpoint = check_url(endpoint_override, where_override, base=True) + path
     elif (own := _get(env, prefix + "ENDPOINT")) is not None:
         endpoint = check_url(own, prefix + "ENDPOINT")  # per-signal: used as is
     elif (base := _get(env, "OTEL_EXPORTER_OTLP_ENDPOINT")) is not None:
-        endpoint = check_url(base, "OTEL_EXPORTER_OTLP_ENDPOINT") + path
+        endpoint = check_url(base, "OTEL_EXPORTER_OTLP_ENDPOINT", base=True) + path
     else:
         endpoint = DEFAULT_ENDPOINTS[protocol] + path
     headers_var = prefix + "HEADERS" if _get(env, prefix + "HEADERS") else "OTEL_EXPORTER_OTLP_HEADERS"

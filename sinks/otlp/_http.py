@@ -40,8 +40,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from ckpt_events import InvalidValueError
+from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events._errors import check_int, check_number
+from ckpt_events.sinks.otlp._endpoint import endpoint_problem
 from ckpt_events.sinks.otlp._headers import check_headers
 from ckpt_events.sinks.otlp._partial_success import partial_success
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
@@ -114,9 +115,12 @@ class OtlpHttpSender:
         initial_backoff: float = 1.0,
         max_backoff: float = 32.0,
     ) -> None:
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {url!r}")
+        problem = endpoint_problem(url, base=False)
+        if problem is not None:
+            raise InvalidValueError(f"the OTLP/HTTP endpoint {url!r} {problem}")
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidValueError(f"an OTLP/HTTP endpoint is an http(s) URL, not {url!r}")
         if compression not in ("none", "gzip", "deflate"):
             raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
         check_number(
@@ -134,7 +138,7 @@ class OtlpHttpSender:
         )
         self.url = url
         self._https = parts.scheme == "https"
-        self._host = parts.hostname
+        self._host = parts.hostname or ""  # endpoint_problem refused a URL without one
         self._port = parts.port or (443 if self._https else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.timeout = timeout
@@ -377,6 +381,11 @@ def signal_sender(
 ) -> OtlpHttpSender:
     """The sender of one signal: to ``endpoint`` (the collector's base URL) + ``path`` (the
     signal's, e.g. ``/v1/traces``; ``""``: the URL as is), in ``protocol``'s content type."""
+    if not isinstance(endpoint, str):
+        raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {endpoint!r}")
+    problem = endpoint_problem(endpoint, base=True) if path else None
+    if problem is not None:  # the path would land in its query or fragment
+        raise InvalidValueError(f"the OTLP/HTTP endpoint {endpoint!r} {problem}")
     return OtlpHttpSender(
         endpoint.rstrip("/") + path if path else endpoint,
         content_type=PROTOCOLS[protocol],

@@ -29,6 +29,14 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "span sink unknown protocol": (lambda: OtlpSpanSink(ENDPOINT, protocol="grpc"), InvalidValueError),
     "sender timeout of zero": (lambda: OtlpSpanSink(ENDPOINT, timeout=0), InvalidValueError),
     "sender endpoint not http": (lambda: OtlpSpanSink("ftp://127.0.0.1/"), InvalidValueError),
+    "sender endpoint with a #fragment": (lambda: OtlpSpanSink(ENDPOINT + "#x"), InvalidValueError),
+    "sender base endpoint with a ?query": (lambda: OtlpMetricSink(ENDPOINT + "?k=v"), InvalidValueError),
+    "sender endpoint with credentials": (lambda: OtlpSpanSink("http://u:p@127.0.0.1:9"), InvalidValueError),
+    "sender endpoint with a space": (
+        lambda: OtlpSpanSink(ENDPOINT + "/v1/traces x", traces_path=""),
+        InvalidValueError,
+    ),
+    "sender endpoint not a string": (lambda: OtlpSpanSink(42), InvalidTypeError),  # type: ignore[arg-type]
     "sender timeout past an hour": (lambda: OtlpSpanSink(ENDPOINT, timeout=1e12), InvalidValueError),
     "metric sender timeout past an hour": (lambda: OtlpMetricSink(ENDPOINT, timeout=3601), InvalidValueError),
     "sender retries negative": (lambda: OtlpSpanSink(ENDPOINT, max_retries=-1), InvalidValueError),

@@ -175,6 +175,30 @@ RAW_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
         "otlp_endpoint",
         {"otlp_endpoint": "http://[::1", "environ": {}},
     ),
+    "endpoint variable with a #fragment": (
+        "OTEL_EXPORTER_OTLP_ENDPOINT.*#fragment",
+        {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318#x"}},
+    ),
+    "base endpoint variable with a ?query": (
+        "OTEL_EXPORTER_OTLP_ENDPOINT.*query",
+        {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318?key=1"}},
+    ),
+    "endpoint argument with a ?query": (
+        "otlp_endpoint.*query",
+        {"otlp_endpoint": "http://127.0.0.1:4318?key=1", "environ": {}},
+    ),
+    "traces endpoint variable with credentials": (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.*credentials",
+        {"environ": {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://u:p@127.0.0.1:4318/v1/traces"}},
+    ),
+    "endpoint variable with a space in its path": (
+        "OTEL_EXPORTER_OTLP_ENDPOINT.*space",
+        {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318/my otlp"}},
+    ),
+    "endpoint variable on port 0": (
+        "OTEL_EXPORTER_OTLP_ENDPOINT.*invalid port",
+        {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:0"}},
+    ),
     "schedule delay past a minute": (
         "OTEL_BSP_SCHEDULE_DELAY",
         {"environ": {**ENDPOINT, "OTEL_BSP_SCHEDULE_DELAY": "99999999"}},
