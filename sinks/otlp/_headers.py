@@ -1,4 +1,6 @@
-"""What an OTLP request header may be: an HTTP token for its name, one line of latin-1 for its value.
+"""What an OTLP request header may be: an HTTP token for its name (not one the sender sets
+itself: Content-Type, Content-Encoding, Content-Length, Transfer-Encoding), one line of latin-1
+for its value.
 
 ``http.client`` refuses anything else only when a request is made, on the export thread: a
 value of ``%E2%82%AC`` in ``OTEL_EXPORTER_OTLP_HEADERS`` (a euro sign, not latin-1) or one
@@ -20,9 +22,19 @@ __all__ = ["HEADER_RULES", "check_headers", "header_problem"]
 #: RFC 9110's ``token``: the characters a header name may hold.
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BREAKS: Final = ("\r", "\n", "\0")
+#: Headers the sender writes itself, refused as given: a ``Content-Length: 5`` sent 5 bytes of
+#: each body (counted as exported), ``Transfer-Encoding`` left the collector waiting, and a
+#: ``content-type`` or ``Content-Encoding`` went out beside or against the real one.
+_OWN: Final = {
+    "content-length": "the body's length",
+    "transfer-encoding": "the body's length",
+    "content-type": "the protocol (OTEL_EXPORTER_OTLP_PROTOCOL, protocol=)",
+    "content-encoding": "the compression (OTEL_EXPORTER_OTLP_COMPRESSION, compression=)",
+}
 #: What is valid, said once for every error message.
 HEADER_RULES: Final = (
-    "a header name is an HTTP token (letters, digits and !#$%&'*+-.^_`|~), "
+    "a header name is an HTTP token (letters, digits and !#$%&'*+-.^_`|~) other than "
+    "Content-Type, Content-Encoding, Content-Length and Transfer-Encoding, "
     "a value latin-1 text without CR, LF or NUL"
 )
 
@@ -31,6 +43,8 @@ def header_problem(name: str, value: str) -> str | None:
     """What is wrong with the header ``name: value`` (both ``str``), or ``None`` when it can be sent."""
     if not _TOKEN.fullmatch(name):
         return f"header name {name!r} is not an HTTP token"
+    if name.lower() in _OWN:
+        return f"header {name!r} is the sender's own, set from {_OWN[name.lower()]}"
     if any(mark in value for mark in _BREAKS):
         return f"header {name!r} has a CR, LF or NUL in its value"
     try:

@@ -37,6 +37,14 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
         InvalidValueError,
     ),
     "sender endpoint not a string": (lambda: OtlpSpanSink(42), InvalidTypeError),  # type: ignore[arg-type]
+    "sender header Content-Length": (
+        lambda: OtlpSpanSink(ENDPOINT, headers={"Content-Length": "5"}),
+        InvalidValueError,
+    ),
+    "sender header content-type": (
+        lambda: OtlpMetricSink(ENDPOINT, headers={"content-type": "text/plain"}),
+        InvalidValueError,
+    ),
     "sender timeout past an hour": (lambda: OtlpSpanSink(ENDPOINT, timeout=1e12), InvalidValueError),
     "metric sender timeout past an hour": (lambda: OtlpMetricSink(ENDPOINT, timeout=3601), InvalidValueError),
     "sender retries negative": (lambda: OtlpSpanSink(ENDPOINT, max_retries=-1), InvalidValueError),

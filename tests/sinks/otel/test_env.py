@@ -224,6 +224,14 @@ def test_a_header_that_cannot_be_sent_says_how_to_percent_encode() -> None:
     assert settings.traces_otlp is not None and settings.traces_otlp.headers == {"api-key": "%E2%82%AC"}
 
 
+@pytest.mark.parametrize("name", ["Content-Length", "transfer-encoding", "content-type", "Content-Encoding"])
+def test_a_header_the_sender_sets_itself_is_refused(name: str) -> None:
+    """``Content-Length=5`` sent 5 bytes of each body (and counted the spans exported);
+    ``content-type`` went out beside the real one: each is one line naming what sets it."""
+    with pytest.raises(ConfigurationError, match=f"OTEL_EXPORTER_OTLP_HEADERS.*'{name}' is the sender's own"):
+        read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": f"x-team=rl,{name}=5"})
+
+
 def test_the_longest_timeouts_are_taken() -> None:
     """An hour of request timeout, a minute of linger and a day of metric interval are in range."""
     settings = read_otel_env(
