@@ -105,7 +105,12 @@ class ExportWorker:
             said = f": {result.message!r}" if result.message else ""
             self.last_failure = f"rejected {rejected} {self._unit}{said}"
             self.log_failure(f"took the request but rejected {rejected} {self._unit} (partial success{said})")
-        if not accepted:
+        if not accepted and result.unreadable is not None:
+            # Something answers there, just not in HTTP: "got no answer" sent users looking for
+            # a collector that is not listening.
+            self.last_failure = f"gave a reply that is not HTTP ({result.unreadable})"
+            self.log_failure(f"{self.last_failure}; is that an OTLP/HTTP collector's port?")
+        elif not accepted:
             self.last_failure = "got no answer" if result.status is None else f"answered {result.status}"
             self.log_failure(f"refused or unreachable (last status {result.status})")
         return accepted

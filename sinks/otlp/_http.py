@@ -86,18 +86,28 @@ MAX_REPLY_BYTES: Final = 64 * 1024
 
 class SendResult:
     """What one ``send`` came to: accepted or not, the attempts made, and the last status;
-    ``rejected`` items and the collector's ``message`` when it accepted only part (its partial success)."""
+    ``rejected`` items and the collector's ``message`` when it accepted only part (its partial
+    success); ``unreadable``, with no status, what was wrong with a reply that came but was not
+    HTTP (``None``: no reply came, as when nothing listens or it timed out)."""
 
-    __slots__ = ("accepted", "attempts", "message", "rejected", "status")
+    __slots__ = ("accepted", "attempts", "message", "rejected", "status", "unreadable")
 
     def __init__(
-        self, accepted: bool, attempts: int, status: int | None, rejected: int = 0, message: str = ""
+        self,
+        accepted: bool,
+        attempts: int,
+        status: int | None,
+        rejected: int = 0,
+        message: str = "",
+        *,
+        unreadable: str | None = None,
     ) -> None:
         self.accepted = accepted
         self.attempts = attempts
         self.status = status
         self.rejected = rejected
         self.message = message
+        self.unreadable = unreadable
 
 
 class OtlpHttpSender:
@@ -169,27 +179,34 @@ class OtlpHttpSender:
             body = zlib.compress(body, 6)
         backoff = self.initial_backoff
         status: int | None = None
+        unreadable: str | None = None  # the last attempt's reply, when it was not HTTP
         for attempt in range(1, self.max_retries + 2):
             retry_after: float | None = None
             partial = (0, "")
             limit = self._limit(deadline)
             budget = self.timeout if limit is None else min(self.timeout, limit - time.monotonic())
             if budget <= 0 or self._cancelled.is_set():
-                return SendResult(False, attempt - 1, status)
+                return SendResult(False, attempt - 1, status, unreadable=unreadable)
             closing = self._closing_by is not None
             connection = self._open(min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget)
             if connection is None:
-                status = None
+                status = unreadable = None
                 if closing or self._closing_by is not None:
                     # Nobody takes a connection, and we are closing (since before the connect or
                     # during it): do not wait for one.
                     return SendResult(False, attempt, status)
             else:
+                began = time.monotonic()
+                unreadable = None
                 try:
                     status, retry_after, partial = self._post(connection, body, budget)
-                except (OSError, http.client.HTTPException):
+                except (OSError, http.client.HTTPException) as exc:
                     self.close()  # a stale kept-alive connection or a collector that went down
                     status = None
+                    # Not "no answer" when one came that is not HTTP (a wrong port, a proxy's
+                    # banner); a request cut off at its timeout or by cancel() had none.
+                    if not self._cancelled.is_set() and time.monotonic() - began < budget:
+                        unreadable = _unreadable(exc)
             if status is not None and 200 <= status < 300:
                 return SendResult(True, attempt, status, *partial)
             if status is not None and status not in RETRYABLE_STATUSES:
@@ -204,13 +221,13 @@ class OtlpHttpSender:
             backoff = min(backoff * 2, self.max_backoff)
             limit = self._limit(deadline)
             if limit is not None and time.monotonic() + delay >= limit:
-                return SendResult(False, attempt, status)
+                return SendResult(False, attempt, status, unreadable=unreadable)
             self._wake.wait(delay)
             if self._cancelled.is_set():
-                return SendResult(False, attempt, status)
+                return SendResult(False, attempt, status, unreadable=unreadable)
             self._wake.clear()
             # Woken by close_by(): round again, now bounded by the close's deadline.
-        return SendResult(False, self.max_retries + 1, status)
+        return SendResult(False, self.max_retries + 1, status, unreadable=unreadable)
 
     def _limit(self, deadline: float | None) -> float | None:
         if self._closing_by is None:
@@ -346,6 +363,15 @@ def _retry_after(value: str | None) -> float | None:
     if not math.isfinite(seconds) or seconds < 0:
         return None  # "-5" or "nan": our own backoff
     return min(seconds, _MAX_RETRY_AFTER)
+
+
+def _unreadable(exc: BaseException) -> str | None:
+    """What was wrong with a reply ``exc`` says came but was not HTTP (a bad status line, too
+    many or too long header lines, a body cut short), or ``None`` when none came (a reset, a
+    connection closed unanswered: ``RemoteDisconnected`` is a ``BadStatusLine`` too)."""
+    if isinstance(exc, http.client.RemoteDisconnected) or not isinstance(exc, http.client.HTTPException):
+        return None
+    return f"{type(exc).__name__}: {str(exc)[:160]!r}"  # quoted: one line, whatever came
 
 
 def _abort(connection: http.client.HTTPConnection) -> None:

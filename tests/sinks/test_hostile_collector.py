@@ -18,6 +18,7 @@ import pytest
 from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import configure
 from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink
+from ckpt_events.sinks.otlp._export_worker import ExportWorker
 from ckpt_events.sinks.otlp._http import CLOSING_CONNECT_TIMEOUT, MAX_REPLY_BYTES, OtlpHttpSender
 
 DEADLINE = 1.0
@@ -99,6 +100,9 @@ class Hostile:
                         if self._stop.wait(1.0):
                             return
                     continue
+                if self.mode == "not-http":  # a port that answers, in something else
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                    return
                 if self.mode == "huge":
                     conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
                     chunk = b"%x\r\n%s\r\n" % (1 << 20, b"x" * (1 << 20))
@@ -215,6 +219,23 @@ def test_a_huge_reply_is_not_read(hostile: Hostile) -> None:
     assert grown_mib < 64, f"peak memory grew {grown_mib:.0f} MiB"
     time.sleep(0.2)
     assert hostile.sent < 64 * (1 << 20) + MAX_REPLY_BYTES  # the socket's buffers, not the body
+
+
+@pytest.mark.parametrize("hostile", [("not-http",), ("slow",)], indirect=True, ids="-".join)
+def test_a_reply_that_is_not_http_is_not_no_answer(hostile: Hostile) -> None:
+    """A port answering in something else (an SSH banner) is said to have replied, not HTTP: it
+    was "got no answer" and ``replay`` asked whether a collector listened there. A trickle cut off
+    at the timeout (its first bytes unparsable too) still had no answer."""
+    sender = OtlpHttpSender(hostile.url, content_type="application/x-protobuf", timeout=0.5, max_retries=0)
+    worker = ExportWorker(sender, name="test-export", signal="span", lost="dropped")
+    accepted = worker.send(b"\x0a\x00", 1, None)
+    sender.stop()
+    if hostile.mode == "not-http":
+        said = "gave a reply that is not HTTP (BadStatusLine: 'SSH-2.0-OpenSSH_9.6\\r\\n')"
+        assert worker.last_failure == said
+    else:
+        assert worker.last_failure == "got no answer"
+    assert (accepted, worker.dropped, worker.failures) == (False, 1, 1)
 
 
 @pytest.mark.parametrize("hostile", [("503", "-5"), ("503", "nan"), ("503", "0")], indirect=True, ids=str)
