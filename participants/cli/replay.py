@@ -123,7 +123,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
             "is a collector listening there?"
             if how == "got no answer"
             else "is that a collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318)?"
-            if how.startswith(("answered 4", "gave a reply that is not HTTP"))
+            if how.startswith(("answered 4", "gave a reply that is not HTTP", "failed the TLS handshake"))
             else "see the collector's own log"
         )
         raise CommandError(

@@ -106,10 +106,10 @@ class ExportWorker:
             self.last_failure = f"rejected {rejected} {self._unit}{said}"
             self.log_failure(f"took the request but rejected {rejected} {self._unit} (partial success{said})")
         if not accepted and result.unreadable is not None:
-            # Something answers there, just not in HTTP: "got no answer" sent users looking for
-            # a collector that is not listening.
-            self.last_failure = f"gave a reply that is not HTTP ({result.unreadable})"
-            self.log_failure(f"{self.last_failure}; is that an OTLP/HTTP collector's port?")
+            # Something answers there, just not in HTTP(S): "got no answer" sent users looking
+            # for a collector that is not listening.
+            self.last_failure = result.unreadable
+            self.log_failure(f"{result.unreadable}; is that an OTLP/HTTP collector's URL?")
         elif not accepted:
             self.last_failure = "got no answer" if result.status is None else f"answered {result.status}"
             self.log_failure(f"refused or unreachable (last status {result.status})")

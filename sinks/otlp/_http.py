@@ -33,6 +33,7 @@ import os
 import random
 import select
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -87,8 +88,9 @@ MAX_REPLY_BYTES: Final = 64 * 1024
 class SendResult:
     """What one ``send`` came to: accepted or not, the attempts made, and the last status;
     ``rejected`` items and the collector's ``message`` when it accepted only part (its partial
-    success); ``unreadable``, with no status, what was wrong with a reply that came but was not
-    HTTP (``None``: no reply came, as when nothing listens or it timed out)."""
+    success); ``unreadable``, with no status, how a reply that came went wrong, as a phrase
+    (``"gave a reply that is not HTTP (...)"``, ``"failed the TLS handshake (...)"``; ``None``: no
+    reply came, as when nothing listens or it timed out)."""
 
     __slots__ = ("accepted", "attempts", "message", "rejected", "status", "unreadable")
 
@@ -179,7 +181,7 @@ class OtlpHttpSender:
             body = zlib.compress(body, 6)
         backoff = self.initial_backoff
         status: int | None = None
-        unreadable: str | None = None  # the last attempt's reply, when it was not HTTP
+        unreadable: str | None = None  # how the last attempt's reply went wrong, if one came
         for attempt in range(1, self.max_retries + 2):
             retry_after: float | None = None
             partial = (0, "")
@@ -188,9 +190,9 @@ class OtlpHttpSender:
             if budget <= 0 or self._cancelled.is_set():
                 return SendResult(False, attempt - 1, status, unreadable=unreadable)
             closing = self._closing_by is not None
-            connection = self._open(min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget)
+            connection, unreadable = self._open(min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget)
             if connection is None:
-                status = unreadable = None
+                status = None
                 if closing or self._closing_by is not None:
                     # Nobody takes a connection, and we are closing (since before the connect or
                     # during it): do not wait for one.
@@ -234,10 +236,11 @@ class OtlpHttpSender:
             return deadline
         return self._closing_by if deadline is None else min(deadline, self._closing_by)
 
-    def _open(self, connect_timeout: float) -> http.client.HTTPConnection | None:
-        """The kept-alive connection, or a new one; ``None`` when none could be opened."""
+    def _open(self, connect_timeout: float) -> tuple[http.client.HTTPConnection | None, str | None]:
+        """The kept-alive connection, or a new one; ``None`` when none could be opened, with how
+        its TLS handshake failed if it did (it was "got no answer": something listens there)."""
         if self._connection is not None:
-            return self._connection
+            return self._connection, None
         factory = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         connection = factory(self._host, self._port, timeout=connect_timeout)
         # http.client's socket factory (HTTPS wraps what it returns): ours gives up a connect
@@ -245,11 +248,14 @@ class OtlpHttpSender:
         connection._create_connection = self._connect  # type: ignore[attr-defined]
         try:
             connection.connect()
+        except ssl.SSLError as exc:  # an OSError: before it
+            connection.close()
+            return None, f"failed the TLS handshake ({type(exc).__name__}: {str(exc)[:160]!r})"
         except (OSError, http.client.HTTPException):
             connection.close()
-            return None
+            return None, None
         self._connection = connection
-        return connection
+        return connection, None
 
     def _connect(self, address: tuple[str, int], timeout: float, source_address: Any = None) -> socket.socket:
         """``socket.create_connection`` in slices of ``_CONNECT_SLICE``: a connect that began
@@ -371,7 +377,8 @@ def _unreadable(exc: BaseException) -> str | None:
     connection closed unanswered: ``RemoteDisconnected`` is a ``BadStatusLine`` too)."""
     if isinstance(exc, http.client.RemoteDisconnected) or not isinstance(exc, http.client.HTTPException):
         return None
-    return f"{type(exc).__name__}: {str(exc)[:160]!r}"  # quoted: one line, whatever came
+    # Quoted: one line, whatever came.
+    return f"gave a reply that is not HTTP ({type(exc).__name__}: {str(exc)[:160]!r})"
 
 
 def _abort(connection: http.client.HTTPConnection) -> None:

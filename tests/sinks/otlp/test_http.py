@@ -100,6 +100,21 @@ def test_retries_stop_after_max_retries() -> None:
     assert len(received) == 3
 
 
+def test_https_to_a_plain_http_collector_says_the_tls_handshake_failed() -> None:
+    """``https://`` to a collector serving plain HTTP: the handshake fails and the result says so
+    (it was "got no answer", and replay asked whether a collector listened there)."""
+    with _collector([]) as (url, received):
+        sender = OtlpHttpSender(
+            url.replace("http://", "https://"), content_type="application/x-protobuf", max_retries=0
+        )
+        try:
+            result = sender.send(b"\x0a\x00")
+        finally:
+            sender.stop()
+    assert (result.accepted, result.status, received) == (False, None, [])
+    assert result.unreadable is not None and result.unreadable.startswith("failed the TLS handshake (SSL")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
