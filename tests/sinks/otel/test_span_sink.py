@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -467,3 +469,25 @@ def test_shutdown_shuts_the_exporter_down_when_its_flush_raises(caplog: pytest.L
     sink.shutdown()
     assert shut == [True]
     assert len([r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]) == 1
+
+
+async def test_the_bus_close_deadline_is_kept_with_an_exporter_whose_flush_hangs() -> None:
+    """An exporter whose ``force_flush`` blocks (a hung collector): ``Bus(close_timeout=0.3)``
+    returns by its deadline, not when the flush ends (it took the whole flush before)."""
+    release = threading.Event()
+
+    class FlushHangs(InMemorySpanExporter):
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return release.wait(5)
+
+    sink = SpanSink(FlushHangs())
+    started = time.monotonic()
+    try:
+        async with Bus(close_timeout=0.3) as bus:
+            bus.subscribe(sink)
+            with Telemetry(bus, kind="resources", instance="r0").operation("commit", checkpoint_id="c1"):
+                pass
+        took = time.monotonic() - started
+    finally:
+        release.set()  # the flush's thread ends now
+    assert took < 1.5, took
