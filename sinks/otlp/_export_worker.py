@@ -11,6 +11,7 @@ interval timer and cumulative totals.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -18,11 +19,23 @@ from typing import Final
 
 import anyio.to_thread
 
-from ckpt_events.sinks.otlp._http import OtlpHttpSender
+from ckpt_events._errors import check_number
+from ckpt_events.sinks.otlp._http import MAX_TIMEOUT_S, OtlpHttpSender
 
-__all__ = ["ExportWorker"]
+__all__ = ["ExportWorker", "timeout_or"]
 
 logger: Final = logging.getLogger("ckpt_events.sinks.otel")
+
+
+def timeout_or(timeout: float | None, default: float) -> float:
+    """A ``shutdown``'s or flush's ``timeout`` (``None``: ``default``), checked before anything
+    stops: a real number of seconds, at most ``MAX_TIMEOUT_S`` (a negative one is none left).
+    ``shutdown("1")``, ``shutdown(nan)`` or ``shutdown(1e300)`` raised a bare TypeError, ValueError
+    or OverflowError half-way through, the export thread sometimes left running."""
+    if timeout is None:
+        return default
+    message = f"timeout must be seconds, at most {MAX_TIMEOUT_S:g}, or None; not {timeout!r}"
+    return max(check_number(timeout, message, low=-math.inf, high=MAX_TIMEOUT_S), 0.0)
 
 
 class ExportWorker:

@@ -23,7 +23,7 @@ from ckpt_events._errors import check_number
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
-from ckpt_events.sinks.otlp._export_worker import ExportWorker
+from ckpt_events.sinks.otlp._export_worker import ExportWorker, timeout_or
 from ckpt_events.sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 
@@ -161,10 +161,11 @@ class OtlpMetricSink:
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the worker, export the totals one last time, close the connection: all within
         ``timeout`` seconds (default the sink's ``timeout``), whatever the collector does. Idempotent."""
+        seconds = timeout_or(timeout, self.timeout)
         worker = self._worker
         if worker.closed:
             return
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        deadline = time.monotonic() + seconds
         self.sender.close_by(deadline)  # the export under way too: its backoff ends now
         worker.request_stop()
         # Half the time for an export in flight to end by itself; then it is cancelled, and the

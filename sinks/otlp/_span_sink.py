@@ -31,7 +31,7 @@ from ckpt_events import (
 )
 from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks._span_attrs import FINISHED
-from ckpt_events.sinks.otlp._export_worker import ExportWorker
+from ckpt_events.sinks.otlp._export_worker import ExportWorker, timeout_or
 from ckpt_events.sinks.otlp._http import check_protocol, resource_with_service_name, signal_sender
 from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 from ckpt_events.vocab import resolve_span_groups
@@ -289,7 +289,7 @@ class OtlpSpanSink:
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Export everything queued now; ``True`` when it was all handed over within ``timeout``."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        deadline = time.monotonic() + timeout_or(timeout, self.timeout)
         wake = self._wake
         with wake:
             self._flush_requested = True
@@ -308,10 +308,11 @@ class OtlpSpanSink:
     def shutdown(self, timeout: float | None = None) -> None:
         """Flush, stop the worker, close the connection: all within ``timeout`` seconds (default
         the sink's ``timeout``). Spans not exported by then are counted in ``dropped``. Idempotent."""
+        seconds = timeout_or(timeout, self.timeout)
         worker = self._worker
         if worker.closed:
             return
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        deadline = time.monotonic() + seconds
         self._deadline = deadline
         self.sender.close_by(deadline)  # the export under way too: its backoff ends now
         self.force_flush(max(deadline - time.monotonic(), 0.0))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, InvalidArgumentError, Telemetry
 from ckpt_events.benchmarks.rotel import free_port
 from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink
 from ckpt_events.sinks.otlp._export_worker import ExportWorker
@@ -180,3 +180,22 @@ async def test_metric_totals_that_cannot_be_encoded_fail_one_export_not_the_thre
     assert stats.export_failures >= 1 and stats.exports >= 1 and len(received) >= 1
     (warning,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
     assert "could not be encoded (OverflowError: a total past int64)" in warning.getMessage()
+
+
+@pytest.mark.parametrize("bad", ["1", float("nan"), float("inf"), 1e300, True])
+def test_a_bad_shutdown_timeout_is_one_precise_error_before_anything_stops(bad: Any) -> None:
+    """``shutdown("1")``, ``shutdown(nan)`` or ``shutdown(1e300)`` raised a bare TypeError,
+    ValueError or OverflowError half-way through; now InvalidArgumentError before anything
+    stops, and a shutdown after it ends the thread as ever. A negative timeout is none left."""
+    endpoint = _dead_endpoint()
+    before = set(threading.enumerate())
+    for sink in (OtlpSpanSink(endpoint, timeout=1), OtlpMetricSink(endpoint, timeout=1)):
+        with pytest.raises(InvalidArgumentError, match="timeout must be seconds, at most 3600"):
+            sink.shutdown(bad)
+        if isinstance(sink, OtlpSpanSink):
+            with pytest.raises(InvalidArgumentError, match="timeout must be seconds"):
+                sink.force_flush(bad)
+        sink.shutdown(-1)
+    for thread in set(threading.enumerate()) - before:
+        thread.join(1.0)
+        assert not thread.is_alive(), thread.name
