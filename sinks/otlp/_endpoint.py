@@ -3,7 +3,7 @@
 ``endpoint_problem`` says what is wrong with one, and the sender (``InvalidValueError``) and the
 environment parser (``ConfigurationError`` naming the variable) make it their own error. Taken as
 they were, ``http://c:4318#x`` and ``http://c:4318?k=v`` as a base had the signal path land in
-the fragment or the query (every export posted to ``/``), a space in the path made
+the fragment or the query (every export posted to ``/``), a space or an ``é`` in the path made
 ``http.client`` raise at each export, and ``user:password@`` was never sent but logged.
 """
 
@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 __all__ = ["endpoint_problem"]
 
-#: What ``http.client`` refuses in a request target (a space or a control character).
+#: What ``http.client`` refuses in a request target (a space or a control character; it
+#: encodes the rest as ASCII).
 _UNSENDABLE: Final = re.compile(r"[\x00-\x20\x7f]")
 
 
@@ -40,6 +41,7 @@ def endpoint_problem(url: str, *, base: bool) -> str | None:
         return "has a #fragment, which HTTP never sends"
     if base and (parts.query or url.endswith("?")):
         return "has a ?query, which the signal path would be appended to: give it in a per-signal endpoint"
-    if _UNSENDABLE.search(parts.path + parts.query):
-        return "has a space or a control character in its path (percent-encode it, e.g. %20)"
+    target = parts.path + parts.query
+    if _UNSENDABLE.search(target) or not target.isascii():  # http.client sends it as ASCII
+        return "has a space, a control or a non-ASCII character in its path (percent-encode it, e.g. %20)"
     return None

@@ -36,6 +36,10 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
         lambda: OtlpSpanSink(ENDPOINT + "/v1/traces x", traces_path=""),
         InvalidValueError,
     ),
+    "sender endpoint with a non-ASCII path": (
+        lambda: OtlpSpanSink(ENDPOINT + "/v1/tracés", traces_path=""),
+        InvalidValueError,
+    ),
     "sender endpoint not a string": (lambda: OtlpSpanSink(42), InvalidTypeError),  # type: ignore[arg-type]
     "sender header Content-Length": (
         lambda: OtlpSpanSink(ENDPOINT, headers={"Content-Length": "5"}),

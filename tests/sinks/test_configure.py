@@ -195,6 +195,10 @@ RAW_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
         "OTEL_EXPORTER_OTLP_ENDPOINT.*space",
         {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318/my otlp"}},
     ),
+    "traces endpoint variable with a non-ASCII path": (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.*non-ASCII",
+        {"environ": {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/tracés"}},
+    ),
     "endpoint variable on port 0": (
         "OTEL_EXPORTER_OTLP_ENDPOINT.*invalid port",
         {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:0"}},
