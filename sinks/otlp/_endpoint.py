@@ -3,8 +3,8 @@
 ``endpoint_problem`` says what is wrong with one, and the sender (``InvalidValueError``) and the
 environment parser (``ConfigurationError`` naming the variable) make it their own error. Taken as
 they were, ``http://c:4318#x`` and ``http://c:4318?k=v`` as a base had the signal path land in
-the fragment or the query (every export posted to ``/``), a space or an ``é`` in the path made
-``http.client`` raise at each export, and ``user:password@`` was never sent but logged.
+the fragment or the query (every export posted to ``/``), a space or an ``é`` in the path or a
+host ``a..b`` made each export raise, and ``user:password@`` was never sent but logged.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ def endpoint_problem(url: str, *, base: bool) -> str | None:
         port = parts.port  # raises on a port that is not one
     except ValueError:
         return "has an invalid port"
+    try:
+        parts.hostname.encode("idna")  # as the connect does: it raised at every export
+    except UnicodeError:
+        return "has a host name that cannot be one (an empty label, or one over 63 characters)"
     if port == 0:
         return "has an invalid port (0: nothing listens there)"
     if parts.username is not None or parts.password is not None:

@@ -40,6 +40,7 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
         lambda: OtlpSpanSink(ENDPOINT + "/v1/tracés", traces_path=""),
         InvalidValueError,
     ),
+    "sender endpoint host with an empty label": (lambda: OtlpSpanSink("http://a..b:4318"), InvalidValueError),
     "sender endpoint not a string": (lambda: OtlpSpanSink(42), InvalidTypeError),  # type: ignore[arg-type]
     "sender header Content-Length": (
         lambda: OtlpSpanSink(ENDPOINT, headers={"Content-Length": "5"}),

@@ -199,6 +199,10 @@ RAW_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.*non-ASCII",
         {"environ": {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/tracés"}},
     ),
+    "endpoint variable with a host label over 63 characters": (
+        "OTEL_EXPORTER_OTLP_ENDPOINT.*host name",
+        {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{'x' * 64}.example:4318"}},
+    ),
     "endpoint variable on port 0": (
         "OTEL_EXPORTER_OTLP_ENDPOINT.*invalid port",
         {"environ": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:0"}},
