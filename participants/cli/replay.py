@@ -130,6 +130,15 @@ async def _replay_async(args: argparse.Namespace) -> int:
             f"{counted(span_stats.dropped, 'span')} could not be exported to {endpoint}: it {how} "
             f"({counted(span_stats.export_failures, 'failed export')}); {hint}"
         )
+    if span_stats is not None and span_stats.dropped:
+        # Every export taken, yet spans lost: a collector's partial success rejected them (the
+        # sink's warning is quieted here), which replay reported as a clean, smaller export.
+        said = getattr(span_stats, "last_failure", None)  # our OTLP sink says how
+        why = f"it {said}" if said else "they were dropped"
+        raise CommandError(
+            f"{span_stats.dropped} of {counted(span_stats.dropped + span_stats.exported, 'span')} could "
+            f"not be exported to {endpoint}: {why}; see the collector's own log"
+        )
     exported = span_stats.exported if span_stats is not None else 0
     print(f"replayed {counted(problems.events, 'event')}: {counted(exported, 'span')} exported to {endpoint}")
     if truncated:

@@ -116,8 +116,9 @@ class ExportWorker:
         if rejected:
             # The collector's text quoted: one line, whatever it holds.
             said = f": {result.message!r}" if result.message else ""
-            self.last_failure = f"rejected {rejected} {self._unit}{said}"
-            self.log_failure(f"took the request but rejected {rejected} {self._unit} (partial success{said})")
+            unit = self._unit if rejected != 1 else self._unit.removesuffix("s")  # "1 span"
+            self.last_failure = f"rejected {rejected} {unit}{said}"
+            self.log_failure(f"took the request but rejected {rejected} {unit} (partial success{said})")
         if not accepted and result.unreadable is not None:
             # Something answers there, just not in HTTP(S): "got no answer" sent users looking
             # for a collector that is not listening.

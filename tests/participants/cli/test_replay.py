@@ -154,3 +154,42 @@ def test_replay_to_a_server_that_answers_404_says_so_in_one_line(
         f"ckpt-events replay: error: 1 span could not be exported to {url}/v1/traces: it answered 404 "
         "(1 failed export); is that a collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318)?"
     ], err
+
+
+def test_spans_rejected_in_a_200_are_an_error(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 200 whose partial success rejects the span: replay said "replayed 1 event: 0 spans
+    exported" and exited 0 (the sink's warning is quieted); now one line saying what the
+    collector said, exit 2."""
+    import http.server
+    import threading
+    from typing import Any
+
+    body = b'{"partialSuccess":{"rejectedSpans":"1","errorMessage":"span too old"}}'
+
+    class Rejects(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rejects)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"ckpt-events replay: error: 1 of 1 span could not be exported to {url}/v1/traces: it "
+        "rejected 1 span: 'span too old'; see the collector's own log"
+    ], err
