@@ -4,7 +4,8 @@ Every call carries the bearer token, the W3C ``traceparent`` of the span it is m
 a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller.
 Failures come back as one exception tree::
 
-    ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``)
+    ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``),
+    │                           or its reply could not be read (a broken content-encoding)
     └── ParticipantUnreachable  no HTTP answer at all (connection refused, timeout, ...)
 
 (both defined in ``ckpt_events.participants.errors``, which draws the project's whole tree)
@@ -33,6 +34,7 @@ __all__ = [
     "ParticipantCallError",
     "ParticipantUnreachable",
     "SpanLike",
+    "failed_call",
 ]
 
 #: Added to the time left before the deadline, so a participant can still answer "too late".
@@ -59,6 +61,21 @@ def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
         snippet = response.text[:200].strip() or response.reason_phrase
         return ParticipantCallError(url, snippet, status=response.status_code)
     return ParticipantCallError(url, error.detail, raw_code=error.code, status=response.status_code)
+
+
+def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> ParticipantCallError:
+    """httpx's failure of a call to ``url`` as ours: no answer (a ``TransportError``) is
+    ``ParticipantUnreachable``; an answer that could not be read (a ``DecodingError``: a broken
+    content-encoding) a ``ParticipantCallError``. Never httpx's own, which a fan-out would let
+    cancel the other members' calls."""
+    # httpx's timeouts say nothing ("ReadTimeout: "): say how long it waited.
+    said = str(exc) or (
+        f"no answer within {timeout:.1f} s" if isinstance(exc, httpx.TimeoutException) else ""
+    )
+    detail = f"{type(exc).__name__}: {said}"
+    if isinstance(exc, httpx.TransportError):
+        return ParticipantUnreachable(url, detail)
+    return ParticipantCallError(url, f"unreadable reply: {detail}")
 
 
 class ControlClient:
@@ -147,12 +164,8 @@ class ControlClient:
                 headers=headers,
                 timeout=timeout,
             )
-        except httpx.TransportError as exc:
-            # httpx's timeouts say nothing ("ReadTimeout: "): say how long it waited.
-            said = str(exc) or (
-                f"no answer within {timeout:.1f} s" if isinstance(exc, httpx.TimeoutException) else ""
-            )
-            raise ParticipantUnreachable(url, f"{type(exc).__name__}: {said}") from exc
+        except httpx.RequestError as exc:
+            raise failed_call(url, exc, timeout) from exc
         if response.status_code != 200:
             raise _error_from(url, response)
         try:

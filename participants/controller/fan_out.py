@@ -42,10 +42,13 @@ Scope = Sequence[EpisodeId] | Mapping[str, Sequence[EpisodeId]]
 
 def described(exc: ParticipantCallError) -> str:
     """A failed call in words, code first: ``refused: unauthorized (401): missing or wrong
-    bearer token``, ``unreachable at URL: ConnectError: ...``, ``answered HTTP 502: ...``."""
+    bearer token``, ``unreachable at URL: ConnectError: ...``, ``answered HTTP 502: ...``,
+    ``failed at URL: unreadable reply: DecodingError: ...``."""
     detail = " ".join(exc.detail.split())  # one line, whatever the reply's body held
     if isinstance(exc, ParticipantUnreachable):
         return f"unreachable at {exc.url}: {detail}"
+    if exc.status is None:  # an answer that could not be read
+        return f"failed at {exc.url}: {detail}"
     if exc.raw_code is not None:
         return f"refused: {exc.raw_code} ({exc.status}): {detail}"
     return f"answered HTTP {exc.status}: {detail}"

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import Response
 
 from ckpt_events import CoordinateFinished, Refused, StageFinished, Telemetry
 from ckpt_events.participants import create_app
@@ -120,3 +122,37 @@ def _leaves(group: BaseExceptionGroup[ParticipantCallError]) -> list[Participant
         for inner in group.exceptions
         for leaf in (_leaves(inner) if isinstance(inner, BaseExceptionGroup) else [inner])
     ]
+
+
+def _unreadable() -> FastAPI:
+    """A resources participant whose every control reply claims a gzip body it does not have."""
+    app = FastAPI()
+
+    @app.post("/ng-control/v1/checkpoint/{operation}")
+    async def control(operation: str) -> Response:
+        return Response(b"{}", headers={"content-encoding": "gzip"}, media_type="application/json")
+
+    return app
+
+
+async def test_an_unreadable_reply_is_that_participants_failure_and_everyone_resumes(tmp_path: Path) -> None:
+    """A reply with a broken content-encoding raised httpx's ``DecodingError`` out of the fan-out:
+    it named nobody, and the abort's resume stopped at it, leaving who had prepared with admission
+    closed; it is the member's failure, and everyone else is resumed."""
+    three = [m for m in FOUR if m[0] != "resources"]
+    async with capture_events() as (bus, _):
+        async with (
+            local_fleet(token=TOKEN, bus=bus, members=three, checkpoint_root=tmp_path) as urls,
+            serving(_unreadable()) as broken,
+        ):
+            members = [Member(name=i, kind=k, instance=i, url=urls[i]) for k, i in three]
+            members.append(Member(name="resources-0", kind="resources", instance="resources-0", url=broken))
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                with pytest.raises(CoordinationError) as info:
+                    await co.prepare("c1", deadline_ts=time.time() + 10)
+                phases = {m.name: (await co.control.status(m.url)).phase for m in members[:3]}
+    assert list(info.value.failures) == ["resources-0"]
+    said = info.value.failures["resources-0"]
+    assert said.startswith(f"failed at {broken}") and "unreadable reply: DecodingError" in said
+    assert set(phases.values()) == {Phase.IDLE}
