@@ -19,8 +19,9 @@ import anyio
 import httpx
 import msgspec
 
+from ckpt_events.participants.controller.client import failed_call
 from ckpt_events.participants.controller.types import Member
-from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+from ckpt_events.participants.errors import ParticipantCallError
 from ckpt_events.participants.protocol import ErrorBody
 
 __all__ = ["WORK_CALL_TRIES", "WorkClients", "call_error"]
@@ -85,6 +86,7 @@ class WorkClients:
         Any other answer (2xx, or a refusal such as 409) is returned for the caller to read.
         """
         tries = WORK_CALL_TRIES if tries is None else tries
+        failure: ParticipantCallError
         for attempt in range(tries):
             if attempt:
                 await anyio.sleep(_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
@@ -92,8 +94,10 @@ class WorkClients:
                 client = self._client(member)
                 response = await client.post(url, json=body, headers=headers, timeout=self.timeout)
             except httpx.TransportError as exc:
-                failure: ParticipantCallError = ParticipantUnreachable(url, f"{type(exc).__name__}: {exc}")
+                failure = failed_call(url, exc, self.timeout)
                 continue
+            except httpx.RequestError as exc:  # an answer that could not be read: not retried
+                raise failed_call(url, exc, self.timeout) from exc
             if response.status_code not in _TRANSIENT_STATUS:
                 return response
             failure = call_error(url, response)

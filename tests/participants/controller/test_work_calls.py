@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import Response
 
 from ckpt_events import Bus, Telemetry
-from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.fleet import local_fleet, serving
 from ckpt_events.participants.controller.collection import Collection
 from ckpt_events.participants.controller.coordinator import Coordinator
-from ckpt_events.participants.controller.work_calls import WORK_CALL_TRIES
+from ckpt_events.participants.controller.types import Member
+from ckpt_events.participants.controller.work_calls import WORK_CALL_TRIES, WorkClients
 from ckpt_events.participants.errors import ParticipantCallError
 
 TOKEN = "work-calls-test-token"
@@ -78,3 +82,36 @@ async def test_a_lasting_upstream_failure_names_its_cause(tmp_path: Path) -> Non
     text = str(leaf)
     assert "502 upstream_error" in text and "took too long" in text and f"{WORK_CALL_TRIES} times" in text
     assert flaky.requests == WORK_CALL_TRIES
+
+
+def _unreadable() -> FastAPI:
+    """A participant whose work replies claim a gzip body they do not have."""
+    app = FastAPI()
+
+    @app.post("/work/{action}")
+    async def work(action: str) -> Response:
+        return Response(b"{}", headers={"content-encoding": "gzip"}, media_type="application/json")
+
+    return app
+
+
+async def test_a_silent_or_unreadable_participant_is_named_with_what_happened() -> None:
+    """A participant that never answers said only 'ReadTimeout: ' (httpx's timeouts have no
+    message): the detail says how long it waited. A reply that cannot be read (a broken
+    content-encoding) escaped as httpx's ``DecodingError``: it is a ``ParticipantCallError``."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes the connection; nobody ever reads or answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        member = Member(name="model-0", kind="model", instance="model-0", url=url)
+        work = WorkClients(1, 0.2)
+        async with work.open([member]):
+            with pytest.raises(ParticipantCallError) as quiet:
+                await work.post(member, url + "/work/start", {}, tries=1)
+    assert quiet.value.detail == "ReadTimeout: no answer within 0.2 s"
+    async with serving(_unreadable()) as url:
+        member = Member(name="model-0", kind="model", instance="model-0", url=url)
+        async with work.open([member]):
+            with pytest.raises(ParticipantCallError) as unreadable:
+                await work.post(member, url + "/work/start", {})
+    assert unreadable.value.detail.startswith("unreadable reply: DecodingError: ")
