@@ -40,6 +40,7 @@ from ckpt_events.participants.controller.run_directory import (
 from ckpt_events.participants.controller.triggers import every, on_signals
 from ckpt_events.participants.controller.work_calls import WorkClients, call_error
 from ckpt_events.participants.errors import (
+    HTTP_STATUS,
     CheckpointNotPrepared,
     CoordinationError,
     ParticipantCallError,
@@ -47,6 +48,7 @@ from ckpt_events.participants.errors import (
     check_int,
 )
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
+from ckpt_events.vocab import ErrorCode
 
 __all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
 
@@ -54,6 +56,10 @@ logger: Final = logging.getLogger("ckpt_events.participants.controller.collectio
 
 _RETRY_DELAY: Final = 0.02
 _MAX_REFUSALS: Final = 2_000
+_REPLY_TYPES: Final[dict[str, type[WorkStartReply | WorkAdvanceReply]]] = {
+    "start": WorkStartReply,
+    "advance": WorkAdvanceReply,
+}
 
 
 class Collection:
@@ -301,6 +307,8 @@ class Collection:
 
         routed = rollout.direct.get(member.name)
         direct = routed[1] if routed is not None and routed[0] == attempt and action != "start" else None
+        began = time.monotonic()
+        said = ""  # what the participant said when it last refused with admission_closed
         for _ in range(_MAX_REFUSALS):
             await self._open.wait()
             if rollout.attempt != attempt:
@@ -325,33 +333,42 @@ class Collection:
                 rollout.direct.pop(member.name, None)  # not (or no longer) on that worker
                 direct = None
                 continue
-            if response.status_code == 409:
-                code = response.json().get("error", {}).get("code")
-                if code == "stale_attempt":
+            if not response.is_success:
+                refusal = call_error(url, response)  # any body: not JSON, or not an error body
+                if refusal.code is ErrorCode.STALE_ATTEMPT:
                     raise RolloutRetired(f"{rollout.rollout_id} attempt {attempt} at {member.name}")
-                if code == "admission_closed":
+                if refusal.code is ErrorCode.ADMISSION_CLOSED:
                     # A checkpoint is open; wait for it (the event) and for the participant to reopen.
+                    said = refusal.detail
                     await anyio.sleep(_RETRY_DELAY)
                     continue
-
-            if not response.is_success:
                 # An answer the rollout cannot go past (a session the participant lost, a body
                 # it refuses): one error naming the participant and what it said.
-                raise call_error(url, response)
+                raise refusal
             reply: WorkStartReply | WorkAdvanceReply
-            if action == "start":
-                reply = msgspec.json.decode(response.content, type=WorkStartReply)
+            try:
+                reply = msgspec.json.decode(response.content, type=_REPLY_TYPES[action])
+            except msgspec.DecodeError as exc:
+                unexpected = f"unexpected reply: {exc}"
+                raise ParticipantCallError(url, unexpected, status=response.status_code) from exc
+            if isinstance(reply, WorkStartReply):
                 rollout.started.add(member.name)
-            else:
-                reply = msgspec.json.decode(response.content, type=WorkAdvanceReply)
-                if reply.done:
-                    rollout.done_at.add(member.name)
+            elif reply.done:
+                rollout.done_at.add(member.name)
             if reply.worker_url is not None:
                 rollout.direct[member.name] = (attempt, reply.worker_url)
             if rollout.attempt == attempt:
                 rollout.at[member.name] = reply.boundary
             return
-        raise RuntimeError(f"{url} refused {rollout.rollout_id} {_MAX_REFUSALS} times")
+        # Bounded: a participant that stays closed with no checkpoint of ours open (another
+        # controller's prepare, a stuck one) fails this rollout by name.
+        raise ParticipantCallError(
+            url,
+            f"{rollout.rollout_id} refused {_MAX_REFUSALS:,} times in a row over "
+            f"{time.monotonic() - began:.0f} s, the last: {said}",
+            raw_code=ErrorCode.ADMISSION_CLOSED.value,
+            status=HTTP_STATUS[ErrorCode.ADMISSION_CLOSED],
+        )
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -12,11 +12,15 @@ from typing import Any
 import anyio
 import httpx
 import msgspec
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import Response
 
 from ckpt_events import CollectionFinished, CoordinateFinished, Telemetry
-from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.fleet import local_fleet, serving
+from ckpt_events.participants.controller import collection as collection_module
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
-from ckpt_events.participants.controller.coordinator import Coordinator
+from ckpt_events.participants.controller.coordinator import Coordinator, Member
 from ckpt_events.participants.errors import ParticipantCallError
 from ckpt_events.testing import capture_events
 from tests.participants.helpers import ROOT
@@ -211,3 +215,50 @@ async def test_a_work_call_the_participants_refuse_is_a_participant_error(tmp_pa
             errors = [e for e in _leaves(group) if isinstance(e, ParticipantCallError)]
     assert errors and {(e.status, e.raw_code) for e in errors} == {(422, "invalid_request")}
     assert all("$.steps" in e.detail and e.url.endswith("/work/start") for e in errors)
+
+
+def _answering(status: int, body: bytes) -> FastAPI:
+    """A participant whose every work call is answered with ``status`` and ``body``."""
+    app = FastAPI()
+
+    @app.post("/work/{action}")
+    async def work(action: str) -> Response:
+        return Response(body, status_code=status, media_type="application/json")
+
+    return app
+
+
+async def _work_failure(tmp_path: Path, status: int, body: bytes) -> ParticipantCallError:
+    """Run one rollout on a participant that always answers ``status`` and ``body``; its error."""
+    errors: list[BaseException] = []
+    async with capture_events() as (bus, _), serving(_answering(status, body)) as url:
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        member = Member(name="model-0", kind="model", instance="model-0", url=url)
+        async with Coordinator([member], token=TOKEN, telemetry=tel) as co:
+            col = Collection(co, tmp_path / str(status), telemetry=tel, rollouts=1, steps=1)
+            with anyio.fail_after(10):
+                try:
+                    await col.run()
+                except* ParticipantCallError as group:
+                    errors = list(_leaves(group))
+    (error,) = errors
+    assert isinstance(error, ParticipantCallError)
+    return error
+
+
+async def test_a_work_reply_that_does_not_decode_is_a_participant_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 409 whose body is not JSON was a JSONDecodeError traceback, a 200 that is not the reply
+    an uncaught ``msgspec`` error, and a participant that kept admission closed a bare
+    ``RuntimeError``: each is a ``ParticipantCallError`` naming the participant and what it said."""
+    html = await _work_failure(tmp_path, 409, b"<html>Conflict</html>")
+    assert (html.status, html.raw_code, html.detail) == (409, None, "<html>Conflict</html>")
+    wrong = await _work_failure(tmp_path, 200, b'{"boundary": "x"}')
+    assert wrong.status == 200 and wrong.detail.startswith("unexpected reply: Expected `int`")
+    monkeypatch.setattr(collection_module, "_MAX_REFUSALS", 3)  # 2,000 in a real run
+    closed = b'{"error": {"code": "admission_closed", "detail": "a checkpoint is open"}}'
+    refused = await _work_failure(tmp_path, 409, closed)
+    assert (refused.status, refused.raw_code) == (409, "admission_closed")
+    assert refused.detail.startswith("r00000 refused 3 times in a row over 0 s, the last: a checkpoint")
+    assert refused.url.endswith("/work/start")
