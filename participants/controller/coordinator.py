@@ -78,12 +78,30 @@ RESTORE_CLEANUP_SECONDS: Final = 30.0
 R = TypeVar("R", bound=msgspec.Struct)
 
 
+def _check_distinct(members: Sequence[Member]) -> None:
+    """Refuse ``members`` that discovery would refuse: two with one name (their replies would be
+    taken for each other's), or one kind and instance (their commits would write one directory)."""
+    names: dict[str, Member] = {}
+    identities: dict[tuple[str, str], Member] = {}
+    for member in members:
+        if (twin := names.setdefault(member.name, member)) is not member:
+            raise InvalidValueError(
+                f"two members are named {member.name!r} ({twin.url} and {member.url}): give each its own name"
+            )
+        if (twin := identities.setdefault((member.kind, member.instance), member)) is not member:
+            raise InvalidValueError(
+                f"members {twin.name!r} and {member.name!r} are both {member.kind}/{member.instance}: "
+                "their commits would write one checkpoint directory (give each its own instance)"
+            )
+
+
 class Coordinator:
     """Runs checkpoint operations over ``members`` with telemetry ``tel`` (kind ``controller``).
 
     ``client`` (an ``httpx.AsyncClient``) stays the caller's; without one the coordinator
     makes its own and closes it in ``aclose()``. ``faults`` is what is injected (a ``lease``
-    fault: the first checkpoint waits past the leases between prepare and commit).
+    fault: the first checkpoint waits past the leases between prepare and commit). Members
+    are distinct, in name and in kind and instance, as discovery finds them (``InvalidValueError``).
     """
 
     def __init__(
@@ -97,6 +115,7 @@ class Coordinator:
     ) -> None:
         if telemetry.kind != Kind.CONTROLLER:
             raise InvalidValueError(f"the coordinator reports as kind 'controller', not {telemetry.kind!r}")
+        _check_distinct(members)
 
         self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))
         self.tel = telemetry

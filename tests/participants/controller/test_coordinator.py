@@ -13,7 +13,15 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from ckpt_events import CoordinateFinished, OperationFinished, OperationStarted, StageFinished, Telemetry
+from ckpt_events import (
+    Bus,
+    CoordinateFinished,
+    InvalidValueError,
+    OperationFinished,
+    OperationStarted,
+    StageFinished,
+    Telemetry,
+)
 from ckpt_events.participants.cli.fleet import free_port, local_fleet, serving
 from ckpt_events.participants.controller.client import (
     ControlClient,
@@ -24,6 +32,7 @@ from ckpt_events.participants.controller.coordinator import (
     CheckpointNotPrepared,
     CoordinationError,
     Coordinator,
+    Member,
 )
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply, PrepareRequest
@@ -308,3 +317,17 @@ async def test_client_reports_unreachable_participants() -> None:
         with pytest.raises(ParticipantUnreachable) as info:
             await client.status(f"http://127.0.0.1:{free_port()}", timeout=2.0)
     assert info.value.code is None
+
+
+def test_members_given_directly_are_distinct() -> None:
+    """Discovery refuses two servers that would be one member; a coordinator built from members
+    took them: replies of two members named alike were taken for each other's, and two members
+    of one kind and instance committed into one directory. Both are ``InvalidValueError``."""
+    tel = Telemetry(Bus(), kind="controller", instance="coordination")
+    agent = Member(name="agent-0", kind="agent", instance="agent-0", url="http://127.0.0.1:1")
+    named_alike = Member(name="agent-0", kind="agent", instance="agent-1", url="http://127.0.0.1:2")
+    same_instance = Member(name="agent-again", kind="agent", instance="agent-0", url="http://127.0.0.1:1")
+    with pytest.raises(InvalidValueError, match="two members are named 'agent-0'"):
+        Coordinator([agent, named_alike], token=TOKEN, telemetry=tel)
+    with pytest.raises(InvalidValueError, match="'agent-0' and 'agent-again' are both agent/agent-0"):
+        Coordinator([agent, same_instance], token=TOKEN, telemetry=tel)
