@@ -356,8 +356,6 @@ class WorkerPool:
         others' out again."""
         indexes = self.check_all_connected("restore")
         checkpoint_id, traceparent = _share()
-        # The whole server's fence: a late attempt is refused here before any worker sees it.
-        RetiredAttempts.mark_all(self.fence, self._staged_scope)
         replies, refusal = await self._ask_each(
             lambda index: InstallStaged(self._staged.get(index, []), checkpoint_id),
             indexes,
@@ -367,6 +365,9 @@ class WorkerPool:
         if refusal is not None:
             self.discard()
             raise refusal
+        # The whole server's fence, once every worker installed (a refused restore marks
+        # nothing); admission stays closed until resume, so no late attempt got in meanwhile.
+        RetiredAttempts.mark_all(self.fence, self._staged_scope)
         restored: list[str] = []
         for index, keys in replies.items():
             self.placement.place(index, keys)

@@ -90,6 +90,9 @@ class WorkerHost:
         self._staged: tuple[list[Any], list[Any]] | None = None
         #: The keys the last ``install_staged`` installed (``discard`` takes them out again).
         self._installed: list[str] = []
+        #: The fence's marks of those rollouts before that install marked them (``None``: no
+        #: mark), which ``discard`` puts back: a refused restore fences nothing.
+        self._fenced_before: dict[str, int | None] = {}
 
     def apply_state(self, state: WorkerState) -> None:
         """The server's state from the coordinator's ``hello`` reply."""
@@ -247,6 +250,8 @@ class WorkerHost:
             ]
             records, states = [r for r, _ in kept], [s for _, s in kept]
         wl = self.workload
+        held = wl.fence.snapshot()
+        self._fenced_before = {r.episode_id.rollout_id: held.get(r.episode_id.rollout_id) for r in records}
         with self._share(Operation.RESTORE, request.checkpoint_id, message) as op, op.step("install") as step:
             wl.close_admission()
             self._installed = await wl.install(records, states)
@@ -260,6 +265,12 @@ class WorkerHost:
         for key in self._installed:
             self.workload.episodes.pop(key, None)
         self._installed = []
+        fence = self.workload.fence
+        for rollout_id, attempt in self._fenced_before.items():
+            fence.forget(rollout_id)
+            if attempt is not None:
+                fence.mark(EpisodeId(rollout_id, attempt))
+        self._fenced_before = {}
 
 
 async def run_worker(

@@ -19,24 +19,40 @@ from anyio.abc import SocketAttribute
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
+from ckpt_events.participants.errors import CheckpointWriteError
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.protocol import RecordsPart
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.store import MANIFEST_NAME, RECORDS_FILE, participant_dir, parts_digest
-from tests.participants.helpers import TOKEN, control, error_code, running, status
+from ckpt_events.participants.workloads.environment import EnvironmentWorkload
+from tests.participants.helpers import TOKEN, control, error_code, running, status, wait_until
 
 pytestmark = pytest.mark.anyio
+
+
+class _FullDisk(EnvironmentWorkload):
+    """A user's workload whose install fails after its checks passed (its device is full)."""
+
+    async def install(self, records: Any, states: Any) -> list[str]:
+        raise CheckpointWriteError("no room left to install", published=False)
 
 
 class _Fleet:
     """A multi-worker app whose worker workloads the test can look into."""
 
-    def __init__(self, workers: int, instance: str = "env-0", faults: FaultPlan = NO_FAULTS) -> None:
+    def __init__(
+        self,
+        workers: int,
+        instance: str = "env-0",
+        faults: FaultPlan = NO_FAULTS,
+        install_fails_on: int | None = None,
+    ) -> None:
         bus = Bus()
         self.workloads: list[Any] = []
 
         def factory(index: int) -> Any:
-            workload = make_workload("environment", Telemetry(bus, kind="environment", instance=instance))
+            tel = Telemetry(bus, kind="environment", instance=instance)
+            workload = _FullDisk(tel) if index == install_fails_on else make_workload("environment", tel)
             self.workloads.append(workload)
             return workload
 
@@ -231,3 +247,23 @@ async def test_a_one_process_participant_restores_a_multi_worker_checkpoint(tmp_
         reply = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(9))
         assert reply.status_code == 200, reply.text
         assert len(reply.json()["restored"]) == 9
+
+
+async def test_a_restore_one_worker_fails_to_install_fences_nothing(tmp_path):
+    """Worker 1's install fails after worker 0 installed its share: the restore is refused, and
+    neither the main process (it fenced the scope before the workers installed) nor worker 0 (its
+    install fenced its share) keeps a mark: attempt 0 of a rollout of it starts again."""
+    rollouts = 6
+    async with running(_Fleet(2).app) as client:
+        await _commit(client, tmp_path, rollouts)
+    fleet = _Fleet(2, install_fails_on=1)
+    async with running(fleet.app) as client:
+        reply = await control(
+            client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(rollouts)
+        )
+        assert "no room left to install" in reply.json()["error"]["detail"], reply.text
+        assert (await status(client))["retired_rollouts"] == {}
+        await wait_until(lambda: not any(len(w.fence) for w in fleet.workloads))  # after the discard
+        for i in range(rollouts):
+            again = await client.post("/work/start", json={"rollout_id": f"r{i}", "attempt": 0, "steps": 4})
+            assert again.status_code == 200, again.text
