@@ -37,6 +37,7 @@ from ckpt_events.participants.controller.types import (
     FAILURES_ATTRIBUTE,
     Member,
     PrepareResult,
+    check_url,
     failures_value,
 )
 from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
@@ -79,11 +80,13 @@ R = TypeVar("R", bound=msgspec.Struct)
 
 
 def _check_distinct(members: Sequence[Member]) -> None:
-    """Refuse ``members`` that discovery would refuse: two with one name (their replies would be
-    taken for each other's), or one kind and instance (their commits would write one directory)."""
+    """Refuse ``members`` that discovery would refuse: a URL that is not one (``check_url``), two
+    with one name (their replies would be taken for each other's), or one kind and instance
+    (their commits would write one directory)."""
     names: dict[str, Member] = {}
     identities: dict[tuple[str, str], Member] = {}
     for member in members:
+        check_url(member.url)
         if (twin := names.setdefault(member.name, member)) is not member:
             raise InvalidValueError(
                 f"two members are named {member.name!r} ({twin.url} and {member.url}): give each its own name"

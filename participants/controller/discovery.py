@@ -9,7 +9,7 @@ import anyio
 
 from ckpt_events import InvalidArgumentError
 from ckpt_events.participants.controller.client import ControlClient, ParticipantCallError
-from ckpt_events.participants.controller.types import CoordinationError, Member
+from ckpt_events.participants.controller.types import CoordinationError, Member, check_url
 from ckpt_events.vocab import Kind, kind_name
 
 __all__ = ["DISCOVER_TIMEOUT", "DISCOVER_TRIES", "discover_members"]
@@ -32,8 +32,11 @@ async def discover_members(
     A 404 means "not a participant". Any other failure is retried up to ``tries`` times,
     then raises ``CoordinationError("discover", ...)``; so do two servers that answer as one
     participant (kind and instance) or would be one member (name), and a fleet without a model.
+    A URL that cannot be a participant's (``check_url``) is ``InvalidValueError``, before any call.
     """
     named = dict(servers) if isinstance(servers, Mapping) else {url: url for url in servers}
+    for url in named.values():
+        check_url(url)
     found: dict[str, Member] = {}  # by its name in ``servers``
     failures: Failures = {}
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import urlsplit
 
 import msgspec
 
+from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
 from ckpt_events.participants.kinds import stage_index
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply
@@ -19,6 +21,7 @@ __all__ = [
     "Member",
     "MemberFailure",
     "PrepareResult",
+    "check_url",
     "failures_value",
     "read_failures",
 ]
@@ -56,6 +59,20 @@ class MemberFailure(msgspec.Struct, frozen=True):
     kind: str
     instance: str
     said: str
+
+
+def check_url(url: str) -> str:
+    """``url`` if it can be a participant's base URL: http(s), a host and a port in 0-65535,
+    else ``InvalidValueError`` (httpx took a port past 65535 or not a number, and the first
+    call raised ``OverflowError`` or ``InvalidURL`` out of the fan-out, naming no member)."""
+    parsed = urlsplit(url)
+    try:
+        parsed.port  # noqa: B018  # raises on a port that is not one
+    except ValueError:
+        raise InvalidValueError(f"participant URL {url!r} has no valid port (0-65535)") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise InvalidValueError(f"participant URL {url!r} is not an http(s) URL, e.g. http://127.0.0.1:8000")
+    return url
 
 
 _failures_decoder: Final = msgspec.json.Decoder(list[MemberFailure])

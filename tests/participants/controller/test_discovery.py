@@ -11,9 +11,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from ckpt_events import Bus
+from ckpt_events import Bus, InvalidValueError, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.controller.client import ControlClient
+from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.controller.discovery import discover_members
 from ckpt_events.participants.controller.types import CoordinationError, Member
 from ckpt_events.participants.protocol import CONTROL_PREFIX
@@ -134,3 +135,24 @@ async def test_a_fleet_without_a_model_is_refused() -> None:
             await discover_members(["http://env"], control)
     assert info.value.failures == {"model": "no model participant was found"}
     assert str(info.value) == "discover failed: model: no model participant was found"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:99999", "no valid port"),  # was OverflowError out of the task group
+        ("http://127.0.0.1:80a", "no valid port"),  # was httpx.InvalidURL
+        ("ftp://127.0.0.1:9", "not an http"),
+        ("127.0.0.1:9", "not an http"),
+    ],
+)
+async def test_a_url_that_cannot_be_a_participant_s_is_refused_before_any_call(url: str, said: str) -> None:
+    """A server URL with a port past 65535 or not a number escaped discovery (and a member's, a
+    fan-out, cancelling the other members' calls) as ``OverflowError`` or httpx's ``InvalidURL``;
+    discovery and a coordinator built from members refuse it as ``InvalidValueError``."""
+    async with ControlClient(TOKEN) as control:
+        with pytest.raises(InvalidValueError, match=said):
+            await discover_members([url], control, tries=1, timeout=1)
+    member = Member(name="model-0", kind="model", instance="model-0", url=url)
+    with pytest.raises(InvalidValueError, match=said):
+        Coordinator([member], token=TOKEN, telemetry=Telemetry(Bus(), kind="controller", instance="c"))
