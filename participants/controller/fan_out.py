@@ -154,16 +154,26 @@ async def renewing(
     deadline_ts: float,
     every: float,
 ) -> None:
-    """Run ``publish()`` while ``renew(deadline_ts)`` keeps the leases alive (now, then every ``every`` s)."""
+    """Run ``publish()`` while ``renew(deadline_ts)`` keeps the leases alive (now, then every ``every`` s).
+
+    A renew that fails stops the publish, and its error is raised as itself (as is the
+    publish's own), never wrapped in an ``ExceptionGroup``."""
     # Leases must outlive a slow publish: renew now, then in the background until it is done.
     await renew(max(deadline_ts, time.time() + every * 2))
-    async with anyio.create_task_group() as tg:
+    try:
+        async with anyio.create_task_group() as tg:
 
-        async def renew_loop() -> None:
-            while True:
-                await anyio.sleep(every)
-                await renew(max(deadline_ts, time.time() + every * 2))
+            async def renew_loop() -> None:
+                while True:
+                    await anyio.sleep(every)
+                    await renew(max(deadline_ts, time.time() + every * 2))
 
-        tg.start_soon(renew_loop)
-        await publish()
-        tg.cancel_scope.cancel()
+            tg.start_soon(renew_loop)
+            await publish()
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The callers document CoordinationError: a background renew's came wrapped, and
+        # passed every ``except CoordinationError`` (a timer's checkpoint ended the whole run).
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

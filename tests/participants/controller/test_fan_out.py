@@ -3,8 +3,13 @@ scope asked for, a failed call described in one line."""
 
 from __future__ import annotations
 
-from ckpt_events.participants.controller.fan_out import check_committed, check_restored, described
-from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+import time
+
+import anyio
+import pytest
+
+from ckpt_events.participants.controller.fan_out import check_committed, check_restored, described, renewing
+from ckpt_events.participants.errors import CoordinationError, ParticipantCallError, ParticipantUnreachable
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
 from ckpt_events.vocab import Phase
 
@@ -73,3 +78,24 @@ def test_a_failed_call_is_described_code_first_on_one_line() -> None:
     assert described(gone) == f"unreachable at {url}: ConnectError: All connection attempts failed"
     proxy = ParticipantCallError(url, "<html>\n<b>Bad Gateway</b>\n</html>", status=502)
     assert described(proxy) == "answered HTTP 502: <html> <b>Bad Gateway</b> </html>"
+
+
+async def test_a_renew_failing_during_the_publish_is_raised_as_itself() -> None:
+    """The first renew succeeds, the next (in the background, during a slow publish) is refused:
+    its ``CoordinationError`` came wrapped in an ``ExceptionGroup``, which every ``except
+    CoordinationError`` let through (a timer's checkpoint ended the collection's whole run)."""
+    renewed: list[float] = []
+    published: list[str] = []
+
+    async def renew(deadline: float) -> None:
+        renewed.append(deadline)
+        if len(renewed) > 1:
+            raise CoordinationError("renew", {"resources-0": "refused: checkpoint_error (409): gone"})
+
+    async def publish() -> None:
+        await anyio.sleep(5)  # cancelled by the failed renew
+        published.append("late")
+
+    with anyio.fail_after(2), pytest.raises(CoordinationError, match="renew failed: resources-0"):
+        await renewing(renew, publish, deadline_ts=time.time() + 10, every=0.05)
+    assert len(renewed) == 2 and not published
