@@ -485,6 +485,7 @@ class Collection:
         with self.tel.collection("restore", checkpoint_id=checkpoint_id) as span:
             span.set(rows=len(continued), restarts=len(manifest.restarted) + len(orphans))
             restarts = list(manifest.restarted) + orphans
+            restored = False
             try:
                 await self.coordinator.restore(
                     restore_id,
@@ -494,18 +495,27 @@ class Collection:
                     source_checkpoint_id=checkpoint_id,
                     parent=span,
                 )
-            except CoordinationError:
-                # All or nothing: the coordinator retired the next attempts and resumed everyone;
-                # every rollout of the checkpoint restarts from its input, past those attempts.
-                self._apply(manifest, continued=[], restarted=[e.next() for e in continued] + restarts)
+                restored = True
+                old = list(manifest.continued) + list(manifest.restarted)
+                if old:
+                    await self.coordinator.retire(
+                        old, checkpoint_id=restore_id, deadline_ts=deadline, parent=span
+                    )
+                await self.coordinator.resume(restore_id, deadline_ts=deadline, parent=span)
+            except BaseException as exc:
+                failed = isinstance(exc, CoordinationError)
+                if restored:
+                    # It took everywhere, but fencing the old attempts or resuming did not: undo
+                    # it as a failed restore is undone, else everyone stays restored, admission
+                    # closed, until the leases run out.
+                    await self.coordinator.undo_restore(
+                        restore_id, continued, deadline_ts=deadline, cancelled=not failed, parent=span
+                    )
+                if failed:
+                    # All or nothing: the next attempts were retired and everyone resumed; every
+                    # rollout of the checkpoint restarts from its input, past those attempts.
+                    self._apply(manifest, continued=[], restarted=[e.next() for e in continued] + restarts)
                 raise
-
-            old = list(manifest.continued) + list(manifest.restarted)
-            if old:
-                await self.coordinator.retire(
-                    old, checkpoint_id=restore_id, deadline_ts=deadline, parent=span
-                )
-            await self.coordinator.resume(restore_id, deadline_ts=deadline, parent=span)
             self._apply(manifest, continued=continued, restarted=restarts)
 
         self.restored_from = checkpoint_id

@@ -398,30 +398,38 @@ class Coordinator:
             # then shielded, and each call bounded to about ten seconds. Else who installed its
             # share keeps it, restored, until its lease runs out (lease_grace_seconds, 600).
             cancelled = not isinstance(exc, CoordinationError)
-            cleanup_deadline = (
-                time.time() + 5.0 if cancelled else max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
-            )
             context = parent if parent is not None else span
-            with anyio.CancelScope(shield=cancelled):
-                await self._undo_restore(checkpoint_id, everyone, cleanup_deadline, context)
+            await self.undo_restore(
+                checkpoint_id, everyone, deadline_ts=deadline_ts, cancelled=cancelled, parent=context
+            )
             raise
         return replies
 
-    async def _undo_restore(
-        self, checkpoint_id: str, everyone: list[EpisodeId], deadline_ts: float, parent: Any
+    async def undo_restore(
+        self,
+        checkpoint_id: str,
+        episodes: Sequence[EpisodeId],
+        *,
+        deadline_ts: float,
+        cancelled: bool = False,
+        parent: Any = None,
     ) -> None:
-        """Retire the next attempts of ``everyone`` everywhere, then resume everyone."""
-        if everyone:
-            try:
-                await self.retire(
-                    [e.next() for e in everyone],
-                    checkpoint_id=checkpoint_id,
-                    deadline_ts=deadline_ts,
-                    parent=parent,
-                )
-            except CoordinationError as exc:
-                logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
-        await self._resume_quietly(checkpoint_id, deadline_ts, parent)
+        """Undo restore ``checkpoint_id`` of ``episodes``: retire their next attempts everywhere,
+        then resume everyone; what fails is logged, not raised. Each call has at least 30 s
+        (``RESTORE_CLEANUP_SECONDS``); ``cancelled`` (the caller was): shielded, about 5 s."""
+        deadline = time.time() + 5.0 if cancelled else max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
+        with anyio.CancelScope(shield=cancelled):
+            if episodes:
+                try:
+                    await self.retire(
+                        [e.next() for e in episodes],
+                        checkpoint_id=checkpoint_id,
+                        deadline_ts=deadline,
+                        parent=parent,
+                    )
+                except CoordinationError as exc:
+                    logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
+            await self._resume_quietly(checkpoint_id, deadline, parent)
 
     async def _grouped(
         self,

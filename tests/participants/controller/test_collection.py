@@ -13,7 +13,7 @@ import anyio
 import httpx
 import msgspec
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from ckpt_events import CollectionFinished, CoordinateFinished, Telemetry
@@ -21,7 +21,7 @@ from ckpt_events.participants.cli.fleet import local_fleet, serving
 from ckpt_events.participants.controller import collection as collection_module
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 from ckpt_events.participants.controller.coordinator import Coordinator, Member
-from ckpt_events.participants.errors import ParticipantCallError
+from ckpt_events.participants.errors import CoordinationError, ParticipantCallError
 from ckpt_events.testing import capture_events
 from tests.participants.helpers import ROOT
 
@@ -262,3 +262,50 @@ async def test_a_work_reply_that_does_not_decode_is_a_participant_error(
     assert (refused.status, refused.raw_code) == (409, "admission_closed")
     assert refused.detail.startswith("r00000 refused 3 times in a row over 0 s, the last: a checkpoint")
     assert refused.url.endswith("/work/start")
+
+
+def _refusing_retire(target: str) -> FastAPI:
+    """A proxy to the participant at ``target`` that refuses every retire (409)."""
+    app = FastAPI()
+    forward_headers = ("authorization", "content-type", "traceparent")
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def forward(path: str, request: Request) -> Response:
+        if path.endswith("/retire"):
+            refused = b'{"error": {"code": "checkpoint_error", "detail": "retire broke"}}'
+            return Response(refused, status_code=409, media_type="application/json")
+        headers = {k: v for k, v in request.headers.items() if k in forward_headers}
+        async with httpx.AsyncClient() as http:
+            reply = await http.request(
+                request.method, f"{target}/{path}", content=await request.body(), headers=headers
+            )
+        return Response(reply.content, status_code=reply.status_code, media_type="application/json")
+
+    return app
+
+
+async def test_a_restore_whose_fencing_fails_after_it_took_is_undone(tmp_path: Path) -> None:
+    """The restore took everywhere, then the retire of the old attempts was refused by one member:
+    everyone stayed restored (admission closed, attempt 1 live) until the leases ran out and the
+    rollouts went on as attempt 0; it is undone as a failed restore is: everyone resumed, the
+    rollouts restart past the retired attempts (2)."""
+    async with capture_events() as (bus, _):
+        async with collection(bus, tmp_path, rollouts=3, steps=40) as (col, _):
+            _, checkpoint_id = await run_and(col, lambda: col.checkpoint(stop=True))
+        continued = msgspec.json.decode((tmp_path / checkpoint_id / "collection.json").read_bytes())[
+            "continued"
+        ]
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with (
+            local_fleet(token=TOKEN, bus=bus, checkpoint_root=ROOT) as urls,
+            serving(_refusing_retire(urls["agent-0"])) as agent,
+        ):
+            members = [Member(name=n, kind=n.split("-")[0], instance=n, url=u) for n, u in urls.items()]
+            members = [m if m.name != "agent-0" else msgspec.structs.replace(m, url=agent) for m in members]
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                again = Collection(co, tmp_path, telemetry=tel, rollouts=3, steps=40)
+                with pytest.raises(CoordinationError, match="retire failed: agent-0"):
+                    await again.restore(checkpoint_id)
+                phases = {m.name: (await co.control.status(m.url)).phase.value for m in members}
+    assert set(phases.values()) == {"idle"}
+    assert continued and {again.rollouts[e["rollout_id"]].attempt for e in continued} == {2}
