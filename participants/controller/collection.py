@@ -28,7 +28,7 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from ckpt_events import CollectionSpan, ConfigurationError, Telemetry
+from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
 from ckpt_events.participants.controller.coordinator import Coordinator, Member, PrepareResult
 from ckpt_events.participants.controller.rollout import CollectionSummary, Rollout
 from ckpt_events.participants.controller.run_directory import (
@@ -38,6 +38,7 @@ from ckpt_events.participants.controller.run_directory import (
     new_restore_id,
 )
 from ckpt_events.participants.controller.triggers import every, on_signals
+from ckpt_events.participants.controller.types import check_url
 from ckpt_events.participants.controller.work_calls import WorkClients, call_error
 from ckpt_events.participants.errors import (
     HTTP_STATUS,
@@ -348,8 +349,11 @@ class Collection:
             reply: WorkStartReply | WorkAdvanceReply
             try:
                 reply = msgspec.json.decode(response.content, type=_REPLY_TYPES[action])
-            except msgspec.DecodeError as exc:
-                unexpected = f"unexpected reply: {exc}"
+                if reply.worker_url is not None:
+                    check_url(reply.worker_url)  # later calls go there: httpx raised OverflowError
+            except (msgspec.DecodeError, InvalidValueError) as exc:
+                where = " at $.worker_url" if isinstance(exc, InvalidValueError) else ""
+                unexpected = f"unexpected reply: {exc}{where}"
                 raise ParticipantCallError(url, unexpected, status=response.status_code) from exc
             if isinstance(reply, WorkStartReply):
                 rollout.started.add(member.name)

@@ -309,3 +309,12 @@ async def test_a_restore_whose_fencing_fails_after_it_took_is_undone(tmp_path: P
                 phases = {m.name: (await co.control.status(m.url)).phase.value for m in members}
     assert set(phases.values()) == {"idle"}
     assert continued and {again.rollouts[e["rollout_id"]].attempt for e in continued} == {2}
+
+
+async def test_a_worker_url_that_is_not_one_is_the_participant_s_error(tmp_path: Path) -> None:
+    """A start reply naming a ``worker_url`` with a port past 65535: the next call went there and
+    raised ``OverflowError`` out of the run, naming no participant; the reply is refused."""
+    start = b'{"capture_key": "r00000", "boundary": 0, "worker_url": "http://127.0.0.1:99999"}'
+    error = await _work_failure(tmp_path, 200, start)
+    assert error.url.endswith("/work/start") and error.status == 200
+    assert error.detail.startswith("unexpected reply: ") and error.detail.endswith("at $.worker_url")
