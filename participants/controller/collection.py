@@ -380,8 +380,9 @@ class Collection:
         """Checkpoint the rollouts in flight and publish it; with ``stop``, stop dispatching after.
 
         Raises ``CheckpointNotPrepared`` (nothing published, everyone resumed) or
-        ``CoordinationError``; before anything, ``RunDirectoryInUse`` if another fleet holds the
-        run directory, ``ForeignCheckpoint`` if its published checkpoint is another run's.
+        ``CoordinationError`` (nothing published); before anything, ``RunDirectoryInUse`` if
+        another fleet holds the run directory, ``ForeignCheckpoint`` if its published checkpoint
+        is another run's. A resume refused once it is published is logged: it stays published.
         """
         async with self._lock:
             with self.run_dir.claim():
@@ -409,6 +410,7 @@ class Collection:
         continued: list[EpisodeId] = []
         restarted: list[EpisodeId] = []
         placement: dict[str, list[str]] = {}
+        published = False  # LATEST names this checkpoint
         # One server of each kind holds every rollout: one scope for all, no placement to keep.
         spread = self._spread()
 
@@ -433,6 +435,7 @@ class Collection:
             return shares if spread else continued
 
         async def publish(prepared: PrepareResult, commits: dict[str, CommitReply]) -> None:
+            nonlocal published
             # A rollout in the scope whose last step was already in flight at prepare may finish
             # now: the checkpoint holds it in flight, so it is not also listed as completed.
             in_scope = {e.rollout_id for e in continued} | {e.rollout_id for e in restarted}
@@ -453,17 +456,25 @@ class Collection:
             )
             with self.tel.collection("publish", checkpoint_id=checkpoint_id, parent=span):
                 await anyio.to_thread.run_sync(self.run_dir.publish, manifest)
+            published = True
 
         directory = self.run_dir.checkpoint_dir(checkpoint_id)
-        await self.coordinator.checkpoint(
-            checkpoint_id,
-            str(directory),
-            deadline_ts=time.time() + self.deadline_s,
-            episodes=scope,
-            publish=publish,
-            stop=stop,
-            parent=span,
-        )
+        try:
+            await self.coordinator.checkpoint(
+                checkpoint_id,
+                str(directory),
+                deadline_ts=time.time() + self.deadline_s,
+                episodes=scope,
+                publish=publish,
+                stop=stop,
+                parent=span,
+            )
+        except CoordinationError as exc:
+            if not published:
+                raise
+            # LATEST names it and the next run restores it: a resume refused after that does not
+            # unpublish it (who did not resume does when its lease runs out; its span says so).
+            logger.warning("checkpoint %s published, but its resume is incomplete: %s", checkpoint_id, exc)
 
     async def restore(self, checkpoint_id: str, *, from_run: str | None = None) -> None:
         """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt.

@@ -264,15 +264,15 @@ async def test_a_work_reply_that_does_not_decode_is_a_participant_error(
     assert refused.url.endswith("/work/start")
 
 
-def _refusing_retire(target: str) -> FastAPI:
-    """A proxy to the participant at ``target`` that refuses every retire (409)."""
+def _refusing(target: str, operation: str = "retire") -> FastAPI:
+    """A proxy to the participant at ``target`` that refuses every ``operation`` (409)."""
     app = FastAPI()
     forward_headers = ("authorization", "content-type", "traceparent")
 
     @app.api_route("/{path:path}", methods=["GET", "POST"])
     async def forward(path: str, request: Request) -> Response:
-        if path.endswith("/retire"):
-            refused = b'{"error": {"code": "checkpoint_error", "detail": "retire broke"}}'
+        if path.endswith("/" + operation):
+            refused = b'{"error": {"code": "checkpoint_error", "detail": "%s broke"}}' % operation.encode()
             return Response(refused, status_code=409, media_type="application/json")
         headers = {k: v for k, v in request.headers.items() if k in forward_headers}
         async with httpx.AsyncClient() as http:
@@ -298,7 +298,7 @@ async def test_a_restore_whose_fencing_fails_after_it_took_is_undone(tmp_path: P
         tel = Telemetry(bus, kind="controller", instance="coordination")
         async with (
             local_fleet(token=TOKEN, bus=bus, checkpoint_root=ROOT) as urls,
-            serving(_refusing_retire(urls["agent-0"])) as agent,
+            serving(_refusing(urls["agent-0"])) as agent,
         ):
             members = [Member(name=n, kind=n.split("-")[0], instance=n, url=u) for n, u in urls.items()]
             members = [m if m.name != "agent-0" else msgspec.structs.replace(m, url=agent) for m in members]
@@ -318,3 +318,25 @@ async def test_a_worker_url_that_is_not_one_is_the_participant_s_error(tmp_path:
     error = await _work_failure(tmp_path, 200, start)
     assert error.url.endswith("/work/start") and error.status == 200
     assert error.detail.startswith("unexpected reply: ") and error.detail.endswith("at $.worker_url")
+
+
+async def test_a_checkpoint_published_then_refused_a_resume_is_published(tmp_path: Path) -> None:
+    """Commit and publish went through (LATEST names the checkpoint, the next run restores it),
+    then one member refused the resume: ``checkpoint()`` raised, the span said ``published=False``
+    and the checkpoint was missing from ``checkpoints``; it is published, the refusal logged."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with (
+            local_fleet(token=TOKEN, bus=bus, checkpoint_root=ROOT) as urls,
+            serving(_refusing(urls["agent-0"], "resume")) as agent,
+        ):
+            members = [Member(name=n, kind=n.split("-")[0], instance=n, url=u) for n, u in urls.items()]
+            members = [m if m.name != "agent-0" else msgspec.structs.replace(m, url=agent) for m in members]
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                col = Collection(co, tmp_path, telemetry=tel, rollouts=1, steps=1)
+                checkpoint_id = await col.checkpoint()
+    assert (tmp_path / "LATEST").read_text().strip() == checkpoint_id and col.checkpoints == [checkpoint_id]
+    (span,) = [e for e in events if isinstance(e, CollectionFinished) and e.action == "checkpoint"]
+    assert span.published is True
+    resume = [e for e in events if isinstance(e, CoordinateFinished) and e.operation == "resume"]
+    assert [e.outcome.value for e in resume] == ["error"]
