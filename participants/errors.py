@@ -47,6 +47,13 @@ CkptEventsError`` never catches a demo's verdict)::
     ├── LaunchError                 a server process did not come up (also a RuntimeError)
     └── DemoFailed                  the demo ran but its result is wrong
 
+The benchmarks' own (``ckpt_events.benchmarks``: ``RuntimeError`` subclasses, each said in one
+line by ``ckpt-events bench``)::
+
+    CollectorError                  the ``rotel-agent`` found did not run (cannot be executed,
+                                    exits at start, never listens)
+    DriverError                     the load generator (``wrk``) failed or did not finish
+
 The first six of the library's tree live in ``ckpt_events`` (its ``_errors`` module draws them);
 the sinks raise those and define none of their own. Everything else is defined here, so
 each room of ``participants`` imports its errors from one module that imports only the core.
