@@ -3,7 +3,12 @@ doubled signal path) and what it says about a file that is not a log."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,36 +124,42 @@ def test_replay_to_an_unreachable_collector_says_so(
     assert url in err and "collector" in err and len(err.strip().splitlines()) == 1
 
 
+@contextlib.contextmanager
+def _answering(status: int, body: bytes = b"") -> Iterator[str]:
+    """A plain HTTP server on 127.0.0.1 answering every POST with ``status`` and ``body`` (JSON);
+    yields its base URL."""
+
+    class Answers(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 def test_replay_to_a_server_that_answers_404_says_so_in_one_line(
     log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A server that answers 404 (the wrong path or port): three lines, two of them the sinks'
     own warnings, and the last asked "is a collector listening there?" of a server that was.
     One line now, with the status and what to check."""
-    import http.server
-    import threading
-    from typing import Any
-
-    class NotFound(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("content-length", "0")))
-            self.send_response(404)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    try:
+    with _answering(404) as url:
         assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"ckpt-events replay: error: 1 span could not be exported to {url}/v1/traces: it answered 404 "
@@ -160,34 +171,9 @@ def test_spans_rejected_in_a_200_are_an_error(log: Path, capsys: pytest.CaptureF
     """A 200 whose partial success rejects the span: replay said "replayed 1 event: 0 spans
     exported" and exited 0 (the sink's warning is quieted); now one line saying what the
     collector said, exit 2."""
-    import http.server
-    import threading
-    from typing import Any
-
     body = b'{"partialSuccess":{"rejectedSpans":"1","errorMessage":"span too old"}}'
-
-    class Rejects(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("content-length", "0")))
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rejects)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    try:
+    with _answering(200, body) as url:
         assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"ckpt-events replay: error: 1 of 1 span could not be exported to {url}/v1/traces: it "
