@@ -26,6 +26,7 @@ __all__ = [
     "existing_file",
     "file_descriptor",
     "fraction",
+    "given_path",
     "instance_name",
     "load_events",
     "otlp_base_from_env",
@@ -60,8 +61,16 @@ class Command:
     needs: tuple[str, ...] = ()
 
 
+def given_path(value: str) -> Path:
+    """``--flag PATH``: any path but an empty (or blank) one, which ``Path`` takes as ``.``: ``ops
+    --write ''`` wrote the pack into the current folder, ``demo --workdir ''`` its run."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is an empty path (stray quotes?): name a file or folder")
+    return Path(value)
+
+
 def existing_file(value: str) -> Path:
-    path = Path(value)
+    path = given_path(value)
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{value!r} is not a readable file")
     return path
@@ -69,7 +78,7 @@ def existing_file(value: str) -> Path:
 
 def writable_path(value: str) -> Path:
     """``--flag PATH`` for a file to write: refused when parsed, before any work (``unwritable``)."""
-    path = Path(value)
+    path = given_path(value)
     if (refusal := unwritable(path)) is not None:
         raise argparse.ArgumentTypeError(refusal)
     return path

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from ckpt_events.participants.cli.command import Command, CommandError
+from ckpt_events.participants.cli.command import Command, CommandError, given_path
 
 __all__ = ["OPS", "OPS_FILES", "ops_file"]
 
@@ -27,7 +27,7 @@ def ops_file(name: str) -> str:
 
 def _ops_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--write", required=True, metavar="DIR", type=Path, help="directory to write the pack into"
+        "--write", required=True, metavar="DIR", type=given_path, help="directory to write the pack into"
     )
     parser.add_argument("--force", action="store_true", help="overwrite files already there")
 

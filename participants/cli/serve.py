@@ -27,6 +27,7 @@ from ckpt_events.participants.cli.command import (
     CommandError,
     check_reachable,
     file_descriptor,
+    given_path,
     instance_name,
     port_number,
     positive_number,
@@ -59,14 +60,16 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve on this inherited TCP socket, bound and not yet listening, instead of --port "
         "(the demo's fleet binds each server's port itself, so no other process takes it first)",
     )
-    parser.add_argument("--token-file", type=Path, help=f"file holding the control token (else ${ENV_TOKEN})")
+    parser.add_argument(
+        "--token-file", type=given_path, help=f"file holding the control token (else ${ENV_TOKEN})"
+    )
     parser.add_argument(
         "--lease-grace-seconds", type=positive_number, default=600.0, help="lease grace (600)"
     )
     parser.add_argument("--inference-url", help="model only: base URL of the inference worker")
     parser.add_argument(
         "--inference-token-file",
-        type=Path,
+        type=given_path,
         help=f"model only: the worker's token (else ${ENV_INFERENCE_TOKEN})",
     )
     parser.add_argument(
@@ -97,7 +100,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--checkpoint-root",
-        type=Path,
+        type=given_path,
         default=Path(DEFAULT_CHECKPOINT_ROOT),
         help=f"checkpoints are written and read only under it (default ./{DEFAULT_CHECKPOINT_ROOT})",
     )

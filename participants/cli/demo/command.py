@@ -15,6 +15,7 @@ from ckpt_events.participants.cli.command import (
     check_reachable,
     console,
     fraction,
+    given_path,
     otlp_base_from_env,
     otlp_base_url,
     positive_int,
@@ -85,7 +86,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--report",
-        type=Path,
+        type=given_path,
         metavar="PATH",
         help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
     )
@@ -97,7 +98,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "/v1/metrics are appended (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
     parser.add_argument(
-        "--workdir", type=Path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
+        "--workdir", type=given_path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
     )
 
 

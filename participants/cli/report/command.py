@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from ckpt_events.participants.cli.command import Command, CommandError, console
+from ckpt_events.participants.cli.command import Command, CommandError, console, given_path
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
 
@@ -29,7 +28,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--report",
-        type=Path,
+        type=given_path,
         metavar="PATH",
         help="also write the report: .html, .svg, .png (headless chromium), .perfetto.json (ui.perfetto.dev)",
     )

@@ -14,12 +14,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from ckpt_events.participants.cli.command import Command, CommandError, console, seconds_in
+from ckpt_events.participants.cli.command import Command, CommandError, console, given_path, seconds_in
 from ckpt_events.participants.cli.serve import ENV_TOKEN
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
@@ -50,7 +49,7 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="a participant's base URL (repeatable)",
     )
-    parser.add_argument("--participants-file", type=Path, help="a file with one participant URL a line")
+    parser.add_argument("--participants-file", type=given_path, help="a file with one participant URL a line")
     parser.add_argument(
         "--follow",
         nargs="+",
@@ -58,7 +57,9 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LOG",
         help="JSON-lines logs to tail: files, globs, folders",
     )
-    parser.add_argument("--token-file", type=Path, help=f"file holding the control token (else ${ENV_TOKEN})")
+    parser.add_argument(
+        "--token-file", type=given_path, help=f"file holding the control token (else ${ENV_TOKEN})"
+    )
     parser.add_argument(
         "--interval",
         type=seconds_in(0.05, 3600),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from importlib.metadata import version
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -25,7 +26,7 @@ class NotInstalled:
         return None
 
 sys.meta_path.insert(0, NotInstalled())
-from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.main import build_parser, main
 sys.exit(main())
 """
 
@@ -81,3 +82,38 @@ def test_version_prints_the_installed_distributions_version(capsys: pytest.Captu
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out == f"ckpt-events {version('ckpt-events')}\n"
+
+
+def _path_options(a_file: Path) -> list[tuple[str, str]]:
+    """Every (command, option) of the parser whose type makes a ``Path`` of ``a_file``."""
+    found = []
+    for action in build_parser()._subparsers._group_actions:  # type: ignore[union-attr]
+        for name, sub in action.choices.items():
+            for option in sub._actions:
+                try:
+                    made = option.type(str(a_file)) if callable(option.type) else None
+                except (argparse.ArgumentTypeError, ValueError):
+                    continue  # a number, a URL, a name: not a path
+                if isinstance(made, Path):
+                    found.append((name, option.option_strings[0] if option.option_strings else option.dest))
+    return found
+
+
+def test_no_path_option_takes_an_empty_string_as_the_current_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``''`` given as any PATH or DIR is refused when parsed, in one line naming the option:
+    ``Path('')`` is ``.``, and ``ops --write ''`` wrote the pack into the current folder."""
+    (a_file := tmp_path / "a.txt").write_text("x")
+    options = _path_options(a_file)
+    assert ("ops", "--write") in options and ("serve", "--checkpoint-root") in options
+    for command, option in options:
+        parsed = build_parser().parse_known_args  # parse the option alone: no other work
+        with pytest.raises(SystemExit) as info:
+            parsed([command, option, ""])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.endswith(
+            f"argument {option}: '' is an empty path (stray quotes?): name a file or folder\n"
+        ), err
+        assert err.count("\n") == 1, err
