@@ -141,3 +141,22 @@ def test_a_suite_named_twice_runs_once() -> None:
     second run's figures in the JSON. Each suite runs once, in the order first named."""
     args = build_parser().parse_args(["bench", "--only", "report", "--only", "core", "--only", "report"])
     assert args.only == ["report", "core"]
+
+
+def test_a_suite_that_fails_is_one_line_and_the_others_keep_their_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite raising (here server: its collector exits at start) lost the figures of the
+    suites run before it, and any RuntimeError of a suite ('the server did not start') was a
+    traceback: now one line for the suite, the others' figures written, and exit 2 naming it."""
+    monkeypatch.setenv(rotel.ENV_BINARY, "/bin/true")
+    out = tmp_path / "figures.json"
+    argv = ["bench", "--quick", "--only", "prometheus", "--only", "server", "--json", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[2:] == [
+        "ckpt-events bench: suite server failed: rotel-agent exited at start (3 tries): /bin/true "
+        f"(check ${rotel.ENV_BINARY}=/bin/true, or unset it)",
+        f"ckpt-events bench: error: 1 suite failed (server): the others' figures are in {out}",
+    ]
+    assert list(json.loads(out.read_text())["figures"]) == ["prometheus"]
