@@ -263,7 +263,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter attacks, fewer rounds")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the results"
+    )
     parser.add_argument("--serve", choices=("before", "guarded"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)

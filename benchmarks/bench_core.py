@@ -267,7 +267,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (about 15 s)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
     args = parser.parse_args(argv)
     result = run(args.quick)
     report.print_table("ckpt-events core: off path and bus (ratios measured side by side)", result["rows"])

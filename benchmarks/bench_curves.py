@@ -312,8 +312,12 @@ def write_png(figures: dict[str, Any], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, two repeats")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
-    parser.add_argument("--png", type=Path, help="draw the curves into this PNG (needs Chromium)")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
+    parser.add_argument(
+        "--png", type=report.output_path, help="draw the curves into this PNG (needs Chromium)"
+    )
     parser.add_argument("--only", action="append", choices=tuple(CURVES), help="one curve (repeatable)")
     parser.add_argument("--point", nargs=2, metavar=("CURVE", "SIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)

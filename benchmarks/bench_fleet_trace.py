@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ckpt_events import CollectionFinished, CoordinateFinished
+from ckpt_events.participants.cli.command import given_path
 from ckpt_events.participants.cli.demo.plan import fleet_members
 from ckpt_events.sinks.jsonl import read_events
 from ckpt_events.vocab import (
@@ -315,8 +316,10 @@ def run(quick: bool = False, keep: Path | None = None, only: tuple[int, ...] = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES} instead of {SIZES}")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep each run's files in DIR/n<N>/")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
+    parser.add_argument("--keep", type=given_path, metavar="DIR", help="keep each run's files in DIR/n<N>/")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="these servers of each kind only")
     args = parser.parse_args(argv)
     result = run(args.quick, args.keep, tuple(args.sizes or ()))

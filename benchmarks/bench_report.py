@@ -150,16 +150,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     return {**f, "rows": rows}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    from ckpt_events.benchmarks.report import output_path, print_table
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    from ckpt_events.benchmarks.report import print_table
+    parser.add_argument("--json", type=output_path)
+    args = parser.parse_args(argv)
 
     result = run(quick=args.quick)
     print_table("report benchmark", result.pop("rows"))
     if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)  # as output_path promised
         args.json.write_text(json.dumps(result, indent=2))
 
 

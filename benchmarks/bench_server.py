@@ -312,7 +312,9 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
     parser.add_argument(
         "--nemo-lens-python",
         metavar="PATH",

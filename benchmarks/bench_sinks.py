@@ -380,7 +380,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs (< 20 s)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the results"
+    )
     args = parser.parse_args(argv)
     result = run(quick=args.quick)
     rows = result.pop("rows")

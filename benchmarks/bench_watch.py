@@ -133,7 +133,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="5 rounds per size")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child serving the fleet
     args = parser.parse_args(argv)
     if args.serve is not None:

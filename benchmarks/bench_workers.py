@@ -471,7 +471,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer calls, 2,000 rollouts, one round")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
     args = parser.parse_args(argv)
     result = run(args.quick)
     rows = result.pop("rows")

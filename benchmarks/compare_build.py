@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from ckpt_events.participants.cli.command import given_path
+
 from . import report
 
 DEFAULT_JSON: Final = Path(__file__).parent / "results" / "compare_build.json"
@@ -136,14 +138,19 @@ def rows(result: dict[str, Any]) -> list[Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--baseline", type=Path, required=True, help="the other build's checkout")
+    parser.add_argument("--baseline", type=given_path, required=True, help="the other build's checkout")
     parser.add_argument(
-        "--candidate", type=Path, default=Path(__file__).resolve().parent.parent, help="default: this one"
+        "--candidate",
+        type=given_path,
+        default=Path(__file__).resolve().parent.parent,
+        help="default: this one",
     )
     parser.add_argument("--size", type=int, default=64_000, help="rollouts (default 64,000)")
     parser.add_argument("--pairs", type=int, default=3, help="runs of each build, alternated")
     parser.add_argument("--warmup", type=int, default=_WARMUP, help="rollouts of each child's warm-up round")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the figures")
+    parser.add_argument(
+        "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
+    )
     args = parser.parse_args(argv)
     result = compare(args.baseline.resolve(), args.candidate.resolve(), args.size, args.pairs, args.warmup)
     table = rows(result)

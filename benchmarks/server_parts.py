@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch-interval", type=float, default=None, help="the bus's batch_interval (default: Bus's own)"
     )
-    parser.add_argument("--json", type=Path, default=None, help="where to write the figures")
+    parser.add_argument("--json", type=report.output_path, default=None, help="where to write the figures")
     args = parser.parse_args(argv)
     started = time.monotonic()
     result = run(args.rounds, args.requests, args.batch_interval)

@@ -31,7 +31,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Coroutine, Generator
-from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, Final, TypeVar
 
@@ -294,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=6_000, help="requests per variant")
     parser.add_argument("--slices", type=int, default=10, help="slices the requests go in, alternating")
-    parser.add_argument("--json", type=Path, default=None, help="where to write the figures")
+    parser.add_argument("--json", type=report.output_path, default=None, help="where to write the figures")
     args = parser.parse_args(argv)
     started = time.monotonic()
     result = run(args.requests, args.slices)

@@ -1,6 +1,10 @@
-"""``report.print_table``: what a row says is printed as it is, brackets included."""
+"""``report``: what a row says is printed as it is, brackets included; an output path is checked
+before the run (every suite's ``--json``)."""
 
 from __future__ import annotations
+
+import importlib
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +51,48 @@ def test_a_long_hint_in_a_narrow_table_wraps_and_is_never_cut(
     assert "…" not in printed
     cells = "".join(line.split("│")[1].strip() for line in printed.splitlines() if line.startswith("│"))
     assert "CKPT_EVENTS_BENCH_NEMO_LENS_PYTHON" in cells
+
+
+#: Every benchmark module whose ``main`` takes ``--json PATH``.
+WITH_JSON = (
+    "bench_connections",
+    "bench_core",
+    "bench_curves",
+    "bench_fleet_trace",
+    "bench_prometheus",
+    "bench_report",
+    "bench_scale",
+    "bench_server",
+    "bench_sinks",
+    "bench_watch",
+    "bench_workers",
+    "compare_build",
+    "server_parts",
+    "server_profile",
+)
+
+
+@pytest.mark.parametrize("module", WITH_JSON)
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_run(
+    module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m ckpt_events.benchmarks.X --json ''`` (a folder, a place with no right to
+    write) ran the whole suite, then failed writing with a traceback: refused when parsed."""
+    main = importlib.import_module(f"ckpt_events.benchmarks.{module}").main
+    for bad, said in (
+        ("", "is an empty path"),
+        (str(tmp_path), "is a folder"),
+        ("/proc/x.json", "cannot write"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(["--json", bad])
+        assert info.value.code == 2
+        assert said in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_json_path_in_missing_folders_is_taken_and_a_file_left_as_it_was(tmp_path: Path) -> None:
+    """The folders ``write_json`` makes may be missing; an existing file is opened, not emptied."""
+    assert report.output_path(str(tmp_path / "a" / "b" / "x.json")) == tmp_path / "a" / "b" / "x.json"
+    assert not (tmp_path / "a").exists()
+    (kept := tmp_path / "kept.json").write_text("kept")
+    assert report.output_path(str(kept)) == kept and kept.read_text() == "kept"
