@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import os
+import select
 import sys
 from collections.abc import Sequence
 from typing import Final, NoReturn
@@ -32,6 +34,10 @@ class _Parser(argparse.ArgumentParser):
     # One line, no usage dump: the message says what is wrong and which flag to fix.
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        sys.stdout.flush()  # --help, --version: a reader gone is caught in main, not at exit
+        super().exit(status, message)
 
 
 #: The top-level modules the ``cli`` extra installs (``rich`` and the ``otel``, ``server`` and
@@ -65,8 +71,19 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and as a script exits with) the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        status = _run(build_parser().parse_args(argv))
+        sys.stdout.flush()  # here, where a reader gone is caught, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        # ``ckpt-events ops --write DIR | head -1`` was a traceback: the reader has gone, so the
+        # rest goes nowhere and the exit is quiet, as rich does for the tables (exit status 1).
+        if not _output_closed():
+            raise  # a socket's, not our output's
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     command = {c.name: c for c in COMMANDS}[args.command]
     try:
         for module in command.needs:
@@ -112,6 +129,22 @@ def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:
     # One line, inert: a message may carry a log's strings (a checkpoint id, an instance name).
     print(f"ckpt-events {command}: error: {escape(exc)}", file=sys.stderr)
     return 2
+
+
+def _output_closed() -> bool:
+    """Whether stdout's reader has gone (a ``BrokenPipeError`` may be a socket's or a child's);
+    if so, stdout is pointed at the null device, so the interpreter's last flush is quiet too.
+    Asked of the pipe itself: with ``PYTHONUNBUFFERED`` nothing is left to fail a flush."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):  # not a file (captured), or closed
+        return False
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return gone
 
 
 def _find(module: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from importlib.metadata import version
@@ -117,3 +118,29 @@ def test_no_path_option_takes_an_empty_string_as_the_current_folder(
             f"argument {option}: '' is an empty path (stray quotes?): name a file or folder\n"
         ), err
         assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+@pytest.mark.parametrize("argv", [["ops", "--write", "ops"], ["--help"]], ids=lambda argv: argv[0])
+def test_output_to_a_closed_pipe_is_a_quiet_exit(tmp_path: Path, argv: list[str], unbuffered: str) -> None:
+    """``ckpt-events ops --write DIR | true`` (the reader gone before we write) was a
+    BrokenPipeError traceback, or "Exception ignored" and status 120 at the interpreter's last
+    flush: now nothing on stderr and status 1, as rich's tables do; buffered or not (argparse
+    itself drops a help it could not write unbuffered, and exits 0)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before anything is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ckpt_events.participants.cli", *argv],
+            check=False,
+            cwd=tmp_path,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": unbuffered},
+        )
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == (0 if argv == ["--help"] and unbuffered else 1)
