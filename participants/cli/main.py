@@ -6,8 +6,10 @@ To add a subcommand, write a module with a ``Command`` and append it to ``COMMAN
 from __future__ import annotations
 
 import argparse
+import codecs
 import importlib.metadata
 import importlib.util
+import io
 import os
 import select
 import sys
@@ -71,6 +73,7 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and as a script exits with) the exit status."""
+    _escape_what_stdout_cannot_encode()
     try:
         status = _run(build_parser().parse_args(argv))
         sys.stdout.flush()  # here, where a reader gone is caught, not at the interpreter's exit
@@ -129,6 +132,19 @@ def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:
     # One line, inert: a message may carry a log's strings (a checkpoint id, an instance name).
     print(f"ckpt-events {command}: error: {escape(exc)}", file=sys.stderr)
     return 2
+
+
+def _escape_what_stdout_cannot_encode() -> None:
+    """A stdout that is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 locale) shows what it
+    cannot encode as its escape, as stderr does: the report's bars and ``▶``, or an ``é`` in a
+    checkpoint id, were a UnicodeEncodeError traceback half way through its output."""
+    out = sys.stdout
+    if (
+        isinstance(out, io.TextIOWrapper)
+        and out.errors == "strict"
+        and codecs.lookup(out.encoding).name != "utf-8"
+    ):
+        out.reconfigure(errors="backslashreplace")
 
 
 def _output_closed() -> bool:

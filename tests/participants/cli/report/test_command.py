@@ -1,8 +1,11 @@
 """``ckpt-events report`` (``participants.cli.report.command``): the breakdown from a log, a corrupt
-line named by its number, the report file written."""
+line named by its number, the report file written; an ASCII stdout."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,23 @@ def test_the_html_page_of_a_log_of_refusals_alone_shows_them(
     html = page.read_text()
     assert "<h2>counted events</h2>" in html
     assert "<tr><td>refused</td><td>stale_attempt</td><td>8</td></tr>" in html
+
+
+def test_an_ascii_stdout_shows_what_it_cannot_encode_as_escapes(tmp_path: Path) -> None:
+    """Under ``PYTHONIOENCODING=ascii`` a checkpoint id with an ``é`` (and the waterfall's bars)
+    was a UnicodeEncodeError traceback half way through the report: shown escaped, as stderr does."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(
+        b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":1,"span_id":2,'
+        b'"start_ns":1000000,"end_ns":5000000,"operation":"commit","checkpoint_id":"c\\u00e9"}\n'
+    )
+    root = Path(__file__).resolve().parents[4]
+    done = subprocess.run(
+        [sys.executable, "-m", "ckpt_events.participants.cli", "report", str(log)],
+        check=False,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(root), "PYTHONIOENCODING": "ascii"},
+    )
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()
+    assert b"checkpoint c\\xe9 (commit)" in done.stdout
