@@ -87,6 +87,9 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _urls(args: argparse.Namespace) -> list[str]:
+    if any(not spec.strip() for spec in args.follow):
+        # As report refuses it: '' was followed as a file that never appears, waited for forever.
+        raise CommandError("--follow: an empty log name (a stray comma or quotes?)")
     urls = list(args.participant)
     if args.participants_file is not None:
         try:

@@ -215,3 +215,12 @@ def test_watch_times_out_of_reason_are_one_line(
         main(["watch", "--once", option, value, "--participant", "http://127.0.0.1:9"])
     assert info.value.code == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("logs", [[""], ["run.jsonl", " "]])
+def test_an_empty_log_to_follow_is_one_line(logs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``watch --follow ''`` waited forever for a file named '' to appear; refused as report does."""
+    assert main(["watch", "--once", "--follow", *logs]) == 2
+    assert capsys.readouterr().err == (
+        "ckpt-events watch: error: --follow: an empty log name (a stray comma or quotes?)\n"
+    )
