@@ -187,6 +187,12 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
         )
     elif args.inference_url or args.inference_token_file:
         raise CommandError("--inference-url and --inference-token-file are for serve model only")
+    if args.checkpoint_root.exists() and not args.checkpoint_root.is_dir():
+        # Served anyway, every commit and restore under it would fail, one by one.
+        raise CommandError(
+            f"--checkpoint-root {args.checkpoint_root}: not a folder; name the folder "
+            "checkpoints are written under"
+        )
     for flag, name in (("--step-seconds", "step_seconds"), ("--step-cpu-ms", "step_cpu_ms")):
         if (value := getattr(args, name)) is not None:
             if args.kind != "environment":

@@ -197,3 +197,16 @@ async def test_serve_starts_before_its_collector_and_exports_once_it_comes(tmp_p
                     await anyio.sleep(0.05)
     finally:
         process.terminate()
+
+
+def test_a_checkpoint_root_that_is_a_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--checkpoint-root FILE`` served, and every commit under it would have failed: one line."""
+    token = write_token_file(tmp_path / "token", "secret-token")
+    argv = ("serve", "agent", "--port", "1", "--token-file", str(token), "--checkpoint-root", str(token))
+    status, err = run_cli(capsys, *argv)
+    assert status == 2
+    assert err == f"ckpt-events serve: error: --checkpoint-root {token}: not a folder; name the folder " + (
+        "checkpoints are written under\n"
+    )
