@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -104,13 +105,22 @@ def unwritable(path: Path) -> str | None:
 
 
 def console() -> Any:
-    """A rich console: a terminal's own width; piped output ``$COLUMNS`` if set, else 170."""
+    """A rich console: a terminal's own width; piped output ``$COLUMNS`` if set, else 170.
+
+    Once stdout's reader has gone (``| head -1``) it writes nothing more and raises
+    ``BrokenPipeError``, which ``main`` ends quietly: rich's own ``SystemExit`` out of a task
+    (the demo's) was asyncio's "unhandled exception" traceback, three times over."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
+
     if sys.stdout.isatty():
-        return Console()
+        return _Console()
     columns = os.environ.get("COLUMNS", "")
-    return Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else 170)
+    return _Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else 170)
 
 
 def load_events(paths: Sequence[Path]) -> list[Any]:

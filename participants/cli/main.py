@@ -106,6 +106,8 @@ def _run(args: argparse.Namespace) -> int:
         leaf = _first_leaf(group)
         if isinstance(leaf, KeyboardInterrupt):
             return _interrupted(args.command)
+        if isinstance(leaf, BrokenPipeError):
+            raise leaf from None  # ended in ``main`` if it is stdout's
         if isinstance(leaf, (CkptEventsError, CommandLineError)):
             return _failed(args.command, leaf)
         if isinstance(leaf, ModuleNotFoundError) and _missing_extra(leaf):
@@ -183,9 +185,9 @@ def _needs_extra(command: str, exc: ModuleNotFoundError) -> int:
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The interrupt if there is one, else the first of our errors (or of a missing module),
-    anywhere in nested groups."""
-    for kind in (KeyboardInterrupt, CkptEventsError, CommandLineError, ModuleNotFoundError):
+    """The interrupt if there is one, else the first of our errors (or of a missing module, or
+    stdout's reader gone), anywhere in nested groups."""
+    for kind in (KeyboardInterrupt, CkptEventsError, CommandLineError, ModuleNotFoundError, BrokenPipeError):
         found: BaseException | None = group.split(kind)[0]
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]

@@ -120,12 +120,22 @@ def test_no_path_option_takes_an_empty_string_as_the_current_folder(
         assert err.count("\n") == 1, err
 
 
-@pytest.mark.parametrize("unbuffered", ["", "1"])
-@pytest.mark.parametrize("argv", [["ops", "--write", "ops"], ["--help"]], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    ("argv", "unbuffered"),
+    [
+        (["ops", "--write", "ops"], ""),
+        (["ops", "--write", "ops"], "1"),
+        (["--help"], ""),
+        (["--help"], "1"),
+        (["demo", "--rollouts", "1"], ""),
+    ],
+    ids=lambda p: p[0] if isinstance(p, list) else f"unbuffered={p}",
+)
 def test_output_to_a_closed_pipe_is_a_quiet_exit(tmp_path: Path, argv: list[str], unbuffered: str) -> None:
     """``ckpt-events ops --write DIR | true`` (the reader gone before we write) was a
     BrokenPipeError traceback, or "Exception ignored" and status 120 at the interpreter's last
-    flush: now nothing on stderr and status 1, as rich's tables do; buffered or not (argparse
+    flush; ``demo | head -1`` asyncio's "unhandled exception" traceback (rich's SystemExit out of
+    a task): now nothing on stderr and status 1, as rich's tables do; buffered or not (argparse
     itself drops a help it could not write unbuffered, and exits 0)."""
     read, write = os.pipe()
     os.close(read)  # the reader has gone before anything is written
