@@ -52,6 +52,15 @@ def _json_body(value: str) -> str:
     return value
 
 
+def _app_spec(value: str) -> str:
+    # Checked when parsed: ``--app ''`` was taken for no --app ("add --app"), and ``--app
+    # nocolon`` was refused only once both servers of the first round had started.
+    module, _, attribute = value.partition(":")
+    if not module.strip() or not attribute.strip():
+        raise argparse.ArgumentTypeError(f"takes MODULE:ATTR (as uvicorn does), not {value!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--app`` options of ``bench``."""
     group = parser.add_argument_group(
@@ -59,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--app",
+        type=_app_spec,
         metavar="MODULE:ATTR",
         help="your FastAPI app built with instrument(), importable from the current directory",
     )

@@ -212,11 +212,21 @@ def test_options_that_do_not_fit_are_one_line(
 
 @pytest.mark.parametrize(
     "options",
-    [["--rounds", "2"], ["--sinks", "kafka"], ["--body", "{not json"], ["--connections", "99999999"]],
+    [
+        ["--rounds", "2"],
+        ["--sinks", "kafka"],
+        ["--body", "{not json"],
+        ["--connections", "99999999"],
+        ["--app", ""],
+        ["--app", "nocolon"],
+        ["--app", "module: "],
+    ],
 )
 def test_bad_values_are_refused_when_parsed(options: list[str], tmp_path: Path) -> None:
     """Fewer than three rounds, an unknown sink, a body that is not JSON or more connections than
-    a driver opens (99,999,999 had wrk ask for 834 GB, a traceback): argparse refuses them."""
+    a driver opens (99,999,999 had wrk ask for 834 GB, a traceback): argparse refuses them. So
+    is an --app that is not MODULE:ATTR ('' was taken for no --app, 'nocolon' refused only once
+    the first round's servers had started)."""
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "--app", "app:app", "--request", "GET /", *options])
     assert exit_.value.code == 2
