@@ -121,14 +121,19 @@ class CheckpointCauses:
 
     kept: dict[str, list[CauseEvent]] = field(default_factory=dict)
     over: Counter[str] = field(default_factory=Counter)
+    #: ``over`` by (checkpoint id, start of the latest root naming it read before): an id
+    #: reused by a later run counts its flood on that run's row, not the first's.
+    over_since: Counter[tuple[str, int | None]] = field(default_factory=Counter)
 
-    def add(self, checkpoint_id: str, e: CauseEvent) -> None:
-        """Keep ``e`` for ``checkpoint_id``, or count it past ``KEPT_CAUSES``."""
+    def add(self, checkpoint_id: str, e: CauseEvent, since: int | None = None) -> None:
+        """Keep ``e`` for ``checkpoint_id``, or count it past ``KEPT_CAUSES`` (``since``: the
+        start of the latest root span naming that id read before it)."""
         kept = self.kept.setdefault(checkpoint_id, [])
         if len(kept) < KEPT_CAUSES:
             kept.append(e)
         else:  # a flood naming one checkpoint: counted, never kept
             self.over[checkpoint_id] += 1
+            self.over_since[(checkpoint_id, since)] += 1
 
     def of(self, checkpoint_id: str | None) -> list[CauseEvent]:
         """The events kept for ``checkpoint_id`` in the order read (``[]`` for none)."""

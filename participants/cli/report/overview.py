@@ -10,6 +10,12 @@ were 382 MiB, and shown nowhere).
 
 A restore names the checkpoint it restored: the collection restore carries that
 checkpoint's id as its ``checkpoint_id``.
+
+A counted event names a checkpoint id, not a row: when several rows carry one id (a restore
+and its checkpoint, or a second run that reused the id, appended to the same log), it belongs
+to the latest of them that started at or before it and could have caused it (a prepare not
+ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one in phase
+``restored`` a restore's), so one run's cause is never said of another (``row_of``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ckpt_events import (
 from ckpt_events.participants.cli.report.causes import (
     CAUSE_EVENTS,
     CAUSES_SHOWN,
+    CauseEvent,
     CheckpointCauses,
     TraceCauses,
     causes_of,
@@ -66,9 +73,9 @@ from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, c
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
-from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome
+from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Phase
 
-__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview"]
+__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "row_of"]
 
 PUBLISHED: Final = "published"
 RESTORED: Final = "restored"
@@ -218,19 +225,19 @@ class Run:
         if self.again is None:
             raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
         by_trace: dict[int, list[list[CheckpointEvent]]] = {}
-        by_checkpoint: dict[str, list[list[CheckpointEvent]]] = {}
         out: dict[int, list[CheckpointEvent]] = {}
         for row in rows:
             bucket = out.setdefault(id(row), [])
             for trace in row.trace_ids:
                 by_trace.setdefault(trace, []).append(bucket)
-            if row.checkpoint_id:
-                by_checkpoint.setdefault(row.checkpoint_id, []).append(bucket)
+        # A counted event goes to the one row of its checkpoint id it belongs to (``row_of``).
+        same_id = _same_id(self.rows)
         for e in self.again():
-            trace_id = trace_of(e)
-            targets = by_checkpoint.get(e.checkpoint_id or "") if trace_id is None else by_trace.get(trace_id)
-            for bucket in targets or ():
-                bucket.append(e)
+            if isinstance(e, SpanEvent):
+                for bucket in by_trace.get(e.trace_id) or ():
+                    bucket.append(e)
+            elif (owner := row_of(same_id.get(e.checkpoint_id or "", ()), e.time_ns, e)) and id(owner) in out:
+                out[id(owner)].append(e)
         for bucket in out.values():
             bucket.sort(key=event_time)
         return out
@@ -340,8 +347,9 @@ def overview(
         fold.let_go,
     )
     checkpoints: dict[str, int] = {}
+    same_id = _same_id(rows)
     for number, row in enumerate(rows, 1):
-        _judge(run, row, fold)
+        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]))
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it.
@@ -405,6 +413,8 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
     causes = CheckpointCauses()
+    #: The start of the latest root span read naming each checkpoint id (a flood's row).
+    root_since: dict[str, int] = {}
     unscoped: Counter[Unscoped] = Counter()
     #: Traces with a root, and those with none yet, longest idle first (``_UNROOTED``).
     rooted: set[int] = set()
@@ -430,7 +440,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
         if not isinstance(e, SpanEvent):  # a counted event: no trace, it names a checkpoint
             if e.checkpoint_id:
                 if isinstance(e, CAUSE_EVENTS):
-                    causes.add(e.checkpoint_id, e)
+                    causes.add(e.checkpoint_id, e, root_since.get(e.checkpoint_id))
             else:  # a cause of no row: counted run-wide, never kept (2M of them took 382 MiB)
                 unscoped[_unscoped(e)] += 1
             continue
@@ -473,6 +483,8 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
                             trace.first_prepare_ns = e.start_ns
                     if candidate and isinstance(e, _ROOT_TYPES) and not parent_seen:
                         root_started[key] = e
+                        if e.checkpoint_id:
+                            root_since[e.checkpoint_id] = max(e.start_ns, root_since.get(e.checkpoint_id, 0))
                         rooted.add(trace_id)
                         unrooted.pop(trace_id, None)
                     continue
@@ -573,12 +585,52 @@ def _rows(
     return rows
 
 
-def _judge(run: Run, row: RunRow, fold: _Fold) -> None:
-    """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept."""
+def _same_id(rows: Iterable[RunRow]) -> dict[str, list[RunRow]]:
+    """The rows that carry each checkpoint id, in start order."""
+    out: dict[str, list[RunRow]] = {}
+    for row in sorted(rows, key=lambda r: r.start_ns):
+        if row.checkpoint_id:
+            out.setdefault(row.checkpoint_id, []).append(row)
+    return out
+
+
+def row_of(same_id: Sequence[RunRow], time_ns: int | None, event: PointEvent | None = None) -> RunRow | None:
+    """Of the rows that carry one checkpoint id (in start order), the one a counted ``event``
+    at ``time_ns`` belongs to: the latest that started at or before it among those it could be
+    a cause of (the first of them when it came before all); ``None`` without rows."""
+    fits = [r for r in same_id if _may_cause(event, r)] or list(same_id)
+    if not fits:
+        return None
+    owner = fits[0]
+    for row in fits:
+        if time_ns is not None and row.start_ns <= time_ns:
+            owner = row
+    return owner
+
+
+def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
+    """Whether ``event`` can be about ``row``: a prepare not ready is a checkpoint's, a lease
+    expiry a restore's in phase ``restored`` and a checkpoint's in any other."""
+    restore = row.what == "restore"
+    match event:
+        case PrepareNotReady():
+            return not restore
+        case LeaseExpired(phase=phase):
+            return restore == (phase == Phase.RESTORED)
+        case _:
+            return True
+
+
+def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> None:
+    """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
+    ``same_id``: the rows that carry its checkpoint id (``row_of``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_ms = _paused_ms(mine)
-    causes, aborted_by = causes_of([t.causes for t in mine], fold.causes.of(row.checkpoint_id))
+    events: list[CauseEvent] = [
+        e for e in fold.causes.of(row.checkpoint_id) if row_of(same_id, e.time_ns, e) is row
+    ]
+    causes, aborted_by = causes_of([t.causes for t in mine], events)
     if len(ends) < len(row.roots):
         row.outcome = OPEN
         causes += open_causes((s for k, s in fold.started.items() if k[0] in row.trace_ids), run.last_ns)
@@ -603,7 +655,12 @@ def _judge(run: Run, row: RunRow, fold: _Fold) -> None:
         row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
         causes = []
     # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
-    row.causes = shown(causes, fold.causes.over[row.checkpoint_id or ""] if causes else 0)
+    over = sum(
+        n
+        for (checkpoint_id, since), n in fold.causes.over_since.items()
+        if checkpoint_id == row.checkpoint_id and row_of(same_id, since) is row
+    )
+    row.causes = shown(causes, over if causes else 0)
 
 
 def _paused_ms(traces: Sequence[_Trace]) -> float | None:

@@ -66,3 +66,61 @@ def test_traces_let_go_past_the_unrooted_bound_are_said() -> None:
     said = run.let_go_line()
     assert said is not None and said.startswith("4 traces with no root span were let go past 4,096")
     assert overview(events).let_go_line() is None
+
+
+def _collection(trace_id: int, action: str, start: int, end: int, **fields: Any) -> list[Any]:
+    """A bare collection root of checkpoint ``c1`` in ``trace_id``, started and finished."""
+    from ckpt_events import CollectionFinished, CollectionStarted
+
+    root = {
+        "kind": "controller",
+        "instance": "coordination",
+        "trace_id": trace_id,
+        "span_id": trace_id,
+        "start_ns": start,
+        "checkpoint_id": "c1",
+        "action": action,
+    }
+    return [CollectionStarted(**root), CollectionFinished(**root, end_ns=end, **fields)]
+
+
+def test_a_checkpoint_id_reused_by_a_later_run_keeps_each_runs_causes_on_its_own_row() -> None:
+    """Two runs appended to one log both checkpoint ``c1``: the first not ready at its deadline,
+    the second's lease expired, then a restore of ``c1`` that failed on its own. Each counted
+    event is said on its own row only (every row said every run's causes, and the restore was
+    "aborted" by the second checkpoint's lease expiry); the detail of a row holds its own."""
+    from ckpt_events import LeaseExpired, PrepareNotReady
+    from ckpt_events.vocab import Outcome, Phase
+
+    error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "x"}
+    events = [
+        *_collection(1, "checkpoint", 0, 100, **error),
+        *_collection(2, "checkpoint", 1_000, 1_100, **error),
+        *_collection(3, "restore", 2_000, 2_100, **error),
+        PrepareNotReady("environment", "environment-0", 50, 1, "c1"),
+        LeaseExpired("model", "model-0", 1_050, Phase.PREPARED, "c1"),
+        # Past the restore's start, but a checkpoint's phase: the second checkpoint's.
+        LeaseExpired("agent", "agent-0", 2_050, Phase.COMMITTED, "c1"),
+    ]
+    events.sort(key=lambda e: getattr(e, "time_ns", None) or getattr(e, "end_ns", None) or e.start_ns)
+    run = overview(events)
+    first, second, restore = run.rows
+    own = "checkpoint failed on controller (CoordinationError: x)"
+    assert (first.outcome, first.causes) == (
+        "aborted",
+        ["not ready at its deadline: environment/environment-0 blocked by 1 episode", own],
+    )
+    assert (second.outcome, second.causes) == (
+        "aborted",
+        [
+            "lease expired on model/model-0 in phase prepared",
+            own,
+            "lease expired on agent/agent-0 in phase committed",
+        ],
+    )
+    assert restore.outcome == "failed"
+    assert restore.causes == ["restore failed on controller (CoordinationError: x)"]
+    details = run.details(run.rows)
+    assert [type(e).__name__ for e in details[id(first)]].count("PrepareNotReady") == 1
+    assert [type(e).__name__ for e in details[id(first)]].count("LeaseExpired") == 0
+    assert [type(e).__name__ for e in details[id(restore)]].count("LeaseExpired") == 0
