@@ -352,12 +352,14 @@ def overview(
         _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]))
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
-            # separate source id): the last checkpoint row with that id before it.
+            # separate source id): the last checkpoint row with that id before it that may have
+            # published (published, or open at the end of its log), never one that aborted or
+            # failed (an id reused by another run).
             row.source_row = checkpoints.get(row.checkpoint_id or "")
             row.dominated = "; ".join(fold.dominated[k] for k in row.roots if fold.dominated.get(k))
             step_ms = [ms for k in row.roots if (ms := fold.dominant_ms.get(k)) is not None]
             row.dominant_ms = max(step_ms) if step_ms else None
-        elif row.checkpoint_id:
+        elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
     fold.trends.rows = rows
     outside = clocks.outside if clocks is not None else set()

@@ -124,3 +124,21 @@ def test_a_checkpoint_id_reused_by_a_later_run_keeps_each_runs_causes_on_its_own
     assert [type(e).__name__ for e in details[id(first)]].count("PrepareNotReady") == 1
     assert [type(e).__name__ for e in details[id(first)]].count("LeaseExpired") == 0
     assert [type(e).__name__ for e in details[id(restore)]].count("LeaseExpired") == 0
+
+
+def test_a_restore_comes_from_the_last_checkpoint_of_its_id_that_may_have_published() -> None:
+    """``c1`` published, then another run's ``c1`` failed, then a restore of ``c1``: the restore
+    comes from row 1 (it said row 2, which never published); an open row may have published."""
+    from ckpt_events.vocab import Outcome
+
+    error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "x"}
+    published = _collection(1, "checkpoint", 0, 100, published=True)
+    aborted = _collection(2, "checkpoint", 200, 300, published=False, **error)
+    restore = _collection(3, "restore", 1_000, 1_100)
+    run = overview([*published, *aborted, *restore])
+    assert [r.outcome for r in run.rows] == ["published", "failed", "restored"]
+    assert run.rows[2].source_row == 1
+    run = overview([*published, aborted[0], *restore])  # the second is open at the end
+    assert [r.outcome for r in run.rows] == ["published", "open at end of log", "restored"]
+    assert run.rows[2].source_row == 2
+    assert overview([*aborted, *restore]).rows[1].source_row is None
