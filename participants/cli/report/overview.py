@@ -559,11 +559,18 @@ def _rows(
     root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished],
 ) -> list[RunRow]:
     roots = [*root_started.values(), *(f for k, f in root_finished.items() if k not in root_started)]
+    # A span whose parent's start was not in the logs (rotated away, a log that begins mid-
+    # checkpoint) was taken for a root until that parent ended as one: it is that root's child,
+    # not a checkpoint of its own.
+    keys = {(e.trace_id, e.span_id) for e in roots}
     roots = [
         e
         for e in roots
-        if not isinstance(e, CollectionStarted | CollectionFinished)
-        or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE)
+        if (
+            not isinstance(e, CollectionStarted | CollectionFinished)
+            or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE)
+        )
+        and (e.trace_id, e.parent_span_id) not in keys
     ]
     roots.sort(key=lambda e: e.start_ns)
     rows: list[RunRow] = []

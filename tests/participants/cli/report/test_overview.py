@@ -142,3 +142,25 @@ def test_a_restore_comes_from_the_last_checkpoint_of_its_id_that_may_have_publis
     assert [r.outcome for r in run.rows] == ["published", "open at end of log", "restored"]
     assert run.rows[2].source_row == 2
     assert overview([*aborted, *restore]).rows[1].source_row is None
+
+
+def test_a_log_that_begins_mid_checkpoint_makes_one_row_of_it() -> None:
+    """The newer half of a log rotated mid-checkpoint: the collection's start is gone, so its
+    coordinate spans look like roots until the collection ends. One row, not two (a
+    "checkpoint" for the coordinate spans beside the collection's, with its own outcome)."""
+    from ckpt_events import CollectionFinished, CoordinateFinished, CoordinateStarted
+    from ckpt_events.vocab import Operation
+
+    span = {"kind": "controller", "instance": "coordination", "trace_id": 1, "checkpoint_id": "c1"}
+    events = [
+        CoordinateFinished(
+            **span, span_id=2, parent_span_id=1, start_ns=10, end_ns=40, operation=Operation.PREPARE
+        ),
+        CoordinateStarted(**span, span_id=3, parent_span_id=1, start_ns=50, operation=Operation.COMMIT),
+        CoordinateFinished(
+            **span, span_id=3, parent_span_id=1, start_ns=50, end_ns=80, operation=Operation.COMMIT
+        ),
+        CollectionFinished(**span, span_id=1, start_ns=0, end_ns=100, action="checkpoint", published=True),
+    ]
+    run = overview(events)
+    assert [(r.what, r.outcome, r.roots) for r in run.rows] == [("checkpoint", "published", [(1, 1)])]
