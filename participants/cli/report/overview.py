@@ -145,6 +145,9 @@ class _Trace:
     last_resume_ns: int | None = None
     #: A resume of unknown duration (its clock went back during it): its end is unknown.
     resume_unknown: bool = False
+    #: The participants a coordinate.prepare that prepared called: with fewer prepares in the
+    #: logs (a log rotated or cut mid-prepare, a participant's log not given) the first is unknown.
+    members: int | None = None
     #: Its prepares, errors and stops, for its row's causes.
     causes: TraceCauses = field(default_factory=TraceCauses)
 
@@ -518,6 +521,8 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
                 end = e.start_ns + (length or 0)
                 if trace.last_resume_ns is None or end > trace.last_resume_ns:
                     trace.last_resume_ns = end
+            case CoordinateFinished(operation=Operation.PREPARE, prepared=True, participants=int(members)):
+                trace.members = max(members, trace.members or 0)
         # Ended in error, or a coordinate.prepare not prepared: only a failed span pays the call.
         if e.outcome == Outcome.ERROR or (isinstance(e, CoordinateFinished) and e.prepared is False):
             trace.causes.span_failed(e, t)
@@ -674,7 +679,10 @@ def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> Non
 
 def _paused_ms(traces: Sequence[_Trace]) -> float | None:
     """From the first participant's prepare to the last one's resume over ``traces`` (``None``
-    without both, or with the resume before the prepare)."""
+    without both, with the resume before the prepare, or with fewer participants' prepares in
+    the logs than a prepare that prepared called: its first may be the one missing)."""
+    if any(t.members is not None and len(t.causes.prepares) < t.members for t in traces):
+        return None
     firsts = [t.first_prepare_ns for t in traces if t.first_prepare_ns is not None]
     lasts = [t.last_resume_ns for t in traces if t.last_resume_ns is not None]
     return (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None

@@ -164,3 +164,42 @@ def test_a_log_that_begins_mid_checkpoint_makes_one_row_of_it() -> None:
     ]
     run = overview(events)
     assert [(r.what, r.outcome, r.roots) for r in run.rows] == [("checkpoint", "published", [(1, 1)])]
+
+
+def test_a_pause_is_unknown_when_a_prepare_that_prepared_lacks_a_participants_prepare() -> None:
+    """coordinate.prepare prepared 2 participants; with both prepares in the logs the pause runs
+    from the first to the last resume; with the first one's missing (a log rotated or cut mid-
+    prepare, its participant's log not given) it is unknown (it said the 70 ms from the second)."""
+    from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished
+    from ckpt_events.vocab import Operation
+
+    span = {"trace_id": 1, "checkpoint_id": "c1"}
+    ctl = {**span, "kind": "controller", "instance": "coordination"}
+
+    def on(kind: str, span_id: int, operation: Operation, start: int, end: int) -> OperationFinished:
+        return OperationFinished(
+            **span, kind=kind, instance=f"{kind}-0", span_id=span_id, parent_span_id=2,
+            start_ns=start, end_ns=end, operation=operation,
+        )  # fmt: skip
+
+    first = on("environment", 3, Operation.PREPARE, 10_000_000, 11_000_000)
+    rest = [
+        on("model", 4, Operation.PREPARE, 20_000_000, 21_000_000),
+        CoordinateFinished(
+            **ctl,
+            span_id=2,
+            parent_span_id=1,
+            start_ns=5_000_000,
+            end_ns=30_000_000,
+            operation=Operation.PREPARE,
+            participants=2,
+            prepared=True,
+        ),  # fmt: skip
+        on("environment", 5, Operation.RESUME, 80_000_000, 85_000_000),
+        on("model", 6, Operation.RESUME, 85_000_000, 90_000_000),
+        CollectionFinished(
+            **ctl, span_id=1, start_ns=0, end_ns=100_000_000, action="checkpoint", published=True
+        ),
+    ]
+    assert overview([first, *rest]).rows[0].paused_ms == 80.0
+    assert overview(rest).rows[0].paused_ms is None
