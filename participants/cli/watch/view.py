@@ -38,7 +38,7 @@ from ckpt_events import (
 )
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.sources import PollResult
-from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Phase
+from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Phase
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -60,30 +60,59 @@ _LEASE_RED: Final = 0.2
 _CLOCK_SAMPLES: Final = 8
 #: Open spans kept per participant; past it, new ones are counted, not shown.
 _MAX_OPEN: Final = 1000
+#: Finished operations kept per participant to tell open work it passed (a backlog hands on 8).
+_DONE_KEPT: Final = 16
 #: Work stamped this far in our future by a participant of known clock is shown as just opened.
 _FUTURE_SLACK_S: Final = 0.5
 
 
 class _Open:
-    __slots__ = ("checkpoint_id", "operation", "stalled", "start_ns")
+    __slots__ = ("checkpoint_id", "operation", "passed", "stalled", "start_ns", "worker")
 
-    def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int) -> None:
+    def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
         self.operation = operation
         self.checkpoint_id = checkpoint_id
         self.start_ns = start_ns
+        self.worker = worker
         self.stalled = False
+        #: The same process slot started later work and finished it (see ``_passes``).
+        self.passed = False
+
+
+#: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint
+#: id), kept only for a prepare or restore that ended well (``_ADMITTING``).
+_Done = tuple[int, int | None, str, str | None]
+#: The operations that admit a checkpoint: one that ended well was not refused as a conflict.
+_ADMITTING: Final = frozenset((Operation.PREPARE.value, Operation.RESTORE.value))
+
+
+def _passes(item: _Open, done: _Done) -> bool:
+    """Whether ``done`` (a prepare or restore that ended well) shows ``item`` is no longer
+    running: the same participant and worker started it later, for another checkpoint or the
+    same operation again. A participant admits one checkpoint at a time (another id is refused
+    as a conflict while one is active, a restore only from idle), so the process that opened
+    ``item`` is gone (killed, then restarted under its name to a new log) or moved on: whether
+    ``item`` still runs is unknown, never a stall."""
+    start, worker, operation, checkpoint_id = done
+    return (
+        start > item.start_ns
+        and worker == item.worker
+        and (checkpoint_id != item.checkpoint_id or operation == item.operation)
+    )
 
 
 class _Age:
     """An open operation's age by the participant's clock: ``seconds`` (``None``: unknown, with
     ``why``), and whether it is certainly stalled."""
 
-    __slots__ = ("seconds", "stalled", "why")
+    __slots__ = ("seconds", "short", "stalled", "why")
 
-    def __init__(self, seconds: float | None, stalled: bool, why: str = "") -> None:
+    def __init__(self, seconds: float | None, stalled: bool, why: str = "", short: str = "") -> None:
         self.seconds = seconds
         self.stalled = stalled
         self.why = why
+        #: ``why`` in a word or two, for one line per participant.
+        self.short = short or why
 
 
 class _Seen:
@@ -92,6 +121,7 @@ class _Seen:
     __slots__ = (
         "at_start",
         "clocks",
+        "done",
         "grace",
         "lease_at",
         "open",
@@ -111,6 +141,8 @@ class _Seen:
         self.open: dict[tuple[int, int], _Open] = {}
         self.untracked = 0
         self.outcomes: collections.deque[str] = collections.deque(maxlen=LAST_CHECKPOINTS)
+        #: Its latest finished operations, for work opened before them (``_passes``).
+        self.done: collections.deque[_Done] = collections.deque(maxlen=_DONE_KEPT)
         #: (offset, error) of its last polls: its clock minus ours, in seconds.
         self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
 
@@ -175,13 +207,20 @@ class FleetView:
                 seen = self._of(str(kind), event.instance)
                 key = (event.trace_id, event.span_id)
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
-                    seen.open[key] = _Open(str(event.operation), event.checkpoint_id, event.start_ns)
+                    item = _Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
+                    item.passed = any(_passes(item, done) for done in seen.done)
+                    seen.open[key] = item
                 else:
                     seen.untracked += 1
             elif isinstance(event, OperationFinished | CoordinateFinished):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
                 seen = self._of(str(kind), event.instance)
                 seen.open.pop((event.trace_id, event.span_id), None)
+                if str(event.operation) in _ADMITTING and str(event.outcome) == Outcome.OK.value:
+                    done = (event.start_ns, event.worker, str(event.operation), event.checkpoint_id)
+                    seen.done.append(done)
+                    for item in seen.open.values():
+                        item.passed = item.passed or _passes(item, done)
                 took = (event.end_ns - event.start_ns) / 1e6
                 seen.outcomes.append(
                     f"{escape(event.checkpoint_id or '-')} {escape(event.operation)} {escape(event.outcome)} "
@@ -217,13 +256,20 @@ class FleetView:
         return entries
 
     def _age(self, seen: _Seen, item: _Open, now: float, polled: bool) -> _Age:
+        if item.passed:
+            return _Age(None, False, "later work finished since: restarted?", "restarted?")
         clock = seen.clock() if polled else None
         correction, uncertainty = clock if clock is not None else (0.0, 0.0)
         age = now + correction - item.start_ns / 1e9
         if age < 0:
             if clock is not None and -age <= uncertainty + _FUTURE_SLACK_S:
                 return _Age(0.0, item.stalled)
-            return _Age(None, item.stalled, f"stamped {_seconds(-age)} in our future: its clock is ahead")
+            return _Age(
+                None,
+                item.stalled,
+                f"stamped {_seconds(-age)} in our future: its clock is ahead",
+                "clock ahead",
+            )
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
 
     def _lease_left(self, seen: _Seen, lease_at: float, now: float) -> float:
@@ -335,7 +381,7 @@ class FleetView:
             first = next((i for i, a in enumerate(ages) if a.stalled), 0)
             item = items[first]
             age = ages[first]
-            shown = _seconds(age.seconds) if age.seconds is not None else "age unknown (clock ahead)"
+            shown = _seconds(age.seconds) if age.seconds is not None else f"age unknown ({age.short})"
             text.append(f"  open {escape(item.operation)} {shown}")
             if age.stalled:
                 text.append(" STALLED", style="bold red")

@@ -336,3 +336,44 @@ def test_a_participant_that_stops_answering_is_one_entry_with_its_error(rows: bo
     text = _render(view, 160)
     assert text.count("resources-0") == 1 and "logs only" not in text, text
     assert down in text and "open commit" in text, text
+
+
+@pytest.mark.parametrize("finished_first", [False, True])
+def test_work_a_participant_passed_by_later_work_is_of_unknown_age_never_stalled(
+    finished_first: bool,
+) -> None:
+    """model-0 opened a prepare of c1 40 s ago and never ended it (killed mid-checkpoint), then,
+    restarted under its name to a new log, prepared c2: the old prepare is not shown stalled (it
+    was "40.0 s STALLED"); in either order (a backlog hands finished work on first). Another
+    worker's later work, a later resume of the same checkpoint, or a prepare refused (a
+    conflict: c1 still active) passes nothing."""
+    view = FleetView([], stall_after=30.0)
+    start = int((NOW - 40.0) * NS)
+    common = {"kind": "model", "instance": "model-0", "outcome": "ok"}
+    opened = [
+        OperationStarted(kind="model", instance="model-0", trace_id=1, span_id=1, start_ns=start,
+                         operation="prepare", checkpoint_id="c1"),
+        OperationStarted(kind="model", instance="model-0", trace_id=1, span_id=2, start_ns=start,
+                         operation="commit", checkpoint_id="c1", worker=0),
+    ]  # fmt: skip
+    later = [
+        OperationFinished(**common, trace_id=1, span_id=3, start_ns=start + NS, end_ns=start + 2 * NS,
+                          operation="resume", checkpoint_id="c1"),
+        OperationFinished(**common, trace_id=1, span_id=4, start_ns=start + NS, end_ns=start + 2 * NS,
+                          operation="prepare", checkpoint_id="c3", worker=1),
+        OperationFinished(kind="model", instance="model-0", outcome="error", trace_id=3, span_id=6,
+                          start_ns=start + NS, end_ns=start + 2 * NS, operation="prepare", checkpoint_id="c4",
+                          error_type="ProtocolRefusal", error_message="checkpoint_conflict"),
+    ]  # fmt: skip
+    view.add_events([*later, *opened] if finished_first else [*opened, *later])
+    text = _render(view, 160)
+    assert "open prepare c1 40.0 s STALLED" in text and "open commit c1 40.0 s STALLED" in text, text
+    restarted = OperationFinished(**common, trace_id=2, span_id=5, start_ns=start + 3 * NS,
+                                  end_ns=start + 4 * NS, operation="prepare", checkpoint_id="c2")  # fmt: skip
+    view.add_events([restarted])
+    text = _render(view, 160)
+    assert "open prepare c1 age unknown (later work finished since: restarted?)" in text, text
+    assert "open commit c1 40.0 s STALLED" in text, text  # worker 0's: c2 was the main process's
+    again = FleetView([], stall_after=30.0)
+    again.add_events([restarted, *opened] if finished_first else [*opened, restarted])
+    assert "open prepare c1 age unknown (later work finished since: restarted?)" in _render(again, 160)
