@@ -21,7 +21,7 @@ ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one i
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -69,6 +69,7 @@ from ckpt_events.participants.cli.report.events import (
 from ckpt_events.participants.cli.report.paths import dominant_step_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
+from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
@@ -351,8 +352,9 @@ def overview(
     )
     checkpoints: dict[str, int] = {}
     same_id = _same_id(rows)
+    outside = clocks.outside if clocks is not None else set()
     for number, row in enumerate(rows, 1):
-        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]))
+        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]), outside)
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it that may have
@@ -365,7 +367,6 @@ def overview(
         elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
     fold.trends.rows = rows
-    outside = clocks.outside if clocks is not None else set()
     for row in rows:
         if row.trace_ids & outside or any(
             fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces
@@ -384,9 +385,10 @@ class _Fold:
     started: dict[tuple[int, int], StartedSpan]
     root_started: dict[tuple[int, int], RootSpan]
     root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished]
-    #: Per root: its critical path in words, and for a restore what dominated it and its
+    #: Per root: its critical path in words (and the line that says it unknown, for a trace
+    #: answered outside its calls: ``clocks``), and for a restore what dominated it and its
     #: longest read or install step (ms).
-    critical: dict[tuple[int, int], str]
+    critical: dict[tuple[int, int], tuple[str, str]]
     dominated: dict[tuple[int, int], str]
     dominant_ms: dict[tuple[int, int], float | None]
     #: The counted events that name a checkpoint (at most ``causes.KEPT_CAUSES`` each).
@@ -414,7 +416,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     pending: dict[int, list[FinishedSpan]] = {}
     root_started: dict[tuple[int, int], RootSpan] = {}
     root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished] = {}
-    critical: dict[tuple[int, int], str] = {}
+    critical: dict[tuple[int, int], tuple[str, str]] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
     causes = CheckpointCauses()
@@ -532,7 +534,9 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
             root_finished[key] = e
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
-            critical[key] = path_of(buffer, trace_id)
+            # Whether a call was answered outside a clock no shift aligns is known at the end
+            # only (an answer stamped ahead is read after its root ended): both lines are kept.
+            critical[key] = (path_of(buffer, trace_id), path_unknown_of(buffer, trace_id))
             if _what(e) == "restore":
                 dominated[key] = dominated_by(buffer)
                 dominant_ms[key] = dominant_step_ms(buffer)
@@ -635,9 +639,10 @@ def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
             return True
 
 
-def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> None:
+def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow], outside: Collection[int]) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
-    ``same_id``: the rows that carry its checkpoint id (``row_of``)."""
+    ``same_id``: the rows that carry its checkpoint id (``row_of``); ``outside``: the traces
+    where a participant answered outside a call by a clock no shift aligns (``clocks``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_ms = _paused_ms(mine)
@@ -666,7 +671,8 @@ def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> Non
         _episodes_after_restore(row, ends)
     if row.published:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
-        row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
+        known, unknown = fold.critical.get((longest.trace_id, longest.span_id), ("", ""))
+        row.critical_path = unknown if any(t in outside for t in row.trace_ids) else known
         causes = []
     # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
     over = sum(

@@ -37,6 +37,7 @@ __all__ = [
     "dominant_step_ms",
     "on_critical_path",
     "path_line",
+    "path_unknown_line",
     "slowest_operation",
     "unknown_on_path",
 ]
@@ -260,6 +261,23 @@ def path_line(events: Sequence[Event], trace_id: int) -> str:
     if slowest is top:
         return said + ", the slowest operation"
     return f"{said}; slowest operation: {_operation(slowest, chosen)}"
+
+
+def path_unknown_line(events: Sequence[Event], trace_id: int) -> str:
+    """``path_line`` for a trace where a participant answered outside the controller's call by
+    stamps no one shift aligns (``clocks``): which call ended last is unknown, so the path is
+    said unknown; the slowest operation, timed by each span's own clock, is still said."""
+    chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
+    said = (
+        "critical path: unknown (a participant answered outside the controller's call: a clock no "
+        "shift aligns)"
+    )
+    operations = _participant_operations(chosen)
+    unsure = next((e for e in operations if duration_ns(e) is None), None)
+    if unsure is not None:
+        return f"{said}; slowest operation: unknown ({_unknown(unsure)})"
+    slowest = _slowest(operations)
+    return said if slowest is None else f"{said}; slowest operation: {_operation(slowest, chosen)}"
 
 
 def _read_or_install(spans: Sequence[FinishedSpan]) -> list[StepFinished]:

@@ -203,3 +203,43 @@ def test_a_pause_is_unknown_when_a_prepare_that_prepared_lacks_a_participants_pr
     ]
     assert overview([first, *rest]).rows[0].paused_ms == 80.0
     assert overview(rest).rows[0].paused_ms is None
+
+
+def test_a_critical_path_through_a_clock_no_shift_aligns_is_unknown() -> None:
+    """model-0's clock is 100 ms behind in checkpoint c1 and right in c2 (it stepped): in c1 its
+    commit, truly the last to end, is stamped before agent-0's, so the walk named agent-0's
+    commit as the critical path; c1's path is now unknown (its slowest still said, timed by its
+    own clock), c2's is walked as before."""
+    from ckpt_events import CollectionFinished, CollectionStarted, CoordinateFinished, OperationFinished
+    from ckpt_events.participants.cli.report.clocks import ClockEvidence
+    from ckpt_events.vocab import Operation
+
+    def checkpoint(trace: int, at: int, model_at: int) -> list[Any]:
+        ctl = {
+            "kind": "controller",
+            "instance": "coordination",
+            "trace_id": trace,
+            "checkpoint_id": f"c{trace}",
+        }
+        answer = {**ctl, "parent_span_id": 2, "parent_remote": True, "operation": Operation.COMMIT}
+        return [
+            CollectionStarted(**ctl, span_id=1, start_ns=at - 10, action="checkpoint"),
+            OperationFinished(**{**answer, "kind": "agent", "instance": "agent-0"}, span_id=3,
+                              start_ns=at + 10, end_ns=at + 50),
+            OperationFinished(**{**answer, "kind": "model", "instance": "model-0"}, span_id=4,
+                              start_ns=model_at + 20, end_ns=model_at + 90),
+            CoordinateFinished(**ctl, span_id=2, parent_span_id=1, start_ns=at, end_ns=at + 100,
+                               operation=Operation.COMMIT),
+            CollectionFinished(**ctl, span_id=1, start_ns=at - 10, end_ns=at + 110, action="checkpoint",
+                               published=True),
+        ]  # fmt: skip
+
+    events = [*checkpoint(1, 100, 100 - 100), *checkpoint(2, 1_000, 1_000)]
+    clocks = ClockEvidence()
+    for e in events:
+        clocks.add(e)
+    assert clocks.unaligned() == [("model", "model-0", None)] and clocks.outside == {1}
+    first, second = overview(events, clocks=clocks).rows
+    assert first.critical_path.startswith("critical path: unknown (a participant answered outside")
+    assert first.critical_path.endswith("; slowest operation: model/model-0 commit 0.0 ms")
+    assert second.critical_path.startswith("critical path: coordinate.commit 0.0 ms, model/model-0 commit")
