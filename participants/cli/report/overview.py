@@ -436,6 +436,8 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     controller_last = 0
     count = 0
     let_go = 0  # unrooted traces let go past _UNROOTED (said in the overview, never silent)
+    #: Per trace, the last root that ended whose parent in its process may still come.
+    provisional: dict[int, CollectionFinished | CoordinateFinished] = {}
     for e in events:
         count += 1
         t, begin = event_time(e), event_start(e)
@@ -540,8 +542,17 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
             if _what(e) == "restore":
                 dominated[key] = dominated_by(buffer)
                 dominant_ms[key] = dominant_step_ms(buffer)
+            if e.parent_span_id is not None and not e.parent_remote and not parent_seen:
+                # Its parent in its own process was not read (a collector's file holds no
+                # started events, a rotated log lost it): a root for now, whose spans are kept
+                # for that parent, which would have had only what ends after this.
+                provisional[trace_id] = e
+                continue
+            provisional.pop(trace_id, None)
             trends.add_trace(buffer, e)
             del pending[trace_id]
+    for trace_id, root in provisional.items():  # their parent never came: roots after all
+        trends.add_trace(pending[trace_id], root)
     return _Fold(
         traces,
         started,

@@ -243,3 +243,23 @@ def test_a_critical_path_through_a_clock_no_shift_aligns_is_unknown() -> None:
     assert first.critical_path.startswith("critical path: unknown (a participant answered outside")
     assert first.critical_path.endswith("; slowest operation: model/model-0 commit 0.0 ms")
     assert second.critical_path.startswith("critical path: coordinate.commit 0.0 ms, model/model-0 commit")
+
+
+def test_finished_spans_alone_give_the_rows_of_the_whole_log() -> None:
+    """A collector's file holds finished spans only: a collection checkpoint and restore read so
+    give the rows, critical paths and trends of the JSON lines. Each coordinate span was a root
+    of its own until its collection ended (two rows per checkpoint), and took the spans below it
+    with it (the collection's path was "collection.checkpoint" alone)."""
+    from ckpt_events.participants.cli.report.events import event_time
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events: list[Any] = anyio.run(checkpoint_and_restore)
+    finished = sorted((e for e in events if not type(e).__name__.endswith("Started")), key=event_time)
+    whole, collector = overview(events), overview(finished)
+
+    def said(run: Any) -> list[tuple[Any, ...]]:
+        return [(r.what, r.outcome, r.critical_path, r.paused_ms) for r in run.rows]
+
+    assert said(collector) == said(whole)
+    assert whole.rows[0].critical_path.startswith("critical path: coordinate.")
+    assert collector.trends.table() == whole.trends.table()
