@@ -11,7 +11,8 @@ What a failure leaves in the log:
   side; the controller knows which checkpoint it was for);
 - a span with outcome ``error`` (participant, the error's name and message); a controller span
   whose error only follows from a failure below it (a child that failed, or a prepare not
-  ready) is not a cause of its own, unless nothing else is named;
+  ready, by the time it ended) is not a cause of its own, unless nothing else is named; one
+  that ended first (its own deadline, a cancel) is, and comes first;
 - spans started and never finished: the checkpoint is open at the end of the log.
 
 Gathered, never the events of a span: per trace a ``TraceCauses`` (the overview's fold fills
@@ -96,6 +97,10 @@ class TraceCauses:
     errors: list[SpanError] = field(default_factory=list)
     #: Spans with a failure below them: a child that ended in error or a prepare not ready.
     failed_below: set[int] = field(default_factory=set)
+    #: Of them, when the first such child ended: a failure that ended after its parent did
+    #: (a participant refusing the resume of a prepare the controller gave up on) followed from
+    #: the parent's end, not the other way round.
+    first_failed_below: dict[int, int] = field(default_factory=dict)
     #: ``prepare stopped at stage environment``: each coordinate.prepare that was not prepared
     #: (said only when nothing names why: the participants' logs are not all in).
     stops: list[str] = field(default_factory=list)
@@ -112,6 +117,8 @@ class TraceCauses:
             self.stops.append(f"prepare stopped at stage {e.stopped_at or '?'}, not prepared")
         if e.parent_span_id is not None and failed:
             self.failed_below.add(e.parent_span_id)
+            at = self.first_failed_below.get(e.parent_span_id)
+            self.first_failed_below[e.parent_span_id] = t if at is None else min(at, t)
 
 
 @dataclass
@@ -251,7 +258,8 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
         for error in trace.errors:
             if error.members or (error.who, error.operation) in named:
                 continue
-            if error.who == "controller" and error.span_id in trace.failed_below:
+            below = trace.first_failed_below.get(error.span_id)
+            if error.who == "controller" and below is not None and below <= error.time_ns:
                 following.append(error.said)
             else:
                 timed.append((error.time_ns, error.said))

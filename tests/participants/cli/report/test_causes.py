@@ -369,3 +369,41 @@ def test_an_open_row_names_its_oldest_open_spans_and_who_never_answered() -> Non
         "never answered: " + ", ".join(f"environment/environment-{i}" for i in range(CAUSES_SHOWN + 1)),
     ]
     assert open_causes([], 0) == []
+
+
+def test_a_controller_error_before_the_failure_below_it_is_the_cause() -> None:
+    """The controller's own deadline cancels its prepare stage at 50 while environment-0 waits to
+    be ready; the resume that follows makes environment-0's prepare fail at 60 (stale_checkpoint,
+    resumed while preparing). The controller's cancel is the first cause (it was "following" the
+    participant's failure, so the participant alone was blamed); the participant's is said after."""
+    cancelled = {
+        "outcome": Outcome.ERROR,
+        "error_type": "asyncio.exceptions.CancelledError",
+        "error_message": "Cancelled via cancel scope 7f; reason: deadline exceeded",
+    }
+    causes = TraceCauses()
+    causes.span_failed(_span(StageFinished, 3, 2, 10, 50, stage="environment", **cancelled), 50)
+    causes.span_failed(
+        _span(CoordinateFinished, 2, None, 5, 51, operation=Operation.PREPARE, **cancelled), 51
+    )
+    resumed = _participant(
+        OperationFinished,
+        "environment-0",
+        4,
+        12,
+        60,
+        operation=Operation.PREPARE,
+        parent_span_id=3,
+        outcome=Outcome.ERROR,
+        error_type="ckpt_events.participants.errors.ProtocolRefusal",
+        error_message="stale_checkpoint: checkpoint c1 was resumed while preparing",
+    )
+    causes.span_failed(resumed, 60)
+    said, aborted = causes_of([causes], [])
+    assert said == [
+        "prepare stage environment failed on controller (CancelledError: Cancelled via cancel scope 7f; "
+        "reason: deadline exceeded)",
+        "prepare failed on environment/environment-0 (stale_checkpoint: checkpoint c1 was resumed "
+        "while preparing)",
+    ]
+    assert not aborted
