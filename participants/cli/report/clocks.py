@@ -47,7 +47,7 @@ from ckpt_events import (
     StepStarted,
 )
 from ckpt_events.participants.cli.report.events import who_of
-from ckpt_events.vocab import Kind, SpanKind, span_kind_of
+from ckpt_events.vocab import Kind, Outcome, SpanKind, span_kind_of
 
 __all__ = ["ClockEvidence", "Offsets", "Process", "process_of", "shifted"]
 
@@ -60,6 +60,9 @@ Offsets: TypeAlias = Mapping[Process, int]
 PENDING: Final = 1024
 #: Aligned clocks named one a line; the rest are counted.
 SHOWN: Final = 5
+#: The upper bound a call that ended in error gives: none. The controller gave up on it (its
+#: own deadline, a cancel, a timeout) and the participant may still have been working after.
+_UNBOUNDED: Final = 1 << 62
 
 
 def process_of(e: CheckpointEvent) -> Process:
@@ -114,7 +117,8 @@ class ClockEvidence:
     ranges: dict[Process, _Range] = field(default_factory=dict)
     #: Traces where an operation sat outside its call by these stamps (a clock no shift fits).
     outside: set[int] = field(default_factory=set)
-    _calls: OrderedDict[tuple[int, int], tuple[int, int]] = field(default_factory=OrderedDict)
+    #: (start, end) of each call; its end ``None`` when it ended in error (no upper bound).
+    _calls: OrderedDict[tuple[int, int], tuple[int, int | None]] = field(default_factory=OrderedDict)
     _answers: OrderedDict[tuple[int, int], list[tuple[Process, int, int]]] = field(
         default_factory=OrderedDict
     )
@@ -140,14 +144,16 @@ class ClockEvidence:
     def _call(self, e: StageFinished | CoordinateFinished) -> None:
         """A controller's call: pair it with the answers that came before it."""
         key = (e.trace_id, e.span_id)
-        call = self._calls[key] = (e.start_ns, e.end_ns)
+        call = self._calls[key] = (e.start_ns, e.end_ns if e.outcome != Outcome.ERROR else None)
         if len(self._calls) > PENDING:
             self._calls.popitem(last=False)
         for process, start, end in self._answers.pop(key, ()):
             self._pair(e.trace_id, process, call, start, end)
 
-    def _pair(self, trace_id: int, process: Process, call: tuple[int, int], start: int, end: int) -> None:
-        low, high = call[0] - start, call[1] - end
+    def _pair(
+        self, trace_id: int, process: Process, call: tuple[int, int | None], start: int, end: int
+    ) -> None:
+        low, high = call[0] - start, _UNBOUNDED if call[1] is None else call[1] - end
         if low > 0 or high < 0:
             self.outside.add(trace_id)
         bound = self.ranges.get(process)
@@ -163,7 +169,8 @@ class ClockEvidence:
         its operations inside its call; processes that agree, or that no one shift fits, are
         left out."""
         return {
-            p: (r.low + r.high) // 2
+            # Bounded below only (every call it answered ended in error): the least shift.
+            p: (r.low + r.high) // 2 if r.high < _UNBOUNDED else r.low
             for p, r in self.ranges.items()
             if r.low <= r.high and not r.low <= 0 <= r.high
         }

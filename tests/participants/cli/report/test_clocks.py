@@ -292,3 +292,40 @@ def test_a_span_whose_clock_went_back_has_no_duration_anywhere() -> None:
     spans = {s.who: s for s in trace_spans([back, fine], 1)}
     assert spans["model/m0"].ms == 0 and not spans["model/m0"].known
     assert spans["model/m0"].details["duration_ms"] == "unknown: the clock went back 4,997.0 ms during it"
+
+
+def test_a_call_the_controller_gave_up_on_bounds_no_answers_end() -> None:
+    """The controller's own deadline cancels a prepare stage at 200 while environment-0 answers
+    at 240 (it was told to resume): the call bounds the answer's start only. environment-0's
+    clock agrees with its other call, so nothing is shifted, no trace is outside, and no line
+    says it "could not align" a clock that never moved (it did, and the pause was unknown)."""
+    from ckpt_events import StageFinished
+    from ckpt_events.vocab import Outcome
+
+    def call(span: int, start: int, end: int, **fields: Any) -> StageFinished:
+        return StageFinished(
+            kind="controller", instance="coordination", trace_id=span, span_id=span, start_ns=start,
+            end_ns=end, stage="environment", checkpoint_id=f"c{span}", **fields,
+        )  # fmt: skip
+
+    def answer(span: int, start: int, end: int) -> OperationFinished:
+        return OperationFinished(
+            kind="environment", instance="environment-0", trace_id=span, span_id=span + 100, start_ns=start,
+            end_ns=end, operation=Operation.PREPARE, checkpoint_id=f"c{span}", parent_span_id=span,
+            parent_remote=True, outcome=Outcome.ERROR,
+        )  # fmt: skip
+
+    clocks = ClockEvidence()
+    for e in (
+        call(1, 100, 200, outcome=Outcome.ERROR, error_type="CancelledError"),
+        answer(1, 110, 240),
+        answer(2, 310, 350),
+        call(2, 300, 400),
+    ):
+        clocks.add(e)
+    assert clocks.unaligned() == [] and clocks.outside == set() and clocks.offsets() == {}
+    assert clocks.lines({}) == []
+    behind = ClockEvidence()  # stamped 50 before its call: bounded below only, shifted by the least
+    for e in (call(1, 100, 200, outcome=Outcome.ERROR), answer(1, 50, 240)):
+        behind.add(e)
+    assert behind.offsets() == {("environment", "environment-0", None): 50}
