@@ -354,7 +354,7 @@ def overview(
     same_id = _same_id(rows)
     outside = clocks.outside if clocks is not None else set()
     for number, row in enumerate(rows, 1):
-        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]), outside)
+        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]))
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it that may have
@@ -367,6 +367,7 @@ def overview(
         elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
     fold.trends.rows = rows
+    _unaligned_paths(run, fold, outside)
     for row in rows:
         if row.trace_ids & outside or any(
             fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces
@@ -385,10 +386,9 @@ class _Fold:
     started: dict[tuple[int, int], StartedSpan]
     root_started: dict[tuple[int, int], RootSpan]
     root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished]
-    #: Per root: its critical path in words (and the line that says it unknown, for a trace
-    #: answered outside its calls: ``clocks``), and for a restore what dominated it and its
+    #: Per root: its critical path in words, and for a restore what dominated it and its
     #: longest read or install step (ms).
-    critical: dict[tuple[int, int], tuple[str, str]]
+    critical: dict[tuple[int, int], str]
     dominated: dict[tuple[int, int], str]
     dominant_ms: dict[tuple[int, int], float | None]
     #: The counted events that name a checkpoint (at most ``causes.KEPT_CAUSES`` each).
@@ -416,7 +416,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
     pending: dict[int, list[FinishedSpan]] = {}
     root_started: dict[tuple[int, int], RootSpan] = {}
     root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished] = {}
-    critical: dict[tuple[int, int], tuple[str, str]] = {}
+    critical: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
     causes = CheckpointCauses()
@@ -536,9 +536,7 @@ def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
             root_finished[key] = e
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
-            # Whether a call was answered outside a clock no shift aligns is known at the end
-            # only (an answer stamped ahead is read after its root ended): both lines are kept.
-            critical[key] = (path_of(buffer, trace_id), path_unknown_of(buffer, trace_id))
+            critical[key] = path_of(buffer, trace_id)
             if _what(e) == "restore":
                 dominated[key] = dominated_by(buffer)
                 dominant_ms[key] = dominant_step_ms(buffer)
@@ -614,6 +612,19 @@ def _rows(
     return rows
 
 
+def _unaligned_paths(run: Run, fold: _Fold, outside: Collection[int]) -> None:
+    """A published row whose trace a participant answered outside a call by a clock no shift
+    aligns (``clocks``): which call ended last is unknown, so its critical path is said unknown
+    (its slowest operation still said, from its events read again). Known at the end only (an
+    answer stamped ahead is read after its root ended); the rare case pays one more pass."""
+    rows = [r for r in run.rows if r.published and any(t in outside for t in r.trace_ids)]
+    details = run.details(rows) if run.again is not None else {}
+    for row in rows:
+        ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
+        longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
+        row.critical_path = path_unknown_of(details.get(id(row), []), longest.trace_id)
+
+
 def _same_id(rows: Iterable[RunRow]) -> dict[str, list[RunRow]]:
     """The rows that carry each checkpoint id, in start order."""
     out: dict[str, list[RunRow]] = {}
@@ -650,10 +661,9 @@ def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
             return True
 
 
-def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow], outside: Collection[int]) -> None:
+def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
-    ``same_id``: the rows that carry its checkpoint id (``row_of``); ``outside``: the traces
-    where a participant answered outside a call by a clock no shift aligns (``clocks``)."""
+    ``same_id``: the rows that carry its checkpoint id (``row_of``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_ms = _paused_ms(mine)
@@ -682,8 +692,7 @@ def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow], outsid
         _episodes_after_restore(row, ends)
     if row.published:
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
-        known, unknown = fold.critical.get((longest.trace_id, longest.span_id), ("", ""))
-        row.critical_path = unknown if any(t in outside for t in row.trace_ids) else known
+        row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
         causes = []
     # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
     over = sum(
