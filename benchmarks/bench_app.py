@@ -55,6 +55,7 @@ from .load import (
     drive,
     listening,
     settled_children_cpu_seconds,
+    spawn,
     stop_process,
 )
 from .spread import Ratio
@@ -229,7 +230,7 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
         )
         command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, str(port), str(state_file)]
         with log.open("wb") as err:
-            proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
+            proc = spawn(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
         server = _Server(proc, port, log)
         try:
             if core is not None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ckpt_events.benchmarks import report
+from ckpt_events.benchmarks.load import spawn
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "connections.json"
 TOKEN: Final = "bench-connections"
@@ -71,7 +72,7 @@ def _participant(mode: str) -> Iterator[int]:
     port = _free_port()
     with tempfile.TemporaryDirectory() as root:
         argv = [sys.executable, "-m", "ckpt_events.benchmarks.bench_connections", "--serve", mode]
-        child = subprocess.Popen([*argv, "--port", str(port), "--root", root], stdin=subprocess.DEVNULL)
+        child = spawn([*argv, "--port", str(port), "--root", root], stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30
             while _get(f"http://127.0.0.1:{port}{STATUS_PATH}") != 200:

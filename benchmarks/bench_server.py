@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import nemo_lens_row, report, rotel
-from .load import children_pids, cores_apart, cpu_seconds, settled_children_cpu_seconds, stop_process
+from .load import children_pids, cores_apart, cpu_seconds, settled_children_cpu_seconds, spawn, stop_process
 from .server_app import VARIANTS
 from .spread import Ratio
 
@@ -99,7 +99,7 @@ def _start(
     if variant in nemo_lens_row.VARIANTS and lens_python and collector:
         lens_collector = collector if variant == nemo_lens_row.VARIANT else None
         command, env = nemo_lens_row.command(lens_python, port, lens_collector), nemo_lens_row.environment()
-    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    proc = spawn(command, env=env, stdin=subprocess.DEVNULL)
     with contextlib.ExitStack() as starting:
         # Stopped unless it answers: a Ctrl-C while it started left it running, and so did a
         # server that never answered.

@@ -34,6 +34,7 @@ from ckpt_events.participants.cli.watch.sources import poll_all, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 
 from . import report
+from .load import spawn
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "watch.json"
 TOKEN = "bench-" + secrets.token_hex(8)
@@ -52,7 +53,7 @@ async def _serve(n: int) -> None:
 
 
 async def _measure_size(n: int, rounds: int) -> dict[str, Any]:
-    child = subprocess.Popen(
+    child = spawn(
         [sys.executable, "-m", "ckpt_events.benchmarks.bench_watch", "--serve", str(n)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

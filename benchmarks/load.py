@@ -6,7 +6,9 @@ drivers keep ``connections`` keep-alive connections busy for ``seconds`` and sto
 every request also has a timeout, so a server that stops answering ends the run, never hangs
 it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``; ``cores_apart()``
 pins this process (the driver) to one core and hands the other to the servers;
-``stop_process(proc)`` ends a server (SIGTERM, then SIGKILL past its deadline).
+``spawn(command)`` starts a server or collector and keeps it in a registry until
+``stop_process(proc)`` ends it (SIGTERM, then SIGKILL past its deadline); ``stop_spawned()``
+ends whatever a suite interrupted mid-way left there.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final, Literal
 
 __all__ = [
@@ -33,8 +38,10 @@ __all__ = [
     "cpu_seconds",
     "drive",
     "pick_driver",
+    "spawn",
     "stat_cpu_seconds",
     "stop_process",
+    "stop_spawned",
 ]
 
 Driver = Literal["wrk", "httpx"]
@@ -90,14 +97,63 @@ def cores_apart() -> Iterator[tuple[int, int] | None]:
         os.sched_setaffinity(0, set(available))
 
 
+#: Every process ``spawn`` started and ``stop_process`` has not ended yet.
+_SPAWNED: Final[set[subprocess.Popen[Any]]] = set()
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """A Ctrl-C or SIGTERM arriving inside the block is raised (``KeyboardInterrupt``) at its
+    end: one raised inside ``Popen`` lost the started process, which nothing then stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread gets signals, and only it may set their handlers
+        return
+    caught: list[int] = []
+
+    def later(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {signum: signal.signal(signum, later) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def spawn(command: Sequence[str], **options: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(command, **options)``, kept in the registry ``stop_spawned`` empties,
+    never lost to an interrupt on its way out."""
+    with _interrupts_deferred():
+        proc = subprocess.Popen(command, **options)
+        _SPAWNED.add(proc)
+    return proc
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int:
     """SIGTERM, then SIGKILL if ``proc`` outlives ``timeout`` seconds; its exit code, reaped."""
     proc.terminate()
     try:
-        return proc.wait(timeout=timeout)
+        code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        return proc.wait(timeout=10)
+        code = proc.wait(timeout=10)
+    _SPAWNED.discard(proc)
+    return code
+
+
+def stop_spawned(timeout: float = 5.0) -> int:
+    """Stop every process ``spawn`` started that is still registered (a suite interrupted
+    between a start and the block that stops it); how many were still running."""
+    running = 0
+    for proc in list(_SPAWNED):
+        if proc.poll() is None:
+            running += 1
+            stop_process(proc, timeout)
+        _SPAWNED.discard(proc)
+    return running
 
 
 def listening(proc: subprocess.Popen[Any], port: int, seconds: float) -> bool | None:

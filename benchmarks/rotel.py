@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-from .load import listening, stop_process
+from .load import listening, spawn, stop_process
 
 __all__ = [
     "ENV_BINARY",
@@ -144,7 +144,7 @@ def collector(startup_seconds: float = 15.0, *, debug_out: Path | None = None) -
             command = agent_command(binary, http_port, grpc_port, Path(tmp), debug=debug_out is not None)
             with open(debug_out or os.devnull, "ab" if attempt else "wb") as out:
                 try:
-                    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
+                    proc = spawn(command, stdout=out, stderr=subprocess.STDOUT, env=agent_env())
                 except OSError as exc:  # not executable, not a program: a traceback before
                     raise CollectorError(
                         f"rotel-agent {binary} cannot run: {exc.strerror or exc}{_check()}"

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from ckpt_events.benchmarks.load import stop_spawned
 from ckpt_events.benchmarks.rotel import CollectorError
 from ckpt_events.participants.cli import bench_app
 from ckpt_events.participants.cli.command import (
@@ -86,6 +87,10 @@ def _bench(args: argparse.Namespace) -> int:
             return _run(args)
         except CollectorError as exc:  # a $CKPT_EVENTS_BENCH_ROTEL that does not run
             raise CommandError(str(exc)) from None
+        finally:
+            # A suite interrupted between starting a server and the block that stops it left
+            # that server running (SIGTERM right after a start, in a test): stopped here.
+            stop_spawned()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -12,7 +12,15 @@ import time
 
 import pytest
 
-from ckpt_events.benchmarks.load import DriverError, Request, cores_apart, drive, listening, stop_process
+from ckpt_events.benchmarks.load import (
+    DriverError,
+    Request,
+    children_pids,
+    cores_apart,
+    drive,
+    listening,
+    stop_process,
+)
 from ckpt_events.benchmarks.rotel import free_port
 
 
@@ -82,3 +90,30 @@ def test_wrk_that_cannot_connect_is_a_driver_error() -> None:
     """wrk's failure is one ``DriverError`` line (``bench --app`` reports it), not a bare RuntimeError."""
     with pytest.raises(DriverError, match=r"^wrk failed \(1\): unable to connect to 127\.0\.0\.1:\d+ "):
         drive("wrk", f"http://127.0.0.1:{free_port()}", Request("GET", "/"), 1, 1)
+
+
+def test_an_interrupt_while_a_process_starts_never_loses_it() -> None:
+    """A SIGTERM (raised as ``KeyboardInterrupt`` by ``bench``) landing inside ``Popen`` lost
+    the started server, which then outlived the bench: ``spawn`` raises it once the process is
+    in the registry, and ``stop_spawned`` ends it. The child signals its parent between its
+    fork and its exec, while the parent is still inside ``Popen``."""
+    from ckpt_events.benchmarks import load
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    parent = os.getpid()
+    before = set(children_pids(parent))
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):  # raised by spawn, the process already registered
+            load.spawn(
+                [sys.executable, "-c", "import time; time.sleep(60)"],
+                preexec_fn=lambda: os.kill(parent, signal.SIGTERM),
+            )
+        assert len(set(children_pids(parent)) - before) == 1
+        assert load.stop_spawned() == 1
+        assert set(children_pids(parent)) - before == set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        load.stop_spawned()
