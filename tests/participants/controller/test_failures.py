@@ -124,12 +124,13 @@ def _leaves(group: BaseExceptionGroup[ParticipantCallError]) -> list[Participant
     ]
 
 
-def _unreadable() -> FastAPI:
-    """A resources participant whose every control reply claims a gzip body it does not have."""
+def unreadable(route: str) -> FastAPI:
+    """A participant whose every POST under ``route`` (a path with ``{action}``) answers with a
+    gzip body it does not have: a reply that cannot be read."""
     app = FastAPI()
 
-    @app.post("/ng-control/v1/checkpoint/{operation}")
-    async def control(operation: str) -> Response:
+    @app.post(route)
+    async def answer(action: str) -> Response:
         return Response(b"{}", headers={"content-encoding": "gzip"}, media_type="application/json")
 
     return app
@@ -143,7 +144,7 @@ async def test_an_unreadable_reply_is_that_participants_failure_and_everyone_res
     async with capture_events() as (bus, _):
         async with (
             local_fleet(token=TOKEN, bus=bus, members=three, checkpoint_root=tmp_path) as urls,
-            serving(_unreadable()) as broken,
+            serving(unreadable("/ng-control/v1/checkpoint/{action}")) as broken,
         ):
             members = [Member(name=i, kind=k, instance=i, url=urls[i]) for k, i in three]
             members.append(Member(name="resources-0", kind="resources", instance="resources-0", url=broken))

@@ -9,8 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from fastapi.responses import Response
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.cli.fleet import local_fleet, serving
@@ -19,6 +17,7 @@ from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.controller.work_calls import WORK_CALL_TRIES, WorkClients
 from ckpt_events.participants.errors import ParticipantCallError
+from tests.participants.controller.test_failures import unreadable
 
 TOKEN = "work-calls-test-token"
 FAST = {"environment-0": {"step_seconds": 0.001}, "agent-0": {"turn_seconds": 0.001}}
@@ -84,17 +83,6 @@ async def test_a_lasting_upstream_failure_names_its_cause(tmp_path: Path) -> Non
     assert flaky.requests == WORK_CALL_TRIES
 
 
-def _unreadable() -> FastAPI:
-    """A participant whose work replies claim a gzip body they do not have."""
-    app = FastAPI()
-
-    @app.post("/work/{action}")
-    async def work(action: str) -> Response:
-        return Response(b"{}", headers={"content-encoding": "gzip"}, media_type="application/json")
-
-    return app
-
-
 async def test_a_silent_or_unreadable_participant_is_named_with_what_happened() -> None:
     """A participant that never answers said only 'ReadTimeout: ' (httpx's timeouts have no
     message): the detail says how long it waited. A reply that cannot be read (a broken
@@ -109,9 +97,9 @@ async def test_a_silent_or_unreadable_participant_is_named_with_what_happened() 
             with pytest.raises(ParticipantCallError) as quiet:
                 await work.post(member, url + "/work/start", {}, tries=1)
     assert quiet.value.detail == "ReadTimeout: no answer within 0.2 s"
-    async with serving(_unreadable()) as url:
+    async with serving(unreadable("/work/{action}")) as url:
         member = Member(name="model-0", kind="model", instance="model-0", url=url)
         async with work.open([member]):
-            with pytest.raises(ParticipantCallError) as unreadable:
+            with pytest.raises(ParticipantCallError) as unread:
                 await work.post(member, url + "/work/start", {})
-    assert unreadable.value.detail.startswith("unreadable reply: DecodingError: ")
+    assert unread.value.detail.startswith("unreadable reply: DecodingError: ")
