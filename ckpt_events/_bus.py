@@ -32,6 +32,7 @@ from ckpt_events._bus_contract import InterestListener
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
+from ckpt_events._span_handles import QUEUED_EVENTS
 from ckpt_events._subscription import (
     DEFAULT_BATCH_INTERVAL,
     SinkStats,
@@ -217,6 +218,13 @@ class Bus:
             linger,
             self.batch_interval if batch_interval is None else _check_interval(batch_interval),
         )
+        if sub.takes_span_handles and not any(s._buffer.raw for s in self._subscriptions):
+            # One raw buffer per bus: a handle's ``_wire`` tells one consumer its start from its
+            # end. Another such sink gets events, as any sink does (its handles built for it).
+            sub._buffer.raw = True
+        elif sub.takes_span_handles:
+            sub.takes_span_handles = False
+            sub._takes_handles = not sub.interests.isdisjoint(QUEUED_EVENTS)
         self._subscriptions.append(sub)
         self._history[sub] = None
         self._add_routes(sub)

@@ -11,6 +11,11 @@ and ``set_attribute`` inside the block: a ``set_attribute`` after it has ended i
 the event. A handle ends once: entering or leaving it again does nothing. The no-op twins
 in ``_noop.py`` are returned when nobody listens.
 
+One buffer on a bus may take the handles raw (``_Buffer.raw``: the export process's, which
+encodes them itself, ``sinks/_export_wire.py``): it gets the handle in place of its
+``*Started`` event as well (see ``RAW_QUEUED``), so a server whose sinks all run in that
+process builds no event at all on the request path or in its delivery task.
+
 This is the request path of an instrumented server, so it is written for speed: the
 operation and step handles are msgspec structs built positionally in C, untracked by the
 garbage collector (they hold no reference cycle: ids, clock reads, names and scalars; the
@@ -32,6 +37,7 @@ from ckpt_events._span_base import _INT64, _OK, _bad, _error_fields, _SpanBase
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 
 if TYPE_CHECKING:
+    from ckpt_events._subscription import _Buffer
     from ckpt_events._telemetry import Telemetry
 
 __all__ = ["OperationSpan", "StepSpan"]
@@ -45,6 +51,28 @@ QUEUED_HANDLES: Final[set[type]] = set()
 QUEUED_EVENTS: Final = frozenset((OperationFinished, StepFinished))
 
 
+#: A handle's ``_wire``: where its start stands with the bus's one raw buffer (``_Buffer.raw``,
+#: the export process's), which gets the handle itself at ``__enter__`` in place of a
+#: ``*Started`` event, and again at ``__exit__`` as every route of its ``*Finished`` event does.
+#: That buffer's one consumer reads it to tell the two apart: ``RAW_QUEUED``, the handle met
+#: there is its start (the consumer sets ``RAW_SENT``); ``RAW_SENT``, its end; ``RAW_UNQUEUED``
+#: (no start queued there: not wanted, or the buffer was full), its end alone.
+RAW_UNQUEUED: Final = 0
+RAW_QUEUED: Final = 1
+RAW_SENT: Final = 2
+
+
+def _raw_start(handle: OperationSpan | StepSpan, buffer: _Buffer) -> None:
+    """Queue ``handle`` as its own start record on the raw ``buffer`` (see ``RAW_QUEUED``)."""
+    if len(buffer) < buffer.capacity:
+        handle._wire = RAW_QUEUED  # before the append: the consumer may take it at once
+        buffer.append(handle)
+        if buffer.waiting:
+            handle._tel.bus._wake(buffer)
+    else:
+        buffer.dropped += 1
+
+
 class _Queued:
     """Marks a handle class queued in place of its event; it and its subclasses register."""
 
@@ -55,7 +83,7 @@ class _Queued:
         QUEUED_HANDLES.add(cls)
 
 
-class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
+class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, tag="step"):
     """A step (``wait_ready``, ``export``, a user's ``upload``, ...) inside an operation span."""
 
     # Fields in the order Telemetry builds them (positional), then what __enter__,
@@ -82,6 +110,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     _cut_prefix: int | None = None
     _cut_failure: int | None = None
     _event: StepFinished | None = None
+    _wire: int = 0  # RAW_UNQUEUED, RAW_QUEUED or RAW_SENT: see _raw_start()
 
     def __enter__(self) -> StepSpan:
         if self._attributes.__class__ is FrozenAttributes:
@@ -114,6 +143,9 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                         tel.bus._wake(buffer)
                 else:
                     buffer.dropped += 1
+        raw = tel._step_started_raw
+        if raw is not None and not self._wire:
+            _raw_start(self, raw)
         return self
 
     def __exit__(
@@ -125,12 +157,13 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         self._attributes = FrozenAttributes(attributes) if attributes else ENDED
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
-        self._end_ns = tel._clock() if monotonic is None else self.start_ns + (monotonic() - self._mono_ns)
+        end_ns = tel._clock() if monotonic is None else self.start_ns + (monotonic() - self._mono_ns)
         if exc is not None:
             outcome, error_type, error_message = _error_fields(exc)
             self._outcome = outcome
             self._error_type = error_type
             self._error_message = error_message
+        self._end_ns = end_ns  # last: a consumer on another thread reading it finds the rest set
         for buffer in tel._step_route:  # as Bus.emit offers an event (inline: per span)
             if len(buffer) < buffer.capacity:
                 buffer.append(self)
@@ -138,6 +171,23 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                     tel.bus._wake(buffer)
             else:
                 buffer.dropped += 1
+
+    def _started(self) -> StepStarted:
+        """This step's start event, as ``__enter__`` builds it for the routes that take events."""
+        tel = self._tel
+        return StepStarted(  # positional, in field order (see _events.py)
+            tel.kind,
+            tel.instance,
+            self.trace_id,
+            self.span_id,
+            self.start_ns,
+            self.step,
+            self.checkpoint_id,
+            self.parent_span_id,
+            self.parent_remote,
+            self.sampled,
+            tel.worker,
+        )
 
     def _finished(self) -> StepFinished:
         """This step's event (built on the first call, by a sink's delivery task)."""
@@ -201,7 +251,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
             self._cut_failure = cut_durable_failure
 
 
-class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
+class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, tag="operation"):
     """A participant's operation (``gym.checkpoint.<operation>``)."""
 
     _tel: Telemetry
@@ -229,6 +279,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
     _received_ns: int | None = None
     _loop_lag_ms: float | None = None
     _event: OperationFinished | None = None
+    _wire: int = 0  # RAW_UNQUEUED, RAW_QUEUED or RAW_SENT: see _raw_start()
 
     def __enter__(self) -> OperationSpan:
         if self._attributes.__class__ is FrozenAttributes:
@@ -260,6 +311,9 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                         tel.bus._wake(buffer)
                 else:
                     buffer.dropped += 1
+        raw = tel._operation_started_raw
+        if raw is not None and not self._wire:
+            _raw_start(self, raw)
         return self
 
     def __exit__(
@@ -271,12 +325,13 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
         self._attributes = FrozenAttributes(attributes) if attributes else ENDED
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
-        self._end_ns = tel._clock() if monotonic is None else self.start_ns + (monotonic() - self._mono_ns)
+        end_ns = tel._clock() if monotonic is None else self.start_ns + (monotonic() - self._mono_ns)
         if exc is not None:
             outcome, error_type, error_message = _error_fields(exc)
             self._outcome = outcome
             self._error_type = error_type
             self._error_message = error_message
+        self._end_ns = end_ns  # last: a consumer on another thread reading it finds the rest set
         for buffer in tel._operation_route:  # as Bus.emit offers an event (inline: per span)
             if len(buffer) < buffer.capacity:
                 buffer.append(self)
@@ -286,6 +341,23 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False):
                     tel.bus._prompt(buffer)
             else:
                 buffer.dropped += 1
+
+    def _started(self) -> OperationStarted:
+        """This operation's start event, as ``__enter__`` builds it for the routes that take events."""
+        tel = self._tel
+        return OperationStarted(  # positional, in field order (see _events.py)
+            tel.kind,
+            tel.instance,
+            self.trace_id,
+            self.span_id,
+            self.start_ns,
+            self.operation,
+            self.checkpoint_id,
+            self.parent_span_id,
+            self.parent_remote,
+            self.sampled,
+            tel.worker,
+        )
 
     def _finished(self) -> OperationFinished:
         """This operation's event (built on the first call, by a sink's delivery task)."""

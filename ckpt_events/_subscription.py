@@ -69,7 +69,7 @@ class SinkStats(msgspec.Struct, frozen=True):
 class _Buffer(deque[Any]):
     """A sink's bounded FIFO, with the flags ``emit`` reads inline (no method call)."""
 
-    __slots__ = ("capacity", "dropped", "owner", "paused", "waiting")
+    __slots__ = ("capacity", "dropped", "owner", "paused", "raw", "waiting")
 
     def __init__(self, capacity: int, owner: Subscription | None) -> None:
         super().__init__()
@@ -78,6 +78,9 @@ class _Buffer(deque[Any]):
         self.waiting = False  # the delivery task sleeps until woken
         self.paused = False  # the delivery task waits out a batch interval (a finished operation ends it)
         self.owner = owner
+        # The bus's one buffer taking span handles raw, starts included (RAW_QUEUED in
+        # _span_handles.py); set by Bus.subscribe before any route holds it.
+        self.raw = False
 
 
 class Subscription:
@@ -97,8 +100,10 @@ class Subscription:
         self.sink = sink
         self.name = name
         self.interests: frozenset[type[Event]] = resolve_interests(sink)
-        # Finished operations and steps are queued as their span handles (see _span_handles.py).
-        self._takes_handles = not self.interests.isdisjoint(QUEUED_EVENTS)
+        # Finished operations and steps are queued as their span handles (see _span_handles.py);
+        # a sink that takes them raw (``takes_span_handles``) gets them as they are.
+        self.takes_span_handles = getattr(sink, "_takes_span_handles", False) is True
+        self._takes_handles = not self.takes_span_handles and not self.interests.isdisjoint(QUEUED_EVENTS)
         self.closed = False
         self._buffer = _Buffer(buffer_size, self)
         self._batch_size = batch_size

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from time import monotonic_ns, time_ns
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge, bridge_failed, takes_tracestate
@@ -52,6 +52,9 @@ from ckpt_events._vocab import (
     step_name,
 )
 
+if TYPE_CHECKING:
+    from ckpt_events._subscription import _Buffer
+
 __all__ = ["Telemetry"]
 
 _OPERATIONS: Final = frozenset(o.value for o in Operation)
@@ -81,6 +84,14 @@ def _load_bridge(name: str) -> ContextBridge:
         f"otel_context=True needs the {name!r} context bridge (install ckpt-events[otel]), "
         f"or pass a ContextBridge"
     )
+
+
+def _split_raw(route: tuple[_Buffer, ...]) -> tuple[tuple[_Buffer, ...], _Buffer | None]:
+    """``route`` without its raw buffer (if it holds one), and that buffer."""
+    for buffer in route:
+        if buffer.raw:
+            return tuple(b for b in route if b is not buffer), buffer
+    return route, None
 
 
 def _inherited(parent: _SpanBase | None) -> str | None:
@@ -125,6 +136,7 @@ class Telemetry:
         "_collection_on",
         "_coordinate_on",
         "_cut_on",
+        "_identity",
         "_lease_on",
         "_monotonic",
         "_not_ready_on",
@@ -132,6 +144,7 @@ class Telemetry:
         "_operation_on",
         "_operation_route",
         "_operation_started_on",
+        "_operation_started_raw",
         "_operation_started_route",
         "_random",
         "_ratio_bound",
@@ -140,6 +153,7 @@ class Telemetry:
         "_step_on",
         "_step_route",
         "_step_started_on",
+        "_step_started_raw",
         "_step_started_route",
         "bus",
         "enabled",
@@ -175,6 +189,8 @@ class Telemetry:
         if worker is not None and (type(worker) is not int or worker < 0):
             raise argument_error(f"worker must be None or an int >= 0, not {worker!r}", worker, int)
         self.worker = worker
+        # What the export process's wire carries for this Telemetry beside each raw span handle.
+        self._identity = (self.kind, instance, worker)
         if (
             isinstance(sample_ratio, bool)
             or not isinstance(sample_ratio, int | float)
@@ -214,9 +230,12 @@ class Telemetry:
         # Where a finished operation or step handle is queued (its event's route; () for none).
         self._operation_route = self.bus._routes.get(OperationFinished, ())
         self._step_route = self.bus._routes.get(StepFinished, ())
-        # Where a span's *Started event goes, read by the request-path handles as they enter.
-        self._operation_started_route = self.bus._routes.get(OperationStarted, ())
-        self._step_started_route = self.bus._routes.get(StepStarted, ())
+        # Where a span's *Started event goes, read by the request-path handles as they enter;
+        # the raw buffer (the export process's) gets the handle itself instead.
+        self._operation_started_route, self._operation_started_raw = _split_raw(
+            self.bus._routes.get(OperationStarted, ())
+        )
+        self._step_started_route, self._step_started_raw = _split_raw(self.bus._routes.get(StepStarted, ()))
         # One flag per event type the live handles read on every span (an attribute read,
         # not a routing-table lookup); steps off (say, metrics only) means no step handles.
         self._operation_started_on = wants(OperationStarted)

@@ -2,14 +2,14 @@
 
 ``python -m ckpt_events.sinks._export_child`` is started by ``ExportProcess``
 (``ckpt_events.sinks._export_process``), never by hand. Its stdin carries, one line each, first
-the arguments ``configure()`` was given and the seconds its close may take (a JSON object),
-then every batch the parent's bus delivered (a JSON array of events, as ``msgspec.json`` writes
-them; a line never holds a raw newline), and, as the parent closes, the seconds its close may
-take now (a JSON object). Its stdout carries two lines back: ``ready`` once the
-sinks are built (the event classes they want, their names and the Prometheus URL, or the
-``ConfigurationError`` that stopped them), and ``closed`` with this process's bus counters
-once the sinks are closed. Its stderr is the parent's: a sink's warning (a collector refusing)
-is logged there, once, as it would be in the parent.
+the arguments ``configure()`` was given and the seconds its close may take (a JSON object), then
+every batch the parent's bus delivered (a JSON array of its events and span handles,
+``ckpt_events.sinks._export_wire``; a line never holds a raw newline), and, as the parent
+closes, the seconds its close may take now (a JSON object). Its stdout carries two lines back:
+``ready`` once the sinks are built (the event classes they want, their names and the Prometheus
+URL, or the ``ConfigurationError`` that stopped them), and ``closed`` with this process's bus
+counters once the sinks are closed. Its stderr is the parent's: a sink's warning (a collector
+refusing) is logged there, once, as it would be in the parent.
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
 batches are still read from the pipe and exported, the whole events of one it was cut writing
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import msgspec
 
-from ckpt_events import Bus, CheckpointEvent, CkptEventsError
+from ckpt_events import Bus, CkptEventsError
+from ckpt_events.sinks._export_wire import read_batch, whole_events
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured
@@ -40,12 +41,8 @@ __all__ = ["MAX_LINE", "main"]
 #: events by default, of a few hundred bytes each). A longer line is skipped and counted.
 MAX_LINE: Final = 64 << 20
 _READ: Final = 1 << 20
-#: Event boundaries tried, from the end back, in a batch line cut short by the parent's death.
-_CUT_TRIES: Final = 8
 
 logger: Final = logging.getLogger("ckpt_events.sinks")
-
-_BATCH: Final = msgspec.json.Decoder(list[CheckpointEvent])
 
 
 class _Head(msgspec.Struct, frozen=True):
@@ -173,7 +170,7 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
                             corrupt += 1
                         continue
                     try:
-                        events = _BATCH.decode(line)
+                        events = read_batch(line)
                     except msgspec.DecodeError:
                         corrupt += 1
                         continue
@@ -209,7 +206,7 @@ def _budget(configured: Configured, bus: Bus, seconds: float) -> None:
 def _emit_cut(bus: Bus, cut: bytes) -> int:
     """Emit the whole events at the head of a batch line cut short (it was silently dropped,
     whole, though its events had reached the pipe); log the cut once. How many were emitted."""
-    events = _whole_events(cut)
+    events = whole_events(cut)
     for event in events:
         bus.emit(event)
     logger.warning(
@@ -219,21 +216,6 @@ def _emit_cut(bus: Bus, cut: bytes) -> int:
         len(cut),
     )
     return len(events)
-
-
-def _whole_events(cut: bytes) -> list[CheckpointEvent]:
-    """The events of ``cut`` (a JSON array missing its end) up to the last whole one: closed
-    after it, or after an event boundary ``},{`` further back (one inside a string leaves the
-    string open, and the array does not decode)."""
-    end = len(cut.rstrip(b","))
-    for _ in range(_CUT_TRIES):
-        try:
-            return _BATCH.decode(cut[:end] + b"]")
-        except msgspec.DecodeError:
-            end = cut.rfind(b"},{", 0, end) + 1
-            if end <= 0:
-                return []
-    return []
 
 
 async def _end_on_sigterm(scope: anyio.CancelScope) -> None:

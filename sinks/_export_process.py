@@ -3,12 +3,13 @@
 A server's CPU per request with every sink on was 1.15-1.31x the uninstrumented server's
 (docs/benchmarks.md), most of it building spans and metric points, encoding OTLP and writing
 lines. With ``configure(export_process=True)`` (or ``CKPT_EVENTS_EXPORT_PROCESS=true``) this
-process keeps what only it can do (building the events, one JSON encoding per batch, one pipe
-write) and a child process (``ckpt_events.sinks._export_child``) runs ``configure()`` with the
-same arguments on its own bus, fed every batch through its stdin: the OTLP exporters, the JSON
-lines file and the Prometheus endpoint live there. The child costs CPU of its own (a decoding
-on top of the same sinks), on another core when the machine has one; what this process saves
-and what the pair spends are both in docs/benchmarks.md.
+process keeps what only it can do (per batch, one JSON encoding of its span handles as they are,
+no event built for them: ``_export_wire``; one pipe write) and a child process
+(``ckpt_events.sinks._export_child``) runs ``configure()`` with the same arguments on its own
+bus, fed every batch through its stdin: the OTLP exporters, the JSON lines file and the
+Prometheus endpoint live there. The child costs CPU of its own (a decoding on top of the same
+sinks), on another core when the machine has one; what this process saves and what the pair
+spends are both in docs/benchmarks.md.
 
 What stays true: the bus's guarantees hold for this sink as for any (its buffer is bounded, a
 slow child makes the bus drop and count, never the emitter wait); a child that died is logged
@@ -39,6 +40,7 @@ import msgspec
 
 from ckpt_events import BusStats, ConfigurationError
 from ckpt_events._events import EVENT_TYPES
+from ckpt_events.sinks._export_wire import encoder, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
 
@@ -84,6 +86,9 @@ class ExportProcess:
 
     blocking = False
     linger = None
+    #: The bus gives this sink its span handles as they are, starts included (``_Buffer.raw``):
+    #: it writes them to the pipe without building their events (``_export_wire``).
+    _takes_span_handles = True
 
     def __init__(
         self,
@@ -102,7 +107,7 @@ class ExportProcess:
         self._pipe = process.stdin.fileno()
         os.set_blocking(self._pipe, False)
         _widen(self._pipe)
-        self._encoder = msgspec.json.Encoder()
+        self._encoder = encoder()
         self._forwarded = 0
         self._dropped = 0
         self._gone = False
@@ -203,7 +208,7 @@ class ExportProcess:
             self._dropped += len(batch)
             return
         line = bytearray()
-        self._encoder.encode_into(batch, line)
+        self._encoder.encode_into(wire_items(batch), line)
         line.append(0x0A)  # the newline ending the batch's line
         data = memoryview(line)
         while data:

@@ -1,0 +1,288 @@
+"""The export process's pipe: how a batch of the server's bus is written, and read back as events.
+
+One line per batch, a JSON array of the batch's items in the bus's order. An item is:
+
+* an event: ``["event", {...}]``, the event as ``msgspec.json`` writes a ``CheckpointEvent``;
+* a span handle (``OperationSpan``, ``StepSpan``: array-like structs tagged ``operation`` and
+  ``step``), as msgspec writes it: ``["operation", [kind, instance, worker], operation, ...]``,
+  every field in order, the ``Telemetry``'s identity in place of the ``Telemetry``. A handle
+  stands for its span's end (its ``*Finished`` event); after a ``0`` (``START``), for its start.
+  Each span goes twice, its start where it started and its end where it ended, so the child's
+  sinks get the events in this process's order (one record for both, written at the start, put
+  a parent's end before its children's starts).
+
+The export process's buffer is the bus's raw one (``_Buffer.raw``): it gets each handle at the
+span's start and again at its end, and no event is built for it in the server, neither on the
+request path (a ``*Started``) nor in the delivery task (a ``*Finished``). The child builds both
+from the records (``OperationRecord``, ``StepRecord``: the handles' fields, as decoded), the
+same events the server would have built.
+"""
+
+from __future__ import annotations
+
+import re
+from operator import attrgetter
+from typing import Any, Final
+
+import msgspec
+
+from ckpt_events import CheckpointEvent
+from ckpt_events._events import (
+    AttributeValue,
+    Event,
+    OperationFinished,
+    OperationStarted,
+    StepFinished,
+    StepStarted,
+)
+from ckpt_events._span_handles import QUEUED_HANDLES, RAW_QUEUED, RAW_SENT, OperationSpan, StepSpan
+from ckpt_events._vocab import Operation, Outcome, Phase
+
+__all__ = [
+    "START",
+    "EventItem",
+    "OperationRecord",
+    "StepRecord",
+    "encoder",
+    "read_batch",
+    "whole_events",
+    "wire_items",
+]
+
+#: The item before a handle that stands for its span's start.
+START: Final = 0
+
+
+def encoder() -> msgspec.json.Encoder:
+    """The encoder of a batch's line (``wire_items``): a handle's ``Telemetry`` goes as its identity."""
+    return msgspec.json.Encoder(enc_hook=attrgetter("_identity"))
+
+
+def wire_items(batch: list[Any]) -> list[Any]:
+    """``batch`` (from the raw buffer) as the line's items: each start a ``START`` and its handle."""
+    items: list[Any] = []
+    append = items.append
+    for item in batch:
+        cls = item.__class__
+        if (cls is OperationSpan or cls is StepSpan) and item._event is None:
+            if item._wire == RAW_QUEUED:  # the first time this buffer's one consumer meets it
+                item._wire = RAW_SENT
+                append(START)
+            append(item)
+        elif cls in QUEUED_HANDLES:
+            # A subclass (``BridgedOperationSpan`` holds the bridge), or a handle whose event
+            # another sink's delivery built already: its events, not its fields twice.
+            if item._wire == RAW_QUEUED:
+                item._wire = RAW_SENT
+                append(EventItem(item._started()))
+            else:
+                append(EventItem(item._event or item._finished()))
+        else:
+            append(EventItem(item))
+    return items
+
+
+class EventItem(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="event"):
+    """An event on the pipe: ``["event", {...}]`` (every item of a line an int or an array, the
+    child decodes the whole line at once)."""
+
+    event: CheckpointEvent
+
+
+class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="operation"):
+    """An ``OperationSpan`` as the pipe carries it: its fields in order (``test_export_wire``)."""
+
+    tel: tuple[str, str, int | None]
+    operation: Operation
+    checkpoint_id: str | None
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    parent_remote: bool
+    sampled: bool
+    tracestate: str | None
+    start_ns: int
+    mono_ns: int
+    end_ns: int
+    attributes: dict[str, AttributeValue] | None
+    outcome: Outcome
+    error_type: str | None
+    error_message: str | None
+    phase: Phase | None
+    blockers: int | None
+    records: int | None
+    bytes: int | None
+    episodes: int | None
+    rollouts: int | None
+    received_ns: int | None
+    loop_lag_ms: float | None
+    event: None  # the event another sink's delivery built: such a handle goes as its events
+    wire: int
+
+    def started(self) -> OperationStarted:
+        kind, instance, worker = self.tel
+        return OperationStarted(
+            kind,
+            instance,
+            self.trace_id,
+            self.span_id,
+            self.start_ns,
+            self.operation,
+            self.checkpoint_id,
+            self.parent_span_id,
+            self.parent_remote,
+            self.sampled,
+            worker,
+        )
+
+    def finished(self) -> OperationFinished:
+        kind, instance, worker = self.tel
+        return OperationFinished(
+            kind,
+            instance,
+            self.trace_id,
+            self.span_id,
+            self.start_ns,
+            self.end_ns,
+            self.operation,
+            self.checkpoint_id,
+            self.parent_span_id,
+            self.parent_remote,
+            self.sampled,
+            self.outcome,
+            self.error_type,
+            self.error_message,
+            self.attributes or None,
+            self.phase,
+            self.blockers,
+            self.records,
+            self.bytes,
+            self.episodes,
+            self.rollouts,
+            self.received_ns,
+            self.loop_lag_ms,
+            worker,
+        )
+
+
+class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="step"):
+    """A ``StepSpan`` as the pipe carries it: its fields in order (``test_export_wire``)."""
+
+    tel: tuple[str, str, int | None]
+    step: str
+    checkpoint_id: str | None
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    sampled: bool
+    tracestate: str | None
+    parent_remote: bool
+    start_ns: int
+    mono_ns: int
+    end_ns: int
+    attributes: dict[str, AttributeValue] | None
+    outcome: Outcome
+    error_type: str | None
+    error_message: str | None
+    records: int | None
+    bytes: int | None
+    calls: int | None
+    cut_prefix: int | None
+    cut_failure: int | None
+    event: None
+    wire: int
+
+    def started(self) -> StepStarted:
+        kind, instance, worker = self.tel
+        return StepStarted(
+            kind,
+            instance,
+            self.trace_id,
+            self.span_id,
+            self.start_ns,
+            self.step,
+            self.checkpoint_id,
+            self.parent_span_id,
+            self.parent_remote,
+            self.sampled,
+            worker,
+        )
+
+    def finished(self) -> StepFinished:
+        kind, instance, worker = self.tel
+        return StepFinished(
+            kind,
+            instance,
+            self.trace_id,
+            self.span_id,
+            self.start_ns,
+            self.end_ns,
+            self.step,
+            self.checkpoint_id,
+            self.parent_span_id,
+            self.parent_remote,
+            self.sampled,
+            self.outcome,
+            self.error_type,
+            self.error_message,
+            self.attributes or None,
+            self.records,
+            self.bytes,
+            self.calls,
+            self.cut_prefix,
+            self.cut_failure,
+            worker,
+        )
+
+
+_LINE: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | EventItem])
+
+
+def read_batch(line: bytes) -> list[Event]:
+    """The events of one batch's line; ``msgspec.DecodeError`` if it is not one."""
+    events: list[Event] = []
+    append = events.append
+    start = False
+    for item in _LINE.decode(line):
+        if isinstance(item, OperationRecord | StepRecord):
+            append(item.started() if start else item.finished())
+            start = False
+        elif isinstance(item, EventItem) and not start:
+            append(item.event)
+        elif item == START and not start:
+            start = True
+        else:
+            raise msgspec.DecodeError(f"not an item of the export pipe: {item!r}")
+    if start:
+        raise msgspec.DecodeError("the export pipe's line ends with a start mark and no span")
+    return events
+
+
+#: A JSON string, or one of the characters that open, close or separate items.
+_TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+#: Item boundaries tried, from the end back, in a line cut short by the parent's death.
+_CUT_TRIES: Final = 8
+
+
+def whole_events(cut: bytes) -> list[Event]:
+    """The events of ``cut`` (a line missing its end) up to its last whole item: the line closed
+    at one of its last top-level commas (a cut string or item leaves the rest undecodable)."""
+    depth = 0
+    commas: list[int] = []
+    for token in _TOKENS.finditer(cut):
+        char = token.group()[:1]
+        if char in b"[{":
+            depth += 1
+        elif char in b"]}":
+            depth -= 1
+        elif char == b"," and depth == 1:
+            commas.append(token.start())
+    for end in [len(cut.rstrip(b",")), *commas[::-1][:_CUT_TRIES]]:
+        prefix = cut[:end].rstrip(b",")
+        if prefix[-2:] in (b",0", b"[0"):  # a start mark whose span was cut
+            prefix = prefix[:-1].rstrip(b",")
+        try:
+            return read_batch(prefix + b"]")
+        except msgspec.DecodeError:
+            continue
+    return []
