@@ -45,8 +45,10 @@ class SpanSinkStats(msgspec.Struct, frozen=True):
     """Counters of one ``SpanSink``.
 
     ``exported`` spans the exporter (or processor) took; ``dropped`` spans lost to a failed
-    or raising export or after shutdown; ``unsampled`` events skipped by the root's sampling
-    decision; ``skipped`` events with no span (``renew``).
+    or raising export, to a processor or tracer provider of yours that was shut down, or after
+    this sink's own shutdown; ``unsampled`` events skipped by the root's sampling decision;
+    ``skipped`` events with no span (``renew``); ``last_failure`` says why spans were last
+    dropped (``None`` while none was).
     """
 
     exported: int
@@ -54,6 +56,7 @@ class SpanSinkStats(msgspec.Struct, frozen=True):
     export_failures: int
     unsampled: int
     skipped: int
+    last_failure: str | None = None
 
 
 class SpanSink:
@@ -65,7 +68,9 @@ class SpanSink:
     ``resource=provider.resource`` too). ``tracer_provider`` (an SDK ``TracerProvider``: its
     processors and its resource) still works, through a private attribute of the SDK (it has
     no public getter); a provider without it is ``InvalidTypeError``, naming ``processor=``.
-    A processor or provider is the caller's: flushed at close, never shut down. Spans are made
+    A processor or provider is the caller's: flushed at close, never shut down; once you shut
+    it down, the spans handed to it are counted as dropped (the SDK's processors drop them,
+    mostly without a word) and that is logged once. Spans are made
     only when ``span_groups`` contains ``checkpoint`` (else ``interests`` is empty and emit
     sites stay off). ``resource`` defaults to ``Resource.create()`` named ``ckpt-events``
     unless ``OTEL_SERVICE_NAME`` names it.
@@ -140,6 +145,7 @@ class SpanSink:
         self._export_failures = 0
         self._unsampled = 0
         self._skipped = 0
+        self._last_failure: str | None = None
         self._logged_failure = False
         self._contexts: dict[int, SpanContext] = {}  # per batch; see _span
 
@@ -177,6 +183,12 @@ class SpanSink:
                 self._dropped += len(spans)
                 return
             if self.exporter is None:
+                assert self.processor is not None
+                if _was_shut_down(self.processor):
+                    self._dropped += len(spans)
+                    self._export_failures += 1
+                    self._log_failure("was shut down")
+                    return
                 self._hand_over(spans)
                 return
             try:
@@ -208,12 +220,14 @@ class SpanSink:
         self._exported += done
 
     def _log_failure(self, how: str) -> None:
+        self._last_failure = how
         # Logged once; later failures only count, so a dead collector cannot flood the log.
         if self._logged_failure:
             return
         self._logged_failure = True
         logger.warning(
-            "span exporter %s %s; spans are dropped and counted in SpanSink.stats(), not logged again",
+            "span %s %s %s; spans are dropped and counted in SpanSink.stats(), not logged again",
+            "exporter" if self.exporter is not None else "processor",
             type(self.exporter if self.exporter is not None else self.processor).__name__,
             how,
             exc_info=how == "raised",
@@ -271,6 +285,7 @@ class SpanSink:
             export_failures=self._export_failures,
             unsampled=self._unsampled,
             skipped=self._skipped,
+            last_failure=self._last_failure,
         )
 
     # -- the span of one event (name and attributes from ckpt_events.sinks._span_attrs) --------------------
@@ -343,6 +358,23 @@ def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
             "(configure()'s span_exporter=, or SpanSink's processor=BatchSpanProcessor(exporter))"
         )
     return found
+
+
+def _was_shut_down(processor: SpanProcessor) -> bool:
+    """Whether ``processor`` is one of the SDK's that was shut down (for a multi processor,
+    a provider's: every processor it has), so the spans handed to it would be lost.
+
+    The SDK says so only in private flags (its ``SimpleSpanProcessor`` logs a warning per span,
+    its ``BatchSpanProcessor`` one line at INFO, and both drop the span); read per batch, never
+    guessed at: a processor that is not the SDK's, or an SDK that renamed a flag, is taken as
+    live, as it was before.
+    """
+    children = getattr(processor, "_span_processors", None)
+    if isinstance(children, tuple):
+        return bool(children) and all(_was_shut_down(child) for child in children)
+    batch = getattr(processor, "_batch_processor", None)
+    flag = getattr(processor if batch is None else batch, "_shutdown", None)
+    return flag is True
 
 
 def _default_resource() -> Resource:

@@ -1,8 +1,10 @@
 """SpanSink: span kinds, handing spans to a SpanProcessor or a TracerProvider (and refusing a
-provider without the SDK's processors), exactly one target, the default resource."""
+provider without the SDK's processors, counting what a shut-down one would lose), exactly one
+target, the default resource."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -84,6 +86,53 @@ async def test_a_providers_whole_pipeline_through_the_public_processor() -> None
     assert {s.resource.attributes["service.name"] for s in spans} == {"trainer"}
     assert sink.stats().exported == 1
     provider.shutdown()
+
+
+@pytest.mark.parametrize("processor_type", [SimpleSpanProcessor, BatchSpanProcessor])
+@pytest.mark.parametrize("shut", ["before", "after"])
+async def test_a_shut_down_provider_counts_its_spans_as_dropped_and_logs_once(
+    processor_type: type[SimpleSpanProcessor | BatchSpanProcessor],
+    shut: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Spans handed to a provider that was shut down (before or after the sink was built) are
+    lost by its processors: they are counted as dropped, never exported, said in last_failure
+    and logged once."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor_type(exporter))
+    if shut == "before":
+        provider.shutdown()
+    sink = SpanSink(tracer_provider=provider, linger=0)
+    if shut == "after":
+        provider.shutdown()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(2):
+            with tel.operation("resume"):
+                pass
+            await bus.flush()
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (0, 2, 2)
+    assert stats.last_failure == "was shut down"
+    assert exporter.get_finished_spans() == ()
+    (record,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert "SynchronousMultiSpanProcessor was shut down" in record.getMessage()
+
+
+async def test_a_shut_down_processor_given_as_processor_counts_its_spans_as_dropped() -> None:
+    """processor= a BatchSpanProcessor already shut down: the span is dropped, not exported."""
+    processor = BatchSpanProcessor(InMemorySpanExporter())
+    processor.shutdown()
+    sink = SpanSink(processor=processor, linger=0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+            pass
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
 
 
 def _sdk_provider_without_processors() -> TracerProvider:
