@@ -8,6 +8,7 @@ every bad value. ``configure`` turns the settings into sinks; ``serve`` reads th
 from __future__ import annotations
 
 import math
+import ssl
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -17,6 +18,7 @@ import msgspec
 from ckpt_events import ConfigurationError
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem
 from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
+from ckpt_events.sinks.otlp._tls import client_context
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
@@ -61,13 +63,22 @@ _PROTOCOL_NAMES: Final[dict[str, Protocol]] = {p: p for p in ("http/protobuf", "
 
 
 class OtlpSettings(msgspec.Struct, frozen=True):
-    """One signal's OTLP exporter: full endpoint URL, protocol, headers, timeout, compression."""
+    """One signal's OTLP exporter: full endpoint URL, protocol, headers, timeout, compression.
+
+    ``tls`` is the client context built from the ``..._CERTIFICATE``, ``..._CLIENT_CERTIFICATE``
+    and ``..._CLIENT_KEY`` files (``None``: none set, the system's trust store), used when the
+    endpoint is ``https``; ``insecure`` is ``OTEL_EXPORTER_OTLP_INSECURE``, which the spec
+    applies only to a gRPC endpoint without a scheme (every endpoint here has one: ``http`` is
+    plain, ``https`` is TLS), so it is checked and kept, never a way to skip verification.
+    """
 
     endpoint: str
     protocol: Protocol
     headers: dict[str, str]
     timeout_s: float | None
     compression: str | None
+    tls: ssl.SSLContext | None = None
+    insecure: bool = False
 
 
 class BatchSettings(msgspec.Struct, frozen=True):
@@ -259,7 +270,30 @@ def _otlp(
         headers=_headers(env, headers_var),
         timeout_s=None if timeout_ms is None else timeout_ms / 1000,
         compression=_choice(env, compression_var, COMPRESSIONS),
+        tls=_tls(env, signal),
+        insecure=_bool(env, _signal_var(env, signal, "INSECURE")),
     )
+
+
+def _signal_var(env: Mapping[str, str], signal: str, option: str) -> str:
+    """The variable that gives ``option`` for ``signal``: the signal's own when set, else the
+    generic one (the spec: a signal-specific option wins)."""
+    own = f"OTEL_EXPORTER_OTLP_{signal.upper()}_{option}"
+    return own if _get(env, own) is not None else f"OTEL_EXPORTER_OTLP_{option}"
+
+
+def _tls(env: Mapping[str, str], signal: str) -> ssl.SSLContext | None:
+    """The TLS client context of ``signal``'s files, each variable resolved on its own (a
+    signal's CA with the generic client pair is a valid mix), or ``None`` when none is set."""
+    files = []
+    for option in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"):
+        name = _signal_var(env, signal, option)
+        path = _get(env, name)
+        files.append(None if path is None else (name, path))
+    certificate, client_certificate, client_key = files
+    if certificate is None and client_certificate is None and client_key is None:
+        return None
+    return client_context(certificate, client_certificate, client_key)
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:

@@ -113,7 +113,8 @@ class SendResult:
 
 
 class OtlpHttpSender:
-    """Posts OTLP request bodies to ``url`` over one kept-alive HTTP(S) connection."""
+    """Posts OTLP request bodies to ``url`` over one kept-alive HTTP(S) connection; ``tls`` is
+    the client context of an ``https`` URL (``None``: the system's trust store)."""
 
     def __init__(
         self,
@@ -126,6 +127,7 @@ class OtlpHttpSender:
         max_retries: int = 5,
         initial_backoff: float = 1.0,
         max_backoff: float = 32.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not isinstance(url, str):
             raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {url!r}")
@@ -142,6 +144,8 @@ class OtlpHttpSender:
             low_open=True,
         )
         check_int(max_retries, f"max_retries must be an int >= 0, not {max_retries!r}")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise InvalidTypeError(f"tls must be an ssl.SSLContext or None, not {tls!r}")
         check_number(
             initial_backoff,
             f"initial_backoff must be seconds in (0, {MAX_BACKOFF_S:g}], not {initial_backoff!r}",
@@ -150,6 +154,7 @@ class OtlpHttpSender:
         )
         self.url = url
         self._https = parts.scheme == "https"
+        self._tls = tls  # None: http.client's default context (the system's trust store)
         self._host = parts.hostname or ""  # endpoint_problem refused a URL without one
         self._port = parts.port or (443 if self._https else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -241,8 +246,13 @@ class OtlpHttpSender:
         its TLS handshake failed if it did (it was "got no answer": something listens there)."""
         if self._connection is not None:
             return self._connection, None
-        factory = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        connection = factory(self._host, self._port, timeout=connect_timeout)
+        connection: http.client.HTTPConnection
+        if self._https:
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=connect_timeout, context=self._tls
+            )
+        else:
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=connect_timeout)
         # http.client's socket factory (HTTPS wraps what it returns): ours gives up a connect
         # under way when the sender closes, which a blocking connect cannot be made to do.
         connection._create_connection = self._connect  # type: ignore[attr-defined]
@@ -411,9 +421,11 @@ def signal_sender(
     compression: str,
     max_retries: int,
     initial_backoff: float,
+    tls: ssl.SSLContext | None = None,
 ) -> OtlpHttpSender:
     """The sender of one signal: to ``endpoint`` (the collector's base URL) + ``path`` (the
-    signal's, e.g. ``/v1/traces``; ``""``: the URL as is), in ``protocol``'s content type."""
+    signal's, e.g. ``/v1/traces``; ``""``: the URL as is), in ``protocol``'s content type;
+    ``tls`` is the client context of an ``https`` endpoint."""
     if not isinstance(endpoint, str):
         raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {endpoint!r}")
     problem = endpoint_problem(endpoint, base=True) if path else None
@@ -427,6 +439,7 @@ def signal_sender(
         compression=compression,
         max_retries=max_retries,
         initial_backoff=initial_backoff,
+        tls=tls,
     )
 
 

@@ -12,6 +12,7 @@ deadline-bounded stop are the ``ExportWorker`` the span sink runs too.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -58,7 +59,7 @@ class OtlpMetricSink:
     ``endpoint`` is the collector's base URL; points go to its ``/v1/metrics`` unless
     ``metrics_path`` says otherwise (``""``: the URL as is, as
     ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is). ``protocol``, ``headers``, ``timeout``,
-    ``compression`` and ``resource_attributes`` as for ``OtlpSpanSink``. Records what
+    ``compression``, ``tls`` and ``resource_attributes`` as for ``OtlpSpanSink``. Records what
     ``MetricSink`` records for the same events: same names, units and attribute sets.
     Each instrument keeps at most ``cardinality_limit`` attribute sets (OpenTelemetry's 2,000
     by default); measurements of sets first seen after that go to its one
@@ -83,6 +84,7 @@ class OtlpMetricSink:
         max_retries: int = 5,
         initial_backoff: float = 1.0,
         cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         check_protocol(protocol)
         check_cardinality_limit(cardinality_limit)
@@ -101,6 +103,7 @@ class OtlpMetricSink:
             compression=compression,
             max_retries=max_retries,
             initial_backoff=initial_backoff,
+            tls=tls,
         )
         self.export_interval = export_interval
         self.timeout = timeout

@@ -17,6 +17,7 @@ its one warning and its deadline-bounded stop are the ``ExportWorker`` the metri
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -92,10 +93,12 @@ class OtlpSpanSink:
     ``/v1/traces`` unless ``traces_path`` says otherwise (``""`` for a URL used as is, as
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is). ``protocol`` is ``"http/protobuf"`` (default)
     or ``"http/json"``; ``compression`` ``"none"``, ``"gzip"`` or ``"deflate"``; ``headers`` go with every
-    request; ``resource_attributes`` describe the process (``service.name`` defaults to
-    ``"unknown_service"``). ``timeout`` bounds each request (the whole reply, however slowly
-    it comes), and ``shutdown`` ends within that long, whatever the collector does: what it
-    could not send by then is counted in ``dropped``. ``linger`` is the longest a queued span
+    request; ``tls`` is the ``ssl.SSLContext`` of an ``https`` endpoint (its CA bundle, a client
+    certificate for mutual TLS; default: the system's trust store); ``resource_attributes``
+    describe the process (``service.name`` defaults to ``"unknown_service"``). ``timeout``
+    bounds each request (the whole reply, however slowly it comes), and ``shutdown`` ends
+    within that long, whatever the collector does: what it could not send by then is counted
+    in ``dropped``. ``linger`` is the longest a queued span
     waits for a batch to fill; a top-level span (``TOP_LEVEL``: an operation, coordinate or
     collection span) has the queue exported at once, up to ``PROMPT_BURST`` times in a row and
     then once per ``prompt_interval`` seconds at most; ``prompt_interval=None`` keeps to the
@@ -122,6 +125,7 @@ class OtlpSpanSink:
         prompt_interval: float | None = PROMPT_INTERVAL,
         max_retries: int = 5,
         initial_backoff: float = 1.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         check_protocol(protocol)
         for name, value in (("max_export_batch", max_export_batch), ("max_queue", max_queue)):
@@ -146,6 +150,7 @@ class OtlpSpanSink:
             compression=compression,
             max_retries=max_retries,
             initial_backoff=initial_backoff,
+            tls=tls,
         )
         self.max_export_batch = max_export_batch
         self.max_queue = max_queue
