@@ -201,7 +201,7 @@ class OtlpHttpSender:
                 if closing or self._closing_by is not None:
                     # Nobody takes a connection, and we are closing (since before the connect or
                     # during it): do not wait for one.
-                    return SendResult(False, attempt, status)
+                    return SendResult(False, attempt, status, unreadable=unreadable)
             else:
                 began = time.monotonic()
                 unreadable = None

@@ -109,7 +109,8 @@ async def _export_one_span(environ: dict[str, str]) -> OtlpSpanSink:
 
 async def test_the_ca_bundle_verifies_the_collector(certs: Certificates) -> None:
     """OTEL_EXPORTER_OTLP_CERTIFICATE: the span reaches a collector whose certificate only that
-    file vouches for; without it, the handshake fails and the span is counted as dropped."""
+    file vouches for; without it, the handshake fails, said in last_failure, and the span is
+    counted as dropped."""
     with _https_collector(certs) as (url, received):
         sink = await _export_one_span(
             {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(certs.server)}
@@ -118,6 +119,8 @@ async def test_the_ca_bundle_verifies_the_collector(certs: Certificates) -> None
         refused = await _export_one_span({"OTEL_EXPORTER_OTLP_ENDPOINT": url})
     stats = refused.stats()
     assert (stats.exported, stats.dropped, len(received)) == (0, 1, 1)
+    # Sent while closing (the span's only export): the reason is kept, not "got no answer".
+    assert stats.last_failure is not None and stats.last_failure.startswith("failed the TLS handshake")
 
 
 async def test_insecure_never_skips_verification_of_an_https_endpoint(certs: Certificates) -> None:
