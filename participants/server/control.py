@@ -473,7 +473,8 @@ class ControlPlane(Generic[S]):
             states = [workload.check_record(r) for r in chosen]
             s.set(records=len(result.records), bytes=result.bytes)
 
-        with o.step("install") as s, gc_paused():
+        # store_refusals: a workload's InvalidCheckpointError at install is 422, as at read.
+        with o.step("install") as s, store_refusals(), gc_paused():
             keys = await workload.install(chosen, states)
             s.set(records=len(chosen))
             # The installed state stays: later collections need not scan it. Frozen

@@ -252,7 +252,11 @@ class WorkerHost:
         wl = self.workload
         held = wl.fence.snapshot()
         self._fenced_before = {r.episode_id.rollout_id: held.get(r.episode_id.rollout_id) for r in records}
-        with self._share(Operation.RESTORE, request.checkpoint_id, message) as op, op.step("install") as step:
+        with (
+            self._share(Operation.RESTORE, request.checkpoint_id, message) as op,
+            op.step("install") as step,
+            store_refusals(),  # a workload's InvalidCheckpointError is 422, as at N = 1, not a failure
+        ):
             wl.close_admission()
             self._installed = await wl.install(records, states)
             step.set(records=len(records))

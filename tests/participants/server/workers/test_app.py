@@ -1,17 +1,20 @@
-"""The multi-worker app is built like the single-process one: arrival stamps and loop lag included."""
+"""The multi-worker app is built like the single-process one (arrival stamps and loop lag
+included) and answers like it (a workload's refusal at install)."""
 
 from __future__ import annotations
 
 import tempfile
 import time
+from typing import Any
 
 import pytest
 
 from ckpt_events import OperationFinished, Telemetry
 from ckpt_events.participants import create_app
+from ckpt_events.participants.errors import InvalidCheckpointError
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.testing import capture_events
-from tests.participants.helpers import TOKEN, control, running
+from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
 
@@ -46,3 +49,49 @@ async def test_two_worker_operations_carry_arrival_and_loop_lag(tmp_path) -> Non
     for event in finished:
         assert event.received_ns is not None and before <= event.received_ns <= event.start_ns, event
         assert event.loop_lag_ms is not None and event.loop_lag_ms >= 0.0, event
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_count(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A workload whose ``install`` raises ``InvalidCheckpointError`` (a record it cannot take) is
+    answered 422 ``invalid_checkpoint_state``, as a record that does not check is: with workers
+    it was a worker's failure, 409 ``checkpoint_error``; in one process, no answer at all."""
+    async with capture_events() as (bus, _):
+
+        def factory(index: int) -> Any:
+            return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"))
+
+        def build() -> Any:
+            options = {"workers": workers, "worker_factory": factory} if workers > 1 else {}
+            return create_app(
+                "environment",
+                instance="env-0",
+                token=TOKEN,
+                bus=bus,
+                checkpoint_root=str(tmp_path),
+                **options,
+            )
+
+        async with running(build()) as client:
+            for i in range(2):
+                started = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
+                assert started.status_code == 200, started.text
+            assert (await control(client, "prepare")).status_code == 200
+            committed = await control(client, "commit", checkpoint_dir=str(tmp_path / "c1"))
+            assert committed.status_code == 200, committed.text
+
+        async def install(self: object, records: object, states: object) -> list[str]:
+            raise InvalidCheckpointError("record r0-a1 cannot be installed here")
+
+        kind = type(make_workload("environment", Telemetry(bus, kind="environment", instance="env-0")))
+        monkeypatch.setattr(kind, "install", install)
+        episodes = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(2)]
+        async with running(build()) as client:
+            refused = await control(
+                client, "restore", "c2", checkpoint_dir=str(tmp_path / "c1"), episode_ids=episodes
+            )
+            assert error_code(refused) == (422, "invalid_checkpoint_state"), refused.text
+            assert refused.json()["error"]["detail"] == "record r0-a1 cannot be installed here"
+            assert (await status(client))["phase"] == "idle"
