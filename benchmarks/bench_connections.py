@@ -271,15 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve is not None:
-        _serve(args.serve, args.port, args.root)
+    with report.failure_in_one_line("connections"):
+        if args.serve is not None:
+            _serve(args.serve, args.port, args.root)
+            return 0
+        result = run(quick=args.quick)
+        rows = result.pop("rows")
+        report.publish(
+            "ckpt-events: connections that cannot starve a participant or a scrape", rows, args.json, result
+        )
         return 0
-    result = run(quick=args.quick)
-    rows = result.pop("rows")
-    report.publish(
-        "ckpt-events: connections that cannot starve a participant or a scrape", rows, args.json, result
-    )
-    return 0
 
 
 if __name__ == "__main__":

@@ -322,17 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--point", nargs=2, metavar=("CURVE", "SIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.point is not None:
-        curve, size = args.point[0], int(args.point[1])
-        print(json.dumps(anyio.run(_point_in_this_process, curve, size, args.repeats)))
+    with report.failure_in_one_line("curves"):
+        if args.point is not None:
+            curve, size = args.point[0], int(args.point[1])
+            print(json.dumps(anyio.run(_point_in_this_process, curve, size, args.repeats)))
+            return 0
+        result = run(quick=args.quick, curves=args.only or tuple(CURVES))
+        rows = result.pop("rows")
+        report.publish("ckpt-events cost against scale: each curve and its exponent", rows, args.json, result)
+        if args.png is not None:
+            write_png(result, args.png)
+            print(f"curves drawn in {args.png}")
         return 0
-    result = run(quick=args.quick, curves=args.only or tuple(CURVES))
-    rows = result.pop("rows")
-    report.publish("ckpt-events cost against scale: each curve and its exponent", rows, args.json, result)
-    if args.png is not None:
-        write_png(result, args.png)
-        print(f"curves drawn in {args.png}")
-    return 0
 
 
 if __name__ == "__main__":

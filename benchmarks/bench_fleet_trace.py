@@ -322,12 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=given_path, metavar="DIR", help="keep each run's files in DIR/n<N>/")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="these servers of each kind only")
     args = parser.parse_args(argv)
-    result = run(args.quick, args.keep, tuple(args.sizes or ()))
-    rows = result.pop("rows")
-    report.publish(
-        "ckpt-events fleet trace: one trace per checkpoint at a real collector", rows, args.json, result
-    )
-    return 0
+    with report.failure_in_one_line("fleet_trace"):
+        result = run(args.quick, args.keep, tuple(args.sizes or ()))
+        rows = result.pop("rows")
+        report.publish(
+            "ckpt-events fleet trace: one trace per checkpoint at a real collector", rows, args.json, result
+        )
+        return 0
 
 
 if __name__ == "__main__":

@@ -260,10 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller runs")
     args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    report.print_table("ckpt-events OTLP export (ratios measured side by side)", result["rows"])
-    print(report.markdown_table(result["rows"]))
-    return 0
+    with report.failure_in_one_line("otlp"):
+        result = run(quick=args.quick)
+        report.print_table("ckpt-events OTLP export (ratios measured side by side)", result["rows"])
+        print(report.markdown_table(result["rows"]))
+        return 0
 
 
 if __name__ == "__main__":

@@ -115,12 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the results"
     )
     args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    rows = result.pop("rows")
-    report.publish(
-        "ckpt-events: the Prometheus scrape endpoint's cost on the event path", rows, args.json, result
-    )
-    return 0
+    with report.failure_in_one_line("prometheus"):
+        result = run(quick=args.quick)
+        rows = result.pop("rows")
+        report.publish(
+            "ckpt-events: the Prometheus scrape endpoint's cost on the event path", rows, args.json, result
+        )
+        return 0
 
 
 if __name__ == "__main__":

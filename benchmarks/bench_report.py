@@ -150,20 +150,21 @@ def run(quick: bool = False) -> dict[str, Any]:
     return {**f, "rows": rows}
 
 
-def main(argv: list[str] | None = None) -> None:
-    from ckpt_events.benchmarks.report import output_path, print_table
+def main(argv: list[str] | None = None) -> int:
+    from ckpt_events.benchmarks.report import failure_in_one_line, output_path, print_table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=output_path)
     args = parser.parse_args(argv)
-
-    result = run(quick=args.quick)
-    print_table("report benchmark", result.pop("rows"))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)  # as output_path promised
-        args.json.write_text(json.dumps(result, indent=2))
+    with failure_in_one_line("report"):
+        result = run(quick=args.quick)
+        print_table("report benchmark", result.pop("rows"))
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)  # as output_path promised
+            args.json.write_text(json.dumps(result, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -346,15 +346,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=9, help=argparse.SUPPRESS)
     parser.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.one_size is not None:
-        print(json.dumps(anyio.run(_measure_size, args.one_size, args.pairs, args.peak)))
+    with report.failure_in_one_line("scale"):
+        if args.one_size is not None:
+            print(json.dumps(anyio.run(_measure_size, args.one_size, args.pairs, args.peak)))
+            return 0
+        result = run(args.quick)
+        rows = result.pop("rows")
+        report.publish(
+            "ckpt-events scale: commit and restore, telemetry off vs all sinks", rows, args.json, result
+        )
         return 0
-    result = run(args.quick)
-    rows = result.pop("rows")
-    report.publish(
-        "ckpt-events scale: commit and restore, telemetry off vs all sinks", rows, args.json, result
-    )
-    return 0
 
 
 if __name__ == "__main__":

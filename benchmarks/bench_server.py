@@ -327,12 +327,13 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-interval", type=float, default=None, help="our servers' bus batch_interval (default: Bus's)"
     )
     args = parser.parse_args(argv)
-    result = run(args.quick, args.nemo_lens_python, args.connections, args.batch_interval)
-    rows = result.pop("rows")
-    report.print_table("ckpt-events server under load: server CPU per request", rows)
-    print(report.markdown_table(rows))
-    report.write_json(args.json, result)
-    return 0
+    with report.failure_in_one_line("server"):
+        result = run(args.quick, args.nemo_lens_python, args.connections, args.batch_interval)
+        rows = result.pop("rows")
+        report.print_table("ckpt-events server under load: server CPU per request", rows)
+        print(report.markdown_table(rows))
+        report.write_json(args.json, result)
+        return 0
 
 
 if __name__ == "__main__":

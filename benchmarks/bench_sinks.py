@@ -384,11 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the results"
     )
     args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    rows = result.pop("rows")
-    title = "ckpt-events sinks: spans, metrics, JSON lines (ratios measured side by side)"
-    report.publish(title, rows, args.json, result)
-    return 0
+    with report.failure_in_one_line("sinks"):
+        result = run(quick=args.quick)
+        rows = result.pop("rows")
+        title = "ckpt-events sinks: spans, metrics, JSON lines (ratios measured side by side)"
+        report.publish(title, rows, args.json, result)
+        return 0
 
 
 if __name__ == "__main__":

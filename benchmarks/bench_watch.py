@@ -139,13 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child serving the fleet
     args = parser.parse_args(argv)
-    if args.serve is not None:
-        anyio.run(_serve, args.serve)
+    with report.failure_in_one_line("watch"):
+        if args.serve is not None:
+            anyio.run(_serve, args.serve)
+            return 0
+        result = run(args.quick)
+        rows = result.pop("rows")
+        report.publish("ckpt-events watch: one refresh against N participants", rows, args.json, result)
         return 0
-    result = run(args.quick)
-    rows = result.pop("rows")
-    report.publish("ckpt-events watch: one refresh against N participants", rows, args.json, result)
-    return 0
 
 
 if __name__ == "__main__":

@@ -475,11 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"
     )
     args = parser.parse_args(argv)
-    result = run(args.quick)
-    rows = result.pop("rows")
-    title = "ckpt-events workers: CPU per call, throughput, restore and commit, the hop"
-    report.publish(title, rows, args.json, json.loads(json.dumps(result)))
-    return 0
+    with report.failure_in_one_line("workers"):
+        result = run(args.quick)
+        rows = result.pop("rows")
+        title = "ckpt-events workers: CPU per call, throughput, restore and commit, the hop"
+        report.publish(title, rows, args.json, json.loads(json.dumps(result)))
+        return 0
 
 
 if __name__ == "__main__":

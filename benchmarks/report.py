@@ -1,18 +1,22 @@
-"""Shared output for the benchmarks: one rich table of ratios, the figures as JSON, paired ratios."""
+"""Shared output for the benchmarks: one rich table of ratios, the figures as JSON, paired
+ratios, and a failed suite said in one line."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from .load import DriverError
+from .rotel import CollectorError
 from .spread import Ratio
 
 Row = Sequence[Any]  # (what, value, target, met: bool | None)
@@ -106,6 +110,35 @@ def output_path(value: str) -> Path:
     except OSError as exc:
         raise argparse.ArgumentTypeError(f"cannot write {value!r}: {exc.strerror or exc}") from None
     return path
+
+
+#: Set (to anything) to have a failed suite's ``main`` raise with its traceback, not one line.
+TRACEBACK_ENV: Final = "CKPT_EVENTS_BENCH_TRACEBACK"
+
+
+@contextlib.contextmanager
+def failure_in_one_line(suite: str) -> Iterator[None]:
+    """What a suite's ``main`` (``python -m ckpt_events.benchmarks.bench_<suite>``) runs in: an
+    exception (a server or collector that did not start, a load generator that failed) is one
+    line on stderr, as ``ckpt-events bench`` says it, and exit status 1, never a traceback. The
+    benchmarks' own errors (``CollectorError``, ``DriverError``) say their fix; any other is
+    named with its type and how to see where it came from (``$CKPT_EVENTS_BENCH_TRACEBACK``).
+    Ctrl-C is not caught."""
+    try:
+        yield
+    except Exception as exc:
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        said = " ".join((str(exc) or type(exc).__name__).split())[:300]
+        said = "".join(c if c.isprintable() else repr(c)[1:-1] for c in said)  # inert on a terminal
+        fix = (
+            ""
+            if isinstance(exc, CollectorError | DriverError)
+            else f" ({type(exc).__name__}: the output above may say why; {TRACEBACK_ENV}=1 shows "
+            "where it was raised)"
+        )
+        print(f"bench_{suite}: failed: {said}{fix}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def write_json(path: Path, figures: dict[str, Any]) -> None:

@@ -1,14 +1,18 @@
 """``report``: what a row says is printed as it is, brackets included; an output path is checked
-before the run (every suite's ``--json``)."""
+before the run (every suite's ``--json``); a suite that fails is one line."""
 
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-from ckpt_events.benchmarks import report, rotel
+from ckpt_events.benchmarks import SUITES, report, rotel
 
 
 def test_a_skipped_rows_install_hint_keeps_its_extra(capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,3 +100,50 @@ def test_a_json_path_in_missing_folders_is_taken_and_a_file_left_as_it_was(tmp_p
     assert not (tmp_path / "a").exists()
     (kept := tmp_path / "kept.json").write_text("kept")
     assert report.output_path(str(kept)) == kept and kept.read_text() == "kept"
+
+
+def _raise(*args: object, **kwargs: object) -> NoReturn:
+    raise RuntimeError("the all server did not start")
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_a_suite_that_fails_is_one_line_and_exit_1(
+    suite: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m ckpt_events.benchmarks.bench_<suite>`` whose run raised (a server that did not
+    start) printed a traceback: one line now, with the cause and what to do, and exit status 1;
+    ``$CKPT_EVENTS_BENCH_TRACEBACK`` gives the traceback back."""
+    module = importlib.import_module(f"ckpt_events.benchmarks.bench_{suite}")
+    monkeypatch.setattr(module, "run", _raise)
+    argv = ["--quick", *(["--json", str(tmp_path / "x.json")] if f"bench_{suite}" in WITH_JSON else [])]
+    with pytest.raises(SystemExit) as info:
+        module.main(argv)
+    assert info.value.code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"bench_{suite}: failed: the all server did not start (RuntimeError: the output above may say "
+        f"why; {report.TRACEBACK_ENV}=1 shows where it was raised)"
+    ]
+    monkeypatch.setenv(report.TRACEBACK_ENV, "1")
+    with pytest.raises(RuntimeError, match="did not start"):
+        module.main(argv)
+
+
+@pytest.mark.slow
+def test_a_collector_that_does_not_run_is_one_line_with_its_fix(tmp_path: Path) -> None:
+    """``python -m ckpt_events.benchmarks.bench_otlp`` with a collector that exits at start: the
+    collector error's own line (it says what to check), no traceback, exit status 1."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ckpt_events.benchmarks.bench_otlp", "--quick"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, rotel.ENV_BINARY: "/bin/true", "PYTHONPATH": os.pathsep.join(sys.path)},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "bench_otlp: failed: rotel-agent exited at start (3 tries): /bin/true "
+        f"(check ${rotel.ENV_BINARY}=/bin/true, or unset it)"
+    )
