@@ -310,7 +310,9 @@ def write_png(figures: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, two repeats")
     parser.add_argument(
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"

@@ -314,7 +314,9 @@ def run(quick: bool = False, keep: Path | None = None, only: tuple[int, ...] = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES} instead of {SIZES}")
     parser.add_argument(
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"

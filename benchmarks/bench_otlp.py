@@ -257,7 +257,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--quick", action="store_true", help="smaller runs")
     args = parser.parse_args(argv)
     with report.failure_in_one_line("otlp"):

@@ -109,7 +109,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="smaller runs")
     parser.add_argument(
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the results"

@@ -153,7 +153,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from ckpt_events.benchmarks.report import failure_in_one_line, output_path, print_table
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=output_path)
     args = parser.parse_args(argv)

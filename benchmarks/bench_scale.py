@@ -337,7 +337,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--quick", action="store_true", help="1,000 and 4,000 rollouts only")
     parser.add_argument(
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"

@@ -310,7 +310,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
     parser.add_argument(
         "--json", type=report.output_path, default=DEFAULT_JSON, help="where to write the figures"

@@ -137,7 +137,9 @@ def rows(result: dict[str, Any]) -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--baseline", type=given_path, required=True, help="the other build's checkout")
     parser.add_argument(
         "--candidate",

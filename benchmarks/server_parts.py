@@ -171,7 +171,9 @@ def run(rounds: int = 5, requests: int = 20_000, batch_interval: float | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the best is kept)")
     parser.add_argument("--requests", type=int, default=20_000, help="requests per variant and round")
     parser.add_argument(

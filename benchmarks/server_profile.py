@@ -290,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
         return _serve(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--requests", type=int, default=6_000, help="requests per variant")
     parser.add_argument("--slices", type=int, default=10, help="slices the requests go in, alternating")
     parser.add_argument("--json", type=report.output_path, default=None, help="where to write the figures")

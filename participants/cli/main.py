@@ -14,7 +14,7 @@ import os
 import select
 import sys
 from collections.abc import Sequence
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 from ckpt_events import CkptEventsError
 from ckpt_events.participants.cli.bench import BENCH
@@ -33,6 +33,12 @@ __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No abbreviations, for every subcommand too: --check was taken as --checkpoint-root,
+        # and a flag added later could change what an abbreviation in a user's script meant.
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     # One line, no usage dump: the message says what is wrong and which flag to fix.
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")

@@ -147,3 +147,17 @@ def test_a_collector_that_does_not_run_is_one_line_with_its_fix(tmp_path: Path) 
         "bench_otlp: failed: rotel-agent exited at start (3 tries): /bin/true "
         f"(check ${rotel.ENV_BINARY}=/bin/true, or unset it)"
     )
+
+
+@pytest.mark.parametrize("module", sorted({*WITH_JSON, "bench_otlp"}))
+def test_no_benchmark_parser_takes_an_abbreviation(
+    module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--hel`` was taken for ``--help`` (``--qu`` for ``--quick``, ``--js`` for ``--json``):
+    every benchmark module's parser refuses an abbreviation when parsed, before any run."""
+    main = importlib.import_module(f"ckpt_events.benchmarks.{module}").main
+    required = ["--baseline", str(tmp_path)] if module == "compare_build" else []
+    with pytest.raises(SystemExit) as info:
+        main([*required, "--hel"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("error: unrecognized arguments: --hel")

@@ -1,4 +1,4 @@
-"""``ckpt-events`` itself: a missing extra is one line naming it, ``--version``."""
+"""``ckpt-events`` itself: a missing extra is one line naming it, ``--version``, no abbreviated options."""
 
 from __future__ import annotations
 
@@ -154,3 +154,28 @@ def test_output_to_a_closed_pipe_is_a_quiet_exit(tmp_path: Path, argv: list[str]
         os.close(write)
     assert done.stderr == ""
     assert done.returncode == (0 if argv == ["--help"] and unbuffered else 1)
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand's parser below it."""
+    found = [parser]
+    for action in parser._actions:  # argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _parsers(sub)
+    return found
+
+
+def test_no_parser_takes_an_abbreviation(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse took ``--check`` for ``--checkpoint-root`` (and any unique prefix of a long
+    option); every parser of the command line refuses them, in one line."""
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 5 and all(p.allow_abbrev is False for p in parsers)
+    for argv, said in (
+        (["serve", "environment", "--instance", "e0", "--port", "1", "--check", "/tmp/x"], "--check /tmp/x"),
+        (["report", "run.jsonl", "--checkp", "c1"], "--checkp c1"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            build_parser().parse_args(argv)
+        assert info.value.code == 2
+        assert capsys.readouterr().err == f"ckpt-events: error: unrecognized arguments: {said}\n"
