@@ -9,11 +9,12 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
+
+from ckpt_events.participants.writable import unwritable
 
 from .load import DriverError
 from .rotel import CollectorError
@@ -91,24 +92,13 @@ def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> Ratio:
 def output_path(value: str) -> Path:
     """``--json PATH`` (``--png PATH``) of a suite's ``main``, an argparse type: what could not be
     written is refused when parsed, in one line (an empty path, a folder, a place with no right
-    to write), not found with a traceback after the whole run. Missing folders are made."""
+    to write), not found with a traceback after the whole run, in the words the command line
+    uses (``participants.writable.unwritable``). Missing folders are made."""
     if not value.strip():
         raise argparse.ArgumentTypeError(f"{value!r} is an empty path (stray quotes?): name a file")
     path = Path(value)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value!r} is a folder: name a file in it")
-    folder = path.parent
-    while not folder.exists():  # made when written: the nearest existing one must take a file
-        folder = folder.parent
-    try:
-        if path.exists():
-            with open(path, "r+b"):  # opened for writing, not truncated
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot write {value!r}: {exc.strerror or exc}") from None
+    if (refusal := unwritable(path, make_folders=True)) is not None:
+        raise argparse.ArgumentTypeError(refusal)
     return path
 
 

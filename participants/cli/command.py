@@ -7,7 +7,6 @@ import errno
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from ckpt_events.participants.errors import CommandError
+from ckpt_events.participants.writable import unwritable
 from ckpt_events.vocab import SAFE_NAME
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "positive_int",
     "positive_number",
     "run_interruptibly",
-    "unwritable",
     "writable_path",
 ]
 
@@ -78,30 +77,12 @@ def existing_file(value: str) -> Path:
 
 
 def writable_path(value: str) -> Path:
-    """``--flag PATH`` for a file to write: refused when parsed, before any work (``unwritable``)."""
+    """``--flag PATH`` for a file to write: refused when parsed, before any work
+    (``participants.writable.unwritable``, the benchmarks' probe too)."""
     path = given_path(value)
     if (refusal := unwritable(path)) is not None:
         raise argparse.ArgumentTypeError(refusal)
     return path
-
-
-def unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be written as a file (one line), or ``None``: a folder, a folder that
-    does not exist, or no right to write there (tried: modes lie to root and on read-only mounts)."""
-    if path.is_dir():
-        return f"{str(path)!r} is a folder: name a file in it"
-    if not path.parent.is_dir():
-        return f"the folder of {str(path)!r} does not exist"
-    try:
-        if path.exists():
-            with open(path, "r+b"):  # opened for writing, not truncated
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=path.parent):
-                pass
-    except OSError as exc:
-        return f"cannot write {str(path)!r}: {exc.strerror or exc}"
-    return None
 
 
 def console() -> Any:

@@ -161,3 +161,23 @@ def test_no_benchmark_parser_takes_an_abbreviation(
         main([*required, "--hel"])
     assert info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith("error: unrecognized arguments: --hel")
+
+
+def test_a_json_path_is_refused_in_the_command_lines_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite's ``--json`` and ``ckpt-events bench --json`` refuse a path with the same line (one
+    write probe, ``participants.writable``): they said a folder given with a slash, or a file in
+    the way of a folder, in words of their own."""
+    from ckpt_events.participants.cli.main import build_parser
+
+    (a_file := tmp_path / "f").write_text("x")
+    main = importlib.import_module("ckpt_events.benchmarks.bench_core").main
+    for bad in (f"{tmp_path}/", str(a_file / "x.json"), "/proc/x.json"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["bench", "--json", bad])
+        cli = capsys.readouterr().err.strip().removeprefix("ckpt-events bench: error: ")
+        with pytest.raises(SystemExit):
+            main(["--json", bad])
+        suite = capsys.readouterr().err.splitlines()[-1].partition(": error: ")[2]  # after its prog
+        assert suite == cli and cli.startswith("argument --json: "), (suite, cli)

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ckpt_events import Event
-from ckpt_events.participants.cli.command import unwritable
 from ckpt_events.participants.cli.report.html import write_timeline
 from ckpt_events.participants.cli.report.png import find_browser, write_png
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.writable import unwritable
 
 __all__ = ["REPORT_SUFFIXES", "check_report_path", "holds_the_run", "write_report"]
 

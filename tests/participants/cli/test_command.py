@@ -21,7 +21,7 @@ from ckpt_events.participants.cli.command import (
     port_number,
     positive_int,
     positive_number,
-    unwritable,
+    writable_path,
 )
 from ckpt_events.participants.errors import CommandError
 
@@ -89,13 +89,12 @@ def test_argument_types_take_what_they_say_and_refuse_the_rest(
 
 
 def test_a_path_is_checked_for_writing_before_any_work(tmp_path: Path) -> None:
-    """A folder, a missing folder and an existing file that is not one are refused; a new file
-    in a folder, or an existing file, is writable (and left as it was)."""
+    """A file to write goes through the write probe (``participants.writable``, tested there);
+    a file to read must be one."""
     (tmp_path / "kept.txt").write_text("kept")
-    assert unwritable(tmp_path / "new.txt") is None and not (tmp_path / "new.txt").exists()
-    assert unwritable(tmp_path / "kept.txt") is None and (tmp_path / "kept.txt").read_text() == "kept"
-    assert "is a folder" in (unwritable(tmp_path) or "")
-    assert "does not exist" in (unwritable(tmp_path / "missing" / "x.txt") or "")
+    assert writable_path(str(tmp_path / "kept.txt")) == tmp_path / "kept.txt"
+    with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
+        writable_path(str(tmp_path / "missing" / "x.txt"))
     assert existing_file(str(tmp_path / "kept.txt")) == tmp_path / "kept.txt"
     with pytest.raises(argparse.ArgumentTypeError, match="not a readable file"):
         existing_file(str(tmp_path))
