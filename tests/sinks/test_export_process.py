@@ -256,14 +256,16 @@ async def test_a_hung_collector_lets_the_child_close_in_order_within_the_deadlin
                 export_process=True,
                 environ={},
             )
-            configured.close_timeout = 1.0
+            # 2.5 s: the child's half of it (its sinks' close) leaves 1.25 s to spare for a
+            # machine under load; at 1.0 s a busy machine's child was killed at the deadline.
+            configured.close_timeout = 2.5
             _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
             await bus.flush()
             started = time.monotonic()
             await configured.aclose()
         took = time.monotonic() - started
     stats = configured.export_process.stats()  # type: ignore[union-attr]
-    assert took < 1.8
+    assert took < 3.3
     assert stats.exit_code == 0 and stats.child is not None and stats.received == stats.forwarded
     assert not [r for r in caplog.records if "did not end within its close deadline" in r.getMessage()]
 
