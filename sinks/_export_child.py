@@ -13,17 +13,21 @@ refusing) is logged there, once, as it would be in the parent.
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
 batches are still read from the pipe and exported, the whole events of one it was cut writing
-too), or on SIGTERM; it ignores SIGINT, so a Ctrl-C in the server's terminal lets the parent
-close it in order instead of killing it mid-export.
+too), or on SIGTERM, once it has read what the parent still sends within its close budget (a
+group's SIGTERM stops the server too, which sends its last batches as it stops; a second
+SIGTERM ends it at once); it ignores SIGINT, so a Ctrl-C in the server's terminal lets the
+parent close it in order instead of killing it mid-export.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -132,6 +136,13 @@ def _reply(message: dict[str, Any]) -> None:
 async def _serve(reader: _Reader) -> dict[str, Any] | None:
     """Build the sinks from the first line, then emit every batch line onto their bus until the
     input ends or SIGTERM; the ``closed`` reply (``None`` if no sink could be built)."""
+    # Before ``ready``: a SIGTERM right after it (the parent's group stopped as it started) killed
+    # this process outright, its handler not yet installed, and every batch after it was lost.
+    with anyio.open_signal_receiver(signal.SIGTERM) as sigterms:
+        return await _serve_until_closed(reader, sigterms)
+
+
+async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> dict[str, Any] | None:
     from ckpt_events.sinks._configure import configure
 
     lines = await reader.lines()
@@ -160,7 +171,7 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
         )
         pending = lines[1:]
         async with configured, anyio.create_task_group() as tg:
-            tg.start_soon(_end_on_sigterm, tg.cancel_scope)
+            tg.start_soon(_end_on_sigterm, sigterms, tg.cancel_scope, head.close_timeout)
             while True:
                 for line in pending:
                     if line[:1] == b"{":  # the parent is closing: the time it gives us
@@ -218,12 +229,18 @@ def _emit_cut(bus: Bus, cut: bytes) -> int:
     return len(events)
 
 
-async def _end_on_sigterm(scope: anyio.CancelScope) -> None:
-    # SIGTERM ends the input as its end would: what was read is exported and the sinks closed.
-    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
+async def _end_on_sigterm(sigterms: AsyncIterator[int], scope: anyio.CancelScope, grace: float) -> None:
+    """SIGTERM: read on to the input's end for at most ``grace`` seconds, then end it as its end
+    would (what was read exported, the sinks closed); a second SIGTERM ends it at once.
+
+    A SIGTERM to the server's process group (a service manager stopping it) reaches the server
+    too, which stops in order and sends its last batches as it does: ending at the signal lost
+    them."""
+    async for _ in sigterms:
+        if scope.deadline != math.inf:
             scope.cancel()
             return
+        scope.deadline = anyio.current_time() + grace
 
 
 def main() -> int:

@@ -305,6 +305,56 @@ def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) 
     assert len(list(read_events(log))) == 200
 
 
+def test_a_sigterm_to_the_process_group_still_exports_what_the_server_sends_as_it_stops(
+    tmp_path: Path,
+) -> None:
+    """``kill -TERM -PGID`` (a service manager stopping the server's group) reaches the server
+    and its export child at once. The server stops in order and sends its last spans as it
+    does; the child went at the signal and those spans were lost. It now reads its input to its
+    end (within its close budget) before it closes its sinks."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import signal, anyio
+        from ckpt_events import Bus, Telemetry
+        from ckpt_events.sinks import configure
+
+        async def main():
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async with Bus() as bus:
+                    configured = configure(bus, jsonl_path={str(log)!r}, export_process=True)
+                    telemetry = Telemetry(bus, kind="environment", instance="env-0")
+                    print(configured.export_process.pid, flush=True)
+                    async for _ in signals:
+                        break
+                    await anyio.sleep(0.3)  # the server's own shutdown work takes a moment
+                    for i in range(100):  # and it still has spans to send
+                        with telemetry.operation("commit", checkpoint_id=f"c{{i}}"):
+                            pass
+                    await configured.aclose()
+
+        anyio.run(main)
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    ) as server:
+        try:
+            assert server.stdout is not None and server.stderr is not None
+            child = int(server.stdout.readline())
+            os.killpg(server.pid, signal.SIGTERM)  # as soon as the child said it was ready
+            assert server.wait(timeout=30) == 0, server.stderr.read()
+        finally:
+            if server.poll() is None:
+                server.kill()
+    for _ in range(500):
+        if not alive(child):
+            break
+        time.sleep(0.02)
+    assert not alive(child)
+    assert len(list(read_events(log))) == 200
+
+
 async def test_a_batch_handed_over_after_close_is_dropped_not_written_to_a_reused_descriptor(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
