@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         InvalidArgumentError,
         InvalidTypeError,
         InvalidValueError,
+        SpanNotStartedError,
         UnknownNameError,
     )
     from ckpt_events._events import (
@@ -93,6 +94,7 @@ __all__ = [
     "Sink",
     "SinkStats",
     "SpanEvent",
+    "SpanNotStartedError",
     "StageFinished",
     "StageSpan",
     "StageStarted",
@@ -149,6 +151,7 @@ _HOMES: Final = {
     "Sink": "ckpt_events._sink",
     "SinkStats": "ckpt_events._bus",
     "SpanEvent": "ckpt_events._events",
+    "SpanNotStartedError": "ckpt_events._errors",
     "StageFinished": "ckpt_events._events",
     "StageSpan": "ckpt_events._controller_spans",
     "StageStarted": "ckpt_events._events",

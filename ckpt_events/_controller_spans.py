@@ -19,7 +19,7 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._frozen_attrs import FrozenAttributes
-from ckpt_events._span_base import _INT64, _OK, _bad, _checked_id, _error_fields, _SpanBase
+from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _checked_id, _error_fields, _SpanBase
 from ckpt_events._vocab import KIND_NAMES, CollectionAction, Kind, Operation, kind_name
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class _Span(_SpanBase):
         self.sampled = sampled
         self._tracestate = tracestate
         self._attributes = None
+        self.start_ns = _NOT_STARTED  # until entered: leaving before that raises (_seal)
 
 
 class StageSpan(_Span):
@@ -83,6 +84,7 @@ class StageSpan(_Span):
         self.sampled = parent.sampled
         self._tracestate = parent._tracestate
         self._attributes = None
+        self.start_ns = _NOT_STARTED  # until entered: leaving before that raises (_seal)
         self.stage = stage
         self._participants: int | None = None
 
@@ -95,7 +97,7 @@ class StageSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if not self._seal():
+        if not self._seal(self.stage):
             return  # ended already: one event per span id
         tel = self._tel
         end_ns = self._end_time()
@@ -170,7 +172,7 @@ class CoordinateSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if not self._seal():
+        if not self._seal(self.operation):
             return  # ended already: one event per span id
         tel = self._tel
         end_ns = self._end_time()
@@ -277,7 +279,7 @@ class CollectionSpan(_Span):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if not self._seal():
+        if not self._seal(self.action):
             return  # ended already: one event per span id
         tel = self._tel
         end_ns = self._end_time()

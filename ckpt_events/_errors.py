@@ -8,7 +8,10 @@ The tree, all in one place::
     │   ├── InvalidValueError       the right type, a wrong value: out of range, empty, unsafe
     │   │                           (also a ValueError)
     │   └── InvalidTypeError        the wrong type of object (also a TypeError)
-    └── ConfigurationError          a bad setting or environment variable (also a ValueError)
+    ├── ConfigurationError          a bad setting or environment variable (also a ValueError)
+    └── SpanNotStartedError         a live span handle left (``__exit__``) without being entered
+                                    (also a RuntimeError, as OpenTelemetry's ``end()`` of a
+                                    span not started)
 
 The bus itself never raises into an emitting caller; these come from constructors and
 validation at the public API. This is the core's part of the tree; ``ckpt_events.participants.errors``
@@ -26,6 +29,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "InvalidValueError",
+    "SpanNotStartedError",
     "UnknownNameError",
 ]
 
@@ -92,3 +96,18 @@ def check_number(
 
 class ConfigurationError(CkptEventsError, ValueError):
     """A configuration value (argument or environment variable) is invalid."""
+
+
+class SpanNotStartedError(CkptEventsError, RuntimeError):
+    """A live span handle was left (``__exit__``) without being entered (``__enter__``): it
+    has no start, so no span is emitted, and the handle stays as it was (a ``with`` block
+    still works). A programming error, raised as OpenTelemetry's SDK raises on ``end()`` of a
+    span never started; the no-op handles (nothing listening) keep no state and never raise."""
+
+    def __init__(self, handle: str, name: str) -> None:
+        self.handle = handle
+        self.name = name
+        super().__init__(
+            f"{handle} {name!r} was left (__exit__) without being entered: use it as a "
+            f"`with` block (no span was emitted)"
+        )

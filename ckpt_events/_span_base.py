@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
 
-from ckpt_events._errors import InvalidTypeError, argument_error
+from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error
 from ckpt_events._events import AttributeValue
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._tracecontext import format_traceparent, parse_tracestate
@@ -18,11 +18,25 @@ from ckpt_events._vocab import Outcome
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
-__all__ = ["_INT64", "_OK", "_SpanBase", "_bad", "_bad_attribute", "_checked_id", "_error_fields"]
+__all__ = [
+    "_INT64",
+    "_NOT_STARTED",
+    "_OK",
+    "_SpanBase",
+    "_bad",
+    "_bad_attribute",
+    "_checked_id",
+    "_error_fields",
+    "_not_started",
+]
 
 _MAX_MESSAGE: Final = 1024
 _OK: Final = Outcome.OK
 
+
+#: A live handle's ``start_ns`` until it is entered: no clock of ours reads before 1970 (a
+#: ``TickingClock`` refuses a negative start), so it cannot be a start.
+_NOT_STARTED: Final = -1
 
 #: Counts and times are int64 where they go (OTLP, Prometheus, the reports' arrays).
 _INT64: Final = 1 << 63
@@ -30,6 +44,12 @@ _INT64: Final = 1 << 63
 
 def _bad(name: str, value: object) -> NoReturn:
     raise argument_error(f"{name} must be an int in [0, 2**63), not {value!r}", value, int)
+
+
+def _not_started(handle: object, name: object) -> NoReturn:
+    """Raise ``SpanNotStartedError`` for ``handle`` (left without being entered): ending it would
+    emit a span that started at ``_NOT_STARTED``, in 1970."""
+    raise SpanNotStartedError(type(handle).__name__, str(name))
 
 
 def _bad_attribute(name: object, value: object) -> NoReturn:
@@ -81,11 +101,14 @@ class _SpanBase:
     _tracestate: str | None
     _attributes: dict[str, AttributeValue] | None
 
-    def _seal(self) -> bool:
-        """End this span: freeze its attributes. ``False`` if it had ended already."""
+    def _seal(self, name: object) -> bool:
+        """End this span: freeze its attributes. ``False`` if it had ended already;
+        ``SpanNotStartedError`` (and the handle left as it was) if it was never entered."""
         attributes = self._attributes
         if attributes.__class__ is FrozenAttributes:
             return False
+        if self.start_ns == _NOT_STARTED:
+            _not_started(self, name)
         self._attributes = FrozenAttributes(attributes) if attributes else ENDED  # type: ignore[misc]  # a field of the struct subclasses
         return True
 

@@ -8,8 +8,10 @@ shared by every sink), so the request path never builds an event. An exception l
 the block records outcome ``error`` and the exception type, and propagates. Call ``set``
 and ``set_attribute`` inside the block: a ``set_attribute`` after it has ended is ignored
 (the attributes are frozen at the end, ``FrozenAttributes``), a ``set`` may or may not reach
-the event. A handle ends once: entering or leaving it again does nothing. The no-op twins
-in ``_noop.py`` are returned when nobody listens.
+the event. A handle ends once: entering or leaving it again does nothing. Leaving one never
+entered raises ``SpanNotStartedError`` and emits nothing (it has no start; OpenTelemetry's SDK
+raises on ``end()`` of a span not started too). The no-op twins in ``_noop.py`` are returned
+when nobody listens.
 
 One buffer on a bus may take the handles raw (``_Buffer.raw``: the export process's, which
 encodes them itself, ``sinks/_export_wire.py``): it gets the handle in place of its
@@ -33,7 +35,7 @@ import msgspec
 from ckpt_events._errors import argument_error
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
-from ckpt_events._span_base import _INT64, _OK, _bad, _error_fields, _SpanBase
+from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _error_fields, _not_started, _SpanBase
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 
 if TYPE_CHECKING:
@@ -97,7 +99,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     sampled: bool
     _tracestate: str | None
     parent_remote: bool = False
-    start_ns: int = 0
+    start_ns: int = _NOT_STARTED  # until entered: leaving before that raises
     _mono_ns: int = 0
     _end_ns: int = 0
     _attributes: dict[str, AttributeValue] | None = None
@@ -154,10 +156,13 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
         attributes = self._attributes
         if attributes.__class__ is FrozenAttributes:
             return  # ended already: queued once, never a second event with this span id
+        start_ns = self.start_ns
+        if start_ns == _NOT_STARTED:
+            _not_started(self, self.step)  # raises: a span from 1970 is no span
         self._attributes = FrozenAttributes(attributes) if attributes else ENDED
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
-        end_ns = tel._clock() if monotonic is None else self.start_ns + (monotonic() - self._mono_ns)
+        end_ns = tel._clock() if monotonic is None else start_ns + (monotonic() - self._mono_ns)
         if exc is not None:
             outcome, error_type, error_message = _error_fields(exc)
             self._outcome = outcome
@@ -263,7 +268,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     parent_remote: bool
     sampled: bool
     _tracestate: str | None = None
-    start_ns: int = 0
+    start_ns: int = _NOT_STARTED  # until entered: leaving before that raises
     _mono_ns: int = 0
     _end_ns: int = 0
     _attributes: dict[str, AttributeValue] | None = None
@@ -322,10 +327,13 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
         attributes = self._attributes
         if attributes.__class__ is FrozenAttributes:
             return  # ended already: queued once, never a second event with this span id
+        start_ns = self.start_ns
+        if start_ns == _NOT_STARTED:
+            _not_started(self, self.operation)  # raises: a span from 1970 is no span
         self._attributes = FrozenAttributes(attributes) if attributes else ENDED
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
-        end_ns = tel._clock() if monotonic is None else self.start_ns + (monotonic() - self._mono_ns)
+        end_ns = tel._clock() if monotonic is None else start_ns + (monotonic() - self._mono_ns)
         if exc is not None:
             outcome, error_type, error_message = _error_fields(exc)
             self._outcome = outcome

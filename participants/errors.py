@@ -10,6 +10,8 @@ control plane's protocol)::
     │   │                           (also a ValueError)
     │   └── InvalidTypeError        the wrong type of object (also a TypeError)
     ├── ConfigurationError          a bad setting or environment variable (also a ValueError)
+    ├── SpanNotStartedError         a live span handle left (``__exit__``) without being entered
+    │                               (also a RuntimeError)
     │
     │   participant side (raised in a participant process, answered over HTTP)
     ├── ProtocolRefusal             a participant refuses a call: ``code`` (an ``ErrorCode``),
@@ -54,7 +56,7 @@ line by ``ckpt-events bench``)::
                                     exits at start, never listens)
     DriverError                     the load generator (``wrk``) failed or did not finish
 
-The first six of the library's tree live in ``ckpt_events`` (its ``_errors`` module draws them);
+The first seven of the library's tree live in ``ckpt_events`` (its ``_errors`` module draws them);
 the sinks raise those and define none of their own. Everything else is defined here, so
 each room of ``participants`` imports its errors from one module that imports only the core.
 ``ProtocolRefusal`` is what a participant *raises*; ``ParticipantCallError`` is what the

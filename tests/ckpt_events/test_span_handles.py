@@ -4,6 +4,7 @@ pairs, their ``set()`` values and error fields, each in its own slot."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from ckpt_events import (
     InvalidArgumentError,
     OperationFinished,
     OperationStarted,
+    SpanNotStartedError,
     StepFinished,
     StepStarted,
     Telemetry,
@@ -235,3 +237,52 @@ async def test_set_refuses_what_no_sink_can_carry(values: dict[str, Any], messag
         with Telemetry(bus, kind="agent", instance="a0").operation("commit") as op:
             with pytest.raises(InvalidArgumentError, match=message):
                 op.set(**values)
+
+
+class _Bridge:
+    """A ``ContextBridge`` with no current span that counts what it attaches and detaches."""
+
+    def __init__(self) -> None:
+        self.attached = self.detached = 0
+
+    def current_parent(self) -> None:
+        return None
+
+    def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
+        self.attached += 1
+        return trace_id
+
+    def detach(self, token: object) -> None:
+        self.detached += 1
+
+
+#: Every live handle kind, built and not entered (its parent, where it has one, entered).
+_HANDLES: dict[str, Callable[[Telemetry], Any]] = {
+    "operation": lambda tel: tel.operation("commit", checkpoint_id="c1"),
+    "bridged operation": lambda tel: Telemetry(
+        tel.bus, kind="judge", instance="judge-0", otel_context=_Bridge()
+    ).operation("commit", checkpoint_id="c1"),
+    "step": lambda tel: tel.operation("commit", checkpoint_id="c1").__enter__().step("write"),
+    "coordinate": lambda tel: tel.coordinate("commit", checkpoint_id="c1"),
+    "stage": lambda tel: tel.coordinate("prepare", checkpoint_id="c1").__enter__().stage("model"),
+    "collection": lambda tel: tel.collection("checkpoint", checkpoint_id="c1"),
+}
+
+
+@pytest.mark.parametrize("kind", list(_HANDLES))
+async def test_leaving_a_handle_never_entered_raises_and_emits_nothing(kind: str) -> None:
+    """``__exit__`` without ``__enter__`` raises ``SpanNotStartedError`` (a span from 1970 was
+    emitted, or an ``AttributeError`` ended the handle); the handle still works as a ``with``."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        handle = _HANDLES[kind](tel)
+        with pytest.raises(SpanNotStartedError, match="without being entered") as raised:
+            handle.__exit__(None, None, None)
+        assert isinstance(raised.value, RuntimeError) and raised.value.handle == type(handle).__name__
+        await bus.flush()
+        assert not [e for e in events if getattr(e, "span_id", None) == handle.span_id]
+        with handle:
+            pass
+    mine = [e for e in events if getattr(e, "span_id", None) == handle.span_id]
+    assert [type(e).__name__.endswith("Started") for e in mine] == [True, False]
+    assert 0 < mine[0].start_ns == mine[1].start_ns <= mine[1].end_ns
