@@ -145,7 +145,8 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
     results = await poll_all(client, view.urls, timeout) if view.urls else []
     view.add_polls(results, time.time())
     if source is not None:
-        view.add_events(source.read())
+        events = source.read()
+        view.add_events(events, time.time())  # read by now: what bounds a log-only clock
         view.notes = list(source.notes.values())
 
 

@@ -13,9 +13,13 @@ so it cannot move the cursor or recolour the terminal). Two layouts:
 
 Open work is aged by the participant's clock, not ours: each poll's clock offset
 (``PollResult.clock_offset``) corrects the age, and the participant's line says so past
-``CLOCK_NOTE_S``. An age is never negative: work stamped in our future by a participant whose
-clock is not known is shown as such, with no age. Work is marked stalled only when its age,
-less the clock's uncertainty, is past ``stall_after`` (or StallWatch said so).
+``CLOCK_NOTE_S``. A participant known from its logs only has no measured offset: its work's age
+is a lower bound (``>=``), how long its own clock says the work was open by the newest event it
+wrote that we have read, plus how long ago (by ours) we read that event, so a clock behind ours
+never makes work look old, and work stays stalled past ``stall_after`` with no event since. An
+age is never negative: work stamped in our future by a participant whose clock is not known is
+shown as such, with no age. Work is marked stalled only when its age, less the clock's
+uncertainty, is past ``stall_after`` (or StallWatch said so).
 """
 
 from __future__ import annotations
@@ -103,22 +107,32 @@ def _passes(item: _Open, done: _Done) -> bool:
 
 class _Age:
     """An open operation's age by the participant's clock: ``seconds`` (``None``: unknown, with
-    ``why``), and whether it is certainly stalled."""
+    ``why``; ``at_least``: a lower bound), and whether it is certainly stalled."""
 
-    __slots__ = ("seconds", "short", "stalled", "why")
+    __slots__ = ("at_least", "seconds", "short", "stalled", "why")
 
-    def __init__(self, seconds: float | None, stalled: bool, why: str = "", short: str = "") -> None:
+    def __init__(
+        self, seconds: float | None, stalled: bool, why: str = "", short: str = "", *, at_least: bool = False
+    ) -> None:
         self.seconds = seconds
         self.stalled = stalled
         self.why = why
         #: ``why`` in a word or two, for one line per participant.
         self.short = short or why
+        self.at_least = at_least
+
+    def shown(self, *, short: bool = False) -> str:
+        """The age as a line shows it: ``12.3 s``, ``>=12.3 s`` or ``age unknown (why)``."""
+        if self.seconds is None:
+            return f"age unknown ({self.short if short else self.why})"
+        return (">=" if self.at_least else "") + _seconds(self.seconds)
 
 
 class _Seen:
     """What the view remembers of one participant between refreshes."""
 
     __slots__ = (
+        "ahead",
         "at_start",
         "clocks",
         "done",
@@ -145,6 +159,9 @@ class _Seen:
         self.done: collections.deque[_Done] = collections.deque(maxlen=_DONE_KEPT)
         #: (offset, error) of its last polls: its clock minus ours, in seconds.
         self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
+        #: The least its clock can be ahead of ours (seconds; negative: behind) by its logs: an
+        #: event stamped t that we read at r was written by r, so its clock was >= t - r ahead.
+        self.ahead: float | None = None
 
     def clock(self) -> tuple[float, float] | None:
         """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
@@ -198,13 +215,16 @@ class FleetView:
                 theirs = now + _correction(seen)
                 seen.grace = None if seen.lease_at is None else max(seen.lease_at - theirs, 0.001)
 
-    def add_events(self, events: Iterable[Event]) -> None:
-        """Fold in events read from the logs: spans that open and close, stalls, outcomes.
-        Kinds, operations and outcomes may be plain strings (events built by keyword)."""
+    def add_events(self, events: Iterable[Event], now: float | None = None) -> None:
+        """Fold in events read from the logs by ``now`` (Unix seconds; ``None``: the time):
+        spans that open and close, stalls, outcomes. Kinds, operations and outcomes may be
+        plain strings (events built by keyword)."""
+        read_at = time.time() if now is None else now
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
                 seen = self._of(str(kind), event.instance)
+                _written(seen, event.start_ns, read_at)
                 key = (event.trace_id, event.span_id)
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
                     item = _Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
@@ -215,6 +235,7 @@ class FleetView:
             elif isinstance(event, OperationFinished | CoordinateFinished):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
                 seen = self._of(str(kind), event.instance)
+                _written(seen, event.end_ns, read_at)
                 seen.open.pop((event.trace_id, event.span_id), None)
                 if str(event.operation) in _ADMITTING and str(event.outcome) == Outcome.OK.value:
                     done = (event.start_ns, event.worker, str(event.operation), event.checkpoint_id)
@@ -228,6 +249,7 @@ class FleetView:
                 )
             elif isinstance(event, Stalled):
                 seen = self._of(str(event.kind), event.instance)
+                _written(seen, event.time_ns, read_at)
                 for item in seen.open.values():
                     if item.operation == str(event.operation) and item.checkpoint_id == event.checkpoint_id:
                         item.stalled = True
@@ -270,6 +292,12 @@ class FleetView:
                 f"stamped {_seconds(-age)} in our future: its clock is ahead",
                 "clock ahead",
             )
+        if clock is None:
+            # Its clock against ours is unknown (was: taken as ours, so a clock 60 s behind made
+            # work a minute old, STALLED): the least age its own stamps and our reads allow.
+            ahead = seen.ahead if seen.ahead is not None else item.start_ns / 1e9 - now
+            least = max(now + ahead - item.start_ns / 1e9, 0.0)
+            return _Age(least, item.stalled or least >= self.stall_after, at_least=True)
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
 
     def _lease_left(self, seen: _Seen, lease_at: float, now: float) -> float:
@@ -318,7 +346,7 @@ class FleetView:
             text.append("\n  (from logs only)", style="dim")
         for item in sorted(seen.open.values(), key=lambda o: o.start_ns):
             age = self._age(seen, item, now, status is not None)
-            shown = _seconds(age.seconds) if age.seconds is not None else f"age unknown ({age.why})"
+            shown = age.shown()
             text.append(f"\n  open {escape(item.operation)} {escape(item.checkpoint_id or '-')} {shown}")
             if age.stalled:
                 text.append(" STALLED", style="bold red")
@@ -381,7 +409,7 @@ class FleetView:
             first = next((i for i, a in enumerate(ages) if a.stalled), 0)
             item = items[first]
             age = ages[first]
-            shown = _seconds(age.seconds) if age.seconds is not None else f"age unknown ({age.short})"
+            shown = age.shown(short=True)
             text.append(f"  open {escape(item.operation)} {shown}")
             if age.stalled:
                 text.append(" STALLED", style="bold red")
@@ -475,6 +503,14 @@ class _Rendered:
                     return
                 rows = True
         yield view.rows_of(self.now, width, height) if rows else view.blocks(self.now)
+
+
+def _written(seen: _Seen, stamp_ns: int, read_at: float) -> None:
+    """Fold an event stamped ``stamp_ns`` by ``seen``'s clock, read by ``read_at`` (ours), into
+    the least its clock can be ahead of ours."""
+    ahead = stamp_ns / 1e9 - read_at
+    if seen.ahead is None or ahead > seen.ahead:
+        seen.ahead = ahead
 
 
 def _correction(seen: _Seen) -> float:

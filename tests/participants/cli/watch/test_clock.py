@@ -130,3 +130,46 @@ def test_work_stamped_in_our_future_by_a_participant_of_unknown_clock_has_no_age
     text = out.export_text()
     assert "open prepare - age unknown (stamped 60.0 s in our future: its clock is ahead)" in text, text
     assert "STALLED" not in text and "-60" not in text
+
+
+async def test_work_of_a_participant_known_from_its_logs_whose_clock_is_behind_is_not_stalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A participant whose clock runs 120 s behind ours, followed from its log alone (no
+    ``/status`` measures the offset): its prepare, open a moment, was "120.0 s STALLED" (its
+    stamp read against our clock). It is at least as old as its own stamps and our reads say,
+    never stalled for the clock; left with no event past ``stall_after``, it is STALLED."""
+    from ckpt_events import Bus, Telemetry
+    from ckpt_events.participants.cli.watch.follow import LogFollower
+    from ckpt_events.sinks.jsonl import JsonLinesSink
+
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(
+            bus, kind="environment", instance="environment-0", clock=lambda: time.time_ns() - 120 * NS
+        )
+        with tel.operation("commit", checkpoint_id="c0"):
+            pass
+        prepare = tel.operation("prepare", checkpoint_id="c1").__enter__()
+        await bus.flush()
+        sink.flush()
+        monkeypatch.setenv("COLUMNS", "160")
+        argv = ["watch", "--once", "--follow", str(log), "--stall-after", "5"]
+        assert await anyio.to_thread.run_sync(main, argv) == 0
+        out = capsys.readouterr().out
+        assert re.search(r"open prepare c1 >=[0-4]\.\d s", out) and "STALLED" not in out, out
+        follower = LogFollower([str(log)], budget=None)
+        view = FleetView([], stall_after=0.5)
+        view.add_events(follower.read(), time.time())
+        shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
+        shown.print(view.render())
+        assert "STALLED" not in shown.export_text(), shown.export_text()
+        await anyio.sleep(0.7)  # no event from it since: a stall by our clock alone
+        view.add_events(follower.read(), time.time())
+        shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
+        shown.print(view.render())
+        assert re.search(r"open prepare c1 >=\d+\.\d s STALLED", shown.export_text()), shown.export_text()
+        follower.close()
+        prepare.__exit__(None, None, None)

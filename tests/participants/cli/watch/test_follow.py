@@ -95,7 +95,10 @@ def test_a_commit_across_the_sinks_own_rotation_is_seen_to_finish(
     request.addfinalizer(sink.close)
     request.addfinalizer(follower.close)
     sink.handle([_started(1, "commit", "c1"), _started(2, "renew", "c1")])
-    assert re.search(r"open commit c1 \d+\.\d s STALLED", _shown(view, follower.read()))
+    # Stamped a minute ago and read just now, by a participant known from its log alone: a clock
+    # a minute behind ours would stamp it so too, so its age is at least what its log says, 0 s.
+    text = _shown(view, follower.read())
+    assert re.search(r"open commit c1 >=\d+\.\d s", text) and "STALLED" not in text, text
     # Fillers: ends of renews never started (ignored by the view), a byte shorter than the commit's.
     filler, spans = _finished(10, "renew", "c0"), iter(range(10, 10_000))
     assert _line_size(filler) < _line_size(commit_end)
@@ -181,7 +184,8 @@ def test_once_on_a_log_over_8_mib_shows_its_true_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``watch --once --follow`` on a 20 MiB log: the last checkpoint is the log's last, no
-    finished commit is shown open, and the prepare left open at the log's start is."""
+    finished commit is shown open, and the prepare left open at the log's start is (not stalled:
+    environment-9 wrote nothing after it, so its age against our clock is not known)."""
     monkeypatch.setenv("COLUMNS", "160")
     log = tmp_path / "env.jsonl"
     checkpoints = 40_000
@@ -191,7 +195,8 @@ def test_once_on_a_log_over_8_mib_shows_its_true_end(
     last = f"ckpt-{checkpoints - 1:08d} commit ok"
     assert last in out, out
     assert "open commit" not in out, out
-    assert "environment environment-9" in out and "open prepare ckpt-stuck" in out and "STALLED" in out, out
+    assert "environment environment-9" in out and "open prepare ckpt-stuck >=0." in out, out
+    assert "STALLED" not in out, out
 
 
 def test_a_backlog_is_read_over_several_reads_and_handed_on_whole(tmp_path: Path) -> None:
@@ -239,7 +244,8 @@ def test_a_span_seen_finished_is_never_opened_again_by_its_started_event(
 ) -> None:
     """``watch --once``: a ``*Started`` event read after its span's ``*Finished`` (a copy of the
     log's start in the same folder, a file out of time order) opens nothing (was: every such span
-    shown open and STALLED); the prepare still open is shown, and the last commit is the log's."""
+    shown open and STALLED); the prepare still open is shown (stalled: open 2 s by the stamps of
+    the same participant's later commits), and the last commit is the log's."""
     monkeypatch.setenv("COLUMNS", "160")
     events: list[Event] = [_started(1, "prepare", "stuck", at=T0)]
     for n in range(3):
@@ -260,7 +266,7 @@ def test_a_span_seen_finished_is_never_opened_again_by_its_started_event(
     else:
         (folder / "b.jsonl").write_bytes(b"".join(lines[:4]))  # the prepare and c0 started, c1 ended
         spec = str(folder)
-    assert main(["watch", "--once", "--follow", spec, "--stall-after", "5"]) == 0
+    assert main(["watch", "--once", "--follow", spec, "--stall-after", "1"]) == 0
     out = capsys.readouterr().out
     assert "open commit" not in out, out
     assert out.count("STALLED") == 1 and "open prepare stuck" in out, out

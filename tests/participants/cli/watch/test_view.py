@@ -8,7 +8,7 @@ import time
 import pytest
 from rich.console import Console
 
-from ckpt_events import CoordinateStarted, OperationFinished, OperationStarted, Stalled
+from ckpt_events import CoordinateStarted, Event, OperationFinished, OperationStarted, Stalled
 from ckpt_events.participants.cli.watch.sources import PollResult
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import PrepareReport, StatusReply
@@ -21,6 +21,15 @@ INSTANCE = "environment-" + "x" * 50
 CHECKPOINT = "ckpt-20261202T010525-" + "0123456789abcdef" * 3
 URL = "http://127.0.0.1:41831/a/prefix/that/is/long/enough/to/wrap/at/eighty/columns"
 BLOCKERS = [f"rollout-{i:04d}-a0" for i in range(150)]
+
+
+def _read_live(view: FleetView, events: list[Event]) -> None:
+    """Fold ``events`` in as a live watch reads them: each as it is written (by its own stamp).
+    A participant known from its logs alone is aged from them: its work is at least as old as
+    the stamps it wrote since, and our reads since its last, say."""
+    for event in events:
+        stamp = getattr(event, "end_ns", None) or getattr(event, "start_ns", None) or event.time_ns  # type: ignore[attr-defined]
+        view.add_events([event], stamp / NS)
 
 
 def _view() -> FleetView:
@@ -66,7 +75,8 @@ def _view() -> FleetView:
             checkpoint_id=cid,
         )
 
-    view.add_events(
+    _read_live(
+        view,
         [
             began(env, INSTANCE, 1, Operation.PREPARE, CHECKPOINT, start),
             began(env, INSTANCE, 2, Operation.RENEW, CHECKPOINT, int((NOW - 2.0) * NS)),
@@ -101,7 +111,7 @@ def _view() -> FleetView:
                 operation=Operation.PREPARE,
                 checkpoint_id=CHECKPOINT,
             ),
-        ]
+        ],
     )
     view.notes = ["/var/log/fleet/environment-0.jsonl: truncated, reading again from the start"]
     return view
@@ -129,8 +139,8 @@ def test_every_line_fits_and_nothing_is_cut(width: int) -> None:
         f"environment {INSTANCE}  {URL}",
         f"phase preparing  checkpoint {CHECKPOINT}  for >=100.0 s  lease 10.0 s left",
         "NOT READY: 150 blocking: rollout-0000-a0, rollout-0001-a0, rollout-0002-a0 and 147 more",
-        f"open prepare {CHECKPOINT} 45.0 s STALLED",
-        f"open renew {CHECKPOINT} 2.0 s",
+        f"open prepare {CHECKPOINT} >=45.0 s STALLED",
+        f"open renew {CHECKPOINT} >=2.0 s",
         "model model-0  http://127.0.0.1:42001",
         f"phase prepared  checkpoint {CHECKPOINT}",
         "ready",
@@ -143,8 +153,8 @@ def test_every_line_fits_and_nothing_is_cut(width: int) -> None:
     for fact in expected:
         assert _squeezed(fact) in whole, f"{fact!r} not in:\n{text}"
     assert text.count("STALLED") == 1  # environment's prepare, which StallWatch reported
-    assert _squeezed(f"controller coordination open prepare {CHECKPOINT} 45.0 s /var/log") in whole
-    assert _squeezed(f"open renew {CHECKPOINT} 2.0 s model model-0") in whole
+    assert _squeezed(f"controller coordination open prepare {CHECKPOINT} >=45.0 s /var/log") in whole
+    assert _squeezed(f"open renew {CHECKPOINT} >=2.0 s model model-0") in whole
     if width == 160:  # wide enough that no fact wraps
         for fact in expected:
             assert fact in text, f"{fact!r} wrapped at 160 columns:\n{text}"
@@ -191,7 +201,8 @@ def test_events_built_by_keyword_with_plain_strings() -> None:
     view = FleetView([], stall_after=30.0)
     start = int((NOW - 40.0) * NS)
     common = {"instance": "judge-0", "trace_id": 1, "checkpoint_id": "c1"}
-    view.add_events(
+    _read_live(
+        view,
         [
             OperationStarted(kind="judge", span_id=1, start_ns=start, operation="commit", **common),
             OperationFinished(
@@ -214,11 +225,11 @@ def test_events_built_by_keyword_with_plain_strings() -> None:
                 phase="preparing",
             ),
             CoordinateStarted(kind="controller", span_id=3, start_ns=start, operation="renew", **common),
-        ]
+        ],
     )
     text = _render(view, 120)
     assert "judge judge-0" in text and "last: c1 commit ok 20 ms" in text, text
-    assert "open prepare c1 40.0 s STALLED" in text and "open renew c1 40.0 s" in text, text
+    assert "open prepare c1 >=40.0 s STALLED" in text and "open renew c1 >=40.0 s" in text, text
     assert "Operation." not in text and "Outcome." not in text
 
 
@@ -252,7 +263,8 @@ def _fleet_of_64() -> FleetView:
         results.append(PollResult(url=url, seconds=0.01, status=status, clock_offset=0.0, clock_error=0.001))
     view.add_polls(results, NOW - 10.0)
     start = int((NOW - 45.0) * NS)
-    view.add_events(
+    _read_live(
+        view,
         [
             OperationStarted(
                 kind="environment",
@@ -272,7 +284,7 @@ def _fleet_of_64() -> FleetView:
                 operation="prepare",
                 checkpoint_id=CHECKPOINT,
             ),
-        ]
+        ],
     )
     return view
 
@@ -292,7 +304,7 @@ def test_64_participants_on_a_24_line_terminal_are_one_line_each_problems_first(
     assert lines[1].startswith("127.0.0.1:42109") and "unreachable: ConnectError" in lines[1]
     assert lines[2].startswith("environment-3 ")
     assert "NOT READY 1  open prepare 45.0 s STALLED" in lines[2]
-    assert lines[3].startswith("controller ") and "open prepare 45.0 s STALLED" in lines[3]
+    assert lines[3].startswith("controller ") and "open prepare >=45.0 s STALLED" in lines[3]
     assert lines[-1] == "... and 45 more participants, none with a problem"
     names = [line.split()[0] for line in lines[4:-1]]
     assert len(set(names)) == len(names) == 17  # each participant once, on its own line
@@ -306,7 +318,7 @@ def test_64_participants_piped_are_all_there_one_line_each() -> None:
     out.print(_fleet_of_64().render(NOW))
     lines = out.export_text().splitlines()
     assert len(lines) == 1 + 64 + 1 and max(len(line) for line in lines) <= 80
-    assert lines[-1].startswith("controller ") and "open prepare 45.0 s STALLED" in lines[-1]
+    assert lines[-1].startswith("controller ") and "open prepare >=45.0 s STALLED" in lines[-1]
     assert sum(1 for line in lines if line.startswith("environment-3 ")) == 1
 
 
@@ -365,15 +377,15 @@ def test_work_a_participant_passed_by_later_work_is_of_unknown_age_never_stalled
                           start_ns=start + NS, end_ns=start + 2 * NS, operation="prepare", checkpoint_id="c4",
                           error_type="ProtocolRefusal", error_message="checkpoint_conflict"),
     ]  # fmt: skip
-    view.add_events([*later, *opened] if finished_first else [*opened, *later])
+    _read_live(view, [*later, *opened] if finished_first else [*opened, *later])
     text = _render(view, 160)
-    assert "open prepare c1 40.0 s STALLED" in text and "open commit c1 40.0 s STALLED" in text, text
+    assert "open prepare c1 >=40.0 s STALLED" in text and "open commit c1 >=40.0 s STALLED" in text, text
     restarted = OperationFinished(**common, trace_id=2, span_id=5, start_ns=start + 3 * NS,
                                   end_ns=start + 4 * NS, operation="prepare", checkpoint_id="c2")  # fmt: skip
-    view.add_events([restarted])
+    _read_live(view, [restarted])
     text = _render(view, 160)
     assert "open prepare c1 age unknown (later work finished since: restarted?)" in text, text
-    assert "open commit c1 40.0 s STALLED" in text, text  # worker 0's: c2 was the main process's
+    assert "open commit c1 >=40.0 s STALLED" in text, text  # worker 0's: c2 was the main process's
     again = FleetView([], stall_after=30.0)
-    again.add_events([restarted, *opened] if finished_first else [*opened, restarted])
+    _read_live(again, [restarted, *opened] if finished_first else [*opened, restarted])
     assert "open prepare c1 age unknown (later work finished since: restarted?)" in _render(again, 160)
