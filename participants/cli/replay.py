@@ -3,7 +3,9 @@
 Work a process left open (killed mid-operation: ``operation_started`` and nothing more) is
 exported too, as a span ended at that process's last event, status ERROR and marked
 ``nemo.gym.checkpoint.truncated=true`` (``sinks.jsonl.OpenSpans``), so the checkpoint's trace
-shows the participant that never answered.
+shows the participant that never answered. Work open at the end of a rotated file given without
+the newer files of its rotation is not: its process went on writing there, where that work may
+well end, so it is not exported, and one line says how many spans and why.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     truncated = 0
+    cut: list[tuple[Path, int]] = []
     async with Bus() as bus:
         configured = sinks.configure(
             bus,
@@ -104,7 +107,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
                     await bus.flush()  # bounded: the bus never holds more than one batch of a log
             closed = open_spans.close()
             if closed:  # ended at their own process's last event: its files, not its successor's
-                closed = _closed_per_process(paths, {(e.trace_id, e.span_id) for e in closed})
+                closed, cut = _closed_per_process(paths, {(e.trace_id, e.span_id) for e in closed})
             truncated = len(closed)
             for event in closed:
                 bus.emit(event)
@@ -143,29 +146,45 @@ async def _replay_async(args: argparse.Namespace) -> int:
     print(f"replayed {counted(problems.events, 'event')}: {counted(exported, 'span')} exported to {endpoint}")
     if truncated:
         print(f"{counted(truncated, 'span')} left open by a stopped process: exported as truncated (ERROR)")
+    for newest, spans in cut:
+        base, _, n = newest.name.rpartition(".")
+        newer = base if int(n) <= 1 else f"{base}.{int(n) - 1}"
+        print(
+            f"{counted(spans, 'span')} open at the end of {newest.name} not exported: a rotated file "
+            f"whose newer file ({newer}) was not given, so where they end is not known (replay the "
+            f"files together to export them)"
+        )
     return 0
 
 
 def _process_files(paths: list[Path]) -> list[list[Path]]:
     """The files grouped by the process that wrote them: a log and its rotated copies (``x.jsonl``
     with ``x.jsonl.1``, ``x.jsonl.2``), oldest first."""
+    from ckpt_events.sinks.replay import is_rotated
+
     groups: dict[str, list[tuple[int, Path]]] = {}
     for path in paths:
-        stem, dot, suffix = path.name.rpartition(".")
-        rotated = bool(dot) and suffix.isdigit()
+        stem, _, suffix = path.name.rpartition(".")
+        rotated = is_rotated(path)
         key = str(path.with_name(stem)) if rotated else str(path)
         groups.setdefault(key, []).append((int(suffix) if rotated else 0, path))
     return [[path for _, path in sorted(group, key=lambda item: -item[0])] for group in groups.values()]
 
 
-def _closed_per_process(paths: list[Path], still_open: set[tuple[int, int]]) -> list[FinishedSpan]:
+def _closed_per_process(
+    paths: list[Path], still_open: set[tuple[int, int]]
+) -> tuple[list[FinishedSpan], list[tuple[Path, int]]]:
     """The spans of ``still_open`` (open at the end of the merged logs), each closed at the last
-    event of the process (group of files) that started it; a span in two copies of a log once."""
+    event of the process (group of files) that started it; a span in two copies of a log once.
+    And, per group whose newest file given is a rotated one (``x.jsonl.1``, without ``x.jsonl``),
+    that file and how many of them it leaves open: cut, not closed (they may end in ``x.jsonl``)."""
     from ckpt_events.sinks import CorruptLine, read_events
     from ckpt_events.sinks.jsonl import OpenSpans
     from ckpt_events.sinks.otlp import looks_like_otlp
+    from ckpt_events.sinks.replay import is_rotated
 
     closed: dict[tuple[int, int], FinishedSpan] = {}
+    cut: dict[tuple[int, int], Path] = {}
     for group in _process_files(paths):
         spans = OpenSpans()
         for path in group:
@@ -178,11 +197,21 @@ def _closed_per_process(paths: list[Path], still_open: set[tuple[int, int]]) -> 
                         spans.add(item)
             except OSError:
                 continue  # said once already by the merged read
+        newest = group[-1]
         for event in spans.close():
             key = (event.trace_id, event.span_id)
-            if key in still_open:
+            if key not in still_open:
+                continue
+            if is_rotated(newest):
+                cut.setdefault(key, newest)
+            else:
                 closed.setdefault(key, event)
-    return list(closed.values())
+    for key in closed:  # a copy of the log that is its newest file says it was left open
+        cut.pop(key, None)
+    per_file: dict[Path, int] = {}
+    for newest in cut.values():
+        per_file[newest] = per_file.get(newest, 0) + 1
+    return list(closed.values()), sorted(per_file.items())
 
 
 def _replay(args: argparse.Namespace) -> int:

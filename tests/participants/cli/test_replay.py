@@ -179,3 +179,29 @@ def test_spans_rejected_in_a_200_are_an_error(log: Path, capsys: pytest.CaptureF
         f"ckpt-events replay: error: 1 of 1 span could not be exported to {url}/v1/traces: it "
         "rejected 1 span: 'span too old'; see the collector's own log"
     ], err
+
+
+def test_a_rotated_file_alone_says_its_open_spans_were_cut_and_exports_none_as_left_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``replay env.jsonl.1`` alone (a real rotation; its commit ends in ``env.jsonl``): the commit
+    was exported as "left open by a stopped process" (ERROR, truncated); now one line says it was
+    cut and why, and nothing is exported as left open. With the newer file, nothing is cut."""
+    import anyio
+
+    from tests.sinks.jsonl.test_open_spans import write_a_rotation_with_a_commit_across_it
+
+    log = tmp_path / "env.jsonl"
+    anyio.run(write_a_rotation_with_a_commit_across_it, log)
+    with otlp_receiver() as received:
+        assert main(["replay", str(tmp_path / "env.jsonl.1"), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert "left open" not in out, out
+        assert (
+            "1 span open at the end of env.jsonl.1 not exported: a rotated file whose newer file "
+            "(env.jsonl) was not given, so where they end is not known (replay the files together "
+            "to export them)\n"
+        ) in out, out
+        assert main(["replay", str(tmp_path), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert "left open" not in out and "not exported" not in out, out

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from ckpt_events import Bus, OperationFinished, StepFinished, Telemetry
+from ckpt_events import Bus, OperationFinished, OperationStarted, StepFinished, Telemetry
 from ckpt_events.sinks.jsonl import (
     JsonLinesSink,
     OpenSpans,
@@ -19,7 +19,7 @@ from ckpt_events.sinks.jsonl import (
     truncated_spans,
 )
 from ckpt_events.sinks.otel import SpanSink
-from ckpt_events.sinks.replay import replay
+from ckpt_events.sinks.replay import is_rotated, replay
 from ckpt_events.testing import MemorySink
 from ckpt_events.vocab import Attr, Outcome
 
@@ -83,6 +83,65 @@ async def test_replay_can_leave_open_spans_out(tmp_path: Path) -> None:
     result = await replay(log, SpanSink(exporter), close_open=False)
     assert result.truncated == 0
     assert [s.name for s in exporter.get_finished_spans()] == ["gym.checkpoint.prepare"]
+
+
+async def write_a_rotation_with_a_commit_across_it(log: Path) -> int:
+    """A real ``JsonLinesSink(max_bytes=...)`` rotation: a commit started in the file rotated to
+    ``<log>.1`` and finished in ``log``, renews around it; the commit's span id."""
+    sink = JsonLinesSink(log, max_bytes=3000, backups=3)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="environment", instance="environment-0")
+        commit = tel.operation(
+            "commit", checkpoint_id="c-long", traceparent=f"00-{TRACE_HEX}-{PARENT_HEX}-01"
+        )
+        commit.__enter__()
+        n = 0
+        while sink.stats().rotations < 1:  # bounded: each renew adds a line to the 3000 bytes
+            with tel.operation("renew", checkpoint_id=f"r{n}"):
+                pass
+            n += 1
+            await bus.flush()
+        with tel.operation("renew", checkpoint_id=f"r{n}"):
+            pass
+        commit.__exit__(None, None, None)
+    return commit.span_id
+
+
+@pytest.mark.parametrize("given", ["path", "open file"])
+async def test_a_rotated_file_alone_cuts_its_open_spans_and_exports_none_as_left_open(
+    tmp_path: Path, given: str
+) -> None:
+    """``replay`` of ``env.jsonl.1`` alone, whose commit ends in ``env.jsonl``: the commit was
+    exported as a truncated ERROR span (a failure it never had); it is counted in ``cut`` and
+    not exported. The newest file's own open work is still closed as truncated."""
+    log = tmp_path / "env.jsonl"
+    commit_id = await write_a_rotation_with_a_commit_across_it(log)
+    rotated = tmp_path / "env.jsonl.1"
+    assert [e.span_id for _, e in read_events(rotated) if isinstance(e, OperationStarted)][0] == commit_id
+    exporter = InMemorySpanExporter()
+    sink = SpanSink(exporter)
+    if given == "path":
+        result = await replay(rotated, sink)
+    else:
+        with open(rotated, "rb") as file:
+            result = await replay(file, sink)
+    sink.shutdown()
+    assert (result.truncated, result.cut) == (0, 1)
+    assert not [s for s in exporter.get_finished_spans() if s.context.span_id == commit_id]
+    assert all(s.status.status_code is not StatusCode.ERROR for s in exporter.get_finished_spans())
+    # the newest file: the commit's end is there, nothing is cut; a crash there is still truncated
+    assert (await replay(log, MemorySink())).cut == 0
+    crashed = tmp_path / "resources-0.jsonl"
+    await write_log_with_an_open_commit(crashed)
+    assert ((await replay(crashed, MemorySink())).truncated, is_rotated(crashed)) == (2, False)
+    assert [is_rotated(n) for n in ("a.jsonl.12", "a.jsonl", "a.jsonl.\u00b2", ".1", "x.1")] == [
+        True,
+        False,
+        False,
+        False,
+        True,
+    ]
 
 
 async def test_truncated_spans_reads_the_tail_and_a_missing_log_has_none(tmp_path: Path) -> None:
