@@ -40,6 +40,7 @@ def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events, nothing_read
     from ckpt_events.participants.cli.report.overview import overview
     from ckpt_events.participants.cli.report.overview_terminal import chosen_rows, render_overview
+    from ckpt_events.participants.cli.report.runs import RunLinks
     from ckpt_events.participants.cli.report.terminal import render
 
     if args.report is not None and (refusal := check_report_path(args.report)) is not None:
@@ -47,10 +48,13 @@ def _report(args: argparse.Namespace) -> int:
     paths, missing = expand_logs(args.logs)
     if missing:
         raise CommandError("; ".join(missing))
-    problems = LogProblems(clocks=(clocks := ClockEvidence()))
+    problems = LogProblems(clocks=(clocks := ClockEvidence()), runs=(runs := RunLinks(paths)))
     # The overview folds one streaming pass; the detail of the chosen rows is one more pass.
     run = overview(
-        merged_events(paths, problems), again=lambda: merged_events(paths, LogProblems()), clocks=clocks
+        merged_events(paths, problems),
+        again=lambda: merged_events(paths, LogProblems()),
+        clocks=clocks,
+        runs=runs,
     )
     offsets = clocks.offsets()
     # Shifting one process of a file may put that file out of time order too.
@@ -59,11 +63,12 @@ def _report(args: argparse.Namespace) -> int:
     if offsets or problems.disordered:
         # The calls prove a process's clock off (fold again on the callers' clock), or a log
         # went back in time (read sorted; its copies are found only by looking further back).
-        problems = LogProblems(clocks=(clocks := ClockEvidence()))
+        problems = LogProblems(clocks=(clocks := ClockEvidence()), runs=(runs := RunLinks(paths)))
         run = overview(
             merged_events(paths, problems, offsets, exact=exact, sort=sort),
             again=lambda: merged_events(paths, LogProblems(), offsets, exact=exact, sort=sort),
             clocks=clocks,
+            runs=runs,
         )
     for line in problems.summary():
         print(escape(line), file=sys.stderr)  # names processes, files and values from the logs

@@ -43,6 +43,7 @@ import msgspec
 from ckpt_events import CheckpointEvent, SpanEvent
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
 from ckpt_events.participants.cli.report.events import event_time
+from ckpt_events.participants.cli.report.runs import RunLinks
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
@@ -134,6 +135,8 @@ class LogProblems:
     #: Set one to gather it (the report does; reading for durations alone needs none).
     clocks: ClockEvidence | None = None
     offsets: Offsets = field(default_factory=dict)
+    #: Which files hold one run (traces in common) and their times: set one to gather it.
+    runs: RunLinks | None = None
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -287,7 +290,7 @@ def merged_events(
     # One open file per log while they merge: past what the process may open, the rest are
     # each read whole first (and closed), rather than refused with "Too many open files".
     budget = open_files_budget(len(paths))
-    merged = heapq.merge(
+    merged: Iterator[_Entry] = heapq.merge(
         *(
             _one_file(p, i, problems, offsets, sort=i in problems.sorted_files)
             if i < budget
@@ -295,6 +298,8 @@ def merged_events(
             for i, p in enumerate(paths)
         )
     )
+    if problems.runs is not None:
+        merged = problems.runs.tap(merged)
     clocks = problems.clocks
     add, calls_and_answers = (clocks.add, clocks.TYPES) if clocks is not None else (None, frozenset())
     if exact:

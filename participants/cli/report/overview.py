@@ -70,6 +70,7 @@ from ckpt_events.participants.cli.report.paths import dominant_step_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
+from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
@@ -102,6 +103,8 @@ class RunRow:
     #: without both, or when a participant's clock is not proven on it (``pause_unknown``).
     paused_ms: float | None = None
     pause_unknown: bool = False
+    #: That pause's (first prepare, last resume), in ns, when ``paused_ms`` is known.
+    paused_span: tuple[int, int] | None = None
     #: (trace id, span id) of each root span: a checkpoint run by a bare coordinator has one
     #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
     roots: list[tuple[int, int]] = field(default_factory=list)
@@ -220,6 +223,9 @@ class Run:
     last_trace: int | None = None
     #: Traces with no root seen that were let go past ``_UNROOTED`` kept (their spans left out).
     unrooted_let_go: int = 0
+    #: When the logs hold several runs apart (no trace in common: two fleets' logs in one
+    #: folder), each with its files, its logs' time and its rows; else empty (one run).
+    fleets: list[Fleet] = field(default_factory=list)
 
     def details(self, rows: Sequence[RunRow]) -> dict[int, list[CheckpointEvent]]:
         """Each row's spans (its traces) and the events naming its checkpoint id, in time
@@ -324,13 +330,15 @@ def overview(
     *,
     again: Callable[[], Iterable[CheckpointEvent]] | None = None,
     clocks: ClockEvidence | None = None,
+    runs: RunLinks | None = None,
 ) -> Run:
     """Rows for every root span, in start order, with outcome, causes and critical path.
 
     ``events`` is streamed once and folded; ``again`` gives the events anew for the detail
     of chosen rows (a list passed as ``events`` is its own ``again``). ``clocks``, filled by
     the same stream (``LogProblems.clocks``), names the traces where a participant answered
-    outside the controller's call: their pause is unknown."""
+    outside the controller's call: their pause is unknown. ``runs``, filled by the same stream
+    (``LogProblems.runs``), tells the runs apart when the logs hold several (``Run.fleets``)."""
     if again is None and isinstance(events, list | tuple):
         kept = events
         again = lambda: kept  # noqa: E731
@@ -373,7 +381,10 @@ def overview(
             fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces
         ):
             row.paused_ms = None
+            row.paused_span = None
             row.pause_unknown = True
+    if runs is not None:
+        run.fleets = fleets(rows, runs)
     return run
 
 
@@ -666,7 +677,8 @@ def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> Non
     ``same_id``: the rows that carry its checkpoint id (``row_of``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
-    row.paused_ms = _paused_ms(mine)
+    row.paused_span = _paused_span(mine)
+    row.paused_ms = None if row.paused_span is None else (row.paused_span[1] - row.paused_span[0]) / 1e6
     events: list[CauseEvent] = [
         e for e in fold.causes.of(row.checkpoint_id) if row_of(same_id, e.time_ns, e) is row
     ]
@@ -703,15 +715,15 @@ def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> Non
     row.causes = shown(causes, over if causes else 0)
 
 
-def _paused_ms(traces: Sequence[_Trace]) -> float | None:
-    """From the first participant's prepare to the last one's resume over ``traces`` (``None``
-    without both, with the resume before the prepare, or with fewer participants' prepares in
-    the logs than a prepare that prepared called: its first may be the one missing)."""
+def _paused_span(traces: Sequence[_Trace]) -> tuple[int, int] | None:
+    """(first participant's prepare, last one's resume) over ``traces`` (``None`` without both,
+    with the resume before the prepare, or with fewer participants' prepares in the logs than a
+    prepare that prepared called: its first may be the one missing)."""
     if any(t.members is not None and len(t.causes.prepares) < t.members for t in traces):
         return None
     firsts = [t.first_prepare_ns for t in traces if t.first_prepare_ns is not None]
     lasts = [t.last_resume_ns for t in traces if t.last_resume_ns is not None]
-    return (max(lasts) - min(firsts)) / 1e6 if firsts and lasts and max(lasts) >= min(firsts) else None
+    return (min(firsts), max(lasts)) if firsts and lasts and max(lasts) >= min(firsts) else None
 
 
 def episodes_text(continued: int | None, restarted: int | None) -> str:

@@ -1,6 +1,7 @@
 """The run-wide lines under the overview, said the same in the terminal and on the HTML page.
 
-The fleet's pause over the logs' time (never an unknown pause summed as 0), the episodes after
+The fleet's pause over the logs' time (never an unknown pause summed as 0; each fleet's over its
+own logs when the logs hold several runs apart), the episodes after
 the restores, the counted events that named no checkpoint (a refusal before the body was read:
 one line per event) and what the fold let go to bound its memory. Each line says whether it is
 a warning (the terminal draws those yellow, the page marks them).
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ckpt_events.participants.cli.report.overview import Run, episodes_text
+from ckpt_events.participants.cli.report.overview import Run, RunRow, episodes_text
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["RunLine", "run_lines"]
@@ -25,14 +26,30 @@ def _span_text(ms: float) -> str:
     return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1e3:.1f} s"
 
 
-def _pause_line(run: Run) -> RunLine | None:
-    checkpoints = [r for r in run.rows if r.what == "checkpoint"]
-    known_ms = [r.paused_ms for r in checkpoints if r.paused_ms is not None]
+def _paused_ms(checkpoints: list[RunRow]) -> float:
+    """How long the known pauses of ``checkpoints`` held the fleet, overlaps counted once (one
+    fleet's never overlap; summed, two fleets' at once read more than the logs' whole time)."""
+    spans = sorted(r.paused_span for r in checkpoints if r.paused_span is not None)
+    total = 0
+    end = None
+    for begin, stop in spans:
+        if end is None or begin > end:
+            total += stop - begin
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total / 1e6
+
+
+def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = "") -> RunLine | None:
+    checkpoints = [r for r in rows if r.what == "checkpoint"]
+    known = [r for r in checkpoints if r.paused_ms is not None]
     clock = sum(r.pause_unknown for r in checkpoints)
     # A checkpoint without both its first prepare and its last resume in the logs (a cut log,
     # an abort) paused the fleet for an unknown time: never summed as 0.
-    torn = len(checkpoints) - len(known_ms) - clock
-    wall_ms = (run.last_ns - run.first_ns) / 1e6
+    torn = len(checkpoints) - len(known) - clock
+    wall_ms = (last_ns - first_ns) / 1e6
     if wall_ms <= 0 or not checkpoints:
         return None
     why = [
@@ -47,22 +64,43 @@ def _pause_line(run: Run) -> RunLine | None:
         ),
     ]
     unknown = f"pause unknown for {counted(torn + clock, 'checkpoint')}: {'; '.join(why)}"
-    lead = "checkpointing paused the fleet (admission closed, first prepare to last resume) "
-    if not known_ms:
+    fleet = "its fleet" if whose else "the fleet"
+    lead = f"{whose}checkpointing paused {fleet} (admission closed, first prepare to last resume) "
+    if not known:
         return RunLine(f"{lead}for an unknown time ({unknown})")
-    paused = sum(known_ms)
-    return RunLine(
-        f"{lead}{'at least ' if why else ''}{paused:.1f} ms in all, {paused / wall_ms:.1%} "
-        f"of the logs' {_span_text(wall_ms)}" + (f"; {unknown}" if why else "")
+    paused = _paused_ms(known)
+    logs = "its logs'" if whose else "the logs'"
+    share = (
+        f"{paused / wall_ms:.1%} of {logs} {_span_text(wall_ms)}"
+        if paused <= wall_ms
+        else f"longer than {logs} {_span_text(wall_ms)} (stamps of clocks not aligned): its share unknown"
     )
+    return RunLine(
+        f"{lead}{'at least ' if why else ''}{paused:.1f} ms in all, {share}" + (f"; {unknown}" if why else "")
+    )
+
+
+def _pause_lines(run: Run) -> list[RunLine]:
+    """The pause line of the run, or one per run when the logs hold several apart (no trace in
+    common), each over its own logs' time."""
+    if not run.fleets:
+        line = _pause_line(run.rows, run.first_ns, run.last_ns)
+        return [] if line is None else [line]
+    lines = []
+    for number, fleet in enumerate(run.fleets, 1):
+        files = ", ".join(fleet.files[:3]) + (
+            f" and {len(fleet.files) - 3} more" if len(fleet.files) > 3 else ""
+        )
+        whose = f"run {number} of {len(run.fleets)} ({files}, no trace in common with the others): "
+        line = _pause_line(fleet.rows, fleet.first_ns, fleet.last_ns, whose)
+        if line is not None:
+            lines.append(line)
+    return lines
 
 
 def run_lines(run: Run) -> list[RunLine]:
     """Every run-wide line of ``run``, in the order the terminal prints them."""
-    lines = []
-    pause = _pause_line(run)
-    if pause is not None:
-        lines.append(pause)
+    lines = _pause_lines(run)
     restores = [
         r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
     ]
