@@ -193,7 +193,9 @@ def test_server_example_exits_fast_when_the_collector_is_down(tmp_path: Path) ->
     result = run_python(block, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
-    assert took < 4.0, f"the example took {took:.1f} s to exit"
+    # 6 s: the interpreter's start and imports take 1-3 s on a loaded machine (4.0 failed once
+    # at a load average of 8); the defects this guards took 8 s and 20 s.
+    assert took < 6.0, f"the example took {took:.1f} s to exit"
     refusals = result.stderr.splitlines()
     assert len(refusals) == 2 and all("refused or unreachable" in line for line in refusals), refusals
 

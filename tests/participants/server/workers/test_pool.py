@@ -132,7 +132,8 @@ async def test_a_lost_worker_blocks_prepare_and_the_next_checkpoint_succeeds(tmp
 
 async def test_status_shows_the_workers_readiness_while_the_first_prepare_waits():
     """With 2 workers, /status during a waiting prepare names the step still running on one of them."""
-    app = _app(2, step_seconds=0.6)
+    # A 2 s step: at 0.6 s a loaded machine (load average 8) ended it before /status was read.
+    app = _app(2, step_seconds=2.0)
     async with running(app) as client:
         await _start(client, "slow", steps=2)
         async with anyio.create_task_group() as tg:
