@@ -180,48 +180,14 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     def _started(self) -> StepStarted:
         """This step's start event, as ``__enter__`` builds it for the routes that take events."""
         tel = self._tel
-        return StepStarted(  # positional, in field order (see _events.py)
-            tel.kind,
-            tel.instance,
-            self.trace_id,
-            self.span_id,
-            self.start_ns,
-            self.step,
-            self.checkpoint_id,
-            self.parent_span_id,
-            self.parent_remote,
-            self.sampled,
-            tel.worker,
-        )
+        return step_started(self, tel.kind, tel.instance, tel.worker)
 
     def _finished(self) -> StepFinished:
         """This step's event (built on the first call, by a sink's delivery task)."""
         event = self._event
         if event is None:
             tel = self._tel
-            event = self._event = StepFinished(  # positional, in field order (see _events.py)
-                tel.kind,
-                tel.instance,
-                self.trace_id,
-                self.span_id,
-                self.start_ns,
-                self._end_ns,
-                self.step,
-                self.checkpoint_id,
-                self.parent_span_id,
-                self.parent_remote,
-                self.sampled,
-                self._outcome,
-                self._error_type,
-                self._error_message,
-                self._attributes or None,
-                self._records,
-                self._bytes,
-                self._calls,
-                self._cut_prefix,
-                self._cut_failure,
-                tel.worker,
-            )
+            event = self._event = step_finished(self, tel.kind, tel.instance, tel.worker)
         return event
 
     def set(
@@ -353,51 +319,14 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     def _started(self) -> OperationStarted:
         """This operation's start event, as ``__enter__`` builds it for the routes that take events."""
         tel = self._tel
-        return OperationStarted(  # positional, in field order (see _events.py)
-            tel.kind,
-            tel.instance,
-            self.trace_id,
-            self.span_id,
-            self.start_ns,
-            self.operation,
-            self.checkpoint_id,
-            self.parent_span_id,
-            self.parent_remote,
-            self.sampled,
-            tel.worker,
-        )
+        return operation_started(self, tel.kind, tel.instance, tel.worker)
 
     def _finished(self) -> OperationFinished:
         """This operation's event (built on the first call, by a sink's delivery task)."""
         event = self._event
         if event is None:
             tel = self._tel
-            event = self._event = OperationFinished(  # positional, in field order (see _events.py)
-                tel.kind,
-                tel.instance,
-                self.trace_id,
-                self.span_id,
-                self.start_ns,
-                self._end_ns,
-                self.operation,
-                self.checkpoint_id,
-                self.parent_span_id,
-                self.parent_remote,
-                self.sampled,
-                self._outcome,
-                self._error_type,
-                self._error_message,
-                self._attributes or None,
-                self._phase,
-                self._blockers,
-                self._records,
-                self._bytes,
-                self._episodes,
-                self._rollouts,
-                self._received_ns,
-                self._loop_lag_ms,
-                tel.worker,
-            )
+            event = self._event = operation_finished(self, tel.kind, tel.instance, tel.worker)
         return event
 
     def step(self, step: Step | str) -> StepSpan:
@@ -468,3 +397,99 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
                     (int, float),
                 )
             self._loop_lag_ms = float(loop_lag_ms)
+
+
+# A handle's events, from its fields: also from the export process's records of handles
+# (``sinks/_export_wire.py``), which carry the same fields under the same names. Positional, in
+# the events' field order (see _events.py).
+
+
+def step_started(span: Any, kind: str, instance: str, worker: int | None) -> StepStarted:
+    """The ``StepStarted`` of ``span`` (a ``StepSpan``, or its record) of that participant."""
+    return StepStarted(
+        kind,
+        instance,
+        span.trace_id,
+        span.span_id,
+        span.start_ns,
+        span.step,
+        span.checkpoint_id,
+        span.parent_span_id,
+        span.parent_remote,
+        span.sampled,
+        worker,
+    )
+
+
+def step_finished(span: Any, kind: str, instance: str, worker: int | None) -> StepFinished:
+    """The ``StepFinished`` of ``span`` (a ``StepSpan``, or its record) of that participant."""
+    return StepFinished(
+        kind,
+        instance,
+        span.trace_id,
+        span.span_id,
+        span.start_ns,
+        span._end_ns,
+        span.step,
+        span.checkpoint_id,
+        span.parent_span_id,
+        span.parent_remote,
+        span.sampled,
+        span._outcome,
+        span._error_type,
+        span._error_message,
+        span._attributes or None,
+        span._records,
+        span._bytes,
+        span._calls,
+        span._cut_prefix,
+        span._cut_failure,
+        worker,
+    )
+
+
+def operation_started(span: Any, kind: str, instance: str, worker: int | None) -> OperationStarted:
+    """The ``OperationStarted`` of ``span`` (an ``OperationSpan``, or its record)."""
+    return OperationStarted(
+        kind,
+        instance,
+        span.trace_id,
+        span.span_id,
+        span.start_ns,
+        span.operation,
+        span.checkpoint_id,
+        span.parent_span_id,
+        span.parent_remote,
+        span.sampled,
+        worker,
+    )
+
+
+def operation_finished(span: Any, kind: str, instance: str, worker: int | None) -> OperationFinished:
+    """The ``OperationFinished`` of ``span`` (an ``OperationSpan``, or its record)."""
+    return OperationFinished(
+        kind,
+        instance,
+        span.trace_id,
+        span.span_id,
+        span.start_ns,
+        span._end_ns,
+        span.operation,
+        span.checkpoint_id,
+        span.parent_span_id,
+        span.parent_remote,
+        span.sampled,
+        span._outcome,
+        span._error_type,
+        span._error_message,
+        span._attributes or None,
+        span._phase,
+        span._blockers,
+        span._records,
+        span._bytes,
+        span._episodes,
+        span._rollouts,
+        span._received_ns,
+        span._loop_lag_ms,
+        worker,
+    )

@@ -35,7 +35,17 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._span_handles import QUEUED_HANDLES, RAW_QUEUED, RAW_SENT, OperationSpan, StepSpan
+from ckpt_events._span_handles import (
+    QUEUED_HANDLES,
+    RAW_QUEUED,
+    RAW_SENT,
+    OperationSpan,
+    StepSpan,
+    operation_finished,
+    operation_started,
+    step_finished,
+    step_started,
+)
 from ckpt_events._vocab import Operation, Outcome, Phase
 
 __all__ = [
@@ -90,9 +100,10 @@ class EventItem(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="eve
 
 
 class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="operation"):
-    """An ``OperationSpan`` as the pipe carries it: its fields in order (``test_export_wire``)."""
+    """An ``OperationSpan`` as the pipe carries it: its fields, in order and by name
+    (``test_export_wire``), the ``Telemetry``'s identity in ``_tel``."""
 
-    tel: tuple[str, str, int | None]
+    _tel: tuple[str, str, int | None]
     operation: Operation
     checkpoint_id: str | None
     trace_id: int
@@ -100,139 +111,65 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     parent_span_id: int | None
     parent_remote: bool
     sampled: bool
-    tracestate: str | None
+    _tracestate: str | None
     start_ns: int
-    mono_ns: int
-    end_ns: int
-    attributes: dict[str, AttributeValue] | None
-    outcome: Outcome
-    error_type: str | None
-    error_message: str | None
-    phase: Phase | None
-    blockers: int | None
-    records: int | None
-    bytes: int | None
-    episodes: int | None
-    rollouts: int | None
-    received_ns: int | None
-    loop_lag_ms: float | None
-    event: None  # the event another sink's delivery built: such a handle goes as its events
-    wire: int
+    _mono_ns: int
+    _end_ns: int
+    _attributes: dict[str, AttributeValue] | None
+    _outcome: Outcome
+    _error_type: str | None
+    _error_message: str | None
+    _phase: Phase | None
+    _blockers: int | None
+    _records: int | None
+    _bytes: int | None
+    _episodes: int | None
+    _rollouts: int | None
+    _received_ns: int | None
+    _loop_lag_ms: float | None
+    _event: None  # a handle whose event another sink's delivery built goes as its events
+    _wire: int
 
     def started(self) -> OperationStarted:
-        kind, instance, worker = self.tel
-        return OperationStarted(
-            kind,
-            instance,
-            self.trace_id,
-            self.span_id,
-            self.start_ns,
-            self.operation,
-            self.checkpoint_id,
-            self.parent_span_id,
-            self.parent_remote,
-            self.sampled,
-            worker,
-        )
+        return operation_started(self, *self._tel)
 
     def finished(self) -> OperationFinished:
-        kind, instance, worker = self.tel
-        return OperationFinished(
-            kind,
-            instance,
-            self.trace_id,
-            self.span_id,
-            self.start_ns,
-            self.end_ns,
-            self.operation,
-            self.checkpoint_id,
-            self.parent_span_id,
-            self.parent_remote,
-            self.sampled,
-            self.outcome,
-            self.error_type,
-            self.error_message,
-            self.attributes or None,
-            self.phase,
-            self.blockers,
-            self.records,
-            self.bytes,
-            self.episodes,
-            self.rollouts,
-            self.received_ns,
-            self.loop_lag_ms,
-            worker,
-        )
+        return operation_finished(self, *self._tel)
 
 
 class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="step"):
-    """A ``StepSpan`` as the pipe carries it: its fields in order (``test_export_wire``)."""
+    """A ``StepSpan`` as the pipe carries it: its fields, in order and by name
+    (``test_export_wire``), the ``Telemetry``'s identity in ``_tel``."""
 
-    tel: tuple[str, str, int | None]
+    _tel: tuple[str, str, int | None]
     step: str
     checkpoint_id: str | None
     trace_id: int
     span_id: int
     parent_span_id: int | None
     sampled: bool
-    tracestate: str | None
+    _tracestate: str | None
     parent_remote: bool
     start_ns: int
-    mono_ns: int
-    end_ns: int
-    attributes: dict[str, AttributeValue] | None
-    outcome: Outcome
-    error_type: str | None
-    error_message: str | None
-    records: int | None
-    bytes: int | None
-    calls: int | None
-    cut_prefix: int | None
-    cut_failure: int | None
-    event: None
-    wire: int
+    _mono_ns: int
+    _end_ns: int
+    _attributes: dict[str, AttributeValue] | None
+    _outcome: Outcome
+    _error_type: str | None
+    _error_message: str | None
+    _records: int | None
+    _bytes: int | None
+    _calls: int | None
+    _cut_prefix: int | None
+    _cut_failure: int | None
+    _event: None
+    _wire: int
 
     def started(self) -> StepStarted:
-        kind, instance, worker = self.tel
-        return StepStarted(
-            kind,
-            instance,
-            self.trace_id,
-            self.span_id,
-            self.start_ns,
-            self.step,
-            self.checkpoint_id,
-            self.parent_span_id,
-            self.parent_remote,
-            self.sampled,
-            worker,
-        )
+        return step_started(self, *self._tel)
 
     def finished(self) -> StepFinished:
-        kind, instance, worker = self.tel
-        return StepFinished(
-            kind,
-            instance,
-            self.trace_id,
-            self.span_id,
-            self.start_ns,
-            self.end_ns,
-            self.step,
-            self.checkpoint_id,
-            self.parent_span_id,
-            self.parent_remote,
-            self.sampled,
-            self.outcome,
-            self.error_type,
-            self.error_message,
-            self.attributes or None,
-            self.records,
-            self.bytes,
-            self.calls,
-            self.cut_prefix,
-            self.cut_failure,
-            worker,
-        )
+        return step_finished(self, *self._tel)
 
 
 _LINE: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | EventItem])

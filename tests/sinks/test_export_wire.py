@@ -55,7 +55,7 @@ def test_the_records_are_the_handles_fields_in_order() -> None:
     """The child decodes a handle by position: a field added to a handle and not to its record
     (or moved) would shift every field after it."""
     for handle, record in ((OperationSpan, OperationRecord), (StepSpan, StepRecord)):
-        assert [f.lstrip("_") for f in handle.__struct_fields__] == list(record.__struct_fields__)
+        assert handle.__struct_fields__ == record.__struct_fields__
         assert handle.__struct_config__.tag == record.__struct_config__.tag
         assert handle.__struct_config__.array_like and record.__struct_config__.array_like
 
