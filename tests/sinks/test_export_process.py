@@ -297,11 +297,7 @@ def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) 
     server = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, timeout=60)
     assert server.returncode == -signal.SIGKILL
     child = int(server.stdout.split()[0])
-    for _ in range(500):
-        if not alive(child):
-            break
-        time.sleep(0.02)
-    assert not alive(child)
+    _ends_on_its_own(child)
     assert len(list(read_events(log))) == 200
 
 
@@ -347,11 +343,7 @@ def test_a_sigterm_to_the_process_group_still_exports_what_the_server_sends_as_i
         finally:
             if server.poll() is None:
                 server.kill()
-    for _ in range(500):
-        if not alive(child):
-            break
-        time.sleep(0.02)
-    assert not alive(child)
+    _ends_on_its_own(child)
     assert len(list(read_events(log))) == 200
 
 
@@ -375,6 +367,15 @@ async def test_a_batch_handed_over_after_close_is_dropped_not_written_to_a_reuse
     stats = process.stats()
     assert (stats.forwarded, stats.dropped) == (0, 4)
     assert sum("after it was closed" in r.getMessage() for r in caplog.records) == 1
+
+
+def _ends_on_its_own(pid: int) -> None:
+    """The export child ``pid`` exits by itself within 10 s (its input ended)."""
+    for _ in range(500):
+        if not alive(pid):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the export child {pid} is still running 10 s after its input ended")
 
 
 def _started(checkpoint_id: str) -> Any:
