@@ -8,6 +8,9 @@ refusal before the body is read) is no row's cause: it is counted run-wide by ev
 and participant (``Run.unscoped``) and said in one line per event, never kept (2M of them
 were 382 MiB, and shown nowhere).
 
+The logs are read once, by ``fold.fold_events``, which keeps what each trace, root span and
+counted event leaves; this module turns that into the rows and judges each.
+
 A restore names the checkpoint it restored: the collection restore carries that
 checkpoint's id as its ``checkpoint_id``.
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Final
 
 from ckpt_events import (
     CheckpointEvent,
@@ -31,51 +34,32 @@ from ckpt_events import (
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
-    GenerationCut,
     LeaseExpired,
-    OperationFinished,
-    OperationStarted,
     PrepareNotReady,
-    Refused,
     SpanEvent,
-    StageFinished,
-    StageStarted,
-    Stalled,
-    StepFinished,
-    StepStarted,
 )
 from ckpt_events.participants.cli.report.causes import (
-    CAUSE_EVENTS,
     CAUSES_SHOWN,
     CauseEvent,
-    CheckpointCauses,
-    TraceCauses,
     causes_of,
     open_causes,
     shown,
 )
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import (
-    FinishedSpan,
     PointEvent,
     RootSpan,
-    StartedSpan,
-    duration_ns,
-    event_start,
     event_time,
     trace_of,
-    who_wrote,
 )
-from ckpt_events.participants.cli.report.paths import dominant_step_ms
-from ckpt_events.participants.cli.report.paths import dominated as dominated_by
-from ckpt_events.participants.cli.report.paths import path_line as path_of
+from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Trace, Unscoped, fold_events, root_what
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
-from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Phase
+from ckpt_events.vocab import CollectionAction, CountedEvent, Operation, Outcome, Phase
 
 __all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "row_of"]
 
@@ -141,29 +125,6 @@ class RunRow:
         return self.outcome in (PUBLISHED, RESTORED)
 
 
-@dataclass
-class _Trace:
-    """What one trace leaves after it streamed past: never its events."""
-
-    first_prepare_ns: int | None = None
-    last_resume_ns: int | None = None
-    #: A resume of unknown duration (its clock went back during it): its end is unknown.
-    resume_unknown: bool = False
-    #: The participants a coordinate.prepare that prepared called: with fewer prepares in the
-    #: logs (a log rotated or cut mid-prepare, a participant's log not given) the first is unknown.
-    members: int | None = None
-    #: Its prepares, errors and stops, for its row's causes.
-    causes: TraceCauses = field(default_factory=TraceCauses)
-
-
-#: The spans that can be a row (``events.RootSpan``).
-_ROOT_TYPES = (CollectionStarted, CollectionFinished, CoordinateStarted, CoordinateFinished)
-#: Traces with no root seen yet whose spans are kept (a collector's file holds no started
-#: events: a root is known when it ends, after its spans); past this many the longest idle is
-#: let go. Participants' logs without the controller's make one such trace per checkpoint, and
-#: every span was kept (1.2M lines: 531 MB).
-_UNROOTED: Final = 4096
-
 #: What the overview calls each counted event that names no checkpoint (one, many).
 _UNSCOPED_NOUNS: Final = {
     CountedEvent.REFUSED: ("refusal", "refusals"),
@@ -172,30 +133,6 @@ _UNSCOPED_NOUNS: Final = {
     CountedEvent.GENERATION_CUT: ("generation cut", "generation cuts"),
     CountedEvent.STALLED: ("stalled operation", "stalled operations"),
 }
-
-
-class Unscoped(NamedTuple):
-    """Counted events that name no checkpoint, as the overview counts them run-wide: the event,
-    its detail (a refusal's code, a lease's phase, a cut's disposition, a stalled operation;
-    ``""`` for a prepare not ready) and the participant."""
-
-    event: CountedEvent
-    detail: str
-    who: str
-
-
-def _unscoped(e: PointEvent) -> Unscoped:
-    match e:
-        case Refused(code=code):
-            return Unscoped(CountedEvent.REFUSED, str(code), who_wrote(e))
-        case LeaseExpired(phase=phase):
-            return Unscoped(CountedEvent.LEASE_EXPIRED, str(phase), who_wrote(e))
-        case GenerationCut(disposition=disposition):
-            return Unscoped(CountedEvent.GENERATION_CUT, str(disposition), who_wrote(e))
-        case Stalled(operation=operation):
-            return Unscoped(CountedEvent.STALLED, str(operation), who_wrote(e))
-        case PrepareNotReady():
-            return Unscoped(CountedEvent.PREPARE_NOT_READY, "", who_wrote(e))
 
 
 @dataclass
@@ -221,7 +158,7 @@ class Run:
     unscoped: Counter[Unscoped] = field(default_factory=Counter)
     #: The trace of the last finished span: the one a run with no row draws (``whole``).
     last_trace: int | None = None
-    #: Traces with no root seen that were let go past ``_UNROOTED`` kept (their spans left out).
+    #: Traces with no root seen that were let go past ``UNROOTED`` kept (their spans left out).
     unrooted_let_go: int = 0
     #: When the logs hold several runs apart (no trace in common: two fleets' logs in one
     #: folder), each with its files, its logs' time and its rows; else empty (one run).
@@ -282,7 +219,7 @@ class Run:
         if not self.unrooted_let_go:
             return None
         return (
-            f"{self.unrooted_let_go:,} traces with no root span were let go past {_UNROOTED:,} waiting "
+            f"{self.unrooted_let_go:,} traces with no root span were let go past {UNROOTED:,} waiting "
             "for one: a checkpoint whose root came later lacks their spans (the controller's log "
             "holds the roots; give it too)"
         )
@@ -342,7 +279,7 @@ def overview(
     if again is None and isinstance(events, list | tuple):
         kept = events
         again = lambda: kept  # noqa: E731
-    fold = _fold(events)
+    fold = fold_events(events)
     rows = _rows(fold.root_started, fold.root_finished)
     first_ns, last_ns = fold.first_ns, fold.last_ns
     if clocks is not None and clocks.unaligned() and fold.controller_first is not None:
@@ -388,201 +325,6 @@ def overview(
     return run
 
 
-@dataclass
-class _Fold:
-    """What the streamed pass over the logs keeps (``_fold``): never the events themselves."""
-
-    traces: dict[int, _Trace]
-    #: Spans started and never finished, by (trace id, span id).
-    started: dict[tuple[int, int], StartedSpan]
-    root_started: dict[tuple[int, int], RootSpan]
-    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished]
-    #: Per root: its critical path in words, and for a restore what dominated it and its
-    #: longest read or install step (ms).
-    critical: dict[tuple[int, int], str]
-    dominated: dict[tuple[int, int], str]
-    dominant_ms: dict[tuple[int, int], float | None]
-    #: The counted events that name a checkpoint (at most ``causes.KEPT_CAUSES`` each).
-    causes: CheckpointCauses
-    unscoped: Counter[Unscoped]
-    trends: Trends
-    last_trace: int | None
-    first_ns: int | None
-    last_ns: int
-    controller_first: int | None
-    controller_last: int
-    count: int
-    let_go: int
-
-
-# One step over 60 lines, kept flat for speed: the span half as a helper called per event cost
-# 2-3% (0.14 of 5.6 us/event over bench_report's 64,000 lines).
-def _fold(events: Iterable[CheckpointEvent]) -> _Fold:
-    """Fold ``events`` in one streamed pass: each trace's summary, each root's critical path as
-    it ends, the counted events that name a cause (at most ``causes.KEPT_CAUSES`` per checkpoint)."""
-    traces: dict[int, _Trace] = {}
-    #: Spans started and not yet finished, by (trace id, span id).
-    started: dict[tuple[int, int], StartedSpan] = {}
-    #: Finished spans of each trace since its last root ended: the critical path's input.
-    pending: dict[int, list[FinishedSpan]] = {}
-    root_started: dict[tuple[int, int], RootSpan] = {}
-    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished] = {}
-    critical: dict[tuple[int, int], str] = {}
-    dominated: dict[tuple[int, int], str] = {}
-    dominant_ms: dict[tuple[int, int], float | None] = {}
-    causes = CheckpointCauses()
-    #: The start of the latest root span read naming each checkpoint id (a flood's row).
-    root_since: dict[str, int] = {}
-    unscoped: Counter[Unscoped] = Counter()
-    #: Traces with a root, and those with none yet, longest idle first (``_UNROOTED``).
-    rooted: set[int] = set()
-    unrooted: dict[int, None] = {}
-    last_trace: int | None = None
-    trends = Trends()
-    first_ns: int | None = None
-    last_ns = 0
-    # The controller's own first and last stamps: the logs' time when a participant's clock
-    # fits no one shift (its stamps would stretch it).
-    controller_first: int | None = None
-    controller_last = 0
-    count = 0
-    let_go = 0  # unrooted traces let go past _UNROOTED (said in the overview, never silent)
-    #: Per trace, the last root that ended whose parent in its process may still come.
-    provisional: dict[int, CollectionFinished | CoordinateFinished] = {}
-    for e in events:
-        count += 1
-        t, begin = event_time(e), event_start(e)
-        last_ns = max(last_ns, t)
-        first_ns = begin if first_ns is None else min(first_ns, begin)
-        if e.kind == Kind.CONTROLLER:
-            controller_last = max(controller_last, t)
-            controller_first = begin if controller_first is None else min(controller_first, begin)
-        if not isinstance(e, SpanEvent):  # a counted event: no trace, it names a checkpoint
-            if e.checkpoint_id:
-                if isinstance(e, CAUSE_EVENTS):
-                    causes.add(e.checkpoint_id, e, root_since.get(e.checkpoint_id))
-            else:  # a cause of no row: counted run-wide, never kept (2M of them took 382 MiB)
-                unscoped[_unscoped(e)] += 1
-            continue
-        trace_id = e.trace_id
-        key = (trace_id, e.span_id)
-        trace = traces.get(trace_id)
-        if trace is None:
-            trace = traces[trace_id] = _Trace()
-        buffer = pending.setdefault(trace_id, [])
-        if trace_id not in rooted:
-            unrooted.pop(trace_id, None)
-            unrooted[trace_id] = None
-            if len(unrooted) > _UNROOTED:
-                idle = next(iter(unrooted))
-                del unrooted[idle]
-                del traces[idle], pending[idle]
-                let_go += 1
-        candidate = isinstance(e, _ROOT_TYPES)
-        parent_seen = (
-            (trace_id, e.parent_span_id) in started or any(f.span_id == e.parent_span_id for f in buffer)
-            if candidate and e.parent_span_id is not None
-            else False
-        )
-        # A started span is an instant (t == begin): a span that ended later skips the five
-        # class tests below (each that fails costs ~0.1 us: the overview was 4% slower).
-        if t == begin:
-            match e:
-                case (
-                    OperationStarted()
-                    | StepStarted()
-                    | CoordinateStarted()
-                    | StageStarted()
-                    | CollectionStarted()
-                ):
-                    started[key] = e
-                    if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
-                        writer = who_wrote(e)
-                        trace.causes.prepares.setdefault(writer, e.start_ns)
-                        if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
-                            trace.first_prepare_ns = e.start_ns
-                    if candidate and isinstance(e, _ROOT_TYPES) and not parent_seen:
-                        root_started[key] = e
-                        if e.checkpoint_id:
-                            root_since[e.checkpoint_id] = max(e.start_ns, root_since.get(e.checkpoint_id, 0))
-                        rooted.add(trace_id)
-                        unrooted.pop(trace_id, None)
-                    continue
-        match e:
-            case (
-                OperationFinished()
-                | StepFinished()
-                | CoordinateFinished()
-                | StageFinished()
-                | CollectionFinished()
-            ):
-                pass  # a span ended: folded below
-            case _:  # never: every started span went on above
-                continue
-        started.pop(key, None)
-        last_trace = trace_id
-        match e:
-            case OperationFinished(operation=Operation.PREPARE):
-                # Also from the finished span: an OTLP file holds no started events.
-                writer = who_wrote(e)
-                prepares = trace.causes.prepares
-                prepares[writer] = min(e.start_ns, prepares.get(writer, e.start_ns))
-                if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
-                    trace.first_prepare_ns = e.start_ns
-            case OperationFinished(operation=Operation.RESUME):
-                # Its end by its own clock: its start plus its duration.
-                length = duration_ns(e)
-                trace.resume_unknown |= length is None
-                end = e.start_ns + (length or 0)
-                if trace.last_resume_ns is None or end > trace.last_resume_ns:
-                    trace.last_resume_ns = end
-            case CoordinateFinished(operation=Operation.PREPARE, prepared=True, participants=int(members)):
-                trace.members = max(members, trace.members or 0)
-        # Ended in error, or a coordinate.prepare not prepared: only a failed span pays the call.
-        if e.outcome == Outcome.ERROR or (isinstance(e, CoordinateFinished) and e.prepared is False):
-            trace.causes.span_failed(e, t)
-        buffer.append(e)
-        if candidate and isinstance(e, _ROOT_TYPES) and (key in root_started or not parent_seen):
-            # A root ended: its trace's spans so far are its tree; fold and let them go.
-            root_finished[key] = e
-            rooted.add(trace_id)
-            unrooted.pop(trace_id, None)
-            critical[key] = path_of(buffer, trace_id)
-            if _what(e) == "restore":
-                dominated[key] = dominated_by(buffer)
-                dominant_ms[key] = dominant_step_ms(buffer)
-            if e.parent_span_id is not None and not e.parent_remote and not parent_seen:
-                # Its parent in its own process was not read (a collector's file holds no
-                # started events, a rotated log lost it): a root for now, whose spans are kept
-                # for that parent, which would have had only what ends after this.
-                provisional[trace_id] = e
-                continue
-            provisional.pop(trace_id, None)
-            trends.add_trace(buffer, e)
-            del pending[trace_id]
-    for trace_id, root in provisional.items():  # their parent never came: roots after all
-        trends.add_trace(pending[trace_id], root)
-    return _Fold(
-        traces,
-        started,
-        root_started,
-        root_finished,
-        critical,
-        dominated,
-        dominant_ms,
-        causes,
-        unscoped,
-        trends,
-        last_trace,
-        first_ns,
-        last_ns,
-        controller_first,
-        controller_last,
-        count,
-        let_go,
-    )
-
-
 def _rows(
     root_started: dict[tuple[int, int], RootSpan],
     root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished],
@@ -617,13 +359,17 @@ def _rows(
             continue
         rows.append(
             RunRow(
-                _what(e), e.checkpoint_id, e.start_ns, roots=[(e.trace_id, e.span_id)], coordinated=coordinate
+                root_what(e),
+                e.checkpoint_id,
+                e.start_ns,
+                roots=[(e.trace_id, e.span_id)],
+                coordinated=coordinate,
             )
         )
     return rows
 
 
-def _unaligned_paths(run: Run, fold: _Fold, outside: Collection[int]) -> None:
+def _unaligned_paths(run: Run, fold: Fold, outside: Collection[int]) -> None:
     """A published row whose trace a participant answered outside a call by a clock no shift
     aligns (``clocks``): which call ended last is unknown, so its critical path is said unknown
     (its slowest operation still said, from its events read again). Known at the end only (an
@@ -672,7 +418,7 @@ def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
             return True
 
 
-def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> None:
+def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow]) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
     ``same_id``: the rows that carry its checkpoint id (``row_of``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
@@ -715,7 +461,7 @@ def _judge(run: Run, row: RunRow, fold: _Fold, same_id: Sequence[RunRow]) -> Non
     row.causes = shown(causes, over if causes else 0)
 
 
-def _paused_span(traces: Sequence[_Trace]) -> tuple[int, int] | None:
+def _paused_span(traces: Sequence[Trace]) -> tuple[int, int] | None:
     """(first participant's prepare, last one's resume) over ``traces`` (``None`` without both,
     with the resume before the prepare, or with fewer participants' prepares in the logs than a
     prepare that prepared called: its first may be the one missing)."""
@@ -748,14 +494,6 @@ def _episodes_after_restore(row: RunRow, ends: Sequence[CollectionFinished | Coo
         return
     episodes = [f.episodes for f in ends if isinstance(f, CoordinateFinished) and f.episodes is not None]
     row.continued = sum(episodes) if episodes else None
-
-
-def _what(root: RootSpan) -> str:
-    match root:
-        case CollectionStarted(action=action) | CollectionFinished(action=action):
-            return str(action)
-        case CoordinateStarted(operation=operation) | CoordinateFinished(operation=operation):
-            return "restore" if operation == Operation.RESTORE else "checkpoint"
 
 
 def _committed(roots: Sequence[CollectionFinished | CoordinateFinished]) -> bool:
