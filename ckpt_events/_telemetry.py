@@ -86,12 +86,14 @@ def _load_bridge(name: str) -> ContextBridge:
     )
 
 
-def _split_raw(route: tuple[_Buffer, ...]) -> tuple[tuple[_Buffer, ...], _Buffer | None]:
-    """``route`` without its raw buffer (if it holds one), and that buffer."""
-    for buffer in route:
-        if buffer.raw:
-            return tuple(b for b in route if b is not buffer), buffer
-    return route, None
+def _raw_in(route: tuple[_Buffer, ...]) -> _Buffer | None:
+    """The raw buffer of ``route`` (the bus has at most one), if it holds it."""
+    return next((buffer for buffer in route if buffer.raw), None)
+
+
+def _cooked(route: tuple[_Buffer, ...]) -> tuple[_Buffer, ...]:
+    """``route`` without its raw buffer: the buffers that take events."""
+    return route if _raw_in(route) is None else tuple(buffer for buffer in route if not buffer.raw)
 
 
 def _inherited(parent: _SpanBase | None) -> str | None:
@@ -232,10 +234,12 @@ class Telemetry:
         self._step_route = self.bus._routes.get(StepFinished, ())
         # Where a span's *Started event goes, read by the request-path handles as they enter;
         # the raw buffer (the export process's) gets the handle itself instead.
-        self._operation_started_route, self._operation_started_raw = _split_raw(
-            self.bus._routes.get(OperationStarted, ())
-        )
-        self._step_started_route, self._step_started_raw = _split_raw(self.bus._routes.get(StepStarted, ()))
+        operation_started = self.bus._routes.get(OperationStarted, ())
+        self._operation_started_raw = _raw_in(operation_started)
+        self._operation_started_route = _cooked(operation_started)
+        step_started = self.bus._routes.get(StepStarted, ())
+        self._step_started_raw = _raw_in(step_started)
+        self._step_started_route = _cooked(step_started)
         # One flag per event type the live handles read on every span (an attribute read,
         # not a routing-table lookup); steps off (say, metrics only) means no step handles.
         self._operation_started_on = wants(OperationStarted)
