@@ -1,19 +1,24 @@
 """``demo --instances 2 --processes --otlp-endpoint``: eight participant processes and the controller
 give a real collector (rotel) one trace per checkpoint, holding every participant's operations
 under the controller's spans, and one trace for the restore (``bench --only fleet_trace`` runs
-the same at 4, 16 and 64 participants)."""
+the same at 4, 16 and 64 participants); the last checkpoint's trace is whole there, though the
+servers that made it are killed with SIGKILL right after. One run, read by both tests."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from ckpt_events import Bus, Telemetry
+from ckpt_events.benchmarks.load import stop_process
+from ckpt_events.benchmarks.rotel import agent_binary
 from ckpt_events.benchmarks.rotel_spans import ReceivedSpan, received_spans, settled_text
 from ckpt_events.participants.cli.demo.plan import fleet_members
 from ckpt_events.participants.cli.demo.runner import _check_members
-from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.controller.coordinator import Coordinator, Member
 from ckpt_events.participants.errors import DemoFailed
 from ckpt_events.vocab import (
@@ -27,13 +32,12 @@ from ckpt_events.vocab import (
     Kind,
     Operation,
 )
-from tests.sinks.otlp.test_collector import collector
-
-__all__ = ["collector"]
+from tests.sinks.otlp.test_collector import _start
 
 CHECKPOINT = COLLECTION_SPANS[CollectionAction.CHECKPOINT]
 RESTORE = COLLECTION_SPANS[CollectionAction.RESTORE]
 PREPARE, COMMIT = OPERATION_SPANS[Operation.PREPARE], OPERATION_SPANS[Operation.COMMIT]
+WRITE = "gym.checkpoint.write"
 
 
 def _one(spans: list[ReceivedSpan], name: str, instance: str) -> ReceivedSpan:
@@ -43,25 +47,54 @@ def _one(spans: list[ReceivedSpan], name: str, instance: str) -> ReceivedSpan:
     return found[0]
 
 
+@dataclass(frozen=True)
+class FleetRun:
+    """A finished ``demo --processes --instances 2 --checkpoints 2 --otlp-endpoint`` process."""
+
+    code: int
+    err: str
+    spans: list[ReceivedSpan]
+
+
+@pytest.fixture(scope="module")
+def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetRun]:
+    """The demo run as its own process, exporting to a collector of its own (each demo starts ten
+    server processes twice: one run serves every test here)."""
+    binary = agent_binary()
+    if binary is None:
+        pytest.skip("the rotel-agent binary (package rotel) is not installed")
+    tmp_path = tmp_path_factory.mktemp("fleet-trace")
+    out = tmp_path / "collector.out"
+    endpoint, collector = _start(binary, tmp_path, out)
+    try:
+        argv = ["demo", "--processes", "--instances", "2", "--checkpoints", "2", "--otlp-endpoint", endpoint]
+        argv += ["--rollouts", "80", "--concurrency", "8", "--workdir", str(tmp_path / "work")]
+        run = subprocess.run(
+            [sys.executable, "-m", "ckpt_events.participants.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        # Everything was sent before the demo exited; the collector prints each request as it decodes it.
+        yield FleetRun(run.returncode, run.stderr, received_spans(settled_text(out)))
+    finally:
+        stop_process(collector)
+
+
 @pytest.mark.collector
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_every_checkpoint_is_one_trace_holding_every_participant_under_the_controller(
-    collector: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fleet_run: FleetRun,
 ) -> None:
     """Both checkpoints: one trace id each, every one of the 8 participants' prepare under its
     kind's stage span and commit under ``coordinate.commit``; the restore: one trace, every
     restored participant's restore under ``coordinate.restore``. The first fleet is killed with
     SIGKILL after the last checkpoint: its participants' spans got out before."""
-    endpoint, out = collector
-    argv = ["demo", "--processes", "--instances", "2", "--checkpoints", "2", "--otlp-endpoint", endpoint]
-    argv += ["--rollouts", "80", "--concurrency", "8", "--workdir", str(tmp_path / "work")]
-    code = main(argv)
-    printed = capsys.readouterr()
-    assert code == 0, printed.err[-2000:]
+    assert fleet_run.code == 0, fleet_run.err[-2000:]
+    spans = fleet_run.spans
     members = fleet_members(2)
-    # Everything was sent before main() returned; the collector prints each request as it decodes it.
-    spans = received_spans(settled_text(out))
 
     roots = [s for s in spans if s.name == CHECKPOINT]
     assert len(roots) == 2, [s.attributes.get(Attr.ID) for s in roots]
@@ -89,6 +122,38 @@ def test_every_checkpoint_is_one_trace_holding_every_participant_under_the_contr
         restored = _one(trace, OPERATION_SPANS[Operation.RESTORE], instance)
         assert restored.parent_id == coordinate.span_id, instance
         assert restored.attributes[Attr.ID] == coordinate.attributes[Attr.ID]
+
+
+@pytest.mark.collector
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_published_checkpoints_participant_spans_reach_the_collector_before_the_crash(
+    fleet_run: FleetRun,
+) -> None:
+    """Every participant's prepare and commit spans of each published checkpoint, with their steps,
+    are at the collector in the checkpoint's one trace, the last one's too though SIGKILL follows
+    it (before: prepare 0, commit 0, write 0 of 4: they waited out the export linger and died)."""
+    spans = fleet_run.spans
+    published = [
+        s for s in spans if s.name == CHECKPOINT and s.attributes.get(Attr.PUBLISHED) == "Bool(true)"
+    ]
+    assert len(published) == 2, (fleet_run.code, fleet_run.err[-2000:])
+    instances = [instance for _, instance in fleet_members(2)]
+    for checkpoint in published:
+        checkpoint_id, trace_id = checkpoint.attributes[Attr.ID], checkpoint.trace_id
+        found = {
+            (s.attributes[Attr.INSTANCE], s.name)
+            for s in spans
+            if s.attributes.get(Attr.ID) == checkpoint_id
+            and Attr.INSTANCE in s.attributes
+            and s.trace_id == trace_id
+        }
+        wanted = {(i, OPERATION_SPANS[op]) for i in instances for op in (Operation.PREPARE, Operation.COMMIT)}
+        assert wanted <= found, (checkpoint_id, sorted(wanted - found))
+        # The steps went with their operations: one write per participant, in the same trace.
+        writes = [s for s in spans if s.name == WRITE and s.trace_id == trace_id]
+        assert len(writes) == len(instances), checkpoint_id
+    assert fleet_run.code == 0, fleet_run.err[-2000:]
 
 
 async def test_a_started_server_that_discovery_does_not_find_fails_the_run() -> None:
