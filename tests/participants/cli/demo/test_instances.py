@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -33,18 +36,36 @@ def _checks(text: str) -> list[str]:
     return [c.strip() for c in text.split(" ok ")[1:]]
 
 
-def test_sessions_spread_over_the_servers_and_each_commits_its_own(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+@dataclass(frozen=True)
+class Grown:
+    """A finished ``demo --instances 2 --restore-instances 3``: its work folder and its output."""
+
+    workdir: Path
+    text: str
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory: pytest.TempPathFactory) -> Grown:
+    """``demo --instances 2 --restore-instances 3 --rollouts 60 --concurrency 9``, run once: the
+    placement test reads its first generation, the restore test its second."""
+    workdir = tmp_path_factory.mktemp("grown")
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.setenv("COLUMNS", "250")
+        argv = ["demo", "--instances", "2", "--restore-instances", "3", "--rollouts", "60"]
+        code = main([*argv, "--concurrency", "9", "--workdir", str(workdir)])
+    assert code == 0, out.getvalue()[-2000:]
+    return Grown(workdir, " ".join(out.getvalue().split()))
+
+
+def test_sessions_spread_over_the_servers_and_each_commits_its_own(grown: Grown) -> None:
     """--instances 2: 8 participants; each rollout in flight is on one server of each kind,
-    each server's commit holds exactly the rollouts placed on it, and they come back there."""
-    text = _demo(
-        capsys, "--instances", "2", "--rollouts", "40", "--concurrency", "6", "--workdir", str(tmp_path)
-    )
+    each server's commit holds exactly the rollouts placed on it. (The run restores into 3
+    servers of each kind, shared with the restore test: the placement is generation 1's.)"""
+    text = grown.text
     assert "generation 1: 8 participants (2 of each kind), each rollout's session on one of each kind" in text
-    assert "generation 2: 8 participants (2 of each kind)" in text
-    assert "all 40 rollouts completed" in text and "stale_attempt on every participant" in text
-    run = tmp_path / "run"
+    assert "all 60 rollouts completed" in text and "stale_attempt on every participant" in text
+    run = grown.workdir / "run"
     (checkpoint,) = [p for p in run.iterdir() if p.is_dir()]
     collection = msgspec.json.decode((checkpoint / "collection.json").read_bytes())
     continued = {e["rollout_id"] for e in collection["continued"]}
@@ -103,19 +124,29 @@ def test_a_stall_on_one_environment_server_of_three_is_named_with_its_blocker(
 
 @pytest.mark.parametrize(("before", "after"), [(3, 2), (2, 3)])
 def test_a_restore_into_another_number_of_servers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], before: int, after: int
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    before: int,
+    after: int,
 ) -> None:
     """--restore-instances: more servers start the new ones empty; fewer restart the rollouts
-    whose server is gone (a server reads only its own records) as attempt 1, and continue the rest."""
-    text = _demo(
-        capsys,
-        *("--instances", str(before), "--restore-instances", str(after)),
-        *("--rollouts", "60", "--concurrency", "9", "--workdir", str(tmp_path)),
-    )
+    whose server is gone (a server reads only its own records) as attempt 1, and continue the rest.
+    2 into 3 is the run the placement test reads too."""
+    if (before, after) == (2, 3):
+        shared: Grown = request.getfixturevalue("grown")
+        text, workdir = shared.text, shared.workdir
+    else:
+        workdir = tmp_path
+        text = _demo(
+            capsys,
+            *("--instances", str(before), "--restore-instances", str(after)),
+            *("--rollouts", "60", "--concurrency", "9", "--workdir", str(tmp_path)),
+        )
     assert f"restoring into {after} servers of each kind" in text
     assert f"generation 2: {4 * after} participants ({after} of each kind)" in text
     assert "all 60 rollouts completed" in text and "no rollout ran twice" in text
-    (checkpoint,) = [p for p in (tmp_path / "run").iterdir() if p.is_dir()]
+    (checkpoint,) = [p for p in (workdir / "run").iterdir() if p.is_dir()]
     collection = msgspec.json.decode((checkpoint / "collection.json").read_bytes())
     gone = sorted(r for r, on in collection["placement"].items() if any(int(n[-1]) >= after for n in on))
     kept = len(collection["continued"]) - len(gone)
@@ -144,7 +175,7 @@ def test_a_lease_fault_on_one_server_expires_that_lease_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--fault lease with 2 servers of each kind: only environment-1's lease is short, so only
-    it expires, and the check names it among its peers."""
+    it expires, and the check names it among its peers; the restore is into as many servers."""
     log = tmp_path / "run.jsonl"
     text = _demo(
         capsys,
@@ -159,6 +190,7 @@ def test_a_lease_fault_on_one_server_expires_that_lease_alone(
         "--jsonl",
         str(log),
     )
+    assert "generation 2: 8 participants (2 of each kind)" in text
     (check,) = [c for c in _checks(text) if "aborted:" in c]
     assert "aborted: lease expired on environment/environment-1 in phase prepared" in check
     assert "(injected: lease:3, the one of 2 environment servers)" in check
