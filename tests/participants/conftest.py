@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,14 +26,14 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def two_worker_demo(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> DemoRun:
+def two_worker_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """``demo --workers 2 --jsonl`` (servers in process, two worker processes each), run once:
     its merged log and each worker's own log (``logs/*.w<i>``) are read by several tests.
 
     Its readers are in different files, which ``--dist loadfile`` may give to different xdist
     workers: the first to ask runs the demo into the session's shared temporary folder and
     pickles the result there; the others wait on the lock and read it (32 s of demo saved)."""
-    if worker_id == "master":  # not under xdist
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # not under xdist: this process is the session
         return demo_run(tmp_path_factory.mktemp("two-worker-demo"), workers=2)
     shared = tmp_path_factory.getbasetemp().parent
     workdir, saved = shared / "two-worker-demo", shared / "two-worker-demo.pickle"
