@@ -72,6 +72,13 @@ async def test_run_overview_names_each_checkpoint_and_its_cause(
     assert missing == [] and len(paths) == 3
     problems = LogProblems()
     run = overview(merged_events(paths, problems))
+    if problems.disordered:
+        # As the command does: a log out of time order (a span's end stamped by the monotonic
+        # clock a few us from a wall-clock stamp, seen under load) is read again, sorted, its
+        # copies looked for in any order; the single pass found 138 of 140 then.
+        sort = frozenset(problems.out_of_order)
+        problems = LogProblems()
+        run = overview(merged_events(paths, problems, exact=True, sort=sort))
     assert problems.duplicates == len([e for e in events if e.kind != Kind.CONTROLLER])
     assert problems.events == len(events)
     by_id = {r.checkpoint_id: r for r in run.rows}
