@@ -153,6 +153,7 @@ class Instrumented:
         configure_sinks: Callable[[Bus], Any] | None,
         monitor: LoopLagMonitor | None,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        renew: Callable[[], Telemetry] | None = None,
     ) -> None:
         self.telemetry = telemetry
         self.bus = telemetry.bus
@@ -165,6 +166,11 @@ class Instrumented:
         self._warned = False
         self._owns_bus = owns_bus
         self._configure_sinks = configure_sinks
+        # A bus is entered once, and a test suite runs an app's lifespan once per test (a
+        # `with TestClient(app)` each): a run after the first gets a fresh Telemetry and bus.
+        self._renew = renew
+        self._runs = 0
+        self._running = False
 
     def __repr__(self) -> str:
         return f"Instrumented({self.telemetry!r}, owns_bus={self._owns_bus})"
@@ -176,8 +182,29 @@ class Instrumented:
         handle and drain the bus, each within ``shutdown_timeout``.
 
         What the app's own lifespan raises comes out as it was raised (the monitor's task
-        group is left before it is re-raised, so it is never wrapped in an ``ExceptionGroup``)."""
+        group is left before it is re-raised, so it is never wrapped in an ``ExceptionGroup``).
+
+        Each run after the first gets a fresh ``telemetry`` and ``bus`` (the lifespan of one app
+        object run once per test); a ``telemetry=`` given to ``instrument`` cannot be renewed,
+        so its app's lifespan runs once, and a second run raises ``ConfigurationError``."""
+        if self._running:
+            raise ConfigurationError(
+                f"{self.telemetry!r}: the app's lifespan is running already; one app object "
+                "runs one lifespan at a time"
+            )
+        if self._owns_bus and self._runs:
+            if self._renew is None:
+                raise ConfigurationError(
+                    f"the lifespan of the app instrumented with {self.telemetry!r} ran once already, "
+                    "and the telemetry= given to instrument() has a bus that runs once: build the app "
+                    "anew for each run, or instrument it with kind= and instance="
+                )
+            self.telemetry = self._renew()
+            self.bus = self.telemetry.bus
+        self._runs += 1
+        self._running = True
         async with AsyncExitStack() as stack:
+            stack.callback(setattr, self, "_running", False)
             if self._owns_bus:
                 await stack.enter_async_context(self.bus)
                 if self._configure_sinks is not None:
@@ -489,7 +516,7 @@ def instrument(
         raise InvalidValueError(
             f"configure_sinks replaces sinks.configure(): no options for it ({', '.join(configure_options)})"
         )
-    tel = _telemetry_for(
+    tel, renew = _telemetry_for(
         telemetry,
         kind=kind,
         instance=instance,
@@ -508,6 +535,7 @@ def instrument(
         configure_sinks=configure_sinks,
         monitor=LoopLagMonitor() if loop_lag else None,
         shutdown_timeout=float(shutdown_timeout),
+        renew=renew,
     )
     their = app.router.lifespan_context
 
@@ -534,9 +562,10 @@ def _telemetry_for(
     otel_context: bool | ContextBridge,
     shutdown_timeout: float,
     configure_options: Mapping[str, Any],
-) -> Telemetry:
+) -> tuple[Telemetry, Callable[[], Telemetry] | None]:
     """``instrument``'s ``Telemetry``: ``telemetry`` checked against the other arguments, or one
-    built for ``kind``/``instance`` on ``bus`` (a new bus without one)."""
+    built for ``kind``/``instance`` on ``bus`` (a new bus without one); and, when the bus is
+    new, how to build the same ``Telemetry`` on a fresh bus (for the lifespan's next run)."""
     if telemetry is None:
         if kind is None or instance is None:
             raise InvalidValueError("instrument() needs kind= and instance= (or telemetry=)")
@@ -545,14 +574,20 @@ def _telemetry_for(
             sample_ratio = (
                 1.0 if configure_sinks is not None or bus is not None else _env_ratio(configure_options)
             )
-        the_bus = Bus(close_timeout=shutdown_timeout) if bus is None else bus
-        return Telemetry(
-            the_bus, kind=kind, instance=instance, sample_ratio=sample_ratio, otel_context=otel_context
-        )
+        ratio = sample_ratio
+
+        def build(the_bus: Bus) -> Telemetry:
+            return Telemetry(
+                the_bus, kind=kind, instance=instance, sample_ratio=ratio, otel_context=otel_context
+            )
+
+        if bus is not None:
+            return build(bus), None
+        return build(Bus(close_timeout=shutdown_timeout)), lambda: build(Bus(close_timeout=shutdown_timeout))
     if not isinstance(telemetry, Telemetry):
         raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {telemetry!r}")
     if kind is not None or instance is not None or sample_ratio is not None or otel_context is not False:
         raise InvalidValueError("with telemetry=, kind, instance, sample_ratio and otel_context are its own")
     if bus is not None and bus is not telemetry.bus:
         raise InvalidValueError("bus= must be the telemetry's own bus")
-    return telemetry
+    return telemetry, None

@@ -26,6 +26,7 @@ from ckpt_events import (
     OperationFinished,
     OperationStarted,
     StepFinished,
+    Telemetry,
     parse_traceparent,
 )
 from ckpt_events.participants import fastapi as fastapi_module
@@ -160,6 +161,44 @@ async def test_instrument_twice_is_an_error() -> None:
     with pytest.raises(ConfigurationError, match="instrumented already"):
         instrument(app, kind="judge", instance="judge-1")
     assert telemetry(app) is first.telemetry and app.state.ckpt_events is first
+
+
+async def test_the_lifespan_runs_again_with_a_fresh_bus(tmp_path: Path) -> None:
+    """One app object whose lifespan runs once per test (a ``with TestClient(app)`` each) serves
+    every run with telemetry on: a run after the first gets a fresh Telemetry and bus (the second
+    run's startup failed with 'a Bus can be entered once; create a new one')."""
+    sink = MemorySink()
+    app = _user_app(sink)
+    handle = app.state.ckpt_events
+    first = handle.telemetry
+    for checkpoint_id in ("c1", "c2", "c3"):
+        async with _serving(app) as client:
+            assert (await client.post(f"/grade/{checkpoint_id}")).status_code == 200
+            assert telemetry(app) is handle.telemetry and handle.bus is handle.telemetry.bus
+    assert handle.telemetry is not first and first.bus.stats().dropped_after_close == 0
+    assert [e.checkpoint_id for e in sink.of_type(OperationFinished)] == ["c1", "c2", "c3"]
+    path = tmp_path / "events.jsonl"  # sinks.configure() runs again on each run's bus
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(path))
+    for _ in range(2):
+        async with app.router.lifespan_context(app):
+            telemetry(app).refused("stale_attempt")
+    assert len(list(read_events(path))) == 2
+
+
+async def test_a_given_telemetry_s_lifespan_runs_once_and_one_at_a_time() -> None:
+    """With ``telemetry=`` (its bus cannot be renewed) a second run says why in one line; a run
+    while another runs is refused too."""
+    app = FastAPI()
+    tel = Telemetry(Bus(), kind="judge", instance="judge-0")
+    instrument(app, telemetry=tel, configure_sinks=lambda bus: None)
+    async with app.router.lifespan_context(app):
+        with pytest.raises(ConfigurationError, match="running already"):
+            async with app.router.lifespan_context(app):
+                pass
+    with pytest.raises(ConfigurationError, match="ran once already.*kind= and instance="):
+        async with app.router.lifespan_context(app):
+            pass
 
 
 async def test_bad_arguments_fail_at_instrument() -> None:
