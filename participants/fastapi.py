@@ -67,7 +67,7 @@ from typing import Any, Final, NamedTuple, overload
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ckpt_events import (
@@ -267,14 +267,14 @@ class _Arrival:
 
 
 class _ArrivalMiddleware:
-    """Stamps each HTTP request with its arrival time, before routing, parsing or auth."""
+    """Stamps each HTTP request (and websocket) with its arrival time, before routing, parsing or auth."""
 
     def __init__(self, app: ASGIApp, instrumented: Instrumented) -> None:
         self.app = app
         self.instrumented = instrumented
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             instrumented = self.instrumented
             scope[_SCOPE_KEY] = _Arrival(time.time_ns(), instrumented)
             if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
@@ -353,8 +353,9 @@ class Incoming(NamedTuple):
         return _Timed(span, self.monitor)
 
 
-def incoming(request: Request) -> Incoming:
-    """What ``request`` brought (see ``Incoming``); usable as a FastAPI dependency."""
+def incoming(request: HTTPConnection) -> Incoming:
+    """What ``request`` (a ``Request`` or a ``WebSocket``) brought (see ``Incoming``); usable
+    as a FastAPI dependency."""
     arrival = request.scope.get(_SCOPE_KEY)
     headers = request.headers
     states = headers.getlist("tracestate")
@@ -368,8 +369,9 @@ def incoming(request: Request) -> Incoming:
     )
 
 
-def _instrumented(where: Request | Starlette) -> Instrumented:
-    if isinstance(where, Request):
+def _instrumented(where: HTTPConnection | Starlette) -> Instrumented:
+    # HTTPConnection, not Request: a WebSocket is one too (it read the WebSocket's own state).
+    if isinstance(where, HTTPConnection):
         arrival = where.scope.get(_SCOPE_KEY)
         if arrival is not None:
             return arrival.instrumented  # type: ignore[no-any-return]
@@ -382,19 +384,19 @@ def _instrumented(where: Request | Starlette) -> Instrumented:
     return found
 
 
-def telemetry(where: Request | Starlette) -> Telemetry:
-    """The ``Telemetry`` of the instrumented app serving ``where`` (a request, or the app
+def telemetry(where: HTTPConnection | Starlette) -> Telemetry:
+    """The ``Telemetry`` of the instrumented app serving ``where`` (a request, a websocket, or the app
     itself, e.g. in its lifespan); ``ConfigurationError`` if the app is not instrumented."""
     return _instrumented(where).telemetry
 
 
 def operation(
-    request: Request, name: str, *, checkpoint_id: str | None = None, **attributes: Any
+    request: HTTPConnection, name: str, *, checkpoint_id: str | None = None, **attributes: Any
 ) -> AbstractContextManager[OperationSpan]:
-    """The operation ``name`` of the handler serving ``request``: ``with`` gives the handle
-    ``Telemetry.operation`` gives, a child of the caller's span (W3C ``traceparent``, its
-    ``tracestate`` kept), with ``received_ns`` (the request's arrival), ``loop_lag_ms`` and
-    ``attributes`` set. See ``Incoming.operation``."""
+    """The operation ``name`` of the handler serving ``request`` (or a ``WebSocket``): ``with``
+    gives the handle ``Telemetry.operation`` gives, a child of the caller's span (W3C
+    ``traceparent``, its ``tracestate`` kept), with ``received_ns`` (the request's arrival),
+    ``loop_lag_ms`` and ``attributes`` set. See ``Incoming.operation``."""
     return incoming(request).operation(telemetry(request), name, checkpoint_id=checkpoint_id, **attributes)
 
 

@@ -11,13 +11,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import httpx
 import pytest
 from anyio.streams.text import TextReceiveStream
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request, WebSocket
 
 from ckpt_events import (
     Bus,
@@ -25,6 +25,7 @@ from ckpt_events import (
     InvalidTypeError,
     OperationFinished,
     OperationStarted,
+    Refused,
     StepFinished,
     Telemetry,
     parse_traceparent,
@@ -152,6 +153,57 @@ async def test_without_a_valid_traceparent_a_new_trace_starts(headers: dict[str,
     assert finished.trace_id != TRACE_ID
     assert reply.json()["tracestate"] is None
     assert finished.received_ns is not None
+
+
+async def test_a_websocket_route_runs_operations_too() -> None:
+    """``operation(websocket, ...)``, ``telemetry(websocket)`` and ``Depends(incoming)`` work in a
+    websocket route, spoken to as uvicorn does (they raised 'is not instrumented', reading the
+    websocket's own state): the operation continues the caller's trace from its arrival."""
+    sink = MemorySink()
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    @app.websocket("/grade")
+    async def grade(websocket: WebSocket, brought: Annotated[Incoming, Depends(incoming)]) -> None:
+        await websocket.accept()
+        with operation(websocket, "commit", checkpoint_id="ws-1") as op:
+            op.set(records=2)
+        telemetry(websocket).refused("stale_attempt")
+        await websocket.send_text(f"{brought.parent == parse_traceparent(TRACEPARENT)}")
+        await websocket.close()
+
+    inbox = [{"type": "websocket.connect"}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "path": "/grade",
+        "raw_path": b"/grade",
+        "root_path": "",
+        "scheme": "ws",
+        "query_string": b"",
+        "headers": [(b"host", b"judge"), (b"traceparent", TRACEPARENT.encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("judge", 80),
+        "subprotocols": [],
+    }
+    async with app.router.lifespan_context(app):
+        before = time.time_ns()
+        await app(scope, receive, send)
+    assert [m["type"] for m in sent] == ["websocket.accept", "websocket.send", "websocket.close"]
+    assert sent[1]["text"] == "True"
+    (finished,) = sink.of_type(OperationFinished)
+    assert (finished.checkpoint_id, finished.records, finished.trace_id) == ("ws-1", 2, TRACE_ID)
+    assert finished.parent_span_id == PARENT_ID
+    assert finished.received_ns is not None and before <= finished.received_ns <= finished.start_ns
+    assert [e.code for e in sink.of_type(Refused)] == ["stale_attempt"]
 
 
 async def test_instrument_twice_is_an_error() -> None:
