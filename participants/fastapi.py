@@ -128,9 +128,12 @@ class LoopLagMonitor:
 
     def max_since(self, start_ns: int) -> float:
         """The worst lag (ms) of the samples that ended after ``start_ns``, including the
-        sleep in progress if it already overshot; 0.0 with no sample."""
+        sleep in progress if it already overshot; 0.0 with no sample. Safe from any thread."""
         worst = 0.0
-        for end_ns, lag in reversed(self._samples):
+        # A copy first: a sync endpoint's operation ends in a worker thread while the loop
+        # appends, and iterating the deque itself raised "deque mutated during iteration".
+        # tuple() copies in C, holding the GIL (200 samples at most: about a microsecond).
+        for end_ns, lag in reversed(tuple(self._samples)):
             if end_ns < start_ns:
                 break
             worst = max(worst, lag)

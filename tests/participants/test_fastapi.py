@@ -7,6 +7,7 @@ import re
 import signal
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -474,6 +475,41 @@ async def test_monitor_sees_a_blocked_loop() -> None:
         lag = monitor.max_since(start)
         tg.cancel_scope.cancel()
     assert lag >= 100.0
+
+
+async def test_monitor_is_read_safely_from_the_threadpool() -> None:
+    """A sync (``def``) endpoint's operation ends in a worker thread, reading the monitor while
+    the loop appends samples: it raised 'deque mutated during iteration' into the handler."""
+    monitor = LoopLagMonitor(interval=0)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                monitor.max_since(0)
+            except Exception as exc:  # the failure this test looks for
+                errors.append(exc)
+                return
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often, as a loaded server's do
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    try:
+        for reader in readers:
+            reader.start()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(monitor.run)
+            with anyio.move_on_after(1.0):
+                while not errors:
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join()
+        sys.setswitchinterval(switch)
+    assert errors == []
 
 
 async def test_otel_context_nests_under_fastapi_instrumentor_s_server_span() -> None:
