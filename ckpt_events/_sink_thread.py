@@ -32,15 +32,17 @@ class SinkThread:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    async def run(self, handle: Callable[[list[Any]], object], batch: list[Any]) -> None:
-        """``handle(batch)`` on the thread; its exception is raised here. Cancelling the caller
-        abandons the batch: the thread finishes it (or never does) on its own."""
+    async def run(self, handle: Callable[[list[Any]], object], batch: list[Any]) -> object:
+        """``handle(batch)`` on the thread; its exception is raised here, else what it returned
+        is returned. Cancelling the caller abandons the batch: the thread finishes it (or never
+        does) on its own."""
         done = anyio.Event()
         outcome: list[BaseException | None] = []
+        returned: list[object] = []
 
         def job() -> None:
             try:
-                handle(batch)
+                returned.append(handle(batch))
                 outcome.append(None)
             except BaseException as exc:  # handed to the caller, who counts it
                 outcome.append(exc)
@@ -59,6 +61,7 @@ class SinkThread:
         error = outcome[0]
         if error is not None:
             raise error
+        return returned[0]
 
     def stop(self) -> None:
         """Let the thread end after the job it holds (if any); never waits for it."""

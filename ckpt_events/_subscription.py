@@ -348,9 +348,16 @@ class Subscription:
                     schedule = self.bus._call_soon_threadsafe
                     assert schedule is not None  # set when the bus starts, before any delivery
                     self._thread = SinkThread(self.name, schedule)
-                await self._thread.run(self.sink.handle, batch)
+                result = await self._thread.run(self.sink.handle, batch)
+                if result is not None and inspect.isawaitable(result):
+                    await result
             else:
-                self.sink.handle(batch)
+                result = self.sink.handle(batch)
+                # A handle that is not a coroutine function may still return an awaitable (an
+                # object with an async __call__, a plain decorator around an async def): awaited,
+                # where its batch was counted delivered and the coroutine never ran.
+                if result is not None and inspect.isawaitable(result):
+                    await result
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException:  # SystemExit too: a sink never takes its neighbours down

@@ -3,8 +3,10 @@ defaults."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import anyio
 import pytest
 
 from ckpt_events import (
@@ -65,3 +67,59 @@ def test_the_optional_members_are_seen_by_isinstance() -> None:
     assert all(isinstance(BaseSink(), p) for p in protocols)
     assert [p for p in protocols if isinstance(Bare(), p)] == [Sink]
     assert not isinstance(Refused, Sink)
+
+
+def _plain_wrapper(handle: Any) -> Any:
+    """A sync decorator, as a tracing or retry helper writes one: it hides an async def."""
+
+    @functools.wraps(handle)
+    def wrapper(*args: Any) -> Any:
+        return handle(*args)
+
+    return wrapper
+
+
+class _DecoratedAsync:
+    """An async ``handle`` behind a plain decorator: not a coroutine function to ``inspect``."""
+
+    def __init__(self, blocking: bool = False) -> None:
+        self.blocking = blocking
+        self.events: list[Any] = []
+
+    @_plain_wrapper
+    async def handle(self, batch: list[Any], /) -> None:
+        await anyio.sleep(0)
+        self.events.extend(batch)
+
+
+class _AsyncCallable:
+    """A sink whose ``handle`` is an object with an async ``__call__``."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.handle = self._Handle(self.events)
+
+    class _Handle:
+        def __init__(self, events: list[Any]) -> None:
+            self.events = events
+
+        async def __call__(self, batch: list[Any], /) -> None:
+            self.events.extend(batch)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_DecoratedAsync, _AsyncCallable, lambda: _DecoratedAsync(blocking=True)],
+    ids=["decorated", "async-call", "decorated-blocking"],
+)
+async def test_a_handle_that_returns_an_awaitable_is_awaited(make: Any) -> None:
+    """A ``handle`` that returns a coroutine without being a coroutine function gets its events
+    (they were counted delivered while the coroutine was never awaited: a RuntimeWarning only)."""
+    sink = make()
+    async with Bus() as bus:
+        bus.subscribe(sink, name="awaitable")
+        bus.emit(refused(1))
+        bus.emit(refused(2))
+        await bus.flush(timeout=5)
+        assert [e.time_ns for e in sink.events] == [1, 2]
+    assert bus.stats().sink("awaitable").delivered == 2
