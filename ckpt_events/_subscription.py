@@ -122,7 +122,7 @@ class Subscription:
         self._closing_sink = False  # the sink's aclose() is called once, by this task
         handle = sink.handle
         self._async = inspect.iscoroutinefunction(handle)
-        self._blocking = isinstance(sink, BlockingSink) and bool(sink.blocking) and not self._async
+        self._blocking = _blocking_of(sink) and not self._async
         self.linger = _linger_of(sink, linger, self._blocking)
         self.batch_interval = batch_interval
         self._last_batch = -math.inf  # monotonic time the last batch was taken
@@ -423,6 +423,17 @@ def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
     if value is None:
         return DEFAULT_BLOCKING_LINGER if blocking else 0.0
     return check_number(value, f"linger must be a number of seconds in [0, 60], not {value!r}", high=60)
+
+
+def _blocking_of(sink: object) -> bool:
+    """A sink's ``blocking`` (``False`` without one); anything but a bool raises ``InvalidTypeError``."""
+    if not isinstance(sink, BlockingSink):
+        return False
+    blocking = sink.blocking
+    if not isinstance(blocking, bool):
+        # Read as truth, blocking="false" (a value from a config file) sent handle to a thread.
+        raise InvalidTypeError(f"a sink's blocking must be True or False, not {blocking!r}")
+    return blocking
 
 
 def resolve_interests(sink: object) -> frozenset[type[Event]]:

@@ -14,6 +14,7 @@ from ckpt_events import (
     BlockingSink,
     Bus,
     ClosableSink,
+    InvalidTypeError,
     LingeringSink,
     Refused,
     Sink,
@@ -123,3 +124,19 @@ async def test_a_handle_that_returns_an_awaitable_is_awaited(make: Any) -> None:
         await bus.flush(timeout=5)
         assert [e.time_ns for e in sink.events] == [1, 2]
     assert bus.stats().sink("awaitable").delivered == 2
+
+
+@pytest.mark.parametrize("blocking", ["false", 1, None])
+async def test_a_blocking_that_is_not_a_bool_is_refused_at_subscribe(blocking: object) -> None:
+    """``blocking = "false"`` (read from a config file, say) is refused by name; read as truth, it
+    sent ``handle`` to a worker thread."""
+
+    class Configured(_Collect):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocking = blocking
+
+    async with Bus() as bus:
+        with pytest.raises(InvalidTypeError, match=r"^a sink's blocking must be True or False, not "):
+            bus.subscribe(Configured())
+        assert bus.stats().sinks == ()
