@@ -209,15 +209,25 @@ class Bus:
         handle = getattr(sink, "handle", None)
         if not callable(handle):
             raise InvalidTypeError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
-        sub = Subscription(
-            self,
-            sink,
-            self._unique_name(name or type(sink).__name__),
-            self.buffer_size if buffer_size is None else _check_positive_int("buffer_size", buffer_size),
-            self.batch_size if batch_size is None else _check_positive_int("batch_size", batch_size),
-            linger,
-            self.batch_interval if batch_interval is None else _check_interval(batch_interval),
+        buffer_size = (
+            self.buffer_size if buffer_size is None else _check_positive_int("buffer_size", buffer_size)
         )
+        batch_size = self.batch_size if batch_size is None else _check_positive_int("batch_size", batch_size)
+        batch_interval = self.batch_interval if batch_interval is None else _check_interval(batch_interval)
+        base = name or type(sink).__name__
+        suffix = self._suffixes.get(base)
+        unique = self._unique_name(base)
+        try:
+            sub = Subscription(self, sink, unique, buffer_size, batch_size, linger, batch_interval)
+        except BaseException:
+            # Refused (bad interests, linger, blocking): the name is given back, so the sink
+            # corrected and subscribed again is called what was asked (it became "name-2").
+            self._names.discard(unique)
+            if suffix is None:
+                self._suffixes.pop(base, None)
+            else:
+                self._suffixes[base] = suffix
+            raise
         if sub.takes_span_handles and not any(s._buffer.raw for s in self._subscriptions):
             # One raw buffer per bus: a handle's ``_wire`` tells one consumer its start from its
             # end. Another such sink gets events, as any sink does (its handles built for it).

@@ -23,6 +23,7 @@ from ckpt_events import (
     Event,
     InvalidArgumentError,
     InvalidTypeError,
+    InvalidValueError,
     LeaseExpired,
     Refused,
     SpanEvent,
@@ -210,6 +211,28 @@ async def test_stats_count_per_sink() -> None:
     assert all(s.emitted == 5 and s.delivered == 3 and s.dropped == 2 for s in stats.sinks)
     with pytest.raises(KeyError):
         stats.sink("missing")
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [{"interests": ("Refused",)}, {"linger": -1}, {"blocking": "false"}, {"buffer_size": 0}],
+    ids=["interests", "linger", "blocking", "buffer_size"],
+)
+async def test_a_refused_subscribe_gives_its_name_back(refused: dict[str, Any]) -> None:
+    """A sink refused at subscribe, then corrected and subscribed again, has the name asked for
+    (it was "alerts-2", and ``stats().sink("alerts")`` a KeyError); a default name's suffix too."""
+    bad = MemorySink()
+    for key, value in refused.items():
+        if key != "buffer_size":
+            setattr(bad, key, value)
+    async with Bus() as bus:
+        bus.subscribe(MemorySink())
+        for name in ("alerts", None):  # None: the class's name, "MemorySink-2" when refused
+            with pytest.raises((InvalidTypeError, InvalidValueError)):
+                bus.subscribe(bad, name=name, buffer_size=refused.get("buffer_size"))
+        bus.subscribe(MemorySink(), name="alerts")
+        bus.subscribe(MemorySink())
+        assert [s.name for s in bus.stats().sinks] == ["MemorySink", "alerts", "MemorySink-2"]
 
 
 def test_bad_arguments_raise_precise_errors() -> None:
