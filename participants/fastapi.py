@@ -209,7 +209,14 @@ class Instrumented:
         async with AsyncExitStack() as stack:
             stack.callback(setattr, self, "_running", False)
             if self._owns_bus:
-                await stack.enter_async_context(self.bus)
+                try:
+                    await stack.enter_async_context(self.bus)
+                except InvalidValueError as exc:  # Bus.__aenter__'s one refusal: entered before
+                    raise ConfigurationError(
+                        f"the bus of the telemetry= given to instrument() ({self.telemetry!r}) was "
+                        "entered elsewhere (an EventCapture's, a Bus your code runs): while it runs, "
+                        "pass bus= that bus too, and the lifespan uses it as it is"
+                    ) from exc
                 if self._configure_sinks is not None:
                     handle = self._configure_sinks(self.bus)
                     if inspect.isawaitable(handle):

@@ -41,7 +41,7 @@ from ckpt_events.participants.fastapi import (
     telemetry,
 )
 from ckpt_events.sinks import read_events
-from ckpt_events.testing import MemorySink
+from ckpt_events.testing import EventCapture, MemorySink
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 PARENT_ID = 0xB7AD6B7169203331
@@ -252,6 +252,32 @@ async def test_a_given_telemetry_s_lifespan_runs_once_and_one_at_a_time() -> Non
     with pytest.raises(ConfigurationError, match="ran once already.*kind= and instance="):
         async with app.router.lifespan_context(app):
             pass
+
+
+async def test_a_given_telemetry_on_a_running_bus_says_to_pass_bus() -> None:
+    """``instrument(app, telemetry=capture.telemetry(...))`` without ``bus=``: the startup says
+    the bus runs elsewhere and to pass ``bus=`` (it said 'a Bus can be entered once; create a
+    new one', of a bus the user had not made); with ``bus=`` the app's events reach the capture."""
+    with EventCapture() as capture:
+        app = FastAPI()
+        instrument(app, telemetry=capture.telemetry("judge", "judge-0"))
+        with pytest.raises(ConfigurationError, match=r"entered elsewhere .* pass bus= that bus too"):
+            async with app.router.lifespan_context(app):
+                pass
+        app = FastAPI()
+        tel = capture.telemetry("judge", "judge-0")
+        instrument(app, telemetry=tel, bus=tel.bus)
+
+        @app.post("/grade")
+        async def grade(request: Request) -> None:
+            with operation(request, "commit", checkpoint_id="c1"):
+                pass
+
+        async with _serving(app) as client:
+            assert (await client.post("/grade")).status_code == 200
+        await capture.flush()
+        (finished,) = capture.sink.of_type(OperationFinished)
+        assert (finished.trace_id, finished.checkpoint_id) == (1, "c1")
 
 
 async def test_bad_arguments_fail_at_instrument() -> None:
