@@ -208,6 +208,21 @@ def test_custom_sink_example_prints_its_alert(tmp_path: Path) -> None:
     assert "'resources/resources-0 commit':" in result.stdout
 
 
+def test_every_nth_example_keeps_every_nth_event_across_batches() -> None:
+    """The sink page's ``EveryNth`` keeps the n-th, 2n-th, ... event however the bus batches
+    them (it sliced each batch on its own: batches of one event kept every event)."""
+    namespace: dict[str, object] = {}
+    exec(_one("writing-a-sink.md", "class EveryNth"), namespace)
+    sink = namespace["EveryNth"](n=2, keep=3)  # type: ignore[operator]
+    for event in range(10):
+        sink.handle([event])
+    assert sink.seen == [1, 3, 5]
+    sink = namespace["EveryNth"](n=3)  # type: ignore[operator]
+    sink.handle(list(range(4)))
+    sink.handle(list(range(4, 9)))
+    assert sink.seen == [2, 5, 8]
+
+
 def test_sink_members_table_names_the_protocols() -> None:
     """Each row of the sink page's members table names a protocol of ckpt_events that declares
     that member."""
