@@ -365,7 +365,13 @@ class Incoming(NamedTuple):
 
 def incoming(request: HTTPConnection) -> Incoming:
     """What ``request`` (a ``Request`` or a ``WebSocket``) brought (see ``Incoming``); usable
-    as a FastAPI dependency."""
+    as a FastAPI dependency; anything else raises ``InvalidTypeError``."""
+    if not isinstance(request, HTTPConnection):
+        # The app itself (telemetry(app) takes one) was an AttributeError: 'FastAPI' ... 'scope'.
+        raise InvalidTypeError(
+            f"operation() and incoming() take the handler's Request (or WebSocket), not {request!r}; "
+            "away from a request, use telemetry(app).operation(...)"
+        )
     arrival = request.scope.get(_SCOPE_KEY)
     headers = request.headers
     states = headers.getlist("tracestate")

@@ -207,6 +207,18 @@ async def test_a_websocket_route_runs_operations_too() -> None:
     assert [e.code for e in sink.of_type(Refused)] == ["stale_attempt"]
 
 
+@pytest.mark.parametrize("where", ["app", None, "request"])
+async def test_operation_away_from_a_request_is_a_precise_error(where: str | None) -> None:
+    """``operation(app, ...)`` (``telemetry(app)`` takes the app) or ``incoming(None)`` says what
+    it takes, in one line (it was AttributeError: 'FastAPI' object has no attribute 'scope')."""
+    app = _user_app(MemorySink())
+    given = app if where == "app" else where
+    with pytest.raises(InvalidTypeError, match=r"take the handler's Request \(or WebSocket\), not "):
+        operation(given, "commit", checkpoint_id="c1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match="use telemetry\\(app\\).operation"):
+        incoming(given)  # type: ignore[arg-type]
+
+
 async def test_instrument_twice_is_an_error() -> None:
     """A second instrument() on one app says so; the first stays in place."""
     app = FastAPI()
