@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ckpt_events import Telemetry
 from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, WorkError
-from ckpt_events.participants.fastapi import Incoming, incoming
+from ckpt_events.participants.fastapi import Incoming, incoming_dependency
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
     SERVER_TIME_HEADER,
@@ -75,8 +75,9 @@ def bearer_auth(token: str) -> Callable[[Request], Awaitable[None]]:
 
 
 #: A control route's ``Incoming``: the caller's W3C trace context and the request's arrival,
-#: read as any instrumented app reads them (``ckpt_events.participants.fastapi.incoming``).
-Trace = Annotated[Incoming, Depends(incoming)]
+#: read as any instrumented app reads them (``ckpt_events.participants.fastapi.incoming``), on
+#: the event loop: ``Depends(incoming)``, a plain ``def``, cost each control call a thread hop.
+Trace = Annotated[Incoming, Depends(incoming_dependency)]
 
 
 async def _body(request: Request, type: type[T]) -> T:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 from anyio.streams.text import TextReceiveStream
@@ -36,6 +37,7 @@ from ckpt_events.participants.fastapi import (
     Incoming,
     LoopLagMonitor,
     incoming,
+    incoming_dependency,
     instrument,
     operation,
     telemetry,
@@ -217,6 +219,28 @@ async def test_operation_away_from_a_request_is_a_precise_error(where: str | Non
         operation(given, "commit", checkpoint_id="c1")  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError, match="use telemetry\\(app\\).operation"):
         incoming(given)  # type: ignore[arg-type]
+
+
+async def test_incoming_dependency_runs_on_the_event_loop() -> None:
+    """``Depends(incoming_dependency)`` answers with every worker thread taken, and gives what
+    ``incoming`` gives (FastAPI runs ``Depends(incoming)``, a plain ``def``, in its threadpool)."""
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: None)
+
+    @app.get("/caller")
+    async def caller(brought: Annotated[Incoming, Depends(incoming_dependency)]) -> bool:
+        return brought.parent == parse_traceparent(TRACEPARENT) and brought.received_ns is not None
+
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    tokens = limiter.total_tokens
+    limiter.total_tokens = 1
+    try:
+        async with _serving(app) as client, limiter:  # the one thread token, held
+            with anyio.fail_after(5):
+                reply = await client.get("/caller", headers={"traceparent": TRACEPARENT})
+        assert reply.json() is True
+    finally:
+        limiter.total_tokens = tokens
 
 
 async def test_instrument_twice_is_an_error() -> None:

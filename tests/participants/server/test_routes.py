@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import httpx
 from fastapi import FastAPI
 
@@ -116,6 +118,22 @@ async def test_a_control_refusal_is_counted_with_its_checkpoint(tmp_path: Path) 
         reply = await client.post(f"{CONTROL_PREFIX}/prepare", json=body("c8"), headers=AUTH)
         assert reply.status_code == 200 and reply.json()["phase"] == "prepared"
         assert await _refused(bus, sink) == [("invalid_phase", "c7")]
+
+
+async def test_a_control_call_needs_no_worker_thread(tmp_path: Path) -> None:
+    """A control route reads its caller's trace on the event loop: with every worker thread of
+    the threadpool taken, a prepare still answers (``Depends(incoming)``, a plain ``def``, waited
+    for a thread: each control call paid a thread hop)."""
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    tokens = limiter.total_tokens
+    limiter.total_tokens = 1
+    try:
+        async with _served(tmp_path) as (client, _, _, _), limiter:  # the one thread token, held
+            with anyio.fail_after(5):
+                reply = await client.post(f"{CONTROL_PREFIX}/prepare", json=body("c1"), headers=AUTH)
+            assert reply.status_code == 200, reply.text
+    finally:
+        limiter.total_tokens = tokens
 
 
 async def test_a_malformed_body_is_422_invalid_request_and_not_counted(tmp_path: Path) -> None:
