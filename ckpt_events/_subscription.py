@@ -121,6 +121,12 @@ class Subscription:
         self._started = False
         self._closing_sink = False  # the sink's aclose() is called once, by this task
         handle = sink.handle
+        if inspect.isgeneratorfunction(handle) or inspect.isasyncgenfunction(handle):
+            # Called, a generator runs none of its body: every batch was counted delivered, unseen.
+            raise InvalidTypeError(
+                f"a sink's handle must return (or be an async def), not yield: "
+                f"{type(sink).__name__}.handle is a generator function"
+            )
         self._async = inspect.iscoroutinefunction(handle)
         self._blocking = _blocking_of(sink) and not self._async
         self.linger = _linger_of(sink, linger, self._blocking)

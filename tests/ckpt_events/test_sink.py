@@ -140,3 +140,23 @@ async def test_a_blocking_that_is_not_a_bool_is_refused_at_subscribe(blocking: o
         with pytest.raises(InvalidTypeError, match=r"^a sink's blocking must be True or False, not "):
             bus.subscribe(Configured())
         assert bus.stats().sinks == ()
+
+
+async def test_a_generator_handle_is_refused_at_subscribe() -> None:
+    """A ``handle`` that yields (sync or async) runs none of its body when called: refused by
+    name at subscribe (its batches were counted delivered and never seen)."""
+
+    class Yields:
+        def handle(self, batch: list[Any], /) -> Any:
+            yield from batch
+
+    class AsyncYields:
+        async def handle(self, batch: list[Any], /) -> Any:
+            for event in batch:
+                yield event
+
+    async with Bus() as bus:
+        for sink in (Yields(), AsyncYields()):
+            with pytest.raises(InvalidTypeError, match=r"not yield: \w+\.handle is a generator function$"):
+                bus.subscribe(sink, name="yields")
+        assert bus.stats().sinks == ()
