@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ckpt_events import BaseSink, InvalidTypeError
+from ckpt_events import BaseSink, InvalidTypeError, Redactor
 from ckpt_events._errors import check_int
+from ckpt_events.sinks._redacted import redacted
 
 __all__ = ["LoggingSink"]
 
@@ -27,9 +28,20 @@ class LoggingSink(BaseSink):
     """A bus sink that logs every event to ``logger`` (default ``ckpt_events.events``) at ``level``.
 
     Wants nothing when the logger would drop ``level`` at subscribe time, so emit sites stay off.
+    ``redactor`` (default: ``ckpt_events.Redactor()``) applies to the user-supplied attributes of
+    the ``ckpt_event`` a record carries, as the span sinks apply it.
     """
 
-    def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger | None = None,
+        level: int = logging.INFO,
+        *,
+        redactor: Redactor | None = None,
+    ) -> None:
+        if redactor is not None and not isinstance(redactor, Redactor):
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+        self.redactor = redactor if redactor is not None else Redactor()
         if logger is not None and not isinstance(logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger or None, not {logger!r}")
         check_int(level, f"level must be a logging level int, not {level!r}", minimum=0)
@@ -49,7 +61,7 @@ class LoggingSink(BaseSink):
         """Log each event as one record."""
         log = self.logger.log
         level = self.level
-        for event in batch:
+        for event in redacted(batch, self.redactor):
             extra: dict[str, Any] = {"ckpt_event": event}
             trace_id = getattr(event, "trace_id", None)
             if trace_id is not None:

@@ -26,9 +26,10 @@ from typing import IO, Any, Final
 
 import msgspec
 
-from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events import InvalidTypeError, InvalidValueError, Redactor
 from ckpt_events._errors import check_int
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
+from ckpt_events.sinks._redacted import redacted
 from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.jsonl._reader import MAX_LINE
 
@@ -85,6 +86,10 @@ class JsonLinesSink:
     SIGKILL right after a checkpoint still leaves that checkpoint's events behind (the
     demo's crash relies on it). ``blocking=True`` moves the writes to a worker thread, for a
     slow or network filesystem; the bus then gathers ``linger`` seconds of events per batch.
+
+    ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes, as
+    the span sinks apply it: a string value under a matching name (``user.token``) is written
+    as ``[REDACTED]``, so a log never holds what the exported spans hide.
     """
 
     def __init__(
@@ -95,7 +100,11 @@ class JsonLinesSink:
         backups: int = 3,
         blocking: bool = False,
         linger: float = 0.25,
+        redactor: Redactor | None = None,
     ) -> None:
+        if redactor is not None and not isinstance(redactor, Redactor):
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+        self.redactor = redactor if redactor is not None else Redactor()
         if max_bytes is not None:
             check_int(max_bytes, f"max_bytes must be a positive int or None, not {max_bytes!r}", minimum=1)
         check_int(backups, f"backups must be an int >= 0, not {backups!r}")
@@ -171,6 +180,7 @@ class JsonLinesSink:
         with self._lock:
             if self._closed:
                 return
+            batch = redacted(batch, self.redactor)
             events_before = self._events
             try:
                 if self._torn:

@@ -99,6 +99,14 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
         lambda: OtlpSpanSink(ENDPOINT, redactor="none"),  # type: ignore[arg-type]
         InvalidTypeError,
     ),
+    "JSON lines redactor not a Redactor": (
+        lambda: JsonLinesSink(io.BytesIO(), redactor={"token"}),  # type: ignore[arg-type]
+        InvalidTypeError,
+    ),
+    "logging sink redactor not a Redactor": (
+        lambda: LoggingSink(redactor="none"),  # type: ignore[arg-type]
+        InvalidTypeError,
+    ),
     "JSON lines rotation of zero bytes": (
         lambda: JsonLinesSink(io.BytesIO(), max_bytes=0),
         InvalidValueError,

@@ -8,6 +8,7 @@ import pytest
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import LoggingSink
+from ckpt_events.vocab import REDACTED
 
 
 async def test_records_carry_hex_ids(caplog: pytest.LogCaptureFixture) -> None:
@@ -96,3 +97,18 @@ async def test_records_that_already_have_a_trace_id_get_ours_under_other_names(
     assert last.ckpt_span_id == f"{op.span_id:016x}"  # type: ignore[attr-defined]
     said = [r for r in caplog.records if "ckpt_trace_id" in r.getMessage()]
     assert len(said) == 1
+
+
+async def test_the_event_a_record_carries_is_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    """The ``ckpt_event`` a record carries (what a JSON formatter dumps) has the user attributes the
+    rule matches redacted, as the span sinks export them; it carried the secret in clear."""
+    caplog.set_level(logging.INFO, logger="ckpt_events.events")
+    async with Bus() as bus:
+        bus.subscribe(LoggingSink())
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        with tel.operation("resume") as op:
+            op.set_attribute("user.password", "hunter2")
+            op.set_attribute("user.rows", "12")
+    [finished] = [r for r in caplog.records if r.getMessage().startswith("OperationFinished")]
+    assert finished.ckpt_event.attributes == {"user.password": REDACTED, "user.rows": "12"}  # type: ignore[attr-defined]
+    assert finished.ckpt_event.span_id == op.span_id  # type: ignore[attr-defined]

@@ -18,11 +18,13 @@ from ckpt_events import (
     Bus,
     CheckpointEvent,
     InvalidArgumentError,
+    OperationFinished,
+    Redactor,
     Telemetry,
 )
 from ckpt_events.sinks.jsonl import CorruptLine, JsonLinesSink, read_events
 from ckpt_events.testing import MemorySink
-from ckpt_events.vocab import Kind
+from ckpt_events.vocab import REDACTED, Kind
 from tests.ckpt_events.strategies import any_event
 from tests.sinks.helpers import every_event_type
 
@@ -234,3 +236,26 @@ def test_lines_fit_finds_one_line_past_the_bound(lines: list[int], fits: bool) -
     data = b"".join(b"a" * n + b"\n" for n in lines)
     assert _lines_fit(data, 16) is fits
     assert _lines_fit(bytearray(data), 16) is fits
+
+
+async def test_user_attributes_are_redacted_by_the_rule(tmp_path: Path) -> None:
+    """A string under a name the rule matches is written as [REDACTED], as the span sinks export
+    it (the log held the secret the spans hid); other values, and the event other sinks get, stay."""
+    path = tmp_path / "events.jsonl"
+    memory = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(memory)
+        bus.subscribe(JsonLinesSink(path, max_bytes=1 << 20))
+        bus.subscribe(JsonLinesSink(tmp_path / "mine.jsonl", redactor=Redactor({"ssn"})))
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        with tel.operation("commit") as op:
+            op.set_attribute("user.token", "s3cret")
+            op.set_attribute("user.ssn", "123")
+            op.set_attribute("token_count", "7")
+            op.set_attribute("key", 3)
+    [finished] = [event for _, event in read_events(path) if isinstance(event, OperationFinished)]
+    assert finished.attributes == {"user.token": REDACTED, "user.ssn": "123", "token_count": "7", "key": 3}
+    [mine] = [e for _, e in read_events(tmp_path / "mine.jsonl") if isinstance(e, OperationFinished)]
+    assert mine.attributes == {"user.token": "s3cret", "user.ssn": REDACTED, "token_count": "7", "key": 3}
+    assert b"s3cret" not in path.read_bytes()
+    assert memory.of_type(OperationFinished)[0].attributes["user.token"] == "s3cret"
