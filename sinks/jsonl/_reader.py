@@ -87,6 +87,11 @@ def read_events(
     if isinstance(source, str | os.PathLike):
         with open(source, "rb") as file:
             yield from _read(file, max_line)
+    elif isinstance(source, io.TextIOBase):  # read as bytes, it raised "must be str, not bytes"
+        raise InvalidTypeError(
+            f"source must be a path or a binary stream, not the text stream {source!r}: "
+            "pass its .buffer (sys.stdin.buffer), or open the file in 'rb' mode"
+        )
     elif isinstance(source, io.IOBase) or hasattr(source, "readline"):
         yield from _read(source, max_line)
     else:

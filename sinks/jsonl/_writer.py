@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import logging
 import os
 import stat
@@ -131,6 +132,11 @@ class JsonLinesSink:
         if isinstance(target, str | os.PathLike):
             self._path = Path(target)
             self._open()
+        elif isinstance(target, io.TextIOBase):  # sys.stdout: every batch failed, bytes to a str stream
+            raise InvalidTypeError(
+                f"target must be a path or a binary stream, not the text stream {target!r}: "
+                "pass its .buffer (sys.stdout.buffer), or open the file in 'ab' mode"
+            )
         elif hasattr(target, "write"):
             if max_bytes is not None:
                 raise InvalidValueError("max_bytes (rotation) needs a path, not a stream")

@@ -118,6 +118,11 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     ),
     "JSON lines target not a path or stream": (lambda: JsonLinesSink(42), InvalidTypeError),
     "reading from a non-source": (lambda: list(read_events(42)), InvalidTypeError),
+    "reading from a text stream": (
+        lambda: list(read_events(io.StringIO('{"type":"refused"}\n'))),  # type: ignore[arg-type]
+        InvalidTypeError,
+    ),
+    "JSON lines to a text stream": (lambda: JsonLinesSink(io.StringIO()), InvalidTypeError),  # type: ignore[arg-type]
     "replay into a non-sink": (lambda: replay(io.BytesIO(), object()), InvalidTypeError),
     "replay batch of zero": (lambda: replay(io.BytesIO(), LoggingSink(), batch_size=0), InvalidValueError),
     "logging sink level as a string": (lambda: LoggingSink(level="INFO"), InvalidTypeError),

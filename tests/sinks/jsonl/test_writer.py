@@ -259,3 +259,15 @@ async def test_user_attributes_are_redacted_by_the_rule(tmp_path: Path) -> None:
     assert mine.attributes == {"user.token": "s3cret", "user.ssn": REDACTED, "token_count": "7", "key": 3}
     assert b"s3cret" not in path.read_bytes()
     assert memory.of_type(OperationFinished)[0].attributes["user.token"] == "s3cret"
+
+
+def test_a_text_stream_is_refused_naming_its_buffer(tmp_path: Path) -> None:
+    """``JsonLinesSink(sys.stdout)`` and ``read_events(open(path))`` (text streams) are refused in
+    one line naming ``.buffer``: the sink was built and then failed every batch, and the reader
+    raised a bare "must be str, not bytes"."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"")
+    with open(path, "a") as text, pytest.raises(InvalidArgumentError, match=r"\.buffer"):
+        JsonLinesSink(text)  # type: ignore[arg-type]
+    with open(path) as text, pytest.raises(InvalidArgumentError, match=r"'rb' mode"):
+        list(read_events(text))  # type: ignore[arg-type]
