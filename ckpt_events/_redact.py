@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
-from ckpt_events._errors import UnknownNameError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
 __all__ = ["DEFAULT_REDACT_KEYS", "REDACTED", "Redactor"]
 
@@ -28,6 +28,7 @@ class Redactor:
 
     ``mode`` is how a name matches a key: ``exact`` (the whole name), ``last_segment``
     (the part after the last dot; the default) or ``substring`` (anywhere in the name).
+    ``keys`` is an iterable of non-empty names (``["token"]``; a bare string is refused).
     """
 
     __slots__ = ("_cache", "keys", "mode")
@@ -37,7 +38,20 @@ class Redactor:
     ) -> None:
         if mode not in _MODES:
             raise UnknownNameError("redaction match mode", mode, _MODES)
-        self.keys = frozenset(k.lower() for k in keys)
+        if isinstance(keys, str | bytes):  # Redactor("token") made the keys t, o, k, e and n
+            raise InvalidTypeError(
+                f"keys must be an iterable of names, not the string {keys!r}: pass [{keys!r}]"
+            )
+        try:
+            listed = list(keys)
+        except TypeError:
+            raise InvalidTypeError(f"keys must be an iterable of names (str), not {keys!r}") from None
+        for key in listed:
+            if not isinstance(key, str):
+                raise InvalidTypeError(f"each redact key must be a str, not {key!r}")
+            if not key:  # matched every name ("substring") or names ending in a dot
+                raise InvalidValueError("a redact key must not be empty")
+        self.keys = frozenset(k.lower() for k in listed)
         self.mode = mode
         self._cache: dict[str, bool] = {}
 

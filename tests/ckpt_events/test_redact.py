@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_events import Redactor, UnknownNameError
+from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, UnknownNameError
 from ckpt_events.vocab import ATTR_PREFIX, REDACTED
 
 OUR_NAMES = [
@@ -66,3 +66,20 @@ def test_custom_keys_and_bad_mode() -> None:
     assert Redactor({"ssn"}).matches("person.ssn")
     with pytest.raises(UnknownNameError, match="last_segment"):
         Redactor(mode="fuzzy")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("keys", "error"),
+    [
+        ("token", InvalidTypeError),  # its letters became the keys: user.token went out in clear
+        (b"token", InvalidTypeError),
+        ([1], InvalidTypeError),
+        (None, InvalidTypeError),
+        ([""], InvalidValueError),
+    ],
+)
+def test_keys_that_are_not_names_are_refused(keys: object, error: type[Exception]) -> None:
+    """A bare string, a key that is not a str, or an empty key is refused in one line: Redactor("token")
+    took t, o, k, e and n as the keys, redacting ``a.t`` and not ``user.token``."""
+    with pytest.raises(error, match="keys?"):
+        Redactor(keys)  # type: ignore[arg-type]
