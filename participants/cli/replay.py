@@ -147,7 +147,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     if truncated:
         print(f"{counted(truncated, 'span')} left open by a stopped process: exported as truncated (ERROR)")
     for newest, spans in cut:
-        base, _, n = newest.name.rpartition(".")
+        base, _, n = newest.name.removesuffix(".gz").rpartition(".")
         newer = base if int(n) <= 1 else f"{base}.{int(n) - 1}"
         print(
             f"{counted(spans, 'span')} open at the end of {newest.name} not exported: a rotated file "
@@ -164,7 +164,7 @@ def _process_files(paths: list[Path]) -> list[list[Path]]:
 
     groups: dict[str, list[tuple[int, Path]]] = {}
     for path in paths:
-        stem, _, suffix = path.name.rpartition(".")
+        stem, _, suffix = path.name.removesuffix(".gz").rpartition(".")
         rotated = is_rotated(path)
         key = str(path.with_name(stem)) if rotated else str(path)
         groups.setdefault(key, []).append((int(suffix) if rotated else 0, path))

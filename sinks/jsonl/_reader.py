@@ -16,6 +16,10 @@ so such a line is damage or an attack, and holding it would cost one line's size
 so reading is linear in the file's size: a 64 MB line is skipped in about 0.01 s here
 (``report`` took 24.5 s when the whole partial line was joined and searched again per block).
 
+A file compressed with gzip (logrotate's ``compress``: ``events.jsonl.1.gz``) is read through
+it, found by its first two bytes, not its name; a gzip stream cut short or damaged ends in one
+``CorruptLine`` saying so, after every line before the damage.
+
 A time (``start_ns``, ``end_ns``, ``received_ns``, ``time_ns``) outside ``[0, 2**63)`` makes its
 line a ``CorruptLine``: a Unix nanosecond stamp fits a signed 64-bit int until 2262, and what
 reads a log (arrays of int64, a collector's fixed64) cannot hold another. Checked on the decoded
@@ -27,6 +31,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Final, get_args
 
@@ -44,6 +49,8 @@ _EXCERPT: Final = 120
 _CHUNK: Final = 1 << 16
 #: Times are Unix nanoseconds in ``[0, _TIME_BOUND)``: a signed 64-bit int.
 _TIME_BOUND: Final = 1 << 63
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+_GZIP_WBITS: Final = 16 + zlib.MAX_WBITS  # a gzip header and trailer around deflate data
 
 
 def _time_check(cls: type[Any]) -> Callable[[Any], bool]:
@@ -86,7 +93,19 @@ def read_events(
     check_int(max_line, f"max_line must be a positive int, not {max_line!r}", minimum=1)
     if isinstance(source, str | os.PathLike):
         with open(source, "rb") as file:
-            yield from _read(file, max_line)
+            if file.peek(2)[:2] != _GZIP_MAGIC:  # peek, not read and seek: a path may be a pipe
+                yield from _read(file, max_line)
+                return
+            # Was: the compressed bytes read as one corrupt line ("invalid character"), no event.
+            unzipped = _Unzipped(file)
+            last = 0
+            for last, item in _read(unzipped, max_line):
+                yield last, item
+            if unzipped.damage is not None:
+                error = (
+                    f"the gzip stream is cut short or damaged here ({unzipped.damage}): the rest is unread"
+                )
+                yield last + 1, CorruptLine(line=last + 1, error=error, excerpt="")
     elif isinstance(source, io.TextIOBase):  # read as bytes, it raised "must be str, not bytes"
         raise InvalidTypeError(
             f"source must be a path or a binary stream, not the text stream {source!r}: "
@@ -98,7 +117,43 @@ def read_events(
         raise InvalidTypeError(f"source must be a path or a binary stream, not {source!r}")
 
 
-def _read(file: IO[bytes], max_line: int) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
+class _Unzipped:
+    """The content of a gzip file (one member or several), decompressed as it is read; ``read``
+    ends (``b""``) at damage, keeping why in ``damage``. Not ``gzip.GzipFile``: cut short, its
+    ``read(64 KiB)`` raised ``EOFError`` and gave none of the lines it had decompressed."""
+
+    __slots__ = ("_done", "_file", "_inflate", "damage")
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+        self._inflate = zlib.decompressobj(_GZIP_WBITS)
+        self._done = False
+        self.damage: str | None = None
+
+    def read(self, size: int) -> bytes:
+        while not self._done:
+            if self._inflate.eof:  # a member ended: another follows, or the file does
+                data = self._inflate.unused_data or self._file.read(_CHUNK)
+                if not data:
+                    break
+                self._inflate = zlib.decompressobj(_GZIP_WBITS)
+            else:
+                data = self._inflate.unconsumed_tail or self._file.read(_CHUNK)
+                if not data:
+                    self.damage = "the file ends before its gzip stream does"
+                    break
+            try:
+                out = self._inflate.decompress(data, size)
+            except zlib.error as exc:
+                self.damage = str(exc)
+                break
+            if out:
+                return out
+        self._done = True
+        return b""
+
+
+def _read(file: IO[bytes] | _Unzipped, max_line: int) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
     # A block no longer than max_line holds no line longer than max_line: only a line
     # spanning blocks needs its length checked.
     chunk = min(_CHUNK, max_line)

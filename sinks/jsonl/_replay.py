@@ -79,8 +79,8 @@ async def replay(
     returned. Sinks are not closed: their owner does that (e.g. ``SpanSink.shutdown()``).
     With ``close_open`` (the default), the spans the log leaves open follow its last event,
     closed as truncated (``OpenSpans.close``), unless the log is a rotated file (named
-    ``<name>.<digits>``, as ``JsonLinesSink(max_bytes=...)`` and logrotate name them): its
-    writer went on in a newer file, so they are only counted, in ``ReplayResult.cut``.
+    ``<name>.<digits>``, as ``JsonLinesSink(max_bytes=...)`` and logrotate name them, gzipped or
+    not): its writer went on in a newer file, so they are only counted, in ``ReplayResult.cut``.
     """
     check_int(batch_size, f"batch_size must be a positive int, not {batch_size!r}", minimum=1)
     chosen = [_Target(t) for t in targets]
@@ -116,11 +116,12 @@ async def replay(
 
 def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:
     """Whether ``log`` (a path, or a file with its path as ``name``) is named as a rotated file
-    (``<name>.<digits>``, e.g. ``run.jsonl.1``): one its writer went on from, not its last."""
+    (``<name>.<digits>``, e.g. ``run.jsonl.1``, or ``run.jsonl.1.gz`` as logrotate's
+    ``compress`` leaves it): one its writer went on from, not its last."""
     name = getattr(log, "name", None) if not isinstance(log, str | os.PathLike) else os.fspath(log)
     if not isinstance(name, str):
         return False
-    stem, dot, suffix = os.path.basename(name).rpartition(".")
+    stem, dot, suffix = os.path.basename(name).removesuffix(".gz").rpartition(".")
     return bool(stem) and bool(dot) and suffix.isascii() and suffix.isdigit()
 
 

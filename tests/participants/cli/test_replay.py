@@ -205,3 +205,34 @@ def test_a_rotated_file_alone_says_its_open_spans_were_cut_and_exports_none_as_l
         assert main(["replay", str(tmp_path), "--otlp-endpoint", received.url]) == 0
         out = capsys.readouterr().out
         assert "left open" not in out and "not exported" not in out, out
+
+
+def test_a_gzipped_rotated_file_is_read_and_known_as_rotated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``env.jsonl.1.gz`` (logrotate's ``compress``) replays as ``env.jsonl.1`` does: read (it was
+    "not a ckpt-events JSON-lines log" and nothing replayed), its open commit cut rather than
+    exported as left open, and with the newer file, nothing cut."""
+    import gzip
+
+    import anyio
+
+    from tests.sinks.jsonl.test_open_spans import write_a_rotation_with_a_commit_across_it
+
+    log = tmp_path / "env.jsonl"
+    anyio.run(write_a_rotation_with_a_commit_across_it, log)
+    rotated = tmp_path / "env.jsonl.1"
+    (tmp_path / "env.jsonl.1.gz").write_bytes(gzip.compress(rotated.read_bytes()))
+    with otlp_receiver() as received:
+        assert main(["replay", str(rotated), "--otlp-endpoint", received.url]) == 0
+        plain = capsys.readouterr().out
+        rotated.unlink()
+        assert main(["replay", str(tmp_path / "env.jsonl.1.gz"), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0] == plain.splitlines()[0], out
+        assert "left open" not in out, out
+        assert "1 span open at the end of env.jsonl.1.gz not exported" in out, out
+        assert "(env.jsonl) was not given" in out, out
+        assert main(["replay", str(tmp_path), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert "left open" not in out and "not exported" not in out, out

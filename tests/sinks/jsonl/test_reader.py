@@ -5,6 +5,7 @@ length)."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import time
 import tracemalloc
@@ -189,3 +190,23 @@ def test_report_of_a_log_with_a_time_past_2_63_skips_that_line_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith(f"{path}:2: corrupt line skipped: Expected `int` >= 0 and < 2**63"), err
     assert "Traceback" not in err
+
+
+def test_a_gzipped_log_reads_as_the_log_and_damage_is_one_corrupt_line(tmp_path: Path) -> None:
+    """A log compressed by logrotate's ``compress`` (``events.jsonl.1.gz``) reads as the log it
+    holds: it was one corrupt line ("invalid character") and no event. Cut short, it gives every
+    whole line before the cut and then one ``CorruptLine`` naming the damage."""
+    plain = _log(tmp_path / "events.jsonl", 10, good=50)
+    expected = list(read_events(plain))
+    packed = tmp_path / "events.jsonl.1.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert list(read_events(packed)) == expected
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
+    read = list(read_events(cut))
+    *lines, (number, damage) = read
+    assert isinstance(damage, CorruptLine) and "gzip stream is cut short or damaged" in damage.error
+    assert number == lines[-1][0] + 1
+    whole = [item for item in lines if not isinstance(item[1], CorruptLine)]
+    assert whole == [item for item in expected if not isinstance(item[1], CorruptLine)][: len(whole)]
+    assert len(whole) > 10
