@@ -130,7 +130,9 @@ class JsonLinesSink:
         self._file: IO[bytes]
         self._size = 0
         if isinstance(target, str | os.PathLike):
-            self._path = Path(target)
+            # Absolute, as logging.FileHandler makes it: a chdir() later (a daemon going to /) must
+            # not move the log, or make a rotation rename files in the new folder.
+            self._path = Path(os.path.abspath(target))
             self._open()
         elif isinstance(target, io.TextIOBase):  # sys.stdout: every batch failed, bytes to a str stream
             raise InvalidTypeError(
@@ -158,7 +160,7 @@ class JsonLinesSink:
 
     @property
     def path(self) -> Path | None:
-        """The file written to (``None`` for a stream)."""
+        """The file written to, as an absolute path (``None`` for a stream)."""
         return self._path
 
     def _open(self) -> None:

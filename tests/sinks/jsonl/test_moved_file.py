@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from ckpt_events import Bus, OperationFinished, Telemetry
 from ckpt_events.sinks.jsonl import JsonLinesSink, read_events
 
@@ -90,3 +92,27 @@ async def test_a_folder_removed_and_made_again(tmp_path: Path) -> None:
     assert (stats.failed, stats.write_errors) == (2, 1)
     assert bus.stats().sinks[0].failed == 2
     assert stats.reopened == 1
+
+
+async def test_a_relative_path_stays_where_it_was_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path names the file in the folder it was given in, as ``logging.FileHandler``
+    makes it absolute: after a ``chdir`` a rotation renamed nothing (the batch failed, and every
+    later one), and following the path moved the log to the new folder."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    async with Bus() as bus:
+        sink = JsonLinesSink("events.jsonl", max_bytes=1500)
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        await _commits(bus, tel, 0, 1)
+        monkeypatch.chdir(second)
+        await _commits(bus, tel, 1, 4)
+    assert sink.path == first / "events.jsonl"
+    assert list(second.iterdir()) == []
+    assert sink.stats().failed == 0 and sink.stats().rotations > 0
+    read = [_ids(path) for path in sorted(first.iterdir(), reverse=True)]
+    assert [n for ids in read for n in ids] == [f"c{n}" for n in range(5)]
