@@ -190,7 +190,18 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise _bad(name, raw, f"use key=value pairs separated by commas (bad entry {item.strip()!r})")
-        parsed[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
+        try:
+            # Strict: %FF (not UTF-8) was decoded to U+FFFD, a resource attribute set to a value
+            # nobody wrote, without a word.
+            decoded = urllib.parse.unquote(key.strip(), errors="strict")
+            parsed[decoded] = urllib.parse.unquote(value.strip(), errors="strict")
+        except UnicodeDecodeError:
+            raise _bad(
+                name,
+                raw,
+                f"entry {item.strip()!r} percent-decodes to bytes that are not UTF-8 "
+                "(percent-encode the UTF-8 bytes of the text; %25 for a literal '%')",
+            ) from None
     return parsed
 
 

@@ -224,6 +224,20 @@ def test_a_header_that_cannot_be_sent_says_how_to_percent_encode() -> None:
     assert settings.traces_otlp is not None and settings.traces_otlp.headers == {"api-key": "%E2%82%AC"}
 
 
+@pytest.mark.parametrize("name", ["OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_HEADERS"])
+def test_percent_encoding_that_is_not_utf8_is_refused(name: str) -> None:
+    """``team=%FF`` (not UTF-8) became the value U+FFFD without a word: one line naming the
+    variable and the entry; percent-encoded UTF-8 still decodes."""
+    with pytest.raises(ConfigurationError, match=f"{name}=.*'team=%FF'.*not UTF-8") as info:
+        read_otel_env({**BASE, name: "site=a,team=%FF"})
+    assert "\n" not in str(info.value)
+    settings = read_otel_env({**BASE, name: "team=r%C3%A9seau"})
+    otlp = settings.traces_otlp
+    assert otlp is not None
+    decoded = settings.resource_attributes if name == "OTEL_RESOURCE_ATTRIBUTES" else otlp.headers
+    assert decoded == {"team": "réseau"}
+
+
 @pytest.mark.parametrize("name", ["Content-Length", "transfer-encoding", "content-type", "Content-Encoding"])
 def test_a_header_the_sender_sets_itself_is_refused(name: str) -> None:
     """``Content-Length=5`` sent 5 bytes of each body (and counted the spans exported);
