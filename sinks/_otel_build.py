@@ -210,6 +210,7 @@ def _metric_sinks(
             resource_attributes=dict(resource.attributes),
             interval_ms=settings.metric_interval_ms,
             cardinality_limit=cardinality_limit,
+            export_timeout_ms=settings.metric_export_timeout_ms,
         )
         metrics.append(("otel-metrics", built.add(own_metrics, _stop_now)))
     if provider is not None:

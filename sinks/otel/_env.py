@@ -21,6 +21,7 @@ from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
 from ckpt_events.sinks.otlp._tls import client_context
 
 __all__ = [
+    "DEFAULT_METRIC_EXPORT_TIMEOUT_MS",
     "DEFAULT_SERVICE_NAME",
     "BatchSettings",
     "OtelSettings",
@@ -52,6 +53,8 @@ DEFAULT_ENDPOINTS: Final = {
 }
 SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
+#: ``OTEL_METRIC_EXPORT_TIMEOUT``'s default, the specification's (the SDK's periodic reader's).
+DEFAULT_METRIC_EXPORT_TIMEOUT_MS: Final = 30_000
 #: The most each millisecond variable takes: what the sinks take (a request timeout of an hour,
 #: ``OtlpSpanSink``'s linger of a minute, ``OtlpMetricSink``'s interval of a day).
 MAX_TIMEOUT_MS: Final = 3_600_000
@@ -114,6 +117,9 @@ class OtelSettings(msgspec.Struct, frozen=True):
     service_name: str | None = None
     resource_attributes: dict[str, str] = msgspec.field(default_factory=dict)
     metric_interval_ms: int = DEFAULT_METRIC_INTERVAL_MS
+    #: ``OTEL_METRIC_EXPORT_TIMEOUT`` (``None``: unset): the SDK readers' export timeout, and
+    #: our ``OtlpMetricSink``'s request timeout when no OTLP timeout variable gives one.
+    metric_export_timeout_ms: int | None = None
     #: Where ``OTEL_METRICS_EXPORTER=prometheus`` serves ``/metrics``
     #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``).
     prometheus_host: str = "localhost"
@@ -372,6 +378,9 @@ def read_otel_env(
     service = _get(env, "OTEL_SERVICE_NAME")
     attributes = _pairs(env, "OTEL_RESOURCE_ATTRIBUTES")
     interval = _millis(env, "OTEL_METRIC_EXPORT_INTERVAL", maximum=MAX_METRIC_INTERVAL_MS, allow_zero=False)
+    # Read here, not by the SDK's reader from os.environ: it was ignored by our OTLP metric
+    # sink, unchecked, and taken from the process's environment rather than ``environ``.
+    metric_timeout = _millis(env, "OTEL_METRIC_EXPORT_TIMEOUT", maximum=MAX_TIMEOUT_MS, allow_zero=False)
     delay = _millis(env, "OTEL_BSP_SCHEDULE_DELAY", maximum=MAX_SCHEDULE_DELAY_MS)
     export_timeout = _millis(env, "OTEL_BSP_EXPORT_TIMEOUT", maximum=MAX_TIMEOUT_MS, allow_zero=False)
     batch = BatchSettings(
@@ -399,6 +408,7 @@ def read_otel_env(
         service_name=service,
         resource_attributes=attributes,
         metric_interval_ms=DEFAULT_METRIC_INTERVAL_MS if interval is None else interval,
+        metric_export_timeout_ms=metric_timeout,
         prometheus_host=_get(env, "OTEL_EXPORTER_PROMETHEUS_HOST") or "localhost",
         prometheus_port=_port(env, "OTEL_EXPORTER_PROMETHEUS_PORT", 9464),
     )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_events import ConfigurationError
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
-from ckpt_events.sinks.otel._env import OtelSettings, OtlpSettings
+from ckpt_events.sinks.otel._env import DEFAULT_METRIC_EXPORT_TIMEOUT_MS, OtelSettings, OtlpSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
@@ -107,7 +107,16 @@ def metric_readers_for(
     # interval that it was never registered.
     exporters = _metric_exporters(settings)
     return [
-        PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_interval_ms, **limits)
+        PeriodicExportingMetricReader(
+            exporter,
+            export_interval_millis=settings.metric_interval_ms,
+            # Always given: unset, the SDK read OTEL_METRIC_EXPORT_TIMEOUT from os.environ, not
+            # from the mapping configure() was given.
+            export_timeout_millis=DEFAULT_METRIC_EXPORT_TIMEOUT_MS
+            if settings.metric_export_timeout_ms is None
+            else settings.metric_export_timeout_ms,
+            **limits,
+        )
         for exporter in exporters
     ]
 

@@ -64,15 +64,21 @@ def own_metric_sink(
     resource_attributes: Mapping[str, object],
     interval_ms: int,
     cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
+    export_timeout_ms: int | None = None,
 ) -> OtlpMetricSink:
     """An ``OtlpMetricSink`` posting to ``otlp.endpoint`` as is every ``interval_ms``
-    (``OTEL_METRIC_EXPORT_INTERVAL``), keeping ``cardinality_limit`` attribute sets per instrument."""
+    (``OTEL_METRIC_EXPORT_INTERVAL``), keeping ``cardinality_limit`` attribute sets per instrument;
+    the request timeout is the OTLP timeout, else ``export_timeout_ms``
+    (``OTEL_METRIC_EXPORT_TIMEOUT``), else 10 s."""
+    timeout = otlp.timeout_s
+    if timeout is None and export_timeout_ms is not None:
+        timeout = export_timeout_ms / 1000
     return OtlpMetricSink(
         otlp.endpoint,
         metrics_path="",
         protocol=otlp.protocol,
         headers=otlp.headers,
-        timeout=DEFAULT_TIMEOUT_S if otlp.timeout_s is None else otlp.timeout_s,
+        timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
         compression=_compression(otlp),
         tls=otlp.tls,
         resource_attributes=resource_attributes,

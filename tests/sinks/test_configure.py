@@ -109,6 +109,31 @@ async def test_endpoint_builds_otlp_http_exporters() -> None:
 
 
 @pytest.mark.parametrize(
+    ("extra", "timeout"),
+    [
+        ({"OTEL_METRIC_EXPORT_TIMEOUT": "500"}, 0.5),
+        ({"OTEL_METRIC_EXPORT_TIMEOUT": "500", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "700"}, 0.7),
+        ({}, 10.0),
+    ],
+)
+async def test_the_metric_export_timeout_bounds_the_otlp_metric_export(
+    extra: dict[str, str], timeout: float
+) -> None:
+    """OTEL_METRIC_EXPORT_TIMEOUT was ignored (the request took 10 s) and never checked: it is
+    our OTLP metric sink's request timeout unless an OTLP timeout variable gives one."""
+    from ckpt_events.sinks.otel import OtlpMetricSink
+
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": "none", **extra}
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as configured:
+            (sink,) = configured.metric_sinks
+            assert isinstance(sink, OtlpMetricSink) and sink.timeout == timeout
+            configured.close_timeout = 2.0
+        with pytest.raises(ConfigurationError, match="OTEL_METRIC_EXPORT_TIMEOUT='soon'"):
+            configure(bus, environ={**environ, "OTEL_METRIC_EXPORT_TIMEOUT": "soon"})
+
+
+@pytest.mark.parametrize(
     ("environ", "named"),
     [
         (

@@ -197,6 +197,8 @@ async def test_given_providers_are_used_not_built() -> None:
         ("OTEL_PROPAGATORS", "tracecontext,b3"),
         ("OTEL_RESOURCE_ATTRIBUTES", "justakey"),
         ("OTEL_METRIC_EXPORT_INTERVAL", "0"),
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "0"),
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "3600001"),
     ],
 )
 def test_bad_values_name_the_variable_on_one_line(name: str, value: str) -> None:
