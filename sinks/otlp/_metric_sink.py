@@ -24,7 +24,7 @@ from ckpt_events._errors import check_number
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
-from ckpt_events.sinks.otlp._export_worker import ExportWorker, timeout_or
+from ckpt_events.sinks.otlp._export_worker import ExportWorker, logger, timeout_or
 from ckpt_events.sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 
@@ -40,7 +40,8 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     ``overflowed`` measurements recorded in an instrument's ``otel.metric.overflow=true``
     series because it already held ``cardinality_limit`` attribute sets; ``rejected`` data
     points a collector took the request of but rejected (its partial success; cumulative
-    totals carry them again in the next export)."""
+    totals carry them again in the next export); ``dropped`` events handed to the sink after
+    its shutdown (subscribed again once its bus had closed it), never exported."""
 
     events: int
     exports: int
@@ -51,6 +52,7 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     rejected: int = 0
     #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``), or ``None``.
     last_failure: str | None = None
+    dropped: int = 0
 
 
 class OtlpMetricSink:
@@ -111,6 +113,7 @@ class OtlpMetricSink:
         self._totals = MetricTotals(cardinality_limit, owner="OtlpMetricSink")
         self._export_lock = threading.Lock()  # one export at a time: worker, flush, shutdown
         self._events = 0
+        self._said_closed = False  # the one warning for events after shutdown
         self._worker = ExportWorker(
             self.sender,
             name="ckpt-events-otlp-metrics",
@@ -122,10 +125,24 @@ class OtlpMetricSink:
         self._worker.start(self._run)
 
     def handle(self, batch: list[Any]) -> None:
-        """Fold ``batch`` into the cumulative totals."""
+        """Fold ``batch`` into the cumulative totals; after ``shutdown``, count it as dropped."""
         with self._lock:
-            self._totals.add(batch)
-            self._events += len(batch)
+            worker = self._worker
+            if not worker.closed:
+                self._totals.add(batch)
+                self._events += len(batch)
+                return
+            # Shut down (a sink subscribed again after its bus closed it): these were folded,
+            # counted as events and delivered by the bus, and no export ever carried them.
+            worker.dropped += len(batch)
+            first = not self._said_closed
+            self._said_closed = True
+        if first:
+            logger.warning(
+                "OtlpMetricSink to %s was shut down; events handed to it since are dropped "
+                "(counted in OtlpMetricSink.stats().dropped): subscribe a new sink instead",
+                self.sender.url,
+            )
 
     def snapshot(self) -> MetricTotals:
         """A copy of the cumulative totals (what a Prometheus scrape endpoint renders)."""
@@ -195,4 +212,5 @@ class OtlpMetricSink:
                 overflowed=self._totals.overflow.measurements,
                 rejected=worker.rejected,
                 last_failure=worker.last_failure,
+                dropped=worker.dropped,
             )

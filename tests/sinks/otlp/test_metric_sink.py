@@ -185,6 +185,30 @@ async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
     assert (stats.events, stats.exports, stats.export_failures) == (1, 0, 1)
 
 
+async def test_events_after_shutdown_are_counted_as_dropped_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Subscribed again after its bus closed it, the sink folded the events (counted as events,
+    delivered by the bus) and no export ever carried them: now dropped, counted, warned once."""
+    from ckpt_events.benchmarks.rotel import free_port
+
+    sink = OtlpMetricSink(f"http://127.0.0.1:{free_port()}", max_retries=0, timeout=2.0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        Telemetry(bus, kind="model", instance="m0").refused("unauthorized")
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        model = Telemetry(bus, kind="model", instance="m0")
+        model.refused("unauthorized")
+        await bus.flush()
+        model.refused("unauthorized")
+    stats = sink.stats()
+    assert (stats.events, stats.dropped) == (1, 2)
+    assert sink.snapshot().sums[2] == {("refused", "unauthorized"): 1}
+    said = [r for r in caplog.records if "was shut down" in r.getMessage()]
+    assert len(said) == 1 and "stats().dropped" in said[0].getMessage()
+
+
 async def test_points_a_partial_success_rejects_are_counted_and_named() -> None:
     """A 200 whose partial success rejects 2 data points: counted in ``rejected``, named in
     ``last_failure``; the export itself was accepted (they showed as a clean export before)."""
