@@ -7,6 +7,7 @@ every bad value. ``configure`` turns the settings into sinks; ``serve`` reads th
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import ssl
 import urllib.parse
@@ -52,6 +53,8 @@ DEFAULT_ENDPOINTS: Final = {
     "grpc": "http://localhost:4317",
 }
 SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
+#: The optional dependency that brings OTLP over gRPC.
+GRPC_EXTRA: Final = "ckpt-events[grpc]"
 DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
 #: ``OTEL_METRIC_EXPORT_TIMEOUT``'s default, the specification's (the SDK's periodic reader's).
 DEFAULT_METRIC_EXPORT_TIMEOUT_MS: Final = 30_000
@@ -266,6 +269,15 @@ def _otlp(
     prefix = f"OTEL_EXPORTER_OTLP_{upper}_"
     protocol_var = prefix + "PROTOCOL" if _get(env, prefix + "PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
     protocol = _choice(env, protocol_var, PROTOCOLS) or "http/protobuf"
+    if protocol == "grpc" and not _grpc_installed():
+        # Checked here, where the variable is known: the exporter's import error named
+        # OTEL_EXPORTER_OTLP_PROTOCOL when OTEL_EXPORTER_OTLP_METRICS_PROTOCOL had asked for gRPC.
+        raise _bad(
+            protocol_var,
+            env[protocol_var].strip(),
+            f"grpc needs opentelemetry-exporter-otlp-proto-grpc: pip install '{GRPC_EXTRA}', "
+            "or use http/protobuf or http/json",
+        )
     path = SIGNAL_PATHS[signal] if protocol != "grpc" else ""
     if endpoint_override is not None:
         endpoint = check_url(endpoint_override, where_override, base=True) + path
@@ -290,6 +302,14 @@ def _otlp(
         tls=_tls(env, signal),
         insecure=_bool(env, _signal_var(env, signal, "INSECURE")),
     )
+
+
+def _grpc_installed() -> bool:
+    """Whether OpenTelemetry's OTLP/gRPC exporters (the grpc extra) can be imported."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None
+    except ImportError:  # a parent package missing
+        return False
 
 
 def _signal_var(env: Mapping[str, str], signal: str, option: str) -> str:

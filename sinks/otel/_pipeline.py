@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_events import ConfigurationError
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
-from ckpt_events.sinks.otel._env import DEFAULT_METRIC_EXPORT_TIMEOUT_MS, OtelSettings, OtlpSettings
+from ckpt_events.sinks.otel._env import (
+    DEFAULT_METRIC_EXPORT_TIMEOUT_MS,
+    GRPC_EXTRA,
+    OtelSettings,
+    OtlpSettings,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
@@ -29,9 +34,6 @@ __all__ = [
     "metric_readers_for",
     "span_exporters_for",
 ]
-
-#: The optional dependency that brings OTLP over gRPC.
-GRPC_EXTRA = "ckpt-events[grpc]"
 
 
 def _grpc_missing(exc: ImportError) -> ConfigurationError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -208,6 +210,18 @@ def test_bad_values_name_the_variable_on_one_line(name: str, value: str) -> None
         environ["OTEL_TRACES_SAMPLER"] = "traceidratio"
     with pytest.raises(ConfigurationError, match=name) as info:
         read_otel_env(environ)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("signal", ["", "METRICS_", "TRACES_"])
+def test_grpc_without_the_extra_names_the_variable_that_asked(signal: str) -> None:
+    """OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=grpc without the extra was an error naming
+    OTEL_EXPORTER_OTLP_PROTOCOL, which was not set: the variable that asked is named."""
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None:
+        pytest.skip("the grpc extra is installed")
+    name = f"OTEL_EXPORTER_OTLP_{signal}PROTOCOL"
+    with pytest.raises(ConfigurationError, match=rf"^{name}='grpc' .*ckpt-events\[grpc\]") as info:
+        read_otel_env({**BASE, name: "grpc"})
     assert "\n" not in str(info.value)
 
 
