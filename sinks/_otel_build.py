@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from ckpt_events import ConfigurationError
-from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, OtelSettings, given
+from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, ENV_TEMPORALITY, OtelSettings, given
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -187,6 +187,14 @@ def _metric_sinks(
     from ckpt_events.sinks.otel._pipeline import metric_readers_for
     from ckpt_events.sinks.otlp._factory import is_own_http, own_metric_sink
 
+    own_http = meter_provider is None and "otlp" in settings.metrics and is_own_http(settings.metrics_otlp)
+    if own_http and settings.metric_temporality not in (None, "cumulative"):
+        # Before anything is built. delta was taken without a word, and cumulative points sent.
+        raise ConfigurationError(
+            f"{ENV_TEMPORALITY}={settings.metric_temporality!r}: ckpt-events' OTLP/HTTP metric sink "
+            "exports cumulative temporality only; use cumulative (or leave it unset), or "
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=grpc for OpenTelemetry's exporter"
+        )
     own_provider: MeterProvider | None = None
     ours = metric_readers_for(settings, cardinality_limit=cardinality_limit) if meter_provider is None else []
     readers = [*(metric_readers or ()), *ours] if meter_provider is None else []
@@ -203,7 +211,7 @@ def _metric_sinks(
         own_provider = built.add(made, _shut_down)
     provider = meter_provider if meter_provider is not None else own_provider
     metrics: list[tuple[str, AnyMetricSink]] = []
-    if meter_provider is None and "otlp" in settings.metrics and is_own_http(settings.metrics_otlp):
+    if own_http:
         assert settings.metrics_otlp is not None
         own_metrics = own_metric_sink(
             settings.metrics_otlp,

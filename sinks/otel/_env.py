@@ -37,6 +37,9 @@ ExporterName = Literal["otlp", "console", "prometheus"]
 PROTOCOLS: Final = ("http/protobuf", "http/json", "grpc")
 EXPORTERS: Final = ("otlp", "console", "prometheus", "none")
 COMPRESSIONS: Final = ("gzip", "deflate", "none")
+ENV_TEMPORALITY: Final = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+#: ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``'s values (the specification's).
+TEMPORALITIES: Final = ("cumulative", "delta", "lowmemory")
 SAMPLERS: Final = (
     "always_on",
     "always_off",
@@ -123,6 +126,9 @@ class OtelSettings(msgspec.Struct, frozen=True):
     #: ``OTEL_METRIC_EXPORT_TIMEOUT`` (``None``: unset): the SDK readers' export timeout, and
     #: our ``OtlpMetricSink``'s request timeout when no OTLP timeout variable gives one.
     metric_export_timeout_ms: int | None = None
+    #: ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``, checked (``None``: unset); our
+    #: OTLP/HTTP metric sink takes only ``cumulative``, OpenTelemetry's gRPC exporter reads it itself.
+    metric_temporality: str | None = None
     #: Where ``OTEL_METRICS_EXPORTER=prometheus`` serves ``/metrics``
     #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``).
     prometheus_host: str = "localhost"
@@ -423,6 +429,7 @@ def read_otel_env(
         metrics=metrics,
         traces_otlp=_otlp(env, "traces", otlp_endpoint, "otlp_endpoint") if "otlp" in traces else None,
         metrics_otlp=_otlp(env, "metrics", otlp_endpoint, "otlp_endpoint") if "otlp" in metrics else None,
+        metric_temporality=_choice(env, ENV_TEMPORALITY, TEMPORALITIES),
         batch=batch,
         sample_ratio=sampler_ratio,
         service_name=service,

@@ -133,6 +133,28 @@ async def test_the_metric_export_timeout_bounds_the_otlp_metric_export(
             configure(bus, environ={**environ, "OTEL_METRIC_EXPORT_TIMEOUT": "soon"})
 
 
+async def test_a_delta_temporality_preference_is_refused_by_our_cumulative_sink() -> None:
+    """OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta was taken without a word, and our
+    OTLP/HTTP metric sink sent cumulative points: refused, naming it; cumulative is taken, and
+    so is delta beside a meter provider of yours (its exporters decide); a typo is refused."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": "none"}
+    async with Bus() as bus:
+        for value in ("delta", "LowMemory", "soon"):
+            with pytest.raises(ConfigurationError, match=f"(?i)^{name}='{value}'") as info:
+                configure(bus, environ={**environ, name: value})
+            assert "\n" not in str(info.value) and bus.stats().sinks == ()
+        async with configure(bus, environ={**environ, name: "cumulative"}) as configured:
+            assert len(configured.metric_sinks) == 1
+            configured.close_timeout = 2.0
+        provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        async with configure(bus, meter_provider=provider, environ={**environ, name: "delta"}) as configured:
+            assert len(configured.metric_sinks) == 1
+        provider.shutdown()
+
+
 @pytest.mark.parametrize(
     ("environ", "named"),
     [
