@@ -12,6 +12,8 @@ and the scrape page without bound (200,000 refusal codes: a 21.6 MB page and +16
 ``Overflow`` holds one owner's limit, counts the measurements each instrument folded into its
 overflow series, and logs one warning per instrument, the first time. ``AttributeSets`` applies
 it where attributes go to an SDK (``MetricSink``) instead of into our own totals.
+``InvalidMeasurements`` is the other thing every metric owner keeps beside its limit: what it
+refused to record, as the SDK refuses it (a negative amount, a non-finite value).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "DEFAULT_CARDINALITY_LIMIT",
     "OVERFLOW_ATTRIBUTES",
     "AttributeSets",
+    "InvalidMeasurements",
     "Overflow",
     "check_cardinality_limit",
 ]
@@ -79,6 +82,36 @@ class Overflow:
     @property
     def measurements(self) -> int:
         """Measurements folded into an overflow series so far, over every instrument."""
+        return sum(self.by_instrument.values())
+
+
+class InvalidMeasurements:
+    """Measurements an owner refused, as OpenTelemetry's SDK refuses them: a negative counter
+    amount, a negative or non-finite histogram value (an event built by hand, or replayed:
+    ``bus.emit`` checks no field). ``by_instrument`` counts them; the first is logged (a
+    warning). Not locked, as ``Overflow``."""
+
+    __slots__ = ("by_instrument", "owner")
+
+    def __init__(self, owner: str = "metrics") -> None:
+        self.owner = owner
+        self.by_instrument: dict[str, int] = {}
+
+    def refuse(self, instrument: str, value: float) -> None:
+        """Count one refused measurement of ``instrument``; the first one is logged."""
+        if not self.by_instrument:
+            logger.warning(
+                "%s: %s refused the value %r (a counter takes no negative amount, a histogram only "
+                "finite values >= 0); such measurements are counted, not recorded, and not logged again",
+                self.owner,
+                instrument,
+                value,
+            )
+        self.by_instrument[instrument] = self.by_instrument.get(instrument, 0) + 1
+
+    @property
+    def measurements(self) -> int:
+        """Measurements refused so far, over every instrument."""
         return sum(self.by_instrument.values())
 
 

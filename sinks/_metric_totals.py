@@ -29,7 +29,7 @@ from ckpt_events import (
     Stalled,
 )
 from ckpt_events.sinks import _metric_keys as keys
-from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, Overflow
+from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, InvalidMeasurements, Overflow
 from ckpt_events.sinks._open_work import OpenWork, OpenWorkSnapshot
 from ckpt_events.vocab import (
     INSTRUMENTS,
@@ -77,6 +77,7 @@ _bisect_left: Final = bisect.bisect_left
 #: much older (by the operations' end times): "the slowest of about the last minute".
 EXEMPLAR_WINDOW_NS: Final = 60_000_000_000
 _OVERFLOW_KEY: Final = keys.OVERFLOW_KEY
+_INF: Final = float("inf")
 #: The event classes ``MetricTotals.add`` folds into a histogram or a counter.
 _FOLDED: Final = frozenset(
     (OperationFinished, CoordinateFinished, Refused, GenerationCut, LeaseExpired, PrepareNotReady, Stalled)
@@ -149,6 +150,7 @@ class MetricTotals:
 
     def __init__(self, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT, *, owner: str = "metrics") -> None:
         self.overflow = Overflow(cardinality_limit, owner=owner)
+        self.invalid = InvalidMeasurements(owner)
         self.durations: dict[tuple[Any, ...], HistogramPoint] = {}
         self.lags: dict[tuple[Any, ...], HistogramPoint] = {}
         # One dict per counter, in the order of COUNTERS: records, bytes, events.
@@ -175,40 +177,61 @@ class MetricTotals:
             if cls is OperationFinished:
                 operation, kind = event.operation, event.kind
                 key: tuple[Any, ...] = (keys.DURATION, operation, kind, event.outcome)
-                point = durations.get(key)
-                if point is None:
-                    point = self._new_point(durations, key, METRIC_OPERATION_DURATION)
-                point.record((event.end_ns - event.start_ns) / 1e6, event)
-                if event.loop_lag_ms is not None:
-                    key = (keys.LAG, kind)
-                    point = self.lags.get(key)
+                value = (event.end_ns - event.start_ns) / 1e6
+                if value >= 0.0:
+                    point = durations.get(key)
                     if point is None:
-                        point = self._new_point(self.lags, key, METRIC_LOOP_LAG)
-                    point.record(event.loop_lag_ms, event)
+                        point = self._new_point(durations, key, METRIC_OPERATION_DURATION)
+                    point.record(value, event)
+                else:
+                    self.invalid.refuse(METRIC_OPERATION_DURATION, value)
+                lag = event.loop_lag_ms
+                if lag is not None:
+                    if 0.0 <= lag < _INF:
+                        key = (keys.LAG, kind)
+                        point = self.lags.get(key)
+                        if point is None:
+                            point = self._new_point(self.lags, key, METRIC_LOOP_LAG)
+                        point.record(lag, event)
+                    else:
+                        self.invalid.refuse(METRIC_LOOP_LAG, lag)
                 if operation in volume_operations:
                     rows, size = event.records, event.bytes
                     if rows is not None or size is not None:
                         key = (keys.VOLUME, operation, kind)
-                        if rows is not None:
+                        # Not "< 0": a NaN is refused too, as MetricSink (and the SDK) refuse it.
+                        if rows is None:
+                            pass
+                        elif rows >= 0:
                             n = records.get(key)
                             if n is None:
                                 self._add_new(records, key, rows, METRIC_RECORDS)
                             else:
                                 records[key] = n + rows
-                        if size is not None:
+                        else:
+                            self.invalid.refuse(METRIC_RECORDS, rows)
+                        if size is None:
+                            pass
+                        elif size >= 0:
                             n = sizes.get(key)
                             if n is None:
                                 self._add_new(sizes, key, size, METRIC_BYTES)
                             else:
                                 sizes[key] = n + size
+                        else:
+                            self.invalid.refuse(METRIC_BYTES, size)
             elif cls is Refused:
                 self._count((keys.REFUSED, event.code), 1)
             elif cls is CoordinateFinished:
                 key = (keys.DURATION, event.operation, keys.CONTROLLER, event.outcome)
-                point = durations.get(key)
-                if point is None:
-                    point = self._new_point(durations, key, METRIC_OPERATION_DURATION)
-                point.record((event.end_ns - event.start_ns) / 1e6, event)
+                value = (event.end_ns - event.start_ns) / 1e6
+                if value >= 0.0:
+                    point = durations.get(key)
+                    if point is None:
+                        point = self._new_point(durations, key, METRIC_OPERATION_DURATION)
+                    point.record(value, event)
+                else:
+                    self.invalid.refuse(METRIC_OPERATION_DURATION, value)
             elif cls is GenerationCut:
                 self._count((keys.CUT, event.disposition), event.calls)
             elif cls is LeaseExpired:
@@ -224,6 +247,9 @@ class MetricTotals:
     def _count(self, key: tuple[Any, ...], amount: int) -> None:
         """Add ``amount`` of a counted event (a refusal, a cut, ...) under ``key``: rare events,
         so a call each; the frequent operation and step sums stay inline above."""
+        if not amount >= 0:
+            self.invalid.refuse(METRIC_EVENTS, amount)
+            return
         counts = self.sums[2]
         n = counts.get(key)
         if n is None:
@@ -259,6 +285,7 @@ class MetricTotals:
         """A copy to encode while the original keeps counting (its ``overflow`` is shared)."""
         copy = MetricTotals.__new__(MetricTotals)
         copy.overflow = self.overflow
+        copy.invalid = self.invalid
         copy.durations = {key: point.copy() for key, point in self.durations.items()}
         copy.lags = {key: point.copy() for key, point in self.lags.items()}
         copy.sums = tuple(dict(sums) for sums in self.sums)

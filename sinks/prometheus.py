@@ -120,6 +120,13 @@ class PrometheusSink:
             return self._totals.overflow.measurements
 
     @property
+    def invalid(self) -> int:
+        """Measurements refused as OpenTelemetry's SDK refuses them (a negative amount or
+        duration, a non-finite or negative loop lag: an event built by hand), logged once."""
+        with self._lock:
+            return self._totals.invalid.measurements
+
+    @property
     def untracked(self) -> int:
         """Operations started while ``MAX_OPEN`` (10,000) were open already: not in
         ``gym_checkpoint_open_operations`` nor ``..._oldest_open_s_seconds``, which undercount."""

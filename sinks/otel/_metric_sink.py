@@ -30,7 +30,12 @@ from ckpt_events import (
     __version__,
 )
 from ckpt_events.sinks import _metric_keys as keys
-from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, AttributeSets, Overflow
+from ckpt_events.sinks._cardinality import (
+    DEFAULT_CARDINALITY_LIMIT,
+    AttributeSets,
+    InvalidMeasurements,
+    Overflow,
+)
 from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWork
 from ckpt_events.vocab import (
     INSTRUMENTS,
@@ -63,6 +68,7 @@ def _counter(meter: Meter, name: str) -> Counter:
 
 _VOLUME_OPERATIONS: Final = keys.VOLUME_OPERATIONS
 _INTERESTS: Final = keys.INTERESTS
+_INF: Final = float("inf")
 _CONTROLLER: Final = keys.CONTROLLER
 _DURATION: Final = keys.DURATION
 _VOLUME: Final = keys.VOLUME
@@ -82,6 +88,9 @@ class MetricSinkStats(msgspec.Struct, frozen=True):
     events: int
     sdk_calls: int
     overflowed: int = 0
+    #: Measurements refused as the SDK refuses them (a negative amount or duration, a
+    #: non-finite or negative loop lag: an event built by hand), counted and logged once.
+    invalid: int = 0
 
 
 class MetricSink:
@@ -108,6 +117,7 @@ class MetricSink:
             )
         self.meter_provider = meter_provider
         self._overflow = Overflow(cardinality_limit, owner="MetricSink")
+        self._invalid = InvalidMeasurements(owner="MetricSink")
         meter = get_meter("ckpt_events", __version__)
         self._duration = _histogram(meter, METRIC_OPERATION_DURATION)
         self._records = _counter(meter, METRIC_RECORDS)
@@ -153,6 +163,7 @@ class MetricSink:
         sizes: dict[tuple[Any, ...], int] = {}
         counts: dict[tuple[Any, ...], int] = {}
         calls = 0
+        invalid = self._invalid
         # Flat tuple keys, tested by class identity in order of frequency: per-event cost
         # here is what the batching saves on, so it stays a few dict operations.
         for event in batch:
@@ -163,26 +174,51 @@ class MetricSink:
             elif cls is OperationFinished:
                 operation, kind = event.operation, event.kind
                 key = (_DURATION, operation, kind, event.outcome)
-                record((event.end_ns - event.start_ns) / 1e6, durations.get(key) or duration_attributes(key))
-                calls += 1
-                if event.loop_lag_ms is not None:
-                    key = (_LAG, kind)
-                    lags = self._lag_sets
-                    self._loop_lag.record(event.loop_lag_ms, lags.kept.get(key) or lags.attributes(key))
+                # The SDK refuses a negative or non-finite value, and a negative counter amount
+                # (a hand-built event): checked per event, as our totals do, so one bad amount
+                # summed into a batch's does not take the good ones down with it.
+                value = (event.end_ns - event.start_ns) / 1e6
+                if value >= 0.0:
+                    record(value, durations.get(key) or duration_attributes(key))
                     calls += 1
+                else:
+                    invalid.refuse(METRIC_OPERATION_DURATION, value)
+                lag = event.loop_lag_ms
+                if lag is not None:
+                    if 0.0 <= lag < _INF:
+                        key = (_LAG, kind)
+                        lags = self._lag_sets
+                        self._loop_lag.record(lag, lags.kept.get(key) or lags.attributes(key))
+                        calls += 1
+                    else:
+                        invalid.refuse(METRIC_LOOP_LAG, lag)
                 if operation in _VOLUME_OPERATIONS:
                     key = (_VOLUME, operation, kind)
-                    if event.records is not None:
-                        records[key] = records.get(key, 0) + event.records
-                    if event.bytes is not None:
-                        sizes[key] = sizes.get(key, 0) + event.bytes
+                    rows, size = event.records, event.bytes
+                    if rows is not None:
+                        if rows >= 0:
+                            records[key] = records.get(key, 0) + rows
+                        else:
+                            invalid.refuse(METRIC_RECORDS, rows)
+                    if size is not None:
+                        if size >= 0:
+                            sizes[key] = sizes.get(key, 0) + size
+                        else:
+                            invalid.refuse(METRIC_BYTES, size)
             elif cls is CoordinateFinished:
                 key = (_DURATION, event.operation, _CONTROLLER, event.outcome)
-                record((event.end_ns - event.start_ns) / 1e6, durations.get(key) or duration_attributes(key))
-                calls += 1
+                value = (event.end_ns - event.start_ns) / 1e6
+                if value >= 0.0:
+                    record(value, durations.get(key) or duration_attributes(key))
+                    calls += 1
+                else:
+                    invalid.refuse(METRIC_OPERATION_DURATION, value)
             elif cls is GenerationCut:
-                key = (_CUT, event.disposition)
-                counts[key] = counts.get(key, 0) + event.calls
+                if event.calls >= 0:  # a NaN or a negative is refused
+                    key = (_CUT, event.disposition)
+                    counts[key] = counts.get(key, 0) + event.calls
+                else:
+                    invalid.refuse(METRIC_EVENTS, event.calls)
             elif cls is LeaseExpired:
                 key = (_LEASE, event.kind, event.phase)
                 counts[key] = counts.get(key, 0) + 1
@@ -246,5 +282,8 @@ class MetricSink:
     def stats(self) -> MetricSinkStats:
         """Events seen and SDK calls made so far."""
         return MetricSinkStats(
-            events=self._seen, sdk_calls=self._sdk_calls, overflowed=self._overflow.measurements
+            events=self._seen,
+            sdk_calls=self._sdk_calls,
+            overflowed=self._overflow.measurements,
+            invalid=self._invalid.measurements,
         )

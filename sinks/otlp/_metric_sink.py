@@ -53,6 +53,9 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     #: How the latest failed export failed (``"answered 404"``, ``"got no answer"``), or ``None``.
     last_failure: str | None = None
     dropped: int = 0
+    #: Measurements refused as OpenTelemetry's SDK refuses them (a negative amount or duration,
+    #: a non-finite or negative loop lag: an event built by hand), counted and logged once.
+    invalid: int = 0
 
 
 class OtlpMetricSink:
@@ -213,4 +216,5 @@ class OtlpMetricSink:
                 rejected=worker.rejected,
                 last_failure=worker.last_failure,
                 dropped=worker.dropped,
+                invalid=self._totals.invalid.measurements,
             )

@@ -209,3 +209,62 @@ def test_a_bad_limit_is_refused(limit: Any, error: type[Exception]) -> None:
     """Whole numbers >= 1 only, with the argument named."""
     with pytest.raises(error, match="cardinality_limit"):
         MetricTotals(limit)
+
+
+async def test_a_measurement_the_sdk_refuses_is_refused_by_every_path_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hand-built events (bus.emit checks no field) with a negative amount, a negative duration
+    and a NaN loop lag: our totals summed them (a counter going down, a sum NaN for good) while
+    the SDK refused them, and MetricSink's per-batch sum lost a good amount with a bad one
+    (bytes 5 + -7: add(-2), refused whole). Every path now keeps the good and counts the bad."""
+    import time
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from ckpt_events import Bus
+    from ckpt_events.sinks.otel import MetricSink
+    from ckpt_events.sinks.prometheus import PrometheusSink
+    from ckpt_events.vocab import Disposition, Operation
+    from tests.sinks.helpers import metric_points
+
+    reader = InMemoryMetricReader()
+    sdk = MetricSink(MeterProvider(metric_readers=[reader]))
+    prometheus = PrometheusSink()
+    t = time.time_ns()
+    async with Bus() as bus:
+        bus.subscribe(sdk)
+        bus.subscribe(prometheus)
+        bus.emit(OperationFinished("model", "m", 1, 2, t, t + 10**6, Operation.COMMIT, records=10, bytes=5))
+        bus.emit(
+            OperationFinished(
+                "model",
+                "m",
+                1,
+                3,
+                t,
+                t + 10**6,
+                Operation.COMMIT,
+                records=-5,
+                bytes=-7,
+                loop_lag_ms=float("nan"),
+            )
+        )
+        bus.emit(OperationFinished("model", "m", 1, 4, t + 10**6, t, Operation.COMMIT))
+        bus.emit(GenerationCut("model", "m", t, Disposition.DURABLE_PREFIX, -2))
+    volume = frozenset(
+        {("nemo.gym.checkpoint.operation", "commit"), ("nemo.gym.checkpoint.participant_kind", "model")}
+    )
+    points = metric_points(reader)
+    assert points["gym.checkpoint.records_total"][1] == {volume: 10}
+    assert points["gym.checkpoint.bytes_total"][1] == {volume: 5}
+    assert "gym.checkpoint.events_total" not in points and "gym.checkpoint.loop_lag_ms" not in points
+    totals = prometheus.snapshot()
+    key = (keys.VOLUME, Operation.COMMIT, "model")
+    assert totals.sums == ({key: 10}, {key: 5}, {}) and not totals.lags
+    (duration,) = totals.durations.values()
+    assert (duration.count, duration.total, duration.min) == (2, 2.0, 1.0)
+    assert sdk.stats().invalid == prometheus.invalid == 5
+    said = [r.getMessage() for r in caplog.records if "refused the value" in r.getMessage()]
+    assert len(said) == 2  # once per sink

@@ -389,13 +389,15 @@ def test_a_registry_already_holding_one_of_our_names_refuses_the_collector() -> 
 
 
 def test_a_page_that_cannot_be_rendered_is_a_500_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    """A render that raises (a count bus.emit took unchecked as None) answers 500, counted, the
-    first one logged; it killed the scrape thread with a traceback and no answer each time."""
-    from ckpt_events import GenerationCut
+    """A render that raises (a totals source of the caller's failing; a count bus.emit took
+    unchecked as None once did it, now refused at the fold) answers 500, counted, the first one
+    logged; it killed the scrape thread with a traceback and no answer each time."""
 
-    sink = PrometheusSink()
-    sink.handle([GenerationCut(kind="model", instance="m0", time_ns=1, disposition="aborted", calls=None)])  # type: ignore[arg-type]
-    with _endpoint(sink) as endpoint, caplog.at_level("ERROR", logger="ckpt_events.sinks.prometheus"):
+    class Failing(PrometheusSink):
+        def snapshot(self) -> MetricTotals:
+            raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
+
+    with _endpoint(Failing()) as endpoint, caplog.at_level("ERROR", logger="ckpt_events.sinks.prometheus"):
         for _ in range(2):
             with pytest.raises(urllib.error.HTTPError) as info:
                 _get(endpoint.url)
