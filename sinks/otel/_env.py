@@ -223,7 +223,14 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
 def _headers(env: Mapping[str, str], name: str) -> dict[str, str]:
     """``_pairs`` whose every pair can be sent as an HTTP header (checked here, not at the
     first export, where ``http.client`` refusing it on the export thread lost the batch)."""
-    headers = _pairs(env, name)
+    headers: dict[str, str] = {}
+    by_lower: dict[str, str] = {}
+    for key, value in _pairs(env, name).items():
+        # HTTP names are case-insensitive: "Authorization=a,authorization=b" sent both headers
+        # (a collector takes either, or refuses); the last one wins, as for an exact repeat.
+        headers.pop(by_lower.get(key.lower(), key), None)
+        by_lower[key.lower()] = key
+        headers[key] = value
     for key, value in headers.items():
         problem = header_problem(key, value)
         if problem is not None:

@@ -254,6 +254,15 @@ def test_percent_encoding_that_is_not_utf8_is_refused(name: str) -> None:
     assert decoded == {"team": "réseau"}
 
 
+def test_a_header_repeated_in_another_case_is_sent_once_the_last_winning() -> None:
+    """``Authorization=Bearer old,authorization=Bearer new`` sent both headers (HTTP names are
+    case-insensitive; a collector took either); the last one wins, as for an exact repeat."""
+    headers = "Authorization=Bearer old,x-team=rl,authorization=Bearer new,X-Team=ml"
+    settings = read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": headers})
+    assert settings.traces_otlp is not None
+    assert settings.traces_otlp.headers == {"authorization": "Bearer new", "X-Team": "ml"}
+
+
 @pytest.mark.parametrize("name", ["Content-Length", "transfer-encoding", "content-type", "Content-Encoding"])
 def test_a_header_the_sender_sets_itself_is_refused(name: str) -> None:
     """``Content-Length=5`` sent 5 bytes of each body (and counted the spans exported);
