@@ -32,7 +32,6 @@ from ckpt_events._bus_contract import InterestListener
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
-from ckpt_events._span_handles import QUEUED_EVENTS
 from ckpt_events._subscription import (
     DEFAULT_BATCH_INTERVAL,
     SinkStats,
@@ -218,7 +217,11 @@ class Bus:
         suffix = self._suffixes.get(base)
         unique = self._unique_name(base)
         try:
-            sub = Subscription(self, sink, unique, buffer_size, batch_size, linger, batch_interval)
+            # One raw buffer per bus: a handle's ``_wire`` tells one consumer its start from its end.
+            raw_free = not any(s._buffer.raw for s in self._subscriptions)
+            sub = Subscription(
+                self, sink, unique, buffer_size, batch_size, linger, batch_interval, raw_free=raw_free
+            )
         except BaseException:
             # Refused (bad interests, linger, blocking): the name is given back, so the sink
             # corrected and subscribed again is called what was asked (it became "name-2").
@@ -228,13 +231,6 @@ class Bus:
             else:
                 self._suffixes[base] = suffix
             raise
-        if sub.takes_span_handles and not any(s._buffer.raw for s in self._subscriptions):
-            # One raw buffer per bus: a handle's ``_wire`` tells one consumer its start from its
-            # end. Another such sink gets events, as any sink does (its handles built for it).
-            sub._buffer.raw = True
-        elif sub.takes_span_handles:
-            sub.takes_span_handles = False
-            sub._takes_handles = not sub.interests.isdisjoint(QUEUED_EVENTS)
         self._subscriptions.append(sub)
         self._history[sub] = None
         self._add_routes(sub)

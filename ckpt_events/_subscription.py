@@ -79,7 +79,7 @@ class _Buffer(deque[Any]):
         self.paused = False  # the delivery task waits out a batch interval (a finished operation ends it)
         self.owner = owner
         # The bus's one buffer taking span handles raw, starts included (RAW_QUEUED in
-        # _span_handles.py); set by Bus.subscribe before any route holds it.
+        # _span_handles.py); set by its Subscription before any route holds it.
         self.raw = False
 
 
@@ -95,17 +95,21 @@ class Subscription:
         batch_size: int,
         linger: float | None = None,
         batch_interval: float = 0.0,
+        *,
+        raw_free: bool = False,
     ):
         self.bus = bus
         self.sink = sink
         self.name = name
         self.interests: frozenset[type[Event]] = resolve_interests(sink)
-        # Finished operations and steps are queued as their span handles (see _span_handles.py);
-        # a sink that takes them raw (``takes_span_handles``) gets them as they are.
-        self.takes_span_handles = getattr(sink, "_takes_span_handles", False) is True
-        self._takes_handles = not self.takes_span_handles and not self.interests.isdisjoint(QUEUED_EVENTS)
         self.closed = False
         self._buffer = _Buffer(buffer_size, self)
+        # A sink that takes span handles as they are (``_takes_span_handles``) gets the bus's one
+        # raw buffer while no other subscription holds it (``raw_free``); another gets events.
+        self._buffer.raw = raw_free and getattr(sink, "_takes_span_handles", False) is True
+        # Finished operations and steps are queued as their span handles (see _span_handles.py),
+        # turned into their events for every sink but the raw one.
+        self._takes_handles = not self._buffer.raw and not self.interests.isdisjoint(QUEUED_EVENTS)
         self._batch_size = batch_size
         self._wake = anyio.Event()
         self._handled = 0  # delivered + failed

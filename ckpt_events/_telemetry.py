@@ -91,9 +91,9 @@ def _raw_in(route: tuple[_Buffer, ...]) -> _Buffer | None:
     return next((buffer for buffer in route if buffer.raw), None)
 
 
-def _cooked(route: tuple[_Buffer, ...]) -> tuple[_Buffer, ...]:
-    """``route`` without its raw buffer: the buffers that take events."""
-    return route if _raw_in(route) is None else tuple(buffer for buffer in route if not buffer.raw)
+def _cooked(route: tuple[_Buffer, ...], raw: _Buffer | None) -> tuple[_Buffer, ...]:
+    """``route`` without its ``raw`` buffer (``_raw_in``): the buffers that take events."""
+    return route if raw is None else tuple(buffer for buffer in route if buffer is not raw)
 
 
 def _inherited(parent: _SpanBase | None) -> str | None:
@@ -236,10 +236,10 @@ class Telemetry:
         # the raw buffer (the export process's) gets the handle itself instead.
         operation_started = self.bus._routes.get(OperationStarted, ())
         self._operation_started_raw = _raw_in(operation_started)
-        self._operation_started_route = _cooked(operation_started)
+        self._operation_started_route = _cooked(operation_started, self._operation_started_raw)
         step_started = self.bus._routes.get(StepStarted, ())
         self._step_started_raw = _raw_in(step_started)
-        self._step_started_route = _cooked(step_started)
+        self._step_started_route = _cooked(step_started, self._step_started_raw)
         # One flag per event type the live handles read on every span (an attribute read,
         # not a routing-table lookup); steps off (say, metrics only) means no step handles.
         self._operation_started_on = wants(OperationStarted)
