@@ -350,7 +350,8 @@ class Subscription:
         try:
             if self._async:
                 await self.sink.handle(batch)  # type: ignore[misc]
-            elif self._blocking:
+                return
+            if self._blocking:
                 # Abandoned on cancel: a handle stuck in I/O cannot hold the bus's close past
                 # its deadline, nor the interpreter's exit (a daemon thread; its batch counts
                 # as abandoned).
@@ -359,15 +360,13 @@ class Subscription:
                     assert schedule is not None  # set when the bus starts, before any delivery
                     self._thread = SinkThread(self.name, schedule)
                 result = await self._thread.run(self.sink.handle, batch)
-                if result is not None and inspect.isawaitable(result):
-                    await result
             else:
                 result = self.sink.handle(batch)
-                # A handle that is not a coroutine function may still return an awaitable (an
-                # object with an async __call__, a plain decorator around an async def): awaited,
-                # where its batch was counted delivered and the coroutine never ran.
-                if result is not None and inspect.isawaitable(result):
-                    await result
+            # A handle that is not a coroutine function may still return an awaitable (an
+            # object with an async __call__, a plain decorator around an async def): awaited,
+            # where its batch was counted delivered and the coroutine never ran.
+            if result is not None and inspect.isawaitable(result):
+                await result
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException:  # SystemExit too: a sink never takes its neighbours down
