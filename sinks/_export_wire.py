@@ -74,21 +74,20 @@ def wire_items(batch: list[Any]) -> list[Any]:
     append = items.append
     for item in batch:
         cls = item.__class__
+        if cls not in QUEUED_HANDLES:
+            append(EventItem(item))
+            continue
+        start = item._wire == RAW_QUEUED  # the first time this buffer's one consumer meets it
+        if start:
+            item._wire = RAW_SENT
         if (cls is OperationSpan or cls is StepSpan) and item._event is None:
-            if item._wire == RAW_QUEUED:  # the first time this buffer's one consumer meets it
-                item._wire = RAW_SENT
+            if start:
                 append(START)
             append(item)
-        elif cls in QUEUED_HANDLES:
+        else:
             # A subclass (``BridgedOperationSpan`` holds the bridge), or a handle whose event
             # another sink's delivery built already: its events, not its fields twice.
-            if item._wire == RAW_QUEUED:
-                item._wire = RAW_SENT
-                append(EventItem(item._started()))
-            else:
-                append(EventItem(item._event or item._finished()))
-        else:
-            append(EventItem(item))
+            append(EventItem(item._started() if start else item._finished()))
     return items
 
 
