@@ -6,10 +6,19 @@ One line per batch, a JSON array of the batch's items in the bus's order. An ite
 * a span handle (``OperationSpan``, ``StepSpan``: array-like structs tagged ``operation`` and
   ``step``), as msgspec writes it: ``["operation", [kind, instance, worker], operation, ...]``,
   every field in order, the ``Telemetry``'s identity in place of the ``Telemetry``. A handle
-  stands for its span's end (its ``*Finished`` event); after a ``0`` (``START``), for its start.
-  Each span goes twice, its start where it started and its end where it ended, so the child's
-  sinks get the events in this process's order (one record for both, written at the start, put
-  a parent's end before its children's starts).
+  stands for its span's end (its ``*Finished`` event); after a ``0`` (``START``), for its start;
+* a string of digits ``"k"``: the end of the span whose record is the line's item ``k``,
+  written there as its start (``START`` before it) by a span that started and ended in one
+  batch. A string, not a number: a line cut short inside ``"12"`` leaves no ``1`` that names
+  another span's record.
+
+Each span goes twice, its start where it started and its end where it ended, so the child's
+sinks get the events in this process's order (its two events at one place would put a
+parent's end before its children's starts). A span whose start and end are in one batch, as
+nearly every request's are, has its fields written once, at its start, and its end is that
+record's index: the line is half as long, and the server encodes each handle once. A line cut
+short (the server died while writing it) keeps its starts, as before: the record is the
+earlier of the two.
 
 The export process's buffer is the bus's raw one (``_Buffer.raw``): it gets each handle at the
 span's start and again at its end, and no event is built for it in the server, neither on the
@@ -69,30 +78,46 @@ def encoder() -> msgspec.json.Encoder:
 
 
 def wire_items(batch: list[Any]) -> list[Any]:
-    """``batch`` (from the raw buffer) as the line's items: each start a ``START`` and its handle."""
+    """``batch`` (from the raw buffer) as the line's items: each start a ``START`` and its handle,
+    each end its handle, or its record's index when its start is in the same line."""
     items: list[Any] = []
     append = items.append
+    # The handles written as their start in this line. Until the loop ends, each one's ``_wire``
+    # is its record's index, negated (met again in this line: its end); then ``RAW_SENT``.
+    opened: list[Any] = []
     for item in batch:
         cls = item.__class__
         if cls not in QUEUED_HANDLES:
             append(EventItem(item))
             continue
-        start = item._wire == RAW_QUEUED  # the first time this buffer's one consumer meets it
-        if start:
-            item._wire = RAW_SENT
+        wire = item._wire
         if (cls is OperationSpan or cls is StepSpan) and item._event is None:
-            if start:
+            if wire == RAW_QUEUED:  # the first time this buffer's one consumer meets it: its start
                 append(START)
-            append(item)
+                item._wire = -len(items)
+                opened.append(item)
+                append(item)
+            elif wire < 0:
+                # Its end, its start in this line: that record (encoded after this loop, so with
+                # every field as the span ended) stands for both, by its index.
+                append(str(-wire))
+                item._wire = RAW_SENT
+            else:
+                append(item)
+        # A subclass (``BridgedOperationSpan`` holds the bridge), or a handle whose event
+        # another sink's delivery built already: its events, not its fields twice.
+        elif wire == RAW_QUEUED:
+            item._wire = RAW_SENT
+            append(EventItem(item._started()))
         else:
-            # A subclass (``BridgedOperationSpan`` holds the bridge), or a handle whose event
-            # another sink's delivery built already: its events, not its fields twice.
-            append(EventItem(item._started() if start else item._finished()))
+            append(EventItem(item._finished()))
+    for item in opened:  # those whose end is in a later line
+        item._wire = RAW_SENT
     return items
 
 
 class EventItem(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="event"):
-    """An event on the pipe: ``["event", {...}]`` (every item of a line an int or an array, the
+    """An event on the pipe: ``["event", {...}]`` (every item of a line an int, a string or an array, the
     child decodes the whole line at once)."""
 
     event: CheckpointEvent
@@ -171,7 +196,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
         return step_finished(self, *self._tel)
 
 
-_LINE: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | EventItem])
+_LINE: Final = msgspec.json.Decoder(list[int | str | OperationRecord | StepRecord | EventItem])
 
 
 def read_batch(line: bytes) -> list[Event]:
@@ -179,7 +204,9 @@ def read_batch(line: bytes) -> list[Event]:
     events: list[Event] = []
     append = events.append
     start = False
-    for item in _LINE.decode(line):
+    items = _LINE.decode(line)
+    ended: set[int] = set()  # the indices of the records whose end was read
+    for index, item in enumerate(items):
         if isinstance(item, OperationRecord | StepRecord):
             append(item.started() if start else item.finished())
             start = False
@@ -187,11 +214,23 @@ def read_batch(line: bytes) -> list[Event]:
             append(item.event)
         elif item == START and not start:
             start = True
+        elif isinstance(item, str) and not start:
+            append(_record_at(items, item, index, ended).finished())
         else:
             raise msgspec.DecodeError(f"not an item of the export pipe: {item!r}")
     if start:
         raise msgspec.DecodeError("the export pipe's line ends with a start mark and no span")
     return events
+
+
+def _record_at(items: list[Any], ref: str, index: int, ended: set[int]) -> OperationRecord | StepRecord:
+    """The record an end's ``ref`` (item ``index``) names: a start's, earlier in the line, not ended yet."""
+    at = int(ref) if ref.isascii() and ref.isdigit() else 0
+    record = items[at] if 0 < at < index else None
+    if not isinstance(record, OperationRecord | StepRecord) or items[at - 1] != START or at in ended:
+        raise msgspec.DecodeError(f"item {index} of the export pipe's line ends no span it started: {ref!r}")
+    ended.add(at)
+    return record
 
 
 #: A JSON string, or one of the characters that open, close or separate items.

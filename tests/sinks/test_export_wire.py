@@ -204,12 +204,16 @@ async def test_a_line_cut_short_keeps_its_whole_items() -> None:
     whole = read_batch(line)
     assert whole_events(line[:-1]) == whole  # only the closing bracket lost
     items = msgspec.json.decode(line)
+    assert any(isinstance(item, str) for item in items)  # an end naming its start's record
     # Cut inside each item in turn: what comes back is the items before it (a start mark whose
     # span was cut left out), never an error and never a half item.
     for i in range(1, len(items)):
         kept = items[: i - 1] if items[i - 1] == 0 else items[:i]
-        cut = msgspec.json.encode(items[:i])[:-1] + b"," + msgspec.json.encode(items[i])[:5]
-        assert whole_events(cut) == read_batch(msgspec.json.encode(kept))
+        whole_item = msgspec.json.encode(items[i])
+        for size in (1, 2, 5):  # an end's '"12"' cut to '"1' names no other record
+            if size < len(whole_item):
+                cut = msgspec.json.encode(items[:i])[:-1] + b"," + whole_item[:size]
+                assert whole_events(cut) == read_batch(msgspec.json.encode(kept))
     assert whole_events(b"[0") == [] and whole_events(b"") == []
 
 
@@ -217,3 +221,42 @@ def test_a_line_that_is_not_the_pipes_is_refused() -> None:
     for line in (b"[1]", b"[0]", b"[0,0,[]]", b'["x"]', b"[[1,2]]", b"[0,{}]"):
         with pytest.raises(msgspec.DecodeError):
             read_batch(line)
+
+
+async def test_a_span_started_and_ended_in_one_line_has_its_fields_written_once() -> None:
+    """Its end is its start's record's index (a string), so the server encodes each such handle
+    once and the line is half as long; the child still gets both events, each in its place."""
+    wire = Wire()
+    async with Bus() as bus:
+        bus.subscribe(wire)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        for _ in range(5):  # indices of two digits, as a busy server's lines hold
+            with tel.operation("commit") as op, op.step("export"):
+                pass
+        await bus.flush()
+    (line,) = wire.lines
+    items = msgspec.json.decode(line)
+    records = [item for item in items if isinstance(item, list)]
+    ends = [item for item in items if isinstance(item, str)]
+    assert len(records) == len(ends) == 10 and items.count(0) == 10
+    assert max(int(end) for end in ends) >= 10
+    for position, end in ((i, int(item)) for i, item in enumerate(items) if isinstance(item, str)):
+        assert items[end - 1] == 0 and isinstance(items[end], list) and end < position
+    kinds = [type(e).__name__ for e in wire.events]
+    assert kinds[:4] == ["OperationStarted", "StepStarted", "StepFinished", "OperationFinished"]
+    assert len(wire.events) == 20
+
+
+def test_an_end_that_names_no_start_of_its_line_is_refused() -> None:
+    record = msgspec.json.encode(
+        ["step", ["resources", "r0", None], "export", None, 1, 2, 3, True, None, False]
+        + [1, 2, 3, None, "ok", None, None, None, None, None, None, None, None, 2]
+    )
+    assert len(read_batch(b"[0," + record + b',"1"]')) == 2  # well formed: its start and its end
+    for tail in (b',"1","1"]', b',"2"]', b',"0"]', b',"x"]', b',"-1"]', b',"1 "]', b',"\xd9\xa1"]'):
+        with pytest.raises(msgspec.DecodeError):
+            read_batch(b"[0," + record + tail)
+    with pytest.raises(msgspec.DecodeError):
+        read_batch(b"[" + record + b"," + record + b',"1"]')  # that record is an end, not a start
+    with pytest.raises(msgspec.DecodeError):
+        read_batch(b'["1",0,' + record + b"]")  # named before it
