@@ -408,6 +408,7 @@ def _fold(a: SinkStats, b: SinkStats) -> SinkStats:
         failed_batches=a.failed_batches + b.failed_batches,
         pending=a.pending + b.pending,
         abandoned=a.abandoned + b.abandoned,
+        error=a.error if a.error is not None else b.error,
     )
 
 

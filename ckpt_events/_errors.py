@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Final
 
 __all__ = [
     "CkptEventsError",
@@ -92,6 +93,23 @@ def check_number(
     if not (low < value <= high if low_open else low <= value <= high):
         raise InvalidValueError(message)
     return float(value)
+
+
+#: The longest message ``one_line`` keeps of an error (a sink's may carry a whole payload).
+ONE_LINE_CHARS: Final = 300
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` said in one line, its class first (``ValueError: batch 1 refused``), its message
+    cut at ``ONE_LINE_CHARS``: how a caught error of someone else's code (a sink's ``handle``)
+    is kept in stats and results. Never raises, whatever the error's ``__str__`` does."""
+    try:
+        said = " ".join(str(exc).split())
+    except Exception:  # its own __str__ raised; we are already handling a failure
+        said = "(its message could not be read)"
+    if len(said) > ONE_LINE_CHARS:
+        said = said[: ONE_LINE_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
 class ConfigurationError(CkptEventsError, ValueError):

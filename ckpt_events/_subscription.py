@@ -19,7 +19,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ckpt_events._errors import InvalidTypeError, check_int, check_number
+from ckpt_events._errors import InvalidTypeError, check_int, check_number, one_line
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
@@ -51,7 +51,8 @@ class SinkStats(msgspec.Struct, frozen=True):
     """Counters of one subscription.
 
     ``emitted`` counts the events offered to this sink (``delivered + failed + pending +
-    dropped + abandoned``); ``failed`` counts events in batches whose ``handle`` raised;
+    dropped + abandoned``); ``failed`` counts events in batches whose ``handle`` raised, and
+    ``error`` is the first thing it raised, in one line (``ValueError: boom``), or ``None``;
     ``abandoned`` counts events the bus gave up on at its close deadline (a sink stuck in
     ``handle`` or ``aclose``: the batch in its hands and what was still buffered).
     """
@@ -64,6 +65,7 @@ class SinkStats(msgspec.Struct, frozen=True):
     failed_batches: int
     pending: int
     abandoned: int = 0
+    error: str | None = None
 
 
 class _Buffer(deque[Any]):
@@ -117,7 +119,7 @@ class Subscription:
         self._failed_batches = 0
         self._in_flight = 0
         self._abandoned = 0
-        self._logged_failure = False
+        self._first_error: str | None = None  # logged once, kept for stats()
         self._flush_waiters: list[tuple[int, anyio.Event]] = []
         self._done = anyio.Event()
         self._sink_closed = anyio.Event()
@@ -182,6 +184,7 @@ class Subscription:
             failed_batches=self._failed_batches,
             pending=pending,
             abandoned=self._abandoned,
+            error=self._first_error,
         )
 
     def _abandon(self) -> int:
@@ -369,11 +372,11 @@ class Subscription:
                 await result
         except anyio.get_cancelled_exc_class():
             raise
-        except BaseException:  # SystemExit too: a sink never takes its neighbours down
+        except BaseException as exc:  # SystemExit too: a sink never takes its neighbours down
             self._failed += len(batch)
             self._failed_batches += 1
-            if not self._logged_failure:
-                self._logged_failure = True
+            if self._first_error is None:
+                self._first_error = one_line(exc)
                 logger.exception(
                     "sink %r failed to handle a batch of %d events; its failures are counted "
                     "in bus.stats() and not logged again",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ckpt_events.sinks._export_process import ExportProcess, ExportProcessStats
     from ckpt_events.sinks._logging_sink import LoggingSink
     from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
-    from ckpt_events.sinks.jsonl._replay import ReplayResult, replay
+    from ckpt_events.sinks.jsonl._replay import ReplayFailure, ReplayResult, replay
     from ckpt_events.sinks.jsonl._writer import JsonLinesSink, JsonLinesStats
     from ckpt_events.sinks.otel._env import OtelSettings, read_otel_env, sample_ratio_from_env
     from ckpt_events.sinks.stall_watch import StallWatch
@@ -34,6 +34,7 @@ __all__ = [
     "JsonLinesStats",
     "LoggingSink",
     "OtelSettings",
+    "ReplayFailure",
     "ReplayResult",
     "StallWatch",
     "configure",
@@ -52,6 +53,7 @@ _HOMES: Final = {
     "JsonLinesStats": "ckpt_events.sinks.jsonl._writer",
     "LoggingSink": "ckpt_events.sinks._logging_sink",
     "OtelSettings": "ckpt_events.sinks.otel._env",
+    "ReplayFailure": "ckpt_events.sinks.jsonl._replay",
     "ReplayResult": "ckpt_events.sinks.jsonl._replay",
     "StallWatch": "ckpt_events.sinks.stall_watch",
     "configure": "ckpt_events.sinks._configure",

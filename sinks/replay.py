@@ -1,5 +1,5 @@
 """Replay a JSON-lines log into sinks or a bus."""
 
-from ckpt_events.sinks.jsonl._replay import ReplayResult, is_rotated, replay
+from ckpt_events.sinks.jsonl._replay import ReplayFailure, ReplayResult, is_rotated, replay
 
-__all__ = ["ReplayResult", "is_rotated", "replay"]
+__all__ = ["ReplayFailure", "ReplayResult", "is_rotated", "replay"]

@@ -25,9 +25,10 @@ from ckpt_events.participants.cli.command import (
     otel_environ,
     otlp_base_url,
 )
-from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.cli.words import clipped, counted
 
 if TYPE_CHECKING:
+    from ckpt_events import BusStats
     from ckpt_events.participants.cli.report.events import FinishedSpan
 
 __all__ = ["REPLAY"]
@@ -87,38 +88,49 @@ async def _replay_async(args: argparse.Namespace) -> int:
     quiet.setLevel(logging.ERROR)
     truncated = 0
     cut: list[tuple[Path, int]] = []
-    async with Bus() as bus:
-        configured = sinks.configure(
-            bus,
-            otlp_endpoint=args.otlp_endpoint,
-            span_groups=args.span_groups,
-            service_name=args.service_name,
-            environ=otel_environ(),
-        )
-        try:
-            # Each event is exported as it is read, so no second read can take a copy back:
-            # several files are read exactly from the start (an event's copy in another file
-            # is dropped whatever their order, as ``report`` finds it reading again).
-            exact = len(paths) > 1
-            for count, event in enumerate(merged_events(paths, problems, exact=exact, sort=sort), 1):
-                bus.emit(event)
-                open_spans.add(event)
-                if count % _BATCH == 0:
-                    await bus.flush()  # bounded: the bus never holds more than one batch of a log
-            closed = open_spans.close()
-            if closed:  # ended at their own process's last event: its files, not its successor's
-                closed, cut = _closed_per_process(paths, {(e.trace_id, e.span_id) for e in closed})
-            truncated = len(closed)
-            for event in closed:
-                bus.emit(event)
-            await bus.flush()
-        finally:
-            await configured.aclose()
-            quiet.setLevel(level)
+    # And the bus's traceback of a sink that raised (or failed to close): said in one line below.
+    raised = _SinkFailures()
+    bus_log = logging.getLogger("ckpt_events")
+    bus_log.addFilter(raised)
+    try:
+        async with Bus() as bus:
+            configured = sinks.configure(
+                bus,
+                otlp_endpoint=args.otlp_endpoint,
+                span_groups=args.span_groups,
+                service_name=args.service_name,
+                environ=otel_environ(),
+            )
+            try:
+                # Each event is exported as it is read, so no second read can take a copy back:
+                # several files are read exactly from the start (an event's copy in another file
+                # is dropped whatever their order, as ``report`` finds it reading again).
+                exact = len(paths) > 1
+                for count, event in enumerate(merged_events(paths, problems, exact=exact, sort=sort), 1):
+                    bus.emit(event)
+                    open_spans.add(event)
+                    if count % _BATCH == 0:
+                        await bus.flush()  # bounded: the bus never holds more than one batch of a log
+                closed = open_spans.close()
+                if closed:  # ended at their own process's last event: its files, not its successor's
+                    closed, cut = _closed_per_process(paths, {(e.trace_id, e.span_id) for e in closed})
+                truncated = len(closed)
+                for event in closed:
+                    bus.emit(event)
+                await bus.flush()
+            finally:
+                await configured.aclose()
+                quiet.setLevel(level)
+    finally:
+        bus_log.removeFilter(raised)
     for line in problems.summary():
         print(line, file=sys.stderr)
     if problems.events == 0:
         raise CommandError(nothing_read(args.logs, paths, problems))
+    failure = _sink_failure(bus.stats(), raised)
+    if failure is not None:
+        # Was: the bus's traceback, then "replayed ...: 0 spans exported" and exit status 0.
+        raise CommandError(failure)
     span_stats = configured.span_sink.stats() if configured.span_sink is not None else None
     if span_stats is not None and span_stats.export_failures:
         how = getattr(span_stats, "last_failure", None) or "failed"  # our OTLP sink says how
@@ -155,6 +167,43 @@ async def _replay_async(args: argparse.Namespace) -> int:
             f"files together to export them)"
         )
     return 0
+
+
+class _SinkFailures(logging.Filter):
+    """On the bus's logger (``ckpt_events``): holds back its records that carry a traceback (a
+    sink's ``handle`` or ``aclose`` raised), keeping the first few as one-line texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None:
+            return True
+        if len(self.said) < 8:  # the first is said; a bound, whatever a sink does
+            try:
+                text = clipped(str(error), 200)
+            except Exception:  # its own __str__ raised: a filter must not raise into the bus
+                text = "its message could not be read"
+            self.said.append(f"{record.getMessage()} ({type(error).__name__}: {text})")
+        return False
+
+
+def _sink_failure(stats: BusStats, raised: _SinkFailures) -> str | None:
+    """The command's one line when a sink raised: the first that did, with what it raised and on
+    how much, from the bus's counters (a failed ``aclose``, counted nowhere, from its log record)."""
+    failed = [sink for sink in stats.sinks if sink.failed]
+    if failed:
+        first = failed[0]
+        more = f"; {counted(len(failed) - 1, 'other sink')} failed too" if len(failed) > 1 else ""
+        return (
+            f"sink {first.name!r} raised on {counted(first.failed, 'event')} of {first.emitted:,} "
+            f"replayed to it ({first.error}): those may not have been exported{more}"
+        )
+    if raised.said:
+        return f"{raised.said[0]}, so what it held may not have been exported"
+    return None
 
 
 def _process_files(paths: list[Path]) -> list[list[Path]]:

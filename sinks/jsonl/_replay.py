@@ -6,11 +6,15 @@ of the log (its process was killed mid-operation) is replayed too, closed as tru
 (``OpenSpans``): ended at its process's last event, status ERROR, ``nemo.gym.checkpoint.truncated``.
 Not so at the end of a rotated file (``x.jsonl.1``): its process went on writing in the newer
 file of its rotation, where those spans may well end, so they are counted as ``cut`` instead.
+
+A target whose ``handle`` raises is isolated as the bus isolates a sink: logged once, counted
+(``ReplayResult.failed``), and handed its later batches still; the other targets get every event.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Iterable
 from typing import IO, Any, Final, get_args
@@ -18,52 +22,98 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, resolve_interests
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, one_line
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 
-__all__ = ["ReplayResult", "is_rotated", "replay"]
+__all__ = ["ReplayFailure", "ReplayResult", "is_rotated", "replay"]
+
+logger: Final = logging.getLogger("ckpt_events.sinks.jsonl")
 
 _EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(CheckpointEvent)
 DEFAULT_BATCH: Final = 4096
+
+
+class ReplayFailure(msgspec.Struct, frozen=True):
+    """A target whose ``handle`` raised: its place among ``replay``'s targets (from 0), its class
+    name, the first error it raised in one line (``ValueError: boom``), and the events and
+    batches it was handed in calls that raised (what it may not have taken)."""
+
+    target: int
+    name: str
+    error: str
+    failed: int
+    failed_batches: int
 
 
 class ReplayResult(msgspec.Struct, frozen=True):
     """What a replay read: events replayed, the lines that did not decode, the spans the log
     left open that were replayed closed as truncated (counted apart from ``events``), and the
     spans open at the end of a rotated file (``cut``), not replayed: where they end is in the
-    newer file of its rotation, which was not given, so they are not known to be left open."""
+    newer file of its rotation, which was not given, so they are not known to be left open.
+    ``failed`` has one ``ReplayFailure`` per target whose ``handle`` raised, in target order:
+    empty when every target took every batch."""
 
     events: int
     corrupt: tuple[CorruptLine, ...]
     truncated: int = 0
     cut: int = 0
+    failed: tuple[ReplayFailure, ...] = ()
 
 
 class _Target:
     """One sink with the event classes it wants, or a bus (which routes by itself)."""
 
-    def __init__(self, target: Any) -> None:
+    def __init__(self, index: int, target: Any) -> None:
         self.bus = target if isinstance(target, Bus) else None
         if self.bus is None and not callable(getattr(target, "handle", None)):
             raise InvalidTypeError(f"replay targets are sinks (with handle(batch)) or a Bus, not {target!r}")
+        self.index = index
         self.sink = target
         self.wants = resolve_interests(target) if self.bus is None else frozenset(_EVENT_TYPES)
         self.batch: list[Any] = []
+        self.error: str | None = None  # the first one, in one line
+        self.failed = 0
+        self.failed_batches = 0
 
     async def deliver(self) -> None:
         batch = self.batch
         self.batch = []
         if not batch:
             return
-        if self.bus is not None:
-            for event in batch:
-                self.bus.emit(event)
-            await self.bus.flush()
-            return
-        result = self.sink.handle(batch)
-        if inspect.isawaitable(result):
-            await result
+        try:
+            if self.bus is not None:
+                for event in batch:
+                    self.bus.emit(event)
+                await self.bus.flush()
+                return
+            result = self.sink.handle(batch)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:  # not cancellation nor Ctrl-C: those stop the caller's own replay
+            # Was: the first raise ended the replay, and every other target lost the rest of the log.
+            self.failed += len(batch)
+            self.failed_batches += 1
+            if self.error is None:
+                self.error = one_line(exc)
+                logger.exception(
+                    "replay target %d (%s) failed to handle a batch of %d events; its failures are "
+                    "counted in ReplayResult.failed and not logged again",
+                    self.index,
+                    type(self.sink).__name__,
+                    len(batch),
+                )
+
+    def failure(self) -> ReplayFailure | None:
+        if self.error is None:
+            return None
+        return ReplayFailure(
+            target=self.index,
+            name=type(self.sink).__name__,
+            error=self.error,
+            failed=self.failed,
+            failed_batches=self.failed_batches,
+        )
 
 
 async def replay(
@@ -77,13 +127,17 @@ async def replay(
     A target is a sink (its ``interests`` are honoured; sync or async ``handle``) or a
     started ``Bus`` (events are emitted and flushed). Corrupt lines are skipped and
     returned. Sinks are not closed: their owner does that (e.g. ``SpanSink.shutdown()``).
+    A target whose ``handle`` raises is logged once (logger ``ckpt_events.sinks.jsonl``) and
+    listed in ``ReplayResult.failed`` with its first error; it is still handed its later
+    batches, as the bus hands them to a sink that raised (so a replay matches the live run),
+    and the other targets get every event whatever it does.
     With ``close_open`` (the default), the spans the log leaves open follow its last event,
     closed as truncated (``OpenSpans.close``), unless the log is a rotated file (named
     ``<name>.<digits>``, as ``JsonLinesSink(max_bytes=...)`` and logrotate name them, gzipped or
     not): its writer went on in a newer file, so they are only counted, in ``ReplayResult.cut``.
     """
     check_int(batch_size, f"batch_size must be a positive int, not {batch_size!r}", minimum=1)
-    chosen = [_Target(t) for t in targets]
+    chosen = [_Target(i, t) for i, t in enumerate(targets)]
     corrupt: list[CorruptLine] = []
     count = 0
     open_spans = OpenSpans() if close_open else None
@@ -111,7 +165,10 @@ async def replay(
                 target.batch.append(item)
     for target in chosen:
         await target.deliver()
-    return ReplayResult(events=count, corrupt=tuple(corrupt), truncated=len(truncated), cut=cut)
+    failed = tuple(f for f in (target.failure() for target in chosen) if f is not None)
+    return ReplayResult(
+        events=count, corrupt=tuple(corrupt), truncated=len(truncated), cut=cut, failed=failed
+    )
 
 
 def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:

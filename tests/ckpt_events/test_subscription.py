@@ -78,8 +78,25 @@ async def test_failing_sink_is_logged_once_counted_and_isolated(caplog: pytest.L
     assert stats.sink("bad").failed == 5 and stats.sink("bad").failed_batches == 5
     assert stats.sink("bad").delivered == 0
     assert stats.sink("good").delivered == 5
+    # What it raised is in its stats too, in one line, for a reader that has no log (a command).
+    assert (stats.sink("bad").error, stats.sink("good").error) == ("RuntimeError: exporter down", None)
     failures = [r for r in caplog.records if "failed to handle" in r.getMessage()]
     assert len(failures) == 1 and "bad" in failures[0].getMessage()
+
+
+def test_one_line_says_any_error_in_one_bounded_line() -> None:
+    """A multi-line message is joined, a long one cut, an empty one is its class, and an error
+    whose ``__str__`` raises is still said (the bus calls it inside its failure path)."""
+    from ckpt_events._errors import ONE_LINE_CHARS, one_line
+
+    class Unsayable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert one_line(ValueError("a\n  b")) == "ValueError: a b"
+    assert one_line(KeyError()) == "KeyError"
+    assert len(one_line(ValueError("x" * 10_000))) == len("ValueError: ") + ONE_LINE_CHARS
+    assert one_line(Unsayable()) == "Unsayable: (its message could not be read)"
 
 
 async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:

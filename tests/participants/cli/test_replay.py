@@ -236,3 +236,53 @@ def test_a_gzipped_rotated_file_is_read_and_known_as_rotated(
         assert main(["replay", str(tmp_path), "--otlp-endpoint", received.url]) == 0
         out = capsys.readouterr().out
         assert "left open" not in out and "not exported" not in out, out
+
+
+def test_a_sink_that_raises_is_one_line_and_a_failure(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A span sink whose ``handle`` raises (the fault put in by hand; the collector is real): the
+    bus's traceback was printed, then "replayed 1 event: 0 spans exported" and exit status 0;
+    now one line naming the sink, what it raised and on how many events, exit 2."""
+    from ckpt_events.sinks.otel import OtlpSpanSink
+
+    def refuses(self: OtlpSpanSink, batch: list[object]) -> None:
+        raise ValueError("cannot take\nthis batch")
+
+    monkeypatch.setattr(OtlpSpanSink, "handle", refuses)
+    with otlp_receiver() as received:
+        assert main(["replay", str(log), "--otlp-endpoint", received.url]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err.splitlines()) == (
+        "",
+        [
+            "ckpt-events replay: error: sink 'otel-spans' raised on 1 event of 1 replayed to it "
+            "(ValueError: cannot take this batch): those may not have been exported"
+        ],
+    )
+
+
+def test_a_sink_that_fails_to_close_is_one_line_and_a_failure(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A span sink whose ``aclose`` raises after its own close (counted nowhere in the stats):
+    one line from the bus's log record, no traceback, exit 2."""
+    from ckpt_events.sinks.otel import OtlpSpanSink
+
+    closes = OtlpSpanSink.aclose
+
+    async def closes_then_raises(self: OtlpSpanSink) -> None:
+        await closes(self)
+        raise OSError("flush to disk failed")
+
+    monkeypatch.setattr(OtlpSpanSink, "aclose", closes_then_raises)
+    with otlp_receiver() as received:
+        assert main(["replay", str(log), "--otlp-endpoint", received.url]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err.splitlines()) == (
+        "",
+        [
+            "ckpt-events replay: error: sink 'otel-spans' failed to close (OSError: flush to disk "
+            "failed), so what it held may not have been exported"
+        ],
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ckpt_events import Bus, InvalidArgumentError
 from ckpt_events.sinks.jsonl import JsonLinesSink
 from ckpt_events.sinks.otel import MetricSink, SpanSink
-from ckpt_events.sinks.replay import replay
+from ckpt_events.sinks.replay import ReplayFailure, replay
 from ckpt_events.testing import MemorySink
 from tests.sinks.helpers import every_event_type, histogram_sums, metric_points
 
@@ -98,3 +99,60 @@ async def test_a_sink_with_bad_interests_is_refused_like_on_the_bus(tmp_path: Pa
     log.write_bytes(b"")
     with pytest.raises(InvalidArgumentError, match="event classes"):
         await replay(log, Confused())
+
+
+class _RaisesOnBatches:
+    """A sink whose ``handle`` raises on the batches numbered in ``raising`` (from 1), and keeps
+    the events of the others."""
+
+    def __init__(self, raising: set[int] | None = None) -> None:
+        self.raising = raising
+        self.calls = 0
+        self.events: list[object] = []
+
+    async def handle(self, batch: list[object]) -> None:
+        self.calls += 1
+        if self.raising is None or self.calls in self.raising:
+            raise ValueError(f"batch {self.calls}\nrefused")
+        self.events.extend(batch)
+
+
+async def test_a_raising_target_is_isolated_logged_once_and_listed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A target whose handle raises ends nothing: the others get every event, it is logged once,
+    and ``failed`` names it with its first error in one line and what it did not take. Was: the
+    first raise ended the replay, and the good sink after it got none of the 15 events."""
+    path = tmp_path / "run.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(path))
+        await every_event_type(bus)
+    lines = len(path.read_bytes().splitlines())
+    broken, good = _RaisesOnBatches(), MemorySink()
+    caplog.set_level(logging.ERROR, logger="ckpt_events.sinks.jsonl")
+    result = await replay(path, broken, good, batch_size=3)
+    assert len(good.events) == result.events == lines
+    batches = -(-lines // 3)
+    first = "ValueError: batch 1 refused"  # its two lines in one
+    assert result.failed == (ReplayFailure(0, "_RaisesOnBatches", first, lines, batches),)
+    logged = [r for r in caplog.records if r.name == "ckpt_events.sinks.jsonl"]
+    assert [r.getMessage() for r in logged] == [
+        "replay target 0 (_RaisesOnBatches) failed to handle a batch of 3 events; its failures are "
+        "counted in ReplayResult.failed and not logged again"
+    ]
+    assert logged[0].exc_info is not None
+
+
+async def test_a_target_that_raised_still_gets_its_later_batches(tmp_path: Path) -> None:
+    """As on the bus, a target that raised is handed what follows: only the batch that raised is
+    counted as failed, and a replay with no failure says so with an empty ``failed``."""
+    path = tmp_path / "run.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(path))
+        await every_event_type(bus)
+    lines = len(path.read_bytes().splitlines())
+    once = _RaisesOnBatches({1})
+    result = await replay(path, MemorySink(), once, batch_size=3)
+    assert (once.calls, len(once.events)) == (-(-lines // 3), lines - 3)
+    assert result.failed == (ReplayFailure(1, "_RaisesOnBatches", "ValueError: batch 1 refused", 3, 1),)
+    assert (await replay(path, MemorySink())).failed == ()
