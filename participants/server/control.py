@@ -433,7 +433,9 @@ class ControlPlane(Generic[S]):
                 try:
                     restored = await self._read_and_install(o, req, scope)
                 except BaseException:
-                    self.workload.open_admission()  # nothing was installed: still fresh, still idle
+                    # Nothing was installed (``installing()`` took out a partial install): still
+                    # fresh, still idle.
+                    self.workload.open_admission()
                     raise
 
                 self.phase = Phase.RESTORED
@@ -475,7 +477,8 @@ class ControlPlane(Generic[S]):
 
         # store_refusals: a workload's InvalidCheckpointError at install is 422, as at read.
         with o.step("install") as s, store_refusals(), gc_paused():
-            keys = await workload.install(chosen, states)
+            with workload.installing():  # all or nothing: a raise part way takes it all out
+                keys = await workload.install(chosen, states)
             s.set(records=len(chosen))
             # The installed state stays: later collections need not scan it. Frozen
             # before the collector is back on, or its first young collection would.

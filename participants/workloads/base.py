@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import anyio
@@ -240,8 +241,29 @@ class Workload(Generic[S, R]):
             raise InvalidCheckpointError(f"record of {key} has boundary {record.boundary} of {record.steps}")
         return self.from_record(record)
 
+    @contextmanager
+    def installing(self) -> Iterator[None]:
+        """The block a restore calls ``install`` in: all or nothing. If the block raises
+        (cancellation too), the episodes and the fence are put back as they were before it
+        (what ``install``, or a subclass's override of it, had put in is taken out) and the error
+        goes on, so the participant is as fresh as before and the same restore can be retried."""
+        episodes = dict(self.episodes)
+        with self.fence.undone_on_error():
+            try:
+                yield
+            except BaseException:
+                # Was: the episodes installed before the raise stayed, and the participant,
+                # no longer fresh, refused the retry ("restore needs a fresh participant").
+                self.episodes.clear()
+                self.episodes.update(episodes)
+                self._notify()
+                raise
+
     async def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]:
-        """Install each record as attempt + 1 and fence the attempt it came from."""
+        """Install each record as attempt + 1 and fence the attempt it came from. A restore
+        calls it inside ``installing()``, which takes everything out again if it raises: an
+        override may refuse a record part way (``InvalidCheckpointError``: 422) and leave
+        nothing behind."""
         if len(records) != len(states):
             raise ValueError(f"{len(records)} records but {len(states)} states")
         self.fence.mark_all(r.episode_id for r in records)

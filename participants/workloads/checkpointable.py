@@ -7,11 +7,21 @@ both for every kind; a multi-worker server's pool is only a ``ControlledWorkload
 workers write and read their own records. ``S`` is the kind's episode state: the control
 plane never looks inside it, it only carries the states ``check_record`` returns to
 ``install``, so a restore checks every record before it installs any.
+
+A restore installs all or nothing: it calls ``install`` inside ``with installing():``, and a
+workload whose ``install`` raises part way (or is cancelled) must be, once ``installing()``
+has let the error through, exactly as it was before: no episode of the restore in
+``episodes``, every ``fence`` mark as it was. ``Workload`` (``base``) does it for its own
+``install`` and for any override of it (it copies its episodes and uses
+``RetiredAttempts.undone_on_error()``); a workload of your own that is not a ``Workload``
+must do the same in its ``installing()``, or a failed restore leaves a participant that is
+no longer fresh and refuses the retry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ckpt_events import OperationSpan
@@ -80,4 +90,12 @@ class CheckpointableWorkload(ControlledWorkload, Protocol[S]):
         """The state to install from ``record``; raises ``InvalidCheckpointError`` if it does not check."""
         ...
 
-    async def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]: ...
+    def installing(self) -> AbstractContextManager[None]:
+        """The block ``install`` is called in: when it raises, everything the install put in
+        (episodes, fence marks) is taken out before the error goes on (see the module)."""
+        ...
+
+    async def install(self, records: Sequence[Record], states: Sequence[S]) -> list[str]:
+        """Install each record as attempt + 1 and fence the attempt it came from; the capture
+        keys installed. Called inside ``installing()``; raising installs nothing."""
+        ...

@@ -6,7 +6,8 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Final
 
 from ckpt_events.participants.errors import ProtocolRefusal, check_int, check_number
@@ -94,6 +95,23 @@ class RetiredAttempts:
         gone = before - len(marks)
         self.expired += gone
         return gone
+
+    @contextmanager
+    def undone_on_error(self) -> Iterator[None]:
+        """Run a block that may mark, forget or expire; if it raises (cancellation too), every
+        mark is put back as it was before the block (attempt, age and place in the retention
+        order), as is ``expired``, and the error goes on: a failed restore fences nothing."""
+        # A copy of every mark: ~11 ms at the 100,000 the retention keeps at most, against
+        # ~1.2 s for the restore of 64,000 rollouts it guards; nothing for a fresh participant.
+        marks = list(self._marks.items())
+        expired = self.expired
+        try:
+            yield
+        except BaseException:
+            self._marks.clear()
+            self._marks.update(marks)
+            self.expired = expired
+            raise
 
     def forget(self, rollout_id: str) -> bool:
         """Clear the mark of ``rollout_id``; true if there was one."""

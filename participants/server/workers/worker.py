@@ -251,14 +251,18 @@ class WorkerHost:
             records, states = [r for r, _ in kept], [s for _, s in kept]
         wl = self.workload
         held = wl.fence.snapshot()
-        self._fenced_before = {r.episode_id.rollout_id: held.get(r.episode_id.rollout_id) for r in records}
+        fenced_before = {r.episode_id.rollout_id: held.get(r.episode_id.rollout_id) for r in records}
         with (
             self._share(Operation.RESTORE, request.checkpoint_id, message) as op,
             op.step("install") as step,
             store_refusals(),  # a workload's InvalidCheckpointError is 422, as at N = 1, not a failure
         ):
             wl.close_admission()
-            self._installed = await wl.install(records, states)
+            # All or nothing: an install that raises part way is taken out here, as ``discard``
+            # takes out one that finished (it knows only the keys a finished install returned).
+            with wl.installing():
+                self._installed = await wl.install(records, states)
+            self._fenced_before = fenced_before  # for discard: one that raised put its marks back
             step.set(records=len(records))
             op.set(records=len(records))
         return self._installed

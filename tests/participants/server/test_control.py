@@ -6,6 +6,8 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import msgspec
@@ -24,9 +26,12 @@ from ckpt_events import (
     new_trace_id,
 )
 from ckpt_events.participants import create_app
+from ckpt_events.participants.errors import InvalidCheckpointError
 from ckpt_events.participants.protocol import CONTROL_PREFIX, MAX_RETIRED_SHOWN, StatusReply
+from ckpt_events.participants.workloads import Record, ResourcesWorkload
+from ckpt_events.participants.workloads.registry import KINDS, KindRow
 from ckpt_events.testing import capture_events
-from ckpt_events.vocab import ErrorCode, Outcome
+from ckpt_events.vocab import ErrorCode, Kind, Outcome
 from tests.participants.helpers import (
     AUTH,
     ROOT,
@@ -253,6 +258,48 @@ async def test_restore_refuses_to_continue_an_attempt_retired_here(tmp_path):
         await control(client, "forget", "cleanup", rollout_ids=["r1"])
         restored = await control(client, "restore", "again", checkpoint_dir=str(tmp_path), episode_ids=r1)
         assert restored.status_code == 200 and restored.json()["restored"] == ["r1-a1"]
+
+
+class _FailsHalfwayOnce(ResourcesWorkload):
+    """A user's workload whose first install puts in two records, then refuses the third."""
+
+    failed = False
+
+    async def install(self, records: Sequence[Record], states: Sequence[Any]) -> list[str]:
+        if self.failed:
+            return await super().install(records, states)
+        self.failed = True
+        await super().install(records[:2], states[:2])
+        raise InvalidCheckpointError(f"record {records[2].episode_id.capture_key} does not fit here")
+
+
+async def test_an_install_that_fails_halfway_leaves_nothing_and_the_restore_can_be_retried(tmp_path):
+    """A workload's install that raises after installing two of three records: 422 with its own
+    words, and the participant as it was before the restore (no episode, the fence's marks as
+    they were, admission open), so the same restore, sent again, restores. Was: the two episodes
+    and the three marks stayed, and the retry was 409 "restore needs a fresh participant"."""
+    scope = [{"rollout_id": f"r{i}"} for i in range(3)]
+    async with running(make()) as client:
+        for i in range(3):
+            await start(client, f"r{i}")
+        assert (await control(client, "prepare")).status_code == 200
+        assert (await control(client, "commit", checkpoint_dir=str(tmp_path))).status_code == 200
+    row = KindRow(Kind.RESOURCES, _FailsHalfwayOnce, instance="resources-0", colour="#ca8a04")
+    async with running(make(kinds=KINDS.replacing(row))) as fresh:
+        retired = await control(fresh, "retire", "old", episode_ids=[{"rollout_id": "r9", "attempt": 2}])
+        assert retired.status_code == 200, retired.text
+        before = await status(fresh)
+        refused = await control(fresh, "restore", "rs", checkpoint_dir=str(tmp_path), episode_ids=scope)
+        assert error_code(refused) == (422, "invalid_checkpoint_state"), refused.text
+        assert refused.json()["error"]["detail"] == "record r2 does not fit here"
+        after = await status(fresh)
+        assert (after["episodes"], after["retired_rollouts"], after["admission_open"]) == (0, {"r9": 2}, True)
+        assert after == before
+        restored = await control(fresh, "restore", "rs", checkpoint_dir=str(tmp_path), episode_ids=scope)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["restored"] == ["r0-a1", "r1-a1", "r2-a1"]
+        marks = (await status(fresh))["retired_rollouts"]
+        assert marks == {"r9": 2, "r0": 0, "r1": 0, "r2": 0}
 
 
 async def test_admission_closed_while_a_checkpoint_is_open():

@@ -89,3 +89,28 @@ def test_unknown_options_and_odd_delays() -> None:
     with pytest.raises(TypeError, match="unknown agent workload options: colour"):
         AgentWorkload(Telemetry(None, kind="agent", instance="agent-0"), colour="red")
     assert [finite_sleep(s) for s in (-1.0, math.nan, math.inf, 0.5, 600.0)] == [0.0, 0.0, 0.0, 0.5, 60.0]
+
+
+async def test_an_install_that_raises_or_is_cancelled_inside_installing_leaves_nothing() -> None:
+    """installing(): an install that put in part of its records and then raised, or was
+    cancelled, leaves the episodes and the fence as they were, and the error goes on."""
+    import anyio
+
+    source, target = _agent(), _agent()
+    for rollout in ("r1", "r2", "r3"):
+        source.start(EpisodeId(rollout), 3)
+    records = await source.export(None)
+    states = [target.check_record(record) for record in records]
+    target.fence.mark(EpisodeId("old", 4))
+    with pytest.raises(InvalidCheckpointError, match="r3"), target.installing():
+        await target.install(records[:2], states[:2])
+        raise InvalidCheckpointError("r3 does not fit")
+    assert (target.episodes, target.fence.snapshot()) == ({}, {"old": 4})
+    with anyio.CancelScope() as scope, target.installing():
+        await target.install(records[:1], states[:1])
+        scope.cancel()
+        await anyio.sleep(1)
+    assert scope.cancelled_caught and (target.episodes, target.fence.snapshot()) == ({}, {"old": 4})
+    with target.installing():
+        assert await target.install(records, states) == ["r1-a1", "r2-a1", "r3-a1"]
+    assert target.fence.snapshot() == {"old": 4, "r1": 0, "r2": 0, "r3": 0}

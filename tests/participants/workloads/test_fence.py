@@ -72,3 +72,22 @@ def test_a_bad_retention_is_refused(max_marks, max_age_seconds, error):
     """The cap is a positive int, the age a positive number of seconds (math.inf: no limit)."""
     with pytest.raises(error):
         RetiredAttempts(max_marks=max_marks, max_age_seconds=max_age_seconds)
+
+
+def test_a_block_that_raises_leaves_every_mark_as_it_was():
+    """undone_on_error: marks, their order (who goes first at the cap), the ones the cap dropped
+    inside the block and the ``expired`` count are put back when the block raises; kept when not."""
+    fence = RetiredAttempts(max_marks=3)
+    fence.mark_all(EpisodeId(r) for r in ("a", "b", "c"))
+    before = (fence.snapshot(), fence.expired)
+    with pytest.raises(RuntimeError, match="half way"), fence.undone_on_error():
+        fence.mark(EpisodeId("a", 5))  # "a" raised and moved to the end
+        fence.mark(EpisodeId("d"))  # "b" dropped by the cap
+        fence.forget("c")
+        raise RuntimeError("half way")
+    assert (fence.snapshot(), fence.expired) == before
+    fence.mark(EpisodeId("d"))  # the order came back too: "a" is still the oldest, so it goes
+    assert fence.snapshot() == {"b": 0, "c": 0, "d": 0}
+    with fence.undone_on_error():
+        fence.mark(EpisodeId("e"))
+    assert "e" in fence.snapshot()

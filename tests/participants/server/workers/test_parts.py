@@ -37,6 +37,19 @@ class _FullDisk(EnvironmentWorkload):
         raise CheckpointWriteError("no room left to install", published=False)
 
 
+class _FullHalfway(EnvironmentWorkload):
+    """A user's workload whose first install puts in half its share, then finds its device full."""
+
+    failed = False
+
+    async def install(self, records: Any, states: Any) -> list[str]:
+        if self.failed:
+            return await super().install(records, states)
+        self.failed = True
+        await super().install(records[: len(records) // 2], states[: len(states) // 2])
+        raise CheckpointWriteError("no room left to install the rest", published=False)
+
+
 class _Fleet:
     """A multi-worker app whose worker workloads the test can look into."""
 
@@ -46,13 +59,14 @@ class _Fleet:
         instance: str = "env-0",
         faults: FaultPlan = NO_FAULTS,
         install_fails_on: int | None = None,
+        failing: type[EnvironmentWorkload] = _FullDisk,
     ) -> None:
         bus = Bus()
         self.workloads: list[Any] = []
 
         def factory(index: int) -> Any:
             tel = Telemetry(bus, kind="environment", instance=instance)
-            workload = _FullDisk(tel) if index == install_fails_on else make_workload("environment", tel)
+            workload = failing(tel) if index == install_fails_on else make_workload("environment", tel)
             self.workloads.append(workload)
             return workload
 
@@ -267,3 +281,23 @@ async def test_a_restore_one_worker_fails_to_install_fences_nothing(tmp_path):
         for i in range(rollouts):
             again = await client.post("/work/start", json={"rollout_id": f"r{i}", "attempt": 0, "steps": 4})
             assert again.status_code == 200, again.text
+
+
+async def test_a_worker_whose_install_fails_halfway_keeps_nothing_and_the_restore_is_retried(tmp_path):
+    """Worker 1's install puts in half its share, then raises: the restore is refused, no worker
+    keeps an episode or a mark, and the same restore sent again restores every rollout. Was:
+    worker 1 kept the episodes it installed before the raise (its discard took out only what a
+    finished install returned), unplaced, beside the retry's."""
+    rollouts = 8
+    async with running(_Fleet(2).app) as client:
+        await _commit(client, tmp_path, rollouts)
+    fleet = _Fleet(2, install_fails_on=1, failing=_FullHalfway)
+    async with running(fleet.app) as client:
+        episodes = _episodes(rollouts)
+        reply = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=episodes)
+        assert "no room left to install the rest" in reply.json()["error"]["detail"], reply.text
+        await wait_until(lambda: not any(len(w.fence) for w in fleet.workloads))  # after the discard
+        assert fleet.installed() == []
+        again = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=episodes)
+        assert again.status_code == 200, again.text
+        assert fleet.installed() == sorted(f"r{i}-a1" for i in range(rollouts))
