@@ -27,6 +27,7 @@ from ckpt_events.participants.controller.fan_out import (
     Failures,
     Scope,
     check_committed,
+    check_phase,
     check_restored,
     episodes_in,
     episodes_of,
@@ -285,7 +286,7 @@ class Coordinator:
                 deadline_ts=deadline_ts,
                 span=span,
             )
-            check_committed(replies, failures, episode_ids)
+            check_committed(replies, failures, episode_ids, checkpoint_id)
             exported = len({key for r in replies.values() for key in r.episode_ids})
             span.set(episodes=len(episodes_in(episode_ids)) if episode_ids is not None else exported)
             if failures:
@@ -327,6 +328,7 @@ class Coordinator:
                     deadline_ts=deadline_ts,
                     span=span,
                 )
+                check_phase(got, failed, "resume", Phase.IDLE)
                 replies.update(got)
                 failures.update(failed)
             if failures:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -19,11 +19,13 @@ from ckpt_events.participants.controller.client import ControlClient, SpanLike
 from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, RestoreReply
+from ckpt_events.vocab import Phase
 
 __all__ = [
     "Failures",
     "Scope",
     "check_committed",
+    "check_phase",
     "check_restored",
     "described",
     "episodes_in",
@@ -33,6 +35,17 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=msgspec.Struct)
+T = TypeVar("T")
+
+
+class _Phased(Protocol):
+    """A reply that says the phase its participant is in."""
+
+    @property
+    def phase(self) -> Phase: ...
+
+
+P = TypeVar("P", bound=_Phased)
 #: Member name -> what went wrong with its call, in words (``described``).
 Failures = dict[str, str]
 #: The episodes of a commit or restore: one list for every member, or each member's own (by
@@ -97,7 +110,7 @@ async def fan_out(
 
 
 def _move_mismatches(
-    replies: dict[str, R], failures: Failures, wrong: Callable[[str, R], str | None]
+    replies: dict[str, T], failures: Failures, wrong: Callable[[str, T], str | None]
 ) -> None:
     for name in sorted(replies):
         problem = wrong(name, replies[name])
@@ -125,21 +138,45 @@ def _wanted(scope: Scope, key: Callable[[EpisodeId], str]) -> Callable[[str], li
     return lambda name: shared
 
 
-def check_committed(replies: dict[str, CommitReply], failures: Failures, scope: Scope | None) -> None:
-    """A participant whose commit exported other episodes than its share of ``scope`` failed."""
-    if scope is not None:
-        want = _wanted(scope, lambda e: e.capture_key)
-        _move_mismatches(replies, failures, lambda n, r: _compare("committed", r.episode_ids, want(n)))
+def _answered(operation: str, got: Phase, *want: Phase) -> str | None:
+    if got in want:
+        return None
+    return f"answered {operation} with phase {got}, not {' or '.join(str(p) for p in want)}"
+
+
+def check_phase(replies: dict[str, P], failures: Failures, operation: str, *phases: Phase) -> None:
+    """A participant that answered ``operation`` in another phase than ``phases`` (a resume
+    not ``idle``) failed: its reply says it did not do what was asked."""
+    _move_mismatches(replies, failures, lambda n, r: _answered(operation, r.phase, *phases))
+
+
+def check_committed(
+    replies: dict[str, CommitReply], failures: Failures, scope: Scope | None, checkpoint_id: str
+) -> None:
+    """A participant whose commit is not ``committed``, wrote another checkpoint's manifest than
+    ``checkpoint_id``, or exported other episodes than its share of ``scope``, failed."""
+    want = None if scope is None else _wanted(scope, lambda e: e.capture_key)
+
+    def wrong(name: str, reply: CommitReply) -> str | None:
+        if (problem := _answered("commit", reply.phase, Phase.COMMITTED)) is not None:
+            return problem
+        if reply.manifest.checkpoint_id != checkpoint_id:
+            return f"committed checkpoint {reply.manifest.checkpoint_id}, not {checkpoint_id}"
+        return None if want is None else _compare("committed", reply.episode_ids, want(name))
+
+    _move_mismatches(replies, failures, wrong)
 
 
 def check_restored(
     replies: dict[str, RestoreReply], failures: Failures, scope: Scope, source: str | None
 ) -> None:
-    """A participant that installed other episodes than its share of ``scope`` (each as
-    attempt + 1), or restored another checkpoint than ``source``, failed."""
+    """A participant whose restore is not ``restored``, installed other episodes than its share
+    of ``scope`` (each as attempt + 1), or restored another checkpoint than ``source``, failed."""
     want = _wanted(scope, lambda e: e.next().capture_key)
 
     def wrong(name: str, reply: RestoreReply) -> str | None:
+        if (problem := _answered("restore", reply.phase, Phase.RESTORED)) is not None:
+            return problem
         if source is not None and reply.source_checkpoint_id != source:
             return f"restored checkpoint {reply.source_checkpoint_id}, not {source}"
         return _compare("restored", reply.restored, want(name))

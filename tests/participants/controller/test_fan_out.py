@@ -6,11 +6,18 @@ from __future__ import annotations
 import time
 
 import anyio
+import msgspec
 import pytest
 
-from ckpt_events.participants.controller.fan_out import check_committed, check_restored, described, renewing
+from ckpt_events.participants.controller.fan_out import (
+    check_committed,
+    check_phase,
+    check_restored,
+    described,
+    renewing,
+)
 from ckpt_events.participants.errors import CoordinationError, ParticipantCallError, ParticipantUnreachable
-from ckpt_events.participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply
+from ckpt_events.participants.protocol import CommitReply, EpisodeId, Manifest, RestoreReply, ResumeReply
 from ckpt_events.vocab import Phase
 
 MANIFEST = Manifest(
@@ -33,11 +40,11 @@ def test_a_commit_short_of_its_scope_is_a_failure_of_that_participant():
     """A participant that committed fewer (or other) episodes than asked moves to the failures."""
     replies = {"a": _commit("r1", "r2"), "b": _commit("r1"), "c": _commit("r1", "r2", "r3")}
     failures: dict[str, str] = {}
-    check_committed(replies, failures, SCOPE)
+    check_committed(replies, failures, SCOPE, "c1")
     assert set(replies) == {"a"} and set(failures) == {"b", "c"}
     assert "missing ['r2']" in failures["b"] and "extra ['r3']" in failures["c"]
     everything = {"a": _commit("r1")}
-    check_committed(everything, failures, None)
+    check_committed(everything, failures, None, "c1")
     assert set(everything) == {"a"}
 
 
@@ -59,7 +66,7 @@ def test_each_member_is_checked_against_its_own_share_of_a_mapped_scope():
     shares = {"env-0": [SCOPE[0]], "env-1": [SCOPE[1]]}
     replies = {"env-0": _commit("r1"), "env-1": _commit("r1"), "env-2": _commit(), "env-3": _commit("r2")}
     failures: dict[str, str] = {}
-    check_committed(replies, failures, shares)
+    check_committed(replies, failures, shares, "c1")
     assert set(replies) == {"env-0", "env-2"} and set(failures) == {"env-1", "env-3"}
     assert "missing ['r2'], extra ['r1']" in failures["env-1"] and "extra ['r2']" in failures["env-3"]
     restored = RestoreReply(phase=Phase.RESTORED, restored=["r2-a1"], source_checkpoint_id="c1")
@@ -99,3 +106,37 @@ async def test_a_renew_failing_during_the_publish_is_raised_as_itself() -> None:
     with anyio.fail_after(2), pytest.raises(CoordinationError, match="renew failed: resources-0"):
         await renewing(renew, publish, deadline_ts=time.time() + 10, every=0.05)
     assert len(renewed) == 2 and not published
+
+
+def test_a_commit_answered_for_another_checkpoint_or_phase_is_that_participants_failure() -> None:
+    """A commit reply whose manifest names another checkpoint, or whose phase is not
+    ``committed``, was taken as this checkpoint's commit (and published); it is a failure naming
+    the member and what it answered, with or without a scope."""
+    other = CommitReply(
+        phase=Phase.COMMITTED, manifest=msgspec.structs.replace(MANIFEST, checkpoint_id="c0"), episode_ids=[]
+    )
+    idle = CommitReply(phase=Phase.IDLE, manifest=MANIFEST, episode_ids=[])
+    for scope in (None, []):
+        replies = {"a": _commit(), "b": other, "c": idle}
+        failures: dict[str, str] = {}
+        check_committed(replies, failures, scope, "c1")
+        assert set(replies) == {"a"}
+        assert failures == {
+            "b": "committed checkpoint c0, not c1",
+            "c": "answered commit with phase idle, not committed",
+        }
+
+
+def test_a_restore_or_resume_answered_in_another_phase_is_that_participants_failure() -> None:
+    """A restore not ``restored``, a resume not ``idle``: the member did not do what was asked."""
+    idle = RestoreReply(phase=Phase.IDLE, restored=["r1-a1", "r2-a1"], source_checkpoint_id="c1")
+    replies = {"a": idle}
+    failures: dict[str, str] = {}
+    check_restored(replies, failures, SCOPE, "c1")
+    assert failures == {"a": "answered restore with phase idle, not restored"}
+    resumed = {
+        "a": ResumeReply(phase=Phase.IDLE, idempotent=False),
+        "b": ResumeReply(phase=Phase.PREPARING, idempotent=False),
+    }
+    check_phase(resumed, failures, "resume", Phase.IDLE)
+    assert set(resumed) == {"a"} and failures["b"] == "answered resume with phase preparing, not idle"
