@@ -99,6 +99,19 @@ def _check_distinct(members: Sequence[Member]) -> None:
             )
 
 
+def _move_late(
+    replies: dict[str, PrepareReply], failures: Failures, answered_at: Mapping[str, float], deadline_ts: float
+) -> None:
+    """A member whose ``prepared`` arrived past ``deadline_ts`` failed: the next stage, asked
+    after it, would refuse ``deadline_exceeded`` and be taken for the cause. (A ``preparing``
+    reply is sent at the deadline by design: it is the member's "not ready", not late.)"""
+    for name in sorted(replies):
+        late = answered_at.get(name, deadline_ts) - deadline_ts
+        if replies[name].phase is Phase.PREPARED and late > 0:
+            failures[name] = f"answered prepare (prepared) {late:.1f} s after its deadline"
+            del replies[name]
+
+
 class Coordinator:
     """Runs checkpoint operations over ``members`` with telemetry ``tel`` (kind ``controller``).
 
@@ -187,7 +200,9 @@ class Coordinator:
         """Prepare stage by stage; on a stage not prepared (or failing), resume everyone.
 
         Returns a ``PrepareResult`` (``prepared=False`` with the blockers after an abort);
-        a participant that refuses or cannot be reached raises ``CoordinationError``. A prepare
+        a participant that refuses, cannot be reached, answers in a phase prepare never gives,
+        or answers ``prepared`` past ``deadline_ts`` (the next stage would refuse it as
+        ``deadline_exceeded``) raises ``CoordinationError`` naming it. A prepare
         cancelled midway resumes everyone too (shielded, each call bounded to about ten seconds).
         """
         request = PrepareRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
@@ -201,6 +216,7 @@ class Coordinator:
                     members = self._by_kind[kind]
                     with span.stage(kind) as stage:
                         stage.set(participants=len(members))
+                        answered_at: dict[str, float] = {}
                         got, failures = await fan_out(
                             self.control,
                             members,
@@ -209,7 +225,10 @@ class Coordinator:
                             PrepareReply,
                             deadline_ts=deadline_ts,
                             span=stage,
+                            answered_at=answered_at,
                         )
+                        check_phase(got, failures, "prepare", Phase.PREPARED, Phase.PREPARING)
+                        _move_late(got, failures, answered_at, deadline_ts)
                         replies.update(got)
                         if failures:
                             span.set(prepared=False, stopped_at=kind)

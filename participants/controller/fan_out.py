@@ -88,9 +88,11 @@ async def fan_out(
     *,
     deadline_ts: float,
     span: SpanLike | None,
+    answered_at: dict[str, float] | None = None,
 ) -> tuple[dict[str, R], Failures]:
     """Call ``operation`` on ``members`` at once (``request``, or ``request[member.name]``); one
-    member failing does not cancel the others."""
+    member failing does not cancel the others. ``answered_at``, if given, gets the time
+    (``time.time()``) each reply arrived, by member name."""
     replies: dict[str, R] = {}
     failures: Failures = {}
 
@@ -102,6 +104,9 @@ async def fan_out(
             )
         except ParticipantCallError as exc:
             failures[member.name] = described(exc)
+            return
+        if answered_at is not None:
+            answered_at[member.name] = time.time()
 
     async with anyio.create_task_group() as tg:
         for member in members:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from ckpt_events import CoordinateFinished, Refused, StageFinished, Telemetry
@@ -157,3 +161,73 @@ async def test_an_unreadable_reply_is_that_participants_failure_and_everyone_res
     said = info.value.failures["resources-0"]
     assert said.startswith(f"failed at {broken}") and "unreadable reply: DecodingError" in said
     assert set(phases.values()) == {Phase.IDLE}
+
+
+def relaying(target: str, *, delay: float = 0.0, phase: str | None = None) -> FastAPI:
+    """A participant in front of the one at ``target``: its prepare is relayed, then answered
+    ``delay`` seconds late, with its phase replaced by ``phase`` if given; the rest as it is."""
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def relay(path: str, request: Request) -> Response:
+        headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
+        async with httpx.AsyncClient() as http:
+            reply = await http.request(
+                request.method, f"{target}/{path}", content=await request.body(), headers=headers
+            )
+        content = reply.content
+        if path.endswith("/prepare"):
+            await anyio.sleep(delay)
+            if phase is not None:
+                content = json.dumps({**reply.json(), "phase": phase}).encode()
+        return Response(content, status_code=reply.status_code, media_type="application/json")
+
+    return app
+
+
+@asynccontextmanager
+async def agent_relayed(root: Path, **relay: Any) -> AsyncIterator[tuple[Coordinator, dict[str, str]]]:
+    """The four kinds, the agent's calls through ``relaying(**relay)``; the coordinator and
+    each member's own URL (past the relay)."""
+    async with capture_events() as (bus, _):
+        async with local_fleet(token=TOKEN, bus=bus, members=FOUR, checkpoint_root=root) as urls:
+            async with serving(relaying(urls["agent-0"], **relay)) as relayed:
+                members = [
+                    Member(name=i, kind=k, instance=i, url=relayed if i == "agent-0" else urls[i])
+                    for k, i in FOUR
+                ]
+                tel = Telemetry(bus, kind="controller", instance="coordination")
+                async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                    yield co, urls
+
+
+async def idle_everywhere(co: Coordinator, urls: dict[str, str]) -> bool:
+    return {(await co.control.status(url)).phase for url in urls.values()} == {Phase.IDLE}
+
+
+async def test_a_prepare_answered_past_its_deadline_is_that_participants_failure(tmp_path: Path) -> None:
+    """An agent that answers ``prepared`` a second past the deadline: the next stage was asked
+    after it and refused (``resources-0 refused: deadline_exceeded``), a false cause; the
+    failure is the agent's, saying how late it answered, and everyone is resumed."""
+    async with agent_relayed(tmp_path, delay=1.5) as (co, urls):
+        with pytest.raises(CoordinationError) as info:
+            await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 1.0)
+        assert await idle_everywhere(co, urls)
+    assert list(info.value.failures) == ["agent-0"]
+    assert re.fullmatch(
+        r"answered prepare \(prepared\) \d\.\d s after its deadline", info.value.failures["agent-0"]
+    )
+
+
+async def test_a_prepare_answered_in_a_phase_prepare_never_gives_is_that_participants_failure(
+    tmp_path: Path,
+) -> None:
+    """A prepare answered ``committed`` stopped as "not prepared with 0 blockers", as if the
+    agent were not ready; it is the agent's failure, naming the phase, and everyone is resumed."""
+    async with agent_relayed(tmp_path, phase="committed") as (co, urls):
+        with pytest.raises(CoordinationError) as info:
+            await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 10)
+        assert await idle_everywhere(co, urls)
+    assert info.value.failures == {
+        "agent-0": "answered prepare with phase committed, not prepared or preparing"
+    }
