@@ -75,7 +75,8 @@ class Collection:
     ``checkpoint_after=[n, ...]`` checkpoints (and goes on) as the n-th rollout finishes (a failure
     is logged); ``work_timeout_s`` bounds each work call (default: ``deadline_s``).
     ``run_id`` (default: the run directory's name) is written in every checkpoint; only this
-    run's checkpoints are restored by ``run()`` and pruned.
+    run's checkpoints are restored by ``run()`` and pruned. A coordinator without members is
+    ``InvalidValueError``.
     """
 
     def __init__(
@@ -96,6 +97,9 @@ class Collection:
         checkpoint_after: Iterable[int] = (),
         work_timeout_s: float | None = None,
     ) -> None:
+        if not coordinator.members:
+            # Else every rollout "completed" with no call made, and a checkpoint of nothing published.
+            raise InvalidValueError("a collection over no participants: the coordinator has no members")
         for count in (steps, concurrency):
             check_int(count, "steps and concurrency must be >= 1", minimum=1)
         if stop_after is not None:

@@ -26,7 +26,7 @@ from ckpt_events import (
     sinks,
 )
 from ckpt_events.participants import create_app
-from ckpt_events.participants.controller import Collection, ControlClient, Coordinator
+from ckpt_events.participants.controller import Collection, ControlClient, Coordinator, Member
 from ckpt_events.participants.controller.run_directory import RunDir
 from ckpt_events.participants.controller.types import PrepareResult
 from ckpt_events.participants.errors import check_int, check_number
@@ -139,7 +139,11 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "header timeout of NaN": (lambda: ConnectionLimits(header_timeout=math.nan), InvalidValueError),
     "no steps per rollout": (
         lambda: Collection(
-            Coordinator((), token="t", telemetry=_telemetry(Kind.CONTROLLER)),
+            Coordinator(
+                [Member("model-0", "model", "model-0", "http://127.0.0.1:9")],
+                token="t",
+                telemetry=_telemetry(Kind.CONTROLLER),
+            ),
             "run",
             telemetry=_telemetry(Kind.CONTROLLER),
             rollouts=1,

@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ckpt_events import CollectionFinished, CoordinateFinished, Telemetry
+from ckpt_events import CollectionFinished, CoordinateFinished, InvalidValueError, Telemetry
 from ckpt_events.participants.cli.fleet import local_fleet, serving
 from ckpt_events.participants.controller import collection as collection_module
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
@@ -340,3 +340,13 @@ async def test_a_checkpoint_published_then_refused_a_resume_is_published(tmp_pat
     assert span.published is True
     resume = [e for e in events if isinstance(e, CoordinateFinished) and e.operation == "resume"]
     assert [e.outcome.value for e in resume] == ["error"]
+
+
+async def test_a_collection_over_no_participants_is_refused(tmp_path: Path) -> None:
+    """A coordinator built over no members (``Coordinator([])``): every rollout was reported
+    ``completed`` without one call, and a checkpoint of nothing was published; it is refused."""
+    tel = Telemetry(None, kind="controller", instance="coordination")
+    async with Coordinator([], token="t", telemetry=tel) as co:
+        with pytest.raises(InvalidValueError, match="no participants"):
+            Collection(co, tmp_path / "run", telemetry=tel, rollouts=5, steps=3)
+    assert not (tmp_path / "run").exists()
