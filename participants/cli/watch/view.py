@@ -66,6 +66,9 @@ _CLOCK_SAMPLES: Final = 8
 _MAX_OPEN: Final = 1000
 #: Finished operations kept per participant to tell open work it passed (a backlog hands on 8).
 _DONE_KEPT: Final = 16
+#: Spans seen to end kept per participant, so that a start read after its end (two files read
+#: one after the other) does not open it again (~100 bytes each).
+_ENDED_KEPT: Final = 1000
 #: Work stamped this far in our future by a participant of known clock is shown as just opened.
 _FUTURE_SLACK_S: Final = 0.5
 
@@ -136,6 +139,7 @@ class _Seen:
         "at_start",
         "clocks",
         "done",
+        "ended",
         "grace",
         "lease_at",
         "open",
@@ -153,6 +157,8 @@ class _Seen:
         self.lease_at: float | None = None
         self.grace: float | None = None
         self.open: dict[tuple[int, int], _Open] = {}
+        #: The last ``_ENDED_KEPT`` spans seen to end, oldest first (a dict keeps its order).
+        self.ended: dict[tuple[int, int], None] = {}
         self.untracked = 0
         self.outcomes: collections.deque[str] = collections.deque(maxlen=LAST_CHECKPOINTS)
         #: Its latest finished operations, for work opened before them (``_passes``).
@@ -218,7 +224,9 @@ class FleetView:
     def add_events(self, events: Iterable[Event], now: float | None = None) -> None:
         """Fold in events read from the logs by ``now`` (Unix seconds; ``None``: the time):
         spans that open and close, stalls, outcomes. Kinds, operations and outcomes may be
-        plain strings (events built by keyword)."""
+        plain strings (events built by keyword). A span's end may come before its start (two
+        files read one after the other): it is not opened again (the last ``_ENDED_KEPT`` ends
+        of each participant are remembered)."""
         read_at = time.time() if now is None else now
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
@@ -226,6 +234,8 @@ class FleetView:
                 seen = self._of(str(kind), event.instance)
                 _written(seen, event.start_ns, read_at)
                 key = (event.trace_id, event.span_id)
+                if key in seen.ended:
+                    continue  # its end was read first: finished, never open again
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
                     item = _Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
                     item.passed = any(_passes(item, done) for done in seen.done)
@@ -236,7 +246,11 @@ class FleetView:
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
                 seen = self._of(str(kind), event.instance)
                 _written(seen, event.end_ns, read_at)
-                seen.open.pop((event.trace_id, event.span_id), None)
+                key = (event.trace_id, event.span_id)
+                seen.open.pop(key, None)
+                seen.ended[key] = None
+                if len(seen.ended) > _ENDED_KEPT:
+                    del seen.ended[next(iter(seen.ended))]
                 if str(event.operation) in _ADMITTING and str(event.outcome) == Outcome.OK.value:
                     done = (event.start_ns, event.worker, str(event.operation), event.checkpoint_id)
                     seen.done.append(done)

@@ -389,3 +389,38 @@ def test_work_a_participant_passed_by_later_work_is_of_unknown_age_never_stalled
     again = FleetView([], stall_after=30.0)
     _read_live(again, [restarted, *opened] if finished_first else [*opened, restarted])
     assert "open prepare c1 age unknown (later work finished since: restarted?)" in _render(again, 160)
+
+
+def test_a_span_whose_end_was_read_first_is_never_shown_open() -> None:
+    """Live, two files read one after the other (a worker's own log and its copy, a file out of
+    time order) can give a span's end before its start: the start opened it again, shown open,
+    then STALLED past ``stall_after``, for work long finished. Its end is remembered."""
+    view = FleetView([], stall_after=30.0)
+    start = int((NOW - 120.0) * NS)
+    began = OperationStarted(
+        kind="agent",
+        instance="agent-0",
+        trace_id=9,
+        span_id=5,
+        start_ns=start,
+        operation="commit",
+        checkpoint_id="c1",
+    )
+    ended = OperationFinished(
+        kind="agent",
+        instance="agent-0",
+        trace_id=9,
+        span_id=5,
+        start_ns=start,
+        end_ns=start + NS,
+        operation="commit",
+        checkpoint_id="c1",
+        outcome="ok",
+    )
+    view.add_events([ended], NOW - 60.0)
+    view.add_events([began], NOW - 60.0)
+    out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render(NOW))
+    text = out.export_text()
+    assert "open commit" not in text and "STALLED" not in text
+    assert "c1 commit ok" in text
