@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ckpt_events import CoordinateStarted, Event, OperationFinished, OperationStarted, Stalled
 from ckpt_events.participants.cli.watch.sources import PollResult
-from ckpt_events.participants.cli.watch.view import FleetView
+from ckpt_events.participants.cli.watch.view import MAX_FROM_LOGS, FleetView
 from ckpt_events.participants.protocol import PrepareReport, StatusReply
 from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Phase
 
@@ -424,3 +424,30 @@ def test_a_span_whose_end_was_read_first_is_never_shown_open() -> None:
     text = out.export_text()
     assert "open commit" not in text and "STALLED" not in text
     assert "c1 commit ok" in text
+
+
+def test_participants_known_from_logs_alone_are_bounded_and_counted() -> None:
+    """A log naming 100,000 instances kept a block of state each and rendered a row each on
+    every refresh (353 MiB, 19 s a frame, measured); past ``MAX_FROM_LOGS`` they are counted in
+    a note, while a participant polled by URL is always shown."""
+    view = FleetView(["http://127.0.0.1:42009"], stall_after=30.0)
+    start = int((NOW - 5.0) * NS)
+    many = [
+        OperationStarted(
+            kind="agent",
+            instance=f"agent-{i}",
+            trace_id=1,
+            span_id=i + 1,
+            start_ns=start,
+            operation="prepare",
+            checkpoint_id="c1",
+        )
+        for i in range(MAX_FROM_LOGS + 500)
+    ]
+    view.add_events(many, NOW)
+    polled = StatusReply(kind="model", instance="model-0", phase=Phase.IDLE)
+    view.add_polls([PollResult(url="http://127.0.0.1:42009", seconds=0.01, status=polled)], NOW)
+    assert len(view.seen) == MAX_FROM_LOGS + 1
+    out = Console(width=160, height=40, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render(NOW))
+    assert "500 more participants in the logs not tracked" in out.export_text()
