@@ -232,8 +232,22 @@ class FleetView:
         return [*self.notes, more]
 
     def add_polls(self, results: Iterable[PollResult], now: float) -> None:
-        """Fold in one round of ``/status`` answers (``now``: Unix seconds)."""
-        for result in results:
+        """Fold in one round of ``/status`` answers (``now``: Unix seconds). A URL answering as
+        a participant another URL of the round answered as first (two servers started with one
+        instance) is shown as that, never folded in: their phases and clocks would mix."""
+        claimed: dict[tuple[str, str], str] = {}
+        for answer in results:
+            result = answer
+            status = result.status
+            if status is not None:
+                key = (str(status.kind), status.instance)
+                if (twin := claimed.setdefault(key, result.url)) != result.url:
+                    said = (
+                        f"answers as {key[0]}/{key[1]}, as {twin} does: two servers with one "
+                        "instance (give each its own --instance)"
+                    )
+                    result = PollResult(url=result.url, seconds=result.seconds, error=said)
+                    self.answered.pop(result.url, None)
             self.polls[result.url] = result
             status = result.status
             if status is None:

@@ -451,3 +451,26 @@ def test_participants_known_from_logs_alone_are_bounded_and_counted() -> None:
     out = Console(width=160, height=40, record=True, color_system=None, file=io.StringIO())
     out.print(view.render(NOW))
     assert "500 more participants in the logs not tracked" in out.export_text()
+
+
+def test_two_servers_answering_as_one_participant_are_not_merged() -> None:
+    """Two URLs answering as ``agent/agent-0`` (two servers started with one ``--instance``)
+    were folded into one participant: the one in sync was said to run 120 min ahead of our
+    clock and its prepare, stuck for 30 s, to be 1 s old. The second is shown as a twin."""
+    first, second = "http://127.0.0.1:42011", "http://127.0.0.1:42012"
+    view = FleetView([first, second], stall_after=30.0)
+    preparing = StatusReply(kind="agent", instance="agent-0", phase=Phase.PREPARING, checkpoint_id="c1")
+    idle = StatusReply(kind="agent", instance="agent-0", phase=Phase.IDLE)
+    for i in range(30):
+        view.add_polls(
+            [
+                PollResult(url=first, seconds=0.01, status=preparing, clock_offset=0.0, clock_error=0.01),
+                PollResult(url=second, seconds=0.01, status=idle, clock_offset=7200.0, clock_error=0.005),
+            ],
+            NOW + i,
+        )
+    out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render(NOW + 30, rows=False))
+    text = out.export_text()
+    assert "ahead of ours" not in text and "for >=30.0 s" in text
+    assert f"answers as agent/agent-0, as {first} does" in text
