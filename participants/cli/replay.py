@@ -159,12 +159,10 @@ async def _replay_async(args: argparse.Namespace) -> int:
     if truncated:
         print(f"{counted(truncated, 'span')} left open by a stopped process: exported as truncated (ERROR)")
     for newest, spans in cut:
-        base, _, n = newest.name.removesuffix(".gz").rpartition(".")
-        newer = base if int(n) <= 1 else f"{base}.{int(n) - 1}"
         print(
             f"{counted(spans, 'span')} open at the end of {newest.name} not exported: a rotated file "
-            f"whose newer file ({newer}) was not given, so where they end is not known (replay the "
-            f"files together to export them)"
+            f"whose newer file ({_newer_than(newest)}) was not given, so where they end is not known "
+            f"(replay the files together to export them)"
         )
     return 0
 
@@ -206,18 +204,31 @@ def _sink_failure(stats: BusStats, raised: _SinkFailures) -> str | None:
     return None
 
 
+def _newer_than(rotated: Path) -> str:
+    """The name of the file a rotated file's writer went on in: ``x.jsonl`` after ``x.jsonl.1``,
+    ``x.jsonl.1`` after ``x.jsonl.2``; after a dated one (``x.jsonl-20261203``), a later
+    rotation's date is not known, so either is named."""
+    from ckpt_events.sinks.jsonl import rotated_name
+
+    name = rotated_name(rotated)
+    if name is None:  # not named as a rotation: not asked for
+        return "unknown"
+    log = Path(name.log).name
+    if name.number is None:
+        return f"a later rotation, or {log}"
+    return log if name.number <= 1 else f"{log}.{name.number - 1}"
+
+
 def _process_files(paths: list[Path]) -> list[list[Path]]:
     """The files grouped by the process that wrote them: a log and its rotated copies (``x.jsonl``
-    with ``x.jsonl.1``, ``x.jsonl.2``), oldest first."""
-    from ckpt_events.sinks.replay import is_rotated
+    with ``x.jsonl.1``, ``x.jsonl.2``, or ``x.jsonl-20261203``), oldest first."""
+    from ckpt_events.sinks.jsonl import oldest_first, rotated_name
 
-    groups: dict[str, list[tuple[int, Path]]] = {}
+    groups: dict[str, list[Path]] = {}
     for path in paths:
-        stem, _, suffix = path.name.removesuffix(".gz").rpartition(".")
-        rotated = is_rotated(path)
-        key = str(path.with_name(stem)) if rotated else str(path)
-        groups.setdefault(key, []).append((int(suffix) if rotated else 0, path))
-    return [[path for _, path in sorted(group, key=lambda item: -item[0])] for group in groups.values()]
+        rotated = rotated_name(path)
+        groups.setdefault(str(path) if rotated is None else rotated.log, []).append(path)
+    return [sorted(group, key=oldest_first) for group in groups.values()]
 
 
 def _closed_per_process(
@@ -225,8 +236,9 @@ def _closed_per_process(
 ) -> tuple[list[FinishedSpan], list[tuple[Path, int]]]:
     """The spans of ``still_open`` (open at the end of the merged logs), each closed at the last
     event of the process (group of files) that started it; a span in two copies of a log once.
-    And, per group whose newest file given is a rotated one (``x.jsonl.1``, without ``x.jsonl``),
-    that file and how many of them it leaves open: cut, not closed (they may end in ``x.jsonl``)."""
+    And, per group whose newest file given is a rotated one (``x.jsonl.1`` or ``x.jsonl-20261203``,
+    without ``x.jsonl``), that file and how many of them it leaves open: cut, not closed (they may
+    end in ``x.jsonl``)."""
     from ckpt_events.sinks import CorruptLine, read_events
     from ckpt_events.sinks.jsonl import OpenSpans
     from ckpt_events.sinks.otlp import looks_like_otlp

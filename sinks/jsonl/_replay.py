@@ -4,8 +4,9 @@ A replayed log gives the same spans and metric totals as the live run, because e
 finished event carries everything its span or measurement needs. A span still open at the end
 of the log (its process was killed mid-operation) is replayed too, closed as truncated
 (``OpenSpans``): ended at its process's last event, status ERROR, ``nemo.gym.checkpoint.truncated``.
-Not so at the end of a rotated file (``x.jsonl.1``): its process went on writing in the newer
-file of its rotation, where those spans may well end, so they are counted as ``cut`` instead.
+Not so at the end of a rotated file (``x.jsonl.1``, ``x.jsonl-20261203``): its process went on
+writing in the newer file of its rotation, where those spans may well end, so they are counted
+as ``cut`` instead.
 
 A target whose ``handle`` raises is isolated as the bus isolates a sink: logged once, counted
 (``ReplayResult.failed``), and handed its later batches still; the other targets get every event.
@@ -25,6 +26,7 @@ from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, resolve_i
 from ckpt_events._errors import check_int, one_line
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
+from ckpt_events.sinks.jsonl._rotation import rotated_name
 
 __all__ = ["ReplayFailure", "ReplayResult", "is_rotated", "replay"]
 
@@ -132,9 +134,10 @@ async def replay(
     batches, as the bus hands them to a sink that raised (so a replay matches the live run),
     and the other targets get every event whatever it does.
     With ``close_open`` (the default), the spans the log leaves open follow its last event,
-    closed as truncated (``OpenSpans.close``), unless the log is a rotated file (named
-    ``<name>.<digits>``, as ``JsonLinesSink(max_bytes=...)`` and logrotate name them, gzipped or
-    not): its writer went on in a newer file, so they are only counted, in ``ReplayResult.cut``.
+    closed as truncated (``OpenSpans.close``), unless the log is named as a rotated file
+    (``is_rotated``: ``<name>.<digits>`` as ``JsonLinesSink(max_bytes=...)`` and logrotate name
+    them, or ``<name>-<date>`` as logrotate's ``dateext`` does, gzipped or not): its writer went on
+    in a newer file, so they are only counted, in ``ReplayResult.cut``.
     """
     check_int(batch_size, f"batch_size must be a positive int, not {batch_size!r}", minimum=1)
     chosen = [_Target(i, t) for i, t in enumerate(targets)]
@@ -173,13 +176,11 @@ async def replay(
 
 def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:
     """Whether ``log`` (a path, or a file with its path as ``name``) is named as a rotated file
-    (``<name>.<digits>``, e.g. ``run.jsonl.1``, or ``run.jsonl.1.gz`` as logrotate's
-    ``compress`` leaves it): one its writer went on from, not its last."""
+    (``sinks.jsonl.rotated_name``: ``run.jsonl.1``, ``run.jsonl-20261203`` as logrotate's
+    ``dateext`` names it, either with ``.gz`` as its ``compress`` leaves it): one its writer went
+    on from, not its last."""
     name = getattr(log, "name", None) if not isinstance(log, str | os.PathLike) else os.fspath(log)
-    if not isinstance(name, str):
-        return False
-    stem, dot, suffix = os.path.basename(name).removesuffix(".gz").rpartition(".")
-    return bool(stem) and bool(dot) and suffix.isascii() and suffix.isdigit()
+    return isinstance(name, str) and rotated_name(name) is not None
 
 
 def _lines(source: str | os.PathLike[str] | IO[bytes]) -> Iterable[tuple[int, Any]]:

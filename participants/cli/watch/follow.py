@@ -3,10 +3,15 @@
 A followed file is known by its device and inode, and held open, so that:
 
 - renamed by a rotation (``JsonLinesSink(max_bytes=...)``, logrotate), it is read to its end from
-  the open file before the file now at its name; found again under a rotated name (``.1``), in a
-  folder or among the followed file's rotated names, it goes on from its offset, never from 0;
+  the open file before the file now at its name; found again under a rotated name (``.1``, or
+  ``-20261203`` with logrotate's ``dateext``: ``sinks.jsonl.rotated_name``), in a folder or among
+  the followed file's rotated names, it goes on from its offset, never from 0;
 - copied then truncated (logrotate's ``copytruncate``), the copy is recognised by its first line
   and read from the offset the original had reached, then the original again from its start.
+
+A gzipped file (logrotate's ``compress``: ``.gz``) is never appended to, so it is not followed:
+the first read folds it whole, and one appearing later is a copy of a rotation already read
+(``delaycompress`` compresses ``.1`` or ``-20261203`` at the next rotation), so it is left alone.
 
 The first read folds everything the logs hold (the followed files and their rotated names) in
 bounded memory (``Backlog``): what it hands on is the work still open, its stall reports and the
@@ -21,7 +26,6 @@ import glob
 import heapq
 import io
 import os
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Final, Self
@@ -35,7 +39,7 @@ from ckpt_events import (
     Stalled,
 )
 from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
-from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, read_events
+from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, oldest_first, read_events, rotated_name
 
 __all__ = ["KEEP_FINISHED", "MAX_FILES", "MAX_FINISHED", "MAX_OPEN", "MAX_READ", "Backlog", "LogFollower"]
 
@@ -54,7 +58,6 @@ KEEP_FINISHED: Final = 8
 _HEAD: Final = 4096
 #: Reads a file rotated away and read to its end is kept open for, in case its writer still appends.
 _DETACHED_READS: Final = 2
-_ROTATED: Final = re.compile(r"(?P<base>.+)\.(?P<n>\d{1,4})")
 
 
 class Backlog:
@@ -173,6 +176,8 @@ class LogFollower:
         self.budget = budget
         self._files: dict[tuple[int, int], _File] = {}
         self._backlog: Backlog | None = Backlog()  # until the first read reaches the logs' ends
+        #: The gzipped files found by the first read, folded whole into its backlog.
+        self._gzipped: list[str] | None = []
         self.notes: dict[str, str] = {}
 
     def close(self) -> None:
@@ -188,7 +193,8 @@ class LogFollower:
         self.close()
 
     def _paths(self) -> list[str]:
-        """Every file to follow, each rotation before the name it rotated from (oldest first)."""
+        """Every file to follow (gzipped ones too: ``_look`` sets them apart), each rotation
+        before the name it rotated from (oldest first)."""
         found: list[str] = []
         for spec in self.specs:
             if os.path.isdir(spec):
@@ -199,10 +205,13 @@ class LogFollower:
                 found.append(spec)
         rotated: list[str] = []
         for path in found:
-            if _ROTATED.fullmatch(path) is None:  # its rotations: name.1, name.2 (not name.1.gz)
-                names = glob.glob(glob.escape(path) + ".[0-9]*")
-                rotated.extend(n for n in names if _ROTATED.fullmatch(n) is not None)
-        return sorted(dict.fromkeys(found + rotated), key=_age_order)
+            if path not in self.specs and rotated_name(path) is not None:
+                continue  # a rotation found in a folder: its log's rotations are found with it
+            # Its rotations (name.1, name-20261203): named after it, so by the name alone; a name
+            # that only ends like a date (name-2026-notes, other-20261203) is not one of them.
+            names = glob.glob(glob.escape(path) + "[-_.]*")
+            rotated.extend(n for n in names if (r := rotated_name(n)) is not None and r.log == path)
+        return sorted(dict.fromkeys(found + rotated), key=oldest_first)
 
     def read(self) -> list[Event]:
         """The events appended since the last call, over every followed file."""
@@ -210,6 +219,10 @@ class LogFollower:
         order = self._look()
         events: list[Event] = []
         behind = 0
+        if self._gzipped is not None and self._backlog is not None:
+            for path in self._gzipped:
+                self._fold_whole(path, self._backlog)
+        self._gzipped = None  # found later, a gzipped file is a copy of a rotation read already
         for followed in order:
             behind += self._read_file(followed, events)
         for key in [k for k, f in self._files.items() if f.detached > _DETACHED_READS]:
@@ -240,6 +253,10 @@ class LogFollower:
         first = self._backlog is not None and not self._files
         at: dict[tuple[int, int], str] = {}
         for path in self._paths():
+            if path.endswith(".gz"):
+                if self._gzipped is not None:
+                    self._gzipped.append(path)
+                continue
             try:
                 info = os.stat(path)
             except OSError as exc:
@@ -282,6 +299,25 @@ class LogFollower:
                     self._copied_from(new, heads)
                 order.append(new)
         return order
+
+    def _fold_whole(self, path: str, backlog: Backlog) -> None:
+        """Fold a gzipped log into the first read's backlog, whole (it is never appended to)."""
+        corrupt = 0
+        batch: list[Event] = []
+        try:
+            for _, item in read_events(path):  # bounded: one pass over a file of a given size
+                if isinstance(item, CorruptLine):
+                    corrupt += 1
+                elif isinstance(item, VIEW_EVENTS):
+                    batch.append(item)
+                    if len(batch) >= 4096:
+                        backlog.add_all(batch)
+                        batch.clear()
+        except OSError as exc:
+            self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
+        backlog.add_all(batch)
+        if corrupt:
+            self.notes[path] = f"{path}: {corrupt} corrupt line(s) skipped"
 
     def _copied_from(self, new: _File, heads: dict[bytes, _File]) -> None:
         """A file that is a copy of one read so far (copy-truncate) starts where that one stands."""
@@ -363,11 +399,3 @@ class LogFollower:
 def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:
     file.seek(offset)
     return file.read(size)
-
-
-def _age_order(path: str) -> tuple[str, int]:
-    """Sort key: a log's rotations oldest first (``.3``, ``.2``, ``.1``), then the log itself."""
-    match = _ROTATED.fullmatch(path)
-    if match is None:
-        return (path, 0)
-    return (match["base"], -int(match["n"]))

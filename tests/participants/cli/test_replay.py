@@ -207,6 +207,43 @@ def test_a_rotated_file_alone_says_its_open_spans_were_cut_and_exports_none_as_l
         assert "left open" not in out and "not exported" not in out, out
 
 
+def test_dateext_rotations_are_known_and_grouped_with_their_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """logrotate's ``dateext`` (``delaycompress``: the older rotation gzipped): replayed alone, the
+    newest rotation's open commit is cut (it was exported as "left open by a stopped process",
+    a failure it never had), the newer file named without a made-up date; replayed with the other
+    files, the commit ends in ``env.jsonl`` and nothing is cut or left open. Beside them, a log
+    whose name only ends like a date (``other.jsonl-2026-notes``) is replayed as a log of its own."""
+    import gzip
+
+    import anyio
+
+    from tests.sinks.jsonl.test_open_spans import write_a_rotation_with_a_commit_across_it
+
+    log = tmp_path / "env.jsonl"
+    anyio.run(write_a_rotation_with_a_commit_across_it, log)
+    newest = (tmp_path / "env.jsonl.1").rename(tmp_path / "env.jsonl-20261203")
+    older = tmp_path / "env.jsonl-20261202.gz"  # the first lines of the log, compressed a rotation ago
+    older.write_bytes(gzip.compress(b"".join(newest.read_bytes().splitlines(keepends=True)[:2])))
+    with otlp_receiver() as received:
+        assert main(["replay", str(newest), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert "left open" not in out, out
+        assert (
+            "1 span open at the end of env.jsonl-20261203 not exported: a rotated file whose newer "
+            "file (a later rotation, or env.jsonl) was not given"
+        ) in out, out
+        assert main(["replay", str(tmp_path), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert "left open" not in out and "not exported" not in out, out
+        other = tmp_path / "other.jsonl-2026-notes"
+        other.write_bytes(newest.read_bytes())
+        assert main(["replay", str(other), "--otlp-endpoint", received.url]) == 0
+        out = capsys.readouterr().out
+        assert "1 span left open by a stopped process" in out and "not exported" not in out, out
+
+
 def test_a_gzipped_rotated_file_is_read_and_known_as_rotated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

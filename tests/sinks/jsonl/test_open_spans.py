@@ -109,15 +109,18 @@ async def write_a_rotation_with_a_commit_across_it(log: Path) -> int:
 
 
 @pytest.mark.parametrize("given", ["path", "open file"])
+@pytest.mark.parametrize("name", ["env.jsonl.1", "env.jsonl-20261203", "env.jsonl.2026-12-03-1700000000"])
 async def test_a_rotated_file_alone_cuts_its_open_spans_and_exports_none_as_left_open(
-    tmp_path: Path, given: str
+    tmp_path: Path, given: str, name: str
 ) -> None:
     """``replay`` of ``env.jsonl.1`` alone, whose commit ends in ``env.jsonl``: the commit was
     exported as a truncated ERROR span (a failure it never had); it is counted in ``cut`` and
-    not exported. The newest file's own open work is still closed as truncated."""
+    not exported. So too under logrotate's ``dateext`` names (``-20261203``, or a ``dateformat``
+    of ``.%Y-%m-%d-%s``), which were taken for a log of their own. The newest file's own open
+    work is still closed as truncated."""
     log = tmp_path / "env.jsonl"
     commit_id = await write_a_rotation_with_a_commit_across_it(log)
-    rotated = tmp_path / "env.jsonl.1"
+    rotated = (tmp_path / "env.jsonl.1").rename(tmp_path / name)
     assert [e.span_id for _, e in read_events(rotated) if isinstance(e, OperationStarted)][0] == commit_id
     exporter = InMemorySpanExporter()
     sink = SpanSink(exporter)

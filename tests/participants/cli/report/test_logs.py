@@ -390,3 +390,37 @@ def test_checkpoint_asked_of_participant_logs_alone_says_what_is_missing(
         "ckpt-events report: error: --checkpoint 'k5': these logs hold no controller's coordination, "
         "from which checkpoints are named: pass the controller's log too"
     )
+
+
+def test_a_folder_of_dateext_rotations_reports_as_its_numbered_twin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder holding ``env.jsonl``, ``env.jsonl-20261203`` and ``env.jsonl-20261202.gz``
+    (logrotate's ``dateext``, ``compress``, ``delaycompress``) reports exactly as the same logs
+    named ``.1`` and ``.2.gz``: every file is read (by its content, not its name) and merged by
+    time, so the commit started in the rotation and finished in the log is one finished span.
+    (Not a defect found: pinned, as ``watch`` and ``replay`` were wrong on these names.)"""
+    import gzip
+
+    import anyio
+
+    from tests.sinks.jsonl.test_open_spans import write_a_rotation_with_a_commit_across_it
+
+    source = tmp_path / "source"
+    source.mkdir()
+    anyio.run(write_a_rotation_with_a_commit_across_it, source / "env.jsonl")
+    lines = (source / "env.jsonl.1").read_bytes().splitlines(keepends=True)
+    outs = []
+    for newest, older in (("env.jsonl.1", "env.jsonl.2.gz"), ("env.jsonl-20261203", "env.jsonl-20261202.gz")):
+        folder = tmp_path / newest
+        folder.mkdir()
+        (folder / "env.jsonl").write_bytes((source / "env.jsonl").read_bytes())
+        (folder / older).write_bytes(gzip.compress(b"".join(lines[:3])))
+        (folder / newest).write_bytes(b"".join(lines[3:]))
+        assert main(["report", str(folder)]) == 0
+        out, err = capsys.readouterr()
+        outs.append((out + err).replace(str(folder), "<folder>"))
+    assert outs[0] == outs[1]
+    assert "not a ckpt-events" not in outs[1] and "skipped" not in outs[1], outs[1]
+    # the commit (started in the newest rotation, ended in the log) is a finished span: its time
+    assert re.search(r"environment/environment-0 +\d+\.\d+ ", outs[1]), outs[1]

@@ -271,3 +271,97 @@ def test_a_span_seen_finished_is_never_opened_again_by_its_started_event(
     assert "open commit" not in out, out
     assert out.count("STALLED") == 1 and "open prepare stuck" in out, out
     assert "last: c0 commit ok 10 ms | c1 commit ok 10 ms | c2 commit ok 10 ms" in out, out
+
+
+@pytest.mark.parametrize("spec", ["file", "folder"])
+@pytest.mark.parametrize("mode", ["create", "copytruncate"])
+def test_a_dateext_rotation_loses_nothing_and_reads_nothing_twice(
+    tmp_path: Path, spec: str, mode: str
+) -> None:
+    """logrotate's ``dateext`` (``env.jsonl-20261203``), by renaming (``create``) or by copying then
+    truncating: a commit's end and the next commit's start written after the last read are read
+    once, in the order written, and the next commit's end in the new file after them. Was: by the
+    file, the copy went unseen and those two events were lost (c1 shown open for ever); by the
+    folder, the new file was read before the renamed one's end, so c2's end came before its start
+    and c2 was shown open for ever."""
+    log = tmp_path / "env.jsonl"
+    follower = LogFollower([str(log) if spec == "file" else str(tmp_path)])
+    sink = JsonLinesSink(log)
+    sink.handle([_started(1, "commit", "c1")])
+    sink.close()
+    view = FleetView([], stall_after=30.0)
+    assert "open commit c1" in _shown(view, follower.read())
+    sink = JsonLinesSink(log)
+    sink.handle([_finished(1, "commit", "c1"), _started(2, "commit", "c2")])
+    sink.close()
+    rotated = tmp_path / "env.jsonl-20261203"
+    if mode == "create":
+        log.rename(rotated)
+    else:
+        shutil.copyfile(log, rotated)
+        with open(log, "r+b") as file:
+            file.truncate(0)
+    sink = JsonLinesSink(log)
+    sink.handle([_finished(2, "commit", "c2")])
+    sink.close()
+    events = follower.read()
+    assert [(type(e).__name__, e.checkpoint_id) for e in events] == [
+        ("OperationFinished", "c1"),
+        ("OperationStarted", "c2"),
+        ("OperationFinished", "c2"),
+    ]
+    text = _shown(view, events)
+    assert "open" not in text and "STALLED" not in text, text
+    assert follower.read() == []
+    follower.close()
+
+
+def test_gzipped_rotations_are_folded_once_and_never_read_as_corrupt(tmp_path: Path) -> None:
+    """``compress`` with ``delaycompress``: the first read folds a gzipped rotation whole (a commit
+    started there ends in the log); later, the rotation read so far turns into a ``.gz`` copy of
+    itself, which is left alone (was: read as raw bytes, "corrupt line(s) skipped")."""
+    import gzip
+
+    older = tmp_path / "env.jsonl-20261202.gz"
+    plain = io.BytesIO()
+    JsonLinesSink(plain).handle([_started(1, "commit", "c1")])
+    older.write_bytes(gzip.compress(plain.getvalue()))
+    newest = tmp_path / "env.jsonl-20261203"
+    sink = JsonLinesSink(newest)
+    sink.handle([_finished(1, "commit", "c1"), _started(2, "commit", "c2")])
+    sink.close()
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([_finished(2, "commit", "c2")])
+    sink.close()
+    for spec in (str(log), str(tmp_path)):
+        follower = LogFollower([spec])
+        view = FleetView([], stall_after=30.0)
+        text = _shown(view, follower.read())
+        assert "open" not in text and "c1 commit ok" in text and "c2 commit ok" in text, (spec, text)
+        newest.with_name(newest.name + ".gz").write_bytes(gzip.compress(newest.read_bytes()))
+        newest.rename(tmp_path / "moved-away")  # the name gone, as delaycompress deletes it
+        assert follower.read() == []
+        assert not any("corrupt" in note for note in follower.notes.values()), follower.notes
+        (tmp_path / "moved-away").rename(newest)
+        newest.with_name(newest.name + ".gz").unlink()
+        follower.close()
+
+
+def test_a_name_that_only_ends_like_a_date_is_not_a_rotation_of_the_followed_log(tmp_path: Path) -> None:
+    """Following ``env.jsonl``: ``env.jsonl-2026-notes``, ``env.jsonl-20261399`` and
+    ``other.jsonl-20261203`` are not its rotations, so their open commits are not shown;
+    ``env.jsonl.20261203`` (a ``.%Y%m%d`` dateformat) is, and its open commit is."""
+    log = tmp_path / "env.jsonl"
+    JsonLinesSink(log).close()
+    for n, name in enumerate(["env.jsonl-2026-notes", "env.jsonl-20261399", "other.jsonl-20261203"]):
+        sink = JsonLinesSink(tmp_path / name)
+        sink.handle([_started(10 + n, "commit", f"not-{n}")])
+        sink.close()
+    sink = JsonLinesSink(tmp_path / "env.jsonl.20261203")
+    sink.handle([_started(1, "commit", "c1")])
+    sink.close()
+    follower = LogFollower([str(log)])
+    text = _shown(FleetView([], stall_after=30.0), follower.read())
+    assert "open commit c1" in text and "not-" not in text, text
+    follower.close()
