@@ -311,7 +311,7 @@ class SpanSink:
                 parent = contexts[parent_id] = SpanContext(trace_id, parent_id, False, _SAMPLED)
         if event.outcome == _ERROR:
             error_type = event.error_type or "Exception"
-            message = event.error_message or ""
+            message = self.redactor.redact_message(event.error_message or "")
             status = Status(StatusCode.ERROR, f"{error_type}: {message}" if message else error_type)
             events: tuple[SpanEventRecord, ...] = (
                 SpanEventRecord(

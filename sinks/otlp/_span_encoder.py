@@ -195,7 +195,7 @@ class SpanEncoder:
                 parts.append(encoded or self._pair(key, value, cache))
         if event.outcome == _ERROR:
             error_type = self._text(event.error_type or "Exception")
-            message = self._text(event.error_message or "")
+            message = self._text(self.redactor.redact_message(event.error_message or ""))
             exception = (
                 _EVENT_TIME
                 + _FIXED64.pack(event.end_ns)
@@ -269,7 +269,7 @@ class SpanEncoder:
         span["attributes"] = self._json_attributes(attributes)
         if event.outcome == _ERROR:
             error_type = self._text(event.error_type or "Exception")
-            message = self._text(event.error_message or "")
+            message = self._text(self.redactor.redact_message(event.error_message or ""))
             span["events"] = [
                 {
                     "timeUnixNano": str(event.end_ns),

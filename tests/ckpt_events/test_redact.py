@@ -83,3 +83,54 @@ def test_keys_that_are_not_names_are_refused(keys: object, error: type[Exception
     took t, o, k, e and n as the keys, redacting ``a.t`` and not ``user.token``."""
     with pytest.raises(error, match="keys?"):
         Redactor(keys)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "connect https://svc:hunter2@db.internal/x refused",
+            "connect https://[REDACTED]@db.internal/x refused",
+        ),
+        ("GET /v1?access_token=abc123&page=2: 401", "GET /v1?access_token=[REDACTED]&page=2: 401"),
+        ("login failed: password=hunter2 for bob", "login failed: password=[REDACTED] for bob"),
+        (
+            'bad config {"password": "p w", "user": "bob"}',
+            'bad config {"password": "[REDACTED]", "user": "bob"}',
+        ),
+        ("db-password='s3cret' rejected", "db-password='[REDACTED]' rejected"),
+        ("Authorization: Bearer eyJhbGciOi.J9.sig expired", "Authorization: Bearer [REDACTED] expired"),
+        ("sent Basic dXNlcjpwYXNz", "sent Basic [REDACTED]"),
+        ("SECRET: xyz", "SECRET: [REDACTED]"),
+        # nothing that names a secret: kept whole, for the diagnosis
+        ("timeout at 12:30 after http://host:8080/path", "timeout at 12:30 after http://host:8080/path"),
+        ("checkpoint_id=c1 outcome=error: disk full", "checkpoint_id=c1 outcome=error: disk full"),
+        ("", ""),
+    ],
+)
+def test_a_message_loses_its_credentials_and_keeps_the_rest(message: str, expected: str) -> None:
+    """The default rule on error messages: a URL's user and password, the value of a pair whose
+    name (or one of its words) is a key, and a credential after an HTTP auth scheme."""
+    redactor = Redactor()
+    assert redactor.redact_message(message) == expected
+    assert redactor.redact_message(expected) == expected  # redacting again changes nothing
+
+
+def test_a_messages_rule_follows_the_keys_and_the_mode_and_can_be_off() -> None:
+    """The user's keys and match mode decide the pairs too; ``messages=False`` keeps messages
+    verbatim; anything but a bool for it is refused in one line."""
+    assert Redactor({"ssn"}).redact_message("ssn=123-45 password=x") == "ssn=[REDACTED] password=x"
+    assert (
+        Redactor(mode="exact").redact_message("access_token=x token=y") == "access_token=x token=[REDACTED]"
+    )
+    assert Redactor(mode="substring").redact_message("mykeyring=abc") == "mykeyring=[REDACTED]"
+    # a URL's userinfo and a bearer token are credentials whatever the keys
+    assert (
+        Redactor({"ssn"}).redact_message("https://u:p@h Bearer abc")
+        == "https://[REDACTED]@h Bearer [REDACTED]"
+    )
+    verbatim = Redactor(messages=False)
+    assert verbatim.redact_message("password=x https://u:p@h") == "password=x https://u:p@h"
+    assert verbatim.apply({"user.token": "abc"}) == {"user.token": REDACTED}
+    with pytest.raises(InvalidTypeError, match="messages must be True or False"):
+        Redactor(messages="no")  # type: ignore[arg-type]
