@@ -91,7 +91,8 @@ class OtlpSettings(msgspec.Struct, frozen=True):
 
 
 class BatchSettings(msgspec.Struct, frozen=True):
-    """``OTEL_BSP_*`` mapped onto the span sink: seconds and counts, ``None`` where unset."""
+    """``OTEL_BSP_*`` mapped onto the span sink: seconds and counts, ``None`` where unset;
+    ``max_export_batch`` is at most ``max_buffer`` when both are set."""
 
     linger_s: float | None = None
     max_export_batch: int | None = None
@@ -416,10 +417,19 @@ def read_otel_env(
     metric_timeout = _millis(env, "OTEL_METRIC_EXPORT_TIMEOUT", maximum=MAX_TIMEOUT_MS, allow_zero=False)
     delay = _millis(env, "OTEL_BSP_SCHEDULE_DELAY", maximum=MAX_SCHEDULE_DELAY_MS)
     export_timeout = _millis(env, "OTEL_BSP_EXPORT_TIMEOUT", maximum=MAX_TIMEOUT_MS, allow_zero=False)
+    max_batch = _count(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+    max_queue = _count(env, "OTEL_BSP_MAX_QUEUE_SIZE")
+    if max_batch is not None and max_queue is not None and max_batch > max_queue:
+        # The spec's rule, which the SDK's BatchSpanProcessor enforces; ours exported such a
+        # queue only at each linger, dropping past its bound.
+        raise ConfigurationError(
+            f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={max_batch} is larger than OTEL_BSP_MAX_QUEUE_SIZE={max_queue}; "
+            "a batch must fit in the queue: lower the batch size or raise the queue size"
+        )
     batch = BatchSettings(
         linger_s=None if delay is None else delay / 1000,
-        max_export_batch=_count(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
-        max_buffer=_count(env, "OTEL_BSP_MAX_QUEUE_SIZE"),
+        max_export_batch=max_batch,
+        max_buffer=max_queue,
         export_timeout_s=None if export_timeout is None else export_timeout / 1000,
     )
     if _bool(env, "OTEL_SDK_DISABLED"):

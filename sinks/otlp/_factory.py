@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ckpt_events import ConfigurationError
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks.otel._env import BatchSettings, OtlpSettings, given
 from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
-from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
+from ckpt_events.sinks.otlp._span_sink import DEFAULT_MAX_QUEUE, OtlpSpanSink
 
 __all__ = ["DEFAULT_TIMEOUT_S", "is_own_http", "own_metric_sink", "own_span_sink"]
 
@@ -39,7 +40,14 @@ def own_span_sink(
 ) -> OtlpSpanSink:
     """An ``OtlpSpanSink`` posting to ``otlp.endpoint`` as is (the signal path is already in
     it), with the ``OTEL_BSP_*`` batch, linger and queue; the request timeout is the OTLP
-    timeout, else ``OTEL_BSP_EXPORT_TIMEOUT``, else 10 s."""
+    timeout, else ``OTEL_BSP_EXPORT_TIMEOUT``, else 10 s. A batch size larger than the queue's
+    default (``OTEL_BSP_MAX_QUEUE_SIZE`` unset) raises ``ConfigurationError``."""
+    if batch.max_buffer is None and (batch.max_export_batch or 0) > DEFAULT_MAX_QUEUE:
+        raise ConfigurationError(
+            f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch.max_export_batch} is larger than the span queue "
+            f"(OTEL_BSP_MAX_QUEUE_SIZE unset: {DEFAULT_MAX_QUEUE}); a batch must fit in the queue: "
+            f"set OTEL_BSP_MAX_QUEUE_SIZE to at least {batch.max_export_batch}, or lower the batch size"
+        )
     options = given(
         max_export_batch=batch.max_export_batch, max_queue=batch.max_buffer, linger=batch.linger_s
     )

@@ -27,6 +27,7 @@ import msgspec
 from ckpt_events import (
     CollectionFinished,
     CoordinateFinished,
+    InvalidValueError,
     OperationFinished,
     Redactor,
 )
@@ -58,6 +59,10 @@ PROMPT_BURST: Final = 4
 #: sink's 50, ``BUS_LINGER``) so that a finished operation is at the collector ~15 ms after it
 #: ends; a busy server's deliveries stay at most 100 a second.
 SPAN_BUS_LINGER: Final = 0.01
+#: ``max_queue``'s default: the most spans queued for export (``OTEL_BSP_MAX_QUEUE_SIZE`` unset).
+DEFAULT_MAX_QUEUE: Final = 8192
+#: ``max_export_batch``'s default (OpenTelemetry's), or ``max_queue`` when that is smaller.
+DEFAULT_MAX_EXPORT_BATCH: Final = 512
 
 
 class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
@@ -102,7 +107,8 @@ class OtlpSpanSink:
     waits for a batch to fill; a top-level span (``TOP_LEVEL``: an operation, coordinate or
     collection span) has the queue exported at once, up to ``PROMPT_BURST`` times in a row and
     then once per ``prompt_interval`` seconds at most; ``prompt_interval=None`` keeps to the
-    batch schedule alone.
+    batch schedule alone. ``max_export_batch`` is at most ``max_queue`` (as OpenTelemetry's
+    ``BatchSpanProcessor`` requires); left out, it is 512, or ``max_queue`` if that is smaller.
     """
 
     blocking: Final = False  # handle() only queues; the worker thread does the I/O
@@ -119,8 +125,8 @@ class OtlpSpanSink:
         traces_path: str = TRACES_PATH,
         span_groups: str | Iterable[str] | None = "default,checkpoint",
         redactor: Redactor | None = None,
-        max_export_batch: int = 512,
-        max_queue: int = 8192,
+        max_export_batch: int | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
         linger: float = 1.0,
         prompt_interval: float | None = PROMPT_INTERVAL,
         max_retries: int = 5,
@@ -128,8 +134,17 @@ class OtlpSpanSink:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         check_protocol(protocol)
-        for name, value in (("max_export_batch", max_export_batch), ("max_queue", max_queue)):
-            check_int(value, f"{name} must be a positive int, not {value!r}", minimum=1)
+        check_int(max_queue, f"max_queue must be a positive int, not {max_queue!r}", minimum=1)
+        if max_export_batch is None:
+            max_export_batch = min(DEFAULT_MAX_EXPORT_BATCH, max_queue)
+        check_int(
+            max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
+        )
+        if max_export_batch > max_queue:
+            # A batch that never fits was sent only at each linger, the queue dropping past its bound.
+            raise InvalidValueError(
+                f"max_export_batch ({max_export_batch}) must be at most max_queue ({max_queue})"
+            )
         for name, seconds in (("linger", linger), ("prompt_interval", prompt_interval)):
             if seconds is None and name == "prompt_interval":
                 continue

@@ -26,6 +26,10 @@ BAD_ARGUMENTS: dict[str, tuple[Callable[[], object], type[InvalidArgumentError]]
     "span sink linger as a string": (lambda: OtlpSpanSink(ENDPOINT, linger="1"), InvalidTypeError),
     "span sink queue of zero": (lambda: OtlpSpanSink(ENDPOINT, max_queue=0), InvalidValueError),
     "span sink queue as a float": (lambda: OtlpSpanSink(ENDPOINT, max_queue=8.0), InvalidTypeError),
+    "span sink batch larger than its queue": (
+        lambda: OtlpSpanSink(ENDPOINT, max_export_batch=600, max_queue=100),
+        InvalidValueError,
+    ),
     "span sink unknown protocol": (lambda: OtlpSpanSink(ENDPOINT, protocol="grpc"), InvalidValueError),
     "sender timeout of zero": (lambda: OtlpSpanSink(ENDPOINT, timeout=0), InvalidValueError),
     "sender endpoint not http": (lambda: OtlpSpanSink("ftp://127.0.0.1/"), InvalidValueError),

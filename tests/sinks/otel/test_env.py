@@ -101,7 +101,7 @@ async def test_bsp_variables_map_onto_the_span_sink() -> None:
     exporter = InMemorySpanExporter()
     environ = {
         "OTEL_BSP_SCHEDULE_DELAY": "250",
-        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2",
         "OTEL_BSP_MAX_QUEUE_SIZE": "2",
         "OTEL_BSP_EXPORT_TIMEOUT": "7000",
     }
@@ -109,7 +109,7 @@ async def test_bsp_variables_map_onto_the_span_sink() -> None:
         async with configure(bus, span_exporter=exporter, environ=environ) as configured:
             sink = configured.span_sink
             assert sink is not None
-            assert (sink.linger, sink.max_export_batch, sink.export_timeout) == (0.25, 64, 7.0)
+            assert (sink.linger, sink.max_export_batch, sink.export_timeout) == (0.25, 2, 7.0)
             tel = Telemetry(bus, kind="agent", instance="a0")
             for _ in range(5):  # no await between: the 2-event buffer overflows
                 with tel.operation("resume"):
@@ -117,6 +117,37 @@ async def test_bsp_variables_map_onto_the_span_sink() -> None:
             (stats,) = [s for s in bus.stats().sinks if s.name == "otel-spans"]
             assert stats.dropped == 3
     assert len(exporter.get_finished_spans()) == 2
+
+
+def test_a_batch_larger_than_the_queue_is_refused_naming_both() -> None:
+    """OTEL_BSP_MAX_EXPORT_BATCH_SIZE above OTEL_BSP_MAX_QUEUE_SIZE: one line naming both and their
+    values (OpenTelemetry's SDK refuses it too; our span sink only exported such a queue at linger)."""
+    environ = {**BASE, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "600", "OTEL_BSP_MAX_QUEUE_SIZE": "100"}
+    with pytest.raises(ConfigurationError) as info:
+        read_otel_env(environ)
+    message = str(info.value)
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=600" in message
+    assert "OTEL_BSP_MAX_QUEUE_SIZE=100" in message
+    assert "\n" not in message
+    equal = read_otel_env({**environ, "OTEL_BSP_MAX_QUEUE_SIZE": "600"})
+    assert (equal.batch.max_export_batch, equal.batch.max_buffer) == (600, 600)
+
+
+async def test_a_batch_larger_than_the_default_queue_is_refused() -> None:
+    """Only the batch size set, above the OTLP span sink's default queue (8,192): refused naming the
+    batch variable, the queue's default and the variable to raise it with."""
+    environ = {**BASE, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10000", "OTEL_METRICS_EXPORTER": "none"}
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError) as info:
+            configure(bus, environ=environ)
+        message = str(info.value)
+        assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=10000" in message
+        assert "OTEL_BSP_MAX_QUEUE_SIZE" in message and "8192" in message
+        assert "\n" not in message
+        async with configure(bus, environ={**environ, "OTEL_BSP_MAX_QUEUE_SIZE": "10000"}) as configured:
+            sink = configured.span_sink
+            assert isinstance(sink, OtlpSpanSink)
+            assert (sink.max_export_batch, sink.max_queue) == (10000, 10000)
 
 
 @pytest.mark.parametrize(

@@ -179,15 +179,23 @@ async def test_spans_are_dropped_and_counted_when_the_collector_is_down() -> Non
 
 async def test_a_full_queue_drops_and_counts() -> None:
     """Events beyond ``max_queue`` are dropped at once and counted; the rest still go out."""
-    port = free_port()
-    # The batch schedule alone: a prompt export would make room in the queue meanwhile.
-    sink = OtlpSpanSink(
-        f"http://127.0.0.1:{port}", max_queue=2, linger=5.0, max_retries=0, prompt_interval=None
-    )
-    async with Bus() as bus:
-        bus.subscribe(sink)
-        await _one_checkpoint(bus)
-        assert sink.stats().dropped == 2  # four spans, room for two
+    # A collector that never answers keeps the full batch's export in flight: a closed port
+    # refused it at once, and its two spans were counted with the two the queue refused.
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+        sink = OtlpSpanSink(
+            f"http://127.0.0.1:{hole.getsockname()[1]}",
+            max_queue=2,
+            timeout=0.5,
+            max_retries=0,
+            prompt_interval=None,
+        )
+        assert sink.max_export_batch == 2  # the default 512 fits the queue: a batch fills it
+        async with Bus() as bus:
+            bus.subscribe(sink)
+            await _one_checkpoint(bus)
+            assert sink.stats().dropped == 2  # four spans, room for two
     assert sink.stats().dropped == 4
 
 
