@@ -27,6 +27,7 @@ It serves ``handler`` (a ``BaseHTTPRequestHandler`` subclass) one request per co
 from __future__ import annotations
 
 import io
+import ipaddress
 import logging
 import selectors
 import socket
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 
-__all__ = ["ScrapeServer"]
+__all__ = ["ScrapeServer", "host_problem", "listen_host"]
 
 logger: Final = logging.getLogger("ckpt_events.sinks.prometheus")
 
@@ -97,6 +98,33 @@ class _Prefetched:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be listened on as given (brackets around anything but an IPv6
+    address, a ``:`` in a host that is not an IPv6 address), or ``None``; a name that does not
+    resolve is left to the bind, which says so."""
+    if host.startswith("[") or host.endswith("]"):
+        inner = host[1:-1] if host.startswith("[") and host.endswith("]") else None
+        if inner is None or not _is_ipv6(inner):
+            return "has brackets, which go only around a whole IPv6 address ([::1])"
+    elif ":" in host and not _is_ipv6(host):
+        return "has a ':' but is not an IPv6 address"
+    return None
+
+
+def listen_host(host: str) -> str:
+    """``host`` as a socket binds it: an IPv6 address without the brackets a URL puts around it
+    (``[::1]`` is ``::1``). Check it with ``host_problem`` first."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _head_end(head: bytearray) -> int:

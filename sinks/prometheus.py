@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from ckpt_events import ConfigurationError, InvalidValueError
+from ckpt_events import ConfigurationError, InvalidTypeError, InvalidValueError
 from ckpt_events._errors import check_int, check_number
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
@@ -42,7 +42,7 @@ from ckpt_events.sinks._metric_totals import (
 )
 from ckpt_events.sinks._open_work import OpenWorkSnapshot
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
-from ckpt_events.sinks._scrape_server import ScrapeServer
+from ckpt_events.sinks._scrape_server import ScrapeServer, host_problem, listen_host
 from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp._http import BUS_LINGER, MAX_TIMEOUT_S
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument, InstrumentKind
@@ -287,12 +287,14 @@ class PrometheusEndpoint:
     """``http://host:port/metrics`` serving ``source``'s totals until ``close``.
 
     A context manager, plain or async (``with``/``async with``: closed at the end), as the other
-    servers are. ``port=0`` picks a free port (read ``port``). Binding fails with ``ConfigurationError``
-    naming the address; a port outside 0-65535, ``max_concurrent`` below 1 or a timeout that is
-    not a number of seconds in (0, 3600] raise ``InvalidValueError`` (``InvalidTypeError``: not
-    a number) before anything is bound. ``max_concurrent`` scrapes run at once; a connection
-    must send its request head within ``header_timeout`` and be answered within ``timeout``
-    (both from its accept), else it is closed.
+    servers are. ``port=0`` picks a free port (read ``port``). ``host`` is a name or an address, an
+    IPv6 one bare or in brackets (``::1``, ``[::1]``; ``host`` holds it bare). Binding fails with
+    ``ConfigurationError`` naming the address; brackets around anything else, a ``:`` in a host
+    that is not an IPv6 address (``localhost:9464``), a port outside 0-65535, ``max_concurrent``
+    below 1 or a timeout that is not a number of seconds in (0, 3600] raise ``InvalidValueError``
+    (``InvalidTypeError``: not a str or a number) before anything is bound. ``max_concurrent``
+    scrapes run at once; a connection must send its request head within ``header_timeout`` and
+    be answered within ``timeout`` (both from its accept), else it is closed.
     """
 
     def __init__(
@@ -311,6 +313,12 @@ class PrometheusEndpoint:
         if check_int(port, port_message) > 65535:
             raise InvalidValueError(port_message)
         check_int(max_concurrent, f"max_concurrent must be an int >= 1, not {max_concurrent!r}", minimum=1)
+        if not isinstance(host, str):
+            raise InvalidTypeError(f"host must be a str, not {host!r}")
+        problem = host_problem(host)
+        if problem is not None:
+            raise InvalidValueError(f"host {host!r} {problem}; put the port in port")
+        host = listen_host(host)
         for name, seconds in (("timeout", timeout), ("header_timeout", header_timeout)):
             check_number(
                 seconds,

@@ -119,7 +119,13 @@ def _prometheus_port_of_worker(index: int) -> str | None:
     if not raw.isdigit() or int(raw) == 0:  # 0 (any free port) stays 0; a bad value: configure says so
         return None
     port = worker_metrics_port(int(raw), index)
-    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost"
+    from ckpt_events import ConfigurationError, sinks
+
+    try:
+        # As configure() binds it: [::1] was probed as a name, "taken", and the port given up.
+        host = sinks.read_otel_env(os.environ).prometheus_host
+    except ConfigurationError:
+        return None  # a bad value: configure says so
     why = port_taken(host, port)
     os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = "0" if why else str(port)
     return None if why is None else f"Prometheus port {port} on {host} is taken ({why})"

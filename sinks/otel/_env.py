@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ckpt_events import ConfigurationError
+from ckpt_events.sinks._scrape_server import host_problem, listen_host
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem
 from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
 from ckpt_events.sinks.otlp._tls import client_context
@@ -131,7 +132,7 @@ class OtelSettings(msgspec.Struct, frozen=True):
     #: OTLP/HTTP metric sink takes only ``cumulative``, OpenTelemetry's gRPC exporter reads it itself.
     metric_temporality: str | None = None
     #: Where ``OTEL_METRICS_EXPORTER=prometheus`` serves ``/metrics``
-    #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``).
+    #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``); an IPv6 host without brackets.
     prometheus_host: str = "localhost"
     prometheus_port: int = 9464
 
@@ -360,6 +361,22 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _prometheus_host(env: Mapping[str, str]) -> str:
+    """``OTEL_EXPORTER_PROMETHEUS_HOST`` as the scrape endpoint binds it (default ``localhost``): an
+    IPv6 address bare or in a URL's brackets (``::1``, ``[::1]``); ``[::1]`` went to bind() as
+    is, refused as a name that does not resolve."""
+    raw = _get(env, "OTEL_EXPORTER_PROMETHEUS_HOST")
+    if raw is None:
+        return "localhost"
+    problem = host_problem(raw)
+    if problem is not None:
+        raise ConfigurationError(
+            f"OTEL_EXPORTER_PROMETHEUS_HOST={raw!r} {problem}; use a host name or an IPv4 or IPv6 "
+            "address, and put the port in OTEL_EXPORTER_PROMETHEUS_PORT"
+        )
+    return listen_host(raw)
+
+
 def _sample_ratio(env: Mapping[str, str]) -> float:
     sampler = _choice(env, "OTEL_TRACES_SAMPLER", SAMPLERS) or "parentbased_always_on"
     if sampler.endswith("always_on"):
@@ -453,6 +470,6 @@ def read_otel_env(
         resource_attributes=attributes,
         metric_interval_ms=DEFAULT_METRIC_INTERVAL_MS if interval is None else interval,
         metric_export_timeout_ms=metric_timeout,
-        prometheus_host=_get(env, "OTEL_EXPORTER_PROMETHEUS_HOST") or "localhost",
+        prometheus_host=_prometheus_host(env),
         prometheus_port=_port(env, "OTEL_EXPORTER_PROMETHEUS_PORT", 9464),
     )

@@ -15,10 +15,18 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from ckpt_events import Bus, ConfigurationError, OperationFinished, OperationStarted, Refused
+from ckpt_events import (
+    Bus,
+    ConfigurationError,
+    InvalidValueError,
+    OperationFinished,
+    OperationStarted,
+    Refused,
+)
 from ckpt_events.sinks import configure
 from ckpt_events.sinks._metric_totals import DEFAULT_BOUNDARIES, MetricTotals
 from ckpt_events.sinks.otel import OtlpMetricSink
+from ckpt_events.sinks.otel._env import read_otel_env
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
 from tests.sinks.otlp.test_metric_sink import _event_mix
@@ -511,3 +519,59 @@ class _endpoint:  # noqa: N801  # used as a context manager, like a function
 
     def __exit__(self, *exc: object) -> None:
         self.endpoint.close()
+
+
+def _ipv6_loopback() -> bool:
+    """Whether this machine can listen on ``::1``."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+async def test_an_ipv6_loopback_host_is_served_bare_or_bracketed(host: str) -> None:
+    """OTEL_EXPORTER_PROMETHEUS_HOST=::1 or [::1] (as in a URL) binds ::1 and is scraped there; the
+    bracketed one was handed to bind() as is, refused as 'Name or service not known'."""
+    env = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": host,
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+    }
+    async with Bus() as bus:
+        async with configure(bus, environ=env) as configured:
+            endpoint = configured.prometheus
+            assert endpoint is not None
+            assert endpoint.host == "::1"
+            assert endpoint.url == f"http://[::1]:{endpoint.port}/metrics"
+            for event in _codes(1):
+                bus.emit(event)
+            await bus.flush()
+            assert "gym_checkpoint_events_total{" in _get(endpoint.url)[1]
+    with PrometheusEndpoint(PrometheusSink(), host, 0) as direct:  # the argument takes both too
+        assert direct.url == f"http://[::1]:{direct.port}/metrics"
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("[127.0.0.1]", "brackets"),
+        ("[::1", "brackets"),
+        ("localhost:9464", "OTEL_EXPORTER_PROMETHEUS_PORT"),
+        ("::1::2", "IPv6"),
+    ],
+)
+def test_a_host_neither_a_name_nor_an_address_is_one_line_naming_the_variable(host: str, why: str) -> None:
+    """Brackets around anything but an IPv6 address, or a ':' in a host that is not one (a port in
+    the host): ConfigurationError naming the variable, before anything is bound."""
+    env = {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST": host}
+    with pytest.raises(ConfigurationError, match="OTEL_EXPORTER_PROMETHEUS_HOST") as info:
+        read_otel_env(env)
+    assert why in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(InvalidValueError, match="host"):
+        PrometheusEndpoint(PrometheusSink(), host, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 
 from ckpt_events.participants.cli.worker_process import (
     WorkerCommand,
+    _prometheus_port_of_worker,
     port_taken,
     worker_command,
     worker_metrics_port,
@@ -67,3 +69,30 @@ def test_a_host_that_is_not_this_machine_s_is_taken_with_the_os_reason() -> None
     """Binding an address the machine does not have fails: that reason is returned, not raised."""
     why = port_taken("192.0.2.1", 9464)  # TEST-NET-1: never a local address
     assert why == "Cannot assign requested address"
+
+
+def _ipv6_loopback() -> bool:
+    """Whether this machine can listen on ``::1``."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_a_worker_probes_an_ipv6_host_as_configure_binds_it(
+    host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_EXPORTER_PROMETHEUS_HOST=[::1]: the worker's port is probed on ::1 and kept; the host
+    was probed as a name that does not resolve, "taken", and the worker sent to any free port."""
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        base = probe.getsockname()[1] - 1  # worker 0's port is base + 1: this one, free once closed
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", host)
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(base))
+    assert _prometheus_port_of_worker(0) is None
+    assert os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] == str(base + 1)
