@@ -28,6 +28,7 @@ __all__ = [
     "BatchSettings",
     "OtelSettings",
     "OtlpSettings",
+    "TlsFiles",
     "read_otel_env",
     "sample_ratio_from_env",
 ]
@@ -72,6 +73,15 @@ DEFAULT_SERVICE_NAME: Final = "ckpt-events"
 _PROTOCOL_NAMES: Final[dict[str, Protocol]] = {p: p for p in ("http/protobuf", "http/json", "grpc")}
 
 
+class TlsFiles(msgspec.Struct, frozen=True):
+    """The PEM files of ``OtlpSettings.tls`` (``None``: unset), for an exporter that reads them
+    itself (OpenTelemetry's gRPC one, given credentials built from them)."""
+
+    certificate: str | None = None
+    client_certificate: str | None = None
+    client_key: str | None = None
+
+
 class OtlpSettings(msgspec.Struct, frozen=True):
     """One signal's OTLP exporter: full endpoint URL, protocol, headers, timeout, compression.
 
@@ -89,6 +99,8 @@ class OtlpSettings(msgspec.Struct, frozen=True):
     compression: str | None
     tls: ssl.SSLContext | None = None
     insecure: bool = False
+    #: The files ``tls`` was built from.
+    tls_files: TlsFiles = TlsFiles()
 
 
 class BatchSettings(msgspec.Struct, frozen=True):
@@ -129,7 +141,7 @@ class OtelSettings(msgspec.Struct, frozen=True):
     #: our ``OtlpMetricSink``'s request timeout when no OTLP timeout variable gives one.
     metric_export_timeout_ms: int | None = None
     #: ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``, checked (``None``: unset); our
-    #: OTLP/HTTP metric sink takes only ``cumulative``, OpenTelemetry's gRPC exporter reads it itself.
+    #: OTLP/HTTP metric sink takes only ``cumulative``; OpenTelemetry's gRPC exporter is given it.
     metric_temporality: str | None = None
     #: Where ``OTEL_METRICS_EXPORTER=prometheus`` serves ``/metrics``
     #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``); an IPv6 host without brackets.
@@ -315,6 +327,7 @@ def _otlp(
         timeout_s=None if timeout_ms is None else timeout_ms / 1000,
         compression=_choice(env, compression_var, COMPRESSIONS),
         tls=_tls(env, signal),
+        tls_files=_tls_files(env, signal),
         insecure=_bool(env, _signal_var(env, signal, "INSECURE")),
     )
 
@@ -334,9 +347,18 @@ def _signal_var(env: Mapping[str, str], signal: str, option: str) -> str:
     return own if _get(env, own) is not None else f"OTEL_EXPORTER_OTLP_{option}"
 
 
+def _tls_files(env: Mapping[str, str], signal: str) -> TlsFiles:
+    """``signal``'s CA, client certificate and client key paths, each variable resolved on its
+    own (a signal's CA with the generic client pair is a valid mix)."""
+    certificate, client_certificate, client_key = (
+        _get(env, _signal_var(env, signal, option))
+        for option in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY")
+    )
+    return TlsFiles(certificate, client_certificate, client_key)
+
+
 def _tls(env: Mapping[str, str], signal: str) -> ssl.SSLContext | None:
-    """The TLS client context of ``signal``'s files, each variable resolved on its own (a
-    signal's CA with the generic client pair is a valid mix), or ``None`` when none is set."""
+    """The TLS client context of ``signal``'s files (``_tls_files``), or ``None`` when none is set."""
     files = []
     for option in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"):
         name = _signal_var(env, signal, option)

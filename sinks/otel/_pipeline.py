@@ -1,14 +1,17 @@
 """OpenTelemetry parts from ``OtelSettings``: exporters, metric readers, the resource.
 
-Every setting is passed to the exporter's constructor explicitly, so the caller's
-``environ`` decides the endpoint, timeout, compression and headers. (The OTLP exporters
-still merge ``os.environ``'s header variables underneath ours; ours win per header.)
+Every setting is passed to OpenTelemetry's gRPC exporters explicitly, so the caller's
+``environ`` decides the endpoint, headers, timeout, compression, TLS files and (metrics) the
+temporality preference; what an exporter is not given it reads from ``os.environ``. One read is
+beyond our reach: a per-signal ``OTEL_EXPORTER_OTLP_*_TIMEOUT`` in ``os.environ`` is parsed by
+the exporter whatever it is given, so a bad one is a ``ConfigurationError`` saying so.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,6 +23,7 @@ from ckpt_events.sinks.otel._env import (
     GRPC_EXTRA,
     OtelSettings,
     OtlpSettings,
+    TlsFiles,
 )
 
 if TYPE_CHECKING:
@@ -51,24 +55,102 @@ def _grpc_module(name: str) -> Any:
         raise _grpc_missing(exc) from None
 
 
-def _otlp_kwargs(otlp: OtlpSettings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"endpoint": otlp.endpoint, "headers": dict(otlp.headers)}
-    if otlp.timeout_s is not None:
-        kwargs["timeout"] = otlp.timeout_s
-    if otlp.protocol == "grpc":
-        grpc = importlib.import_module("grpc")  # present whenever the grpc exporter is
-        if otlp.compression is not None:
-            kwargs["compression"] = {
-                "gzip": grpc.Compression.Gzip,
-                "deflate": grpc.Compression.Deflate,
-                "none": grpc.Compression.NoCompression,
-            }[otlp.compression]
-        kwargs["insecure"] = otlp.endpoint.startswith("http://")
-    elif otlp.compression is not None:
-        from opentelemetry.exporter.otlp.proto.http import Compression
+class _Headers(tuple[tuple[str, str], ...]):
+    """gRPC metadata that is true even when empty: the exporters take ``headers or`` the process's
+    header variables, so no headers in ``environ`` sent ``os.environ``'s."""
 
-        kwargs["compression"] = Compression(otlp.compression)
-    return kwargs
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def _otlp_kwargs(otlp: OtlpSettings) -> dict[str, Any]:
+    """Every option of OpenTelemetry's gRPC exporter, given explicitly: what it is not given it
+    reads from ``os.environ`` (headers, timeout, compression, CA and client files), not from the
+    mapping ``configure`` was given."""
+    from ckpt_events.sinks.otlp._factory import DEFAULT_TIMEOUT_S
+
+    grpc = importlib.import_module("grpc")  # present whenever the grpc exporter is
+    compression = "none" if otlp.compression is None else otlp.compression
+    insecure = otlp.endpoint.startswith("http://")
+    return {
+        "endpoint": otlp.endpoint,
+        "headers": _Headers(otlp.headers.items()),
+        "timeout": DEFAULT_TIMEOUT_S if otlp.timeout_s is None else otlp.timeout_s,
+        "compression": {
+            "gzip": grpc.Compression.Gzip,
+            "deflate": grpc.Compression.Deflate,
+            "none": grpc.Compression.NoCompression,
+        }[compression],
+        "insecure": insecure,
+        # Given for https: without them, the exporter read the CA and client files of os.environ.
+        "credentials": None if insecure else _grpc_credentials(grpc, otlp.tls_files),
+    }
+
+
+def _grpc_credentials(grpc: Any, files: TlsFiles) -> Any:
+    """gRPC channel credentials from ``files`` (checked when the settings were read): the CA, else
+    the system's roots; the client pair for mutual TLS (its key may sit in the certificate's file)."""
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as file:
+                return file.read()
+        except OSError as exc:  # gone since the settings were read
+            raise ConfigurationError(
+                f"{path!r} cannot be read ({exc.strerror or exc}); give a PEM file's path"
+            ) from None
+
+    chain = read(files.client_certificate)
+    key = read(files.client_key) if files.client_key is not None else chain
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(files.certificate), private_key=key, certificate_chain=chain
+    )
+
+
+def _check_process_timeout(signal: str) -> None:
+    """``ConfigurationError`` if the process's per-signal timeout, which OpenTelemetry's gRPC
+    exporter parses itself whatever it is given, is not a number (its bare ``ValueError``)."""
+    name = f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT"
+    raw = os.environ.get(name)
+    if raw is None:
+        return
+    try:
+        float(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{name}={raw!r} in the process environment is not a number; OpenTelemetry's gRPC exporter "
+            "reads it there itself, whatever configure() is given: fix it or unset it"
+        ) from None
+
+
+def _temporality(preference: str | None) -> dict[type, Any]:
+    """``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` as the SDK maps it, for every
+    instrument class (the exporter reads the process's preference under what it is given)."""
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    cumulative = AggregationTemporality.CUMULATIVE
+    delta = AggregationTemporality.DELTA
+    counters = delta if preference in ("delta", "lowmemory") else cumulative
+    return {
+        Counter: counters,
+        UpDownCounter: cumulative,
+        Histogram: counters,
+        ObservableCounter: delta if preference == "delta" else cumulative,
+        ObservableUpDownCounter: cumulative,
+        ObservableGauge: cumulative,
+    }
 
 
 def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]:
@@ -86,6 +168,7 @@ def span_exporters_for(settings: OtelSettings) -> list[tuple[str, SpanExporter]]
         assert otlp is not None
         if otlp.protocol == "grpc":
             grpc_exporter = _grpc_module("trace_exporter")
+            _check_process_timeout("TRACES")
             exporters.append(("otlp", grpc_exporter.OTLPSpanExporter(**_otlp_kwargs(otlp))))
     return exporters
 
@@ -137,7 +220,13 @@ def _metric_exporters(settings: OtelSettings) -> list[MetricExporter]:
             otlp = settings.metrics_otlp
             assert otlp is not None
             if otlp.protocol == "grpc":
-                exporters.append(_grpc_module("metric_exporter").OTLPMetricExporter(**_otlp_kwargs(otlp)))
+                metric_exporter = _grpc_module("metric_exporter")
+                _check_process_timeout("METRICS")
+                exporters.append(
+                    metric_exporter.OTLPMetricExporter(
+                        **_otlp_kwargs(otlp), preferred_temporality=_temporality(settings.metric_temporality)
+                    )
+                )
             # else OTLP over HTTP: our own OtlpMetricSink (ckpt_events.sinks.otlp._factory)
     return exporters
 
