@@ -183,7 +183,8 @@ def configure(
       ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER``, ``OTEL_EXPORTER_OTLP_*`` base and
       per signal, ``OTEL_BSP_*``, ``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_PROPAGATORS``,
       ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_METRIC_EXPORT_INTERVAL``,
-      ``OTEL_METRIC_EXPORT_TIMEOUT``).
+      ``OTEL_METRIC_EXPORT_TIMEOUT``, the span attribute limits ``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``
+      / ``_COUNT_LIMIT`` and their generic ``OTEL_ATTRIBUTE_*``).
       ``otlp_endpoint`` is a base URL winning over every endpoint variable. Spans use
       ``span_groups`` or ``CKPT_EVENTS_SPAN_GROUPS`` (default ``"default,checkpoint"``).
     * OTLP over HTTP (``http/protobuf``, ``http/json``) is our own ``OtlpSpanSink`` and

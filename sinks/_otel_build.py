@@ -138,6 +138,7 @@ def _span_sinks(
     batch = settings.batch
     options: dict[str, Any] = {
         "span_groups": groups,
+        "attribute_limits": settings.attribute_limits,
         **given(
             max_export_batch=batch.max_export_batch,
             linger=batch.linger_s,
@@ -157,6 +158,7 @@ def _span_sinks(
                 batch,
                 resource_attributes=dict(resource.attributes),
                 span_groups=groups,
+                attribute_limits=settings.attribute_limits,
             )
             made.append(("otlp", built.add(own, _stop_now)))
         if "checkpoint" in groups:

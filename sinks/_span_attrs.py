@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+import msgspec
+
 from ckpt_events import (
     CollectionFinished,
     CoordinateFinished,
@@ -32,7 +34,20 @@ from ckpt_events.vocab import (
     FieldAttrs,
 )
 
-__all__ = ["FINISHED", "NAMING_FIELDS", "SpanPlan", "plans_by_name", "span_name_and_attributes", "span_plan"]
+__all__ = [
+    "DEFAULT_ATTRIBUTE_COUNT_LIMIT",
+    "FINISHED",
+    "NAMING_FIELDS",
+    "AttributeLimits",
+    "SpanPlan",
+    "limited_span",
+    "plans_by_name",
+    "span_name_and_attributes",
+    "span_plan",
+]
+
+#: The specification's default ``AttributeCountLimit`` (``OTEL_ATTRIBUTE_COUNT_LIMIT``).
+DEFAULT_ATTRIBUTE_COUNT_LIMIT: Final = 128
 
 FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
@@ -134,6 +149,55 @@ def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[
         # Ours win over a user attribute of the same name; the rule redacts theirs.
         attributes = {**redactor.apply(extra), **attributes}
     return name, attributes
+
+
+class AttributeLimits(msgspec.Struct, frozen=True):
+    """OpenTelemetry's span attribute limits (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
+    ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` and their generic ``OTEL_ATTRIBUTE_*`` fallbacks).
+
+    ``value_length``: a string value (an attribute's, the exception event's) is cut to that many
+    characters (``None``: no limit, the specification's default). ``count``: the most attributes
+    a span keeps (default 128, the specification's); ours are kept first, then the user's in the
+    order given, and the rest are dropped and counted in the span's dropped attributes count.
+    """
+
+    value_length: int | None = None
+    count: int = DEFAULT_ATTRIBUTE_COUNT_LIMIT
+
+    def cut(self, text: str) -> str:
+        """``text`` within ``value_length``."""
+        limit = self.value_length
+        return text if limit is None or len(text) <= limit else text[:limit]
+
+
+def limited_span(
+    event: Any, redactor: Redactor, limits: AttributeLimits
+) -> tuple[str, dict[str, Any], int] | None:
+    """``(name, attributes, dropped)`` of ``event``'s span within ``limits`` (``dropped``: the
+    attributes left out past the count), or ``None`` for an event with no span."""
+    made = span_name_and_attributes(event, redactor)
+    if made is None:
+        return None
+    name, attributes = made
+    dropped = 0
+    if len(attributes) > limits.count:
+        own = [key for _, key in span_plan(event)[1] if key in attributes]  # type: ignore[index]
+        if event.worker is not None:
+            own.append(Attr.WORKER)
+        keep = set(own[: limits.count])
+        for key in attributes:
+            if len(keep) >= limits.count:
+                break
+            keep.add(key)
+        kept = {key: value for key, value in attributes.items() if key in keep}
+        dropped = len(attributes) - len(kept)
+        attributes = kept
+    if limits.value_length is not None:
+        cut = limits.cut
+        attributes = {
+            key: cut(value) if isinstance(value, str) else value for key, value in attributes.items()
+        }
+    return name, attributes, dropped
 
 
 def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:

@@ -1,6 +1,6 @@
 """OpenTelemetry sinks: ``SpanSink`` (any ``SpanExporter``), ``MetricSink`` (a ``MeterProvider``),
 ``OtlpSpanSink`` and ``OtlpMetricSink`` (spans and aggregated metrics straight to an OTLP/HTTP
-collector, no SDK objects).
+collector, no SDK objects); ``AttributeLimits``, the span attribute limits both span sinks take.
 
 The names load on first use, so importing ``ckpt_events.sinks.otel._env`` (what ``sinks.configure`` reads
 the ``OTEL_*`` environment with) does not import the OpenTelemetry SDK.
@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from ckpt_events.sinks._span_attrs import AttributeLimits
     from ckpt_events.sinks.otel._metric_sink import MetricSink, MetricSinkStats
     from ckpt_events.sinks.otel._span_sink import SpanSink, SpanSinkStats
     from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink, OtlpMetricSinkStats
     from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink, OtlpSpanSinkStats
 
 __all__ = [
+    "AttributeLimits",
     "MetricSink",
     "MetricSinkStats",
     "OtlpMetricSink",
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 _HOMES: Final = {
+    "AttributeLimits": "ckpt_events.sinks._span_attrs",
     "MetricSink": "ckpt_events.sinks.otel._metric_sink",
     "MetricSinkStats": "ckpt_events.sinks.otel._metric_sink",
     "OtlpMetricSink": "ckpt_events.sinks.otlp._metric_sink",

@@ -18,6 +18,7 @@ import msgspec
 
 from ckpt_events import ConfigurationError
 from ckpt_events.sinks._scrape_server import host_problem, listen_host
+from ckpt_events.sinks._span_attrs import DEFAULT_ATTRIBUTE_COUNT_LIMIT, AttributeLimits
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem
 from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
 from ckpt_events.sinks.otlp._tls import client_context
@@ -133,6 +134,9 @@ class OtelSettings(msgspec.Struct, frozen=True):
     traces_otlp: OtlpSettings | None = None
     metrics_otlp: OtlpSettings | None = None
     batch: BatchSettings = BatchSettings()
+    #: ``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`` / ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, else their
+    #: generic ``OTEL_ATTRIBUTE_*`` (default: no length limit, 128 attributes).
+    attribute_limits: AttributeLimits = AttributeLimits()
     sample_ratio: float = 1.0
     service_name: str | None = None
     resource_attributes: dict[str, str] = msgspec.field(default_factory=dict)
@@ -205,6 +209,27 @@ def _count(env: Mapping[str, str], name: str) -> int | None:
     if value < 1:
         raise _bad(name, raw, "use a whole number >= 1")
     return value
+
+
+def _limit(env: Mapping[str, str], span_name: str, generic_name: str) -> int | None:
+    """A whole number >= 0 from ``span_name``, else ``generic_name`` (the spec: the span's own wins)."""
+    name = span_name if _get(env, span_name) is not None else generic_name
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _bad(name, raw, "use a whole number >= 0")
+    return value
+
+
+def _attribute_limits(env: Mapping[str, str]) -> AttributeLimits:
+    length = _limit(env, "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    count = _limit(env, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT")
+    return AttributeLimits(length, DEFAULT_ATTRIBUTE_COUNT_LIMIT if count is None else count)
 
 
 def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
@@ -487,6 +512,7 @@ def read_otel_env(
         metrics_otlp=_otlp(env, "metrics", otlp_endpoint, "otlp_endpoint") if "otlp" in metrics else None,
         metric_temporality=_choice(env, ENV_TEMPORALITY, TEMPORALITIES),
         batch=batch,
+        attribute_limits=_attribute_limits(env),
         sample_ratio=sampler_ratio,
         service_name=service,
         resource_attributes=attributes,

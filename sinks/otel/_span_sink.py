@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import anyio.to_thread
 import msgspec
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEventRecord
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -25,7 +26,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
 from ckpt_events._errors import check_int, check_number
-from ckpt_events.sinks._span_attrs import FINISHED, span_name_and_attributes
+from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits, limited_span
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, MAX_TIMEOUT_MS
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
 from ckpt_events.vocab import SpanKind as CkptSpanKind
@@ -75,6 +76,8 @@ class SpanSink:
     sites stay off). ``resource`` defaults to ``Resource.create()`` named ``ckpt-events``
     unless ``OTEL_SERVICE_NAME`` names it.
     ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes.
+    ``attribute_limits`` (default: ``AttributeLimits()``, the specification's: 128 attributes,
+    no length limit) bounds each span's attributes and its exception event's values.
     ``handle`` may block, so the bus runs it in a worker thread (``blocking``) after
     gathering events for ``linger`` seconds (each handoff to a thread can cost the loop a GIL
     switch interval): a checkpoint's spans go out in one batch. ``bus.flush()`` skips linger.
@@ -95,6 +98,7 @@ class SpanSink:
         blocking: bool = True,
         linger: float = 1.0,
         export_timeout: float = 30.0,
+        attribute_limits: AttributeLimits | None = None,
     ) -> None:
         targets = {"exporter": exporter, "processor": processor, "tracer_provider": tracer_provider}
         given = [name for name, value in targets.items() if value is not None]
@@ -117,6 +121,10 @@ class SpanSink:
             raise InvalidTypeError(f"resource must be an OpenTelemetry Resource or None, not {resource!r}")
         if redactor is not None and not isinstance(redactor, Redactor):
             raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+        if attribute_limits is not None and not isinstance(attribute_limits, AttributeLimits):
+            raise InvalidTypeError(
+                f"attribute_limits must be an AttributeLimits or None, not {attribute_limits!r}"
+            )
         check_int(
             max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
         )
@@ -134,6 +142,7 @@ class SpanSink:
         self.interests: tuple[type, ...] = FINISHED if self.enabled else ()
         self.resource = resource if resource is not None else _default_resource()
         self.redactor = redactor if redactor is not None else Redactor()
+        self.attribute_limits = attribute_limits if attribute_limits is not None else AttributeLimits()
         self.max_export_batch = max_export_batch
         self.blocking = blocking
         self.linger = linger
@@ -159,11 +168,12 @@ class SpanSink:
         unsampled = 0
         skipped = 0
         limit = self.max_export_batch
+        limits = self.attribute_limits
         for event in batch:
             if not event.sampled:
                 unsampled += 1
                 continue
-            named = span_name_and_attributes(event, redactor)
+            named = limited_span(event, redactor, limits)
             if named is None:  # renew: counted in metrics, no span
                 skipped += 1
                 continue
@@ -290,7 +300,7 @@ class SpanSink:
 
     # -- the span of one event (name and attributes from ckpt_events.sinks._span_attrs) --------------------
 
-    def _span(self, event: Any, name: str, attributes: dict[str, Any]) -> ReadableSpan:
+    def _span(self, event: Any, name: str, attributes: dict[str, Any], dropped: int) -> ReadableSpan:
         kind = _KINDS[span_kind_of(event)]
         trace_id = event.trace_id
         contexts = self._contexts
@@ -309,9 +319,15 @@ class SpanSink:
             parent = contexts.get(parent_id)
             if parent is None or parent[0] != trace_id:
                 parent = contexts[parent_id] = SpanContext(trace_id, parent_id, False, _SAMPLED)
+        span_attributes: Mapping[str, Any] = attributes
+        if dropped:  # the span's dropped attributes count, which the SDK reads from BoundedAttributes
+            bounded = BoundedAttributes(attributes=attributes, immutable=False)
+            bounded.dropped = dropped
+            span_attributes = bounded
         if event.outcome == _ERROR:
-            error_type = event.error_type or "Exception"
-            message = self.redactor.redact_message(event.error_message or "")
+            cut = self.attribute_limits.cut
+            error_type = cut(event.error_type or "Exception")
+            message = cut(self.redactor.redact_message(event.error_message or ""))
             status = Status(StatusCode.ERROR, f"{error_type}: {message}" if message else error_type)
             events: tuple[SpanEventRecord, ...] = (
                 SpanEventRecord(
@@ -329,7 +345,7 @@ class SpanSink:
             context,
             parent,
             self.resource,
-            attributes,
+            span_attributes,
             events,
             (),
             kind,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from ckpt_events import ConfigurationError
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
+from ckpt_events.sinks._span_attrs import AttributeLimits
 from ckpt_events.sinks.otel._env import BatchSettings, OtlpSettings, given
 from ckpt_events.sinks.otlp._metric_sink import OtlpMetricSink
 from ckpt_events.sinks.otlp._span_sink import DEFAULT_MAX_QUEUE, OtlpSpanSink
@@ -37,6 +38,7 @@ def own_span_sink(
     *,
     resource_attributes: Mapping[str, object],
     span_groups: frozenset[str],
+    attribute_limits: AttributeLimits | None = None,
 ) -> OtlpSpanSink:
     """An ``OtlpSpanSink`` posting to ``otlp.endpoint`` as is (the signal path is already in
     it), with the ``OTEL_BSP_*`` batch, linger and queue; the request timeout is the OTLP
@@ -62,6 +64,7 @@ def own_span_sink(
         tls=otlp.tls,
         resource_attributes=resource_attributes,
         span_groups=span_groups,
+        attribute_limits=attribute_limits,
         **options,
     )
 

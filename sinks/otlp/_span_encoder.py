@@ -17,7 +17,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from ckpt_events import InvalidTypeError, Redactor, __version__
-from ckpt_events.sinks._span_attrs import NAMING_FIELDS, span_name_and_attributes, span_plan
+from ckpt_events.sinks._span_attrs import NAMING_FIELDS, AttributeLimits, limited_span, span_plan
 from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
 from ckpt_events.sinks.otlp import _tags as tags
 from ckpt_events.sinks.otlp._wire import FIXED64 as _FIXED64
@@ -64,12 +64,21 @@ _Plan: TypeAlias = tuple[bytes, tuple[tuple[str, str, dict[object, bytes]], ...]
 class SpanEncoder:
     """Encodes batches of finished events as OTLP trace export requests of one resource."""
 
-    def __init__(self, resource_attributes: Mapping[str, object], redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        resource_attributes: Mapping[str, object],
+        redactor: Redactor | None = None,
+        limits: AttributeLimits | None = None,
+    ) -> None:
         # Checked here, as SpanSink does: any other object made every batch fail to encode,
         # each span dropped as "could not encode a batch".
         if redactor is not None and not isinstance(redactor, Redactor):
             raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
         self.redactor = redactor if redactor is not None else Redactor()
+        #: The span attribute limits (the resource's attributes are not limited, as in the spec).
+        self.limits = limits if limits is not None else AttributeLimits()
+        # No value length limit: a span of our fields alone is written from its plan (see _span).
+        self._plan_count = self.limits.count if self.limits.value_length is None else -1
         self.resource_attributes = dict(resource_attributes)
         #: Values left out (an attribute protobuf cannot carry: a lone surrogate, an int
         #: outside int64) or replaced (U+FFFD in a status or exception text); the span stays.
@@ -176,10 +185,13 @@ class SpanEncoder:
             head,
             _TIMES.pack(tags.SPAN_START_TIME, event.start_ns, tags.SPAN_END_TIME, event.end_ns),
         ]
-        if event.attributes or event.worker is not None:
-            made = span_name_and_attributes(event, self.redactor)
-            for key, value in (made[1] if made is not None else {}).items():
-                parts.append(self._pair(key, value, self._cache_of(key)))
+        if event.attributes or event.worker is not None or len(fields) > self._plan_count:
+            made = limited_span(event, self.redactor, self.limits)
+            if made is not None:
+                for key, value in made[1].items():
+                    parts.append(self._pair(key, value, self._cache_of(key)))
+                if made[2]:
+                    parts.append(bytes((tags.SPAN_DROPPED_ATTRIBUTES_COUNT,)) + _varint(made[2]))
         else:
             # Most spans: the plan's fields straight from the event, as span_name_and_attributes
             # puts them (None left out, an enum member as its str), without building the dict:
@@ -194,8 +206,9 @@ class SpanEncoder:
                 encoded = cache.get(value) if cls is not bool and cls is not float else None
                 parts.append(encoded or self._pair(key, value, cache))
         if event.outcome == _ERROR:
-            error_type = self._text(event.error_type or "Exception")
-            message = self._text(self.redactor.redact_message(event.error_message or ""))
+            cut = self.limits.cut
+            error_type = self._text(cut(event.error_type or "Exception"))
+            message = self._text(cut(self.redactor.redact_message(event.error_message or "")))
             exception = (
                 _EVENT_TIME
                 + _FIXED64.pack(event.end_ns)
@@ -248,10 +261,10 @@ class SpanEncoder:
         return pairs
 
     def _json_span(self, event: Any) -> dict[str, Any] | None:
-        made = span_name_and_attributes(event, self.redactor)
+        made = limited_span(event, self.redactor, self.limits)
         if made is None:
             return None
-        name, attributes = made
+        name, attributes, dropped = made
         flags = _SAMPLED | _HAS_IS_REMOTE
         span: dict[str, Any] = {
             "traceId": f"{event.trace_id:032x}",
@@ -267,9 +280,12 @@ class SpanEncoder:
         span["startTimeUnixNano"] = str(event.start_ns)
         span["endTimeUnixNano"] = str(event.end_ns)
         span["attributes"] = self._json_attributes(attributes)
+        if dropped:
+            span["droppedAttributesCount"] = dropped
         if event.outcome == _ERROR:
-            error_type = self._text(event.error_type or "Exception")
-            message = self._text(self.redactor.redact_message(event.error_message or ""))
+            cut = self.limits.cut
+            error_type = self._text(cut(event.error_type or "Exception"))
+            message = self._text(cut(self.redactor.redact_message(event.error_message or "")))
             span["events"] = [
                 {
                     "timeUnixNano": str(event.end_ns),

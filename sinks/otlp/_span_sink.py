@@ -27,12 +27,13 @@ import msgspec
 from ckpt_events import (
     CollectionFinished,
     CoordinateFinished,
+    InvalidTypeError,
     InvalidValueError,
     OperationFinished,
     Redactor,
 )
 from ckpt_events._errors import check_int, check_number
-from ckpt_events.sinks._span_attrs import FINISHED
+from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits
 from ckpt_events.sinks.otlp._export_worker import ExportWorker, timeout_or
 from ckpt_events.sinks.otlp._http import check_protocol, resource_with_service_name, signal_sender
 from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
@@ -109,6 +110,8 @@ class OtlpSpanSink:
     then once per ``prompt_interval`` seconds at most; ``prompt_interval=None`` keeps to the
     batch schedule alone. ``max_export_batch`` is at most ``max_queue`` (as OpenTelemetry's
     ``BatchSpanProcessor`` requires); left out, it is 512, or ``max_queue`` if that is smaller.
+    ``attribute_limits`` (default: ``AttributeLimits()``, the specification's: 128 attributes a
+    span, no length limit) bounds each span's attributes and its exception event's values.
     """
 
     blocking: Final = False  # handle() only queues; the worker thread does the I/O
@@ -132,6 +135,7 @@ class OtlpSpanSink:
         max_retries: int = 5,
         initial_backoff: float = 1.0,
         tls: ssl.SSLContext | None = None,
+        attribute_limits: AttributeLimits | None = None,
     ) -> None:
         check_protocol(protocol)
         check_int(max_queue, f"max_queue must be a positive int, not {max_queue!r}", minimum=1)
@@ -154,7 +158,11 @@ class OtlpSpanSink:
         self.enabled = "checkpoint" in self.span_groups
         self.interests: tuple[type, ...] = FINISHED if self.enabled else ()
         attributes = resource_with_service_name(resource_attributes)
-        self.encoder = SpanEncoder(attributes, redactor)
+        if attribute_limits is not None and not isinstance(attribute_limits, AttributeLimits):
+            raise InvalidTypeError(
+                f"attribute_limits must be an AttributeLimits or None, not {attribute_limits!r}"
+            )
+        self.encoder = SpanEncoder(attributes, redactor, attribute_limits)
         self._encode = self.encoder.protobuf if protocol == "http/protobuf" else self.encoder.json
         self.sender = signal_sender(
             endpoint,

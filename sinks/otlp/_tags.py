@@ -62,6 +62,7 @@ __all__ = [
     "SCOPE_SPANS_SPANS",
     "SCOPE_VERSION",
     "SPAN_ATTRIBUTES",
+    "SPAN_DROPPED_ATTRIBUTES_COUNT",
     "SPAN_END_TIME",
     "SPAN_EVENTS",
     "SPAN_FLAGS",
@@ -142,6 +143,8 @@ SPAN_START_TIME: Final = tag(7, I64)
 SPAN_END_TIME: Final = tag(8, I64)
 #: Span.attributes
 SPAN_ATTRIBUTES: Final = tag(9, LEN)
+#: Span.dropped_attributes_count
+SPAN_DROPPED_ATTRIBUTES_COUNT: Final = tag(10, VARINT)
 #: Span.events
 SPAN_EVENTS: Final = tag(11, LEN)
 #: Span.status

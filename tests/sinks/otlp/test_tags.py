@@ -39,6 +39,7 @@ FIELDS = {
     "SPAN_START_TIME": [(trace_pb2.Span, "start_time_unix_nano")],
     "SPAN_END_TIME": [(trace_pb2.Span, "end_time_unix_nano")],
     "SPAN_ATTRIBUTES": [(trace_pb2.Span, "attributes")],
+    "SPAN_DROPPED_ATTRIBUTES_COUNT": [(trace_pb2.Span, "dropped_attributes_count")],
     "SPAN_EVENTS": [(trace_pb2.Span, "events")],
     "SPAN_STATUS": [(trace_pb2.Span, "status")],
     "SPAN_FLAGS": [(trace_pb2.Span, "flags")],
