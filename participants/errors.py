@@ -223,7 +223,14 @@ class ParticipantCallError(CkptEventsError):
 
 
 class ParticipantUnreachable(ParticipantCallError):
-    """The call got no HTTP reply (connection refused or reset, timeout)."""
+    """The call got no HTTP reply (connection refused or reset, timeout). ``reached``: a
+    connection was made and the request sent or being sent, but no whole reply came back (a read
+    timeout, the connection closed mid-reply): the participant was there, so it is not said to
+    be unreachable."""
+
+    def __init__(self, url: str, message: str, *, reached: bool = False) -> None:
+        super().__init__(url, message)
+        self.reached = reached
 
 
 class CoordinationError(CkptEventsError):

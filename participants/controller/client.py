@@ -74,7 +74,11 @@ def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> Participan
     )
     detail = f"{type(exc).__name__}: {said}"
     if isinstance(exc, httpx.TransportError):
-        return ParticipantUnreachable(url, detail)
+        # Connecting failed (refused, no route, the pool or the connect timed out): unreachable.
+        # Anything later (a read timeout, a reply cut short) came after the participant took
+        # the connection: it was reached and did not answer in full.
+        unreached = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+        return ParticipantUnreachable(url, detail, reached=not unreached)
     return ParticipantCallError(url, f"unreadable reply: {detail}")
 
 

@@ -55,11 +55,12 @@ Scope = Sequence[EpisodeId] | Mapping[str, Sequence[EpisodeId]]
 
 def described(exc: ParticipantCallError) -> str:
     """A failed call in words, code first: ``refused: unauthorized (401): missing or wrong
-    bearer token``, ``unreachable at URL: ConnectError: ...``, ``answered HTTP 502: ...``,
+    bearer token``, ``unreachable at URL: ConnectError: ...`` (no connection), ``no whole reply
+    from URL: ReadTimeout: ...`` (connected, no whole answer), ``answered HTTP 502: ...``,
     ``failed at URL: unreadable reply: DecodingError: ...``."""
     detail = " ".join(exc.detail.split())  # one line, whatever the reply's body held
     if isinstance(exc, ParticipantUnreachable):
-        return f"unreachable at {exc.url}: {detail}"
+        return f"{'no whole reply from' if exc.reached else 'unreachable at'} {exc.url}: {detail}"
     if exc.status is None:  # an answer that could not be read
         return f"failed at {exc.url}: {detail}"
     if exc.raw_code is not None:

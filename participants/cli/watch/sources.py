@@ -95,6 +95,10 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
     return httpx.AsyncClient(headers=dict(headers), timeout=timeout, mounts=mounts)
 
 
+#: httpx's errors raised before a connection was made (its other transport errors come after).
+_NOT_CONNECTED: Final = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
+
+
 def _http_error() -> type[Exception]:
     # httpx is imported only when polling: the command line's parser must not load it.
     import httpx
@@ -128,7 +132,9 @@ async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollR
     except TimeoutError:
         return failed(f"no answer within {timeout:g} s")
     except _http_error() as exc:
-        return failed(f"unreachable: {type(exc).__name__}: {exc or 'no detail'}")
+        # Only a failed connection is "unreachable": a reply cut short came from a participant.
+        said = "unreachable" if type(exc).__name__ in _NOT_CONNECTED else "no whole reply"
+        return failed(f"{said}: {type(exc).__name__}: {exc or 'no detail'}")
     try:
         status = _DECODER.decode(bytes(body))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -13,6 +14,7 @@ from ckpt_events import InvalidValueError
 from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.fleet import serving
 from ckpt_events.participants.controller.client import ControlClient
+from ckpt_events.participants.controller.fan_out import described
 from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.vocab import ErrorCode
 
@@ -54,6 +56,38 @@ async def test_a_participant_that_never_answers_is_said_to_be_silent_for_the_tim
             with pytest.raises(ParticipantUnreachable) as info:
                 await client.status(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.2)
     assert info.value.detail == "ReadTimeout: no answer within 0.2 s"
+    # It took the connection: reached, and said so (not "unreachable", which a refused connect is).
+    assert info.value.reached
+    assert described(info.value).startswith("no whole reply from http://127.0.0.1:")
+
+
+async def test_a_reply_cut_mid_body_is_no_whole_reply_and_a_refused_connect_is_unreachable() -> None:
+    """A participant that answers a head promising 100 bytes and closes after 5 was reached; a
+    port nobody listens on was not. The coordinator's line says which."""
+    with socket.socket() as cutter:
+        cutter.bind(("127.0.0.1", 0))
+        cutter.listen()
+        url = f"http://127.0.0.1:{cutter.getsockname()[1]}"
+
+        def answer_and_cut() -> None:
+            conn, _ = cutter.accept()
+            with conn:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"pha')
+
+        async with ControlClient(TOKEN) as client, anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, answer_and_cut)
+            with pytest.raises(ParticipantUnreachable) as cut:
+                await client.status(url, timeout=5)
+    assert cut.value.reached and "RemoteProtocolError" in cut.value.detail
+    assert described(cut.value).startswith(f"no whole reply from {url}")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        async with ControlClient(TOKEN) as client:
+            with pytest.raises(ParticipantUnreachable) as gone:
+                await client.status(f"http://127.0.0.1:{closed.getsockname()[1]}", timeout=5)
+    assert not gone.value.reached and described(gone.value).startswith("unreachable at ")
 
 
 def test_a_token_is_required() -> None:
