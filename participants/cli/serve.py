@@ -44,6 +44,9 @@ ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 SHUTDOWN_TIMEOUT: Final = 2.0
 #: The participant kinds (``KINDS``, in stage order), then the inference worker.
 SERVE_KINDS: Final = (*KINDS.names, "inference")
+#: The most a token file may hold: a token goes into every request's head (64 KiB at most).
+#: ``--token-file /dev/zero`` was read until memory ran out (2.8 GB in 15 s).
+MAX_TOKEN_BYTES: Final = 4096
 #: ``store_files.DEFAULT_CHECKPOINT_ROOT``, spelled here so ``--help`` imports no server stack.
 DEFAULT_CHECKPOINT_ROOT: Final = "ckpt-events-checkpoints"
 
@@ -154,9 +157,16 @@ def _read_token(path: Path | None, env_name: str, what: str) -> str:
 def _token_text(path: Path | None, env_name: str, what: str) -> str:
     if path is not None:
         try:
-            token = path.read_text(errors="replace").strip()
+            with path.open("rb") as file:
+                raw = file.read(MAX_TOKEN_BYTES + 1)
         except OSError as exc:
             raise CommandError(f"cannot read the {what} file {str(path)!r}: {exc.strerror or exc}") from None
+        if len(raw) > MAX_TOKEN_BYTES:
+            raise CommandError(
+                f"the {what} file {str(path)!r} holds more than {MAX_TOKEN_BYTES} bytes: "
+                f"a {what} file holds the {what} alone"
+            )
+        token = raw.decode(errors="replace").strip()
         if not token:
             raise CommandError(f"the {what} file {str(path)!r} is empty")
         return token

@@ -210,3 +210,22 @@ def test_a_checkpoint_root_that_is_a_file_is_refused(
     assert err == f"ckpt-events serve: error: --checkpoint-root {token}: not a folder; name the folder " + (
         "checkpoints are written under\n"
     )
+
+
+@pytest.mark.e2e
+def test_a_token_file_that_is_not_a_token_is_refused_unread(tmp_path: Path) -> None:
+    """A token file is read up to ``MAX_TOKEN_BYTES``: a 1 MiB file is refused in one line (it
+    was taken as the token, and served), and ``/dev/zero`` is too (it was read until memory ran
+    out: 2.8 GB in 15 s)."""
+    big = tmp_path / "big"
+    big.write_bytes(b"a" * (1 << 20))
+    for name, token_file in (("big", big), ("zero", Path("/dev/zero"))):
+        process = ServerProcess("resources", instance=name, token_file=token_file, log_dir=tmp_path)
+        try:
+            assert process.wait(20) == 2
+        finally:
+            process.terminate()
+        assert process.stderr_path.read_text().splitlines() == [
+            f"ckpt-events serve: error: the token file {str(token_file)!r} holds more than 4096 bytes: "
+            "a token file holds the token alone"
+        ]
