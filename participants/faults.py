@@ -140,8 +140,10 @@ class FaultPlan:
         return cls.parse((os.environ if environ is None else environ).get(FAULT_ENV))
 
     def environ(self) -> dict[str, str]:
-        """What a child process's environment needs to inject ``fault`` too (empty: nothing)."""
-        return {} if self.fault is None else {FAULT_ENV: str(self.fault)}
+        """What a child process's environment needs to inject ``fault`` too, and nothing else:
+        with no fault, the variable blank, so a ``CKPT_EVENTS_FAULT`` left in the parent's
+        environment is not inherited (``demo --processes`` without ``--fault`` stalled on one)."""
+        return {FAULT_ENV: "" if self.fault is None else str(self.fault)}
 
     def _hit(self, mode: str, instance: str | None = None) -> Fault | None:
         fault = self.fault

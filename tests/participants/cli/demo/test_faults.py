@@ -162,3 +162,17 @@ def test_processes_slow_restore_is_named_by_the_demos_own_checks(
     assert main([*argv, "--workdir", str(tmp_path / "work")]) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "read on model/model-0" in out and "injected: slow-restore:model-0" in out, out[-2000:]
+
+
+@pytest.mark.slow
+def test_processes_inject_the_demos_fault_not_one_left_in_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CKPT_EVENTS_FAULT=stall:environment-0`` left in the shell (from a ``serve`` session) and
+    ``demo --processes`` without ``--fault``: its ``serve`` processes inherited the variable,
+    stalled, and the demo failed with "generation 1 finished without its checkpoint"; a
+    generation injects what its own plan says, nothing else."""
+    monkeypatch.setenv(FAULT_ENV, "stall:environment-0")
+    argv = ["demo", "--processes", "--rollouts", "20", "--concurrency", "4"]
+    assert main([*argv, "--workdir", str(tmp_path / "work")]) == 0, capsys.readouterr().err
+    assert "1 of 1 checkpoint published" in capsys.readouterr().out
