@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -137,7 +140,8 @@ def _demo(args: argparse.Namespace) -> int:
     if (refusal := _not_fresh(args.workdir, args.jsonl)) is not None:  # last: it makes the workdir
         raise CommandError(refusal)
     try:
-        result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
+        with _sink_failures_in_one_line():
+            result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
     if result.spans_not_exported:
@@ -145,7 +149,40 @@ def _demo(args: argparse.Namespace) -> int:
             f"{counted(result.spans_not_exported, 'span')} could not be exported to {endpoint}: "
             "is a collector listening there?"
         )
+    if result.jsonl is not None and result.jsonl.failed:
+        # The log asked for holds none (or part) of the run: not a success to report on.
+        raise CommandError(
+            f"--jsonl {args.jsonl}: {counted(result.jsonl.failed, 'event')} could not be written "
+            f"({result.jsonl.last_error}): free space there, or name another file"
+        )
     return 0
+
+
+class _OneLine(logging.Filter):
+    """The bus's "sink failed" record, when the sink failed for want of its file or disk (an
+    ``OSError``), as one line ending with that error: its traceback (the JSON-lines writer's
+    stack, a full disk) broke into the demo's output, and the demo ends by saying it anyway."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info is not None else None
+        if isinstance(exc, OSError):
+            record.msg = f"{record.getMessage()}: {exc}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+@contextlib.contextmanager
+def _sink_failures_in_one_line() -> Iterator[None]:
+    """``_OneLine`` on the bus's logger while the demo runs."""
+    bus_logger = logging.getLogger("ckpt_events")
+    one_line = _OneLine()
+    bus_logger.addFilter(one_line)
+    try:
+        yield
+    finally:
+        bus_logger.removeFilter(one_line)
 
 
 #: What a demo leaves in its workdir: a later demo there would resume its run (its restore

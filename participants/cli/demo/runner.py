@@ -57,6 +57,7 @@ from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.errors import DemoFailed
 from ckpt_events.participants.faults import FaultPlan
 from ckpt_events.participants.workloads.registry import KINDS
+from ckpt_events.sinks.jsonl import JsonLinesStats
 from ckpt_events.sinks.otel import OtlpMetricSinkStats
 from ckpt_events.testing import MemorySink
 from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind
@@ -86,6 +87,8 @@ class DemoResult:
     checks: list[str] = field(default_factory=list)
     #: Spans the OTLP exporter failed to deliver (0 without an endpoint).
     spans_not_exported: int = 0
+    #: The ``--jsonl`` log's counters (``None`` without one): ``failed`` events were not written.
+    jsonl: JsonLinesStats | None = None
 
 
 @dataclass(frozen=True)
@@ -406,6 +409,7 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
             events,
             passed,
             span_stats.dropped if span_stats is not None else 0,
+            configured.jsonl_sink.stats() if configured.jsonl_sink is not None else None,
         )
 
 
