@@ -9,7 +9,8 @@ demo passes a fault to its child processes that way). The faults:
 
 - ``stall:INSTANCE``: that participant holds one unit of work mid-step until a checkpoint has
   come and gone, so that checkpoint's prepare is not ready at its deadline
-  (``prepare_not_ready``) and aborts. Once per server.
+  (``prepare_not_ready``) and aborts. Once per process doing that participant's work: the
+  server, or each of its worker processes (``--workers 2``: two episodes held).
 - ``lease[:SECONDS]``: the controller waits ``SECONDS`` (3) between a ready prepare and the
   commit, past the participants' lease, so they resume on their own (``lease_expired``) and
   the checkpoint aborts. Once per coordinator.

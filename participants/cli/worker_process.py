@@ -43,7 +43,7 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
 
 async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
     from ckpt_events import Bus, Telemetry, sinks
-    from ckpt_events.participants.faults import FaultPlan
+    from ckpt_events.participants.faults import FaultPlan, hold_one_step
     from ckpt_events.participants.server.app import make_workload
     from ckpt_events.participants.server.workers import ENV_SOCKET, run_worker
     from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
@@ -88,6 +88,8 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
                 options = {**options, "inference_token": token}
             tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
             workload = make_workload(kind, tel, **options)
+            # The work runs here, not in the server's process: a stall held there held nothing.
+            hold_one_step(workload, instance, faults)
             await run_worker(
                 os.environ[ENV_SOCKET],
                 index,

@@ -78,6 +78,19 @@ async def test_stall_aborts_the_first_checkpoint_not_ready_on_environment(
 
 
 @pytest.mark.slow
+def test_stall_with_worker_processes_holds_a_step_in_a_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``demo --fault stall --workers 2``: the environment's work runs in its worker processes,
+    and the stall was injected only in the server's own process, which does none: nothing was
+    held, and the demo failed with "2 checkpoints published, not 1"."""
+    argv = ["demo", "--fault", "stall", "--workers", "2", "--rollouts", "40", "--concurrency", "4"]
+    assert main([*argv, "--workdir", str(tmp_path / "work")]) == 0, capsys.readouterr().err
+    out = " ".join(capsys.readouterr().out.split())
+    assert "aborted: not ready at its deadline: environment/environment-0" in out, out[-3000:]
+
+
+@pytest.mark.slow
 async def test_lease_expires_on_every_participant_and_a_later_checkpoint_publishes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
