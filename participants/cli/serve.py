@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import functools
 import math
 import os
@@ -40,6 +41,8 @@ __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERV
 ENV_TOKEN: Final = "CKPT_EVENTS_TOKEN"
 ENV_INFERENCE_TOKEN: Final = "CKPT_EVENTS_INFERENCE_TOKEN"
 ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
+#: ``sinks.ENV_JSONL``, spelled here so ``--help`` imports no sinks.
+ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
 #: Seconds a stopping server gives requests in flight, and its sinks to flush and close.
 SHUTDOWN_TIMEOUT: Final = 2.0
 #: The participant kinds (``KINDS``, in stage order), then the inference worker.
@@ -386,6 +389,35 @@ def _check_listen(host: str, port: int) -> None:
             raise CommandError(f"cannot listen on {host}:{port} ({why}): {fix}") from None
 
 
+def _claim_log() -> int | None:
+    """Hold an exclusive ``flock`` on the ``$CKPT_EVENTS_JSONL`` log while this server runs (the
+    descriptor returned; ``None`` without a log, or one the sinks' own check will refuse).
+
+    A server starting on a log closes, as truncated, the work its predecessor left open in it
+    (``_close_predecessors_work``): a second server on a log a live one writes closed that one's
+    open work (a prepare still waiting), and the log said it had been killed. A lock held by the
+    writer, released by the kernel however it ends (SIGKILL too), tells the two cases apart."""
+    path = os.environ.get(ENV_JSONL, "").strip()
+    if not path:
+        return None
+    try:
+        # O_NONBLOCK: a FIFO there must not block the start (the sink says what it is).
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None  # a folder, a missing folder: refused in one line by the sinks' check
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None  # a file system without locks: served unguarded, as before
+        raise CommandError(
+            f"${ENV_JSONL} {path!r}: another running server writes this log: give each server a log "
+            "of its own"
+        ) from None
+    return fd
+
+
 def _inherited_socket(fd: int) -> socket.socket:
     """The TCP socket this process inherited as ``fd`` (``CommandError`` if it is not one)."""
     try:
@@ -402,8 +434,6 @@ def _inherited_socket(fd: int) -> socket.socket:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     groups = os.environ.get(ENV_SPAN_GROUPS)
     if groups is not None:
         try:
@@ -414,15 +444,27 @@ def _serve(args: argparse.Namespace) -> int:
         _check_listen(args.host, args.port)
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
-    from ckpt_events.participants.server.connection_guard import ConnectionLimits
     from ckpt_events.participants.server.limits import (
         log_resource_exhaustion_once,
         log_shutdown_cuts_in_one_line,
-        server_limits,
     )
 
     log_resource_exhaustion_once()
     log_shutdown_cuts_in_one_line()
+    claimed = _claim_log()
+    try:
+        return _run_server(args, app, sockets)
+    finally:
+        if claimed is not None:
+            os.close(claimed)  # the lock goes with it
+
+
+def _run_server(args: argparse.Namespace, app: Any, sockets: list[socket.socket] | None) -> int:
+    import uvicorn
+
+    from ckpt_events.participants.server.connection_guard import ConnectionLimits
+    from ckpt_events.participants.server.limits import server_limits
+
     try:
         anyio.run(_check_settings, args.require_collector, args.workers)
     except ConfigurationError as exc:

@@ -229,3 +229,37 @@ def test_a_token_file_that_is_not_a_token_is_refused_unread(tmp_path: Path) -> N
             f"ckpt-events serve: error: the token file {str(token_file)!r} holds more than 4096 bytes: "
             "a token file holds the token alone"
         ]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+async def test_a_second_server_on_a_log_another_one_writes_is_refused(tmp_path: Path) -> None:
+    """Two servers on one ``CKPT_EVENTS_JSONL``: the second took the first's open work (a prepare
+    still waiting) for a dead predecessor's and wrote it into the log as truncated, while the
+    first was alive and went on. It is refused in one line; once the first has stopped, a server
+    on that log starts (and closes what was left open, as before)."""
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    env = {"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    first = ServerProcess("resources", instance="first", token_file=token_file, log_dir=tmp_path, env=env)
+    try:
+        await first.wait_listening(30.0)
+        second = ServerProcess(
+            "resources", instance="second", token_file=token_file, log_dir=tmp_path / "2", env=env
+        )
+        try:
+            assert second.wait(20) == 2
+        finally:
+            second.terminate()
+        assert second.stderr_path.read_text().splitlines() == [
+            f"ckpt-events serve: error: $CKPT_EVENTS_JSONL {str(tmp_path / 'events.jsonl')!r}: another "
+            "running server writes this log: give each server a log of its own"
+        ]
+    finally:
+        first.terminate()
+    third = ServerProcess(
+        "resources", instance="third", token_file=token_file, log_dir=tmp_path / "3", env=env
+    )
+    try:
+        await third.wait_listening(30.0)
+    finally:
+        third.terminate()
