@@ -142,16 +142,42 @@ def log_resource_exhaustion_once() -> logging.Filter:
 class _ShutdownCut(logging.Filter):
     """uvicorn's traceback of each request it cancels at its graceful-shutdown deadline (a
     prepare still waiting, a step still running), as one line: the cut is the shutdown's doing,
-    and uvicorn has just said how many it cancels and why."""
+    and uvicorn has just said how many it cancels and why.
+
+    A forced exit (a second Ctrl-C during the shutdown) cancels what is left without a word: each
+    request still running, and the app's lifespan before its sinks are closed. Each was a
+    traceback of three chained exceptions; each is one line, the lifespan's saying what may be
+    lost."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info is not None else None
+        text = str(record.msg)
         if isinstance(exc, asyncio.CancelledError) and "graceful shutdown" in str(exc):
             record.msg = "a request still running at the shutdown deadline was cancelled"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
+        elif (
+            isinstance(exc, asyncio.CancelledError) and text.startswith("Exception in 'lifespan' protocol")
+        ) or (exc is None and _cancelled_traceback(text)):
+            # The second: Starlette's lifespan sends its traceback as text ("shutdown failed").
+            record.msg = (
+                "the app's lifespan was cancelled before it ended (the exit was forced): events "
+                "not yet written or exported may be lost"
+            )
+        elif isinstance(exc, asyncio.CancelledError) and text.startswith("Exception in ASGI application"):
+            record.msg = "a request still running when the exit was forced was cancelled"
+        else:
+            return True
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
         return True
+
+
+def _cancelled_traceback(text: str) -> bool:
+    """Whether ``text`` is a formatted traceback ending in a ``CancelledError``."""
+    if not text.startswith("Traceback (most recent call last)"):
+        return False
+    last = text.rstrip().rpartition("\n")[2]
+    return last.startswith(("asyncio.exceptions.CancelledError", "CancelledError"))
 
 
 #: The logger on which uvicorn reports a request whose app raised (or was cancelled).

@@ -138,3 +138,42 @@ def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
         assert (proc.returncode, lines) == (130, ["ckpt-events serve: interrupted"])
     else:
         assert proc.returncode in (0, -signal.SIGTERM) and lines == []
+
+
+def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path) -> None:
+    """Ctrl-C twice (the second while a request still holds the graceful shutdown): uvicorn
+    exits at once, cancelling the request and the app's lifespan. Each was logged as a traceback
+    of chained exceptions (over 100 lines); now each is one line saying what was cut, then the
+    usual one."""
+    import socket
+
+    token = write_token_file(tmp_path / "token", "signal-test-token")
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
+    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
+
+        def listening() -> bool:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return True
+            return False
+
+        _wait_for(listening, 30, "serve to listen")
+        with socket.create_connection(("127.0.0.1", port), 5) as held:
+            # A request whose body has not all come: the graceful shutdown waits for it (2 s).
+            held.sendall(
+                b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
+                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+            )
+            time.sleep(0.3)
+            os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+            lines = _interrupt_and_check(proc, tmp_path)
+    assert proc.returncode == 130
+    assert sorted(lines) == [
+        "ERROR:    a request still running when the exit was forced was cancelled",
+        "ERROR:    the app's lifespan was cancelled before it ended (the exit was forced): events not "
+        "yet written or exported may be lost",
+        "ckpt-events serve: interrupted",
+    ], "\n".join(lines)
+    assert lines[-1] == "ckpt-events serve: interrupted"
