@@ -3,6 +3,10 @@ pack already there without ``--force``. What the pack says: ``tests/sinks/test_o
 
 from __future__ import annotations
 
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,9 +42,60 @@ def test_ops_refuses_a_name_that_is_not_a_file_and_names_a_failed_write(
     err = capsys.readouterr().err
     assert "not a file: dashboard.json" in err and err.count("\n") == 1
     assert sorted(p.name for p in pack.iterdir()) == ["dashboard.json"]
-    (pack / "dashboard.json").rmdir()
-    (pack / "dashboard.json").symlink_to(tmp_path / "gone" / "dashboard.json")  # cannot be written
+
+
+def test_a_symlink_in_the_folder_is_a_file_already_there_and_force_replaces_the_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dangling symlink named like a file of the pack was not "already there": the pack was
+    written through it, into a file outside the folder. It is refused without --force; with
+    --force the link itself is replaced by the file, and nothing is written where it pointed."""
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    elsewhere = tmp_path / "elsewhere.yml"
+    (pack / "rules.yml").symlink_to(elsewhere)
     assert main(["ops", "--write", str(pack)]) == 2
     err = capsys.readouterr().err
-    assert f"{pack / 'dashboard.json'}: No such file or directory (rules.yml, rules_test.yml written)" in err
-    assert err.count("\n") == 1
+    assert err == (
+        f"ckpt-events ops: error: --write {pack}: rules.yml already there; pass --force to overwrite\n"
+    )
+    assert sorted(p.name for p in pack.iterdir()) == ["rules.yml"] and not elsewhere.exists()
+    assert main(["ops", "--write", str(pack), "--force"]) == 0
+    assert not (pack / "rules.yml").is_symlink() and (pack / "rules.yml").read_text() == ops_file("rules.yml")
+    assert not elsewhere.exists()
+
+
+def _ops_with_file_size_limit(pack: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``ops --write PACK`` in a process that may write no file past 8000 bytes (RLIMIT_FSIZE, a
+    full disk's stand-in): rules.yml and rules_test.yml fit, dashboard.json (12 kB) does not."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))
+
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_events.participants.cli", "ops", "--write", str(pack), *flags],
+        capture_output=True, text=True, timeout=60, check=False, preexec_fn=limit,
+    )  # fmt: skip
+
+
+def test_a_write_failing_part_way_leaves_the_folder_as_it_was(tmp_path: Path) -> None:
+    """A file of the pack failing to write (a full disk) left the files before it written, the
+    failed one cut short (dashboard.json at 4096 of 12,139 bytes, unnamed in the error) and the
+    old pack's other files beside them; a later run refused to touch them. The pack is written
+    whole or not at all: nothing new in the folder, an old pack there left byte for byte."""
+    assert len(ops_file("dashboard.json")) > 8000 > len(ops_file("rules_test.yml"))
+    pack = tmp_path / "pack"
+    done = _ops_with_file_size_limit(pack)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr == (
+        f"ckpt-events ops: error: --write {pack}: cannot write the pack: {pack / 'dashboard.json'}: "
+        "File too large; nothing written\n"
+    )
+    assert list(pack.iterdir()) == []
+    old = {name: f"old {name}\n" for name in OPS_FILES}
+    for name, text in old.items():
+        (pack / name).write_text(text)
+    done = _ops_with_file_size_limit(pack, "--force")
+    assert done.returncode == 2 and "nothing written" in done.stderr, done
+    assert {p.name: p.read_text() for p in pack.iterdir()} == old
