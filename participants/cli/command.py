@@ -28,6 +28,7 @@ __all__ = [
     "file_descriptor",
     "fraction",
     "given_path",
+    "http_url",
     "instance_name",
     "load_events",
     "otlp_base_from_env",
@@ -160,20 +161,29 @@ def otlp_base_url(value: str) -> str:
     OpenTelemetry appends ``/v1/traces`` (``/v1/metrics``) to a base; a URL already ending in
     one (a per-signal URL pasted into the flag) is cut back to its base, never doubled.
     """
-    url = value.strip()
+    url = http_url(value, example="http://127.0.0.1:4318")
     parsed = urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:4318")
-    try:
-        parsed.port  # noqa: B018  # raises on a port that is not one
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} has an invalid port") from None
     if parsed.query or parsed.fragment:
         raise argparse.ArgumentTypeError(f"{value!r}: an OTLP endpoint takes no ?query or #fragment")
     base = url.rstrip("/")
     for path in SIGNAL_PATHS:
         base = base.removesuffix(path)
     return base.rstrip("/")
+
+
+def http_url(value: str, example: str = "http://127.0.0.1:8000") -> str:
+    """``--flag URL`` (``serve model --inference-url``): an http(s) URL with a host and a valid
+    port, surrounding blanks removed. Without its scheme (``127.0.0.1:8000``) a model was served,
+    and every call to its inference worker failed 502, one by one."""
+    url = value.strip()
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. {example}")
+    try:
+        parsed.port  # noqa: B018  # raises on a port that is not one
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} has an invalid port") from None
+    return url
 
 
 def otlp_base_from_env() -> str | None:

@@ -29,6 +29,7 @@ from ckpt_events.participants.cli.command import (
     check_reachable,
     file_descriptor,
     given_path,
+    http_url,
     instance_name,
     port_number,
     positive_number,
@@ -72,7 +73,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-grace-seconds", type=positive_number, default=600.0, help="lease grace (600)"
     )
-    parser.add_argument("--inference-url", help="model only: base URL of the inference worker")
+    parser.add_argument("--inference-url", type=http_url, help="model only: base URL of the inference worker")
     parser.add_argument(
         "--inference-token-file",
         type=given_path,

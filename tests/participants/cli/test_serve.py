@@ -45,6 +45,15 @@ def test_serve_is_registered_in_the_command_registry() -> None:
         (("serve", "agent", "--port", "1", "--fd", "3"), "argument --fd: not allowed with argument --port"),
         (("serve", "agent", "--fd", "-1"), "-1 is not a file descriptor number"),
         (("serve", "agent", "--port", "1"), "CKPT_EVENTS_TOKEN"),
+        # Served, and every model call failed 502 "missing an 'http://' or 'https://' protocol".
+        (
+            ("serve", "model", "--port", "1", "--inference-url", "127.0.0.1:8000"),
+            "argument --inference-url: '127.0.0.1:8000' is not an http(s) URL, e.g. http://127.0.0.1:8000",
+        ),
+        (
+            ("serve", "model", "--port", "1", "--inference-url", "http://127.0.0.1:99999"),
+            "argument --inference-url: 'http://127.0.0.1:99999' has an invalid port",
+        ),
         (
             ("serve", "agent", "--port", "1", "--token-file", "/nonexistent/token"),
             "cannot read the token file",
