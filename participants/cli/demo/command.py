@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,7 +106,13 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so `ckpt-events --help` and the other commands load no server stack.
-    from ckpt_events.participants.cli.demo.runner import DemoFailed, DemoOptions, check_options, run_demo
+    from ckpt_events.participants.cli.demo.runner import (
+        DemoFailed,
+        DemoOptions,
+        DemoResult,
+        check_options,
+        run_demo,
+    )
 
     endpoint = args.otlp_endpoint if args.otlp_endpoint is not None else otlp_base_from_env()
     options = DemoOptions(
@@ -139,9 +144,15 @@ def _demo(args: argparse.Namespace) -> int:
         anyio.run(check_reachable, endpoint)
     if (refusal := _not_fresh(args.workdir, args.jsonl)) is not None:  # last: it makes the workdir
         raise CommandError(refusal)
+    quiet = _QuietOnceInterrupted()
+
+    async def run(stopping: anyio.Event) -> DemoResult:
+        quiet.stopping = stopping
+        return await run_demo(options, console(), stopping)
+
     try:
-        with _sink_failures_in_one_line():
-            result = anyio.run(run_interruptibly, functools.partial(run_demo, options, console()))
+        with _sink_failures_in_one_line(), quiet.installed():
+            result = anyio.run(run_interruptibly, run)
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
     if result.spans_not_exported:
@@ -171,6 +182,39 @@ class _OneLine(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+#: The loggers on which the controller says a call to a participant failed.
+_CONTROLLER_LOGGERS: Final = (
+    "ckpt_events.participants.controller.collection",
+    "ckpt_events.participants.controller.coordinator",
+)
+
+
+class _QuietOnceInterrupted(logging.Filter):
+    """Drop the controller's warnings once the demo is interrupted (``stopping`` set): its
+    servers are being stopped, so the calls to them fail, and "restore of ... failed, restarting
+    its rollouts: ... agent-0: unreachable" named a cause that was the interrupt. The one line
+    "interrupted" says what happened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping: anyio.Event | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.stopping is None or not self.stopping.is_set()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """On ``_CONTROLLER_LOGGERS`` for the block."""
+        loggers = [logging.getLogger(name) for name in _CONTROLLER_LOGGERS]
+        for each in loggers:
+            each.addFilter(self)
+        try:
+            yield
+        finally:
+            for each in loggers:
+                each.removeFilter(self)
 
 
 @contextlib.contextmanager

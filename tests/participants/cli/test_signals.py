@@ -177,3 +177,26 @@ def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path
         "ckpt-events serve: interrupted",
     ], "\n".join(lines)
     assert lines[-1] == "ckpt-events serve: interrupted"
+
+
+def test_ctrl_c_during_the_restore_blames_no_participant(tmp_path: Path) -> None:
+    """``demo --processes``, Ctrl-C while generation 2 restores: its servers are stopped, so the
+    controller's calls to them fail, and it logged those failures as the run's own ("restore of
+    ... failed, restarting its rollouts: retire failed: agent-0: unreachable ...", three lines)
+    before "interrupted": a false cause. What fails once the interrupt came is not reported."""
+    workdir = tmp_path / "work"
+    argv = ["demo", "--processes", "--fault", "slow-restore", "--rollouts", "200", "--concurrency", "32",
+            "--workdir", str(workdir)]  # fmt: skip
+    with _session(argv, tmp_path) as proc:
+
+        def restoring() -> bool:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            return any((workdir / "logs").glob("*.gen2.jsonl"))
+
+        _wait_for(restoring, 90, "generation 2 to start")
+        time.sleep(0.5)  # its restore reads 0.05 s per record on model-0
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(30)
+        _wait_for(lambda: not _group_alive(proc.pid), 5, "the demo's servers to end")
+    assert proc.returncode == 130
+    assert (tmp_path / "err").read_text().splitlines() == ["ckpt-events demo: interrupted"]
