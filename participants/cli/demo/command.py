@@ -239,7 +239,14 @@ def _not_fresh(workdir: Path | None, jsonl: Path | None) -> str | None:
 
     A demo's report is of its own run: a workdir holding another demo's files, or a ``--jsonl``
     already holding events (appended to, ``report`` showed both runs), is refused, not mixed in.
+    So is a ``--jsonl`` that is not a regular file: the log is rewritten at the end (``merge_into``
+    renames a new file over it), and ``/dev/null`` as root became a file.
     """
+    if jsonl is not None and jsonl.exists() and not jsonl.is_file():
+        return (
+            f"--jsonl {jsonl} is not a regular file (a device, a pipe): the demo rewrites its log at "
+            "the end, merging every process's log into it: name a file"
+        )
     if workdir is not None:
         if workdir.exists() and not workdir.is_dir():
             return f"--workdir {workdir} is not a folder: name a folder (made if missing) or leave it out"
