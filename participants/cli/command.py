@@ -64,10 +64,21 @@ class Command:
 
 def given_path(value: str) -> Path:
     """``--flag PATH``: any path but an empty (or blank) one, which ``Path`` takes as ``.``: ``ops
-    --write ''`` wrote the pack into the current folder, ``demo --workdir ''`` its run."""
+    --write ''`` wrote the pack into the current folder, ``demo --workdir ''`` its run.
+
+    A path the system cannot look up (a name past its limit, a folder on the way that may not be
+    searched, a loop of links) is refused too: ``Path.exists`` raised it, a traceback in every
+    command. One that does not exist (yet) is taken."""
     if not value.strip():
         raise argparse.ArgumentTypeError(f"{value!r} is an empty path (stray quotes?): name a file or folder")
-    return Path(value)
+    path = Path(value)
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # not there (yet), or under a file: each command says what that means to it
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc.strerror or exc}: name another path") from None
+    return path
 
 
 def existing_file(value: str) -> Path:

@@ -138,3 +138,32 @@ def test_our_error_inside_an_exception_group_is_found() -> None:
     error = CommandError("the run went wrong")
     group = BaseExceptionGroup("outer", [ValueError("other"), ExceptionGroup("inner", [error])])
     assert main_module._first_leaf(group) is error
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ops", "--write", "{long}"],
+        ["demo", "--workdir", "{long}"],
+        ["demo", "--jsonl", "{long}"],
+        ["demo", "--report", "{long}.html"],
+        ["serve", "resources", "--port", "0", "--checkpoint-root", "{long}"],
+        ["serve", "resources", "--port", "0", "--token-file", "{long}"],
+    ],
+    ids=["ops", "workdir", "jsonl", "report", "checkpoint-root", "token-file"],
+)
+def test_a_path_the_system_cannot_look_up_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A file name past the system's limit (300 characters; 255 on Linux) was a traceback of
+    ``OSError: [Errno 36] File name too long`` from ``Path.exists`` in every command taking a
+    path (as was a path under a folder the user may not search: ``Permission denied``). It is
+    refused when parsed, in one line naming the path."""
+    from ckpt_events.participants.cli.main import main
+
+    long = str(tmp_path / ("a" * 300))
+    with pytest.raises(SystemExit) as info:
+        main([part.format(long=long) for part in argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "File name too long" in err and "Traceback" not in err, err
