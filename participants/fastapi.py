@@ -13,7 +13,8 @@
   request queued in the server before its handler started is then visible in traces;
 * **the event loop's lag** (on by default, ``loop_lag=False`` turns it off): a task sleeps
   50 ms at a time and keeps how much each sleep overshot, and each operation records the worst
-  lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there.
+  lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there. The
+  monitor is ``ckpt_events.participants.loop_lag.LoopLagMonitor``, re-exported here.
 
 In a handler, ``operation(request, name, checkpoint_id=...)`` is the context manager of one
 operation: ``with`` gives exactly the handle ``Telemetry.operation`` gives (``op.step(...)``,
@@ -55,7 +56,6 @@ the caller has started (and closes): then the lifespan owns no bus. The referenc
 
 from __future__ import annotations
 
-import collections
 import difflib
 import inspect
 import logging
@@ -84,6 +84,7 @@ from ckpt_events import (
     parse_traceparent,
     parse_tracestate,
 )
+from ckpt_events.participants.loop_lag import LoopLagMonitor
 
 __all__ = [
     "Incoming",
@@ -102,52 +103,8 @@ logger: Final = logging.getLogger("ckpt_events")
 STATE_ATTRIBUTE: Final = "ckpt_events"
 #: The request-scope key of a request's arrival (set by the middleware).
 _SCOPE_KEY: Final = "ckpt_events.arrival"
-#: 50 ms between loop-lag samples: ~20 wake-ups a second, each a few microseconds.
-DEFAULT_LAG_INTERVAL: Final = 0.05
-#: Samples kept: 10 s at the default interval, plenty for one operation.
-_KEEP: Final = 200
 #: The bus's and the sinks' shutdown deadline (seconds), each.
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
-
-
-class LoopLagMonitor:
-    """The event loop's lag, sampled by sleeping ``interval`` seconds and timing the overshoot."""
-
-    def __init__(self, interval: float = DEFAULT_LAG_INTERVAL) -> None:
-        self.interval = interval
-        # (sample end ns, overshoot ms), newest last; bounded.
-        self._samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=_KEEP)
-        self._asleep_since: int | None = None
-
-    async def run(self) -> None:
-        """Sample until cancelled (``instrument``'s lifespan runs it in its task group)."""
-        while True:
-            before = time.perf_counter_ns()
-            self._asleep_since = time.time_ns()
-            await anyio.sleep(self.interval)
-            overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
-            self._samples.append((time.time_ns(), overshoot_ms))
-
-    def max_since(self, start_ns: int) -> float:
-        """The worst lag (ms) of the samples that ended after ``start_ns``, including the
-        sleep in progress if it already overshot; 0.0 with no sample. Safe from any thread."""
-        worst = 0.0
-        # By index from the newest, not an iterator: a sync endpoint's operation ends in a
-        # worker thread while the loop appends, and iterating raised "deque mutated during
-        # iteration". The deque only grows to its maxlen, so an index stays valid; an append
-        # meanwhile shifts it to a newer sample, harmless for a maximum. (A copy cost 3 us.)
-        samples = self._samples
-        i = len(samples)
-        while i:
-            i -= 1
-            end_ns, lag = samples[i]
-            if end_ns < start_ns:
-                break
-            worst = max(worst, lag)
-        if self._asleep_since is not None:
-            pending = (time.time_ns() - self._asleep_since) / 1e6 - self.interval * 1e3
-            worst = max(worst, pending)
-        return round(worst, 3)
 
 
 class Instrumented:

@@ -40,11 +40,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "participants.protocol",
         "participants.kinds",
     ),
+    # The event loop's lag monitor: a leaf, run by the FastAPI integration and by each worker.
+    "participants.loop_lag": (),
     # The FastAPI integration users build their own servers with (``instrument``, ``operation``).
-    "participants.fastapi": ("ckpt_events", "sinks"),
+    "participants.fastapi": ("ckpt_events", "sinks", "participants.loop_lag"),
     "participants.server": (
         "ckpt_events",
         "participants.fastapi",
+        "participants.loop_lag",
         "participants.errors",
         "participants.protocol",
         "participants.workloads",

@@ -24,8 +24,9 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import OperationSpan
-from ckpt_events.participants.fastapi import Incoming, LoopLagMonitor
+from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
+from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.protocol import EpisodeId, encode
 from ckpt_events.participants.server.gc_pause import gc_paused
 from ckpt_events.participants.server.replies import store_refusals

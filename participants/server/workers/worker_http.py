@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import uvicorn
 
-from ckpt_events.participants.fastapi import LoopLagMonitor
+from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.server.builder import build_work_app
 from ckpt_events.participants.server.connection_guard import ConnectionLimits
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, server_limits

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from ckpt_events import Bus, Telemetry
-from ckpt_events.participants.fastapi import LoopLagMonitor
+from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.workers.worker_http import WorkerHttp
