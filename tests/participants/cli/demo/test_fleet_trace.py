@@ -13,23 +13,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from ckpt_events import Bus, Telemetry
 from ckpt_events.benchmarks.load import stop_process
 from ckpt_events.benchmarks.rotel import agent_binary
 from ckpt_events.benchmarks.rotel_spans import ReceivedSpan, received_spans, settled_text
 from ckpt_events.participants.cli.demo.plan import fleet_members
-from ckpt_events.participants.cli.demo.runner import _check_members
-from ckpt_events.participants.controller.coordinator import Coordinator, Member
-from ckpt_events.participants.errors import DemoFailed
 from ckpt_events.vocab import (
     COLLECTION_SPANS,
-    CONTROLLER_INSTANCE,
     COORDINATE_SPANS,
     OPERATION_SPANS,
     STAGE_SPANS,
     Attr,
     CollectionAction,
-    Kind,
     Operation,
 )
 from tests.sinks.otlp.test_collector import _start
@@ -154,19 +148,3 @@ def test_the_published_checkpoints_participant_spans_reach_the_collector_before_
         writes = [s for s in spans if s.name == WRITE and s.trace_id == trace_id]
         assert len(writes) == len(instances), checkpoint_id
     assert fleet_run.code == 0, fleet_run.err[-2000:]
-
-
-async def test_a_started_server_that_discovery_does_not_find_fails_the_run() -> None:
-    """A server whose port another program took first (it failed to bind; that program answers 404)
-    is dropped by discovery as no participant: the demo refuses to go on without it (before, a
-    fleet ran without resources-0 and every check passed)."""
-    tel = Telemetry(Bus(), kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
-    started = {instance: f"http://127.0.0.1:{9000 + i}" for i, (_, instance) in enumerate(fleet_members(1))}
-    members = [
-        Member(instance, Kind(kind), instance, started[instance]) for kind, instance in fleet_members(1)
-    ]
-    async with Coordinator(members[:-1], token="t", telemetry=tel) as without:
-        with pytest.raises(DemoFailed, match=r"resources-0 is not found at http://127\.0\.0\.1:9003"):
-            _check_members(without, started)
-    async with Coordinator(members, token="t", telemetry=tel) as whole:
-        _check_members(whole, started)
