@@ -388,6 +388,13 @@ class PrometheusEndpoint:
         return self._server.timed_out
 
     @property
+    def displaced(self) -> int:
+        """Connections without a complete request head closed to make room for a new one, once
+        as many waited as the endpoint holds (128 from one address, 256 in all): the peer sees the
+        connection reset, having sent nothing in time, as an idle peer or a CPU-starved client."""
+        return self._server.displaced
+
+    @property
     def failed(self) -> int:
         """Scrapes answered 500: rendering the page raised (the first one is logged, with its
         traceback, on ``ckpt_events.sinks.prometheus``)."""

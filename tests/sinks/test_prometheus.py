@@ -458,7 +458,22 @@ def test_a_slow_reader_is_cut_off_and_does_not_hold_up_others() -> None:
 
 
 _STORM = """
-import asyncio, sys, time, httpx
+import asyncio, sys, threading, time, urllib.error, urllib.request, httpx
+def steady(url, stop, codes):
+    # A scraper as Prometheus is: its request goes out as it connects (http.client, one thread).
+    for _ in range(10_000):  # bounded: stopped when the storm's scrapes have all ended
+        if stop.is_set():
+            return
+        try:
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                reply.read()
+                codes.append(reply.status)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            codes.append(exc.code)
+        except OSError:
+            codes.append(0)
+        stop.wait(0.02)
 async def main(url):
     statuses, durations = [], []
     async def scrape(client):
@@ -468,17 +483,34 @@ async def main(url):
         except httpx.TransportError:
             statuses.append(0)  # a reset connection is an answer too, not a hang
         durations.append(time.monotonic() - started)
+    stop, steady_codes = threading.Event(), []
+    beside = threading.Thread(target=steady, args=(url, stop, steady_codes))
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
     async with httpx.AsyncClient(limits=limits, timeout=10.0) as client:
-        await asyncio.gather(*(scrape(client) for _ in range(1000)))
-    print(statuses.count(200), statuses.count(503), statuses.count(0), len(statuses), max(durations))
+        beside.start()
+        try:
+            await asyncio.gather(*(scrape(client) for _ in range(1000)))
+        finally:
+            stop.set()
+            beside.join()
+    print(statuses.count(200), statuses.count(503), statuses.count(0), len(statuses), max(durations),
+          steady_codes.count(200), len(steady_codes))
 asyncio.run(main(sys.argv[1]))
 """
 
 
 async def test_a_thousand_concurrent_scrapes_never_stall_the_event_loop() -> None:
-    """1,000 scrapes at once from another process: each answered (200, or 503 past the bound) within
-    10 s, while the participant's loop keeps folding events with a small lag."""
+    """1,000 scrapes at once from another process: each answered (200, 503 past the bound, or
+    closed if it sent no request head in time) within 10 s, pages served throughout, while the
+    participant's loop keeps folding events with a small lag.
+
+    The storm's 1,000 httpx requests cost its one process ~1.5 ms of CPU each: on a loaded
+    machine it connects, then writes its heads seconds later. The server rightly treats a
+    connection with no head as idle (displaced after 0.1 s once 128 from one address wait,
+    closed at ``header_timeout``), and once all 1,000 were closed so, 0 got 200. So the pages
+    served during the storm are counted with a scraper beside it that sends its request as it
+    connects, as Prometheus does; and every storm scrape that got neither 200 nor 503 must be
+    one the server dropped before its head came (``displaced``, ``timed_out``)."""
     import subprocess
     import sys
 
@@ -499,14 +531,18 @@ async def test_a_thousand_concurrent_scrapes_never_stall_the_event_loop() -> Non
                 worst = max(worst, time.monotonic() - before - 0.005)
                 await _event_mix(bus)  # the loop keeps working meanwhile
             out, _ = storm.communicate(timeout=30)
-            ok, unavailable, reset, total, slowest = out.split()
+            ok, unavailable, reset, total, slowest, steady_ok, steady = out.split()
             assert int(total) == 1000 and int(ok) + int(unavailable) + int(reset) == 1000
-            assert int(ok) >= 8
             assert float(slowest) < 10.0
+            # A reset is a connection closed with no head: never one the server had a request of.
+            assert int(reset) <= endpoint.displaced + endpoint.timed_out, (reset, endpoint.displaced)
+            # Pages were rendered and sent during the storm, at least the slots' worth (8).
+            assert int(ok) + int(steady_ok) >= 8, (ok, steady_ok, steady)
             assert worst < 0.2, f"event-loop lag {worst * 1000:.0f} ms during the scrape storm"
             print(
-                f"\n1000 scrapes: {ok} ok, {unavailable} 503, {reset} reset; worst loop lag "
-                f"{worst * 1000:.1f} ms; slowest answer {float(slowest):.2f} s"
+                f"\n1000 scrapes: {ok} ok, {unavailable} 503, {reset} reset ({endpoint.displaced} "
+                f"displaced, {endpoint.timed_out} timed out); beside them {steady_ok} of {steady} ok; "
+                f"worst loop lag {worst * 1000:.1f} ms; slowest answer {float(slowest):.2f} s"
             )
 
 

@@ -104,6 +104,16 @@ def test_an_idle_flood_displaces_only_idle_connections() -> None:
         assert endpoint.timed_out > 0 and endpoint.refused > 0
 
 
+def test_a_connection_displaced_for_a_scrape_is_counted() -> None:
+    """With 128 idle connections from one address (its cap), a scrape from there closes the oldest
+    (``displaced``, 1) and is answered 200: the count that tells a reset scraper why."""
+    with _endpoint(header_timeout=5.0) as endpoint, _sockets(endpoint.port, 128):
+        time.sleep(0.2)  # past the moment a connection may wait before it can be displaced
+        assert endpoint.displaced == 0
+        assert _scrape(endpoint.url) == 200
+        assert endpoint.displaced == 1 and endpoint.refused == 0
+
+
 def test_a_head_past_64_kib_is_refused_with_431() -> None:
     """A head that never ends but keeps growing is cut at 64 KiB, not buffered on."""
     with _endpoint() as endpoint, socket.create_connection(("127.0.0.1", endpoint.port)) as sock:
