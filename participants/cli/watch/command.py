@@ -70,7 +70,7 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds_in(0.01, 300),
         default=0.8,
-        help="seconds each /status poll may take (0.8; at most 300)",
+        help="seconds each /status poll may take while this process runs (0.8; at most 300)",
     )
     parser.add_argument(
         "--stall-after",

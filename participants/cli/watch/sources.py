@@ -2,8 +2,11 @@
 (followed JSON-lines logs, ``follow.LogFollower``; the demo's own bus).
 
 ``poll_all`` asks every participant at once, each under its own deadline and byte cap, so a
-slow, silent or hostile one costs the round at most ``timeout`` and is one ``PollResult``
-with an error line and its ``failure`` (``unreachable`` or ``refused``). Each answer carries
+slow, silent or hostile one costs the round about ``timeout`` and is one ``PollResult``
+with an error line and its ``failure`` (``unreachable`` or ``refused``). The deadline counts
+only time this process's event loop could run: a loop that runs late (a loaded machine, or
+``demo --watch``'s loop busy with the very servers it polls) stretches it, up to
+``MAX_STRETCH`` times ``timeout``, rather than blaming a participant for it. Each answer carries
 the participant's clock offset, NTP-style: its reply's time (``SERVER_TIME_HEADER``, else the
 HTTP ``Date`` header, to the second) against the local midpoint of the request.
 """
@@ -32,6 +35,7 @@ from ckpt_events.vocab import NAME_RULE, Kind
 
 __all__ = [
     "MAX_BODY",
+    "MAX_STRETCH",
     "VIEW_EVENTS",
     "EventSource",
     "Failure",
@@ -49,6 +53,10 @@ VIEW_EVENTS: Final = (OperationStarted, OperationFinished, CoordinateStarted, Co
 #: renews it once a second.
 _DATE_SPAN: Final = 2.0
 _DECODER: Final = msgspec.json.Decoder(StatusReply)
+#: However late this process's loop runs, a poll is given up after this many ``timeout``s.
+MAX_STRETCH: Final = 10
+#: How often a round's watchdog measures the loop's lateness and looks at its polls' deadlines.
+_TICK: Final = 0.02
 
 #: Why a participant could not be read: ``unreachable`` (no connection, no answer in time, or an
 #: answer that is not a participant's status) or ``refused`` (401/403: the token).
@@ -74,7 +82,8 @@ if TYPE_CHECKING:
 
 
 def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: float) -> httpx.AsyncClient:
-    """One client for polling ``urls``, with a connection pool per participant (origin).
+    """One client for polling ``urls``, with a connection pool per participant (origin), its
+    timeouts ``MAX_STRETCH`` times ``timeout`` (``poll_all`` gives up sooner).
 
     httpcore's pool finds a request its connection by scanning every connection it holds, at
     each request's start and end: one pool over 64 participants made a poll round quadratic
@@ -92,7 +101,9 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
         origin: httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
         for origin, n in per_origin.items()
     }
-    return httpx.AsyncClient(headers=dict(headers), timeout=timeout, mounts=mounts)
+    # The polls' own deadlines decide (time this process could not run not counted): httpx's
+    # timeouts, plain wall time, are only the outer bound.
+    return httpx.AsyncClient(headers=dict(headers), timeout=MAX_STRETCH * timeout, mounts=mounts)
 
 
 #: httpx's errors raised before a connection was made (its other transport errors come after).
@@ -106,15 +117,64 @@ def _http_error() -> type[Exception]:
     return httpx.HTTPError
 
 
+class _Deadlines:
+    """The deadlines of one round's polls, kept by a watchdog task: a poll is given up once it has
+    had ``timeout`` seconds of a loop that ran, or ``MAX_STRETCH`` times that in all.
+
+    The watchdog sleeps ``_TICK`` at a time and sums how late each sleep ends: time this process's
+    loop could not run. With a plain deadline, a loop blocked for 1 s mid-poll (a process that
+    got no core, or ``demo --watch``'s own loop busy serving the fleet) woke up past it and named
+    every healthy participant 'no answer within 0.8 s'. The watchdog cancels, rather than the
+    deadline: it runs with that lateness already measured."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        #: Seconds the loop ran late, summed over the round.
+        self.late = 0.0
+        #: Each open poll's scope: when it started, and ``late`` then.
+        self._open: dict[anyio.CancelScope, tuple[float, float]] = {}
+
+    def open(self, scope: anyio.CancelScope) -> None:
+        self._open[scope] = (time.perf_counter(), self.late)
+
+    def close(self, scope: anyio.CancelScope) -> None:
+        self._open.pop(scope, None)
+
+    async def watch(self) -> None:
+        """Until cancelled (when the round's polls have ended), bounded by their longest stretch."""
+        for _ in range(int(MAX_STRETCH * self.timeout / _TICK) + 2):
+            before = time.perf_counter()
+            await anyio.sleep(_TICK)
+            now = time.perf_counter()
+            self.late += max(0.0, now - before - _TICK)
+            for scope, (started, late_then) in list(self._open.items()):
+                if now - started - (self.late - late_then) >= self.timeout:
+                    scope.cancel()
+
+
 async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollResult:
-    """``GET url/status`` under ``timeout`` seconds for the whole exchange, body capped at ``MAX_BODY``."""
+    """``GET url/status`` under ``timeout`` seconds for the whole exchange (time this process's
+    loop could not run not counted, see ``poll_all``), body capped at ``MAX_BODY``."""
+    deadlines = _Deadlines(timeout)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(deadlines.watch)
+        result = await _poll(client, url, deadlines)
+        tg.cancel_scope.cancel()
+    return result
+
+
+async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> PollResult:
+    timeout = deadlines.timeout
     started = time.perf_counter()
 
     def failed(error: str, failure: Failure = "unreachable") -> PollResult:
         return PollResult(url=url, seconds=time.perf_counter() - started, error=error, failure=failure)
 
+    # The hard bound; the watchdog gives up sooner, past ``timeout`` of a loop that ran.
+    scope = anyio.CancelScope(deadline=anyio.current_time() + MAX_STRETCH * timeout)
+    deadlines.open(scope)
     try:
-        with anyio.fail_after(timeout):
+        with scope:
             sent = time.time()
             async with client.stream("GET", url.rstrip("/") + CONTROL_PREFIX + "/status") as reply:
                 clock = _clock(reply.headers, sent, time.time())
@@ -129,12 +189,14 @@ async def poll_one(client: httpx.AsyncClient, url: str, timeout: float) -> PollR
                         f"HTTP {reply.status_code} from /status{_hint(reply.status_code)}",
                         "refused" if refused else "unreachable",
                     )
-    except TimeoutError:
-        return failed(f"no answer within {timeout:g} s")
     except _http_error() as exc:
         # Only a failed connection is "unreachable": a reply cut short came from a participant.
         said = "unreachable" if type(exc).__name__ in _NOT_CONNECTED else "no whole reply"
         return failed(f"{said}: {type(exc).__name__}: {exc or 'no detail'}")
+    finally:
+        deadlines.close(scope)
+    if scope.cancelled_caught:
+        return failed(f"no answer within {timeout:g} s")
     try:
         status = _DECODER.decode(bytes(body))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -177,13 +239,25 @@ def _hint(code: int) -> str:
 
 
 async def poll_all(client: httpx.AsyncClient, urls: Sequence[str], timeout: float) -> list[PollResult]:
-    """Every participant polled concurrently; results in the order of ``urls``."""
+    """Every participant polled concurrently, each under ``timeout`` seconds of this process's
+    loop running (one watchdog for the round: see ``_Deadlines``); results in the order of ``urls``."""
+    if not urls:
+        return []
     results: list[PollResult | None] = [None] * len(urls)
+    deadlines = _Deadlines(timeout)
+    pending = len(urls)
 
     async def one(index: int, url: str) -> None:
-        results[index] = await poll_one(client, url, timeout)
+        nonlocal pending
+        try:
+            results[index] = await _poll(client, url, deadlines)
+        finally:
+            pending -= 1
+            if not pending:  # the last poll has ended: so does the watchdog
+                tg.cancel_scope.cancel()
 
     async with anyio.create_task_group() as tg:
+        tg.start_soon(deadlines.watch)
         for index, url in enumerate(urls):
             tg.start_soon(one, index, url)
     return [r for r in results if r is not None]
