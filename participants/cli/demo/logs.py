@@ -40,7 +40,11 @@ def _keyed(path: Path, file_index: int) -> list[tuple[int, int, int, bytes]]:
 
 def merge_into(path: Path, others: Sequence[Path]) -> int:
     """Rewrite ``path`` with its own lines and every line of ``others`` in time order (atomically,
-    through a temporary file beside it); the number of lines it holds afterwards."""
+    through a temporary file beside it); the number of lines it holds afterwards. A ``path``
+    that is a symbolic link is followed: the file it names is rewritten, the link stays."""
+    # Was: the merged file was renamed over the link, and the file it named kept only the
+    # demo's own events.
+    path = Path(os.path.realpath(path))
     rows = [row for index, p in enumerate([path, *others]) if p.exists() for row in _keyed(p, index)]
     rows.sort()
     partial = path.with_name(path.name + ".merging")

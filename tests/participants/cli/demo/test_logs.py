@@ -38,6 +38,18 @@ def test_merge_keeps_every_line_in_time_order_and_a_corrupt_line_in_place(tmp_pa
     assert not list(tmp_path.glob("*.merging"))
 
 
+def test_merge_through_a_link_rewrites_the_file_it_names_and_keeps_the_link(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    target, link, other = tmp_path / "logs" / "run.jsonl", tmp_path / "run.jsonl", tmp_path / "w.jsonl"
+    target.write_bytes(b'{"end_ns":30}\n')
+    link.symlink_to(target)
+    other.write_bytes(b'{"end_ns":20}\n')
+    assert merge_into(link, [other]) == 2
+    assert link.is_symlink() and link.resolve() == target
+    assert target.read_bytes() == b'{"end_ns":20}\n{"end_ns":30}\n'
+    assert not list(tmp_path.rglob("*.merging"))
+
+
 @pytest.fixture(params=[(True, 1), (False, 2)], ids=["True-1", "False-2"])
 def demo(request: pytest.FixtureRequest, tmp_path: Path) -> DemoRun:
     """A demo run: server processes, or in-process servers of two worker processes each (that
