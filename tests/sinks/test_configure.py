@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import threading
 from pathlib import Path
@@ -159,7 +160,10 @@ async def test_a_delta_temporality_preference_is_refused_by_our_cumulative_sink(
     ("environ", "named"),
     [
         (
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml",
+            },
             "OTEL_EXPORTER_OTLP_PROTOCOL",
         ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -177,6 +181,20 @@ async def test_invalid_values_name_the_variable(environ: dict[str, str], named: 
     """Each bad setting raises ConfigurationError naming its variable, and subscribes nothing."""
     async with Bus() as bus:
         with pytest.raises(ConfigurationError, match=named):
+            configure(bus, environ=environ)
+        assert bus.stats().sinks == ()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None,
+    reason="the grpc extra is installed here: OTEL_EXPORTER_OTLP_PROTOCOL=grpc is served",
+)
+async def test_grpc_without_its_extra_names_the_variable_and_the_extra() -> None:
+    """Was a case of the test above, which failed wherever the grpc extra is installed."""
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    async with Bus() as bus:
+        needs = "OTEL_EXPORTER_OTLP_PROTOCOL.*grpc needs opentelemetry-exporter-otlp-proto-grpc"
+        with pytest.raises(ConfigurationError, match=needs):
             configure(bus, environ=environ)
         assert bus.stats().sinks == ()
 
