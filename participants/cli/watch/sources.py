@@ -59,8 +59,9 @@ MAX_STRETCH: Final = 10
 _TICK: Final = 0.02
 
 #: Why a participant could not be read: ``unreachable`` (no connection, no answer in time, or an
-#: answer that is not a participant's status) or ``refused`` (401/403: the token).
-Failure = Literal["unreachable", "refused"]
+#: answer that is not a participant's status), ``refused`` (401/403: the token) or ``duplicate``
+#: (it answered as the participant another URL of the round answered as).
+Failure = Literal["unreachable", "refused", "duplicate"]
 
 
 class PollResult(msgspec.Struct, frozen=True):

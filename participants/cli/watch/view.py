@@ -246,7 +246,9 @@ class FleetView:
                         f"answers as {key[0]}/{key[1]}, as {twin} does: two servers with one "
                         "instance (give each its own --instance)"
                     )
-                    result = PollResult(url=result.url, seconds=result.seconds, error=said)
+                    result = PollResult(
+                        url=result.url, seconds=result.seconds, error=said, failure="duplicate"
+                    )
                     self.answered.pop(result.url, None)
             self.polls[result.url] = result
             status = result.status

@@ -474,3 +474,27 @@ def test_two_servers_answering_as_one_participant_are_not_merged() -> None:
     text = out.export_text()
     assert "ahead of ours" not in text and "for >=30.0 s" in text
     assert f"answers as agent/agent-0, as {first} does" in text
+
+
+def test_once_exits_non_zero_for_two_servers_answering_as_one_participant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--once`` printed the twin in red and exited 0: a script reading its status saw a healthy
+    fleet. The twin is a failure of its own kind, one line on stderr, exit as unreadable."""
+    from ckpt_events.participants.cli.watch.command import EXIT_UNREACHABLE, once_status
+
+    first, second = "http://127.0.0.1:42011", "http://127.0.0.1:42012"
+    view = FleetView([first, second], stall_after=30.0)
+    idle = StatusReply(kind="agent", instance="agent-0", phase=Phase.IDLE)
+    view.add_polls(
+        [
+            PollResult(url=first, seconds=0.01, status=idle, clock_offset=0.0, clock_error=0.01),
+            PollResult(url=second, seconds=0.01, status=idle, clock_offset=0.0, clock_error=0.01),
+        ],
+        NOW,
+    )
+    assert view.polls[second].failure == "duplicate"
+    assert once_status([view.polls[first], view.polls[second]]) == EXIT_UNREACHABLE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"ckpt-events watch: {second}: answers as agent/agent-0")
+    assert "check the URL" not in line
