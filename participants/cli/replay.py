@@ -79,7 +79,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     probe = LogProblems()
     for _ in merged_events(paths, probe):
         pass
-    sort = frozenset(probe.out_of_order)
+    sort = dict(probe.back_ns)
     problems = LogProblems()
     open_spans = OpenSpans()
     # The OTLP sinks warn at their first failed export; replay says it in its own one line.

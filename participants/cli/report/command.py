@@ -59,7 +59,7 @@ def _report(args: argparse.Namespace) -> int:
     offsets = clocks.offsets()
     # Shifting one process of a file may put that file out of time order too.
     exact = (problems.disordered or bool(offsets)) and len(paths) > 1
-    sort = frozenset(problems.out_of_order)
+    sort = dict(problems.back_ns)
     if offsets or problems.disordered:
         # The calls prove a process's clock off (fold again on the callers' clock), or a log
         # went back in time (read sorted; its copies are found only by looking further back).

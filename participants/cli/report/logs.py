@@ -21,8 +21,10 @@ nothing is dropped. While every file is in time order, an event's copy has its s
 events whose stamps collide are compared (nothing kept, nothing per event). A file that goes
 back in time (a clock that stepped back, or a file joined or copied out of order) sets
 ``LogProblems.disordered`` and is named in ``LogProblems.out_of_order``: read again with
-``sort`` naming it, its events are sorted by time (that file held whole in memory, the rare
-case) and merged as if each in-order run of it were a file of its own; read again ``exact``,
+``sort`` naming it, its events are sorted by time (in a window as long as the file went back
+at most, ``LogProblems.back_ns``: a clock a little behind another holds a few events; a file
+whose processes' clocks are moved, whole) and merged as if each in-order run of it were a file
+of its own; read again ``exact``,
 the identities of the last ``DEDUP_EVENTS`` events are kept, whatever the order; an event
 whose copy could have been forgotten is counted, and said.
 """
@@ -33,7 +35,7 @@ import glob
 import heapq
 import os
 from collections import deque
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
@@ -126,6 +128,10 @@ class LogProblems:
     #: The files that went back in time, by their index among the paths read: (name, how many
     #: events were stamped before the one above them).
     out_of_order: dict[int, tuple[str, int]] = field(default_factory=dict)
+    #: The same files: how far back in time each went at most (nanoseconds before the latest
+    #: event above it). Passed as ``merged_events(sort=...)``, each is sorted in a window that
+    #: long, not read whole.
+    back_ns: dict[int, int] = field(default_factory=dict)
     #: The files this read sorted by time (``merged_events(sort=...)``).
     sorted_files: frozenset[int] = frozenset()
     #: Events too far out of time order to be checked against the other files.
@@ -192,11 +198,21 @@ def identity(event: CheckpointEvent) -> Hashable:
 
 
 def _one_file(
-    path: Path, index: int, problems: LogProblems, offsets: Offsets, *, sort: bool = False
+    path: Path,
+    index: int,
+    problems: LogProblems,
+    offsets: Offsets,
+    *,
+    sort: bool = False,
+    window: int | None = None,
 ) -> Iterator[_Entry]:
     """One file's (time, file, line, event), each event on its process's aligned clock; with
-    ``sort``, all of them read first and sorted by time (ties in line order)."""
+    ``sort``, sorted by time (ties in line order): within ``window`` nanoseconds (how far back
+    it went, read before) when given and no clock is moved, else all of it read first."""
     if sort:
+        if window is not None and not offsets:
+            yield from _reordered(_read_file(path, index, problems), window, problems)
+            return
         # (time, file, line) are distinct per entry: two events are never compared.
         yield from sorted(_one_file(path, index, problems, offsets))
         return
@@ -213,12 +229,35 @@ def _one_file(
         yield time_ns, i, number, event
 
 
+def _reordered(entries: Iterator[_Entry], window: int, problems: LogProblems) -> Iterator[_Entry]:
+    """``entries`` in time order, given that none is stamped more than ``window`` ns before the
+    latest one above it: each is held until one ``window`` past it has been read. Memory is
+    what that window holds; an event stamped 1 ms back in a file of 2M held the whole file."""
+    held: list[_Entry] = []
+    latest = None
+    emitted = None
+    for entry in entries:
+        if emitted is not None and entry[0] < emitted:
+            problems.disordered = True  # the file went further back than when it was read first
+        if latest is None or entry[0] > latest:
+            latest = entry[0]
+        heapq.heappush(held, entry)
+        while held[0][0] < latest - window:
+            out = heapq.heappop(held)
+            emitted = out[0]
+            yield out
+    while held:
+        yield heapq.heappop(held)
+
+
 def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry]:
     from ckpt_events.sinks import CorruptLine, read_events
 
     decoded = 0
     last = 0  # the previous event's time: a file going back in time is disordered
     back = 0  # events stamped before the one above them
+    latest = 0  # the latest stamp read
+    back_ns = 0  # how far back of it an event went at most
     before_first: list[CorruptLine] = []  # corrupt lines before the first event: torn, or not a log
     try:
         with open(path, "rb") as head:
@@ -249,7 +288,9 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             # order, and two events are never compared.
             if (time_ns := event_time(item)) < last:
                 back += 1
+                back_ns = max(back_ns, latest - time_ns)
             last = time_ns
+            latest = max(latest, time_ns)
             yield time_ns, index, number, item
         if not decoded and before_first:
             line = before_first[0]
@@ -263,6 +304,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
         if back:
             problems.disordered = True
             problems.out_of_order[index] = (str(path), back)
+            problems.back_ns[index] = back_ns
 
 
 def merged_events(
@@ -271,7 +313,7 @@ def merged_events(
     offsets: Offsets | None = None,
     *,
     exact: bool = False,
-    sort: Collection[int] = (),
+    sort: Collection[int] | Mapping[int, int] = (),
 ) -> Iterator[CheckpointEvent]:
     """The events of every file in time order (ties in file order), each process's stamps
     moved by its ``offsets`` entry, an event from two files once; ``problems.clocks``, if
@@ -283,16 +325,19 @@ def merged_events(
     whatever the order, and counts in ``problems.unchecked`` the events whose copy could have
     been forgotten: read again with it when ``problems.disordered``. The files whose index is in
     ``sort`` (``problems.out_of_order`` of an earlier read) are each read whole and sorted by
-    time first, so that a file out of order merges as several in-order files would."""
+    time first, so that a file out of order merges as several in-order files would; given as
+    ``problems.back_ns`` of that read (index: how far back the file went), each is sorted in a
+    window that long instead, holding only what the window holds."""
     offsets = problems.offsets = dict(offsets or {})
     problems.sorted_files = frozenset(sort)
+    windows: Mapping[int, int] = sort if isinstance(sort, Mapping) else {}
     paths = list(paths)
     # One open file per log while they merge: past what the process may open, the rest are
     # each read whole first (and closed), rather than refused with "Too many open files".
     budget = open_files_budget(len(paths))
     merged: Iterator[_Entry] = heapq.merge(
         *(
-            _one_file(p, i, problems, offsets, sort=i in problems.sorted_files)
+            _one_file(p, i, problems, offsets, sort=i in problems.sorted_files, window=windows.get(i))
             if i < budget
             else iter(list(_one_file(p, i, problems, offsets, sort=i in problems.sorted_files)))
             for i, p in enumerate(paths)
@@ -412,7 +457,7 @@ def read_logs(paths: Sequence[Path], fold: Callable[[Iterator[CheckpointEvent]],
     problems = LogProblems()
     folded = fold(merged_events(paths, problems))
     if problems.disordered:
-        sort = frozenset(problems.out_of_order)
+        sort = dict(problems.back_ns)
         problems = LogProblems()
         folded = fold(merged_events(paths, problems, exact=len(paths) > 1, sort=sort))
     return folded, problems
