@@ -198,32 +198,24 @@ def _millis(env: Mapping[str, str], name: str, *, maximum: int, allow_zero: bool
     return value
 
 
-def _count(env: Mapping[str, str], name: str) -> int | None:
+def _count(env: Mapping[str, str], name: str, *, minimum: int = 1) -> int | None:
+    """A whole number >= ``minimum``, or ``None`` when unset."""
     raw = _get(env, name)
     if raw is None:
         return None
     try:
         value = int(raw)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise _bad(name, raw, "use a whole number >= 1")
+        value = minimum - 1
+    if value < minimum:
+        raise _bad(name, raw, f"use a whole number >= {minimum}")
     return value
 
 
 def _limit(env: Mapping[str, str], span_name: str, generic_name: str) -> int | None:
     """A whole number >= 0 from ``span_name``, else ``generic_name`` (the spec: the span's own wins)."""
     name = span_name if _get(env, span_name) is not None else generic_name
-    raw = _get(env, name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise _bad(name, raw, "use a whole number >= 0")
-    return value
+    return _count(env, name, minimum=0)
 
 
 def _attribute_limits(env: Mapping[str, str]) -> AttributeLimits:

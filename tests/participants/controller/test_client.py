@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 
@@ -17,6 +16,7 @@ from ckpt_events.participants.controller.client import ControlClient
 from ckpt_events.participants.controller.fan_out import described
 from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.vocab import ErrorCode
+from tests.participants.cut_reply import cut_reply_and_closed_port
 
 TOKEN = "client-test-token"
 
@@ -64,29 +64,13 @@ async def test_a_participant_that_never_answers_is_said_to_be_silent_for_the_tim
 async def test_a_reply_cut_mid_body_is_no_whole_reply_and_a_refused_connect_is_unreachable() -> None:
     """A participant that answers a head promising 100 bytes and closes after 5 was reached; a
     port nobody listens on was not. The coordinator's line says which."""
-    with socket.socket() as cutter:
-        cutter.bind(("127.0.0.1", 0))
-        cutter.listen()
-        url = f"http://127.0.0.1:{cutter.getsockname()[1]}"
-
-        def answer_and_cut() -> None:
-            conn, _ = cutter.accept()
-            with conn:
-                conn.settimeout(5)
-                conn.recv(65536)
-                conn.sendall(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"pha')
-
-        async with ControlClient(TOKEN) as client, anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, answer_and_cut)
-            with pytest.raises(ParticipantUnreachable) as cut:
-                await client.status(url, timeout=5)
+    async with cut_reply_and_closed_port() as (url, nobody), ControlClient(TOKEN) as client:
+        with pytest.raises(ParticipantUnreachable) as cut:
+            await client.status(url, timeout=5)
+        with pytest.raises(ParticipantUnreachable) as gone:
+            await client.status(nobody, timeout=5)
     assert cut.value.reached and "RemoteProtocolError" in cut.value.detail
     assert described(cut.value).startswith(f"no whole reply from {url}")
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        async with ControlClient(TOKEN) as client:
-            with pytest.raises(ParticipantUnreachable) as gone:
-                await client.status(f"http://127.0.0.1:{closed.getsockname()[1]}", timeout=5)
     assert not gone.value.reached and described(gone.value).startswith("unreachable at ")
 
 

@@ -105,26 +105,11 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
 async def test_a_reply_cut_short_is_no_whole_reply_not_unreachable() -> None:
     """A participant that took the connection and closed it mid-reply was reached: its line says
     so, where a refused connection says unreachable."""
-    import socket
-
     from ckpt_events.participants.cli.watch.sources import poll_one
+    from tests.participants.cut_reply import cut_reply_and_closed_port
 
-    with socket.socket() as cutter, socket.socket() as closed:
-        cutter.bind(("127.0.0.1", 0))
-        cutter.listen()
-        closed.bind(("127.0.0.1", 0))
-
-        def answer_and_cut() -> None:
-            conn, _ = cutter.accept()
-            with conn:
-                conn.settimeout(5)
-                conn.recv(65536)
-                conn.sendall(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"pha')
-
-        urls = [f"http://127.0.0.1:{s.getsockname()[1]}" for s in (cutter, closed)]
-        client = status_client(urls, headers={}, timeout=5)
-        async with client, anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, answer_and_cut)
+    async with cut_reply_and_closed_port() as urls:
+        async with status_client(urls, headers={}, timeout=5) as client:
             cut = await poll_one(client, urls[0], 5)
             gone = await poll_one(client, urls[1], 5)
     assert cut.error is not None and cut.error.startswith("no whole reply: RemoteProtocolError")
