@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -70,3 +71,15 @@ async def every_event_type(bus: Bus) -> None:
     bus.emit(Stalled(Kind.MODEL, "model-0", 1, Operation.PREPARE, 31.5, Phase.PREPARING, "c1"))
     with ctl.collection("checkpoint", checkpoint_id="c1") as col:
         col.set(in_flight=1, stop=True, published=False)
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine can listen on ``::1`` (tests of an IPv6 host skip without it)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True

@@ -29,6 +29,7 @@ from ckpt_events.sinks.otel import OtlpMetricSink
 from ckpt_events.sinks.otel._env import read_otel_env
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from tests.sinks.helpers import ipv6_loopback
 from tests.sinks.otlp.test_metric_sink import _event_mix
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -557,19 +558,7 @@ class _endpoint:  # noqa: N801  # used as a context manager, like a function
         self.endpoint.close()
 
 
-def _ipv6_loopback() -> bool:
-    """Whether this machine can listen on ``::1``."""
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
 @pytest.mark.parametrize("host", ["::1", "[::1]"])
 async def test_an_ipv6_loopback_host_is_served_bare_or_bracketed(host: str) -> None:
     """OTEL_EXPORTER_PROMETHEUS_HOST=::1 or [::1] (as in a URL) binds ::1 and is scraped there; the

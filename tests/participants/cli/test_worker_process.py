@@ -16,6 +16,7 @@ from ckpt_events.participants.cli.worker_process import (
     worker_command,
     worker_metrics_port,
 )
+from tests.sinks.helpers import ipv6_loopback
 
 
 def test_the_command_names_the_worker_and_carries_its_options_but_never_the_token() -> None:
@@ -71,17 +72,7 @@ def test_a_host_that_is_not_this_machine_s_is_taken_with_the_os_reason() -> None
     assert why == "Cannot assign requested address"
 
 
-def _ipv6_loopback() -> bool:
-    """Whether this machine can listen on ``::1``."""
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
 @pytest.mark.parametrize("host", ["::1", "[::1]"])
 def test_a_worker_probes_an_ipv6_host_as_configure_binds_it(
     host: str, monkeypatch: pytest.MonkeyPatch
