@@ -177,6 +177,9 @@ def _token_text(path: Path | None, env_name: str, what: str) -> str:
     token = os.environ.get(env_name, "").strip()
     if not token:
         raise CommandError(f"no {what}: pass --{what.replace(' ', '-')}-file PATH or set ${env_name}")
+    if len(token.encode(errors="replace")) > MAX_TOKEN_BYTES:
+        # As for the file: it goes into every request's header, where no server takes 1 MB.
+        raise CommandError(f"${env_name} holds more than {MAX_TOKEN_BYTES} bytes: set it to the {what} alone")
     return token
 
 

@@ -69,6 +69,17 @@ def test_bad_arguments_give_one_line_and_exit_2(
     assert fragment in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_a_token_in_the_environment_past_the_file_limit_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$CKPT_EVENTS_TOKEN`` has the token file's limit (4,096 bytes): it goes into every
+    request's header. A 64 KiB one was taken as the token."""
+    monkeypatch.setenv("CKPT_EVENTS_TOKEN", "a" * (1 << 16))
+    status, err = run_cli(capsys, "serve", "resources", "--port", "1")
+    assert status == 2 and err.count("\n") == 1
+    assert "$CKPT_EVENTS_TOKEN holds more than 4096 bytes: set it to the token alone" in err
+
+
 def test_empty_token_file_and_bad_span_groups_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
