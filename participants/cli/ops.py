@@ -56,6 +56,12 @@ def _ops(args: argparse.Namespace) -> int:
         raise CommandError(
             f"--write {directory}: {', '.join(existing)} already there; pass --force to overwrite"
         )
+    if directory.is_symlink() and not directory.exists():
+        # mkdir said only "File exists": the link is there, what it names is not.
+        raise CommandError(
+            f"--write {directory}: a link to {os.readlink(directory)!r}, which does not exist; "
+            "create that directory or name another"
+        )
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -44,6 +44,19 @@ def test_ops_refuses_a_name_that_is_not_a_file_and_names_a_failed_write(
     assert sorted(p.name for p in pack.iterdir()) == ["dashboard.json"]
 
 
+def test_a_directory_that_is_a_dangling_link_says_what_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--write`` a link to a missing directory said "File exists" alone; it says what the
+    link names and what to do, and writes nothing."""
+    link = tmp_path / "pack"
+    link.symlink_to(tmp_path / "gone")
+    assert main(["ops", "--write", str(link)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "which does not exist; create that directory" in err
+    assert str(tmp_path / "gone") in err and not (tmp_path / "gone").exists()
+
+
 def test_a_symlink_in_the_folder_is_a_file_already_there_and_force_replaces_the_link(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
