@@ -337,14 +337,15 @@ def _otlp(
         prefix + "COMPRESSION" if _get(env, prefix + "COMPRESSION") else "OTEL_EXPORTER_OTLP_COMPRESSION"
     )
     timeout_ms = _millis(env, timeout_var, maximum=MAX_TIMEOUT_MS, allow_zero=False)
+    tls, tls_files = _tls(env, signal)
     return OtlpSettings(
         endpoint=endpoint,
         protocol=_PROTOCOL_NAMES[protocol],
         headers=_headers(env, headers_var),
         timeout_s=None if timeout_ms is None else timeout_ms / 1000,
         compression=_choice(env, compression_var, COMPRESSIONS),
-        tls=_tls(env, signal),
-        tls_files=_tls_files(env, signal),
+        tls=tls,
+        tls_files=tls_files,
         insecure=_bool(env, _signal_var(env, signal, "INSECURE")),
     )
 
@@ -364,27 +365,20 @@ def _signal_var(env: Mapping[str, str], signal: str, option: str) -> str:
     return own if _get(env, own) is not None else f"OTEL_EXPORTER_OTLP_{option}"
 
 
-def _tls_files(env: Mapping[str, str], signal: str) -> TlsFiles:
-    """``signal``'s CA, client certificate and client key paths, each variable resolved on its
-    own (a signal's CA with the generic client pair is a valid mix)."""
-    certificate, client_certificate, client_key = (
-        _get(env, _signal_var(env, signal, option))
-        for option in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY")
-    )
-    return TlsFiles(certificate, client_certificate, client_key)
-
-
-def _tls(env: Mapping[str, str], signal: str) -> ssl.SSLContext | None:
-    """The TLS client context of ``signal``'s files (``_tls_files``), or ``None`` when none is set."""
+def _tls(env: Mapping[str, str], signal: str) -> tuple[ssl.SSLContext | None, TlsFiles]:
+    """The TLS client context of ``signal``'s files, each variable resolved on its own (a
+    signal's CA with the generic client pair is a valid mix), or ``None`` when none is set; and
+    the files themselves (for OpenTelemetry's gRPC exporter, given credentials built from them)."""
     files = []
     for option in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"):
         name = _signal_var(env, signal, option)
         path = _get(env, name)
         files.append(None if path is None else (name, path))
     certificate, client_certificate, client_key = files
+    paths = TlsFiles(*(None if file is None else file[1] for file in files))
     if certificate is None and client_certificate is None and client_key is None:
-        return None
-    return client_context(certificate, client_certificate, client_key)
+        return None, paths
+    return client_context(certificate, client_certificate, client_key), paths
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
