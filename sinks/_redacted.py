@@ -46,9 +46,10 @@ def redacted(batch: list[Any], redactor: Redactor) -> list[Any]:
             continue
         if out is batch:
             out = list(batch)
+        changes: dict[str, Any] = {}
         if attributes is not None:
-            event = msgspec.structs.replace(event, attributes=attributes)  # noqa: PLW2901
+            changes["attributes"] = attributes
         if scrubbed != message:
-            event = msgspec.structs.replace(event, error_message=scrubbed)  # noqa: PLW2901
-        out[index] = event
+            changes["error_message"] = scrubbed
+        out[index] = msgspec.structs.replace(event, **changes)  # one copy, whatever changed
     return out
