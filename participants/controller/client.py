@@ -35,6 +35,7 @@ __all__ = [
     "ParticipantUnreachable",
     "SpanLike",
     "failed_call",
+    "never_connected",
 ]
 
 #: Added to the time left before the deadline, so a participant can still answer "too late".
@@ -63,6 +64,24 @@ def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
     return ParticipantCallError(url, error.detail, raw_code=error.code, status=response.status_code)
 
 
+_NEVER_CONNECTED: Final = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+)
+
+
+def never_connected(exc: BaseException) -> bool:
+    """Whether httpx's ``exc`` came before a connection was made (refused, no route, the pool or
+    the connect timed out, a scheme it cannot speak): the peer was not reached. Anything later (a
+    read timeout, a reply cut short) came after the peer took the connection: reached, and no
+    whole reply. One rule for the controller's calls and ``watch``'s polls."""
+    return isinstance(
+        exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout | httpx.UnsupportedProtocol
+    )
+
+
 def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> ParticipantCallError:
     """httpx's failure of a call to ``url`` as ours: no answer (a ``TransportError``) is
     ``ParticipantUnreachable``; an answer that could not be read (a ``DecodingError``: a broken
@@ -74,11 +93,7 @@ def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> Participan
     )
     detail = f"{type(exc).__name__}: {said}"
     if isinstance(exc, httpx.TransportError):
-        # Connecting failed (refused, no route, the pool or the connect timed out): unreachable.
-        # Anything later (a read timeout, a reply cut short) came after the participant took
-        # the connection: it was reached and did not answer in full.
-        unreached = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
-        return ParticipantUnreachable(url, detail, reached=not unreached)
+        return ParticipantUnreachable(url, detail, reached=not never_connected(exc))
     return ParticipantCallError(url, f"unreadable reply: {detail}")
 
 

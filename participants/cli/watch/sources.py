@@ -107,10 +107,6 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
     return httpx.AsyncClient(headers=dict(headers), timeout=MAX_STRETCH * timeout, mounts=mounts)
 
 
-#: httpx's errors raised before a connection was made (its other transport errors come after).
-_NOT_CONNECTED: Final = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
-
-
 def _http_error() -> type[Exception]:
     # httpx is imported only when polling: the command line's parser must not load it.
     import httpx
@@ -192,7 +188,9 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
                     )
     except _http_error() as exc:
         # Only a failed connection is "unreachable": a reply cut short came from a participant.
-        said = "unreachable" if type(exc).__name__ in _NOT_CONNECTED else "no whole reply"
+        from ckpt_events.participants.controller.client import never_connected
+
+        said = "unreachable" if never_connected(exc) else "no whole reply"
         return failed(f"{said}: {type(exc).__name__}: {exc or 'no detail'}")
     finally:
         deadlines.close(scope)
