@@ -91,9 +91,7 @@ def _write_whole(directory: Path) -> None:
             with os.fdopen(fd, "w", encoding="utf-8") as file:
                 file.write(ops_file(name))
     except OSError as exc:
-        for temporary, _ in staged:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
+        _unlink_staged(staged)
         raise CommandError(
             f"--write {directory}: cannot write the pack: {target}: {exc.strerror or exc}; nothing written"
         ) from None
@@ -102,9 +100,7 @@ def _write_whole(directory: Path) -> None:
         try:
             os.replace(temporary, target)
         except OSError as exc:  # a rename within one folder: not seen failing, said if it does
-            for left, _ in staged:
-                with contextlib.suppress(OSError):
-                    left.unlink()
+            _unlink_staged(staged)
             done = f" ({', '.join(renamed)} written)" if renamed else "; nothing written"
             raise CommandError(
                 f"--write {directory}: cannot write the pack: {target}: {exc.strerror or exc}{done}"
@@ -118,3 +114,10 @@ OPS = Command(
     _ops_arguments,
     _ops,
 )
+
+
+def _unlink_staged(staged: list[tuple[Path, Path]]) -> None:
+    """Remove the temporary files of a pack not written (those renamed already are gone)."""
+    for temporary, _ in staged:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
