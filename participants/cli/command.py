@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -26,6 +28,7 @@ __all__ = [
     "console",
     "existing_file",
     "file_descriptor",
+    "filtered",
     "fraction",
     "given_path",
     "http_url",
@@ -319,3 +322,17 @@ async def run_interruptibly(main: Callable[[anyio.Event], Awaitable[T]], grace: 
         finally:
             failed.clear()  # no reference cycle through the traceback
     return results[0]
+
+
+@contextlib.contextmanager
+def filtered(log_filter: logging.Filter, *loggers: str) -> Iterator[None]:
+    """``log_filter`` on each of ``loggers`` for the block (a command's own word, in one line, in
+    place of what the library would log there)."""
+    found = [logging.getLogger(name) for name in loggers]
+    for each in found:
+        each.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        for each in found:
+            each.removeFilter(log_filter)

@@ -22,6 +22,7 @@ from ckpt_events.participants.cli.command import (
     Command,
     CommandError,
     check_reachable,
+    filtered,
     otel_environ,
     otlp_base_url,
 )
@@ -90,9 +91,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     cut: list[tuple[Path, int]] = []
     # And the bus's traceback of a sink that raised (or failed to close): said in one line below.
     raised = _SinkFailures()
-    bus_log = logging.getLogger("ckpt_events")
-    bus_log.addFilter(raised)
-    try:
+    with filtered(raised, "ckpt_events"):
         async with Bus() as bus:
             configured = sinks.configure(
                 bus,
@@ -121,8 +120,6 @@ async def _replay_async(args: argparse.Namespace) -> int:
             finally:
                 await configured.aclose()
                 quiet.setLevel(level)
-    finally:
-        bus_log.removeFilter(raised)
     for line in problems.summary():
         print(line, file=sys.stderr)
     if problems.events == 0:

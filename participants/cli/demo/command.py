@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -16,6 +14,7 @@ from ckpt_events.participants.cli.command import (
     CommandError,
     check_reachable,
     console,
+    filtered,
     fraction,
     given_path,
     otlp_base_from_env,
@@ -151,7 +150,7 @@ def _demo(args: argparse.Namespace) -> int:
         return await run_demo(options, console(), stopping)
 
     try:
-        with _sink_failures_in_one_line(), quiet.installed():
+        with filtered(_OneLine(), "ckpt_events"), filtered(quiet, *_CONTROLLER_LOGGERS):
             result = anyio.run(run_interruptibly, run)
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
@@ -203,30 +202,6 @@ class _QuietOnceInterrupted(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.stopping is None or not self.stopping.is_set()
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        """On ``_CONTROLLER_LOGGERS`` for the block."""
-        loggers = [logging.getLogger(name) for name in _CONTROLLER_LOGGERS]
-        for each in loggers:
-            each.addFilter(self)
-        try:
-            yield
-        finally:
-            for each in loggers:
-                each.removeFilter(self)
-
-
-@contextlib.contextmanager
-def _sink_failures_in_one_line() -> Iterator[None]:
-    """``_OneLine`` on the bus's logger while the demo runs."""
-    bus_logger = logging.getLogger("ckpt_events")
-    one_line = _OneLine()
-    bus_logger.addFilter(one_line)
-    try:
-        yield
-    finally:
-        bus_logger.removeFilter(one_line)
 
 
 #: What a demo leaves in its workdir: a later demo there would resume its run (its restore
