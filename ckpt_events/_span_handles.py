@@ -15,7 +15,7 @@ when nobody listens.
 
 One buffer on a bus may take the handles raw (``_Buffer.raw``: the export process's, which
 encodes them itself, ``sinks/_export_wire.py``): it gets the handle in place of its
-``*Started`` event as well (see ``RAW_QUEUED``), so a server whose sinks all run in that
+``*Started`` event as well (see ``RAW_SEQUENCE``), so a server whose sinks all run in that
 process builds no event at all on the request path or in its delivery task.
 
 This is the request path of an instrumented server, so it is written for speed: the
@@ -26,6 +26,7 @@ bus holds them only until delivery), and ``set`` checks each value inline.
 
 from __future__ import annotations
 
+import itertools
 import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -39,7 +40,6 @@ from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _error_field
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 
 if TYPE_CHECKING:
-    from ckpt_events._subscription import _Buffer
     from ckpt_events._telemetry import Telemetry
 
 __all__ = ["OperationSpan", "StepSpan"]
@@ -53,26 +53,20 @@ QUEUED_HANDLES: Final[set[type]] = set()
 QUEUED_EVENTS: Final = frozenset((OperationFinished, StepFinished))
 
 
-#: A handle's ``_wire``: where its start stands with the bus's one raw buffer (``_Buffer.raw``,
-#: the export process's), which gets the handle itself at ``__enter__`` in place of a
-#: ``*Started`` event, and again at ``__exit__`` as every route of its ``*Finished`` event does.
-#: That buffer's one consumer reads it to tell the two apart: ``RAW_QUEUED``, the handle met
-#: there is its start (the consumer sets ``RAW_SENT``); ``RAW_SENT``, its end; ``RAW_UNQUEUED``
-#: (no start queued there: not wanted, or the buffer was full), its end alone.
-RAW_UNQUEUED: Final = 0
-RAW_QUEUED: Final = 1
-RAW_SENT: Final = 2
-
-
-def _raw_start(handle: OperationSpan | StepSpan, buffer: _Buffer) -> None:
-    """Queue ``handle`` as its own start record on the raw ``buffer`` (see ``RAW_QUEUED``)."""
-    if len(buffer) < buffer.capacity:
-        handle._wire = RAW_QUEUED  # before the append: the consumer may take it at once
-        buffer.append(handle)
-        if buffer.waiting:
-            handle._tel.bus._wake(buffer)
-    else:
-        buffer.dropped += 1
+#: Numbers for the bus's one raw buffer (``_Buffer.raw``, the export process's), which gets a
+#: handle itself at ``__enter__`` in place of a ``*Started`` event and, at ``__exit__``, either
+#: the handle again or an end mark. A handle queued there as its start takes the next number as
+#: its ``_wire`` (0: no start queued there, not wanted or the buffer was full). The buffer's task
+#: draws a number as it takes a batch (``_Buffer.consumed``, before the first ``popleft``). At
+#: its end, a handle whose ``_wire`` is above that number has its start still in the buffer, so
+#: its fields are read there after it ended: the end is queued as ``-_wire``, an int that names
+#: that record (``sinks/_export_wire.py``). Else the handle goes again, all its fields with it.
+#: Read across threads this still holds: a handle writes ``_end_ns`` before it reads
+#: ``consumed``, the task writes ``consumed`` before it reads the batch, so at least one of them
+#: sees the other's write (an end written twice, never an end lost). One sequence for every
+#: buffer (``_Buffer.opened`` drawn as it was made): a span started before the raw buffer it
+#: ends in existed goes whole, numbered 0, its end alone.
+RAW_SEQUENCE: Final = itertools.count(1)
 
 
 class _Queued:
@@ -112,7 +106,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _cut_prefix: int | None = None
     _cut_failure: int | None = None
     _event: StepFinished | None = None
-    _wire: int = 0  # RAW_UNQUEUED, RAW_QUEUED or RAW_SENT: see _raw_start()
+    _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
     def __enter__(self) -> StepSpan:
         if self._attributes.__class__ is FrozenAttributes:
@@ -146,8 +140,14 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
                 else:
                     buffer.dropped += 1
         raw = tel._step_started_raw
-        if raw is not None and not self._wire:
-            _raw_start(self, raw)
+        if raw is not None and not self._wire:  # inline, as the route above (see RAW_SEQUENCE)
+            if len(raw) < raw.capacity:
+                self._wire = next(RAW_SEQUENCE)  # before the append: the task may take it at once
+                raw.append(self)
+                if raw.waiting:
+                    tel.bus._wake(raw)
+            else:
+                raw.dropped += 1
         return self
 
     def __exit__(
@@ -176,6 +176,20 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
                     tel.bus._wake(buffer)
             else:
                 buffer.dropped += 1
+        raw = tel._step_finished_raw
+        if raw is not None:  # its end mark while its start waits there, else itself: RAW_SEQUENCE
+            if len(raw) < raw.capacity:
+                wire = self._wire
+                if wire > raw.consumed:
+                    raw.append(-wire)
+                else:
+                    if wire < raw.opened:  # started before this buffer was: its end alone
+                        self._wire = 0
+                    raw.append(self)
+                if raw.waiting:
+                    tel.bus._wake(raw)
+            else:
+                raw.dropped += 1
 
     def _started(self) -> StepStarted:
         """This step's start event, as ``__enter__`` builds it for the routes that take events."""
@@ -250,7 +264,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _received_ns: int | None = None
     _loop_lag_ms: float | None = None
     _event: OperationFinished | None = None
-    _wire: int = 0  # RAW_UNQUEUED, RAW_QUEUED or RAW_SENT: see _raw_start()
+    _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
     def __enter__(self) -> OperationSpan:
         if self._attributes.__class__ is FrozenAttributes:
@@ -283,8 +297,14 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
                 else:
                     buffer.dropped += 1
         raw = tel._operation_started_raw
-        if raw is not None and not self._wire:
-            _raw_start(self, raw)
+        if raw is not None and not self._wire:  # inline, as the route above (see RAW_SEQUENCE)
+            if len(raw) < raw.capacity:
+                self._wire = next(RAW_SEQUENCE)  # before the append: the task may take it at once
+                raw.append(self)
+                if raw.waiting:
+                    tel.bus._wake(raw)
+            else:
+                raw.dropped += 1
         return self
 
     def __exit__(
@@ -315,6 +335,22 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
                     tel.bus._prompt(buffer)
             else:
                 buffer.dropped += 1
+        raw = tel._operation_finished_raw
+        if raw is not None:  # as a step's, above
+            if len(raw) < raw.capacity:
+                wire = self._wire
+                if wire > raw.consumed:
+                    raw.append(-wire)
+                else:
+                    if wire < raw.opened:  # started before this buffer was: its end alone
+                        self._wire = 0
+                    raw.append(self)
+                if raw.waiting:
+                    tel.bus._wake(raw)
+                elif raw.paused:
+                    tel.bus._prompt(raw)
+            else:
+                raw.dropped += 1
 
     def _started(self) -> OperationStarted:
         """This operation's start event, as ``__enter__`` builds it for the routes that take events."""

@@ -23,7 +23,7 @@ from ckpt_events._errors import InvalidTypeError, check_int, check_number, one_l
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
-from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES, OperationSpan
+from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES, RAW_SEQUENCE, OperationSpan
 
 if TYPE_CHECKING:
     from ckpt_events._bus import Bus
@@ -71,7 +71,7 @@ class SinkStats(msgspec.Struct, frozen=True):
 class _Buffer(deque[Any]):
     """A sink's bounded FIFO, with the flags ``emit`` reads inline (no method call)."""
 
-    __slots__ = ("capacity", "dropped", "owner", "paused", "raw", "waiting")
+    __slots__ = ("capacity", "consumed", "dropped", "opened", "owner", "paused", "raw", "waiting")
 
     def __init__(self, capacity: int, owner: Subscription | None) -> None:
         super().__init__()
@@ -80,9 +80,12 @@ class _Buffer(deque[Any]):
         self.waiting = False  # the delivery task sleeps until woken
         self.paused = False  # the delivery task waits out a batch interval (a finished operation ends it)
         self.owner = owner
-        # The bus's one buffer taking span handles raw, starts included (RAW_QUEUED in
+        # The bus's one buffer taking span handles raw, starts included (``RAW_SEQUENCE`` in
         # _span_handles.py); set by its Subscription before any route holds it.
         self.raw = False
+        # A number of ``RAW_SEQUENCE`` drawn as its task last took a batch (and as it was made): a
+        # handle whose start number is above it has its start still in this buffer, not taken.
+        self.consumed = self.opened = next(RAW_SEQUENCE)
 
 
 class Subscription:
@@ -259,6 +262,8 @@ class Subscription:
                         continue
                     self._last_batch = now
                 count = min(len(buffer), self._batch_size)
+                if buffer.raw:  # before the first popleft: see RAW_SEQUENCE
+                    buffer.consumed = next(RAW_SEQUENCE)
                 # popleft is atomic against emitters on other threads; starmap runs it in C.
                 batch = list(starmap(popleft, repeat((), count)))
                 # A set test over the batch's types, in C: a batch without handles costs ~20 ns

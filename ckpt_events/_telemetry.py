@@ -143,6 +143,7 @@ class Telemetry:
         "_monotonic",
         "_not_ready_on",
         "_operation_finished_on",
+        "_operation_finished_raw",
         "_operation_on",
         "_operation_route",
         "_operation_started_on",
@@ -152,6 +153,7 @@ class Telemetry:
         "_ratio_bound",
         "_refused_on",
         "_step_finished_on",
+        "_step_finished_raw",
         "_step_on",
         "_step_route",
         "_step_started_on",
@@ -230,8 +232,13 @@ class Telemetry:
         """Recompute the on/off flags from the bus's routing table (the bus calls this)."""
         wants = self.bus.wants
         # Where a finished operation or step handle is queued (its event's route; () for none).
-        self._operation_route = self.bus._routes.get(OperationFinished, ())
-        self._step_route = self.bus._routes.get(StepFinished, ())
+        # (the raw buffer, the export process's, apart: it may get an end mark instead).
+        operation_finished = self.bus._routes.get(OperationFinished, ())
+        self._operation_finished_raw = _raw_in(operation_finished)
+        self._operation_route = _cooked(operation_finished, self._operation_finished_raw)
+        step_finished = self.bus._routes.get(StepFinished, ())
+        self._step_finished_raw = _raw_in(step_finished)
+        self._step_route = _cooked(step_finished, self._step_finished_raw)
         # Where a span's *Started event goes, read by the request-path handles as they enter;
         # the raw buffer (the export process's) gets the handle itself instead.
         operation_started = self.bus._routes.get(OperationStarted, ())

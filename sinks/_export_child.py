@@ -34,7 +34,7 @@ import anyio
 import msgspec
 
 from ckpt_events import Bus, CkptEventsError
-from ckpt_events.sinks._export_wire import read_batch, whole_events
+from ckpt_events.sinks._export_wire import WireReader
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured
@@ -156,6 +156,7 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
     bus = Bus()
     received = 0
     corrupt = 0
+    wire = WireReader()
     async with bus:
         try:
             configured = configure(bus, **head.arguments)
@@ -181,7 +182,7 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
                             corrupt += 1
                         continue
                     try:
-                        events = read_batch(line)
+                        events = wire.events(line)
                     except msgspec.DecodeError:
                         corrupt += 1
                         continue
@@ -195,7 +196,7 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
                 if not pending:  # the input ended
                     if reader.cut:
                         corrupt += 1
-                        received += _emit_cut(bus, reader.cut)
+                        received += _emit_cut(bus, wire, reader.cut)
                     break
             tg.cancel_scope.cancel()
         stats = bus.stats()
@@ -203,6 +204,7 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
         "closed": True,
         "received": received,
         "corrupt_lines": corrupt + reader.too_long,
+        "lost_ends": wire.lost_ends,
         "bus": msgspec.to_builtins(stats),
     }
 
@@ -214,10 +216,10 @@ def _budget(configured: Configured, bus: Bus, seconds: float) -> None:
     configured.close_timeout = bus.close_timeout = max(0.0, seconds) / 2
 
 
-def _emit_cut(bus: Bus, cut: bytes) -> int:
+def _emit_cut(bus: Bus, wire: WireReader, cut: bytes) -> int:
     """Emit the whole events at the head of a batch line cut short (it was silently dropped,
     whole, though its events had reached the pipe); log the cut once. How many were emitted."""
-    events = whole_events(cut)
+    events = wire.whole_events(cut)
     for event in events:
         bus.emit(event)
     logger.warning(

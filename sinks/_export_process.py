@@ -62,7 +62,8 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     gone; the bus's own drops, when the pipe was full, are in ``bus.stats()``). ``pid`` is the
     child's; ``exit_code`` is ``None`` while it runs. ``child`` is the child's own bus
     counters (its sinks' deliveries, drops and failures), known once it closed in order;
-    ``received`` and ``corrupt_lines`` are what it read.
+    ``received`` and ``corrupt_lines`` are what it read; ``lost_ends`` the spans' ends it read
+    without their start (in a line cut short or corrupt): their ``*Finished`` events are lost.
     """
 
     pid: int
@@ -72,6 +73,7 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     received: int | None = None
     corrupt_lines: int | None = None
     child: BusStats | None = None
+    lost_ends: int | None = None
 
 
 class ExportProcess:
@@ -322,6 +324,7 @@ class ExportProcess:
             received=closed.get("received"),
             corrupt_lines=closed.get("corrupt_lines"),
             child=msgspec.convert(child, BusStats) if child is not None else None,
+            lost_ends=closed.get("lost_ends"),
         )
 
     def __repr__(self) -> str:

@@ -2,29 +2,31 @@
 
 One line per batch, a JSON array of the batch's items in the bus's order. An item is:
 
-* an event: ``["event", {...}]``, the event as ``msgspec.json`` writes a ``CheckpointEvent``;
 * a span handle (``OperationSpan``, ``StepSpan``: array-like structs tagged ``operation`` and
   ``step``), as msgspec writes it: ``["operation", [kind, instance, worker], operation, ...]``,
-  every field in order, the ``Telemetry``'s identity in place of the ``Telemetry``. A handle
-  stands for its span's end (its ``*Finished`` event); after a ``0`` (``START``), for its start;
-* a string of digits ``"k"``: the end of the span whose record is the line's item ``k``,
-  written there as its start (``START`` before it) by a span that started and ended in one
-  batch. A string, not a number: a line cut short inside ``"12"`` leaves no ``1`` that names
-  another span's record.
+  every field in order, the ``Telemetry``'s identity in place of the ``Telemetry``. Its
+  ``_wire`` is its start's number (``RAW_SEQUENCE`` in ``ckpt_events/_span_handles.py``). The
+  first record of a number stands for its span's start; a second one, in this line or a later
+  one, for its end; a record numbered ``0`` (its start was not queued: not wanted, or the
+  buffer was full) for its end alone (its ``*Finished``);
+* a negative int ``-n``: the end of the span whose start is the record numbered ``n``, in this
+  line or an earlier one. A handle ends this way when its start was still waiting in the bus's
+  buffer as it ended, so its record (written when the batch is taken) has every field as the
+  span ended. This is nearly every request's spans: each is written once, with no work per
+  item in the server, the whole batch encoded in one call;
+* an event: ``["event", {...}]``, the event as ``msgspec.json`` writes a ``CheckpointEvent``.
 
 Each span goes twice, its start where it started and its end where it ended, so the child's
 sinks get the events in this process's order (its two events at one place would put a
-parent's end before its children's starts). A span whose start and end are in one batch, as
-nearly every request's are, has its fields written once, at its start, and its end is that
-record's index: the line is half as long, and the server encodes each handle once. A line cut
-short (the server died while writing it) keeps its starts, as before: the record is the
-earlier of the two.
+parent's end before its children's starts). A line cut short (the server died while writing
+it) keeps its whole items; an end whose start the reader never got (cut, corrupt, or past
+``OPEN_LIMIT`` open spans) is counted (``WireReader.lost_ends``), not taken for another span.
 
 The export process's buffer is the bus's raw one (``_Buffer.raw``): it gets each handle at the
-span's start and again at its end, and no event is built for it in the server, neither on the
-request path (a ``*Started``) nor in the delivery task (a ``*Finished``). The child builds both
-from the records (``OperationRecord``, ``StepRecord``: the handles' fields, as decoded), the
-same events the server would have built.
+span's start and again (or its end mark) at its end, and no event is built for it in the server,
+neither on the request path (a ``*Started``) nor in the delivery task (a ``*Finished``). The
+child builds both from the records (``OperationRecord``, ``StepRecord``: the handles' fields, as
+decoded), the same events the server would have built.
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ from ckpt_events._events import (
 )
 from ckpt_events._span_handles import (
     QUEUED_HANDLES,
-    RAW_QUEUED,
-    RAW_SENT,
     OperationSpan,
     StepSpan,
     operation_finished,
@@ -58,18 +58,20 @@ from ckpt_events._span_handles import (
 from ckpt_events._vocab import Operation, Outcome, Phase
 
 __all__ = [
-    "START",
+    "OPEN_LIMIT",
     "EventItem",
     "OperationRecord",
     "StepRecord",
     "encoder",
-    "read_batch",
-    "whole_events",
+    "WireReader",
     "wire_items",
 ]
 
-#: The item before a handle that stands for its span's start.
-START: Final = 0
+#: The most spans a reader holds open (started, not ended) between lines: a server that leaks
+#: handles never ended costs the child this many records at most (the oldest go first).
+OPEN_LIMIT: Final = 1 << 16
+#: What a batch of only these is written as, as it is (one ``encode`` call, no loop in Python).
+_PLAIN: Final = frozenset({OperationSpan, StepSpan, int})
 
 
 def encoder() -> msgspec.json.Encoder:
@@ -78,41 +80,23 @@ def encoder() -> msgspec.json.Encoder:
 
 
 def wire_items(batch: list[Any]) -> list[Any]:
-    """``batch`` (from the raw buffer) as the line's items: each start a ``START`` and its handle,
-    each end its handle, or its record's index when its start is in the same line."""
+    """``batch`` (from the raw buffer) as the line's items: itself when it holds only plain
+    handles and end marks (the request path's spans), else a copy with each event as an
+    ``EventItem`` and each subclass of a handle (``BridgedOperationSpan``: the bridge is no field
+    of the record) as a plain handle of its fields."""
+    if _PLAIN.issuperset(map(type, batch)):  # in C: ~20 ns an item
+        return batch
     items: list[Any] = []
     append = items.append
-    # The handles written as their start in this line. Until the loop ends, each one's ``_wire``
-    # is its record's index, negated (met again in this line: its end); then ``RAW_SENT``.
-    opened: list[Any] = []
     for item in batch:
         cls = item.__class__
-        if cls not in QUEUED_HANDLES:
-            append(EventItem(item))
-            continue
-        wire = item._wire
-        if (cls is OperationSpan or cls is StepSpan) and item._event is None:
-            if wire == RAW_QUEUED:  # the first time this buffer's one consumer meets it: its start
-                append(START)
-                item._wire = -len(items)
-                opened.append(item)
-                append(item)
-            elif wire < 0:
-                # Its end, its start in this line: that record (encoded after this loop, so with
-                # every field as the span ended) stands for both, by its index.
-                append(str(-wire))
-                item._wire = RAW_SENT
-            else:
-                append(item)
-        # A subclass (``BridgedOperationSpan`` holds the bridge), or a handle whose event
-        # another sink's delivery built already: its events, not its fields twice.
-        elif wire == RAW_QUEUED:
-            item._wire = RAW_SENT
-            append(EventItem(item._started()))
+        if cls in _PLAIN:
+            append(item)
+        elif cls in QUEUED_HANDLES:
+            base = OperationSpan if isinstance(item, OperationSpan) else StepSpan
+            append(base(*[getattr(item, name) for name in base.__struct_fields__]))
         else:
-            append(EventItem(item._finished()))
-    for item in opened:  # those whose end is in a later line
-        item._wire = RAW_SENT
+            append(EventItem(item))
     return items
 
 
@@ -151,7 +135,7 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     _rollouts: int | None
     _received_ns: int | None
     _loop_lag_ms: float | None
-    _event: None  # a handle whose event another sink's delivery built goes as its events
+    _event: msgspec.Raw  # built by another sink's delivery in the server, if any: not read
     _wire: int
 
     def started(self) -> OperationStarted:
@@ -186,7 +170,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
     _calls: int | None
     _cut_prefix: int | None
     _cut_failure: int | None
-    _event: None
+    _event: msgspec.Raw
     _wire: int
 
     def started(self) -> StepStarted:
@@ -196,68 +180,83 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
         return step_finished(self, *self._tel)
 
 
-_LINE: Final = msgspec.json.Decoder(list[int | str | OperationRecord | StepRecord | EventItem])
+_LINE: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | EventItem])
+_Record = OperationRecord | StepRecord
 
 
-def read_batch(line: bytes) -> list[Event]:
-    """The events of one batch's line; ``msgspec.DecodeError`` if it is not one."""
-    events: list[Event] = []
-    append = events.append
-    start = False
-    items = _LINE.decode(line)
-    ended: set[int] = set()  # the indices of the records whose end was read
-    for index, item in enumerate(items):
-        if isinstance(item, OperationRecord | StepRecord):
-            append(item.started() if start else item.finished())
-            start = False
-        elif isinstance(item, EventItem) and not start:
-            append(item.event)
-        elif item == START and not start:
-            start = True
-        elif isinstance(item, str) and not start:
-            append(_record_at(items, item, index, ended).finished())
-        else:
-            raise msgspec.DecodeError(f"not an item of the export pipe: {item!r}")
-    if start:
-        raise msgspec.DecodeError("the export pipe's line ends with a start mark and no span")
-    return events
+class WireReader:
+    """Reads the pipe's lines in order (``events``), holding the spans started and not yet ended
+    between them (at most ``OPEN_LIMIT``).
 
+    ``lost_ends`` counts the ends whose start it did not hold (in a line cut short or corrupt,
+    or the oldest past the limit): their spans' ``*Finished`` are lost, counted, never taken
+    from another span's record.
+    """
 
-def _record_at(items: list[Any], ref: str, index: int, ended: set[int]) -> OperationRecord | StepRecord:
-    """The record an end's ``ref`` (item ``index``) names: a start's, earlier in the line, not ended yet."""
-    at = int(ref) if ref.isascii() and ref.isdigit() else 0
-    record = items[at] if 0 < at < index else None
-    if not isinstance(record, OperationRecord | StepRecord) or items[at - 1] != START or at in ended:
-        raise msgspec.DecodeError(f"item {index} of the export pipe's line ends no span it started: {ref!r}")
-    ended.add(at)
-    return record
+    def __init__(self, open_limit: int = OPEN_LIMIT) -> None:
+        self._open: dict[int, _Record] = {}
+        self._open_limit = open_limit
+        self.lost_ends = 0
+
+    def events(self, line: bytes) -> list[Event]:
+        """The events of one batch's line; ``msgspec.DecodeError`` (and nothing read from it) if
+        it is not one."""
+        items = _LINE.decode(line)
+        for index, item in enumerate(items):
+            # Checked before any span is opened or closed: a line refused changes nothing.
+            if (item.__class__ is int and item >= 0) or (isinstance(item, _Record) and item._wire < 0):
+                raise msgspec.DecodeError(f"not an item of the export pipe: item {index}, {item!r}")
+        events: list[Event] = []
+        append = events.append
+        spans = self._open
+        for item in items:
+            if isinstance(item, int):
+                record = spans.pop(-item, None)
+                if record is None:
+                    self.lost_ends += 1
+                else:
+                    append(record.finished())
+            elif isinstance(item, EventItem):
+                append(item.event)
+            else:
+                number = item._wire
+                if not number or spans.pop(number, None) is not None:  # its end (alone, if 0)
+                    append(item.finished())
+                else:
+                    append(item.started())
+                    spans[number] = item
+                    if len(spans) > self._open_limit:
+                        del spans[next(iter(spans))]
+        return events
+
+    def whole_events(self, cut: bytes) -> list[Event]:
+        """The events of ``cut`` (a line missing its end) up to its last whole item: the line
+        closed at one of its last top-level commas (a cut string or item leaves the rest
+        undecodable)."""
+        depth = 0
+        commas: list[int] = []
+        for token in _TOKENS.finditer(cut):
+            char = token.group()[:1]
+            if char in b"[{":
+                depth += 1
+            elif char in b"]}":
+                depth -= 1
+            elif char == b"," and depth == 1:
+                commas.append(token.start())
+        for end in [len(cut), *commas[::-1][:_CUT_TRIES]]:
+            prefix = cut[:end]
+            if end == len(cut) and prefix[-1:] != b"]":
+                # Its last item may be an end mark cut inside its digits ("-123" read as "-12"
+                # names another span): only a comma after it says it is whole.
+                continue
+            try:
+                return self.events(prefix + b"]")
+            except msgspec.DecodeError:
+                continue
+        return []
 
 
 #: A JSON string, or one of the characters that open, close or separate items.
 _TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]')
 #: Item boundaries tried, from the end back, in a line cut short by the parent's death.
 _CUT_TRIES: Final = 8
-
-
-def whole_events(cut: bytes) -> list[Event]:
-    """The events of ``cut`` (a line missing its end) up to its last whole item: the line closed
-    at one of its last top-level commas (a cut string or item leaves the rest undecodable)."""
-    depth = 0
-    commas: list[int] = []
-    for token in _TOKENS.finditer(cut):
-        char = token.group()[:1]
-        if char in b"[{":
-            depth += 1
-        elif char in b"]}":
-            depth -= 1
-        elif char == b"," and depth == 1:
-            commas.append(token.start())
-    for end in [len(cut.rstrip(b",")), *commas[::-1][:_CUT_TRIES]]:
-        prefix = cut[:end].rstrip(b",")
-        if prefix[-2:] in (b",0", b"[0"):  # a start mark whose span was cut
-            prefix = prefix[:-1].rstrip(b",")
-        try:
-            return read_batch(prefix + b"]")
-        except msgspec.DecodeError:
-            continue
-    return []

@@ -448,7 +448,7 @@ def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
     """A cut batch is closed after its last whole item; a ``],[`` or ``},{`` inside a message is
     no boundary (the string it cuts stays open), so the events before it come back intact."""
     from ckpt_events import OperationFinished
-    from ckpt_events.sinks._export_wire import encoder, whole_events, wire_items
+    from ckpt_events.sinks._export_wire import WireReader, encoder, wire_items
     from ckpt_events.vocab import Operation
 
     events = [
@@ -468,12 +468,12 @@ def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
     size = len(encoder().encode(wire_items(events[:1]))) - 2  # each item's: "[" + i0 + "," + i1 ...
     third = 1 + 2 * (size + 1)
     assert line[third - 3 : third + 8] == b'}],["event"'
-    assert whole_events(line[:third]) == events[:2]  # cut right after the comma
-    assert whole_events(line[: third - 1]) == events[:2]  # right after the second item
-    assert whole_events(line[: len(line) - 20]) == events[:2]  # inside the third's message
+    assert WireReader().whole_events(line[:third]) == events[:2]  # cut right after the comma
+    assert WireReader().whole_events(line[: third - 1]) == events[:2]  # right after the second item
+    assert WireReader().whole_events(line[: len(line) - 20]) == events[:2]  # inside the third's message
     message = line.index(b"],[", line.index(b'"error_message"', size + 2)) + 2
-    assert whole_events(line[:message]) == events[:1]  # past a "],[" in the second's message
-    assert whole_events(line[:10]) == []
+    assert WireReader().whole_events(line[:message]) == events[:1]  # past a "],[" in the second's message
+    assert WireReader().whole_events(line[:10]) == []
 
 
 async def test_the_arguments_must_be_plain_values() -> None:

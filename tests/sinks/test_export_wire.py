@@ -13,9 +13,8 @@ from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events.sinks._export_wire import (
     OperationRecord,
     StepRecord,
+    WireReader,
     encoder,
-    read_batch,
-    whole_events,
     wire_items,
 )
 
@@ -43,12 +42,13 @@ class Wire:
         self.lines: list[bytes] = []
         self.items: list[Any] = []
         self._encoder = encoder()
+        self.reader = WireReader()
 
     def handle(self, batch: list[Any]) -> None:
         self.items.extend(batch)
         line = self._encoder.encode(wire_items(batch))
         self.lines.append(line)
-        self.events.extend(read_batch(line))
+        self.events.extend(self.reader.events(line))
 
 
 def test_the_records_are_the_handles_fields_in_order() -> None:
@@ -87,9 +87,12 @@ async def test_the_child_reads_the_events_an_in_process_sink_gets() -> None:
         await bus.flush()
     assert len(cooked.events) == 13
     assert wire.events == cooked.events
-    # The server built no event for its own spans on this sink's way: it got the handles.
+    # The server built no event for its own spans on this sink's way: it got the handles, each
+    # once, and each end an int naming its start (all in one batch here).
     handles = [item for item in wire.items if isinstance(item, OperationSpan | StepSpan)]
-    assert len(handles) == 12 and len(wire.items) == 13
+    ends = [item for item in wire.items if isinstance(item, int)]
+    assert len(handles) == len(ends) == 6 and len(wire.items) == 13
+    assert sorted(-end for end in ends) == sorted(handle._wire for handle in handles)
 
 
 async def test_alone_on_the_bus_the_request_path_builds_no_started_event() -> None:
@@ -200,63 +203,162 @@ async def test_a_line_cut_short_keeps_its_whole_items() -> None:
         tel = Telemetry(bus, kind="resources", instance="resources-0")
         _work(tel)
         await bus.flush()
-    line = b"".join(wire.lines[:1])
-    whole = read_batch(line)
-    assert whole_events(line[:-1]) == whole  # only the closing bracket lost
+    (line,) = wire.lines
+    whole = WireReader().events(line)
     items = msgspec.json.decode(line)
-    assert any(isinstance(item, str) for item in items)  # an end naming its start's record
-    # Cut inside each item in turn: what comes back is the items before it (a start mark whose
-    # span was cut left out), never an error and never a half item.
+    # Only the closing bracket lost: the last item, an end mark, may have lost digits too.
+    assert isinstance(items[-1], int) and WireReader().whole_events(line[:-1]) == whole[:-1]
+    assert any(isinstance(item, int) for item in items)  # an end naming its start's record
+    # Cut inside each item in turn: what comes back is the items before it, never an error,
+    # never a half item, and never an end mark cut short ("-123" to "-12": another span's).
     for i in range(1, len(items)):
-        kept = items[: i - 1] if items[i - 1] == 0 else items[:i]
         whole_item = msgspec.json.encode(items[i])
-        for size in (1, 2, 5):  # an end's '"12"' cut to '"1' names no other record
+        for size in (1, 2, 5):
             if size < len(whole_item):
                 cut = msgspec.json.encode(items[:i])[:-1] + b"," + whole_item[:size]
-                assert whole_events(cut) == read_batch(msgspec.json.encode(kept))
-    assert whole_events(b"[0") == [] and whole_events(b"") == []
+                kept = WireReader().events(msgspec.json.encode(items[:i]))
+                assert WireReader().whole_events(cut) == kept
+    assert WireReader().whole_events(b"[") == [] and WireReader().whole_events(b"") == []
 
 
-def test_a_line_that_is_not_the_pipes_is_refused() -> None:
-    for line in (b"[1]", b"[0]", b"[0,0,[]]", b'["x"]', b"[[1,2]]", b"[0,{}]"):
-        with pytest.raises(msgspec.DecodeError):
-            read_batch(line)
-
-
-async def test_a_span_started_and_ended_in_one_line_has_its_fields_written_once() -> None:
-    """Its end is its start's record's index (a string), so the server encodes each such handle
-    once and the line is half as long; the child still gets both events, each in its place."""
+async def test_an_end_mark_cut_to_fewer_digits_names_no_other_span() -> None:
     wire = Wire()
     async with Bus() as bus:
         bus.subscribe(wire)
         tel = Telemetry(bus, kind="resources", instance="resources-0")
-        for _ in range(5):  # indices of two digits, as a busy server's lines hold
+        for _ in range(12):
+            with tel.operation("commit"):
+                pass
+        await bus.flush()
+    (line,) = wire.lines
+    assert line.endswith(b"]") and line[-2:-1].isdigit()  # it ends in an end mark
+    reader = WireReader()
+    events = reader.whole_events(line[:-2])  # that mark lost its last digit
+    assert [type(e) for e in events] == [OperationStarted, OperationFinished] * 11 + [OperationStarted]
+    assert reader.lost_ends == 0
+
+
+def test_a_line_that_is_not_the_pipes_is_refused() -> None:
+    for line in (b"[1]", b"[0]", b"[0,0,[]]", b'["x"]', b"[[1,2]]", b"[0,{}]", b'["1"]'):
+        with pytest.raises(msgspec.DecodeError):
+            WireReader().events(line)
+
+
+async def test_a_span_started_and_ended_in_one_line_has_its_fields_written_once() -> None:
+    """Its end is an int naming its start's record, so the server encodes each such handle once,
+    in one call for the batch; the child still gets both events, each in its place."""
+    wire = Wire()
+    async with Bus() as bus:
+        bus.subscribe(wire)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        for _ in range(5):
             with tel.operation("commit") as op, op.step("export"):
                 pass
         await bus.flush()
     (line,) = wire.lines
+    assert wire_items(wire.items) is wire.items  # as it is: no copy, no loop in Python
     items = msgspec.json.decode(line)
     records = [item for item in items if isinstance(item, list)]
-    ends = [item for item in items if isinstance(item, str)]
-    assert len(records) == len(ends) == 10 and items.count(0) == 10
-    assert max(int(end) for end in ends) >= 10
-    for position, end in ((i, int(item)) for i, item in enumerate(items) if isinstance(item, str)):
-        assert items[end - 1] == 0 and isinstance(items[end], list) and end < position
+    ends = [item for item in items if isinstance(item, int)]
+    assert len(records) == len(ends) == 10
+    numbers = [record[-1] for record in records]
+    for position, end in ((i, item) for i, item in enumerate(items) if isinstance(item, int)):
+        start = next(i for i, item in enumerate(items) if isinstance(item, list) and item[-1] == -end)
+        assert start < position
+    assert sorted(numbers) == sorted(-end for end in ends)
     kinds = [type(e).__name__ for e in wire.events]
     assert kinds[:4] == ["OperationStarted", "StepStarted", "StepFinished", "OperationFinished"]
     assert len(wire.events) == 20
 
 
-def test_an_end_that_names_no_start_of_its_line_is_refused() -> None:
-    record = msgspec.json.encode(
+def _record(number: int) -> bytes:
+    return msgspec.json.encode(
         ["step", ["resources", "r0", None], "export", None, 1, 2, 3, True, None, False]
-        + [1, 2, 3, None, "ok", None, None, None, None, None, None, None, None, 2]
+        + [1, 2, 3, None, "ok", None, None, None, None, None, None, None, None, number]
     )
-    assert len(read_batch(b"[0," + record + b',"1"]')) == 2  # well formed: its start and its end
-    for tail in (b',"1","1"]', b',"2"]', b',"0"]', b',"x"]', b',"-1"]', b',"1 "]', b',"\xd9\xa1"]'):
-        with pytest.raises(msgspec.DecodeError):
-            read_batch(b"[0," + record + tail)
+
+
+def test_an_end_the_reader_holds_no_start_for_is_counted_lost() -> None:
+    reader = WireReader()
+    assert [type(e) for e in reader.events(b"[" + _record(7) + b",-7]")] == [StepStarted, StepFinished]
+    assert reader.events(b"[-7,-8]") == [] and reader.lost_ends == 2  # ended already; never started
+    # A start in one line, its end in a later one, as a mark or as the record again.
+    assert [type(e) for e in reader.events(b"[" + _record(9) + b"," + _record(10) + b"]")] == [
+        StepStarted,
+        StepStarted,
+    ]
+    assert [type(e) for e in reader.events(b"[-9," + _record(10) + b"]")] == [StepFinished, StepFinished]
+    assert reader.lost_ends == 2
+    # Numbered 0: its start never queued (not wanted, no room), its end alone.
+    assert [type(e) for e in reader.events(b"[" + _record(0) + b"]")] == [StepFinished]
+    # A line refused changes nothing: the start it holds is not opened.
     with pytest.raises(msgspec.DecodeError):
-        read_batch(b"[" + record + b"," + record + b',"1"]')  # that record is an end, not a start
-    with pytest.raises(msgspec.DecodeError):
-        read_batch(b'["1",0,' + record + b"]")  # named before it
+        reader.events(b"[" + _record(11) + b',"x"]')
+    assert reader.events(b"[-11]") == [] and reader.lost_ends == 3
+
+
+def test_a_reader_holds_at_most_its_limit_of_open_spans() -> None:
+    reader = WireReader(open_limit=3)
+    line = b"[" + b",".join(_record(n) for n in range(1, 6)) + b"]"
+    assert len(reader.events(line)) == 5
+    assert reader.events(b"[-1,-2]") == [] and reader.lost_ends == 2  # the oldest went first
+    assert len(reader.events(b"[-3,-4,-5]")) == 3
+
+
+async def test_a_span_started_before_the_raw_buffer_was_goes_as_its_end_alone() -> None:
+    first, second = Wire(), Wire()
+    async with Bus() as bus:
+        sub = bus.subscribe(first)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        with tel.operation("commit"):
+            await bus.flush()
+            sub.close()
+            await bus.flush()
+            assert bus.subscribe(second)._buffer.raw
+        await bus.flush()
+    assert [type(e) for e in first.events] == [OperationStarted]
+    assert [type(e) for e in second.events] == [OperationFinished]  # never a second start
+    assert second.reader.lost_ends == 0 and not second.reader._open
+
+
+async def test_spans_ended_on_threads_while_their_batches_are_taken_lose_no_end() -> None:
+    """Emitters on threads race the delivery task that takes their starts: each span's two
+    events reach the wire once each, the same as an ordinary sink gets them."""
+    import threading
+    import time
+
+    import anyio
+
+    cooked, wire = Cooked(), Wire()
+    async with Bus(batch_interval=0) as bus:
+        bus.subscribe(wire, batch_size=64)
+        bus.subscribe(cooked)
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+
+        def work() -> None:
+            for i in range(400):
+                with tel.operation("commit") as op, op.step("export"):
+                    if i % 3 == 0:
+                        time.sleep(0)  # let the loop take the batch while this span is open
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for _ in range(10_000):
+            if not any(thread.is_alive() for thread in threads):
+                break
+            await bus.flush()
+            await anyio.sleep(0.0005)
+        for thread in threads:
+            thread.join()
+        await bus.flush()
+    assert len(wire.lines) > 4
+
+    def key(event: Event) -> tuple[int, str]:
+        return (event.span_id, type(event).__name__)  # type: ignore[attr-defined]
+
+    assert sorted(wire.events, key=key) == sorted(cooked.events, key=key)
+    # Both ways of ending were taken: a mark (its start still queued) and the record again.
+    ends = [item for item in wire.items if isinstance(item, int)]
+    assert 0 < len(ends) < 4 * 400 * 2
+    assert len(wire.events) == 4 * 400 * 4 and wire.reader.lost_ends == 0 and not wire.reader._open
