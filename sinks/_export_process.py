@@ -13,10 +13,10 @@ spends are both in docs/benchmarks.md.
 
 What stays true: the bus's guarantees hold for this sink as for any (its buffer is bounded, a
 slow child makes the bus drop and count, never the emitter wait); a child that died is logged
-once, and every batch after it is counted as dropped; ``aclose()`` closes the child's input and
-waits for it within the close deadline (the child is told what is left of it, and closes its
-sinks within that), then kills it; a child that stopped reading is killed when the bus gives up
-on this sink (its close deadline).
+once (by the next batch, else by the close), and every batch after it is counted as dropped;
+``aclose()`` closes the child's input and waits for it within the close deadline (the child is
+told what is left of it, and closes its sinks within that), then kills it; a child that
+stopped reading is killed when the bus gives up on this sink (its close deadline).
 A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
 and exports it before it exits.
 """
@@ -28,6 +28,7 @@ import fcntl
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -113,6 +114,7 @@ class ExportProcess:
         self._forwarded = 0
         self._dropped = 0
         self._gone = False
+        self._said = False  # a warning named what became of the child: the close adds none
         self._closing = False  # aclose() or discard() began: the pipe is ours no more
         self._closed: dict[str, Any] | None = None
         self._exit_code: int | None = None
@@ -243,6 +245,7 @@ class ExportProcess:
     def _forked(self) -> None:
         if not self._gone:
             self._gone = True
+            self._said = True
             logger.warning(
                 "ckpt_events: this process (pid %d) was forked from the one that started the export "
                 "process (pid %d); its events are dropped and counted: call configure() after forking",
@@ -252,6 +255,7 @@ class ExportProcess:
 
     def _lost(self, events: int, exc: OSError) -> None:
         self._gone = True
+        self._said = True
         self._dropped += events
         logger.warning(
             "ckpt_events: the export process (pid %d) is gone (%s, exit code %s); events are "
@@ -268,6 +272,7 @@ class ExportProcess:
             self._process.pid,
         )
         self._gone = True
+        self._said = True
         _kill(self._process)
         self._exit_code = self._process.returncode
 
@@ -307,10 +312,30 @@ class ExportProcess:
                     "ckpt_events: the export process (pid %d) did not end within its close deadline; killed",
                     self._process.pid,
                 )
+                self._said = True
                 _kill(self._process)
             self._exit_code = self._process.returncode
             assert self._process.stdout is not None
             self._process.stdout.close()
+            if self._closed is None and not self._said:
+                self._ended_unsaid()
+
+    def _ended_unsaid(self) -> None:
+        """The child ended without its ``closed`` reply (killed, crashed) and no batch since
+        said it had gone: what it held when it died is lost, said here once."""
+        self._said = True
+        code = self._exit_code
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-code).name}"
+        logger.warning(
+            "ckpt_events: the export process (pid %d) ended (%s) without saying what it exported; "
+            "%d events were forwarded to it, how many reached its sinks is unknown",
+            self._process.pid,
+            how,
+            self._forwarded,
+        )
 
     def stats(self) -> ExportProcessStats:
         """The counters now (the child's own once it closed in order)."""

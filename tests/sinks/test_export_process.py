@@ -186,6 +186,30 @@ async def test_a_killed_child_costs_counted_drops_and_one_warning(
     assert len(warnings) == 1 and "is gone" in warnings[0]
 
 
+async def test_a_child_killed_with_no_batch_after_it_is_said_at_close(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL the child after it was handed its last batch: nothing wrote to the pipe again, so
+    nothing said it had gone, and the close ended with the events it held lost unsaid. The
+    close now says it, once, with what is known (forwarded; how many exported, unknown)."""
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+        process = configured.export_process
+        assert process is not None
+        os.kill(process.pid, signal.SIGSTOP)  # it reads nothing more: those events die with it
+        _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
+        await bus.flush()
+        os.kill(process.pid, signal.SIGKILL)
+        with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+            await configured.aclose()
+    stats = process.stats()
+    assert (stats.forwarded, stats.dropped, stats.exit_code, stats.child) == (20, 0, -signal.SIGKILL, None)
+    warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"(pid {process.pid}) ended (killed by SIGKILL) without saying what it exported" in warnings[0]
+    assert "20 events were forwarded to it" in warnings[0]
+
+
 async def test_a_stopped_child_fills_the_pipe_and_the_bus_drops_never_the_emitter(tmp_path: Path) -> None:
     """SIGSTOP the child: the pipe fills, this sink waits for it, the bus's bounded buffer drops
     and counts; emitting stays quick and closing ends by its deadline, killing the child."""
