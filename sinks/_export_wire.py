@@ -22,6 +22,10 @@ parent's end before its children's starts). A line cut short (the server died wh
 it) keeps its whole items; an end whose start the reader never got (cut, corrupt, or past
 ``OPEN_LIMIT`` open spans) is counted (``WireReader.lost_ends``), not taken for another span.
 
+JSON has no NaN or infinity: msgspec writes a non-finite float as ``null``. An attribute's
+``null`` is read back as NaN, as the JSON-lines reader reads it (the one value changed, the
+event kept: the line it was in failed to decode, and every event of its batch was lost).
+
 The export process's buffer is the bus's raw one (``_Buffer.raw``): it gets each handle at the
 span's start and again (or its end mark) at its end, and no event is built for it in the server,
 neither on the request path (a ``*Started``) nor in the delivery task (a ``*Finished``). The
@@ -56,6 +60,7 @@ from ckpt_events._span_handles import (
     step_started,
 )
 from ckpt_events._vocab import Operation, Outcome, Phase
+from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = [
     "OPEN_LIMIT",
@@ -72,6 +77,7 @@ __all__ = [
 OPEN_LIMIT: Final = 1 << 16
 #: What a batch of only these is written as, as it is (one ``encode`` call, no loop in Python).
 _PLAIN: Final = frozenset({OperationSpan, StepSpan, int})
+_NAN: Final = float("nan")
 
 
 def encoder() -> msgspec.json.Encoder:
@@ -107,6 +113,14 @@ class EventItem(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="eve
     event: CheckpointEvent
 
 
+class _EventIn(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="event"):
+    """An ``EventItem`` as the child reads it in a line that did not validate: the event decoded
+    as the JSON-lines reader decodes a line (``_hexids.WIRE_DECODER``), an attribute's ``null``
+    as NaN (twice the time of ``EventItem``'s decoding: only for such a line)."""
+
+    event: msgspec.Raw
+
+
 class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="operation"):
     """An ``OperationSpan`` as the pipe carries it: its fields, in order and by name
     (``test_export_wire``), the ``Telemetry``'s identity in ``_tel``."""
@@ -123,7 +137,7 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     start_ns: int
     _mono_ns: int
     _end_ns: int
-    _attributes: dict[str, AttributeValue] | None
+    _attributes: dict[str, AttributeValue | None] | None  # None: a NaN or an infinity, as written
     _outcome: Outcome
     _error_type: str | None
     _error_message: str | None
@@ -142,6 +156,8 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
         return operation_started(self, *self._tel)
 
     def finished(self) -> OperationFinished:
+        if self._attributes and None in self._attributes.values():
+            _nan_for_null(self._attributes)
         return operation_finished(self, *self._tel)
 
 
@@ -161,7 +177,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
     start_ns: int
     _mono_ns: int
     _end_ns: int
-    _attributes: dict[str, AttributeValue] | None
+    _attributes: dict[str, AttributeValue | None] | None  # None: a NaN or an infinity, as written
     _outcome: Outcome
     _error_type: str | None
     _error_message: str | None
@@ -177,10 +193,21 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
         return step_started(self, *self._tel)
 
     def finished(self) -> StepFinished:
+        if self._attributes and None in self._attributes.values():
+            _nan_for_null(self._attributes)
         return step_finished(self, *self._tel)
 
 
+def _nan_for_null(attributes: dict[str, AttributeValue | None]) -> None:
+    """Each ``None`` of a record's ``attributes`` (a NaN or an infinity, written as ``null``)
+    back to NaN, in place (the record is read once)."""
+    for key, value in attributes.items():
+        if value is None:
+            attributes[key] = _NAN
+
+
 _LINE: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | EventItem])
+_LINE_WITH_NULLS: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | _EventIn])
 _Record = OperationRecord | StepRecord
 
 
@@ -201,7 +228,11 @@ class WireReader:
     def events(self, line: bytes) -> list[Event]:
         """The events of one batch's line; ``msgspec.DecodeError`` (and nothing read from it) if
         it is not one."""
-        items = _LINE.decode(line)
+        items: list[Any]  # the items of one of the two decoders
+        try:
+            items = _LINE.decode(line)
+        except msgspec.ValidationError:  # an event sent as it is with a non-finite attribute?
+            items = _LINE_WITH_NULLS.decode(line)
         for index, item in enumerate(items):
             # Checked before any span is opened or closed: a line refused changes nothing.
             if (item.__class__ is int and item >= 0) or (isinstance(item, _Record) and item._wire < 0):
@@ -218,6 +249,8 @@ class WireReader:
                     append(record.finished())
             elif isinstance(item, EventItem):
                 append(item.event)
+            elif isinstance(item, _EventIn):
+                append(from_wire(WIRE_DECODER.decode(item.event)))
             else:
                 number = item._wire
                 if not number or spans.pop(number, None) is not None:  # its end (alone, if 0)

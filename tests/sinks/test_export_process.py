@@ -468,6 +468,43 @@ def test_a_batch_cut_by_the_servers_death_keeps_its_whole_events(tmp_path: Path)
     assert f"ended inside a batch (the server stopped while writing it): {len(events)} whole" in err
 
 
+async def test_a_non_finite_attribute_is_exported_not_its_whole_batch_lost(tmp_path: Path) -> None:
+    """JSON has no NaN or infinity: msgspec writes one as ``null``, which the child could not
+    decode, so the whole batch holding it was skipped as a corrupt line, unsaid. It is read as
+    NaN now, as the JSON-lines reader does (the one value changed, every event kept), for a
+    handle's record and for an event sent as it is."""
+    from ckpt_events import OperationFinished
+    from ckpt_events.vocab import Operation
+
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=log, export_process=True, environ={})
+        telemetry = Telemetry(bus, kind="agent", instance="agent-0")
+        for value in (float("nan"), float("inf"), 1.5):
+            with telemetry.operation("commit", checkpoint_id=str(value)) as op:
+                op.set_attribute("x", value)
+        built = OperationFinished(
+            kind="agent",
+            instance="agent-0",
+            trace_id=1,
+            span_id=2,
+            start_ns=3,
+            end_ns=4,
+            operation=Operation.COMMIT,
+            checkpoint_id="built",
+            attributes={"x": float("-inf"), "y": "kept"},
+        )
+        bus.emit(built)
+        await configured.aclose()
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert (stats.forwarded, stats.received, stats.corrupt_lines) == (7, 7, 0)
+    events = [event for _, event in read_events(log)]
+    finished = {e.checkpoint_id: e.attributes for e in events if isinstance(e, OperationFinished)}
+    assert list(finished) == ["nan", "inf", "1.5", "built"]
+    assert [str(attributes["x"]) for attributes in finished.values()] == ["nan", "nan", "1.5", "nan"]
+    assert finished["built"]["y"] == "kept"  # type: ignore[index]
+
+
 def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
     """A cut batch is closed after its last whole item; a ``],[`` or ``},{`` inside a message is
     no boundary (the string it cuts stays open), so the events before it come back intact."""
