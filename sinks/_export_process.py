@@ -41,7 +41,7 @@ import msgspec
 
 from ckpt_events import BusStats, ConfigurationError
 from ckpt_events._events import EVENT_TYPES
-from ckpt_events.sinks._export_wire import encoder, wire_items
+from ckpt_events.sinks._export_wire import encoder, escaped_line, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
 
@@ -212,7 +212,11 @@ class ExportProcess:
             self._dropped += len(batch)
             return
         line = bytearray()
-        self._encoder.encode_into(wire_items(batch), line)
+        items = wire_items(batch)
+        try:
+            self._encoder.encode_into(items, line)
+        except UnicodeEncodeError:  # a lone surrogate in a string: escaped, not the batch lost
+            line = bytearray(escaped_line(items))
         line.append(0x0A)  # the newline ending the batch's line
         data = memoryview(line)
         while data:

@@ -25,6 +25,10 @@ it) keeps its whole items; an end whose start the reader never got (cut, corrupt
 JSON has no NaN or infinity: msgspec writes a non-finite float as ``null``. An attribute's
 ``null`` is read back as NaN, as the JSON-lines reader reads it (the one value changed, the
 event kept: the line it was in failed to decode, and every event of its batch was lost).
+A string holding a lone surrogate (``os.fsdecode`` of a bad file name) is no UTF-8: a batch
+holding one is written by Python's ``json`` instead (``escaped_line``: ASCII, the surrogate
+escaped), read back with it, so the child's sinks get the very string and treat it as in
+process (the bus counted the whole batch as failed).
 
 The export process's buffer is the bus's raw one (``_Buffer.raw``): it gets each handle at the
 span's start and again (or its end mark) at its end, and no event is built for it in the server,
@@ -35,6 +39,7 @@ decoded), the same events the server would have built.
 
 from __future__ import annotations
 
+import json
 import re
 from operator import attrgetter
 from typing import Any, Final
@@ -69,6 +74,7 @@ __all__ = [
     "StepRecord",
     "encoder",
     "WireReader",
+    "escaped_line",
     "wire_items",
 ]
 
@@ -83,6 +89,14 @@ _NAN: Final = float("nan")
 def encoder() -> msgspec.json.Encoder:
     """The encoder of a batch's line (``wire_items``): a handle's ``Telemetry`` goes as its identity."""
     return msgspec.json.Encoder(enc_hook=attrgetter("_identity"))
+
+
+def escaped_line(items: list[Any]) -> bytes:
+    """``items`` (``wire_items``) as the line ``encoder`` could not write (a string holding a
+    lone surrogate, which UTF-8 cannot carry): by Python's ``json``, every non-ASCII character
+    escaped (a NaN or an infinity as itself); ``WireReader`` reads it back, surrogates kept."""
+    builtins = msgspec.to_builtins(items, enc_hook=attrgetter("_identity"))
+    return json.dumps(builtins, separators=(",", ":")).encode("ascii")
 
 
 def wire_items(batch: list[Any]) -> list[Any]:
@@ -149,7 +163,7 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     _rollouts: int | None
     _received_ns: int | None
     _loop_lag_ms: float | None
-    _event: msgspec.Raw  # built by another sink's delivery in the server, if any: not read
+    _event: Any  # built by another sink's delivery in the server, if any: not read
     _wire: int
 
     def started(self) -> OperationStarted:
@@ -186,7 +200,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
     _calls: int | None
     _cut_prefix: int | None
     _cut_failure: int | None
-    _event: msgspec.Raw
+    _event: Any
     _wire: int
 
     def started(self) -> StepStarted:
@@ -206,7 +220,8 @@ def _nan_for_null(attributes: dict[str, AttributeValue | None]) -> None:
             attributes[key] = _NAN
 
 
-_LINE: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | EventItem])
+_ITEMS: Final = list[int | OperationRecord | StepRecord | EventItem]
+_LINE: Final = msgspec.json.Decoder(_ITEMS)
 _LINE_WITH_NULLS: Final = msgspec.json.Decoder(list[int | OperationRecord | StepRecord | _EventIn])
 _Record = OperationRecord | StepRecord
 
@@ -233,6 +248,10 @@ class WireReader:
             items = _LINE.decode(line)
         except msgspec.ValidationError:  # an event sent as it is with a non-finite attribute?
             items = _LINE_WITH_NULLS.decode(line)
+        except msgspec.DecodeError:
+            items = _escaped_items(line)
+        except RecursionError:  # nested deeper than any line of ours: damage, not the child's end
+            raise msgspec.DecodeError("the export pipe's line is nested too deep") from None
         for index, item in enumerate(items):
             # Checked before any span is opened or closed: a line refused changes nothing.
             if (item.__class__ is int and item >= 0) or (isinstance(item, _Record) and item._wire < 0):
@@ -287,6 +306,17 @@ class WireReader:
             except msgspec.DecodeError:
                 continue
         return []
+
+
+def _escaped_items(line: bytes) -> list[Any]:
+    """The items of a line ``escaped_line`` wrote (msgspec refuses its escaped surrogates);
+    ``msgspec.DecodeError`` if it is not one."""
+    if b"\\ud" not in line:  # every such line holds an escaped surrogate: another is corrupt
+        raise msgspec.DecodeError("the export pipe's line is not JSON")
+    try:
+        return msgspec.convert(json.loads(line), _ITEMS)
+    except (ValueError, RecursionError) as exc:
+        raise msgspec.DecodeError(f"the export pipe's line is not JSON ({exc})") from None
 
 
 #: A JSON string, or one of the characters that open, close or separate items.

@@ -505,6 +505,30 @@ async def test_a_non_finite_attribute_is_exported_not_its_whole_batch_lost(tmp_p
     assert finished["built"]["y"] == "kept"  # type: ignore[index]
 
 
+async def test_a_lone_surrogate_reaches_the_childs_sinks_not_its_whole_batch_lost(tmp_path: Path) -> None:
+    """A string holding a lone surrogate (``os.fsdecode`` of a bad file name) cannot be written
+    as UTF-8: the batch's line failed to encode, and the bus counted every event of the batch as
+    failed. The line goes out with the surrogate escaped now, and the child's sinks treat it as
+    in process (the JSON-lines sink writes U+FFFD)."""
+    from ckpt_events import OperationFinished
+
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=log, export_process=True, environ={})
+        telemetry = Telemetry(bus, kind="agent", instance="agent-0")
+        for value in ("a\udcffb", "fine", float("inf")):
+            with telemetry.operation("commit", checkpoint_id=f"c-{value}") as op:
+                op.set_attribute("x", value)
+        await configured.aclose()
+        failed = {row.name: row.failed for row in bus.stats().sinks}["export-process"]
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert failed == 0
+    assert (stats.forwarded, stats.received, stats.corrupt_lines) == (6, 6, 0)
+    events = [event for _, event in read_events(log)]
+    finished = [e.attributes for e in events if isinstance(e, OperationFinished)]
+    assert [str(attributes["x"]) for attributes in finished] == ["a\ufffdb", "fine", "nan"]  # type: ignore[index]
+
+
 def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
     """A cut batch is closed after its last whole item; a ``],[`` or ``},{`` inside a message is
     no boundary (the string it cuts stays open), so the events before it come back intact."""

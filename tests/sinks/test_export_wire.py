@@ -15,6 +15,7 @@ from ckpt_events.sinks._export_wire import (
     StepRecord,
     WireReader,
     encoder,
+    escaped_line,
     wire_items,
 )
 
@@ -362,3 +363,37 @@ async def test_spans_ended_on_threads_while_their_batches_are_taken_lose_no_end(
     ends = [item for item in wire.items if isinstance(item, int)]
     assert 0 < len(ends) < 4 * 400 * 2
     assert len(wire.events) == 4 * 400 * 4 and wire.reader.lost_ends == 0 and not wire.reader._open
+
+
+async def test_a_line_utf8_cannot_carry_is_escaped_and_read_back_as_it_was() -> None:
+    """A lone surrogate in a handle's field or an attribute, and in an event sent as it is:
+    msgspec cannot write the line, ``escaped_line`` can, and the child reads back the very
+    events (the surrogates and an infinity kept), every other item as the usual line has it."""
+    cooked, wire = Cooked(), Wire()
+    lines: list[bytes] = []
+
+    class Escaped(Wire):
+        def handle(self, batch: list[Any]) -> None:
+            items = wire_items(batch)
+            with pytest.raises(UnicodeEncodeError):
+                self._encoder.encode(items)
+            lines.append(escaped_line(items))
+            self.events.extend(self.reader.events(lines[-1]))
+
+    wire = Escaped()
+    async with Bus() as bus:
+        bus.subscribe(cooked)
+        bus.subscribe(wire)
+        tel = Telemetry(bus, kind="resources", instance="resources-0", worker=3)
+        _work(tel)
+        with tel.operation("commit", checkpoint_id="c\udcff") as op:
+            op.set_attribute("name", "x\ud800y")
+            op.set_attribute("ratio", float("-inf"))
+        tel.refused("stale_checkpoint", checkpoint_id="\udfff")
+        await bus.flush()
+    assert len(cooked.events) == 16 and all(line.isascii() and b"\n" not in line for line in lines)
+    assert wire.events == cooked.events
+    assert cooked.events[-2].attributes == {"name": "x\ud800y", "ratio": float("-inf")}  # type: ignore[union-attr]
+    assert WireReader().whole_events(lines[0][:-1]) == cooked.events  # cut: its whole items, as ever
+    with pytest.raises(msgspec.DecodeError):
+        WireReader().events(b"[" * 100_000 + b'"\\udcff"')  # damage: refused, not a RecursionError
