@@ -104,7 +104,14 @@ class _Reader:
             return []
         head, tail = chunk[: end + 1], chunk[end + 1 :]
         first, _, rest = head.partition(b"\n")
-        lines = [] if self._skipping else [bytes(self._partial) + first]
+        lines: list[bytes]
+        if self._skipping:
+            lines = []
+        elif len(self._partial) + len(first) > MAX_LINE:  # its end came in this chunk: too long still
+            self._too_long()
+            lines = []
+        else:
+            lines = [bytes(self._partial) + first]
         self._partial.clear()
         self._skipping = False
         lines.extend(rest.split(b"\n")[:-1])
@@ -116,9 +123,19 @@ class _Reader:
             return
         self._partial += tail
         if len(self._partial) > MAX_LINE:
-            self.too_long += 1
+            self._too_long()
             self._partial.clear()
             self._skipping = True
+
+    def _too_long(self) -> None:
+        self.too_long += 1
+        if self.too_long == 1:  # said once, when it happens: the count came only at the close
+            logger.warning(
+                "ckpt_events: the export process skipped a line of its input longer than %d bytes; "
+                "its batch's events are lost (counted in corrupt_lines; further such lines are "
+                "not logged)",
+                MAX_LINE,
+            )
 
 
 #: The parent reads replies on this descriptor (the child's stdout when it started); ``main``
@@ -178,13 +195,15 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
                     if line[:1] == b"{":  # the parent is closing: the time it gives us
                         try:
                             _budget(configured, bus, _CLOSING.decode(line).close_timeout)
-                        except msgspec.DecodeError:
+                        except msgspec.DecodeError as exc:
                             corrupt += 1
+                            _unreadable(corrupt, line, exc)
                         continue
                     try:
                         events = wire.events(line)
-                    except msgspec.DecodeError:
+                    except msgspec.DecodeError as exc:
                         corrupt += 1
+                        _unreadable(corrupt, line, exc)
                         continue
                     received += len(events)
                     for event in events:
@@ -207,6 +226,18 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
         "lost_ends": wire.lost_ends,
         "bus": msgspec.to_builtins(stats),
     }
+
+
+def _unreadable(count: int, line: bytes, exc: msgspec.DecodeError) -> None:
+    """Log the first line that could not be read (``count`` is 1); the rest are only counted."""
+    if count == 1:
+        logger.warning(
+            "ckpt_events: the export process could not read a line of its input (%d bytes: %s); "
+            "its batch's events are lost (counted in corrupt_lines; further such lines are not "
+            "logged)",
+            len(line),
+            exc,
+        )
 
 
 def _budget(configured: Configured, bus: Bus, seconds: float) -> None:

@@ -248,8 +248,8 @@ class WireReader:
             items = _LINE.decode(line)
         except msgspec.ValidationError:  # an event sent as it is with a non-finite attribute?
             items = _LINE_WITH_NULLS.decode(line)
-        except msgspec.DecodeError:
-            items = _escaped_items(line)
+        except msgspec.DecodeError as exc:
+            items = _escaped_items(line, exc)
         except RecursionError:  # nested deeper than any line of ours: damage, not the child's end
             raise msgspec.DecodeError("the export pipe's line is nested too deep") from None
         for index, item in enumerate(items):
@@ -308,11 +308,11 @@ class WireReader:
         return []
 
 
-def _escaped_items(line: bytes) -> list[Any]:
-    """The items of a line ``escaped_line`` wrote (msgspec refuses its escaped surrogates);
+def _escaped_items(line: bytes, refused: msgspec.DecodeError) -> list[Any]:
+    """The items of a line ``escaped_line`` wrote (msgspec ``refused`` its escaped surrogates);
     ``msgspec.DecodeError`` if it is not one."""
     if b"\\ud" not in line:  # every such line holds an escaped surrogate: another is corrupt
-        raise msgspec.DecodeError("the export pipe's line is not JSON")
+        raise refused
     try:
         return msgspec.convert(json.loads(line), _ITEMS)
     except (ValueError, RecursionError) as exc:

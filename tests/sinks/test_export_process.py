@@ -529,6 +529,33 @@ async def test_a_lone_surrogate_reaches_the_childs_sinks_not_its_whole_batch_los
     assert [str(attributes["x"]) for attributes in finished] == ["a\ufffdb", "fine", "nan"]  # type: ignore[index]
 
 
+def test_a_line_the_child_cannot_read_is_said_once_not_only_counted(tmp_path: Path) -> None:
+    """A line the child could not decode, or longer than it reads, was skipped with its whole
+    batch and only counted in ``corrupt_lines``, known after the close: the events were lost
+    unsaid. Each kind is logged once now, when it happens; the batches around it are exported."""
+    from ckpt_events.sinks._export_child import MAX_LINE
+
+    log = tmp_path / "events.jsonl"
+    good = b'[["event",' + msgspec.json.encode(_started("c0")) + b"]]\n"
+    head = msgspec.json.encode({"arguments": {"jsonl_path": str(log), "environ": {}}}) + b"\n"
+    lines = [head, good, b"[not json\n", good, b"[" * (MAX_LINE + 1) + b"\n", b"[1]\n", good]
+    child = subprocess.run(
+        [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+        input=b"".join(lines),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    closed = msgspec.json.decode(child.stdout.splitlines()[-1])
+    assert (closed["received"], closed["corrupt_lines"]) == (3, 3)
+    assert len(list(read_events(log))) == 3
+    err = child.stderr.decode()
+    assert err.count("could not read a line of its input") == 1, err
+    assert err.count(f"a line of its input longer than {MAX_LINE} bytes") == 1, err
+    assert "its batch's events are lost" in err
+
+
 def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
     """A cut batch is closed after its last whole item; a ``],[`` or ``},{`` inside a message is
     no boundary (the string it cuts stays open), so the events before it come back intact."""
