@@ -34,16 +34,13 @@ import anyio
 import msgspec
 
 from ckpt_events import Bus, CkptEventsError
-from ckpt_events.sinks._export_wire import WireReader
+from ckpt_events.sinks._export_wire import MAX_LINE, WireReader
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured
 
-__all__ = ["MAX_LINE", "main"]
+__all__ = ["main"]
 
-#: The longest line read, in bytes: a batch of the parent's bus (at most its buffer, 65,536
-#: events by default, of a few hundred bytes each). A longer line is skipped and counted.
-MAX_LINE: Final = 64 << 20
 _READ: Final = 1 << 20
 
 logger: Final = logging.getLogger("ckpt_events.sinks")
@@ -66,7 +63,8 @@ _CLOSING: Final = msgspec.json.Decoder(_Closing)
 
 
 class _Reader:
-    """Whole lines from a non-blocking file descriptor, at most ``MAX_LINE`` bytes each."""
+    """Whole lines from a non-blocking file descriptor, at most ``MAX_LINE`` bytes each (a
+    longer one is skipped and counted: the parent writes none)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd

@@ -41,7 +41,7 @@ import msgspec
 
 from ckpt_events import BusStats, ConfigurationError
 from ckpt_events._events import EVENT_TYPES
-from ckpt_events.sinks._export_wire import encoder, escaped_line, wire_items
+from ckpt_events.sinks._export_wire import MAX_LINE, encoder, escaped_line, lines_within, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
 
@@ -60,7 +60,8 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     """Counters of one ``ExportProcess``.
 
     ``forwarded`` events were written to the child's pipe; ``dropped`` were not (the child had
-    gone; the bus's own drops, when the pipe was full, are in ``bus.stats()``). ``pid`` is the
+    gone, or one was longer than a line the child reads, ``MAX_LINE``; the bus's own drops, when
+    the pipe was full, are in ``bus.stats()``). ``pid`` is the
     child's; ``exit_code`` is ``None`` while it runs. ``child`` is the child's own bus
     counters (its sinks' deliveries, drops and failures), known once it closed in order;
     ``received`` and ``corrupt_lines`` are what it read; ``lost_ends`` the spans' ends it read
@@ -115,6 +116,7 @@ class ExportProcess:
         self._dropped = 0
         self._gone = False
         self._said = False  # a warning named what became of the child: the close adds none
+        self._said_too_long = False
         self._closing = False  # aclose() or discard() began: the pipe is ours no more
         self._closed: dict[str, Any] | None = None
         self._exit_code: int | None = None
@@ -217,7 +219,14 @@ class ExportProcess:
             self._encoder.encode_into(items, line)
         except UnicodeEncodeError:  # a lone surrogate in a string: escaped, not the batch lost
             line = bytearray(escaped_line(items))
-        line.append(0x0A)  # the newline ending the batch's line
+        sent = len(batch)
+        if len(line) > MAX_LINE:  # the child would skip it: lines it reads, the too long left out
+            lines, left_out = lines_within(items, self._encode_item)
+            line = bytearray(b"\n".join(lines))
+            if left_out:
+                sent -= left_out
+                self._too_long(left_out)
+        line.append(0x0A)  # the newline ending the batch's (last) line
         data = memoryview(line)
         while data:
             try:
@@ -233,10 +242,29 @@ class ExportProcess:
                     raise
                 continue
             except (BrokenPipeError, OSError) as exc:
-                self._lost(len(batch), exc)
+                self._lost(sent, exc)
                 return
             data = data[written:]
-        self._forwarded += len(batch)
+        self._forwarded += sent
+
+    def _encode_item(self, item: Any) -> bytes:
+        try:
+            return self._encoder.encode(item)
+        except UnicodeEncodeError:
+            return escaped_line(item)
+
+    def _too_long(self, events: int) -> None:
+        self._dropped += events
+        if not self._said_too_long:
+            self._said_too_long = True
+            logger.warning(
+                "ckpt_events: a span or event was longer than the %d bytes of a line the export "
+                "process (pid %d) reads; %d events dropped and counted, the rest of their batch "
+                "sent (further ones are counted, not logged)",
+                MAX_LINE,
+                self._process.pid,
+                events,
+            )
 
     def _after_close(self) -> None:
         self._gone = True

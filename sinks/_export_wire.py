@@ -30,6 +30,10 @@ holding one is written by Python's ``json`` instead (``escaped_line``: ASCII, th
 escaped), read back with it, so the child's sinks get the very string and treat it as in
 process (the bus counted the whole batch as failed).
 
+A line is at most ``MAX_LINE`` bytes (the child skips and counts a longer one): a batch whose
+line is longer (large attributes) goes in several lines within it (``lines_within``), each
+whole in itself; only an item longer than a line by itself is left out (the whole batch was).
+
 The export process's buffer is the bus's raw one (``_Buffer.raw``): it gets each handle at the
 span's start and again (or its end mark) at its end, and no event is built for it in the server,
 neither on the request path (a ``*Started``) nor in the delivery task (a ``*Finished``). The
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, Final
 
@@ -68,6 +73,7 @@ from ckpt_events._vocab import Operation, Outcome, Phase
 from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = [
+    "MAX_LINE",
     "OPEN_LIMIT",
     "EventItem",
     "OperationRecord",
@@ -75,6 +81,7 @@ __all__ = [
     "encoder",
     "WireReader",
     "escaped_line",
+    "lines_within",
     "wire_items",
 ]
 
@@ -84,6 +91,10 @@ OPEN_LIMIT: Final = 1 << 16
 #: What a batch of only these is written as, as it is (one ``encode`` call, no loop in Python).
 _PLAIN: Final = frozenset({OperationSpan, StepSpan, int})
 _NAN: Final = float("nan")
+#: The longest line the child reads, in bytes (without its newline): a batch of the parent's bus
+#: (``batch_size`` items, 4,096 by default) is a few hundred bytes an item, unless its attributes
+#: are large; then ``ExportProcess`` writes it in several lines (``lines_within``).
+MAX_LINE: Final = 64 << 20
 
 
 def encoder() -> msgspec.json.Encoder:
@@ -97,6 +108,39 @@ def escaped_line(items: list[Any]) -> bytes:
     escaped (a NaN or an infinity as itself); ``WireReader`` reads it back, surrogates kept."""
     builtins = msgspec.to_builtins(items, enc_hook=attrgetter("_identity"))
     return json.dumps(builtins, separators=(",", ":")).encode("ascii")
+
+
+def lines_within(
+    items: list[Any], encode: Callable[[Any], bytes], limit: int = MAX_LINE
+) -> tuple[list[bytes], int]:
+    """``items`` (``wire_items``, whose one line is longer than ``limit``) as lines of at most
+    ``limit`` bytes, in order, each read by a ``WireReader`` after the lines before it; and how
+    many items were left out: one longer than a line by itself, and a span's end mark after its
+    record left out (a mark names a start's number, in any earlier line)."""
+    lines: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 1  # "[": each item adds its bytes and a comma, or the closing "]"
+    left_out: set[int] = set()  # the numbers of the records longer than a line
+    dropped = 0
+    for item in items:
+        if item.__class__ is int and -item in left_out:
+            dropped += 1
+            continue
+        data = encode(item)
+        if len(data) + 2 > limit:
+            dropped += 1
+            if isinstance(item, OperationSpan | StepSpan) and item._wire:
+                left_out.add(item._wire)
+            continue
+        if size + len(data) + 1 > limit:
+            lines.append(b"[" + b",".join(chunk) + b"]")
+            chunk = []
+            size = 1
+        chunk.append(data)
+        size += len(data) + 1
+    if chunk:
+        lines.append(b"[" + b",".join(chunk) + b"]")
+    return lines, dropped
 
 
 def wire_items(batch: list[Any]) -> list[Any]:

@@ -533,7 +533,7 @@ def test_a_line_the_child_cannot_read_is_said_once_not_only_counted(tmp_path: Pa
     """A line the child could not decode, or longer than it reads, was skipped with its whole
     batch and only counted in ``corrupt_lines``, known after the close: the events were lost
     unsaid. Each kind is logged once now, when it happens; the batches around it are exported."""
-    from ckpt_events.sinks._export_child import MAX_LINE
+    from ckpt_events.sinks._export_wire import MAX_LINE
 
     log = tmp_path / "events.jsonl"
     good = b'[["event",' + msgspec.json.encode(_started("c0")) + b"]]\n"
@@ -554,6 +554,47 @@ def test_a_line_the_child_cannot_read_is_said_once_not_only_counted(tmp_path: Pa
     assert err.count("could not read a line of its input") == 1, err
     assert err.count(f"a line of its input longer than {MAX_LINE} bytes") == 1, err
     assert "its batch's events are lost" in err
+
+
+async def test_a_batch_longer_than_the_child_reads_goes_in_lines_it_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch whose line passed ``MAX_LINE`` (large attributes) was written whole and skipped
+    by the child, every event of it lost for one large value. It goes in lines the child reads
+    now, in order; only a span longer than a line by itself is dropped, counted and logged."""
+    from ckpt_events import OperationFinished
+    from ckpt_events.sinks._export_wire import MAX_LINE
+    from ckpt_events.vocab import Operation
+
+    log = tmp_path / "events.jsonl"
+    sizes = (10, MAX_LINE // 2, MAX_LINE // 2, MAX_LINE + 1, 10)
+    built = OperationFinished(
+        kind="agent",
+        instance="agent-0",
+        trace_id=1,
+        span_id=2,
+        start_ns=3,
+        end_ns=4,
+        operation=Operation.COMMIT,
+    )
+    with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+        async with Bus() as bus:
+            configured = configure(bus, jsonl_path=log, export_process=True, environ={})
+            configured.close_timeout = 60.0
+            telemetry = Telemetry(bus, kind="agent", instance="agent-0")
+            with telemetry.operation("restore", checkpoint_id="open") as outer:  # ends in a later line
+                for i, size in enumerate(sizes):  # all in one batch: nothing awaits between them
+                    with outer.step(f"s{i}") as step:
+                        step.set_attribute("x", "x" * size)
+                bus.emit(built)
+            await configured.aclose()
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert (stats.forwarded, stats.dropped, stats.received, stats.corrupt_lines) == (11, 2, 11, 0)
+    events = [event for _, event in read_events(log, max_line=MAX_LINE)]
+    names = [getattr(e, "step", None) or getattr(e, "checkpoint_id", None) for e in events]
+    assert names == ["open", "s0", "s0", "s1", "s1", "s2", "s2", "s4", "s4", None, "open"]
+    warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
+    assert len(warnings) == 1 and f"longer than the {MAX_LINE} bytes" in warnings[0], warnings
 
 
 def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:

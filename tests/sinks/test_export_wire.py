@@ -16,6 +16,7 @@ from ckpt_events.sinks._export_wire import (
     WireReader,
     encoder,
     escaped_line,
+    lines_within,
     wire_items,
 )
 
@@ -397,3 +398,45 @@ async def test_a_line_utf8_cannot_carry_is_escaped_and_read_back_as_it_was() -> 
     assert WireReader().whole_events(lines[0][:-1]) == cooked.events  # cut: its whole items, as ever
     with pytest.raises(msgspec.DecodeError):
         WireReader().events(b"[" * 100_000 + b'"\\udcff"')  # damage: refused, not a RecursionError
+
+
+async def test_a_batch_split_in_lines_within_a_limit_reads_as_its_one_line() -> None:
+    """``lines_within`` at limits from the longest item's line up: each line within it, read in
+    turn by one reader, the events those of the whole line in order (an end mark names its
+    start's number in any earlier line); under it, the item too long is left out with its end
+    mark, both counted, and no end is lost."""
+    batches: list[list[Any]] = []
+
+    class Items:
+        _takes_span_handles = True
+
+        def handle(self, batch: list[Any]) -> None:
+            batches.append(wire_items(batch))
+
+    async with Bus() as bus:
+        bus.subscribe(Items())  # alone: the spans go as records, their ends as marks
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        _work(tel)
+        with tel.operation("commit", checkpoint_id="c2") as op:
+            op.set_attribute("large", "x" * 2000)
+        await bus.flush()
+    [items] = batches
+    encode = encoder().encode
+    whole = encode(items)
+    events = WireReader().events(whole)
+    assert len(events) == 15 and any(isinstance(item, int) for item in items)
+    sizes = sorted(len(encode(item)) for item in items)
+    longest = sizes[-1]
+    assert longest > 2000 > sizes[-2]  # the large operation's record
+    for limit in range(longest + 2, len(whole) + 1, 7):  # the record and its brackets
+        lines, dropped = lines_within(items, encode, limit)
+        assert dropped == 0 and all(len(line) <= limit for line in lines)
+        reader = WireReader()
+        assert [event for line in lines for event in reader.events(line)] == events
+        assert reader.lost_ends == 0 and not reader._open
+    lines, dropped = lines_within(items, encode, longest)  # the large operation's does not fit
+    assert dropped == 2 and all(len(line) <= longest for line in lines)
+    reader = WireReader()
+    kept = [event for line in lines for event in reader.events(line)]
+    assert kept == [e for e in events if getattr(e, "checkpoint_id", None) != "c2"]
+    assert reader.lost_ends == 0
