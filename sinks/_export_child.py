@@ -8,8 +8,8 @@ every batch the parent's bus delivered (a JSON array of its events and span hand
 closes, the seconds its close may take now (a JSON object). Its stdout carries two lines back:
 ``ready`` once the sinks are built (the event classes they want, their names and the Prometheus
 URL, or the ``ConfigurationError`` that stopped them), and ``closed`` with this process's bus
-counters once the sinks are closed. Its stderr is the parent's: a sink's warning (a collector
-refusing) is logged there, once, as it would be in the parent.
+counters and each sink's own once the sinks are closed. Its stderr is the parent's: a sink's
+warning (a collector refusing) is logged there, once, as it would be in the parent.
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
 batches are still read from the pipe and exported, the whole events of one it was cut writing
@@ -223,7 +223,20 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
         "corrupt_lines": corrupt + reader.too_long,
         "lost_ends": wire.lost_ends,
         "bus": msgspec.to_builtins(stats),
+        "sinks": _sink_stats(configured),
     }
+
+
+def _sink_stats(configured: Configured) -> dict[str, list[Any]]:
+    """Each closed sink's own counters (what it exported, dropped and why), by subscription
+    name, as ``[the stats class's name, its fields]``: a sink's log line points at them."""
+    sinks: dict[str, list[Any]] = {}
+    for sub in configured.subscriptions:
+        stats = getattr(sub.sink, "stats", None)  # a sink's stats() is no part of its Protocol
+        counters = stats() if callable(stats) else None
+        if isinstance(counters, msgspec.Struct):
+            sinks[sub.name] = [type(counters).__name__, msgspec.to_builtins(counters)]
+    return sinks
 
 
 def _unreadable(count: int, line: bytes, exc: msgspec.DecodeError) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import logging
 import os
 import select
@@ -66,6 +67,10 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     counters (its sinks' deliveries, drops and failures), known once it closed in order;
     ``received`` and ``corrupt_lines`` are what it read; ``lost_ends`` the spans' ends it read
     without their start (in a line cut short or corrupt): their ``*Finished`` events are lost.
+    ``sinks`` is, by subscription name
+    (``otel-spans``, ``jsonl``, ...), each sink's own ``stats()`` as it closed, of the type it
+    has in process (``OtlpSpanSinkStats``, ``JsonLinesStats``, ...): what it exported and
+    dropped, and why (a collector refusing), where its log line points.
     """
 
     pid: int
@@ -76,6 +81,7 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     corrupt_lines: int | None = None
     child: BusStats | None = None
     lost_ends: int | None = None
+    sinks: dict[str, msgspec.Struct] | None = None
 
 
 class ExportProcess:
@@ -373,6 +379,7 @@ class ExportProcess:
         """The counters now (the child's own once it closed in order)."""
         closed = self._closed or {}
         child = closed.get("bus")
+        sinks = closed.get("sinks")
         return ExportProcessStats(
             pid=self._process.pid,
             forwarded=self._forwarded,
@@ -382,6 +389,7 @@ class ExportProcess:
             corrupt_lines=closed.get("corrupt_lines"),
             child=msgspec.convert(child, BusStats) if child is not None else None,
             lost_ends=closed.get("lost_ends"),
+            sinks=_sink_stats(sinks) if sinks is not None else None,
         )
 
     def __repr__(self) -> str:
@@ -437,6 +445,26 @@ def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, 
             return reply
         sys.stderr.write(head.decode(errors="replace") + "\n")
         line = bytearray(rest)
+
+
+#: The sinks' own stats classes the child reports, by name: where each is public.
+_SINK_STATS: Final = {
+    "JsonLinesStats": "ckpt_events.sinks",
+    "MetricSinkStats": "ckpt_events.sinks.otel",
+    "OtlpMetricSinkStats": "ckpt_events.sinks.otel",
+    "OtlpSpanSinkStats": "ckpt_events.sinks.otel",
+    "SpanSinkStats": "ckpt_events.sinks.otel",
+}
+
+
+def _sink_stats(reported: dict[str, list[Any]]) -> dict[str, msgspec.Struct]:
+    """The child's ``sinks`` reply as the stats each sink's ``stats()`` returns in process."""
+    sinks: dict[str, msgspec.Struct] = {}
+    for name, (kind, fields) in reported.items():
+        home = _SINK_STATS.get(kind)
+        if home is not None:  # a class this side does not know is left out, not guessed
+            sinks[name] = msgspec.convert(fields, getattr(importlib.import_module(home), kind))
+    return sinks
 
 
 def _child_budget(close_timeout: float) -> float:

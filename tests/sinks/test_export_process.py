@@ -294,6 +294,38 @@ async def test_a_hung_collector_lets_the_child_close_in_order_within_the_deadlin
     assert not [r for r in caplog.records if "did not end within its close deadline" in r.getMessage()]
 
 
+async def test_the_child_sinks_own_counters_come_back_a_refused_collectors_drops_too(
+    tmp_path: Path,
+) -> None:
+    """A collector that refuses: the child's span sink drops every span and says they are
+    "counted in OtlpSpanSink.stats()", which lives in the child; the bus counters that came back
+    said each was delivered, none dropped. The sinks' own counters come back now, typed as in
+    process, so the drops (and why) are where the log line says."""
+    from ckpt_events.sinks import JsonLinesStats
+    from ckpt_events.sinks.otel import OtlpMetricSinkStats, OtlpSpanSinkStats
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+        async with Bus() as bus:
+            configured = configure(
+                bus,
+                jsonl_path=tmp_path / "events.jsonl",
+                otlp_endpoint=f"http://127.0.0.1:{closed.getsockname()[1]}",
+                export_process=True,
+                environ={},
+            )
+            configured.close_timeout = 5.0
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
+            await configured.aclose()
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert stats.exit_code == 0 and stats.sinks is not None
+    spans, metrics, jsonl = stats.sinks["otel-spans"], stats.sinks["otel-metrics"], stats.sinks["jsonl"]
+    assert isinstance(spans, OtlpSpanSinkStats) and (spans.exported, spans.dropped) == (0, 10)
+    assert spans.last_failure is not None
+    assert isinstance(metrics, OtlpMetricSinkStats) and metrics.export_failures >= 1
+    assert isinstance(jsonl, JsonLinesStats) and jsonl.events == 20
+
+
 def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) -> None:
     """The server process SIGKILLs itself right after a flush: the child reads what reached the
     pipe to its end, writes it and exits on its own."""
@@ -640,6 +672,17 @@ def test_closed_reply_decodes_as_bus_stats() -> None:
 
     stats = BusStats(sinks=(), dropped_after_close=0)
     assert msgspec.convert(msgspec.to_builtins(stats), BusStats) == stats
+
+
+def test_every_sink_stats_class_the_child_reports_is_known_here() -> None:
+    """Each stats class of a sink configure() builds is converted back by name from its public
+    home (one left out would vanish from ``stats().sinks``)."""
+    from ckpt_events.sinks import JsonLinesStats
+    from ckpt_events.sinks._export_process import _SINK_STATS
+    from ckpt_events.sinks.otel import MetricSinkStats, OtlpMetricSinkStats, OtlpSpanSinkStats, SpanSinkStats
+
+    classes = (JsonLinesStats, MetricSinkStats, OtlpMetricSinkStats, OtlpSpanSinkStats, SpanSinkStats)
+    assert sorted(_SINK_STATS) == sorted(cls.__name__ for cls in classes)
 
 
 async def test_a_start_up_hook_printing_to_stdout_does_not_stop_the_start(
