@@ -355,8 +355,24 @@ class ExportProcess:
             self._exit_code = self._process.returncode
             assert self._process.stdout is not None
             self._process.stdout.close()
-            if self._closed is None and not self._said:
+            if self._closed is not None:
+                self._read_short(self._closed.get("received"))
+            elif not self._said:
                 self._ended_unsaid()
+
+    def _read_short(self, received: object) -> None:
+        """Say the events written to the pipe that the child never read: it stopped reading
+        before its input ended (past a SIGTERM's grace) or skipped lines; they were lost unsaid."""
+        if isinstance(received, int) and received < self._forwarded:
+            logger.warning(
+                "ckpt_events: the export process (pid %d) read %d of the %d events written to its "
+                "pipe; the other %d are lost (it stopped reading before its input ended, or skipped "
+                "lines it could not read)",
+                self._process.pid,
+                received,
+                self._forwarded,
+                self._forwarded - received,
+            )
 
     def _ended_unsaid(self) -> None:
         """The child ended without its ``closed`` reply (killed, crashed) and no batch since

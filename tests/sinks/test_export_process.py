@@ -403,6 +403,34 @@ def test_a_sigterm_to_the_process_group_still_exports_what_the_server_sends_as_i
     assert len(list(read_events(log))) == 200
 
 
+@pytest.mark.slow
+async def test_events_written_after_the_child_stopped_reading_are_said_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SIGTERM to the child alone: past its grace it stops reading and closes its sinks (here
+    slowly, its collector hanging), its pipe still open, so batches written then are taken by
+    the pipe and never read. They were counted as forwarded and lost unsaid (only ``received``
+    short of ``forwarded`` showed it); the close says it now."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+        arguments = {"jsonl_path": str(tmp_path / "events.jsonl"), "environ": {}}
+        arguments["otlp_endpoint"] = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        process = ExportProcess.start(arguments, close_timeout=3.0)  # a grace of 2.4 s
+        await process.handle([_started("c0")])
+        os.kill(process.pid, signal.SIGTERM)
+        await anyio.sleep(2.9)  # past its grace: it closes its sinks (1.2 s), reading no more
+        assert alive(process.pid)
+        await process.handle([_started("c1"), _started("c2")])
+        with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+            await process.aclose()
+    stats = process.stats()
+    assert (stats.forwarded, stats.received, stats.exit_code) == (3, 1, 0)
+    warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "read 1 of the 3 events written to its pipe; the other 2 are lost" in warnings[0]
+
+
 async def test_a_batch_handed_over_after_close_is_dropped_not_written_to_a_reused_descriptor(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
