@@ -316,8 +316,14 @@ class ExportProcess:
 
     async def aclose(self) -> None:
         """End the child's input and wait for it to export and exit, within ``close_timeout``;
-        kill it past that, or when this is cancelled (a caller's own deadline). Idempotent."""
+        kill it past that, or when this is cancelled (a caller's own deadline). Idempotent; a
+        call while another is under way (another task or thread) waits for that one."""
         if self._exit_code is not None:
+            return
+        if self._closing:
+            # Another aclose() (a task, a thread) is closing it: the pipe's descriptor may be
+            # another file's by now (the budget went into it) and the reply is that one's to read.
+            await self._other_close()
             return
         self._closing = True
         if not self._gone and os.getpid() == self._owner:
@@ -359,6 +365,13 @@ class ExportProcess:
                 self._read_short(self._closed.get("received"))
             elif not self._said:
                 self._ended_unsaid()
+
+    async def _other_close(self) -> None:
+        """Wait for the aclose() under way to end (it kills the child past its deadline, and
+        reaping a killed one takes at most 5 s more)."""
+        deadline = time.monotonic() + self.close_timeout + 6.0
+        while self._exit_code is None and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
 
     def _read_short(self, received: object) -> None:
         """Say the events written to the pipe that the child never read: it stopped reading

@@ -453,6 +453,33 @@ async def test_a_batch_handed_over_after_close_is_dropped_not_written_to_a_reuse
     assert sum("after it was closed" in r.getMessage() for r in caplog.records) == 1
 
 
+async def test_a_second_close_meanwhile_waits_for_the_first_and_writes_nowhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``aclose()`` from a second task (or thread) while the first waits for the child: it wrote
+    the close budget to the pipe's descriptor, closed by the first and taken by the next file
+    opened, and raced the first for the child's reply. It waits for the first now."""
+    process = ExportProcess.start({"jsonl_path": str(tmp_path / "events.jsonl")}, close_timeout=10.0)
+    os.kill(process.pid, signal.SIGSTOP)  # the first close waits for its reply
+    files: list[Any] = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(process.aclose)
+                await anyio.sleep(0.2)
+                files.extend((tmp_path / f"other-{i}").open("w") for i in range(8))  # the lowest numbers
+                tg.start_soon(process.aclose)
+                await anyio.sleep(0.2)
+                os.kill(process.pid, signal.SIGCONT)
+    finally:
+        for file in files:
+            file.close()
+    assert [(tmp_path / f"other-{i}").read_text() for i in range(8)] == [""] * 8
+    stats = process.stats()
+    assert stats.exit_code == 0 and stats.child is not None
+    assert not [r for r in caplog.records if "export process" in r.getMessage()]
+
+
 def _ends_on_its_own(pid: int) -> None:
     """The export child ``pid`` exits by itself within 10 s (its input ended)."""
     for _ in range(500):
