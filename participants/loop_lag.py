@@ -2,8 +2,9 @@
 
 ``LoopLagMonitor.run()`` sleeps ``interval`` seconds at a time and keeps how much each sleep
 overshot; ``max_since(start_ns)`` is the worst lag seen since ``start_ns`` (the sleep in
-progress included), which an operation records as ``loop_lag_ms`` when it ends. A loop blocked
-by other work (a sync call in a handler, a long parse) shows up there.
+progress included, none once ``run()`` has stopped), which an operation records as
+``loop_lag_ms`` when it ends. A loop blocked by other work (a sync call in a handler, a long
+parse) shows up there.
 
 A leaf of its own, apart from the FastAPI integration that runs one per app
 (``ckpt_events.participants.fastapi.instrument``, which re-exports ``LoopLagMonitor``): a
@@ -36,13 +37,19 @@ class LoopLagMonitor:
         self._asleep_since: int | None = None
 
     async def run(self) -> None:
-        """Sample until cancelled (``instrument``'s lifespan runs it in its task group)."""
-        while True:
-            before = time.perf_counter_ns()
-            self._asleep_since = time.time_ns()
-            await anyio.sleep(self.interval)
-            overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
-            self._samples.append((time.time_ns(), overshoot_ms))
+        """Sample until cancelled (``instrument``'s lifespan runs it in its task group); a
+        monitor stopped has no sleep in progress, so it adds no lag of its own to a read."""
+        try:
+            while True:
+                before = time.perf_counter_ns()
+                self._asleep_since = time.time_ns()
+                await anyio.sleep(self.interval)
+                overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
+                self._samples.append((time.time_ns(), overshoot_ms))
+        finally:
+            # The sleep cancelled is over: kept, a read after the stop (the first operation of a
+            # lifespan run again, before the new run's first wake-up) counted the idle time since.
+            self._asleep_since = None
 
     def max_since(self, start_ns: int) -> float:
         """The worst lag (ms) of the samples that ended after ``start_ns``, including the

@@ -273,6 +273,29 @@ async def test_the_lifespan_runs_again_with_a_fresh_bus(tmp_path: Path) -> None:
     assert len(list(read_events(path))) == 2
 
 
+async def test_a_lifespan_run_again_reports_no_stale_loop_lag() -> None:
+    """The first operation of a lifespan run again (a ``with TestClient(app)`` per test) recorded
+    the idle time between the runs as loop lag (~950 ms after a 1 s pause): the monitor kept the
+    start of the sleep it was in when the previous run stopped it."""
+    sink = MemorySink()
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    @app.post("/grade/{checkpoint_id}")
+    async def grade(request: Request, checkpoint_id: str) -> None:
+        with operation(request, "commit", checkpoint_id=checkpoint_id):
+            pass  # no await: the operation may end before the new run's monitor first wakes
+
+    for checkpoint_id in ("c1", "c2"):
+        async with _serving(app) as client:
+            assert (await client.post(f"/grade/{checkpoint_id}")).status_code == 200
+            await anyio.sleep(0.1)  # the monitor samples a while before the run stops it
+        await anyio.sleep(0.6)  # idle between the runs: nothing blocks the loop
+    lags = {e.checkpoint_id: e.loop_lag_ms for e in sink.of_type(OperationFinished)}
+    assert lags.keys() == {"c1", "c2"}
+    assert all(lag is not None and lag < 100.0 for lag in lags.values()), lags
+
+
 async def test_a_given_telemetry_s_lifespan_runs_once_and_one_at_a_time() -> None:
     """With ``telemetry=`` (its bus cannot be renewed) a second run says why in one line; a run
     while another runs is refused too."""

@@ -66,3 +66,15 @@ async def test_monitor_is_read_safely_from_the_threadpool() -> None:
             reader.join()
         sys.setswitchinterval(switch)
     assert errors == []
+
+
+async def test_a_stopped_monitor_reports_no_lag_of_its_own() -> None:
+    """Once ``run()`` is cancelled (the app's lifespan ended), the sleep it was in is over: a
+    read after it counted the whole time since that sleep began as lag (~500 ms here)."""
+    monitor = LoopLagMonitor(interval=0.01)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    await anyio.sleep(0.5)  # the loop is idle, not blocked
+    assert monitor.max_since(time.time_ns()) < 50.0
