@@ -20,9 +20,10 @@ In a handler, ``operation(request, name, checkpoint_id=...)`` is the context man
 operation: ``with`` gives exactly the handle ``Telemetry.operation`` gives (``op.step(...)``,
 ``op.set(...)``, ``op.traceparent()`` for outgoing calls), a child of the caller's span when the
 request carried a valid W3C ``traceparent`` (its ``tracestate`` kept and passed on by
-``op.tracestate()``), else the root of a new trace; a malformed header is ignored, never an
-error. ``telemetry(request)`` (or ``telemetry(app)``) is the app's ``Telemetry`` for anything
-else (``refused``, ``prepare_not_ready``, ...). An example, served by ``uvicorn app:app``
+``op.tracestate()``), else the root of a new trace; a malformed header, or several
+``traceparent`` headers, are ignored, never an error. ``telemetry(request)`` (or
+``telemetry(app)``) is the app's ``Telemetry`` for anything else (``refused``,
+``prepare_not_ready``, ...). An example, served by ``uvicorn app:app``
 (``tests/participants/test_fastapi.py`` runs it so)::
 
     from fastapi import FastAPI, Request
@@ -328,8 +329,9 @@ class Incoming(NamedTuple):
 
 
 def incoming(request: HTTPConnection) -> Incoming:
-    """What ``request`` (a ``Request`` or a ``WebSocket``) brought (see ``Incoming``); usable
-    as a FastAPI dependency; anything else raises ``InvalidTypeError``."""
+    """What ``request`` (a ``Request`` or a ``WebSocket``) brought (see ``Incoming``; a request
+    with several ``traceparent`` headers has none valid); usable as a FastAPI dependency;
+    anything else raises ``InvalidTypeError``."""
     if not isinstance(request, HTTPConnection):
         # The app itself (telemetry(app) takes one) was an AttributeError: 'FastAPI' ... 'scope'.
         raise InvalidTypeError(
@@ -338,11 +340,15 @@ def incoming(request: HTTPConnection) -> Incoming:
         )
     arrival = request.scope.get(_SCOPE_KEY)
     headers = request.headers
+    parents = headers.getlist("traceparent")
+    # Two traceparent headers are no valid one: W3C's test suite expects a new trace (the first
+    # was continued, whichever caller sent it).
+    traceparent = parents[0] if len(parents) == 1 else None
     states = headers.getlist("tracestate")
     if arrival is None:
-        return Incoming.from_headers(headers.get("traceparent"), ",".join(states) if states else None)
+        return Incoming.from_headers(traceparent, ",".join(states) if states else None)
     return Incoming.from_headers(
-        headers.get("traceparent"),
+        traceparent,
         ",".join(states) if states else None,
         received_ns=arrival.received_ns,
         monitor=arrival.instrumented.monitor,

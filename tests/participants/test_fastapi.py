@@ -137,14 +137,21 @@ async def test_an_operation_continues_the_caller_s_trace_from_its_arrival() -> N
 @pytest.mark.parametrize(
     "headers",
     [
-        {},
-        {"traceparent": "00-not-a-trace-01", "tracestate": "rojo=1"},
-        {"traceparent": f"00-{0:032x}-{PARENT_ID:016x}-01"},
+        [],
+        [("traceparent", "00-not-a-trace-01"), ("tracestate", "rojo=1")],
+        [("traceparent", f"00-{0:032x}-{PARENT_ID:016x}-01")],
+        [
+            ("traceparent", TRACEPARENT),
+            ("traceparent", TRACEPARENT.replace("0af7", "1af7")),
+            ("tracestate", "rojo=1"),
+        ],
     ],
-    ids=["none", "malformed", "zero-trace-id"],
+    ids=["none", "malformed", "zero-trace-id", "duplicated"],
 )
-async def test_without_a_valid_traceparent_a_new_trace_starts(headers: dict[str, str]) -> None:
-    """No traceparent, or a bad one, is a new root (no error), and no tracestate goes on."""
+async def test_without_a_valid_traceparent_a_new_trace_starts(headers: list[tuple[str, str]]) -> None:
+    """No traceparent, or a bad one, is a new root (no error), and no tracestate goes on. Two
+    ``traceparent`` headers are no valid one (W3C's test suite, ``test_traceparent_duplicated``):
+    the first was continued."""
     sink = MemorySink()
     async with _serving(_user_app(sink)) as client:
         reply = await client.post("/grade/c1", headers=headers)
