@@ -8,6 +8,8 @@ and log correlation nest under it; the span itself is exported by ``SpanSink``.
 
 from __future__ import annotations
 
+import contextvars
+
 from opentelemetry import context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
@@ -45,5 +47,17 @@ class OtelContextBridge:
         return context.attach(trace.set_span_in_context(span))
 
     def detach(self, token: object) -> None:
-        """Restore the context from before ``attach``."""
+        """Restore the context from before ``attach``. A token attached in another context
+        (an operation entered in one threadpool call and left in another: a sync generator's
+        ``StreamingResponse``, a sync ``yield`` dependency) has nothing to restore here, and
+        is let go silently."""
+        if isinstance(token, contextvars.Token):  # the default (contextvars) runtime context
+            try:
+                token.var.reset(token)  # what context.detach() does with it
+            except ValueError:
+                # Created in another Context (a copy gone with its thread call): this one never
+                # held the operation. context.detach() logged 'Failed to detach context' with
+                # a traceback on every such request.
+                pass
+            return
         context.detach(token)  # type: ignore[arg-type]

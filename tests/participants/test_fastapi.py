@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -595,6 +596,53 @@ async def test_otel_context_nests_under_fastapi_instrumentor_s_server_span() -> 
     assert server.parent is not None and server.parent.span_id == caller.get_span_context().span_id
     assert ours.parent is not None and ours.parent.span_id == server.context.span_id
     assert own.parent is not None and own.parent.span_id == ours.context.span_id
+    provider.shutdown()
+
+
+async def test_otel_context_across_threadpool_calls_logs_no_false_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With ``otel_context=True``, an operation open across a sync generator's chunks (a
+    ``StreamingResponse``) or a sync ``yield`` dependency is entered in one threadpool call and
+    left in another, each in a copy of the request's context: OpenTelemetry logged 'Failed to
+    detach context' with a traceback on every such request, though nothing was left to restore."""
+    from fastapi.responses import StreamingResponse
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", otel_context=True, tracer_provider=provider, environ={})
+
+    @app.get("/stream")
+    def stream(request: Request) -> StreamingResponse:
+        def chunks() -> Iterator[bytes]:
+            with operation(request, "commit", checkpoint_id="streamed"):
+                yield from (b"a", b"b", b"c")
+
+        return StreamingResponse(chunks())
+
+    def prepared(request: Request) -> Iterator[bool]:
+        with operation(request, "prepare", checkpoint_id="dependency"):
+            yield trace.get_current_span().get_span_context().is_valid
+
+    # Not Annotated[bool, Depends(prepared)]: FastAPI cannot resolve a local from a string annotation.
+    @app.get("/dependency")
+    def dependency(current: bool = Depends(prepared)) -> bool:
+        return current
+
+    async with _serving(app) as client:
+        assert (await client.get("/stream")).content == b"abc"
+        assert (await client.get("/dependency")).json() is True
+        # Nothing leaked into the request's own context: no current span after the operation.
+        assert not trace.get_current_span().get_span_context().is_valid
+    spans = {s.attributes["nemo.gym.checkpoint.id"]: s for s in exporter.get_finished_spans() if s.attributes}
+    assert spans.keys() == {"streamed", "dependency"}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     provider.shutdown()
 
 
