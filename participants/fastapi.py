@@ -128,8 +128,9 @@ class Instrumented:
         self.monitor = monitor
         self.configured: Any = None
         self.shutdown_timeout = shutdown_timeout
-        #: Whether the lifespan has run (``running()`` entered): a request served without it
-        #: (a mounted sub-app, ``--lifespan off``) finds the telemetry off, and says so once.
+        #: Whether the lifespan is running (``running()`` entered): a request served without it
+        #: (a mounted sub-app, ``--lifespan off``, or after shutdown) finds the telemetry off,
+        #: and says so once.
         self.started = False
         self._warned = False
         self._owns_bus = owns_bus
@@ -221,8 +222,17 @@ class Instrumented:
             )
 
     def _lifespan_missing(self) -> None:
-        """A request reached the app, but its lifespan never ran: said once."""
+        """A request reached the app while its lifespan was not running: said once, with the
+        cause (it never ran, or it ran and ended)."""
         self._warned = True
+        if self._runs:  # it ran: "never ran (a sub-app, --lifespan off)" would be a wrong cause
+            logger.warning(
+                "ckpt_events: %r serves requests after its lifespan ended (the app shut down), so "
+                "its telemetry is off: send requests while the lifespan runs (e.g. inside "
+                "`with TestClient(app)`)",
+                self.telemetry,
+            )
+            return
         logger.warning(
             "ckpt_events: %r serves requests but its lifespan never ran (a sub-app under "
             "app.mount(), or uvicorn --lifespan off), so its telemetry is off: instrument the app "

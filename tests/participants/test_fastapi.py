@@ -472,6 +472,24 @@ async def test_a_request_served_without_the_lifespan_is_said_once(caplog: pytest
     assert not [r for r in caplog.records if "lifespan never ran" in r.getMessage()]
 
 
+async def test_a_request_after_the_lifespan_ended_is_not_said_to_have_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request served after the app's lifespan ran and ended (a test's client used after its
+    ``with TestClient(app)``) was told 'its lifespan never ran (a sub-app under app.mount(), or
+    uvicorn --lifespan off)': a wrong cause. It is said once, as what it is."""
+    app = _user_app(MemorySink())
+    async with app.router.lifespan_context(app):
+        pass
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        for _ in range(2):
+            assert (await client.post("/grade/c1")).status_code == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "ckpt_events"]
+    assert len(said) == 1, said
+    assert "after its lifespan ended" in said[0] and "never ran" not in said[0]
+
+
 async def test_shutdown_timeout_bounds_what_configure_sinks_returned(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
