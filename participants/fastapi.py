@@ -477,8 +477,8 @@ def instrument(
 ) -> Instrumented:
     """Give ``app`` a ``Telemetry`` of participant ``kind``/``instance``, the bus and sinks
     for its lifetime, arrival stamps and loop lag (see the module docstring); returns the
-    ``Instrumented`` (also ``app.state.ckpt_events``). Call it once per app, after adding
-    your own middleware (so the arrival stamp is outermost).
+    ``Instrumented`` (also ``app.state.ckpt_events``). Call it once per app, before it serves;
+    the arrival stamp runs before the app's own middleware, added before or after this call.
 
     * ``configure_options`` go to ``ckpt_events.sinks.configure(bus, ...)`` (``jsonl_path``,
       ``otlp_endpoint``, ``span_groups``, ``tracer_provider``, ...), run in the lifespan;
@@ -552,8 +552,26 @@ def instrument(
 
     app.router.lifespan_context = lifespan
     app.add_middleware(_ArrivalMiddleware, instrumented=handle)
+    _stamp_first(app)
     setattr(app.state, STATE_ATTRIBUTE, handle)
     return handle
+
+
+def _stamp_first(app: Starlette) -> None:
+    """Keep the arrival stamp the outermost of the app's own middleware whenever its stack is
+    built: ``add_middleware`` puts each one added later outside those before it, so middleware
+    added after ``instrument()`` ran before the stamp (its time missing from the wait, an
+    operation in it without ``received_ns``)."""
+    build = app.build_middleware_stack  # Starlette's, or a wrapper (FastAPIInstrumentor's)
+
+    def build_middleware_stack() -> ASGIApp:
+        stamp: object = _ArrivalMiddleware  # an object: mypy sees no overlap with the generic factory
+        app.user_middleware.sort(key=lambda m: m.cls is not stamp)  # stable: the rest keep their order
+        return build()
+
+    # On the instance, as FastAPIInstrumentor wraps it: an instrumentation wrapped after this
+    # calls this as the original, and one wrapped before is called by it.
+    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
 
 
 def _telemetry_for(

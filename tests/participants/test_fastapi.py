@@ -215,6 +215,27 @@ async def test_a_websocket_route_runs_operations_too() -> None:
     assert [e.code for e in sink.of_type(Refused)] == ["stale_attempt"]
 
 
+async def test_middleware_added_after_instrument_runs_after_the_arrival_stamp() -> None:
+    """Middleware added after ``instrument()`` (the README calls it right after ``FastAPI()``)
+    ran before the stamp: 60 ms spent in a slow auth middleware was missing from the time the
+    request waited, and an operation in that middleware had no ``received_ns``."""
+    sink = MemorySink()
+    app = _user_app(sink)
+
+    @app.middleware("http")
+    async def slow_auth(request: Request, call_next: Any) -> Any:
+        with operation(request, "prepare", checkpoint_id="in-middleware"):
+            await anyio.sleep(0.06)
+        return await call_next(request)
+
+    async with _serving(app) as client:
+        assert (await client.post("/grade/c1")).status_code == 200
+    finished = {e.checkpoint_id: e for e in sink.of_type(OperationFinished)}
+    commit, prepare = finished["c1"], finished["in-middleware"]
+    assert commit.received_ns is not None and prepare.received_ns == commit.received_ns
+    assert commit.start_ns - commit.received_ns >= 60_000_000
+
+
 @pytest.mark.parametrize("where", ["app", None, "request"])
 async def test_operation_away_from_a_request_is_a_precise_error(where: str | None) -> None:
     """``operation(app, ...)`` (``telemetry(app)`` takes the app) or ``incoming(None)`` says what
