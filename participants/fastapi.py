@@ -492,8 +492,8 @@ def instrument(
     * ``shutdown_timeout`` bounds the sinks' close (``configure_options``' sinks, or what
       ``configure_sinks`` returned) and the drain of a bus made here, each (seconds).
 
-    A second call on the same app, or a call after it has served, raises ``ConfigurationError``
-    (and changes nothing); bad arguments raise
+    A second call on the same app, or a call once its middleware stack is built (it has
+    served), raises ``ConfigurationError`` (and changes nothing); bad arguments raise
     ``InvalidArgumentError`` (``InvalidTypeError``, a ``TypeError``, for an unknown
     ``configure_options`` name, with the closest known one).
     """
@@ -501,9 +501,12 @@ def instrument(
         raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {app!r}")
     if isinstance(getattr(app.state, STATE_ATTRIBUTE, None), Instrumented):
         raise ConfigurationError(f"{app!r} is instrumented already: call instrument() once per app")
-    if app.middleware_stack is not None:  # built by the app's first call: too late to add ours
+    if app.middleware_stack is not None:  # built: too late to add ours
+        # Built by the app's first call, or without one (FastAPIInstrumentor.uninstrument_app).
         raise ConfigurationError(
-            f"{app!r} has served already: call instrument() where the app is made, before it serves"
+            f"{app!r} has built its middleware stack already (it has served, or something built "
+            "it, such as FastAPIInstrumentor.uninstrument_app()): call instrument() where the app "
+            "is made, before it serves"
         )
     if (
         not isinstance(shutdown_timeout, int | float)

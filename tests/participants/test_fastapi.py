@@ -409,10 +409,27 @@ async def test_bad_option_values_fail_at_instrument_and_change_nothing() -> None
     lifespan = app.router.lifespan_context
     for _ in range(2):  # a retry is refused the same way: nothing was wrapped the first time
         with pytest.raises(
-            ConfigurationError, match="has served already: call instrument\\(\\) where the app is made"
+            ConfigurationError,
+            match="has built its middleware stack already .*: call instrument\\(\\) where the app is made",
         ):
             instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: None)
     assert app.router.lifespan_context is lifespan and not hasattr(app.state, "ckpt_events")
+
+
+async def test_an_app_whose_stack_was_built_unserved_is_not_said_to_have_served() -> None:
+    """``FastAPIInstrumentor.uninstrument_app(app)`` builds the app's middleware stack: a later
+    ``instrument(app)`` is refused (no middleware can be added), but it said the app 'has
+    served already', which it never did."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    app = FastAPI()
+    FastAPIInstrumentor.instrument_app(app)
+    FastAPIInstrumentor.uninstrument_app(app)
+    with pytest.raises(ConfigurationError) as caught:
+        instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: None)
+    said = str(caught.value)
+    assert "has served already" not in said and "has built its middleware stack already" in said
+    assert "uninstrument_app()" in said
 
 
 async def test_jsonl_path_of_the_wrong_type_is_a_configuration_error() -> None:
