@@ -8,9 +8,10 @@ so a process that read an old one cannot take the slot); the reply is the server
 (``state_provider``), so a worker that joins late (or restarts) gets admission and every
 retired mark. A worker whose connection ends, or that sends a bad frame, is lost (``on_lost``).
 
-Until its ``hello`` a connection is a stranger: at most ``MAX_STRANGERS`` at once (more are
-closed at once), frames of at most ``HELLO_MAX_FRAME`` bytes, and any first message but a
-valid ``hello`` ends it. Refusals are logged a bounded number of times, then counted.
+Until its ``hello`` a connection is a stranger: at most one per worker slot plus
+``MAX_STRANGERS`` at once (more are closed at once), frames of at most ``HELLO_MAX_FRAME``
+bytes, and any first message but a valid ``hello`` ends it. Refusals are logged a bounded
+number of times, then counted.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ ENV_SOCKET: Final = "CKPT_EVENTS_COORDINATOR_SOCKET"
 #: The environment variable a worker process reads its ``hello`` secret from.
 ENV_SECRET: Final = "CKPT_EVENTS_WORKER_SECRET"
 _HELLO_SECONDS: Final = 10.0
-#: Connections that have not said ``hello`` yet, at once (the workers' own, with room for restarts).
+#: Connections that have not said ``hello`` yet, at once, beyond one per worker slot (room for
+#: restarts and strays). A bound of 8 in all closed the 9th worker of a start unheard: it died
+#: with a traceback and spent a restart (4 of 64 workers at start-up on 2 cores).
 MAX_STRANGERS: Final = 8
 #: The largest frame a connection may send before its ``hello`` (a hello is a few hundred bytes).
 HELLO_MAX_FRAME: Final = 64 * 1024
@@ -89,6 +92,8 @@ class WorkerCoordinator:
         self.stopping = False
         self._secrets: dict[int, str] = {}
         self._strangers = 0
+        #: Every worker may be a stranger at once (all start together), and a few more.
+        self.max_strangers = self.workers + MAX_STRANGERS
         #: Connections refused before or at their ``hello`` (too many, bad frame, bad hello).
         self.refused = 0
 
@@ -147,8 +152,8 @@ class WorkerCoordinator:
                 shutil.rmtree(self.directory, ignore_errors=True)
 
     async def _connection(self, stream: SocketStream) -> None:
-        if self._strangers >= MAX_STRANGERS:
-            self._refuse(f"{MAX_STRANGERS} connections are waiting for their hello already")
+        if self._strangers >= self.max_strangers:
+            self._refuse(f"{self.max_strangers} connections are waiting for their hello already")
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
             return

@@ -350,14 +350,16 @@ async def _hello_as(path: str, index: int, secret: str | None) -> tuple[Reply, S
 async def test_strangers_are_bounded_in_number_in_frame_size_and_in_log_lines(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Connections that never say hello are held at most MAX_STRANGERS at once; a big first
-    frame is refused from its header; 300 bad first messages log at most a dozen lines."""
+    """Connections that never say hello are held at most one per worker slot plus MAX_STRANGERS
+    at once; a big first frame is refused from its header; 300 bad first messages log at most a
+    dozen lines."""
     caplog.set_level(logging.INFO, "ckpt_events.workers")
     async with anyio.create_task_group() as tg:
         coordinator = WorkerCoordinator(2)
         await tg.start(coordinator.serve)
         held = [
-            await anyio.connect_unix(coordinator.socket_path) for _ in range(worker_coordinator.MAX_STRANGERS)
+            await anyio.connect_unix(coordinator.socket_path)
+            for _ in range(2 + worker_coordinator.MAX_STRANGERS)
         ]
         await anyio.sleep(0.2)
         extra = await anyio.connect_unix(coordinator.socket_path)
@@ -381,6 +383,28 @@ async def test_strangers_are_bounded_in_number_in_frame_size_and_in_log_lines(
         tg.cancel_scope.cancel()
     lines = [r for r in caplog.records if r.name == "ckpt_events.workers" and r.levelno >= logging.ERROR]
     assert coordinator.refused >= 301 and len(lines) <= 14, len(lines)
+
+
+async def test_more_workers_than_stranger_seats_all_join_when_they_connect_at_once() -> None:
+    """12 workers connected before any says hello (a start of 12, or 64 on 2 cores): every one
+    joins. The strangers' seats were 8 in all, so the 9th worker on was closed unheard, died with
+    a traceback and spent a restart (4 of 64 at start-up)."""
+    workers = worker_coordinator.MAX_STRANGERS + 4
+    async with anyio.create_task_group() as tg:
+        coordinator = WorkerCoordinator(workers)
+        await tg.start(coordinator.serve)
+        streams = [await anyio.connect_unix(coordinator.socket_path) for _ in range(workers)]
+        await anyio.sleep(0.2)  # every connection accepted, none has said hello yet
+        for index, stream in enumerate(streams):
+            await stream.send(encode_frame(Message(1, Hello(index, coordinator.new_secret(index)))))
+        for stream in streams:
+            with anyio.fail_after(5):
+                reply = await read_frame(stream)
+            assert isinstance(reply, Reply) and reply.ok, reply
+        assert coordinator.connected() == list(range(workers)) and coordinator.refused == 0
+        for index, stream in enumerate(streams):
+            await _close_and_wait(coordinator, stream, index)
+        tg.cancel_scope.cancel()
 
 
 async def test_a_forged_work_reply_is_never_passed_to_the_client() -> None:
