@@ -155,9 +155,37 @@ def port_taken(host: str, port: int) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the worker; a worker that cannot start or serve (its log cannot be opened, the
+    coordinator's socket is gone or refuses its ``hello``) says why in one line, exit 1: it was
+    a traceback of 30 to 50 lines, repeated at each of the supervisor's restarts."""
+    from ckpt_events import CkptEventsError
+
     kind, instance, index, options = (argv if argv is not None else sys.argv[1:])[:4]
-    anyio.run(_run, kind, instance, int(index), json.loads(options))
+    try:
+        anyio.run(_run, kind, instance, int(index), json.loads(options))
+    except (CkptEventsError, OSError, BaseExceptionGroup) as exc:
+        causes = _leaves(exc)
+        if not all(isinstance(c, CkptEventsError | OSError) for c in causes):
+            raise
+        why = "; ".join(dict.fromkeys(_said(c) for c in causes))
+        print(f"ckpt-events serve: worker {index}: {why}", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``'s groups (``exc`` itself if it is no group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _said(exc: BaseException) -> str:
+    """``exc`` as one line: an ``OSError``'s own words and the file it names."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -301,7 +301,12 @@ async def run_worker(
     connections that send no complete request head within ``header_timeout``: default 5 s),
     announced in its ``hello``; without, every work call reaches it through the main process.
     """
-    stream = await anyio.connect_unix(socket_path)
+    try:
+        stream = await anyio.connect_unix(socket_path)
+    except OSError as exc:
+        # anyio's error names no path; the worker's one line (``worker_process``) says which.
+        why = f"cannot connect to the server's worker socket ({exc.strerror or exc})"
+        raise OSError(exc.errno, why, socket_path) from None
     http = None
     if token is not None:
         from ckpt_events.participants.server.connection_guard import ConnectionLimits

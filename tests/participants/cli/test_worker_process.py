@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,29 @@ def test_a_worker_probes_an_ipv6_host_as_configure_binds_it(
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(base))
     assert _prometheus_port_of_worker(0) is None
     assert os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] == str(base + 1)
+
+
+def _worker(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Worker 0 of an environment server, run as ``serve`` runs it, with ``env`` added."""
+    root = str(Path(__file__).resolve().parents[3])
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CKPT_EVENTS_", "OTEL_"))}
+    environ.update({"PYTHONPATH": root, "CKPT_EVENTS_WORKER_SECRET": "s", **env})
+    module = "ckpt_events.participants.cli.worker_process"
+    argv = [sys.executable, "-m", module, "environment", "env-0", "0", "{}"]
+    return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("fault", ["no coordinator", "unwritable log"])
+def test_a_worker_that_cannot_start_says_why_in_one_line_and_exits_1(tmp_path: Path, fault: str) -> None:
+    """A coordinator socket that is gone, or a log it cannot open: one line naming the worker and
+    the cause, exit 1; each was a traceback of 30 to 50 lines, repeated at every restart."""
+    env = {"CKPT_EVENTS_COORDINATOR_SOCKET": str(tmp_path / "gone.sock")}
+    if fault == "unwritable log":
+        (tmp_path / "log.jsonl.w0").mkdir()
+        env["CKPT_EVENTS_JSONL"] = str(tmp_path / "log.jsonl")
+    done = _worker(tmp_path, **env)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("ckpt-events serve: worker 0: "), lines
+    why = "gone.sock" if fault == "no coordinator" else "log.jsonl.w0"
+    assert why in lines[0] and "Traceback" not in done.stderr, lines
