@@ -312,6 +312,7 @@ async def _check_settings(require_collector: bool, workers: int = 1) -> None:
 
     settings = sinks.read_otel_env(os.environ)
     _check_worker_metrics_ports(settings, workers)
+    _check_worker_logs(workers)
     # The traces' endpoint, else the metrics' (traces off, metrics over OTLP).
     signal, otlp = (
         ("traces", settings.traces_otlp) if settings.traces_otlp else ("metrics", settings.metrics_otlp)
@@ -362,6 +363,28 @@ def _check_worker_metrics_ports(settings: Any, workers: int) -> None:
                 f"set OTEL_EXPORTER_PROMETHEUS_PORT to a port whose next {workers} are free too "
                 "(0: any free port for every process)"
             )
+
+
+def _check_worker_logs(workers: int) -> None:
+    """Each worker's JSON-lines log (``$CKPT_EVENTS_JSONL.w<index>``) can be opened for appending
+    now (created if need be, as the worker's sink does), else one line: which, why, and what to
+    do. A worker that cannot open its log dies at each start, and the restart budget is spent
+    (6 exits in 30 s, the main port never served)."""
+    base = os.environ.get(ENV_JSONL, "").strip()
+    if workers < 2 or not base:
+        return
+    for index in range(workers):
+        path = f"{base}.w{index}"
+        try:
+            # O_NONBLOCK: a FIFO there must not block the start.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise CommandError(
+                f"worker {index}'s log {path!r} (${ENV_JSONL} + .w{index}) cannot be opened for appending "
+                f"({exc.strerror or exc}): make it a file this user can write, or point ${ENV_JSONL} "
+                "elsewhere"
+            ) from None
+        os.close(fd)
 
 
 def _check_listen(host: str, port: int) -> None:

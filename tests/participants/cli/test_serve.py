@@ -283,3 +283,31 @@ async def test_a_second_server_on_a_log_another_one_writes_is_refused(tmp_path: 
         await third.wait_listening(30.0)
     finally:
         third.terminate()
+
+
+@pytest.mark.e2e
+def test_a_worker_log_that_cannot_be_opened_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """``--workers 2`` whose worker 1 log (``$CKPT_EVENTS_JSONL.w1``) is a folder: one line naming
+    it, exit 2, at once. The worker died at each start, was restarted 5 times with a traceback
+    each, and the server stopped by SIGTERM after 30 s, its main port never served."""
+    (tmp_path / "events.jsonl.w1").mkdir()
+    env = {"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    process = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=token_file,
+        log_dir=tmp_path / "logs",
+        env=env,
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
+    )
+    try:
+        assert process.wait(20) == 2
+    finally:
+        process.terminate()
+    lines = process.stderr_path.read_text().splitlines()
+    assert lines == [
+        f"ckpt-events serve: error: worker 1's log {str(tmp_path / 'events.jsonl.w1')!r} "
+        "($CKPT_EVENTS_JSONL + .w1) cannot be opened for appending (Is a directory): make it a "
+        "file this user can write, or point $CKPT_EVENTS_JSONL elsewhere"
+    ]
