@@ -111,3 +111,32 @@ async def test_stop_lets_the_event_loop_run_while_it_waits_for_a_worker_to_go(
         tg.cancel_scope.cancel()
     assert supervisor.processes[0].returncode == -signal.SIGKILL and took >= 0.4
     assert len(gaps) >= 10 and max(gaps) < 0.2, gaps
+
+
+# Ends at SIGTERM with status 0 (a worker's graceful exit); the file says the handler is set.
+_GRACEFUL = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+async def test_stop_wakes_a_stopped_worker_so_it_ends_on_sigterm_not_at_the_sigkill_deadline(
+    tmp_path: Path,
+) -> None:
+    """A worker hung by SIGSTOP gets SIGCONT after its SIGTERM: it exits gracefully (status 0)
+    at once. A stopped process keeps SIGTERM pending, so the server's shutdown waited the whole
+    5 s and then SIGKILLed it (7.2 s from SIGTERM to exit, worker status -9)."""
+    ready = tmp_path / "ready"
+    supervisor = WorkerSupervisor(1, lambda index: [sys.executable, "-c", _GRACEFUL, str(ready)])
+    supervisor.start(0)
+    with anyio.fail_after(10):
+        while not ready.exists():
+            await anyio.sleep(0.02)
+    os.kill(supervisor.processes[0].pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with anyio.fail_after(10):
+        await supervisor.stop()
+    took = time.monotonic() - started
+    assert supervisor.processes[0].returncode == 0 and took < 2.0, (supervisor.processes[0].returncode, took)
