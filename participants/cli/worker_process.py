@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 from collections.abc import Mapping
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from ckpt_events import CkptEventsError
 
     kind, instance, index, options = (argv if argv is not None else sys.argv[1:])[:4]
+    _wake_when_the_server_dies()
     try:
         anyio.run(_run, kind, instance, int(index), json.loads(options))
     except (CkptEventsError, OSError, BaseExceptionGroup) as exc:
@@ -171,6 +173,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckpt-events serve: worker {index}: {why}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _wake_when_the_server_dies() -> None:
+    """On Linux, have the kernel send this worker SIGCONT when the server that started it dies.
+
+    A worker ends when the server's socket does; a stopped one (SIGSTOP, a debugger's) never
+    reads that, and outlived a SIGKILLed server, stopped, for ever. Woken, it reads the end and
+    exits as any worker does, its log flushed (SIGKILL would lose what the others had not
+    written yet; to a running worker SIGCONT is nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    with contextlib.suppress(OSError, AttributeError):  # no libc to ask: as on other systems
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGCONT))
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

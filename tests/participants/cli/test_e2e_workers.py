@@ -18,6 +18,7 @@ from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.fleet import ServerProcess, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.participants.server.store import participant_dir
+from tests.processes import alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -270,3 +271,33 @@ async def test_a_process_replaying_a_dead_workers_secret_cannot_take_its_slot(tm
             assert started.status_code == 200, started.text
     finally:
         server.kill()
+
+
+async def test_a_stopped_worker_is_not_left_behind_when_the_server_is_killed(tmp_path: Path) -> None:
+    """Worker 1 hung (SIGSTOP), then the server SIGKILLed: every worker is gone within seconds.
+    The stopped one never saw its socket end and stayed, stopped, reparented to init, for ever."""
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=write_token_file(tmp_path / "token", TOKEN),
+        log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
+    )
+    workers: list[int] = []
+    try:
+        await server.wait_listening(30)
+        with anyio.fail_after(30):
+            while len(workers := _children(server.proc.pid)) < 2:
+                await anyio.sleep(0.05)
+        os.kill(workers[1], signal.SIGSTOP)
+        server.proc.kill()
+        server.wait(10)
+        with anyio.fail_after(10):
+            while left := [pid for pid in workers if alive(pid)]:
+                await anyio.sleep(0.05)
+        assert not left
+    finally:
+        server.kill()
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
