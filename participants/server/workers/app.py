@@ -13,6 +13,7 @@ puts every session back on the worker that wrote it.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import time
@@ -68,6 +69,8 @@ from ckpt_events.vocab import Operation, Phase
 
 __all__ = ["PooledWork", "WorkerControlPlane", "create_worker_app", "stop_this_process"]
 
+log = logging.getLogger("ckpt_events.workers")
+
 _JOIN_SECONDS: Final = 30.0
 #: How long one readiness wait may last before the prepare loop looks again (as at N = 1).
 _WAIT_SLICE: Final = 1.0
@@ -114,8 +117,19 @@ class WorkerControlPlane(ControlPlane[Any]):
             )
             try:
                 parts = await self.pool.write_parts(where, exported.scope, deadline_ts)
-            except BaseException:
-                await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
+            except BaseException as exc:
+                # Shielded: cancelled (the server stopping), the delete was itself cancelled at
+                # once and the parts already placed stayed. Local deletes: milliseconds.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
+                if isinstance(exc, anyio.get_cancelled_exc_class()):
+                    # Nobody is left to read a reply: the log is where the operator learns it.
+                    log.warning(
+                        "commit of checkpoint %s cancelled while its workers wrote: aborted, no "
+                        "manifest published, %d part(s) already written deleted",
+                        cid,
+                        len(self.pool.written),
+                    )
                 raise
             result = await anyio.to_thread.run_sync(
                 functools.partial(

@@ -41,6 +41,7 @@ from ckpt_events.participants.server.workers.frames import (
     Stop,
     WorkerState,
     WritePart,
+    WrittenPart,
 )
 from ckpt_events.participants.server.workers.placement import Placement, assign_parts
 from ckpt_events.participants.server.workers.share import current_share
@@ -188,12 +189,14 @@ class WorkerPool:
         indexes: Iterable[int],
         traceparent: str | None = None,
         timeout: float | None = None,
+        replies: dict[int, R] | None = None,
     ) -> tuple[dict[int, R], ProtocolRefusal | None]:
         """Ask every worker in ``indexes`` at once (``body``, or ``body(index)`` if callable),
-        each within ``timeout`` (default: the reply deadline). Returns the replies, and the
-        refusal of the lowest-numbered worker that refused, did not answer or answered with a
-        bad reply (503), if any."""
-        replies: dict[int, R] = {}
+        each within ``timeout`` (default: the reply deadline). Returns the replies (put in
+        ``replies`` as they come, if given: a caller cancelled meanwhile still sees them), and
+        the refusal of the lowest-numbered worker that refused, did not answer or answered with
+        a bad reply (503), if any."""
+        replies = {} if replies is None else replies
         refusals: dict[int, ProtocolRefusal] = {}
         seconds = self.coordinator.reply_seconds if timeout is None else timeout
 
@@ -282,7 +285,13 @@ class WorkerPool:
         # every commit for the fixed 30 s, whatever its deadline, and a large part that takes
         # longer than 30 s within a longer deadline was cut short.
         wait = max(0.0, place_by - time.time()) + _PART_REPLY_SECONDS
-        replies, refusal = await self._ask_each(body, indexes, traceparent, wait)
+        replies: dict[int, WrittenPart] = {}
+        try:
+            _, refusal = await self._ask_each(body, indexes, traceparent, wait, replies)
+        finally:
+            # Noted as each part is announced: a commit cancelled while a worker still writes
+            # (the server stopping) left the parts already placed behind.
+            self.written = [replies[index].records_file for index in sorted(replies)]
         parts: list[tuple[RecordsPart, list[str]]] = []
         self._extras = {}
         for index in sorted(replies):
@@ -295,7 +304,6 @@ class WorkerPool:
                     self._extras[key] = sorted([*self._extras.get(key, []), *value])
                 else:
                     self._extras[key] = value
-        self.written = [p.records_file for p, _ in parts]
         if refusal is not None:
             raise refusal
         return parts

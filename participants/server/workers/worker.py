@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ckpt_events import OperationSpan
@@ -30,7 +31,7 @@ from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.protocol import EpisodeId, encode
 from ckpt_events.participants.server.gc_pause import gc_paused
 from ckpt_events.participants.server.replies import store_refusals
-from ckpt_events.participants.server.store import write_part
+from ckpt_events.participants.server.store import discard_parts, write_part
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath
 from ckpt_events.participants.server.store_read import read_part
 from ckpt_events.participants.server.work import episode_view
@@ -187,11 +188,19 @@ class WorkerHost:
             with op.step("write") as step, store_refusals(), gc_paused():
                 # Walked from the root again here, never through a symlink: see store_files.
                 where = Beneath.from_wire(request.directory)
-                part = await anyio.to_thread.run_sync(
-                    functools.partial(
-                        write_part, where, lines, place_by=request.place_by, on_step=self.faults.on_step
+                with anyio.CancelScope(shield=True):  # the thread runs on anyway: keep its result
+                    part = await anyio.to_thread.run_sync(
+                        functools.partial(
+                            write_part, where, lines, place_by=request.place_by, on_step=self.faults.on_step
+                        )
                     )
-                )
+                try:
+                    await anyio.lowlevel.checkpoint_if_cancelled()
+                except anyio.get_cancelled_exc_class():
+                    # Cancelled while writing (the server's socket ended: it stopped), the part
+                    # was placed all the same, and nobody would ever name or delete it.
+                    discard_parts(where, [part.records_file])
+                    raise
                 step.set(records=part.record_count, bytes=part.bytes)
             op.set(records=part.record_count, bytes=part.bytes)
         return WrittenPart(*part, keys=keys, extras=wl.commit_extras(keys))

@@ -6,6 +6,7 @@ wait, and the part the worker writes once it runs again is never placed beside t
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -101,3 +102,50 @@ async def test_a_worker_stopped_during_commit_costs_it_its_deadline_and_its_late
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
         server.terminate()
+
+
+async def test_a_server_stopped_during_a_commit_aborts_it_whole_and_says_which(tmp_path: Path) -> None:
+    """SIGTERM to ``serve`` while worker 1 (SIGSTOPped) holds a commit: the commit is aborted
+    whole (no manifest, and worker 0's part taken out again), one line names the checkpoint,
+    and the server is gone within its 2 s grace and a margin. Worker 0's part was left behind:
+    the parts written were noted only once every worker had answered."""
+    server = ServerProcess(
+        "environment",
+        instance="environment-0",
+        token_file=write_token_file(tmp_path / "token", TOKEN),
+        log_dir=tmp_path / "logs",
+        extra_args=["--workers", "2", "--checkpoint-root", str(tmp_path)],
+    )
+    directory = participant_dir(tmp_path / "ck", "environment", "environment-0")
+    try:
+        await server.wait_listening(30)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            for i in range(4):
+                body = {"rollout_id": f"r{i}", "steps": 3}
+                assert (await client.post("/work/start", json=body, headers=AUTH)).status_code == 200
+            assert (await _control(client, "prepare", "c1", 10)).json()["phase"] == "prepared"
+            stopped = _worker_pid(server, 1)
+            assert stopped is not None
+            os.kill(stopped, signal.SIGSTOP)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    functools.partial(
+                        _control, client, "commit", "c1", 20, checkpoint_dir=str(tmp_path / "ck")
+                    )
+                )
+                with anyio.fail_after(10):  # worker 0 has placed its part; worker 1 holds the commit
+                    while not [n for n in _left(directory) if n.startswith("records")]:
+                        await anyio.sleep(0.02)
+                started = time.monotonic()
+                server.proc.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(server.wait, 20.0)
+                took = time.monotonic() - started
+                tg.cancel_scope.cancel()
+        lines = server.stderr_path.read_text(errors="replace").splitlines()
+        print(f"stopped in {took:.1f} s: {lines}")
+        assert _left(directory) == []
+        [said] = [line for line in lines if "c1" in line]
+        assert "commit of checkpoint c1" in said and "no manifest" in said, said
+        assert took < 5.0
+    finally:
+        server.kill()
