@@ -39,7 +39,7 @@ from ckpt_events.participants.protocol import (
     error_body,
 )
 from ckpt_events.participants.server.control import ControlPlane
-from ckpt_events.participants.server.work import WorkService
+from ckpt_events.participants.server.work import EpisodeGone, WorkService
 from ckpt_events.vocab import ErrorCode
 
 __all__ = [
@@ -135,8 +135,9 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
     return router
 
 
-def _not_found(key: str) -> Response:
-    return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=f"no episode {key}")), 404)
+def _not_found(key: str, gone: LookupError | None = None) -> Response:
+    detail = gone.detail if isinstance(gone, EpisodeGone) else f"no episode {key}"
+    return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=detail)), 404)
 
 
 def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
@@ -169,12 +170,15 @@ def work_router(work: WorkService, token: str, *, start: bool = True) -> APIRout
         try:
             reply = await work.advance(_episode_id(req))
         except LookupError as exc:
-            return _not_found(str(exc.args[0]))
+            return _not_found(str(exc.args[0]), exc)
         return _json(reply)
 
     @router.get("/{capture_key}")
     async def get(capture_key: str) -> Response:
-        view = await work.view(capture_key)
+        try:
+            view = await work.view(capture_key)
+        except EpisodeGone as exc:
+            return _not_found(capture_key, exc)
         return _not_found(capture_key) if view is None else _json(view)
 
     return router

@@ -14,9 +14,18 @@ import msgspec
 from ckpt_events.participants.protocol import EpisodeId, WorkAdvanceReply, WorkStartReply
 from ckpt_events.participants.workloads.base import Episode, Workload
 
-__all__ = ["EpisodeView", "LocalWork", "WorkService", "episode_view"]
+__all__ = ["EpisodeGone", "EpisodeView", "LocalWork", "WorkService", "episode_view"]
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class EpisodeGone(LookupError):
+    """An episode this server held and lost (the worker holding it ended): the 404's detail,
+    ``detail``, says so, where "no episode" would read as if it had never been started."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(key)
+        self.detail = detail
 
 
 class WorkService(Protocol):
@@ -27,11 +36,13 @@ class WorkService(Protocol):
         ...
 
     async def advance(self, episode_id: EpisodeId) -> WorkAdvanceReply:
-        """One unit of work on ``episode_id``; ``LookupError`` if there is no such episode."""
+        """One unit of work on ``episode_id``; ``LookupError`` if there is no such episode
+        (``EpisodeGone``: one this server lost)."""
         ...
 
     async def view(self, key: str) -> Any:
-        """What ``GET /work/{key}`` answers (a JSON-encodable value), or ``None``: no such episode."""
+        """What ``GET /work/{key}`` answers (a JSON-encodable value), or ``None``: no such episode
+        (``EpisodeGone``: one this server lost)."""
         ...
 
 

@@ -11,12 +11,12 @@ to every worker at once (admission, readiness, commit, restore) is ``pool.Worker
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
 from ckpt_events.participants.protocol import EpisodeId, RecordsPart
 from ckpt_events.participants.server.store_read import Share
-from ckpt_events.participants.server.work import EpisodeView
+from ckpt_events.participants.server.work import EpisodeGone, EpisodeView
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
 from ckpt_events.participants.server.workers.frames import Advance, Advanced, Get, Request, Start, Started
 from ckpt_events.participants.workloads.fence import RetiredAttempts
@@ -25,6 +25,8 @@ from ckpt_events.vocab import ErrorCode
 __all__ = ["Placement", "assign_parts"]
 
 R = TypeVar("R")
+#: Sessions lost with their worker remembered (for the 404 that says so), the oldest forgotten first.
+LOST_KEPT: Final = 4096
 
 
 def assign_parts(parts: Sequence[RecordsPart], workers: int) -> dict[int, list[tuple[RecordsPart, Share]]]:
@@ -68,6 +70,8 @@ class Placement:
     def __init__(self, coordinator: WorkerCoordinator, admit: Callable[[EpisodeId], None]) -> None:
         self.coordinator = coordinator
         self.owners: dict[str, int] = {}
+        #: Sessions lost with their worker (capture key -> that worker), until started again.
+        self.lost: dict[str, int] = {}
         #: Whether a work call was admitted (a restore needs a fresh participant).
         self.served = False
         self._admit = admit
@@ -89,15 +93,31 @@ class Placement:
         for key in keys:
             self.owners.pop(key, None)
 
-    def drop_worker(self, index: int) -> None:
-        """Worker ``index`` is lost, and its sessions with it."""
+    def drop_worker(self, index: int) -> list[str]:
+        """Worker ``index`` is lost, and its sessions with it: returns them (sorted)."""
+        gone = sorted(k for k, w in self.owners.items() if w == index)
         self.owners = {k: w for k, w in self.owners.items() if w != index}
+        for key in gone:
+            self.lost[key] = index
+        for key in list(self.lost)[: max(0, len(self.lost) - LOST_KEPT)]:
+            del self.lost[key]
+        return gone
 
     def drop_retired(self, fence: RetiredAttempts) -> None:
         """Forget the sessions whose attempt ``fence`` has retired."""
         self.owners = {
             k: w for k, w in self.owners.items() if not fence.is_retired(EpisodeId.from_capture_key(k))
         }
+        self.lost = {
+            k: w for k, w in self.lost.items() if not fence.is_retired(EpisodeId.from_capture_key(k))
+        }
+
+    def _gone(self, key: str) -> LookupError:
+        """Why nobody holds ``key``: lost with its worker (``EpisodeGone``), or never here."""
+        index = self.lost.get(key)
+        if index is None:
+            return LookupError(key)
+        return EpisodeGone(key, f"episode {key} was lost with worker {index}: start it again")
 
     def by_worker(self, keys: Iterable[str]) -> dict[int, list[str]]:
         """``keys`` grouped by the worker holding each; a key nobody holds is left out."""
@@ -135,15 +155,17 @@ class Placement:
         self.served = True
         reply = _same_session(await self._request(owner, Start(episode_id, steps)), owner, "start", key)
         self.owners[key] = owner
+        self.lost.pop(key, None)
         return reply
 
     async def advance(self, episode_id: EpisodeId) -> Advanced:
-        """One step of ``episode_id`` on its worker; ``LookupError`` if no worker holds it."""
+        """One step of ``episode_id`` on its worker; ``LookupError`` if no worker holds it
+        (``EpisodeGone`` if one held it and was lost)."""
         self._admit(episode_id)
         key = episode_id.capture_key
         owner = self.owners.get(key)
         if owner is None:
-            raise LookupError(key)
+            raise self._gone(key)
         self.served = True
         reply = await self._request(owner, Advance(episode_id))
         if reply is None:
@@ -151,9 +173,12 @@ class Placement:
         return reply
 
     async def get(self, key: str) -> EpisodeView | None:
-        """The view of session ``key`` from its worker; ``None`` if no worker holds it."""
+        """The view of session ``key`` from its worker; ``None`` if no worker holds it
+        (``EpisodeGone`` if one held it and was lost)."""
         owner = self.owners.get(key)
         if owner is None:
+            if key in self.lost:
+                raise self._gone(key)
             return None
         reply = await self._request(owner, Get(key))
         return None if reply is None else _same_session(reply, owner, "get", key)

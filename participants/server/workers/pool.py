@@ -13,6 +13,7 @@ heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was cl
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -51,7 +52,11 @@ from ckpt_events.vocab import ErrorCode
 
 __all__ = ["WorkerPool"]
 
+log = logging.getLogger("ckpt_events.workers")
+
 _NOT_REPORTED: Final = PrepareReport(ready=False)
+#: Sessions a lost worker's log line names; the rest are counted.
+_LOST_NAMED: Final = 10
 #: How long after a commit's deadline a worker may still place its records file.
 _PART_GRACE_SECONDS: Final = 1.0
 #: How long after that the main process waits for the worker's reply: a part placed in time
@@ -158,7 +163,18 @@ class WorkerPool:
                 pass  # it is being lost; it gets the state again when it rejoins
 
     def _on_lost(self, index: int) -> None:
-        self.placement.drop_worker(index)
+        gone = self.placement.drop_worker(index)
+        if gone:
+            # Each answers 404 from now on: the operator learns which, and how many, here.
+            more = f" and {len(gone) - _LOST_NAMED} more" if len(gone) > _LOST_NAMED else ""
+            log.warning(
+                "worker %d lost %d session%s with it: %s%s",
+                index,
+                len(gone),
+                "" if len(gone) == 1 else "s",
+                ", ".join(gone[:_LOST_NAMED]),
+                more,
+            )
         self._reports.pop(index, None)
         if not self.admission_open:
             self._lost.add(index)

@@ -117,6 +117,34 @@ async def _drop_later(app: Any) -> None:
     await _drop(app, index)
 
 
+async def test_a_session_lost_with_its_worker_is_a_404_that_says_so_and_the_log_names_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Worker lost: each session it held answers 404 not_found naming the worker it was lost
+    with (it said "no episode r0", as for a session never started), the log names the sessions
+    lost, and a session started again is served."""
+    caplog.set_level(logging.WARNING, "ckpt_events.workers")
+    app = _app()
+    async with running(app) as client:
+        await _both_serving(client)
+        index = app.state.workload.owners["w-a"]
+        await _drop(app, index)
+        for reply in (
+            await client.post("/work/advance", json={"rollout_id": "w-a"}),
+            await client.get("/work/w-a"),
+        ):
+            assert error_code(reply) == (404, "not_found")
+            detail = reply.json()["error"]["detail"]
+            assert detail == f"episode w-a was lost with worker {index}: start it again", detail
+        never = await client.post("/work/advance", json={"rollout_id": "never"})
+        assert never.json()["error"]["detail"] == "no episode never"
+        said = [r.getMessage() for r in caplog.records if "session" in r.getMessage()]
+        assert said == [f"worker {index} lost 1 session with it: w-a"], said
+        again = await client.post("/work/start", json={"rollout_id": "w-a", "steps": 2})
+        assert again.status_code == 200, again.text
+        assert (await client.post("/work/advance", json={"rollout_id": "w-a"})).status_code == 200
+
+
 async def test_a_silent_worker_gives_503_after_the_reply_deadline_and_none_connected_gives_503() -> None:
     """A worker that never answers: 503 checkpoint_coordinator_unavailable at the reply deadline, no hang."""
     app = _app(reply_seconds=0.5)
