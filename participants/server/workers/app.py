@@ -168,6 +168,22 @@ class WorkerControlPlane(ControlPlane[Any]):
                 break
             await self.pool.wait_changed(min(remaining, _WAIT_SLICE))
             report = self.pool.report()
+        if (
+            not report.ready
+            and not self.pool.lost
+            and self.checkpoint_id == cid
+            and time.time() >= deadline_ts
+        ):
+            # The blocker counts them; /status shows a hung worker connected: only this names it.
+            # Said only of a wait that ran to its deadline (one cut short by a lost worker or a
+            # resume is not theirs to answer for).
+            for index, how in self.pool.unreported().items():
+                log.warning(
+                    "prepare of checkpoint %s: worker %d did not report by the deadline (%s): not ready",
+                    cid,
+                    index,
+                    how,
+                )
         return report
 
     async def _read_and_install(

@@ -249,6 +249,16 @@ class WorkerPool:
             # No worker answered: the next report can only come from one that joins.
             await self.coordinator.wait_connected(len(self.coordinator.connected()) + 1, min(timeout, 0.5))
 
+    def unreported(self) -> dict[int, str]:
+        """The workers counted in ``<kind>-workers-unreported`` now, each with how it stands
+        ("connected, no answer": hung or overloaded; or "not connected")."""
+        connected = set(self.coordinator.connected())
+        return {
+            index: "connected, no answer" if index in connected else "not connected"
+            for index in range(self.coordinator.workers)
+            if index not in self._lost and not (index in connected and index in self._reports)
+        }
+
     def report(self) -> PrepareReport:
         kind = str(self.kind)
         connected = set(self.coordinator.connected())

@@ -168,6 +168,34 @@ async def test_a_silent_worker_gives_503_after_the_reply_deadline_and_none_conne
             await silent.aclose()
 
 
+async def test_a_connected_worker_silent_through_a_prepare_is_named_once_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker that joined and then answers nothing (hung: SIGSTOP, a blocked loop): the prepare
+    is not ready (``workers-unreported:1``) and one line says which worker did not report, each
+    time a prepare ends so. Nothing named it: /status shows it connected, the blocker counts it."""
+    caplog.set_level(logging.INFO, "ckpt_events.workers")
+    app = _app()
+    async with running(app) as client:
+        await _both_serving(client)
+        await _drop(app, 1)
+        peer = await _join(app.state.coordinator, 1)  # reads nothing, answers nothing
+        try:
+            for cid in ("c1", "c2"):
+                with anyio.fail_after(5):
+                    prepared = await control(client, "prepare", cid, seconds=0.5)
+                assert "environment-workers-unreported:1" in prepared.json()["report"]["blockers"]
+                assert (await control(client, "resume", cid)).status_code == 200
+            said = [r.getMessage() for r in caplog.records if "did not report" in r.getMessage()]
+            assert said == [
+                f"prepare of checkpoint {cid}: worker 1 did not report by the deadline (connected, "
+                "no answer): not ready"
+                for cid in ("c1", "c2")
+            ], said
+        finally:
+            await peer.aclose()
+
+
 async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
