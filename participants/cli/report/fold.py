@@ -192,9 +192,11 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                 del traces[idle], pending[idle]
                 let_go += 1
         candidate = isinstance(e, ROOT_TYPES)
+        # A span named its own parent (a broken writer) has a parent unread: its end is a root
+        # for now whose spans are kept (``provisional``), never a flush of its trace's spans.
         parent_seen = (
             (trace_id, e.parent_span_id) in started or any(f.span_id == e.parent_span_id for f in buffer)
-            if candidate and e.parent_span_id is not None
+            if candidate and e.parent_span_id is not None and e.parent_span_id != e.span_id
             else False
         )
         # A started span is an instant (t == begin): a span that ended later skips the five

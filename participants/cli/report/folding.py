@@ -56,13 +56,15 @@ def _kind(s: Span) -> str:
 
 
 def waterfall_rows(spans: Sequence[Span], critical: Collection[int] = ()) -> list[Row]:
-    """``spans`` (one trace's, parents before children) with each large group of parallel calls
-    folded: the slowest call and the one on the ``critical`` path (span ids) stay, with their
-    subtrees, and a ``Folded`` row follows the last of them."""
+    """``spans`` (one trace's, parents before children, as ``model.trace_spans`` gives them) with
+    each large group of parallel calls folded: the slowest call and the one on the ``critical``
+    path (span ids) stay, with their subtrees, and a ``Folded`` row follows the last of them.
+    A span of depth 0 is a root, whatever its parent id (a loop's, drawn as one)."""
     ids = {s.span_id for s in spans}
     children: dict[int | None, list[Span]] = {}
     for s in spans:
-        parent = s.parent_span_id if s.parent_span_id in ids and s.parent_span_id != s.span_id else None
+        drawn_under = s.depth and s.parent_span_id in ids and s.parent_span_id != s.span_id
+        parent = s.parent_span_id if drawn_under else None
         children.setdefault(parent, []).append(s)
     out: list[Row] = []
     # Depth-first with an explicit stack, children in start order; a Folded row is pushed right

@@ -161,22 +161,36 @@ def _details(event: FinishedSpan) -> dict[str, Any]:
 
 
 def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
-    """The spans of one trace, each child right under its parent, siblings in start order."""
+    """The spans of one trace, each child right under its parent, siblings in start order.
+    A span whose parent id is its own, or not in the trace, is a root; where parent ids loop
+    (no span of the loop without a parent), the loop's earliest span is drawn as a root."""
     chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
     ids = {e.span_id for e in chosen}
     children: dict[int | None, list[FinishedSpan]] = {}
     for e in chosen:
-        parent = e.parent_span_id if e.parent_span_id in ids else None
+        parent = e.parent_span_id if e.parent_span_id in ids and e.parent_span_id != e.span_id else None
         children.setdefault(parent, []).append(e)
     out: list[Span] = []
-    # Depth-first with an explicit stack: bounded by the number of events, never recursive.
-    stack: list[tuple[FinishedSpan, int]] = [
-        (e, 0) for e in sorted(children.get(None, []), key=_start, reverse=True)
-    ]
-    while stack and len(out) <= len(chosen):
-        e, depth = stack.pop()
-        out.append(_span(e, depth))
-        stack.extend((c, depth + 1) for c in sorted(children.get(e.span_id, []), key=_start, reverse=True))
+    drawn: set[int] = set()  # id() of the events drawn
+    roots = sorted(children.get(None, []), key=_start)
+    # Each round draws at least one span (a loop's earliest when no root is left), so at most
+    # one round per span: a loop of parent ids once ended the report in a traceback.
+    for _ in range(len(chosen)):
+        if not roots:
+            roots = sorted((e for e in chosen if id(e) not in drawn), key=_start)[:1]
+            if not roots:
+                break
+        # Depth-first with an explicit stack: bounded by the number of events, never recursive.
+        stack: list[tuple[FinishedSpan, int]] = [(e, 0) for e in reversed(roots)]
+        roots = []
+        while stack and len(out) <= len(chosen):
+            e, depth = stack.pop()
+            if id(e) in drawn:
+                continue
+            drawn.add(id(e))
+            out.append(_span(e, depth))
+            below = sorted(children.get(e.span_id, []), key=_start, reverse=True)
+            stack.extend((c, depth + 1) for c in below)
     return out
 
 

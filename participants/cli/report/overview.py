@@ -341,7 +341,7 @@ def _rows(
             not isinstance(e, CollectionStarted | CollectionFinished)
             or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE)
         )
-        and (e.trace_id, e.parent_span_id) not in keys
+        and (e.parent_span_id == e.span_id or (e.trace_id, e.parent_span_id) not in keys)
     ]
     roots.sort(key=lambda e: e.start_ns)
     rows: list[RunRow] = []

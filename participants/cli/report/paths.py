@@ -225,11 +225,13 @@ def path_line(events: Sequence[Event], trace_id: int) -> str:
     The path is named by its longest stage (a child of the root) and its longest participant
     operation; when that operation is also the trace's slowest, the line says so instead of
     naming it twice. Where a span of unknown duration makes either unknown, the line says
-    ``unknown`` and whose clock went back."""
+    ``unknown`` and whose clock went back, or that the trace's parent ids loop."""
     chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
     root = _tree(chosen)[0]
-    if root is None:
+    if not chosen:
         return ""
+    if root is None:  # spans, each naming a parent among them: their parent ids loop
+        return "critical path: unknown (the trace's parent ids loop: no span without a parent)"
     sections, stop = _walk(chosen)
     operations = _participant_operations(chosen)
     unsure = next((e for e in operations if duration_ns(e) is None), None)

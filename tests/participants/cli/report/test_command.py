@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +98,81 @@ def test_an_ascii_stdout_shows_what_it_cannot_encode_as_escapes(tmp_path: Path) 
     )
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()
     assert b"checkpoint c\\xe9 (commit)" in done.stdout
+
+
+def _edited_log(tmp_path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> Path:
+    """The real emitter's checkpoint and restore written by the jsonl sink, its records passed
+    through ``edit`` (a hostile or broken writer's log)."""
+    import anyio
+    import msgspec
+
+    from ckpt_events.sinks import JsonLinesSink
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    written = tmp_path / "written.jsonl"
+    sink = JsonLinesSink(written)
+    sink.handle(anyio.run(checkpoint_and_restore))
+    anyio.run(sink.aclose)
+    records = [msgspec.json.decode(line) for line in written.read_bytes().splitlines()]
+    edit(records)
+    log = tmp_path / "edited.jsonl"
+    log.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records))
+    return log
+
+
+def _roots(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The collections' records that have no parent: the checkpoint's and the restore's."""
+    return [r for r in records if r["type"].startswith("collection_") and r["parent_span_id"] is None]
+
+
+def test_a_root_whose_parent_is_its_own_child_is_drawn_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A collection whose parent id names its own first child (a loop: no span of the trace
+    without a parent): the waterfall had no row and the report ended in "max() arg is an empty
+    sequence"; every span of the loop is drawn, on the terminal and in the picture."""
+
+    def loop(records: list[dict[str, Any]]) -> None:
+        first_child = {}
+        for r in records:
+            if r["type"] == "coordinate_started":
+                first_child.setdefault(r["trace_id"], r["span_id"])
+        for r in _roots(records):
+            r["parent_span_id"] = first_child[r["trace_id"]]
+
+    log = _edited_log(tmp_path, loop)
+    picture = tmp_path / "loop.svg"
+    assert main(["report", str(log), "--report", str(picture)]) == 0
+    out = capsys.readouterr().out
+    assert "collection.checkpoint" in out and "coordinate.prepare" in out and "write" in out
+    # No span to walk the critical path from: unknown, never left out or guessed.
+    assert "#1 checkpoint, critical path: unknown (the trace's parent ids loop" in out
+    assert "collection.checkpoint" in picture.read_text()
+
+
+def test_a_root_that_names_itself_its_parent_is_still_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A collection whose parent id is its own span id: the overview dropped it (its parent was
+    "seen"), found no row and said "no controller's coordination in these logs", beside the
+    controller's very spans. A nested one (the publish) ended the trace's spans as a root's:
+    the checkpoint's critical path was walked over the resume alone. Both as the log unedited."""
+
+    def own_parent(records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r["type"].startswith("collection_"):
+                r["parent_span_id"] = r["span_id"]
+
+    log = _edited_log(tmp_path, own_parent)
+    assert main(["report", str(tmp_path / "written.jsonl")]) == 0
+    unedited = capsys.readouterr().out
+    assert main(["report", str(log)]) == 0
+    captured = capsys.readouterr()
+    assert "no controller's coordination" not in captured.err
+    assert "run overview (1 log file): 2 checkpoints and restores" in captured.out
+    assert "collection.checkpoint" in captured.out
+
+    def paths(out: str) -> list[str]:
+        return [line for line in out.splitlines() if ", critical path: " in line]
+
+    assert len(paths(unedited)) == 2 and paths(captured.out) == paths(unedited)
