@@ -8,6 +8,7 @@ it imports nothing of ours, so the benchmarks' ``report``, which the command lin
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -18,9 +19,15 @@ def unwritable(path: Path, *, make_folders: bool = False) -> str | None:
     """Why ``path`` cannot be written as a file, in one line, or ``None``: a folder; a file where
     a folder of the path should be; a folder that does not exist (unless ``make_folders``: the
     writer makes it, so the nearest one that exists must take a file); no right to write there
-    (tried, not read from modes: they lie to root and on read-only mounts). Nothing is created,
-    and an existing file is opened for writing, never truncated."""
+    (tried, not read from modes: they lie to root and on read-only mounts). A link is judged by
+    where it points (a write follows it), and the line names both. Nothing is created, and an
+    existing file is opened for writing, never truncated."""
     shown = repr(str(path))
+    if path.is_symlink():
+        # A dangling link's own folder takes a file, but the write goes where it points.
+        target = Path(os.path.realpath(path))
+        shown = f"{shown} (a link to {str(target)!r})"
+        path = target
     if path.is_dir():
         return f"{shown} is a folder: name a file in it"
     folder = path.parent

@@ -56,3 +56,15 @@ def test_it_is_a_leaf_so_the_benchmarks_report_does_not_import_the_command_line(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_link_is_judged_by_where_it_points(tmp_path: Path) -> None:
+    """A link to a file in a folder that does not exist was taken (its own folder can take a
+    file), and the write then failed on a traceback: judged by its target, named in the line.
+    A link to a file that can be written is writable."""
+    (dangling := tmp_path / "report.html").symlink_to(tmp_path / "gone" / "x.html")
+    refusal = unwritable(dangling)
+    assert refusal is not None and "\n" not in refusal
+    assert f"the folder of {str(dangling)!r} (a link to {str(tmp_path / 'gone' / 'x.html')!r})" in refusal
+    (to_a_file := tmp_path / "to-file.html").symlink_to(tmp_path / "target.html")
+    assert unwritable(to_a_file) is None and not (tmp_path / "target.html").exists()

@@ -105,8 +105,10 @@ def _report(args: argparse.Namespace) -> int:
     details = run.details(rows)
     for row in rows:
         render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
-    if args.report is not None:
-        name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
+    if args.report is None:
+        return 0
+    name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"
+    try:
         if run.rows and args.checkpoint is None and args.report.suffix.lower() in (".html", ".htm"):
             from ckpt_events.participants.cli.report.run_page import write_run_page
 
@@ -120,6 +122,9 @@ def _report(args: argparse.Namespace) -> int:
             events = whole.events if whole is not None else run.all_events()
         tallies = whole.counts if whole is not None else None  # the whole logs' counted events
         print(write_report(args.report, events, title=f"report of {name}", tallies=tallies))
+    except OSError as exc:
+        # Probed writable up front, the write can still fail (a disk that fills): one line.
+        raise CommandError(f"cannot write {args.report}: {exc.strerror or exc}") from None
     return 0
 
 

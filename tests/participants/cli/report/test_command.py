@@ -176,3 +176,22 @@ def test_a_root_that_names_itself_its_parent_is_still_a_checkpoint(
         return [line for line in out.splitlines() if ", critical path: " in line]
 
     assert len(paths(unedited)) == 2 and paths(captured.out) == paths(unedited)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a disk that is full)")
+@pytest.mark.parametrize("name", ["page.html", "one.svg", "run.perfetto.json"])
+def test_a_report_that_cannot_be_written_to_the_end_is_one_line(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A disk that fills while the report is written (a link to ``/dev/full``): the probe up front
+    passes, the write raised ``OSError: [Errno 28] No space left on device``, a traceback; it is one
+    line naming the file and why, exit 2."""
+    log = _edited_log(tmp_path, lambda records: None)
+    (full := tmp_path / name).symlink_to("/dev/full")
+    argv = ["report", str(log), "--report", str(full)]
+    if name == "one.svg":
+        argv += ["--checkpoint", "c1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ckpt-events report: error: cannot write ") and str(full) in err[-1]
+    assert "No space left on device" in err[-1]
