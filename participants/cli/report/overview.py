@@ -117,8 +117,19 @@ class RunRow:
 
     @property
     def ms(self) -> float | None:
-        # Both stamps are the controller's; a clock that went back never makes it negative.
-        return None if self.end_ns is None else max(0, self.end_ns - self.start_ns) / 1e6
+        """How long it took, by the controller's stamps; ``None`` while open at the end of the
+        log, or when that clock went back during it (``ms_text`` says which)."""
+        # Was 0.0 when the clock went back: a figure, where a span's duration is unknown.
+        if self.end_ns is None or self.end_ns < self.start_ns:
+            return None
+        return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def ms_text(self) -> str:
+        """``12.3``; ``?`` when the controller's clock went back during it; ``""`` while open."""
+        if self.end_ns is None:
+            return ""
+        return "?" if self.ms is None else f"{self.ms:.1f}"
 
     @property
     def published(self) -> bool:

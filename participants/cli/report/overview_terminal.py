@@ -78,7 +78,7 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
             row.what,
             Text(escape(row.checkpoint_id or "")),
             start,
-            "" if row.ms is None else f"{row.ms:.1f}",
+            row.ms_text,
             "unknown"
             if row.pause_unknown or (row.paused_ms is None and row.what == "checkpoint")
             else ""

@@ -78,7 +78,7 @@ def _strip(run: Run) -> str:
         x = (row.start_ns - lo) / total * _STRIP_W
         width = max(2.0, (end - row.start_ns) / total * _STRIP_W)
         fill = OUTCOME_FILLS.get(row.outcome, "#6b7280")
-        ms = "open" if row.ms is None else f"{row.ms:.1f} ms"
+        ms = "open" if row.end_ns is None else "duration unknown" if row.ms is None else f"{row.ms:.1f} ms"
         tip = escape_html(f"#{number} {row.what} {row.checkpoint_id or ''}: {row.outcome}, {ms}")
         out.append(
             f'<a href="#row-{number}"><rect class="checkpoint" data-row="{number}" '
@@ -131,7 +131,7 @@ def _table(run: Run, drawn: set[int]) -> str:
         body.append(
             f'<tr id="row-{number}"><td>{number}</td><td>{escape_html(row.what)}</td>'
             f"<td>{escape_html(row.checkpoint_id or '')}</td>"
-            f"<td>{_when(row.start_ns)}</td><td>{'' if row.ms is None else f'{row.ms:.1f}'}</td>"
+            f"<td>{_when(row.start_ns)}</td><td>{row.ms_text}</td>"
             f"<td>{'' if row.paused_ms is None else f'{row.paused_ms:.1f}'}</td>"
             f'<td class="outcome" style="color:{colour}">{escape_html(row.outcome)}</td>'
             f'<td class="cause">{escape_html(said)}{link}</td></tr>'

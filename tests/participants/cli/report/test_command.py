@@ -195,3 +195,26 @@ def test_a_report_that_cannot_be_written_to_the_end_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("ckpt-events report: error: cannot write ") and str(full) in err[-1]
     assert "No space left on device" in err[-1]
+
+
+def test_a_checkpoint_whose_clock_went_back_is_of_unknown_duration_not_0_ms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The controller's clock went back during the checkpoint (its collection ends before it
+    starts): the overview said it took 0.0 ms, on the terminal and the page, where its critical
+    path was rightly unknown; its duration is unknown (``?``), as a span's is."""
+
+    def back(records: list[dict[str, Any]]) -> None:
+        for r in _roots(records):
+            if r["type"] == "collection_finished" and r["action"] == "checkpoint":
+                r["end_ns"] = r["start_ns"] - 1_000
+
+    log = _edited_log(tmp_path, back)
+    page = tmp_path / "page.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line.split() for line in out.splitlines() if line.strip().startswith("1   checkpoint")]
+    assert row[4] == "?" and "0.0" not in row
+    html = page.read_text()
+    assert "#1 checkpoint c1: published, duration unknown" in html
+    assert "<td>0.0</td>" not in html.split('<table id="overview">')[1].split("</table>")[0]
