@@ -87,6 +87,9 @@ class RunRow:
     #: without both, or when a participant's clock is not proven on it (``pause_unknown``).
     paused_ms: float | None = None
     pause_unknown: bool = False
+    #: Its trace holds another row's root too (one traceparent given to several collections):
+    #: which prepares and resumes are its own is unknown, so its pause is (``pause_unknown``).
+    shared_trace: bool = False
     #: That pause's (first prepare, last resume), in ns, when ``paused_ms`` is known.
     paused_span: tuple[int, int] | None = None
     #: (trace id, span id) of each root span: a checkpoint run by a bare coordinator has one
@@ -331,6 +334,15 @@ def overview(
             row.paused_ms = None
             row.paused_span = None
             row.pause_unknown = True
+    # Each row's pause is its traces' first prepare to last resume: a trace shared by several
+    # rows gave each the span of them all (a checkpoint "paused" until the restore resumed).
+    sharing = Counter(t for row in rows for t in row.trace_ids)
+    for row in rows:
+        if any(sharing[t] > 1 for t in row.trace_ids):
+            row.paused_ms = None
+            row.paused_span = None
+            row.shared_trace = True
+            row.pause_unknown = row.what == "checkpoint"  # a restore's pause is not shown
     if runs is not None:
         run.fleets = fleets(rows, runs)
     return run

@@ -45,10 +45,11 @@ def _paused_ms(checkpoints: list[RunRow]) -> float:
 def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = "") -> RunLine | None:
     checkpoints = [r for r in rows if r.what == "checkpoint"]
     known = [r for r in checkpoints if r.paused_ms is not None]
-    clock = sum(r.pause_unknown for r in checkpoints)
+    shared = sum(r.pause_unknown and r.shared_trace for r in checkpoints)
+    clock = sum(r.pause_unknown and not r.shared_trace for r in checkpoints)
     # A checkpoint without both its first prepare and its last resume in the logs (a cut log,
     # an abort) paused the fleet for an unknown time: never summed as 0.
-    torn = len(checkpoints) - len(known) - clock
+    torn = len(checkpoints) - len(known) - clock - shared
     wall_ms = (last_ns - first_ns) / 1e6
     if wall_ms <= 0 or not checkpoints:
         return None
@@ -62,8 +63,16 @@ def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = ""
             if clock
             else []
         ),
+        *(
+            [
+                f"{counted(shared, 'checkpoint')} sharing its trace with another checkpoint or "
+                "restore (one traceparent given to several collections)"
+            ]
+            if shared
+            else []
+        ),
     ]
-    unknown = f"pause unknown for {counted(torn + clock, 'checkpoint')}: {'; '.join(why)}"
+    unknown = f"pause unknown for {counted(torn + clock + shared, 'checkpoint')}: {'; '.join(why)}"
     fleet = "its fleet" if whose else "the fleet"
     lead = f"{whose}checkpointing paused {fleet} (admission closed, first prepare to last resume) "
     if not known:

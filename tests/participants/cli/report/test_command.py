@@ -218,3 +218,35 @@ def test_a_checkpoint_whose_clock_went_back_is_of_unknown_duration_not_0_ms(
     html = page.read_text()
     assert "#1 checkpoint c1: published, duration unknown" in html
     assert "<td>0.0</td>" not in html.split('<table id="overview">')[1].split("</table>")[0]
+
+
+def test_checkpoints_that_share_one_trace_have_an_unknown_pause_said_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every collection given one traceparent (a job traced as one span): the checkpoint's pause
+    ran from its first prepare to the restore's last resume (the trace's), and the restore had
+    a pause of its own; the rows sharing a trace have an unknown pause, and the line says why."""
+    trace = "ab" * 16
+
+    def one_trace(records: list[dict[str, Any]]) -> None:
+        for r in _roots(records):
+            r["parent_span_id"] = "1" * 16  # the job's span, in a log not given
+            r["parent_remote"] = True
+        for r in records:
+            if "trace_id" in r:
+                r["trace_id"] = trace
+
+    log = _edited_log(tmp_path, one_trace)
+    assert main(["report", str(tmp_path / "written.jsonl")]) == 0
+    apart = capsys.readouterr().out
+    assert "checkpointing paused the fleet (admission closed, first prepare to last resume) " in apart
+    assert main(["report", str(log)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[1] for row in rows[:2]] == ["checkpoint", "restore"]
+    assert rows[0][5] == "unknown" and rows[1][5] == "restored"  # the restore's pause: blank
+    assert (
+        "checkpointing paused the fleet (admission closed, first prepare to last resume) for an "
+        "unknown time (pause unknown for 1 checkpoint: 1 checkpoint sharing its trace with another "
+        "checkpoint or restore (one traceparent given to several collections))"
+    ) in " ".join(out.split())  # the terminal's lines wrapped
