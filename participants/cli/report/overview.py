@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from ckpt_events import (
     CheckpointEvent,
@@ -63,6 +63,12 @@ from ckpt_events.vocab import CollectionAction, CountedEvent, Operation, Outcome
 
 __all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "row_of"]
 
+#: Why a row's pause is unknown (``RunRow.pause_why``): a participant answered outside the
+#: controller's call (a clock no one shift aligns); a participant's clock went back during its
+#: resume (its end unknown); its trace holds another row's root too (whose prepares and
+#: resumes are its own is unknown).
+PauseUnknown = Literal["unaligned", "resume_clock", "shared_trace"]
+
 PUBLISHED: Final = "published"
 RESTORED: Final = "restored"
 ABORTED: Final = "aborted"
@@ -84,12 +90,9 @@ class RunRow:
     critical_path: str = ""
     #: How long admission was closed: from the first participant's prepare to the last one's
     #: resume, stamps of several processes on the callers' clock (``clocks``); ``None``
-    #: without both, or when a participant's clock is not proven on it (``pause_unknown``).
+    #: without both, or when it is unknown why (``pause_why``).
     paused_ms: float | None = None
-    pause_unknown: bool = False
-    #: Its trace holds another row's root too (one traceparent given to several collections):
-    #: which prepares and resumes are its own is unknown, so its pause is (``pause_unknown``).
-    shared_trace: bool = False
+    pause_why: PauseUnknown | None = None
     #: That pause's (first prepare, last resume), in ns, when ``paused_ms`` is known.
     paused_span: tuple[int, int] | None = None
     #: (trace id, span id) of each root span: a checkpoint run by a bare coordinator has one
@@ -133,6 +136,11 @@ class RunRow:
         if self.end_ns is None:
             return ""
         return "?" if self.ms is None else f"{self.ms:.1f}"
+
+    @property
+    def pause_unknown(self) -> bool:
+        """Whether its pause is unknown for a reason (``pause_why``), not merely not in the logs."""
+        return self.pause_why is not None
 
     @property
     def published(self) -> bool:
@@ -327,22 +335,23 @@ def overview(
             checkpoints[row.checkpoint_id] = number
     fold.trends.rows = rows
     _unaligned_paths(run, fold, outside)
-    for row in rows:
-        if row.trace_ids & outside or any(
-            fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces
-        ):
-            row.paused_ms = None
-            row.paused_span = None
-            row.pause_unknown = True
     # Each row's pause is its traces' first prepare to last resume: a trace shared by several
     # rows gave each the span of them all (a checkpoint "paused" until the restore resumed).
     sharing = Counter(t for row in rows for t in row.trace_ids)
     for row in rows:
+        why: PauseUnknown | None = None
         if any(sharing[t] > 1 for t in row.trace_ids):
             row.paused_ms = None
             row.paused_span = None
-            row.shared_trace = True
-            row.pause_unknown = row.what == "checkpoint"  # a restore's pause is not shown
+            why = "shared_trace" if row.what == "checkpoint" else None  # a restore's is not shown
+        elif row.trace_ids & outside:
+            why = "unaligned"
+        elif any(fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces):
+            why = "resume_clock"  # was said "unaligned": a cause no clock line backed
+        if why is not None:
+            row.paused_ms = None
+            row.paused_span = None
+            row.pause_why = why
     if runs is not None:
         run.fleets = fleets(rows, runs)
     return run

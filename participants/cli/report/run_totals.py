@@ -9,9 +9,10 @@ a warning (the terminal draws those yellow, the page marks them).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import Counter
+from typing import Final, NamedTuple
 
-from ckpt_events.participants.cli.report.overview import Run, RunRow, episodes_text
+from ckpt_events.participants.cli.report.overview import PauseUnknown, Run, RunRow, episodes_text
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["RunLine", "run_lines"]
@@ -42,37 +43,33 @@ def _paused_ms(checkpoints: list[RunRow]) -> float:
     return total / 1e6
 
 
+#: Why a checkpoint's pause is unknown (``RunRow.pause_why``), in words.
+_UNKNOWN_BECAUSE: Final[dict[PauseUnknown, str]] = {
+    "unaligned": (
+        "with a participant that answered outside the controller's call (a clock no one shift aligns)"
+    ),
+    "resume_clock": "with a resume during which its participant's clock went back (its end unknown)",
+    "shared_trace": (
+        "sharing its trace with another checkpoint or restore (one traceparent given to several collections)"
+    ),
+}
+
+
 def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = "") -> RunLine | None:
     checkpoints = [r for r in rows if r.what == "checkpoint"]
     known = [r for r in checkpoints if r.paused_ms is not None]
-    shared = sum(r.pause_unknown and r.shared_trace for r in checkpoints)
-    clock = sum(r.pause_unknown and not r.shared_trace for r in checkpoints)
+    because = Counter(r.pause_why for r in checkpoints if r.pause_why is not None)
     # A checkpoint without both its first prepare and its last resume in the logs (a cut log,
     # an abort) paused the fleet for an unknown time: never summed as 0.
-    torn = len(checkpoints) - len(known) - clock - shared
+    torn = len(checkpoints) - len(known) - because.total()
     wall_ms = (last_ns - first_ns) / 1e6
     if wall_ms <= 0 or not checkpoints:
         return None
     why = [
         *([f"{counted(torn, 'checkpoint')} without both a prepare and a resume in the logs"] if torn else []),
-        *(
-            [
-                f"{counted(clock, 'checkpoint')} with a participant that answered outside the "
-                "controller's call (a clock no one shift aligns)"
-            ]
-            if clock
-            else []
-        ),
-        *(
-            [
-                f"{counted(shared, 'checkpoint')} sharing its trace with another checkpoint or "
-                "restore (one traceparent given to several collections)"
-            ]
-            if shared
-            else []
-        ),
+        *(f"{counted(n, 'checkpoint')} {_UNKNOWN_BECAUSE[reason]}" for reason, n in because.items()),
     ]
-    unknown = f"pause unknown for {counted(torn + clock + shared, 'checkpoint')}: {'; '.join(why)}"
+    unknown = f"pause unknown for {counted(torn + because.total(), 'checkpoint')}: {'; '.join(why)}"
     fleet = "its fleet" if whose else "the fleet"
     lead = f"{whose}checkpointing paused {fleet} (admission closed, first prepare to last resume) "
     if not known:

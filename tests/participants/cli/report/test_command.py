@@ -250,3 +250,27 @@ def test_checkpoints_that_share_one_trace_have_an_unknown_pause_said_why(
         "unknown time (pause unknown for 1 checkpoint: 1 checkpoint sharing its trace with another "
         "checkpoint or restore (one traceparent given to several collections))"
     ) in " ".join(out.split())  # the terminal's lines wrapped
+
+
+def test_a_pause_unknown_for_a_resume_whose_clock_went_back_is_said_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A participant's clock went back during its resume (its end unknown): the pause is unknown,
+    rightly, but the line blamed "a participant that answered outside the controller's call (a
+    clock no one shift aligns)", which no clock line backed; it names the resume."""
+
+    def back(records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r["type"] == "operation_finished" and r["operation"] == "resume" and r["kind"] == "agent":
+                r["end_ns"] = r["start_ns"] - 1_000
+                return
+
+    log = _edited_log(tmp_path, back)
+    assert main(["report", str(log)]) == 0
+    captured = capsys.readouterr()
+    said = " ".join(captured.out.split())  # the terminal's lines wrapped
+    assert "could not align" not in captured.err and "outside the controller's call" not in said
+    assert (
+        "for an unknown time (pause unknown for 1 checkpoint: 1 checkpoint with a resume during "
+        "which its participant's clock went back (its end unknown))"
+    ) in said
