@@ -44,10 +44,12 @@ def _track(who: str) -> tuple[str, int | None]:
 
 def _all_spans(events: Sequence[Event]) -> list[tuple[int, Span]]:
     """Every finished span with its trace id, traces in order of their first span."""
-    order: dict[int, None] = {}
+    # Grouped in one pass: each trace's spans were found by a pass over every event of the run
+    # (213,000 lines of 3,000 checkpoints took 224 s, the rest of the report 5 s).
+    traces: dict[int, list[Event]] = {}
     for e in finished_spans(events):
-        order.setdefault(e.trace_id, None)
-    return [(trace, s) for trace in order for s in trace_spans(events, trace)]
+        traces.setdefault(e.trace_id, []).append(e)
+    return [(trace, s) for trace, mine in traces.items() for s in trace_spans(mine, trace)]
 
 
 def _lanes(spans: list[Span]) -> list[int]:
