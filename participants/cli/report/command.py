@@ -24,7 +24,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint",
         metavar="ID",
         help="only this checkpoint (or restore) in detail; by default the slowest published one "
-        "and every one that did not publish",
+        "and the first 20 that did not publish",
     )
     parser.add_argument(
         "--report",
@@ -39,7 +39,11 @@ def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
     from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events, nothing_read
     from ckpt_events.participants.cli.report.overview import overview
-    from ckpt_events.participants.cli.report.overview_terminal import chosen_rows, render_overview
+    from ckpt_events.participants.cli.report.overview_terminal import (
+        chosen_rows,
+        not_detailed_line,
+        render_overview,
+    )
     from ckpt_events.participants.cli.report.runs import RunLinks
     from ckpt_events.participants.cli.report.terminal import render
 
@@ -102,6 +106,8 @@ def _report(args: argparse.Namespace) -> int:
         render(out, whole.events, title=", ".join(args.logs), totals=(whole.breakdown, whole.counts))
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
+        if (note := not_detailed_line(run)) is not None:
+            print(note, file=sys.stderr)
     details = run.details(rows)
     for row in rows:
         render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")

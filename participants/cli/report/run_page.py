@@ -30,6 +30,7 @@ from ckpt_events.participants.cli.report.overview import (
     Run,
     RunRow,
 )
+from ckpt_events.participants.cli.report.overview_terminal import DETAILED_UNPUBLISHED
 from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
 from ckpt_events.participants.cli.text import escape_html
@@ -200,7 +201,8 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
     drawn = set(details)
     not_all = (
         f"<p>{len(drawn)} of {len(run.rows)} waterfalls drawn (the slowest published checkpoint and "
-        "every one that did not publish); <code>--checkpoint ID</code> draws any other.</p>"
+        f"the first {DETAILED_UNPUBLISHED} that did not publish); <code>--checkpoint ID</code> draws "
+        "any other.</p>"
         if len(drawn) < len(run.rows)
         else ""
     )

@@ -274,3 +274,34 @@ def test_a_pause_unknown_for_a_resume_whose_clock_went_back_is_said_so(
         "for an unknown time (pause unknown for 1 checkpoint: 1 checkpoint with a resume during "
         "which its participant's clock went back (its end unknown))"
     ) in said
+
+
+def test_the_checkpoints_detailed_by_default_are_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every checkpoint that did not publish was detailed: 2,100 open checkpoints (a controller's
+    log without its ends) printed 26 MB and a 98 MB page in 53 s and 597 MB. The first
+    ``DETAILED_UNPUBLISHED`` are, the rest are counted in one line naming ``--checkpoint``; the
+    page, which draws every row of a run of at most ``ALL_WATERFALLS``, draws those."""
+    from ckpt_events.participants.cli.report.overview_terminal import DETAILED_UNPUBLISHED
+    from ckpt_events.participants.cli.report.run_page import ALL_WATERFALLS
+
+    started = (
+        '{"type":"collection_started","kind":"controller","instance":"c","trace_id":%d,"span_id":1,'
+        '"start_ns":%d,"action":"checkpoint","checkpoint_id":"c%d"}\n'
+    )
+    count = ALL_WATERFALLS + 7
+    log = tmp_path / "open.jsonl"
+    log.write_text("".join(started % (n, (n + 1) * 1_000_000_000, n) for n in range(1, count + 1)))
+    page = tmp_path / "page.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    captured = capsys.readouterr()
+    heading = "(open at end of log): time per participant"
+    detailed = [line for line in captured.out.splitlines() if heading in line]
+    assert len(detailed) == DETAILED_UNPUBLISHED
+    assert "checkpoint c1 (open at end of log)" in detailed[0]
+    said = " ".join(captured.err.split())
+    left = count - DETAILED_UNPUBLISHED
+    assert f"{left} more checkpoints and restores that did not publish are not detailed" in said
+    assert "--checkpoint ID" in said
+    assert page.read_text().count('<section id="detail-') == DETAILED_UNPUBLISHED
