@@ -10,7 +10,8 @@ ever open in such a file.
 
 Bad input is reported per line (counted, the first few shown) and never stops the read: a
 line that is not JSON, a span id seen twice, ids of the wrong length, an end before its
-start, and, at the end, steps whose operation (parent) never came.
+start, a time outside ``[0, 2**63)`` ns, an attribute of ours of the wrong type, and, at the
+end, steps whose operation (parent) never came.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ __all__ = ["looks_like_otlp", "read_otlp"]
 
 _IS_REMOTE: Final = 0x200
 _STATUS_ERROR: Final = 2
+#: A time of an event is a Unix ns in ``[0, 2**63)``: an ``int64``, as a collector's.
+_TIME_BOUND: Final = 1 << 63
 #: Span name -> (event class, the field its name comes from, that field's value): the span
 #: exporters' rule (``ckpt_events.sinks._span_attrs``) read backwards.
 _PLANS: Final = plans_by_name()
@@ -125,19 +128,41 @@ def read_otlp(path: Path, skip: Any) -> Iterator[tuple[int, Any]]:
                                 waiting.setdefault(parent, []).append((number, fields))
                                 continue
                             fields["kind"], fields["instance"], fields["worker"] = owner
-                        elif cls is OperationFinished:
+                        elif cls is not OperationFinished:
+                            fields.setdefault("kind", Kind.CONTROLLER.value)
+                            fields.setdefault("instance", "controller")
+                        # An attribute of ours of the wrong type (``records`` a string) was
+                        # msgspec's ValidationError out of the report: the span is skipped.
+                        event = _converted(fields, cls)
+                        if isinstance(event, str):
+                            skip(f"{path}:{number}: span {fields['span_id']:016x} skipped: {event}")
+                            continue
+                        if cls is OperationFinished:  # an operation skipped names no step's owner
                             owner = (fields["kind"], fields["instance"], fields.get("worker"))
                             owners[key] = owner
                             for at, step in waiting.pop(key, ()):
                                 step["kind"], step["instance"], step["worker"] = owner
-                                yield at, msgspec.convert(step, StepFinished)
-                        else:
-                            fields.setdefault("kind", Kind.CONTROLLER.value)
-                            fields.setdefault("instance", "controller")
-                        yield number, msgspec.convert(fields, cls)
+                                made = _converted(step, StepFinished)
+                                if isinstance(made, str):
+                                    skip(f"{path}:{at}: span {step['span_id']:016x} skipped: {made}")
+                                    continue
+                                yield at, made
+                        yield number, event
     for steps in waiting.values():
         for at, step in steps:
             skip(f"{path}:{at}: step span {step['span_id']:016x}: its parent operation never came; skipped")
+
+
+def _converted(fields: dict[str, Any], cls: type) -> Any:
+    """The event of ``fields``, or why it is not one: a field of the wrong type, or a time
+    outside ``[0, 2**63)`` (what the JSON-lines reader refuses too)."""
+    for name, value in fields.items():
+        if name.endswith("_ns") and isinstance(value, int) and not 0 <= value < _TIME_BOUND:
+            return f"Expected `int` >= 0 and < 2**63 (Unix ns), got {value} - at `$.{name}`"
+    try:
+        return msgspec.convert(fields, cls)
+    except msgspec.ValidationError as exc:
+        return str(exc)
 
 
 def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | None:
@@ -176,7 +201,10 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | N
         if key in _FIELDS:
             fields[_FIELDS[key]] = got
         elif key is not None:
-            extra[key] = got
+            # An event's attribute is a bool, int, float or str: an array or a key-value list
+            # (valid OTLP) is kept as its JSON text, not the reason to skip the span.
+            scalar = isinstance(got, bool | int | float | str)
+            extra[key] = got if scalar else msgspec.json.encode(pair.get("value")).decode()
     if extra:
         fields["attributes"] = extra
     status = span.get("status") or {}

@@ -15,6 +15,7 @@ from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.sinks.otel import OtlpSpanSink
+from ckpt_events.sinks.otlp import read_otlp
 from tests.participants.cli.report.test_run_report import _write
 
 
@@ -98,3 +99,47 @@ async def test_bad_otlp_spans_one_line_each(
     assert err[2] == f"{otlp}:{n}: span abc skipped: trace id must be 32 hex digits and span id 16"
     assert err[3].startswith(f"{otlp}:{n + 1}: not an OTLP JSON trace request")
     assert err[4] == f"{otlp}:{n}: step span abababababababab: its parent operation never came; skipped"
+
+
+async def test_otlp_spans_with_a_field_of_the_wrong_type_or_a_time_out_of_range_are_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
+) -> None:
+    """A span whose ``records`` attribute is a string ended the report in msgspec's ValidationError
+    traceback; a span ending in year 3e9 (1e26 ns) or starting before 1970 was read, and the run
+    line said "0.0% of the logs' 99999998203659312.0 s". Each is one line, skipped, as the JSON
+    lines reader skips a time outside [0, 2**63)."""
+    otlp = tmp_path / "collector.json"
+    _export_as_collector_file(aborted_run, otlp)
+    requests = [json.loads(line) for line in otlp.read_text().splitlines()]
+    spans = [s for r in requests for rs in r["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    write = next(s for s in spans if s["name"] == "gym.checkpoint.write")
+    operation = next(s for s in spans if s["spanId"] == write["parentSpanId"])
+    records = {"key": "nemo.gym.checkpoint.records", "value": {"stringValue": "many"}}
+    typed = dict(operation, spanId="ab" * 8, attributes=[*operation.get("attributes", []), records])
+    late = dict(spans[0], spanId="cd" * 8, endTimeUnixNano="99999999999999999999999999")
+    early = dict(spans[0], spanId="ef" * 8, startTimeUnixNano="-5")
+    step = dict(write, spanId="12" * 8, parentSpanId="ab" * 8)  # waits for the bad operation
+    bad = {"resourceSpans": [{"scopeSpans": [{"spans": [step, typed, late, early]}]}]}
+    # A user's attribute that is an array or a key-value list (valid OTLP) costs nothing: kept
+    # as its JSON text (it skipped the span: an event's attribute is a bool, int, float or str).
+    listed = {"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}}
+    nested = {"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}}
+    users = [{"key": "user.list", "value": listed}, {"key": "user.map", "value": nested}]
+    kept = dict(spans[0], spanId="34" * 8, attributes=[*spans[0].get("attributes", []), *users])
+    good = {"resourceSpans": [{"scopeSpans": [{"spans": [kept]}]}]}
+    with otlp.open("a") as f:
+        f.write(json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+    (event,) = [e for _, e in read_otlp(otlp, lambda line: None) if e.span_id == 0x34343434_34343434]
+    assert event.attributes is not None
+    assert json.loads(event.attributes["user.list"]) == listed
+    assert json.loads(event.attributes["user.map"]) == nested
+    assert main(["report", str(otlp)]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    n = len(requests) + 1
+    assert err[0].startswith(f"{otlp}:{n}: span abababababababab skipped: ") and "records" in err[0]
+    assert err[1].startswith(f"{otlp}:{n}: span cdcdcdcdcdcdcdcd skipped: ") and "2**63" in err[1]
+    assert err[2].startswith(f"{otlp}:{n}: span efefefefefefefef skipped: ") and "2**63" in err[2]
+    assert err[3] == f"{otlp}:{n}: step span 1212121212121212: its parent operation never came; skipped"
+    assert len(err) == 4
+    assert "of the logs' 9999" not in captured.out
