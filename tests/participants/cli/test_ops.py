@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -78,13 +79,18 @@ def test_a_symlink_in_the_folder_is_a_file_already_there_and_force_replaces_the_
     assert not elsewhere.exists()
 
 
+#: What a process of ``_ops_with_file_size_limit`` may write to one file: rules.yml fits, a
+#: later file of the pack does not.
+_FILE_SIZE_LIMIT: Final = len(ops_file("rules.yml").encode())
+
+
 def _ops_with_file_size_limit(pack: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    """``ops --write PACK`` in a process that may write no file past 8000 bytes (RLIMIT_FSIZE, a
-    full disk's stand-in): rules.yml and rules_test.yml fit, dashboard.json (12 kB) does not."""
+    """``ops --write PACK`` in a process that may write no file past ``_FILE_SIZE_LIMIT`` bytes
+    (RLIMIT_FSIZE, a full disk's stand-in)."""
 
     def limit() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
-        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_SIZE_LIMIT, _FILE_SIZE_LIMIT))
 
     return subprocess.run(
         [sys.executable, "-m", "ckpt_events.participants.cli", "ops", "--write", str(pack), *flags],
@@ -97,12 +103,13 @@ def test_a_write_failing_part_way_leaves_the_folder_as_it_was(tmp_path: Path) ->
     failed one cut short (dashboard.json at 4096 of 12,139 bytes, unnamed in the error) and the
     old pack's other files beside them; a later run refused to touch them. The pack is written
     whole or not at all: nothing new in the folder, an old pack there left byte for byte."""
-    assert len(ops_file("dashboard.json")) > 8000 > len(ops_file("rules_test.yml"))
+    too_large = [name for name in OPS_FILES if len(ops_file(name).encode()) > _FILE_SIZE_LIMIT]
+    assert too_large and too_large[0] != OPS_FILES[0]  # part way: after rules.yml is written
     pack = tmp_path / "pack"
     done = _ops_with_file_size_limit(pack)
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr == (
-        f"ckpt-events ops: error: --write {pack}: cannot write the pack: {pack / 'dashboard.json'}: "
+        f"ckpt-events ops: error: --write {pack}: cannot write the pack: {pack / too_large[0]}: "
         "File too large; nothing written\n"
     )
     assert list(pack.iterdir()) == []
