@@ -55,6 +55,21 @@ def test_promtool_unit_tests_fire_each_alert_and_stay_silent_on_healthy_series(t
         assert re.search(rf"alertname: {alert}\n        exp_alerts: \[\]", tests), alert
 
 
+def test_every_alert_says_what_happened_and_what_to_do() -> None:
+    """Each alert has a one-line summary and a description, and its unit tests check both."""
+    rules = ops_file("rules.yml")
+    tests = ops_file("rules_test.yml")
+    blocks = re.split(r"\n      - alert: ", rules)[1:]
+    assert len(blocks) == 6
+    for block in blocks:
+        name = block.split("\n", 1)[0]
+        assert re.search(r"\n          summary: \"[^\n]+\"\n", block), name
+        assert "\n          description: >-\n" in block, name
+        firing = re.findall(rf"alertname: {name}\n        exp_alerts:\n          - exp_labels", tests)
+        assert firing, name
+    assert tests.count("exp_labels") == tests.count("              summary: ") == tests.count("description: ")
+
+
 def test_promtool_unit_tests_fail_when_a_threshold_is_wrong(tmp_path: Path) -> None:
     """The unit tests can fail: raising the refusal threshold past the series makes promtool say so."""
     pack = _written(tmp_path)
