@@ -70,6 +70,47 @@ def test_every_alert_says_what_happened_and_what_to_do() -> None:
     assert tests.count("exp_labels") == tests.count("              summary: ") == tests.count("description: ")
 
 
+#: The unit each dashboard query's values are in, by the metric it reads (Grafana's unit ids;
+#: ``rps`` is Grafana's reads/s, not records/s).
+DASHBOARD_UNITS = {
+    "_milliseconds_bucket": "ms",
+    "_milliseconds_count": "ops",
+    "gym_checkpoint_records_total": "suffix: records/s",
+    "gym_checkpoint_bytes_total": "Bps",
+    "gym_checkpoint_events_total": "short",
+    "gym_checkpoint_open_operations": "short",
+    "gym_checkpoint_oldest_open_s_seconds": "s",
+    "gym_checkpoint_last_published_ts_seconds": "s",
+}
+#: Metrics whose every series has a participant kind: their panels follow the $kind variable.
+KIND_LABELLED = ("_milliseconds_", "records_total", "bytes_total", "open_operations", "oldest_open_s")
+
+
+def test_every_dashboard_query_is_shown_in_its_metrics_unit_and_follows_the_kind_filter() -> None:
+    """Each query's unit (its panel's, or an override for its refId) is its metric's unit:
+    the oldest open operation's age was drawn as a bare number beside the open count, and
+    records per second as Grafana's reads per second."""
+    dashboard = json.loads(ops_file("dashboard.json"))
+    checked = 0
+    for panel in dashboard["panels"]:
+        config = panel["fieldConfig"]
+        overridden = {
+            o["matcher"]["options"]: p["value"]
+            for o in config["overrides"]
+            if o["matcher"]["id"] == "byFrameRefID"
+            for p in o["properties"]
+            if p["id"] == "unit"
+        }
+        for target in panel["targets"]:
+            unit = overridden.get(target["refId"], config["defaults"]["unit"])
+            expected = [u for part, u in DASHBOARD_UNITS.items() if part in target["expr"]]
+            assert expected == [unit], (panel["title"], target["expr"], unit)
+            if any(part in target["expr"] for part in KIND_LABELLED):
+                assert '{nemo_gym_checkpoint_participant_kind=~"$kind"}' in target["expr"], target["expr"]
+            checked += 1
+    assert checked == 11
+
+
 def test_promtool_unit_tests_fail_when_a_threshold_is_wrong(tmp_path: Path) -> None:
     """The unit tests can fail: raising the refusal threshold past the series makes promtool say so."""
     pack = _written(tmp_path)
