@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.ops import ops_file
-from ckpt_events.sinks._prom_names import metric_name
+from ckpt_events.sinks._metric_keys import _KEYS
+from ckpt_events.sinks._prom_names import label_name, metric_name
 from ckpt_events.sinks.prometheus import prometheus_names
 from ckpt_events.vocab import InstrumentKind
 from tests.sinks.prom_server import promtool_binary
@@ -109,6 +110,47 @@ def test_every_dashboard_query_is_shown_in_its_metrics_unit_and_follows_the_kind
                 assert '{nemo_gym_checkpoint_participant_kind=~"$kind"}' in target["expr"], target["expr"]
             checked += 1
     assert checked == 11
+
+
+#: The flat-key tag of each family's labels (``_metric_keys``); events_total: per event.
+FAMILY_TAGS = {
+    "gym_checkpoint_operation_duration_ms_milliseconds": "duration",
+    "gym_checkpoint_loop_lag_ms_milliseconds": "loop_lag",
+    "gym_checkpoint_records_total": "volume",
+    "gym_checkpoint_bytes_total": "volume",
+    "gym_checkpoint_open_operations": "open",
+    "gym_checkpoint_oldest_open_s_seconds": "open",
+}
+
+
+def test_the_unit_tests_input_series_are_shaped_like_a_scrape() -> None:
+    """Each input series of rules_test.yml is a series our endpoint writes, with exactly its
+    labels (an event's own) plus the target's job and instance, or the target's ``up``."""
+    series = re.findall(r"- series: '(\w+)\{([^}]*)\}'", ops_file("rules_test.yml"))
+    assert len(series) > 50
+    for name, labels in series:
+        got = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        assert {"job", "instance"} <= set(got), (name, got)
+        own = set(got) - {"job", "instance"}
+        if name == "up":
+            assert not own
+            continue
+        family = name.removesuffix("_bucket")
+        expected = set()
+        if family == "gym_checkpoint_events_total":
+            expected = {
+                "nemo_gym_checkpoint_event",
+                *map(label_name, _KEYS[got["nemo_gym_checkpoint_event"]]),
+            }
+        elif family in FAMILY_TAGS:
+            expected = set(map(label_name, _KEYS[FAMILY_TAGS[family]])) | (
+                {"le"} if name.endswith("_bucket") else set()
+            )
+        else:
+            assert name == "gym_checkpoint_last_published_ts_seconds", name
+        assert own == expected, (name, got)
+        if "le" in got:
+            assert got["le"] == "+Inf" or str(int(float(got["le"]))) == got["le"]  # Go's "5", never "5.0"
 
 
 def test_promtool_unit_tests_fail_when_a_threshold_is_wrong(tmp_path: Path) -> None:
