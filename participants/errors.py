@@ -20,6 +20,8 @@ control plane's protocol)::
     ├── MalformedRequest            a body that does not decode: 422 ``invalid_request``, not
     │                               counted as ``refused``
     ├── WorkError                   a unit of work failed upstream: 502 ``upstream_error``
+    ├── EpisodeGone                 an episode lost with the worker that held it: a 404 that says
+    │                               so (also a LookupError, as "no such episode" is)
     ├── CheckpointStoreError        the on-disk checkpoint could not be written or read
     │   ├── InvalidCheckpointError  missing, corrupt, unsafe or out of scope: the control plane
     │   │                           answers ``invalid_checkpoint_state`` (422)
@@ -86,6 +88,7 @@ __all__ = [
     "CommandLineError",
     "CoordinationError",
     "DemoFailed",
+    "EpisodeGone",
     "ForeignCheckpoint",
     "InvalidCheckpointError",
     "LaunchError",
@@ -150,6 +153,15 @@ class MalformedRequest(CkptEventsError):
 
 class WorkError(CkptEventsError):
     """A unit of work failed upstream (e.g. the inference worker): HTTP 502 ``upstream_error``."""
+
+
+class EpisodeGone(CkptEventsError, LookupError):
+    """An episode this server held and lost (the worker holding it ended): the 404's detail,
+    ``detail``, says so, where "no episode" would read as if it had never been started."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(key)
+        self.detail = detail
 
 
 class CheckpointStoreError(CkptEventsError):

@@ -11,21 +11,13 @@ from typing import Annotated, Any, Protocol
 
 import msgspec
 
+from ckpt_events.participants.errors import EpisodeGone
 from ckpt_events.participants.protocol import EpisodeId, WorkAdvanceReply, WorkStartReply
 from ckpt_events.participants.workloads.base import Episode, Workload
 
 __all__ = ["EpisodeGone", "EpisodeView", "LocalWork", "WorkService", "episode_view"]
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class EpisodeGone(LookupError):
-    """An episode this server held and lost (the worker holding it ended): the 404's detail,
-    ``detail``, says so, where "no episode" would read as if it had never been started."""
-
-    def __init__(self, key: str, detail: str) -> None:
-        super().__init__(key)
-        self.detail = detail
 
 
 class WorkService(Protocol):
