@@ -19,7 +19,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import uvicorn
@@ -30,7 +30,10 @@ from ckpt_events.participants.fastapi import STATE_ATTRIBUTE, telemetry
 
 from .bench_app import REFUSED
 
-__all__ = ["load_app", "main"]
+__all__ = ["GRACEFUL_SECONDS", "load_app", "main"]
+
+#: Seconds uvicorn waits, once told to stop, for the requests still running, then cancels them.
+GRACEFUL_SECONDS: Final = 5
 
 
 def load_app(spec: str) -> Starlette:
@@ -113,7 +116,17 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return REFUSED
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # A request that hangs (a route refused for it) held the stop until the bench's SIGKILL,
+        # 30 s, and the telemetry's drain with it: cancelled after this many seconds.
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+    )
     return 0
 
 

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +72,10 @@ SINKS: Final = {
 #: ``--connections`` at most: 99,999,999 had wrk ask for 834 GB, 100,000 ran past its time-out,
 #: and the httpx driver would start a task for each (10,000 open within a slice here).
 MAX_CONNECTIONS: Final = 10_000
-#: Seconds a server has to start (import, startup, first answer).
+#: Seconds a server has to start (import, startup, listening).
 START_TIMEOUT: Final = 60.0
+#: Seconds the first request has to be answered, its body read to the end.
+PREFLIGHT_SECONDS: Final = 30.0
 #: The load alternates between the variants' servers in slices this long (seconds): a burst of
 #: other work on a shared machine then falls on both, not on one variant's whole run.
 SLICE_SECONDS: Final = 1
@@ -191,20 +194,48 @@ def _read_state(path: Path) -> dict[str, Any] | None:
 
 
 def _preflight(port: int, request: Request) -> None:
-    """One request before measuring: a route that fails would be measured failing."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    """One request before measuring: a route that fails, or redirects, would be measured as
+    that; one that does not answer whole within ``PREFLIGHT_SECONDS`` cannot be measured."""
+    deadline = time.monotonic() + PREFLIGHT_SECONDS
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PREFLIGHT_SECONDS)
+    head = b""
     try:
         connection.request(
             request.method, request.path, body=request.body or None, headers=dict(request.headers)
         )
         answer = connection.getresponse()
-        body = answer.read()
+        # Read to the end, bounded: a socket time-out bounds each read, not an endless stream.
+        while chunk := answer.read1(65_536):
+            head = head if len(head) >= 300 else head + chunk
+            if time.monotonic() > deadline:
+                raise BenchAppError(
+                    f"{request} did not finish its answer within {PREFLIGHT_SECONDS:g} s (a response "
+                    "streamed without end, or too slowly to measure): bench a route that answers whole"
+                )
+    except TimeoutError:
+        raise BenchAppError(
+            f"{request} did not answer within {PREFLIGHT_SECONDS:g} s (the route hangs, or is too slow "
+            "to measure): bench a route that answers in well under a second"
+        ) from None
+    except (http.client.HTTPException, ConnectionError) as exc:
+        raise BenchAppError(
+            f"{request} got no valid answer ({exc!r}): check --request, --body and --header"
+        ) from None
     finally:
         connection.close()
+    said = " ".join(head[:300].decode(errors="replace").split())  # one line, whatever the body holds
+    if 300 <= answer.status < 400:
+        # wrk counts a 3xx as answered: the redirect, not the route, would be measured.
+        # FastAPI's trailing-slash redirect names the whole URL: its path is what to bench.
+        where = urllib.parse.urlsplit(answer.getheader("Location", ""))
+        path = where.path + (f"?{where.query}" if where.query else "")
+        raise BenchAppError(
+            f"{request} answered {answer.status}, a redirect to {path or '(no Location)'}: bench the "
+            f"route itself (--request '{request.method} {path or '/path'}')"
+        )
     if answer.status >= 400:
         raise BenchAppError(
-            f"{request} answered {answer.status}: {body[:300].decode(errors='replace')} "
-            "(check --request, --body and --header)"
+            f"{request} answered {answer.status}: {said} (check --request, --body and --header)"
         )
 
 

@@ -10,12 +10,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ckpt_events.benchmarks import rotel
+from ckpt_events.benchmarks import bench_app, rotel
+from ckpt_events.benchmarks.bench_app import BenchAppError
+from ckpt_events.benchmarks.load import Request
 from ckpt_events.participants.cli.main import main
 
 APP = """
@@ -314,3 +317,80 @@ def test_a_server_that_exits_under_load_says_so(tmp_path: Path) -> None:
     assert last.startswith(
         "ckpt-events bench: the off server of userapp:app exited (1) under load of GET /x"
     ), last
+
+
+ROUTES = """
+import asyncio
+import sys
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse, StreamingResponse
+
+from ckpt_events.participants.fastapi import instrument
+
+app = FastAPI()
+instrument(app, kind="judge", instance="judge-0")
+
+
+@app.get("/x")
+async def x() -> dict[str, int]:
+    return {"ok": 1}
+
+
+@app.get("/hang")
+async def hang() -> dict[str, int]:
+    await asyncio.sleep(3600)
+    return {"ok": 1}
+
+
+@app.get("/stream")
+async def stream() -> StreamingResponse:
+    async def endless():
+        while True:
+            yield b"x" * 1024
+            await asyncio.sleep(0.01)
+
+    return StreamingResponse(endless())
+
+
+@app.get("/old")
+async def old() -> RedirectResponse:
+    return RedirectResponse("/x", status_code=307)
+"""
+
+
+def _first_request(
+    project: Path, request: str, monkeypatch: pytest.MonkeyPatch, source: str = ROUTES
+) -> BenchAppError:
+    """Start one real server of ``source`` as the bench does and send ``request`` first: the error."""
+    (project / "routes.py").write_text(source)
+    monkeypatch.setattr(bench_app, "PREFLIGHT_SECONDS", 2.0)
+    method, path = bench_app.parse_request(request)
+    bench = bench_app.AppBench(app="routes:app", request=Request(method, path), project=project)
+    with pytest.raises(BenchAppError) as raised, bench_app._server(bench, "off", None, None):
+        pass
+    return raised.value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("request_line", "message"),
+    [
+        # A TimeoutError traceback after 30 s, the servers stopped.
+        ("GET /hang", "GET /hang did not answer within 2 s"),
+        # Read to its end, which never came: the bench hung until killed.
+        ("GET /stream", "GET /stream did not finish its answer within 2 s"),
+        # Measured as the route, a redirect being a success to wrk: a fast server of nothing.
+        ("GET /old", "GET /old answered 307, a redirect to /x: bench the route itself (--request 'GET /x')"),
+        # FastAPI's own trailing-slash redirect, to a whole URL: its path is what to bench.
+        ("GET /x/?a=1", "GET /x/?a=1 answered 307, a redirect to /x?a=1: bench the route itself"),
+    ],
+)
+def test_a_first_request_that_does_not_answer_the_route_is_one_line(
+    request_line: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first request is bounded in time, whole, and a redirect is refused, not measured."""
+    started = time.monotonic()
+    error = _first_request(tmp_path, request_line, monkeypatch)
+    assert str(error).startswith(message) and "\n" not in str(error), error
+    assert time.monotonic() - started < 20  # the server stopped too, its hung request cancelled
