@@ -263,6 +263,7 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
         with log.open("wb") as err:
             proc = spawn(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
         server = _Server(proc, port, log)
+        started = False
         try:
             if core is not None:
                 os.sched_setaffinity(proc.pid, {core})
@@ -271,18 +272,32 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
             # listens: the port is waited for too (a request in between was refused).
             while _read_state(state_file) is None or not listening(proc, port, deadline - time.monotonic()):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log.read_text(errors="replace").strip().splitlines()[-12:]
-                    if proc.returncode == REFUSED and tail:
-                        raise BenchAppError(tail[-1])  # why, in one line (no such module, not an app, ...)
-                    raise BenchAppError(
-                        f"the {variant} server of {bench.app} did not start:\n" + "\n".join(tail)
-                    )
+                    raise _not_started(bench, variant, server, _read_state(state_file) is not None)
                 time.sleep(0.05)
+            started = True
             _preflight(port, bench.request)
             yield server
         finally:
-            stop_process(proc, timeout=30)
+            # One whose startup never ended ignores SIGTERM (uvicorn waits for the startup): it
+            # was given 30 s before its SIGKILL.
+            stop_process(proc, timeout=30 if started else 2)
             server.state = _read_state(state_file) or {}
+
+
+def _not_started(bench: AppBench, variant: str, server: _Server, startup_ran: bool) -> BenchAppError:
+    """Why ``server`` did not start, from how it ended and its log's last lines."""
+    tail = server.log.read_text(errors="replace").strip().splitlines()[-12:]
+    code = server.proc.poll()
+    if code == REFUSED and tail:
+        return BenchAppError(tail[-1])  # why, in one line (no such module, not an app, ...)
+    if code is not None:
+        how = f"did not start: it exited ({code}) before it listened"
+    elif startup_ran:
+        how = f"did not start within {START_TIMEOUT:g} s: it did not listen on 127.0.0.1:{server.port}"
+    else:
+        how = f"did not start within {START_TIMEOUT:g} s: its startup (lifespan) did not finish"
+    said = ":\n" + "\n".join(tail) if tail else ", printing nothing"
+    return BenchAppError(f"the {variant} server of {bench.app} {how}{said}")
 
 
 def _drive(bench: AppBench, variant: str, server: _Server, seconds: int) -> Load:

@@ -394,3 +394,50 @@ def test_a_first_request_that_does_not_answer_the_route_is_one_line(
     error = _first_request(tmp_path, request_line, monkeypatch)
     assert str(error).startswith(message) and "\n" not in str(error), error
     assert time.monotonic() - started < 20  # the server stopped too, its hung request cancelled
+
+
+HUNG_STARTUP = """
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ckpt_events.participants.fastapi import instrument
+
+
+@asynccontextmanager
+async def lifespan(app):
+    await asyncio.sleep(3600)
+    yield
+
+
+app = FastAPI(lifespan=lifespan)
+instrument(app, kind="judge", instance="judge-0")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        # Both were "the off server of routes:app did not start:" and an empty line.
+        (
+            "import sys\nsys.exit(0)\n",
+            "the off server of routes:app did not start: it exited (0) before it listened, printing nothing",
+        ),
+        (
+            HUNG_STARTUP,
+            "the off server of routes:app did not start within 2 s: its startup (lifespan) did not "
+            "finish, printing nothing",
+        ),
+    ],
+)
+def test_a_server_that_does_not_start_says_how(
+    source: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that exits quietly, or whose startup never ends, is named with what it did."""
+    monkeypatch.setattr(bench_app, "START_TIMEOUT", 2.0)
+    started = time.monotonic()
+    error = _first_request(tmp_path, "GET /x", monkeypatch, source)
+    assert str(error) == message
+    assert time.monotonic() - started < 20  # a server that never started is not given 30 s to stop
