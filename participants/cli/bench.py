@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 from ckpt_events.benchmarks.load import stop_spawned
 from ckpt_events.benchmarks.rotel import CollectorError
@@ -67,12 +67,18 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``kill``, ``timeout``, a cancelled CI job) raises ``KeyboardInterrupt``, as Ctrl-C
-    does, so the servers and collectors a suite started are stopped on the way out (SIGTERM
-    ended the bench at once and left them running, reparented to init)."""
+    """SIGTERM (``kill``, ``timeout``, a cancelled CI job) does what Ctrl-C does, so the servers
+    and collectors a suite started are stopped on the way out (SIGTERM ended the bench at once
+    and left them running, reparented to init)."""
 
-    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-        raise KeyboardInterrupt
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        # Through SIGINT's handler of the moment: inside an event loop (the httpx driver) that
+        # is the loop's, which cancels its main task; raising here, inside one of its tasks,
+        # had asyncio print "unhandled exception during asyncio.run() shutdown" and a traceback.
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored (a background job) or left to the default
+            raise KeyboardInterrupt
+        handler(signal.SIGINT, frame)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -441,3 +443,28 @@ def test_a_server_that_does_not_start_says_how(
     error = _first_request(tmp_path, "GET /x", monkeypatch, source)
     assert str(error) == message
     assert time.monotonic() - started < 20  # a server that never started is not given 30 s to stop
+
+
+@pytest.mark.slow
+def test_sigterm_while_httpx_drives_is_a_plain_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM (``timeout``, a cancelled CI job) while the built-in driver runs: raised inside one
+    of its tasks, the interrupt ended the event loop with a task failed, and asyncio printed
+    "unhandled exception during asyncio.run() shutdown" with its traceback before
+    "interrupted". It is now delivered as Ctrl-C is, through the loop's own handler."""
+    from ckpt_events.benchmarks.load import drive
+    from ckpt_events.participants.cli.bench import _sigterm_as_interrupt
+
+    (tmp_path / "routes.py").write_text(ROUTES)
+    bench = bench_app.AppBench(app="routes:app", request=Request("GET", "/x"), project=tmp_path)
+    with bench_app._server(bench, "off", None, None) as server:
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt), _sigterm_as_interrupt():
+                # 64 connections keep the loop in the driver's tasks, where the signal lands.
+                drive("httpx", f"http://127.0.0.1:{server.port}", bench.request, 5, 64)
+        finally:
+            timer.cancel()
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
