@@ -81,6 +81,10 @@ PREFLIGHT_SECONDS: Final = 30.0
 SLICE_SECONDS: Final = 1
 #: Idle time before a round's CPU is read, so work left behind by its last slice is counted.
 DRAIN_SECONDS: Final = 1.0
+#: Fewer clock ticks of CPU than this in a server's round (``/proc`` counts in ticks, 10 ms
+#: here) cannot be told from the clock's grain: a sleeping route's 1 or 2 ticks printed
+#: "20,000.0 us per request" and ratios of 0.5 or 2; none at all would divide by zero.
+MIN_CPU_TICKS: Final = 10
 #: More failed requests than this share of a run make its figures those of errors: refused.
 MAX_FAILED_SHARE: Final = 0.01
 _OFF: Final = "off"
@@ -361,10 +365,23 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
                 f"{bench.request} failed {load.failed} of {load.requests} times under load ({variant}): "
                 "the figures would be those of errors"
             )
+        _enough_cpu(variant, after[variant] - before[variant], load)
         us = (after[variant] - before[variant]) / load.requests * 1e6
         children = (children_after[variant] - children_before[variant]) / load.requests * 1e6
         runs[variant] = _Run(us, load.per_second, load, servers[variant].state, children)
     return runs
+
+
+def _enough_cpu(variant: str, seconds: float, load: Load) -> None:
+    """Refuse a round whose CPU ``/proc`` could not resolve: it counts in clock ticks (10 ms)."""
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    ticks = round(seconds / tick)
+    if ticks < MIN_CPU_TICKS:
+        raise BenchAppError(
+            f"too little CPU to measure per request: the {variant} server used {seconds:.2f} s over a "
+            f"round ({ticks} clock ticks of {tick * 1e3:g} ms, {load.requests:,} requests; at least "
+            f"{MIN_CPU_TICKS} ticks are needed): use a longer --duration, or more --connections"
+        )
 
 
 def _skipped(bench: AppBench, collector: str | None) -> dict[str, str]:

@@ -468,3 +468,30 @@ def test_sigterm_while_httpx_drives_is_a_plain_interrupt(
         finally:
             timer.cancel()
     assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+
+
+@pytest.mark.slow
+def test_too_little_cpu_to_measure_is_refused(tmp_path: Path) -> None:
+    """A route that sleeps, driven over two connections, cost each server a tick or two of CPU a
+    round: /proc counts in 10 ms ticks, and the table printed "server CPU per request 20,000.0
+    us" and ratios of 0.5 or 2 that were the clock's grain (a round of no tick at all would
+    divide by zero). Refused, saying how much was measured and what to change."""
+    source = (
+        "import asyncio\n"
+        "from fastapi import FastAPI\n"
+        "from ckpt_events.participants.fastapi import instrument\n\n"
+        "app = FastAPI()\n"
+        "instrument(app, kind='judge', instance='judge-0')\n\n"
+        "@app.get('/idle')\n"
+        "async def idle() -> dict[str, int]:\n"
+        "    await asyncio.sleep(0.5)\n"
+        "    return {'ok': 1}\n"
+    )
+    run = _bench_of(tmp_path, source, "GET /idle")
+    assert run.returncode == 1, run.stdout
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ckpt-events bench: too little CPU to measure per request: the off server used "
+    ), last
+    assert "clock ticks" in last and last.endswith("use a longer --duration, or more --connections"), last
+    assert not (tmp_path / "out.json").exists()
