@@ -23,7 +23,8 @@ did between its slices, exporting, included) and divided by the requests it answ
 or more cores the servers are pinned to one core and the driver (and the collector) to another.
 Rounds rotate the variants' order; each on/off ratio is taken within a
 round, printed as the median over rounds with its spread (``spread.Ratio``). A sink that cannot
-run (no rotel) keeps a row saying why and how to get it.
+run (no rotel) keeps a row saying why and how to get it; when none of them can, nothing is
+measured (``BenchAppError``, before any server starts).
 """
 
 from __future__ import annotations
@@ -402,7 +403,13 @@ def run(bench: AppBench) -> dict[str, Any]:
         collector = stack.enter_context(rotel.collector()) if "otlp" in bench.sinks else None
         skipped = _skipped(bench, collector)
         sinks_on = [s for s in bench.sinks if s not in skipped]
-        variants = [_OFF, _ON] if sinks_on else [_OFF]
+        if not sinks_on:
+            # Measuring "off" alone, every round, answered nothing that was asked.
+            why = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
+            raise BenchAppError(
+                f"none of --sinks {','.join(bench.sinks)} can run, so there is no 'on' to measure: {why}"
+            )
+        variants = [_OFF, _ON]
         runs: dict[str, list[_Run]] = {v: [] for v in variants}
         for r in range(bench.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]

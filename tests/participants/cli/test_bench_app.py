@@ -495,3 +495,24 @@ def test_too_little_cpu_to_measure_is_refused(tmp_path: Path) -> None:
     ), last
     assert "clock ticks" in last and last.endswith("use a longer --duration, or more --connections"), last
     assert not (tmp_path / "out.json").exists()
+
+
+def test_sinks_none_of_which_can_run_are_refused_before_any_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--sinks otlp`` without rotel measured "off" alone, every round, and exited 0 with a
+    table of no ratio: nothing the user asked for. One line now, before any server starts."""
+    absent = tmp_path / "no-rotel-agent"
+    monkeypatch.setenv(rotel.ENV_BINARY, str(absent))
+    (tmp_path / "tinyapp.py").write_text(APP)
+    monkeypatch.chdir(tmp_path)
+    status = main(
+        ["bench", "--app", "tinyapp:app", "--request", "GET /x", "--sinks", "otlp", "--json", "out.json"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and "round" not in "\n".join(err), err
+    assert err[-1] == (
+        "ckpt-events bench: none of --sinks otlp can run, so there is no 'on' to measure: otlp: "
+        f"{rotel.why_missing({rotel.ENV_BINARY: str(absent)})}"
+    )
+    assert not (tmp_path / "out.json").exists()
