@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import resource
 import sys
-from typing import Any
+from typing import Any, Final
 
 from ckpt_events.benchmarks.bench_app import MAX_CONNECTIONS, SINKS
 from ckpt_events.benchmarks.load import DRIVERS
@@ -59,6 +60,23 @@ def _app_spec(value: str) -> str:
     if not module.strip() or not attribute.strip():
         raise argparse.ArgumentTypeError(f"takes MODULE:ATTR (as uvicorn does), not {value!r}")
     return value
+
+
+#: File descriptors a server or the driver needs beside its connections (its imports, its
+#: sinks' files and sockets, a collector's).
+_SPARE_FILES: Final = 64
+
+
+def _file_descriptors_for(connections: int) -> None:
+    """Refuse ``connections`` past the open-file limit the servers and the driver inherit: wrk
+    failed its connects past it and the bench blamed the route ("failed 748 of 2183 times")."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and connections + _SPARE_FILES > soft:
+        raise CommandError(
+            f"--connections {connections} opens {connections:,} sockets in the load driver and in each "
+            f"server, but this shell's open-file limit is {soft} (ulimit -n): raise it (ulimit -n "
+            f"{connections + _SPARE_FILES}), or use --connections {max(soft - _SPARE_FILES, 1)} or fewer"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         driver = load.pick_driver(args.driver)
     except (ValueError, FileNotFoundError) as exc:
         raise CommandError(str(exc)) from None
+    _file_descriptors_for(args.connections)
     body = (args.body or "").encode()
     if args.body is not None and not any(name.lower() == "content-type" for name, _ in headers):
         headers.append(("Content-Type", "application/json"))

@@ -516,3 +516,31 @@ def test_sinks_none_of_which_can_run_are_refused_before_any_server(
         f"{rotel.why_missing({rotel.ENV_BINARY: str(absent)})}"
     )
     assert not (tmp_path / "out.json").exists()
+
+
+def test_more_connections_than_file_descriptors_are_refused_up_front(tmp_path: Path) -> None:
+    """Under ``ulimit -n 256``, ``--connections 1000`` had wrk fail 750 connects a slice, and the
+    bench blamed the route ("GET /x failed 748 of 2183 times under load") after starting its
+    servers. Refused before any server starts, naming the limit and both ways out."""
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    (tmp_path / "tinyapp.py").write_text(APP)
+    run = subprocess.run(
+        [sys.executable, "-m", "ckpt_events.participants.cli.main", "bench", "--app", "tinyapp:app"]
+        + ["--request", "POST /commit", "--body", BODY, "--connections", "1000", "--json", "out.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=low_limit,
+    )
+    assert run.returncode == 2 and "round" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "ckpt-events bench: error: --connections 1000 opens 1,000 sockets in the load driver and in "
+        "each server, but this shell's open-file limit is 256 (ulimit -n): raise it (ulimit -n 1064), "
+        "or use --connections 192 or fewer"
+    )
