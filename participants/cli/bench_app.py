@@ -11,6 +11,7 @@ import importlib
 import json
 import resource
 import sys
+from pathlib import Path
 from typing import Any, Final
 
 from ckpt_events.benchmarks.bench_app import MAX_CONNECTIONS, SINKS
@@ -59,6 +60,21 @@ def _app_spec(value: str) -> str:
     module, _, attribute = value.partition(":")
     if not module.strip() or not attribute.strip():
         raise argparse.ArgumentTypeError(f"takes MODULE:ATTR (as uvicorn does), not {value!r}")
+    # './app.py:app' was a TypeError traceback from importlib, 'app.py:app' "no module named
+    # 'app.py'", both once the first round's servers had started. ('app.py' is a dotted name
+    # too, module 'py' of package 'app': taken for the file when the file is there.)
+    if not all(part.isidentifier() for part in module.split(".")) or (
+        module.endswith(".py") and Path(module).is_file()
+    ):
+        name = module.removesuffix(".py").replace("/", ".").strip(".")
+        if name != module and all(part.isidentifier() for part in name.split(".")):
+            raise argparse.ArgumentTypeError(
+                f"takes MODULE:ATTR with MODULE a module's name, as uvicorn does, not a file path "
+                f"({value!r}): run from the folder that holds it, with --app {name}:{attribute}"
+            )
+        raise argparse.ArgumentTypeError(
+            f"takes MODULE:ATTR with MODULE a module's dotted name, not {value!r}"
+        )
     return value
 
 

@@ -572,3 +572,28 @@ def test_failures_under_the_refusal_share_have_a_row(tmp_path: Path) -> None:
         answered = sum(figures["variants"][variant]["requests"])
         row = rows.get(f"requests that failed under load, {variant} (up to 1% are measured)")
         assert failed > 0 and row == (f"{failed:,} of {answered:,}", "0", False), (variant, row)
+
+
+@pytest.mark.parametrize(
+    ("spec", "hint"),
+    [
+        # A TypeError traceback from importlib ("the 'package' argument is required"), both
+        # servers started, and "no module named 'app.py'" for the file's own name.
+        ("./app.py:app", "--app app:app"),
+        ("app.py:app", "--app app:app"),
+        ("src/service/main.py:api", "--app src.service.main:api"),
+        (".app:app", "--app app:app"),
+    ],
+)
+def test_an_app_named_by_its_file_is_refused_with_its_module_name(
+    spec: str, hint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--app takes a module, as uvicorn does: a file path is refused when parsed, naming the
+    module to give instead."""
+    (tmp_path / "app.py").write_text(APP)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--app", spec, "--request", "GET /"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"not a file path ({spec!r}): run from the folder that holds it, with {hint}" in err, err
