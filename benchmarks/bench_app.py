@@ -495,6 +495,17 @@ def _figures(
             )
         if dropped := _final(on, "dropped") + _final(on, "abandoned"):
             rows.append(("on: events the sinks dropped (their buffers were full)", dropped, "0", False))
+        if unreported := sum("stopped" not in one.state for one in on):
+            # No counters is not none dropped (the app's shutdown raised, or the server was killed).
+            rows.append(
+                (
+                    "on: events the sinks dropped: unknown, the server's shutdown did not report in "
+                    f"{unreported} of {len(on)} rounds",
+                    None,
+                    "",
+                    None,
+                )
+            )
     for variant, measured in runs.items():
         # Under MAX_FAILED_SHARE they are measured, and said: the table read as a clean run.
         if failed := sum(one.load.failed for one in measured):

@@ -84,6 +84,7 @@ def test_off_and_on_with_a_missing_collector(tmp_path: Path) -> None:
     assert figures["skipped"] == {"otlp": rotel.why_missing({rotel.ENV_BINARY: str(absent)})}
     assert rows["server CPU per request, off (CKPT_EVENTS_DISABLED=true)"].endswith(")")
     assert "server CPU per request, on: jsonl" in rows
+    assert not [what for what in rows if "unknown" in what or "failed under load" in what], rows
     assert figures["driver"] == "wrk" and figures["rounds"] == 3 and figures["sinks_on"] == ["jsonl"]
     # Off is the no-op path though the app's code names a JSON-lines file; on has that sink.
     assert figures["variants"]["off"]["sinks"] == []
@@ -597,3 +598,32 @@ def test_an_app_named_by_its_file_is_refused_with_its_module_name(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"not a file path ({spec!r}): run from the folder that holds it, with {hint}" in err, err
+
+
+@pytest.mark.slow
+def test_a_shutdown_that_fails_leaves_the_drops_unknown(tmp_path: Path) -> None:
+    """An app whose shutdown raises never reports its sinks' counters: the table had no row on
+    drops, as a run that dropped nothing has. It now says they are unknown, and why."""
+    source = (
+        "from contextlib import asynccontextmanager\n"
+        "from fastapi import FastAPI\n"
+        "from ckpt_events.participants.fastapi import instrument\n\n"
+        "@asynccontextmanager\n"
+        "async def lifespan(app):\n"
+        "    yield\n"
+        "    raise RuntimeError('shutdown failed')\n\n"
+        "app = FastAPI(lifespan=lifespan)\n"
+        "instrument(app, kind='judge', instance='judge-0')\n\n"
+        "@app.get('/x')\n"
+        "async def x() -> dict[str, int]:\n"
+        "    return {'ok': 1}\n"
+    )
+    run = _bench_of(tmp_path, source, "GET /x")
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {what: value for what, value, _, _ in _table(tmp_path)["table"]}
+    assert (
+        rows.get(
+            "on: events the sinks dropped: unknown, the server's shutdown did not report in 3 of 3 rounds"
+        )
+        == "n/a"
+    ), rows
