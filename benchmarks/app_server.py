@@ -2,7 +2,8 @@
 
 ``python -m ckpt_events.benchmarks.app_server MODULE:ATTR PORT STATE_FILE`` imports the app
 (``MODULE`` from the import path the bench gives it), checks that ``instrument()`` was called on
-it, and serves it on 127.0.0.1:PORT with uvicorn (one process, no access log). Which sinks are
+it, and serves it on 127.0.0.1:PORT with uvicorn (one process, no access log); PORT 0 is a free
+port of its choosing, bound before the app's startup and named in STATE_FILE (``port``). Which sinks are
 on is the environment's doing (``CKPT_EVENTS_DISABLED``, ``CKPT_EVENTS_JSONL``, ``OTEL_*``),
 exactly as for the user's own deployment. Once the app's startup has run (``started``), and
 again once its shutdown has drained the telemetry (``stopped``), it writes ``STATE_FILE`` (JSON):
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -77,11 +79,10 @@ def _phase(tel: Telemetry, configured: Any) -> dict[str, Any]:
     }
 
 
-def _reporting(app: Starlette, state_file: Path) -> None:
+def _reporting(app: Starlette, state_file: Path, state: dict[str, Any]) -> None:
     tel = telemetry(app)  # ConfigurationError unless instrument() was called on it
     instrumented = getattr(app.state, STATE_ATTRIBUTE)
     theirs = app.router.lifespan_context
-    state: dict[str, Any] = {"pid": os.getpid()}
 
     def write(phase: str, configured: Any) -> None:
         state[phase] = _phase(tel, configured)
@@ -103,9 +104,10 @@ def _reporting(app: Starlette, state_file: Path) -> None:
 
 def main(argv: list[str]) -> int:
     spec, port, state_file = argv[0], int(argv[1]), Path(argv[2])
+    state: dict[str, Any] = {"pid": os.getpid()}
     try:
         app = load_app(spec)
-        _reporting(app, state_file)
+        _reporting(app, state_file, state)
     except ConfigurationError:  # before ValueError: it is one
         print(
             f"--app {spec} is not instrumented: call ckpt_events.participants.fastapi.instrument(app, ...) "
@@ -116,10 +118,21 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return REFUSED
-    uvicorn.run(
+    # Bound here, before the startup writes the state file that names the port: the bench then
+    # never reaches another process (it chose a free port, which another could take before
+    # uvicorn bound it, after the startup; the first request and the warm-up went there).
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on a socket that says it is TCP,
+    # and without it each answer waited out a delayed ACK (40 ms: 100 requests/s, not 6,000).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        print(f"the bench's server cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        return REFUSED
+    state["port"] = sock.getsockname()[1]
+    config = uvicorn.Config(
         app,
-        host="127.0.0.1",
-        port=port,
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -127,6 +140,7 @@ def main(argv: list[str]) -> int:
         # 30 s, and the telemetry's drain with it: cancelled after this many seconds.
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
     )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 

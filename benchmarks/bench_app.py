@@ -246,7 +246,8 @@ def _preflight(port: int, request: Request) -> None:
 
 @dataclass
 class _Server:
-    """A started server: its process and port; ``state`` is its last state file, read once stopped."""
+    """A started server: its process and port (its own choice, 0 until it has started);
+    ``state`` is its last state file, read once stopped."""
 
     proc: subprocess.Popen[bytes]
     port: int
@@ -257,17 +258,17 @@ class _Server:
 @contextlib.contextmanager
 def _server(bench: AppBench, variant: str, collector: str | None, core: int | None) -> Iterator[_Server]:
     """A started server of ``variant``; stopped on exit (gracefully: its telemetry drains)."""
-    port = rotel.free_port()
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-app-") as tmp:
         workdir = Path(tmp)
         state_file, log = workdir / "state.json", workdir / "server.log"
         env = _child_env(
             _variant_env(variant, bench.sinks, collector, workdir, bench.export_process), bench.project
         )
-        command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, str(port), str(state_file)]
+        # Port 0: the server binds one of its own before its startup, and names it in its state.
+        command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, "0", str(state_file)]
         with log.open("wb") as err:
             proc = spawn(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
-        server = _Server(proc, port, log)
+        server = _Server(proc, 0, log)
         started = False
         try:
             if core is not None:
@@ -275,12 +276,15 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
             deadline = time.monotonic() + START_TIMEOUT
             # The state file is written by the app's startup, which uvicorn runs before it
             # listens: the port is waited for too (a request in between was refused).
-            while _read_state(state_file) is None or not listening(proc, port, deadline - time.monotonic()):
+            while (state := _read_state(state_file)) is None or not listening(
+                proc, state["port"], deadline - time.monotonic()
+            ):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise _not_started(bench, variant, server, _read_state(state_file) is not None)
                 time.sleep(0.05)
+            server.port = state["port"]
             started = True
-            _preflight(port, bench.request)
+            _preflight(server.port, bench.request)
             yield server
         finally:
             # One whose startup never ended ignores SIGTERM (uvicorn waits for the startup): it

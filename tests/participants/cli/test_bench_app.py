@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ckpt_events.benchmarks import bench_app, rotel
@@ -627,3 +628,29 @@ def test_a_shutdown_that_fails_leaves_the_drops_unknown(tmp_path: Path) -> None:
         )
         == "n/a"
     ), rows
+
+
+@pytest.mark.slow
+def test_a_port_taken_before_the_server_binds_it_is_not_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench chose a free port and the server bound it later, after its startup: another
+    process listening there by then got the first request and the warm-up (a stray
+    http.server answered 200), and the bench said the server "exited (3) under load". The
+    server now binds a port of its own choosing before its startup and reports it."""
+    import http.server
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    taken = other.server_address[1]
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    monkeypatch.setattr(rotel, "free_port", lambda: taken)
+    (tmp_path / "routes.py").write_text(ROUTES)
+    bench = bench_app.AppBench(app="routes:app", request=Request("GET", "/x"), project=tmp_path)
+    try:
+        with bench_app._server(bench, "off", None, None) as server:
+            assert server.port != taken and server.proc.poll() is None
+            with httpx.Client() as client:
+                assert client.get(f"http://127.0.0.1:{server.port}/x").json() == {"ok": 1}
+    finally:
+        other.shutdown()
+        other.server_close()
