@@ -179,6 +179,46 @@ def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path
     assert lines[-1] == "ckpt-events serve: interrupted"
 
 
+def test_a_sigint_delivered_twice_at_once_is_one_interrupt_the_shutdown_stays_graceful(
+    tmp_path: Path,
+) -> None:
+    """``timeout -s INT`` (and a supervisor that signals a process and its group) delivers one
+    SIGINT twice, moments apart; uvicorn took the second for a second Ctrl-C and forced the
+    exit, cancelling the app's lifespan: the sinks were never closed, events unwritten. Two at
+    once are one interrupt: the graceful shutdown runs, a request it waited for is cut at its
+    deadline, the lifespan ends in order."""
+    import socket
+
+    token = write_token_file(tmp_path / "token", "signal-test-token")
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
+    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
+
+        def listening() -> bool:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return True
+            return False
+
+        _wait_for(listening, 30, "serve to listen")
+        with socket.create_connection(("127.0.0.1", port), 5) as held:
+            held.sendall(
+                b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
+                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+            )
+            time.sleep(0.3)
+            # As timeout(1) does: the child, then its group. Sent at once, the kernel often merges
+            # the two (a signal pending is pending once); 20 ms apart, each is delivered.
+            os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.02)
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(30)
+    err = (tmp_path / "err").read_text()
+    assert proc.returncode == 130, err
+    assert "lifespan was cancelled" not in err and "the exit was forced" not in err, err
+    assert err.splitlines()[-1] == "ckpt-events serve: interrupted"
+
+
 def test_ctrl_c_during_the_restore_blames_no_participant(tmp_path: Path) -> None:
     """``demo --processes``, Ctrl-C while generation 2 restores: its servers are stopped, so the
     controller's calls to them fail, and it logged those failures as the run's own ("restore of
