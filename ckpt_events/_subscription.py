@@ -375,19 +375,35 @@ class Subscription:
             # where its batch was counted delivered and the coroutine never ran.
             if result is not None and inspect.isawaitable(result):
                 await result
-        except anyio.get_cancelled_exc_class():
-            raise
+        except anyio.get_cancelled_exc_class() as exc:
+            if self._cancelled():
+                raise
+            self._count_failure(exc, len(batch))
         except BaseException as exc:  # SystemExit too: a sink never takes its neighbours down
-            self._failed += len(batch)
-            self._failed_batches += 1
-            if self._first_error is None:
-                self._first_error = one_line(exc)
-                logger.exception(
-                    "sink %r failed to handle a batch of %d events; its failures are counted "
-                    "in bus.stats() and not logged again",
-                    self.name,
-                    len(batch),
-                )
+            self._count_failure(exc, len(batch))
+
+    def _cancelled(self) -> bool:
+        """Whether this task is being cancelled, not merely handed a ``CancelledError`` by the
+        sink: one out of a future someone else cancelled (a pool closed under a request), let
+        through, cancelled the task group and with it the code inside ``async with bus:``."""
+        if self._asyncio_loop is None:
+            return True  # trio: a Cancelled comes from a cancel scope only
+        task = asyncio.current_task()
+        return task is None or task.cancelling() > 0 or anyio.current_effective_deadline() == -math.inf
+
+    def _count_failure(self, exc: BaseException, events: int) -> None:
+        """The one boundary: a batch ``handle`` failed; counted, and the first logged."""
+        self._failed += events
+        self._failed_batches += 1
+        if self._first_error is None:
+            self._first_error = one_line(exc)
+            logger.error(
+                "sink %r failed to handle a batch of %d events; its failures are counted "
+                "in bus.stats() and not logged again",
+                self.name,
+                events,
+                exc_info=exc,
+            )
 
     async def _close_sink(self) -> None:
         self._closing_sink = True
@@ -397,10 +413,12 @@ class Subscription:
             closing = self.sink.aclose()
             if inspect.isawaitable(closing):  # a plain `def aclose()` is called, not awaited
                 await closing
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException:
-            logger.exception("sink %r failed to close", self.name)
+        except anyio.get_cancelled_exc_class() as exc:
+            if self._cancelled():
+                raise
+            logger.error("sink %r failed to close", self.name, exc_info=exc)
+        except BaseException as exc:
+            logger.error("sink %r failed to close", self.name, exc_info=exc)
 
     def _release_flushers(self) -> None:
         keep = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -183,6 +184,53 @@ async def test_a_sink_raising_base_exception_does_not_break_its_neighbour(exc: B
         stats = bus.stats()
     assert len(healthy.events) == 5
     assert stats.sink("bad").failed == 5
+
+
+class StrayCancellation:
+    """An async sink awaiting a future someone else cancelled (a pool closed under its request):
+    a ``CancelledError`` that is not this task being cancelled; also from its ``aclose()``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def handle(self, batch: list[Event]) -> None:
+        self.calls += 1
+        await _cancelled_future()
+
+    async def aclose(self) -> None:
+        await _cancelled_future()
+
+
+async def _cancelled_future() -> None:
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+async def test_a_sinks_stray_cancelled_error_is_its_failure_not_the_owners_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A CancelledError out of a sink's handle (or aclose) while nothing cancels the bus is the
+    sink's failure, counted and logged once: it cancelled the code inside ``async with bus:``."""
+    healthy = MemorySink()
+    stray = StrayCancellation()
+    body_finished = False
+    with anyio.fail_after(10):
+        async with Bus(close_timeout=DEADLINE) as bus:
+            bus.subscribe(stray, name="stray")
+            bus.subscribe(healthy, name="healthy")
+            for i in range(3):
+                bus.emit(refused(i))
+                assert await bus.flush(timeout=5)
+                await anyio.sleep(0.01)  # the owner's own awaits: where it was cancelled
+            body_finished = True
+    assert body_finished
+    stats = bus.stats()
+    assert len(healthy.events) == 3 and healthy.closed
+    assert stats.sink("stray").failed == 3 and stray.calls == 3
+    assert stats.sink("stray").error is not None and "CancelledError" in stats.sink("stray").error
+    assert caplog.text.count("'stray' failed to handle") == 1
+    assert "'stray' failed to close" in caplog.text
 
 
 async def test_shutdown_warning_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
