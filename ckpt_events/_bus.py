@@ -196,13 +196,20 @@ class Bus:
     ) -> Subscription:
         """Subscribe ``sink``; returns its ``Subscription`` (``sub.close()`` unsubscribes).
 
-        Call it from the event loop thread. ``name`` (default: the sink's class name, made
+        Call it from the event loop's thread (another thread's call to a running bus raises
+        ``InvalidValueError`` and changes nothing). ``name`` (default: the sink's class name, made
         unique) labels its stats and log lines; ``buffer_size``, ``batch_size``,
         ``batch_interval`` and ``linger`` override the bus's defaults (and the sink's
         ``linger``) for this sink.
         """
         if self._closed:
             raise InvalidValueError("this bus is closed; subscribe to a new Bus")
+        if self._tg is not None and threading.get_ident() != self._loop_thread:
+            # Its delivery task starts in the bus's task group, which only that loop may touch.
+            raise InvalidValueError(
+                "subscribe on the event loop's thread running this bus, not from another thread "
+                "(from a worker thread: anyio.from_thread.run_sync(bus.subscribe, sink))"
+            )
         if name is not None and not isinstance(name, str):
             raise InvalidTypeError(f"a subscription's name must be a str, not {name!r}")
         handle = getattr(sink, "handle", None)
@@ -327,6 +334,16 @@ class Bus:
             try:
                 self._call_soon_threadsafe(sub._wake_now)
             except RuntimeError:  # the loop has closed; the events stay counted as pending
+                pass
+
+    def _on_loop(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` now on the loop's thread (or before the bus starts), else soon on the loop."""
+        if self._call_soon_threadsafe is None or threading.get_ident() == self._loop_thread:
+            callback()
+        else:
+            try:
+                self._call_soon_threadsafe(callback)
+            except RuntimeError:  # the loop has closed
                 pass
 
     def _emit_closing(self, event: Event) -> None:

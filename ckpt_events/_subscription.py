@@ -152,12 +152,17 @@ class Subscription:
 
     def close(self) -> None:
         """Unsubscribe: no new events are routed here; those already buffered are delivered,
-        then the sink's ``aclose()`` runs. Idempotent."""
+        then the sink's ``aclose()`` runs. Idempotent; safe from any thread."""
         if not self.closed:
             self.closed = True
             self.bus._unsubscribe(self)
-            self._hurry_up()
-            self._wake_now()
+            # The delivery task is woken on its loop: from another thread, trio refused the
+            # wake-up half-way, and the sink was never closed.
+            self.bus._on_loop(self._end_waits)
+
+    def _end_waits(self) -> None:
+        self._hurry_up()
+        self._wake_now()
 
     async def aclose(self) -> None:
         """``close()``, then wait until the buffered events are delivered and the sink's own

@@ -168,6 +168,42 @@ async def test_a_thread_emit_wakes_an_idle_sink() -> None:
     assert sink.events[0].time_ns == 7
 
 
+BACKENDS = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+
+
+@BACKENDS
+async def test_subscribe_from_another_thread_of_a_running_bus_is_refused_and_changes_nothing() -> None:
+    """subscribe() off the loop's thread raises InvalidValueError saying so, before any change:
+    it raised anyio's NoEventLoopError after routing to a subscription whose task never started,
+    whose events no flush saw handled and the close abandoned after its whole deadline."""
+    sink = MemorySink()
+    async with Bus(close_timeout=5) as bus:
+        bus.subscribe(sink, name="first")
+        with pytest.raises(InvalidValueError, match="event loop's thread"):
+            await anyio.to_thread.run_sync(bus.subscribe, MemorySink())
+        bus.emit(refused(1))
+        assert await bus.flush(timeout=5)
+        started = time.monotonic()
+    assert time.monotonic() - started < 2
+    assert [s.name for s in bus.stats().sinks] == ["first"]
+    assert bus.stats().sink("first").delivered == 1 and sink.closed
+
+
+@BACKENDS
+async def test_a_subscription_closed_from_another_thread_delivers_and_closes_its_sink() -> None:
+    """Subscription.close() from a worker thread wakes the delivery task on the loop: on trio it
+    raised RuntimeError half-way, and the sink was never closed (the bus's close waited its deadline)."""
+    sink = MemorySink()
+    async with Bus(close_timeout=5) as bus:
+        sub = bus.subscribe(sink)
+        await anyio.sleep(0.01)  # the delivery task is now idle, waiting for a wake-up
+        bus.emit(refused(1))
+        await anyio.to_thread.run_sync(sub.close)
+        with anyio.fail_after(2):
+            await sub.aclose()
+    assert sink.closed and [e.time_ns for e in sink.events] == [1]
+
+
 async def test_emit_after_close_is_counted_never_raised() -> None:
     """Emitting after aclose() is counted as dropped; aclose() is idempotent."""
     sink = MemorySink()
