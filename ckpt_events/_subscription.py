@@ -380,6 +380,13 @@ class Subscription:
             # where its batch was counted delivered and the coroutine never ran.
             if result is not None and inspect.isawaitable(result):
                 await result
+            elif inspect.isgenerator(result) or inspect.isasyncgen(result):
+                # Returned by a plain def (a decorator, a lambda) that subscribe took for a
+                # handle: its body never ran, and its batches were counted delivered.
+                raise InvalidTypeError(
+                    f"{type(self.sink).__name__}.handle returned a generator, whose body never "
+                    f"runs: return None (or be an async def)"
+                )
         except anyio.get_cancelled_exc_class() as exc:
             if self._cancelled():
                 raise

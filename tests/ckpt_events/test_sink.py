@@ -160,3 +160,46 @@ async def test_a_generator_handle_is_refused_at_subscribe() -> None:
             with pytest.raises(InvalidTypeError, match=r"not yield: \w+\.handle is a generator function$"):
                 bus.subscribe(sink, name="yields")
         assert bus.stats().sinks == ()
+
+
+class _WrappedGenerator:
+    """A ``handle`` that is no generator function but returns a generator (a plain decorator, a
+    lambda): ``inspect`` sees a plain ``def``, so it passes subscribe."""
+
+    def __init__(self, *, asynchronous: bool = False) -> None:
+        self.events: list[Any] = []
+        self.handle = self._async_body if asynchronous else self._body
+
+    def _body(self, batch: list[Any], /) -> Any:
+        return self._gen(batch)
+
+    def _async_body(self, batch: list[Any], /) -> Any:
+        return self._agen(batch)
+
+    def _gen(self, batch: list[Any]) -> Any:
+        self.events.extend(batch)
+        yield
+
+    async def _agen(self, batch: list[Any]) -> Any:
+        self.events.extend(batch)
+        yield
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["generator", "async-generator"])
+async def test_a_handle_returning_a_generator_fails_its_batches_by_name(
+    asynchronous: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``handle`` returning a generator ran none of its body, and its batches were counted
+    delivered: now each batch is counted failed, the first logged with the reason."""
+    sink = _WrappedGenerator(asynchronous=asynchronous)
+    async with Bus() as bus:
+        bus.subscribe(sink, name="wrapped")
+        bus.emit(refused(1))
+        await bus.flush(timeout=5)
+        bus.emit(refused(2))
+        await bus.flush(timeout=5)
+    stats = bus.stats().sink("wrapped")
+    assert (stats.delivered, stats.failed, stats.failed_batches) == (0, 2, 2)
+    assert stats.error is not None and "returned a generator" in stats.error
+    assert caplog.text.count("'wrapped' failed to handle") == 1
+    assert sink.events == []
