@@ -149,7 +149,8 @@ class Bus:
         A sink still busy at the deadline (stuck in ``handle`` or in its own ``aclose()``)
         is given up on: logged once by name, and what it held counted as ``abandoned`` in
         ``stats()``. Safe from any task and inside the caller's cancel scopes; idempotent.
-        Events emitted afterwards are counted in ``dropped_after_close``.
+        Events emitted afterwards are counted in ``dropped_after_close``. A bus never entered
+        (no ``async with``) delivers what it holds and closes its sinks here all the same.
         """
         if self._closing:
             await self._closed_event.wait()
@@ -161,26 +162,46 @@ class Bus:
                 sub.close()
             self._set_routes(dict.fromkeys(self._routes, (self._after_close,)))
             if self._tg is None:
-                return
-            # Every subscription still running, also one unsubscribed earlier and still
-            # delivering or closing its sink: the deadline covers them all (it covered only those
-            # subscribed at close, and a sink closing for 20 s held a 1 s close for 20 s).
-            started = [sub for sub in self._history if sub._started]
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
-                for sub in started:
-                    await sub._sink_closed.wait()
-            stuck = [sub for sub in started if not sub._sink_closed.is_set()]
-            if stuck:
-                abandoned = sum(sub._abandon() for sub in stuck)
-                logger.warning(
-                    "bus closed with %s still busy after %.1f s; %d events abandoned "
-                    "(counted in bus.stats())",
-                    ", ".join(repr(sub.name) for sub in stuck),
-                    self.close_timeout,
-                    abandoned,
-                )
+                await self._close_never_entered()
+            else:
+                await self._wait_for_sinks()
         finally:
             self._closed_event.set()
+
+    async def _close_never_entered(self) -> None:
+        """``aclose()`` of a bus never entered: its subscriptions still deliver what was emitted
+        and close their sinks, in a task group of their own, under the same deadline (they held
+        their events pending for good, and no sink was closed)."""
+        self._loop_thread = threading.get_ident()
+        self._call_soon_threadsafe = _threadsafe_scheduler()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                for sub in list(self._history):
+                    self._start(sub)
+                await self._wait_for_sinks()
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()  # a task given up on at the deadline is not waited for
+
+    async def _wait_for_sinks(self) -> None:
+        """Wait for every started subscription to finish, within ``close_timeout``; give up on the rest."""
+        # Every subscription still running, also one unsubscribed earlier and still
+        # delivering or closing its sink: the deadline covers them all (it covered only those
+        # subscribed at close, and a sink closing for 20 s held a 1 s close for 20 s).
+        started = [sub for sub in self._history if sub._started]
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
+            for sub in started:
+                await sub._sink_closed.wait()
+        stuck = [sub for sub in started if not sub._sink_closed.is_set()]
+        if stuck:
+            abandoned = sum(sub._abandon() for sub in stuck)
+            logger.warning(
+                "bus closed with %s still busy after %.1f s; %d events abandoned (counted in bus.stats())",
+                ", ".join(repr(sub.name) for sub in stuck),
+                self.close_timeout,
+                abandoned,
+            )
 
     # -- subscriptions -------------------------------------------------------------------
 

@@ -13,7 +13,15 @@ from typing import Any
 import anyio
 import pytest
 
-from ckpt_events import Bus, Event, OperationFinished, Refused, Telemetry
+from ckpt_events import (
+    Bus,
+    Event,
+    InvalidValueError,
+    OperationFinished,
+    OperationStarted,
+    Refused,
+    Telemetry,
+)
 from ckpt_events.testing import MemorySink
 from ckpt_events.vocab import ErrorCode, Kind
 
@@ -231,6 +239,31 @@ async def test_a_sinks_stray_cancelled_error_is_its_failure_not_the_owners_cance
     assert stats.sink("stray").error is not None and "CancelledError" in stats.sink("stray").error
     assert caplog.text.count("'stray' failed to handle") == 1
     assert "'stray' failed to close" in caplog.text
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_aclose_of_a_bus_never_entered_delivers_and_closes_its_sinks() -> None:
+    """``await bus.aclose()`` without ``async with bus`` still delivers what was emitted and
+    closes every sink, within its deadline: the events stayed pending for good, the sinks (a
+    file, an exporter) were never closed, and nothing said so."""
+    sink = MemorySink()
+    stuck = NeverCloses()
+    bus = Bus(close_timeout=DEADLINE)
+    bus.subscribe(sink, name="memory")
+    bus.subscribe(stuck, name="stuck")
+    tel = Telemetry(bus, kind="resources", instance="r0")
+    with tel.operation("commit"):
+        pass
+    started = time.monotonic()
+    await bus.aclose()
+    assert time.monotonic() - started < DEADLINE + SLACK
+    assert sink.closed and [type(e) for e in sink.events] == [OperationStarted, OperationFinished]
+    assert len(stuck.events) == 2
+    stats = bus.stats()
+    assert stats.sink("memory").delivered == 2 and stats.sink("memory").pending == 0
+    await bus.aclose()  # idempotent
+    with pytest.raises(InvalidValueError, match="entered once"):
+        await bus.__aenter__()
 
 
 async def test_shutdown_warning_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
