@@ -148,10 +148,12 @@ class Bus:
 
         A sink still busy at the deadline (stuck in ``handle`` or in its own ``aclose()``)
         is given up on: logged once by name, and what it held counted as ``abandoned`` in
-        ``stats()``. Safe from any task and inside the caller's cancel scopes; idempotent.
+        ``stats()``. Safe from any task of the bus's event loop and inside the caller's cancel
+        scopes (from another thread, a running bus raises ``InvalidValueError``); idempotent.
         Events emitted afterwards are counted in ``dropped_after_close``. A bus never entered
         (no ``async with``) delivers what it holds and closes its sinks here all the same.
         """
+        self._check_thread("aclose", "anyio.from_thread.run(bus.aclose)")
         if self._closing:
             await self._closed_event.wait()
             return
@@ -225,12 +227,8 @@ class Bus:
         """
         if self._closed:
             raise InvalidValueError("this bus is closed; subscribe to a new Bus")
-        if self._tg is not None and threading.get_ident() != self._loop_thread:
-            # Its delivery task starts in the bus's task group, which only that loop may touch.
-            raise InvalidValueError(
-                "subscribe on the event loop's thread running this bus, not from another thread "
-                "(from a worker thread: anyio.from_thread.run_sync(bus.subscribe, sink))"
-            )
+        # Its delivery task starts in the bus's task group, which only that loop may touch.
+        self._check_thread("subscribe", "anyio.from_thread.run_sync(bus.subscribe, sink)")
         if name is not None and not isinstance(name, str):
             raise InvalidTypeError(f"a subscription's name must be a str, not {name!r}")
         handle = getattr(sink, "handle", None)
@@ -357,6 +355,16 @@ class Bus:
             except RuntimeError:  # the loop has closed; the events stay counted as pending
                 pass
 
+    def _check_thread(self, call: str, instead: str) -> None:
+        """``InvalidValueError`` if the bus is running on another thread's event loop than this
+        one: its events and task group belong to that loop (awaited from another loop, a flush's
+        event was set from the bus's loop, and on trio that killed the owner's task group)."""
+        if self._tg is not None and threading.get_ident() != self._loop_thread:
+            raise InvalidValueError(
+                f"{call} on the event loop's thread running this bus, not from another thread "
+                f"(from a worker thread: {instead})"
+            )
+
     def _on_loop(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` now on the loop's thread (or before the bus starts), else soon on the loop."""
         if self._call_soon_threadsafe is None or threading.get_ident() == self._loop_thread:
@@ -395,10 +403,12 @@ class Bus:
         """Wait until every event emitted before this call has been handled by every sink.
 
         Returns ``False`` if ``timeout`` seconds passed first (a stalled sink); the events
-        are not lost, they stay pending.
+        are not lost, they stay pending. Await it on the bus's event loop (from another
+        thread, a running bus raises ``InvalidValueError``).
         """
         if timeout is not None:
             check_number(timeout, f"flush timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+        self._check_thread("flush", "anyio.from_thread.run(bus.flush)")
         subs = [s for s in self._history if s._started and not s._done.is_set()]
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             for sub in subs:

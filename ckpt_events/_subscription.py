@@ -168,7 +168,9 @@ class Subscription:
         """``close()``, then wait until the buffered events are delivered and the sink's own
         ``aclose()`` has run (by the bus's task: the bus is the one owner of that call).
 
-        Bound it with the caller's deadline (``anyio.move_on_after``)."""
+        Bound it with the caller's deadline (``anyio.move_on_after``). Await it on the bus's
+        event loop (from another thread, a running bus raises ``InvalidValueError``)."""
+        self.bus._check_thread("a subscription's aclose", "sub.close(), then flush on the loop")
         self.close()
         if self._started:
             await self._sink_closed.wait()

@@ -204,6 +204,41 @@ async def test_a_subscription_closed_from_another_thread_delivers_and_closes_its
     assert sink.closed and [e.time_ns for e in sink.events] == [1]
 
 
+class _SlowAsync:
+    async def handle(self, batch: list[Event]) -> None:
+        await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("anyio_backend", "other"), [("asyncio", "trio"), ("trio", "asyncio"), ("asyncio", "asyncio")]
+)
+async def test_flush_and_aclose_from_another_threads_loop_are_refused(other: str) -> None:
+    """``flush()``/``aclose()`` (the bus's, a subscription's) awaited on another thread's event
+    loop raise InvalidValueError: the bus's task set that loop's event from its own (trio: the
+    owner's task group died of a RuntimeError; asyncio: flush waited out its timeout, then True)."""
+    sink = MemorySink()
+    outcomes: list[str] = []
+
+    def on_another_loop(call: Any) -> None:
+        try:
+            anyio.run(call, backend=other)
+            outcomes.append("returned")
+        except InvalidValueError as exc:
+            outcomes.append(str(exc))
+
+    async with Bus() as bus:
+        slow = bus.subscribe(_SlowAsync(), name="slow")
+        bus.subscribe(sink)
+        bus.emit(refused(1))
+        await anyio.to_thread.run_sync(on_another_loop, lambda: bus.flush(2))
+        await anyio.to_thread.run_sync(on_another_loop, bus.aclose)
+        await anyio.to_thread.run_sync(on_another_loop, slow.aclose)
+        assert await bus.flush(timeout=5)
+        bus.emit(refused(2))
+    assert len(outcomes) == 3 and all("event loop's thread" in said for said in outcomes)
+    assert [e.time_ns for e in sink.events] == [1, 2] and sink.closed
+
+
 async def test_emit_after_close_is_counted_never_raised() -> None:
     """Emitting after aclose() is counted as dropped; aclose() is idempotent."""
     sink = MemorySink()
