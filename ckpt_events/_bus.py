@@ -98,6 +98,9 @@ class Bus:
         # finished leaves only its final counters in `_retired`, so a sink and its buffer are
         # freed: 100k subscribe/unsubscribe cycles kept every sink (+754 MiB).
         self._history: dict[Subscription, None] = {}
+        # id(sink) -> its subscription in `_history`: a sink on the bus twice got every event
+        # twice, its handle re-entered and called after its own aclose().
+        self._sink_subs: dict[int, Subscription] = {}
         self._retired: list[SinkStats] = []
         self._listeners: weakref.WeakSet[InterestListener] = weakref.WeakSet()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -219,8 +222,10 @@ class Bus:
     ) -> Subscription:
         """Subscribe ``sink``; returns its ``Subscription`` (``sub.close()`` unsubscribes).
 
-        Call it from the event loop's thread (another thread's call to a running bus raises
-        ``InvalidValueError`` and changes nothing). ``name`` (default: the sink's class name, made
+        A sink object is subscribed once at a time (again: ``InvalidValueError`` naming its
+        subscription, until that one has finished). Call it from the event loop's thread
+        (another thread's call to a running bus raises ``InvalidValueError`` and changes
+        nothing). ``name`` (default: the sink's class name, made
         unique) labels its stats and log lines; ``buffer_size``, ``batch_size``,
         ``batch_interval`` and ``linger`` override the bus's defaults (and the sink's
         ``linger``) for this sink.
@@ -231,6 +236,13 @@ class Bus:
         self._check_thread("subscribe", "anyio.from_thread.run_sync(bus.subscribe, sink)")
         if name is not None and not isinstance(name, str):
             raise InvalidTypeError(f"a subscription's name must be a str, not {name!r}")
+        existing = self._sink_subs.get(id(sink))
+        if existing is not None:
+            raise InvalidValueError(
+                f"this {type(sink).__name__} is already subscribed as {existing.name!r}: one "
+                f"subscription per sink object (its handle is never re-entered, its aclose() "
+                f"called once); subscribe it again once that one has finished"
+            )
         handle = getattr(sink, "handle", None)
         if not callable(handle):
             raise InvalidTypeError(f"a sink needs a handle(batch) method; {type(sink).__name__} has none")
@@ -259,6 +271,7 @@ class Bus:
             raise
         self._subscriptions.append(sub)
         self._history[sub] = None
+        self._sink_subs[id(sink)] = sub
         self._add_routes(sub)
         if self._tg is not None:
             self._start(sub)
@@ -421,6 +434,8 @@ class Bus:
         if sub not in self._history:
             return
         del self._history[sub]
+        if self._sink_subs.get(id(sub.sink)) is sub:
+            del self._sink_subs[id(sub.sink)]
         self._names.discard(sub.name)  # its name may be given again (stats keep the old row)
         retired = self._retired
         retired.append(sub.stats())

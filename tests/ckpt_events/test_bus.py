@@ -239,6 +239,25 @@ async def test_flush_and_aclose_from_another_threads_loop_are_refused(other: str
     assert [e.time_ns for e in sink.events] == [1, 2] and sink.closed
 
 
+async def test_a_sink_already_subscribed_is_refused_until_its_subscription_has_finished() -> None:
+    """The same sink object subscribed twice got every event twice, its handle re-entered and
+    called after its aclose(): refused naming the subscription, until that one has finished."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        first = bus.subscribe(sink, name="first")
+        with pytest.raises(InvalidValueError, match="already subscribed as 'first'"):
+            bus.subscribe(sink, name="again")
+        bus.emit(refused(1))
+        await first.aclose()
+        assert sink.closed
+        again = bus.subscribe(sink, name="again")  # the first has finished: a new life
+        bus.emit(refused(2))
+        assert await bus.flush(timeout=5)
+        assert again.stats().delivered == 1
+    assert [e.time_ns for e in sink.events] == [1, 2]
+    assert [s.name for s in bus.stats().sinks] == ["first", "again"]
+
+
 async def test_emit_after_close_is_counted_never_raised() -> None:
     """Emitting after aclose() is counted as dropped; aclose() is idempotent."""
     sink = MemorySink()
