@@ -99,6 +99,30 @@ def test_every_command_line_is_checked(tmp_path: Path, monkeypatch: pytest.Monke
                 _check_command(words, f"{block.name}: {line}", extras)
 
 
+def test_every_token_file_a_page_passes_is_made_on_that_page(tmp_path: Path) -> None:
+    """A page whose command passes ``--token-file NAME`` first makes NAME with a command of its
+    own, and ``serve`` reads a token from what that command wrote (the Prometheus page's first
+    command failed as pasted: "cannot read the token file 'token.txt'")."""
+    from ckpt_events.participants.cli.serve import ENV_TOKEN, _read_token
+
+    checked = 0
+    for page in PAGES:
+        made: set[str] = set()
+        for block in blocks(page, "bash"):
+            for line in block.code.splitlines():
+                words = shlex.split(line, comments=True)
+                if ">" in words:
+                    subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True, timeout=60)
+                    made.add(words[words.index(">") + 1])
+                for index, word in enumerate(words[:-1]):
+                    if word == "--token-file":
+                        name = words[index + 1]
+                        assert name in made, f"{name_of(page)}: {line}: nothing on the page makes {name}"
+                        assert _read_token(tmp_path / name, ENV_TOKEN, "token")
+                        checked += 1
+    assert checked
+
+
 def test_every_relative_link_resolves() -> None:
     """Every link from one page to a file or a heading finds it."""
     for page in PAGES:
