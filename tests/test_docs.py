@@ -276,6 +276,25 @@ def test_fastapi_page_example_continues_the_trace_and_counts_the_refusal(tmp_pat
     ]
 
 
+async def test_the_fastapi_page_quotes_the_taken_prometheus_port_as_it_is_said() -> None:
+    """The FastAPI page's line for a second worker on a fixed Prometheus port is what
+    ``configure`` says, to the address (it quoted ``127.0.0.1:9464``; the default host is
+    ``localhost``, and the error names it so)."""
+    from ckpt_events import Bus, ConfigurationError
+    from ckpt_events.sinks import configure
+
+    page = (DOCS / "fastapi.md").read_text()
+    (quoted,) = re.findall(r"`(cannot serve Prometheus metrics on [^`]+)`", page)
+    # Taken where the endpoint binds by default (localhost: loopback, whichever family it names).
+    with socket.create_server(("localhost", 0)) as taken:
+        port = taken.getsockname()[1]
+        environ = {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
+        async with Bus() as bus:
+            with pytest.raises(ConfigurationError) as raised:
+                configure(bus, environ=environ)
+    assert str(raised.value).startswith(quoted.replace(":9464 ", f":{port} ")), (quoted, str(raised.value))
+
+
 def test_pytest_plugin_example_passes_under_pytest(tmp_path: Path) -> None:
     """The testing page's test file passes when pytest runs it, with only the installed plugin."""
     (tmp_path / "test_commit.py").write_text(_one("testing.md", "def test_commit_is_one_span"))
