@@ -484,7 +484,8 @@ def instrument(
       ``otlp_endpoint``, ``span_groups``, ``tracer_provider``, ...), run in the lifespan;
       ``configure_sinks(bus)`` replaces that call (its result, awaited if awaitable, has its
       ``aclose()`` awaited at shutdown).
-    * ``sample_ratio`` (default: ``OTEL_TRACES_SAMPLER``/``_ARG`` of ``environ``, read now) and
+    * ``sample_ratio`` (default: ``OTEL_TRACES_SAMPLER``/``_ARG`` of ``environ``, read now; 1.0
+      with ``configure_sinks`` or ``bus``, whose sinks the environment does not configure) and
       ``otel_context`` (operations join the current OpenTelemetry span) go to the ``Telemetry``.
     * ``telemetry`` (instead of ``kind``/``instance``): a ``Telemetry`` built beforehand.
     * ``bus``: a bus the caller has started and will close (the ``Telemetry``'s): the lifespan

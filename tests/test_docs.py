@@ -5,6 +5,7 @@ the HTTP API, the server example, the sink and the test fixtures holds."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import socket
@@ -293,6 +294,47 @@ async def test_the_fastapi_page_quotes_the_taken_prometheus_port_as_it_is_said()
             with pytest.raises(ConfigurationError) as raised:
                 configure(bus, environ=environ)
     assert str(raised.value).startswith(quoted.replace(":9464 ", f":{port} ")), (quoted, str(raised.value))
+
+
+async def test_instruments_sample_ratio_default_is_what_the_fastapi_page_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``instrument``'s default ``sample_ratio`` is the environment's sampler when it configures
+    the sinks, and 1.0 with ``configure_sinks=`` (the page said the environment's, always: a
+    ratio of 0 there still sampled every trace), unless given ``sinks.sample_ratio_from_env``."""
+    from fastapi import FastAPI
+
+    from ckpt_events import OperationFinished, sinks
+    from ckpt_events.participants.fastapi import instrument, telemetry
+    from ckpt_events.testing import MemorySink
+
+    page = " ".join((DOCS / "fastapi.md").read_text().split())
+    assert "with `configure_sinks=` or `bus=` it is 1.0" in page
+    assert "`sample_ratio=sinks.sample_ratio_from_env(os.environ)`" in page
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+
+    async def sampled(**options: object) -> bool:
+        memory = MemorySink()
+        app = FastAPI()
+        if "configure_sinks" not in options:
+            options["jsonl_path"] = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+        else:
+            options["configure_sinks"] = lambda bus: bus.subscribe(memory)
+        instrument(app, kind="judge", instance="judge-0", **options)  # type: ignore[arg-type]
+        async with app.router.lifespan_context(app):
+            with telemetry(app).operation("commit", checkpoint_id="c1"):
+                pass
+        if "jsonl_path" in options:
+            events = [event for _, event in sinks.read_events(options["jsonl_path"])]  # type: ignore[arg-type]
+        else:
+            events = memory.events
+        (finished,) = [event for event in events if isinstance(event, OperationFinished)]
+        return finished.sampled
+
+    assert await sampled() is False  # the environment's ratio, 0
+    assert await sampled(configure_sinks=True) is True  # 1.0, as the page now says
+    assert await sampled(configure_sinks=True, sample_ratio=sinks.sample_ratio_from_env(os.environ)) is False
 
 
 def test_pytest_plugin_example_passes_under_pytest(tmp_path: Path) -> None:
