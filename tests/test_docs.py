@@ -264,7 +264,7 @@ def test_sink_members_table_names_the_protocols() -> None:
 def test_fastapi_page_example_continues_the_trace_and_counts_the_refusal(tmp_path: Path) -> None:
     """The FastAPI page's example answers 200 then 409, and its log holds the commit and its
     upload step in the caller's trace, then the refusal."""
-    result = run_python(_one("fastapi.md", "lifespan_context"), tmp_path)
+    result = run_python(_one("fastapi.md", "seen: set[str]"), tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:2] == ["200 {'records': 2}", "409 {'error': 'stale_checkpoint'}"]
@@ -335,6 +335,21 @@ async def test_instruments_sample_ratio_default_is_what_the_fastapi_page_says(
     assert await sampled() is False  # the environment's ratio, 0
     assert await sampled(configure_sinks=True) is True  # 1.0, as the page now says
     assert await sampled(configure_sinks=True, sample_ratio=sinks.sample_ratio_from_env(os.environ)) is False
+
+
+def test_fastapi_page_own_sink_gets_every_lifespans_operations(tmp_path: Path) -> None:
+    """The FastAPI page's own-sink example prints its commit and logs it to judge.jsonl too; run
+    twice in one process (a ``TestClient`` per test), each lifespan's bus has the sink again.
+    No page said how to add a sink to an instrumented app (the README's ``bus.subscribe`` has no
+    ``bus`` there; one subscribed to ``instrument(...).bus`` reached the first lifespan only)."""
+    example = _one("fastapi.md", "def lifespan(")
+    result = run_python(example + "\nanyio.run(main)\n", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["judge/judge-0 commit ok"] * 2
+    logged = [json.loads(line)["type"] for line in (tmp_path / "judge.jsonl").read_text().splitlines()]
+    assert logged.count("operation_finished") == 2
+    readme = README.read_text()
+    assert "docs/fastapi.md#your-own-sink-beside-the-configured-ones" in readme
 
 
 def test_pytest_plugin_example_passes_under_pytest(tmp_path: Path) -> None:
