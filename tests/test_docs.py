@@ -124,6 +124,18 @@ def test_every_token_file_a_page_passes_is_made_on_that_page(tmp_path: Path) -> 
     assert checked
 
 
+def test_the_bench_pages_list_every_suite() -> None:
+    """The command-line and benchmarks pages list every suite ``bench --only`` takes, the same
+    way (the command line's page left out ``fleet_trace``, ``curves`` and ``connections``)."""
+    import ckpt_events.benchmarks
+
+    listing = "|".join(ckpt_events.benchmarks.SUITES)
+    for page in ("cli.md", "benchmarks.md"):
+        text = (DOCS / page).read_text()
+        (listed,) = re.findall(r"`((?:[a-z_]+\|)+[a-z_]+)`", text)
+        assert sorted(listed.split("|")) == sorted(listing.split("|")), page
+
+
 def test_every_relative_link_resolves() -> None:
     """Every link from one page to a file or a heading finds it."""
     for page in PAGES:
