@@ -237,6 +237,37 @@ def test_server_example_exits_fast_when_the_collector_is_down(tmp_path: Path) ->
     assert len(refusals) == 2 and all("refused or unreachable" in line for line in refusals), refusals
 
 
+async def test_the_library_pages_lingers_are_the_sinks(tmp_path: Path) -> None:
+    """The lingers the library page gives blocking sinks are theirs (it gave 0.05 s to every
+    blocking sink but ``SpanSink``; ``JsonLinesSink(blocking=True)`` lingers 0.25 s)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ckpt_events import Bus
+    from ckpt_events.sinks import JsonLinesSink
+    from ckpt_events.sinks.otel import SpanSink
+
+    page = " ".join((DOCS / "library.md").read_text().split())
+    said = {"a sink of yours": "(0.05 s by default,", "jsonl": "0.25 s for `JsonLinesSink(blocking=True)`"}
+    said["spans"] = "1 s for `SpanSink`"
+    assert all(phrase in page for phrase in said.values()), said
+
+    class Yours:
+        blocking = True
+
+        def handle(self, batch: list[object]) -> None:
+            pass
+
+    async with Bus() as bus:
+        jsonl = JsonLinesSink(tmp_path / "events.jsonl", blocking=True)
+        subscribed = {
+            "a sink of yours": bus.subscribe(Yours()),
+            "jsonl": bus.subscribe(jsonl),
+            "spans": bus.subscribe(SpanSink(exporter=InMemorySpanExporter())),
+        }
+        lingers = {name: subscription.linger for name, subscription in subscribed.items()}
+    assert lingers == {"a sink of yours": 0.05, "jsonl": 0.25, "spans": 1.0}
+
+
 def test_custom_sink_example_prints_its_alert(tmp_path: Path) -> None:
     """The sink page's example prints its alert and its table."""
     result = run_python(_one("writing-a-sink.md", "RefusalAlert"), tmp_path)
