@@ -136,6 +136,23 @@ def test_the_bench_pages_list_every_suite() -> None:
         assert sorted(listed.split("|")) == sorted(listing.split("|")), page
 
 
+def test_every_serve_and_watch_command_names_its_token() -> None:
+    """A page's ``ckpt-events serve`` or ``watch`` command names the control token both need
+    (``--token-file``, or ``CKPT_EVENTS_TOKEN=`` before it): the command-line page's
+    ``watch ... --once`` exited 2 as pasted ("no control token")."""
+    checked = 0
+    for block in all_blocks("bash"):
+        for line in block.code.splitlines():
+            words = shlex.split(line, comments=True)
+            program = [word for word in words if not re.fullmatch(r"[A-Z_]+=\S*", word)]
+            if program[:1] == ["ckpt-events"] and program[1:2] in (["serve"], ["watch"]):
+                assert "--token-file" in words or any(w.startswith("CKPT_EVENTS_TOKEN=") for w in words), (
+                    f"{block.name}: {line}"
+                )
+                checked += 1
+    assert checked >= 4
+
+
 def test_every_relative_link_resolves() -> None:
     """Every link from one page to a file or a heading finds it."""
     for page in PAGES:
