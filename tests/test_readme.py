@@ -85,6 +85,35 @@ anyio.run(main)
     assert {event["trace_id"] for event in events} == {_PARENT_TRACE}
 
 
+def test_fastapi_quickstart_prints_its_spans_with_the_console_exporter(tmp_path: Path) -> None:
+    """The quickstart's shortest path to a span with no collector, as the README says it:
+    ``OTEL_TRACES_EXPORTER=console`` prints the commit and its upload span on stdout."""
+    assert "start uvicorn with `OTEL_TRACES_EXPORTER=console` and each span is printed" in " ".join(
+        TEXT.split()
+    )
+    (tmp_path / "app.py").write_text(_one("participants.fastapi import"))
+    (curl,) = [line for code in BASH for line in code.splitlines() if line.startswith("curl ")]
+    words = shlex.split(curl)
+    path = "/" + words[2].split("/", 1)[1]
+    body = json.loads(words[words.index("-d") + 1])
+    driver = f"""
+import anyio, httpx
+from app import app
+
+async def main():
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+            assert (await client.post({path!r}, json={body!r})).status_code == 200
+
+anyio.run(main)
+"""
+    result = run_python(driver, tmp_path, OTEL_TRACES_EXPORTER="console")
+    assert result.returncode == 0, result.stderr
+    names = re.findall(r'^    "name": "([^"]+)",$', result.stdout, flags=re.M)
+    assert sorted(names) == ["gym.checkpoint.commit", "gym.checkpoint.upload"], result.stdout
+
+
 def test_library_quickstart_reads_its_log_back(tmp_path: Path) -> None:
     """The library example writes its events and reads them back as the typed events."""
     result = run_python(_one("JsonLinesSink("), tmp_path)
