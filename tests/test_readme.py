@@ -197,6 +197,28 @@ def test_extras_table_is_pyproject(tmp_path: Path) -> None:
     assert rows == expected
 
 
+def test_the_otel_extra_holds_only_what_the_library_imports() -> None:
+    """Each package of the ``[otel]`` extra is imported by the library (``ckpt_events``,
+    ``sinks``), as its row's why says: ``[otel]`` carried opentelemetry-exporter-otlp-proto-http
+    (and protobuf, requests...) for "OTLP/HTTP export", which is our own encoder and sender;
+    only ``bench`` imports that exporter."""
+    import ast
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    imported: set[str] = set()
+    for folder in ("ckpt_events", "sinks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    imported |= {alias.name for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    imported.add(node.module)
+    for requirement in project["optional-dependencies"]["otel"]:
+        name = re.split(r"[<>=\[; ]", requirement, maxsplit=1)[0]
+        module = name.replace("-", ".")  # opentelemetry-sdk -> opentelemetry.sdk
+        assert any(m == module or m.startswith(module + ".") for m in imported), f"[otel] {name}: unused"
+
+
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     """.ci/run contains the README's test command verbatim."""
     test_command = next(code.strip() for code in BASH if "pytest" in code)
