@@ -255,6 +255,10 @@ def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
     from prometheus_client.exposition import choose_encoder
 
     class Handler(BaseHTTPRequestHandler):
+        # http.server's default, HTTP/0.9, answered a request line it could not parse (garbage,
+        # "HTTP/2.0", an HTTP/2 preface) with a bare HTML page: no status line, no headers.
+        default_request_version = "HTTP/1.0"
+
         def do_GET(self) -> None:  # the http.server hook name
             if urlsplit(self.path).path != METRICS_PATH:
                 body = f"not found: metrics are at {METRICS_PATH}\n".encode()

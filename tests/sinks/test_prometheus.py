@@ -434,6 +434,36 @@ def test_another_path_is_404_and_other_methods_501() -> None:
         assert _get(endpoint.url + "?x=1")[0].startswith("text/plain")
 
 
+def _raw(port: int, request: bytes) -> bytes:
+    """The whole reply to ``request`` sent on its own connection, read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize(
+    ("request_line", "status"),
+    [
+        (b"\x16\x03\x01\x02\x00 x y", b"400"),  # binary garbage with a line end
+        (b"GET /metrics HTTP/2.0", b"505"),
+        (b"PRI * HTTP/2.0", b"505"),  # an HTTP/2 client's preface on this HTTP/1 port
+        (b"GET /metrics HTTP/x", b"400"),
+        (b"GET", b"400"),
+        (b"POST /metrics", b"400"),  # an HTTP/0.9 line with a method 0.9 never had
+    ],
+)
+def test_a_malformed_request_line_is_answered_with_a_status_line(request_line: bytes, status: bytes) -> None:
+    """http.server answers a request line it cannot parse as HTTP/0.9 would: an HTML page with
+    no status line and no headers, which a client reads as garbage (curl: 'Received HTTP/0.9');
+    each now gets ``HTTP/1.0 <status>``."""
+    with _endpoint(PrometheusSink()) as endpoint:
+        reply = _raw(endpoint.port, request_line + b"\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.0 " + status + b" "), reply[:80]
+
+
 def test_an_unparsable_accept_version_gets_the_text_format() -> None:
     """``Accept`` with a version prometheus-client cannot compare is answered in the text format,
     not with a reset connection and a traceback on stderr."""
