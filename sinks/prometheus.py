@@ -62,6 +62,8 @@ __all__ = [
 DEFAULT_HOST: Final = "localhost"  # OTEL_EXPORTER_PROMETHEUS_HOST's default
 DEFAULT_PORT: Final = 9464  # OTEL_EXPORTER_PROMETHEUS_PORT's default
 METRICS_PATH: Final = "/metrics"
+#: The methods the endpoint answers (``Allow``); another method HTTP defines is 405, an unknown one 501.
+_ALLOWED_METHODS: Final = "GET, HEAD, OPTIONS"
 # Go's shortest form ("5", not "5.0"), as the Collector (client_golang) writes `le`.
 _LE: Final = (*(str(int(b)) if float(b).is_integer() else repr(float(b)) for b in DEFAULT_BOUNDARIES), "+Inf")
 
@@ -260,13 +262,42 @@ def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
         default_request_version = "HTTP/1.0"
 
         def do_GET(self) -> None:  # the http.server hook name
+            self._answer(send_body=True)
+
+        def do_HEAD(self) -> None:
+            # Every HTTP server must support HEAD (RFC 9110 9.1): it was 501 as any method but GET.
+            self._answer(send_body=False)
+
+        def do_OPTIONS(self) -> None:
+            self._reply(200, "text/plain; charset=utf-8", b"", send_body=True, allow=True)
+
+        def do_POST(self) -> None:
+            self._not_allowed()
+
+        def do_PUT(self) -> None:
+            self._not_allowed()
+
+        def do_DELETE(self) -> None:
+            self._not_allowed()
+
+        def do_PATCH(self) -> None:
+            self._not_allowed()
+
+        def do_TRACE(self) -> None:
+            self._not_allowed()
+
+        def do_CONNECT(self) -> None:
+            self._not_allowed()
+
+        def _not_allowed(self) -> None:
+            # A method HTTP defines is 405 with Allow (RFC 9110 15.5.6); an unknown one stays 501.
+            body = f"method not allowed: {_ALLOWED_METHODS}\n".encode()
+            self._reply(405, "text/plain; charset=utf-8", body, send_body=True, allow=True)
+
+        def _answer(self, *, send_body: bool) -> None:
             if urlsplit(self.path).path != METRICS_PATH:
                 body = f"not found: metrics are at {METRICS_PATH}\n".encode()
-                self.send_response(404)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self._reply(404, "text/plain; charset=utf-8", body, send_body=send_body)
                 return
             try:
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -274,12 +305,19 @@ def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
                 # prometheus-client compares an unparsable version ("version=abc") with numbers:
                 # the scrape thread died with a traceback and no answer. Accept is a preference.
                 encoder, content_type = choose_encoder("")
-            body = encoder(registry)
-            self.send_response(200)
+            self._reply(200, content_type, encoder(registry), send_body=send_body)
+
+        def _reply(
+            self, status: int, content_type: str, body: bytes, *, send_body: bool, allow: bool = False
+        ) -> None:
+            self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            if allow:
+                self.send_header("Allow", _ALLOWED_METHODS)
             self.end_headers()
-            self.wfile.write(body)
+            if send_body:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per scrape on stderr would drown a participant's log

@@ -418,8 +418,8 @@ def test_a_page_that_cannot_be_rendered_is_a_500_logged_once(caplog: pytest.LogC
     ]
 
 
-def test_another_path_is_404_and_other_methods_501() -> None:
-    """Only GET /metrics is served."""
+def test_another_path_is_404() -> None:
+    """Only /metrics is served; the query string is ignored."""
     with _endpoint(PrometheusSink()) as endpoint:
         base = endpoint.url.removesuffix("/metrics")
         with pytest.raises(urllib.error.HTTPError) as info:
@@ -427,11 +427,44 @@ def test_another_path_is_404_and_other_methods_501() -> None:
         assert info.value.code == 404
         assert b"/metrics" in info.value.read()
         info.value.close()
-        with pytest.raises(urllib.error.HTTPError) as info:
-            urllib.request.urlopen(urllib.request.Request(endpoint.url, data=b"x", method="POST"), timeout=5)
-        assert info.value.code == 501
-        info.value.close()
         assert _get(endpoint.url + "?x=1")[0].startswith("text/plain")
+
+
+def _head(reply: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    """(status line, headers by lower-case name, body) of a raw HTTP reply."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = {
+        name.strip().lower(): value.strip() for name, _, value in (line.partition(b":") for line in lines)
+    }
+    return status, headers, body
+
+
+def test_head_is_served_and_other_methods_are_405_with_allow() -> None:
+    """HEAD, which every HTTP server must support (RFC 9110 9.1), was 501 as any method but GET:
+    it is now GET's status and headers without the body; OPTIONS says what is allowed, a known
+    method that is not allowed is 405 with ``Allow`` (a 405 must carry it), an unknown one 501."""
+    sink = PrometheusSink()
+    sink.handle(_codes(3))
+    with _endpoint(sink) as endpoint:
+        page = _raw(endpoint.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, body = _head(_raw(endpoint.port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))
+        got_status, got_headers, got_body = _head(page)
+        assert (status, body) == (b"HTTP/1.0 200 OK", b"")
+        assert headers[b"content-length"] == got_headers[b"content-length"] == str(len(got_body)).encode()
+        assert headers[b"content-type"] == got_headers[b"content-type"]
+        status, _, body = _head(_raw(endpoint.port, b"HEAD /other HTTP/1.1\r\n\r\n"))
+        assert (status, body) == (b"HTTP/1.0 404 Not Found", b"")
+        status, headers, _ = _head(_raw(endpoint.port, b"OPTIONS /metrics HTTP/1.1\r\n\r\n"))
+        assert status == b"HTTP/1.0 200 OK" and headers[b"allow"] == b"GET, HEAD, OPTIONS"
+        for method in (b"POST", b"PUT", b"DELETE", b"PATCH", b"TRACE", b"CONNECT"):
+            status, headers, _ = _head(
+                _raw(endpoint.port, method + b" /metrics HTTP/1.1\r\nContent-Length: 1\r\n\r\nx")
+            )
+            assert status.startswith(b"HTTP/1.0 405 "), (method, status)
+            assert headers[b"allow"] == b"GET, HEAD, OPTIONS"
+        status, _, _ = _head(_raw(endpoint.port, b"BREW /metrics HTTP/1.1\r\n\r\n"))
+        assert status.startswith(b"HTTP/1.0 501 ")
 
 
 def _raw(port: int, request: bytes) -> bytes:
