@@ -6,6 +6,8 @@ scrapes got 503. Here one selector thread accepts connections and reads their re
 without blocking; a connection only takes a slot (a handler thread) once its head is complete,
 so a peer that never finishes a head costs a socket and a buffer, never a scrape's slot.
 
+- A head whose first byte cannot start a request line (a TLS ClientHello, binary bytes) is
+  answered 400 and closed as it arrives.
 - A head must be complete within ``header_timeout`` of the accept (408 and closed; silent if
   nothing came), and the whole request, to the reply's last byte, within ``timeout``: each
   write is bounded by what is left of it.
@@ -52,6 +54,7 @@ ACCEPT_BACKOFF: Final = 0.1
 _DISPLACE_AFTER: Final = 0.1
 _BUSY: Final = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _FAILED: Final = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _TIMED_OUT: Final = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _TOO_LARGE: Final = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -131,6 +134,13 @@ def _head_end(head: bytearray) -> int:
     """The index just past the head's blank line, or -1 (CRLF or bare LF lines, as http.server)."""
     ends = [i for i in (head.find(b"\n\r\n"), head.find(b"\n\n")) if i >= 0]
     return min(ends) if ends else -1
+
+
+def _may_be_http(head: bytearray) -> bool:
+    """False once ``head`` cannot start a request: its first byte past any blank lines (which
+    RFC 9112 lets a server skip) is not a letter, as a method's first is."""
+    start = head.lstrip(b"\r\n")[:1]
+    return not start or start.isalpha()
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
@@ -299,6 +309,11 @@ class ScrapeServer:
             self._drop(pending)
             return
         pending.head += data
+        if not _may_be_http(pending.head):
+            # A TLS ClientHello or binary bytes waited out header_timeout for a 408, holding a place.
+            _send_quietly(pending.sock, _BAD_REQUEST)
+            self._drop(pending)
+            return
         if _head_end(pending.head) < 0:
             if len(pending.head) > MAX_HEAD_BYTES:
                 _send_quietly(pending.sock, _TOO_LARGE)

@@ -481,7 +481,7 @@ def _raw(port: int, request: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("request_line", "status"),
     [
-        (b"\x16\x03\x01\x02\x00 x y", b"400"),  # binary garbage with a line end
+        (b"G\x16\x03\x01 \x02\x00 x y", b"400"),  # garbage with a line end (past a letter)
         (b"GET /metrics HTTP/2.0", b"505"),
         (b"PRI * HTTP/2.0", b"505"),  # an HTTP/2 client's preface on this HTTP/1 port
         (b"GET /metrics HTTP/x", b"400"),

@@ -4,6 +4,7 @@ oversized heads; scrapes keep answering 200 throughout."""
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -119,6 +120,31 @@ def test_a_head_past_64_kib_is_refused_with_431() -> None:
     with _endpoint() as endpoint, socket.create_connection(("127.0.0.1", endpoint.port)) as sock:
         sock.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-a: " + b"b" * (70 * 1024))
         assert _closed_by_server(sock, 3.0).startswith(b"HTTP/1.1 431 ")
+
+
+def _client_hello() -> bytes:
+    """A real TLS ClientHello, as a scraper configured with ``scheme: https`` sends first."""
+    outgoing = ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize("opening", ["tls", "binary"])
+def test_a_head_that_cannot_be_http_is_refused_with_400_at_once(opening: str) -> None:
+    """A TLS ClientHello or binary bytes on the plain port waited out the header timeout (2 s)
+    for a 408, holding a waiting place: a request line starts with a method's letter, so anything
+    else is answered 400 as it arrives."""
+    first = _client_hello() if opening == "tls" else bytes(range(256))
+    assert first[:1] in (b"\x16", b"\x00")
+    with _endpoint() as endpoint, socket.create_connection(("127.0.0.1", endpoint.port)) as sock:
+        started = time.monotonic()
+        sock.sendall(first)
+        assert _closed_by_server(sock, 3.0).startswith(b"HTTP/1.1 400 ")
+        assert time.monotonic() - started < 1.0
+        assert endpoint.timed_out == 0
+        assert _scrape(endpoint.url) == 200
 
 
 def test_a_connection_closed_before_its_head_costs_nothing() -> None:
