@@ -21,11 +21,12 @@ hundred series a fleet has).
 from __future__ import annotations
 
 import errno
+import operator
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Final, Protocol, Self
+from typing import Any, Final, Protocol, Self, TypeVar
 from urllib.parse import urlsplit
 
 import anyio.to_thread
@@ -67,6 +68,10 @@ METRICS_PATH: Final = "/metrics"
 _ALLOWED_METHODS: Final = "GET, HEAD, OPTIONS"
 # Go's shortest form ("5", not "5.0"), as the Collector (client_golang) writes `le`.
 _LE: Final = (*(str(int(b)) if float(b).is_integer() else repr(float(b)) for b in DEFAULT_BOUNDARIES), "+Inf")
+
+
+_REPLACEMENT: Final = "\ufffd"
+_P = TypeVar("_P")
 
 
 class TotalsSource(Protocol):
@@ -141,7 +146,8 @@ class TotalsCollector:
     """A ``prometheus_client`` collector rendering a source's totals at each scrape.
 
     A label value UTF-8 cannot carry (a lone surrogate) is written with U+FFFD in its place,
-    as our OTLP encoder does, and counted once per label set in ``replaced_values``.
+    as our OTLP encoder does, and counted once per label set in ``replaced_values``; label sets
+    then written alike are one series, holding their sum.
     """
 
     def __init__(self, source: TotalsSource) -> None:
@@ -150,6 +156,8 @@ class TotalsCollector:
         self.replaced_values = 0
         # One entry per key of the totals: bounded by their cardinality limit per instrument.
         self._labels: dict[tuple[Any, ...], dict[str, str]] = {}
+        # Keys whose labels hold U+FFFD: only these can be written like another key.
+        self._may_collide: set[tuple[Any, ...]] = set()
 
     def _labels_of(self, key: tuple[Any, ...]) -> dict[str, str]:
         cached = self._labels.get(key)
@@ -163,7 +171,26 @@ class TotalsCollector:
             # the page is encoded as UTF-8 as a whole.
             cached = self._labels[key] = {k: replace_surrogates(v) for k, v in labels.items()}
             self.replaced_values += sum(cached[k] != v for k, v in labels.items())
+            if any(_REPLACEMENT in v for v in cached.values()):
+                self._may_collide.add(key)
         return cached
+
+    def _series(
+        self, points: dict[tuple[Any, ...], _P], merge: Callable[[_P, _P], _P]
+    ) -> Iterator[tuple[dict[str, str], _P]]:
+        """(labels, point) per series: keys whose labels are written alike (values differing only
+        in what U+FFFD replaced, or in U+FFFD itself) merged into one, as a page must hold each
+        label set once (Prometheus keeps one of duplicate samples: 1 refusal of 3)."""
+        alike: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], _P]] = {}
+        for key, point in points.items():
+            labels = self._labels_of(key)
+            if key not in self._may_collide:
+                yield labels, point
+                continue
+            written = tuple(labels.items())
+            held = alike.get(written)
+            alike[written] = (labels, point if held is None else merge(held[1], point))
+        yield from alike.values()
 
     def describe(self) -> list[Any]:
         """Every family ``collect`` may yield, without samples: a registry already holding one
@@ -194,8 +221,7 @@ class TotalsCollector:
                 continue
             family = metric_name(name, unit, kind)
             metric = Metric(family, description, prometheus_type(kind), unit_word(unit)[0])
-            for key, point in histogram.items():
-                labels = self._labels_of(key)
+            for labels, point in self._series(histogram, _merged_histogram):
                 _add_histogram(metric, family, labels, point, Exemplar)
             yield metric
         for (name, kind, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
@@ -204,8 +230,7 @@ class TotalsCollector:
             family = metric_name(name, unit, kind)
             base = family.removesuffix("_total")
             metric = Metric(base, description, prometheus_type(kind), unit_word(unit)[0])
-            for key, total in sums.items():
-                labels = self._labels_of(key)
+            for labels, total in self._series(sums, operator.add):
                 metric.add_sample(family, labels, total)
             yield metric
         if totals.open is not None:
@@ -214,17 +239,18 @@ class TotalsCollector:
     def _open_work(self, snapshot: OpenWorkSnapshot, metric_class: Any) -> Iterator[Any]:
         """The open operations, the oldest one's age and the last publish, as gauges."""
         counter, oldest, published = OPEN_WORK_INSTRUMENTS
-        values: tuple[tuple[Instrument, dict[tuple[Any, ...], float] | dict[tuple[Any, ...], int]], ...] = (
-            (counter, snapshot.open),
-            (oldest, snapshot.oldest_s),
+        # Merged as the SDK would one attribute set: open operations add up, the oldest is the oldest.
+        values: tuple[tuple[Instrument, dict[tuple[Any, ...], Any], Callable[[Any, Any], Any]], ...] = (
+            (counter, snapshot.open, operator.add),
+            (oldest, snapshot.oldest_s, max),
         )
-        for (name, kind, unit, description), points in values:
+        for (name, kind, unit, description), points, merge in values:
             if not points:
                 continue
             family = metric_name(name, unit, kind)
             metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
-            for key, value in points.items():
-                metric.add_sample(family, self._labels_of(key), value)
+            for labels, value in self._series(points, merge):
+                metric.add_sample(family, labels, value)
             yield metric
         if snapshot.last_published_ts is not None:
             name, kind, unit, description = published
@@ -232,6 +258,23 @@ class TotalsCollector:
             metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
             metric.add_sample(family, {}, snapshot.last_published_ts)
             yield metric
+
+
+def _merged_histogram(first: HistogramPoint, second: HistogramPoint) -> HistogramPoint:
+    """One point holding both (neither changed): counts and sums added, each bucket's exemplar
+    the slower of the two."""
+    merged = HistogramPoint()
+    merged.count = first.count + second.count
+    merged.total = first.total + second.total
+    merged.min = min(first.min, second.min)
+    merged.max = max(first.max, second.max)
+    merged.buckets = [a + b for a, b in zip(first.buckets, second.buckets, strict=True)]
+    for i, (a, b) in enumerate(zip(first.exemplar_values, second.exemplar_values, strict=True)):
+        # NaN where a bucket has none: `b > a` is False for a NaN b, so a held exemplar stays.
+        taken = second if first.exemplars[i] is None or b > a else first
+        merged.exemplars[i] = taken.exemplars[i]
+        merged.exemplar_values[i] = taken.exemplar_values[i]
+    return merged
 
 
 def _add_histogram(

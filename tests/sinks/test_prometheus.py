@@ -377,6 +377,41 @@ def test_a_label_value_with_a_lone_surrogate_is_written_with_a_replacement_chara
         assert endpoint.replaced_values == 1
 
 
+def test_values_that_differ_only_where_replaced_are_one_series_with_their_sums() -> None:
+    """Three kinds and codes that differ only in undecodable bytes (``x\\udc80``, ``x\\udc81``)
+    or in U+FFFD itself are written alike: they were three series with one label set, which
+    Prometheus takes as duplicate samples, keeping one (1 refusal of 3). Now one series each,
+    holding the three's sum, and every family's label sets are unique."""
+    sink = PrometheusSink()
+    events: list[Any] = []
+    for i, word in enumerate(("x\udc80", "x\udc81", "x\ufffd")):
+        events.append(Refused(kind="model", instance="m0", time_ns=i, code=word))  # type: ignore[arg-type]
+        ident = {"kind": word, "instance": "i0", "trace_id": 1, "span_id": i + 1, "start_ns": 1}
+        events.append(OperationStarted(**ident, operation="commit"))  # type: ignore[arg-type]
+        finished = OperationFinished(**ident, end_ns=(i + 1) * 3_000_000, operation="commit", records=2)  # type: ignore[arg-type]
+        events.append(finished)
+    sink.handle(events)
+    with _endpoint(sink) as endpoint:
+        for accept in ("", OPENMETRICS):
+            page = _get(endpoint.url, accept)[1]
+            parse = openmetrics_families if accept else text_string_to_metric_families
+            for family in parse(page):
+                label_sets = [(s.name, tuple(sorted(s.labels.items()))) for s in family.samples]
+                assert len(label_sets) == len(set(label_sets)), family.name
+            assert 'nemo_gym_checkpoint_code="x\ufffd",nemo_gym_checkpoint_event="refused"} 3.0' in page
+            assert f'{DURATION}_count{{nemo_gym_checkpoint_operation="commit",' in page
+        families = {f.name: f for f in text_string_to_metric_families(_get(endpoint.url)[1])}
+        count = [s for s in families[DURATION].samples if s.name == DURATION + "_count"]
+        assert [(s.labels["nemo_gym_checkpoint_participant_kind"], s.value) for s in count] == [
+            ("x\ufffd", 3)
+        ]
+        total = [s.value for s in families[DURATION].samples if s.name == DURATION + "_sum"]
+        assert total == [pytest.approx(2.999999 + 5.999999 + 8.999999)]
+        records = [s.value for s in families["gym_checkpoint_records"].samples]
+        assert records == [6]
+        assert [s.value for s in families["gym_checkpoint_open_operations"].samples] == [0]
+
+
 def test_a_registry_already_holding_one_of_our_names_refuses_the_collector() -> None:
     """``register`` raises naming the clash (a user's own metric, or a second collector) rather
     than rendering a family twice, which fails every Prometheus scrape of that registry."""
