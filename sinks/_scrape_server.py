@@ -43,7 +43,8 @@ __all__ = ["ScrapeServer", "host_problem", "listen_host"]
 
 logger: Final = logging.getLogger("ckpt_events.sinks.prometheus")
 
-#: The longest request head read (as ``http.server``'s line limit): past it, 431.
+#: The longest request head read (as ``http.server``'s line limit): past it, 431. Never more
+#: is buffered per connection.
 MAX_HEAD_BYTES: Final = 64 * 1024
 #: Connections accepted per wake-up, so reading heads is not starved by a connect storm.
 _ACCEPT_BATCH: Final = 16
@@ -141,6 +142,17 @@ def _may_be_http(head: bytearray) -> bool:
     RFC 9112 lets a server skip) is not a letter, as a method's first is."""
     start = head.lstrip(b"\r\n")[:1]
     return not start or start.isalpha()
+
+
+def _discard_unread(sock: socket.socket) -> None:
+    """Read and drop what ``sock`` has received (at most 1 MiB): a close with unread bytes resets
+    the connection, and the peer loses the reply sent just before."""
+    for _ in range(16):
+        try:
+            if not sock.recv(MAX_HEAD_BYTES):
+                return
+        except OSError:  # BlockingIOError: nothing more has arrived
+            return
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
@@ -300,7 +312,9 @@ class ScrapeServer:
 
     def _read(self, pending: _Waiting) -> None:
         try:
-            data = pending.sock.recv(MAX_HEAD_BYTES)
+            # Never past the limit: a whole recv on top of 64 KiB less a byte read up to 128 KiB,
+            # and a complete 99.8 KB head was served.
+            data = pending.sock.recv(MAX_HEAD_BYTES - len(pending.head))
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -315,8 +329,9 @@ class ScrapeServer:
             self._drop(pending)
             return
         if _head_end(pending.head) < 0:
-            if len(pending.head) > MAX_HEAD_BYTES:
+            if len(pending.head) >= MAX_HEAD_BYTES:
                 _send_quietly(pending.sock, _TOO_LARGE)
+                _discard_unread(pending.sock)
                 self._drop(pending)
             return
         self._forget(pending)

@@ -122,6 +122,18 @@ def test_a_head_past_64_kib_is_refused_with_431() -> None:
         assert _closed_by_server(sock, 3.0).startswith(b"HTTP/1.1 431 ")
 
 
+def test_a_complete_head_past_64_kib_is_refused_with_431() -> None:
+    """A head of 99 headers of 1 KB (99.8 KB, under http.server's 100 headers and its line
+    limit) sent at once was read as two 64 KiB chunks and served 200; a head ending just under
+    64 KiB is still served."""
+    with _endpoint() as endpoint:
+        for count, status in ((99, b"HTTP/1.1 431 "), (60, b"HTTP/1.0 200 ")):
+            lines = b"".join(b"X-%d: " % i + b"v" * 1000 + b"\r\n" for i in range(count))
+            with socket.create_connection(("127.0.0.1", endpoint.port)) as sock:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\n" + lines + b"\r\n")
+                assert _closed_by_server(sock, 3.0).startswith(status), count
+
+
 def _client_hello() -> bytes:
     """A real TLS ClientHello, as a scraper configured with ``scheme: https`` sends first."""
     outgoing = ssl.MemoryBIO()
