@@ -90,8 +90,13 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
     each request's start and end: one pool over 64 participants made a poll round quadratic
     (73% of the round's time in that scan, measured by ``ckpt_events.benchmarks.bench_watch``). A pool per
     origin (``mounts``) keeps each scan to that participant's one connection.
+
+    Every pool shares one TLS context (httpx's default: the CA bundle, or ``$SSL_CERT_FILE``):
+    built per transport, it cost 17 ms and 0.9 MB each, 1,000 participants 17 s and 876 MB.
     """
     import httpx
+
+    tls = httpx.create_ssl_context()
 
     per_origin: dict[str, int] = {}
     for url in urls:
@@ -99,12 +104,14 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
         origin = f"{parsed.scheme}://{parsed.netloc.decode('ascii')}"
         per_origin[origin] = per_origin.get(origin, 0) + 1
     mounts = {
-        origin: httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+        origin: httpx.AsyncHTTPTransport(
+            verify=tls, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n)
+        )
         for origin, n in per_origin.items()
     }
     # The polls' own deadlines decide (time this process could not run not counted): httpx's
     # timeouts, plain wall time, are only the outer bound.
-    return httpx.AsyncClient(headers=dict(headers), timeout=MAX_STRETCH * timeout, mounts=mounts)
+    return httpx.AsyncClient(headers=dict(headers), timeout=MAX_STRETCH * timeout, mounts=mounts, verify=tls)
 
 
 def _http_error() -> type[Exception]:

@@ -139,3 +139,15 @@ async def test_time_this_process_could_not_run_is_not_the_participants() -> None
                 results = await poll_all(client, urls, 0.8)
     assert [r.error for r in results] == [None] * 4
     assert all(r.status is not None and r.seconds >= 1.0 for r in results)
+
+
+async def test_a_client_for_1000_participants_is_built_at_once_and_shares_one_tls_context() -> None:
+    """A pool per participant is one transport each, and each built its own TLS context from the
+    CA bundle: 1,000 participants took 17 s and 876 MB before the first poll. They share one."""
+    urls = [f"http://127.0.0.1:{20_000 + i}" for i in range(1000)]
+    started = time.monotonic()
+    async with status_client(urls, headers={}, timeout=0.8) as client:
+        took = time.monotonic() - started
+        contexts = {id(t._pool._ssl_context) for t in client._mounts.values() if t is not None}  # type: ignore[union-attr]
+    assert len(client._mounts) == 1000 and len(contexts) == 1
+    assert took < 2.0
