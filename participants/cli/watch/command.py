@@ -2,9 +2,9 @@
 
 Polls every ``--participant``'s ``GET /status`` (so it works with telemetry off) and follows
 ``--follow`` JSON-lines logs for open operations (``follow.LogFollower``). On a terminal the view
-redraws in place; piped, it prints one plain snapshot per interval; ``--once`` prints one and
-exits with ``EXIT_UNREACHABLE`` or ``EXIT_REFUSED`` when a participant could not be read, so it
-serves as a health check.
+redraws in place; piped (or on ``TERM=dumb``), it prints one plain snapshot per interval;
+``--once`` prints one and exits with ``EXIT_UNREACHABLE`` or ``EXIT_REFUSED`` when a participant
+could not be read, so it serves as a health check.
 """
 
 from __future__ import annotations
@@ -220,8 +220,9 @@ async def show(
     until: anyio.Event | None = None,
     title: Callable[[], str] | None = None,
 ) -> None:
-    """``live`` on a terminal, else ``plain``: the view of ``watch`` and of ``demo --watch``."""
-    if out.is_terminal:
+    """``live`` on a terminal, else ``plain``: the view of ``watch`` and of ``demo --watch``. A dumb
+    terminal (``TERM=dumb``) gets ``plain``: a live display there draws nothing until it ends."""
+    if out.is_terminal and not out.is_dumb_terminal:
         await live(view, client, source, out, interval=interval, timeout=timeout, until=until, title=title)
     else:
         heading = title if title is not None else (lambda: "ckpt-events watch")

@@ -23,7 +23,7 @@ from rich.console import Console
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.cli.fleet import free_port, local_fleet
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.watch.command import live, snapshot
+from ckpt_events.participants.cli.watch.command import live, show, snapshot
 from ckpt_events.participants.cli.watch.follow import LogFollower
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
@@ -166,6 +166,31 @@ async def test_live_redraws_until_told_to_stop(tmp_path: Path) -> None:
             until.set()
     text = out.export_text()
     assert "model model-0" in text and "last: c-live commit ok" in text, text
+
+
+async def test_a_dumb_terminal_gets_a_snapshot_per_interval_while_it_runs(tmp_path: Path) -> None:
+    """On ``TERM=dumb`` (an editor's shell, a CI log with a pty) rich's live display cannot move the
+    cursor, so it drew nothing until the watch ended: an operator saw a blank screen. It gets the
+    pipe's snapshots, as they come."""
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(log))
+        tel = Telemetry(bus, kind="model", instance="model-0")
+        with tel.operation("commit", checkpoint_id="c-dumb"):
+            pass
+    written = io.StringIO()
+    out = Console(width=80, force_terminal=True, file=written, _environ={"TERM": "dumb"})
+    assert out.is_dumb_terminal
+    until = anyio.Event()
+    view = FleetView([], stall_after=30.0)
+    with LogFollower([str(log)]) as follower:
+        async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(show, view, client, follower, out, interval=0.2, until=until))
+            await anyio.sleep(0.9)
+            while_running = written.getvalue()
+            until.set()
+    assert while_running.count("last: c-dumb commit ok") >= 3, while_running
+    assert "\x1b[1A" not in written.getvalue()  # no cursor movement
 
 
 async def test_watch_once_is_a_health_check(
