@@ -68,14 +68,17 @@ class Backlog:
     folder): a span whose ``*Finished`` event was seen is never opened again by its ``*Started``
     event, and a finished operation is kept once. The last ``MAX_FINISHED`` finished spans are
     remembered; a ``*Started`` event older than the end of one forgotten is not shown as open
-    (whether it finished is unknown) but counted in ``unknown``.
+    (whether it finished is unknown) but counted in ``unknown``. ``events()`` hands on what it
+    kept in the order it was read, so that each writer's stamps keep their order (the view tells
+    by it a clock stepped back).
     """
 
     __slots__ = ("_done", "_finished", "_forgotten_end", "_open", "_seq", "_stalled", "unknown", "untracked")
 
     def __init__(self) -> None:
-        self._open: dict[tuple[int, int], Event] = {}
-        self._stalled: dict[tuple[str, str, str, str | None], Stalled] = {}
+        #: Each kept event with its arrival (``_seq``): ``events()`` hands them on in that order.
+        self._open: dict[tuple[int, int], tuple[int, Event]] = {}
+        self._stalled: dict[tuple[str, str, str, str | None], tuple[int, Stalled]] = {}
         #: Per participant, its latest finished operations: a heap of (end, arrival, event).
         self._finished: dict[tuple[str, str], list[tuple[int, int, Event]]] = {}
         #: The spans seen finished, oldest first (a dict keeps its insertion order).
@@ -97,8 +100,11 @@ class Backlog:
                     continue  # finished already: a copy, or a file out of time order
                 if event.start_ns <= self._forgotten_end:
                     self.unknown += 1
-                elif span in self._open or len(self._open) < MAX_OPEN:
-                    self._open[span] = event
+                elif span in self._open:
+                    continue  # a copy: it keeps its first arrival
+                elif len(self._open) < MAX_OPEN:
+                    self._seq += 1
+                    self._open[span] = (self._seq, event)
                 else:
                     self.untracked += 1
             elif isinstance(event, OperationFinished | CoordinateFinished):
@@ -126,22 +132,26 @@ class Backlog:
             elif isinstance(event, Stalled):
                 key = (str(event.kind), event.instance, str(event.operation), event.checkpoint_id)
                 if key in self._stalled or len(self._stalled) < MAX_OPEN:
-                    self._stalled[key] = event
+                    self._seq += 1
+                    self._stalled[key] = (self._seq, event)
                 else:
                     self.untracked += 1
 
     def events(self) -> list[Event]:
-        """The fold as events: finished ones (each participant's by end time), then the open
-        spans, then the stall reports of open operations."""
-        out: list[Event] = [event for last in self._finished.values() for _, _, event in sorted(last)]
-        out.extend(self._open.values())
+        """The fold as events, in the order they were read: each participant's last finished
+        operations, the open spans, and the stall reports of open operations."""
+        kept: list[tuple[int, Event]] = [
+            (seq, event) for last in self._finished.values() for _, seq, event in last
+        ]
+        kept.extend(self._open.values())
         open_ops = {
             (str(e.kind), e.instance, str(e.operation), e.checkpoint_id)
-            for e in self._open.values()
+            for _, e in self._open.values()
             if isinstance(e, OperationStarted)
         }
-        out.extend(s for key, s in self._stalled.items() if key in open_ops)
-        return out
+        kept.extend(entry for key, entry in self._stalled.items() if key in open_ops)
+        kept.sort(key=lambda entry: entry[0])
+        return [event for _, event in kept]
 
 
 class _File:

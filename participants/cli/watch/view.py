@@ -17,7 +17,10 @@ counted in a note. Open work is aged by the participant's clock, not ours: each 
 ``CLOCK_NOTE_S``. A participant known from its logs only has no measured offset: its work's age
 is a lower bound (``>=``), how long its own clock says the work was open by the newest event it
 wrote that we have read, plus how long ago (by ours) we read that event, so a clock behind ours
-never makes work look old, and work stays stalled past ``stall_after`` with no event since. An
+never makes work look old, and work stays stalled past ``stall_after`` with no event since. That
+bound holds while its clock runs forward: a writer whose stamp goes back past ``STEP_BACK_S``
+(its clock stepped back, NTP) has what it wrote before set aside, and its work opened before
+the step is of unknown age. An
 age is never negative: work stamped in our future by a participant whose clock is not known is
 shown as such, with no age. Work is marked stalled only when its age, less the clock's
 uncertainty, is past ``stall_after`` (or StallWatch said so).
@@ -25,6 +28,7 @@ uncertainty, is past ``stall_after`` (or StallWatch said so).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import time
 from collections.abc import Iterable, Sequence
@@ -48,7 +52,7 @@ from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Pha
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
-__all__ = ["CLOCK_NOTE_S", "LAST_CHECKPOINTS", "MAX_FROM_LOGS", "ROWS_OVER", "FleetView"]
+__all__ = ["CLOCK_NOTE_S", "LAST_CHECKPOINTS", "MAX_FROM_LOGS", "ROWS_OVER", "STEP_BACK_S", "FleetView"]
 
 #: Participants known from the logs alone that the view tracks; past it, counted in a note (a
 #: log naming 100,000 instances took 353 MiB and 19 s a frame). Those polled by URL always are.
@@ -77,10 +81,15 @@ _DONE_KEPT: Final = 16
 _ENDED_KEPT: Final = 1000
 #: Work stamped this far in our future by a participant of known clock is shown as just opened.
 _FUTURE_SLACK_S: Final = 0.5
+#: A writer's stamp this far (seconds) before one it wrote earlier: its clock was stepped back. A
+#: process writes its events in the order they happen, to within a batch (milliseconds).
+STEP_BACK_S: Final = 1.0
+#: Writers (a participant's worker processes) whose stamps are followed; past it, the first forgotten.
+_WRITERS_KEPT: Final = 64
 
 
 class _Open:
-    __slots__ = ("checkpoint_id", "operation", "passed", "stalled", "start_ns", "worker")
+    __slots__ = ("checkpoint_id", "operation", "passed", "stalled", "start_ns", "stepped", "worker")
 
     def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
         self.operation = operation
@@ -90,6 +99,8 @@ class _Open:
         self.stalled = False
         #: The same process slot started later work and finished it (see ``_passes``).
         self.passed = False
+        #: Its writer's stamps went back in time since it opened: its start is of another clock.
+        self.stepped = False
 
 
 #: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint
@@ -137,11 +148,22 @@ class _Age:
         return (">=" if self.at_least else "") + _seconds(self.seconds)
 
 
+class _Writer:
+    """One writer's (a worker process's) clock as its logs show it: the newest stamp it wrote, and
+    the least its clock can be ahead of ours (seconds; negative: behind): an event stamped t that
+    we read at r was written by r, so its clock was >= t - r ahead, while it runs forward."""
+
+    __slots__ = ("ahead", "newest_ns")
+
+    def __init__(self, newest_ns: int, ahead: float) -> None:
+        self.newest_ns = newest_ns
+        self.ahead = ahead
+
+
 class _Seen:
     """What the view remembers of one participant between refreshes."""
 
     __slots__ = (
-        "ahead",
         "at_start",
         "clocks",
         "done",
@@ -152,7 +174,9 @@ class _Seen:
         "outcomes",
         "phase",
         "since",
+        "stepped",
         "untracked",
+        "writers",
     )
 
     def __init__(self) -> None:
@@ -166,14 +190,25 @@ class _Seen:
         #: The last ``_ENDED_KEPT`` spans seen to end, oldest first (a dict keeps its order).
         self.ended: dict[tuple[int, int], None] = {}
         self.untracked = 0
-        self.outcomes: collections.deque[str] = collections.deque(maxlen=LAST_CHECKPOINTS)
+        #: Its last ``LAST_CHECKPOINTS`` outcomes by end time (end, arrival, line), in that order:
+        #: two workers' logs are read one after the other.
+        self.outcomes: list[tuple[int, int, str]] = []
         #: Its latest finished operations, for work opened before them (``_passes``).
         self.done: collections.deque[_Done] = collections.deque(maxlen=_DONE_KEPT)
         #: (offset, error) of its last polls: its clock minus ours, in seconds.
         self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
-        #: The least its clock can be ahead of ours (seconds; negative: behind) by its logs: an
-        #: event stamped t that we read at r was written by r, so its clock was >= t - r ahead.
-        self.ahead: float | None = None
+        #: Its writers' clocks by its logs (``_written``), by worker.
+        self.writers: dict[int | None, _Writer] = {}
+        #: A writer's stamps went back in time: its clocks are not one forward-running clock.
+        self.stepped = False
+
+    def ahead(self, worker: int | None) -> float | None:
+        """The least its clock can be ahead of ours by its logs, for work ``worker`` opened: by
+        every writer's stamps (one host's clock), by ``worker``'s own once one stepped back."""
+        if self.stepped:
+            writer = self.writers.get(worker)
+            return None if writer is None else writer.ahead
+        return max((writer.ahead for writer in self.writers.values()), default=None)
 
     def clock(self) -> tuple[float, float] | None:
         """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
@@ -201,6 +236,7 @@ class FleetView:
         #: Participants in the logs not tracked, past ``MAX_FROM_LOGS``.
         self.untracked: set[tuple[str, str]] = set()
         self._from_logs = 0
+        self._arrival = 0  # outcomes that end at one nanosecond keep the order they were read in
 
     def _of(self, kind: str, instance: str) -> _Seen:
         key = (kind, instance)
@@ -280,7 +316,7 @@ class FleetView:
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
                 if (seen := self._logged(str(kind), event.instance)) is None:
                     continue
-                _written(seen, event.start_ns, read_at)
+                _written(seen, event.start_ns, read_at, event.worker)
                 key = (event.trace_id, event.span_id)
                 if key in seen.ended:
                     continue  # its end was read first: finished, never open again
@@ -294,7 +330,7 @@ class FleetView:
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
                 if (seen := self._logged(str(kind), event.instance)) is None:
                     continue
-                _written(seen, event.end_ns, read_at)
+                _written(seen, event.end_ns, read_at, event.worker)
                 key = (event.trace_id, event.span_id)
                 seen.open.pop(key, None)
                 seen.ended[key] = None
@@ -306,14 +342,17 @@ class FleetView:
                     for item in seen.open.values():
                         item.passed = item.passed or _passes(item, done)
                 took = (event.end_ns - event.start_ns) / 1e6
-                seen.outcomes.append(
+                line = (
                     f"{escape(event.checkpoint_id or '-')} {escape(event.operation)} {escape(event.outcome)} "
                     f"{_ms(took)}"
                 )
+                self._arrival += 1
+                bisect.insort(seen.outcomes, (event.end_ns, self._arrival, line))
+                del seen.outcomes[:-LAST_CHECKPOINTS]
             elif isinstance(event, Stalled):
                 if (seen := self._logged(str(event.kind), event.instance)) is None:
                     continue
-                _written(seen, event.time_ns, read_at)
+                _written(seen, event.time_ns, read_at, event.worker)
                 for item in seen.open.values():
                     if item.operation == str(event.operation) and item.checkpoint_id == event.checkpoint_id:
                         item.stalled = True
@@ -344,6 +383,9 @@ class FleetView:
     def _age(self, seen: _Seen, item: _Open, now: float, polled: bool) -> _Age:
         if item.passed:
             return _Age(None, False, "later work finished since: restarted?", "restarted?")
+        if item.stepped:
+            why = "its stamps went back since it opened: clock stepped back?"
+            return _Age(None, item.stalled, why, "clock back?")
         clock = seen.clock() if polled else None
         correction, uncertainty = clock if clock is not None else (0.0, 0.0)
         age = now + correction - item.start_ns / 1e9
@@ -359,7 +401,9 @@ class FleetView:
         if clock is None:
             # Its clock against ours is unknown (was: taken as ours, so a clock 60 s behind made
             # work a minute old, STALLED): the least age its own stamps and our reads allow.
-            ahead = seen.ahead if seen.ahead is not None else item.start_ns / 1e9 - now
+            ahead = seen.ahead(item.worker)
+            if ahead is None:
+                ahead = item.start_ns / 1e9 - now
             least = max(now + ahead - item.start_ns / 1e9, 0.0)
             return _Age(least, item.stalled or least >= self.stall_after, at_least=True)
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
@@ -417,7 +461,7 @@ class FleetView:
         if seen.untracked:
             text.append(f"\n  and {seen.untracked} more open, not tracked", style="yellow")
         if seen.outcomes:
-            text.append("\n  last: " + " | ".join(seen.outcomes), style="dim")
+            text.append("\n  last: " + " | ".join(line for _, _, line in seen.outcomes), style="dim")
         return text
 
     def _lease_red(self, seen: _Seen, left: float) -> bool:
@@ -491,7 +535,7 @@ class FleetView:
             if clock := _clock_note(seen, short=True):
                 text.append(f"  {clock}", style="yellow")
         if seen.outcomes:
-            text.append(f"  last {seen.outcomes[-1]}", style="dim")
+            text.append(f"  last {seen.outcomes[-1][2]}", style="dim")
         return text, problem
 
     def rows_of(self, now: float, width: int, height: int | None) -> Group:
@@ -571,12 +615,27 @@ class _Rendered:
         yield view.rows_of(self.now, width, height) if rows else view.blocks(self.now)
 
 
-def _written(seen: _Seen, stamp_ns: int, read_at: float) -> None:
-    """Fold an event stamped ``stamp_ns`` by ``seen``'s clock, read by ``read_at`` (ours), into
-    the least its clock can be ahead of ours."""
+def _written(seen: _Seen, stamp_ns: int, read_at: float, worker: int | None) -> None:
+    """Fold an event ``worker`` stamped ``stamp_ns``, read by ``read_at`` (ours), into the least
+    its clock can be ahead of ours. A stamp ``STEP_BACK_S`` before the newest it wrote: its clock
+    was stepped back, what it wrote before says nothing of its clock now, and its open work's
+    starts are of the clock before the step."""
     ahead = stamp_ns / 1e9 - read_at
-    if seen.ahead is None or ahead > seen.ahead:
-        seen.ahead = ahead
+    writer = seen.writers.get(worker)
+    if writer is None:
+        if len(seen.writers) >= _WRITERS_KEPT:
+            del seen.writers[next(iter(seen.writers))]
+        seen.writers[worker] = _Writer(stamp_ns, ahead)
+    elif stamp_ns < writer.newest_ns - STEP_BACK_S * 1e9:
+        # Was: the stamps before the step, 300 s ahead, made work opened after it 5 min STALLED.
+        seen.stepped = True
+        writer.newest_ns = stamp_ns
+        writer.ahead = ahead
+        for item in seen.open.values():
+            item.stepped = item.stepped or item.worker == worker
+    else:
+        writer.newest_ns = max(writer.newest_ns, stamp_ns)
+        writer.ahead = max(writer.ahead, ahead)
 
 
 def _correction(seen: _Seen) -> float:

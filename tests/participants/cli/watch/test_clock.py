@@ -173,3 +173,118 @@ async def test_work_of_a_participant_known_from_its_logs_whose_clock_is_behind_i
         assert re.search(r"open prepare c1 >=\d+\.\d s STALLED", shown.export_text()), shown.export_text()
         follower.close()
         prepare.__exit__(None, None, None)
+
+
+async def _log_across_a_clock_step(log: Path, *, open_before: bool) -> None:
+    """A participant whose clock ran 300 s ahead, then was stepped back to ours (NTP): a commit
+    before the step, a prepare opened after it (or, ``open_before``, before it and left open),
+    and a commit after it."""
+    from ckpt_events import Bus, Telemetry
+    from ckpt_events.sinks.jsonl import JsonLinesSink
+
+    skew = [300 * NS]
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(log))
+        tel = Telemetry(
+            bus, kind="environment", instance="environment-0", clock=lambda: time.time_ns() + skew[0]
+        )
+        with tel.operation("commit", checkpoint_id="c0"):
+            pass
+        if open_before:
+            tel.operation("prepare", checkpoint_id="c1").__enter__()
+        skew[0] = 0  # the step back
+        if not open_before:
+            tel.operation("prepare", checkpoint_id="c1").__enter__()
+        with tel.operation("commit", checkpoint_id="c-other"):
+            pass
+
+
+@pytest.mark.parametrize("live", [False, True])
+async def test_a_clock_stepped_back_never_makes_work_opened_after_it_stalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], live: bool
+) -> None:
+    """A log written by a clock that ran 300 s ahead and was stepped back: its later prepare, open
+    a moment, was ">=5.0 min STALLED" (its stamps before the step taken as the least its clock is
+    ahead). Folded at once (the backlog) or read as it is written, it is a moment old."""
+    from ckpt_events.participants.cli.watch.follow import LogFollower
+
+    log = tmp_path / "env.jsonl"
+    if not live:
+        await _log_across_a_clock_step(log, open_before=False)
+        monkeypatch.setenv("COLUMNS", "160")
+        argv = ["watch", "--once", "--follow", str(log), "--stall-after", "30"]
+        assert await anyio.to_thread.run_sync(main, argv) == 0
+        text = capsys.readouterr().out
+    else:
+        log.touch()
+        view = FleetView([], stall_after=30.0)
+        with LogFollower([str(log)]) as follower:
+            view.add_events(follower.read(), time.time())  # the backlog: empty
+            await _log_across_a_clock_step(log, open_before=False)
+            view.add_events(follower.read(), time.time())
+        shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
+        shown.print(view.render())
+        text = shown.export_text()
+    assert re.search(r"open prepare c1 >=[0-4]\.\d s", text) and "STALLED" not in text, text
+
+
+async def test_work_opened_before_its_clock_was_stepped_back_is_of_unknown_age(tmp_path: Path) -> None:
+    """A prepare stamped by the clock 300 s ahead, before it was stepped back: its age by the
+    participant's clock is unknown (not 'in our future', never stalled for it)."""
+    from ckpt_events.participants.cli.watch.follow import LogFollower
+
+    log = tmp_path / "env.jsonl"
+    await _log_across_a_clock_step(log, open_before=True)
+    view = FleetView([], stall_after=1.0)
+    with LogFollower([str(log)], budget=None) as follower:
+        view.add_events(follower.read(), time.time())
+    shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    shown.print(view.render(time.time() + 5))
+    text = shown.export_text()
+    said = "open prepare c1 age unknown (its stamps went back since it opened: clock stepped back?)"
+    assert said in text, text
+    assert "STALLED" not in text
+
+
+def test_workers_logs_read_one_after_the_other_are_no_clock_step() -> None:
+    """Two workers of one participant, each its own log, read one file after the other: the second
+    file's stamps go back in time without any clock stepping. The prepare worker 1 opened 600 s
+    ago, with later work from both, is 600 s old by their stamps (STALLED), not of unknown age."""
+    from ckpt_events import OperationFinished, OperationStarted
+
+    now = time.time()
+    at = int(now * NS)
+    minute = 60 * NS
+
+    def done(worker: int, span: int, end: int) -> OperationFinished:
+        return OperationFinished(
+            kind="environment",
+            instance="env-0",
+            trace_id=1,
+            span_id=span,
+            start_ns=end - NS,
+            end_ns=end,
+            operation="commit",
+            outcome="ok",
+            checkpoint_id=f"c{span}",
+            worker=worker,
+        )
+
+    view = FleetView([], stall_after=30.0)
+    # worker 0's file, then worker 1's: as LogFollower reads a folder
+    view.add_events([done(0, 1, at - 9 * minute), done(0, 2, at - 1 * NS)], now)
+    prepare = OperationStarted(
+        kind="environment",
+        instance="env-0",
+        trace_id=1,
+        span_id=3,
+        start_ns=at - 10 * minute,
+        operation="prepare",
+        checkpoint_id="c9",
+        worker=1,
+    )
+    view.add_events([prepare, done(1, 4, at - 2 * NS)], now)
+    shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    shown.print(view.render(now))
+    text = shown.export_text()
+    assert re.search(r"open prepare c9 >=10\.0 min STALLED", text), text

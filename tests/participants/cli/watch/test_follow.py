@@ -244,8 +244,8 @@ def test_a_span_seen_finished_is_never_opened_again_by_its_started_event(
 ) -> None:
     """``watch --once``: a ``*Started`` event read after its span's ``*Finished`` (a copy of the
     log's start in the same folder, a file out of time order) opens nothing (was: every such span
-    shown open and STALLED); the prepare still open is shown (stalled: open 2 s by the stamps of
-    the same participant's later commits), and the last commit is the log's."""
+    shown open and STALLED); the prepare still open is shown (with the copy: stalled, open 2 s by
+    the stamps of the same participant's later commits), and the last commit is the log's."""
     monkeypatch.setenv("COLUMNS", "160")
     events: list[Event] = [_started(1, "prepare", "stuck", at=T0)]
     for n in range(3):
@@ -269,7 +269,12 @@ def test_a_span_seen_finished_is_never_opened_again_by_its_started_event(
     assert main(["watch", "--once", "--follow", spec, "--stall-after", "1"]) == 0
     out = capsys.readouterr().out
     assert "open commit" not in out, out
-    assert out.count("STALLED") == 1 and "open prepare stuck" in out, out
+    if layout.startswith("one log"):
+        # Stamps that run backwards in one file are what a clock stepped back writes: the commits'
+        # stamps, read before the prepare's, say nothing of its age (watch.view.STEP_BACK_S).
+        assert "open prepare stuck >=0.0 s" in out and "STALLED" not in out, out
+    else:
+        assert out.count("STALLED") == 1 and "open prepare stuck" in out, out
     assert "last: c0 commit ok 10 ms | c1 commit ok 10 ms | c2 commit ok 10 ms" in out, out
 
 

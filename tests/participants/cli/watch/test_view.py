@@ -79,7 +79,6 @@ def _view() -> FleetView:
         view,
         [
             began(env, INSTANCE, 1, Operation.PREPARE, CHECKPOINT, start),
-            began(env, INSTANCE, 2, Operation.RENEW, CHECKPOINT, int((NOW - 2.0) * NS)),
             # StallWatch's word for it: stalled though 45 s is short of the view's own 60 s
             Stalled(
                 kind=env,
@@ -90,6 +89,7 @@ def _view() -> FleetView:
                 phase=Phase.PREPARING,
                 checkpoint_id=CHECKPOINT,
             ),
+            began(env, INSTANCE, 2, Operation.RENEW, CHECKPOINT, int((NOW - 2.0) * NS)),
             began(Kind.MODEL, "model-0", 3, Operation.PREPARE, "ckpt-old", start),
             OperationFinished(
                 kind=Kind.MODEL,
