@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_REFUSED", "EXIT_UNREACHABLE", "WATCH", "live", "once_status", "plain", "show", "snapshot"]
 
 _ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
-#: ``--once``: a participant could not be read (no connection, no answer in time, not a status,
-#: or the status of a participant another URL answered as).
+#: ``--once``: a participant could not be read (no connection, no answer in time, a failed TLS
+#: handshake, not a status, or the status of a participant another URL answered as).
 EXIT_UNREACHABLE: Final = 2
 #: ``--once``: a participant refused the token (401/403); wins over ``EXIT_UNREACHABLE``.
 EXIT_REFUSED: Final = 3
@@ -266,7 +266,7 @@ def once_status(polls: list[PollResult]) -> int:
     for result in polls:
         if result.failure is not None:
             why = escape(result.error or "no answer")
-            if result.failure == "unreachable":  # a refusal's or a twin's error names its own fix
+            if result.failure == "unreachable":  # a refusal's, a TLS failure's or a twin's names its fix
                 why += _UNREACHABLE_FIX
             print(f"ckpt-events watch: {escape(result.url)}: {why}", file=sys.stderr)
             code = max(code, EXIT_REFUSED if result.failure == "refused" else EXIT_UNREACHABLE)

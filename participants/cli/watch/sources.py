@@ -3,7 +3,7 @@
 
 ``poll_all`` asks every participant at once, each under its own deadline and byte cap, so a
 slow, silent or hostile one costs the round about ``timeout`` and is one ``PollResult``
-with an error line and its ``failure`` (``unreachable`` or ``refused``). The deadline counts
+with an error line and its ``failure`` (``unreachable``, ``tls`` or ``refused``). The deadline counts
 only time this process's event loop could run: a loop that runs late (a loaded machine, or
 ``demo --watch``'s loop busy with the very servers it polls) stretches it, up to
 ``MAX_STRETCH`` times ``timeout``, rather than blaming a participant for it. Each answer carries
@@ -59,9 +59,11 @@ MAX_STRETCH: Final = 10
 _TICK: Final = 0.02
 
 #: Why a participant could not be read: ``unreachable`` (no connection, no answer in time, or an
-#: answer that is not a participant's status), ``refused`` (401/403: the token) or ``duplicate``
-#: (it answered as the participant another URL of the round answered as).
-Failure = Literal["unreachable", "refused", "duplicate"]
+#: answer that is not a participant's status), ``tls`` (it took the connection, the TLS handshake
+#: failed: a certificate not trusted, an ``https://`` URL of a plain HTTP server), ``refused``
+#: (401/403: the token) or ``duplicate`` (it answered as the participant another URL of the round
+#: answered as).
+Failure = Literal["unreachable", "tls", "refused", "duplicate"]
 
 
 class PollResult(msgspec.Struct, frozen=True):
@@ -194,6 +196,8 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
                         "refused" if refused else "unreachable",
                     )
     except _http_error() as exc:
+        if (tls := _tls_failure(exc)) is not None:
+            return failed(tls, "tls")
         # Only a failed connection is "unreachable": a reply cut short came from a participant.
         from ckpt_events.participants.controller.client import never_connected
 
@@ -237,6 +241,37 @@ def _clock(headers: Mapping[str, str], sent: float, received: float) -> tuple[fl
             return stamp + _DATE_SPAN / 2 - middle, half + _DATE_SPAN / 2
     except (ValueError, TypeError, OverflowError):  # a garbled time: no clock, not a failed poll
         pass
+    return None
+
+
+#: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: trusted, another name's.
+_NAME_MISMATCH: Final = frozenset((62, 64))
+
+
+def _tls_failure(exc: BaseException) -> str | None:
+    """The line for a failed TLS handshake, when ``exc`` came of one (httpx wraps ``ssl``'s error):
+    the participant took the connection, so it is not unreachable, and the fix is not its URL."""
+    import ssl
+
+    cause: BaseException | None = exc
+    for _ in range(8):  # httpx's error, httpcore's, ssl's: a short chain, bounded all the same
+        if cause is None:
+            return None
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            if cause.verify_code in _NAME_MISMATCH:
+                said = cause.verify_message
+                return f"TLS: its certificate is not for this host ({said}): use a name it is for"
+            return (
+                f"TLS: its certificate is not trusted ({cause.verify_message}): "
+                "set $SSL_CERT_FILE to its CA bundle"
+            )
+        if isinstance(cause, ssl.SSLError):
+            reason = cause.reason or str(cause)
+            plain = reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST")
+            return f"TLS handshake failed ({reason})" + (
+                ": the URL says https://, an http:// server?" if plain else ""
+            )
+        cause = cause.__cause__ or cause.__context__
     return None
 
 

@@ -3,16 +3,26 @@
 
 from __future__ import annotations
 
+import http.server
 import io
+import shutil
+import ssl
+import subprocess
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 from fastapi import FastAPI, Response
 from fastapi.responses import StreamingResponse
 from rich.console import Console
 
 from ckpt_events.participants.cli.fleet import free_port, serving
+from ckpt_events.participants.cli.watch.command import once_status
 from ckpt_events.participants.cli.watch.sources import MAX_BODY, poll_all, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
@@ -151,3 +161,93 @@ async def test_a_client_for_1000_participants_is_built_at_once_and_shares_one_tl
         contexts = {id(t._pool._ssl_context) for t in client._mounts.values() if t is not None}  # type: ignore[union-attr]
     assert len(client._mounts) == 1000 and len(contexts) == 1
     assert took < 2.0
+
+
+@contextmanager
+def _https_participant(folder: Path, name: str = "IP:127.0.0.1") -> Iterator[tuple[str, Path]]:
+    """A participant's ``/status`` over HTTPS on 127.0.0.1, its certificate self-signed for
+    ``name`` (made with the ``openssl`` command); yields its URL and the certificate."""
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    assert OPENSSL is not None
+    subprocess.run(
+        [OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-days", "2", "-subj", "/CN=participant", "-addext", f"subjectAltName={name}"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(GOOD)))
+            self.end_headers()
+            self.wfile.write(GOOD)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_port}", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+OPENSSL = shutil.which("openssl")
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="no openssl command to make the test certificate with")
+async def test_a_tls_failure_is_said_as_such_never_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A participant whose certificate is not trusted, or an ``https://`` URL of a plain HTTP
+    server, answered the connection: they were 'unreachable' with 'check the URL and that it
+    runs'. Each says what failed and its fix; with ``$SSL_CERT_FILE`` the certificate is read."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    app = FastAPI()
+
+    @app.get(CONTROL_PREFIX + "/status")
+    async def ok() -> Response:
+        return Response(GOOD, media_type="application/json")
+
+    with (
+        _https_participant(tmp_path) as (secure, cert),
+        _https_participant(tmp_path, "DNS:elsewhere.example") as (misnamed_url, other_cert),
+    ):
+        async with serving(app) as plain:
+            urls = [secure, plain.replace("http://", "https://")]
+            async with status_client(urls, headers={}, timeout=2) as client:
+                untrusted, not_tls = await poll_all(client, urls, 2)
+            monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+            async with status_client(urls[:1], headers={}, timeout=2) as client:
+                (trusted,) = await poll_all(client, urls[:1], 2)
+            monkeypatch.setenv("SSL_CERT_FILE", str(other_cert))  # trusted, made for another name
+            async with status_client([misnamed_url], headers={}, timeout=2) as client:
+                (misnamed,) = await poll_all(client, [misnamed_url], 2)
+    assert untrusted.failure == not_tls.failure == "tls"
+    assert untrusted.error == (
+        "TLS: its certificate is not trusted (self-signed certificate): set $SSL_CERT_FILE to its CA bundle"
+    )
+    assert not_tls.error is not None and not_tls.error.startswith(
+        "TLS handshake failed (WRONG_VERSION_NUMBER"
+    )
+    assert not_tls.error.endswith(": the URL says https://, an http:// server?")
+    assert trusted.error is None and trusted.status is not None
+    assert misnamed.failure == "tls" and misnamed.error is not None
+    assert misnamed.error.startswith("TLS: its certificate is not for this host (IP address mismatch")
+    assert misnamed.error.endswith("): use a name it is for")
+    assert once_status([untrusted, not_tls, trusted]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-events watch:")]
+    assert len(lines) == 2 and not any("unreachable" in line or "that it runs" in line for line in lines)
