@@ -170,6 +170,7 @@ class _Seen:
         "ended",
         "grace",
         "lease_at",
+        "logged",
         "open",
         "outcomes",
         "phase",
@@ -181,6 +182,8 @@ class _Seen:
 
     def __init__(self) -> None:
         self.phase: tuple[str, str | None] | None = None
+        #: Events from the logs were read about it (else it is known from its polls alone).
+        self.logged = False
         self.since = 0.0
         #: The phase was already there at the first poll: its time is at least what is shown.
         self.at_start = False
@@ -257,7 +260,19 @@ class FleetView:
                 return None
             self._from_logs += 1
             seen = self.seen[key] = _Seen()
+        seen.logged = True
         return seen
+
+    def _left(self, url: str) -> None:
+        """``url`` no longer answers as the participant it answered as: one known only from its
+        polls is forgotten (another server took the port; a name answered once is not kept for
+        ever), unless another URL answers as it; one in the logs stays, from them."""
+        key = self.answered.pop(url, None)
+        if key is None or key in self.answered.values():
+            return
+        seen = self.seen.get(key)
+        if seen is not None and not seen.logged:
+            del self.seen[key]
 
     def _notes(self) -> list[str]:
         """The notes, and the participants in the logs not tracked."""
@@ -285,13 +300,16 @@ class FleetView:
                     result = PollResult(
                         url=result.url, seconds=result.seconds, error=said, failure="duplicate"
                     )
-                    self.answered.pop(result.url, None)
+                    self._left(result.url)
             self.polls[result.url] = result
             status = result.status
             if status is None:
                 continue
-            self.answered[result.url] = (str(status.kind), status.instance)
-            seen = self._of(str(status.kind), status.instance)
+            key = (str(status.kind), status.instance)
+            if self.answered.get(result.url, key) != key:
+                self._left(result.url)
+            self.answered[result.url] = key
+            seen = self._of(*key)
             if result.clock_offset is not None and result.clock_error is not None:
                 seen.clocks.append((result.clock_offset, result.clock_error))
             phase = (str(status.phase), status.checkpoint_id)

@@ -498,3 +498,37 @@ def test_once_exits_non_zero_for_two_servers_answering_as_one_participant(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"ckpt-events watch: {second}: answers as agent/agent-0")
     assert "check the URL" not in line
+
+
+def test_a_url_now_answered_by_another_participant_leaves_no_false_entry() -> None:
+    """A server replaced on its port by another (a different kind, a new instance name): the one
+    gone stayed an entry "(from logs only)" with no log followed, and one was kept per name a
+    URL ever answered as (a server restarted under a new name each time grew the view for ever).
+    Known from its logs too, it stays, from them."""
+    url = "http://127.0.0.1:18003"
+    view = FleetView([url], stall_after=60.0)
+    for n in range(1000):
+        status = StatusReply(kind="agent", instance=f"agent-{n}", phase=Phase.IDLE)
+        view.add_polls([PollResult(url=url, seconds=0.01, status=status)], NOW - 1000 + n)
+    env = StatusReply(kind="environment", instance="environment-0", phase=Phase.IDLE)
+    view.add_polls([PollResult(url=url, seconds=0.01, status=env)], NOW - 1.0)
+    view.add_events(
+        [
+            OperationStarted(
+                kind=Kind.ENVIRONMENT,
+                instance="environment-0",
+                trace_id=1,
+                span_id=7,
+                start_ns=int((NOW - 3.0) * NS),
+                operation=Operation.COMMIT,
+                checkpoint_id="c1",
+            )
+        ]
+    )
+    assert len(view.seen) == 1
+    agent = StatusReply(kind="agent", instance="agent-new", phase=Phase.IDLE)
+    view.add_polls([PollResult(url=url, seconds=0.01, status=agent)], NOW)
+    text = _render(view, 160)
+    assert "agent agent-new" in text and "agent-999" not in text, text
+    assert "environment environment-0\n  (from logs only)\n  open commit c1" in text, text
+    assert len(view.seen) == 2
