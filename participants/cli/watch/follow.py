@@ -174,7 +174,8 @@ class LogFollower:
     """Follows JSON-lines logs named by files, globs or folders (their ``*.jsonl*`` files), each
     with its rotated names (``name.1``, ``name.2``...). ``read()`` returns the events gained since
     the last call; ``notes`` says, one line per file, what happened to it on that call (rotated,
-    copied, truncated, gone, corrupt lines, backlog still being read).
+    copied, truncated, gone, corrupt lines, backlog still being read), and on every call what the
+    backlog left out.
 
     ``budget``: at most this many bytes are read from one file per call (``None``: to its end).
     Every call is bounded: by ``budget`` and by the files' sizes when it starts. ``close()`` (or
@@ -189,6 +190,9 @@ class LogFollower:
         #: The gzipped files found by the first read, folded whole into its backlog.
         self._gzipped: list[str] | None = []
         self.notes: dict[str, str] = {}
+        #: What the backlog left out: said on every read, not on the first alone (the view's
+        #: counts of open work lack it for as long as it is watched).
+        self._lasting: dict[str, str] = {}
 
     def close(self) -> None:
         """Close every file held open. Idempotent."""
@@ -225,7 +229,7 @@ class LogFollower:
 
     def read(self) -> list[Event]:
         """The events appended since the last call, over every followed file."""
-        self.notes = {}
+        self.notes = dict(self._lasting)
         order = self._look()
         events: list[Event] = []
         behind = 0
@@ -249,12 +253,15 @@ class LogFollower:
             return []
         self._backlog = None
         if backlog.untracked:
-            self.notes["(backlog)"] = f"backlog: {backlog.untracked} open span(s) past {MAX_OPEN} not shown"
+            self._lasting["(backlog)"] = (
+                f"backlog: {backlog.untracked} open span(s) past {MAX_OPEN} not shown"
+            )
         if backlog.unknown:
-            self.notes["(backlog: unknown)"] = (
+            self._lasting["(backlog: unknown)"] = (
                 f"backlog: {backlog.unknown} span(s) not shown: started before the last {MAX_FINISHED:,} "
                 "finished spans, whether they finished too is unknown"
             )
+        self.notes.update(self._lasting)
         return backlog.events()
 
     def _look(self) -> list[_File]:

@@ -370,3 +370,27 @@ def test_a_name_that_only_ends_like_a_date_is_not_a_rotation_of_the_followed_log
     text = _shown(FleetView([], stall_after=30.0), follower.read())
     assert "open commit c1" in text and "not-" not in text, text
     follower.close()
+
+
+def test_what_the_backlog_left_out_is_said_for_as_long_as_it_is_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spans the backlog could not keep (past ``MAX_OPEN``) were said in a note on the first
+    frame only, a second later gone: the view's '+N' open counted them out without a word."""
+    from ckpt_events.participants.cli.watch import follow
+
+    monkeypatch.setattr(follow, "MAX_OPEN", 10)
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([_started(span, "commit", f"c{span}") for span in range(15)])
+    sink.close()
+    with LogFollower([str(log)]) as follower:
+        assert len(follower.read()) == 10
+        first = dict(follower.notes)
+        assert first == {"(backlog)": "backlog: 5 open span(s) past 10 not shown"}
+        sink = JsonLinesSink(log)
+        sink.handle([_finished(0, "commit", "c0")])
+        sink.close()
+        assert len(follower.read()) == 1
+        assert follower.notes == first
+        assert follower.read() == [] and follower.notes == first
