@@ -35,7 +35,8 @@ __all__ = ["EXIT_REFUSED", "EXIT_UNREACHABLE", "WATCH", "live", "once_status", "
 
 _ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
 #: ``--once``: a participant could not be read (no connection, no answer in time, a failed TLS
-#: handshake, not a status, or the status of a participant another URL answered as).
+#: handshake, not a status, or the status of a participant another URL answered as), or a log
+#: named by ``--follow`` as a file.
 EXIT_UNREACHABLE: Final = 2
 #: ``--once``: a participant refused the token (401/403); wins over ``EXIT_UNREACHABLE``.
 EXIT_REFUSED: Final = 3
@@ -82,8 +83,8 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--once",
         action="store_true",
-        help=f"print one snapshot and exit: 0, or {EXIT_UNREACHABLE} when a participant could not be read, "
-        f"{EXIT_REFUSED} when one refused the token (a health check)",
+        help=f"print one snapshot and exit: 0, or {EXIT_UNREACHABLE} when a participant or a log could not "
+        f"be read, {EXIT_REFUSED} when a participant refused the token (a health check)",
     )
 
 
@@ -287,7 +288,12 @@ async def _watch_async(args: argparse.Namespace) -> int:
         async with status_client(urls, headers=headers, timeout=args.timeout) as client:
             if args.once:
                 await plain(view, client, follower, out, timeout=args.timeout, once=True)
-                return once_status([view.polls[url] for url in urls if url in view.polls])
+                code = once_status([view.polls[url] for url in urls if url in view.polls])
+                for path, why in ({} if follower is None else follower.unreadable).items():
+                    # a health check that read nothing of a log it was given has not passed
+                    print(f"ckpt-events watch: {escape(path)}: cannot read ({escape(why)})", file=sys.stderr)
+                    code = max(code, EXIT_UNREACHABLE)
+                return code
             # until Ctrl-C, reported by main in one line
             await show(view, client, follower, out, interval=args.interval, timeout=args.timeout)
     finally:

@@ -193,6 +193,9 @@ class LogFollower:
         #: What the backlog left out: said on every read, not on the first alone (the view's
         #: counts of open work lack it for as long as it is watched).
         self._lasting: dict[str, str] = {}
+        #: The logs named as files (not folders or globs) that could not be read on the last
+        #: call, and why: ``--once`` fails for them, a live watch waits for them.
+        self.unreadable: dict[str, str] = {}
 
     def close(self) -> None:
         """Close every file held open. Idempotent."""
@@ -230,6 +233,7 @@ class LogFollower:
     def read(self) -> list[Event]:
         """The events appended since the last call, over every followed file."""
         self.notes = dict(self._lasting)
+        self.unreadable = {}
         order = self._look()
         events: list[Event] = []
         behind = 0
@@ -278,7 +282,9 @@ class LogFollower:
                 info = os.stat(path)
             except OSError as exc:
                 if path in self.specs:
-                    self.notes[path] = f"{path}: cannot read ({exc.strerror or exc}); waiting for it"
+                    why = self.unreadable[path] = str(exc.strerror or exc)
+                    waiting = "" if self.budget is None else "; waiting for it"  # None: --once
+                    self.notes[path] = f"{path}: cannot read ({why}){waiting}"
                 continue
             at.setdefault((info.st_dev, info.st_ino), path)
         heads = {f.head: f for f in self._files.values() if f.head is not None}
@@ -310,6 +316,8 @@ class LogFollower:
                     file = open(path, "rb")  # noqa: SIM115 - held open across reads, closed by close()
                 except OSError as exc:
                     self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
+                    if path in self.specs:
+                        self.unreadable[path] = str(exc.strerror or exc)
                     continue
                 new = self._files[identity] = _File(file, identity, path, 0)
                 if not first:

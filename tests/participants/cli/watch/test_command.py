@@ -249,3 +249,21 @@ def test_an_empty_log_to_follow_is_one_line(logs: list[str], capsys: pytest.Capt
     assert capsys.readouterr().err == (
         "ckpt-events watch: error: --follow: an empty log name (a stray comma or quotes?)\n"
     )
+
+
+def test_once_on_a_log_that_cannot_be_read_is_not_healthy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``watch --once --follow`` a log name that does not exist (a typo) printed 'nothing to watch
+    yet ... waiting for it' and exited 0: a health check that read nothing passed. It exits 2 with
+    one line for it, as for a participant that could not be read; a log that is there is read."""
+    monkeypatch.setenv("COLUMNS", "120")
+    real = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(real)
+    sink.close()
+    typo = tmp_path / "evn.jsonl"
+    assert main(["watch", "--once", "--follow", str(real), str(typo)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"ckpt-events watch: {typo}: cannot read (No such file or directory)\n"
+    assert "waiting for it" not in out
+    assert main(["watch", "--once", "--follow", str(real)]) == 0
