@@ -140,11 +140,10 @@ def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
         assert proc.returncode in (0, -signal.SIGTERM) and lines == []
 
 
-def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path) -> None:
-    """Ctrl-C twice (the second while a request still holds the graceful shutdown): uvicorn
-    exits at once, cancelling the request and the app's lifespan. Each was logged as a traceback
-    of chained exceptions (over 100 lines); now each is one line saying what was cut, then the
-    usual one."""
+@contextlib.contextmanager
+def _serve_holding_a_request(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``serve`` listening, with a request whose body has not all come: the graceful shutdown
+    waits for it (2 s)."""
     import socket
 
     token = write_token_file(tmp_path / "token", "signal-test-token")
@@ -160,15 +159,23 @@ def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path
 
         _wait_for(listening, 30, "serve to listen")
         with socket.create_connection(("127.0.0.1", port), 5) as held:
-            # A request whose body has not all come: the graceful shutdown waits for it (2 s).
             held.sendall(
                 b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
                 b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
             )
             time.sleep(0.3)
-            os.kill(proc.pid, signal.SIGINT)
-            time.sleep(0.3)
-            lines = _interrupt_and_check(proc, tmp_path)
+            yield proc
+
+
+def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path) -> None:
+    """Ctrl-C twice (the second while a request still holds the graceful shutdown): uvicorn
+    exits at once, cancelling the request and the app's lifespan. Each was logged as a traceback
+    of chained exceptions (over 100 lines); now each is one line saying what was cut, then the
+    usual one."""
+    with _serve_holding_a_request(tmp_path) as proc:
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        lines = _interrupt_and_check(proc, tmp_path)
     assert proc.returncode == 130
     assert sorted(lines) == [
         "ERROR:    a request still running when the exit was forced was cancelled",
@@ -187,32 +194,13 @@ def test_a_sigint_delivered_twice_at_once_is_one_interrupt_the_shutdown_stays_gr
     exit, cancelling the app's lifespan: the sinks were never closed, events unwritten. Two at
     once are one interrupt: the graceful shutdown runs, a request it waited for is cut at its
     deadline, the lifespan ends in order."""
-    import socket
-
-    token = write_token_file(tmp_path / "token", "signal-test-token")
-    port = free_port()
-    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
-    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
-
-        def listening() -> bool:
-            assert proc.poll() is None, (tmp_path / "err").read_text()
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                return True
-            return False
-
-        _wait_for(listening, 30, "serve to listen")
-        with socket.create_connection(("127.0.0.1", port), 5) as held:
-            held.sendall(
-                b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
-                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
-            )
-            time.sleep(0.3)
-            # As timeout(1) does: the child, then its group. Sent at once, the kernel often merges
-            # the two (a signal pending is pending once); 20 ms apart, each is delivered.
-            os.kill(proc.pid, signal.SIGINT)
-            time.sleep(0.02)
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(30)
+    with _serve_holding_a_request(tmp_path) as proc:
+        # As timeout(1) does: the child, then its group. Sent at once, the kernel often merges
+        # the two (a signal pending is pending once); 20 ms apart, each is delivered.
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
     err = (tmp_path / "err").read_text()
     assert proc.returncode == 130, err
     assert "lifespan was cancelled" not in err and "the exit was forced" not in err, err
