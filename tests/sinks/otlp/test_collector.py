@@ -88,15 +88,30 @@ def test_a_collector_that_cannot_start_skips_with_its_reason(tmp_path: Path) -> 
         _start(binary, tmp_path, tmp_path / "collector.out")
 
 
-def _wait_for(out: Path, needles: list[str]) -> str:
-    deadline = time.monotonic() + _RECEIVE_SECONDS
+def _wait_for(out: Path, needles: list[str], seconds: float = _RECEIVE_SECONDS) -> str:
+    """The collector's output once it holds every needle, a needle given k times at least k times."""
+    wanted = {n: needles.count(n) for n in needles}
+    deadline = time.monotonic() + seconds
     text = ""
     for _ in range(1000):
         text = out.read_text(errors="replace")
-        if all(n in text for n in needles) or time.monotonic() > deadline:
+        if all(text.count(n) >= k for n, k in wanted.items()) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     return text
+
+
+def test_a_needle_given_twice_waits_for_its_second_export(tmp_path: Path) -> None:
+    """One export printed: a wait for two keeps waiting to its deadline; two printed return at once."""
+    out = tmp_path / "collector.out"
+    out.write_text("-> Name: gym.checkpoint.oldest_open_s\n")
+    started = time.monotonic()
+    _wait_for(out, ["gym.checkpoint.oldest_open_s"] * 2, seconds=0.3)
+    assert time.monotonic() - started >= 0.3
+    out.write_text("-> Name: gym.checkpoint.oldest_open_s\n" * 2)
+    started = time.monotonic()
+    _wait_for(out, ["gym.checkpoint.oldest_open_s"] * 2, seconds=5)
+    assert time.monotonic() - started < 1
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
