@@ -9,8 +9,8 @@ One line per batch, a JSON array of the batch's items in the bus's order. An ite
   first record of a number stands for its span's start; a second one, in this line or a later
   one, for its end; a record numbered ``0`` (its start was not queued: not wanted, or the
   buffer was full) for its end alone (its ``*Finished``);
-* a negative int ``-n``: the end of the span whose start is the record numbered ``n``, in this
-  line or an earlier one. A handle ends this way when its start was still waiting in the bus's
+* an int ``n`` (above 0): the end of the span whose start is the record numbered ``n``, in
+  this line or an earlier one. A handle ends this way when its start was still waiting in the bus's
   buffer as it ended, so its record (written when the batch is taken) has every field as the
   span ended. This is nearly every request's spans: each is written once, with no work per
   item in the server, the whole batch encoded in one call;
@@ -123,7 +123,7 @@ def lines_within(
     left_out: set[int] = set()  # the numbers of the records longer than a line
     dropped = 0
     for item in items:
-        if item.__class__ is int and -item in left_out:
+        if item.__class__ is int and item in left_out:
             dropped += 1
             continue
         data = encode(item)
@@ -193,8 +193,7 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     sampled: bool
     _tracestate: str | None
     start_ns: int
-    _mono_ns: int
-    _end_ns: int
+    _mono_ns: int  # its duration, in a record of an ended span
     _attributes: dict[str, AttributeValue | None] | None  # None: a NaN or an infinity, as written
     _outcome: Outcome
     _error_type: str | None
@@ -233,8 +232,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
     _tracestate: str | None
     parent_remote: bool
     start_ns: int
-    _mono_ns: int
-    _end_ns: int
+    _mono_ns: int  # its duration, in a record of an ended span
     _attributes: dict[str, AttributeValue | None] | None  # None: a NaN or an infinity, as written
     _outcome: Outcome
     _error_type: str | None
@@ -298,14 +296,14 @@ class WireReader:
             raise msgspec.DecodeError("the export pipe's line is nested too deep") from None
         for index, item in enumerate(items):
             # Checked before any span is opened or closed: a line refused changes nothing.
-            if (item.__class__ is int and item >= 0) or (isinstance(item, _Record) and item._wire < 0):
+            if (item.__class__ is int and item <= 0) or (isinstance(item, _Record) and item._wire < 0):
                 raise msgspec.DecodeError(f"not an item of the export pipe: item {index}, {item!r}")
         events: list[Event] = []
         append = events.append
         spans = self._open
         for item in items:
             if isinstance(item, int):
-                record = spans.pop(-item, None)
+                record = spans.pop(item, None)
                 if record is None:
                     self.lost_ends += 1
                 else:
@@ -342,7 +340,7 @@ class WireReader:
         for end in [len(cut), *commas[::-1][:_CUT_TRIES]]:
             prefix = cut[:end]
             if end == len(cut) and prefix[-1:] != b"]":
-                # Its last item may be an end mark cut inside its digits ("-123" read as "-12"
+                # Its last item may be an end mark cut inside its digits ("123" read as "12"
                 # names another span): only a comma after it says it is whole.
                 continue
             try:

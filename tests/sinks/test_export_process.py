@@ -625,7 +625,7 @@ def test_a_line_the_child_cannot_read_is_said_once_not_only_counted(tmp_path: Pa
     log = tmp_path / "events.jsonl"
     good = b'[["event",' + msgspec.json.encode(_started("c0")) + b"]]\n"
     head = msgspec.json.encode({"arguments": {"jsonl_path": str(log), "environ": {}}}) + b"\n"
-    lines = [head, good, b"[not json\n", good, b"[" * (MAX_LINE + 1) + b"\n", b"[1]\n", good]
+    lines = [head, good, b"[not json\n", good, b"[" * (MAX_LINE + 1) + b"\n", b"[0]\n", good]
     child = subprocess.run(
         [sys.executable, "-m", "ckpt_events.sinks._export_child"],
         input=b"".join(lines),
