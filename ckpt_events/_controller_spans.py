@@ -44,6 +44,7 @@ class _Span(_SpanBase):
         "start_ns",
         "trace_id",
     )
+    trace_id: int
 
     def _identify(
         self,

@@ -94,7 +94,10 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _tel: Telemetry
     step: str
     checkpoint_id: str | None
-    trace_id: int
+    # The 128-bit trace id in two 64-bit halves (``trace_id`` joins them): the export pipe
+    # writes a handle's fields as they are, and a 128-bit int costs JSON ~6x two 64-bit ones.
+    _trace_hi: int
+    _trace_lo: int
     span_id: int
     parent_span_id: int | None
     sampled: bool
@@ -116,6 +119,11 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _event: StepFinished | None = None
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
+    @property
+    def trace_id(self) -> int:
+        """This span's 128-bit trace id."""
+        return (self._trace_hi << 64) | self._trace_lo
+
     def __enter__(self) -> StepSpan:
         if self._attributes.__class__ is FrozenAttributes:
             return self  # ended: a handle is one span (no second start)
@@ -130,7 +138,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
             event = StepStarted(  # positional, in field order (see _events.py)
                 tel.kind,
                 tel.instance,
-                self.trace_id,
+                (self._trace_hi << 64) | self._trace_lo,
                 self.span_id,
                 start_ns,
                 self.step,
@@ -250,7 +258,10 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _tel: Telemetry
     operation: Operation
     checkpoint_id: str | None
-    trace_id: int
+    # The 128-bit trace id in two 64-bit halves (``trace_id`` joins them): the export pipe
+    # writes a handle's fields as they are, and a 128-bit int costs JSON ~6x two 64-bit ones.
+    _trace_hi: int
+    _trace_lo: int
     span_id: int
     parent_span_id: int | None
     parent_remote: bool
@@ -275,6 +286,11 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _event: OperationFinished | None = None
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
+    @property
+    def trace_id(self) -> int:
+        """This span's 128-bit trace id."""
+        return (self._trace_hi << 64) | self._trace_lo
+
     def __enter__(self) -> OperationSpan:
         if self._attributes.__class__ is FrozenAttributes:
             return self  # ended: a handle is one span (no second start)
@@ -288,7 +304,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
             event = OperationStarted(  # positional, in field order (see _events.py)
                 tel.kind,
                 tel.instance,
-                self.trace_id,
+                (self._trace_hi << 64) | self._trace_lo,
                 self.span_id,
                 start_ns,
                 self.operation,
@@ -388,7 +404,8 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
             tel,
             name,
             self.checkpoint_id,
-            self.trace_id,
+            self._trace_hi,
+            self._trace_lo,
             tel._random(64) or tel._random(64) or 1,  # a zero span id is invalid in W3C
             self.span_id,
             self.sampled,
@@ -454,7 +471,7 @@ def step_started(span: Any, kind: str, instance: str, worker: int | None) -> Ste
     return StepStarted(
         kind,
         instance,
-        span.trace_id,
+        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
         span.span_id,
         span.start_ns,
         span.step,
@@ -471,7 +488,7 @@ def step_finished(span: Any, kind: str, instance: str, worker: int | None) -> St
     return StepFinished(
         kind,
         instance,
-        span.trace_id,
+        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
         span.span_id,
         span.start_ns,
         span.start_ns + span._mono_ns,  # ended: _mono_ns is its duration
@@ -498,7 +515,7 @@ def operation_started(span: Any, kind: str, instance: str, worker: int | None) -
     return OperationStarted(
         kind,
         instance,
-        span.trace_id,
+        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
         span.span_id,
         span.start_ns,
         span.operation,
@@ -515,7 +532,7 @@ def operation_finished(span: Any, kind: str, instance: str, worker: int | None) 
     return OperationFinished(
         kind,
         instance,
-        span.trace_id,
+        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
         span.span_id,
         span.start_ns,
         span.start_ns + span._mono_ns,  # ended: _mono_ns is its duration

@@ -186,7 +186,8 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     _tel: tuple[str, str, int | None]
     operation: Operation
     checkpoint_id: str | None
-    trace_id: int
+    _trace_hi: int
+    _trace_lo: int
     span_id: int
     parent_span_id: int | None
     parent_remote: bool
@@ -225,7 +226,8 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
     _tel: tuple[str, str, int | None]
     step: str
     checkpoint_id: str | None
-    trace_id: int
+    _trace_hi: int
+    _trace_lo: int
     span_id: int
     parent_span_id: int | None
     sampled: bool
