@@ -5,12 +5,18 @@ timeout was per read: 8 peers trickling one byte every 3 s held all 8 slots, and
 scrapes got 503. Here one selector thread accepts connections and reads their request heads
 without blocking; a connection only takes a slot (a handler thread) once its head is complete,
 so a peer that never finishes a head costs a socket and a buffer, never a scrape's slot.
+Replies are written the same way: a handler renders into memory, sends what the socket takes at
+once and hands the rest to the selector thread, so a peer that does not read its reply (8 such
+peers of a 6.7 MB page held all 8 slots for the timeout, and every scrape meanwhile got 503)
+costs a socket and a reference to the page, never a slot.
 
 - A head whose first byte cannot start a request line (a TLS ClientHello, binary bytes) is
   answered 400 and closed as it arrives.
 - A head must be complete within ``header_timeout`` of the accept (408 and closed; silent if
-  nothing came), and the whole request, to the reply's last byte, within ``timeout``: each
-  write is bounded by what is left of it.
+  nothing came), and the whole request, to the reply's last byte, within ``timeout``: a reply
+  not taken by then is cut off (closed), counted in ``slow_readers``.
+- At most ``MAX_WRITING`` replies wait for their peers to read them; one more cuts off the
+  oldest (counted in ``slow_readers`` too), so slow readers can only displace each other.
 - Waiting connections are capped: past ``max_waiting`` (or ``max_waiting // 2`` from one
   address) a new connection closes the oldest waiting one (of that address first), once it
   has waited a moment, so idle sockets can only displace each other; a new connection with
@@ -35,6 +41,7 @@ import selectors
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
@@ -53,6 +60,9 @@ ACCEPT_BACKOFF: Final = 0.1
 #: How long a connection must have waited before a new one may displace it: a moment to read a
 #: head already sent, so a burst of real scrapers gets 503s rather than each other's resets.
 _DISPLACE_AFTER: Final = 0.1
+#: Replies held for peers still reading them: a page each at most, shared by scrapes that
+#: joined one render (32 of a 6.7 MB page, 2,000 kinds, is 214 MB at worst).
+MAX_WRITING: Final = 32
 _BUSY: Final = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _FAILED: Final = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -75,13 +85,23 @@ class _Waiting:
     head: bytearray = field(default_factory=bytearray)
 
 
-class _Prefetched:
-    """What the handler sees as its socket: the head already read, writes bounded by the deadline."""
+@dataclass(eq=False)
+class _Writing:
+    """A reply the selector thread writes as its peer reads it, until ``deadline``."""
 
-    def __init__(self, sock: socket.socket, head: bytes, deadline: float) -> None:
+    sock: socket.socket
+    chunks: deque[memoryview]
+    deadline: float
+
+
+class _Prefetched:
+    """What the handler sees as its socket: the head already read, the reply kept in ``reply``."""
+
+    def __init__(self, sock: socket.socket, head: bytes) -> None:
         self._sock = sock
         self._head = head
-        self._deadline = deadline
+        #: What the handler wrote, in order; sent by ``ScrapeServer._send`` once it returns.
+        self.reply: deque[memoryview] = deque()
 
     def settimeout(self, value: float | None) -> None:
         pass  # the request's deadline rules, not a per-operation timeout
@@ -94,11 +114,9 @@ class _Prefetched:
         return io.BytesIO(self._head)
 
     def sendall(self, data: Any) -> None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request's deadline passed")
-        self._sock.settimeout(left)
-        self._sock.sendall(data)
+        # Held, not copied (bytes cannot change): a shared render's page is one object however
+        # many replies carry it.
+        self.reply.append(memoryview(data if isinstance(data, bytes) else bytes(data)))
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -155,6 +173,30 @@ def _discard_unread(sock: socket.socket) -> None:
             return
 
 
+def _send_some(writing: _Writing) -> bool:
+    """Send what ``writing.sock`` takes now without waiting; True once the whole reply is sent."""
+    chunks = writing.chunks
+    while chunks:
+        try:
+            sent = writing.sock.send(chunks[0])
+        except (BlockingIOError, InterruptedError):
+            return False
+        if sent < len(chunks[0]):
+            chunks[0] = chunks[0][sent:]
+            return False
+        chunks.popleft()
+    return True
+
+
+def _finish(sock: socket.socket) -> None:
+    """End a reply (FIN, so the peer reads it to its end) and close the connection."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
     try:
         sock.send(data)  # non-blocking, small: it fits an empty socket buffer or is dropped
@@ -192,6 +234,9 @@ class ScrapeServer:
         self.failed = 0
         #: Accepts that failed (out of descriptors, say), each followed by ``ACCEPT_BACKOFF``.
         self.accept_failures = 0
+        #: Replies cut off: not read to their end within ``timeout``, or the oldest of
+        #: ``MAX_WRITING`` when one more came.
+        self.slow_readers = 0
         #: When the listener goes back into the selector after a failed accept (0: it is in).
         self._accept_again = 0.0
         self._failed_lock = threading.Lock()
@@ -209,10 +254,18 @@ class ScrapeServer:
         # Insertion-ordered: the first entry waits longest (all share one header timeout).
         self._waiting: dict[socket.socket, _Waiting] = {}
         self._waiting_of: dict[str, dict[socket.socket, None]] = {}
-        # A byte from shutdown() on this pair wakes the selector at once.
+        # Insertion-ordered too: the first entry has written longest.
+        self._writing: dict[socket.socket, _Writing] = {}
+        # Replies a handler thread passed on, taken by the selector thread when woken; None
+        # once it stopped taking them (a handler then closes its connection itself).
+        self._handed: deque[_Writing] | None = deque()
+        self._handed_lock = threading.Lock()
+        # A byte on this pair (from shutdown(), or a handed reply) wakes the selector at once.
         wake = socket.socketpair()
         self._wake_r = wake[0]
         self._wake_w = wake[1]
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)  # a full pair already holds a wake-up
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._selector = selectors.DefaultSelector()
@@ -230,6 +283,9 @@ class ScrapeServer:
                     selector.register(self.socket, selectors.EVENT_READ, None)
                 first = next(iter(self._waiting.values()), None)
                 wait = poll_interval if first is None else min(poll_interval, first.head_deadline - now)
+                if self._writing:
+                    # At most MAX_WRITING: a scan, as their deadlines are not in insertion order.
+                    wait = min(wait, min(w.deadline for w in self._writing.values()) - now)
                 if self._accept_again:
                     wait = min(wait, self._accept_again - now)
                 accept = False
@@ -237,12 +293,22 @@ class ScrapeServer:
                 for key, _ in selector.select(max(wait, 0.0)):
                     if key.fileobj is self.socket:
                         accept = True
+                    elif key.fileobj is self._wake_r:
+                        self._take_handed()
+                    elif isinstance(key.data, _Writing):
+                        self._write(key.data)
                     elif key.data is not None:
                         self._read(key.data)
                 if accept:
                     self._accept()
                 self._expire(time.monotonic())
         finally:
+            with self._handed_lock:
+                handed = self._handed or deque()
+                self._handed = None
+            for writing in (*handed, *self._writing.values()):
+                writing.sock.close()  # cut off: the endpoint is closing
+            self._writing.clear()
             for pending in list(self._waiting.values()):
                 self._drop(pending)
             selector.close()
@@ -356,10 +422,11 @@ class ScrapeServer:
             pending.sock.close()
 
     def _serve_one(self, sock: socket.socket, address: Any, head: bytes, deadline: float) -> None:
+        prefetched = _Prefetched(sock, head)
         try:
-            self.handler(_Prefetched(sock, head, deadline), address, self)  # type: ignore[arg-type]
+            self.handler(prefetched, address, self)  # type: ignore[arg-type]
         except OSError:
-            pass  # the scraper went away, or was too slow to take its reply within the deadline
+            sock.close()  # the scraper went away
         except Exception:
             # The server's one boundary: a value the page's encoder could not write killed this
             # thread with a traceback on stderr and reset the connection, at every scrape.
@@ -372,17 +439,71 @@ class ScrapeServer:
                     "(PrometheusEndpoint.failed), not logged",
                     *self.server_address,
                 )
-            sock.setblocking(False)  # never wait on a peer that does not read
             _send_quietly(sock, _FAILED)
-        finally:
-            try:
-                sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            _finish(sock)
+        except BaseException:
             sock.close()
+            raise
+        else:
+            self._send(_Writing(sock, prefetched.reply, deadline))
+        finally:
             self.slots.release()
 
+    def _send(self, writing: _Writing) -> None:
+        """Send what the socket takes now (all of a page that fits its buffer, usually); hand the
+        rest to the selector thread, so this thread's slot is free for the next scrape."""
+        try:
+            if _send_some(writing):
+                _finish(writing.sock)
+                return
+        except OSError:
+            writing.sock.close()  # the scraper went away
+            return
+        if writing.deadline <= time.monotonic():
+            # The render, not the peer, used up the request's time: closed, not a slow reader.
+            writing.sock.close()
+            return
+        with self._handed_lock:
+            if self._handed is None:
+                writing.sock.close()  # the endpoint is closing
+                return
+            self._handed.append(writing)
+        _send_quietly(self._wake_w, b"w")
+
+    def _take_handed(self) -> None:
+        """On the selector thread: drain the wake-up pair and write the replies handed over."""
+        _discard_unread(self._wake_r)
+        with self._handed_lock:
+            assert self._handed is not None, "taken only while serving"
+            handed = list(self._handed)
+            self._handed.clear()
+        for writing in handed:
+            if len(self._writing) >= MAX_WRITING:
+                self._cut_off(next(iter(self._writing.values())))
+            self._writing[writing.sock] = writing
+            self._selector.register(writing.sock, selectors.EVENT_WRITE, writing)
+
+    def _write(self, writing: _Writing) -> None:
+        try:
+            done = _send_some(writing)
+        except OSError:
+            done = True  # the peer went away: nothing more to send
+        if done:
+            self._end_writing(writing)
+            _finish(writing.sock)
+
+    def _cut_off(self, writing: _Writing) -> None:
+        self.slow_readers += 1
+        self._end_writing(writing)
+        writing.sock.close()
+
+    def _end_writing(self, writing: _Writing) -> None:
+        self._selector.unregister(writing.sock)
+        del self._writing[writing.sock]
+
     def _expire(self, now: float) -> None:
+        for writing in [w for w in self._writing.values() if w.deadline <= now]:
+            self._cut_off(writing)
         while self._waiting:
             pending = next(iter(self._waiting.values()))
             if pending.head_deadline > now:
@@ -399,7 +520,6 @@ class ScrapeServer:
         del of_peer[pending.sock]
         if not of_peer:
             del self._waiting_of[pending.peer]
-        pending.sock.setblocking(True)
 
     def _drop(self, pending: _Waiting) -> None:
         self._forget(pending)

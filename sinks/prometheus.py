@@ -13,7 +13,9 @@ The server (``_scrape_server``) reads request heads on one thread and gives a co
 thread only once its head is complete, at most ``max_concurrent`` at once (more are answered
 ``503``), and scrapes arriving while a page of their format is rendered share that render: a
 head must arrive within ``header_timeout`` and the whole request end within
-``timeout``, so slow or idle peers cannot hold the scrape's slots. It never touches the event
+``timeout``, and a reply the socket does not take at once is written by that one thread as its
+peer reads it (cut off at the timeout, counted in ``slow_readers``), so slow or idle peers
+cannot hold the scrape's slots. It never touches the event
 loop, and reads the totals under the sink's lock only for the copy (microseconds for the few
 hundred series a fleet has).
 """
@@ -427,7 +429,8 @@ class PrometheusEndpoint:
     below 1 or a timeout that is not a number of seconds in (0, 3600] raise ``InvalidValueError``
     (``InvalidTypeError``: not a str or a number) before anything is bound. ``max_concurrent``
     scrapes run at once; a connection must send its request head within ``header_timeout`` and
-    be answered within ``timeout`` (both from its accept), else it is closed.
+    read its whole reply within ``timeout`` (both from its accept), else it is closed; a slot is
+    held while a page is rendered, never while a peer reads it.
     """
 
     def __init__(
@@ -526,6 +529,13 @@ class PrometheusEndpoint:
         as many waited as the endpoint holds (128 from one address, 256 in all): the peer sees the
         connection reset, having sent nothing in time, as an idle peer or a CPU-starved client."""
         return self._server.displaced
+
+    @property
+    def slow_readers(self) -> int:
+        """Replies cut off because their peer did not read them to the end within ``timeout``
+        of its connecting, or was the longest still reading when 32 others were: a peer that
+        reads slowly or not at all, never holding a scrape's slot meanwhile."""
+        return self._server.slow_readers
 
     @property
     def failed(self) -> int:

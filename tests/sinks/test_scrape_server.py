@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from tests.sinks.test_prometheus import _kinds
 
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 @contextmanager
-def _endpoint(**options: Any) -> Iterator[PrometheusEndpoint]:
-    endpoint = PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0, **options)
+def _endpoint(sink: PrometheusSink | None = None, **options: Any) -> Iterator[PrometheusEndpoint]:
+    endpoint = PrometheusEndpoint(sink or PrometheusSink(), "127.0.0.1", 0, **options)
     try:
         yield endpoint
     finally:
@@ -115,6 +116,96 @@ def test_a_connection_displaced_for_a_scrape_is_counted() -> None:
         assert endpoint.displaced == 1 and endpoint.refused == 0
 
 
+def _requested_and_unread(port: int) -> socket.socket:
+    """A connection that sends a whole scrape request and reads none of the reply, through a
+    4 KiB receive window (set before the connect, so the window is small from the start)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    return sock
+
+
+@pytest.mark.slow
+def test_peers_that_do_not_read_their_reply_cannot_hold_the_scrape_slots() -> None:
+    """16 peers (twice the slots) ask for a 6.7 MB page (2,000 kinds, past what the kernel's
+    buffers take), 12 never reading and 4 reading a byte every 0.2 s: each held a slot until the
+    timeout and every scrape meanwhile got 503. Replies are now written by the selector thread,
+    so 10 scrapes meanwhile answer 200 within 2 s each, and the slow peers are cut off at the
+    timeout and counted in ``slow_readers``."""
+    sink = PrometheusSink()
+    sink.handle(_kinds(2000))
+    with _endpoint(sink, timeout=3.0) as endpoint, ExitStack() as stack:
+        peers: list[socket.socket] = []
+        for _ in range(2):  # 8 at once share a render; the next 8 once those replies have begun
+            batch = [stack.enter_context(_requested_and_unread(endpoint.port)) for _ in range(8)]
+            for sock in batch:
+                sock.settimeout(5.0)
+                assert sock.recv(13, socket.MSG_PEEK) == b"HTTP/1.0 200 "
+            peers += batch
+        stop = threading.Event()
+
+        def trickle(sock: socket.socket) -> None:
+            sock.settimeout(1.0)
+            for _ in range(100):  # bounded: cut off after 3 s, stopped after the scrapes
+                try:
+                    if not sock.recv(1) or stop.wait(0.2):
+                        return
+                except OSError:
+                    return
+
+        readers = [threading.Thread(target=trickle, args=(sock,), daemon=True) for sock in peers[:4]]
+        for reader in readers:
+            reader.start()
+        try:
+            for _ in range(10):
+                started = time.monotonic()
+                assert _scrape(endpoint.url) == 200
+                assert time.monotonic() - started < 2.0
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join()
+        for _ in range(50):  # bounded: the slow peers' 3 s have passed within 5 s
+            if endpoint.slow_readers == 16:
+                break
+            time.sleep(0.1)
+        for sock in peers[4:]:
+            sock.settimeout(5.0)
+            got = 0
+            while chunk := sock.recv(1 << 20):
+                got += len(chunk)
+            assert got < 6_000_000  # closed before the whole page
+        assert endpoint.slow_readers == 16 and endpoint.refused == 0
+
+
+@pytest.mark.slow
+def test_replies_waiting_for_their_readers_are_capped_oldest_cut_first() -> None:
+    """40 peers that never read a 6.7 MB page, long before the timeout: 32 replies wait for
+    their readers (``MAX_WRITING``), each one more cuts the oldest off, and a scrape is served."""
+    sink = PrometheusSink()
+    sink.handle(_kinds(2000))
+    with _endpoint(sink, timeout=60.0) as endpoint, ExitStack() as stack:
+        peers: list[socket.socket] = []
+        for _ in range(5):
+            batch = [stack.enter_context(_requested_and_unread(endpoint.port)) for _ in range(8)]
+            for sock in batch:
+                sock.settimeout(5.0)
+                assert sock.recv(13, socket.MSG_PEEK) == b"HTTP/1.0 200 "
+            peers += batch
+        for _ in range(50):  # bounded: the last batch is handed to the selector thread at once
+            if endpoint.slow_readers == 8:
+                break
+            time.sleep(0.1)
+        assert endpoint.slow_readers == 8
+        assert _scrape(endpoint.url) == 200  # its reply, written on, cuts one more off at most
+        for sock in peers[:8]:  # the oldest: closed before their whole page
+            got = 0
+            while chunk := sock.recv(1 << 20):
+                got += len(chunk)
+            assert got < 6_000_000
+
+
 def test_a_head_past_64_kib_is_refused_with_431() -> None:
     """A head that never ends but keeps growing is cut at 64 KiB, not buffered on."""
     with _endpoint() as endpoint, socket.create_connection(("127.0.0.1", endpoint.port)) as sock:
@@ -171,6 +262,7 @@ def test_a_connection_closed_before_its_head_costs_nothing() -> None:
 _NO_THREADS = """
 import resource, sys, threading, urllib.error, urllib.request
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from tests.sinks.test_prometheus import _kinds
 endpoint = PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0)
 def scrape():
     try:
@@ -202,6 +294,7 @@ def test_no_thread_for_a_scrape_is_a_503_and_the_endpoint_keeps_serving() -> Non
 _NO_DESCRIPTORS = """
 import os, resource, socket, time
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
+from tests.sinks.test_prometheus import _kinds
 endpoint = PrometheusEndpoint(PrometheusSink(), "127.0.0.1", 0)
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 held = []
