@@ -6,8 +6,9 @@
 ``http://host:port/metrics``, rendered by ``prometheus-client`` from ``TotalsCollector`` at
 scrape time only, in the Prometheus text format or, when the scraper asks for
 ``application/openmetrics-text``, in OpenMetrics with one exemplar (trace and span id) per
-histogram bucket. Names and labels are the Collector's Prometheus exporter's
-(``ckpt_events.sinks._prom_names``). ``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
+histogram bucket; gzipped when the scraper accepts gzip (Prometheus always does), never else.
+Names and labels are the Collector's Prometheus exporter's (``ckpt_events.sinks._prom_names``).
+``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
 
 The server (``_scrape_server``) reads request heads on one thread and gives a connection a
 thread only once its head is complete, at most ``max_concurrent`` at once (more are answered
@@ -23,6 +24,7 @@ hundred series a fleet has).
 from __future__ import annotations
 
 import errno
+import gzip
 import operator
 import threading
 import time
@@ -68,6 +70,9 @@ DEFAULT_PORT: Final = 9464  # OTEL_EXPORTER_PROMETHEUS_PORT's default
 METRICS_PATH: Final = "/metrics"
 #: The methods the endpoint answers (``Allow``); another method HTTP defines is 405, an unknown one 501.
 _ALLOWED_METHODS: Final = "GET, HEAD, OPTIONS"
+#: zlib's default: a 6.7 MB page (2,000 kinds) to 131 KB in 83 ms, where 9 (prometheus-client's)
+#: takes 168 ms for 124 KB and 1 takes 44 ms for 158 KB.
+_GZIP_LEVEL: Final = 6
 # Go's shortest form ("5", not "5.0"), as the Collector (client_golang) writes `le`.
 _LE: Final = (*(str(int(b)) if float(b).is_integer() else repr(float(b)) for b in DEFAULT_BOUNDARIES), "+Inf")
 
@@ -319,12 +324,13 @@ class _SharedRenders:
         self._lock = threading.Lock()
         self._running: dict[str, _Render] = {}
 
-    def page(self, content_type: str, render: Any) -> bytes:
-        """The page of ``content_type``: rendered by ``render()``, or by the render under way."""
+    def page(self, variant: str, render: Any) -> bytes:
+        """The page ``variant`` (its content type and coding): rendered by ``render()``, or by
+        the render of that variant under way."""
         with self._lock:
-            shared = self._running.get(content_type)
+            shared = self._running.get(variant)
             if shared is None:
-                mine = self._running[content_type] = _Render()
+                mine = self._running[variant] = _Render()
         if shared is not None:
             if not shared.done.wait(self._wait):
                 raise TimeoutError("the shared render did not end within the request's timeout")
@@ -338,9 +344,32 @@ class _SharedRenders:
             raise
         finally:
             with self._lock:
-                del self._running[content_type]
+                del self._running[variant]
             mine.done.set()
         return mine.body
+
+
+def _accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` value admits gzip: named (or ``x-gzip``), else covered by
+    ``*``, with a weight above 0 (RFC 9110 12.5.3). A weight that cannot be read refuses it:
+    the plain page is always acceptable, a page the scraper cannot decode is not."""
+    weights: dict[str, float] = {}
+    for item in accept_encoding.split(","):
+        coding, *parameters = (part.strip() for part in item.split(";"))
+        weight = 1.0
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        if coding:
+            weights.setdefault(coding.lower(), weight)
+    for coding in ("gzip", "x-gzip", "*"):
+        if coding in weights:
+            return weights[coding] > 0
+    return False
 
 
 def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
@@ -397,15 +426,35 @@ def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
                 # prometheus-client compares an unparsable version ("version=abc") with numbers:
                 # the scrape thread died with a traceback and no answer. Accept is a preference.
                 encoder, content_type = choose_encoder("")
-            body = renders.page(content_type, lambda: encoder(registry))
-            self._reply(200, content_type, body, send_body=send_body)
+            # Prometheus always asks for gzip: a page of 2,000 kinds is 6.7 MB plain, 131 KB gzipped.
+            if _accepts_gzip(self.headers.get("Accept-Encoding", "")):
+                body = renders.page(
+                    content_type + "; gzip", lambda: gzip.compress(encoder(registry), _GZIP_LEVEL)
+                )
+                self._reply(200, content_type, body, send_body=send_body, coding="gzip")
+            else:
+                body = renders.page(content_type, lambda: encoder(registry))
+                self._reply(200, content_type, body, send_body=send_body, coding="identity")
 
         def _reply(
-            self, status: int, content_type: str, body: bytes, *, send_body: bool, allow: bool = False
+            self,
+            status: int,
+            content_type: str,
+            body: bytes,
+            *,
+            send_body: bool,
+            allow: bool = False,
+            coding: str | None = None,
         ) -> None:
+            """``coding``: the page's content coding, for a reply whose coding was chosen by
+            the request's Accept-Encoding (``Vary`` tells caches so); ``None`` for others."""
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            if coding is not None:
+                if coding != "identity":
+                    self.send_header("Content-Encoding", coding)
+                self.send_header("Vary", "Accept-Encoding")
             if allow:
                 self.send_header("Allow", _ALLOWED_METHODS)
             self.end_headers()
