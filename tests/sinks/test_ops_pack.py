@@ -30,13 +30,13 @@ def _written(tmp_path: Path) -> Path:
 
 
 def test_promtool_checks_the_rules(tmp_path: Path) -> None:
-    """promtool check rules: 2 recording rules and 6 alerts, no errors."""
+    """promtool check rules: 2 recording rules and 7 alerts, no errors."""
     result = subprocess.run(
         [promtool_binary(), "check", "rules", str(_written(tmp_path) / "rules.yml")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_fire_each_alert_and_stay_silent_on_healthy_series(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_promtool_unit_tests_fire_each_alert_and_stay_silent_on_healthy_series(t
     assert "SUCCESS" in result.stdout
     tests = (pack / "rules_test.yml").read_text()
     alerts = re.findall(r"- alert: (\w+)", (pack / "rules.yml").read_text())
-    assert len(alerts) == 6
+    assert len(alerts) == 7
     for alert in alerts:
         assert f"alertname: {alert}\n        exp_alerts:\n          - exp_labels" in tests, alert
         assert re.search(rf"alertname: {alert}\n        exp_alerts: \[\]", tests), alert
@@ -61,7 +61,7 @@ def test_every_alert_says_what_happened_and_what_to_do() -> None:
     rules = ops_file("rules.yml")
     tests = ops_file("rules_test.yml")
     blocks = re.split(r"\n      - alert: ", rules)[1:]
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     for block in blocks:
         name = block.split("\n", 1)[0]
         assert re.search(r"\n          summary: \"[^\n]+\"\n", block), name
