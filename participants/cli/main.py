@@ -1,35 +1,48 @@
-"""``ckpt-events``: the command line. One ``Command`` per subcommand; ``COMMANDS`` lists them.
+"""``ckpt-events``: the command line. One ``Command`` per subcommand; ``commands.COMMANDS`` lists them.
 
-To add a subcommand, write a module with a ``Command`` and append it to ``COMMANDS``.
+This is the module the ``ckpt-events`` script imports before it calls ``main``, so it imports
+little: the commands' modules (anyio, rich, the server stack: a tenth of a second) are imported
+inside ``main``, where a Ctrl-C that lands in them is one line, not a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import codecs
-import importlib.metadata
 import importlib.util
 import io
 import os
 import select
 import sys
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from ckpt_events import CkptEventsError
-from ckpt_events.participants.cli.bench import BENCH
-from ckpt_events.participants.cli.command import Command
-from ckpt_events.participants.cli.demo.command import DEMO
-from ckpt_events.participants.cli.ops import OPS
-from ckpt_events.participants.cli.replay import REPLAY
-from ckpt_events.participants.cli.report.command import REPORT
-from ckpt_events.participants.cli.report.diff import DIFF
-from ckpt_events.participants.cli.serve import SERVE
 from ckpt_events.participants.cli.text import escape
-from ckpt_events.participants.cli.watch.command import WATCH
-from ckpt_events.participants.errors import CommandError, CommandLineError
+
+if TYPE_CHECKING:
+    from ckpt_events import CkptEventsError
+    from ckpt_events.participants.cli.command import Command
+    from ckpt_events.participants.cli.commands import COMMANDS
+    from ckpt_events.participants.errors import CommandError, CommandLineError
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``COMMANDS``, ``Command`` and ``CommandError`` are still importable from here, on first use.
+    if name == "COMMANDS":
+        from ckpt_events.participants.cli.commands import COMMANDS
+
+        return COMMANDS
+    if name == "Command":
+        from ckpt_events.participants.cli.command import Command
+
+        return Command
+    if name == "CommandError":
+        from ckpt_events.participants.errors import CommandError
+
+        return CommandError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,20 +68,11 @@ CLI_EXTRA_MODULES: Final = frozenset(
 )
 CLI_EXTRA_HINT: Final = "pip install 'ckpt-events[cli]'"
 
-COMMANDS: list[Command] = [
-    SERVE,
-    DEMO,
-    REPORT,
-    REPLAY,
-    DIFF,
-    BENCH,
-    OPS,
-    WATCH,
-]
-
 
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
     """The argument parser with one subparser per registered command."""
+    from ckpt_events.participants.cli.commands import COMMANDS
+
     parser = _Parser(prog="ckpt-events", description="Telemetry for partial-rollout checkpoints.")
     parser.add_argument("--version", action="version", version=f"ckpt-events {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -79,11 +83,18 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and as a script exits with) the exit status."""
-    _escape_what_stdout_cannot_encode()
+    command: str | None = None
     try:
-        status = _run(build_parser().parse_args(argv))
+        _escape_what_stdout_cannot_encode()
+        # Imports every command's module: a Ctrl-C here (or in a command, caught in ``_run``
+        # with its name) is one line too.
+        args = build_parser().parse_args(argv)
+        command = args.command
+        status = _run(args)
         sys.stdout.flush()  # here, where a reader gone is caught, not at the interpreter's exit
         return status
+    except KeyboardInterrupt:
+        return _interrupted(command)
     except BrokenPipeError:
         # ``ckpt-events ops --write DIR | head -1`` was a traceback: the reader has gone, so the
         # rest goes nowhere and the exit is quiet, as rich does for the tables (exit status 1).
@@ -93,6 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ckpt_events import CkptEventsError
+    from ckpt_events.participants.cli.commands import COMMANDS
+    from ckpt_events.participants.errors import CommandLineError
+
     command = {c.name: c for c in COMMANDS}[args.command]
     try:
         for module in command.needs:
@@ -123,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _version() -> str:
     """The installed distribution's version; a bare checkout on the path has the package's own."""
+    import importlib.metadata  # here, not at the script's start: it imports email and zipfile
+
     try:
         return importlib.metadata.version("ckpt-events")
     except importlib.metadata.PackageNotFoundError:
@@ -131,8 +148,9 @@ def _version() -> str:
         return __version__
 
 
-def _interrupted(command: str) -> int:
-    print(f"ckpt-events {command}: interrupted", file=sys.stderr)
+def _interrupted(command: str | None) -> int:
+    """One line for a Ctrl-C; ``command`` is ``None`` before one was parsed (while importing)."""
+    print(f"ckpt-events{'' if command is None else ' ' + command}: interrupted", file=sys.stderr)
     return 130  # 128 + SIGINT, as a shell reports it
 
 
@@ -193,6 +211,9 @@ def _needs_extra(command: str, exc: ModuleNotFoundError) -> int:
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     """The interrupt if there is one, else the first of our errors (or of a missing module, or
     stdout's reader gone), anywhere in nested groups."""
+    from ckpt_events import CkptEventsError
+    from ckpt_events.participants.errors import CommandLineError
+
     for kind in (KeyboardInterrupt, CkptEventsError, CommandLineError, ModuleNotFoundError, BrokenPipeError):
         found: BaseException | None = group.split(kind)[0]
         while isinstance(found, BaseExceptionGroup):
