@@ -185,7 +185,8 @@ class _Seen:
         #: Events from the logs were read about it (else it is known from its polls alone).
         self.logged = False
         self.since = 0.0
-        #: The phase was already there at the first poll: its time is at least what is shown.
+        #: The phase was already there at the first poll, or at the first answer after a gap in
+        #: its answers: its time is at least what is shown.
         self.at_start = False
         self.lease_at: float | None = None
         self.grace: float | None = None
@@ -287,8 +288,12 @@ class FleetView:
         a participant another URL of the round answered as first (two servers started with one
         instance) is shown as that, never folded in: their phases and clocks would mix."""
         claimed: dict[tuple[str, str], str] = {}
+        #: Who the round's URLs answered as before it: those no URL answers as now have a gap.
+        before: set[tuple[str, str]] = set()
         for answer in results:
             result = answer
+            if (was := self.answered.get(result.url)) is not None:
+                before.add(was)
             status = result.status
             if status is not None:
                 key = (str(status.kind), status.instance)
@@ -321,6 +326,12 @@ class FleetView:
                 seen.lease_at = status.lease_expires_at
                 theirs = now + _correction(seen)
                 seen.grace = None if seen.lease_at is None else max(seen.lease_at - theirs, 0.001)
+        for key in before - claimed.keys():
+            # Not seen this round (no answer, or its URL answers as another): what phase it is
+            # in until it answers again is unknown, so its time in phase restarts then, as ``>=``
+            # (was: counted across the gap, as if seen in that phase all along).
+            if (gone := self.seen.get(key)) is not None:
+                gone.phase = None
 
     def add_events(self, events: Iterable[Event], now: float | None = None) -> None:
         """Fold in events read from the logs by ``now`` (Unix seconds; ``None``: the time):

@@ -532,3 +532,49 @@ def test_a_url_now_answered_by_another_participant_leaves_no_false_entry() -> No
     assert "agent agent-new" in text and "agent-999" not in text, text
     assert "environment environment-0\n  (from logs only)\n  open commit c1" in text, text
     assert len(view.seen) == 2
+
+
+@pytest.mark.parametrize(
+    "gap",
+    [
+        PollResult(url="http://127.0.0.1:18004", seconds=0.8, error="unreachable: ConnectError: refused"),
+        PollResult(
+            url="http://127.0.0.1:18004",
+            seconds=0.01,
+            status=StatusReply(kind="agent", instance="agent-other", phase=Phase.IDLE),
+        ),
+    ],
+    ids=["unreachable", "another-answered"],
+)
+def test_time_in_phase_does_not_count_across_a_gap_in_its_answers(gap: PollResult) -> None:
+    """A participant seen prepared, unreachable for 100 s, then prepared again was shown "for
+    101.0 s", as if seen in that phase all along: it may have restarted and prepared again. After
+    a gap its time in phase is what it has been seen since, a lower bound (``>=``). Known from its
+    logs too, it stays an entry while its URL answers as another participant."""
+    url = "http://127.0.0.1:18004"
+    view = FleetView([url], stall_after=60.0, rows=False)
+    view.add_events(
+        [
+            OperationFinished(
+                kind=Kind.AGENT,
+                instance="agent-0",
+                trace_id=1,
+                span_id=7,
+                start_ns=int((NOW - 102.0) * NS),
+                end_ns=int((NOW - 101.5) * NS),
+                operation=Operation.PREPARE,
+                checkpoint_id="c1",
+                outcome=Outcome.OK,
+            )
+        ],
+        NOW - 101.0,
+    )
+    prepared = StatusReply(kind="agent", instance="agent-0", phase=Phase.PREPARED, checkpoint_id="c1")
+    view.add_polls([PollResult(url=url, seconds=0.01, status=prepared)], NOW - 101.0)
+    view.add_polls([PollResult(url=url, seconds=0.01, status=prepared)], NOW - 100.0)
+    for t in range(99, 0, -1):
+        view.add_polls([gap], NOW - t)
+    view.add_polls([PollResult(url=url, seconds=0.01, status=prepared)], NOW - 1.0)
+    text = _render(view, 160)
+    assert "phase prepared" in text and "for >=1.0 s" in text, text
+    assert "101.0 s" not in text, text
