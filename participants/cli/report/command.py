@@ -110,7 +110,8 @@ def _report(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     details = run.details(rows)
     for row in rows:
-        render(out, details[id(row)], title=f"{row.what} {row.checkpoint_id} ({row.outcome})")
+        title = f"{row.what} {row.checkpoint_id} ({row.outcome})"
+        render(out, details[id(row)], title=title, note=run.shared_line(row))
     if args.report is None:
         return 0
     name = paths[0].name if len(paths) == 1 else f"{len(paths)} logs"

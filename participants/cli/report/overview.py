@@ -55,6 +55,7 @@ from ckpt_events.participants.cli.report.events import (
 from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Trace, Unscoped, fold_events, root_what
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
+from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
@@ -187,8 +188,9 @@ class Run:
     fleets: list[Fleet] = field(default_factory=list)
 
     def details(self, rows: Sequence[RunRow]) -> dict[int, list[CheckpointEvent]]:
-        """Each row's spans (its traces) and the events naming its checkpoint id, in time
-        order, keyed by ``id(row)``: one more pass over the logs for all of them."""
+        """Each row's spans (its traces; of a trace shared with other rows, the spans under
+        its own root: ``shared``) and the events naming its checkpoint id, in time order, keyed
+        by ``id(row)``: one more pass over the logs for all of them."""
         if not rows:
             return {}
         if self.again is None:
@@ -199,17 +201,33 @@ class Run:
             bucket = out.setdefault(id(row), [])
             for trace in row.trace_ids:
                 by_trace.setdefault(trace, []).append(bucket)
+        # A trace that holds several rows' roots: its spans are told apart once all are read
+        # (was: each row drew them all, a checkpoint's detail ran on into its restore).
+        shared = shared_traces(self.rows)
+        held: dict[int, list[CheckpointEvent]] = {}
         # A counted event goes to the one row of its checkpoint id it belongs to (``row_of``).
         same_id = _same_id(self.rows)
         for e in self.again():
             if isinstance(e, SpanEvent):
+                if e.trace_id in shared:
+                    if e.trace_id in by_trace:
+                        held.setdefault(e.trace_id, []).append(e)
+                    continue
                 for bucket in by_trace.get(e.trace_id) or ():
                     bucket.append(e)
             elif (owner := row_of(same_id.get(e.checkpoint_id or "", ()), e.time_ns, e)) and id(owner) in out:
                 out[id(owner)].append(e)
+        for trace, events in held.items():
+            for e, owner in owned(events, shared[trace]):
+                if id(owner) in out:
+                    out[id(owner)].append(e)
         for bucket in out.values():
             bucket.sort(key=event_time)
         return out
+
+    def shared_line(self, row: RunRow) -> str | None:
+        """What ``row``'s detail says when its trace holds other rows' roots (``shared``)."""
+        return shared_line(self.rows, row)
 
     def events_of(self, row: RunRow) -> list[CheckpointEvent]:
         """One row's events (see ``details``)."""

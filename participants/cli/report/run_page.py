@@ -185,12 +185,14 @@ def _waterfalls(run: Run, details: dict[int, list[Any]]) -> list[str]:
         ]
         if row.causes:
             parts.append(f'<p class="line">{escape_html("; ".join(row.causes))}</p>')
+        if (shared := run.shared_line(row)) is not None:
+            parts.append(f'<p class="line">{escape_html(shared)}</p>')
         for trace in sorted(row.trace_ids, key=lambda t: min(s for tr, s in row.roots if tr == t)):
             spans = trace_spans(events, trace)
             if spans:
                 parts.append(attribution_html(attribute(spans)))
                 parts.append(waterfall_svg(spans, title=f"{row.what} {row.checkpoint_id or ''}"))
-        if len(parts) == 1 + bool(row.causes):
+        if len(parts) == 1 + bool(row.causes) + (shared is not None):
             parts.append("<p>no finished span to draw (every span of it is still open)</p>")
         out.append("\n".join(parts) + "</section>")
     return out

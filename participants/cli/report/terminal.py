@@ -52,14 +52,18 @@ def render(
     title: str = "checkpoint",
     kinds: KindRegistry = KINDS,
     totals: tuple[list[Breakdown], Mapping[str, Counter[str]]] | None = None,
+    note: str | None = None,
 ) -> None:
     """Print the breakdown, then for the checkpoint and the restore: the attribution line and
     the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``.
     ``totals``, the breakdown and counted events of more than ``events`` (whole logs streamed
-    past, ``events`` only the trace drawn), are shown instead of ``events``' own."""
+    past, ``events`` only the trace drawn), are shown instead of ``events``' own. ``note``, a
+    line under the title (``title``'s trace is shared with other rows: ``Run.shared_line``)."""
     colours = kinds.palette()
     rows = breakdown(events) if totals is None else totals[0]
     console.print(Text(f"{escape(title)}: time per participant (ms), records and bytes", style="italic"))
+    if note is not None:
+        console.print(Text(escape(note), style="yellow"))
     console.print(_breakdown_table(rows, console.width, colours))
     checkpoint, restore = checkpoint_and_restore(events)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):

@@ -252,6 +252,42 @@ def test_checkpoints_that_share_one_trace_have_an_unknown_pause_said_why(
     ) in " ".join(out.split())  # the terminal's lines wrapped
 
 
+def _one_trace(records: list[dict[str, Any]]) -> None:
+    """Every collection given one traceparent: the job's span, in a log not given."""
+    for r in _roots(records):
+        r["parent_span_id"] = "1" * 16
+        r["parent_remote"] = True
+    for r in records:
+        if "trace_id" in r:
+            r["trace_id"] = "ab" * 16
+
+
+def test_the_detail_of_a_row_sharing_its_trace_shows_its_own_spans_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint and a restore under one traceparent: each one's detail drew the whole trace,
+    both collections (the checkpoint's breakdown counted the restore's reads, its waterfall ran
+    on into the restore, and an attribution "restore c1 (collection.checkpoint)" followed). Each
+    shows the spans under its own root, and a line says the trace is shared, with which row."""
+    log = _edited_log(tmp_path, _one_trace)
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--checkpoint", "c1"]) == 0
+    out = capsys.readouterr().out
+    _, checkpoint, restore = out.split(" time per participant (ms), records and bytes")
+    assert "collection.checkpoint" in checkpoint and "commit environment-0" in checkpoint
+    assert "collection.restore" not in checkpoint and "install" not in checkpoint, checkpoint
+    assert "collection.restore" in restore and "install" in restore
+    assert "collection.checkpoint" not in restore and "commit environment-0" not in restore, restore
+    said = " ".join(out.split())
+    shared = "its trace is shared with #{} ({} c1): shown are the spans under its own root"
+    assert shared.format(2, "restore") in said and shared.format(1, "checkpoint") in said, said
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    html = page.read_text()
+    first, second = html.split('<section id="detail-1">')[1].split('<section id="detail-2">')
+    assert "collection.restore" not in first and "collection.checkpoint" not in second
+    assert shared.format(2, "restore") in first and shared.format(1, "checkpoint") in second
+
+
 def test_a_pause_unknown_for_a_resume_whose_clock_went_back_is_said_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
