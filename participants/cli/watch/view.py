@@ -23,7 +23,8 @@ bound holds while its clock runs forward: a writer whose stamp goes back past ``
 the step is of unknown age. An
 age is never negative: work stamped in our future by a participant whose clock is not known is
 shown as such, with no age. Work is marked stalled only when its age, less the clock's
-uncertainty, is past ``stall_after`` (or StallWatch said so).
+uncertainty, is past ``stall_after`` (or StallWatch said so). What is remembered of each
+participant between refreshes, and of its clocks, is ``seen``'s.
 """
 
 from __future__ import annotations
@@ -46,8 +47,17 @@ from ckpt_events import (
     Stalled,
 )
 from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.watch.seen import (
+    ADMITTING,
+    STEP_BACK_S,
+    Open,
+    Seen,
+    correction,
+    passes,
+    written,
+)
 from ckpt_events.participants.cli.watch.sources import PollResult
-from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Phase
+from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Outcome, Phase
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -69,60 +79,13 @@ CLOCK_NOTE_S: Final = 1.0
 _BLOCKERS_SHOWN: Final = 3
 #: The lease turns red under this fraction of the lease it was given.
 _LEASE_RED: Final = 0.2
-#: Clock samples kept per participant; the one with the shortest round trip is used (as NTP's
-#: clock filter does).
-_CLOCK_SAMPLES: Final = 8
 #: Open spans kept per participant; past it, new ones are counted, not shown.
 _MAX_OPEN: Final = 1000
-#: Finished operations kept per participant to tell open work it passed (a backlog hands on 8).
-_DONE_KEPT: Final = 16
 #: Spans seen to end kept per participant, so that a start read after its end (two files read
 #: one after the other) does not open it again (~100 bytes each).
 _ENDED_KEPT: Final = 1000
 #: Work stamped this far in our future by a participant of known clock is shown as just opened.
 _FUTURE_SLACK_S: Final = 0.5
-#: A writer's stamp this far (seconds) before one it wrote earlier: its clock was stepped back. A
-#: process writes its events in the order they happen, to within a batch (milliseconds).
-STEP_BACK_S: Final = 1.0
-#: Writers (a participant's worker processes) whose stamps are followed; past it, the first forgotten.
-_WRITERS_KEPT: Final = 64
-
-
-class _Open:
-    __slots__ = ("checkpoint_id", "operation", "passed", "stalled", "start_ns", "stepped", "worker")
-
-    def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
-        self.operation = operation
-        self.checkpoint_id = checkpoint_id
-        self.start_ns = start_ns
-        self.worker = worker
-        self.stalled = False
-        #: The same process slot started later work and finished it (see ``_passes``).
-        self.passed = False
-        #: Its writer's stamps went back in time since it opened: its start is of another clock.
-        self.stepped = False
-
-
-#: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint
-#: id), kept only for a prepare or restore that ended well (``_ADMITTING``).
-_Done = tuple[int, int | None, str, str | None]
-#: The operations that admit a checkpoint: one that ended well was not refused as a conflict.
-_ADMITTING: Final = frozenset((Operation.PREPARE.value, Operation.RESTORE.value))
-
-
-def _passes(item: _Open, done: _Done) -> bool:
-    """Whether ``done`` (a prepare or restore that ended well) shows ``item`` is no longer
-    running: the same participant and worker started it later, for another checkpoint or the
-    same operation again. A participant admits one checkpoint at a time (another id is refused
-    as a conflict while one is active, a restore only from idle), so the process that opened
-    ``item`` is gone (killed, then restarted under its name to a new log) or moved on: whether
-    ``item`` still runs is unknown, never a stall."""
-    start, worker, operation, checkpoint_id = done
-    return (
-        start > item.start_ns
-        and worker == item.worker
-        and (checkpoint_id != item.checkpoint_id or operation == item.operation)
-    )
 
 
 class _Age:
@@ -148,81 +111,6 @@ class _Age:
         return (">=" if self.at_least else "") + _seconds(self.seconds)
 
 
-class _Writer:
-    """One writer's (a worker process's) clock as its logs show it: the newest stamp it wrote, and
-    the least its clock can be ahead of ours (seconds; negative: behind): an event stamped t that
-    we read at r was written by r, so its clock was >= t - r ahead, while it runs forward."""
-
-    __slots__ = ("ahead", "newest_ns")
-
-    def __init__(self, newest_ns: int, ahead: float) -> None:
-        self.newest_ns = newest_ns
-        self.ahead = ahead
-
-
-class _Seen:
-    """What the view remembers of one participant between refreshes."""
-
-    __slots__ = (
-        "at_start",
-        "clocks",
-        "done",
-        "ended",
-        "grace",
-        "lease_at",
-        "logged",
-        "open",
-        "outcomes",
-        "phase",
-        "since",
-        "stepped",
-        "untracked",
-        "writers",
-    )
-
-    def __init__(self) -> None:
-        self.phase: tuple[str, str | None] | None = None
-        #: Events from the logs were read about it (else it is known from its polls alone).
-        self.logged = False
-        self.since = 0.0
-        #: The phase was already there at the first poll, or at the first answer after a gap in
-        #: its answers: its time is at least what is shown.
-        self.at_start = False
-        self.lease_at: float | None = None
-        self.grace: float | None = None
-        self.open: dict[tuple[int, int], _Open] = {}
-        #: The last ``_ENDED_KEPT`` spans seen to end, oldest first (a dict keeps its order).
-        self.ended: dict[tuple[int, int], None] = {}
-        self.untracked = 0
-        #: Its last ``LAST_CHECKPOINTS`` outcomes by end time (end, arrival, line), in that order:
-        #: two workers' logs are read one after the other.
-        self.outcomes: list[tuple[int, int, str]] = []
-        #: Its latest finished operations, for work opened before them (``_passes``).
-        self.done: collections.deque[_Done] = collections.deque(maxlen=_DONE_KEPT)
-        #: (offset, error) of its last polls: its clock minus ours, in seconds.
-        self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
-        #: Its writers' clocks by its logs (``_written``), by worker.
-        self.writers: dict[int | None, _Writer] = {}
-        #: A writer's stamps went back in time: its clocks are not one forward-running clock.
-        self.stepped = False
-
-    def ahead(self, worker: int | None) -> float | None:
-        """The least its clock can be ahead of ours by its logs, for work ``worker`` opened: by
-        every writer's stamps (one host's clock), by ``worker``'s own once one stepped back."""
-        if self.stepped:
-            writer = self.writers.get(worker)
-            return None if writer is None else writer.ahead
-        return max((writer.ahead for writer in self.writers.values()), default=None)
-
-    def clock(self) -> tuple[float, float] | None:
-        """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
-        a time. An offset within its own error is taken as none (clocks in sync)."""
-        if not self.clocks:
-            return None
-        offset, error = min(self.clocks, key=lambda sample: sample[1])
-        return (0.0, abs(offset) + error) if abs(offset) <= error else (offset, error)
-
-
 class FleetView:
     """The fleet as last seen; ``stall_after``: open work older than this is marked stalled.
     ``rows``: ``True`` one line per participant, ``False`` blocks, ``None`` as fits (see above)."""
@@ -235,21 +123,21 @@ class FleetView:
         #: Who each URL last answered as: a participant that stops answering stays one entry
         #: (its URL's error beside its logs), not two (the error, then "from logs only").
         self.answered: dict[str, tuple[str, str]] = {}
-        self.seen: dict[tuple[str, str], _Seen] = {}
+        self.seen: dict[tuple[str, str], Seen] = {}
         self.notes: list[str] = []
         #: Participants in the logs not tracked, past ``MAX_FROM_LOGS``.
         self.untracked: set[tuple[str, str]] = set()
         self._from_logs = 0
         self._arrival = 0  # outcomes that end at one nanosecond keep the order they were read in
 
-    def _of(self, kind: str, instance: str) -> _Seen:
+    def _of(self, kind: str, instance: str) -> Seen:
         key = (kind, instance)
         seen = self.seen.get(key)
         if seen is None:
-            seen = self.seen[key] = _Seen()
+            seen = self.seen[key] = Seen()
         return seen
 
-    def _logged(self, kind: str, instance: str) -> _Seen | None:
+    def _logged(self, kind: str, instance: str) -> Seen | None:
         """The participant an event read from the logs is about; ``None`` (counted) when it is
         new past ``MAX_FROM_LOGS``."""
         key = (kind, instance)
@@ -260,7 +148,7 @@ class FleetView:
                     self.untracked.add(key)
                 return None
             self._from_logs += 1
-            seen = self.seen[key] = _Seen()
+            seen = self.seen[key] = Seen()
         seen.logged = True
         return seen
 
@@ -324,7 +212,7 @@ class FleetView:
                 seen.since = now
             if status.lease_expires_at != seen.lease_at:
                 seen.lease_at = status.lease_expires_at
-                theirs = now + _correction(seen)
+                theirs = now + correction(seen)
                 seen.grace = None if seen.lease_at is None else max(seen.lease_at - theirs, 0.001)
         for key in before - claimed.keys():
             # Not seen this round (no answer, or its URL answers as another): what phase it is
@@ -345,13 +233,13 @@ class FleetView:
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
                 if (seen := self._logged(str(kind), event.instance)) is None:
                     continue
-                _written(seen, event.start_ns, read_at, event.worker)
+                written(seen, event.start_ns, read_at, event.worker)
                 key = (event.trace_id, event.span_id)
                 if key in seen.ended:
                     continue  # its end was read first: finished, never open again
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
-                    item = _Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
-                    item.passed = any(_passes(item, done) for done in seen.done)
+                    item = Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
+                    item.passed = any(passes(item, done) for done in seen.done)
                     seen.open[key] = item
                 else:
                     seen.untracked += 1
@@ -359,17 +247,17 @@ class FleetView:
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateFinished) else event.kind
                 if (seen := self._logged(str(kind), event.instance)) is None:
                     continue
-                _written(seen, event.end_ns, read_at, event.worker)
+                written(seen, event.end_ns, read_at, event.worker)
                 key = (event.trace_id, event.span_id)
                 seen.open.pop(key, None)
                 seen.ended[key] = None
                 if len(seen.ended) > _ENDED_KEPT:
                     del seen.ended[next(iter(seen.ended))]
-                if str(event.operation) in _ADMITTING and str(event.outcome) == Outcome.OK.value:
+                if str(event.operation) in ADMITTING and str(event.outcome) == Outcome.OK.value:
                     done = (event.start_ns, event.worker, str(event.operation), event.checkpoint_id)
                     seen.done.append(done)
                     for item in seen.open.values():
-                        item.passed = item.passed or _passes(item, done)
+                        item.passed = item.passed or passes(item, done)
                 took = (event.end_ns - event.start_ns) / 1e6
                 line = (
                     f"{escape(event.checkpoint_id or '-')} {escape(event.operation)} {escape(event.outcome)} "
@@ -381,7 +269,7 @@ class FleetView:
             elif isinstance(event, Stalled):
                 if (seen := self._logged(str(event.kind), event.instance)) is None:
                     continue
-                _written(seen, event.time_ns, read_at, event.worker)
+                written(seen, event.time_ns, read_at, event.worker)
                 for item in seen.open.values():
                     if item.operation == str(event.operation) and item.checkpoint_id == event.checkpoint_id:
                         item.stalled = True
@@ -409,7 +297,7 @@ class FleetView:
                 entries.append((None, key))
         return entries
 
-    def _age(self, seen: _Seen, item: _Open, now: float, polled: bool) -> _Age:
+    def _age(self, seen: Seen, item: Open, now: float, polled: bool) -> _Age:
         if item.passed:
             return _Age(None, False, "later work finished since: restarted?", "restarted?")
         if item.stepped:
@@ -437,8 +325,8 @@ class FleetView:
             return _Age(least, item.stalled or least >= self.stall_after, at_least=True)
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
 
-    def _lease_left(self, seen: _Seen, lease_at: float, now: float) -> float:
-        return max(lease_at - (now + _correction(seen)), 0.0)
+    def _lease_left(self, seen: Seen, lease_at: float, now: float) -> float:
+        return max(lease_at - (now + correction(seen)), 0.0)
 
     # -- blocks ---------------------------------------------------------------------------------
 
@@ -449,7 +337,7 @@ class FleetView:
                 return Text(f"{escape(url)}  waiting for the first answer", style="dim")
             return Text(f"{escape(url)}  {escape(result.error)}", style="bold red")
         kind, instance = key
-        seen = self.seen.get(key) or _Seen()
+        seen = self.seen.get(key) or Seen()
         text = Text()
         text.append(f"{escape(kind)} {escape(instance)}", style="bold")
         if result is not None:
@@ -493,7 +381,7 @@ class FleetView:
             text.append("\n  last: " + " | ".join(line for _, _, line in seen.outcomes), style="dim")
         return text
 
-    def _lease_red(self, seen: _Seen, left: float) -> bool:
+    def _lease_red(self, seen: Seen, left: float) -> bool:
         return seen.grace is not None and left < _LEASE_RED * seen.grace
 
     def blocks(self, now: float) -> Group:
@@ -521,7 +409,7 @@ class FleetView:
             text.append(f"  {escape(result.error)}", style="bold red")
             return text, True
         kind, instance = key
-        seen = self.seen.get(key) or _Seen()
+        seen = self.seen.get(key) or Seen()
         text.append(_middle(self._name(url, key), name_width).ljust(name_width), style="bold")
         # What is wrong comes first, so that a line cut at the width keeps it: readiness, stalled
         # work, the lease; then the checkpoint, the clock and the last outcome.
@@ -644,35 +532,7 @@ class _Rendered:
         yield view.rows_of(self.now, width, height) if rows else view.blocks(self.now)
 
 
-def _written(seen: _Seen, stamp_ns: int, read_at: float, worker: int | None) -> None:
-    """Fold an event ``worker`` stamped ``stamp_ns``, read by ``read_at`` (ours), into the least
-    its clock can be ahead of ours. A stamp ``STEP_BACK_S`` before the newest it wrote: its clock
-    was stepped back, what it wrote before says nothing of its clock now, and its open work's
-    starts are of the clock before the step."""
-    ahead = stamp_ns / 1e9 - read_at
-    writer = seen.writers.get(worker)
-    if writer is None:
-        if len(seen.writers) >= _WRITERS_KEPT:
-            del seen.writers[next(iter(seen.writers))]
-        seen.writers[worker] = _Writer(stamp_ns, ahead)
-    elif stamp_ns < writer.newest_ns - STEP_BACK_S * 1e9:
-        # Was: the stamps before the step, 300 s ahead, made work opened after it 5 min STALLED.
-        seen.stepped = True
-        writer.newest_ns = stamp_ns
-        writer.ahead = ahead
-        for item in seen.open.values():
-            item.stepped = item.stepped or item.worker == worker
-    else:
-        writer.newest_ns = max(writer.newest_ns, stamp_ns)
-        writer.ahead = max(writer.ahead, ahead)
-
-
-def _correction(seen: _Seen) -> float:
-    clock = seen.clock()
-    return 0.0 if clock is None else clock[0]
-
-
-def _clock_note(seen: _Seen, *, short: bool = False) -> str:
+def _clock_note(seen: Seen, *, short: bool = False) -> str:
     """What the participant's line says of its clock, when it is off ours past ``CLOCK_NOTE_S``."""
     clock = seen.clock()
     if clock is None or abs(clock[0]) < CLOCK_NOTE_S:

@@ -1,0 +1,167 @@
+"""What ``watch``'s view remembers of one participant between refreshes (``Seen``): its phase, its
+open work (``Open``) and the finished work that passed it, and what its clocks are known to be:
+the offsets its polls measured, and each writer's newest stamp in its logs (``written``), which
+bounds how far its clock can be ahead of ours while it runs forward (``STEP_BACK_S``).
+
+``FleetView`` (``view``) folds polls and events into these and draws them.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Final
+
+from ckpt_events.vocab import Operation
+
+__all__ = ["ADMITTING", "STEP_BACK_S", "Done", "Open", "Seen", "Writer", "correction", "passes", "written"]
+
+#: Clock samples kept per participant; the one with the shortest round trip is used (as NTP's
+#: clock filter does).
+_CLOCK_SAMPLES: Final = 8
+#: Finished operations kept per participant to tell open work it passed (a backlog hands on 8).
+_DONE_KEPT: Final = 16
+#: A writer's stamp this far (seconds) before one it wrote earlier: its clock was stepped back. A
+#: process writes its events in the order they happen, to within a batch (milliseconds).
+STEP_BACK_S: Final = 1.0
+#: Writers (a participant's worker processes) whose stamps are followed; past it, the first forgotten.
+_WRITERS_KEPT: Final = 64
+
+
+class Open:
+    __slots__ = ("checkpoint_id", "operation", "passed", "stalled", "start_ns", "stepped", "worker")
+
+    def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
+        self.operation = operation
+        self.checkpoint_id = checkpoint_id
+        self.start_ns = start_ns
+        self.worker = worker
+        self.stalled = False
+        #: The same process slot started later work and finished it (see ``passes``).
+        self.passed = False
+        #: Its writer's stamps went back in time since it opened: its start is of another clock.
+        self.stepped = False
+
+
+#: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint
+#: id), kept only for a prepare or restore that ended well (``ADMITTING``).
+Done = tuple[int, int | None, str, str | None]
+#: The operations that admit a checkpoint: one that ended well was not refused as a conflict.
+ADMITTING: Final = frozenset((Operation.PREPARE.value, Operation.RESTORE.value))
+
+
+def passes(item: Open, done: Done) -> bool:
+    """Whether ``done`` (a prepare or restore that ended well) shows ``item`` is no longer
+    running: the same participant and worker started it later, for another checkpoint or the
+    same operation again. A participant admits one checkpoint at a time (another id is refused
+    as a conflict while one is active, a restore only from idle), so the process that opened
+    ``item`` is gone (killed, then restarted under its name to a new log) or moved on: whether
+    ``item`` still runs is unknown, never a stall."""
+    start, worker, operation, checkpoint_id = done
+    return (
+        start > item.start_ns
+        and worker == item.worker
+        and (checkpoint_id != item.checkpoint_id or operation == item.operation)
+    )
+
+
+class Writer:
+    """One writer's (a worker process's) clock as its logs show it: the newest stamp it wrote, and
+    the least its clock can be ahead of ours (seconds; negative: behind): an event stamped t that
+    we read at r was written by r, so its clock was >= t - r ahead, while it runs forward."""
+
+    __slots__ = ("ahead", "newest_ns")
+
+    def __init__(self, newest_ns: int, ahead: float) -> None:
+        self.newest_ns = newest_ns
+        self.ahead = ahead
+
+
+class Seen:
+    """What the view remembers of one participant between refreshes."""
+
+    __slots__ = (
+        "at_start",
+        "clocks",
+        "done",
+        "ended",
+        "grace",
+        "lease_at",
+        "logged",
+        "open",
+        "outcomes",
+        "phase",
+        "since",
+        "stepped",
+        "untracked",
+        "writers",
+    )
+
+    def __init__(self) -> None:
+        self.phase: tuple[str, str | None] | None = None
+        #: Events from the logs were read about it (else it is known from its polls alone).
+        self.logged = False
+        self.since = 0.0
+        #: The phase was already there at the first poll, or at the first answer after a gap in
+        #: its answers: its time is at least what is shown.
+        self.at_start = False
+        self.lease_at: float | None = None
+        self.grace: float | None = None
+        self.open: dict[tuple[int, int], Open] = {}
+        #: The last spans seen to end (``FleetView`` bounds them), oldest first (a dict keeps its order).
+        self.ended: dict[tuple[int, int], None] = {}
+        self.untracked = 0
+        #: Its last ``LAST_CHECKPOINTS`` outcomes by end time (end, arrival, line), in that order:
+        #: two workers' logs are read one after the other.
+        self.outcomes: list[tuple[int, int, str]] = []
+        #: Its latest finished operations, for work opened before them (``passes``).
+        self.done: collections.deque[Done] = collections.deque(maxlen=_DONE_KEPT)
+        #: (offset, error) of its last polls: its clock minus ours, in seconds.
+        self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
+        #: Its writers' clocks by its logs (``written``), by worker.
+        self.writers: dict[int | None, Writer] = {}
+        #: A writer's stamps went back in time: its clocks are not one forward-running clock.
+        self.stepped = False
+
+    def ahead(self, worker: int | None) -> float | None:
+        """The least its clock can be ahead of ours by its logs, for work ``worker`` opened: by
+        every writer's stamps (one host's clock), by ``worker``'s own once one stepped back."""
+        if self.stepped:
+            writer = self.writers.get(worker)
+            return None if writer is None else writer.ahead
+        return max((writer.ahead for writer in self.writers.values()), default=None)
+
+    def clock(self) -> tuple[float, float] | None:
+        """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
+        a time. An offset within its own error is taken as none (clocks in sync)."""
+        if not self.clocks:
+            return None
+        offset, error = min(self.clocks, key=lambda sample: sample[1])
+        return (0.0, abs(offset) + error) if abs(offset) <= error else (offset, error)
+
+
+def written(seen: Seen, stamp_ns: int, read_at: float, worker: int | None) -> None:
+    """Fold an event ``worker`` stamped ``stamp_ns``, read by ``read_at`` (ours), into the least
+    its clock can be ahead of ours. A stamp ``STEP_BACK_S`` before the newest it wrote: its clock
+    was stepped back, what it wrote before says nothing of its clock now, and its open work's
+    starts are of the clock before the step."""
+    ahead = stamp_ns / 1e9 - read_at
+    writer = seen.writers.get(worker)
+    if writer is None:
+        if len(seen.writers) >= _WRITERS_KEPT:
+            del seen.writers[next(iter(seen.writers))]
+        seen.writers[worker] = Writer(stamp_ns, ahead)
+    elif stamp_ns < writer.newest_ns - STEP_BACK_S * 1e9:
+        # Was: the stamps before the step, 300 s ahead, made work opened after it 5 min STALLED.
+        seen.stepped = True
+        writer.newest_ns = stamp_ns
+        writer.ahead = ahead
+        for item in seen.open.values():
+            item.stepped = item.stepped or item.worker == worker
+    else:
+        writer.newest_ns = max(writer.newest_ns, stamp_ns)
+        writer.ahead = max(writer.ahead, ahead)
+
+
+def correction(seen: Seen) -> float:
+    clock = seen.clock()
+    return 0.0 if clock is None else clock[0]
