@@ -29,7 +29,7 @@ import anyio.lowlevel
 import msgspec
 
 from ckpt_events._bus_contract import InterestListener
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, shown
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
@@ -88,7 +88,9 @@ class Bus:
         _check_positive_int("buffer_size", buffer_size)
         _check_positive_int("batch_size", batch_size)
         self.batch_interval = _check_interval(batch_interval)
-        check_number(close_timeout, f"close_timeout must be a number of seconds >= 0, not {close_timeout!r}")
+        check_number(
+            close_timeout, f"close_timeout must be a number of seconds >= 0, not {shown(close_timeout)}"
+        )
         self.buffer_size = buffer_size
         self.batch_size = batch_size
         self.close_timeout = float(close_timeout)
@@ -235,11 +237,11 @@ class Bus:
         # Its delivery task starts in the bus's task group, which only that loop may touch.
         self._check_thread("subscribe", "anyio.from_thread.run_sync(bus.subscribe, sink)")
         if name is not None and not isinstance(name, str):
-            raise InvalidTypeError(f"a subscription's name must be a str, not {name!r}")
+            raise InvalidTypeError(f"a subscription's name must be a str, not {shown(name)}")
         existing = self._sink_subs.get(id(sink))
         if existing is not None:
             raise InvalidValueError(
-                f"this {type(sink).__name__} is already subscribed as {existing.name!r}: one "
+                f"this {type(sink).__name__} is already subscribed as {shown(existing.name)}: one "
                 f"subscription per sink object (its handle is never re-entered, its aclose() "
                 f"called once); subscribe it again once that one has finished"
             )
@@ -420,7 +422,9 @@ class Bus:
         thread, a running bus raises ``InvalidValueError``).
         """
         if timeout is not None:
-            check_number(timeout, f"flush timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+            check_number(
+                timeout, f"flush timeout must be a number of seconds >= 0 or None, not {shown(timeout)}"
+            )
         self._check_thread("flush", "anyio.from_thread.run(bus.flush)")
         subs = [s for s in self._history if s._started and not s._done.is_set()]
         with anyio.move_on_after(math.inf if timeout is None else timeout):
@@ -476,7 +480,9 @@ def _fold(a: SinkStats, b: SinkStats) -> SinkStats:
 
 
 def _check_interval(value: object) -> float:
-    return check_number(value, f"batch_interval must be a number of seconds in [0, 1], not {value!r}", high=1)
+    return check_number(
+        value, f"batch_interval must be a number of seconds in [0, 1], not {shown(value)}", high=1
+    )
 
 
 def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:

@@ -21,6 +21,7 @@ draws the whole project's (the core, the sinks and the participants) in its docs
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterable
 from typing import Final
 
@@ -46,7 +47,7 @@ class UnknownNameError(CkptEventsError, ValueError):
         self.what = what
         self.name = name
         self.valid = tuple(valid)
-        super().__init__(f"unknown {what} {name!r}; valid values: {', '.join(self.valid)}")
+        super().__init__(f"unknown {what} {shown(name)}; valid values: {', '.join(self.valid)}")
 
 
 class InvalidArgumentError(CkptEventsError):
@@ -112,6 +113,67 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
+#: About the longest a value quoted by ``shown`` is: a bad argument may be megabytes of text.
+SHOWN_CHARS: Final = 120
+# A long one is said by its start and its end (a path's file name).
+_HEAD: Final = 80
+_TAIL: Final = _HEAD - SHOWN_CHARS
+
+
+def _short_repr() -> reprlib.Repr:
+    # A container shows its first few items, a nested one its shape; an object's own repr is
+    # cut. (Set attribute by attribute: ``Repr`` takes no arguments before Python 3.12.)
+    cut = reprlib.Repr()
+    cut.maxlevel = 2
+    for limit in ("maxtuple", "maxlist", "maxarray", "maxdict", "maxset", "maxfrozenset", "maxdeque"):
+        setattr(cut, limit, 4)
+    cut.maxlong = cut.maxother = SHOWN_CHARS + 3  # a bytes of SHOWN_CHARS, b and quotes, whole
+    cut.maxstring = SHOWN_CHARS + 2  # with its quotes: a str ``shown`` keeps whole stays whole
+    return cut
+
+
+_REPR: Final = _short_repr()
+
+
+def _cut(start: str | bytes, end: str | bytes, size: int, unit: str) -> str:
+    head = repr(start)
+    tail = repr(end)
+    cut = f"{head[:-1]}...{tail[tail.index(head[-1]) + 1 :]}" if head[-1] == tail[-1] else f"{head}..."
+    if len(cut) > 2 * SHOWN_CHARS:  # escapes (\x00 is 4 characters, \U0001f600 10)
+        cut = f"{head[:SHOWN_CHARS]}..."
+    return f"{cut} ({size:,} {unit})"
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` bounded for an error message or a log line: whole when short, else its
+    start, ``...``, its end and its size (``'xxxx...x.txt' (10,000,000 characters)``); a container's first
+    items, an int too long to print as its bits. Every error that quotes a caller's value quotes
+    it through this, so a 10 MB bad argument is said in at most ~250 characters. Never raises."""
+    # The plain type's length, slicing and repr: a subclass's own may be anything.
+    if isinstance(value, str) and str.__len__(value) > SHOWN_CHARS:
+        return _cut(
+            str.__getitem__(value, slice(_HEAD)),
+            str.__getitem__(value, slice(_TAIL, None)),
+            str.__len__(value),
+            "characters",
+        )
+    if isinstance(value, bytes | bytearray):
+        size = bytes.__len__(value) if isinstance(value, bytes) else bytearray.__len__(value)
+        if size > SHOWN_CHARS:
+            view = memoryview(value)  # a bytearray's cut said as bytes
+            return _cut(bytes(view[:_HEAD]), bytes(view[_TAIL:]), size, "bytes")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * SHOWN_CHARS:
+        # repr() of an int past 4,300 digits raises (sys.set_int_max_str_digits): say its size
+        return f"<an int of {value.bit_length():,} bits>"
+    try:
+        said = _REPR.repr(value)
+    except Exception:  # its own __repr__ raised; we are already saying what is wrong with it
+        return f"<a {type(value).__name__} whose repr() raised>"
+    if len(said) > SHOWN_CHARS + 40:  # a container of long items: reprlib cuts each, not all
+        return f"{said[:SHOWN_CHARS]}..."
+    return said
+
+
 class ConfigurationError(CkptEventsError, ValueError):
     """A configuration value (argument or environment variable) is invalid."""
 
@@ -126,6 +188,6 @@ class SpanNotStartedError(CkptEventsError, RuntimeError):
         self.handle = handle
         self.name = name
         super().__init__(
-            f"{handle} {name!r} was left (__exit__) without being entered: use it as a "
+            f"{handle} {shown(name)} was left (__exit__) without being entered: use it as a "
             f"`with` block (no span was emitted)"
         )

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError, shown
 
 __all__ = ["DEFAULT_REDACT_KEYS", "REDACTED", "Redactor"]
 
@@ -75,19 +75,19 @@ class Redactor:
             raise UnknownNameError("redaction match mode", mode, _MODES)
         if isinstance(keys, str | bytes):  # Redactor("token") made the keys t, o, k, e and n
             raise InvalidTypeError(
-                f"keys must be an iterable of names, not the string {keys!r}: pass [{keys!r}]"
+                f"keys must be an iterable of names, not the string {shown(keys)}: pass [{shown(keys)}]"
             )
         try:
             listed = list(keys)
         except TypeError:
-            raise InvalidTypeError(f"keys must be an iterable of names (str), not {keys!r}") from None
+            raise InvalidTypeError(f"keys must be an iterable of names (str), not {shown(keys)}") from None
         for key in listed:
             if not isinstance(key, str):
-                raise InvalidTypeError(f"each redact key must be a str, not {key!r}")
+                raise InvalidTypeError(f"each redact key must be a str, not {shown(key)}")
             if not key:  # matched every name ("substring") or names ending in a dot
                 raise InvalidValueError("a redact key must not be empty")
         if not isinstance(messages, bool):
-            raise InvalidTypeError(f"messages must be True or False, not {messages!r}")
+            raise InvalidTypeError(f"messages must be True or False, not {shown(messages)}")
         self.keys = frozenset(k.lower() for k in listed)
         self.mode = mode
         self.messages = messages

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
 
-from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error
+from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error, shown
 from ckpt_events._events import AttributeValue
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._tracecontext import format_traceparent, parse_tracestate
@@ -43,7 +43,7 @@ _INT64: Final = 1 << 63
 
 
 def _bad(name: str, value: object) -> NoReturn:
-    raise argument_error(f"{name} must be an int in [0, 2**63), not {value!r}", value, int)
+    raise argument_error(f"{name} must be an int in [0, 2**63), not {shown(value)}", value, int)
 
 
 def _not_started(handle: object, name: object) -> NoReturn:
@@ -54,7 +54,7 @@ def _not_started(handle: object, name: object) -> NoReturn:
 
 def _bad_attribute(name: object, value: object) -> NoReturn:
     raise InvalidTypeError(
-        f"an attribute needs a str name and a str, bool, int or float value, not {name!r}={value!r}"
+        f"an attribute needs a str name and a str, bool, int or float value, not {shown(name)}={shown(value)}"
     )
 
 
@@ -63,7 +63,7 @@ def _checked_id(checkpoint_id: object) -> str:
     id was accepted, written, and then every line holding it failed to read back."""
     if isinstance(checkpoint_id, str):
         return checkpoint_id
-    raise InvalidTypeError(f"checkpoint_id must be a str or None, not {checkpoint_id!r}")
+    raise InvalidTypeError(f"checkpoint_id must be a str or None, not {shown(checkpoint_id)}")
 
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:

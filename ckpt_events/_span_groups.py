@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from ckpt_events._errors import InvalidTypeError, UnknownNameError
+from ckpt_events._errors import InvalidTypeError, UnknownNameError, shown
 
 __all__ = ["SPAN_GROUPS", "SPAN_GROUP_PRESETS", "resolve_span_groups"]
 
@@ -41,12 +41,12 @@ def resolve_span_groups(spec: str | Iterable[str] | None) -> frozenset[str]:
         names = spec
     else:
         raise InvalidTypeError(
-            f"span groups must be a comma-separated string or a list of names, not {spec!r}"
+            f"span groups must be a comma-separated string or a list of names, not {shown(spec)}"
         )
     groups: set[str] = set()
     for raw in names:
         if not isinstance(raw, str):
-            raise InvalidTypeError(f"span group names must be strings, not {raw!r}")
+            raise InvalidTypeError(f"span group names must be strings, not {shown(raw)}")
         name = raw.strip().lower()
         if not name:
             continue

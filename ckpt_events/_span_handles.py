@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ckpt_events._errors import argument_error
+from ckpt_events._errors import argument_error, shown
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _error_fields, _not_started, _SpanBase
@@ -454,7 +454,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
         if loop_lag_ms is not None:
             if type(loop_lag_ms) not in (int, float) or not 0 <= loop_lag_ms < math.inf:
                 raise argument_error(
-                    f"loop_lag_ms must be a finite number >= 0, not {loop_lag_ms!r}",
+                    f"loop_lag_ms must be a finite number >= 0, not {shown(loop_lag_ms)}",
                     loop_lag_ms,
                     (int, float),
                 )

@@ -19,7 +19,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ckpt_events._errors import InvalidTypeError, check_int, check_number, one_line
+from ckpt_events._errors import InvalidTypeError, check_int, check_number, one_line, shown
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
@@ -471,7 +471,7 @@ def _linger_of(sink: object, given: float | None, blocking: bool) -> float:
     value = given if given is not None else sink.linger if isinstance(sink, LingeringSink) else None
     if value is None:
         return DEFAULT_BLOCKING_LINGER if blocking else 0.0
-    return check_number(value, f"linger must be a number of seconds in [0, 60], not {value!r}", high=60)
+    return check_number(value, f"linger must be a number of seconds in [0, 60], not {shown(value)}", high=60)
 
 
 def _blocking_of(sink: object) -> bool:
@@ -481,7 +481,7 @@ def _blocking_of(sink: object) -> bool:
     blocking = sink.blocking
     if not isinstance(blocking, bool):
         # Read as truth, blocking="false" (a value from a config file) sent handle to a thread.
-        raise InvalidTypeError(f"a sink's blocking must be True or False, not {blocking!r}")
+        raise InvalidTypeError(f"a sink's blocking must be True or False, not {shown(blocking)}")
     return blocking
 
 
@@ -499,22 +499,25 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
         wanted = (wanted,)
     if isinstance(wanted, str):  # a class's name, not the class: iterating it named one letter
         raise InvalidTypeError(
-            f"a sink's interests must be event classes (e.g. ckpt_events.{wanted}), not the string {wanted!r}"
+            f"a sink's interests must be event classes (e.g. ckpt_events.{wanted}), not the string "
+            f"{shown(wanted)}"
         )
     try:
         chosen = frozenset(wanted)
     except TypeError:
         raise InvalidTypeError(
-            f"a sink's interests must be an iterable of event classes, not {wanted!r}"
+            f"a sink's interests must be an iterable of event classes, not {shown(wanted)}"
         ) from None
     expanded: set[type[Event]] = set()
     for cls in chosen:
         if not (isinstance(cls, type) and issubclass(cls, Event)):
-            raise InvalidTypeError(f"a sink's interests must be event classes from ckpt_events, not {cls!r}")
+            raise InvalidTypeError(
+                f"a sink's interests must be event classes from ckpt_events, not {shown(cls)}"
+            )
         # A base class (e.g. SpanEvent) stands for all of its concrete subclasses.
         expanded.update(t for t in EVENT_TYPES if issubclass(t, cls))
     return frozenset(expanded)
 
 
 def _check_positive_int(what: str, value: object) -> int:
-    return check_int(value, f"{what} must be a positive int, not {value!r}", minimum=1)
+    return check_int(value, f"{what} must be a positive int, not {shown(value)}", minimum=1)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge, bridge_failed, takes_tracestate
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_int
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_int, shown
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -181,18 +181,18 @@ class Telemetry:
         monotonic: Callable[[], int] | None = None,
     ) -> None:
         if bus is not None and not isinstance(bus, Bus):
-            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
+            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {shown(bus)}")
         self.kind: str = kind_name(kind)
         if not isinstance(instance, str) or SAFE_NAME.fullmatch(instance) is None:
             raise argument_error(
                 f"instance must be 1-128 characters of [A-Za-z0-9._-] starting with a letter "
-                f"or digit, not {instance!r}",
+                f"or digit, not {shown(instance)}",
                 instance,
                 str,
             )
         self.instance = instance
         if worker is not None and (type(worker) is not int or worker < 0):
-            raise argument_error(f"worker must be None or an int >= 0, not {worker!r}", worker, int)
+            raise argument_error(f"worker must be None or an int >= 0, not {shown(worker)}", worker, int)
         self.worker = worker
         # What the export process's wire carries for this Telemetry beside each raw span handle.
         self._identity = (self.kind, instance, worker)
@@ -202,7 +202,7 @@ class Telemetry:
             or not 0.0 <= sample_ratio <= 1.0
         ):
             raise argument_error(
-                f"sample_ratio must be in [0, 1], not {sample_ratio!r}", sample_ratio, (int, float)
+                f"sample_ratio must be in [0, 1], not {shown(sample_ratio)}", sample_ratio, (int, float)
             )
         self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
         self._sample_all = sample_ratio == 1.0  # a new root skips the bound's test (~30 ns)
@@ -213,11 +213,14 @@ class Telemetry:
         elif isinstance(otel_context, ContextBridge):
             self._bridge = otel_context
         else:
-            raise InvalidTypeError(f"otel_context must be a bool or a ContextBridge, not {otel_context!r}")
+            raise InvalidTypeError(
+                f"otel_context must be a bool or a ContextBridge, not {shown(otel_context)}"
+            )
         self._bridge_state = self._bridge is not None and takes_tracestate(self._bridge)
         if any(f is not None and not callable(f) for f in (ids, clock, monotonic)):
             raise InvalidTypeError(
-                f"ids, clock and monotonic must be callables or None, not {ids!r}, {clock!r}, {monotonic!r}"
+                f"ids, clock and monotonic must be callables or None, not {shown(ids)}, "
+                f"{shown(clock)}, {shown(monotonic)}"
             )
         self._random: Callable[[int], int] = _getrandbits if ids is None else ids
         self._clock: Callable[[], int] = time_ns if clock is None else clock
@@ -490,7 +493,7 @@ class Telemetry:
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
         if blockers.__class__ is not int or blockers < 0:  # on or off alike; no message built when valid
-            check_int(blockers, f"blockers must be an int >= 0, not {blockers!r}")
+            check_int(blockers, f"blockers must be an int >= 0, not {shown(blockers)}")
         if not self._not_ready_on:
             return
         self.bus.emit(
@@ -506,7 +509,7 @@ class Telemetry:
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
         if calls.__class__ is not int or calls < 0:  # on or off alike; no message built when valid
-            check_int(calls, f"calls must be an int >= 0, not {calls!r}")
+            check_int(calls, f"calls must be an int >= 0, not {shown(calls)}")
         if not self._cut_on:
             check_name(_DISPOSITIONS, disposition, Disposition)
             return

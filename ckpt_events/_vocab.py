@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Final, NamedTuple, TypeVar
 
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError, shown
 
 __all__ = [
     "ATTR_PREFIX",
@@ -359,9 +359,9 @@ def step_name(value: object) -> str:
 
 def _learn(what: str, value: object, names: dict[object, str]) -> str:
     if not isinstance(value, str):
-        raise InvalidTypeError(f"a {what} must be a str ({_RULE_TEXT}), not {value!r}")
+        raise InvalidTypeError(f"a {what} must be a str ({_RULE_TEXT}), not {shown(value)}")
     if NAME_RULE.fullmatch(value) is None:
-        raise InvalidValueError(f"invalid {what} {value!r}: a {what} is {_RULE_TEXT}")
+        raise InvalidValueError(f"invalid {what} {shown(value)}: a {what} is {_RULE_TEXT}")
     name = str(value)  # a user's own StrEnum member goes out as its value
     if len(names) < _REMEMBERED:
         names[name] = name

@@ -29,7 +29,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from ckpt_events._bus import Bus
-from ckpt_events._errors import InvalidValueError, check_int
+from ckpt_events._errors import InvalidValueError, check_int, shown
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._telemetry import Telemetry
@@ -90,11 +90,13 @@ class SequentialIds:
     def __init__(self, first_trace: int = 1, first_span: int = 1) -> None:
         # A W3C id is non-zero and fits its bits: 2**128 made a traceparent of 33 hex digits, and
         # a JSON-lines batch failed with OverflowError; 0 made Telemetry draw a random trace id.
-        check_int(first_trace, f"first_trace must be an int in [1, 2**128), not {first_trace!r}", minimum=1)
-        check_int(first_span, f"first_span must be an int in [1, 2**64), not {first_span!r}", minimum=1)
+        check_int(
+            first_trace, f"first_trace must be an int in [1, 2**128), not {shown(first_trace)}", minimum=1
+        )
+        check_int(first_span, f"first_span must be an int in [1, 2**64), not {shown(first_span)}", minimum=1)
         if first_trace >= 1 << 128 or first_span >= 1 << 64:
             raise InvalidValueError(
-                f"ids must fit their bits (trace 128, span 64), not {first_trace!r}, {first_span!r}"
+                f"ids must fit their bits (trace 128, span 64), not {shown(first_trace)}, {shown(first_span)}"
             )
         self._lock = threading.Lock()
         self.next_trace = first_trace
@@ -122,8 +124,8 @@ class TickingClock:
 
     def __init__(self, start_ns: int = CLOCK_START_NS, step_ns: int = 1_000_000) -> None:
         # A negative step made a span end before it started.
-        check_int(start_ns, f"start_ns must be an int >= 0 (Unix ns), not {start_ns!r}")
-        check_int(step_ns, f"step_ns must be an int >= 0, not {step_ns!r}")
+        check_int(start_ns, f"start_ns must be an int >= 0 (Unix ns), not {shown(start_ns)}")
+        check_int(step_ns, f"step_ns must be an int >= 0, not {shown(step_ns)}")
         self._lock = threading.Lock()
         self.now_ns = start_ns
         self.step_ns = step_ns

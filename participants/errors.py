@@ -67,7 +67,8 @@ controller's client *receives* when a participant refused (or could not be reach
 A bad int or number argument anywhere in ``participants`` is checked by ``check_int`` or
 ``check_number``, the library's public pair (``ckpt_events.checks``, re-exported here so each
 room imports its checks with its errors): a ``bool`` is never a number, the wrong type is an
-``InvalidTypeError``, the right type out of range an ``InvalidValueError``.
+``InvalidTypeError``, the right type out of range an ``InvalidValueError``. A message quotes
+a caller's value with ``shown`` (re-exported too): its repr, cut with its size said when long.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from collections.abc import Mapping
 from typing import Final, Protocol
 
 from ckpt_events import CkptEventsError, UnknownNameError
-from ckpt_events.checks import check_int, check_number
+from ckpt_events.checks import check_int, check_number, shown
 from ckpt_events.vocab import ErrorCode, coerce
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "WriteStopped",
     "check_int",
     "check_number",
+    "shown",
 ]
 
 

@@ -85,6 +85,7 @@ from ckpt_events import (
     parse_traceparent,
     parse_tracestate,
 )
+from ckpt_events.checks import shown
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
 __all__ = [
@@ -345,7 +346,7 @@ def incoming(request: HTTPConnection) -> Incoming:
     if not isinstance(request, HTTPConnection):
         # The app itself (telemetry(app) takes one) was an AttributeError: 'FastAPI' ... 'scope'.
         raise InvalidTypeError(
-            f"operation() and incoming() take the handler's Request (or WebSocket), not {request!r}; "
+            f"operation() and incoming() take the handler's Request (or WebSocket), not {shown(request)}; "
             "away from a request, use telemetry(app).operation(...)"
         )
     arrival = request.scope.get(_SCOPE_KEY)
@@ -382,7 +383,8 @@ def _instrumented(where: HTTPConnection | Starlette) -> Instrumented:
     found = getattr(getattr(where, "state", None), STATE_ATTRIBUTE, None)
     if not isinstance(found, Instrumented):
         raise ConfigurationError(
-            f"{where!r} is not instrumented: call ckpt_events.participants.fastapi.instrument(app, ...) first"
+            f"{shown(where)} is not instrumented: call "
+            f"ckpt_events.participants.fastapi.instrument(app, ...) first"
         )
     return found
 
@@ -418,9 +420,9 @@ def _configure_with(options: Mapping[str, Any], shutdown_timeout: float) -> Call
     unknown = [name for name in options if name not in known]
     if unknown:
         close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = f" (did you mean {shown(close[0])}?)" if close else ""
         raise InvalidTypeError(
-            f"instrument() got an unknown option {unknown[0]!r}{hint}; its options are "
+            f"instrument() got an unknown option {shown(unknown[0])}{hint}; its options are "
             f"ckpt_events.sinks.configure()'s: {', '.join(known)}"
         )
 
@@ -499,13 +501,13 @@ def instrument(
     ``configure_options`` name, with the closest known one).
     """
     if not isinstance(app, Starlette):
-        raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {app!r}")
+        raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {shown(app)}")
     if isinstance(getattr(app.state, STATE_ATTRIBUTE, None), Instrumented):
-        raise ConfigurationError(f"{app!r} is instrumented already: call instrument() once per app")
+        raise ConfigurationError(f"{shown(app)} is instrumented already: call instrument() once per app")
     if app.middleware_stack is not None:  # built: too late to add ours
         # Built by the app's first call, or without one (FastAPIInstrumentor.uninstrument_app).
         raise ConfigurationError(
-            f"{app!r} has built its middleware stack already (it has served, or something built "
+            f"{shown(app)} has built its middleware stack already (it has served, or something built "
             "it, such as FastAPIInstrumentor.uninstrument_app()): call instrument() where the app "
             "is made, before it serves"
         )
@@ -514,11 +516,13 @@ def instrument(
         or isinstance(shutdown_timeout, bool)
         or not shutdown_timeout >= 0
     ):
-        raise InvalidValueError(f"shutdown_timeout must be a number >= 0, not {shutdown_timeout!r}")
+        raise InvalidValueError(f"shutdown_timeout must be a number >= 0, not {shown(shutdown_timeout)}")
     if not isinstance(loop_lag, bool):
-        raise InvalidTypeError(f"loop_lag must be True or False, not {loop_lag!r}")
+        raise InvalidTypeError(f"loop_lag must be True or False, not {shown(loop_lag)}")
     if configure_sinks is not None and not callable(configure_sinks):
-        raise InvalidTypeError(f"configure_sinks must be a callable taking the bus, not {configure_sinks!r}")
+        raise InvalidTypeError(
+            f"configure_sinks must be a callable taking the bus, not {shown(configure_sinks)}"
+        )
     if bus is not None and (configure_sinks is not None or configure_options):
         raise InvalidValueError("with bus= the caller configures its sinks: no configure_sinks or options")
     if configure_sinks is not None and configure_options:
@@ -612,7 +616,7 @@ def _telemetry_for(
             return build(bus), None
         return build(Bus(close_timeout=shutdown_timeout)), lambda: build(Bus(close_timeout=shutdown_timeout))
     if not isinstance(telemetry, Telemetry):
-        raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {telemetry!r}")
+        raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {shown(telemetry)}")
     if kind is not None or instance is not None or sample_ratio is not None or otel_context is not False:
         raise InvalidValueError("with telemetry=, kind, instance, sample_ratio and otel_context are its own")
     if bus is not None and bus is not telemetry.bus:

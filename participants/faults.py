@@ -36,6 +36,7 @@ from typing import Any, Final
 import anyio
 
 from ckpt_events import ConfigurationError
+from ckpt_events.checks import shown
 
 __all__ = [
     "FAULT_ENV",
@@ -92,7 +93,7 @@ def parse_fault(value: str) -> Fault:
     ``slow:INSTANCE[:FACTOR]`` (a factor above 1)."""
     mode, *rest = value.strip().split(":")
     usage = (
-        f"{FAULT_ENV}={value!r} is not a fault: use stall:INSTANCE, lease[:SECONDS], "
+        f"{FAULT_ENV}={shown(value)} is not a fault: use stall:INSTANCE, lease[:SECONDS], "
         "slow-restore:INSTANCE[:SECONDS] or slow:INSTANCE[:FACTOR]"
     )
     instance = None

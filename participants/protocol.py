@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final, TypeVar
 import msgspec
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal
+from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, shown
 from ckpt_events.vocab import Phase
 
 __all__ = [
@@ -89,7 +89,7 @@ def _check_rollout_id(value: str, where: str) -> None:
     # Runs for every id decoded or made (a 64,000-rollout restore makes a million): the
     # substring test spares the regex for ids that cannot end in -a<N>.
     if "-a" in value and _ATTEMPT_SUFFIX.search(value):
-        raise InvalidValueError(f"{where}: rollout_id {value!r} must not end in -a<N> - at `$.{where}`")
+        raise InvalidValueError(f"{where}: rollout_id {shown(value)} must not end in -a<N> - at `$.{where}`")
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, shown
 from ckpt_events.sinks._metric_keys import OVERFLOW_ATTRIBUTE, OVERFLOW_KEY, attributes_of
 
 __all__ = [
@@ -44,7 +44,9 @@ OVERFLOW_ATTRIBUTES: Final = attributes_of(OVERFLOW_KEY)
 
 def check_cardinality_limit(value: object, name: str = "cardinality_limit") -> int:
     """``value`` when it is an int >= 1; otherwise the error naming ``name``."""
-    return check_int(value, f"{name} must be a whole number of attribute sets >= 1, not {value!r}", minimum=1)
+    return check_int(
+        value, f"{name} must be a whole number of attribute sets >= 1, not {shown(value)}", minimum=1
+    )
 
 
 class Overflow:

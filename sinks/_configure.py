@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
+from ckpt_events._errors import shown
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
@@ -307,7 +308,7 @@ def _checked_settings(
     """The settings of ``env`` with the arguments applied, the span groups and the cardinality
     limit; a bad argument or variable raises ``ConfigurationError`` naming it."""
     if otlp_endpoint is not None and not isinstance(otlp_endpoint, str):
-        raise ConfigurationError(f"otlp_endpoint must be a URL string, not {otlp_endpoint!r}")
+        raise ConfigurationError(f"otlp_endpoint must be a URL string, not {shown(otlp_endpoint)}")
     settings = read_otel_env(env, otlp_endpoint=otlp_endpoint)
     groups_spec = span_groups if span_groups is not None else env.get(ENV_SPAN_GROUPS)
     try:
@@ -324,7 +325,7 @@ def _checked_settings(
         ):
             raise ConfigurationError(
                 f"metric_export_interval_ms must be a whole number of milliseconds from 1 to "
-                f"{MAX_METRIC_INTERVAL_MS}, not {interval!r}"
+                f"{MAX_METRIC_INTERVAL_MS}, not {shown(interval)}"
             )
         settings = _replace(settings, metric_interval_ms=interval)
     try:
@@ -414,18 +415,18 @@ def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:
     except ValueError:
         after = float("nan")
     if not after > 0 or after == float("inf"):
-        raise ConfigurationError(f"{ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
+        raise ConfigurationError(f"{ENV_STALL_AFTER} must be a number of seconds > 0, not {shown(raw)}")
     return StallWatch(after, bus=bus)
 
 
 def _export_process_on(export_process: bool | None, env: Mapping[str, str]) -> bool:
     if export_process is not None:
         if not isinstance(export_process, bool):
-            raise ConfigurationError(f"export_process must be True or False, not {export_process!r}")
+            raise ConfigurationError(f"export_process must be True or False, not {shown(export_process)}")
         return export_process
     raw = env.get(ENV_EXPORT_PROCESS, "").strip().lower()
     if raw not in ("", "true", "false"):
-        raise ConfigurationError(f"{ENV_EXPORT_PROCESS}={env[ENV_EXPORT_PROCESS]!r}: use true or false")
+        raise ConfigurationError(f"{ENV_EXPORT_PROCESS}={shown(env[ENV_EXPORT_PROCESS])}: use true or false")
     return raw == "true"
 
 
@@ -467,7 +468,7 @@ def _configure_export_process(
 def _switched_off(env: Mapping[str, str]) -> bool:
     raw = env.get(ENV_DISABLED, "").strip().lower()
     if raw not in ("", "true", "false"):
-        raise ConfigurationError(f"{ENV_DISABLED}={env[ENV_DISABLED]!r}: use true or false")
+        raise ConfigurationError(f"{ENV_DISABLED}={shown(env[ENV_DISABLED])}: use true or false")
     return raw == "true"
 
 
@@ -488,13 +489,13 @@ def _check_otel_parts(
     ):
         raise ConfigurationError(
             "span_exporter must be an OpenTelemetry SpanExporter instance (with export()), "
-            f"not {span_exporter!r}"
+            f"not {shown(span_exporter)}"
         )
     if metric_readers is None:
         return None
     if isinstance(metric_readers, str | bytes) or not isinstance(metric_readers, Iterable):
         raise ConfigurationError(
-            f"metric_readers must be a list of MetricReader instances, not {metric_readers!r}"
+            f"metric_readers must be a list of MetricReader instances, not {shown(metric_readers)}"
         )
     readers = list(metric_readers)
     if meter_provider is not None and readers:
@@ -511,7 +512,9 @@ def _check_otel_parts(
             ) from None
         for reader in readers:
             if not isinstance(reader, MetricReader):
-                raise ConfigurationError(f"metric_readers must hold MetricReader instances, not {reader!r}")
+                raise ConfigurationError(
+                    f"metric_readers must hold MetricReader instances, not {shown(reader)}"
+                )
     return readers
 
 
@@ -521,9 +524,9 @@ def _check_jsonl_path(path: object, where: str) -> None:
     if path is None:
         return
     if not isinstance(path, str | os.PathLike):
-        raise ConfigurationError(f"{where} must be a path (a str or os.PathLike), not {path!r}")
+        raise ConfigurationError(f"{where} must be a path (a str or os.PathLike), not {shown(path)}")
     if "\0" in str(os.fspath(path)):
-        raise ConfigurationError(f"{where}={str(path)!r} has a NUL byte; a file path cannot hold one")
+        raise ConfigurationError(f"{where}={shown(str(path))} has a NUL byte; a file path cannot hold one")
 
 
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:
@@ -540,4 +543,4 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
     try:
         return JsonLinesSink(Path(path))
     except OSError as exc:
-        raise ConfigurationError(f"{where}: cannot open {str(path)!r} for appending: {exc}") from None
+        raise ConfigurationError(f"{where}: cannot open {shown(str(path))} for appending: {exc}") from None

@@ -52,6 +52,7 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import CheckpointEvent
+from ckpt_events._errors import shown
 from ckpt_events._events import (
     AttributeValue,
     Event,
@@ -299,7 +300,7 @@ class WireReader:
         for index, item in enumerate(items):
             # Checked before any span is opened or closed: a line refused changes nothing.
             if (item.__class__ is int and item <= 0) or (isinstance(item, _Record) and item._wire < 0):
-                raise msgspec.DecodeError(f"not an item of the export pipe: item {index}, {item!r}")
+                raise msgspec.DecodeError(f"not an item of the export pipe: item {index}, {shown(item)}")
         events: list[Event] = []
         append = events.append
         spans = self._open

@@ -15,7 +15,7 @@ import logging
 from typing import Any, Final
 
 from ckpt_events import BaseSink, InvalidTypeError, Redactor
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, shown
 from ckpt_events.sinks._redacted import redacted
 
 __all__ = ["LoggingSink"]
@@ -40,11 +40,11 @@ class LoggingSink(BaseSink):
         redactor: Redactor | None = None,
     ) -> None:
         if redactor is not None and not isinstance(redactor, Redactor):
-            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {shown(redactor)}")
         self.redactor = redactor if redactor is not None else Redactor()
         if logger is not None and not isinstance(logger, logging.Logger):
-            raise InvalidTypeError(f"logger must be a logging.Logger or None, not {logger!r}")
-        check_int(level, f"level must be a logging level int, not {level!r}", minimum=0)
+            raise InvalidTypeError(f"logger must be a logging.Logger or None, not {shown(logger)}")
+        check_int(level, f"level must be a logging level int, not {shown(level)}", minimum=0)
         self.logger = logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
         self.level = level
         #: The names the ids go under: ``trace_id``/``span_id``, or ``ckpt_``-prefixed once a

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from ckpt_events import ConfigurationError
+from ckpt_events._errors import shown
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, ENV_TEMPORALITY, OtelSettings, given
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ def _metric_sinks(
     if own_http and settings.metric_temporality not in (None, "cumulative"):
         # Before anything is built. delta was taken without a word, and cumulative points sent.
         raise ConfigurationError(
-            f"{ENV_TEMPORALITY}={settings.metric_temporality!r}: ckpt-events' OTLP/HTTP metric sink "
+            f"{ENV_TEMPORALITY}={shown(settings.metric_temporality)}: ckpt-events' OTLP/HTTP metric sink "
             "exports cumulative temporality only; use cumulative (or leave it unset), or "
             "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=grpc for OpenTelemetry's exporter"
         )

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import anyio.to_thread
 
 from ckpt_events import ConfigurationError, InvalidTypeError, InvalidValueError
-from ckpt_events._errors import check_int, check_number
+from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks._metric_totals import (
@@ -494,20 +494,22 @@ class PrometheusEndpoint:
     ) -> None:
         # Unchecked, max_concurrent=0 answered every scrape 503 and timeout=0 closed every
         # connection unanswered, for the life of the endpoint; port=70000 was an OverflowError.
-        port_message = f"port must be a TCP port number from 0 to 65535, not {port!r}"
+        port_message = f"port must be a TCP port number from 0 to 65535, not {shown(port)}"
         if check_int(port, port_message) > 65535:
             raise InvalidValueError(port_message)
-        check_int(max_concurrent, f"max_concurrent must be an int >= 1, not {max_concurrent!r}", minimum=1)
+        check_int(
+            max_concurrent, f"max_concurrent must be an int >= 1, not {shown(max_concurrent)}", minimum=1
+        )
         if not isinstance(host, str):
-            raise InvalidTypeError(f"host must be a str, not {host!r}")
+            raise InvalidTypeError(f"host must be a str, not {shown(host)}")
         problem = host_problem(host)
         if problem is not None:
-            raise InvalidValueError(f"host {host!r} {problem}; put the port in port")
+            raise InvalidValueError(f"host {shown(host)} {problem}; put the port in port")
         host = listen_host(host)
         for name, seconds in (("timeout", timeout), ("header_timeout", header_timeout)):
             check_number(
                 seconds,
-                f"{name} must be seconds in (0, {MAX_TIMEOUT_S:g}], not {seconds!r}",
+                f"{name} must be seconds in (0, {MAX_TIMEOUT_S:g}], not {shown(seconds)}",
                 high=MAX_TIMEOUT_S,
                 low_open=True,
             )

@@ -29,7 +29,7 @@ from ckpt_events import (
     OperationStarted,
     Stalled,
 )
-from ckpt_events._errors import check_number
+from ckpt_events._errors import check_number, shown
 from ckpt_events.sinks._open_work import MAX_OPEN
 from ckpt_events.vocab import Kind, Operation, Phase
 
@@ -86,13 +86,13 @@ class StallWatch:
         # timer thread with an OverflowError at its first check, so nothing was ever reported.
         self.after = check_number(
             after,
-            f"after must be a finite number of seconds > 0, not {after!r}",
+            f"after must be a finite number of seconds > 0, not {shown(after)}",
             high=sys.float_info.max,
             low_open=True,
         )
         if bus is not None and not isinstance(bus, Bus):
             # Else the timer thread died of an AttributeError at the first stall, reporting no more.
-            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {bus!r}")
+            raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {shown(bus)}")
         self.bus = bus
         self._open: dict[int, _Open] = {}
         self._lock = threading.Lock()

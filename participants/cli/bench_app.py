@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from ckpt_events.benchmarks.bench_app import MAX_CONNECTIONS, SINKS
 from ckpt_events.benchmarks.load import DRIVERS
-from ckpt_events.participants.errors import CommandError
+from ckpt_events.participants.errors import CommandError, shown
 
 __all__ = ["add_arguments", "run"]
 
@@ -27,7 +27,9 @@ def _sinks(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
     unknown = [name for name in names if name not in _SINKS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(_SINKS)} (comma-separated), not {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"choose from {', '.join(_SINKS)} (comma-separated), not {shown(value)}"
+        )
     return names
 
 
@@ -38,9 +40,9 @@ def _at_least(minimum: int, maximum: int | None = None) -> Any:
         except ValueError:
             number = minimum - 1
         if number < minimum:
-            raise argparse.ArgumentTypeError(f"a whole number >= {minimum}, not {value!r}")
+            raise argparse.ArgumentTypeError(f"a whole number >= {minimum}, not {shown(value)}")
         if maximum is not None and number > maximum:
-            raise argparse.ArgumentTypeError(f"at most {maximum:,}, not {value!r}")
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}, not {shown(value)}")
         return number
 
     return parse
@@ -59,7 +61,7 @@ def _app_spec(value: str) -> str:
     # nocolon`` was refused only once both servers of the first round had started.
     module, _, attribute = value.partition(":")
     if not module.strip() or not attribute.strip():
-        raise argparse.ArgumentTypeError(f"takes MODULE:ATTR (as uvicorn does), not {value!r}")
+        raise argparse.ArgumentTypeError(f"takes MODULE:ATTR (as uvicorn does), not {shown(value)}")
     # './app.py:app' was a TypeError traceback from importlib, 'app.py:app' "no module named
     # 'app.py'", both once the first round's servers had started. ('app.py' is a dotted name
     # too, module 'py' of package 'app': taken for the file when the file is there.)
@@ -70,10 +72,10 @@ def _app_spec(value: str) -> str:
         if name != module and all(part.isidentifier() for part in name.split(".")):
             raise argparse.ArgumentTypeError(
                 f"takes MODULE:ATTR with MODULE a module's name, as uvicorn does, not a file path "
-                f"({value!r}): run from the folder that holds it, with --app {name}:{attribute}"
+                f"({shown(value)}): run from the folder that holds it, with --app {name}:{attribute}"
             )
         raise argparse.ArgumentTypeError(
-            f"takes MODULE:ATTR with MODULE a module's dotted name, not {value!r}"
+            f"takes MODULE:ATTR with MODULE a module's dotted name, not {shown(value)}"
         )
     return value
 

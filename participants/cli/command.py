@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from ckpt_events.participants.errors import CommandError
+from ckpt_events.participants.errors import CommandError, shown
 from ckpt_events.participants.writable import unwritable
 from ckpt_events.vocab import SAFE_NAME
 
@@ -73,21 +73,25 @@ def given_path(value: str) -> Path:
     searched, a loop of links) is refused too: ``Path.exists`` raised it, a traceback in every
     command. One that does not exist (yet) is taken."""
     if not value.strip():
-        raise argparse.ArgumentTypeError(f"{value!r} is an empty path (stray quotes?): name a file or folder")
+        raise argparse.ArgumentTypeError(
+            f"{shown(value)} is an empty path (stray quotes?): name a file or folder"
+        )
     path = Path(value)
     try:
         os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         pass  # not there (yet), or under a file: each command says what that means to it
     except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{value!r}: {exc.strerror or exc}: name another path") from None
+        raise argparse.ArgumentTypeError(
+            f"{shown(value)}: {exc.strerror or exc}: name another path"
+        ) from None
     return path
 
 
 def existing_file(value: str) -> Path:
     path = given_path(value)
     if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a readable file")
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not a readable file")
     return path
 
 
@@ -143,7 +147,7 @@ def _whole_number(value: str, what: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not {what}") from None
 
 
 def positive_int(value: str) -> int:
@@ -157,7 +161,7 @@ def fraction(value: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not a number") from None
     if not 0.0 < number < 1.0:
         raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1")
     return number
@@ -178,7 +182,7 @@ def otlp_base_url(value: str) -> str:
     url = http_url(value, example="http://127.0.0.1:4318")
     parsed = urlsplit(url)
     if parsed.query or parsed.fragment:
-        raise argparse.ArgumentTypeError(f"{value!r}: an OTLP endpoint takes no ?query or #fragment")
+        raise argparse.ArgumentTypeError(f"{shown(value)}: an OTLP endpoint takes no ?query or #fragment")
     base = url.rstrip("/")
     for path in SIGNAL_PATHS:
         base = base.removesuffix(path)
@@ -192,11 +196,11 @@ def http_url(value: str, example: str = "http://127.0.0.1:8000") -> str:
     url = value.strip()
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. {example}")
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not an http(s) URL, e.g. {example}")
     try:
         parsed.port  # noqa: B018  # raises on a port that is not one
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} has an invalid port") from None
+        raise argparse.ArgumentTypeError(f"{shown(value)} has an invalid port") from None
     return url
 
 
@@ -228,7 +232,7 @@ async def check_reachable(url: str, timeout: float = 3.0) -> None:
 
 def instance_name(value: str) -> str:
     if SAFE_NAME.fullmatch(value) is None:
-        raise argparse.ArgumentTypeError(f"{value!r} is not 1-128 characters of [A-Za-z0-9._-]")
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not 1-128 characters of [A-Za-z0-9._-]")
     return value
 
 
@@ -250,9 +254,9 @@ def positive_number(value: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not a number") from None
     if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} must be a finite number > 0")
+        raise argparse.ArgumentTypeError(f"{shown(value)} must be a finite number > 0")
     return number
 
 
@@ -263,7 +267,7 @@ def seconds_in(low: float, high: float) -> Callable[[str], float]:
     def parse(value: str) -> float:
         number = positive_number(value)
         if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"{value!r} must be from {low:g} to {high:g} seconds")
+            raise argparse.ArgumentTypeError(f"{shown(value)} must be from {low:g} to {high:g} seconds")
         return number
 
     return parse

@@ -23,7 +23,7 @@ from typing import IO, Any, Final
 import anyio
 import uvicorn
 
-from ckpt_events.participants.errors import LaunchError
+from ckpt_events.participants.errors import LaunchError, shown
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.server.limits import log_shutdown_cuts_in_one_line, server_limits
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
@@ -281,7 +281,7 @@ async def serving(
                     await anyio.sleep(0.01)
             if not server.started:
                 server.should_exit = True
-                raise LaunchError(f"uvicorn did not start {app!r} on {host}:{port}")
+                raise LaunchError(f"uvicorn did not start {shown(app)} on {host}:{port}")
             try:
                 yield f"http://{host}:{port}"
             finally:

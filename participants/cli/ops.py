@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from ckpt_events.participants.cli.command import Command, CommandError, given_path
+from ckpt_events.participants.errors import shown
 
 __all__ = ["OPS", "OPS_FILES", "ops_file"]
 
@@ -59,7 +60,7 @@ def _ops(args: argparse.Namespace) -> int:
     if directory.is_symlink() and not directory.exists():
         # mkdir said only "File exists": the link is there, what it names is not.
         raise CommandError(
-            f"--write {directory}: a link to {os.readlink(directory)!r}, which does not exist; "
+            f"--write {directory}: a link to {shown(os.readlink(directory))}, which does not exist; "
             "create that directory or name another"
         )
     try:

@@ -27,6 +27,7 @@ from ckpt_events.participants.cli.command import (
     otlp_base_url,
 )
 from ckpt_events.participants.cli.words import clipped, counted
+from ckpt_events.participants.errors import shown
 
 if TYPE_CHECKING:
     from ckpt_events import BusStats
@@ -193,7 +194,7 @@ def _sink_failure(stats: BusStats, raised: _SinkFailures) -> str | None:
         first = failed[0]
         more = f"; {counted(len(failed) - 1, 'other sink')} failed too" if len(failed) > 1 else ""
         return (
-            f"sink {first.name!r} raised on {counted(first.failed, 'event')} of {first.emitted:,} "
+            f"sink {shown(first.name)} raised on {counted(first.failed, 'event')} of {first.emitted:,} "
             f"replayed to it ({first.error}): those may not have been exported{more}"
         )
     if raised.said:

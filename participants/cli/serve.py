@@ -37,6 +37,7 @@ from ckpt_events.participants.cli.command import (
     port_number,
     positive_number,
 )
+from ckpt_events.participants.errors import shown
 from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.vocab import resolve_span_groups
 
@@ -144,7 +145,7 @@ def step_amount(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {shown(text)}") from None
     if not (math.isfinite(value) and 0 <= value <= 60_000):
         raise argparse.ArgumentTypeError(f"must be from 0 to 60000, not {text}")
     return value
@@ -155,7 +156,7 @@ def worker_count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number: {shown(text)}") from None
     if not 1 <= value <= 64:
         raise argparse.ArgumentTypeError(f"must be from 1 to 64, not {value}")
     return value
@@ -174,15 +175,17 @@ def _token_text(path: Path | None, env_name: str, what: str) -> str:
             with path.open("rb") as file:
                 raw = file.read(MAX_TOKEN_BYTES + 1)
         except OSError as exc:
-            raise CommandError(f"cannot read the {what} file {str(path)!r}: {exc.strerror or exc}") from None
+            raise CommandError(
+                f"cannot read the {what} file {shown(str(path))}: {exc.strerror or exc}"
+            ) from None
         if len(raw) > MAX_TOKEN_BYTES:
             raise CommandError(
-                f"the {what} file {str(path)!r} holds more than {MAX_TOKEN_BYTES} bytes: "
+                f"the {what} file {shown(str(path))} holds more than {MAX_TOKEN_BYTES} bytes: "
                 f"a {what} file holds the {what} alone"
             )
         token = raw.decode(errors="replace").strip()
         if not token:
-            raise CommandError(f"the {what} file {str(path)!r} is empty")
+            raise CommandError(f"the {what} file {shown(str(path))} is empty")
         return token
     token = os.environ.get(env_name, "").strip()
     if not token:
@@ -297,13 +300,13 @@ def _close_predecessors_work(bus: Any, path: Path) -> None:
         closed = emit_truncated_spans(bus, path)
     except OSError as exc:
         print(
-            f"ckpt-events serve: cannot read {str(path)!r} for open work: {exc.strerror or exc}",
+            f"ckpt-events serve: cannot read {shown(str(path))} for open work: {exc.strerror or exc}",
             file=sys.stderr,
         )
         return
     if closed:
         print(
-            f"ckpt-events serve: {closed} span(s) a previous server left open in {str(path)!r} "
+            f"ckpt-events serve: {closed} span(s) a previous server left open in {shown(str(path))} "
             "closed as truncated",
             file=sys.stderr,
         )
@@ -390,7 +393,8 @@ def _check_worker_logs(workers: int) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise CommandError(
-                f"worker {index}'s log {path!r} (${ENV_JSONL} + .w{index}) cannot be opened for appending "
+                f"worker {index}'s log {shown(path)} (${ENV_JSONL} + .w{index}) cannot be opened "
+                f"for appending "
                 f"({exc.strerror or exc}): make it a file this user can write, or point ${ENV_JSONL} "
                 "elsewhere"
             ) from None
@@ -449,7 +453,7 @@ def _claim_log() -> int | None:
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             return None  # a file system without locks: served unguarded, as before
         raise CommandError(
-            f"${ENV_JSONL} {path!r}: another running server writes this log: give each server a log "
+            f"${ENV_JSONL} {shown(path)}: another running server writes this log: give each server a log "
             "of its own"
         ) from None
     return fd

@@ -41,7 +41,7 @@ from ckpt_events.participants.controller.types import (
     check_url,
     failures_value,
 )
-from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
+from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError, shown
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.kinds import prepare_order, resume_order, retire_groups
 from ckpt_events.participants.protocol import (
@@ -90,11 +90,13 @@ def _check_distinct(members: Sequence[Member]) -> None:
         check_url(member.url)
         if (twin := names.setdefault(member.name, member)) is not member:
             raise InvalidValueError(
-                f"two members are named {member.name!r} ({twin.url} and {member.url}): give each its own name"
+                f"two members are named {shown(member.name)} ({twin.url} and {member.url}): give "
+                f"each its own name"
             )
         if (twin := identities.setdefault((member.kind, member.instance), member)) is not member:
             raise InvalidValueError(
-                f"members {twin.name!r} and {member.name!r} are both {member.kind}/{member.instance}: "
+                f"members {shown(twin.name)} and {shown(member.name)} are both "
+                f"{member.kind}/{member.instance}: "
                 "their commits would write one checkpoint directory (give each its own instance)"
             )
 
@@ -131,7 +133,9 @@ class Coordinator:
         faults: FaultPlan = NO_FAULTS,
     ) -> None:
         if telemetry.kind != Kind.CONTROLLER:
-            raise InvalidValueError(f"the coordinator reports as kind 'controller', not {telemetry.kind!r}")
+            raise InvalidValueError(
+                f"the coordinator reports as kind 'controller', not {shown(telemetry.kind)}"
+            )
         _check_distinct(members)
 
         self.members: tuple[Member, ...] = tuple(sorted(members, key=Member.sort_key))

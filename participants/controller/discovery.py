@@ -10,6 +10,7 @@ import anyio
 from ckpt_events import InvalidArgumentError
 from ckpt_events.participants.controller.client import ControlClient, ParticipantCallError
 from ckpt_events.participants.controller.types import CoordinationError, Member, check_url
+from ckpt_events.participants.errors import shown
 from ckpt_events.vocab import Kind, kind_name
 
 __all__ = ["DISCOVER_TIMEOUT", "DISCOVER_TRIES", "discover_members"]
@@ -93,7 +94,7 @@ def _twins(found: Mapping[str, Member]) -> Failures:
             )
         elif (twin := first_named.setdefault(member.name, name)) != name:
             clashes[name] = (
-                f"would be member {member.name!r}, as {twin} is: give each server its own "
+                f"would be member {shown(member.name)}, as {twin} is: give each server its own "
                 "--instance, or name each (a mapping of names to URLs)"
             )
     return clashes

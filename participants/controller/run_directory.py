@@ -32,7 +32,12 @@ from typing import Final
 import msgspec
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import ForeignCheckpoint, InvalidCheckpointError, RunDirectoryInUse
+from ckpt_events.participants.errors import (
+    ForeignCheckpoint,
+    InvalidCheckpointError,
+    RunDirectoryInUse,
+    shown,
+)
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.vocab import SAFE_NAME
 
@@ -83,7 +88,7 @@ class _LockHolder(msgspec.Struct, kw_only=True):
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
-        return f"run {self.run_id!r}, pid {self.pid} on {self.host}, since {when}"
+        return f"run {shown(self.run_id)}, pid {self.pid} on {self.host}, since {when}"
 
 
 def _write_atomic(dfd: int, name: str, data: bytes) -> None:
@@ -183,7 +188,7 @@ class RunDir:
 
     def checkpoint_dir(self, checkpoint_id: str) -> Path:
         if SAFE_NAME.fullmatch(checkpoint_id) is None:
-            raise InvalidValueError(f"unsafe checkpoint id {checkpoint_id!r}")
+            raise InvalidValueError(f"unsafe checkpoint id {shown(checkpoint_id)}")
         return self.path / checkpoint_id
 
     def _checkpoint_fd(self, run_fd: int, checkpoint_id: str, *, create: bool = False) -> int:
@@ -223,8 +228,8 @@ class RunDir:
         expected = self.run_id if run_id is None else run_id
         if manifest.run_id != expected:
             raise ForeignCheckpoint(
-                f"checkpoint {checkpoint_id} in {self.path} belongs to run {manifest.run_id!r}, not "
-                f"{expected!r}: give this run its own run directory (or run_id={manifest.run_id!r} "
+                f"checkpoint {checkpoint_id} in {self.path} belongs to run {shown(manifest.run_id)}, not "
+                f"{shown(expected)}: give this run its own run directory (or run_id={shown(manifest.run_id)} "
                 "to continue that run)",
                 checkpoint_id=checkpoint_id,
                 run_id=manifest.run_id,
@@ -245,9 +250,9 @@ class RunDir:
             return
         if owner not in (self.run_id, also):
             raise ForeignCheckpoint(
-                f"run directory {self.path} holds the published checkpoint {latest} of run {owner!r}, "
-                f"and this is run {self.run_id!r}: give this run its own run directory (or "
-                f"run_id={owner!r} to continue that run)",
+                f"run directory {self.path} holds the published checkpoint {latest} of run {shown(owner)}, "
+                f"and this is run {shown(self.run_id)}: give this run its own run directory (or "
+                f"run_id={shown(owner)} to continue that run)",
                 checkpoint_id=latest,
                 run_id=owner,
             )
@@ -261,7 +266,7 @@ class RunDir:
         manifest = msgspec.json.decode(data, type=CollectionManifest)
         if manifest.checkpoint_id != checkpoint_id:
             raise InvalidCheckpointError(
-                f"{checkpoint_id}/{_MANIFEST} names checkpoint {manifest.checkpoint_id!r}"
+                f"{checkpoint_id}/{_MANIFEST} names checkpoint {shown(manifest.checkpoint_id)}"
             )
         return manifest
 
@@ -272,8 +277,8 @@ class RunDir:
         """
         if manifest.run_id != self.run_id:
             raise InvalidValueError(
-                f"checkpoint {manifest.checkpoint_id} is of run {manifest.run_id!r}, this directory's "
-                f"run is {self.run_id!r}"
+                f"checkpoint {manifest.checkpoint_id} is of run {shown(manifest.run_id)}, this directory's "
+                f"run is {shown(self.run_id)}"
             )
         with self.claim(), self._opened() as run_fd:
             fd = self._checkpoint_fd(run_fd, manifest.checkpoint_id, create=True)

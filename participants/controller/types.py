@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError
+from ckpt_events.participants.errors import CheckpointNotPrepared, CoordinationError, shown
 from ckpt_events.participants.kinds import stage_index
 from ckpt_events.participants.protocol import EpisodeId, PrepareReply
 
@@ -69,9 +69,11 @@ def check_url(url: str) -> str:
     try:
         parsed.port  # noqa: B018  # raises on a port that is not one
     except ValueError:
-        raise InvalidValueError(f"participant URL {url!r} has no valid port (0-65535)") from None
+        raise InvalidValueError(f"participant URL {shown(url)} has no valid port (0-65535)") from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise InvalidValueError(f"participant URL {url!r} is not an http(s) URL, e.g. http://127.0.0.1:8000")
+        raise InvalidValueError(
+            f"participant URL {shown(url)} is not an http(s) URL, e.g. http://127.0.0.1:8000"
+        )
     return url
 
 

@@ -11,7 +11,7 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
-from ckpt_events.participants.errors import check_int, check_number
+from ckpt_events.participants.errors import check_int, check_number, shown
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, hold_one_step
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.control import ControlPlane
@@ -167,9 +167,9 @@ def _check_arguments(
 ) -> None:
     """``create_app``'s checks of what it is given, each a precise error."""
     if not isinstance(instance, str):
-        raise InvalidTypeError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+        raise InvalidTypeError(f"instance {shown(instance)} is not 1-128 characters of [A-Za-z0-9._-]")
     if SAFE_NAME.fullmatch(instance) is None:
-        raise InvalidValueError(f"instance {instance!r} is not 1-128 characters of [A-Za-z0-9._-]")
+        raise InvalidValueError(f"instance {shown(instance)} is not 1-128 characters of [A-Za-z0-9._-]")
     if not isinstance(token, str):
         raise InvalidTypeError("a participant needs a non-empty control token")
     if not token:
@@ -177,7 +177,7 @@ def _check_arguments(
     if not (token.isascii() and token.isprintable()) or token != token.strip():
         raise InvalidValueError("the control token must be printable ASCII without surrounding spaces")
     for name, bound in (("max_body_bytes", max_body_bytes), ("max_records_bytes", max_records_bytes)):
-        check_int(bound, f"{name} must be a positive int, not {bound!r}", minimum=1)
+        check_int(bound, f"{name} must be a positive int, not {shown(bound)}", minimum=1)
     # Finite too: at most the largest float.
-    grace = f"lease_grace_seconds must be > 0, not {lease_grace_seconds!r}"
+    grace = f"lease_grace_seconds must be > 0, not {shown(lease_grace_seconds)}"
     check_number(lease_grace_seconds, grace, low_open=True, high=sys.float_info.max)

@@ -36,7 +36,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from ckpt_events.participants.errors import check_int, check_number
+from ckpt_events.participants.errors import check_int, check_number, shown
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
 
 __all__ = [
@@ -77,11 +77,11 @@ class ConnectionLimits:
     def __post_init__(self) -> None:
         for name in ("header_timeout", "request_timeout", "send_timeout"):
             seconds = getattr(self, name)
-            check_number(seconds, f"{name} must be > 0, not {seconds!r}", low_open=True)
-        check_number(self.displace_after, f"displace_after must be >= 0, not {self.displace_after!r}")
+            check_number(seconds, f"{name} must be > 0, not {shown(seconds)}", low_open=True)
+        check_number(self.displace_after, f"displace_after must be >= 0, not {shown(self.displace_after)}")
         for name in ("max_connections", "max_per_peer", "max_requests"):
             count = getattr(self, name)
-            check_int(count, f"{name} must be >= 1, not {count!r}", minimum=1)
+            check_int(count, f"{name} must be >= 1, not {shown(count)}", minimum=1)
 
 
 class GuardStats(msgspec.Struct, frozen=True):

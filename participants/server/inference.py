@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import ProtocolRefusal, check_int
+from ckpt_events.participants.errors import ProtocolRefusal, check_int, shown
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, decode, encode
 from ckpt_events.participants.server.routes import bearer_auth, install_error_handlers
 from ckpt_events.participants.workloads.base import finite_sleep
@@ -72,7 +72,7 @@ def create_inference_app(
     """
     if not token:
         raise InvalidValueError("the inference worker needs a bearer token")
-    check_int(max_staged, f"max_staged must be an int >= 1, not {max_staged!r}", minimum=1)
+    check_int(max_staged, f"max_staged must be an int >= 1, not {shown(max_staged)}", minimum=1)
     delay = finite_sleep(token_seconds)
     cut_delay = finite_sleep(cut_seconds)
     active: dict[int, _Generation] = {}

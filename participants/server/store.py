@@ -38,6 +38,7 @@ from ckpt_events.participants.errors import (
     CheckpointWriteError,
     InvalidCheckpointError,
     WriteStopped,
+    shown,
 )
 from ckpt_events.participants.faults import StepHook, no_step
 from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
@@ -132,10 +133,10 @@ def participant_dir(checkpoint_dir: str | os.PathLike[str], kind: str, instance:
     """``<checkpoint_dir>/gym/<kind>/<instance>``; an unsafe part is an ``InvalidCheckpointError``."""
     base = Path(checkpoint_dir)
     if "\x00" in str(base) or ".." in base.parts:
-        raise InvalidCheckpointError(f"checkpoint_dir {str(checkpoint_dir)!r} has an unsafe path part")
+        raise InvalidCheckpointError(f"checkpoint_dir {shown(str(checkpoint_dir))} has an unsafe path part")
     for what, part in (("kind", kind), ("instance", instance)):
         if SAFE_NAME.fullmatch(part) is None or part in (".", ".."):
-            raise InvalidCheckpointError(f"{what} {part!r} is not a safe path part")
+            raise InvalidCheckpointError(f"{what} {shown(part)} is not a safe path part")
     return base / "gym" / kind / instance
 
 
@@ -187,7 +188,7 @@ def write_checkpoint(
 
 def _check_checkpoint_id(checkpoint_id: str) -> None:
     if SAFE_NAME.fullmatch(checkpoint_id) is None:
-        raise InvalidCheckpointError(f"checkpoint_id {checkpoint_id!r} is not a safe name")
+        raise InvalidCheckpointError(f"checkpoint_id {shown(checkpoint_id)} is not a safe name")
 
 
 def prepare_directory(
@@ -292,7 +293,7 @@ def publish_parts(
         _check_checkpoint_id(checkpoint_id)
         for part in parts:
             if RECORDS_FILE.fullmatch(part.records_file) is None:
-                raise InvalidCheckpointError(f"{part.records_file!r} is not a records file name")
+                raise InvalidCheckpointError(f"{shown(part.records_file)} is not a records file name")
     except InvalidCheckpointError:
         discard_parts(where, [f for f in files if RECORDS_FILE.fullmatch(f) is not None])
         raise

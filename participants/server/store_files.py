@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events.participants.errors import InvalidCheckpointError, shown
 
 __all__ = [
     "DEFAULT_CHECKPOINT_ROOT",
@@ -68,7 +68,7 @@ class Beneath:
         # Each part is one name: a '..' would walk up out of the root even without a symlink.
         for name in self.parts:
             if name in ("", ".", "..") or "/" in name or "\x00" in name:
-                raise InvalidCheckpointError(f"{name!r} is not a directory name below {self.root}")
+                raise InvalidCheckpointError(f"{shown(name)} is not a directory name below {self.root}")
 
     def __fspath__(self) -> str:
         return str(self.root.joinpath(*self.parts))
@@ -107,17 +107,17 @@ def resolve_under(root: Path, checkpoint_dir: str) -> Beneath:
     ``..`` part or an absolute path elsewhere is ``InvalidCheckpointError``. Nothing is
     resolved here: ``open_dir`` walks the parts without following a symlink."""
     if "\x00" in checkpoint_dir or not checkpoint_dir:
-        raise InvalidCheckpointError(f"checkpoint_dir {checkpoint_dir!r} is not a usable path")
+        raise InvalidCheckpointError(f"checkpoint_dir {shown(checkpoint_dir)} is not a usable path")
     given = Path(checkpoint_dir)
     if ".." in given.parts:
-        raise InvalidCheckpointError(f"checkpoint_dir {checkpoint_dir!r} has a '..' part")
+        raise InvalidCheckpointError(f"checkpoint_dir {shown(checkpoint_dir)} has a '..' part")
     real_root = root.resolve()
     if given.is_absolute():
         # The root as configured or as resolved: an absolute path may spell either.
         base = next((b for b in (real_root, root.absolute()) if given.is_relative_to(b)), None)
         if base is None:
             raise InvalidCheckpointError(
-                f"checkpoint_dir {checkpoint_dir!r} is outside this participant's checkpoint root "
+                f"checkpoint_dir {shown(checkpoint_dir)} is outside this participant's checkpoint root "
                 f"{real_root}: give it relative to the root, or as a path under it"
             )
         given = given.relative_to(base)

@@ -19,7 +19,7 @@ from typing import Final, Generic, NamedTuple
 
 import msgspec
 
-from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events.participants.errors import InvalidCheckpointError, shown
 from ckpt_events.participants.protocol import EpisodeId, Manifest, RecordsPart
 from ckpt_events.participants.server.store import (
     MANIFEST_NAME,
@@ -275,7 +275,9 @@ def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
             f"manifest belongs to {manifest.kind}/{manifest.instance}, not {kind}/{instance}"
         )
     if SAFE_NAME.fullmatch(manifest.checkpoint_id) is None:
-        raise InvalidCheckpointError(f"manifest checkpoint_id {manifest.checkpoint_id!r} is not a safe name")
+        raise InvalidCheckpointError(
+            f"manifest checkpoint_id {shown(manifest.checkpoint_id)} is not a safe name"
+        )
     if manifest.parts:
         if manifest.records_file:
             raise InvalidCheckpointError("a manifest with parts names no records_file of its own")
@@ -291,7 +293,7 @@ def _check_part(part: RecordsPart) -> None:
     name = RECORDS_FILE.fullmatch(part.records_file)
     if name is None:
         raise InvalidCheckpointError(
-            f"manifest records_file {part.records_file!r} is not a records file name"
+            f"manifest records_file {shown(part.records_file)} is not a records file name"
         )
     if _SHA256.fullmatch(part.records_sha256) is None:
         raise InvalidCheckpointError("manifest records_sha256 is not a SHA-256 hex digest")

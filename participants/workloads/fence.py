@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from ckpt_events.participants.errors import ProtocolRefusal, check_int, check_number
+from ckpt_events.participants.errors import ProtocolRefusal, check_int, check_number, shown
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.vocab import ErrorCode
 
@@ -141,9 +141,9 @@ class RetiredAttempts:
 
 
 def _checked_count(max_marks: int) -> int:
-    return check_int(max_marks, f"max_marks must be a positive int, not {max_marks!r}", minimum=1)
+    return check_int(max_marks, f"max_marks must be a positive int, not {shown(max_marks)}", minimum=1)
 
 
 def _checked_age(max_age_seconds: float) -> float:
-    what = f"max_age_seconds must be > 0 (math.inf: no limit), not {max_age_seconds!r}"
+    what = f"max_age_seconds must be > 0 (math.inf: no limit), not {shown(max_age_seconds)}"
     return check_number(max_age_seconds, what, low_open=True)

@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from ckpt_events import InvalidArgumentError, OperationSpan, Telemetry
-from ckpt_events.participants.errors import MalformedRequest, WorkError, check_int
+from ckpt_events.participants.errors import MalformedRequest, WorkError, check_int, shown
 from ckpt_events.participants.protocol import EpisodeId, decode, encode
 from ckpt_events.participants.workloads.base import Episode, Record, Workload
 from ckpt_events.vocab import Disposition, Kind
@@ -328,5 +328,5 @@ def _stream_item(line: str) -> dict[str, Any]:
     try:
         check_int(resumed, "resumed_prefix must be an int >= 0")
     except InvalidArgumentError:  # the worker's line, not our caller's argument: upstream's fault
-        raise WorkError(f"inference worker sent resumed_prefix {resumed!r}") from None
+        raise WorkError(f"inference worker sent resumed_prefix {shown(resumed)}") from None
     return item

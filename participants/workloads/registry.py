@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ckpt_events import InvalidValueError
+from ckpt_events.participants.errors import shown
 from ckpt_events.participants.workloads.agent import AgentWorkload
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload
@@ -56,7 +57,7 @@ class KindRegistry:
         self._rows: dict[str, KindRow] = {}
         for row in rows:
             if row.kind in self._rows:
-                raise InvalidValueError(f"kind {str(row.kind)!r} has two rows")
+                raise InvalidValueError(f"kind {shown(str(row.kind))} has two rows")
             self._rows[row.kind] = row
 
     def __iter__(self) -> Iterator[KindRow]:
@@ -72,7 +73,7 @@ class KindRegistry:
         """The row of ``kind`` (a ``Kind`` or its value); ``InvalidValueError`` if it has none."""
         row = self._rows.get(kind_name(kind))
         if row is None:
-            raise InvalidValueError(f"kind must be one of {', '.join(self.names)}, not {kind!r}")
+            raise InvalidValueError(f"kind must be one of {', '.join(self.names)}, not {shown(kind)}")
         return row
 
     @property

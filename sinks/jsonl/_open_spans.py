@@ -34,7 +34,7 @@ from ckpt_events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, shown
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.vocab import Attr, Outcome
 
@@ -144,7 +144,7 @@ def truncated_spans(path: str | os.PathLike[str], *, tail_bytes: int = TAIL_BYTE
     the traces and the log reads as finished. Reads the last ``tail_bytes`` only (a span started
     before them and never finished is missed); a missing file has none. Corrupt lines (a torn
     last line) are skipped."""
-    check_int(tail_bytes, f"tail_bytes must be a positive int, not {tail_bytes!r}", minimum=1)
+    check_int(tail_bytes, f"tail_bytes must be a positive int, not {shown(tail_bytes)}", minimum=1)
     spans = OpenSpans()
     try:
         file = open(path, "rb")  # noqa: SIM115 - closed below, after the seek

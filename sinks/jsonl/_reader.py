@@ -38,7 +38,7 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidTypeError
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, shown
 from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = ["MAX_LINE", "CorruptLine", "read_events"]
@@ -90,7 +90,7 @@ def read_events(
     ``CorruptLine`` too, found without decoding or holding it: time is linear in the file's
     size and memory bounded by ``max_line``, whatever the file holds.
     """
-    check_int(max_line, f"max_line must be a positive int, not {max_line!r}", minimum=1)
+    check_int(max_line, f"max_line must be a positive int, not {shown(max_line)}", minimum=1)
     if isinstance(source, str | os.PathLike):
         with open(source, "rb") as file:
             if file.peek(2)[:2] != _GZIP_MAGIC:  # peek, not read and seek: a path may be a pipe
@@ -108,13 +108,13 @@ def read_events(
                 yield last + 1, CorruptLine(line=last + 1, error=error, excerpt="")
     elif isinstance(source, io.TextIOBase):  # read as bytes, it raised "must be str, not bytes"
         raise InvalidTypeError(
-            f"source must be a path or a binary stream, not the text stream {source!r}: "
+            f"source must be a path or a binary stream, not the text stream {shown(source)}: "
             "pass its .buffer (sys.stdin.buffer), or open the file in 'rb' mode"
         )
     elif isinstance(source, io.IOBase) or hasattr(source, "readline"):
         yield from _read(source, max_line)
     else:
-        raise InvalidTypeError(f"source must be a path or a binary stream, not {source!r}")
+        raise InvalidTypeError(f"source must be a path or a binary stream, not {shown(source)}")
 
 
 class _Unzipped:

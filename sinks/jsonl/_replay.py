@@ -23,7 +23,7 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, resolve_interests
-from ckpt_events._errors import check_int, one_line
+from ckpt_events._errors import check_int, one_line, shown
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.sinks.jsonl._rotation import rotated_name
@@ -69,7 +69,9 @@ class _Target:
     def __init__(self, index: int, target: Any) -> None:
         self.bus = target if isinstance(target, Bus) else None
         if self.bus is None and not callable(getattr(target, "handle", None)):
-            raise InvalidTypeError(f"replay targets are sinks (with handle(batch)) or a Bus, not {target!r}")
+            raise InvalidTypeError(
+                f"replay targets are sinks (with handle(batch)) or a Bus, not {shown(target)}"
+            )
         self.index = index
         self.sink = target
         self.wants = resolve_interests(target) if self.bus is None else frozenset(_EVENT_TYPES)
@@ -139,7 +141,7 @@ async def replay(
     them, or ``<name>-<date>`` as logrotate's ``dateext`` does, gzipped or not): its writer went on
     in a newer file, so they are only counted, in ``ReplayResult.cut``.
     """
-    check_int(batch_size, f"batch_size must be a positive int, not {batch_size!r}", minimum=1)
+    check_int(batch_size, f"batch_size must be a positive int, not {shown(batch_size)}", minimum=1)
     chosen = [_Target(i, t) for i, t in enumerate(targets)]
     corrupt: list[CorruptLine] = []
     count = 0

@@ -28,7 +28,7 @@ from typing import IO, Any, Final
 import msgspec
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor
-from ckpt_events._errors import check_int
+from ckpt_events._errors import check_int, shown
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._redacted import redacted
 from ckpt_events.sinks._wire_safe import replace_surrogates
@@ -107,11 +107,13 @@ class JsonLinesSink:
         redactor: Redactor | None = None,
     ) -> None:
         if redactor is not None and not isinstance(redactor, Redactor):
-            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {shown(redactor)}")
         self.redactor = redactor if redactor is not None else Redactor()
         if max_bytes is not None:
-            check_int(max_bytes, f"max_bytes must be a positive int or None, not {max_bytes!r}", minimum=1)
-        check_int(backups, f"backups must be an int >= 0, not {backups!r}")
+            check_int(
+                max_bytes, f"max_bytes must be a positive int or None, not {shown(max_bytes)}", minimum=1
+            )
+        check_int(backups, f"backups must be an int >= 0, not {shown(backups)}")
         self._events = 0
         self._bytes = 0
         self._rotations = 0
@@ -136,7 +138,7 @@ class JsonLinesSink:
             self._open()
         elif isinstance(target, io.TextIOBase):  # sys.stdout: every batch failed, bytes to a str stream
             raise InvalidTypeError(
-                f"target must be a path or a binary stream, not the text stream {target!r}: "
+                f"target must be a path or a binary stream, not the text stream {shown(target)}: "
                 "pass its .buffer (sys.stdout.buffer), or open the file in 'ab' mode"
             )
         elif hasattr(target, "write"):
@@ -145,7 +147,7 @@ class JsonLinesSink:
             self._path = None
             self._file = target
         else:
-            raise InvalidTypeError(f"target must be a path or a binary stream, not {target!r}")
+            raise InvalidTypeError(f"target must be a path or a binary stream, not {shown(target)}")
         self.max_bytes = max_bytes
         self.backups = backups
         self.blocking = blocking

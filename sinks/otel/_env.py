@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ckpt_events import ConfigurationError
+from ckpt_events._errors import shown
 from ckpt_events.sinks._scrape_server import host_problem, listen_host
 from ckpt_events.sinks._span_attrs import DEFAULT_ATTRIBUTE_COUNT_LIMIT, AttributeLimits
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem
@@ -161,7 +162,7 @@ def _get(env: Mapping[str, str], name: str) -> str | None:
 
 
 def _bad(name: str, value: str, valid: str) -> ConfigurationError:
-    return ConfigurationError(f"{name}={value!r} is not valid; {valid}")
+    return ConfigurationError(f"{name}={shown(value)} is not valid; {valid}")
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
@@ -235,7 +236,9 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise _bad(name, raw, f"use key=value pairs separated by commas (bad entry {item.strip()!r})")
+            raise _bad(
+                name, raw, f"use key=value pairs separated by commas (bad entry {shown(item.strip())})"
+            )
         try:
             # Strict: %FF (not UTF-8) was decoded to U+FFFD, a resource attribute set to a value
             # nobody wrote, without a word.
@@ -245,7 +248,7 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
             raise _bad(
                 name,
                 raw,
-                f"entry {item.strip()!r} percent-decodes to bytes that are not UTF-8 "
+                f"entry {shown(item.strip())} percent-decodes to bytes that are not UTF-8 "
                 "(percent-encode the UTF-8 bytes of the text; %25 for a literal '%')",
             ) from None
     return parsed
@@ -278,10 +281,10 @@ def check_url(value: str, where: str, *, base: bool = False) -> str:
     """``value`` as an http(s) URL without a trailing slash, or ``ConfigurationError``; ``base``:
     a signal path is appended to it (so it takes no ``?query``)."""
     if not isinstance(value, str):
-        raise ConfigurationError(f"{where} must be a URL string, not {value!r}")
+        raise ConfigurationError(f"{where} must be a URL string, not {shown(value)}")
     problem = endpoint_problem(value.strip(), base=base)
     if problem is not None:
-        raise ConfigurationError(f"{where}={value!r} {problem}")
+        raise ConfigurationError(f"{where}={shown(value)} {problem}")
     return value.strip().rstrip("/")
 
 
@@ -404,7 +407,7 @@ def _prometheus_host(env: Mapping[str, str]) -> str:
     problem = host_problem(raw)
     if problem is not None:
         raise ConfigurationError(
-            f"OTEL_EXPORTER_PROMETHEUS_HOST={raw!r} {problem}; use a host name or an IPv4 or IPv6 "
+            f"OTEL_EXPORTER_PROMETHEUS_HOST={shown(raw)} {problem}; use a host name or an IPv4 or IPv6 "
             "address, and put the port in OTEL_EXPORTER_PROMETHEUS_PORT"
         )
     return listen_host(raw)

@@ -29,6 +29,7 @@ from ckpt_events import (
     Stalled,
     __version__,
 )
+from ckpt_events._errors import shown
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import (
     DEFAULT_CARDINALITY_LIMIT,
@@ -113,7 +114,7 @@ class MetricSink:
         get_meter = getattr(meter_provider, "get_meter", None)
         if not callable(get_meter):
             raise InvalidTypeError(
-                f"meter_provider must be an OpenTelemetry MeterProvider, not {meter_provider!r}"
+                f"meter_provider must be an OpenTelemetry MeterProvider, not {shown(meter_provider)}"
             )
         self.meter_provider = meter_provider
         self._overflow = Overflow(cardinality_limit, owner="MetricSink")

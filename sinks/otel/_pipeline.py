@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckpt_events import ConfigurationError
+from ckpt_events._errors import shown
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks.otel._env import (
     DEFAULT_METRIC_EXPORT_TIMEOUT_MS,
@@ -101,7 +102,7 @@ def _grpc_credentials(grpc: Any, files: TlsFiles) -> Any:
                 return file.read()
         except OSError as exc:  # gone since the settings were read
             raise ConfigurationError(
-                f"{path!r} cannot be read ({exc.strerror or exc}); give a PEM file's path"
+                f"{shown(path)} cannot be read ({exc.strerror or exc}); give a PEM file's path"
             ) from None
 
     chain = read(files.client_certificate)
@@ -122,7 +123,7 @@ def _check_process_timeout(signal: str) -> None:
         float(raw)
     except ValueError:
         raise ConfigurationError(
-            f"{name}={raw!r} in the process environment is not a number; OpenTelemetry's gRPC exporter "
+            f"{name}={shown(raw)} in the process environment is not a number; OpenTelemetry's gRPC exporter "
             "reads it there itself, whatever configure() is given: fix it or unset it"
         ) from None
 
@@ -239,19 +240,20 @@ def check_resource_arguments(service_name: object, attributes: object, instance_
     if attributes is not None:
         if not isinstance(attributes, Mapping):
             raise ConfigurationError(
-                f"resource_attributes must be a mapping of str to str, bool, int or float, not {attributes!r}"
+                f"resource_attributes must be a mapping of str to str, bool, int or float, not "
+                f"{shown(attributes)}"
             )
         for key, val in attributes.items():
             if not isinstance(key, str) or not isinstance(val, str | bool | int | float):
                 raise ConfigurationError(
-                    f"resource_attributes: bad entry {key!r}={val!r}; "
+                    f"resource_attributes: bad entry {shown(key)}={shown(val)}; "
                     "use str keys and str, bool, int or float values"
                 )
     if service_name is not None and (not isinstance(service_name, str) or not service_name.strip()):
-        raise ConfigurationError(f"service_name must be a non-empty string, not {service_name!r}")
+        raise ConfigurationError(f"service_name must be a non-empty string, not {shown(service_name)}")
     # A blank one was taken: every process then shared service.instance.id "" (no fresh UUID).
     if instance_id is not None and (not isinstance(instance_id, str) or not instance_id.strip()):
-        raise ConfigurationError(f"service_instance_id must be a non-empty string, not {instance_id!r}")
+        raise ConfigurationError(f"service_instance_id must be a non-empty string, not {shown(instance_id)}")
 
 
 def build_resource(

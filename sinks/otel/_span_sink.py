@@ -25,7 +25,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
-from ckpt_events._errors import check_int, check_number
+from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits, limited_span
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, MAX_TIMEOUT_MS
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
@@ -108,30 +108,36 @@ class SpanSink:
                 f"{' and '.join(given) or 'none'}"
             )
         if exporter is not None and not callable(getattr(exporter, "export", None)):
-            raise InvalidTypeError(f"exporter must be an OpenTelemetry SpanExporter, not {exporter!r}")
+            raise InvalidTypeError(f"exporter must be an OpenTelemetry SpanExporter, not {shown(exporter)}")
         if tracer_provider is not None:
             processor = _processors_of(tracer_provider)
             if resource is None:
                 resource = tracer_provider.resource
         if processor is not None and not callable(getattr(processor, "on_end", None)):
-            raise InvalidTypeError(f"processor must be an OpenTelemetry SpanProcessor, not {processor!r}")
+            raise InvalidTypeError(
+                f"processor must be an OpenTelemetry SpanProcessor, not {shown(processor)}"
+            )
         # Checked here: taken as they were, every span failed later, blamed on the exporter
         # (a dict resource: "span exporter ConsoleSpanExporter raised") or on the whole batch.
         if resource is not None and not isinstance(resource, Resource):
-            raise InvalidTypeError(f"resource must be an OpenTelemetry Resource or None, not {resource!r}")
+            raise InvalidTypeError(
+                f"resource must be an OpenTelemetry Resource or None, not {shown(resource)}"
+            )
         if redactor is not None and not isinstance(redactor, Redactor):
-            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {shown(redactor)}")
         if attribute_limits is not None and not isinstance(attribute_limits, AttributeLimits):
             raise InvalidTypeError(
-                f"attribute_limits must be an AttributeLimits or None, not {attribute_limits!r}"
+                f"attribute_limits must be an AttributeLimits or None, not {shown(attribute_limits)}"
             )
         check_int(
-            max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
+            max_export_batch,
+            f"max_export_batch must be a positive int, not {shown(max_export_batch)}",
+            minimum=1,
         )
         limit = MAX_TIMEOUT_MS / 1000  # an hour: a larger one overflowed the waits bounded by it
         check_number(
             export_timeout,
-            f"export_timeout must be seconds in (0, {limit:g}], not {export_timeout!r}",
+            f"export_timeout must be seconds in (0, {limit:g}], not {shown(export_timeout)}",
             high=limit,
             low_open=True,
         )
@@ -369,7 +375,7 @@ def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
     found: SpanProcessor | None = getattr(tracer_provider, "_active_span_processor", None)
     if found is None or not callable(getattr(found, "on_end", None)):
         raise InvalidTypeError(
-            f"tracer_provider {tracer_provider!r} has no OpenTelemetry SDK span processors to hand "
+            f"tracer_provider {shown(tracer_provider)} has no OpenTelemetry SDK span processors to hand "
             "spans to (a proxy or no-op provider?): pass the SDK's TracerProvider, or an exporter "
             "(configure()'s span_exporter=, or SpanSink's processor=BatchSpanProcessor(exporter))"
         )

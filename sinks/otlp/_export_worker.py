@@ -19,7 +19,7 @@ from typing import Final
 
 import anyio.to_thread
 
-from ckpt_events._errors import check_number
+from ckpt_events._errors import check_number, shown
 from ckpt_events.sinks.otlp._http import MAX_TIMEOUT_S, OtlpHttpSender
 
 __all__ = ["ExportWorker", "timeout_or"]
@@ -34,7 +34,7 @@ def timeout_or(timeout: float | None, default: float) -> float:
     or OverflowError half-way through, the export thread sometimes left running."""
     if timeout is None:
         return default
-    message = f"timeout must be seconds, at most {MAX_TIMEOUT_S:g}, or None; not {timeout!r}"
+    message = f"timeout must be seconds, at most {MAX_TIMEOUT_S:g}, or None; not {shown(timeout)}"
     return max(check_number(timeout, message, low=-math.inf, high=MAX_TIMEOUT_S), 0.0)
 
 
@@ -115,7 +115,7 @@ class ExportWorker:
         )
         if rejected:
             # The collector's text quoted: one line, whatever it holds.
-            said = f": {result.message!r}" if result.message else ""
+            said = f": {shown(result.message)}" if result.message else ""
             unit = self._unit if rejected != 1 else self._unit.removesuffix("s")  # "1 span"
             self.last_failure = f"rejected {rejected} {unit}{said}"
             self.log_failure(f"took the request but rejected {rejected} {unit} (partial success{said})")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events._errors import shown
 
 __all__ = ["HEADER_RULES", "check_headers", "header_problem"]
 
@@ -42,15 +43,15 @@ HEADER_RULES: Final = (
 def header_problem(name: str, value: str) -> str | None:
     """What is wrong with the header ``name: value`` (both ``str``), or ``None`` when it can be sent."""
     if not _TOKEN.fullmatch(name):
-        return f"header name {name!r} is not an HTTP token"
+        return f"header name {shown(name)} is not an HTTP token"
     if name.lower() in _OWN:
-        return f"header {name!r} is the sender's own, set from {_OWN[name.lower()]}"
+        return f"header {shown(name)} is the sender's own, set from {_OWN[name.lower()]}"
     if any(mark in value for mark in _BREAKS):
-        return f"header {name!r} has a CR, LF or NUL in its value"
+        return f"header {shown(name)} has a CR, LF or NUL in its value"
     try:
         value.encode("latin-1")
     except UnicodeEncodeError:
-        return f"header {name!r} has a value that is not latin-1 text ({value!r})"
+        return f"header {shown(name)} has a value that is not latin-1 text ({shown(value)})"
     return None
 
 
@@ -60,11 +61,13 @@ def check_headers(headers: Mapping[str, str] | None, where: str = "headers") -> 
     if headers is None:
         return {}
     if not isinstance(headers, Mapping):
-        raise InvalidTypeError(f"{where} must be a mapping of header names to values, not {headers!r}")
+        raise InvalidTypeError(f"{where} must be a mapping of header names to values, not {shown(headers)}")
     checked: dict[str, str] = {}
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str):
-            raise InvalidTypeError(f"{where} must map str names to str values, not {name!r}: {value!r}")
+            raise InvalidTypeError(
+                f"{where} must map str names to str values, not {shown(name)}: {shown(value)}"
+            )
         problem = header_problem(name, value)
         if problem is not None:
             raise InvalidValueError(f"{where}: {problem}; {HEADER_RULES}")

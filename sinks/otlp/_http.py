@@ -42,7 +42,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ckpt_events import InvalidTypeError, InvalidValueError
-from ckpt_events._errors import check_int, check_number
+from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem
 from ckpt_events.sinks.otlp._headers import check_headers
 from ckpt_events.sinks.otlp._partial_success import partial_success
@@ -130,25 +130,25 @@ class OtlpHttpSender:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         if not isinstance(url, str):
-            raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {url!r}")
+            raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {shown(url)}")
         problem = endpoint_problem(url, base=False)
         if problem is not None:
-            raise InvalidValueError(f"the OTLP/HTTP endpoint {url!r} {problem}")
+            raise InvalidValueError(f"the OTLP/HTTP endpoint {shown(url)} {problem}")
         parts = urlsplit(url)
         if compression not in ("none", "gzip", "deflate"):
-            raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {compression!r}")
+            raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {shown(compression)}")
         check_number(
             timeout,
-            f"timeout must be seconds in (0, {MAX_TIMEOUT_S:g}], not {timeout!r}",
+            f"timeout must be seconds in (0, {MAX_TIMEOUT_S:g}], not {shown(timeout)}",
             high=MAX_TIMEOUT_S,
             low_open=True,
         )
-        check_int(max_retries, f"max_retries must be an int >= 0, not {max_retries!r}")
+        check_int(max_retries, f"max_retries must be an int >= 0, not {shown(max_retries)}")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
-            raise InvalidTypeError(f"tls must be an ssl.SSLContext or None, not {tls!r}")
+            raise InvalidTypeError(f"tls must be an ssl.SSLContext or None, not {shown(tls)}")
         check_number(
             initial_backoff,
-            f"initial_backoff must be seconds in (0, {MAX_BACKOFF_S:g}], not {initial_backoff!r}",
+            f"initial_backoff must be seconds in (0, {MAX_BACKOFF_S:g}], not {shown(initial_backoff)}",
             high=MAX_BACKOFF_S,
             low_open=True,
         )
@@ -408,7 +408,7 @@ PROTOCOLS: Final = {"http/protobuf": "application/x-protobuf", "http/json": "app
 def check_protocol(protocol: str) -> None:
     """``protocol`` is one of ``PROTOCOLS``, or ``InvalidValueError`` says which are."""
     if protocol not in PROTOCOLS:
-        raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {protocol!r}")
+        raise InvalidValueError(f"protocol is one of {sorted(PROTOCOLS)}, not {shown(protocol)}")
 
 
 def signal_sender(
@@ -427,10 +427,10 @@ def signal_sender(
     signal's, e.g. ``/v1/traces``; ``""``: the URL as is), in ``protocol``'s content type;
     ``tls`` is the client context of an ``https`` endpoint."""
     if not isinstance(endpoint, str):
-        raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {endpoint!r}")
+        raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {shown(endpoint)}")
     problem = endpoint_problem(endpoint, base=True) if path else None
     if problem is not None:  # the path would land in its query or fragment
-        raise InvalidValueError(f"the OTLP/HTTP endpoint {endpoint!r} {problem}")
+        raise InvalidValueError(f"the OTLP/HTTP endpoint {shown(endpoint)} {problem}")
     return OtlpHttpSender(
         endpoint.rstrip("/") + path if path else endpoint,
         content_type=PROTOCOLS[protocol],

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ckpt_events._errors import check_number
+from ckpt_events._errors import check_number, shown
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
@@ -93,7 +93,7 @@ class OtlpMetricSink:
     ) -> None:
         check_protocol(protocol)
         check_cardinality_limit(cardinality_limit)
-        interval_wrong = f"export_interval must be seconds in (0, 86400], not {export_interval!r}"
+        interval_wrong = f"export_interval must be seconds in (0, 86400], not {shown(export_interval)}"
         check_number(export_interval, interval_wrong, high=86_400, low_open=True)
         self.protocol = protocol
         attributes = resource_with_service_name(resource_attributes)

@@ -17,6 +17,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from ckpt_events import InvalidTypeError, Redactor, __version__
+from ckpt_events._errors import shown
 from ckpt_events.sinks._span_attrs import NAMING_FIELDS, AttributeLimits, limited_span, span_plan
 from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
 from ckpt_events.sinks.otlp import _tags as tags
@@ -73,7 +74,7 @@ class SpanEncoder:
         # Checked here, as SpanSink does: any other object made every batch fail to encode,
         # each span dropped as "could not encode a batch".
         if redactor is not None and not isinstance(redactor, Redactor):
-            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {redactor!r}")
+            raise InvalidTypeError(f"redactor must be a ckpt_events.Redactor or None, not {shown(redactor)}")
         self.redactor = redactor if redactor is not None else Redactor()
         #: The span attribute limits (the resource's attributes are not limited, as in the spec).
         self.limits = limits if limits is not None else AttributeLimits()

@@ -32,7 +32,7 @@ from ckpt_events import (
     OperationFinished,
     Redactor,
 )
-from ckpt_events._errors import check_int, check_number
+from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits
 from ckpt_events.sinks.otlp._export_worker import ExportWorker, timeout_or
 from ckpt_events.sinks.otlp._http import check_protocol, resource_with_service_name, signal_sender
@@ -138,11 +138,13 @@ class OtlpSpanSink:
         attribute_limits: AttributeLimits | None = None,
     ) -> None:
         check_protocol(protocol)
-        check_int(max_queue, f"max_queue must be a positive int, not {max_queue!r}", minimum=1)
+        check_int(max_queue, f"max_queue must be a positive int, not {shown(max_queue)}", minimum=1)
         if max_export_batch is None:
             max_export_batch = min(DEFAULT_MAX_EXPORT_BATCH, max_queue)
         check_int(
-            max_export_batch, f"max_export_batch must be a positive int, not {max_export_batch!r}", minimum=1
+            max_export_batch,
+            f"max_export_batch must be a positive int, not {shown(max_export_batch)}",
+            minimum=1,
         )
         if max_export_batch > max_queue:
             # A batch that never fits was sent only at each linger, the queue dropping past its bound.
@@ -152,7 +154,9 @@ class OtlpSpanSink:
         for name, seconds in (("linger", linger), ("prompt_interval", prompt_interval)):
             if seconds is None and name == "prompt_interval":
                 continue
-            check_number(seconds, f"{name} must be a number of seconds in [0, 60], not {seconds!r}", high=60)
+            check_number(
+                seconds, f"{name} must be a number of seconds in [0, 60], not {shown(seconds)}", high=60
+            )
         self.protocol = protocol
         self.span_groups = resolve_span_groups(span_groups)
         self.enabled = "checkpoint" in self.span_groups
@@ -160,7 +164,7 @@ class OtlpSpanSink:
         attributes = resource_with_service_name(resource_attributes)
         if attribute_limits is not None and not isinstance(attribute_limits, AttributeLimits):
             raise InvalidTypeError(
-                f"attribute_limits must be an AttributeLimits or None, not {attribute_limits!r}"
+                f"attribute_limits must be an AttributeLimits or None, not {shown(attribute_limits)}"
             )
         self.encoder = SpanEncoder(attributes, redactor, attribute_limits)
         self._encode = self.encoder.protobuf if protocol == "http/protobuf" else self.encoder.json

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ssl
 
 from ckpt_events import ConfigurationError
+from ckpt_events._errors import shown
 
 __all__ = ["client_context"]
 
@@ -43,7 +44,7 @@ def client_context(
             context = ssl.create_default_context(cafile=path)
         except ssl.SSLError as exc:
             raise ConfigurationError(
-                f"{where}={path!r} holds no PEM CA certificate the TLS library takes ({_reason(exc)}); "
+                f"{where}={shown(path)} holds no PEM CA certificate the TLS library takes ({_reason(exc)}); "
                 "give the PEM file of the CA that signed the collector's certificate"
             ) from None
     if client_certificate is not None:
@@ -52,14 +53,15 @@ def client_context(
         try:
             context.load_cert_chain(path, key)
         except ssl.SSLError as exc:
-            said = f" and {client_key[0]}={key!r}" if client_key is not None else ""
+            said = f" and {client_key[0]}={shown(key)}" if client_key is not None else ""
             fix = (
                 "give the PEM certificate and the PEM key that belongs to it"
                 if client_key is not None
                 else f"give its private key in {where.replace('CLIENT_CERTIFICATE', 'CLIENT_KEY')}"
             )
             raise ConfigurationError(
-                f"{where}={path!r}{said} is no PEM client certificate and key pair ({_reason(exc)}); {fix}"
+                f"{where}={shown(path)}{said} is no PEM client certificate and key pair "
+                f"({_reason(exc)}); {fix}"
             ) from None
     return context
 
@@ -71,7 +73,9 @@ def _check_readable(named: Named) -> None:
             file.read(1)
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        raise ConfigurationError(f"{where}={path!r} cannot be read ({why}); give a PEM file's path") from None
+        raise ConfigurationError(
+            f"{where}={shown(path)} cannot be read ({why}); give a PEM file's path"
+        ) from None
 
 
 def _reason(exc: ssl.SSLError) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 from collections.abc import Callable
+from typing import Final
 
 import pytest
 
@@ -15,6 +18,11 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events._errors import argument_error, check_int, check_number
+from ckpt_events.checks import SHOWN_CHARS, shown
+from ckpt_events.participants.cli.command import positive_int
+from ckpt_events.participants.server.app import create_app
+from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.sinks.otlp._http import OtlpHttpSender
 from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import resolve_span_groups
 
@@ -123,3 +131,72 @@ def test_check_number_refuses_bools_out_of_range_and_nan(value: object, error: t
     with pytest.raises(error, match="^seconds in"):
         check_number(value, "seconds in (0, 60]", high=60, low_open=True)
     assert check_number(60, "unused", high=60, low_open=True) == 60.0
+
+
+_HUGE: Final = "x" * 10_000_000
+
+
+def test_shown_keeps_a_short_value_whole_and_cuts_a_long_one_with_its_size() -> None:
+    """``shown`` is ``repr`` for a short value; a long str or bytes keeps its start and end
+    (a path's file name) and says its size; an int too long to print says its bits."""
+    assert shown("a-0") == "'a-0'" and shown(7) == "7" and shown(None) == "None"
+    assert shown("a" * SHOWN_CHARS) == repr("a" * SHOWN_CHARS)
+    cut = shown(_HUGE + "/name.txt")
+    assert cut.startswith("'xxx") and cut.endswith("x/name.txt' (10,000,009 characters)")
+    assert len(cut) < 2 * SHOWN_CHARS
+    assert shown(bytearray(500)).endswith("... (500 bytes)") and len(shown(bytearray(500))) < 2 * SHOWN_CHARS
+    assert shown(10**5000) == "<an int of 16,610 bits>"  # repr() itself raises past 4,300 digits
+    assert shown([1] * 1_000_000) == "[1, 1, 1, 1, ...]"
+
+
+def test_shown_never_raises_on_a_hostile_value() -> None:
+    """A str subclass whose slicing and length raise, an object whose repr raises or is huge."""
+
+    class Hostile(str):
+        def __getitem__(self, index: object) -> str:
+            raise RuntimeError("no")
+
+        def __len__(self) -> int:
+            raise RuntimeError("no")
+
+    class BadRepr:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    class HugeRepr:
+        def __repr__(self) -> str:
+            return "r" * 1_000_000
+
+    assert shown(Hostile("q" * 1000)).endswith("(1,000 characters)")
+    assert "BadRepr" in shown(BadRepr())
+    assert len(shown(HugeRepr())) <= 2 * SHOWN_CHARS
+
+
+def _span_attribute(tel: Telemetry) -> None:
+    with tel.operation("commit", checkpoint_id="c1") as op:
+        op.set_attribute("note", _HUGE.encode())  # type: ignore[arg-type]
+
+
+HUGE_VALUES: dict[str, Callable[[], object]] = {
+    "a span's records": _listened(lambda tel: _span_set(tel, records=_HUGE)),
+    "a span's attribute": _listened(_span_attribute),
+    "a participant kind": lambda: Telemetry(Bus(), kind=_HUGE, instance="a-0"),
+    "a telemetry's instance": lambda: _telemetry(instance=_HUGE),
+    "a bus's close timeout": lambda: Bus(close_timeout=_HUGE),  # type: ignore[arg-type]
+    "a span group": lambda: resolve_span_groups(_HUGE),
+    "a JSON-lines sink's max_bytes": lambda: JsonLinesSink(io.BytesIO(), max_bytes=_HUGE),  # type: ignore[arg-type]
+    "an OTLP endpoint": lambda: OtlpHttpSender(_HUGE, content_type="application/x-protobuf"),
+    "a participant app's instance": lambda: create_app("agent", instance=_HUGE, token="t"),
+    "a command line's number": lambda: positive_int(_HUGE),
+}
+
+
+@pytest.mark.parametrize("call", HUGE_VALUES.values(), ids=HUGE_VALUES.keys())
+def test_an_error_quotes_a_huge_bad_value_cut_with_its_size(call: Callable[[], object]) -> None:
+    """A 10 MB bad value makes an error message of a few hundred characters that says its size
+    (the whole value was in the message: 10 MB per error, per log line)."""
+    with pytest.raises((InvalidArgumentError, CkptEventsError, argparse.ArgumentTypeError)) as info:
+        call()
+    message = str(info.value)
+    assert len(message) < 600, len(message)
+    assert "10,000,000 characters" in message or "10,000,000 bytes" in message

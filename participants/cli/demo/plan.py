@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.errors import shown
 from ckpt_events.participants.faults import NO_FAULTS, Fault, FaultPlan, parse_fault
 
 __all__ = [
@@ -109,7 +110,7 @@ MAX_WORKER_PROCESSES: Final = 4 * MAX_INSTANCES_PROCESSES
 def check_options(opts: DemoOptions) -> str | None:
     """Why ``opts`` cannot run, in one line, or ``None``."""
     if opts.fault is not None and opts.fault not in FAULTS:
-        return f"--fault {opts.fault!r} is not one of {', '.join(FAULTS)}"
+        return f"--fault {shown(opts.fault)} is not one of {', '.join(FAULTS)}"
     if opts.instances < 1 or (opts.restore_instances is not None and opts.restore_instances < 1):
         return "--instances and --restore-instances must be 1 or more"
     most = max(opts.instances, opts.restore_instances or 0)

@@ -8,6 +8,7 @@ import sys
 from ckpt_events.participants.cli.command import Command, CommandError, console, given_path
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.errors import shown
 
 __all__ = ["REPORT"]
 
@@ -85,11 +86,11 @@ def _report(args: argparse.Namespace) -> int:
             # Participants' logs alone: a checkpoint row is the controller's coordination, so
             # "not in the logs (there are: )" was wrong of one whose participants' spans are there.
             raise CommandError(
-                f"--checkpoint {args.checkpoint!r}: these logs hold no controller's coordination, "
+                f"--checkpoint {shown(args.checkpoint)}: these logs hold no controller's coordination, "
                 "from which checkpoints are named: pass the controller's log too"
             )
         known = ", ".join(escape(i) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
-        raise CommandError(f"no checkpoint {args.checkpoint!r} in the logs (there are: {known})")
+        raise CommandError(f"no checkpoint {shown(args.checkpoint)} in the logs (there are: {known})")
     whole = None
     if not run.rows:
         # Only participants' spans (their parents live in a controller log not given): no

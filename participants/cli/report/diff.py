@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.errors import shown
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -66,9 +67,9 @@ def _milliseconds(value: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(value)} is not a number") from None
     if not 0 <= number < math.inf:
-        raise argparse.ArgumentTypeError(f"{value!r} must be a finite number >= 0")
+        raise argparse.ArgumentTypeError(f"{shown(value)} must be a finite number >= 0")
     return number
 
 

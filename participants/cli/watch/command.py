@@ -23,6 +23,7 @@ from ckpt_events.participants.cli.serve import ENV_TOKEN
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
 from ckpt_events.participants.cli.watch.sources import EventSource, PollResult, poll_all, status_client
+from ckpt_events.participants.errors import shown
 
 if TYPE_CHECKING:
     # The view draws with rich, the `cli` extra: imported when a watch runs, so that
@@ -98,12 +99,12 @@ def _urls(args: argparse.Namespace) -> list[str]:
             text = args.participants_file.read_text(errors="replace")
         except OSError as exc:
             raise CommandError(
-                f"cannot read {str(args.participants_file)!r}: {exc.strerror or exc}"
+                f"cannot read {shown(str(args.participants_file))}: {exc.strerror or exc}"
             ) from None
         urls += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     for url in urls:
         if not url.startswith(("http://", "https://")):
-            raise CommandError(f"participant {escape(url)!r} is not an http:// or https:// URL")
+            raise CommandError(f"participant {shown(escape(url))} is not an http:// or https:// URL")
     if not urls and not args.follow:
         raise CommandError("nothing to watch: pass --participant URL, --participants-file or --follow LOG")
     return list(dict.fromkeys(urls))
@@ -116,7 +117,7 @@ def _token(args: argparse.Namespace, needed: bool) -> str | None:
             token = args.token_file.read_text(errors="replace").strip()
         except OSError as exc:
             raise CommandError(
-                f"cannot read the token file {str(args.token_file)!r}: {exc.strerror or exc}"
+                f"cannot read the token file {shown(str(args.token_file))}: {exc.strerror or exc}"
             ) from None
     else:
         token = os.environ.get(ENV_TOKEN, "").strip()
@@ -136,9 +137,9 @@ def _stall_after(args: argparse.Namespace) -> float:
     try:
         value = float(raw) if raw else 30.0
     except ValueError:
-        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds, not {raw!r}") from None
+        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds, not {shown(raw)}") from None
     if not 0 < value < float("inf"):
-        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds > 0, not {raw!r}")
+        raise CommandError(f"${_ENV_STALL_AFTER} must be a number of seconds > 0, not {shown(raw)}")
     return value
 
 

@@ -30,6 +30,7 @@ from ckpt_events import (
     OperationStarted,
     Stalled,
 )
+from ckpt_events.participants.errors import shown
 from ckpt_events.participants.protocol import CONTROL_PREFIX, SERVER_TIME_HEADER, StatusReply
 from ckpt_events.vocab import NAME_RULE, Kind
 
@@ -215,7 +216,7 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
         return failed(f"invalid status reply: {exc}")
     # Any participant kind (a user's own too, ``ckpt_events.vocab.NAME_RULE``), not the controller.
     if status.kind == Kind.CONTROLLER or NAME_RULE.fullmatch(status.kind) is None:
-        return failed(f"not a checkpoint participant: kind {status.kind!r}")
+        return failed(f"not a checkpoint participant: kind {shown(status.kind)}")
     offset, error = clock if clock is not None else (None, None)
     return PollResult(
         url=url,

@@ -26,7 +26,7 @@ import anyio
 import msgspec
 from anyio.abc import ByteStream, TaskGroup
 
-from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
+from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, shown
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
     FrameError,
@@ -188,7 +188,7 @@ class FrameChannel:
             self._reply(Reply(message.id, False, error=FrameError(exc.status, exc.code.value, exc.detail)))
         except UnknownKind:
             self._protocol_error("unknown message kind %r", message.kind[:64])
-            detail = f"unknown message kind {message.kind!r}"
+            detail = f"unknown message kind {shown(message.kind)}"
             self._reply(Reply(message.id, False, error=FrameError(400, "unknown_kind", detail)))
         except Exception as exc:
             log.exception("%s: %s failed", self.name, message.kind)

@@ -30,7 +30,7 @@ from typing import Final
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
-from ckpt_events.participants.errors import ProtocolRefusal, check_int
+from ckpt_events.participants.errors import ProtocolRefusal, check_int, shown
 from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
@@ -74,7 +74,7 @@ class WorkerCoordinator:
         reply_seconds: float = DEFAULT_REPLY_SECONDS,
         socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.workers = check_int(workers, f"workers must be an int >= 1, not {workers!r}", minimum=1)
+        self.workers = check_int(workers, f"workers must be an int >= 1, not {shown(workers)}", minimum=1)
         self.max_frame = max_frame
         self.reply_seconds = reply_seconds
         self._own_dir = socket_dir is None
@@ -213,7 +213,7 @@ class WorkerCoordinator:
             )
         index = body.index
         if not 0 <= index < self.workers:
-            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"no worker slot {index!r}")
+            raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"no worker slot {shown(index)}")
         expected, given = self._secrets.get(index), body.secret
         if expected is None or given is None or not hmac.compare_digest(expected, given):
             raise ProtocolRefusal(ErrorCode.CHECKPOINT_ERROR, f"hello for worker {index} without its secret")
