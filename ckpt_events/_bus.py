@@ -40,6 +40,7 @@ from ckpt_events._subscription import (
     _check_positive_int,
     logger,
 )
+from ckpt_events._vocab import SAFE_NAME
 
 __all__ = ["Bus", "BusStats", "Sink", "SinkStats", "Subscription"]
 
@@ -227,8 +228,11 @@ class Bus:
         A sink object is subscribed once at a time (again: ``InvalidValueError`` naming its
         subscription, until that one has finished). Call it from the event loop's thread
         (another thread's call to a running bus raises ``InvalidValueError`` and changes
-        nothing). ``name`` (default: the sink's class name, made
-        unique) labels its stats and log lines; ``buffer_size``, ``batch_size``,
+        nothing). ``name`` labels its stats, log lines and metrics: 1-128 characters of
+        ``[A-Za-z0-9._-]``, starting with a letter or digit (else ``InvalidTypeError`` or
+        ``InvalidValueError``, and nothing subscribed); by default the sink's class name. A
+        name a live subscription holds already is made unique with a suffix (``alerts-2``);
+        ``sub.name`` is the name it got. ``buffer_size``, ``batch_size``,
         ``batch_interval`` and ``linger`` override the bus's defaults (and the sink's
         ``linger``) for this sink.
         """
@@ -236,8 +240,8 @@ class Bus:
             raise InvalidValueError("this bus is closed; subscribe to a new Bus")
         # Its delivery task starts in the bus's task group, which only that loop may touch.
         self._check_thread("subscribe", "anyio.from_thread.run_sync(bus.subscribe, sink)")
-        if name is not None and not isinstance(name, str):
-            raise InvalidTypeError(f"a subscription's name must be a str, not {shown(name)}")
+        if name is not None:
+            _check_name(name)
         existing = self._sink_subs.get(id(sink))
         if existing is not None:
             raise InvalidValueError(
@@ -477,6 +481,15 @@ def _fold(a: SinkStats, b: SinkStats) -> SinkStats:
         abandoned=a.abandoned + b.abandoned,
         error=a.error if a.error is not None else b.error,
     )
+
+
+def _check_name(name: object) -> None:
+    # A name goes into stats, log lines and metric labels: no line breaks, no markup, bounded.
+    rule = "a subscription's name is 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit"
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"{rule}; not {shown(name)}")
+    if SAFE_NAME.fullmatch(name) is None:
+        raise InvalidValueError(f"{rule}; not {shown(name)}")
 
 
 def _check_interval(value: object) -> float:

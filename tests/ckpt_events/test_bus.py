@@ -325,6 +325,26 @@ async def test_a_refused_subscribe_gives_its_name_back(refused: dict[str, Any]) 
         assert [s.name for s in bus.stats().sinks] == ["MemorySink", "alerts", "MemorySink-2"]
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["", "a\nERROR forged log line", "x" * 129, "-alerts", "a b", 'a"} 1', "caf\u00e9", "x" * 1_000_000],
+    ids=["empty", "newline", "129 chars", "leading dash", "space", "label markup", "non-ascii", "1 MB"],
+)
+async def test_a_subscription_name_outside_the_rule_is_refused(name: str) -> None:
+    """A name labels stats, log lines and metrics: 1-128 characters of [A-Za-z0-9._-] from a
+    letter or digit. Any other was taken (an empty one silently became the class's name; a
+    newline forged log lines); it is an InvalidValueError that quotes it bounded, and nothing
+    is subscribed."""
+    async with Bus() as bus:
+        with pytest.raises(InvalidValueError, match=r"1-128 characters of \[A-Za-z0-9._-\]") as info:
+            bus.subscribe(MemorySink(), name=name)
+        assert len(str(info.value)) < 400
+        assert bus.stats().sinks == ()
+        for good in ("a", "otel-spans", "ckpt_span_sink", "v1.2", "x" * 128):
+            assert bus.subscribe(MemorySink(), name=good).name == good
+        assert bus.subscribe(MemorySink(), name="a").name == "a-2"  # taken: made unique
+
+
 def test_bad_arguments_raise_precise_errors() -> None:
     """Constructor and subscribe arguments are validated with messages that say what to pass."""
     with pytest.raises(InvalidArgumentError, match="buffer_size"):
@@ -509,7 +529,7 @@ async def test_subscribe_and_flush_refuse_values_of_the_wrong_type() -> None:
             match=r"must be event classes \(e.g. ckpt_events.Refused\), not the string 'Refused'",
         ):
             bus.subscribe(ByName())
-        with pytest.raises(InvalidTypeError, match="a subscription's name must be a str, not 5"):
+        with pytest.raises(InvalidTypeError, match="a subscription's name is 1-128 characters.*; not 5"):
             bus.subscribe(MemorySink(), name=5)  # type: ignore[arg-type]
         for bad in ("1", math.nan, -1):
             with pytest.raises(
