@@ -37,6 +37,7 @@ from ckpt_events.participants.cli.command import (
     port_number,
     positive_number,
 )
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.errors import shown
 from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.vocab import resolve_span_groups
@@ -196,7 +197,21 @@ def _token_text(path: Path | None, env_name: str, what: str) -> str:
     return token
 
 
-def _build_app(args: argparse.Namespace, token: str) -> Any:
+class _StopServing:
+    """``on_workers_spent`` for ``serve``: ends its uvicorn server as a SIGTERM does (gracefully,
+    within its deadline), but without a signal: uvicorn raises the signal it stopped on again
+    once stopped, so ``serve`` died of its own SIGTERM (-15, 143 in a shell) with the cause in a
+    log line only, where it now exits 1 with the cause in one line."""
+
+    def __init__(self) -> None:
+        self.server: Any = None  # the uvicorn server, once built
+
+    def __call__(self, why: str) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+
+
+def _build_app(args: argparse.Namespace, token: str, stop: _StopServing) -> Any:
     # Imported here so `ckpt-events --help` and the other subcommands need no server stack.
     from ckpt_events import sinks
     from ckpt_events.participants import create_app, create_inference_app
@@ -243,7 +258,6 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
     workers: dict[str, Any] = {}
     if args.workers > 1:
         from ckpt_events.participants.cli.worker_process import worker_command
-        from ckpt_events.participants.server.workers.app import stop_this_process
         from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HEADER_TIMEOUT
 
         command = worker_command(args.kind, instance, options)
@@ -254,7 +268,7 @@ def _build_app(args: argparse.Namespace, token: str) -> Any:
             "worker_command": command,
             "worker_host": args.host,
             # A server whose workers keep dying stops (and exits non-zero) rather than linger.
-            "on_workers_spent": stop_this_process,
+            "on_workers_spent": stop,
         }
     return create_app(
         args.kind,
@@ -484,7 +498,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.fd is None:
         _check_listen(args.host, args.port)
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
-    app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"))
+    stop = _StopServing()
+    app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"), stop)
     from ckpt_events.participants.server.limits import (
         log_resource_exhaustion_once,
         log_shutdown_cuts_in_one_line,
@@ -494,13 +509,15 @@ def _serve(args: argparse.Namespace) -> int:
     log_shutdown_cuts_in_one_line()
     claimed = _claim_log()
     try:
-        return _run_server(args, app, sockets)
+        return _run_server(args, app, sockets, stop)
     finally:
         if claimed is not None:
             os.close(claimed)  # the lock goes with it
 
 
-def _run_server(args: argparse.Namespace, app: Any, sockets: list[socket.socket] | None) -> int:
+def _run_server(
+    args: argparse.Namespace, app: Any, sockets: list[socket.socket] | None, stop: _StopServing
+) -> int:
     import uvicorn
 
     from ckpt_events.participants.server.connection_guard import ConnectionLimits
@@ -521,9 +538,19 @@ def _run_server(args: argparse.Namespace, app: Any, sockets: list[socket.socket]
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = _once_per_interrupt(uvicorn.Server)(config)
+    stop.server = server
     server.run(sockets=sockets)
-    # A server that stopped itself (its workers' restart budget spent) exits non-zero.
-    return 0 if server.started and getattr(app.state, "fatal", None) is None else 1
+    fatal = getattr(app.state, "fatal", None)
+    if fatal is not None:
+        # It stopped itself (its workers' restart budget spent): the cause, in one line, exit 1.
+        cause = escape(str(fatal).removesuffix("; stopping the server"))
+        print(
+            f"ckpt-events serve: error: {cause}; stopped: the worker's own error is in the lines "
+            "above: fix it, then start serve again",
+            file=sys.stderr,
+        )
+        return 1
+    return 0 if server.started else 1
 
 
 def _once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:

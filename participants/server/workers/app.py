@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -67,7 +65,7 @@ from ckpt_events.participants.server.workers.worker_http import ENV_WORKER_HOST,
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.vocab import Operation, Phase
 
-__all__ = ["PooledWork", "WorkerControlPlane", "create_worker_app", "stop_this_process"]
+__all__ = ["PooledWork", "WorkerControlPlane", "create_worker_app"]
 
 log = logging.getLogger("ckpt_events.workers")
 
@@ -233,12 +231,6 @@ class PooledWork:
         return await self.placement.get(key)
 
 
-def stop_this_process(why: str) -> None:
-    """``on_workers_spent`` for a server that is its own process (``ckpt-events serve``): stop it
-    as SIGTERM does, gracefully and within its deadline (``serve`` then exits non-zero)."""
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _workers_spent(app: FastAPI, pool: WorkerPool, then: Callable[[str], None] | None, why: str) -> None:
     app.state.fatal = why
     pool.spent = why
@@ -270,8 +262,8 @@ def create_worker_app(
     calls on their own ports, bound on ``worker_host``; worker tasks (``worker_factory``) are
     reached through the main process only. A worker whose restart budget is spent is noted on
     ``app.state.fatal`` and is a blocker (``<kind>-worker-restarts-spent``) of every later
-    prepare; ``on_workers_spent(why)`` is called too (``stop_this_process`` ends a server that
-    is its own process; an app in a bigger process must not signal it). ``faults`` goes to the
+    prepare; ``on_workers_spent(why)`` is called too (``ckpt-events serve`` ends its server
+    with it; an app in a bigger process must not signal it). ``faults`` goes to the
     plane and to worker tasks; a worker process reads its own at start-up."""
     tel: Telemetry = checker.tel
     the_bus: Bus = tel.bus

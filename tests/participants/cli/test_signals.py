@@ -228,3 +228,35 @@ def test_ctrl_c_during_the_restore_blames_no_participant(tmp_path: Path) -> None
         _wait_for(lambda: not _group_alive(proc.pid), 5, "the demo's servers to end")
     assert proc.returncode == 130
     assert (tmp_path / "err").read_text().splitlines() == ["ckpt-events demo: interrupted"]
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_serve_whose_workers_spend_their_restart_budget_exits_1_with_one_line(tmp_path: Path) -> None:
+    """``serve --workers 2`` whose workers keep dying (their logs became folders, so each start
+    fails) gives up after the restart budget: exit 1 and one line saying why and what to do. It
+    stopped itself with a SIGTERM that uvicorn raised again on the way out: killed by SIGTERM
+    (-15, 143 in a shell), the cause only in a log line."""
+    token = write_token_file(tmp_path / "token", "budget-test-token")
+    port = free_port()
+    log = tmp_path / "events.jsonl"
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token), "--workers", "2"]
+    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(log)}) as proc:
+        _wait_for(lambda: len(_children(proc.pid)) >= 2, 30, "serve to start its workers")
+        for index in range(2):
+            (tmp_path / f"events.jsonl.w{index}").unlink()
+            (tmp_path / f"events.jsonl.w{index}").mkdir()
+        for worker in _children(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+        proc.wait(120)
+    err = (tmp_path / "err").read_text()
+    last = err.splitlines()[-1]
+    assert proc.returncode == 1, (proc.returncode, err[-2000:])
+    assert last.startswith("ckpt-events serve: error: worker "), err[-2000:]
+    assert "restart budget of 5 spent" in last, last
+    assert last.endswith("fix it, then start serve again"), last
+    assert "Traceback" not in err
