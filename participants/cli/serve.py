@@ -13,6 +13,7 @@ import argparse
 import errno
 import fcntl
 import functools
+import itertools
 import math
 import os
 import signal
@@ -444,17 +445,49 @@ def _check_listen(host: str, port: int) -> None:
             raise CommandError(f"cannot listen on {host}:{port} ({why}): {fix}") from None
 
 
-def _claim_log() -> int | None:
-    """Hold an exclusive ``flock`` on the ``$CKPT_EVENTS_JSONL`` log while this server runs (the
-    descriptor returned; ``None`` without a log, or one the sinks' own check will refuse).
+def _claim_logs(workers: int) -> list[int]:
+    """Hold an exclusive ``flock`` on the ``$CKPT_EVENTS_JSONL`` log, and on each worker's
+    (``.w<index>``) with ``--workers``, while this server runs (the descriptors returned; none
+    without a log, or for one the sinks' own check will refuse).
 
     A server starting on a log closes, as truncated, the work its predecessor left open in it
-    (``_close_predecessors_work``): a second server on a log a live one writes closed that one's
-    open work (a prepare still waiting), and the log said it had been killed. A lock held by the
-    writer, released by the kernel however it ends (SIGKILL too), tells the two cases apart."""
-    path = os.environ.get(ENV_JSONL, "").strip()
-    if not path:
-        return None
+    (``_close_predecessors_work``; a worker on its own log likewise): a second server on a log a
+    live one writes closed that one's open work (a prepare still waiting), and the log said it
+    had been killed. A lock held by the writer, released by the kernel however it ends (SIGKILL
+    too), tells the two cases apart. The workers' logs are held here, by the process that
+    outlives their restarts: unheld, a server given ``log.w1`` as its own log wrote into the file
+    a live server's worker 1 writes."""
+    base = os.environ.get(ENV_JSONL, "").strip()
+    if not base:
+        return []
+    # Each log, and what a refusal says before and after the holder's pid.
+    logs = [(base, f"${ENV_JSONL} {shown(base)}: another running server", " writes this log")]
+    if workers > 1:
+        logs += [
+            (
+                f"{base}.w{index}",
+                f"worker {index}'s log {shown(f'{base}.w{index}')} (${ENV_JSONL} + .w{index}): "
+                "another running server",
+                " writes it",
+            )
+            for index in range(workers)
+        ]
+    held: list[int] = []
+    try:
+        for path, before, after in logs:
+            fd = _claim_log(path, before, after)
+            if fd is not None:
+                held.append(fd)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held
+
+
+def _claim_log(path: str, before: str, after: str) -> int | None:
+    """The descriptor of ``path`` with this process's exclusive ``flock`` on it; ``CommandError``
+    (``before``, the holder's pid where the system says it, ``after``) if another process holds one."""
     try:
         # O_NONBLOCK: a FIFO there must not block the start (the sink says what it is).
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
@@ -463,14 +496,34 @@ def _claim_log() -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
+        holder = _flock_holder(fd)
         os.close(fd)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             return None  # a file system without locks: served unguarded, as before
-        raise CommandError(
-            f"${ENV_JSONL} {shown(path)}: another running server writes this log: give each server a log "
-            "of its own"
-        ) from None
+        pid = "" if holder is None else f" (pid {holder})"
+        raise CommandError(f"{before}{pid}{after}: give each server a log of its own") from None
     return fd
+
+
+#: Lines of ``/proc/locks`` read at most (one per lock held on the machine).
+_MAX_LOCK_LINES: Final = 100_000
+
+
+def _flock_holder(fd: int) -> int | None:
+    """The pid holding a ``flock`` on ``fd``'s file, from Linux's ``/proc/locks``; ``None``
+    where that is not to be read (another system) or names none."""
+    try:
+        info = os.fstat(fd)
+        wanted = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in itertools.islice(locks, _MAX_LOCK_LINES):
+                # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == wanted:
+                    return int(fields[4])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _inherited_socket(fd: int) -> socket.socket:
@@ -507,12 +560,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     log_resource_exhaustion_once()
     log_shutdown_cuts_in_one_line()
-    claimed = _claim_log()
+    claimed = _claim_logs(args.workers)
     try:
         return _run_server(args, app, sockets, stop)
     finally:
-        if claimed is not None:
-            os.close(claimed)  # the lock goes with it
+        for fd in claimed:
+            os.close(fd)  # the lock goes with it
 
 
 def _run_server(

@@ -272,7 +272,7 @@ async def test_a_second_server_on_a_log_another_one_writes_is_refused(tmp_path: 
             second.terminate()
         assert second.stderr_path.read_text().splitlines() == [
             f"ckpt-events serve: error: $CKPT_EVENTS_JSONL {str(tmp_path / 'events.jsonl')!r}: another "
-            "running server writes this log: give each server a log of its own"
+            f"running server (pid {first.proc.pid}) writes this log: give each server a log of its own"
         ]
     finally:
         first.terminate()
@@ -283,6 +283,45 @@ async def test_a_second_server_on_a_log_another_one_writes_is_refused(tmp_path: 
         await third.wait_listening(30.0)
     finally:
         third.terminate()
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+async def test_a_server_on_a_log_a_running_servers_worker_writes_is_refused(tmp_path: Path) -> None:
+    """A server with ``--workers 2`` on ``events.jsonl`` writes ``events.jsonl.w0`` and ``.w1`` from
+    its workers; those were not locked, so a second server given ``events.jsonl.w1`` as its own
+    log started, closed the live worker's open work as a dead predecessor's and wrote into its
+    file. It is refused in one line naming the process that holds it, as a second server on a
+    main log is."""
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    log = tmp_path / "events.jsonl"
+    first = ServerProcess(
+        "resources",
+        instance="first",
+        token_file=token_file,
+        log_dir=tmp_path,
+        env={"CKPT_EVENTS_JSONL": str(log)},
+        extra_args=["--workers", "2"],
+    )
+    try:
+        await first.wait_listening(30.0)
+        second = ServerProcess(
+            "resources",
+            instance="second",
+            token_file=token_file,
+            log_dir=tmp_path / "2",
+            env={"CKPT_EVENTS_JSONL": f"{log}.w1"},
+        )
+        try:
+            assert second.wait(20) == 2
+        finally:
+            second.terminate()
+        assert second.stderr_path.read_text().splitlines() == [
+            f"ckpt-events serve: error: $CKPT_EVENTS_JSONL {f'{log}.w1'!r}: another running server "
+            f"(pid {first.proc.pid}) writes this log: give each server a log of its own"
+        ]
+    finally:
+        first.terminate()
 
 
 @pytest.mark.e2e
