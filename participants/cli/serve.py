@@ -16,12 +16,9 @@ import functools
 import itertools
 import math
 import os
-import signal
 import socket
 import sys
-import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -44,7 +41,7 @@ from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.vocab import resolve_span_groups
 
 if TYPE_CHECKING:
-    import uvicorn
+    pass
 
 __all__ = ["ENV_INFERENCE_TOKEN", "ENV_SPAN_GROUPS", "ENV_TOKEN", "SERVE", "SERVE_KINDS"]
 
@@ -55,10 +52,6 @@ ENV_SPAN_GROUPS: Final = "CKPT_EVENTS_SPAN_GROUPS"
 ENV_JSONL: Final = "CKPT_EVENTS_JSONL"
 #: Seconds a stopping server gives requests in flight, and its sinks to flush and close.
 SHUTDOWN_TIMEOUT: Final = 2.0
-#: A second SIGINT this soon after the first is the same one delivered twice (``timeout -s INT``
-#: and supervisors signal the process and then its group), not a second Ctrl-C: no person
-#: presses twice within 0.1 s, and a forced exit cancels the lifespan, its events unwritten.
-REPEATED_SIGNAL: Final = 0.1
 #: The participant kinds (``KINDS``, in stage order), then the inference worker.
 SERVE_KINDS: Final = (*KINDS.names, "inference")
 #: The most a token file may hold: a token goes into every request's head (64 KiB at most).
@@ -574,6 +567,7 @@ def _run_server(
     import uvicorn
 
     from ckpt_events.participants.server.connection_guard import ConnectionLimits
+    from ckpt_events.participants.server.interrupts import once_per_interrupt
     from ckpt_events.participants.server.limits import server_limits
 
     try:
@@ -590,7 +584,7 @@ def _run_server(
         **server_limits(ConnectionLimits(header_timeout=args.header_timeout)),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
-    server = _once_per_interrupt(uvicorn.Server)(config)
+    server = once_per_interrupt(uvicorn.Server)(config)
     stop.server = server
     server.run(sockets=sockets)
     fatal = getattr(app.state, "fatal", None)
@@ -604,25 +598,6 @@ def _run_server(
         )
         return 1
     return 0 if server.started else 1
-
-
-def _once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
-    """uvicorn's server, taking a SIGINT within ``REPEATED_SIGNAL`` of the first stop signal for
-    that one (uvicorn forces the exit on a second SIGINT)."""
-
-    class OncePerInterrupt(base):  # type: ignore[misc,valid-type]  # uvicorn is imported lazily
-        _first_stop: float | None = None
-
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            now = time.monotonic()
-            first = self._first_stop
-            if first is not None and sig == signal.SIGINT and now - first < REPEATED_SIGNAL:
-                return
-            if first is None:
-                self._first_stop = now
-            super().handle_exit(sig, frame)
-
-    return OncePerInterrupt
 
 
 SERVE = Command(

@@ -158,13 +158,19 @@ def port_taken(host: str, port: int) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; a worker that cannot start or serve (its log cannot be opened, the
     coordinator's socket is gone or refuses its ``hello``) says why in one line, exit 1: it was
-    a traceback of 30 to 50 lines, repeated at each of the supervisor's restarts."""
+    a traceback of 30 to 50 lines, repeated at each of the supervisor's restarts. An interrupted
+    one (SIGINT) says so in one line, exit 130."""
     from ckpt_events import CkptEventsError
 
     kind, instance, index, options = (argv if argv is not None else sys.argv[1:])[:4]
     _wake_when_the_server_dies()
     try:
         anyio.run(_run, kind, instance, int(index), json.loads(options))
+    except KeyboardInterrupt:
+        # A SIGINT sent to the worker itself (pkill -INT, a signal to its group): uvicorn stops
+        # its port gracefully, then raises the signal again; it was a traceback and exit -2.
+        print(f"ckpt-events serve: worker {index}: interrupted", file=sys.stderr, flush=True)
+        return 130  # 128 + SIGINT, as a shell reports it
     except (CkptEventsError, OSError, BaseExceptionGroup) as exc:
         causes = _leaves(exc)
         if not all(isinstance(c, CkptEventsError | OSError) for c in causes):

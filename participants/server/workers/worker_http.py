@@ -25,6 +25,7 @@ import uvicorn
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.server.builder import build_work_app
 from ckpt_events.participants.server.connection_guard import ConnectionLimits
+from ckpt_events.participants.server.interrupts import once_per_interrupt
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, server_limits
 from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.server.work import LocalWork
@@ -80,7 +81,8 @@ class WorkerHttp:
         self.monitor = monitor
         limits = server_limits(connections)
         config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", **limits)
-        self.server = uvicorn.Server(config)
+        # A SIGINT delivered twice at once (to a worker's group) is one stop, as in ``serve``.
+        self.server = once_per_interrupt(uvicorn.Server)(config)
 
     async def serve(self) -> None:
         """Serve until ``stop()`` (the worker's coordinator socket ended) or a signal."""

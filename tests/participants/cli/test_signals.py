@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
+from ckpt_events.participants.protocol import CONTROL_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -260,3 +261,71 @@ def test_serve_whose_workers_spend_their_restart_budget_exits_1_with_one_line(tm
     assert "restart budget of 5 spent" in last, last
     assert last.endswith("fix it, then start serve again"), last
     assert "Traceback" not in err
+
+
+def test_a_sigint_delivered_twice_to_a_worker_is_one_interrupt_and_one_line(tmp_path: Path) -> None:
+    """A worker of ``serve --workers 2`` is its own process group; a SIGINT sent to it twice at
+    once (``pkill -INT``, a signal to its group, then again) made its port's uvicorn force the
+    exit, cutting a request it was serving, and the SIGINT uvicorn raised again on the way out
+    was a KeyboardInterrupt traceback, exit -2. Two at once are one interrupt: the request held
+    open keeps the worker's graceful stop waiting; once it ends, one line and exit 130."""
+    import json
+    import socket
+    import urllib.request
+
+    token = "signal-test-token"
+    token_file = write_token_file(tmp_path / "token", token)
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token_file), "--workers", "2"]
+    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{CONTROL_PREFIX}/status", headers={"authorization": f"Bearer {token}"}
+        )
+
+        def workers_up() -> bool:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(request, timeout=1) as reply:
+                    workers = json.load(reply)["workers"]
+                return all(w["connected"] and w["url"] for w in workers)
+            return False
+
+        _wait_for(workers_up, 30, "serve's workers to connect")
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            url = json.load(reply)["workers"][0]["url"]
+        host, worker_port = url.removeprefix("http://").rsplit(":", 1)
+        pids = {p for p in _children(proc.pid) if _listens(p, int(worker_port))}
+        assert len(pids) == 1, pids
+        (worker,) = pids
+        with socket.create_connection((host, int(worker_port)), 5) as held:
+            held.sendall(
+                f"POST /work/advance HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n"
+                "content-type: application/json\r\ncontent-length: 100\r\n\r\n{".encode()
+            )
+            time.sleep(0.3)
+            os.killpg(worker, signal.SIGINT)
+            time.sleep(0.02)
+            os.killpg(worker, signal.SIGINT)
+            time.sleep(1.0)
+            assert os.path.exists(f"/proc/{worker}"), "the exit was forced: the held request was cut"
+        _wait_for(lambda: "worker 0 exited" in (tmp_path / "err").read_text(), 20, "the worker to exit")
+        err = (tmp_path / "err").read_text()
+    assert "Traceback" not in err, err
+    assert "ckpt-events serve: worker 0: interrupted" in err.splitlines(), err
+    assert "worker 0 exited (130); restarting it" in err, err
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a listening TCP socket on ``port`` (from ``/proc``)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                return True
+    return False
