@@ -1,0 +1,95 @@
+"""What one request brought (``Incoming``: the caller's span, its tracestate, the arrival, the
+loop-lag monitor), and the operation it makes, timed for the loop's lag while it runs.
+
+Part of ``ckpt_events.participants.fastapi``, which re-exports ``Incoming``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from ckpt_events import (
+    OperationSpan,
+    RemoteParent,
+    Telemetry,
+    format_traceparent,
+    parse_traceparent,
+    parse_tracestate,
+)
+from ckpt_events.participants.loop_lag import LoopLagMonitor
+
+__all__ = ["Incoming"]
+
+
+class _Timed:
+    """An operation that records the worst loop lag seen while it ran, as it ends."""
+
+    __slots__ = ("_monitor", "_since", "_span")
+
+    def __init__(self, span: OperationSpan, monitor: LoopLagMonitor) -> None:
+        self._span = span
+        self._monitor = monitor
+        self._since = 0
+
+    def __enter__(self) -> OperationSpan:
+        self._since = time.time_ns()
+        return self._span.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._span.set(loop_lag_ms=self._monitor.max_since(self._since))
+        self._span.__exit__(exc_type, exc, tb)
+
+
+class Incoming(NamedTuple):
+    """What one request brought: the caller's span (``parent``, from a valid ``traceparent``;
+    ``None`` starts a new trace), the ``tracestate`` that came with it (normalised, ``None``
+    when absent, malformed or without a parent), when it arrived (``received_ns``, Unix ns;
+    ``None`` outside an instrumented app) and the app's loop-lag ``monitor``."""
+
+    parent: RemoteParent | None = None
+    tracestate: str | None = None
+    received_ns: int | None = None
+    monitor: LoopLagMonitor | None = None
+
+    @classmethod
+    def from_headers(
+        cls,
+        traceparent: str | None,
+        tracestate: str | None = None,
+        *,
+        received_ns: int | None = None,
+        monitor: LoopLagMonitor | None = None,
+    ) -> Incoming:
+        """An ``Incoming`` from the header values (several ``tracestate`` fields joined with
+        ``,``, as HTTP combines them); malformed ones are dropped."""
+        parent = parse_traceparent(traceparent)
+        state = parse_tracestate(tracestate) if parent is not None and tracestate is not None else None
+        return cls(parent, state, received_ns, monitor)
+
+    def operation(
+        self, tel: Telemetry, name: str, *, checkpoint_id: str | None = None, **attributes: Any
+    ) -> AbstractContextManager[OperationSpan]:
+        """``tel.operation(name, ...)``, a child of ``parent`` keeping ``tracestate``, with
+        ``received_ns``, the loop lag while it runs, and ``attributes`` (``set_attribute``).
+
+        ``with`` gives the ``OperationSpan`` itself (a no-op handle when no sink listens).
+        """
+        parent = self.parent
+        traceparent = None if parent is None else format_traceparent(*parent)
+        span = tel.operation(name, checkpoint_id=checkpoint_id, traceparent=traceparent)
+        for key, value in attributes.items():  # checked on a no-op handle too: the same errors on or off
+            span.set_attribute(key, value)
+        if not tel.enabled:
+            return span
+        if self.tracestate is not None:
+            span = span.with_tracestate(self.tracestate)
+        if self.received_ns is not None:
+            span.set(received_ns=self.received_ns)
+        if self.monitor is None:
+            return span
+        return _Timed(span, self.monitor)

@@ -1,0 +1,202 @@
+"""An instrumented app's telemetry for its lifetime (``Instrumented``), and the middleware
+that stamps each request's arrival (and the ``Instrumented`` app it reached) on its scope.
+
+Part of ``ckpt_events.participants.fastapi``, which re-exports ``Instrumented``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Final
+
+import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ckpt_events import (
+    Bus,
+    ConfigurationError,
+    InvalidValueError,
+    Telemetry,
+)
+from ckpt_events.participants.loop_lag import LoopLagMonitor
+
+__all__ = [
+    "DEFAULT_SHUTDOWN_TIMEOUT",
+    "SCOPE_KEY",
+    "STATE_ATTRIBUTE",
+    "Arrival",
+    "ArrivalMiddleware",
+    "Instrumented",
+]
+
+logger: Final = logging.getLogger("ckpt_events")
+
+#: The ``app.state`` attribute holding an instrumented app's ``Instrumented``.
+STATE_ATTRIBUTE: Final = "ckpt_events"
+#: The request-scope key of a request's arrival (set by the middleware).
+SCOPE_KEY: Final = "ckpt_events.arrival"
+#: The bus's and the sinks' shutdown deadline (seconds), each.
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
+
+
+class Instrumented:
+    """What ``instrument`` gave one app: its ``telemetry``, that telemetry's ``bus``, the
+    ``monitor`` of its loop lag (``None`` with ``loop_lag=False``) and, while the lifespan runs,
+    ``configured``: what configuring the sinks returned (``ckpt_events.sinks.Configured``)."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        *,
+        owns_bus: bool,
+        configure_sinks: Callable[[Bus], Any] | None,
+        monitor: LoopLagMonitor | None,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        renew: Callable[[], Telemetry] | None = None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.bus = telemetry.bus
+        self.monitor = monitor
+        self.configured: Any = None
+        self.shutdown_timeout = shutdown_timeout
+        #: Whether the lifespan is running (``running()`` entered): a request served without it
+        #: (a mounted sub-app, ``--lifespan off``, or after shutdown) finds the telemetry off,
+        #: and says so once.
+        self.started = False
+        self._warned = False
+        self._owns_bus = owns_bus
+        self._configure_sinks = configure_sinks
+        # A bus is entered once, and a test suite runs an app's lifespan once per test (a
+        # `with TestClient(app)` each): a run after the first gets a fresh Telemetry and bus.
+        self._renew = renew
+        self._runs = 0
+        self._running = False
+
+    def __repr__(self) -> str:
+        return f"Instrumented({self.telemetry!r}, owns_bus={self._owns_bus})"
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The telemetry's lifetime around the app's: enter the bus and configure the sinks
+        (when this owns the bus), run the loop-lag monitor; on exit stop it, close the sinks'
+        handle and drain the bus, each within ``shutdown_timeout``.
+
+        What the app's own lifespan raises comes out as it was raised (the monitor's task
+        group is left before it is re-raised, so it is never wrapped in an ``ExceptionGroup``).
+
+        Each run after the first gets a fresh ``telemetry`` and ``bus`` (the lifespan of one app
+        object run once per test); a ``telemetry=`` given to ``instrument`` cannot be renewed,
+        so its app's lifespan runs once, and a second run raises ``ConfigurationError``."""
+        if self._running:
+            raise ConfigurationError(
+                f"{self.telemetry!r}: the app's lifespan is running already; one app object "
+                "runs one lifespan at a time"
+            )
+        if self._owns_bus and self._runs:
+            if self._renew is None:
+                raise ConfigurationError(
+                    f"the lifespan of the app instrumented with {self.telemetry!r} ran once already, "
+                    "and the telemetry= given to instrument() has a bus that runs once: build the app "
+                    "anew for each run, or instrument it with kind= and instance="
+                )
+            self.telemetry = self._renew()
+            self.bus = self.telemetry.bus
+        self._runs += 1
+        self._running = True
+        async with AsyncExitStack() as stack:
+            stack.callback(setattr, self, "_running", False)
+            if self._owns_bus:
+                try:
+                    await stack.enter_async_context(self.bus)
+                except InvalidValueError as exc:  # Bus.__aenter__'s one refusal: entered before
+                    raise ConfigurationError(
+                        f"the bus of the telemetry= given to instrument() ({self.telemetry!r}) was "
+                        "entered elsewhere (an EventCapture's, a Bus your code runs): while it runs, "
+                        "pass bus= that bus too, and the lifespan uses it as it is"
+                    ) from exc
+                if self._configure_sinks is not None:
+                    handle = self._configure_sinks(self.bus)
+                    if inspect.isawaitable(handle):
+                        handle = await handle
+                    self.configured = handle
+                    stack.callback(setattr, self, "configured", None)
+                    if handle is not None and hasattr(handle, "aclose"):
+                        stack.push_async_callback(self._close_within, handle)
+            self.started = True
+            stack.callback(setattr, self, "started", False)
+            raised: BaseException | None = None
+            async with anyio.create_task_group() as tg:
+                if self.monitor is not None:
+                    tg.start_soon(self.monitor.run)
+                try:
+                    yield
+                except BaseException as exc:  # re-raised below, outside the task group
+                    raised = exc
+                finally:
+                    tg.cancel_scope.cancel()
+            if raised is not None:
+                try:
+                    raise raised
+                finally:
+                    raised = None  # no reference cycle through the traceback
+
+    async def _close_within(self, handle: Any) -> None:
+        """``handle.aclose()`` (what configuring the sinks returned), given up on past
+        ``shutdown_timeout`` seconds, as the bus's own drain is."""
+        with anyio.move_on_after(self.shutdown_timeout) as scope:
+            await handle.aclose()
+        if scope.cancelled_caught:
+            logger.warning(
+                "the sinks' handle (%s) did not close within shutdown_timeout=%g s; given up on",
+                type(handle).__name__,
+                self.shutdown_timeout,
+            )
+
+    def _lifespan_missing(self) -> None:
+        """A request reached the app while its lifespan was not running: said once, with the
+        cause (it never ran, or it ran and ended)."""
+        self._warned = True
+        if self._runs:  # it ran: "never ran (a sub-app, --lifespan off)" would be a wrong cause
+            logger.warning(
+                "ckpt_events: %r serves requests after its lifespan ended (the app shut down), so "
+                "its telemetry is off: send requests while the lifespan runs (e.g. inside "
+                "`with TestClient(app)`)",
+                self.telemetry,
+            )
+            return
+        logger.warning(
+            "ckpt_events: %r serves requests but its lifespan never ran (a sub-app under "
+            "app.mount(), or uvicorn --lifespan off), so its telemetry is off: instrument the app "
+            "uvicorn serves, or run the lifespan",
+            self.telemetry,
+        )
+
+
+class Arrival:
+    """One request's arrival time (Unix ns) and the ``Instrumented`` app it reached."""
+
+    __slots__ = ("instrumented", "received_ns")
+
+    def __init__(self, received_ns: int, instrumented: Instrumented) -> None:
+        self.received_ns = received_ns
+        self.instrumented = instrumented
+
+
+class ArrivalMiddleware:
+    """Stamps each HTTP request (and websocket) with its arrival time, before routing, parsing or auth."""
+
+    def __init__(self, app: ASGIApp, instrumented: Instrumented) -> None:
+        self.app = app
+        self.instrumented = instrumented
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            instrumented = self.instrumented
+            scope[SCOPE_KEY] = Arrival(time.time_ns(), instrumented)
+            if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
+                instrumented._lifespan_missing()
+        await self.app(scope, receive, send)
