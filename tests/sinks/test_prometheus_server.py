@@ -206,7 +206,7 @@ def _check_exemplars(prom: Any, events: list[Any]) -> None:
 
 def _check_pack_expressions(prom: Any) -> None:
     expressions = rule_expressions(ops_file("rules.yml"))
-    assert len(expressions) == 8
+    assert len(expressions) == 9  # 2 recording rules, 7 alerts
     for expr in expressions:
         prom.query(expr)  # status "success" is asserted by api()
     assert all(prom.query(expr) for expr in expressions[:2])  # the recording rules: p50, p95
