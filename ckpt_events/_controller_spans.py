@@ -44,7 +44,6 @@ class _Span(_SpanBase):
         "start_ns",
         "trace_id",
     )
-    trace_id: int
 
     def _identify(
         self,

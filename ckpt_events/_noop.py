@@ -144,18 +144,8 @@ class _NoopCollection(_NoopSlots, CollectionSpan):
 
 
 # The struct twins need their fields filled; no method of theirs reads them.
-NOOP_STEP: Final[StepSpan] = _NoopStep(None, Step.EXPORT, None, 0, 0, 0, None, False, None)  # type: ignore[arg-type]
-NOOP_OPERATION: Final[OperationSpan] = _NoopOperation(
-    None,  # type: ignore[arg-type]
-    Operation.COMMIT,
-    None,
-    0,
-    0,
-    0,
-    None,
-    False,
-    False,
-)
+NOOP_STEP: Final[StepSpan] = _NoopStep(None, Step.EXPORT, None, 0, 0, None, False, None)  # type: ignore[arg-type]
+NOOP_OPERATION: Final[OperationSpan] = _NoopOperation(None, Operation.COMMIT, None, 0, 0, None, False, False)  # type: ignore[arg-type]
 NOOP_STAGE: Final[StageSpan] = _NoopStage()
 NOOP_COORDINATE: Final[CoordinateSpan] = _NoopCoordinate()
 NOOP_COLLECTION: Final[CollectionSpan] = _NoopCollection()

@@ -81,8 +81,7 @@ def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
 class _SpanBase:
     """What every span handle answers, live or no-op: its trace context and extra attributes.
 
-    A mixin without fields: the live handles hold ``_tel``, ``trace_id`` (the structs: its
-    halves, ``_trace_hi`` and ``_trace_lo``), ``span_id``,
+    A mixin without fields: the live handles hold ``_tel``, ``trace_id``, ``span_id``,
     ``sampled``, ``parent_remote``, ``_tracestate``, ``_attributes``, ``start_ns`` (wall clock)
     and ``_mono_ns`` (the monotonic clock read beside it, which times the span).
     """
@@ -91,6 +90,7 @@ class _SpanBase:
     #: False on the no-op twins: they are never a parent.
     _live: ClassVar[bool] = True
     _tel: Telemetry
+    trace_id: int
     span_id: int
     parent_span_id: int | None
     parent_remote: bool
@@ -100,11 +100,6 @@ class _SpanBase:
     _mono_ns: int
     _tracestate: str | None
     _attributes: dict[str, AttributeValue] | None
-
-    if TYPE_CHECKING:  # an attribute of the controller's spans, a property of the structs
-
-        @property
-        def trace_id(self) -> int: ...
 
     def _seal(self, name: object) -> bool:
         """End this span: freeze its attributes. ``False`` if it had ended already;

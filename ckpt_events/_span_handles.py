@@ -94,10 +94,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _tel: Telemetry
     step: str
     checkpoint_id: str | None
-    # The 128-bit trace id in two 64-bit halves (``trace_id`` joins them): the export pipe
-    # writes a handle's fields as they are, and a 128-bit int costs JSON ~6x two 64-bit ones.
-    _trace_hi: int
-    _trace_lo: int
+    trace_id: int
     span_id: int
     parent_span_id: int | None
     sampled: bool
@@ -119,11 +116,6 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _event: StepFinished | None = None
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
-    @property
-    def trace_id(self) -> int:
-        """This span's 128-bit trace id."""
-        return (self._trace_hi << 64) | self._trace_lo
-
     def __enter__(self) -> StepSpan:
         if self._attributes.__class__ is FrozenAttributes:
             return self  # ended: a handle is one span (no second start)
@@ -138,7 +130,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
             event = StepStarted(  # positional, in field order (see _events.py)
                 tel.kind,
                 tel.instance,
-                (self._trace_hi << 64) | self._trace_lo,
+                self.trace_id,
                 self.span_id,
                 start_ns,
                 self.step,
@@ -258,10 +250,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _tel: Telemetry
     operation: Operation
     checkpoint_id: str | None
-    # The 128-bit trace id in two 64-bit halves (``trace_id`` joins them): the export pipe
-    # writes a handle's fields as they are, and a 128-bit int costs JSON ~6x two 64-bit ones.
-    _trace_hi: int
-    _trace_lo: int
+    trace_id: int
     span_id: int
     parent_span_id: int | None
     parent_remote: bool
@@ -286,11 +275,6 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _event: OperationFinished | None = None
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
-    @property
-    def trace_id(self) -> int:
-        """This span's 128-bit trace id."""
-        return (self._trace_hi << 64) | self._trace_lo
-
     def __enter__(self) -> OperationSpan:
         if self._attributes.__class__ is FrozenAttributes:
             return self  # ended: a handle is one span (no second start)
@@ -304,7 +288,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
             event = OperationStarted(  # positional, in field order (see _events.py)
                 tel.kind,
                 tel.instance,
-                (self._trace_hi << 64) | self._trace_lo,
+                self.trace_id,
                 self.span_id,
                 start_ns,
                 self.operation,
@@ -404,8 +388,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
             tel,
             name,
             self.checkpoint_id,
-            self._trace_hi,
-            self._trace_lo,
+            self.trace_id,
             tel._random(64) or tel._random(64) or 1,  # a zero span id is invalid in W3C
             self.span_id,
             self.sampled,
@@ -471,7 +454,7 @@ def step_started(span: Any, kind: str, instance: str, worker: int | None) -> Ste
     return StepStarted(
         kind,
         instance,
-        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
+        span.trace_id,
         span.span_id,
         span.start_ns,
         span.step,
@@ -488,7 +471,7 @@ def step_finished(span: Any, kind: str, instance: str, worker: int | None) -> St
     return StepFinished(
         kind,
         instance,
-        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
+        span.trace_id,
         span.span_id,
         span.start_ns,
         span.start_ns + span._mono_ns,  # ended: _mono_ns is its duration
@@ -515,7 +498,7 @@ def operation_started(span: Any, kind: str, instance: str, worker: int | None) -
     return OperationStarted(
         kind,
         instance,
-        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
+        span.trace_id,
         span.span_id,
         span.start_ns,
         span.operation,
@@ -532,7 +515,7 @@ def operation_finished(span: Any, kind: str, instance: str, worker: int | None) 
     return OperationFinished(
         kind,
         instance,
-        (span._trace_hi << 64) | span._trace_lo,  # trace_id, inline
+        span.trace_id,
         span.span_id,
         span.start_ns,
         span.start_ns + span._mono_ns,  # ended: _mono_ns is its duration

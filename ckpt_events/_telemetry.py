@@ -342,25 +342,22 @@ class Telemetry:
         random = self._random
         if traceparent is None and parent is None:  # a new root: the common case, inline
             trace_id = random(128) or new_trace_id()
-            low = trace_id & 0xFFFF_FFFF_FFFF_FFFF
             return OperationSpan(  # positional, in field order
                 self,
                 member,
                 checkpoint_id,
-                trace_id >> 64,
-                low,
+                trace_id,
                 random(64) or random(64) or 1,  # a zero span id is invalid in W3C
                 None,
                 False,
-                self._sample_all or low < self._ratio_bound,
+                self._sample_all or (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound,
             )
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return OperationSpan(
             self,
             member,
             checkpoint_id,
-            trace_id >> 64,
-            trace_id & 0xFFFF_FFFF_FFFF_FFFF,
+            trace_id,
             random(64) or random(64) or 1,
             parent_id,
             remote,
@@ -397,8 +394,7 @@ class Telemetry:
             self,
             member,
             checkpoint_id,
-            trace_id >> 64,
-            trace_id & 0xFFFF_FFFF_FFFF_FFFF,
+            trace_id,
             span_id,
             parent_id,
             remote,

@@ -187,8 +187,7 @@ class OperationRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, ta
     _tel: tuple[str, str, int | None]
     operation: Operation
     checkpoint_id: str | None
-    _trace_hi: int
-    _trace_lo: int
+    trace_id: int
     span_id: int
     parent_span_id: int | None
     parent_remote: bool
@@ -227,8 +226,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, array_like=True, tag="st
     _tel: tuple[str, str, int | None]
     step: str
     checkpoint_id: str | None
-    _trace_hi: int
-    _trace_lo: int
+    trace_id: int
     span_id: int
     parent_span_id: int | None
     sampled: bool

@@ -275,7 +275,7 @@ async def test_a_span_started_and_ended_in_one_line_has_its_fields_written_once(
 
 def _record(number: int) -> bytes:
     return msgspec.json.encode(
-        ["step", ["resources", "r0", None], "export", None, 0, 1, 2, 3, True, None, False]
+        ["step", ["resources", "r0", None], "export", None, 1, 2, 3, True, None, False]
         + [1, 2, None, "ok", None, None, None, None, None, None, None, None, number]
     )
 
