@@ -121,7 +121,7 @@ class Telemetry:
     ``ids`` (``ids(bits)``: a random non-zero int of ``bits`` bits, 64 or 128) and ``clock``
     (nanoseconds since the epoch) replace ``random.getrandbits`` and ``time.time_ns`` for
     this Telemetry's live spans and events, e.g. with ``ckpt_events.testing``'s
-    ``SequentialIds`` and ``TickingClock`` for deterministic tests.
+    ``SequentialIds`` and ``TickingClock`` for deterministic tests; ``clock`` reads it back.
 
     A span's ``start_ns`` is read from the wall clock and its duration from a monotonic clock
     (``time.monotonic_ns``, or ``monotonic``) read beside it: ``end_ns`` is ``start_ns`` plus that
@@ -232,6 +232,12 @@ class Telemetry:
         self._interest_changed()
         if bus is not None:
             bus._add_listener(self)
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        """The wall clock this Telemetry stamps with (``clock=``, else ``time.time_ns``): what
+        stamps an event of its elsewhere (a request's arrival) reads, to agree with its spans."""
+        return self._clock
 
     def _interest_changed(self) -> None:
         """Recompute the on/off flags from the bus's routing table (the bus calls this)."""

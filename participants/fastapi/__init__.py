@@ -9,7 +9,8 @@
   ``lifespan=`` or ``on_startup``/``on_shutdown``): telemetry is up before the app's startup
   runs and drained after its shutdown has run, so both may emit;
 * **the arrival time of every request**, read by a pure ASGI middleware before routing, body
-  parsing and auth (Unix-epoch ns), which becomes an operation's ``received_ns``: the time a
+  parsing and auth (Unix-epoch ns, from the ``Telemetry``'s clock: an injected ``clock=``
+  stamps it too), which becomes an operation's ``received_ns``: the time a
   request queued in the server before its handler started is then visible in traces;
 * **the event loop's lag** (on by default, ``loop_lag=False`` turns it off): a task sleeps
   50 ms at a time and keeps how much each sleep overshot, and each operation records the worst

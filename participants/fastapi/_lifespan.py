@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Final
@@ -196,7 +195,9 @@ class ArrivalMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             instrumented = self.instrumented
-            scope[SCOPE_KEY] = Arrival(time.time_ns(), instrumented)
+            # The Telemetry's clock: an injected one (a TickingClock) stamps the arrival too, so
+            # received_ns is not the real time beside a span started at the test clock's time.
+            scope[SCOPE_KEY] = Arrival(instrumented.telemetry.clock(), instrumented)
             if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
                 instrumented._lifespan_missing()
         await self.app(scope, receive, send)

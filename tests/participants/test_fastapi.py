@@ -42,7 +42,7 @@ from ckpt_events.participants.fastapi import (
     telemetry,
 )
 from ckpt_events.sinks import read_events
-from ckpt_events.testing import EventCapture, MemorySink
+from ckpt_events.testing import CLOCK_START_NS, EventCapture, MemorySink
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 PARENT_ID = 0xB7AD6B7169203331
@@ -547,6 +547,31 @@ async def test_shutdown_timeout_bounds_what_configure_sinks_returned(
         pass
     assert time.monotonic() - began < 3
     assert any("did not close within shutdown_timeout=0.3 s" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_injected_clock_stamps_the_arrival_too() -> None:
+    """With ``clock=`` (the capture's ``TickingClock``) the arrival is a reading of that clock,
+    before the operation's start: it was the real wall clock, years after a ``TickingClock``'s
+    start, so an instrumented app's events differed run after run."""
+    runs = []
+    for _ in range(2):
+        with EventCapture() as capture:
+            app = FastAPI()
+            tel = capture.telemetry("judge", "judge-0")
+            instrument(app, telemetry=tel, bus=tel.bus, loop_lag=False)
+
+            @app.post("/grade")
+            async def grade(request: Request) -> None:
+                with operation(request, "commit", checkpoint_id="c1"):
+                    pass
+
+            async with _serving(app) as client:
+                assert (await client.post("/grade")).status_code == 200
+            await capture.flush()
+            runs.append(capture.sink.of_type(OperationFinished))
+    (finished,) = runs[0]
+    assert finished.received_ns == CLOCK_START_NS and finished.start_ns == CLOCK_START_NS + 1_000_000
+    assert runs[0] == runs[1]
 
 
 async def test_a_started_bus_is_used_as_is() -> None:
