@@ -143,7 +143,8 @@ class EventCapture:
     ``with EventCapture() as capture:`` starts the bus in a thread of its own (emitting is safe
     from any thread); ``capture.telemetry(kind, instance)`` emits onto it with ``SequentialIds``
     and a ``TickingClock``; ``capture.events`` flushes and returns the events so far (``await
-    capture.flush()`` does the flushing from async code without blocking its loop).
+    capture.flush()`` does the flushing from async code without blocking its loop). After
+    the block, ``events``, ``of_type`` and ``clear`` read what the bus delivered as it closed.
     """
 
     def __init__(self, interests: Iterable[type[Event]] | None = None, **bus_options: Any) -> None:
@@ -155,6 +156,7 @@ class EventCapture:
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._subscribed: set[int] = set()  # ids of the sinks on the bus: each once
         self._entered = False
+        self._ended = False  # its block ended: the bus drained into the sink at its close
 
     def __enter__(self) -> Self:
         if self._entered:
@@ -183,7 +185,10 @@ class EventCapture:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._portal = None
-        self._stack.close()
+        try:
+            self._stack.close()
+        finally:
+            self._ended = True
 
     def _subscribe(self, sink: Sink, name: str | None) -> None:
         if id(sink) in self._subscribed:
@@ -192,6 +197,11 @@ class EventCapture:
         self._subscribed.add(id(sink))
 
     def _running(self) -> anyio.from_thread.BlockingPortal:
+        if self._ended:
+            raise RuntimeError(
+                "EventCapture has ended: its events are read as they were at the end of its "
+                "`with` block; subscribe sinks inside the block"
+            )
         if self._portal is None:
             raise RuntimeError("EventCapture is not running: use it as `with EventCapture() as capture:`")
         return self._portal
@@ -210,7 +220,10 @@ class EventCapture:
     def flush_sync(self, timeout: float = FLUSH_TIMEOUT) -> None:
         """Wait until every event emitted so far has reached every sink; ``TimeoutError``
         naming the sinks still holding events if that takes ``timeout`` seconds (a sink stuck
-        in ``handle`` hung the test, and every read of ``events`` with it)."""
+        in ``handle`` hung the test, and every read of ``events`` with it). Once the capture's
+        block has ended there is nothing to wait for: its bus drained as it closed."""
+        if self._ended:
+            return
         # Waited for from another thread: a sink blocking in a plain ``def handle`` holds the
         # bus's loop, where no timeout could fire and nothing can even be scheduled. That
         # thread ends when the sink lets go (the flush has the same timeout otherwise).

@@ -53,6 +53,22 @@ def test_capture_outside_its_block_says_so() -> None:
         capture.flush_sync()
 
 
+def test_a_capture_s_events_are_read_after_its_block() -> None:
+    """After the ``with`` block the bus has drained into the capture: ``events``, ``of_type``
+    and ``clear`` read it (they raised 'not running: use it as `with EventCapture() as
+    capture:`', of a capture used just so); emitting through it afterwards still fails."""
+    with EventCapture() as capture:
+        tel = capture.telemetry("resources", "r0")
+        with tel.operation("commit", checkpoint_id="c1"):
+            pass
+    (finished,) = capture.of_type(OperationFinished)
+    assert finished.span_id == 1 and [type(e) for e in capture.events][-1] is OperationFinished
+    capture.clear()
+    assert capture.events == []
+    with pytest.raises(RuntimeError, match=r"has ended: its events are read as they were"):
+        capture.subscribe(EventCapture().sink)
+
+
 def test_entering_a_capture_twice_leaves_no_thread_running() -> None:
     """The second ``with`` is refused (a bus is entered once); its portal's event-loop thread
     stayed running and kept the interpreter from exiting."""
