@@ -29,7 +29,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from ckpt_events._bus import Bus
-from ckpt_events._errors import InvalidValueError, check_int, shown
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_int, shown
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._telemetry import Telemetry
@@ -62,7 +62,17 @@ class MemorySink:
         self.closed = True
 
     def of_type(self, cls: type[E]) -> list[E]:
-        """The events that are instances of ``cls``, in order."""
+        """The events that are instances of ``cls``, in order; ``InvalidTypeError`` when ``cls``
+        is not a class (a tuple or union of them too)."""
+        try:
+            # Checked before the events: a name ("Refused") found nothing among no events, so an
+            # assertion that none was emitted passed whatever was.
+            isinstance(None, cls)
+        except TypeError:
+            raise InvalidTypeError(
+                f"of_type takes an event class (or a tuple or union of them), such as "
+                f"ckpt_events.Refused, not {shown(cls)}"
+            ) from None
         return [e for e in self.events if isinstance(e, cls)]
 
     def clear(self) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_events import InvalidArgumentError, OperationFinished, Refused, Telemetry
+from ckpt_events import InvalidArgumentError, InvalidTypeError, OperationFinished, Refused, Telemetry
 from ckpt_events.testing import CLOCK_START_NS, EventCapture, SequentialIds, TickingClock
 
 
@@ -67,6 +67,16 @@ def test_a_capture_s_events_are_read_after_its_block() -> None:
     assert capture.events == []
     with pytest.raises(RuntimeError, match=r"has ended: its events are read as they were"):
         capture.subscribe(EventCapture().sink)
+
+
+@pytest.mark.parametrize("cls", ["OperationFinished", None, 3])
+def test_of_type_refuses_what_is_not_an_event_class(cls: Any) -> None:
+    """``of_type("Refused")`` (a name, not the class) found nothing when nothing was captured,
+    so ``assert not capture.of_type("Refused")`` passed whatever was emitted; it is refused."""
+    with EventCapture() as capture:
+        for where in (capture, capture.sink):
+            with pytest.raises(InvalidTypeError, match=r"of_type takes an event class \(or a tuple"):
+                where.of_type(cls)
 
 
 def test_entering_a_capture_twice_leaves_no_thread_running() -> None:
