@@ -85,6 +85,9 @@ class RunRow:
     checkpoint_id: str | None
     start_ns: int
     end_ns: int | None = None
+    #: Where an open row's logs end: its own run's last stamp when the logs hold several runs
+    #: apart (``Run.fleets``), else the logs'. Its open spans are known open until then, no later.
+    logs_end_ns: int | None = None
     outcome: str = OPEN
     causes: list[str] = field(default_factory=list)
     #: A published row's critical path and slowest operation in words (``paths.path_line``).
@@ -338,6 +341,13 @@ def overview(
     checkpoints: dict[str, int] = {}
     same_id = _same_id(rows)
     outside = clocks.outside if clocks is not None else set()
+    if runs is not None:
+        # Before judging: a run killed mid-checkpoint ages its open spans by its own logs' end,
+        # not by another fleet's an hour later ("still open, 3600093.0 ms").
+        run.fleets = fleets(rows, runs)
+    for fleet in run.fleets:
+        for row in fleet.rows:
+            row.logs_end_ns = fleet.last_ns
     for number, row in enumerate(rows, 1):
         _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]))
         if row.what == "restore":
@@ -370,8 +380,6 @@ def overview(
             row.paused_ms = None
             row.paused_span = None
             row.pause_why = why
-    if runs is not None:
-        run.fleets = fleets(rows, runs)
     return run
 
 
@@ -481,7 +489,9 @@ def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow]) -> None
     causes, aborted_by = causes_of([t.causes for t in mine], events)
     if len(ends) < len(row.roots):
         row.outcome = OPEN
-        causes += open_causes((s for k, s in fold.started.items() if k[0] in row.trace_ids), run.last_ns)
+        if row.logs_end_ns is None:
+            row.logs_end_ns = run.last_ns
+        causes += open_causes((s for k, s in fold.started.items() if k[0] in row.trace_ids), row.logs_end_ns)
         row.end_ns = None
     else:
         row.end_ns = max(f.end_ns for f in ends)

@@ -75,7 +75,7 @@ def _strip(run: Run) -> str:
         f'<rect x="0" y="0" width="{_STRIP_W}" height="{_STRIP_H}" fill="#f5f5f5"/>',
     ]
     for number, row in enumerate(run.rows, 1):
-        end = row.end_ns if row.end_ns is not None else hi
+        end = row.end_ns if row.end_ns is not None else row.logs_end_ns or hi
         x = (row.start_ns - lo) / total * _STRIP_W
         width = max(2.0, (end - row.start_ns) / total * _STRIP_W)
         fill = OUTCOME_FILLS.get(row.outcome, "#6b7280")

@@ -84,3 +84,24 @@ async def test_two_fleets_in_one_folder_each_paused_over_its_own_logs(
     merged = _report(one_file, monkeypatch, capsys)
     assert "paused the fleet (admission closed, first prepare to last resume) 78.0 ms in all" in merged
     assert _SHARE.findall(merged) == [("81.2", "96.0 ms")], merged  # 78 of 96 ms: either paused
+
+
+async def test_a_fleet_killed_mid_checkpoint_ages_its_open_spans_by_its_own_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fleet a killed during its checkpoint's commit, fleet b's logs an hour later in the same
+    folder: a's open spans were 'still open, 3600008.0 ms', aged by b's last line. Each run's
+    open work is aged by the end of its own logs, as when a's log is read alone."""
+    folder = tmp_path / "fleets"
+    folder.mkdir()
+    await fleet(folder / "a.jsonl", T0, checkpoints=1)
+    lines = (folder / "a.jsonl").read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"operation":"commit"' in line)
+    (folder / "a.jsonl").write_bytes(b"".join(lines[: cut + 3]))  # killed in the commit
+    alone = _report(folder / "a.jsonl", monkeypatch, capsys)
+    ages = re.findall(r"still open, ([\d.]+) ms", alone)
+    assert ages and all(float(age) < 100 for age in ages), alone
+    await fleet(folder / "b.jsonl", T0 + 3_600_000_000_000)
+    both = _report(folder, monkeypatch, capsys)
+    assert "run 1 of 2 (a.jsonl" in both
+    assert re.findall(r"still open, ([\d.]+) ms", both) == ages, both
