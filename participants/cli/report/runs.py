@@ -9,6 +9,7 @@ A file with no trace (counted events alone) joins no group, so bounds no run's t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,10 @@ class RunLinks:
     Keeps one int per trace (the file it was first seen in) and two per file."""
 
     def __init__(self, paths: Sequence[Path]) -> None:
-        self.names = [path.name for path in paths]
+        # A fleet's folder names its logs as another's does (run.jsonl in both): a name two
+        # files share would say nothing of which run is which, so those go by their path.
+        shared = Counter(path.name for path in paths)
+        self.names = [path.name if shared[path.name] == 1 else str(path) for path in paths]
         self._parent = list(range(len(paths)))
         self._file_of: dict[int, int] = {}  # trace id -> the file it was first seen in
         self._first: dict[int, int] = {}  # file -> its earliest stamp (a span's start)
@@ -79,7 +83,8 @@ class RunLinks:
         return min(self._first[i] for i in members), max(self._last[i] for i in members)
 
     def files(self, group: int) -> list[str]:
-        """The names of the files of ``group``, in the order given."""
+        """The names of the files of ``group``, in the order given: a file's name, or its path
+        as given when another file given has that name too."""
         return [self.names[i] for i in sorted(self._first) if self._root(i) == group]
 
 

@@ -105,3 +105,19 @@ async def test_a_fleet_killed_mid_checkpoint_ages_its_open_spans_by_its_own_logs
     both = _report(folder, monkeypatch, capsys)
     assert "run 1 of 2 (a.jsonl" in both
     assert re.findall(r"still open, ([\d.]+) ms", both) == ages, both
+
+
+async def test_two_fleets_folders_of_the_same_file_names_are_told_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two fleets' folders hold logs of the same names (each fleet's run.jsonl): both runs
+    were 'run N of 2 (run.jsonl, ...)', which told the reader nothing. A name two files share
+    is given as the path named on the command line."""
+    for name, start in (("a", T0), ("b", T0 + 3_000_000)):
+        (tmp_path / name).mkdir()
+        await fleet(tmp_path / name / "run.jsonl", start)
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert f"run 1 of 2 ({tmp_path / 'a' / 'run.jsonl'}, no trace in common" in out, out
+    assert f"run 2 of 2 ({tmp_path / 'b' / 'run.jsonl'}, no trace in common" in out, out
