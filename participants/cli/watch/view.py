@@ -111,6 +111,12 @@ class _Age:
         return (">=" if self.at_least else "") + _seconds(self.seconds)
 
 
+def _on_worker(item: Open) -> str:
+    """`` on worker N`` for a ``serve --workers`` worker's work, else nothing: its main process
+    and a worker may each hold the same checkpoint's operation open, and which one hung matters."""
+    return "" if item.worker is None else f" on worker {item.worker}"
+
+
 class FleetView:
     """The fleet as last seen; ``stall_after``: open work older than this is marked stalled.
     ``rows``: ``True`` one line per participant, ``False`` blocks, ``None`` as fits (see above)."""
@@ -372,7 +378,8 @@ class FleetView:
         for item in sorted(seen.open.values(), key=lambda o: o.start_ns):
             age = self._age(seen, item, now, status is not None)
             shown = age.shown()
-            text.append(f"\n  open {escape(item.operation)} {escape(item.checkpoint_id or '-')} {shown}")
+            what = f"{escape(item.operation)} {escape(item.checkpoint_id or '-')}{_on_worker(item)}"
+            text.append(f"\n  open {what} {shown}")
             if age.stalled:
                 text.append(" STALLED", style="bold red")
         if seen.untracked:
@@ -435,7 +442,7 @@ class FleetView:
             item = items[first]
             age = ages[first]
             shown = age.shown(short=True)
-            text.append(f"  open {escape(item.operation)} {shown}")
+            text.append(f"  open {escape(item.operation)}{_on_worker(item)} {shown}")
             if age.stalled:
                 text.append(" STALLED", style="bold red")
                 problem = True

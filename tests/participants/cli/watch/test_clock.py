@@ -287,4 +287,4 @@ def test_workers_logs_read_one_after_the_other_are_no_clock_step() -> None:
     shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
     shown.print(view.render(now))
     text = shown.export_text()
-    assert re.search(r"open prepare c9 >=10\.0 min STALLED", text), text
+    assert re.search(r"open prepare c9 on worker 1 >=10\.0 min STALLED", text), text

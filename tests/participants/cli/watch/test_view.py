@@ -379,13 +379,14 @@ def test_work_a_participant_passed_by_later_work_is_of_unknown_age_never_stalled
     ]  # fmt: skip
     _read_live(view, [*later, *opened] if finished_first else [*opened, *later])
     text = _render(view, 160)
-    assert "open prepare c1 >=40.0 s STALLED" in text and "open commit c1 >=40.0 s STALLED" in text, text
+    assert "open prepare c1 >=40.0 s STALLED" in text, text
+    assert "open commit c1 on worker 0 >=40.0 s STALLED" in text, text
     restarted = OperationFinished(**common, trace_id=2, span_id=5, start_ns=start + 3 * NS,
                                   end_ns=start + 4 * NS, operation="prepare", checkpoint_id="c2")  # fmt: skip
     _read_live(view, [restarted])
     text = _render(view, 160)
     assert "open prepare c1 age unknown (later work finished since: restarted?)" in text, text
-    assert "open commit c1 >=40.0 s STALLED" in text, text  # worker 0's: c2 was the main process's
+    assert "open commit c1 on worker 0 >=40.0 s STALLED" in text, text  # c2 was the main process's
     again = FleetView([], stall_after=30.0)
     _read_live(again, [restarted, *opened] if finished_first else [*opened, restarted])
     assert "open prepare c1 age unknown (later work finished since: restarted?)" in _render(again, 160)
@@ -578,3 +579,18 @@ def test_time_in_phase_does_not_count_across_a_gap_in_its_answers(gap: PollResul
     text = _render(view, 160)
     assert "phase prepared" in text and "for >=1.0 s" in text, text
     assert "101.0 s" not in text, text
+
+
+def test_open_work_of_a_worker_names_the_worker() -> None:
+    """A ``serve --workers`` participant killed in a commit: its main process and its worker 1
+    each left a commit of c1 open, shown as two identical lines ('open commit c1 >=40.0 s
+    STALLED' twice), so which process hung was not said. A worker's work names its worker."""
+    view = FleetView([], stall_after=30.0)
+    start = int((NOW - 40.0) * NS)
+    common = {"kind": "environment", "instance": "environment-0", "trace_id": 1, "operation": "commit"}
+    main_commit = OperationStarted(**common, span_id=1, start_ns=start, checkpoint_id="c1")
+    worker_commit = OperationStarted(**common, span_id=2, start_ns=start + 1, checkpoint_id="c1", worker=1)
+    _read_live(view, [main_commit, worker_commit])
+    text = _render(view, 160)
+    assert "open commit c1 >=40.0 s STALLED" in text, text
+    assert "open commit c1 on worker 1 >=40.0 s STALLED" in text, text
