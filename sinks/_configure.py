@@ -236,6 +236,7 @@ def configure(
         return _configure_export_process(
             bus,
             env,
+            settings,
             in_process={
                 "tracer_provider": tracer_provider,
                 "meter_provider": meter_provider,
@@ -431,10 +432,17 @@ def _export_process_on(export_process: bool | None, env: Mapping[str, str]) -> b
 
 
 def _configure_export_process(
-    bus: Bus, env: Mapping[str, str], *, in_process: Mapping[str, object], arguments: Mapping[str, object]
+    bus: Bus,
+    env: Mapping[str, str],
+    settings: OtelSettings,
+    *,
+    in_process: Mapping[str, object],
+    arguments: Mapping[str, object],
 ) -> Configured:
     """``configure`` with the sinks in an ``ExportProcess``; the stall watch stays here (it
-    watches this bus and emits onto it, so its events reach the child too)."""
+    watches this bus and emits onto it, so its events reach the child too). ``settings`` (the
+    same the child parses) is kept on the ``Configured``: it was left at its defaults, so
+    ``sample_ratio`` said 1.0 whatever ``OTEL_TRACES_SAMPLER_ARG`` asked for."""
     given = [name for name, value in in_process.items() if value is not None]
     if given:
         raise ConfigurationError(
@@ -450,7 +458,9 @@ def _configure_export_process(
     if not process.sinks:  # nothing set: as in process, no child kept and every site stays off
         process.discard()
         return Configured(
-            bus, subscriptions=[bus.subscribe(stall_watch, name="stall-watch")] if stall_watch else []
+            bus,
+            subscriptions=[bus.subscribe(stall_watch, name="stall-watch")] if stall_watch else [],
+            settings=settings,
         )
     subscriptions: list[Subscription] = []
     try:
@@ -462,7 +472,7 @@ def _configure_export_process(
             sub.close()
         process.discard()  # it was left running, its input open, for as long as this process
         raise
-    return Configured(bus, subscriptions=subscriptions, export_process=process)
+    return Configured(bus, subscriptions=subscriptions, export_process=process, settings=settings)
 
 
 def _switched_off(env: Mapping[str, str]) -> bool:

@@ -139,6 +139,28 @@ async def test_the_environment_switch_starts_the_child(tmp_path: Path) -> None:
     assert len(list(read_events(log))) == 12
 
 
+async def test_the_sampler_and_settings_are_the_environments_as_in_process(tmp_path: Path) -> None:
+    """``Configured.sample_ratio`` (what to pass to ``Telemetry``) and ``settings`` are the
+    environment's with the child as without it (before: 1.0 and the defaults, so a server
+    asking for 10% of traces sampled them all)."""
+    environ = {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+        "OTEL_METRIC_EXPORT_INTERVAL": "2500",
+        "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl"),
+    }
+    async with Bus() as bus:
+        async with configure(bus, environ=environ) as in_process:
+            pass
+        async with configure(bus, environ=environ, export_process=True) as configured:
+            assert configured.export_process is not None
+        async with configure(bus, environ={**environ, "CKPT_EVENTS_JSONL": ""}, export_process=True) as off:
+            assert configured.export_process is not None and not off.enabled
+    assert in_process.sample_ratio == configured.sample_ratio == off.sample_ratio == 0.1
+    assert configured.settings == in_process.settings
+    assert configured.settings.metric_interval_ms == 2500
+
+
 async def test_what_a_sink_prints_goes_to_stderr_not_into_the_replies(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
