@@ -94,6 +94,7 @@ class Configured:
         #: The child process running the sinks (``export_process=True``), else ``None``.
         self.export_process = export_process
         self._closed = False
+        self._provider_down = False
 
     @property
     def enabled(self) -> bool:
@@ -105,15 +106,15 @@ class Configured:
         return f"<Configured: {names}>"
 
     async def aclose(self) -> None:
-        """Deliver what was emitted, unsubscribe (the bus closes each sink), then shut down
-        the meter provider ``configure`` built. All within ``close_timeout``. Idempotent. A close
+        """Deliver what was emitted, unsubscribe (the bus closes each sink, side by side), and shut
+        down the meter provider ``configure`` built once the sinks recording through it are
+        closed, in what is left. All within ``close_timeout``. Idempotent. A close
         cancelled or failing still shuts the meter provider down (in at most a second) and
         closes the Prometheus endpoint, last."""
         if self._closed:
             return
         self._closed = True
         deadline = anyio.current_time() + self.close_timeout
-        provider_down = False
         try:
             with anyio.move_on_after(self.close_timeout):
                 await self.bus.flush(timeout=self.close_timeout)
@@ -121,17 +122,19 @@ class Configured:
                     # The child closes in what is left of this deadline (serve and instrument() set
                     # close_timeout after configure(); the child was given 8 s of a 10 s default).
                     self.export_process.close_timeout = max(0.0, deadline - anyio.current_time())
+                feeding = self._feeding_provider()
                 # Side by side: one after the other, a span sink's and a metric sink's last exports
-                # to a hanging collector took their two timeouts (10 + 5 s past a 10 s close).
+                # to a hanging collector took their two timeouts (10 + 5 s past a 10 s close). The
+                # meter provider too, once the sinks recording through it are closed: after every
+                # sink, it got the second a cancelled close gives it, past the deadline.
                 async with anyio.create_task_group() as tg:
                     for sub in self.subscriptions:
-                        tg.start_soon(sub.aclose)
-                if self.meter_provider is not None:
-                    provider, provider_down = self.meter_provider, True
-                    timeout_ms = int(self.close_timeout * 1000)
-                    await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
+                        if sub not in feeding:
+                            tg.start_soon(sub.aclose)
+                    if self.meter_provider is not None:
+                        tg.start_soon(self._shut_provider_down, self.meter_provider, feeding, deadline)
         finally:
-            if self.meter_provider is not None and not provider_down:
+            if self.meter_provider is not None and not self._provider_down:
                 # Cancelled before it got there: the SDK's periodic reader thread went on
                 # exporting for the life of the process. Shut down shielded, in at most a second
                 # (its last export abandoned past it).
@@ -146,6 +149,25 @@ class Configured:
                 # and a second aclose() returns at once: the scrape thread and its port stayed.
                 with anyio.CancelScope(shield=True):
                     await self.prometheus.aclose()
+
+    def _feeding_provider(self) -> list[Subscription]:
+        """The subscriptions of the sinks recording through the meter provider built here."""
+        if self.meter_provider is None:
+            return []
+        from ckpt_events.sinks.otel._metric_sink import MetricSink
+
+        return [sub for sub in self.subscriptions if isinstance(sub.sink, MetricSink)]
+
+    async def _shut_provider_down(
+        self, provider: MeterProvider, feeding: Sequence[Subscription], deadline: float
+    ) -> None:
+        """Close the sinks recording through ``provider`` (their last records reach it), then shut
+        it down in what is left of ``deadline``."""
+        for sub in feeding:
+            await sub.aclose()
+        self._provider_down = True
+        timeout_ms = max(0, int((deadline - anyio.current_time()) * 1000))
+        await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
 
     async def __aenter__(self) -> Self:
         return self

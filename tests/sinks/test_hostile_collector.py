@@ -288,6 +288,32 @@ async def test_configure_closes_its_sinks_side_by_side_within_the_otlp_timeout(h
     assert (exported, dropped) == (0, SPANS)
 
 
+@pytest.mark.parametrize("hostile", [("hang",)], indirect=True, ids="-".join)
+async def test_the_meter_provider_configure_built_shuts_down_within_the_close_deadline(
+    hostile: Hostile,
+) -> None:
+    """Beside our OTLP sinks, a reader of yours (OpenTelemetry's OTLP/HTTP exporter) on the meter
+    provider ``configure`` builds, all against a hanging collector: the close ends by its 2 s
+    deadline (before: the sinks took the 2 s, then the provider's shutdown one more second)."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    base = hostile.url.removesuffix("/v1/traces")
+    exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics", timeout=5)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=100)
+    environ = {"OTEL_EXPORTER_OTLP_TIMEOUT": "5000", "OTEL_METRIC_EXPORT_INTERVAL": "100"}
+    async with Bus() as bus:
+        configured = configure(bus, otlp_endpoint=base, metric_readers=[reader], environ=environ)
+        configured.close_timeout = 2.0
+        await _emit(bus, SPANS)
+        await anyio.sleep(0.3)  # every exporter has a request hanging
+        started = time.monotonic()
+        await configured.aclose()
+        took = time.monotonic() - started
+    assert took <= configured.close_timeout + 0.5, f"closed in {took:.2f} s"
+    assert configured.meter_provider is not None
+
+
 @contextlib.contextmanager
 def _not_accepting() -> Iterator[str]:
     """A port whose listen backlog is full: a connect to it hangs (its SYNs are dropped), as to
