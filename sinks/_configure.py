@@ -93,7 +93,8 @@ class Configured:
         self.prometheus = prometheus
         #: The child process running the sinks (``export_process=True``), else ``None``.
         self.export_process = export_process
-        self._closed = False
+        #: Set when the first ``aclose`` is done; a second one meanwhile waits on it.
+        self._closed: anyio.Event | None = None
         self._provider_down = False
 
     @property
@@ -108,12 +109,16 @@ class Configured:
     async def aclose(self) -> None:
         """Deliver what was emitted, unsubscribe (the bus closes each sink, side by side), and shut
         down the meter provider ``configure`` built once the sinks recording through it are
-        closed, in what is left. All within ``close_timeout``. Idempotent. A close
+        closed, in what is left. All within ``close_timeout``. Idempotent: a second call
+        returns when the first is done. A close
         cancelled or failing still shuts the meter provider down (in at most a second) and
         closes the Prometheus endpoint, last."""
-        if self._closed:
+        if self._closed is not None:
+            # A second close meanwhile (a lifespan's and a finally's) returned at once, the
+            # sinks still subscribed and the meter provider still running.
+            await self._closed.wait()
             return
-        self._closed = True
+        self._closed = anyio.Event()
         deadline = anyio.current_time() + self.close_timeout
         try:
             with anyio.move_on_after(self.close_timeout):
@@ -144,11 +149,15 @@ class Configured:
                         lambda: provider.shutdown(timeout_millis=int(_CANCELLED_CLOSE_S * 1000)),
                         abandon_on_cancel=True,
                     )
-            if self.prometheus is not None:
-                # Shielded: a cancelled close (a Ctrl-C, a failing sibling task) never got here,
-                # and a second aclose() returns at once: the scrape thread and its port stayed.
-                with anyio.CancelScope(shield=True):
-                    await self.prometheus.aclose()
+            try:
+                if self.prometheus is not None:
+                    # Shielded: a cancelled close (a Ctrl-C, a failing sibling task) never got
+                    # here, and a second aclose() returns at once: the scrape thread and its port
+                    # stayed.
+                    with anyio.CancelScope(shield=True):
+                        await self.prometheus.aclose()
+            finally:
+                self._closed.set()
 
     def _feeding_provider(self) -> list[Subscription]:
         """The subscriptions of the sinks recording through the meter provider built here."""

@@ -345,7 +345,6 @@ async def test_otel_parts_beside_a_provider_of_yours_or_of_the_wrong_kind_are_re
         async with Bus() as bus:
             with pytest.raises(ConfigurationError, match=message):
                 configure(bus, environ={}, **arguments)
-            assert bus.stats().sinks == ()
 
 
 async def test_a_reader_registered_elsewhere_is_a_configuration_error() -> None:
@@ -395,3 +394,23 @@ async def test_a_cancelled_close_still_shuts_the_meter_provider_down(
                 assert [t for t in set(threading.enumerate()) - before if "Metric" in t.name]
                 scope.cancel()
     assert not [t for t in set(threading.enumerate()) - before if t.is_alive() and "Metric" in t.name]
+
+
+async def test_a_second_close_meanwhile_waits_for_the_first(tmp_path: Path) -> None:
+    """A second ``aclose()`` while the first is under way (a lifespan's and a ``finally``'s)
+    returns once everything is closed (before: at once, the sinks still subscribed and the SDK's
+    metric reader still running, so the file read after it could lack the last events)."""
+    before = set(threading.enumerate())
+    log = tmp_path / "events.jsonl"
+    environ = {"OTEL_METRICS_EXPORTER": "console", "OTEL_METRIC_EXPORT_INTERVAL": "60000"}
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=log, environ=environ)
+        with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+            pass
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(configured.aclose)
+            await anyio.sleep(0)  # the first close is under way
+            await configured.aclose()
+            assert all(sub.closed for sub in configured.subscriptions)
+            assert not [t for t in set(threading.enumerate()) - before if t.is_alive() and "Metric" in t.name]
+            assert len(list(read_events(log))) == 2
