@@ -266,7 +266,8 @@ def build_resource(
 ) -> Resource:
     """``Resource.create`` (so resource detectors run) with, winning in this order: the
     arguments, then ``environ``'s ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``.
-    ``service.instance.id`` is ``instance_id`` or a fresh UUID, one per configured process."""
+    ``service.instance.id`` is ``instance_id`` or a fresh UUID, one per configured process.
+    ``os.environ``'s ``OTEL_RESOURCE_ATTRIBUTES`` is not read (``environ``'s is)."""
     from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 
     check_resource_arguments(service_name, attributes, instance_id)
@@ -282,4 +283,19 @@ def build_resource(
     if instance_id is not None:
         merged[SERVICE_INSTANCE_ID] = instance_id
     merged.setdefault(SERVICE_INSTANCE_ID, str(uuid.uuid4()))
-    return Resource.create(merged)
+    resource = Resource.create(merged)
+    # Resource.create's OTEL detector reads os.environ's OTEL_RESOURCE_ATTRIBUTES whatever
+    # ``environ`` says: its pairs were added unchecked (%FF as U+FFFD). ``merged`` holds
+    # ``environ``'s; drop the keys only the process's variable named.
+    leaked = _process_resource_keys() - merged.keys()
+    if not leaked:
+        return resource
+    kept = {key: value for key, value in resource.attributes.items() if key not in leaked}
+    return Resource(kept, resource.schema_url)
+
+
+def _process_resource_keys() -> set[str]:
+    """The keys of ``os.environ``'s ``OTEL_RESOURCE_ATTRIBUTES``, as OpenTelemetry's detector
+    reads them (``service.name`` is always in the resource built here)."""
+    raw = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    return {item.split("=", 1)[0].strip() for item in raw.split(",") if "=" in item}

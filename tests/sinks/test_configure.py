@@ -86,6 +86,27 @@ async def test_resource_from_environment_and_arguments() -> None:
     assert (attributes["team"], attributes["site"], attributes["run"]) == ("rl", "a,b", "7")
 
 
+async def test_the_resource_reads_environ_not_the_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``environ=``, the process's ``OTEL_RESOURCE_ATTRIBUTES`` is not read (before:
+    ``Resource.create``'s detector added its pairs, ``%FF`` decoded to U+FFFD where ``environ``
+    refuses it); the arguments, ``environ``'s pairs and the SDK's own attributes stay."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,team=%FF,site=x")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-process")
+    exporter = InMemorySpanExporter()
+    environ = {"OTEL_RESOURCE_ATTRIBUTES": "site=a"}
+    async with Bus() as bus:
+        async with configure(bus, span_exporter=exporter, resource_attributes={"run": "7"}, environ=environ):
+            with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+                pass
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.resource.attributes)
+    assert "deployment.environment" not in attributes and "team" not in attributes
+    assert (attributes["site"], attributes["run"], attributes["service.name"]) == ("a", "7", "ckpt-events")
+    assert attributes["telemetry.sdk.name"] == "opentelemetry"
+
+
 async def test_endpoint_builds_otlp_http_exporters() -> None:
     """An endpoint gives our OTLP/HTTP span sink, a metric exporter and the default span groups."""
     from ckpt_events.sinks.otel import OtlpSpanSink
