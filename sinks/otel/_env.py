@@ -306,7 +306,11 @@ def _exporters(env: Mapping[str, str], name: str, has_endpoint: bool) -> tuple[E
             if name != "OTEL_METRICS_EXPORTER":
                 raise _bad(name, raw, "prometheus is a metrics exporter (OTEL_METRICS_EXPORTER)")
             names.append("prometheus")
-    return () if "none" in raw.lower() else tuple(dict.fromkeys(names))
+    if "none" in (item.strip() for item in raw.lower().split(",")):
+        if names:  # the otlp beside it was dropped without a word (the SDK refuses the list)
+            raise _bad(name, raw, "none cannot be combined with other exporters: use none alone, or drop it")
+        return ()
+    return tuple(dict.fromkeys(names))
 
 
 def _otlp(

@@ -314,3 +314,21 @@ def test_the_longest_timeouts_are_taken() -> None:
     )
     assert settings.traces_otlp is not None and settings.traces_otlp.timeout_s == 3600.0
     assert (settings.batch.linger_s, settings.metric_interval_ms) == (60.0, 86_400_000)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_TRACES_EXPORTER", "otlp,none"),
+        ("OTEL_TRACES_EXPORTER", "none, console"),
+        ("OTEL_METRICS_EXPORTER", "prometheus,NONE"),
+    ],
+)
+def test_none_beside_another_exporter_is_refused_not_taken_for_none(name: str, value: str) -> None:
+    """``none`` with another exporter turned the signal off without a word, the ``otlp`` asked for
+    beside it dropped (OpenTelemetry's SDK refuses such a list too): one line naming the variable."""
+    with pytest.raises(ConfigurationError, match=rf"^{name}=.*none cannot be combined") as info:
+        read_otel_env({**BASE, name: value})
+    assert "\n" not in str(info.value)
+    alone = read_otel_env({**BASE, name: " None "})  # alone, in any case: the signal is off
+    assert (alone.traces if name == "OTEL_TRACES_EXPORTER" else alone.metrics) == ()
