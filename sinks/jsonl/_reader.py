@@ -234,12 +234,35 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
             event = from_wire(decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             excerpt = line[:_EXCERPT].decode("utf-8", "replace")
-            yield number, CorruptLine(line=number, error=str(exc), excerpt=excerpt)
+            yield number, CorruptLine(line=number, error=_unknown_type(line) or str(exc), excerpt=excerpt)
             continue
         if not _TIMES_OK[event.__class__](event):
             yield number, _bad_time(number, event, line)
             continue
         yield number, event
+
+
+#: The event types this version reads (each ``CheckpointEvent``'s ``type`` tag).
+_KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in get_args(CheckpointEvent))
+
+
+def _unknown_type(line: bytes) -> str | None:
+    """Why ``line`` did not decode, when it is an event of a type this version does not know (a
+    fleet's newer or older servers): msgspec's own "Invalid value 'x' - at `$.type`" reads as
+    damage. None for any other line (only a line that failed is decoded again)."""
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("type")
+    if not isinstance(kind, str) or kind in _KNOWN_TYPES:
+        return None
+    return (
+        f"an event type this version of ckpt-events does not know: {shown(kind)} "
+        "(written by another version of the library?)"
+    )
 
 
 def _bad_time(number: int, event: CheckpointEvent, line: bytes) -> CorruptLine:

@@ -210,3 +210,24 @@ def test_a_gzipped_log_reads_as_the_log_and_damage_is_one_corrupt_line(tmp_path:
     whole = [item for item in lines if not isinstance(item[1], CorruptLine)]
     assert whole == [item for item in expected if not isinstance(item[1], CorruptLine)][: len(whole)]
     assert len(whole) > 10
+
+
+def test_an_event_of_a_type_this_version_does_not_know_is_said_so() -> None:
+    """A fleet's other version wrote a type this one lacks: its line is skipped as an unknown
+    type, not as damage (msgspec's own message, "Invalid value 'heartbeat' - at `$.type`", read
+    as a corrupt file); a damaged line and one missing its type keep msgspec's message."""
+    lines = [
+        b'{"type":"heartbeat","kind":"model","instance":"model-0"}',
+        b'{"type":"operation_started","kind":',
+        b'{"kind":"model"}',
+        b'["heartbeat"]',
+    ]
+    found = [item for _, item in read_events(io.BytesIO(b"\n".join(lines) + b"\n"))]
+    assert all(isinstance(item, CorruptLine) for item in found) and len(found) == 4
+    errors = [item.error for item in found if isinstance(item, CorruptLine)]
+    assert errors[0] == (
+        "an event type this version of ckpt-events does not know: 'heartbeat' "
+        "(written by another version of the library?)"
+    )
+    assert "does not know" not in " ".join(errors[1:])
+    assert "missing required field `type`" in errors[2]
