@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import ProtocolRefusal, check_int, shown
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, decode, encode
+from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from ckpt_events.participants.server.routes import bearer_auth, install_error_handlers
 from ckpt_events.participants.workloads.base import finite_sleep
 from ckpt_events.participants.workloads.generation_cut import (
@@ -63,16 +64,20 @@ def create_inference_app(
     cut_seconds: float = 0.0,
     server_name: str = "inference",
     max_staged: int = DEFAULT_MAX_STAGED,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The worker: ``POST /generate`` (NDJSON token stream) and ``POST /ng-control/v1/generation-cut``.
 
     ``fail_cuts=True`` makes every cut round fail with 503 (the protocol's error body),
     ``cut_seconds`` delays its answer (both exercise ``durable_failure``). At most
-    ``max_staged`` prefixes are kept staged, the oldest dropped first.
+    ``max_staged`` prefixes are kept staged, the oldest dropped first. Request bodies over
+    ``max_body_bytes`` (8 MiB by default, as a participant's) are 413 ``payload_too_large``.
     """
     if not token:
         raise InvalidValueError("the inference worker needs a bearer token")
     check_int(max_staged, f"max_staged must be an int >= 1, not {shown(max_staged)}", minimum=1)
+    body_bound = f"max_body_bytes must be a positive int, not {shown(max_body_bytes)}"
+    check_int(max_body_bytes, body_bound, minimum=1)
     delay = finite_sleep(token_seconds)
     cut_delay = finite_sleep(cut_seconds)
     active: dict[int, _Generation] = {}
@@ -82,6 +87,8 @@ def create_inference_app(
     # The worker is not a checkpoint participant: it counts no refusals.
     install_error_handlers(app, None)
     app.state.staged = staged
+    # A prompt or an inventory is read whole: unbounded, one request could take the memory.
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
 
     @app.post("/generate", dependencies=auth)
     async def generate(request: Request) -> Response:

@@ -254,3 +254,26 @@ async def test_staged_prefixes_are_bounded_the_oldest_dropped_first() -> None:
     assert list(app.state.staged) == ["c1/call-4", "c1/call-5"]
     with pytest.raises(InvalidValueError, match="max_staged must be an int >= 1, not 0"):
         create_inference_app(token=TOKEN, max_staged=0)
+
+
+async def test_bodies_over_the_bound_are_413_before_anything_is_read() -> None:
+    """The worker bounds request bodies as the participants do: a prompt or an inventory over
+    ``max_body_bytes`` (default 8 MiB) is 413 ``payload_too_large``, nothing generated or staged."""
+    app = create_inference_app(token=TOKEN, token_seconds=0, max_body_bytes=1024)
+    async with _client(app) as client:
+        reply = await client.post("/generate", json=_generate(prompt="x" * 2000, max_tokens=1))
+        assert error_code(reply) == (413, "payload_too_large")
+        inventory = _inventory([_prefix(1)] * 40)
+        assert error_code(await client.post(CUT_PATH, json=inventory)) == (413, "payload_too_large")
+        assert app.state.staged == {}
+        assert len(_lines(await client.post("/generate", json=_generate(max_tokens=1)))) == 2
+    default = create_inference_app(token=TOKEN, token_seconds=0)
+    async with _client(default) as client:
+        big = _generate(prompt="x" * (8 * 1024 * 1024), max_tokens=1)
+        assert error_code(await client.post("/generate", json=big)) == (413, "payload_too_large")
+
+
+def test_the_body_bound_is_checked() -> None:
+    """max_body_bytes is a positive int, else a precise error."""
+    with pytest.raises(InvalidValueError, match="max_body_bytes must be a positive int, not 0"):
+        create_inference_app(token=TOKEN, max_body_bytes=0)
