@@ -322,12 +322,13 @@ class ControlPlane(Generic[S]):
                         return cached
 
                     check_deadline(req.deadline_ts)
-                    self._extend_lease(req.deadline_ts)
                     if not self.workload.report().ready:
                         raise ProtocolRefusal(ErrorCode.INVALID_PHASE, "readiness regressed since prepare")
                     with store_refusals():
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
                     check_commit_scope(scope, self.workload.episodes)
+                    # Only once its arguments check: a refused commit changes nothing.
+                    self._extend_lease(req.deadline_ts)
                     # An episode named twice is exported once: a records file that repeats one
                     # never restores (``store_read`` refuses the repeat).
                     episodes = None if req.episode_ids is None else list(dict.fromkeys(req.episode_ids))

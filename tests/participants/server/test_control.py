@@ -447,6 +447,26 @@ async def test_renew_extends_the_lease():
     assert len(renews) == 2 and all(e.outcome is Outcome.OK for e in renews)
 
 
+async def test_a_refused_commit_leaves_the_lease_as_it_was(tmp_path):
+    """A commit refused for its arguments (a directory outside the root, a scope naming an
+    episode not held) changes nothing: its far deadline does not extend the lease."""
+    async with running(make()) as client:
+        await start(client, "r1")
+        await control(client, "prepare", seconds=5)
+        before = (await status(client))["lease_expires_at"]
+        for extra in (
+            {"checkpoint_dir": "../elsewhere"},
+            {"checkpoint_dir": str(tmp_path), "episode_ids": [{"rollout_id": "nope"}]},
+        ):
+            reply = await control(client, "commit", seconds=20 * 3600, **extra)
+            assert error_code(reply) == (422, "invalid_checkpoint_state")
+            now = await status(client)
+            assert (now["phase"], now["lease_expires_at"]) == ("prepared", before)
+        reply = await control(client, "commit", seconds=60, checkpoint_dir=str(tmp_path))
+        assert reply.status_code == 200, reply.text
+        assert (await status(client))["lease_expires_at"] > before
+
+
 async def test_lease_expiry_during_prepare_cuts_the_wait_short():
     """A lease that runs out while prepare waits aborts it: the prepare is stale, admission reopens."""
     app = create_app(
