@@ -204,24 +204,34 @@ class ControlPlane(Generic[S]):
 
     async def status(self) -> StatusReply:
         """Where the state machine stands; the retired marks summarised (a count and the
-        newest ``MAX_RETIRED_SHOWN``), so the reply stays small whatever their number."""
+        newest ``MAX_RETIRED_SHOWN``), so the reply stays small whatever their number.
+
+        It never waits for a transition in progress (a restore's read and install, a commit's
+        export hold the lock for as long as they take): it answers what stands now, leaving
+        the lease check and the marks' expiry to the next call."""
+        if self._lock.locked():
+            return self._status_now()
         async with self._lock:
             self.check_lease()
-            fence = self.workload.fence
-            fence.expire()
-            return StatusReply(
-                kind=str(self.workload.kind),
-                instance=self.tel.instance,
-                phase=self.phase,
-                checkpoint_id=self.checkpoint_id,
-                lease_expires_at=self.lease_expires_at,
-                admission_open=self.workload.admission_open,
-                episodes=len(self.workload.episodes),
-                retired_rollouts=fence.newest(MAX_RETIRED_SHOWN),
-                retired_count=len(fence),
-                retired_expired=fence.expired,
-                report=self.readiness(),
-            )
+            self.workload.fence.expire()
+            return self._status_now()
+
+    def _status_now(self) -> StatusReply:
+        """``GET /status``'s reply from the state as it stands (no await: one consistent view)."""
+        fence = self.workload.fence
+        return StatusReply(
+            kind=str(self.workload.kind),
+            instance=self.tel.instance,
+            phase=self.phase,
+            checkpoint_id=self.checkpoint_id,
+            lease_expires_at=self.lease_expires_at,
+            admission_open=self.workload.admission_open,
+            episodes=len(self.workload.episodes),
+            retired_rollouts=fence.newest(MAX_RETIRED_SHOWN),
+            retired_count=len(fence),
+            retired_expired=fence.expired,
+            report=self.readiness(),
+        )
 
     async def prepare(self, req: PrepareRequest, trace: Incoming) -> PrepareReply:
         cid = req.checkpoint_id

@@ -16,7 +16,7 @@ from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.server.app import make_workload
-from tests.participants.helpers import TOKEN, control, error_code, running
+from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
 ROLLOUTS = 400
@@ -85,3 +85,36 @@ async def test_work_started_during_a_restore_is_refused_and_nothing_runs_twice(t
         # Every rollout once, as its restored next attempt: no attempt 0 beside it.
         assert again.json()["manifest"]["record_count"] == ROLLOUTS
         assert again.json()["episode_ids"] == sorted(f"r{i}-a1" for i in range(ROLLOUTS))
+
+
+async def test_status_answers_at_once_while_a_restore_reads(tmp_path):
+    """GET /status does not wait for a restore's read and install (it waited out the whole
+    restore, 2.8 s here: ``watch``'s 0.8 s poll called a restoring participant unreachable);
+    it says what stands: idle, admission closed, nothing installed yet; then restored."""
+    instance = "env-status-1"
+    async with running(_app(1, instance)) as client:
+        for i in range(3):
+            assert (await client.post("/work/start", json={"rollout_id": f"r{i}"})).status_code == 200
+        assert (await control(client, "prepare")).json()["phase"] == "prepared"
+        assert (await control(client, "commit", checkpoint_dir=str(tmp_path))).status_code == 200
+
+    slow = FaultPlan.parse(f"slow-restore:{instance}:1.0")  # a second per record read
+    episodes = [{"rollout_id": f"r{i}"} for i in range(3)]
+    async with running(_app(1, instance, slow)) as client:
+        restored: dict[str, Any] = {}
+
+        async def restore() -> None:
+            reply = await control(
+                client, "restore", "c2", seconds=60.0, checkpoint_dir=str(tmp_path), episode_ids=episodes
+            )
+            restored.update(reply.json())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(restore)
+            await anyio.sleep(0.3)  # the read is under way
+            with anyio.fail_after(0.5):
+                during = await status(client)
+            assert not restored, "the restore ended before the status call: slow it down more"
+        assert (during["phase"], during["admission_open"], during["episodes"]) == ("idle", False, 0)
+        assert restored["phase"] == "restored"
+        assert (await status(client))["phase"] == "restored"
