@@ -11,16 +11,17 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ckpt_events import Telemetry
-from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, WorkError
+from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, WorkError, shown
 from ckpt_events.participants.fastapi import Incoming, incoming_dependency
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
+    MAX_ATTEMPT,
     SERVER_TIME_HEADER,
     CommitRequest,
     EpisodeId,
@@ -52,6 +53,8 @@ __all__ = [
 
 T = TypeVar("T")
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+#: The longest capture key: a 128-character rollout id, then ``-a`` and the last attempt.
+_KEY_CHARS: Final = 128 + len(f"-a{MAX_ATTEMPT}")
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -136,7 +139,10 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
 
 
 def _not_found(key: str, gone: LookupError | None = None) -> Response:
-    detail = gone.detail if isinstance(gone, EpisodeGone) else f"no episode {key}"
+    # A key from the URL may be anything (60 KB, control characters): one no capture key can
+    # be is quoted bounded, as every caller's value in an error.
+    said = key if len(key) <= _KEY_CHARS and key.isascii() and key.isprintable() else shown(key)
+    detail = gone.detail if isinstance(gone, EpisodeGone) else f"no episode {said}"
     return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=detail)), 404)
 
 

@@ -179,6 +179,19 @@ async def test_work_without_a_rollout_id_is_400_and_unknown_episodes_404(tmp_pat
         assert await _refused(bus, sink) == [("rollout_id_required", None)] * 2
 
 
+async def test_an_unknown_key_from_the_url_is_quoted_bounded_in_the_404(tmp_path: Path) -> None:
+    """A key no capture key can be (60,000 characters; a control character) is quoted through
+    ``shown`` in the 404's detail, not echoed whole (it was: a 60 KB detail for a 60 KB URL)."""
+    async with _served(tmp_path) as (client, _, _, _):
+        client.headers.update(AUTH)
+        reply = await client.get("/work/" + "x" * 60_000)
+        detail = reply.json()["error"]["detail"]
+        assert error_code(reply) == (404, "not_found")
+        assert len(detail) < 300 and "(60,000 characters)" in detail
+        reply = await client.get("/work/r1%0Aforged")
+        assert reply.json()["error"]["detail"] == "no episode 'r1\\nforged'"
+
+
 async def test_a_workers_own_port_serves_no_start(tmp_path: Path) -> None:
     """With start=False there is no POST /work/start (405), and advance and view still answer."""
     async with _served(tmp_path, start=False) as (client, *_):
