@@ -11,6 +11,9 @@ way). When the range holds 0, the clocks already agree with everything the logs 
 nothing is shifted; when it does not, the process is shifted by the middle of the range
 (the unknown transit split evenly between request and reply); when no single shift fits
 every pair (a clock that stepped during the run), nothing is shifted and the report says so.
+A ``serve --workers`` worker answers its main process, not the controller, so no call bounds
+its clock: it runs on its main process's host, and is shifted with it (its prepares, left
+unshifted, made a 9 ms checkpoint's pause 40 s).
 
 A span's duration is read from its own process's clock alone (``model.duration_ns``); a
 figure spanning processes (the fleet's pause, a waterfall, the logs' time) needs this
@@ -21,7 +24,7 @@ calls) are the last ``PENDING`` of each.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Final, TypeAlias
@@ -47,6 +50,7 @@ from ckpt_events import (
     StepStarted,
 )
 from ckpt_events.participants.cli.report.events import who_of
+from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import Kind, Outcome, SpanKind, span_kind_of
 
 __all__ = ["ClockEvidence", "Offsets", "Process", "process_of", "shifted"]
@@ -117,6 +121,8 @@ class ClockEvidence:
     ranges: dict[Process, _Range] = field(default_factory=dict)
     #: Traces where an operation sat outside its call by these stamps (a clock no shift fits).
     outside: set[int] = field(default_factory=set)
+    #: The workers seen (``serve --workers``): each is shifted with its main process.
+    workers: set[Process] = field(default_factory=set)
     #: (start, end) of each call; its end ``None`` when it ended in error (no upper bound).
     _calls: OrderedDict[tuple[int, int], tuple[int, int | None]] = field(default_factory=OrderedDict)
     _answers: OrderedDict[tuple[int, int], list[tuple[Process, int, int]]] = field(
@@ -124,6 +130,8 @@ class ClockEvidence:
     )
 
     def add(self, e: CheckpointEvent) -> None:
+        if isinstance(e, OperationFinished) and e.worker is not None:
+            self.workers.add(process_of(e))
         match e:
             case OperationFinished(parent_remote=True, parent_span_id=int(parent)) if (
                 e.kind != Kind.CONTROLLER
@@ -168,12 +176,19 @@ class ClockEvidence:
         """Each process whose clock the logs prove off, and the shift that puts every one of
         its operations inside its call; processes that agree, or that no one shift fits, are
         left out."""
-        return {
+        own = {
             # Bounded below only (every call it answered ended in error): the least shift.
             p: (r.low + r.high) // 2 if r.high < _UNBOUNDED else r.low
             for p, r in self.ranges.items()
             if r.low <= r.high and not r.low <= 0 <= r.high
         }
+        # A worker no call bounds shares its main process's host, so its clock.
+        inherited = {
+            w: by
+            for w in self.workers
+            if w not in self.ranges and (by := own.get((w[0], w[1], None))) is not None
+        }
+        return own | inherited
 
     def unaligned(self) -> list[Process]:
         """The processes no one shift fits (a clock that moved during the run)."""
@@ -183,12 +198,20 @@ class ClockEvidence:
         """One line per process aligned (by ``applied``, the offsets this read used), the
         largest shifts first and past ``SHOWN`` counted, and one per process no shift fits."""
         out = []
-        ordered = sorted(applied.items(), key=lambda kv: (-abs(kv[1]), str(kv[0])))
+        # A worker shifted with its main process is said on its main process's line.
+        with_main: Counter[Process] = Counter(
+            (p[0], p[1], None)
+            for p, by in applied.items()
+            if p[2] is not None and p not in self.ranges and applied.get((p[0], p[1], None)) == by
+        )
+        lines = {p: by for p, by in applied.items() if not (p[2] is not None and p not in self.ranges)}
+        ordered = sorted(lines.items(), key=lambda kv: (-abs(kv[1]), str(kv[0])))
         for process, by in ordered[:SHOWN]:
             r = self.ranges.get(process)
             pairs = f"{r.pairs} of its operations" if r is not None else "its operations"
+            workers = f" (and its {counted(n, 'worker')}')" if (n := with_main[process]) else ""
             out.append(
-                f"aligned {_who(process)}'s clock by {_seconds(-by)} (shifted its stamps "
+                f"aligned {_who(process)}'s clock{workers} by {_seconds(-by)} (shifted its stamps "
                 f"{_seconds(by)}: {pairs} must sit inside the controller's calls)"
             )
         if rest := ordered[SHOWN:]:

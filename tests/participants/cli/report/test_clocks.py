@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ckpt_events import OperationFinished, StepFinished
+from ckpt_events import OperationFinished, OperationStarted, StepFinished
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import duration_ns
@@ -112,6 +112,56 @@ def test_a_participant_clock_off_by_tens_of_seconds_is_aligned_by_the_calls(
     assert len(aligned) == 1, err
     assert f"by {skew_s:+.1f} s " in aligned[0]
     assert "aligned" not in err.replace(aligned[0], "")
+
+
+def _with_workers(run: list[Any], instance: str) -> list[Any]:
+    """``run`` with two ``serve --workers`` workers under each of ``instance``'s prepares, as a
+    real one logs them: each worker's prepare answers its main process's (a remote parent),
+    inside it, and names no controller's call."""
+    out = []
+    for e in run:
+        out.append(e)
+        if (
+            isinstance(e, OperationStarted | OperationFinished)
+            and e.instance == instance
+            and e.operation == Operation.PREPARE
+        ):
+            for w in (0, 1):
+                out.append(
+                    msgspec.structs.replace(
+                        e, span_id=e.span_id ^ (0x7F00 + w), parent_span_id=e.span_id, worker=w
+                    )
+                )
+    return out
+
+
+@pytest.mark.parametrize("skew_s", [-40, 60])
+def test_a_participant_s_workers_share_its_aligned_clock(
+    run: list[Any],
+    skew_s: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """agent-0 and its two workers (one host, one clock) 40 s behind or 60 s ahead: the workers
+    are moved with their main process, so the pauses are the true run's (the workers' prepares,
+    left 40 s early, made each pause 40,039 ms for a 48 ms one), and its line says so."""
+    monkeypatch.setenv("COLUMNS", "200")
+    fleet = _with_workers(run, "agent-0")
+    true_out, _ = _report(capsys, _write(tmp_path / "true", fleet))
+    skewed = [_shift(e, skew_s * SECOND) if e.instance == "agent-0" else e for e in fleet]
+    out, err = _report(capsys, _write(tmp_path / "skewed", skewed))
+
+    expected, expected_total, _ = _pauses(true_out)
+    got, total, _ = _pauses(out)
+    assert len(expected) == CHECKPOINTS and got.keys() == expected.keys()
+    for checkpoint, ms in expected.items():
+        assert got[checkpoint] == pytest.approx(ms, abs=3.0), (checkpoint, got, expected)
+    assert total == pytest.approx(expected_total, abs=3.0 * CHECKPOINTS)
+    aligned = [line for line in err.splitlines() if line.startswith("aligned agent/agent-0's clock")]
+    assert len(aligned) == 1, err
+    said = f"aligned agent/agent-0's clock (and its 2 workers') by {skew_s:+.1f} s "
+    assert aligned[0].startswith(said), err
 
 
 def test_a_clock_stepping_back_during_a_write_gives_no_negative_duration(
