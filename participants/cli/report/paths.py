@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
 from ckpt_events import Event, OperationFinished, StepFinished
-from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
+from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_of, who_wrote
 from ckpt_events.participants.cli.report.model import Span, finished_spans
 from ckpt_events.participants.cli.words import counted, rate
 from ckpt_events.vocab import Kind, Operation, Step, span_name, span_name_of
@@ -307,7 +307,9 @@ def dominated(spans: Sequence[FinishedSpan]) -> str:
     """The longest read or install step of a restore: which, on whom, its records and rate;
     said to have dominated only when it took ``DOMINANT_SHARE`` or more of the restore (the
     longest span among ``spans``, its root), else named as the longest, with its share: a 26 ms
-    read of a 226 ms restore was said to dominate it, beside a critical path through another."""
+    read of a 226 ms restore was said to dominate it, beside a critical path through another.
+    Another participant's step that took that share too is named beside it (``so did ...``):
+    two slow reads in parallel were said as one participant's, whose fix alone saves nothing."""
     steps = _read_or_install(spans)
     if not steps:
         return ""
@@ -324,4 +326,28 @@ def dominated(spans: Sequence[FinishedSpan]) -> str:
         speed = f" at {rate(top.bytes, ms / 1e3)}" if ms > 0 else ""
         size = counted(top.bytes, "byte") if top.bytes < 100_000 else f"{top.bytes / 1e6:.1f} MB"
         out += f", {size}{speed}"
+    if whole > 0 and ms / whole >= DOMINANT_SHARE:
+        out += _so_did(steps, top, whole)
     return out
+
+
+#: Other participants' dominating steps named beside the longest one; the rest are counted.
+_SO_DID: Final = 3
+
+
+def _so_did(steps: Sequence[StepFinished], top: StepFinished, whole: float) -> str:
+    """``; so did read on model/model-1 410.2 ms`` for each other participant (never ``top``'s
+    own workers, whose steps run inside its own) whose longest step took ``DOMINANT_SHARE`` of
+    the restore too, longest first."""
+    longest: dict[tuple[str, str], StepFinished] = {}
+    for e in steps:
+        key = (str(e.kind), e.instance)
+        if key == (str(top.kind), top.instance) or _ms(e) / whole < DOMINANT_SHARE:
+            continue
+        if key not in longest or _ms(e) > _ms(longest[key]):
+            longest[key] = e
+    others = sorted(longest.values(), key=_ms, reverse=True)
+    said = [f"{e.step} on {who_of(e.kind, e.instance, None)} {_ms(e):.1f} ms" for e in others[:_SO_DID]]
+    if len(others) > _SO_DID:
+        said.append(f"{len(others) - _SO_DID:,} more")
+    return f"; so did {', '.join(said)}" if said else ""

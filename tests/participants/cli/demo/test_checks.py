@@ -153,7 +153,8 @@ def test_the_lease_fault_with_one_of_but_no_lease_on_names_no_none() -> None:
 
 
 def test_a_slow_restore_must_be_dominated_by_the_faulty_server_s_read() -> None:
-    """Half or more of the restore in that server's read passes; less, or another's, fails."""
+    """Half or more of the restore in that server's read passes; less, another's, or another's
+    beside it (the fault hit one server), fails."""
     fault = parse_fault("slow-restore:model-1")
     slow = "read on model/model-1 3 records, 2.0 MB/s"
     run = _run(_ckpt("c2", "published"), _restore(end_ns=10_000_000, dominant_ms=6.0, dominated=slow))
@@ -171,6 +172,10 @@ def test_a_slow_restore_must_be_dominated_by_the_faulty_server_s_read() -> None:
     )
     with pytest.raises(DemoFailed, match=r"\(90% of it\): read on model/model-0 x$"):
         diagnosis_checks(other, published=1, fault=fault)
+    both = f"{slow}; so did read on model/model-0 5.9 ms"
+    beside = _run(_ckpt("c2", "published"), _restore(end_ns=10_000_000, dominant_ms=6.0, dominated=both))
+    with pytest.raises(DemoFailed, match=r"\(60% of it\): .*; so did read on model/model-0 5.9 ms$"):
+        diagnosis_checks(beside, published=1, fault=fault)
     unknown = _run(_ckpt("c2", "published"), _restore())
     with pytest.raises(DemoFailed, match=r"\(0% of it\): no read or install step$"):
         diagnosis_checks(unknown, published=1, fault=fault)

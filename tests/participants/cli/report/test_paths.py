@@ -137,6 +137,31 @@ def test_slowest_names_the_longest_operation_even_off_the_path() -> None:
     assert dominated(short) == "read on model/model-0 5.4 ms dominated"
 
 
+def test_two_participants_reads_over_half_a_restore_are_both_named() -> None:
+    """model-0 (415.6 ms) and model-1 (410.2 ms) read in parallel through a 446 ms restore: both
+    dominated it, so both are named (model-0's alone was said to, though a faster model-0 would
+    have saved nothing); model-0's workers' reads inside its own are not another's, nor is a
+    short read elsewhere."""
+
+    def read(span: int, instance: str, start: float, end: float, worker: int | None = None) -> Any:
+        return StepFinished(
+            Kind.MODEL, instance, T, span, int(start * MS), int(end * MS), Step.READ, "k", 2, worker=worker
+        )
+
+    root = CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 446 * MS, CollectionAction.RESTORE, "k")
+    spans = [
+        root,
+        read(10, "model-0", 10, 425.6),
+        read(11, "model-0", 12, 420, worker=0),
+        read(12, "model-1", 11, 421.2),
+        StepFinished(Kind.AGENT, "agent-0", T, 13, 10 * MS, 30 * MS, Step.READ, "k", 2),
+    ]
+    both = "read on model/model-0 415.6 ms dominated; so did read on model/model-1 410.2 ms"
+    assert dominated(spans) == both
+    # One participant's read alone (its worker's inside it) is said as before.
+    assert dominated(spans[:3]) == "read on model/model-0 415.6 ms dominated"
+
+
 def test_a_child_of_unknown_duration_makes_the_path_unknown_from_its_parent() -> None:
     """The agent's clock went back during its prepare (end stamped before start): it may have
     ended as late as P did, so the path is unknown from P down and the model, which ended last
