@@ -147,15 +147,23 @@ class CheckpointCauses:
         return self.kept.get(checkpoint_id, []) if checkpoint_id else []
 
 
-def causes_of(traces: Sequence[TraceCauses], events: Sequence[CauseEvent]) -> tuple[list[str], bool]:
+def causes_of(
+    traces: Sequence[TraceCauses], events: Sequence[CauseEvent], *, clocks_agree: bool = True
+) -> tuple[list[str], bool]:
     """A row's causes from its ``traces`` and the counted ``events`` kept for its checkpoint,
     in time order (a controller error that only follows from a failure below it is said when
     nothing else is), and whether a counted one aborted it: a participant not ready at the
-    deadline, or a lease that ran out."""
+    deadline, or a lease that ran out.
+
+    Without ``clocks_agree`` (a participant of the row answered outside the controller's call:
+    a clock no one shift aligns), stamps of two processes do not order them: the causes that
+    aborted it come first, each kind in time order (a lease expiry stamped 5 s late by a clock
+    that stepped came after the refusals that followed from it, and was cut from the row)."""
     timed, recorded, following = _span_causes(traces)
     counted_causes, aborted_by = _counted_causes(traces, events, recorded)
-    timed += counted_causes
-    timed.sort(key=lambda c: c[0])
+    aborting = {c for _, c, aborts in counted_causes if aborts}
+    timed += [(at, c) for at, c, _ in counted_causes]
+    timed.sort(key=lambda c: c[0] if clocks_agree else (c[1] not in aborting, c[0]))
     return [c for _, c in timed] or following, aborted_by
 
 
@@ -186,34 +194,35 @@ def open_causes(spans: Iterable[StartedSpan], last_ns: int) -> list[str]:
 
 def _counted_causes(
     traces: Sequence[TraceCauses], events: Sequence[CauseEvent], recorded: Sequence[str]
-) -> tuple[list[tuple[int, str]], bool]:
-    """(time, cause) of the counted ``events`` kept for a row's checkpoint (a refusal the
-    controller ``recorded`` is said by its record), and whether one aborted it."""
+) -> tuple[list[tuple[int, str, bool]], bool]:
+    """(time, cause, whether it aborted the checkpoint) of the counted ``events`` kept for a
+    row's checkpoint (a refusal the controller ``recorded`` is said by its record), and whether
+    one aborted it."""
     prepares: dict[str, int] = {}
     for trace in traces:
         for who, at in trace.prepares.items():
             prepares[who] = min(at, prepares.get(who, at))
-    timed: list[tuple[int, str]] = []
+    timed: list[tuple[int, str, bool]] = []
     aborted_by = False
     for e in events:
         match e:
             case LeaseExpired():
                 since = e.time_ns - prepares[who_wrote(e)] if who_wrote(e) in prepares else None
                 after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
-                timed.append((e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}"))
+                timed.append((e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}", True))
                 aborted_by = True
             case PrepareNotReady():
                 blocked = (
                     f"not ready at its deadline: {who_wrote(e)} blocked by {counted(e.blockers, 'episode')}"
                 )
-                timed.append((e.time_ns, blocked))
+                timed.append((e.time_ns, blocked, True))
                 aborted_by = True
             case Refused():
                 status = HTTP_STATUS.get(e.code)
                 refused = f"{who_wrote(e)} refused: {e.code}" + ("" if status is None else f" ({status})")
                 # The controller's record of the same refusal says more (its detail, when).
                 if not any(c.startswith(refused) for c in recorded):
-                    timed.append((e.time_ns, refused))
+                    timed.append((e.time_ns, refused, False))
     return timed, aborted_by
 
 

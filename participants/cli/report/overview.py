@@ -349,7 +349,7 @@ def overview(
         for row in fleet.rows:
             row.logs_end_ns = fleet.last_ns
     for number, row in enumerate(rows, 1):
-        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]))
+        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]), not row.trace_ids & outside)
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it that may have
@@ -476,9 +476,10 @@ def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
             return True
 
 
-def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow]) -> None:
+def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow], clocks_agree: bool) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
-    ``same_id``: the rows that carry its checkpoint id (``row_of``)."""
+    ``same_id``: the rows that carry its checkpoint id (``row_of``); ``clocks_agree``: no
+    participant of its traces answered outside the controller's call (``causes_of``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_span = _paused_span(mine)
@@ -486,7 +487,7 @@ def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow]) -> None
     events: list[CauseEvent] = [
         e for e in fold.causes.of(row.checkpoint_id) if row_of(same_id, e.time_ns, e) is row
     ]
-    causes, aborted_by = causes_of([t.causes for t in mine], events)
+    causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
     if len(ends) < len(row.roots):
         row.outcome = OPEN
         if row.logs_end_ns is None:

@@ -35,6 +35,8 @@ from ckpt_events.participants.cli.report.causes import (
     open_causes,
     shown,
 )
+from ckpt_events.participants.cli.report.clocks import ClockEvidence
+from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.participants.controller.types import (
     FAILURES_ATTRIBUTE,
@@ -300,6 +302,62 @@ def test_a_lease_expiry_is_timed_from_the_participants_first_prepare_and_aborts(
     assert aborted
     lone = LeaseExpired("model", "model-0", 5, Phase.PREPARING, "c1")
     assert causes_of([first], [lone]) == (["lease expired on model/model-0 in phase preparing"], True)
+
+
+def test_with_clocks_that_disagree_the_causes_that_aborted_come_first() -> None:
+    """environment-1's clock stepped 5 s ahead: its lease expiry is stamped after the refusals at
+    the commit that followed from it. Their order by stamps is unknown, so with
+    ``clocks_agree=False`` the expiry leads (it was fifth, cut from the row as '... and 1 more');
+    with clocks that agree, time order stands."""
+    trace = TraceCauses(prepares={"environment/environment-1": 1_000_000_000})
+    expired = LeaseExpired("environment", "environment-1", 8_500_000_000, Phase.PREPARED, "c1")
+    refusals = [
+        Refused("agent", f"agent-{i}", 4_000_000_000 + i, ErrorCode.DEADLINE_EXCEEDED, "c1") for i in range(4)
+    ]
+    said, aborted = causes_of([trace], [*refusals, expired], clocks_agree=False)
+    assert said[0] == "lease expired on environment/environment-1 in phase prepared, 7.5 s after its prepare"
+    assert said[1:] == [f"agent/agent-{i} refused: deadline_exceeded (409)" for i in range(4)]
+    assert aborted
+    in_time, _ = causes_of([trace], [*refusals, expired])
+    assert in_time == [*said[1:], said[0]]
+
+
+def test_the_overview_leads_with_the_abort_when_a_clock_is_not_aligned() -> None:
+    """End to end: a prepare that answered outside the controller's call (a clock no shift
+    aligns) makes the overview row lead with the lease expiry, not the refusals after it."""
+    call = StageFinished(
+        "controller", "coordination", 7, 2, 1_000_000_000, 1_100_000_000, "environment", "c1", 1
+    )
+    # Stamped 5 s late by its clock: outside the call that it answered.
+    prepare = OperationFinished(
+        "environment", "environment-1", 7, 3, 6_010_000_000, 6_020_000_000, Operation.PREPARE, "c1", 2, True
+    )
+    expired = LeaseExpired("environment", "environment-1", 8_600_000_000, Phase.PREPARED, "c1")
+    refusals = [
+        Refused("agent", f"agent-{i}", 4_000_000_000 + i, ErrorCode.DEADLINE_EXCEEDED, "c1") for i in range(4)
+    ]
+    root = _span(
+        CollectionFinished,
+        1,
+        None,
+        900_000_000,
+        4_100_000_000,
+        action=CollectionAction.CHECKPOINT,
+        outcome=Outcome.ERROR,
+        published=False,
+    )
+    events: list[Any] = sorted([call, prepare, expired, *refusals, root], key=event_time)
+    clocks = ClockEvidence()
+    for e in events:
+        clocks.add(e)
+    assert clocks.outside == {7}
+    (row,) = overview(events, clocks=clocks).rows
+    assert row.outcome == "aborted"
+    lead = "lease expired on environment/environment-1 in phase prepared"
+    assert row.causes[0].startswith(lead), row.causes
+    # The same logs with clocks taken to agree: the expiry, last in time, was cut.
+    (timed,) = overview(events).rows
+    assert not any(c.startswith("lease expired") for c in timed.causes), timed.causes
 
 
 def test_a_refusal_is_said_with_its_status_and_never_aborts() -> None:
