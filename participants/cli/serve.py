@@ -10,6 +10,7 @@ show in process listings.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import fcntl
 import functools
@@ -18,6 +19,7 @@ import math
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -205,7 +207,50 @@ class _StopServing:
             self.server.should_exit = True
 
 
-def _build_app(args: argparse.Namespace, token: str, stop: _StopServing) -> Any:
+class _SinkLosses:
+    """What the sinks of ``serve``'s bus lost, said in one line per sink once it has stopped.
+
+    A sink's failures (a log on a full disk) are logged once, its drops not at all: counted in
+    ``bus.stats()``, which dies with the process. A server stopped after its log's disk filled
+    said nothing of the 170 events it had lost since the first failure."""
+
+    def __init__(self) -> None:
+        self.buses: list[Any] = []  # the bus of each lifespan run
+        self._said = False
+
+    def say(self) -> None:
+        """Print the lines on stderr, once (before uvicorn raises the signal it stopped on again)."""
+        if not self._said:
+            self._said = True
+            for line in self.lines():
+                print(line, file=sys.stderr, flush=True)
+
+    def lines(self) -> list[str]:
+        """One line per sink that lost events: how many of how many, and why."""
+        said = []
+        for bus in self.buses:
+            for stats in bus.stats().sinks:
+                lost = stats.failed + stats.dropped + stats.abandoned + stats.pending
+                if not lost:
+                    continue
+                how = ", ".join(
+                    f"{count} {what}"
+                    for count, what in (
+                        (stats.failed, "in batches it failed"),
+                        (stats.dropped, "dropped, its buffer full"),
+                        (stats.abandoned + stats.pending, "abandoned at the close deadline"),
+                    )
+                    if count
+                )
+                why = f"first error {escape(stats.error)}; " if stats.error else ""
+                said.append(
+                    f"ckpt-events serve: sink {escape(repr(stats.name))} lost {lost} of {stats.emitted} "
+                    f"events: {why}{how}"
+                )
+        return said
+
+
+def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses: _SinkLosses) -> Any:
     # Imported here so `ckpt-events --help` and the other subcommands need no server stack.
     from ckpt_events import sinks
     from ckpt_events.participants import create_app, create_inference_app
@@ -269,7 +314,11 @@ def _build_app(args: argparse.Namespace, token: str, stop: _StopServing) -> Any:
         instance=instance,
         token=token,
         configure_sinks=functools.partial(
-            _configure_sinks, instance=instance, close_predecessor=True, announce_metrics=True
+            _configure_sinks,
+            instance=instance,
+            close_predecessor=True,
+            announce_metrics=True,
+            buses=losses.buses,
         ),
         lease_grace_seconds=args.lease_grace_seconds,
         sample_ratio=ratio,
@@ -282,10 +331,17 @@ def _build_app(args: argparse.Namespace, token: str, stop: _StopServing) -> Any:
 
 
 def _configure_sinks(
-    bus: Any, *, instance: str | None = None, close_predecessor: bool = False, announce_metrics: bool = False
+    bus: Any,
+    *,
+    instance: str | None = None,
+    close_predecessor: bool = False,
+    announce_metrics: bool = False,
+    buses: list[Any] | None = None,
 ) -> Any:
     from ckpt_events import sinks
 
+    if buses is not None:
+        buses.append(bus)  # its sinks' losses are said once the server has stopped
     configured = sinks.configure(bus, service_instance_id=instance)
     # Bounded: a collector gone since start-up must not hold a Ctrl-C for its retries (13 s).
     configured.close_timeout = SHUTDOWN_TIMEOUT
@@ -545,7 +601,8 @@ def _serve(args: argparse.Namespace) -> int:
         _check_listen(args.host, args.port)
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
     stop = _StopServing()
-    app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"), stop)
+    losses = _SinkLosses()
+    app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"), stop, losses)
     from ckpt_events.participants.server.limits import (
         log_resource_exhaustion_once,
         log_shutdown_cuts_in_one_line,
@@ -555,14 +612,36 @@ def _serve(args: argparse.Namespace) -> int:
     log_shutdown_cuts_in_one_line()
     claimed = _claim_logs(args.workers)
     try:
-        return _run_server(args, app, sockets, stop)
+        return _run_server(args, app, sockets, stop, losses)
     finally:
+        losses.say()  # a server that did not start, or stopped without a signal
         for fd in claimed:
             os.close(fd)  # the lock goes with it
 
 
+def _saying_losses(base: type[Any], losses: _SinkLosses) -> type[Any]:
+    """uvicorn's server (``base``), saying ``losses`` once it has stopped serving, its lifespan
+    ended: after a SIGTERM, uvicorn raises the signal again on the way out of ``serve()``, and
+    the process died of it before any line of ours after ``run()``."""
+
+    class SayingLosses(base):  # type: ignore[misc]  # uvicorn is imported lazily
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    losses.say()
+
+    return SayingLosses
+
+
 def _run_server(
-    args: argparse.Namespace, app: Any, sockets: list[socket.socket] | None, stop: _StopServing
+    args: argparse.Namespace,
+    app: Any,
+    sockets: list[socket.socket] | None,
+    stop: _StopServing,
+    losses: _SinkLosses,
 ) -> int:
     import uvicorn
 
@@ -584,7 +663,7 @@ def _run_server(
         **server_limits(ConnectionLimits(header_timeout=args.header_timeout)),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
-    server = once_per_interrupt(uvicorn.Server)(config)
+    server = _saying_losses(once_per_interrupt(uvicorn.Server), losses)(config)
     stop.server = server
     server.run(sockets=sockets)
     fatal = getattr(app.state, "fatal", None)

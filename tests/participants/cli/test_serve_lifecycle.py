@@ -1,0 +1,97 @@
+"""``serve`` run as in production: a log on a full disk, SIGHUP. Real processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ckpt_events.participants.cli.fleet import free_port, write_token_file
+from ckpt_events.participants.protocol import CONTROL_PREFIX
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())",
+]
+TOKEN = "lifecycle-test-token"
+#: Events one prepare and its resume emit on an idle participant (each: started, finished, and
+#: the phase's own event), measured on a log with room.
+EVENTS_PER_CYCLE = 6
+
+
+@contextlib.contextmanager
+def _serve(
+    tmp_path: Path, env: dict[str, str], file_limit: int | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``serve resources`` in its own session, listening; killed with its group on the way out."""
+    token = write_token_file(tmp_path / "token", TOKEN)
+    port = free_port()
+
+    argv = [*CLI, "serve", "resources", "--port", str(port), "--token-file", str(token)]
+    with open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True, env={**os.environ, **env},
+        )  # fmt: skip
+        if file_limit is not None:  # a full disk, as a file size limit (no tmpfs to fill here)
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (file_limit, file_limit))
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, (tmp_path / "err").read_text()
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                    break
+                assert time.monotonic() < deadline, "serve did not listen within 30 s"
+                time.sleep(0.05)
+            yield proc, port
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _cycles(port: int, count: int) -> None:
+    """``count`` prepares, each resumed: events for the log."""
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{port}{CONTROL_PREFIX}", headers=headers, timeout=10
+    ) as client:
+        for index in range(count):
+            body = {"checkpoint_id": f"c{index}", "deadline_ts": time.time() + 30}
+            assert client.post("/prepare", json=body).status_code == 200
+            assert client.post("/resume", json=body).status_code == 200
+
+
+def test_events_a_full_disk_lost_are_said_in_one_line_at_shutdown(tmp_path: Path) -> None:
+    """A log on a full disk (a 4 KiB file size limit): the sink's first failure is logged, and
+    the rest were counted in the dead process's memory alone, so a stopped server said nothing
+    of the 170 events it lost (a "writing again" line even said 4). At shutdown one line says
+    how many events each sink lost, of how many, and why."""
+    log = tmp_path / "events.jsonl"
+    with _serve(tmp_path, {"CKPT_EVENTS_JSONL": str(log)}, file_limit=4096) as (proc, port):
+        _cycles(port, 30)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+    err = (tmp_path / "err").read_text()
+    written = len(log.read_bytes().splitlines())
+    emitted = 30 * EVENTS_PER_CYCLE
+    assert written < emitted
+    lost = re.findall(r"^ckpt-events serve: sink 'jsonl' lost (\d+) of (\d+) events: (.*)$", err, re.M)
+    assert lost, err
+    assert (int(lost[0][0]), int(lost[0][1])) == (emitted - written, emitted), err
+    assert "File too large" in lost[0][2], err
