@@ -1,4 +1,4 @@
-"""``serve`` run as in production: a log on a full disk, SIGHUP. Real processes on 127.0.0.1."""
+"""``serve`` run as in production: a log on a full disk, a hangup. Real processes on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
+from tests.participants.cli.otlp_receiver import otlp_receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,13 +37,13 @@ EVENTS_PER_CYCLE = 6
 
 @contextlib.contextmanager
 def _serve(
-    tmp_path: Path, env: dict[str, str], file_limit: int | None = None
+    tmp_path: Path, env: dict[str, str], file_limit: int | None = None, prefix: tuple[str, ...] = ()
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``serve resources`` in its own session, listening; killed with its group on the way out."""
     token = write_token_file(tmp_path / "token", TOKEN)
     port = free_port()
 
-    argv = [*CLI, "serve", "resources", "--port", str(port), "--token-file", str(token)]
+    argv = [*prefix, *CLI, "serve", "resources", "--port", str(port), "--token-file", str(token)]
     with open(tmp_path / "err", "wb") as err:
         proc = subprocess.Popen(
             argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
@@ -95,3 +96,35 @@ def test_events_a_full_disk_lost_are_said_in_one_line_at_shutdown(tmp_path: Path
     assert lost, err
     assert (int(lost[0][0]), int(lost[0][1])) == (emitted - written, emitted), err
     assert "File too large" in lost[0][2], err
+
+
+def test_a_hangup_stops_serve_as_sigterm_does_its_sinks_flushed(tmp_path: Path) -> None:
+    """SIGHUP (the terminal serve runs in closed, an ssh session dropped) killed serve at once:
+    requests in flight cut, the sinks never closed, what they held never sent (here the metrics
+    of a 60 s export interval, which only the close exports). It now stops as SIGTERM does:
+    gracefully, the sinks flushed, and the process ends of its SIGHUP (129 in a shell)."""
+    with otlp_receiver() as received:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": received.url,
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+        }
+        with _serve(tmp_path, env) as (proc, port):
+            _cycles(port, 2)
+            assert "/v1/metrics" not in received.paths
+            os.kill(proc.pid, signal.SIGHUP)
+            assert proc.wait(20) == -signal.SIGHUP
+        err = (tmp_path / "err").read_text()
+        assert received.paths == ["/v1/metrics"], err
+    assert err == "", err
+
+
+def test_a_hangup_ignored_by_nohup_stays_ignored(tmp_path: Path) -> None:
+    """Under ``nohup`` (SIGHUP ignored, as the user asked) a hangup does not stop serve."""
+    with _serve(tmp_path, {}, prefix=("nohup",)) as (proc, port):
+        os.kill(proc.pid, signal.SIGHUP)
+        time.sleep(0.5)
+        _cycles(port, 1)
+        assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) in (0, -signal.SIGTERM)
