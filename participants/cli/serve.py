@@ -223,7 +223,9 @@ class _SinkLosses:
         if not self._said:
             self._said = True
             for line in self.lines():
-                print(line, file=sys.stderr, flush=True)
+                # stderr's reader gone (``2>&1 | head``): nowhere to say it, and the stop goes on.
+                with contextlib.suppress(OSError):
+                    print(line, file=sys.stderr, flush=True)
 
     def lines(self) -> list[str]:
         """One line per sink that lost events: how many of how many, and why."""

@@ -128,3 +128,36 @@ def test_a_hangup_ignored_by_nohup_stays_ignored(tmp_path: Path) -> None:
         assert proc.poll() is None
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(20) in (0, -signal.SIGTERM)
+
+
+def test_losses_with_stderr_gone_do_not_change_the_stop(tmp_path: Path) -> None:
+    """The loss line, with stderr's reader gone (``2>&1 | head`` after head exited), raised
+    BrokenPipeError out of uvicorn's shutdown: the SIGTERM was not raised again and serve exited
+    1 by way of a traceback. Nowhere to say it: it ends of its SIGTERM, as without losses."""
+    log = tmp_path / "events.jsonl"
+    token = write_token_file(tmp_path / "token", TOKEN)
+    port = free_port()
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.Popen(
+        [*CLI, "serve", "resources", "--port", str(port), "--token-file", str(token)],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=write, stderr=write, start_new_session=True,
+        env={**os.environ, "CKPT_EVENTS_JSONL": str(log)},
+    )  # fmt: skip
+    os.close(write)
+    try:
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (4096, 4096))
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.returncode
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            assert time.monotonic() < deadline, "serve did not listen within 30 s"
+            time.sleep(0.05)
+        _cycles(port, 10)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == -signal.SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
