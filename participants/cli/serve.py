@@ -37,6 +37,7 @@ from ckpt_events.participants.cli.command import (
     port_number,
     positive_number,
 )
+from ckpt_events.participants.cli.losses import SinkLosses
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.errors import shown
 from ckpt_events.participants.workloads.registry import KINDS
@@ -207,52 +208,7 @@ class _StopServing:
             self.server.should_exit = True
 
 
-class _SinkLosses:
-    """What the sinks of ``serve``'s bus lost, said in one line per sink once it has stopped.
-
-    A sink's failures (a log on a full disk) are logged once, its drops not at all: counted in
-    ``bus.stats()``, which dies with the process. A server stopped after its log's disk filled
-    said nothing of the 170 events it had lost since the first failure."""
-
-    def __init__(self) -> None:
-        self.buses: list[Any] = []  # the bus of each lifespan run
-        self._said = False
-
-    def say(self) -> None:
-        """Print the lines on stderr, once (before uvicorn raises the signal it stopped on again)."""
-        if not self._said:
-            self._said = True
-            for line in self.lines():
-                # stderr's reader gone (``2>&1 | head``): nowhere to say it, and the stop goes on.
-                with contextlib.suppress(OSError):
-                    print(line, file=sys.stderr, flush=True)
-
-    def lines(self) -> list[str]:
-        """One line per sink that lost events: how many of how many, and why."""
-        said = []
-        for bus in self.buses:
-            for stats in bus.stats().sinks:
-                lost = stats.failed + stats.dropped + stats.abandoned + stats.pending
-                if not lost:
-                    continue
-                how = ", ".join(
-                    f"{count} {what}"
-                    for count, what in (
-                        (stats.failed, "in batches it failed"),
-                        (stats.dropped, "dropped, its buffer full"),
-                        (stats.abandoned + stats.pending, "abandoned at the close deadline"),
-                    )
-                    if count
-                )
-                why = f"first error {escape(stats.error)}; " if stats.error else ""
-                said.append(
-                    f"ckpt-events serve: sink {escape(repr(stats.name))} lost {lost} of {stats.emitted} "
-                    f"events: {why}{how}"
-                )
-        return said
-
-
-def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses: _SinkLosses) -> Any:
+def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses: SinkLosses) -> Any:
     # Imported here so `ckpt-events --help` and the other subcommands need no server stack.
     from ckpt_events import sinks
     from ckpt_events.participants import create_app, create_inference_app
@@ -603,7 +559,7 @@ def _serve(args: argparse.Namespace) -> int:
         _check_listen(args.host, args.port)
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
     stop = _StopServing()
-    losses = _SinkLosses()
+    losses = SinkLosses()
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"), stop, losses)
     from ckpt_events.participants.server.limits import (
         log_resource_exhaustion_once,
@@ -621,7 +577,7 @@ def _serve(args: argparse.Namespace) -> int:
             os.close(fd)  # the lock goes with it
 
 
-def _saying_losses(base: type[Any], losses: _SinkLosses) -> type[Any]:
+def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
     """uvicorn's server (``base``), saying ``losses`` once it has stopped serving, its lifespan
     ended: after a SIGTERM, uvicorn raises the signal again on the way out of ``serve()``, and
     the process died of it before any line of ours after ``run()``."""
@@ -643,7 +599,7 @@ def _run_server(
     app: Any,
     sockets: list[socket.socket] | None,
     stop: _StopServing,
-    losses: _SinkLosses,
+    losses: SinkLosses,
 ) -> int:
     import uvicorn
 

@@ -16,9 +16,15 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+
+from ckpt_events.participants.cli.losses import SinkLosses
+
+if TYPE_CHECKING:
+    from ckpt_events import Bus
+    from ckpt_events.participants.faults import FaultPlan
 
 __all__ = ["WorkerCommand", "main", "port_taken", "worker_command", "worker_metrics_port"]
 
@@ -43,8 +49,36 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
 
 
 async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
-    from ckpt_events import Bus, Telemetry, sinks
-    from ckpt_events.participants.faults import FaultPlan, hold_one_step
+    from ckpt_events import Bus
+    from ckpt_events.participants.faults import FaultPlan
+
+    # Read once, at start-up: the server passes its fault to its worker processes this way.
+    faults = FaultPlan.from_environ()
+    jsonl = os.environ.get("CKPT_EVENTS_JSONL")
+    if jsonl:
+        os.environ["CKPT_EVENTS_JSONL"] = f"{jsonl}.w{index}"
+    moved = _prometheus_port_of_worker(index)
+    losses = SinkLosses(f"worker {index}: ")
+    try:
+        async with Bus() as bus:
+            losses.buses.append(bus)
+            await _serve_work(bus, kind, instance, index, options, faults, moved)
+    finally:
+        losses.say()  # once its bus has closed: what its sinks lost, as serve says its own
+
+
+async def _serve_work(
+    bus: Bus,
+    kind: str,
+    instance: str,
+    index: int,
+    options: dict[str, Any],
+    faults: FaultPlan,
+    moved: str | None,
+) -> None:
+    """Configure the sinks on ``bus``, then serve the worker's work until it is stopped."""
+    from ckpt_events import Telemetry, sinks
+    from ckpt_events.participants.faults import hold_one_step
     from ckpt_events.participants.server.app import make_workload
     from ckpt_events.participants.server.workers import ENV_SOCKET, run_worker
     from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
@@ -56,54 +90,47 @@ async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) ->
     from ckpt_events.participants.workloads.registry import KINDS
     from ckpt_events.sinks.jsonl import emit_truncated_spans
 
-    # Read once, at start-up: the server passes its fault to its worker processes this way.
-    faults = FaultPlan.from_environ()
-    jsonl = os.environ.get("CKPT_EVENTS_JSONL")
-    if jsonl:
-        os.environ["CKPT_EVENTS_JSONL"] = f"{jsonl}.w{index}"
-    moved = _prometheus_port_of_worker(index)
-    async with Bus() as bus:
-        handle = sinks.configure(bus)
-        try:
-            if moved is not None and handle.prometheus is not None:
-                print(
-                    f"ckpt-events serve: worker {index}: {moved}: its metrics are at "
-                    f"{handle.prometheus.url} instead",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            elif handle.prometheus is not None and handle.settings.prometheus_port == 0:
-                # Port 0 asked for (any free port): the port chosen is said nowhere else.
-                print(
-                    f"ckpt-events serve: worker {index}: metrics at {handle.prometheus.url}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            if handle.jsonl_sink is not None and handle.jsonl_sink.path is not None:
-                # A worker started again on its predecessor's log ends what that one left open.
-                with contextlib.suppress(OSError):  # the log unreadable: nothing to close
-                    emit_truncated_spans(bus, handle.jsonl_sink.path)
-            token = os.environ.get("CKPT_EVENTS_INFERENCE_TOKEN")
-            header_timeout = os.environ.get(ENV_WORKER_HEADER_TIMEOUT)  # set by serve, a valid number
-            if KINDS[kind].uses_inference and token:
-                options = {**options, "inference_token": token}
-            tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
-            workload = make_workload(kind, tel, **options)
-            # The work runs here, not in the server's process: a stall held there held nothing.
-            hold_one_step(workload, instance, faults)
-            await run_worker(
-                os.environ[ENV_SOCKET],
-                index,
-                workload,
-                secret=os.environ.pop(ENV_SECRET, ""),
-                token=os.environ.get(ENV_WORKER_TOKEN) or None,
-                host=os.environ.get(ENV_WORKER_HOST) or None,
-                header_timeout=float(header_timeout) if header_timeout else None,
-                faults=faults,
+    handle = sinks.configure(bus)
+    try:
+        if moved is not None and handle.prometheus is not None:
+            print(
+                f"ckpt-events serve: worker {index}: {moved}: its metrics are at "
+                f"{handle.prometheus.url} instead",
+                file=sys.stderr,
+                flush=True,
             )
-        finally:
-            if handle is not None and hasattr(handle, "aclose"):
-                await handle.aclose()
+        elif handle.prometheus is not None and handle.settings.prometheus_port == 0:
+            # Port 0 asked for (any free port): the port chosen is said nowhere else.
+            print(
+                f"ckpt-events serve: worker {index}: metrics at {handle.prometheus.url}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if handle.jsonl_sink is not None and handle.jsonl_sink.path is not None:
+            # A worker started again on its predecessor's log ends what that one left open.
+            with contextlib.suppress(OSError):  # the log unreadable: nothing to close
+                emit_truncated_spans(bus, handle.jsonl_sink.path)
+        token = os.environ.get("CKPT_EVENTS_INFERENCE_TOKEN")
+        header_timeout = os.environ.get(ENV_WORKER_HEADER_TIMEOUT)  # set by serve, a valid number
+        if KINDS[kind].uses_inference and token:
+            options = {**options, "inference_token": token}
+        tel = Telemetry(bus, kind=kind, instance=instance, worker=index)
+        workload = make_workload(kind, tel, **options)
+        # The work runs here, not in the server's process: a stall held there held nothing.
+        hold_one_step(workload, instance, faults)
+        await run_worker(
+            os.environ[ENV_SOCKET],
+            index,
+            workload,
+            secret=os.environ.pop(ENV_SECRET, ""),
+            token=os.environ.get(ENV_WORKER_TOKEN) or None,
+            host=os.environ.get(ENV_WORKER_HOST) or None,
+            header_timeout=float(header_timeout) if header_timeout else None,
+            faults=faults,
+        )
+    finally:
+        if handle is not None and hasattr(handle, "aclose"):
+            await handle.aclose()
 
 
 def _prometheus_port_of_worker(index: int) -> str | None:

@@ -37,13 +37,17 @@ EVENTS_PER_CYCLE = 6
 
 @contextlib.contextmanager
 def _serve(
-    tmp_path: Path, env: dict[str, str], file_limit: int | None = None, prefix: tuple[str, ...] = ()
+    tmp_path: Path,
+    env: dict[str, str],
+    file_limit: int | None = None,
+    prefix: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``serve resources`` in its own session, listening; killed with its group on the way out."""
     token = write_token_file(tmp_path / "token", TOKEN)
     port = free_port()
 
-    argv = [*prefix, *CLI, "serve", "resources", "--port", str(port), "--token-file", str(token)]
+    argv = [*prefix, *CLI, "serve", "resources", "--port", str(port), "--token-file", str(token), *options]
     with open(tmp_path / "err", "wb") as err:
         proc = subprocess.Popen(
             argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
@@ -55,7 +59,7 @@ def _serve(
             deadline = time.monotonic() + 30
             while True:
                 assert proc.poll() is None, (tmp_path / "err").read_text()
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                if _ready(port):
                     break
                 assert time.monotonic() < deadline, "serve did not listen within 30 s"
                 time.sleep(0.05)
@@ -64,6 +68,16 @@ def _serve(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def _ready(port: int) -> bool:
+    """Whether ``serve`` answers ``/status``, each of its workers (if any) connected."""
+    url = f"http://127.0.0.1:{port}{CONTROL_PREFIX}/status"
+    try:
+        reply = httpx.get(url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=1)
+    except httpx.HTTPError:
+        return False
+    return reply.status_code == 200 and all(w["connected"] for w in reply.json().get("workers") or [])
 
 
 def _cycles(port: int, count: int) -> None:
@@ -161,3 +175,24 @@ def test_losses_with_stderr_gone_do_not_change_the_stop(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def test_events_a_workers_full_disk_lost_are_said_by_that_worker(tmp_path: Path) -> None:
+    """``serve --workers 2``, every log on a full disk: each worker's losses are said, in one
+    line naming the worker, as the main process's are."""
+    log = tmp_path / "events.jsonl"
+    env = {"CKPT_EVENTS_JSONL": str(log)}
+    with _serve(tmp_path, env, file_limit=4096, options=("--workers", "2")) as (proc, port):
+        _cycles(port, 30)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+    err = (tmp_path / "err").read_text()
+    for index in (0, 1):
+        written = len(Path(f"{log}.w{index}").read_bytes().splitlines())
+        said = re.findall(
+            rf"^ckpt-events serve: worker {index}: sink 'jsonl' lost (\d+) of (\d+) events: .*File too large",
+            err,
+            re.M,
+        )
+        assert said, err
+        assert int(said[0][0]) + written == int(said[0][1]), err
