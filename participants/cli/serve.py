@@ -564,10 +564,12 @@ def _serve(args: argparse.Namespace) -> int:
     from ckpt_events.participants.server.limits import (
         log_resource_exhaustion_once,
         log_shutdown_cuts_in_one_line,
+        log_sink_os_errors_in_one_line,
     )
 
     log_resource_exhaustion_once()
     log_shutdown_cuts_in_one_line()
+    log_sink_os_errors_in_one_line()
     claimed = _claim_logs(args.workers)
     try:
         return _run_server(args, app, sockets, stop, losses)

@@ -25,6 +25,9 @@ from ckpt_events.participants.cli.losses import SinkLosses
 if TYPE_CHECKING:
     from ckpt_events import Bus
     from ckpt_events.participants.faults import FaultPlan
+    from ckpt_events.participants.server.limits import log_sink_os_errors_in_one_line
+
+    log_sink_os_errors_in_one_line()  # a full disk under its log: one line, as in serve
 
 __all__ = ["WorkerCommand", "main", "port_taken", "worker_command", "worker_metrics_port"]
 
@@ -51,6 +54,9 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
 async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
     from ckpt_events import Bus
     from ckpt_events.participants.faults import FaultPlan
+    from ckpt_events.participants.server.limits import log_sink_os_errors_in_one_line
+
+    log_sink_os_errors_in_one_line()  # a full disk under its log: one line, as in serve
 
     # Read once, at start-up: the server passes its fault to its worker processes this way.
     faults = FaultPlan.from_environ()

@@ -5,8 +5,9 @@ anything is read, and a streamed body is counted chunk by chunk and cut off at t
 no route ever buffers more than ``max_body_bytes``. A client that hangs up mid-body ends its
 request quietly (no traceback). ``server_limits()`` are the uvicorn settings ``serve``, the
 worker ports and the fleets use (connections under a ``connection_guard``);
-``log_resource_exhaustion_once`` keeps "Too many open files" to one log line, and
-``log_shutdown_cuts_in_one_line`` each request cut at the graceful-shutdown deadline.
+``log_resource_exhaustion_once`` keeps "Too many open files" to one log line,
+``log_shutdown_cuts_in_one_line`` each request cut at the graceful-shutdown deadline, and
+``log_sink_os_errors_in_one_line`` a sink that failed for want of its disk or socket.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ __all__ = [
     "ACCEPT_LOGGERS",
     "DEFAULT_MAX_BODY_BYTES",
     "SHUTDOWN_CUT_LOGGER",
+    "SINK_FAILURE_LOGGER",
     "BodyLimit",
+    "OsErrorInOneLine",
     "log_resource_exhaustion_once",
     "log_shutdown_cuts_in_one_line",
+    "log_sink_os_errors_in_one_line",
     "server_limits",
 ]
 
@@ -191,5 +195,35 @@ def log_shutdown_cuts_in_one_line() -> logging.Filter:
     installed = next((f for f in logger.filters if isinstance(f, _ShutdownCut)), None)
     if installed is None:
         installed = _ShutdownCut()
+        logger.addFilter(installed)
+    return installed
+
+
+class OsErrorInOneLine(logging.Filter):
+    """The bus's "sink failed" record, when the sink failed for want of its file, disk or
+    socket (an ``OSError``), as one line ending with that error: its traceback (the JSON-lines
+    writer's stack on a full disk, a dozen lines) said no more than the error does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info is not None else None
+        if isinstance(exc, OSError):
+            record.msg = f"{record.getMessage()}: {exc}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+#: The logger on which the bus reports a sink that raised.
+SINK_FAILURE_LOGGER: Final = "ckpt_events"
+
+
+def log_sink_os_errors_in_one_line() -> logging.Filter:
+    """Install (once; returns it) ``OsErrorInOneLine`` on the bus's logger, for a process's
+    whole life (``serve``, each of its workers)."""
+    logger = logging.getLogger(SINK_FAILURE_LOGGER)
+    installed = next((f for f in logger.filters if isinstance(f, OsErrorInOneLine)), None)
+    if installed is None:
+        installed = OsErrorInOneLine()
         logger.addFilter(installed)
     return installed

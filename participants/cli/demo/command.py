@@ -143,6 +143,8 @@ def _demo(args: argparse.Namespace) -> int:
         anyio.run(check_reachable, endpoint)
     if (refusal := _not_fresh(args.workdir, args.jsonl)) is not None:  # last: it makes the workdir
         raise CommandError(refusal)
+    from ckpt_events.participants.server.limits import SINK_FAILURE_LOGGER, OsErrorInOneLine
+
     quiet = _QuietOnceInterrupted()
 
     async def run(stopping: anyio.Event) -> DemoResult:
@@ -150,7 +152,7 @@ def _demo(args: argparse.Namespace) -> int:
         return await run_demo(options, console(), stopping)
 
     try:
-        with filtered(_OneLine(), "ckpt_events"), filtered(quiet, *_CONTROLLER_LOGGERS):
+        with filtered(OsErrorInOneLine(), SINK_FAILURE_LOGGER), filtered(quiet, *_CONTROLLER_LOGGERS):
             result = anyio.run(run_interruptibly, run)
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
@@ -166,21 +168,6 @@ def _demo(args: argparse.Namespace) -> int:
             f"({result.jsonl.last_error}): free space there, or name another file"
         )
     return 0
-
-
-class _OneLine(logging.Filter):
-    """The bus's "sink failed" record, when the sink failed for want of its file or disk (an
-    ``OSError``), as one line ending with that error: its traceback (the JSON-lines writer's
-    stack, a full disk) broke into the demo's output, and the demo ends by saying it anyway."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info is not None else None
-        if isinstance(exc, OSError):
-            record.msg = f"{record.getMessage()}: {exc}"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
-        return True
 
 
 #: The loggers on which the controller says a call to a participant failed.

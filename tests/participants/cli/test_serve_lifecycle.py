@@ -96,7 +96,8 @@ def test_events_a_full_disk_lost_are_said_in_one_line_at_shutdown(tmp_path: Path
     """A log on a full disk (a 4 KiB file size limit): the sink's first failure is logged, and
     the rest were counted in the dead process's memory alone, so a stopped server said nothing
     of the 170 events it lost (a "writing again" line even said 4). At shutdown one line says
-    how many events each sink lost, of how many, and why."""
+    how many events each sink lost, of how many, and why; and the failure logged is one line,
+    not the JSON-lines writer's traceback."""
     log = tmp_path / "events.jsonl"
     with _serve(tmp_path, {"CKPT_EVENTS_JSONL": str(log)}, file_limit=4096) as (proc, port):
         _cycles(port, 30)
@@ -110,6 +111,7 @@ def test_events_a_full_disk_lost_are_said_in_one_line_at_shutdown(tmp_path: Path
     assert lost, err
     assert (int(lost[0][0]), int(lost[0][1])) == (emitted - written, emitted), err
     assert "File too large" in lost[0][2], err
+    assert "Traceback" not in err, err  # the failure itself: one line too
 
 
 def test_a_hangup_stops_serve_as_sigterm_does_its_sinks_flushed(tmp_path: Path) -> None:
@@ -179,7 +181,7 @@ def test_losses_with_stderr_gone_do_not_change_the_stop(tmp_path: Path) -> None:
 
 def test_events_a_workers_full_disk_lost_are_said_by_that_worker(tmp_path: Path) -> None:
     """``serve --workers 2``, every log on a full disk: each worker's losses are said, in one
-    line naming the worker, as the main process's are."""
+    line naming the worker, as the main process's are, and its sink's failure in one line."""
     log = tmp_path / "events.jsonl"
     env = {"CKPT_EVENTS_JSONL": str(log)}
     with _serve(tmp_path, env, file_limit=4096, options=("--workers", "2")) as (proc, port):
@@ -196,3 +198,4 @@ def test_events_a_workers_full_disk_lost_are_said_by_that_worker(tmp_path: Path)
         )
         assert said, err
         assert int(said[0][0]) + written == int(said[0][1]), err
+    assert "Traceback" not in err, err  # each process's sink failure: one line
