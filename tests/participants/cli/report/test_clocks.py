@@ -84,6 +84,18 @@ def _pauses(out: str) -> tuple[dict[str, float], float, float]:
     return rows, float(total[1]), float(total[2])
 
 
+def _same_pauses(true_out: str, out: str) -> float:
+    """Assert ``out`` (a report of skewed logs) gives each checkpoint the pause ``true_out`` (the
+    same logs on true clocks) gives, within 3 ms; returns ``out``'s share of wall time (%)."""
+    expected, expected_total, _ = _pauses(true_out)
+    got, total, share = _pauses(out)
+    assert len(expected) == CHECKPOINTS and got.keys() == expected.keys()
+    for checkpoint, ms in expected.items():
+        assert got[checkpoint] == pytest.approx(ms, abs=3.0), (checkpoint, got, expected)
+    assert total == pytest.approx(expected_total, abs=3.0 * CHECKPOINTS)
+    return share
+
+
 @pytest.mark.parametrize("skew_s", [-40, 60])
 def test_a_participant_clock_off_by_tens_of_seconds_is_aligned_by_the_calls(
     run: list[Any],
@@ -101,12 +113,7 @@ def test_a_participant_clock_off_by_tens_of_seconds_is_aligned_by_the_calls(
     skewed = [_shift(e, skew_s * SECOND) if e.instance == "agent-0" else e for e in run]
     out, err = _report(capsys, _write(tmp_path / "skewed", skewed))
 
-    expected, expected_total, _ = _pauses(true_out)
-    got, total, share = _pauses(out)
-    assert len(expected) == CHECKPOINTS and got.keys() == expected.keys()
-    for checkpoint, ms in expected.items():
-        assert got[checkpoint] == pytest.approx(ms, abs=3.0), (checkpoint, got, expected)
-    assert total == pytest.approx(expected_total, abs=3.0 * CHECKPOINTS)
+    share = _same_pauses(true_out, out)
     assert share < 100
     aligned = [line for line in err.splitlines() if line.startswith("aligned agent/agent-0's clock by ")]
     assert len(aligned) == 1, err
@@ -152,12 +159,7 @@ def test_a_participant_s_workers_share_its_aligned_clock(
     skewed = [_shift(e, skew_s * SECOND) if e.instance == "agent-0" else e for e in fleet]
     out, err = _report(capsys, _write(tmp_path / "skewed", skewed))
 
-    expected, expected_total, _ = _pauses(true_out)
-    got, total, _ = _pauses(out)
-    assert len(expected) == CHECKPOINTS and got.keys() == expected.keys()
-    for checkpoint, ms in expected.items():
-        assert got[checkpoint] == pytest.approx(ms, abs=3.0), (checkpoint, got, expected)
-    assert total == pytest.approx(expected_total, abs=3.0 * CHECKPOINTS)
+    _same_pauses(true_out, out)
     aligned = [line for line in err.splitlines() if line.startswith("aligned agent/agent-0's clock")]
     assert len(aligned) == 1, err
     said = f"aligned agent/agent-0's clock (and its 2 workers') by {skew_s:+.1f} s "
