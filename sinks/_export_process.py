@@ -150,6 +150,7 @@ class ExportProcess:
             raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
         # The child imports the ckpt_events this process runs, wherever it was found.
         path = os.pathsep.join(entry for entry in sys.path if entry)
+        started = time.monotonic()
         process = subprocess.Popen(
             [sys.executable, "-m", "ckpt_events.sinks._export_child"],
             stdin=subprocess.PIPE,
@@ -164,7 +165,8 @@ class ExportProcess:
             except BrokenPipeError:  # it exited at once: said below, with its exit code
                 ready = None
             else:
-                ready = _read_reply(process, time.monotonic() + start_timeout)
+                ready = _read_reply(process, started + start_timeout)
+            waited = time.monotonic() - started  # as the reply came, or the output ended
         except BaseException:
             _kill(process)
             raise
@@ -176,6 +178,12 @@ class ExportProcess:
                 exited = None
             _kill(process)
             if exited is None:
+                if waited < start_timeout:  # its output ended, yet it runs on: not a slow start
+                    raise ConfigurationError(
+                        f"the export process stopped answering after {waited:.1f} s without saying "
+                        "its sinks were up, and did not exit; run without export_process to see "
+                        "the sinks start here"
+                    )
                 raise ConfigurationError(
                     f"the export process did not start within {start_timeout:g} s; run without "
                     "export_process to see the sinks start here"

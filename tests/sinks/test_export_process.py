@@ -791,6 +791,22 @@ def test_a_child_that_exits_before_it_is_ready_is_one_line(monkeypatch: pytest.M
     assert time.monotonic() - started < 5.0
 
 
+def test_a_child_that_closes_its_output_and_runs_on_is_not_called_slow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its output ended at once and it did not exit: that is no slow start ("did not start
+    within 20 s" was said of it); the error says when it stopped answering, and it is killed."""
+    mute = tmp_path / "mute"
+    mute.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec 1>&-\nexec sleep 30\n")
+    mute.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(mute))
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match=r"stopped answering after \d+\.\d s without saying"):
+        ExportProcess.start({}, start_timeout=20.0)
+    assert time.monotonic() - started < 5.0
+    assert not alive(int((tmp_path / "pid").read_text()))
+
+
 def test_a_child_that_never_answers_is_killed_at_the_start_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
