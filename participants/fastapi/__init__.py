@@ -79,10 +79,10 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events.checks import shown
-from ckpt_events.participants.fastapi._incoming import Incoming
-from ckpt_events.participants.fastapi._lifespan import DEFAULT_SHUTDOWN_TIMEOUT as DEFAULT_SHUTDOWN_TIMEOUT
-from ckpt_events.participants.fastapi._lifespan import SCOPE_KEY, ArrivalMiddleware, Instrumented
-from ckpt_events.participants.fastapi._lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
+from ckpt_events.participants.fastapi.incoming import Incoming
+from ckpt_events.participants.fastapi.lifespan import DEFAULT_SHUTDOWN_TIMEOUT as DEFAULT_SHUTDOWN_TIMEOUT
+from ckpt_events.participants.fastapi.lifespan import SCOPE_KEY, ArrivalMiddleware, Instrumented
+from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
 __all__ = [
