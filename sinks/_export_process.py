@@ -351,9 +351,10 @@ class ExportProcess:
             return
         deadline = time.monotonic() + self.close_timeout
         try:
-            reply = await anyio.to_thread.run_sync(
-                _read_reply, self._process, deadline, abandon_on_cancel=True
-            )
+            # Read in this task, not a worker thread: a thread abandoned by a cancelled close read
+            # on by descriptor number after the pipe was closed, took the next export process's
+            # pipe (its number reused) and its ready reply ("did not start within 20 s").
+            reply = await _await_reply(self._process, deadline)
             if reply is not None and reply.get("closed"):
                 self._closed = reply
             while self._process.poll() is None and time.monotonic() < deadline:
@@ -454,26 +455,54 @@ os.register_at_fork(after_in_child=_close_in_forked_copy)
 
 
 def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
-    """The child's next reply (a ``ready`` or ``closed`` object), by ``deadline`` (``None``: none came).
+    """The child's next reply (a ``ready`` or ``closed`` object), by ``deadline`` (``None``: none came)."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    line = bytearray()
+    while (reply := _take_reply(line)) is None:
+        left = deadline - time.monotonic()
+        if left <= 0 or len(line) >= _REPLY_LIMIT:
+            return None
+        if not select.select([fd], [], [], min(left, 0.5))[0]:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        line += chunk
+    return reply
+
+
+async def _await_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
+    """``_read_reply`` in this task: a cancel stops the reading before the pipe is closed."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    os.set_blocking(fd, False)
+    line = bytearray()
+    with anyio.move_on_after(deadline - time.monotonic()):
+        while (reply := _take_reply(line)) is None:
+            if len(line) >= _REPLY_LIMIT:
+                return None
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not chunk:
+                return None
+            line += chunk
+        return reply
+    return None
+
+
+def _take_reply(line: bytearray) -> dict[str, Any] | None:
+    """The first reply among the whole lines of ``line``, taken out of it with those before it.
 
     Another line is what a start-up hook (a ``sitecustomize``, a debugger) printed before the
     child pointed its stdout at stderr: it is passed to our stderr, where the child's prints go
     (it was taken for the reply: "did not start within 20 s", said after one second)."""
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    line = bytearray()
-    while True:
-        while b"\n" not in line:
-            left = deadline - time.monotonic()
-            if left <= 0 or len(line) >= _REPLY_LIMIT:
-                return None
-            if not select.select([fd], [], [], min(left, 0.5))[0]:
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                return None
-            line += chunk
-        head, _, rest = bytes(line).partition(b"\n")
+    while (end := line.find(b"\n")) >= 0:
+        head = bytes(line[:end])
+        del line[: end + 1]
         try:
             reply = msgspec.json.decode(head)
         except msgspec.DecodeError:
@@ -481,7 +510,7 @@ def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, 
         if isinstance(reply, dict) and ("ready" in reply or "closed" in reply):
             return reply
         sys.stderr.write(head.decode(errors="replace") + "\n")
-        line = bytearray(rest)
+    return None
 
 
 #: The sinks' own stats classes the child reports, by name: where each is public.

@@ -923,6 +923,40 @@ async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) 
     assert not alive(process.pid) and process.stats().exit_code == -signal.SIGKILL
 
 
+async def test_a_cancelled_close_leaves_nothing_reading_the_descriptor_it_freed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled ``aclose()`` left a thread reading the child's output by its descriptor number
+    until the close deadline: the next export process's pipe took that number and the thread
+    took its ready reply ("did not start within 20 s", once in 20 runs of this file). A
+    grandchild keeps the old output open here, so the thread saw no end of it and read on."""
+    child = tmp_path / "child"
+    child.write_text(
+        "#!/bin/sh\n"
+        f"sleep 30 & echo $! > {tmp_path / 'grandchild'}\n"
+        'echo \'{"ready": true, "sinks": ["jsonl"]}\'\n'
+        "exec sleep 30\n"
+    )
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    process = ExportProcess.start({}, close_timeout=30.0)
+    ready = '{"ready": true}\n'
+    files: list[Any] = []
+    try:
+        with anyio.move_on_after(0.2):
+            await process.aclose()
+        assert process.stats().exit_code == -signal.SIGKILL
+        for i in range(8):  # the lowest free numbers, the child's output's among them
+            (tmp_path / f"other-{i}").write_text(ready)
+            files.append((tmp_path / f"other-{i}").open())
+        await anyio.sleep(1.2)  # the thread looked at its descriptor every 0.5 s
+        assert [file.read() for file in files] == [ready] * 8
+    finally:
+        for file in files:
+            file.close()
+        os.kill(int((tmp_path / "grandchild").read_text()), signal.SIGKILL)
+
+
 async def test_with_nothing_set_no_child_is_kept_and_every_site_stays_off() -> None:
     """As in process: nothing set subscribes nothing, so the emit sites stay on the no-op path."""
     async with Bus() as bus:
