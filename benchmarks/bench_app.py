@@ -19,7 +19,8 @@ current directory first on the import path. The route is driven by ``wrk`` when 
 httpx). In each round both variants' servers are up side by side and, after a warm-up, the load
 alternates between them in one-second slices, so a burst of other work on a shared machine falls
 on both; each server's CPU is read from its ``/proc`` counters over the whole round (what it
-did between its slices, exporting, included) and divided by the requests it answered. With two
+did between its slices, exporting, included: its threads' run time to the nanosecond where the
+kernel counts it, else its ticks, ``load.CpuReading``) and divided by the requests it answered. With two
 or more cores the servers are pinned to one core and the driver (and the collector) to another.
 Rounds rotate the variants' order; each on/off ratio is taken within a
 round, printed as the median over rounds with its spread (``spread.Ratio``). A sink that cannot
@@ -53,7 +54,7 @@ from .load import (
     Request,
     children_cpu_seconds,
     cores_apart,
-    cpu_seconds,
+    cpu_reading,
     drive,
     listening,
     settled_children_cpu_seconds,
@@ -337,7 +338,7 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
         servers = {v: stack.enter_context(_server(bench, v, collector, core)) for v in order}
         for variant in order:
             _drive(bench, variant, servers[variant], bench.warmup_seconds)
-        before = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
+        before = {v: cpu_reading(server.proc.pid) for v, server in servers.items()}
         children_before = {v: children_cpu_seconds(server.proc.pid) for v, server in servers.items()}
         loads: dict[str, list[Load]] = {v: [] for v in order}
         for _ in range(bench.seconds // SLICE_SECONDS):
@@ -345,7 +346,7 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
                 load = _drive(bench, variant, servers[variant], SLICE_SECONDS)
                 loads[variant].append(load)
         time.sleep(DRAIN_SECONDS)  # what a slice left to do (a batch being exported) is counted too
-        after = {v: cpu_seconds(server.proc.pid) for v, server in servers.items()}
+        after = {v: cpu_reading(server.proc.pid) for v, server in servers.items()}
         children_after = {v: settled_children_cpu_seconds(server.proc.pid) for v, server in servers.items()}
     runs = {}
     for variant in order:
@@ -370,8 +371,9 @@ def _round(bench: AppBench, order: Sequence[str], collector: str | None, core: i
                 f"{bench.request} failed {load.failed} of {load.requests} times under load ({variant}): "
                 "the figures would be those of errors"
             )
-        _enough_cpu(variant, after[variant] - before[variant], load)
-        us = (after[variant] - before[variant]) / load.requests * 1e6
+        _enough_cpu(variant, after[variant].ticks - before[variant].ticks, load)
+        seconds, _ = after[variant].since(before[variant])  # exact where the kernel counts it
+        us = seconds / load.requests * 1e6
         children = (children_after[variant] - children_before[variant]) / load.requests * 1e6
         runs[variant] = _Run(us, load.per_second, load, servers[variant].state, children)
     return runs

@@ -5,14 +5,19 @@ process each) is started on 127.0.0.1 and warmed up, then each is sent the same 
 requests by our own bounded load generator (``connections`` keep-alive HTTP/1.1 connections,
 asyncio, in this process) in ``SLICES`` slices, the variants' slices alternating, so a burst of
 other work on this shared machine falls on every variant alike. Server CPU is read from the
-server process's own counters (``/proc/<pid>/stat``: user + system) over the whole round and
-divided by the requests it answered. With two or more cores the servers are pinned to one and
-this process (and an export process) to another. Rounds rotate the variants' order; each ratio
-is taken within a round and the figure is its median over rounds; the
-absolute rows are medians. ``otlp``, ``all`` (every sink on: ``otlp``'s two, JSON lines, the
-Prometheus endpoint), ``all_export_process`` (``all`` in ``configure()``'s export process: its
-CPU, read from the server's children once they settle, has rows of its own, alone and added to
-the server's) and ``sdk`` need the ``rotel`` collector (skipped without), and so
+server process's own counters over the whole round and divided by the requests it answered:
+its threads' run time as the scheduler counts it (``/proc/<pid>/task/*/schedstat``, to the
+nanosecond), or where that cannot be had (no schedstat, a thread that ended or began within
+the round) its user + system ticks (``/proc/<pid>/stat``, 10 ms each: 1 us a request over a
+round of 10,000, the kernel's sampling noise on top); the ticks' figure is kept beside in the
+JSON (``rounds_ticks_us``), and a row says how many readings were exact. With two or more
+cores the servers are pinned to one and this process (and an export process) to another.
+Rounds rotate the variants' order; each ratio is taken within a round and the figure is its
+median over rounds; the absolute rows are medians. ``otlp``, ``all`` (every sink on:
+``otlp``'s two, JSON lines, the Prometheus endpoint), ``all_export_process`` (``all`` in
+``configure()``'s export process: its CPU, read from the server's children once they settle,
+has rows of its own, alone and added to the server's) and ``sdk`` need the ``rotel`` collector
+(skipped without), and so
 does ``nemo_lens``, which also needs an interpreter with nemo-lens (``ckpt_events.benchmarks.nemo_lens_row``);
 ``nemo_lens_uninstrumented`` is its server without telemetry, on that interpreter.
 """
@@ -29,10 +34,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from . import nemo_lens_row, report, rotel
-from .load import children_pids, cores_apart, cpu_seconds, settled_children_cpu_seconds, spawn, stop_process
+from .load import (
+    children_pids,
+    cores_apart,
+    cpu_reading,
+    settled_children_cpu_seconds,
+    spawn,
+    stop_process,
+)
 from .server_app import VARIANTS
 from .spread import Ratio
 
@@ -131,10 +143,10 @@ def _round(
     cores: tuple[int, int] | None,
     lens_python: str | None = None,
     batch_interval: float | None = None,
-) -> dict[str, tuple[float, float]]:
+) -> dict[str, _Measured]:
     """One round: every variant's server up at once, the load alternating between them in
-    ``SLICES`` slices each; per variant (server CPU microseconds per request, its children's:
-    the export process's), each read over the whole round."""
+    ``SLICES`` slices each; per variant its server's and its children's (the export process's)
+    CPU microseconds per request, each read over the whole round."""
     with contextlib.ExitStack() as stack:
         servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
         for variant in order:
@@ -149,20 +161,33 @@ def _round(
             ):  # an export process runs beside the server, as on a machine with cores to spare
                 _pin_children(proc.pid, cores[1])
         children_before = {v: settled_children_cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
-        before = {v: cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
+        before = {v: cpu_reading(proc.pid) for v, (proc, _) in servers.items()}
         done = dict.fromkeys(order, 0)
         for _ in range(SLICES):
             for variant in order:
                 done[variant] += asyncio.run(_load(servers[variant][1], requests // SLICES, connections, 120))
-        after = {v: cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
+        after = {v: cpu_reading(proc.pid) for v, (proc, _) in servers.items()}
         children_after = {v: settled_children_cpu_seconds(proc.pid) for v, (proc, _) in servers.items()}
-    return {
-        v: (
-            (after[v] - before[v]) / done[v] * 1e6,
+    measured = {}
+    for v in order:
+        seconds, exact = after[v].since(before[v])
+        measured[v] = _Measured(
+            seconds / done[v] * 1e6,
             (children_after[v] - children_before[v]) / done[v] * 1e6,
+            (after[v].ticks - before[v].ticks) / done[v] * 1e6,
+            exact,
         )
-        for v in order
-    }
+    return measured
+
+
+class _Measured(NamedTuple):
+    """A variant's round: server and children CPU us per request, the server's in ticks too
+    (``CpuReading``), and whether its figure is the exact one."""
+
+    server: float
+    children: float
+    ticks: float
+    exact: bool
 
 
 def _pin_children(pid: int, core: int) -> None:
@@ -211,12 +236,16 @@ def run(
             variants.extend(nemo_lens_row.VARIANTS)
         per: dict[str, list[float]] = {v: [] for v in variants}
         children: dict[str, list[float]] = {v: [] for v in variants}
+        ticks: dict[str, list[float]] = {v: [] for v in variants}
+        exact = 0
         for r in range(rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             measured = _round(order, collector, requests, connections, cores, lens.python, batch_interval)
-            for variant, (server, child) in measured.items():
-                per[variant].append(server)
-                children[variant].append(child)
+            for variant, one in measured.items():
+                per[variant].append(one.server)
+                children[variant].append(one.children)
+                ticks[variant].append(one.ticks)
+                exact += one.exact
     us = {v: statistics.median(values) for v, values in per.items()}
     base_rounds = per["uninstrumented"]
     paired = {v: report.paired_ratio(values, base_rounds) for v, values in per.items()}
@@ -280,6 +309,16 @@ def run(
             rows.append(
                 (f"server: added CPU/request, {label} / the SDK's ({why})", None, f"<= {limit}", None)
             )
+    readings = rounds * len(variants)
+    rows.append(
+        (
+            "server CPU read as: its threads' run time (schedstat), in this many of the readings "
+            "(the rest: user + system ticks)",
+            f"{exact} of {readings}",
+            "",
+            None,
+        )
+    )
     for variant in variants:
         rows.append((f"server: us CPU/request, {names[variant]}", us[variant], "", None))
         if variant == "all_export_process":
@@ -305,6 +344,8 @@ def run(
         "paired_ratio_to_uninstrumented": paired,
         "rounds_us": per,
         "rounds_children_us": children,
+        "rounds_ticks_us": ticks,
+        "exact_readings": exact,
         "rows": rows,
     }
 

@@ -4,7 +4,9 @@
 were answered, how many with a status other than 2xx/3xx, and the seconds they took. Both
 drivers keep ``connections`` keep-alive connections busy for ``seconds`` and stop there;
 every request also has a timeout, so a server that stops answering ends the run, never hangs
-it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``; ``cores_apart()``
+it. ``cpu_seconds(pid)`` is a process's CPU (all threads) from ``/proc``, in clock ticks;
+``cpu_reading(pid)`` reads it to the nanosecond as well, for the servers' CPU per request
+(``CpuReading``); ``cores_apart()``
 pins this process (the driver) to one core and hands the other to the servers;
 ``spawn(command)`` starts a server or collector and keeps it in a registry until
 ``stop_process(proc)`` ends it (SIGTERM, then SIGKILL past its deadline); ``stop_spawned()``
@@ -31,10 +33,12 @@ from typing import Any, Final, Literal
 
 __all__ = [
     "DRIVERS",
+    "CpuReading",
     "DriverError",
     "Load",
     "Request",
     "cores_apart",
+    "cpu_reading",
     "cpu_seconds",
     "drive",
     "pick_driver",
@@ -176,6 +180,48 @@ def listening(proc: subprocess.Popen[Any], port: int, seconds: float) -> bool | 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of process ``pid`` from ``/proc`` (all its threads)."""
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """One process's CPU at one moment, read two ways.
+
+    ``ticks``: user + system seconds from ``/proc/<pid>/stat``, every thread's, those that ended
+    too, counted in clock ticks (10 ms here): the kernel charges a whole tick to the thread it
+    finds running, so a round of 10,000 requests reads a server's CPU to 1 us a request, with
+    that sampling's noise on top. ``run``: the seconds each live thread spent on a CPU, summed
+    from ``/proc/<pid>/task/*/schedstat`` (the scheduler's own count, in nanoseconds); ``None``
+    where the kernel keeps none or a thread ended while it was read. ``threads``: their ids.
+    """
+
+    ticks: float
+    run: float | None
+    threads: frozenset[int]
+
+    def since(self, before: CpuReading) -> tuple[float, bool]:
+        """The CPU seconds from ``before`` to this reading, and whether they are the threads' run
+        time (exact): only when both readings have it and saw the same threads (a thread that
+        ended took its time with it); else the ticks."""
+        if self.run is not None and before.run is not None and self.threads == before.threads:
+            return self.run - before.run, True
+        return self.ticks - before.ticks, False
+
+
+def cpu_reading(pid: int) -> CpuReading:
+    """``pid``'s CPU now (``CpuReading``); ``OSError`` if it is gone."""
+    ticks = cpu_seconds(pid)
+    run: float | None = 0.0
+    threads: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            nanoseconds = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # it ended meanwhile, or no schedstat here
+            run = None
+            continue
+        threads.append(int(task.name))
+        if run is not None:
+            run += nanoseconds / 1e9
+    return CpuReading(ticks, run, frozenset(threads))
 
 
 def children_pids(pid: int) -> list[int]:

@@ -1,5 +1,5 @@
 """``load``'s process helpers: ``cores_apart`` (the driver pinned apart from the servers, its
-affinity given back) and ``stop_process``."""
+affinity given back), ``stop_process`` and ``cpu_reading``."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from ckpt_events.benchmarks.load import (
+    CpuReading,
     DriverError,
     Request,
     children_pids,
     cores_apart,
+    cpu_reading,
     drive,
     listening,
     stop_process,
@@ -117,3 +121,56 @@ def test_an_interrupt_while_a_process_starts_never_loses_it() -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         load.stop_spawned()
+
+
+_SCHEDSTAT = Path(f"/proc/self/task/{os.getpid()}/schedstat").exists()
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.skipif(not _SCHEDSTAT, reason="needs /proc/<pid>/task/*/schedstat (Linux with schedstats)")
+def test_cpu_reading_is_the_threads_run_time_to_well_under_a_tick() -> None:
+    """Two readings around 30 ms of this thread's CPU: the run time agrees with the process's
+    own CPU clock (every thread's, to the nanosecond) within 3 ms (the ticks, 10 ms each, could
+    say 20 or 40), and says it is exact (the same threads at both)."""
+    cpu_before = time.process_time()
+    before = cpu_reading(os.getpid())
+    _burn(0.03)
+    after = cpu_reading(os.getpid())
+    cpu = time.process_time() - cpu_before
+    seconds, exact = after.since(before)
+    assert exact
+    assert seconds >= 0.03
+    assert abs(seconds - cpu) < 0.003
+    assert os.getpid() in after.threads
+
+
+def test_a_thread_that_ended_between_two_readings_falls_back_to_the_ticks() -> None:
+    """A thread that ran and ended between the readings took its run time with it (the live
+    threads' sum would miss it): the ticks, which keep an ended thread's time, are used, and
+    the figure says it is not exact."""
+    ready, done = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        ready.set()
+        done.wait(5)
+        _burn(0.05)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait(5)
+    before = cpu_reading(os.getpid())
+    done.set()
+    thread.join(5)
+    after = cpu_reading(os.getpid())
+    seconds, exact = after.since(before)
+    assert not exact
+    assert seconds == after.ticks - before.ticks
+    # Without ticks to fall back on (made up): the run times are never mixed across thread sets.
+    same = CpuReading(ticks=1.0, run=2.0, threads=frozenset({1}))
+    assert CpuReading(ticks=1.5, run=2.25, threads=frozenset({1})).since(same) == (0.25, True)
+    assert CpuReading(ticks=1.5, run=2.25, threads=frozenset({1, 2})).since(same) == (0.5, False)
