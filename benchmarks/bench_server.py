@@ -6,11 +6,11 @@ requests by our own bounded load generator (``connections`` keep-alive HTTP/1.1 
 asyncio, in this process) in ``SLICES`` slices, the variants' slices alternating, so a burst of
 other work on this shared machine falls on every variant alike. Server CPU is read from the
 server process's own counters over the whole round and divided by the requests it answered:
-its threads' run time as the scheduler counts it (``/proc/<pid>/task/*/schedstat``, to the
-nanosecond), or where that cannot be had (no schedstat, a thread that ended or began within
-the round) its user + system ticks (``/proc/<pid>/stat``, 10 ms each: 1 us a request over a
-round of 10,000, the kernel's sampling noise on top); the ticks' figure is kept beside in the
-JSON (``rounds_ticks_us``), and a row says how many readings were exact. With two or more
+its CPU clock (every thread's time on a CPU as the scheduler counts it, to the nanosecond,
+``load.CpuReading``), or where that cannot be read its user + system ticks
+(``/proc/<pid>/stat``, 10 ms each: 1 us a request over a round of 10,000, the kernel's sampling
+noise on top); the ticks' figure is kept beside in the JSON (``rounds_ticks_us``), and a row
+says how many readings were exact. With two or more
 cores the servers are pinned to one and this process (and an export process) to another.
 Rounds rotate the variants' order; each ratio is taken within a round and the figure is its
 median over rounds; the absolute rows are medians. ``otlp``, ``all`` (every sink on:
@@ -312,8 +312,8 @@ def run(
     readings = rounds * len(variants)
     rows.append(
         (
-            "server CPU read as: its threads' run time (schedstat), in this many of the readings "
-            "(the rest: user + system ticks)",
+            "server CPU read from: the process's CPU clock (ns), in this many of the readings "
+            "(the rest: /proc's 10 ms ticks)",
             f"{exact} of {readings}",
             "",
             None,

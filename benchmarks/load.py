@@ -186,23 +186,21 @@ def cpu_seconds(pid: int) -> float:
 class CpuReading:
     """One process's CPU at one moment, read two ways.
 
-    ``ticks``: user + system seconds from ``/proc/<pid>/stat``, every thread's, those that ended
-    too, counted in clock ticks (10 ms here): the kernel charges a whole tick to the thread it
-    finds running, so a round of 10,000 requests reads a server's CPU to 1 us a request, with
-    that sampling's noise on top. ``run``: the seconds each live thread spent on a CPU, summed
-    from ``/proc/<pid>/task/*/schedstat`` (the scheduler's own count, in nanoseconds); ``None``
-    where the kernel keeps none or a thread ended while it was read. ``threads``: their ids.
+    ``ticks``: user + system seconds from ``/proc/<pid>/stat``, counted in clock ticks (10 ms
+    here): the kernel charges a whole tick to the thread it finds running, so a round of 10,000
+    requests reads a server's CPU to 1 us a request, with that sampling's noise on top. ``run``:
+    the process's CPU clock (Linux's clock of another process, ``clock_gettime`` on its clock id):
+    every thread's time on a CPU as the scheduler counts it, to the nanosecond, those that ended
+    included; ``None`` where it cannot be read (not Linux, or not allowed).
     """
 
     ticks: float
     run: float | None
-    threads: frozenset[int]
 
     def since(self, before: CpuReading) -> tuple[float, bool]:
-        """The CPU seconds from ``before`` to this reading, and whether they are the threads' run
-        time (exact): only when both readings have it and saw the same threads (a thread that
-        ended took its time with it); else the ticks."""
-        if self.run is not None and before.run is not None and self.threads == before.threads:
+        """The CPU seconds from ``before`` to this reading, and whether they are exact (the CPU
+        clock's, when both readings have it; else the ticks')."""
+        if self.run is not None and before.run is not None:
             return self.run - before.run, True
         return self.ticks - before.ticks, False
 
@@ -210,18 +208,17 @@ class CpuReading:
 def cpu_reading(pid: int) -> CpuReading:
     """``pid``'s CPU now (``CpuReading``); ``OSError`` if it is gone."""
     ticks = cpu_seconds(pid)
-    run: float | None = 0.0
-    threads: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            nanoseconds = int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):  # it ended meanwhile, or no schedstat here
-            run = None
-            continue
-        threads.append(int(task.name))
-        if run is not None:
-            run += nanoseconds / 1e9
-    return CpuReading(ticks, run, frozenset(threads))
+    try:
+        run: float | None = time.clock_gettime(_process_cpu_clock(pid))
+    except (OSError, AttributeError, OverflowError):  # no such clock here
+        run = None
+    return CpuReading(ticks, run)
+
+
+def _process_cpu_clock(pid: int) -> int:
+    """The clock id of process ``pid``'s CPU time (every thread's), as glibc's
+    ``clock_getcpuclockid`` makes it on Linux (``CPUCLOCK_SCHED`` of the process, not a thread)."""
+    return ((~pid) << 3) | 2
 
 
 def children_pids(pid: int) -> list[int]:
