@@ -280,6 +280,11 @@ class Subscription:
                 self._in_flight = count
                 left = len(buffer)
                 await self._deliver(batch)
+                # Freed now, not as the next batch is taken: a batch interval later, or never
+                # while the bus idles (up to batch_size events and their attributes kept alive
+                # by a local). Side by side on a loaded server it moved the CPU per request by
+                # -0.3 us, inside the noise: this is for memory, not speed.
+                del batch
                 self._in_flight = 0
                 self._handled += count
                 if self._flush_waiters:

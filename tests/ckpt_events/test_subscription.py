@@ -4,6 +4,7 @@ linger, the batch interval, the one boundary for its failures, and how its ``int
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 import anyio
@@ -282,3 +283,24 @@ def test_interests_that_are_not_event_classes_raise(wanted: object) -> None:
     """Anything but an event class, or an iterable of them, is an InvalidTypeError."""
     with pytest.raises(InvalidTypeError, match="event classes"):
         resolve_interests(_Wants(wanted))
+
+
+async def test_a_delivered_batch_is_not_kept_alive_while_the_bus_idles() -> None:
+    """Once a sink has handled a batch, its events are the sink's to keep or free: the delivery
+    task kept the last batch alive (a local) until the next one was taken, a batch interval later
+    or never on a bus that went idle, with up to ``batch_size`` events and their attributes."""
+    counts: list[int] = []
+
+    class Counting:
+        def handle(self, batch: list[Event]) -> None:
+            counts.append(len(batch))
+
+    event = refused(1)
+    alone = sys.getrefcount(event)
+    async with Bus() as bus:
+        bus.subscribe(Counting())
+        bus.emit(event)
+        await bus.flush()
+        await anyio.sleep(0.05)  # the bus idles: its task waits for the next event
+        assert counts == [1]
+        assert sys.getrefcount(event) == alone
