@@ -394,3 +394,21 @@ def test_what_the_backlog_left_out_is_said_for_as_long_as_it_is_watched(
         assert len(follower.read()) == 1
         assert follower.notes == first
         assert follower.read() == [] and follower.notes == first
+
+
+def test_corrupt_lines_are_counted_over_every_chunk_of_a_read(tmp_path: Path) -> None:
+    """A read of a log past ``MAX_READ`` decodes it chunk by chunk: its note counts the corrupt
+    lines of every chunk (was: the last chunk's own count, "1 corrupt line(s)" for 4)."""
+    one = tmp_path / "one.jsonl"
+    sink = JsonLinesSink(one)
+    sink.handle([_finished(1, "commit", "c1")])
+    sink.close()
+    line = one.read_bytes().splitlines(keepends=True)[-1]
+    log = tmp_path / "env.jsonl"
+    with open(log, "wb") as file:
+        file.write(b"torn\ngarbage\n\x00\x01\n")
+        file.write(line * (MAX_READ // len(line) + 1))
+        file.write(b"garbage\n")
+    with LogFollower([str(log)], budget=None) as follower:
+        follower.read()
+        assert follower.notes == {str(log): f"{log}: 4 corrupt line(s) skipped"}
