@@ -24,6 +24,8 @@ A time (``start_ns``, ``end_ns``, ``received_ns``, ``time_ns``) outside ``[0, 2*
 line a ``CorruptLine``: a Unix nanosecond stamp fits a signed 64-bit int until 2262, and what
 reads a log (arrays of int64, a collector's fixed64) cannot hold another. Checked on the decoded
 events, one generated comparison per class (about 0.1 us a line).
+
+A UTF-8 byte order mark at the start of the file is skipped, and lines may end in CRLF.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ _CHUNK: Final = 1 << 16
 #: Times are Unix nanoseconds in ``[0, _TIME_BOUND)``: a signed 64-bit int.
 _TIME_BOUND: Final = 1 << 63
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+_BOM: Final = b"\xef\xbb\xbf"
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS  # a gzip header and trailer around deflate data
 
 
@@ -161,8 +164,11 @@ def _read(file: IO[bytes] | _Unzipped, max_line: int) -> Iterator[tuple[int, Che
     head: list[bytes] = []  # the start of a line not ended yet, block by block (no newline in it)
     held = 0  # its length
     too_long: bytes | None = None  # the excerpt of a line past max_line, skipped to its newline
+    # A UTF-8 byte order mark (a log saved by a Windows editor, or PowerShell's Out-File) is
+    # not JSON: it made the first event a corrupt line ("invalid character").
+    first = file.read(chunk).removeprefix(_BOM)
     while True:
-        block = file.read(chunk)
+        block, first = first or file.read(chunk), b""
         if not block:
             if too_long is not None:
                 yield before + 1, _too_long(before + 1, held, max_line, too_long)

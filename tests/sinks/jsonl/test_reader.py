@@ -231,3 +231,16 @@ def test_an_event_of_a_type_this_version_does_not_know_is_said_so() -> None:
     )
     assert "does not know" not in " ".join(errors[1:])
     assert "missing required field `type`" in errors[2]
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n"])
+def test_a_utf8_byte_order_mark_is_skipped_and_the_first_event_reads(tmp_path: Path, end: bytes) -> None:
+    """A log saved with a UTF-8 BOM (a Windows editor) reads whole, CRLF or not (was: its first
+    event a corrupt line, "invalid character")."""
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"\xef\xbb\xbf" + b"".join((GOOD % (n, n)).replace(b"\n", end) for n in range(3)))
+    items = [item for _, item in read_events(log)]
+    assert not any(isinstance(item, CorruptLine) for item in items), items
+    assert [item.instance for item in items] == ["a0", "a1", "a2"]  # type: ignore[union-attr]
+    stream = [item for _, item in read_events(io.BytesIO(log.read_bytes()))]
+    assert stream == items
