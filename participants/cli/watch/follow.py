@@ -386,6 +386,14 @@ class LogFollower:
                 if self._backlog is not None:  # folded chunk by chunk: memory stays one chunk's
                     self._backlog.add_all(events)
                     events.clear()
+            if self.budget is None and followed.partial and followed.offset == end:
+                # --once reads no further: a last line with no newline (a file cut or written by
+                # hand) is read as a line, as ``report`` reads it, or counted corrupt. Was: held
+                # unread and unsaid, so a commit whose end it was showed as open work.
+                self._decode(followed, b"\n", events)
+                if self._backlog is not None:
+                    self._backlog.add_all(events)
+                    events.clear()
             if followed.head is None and followed.offset > 0:
                 start = _read_at(followed.file, 0, _HEAD)
                 cut = start.find(b"\n")

@@ -412,3 +412,25 @@ def test_corrupt_lines_are_counted_over_every_chunk_of_a_read(tmp_path: Path) ->
     with LogFollower([str(log)], budget=None) as follower:
         follower.read()
         assert follower.notes == {str(log): f"{log}: 4 corrupt line(s) skipped"}
+
+
+def test_once_reads_a_last_line_with_no_newline_or_counts_it_corrupt(tmp_path: Path) -> None:
+    """``--once`` (``budget=None``) reads no further, so a last line with no newline is read as a
+    line, as ``report`` reads it (was: held unread, and its commit shown as open work), and a torn
+    one is counted corrupt (was: unsaid)."""
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([_started(1, "commit", "c1"), _finished(1, "commit", "c1")])
+    sink.close()
+    log.write_bytes(log.read_bytes().removesuffix(b"\n"))
+    with LogFollower([str(log)], budget=None) as follower:
+        events = follower.read()
+        assert follower.notes == {}
+    view = FleetView([], stall_after=30.0)
+    text = _shown(view, events)
+    assert "c1 commit ok" in text and "open commit" not in text, text
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(log.read_bytes()[:-20])
+    with LogFollower([str(torn)], budget=None) as follower:
+        follower.read()
+        assert follower.notes == {str(torn): f"{torn}: 1 corrupt line(s) skipped"}
