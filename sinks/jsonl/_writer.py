@@ -178,7 +178,9 @@ class JsonLinesSink:
         self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 - closed by aclose()
         opened = os.fstat(self._file.fileno())
         self._identity = (opened.st_dev, opened.st_ino)
-        self._size = self._file.tell()
+        # Not tell(): a named pipe or /dev/stdout piped (a container's log) cannot seek, and the
+        # sink failed to open ("Illegal seek") though it writes to one as to a stream.
+        self._size = opened.st_size if stat.S_ISREG(opened.st_mode) else 0
         if self._size and not _ends_a_line(self._file, self._path):
             self._torn = True
             self._torn_lines += 1

@@ -6,6 +6,7 @@ Reading corrupt and long lines: ``test_reader.py``; hex ids: ``tests/sinks/test_
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any, get_args
 
@@ -151,6 +152,29 @@ def test_each_batch_reaches_the_file_without_a_flush(tmp_path: Path) -> None:
     sink.handle(batch)
     assert path.read_bytes().count(b"\n") == 3  # read by another handle, before any flush or close
     sink.close()
+
+
+def test_a_named_pipe_path_is_written_as_a_stream(tmp_path: Path) -> None:
+    """A path naming a pipe (a FIFO, or /dev/stdout piped to a container's log collector) takes
+    the lines, read back whole (was: the sink failed to open, "OSError: Illegal seek")."""
+    from ckpt_events import Refused
+    from ckpt_events.vocab import ErrorCode
+
+    path = tmp_path / "events.fifo"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a reader first: opening to write needs one
+    try:
+        sink = JsonLinesSink(path)
+        batch = [
+            Refused(kind=Kind.MODEL, instance="m0", time_ns=i, code=ErrorCode.STALE_ATTEMPT) for i in range(3)
+        ]
+        sink.handle(batch)
+        sink.close()
+        data = os.read(reader, 1 << 16)  # a few hundred bytes: well within the pipe's buffer
+    finally:
+        os.close(reader)
+    assert [event for _, event in read_events(io.BytesIO(data))] == batch
+    assert sink.stats().events == 3
 
 
 async def test_lines_reach_disk_when_the_bus_delivers(tmp_path: Path) -> None:
