@@ -74,11 +74,16 @@ _TIMES_OK: Final = {cls: _time_check(cls) for cls in get_args(CheckpointEvent)}
 
 
 class CorruptLine(msgspec.Struct, frozen=True):
-    """A line that did not decode as a ``CheckpointEvent``: its 1-based number and why."""
+    """A line that did not decode as a ``CheckpointEvent``: its 1-based number and why.
+
+    ``unknown_type`` is the line's ``type`` when it is a well-formed event of a type this
+    version does not know (another version of the library wrote it: not damage), else ``None``.
+    """
 
     line: int
     error: str
     excerpt: str
+    unknown_type: str | None = None
 
 
 def read_events(
@@ -240,7 +245,9 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
             event = from_wire(decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             excerpt = line[:_EXCERPT].decode("utf-8", "replace")
-            yield number, CorruptLine(line=number, error=_unknown_type(line) or str(exc), excerpt=excerpt)
+            kind = _unknown_type(line)
+            error = str(exc) if kind is None else _unknown_because(kind)
+            yield number, CorruptLine(line=number, error=error, excerpt=excerpt, unknown_type=kind)
             continue
         if not _TIMES_OK[event.__class__](event):
             yield number, _bad_time(number, event, line)
@@ -253,9 +260,9 @@ _KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in get_args(Ch
 
 
 def _unknown_type(line: bytes) -> str | None:
-    """Why ``line`` did not decode, when it is an event of a type this version does not know (a
-    fleet's newer or older servers): msgspec's own "Invalid value 'x' - at `$.type`" reads as
-    damage. None for any other line (only a line that failed is decoded again)."""
+    """The ``type`` of ``line`` when it is an event of a type this version does not know (a
+    fleet's newer or older servers), which msgspec's own "Invalid value 'x' - at `$.type`" made
+    read as damage. None for any other line (only a line that failed is decoded again)."""
     try:
         value = msgspec.json.decode(line)
     except msgspec.DecodeError:
@@ -265,6 +272,10 @@ def _unknown_type(line: bytes) -> str | None:
     kind = value.get("type")
     if not isinstance(kind, str) or kind in _KNOWN_TYPES:
         return None
+    return kind
+
+
+def _unknown_because(kind: str) -> str:
     return (
         f"an event type this version of ckpt-events does not know: {shown(kind)} "
         "(written by another version of the library?)"

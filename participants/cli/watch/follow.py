@@ -198,6 +198,7 @@ class LogFollower:
         self.unreadable: dict[str, str] = {}
         #: Corrupt lines skipped in each file on this call, over all its chunks (one note each).
         self._corrupt: dict[str, int] = {}
+        self._unknown: dict[str, int] = {}  # lines of event types another version wrote
 
     def close(self) -> None:
         """Close every file held open. Idempotent."""
@@ -237,6 +238,7 @@ class LogFollower:
         self.notes = dict(self._lasting)
         self.unreadable = {}
         self._corrupt = {}
+        self._unknown = {}
         order = self._look()
         events: list[Event] = []
         behind = 0
@@ -330,12 +332,15 @@ class LogFollower:
 
     def _fold_whole(self, path: str, backlog: Backlog) -> None:
         """Fold a gzipped log into the first read's backlog, whole (it is never appended to)."""
-        corrupt = 0
+        corrupt = unknown = 0
         batch: list[Event] = []
         try:
             for _, item in read_events(path):  # bounded: one pass over a file of a given size
                 if isinstance(item, CorruptLine):
-                    corrupt += 1
+                    if item.unknown_type is None:
+                        corrupt += 1
+                    else:
+                        unknown += 1
                 elif isinstance(item, VIEW_EVENTS):
                     batch.append(item)
                     if len(batch) >= 4096:
@@ -344,8 +349,8 @@ class LogFollower:
         except OSError as exc:
             self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
         backlog.add_all(batch)
-        if corrupt:
-            self.notes[path] = f"{path}: {corrupt} corrupt line(s) skipped"
+        if corrupt or unknown:
+            self.notes[path] = _skipped_note(path, corrupt, unknown)
 
     def _copied_from(self, new: _File, heads: dict[bytes, _File]) -> None:
         """A file that is a copy of one read so far (copy-truncate) starts where that one stands."""
@@ -417,7 +422,7 @@ class LogFollower:
             followed.skipping = False
         cut = data.rfind(b"\n") + 1
         followed.partial = data[max(cut, start) :]
-        corrupt = 0
+        corrupt = unknown = 0
         if len(followed.partial) > MAX_LINE:  # a line past the reader's bound: dropped to its end
             followed.partial = b""
             followed.skipping = True
@@ -425,14 +430,33 @@ class LogFollower:
         if cut > start:
             for _, item in read_events(io.BytesIO(data[start:cut])):
                 if isinstance(item, CorruptLine):
-                    corrupt += 1
+                    if item.unknown_type is None:
+                        corrupt += 1
+                    else:  # another version's event: skipped, but not damage
+                        unknown += 1
                 elif isinstance(item, VIEW_EVENTS):
                     events.append(item)
-        if corrupt:
+        if corrupt or unknown:
             # Summed over the call's chunks: each chunk's own count, set alone, said "1 corrupt
             # line(s)" for a log of 4 whose last 8 MiB chunk held one.
-            total = self._corrupt[followed.path] = self._corrupt.get(followed.path, 0) + corrupt
-            self.notes[followed.path] = f"{followed.path}: {total} corrupt line(s) skipped"
+            path = followed.path
+            total = self._corrupt[path] = self._corrupt.get(path, 0) + corrupt
+            others = self._unknown[path] = self._unknown.get(path, 0) + unknown
+            self.notes[path] = _skipped_note(path, total, others)
+
+
+def _skipped_note(path: str, corrupt: int, unknown: int) -> str:
+    """What a log's reads skipped: lines damaged, and events of types this version does not know
+    (a newer server's, in a fleet being upgraded: said as such, not as damage)."""
+    parts = []
+    if corrupt:
+        parts.append(f"{corrupt} corrupt line(s) skipped")
+    if unknown:
+        parts.append(
+            f"{unknown} event(s) of a type this version does not know skipped (written by "
+            "another version of ckpt-events?)"
+        )
+    return f"{path}: {'; '.join(parts)}"
 
 
 def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:

@@ -3,6 +3,7 @@ copy-truncate rotation nothing is lost or read twice, and the first read folds t
 
 from __future__ import annotations
 
+import gzip
 import io
 import re
 import shutil
@@ -434,3 +435,25 @@ def test_once_reads_a_last_line_with_no_newline_or_counts_it_corrupt(tmp_path: P
     with LogFollower([str(torn)], budget=None) as follower:
         follower.read()
         assert follower.notes == {str(torn): f"{torn}: 1 corrupt line(s) skipped"}
+
+
+def test_an_event_of_a_type_this_version_does_not_know_is_not_called_corrupt(tmp_path: Path) -> None:
+    """A fleet being upgraded: a newer server writes an event type this version does not know.
+    ``watch`` skips it as ``report`` does, saying so (was: "corrupt line(s)", as if the log were
+    damaged), and counts real damage apart, in a plain read and in a gzipped log's."""
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([_finished(1, "commit", "c1")])
+    sink.close()
+    newer = b'{"type":"quota_exceeded","kind":"environment","instance":"env-0","time_ns":1}\n'
+    log.write_bytes(log.read_bytes() + newer + b"garbage\n" + newer)
+    said = "1 corrupt line(s) skipped; 2 event(s) of a type this version does not know skipped"
+    with LogFollower([str(log)], budget=None) as follower:
+        events = follower.read()
+        assert len(events) == 1
+        assert follower.notes[str(log)].startswith(f"{log}: {said}")
+    zipped = tmp_path / "old.jsonl.gz"
+    zipped.write_bytes(gzip.compress(log.read_bytes()))
+    with LogFollower([str(zipped)], budget=None) as follower:
+        assert len(follower.read()) == 1
+        assert follower.notes[str(zipped)].startswith(f"{zipped}: {said}")
