@@ -30,7 +30,7 @@ import msgspec
 
 from ckpt_events._bus_contract import InterestListener
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, shown
-from ckpt_events._events import Event
+from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
     DEFAULT_BATCH_INTERVAL,
@@ -120,6 +120,7 @@ class Bus:
         self._after_close = _Buffer(0, None)
         self._names: set[str] = set()
         self._suffixes: dict[str, int] = {}  # the last "-n" given per base name
+        self._warned_classes: set[type] = set()  # emitted, not carried, and said so (_not_carried)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -347,6 +348,8 @@ class Bus:
         except KeyError:
             if self._closed:
                 self._dropped_after_close += 1
+            elif event.__class__ not in CARRIED:
+                self._not_carried(event)
             return
         # An index loop, not `for buffer in buffers`: a tuple iterator is an allocation per
         # emit, and the bus adds none beyond the event (the allocator-hook test checks it).
@@ -361,6 +364,21 @@ class Bus:
             else:
                 buffer.dropped += 1
             i += 1
+
+    def _not_carried(self, event: object) -> None:
+        """``emit`` was handed what no sink can ever want (a user's own ``Event`` subclass, not
+        an event at all): said once per class, where it vanished without a word."""
+        cls = event.__class__
+        if cls in self._warned_classes or len(self._warned_classes) >= WARNED_CLASSES:
+            return
+        self._warned_classes.add(cls)
+        logger.warning(
+            "bus.emit was given a %s.%s, not one of ckpt_events' event classes: no sink gets it "
+            "(the bus carries ckpt_events.CheckpointEvent only; put your own data in a span's "
+            "set_attribute()); said once per class",
+            cls.__module__,
+            cls.__qualname__,
+        )
 
     def _wake(self, buffer: _Buffer) -> None:
         buffer.waiting = False
@@ -463,6 +481,10 @@ class Bus:
         )
 
 
+#: The classes ``emit`` routes (the rest reach no sink, however it subscribed).
+CARRIED: Final = frozenset(EVENT_TYPES)
+#: How many classes ``emit`` says once it does not carry; past that it says nothing more.
+WARNED_CLASSES: Final = 64
 #: Finished subscriptions whose counters ``Bus.stats()`` lists one by one.
 RETIRED_ROWS: Final = 1024
 #: The name of the row that sums finished subscriptions beyond ``RETIRED_ROWS``.

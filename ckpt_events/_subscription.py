@@ -520,7 +520,16 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
                 f"a sink's interests must be event classes from ckpt_events, not {shown(cls)}"
             )
         # A base class (e.g. SpanEvent) stands for all of its concrete subclasses.
-        expanded.update(t for t in EVENT_TYPES if issubclass(t, cls))
+        found = [t for t in EVENT_TYPES if issubclass(t, cls)]
+        if not found:
+            # A user's own Event subclass: the bus routes the library's event classes only, so
+            # the sink was subscribed wanting nothing and got nothing, without a word.
+            raise InvalidTypeError(
+                f"a sink's interests must be event classes from ckpt_events, not "
+                f"{cls.__module__}.{cls.__qualname__}: the bus carries only its own events "
+                f"(ckpt_events.CheckpointEvent); put your own data in a span's set_attribute()"
+            )
+        expanded.update(found)
     return frozenset(expanded)
 
 

@@ -107,6 +107,28 @@ async def test_interests_route_only_wanted_types() -> None:
     assert len(points.events) == 1 and spans.events == []
 
 
+class _OwnEvent(Event, frozen=True, tag="own_event"):
+    """A user's own event class, which no sink can subscribe to."""
+
+
+async def test_emit_of_a_class_the_bus_does_not_carry_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A user's own Event subclass (or anything else) handed to emit reached no sink, counted
+    nowhere and said nowhere; now one warning per class names it, and emit still never raises."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with caplog.at_level("WARNING", logger="ckpt_events"):
+            for _ in range(3):
+                bus.emit(_OwnEvent(kind="judge", instance="j0"))
+            bus.emit("not an event")  # type: ignore[arg-type]
+            bus.emit(refused(1))
+        await bus.flush(timeout=5)
+    assert [type(e) for e in sink.events] == [Refused]
+    said = [r.getMessage() for r in caplog.records if "not one of ckpt_events' event" in r.getMessage()]
+    assert len(said) == 2
+    assert "test_bus._OwnEvent" in said[0] and "builtins.str" in said[1]
+
+
 async def test_unsubscribe_stops_routing_and_recomputes_interest() -> None:
     """After sub.close() nothing more is routed there and bus.wants() reflects it."""
     sink = MemorySink(interests=[Refused])

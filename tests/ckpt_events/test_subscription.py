@@ -285,6 +285,22 @@ def test_interests_that_are_not_event_classes_raise(wanted: object) -> None:
         resolve_interests(_Wants(wanted))
 
 
+class _OwnEvent(Event, frozen=True, tag="own_event"):
+    """A user's own event class: not one the bus carries."""
+
+
+class _OwnRefused(Refused, frozen=True, tag="own_refused"):
+    """A user's subclass of a library event: not one the bus carries either."""
+
+
+@pytest.mark.parametrize("wanted", [[_OwnEvent], _OwnRefused, [Refused, _OwnEvent]])
+def test_interests_naming_a_users_own_event_class_raise(wanted: object) -> None:
+    """An Event subclass of the user's own resolved to no class at all: the sink was subscribed,
+    wanted nothing and got nothing, silently. It is refused, naming the class and the way out."""
+    with pytest.raises(InvalidTypeError, match=r"test_subscription\._Own.*set_attribute"):
+        resolve_interests(_Wants(wanted))
+
+
 async def test_a_delivered_batch_is_not_kept_alive_while_the_bus_idles() -> None:
     """Once a sink has handled a batch, its events are the sink's to keep or free: the delivery
     task kept the last batch alive (a local) until the next one was taken, a batch interval later
