@@ -17,6 +17,7 @@ What the bus guarantees a sink:
 from __future__ import annotations
 
 import math
+import re
 import threading
 import weakref
 from collections.abc import Callable
@@ -231,7 +232,8 @@ class Bus:
         (another thread's call to a running bus raises ``InvalidValueError`` and changes
         nothing). ``name`` labels its stats, log lines and metrics: 1-128 characters of
         ``[A-Za-z0-9._-]``, starting with a letter or digit (else ``InvalidTypeError`` or
-        ``InvalidValueError``, and nothing subscribed); by default the sink's class name. A
+        ``InvalidValueError``, and nothing subscribed); by default the sink's class name, made to
+        fit the rule (``_MySink`` is ``MySink``). A
         name a live subscription holds already is made unique with a suffix (``alerts-2``);
         ``sub.name`` is the name it got. ``buffer_size``, ``batch_size``,
         ``batch_interval`` and ``linger`` override the bus's defaults (and the sink's
@@ -258,7 +260,7 @@ class Bus:
         )
         batch_size = self.batch_size if batch_size is None else _check_positive_int("batch_size", batch_size)
         batch_interval = self.batch_interval if batch_interval is None else _check_interval(batch_interval)
-        base = name or type(sink).__name__
+        base = name or _default_name(sink)
         suffix = self._suffixes.get(base)
         unique = self._unique_name(base)
         try:
@@ -290,7 +292,9 @@ class Bus:
         name, n = base, self._suffixes.get(base, 1)
         while name in self._names:
             n += 1
-            name = f"{base}-{n}"
+            suffix = f"-{n}"
+            # The base cut to make room: a 128-character name's "-2" made one of 130, past the rule.
+            name = f"{base[: MAX_NAME - len(suffix)]}{suffix}"
         self._suffixes[base] = n
         self._names.add(name)
         return name
@@ -481,6 +485,9 @@ class Bus:
         )
 
 
+#: The longest subscription name (``SAFE_NAME``), a suffix made unique included.
+MAX_NAME: Final = 128
+_UNSAFE_RUN: Final = re.compile(r"[^A-Za-z0-9._-]+")
 #: The classes ``emit`` routes (the rest reach no sink, however it subscribed).
 CARRIED: Final = frozenset(EVENT_TYPES)
 #: How many classes ``emit`` says once it does not carry; past that it says nothing more.
@@ -512,6 +519,18 @@ def _check_name(name: object) -> None:
         raise InvalidTypeError(f"{rule}; not {shown(name)}")
     if SAFE_NAME.fullmatch(name) is None:
         raise InvalidValueError(f"{rule}; not {shown(name)}")
+
+
+def _default_name(sink: object) -> str:
+    """The sink's class name as a subscription name: kept when it fits the rule, else its runs
+    of other characters made ``-``, its leading ones dropped and cut to 128 (``_MySink`` is
+    ``MySink``); ``sink`` if nothing is left. The rule held for given names only, and a class
+    name went into stats and log lines as it was (``_MySink``, ``Sinké``, 300 characters)."""
+    raw = type(sink).__name__
+    if SAFE_NAME.fullmatch(raw) is not None:
+        return raw
+    cleaned = _UNSAFE_RUN.sub("-", raw).lstrip("._-")[:MAX_NAME].rstrip("-")
+    return cleaned or "sink"
 
 
 def _check_interval(value: object) -> float:

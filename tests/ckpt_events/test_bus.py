@@ -31,7 +31,7 @@ from ckpt_events import (
 )
 from ckpt_events._events import FINISHED_TYPES, STARTED_TYPES
 from ckpt_events.testing import MemorySink
-from ckpt_events.vocab import ErrorCode, Kind, Phase
+from ckpt_events.vocab import SAFE_NAME, ErrorCode, Kind, Phase
 
 
 def refused(n: int, instance: str = "m0") -> Refused:
@@ -365,6 +365,38 @@ async def test_a_subscription_name_outside_the_rule_is_refused(name: str) -> Non
         for good in ("a", "otel-spans", "ckpt_span_sink", "v1.2", "x" * 128):
             assert bus.subscribe(MemorySink(), name=good).name == good
         assert bus.subscribe(MemorySink(), name="a").name == "a-2"  # taken: made unique
+
+
+@pytest.mark.parametrize(
+    ("class_name", "expected"),
+    [
+        ("_MySink", "MySink"),
+        ("Sink\u00e9", "Sink"),
+        ("S" * 300, "S" * 128),
+        ("<lambda>", "lambda"),
+        ("_", "sink"),
+    ],
+    ids=["leading underscore", "non-ascii", "300 chars", "markup", "nothing left"],
+)
+async def test_a_default_name_keeps_the_rule(class_name: str, expected: str) -> None:
+    """A sink subscribed without a name is called after its class, and that name keeps the rule
+    given names keep: a private class (``_MySink``), a non-ASCII or 300-character one went into
+    stats and log lines as it was."""
+    sink_class = type(class_name, (MemorySink,), {})
+    async with Bus() as bus:
+        first = bus.subscribe(sink_class())
+        second = bus.subscribe(sink_class())
+    assert first.name == expected
+    assert second.name == f"{expected[:126]}-2"
+    assert all(SAFE_NAME.fullmatch(sub.name) for sub in (first, second))
+
+
+async def test_a_suffixed_name_stays_within_128_characters() -> None:
+    """A 128-character name taken twice became one of 130 ("-2" added), past the rule."""
+    async with Bus() as bus:
+        bus.subscribe(MemorySink(), name="x" * 128)
+        again = bus.subscribe(MemorySink(), name="x" * 128)
+    assert again.name == "x" * 126 + "-2"
 
 
 def test_bad_arguments_raise_precise_errors() -> None:

@@ -43,7 +43,7 @@ async def test_a_base_sink_gets_every_event_and_is_closed_by_the_bus() -> None:
         bus.emit(refused(1))
         await bus.flush(timeout=5)
         assert [e.time_ns for e in sink.events] == [1]
-    assert bus.stats().sink("_Collect").delivered == 1
+    assert bus.stats().sink("Collect").delivered == 1  # the rule's name: no leading "_"
 
 
 async def test_a_base_sink_without_handle_fails_its_batches() -> None:
