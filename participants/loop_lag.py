@@ -53,8 +53,10 @@ class LoopLagMonitor:
 
     def max_since(self, start_ns: int) -> float:
         """The worst lag (ms) of the samples that ended after ``start_ns``, including the
-        sleep in progress if it already overshot; 0.0 with no sample. Safe from any thread."""
+        sleep in progress if it already overshot, each counted only for its time after
+        ``start_ns``; 0.0 with no sample. Safe from any thread."""
         worst = 0.0
+        now_ns = time.time_ns()
         # By index from the newest, not an iterator: a sync endpoint's operation ends in a
         # worker thread while the loop appends, and iterating raised "deque mutated during
         # iteration". The deque only grows to its maxlen, so an index stays valid; an append
@@ -66,8 +68,12 @@ class LoopLagMonitor:
             end_ns, lag = samples[i]
             if end_ns < start_ns:
                 break
-            worst = max(worst, lag)
-        if self._asleep_since is not None:
-            pending = (time.time_ns() - self._asleep_since) / 1e6 - self.interval * 1e3
-            worst = max(worst, pending)
+            # Only the part of a sample's overshoot after start_ns: an operation that began
+            # just after another handler blocked the loop, before this task woke to record
+            # the block, was charged all of it, more than it had run, on a free loop.
+            worst = max(worst, min(lag, (end_ns - start_ns) / 1e6))
+        asleep_since = self._asleep_since  # read once: run() may clear it from the loop meanwhile
+        if asleep_since is not None:
+            pending = (now_ns - asleep_since) / 1e6 - self.interval * 1e3
+            worst = max(worst, min(pending, (now_ns - start_ns) / 1e6))
         return round(worst, 3)

@@ -78,3 +78,19 @@ async def test_a_stopped_monitor_reports_no_lag_of_its_own() -> None:
         tg.cancel_scope.cancel()
     await anyio.sleep(0.5)  # the loop is idle, not blocked
     assert monitor.max_since(time.time_ns()) < 50.0
+
+
+async def test_a_block_that_ended_before_an_operation_is_not_its_lag() -> None:
+    """An operation started right after another handler blocked the loop, before the monitor
+    woke to take that sample, was charged the whole block (~300 ms, longer than it ran) though
+    the loop ran freely all through it: a sample counts only its part after ``start_ns``."""
+    monitor = LoopLagMonitor(interval=0.01)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        await anyio.sleep(0.03)
+        time.sleep(0.3)  # a handler blocks the loop, and returns
+        start = time.time_ns()  # the next operation starts before the monitor wakes up
+        await anyio.sleep(0.1)  # and awaits calmly
+        lag = monitor.max_since(start)
+        tg.cancel_scope.cancel()
+    assert lag < 50.0
