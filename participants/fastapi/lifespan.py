@@ -155,10 +155,21 @@ class Instrumented:
                 self.shutdown_timeout,
             )
 
-    def _lifespan_missing(self) -> None:
+    def _lifespan_missing(self, outer: Instrumented | None = None) -> None:
         """A request reached the app while its lifespan was not running: said once, with the
-        cause (it never ran, or it ran and ended)."""
+        cause (it never ran, or it ran and ended; ``outer``: the running instrumented app it is
+        mounted in, if any)."""
         self._warned = True
+        if outer is not None and outer is not self and outer.started and not self._runs:
+            # "Instrument the app uvicorn serves" was the advice here, and it was instrumented.
+            logger.warning(
+                "ckpt_events: %r is mounted in an app instrumented as %r, and Starlette runs no "
+                "lifespan for a mounted app, so this one's telemetry is off: drop the mounted "
+                "app's instrument() call, and its operation(request) records with the outer app's",
+                self.telemetry,
+                outer.telemetry,
+            )
+            return
         if self._runs:  # it ran: "never ran (a sub-app, --lifespan off)" would be a wrong cause
             logger.warning(
                 "ckpt_events: %r serves requests after its lifespan ended (the app shut down), so "
@@ -195,9 +206,10 @@ class ArrivalMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             instrumented = self.instrumented
+            outer = scope.get(SCOPE_KEY)  # an instrumented app this one is mounted in stamped it
             # The Telemetry's clock: an injected one (a TickingClock) stamps the arrival too, so
             # received_ns is not the real time beside a span started at the test clock's time.
             scope[SCOPE_KEY] = Arrival(instrumented.telemetry.clock(), instrumented)
             if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
-                instrumented._lifespan_missing()
+                instrumented._lifespan_missing(None if outer is None else outer.instrumented)
         await self.app(scope, receive, send)

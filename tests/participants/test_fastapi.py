@@ -510,6 +510,39 @@ async def test_a_request_served_without_the_lifespan_is_said_once(caplog: pytest
     assert not [r for r in caplog.records if "lifespan never ran" in r.getMessage()]
 
 
+async def test_a_sub_app_mounted_in_an_instrumented_app_is_told_to_drop_its_instrument(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With both apps instrumented, the mounted one's operations went to its own telemetry, off
+    (Starlette runs no sub-app's lifespan), and the warning said to "instrument the app uvicorn
+    serves", which was. It now names the outer app and says that without its own instrument()
+    the sub-app's operations are the outer app's; and they are."""
+    outer_sink = MemorySink()
+    outer = FastAPI()
+    instrument(outer, kind="gateway", instance="gw-0", configure_sinks=lambda bus: bus.subscribe(outer_sink))
+    outer.mount("/judge", _user_app(MemorySink()))
+    async with _serving(outer) as client:
+        for _ in range(2):
+            assert (await client.post("/judge/grade/c1")).status_code == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "ckpt_events"]
+    assert len(said) == 1, said
+    assert "gateway" in said[0] and "instrument()" in said[0], said[0]
+    assert "uvicorn serves" not in said[0], said[0]
+    # As it advises: the sub-app without instrument() records with the outer app's telemetry.
+    plain = FastAPI()
+
+    @plain.post("/grade/{checkpoint_id}")
+    async def grade(request: Request, checkpoint_id: str) -> None:
+        with operation(request, "commit", checkpoint_id=checkpoint_id):
+            pass
+
+    outer.mount("/plain", plain)
+    async with _serving(outer) as client:
+        assert (await client.post("/plain/grade/c2")).status_code == 200
+    finished = outer_sink.of_type(OperationFinished)
+    assert [(e.kind, e.checkpoint_id) for e in finished] == [("gateway", "c2")]
+
+
 async def test_a_request_after_the_lifespan_ended_is_not_said_to_have_none(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
