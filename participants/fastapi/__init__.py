@@ -137,6 +137,11 @@ def _instrumented(where: HTTPConnection | Starlette) -> Instrumented:
         arrival = where.scope.get(SCOPE_KEY)
         if arrival is not None:
             return arrival.instrumented  # type: ignore[no-any-return]
+        if "app" not in where.scope:  # `.app` raised KeyError: 'app' for a Request(scope) built by hand
+            raise ConfigurationError(
+                "the request was served by no app (a Request built by hand): send it through the "
+                "instrumented app (httpx.ASGITransport, TestClient), or use telemetry(app)"
+            )
         where = where.app
     found = getattr(getattr(where, "state", None), STATE_ATTRIBUTE, None)
     if not isinstance(found, Instrumented):

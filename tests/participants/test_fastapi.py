@@ -248,6 +248,15 @@ async def test_operation_away_from_a_request_is_a_precise_error(where: str | Non
         incoming(given)  # type: ignore[arg-type]
 
 
+def test_a_request_built_by_hand_is_a_precise_error() -> None:
+    """A ``Request(scope)`` built in a unit test, with no app in its scope, raised
+    ``KeyError: 'app'`` from ``operation()`` and ``telemetry()``; it now says to serve it."""
+    request = Request({"type": "http", "method": "POST", "path": "/grade/c1", "headers": []})
+    for call in (lambda: telemetry(request), lambda: operation(request, "commit", checkpoint_id="c1")):
+        with pytest.raises(ConfigurationError, match=r"served by no app.*ASGITransport"):
+            call()
+
+
 async def test_incoming_dependency_runs_on_the_event_loop() -> None:
     """``Depends(incoming_dependency)`` answers with every worker thread taken, and gives what
     ``incoming`` gives (FastAPI runs ``Depends(incoming)``, a plain ``def``, in its threadpool)."""
