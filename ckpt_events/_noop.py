@@ -13,8 +13,9 @@ from typing import ClassVar, Final, Self
 
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
-from ckpt_events._span_base import _bad_attribute
+from ckpt_events._span_base import _bad_attribute, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
+from ckpt_events._tracecontext import parse_traceparent
 from ckpt_events._vocab import KIND_NAMES, STEP_NAMES, Kind, Operation, Phase, Step, kind_name, step_name
 
 __all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]
@@ -141,6 +142,56 @@ class _NoopCollection(_NoopSlots, CollectionSpan):
         restarts: int | None = None,
     ) -> None:
         return None
+
+
+class _PassedStep(_NoopStep, gc=False):
+    """A step of a ``_PassedOperation``: records nothing, hands the incoming trace on."""
+
+    traceparent = _SpanBase.traceparent
+    tracestate = _SpanBase.tracestate
+
+
+class _PassedOperation(_NoopOperation, gc=False):
+    """What ``Telemetry.operation`` returns with no sink listening and a valid incoming
+    ``traceparent``: it records nothing, but ``traceparent()`` (and ``tracestate()``, once kept
+    by ``with_tracestate``) hand the caller's trace on, so a call this server makes joins the
+    trace it was called in, as OpenTelemetry's non-recording spans do; a server with telemetry
+    off in the middle of a chain started a new trace for everything after it."""
+
+    traceparent = _SpanBase.traceparent
+    tracestate = _SpanBase.tracestate
+    with_tracestate = _SpanBase.with_tracestate
+
+    def step(self, step: Step | str) -> StepSpan:
+        NOOP_OPERATION.step(step)  # the name checked as a disabled step checks it
+        return _PassedStep(
+            None,  # type: ignore[arg-type]
+            Step.EXPORT,
+            None,
+            self.trace_id,
+            self.span_id,
+            None,
+            self.sampled,
+            self._tracestate,
+        )
+
+
+def passed_on(traceparent: str) -> OperationSpan:
+    """The no-op operation for an incoming ``traceparent``: one that hands it on when it parses,
+    else ``NOOP_OPERATION`` (a malformed header is ignored, as with telemetry on)."""
+    remote = parse_traceparent(traceparent)
+    if remote is None:
+        return NOOP_OPERATION
+    return _PassedOperation(
+        None,  # type: ignore[arg-type]
+        Operation.COMMIT,
+        None,
+        remote.trace_id,
+        remote.span_id,
+        None,
+        True,
+        remote.sampled,
+    )
 
 
 # The struct twins need their fields filled; no method of theirs reads them.

@@ -32,7 +32,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP
+from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP, passed_on
 from ckpt_events._span_base import _checked_id, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
@@ -334,7 +334,8 @@ class Telemetry:
         if not self._operation_on:
             try:  # inline, not a helper call: this is the whole cost of a disabled site
                 if operation in _OPERATIONS:
-                    return NOOP_OPERATION
+                    # A caller's trace is handed on by ``traceparent()``, recorded or not.
+                    return NOOP_OPERATION if traceparent is None else passed_on(traceparent)
             except TypeError:
                 pass
             coerce(Operation, operation)  # raises UnknownNameError naming the valid values

@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from ckpt_events import Bus, InvalidValueError, Telemetry
+from ckpt_events import Bus, InvalidValueError, OperationFinished, Telemetry
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STAGE, NOOP_STEP
 from ckpt_events._span_handles import OperationSpan, StepSpan
@@ -97,3 +97,37 @@ def test_noop_handles_have_the_live_signatures(live: type, noop: type) -> None:
     for name, signature in live_methods.items():
         twin = noop_methods[name]
         assert list(twin.parameters.values()) == list(signature.parameters.values()), name
+
+
+_INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_with_telemetry_off_a_callers_trace_is_handed_on_and_nothing_is_recorded() -> None:
+    """A server with no sink in the middle of a chain: its operation records nothing, but its
+    ``traceparent()`` (and a step's) is the caller's, ``tracestate`` kept, so the participant it
+    calls next joins the caller's trace as a child of the caller's span (was: ``None``, and a new
+    trace for everything after this server). A malformed header is ignored, as with a sink on."""
+    async with Bus() as off_bus, Bus() as on_bus:
+        off = Telemetry(off_bus, kind="model", instance="m0")
+        sink = MemorySink()
+        on_bus.subscribe(sink)
+        downstream = Telemetry(on_bus, kind="environment", instance="e0")
+        with off.operation("prepare", traceparent=_INCOMING).with_tracestate("vendor=1") as op:
+            assert op.traceparent() == _INCOMING
+            assert op.tracestate() == "vendor=1"
+            with op.step("export") as step:
+                assert step.traceparent() == _INCOMING
+                assert step.tracestate() == "vendor=1"
+                step.set(records=1)
+                with downstream.operation("prepare", traceparent=step.traceparent()):
+                    pass
+            op.set(records=1, phase="exporting")
+            with pytest.raises(InvalidValueError):
+                op.step("not a step name")
+        assert off_bus.stats().sinks == ()
+        await on_bus.flush()
+        (finished,) = sink.of_type(OperationFinished)
+        assert f"{finished.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+        assert f"{finished.parent_span_id:016x}" == "b7ad6b7169203331"
+        assert off.operation("prepare", traceparent="garbage") is NOOP_OPERATION
+        assert off.operation("prepare").traceparent() is None

@@ -40,10 +40,13 @@ async def test_controller_spans_carry_it_from_their_root() -> None:
                     assert stage.tracestate() == "rojo=1"
 
 
-def test_the_disabled_path_has_none() -> None:
-    """With nobody listening the no-op handles answer None."""
+def test_the_disabled_path_hands_the_callers_on() -> None:
+    """With nobody listening an operation records nothing but hands on the caller's
+    ``traceparent`` and the ``tracestate`` kept with it; without a caller's, it has none."""
     tel = Telemetry(None, kind="agent", instance="a0")
     with tel.operation("prepare", traceparent=_PARENT).with_tracestate("rojo=1") as op:
+        assert op.tracestate() == "rojo=1" and op.traceparent() == _PARENT
+    with tel.operation("prepare").with_tracestate("rojo=1") as op:
         assert op.tracestate() is None and op.traceparent() is None
 
 
