@@ -268,7 +268,9 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
         # Port 0: the server binds one of its own before its startup, and names it in its state.
         command = [sys.executable, "-m", f"{__package__}.app_server", bench.app, "0", str(state_file)]
         with log.open("wb") as err:
-            proc = spawn(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stderr=err)
+            # stdout too: an app that prints (a print() in a handler) filled the bench's own
+            # stdout, the table's, with a line per request; in the log it shows if it fails.
+            proc = spawn(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         server = _Server(proc, 0, log)
         started = False
         try:

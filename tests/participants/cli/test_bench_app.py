@@ -271,6 +271,26 @@ def test_an_app_whose_startup_fails_shows_why(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_what_the_app_prints_stays_out_of_the_benchs_stdout(tmp_path: Path) -> None:
+    """The servers' stdout was the bench's own: an app's print() in a handler put a line per
+    request (79,879 in a quick run) among the table's. It goes to the server's log now."""
+    source = (
+        "from fastapi import FastAPI\n"
+        "from ckpt_events.participants.fastapi import instrument\n\n"
+        "print('imported the app')\n"
+        "app = FastAPI()\n"
+        "instrument(app, kind='judge', instance='judge-0')\n\n"
+        "@app.get('/broken')\n"
+        "async def broken() -> None:\n"
+        "    print('handling a request')\n"
+        "    raise RuntimeError('not yet')\n"
+    )
+    run = _bench_of(tmp_path, source, "GET /broken")
+    assert run.returncode == 1 and "answered 500" in run.stderr, run.stderr
+    assert "imported the app" not in run.stdout and "handling a request" not in run.stdout, run.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("wrk") is None,
     reason="needs wrk (apt-get install wrk): it counts no request a slice did not finish",
