@@ -35,6 +35,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -136,6 +137,10 @@ class _Run:
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _PATH: Final = re.compile(r"/[!-~]*")
 _VALUE: Final = re.compile(r"[ -~]*")
+#: Headers that say where a request's body ends, which the drivers write from --body: a
+#: "Transfer-Encoding: chunked" of one's own had the first request wait 30 s for chunks never
+#: sent, then blamed the route ("hangs"); a "Content-Length: 3" cut the body short (a 500).
+_FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
 
 
 def parse_request(text: str) -> tuple[str, str]:
@@ -156,6 +161,11 @@ def parse_header(text: str) -> tuple[str, str]:
     name, value = name.strip(), value.strip()
     if not colon or _TOKEN.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
         raise ValueError(f"--header takes 'Name: value' (printable ASCII), not {text!r}")
+    if name.lower() in _FRAMING:
+        raise ValueError(
+            f"--header {name}: the bench frames each request itself (Content-Length of --body), "
+            f"leave out --header {shlex.quote(text)}"
+        )
     return name, value
 
 

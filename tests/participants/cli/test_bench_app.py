@@ -205,6 +205,9 @@ def test_an_import_error_inside_the_app_is_the_users_to_read(
         (["--app", "app:app", "--request", "GET /", "--header", "X-\u00e9: a"], "--header takes"),
         (["--app", "app:app", "--request", "GET /\u00e9"], "--request takes 'METHOD /path'"),
         (["--app", "app:app", "--request", "GET /a\tb"], "--request takes 'METHOD /path'"),
+        # The first waited 30 s for chunks never sent and blamed the route; the second cut the body.
+        (["--app", "app:app", "--request", "POST /", "--header", "Transfer-Encoding: chunked"], "frames"),
+        (["--app", "app:app", "--request", "POST /", "--header", "content-length: 3"], "frames"),
         (["--export-process"], "--export-process is for --app"),
         (["--request", "GET /"], "--request is for --app"),
     ],
