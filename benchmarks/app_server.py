@@ -14,6 +14,7 @@ for each phase, whether the telemetry is on (``Telemetry.enabled``), the bus's c
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import socket
@@ -61,7 +62,14 @@ def load_app(spec: str) -> Starlette:
         except AttributeError:
             raise ValueError(f"--app {spec}: {module_name} has no attribute {attribute!r}") from None
     if not isinstance(found, Starlette):
-        raise ValueError(f"--app {spec} is a {type(found).__name__}, not a FastAPI (or Starlette) app")
+        # What to name instead: a factory's app (uvicorn --factory has no counterpart here), or
+        # the app inside an ASGI middleware wrapping it.
+        fix = (
+            f"call it at import (app = {attribute}() in a module) and give --app MODULE:app"
+            if inspect.isfunction(found)
+            else "name the app instrument() was called on"
+        )
+        raise ValueError(f"--app {spec} is a {type(found).__name__}, not a FastAPI (or Starlette) app: {fix}")
     return found
 
 

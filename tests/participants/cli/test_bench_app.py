@@ -155,7 +155,18 @@ def test_an_app_that_is_not_instrumented_is_refused(tmp_path: Path) -> None:
         ),
         ("", "nosuch.sub:app", "--app nosuch.sub:app: no module named 'nosuch' on the import path"),
         ("app = 1\n", "mine:apq", "--app mine:apq: mine has no attribute 'apq'"),
-        ("app = 1\n", "mine:app", "--app mine:app is a int, not a FastAPI (or Starlette) app"),
+        (
+            "app = 1\n",
+            "mine:app",
+            "--app mine:app is a int, not a FastAPI (or Starlette) app: name the app instrument() was",
+        ),
+        # A factory said what it was not, not what to do.
+        (
+            "def create_app(): pass\n",
+            "mine:create_app",
+            "--app mine:create_app is a function, not a FastAPI (or Starlette) app: call it at import "
+            "(app = create_app() in a module) and give --app MODULE:app",
+        ),
         ("from fastapi import FastAPI\napp = FastAPI()\n", "mine:app", "--app mine:app is not instrumented"),
     ],
 )
