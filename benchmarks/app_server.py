@@ -33,26 +33,30 @@ from ckpt_events.participants.fastapi import STATE_ATTRIBUTE, telemetry
 
 from .bench_app import REFUSED
 
-__all__ = ["GRACEFUL_SECONDS", "load_app", "main"]
+__all__ = ["GRACEFUL_SECONDS", "AppRefused", "load_app", "main"]
 
 #: Seconds uvicorn waits, once told to stop, for the requests still running, then cancels them.
 GRACEFUL_SECONDS: Final = 5
 
 
-def load_app(spec: str) -> Starlette:
-    """The app named ``MODULE:ATTR`` (``ATTR`` may be dotted); ``ValueError`` saying what is wrong.
+class AppRefused(ValueError):
+    """``--app`` names no app that can be served: the message says why, in one line."""
 
-    An import error raised inside the module (one of its own imports) propagates as it is:
-    its traceback is the user's to read."""
+
+def load_app(spec: str) -> Starlette:
+    """The app named ``MODULE:ATTR`` (``ATTR`` may be dotted); ``AppRefused`` saying what is wrong.
+
+    Whatever the module raises while imported (one of its own imports missing, a ``ValueError``
+    of its own, a second ``instrument()``) propagates as it is: its traceback is the user's to read."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"--app takes MODULE:ATTR (as uvicorn does), not {spec!r}")
+        raise AppRefused(f"--app takes MODULE:ATTR (as uvicorn does), not {spec!r}")
     try:
         found: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise
-        raise ValueError(
+        raise AppRefused(
             f"--app {spec}: no module named {exc.name!r} on the import path (run ckpt-events bench "
             "from the directory that holds it)"
         ) from None
@@ -60,7 +64,7 @@ def load_app(spec: str) -> Starlette:
         try:
             found = getattr(found, part)
         except AttributeError:
-            raise ValueError(f"--app {spec}: {module_name} has no attribute {attribute!r}") from None
+            raise AppRefused(f"--app {spec}: {module_name} has no attribute {attribute!r}") from None
     if not isinstance(found, Starlette):
         # What to name instead: a factory's app (uvicorn --factory has no counterpart here), or
         # the app inside an ASGI middleware wrapping it.
@@ -69,7 +73,7 @@ def load_app(spec: str) -> Starlette:
             if inspect.isfunction(found)
             else "name the app instrument() was called on"
         )
-        raise ValueError(f"--app {spec} is a {type(found).__name__}, not a FastAPI (or Starlette) app: {fix}")
+        raise AppRefused(f"--app {spec} is a {type(found).__name__}, not a FastAPI (or Starlette) app: {fix}")
     return found
 
 
@@ -113,18 +117,21 @@ def _reporting(app: Starlette, state_file: Path, state: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     spec, port, state_file = argv[0], int(argv[1]), Path(argv[2])
     state: dict[str, Any] = {"pid": os.getpid()}
+    # Only the refusals are caught: a ValueError or ConfigurationError the module raised while
+    # imported (a second instrument()) was taken for one, printed bare or as "not instrumented".
     try:
         app = load_app(spec)
+    except AppRefused as exc:
+        print(exc, file=sys.stderr)
+        return REFUSED
+    try:
         _reporting(app, state_file, state)
-    except ConfigurationError:  # before ValueError: it is one
+    except ConfigurationError:
         print(
             f"--app {spec} is not instrumented: call ckpt_events.participants.fastapi.instrument(app, ...) "
             "where the app is made (docs/fastapi.md)",
             file=sys.stderr,
         )
-        return REFUSED
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
         return REFUSED
     # Bound here, before the startup writes the state file that names the port: the bench then
     # never reaches another process (it chose a free port, which another could take before

@@ -205,6 +205,36 @@ def test_an_import_error_inside_the_app_is_the_users_to_read(
 
 
 @pytest.mark.parametrize(
+    ("module", "raised"),
+    [
+        # Printed bare, as if the bench said it: "Expecting property name enclosed in double quotes".
+        ('import json\nCONFIG = json.loads("{oops")\n', "Expecting property name"),
+        # Told "is not instrumented: call instrument()", the opposite of what was wrong.
+        (
+            "from fastapi import FastAPI\n"
+            "from ckpt_events.participants.fastapi import instrument\n"
+            "app = FastAPI()\n"
+            "instrument(app, kind='judge', instance='judge-0')\n"
+            "instrument(app, kind='judge', instance='judge-0')\n",
+            "instrumented already",
+        ),
+    ],
+)
+def test_what_the_app_raises_while_imported_is_not_taken_for_a_refusal(
+    module: str, raised: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ValueError (or ConfigurationError, one too) raised by the app's own module propagates,
+    its traceback shown by the bench, rather than passing for the server's one-line refusal."""
+    from ckpt_events.benchmarks import app_server
+
+    (tmp_path / "mine.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mine", raising=False)
+    with pytest.raises(ValueError, match=raised):
+        app_server.main(["mine:app", "0", str(tmp_path / "state.json")])
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         (["--app", "app:app"], "--app needs --request"),
