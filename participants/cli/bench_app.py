@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import resource
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -52,6 +53,11 @@ def _json_body(value: str) -> str:
     try:
         json.loads(value)
     except ValueError as exc:
+        # curl's "-d @body.json" habit was told only "not JSON (Expecting value: ...)".
+        if value.startswith("@"):
+            raise argparse.ArgumentTypeError(
+                f'takes the JSON itself, not a file: --body "$(cat {shlex.quote(value[1:])})"'
+            ) from None
         raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
     return value
 

@@ -261,6 +261,14 @@ def test_options_that_do_not_fit_are_one_line(
     assert message in capsys.readouterr().err
 
 
+def test_a_body_named_by_its_file_says_how_to_give_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """curl's ``-d @body.json`` habit was told only "not JSON (Expecting value: ...)"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--app", "app:app", "--request", "POST /", "--body", "@my body.json"])
+    assert exit_.value.code == 2
+    assert "takes the JSON itself, not a file: --body \"$(cat 'my body.json')\"" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "options",
     [
