@@ -165,7 +165,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         method, path = bench_app.parse_request(args.request)
         headers = [bench_app.parse_header(h) for h in args.header]
-        driver = load.pick_driver(args.driver)
+        # wrk reads a HEAD answer's Content-Length as a body to wait for: every request timed out
+        # and the bench said the route was too slow. httpx knows a HEAD answer has none.
+        if method == "HEAD" and args.driver == "wrk":
+            raise ValueError(
+                "--request HEAD cannot be driven by wrk (it waits for a body): use --driver httpx"
+            )
+        driver = load.pick_driver("httpx" if method == "HEAD" else args.driver)
     except (ValueError, FileNotFoundError) as exc:
         raise CommandError(str(exc)) from None
     _file_descriptors_for(args.connections)

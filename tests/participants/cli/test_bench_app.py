@@ -249,6 +249,8 @@ def test_what_the_app_raises_while_imported_is_not_taken_for_a_refusal(
         # The first waited 30 s for chunks never sent and blamed the route; the second cut the body.
         (["--app", "app:app", "--request", "POST /", "--header", "Transfer-Encoding: chunked"], "frames"),
         (["--app", "app:app", "--request", "POST /", "--header", "content-length: 3"], "frames"),
+        # Every request timed out in wrk, blamed on the route's speed.
+        (["--app", "app:app", "--request", "HEAD /", "--driver", "wrk"], "use --driver httpx"),
         (["--export-process"], "--export-process is for --app"),
         (["--request", "GET /"], "--request is for --app"),
     ],
