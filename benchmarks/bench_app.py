@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -77,6 +78,8 @@ SINKS: Final = {
 MAX_CONNECTIONS: Final = 10_000
 #: Seconds a server has to start (import, startup, listening).
 START_TIMEOUT: Final = 60.0
+#: Seconds a started server has to stop after SIGTERM (its telemetry drains), then SIGKILL.
+STOP_TIMEOUT: Final = 30.0
 #: Seconds the first request has to be answered, its body read to the end.
 PREFLIGHT_SECONDS: Final = 30.0
 #: The load alternates between the variants' servers in slices this long (seconds): a burst of
@@ -302,8 +305,17 @@ def _server(bench: AppBench, variant: str, collector: str | None, core: int | No
         finally:
             # One whose startup never ended ignores SIGTERM (uvicorn waits for the startup): it
             # was given 30 s before its SIGKILL.
-            stop_process(proc, timeout=30 if started else 2)
+            stop_process(proc, timeout=STOP_TIMEOUT if started else 2)
             server.state = _read_state(state_file) or {}
+            if started and proc.returncode == -signal.SIGKILL:
+                # Its shutdown hung (code after the lifespan's yield): each server waited out
+                # the deadline in turn, minutes in all, and nothing said why.
+                print(
+                    f"bench: the {variant} server did not stop within {STOP_TIMEOUT:g} s of SIGTERM "
+                    "and was killed: the app's shutdown (its lifespan after yield) hangs, and its "
+                    "telemetry did not drain",
+                    file=sys.stderr,
+                )
 
 
 def _not_started(bench: AppBench, variant: str, server: _Server, startup_ran: bool) -> BenchAppError:
