@@ -332,7 +332,8 @@ class LogFollower:
 
     def _fold_whole(self, path: str, backlog: Backlog) -> None:
         """Fold a gzipped log into the first read's backlog, whole (it is never appended to)."""
-        corrupt = unknown = 0
+        corrupt = 0
+        unknown = 0
         batch: list[Event] = []
         try:
             for _, item in read_events(path):  # bounded: one pass over a file of a given size
@@ -422,7 +423,8 @@ class LogFollower:
             followed.skipping = False
         cut = data.rfind(b"\n") + 1
         followed.partial = data[max(cut, start) :]
-        corrupt = unknown = 0
+        corrupt = 0
+        unknown = 0
         if len(followed.partial) > MAX_LINE:  # a line past the reader's bound: dropped to its end
             followed.partial = b""
             followed.skipping = True

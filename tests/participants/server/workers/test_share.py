@@ -30,13 +30,14 @@ async def test_inside_noted_the_share_carries_the_operation_s_traceparent_and_id
 
 
 async def test_without_a_sink_the_share_forwards_the_caller_s_traceparent() -> None:
-    """A no-op operation span has no traceparent: the incoming one is forwarded instead."""
+    """With no sink the operation records nothing and hands on the caller's traceparent, and
+    the share forwards it; without a caller's, there is none to forward."""
     async with Bus() as bus:
         tel = Telemetry(bus, kind="environment", instance="environment-0")
         trace = Incoming.from_headers(CALLER)
         with noted(trace.operation(tel, "commit", checkpoint_id="c1"), "c1", trace):
             share = current_share()
-            assert share is not None and share.span.traceparent() is None
+            assert share is not None and share.span.traceparent() == CALLER
             assert share.traceparent() == CALLER
         untraced = Incoming.from_headers(None)
         with noted(untraced.operation(tel, "retire"), None, untraced):
