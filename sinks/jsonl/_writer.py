@@ -132,6 +132,10 @@ class JsonLinesSink:
         self._file: IO[bytes]
         self._size = 0
         if isinstance(target, str | os.PathLike):
+            if not os.fspath(target):  # abspath("") is the working folder: "Is a directory: <cwd>"
+                raise InvalidValueError(
+                    "target is an empty path: give the log's file, such as 'events.jsonl'"
+                )
             # Absolute, as logging.FileHandler makes it: a chdir() later (a daemon going to /) must
             # not move the log, or make a rotation rename files in the new folder.
             self._path = Path(os.path.abspath(target))

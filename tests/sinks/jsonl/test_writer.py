@@ -295,3 +295,16 @@ def test_a_text_stream_is_refused_naming_its_buffer(tmp_path: Path) -> None:
         JsonLinesSink(text)  # type: ignore[arg-type]
     with open(path) as text, pytest.raises(InvalidArgumentError, match=r"'rb' mode"):
         list(read_events(text))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("empty", ["", Path("")], ids=["str", "Path"])
+def test_an_empty_path_is_refused_naming_what_to_give(empty: str | Path) -> None:
+    """``JsonLinesSink("")`` (an unset variable passed on) said "Is a directory: '<cwd>'", the
+    working folder ``abspath("")`` made of it; it is refused naming the empty path. ``Path("")``
+    is ``"."``, the working folder, and says so as any folder does."""
+    if isinstance(empty, str):
+        with pytest.raises(InvalidArgumentError, match="empty path"):
+            JsonLinesSink(empty)
+    else:
+        with pytest.raises(IsADirectoryError):
+            JsonLinesSink(empty)
