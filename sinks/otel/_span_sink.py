@@ -225,14 +225,18 @@ class SpanSink:
         assert self.processor is not None
         on_end = self.processor.on_end
         done = 0
-        try:
-            for span in spans:
+        # Per span: a processor that raises on one span (a scrubber's bug on one value) loses
+        # that span only; stopping at the first raise lost every later span of the batch, other
+        # checkpoints' included.
+        for span in spans:
+            try:
                 on_end(span)
+            except Exception:
+                self._dropped += 1
+                self._export_failures += 1
+                self._log_failure("raised")
+            else:
                 done += 1
-        except Exception:
-            self._dropped += len(spans) - done
-            self._export_failures += 1
-            self._log_failure("raised")
         self._exported += done
 
     def _log_failure(self, how: str) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind
@@ -133,6 +133,39 @@ async def test_a_shut_down_processor_given_as_processor_counts_its_spans_as_drop
             pass
     stats = sink.stats()
     assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
+
+
+class _RefusesSteps(SpanProcessor):
+    """A user's processor with a bug: it raises on every step span, passes the rest on."""
+
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        self.exporter = exporter
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name == "gym.checkpoint.write":
+            raise RuntimeError("scrubber bug")
+        self.exporter.export([span])
+
+
+async def test_a_processor_raising_on_one_span_loses_only_that_span(caplog: pytest.LogCaptureFixture) -> None:
+    """A processor that raises on one span loses that span, counted, and is logged once; the
+    spans after it in the batch (other checkpoints' operations) still reach it. The first raise
+    dropped the rest of the batch: three checkpoints lost for one bad span."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    exporter = InMemorySpanExporter()
+    sink = SpanSink(processor=_RefusesSteps(exporter))
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for i in range(3):
+            with tel.operation("commit", checkpoint_id=f"c{i}") as op, op.step("write"):
+                pass
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == ["gym.checkpoint.commit"] * 3
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (3, 3, 3)
+    assert stats.last_failure == "raised"
+    assert len([r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]) == 1
 
 
 def _sdk_provider_without_processors() -> TracerProvider:
