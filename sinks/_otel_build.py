@@ -132,6 +132,7 @@ def _span_sinks(
 ) -> list[tuple[str, AnySpanSink]]:
     """The named span sinks: through ``tracer_provider`` alone if given, else to
     ``span_exporter``, our own OTLP/HTTP sink and the environment's other exporters."""
+    from ckpt_events.sinks._span_attrs import AttributeLimits
     from ckpt_events.sinks.otel._pipeline import span_exporters_for
     from ckpt_events.sinks.otel._span_sink import SpanSink
     from ckpt_events.sinks.otlp._factory import is_own_http, own_span_sink
@@ -148,6 +149,11 @@ def _span_sinks(
     }
     made: list[tuple[str, AnySpanSink]] = []
     if tracer_provider is not None:
+        # Your provider's SpanLimits hold our spans as they hold yours, unless the environment
+        # sets limits (then those, as for every span sink). Limits equal to the default are
+        # taken as unset: the provider's own default is the same unless set in code.
+        if settings.attribute_limits == AttributeLimits():
+            options["attribute_limits"] = None
         made.append(("otel-spans", SpanSink(tracer_provider=tracer_provider, **options)))
     else:
         if span_exporter is not None:

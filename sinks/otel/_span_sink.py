@@ -76,8 +76,9 @@ class SpanSink:
     sites stay off). ``resource`` defaults to ``Resource.create()`` named ``ckpt-events``
     unless ``OTEL_SERVICE_NAME`` names it.
     ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes.
-    ``attribute_limits`` (default: ``AttributeLimits()``, the specification's: 128 attributes,
-    no length limit) bounds each span's attributes and its exception event's values.
+    ``attribute_limits`` (default: ``tracer_provider``'s ``SpanLimits``, else
+    ``AttributeLimits()``, the specification's: 128 attributes, no length limit) bounds each
+    span's attributes and its exception event's values.
     ``handle`` may block, so the bus runs it in a worker thread (``blocking``) after
     gathering events for ``linger`` seconds (each handoff to a thread can cost the loop a GIL
     switch interval): a checkpoint's spans go out in one batch. ``bus.flush()`` skips linger.
@@ -113,6 +114,8 @@ class SpanSink:
             processor = _processors_of(tracer_provider)
             if resource is None:
                 resource = tracer_provider.resource
+            if attribute_limits is None:
+                attribute_limits = _limits_of(tracer_provider)
         if processor is not None and not callable(getattr(processor, "on_end", None)):
             raise InvalidTypeError(
                 f"processor must be an OpenTelemetry SpanProcessor, not {shown(processor)}"
@@ -384,6 +387,23 @@ def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
             "(configure()'s span_exporter=, or SpanSink's processor=BatchSpanProcessor(exporter))"
         )
     return found
+
+
+def _limits_of(tracer_provider: TracerProvider) -> AttributeLimits:
+    """The span attribute limits of ``tracer_provider`` (its ``SpanLimits``), so our spans
+    through it are held to what its own spans are; the default ``AttributeLimits()`` when it
+    has none we can read.
+
+    Taken with ``_processors_of``: the SDK keeps them in a private attribute, read once here.
+    Without it, a provider built with ``SpanLimits(max_span_attributes=3)`` had our spans
+    reach its exporter with every attribute and whole values.
+    """
+    limits = getattr(tracer_provider, "_span_limits", None)
+    count = getattr(limits, "max_span_attributes", None)
+    length = getattr(limits, "max_span_attribute_length", None)
+    if not isinstance(count, int) or count < 0:
+        return AttributeLimits()
+    return AttributeLimits(length if isinstance(length, int) and length >= 0 else None, count)
 
 
 def _was_shut_down(processor: SpanProcessor) -> bool:

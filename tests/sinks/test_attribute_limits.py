@@ -13,7 +13,8 @@ from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, ConfigurationError, OperationFinished, Redactor, Telemetry
@@ -99,6 +100,44 @@ async def test_the_span_s_own_variables_win_over_the_generic_ones() -> None:
     assert span.attributes is not None
     assert len(span.attributes) == 20
     assert span.attributes.get("user.blob", "x" * 7) == "x" * 7
+
+
+async def _through_provider(environ: dict[str, str]) -> tuple[ReadableSpan, ReadableSpan]:
+    """Our span and the provider's own, exported by a provider built with SpanLimits in code."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=6, max_span_attribute_length=9))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with Bus() as bus:
+        async with configure(bus, tracer_provider=provider, environ=environ):
+            _operation(Telemetry(bus, kind="agent", instance="a0"))
+            with provider.get_tracer("app").start_as_current_span("app") as own:
+                own.set_attribute("user.blob", BLOB)
+    provider.shutdown()
+    ours, theirs = sorted(exporter.get_finished_spans(), key=lambda span: span.name == "app")
+    return ours, theirs
+
+
+async def test_a_tracer_provider_s_span_limits_hold_our_spans_too() -> None:
+    """configure(tracer_provider=) with the provider's SpanLimits set in code: our spans keep 6
+    attributes of 9 characters at most, as the provider's own do. They went out with 205
+    attributes and the 10 MB value whole through a provider limited to 6 and 9."""
+    ours, theirs = await _through_provider({})
+    assert theirs.attributes is not None and theirs.attributes["user.blob"] == "x" * 9
+    assert ours.attributes is not None
+    assert len(ours.attributes) == 6
+    assert len(ours.attributes) + ours.dropped_attributes == USER_COUNT + 1 + _own_count(ours)
+    assert all(len(v) <= 9 for v in ours.attributes.values() if isinstance(v, str))
+    (exception,) = ours.events
+    assert exception.attributes is not None
+    assert exception.attributes["exception.message"] == "x" * 9
+
+
+async def test_the_environment_s_limits_win_over_a_tracer_provider_s() -> None:
+    """Limits set in configure's environ are every span sink's, beside a provider of yours too."""
+    ours, _ = await _through_provider({"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "20"})
+    assert ours.attributes is not None
+    assert len(ours.attributes) == 20
+    assert ours.attributes["user.blob"] == BLOB
 
 
 @pytest.mark.parametrize(
