@@ -10,6 +10,7 @@ the SDK enforces one only from opentelemetry-sdk 1.45.2 (and ours bounds what we
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -49,6 +50,8 @@ from ckpt_events.vocab import (
 )
 
 __all__ = ["MetricSink", "MetricSinkStats"]
+
+logger: Final = logging.getLogger("ckpt_events.sinks.otel")
 
 _INSTRUMENTS: Final = {instrument.name: instrument for instrument in INSTRUMENTS}
 
@@ -92,6 +95,9 @@ class MetricSinkStats(msgspec.Struct, frozen=True):
     #: Measurements refused as the SDK refuses them (a negative amount or duration, a
     #: non-finite or negative loop lag: an event built by hand), counted and logged once.
     invalid: int = 0
+    #: Events not recorded because the meter provider was shut down (its instruments take
+    #: measurements then, and no reader sees them), counted and logged once.
+    dropped: int = 0
 
 
 class MetricSink:
@@ -147,6 +153,7 @@ class MetricSink:
         self._open_attributes: dict[tuple[Any, ...], dict[str, str | bool]] = {}
         self._seen = 0
         self._sdk_calls = 0
+        self._dropped = 0
 
     def _open_attributes_of(self, key: tuple[Any, ...]) -> dict[str, str | bool]:
         """The attribute mapping of an open-work key (``OpenWork`` keeps at most the limit)."""
@@ -157,6 +164,9 @@ class MetricSink:
 
     def handle(self, batch: list[Any]) -> None:
         """Record a batch: histogram values one by one, counters summed per attribute set."""
+        if _was_shut_down(self.meter_provider):
+            self._drop(batch)
+            return
         record = self._duration.record
         durations = self._duration_sets.kept
         duration_attributes = self._duration_sets.attributes
@@ -235,6 +245,17 @@ class MetricSink:
         self._seen += len(batch)
         self._sdk_calls += calls
 
+    def _drop(self, batch: list[Any]) -> None:
+        """Count a batch the shut-down provider would lose; the first one is logged."""
+        if not self._dropped:
+            logger.warning(
+                "MetricSink: the %s was shut down; events are counted in MetricSink.stats().dropped, "
+                "not recorded (keep it up until the bus is closed), and not logged again",
+                type(self.meter_provider).__name__,
+            )
+        self._seen += len(batch)
+        self._dropped += len(batch)
+
     def _add_open_work(self, batch: list[Any]) -> int:
         """Add the batch's change of open operations per key; the SDK calls made."""
         with self._open_lock:
@@ -287,4 +308,13 @@ class MetricSink:
             sdk_calls=self._sdk_calls,
             overflowed=self._overflow.measurements,
             invalid=self._invalid.measurements,
+            dropped=self._dropped,
         )
+
+
+def _was_shut_down(meter_provider: MeterProvider) -> bool:
+    """Whether ``meter_provider`` is the SDK's and was shut down, so what is recorded on its
+    instruments is lost. The SDK says so only in a private flag (recording after shutdown is
+    silent); read per batch, never guessed at: another provider, or an SDK that renamed the
+    flag, is taken as live."""
+    return getattr(meter_provider, "_shutdown", None) is True

@@ -300,3 +300,28 @@ async def test_a_collection_in_another_thread_never_fails_the_open_work_gauges(
         sys.setswitchinterval(switch)
         provider.shutdown()
     assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_a_shut_down_meter_provider_counts_what_it_would_lose(caplog: pytest.LogCaptureFixture) -> None:
+    """Events reaching a meter provider of yours after you shut it down are counted as dropped
+    and logged once: its instruments take them and no reader ever sees them. They went
+    nowhere, with no word and stats() as if recorded."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    sink = MetricSink(provider)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        with tel.operation("commit", checkpoint_id="c1"):
+            pass
+        await bus.flush()
+        provider.shutdown()
+        for index in range(2):
+            with tel.operation("commit", checkpoint_id=f"c{index + 2}"):
+                pass
+            tel.refused("stale_attempt")
+            await bus.flush()
+    stats = sink.stats()
+    assert (stats.events, stats.dropped) == (8, 6)
+    (record,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert "MeterProvider was shut down" in record.getMessage()
