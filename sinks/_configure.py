@@ -9,6 +9,7 @@ sinks are built by ``ckpt_events.sinks._otel_build`` (their exporters and resour
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +25,7 @@ from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import MAX_METRIC_INTERVAL_MS, OtelSettings, read_otel_env
 from ckpt_events.sinks.otel._pipeline import check_resource_arguments
+from ckpt_events.sinks.otlp._http import OtlpHttpSender
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER, StallWatch
 from ckpt_events.vocab import resolve_span_groups
@@ -120,6 +122,7 @@ class Configured:
             return
         self._closed = anyio.Event()
         deadline = anyio.current_time() + self.close_timeout
+        closed_in_time = False
         try:
             with anyio.move_on_after(self.close_timeout):
                 await self.bus.flush(timeout=self.close_timeout)
@@ -138,7 +141,10 @@ class Configured:
                             tg.start_soon(sub.aclose)
                     if self.meter_provider is not None:
                         tg.start_soon(self._shut_provider_down, self.meter_provider, feeding, deadline)
+                closed_in_time = True
         finally:
+            if not closed_in_time:
+                await self._end_exports_now()
             if self.meter_provider is not None and not self._provider_down:
                 # Cancelled before it got there: the SDK's periodic reader thread went on
                 # exporting for the life of the process. Shut down shielded, in at most a second
@@ -158,6 +164,25 @@ class Configured:
                         await self.prometheus.aclose()
             finally:
                 self._closed.set()
+
+    async def _end_exports_now(self) -> None:
+        """Past the close deadline (or cancelled): end our OTLP/HTTP sinks' sends at once (the
+        request in flight, a backoff, the last export), so what they held is counted as dropped
+        and their threads end; then wait, shielded, at most a second for their subscriptions to
+        finish. The sinks' close ran in the bus's task, bounded by their own request timeout
+        (10 s): against a collector that never answered, it went on after ``aclose()`` returned,
+        the spans neither exported nor dropped, and the bus's close waited out its own deadline."""
+        ours = [
+            sub for sub in self.subscriptions if isinstance(getattr(sub.sink, "sender", None), OtlpHttpSender)
+        ]
+        now = time.monotonic()
+        for sub in ours:
+            sender: OtlpHttpSender = getattr(sub.sink, "sender")  # noqa: B009 (checked above)
+            sender.close_by(now)  # a send after the cancel (the metric sink's last) gives up too
+            sender.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCELLED_CLOSE_S):
+            for sub in ours:
+                await sub.aclose()
 
     def _feeding_provider(self) -> list[Subscription]:
         """The subscriptions of the sinks recording through the meter provider built here."""

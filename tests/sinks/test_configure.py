@@ -435,3 +435,35 @@ async def test_a_second_close_meanwhile_waits_for_the_first(tmp_path: Path) -> N
             assert all(sub.closed for sub in configured.subscriptions)
             assert not [t for t in set(threading.enumerate()) - before if t.is_alive() and "Metric" in t.name]
             assert len(list(read_events(log))) == 2
+
+
+async def test_a_close_past_its_deadline_ends_the_exports_and_counts_their_drops() -> None:
+    """A collector that takes the connection and never answers: ``aclose()`` ends by its
+    ``close_timeout`` with the spans counted as dropped and the export threads gone. The sinks
+    ran on to their own request timeout (10 s) after it returned, the spans neither exported
+    nor dropped, and the bus's close waited out its own deadline on top."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+        environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hole.getsockname()[1]}"}
+        before = set(threading.enumerate())
+        async with Bus(close_timeout=30.0) as bus:
+            configured = configure(bus, environ=environ)
+            configured.close_timeout = 1.0
+            tel = Telemetry(bus, kind="agent", instance="agent-0")
+            for n in range(3):
+                with tel.operation("commit", checkpoint_id=f"c{n}"):
+                    pass
+            started = anyio.current_time()
+            await configured.aclose()
+            took = anyio.current_time() - started
+            assert configured.span_sink is not None
+            stats = configured.span_sink.stats()
+            assert (stats.exported, stats.dropped) == (0, 3)
+            assert all(sub.stats().pending == 0 for sub in configured.subscriptions)
+            left = set(threading.enumerate()) - before
+            # AnyIO's idle worker threads are its pool's, not ours.
+            assert not [t for t in left if t.is_alive() and not t.name.startswith("AnyIO worker")]
+            closing = anyio.current_time()
+        assert took < 2.5
+        assert anyio.current_time() - closing < 1.0  # nothing left for the bus to wait on
