@@ -19,7 +19,7 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
-from ckpt_events._errors import shown
+from ckpt_events._errors import check_number, shown
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
@@ -98,6 +98,18 @@ class Configured:
         #: Set when the first ``aclose`` is done; a second one meanwhile waits on it.
         self._closed: anyio.Event | None = None
         self._provider_down = False
+
+    @property
+    def close_timeout(self) -> float:
+        """Seconds ``aclose()`` takes at most (a number >= 0), checked when set: a NaN was a bare
+        ``ValueError`` from the close's deadline, and a negative one blamed the bus's flush."""
+        return self._close_timeout
+
+    @close_timeout.setter
+    def close_timeout(self, seconds: float) -> None:
+        self._close_timeout = check_number(
+            seconds, f"close_timeout must be a number of seconds >= 0, not {shown(seconds)}"
+        )
 
     @property
     def enabled(self) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ckpt_events import Bus, ConfigurationError, Telemetry
+from ckpt_events import Bus, ConfigurationError, InvalidTypeError, InvalidValueError, Telemetry
 from ckpt_events.sinks import configure
 from ckpt_events.sinks.jsonl import read_events
 from tests.sinks.helpers import metric_points
@@ -467,3 +467,18 @@ async def test_a_close_past_its_deadline_ends_the_exports_and_counts_their_drops
             closing = anyio.current_time()
         assert took < 2.5
         assert anyio.current_time() - closing < 1.0  # nothing left for the bus to wait on
+
+
+@pytest.mark.parametrize(
+    ("seconds", "error"),
+    [(float("nan"), InvalidValueError), (-1.0, InvalidValueError), ("5", InvalidTypeError)],
+)
+async def test_a_bad_close_timeout_is_refused_naming_it(seconds: object, error: type[Exception]) -> None:
+    """``close_timeout`` is checked when set (``serve`` and ``instrument()`` set it after
+    ``configure``): a NaN was a bare ``ValueError`` at the close, a negative one an error naming
+    the bus's flush timeout."""
+    async with Bus() as bus:
+        async with configure(bus, environ={"OTEL_METRICS_EXPORTER": "console"}) as configured:
+            with pytest.raises(error, match=r"^close_timeout must be a number of seconds >= 0"):
+                configured.close_timeout = seconds  # type: ignore[assignment]
+            assert configured.close_timeout == 10.0
