@@ -13,7 +13,8 @@ What a failure leaves in the log:
   whose error only follows from a failure below it (a child that failed, or a prepare not
   ready, by the time it ended) is not a cause of its own, unless nothing else is named; one
   that ended first (its own deadline, a cancel) is, and comes first;
-- spans started and never finished: the checkpoint is open at the end of the log.
+- spans started and never finished: the checkpoint is open at the end of the log, or, when it
+  ended, a participant's operation never answered its call (its process was killed).
 
 Gathered, never the events of a span: per trace a ``TraceCauses`` (the overview's fold fills
 one as the trace streams past), per checkpoint id the counted events that name it
@@ -59,6 +60,7 @@ __all__ = [
     "causes_of",
     "open_causes",
     "shown",
+    "unfinished_causes",
 ]
 
 #: The counted events that name a checkpoint's cause.
@@ -189,6 +191,17 @@ def open_causes(spans: Iterable[StartedSpan], last_ns: int) -> list[str]:
         causes.append(f"... {counted(len(open_spans) - CAUSES_SHOWN, 'more open span')}")
     if silent:
         causes.append("never answered: " + ", ".join(silent))
+    return causes
+
+
+def unfinished_causes(spans: Iterable[StartedSpan]) -> list[str]:
+    """Why a row that ended is short of an answer, from its participants' operations that never
+    finished (their process killed mid-call, their log cut): the first few, oldest first. Not
+    aged by the end of the logs: a participant started again went on logging after it."""
+    unfinished = sorted((s for s in spans if isinstance(s, OperationStarted)), key=lambda s: s.start_ns)
+    causes = [f"{what_of(s)} on {who_wrote(s)} never finished" for s in unfinished[:CAUSES_SHOWN]]
+    if len(unfinished) > CAUSES_SHOWN:
+        causes.append(f"... {counted(len(unfinished) - CAUSES_SHOWN, 'more operation')} never finished")
     return causes
 
 

@@ -48,7 +48,7 @@ from ckpt_events.participants.cli.report.paths import dominant_step_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.trends import Trends
-from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome
+from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
 
 __all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "root_what", "unscoped_of"]
 
@@ -264,8 +264,23 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
             unrooted.pop(trace_id, None)
             critical[key] = path_of(buffer, trace_id)
             if root_what(e) == "restore":
-                dominated[key] = dominated_by(buffer)
-                dominant_ms[key] = dominant_step_ms(buffer)
+                # A read or install still open when the restore ended (its process killed, or
+                # slower than the controller waited) may be the longest: then none is named.
+                unfinished = [
+                    s
+                    for (tid, _), s in started.items()
+                    if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
+                ]
+                if unfinished:
+                    first = min(unfinished, key=lambda s: s.start_ns)
+                    dominated[key] = (
+                        f"longest read or install unknown: {first.step} on {who_wrote(first)} "
+                        "had not finished when the restore ended"
+                    )
+                    dominant_ms[key] = None
+                else:
+                    dominated[key] = dominated_by(buffer)
+                    dominant_ms[key] = dominant_step_ms(buffer)
             if e.parent_span_id is not None and not e.parent_remote and not parent_seen:
                 # Its parent in its own process was not read (a collector's file holds no
                 # started events, a rotated log lost it): a root for now, whose spans are kept

@@ -44,6 +44,7 @@ from ckpt_events.participants.cli.report.causes import (
     causes_of,
     open_causes,
     shown,
+    unfinished_causes,
 )
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import (
@@ -403,6 +404,10 @@ def _rows(
     ]
     roots.sort(key=lambda e: e.start_ns)
     rows: list[RunRow] = []
+    #: The coordinate operations of the last row: a second prepare or restore with its id is a
+    #: retry (a restore run again after its first failed, the id being the checkpoint's), a row
+    #: of its own; merged, the retry's success was said as the first attempt's failure.
+    last_operations: set[str] = set()
     for e in roots:
         last = rows[-1] if rows else None
         coordinate = isinstance(e, CoordinateStarted | CoordinateFinished)
@@ -412,9 +417,12 @@ def _rows(
             and last.coordinated
             and last.checkpoint_id == e.checkpoint_id
             and (e.operation == Operation.RESTORE) == (last.what == "restore")
+            and not (e.operation in (Operation.PREPARE, Operation.RESTORE) and e.operation in last_operations)
         ):
             last.roots.append((e.trace_id, e.span_id))
+            last_operations.add(e.operation)
             continue
+        last_operations = {e.operation} if isinstance(e, CoordinateStarted | CoordinateFinished) else set()
         rows.append(
             RunRow(
                 root_what(e),
@@ -507,6 +515,12 @@ def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow], clocks_
             causes = causes or ["prepared, never committed"]
         else:
             row.outcome = RESTORED if "restore" in row.what else PUBLISHED
+        if not row.published and row.end_ns is not None:
+            # A participant's operation its call ended without (its process killed mid-call):
+            # the controller's error (a reset connection) follows from it, so it comes first.
+            end = row.end_ns
+            left = [s for k, s in fold.started.items() if k[0] in row.trace_ids and s.start_ns <= end]
+            causes = unfinished_causes(left) + causes
     if row.what == "restore" and ends:
         _episodes_after_restore(row, ends)
     if row.published:

@@ -465,3 +465,48 @@ def test_a_controller_error_before_the_failure_below_it_is_the_cause() -> None:
         "while preparing)",
     ]
     assert not aborted
+
+
+async def _restore_killed_then_retried() -> list[Any]:
+    """A bare coordinator's restore of c1 whose model server is killed mid-read (its restore and
+    read started, never finished; the controller's call fails on the reset connection), then
+    the same restore run again, which restores."""
+    from ckpt_events import Telemetry
+    from ckpt_events.testing import capture_events
+
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        environment = Telemetry(bus, kind="environment", instance="environment-0")
+        model = Telemetry(bus, kind="model", instance="model-0")
+        with pytest.raises(ConnectionResetError), ctl.coordinate("restore", checkpoint_id="c1") as call:
+            with environment.operation("restore", checkpoint_id="c1", traceparent=call.traceparent()) as op:
+                with op.step("read"):
+                    pass
+            killed = model.operation("restore", checkpoint_id="c1", traceparent=call.traceparent())
+            killed.__enter__()  # killed mid-read: neither span ever ends
+            killed.step("read").__enter__()
+            raise ConnectionResetError("model-0: connection reset by peer")
+        with ctl.coordinate("restore", checkpoint_id="c1") as call:
+            for tel in (environment, model):
+                with tel.operation("restore", checkpoint_id="c1", traceparent=call.traceparent()) as op:
+                    with op.step("read"):
+                        pass
+    return events
+
+
+def test_a_restore_retried_after_a_killed_participant_is_two_rows_the_first_naming_it() -> None:
+    """The retry is a row of its own, restored; the first failed, its cause the model's restore
+    that never finished before the controller's reset connection, and its longest read unknown
+    (the model's never ended). Merged, the run said one restore, failed, blaming the controller,
+    with the environment's read as the longest."""
+    events = anyio.run(_restore_killed_then_retried)
+    first, retry = overview(events).rows
+    assert (first.what, first.outcome) == ("restore", "failed")
+    assert (retry.what, retry.outcome) == ("restore", "restored")
+    assert first.causes[0] == "restore on model/model-0 never finished", first.causes
+    assert first.causes[1].startswith("restore failed on controller (ConnectionResetError"), first.causes
+    assert first.dominated == (
+        "longest read or install unknown: read on model/model-0 had not finished when the restore ended"
+    )
+    assert first.dominant_ms is None
+    assert retry.causes == [] and retry.dominated.startswith(("read on", "longest read"))
