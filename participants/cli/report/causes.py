@@ -199,9 +199,15 @@ def unfinished_causes(spans: Iterable[StartedSpan]) -> list[str]:
     finished (their process killed mid-call, their log cut): the first few, oldest first. Not
     aged by the end of the logs: a participant started again went on logging after it."""
     unfinished = sorted((s for s in spans if isinstance(s, OperationStarted)), key=lambda s: s.start_ns)
-    causes = [f"{what_of(s)} on {who_wrote(s)} never finished" for s in unfinished[:CAUSES_SHOWN]]
+    # "no end in the logs", not "never finished": a log cut or not given ends it the same way.
+    causes = [
+        f"{what_of(s)} on {who_wrote(s)} has no end in the logs (its process killed mid-call?)"
+        for s in unfinished[:CAUSES_SHOWN]
+    ]
     if len(unfinished) > CAUSES_SHOWN:
-        causes.append(f"... {counted(len(unfinished) - CAUSES_SHOWN, 'more operation')} never finished")
+        causes.append(
+            f"... {counted(len(unfinished) - CAUSES_SHOWN, 'more operation')} with no end in the logs"
+        )
     return causes
 
 
