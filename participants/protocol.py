@@ -75,7 +75,8 @@ INVALID_REQUEST: Final = "invalid_request"
 #: still reads the body.
 SERVER_TIME_HEADER: Final = "ckpt-server-time"
 
-_SAFE: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# ``\Z``, not ``$``: ``$`` also matches before a final newline, so "c1\n" would pass.
+_SAFE: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z"
 # A rollout id ending like a capture key suffix would make capture keys ambiguous.
 _ATTEMPT_SUFFIX: Final = re.compile(r"-a[0-9]+$")
 

@@ -13,7 +13,9 @@ from ckpt_events.participants.protocol import (
     EpisodeId,
     ForgetRequest,
     PrepareReport,
+    PrepareRequest,
     RestoreRequest,
+    WorkStart,
     decode,
     encode,
     error_body,
@@ -83,3 +85,16 @@ def test_replies_reject_unknown_fields():
     """Replies are as strict as requests."""
     with pytest.raises(MalformedRequest, match="unknown field"):
         decode(b'{"ready":true,"surprise":1}', PrepareReport)
+
+
+@pytest.mark.parametrize("value", ["c1\n", "c1\r", "c1\n\n", "\nc1"])
+def test_ids_with_a_line_break_are_refused(value):
+    """A checkpoint or rollout id ending in a newline is refused: ``$`` alone would let one through
+    into file names, manifests and log lines."""
+    body = {"checkpoint_id": value, "deadline_ts": 1}
+    with pytest.raises(MalformedRequest, match="checkpoint_id"):
+        decode(msgspec.json.encode(body), PrepareRequest)
+    with pytest.raises(MalformedRequest, match="rollout_id"):
+        decode(msgspec.json.encode({"rollout_id": value}), EpisodeId)
+    with pytest.raises(MalformedRequest, match="rollout_id"):
+        decode(msgspec.json.encode({"rollout_id": value}), WorkStart)
