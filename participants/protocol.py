@@ -86,11 +86,14 @@ Attempt = Annotated[int, msgspec.Meta(ge=0, le=MAX_ATTEMPT)]
 Path = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 
-def _check_rollout_id(value: str, where: str) -> None:
+def _check_rollout_id(value: str, where: str | None) -> None:
+    """``where``: the field's path in a top-level body; ``None`` in a nested struct, whose path
+    msgspec appends itself (a path of our own there would name a field the body lacks)."""
     # Runs for every id decoded or made (a 64,000-rollout restore makes a million): the
     # substring test spares the regex for ids that cannot end in -a<N>.
     if "-a" in value and _ATTEMPT_SUFFIX.search(value):
-        raise InvalidValueError(f"{where}: rollout_id {shown(value)} must not end in -a<N> - at `$.{where}`")
+        problem = f"rollout_id {shown(value)} must not end in -a<N>"
+        raise InvalidValueError(problem if where is None else f"{where}: {problem} - at `$.{where}`")
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -104,7 +107,7 @@ class EpisodeId(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     attempt: Attempt = 0
 
     def __post_init__(self) -> None:
-        _check_rollout_id(self.rollout_id, "rollout_id")
+        _check_rollout_id(self.rollout_id, None)
 
     @property
     def capture_key(self) -> str:

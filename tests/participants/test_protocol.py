@@ -15,6 +15,7 @@ from ckpt_events.participants.protocol import (
     PrepareReport,
     PrepareRequest,
     RestoreRequest,
+    RetireRequest,
     WorkStart,
     decode,
     encode,
@@ -98,3 +99,16 @@ def test_ids_with_a_line_break_are_refused(value):
         decode(msgspec.json.encode({"rollout_id": value}), EpisodeId)
     with pytest.raises(MalformedRequest, match="rollout_id"):
         decode(msgspec.json.encode({"rollout_id": value}), WorkStart)
+
+
+def test_a_bad_rollout_id_in_a_list_of_episodes_names_its_place():
+    """A rollout id ending in -a<N> inside ``episode_ids`` is located at its episode, not at a
+    top-level ``$.rollout_id`` the body does not have."""
+    body = {
+        "checkpoint_id": "c",
+        "deadline_ts": 1,
+        "episode_ids": [{"rollout_id": "ok"}, {"rollout_id": "bad-a2"}],
+    }
+    with pytest.raises(MalformedRequest) as info:
+        decode(msgspec.json.encode(body), RetireRequest)
+    assert info.value.detail == "rollout_id 'bad-a2' must not end in -a<N> - at `$.episode_ids[1]`"
