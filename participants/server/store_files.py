@@ -49,6 +49,9 @@ MANIFEST_MAX_BYTES: Final = 64 * 1024
 #: The default bound on a records file (configurable per participant).
 RECORDS_MAX_BYTES: Final = 1 << 30
 _CHUNK: Final = 1 << 20
+#: The longest directory name the usual file systems take (NAME_MAX, in bytes): a longer one in
+#: a request is the caller's to fix, not an I/O error a retry might get past.
+_NAME_MAX: Final = 255
 #: One step of the walk below the root: a directory, never a symlink to one.
 _DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -121,6 +124,10 @@ def resolve_under(root: Path, checkpoint_dir: str) -> Beneath:
                 f"{real_root}: give it relative to the root, or as a path under it"
             )
         given = given.relative_to(base)
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in given.parts):
+        raise InvalidCheckpointError(
+            f"checkpoint_dir {shown(checkpoint_dir)} has a name over {_NAME_MAX} bytes: shorten it"
+        )
     return Beneath(real_root, given.parts)
 
 

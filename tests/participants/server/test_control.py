@@ -448,14 +448,16 @@ async def test_renew_extends_the_lease():
 
 
 async def test_a_refused_commit_leaves_the_lease_as_it_was(tmp_path):
-    """A commit refused for its arguments (a directory outside the root, a scope naming an
-    episode not held) changes nothing: its far deadline does not extend the lease."""
+    """A commit refused for its arguments (a directory outside the root or with a name too long
+    for any file system, a scope naming an episode not held) changes nothing: its far deadline
+    does not extend the lease."""
     async with running(make()) as client:
         await start(client, "r1")
         await control(client, "prepare", seconds=5)
         before = (await status(client))["lease_expires_at"]
         for extra in (
             {"checkpoint_dir": "../elsewhere"},
+            {"checkpoint_dir": str(tmp_path / ("x" * 256))},
             {"checkpoint_dir": str(tmp_path), "episode_ids": [{"rollout_id": "nope"}]},
         ):
             reply = await control(client, "commit", seconds=20 * 3600, **extra)

@@ -111,6 +111,16 @@ def test_resolve_under_refuses_what_leaves_the_root(tmp_path: Path) -> None:
         assert info.value.detail == f"checkpoint_dir {bad!r} is not a usable path"
 
 
+def test_resolve_under_refuses_a_name_no_file_system_takes(tmp_path: Path) -> None:
+    """A name over 255 bytes (NAME_MAX) is the caller's to fix: refused before the disk is touched,
+    not met as an I/O error at commit (409 ``checkpoint_error``, which invites a retry)."""
+    assert resolve_under(tmp_path, "a/" + "x" * 255) == Beneath(tmp_path.resolve(), ("a", "x" * 255))
+    for long in ("x" * 256, "a/" + "é" * 128, str(tmp_path / ("x" * 256) / "b")):
+        with pytest.raises(InvalidCheckpointError, match="has a name over 255 bytes: shorten it"):
+            resolve_under(tmp_path, long)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_open_dir_walks_to_an_existing_directory(tmp_path: Path) -> None:
     """The descriptor opened is the directory's: a file made through it lands there."""
     (tmp_path / "a" / "b").mkdir(parents=True)
