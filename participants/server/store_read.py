@@ -69,9 +69,18 @@ def read_manifest(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance
     manifest_path = where.path / MANIFEST_NAME
     try:
         with opened_dir(where) as dfd:
-            raw = read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd)
+            try:
+                raw = read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd)
+            except FileNotFoundError:
+                missing = f"{manifest_path} is missing (the commit never finished)"
+                raise InvalidCheckpointError(missing) from None
     except FileNotFoundError:
-        raise InvalidCheckpointError(f"{manifest_path} is missing (the commit never finished)") from None
+        # No directory at all: nothing was ever committed here, by this participant or perhaps
+        # anyone (a wrong checkpoint_dir), which "never finished" would misstate.
+        raise InvalidCheckpointError(
+            f"{where.path} does not exist: no checkpoint of {kind} {instance} was committed there "
+            "(check checkpoint_dir)"
+        ) from None
     except OSError as exc:
         raise InvalidCheckpointError(f"cannot read {manifest_path}: {exc.strerror}") from None
     try:

@@ -109,10 +109,15 @@ def test_read_checkpoint_returns_records_manifest_and_size(tmp_path: Path) -> No
 
 
 def test_a_missing_or_unreadable_manifest_is_refused(tmp_path: Path) -> None:
-    """No manifest: 'the commit never finished'; a manifest that does not decode: not a valid manifest."""
+    """No directory: nothing committed there; a directory without its manifest: 'the commit never
+    finished'; a manifest that does not decode: not a valid manifest."""
     path = _dir(tmp_path) / MANIFEST_NAME
-    assert _refusal(tmp_path) == f"{path} is missing (the commit never finished)"
+    assert _refusal(tmp_path / "typo") == (
+        f"{_dir(tmp_path / 'typo')} does not exist: no checkpoint of {KIND} {INSTANCE} was committed "
+        "there (check checkpoint_dir)"
+    )
     _dir(tmp_path).mkdir(parents=True)
+    assert _refusal(tmp_path) == f"{path} is missing (the commit never finished)"
     path.write_bytes(b'{"schema_version": 1}')
     assert _refusal(tmp_path).startswith(f"{path} is not a valid manifest: ")
     path.write_bytes(b"x" * (64 * 1024 + 1))
