@@ -349,6 +349,24 @@ class _SharedRenders:
         return mine.body
 
 
+def _weight(parameters: list[str]) -> float:
+    """The ``q`` among an Accept item's parameters (1 without one); 0 where it cannot be read."""
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                return float(value)
+            except ValueError:
+                return 0.0
+    return 1.0
+
+
+def _acceptable(accept: str) -> str:
+    """``accept`` without its media ranges weighted 0: prometheus-client reads no weights, so
+    ``application/openmetrics-text;q=0`` got the format it refuses (RFC 9110 12.4.2)."""
+    return ",".join(item for item in accept.split(",") if _weight(item.split(";")[1:]) > 0)
+
+
 def _accepts_gzip(accept_encoding: str) -> bool:
     """Whether an ``Accept-Encoding`` value admits gzip: named (or ``x-gzip``), else covered by
     ``*``, with a weight above 0 (RFC 9110 12.5.3). A weight that cannot be read refuses it:
@@ -356,14 +374,7 @@ def _accepts_gzip(accept_encoding: str) -> bool:
     weights: dict[str, float] = {}
     for item in accept_encoding.split(","):
         coding, *parameters = (part.strip() for part in item.split(";"))
-        weight = 1.0
-        for parameter in parameters:
-            name, _, value = parameter.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    weight = float(value)
-                except ValueError:
-                    weight = 0.0
+        weight = _weight(parameters)
         if coding:
             weights.setdefault(coding.lower(), weight)
     for coding in ("gzip", "x-gzip", "*"):
@@ -421,7 +432,7 @@ def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
                 self._reply(404, "text/plain; charset=utf-8", body, send_body=send_body)
                 return
             try:
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                encoder, content_type = choose_encoder(_acceptable(self.headers.get("Accept", "")))
             except TypeError:
                 # prometheus-client compares an unparsable version ("version=abc") with numbers:
                 # the scrape thread died with a traceback and no answer. Accept is a preference.

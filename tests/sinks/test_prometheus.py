@@ -724,3 +724,17 @@ def test_a_host_neither_a_name_nor_an_address_is_one_line_naming_the_variable(ho
     assert why in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(InvalidValueError, match="host"):
         PrometheusEndpoint(PrometheusSink(), host, 0)
+
+
+def test_a_format_refused_with_q_0_is_not_served() -> None:
+    """``Accept`` weighting OpenMetrics 0 (RFC 9110 12.4.2: not acceptable) gets the text format;
+    prometheus-client ignores weights, so such a scraper was served the very format it refused."""
+    with _endpoint(PrometheusSink()) as endpoint:
+        for accept in (
+            "application/openmetrics-text;q=0, text/plain",
+            "application/openmetrics-text; version=1.0.0; q=0.0",
+            "text/plain;q=0.5, application/openmetrics-text;version=1.0.0;Q=0",
+        ):
+            assert _get(endpoint.url, accept)[0].startswith("text/plain; version=0.0.4"), accept
+        weighted = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.2"
+        assert _get(endpoint.url, weighted)[0].startswith("application/openmetrics-text")
