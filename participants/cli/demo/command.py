@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import anyio
 
@@ -44,6 +44,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--fault",
+        action=_OneFault,
         choices=("stall", "lease", "slow-restore", "slow"),
         help="inject a failure for real (via $CKPT_EVENTS_FAULT) on one server, the middle one of "
         "its kind (environment-0 of 1, environment-2 of 4): stall = an environment server not "
@@ -101,6 +102,28 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workdir", type=given_path, metavar="DIR", help="keep checkpoints and logs here (default: temp)"
     )
+
+
+class _OneFault(argparse.Action):
+    """Store ``--fault``, refusing a second, different one: argparse kept the last, so
+    ``--fault stall --fault lease`` ran and passed with the lease fault alone, the stall
+    silently dropped."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = getattr(namespace, self.dest, None)
+        if given is not None and given != values:
+            raise argparse.ArgumentError(
+                self,
+                f"given twice ({given}, then {values}): the demo injects one failure per run: "
+                "give one --fault",
+            )
+        setattr(namespace, self.dest, values)
 
 
 def _demo(args: argparse.Namespace) -> int:

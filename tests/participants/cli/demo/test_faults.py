@@ -134,6 +134,15 @@ def test_an_aborting_fault_needs_a_second_checkpoint(capsys: pytest.CaptureFixtu
     assert "--checkpoints 2 or more" in err and len(err.splitlines()) == 1
 
 
+def test_two_different_faults_are_refused_not_one_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A second --fault is refused in one line: the last one alone was injected, and the run passed."""
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--fault", "stall", "--fault", "lease"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--fault: given twice (stall, then lease)" in err.splitlines()[-1]
+
+
 def test_more_checkpoints_than_rollouts_before_the_last_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
