@@ -113,13 +113,16 @@ def check_options(opts: DemoOptions) -> str | None:
         return f"--fault {shown(opts.fault)} is not one of {', '.join(FAULTS)}"
     if opts.instances < 1 or (opts.restore_instances is not None and opts.restore_instances < 1):
         return "--instances and --restore-instances must be 1 or more"
-    most = max(opts.instances, opts.restore_instances or 0)
+    # The flag named is the one over the limit: "--instances 64" answered --restore-instances 64.
+    most, most_flag = (opts.instances, "--instances")
+    if (opts.restore_instances or 0) > opts.instances:
+        most, most_flag = (opts.restore_instances or 0, "--restore-instances")
     limit = MAX_INSTANCES_PROCESSES if opts.processes else MAX_INSTANCES
     if most > limit:
         # 6,000 (24,000 servers) started for minutes with no word, until killed.
         where = "a process each" if opts.processes else "one process"
         return (
-            f"--instances {most}: at most {limit} servers of each kind with {where} on one machine "
+            f"{most_flag} {most}: at most {limit} servers of each kind with {where} on one machine "
             f"({4 * limit} participants)"
         )
     # Each generation's (instances, workers), named by the flags that set them.

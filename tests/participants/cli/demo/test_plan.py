@@ -37,8 +37,13 @@ def test_the_defaults_run() -> None:
         ),
         (
             DemoOptions(instances=2, restore_instances=17, processes=True),
-            "--instances 17: at most 16 servers of each kind with a process each on one machine "
+            "--restore-instances 17: at most 16 servers of each kind with a process each on one machine "
             "(64 participants)",
+        ),
+        (
+            DemoOptions(instances=65, restore_instances=2),
+            "--instances 65: at most 64 servers of each kind with one process on one machine "
+            "(256 participants)",
         ),
         (
             DemoOptions(workers=999999),
