@@ -241,6 +241,12 @@ def _not_fresh(workdir: Path | None, jsonl: Path | None) -> str | None:
                 f"--workdir {workdir} holds another demo's files ({', '.join(taken)}): the demo starts "
                 "in a folder of its own: remove them, or name another --workdir"
             )
+        # The demo makes these itself: a log there was a traceback (mkdir on the log) or a clash.
+        if jsonl is not None and jsonl.parent.resolve() == workdir.resolve() and jsonl.name in _WORKDIR_FILES:
+            return (
+                f"--jsonl {jsonl}: the demo keeps its own {jsonl.name!r} in --workdir {workdir}: "
+                "name another file"
+            )
         try:
             workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -90,3 +90,17 @@ def test_a_jsonl_that_is_not_a_regular_file_is_refused_before_the_run(
         "rewrites its log at the end, merging every process's log into it: name a file\n"
     )
     assert link.is_symlink() and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("name", ["run", "logs", "token"])
+def test_a_jsonl_named_as_the_demos_own_workdir_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """--jsonl WORKDIR/run (or logs, token) is refused in one line: the demo made that path itself
+    and the run ended in a FileExistsError traceback."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    assert main(["demo", "--rollouts", "8", "--workdir", str(workdir), "--jsonl", str(workdir / name)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"keeps its own '{name}'" in err
+    assert list(workdir.iterdir()) == []
