@@ -376,8 +376,8 @@ async def process_fleet(
     Returns them inference worker first, once every one listens (within ``listen_timeout``, by
     default 30 s plus 2 s per process: they compete for the cores); ``env(instance)`` adds to
     each process's environment, ``extra_args`` (or ``extra_args(instance)``) to each
-    participant's command line (e.g. ``--workers 2``). If any fails to come up, all are
-    killed and it raises.
+    participant's command line (e.g. ``--workers 2``). If any fails to come up, or the start
+    is cancelled, all are stopped (``stop_processes``: their workers with them) and it raises.
     """
     # Each server's port is bound here and handed to it (ServerProcess): no two servers of the
     # fleet, nor a worker process binding port 0, can be given the same one.
@@ -415,7 +415,10 @@ async def process_fleet(
             for process in fleet:
                 tg.start_soon(process.wait_listening, deadline)
     except BaseException:
-        for process in fleet:
-            process.kill()
+        # SIGTERM, not SIGKILL: a server already running its worker processes (each in a
+        # session of its own) stops them on the way out; killed, it left them serving on for
+        # ~2 s (11 processes after a Ctrl-C in the first second of `demo --processes --workers 2`).
+        # One still importing dies of the SIGTERM at once; one that lingers is killed.
+        await stop_processes(fleet)
         raise
     return fleet

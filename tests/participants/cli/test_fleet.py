@@ -1,6 +1,7 @@
-"""The in-process fleet's servers answer without Nagle: their accepted sockets have TCP_NODELAY.
+"""The fleets: the in-process one answers without Nagle (TCP_NODELAY on accepted sockets); a
+process fleet whose start is cancelled leaves no process behind.
 
-Without it, uvicorn's separate header and body writes waited for the client's delayed ACK:
+Without TCP_NODELAY, uvicorn's separate header and body writes waited for the client's delayed ACK:
 44 ms per request on loopback, most of what the demo's report called transit.
 """
 
@@ -16,7 +17,13 @@ import anyio
 import pytest
 from fastapi import FastAPI
 
-from ckpt_events.participants.cli.fleet import serving
+from ckpt_events.participants.cli.fleet import (
+    ServerProcess,
+    process_fleet,
+    serving,
+    stop_processes,
+    write_token_file,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 
@@ -85,3 +92,53 @@ def test_worker_processes_get_the_workload_options_and_never_the_apps_own() -> N
         "inference_url": "http://127.0.0.1:1",
         "inference_token": "t",
     }
+
+
+def _marked(mark: str) -> dict[int, bool]:
+    """The live processes whose environment holds ``CKPT_TEST_FLEET_MARK=mark``: pid -> is a worker."""
+    found: dict[int, bool] = {}
+    needle = f"CKPT_TEST_FLEET_MARK={mark}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ and state != "Z":
+            found[int(name)] = any(v.startswith(b"CKPT_EVENTS_WORKER_INDEX=") for v in environ)
+    return found
+
+
+async def test_a_fleet_start_cancelled_while_workers_start_leaves_no_process(tmp_path: Path) -> None:
+    """A Ctrl-C while ``serve --workers 2`` waits for its workers: the fleet's start stops every
+    server and, through them, every worker. SIGKILLed servers left their workers (each in a
+    session of its own) running ~2 s after the demo had exited."""
+    mark = os.urandom(8).hex()
+    started: list[ServerProcess] = []
+
+    async def start() -> None:
+        started.extend(
+            await process_fleet(
+                token_file=write_token_file(tmp_path / "token", "fleet-token"),
+                log_dir=tmp_path / "logs",
+                members=[("environment", "environment-0")],
+                env=lambda instance: {"CKPT_TEST_FLEET_MARK": mark},
+                extra_args=["--workers", "2"],
+                checkpoint_root=tmp_path,
+            )
+        )
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start)
+            with anyio.fail_after(60):
+                while not any(_marked(mark).values()):  # a worker process has been started
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert not started, "the fleet listened before its start was cancelled: nothing was tested"
+        left = _marked(mark)
+        assert not left, f"still running after the cancelled start: {left} (pid: is a worker)"
+    finally:
+        await stop_processes(started, kill=True)
