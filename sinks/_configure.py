@@ -21,6 +21,7 @@ import anyio.to_thread
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
 from ckpt_events._errors import check_number, shown
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
+from ckpt_events.sinks._destinations import check_free, claim, destinations, release
 from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import MAX_METRIC_INTERVAL_MS, OtelSettings, read_otel_env
@@ -175,6 +176,7 @@ class Configured:
                     with anyio.CancelScope(shield=True):
                         await self.prometheus.aclose()
             finally:
+                release(self.bus, self)  # its places are free for another configure() of the bus
                 self._closed.set()
 
     async def _end_exports_now(self) -> None:
@@ -282,7 +284,9 @@ def configure(
     arguments included: the emit sites stay on the no-op path without a change to the code. A
     bad value raises ``ConfigurationError`` naming the argument or variable and what is valid.
     Whatever fails, what ``configure`` had built is stopped before the error reaches you: no
-    export thread, metric reader, open file or export process is left running.
+    export thread, metric reader, open file or export process is left running. While the
+    returned ``Configured`` is open, another ``configure()`` of ``bus`` to one of its OTLP
+    endpoints or its JSON-lines file raises ``ConfigurationError`` (every span sent twice).
     """
     env = os.environ if environ is None else environ
     if _switched_off(env):
@@ -300,8 +304,10 @@ def configure(
     )
     check_resource_arguments(service_name, resource_attributes, service_instance_id)
     metric_readers = _check_otel_parts(tracer_provider, meter_provider, span_exporter, metric_readers)
+    places = destinations(settings, jsonl_path, env, ENV_JSONL)
+    check_free(bus, places)  # one bus configured twice to one place: every span sent twice
     if _export_process_on(export_process, env):
-        return _configure_export_process(
+        configured = _configure_export_process(
             bus,
             env,
             settings,
@@ -322,6 +328,8 @@ def configure(
                 "metric_cardinality_limit": metric_cardinality_limit,
             },
         )
+        claim(bus, places, configured)
+        return configured
     stall_watch = _stall_watch(env, bus)
     built = Built()
     try:
@@ -354,7 +362,7 @@ def configure(
     except BaseException:
         built.release()
         raise
-    return Configured(
+    configured = Configured(
         bus,
         subscriptions=subscriptions,
         span_sinks=[sink for _, sink in span_sinks],
@@ -364,6 +372,8 @@ def configure(
         settings=settings,
         prometheus=prometheus,
     )
+    claim(bus, places, configured)
+    return configured
 
 
 def _checked_settings(
