@@ -14,6 +14,7 @@ Other registries (``KINDS.replacing(...)``, or ``KindRegistry(rows)``) can be pa
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,10 +28,15 @@ from ckpt_events.participants.workloads.model import ModelWorkload
 from ckpt_events.participants.workloads.resources import ResourcesWorkload
 from ckpt_events.vocab import Kind, kind_name
 
-__all__ = ["CONTROLLER_COLOUR", "KINDS", "KindRegistry", "KindRow"]
+__all__ = ["CONTROLLER_COLOUR", "KINDS", "OTHER_COLOURS", "KindRegistry", "KindRow"]
 
 #: The coordinator's bars in the reports (it reports as kind ``controller``, which has no row).
 CONTROLLER_COLOUR: Final = "#a855f7"
+#: The bars of a kind the registry has no row for (a user's own, read from their logs): one of
+#: these by a hash of its name, so a kind has one colour in every table, waterfall and page of
+#: every report. None is a row's, the controller's or an outcome's (a test keeps them apart).
+#: Before, such a kind was drawn white and the legend listed only the registry's kinds.
+OTHER_COLOURS: Final = ("#0d9488", "#db2777", "#4f46e5", "#65a30d", "#c2410c", "#0284c7")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +99,23 @@ class KindRegistry:
         """Who -> colour as the reports draw it: the controller, then every kind in stage order."""
         return {Kind.CONTROLLER.value: CONTROLLER_COLOUR, **self.colours()}
 
+    def palette_for(self, seen: Iterable[str]) -> dict[str, str]:
+        """Who -> colour for the kinds in ``seen`` (a report's legend lists what its logs hold):
+        the controller and each kind with a row, in that order, then the others by name, each in
+        its ``OTHER_COLOURS`` colour."""
+        seen = set(seen)
+        known = {who: colour for who, colour in self.palette().items() if who in seen}
+        return known | {kind: other_colour(kind) for kind in sorted(seen - known.keys())}
+
     def replacing(self, *rows: KindRow) -> KindRegistry:
         """A copy with ``rows`` in place of the rows of their kinds (appended if new)."""
         by_kind: dict[str, KindRow] = {**self._rows, **{row.kind: row for row in rows}}
         return KindRegistry(by_kind.values())
+
+
+def other_colour(kind: str) -> str:
+    """The colour of ``kind``, one the registry has no row for: the same in every report."""
+    return OTHER_COLOURS[zlib.crc32(kind.encode("utf-8", "replace")) % len(OTHER_COLOURS)]
 
 
 KINDS: Final = KindRegistry(

@@ -36,7 +36,7 @@ from ckpt_events.participants.cli.report.timeline import (
 )
 from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, other_colour
 from ckpt_events.vocab import CountedEvent
 
 __all__ = [
@@ -62,7 +62,8 @@ _TOP = 70
 
 
 def _fill(who: str, fills: Mapping[str, str]) -> str:
-    return fills.get(who.split("/", 1)[0], "#6b7280")
+    kind = who.split("/", 1)[0]
+    return fills.get(kind) or other_colour(kind)
 
 
 def _label(s: Span) -> str:
@@ -73,7 +74,7 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
     """One trace's waterfall as an SVG that scales to its container, each kind's bars in its
     colour in ``kinds``, the critical path's stretches underlined and its spans' names bold; a
     stage's large group of parallel calls shows its slowest call and one ``+N more`` row."""
-    fills = kinds.palette()
+    fills = kinds.palette_for(s.who.split("/", 1)[0] for s in spans)  # the legend: the kinds drawn
     critical_sections = critical_path(spans)
     critical = on_critical_path(spans)
     rows = waterfall_rows(spans, critical)
@@ -166,7 +167,7 @@ def _critical_marks(
 
 def _folded(row: Folded, y: int, x: Callable[[int], float], fills: Mapping[str, str]) -> list[str]:
     """A folded group: its label, a pale bar from the first start to the last end, its summary."""
-    fill = fills.get(row.kind, "#6b7280")
+    fill = _fill(row.kind, fills)
     tip = escape_html(f"{row.label}: {row.summary}")
     return [
         f'<text class="folded" x="{4 + 14 * row.depth}" y="{y + 14}" fill="#555" font-style="italic">'
@@ -274,7 +275,8 @@ def _table_html(events: Sequence[Event]) -> str:
         who = f"{escape_html(r.kind)}/<wbr>{escape_html(r.instance)}"
         who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {escape_html(r.worker)}"
         who += f" ({counted(r.errors, 'error')})" if r.errors else ""
-        body.append(f"<tr><td>{who}</td>{cells}<td>{r.records:,}</td><td>{r.bytes:,}</td></tr>")
+        amounts = "".join(f"<td>{'-' if v is None else f'{v:,}'}</td>" for v in (r.records, r.bytes))
+        body.append(f"<tr><td>{who}</td>{cells}{amounts}</tr>")
     rows_html = "\n".join(body)
     return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'
 

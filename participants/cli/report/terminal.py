@@ -24,10 +24,16 @@ from ckpt_events.participants.cli.report.model import (
     trace_spans,
 )
 from ckpt_events.participants.cli.report.paths import on_critical_path
-from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, breakdown_columns, counts
+from ckpt_events.participants.cli.report.timeline import (
+    Breakdown,
+    breakdown,
+    breakdown_columns,
+    counts,
+    known_sum,
+)
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, other_colour
 from ckpt_events.vocab import CountedEvent
 
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
@@ -42,7 +48,8 @@ _FOLDED = " (longest)"
 
 
 def _colour(who: str, colours: Mapping[str, str]) -> str:
-    return colours.get(who.split("/", 1)[0], "white")
+    kind = who.split("/", 1)[0]
+    return colours.get(kind) or other_colour(kind)
 
 
 def render(
@@ -59,8 +66,9 @@ def render(
     ``totals``, the breakdown and counted events of more than ``events`` (whole logs streamed
     past, ``events`` only the trace drawn), are shown instead of ``events``' own. ``note``, a
     line under the title (``title``'s trace is shared with other rows: ``Run.shared_line``)."""
-    colours = kinds.palette()
     rows = breakdown(events) if totals is None else totals[0]
+    # The legend names the kinds these logs hold (a user's own too), not the registry's.
+    colours = kinds.palette_for({e.kind for e in events} | {r.kind for r in rows})
     console.print(Text(f"{escape(title)}: time per participant (ms), records and bytes", style="italic"))
     if note is not None:
         console.print(Text(escape(note), style="yellow"))
@@ -121,8 +129,8 @@ def _per_kind(rows: list[Breakdown]) -> list[Breakdown]:
                 kind,
                 f"x{instances}{_FOLDED}",
                 ms,
-                sum(r.records for r in members),
-                sum(r.bytes for r in members),
+                known_sum(r.records for r in members),
+                known_sum(r.bytes for r in members),
                 sum(r.errors for r in members),
                 unknown=unknown,
             )
@@ -142,7 +150,7 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
             table.add_column(Text(escape(column)), justify="right", overflow="fold")
         for row in rows:
             cells = [_cell(row, c) for c in columns]
-            table.add_row(Text(_who(row)), *cells, f"{row.records:,}", f"{row.bytes:,}")
+            table.add_row(Text(_who(row)), *cells, _amount(row.records), _amount(row.bytes))
         return table
     # Pivoted: one row per operation or step, one column per participant.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -152,9 +160,14 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
         table.add_column(header, justify="right", overflow="fold")
     for column in columns:
         table.add_row(Text(escape(column)), *(_cell(r, column) for r in rows))
-    table.add_row("records", *(f"{r.records:,}" for r in rows))
-    table.add_row("bytes", *(f"{r.bytes:,}" for r in rows))
+    table.add_row("records", *(_amount(r.records) for r in rows))
+    table.add_row("bytes", *(_amount(r.bytes) for r in rows))
     return table
+
+
+def _amount(value: int | None) -> str:
+    """A count, or ``-`` where nothing said it (never a made-up 0)."""
+    return "-" if value is None else f"{value:,}"
 
 
 def _cell(row: Breakdown, column: str) -> str:
@@ -181,7 +194,7 @@ def render_waterfall(
     operation), milliseconds, and a bar on a time axis scaled to what is left of ``width``;
     bars in their kind's colour in ``kinds``, the critical path marked ``▶``. A stage's large
     group of parallel calls shows its slowest call and one ``+N more`` row (``folding``)."""
-    colours = kinds.palette()
+    colours = kinds.palette_for(s.who.split("/", 1)[0] for s in spans)
     critical = on_critical_path(spans)
     rows = waterfall_rows(spans, critical)
     name_w = min(40, max(len("  " * r.depth + _label(r)) for r in rows))
@@ -207,7 +220,7 @@ def render_waterfall(
         if isinstance(row, Folded):
             start, end = col(row.start_ns), max(col(row.start_ns) + 1, col(row.end_ns))
             _paint(bar, "─", start, end)
-            bar.stylize(colours.get(row.kind, "white"), start, end)
+            bar.stylize(_colour(row.kind, colours), start, end)
             name = Text("  " * row.depth + _label(row), style="dim")
             table.add_row(name, Text(f"≤{row.max_ms:.1f}", style="dim"), bar)
             continue
@@ -242,8 +255,8 @@ def _paint(bar: Text, char: str, start: int, end: int) -> None:
 
 def _axis(total_ns: int, width: int) -> str:
     """``0 ms`` at the left, the total at the right, a middle tick when there is room."""
-    right = f"{total_ns / 1e6:.0f} ms"
-    mid = f"{total_ns / 2e6:.0f}"
+    right = f"{_tick(total_ns)} ms"
+    mid = _tick(total_ns / 2)
     axis = [" "] * width
     axis[0] = "0"
     for i, ch in enumerate(right):
@@ -252,6 +265,13 @@ def _axis(total_ns: int, width: int) -> str:
         start = width // 2 - len(mid) // 2
         axis[start : start + len(mid)] = mid
     return "".join(axis)
+
+
+def _tick(ns: float) -> str:
+    """An axis tick in ms, with the decimals its size needs: a trace of 0.1 ms was labelled
+    ``0``, ``0`` and ``0 ms``."""
+    ms = ns / 1e6
+    return f"{ms:.0f}" if ms >= 10 else f"{ms:.1f}" if ms >= 1 else f"{ms:.2g}"
 
 
 def _counts_table(tallies: Mapping[str, Counter[str]]) -> Table:

@@ -34,6 +34,7 @@ from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, O
 __all__ = [
     "BREAKDOWN_COLUMNS",
     "Breakdown",
+    "known_sum",
     "Span",
     "breakdown",
     "breakdown_columns",
@@ -73,8 +74,10 @@ class Breakdown:
     kind: str
     instance: str
     ms: dict[str, float] = field(default_factory=dict)
-    records: int = 0
-    bytes: int = 0
+    #: ``None`` where no commit said its records (or no ``write`` step its bytes): unknown, not
+    #: 0 (a user's server that never sets them read "bytes written 0").
+    records: int | None = None
+    bytes: int | None = None
     errors: int = 0
     #: The worker process of a multi-worker participant (its row sits under the participant's).
     worker: int | None = None
@@ -102,10 +105,14 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 row.errors += event.outcome == Outcome.ERROR
                 # What a checkpoint holds: records committed and bytes written (a restore
                 # reads the same ones back, so counting both would double them).
-                if isinstance(event, OperationFinished) and op == Operation.COMMIT:
-                    row.records += event.records or 0
-                if isinstance(event, StepFinished) and op == Step.WRITE:
-                    row.bytes += event.bytes or 0
+                if (
+                    isinstance(event, OperationFinished)
+                    and op == Operation.COMMIT
+                    and event.records is not None
+                ):
+                    row.records = (row.records or 0) + event.records
+                if isinstance(event, StepFinished) and op == Step.WRITE and event.bytes is not None:
+                    row.bytes = (row.bytes or 0) + event.bytes
             case _:
                 pass
     for row in rows.values():
@@ -115,6 +122,12 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
         rows.values(),
         key=lambda r: (_kind_place(r.kind), r.kind, r.instance, -1 if r.worker is None else r.worker),
     )
+
+
+def known_sum(values: Iterable[int | None]) -> int | None:
+    """The sum of the known ``values``; ``None`` when none is known."""
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
 
 
 def summed_over(events: Iterable[Event]) -> str:

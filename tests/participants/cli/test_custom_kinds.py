@@ -13,9 +13,13 @@ from rich.console import Console
 
 from ckpt_events import Bus, StageFinished, StepFinished, Telemetry
 from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.html import waterfall_svg
+from ckpt_events.participants.cli.report.model import checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.report.terminal import render, render_waterfall
 from ckpt_events.participants.cli.report.timeline import breakdown, breakdown_columns
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.kinds import prepare_order
+from ckpt_events.participants.workloads.registry import KINDS, OTHER_COLOURS, other_colour
 from ckpt_events.sinks import JsonLinesSink, read_events
 from ckpt_events.sinks.otlp import read_otlp
 from ckpt_events.testing import MemorySink
@@ -99,3 +103,60 @@ async def test_a_collectors_otlp_file_gives_back_the_judge_and_its_upload(tmp_pa
     (upload,) = [e for e in back if isinstance(e, StepFinished) and e.step == "upload"]
     assert (upload.kind, upload.instance, upload.records, upload.bytes) == ("judge", "judge-0", 4, 2048)
     assert any(isinstance(e, StageFinished) and e.stage == "judge" for e in back)
+
+
+async def test_the_report_draws_a_users_kind_in_a_colour_of_its_own_and_names_it_in_the_legend() -> None:
+    """The judge's bars were white and the legend listed the registry's kinds (environment,
+    agent, resources: none in these logs) but not the judge. Now the legend names the kinds the
+    logs hold, and the judge has a colour, the same in the terminal and the HTML page."""
+    events = await _checkpoint_with_a_judge()
+    console = Console(width=160, record=True, color_system="truecolor", file=io.StringIO())
+    render(console, events)
+    text = console.export_text(clear=False)
+    legend = next(line for line in text.splitlines() if line.startswith("who: "))
+    assert "judge" in legend and "model" in legend and "controller" in legend
+    assert "environment" not in legend and "resources" not in legend
+    colour = other_colour("judge")
+    assert colour in OTHER_COLOURS and colour not in KINDS.palette().values()
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    assert f"38;2;{red};{green};{blue}m" in console.export_text(styles=True)  # its bars and legend
+    spans = trace_spans(events, checkpoint_and_restore(events)[0])
+    assert f'fill="{colour}"' in waterfall_svg(spans, title="checkpoint")
+
+
+async def test_bytes_nobody_recorded_are_unknown_not_zero(tmp_path: Path) -> None:
+    """A server that never sets ``bytes`` on a ``write`` step (the README's quickstart: an
+    ``upload``) read "bytes written 0"; now ``-``. A recorded 0 stays 0."""
+    async with Bus() as bus:
+        sink = MemorySink()
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="judge", instance="judge-0")
+        with tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("upload"):
+                pass
+            op.set(records=2)
+        other = Telemetry(bus, kind="model", instance="model-0")
+        with other.operation("commit", checkpoint_id="c1") as op, op.step("write") as write:
+            write.set(bytes=0)
+    rows = {r.kind: r for r in breakdown(sink.events)}
+    assert (rows["judge"].records, rows["judge"].bytes) == (2, None)
+    assert (rows["model"].records, rows["model"].bytes) == (None, 0)
+    console = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    render(console, sink.events)
+    table = console.export_text()
+    judge = next(line for line in table.splitlines() if "judge/judge-0" in line)
+    model = next(line for line in table.splitlines() if "model/model-0" in line)
+    assert judge.split()[-2:] == ["2", "-"] and model.split()[-2:] == ["-", "0"]
+
+
+async def test_the_waterfall_axis_of_a_trace_under_a_millisecond_is_not_all_zeros() -> None:
+    """A 0.1 ms commit's axis read ``0``, ``0`` and ``0 ms``."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="judge", instance="judge-0").operation("commit", checkpoint_id="c1"):
+            time.sleep(0.0003)
+    spans = trace_spans(sink.events, checkpoint_and_restore(sink.events)[0])
+    header = render_waterfall(spans, 120).columns[2].header
+    assert isinstance(header, str)
+    assert header.split()[-2] not in ("0", "0.0") and header.split()[-1] == "ms", header

@@ -18,6 +18,7 @@ from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.html import FILLS
 from ckpt_events.participants.cli.report.png import screenshot
 from ckpt_events.participants.cli.report.run_page import OUTCOME_FILLS
+from ckpt_events.participants.workloads.registry import OTHER_COLOURS
 from ckpt_events.vocab import ErrorCode, Kind
 from tests.participants.cli.report.test_png import PNG, _dom, needs_browser
 from tests.participants.cli.report.test_run_report import _write
@@ -98,7 +99,9 @@ async def test_run_page_reads_at_a_glance(
     legend naming every outcome, each waterfall a legend naming every kind and the critical
     path; the trends table sits in a ``<details>`` after the first waterfall."""
     assert not set(OUTCOME_FILLS.values()) & set(FILLS.values())
+    assert not set(OTHER_COLOURS) & (set(FILLS.values()) | set(OUTCOME_FILLS.values()))
     assert len(set(OUTCOME_FILLS.values())) == len(OUTCOME_FILLS)
+    assert len(set(OTHER_COLOURS)) == len(OTHER_COLOURS)
     log = tmp_path / "run.jsonl"
     _write(log, aborted_run)
     page = tmp_path / "run.html"
