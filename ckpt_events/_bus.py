@@ -110,6 +110,8 @@ class Bus:
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop_thread: int | None = None
         self._call_soon_threadsafe: Callable[[Callable[[], object]], object] | None = None
+        # The running loop's token, for a caller on another thread (replay's flush) to reach it.
+        self._token: anyio.lowlevel.EventLoopToken | None = None
         self._closed = False
         self._closing = False
         self._closed_event = anyio.Event()
@@ -130,6 +132,7 @@ class Bus:
             raise InvalidValueError("a Bus can be entered once; create a new one")
         self._loop_thread = threading.get_ident()
         self._call_soon_threadsafe = _threadsafe_scheduler()
+        self._token = anyio.lowlevel.current_token()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         for sub in self._subscriptions:

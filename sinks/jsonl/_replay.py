@@ -14,15 +14,19 @@ A target whose ``handle`` raises is isolated as the bus isolates a sink: logged 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from typing import IO, Any, Final, get_args
 
+import anyio.from_thread
+import anyio.to_thread
 import msgspec
 
-from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, resolve_interests
+from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, InvalidValueError, resolve_interests
 from ckpt_events._errors import check_int, one_line, shown
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
@@ -72,6 +76,14 @@ class _Target:
             raise InvalidTypeError(
                 f"replay targets are sinks (with handle(batch)) or a Bus, not {shown(target)}"
             )
+        if self.bus is not None and (self.bus._closed or self.bus._tg is None):
+            # Was: a closed bus dropped every event and the result said all were replayed; one
+            # never started held them unhandled, dropping what its buffers could not hold.
+            state = "closed" if self.bus._closed else "not started"
+            raise InvalidValueError(
+                f"replay target {index} is a Bus {state}: replay onto a running one, inside "
+                "`async with Bus() as bus:` (or pass the sinks themselves)"
+            )
         self.index = index
         self.sink = target
         self.wants = resolve_interests(target) if self.bus is None else frozenset(_EVENT_TYPES)
@@ -87,9 +99,7 @@ class _Target:
             return
         try:
             if self.bus is not None:
-                for event in batch:
-                    self.bus.emit(event)
-                await self.bus.flush()
+                await _emit_all(self.bus, batch)
                 return
             result = self.sink.handle(batch)
             if inspect.isawaitable(result):
@@ -174,6 +184,31 @@ async def replay(
     return ReplayResult(
         events=count, corrupt=tuple(corrupt), truncated=len(truncated), cut=cut, failed=failed
     )
+
+
+async def _emit_all(bus: Bus, batch: list[Any]) -> None:
+    """Emit ``batch`` onto ``bus`` and wait until its sinks handled it, flushing before the
+    smallest buffer of the bus could fill (a buffer smaller than the batch dropped the rest)."""
+    room = min((sub._buffer.capacity for sub in bus._subscriptions), default=len(batch))
+    for start in range(0, len(batch), room):
+        if bus._closed:
+            raise InvalidValueError("the bus closed during the replay: the rest of the log was not replayed")
+        for event in batch[start : start + room]:
+            bus.emit(event)
+        await _flush(bus)
+
+
+async def _flush(bus: Bus) -> None:
+    """``bus.flush()``, also for a bus whose loop runs in another thread (``EventCapture``'s):
+    there the flush runs on that loop, waited for from a worker thread so this loop goes on."""
+    token = bus._token
+    if token is None or threading.get_ident() == bus._loop_thread:
+        await bus.flush()
+        return
+    # Was: bus.flush() raised "flush on the event loop's thread", and every delivered event was
+    # reported as failed.
+    flush = functools.partial(anyio.from_thread.run, bus.flush, token=token)
+    await anyio.to_thread.run_sync(flush, abandon_on_cancel=True)
 
 
 def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:

@@ -11,11 +11,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ckpt_events import Bus, InvalidArgumentError
+from ckpt_events import Bus, InvalidArgumentError, InvalidValueError
 from ckpt_events.sinks.jsonl import JsonLinesSink
 from ckpt_events.sinks.otel import MetricSink, SpanSink
 from ckpt_events.sinks.replay import ReplayFailure, replay
-from ckpt_events.testing import MemorySink
+from ckpt_events.testing import EventCapture, MemorySink
 from tests.sinks.helpers import every_event_type, histogram_sums, metric_points
 
 
@@ -156,3 +156,55 @@ async def test_a_target_that_raised_still_gets_its_later_batches(tmp_path: Path)
     assert (once.calls, len(once.events)) == (-(-lines // 3), lines - 3)
     assert result.failed == (ReplayFailure(1, "_RaisesOnBatches", "ValueError: batch 1 refused", 3, 1),)
     assert (await replay(path, MemorySink())).failed == ()
+
+
+async def test_replay_onto_a_bus_running_in_another_thread(tmp_path: Path) -> None:
+    """A bus whose loop runs in another thread (``EventCapture``'s, the ``ckpt_capture``
+    fixture's) gets every event and no failure. Was: its flush raised "flush on the event loop's
+    thread", every event was listed as failed and logged with a traceback, though delivered."""
+    path = tmp_path / "run.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(path))
+        await every_event_type(bus)
+    lines = len(path.read_bytes().splitlines())
+    with EventCapture() as capture:
+        result = await replay(path, capture.bus, batch_size=3)
+        assert (result.events, result.failed) == (lines, ())
+        await capture.flush()
+        assert len(capture.sink.events) == lines
+
+
+async def test_replay_onto_a_bus_not_running_is_refused(tmp_path: Path) -> None:
+    """A closed bus or one never started is refused in one line, before reading the log. Was:
+    a closed bus dropped every event and the result said all were replayed; a bus never started
+    held them unhandled, and dropped what its buffers could not hold."""
+    path = tmp_path / "run.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(path))
+        await every_event_type(bus)
+    with pytest.raises(InvalidValueError, match=r"closed.*async with Bus\(\)"):
+        await replay(path, bus)
+    assert bus.stats().dropped_after_close == 0
+    unstarted = Bus()
+    unstarted.subscribe(MemorySink())
+    with pytest.raises(InvalidValueError, match=r"not started.*async with Bus\(\)"):
+        await replay(path, unstarted)
+    await unstarted.aclose()
+
+
+async def test_replay_onto_a_bus_drops_nothing_its_buffers_cannot_hold_at_once(tmp_path: Path) -> None:
+    """A bus whose sink's buffer is smaller than a replay batch still gets every event: replay
+    flushes before a buffer fills. Was: 2 of 15 reached the sink, the rest dropped, and the result
+    said every event was replayed with no failure."""
+    path = tmp_path / "run.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(path))
+        await every_event_type(bus)
+    lines = len(path.read_bytes().splitlines())
+    memory = MemorySink()
+    async with Bus(buffer_size=2) as small:
+        small.subscribe(memory)
+        small.subscribe(MemorySink(), buffer_size=1)
+        result = await replay(path, small)
+        assert [s.dropped for s in small.stats().sinks] == [0, 0]
+    assert len(memory.events) == result.events == lines
