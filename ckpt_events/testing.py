@@ -29,7 +29,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from ckpt_events._bus import Bus
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_int, shown
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_int, check_number, shown
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
 from ckpt_events._telemetry import Telemetry
@@ -232,6 +232,10 @@ class EventCapture:
         naming the sinks still holding events if that takes ``timeout`` seconds (a sink stuck
         in ``handle`` hung the test, and every read of ``events`` with it). Once the capture's
         block has ended there is nothing to wait for: its bus drained as it closed."""
+        if timeout is not None:
+            # Checked here, not by bus.flush in the waiting thread: "x" raised a TypeError from
+            # inside threading, and -1 a TimeoutError that blamed a stuck sink.
+            check_number(timeout, f"flush timeout must be a number of seconds >= 0, not {shown(timeout)}")
         if self._ended:
             return
         # Waited for from another thread: a sink blocking in a plain ``def handle`` holds the

@@ -159,3 +159,15 @@ def test_a_sink_stuck_in_handle_fails_the_read_instead_of_hanging_the_test() -> 
             capture.flush_sync(timeout=0.2)
         release.set()
         assert [type(e) for e in capture.events] == [Refused]
+
+
+@pytest.mark.parametrize("timeout", ["30", -1, float("nan")])
+def test_flush_refuses_a_timeout_that_is_not_seconds(timeout: Any) -> None:
+    """A flush timeout that is not a number of seconds >= 0 is refused in one line, and the
+    capture goes on. Was: a TypeError from inside ``threading``, or for -1 a ``TimeoutError``
+    blaming a stuck sink ("not handled within -1 s")."""
+    with EventCapture() as capture:
+        capture.telemetry("agent", "a0").refused("unauthorized")
+        with pytest.raises(InvalidArgumentError, match=r"^flush timeout must be a number of seconds >= 0"):
+            capture.flush_sync(timeout=timeout)
+        assert [type(e) for e in capture.events] == [Refused]
