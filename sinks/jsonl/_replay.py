@@ -38,6 +38,8 @@ logger: Final = logging.getLogger("ckpt_events.sinks.jsonl")
 
 _EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(CheckpointEvent)
 DEFAULT_BATCH: Final = 4096
+#: The corrupt lines ``ReplayResult.corrupt`` keeps (the first ones); ``corrupt_lines`` counts all.
+MAX_CORRUPT: Final = 1000
 
 
 class ReplayFailure(msgspec.Struct, frozen=True):
@@ -53,7 +55,8 @@ class ReplayFailure(msgspec.Struct, frozen=True):
 
 
 class ReplayResult(msgspec.Struct, frozen=True):
-    """What a replay read: events replayed, the lines that did not decode, the spans the log
+    """What a replay read: events replayed, the lines that did not decode (the first
+    ``MAX_CORRUPT`` of them; ``corrupt_lines`` counts them all), the spans the log
     left open that were replayed closed as truncated (counted apart from ``events``), and the
     spans open at the end of a rotated file (``cut``), not replayed: where they end is in the
     newer file of its rotation, which was not given, so they are not known to be left open.
@@ -65,6 +68,7 @@ class ReplayResult(msgspec.Struct, frozen=True):
     truncated: int = 0
     cut: int = 0
     failed: tuple[ReplayFailure, ...] = ()
+    corrupt_lines: int = 0
 
 
 class _Target:
@@ -139,8 +143,9 @@ async def replay(
     """Feed every event of a JSON-lines log to each target, in file order and in batches.
 
     A target is a sink (its ``interests`` are honoured; sync or async ``handle``) or a
-    started ``Bus`` (events are emitted and flushed). Corrupt lines are skipped and
-    returned. Sinks are not closed: their owner does that (e.g. ``SpanSink.shutdown()``).
+    started ``Bus`` (events are emitted and flushed). Corrupt lines are skipped, counted and
+    returned (the first ``MAX_CORRUPT``). Sinks are not closed: their owner does that (e.g.
+    ``SpanSink.shutdown()``).
     A target whose ``handle`` raises is logged once (logger ``ckpt_events.sinks.jsonl``) and
     listed in ``ReplayResult.failed`` with its first error; it is still handed its later
     batches, as the bus hands them to a sink that raised (so a replay matches the live run),
@@ -154,11 +159,16 @@ async def replay(
     check_int(batch_size, f"batch_size must be a positive int, not {shown(batch_size)}", minimum=1)
     chosen = [_Target(i, t) for i, t in enumerate(targets)]
     corrupt: list[CorruptLine] = []
+    corrupt_lines = 0
     count = 0
     open_spans = OpenSpans() if close_open else None
     for _, item in _lines(source):
         if isinstance(item, CorruptLine):
-            corrupt.append(item)
+            # Counted past MAX_CORRUPT, not kept: a log of damage held every line (37 MB of
+            # broken lines, 560 MB), where reading it holds one run of lines.
+            corrupt_lines += 1
+            if len(corrupt) < MAX_CORRUPT:
+                corrupt.append(item)
             continue
         count += 1
         if open_spans is not None:
@@ -182,7 +192,12 @@ async def replay(
         await target.deliver()
     failed = tuple(f for f in (target.failure() for target in chosen) if f is not None)
     return ReplayResult(
-        events=count, corrupt=tuple(corrupt), truncated=len(truncated), cut=cut, failed=failed
+        events=count,
+        corrupt=tuple(corrupt),
+        truncated=len(truncated),
+        cut=cut,
+        failed=failed,
+        corrupt_lines=corrupt_lines,
     )
 
 

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ckpt_events import Bus, InvalidArgumentError, InvalidValueError
 from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.sinks.jsonl._replay import MAX_CORRUPT
 from ckpt_events.sinks.otel import MetricSink, SpanSink
 from ckpt_events.sinks.replay import ReplayFailure, replay
 from ckpt_events.testing import EventCapture, MemorySink
@@ -208,3 +209,21 @@ async def test_replay_onto_a_bus_drops_nothing_its_buffers_cannot_hold_at_once(t
         result = await replay(path, small)
         assert [s.dropped for s in small.stats().sinks] == [0, 0]
     assert len(memory.events) == result.events == lines
+
+
+async def test_a_log_of_damage_is_counted_not_held(tmp_path: Path) -> None:
+    """``corrupt`` keeps the first ``MAX_CORRUPT`` lines that did not decode and
+    ``corrupt_lines`` counts them all, so memory stays bounded whatever the log holds. Was: every
+    one was kept: a 37 MB log of broken lines held 560 MB."""
+    path = tmp_path / "damaged.jsonl"
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(path))
+        await every_event_type(bus)
+    good = path.read_bytes()
+    broken = MAX_CORRUPT + 5
+    path.write_bytes(b"{broken\n" * broken + good)
+    memory = MemorySink()
+    result = await replay(path, memory)
+    assert len(memory.events) == result.events == len(good.splitlines())
+    assert result.corrupt_lines == broken
+    assert [c.line for c in result.corrupt] == list(range(1, MAX_CORRUPT + 1))
