@@ -21,8 +21,9 @@ costs a socket and a reference to the page, never a slot.
   address) a new connection closes the oldest waiting one (of that address first), once it
   has waited a moment, so idle sockets can only displace each other; a new connection with
   nothing to displace is answered 503.
-- A complete head finding every slot busy, or no thread to be had, is answered 503 at once
-  (all counted in ``refused``).
+- A complete head finding every slot busy, or no thread to be had, is answered 503 at once,
+  and a handler raising ``Unavailable`` is answered 503 then (all counted in ``refused``); every
+  503 carries ``Retry-After: 1``.
 - A handler that raises (a page its encoder cannot write) fails that request alone: answered
   500, counted in ``failed``, the first one logged with its traceback.
 - An accept that fails (out of descriptors) leaves the connection queued and the listener out of
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 
-__all__ = ["ScrapeServer", "host_problem", "listen_host"]
+__all__ = ["ScrapeServer", "Unavailable", "host_problem", "listen_host"]
 
 logger: Final = logging.getLogger("ckpt_events.sinks.prometheus")
 
@@ -63,13 +64,20 @@ _DISPLACE_AFTER: Final = 0.1
 #: Replies held for peers still reading them: a page each at most, shared by scrapes that
 #: joined one render (32 of a 6.7 MB page, 2,000 kinds, is 214 MB at worst).
 MAX_WRITING: Final = 32
-_BUSY: Final = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_BUSY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
 _FAILED: Final = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _TIMED_OUT: Final = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _TOO_LARGE: Final = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 )
+
+
+class Unavailable(Exception):
+    """Raised by a handler that cannot answer before its request's deadline (``_Prefetched.deadline``):
+    answered 503, counted in ``refused``, not logged (nothing failed)."""
 
 
 @dataclass(eq=False)
@@ -97,9 +105,12 @@ class _Writing:
 class _Prefetched:
     """What the handler sees as its socket: the head already read, the reply kept in ``reply``."""
 
-    def __init__(self, sock: socket.socket, head: bytes) -> None:
+    def __init__(self, sock: socket.socket, head: bytes, deadline: float) -> None:
         self._sock = sock
         self._head = head
+        #: When the whole request must have ended (``time.monotonic()``): a handler waiting for
+        #: something waits no longer.
+        self.deadline = deadline
         #: What the handler wrote, in order; sent by ``ScrapeServer._send`` once it returns.
         self.reply: deque[memoryview] = deque()
 
@@ -223,9 +234,10 @@ class ScrapeServer:
         self.timeout = timeout
         self.max_waiting = max_waiting
         self.max_per_peer = max(1, max_waiting // 2)
-        #: Answered 503: a complete head found every slot busy, or a new connection found every
-        #: waiting place taken by one too young to displace.
-        self.refused = 0
+        # Answered 503 on the selector thread (see ``refused``).
+        self._refused = 0
+        # Answered 503 on handler threads, under ``_failed_lock``: ``Unavailable`` raised.
+        self._unavailable = 0
         #: Connections closed for not completing a head within ``header_timeout``.
         self.timed_out = 0
         #: Waiting connections closed to make room for a new one.
@@ -269,6 +281,12 @@ class ScrapeServer:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._selector = selectors.DefaultSelector()
+
+    @property
+    def refused(self) -> int:
+        """Answered 503: a complete head found every slot busy, a new connection found every
+        waiting place taken by one too young to displace, or a handler raised ``Unavailable``."""
+        return self._refused + self._unavailable
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Accept, read heads and dispatch until ``shutdown``."""
@@ -351,7 +369,7 @@ class ScrapeServer:
             now = time.monotonic()
             peer = str(address[0]) if isinstance(address, tuple) else ""
             if not self._make_room(peer, now):
-                self.refused += 1
+                self._refused += 1
                 _send_quietly(sock, _BUSY)
                 sock.close()
                 continue
@@ -402,7 +420,7 @@ class ScrapeServer:
             return
         self._forget(pending)
         if not self.slots.acquire(blocking=False):
-            self.refused += 1
+            self._refused += 1
             _send_quietly(pending.sock, _BUSY)
             pending.sock.close()
             return
@@ -417,14 +435,19 @@ class ScrapeServer:
             # No thread to be had (memory or the thread limit): busy, as with no slot. Raised
             # here, it ended serve_forever and the endpoint answered nothing from then on.
             self.slots.release()
-            self.refused += 1
+            self._refused += 1
             _send_quietly(pending.sock, _BUSY)
             pending.sock.close()
 
     def _serve_one(self, sock: socket.socket, address: Any, head: bytes, deadline: float) -> None:
-        prefetched = _Prefetched(sock, head)
+        prefetched = _Prefetched(sock, head, deadline)
         try:
             self.handler(prefetched, address, self)  # type: ignore[arg-type]
+        except Unavailable:
+            with self._failed_lock:
+                self._unavailable += 1
+            _send_quietly(sock, _BUSY)
+            _finish(sock)
         except OSError:
             sock.close()  # the scraper went away
         except Exception:

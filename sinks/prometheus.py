@@ -48,7 +48,7 @@ from ckpt_events.sinks._metric_totals import (
 )
 from ckpt_events.sinks._open_work import OpenWorkSnapshot
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
-from ckpt_events.sinks._scrape_server import ScrapeServer, host_problem, listen_host
+from ckpt_events.sinks._scrape_server import ScrapeServer, Unavailable, host_problem, listen_host
 from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp._http import BUS_LINGER, MAX_TIMEOUT_S
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument, InstrumentKind
@@ -317,23 +317,25 @@ class _SharedRenders:
     """Scrapes asking for a format whose page is being rendered wait for that render and get its
     bytes: rendering is Python under the GIL, and eight renders of a 6.9 MB page at once (2,000
     kinds) cost the app's event loop 160 to 290 ms of lag and the process +330 MiB. A waiting
-    scrape gets totals as of the render it joined, at most one render old."""
+    scrape gets totals as of the render it joined, at most one render old, or ``Unavailable``
+    (503) if that render has not ended by the scrape's own deadline."""
 
-    def __init__(self, wait: float) -> None:
-        self._wait = wait
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: dict[str, _Render] = {}
 
-    def page(self, variant: str, render: Any) -> bytes:
+    def page(self, variant: str, render: Any, deadline: float) -> bytes:
         """The page ``variant`` (its content type and coding): rendered by ``render()``, or by
-        the render of that variant under way."""
+        the render of that variant under way if it ends by ``deadline`` (``time.monotonic()``)."""
         with self._lock:
             shared = self._running.get(variant)
             if shared is None:
                 mine = self._running[variant] = _Render()
         if shared is not None:
-            if not shared.done.wait(self._wait):
-                raise TimeoutError("the shared render did not end within the request's timeout")
+            # Until this scrape's own deadline, then 503: a TimeoutError here is an OSError, taken
+            # for the scraper going away, and the connection was closed with no answer.
+            if not shared.done.wait(max(deadline - time.monotonic(), 0.0)):
+                raise Unavailable("the render this scrape joined did not end by its deadline")
             if shared.failed is not None:
                 raise RuntimeError("the render this scrape waited for failed") from shared.failed
             return shared.body
@@ -383,10 +385,10 @@ def _accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
+def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
     from prometheus_client.exposition import choose_encoder
 
-    renders = _SharedRenders(timeout)
+    renders = _SharedRenders()
 
     class Handler(BaseHTTPRequestHandler):
         # http.server's default, HTTP/0.9, answered a request line it could not parse (garbage,
@@ -437,14 +439,15 @@ def _handler(registry: Any, timeout: float) -> type[BaseHTTPRequestHandler]:
                 # prometheus-client compares an unparsable version ("version=abc") with numbers:
                 # the scrape thread died with a traceback and no answer. Accept is a preference.
                 encoder, content_type = choose_encoder("")
+            deadline = self.request.deadline  # the _Prefetched the server hands every handler
             # Prometheus always asks for gzip: a page of 2,000 kinds is 6.7 MB plain, 131 KB gzipped.
             if _accepts_gzip(self.headers.get("Accept-Encoding", "")):
                 body = renders.page(
-                    content_type + "; gzip", lambda: gzip.compress(encoder(registry), _GZIP_LEVEL)
+                    content_type + "; gzip", lambda: gzip.compress(encoder(registry), _GZIP_LEVEL), deadline
                 )
                 self._reply(200, content_type, body, send_body=send_body, coding="gzip")
             else:
-                body = renders.page(content_type, lambda: encoder(registry))
+                body = renders.page(content_type, lambda: encoder(registry), deadline)
                 self._reply(200, content_type, body, send_body=send_body, coding="identity")
 
         def _reply(
@@ -538,7 +541,7 @@ class PrometheusEndpoint:
         try:
             self._server = ScrapeServer(
                 (host, port),
-                _handler(self.registry, timeout),
+                _handler(self.registry),
                 max_concurrent,
                 header_timeout=header_timeout,
                 timeout=timeout,
@@ -575,9 +578,10 @@ class PrometheusEndpoint:
 
     @property
     def refused(self) -> int:
-        """Connections answered 503: ``max_concurrent`` scrapes were running, no thread could be
-        started for one, or every place for a connection waiting for its request head was taken
-        by one that had just arrived."""
+        """Connections answered 503 (with ``Retry-After: 1``): ``max_concurrent`` scrapes were
+        running, no thread could be started for one, every place for a connection waiting for
+        its request head was taken by one that had just arrived, or the render a scrape joined
+        had not ended by that scrape's ``timeout``."""
         return self._server.refused
 
     @property

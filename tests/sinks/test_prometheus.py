@@ -582,6 +582,39 @@ def test_concurrent_scrapes_share_one_render() -> None:
         assert len(calls) == 3
 
 
+def test_a_scrape_waiting_for_a_render_past_its_timeout_is_a_503_with_retry_after() -> None:
+    """A scrape that joined a render still under way at its own deadline is answered 503 with
+    Retry-After then, counted in ``refused``: its wait, a TimeoutError, was taken for the
+    scraper going away, and the connection was closed with no answer at all."""
+    import httpx
+
+    class Slow(PrometheusSink):
+        def snapshot(self) -> MetricTotals:
+            time.sleep(1.5)  # a render slower than the endpoint's 1 s timeout
+            return super().snapshot()
+
+    results: dict[str, Any] = {}
+
+    def scrape(name: str, url: str, delay: float) -> None:
+        time.sleep(delay)
+        started = time.monotonic()
+        try:
+            reply = httpx.get(url, timeout=10.0)
+            results[name] = (reply.status_code, reply.headers.get("Retry-After"), time.monotonic() - started)
+        except httpx.TransportError as exc:
+            results[name] = (repr(exc), None, time.monotonic() - started)
+
+    with _endpoint(Slow(), timeout=1.0) as endpoint, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(scrape, "first", endpoint.url, 0.0)
+        time.sleep(0.3)  # the first scrape's render is under way: the second joins it
+        pool.submit(scrape, "waiting", endpoint.url, 0.0).result(timeout=10)
+        first.result(timeout=10)
+        status, retry_after, took = results["waiting"]
+        assert (status, retry_after) == (503, "1"), results
+        assert 0.8 < took < 1.4, f"answered after {took:.2f} s, its timeout being 1 s"
+        assert endpoint.refused == 1 and endpoint.failed == 0
+
+
 _STORM = """
 import asyncio, sys, threading, time, urllib.error, urllib.request, httpx
 def steady(url, stop, codes):

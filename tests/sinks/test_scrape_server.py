@@ -19,7 +19,9 @@ import pytest
 from ckpt_events.sinks.prometheus import PrometheusEndpoint, PrometheusSink
 from tests.sinks.test_prometheus import _kinds
 
-_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
 
 
 @contextmanager
