@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import ipaddress
 import operator
 import threading
 import time
@@ -486,7 +487,9 @@ class PrometheusEndpoint:
 
     A context manager, plain or async (``with``/``async with``: closed at the end), as the other
     servers are. ``port=0`` picks a free port (read ``port``). ``host`` is a name or an address, an
-    IPv6 one bare or in brackets (``::1``, ``[::1]``; ``host`` holds it bare). Binding fails with
+    IPv6 one bare or in brackets (``::1``, ``[::1]``; ``host`` holds it bare); ``""`` is every
+    interface, as to the OS (``host`` holds ``0.0.0.0``), and a wildcard's ``url`` names this
+    machine's loopback (``127.0.0.1``, ``[::1]``). Binding fails with
     ``ConfigurationError`` naming the address; brackets around anything else, a ``:`` in a host
     that is not an IPv6 address (``localhost:9464``), a port outside 0-65535, ``max_concurrent``
     below 1 or a timeout that is not a number of seconds in (0, 3600] raise ``InvalidValueError``
@@ -519,7 +522,8 @@ class PrometheusEndpoint:
         problem = host_problem(host)
         if problem is not None:
             raise InvalidValueError(f"host {shown(host)} {problem}; put the port in port")
-        host = listen_host(host)
+        # "" is 0.0.0.0 to bind(): named so, it shows in ``host`` and the errors below (":9464").
+        host = listen_host(host) or "0.0.0.0"
         for name, seconds in (("timeout", timeout), ("header_timeout", header_timeout)):
             check_number(
                 seconds,
@@ -572,8 +576,13 @@ class PrometheusEndpoint:
 
     @property
     def url(self) -> str:
-        """The metrics URL."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """The metrics URL; for a wildcard host (``0.0.0.0``, ``::``), at this machine's loopback
+        of its family: no client can reach "every interface" (``http://:9464`` was no URL at all)."""
+        host = self.host
+        bound = ipaddress.ip_address(self._server.server_address[0].partition("%")[0])
+        if bound.is_unspecified:
+            host = "::1" if bound.version == 6 else "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}{METRICS_PATH}"
 
     @property

@@ -740,6 +740,25 @@ async def test_an_ipv6_loopback_host_is_served_bare_or_bracketed(host: str) -> N
 
 
 @pytest.mark.parametrize(
+    ("host", "bound", "reached"),
+    [("", "0.0.0.0", "127.0.0.1"), ("0.0.0.0", "0.0.0.0", "127.0.0.1"), ("::", "::", "[::1]")],
+)
+def test_every_interface_is_served_at_a_url_a_local_scraper_can_use(
+    host: str, bound: str, reached: str
+) -> None:
+    """``host=""`` (every interface, to the OS) gave ``url`` ``http://:PORT/metrics``, which no
+    client takes; a wildcard address's url now names this machine's loopback of its family."""
+    import httpx
+
+    if bound == "::" and not ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback (::1) to reach '::' by")
+    with PrometheusEndpoint(PrometheusSink(), host, 0) as endpoint:
+        assert endpoint.host == bound
+        assert endpoint.url == f"http://{reached}:{endpoint.port}/metrics"
+        assert httpx.get(endpoint.url, timeout=5.0).status_code == 200
+
+
+@pytest.mark.parametrize(
     ("host", "why"),
     [
         ("[127.0.0.1]", "brackets"),
