@@ -133,10 +133,21 @@ class _Prefetched:
         return self._sock.fileno()
 
 
+#: DNS's limit on a whole name (RFC 1035): past it nothing resolves, and the host is not quoted
+#: whole in an error (a 100,000-character one made a 100 KB message).
+MAX_HOST_CHARS: Final = 253
+
+
 def host_problem(host: str) -> str | None:
     """Why ``host`` cannot be listened on as given (brackets around anything but an IPv6
-    address, a ``:`` in a host that is not an IPv6 address), or ``None``; a name that does not
-    resolve is left to the bind, which says so."""
+    address, a ``:`` in a host that is not an IPv6 address, a space or control character, more
+    than ``MAX_HOST_CHARS``), or ``None``; a name that does not resolve is left to the bind,
+    which says so."""
+    if len(host) > MAX_HOST_CHARS:
+        return f"is longer than any host name ({MAX_HOST_CHARS} characters)"
+    if not host.isprintable() or any(c.isspace() for c in host):
+        # A newline split the bind's error in two; NUL made bind() raise a bare TypeError.
+        return "has a space or a control character, which no host name or address has"
     if host.startswith("[") or host.endswith("]"):
         inner = host[1:-1] if host.startswith("[") and host.endswith("]") else None
         if inner is None or not _is_ipv6(inner):
@@ -258,7 +269,7 @@ class ScrapeServer:
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.socket.bind(address)
             self.socket.listen(128)
-        except OSError:
+        except BaseException:  # a TypeError too (NUL in the host): the socket was left open
             self.socket.close()
             raise
         self.socket.setblocking(False)

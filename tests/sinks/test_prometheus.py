@@ -765,6 +765,8 @@ def test_every_interface_is_served_at_a_url_a_local_scraper_can_use(
         ("[::1", "brackets"),
         ("localhost:9464", "OTEL_EXPORTER_PROMETHEUS_PORT"),
         ("::1::2", "IPv6"),
+        ("local host", "space"),
+        ("a" * 100_000, "253"),
     ],
 )
 def test_a_host_neither_a_name_nor_an_address_is_one_line_naming_the_variable(host: str, why: str) -> None:
@@ -776,6 +778,16 @@ def test_a_host_neither_a_name_nor_an_address_is_one_line_naming_the_variable(ho
     assert why in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(InvalidValueError, match="host"):
         PrometheusEndpoint(PrometheusSink(), host, 0)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1\n", "x\x00y", "\t", "a" * 100_000])
+def test_a_host_no_address_can_have_is_refused_in_one_short_line(host: str) -> None:
+    """A control character, a space or a name past DNS's 253 characters: InvalidValueError in one
+    line of bounded length, before anything is bound; a newline split the bind error in two, NUL
+    was a bare TypeError, and a 100,000-character host was quoted whole (100 KB of message)."""
+    with pytest.raises(InvalidValueError, match="host") as info:
+        PrometheusEndpoint(PrometheusSink(), host, 0)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400, str(info.value)[:500]
 
 
 def test_a_format_refused_with_q_0_is_not_served() -> None:

@@ -344,3 +344,20 @@ async def test_the_endpoint_is_a_context_manager_plain_and_async() -> None:
             again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             again.bind(("127.0.0.1", closed.port))
             again.listen()
+
+
+def test_a_bind_raising_other_than_oserror_leaves_no_socket_open() -> None:
+    """bind() raises TypeError for a NUL in the host: the listening socket was left open (a
+    ResourceWarning at collection); every failure to bind now closes it."""
+    import gc
+    import warnings
+    from http.server import BaseHTTPRequestHandler
+
+    from ckpt_events.sinks._scrape_server import ScrapeServer
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(TypeError):
+            ScrapeServer(("x\x00y", 0), BaseHTTPRequestHandler, 1, header_timeout=1.0, timeout=1.0)
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
