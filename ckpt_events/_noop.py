@@ -147,6 +147,7 @@ class _NoopCollection(_NoopSlots, CollectionSpan):
 class _PassedStep(_NoopStep, gc=False):
     """A step of a ``_PassedOperation``: records nothing, hands the incoming trace on."""
 
+    _passes_on: ClassVar[bool] = True
     traceparent = _SpanBase.traceparent
     tracestate = _SpanBase.tracestate
 
@@ -156,8 +157,10 @@ class _PassedOperation(_NoopOperation, gc=False):
     ``traceparent``: it records nothing, but ``traceparent()`` (and ``tracestate()``, once kept
     by ``with_tracestate``) hand the caller's trace on, so a call this server makes joins the
     trace it was called in, as OpenTelemetry's non-recording spans do; a server with telemetry
-    off in the middle of a chain started a new trace for everything after it."""
+    off in the middle of a chain started a new trace for everything after it. Given as
+    ``parent=`` to a live span (another Telemetry's), that span continues the caller's trace."""
 
+    _passes_on: ClassVar[bool] = True
     traceparent = _SpanBase.traceparent
     tracestate = _SpanBase.tracestate
     with_tracestate = _SpanBase.with_tracestate

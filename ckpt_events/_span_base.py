@@ -87,8 +87,11 @@ class _SpanBase:
     """
 
     __slots__ = ()
-    #: False on the no-op twins: they are never a parent.
+    #: False on the no-op twins: they are never a local parent.
     _live: ClassVar[bool] = True
+    #: True on the no-op handles that hand a caller's trace on (``_noop.passed_on``): a span
+    #: given one as its parent continues that trace, the caller's span its remote parent.
+    _passes_on: ClassVar[bool] = False
     _tel: Telemetry
     trace_id: int
     span_id: int

@@ -97,8 +97,9 @@ def _cooked(route: tuple[_Buffer, ...], raw: _Buffer | None) -> tuple[_Buffer, .
 
 
 def _inherited(parent: _SpanBase | None) -> str | None:
-    """A new span's tracestate before ``with_tracestate``: its live local parent's, if any."""
-    if parent is not None and isinstance(parent, _SpanBase) and parent._live:
+    """A new span's tracestate before ``with_tracestate``: its live local parent's, or the one a
+    passed-on parent (``_noop.passed_on``) hands on, if any."""
+    if parent is not None and isinstance(parent, _SpanBase) and (parent._live or parent._passes_on):
         return parent._tracestate
     return None
 
@@ -307,8 +308,12 @@ class Telemetry:
         if traceparent is None and parent is None:  # a new root: the common case, kept short
             trace_id = self._random(128) or new_trace_id()
             return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
-        if parent is not None and isinstance(parent, _SpanBase) and parent._live:
-            return parent.trace_id, parent.span_id, False, parent.sampled
+        if parent is not None and isinstance(parent, _SpanBase):
+            if parent._live:
+                return parent.trace_id, parent.span_id, False, parent.sampled
+            if parent._passes_on:  # a no-op handle handing a caller's trace on: that caller's
+                # span is the remote parent (was: a new trace, cut where telemetry was off)
+                return parent.trace_id, parent.span_id, True, parent.sampled
         remote = parse_traceparent(traceparent) if traceparent is not None else None
         if remote is not None:
             return remote.trace_id, remote.span_id, True, remote.sampled

@@ -7,11 +7,18 @@ import inspect
 
 import pytest
 
-from ckpt_events import Bus, InvalidValueError, OperationFinished, Telemetry
+from ckpt_events import (
+    Bus,
+    CoordinateFinished,
+    InvalidValueError,
+    OperationFinished,
+    OperationStarted,
+    Telemetry,
+)
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STAGE, NOOP_STEP
 from ckpt_events._span_handles import OperationSpan, StepSpan
-from ckpt_events.testing import MemorySink
+from ckpt_events.testing import MemorySink, capture_events
 
 TWINS = [
     (StepSpan, NOOP_STEP),
@@ -131,3 +138,37 @@ async def test_with_telemetry_off_a_callers_trace_is_handed_on_and_nothing_is_re
         assert f"{finished.parent_span_id:016x}" == "b7ad6b7169203331"
         assert off.operation("prepare", traceparent="garbage") is NOOP_OPERATION
         assert off.operation("prepare").traceparent() is None
+
+
+_UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+async def test_a_passed_on_handle_as_parent_continues_the_callers_trace() -> None:
+    """A passed-on operation (or its step) of a Telemetry with no sink, given as ``parent=`` to
+    another Telemetry's live span, continues the caller's trace: its trace id, the caller's span
+    as a remote parent, its sampled flag and tracestate (was: a new, sampled root trace, so the
+    trace was cut where telemetry was off). ``NOOP_OPERATION`` as parent still starts a root."""
+    off = Telemetry(None, kind="model", instance="m0")
+    async with capture_events() as (bus, events):
+        on = Telemetry(bus, kind="environment", instance="e0")
+        with off.operation("prepare", traceparent=_UNSAMPLED).with_tracestate("vendor=1") as op:
+            with on.operation("commit", parent=op) as child:
+                assert child.traceparent() == f"00-{_UNSAMPLED[3:35]}-{child.span_id:016x}-00"
+                assert child.tracestate() == "vendor=1"
+            with op.step("export") as step, on.operation("commit", parent=step) as child:
+                assert child.tracestate() == "vendor=1"
+            with on.coordinate("prepare", parent=op) as coordinate:
+                assert coordinate.tracestate() == "vendor=1"
+        with on.operation("commit", parent=NOOP_OPERATION) as root:
+            assert root.tracestate() is None
+    started = [e for e in events if isinstance(e, OperationStarted)]
+    finished = [e for e in events if isinstance(e, OperationFinished | CoordinateFinished)]
+    assert len(started) == 3 and len(finished) == 4
+    *continued, new_root = finished
+    for event in [*started[:2], *continued]:
+        assert f"{event.trace_id:032x}" == _UNSAMPLED[3:35]
+        assert event.parent_span_id == 0xB7AD6B7169203331
+        assert event.parent_remote is True
+        assert event.sampled is False
+    assert f"{new_root.trace_id:032x}" != _UNSAMPLED[3:35]
+    assert new_root.parent_span_id is None and new_root.parent_remote is False and new_root.sampled
