@@ -84,10 +84,10 @@ class Incoming(NamedTuple):
         span = tel.operation(name, checkpoint_id=checkpoint_id, traceparent=traceparent)
         for key, value in attributes.items():  # checked on a no-op handle too: the same errors on or off
             span.set_attribute(key, value)
+        if self.tracestate is not None:  # before the check below: a no-op handle hands it on too
+            span = span.with_tracestate(self.tracestate)
         if not tel.enabled:
             return span
-        if self.tracestate is not None:
-            span = span.with_tracestate(self.tracestate)
         if self.received_ns is not None:
             span.set(received_ns=self.received_ns)
         if self.monitor is None:

@@ -135,6 +135,26 @@ async def test_an_operation_continues_the_caller_s_trace_from_its_arrival() -> N
     assert reply.json()["tracestate"] == "rojo=1,congo=2"
 
 
+async def test_with_telemetry_off_an_operation_hands_the_caller_s_trace_and_tracestate_on() -> None:
+    """An app with no sink hands on the caller's ``traceparent`` and the ``tracestate`` that came
+    with it (was: the traceparent alone, the tracestate dropped before the handle could keep it)."""
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: None)
+
+    @app.get("/")
+    async def root(request: Request) -> dict[str, Any]:
+        with operation(request, "commit", checkpoint_id="c1") as op, op.step("write") as step:
+            return {
+                "op": [op.traceparent(), op.tracestate()],
+                "step": [step.traceparent(), step.tracestate()],
+            }
+
+    async with _serving(app) as client:
+        assert not telemetry(app).enabled
+        reply = await client.get("/", headers=[("traceparent", TRACEPARENT), ("tracestate", "rojo=1")])
+    assert reply.json() == {"op": [TRACEPARENT, "rojo=1"], "step": [TRACEPARENT, "rojo=1"]}
+
+
 @pytest.mark.parametrize(
     "headers",
     [
