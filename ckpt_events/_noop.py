@@ -189,9 +189,25 @@ class _PassedOperation(_NoopOperation, gc=False):
         return handle
 
 
-def passed_on(traceparent: str) -> OperationSpan:
-    """The no-op operation for an incoming ``traceparent``: one that hands it on when it parses,
-    else ``NOOP_OPERATION`` (a malformed header is ignored, as with telemetry on)."""
+def passed_on(traceparent: str | None, parent: object = None) -> OperationSpan:
+    """The no-op operation for an incoming ``traceparent`` or a ``parent`` span: one that hands
+    on the parent's trace if it carries one (a live span, or a passed-on one), else the header's
+    when it parses, else ``NOOP_OPERATION`` (a malformed header is ignored, as with telemetry on).
+    As a live child would be, it is a child of ``parent`` over ``traceparent``."""
+    if isinstance(parent, _SpanBase) and (parent._live or parent._passes_on):
+        # A local parent: the child continues its trace; a tracestate given later is ignored
+        # (parent_remote False), as by a live child.
+        return _PassedOperation(
+            None,  # type: ignore[arg-type]
+            Operation.COMMIT,
+            None,
+            parent.trace_id,
+            parent.span_id,
+            None,
+            False,
+            parent.sampled,
+            parent._tracestate,
+        )
     remote = parse_traceparent(traceparent)
     if remote is None:
         return NOOP_OPERATION

@@ -339,8 +339,11 @@ class Telemetry:
         if not self._operation_on:
             try:  # inline, not a helper call: this is the whole cost of a disabled site
                 if operation in _OPERATIONS:
-                    # A caller's trace is handed on by ``traceparent()``, recorded or not.
-                    return NOOP_OPERATION if traceparent is None else passed_on(traceparent)
+                    if traceparent is None and parent is None:
+                        return NOOP_OPERATION
+                    # A caller's trace (or a parent span's) is handed on by ``traceparent()``,
+                    # recorded or not (was: a parent's dropped, the trace cut at the child).
+                    return passed_on(traceparent, parent)
             except TypeError:
                 pass
             coerce(Operation, operation)  # raises UnknownNameError naming the valid values

@@ -191,3 +191,23 @@ def test_a_passed_on_operations_steps_share_one_handle() -> None:
         op.step("not a step name")
     other = off.operation("prepare", traceparent=_UNSAMPLED).step("export")
     assert other is not later and other.traceparent() == _UNSAMPLED
+
+
+async def test_with_telemetry_off_a_child_of_a_span_carrying_a_trace_hands_it_on() -> None:
+    """With no sink, an operation whose ``parent=`` is a passed-on operation or step (or a live
+    span of another Telemetry) hands on that parent's trace and tracestate, as a live child would
+    continue it (was: ``NOOP_OPERATION``, and the trace cut at the nested operation). A child of
+    ``NOOP_OPERATION`` is ``NOOP_OPERATION``; a tracestate given to a child is ignored."""
+    off = Telemetry(None, kind="model", instance="m0")
+    with off.operation("prepare", traceparent=_UNSAMPLED).with_tracestate("vendor=1") as op:
+        for parent in (op, op.step("export")):
+            with off.operation("commit", parent=parent).with_tracestate("other=2") as child:
+                assert child.traceparent() == _UNSAMPLED and child.tracestate() == "vendor=1"
+                with child.step("write") as step:
+                    assert step.traceparent() == _UNSAMPLED and step.tracestate() == "vendor=1"
+    assert off.operation("commit", parent=NOOP_OPERATION) is NOOP_OPERATION
+    assert off.operation("commit", parent=NOOP_OPERATION, traceparent=_INCOMING).traceparent() == _INCOMING
+    async with capture_events() as (bus, _):
+        on = Telemetry(bus, kind="environment", instance="e0")
+        with on.operation("commit", traceparent=_INCOMING) as live:
+            assert off.operation("commit", parent=live).traceparent() == live.traceparent()
