@@ -13,7 +13,7 @@ from typing import ClassVar, Final, Self
 
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
 from ckpt_events._events import AttributeValue
-from ckpt_events._span_base import _bad_attribute, _SpanBase
+from ckpt_events._span_base import _bad_attribute, _bad_context, _bad_tracestate, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import parse_traceparent
 from ckpt_events._vocab import KIND_NAMES, STEP_NAMES, Kind, Operation, Phase, Step, kind_name, step_name
@@ -42,6 +42,8 @@ class _Noop:
         return None
 
     def with_tracestate(self, header: str | None) -> Self:
+        if header is not None and not isinstance(header, str):  # as a live handle checks it
+            _bad_tracestate(header)
         return self
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
@@ -194,6 +196,7 @@ def passed_on(traceparent: str | None, parent: object = None) -> OperationSpan:
     on the parent's trace if it carries one (a live span, or a passed-on one), else the header's
     when it parses, else ``NOOP_OPERATION`` (a malformed header is ignored, as with telemetry on).
     As a live child would be, it is a child of ``parent`` over ``traceparent``."""
+    _bad_context(traceparent, parent)  # raises on a wrong type, as with telemetry on
     if isinstance(parent, _SpanBase) and (parent._live or parent._passes_on):
         # A local parent: the child continues its trace; a tracestate given later is ignored
         # (parent_remote False), as by a live child.

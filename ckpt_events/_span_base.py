@@ -25,6 +25,8 @@ __all__ = [
     "_SpanBase",
     "_bad",
     "_bad_attribute",
+    "_bad_context",
+    "_bad_tracestate",
     "_checked_id",
     "_error_fields",
     "_not_started",
@@ -64,6 +66,29 @@ def _checked_id(checkpoint_id: object) -> str:
     if isinstance(checkpoint_id, str):
         return checkpoint_id
     raise InvalidTypeError(f"checkpoint_id must be a str or None, not {shown(checkpoint_id)}")
+
+
+def _bad_context(traceparent: object, parent: object) -> None:
+    """Raise ``InvalidTypeError`` unless ``traceparent`` is a ``str`` or ``None`` and ``parent`` a
+    span handle or ``None``: a raw ASGI header (``bytes``) or a header passed as ``parent=`` was
+    taken as no parent, and the trace was cut without a word. A malformed ``str`` is still ignored."""
+    if traceparent is not None and not isinstance(traceparent, str):
+        raise InvalidTypeError(
+            f"traceparent must be a str or None, not {shown(traceparent)}: decode a raw header "
+            f"first (value.decode('latin-1'))"
+        )
+    if parent is not None and not isinstance(parent, _SpanBase):
+        raise InvalidTypeError(
+            f"parent must be a span handle (from Telemetry.operation, .step, .coordinate, "
+            f".collection) or None, not {shown(parent)}: pass a header as traceparent="
+        )
+
+
+def _bad_tracestate(header: object) -> NoReturn:
+    raise InvalidTypeError(
+        f"tracestate must be a str or None, not {shown(header)}: decode a raw header first "
+        f"(value.decode('latin-1'))"
+    )
 
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
@@ -172,6 +197,8 @@ class _SpanBase:
         A span that does not continue a remote parent ignores it (W3C: a ``tracestate``
         goes only with its ``traceparent``); a child span keeps its parent's.
         """
+        if header is not None and not isinstance(header, str):  # on or off alike (_Noop too)
+            _bad_tracestate(header)
         if self.parent_remote and header is not None:
             self._tracestate = parse_tracestate(header)  # type: ignore[misc]  # a field of the struct subclasses
         return self

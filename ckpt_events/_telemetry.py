@@ -33,7 +33,7 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP, passed_on
-from ckpt_events._span_base import _checked_id, _SpanBase
+from ckpt_events._span_base import _bad_context, _checked_id, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
 from ckpt_events._vocab import (
@@ -308,6 +308,7 @@ class Telemetry:
         if traceparent is None and parent is None:  # a new root: the common case, kept short
             trace_id = self._random(128) or new_trace_id()
             return trace_id, None, False, (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._ratio_bound
+        _bad_context(traceparent, parent)  # raises on a wrong type
         if parent is not None and isinstance(parent, _SpanBase):
             if parent._live:
                 return parent.trace_id, parent.span_id, False, parent.sampled
@@ -331,8 +332,9 @@ class Telemetry:
         """A span for ``operation`` on this participant (``gym.checkpoint.<operation>``).
 
         ``traceparent`` is the incoming header of the control call (malformed: ignored, a
-        new trace starts); ``parent`` a span in this process. Use with ``with``; the
-        ``tracestate`` that came with ``traceparent`` is kept by ``.with_tracestate(header)``.
+        new trace starts; not a ``str``: ``InvalidTypeError``); ``parent`` a span in this
+        process. Use with ``with``; the ``tracestate`` that came with ``traceparent`` is kept
+        by ``.with_tracestate(header)``.
         """
         if checkpoint_id is not None and checkpoint_id.__class__ is not str:  # on or off alike
             checkpoint_id = _checked_id(checkpoint_id)
@@ -388,6 +390,8 @@ class Telemetry:
         traceparent: str | None,
         parent: _SpanBase | None,
     ) -> OperationSpan:
+        if traceparent is not None or parent is not None:  # a bridge's parent skips _context
+            _bad_context(traceparent, parent)
         try:
             current = bridge.current_parent() if parent is None else None
         except Exception:  # a bridge of the user's: the operation goes on without its parent
@@ -432,6 +436,8 @@ class Telemetry:
             checkpoint_id = _checked_id(checkpoint_id)
         if not self._coordinate_on:
             check_name(_OPERATIONS, operation, Operation)
+            if traceparent is not None or parent is not None:  # on or off alike
+                _bad_context(traceparent, parent)
             return NOOP_COORDINATE
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return CoordinateSpan(
@@ -458,6 +464,8 @@ class Telemetry:
             checkpoint_id = _checked_id(checkpoint_id)
         member = coerce(CollectionAction, action)
         if not self._collection_on:
+            if traceparent is not None or parent is not None:  # on or off alike
+                _bad_context(traceparent, parent)
             return NOOP_COLLECTION
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         return CollectionSpan(

@@ -269,6 +269,52 @@ async def test_a_checkpoint_id_that_is_not_a_str_is_refused_on_and_off(listening
                 collection.set(checkpoint_id=bad)  # type: ignore[arg-type]
 
 
+_HEADER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize("listening", [False, True])
+@pytest.mark.parametrize("bridged", [False, True])
+async def test_a_trace_context_of_the_wrong_type_is_refused_on_and_off(
+    listening: bool, bridged: bool
+) -> None:
+    """A raw ASGI header (``bytes``) as ``traceparent`` or ``tracestate``, or a header passed as
+    ``parent=``, was taken as no parent and the trace cut without a word; each is refused where
+    it is given, with telemetry on or off alike. A malformed ``str`` is still ignored."""
+    async with Bus() as bus:
+        if listening:
+            bus.subscribe(MemorySink())
+
+        class Current:  # a current span: the bridged path never reads traceparent
+            def current_parent(self) -> tuple[int, int, bool]:
+                return 1, 2, True
+
+            def attach(self, trace_id: int, span_id: int, sampled: bool) -> object:
+                return None
+
+            def detach(self, token: object) -> None:
+                return None
+
+        tel = Telemetry(bus, kind="agent", instance="a0", otel_context=Current() if bridged else False)
+        raw = _HEADER.encode()
+        for make in (tel.operation, tel.coordinate):
+            with pytest.raises(
+                InvalidTypeError, match=r"traceparent must be a str or None, not b'00-.*decode"
+            ):
+                make("prepare", traceparent=raw)  # type: ignore[arg-type]
+            with pytest.raises(
+                InvalidTypeError, match=r"parent must be a span handle .* not '00-.*traceparent="
+            ):
+                make("prepare", parent=_HEADER)  # type: ignore[arg-type]
+        with pytest.raises(InvalidTypeError, match="traceparent must be a str or None"):
+            tel.collection("checkpoint", traceparent=raw)  # type: ignore[arg-type]
+        with pytest.raises(InvalidTypeError, match="parent must be a span handle"):
+            tel.collection("checkpoint", parent=_HEADER)  # type: ignore[arg-type]
+        for traceparent in (_HEADER, None):
+            with pytest.raises(InvalidTypeError, match=r"tracestate must be a str or None, not b'rojo=1'"):
+                tel.operation("prepare", traceparent=traceparent).with_tracestate(b"rojo=1")  # type: ignore[arg-type]
+        assert tel.operation("prepare", traceparent="00-not-a-header").traceparent() != "00-not-a-header"
+
+
 async def test_a_str_subclass_is_a_checkpoint_id() -> None:
     class Id(str):
         pass
