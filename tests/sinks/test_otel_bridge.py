@@ -113,3 +113,31 @@ def test_without_opentelemetry_otel_context_says_what_to_install(monkeypatch: py
         monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(InvalidValueError, match=r"install ckpt-events\[otel\], or pass a ContextBridge"):
         Telemetry(Bus(), kind="agent", instance="a0", otel_context=True)
+
+
+async def test_a_passed_on_parent_is_continued_by_a_bridged_operation() -> None:
+    """``parent=`` a passed-on operation (a Telemetry with no sink, given the caller's header)
+    makes a bridged operation the remote caller's child, over the current OpenTelemetry span,
+    and that operation is the current span while open (was: a new root trace)."""
+    from ckpt_events import OperationFinished
+    from ckpt_events.testing import capture_events
+
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    off = Telemetry(None, kind="model", instance="m0")
+    with TracerProvider().get_tracer("t").start_as_current_span("app"):
+        async with capture_events() as (bus, events):
+            tel = Telemetry(bus, kind="agent", instance="a0", otel_context=True)
+            with (
+                off.operation("prepare", traceparent=caller).with_tracestate("vendor=1") as passed,
+                tel.operation("commit", parent=passed) as op,
+            ):
+                current = trace.get_current_span().get_span_context()
+                assert (current.trace_id, current.span_id) == (0x0AF7651916CD43DD8448EB211C80319C, op.span_id)
+                assert op.tracestate() == "vendor=1"
+    (finished,) = [e for e in events if isinstance(e, OperationFinished)]
+    assert finished.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert (finished.parent_span_id, finished.parent_remote, finished.sampled) == (
+        0xB7AD6B7169203331,
+        True,
+        False,
+    )
