@@ -191,6 +191,23 @@ class _PassedOperation(_NoopOperation, gc=False):
         return handle
 
 
+def passed_step(operation: _SpanBase) -> StepSpan:
+    """A step of the live ``operation`` when no sink wants steps: it records nothing and hands
+    the operation's trace on, so a call made inside it joins that trace. The shared
+    ``NOOP_STEP`` it replaces had no trace: a server whose sinks took operations only (a
+    metrics sink, the README's ``PrintOperations``) cut the trace at every call from a step."""
+    return _PassedStep(
+        None,  # type: ignore[arg-type]
+        Step.EXPORT,
+        None,
+        operation.trace_id,
+        operation.span_id,
+        None,
+        operation.sampled,
+        operation._tracestate,
+    )
+
+
 def passed_on(traceparent: str | None, parent: object = None) -> OperationSpan:
     """The no-op operation for an incoming ``traceparent`` or a ``parent`` span: one that hands
     on the parent's trace if it carries one (a live span, or a passed-on one), else the header's

@@ -379,7 +379,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
         ``ckpt_events.vocab.NAME_RULE``'s shape (else ``InvalidValueError``/``InvalidTypeError``)."""
         tel = self._tel
         if not tel._step_on:
-            return tel._no_step(step)
+            return tel._no_step(step, self)
         try:
             name = STEP_NAMES[step]
         except (KeyError, TypeError):

@@ -32,7 +32,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STEP, passed_on
+from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, passed_on, passed_step
 from ckpt_events._span_base import _bad_context, _checked_id, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
@@ -291,15 +291,16 @@ class Telemetry:
     # -- spans -----------------------------------------------------------------------------
 
     @staticmethod
-    def _no_step(step: Step | str) -> StepSpan:
-        """The do-nothing step for a live operation whose steps no sink wants."""
+    def _no_step(step: Step | str, operation: _SpanBase) -> StepSpan:
+        """The step of the live ``operation`` whose steps no sink wants: records nothing, hands
+        the operation's trace on (``passed_step``)."""
         try:
             if step in STEP_NAMES:
-                return NOOP_STEP
+                return passed_step(operation)
         except TypeError:
             pass
         step_name(step)  # raises InvalidValueError or InvalidTypeError naming the rule
-        return NOOP_STEP
+        return passed_step(operation)
 
     def _context(
         self, traceparent: str | None, parent: _SpanBase | None

@@ -220,7 +220,9 @@ async def test_started_event_precedes_work_for_live_views() -> None:
 
 
 async def test_operations_without_step_interest_build_no_step_handles() -> None:
-    """A sink wanting only finished operations (metrics) gets them; steps are the no-op handle."""
+    """A sink wanting only finished operations (metrics) gets them; steps are no live handles
+    (they record and queue nothing), but hand the operation's trace on: the shared no-op step
+    they were had no ``traceparent()``, so a call made inside a step started a new trace."""
     async with Bus() as bus:
         sink = MemorySink(interests=[OperationFinished])
         bus.subscribe(sink)
@@ -229,10 +231,12 @@ async def test_operations_without_step_interest_build_no_step_handles() -> None:
             step = op.step("write")
             with step:
                 step.set(records=1)
+                assert step.traceparent() == op.traceparent() is not None
             with pytest.raises(InvalidValueError):
                 op.step("No such step")
-            assert op.step("upload") is step  # a user's step: the same shared no-op
-        assert type(step).__name__ == "_NoopStep"
+            upload = op.step("upload")  # a user's step: the same
+            assert upload.traceparent() == op.traceparent()
+        assert type(step).__name__ == type(upload).__name__ == "_PassedStep"
         bus.subscribe(MemorySink(interests=[StepFinished]))
         with tel.operation("commit", checkpoint_id="c1") as op:
             assert type(op.step("write")).__name__ == "StepSpan"
