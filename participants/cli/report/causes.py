@@ -24,7 +24,7 @@ overview counts it run-wide (``overview.Unscoped``).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
@@ -39,6 +39,7 @@ from ckpt_events import (
 )
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
+    PointEvent,
     StartedSpan,
     what_of,
     who_of,
@@ -55,6 +56,7 @@ __all__ = [
     "KEPT_CAUSES",
     "CauseEvent",
     "CheckpointCauses",
+    "OwnOperations",
     "SpanError",
     "TraceCauses",
     "causes_of",
@@ -73,6 +75,8 @@ _MESSAGE: Final = 160
 #: Causes (refusals, lease expiries, prepares not ready) kept per checkpoint id, first in time;
 #: the rest are counted (a million refusals naming one checkpoint took 520 MiB).
 KEPT_CAUSES: Final = 64
+#: (process, checkpoint id) pairs whose latest operation ``OwnOperations`` keeps, the latest used.
+_OWN_OPERATIONS: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -123,23 +127,58 @@ class TraceCauses:
             self.first_failed_below[e.parent_span_id] = t if at is None else min(at, t)
 
 
+class OwnOperations:
+    """Which trace a participant's counted event belongs to, by that participant's own clock.
+
+    A server counts a refusal as its request's operation ends in error, and a lease it was given
+    by an operation; so a counted event belongs to the trace of the latest operation its process
+    started naming the same checkpoint id before it, both stamped by one clock. Matching by the
+    controller's rows' start times instead put a refusal of a participant whose clock ran minutes
+    ahead on the next restore of the same checkpoint. Fed in log order (each process's own events
+    in its order); the latest ``_OWN_OPERATIONS`` pairs are kept."""
+
+    def __init__(self) -> None:
+        self._latest: OrderedDict[tuple[str, str, int | None, str], int] = OrderedDict()
+
+    def started(self, e: OperationStarted) -> None:
+        if e.checkpoint_id:
+            key = (str(e.kind), e.instance, e.worker, e.checkpoint_id)
+            self._latest.pop(key, None)
+            self._latest[key] = e.trace_id
+            if len(self._latest) > _OWN_OPERATIONS:
+                self._latest.popitem(last=False)
+
+    def trace_of(self, e: PointEvent) -> int | None:
+        """The trace ``e`` belongs to; ``None`` when its process started no operation naming its
+        checkpoint before it (in these logs)."""
+        if not e.checkpoint_id:
+            return None
+        return self._latest.get((str(e.kind), e.instance, e.worker, e.checkpoint_id))
+
+
 @dataclass
 class CheckpointCauses:
     """The counted events that name a cause, by checkpoint id: the first ``KEPT_CAUSES`` read
     are kept, the rest only counted (``over``)."""
 
     kept: dict[str, list[CauseEvent]] = field(default_factory=dict)
+    #: Beside each kept event, the trace it belongs to (``OwnOperations``), if known.
+    kept_traces: dict[str, list[int | None]] = field(default_factory=dict)
     over: Counter[str] = field(default_factory=Counter)
     #: ``over`` by (checkpoint id, start of the latest root naming it read before): an id
     #: reused by a later run counts its flood on that run's row, not the first's.
     over_since: Counter[tuple[str, int | None]] = field(default_factory=Counter)
 
-    def add(self, checkpoint_id: str, e: CauseEvent, since: int | None = None) -> None:
+    def add(
+        self, checkpoint_id: str, e: CauseEvent, since: int | None = None, trace: int | None = None
+    ) -> None:
         """Keep ``e`` for ``checkpoint_id``, or count it past ``KEPT_CAUSES`` (``since``: the
-        start of the latest root span naming that id read before it)."""
+        start of the latest root span naming that id read before it; ``trace``: the trace it
+        belongs to, if known)."""
         kept = self.kept.setdefault(checkpoint_id, [])
         if len(kept) < KEPT_CAUSES:
             kept.append(e)
+            self.kept_traces.setdefault(checkpoint_id, []).append(trace)
         else:  # a flood naming one checkpoint: counted, never kept
             self.over[checkpoint_id] += 1
             self.over_since[(checkpoint_id, since)] += 1
@@ -147,6 +186,12 @@ class CheckpointCauses:
     def of(self, checkpoint_id: str | None) -> list[CauseEvent]:
         """The events kept for ``checkpoint_id`` in the order read (``[]`` for none)."""
         return self.kept.get(checkpoint_id, []) if checkpoint_id else []
+
+    def traced(self, checkpoint_id: str | None) -> list[tuple[CauseEvent, int | None]]:
+        """The events kept for ``checkpoint_id``, each with the trace it belongs to, if known."""
+        if not checkpoint_id:
+            return []
+        return list(zip(self.of(checkpoint_id), self.kept_traces.get(checkpoint_id, []), strict=True))
 
 
 def causes_of(

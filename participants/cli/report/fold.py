@@ -33,7 +33,12 @@ from ckpt_events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events.participants.cli.report.causes import CAUSE_EVENTS, CheckpointCauses, TraceCauses
+from ckpt_events.participants.cli.report.causes import (
+    CAUSE_EVENTS,
+    CheckpointCauses,
+    OwnOperations,
+    TraceCauses,
+)
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
     PointEvent,
@@ -144,6 +149,8 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
     causes = CheckpointCauses()
+    #: The trace each participant's counted event belongs to, by its own clock.
+    own = OwnOperations()
     #: The start of the latest root span read naming each checkpoint id (a flood's row).
     root_since: dict[str, int] = {}
     unscoped: Counter[Unscoped] = Counter()
@@ -173,7 +180,7 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
         if not isinstance(e, SpanEvent):  # a counted event: no trace, it names a checkpoint
             if e.checkpoint_id:
                 if isinstance(e, CAUSE_EVENTS):
-                    causes.add(e.checkpoint_id, e, root_since.get(e.checkpoint_id))
+                    causes.add(e.checkpoint_id, e, root_since.get(e.checkpoint_id), own.trace_of(e))
             else:  # a cause of no row: counted run-wide, never kept (2M of them took 382 MiB)
                 unscoped[unscoped_of(e)] += 1
             continue
@@ -211,6 +218,8 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                     | CollectionStarted()
                 ):
                     started[key] = e
+                    if isinstance(e, OperationStarted):
+                        own.started(e)
                     if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
                         writer = who_wrote(e)
                         trace.causes.prepares.setdefault(writer, e.start_ns)

@@ -16,9 +16,11 @@ checkpoint's id as its ``checkpoint_id``.
 
 A counted event names a checkpoint id, not a row: when several rows carry one id (a restore
 and its checkpoint, or a second run that reused the id, appended to the same log), it belongs
+to the row whose trace holds the latest operation its participant started naming that id
+before it, both stamped by the participant's own clock (``causes.OwnOperations``); without one,
 to the latest of them that started at or before it and could have caused it (a prepare not
 ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one in phase
-``restored`` a restore's), so one run's cause is never said of another (``row_of``).
+``restored`` a restore's), so one run's cause is never said of another (``owner_of``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from ckpt_events import (
     CoordinateFinished,
     CoordinateStarted,
     LeaseExpired,
+    OperationStarted,
     PrepareNotReady,
     SpanEvent,
 )
 from ckpt_events.participants.cli.report.causes import (
     CAUSES_SHOWN,
     CauseEvent,
+    OwnOperations,
     causes_of,
     open_causes,
     shown,
@@ -63,7 +67,7 @@ from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
 from ckpt_events.vocab import CollectionAction, CountedEvent, Operation, Outcome, Phase
 
-__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "row_of"]
+__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "owner_of", "row_of"]
 
 #: Why a row's pause is unknown (``RunRow.pause_why``): a participant answered outside the
 #: controller's call (a clock no one shift aligns); a participant's clock went back during its
@@ -209,17 +213,22 @@ class Run:
         # (was: each row drew them all, a checkpoint's detail ran on into its restore).
         shared = shared_traces(self.rows)
         held: dict[int, list[CheckpointEvent]] = {}
-        # A counted event goes to the one row of its checkpoint id it belongs to (``row_of``).
+        # A counted event goes to the one row of its checkpoint id it belongs to (``owner_of``).
         same_id = _same_id(self.rows)
+        own = OwnOperations()
         for e in self.again():
             if isinstance(e, SpanEvent):
+                if isinstance(e, OperationStarted):
+                    own.started(e)
                 if e.trace_id in shared:
                     if e.trace_id in by_trace:
                         held.setdefault(e.trace_id, []).append(e)
                     continue
                 for bucket in by_trace.get(e.trace_id) or ():
                     bucket.append(e)
-            elif (owner := row_of(same_id.get(e.checkpoint_id or "", ()), e.time_ns, e)) and id(owner) in out:
+            elif (owner := owner_of(same_id.get(e.checkpoint_id or "", ()), e, own.trace_of(e))) and id(
+                owner
+            ) in out:
                 out[id(owner)].append(e)
         for trace, events in held.items():
             for e, owner in owned(events, shared[trace]):
@@ -457,6 +466,17 @@ def _same_id(rows: Iterable[RunRow]) -> dict[str, list[RunRow]]:
     return out
 
 
+def owner_of(same_id: Sequence[RunRow], event: PointEvent, trace: int | None) -> RunRow | None:
+    """Of the rows that carry ``event``'s checkpoint id (in start order), the one it belongs to:
+    the row of ``trace`` (``causes.OwnOperations``, by its participant's own clock), else by
+    time (``row_of``)."""
+    if trace is not None:
+        for row in same_id:
+            if trace in row.trace_ids:
+                return row
+    return row_of(same_id, event.time_ns, event)
+
+
 def row_of(same_id: Sequence[RunRow], time_ns: int | None, event: PointEvent | None = None) -> RunRow | None:
     """Of the rows that carry one checkpoint id (in start order), the one a counted ``event``
     at ``time_ns`` belongs to: the latest that started at or before it among those it could be
@@ -493,7 +513,7 @@ def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow], clocks_
     row.paused_span = _paused_span(mine)
     row.paused_ms = None if row.paused_span is None else (row.paused_span[1] - row.paused_span[0]) / 1e6
     events: list[CauseEvent] = [
-        e for e in fold.causes.of(row.checkpoint_id) if row_of(same_id, e.time_ns, e) is row
+        e for e, trace in fold.causes.traced(row.checkpoint_id) if owner_of(same_id, e, trace) is row
     ]
     causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
     if len(ends) < len(row.roots):

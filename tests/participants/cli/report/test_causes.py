@@ -4,6 +4,7 @@ checkpoint as the overview folds the logs, and said by ``overview`` as ``report`
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from ckpt_events.participants.cli.report.causes import (
 )
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import event_time
+from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.participants.controller.types import (
     FAILURES_ATTRIBUTE,
@@ -512,3 +514,58 @@ def test_a_restore_retried_after_a_killed_participant_is_two_rows_the_first_nami
     )
     assert first.dominant_ms is None
     assert retry.causes == [] and retry.dominated.startswith(("read on", "longest read"))
+
+
+async def _two_failed_restores(skew_s: int) -> list[Any]:
+    """Two restores of c1, 5 s apart, both failed (the controller's calls ended in error): the
+    first on agent-0's refusal, the second on model-0's; agent-0's clock ``skew_s`` ahead."""
+    from ckpt_events import Telemetry
+    from ckpt_events.testing import TickingClock, capture_events
+
+    world = TickingClock()
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination", clock=world)
+        agent = Telemetry(bus, kind="agent", instance="agent-0", clock=lambda: world() + skew_s * 10**9)
+        model = Telemetry(bus, kind="model", instance="model-0", clock=world)
+        refusals = ((agent, ErrorCode.INVALID_CHECKPOINT_STATE), (model, ErrorCode.CHECKPOINT_ERROR))
+        for refusing, code in refusals:
+            with pytest.raises(RuntimeError), ctl.coordinate("restore", checkpoint_id="c1") as call:
+                for tel in (agent, model):
+                    with pytest.raises(ValueError) if tel is refusing else contextlib.nullcontext():
+                        with tel.operation("restore", checkpoint_id="c1", traceparent=call.traceparent()):
+                            if tel is refusing:
+                                raise ValueError(f"{tel.instance} refused")
+                    if tel is refusing:  # as a server counts it: once its operation ended in error
+                        tel.refused(code, checkpoint_id="c1")
+                raise RuntimeError(f"restore failed: {refusing.instance}")
+            world.now_ns += 5 * 10**9
+    return events
+
+
+@pytest.mark.parametrize("skew_s", [0, 120])
+def test_a_refusal_is_said_on_its_own_restore_whatever_its_participants_clock(
+    skew_s: int, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """agent-0's clock 2 minutes ahead and both restores' calls failed (so no call bounds its
+    clock from above and nothing is shifted): its refusal, stamped after the second restore
+    started, was said as the second restore's cause, and the first's was lost. A counted event
+    belongs to its participant's operation, by that participant's own clock, on every clock."""
+    monkeypatch.setenv("COLUMNS", "400")
+    events = anyio.run(_two_failed_restores, skew_s)
+    for process in ("agent-0", "model-0", "coordination"):
+        sink = JsonLinesSink(tmp_path / f"{process}.jsonl")
+        sink.handle([e for e in events if e.instance == process])
+        sink.close()
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    first = next(line for line in out.splitlines() if line.startswith("#1 restore failed: "))
+    second = next(line for line in out.splitlines() if line.startswith("#2 restore failed: "))
+    assert "agent/agent-0 refused: invalid_checkpoint_state" in first, out
+    assert "agent/agent-0 refused" not in second, out
+    assert "model/model-0 refused: checkpoint_error" in second, out
+    # The detail of the second restore holds no refusal of the first.
+    problems = LogProblems()
+    run = overview(list(merged_events(sorted(tmp_path.glob("*.jsonl")), problems)))
+    details = run.details(run.rows)
+    refusals = [[e.instance for e in details[id(row)] if isinstance(e, Refused)] for row in run.rows]
+    assert refusals == [["agent-0"], ["model-0"]]
