@@ -165,9 +165,10 @@ class CheckpointCauses:
     #: Beside each kept event, the trace it belongs to (``OwnOperations``), if known.
     kept_traces: dict[str, list[int | None]] = field(default_factory=dict)
     over: Counter[str] = field(default_factory=Counter)
-    #: ``over`` by (checkpoint id, start of the latest root naming it read before): an id
-    #: reused by a later run counts its flood on that run's row, not the first's.
-    over_since: Counter[tuple[str, int | None]] = field(default_factory=Counter)
+    #: ``over`` by (checkpoint id, start of the latest root naming it read before, the trace it
+    #: belongs to if known): an id reused by a later run counts its flood on that run's row, not
+    #: the first's, and a flood by a clock running ahead on its own restore's, not the next.
+    over_since: Counter[tuple[str, int | None, int | None]] = field(default_factory=Counter)
 
     def add(
         self, checkpoint_id: str, e: CauseEvent, since: int | None = None, trace: int | None = None
@@ -181,7 +182,7 @@ class CheckpointCauses:
             self.kept_traces.setdefault(checkpoint_id, []).append(trace)
         else:  # a flood naming one checkpoint: counted, never kept
             self.over[checkpoint_id] += 1
-            self.over_since[(checkpoint_id, since)] += 1
+            self.over_since[(checkpoint_id, since, trace)] += 1
 
     def of(self, checkpoint_id: str | None) -> list[CauseEvent]:
         """The events kept for ``checkpoint_id`` in the order read (``[]`` for none)."""

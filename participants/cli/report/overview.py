@@ -477,6 +477,13 @@ def owner_of(same_id: Sequence[RunRow], event: PointEvent, trace: int | None) ->
     return row_of(same_id, event.time_ns, event)
 
 
+def _owner_since(same_id: Sequence[RunRow], since: int | None, trace: int | None) -> RunRow | None:
+    """The row a counted event past ``causes.KEPT_CAUSES`` is counted on: its ``trace``'s, else
+    the latest started by ``since`` (``owner_of``)."""
+    rows = [row for row in same_id if trace is not None and trace in row.trace_ids]
+    return rows[0] if rows else row_of(same_id, since)
+
+
 def row_of(same_id: Sequence[RunRow], time_ns: int | None, event: PointEvent | None = None) -> RunRow | None:
     """Of the rows that carry one checkpoint id (in start order), the one a counted ``event``
     at ``time_ns`` belongs to: the latest that started at or before it among those it could be
@@ -550,8 +557,8 @@ def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow], clocks_
     # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
     over = sum(
         n
-        for (checkpoint_id, since), n in fold.causes.over_since.items()
-        if checkpoint_id == row.checkpoint_id and row_of(same_id, since) is row
+        for (checkpoint_id, since, trace), n in fold.causes.over_since.items()
+        if checkpoint_id == row.checkpoint_id and _owner_since(same_id, since, trace) is row
     )
     row.causes = shown(causes, over if causes else 0)
 

@@ -516,9 +516,10 @@ def test_a_restore_retried_after_a_killed_participant_is_two_rows_the_first_nami
     assert retry.causes == [] and retry.dominated.startswith(("read on", "longest read"))
 
 
-async def _two_failed_restores(skew_s: int) -> list[Any]:
+async def _two_failed_restores(skew_s: int, refusals: int = 1) -> list[Any]:
     """Two restores of c1, 5 s apart, both failed (the controller's calls ended in error): the
-    first on agent-0's refusal, the second on model-0's; agent-0's clock ``skew_s`` ahead."""
+    first on agent-0's refusal (counted ``refusals`` times), the second on model-0's; agent-0's
+    clock ``skew_s`` ahead."""
     from ckpt_events import Telemetry
     from ckpt_events.testing import TickingClock, capture_events
 
@@ -527,8 +528,8 @@ async def _two_failed_restores(skew_s: int) -> list[Any]:
         ctl = Telemetry(bus, kind="controller", instance="coordination", clock=world)
         agent = Telemetry(bus, kind="agent", instance="agent-0", clock=lambda: world() + skew_s * 10**9)
         model = Telemetry(bus, kind="model", instance="model-0", clock=world)
-        refusals = ((agent, ErrorCode.INVALID_CHECKPOINT_STATE), (model, ErrorCode.CHECKPOINT_ERROR))
-        for refusing, code in refusals:
+        failing = ((agent, ErrorCode.INVALID_CHECKPOINT_STATE), (model, ErrorCode.CHECKPOINT_ERROR))
+        for refusing, code in failing:
             with pytest.raises(RuntimeError), ctl.coordinate("restore", checkpoint_id="c1") as call:
                 for tel in (agent, model):
                     with pytest.raises(ValueError) if tel is refusing else contextlib.nullcontext():
@@ -536,7 +537,8 @@ async def _two_failed_restores(skew_s: int) -> list[Any]:
                             if tel is refusing:
                                 raise ValueError(f"{tel.instance} refused")
                     if tel is refusing:  # as a server counts it: once its operation ended in error
-                        tel.refused(code, checkpoint_id="c1")
+                        for _ in range(refusals if tel is agent else 1):
+                            tel.refused(code, checkpoint_id="c1")
                 raise RuntimeError(f"restore failed: {refusing.instance}")
             world.now_ns += 5 * 10**9
     return events
@@ -569,3 +571,12 @@ def test_a_refusal_is_said_on_its_own_restore_whatever_its_participants_clock(
     details = run.details(run.rows)
     refusals = [[e.instance for e in details[id(row)] if isinstance(e, Refused)] for row in run.rows]
     assert refusals == [["agent-0"], ["model-0"]]
+
+
+def test_a_flood_of_refusals_is_counted_on_its_own_restore_whatever_its_participants_clock() -> None:
+    """Past ``KEPT_CAUSES``, agent-0's refusals of the first restore, stamped 2 minutes ahead,
+    were counted as '... and N more' on the second restore's row; they are the first's."""
+    events = anyio.run(_two_failed_restores, 120, KEPT_CAUSES + 10)
+    first, second = overview(sorted(events, key=event_time)).rows
+    assert first.causes[-1] == f"... and {KEPT_CAUSES + 10 + 2 - CAUSES_SHOWN:,} more", first.causes
+    assert not any(c.startswith("...") for c in second.causes), second.causes
