@@ -190,6 +190,15 @@ class ClockEvidence:
         }
         return own | inherited
 
+    def bounds(self, process: Process) -> tuple[int, int | None] | None:
+        """The shifts the calls still allow ``process``'s stamps as read (high ``None``: no upper
+        bound, every call it answered ended in error); ``None`` when no call bounds its clock
+        (a worker goes by its main process's) or no one shift fits it."""
+        r = self.ranges.get(process) or self.ranges.get((process[0], process[1], None))
+        if r is None or r.low > r.high:
+            return None
+        return r.low, None if r.high >= _UNBOUNDED else r.high
+
     def unaligned(self) -> list[Process]:
         """The processes no one shift fits (a clock that moved during the run)."""
         return [p for p, r in self.ranges.items() if r.low > r.high]

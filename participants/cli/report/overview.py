@@ -50,12 +50,13 @@ from ckpt_events.participants.cli.report.causes import (
     shown,
     unfinished_causes,
 )
-from ckpt_events.participants.cli.report.clocks import ClockEvidence
+from ckpt_events.participants.cli.report.clocks import ClockEvidence, process_of
 from ckpt_events.participants.cli.report.events import (
     PointEvent,
     RootSpan,
     event_time,
     trace_of,
+    who_wrote,
 )
 from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Trace, Unscoped, fold_events, root_what
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
@@ -65,7 +66,7 @@ from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, c
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
-from ckpt_events.vocab import CollectionAction, CountedEvent, Operation, Outcome, Phase
+from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Phase
 
 __all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "owner_of", "row_of"]
 
@@ -359,7 +360,9 @@ def overview(
         for row in fleet.rows:
             row.logs_end_ns = fleet.last_ns
     for number, row in enumerate(rows, 1):
-        _judge(run, row, fold, same_id.get(row.checkpoint_id or "", [row]), not row.trace_ids & outside)
+        _judge(
+            run, row, fold, same_id.get(row.checkpoint_id or "", [row]), not row.trace_ids & outside, clocks
+        )
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it that may have
@@ -484,6 +487,23 @@ def _owner_since(same_id: Sequence[RunRow], since: int | None, trace: int | None
     return rows[0] if rows else row_of(same_id, since)
 
 
+def _doubtful(same_id: Sequence[RunRow], e: CauseEvent, clocks: ClockEvidence | None) -> bool:
+    """Whether the time rule (``row_of``) cannot tell which of several rows a participant's
+    counted event with no operation of its own (``owner_of``) belongs to: no call bounds its
+    clock, or the shifts the calls allow put it after different rows' starts (a clock minutes
+    ahead whose calls all failed is bounded below only). Without ``clocks``, never."""
+    fits = [r for r in same_id if _may_cause(e, r)]
+    if clocks is None or e.kind == Kind.CONTROLLER or len(fits) < 2:
+        return False
+    bounds = clocks.bounds(process_of(e))
+    if bounds is None:
+        return True
+    low, high = bounds
+    # Its stamp on the controller's clock lies in [time + low, time + high].
+    latest = fits[-1] if high is None else row_of(same_id, e.time_ns + high, e)
+    return row_of(same_id, e.time_ns + low, e) is not latest
+
+
 def row_of(same_id: Sequence[RunRow], time_ns: int | None, event: PointEvent | None = None) -> RunRow | None:
     """Of the rows that carry one checkpoint id (in start order), the one a counted ``event``
     at ``time_ns`` belongs to: the latest that started at or before it among those it could be
@@ -511,18 +531,37 @@ def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
             return True
 
 
-def _judge(run: Run, row: RunRow, fold: Fold, same_id: Sequence[RunRow], clocks_agree: bool) -> None:
+def _judge(
+    run: Run,
+    row: RunRow,
+    fold: Fold,
+    same_id: Sequence[RunRow],
+    clocks_agree: bool,
+    clocks: ClockEvidence | None = None,
+) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
-    ``same_id``: the rows that carry its checkpoint id (``row_of``); ``clocks_agree``: no
-    participant of its traces answered outside the controller's call (``causes_of``)."""
+    ``same_id``: the rows that carry its checkpoint id (``owner_of``); ``clocks_agree``: no
+    participant of its traces answered outside the controller's call (``causes_of``);
+    ``clocks``: what the calls prove of each participant's clock (``_doubtful``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_span = _paused_span(mine)
     row.paused_ms = None if row.paused_span is None else (row.paused_span[1] - row.paused_span[0]) / 1e6
-    events: list[CauseEvent] = [
-        e for e, trace in fold.causes.traced(row.checkpoint_id) if owner_of(same_id, e, trace) is row
-    ]
+    events: list[CauseEvent] = []
+    doubtful: list[str] = []
+    for e, trace in fold.causes.traced(row.checkpoint_id):
+        if trace is None and _doubtful(same_id, e, clocks):
+            if row in same_id and _may_cause(e, row):
+                # Said on each row it may be of, as such: never a cause given to the wrong one.
+                (said,), _ = causes_of([], [e])
+                doubtful.append(
+                    f"{said}, of this {row.what} or another of {row.checkpoint_id} ({who_wrote(e)}'s "
+                    "clock is not known to agree with the controller's)"
+                )
+        elif owner_of(same_id, e, trace) is row:
+            events.append(e)
     causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
+    causes += doubtful
     if len(ends) < len(row.roots):
         row.outcome = OPEN
         if row.logs_end_ns is None:

@@ -580,3 +580,43 @@ def test_a_flood_of_refusals_is_counted_on_its_own_restore_whatever_its_particip
     first, second = overview(sorted(events, key=event_time)).rows
     assert first.causes[-1] == f"... and {KEPT_CAUSES + 10 + 2 - CAUSES_SHOWN:,} more", first.causes
     assert not any(c.startswith("...") for c in second.causes), second.causes
+
+
+async def _refused_without_an_operation(skew_s: int) -> list[Any]:
+    """Two failed restores of c1, 5 s apart: agent-0 (clock ``skew_s`` ahead) counts a refusal
+    during the first without an operation of its own (a server of the user's that refuses
+    before opening one), model-0 answers both and fails the second."""
+    from ckpt_events import Telemetry
+    from ckpt_events.testing import TickingClock, capture_events
+
+    world = TickingClock()
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination", clock=world)
+        agent = Telemetry(bus, kind="agent", instance="agent-0", clock=lambda: world() + skew_s * 10**9)
+        model = Telemetry(bus, kind="model", instance="model-0", clock=world)
+        for fails in (False, True):
+            with pytest.raises(RuntimeError), ctl.coordinate("restore", checkpoint_id="c1") as call:
+                if not fails:
+                    agent.refused(ErrorCode.INVALID_CHECKPOINT_STATE, checkpoint_id="c1")
+                with contextlib.suppress(OSError):
+                    with model.operation("restore", checkpoint_id="c1", traceparent=call.traceparent()):
+                        if fails:
+                            raise OSError("disk gone")
+                raise RuntimeError("restore failed")
+            world.now_ns += 5 * 10**9
+    return events
+
+
+def test_a_refusal_no_clock_places_is_said_as_of_either_restore_never_of_one() -> None:
+    """agent-0's refusal names c1 and no operation, and no call bounds agent-0's clock (2
+    minutes ahead): by its stamp it was said as the second restore's cause, plainly. Which
+    restore it was is unknown, so each row says it as of this one or another."""
+    events = sorted(anyio.run(_refused_without_an_operation, 120), key=event_time)
+    clocks = ClockEvidence()
+    for e in events:
+        clocks.add(e)
+    first, second = overview(events, clocks=clocks).rows
+    plain = "agent/agent-0 refused: invalid_checkpoint_state (422)"
+    for row in (first, second):
+        assert plain not in row.causes, row.causes
+        assert any(c.startswith(f"{plain}, of this restore or another of c1") for c in row.causes), row.causes
