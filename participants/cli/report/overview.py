@@ -195,6 +195,9 @@ class Run:
     #: When the logs hold several runs apart (no trace in common: two fleets' logs in one
     #: folder), each with its files, its logs' time and its rows; else empty (one run).
     fleets: list[Fleet] = field(default_factory=list)
+    #: What the calls prove of each participant's clock, when known: a counted event no clock
+    #: places among its checkpoint id's rows is in no row's detail (``_doubtful``).
+    clocks: ClockEvidence | None = None
 
     def details(self, rows: Sequence[RunRow]) -> dict[int, list[CheckpointEvent]]:
         """Each row's spans (its traces; of a trace shared with other rows, the spans under
@@ -227,10 +230,13 @@ class Run:
                     continue
                 for bucket in by_trace.get(e.trace_id) or ():
                     bucket.append(e)
-            elif (owner := owner_of(same_id.get(e.checkpoint_id or "", ()), e, own.trace_of(e))) and id(
-                owner
-            ) in out:
-                out[id(owner)].append(e)
+            else:
+                candidates = same_id.get(e.checkpoint_id or "", ())
+                its_trace = own.trace_of(e)
+                if its_trace is None and _doubtful(candidates, e, self.clocks):
+                    continue  # of one of several rows, which unknown: counted in none
+                if (owner := owner_of(candidates, e, its_trace)) and id(owner) in out:
+                    out[id(owner)].append(e)
         for trace, events in held.items():
             for e, owner in owned(events, shared[trace]):
                 if id(owner) in out:
@@ -348,6 +354,7 @@ def overview(
         fold.unscoped,
         fold.last_trace,
         fold.let_go,
+        clocks=clocks,
     )
     checkpoints: dict[str, int] = {}
     same_id = _same_id(rows)
@@ -487,7 +494,7 @@ def _owner_since(same_id: Sequence[RunRow], since: int | None, trace: int | None
     return rows[0] if rows else row_of(same_id, since)
 
 
-def _doubtful(same_id: Sequence[RunRow], e: CauseEvent, clocks: ClockEvidence | None) -> bool:
+def _doubtful(same_id: Sequence[RunRow], e: PointEvent, clocks: ClockEvidence | None) -> bool:
     """Whether the time rule (``row_of``) cannot tell which of several rows a participant's
     counted event with no operation of its own (``owner_of``) belongs to: no call bounds its
     clock, or the shifts the calls allow put it after different rows' starts (a clock minutes

@@ -610,7 +610,8 @@ async def _refused_without_an_operation(skew_s: int) -> list[Any]:
 def test_a_refusal_no_clock_places_is_said_as_of_either_restore_never_of_one() -> None:
     """agent-0's refusal names c1 and no operation, and no call bounds agent-0's clock (2
     minutes ahead): by its stamp it was said as the second restore's cause, plainly. Which
-    restore it was is unknown, so each row says it as of this one or another."""
+    restore it was is unknown, so each row says it as of this one or another, and neither
+    row's detail counts it (the second's did)."""
     events = sorted(anyio.run(_refused_without_an_operation, 120), key=event_time)
     clocks = ClockEvidence()
     for e in events:
@@ -620,3 +621,7 @@ def test_a_refusal_no_clock_places_is_said_as_of_either_restore_never_of_one() -
     for row in (first, second):
         assert plain not in row.causes, row.causes
         assert any(c.startswith(f"{plain}, of this restore or another of c1") for c in row.causes), row.causes
+    # Nor is it counted in either row's detail as that row's.
+    run = overview(events, clocks=clocks)
+    details = run.details(run.rows)
+    assert not any(isinstance(e, Refused) for row in run.rows for e in details[id(row)])
