@@ -625,3 +625,46 @@ def test_a_refusal_no_clock_places_is_said_as_of_either_restore_never_of_one() -
     run = overview(events, clocks=clocks)
     details = run.details(run.rows)
     assert not any(isinstance(e, Refused) for row in run.rows for e in details[id(row)])
+
+
+async def _two_failed_commits(skew_s: int) -> list[Any]:
+    """A bare coordinator's two checkpoints with id c1, 5 s apart (each a prepare root and a
+    commit root): agent-0 (clock ``skew_s`` ahead) refuses the first's commit, model-0 the
+    second's, each after its operation ended in error, as a server counts it."""
+    from ckpt_events import Telemetry
+    from ckpt_events.testing import TickingClock, capture_events
+
+    world = TickingClock()
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination", clock=world)
+        agent = Telemetry(bus, kind="agent", instance="agent-0", clock=lambda: world() + skew_s * 10**9)
+        model = Telemetry(bus, kind="model", instance="model-0", clock=world)
+        for refusing in (agent, model):
+            with ctl.coordinate("prepare", checkpoint_id="c1") as call:
+                for tel in (agent, model):
+                    with tel.operation("prepare", checkpoint_id="c1", traceparent=call.traceparent()):
+                        pass
+            with pytest.raises(RuntimeError), ctl.coordinate("commit", checkpoint_id="c1") as call:
+                for tel in (agent, model):
+                    with contextlib.suppress(ValueError):
+                        with tel.operation("commit", checkpoint_id="c1", traceparent=call.traceparent()):
+                            if tel is refusing:
+                                raise ValueError("refused")
+                    if tel is refusing:
+                        tel.refused(ErrorCode.INVALID_PHASE, checkpoint_id="c1")
+                raise RuntimeError("commit failed")
+            world.now_ns += 5 * 10**9
+    return events
+
+
+def test_a_commit_refusal_is_said_on_its_own_checkpoint_whatever_its_participants_clock() -> None:
+    """The commit rows too: agent-0 2 minutes ahead, its commit refusal of the first c1 was said
+    on the second c1 (the first lost it); it belongs to the row of its own operation's trace."""
+    events = sorted(anyio.run(_two_failed_commits, 120), key=event_time)
+    clocks = ClockEvidence()
+    for e in events:
+        clocks.add(e)
+    first, second = overview(events, clocks=clocks).rows
+    assert "agent/agent-0 refused: invalid_phase (409)" in first.causes, first.causes
+    assert not any(c.startswith("agent/agent-0") for c in second.causes), second.causes
+    assert "model/model-0 refused: invalid_phase (409)" in second.causes, second.causes
