@@ -233,7 +233,7 @@ class Run:
             else:
                 candidates = same_id.get(e.checkpoint_id or "", ())
                 its_trace = own.trace_of(e)
-                if its_trace is None and _doubtful(candidates, e, self.clocks):
+                if _doubtful(_rows_of(candidates, its_trace), e, self.clocks):
                     continue  # of one of several rows, which unknown: counted in none
                 if (owner := owner_of(candidates, e, its_trace)) and id(owner) in out:
                     out[id(owner)].append(e)
@@ -479,26 +479,31 @@ def _same_id(rows: Iterable[RunRow]) -> dict[str, list[RunRow]]:
 def owner_of(same_id: Sequence[RunRow], event: PointEvent, trace: int | None) -> RunRow | None:
     """Of the rows that carry ``event``'s checkpoint id (in start order), the one it belongs to:
     the row of ``trace`` (``causes.OwnOperations``, by its participant's own clock), else by
-    time (``row_of``)."""
-    if trace is not None:
-        for row in same_id:
-            if trace in row.trace_ids:
-                return row
-    return row_of(same_id, event.time_ns, event)
+    time (``row_of``); among several rows that share ``trace`` (one ``traceparent`` given to a
+    checkpoint and its restore), by time."""
+    rows = _rows_of(same_id, trace)
+    return rows[0] if len(rows) == 1 else row_of(rows, event.time_ns, event)
 
 
 def _owner_since(same_id: Sequence[RunRow], since: int | None, trace: int | None) -> RunRow | None:
     """The row a counted event past ``causes.KEPT_CAUSES`` is counted on: its ``trace``'s, else
     the latest started by ``since`` (``owner_of``)."""
-    rows = [row for row in same_id if trace is not None and trace in row.trace_ids]
-    return rows[0] if rows else row_of(same_id, since)
+    rows = _rows_of(same_id, trace)
+    return rows[0] if len(rows) == 1 else row_of(rows, since)
+
+
+def _rows_of(same_id: Sequence[RunRow], trace: int | None) -> Sequence[RunRow]:
+    """The rows a counted event of ``trace`` may be of: those that hold its trace, else all of
+    ``same_id`` (its trace unknown, or no row's)."""
+    traced = [row for row in same_id if trace is not None and trace in row.trace_ids]
+    return traced or same_id
 
 
 def _doubtful(same_id: Sequence[RunRow], e: PointEvent, clocks: ClockEvidence | None) -> bool:
-    """Whether the time rule (``row_of``) cannot tell which of several rows a participant's
-    counted event with no operation of its own (``owner_of``) belongs to: no call bounds its
-    clock, or the shifts the calls allow put it after different rows' starts (a clock minutes
-    ahead whose calls all failed is bounded below only). Without ``clocks``, never."""
+    """Whether the time rule (``row_of``) cannot tell which of several rows (``_rows_of``) a
+    participant's counted event belongs to: no call bounds its clock, or the shifts the calls
+    allow put it after different rows' starts (a clock minutes ahead whose calls all failed is
+    bounded below only). Without ``clocks``, never."""
     fits = [r for r in same_id if _may_cause(e, r)]
     if clocks is None or e.kind == Kind.CONTROLLER or len(fits) < 2:
         return False
@@ -557,8 +562,8 @@ def _judge(
     events: list[CauseEvent] = []
     doubtful: list[str] = []
     for e, trace in fold.causes.traced(row.checkpoint_id):
-        if trace is None and _doubtful(same_id, e, clocks):
-            if row in same_id and _may_cause(e, row):
+        if _doubtful(candidates := _rows_of(same_id, trace), e, clocks):
+            if row in candidates and _may_cause(e, row):
                 # Said on each row it may be of, as such: never a cause given to the wrong one.
                 (said,), _ = causes_of([], [e])
                 doubtful.append(

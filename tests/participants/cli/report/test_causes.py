@@ -668,3 +668,62 @@ def test_a_commit_refusal_is_said_on_its_own_checkpoint_whatever_its_participant
     assert "agent/agent-0 refused: invalid_phase (409)" in first.causes, first.causes
     assert not any(c.startswith("agent/agent-0") for c in second.causes), second.causes
     assert "model/model-0 refused: invalid_phase (409)" in second.causes, second.causes
+
+
+def test_a_refusal_in_a_trace_two_rows_of_its_id_share_goes_by_time_among_them() -> None:
+    """A checkpoint of c1 and its restore given one traceparent: the model's refusal during the
+    restore names that shared trace, so the trace alone does not tell the row; among the rows
+    that share it, time does (the trace's first row, the checkpoint, took it, and the failed
+    restore said no cause of its own), and where no call bounds the clock, it is in doubt."""
+    trace = 0xAB
+
+    def root(cls: Any, span: int, start: int, action: CollectionAction, **fields: Any) -> Any:
+        ends = {"end_ns": fields.pop("end")} if "end" in fields else {}
+        return cls(
+            "controller",
+            "coordination",
+            trace,
+            span,
+            start,
+            checkpoint_id="c1",
+            action=action,
+            **ends,
+            **fields,
+        )
+
+    def op(cls: Any, span: int, parent: int, start: int, operation: Operation, **fields: Any) -> Any:
+        return cls(
+            "model",
+            "model-0",
+            trace,
+            span,
+            start,
+            operation=operation,
+            checkpoint_id="c1",
+            parent_span_id=parent,
+            parent_remote=True,
+            **fields,
+        )
+
+    events: list[Any] = [
+        root(CollectionStarted, 10, 0, CollectionAction.CHECKPOINT),
+        op(OperationStarted, 11, 10, 10, Operation.COMMIT),
+        op(OperationFinished, 11, 10, 10, Operation.COMMIT, end_ns=20),
+        root(CollectionFinished, 10, 0, CollectionAction.CHECKPOINT, end=30, published=True),
+        root(CollectionStarted, 20, 100, CollectionAction.RESTORE),
+        op(OperationStarted, 21, 20, 110, Operation.RESTORE),
+        op(OperationFinished, 21, 20, 110, Operation.RESTORE, end_ns=120, outcome=Outcome.ERROR),
+        Refused("model", "model-0", 121, ErrorCode.INVALID_PHASE, "c1"),
+        root(CollectionFinished, 20, 100, CollectionAction.RESTORE, end=130, outcome=Outcome.ERROR),
+    ]
+    checkpoint, restore = overview(events).rows
+    assert (checkpoint.what, restore.what) == ("checkpoint", "restore")
+    assert "model/model-0 refused: invalid_phase (409)" in restore.causes, restore.causes
+    # No call bounds model-0's clock (a collection's root is no call): which row is unknown.
+    clocks = ClockEvidence()
+    for e in events:
+        clocks.add(e)
+    _, restore = overview(events, clocks=clocks).rows
+    assert restore.causes[-1].startswith(
+        "model/model-0 refused: invalid_phase (409), of this restore or another of c1"
+    ), restore.causes
