@@ -59,7 +59,9 @@ line by ``ckpt-events bench``)::
     DriverError                     the load generator (``wrk``) failed or did not finish
 
 The first seven of the library's tree live in ``ckpt_events`` (its ``_errors`` module draws them);
-the sinks raise those and define none of their own. Everything else is defined here, so
+the sinks raise those and define none of their own for you to catch (the scrape server's
+``Unavailable`` is a handler's signal that its request's deadline passed: answered 503, never
+raised out of it). Everything else is defined here, so
 each room of ``participants`` imports its errors from one module that imports only the core.
 ``ProtocolRefusal`` is what a participant *raises*; ``ParticipantCallError`` is what the
 controller's client *receives* when a participant refused (or could not be reached).

@@ -83,7 +83,7 @@ def render(
     console.print(
         Text.assemble(
             "who: ",
-            *((Text(f"█ {kind}  ", style=colour)) for kind, colour in colours.items()),
+            *((Text(f"█ {escape(kind)}  ", style=colour)) for kind, colour in colours.items()),
             f"{_CRITICAL} critical path  ░ transit  ▒ queued in participant  "
             f"─ +N more: parallel calls folded (the slowest shown; ≤ their longest ms)",
         )
