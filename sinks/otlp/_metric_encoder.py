@@ -47,6 +47,8 @@ _COUNT: Final = bytes((tags.HISTOGRAM_POINT_COUNT,))
 _SUM: Final = bytes((tags.HISTOGRAM_POINT_SUM,))
 _MIN: Final = bytes((tags.HISTOGRAM_POINT_MIN,))
 _MAX: Final = bytes((tags.HISTOGRAM_POINT_MAX,))
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
 
 
 class MetricEncoder:
@@ -149,7 +151,7 @@ class MetricEncoder:
                     "attributes": json_attributes(self._attrs(key)),
                     "startTimeUnixNano": start,
                     "timeUnixNano": now,
-                    "asInt": n,
+                    **_json_number(n),
                 }
                 for key, n in snapshot.open.items()
             ]
@@ -170,14 +172,20 @@ class MetricEncoder:
         return metrics
 
     def _int_points(self, values: Mapping[tuple[Any, ...], int], times: bytes) -> bytes:
-        """A Sum's ``NumberDataPoint``s of ``as_int`` (two's complement, as int64 wraps), one a key."""
+        """A Sum's ``NumberDataPoint``s, one a key: ``as_int`` (two's complement), or ``as_double``
+        for a total int64 cannot hold."""
         return b"".join(
             field(
                 tags.SUM_DATA_POINTS,
                 self._attributes_pb(tags.NUMBER_POINT_ATTRIBUTES, key)
                 + times
-                + _AS_INT
-                + FIXED64.pack(value % (1 << 64)),
+                + (
+                    _AS_INT + FIXED64.pack(value % (1 << 64))
+                    if _INT64_MIN <= value <= _INT64_MAX
+                    # Each amount is below 2**63, but a total of several need not be: wrapped,
+                    # bytes_total past 2**63 went out negative (a monotonic counter falling).
+                    else _AS_DOUBLE + DOUBLE.pack(value)
+                ),
             )
             for key, value in values.items()
         )
@@ -252,7 +260,7 @@ class MetricEncoder:
                         "attributes": json_attributes(self._attrs(key)),
                         "startTimeUnixNano": start,
                         "timeUnixNano": now,
-                        "asInt": total,
+                        **_json_number(total),
                     }
                     for key, total in sums.items()
                 ]
@@ -273,6 +281,14 @@ class MetricEncoder:
             ]
         }
         return msgspec.json.encode(request)
+
+
+def _json_number(value: int) -> dict[str, int | float]:
+    """A ``NumberDataPoint``'s value in OTLP/JSON: ``asInt``, or ``asDouble`` past int64 (a
+    collector drops an ``asInt`` it cannot parse as one, and with it the point)."""
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return {"asInt": value}
+    return {"asDouble": float(value)}
 
 
 def _exemplars_pb(point: HistogramPoint) -> bytes:
