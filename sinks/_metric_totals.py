@@ -48,6 +48,7 @@ __all__ = [
     "HISTOGRAMS",
     "HistogramPoint",
     "MetricTotals",
+    "merged_histogram",
 ]
 
 #: OpenTelemetry's default explicit bucket boundaries (the SDK's histogram aggregation).
@@ -138,6 +139,23 @@ class HistogramPoint:
         point.exemplars = list(self.exemplars)
         point.exemplar_values = list(self.exemplar_values)
         return point
+
+
+def merged_histogram(first: HistogramPoint, second: HistogramPoint) -> HistogramPoint:
+    """One point holding both (neither changed): counts and sums added, each bucket's exemplar
+    the slower of the two."""
+    merged = HistogramPoint()
+    merged.count = first.count + second.count
+    merged.total = first.total + second.total
+    merged.min = min(first.min, second.min)
+    merged.max = max(first.max, second.max)
+    merged.buckets = [a + b for a, b in zip(first.buckets, second.buckets, strict=True)]
+    for i, (a, b) in enumerate(zip(first.exemplar_values, second.exemplar_values, strict=True)):
+        # NaN where a bucket has none: `b > a` is False for a NaN b, so a held exemplar stays.
+        taken = second if first.exemplars[i] is None or b > a else first
+        merged.exemplars[i] = taken.exemplars[i]
+        merged.exemplar_values[i] = taken.exemplar_values[i]
+    return merged
 
 
 class MetricTotals:

@@ -46,6 +46,7 @@ from ckpt_events.sinks._metric_totals import (
     HISTOGRAMS,
     HistogramPoint,
     MetricTotals,
+    merged_histogram,
 )
 from ckpt_events.sinks._open_work import OpenWorkSnapshot
 from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
@@ -229,7 +230,7 @@ class TotalsCollector:
                 continue
             family = metric_name(name, unit, kind)
             metric = Metric(family, description, prometheus_type(kind), unit_word(unit)[0])
-            for labels, point in self._series(histogram, _merged_histogram):
+            for labels, point in self._series(histogram, merged_histogram):
                 _add_histogram(metric, family, labels, point, Exemplar)
             yield metric
         for (name, kind, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
@@ -266,23 +267,6 @@ class TotalsCollector:
             metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
             metric.add_sample(family, {}, snapshot.last_published_ts)
             yield metric
-
-
-def _merged_histogram(first: HistogramPoint, second: HistogramPoint) -> HistogramPoint:
-    """One point holding both (neither changed): counts and sums added, each bucket's exemplar
-    the slower of the two."""
-    merged = HistogramPoint()
-    merged.count = first.count + second.count
-    merged.total = first.total + second.total
-    merged.min = min(first.min, second.min)
-    merged.max = max(first.max, second.max)
-    merged.buckets = [a + b for a, b in zip(first.buckets, second.buckets, strict=True)]
-    for i, (a, b) in enumerate(zip(first.exemplar_values, second.exemplar_values, strict=True)):
-        # NaN where a bucket has none: `b > a` is False for a NaN b, so a held exemplar stays.
-        taken = second if first.exemplars[i] is None or b > a else first
-        merged.exemplars[i] = taken.exemplars[i]
-        merged.exemplar_values[i] = taken.exemplar_values[i]
-    return merged
 
 
 def _add_histogram(

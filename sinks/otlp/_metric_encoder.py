@@ -4,14 +4,17 @@
 an ``ExportMetricsServiceRequest`` in protobuf (by hand, as the span encoder does) or OTLP/JSON
 (msgspec), cumulative temporality, with the instrument names, units and attribute sets of
 ``MetricSink``; an instrument's overflow series carries the boolean attribute
-``otel.metric.overflow=true``, as the OpenTelemetry SDK writes it.
+``otel.metric.overflow=true``, as the OpenTelemetry SDK writes it. Keys whose attributes are
+written alike (a lone surrogate becomes U+FFFD) go out as one point holding their sum, as the
+Prometheus page writes them.
 """
 
 from __future__ import annotations
 
+import operator
 import struct
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -23,15 +26,18 @@ from ckpt_events.sinks._metric_totals import (
     HISTOGRAMS,
     HistogramPoint,
     MetricTotals,
+    merged_histogram,
 )
 from ckpt_events.sinks._open_work import GAUGES, OPEN_COUNTER, OpenWorkSnapshot
-from ckpt_events.sinks._wire_safe import replace_surrogates
+from ckpt_events.sinks._wire_safe import INT64_MAX, INT64_MIN, replace_surrogates
 from ckpt_events.sinks.otlp import _tags as tags
 from ckpt_events.sinks.otlp._span_encoder import SCOPE_NAME
 from ckpt_events.sinks.otlp._wire import DOUBLE, FIXED64, field, json_attributes, key_value
 from ckpt_events.vocab import Instrument
 
 __all__ = ["MetricEncoder"]
+
+_P = TypeVar("_P")
 
 _CUMULATIVE: Final = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _TIMES: Final = struct.Struct("<BQBQ")  # a data point's start and end time, fixed64 each
@@ -47,8 +53,6 @@ _COUNT: Final = bytes((tags.HISTOGRAM_POINT_COUNT,))
 _SUM: Final = bytes((tags.HISTOGRAM_POINT_SUM,))
 _MIN: Final = bytes((tags.HISTOGRAM_POINT_MIN,))
 _MAX: Final = bytes((tags.HISTOGRAM_POINT_MAX,))
-_INT64_MIN: Final = -(1 << 63)
-_INT64_MAX: Final = (1 << 63) - 1
 
 
 class MetricEncoder:
@@ -72,6 +76,8 @@ class MetricEncoder:
         #: Attribute texts UTF-8 cannot hold (a lone surrogate in an instance name), written
         #: with U+FFFD: the point is kept, under a name that is still readable.
         self.invalid_values = 0
+        # Keys whose attributes hold U+FFFD: only these can be written like another key.
+        self._may_collide: set[tuple[Any, ...]] = set()
         self._json_resource = {"attributes": json_attributes(self.resource_attributes)}
         self._json_scope = {"name": SCOPE_NAME, "version": __version__}
 
@@ -85,15 +91,56 @@ class MetricEncoder:
             }
             self.invalid_values += sum(replaced[name] != value for name, value in cached.items())
             cached = self._attributes[key] = replaced
+            if any(isinstance(value, str) and "\ufffd" in value for value in replaced.values()):
+                self._may_collide.add(key)
         return cached
+
+    def _unique(
+        self, points: dict[tuple[Any, ...], _P], merge: Callable[[_P, _P], _P]
+    ) -> dict[tuple[Any, ...], _P]:
+        """``points`` with keys written alike merged into the first of them (``points`` itself
+        when none are): a metric's points must have distinct attribute sets, and a collector
+        keeps one of duplicates (1 refusal of 3, where the Prometheus page said 3)."""
+        alike: dict[tuple[tuple[str, str | bool], ...], tuple[Any, ...]] = {}
+        merged: dict[tuple[Any, ...], _P] | None = None
+        for key, point in points.items():
+            attributes = self._attrs(key)
+            if key not in self._may_collide:
+                continue
+            first = alike.setdefault(tuple(attributes.items()), key)
+            if first is not key:
+                if merged is None:
+                    merged = dict(points)
+                merged[first] = merge(merged[first], point)
+                del merged[key]
+        return points if merged is None else merged
+
+    def _unique_totals(
+        self, totals: MetricTotals
+    ) -> tuple[
+        list[dict[tuple[Any, ...], HistogramPoint]], list[dict[tuple[Any, ...], int]], OpenWorkSnapshot | None
+    ]:
+        """The histograms, the counters and the open work of ``totals``, one point per attribute set."""
+        histograms = [self._unique(points, merged_histogram) for points in (totals.durations, totals.lags)]
+        sums = [self._unique(points, operator.add) for points in totals.sums]
+        snapshot = totals.open
+        if snapshot is not None:
+            # As the SDK would one attribute set: open operations add up, the oldest is the oldest.
+            snapshot = msgspec.structs.replace(
+                snapshot,
+                open=self._unique(snapshot.open, operator.add),
+                oldest_s=self._unique(snapshot.oldest_s, max),
+            )
+        return histograms, sums, snapshot
 
     # -- protobuf ----------------------------------------------------------------------------
 
     def protobuf(self, totals: MetricTotals, start_ns: int, now_ns: int) -> bytes:
         """An ``ExportMetricsServiceRequest`` with every point of ``totals``."""
         times = _TIMES.pack(tags.POINT_START_TIME, start_ns, tags.POINT_TIME, now_ns)
+        histograms, counters, snapshot = self._unique_totals(totals)
         metrics: list[bytes] = []
-        for meta, histogram in zip(HISTOGRAMS, (totals.durations, totals.lags), strict=True):
+        for meta, histogram in zip(HISTOGRAMS, histograms, strict=True):
             if histogram:
                 points = b"".join(
                     field(tags.HISTOGRAM_DATA_POINTS, self._histogram_point(key, point, times))
@@ -102,12 +149,12 @@ class MetricEncoder:
                 metrics.append(
                     self._metric(meta, field(tags.METRIC_HISTOGRAM, points + _CUMULATIVE_HISTOGRAM))
                 )
-        for meta, sums in zip(COUNTERS, totals.sums, strict=True):
+        for meta, sums in zip(COUNTERS, counters, strict=True):
             if sums:
                 points = self._int_points(sums, times)
                 metrics.append(self._metric(meta, field(tags.METRIC_SUM, points + _CUMULATIVE_MONOTONIC_SUM)))
-        if totals.open is not None:
-            metrics.extend(self._open_protobuf(totals.open, times))
+        if snapshot is not None:
+            metrics.extend(self._open_protobuf(snapshot, times))
         scope_metrics = field(
             tags.RESOURCE_METRICS_SCOPE_METRICS,
             self._scope + b"".join(field(tags.SCOPE_METRICS_METRICS, metric) for metric in metrics),
@@ -181,7 +228,7 @@ class MetricEncoder:
                 + times
                 + (
                     _AS_INT + FIXED64.pack(value % (1 << 64))
-                    if _INT64_MIN <= value <= _INT64_MAX
+                    if INT64_MIN <= value <= INT64_MAX
                     # Each amount is below 2**63, but a total of several need not be: wrapped,
                     # bytes_total past 2**63 went out negative (a monotonic counter falling).
                     else _AS_DOUBLE + DOUBLE.pack(value)
@@ -231,10 +278,9 @@ class MetricEncoder:
         # Counts as JSON numbers: rotel's decoder drops string counts and asInt (protobuf's JSON
         # mapping accepts both, as the OpenTelemetry Collector does); timestamps as strings.
         start, now = str(start_ns), str(now_ns)
+        histograms, counters, snapshot = self._unique_totals(totals)
         metrics: list[dict[str, Any]] = []
-        for (name, _, unit, description), histogram in zip(
-            HISTOGRAMS, (totals.durations, totals.lags), strict=True
-        ):
+        for (name, _, unit, description), histogram in zip(HISTOGRAMS, histograms, strict=True):
             if not histogram:
                 continue
             points = [
@@ -253,7 +299,7 @@ class MetricEncoder:
             ]
             data = {"dataPoints": points, "aggregationTemporality": _CUMULATIVE}
             metrics.append({"name": name, "unit": unit, "description": description, "histogram": data})
-        for (name, _, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
+        for (name, _, unit, description), sums in zip(COUNTERS, counters, strict=True):
             if sums:
                 number_points = [
                     {
@@ -270,8 +316,8 @@ class MetricEncoder:
                     "isMonotonic": True,
                 }
                 metrics.append({"name": name, "unit": unit, "description": description, "sum": data})
-        if totals.open is not None:
-            metrics.extend(self._open_json(totals.open, start, now))
+        if snapshot is not None:
+            metrics.extend(self._open_json(snapshot, start, now))
         request = {
             "resourceMetrics": [
                 {
@@ -286,7 +332,7 @@ class MetricEncoder:
 def _json_number(value: int) -> dict[str, int | float]:
     """A ``NumberDataPoint``'s value in OTLP/JSON: ``asInt``, or ``asDouble`` past int64 (a
     collector drops an ``asInt`` it cannot parse as one, and with it the point)."""
-    if _INT64_MIN <= value <= _INT64_MAX:
+    if INT64_MIN <= value <= INT64_MAX:
         return {"asInt": value}
     return {"asDouble": float(value)}
 
