@@ -1,7 +1,8 @@
 """The controller's HTTP client for the checkpoint control plane of one or more participants.
 
 Every call carries the bearer token, the W3C ``traceparent`` of the span it is made for, and
-a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller.
+a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller, and
+bounds the whole call (a reply trickled a byte at a time too).
 Failures come back as one exception tree::
 
     ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``),
@@ -21,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Final, Protocol, TypeVar
 
+import anyio
 import httpx
 import msgspec
 
@@ -41,6 +43,8 @@ __all__ = [
 #: Added to the time left before the deadline, so a participant can still answer "too late".
 CLIENT_GRACE_SECONDS: Final = 5.0
 _MIN_TIMEOUT: Final = 0.5
+#: The whole call may run this much past its timeout (httpx's per-read and connect bound).
+_WHOLE_CALL_SLACK: Final = 0.25
 _error_decoder: Final = msgspec.json.Decoder(ErrorBody)
 _encoder: Final = msgspec.json.Encoder()
 R = TypeVar("R", bound=msgspec.Struct)
@@ -175,16 +179,25 @@ class ControlClient:
         headers = self._headers(span)
         if request is not None:
             headers["content-type"] = "application/json"
-        try:
-            response = await self._http.request(
-                method,
-                url,
-                content=None if request is None else _encoder.encode(request),
-                headers=headers,
-                timeout=timeout,
+        response: httpx.Response | None = None
+        # httpx's timeout bounds each read, not the call: a reply trickled a byte at a time held
+        # a prepare with a 3 s deadline 20 s. The whole call is bounded too, a little past the
+        # connect timeout, so a connection never made still ends as that (not reached).
+        with anyio.move_on_after(timeout + _WHOLE_CALL_SLACK):
+            try:
+                response = await self._http.request(
+                    method,
+                    url,
+                    content=None if request is None else _encoder.encode(request),
+                    headers=headers,
+                    timeout=timeout,
+                )
+            except httpx.RequestError as exc:
+                raise failed_call(url, exc, timeout) from exc
+        if response is None:
+            raise ParticipantUnreachable(
+                url, f"TimeoutError: no whole answer within {timeout:.1f} s", reached=True
             )
-        except httpx.RequestError as exc:
-            raise failed_call(url, exc, timeout) from exc
         if response.status_code != 200:
             raise _error_from(url, response)
         try:

@@ -3,9 +3,12 @@ participant served by uvicorn in this process: the status, a refusal by its code
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import time
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -78,3 +81,33 @@ def test_a_token_is_required() -> None:
     """An empty token is refused when the client is made."""
     with pytest.raises(InvalidValueError, match="token"):
         ControlClient("")
+
+
+async def test_a_participant_that_trickles_its_reply_is_cut_at_the_calls_timeout() -> None:
+    """A participant that answers its head at once, then one byte every 0.1 s: httpx's timeout
+    bounds each read, not the call, so a prepare with a 3 s deadline waited 20 s for such a
+    reply (and a commit was published 17 s past its deadline). The call ends at its timeout."""
+    with socket.socket() as trickler:
+        trickler.bind(("127.0.0.1", 0))
+        trickler.listen()
+        trickler.settimeout(10)  # bounded: the thread ends even if no call comes
+
+        def trickle() -> None:
+            with contextlib.suppress(OSError):
+                conn, _ = trickler.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+                    for _ in range(50):  # 5 s at most, a byte at a time
+                        conn.sendall(b" ")
+                        time.sleep(0.1)
+
+        async with anyio.create_task_group() as tg, ControlClient(TOKEN) as client:
+            tg.start_soon(anyio.to_thread.run_sync, trickle)
+            started = time.monotonic()
+            with pytest.raises(ParticipantUnreachable) as info:
+                await client.status(f"http://127.0.0.1:{trickler.getsockname()[1]}", timeout=0.5)
+            took = time.monotonic() - started
+    assert took < 1.5, f"waited {took:.1f} s for a 0.5 s timeout"
+    assert info.value.reached and info.value.detail == "TimeoutError: no whole answer within 0.5 s"
+    assert described(info.value).startswith("no whole reply from http://127.0.0.1:")
