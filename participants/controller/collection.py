@@ -484,7 +484,8 @@ class Collection:
         """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt.
 
         The checkpoint must be this run's (``ForeignCheckpoint`` otherwise, nothing restored);
-        ``from_run`` names another run whose checkpoint is restored on purpose.
+        ``from_run`` names another run whose checkpoint is restored on purpose. One never
+        published (its commit failed) or never taken is ``InvalidCheckpointError``, nothing called.
         """
         with self.run_dir.claim():
             await self._restore(checkpoint_id, from_run)

@@ -224,7 +224,10 @@ class RunDir:
         """The checkpoint's manifest, if it belongs to ``run_id`` (default: this run's);
         another run's is ``ForeignCheckpoint``."""
         with self._opened() as run_fd:
-            manifest = self._load(run_fd, checkpoint_id)
+            try:
+                manifest = self._load(run_fd, checkpoint_id)
+            except FileNotFoundError:
+                raise InvalidCheckpointError(self._unpublished(run_fd, checkpoint_id)) from None
         expected = self.run_id if run_id is None else run_id
         if manifest.run_id != expected:
             raise ForeignCheckpoint(
@@ -235,6 +238,21 @@ class RunDir:
                 run_id=manifest.run_id,
             )
         return manifest
+
+    def _unpublished(self, run_fd: int, checkpoint_id: str) -> str:
+        """Why ``checkpoint_id`` has no manifest to restore, and which one to restore instead."""
+        latest = self.latest()
+        instead = f"restore a published one ({'none yet' if latest is None else f'the latest is {latest}'})"
+        try:
+            os.stat(checkpoint_id, dir_fd=run_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"no checkpoint {checkpoint_id} in {self.path}: {instead}"
+        # Participants write their records before the controller publishes: an aborted commit
+        # leaves some of them here, which are no checkpoint.
+        return (
+            f"checkpoint {checkpoint_id} in {self.path} was never published (no {_MANIFEST}: its commit "
+            f"or publish failed, or it is still being taken): {instead}"
+        )
 
     def check_latest(self, *, also: str | None = None) -> None:
         """The published checkpoint, if any, is this run's (or run ``also``'s, which this run

@@ -140,3 +140,22 @@ def test_a_symlinked_checkpoint_directory_is_never_followed(tmp_path: Path) -> N
     with pytest.raises(InvalidCheckpointError, match="symlink"):
         mine.publish(_manifest("c-1", "r", 9.0))
     assert msgspec.json.decode((outside / "c-1" / "collection.json").read_bytes())["created_at"] == 1.0
+
+
+def test_a_checkpoint_never_published_is_refused_in_one_line_naming_it(tmp_path: Path) -> None:
+    """A restore of a checkpoint whose commit failed (its directory holds some participants'
+    records, no ``collection.json``) raised ``FileNotFoundError: ... 'collection.json'``, and of
+    an id never taken ``FileNotFoundError: ... 'nonexistent'``: no run directory, no cause, no
+    fix. Each is an ``InvalidCheckpointError`` saying why and naming the published one."""
+    run = RunDir(tmp_path, run_id="r")
+    with pytest.raises(InvalidCheckpointError) as info:
+        run.read("c-1")
+    assert str(info.value) == f"no checkpoint c-1 in {tmp_path}: restore a published one (none yet)"
+    run.publish(_manifest("c-2", "r", 2.0))
+    (tmp_path / "c-3" / "gym" / "model").mkdir(parents=True)  # c-3's commit failed on another member
+    with pytest.raises(InvalidCheckpointError) as info:
+        run.read("c-3")
+    assert str(info.value) == (
+        f"checkpoint c-3 in {tmp_path} was never published (no collection.json: its commit or "
+        "publish failed, or it is still being taken): restore a published one (the latest is c-2)"
+    )
