@@ -423,34 +423,34 @@ def _rows(
     ]
     roots.sort(key=lambda e: e.start_ns)
     rows: list[RunRow] = []
-    #: The coordinate operations of the last row: a second prepare or restore with its id is a
-    #: retry (a restore run again after its first failed, the id being the checkpoint's), a row
-    #: of its own; merged, the retry's success was said as the first attempt's failure.
-    last_operations: set[str] = set()
+    #: Per (checkpoint id, restore or not, controller): its latest coordinated row and the
+    #: coordinate operations it holds. Not the row just before only: two controllers at once
+    #: interleave (a's prepare, b's refused checkpoint, a's commit), and a's checkpoint was two
+    #: rows, 'aborted' and 'published'. A second prepare or restore with its id is a retry (a
+    #: restore run again after its first failed, the id being the checkpoint's), a row of its
+    #: own; merged, the retry's success was said as the first attempt's failure.
+    open_rows: dict[tuple[str | None, bool, str, str], tuple[RunRow, set[str]]] = {}
     for e in roots:
-        last = rows[-1] if rows else None
-        coordinate = isinstance(e, CoordinateStarted | CoordinateFinished)
-        if (
-            isinstance(e, CoordinateStarted | CoordinateFinished)
-            and last is not None
-            and last.coordinated
-            and last.checkpoint_id == e.checkpoint_id
-            and (e.operation == Operation.RESTORE) == (last.what == "restore")
-            and not (e.operation in (Operation.PREPARE, Operation.RESTORE) and e.operation in last_operations)
-        ):
-            last.roots.append((e.trace_id, e.span_id))
-            last_operations.add(e.operation)
-            continue
-        last_operations = {e.operation} if isinstance(e, CoordinateStarted | CoordinateFinished) else set()
+        if isinstance(e, CoordinateStarted | CoordinateFinished):
+            key = (e.checkpoint_id, e.operation == Operation.RESTORE, e.kind, e.instance)
+            found = open_rows.get(key)
+            if found is not None and not (
+                e.operation in (Operation.PREPARE, Operation.RESTORE) and e.operation in found[1]
+            ):
+                found[0].roots.append((e.trace_id, e.span_id))
+                found[1].add(e.operation)
+                continue
         rows.append(
             RunRow(
                 root_what(e),
                 e.checkpoint_id,
                 e.start_ns,
                 roots=[(e.trace_id, e.span_id)],
-                coordinated=coordinate,
+                coordinated=isinstance(e, CoordinateStarted | CoordinateFinished),
             )
         )
+        if isinstance(e, CoordinateStarted | CoordinateFinished):
+            open_rows[key] = (rows[-1], {e.operation})
     return rows
 
 

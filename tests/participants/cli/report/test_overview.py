@@ -263,3 +263,60 @@ def test_finished_spans_alone_give_the_rows_of_the_whole_log() -> None:
     assert said(collector) == said(whole)
     assert whole.rows[0].critical_path.startswith("critical path: coordinate.")
     assert collector.trends.table() == whole.trends.table()
+
+
+async def _two_controllers_at_once(root: Any) -> list[Any]:
+    """Two bare coordinators checkpoint one fleet at once: ``ca`` publishes, ``cb`` is refused
+    ``checkpoint_conflict`` at its first stage; their coordinate spans interleave in the log."""
+    import time
+
+    import pytest
+
+    from ckpt_events import Telemetry
+    from ckpt_events.participants.cli.fleet import local_fleet
+    from ckpt_events.participants.controller.coordinator import CoordinationError, Coordinator, Member
+    from ckpt_events.participants.faults import FaultPlan
+    from ckpt_events.testing import capture_events
+    from tests.participants.controller.test_coordinator import FOUR, TOKEN
+
+    async with capture_events() as (bus, events):
+        async with local_fleet(token=TOKEN, bus=bus, members=FOUR, checkpoint_root=root) as urls:
+            members = [Member(name=i, kind=k, instance=i, url=urls[i]) for k, i in FOUR]
+            # a waits 1 s between its prepare and its commit (the lease fault; leases last 600 s):
+            # b's whole checkpoint, refused, comes in between.
+            a = Coordinator(
+                members,
+                token=TOKEN,
+                telemetry=Telemetry(bus, kind="controller", instance="ctl-a"),
+                faults=FaultPlan.parse("lease:1"),
+            )
+            b_telemetry = Telemetry(bus, kind="controller", instance="ctl-b")
+            b = Coordinator(members, token=TOKEN, telemetry=b_telemetry)
+            async with a, b:
+                deadline = time.time() + 10
+
+                async def b_refused() -> None:
+                    while (await a.control.status(urls["environment-0"])).phase.value != "prepared":
+                        await anyio.sleep(0.01)
+                    with pytest.raises(CoordinationError, match="checkpoint_conflict"):
+                        await b.checkpoint("cb", str(root / "cb"), deadline_ts=deadline)
+
+                with anyio.fail_after(20):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(b_refused)
+                        await a.checkpoint("ca", str(root / "ca"), deadline_ts=deadline)
+        await bus.flush()
+    return list(events)
+
+
+def test_two_controllers_at_once_make_one_row_each(tmp_path: Any) -> None:
+    """``ca``'s prepare, then ``cb``'s (refused), then ``ca``'s commit and resume: ``ca`` was two
+    rows, 'aborted' (its prepare, 'prepared, never committed') and 'published' (its commit), as
+    only the row just before was looked at for its id. One row per checkpoint id and controller."""
+    run = overview(anyio.run(_two_controllers_at_once, tmp_path))
+    assert [(r.checkpoint_id, r.outcome) for r in run.rows] == [("ca", "published"), ("cb", "failed")]
+    assert run.rows[1].causes[0] == (
+        "environment/environment-0 refused: checkpoint_conflict (409): checkpoint ca is active, not cb "
+        "(at prepare and resume)"
+    )
+    assert run.rows[0].causes == [] and run.rows[0].paused_ms is not None
