@@ -27,7 +27,7 @@ import httpx
 import msgspec
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable, shown
 from ckpt_events.participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
 
 __all__ = [
@@ -203,4 +203,9 @@ class ControlClient:
         try:
             return msgspec.json.decode(response.content, type=reply_type)
         except msgspec.DecodeError as exc:
-            raise ParticipantCallError(url, f"unexpected reply: {exc}", status=200) from exc
+            detail = f"unexpected reply: {exc}"
+            media = response.headers.get("content-type", "no content type").split(";")[0].strip()
+            if "json" not in media:
+                # Not JSON at all (a proxy's page, another server on the port): say what came.
+                detail += f"; it was {media}: {shown(response.text[:200].strip())}"
+            raise ParticipantCallError(url, detail, status=200) from exc

@@ -111,3 +111,26 @@ async def test_a_participant_that_trickles_its_reply_is_cut_at_the_calls_timeout
     assert took < 1.5, f"waited {took:.1f} s for a 0.5 s timeout"
     assert info.value.reached and info.value.detail == "TimeoutError: no whole answer within 0.5 s"
     assert described(info.value).startswith("no whole reply from http://127.0.0.1:")
+
+
+async def test_a_reply_that_is_not_json_says_what_came_instead(tmp_path: Path) -> None:
+    """A participant behind a proxy that answers its own HTML page with 200: the failure said
+    only "unexpected reply: JSON is malformed: invalid character (byte 0)", not what came. It
+    names the content type and shows the body's start."""
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse
+
+    proxy = FastAPI()
+
+    @proxy.get("/ng-control/v1/checkpoint/status")
+    async def login() -> HTMLResponse:
+        return HTMLResponse("<html><title>Sign in</title></html>")
+
+    async with serving(proxy) as url, ControlClient(TOKEN) as client:
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=5)
+    assert info.value.status == 200
+    assert info.value.detail == (
+        "unexpected reply: JSON is malformed: invalid character (byte 0); "
+        "it was text/html: '<html><title>Sign in</title></html>'"
+    )
