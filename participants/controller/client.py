@@ -68,14 +68,6 @@ def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
     return ParticipantCallError(url, error.detail, raw_code=error.code, status=response.status_code)
 
 
-_NEVER_CONNECTED: Final = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-    httpx.UnsupportedProtocol,
-)
-
-
 def never_connected(exc: BaseException) -> bool:
     """Whether httpx's ``exc`` came before a connection was made (refused, no route, the pool or
     the connect timed out, a scheme it cannot speak): the peer was not reached. Anything later (a
