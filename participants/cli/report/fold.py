@@ -62,7 +62,12 @@ __all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events",
 class Trace:
     """What one trace leaves after it streamed past: never its events."""
 
-    first_prepare_ns: int | None = None
+    #: Each participant prepare's start, by span id, but a refused one's (a refusal paused
+    #: nothing: a second controller's checkpoint refused ``checkpoint_conflict`` read "paused
+    #: 43.9 ms", the time the other one held the fleet).
+    prepare_starts: dict[int, int] = field(default_factory=dict)
+    #: Prepares refused (``ProtocolRefusal``): with none else, the trace paused nothing.
+    refused_prepares: int = 0
     last_resume_ns: int | None = None
     #: A resume of unknown duration (its clock went back during it): its end is unknown.
     resume_unknown: bool = False
@@ -71,6 +76,16 @@ class Trace:
     members: int | None = None
     #: Its prepares, errors and stops, for its row's causes.
     causes: TraceCauses = field(default_factory=TraceCauses)
+
+    @property
+    def first_prepare_ns(self) -> int | None:
+        """The first participant prepare's start (a refused one's left out), if any."""
+        return min(self.prepare_starts.values(), default=None)
+
+
+def _refused(e: OperationFinished) -> bool:
+    """Whether a participant refused the call ``e`` is the span of (it did nothing)."""
+    return e.outcome == Outcome.ERROR and (e.error_type or "").rsplit(".", 1)[-1] == "ProtocolRefusal"
 
 
 #: The spans that can be a row (``events.RootSpan``).
@@ -223,8 +238,7 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                     if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
                         writer = who_wrote(e)
                         trace.causes.prepares.setdefault(writer, e.start_ns)
-                        if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
-                            trace.first_prepare_ns = e.start_ns
+                        trace.prepare_starts[e.span_id] = e.start_ns
                     if candidate and isinstance(e, ROOT_TYPES) and not parent_seen:
                         root_started[key] = e
                         if e.checkpoint_id:
@@ -251,9 +265,12 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                 writer = who_wrote(e)
                 prepares = trace.causes.prepares
                 prepares[writer] = min(e.start_ns, prepares.get(writer, e.start_ns))
-                if trace.first_prepare_ns is None or e.start_ns < trace.first_prepare_ns:
-                    trace.first_prepare_ns = e.start_ns
-            case OperationFinished(operation=Operation.RESUME):
+                if _refused(e):
+                    trace.prepare_starts.pop(e.span_id, None)
+                    trace.refused_prepares += 1
+                else:
+                    trace.prepare_starts.setdefault(e.span_id, e.start_ns)
+            case OperationFinished(operation=Operation.RESUME) if not _refused(e):  # resumed nothing
                 # Its end by its own clock: its start plus its duration.
                 length = duration_ns(e)
                 trace.resume_unknown |= length is None

@@ -559,6 +559,8 @@ def _judge(
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_span = _paused_span(mine)
     row.paused_ms = None if row.paused_span is None else (row.paused_span[1] - row.paused_span[0]) / 1e6
+    if row.paused_span is None and mine and all(t.refused_prepares and not t.prepare_starts for t in mine):
+        row.paused_ms = 0.0  # every prepare refused: it paused nobody (another held the fleet)
     events: list[CauseEvent] = []
     doubtful: list[str] = []
     for e, trace in fold.causes.traced(row.checkpoint_id):

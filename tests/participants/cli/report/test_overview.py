@@ -320,3 +320,12 @@ def test_two_controllers_at_once_make_one_row_each(tmp_path: Any) -> None:
         "(at prepare and resume)"
     )
     assert run.rows[0].causes == [] and run.rows[0].paused_ms is not None
+
+
+def test_a_checkpoint_refused_everywhere_paused_nobody(tmp_path: Any) -> None:
+    """``cb``'s prepares and resumes were all refused (``ca`` held the fleet): its row read
+    "paused 43.9 ms", the stretch between its refused calls, while ``ca``'s pause held them."""
+    run = overview(anyio.run(_two_controllers_at_once, tmp_path))
+    ca, cb = run.rows
+    assert cb.paused_ms == 0.0 and cb.paused_span is None
+    assert ca.paused_ms is not None and ca.paused_ms > 0
