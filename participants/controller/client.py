@@ -38,6 +38,7 @@ __all__ = [
     "SpanLike",
     "failed_call",
     "never_connected",
+    "what_came",
 ]
 
 #: Added to the time left before the deadline, so a participant can still answer "too late".
@@ -66,6 +67,16 @@ def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
         snippet = response.text[:200].strip() or response.reason_phrase
         return ParticipantCallError(url, snippet, status=response.status_code)
     return ParticipantCallError(url, error.detail, raw_code=error.code, status=response.status_code)
+
+
+def what_came(response: httpx.Response) -> str:
+    """For a reply that did not decode: ``""`` if it said it was JSON, else its content type and
+    the start of its body (a proxy's sign-in page, another server on the port), so the error
+    says what came back, not only "JSON is malformed"."""
+    media = response.headers.get("content-type", "no content type").split(";")[0].strip()
+    if "json" in media:
+        return ""
+    return f"; it was {media}: {shown(response.text[:200].strip())}"
 
 
 def never_connected(exc: BaseException) -> bool:
@@ -195,9 +206,6 @@ class ControlClient:
         try:
             return msgspec.json.decode(response.content, type=reply_type)
         except msgspec.DecodeError as exc:
-            detail = f"unexpected reply: {exc}"
-            media = response.headers.get("content-type", "no content type").split(";")[0].strip()
-            if "json" not in media:
-                # Not JSON at all (a proxy's page, another server on the port): say what came.
-                detail += f"; it was {media}: {shown(response.text[:200].strip())}"
-            raise ParticipantCallError(url, detail, status=200) from exc
+            raise ParticipantCallError(
+                url, f"unexpected reply: {exc}{what_came(response)}", status=200
+            ) from exc

@@ -29,6 +29,7 @@ import httpx
 import msgspec
 
 from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
+from ckpt_events.participants.controller.client import what_came
 from ckpt_events.participants.controller.coordinator import Coordinator, Member, PrepareResult
 from ckpt_events.participants.controller.rollout import CollectionSummary, Rollout
 from ckpt_events.participants.controller.run_directory import (
@@ -356,7 +357,7 @@ class Collection:
                 if reply.worker_url is not None:
                     check_url(reply.worker_url)  # later calls go there: httpx raised OverflowError
             except (msgspec.DecodeError, InvalidValueError) as exc:
-                where = " at $.worker_url" if isinstance(exc, InvalidValueError) else ""
+                where = " at $.worker_url" if isinstance(exc, InvalidValueError) else what_came(response)
                 unexpected = f"unexpected reply: {exc}{where}"
                 raise ParticipantCallError(url, unexpected, status=response.status_code) from exc
             if isinstance(reply, WorkStartReply):

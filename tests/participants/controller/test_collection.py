@@ -217,21 +217,23 @@ async def test_a_work_call_the_participants_refuse_is_a_participant_error(tmp_pa
     assert all("$.steps" in e.detail and e.url.endswith("/work/start") for e in errors)
 
 
-def _answering(status: int, body: bytes) -> FastAPI:
+def _answering(status: int, body: bytes, media_type: str = "application/json") -> FastAPI:
     """A participant whose every work call is answered with ``status`` and ``body``."""
     app = FastAPI()
 
     @app.post("/work/{action}")
     async def work(action: str) -> Response:
-        return Response(body, status_code=status, media_type="application/json")
+        return Response(body, status_code=status, media_type=media_type)
 
     return app
 
 
-async def _work_failure(tmp_path: Path, status: int, body: bytes) -> ParticipantCallError:
+async def _work_failure(
+    tmp_path: Path, status: int, body: bytes, media_type: str = "application/json"
+) -> ParticipantCallError:
     """Run one rollout on a participant that always answers ``status`` and ``body``; its error."""
     errors: list[BaseException] = []
-    async with capture_events() as (bus, _), serving(_answering(status, body)) as url:
+    async with capture_events() as (bus, _), serving(_answering(status, body, media_type)) as url:
         tel = Telemetry(bus, kind="controller", instance="coordination")
         member = Member(name="model-0", kind="model", instance="model-0", url=url)
         async with Coordinator([member], token=TOKEN, telemetry=tel) as co:
@@ -256,6 +258,10 @@ async def test_a_work_reply_that_does_not_decode_is_a_participant_error(
     assert (html.status, html.raw_code, html.detail) == (409, None, "<html>Conflict</html>")
     wrong = await _work_failure(tmp_path, 200, b'{"boundary": "x"}')
     assert wrong.status == 200 and wrong.detail.startswith("unexpected reply: Expected `int`")
+    assert "it was" not in wrong.detail  # JSON, said as such: what did not fit is enough
+    # A 200 that is no JSON at all (a proxy's sign-in page): what came back, not only "malformed".
+    page = await _work_failure(tmp_path, 200, b"<html>sign in</html>", media_type="text/html")
+    assert page.detail.endswith("; it was text/html: '<html>sign in</html>'"), page.detail
     monkeypatch.setattr(collection_module, "_MAX_REFUSALS", 3)  # 2,000 in a real run
     closed = b'{"error": {"code": "admission_closed", "detail": "a checkpoint is open"}}'
     refused = await _work_failure(tmp_path, 409, closed)
