@@ -476,7 +476,7 @@ def _prometheus(
     else:
         source = PrometheusSink(cardinality_limit=cardinality_limit)
         subscriptions.append(bus.subscribe(source, name="prometheus"))
-    return PrometheusEndpoint(source, settings.prometheus_host, settings.prometheus_port)
+    return PrometheusEndpoint(source, settings.prometheus_host, settings.prometheus_port, bus=bus)
 
 
 def _replace(settings: OtelSettings, **changes: Any) -> OtelSettings:

@@ -36,9 +36,10 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from ckpt_events import ConfigurationError, InvalidTypeError, InvalidValueError
+from ckpt_events import Bus, ConfigurationError, InvalidTypeError, InvalidValueError
 from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks import _metric_keys as keys
+from ckpt_events.sinks._bus_metrics import BusStatsCollector
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks._metric_totals import (
     COUNTERS,
@@ -480,7 +481,10 @@ class PrometheusEndpoint:
     (``InvalidTypeError``: not a str or a number) before anything is bound. ``max_concurrent``
     scrapes run at once; a connection must send its request head within ``header_timeout`` and
     read its whole reply within ``timeout`` (both from its accept), else it is closed; a slot is
-    held while a page is rendered, never while a peer reads it.
+    held while a page is rendered, never while a peer reads it. Given a ``bus``, the page also
+    says what became of the events each of its sinks was offered
+    (``ckpt_events_sink_events_total{sink, outcome}``: delivered, dropped, failed, abandoned;
+    ``configure()`` passes its bus).
     """
 
     def __init__(
@@ -492,6 +496,7 @@ class PrometheusEndpoint:
         max_concurrent: int = 8,
         timeout: float = 5.0,
         header_timeout: float = 2.0,
+        bus: Bus | None = None,
     ) -> None:
         # Unchecked, max_concurrent=0 answered every scrape 503 and timeout=0 closed every
         # connection unanswered, for the life of the endpoint; port=70000 was an OverflowError.
@@ -526,6 +531,8 @@ class PrometheusEndpoint:
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = TotalsCollector(source)
         self.registry.register(self.collector)
+        if bus is not None:  # what each of its sinks lost, beside what they counted
+            self.registry.register(BusStatsCollector(bus))
         try:
             self._server = ScrapeServer(
                 (host, port),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.ops import ops_file
+from ckpt_events.sinks._bus_metrics import OUTCOMES
 from ckpt_events.sinks._metric_keys import _KEYS
 from ckpt_events.sinks._prom_names import label_name, metric_name
 from ckpt_events.sinks.prometheus import prometheus_names
@@ -36,7 +37,7 @@ def test_promtool_checks_the_rules(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 9 rules found" in result.stdout
+    assert "SUCCESS: 10 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_fire_each_alert_and_stay_silent_on_healthy_series(tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_promtool_unit_tests_fire_each_alert_and_stay_silent_on_healthy_series(t
     assert "SUCCESS" in result.stdout
     tests = (pack / "rules_test.yml").read_text()
     alerts = re.findall(r"- alert: (\w+)", (pack / "rules.yml").read_text())
-    assert len(alerts) == 7
+    assert len(alerts) == 8
     for alert in alerts:
         assert f"alertname: {alert}\n        exp_alerts:\n          - exp_labels" in tests, alert
         assert re.search(rf"alertname: {alert}\n        exp_alerts: \[\]", tests), alert
@@ -61,7 +62,7 @@ def test_every_alert_says_what_happened_and_what_to_do() -> None:
     rules = ops_file("rules.yml")
     tests = ops_file("rules_test.yml")
     blocks = re.split(r"\n      - alert: ", rules)[1:]
-    assert len(blocks) == 7
+    assert len(blocks) == 8
     for block in blocks:
         name = block.split("\n", 1)[0]
         assert re.search(r"\n          summary: \"[^\n]+\"\n", block), name
@@ -142,6 +143,9 @@ def test_the_unit_tests_input_series_are_shaped_like_a_scrape() -> None:
                 "nemo_gym_checkpoint_event",
                 *map(label_name, _KEYS[got["nemo_gym_checkpoint_event"]]),
             }
+        elif family == "ckpt_events_sink_events_total":  # the bus's own counters (_bus_metrics)
+            expected = {"sink", "outcome"}
+            assert got["outcome"] in OUTCOMES, got
         elif family in FAMILY_TAGS:
             expected = set(map(label_name, _KEYS[FAMILY_TAGS[family]])) | (
                 {"le"} if name.endswith("_bucket") else set()
@@ -173,6 +177,9 @@ def test_every_metric_in_the_pack_has_a_documented_name() -> None:
     text = ops_file("rules.yml") + ops_file("dashboard.json")
     used = set(re.findall(r"\bgym_checkpoint_[a-z_]+", text))
     assert used and used <= series, used - series
+    # The bus's own counters, as the endpoint writes them (a real scrape: _bus_metrics).
+    used = set(re.findall(r"\bckpt_events_[a-z_]+_total\b", text))
+    assert used == {"ckpt_events_sink_events_total"}, used
     dashboard = json.loads(ops_file("dashboard.json"))
     assert any(t.get("exemplar") for p in dashboard["panels"] for t in p["targets"])
     assert "exemplarTraceIdDestinations" in ops_file("grafana-datasource.yml")

@@ -1,0 +1,85 @@
+"""The bus's own counters on the Prometheus page: what became of the events each sink was offered.
+
+A sink whose buffer overflowed (a stalled collector, a starved loop), a batch its ``handle``
+raised on, events given up at the close deadline: each was counted in ``Bus.stats()``, which
+only code that asked read. The page an operator scrapes said nothing, so metrics that had
+lost events looked like a quiet fleet. ``PrometheusEndpoint(bus=...)`` (``configure()``
+passes its bus) adds, read from ``bus.stats()`` at each scrape:
+
+* ``ckpt_events_sink_events_total{sink, outcome}``: the events offered to each subscription,
+  by what became of them: ``delivered``, ``dropped`` (its buffer was full), ``failed`` (in a
+  batch its ``handle`` raised on) and ``abandoned`` (left at the bus's close deadline);
+* ``ckpt_events_sink_pending_events{sink}``: the events waiting in its buffer now;
+* ``ckpt_events_bus_dropped_after_close_total``: events emitted after the bus closed.
+
+A name given again once its first subscription finished (``Bus.stats()`` keeps both rows) is
+one series, the two rows summed: a page holds each label set once, and the sum only grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final
+
+from ckpt_events import Bus, BusStats
+
+__all__ = ["OUTCOMES", "BusStatsCollector"]
+
+#: The ``outcome`` label's values, each a ``SinkStats`` field.
+OUTCOMES: Final = ("delivered", "dropped", "failed", "abandoned")
+#: Reads of ``bus.stats()`` tried at a scrape: the bus's loop may change its subscriptions
+#: while the scrape thread reads them (a dict changed during iteration raises).
+_READS: Final = 3
+
+
+class BusStatsCollector:
+    """A ``prometheus_client`` collector of ``bus``'s per-sink counters (see the module's note)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    def describe(self) -> list[Any]:
+        return []  # the registry is built with auto_describe=False: nothing is collected to describe
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = self._read()
+        if stats is None:
+            return  # the subscriptions kept changing under the read: this scrape goes without
+        totals: dict[str, list[int]] = {}
+        for row in stats.sinks:
+            counts = totals.setdefault(row.name, [0] * (len(OUTCOMES) + 1))
+            for i, outcome in enumerate(OUTCOMES):
+                counts[i] += getattr(row, outcome)
+            counts[-1] += row.pending
+        events = CounterMetricFamily(
+            "ckpt_events_sink_events",
+            "Events offered to each sink, by what became of them (dropped: its buffer was full; "
+            "failed: its handle raised; abandoned: left at the bus's close deadline).",
+            labels=("sink", "outcome"),
+        )
+        pending = GaugeMetricFamily(
+            "ckpt_events_sink_pending_events",
+            "Events waiting in each sink's buffer.",
+            labels=("sink",),
+        )
+        for name, counts in totals.items():
+            for i, outcome in enumerate(OUTCOMES):
+                events.add_metric((name, outcome), counts[i])
+            pending.add_metric((name,), counts[-1])
+        yield events
+        yield pending
+        yield CounterMetricFamily(
+            "ckpt_events_bus_dropped_after_close",
+            "Events emitted after the bus had closed.",
+            value=stats.dropped_after_close,
+        )
+
+    def _read(self) -> BusStats | None:
+        for _ in range(_READS):
+            try:
+                return self.bus.stats()
+            except RuntimeError:  # changed size during iteration: read again
+                continue
+        return None
