@@ -40,7 +40,7 @@ async def participant(
         sink = PrometheusSink()
         bus.subscribe(sink)
         bus.subscribe(JsonLinesSink(log))
-        endpoint = PrometheusEndpoint(sink, "127.0.0.1", 0)
+        endpoint = PrometheusEndpoint(sink, "127.0.0.1", 0, bus=bus)
         try:
             app = create_app(
                 kind, instance=f"{kind}-0", token=TOKEN, checkpoint_root=ROOT, bus=bus, **options
@@ -206,9 +206,12 @@ def _check_exemplars(prom: Any, events: list[Any]) -> None:
 
 def _check_pack_expressions(prom: Any) -> None:
     expressions = rule_expressions(ops_file("rules.yml"))
-    assert len(expressions) == 9  # 2 recording rules, 7 alerts
+    assert len(expressions) == 10  # 2 recording rules, 8 alerts
     for expr in expressions:
         prom.query(expr)  # status "success" is asserted by api()
+    # The bus's own counters reach Prometheus, every outcome of every sink from the start.
+    outcomes = {s["metric"]["outcome"] for s in prom.query("ckpt_events_sink_events_total")}
+    assert outcomes == {"delivered", "dropped", "failed", "abandoned"}, outcomes
     assert all(prom.query(expr) for expr in expressions[:2])  # the recording rules: p50, p95
     # Every panel has data on this fleet (a misspelt metric or label reads nothing, not an
     # error), but the last publish: only a controller publishes.
