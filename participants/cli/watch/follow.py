@@ -26,6 +26,7 @@ import glob
 import heapq
 import io
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Final, Self
@@ -290,6 +291,17 @@ class LogFollower:
                     why = self.unreadable[path] = str(exc.strerror or exc)
                     waiting = "" if self.budget is None else "; waiting for it"  # None: --once
                     self.notes[path] = f"{path}: cannot read ({why}){waiting}"
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                continue  # a folder a glob matched: its logs are named by the folder itself
+            if not stat.S_ISREG(info.st_mode):
+                # Was: opened as a file, and a FIFO with no writer blocked open() for ever, with
+                # Ctrl-C too; a device or socket has no size to follow either.
+                what = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket or device"
+                why = f"{what}, not a log file: follow the file the sink writes"
+                if path in self.specs:
+                    self.unreadable[path] = why
+                self.notes[path] = f"{path}: cannot read ({why})"
                 continue
             at.setdefault((info.st_dev, info.st_ino), path)
         heads = {f.head: f for f in self._files.values() if f.head is not None}

@@ -6,7 +6,10 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -267,3 +270,19 @@ def test_once_on_a_log_that_cannot_be_read_is_not_healthy(
     assert err == f"ckpt-events watch: {typo}: cannot read (No such file or directory)\n"
     assert "waiting for it" not in out
     assert main(["watch", "--once", "--follow", str(real)]) == 0
+
+
+def _watch_process(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "ckpt_events.participants.cli", "watch", *argv]
+
+
+def test_a_fifo_to_follow_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    """``watch --follow`` a FIFO (no writer) blocked in ``open()`` for ever, Ctrl-C too; it is
+    refused in one line (``--once`` exits 2), as a log that cannot be read is."""
+    fifo = tmp_path / "env.jsonl"
+    os.mkfifo(fifo)
+    argv = _watch_process("--once", "--follow", str(fifo))
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    why = "a FIFO, not a log file: follow the file the sink writes"
+    assert done.stderr == f"ckpt-events watch: {fifo}: cannot read ({why})\n"
