@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from ckpt_events.benchmarks.load import stop_spawned
 from ckpt_events.benchmarks.rotel import CollectorError
 from ckpt_events.participants.cli import bench_app
-from ckpt_events.participants.cli.command import (
-    Command,
-    writable_path,
-)
+from ckpt_events.participants.cli.command import Command, writable_path
+from ckpt_events.participants.cli.command import sigterm_as_interrupt as _sigterm_as_interrupt
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import clipped, counted
 from ckpt_events.participants.errors import CommandError
@@ -63,28 +57,6 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only these",
     )
     bench_app.add_arguments(parser)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``kill``, ``timeout``, a cancelled CI job) does what Ctrl-C does, so the servers
-    and collectors a suite started are stopped on the way out (SIGTERM ended the bench at once
-    and left them running, reparented to init)."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        # Through SIGINT's handler of the moment: inside an event loop (the httpx driver) that
-        # is the loop's, which cancels its main task; raising here, inside one of its tasks,
-        # had asyncio print "unhandled exception during asyncio.run() shutdown" and a traceback.
-        handler = signal.getsignal(signal.SIGINT)
-        if not callable(handler):  # SIGINT ignored (a background job) or left to the default
-            raise KeyboardInterrupt
-        handler(signal.SIGINT, frame)
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _bench(args: argparse.Namespace) -> int:

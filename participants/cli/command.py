@@ -9,9 +9,11 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
@@ -41,6 +43,7 @@ __all__ = [
     "positive_int",
     "positive_number",
     "run_interruptibly",
+    "sigterm_as_interrupt",
     "writable_path",
 ]
 
@@ -340,3 +343,29 @@ def filtered(log_filter: logging.Filter, *loggers: str) -> Iterator[None]:
     finally:
         for each in found:
             each.removeFilter(log_filter)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``timeout``, a cancelled CI job, a supervisor) does what Ctrl-C does, so
+    a command cleans up on the way out: ``bench`` stops the servers and collectors a suite
+    started (SIGTERM ended it at once and left them running, reparented to init), ``watch``
+    gives the terminal its cursor back (SIGTERM left it hidden)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        # Through SIGINT's handler of the moment: inside an event loop (the httpx driver) that
+        # is the loop's, which cancels its main task; raising here, inside one of its tasks,
+        # had asyncio print "unhandled exception during asyncio.run() shutdown" and a traceback.
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored (a background job) or left to the default
+            raise KeyboardInterrupt
+        handler(signal.SIGINT, frame)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler (``main`` run in a thread, by a test)
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from ckpt_events.participants.cli.command import Command, CommandError, console, given_path, seconds_in
+from ckpt_events.participants.cli.command import (
+    Command,
+    CommandError,
+    console,
+    given_path,
+    seconds_in,
+    sigterm_as_interrupt,
+)
 from ckpt_events.participants.cli.serve import ENV_TOKEN
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
@@ -304,7 +311,10 @@ async def _watch_async(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return anyio.run(_watch_async, args)
+    # SIGTERM (``kill``, ``timeout``, a supervisor) ends the view as Ctrl-C does: it killed the
+    # process mid-frame, and a terminal's live view left its cursor hidden.
+    with sigterm_as_interrupt():
+        return anyio.run(_watch_async, args)
 
 
 WATCH: Final = Command(

@@ -3,13 +3,19 @@ in prepare; StallWatch and the open-work gauges see the same stall."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import io
 import logging
 import os
+import pty
 import re
+import select
+import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -286,3 +292,50 @@ def test_a_fifo_to_follow_is_one_line_not_a_hang(tmp_path: Path) -> None:
     assert done.returncode == 2, done
     why = "a FIFO, not a log file: follow the file the sink writes"
     assert done.stderr == f"ckpt-events watch: {fifo}: cannot read ({why})\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_sigterm_ends_a_live_view_as_ctrl_c_does_and_gives_the_cursor_back(tmp_path: Path) -> None:
+    """SIGTERM (``kill``, ``timeout``, a supervisor) killed a live view mid-frame: the terminal was
+    left with its cursor hidden. It ends as Ctrl-C does: the cursor shown again, one line, 130."""
+    log = tmp_path / "env.jsonl"
+    log.touch()
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    env = {**os.environ, "TERM": "xterm"}
+    watch = subprocess.Popen(
+        _watch_process("--follow", str(log), "--interval", "0.1"),
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(secondary)
+    seen = b""
+
+    def read_for(seconds: float, until: bytes | None = None) -> None:
+        nonlocal seen
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and (until is None or until not in seen):
+            if select.select([primary], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # the child closed the terminal: it has ended
+                    return
+                if not chunk:
+                    return
+                seen += chunk
+
+    try:
+        read_for(60, until=b"nothing to watch yet")  # its first frame: the live view has started
+        assert b"\x1b[?25l" in seen, seen  # rich hid the cursor
+        watch.send_signal(signal.SIGTERM)
+        assert watch.wait(timeout=30) == 130
+        read_for(10)  # what it wrote, to the end (the terminal closes with it)
+    finally:
+        watch.kill()
+        watch.wait()
+        os.close(primary)
+    assert seen.rfind(b"\x1b[?25h") > seen.rfind(b"\x1b[?25l"), seen[-300:]
+    assert seen.endswith(b"ckpt-events watch: interrupted\r\n"), seen[-300:]
