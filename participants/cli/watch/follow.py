@@ -79,7 +79,7 @@ class Backlog:
     def __init__(self) -> None:
         #: Each kept event with its arrival (``_seq``): ``events()`` hands them on in that order.
         self._open: dict[tuple[int, int], tuple[int, Event]] = {}
-        self._stalled: dict[tuple[str, str, str, str | None], tuple[int, Stalled]] = {}
+        self._stalled: dict[tuple[str, str, str, str | None, int | None], tuple[int, Stalled]] = {}
         #: Per participant, its latest finished operations: a heap of (end, arrival, event).
         self._finished: dict[tuple[str, str], list[tuple[int, int, Event]]] = {}
         #: The spans seen finished, oldest first (a dict keeps its insertion order).
@@ -131,7 +131,14 @@ class Backlog:
                 else:
                     heapq.heappushpop(last, entry)
             elif isinstance(event, Stalled):
-                key = (str(event.kind), event.instance, str(event.operation), event.checkpoint_id)
+                # By worker too: a worker's report and its main process's are of two operations.
+                key = (
+                    str(event.kind),
+                    event.instance,
+                    str(event.operation),
+                    event.checkpoint_id,
+                    event.worker,
+                )
                 if key in self._stalled or len(self._stalled) < MAX_OPEN:
                     self._seq += 1
                     self._stalled[key] = (self._seq, event)
@@ -146,7 +153,7 @@ class Backlog:
         ]
         kept.extend(self._open.values())
         open_ops = {
-            (str(e.kind), e.instance, str(e.operation), e.checkpoint_id)
+            (str(e.kind), e.instance, str(e.operation), e.checkpoint_id, e.worker)
             for _, e in self._open.values()
             if isinstance(e, OperationStarted)
         }

@@ -277,7 +277,15 @@ class FleetView:
                     continue
                 written(seen, event.time_ns, read_at, event.worker)
                 for item in seen.open.values():
-                    if item.operation == str(event.operation) and item.checkpoint_id == event.checkpoint_id:
+                    # Its own process's work, open by the report's time: was any work of that
+                    # operation and checkpoint, so a worker's stall made its main process's
+                    # commit, opened a moment ago, STALLED too (and a later one of the same id).
+                    if (
+                        item.operation == str(event.operation)
+                        and item.checkpoint_id == event.checkpoint_id
+                        and item.worker == event.worker
+                        and item.start_ns <= event.time_ns
+                    ):
                         item.stalled = True
 
     def render(self, now: float | None = None, *, rows: bool | None = None) -> _Rendered:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import re
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from ckpt_events import CoordinateStarted, Event, OperationFinished, OperationStarted, Stalled
+from ckpt_events.participants.cli.watch.follow import LogFollower
 from ckpt_events.participants.cli.watch.sources import PollResult
 from ckpt_events.participants.cli.watch.view import MAX_FROM_LOGS, FleetView
 from ckpt_events.participants.protocol import PrepareReport, StatusReply
+from ckpt_events.sinks.jsonl import JsonLinesSink
 from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Phase
 
 NOW = 1_800_000_000.0
@@ -594,3 +598,65 @@ def test_open_work_of_a_worker_names_the_worker() -> None:
     text = _render(view, 160)
     assert "open commit c1 >=40.0 s STALLED" in text, text
     assert "open commit c1 on worker 1 >=40.0 s STALLED" in text, text
+
+
+def test_a_workers_stall_report_marks_its_own_work_alone(tmp_path: Path) -> None:
+    """A ``serve --workers`` participant whose worker 1 reported its commit of c1 stalled
+    (StallWatch's ``stalled`` event, worker 1) while its main process had just opened its own
+    commit of c1: both were shown STALLED, the main process's a moment old. Read live or folded
+    from a real log (the backlog), the report marks the worker's commit alone."""
+    common = {"kind": "environment", "instance": "environment-0", "trace_id": 1, "operation": "commit"}
+    worker_commit = OperationStarted(
+        **common, span_id=2, start_ns=int((NOW - 40) * NS), checkpoint_id="c1", worker=1
+    )
+    main_commit = OperationStarted(**common, span_id=1, start_ns=int(NOW * NS), checkpoint_id="c1")
+    report = Stalled(
+        kind="environment",
+        instance="environment-0",
+        time_ns=int(NOW * NS),
+        operation="commit",
+        age_s=40.0,
+        checkpoint_id="c1",
+        worker=1,
+    )
+    live = FleetView([], stall_after=30.0)
+    _read_live(live, [worker_commit, main_commit, report])
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([worker_commit, main_commit, report])
+    sink.close()
+    folded = FleetView([], stall_after=30.0)
+    with LogFollower([str(log)], budget=None) as follower:
+        folded.add_events(follower.read(), NOW)
+    for view in (live, folded):
+        text = _render(view, 160)
+        assert "open commit c1 on worker 1 >=40.0 s STALLED" in text, text
+        assert re.search(r"open commit c1 >=0\.0 s\n", text), text
+
+
+def test_a_backlog_keeps_a_workers_stall_report_and_its_main_processs() -> None:
+    """Both the main process and worker 1 reported their commit of c1 stalled: the backlog kept
+    one report per operation and checkpoint, so the worker's overwrote the main process's."""
+    from ckpt_events.participants.cli.watch.follow import Backlog
+
+    common = {"kind": "environment", "instance": "environment-0", "trace_id": 1, "operation": "commit"}
+    start = int((NOW - 40) * NS)
+    opened = [
+        OperationStarted(**common, span_id=1, start_ns=start, checkpoint_id="c1"),
+        OperationStarted(**common, span_id=2, start_ns=start, checkpoint_id="c1", worker=1),
+    ]
+    reports = [
+        Stalled(
+            kind="environment",
+            instance="environment-0",
+            time_ns=int(NOW * NS),
+            operation="commit",
+            age_s=40.0,
+            checkpoint_id="c1",
+            worker=worker,
+        )
+        for worker in (None, 1)
+    ]
+    backlog = Backlog()
+    backlog.add_all([*opened, *reports])
+    assert [e for e in backlog.events() if isinstance(e, Stalled)] == reports
