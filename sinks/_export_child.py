@@ -290,7 +290,8 @@ async def _end_on_sigterm(sigterms: AsyncIterator[int], scope: anyio.CancelScope
 def main() -> int:
     """Run until the input ends; 0 once the sinks are closed, 1 if they could not be built."""
     global _replies
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a pending one (held off since the start) goes
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     sys.stdout.flush()
     _replies = os.dup(1)
     os.dup2(2, 1)

@@ -151,13 +151,23 @@ class ExportProcess:
         # The child imports the ckpt_events this process runs, wherever it was found.
         path = os.pathsep.join(entry for entry in sys.path if entry)
         started = time.monotonic()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ckpt_events.sinks._export_child"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
-        )
+        # The child inherits SIGINT blocked and ignores it once it runs: a Ctrl-C in the
+        # server's terminal while it imported killed it ("exited (code 1) before its sinks
+        # were up", a KeyboardInterrupt traceback), though the server may close in order.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread only
         try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": path},
+            )
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
+        try:
+            # A Ctrl-C meanwhile is raised here, in this try: the child is killed, not left.
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             assert process.stdin is not None
             try:
                 process.stdin.write(head)

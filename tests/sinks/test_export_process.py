@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -966,3 +967,41 @@ async def test_with_nothing_set_no_child_is_kept_and_every_site_stays_off() -> N
         await configured.aclose()
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
     assert not [pid for pid in children if alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
+
+
+async def test_a_ctrl_c_while_the_child_starts_does_not_kill_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child ignored SIGINT only once its imports were done: a Ctrl-C in the server's
+    terminal as it started (a server such as uvicorn that handles SIGINT and closes in order)
+    killed it with a KeyboardInterrupt traceback, and configure() raised "exited (code 1)
+    before its sinks were up". SIGINT is held off from its start now, and it starts."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    pid_file = tmp_path / "pid"
+    # A slow start-up (a large sitecustomize, a cold disk): the child says its pid, then waits.
+    (hooks / "sitecustomize.py").write_text(
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(1.0)\n"
+    )
+    monkeypatch.syspath_prepend(str(hooks))  # the child's PYTHONPATH is this process's sys.path
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 10.0
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the pid is written just before it is read back
+        os.kill(int(pid_file.read_text()), signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        async with Bus() as bus:
+            configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+            _checkpoints(Telemetry(bus, kind="agent", instance="agent-0"), 1)
+            await configured.aclose()
+    finally:
+        sender.join(15.0)
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert stats.exit_code == 0 and stats.received == 4
