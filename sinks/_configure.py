@@ -189,13 +189,19 @@ class Configured:
         ours = [
             sub for sub in self.subscriptions if isinstance(getattr(sub.sink, "sender", None), OtlpHttpSender)
         ]
+        if self.export_process is not None:
+            # Its close never began (the flush took the deadline: a full pipe to a child that
+            # stopped reading): it lived on, stopped, until the bus closed. Killed; its
+            # subscription then ends below, what it held counted as dropped.
+            self.export_process.abandon()
         now = time.monotonic()
         for sub in ours:
             sender: OtlpHttpSender = getattr(sub.sink, "sender")  # noqa: B009 (checked above)
             sender.close_by(now)  # a send after the cancel (the metric sink's last) gives up too
             sender.cancel()
+        ending = ours + [sub for sub in self.subscriptions if sub.sink is self.export_process]
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCELLED_CLOSE_S):
-            for sub in ours:
+            for sub in ending:
                 await sub.aclose()
 
     def _feeding_provider(self) -> list[Subscription]:

@@ -16,7 +16,8 @@ slow child makes the bus drop and count, never the emitter wait); a child that d
 once (by the next batch, else by the close), and every batch after it is counted as dropped;
 ``aclose()`` closes the child's input and waits for it within the close deadline (the child is
 told what is left of it, and closes its sinks within that), then kills it; a child that
-stopped reading is killed when the bus gives up on this sink (its close deadline).
+stopped reading is killed at ``Configured.aclose()``'s deadline (``abandon``), or when the bus
+gives up on this sink (its close deadline).
 A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
 and exports it before it exits.
 """
@@ -311,8 +312,10 @@ class ExportProcess:
 
     def _lost(self, events: int, exc: OSError) -> None:
         self._gone = True
-        self._said = True
         self._dropped += events
+        if self._said:  # killed by the close (``abandon``): that warning said it
+            return
+        self._said = True
         logger.warning(
             "ckpt_events: the export process (pid %d) is gone (%s, exit code %s); events are "
             "dropped and counted from now on",
@@ -331,6 +334,29 @@ class ExportProcess:
         self._said = True
         _kill(self._process)
         self._exit_code = self._process.returncode
+
+    def abandon(self) -> None:
+        """Kill a child still running that no ``aclose()`` is closing: ``Configured.aclose()``
+        spent its deadline (or was cancelled) before it got to close it, as when the pipe was
+        full and the child had stopped reading. It lived on, stopped, until the bus closed, or
+        for ever on a bus that lives on. Said once; a batch waiting on the pipe then ends, its
+        events counted as dropped, and ``aclose()`` closes the pipes."""
+        if self._closing or self._gone or os.getpid() != self._owner or self._process.poll() is not None:
+            return
+        logger.warning(
+            "ckpt_events: the export process (pid %d) was not closed within the close deadline (it "
+            "stopped reading its input with the pipe full, or the close was cancelled); killed, with "
+            "what it held (%d events were forwarded to it)",
+            self._process.pid,
+            self._forwarded,
+        )
+        self._said = True
+        # Killed, not its pipes closed: a batch waiting for the pipe (another task) wakes as its
+        # reader goes, and gets EPIPE; closing the descriptor under that wait never woke it.
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(5.0)
 
     async def aclose(self) -> None:
         """End the child's input and wait for it to export and exit, within ``close_timeout``;

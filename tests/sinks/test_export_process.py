@@ -256,7 +256,8 @@ async def test_a_stopped_child_fills_the_pipe_and_the_bus_drops_never_the_emitte
             await configured.aclose()
             assert time.monotonic() - started < 4.0
         finally:
-            os.kill(process.pid, signal.SIGCONT)
+            if alive(process.pid):  # the close killed it: it stopped reading with the pipe full
+                os.kill(process.pid, signal.SIGCONT)
     assert not alive(process.pid)
 
 
@@ -1005,3 +1006,37 @@ async def test_a_ctrl_c_while_the_child_starts_does_not_kill_it(
         sender.join(15.0)
     stats = configured.export_process.stats()  # type: ignore[union-attr]
     assert stats.exit_code == 0 and stats.received == 4
+
+
+async def test_a_close_whose_deadline_a_full_pipe_took_still_kills_the_child(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGSTOP the child and fill the pipe: Configured.aclose() spent its deadline on the flush
+    and returned with the child still running, stopped, until the bus closed (5 s later by
+    default, or never on a bus that lives on). It is killed by the close now, said once."""
+    with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+        async with Bus(buffer_size=4096, close_timeout=30.0) as bus:
+            configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+            process = configured.export_process
+            assert process is not None
+            configured.close_timeout = 0.5
+            os.kill(process.pid, signal.SIGSTOP)
+            try:
+                telemetry = Telemetry(bus, kind="environment", instance="env-0")
+                for _ in range(10):
+                    _checkpoints(telemetry, 500)
+                    await bus.flush(timeout=0.01)
+                started = time.monotonic()
+                await configured.aclose()
+                assert time.monotonic() - started < 2.0
+                assert not alive(process.pid)
+                assert process.stats().exit_code == -signal.SIGKILL
+            finally:
+                if alive(process.pid):
+                    os.kill(process.pid, signal.SIGKILL)
+    stats = process.stats()
+    row = {row.name: row for row in bus.stats().sinks}["export-process"]
+    assert row.emitted == 20_000 == stats.forwarded + stats.dropped + row.dropped + row.abandoned
+    warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"killed, with what it held ({stats.forwarded} events were forwarded to it)" in warnings[0]
