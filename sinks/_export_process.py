@@ -316,12 +316,16 @@ class ExportProcess:
         if self._said:  # killed by the close (``abandon``): that warning said it
             return
         self._said = True
+        # The forwarded count too: this is the one warning (the close adds none), and what the
+        # child held died with it (forwarded=20 beside an empty log was left unexplained).
         logger.warning(
-            "ckpt_events: the export process (pid %d) is gone (%s, exit code %s); events are "
-            "dropped and counted from now on",
+            "ckpt_events: the export process (pid %d) is gone (%s, exit code %s); %d events were "
+            "forwarded to it before, how many it exported is unknown unless it closed in order "
+            "(ExportProcess.stats().received); events are dropped and counted from now on",
             self._process.pid,
             exc.strerror or exc,
             self._process.poll(),
+            self._forwarded,
         )
 
     def _kill_unread(self) -> None:

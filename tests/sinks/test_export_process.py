@@ -207,6 +207,9 @@ async def test_a_killed_child_costs_counted_drops_and_one_warning(
     assert stats.child is None  # it never said what it did
     warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
     assert len(warnings) == 1 and "is gone" in warnings[0]
+    # What it held died with it: the one warning says how much (the docs' promise), not only
+    # that later batches are dropped (forwarded=20 and an empty log, unexplained).
+    assert "20 events were forwarded to it before, how many it exported is unknown" in warnings[0]
 
 
 async def test_a_child_killed_with_no_batch_after_it_is_said_at_close(
