@@ -163,6 +163,15 @@ class ExportProcess:
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": path},
             )
+        except OSError as exc:
+            # An embedded interpreter (uWSGI, mod_wsgi) has no Python at sys.executable (or an
+            # empty one), or the system is out of processes: a bare OSError naming only a path.
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise ConfigurationError(
+                f"the export process could not be started: {sys.executable!r} ({exc.strerror or exc}); "
+                "it runs this process's Python (sys.executable), which an embedded interpreter may "
+                "lack: run without export_process"
+            ) from None
         except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
             raise

@@ -796,6 +796,18 @@ def test_a_child_that_exits_before_it_is_ready_is_one_line(monkeypatch: pytest.M
     assert time.monotonic() - started < 5.0
 
 
+@pytest.mark.parametrize("executable", ["", "/nonexistent/python"])
+def test_an_interpreter_that_cannot_be_run_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, executable: str
+) -> None:
+    """An embedded interpreter (uWSGI, mod_wsgi) whose sys.executable is empty or no Python:
+    Popen's bare PermissionError or FileNotFoundError came out of configure(), naming only a
+    path. It is a ConfigurationError saying what could not be run, and the way out."""
+    monkeypatch.setattr(sys, "executable", executable)
+    with pytest.raises(ConfigurationError, match=r"could not be started: .*run without export_process"):
+        ExportProcess.start({})
+
+
 def test_a_child_that_closes_its_output_and_runs_on_is_not_called_slow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
