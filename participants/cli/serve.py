@@ -229,11 +229,18 @@ def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses:
         )
     elif args.inference_url or args.inference_token_file:
         raise CommandError("--inference-url and --inference-token-file are for serve model only")
-    if args.checkpoint_root.exists() and not args.checkpoint_root.is_dir():
+    blocked = _not_a_folder(args.checkpoint_root)
+    if blocked == args.checkpoint_root:
         # Served anyway, every commit and restore under it would fail, one by one.
         raise CommandError(
             f"--checkpoint-root {args.checkpoint_root}: not a folder; name the folder "
             "checkpoints are written under"
+        )
+    if blocked is not None:
+        # A file above it: the root can never be made, and each commit failed with "File exists".
+        raise CommandError(
+            f"--checkpoint-root {args.checkpoint_root}: {blocked} is a file, not a folder, so it "
+            "cannot be made; name a folder checkpoints can be written under"
         )
     for flag, name in (("--step-seconds", "step_seconds"), ("--step-cpu-ms", "step_cpu_ms")):
         if (value := getattr(args, name)) is not None:
@@ -286,6 +293,18 @@ def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses:
         **options,
         **workers,
     )
+
+
+def _not_a_folder(root: Path) -> Path | None:
+    """``root``, or the parent of it, that exists and is not a folder (the nearest one that
+    exists decides); ``None`` when that is a folder, or cannot be looked at (left to the store)."""
+    for candidate in (root, *root.absolute().parents):
+        try:
+            if candidate.exists():
+                return None if candidate.is_dir() else candidate
+        except OSError:
+            return None
+    return None
 
 
 def _configure_sinks(

@@ -225,7 +225,9 @@ def make_dirs(directory: Path) -> None:
             path.mkdir()
         except FileExistsError:
             if not path.is_dir():
-                raise
+                # Said as what it is, naming the file: "File exists" read as a clash at the target.
+                why = f"{path} is a file, not a folder"
+                raise NotADirectoryError(errno.ENOTDIR, why, str(path)) from None
             continue
         fsync_dir(path.parent)
 

@@ -9,11 +9,17 @@ import msgspec
 import pytest
 
 from ckpt_events.participants import create_app
-from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal, WriteStopped
+from ckpt_events.participants.errors import (
+    CheckpointWriteError,
+    InvalidCheckpointError,
+    ProtocolRefusal,
+    WriteStopped,
+)
 from ckpt_events.participants.server.store import (
     MANIFEST_NAME,
     WriteStop,
     participant_dir,
+    prepare_directory,
     write_checkpoint,
 )
 from ckpt_events.participants.server.store_read import read_checkpoint
@@ -279,3 +285,12 @@ def test_more_records_than_the_manifest_says_is_refused_at_the_first_extra(tmp_p
     manifest["record_count"] = 15_000
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
     assert invalid(tmp_path) == "records file has more than the 15000 records the manifest says"
+
+
+def test_a_checkpoint_dir_under_a_file_says_which_file(tmp_path):
+    """A commit whose checkpoint folder lies under a file fails naming that file (it said
+    "cannot create .../gym/resources/resources-0: File exists")."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(CheckpointWriteError) as info:
+        prepare_directory(tmp_path / "afile" / "ck", kind="resources", instance="resources-0")
+    assert f"{tmp_path / 'afile'} is a file, not a folder; no checkpoint was published" in str(info.value)

@@ -232,3 +232,13 @@ def test_read_chunks_stops_at_the_bound_and_closes(tmp_path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     assert b"".join(read_chunks(fd, path, 20)) == b"y" * 20
     assert _closed(fd)
+
+
+def test_make_dirs_under_a_file_names_the_file(tmp_path: Path) -> None:
+    """A file above the target is NotADirectoryError naming that file: it was "File exists",
+    which read as a clash at the target itself."""
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError) as info:
+        make_dirs(tmp_path / "f" / "g" / "h")
+    assert info.value.strerror == f"{tmp_path / 'f'} is a file, not a folder"
+    assert info.value.filename == str(tmp_path / "f")
