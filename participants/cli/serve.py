@@ -649,11 +649,8 @@ def _run_server(
     if fatal is not None:
         # It stopped itself (its workers' restart budget spent): the cause, in one line, exit 1.
         cause = escape(str(fatal).removesuffix("; stopping the server"))
-        print(
-            f"ckpt-events serve: error: {cause}; stopped: the worker's own error is in the lines "
-            "above: fix it, then start serve again",
-            file=sys.stderr,
-        )
+        # The cause says where to look (the worker's own error, or what killed it).
+        print(f"ckpt-events serve: error: {cause}; stopped: fix it, then start serve again", file=sys.stderr)
         return 1
     return 0 if server.started else 1
 

@@ -106,7 +106,7 @@ class WorkerSupervisor:
         if self.spent is not None:
             return
         self.spent = (
-            f"worker {index} exited {exits} times within {self.window:g} s (last exit status {code}): "
+            f"worker {index} exited {exits} times within {self.window:g} s ({_last_exit(code)}): "
             f"restart budget of {self.max_restarts} spent; stopping the server"
         )
         log.error("%s", self.spent)
@@ -141,6 +141,21 @@ class WorkerSupervisor:
         with anyio.move_on_after(_STOP_SECONDS):
             while any(p.poll() is None for p in self.processes.values()):
                 await anyio.sleep(_STOP_POLL)
+
+
+def _last_exit(code: int) -> str:
+    """How a worker last ended, and where to look: a worker killed by a signal wrote no error of
+    its own, and "last exit status -9" sent the operator to read lines that were not there."""
+    if code >= 0:
+        return f"last exit status {code}: its own error is in the lines above"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return (
+        f"last killed by {name}, not by an error of its own: something outside it kills it "
+        "(the OOM killer? see dmesg)"
+    )
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -516,10 +516,40 @@ async def test_a_worker_that_keeps_dying_spends_its_budget_once_and_stops_the_se
         tg.cancel_scope.cancel()
     assert supervisor.restarts == 3 and supervisor.processes == {}
     assert spent == [
-        "worker 0 exited 4 times within 60 s (last exit status 3): "
-        "restart budget of 3 spent; stopping the server"
+        "worker 0 exited 4 times within 60 s (last exit status 3: its own error is in the lines "
+        "above): restart budget of 3 spent; stopping the server"
     ]
     assert [r.message for r in caplog.records if r.levelno >= logging.ERROR] == spent
+
+
+async def test_a_worker_killed_by_a_signal_spends_its_budget_naming_the_signal() -> None:
+    """A worker that something keeps killing (the OOM killer) left no error of its own: the
+    spent budget names the signal, where it said "last exit status -9" and serve sent the
+    operator to the worker's error "in the lines above", which were not there."""
+    import sys
+
+    from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
+
+    spent: list[str] = []
+    supervisor = WorkerSupervisor(
+        1,
+        lambda index: [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        max_restarts=1,
+        window=60.0,
+        secret_for=lambda index: "s",
+        on_spent=spent.append,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(supervisor.run)
+        with anyio.fail_after(20):
+            while not spent:
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert spent == [
+        "worker 0 exited 2 times within 60 s (last killed by SIGKILL, not by an error of its own: "
+        "something outside it kills it (the OOM killer? see dmesg)): restart budget of 1 spent; "
+        "stopping the server"
+    ]
 
 
 async def test_restarts_spread_over_time_are_never_spent() -> None:
