@@ -157,7 +157,8 @@ class FrameChannel:
                 self._given_up[message_id] = kind
                 if len(self._given_up) > _GIVEN_UP_KEPT:
                     self._given_up.popitem(last=False)
-            reason = self.failure or "ended" if self.closed else f"no reply within {timeout:g} s"
+            # To the hundredth: a deadline's remaining time read "no reply within 4.99668 s".
+            reason = self.failure or "ended" if self.closed else f"no reply within {round(timeout, 2):g} s"
             raise WorkerChannelError(f"{self.name}: {kind}: {reason}")
         if reply.ok:
             try:

@@ -152,6 +152,22 @@ async def test_a_reply_of_the_wrong_type_is_the_peer_s_fault() -> None:
             await near.request(Start(EPISODE, 3))
 
 
+async def test_no_reply_in_time_says_the_wait_to_the_hundredth() -> None:
+    """A commit's or restore's wait is its deadline's remaining time: it read "no reply within
+    4.99668 s" in the 503 a controller gets; said to the hundredth."""
+    release = anyio.Event()
+
+    async def far_handler(message: Message) -> Any:
+        await release.wait()
+        return Advanced(1, False)
+
+    async with _pair(far_handler) as (near, _far):
+        with pytest.raises(WorkerChannelError) as info:
+            await near.request(Advance(EPISODE), timeout=0.0499668)
+        release.set()
+    assert str(info.value) == "near: advance: no reply within 0.05 s"
+
+
 async def test_no_reply_in_time_raises_and_the_late_reply_is_logged_once_as_late(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
