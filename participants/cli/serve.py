@@ -239,7 +239,8 @@ def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses:
     if blocked is not None:
         # A file above it: the root can never be made, and each commit failed with "File exists".
         raise CommandError(
-            f"--checkpoint-root {args.checkpoint_root}: {blocked} is a file, not a folder, so it "
+            f"--checkpoint-root {args.checkpoint_root}: {blocked} is "
+            f"{'a symlink to nothing' if blocked.is_symlink() else 'a file'}, not a folder, so it "
             "cannot be made; name a folder checkpoints can be written under"
         )
     for flag, name in (("--step-seconds", "step_seconds"), ("--step-cpu-ms", "step_cpu_ms")):
@@ -297,10 +298,11 @@ def _build_app(args: argparse.Namespace, token: str, stop: _StopServing, losses:
 
 def _not_a_folder(root: Path) -> Path | None:
     """``root``, or the parent of it, that exists and is not a folder (the nearest one that
-    exists decides); ``None`` when that is a folder, or cannot be looked at (left to the store)."""
+    exists decides; a symlink to nothing counts, since no folder can be made there); ``None``
+    when that is a folder, or cannot be looked at (left to the store)."""
     for candidate in (root, *root.absolute().parents):
         try:
-            if candidate.exists():
+            if candidate.exists() or candidate.is_symlink():
                 return None if candidate.is_dir() else candidate
         except OSError:
             return None

@@ -226,7 +226,8 @@ def make_dirs(directory: Path) -> None:
         except FileExistsError:
             if not path.is_dir():
                 # Said as what it is, naming the file: "File exists" read as a clash at the target.
-                why = f"{path} is a file, not a folder"
+                what = "a symlink to nothing" if path.is_symlink() else "a file"
+                why = f"{path} is {what}, not a folder"
                 raise NotADirectoryError(errno.ENOTDIR, why, str(path)) from None
             continue
         fsync_dir(path.parent)

@@ -248,6 +248,22 @@ def test_a_checkpoint_root_under_a_file_is_refused(
     )
 
 
+def test_a_checkpoint_root_under_a_symlink_to_nothing_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dangling symlink above ``--checkpoint-root`` (a mount point gone) is refused likewise."""
+    token = write_token_file(tmp_path / "token", "secret-token")
+    (tmp_path / "mnt").symlink_to(tmp_path / "gone")
+    root = tmp_path / "mnt" / "ck"
+    argv = ("serve", "agent", "--port", "1", "--token-file", str(token), "--checkpoint-root", str(root))
+    status, err = run_cli(capsys, *argv)
+    assert status == 2
+    assert err == (
+        f"ckpt-events serve: error: --checkpoint-root {root}: {tmp_path / 'mnt'} is a symlink to "
+        "nothing, not a folder, so it cannot be made; name a folder checkpoints can be written under\n"
+    )
+
+
 @pytest.mark.e2e
 def test_a_token_file_that_is_not_a_token_is_refused_unread(tmp_path: Path) -> None:
     """A token file is read up to ``MAX_TOKEN_BYTES``: a 1 MiB file is refused in one line (it

@@ -242,3 +242,11 @@ def test_make_dirs_under_a_file_names_the_file(tmp_path: Path) -> None:
         make_dirs(tmp_path / "f" / "g" / "h")
     assert info.value.strerror == f"{tmp_path / 'f'} is a file, not a folder"
     assert info.value.filename == str(tmp_path / "f")
+
+
+def test_make_dirs_at_a_symlink_to_nothing_says_so(tmp_path: Path) -> None:
+    """A dangling symlink in the way is said as one, not as a file."""
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    with pytest.raises(NotADirectoryError) as info:
+        make_dirs(tmp_path / "link" / "g")
+    assert info.value.strerror == f"{tmp_path / 'link'} is a symlink to nothing, not a folder"
