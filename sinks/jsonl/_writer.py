@@ -90,6 +90,9 @@ class JsonLinesSink:
     SIGKILL right after a checkpoint still leaves that checkpoint's events behind (the
     demo's crash relies on it). ``blocking=True`` moves the writes to a worker thread, for a
     slow or network filesystem; the bus then gathers ``linger`` seconds of events per batch.
+    A path naming a pipe (a FIFO) needs its reader running when the sink opens it (else
+    ``OSError`` ENXIO, at once); on the loop, a batch that finds the pipe full (its reader not
+    reading) fails and is counted, where it froze the server; in a worker thread it waits.
 
     ``redactor`` (default: ``ckpt_events.Redactor()``) applies to user-supplied attributes, as
     the span sinks apply it: a string value under a matching name (``user.token``) is written
@@ -131,6 +134,7 @@ class JsonLinesSink:
         self._path: Path | None
         self._file: IO[bytes]
         self._size = 0
+        self.blocking = blocking  # before _open(): a named pipe is left non-blocking only on the loop
         if isinstance(target, str | os.PathLike):
             if not os.fspath(target):  # abspath("") is the working folder: "Is a directory: <cwd>"
                 raise InvalidValueError(
@@ -154,7 +158,6 @@ class JsonLinesSink:
             raise InvalidTypeError(f"target must be a path or a binary stream, not {shown(target)}")
         self.max_bytes = max_bytes
         self.backups = backups
-        self.blocking = blocking
         self.linger = linger if blocking else 0.0
         encoder = msgspec.json.Encoder()
         self._encode_into = encoder.encode_into
@@ -177,10 +180,27 @@ class JsonLinesSink:
         reads. Another writer appending at the same moment can only make that one blank line.
         """
         assert self._path is not None
+        # O_NONBLOCK: opening a named pipe with no reader waited for one for ever, in the
+        # constructor (a server's start) or mid-run; now it fails at once (ENXIO), said below.
+        try:
+            fd = os.open(self._path, _APPEND | os.O_NONBLOCK, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO and stat.S_ISFIFO(_mode(self._path)):
+                raise OSError(
+                    errno.ENXIO,
+                    "a named pipe with no reader: start the process reading it first, "
+                    "or log to a regular file",
+                    str(self._path),
+                ) from None
+            raise
+        opened = os.fstat(fd)
+        # A pipe written on the event loop stays non-blocking: a reader that stopped reading
+        # froze the whole server in write() once the pipe's 64 KiB were full; now that batch
+        # fails (counted). In a worker thread (blocking=True) the write may wait for a slow reader.
+        os.set_blocking(fd, not stat.S_ISFIFO(opened.st_mode) or self.blocking)
         # Unbuffered: each batch is already one buffer and goes out in one write(), so a
         # process killed with SIGKILL loses at most the batch being written, not a buffer's worth.
-        self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 - closed by aclose()
-        opened = os.fstat(self._file.fileno())
+        self._file = open(fd, "ab", buffering=0)  # noqa: SIM115 - closed by aclose()
         self._identity = (opened.st_dev, opened.st_ino)
         # Not tell(): a named pipe or /dev/stdout piped (a container's log) cannot seek, and the
         # sink failed to open ("Illegal seek") though it writes to one as to a stream.
@@ -360,7 +380,9 @@ class JsonLinesSink:
                     while written < len(view):
                         with view[written:] as rest:  # released even if a traceback keeps it
                             count = self._file.write(rest)
-                        if not count:  # None (would block) or 0: no progress, do not spin
+                        if count is None:  # a non-blocking pipe, full
+                            raise _pipe_full()
+                        if not count:  # 0: no progress, do not spin
                             raise OSError(errno.EIO, "write made no progress")
                         written += count
                     if self._path is None:
@@ -400,10 +422,12 @@ class JsonLinesSink:
 
     def _end_torn_line(self) -> None:
         # A newline after a torn line, so the next line starts clean (the reader skips one line).
-        if self._file.write(b"\n"):
-            self._torn = False
-            self._size += 1
-            self._bytes += 1
+        # Not written (a full pipe): raised, so the batch is not appended to the torn line.
+        if not self._file.write(b"\n"):
+            raise _pipe_full()
+        self._torn = False
+        self._size += 1
+        self._bytes += 1
 
     def _rotate(self) -> None:
         assert self._path is not None
@@ -457,6 +481,26 @@ class JsonLinesSink:
             too_long=self._too_long,
             reopened=self._reopened,
         )
+
+
+#: How a path is opened, as ``open(path, "ab")`` opens it.
+_APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+
+
+def _mode(path: Path) -> int:
+    """``path``'s ``st_mode``, 0 if it cannot be read."""
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _pipe_full() -> BlockingIOError:
+    return BlockingIOError(
+        errno.EAGAIN,
+        "the pipe is full: its reader is not reading (the batch is dropped, counted in "
+        "stats().failed); keep the reader up, or log to a regular file",
+    )
 
 
 def _lines_fit(data: bytes | bytearray, limit: int) -> bool:
