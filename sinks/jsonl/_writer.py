@@ -60,7 +60,9 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     ``CUT_TO`` characters cut (``shortened``) or, if that is still too long, not at all
     (``too_long``); the first of them is logged. ``reopened`` counts the times the path no
     longer named the file open (renamed or deleted under the sink, as logrotate's ``create``
-    mode does) and was opened again, so the lines go on at the path.
+    mode does) and was opened again, so the lines go on at the path. ``rotation_errors`` counts
+    rotations refused (the log's folder read-only, the log a bind-mounted file): the lines go on
+    in the file open, past ``max_bytes``, and ``last_error`` says why.
     """
 
     events: int
@@ -74,6 +76,7 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     shortened: int = 0
     too_long: int = 0
     reopened: int = 0
+    rotation_errors: int = 0
 
 
 class JsonLinesSink:
@@ -127,6 +130,8 @@ class JsonLinesSink:
         self._shortened = 0
         self._too_long = 0
         self._reopened = 0
+        self._rotation_errors = 0
+        self._rotation_held = False  # a rotation failed in this batch: not tried again before the next
         self._identity = (0, 0)  # (st_dev, st_ino) of the file open
         self._torn = False  # the file ends in a torn line that still needs its newline
         self._last_error: str | None = None
@@ -334,6 +339,7 @@ class JsonLinesSink:
             )
 
     def _handle_rotating(self, batch: Iterable[Any], max_bytes: int) -> None:
+        self._rotation_held = False
         buffer = self._buffer
         encode_into = self._encode_into
         lines = 0
@@ -348,7 +354,7 @@ class JsonLinesSink:
                 if len(buffer) == before:
                     continue
             buffer.append(_NEWLINE)
-            if self._size + len(buffer) > max_bytes and self._size + before > 0:
+            if self._size + len(buffer) > max_bytes and self._size + before > 0 and not self._rotation_held:
                 # The new line would overflow this file: finish the file without it.
                 if before:
                     self._write(memoryview(buffer)[:before], lines)
@@ -430,17 +436,38 @@ class JsonLinesSink:
         self._bytes += 1
 
     def _rotate(self) -> None:
+        """Rename the file away and open a new one at the path; if the renaming is refused, go
+        on in the file open, past ``max_bytes`` (counted in ``rotation_errors``, the first logged).
+
+        A folder made read-only under the sink, or a log bind-mounted as a single file (EBUSY),
+        refused the rename after the file was closed: every batch from then on failed and was
+        lost (and counted as ``reopened``), though the file still took lines.
+        """
         assert self._path is not None
-        self._file.close()
         path = self._path
-        if self.backups == 0:
-            path.unlink(missing_ok=True)
-        else:
-            for n in range(self.backups - 1, 0, -1):
-                older = path.with_name(f"{path.name}.{n}")
-                if older.exists():
-                    older.replace(path.with_name(f"{path.name}.{n + 1}"))
-            path.replace(path.with_name(f"{path.name}.1"))
+        try:
+            if self.backups == 0:
+                path.unlink(missing_ok=True)
+            else:
+                for n in range(self.backups - 1, 0, -1):
+                    older = path.with_name(f"{path.name}.{n}")
+                    if older.exists():
+                        older.replace(path.with_name(f"{path.name}.{n + 1}"))
+                path.replace(path.with_name(f"{path.name}.1"))
+        except OSError as exc:
+            self._rotation_held = True  # tried again next batch, not once per line
+            self._rotation_errors += 1
+            self._last_error = str(exc)
+            if self._rotation_errors == 1:
+                logger.warning(
+                    "%s: cannot rotate (%s); writing on past max_bytes=%s; rotation is tried again "
+                    "each batch, failures counted in stats().rotation_errors and not logged again",
+                    path,
+                    exc,
+                    f"{self.max_bytes:,}",
+                )
+            return
+        self._file.close()
         # Usually a new file; another writer may have made it since, and it may end torn.
         self._open()
         self._rotations += 1
@@ -480,6 +507,7 @@ class JsonLinesSink:
             shortened=self._shortened,
             too_long=self._too_long,
             reopened=self._reopened,
+            rotation_errors=self._rotation_errors,
         )
 
 

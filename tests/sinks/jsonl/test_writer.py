@@ -110,6 +110,42 @@ async def test_rotation_drops_beyond_backups(tmp_path: Path) -> None:
         assert kept == [path.name] + [f"{path.name}.{n}" for n in range(1, backups + 1)]
 
 
+async def test_a_rotation_refused_goes_on_in_the_file_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a rename refused (here ``e.jsonl.1`` is a folder; a read-only folder or a log
+    bind-mounted as one file do the same) left the file closed, and every batch from then on
+    failed, lost, though the file still took lines. Now the lines go on past ``max_bytes``, the
+    refusal counted and logged once, and rotation resumes once it can."""
+    path = tmp_path / "e.jsonl"
+    blocker = tmp_path / "e.jsonl.1"
+    blocker.mkdir()
+    (blocker / "keep").write_bytes(b"")
+    sink = JsonLinesSink(path, max_bytes=1000, backups=1)
+    async with Bus(batch_size=7) as bus:
+        bus.subscribe(sink, name="log")
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(10):
+            for _ in range(10):
+                tel.refused("admission_closed", checkpoint_id="c1")
+            await bus.flush()
+        blocked = sink.stats()
+        (blocker / "keep").unlink()
+        blocker.rmdir()
+        tel.refused("admission_closed", checkpoint_id="c1")
+        await bus.flush()
+    log = bus.stats().sink("log")
+    assert log.delivered == 101 and log.failed == 0
+    assert blocked.events == 100 and blocked.failed == 0 and blocked.rotations == 0
+    assert blocked.rotation_errors >= 1 and blocked.reopened == 0
+    assert "e.jsonl.1" in (blocked.last_error or "")
+    assert sink.stats().rotations == 1
+    lines = [e for file in (path, blocker) for _, e in read_events(file)]
+    assert len(lines) == 101 and not any(isinstance(e, CorruptLine) for e in lines)
+    said = [r for r in caplog.records if "cannot rotate" in r.getMessage()]
+    assert len(said) == 1 and "max_bytes=1,000" in said[0].getMessage()
+
+
 def test_bad_arguments() -> None:
     """Bad sizes, rotation of a stream, and non-targets raise InvalidArgumentError."""
     with pytest.raises(InvalidArgumentError):
