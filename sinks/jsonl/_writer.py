@@ -171,6 +171,7 @@ class JsonLinesSink:
         # handle() may run in a worker thread; flush()/aclose() come from the loop thread.
         self._lock = threading.Lock()
         self._closed = False
+        self._closing = False  # close() was called: set before it waits for the lock
 
     @property
     def path(self) -> Path | None:
@@ -228,42 +229,50 @@ class JsonLinesSink:
         with self._lock:
             if self._closed:
                 return
-            batch = redacted(batch, self.redactor)
-            events_before = self._events
             try:
-                if self._path is not None:
-                    self._follow_path(self._path)
-                if self._torn:
-                    self._end_torn_line()
-                if self.max_bytes is None:
-                    try:
-                        # The whole batch in one call into msgspec: per event, a Python loop
-                        # around encode_into cost about as much again as the encoding itself.
-                        lines: bytes | bytearray = self._encode_lines(with_hex_ids_all(batch))
-                        count = len(batch)
-                        if len(lines) > MAX_LINE and not _lines_fit(lines, MAX_LINE):
-                            lines, count = self._encode_each(batch)  # one too long: event by event
-                    except UnicodeEncodeError:  # a lone surrogate somewhere: event by event
-                        lines, count = self._encode_each(batch)
-                    self._write(lines, count)
-                else:
-                    self._handle_rotating(batch, self.max_bytes)
-            except OSError as exc:
-                self._buffer.clear()
-                self._failed += len(batch) - (self._events - events_before)
-                self._write_errors += 1
-                self._last_error = str(exc)
-                self._failing = True
-                raise
-            if self._failing:
-                logger.warning(
-                    "%s: writing again after %d write errors (%d events lost, last: %s)",
-                    self._path or self._file,
-                    self._write_errors,
-                    self._failed,
-                    self._last_error,
-                )
-                self._failing = False
+                self._handle(batch)
+            finally:
+                if self._closing:  # close() came meanwhile and may have stopped waiting for us
+                    self._close_file()
+
+    def _handle(self, batch: list[Any]) -> None:
+        """``handle()``'s work, with the lock held."""
+        batch = redacted(batch, self.redactor)
+        events_before = self._events
+        try:
+            if self._path is not None:
+                self._follow_path(self._path)
+            if self._torn:
+                self._end_torn_line()
+            if self.max_bytes is None:
+                try:
+                    # The whole batch in one call into msgspec: per event, a Python loop
+                    # around encode_into cost about as much again as the encoding itself.
+                    lines: bytes | bytearray = self._encode_lines(with_hex_ids_all(batch))
+                    count = len(batch)
+                    if len(lines) > MAX_LINE and not _lines_fit(lines, MAX_LINE):
+                        lines, count = self._encode_each(batch)  # one too long: event by event
+                except UnicodeEncodeError:  # a lone surrogate somewhere: event by event
+                    lines, count = self._encode_each(batch)
+                self._write(lines, count)
+            else:
+                self._handle_rotating(batch, self.max_bytes)
+        except OSError as exc:
+            self._buffer.clear()
+            self._failed += len(batch) - (self._events - events_before)
+            self._write_errors += 1
+            self._last_error = str(exc)
+            self._failing = True
+            raise
+        if self._failing:
+            logger.warning(
+                "%s: writing again after %d write errors (%d events lost, last: %s)",
+                self._path or self._file,
+                self._write_errors,
+                self._failed,
+                self._last_error,
+            )
+            self._failing = False
 
     def _follow_path(self, path: Path) -> None:
         """Open ``path`` again if it no longer names the file open (logrotate's ``create`` mode
@@ -479,15 +488,39 @@ class JsonLinesSink:
                 self._file.flush()
 
     def close(self) -> None:
-        """Flush, and close the file if this sink opened it. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._path is not None:
-                self._file.close()
-            else:
-                self._file.flush()
+        """Flush, and close the file if this sink opened it. Idempotent.
+
+        Waits at most ``CLOSE_WAIT`` seconds for a write in progress. A write stuck in a worker
+        thread (``blocking=True``: a pipe nobody reads, a hung network filesystem) held this
+        call, and the event loop calling it (the bus closing its sinks when its owner is
+        cancelled), for ever; now the file is closed by that write when it returns, and such a
+        close is logged once.
+        """
+        first = not self._closing
+        self._closing = True  # seen by a write that ends meanwhile: it closes the file itself
+        if not self._lock.acquire(timeout=CLOSE_WAIT):
+            if first:
+                logger.warning(
+                    "%s: closed while a write was stuck for %.1f s (a pipe nobody reads, a hung "
+                    "file system?); the file is closed when that write returns",
+                    self._path or self._file,
+                    CLOSE_WAIT,
+                )
+            return
+        try:
+            self._close_file()
+        finally:
+            self._lock.release()
+
+    def _close_file(self) -> None:
+        """``close()``'s work, with the lock held."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._path is not None:
+            self._file.close()
+        else:
+            self._file.flush()
 
     async def aclose(self) -> None:
         """Flush and close (the bus awaits this after the sink's last batch)."""
@@ -510,6 +543,9 @@ class JsonLinesSink:
             rotation_errors=self._rotation_errors,
         )
 
+
+#: How long ``close()`` waits for a write in progress (one takes microseconds to milliseconds).
+CLOSE_WAIT: Final = 0.5
 
 #: How a path is opened, as ``open(path, "ab")`` opens it.
 _APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC

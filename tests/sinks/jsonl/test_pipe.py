@@ -4,6 +4,7 @@ neither waits for it at start nor freezes mid-run; the lost batches are counted.
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import os
 import threading
@@ -33,6 +34,21 @@ def _drain(reader: int) -> bytes:
             break
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _open_here(path: Path) -> bool:
+    """Whether this process has ``path`` open for writing (Linux's ``/proc/self/fd``)."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path) and _writable(int(fd)):
+                return True
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+    return False
+
+
+def _writable(fd: int) -> bool:
+    return (fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE) != os.O_RDONLY
 
 
 def test_a_pipe_with_no_reader_fails_at_once_saying_so(tmp_path: Path) -> None:
@@ -137,3 +153,54 @@ def test_a_pipe_read_as_it_is_written_loses_nothing(tmp_path: Path, blocking: bo
     finally:
         os.close(reader)
     assert len([event for _, event in read_events(io.BytesIO(bytes(data)))]) == 200
+
+
+def test_closing_while_a_write_is_stuck_returns_and_the_write_closes_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: with ``blocking=True`` and the worker thread stuck writing to a full pipe, the bus
+    closing its sinks as its owner was cancelled (a Ctrl-C, a shutdown deadline) called the
+    sink's ``close()`` on the event loop, which waited for the stuck write's lock for ever: the
+    server never stopped. Now ``close()`` gives up after ``CLOSE_WAIT``, says so once, and the
+    write closes the file when it returns."""
+    path = tmp_path / "events.fifo"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a reader that does not read, yet
+    results: dict[str, Any] = {}
+
+    async def serve() -> None:
+        sink = JsonLinesSink(path, blocking=True)
+        results["sink"] = sink
+        with anyio.move_on_after(1):  # the owner's deadline, reached with the write stuck
+            async with Bus(close_timeout=1) as bus:
+                bus.subscribe(sink, name="log")
+                tel = Telemetry(bus, kind="agent", instance="a0")
+                for n in range(1000):  # about 140 KiB: the 64 KiB pipe fills
+                    tel.refused("admission_closed", checkpoint_id=f"checkpoint-{n}")
+                    if n % 100 == 0:
+                        await bus.flush(timeout=0.1)
+                await anyio.sleep(DEADLINE)
+        started = time.monotonic()
+        sink.close()  # again, by its owner: returns as well
+        results["second_close"] = time.monotonic() - started
+
+    thread = threading.Thread(target=anyio.run, args=(serve,), daemon=True)
+    thread.start()
+    thread.join(DEADLINE)
+    hung = thread.is_alive()
+    for _ in range(1000):  # read the pipe: the stuck write returns (bounded)
+        _drain(reader)
+        if not thread.is_alive():
+            break
+        thread.join(0.01)
+    for _ in range(1000):  # the write goes on once read; it closes the file when done
+        _drain(reader)
+        if not _open_here(path):
+            break
+        time.sleep(0.01)
+    os.close(reader)
+    assert not hung, "the event loop waited for ever in the sink's close()"
+    assert results["second_close"] < DEADLINE / 2
+    assert not _open_here(path)
+    said = [r for r in caplog.records if "closed while a write was stuck" in r.getMessage()]
+    assert len(said) == 1
