@@ -48,8 +48,9 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
 
     ``events`` and ``bytes`` count only what reached the file. ``failed`` counts the events
     of batches whose write failed (a full disk: their bytes are truncated away, and the bus
-    counts the batch as failed too); ``torn_lines`` the torn lines ended with a newline so the
-    next line starts clean (a reader reports each as a corrupt line): one a failed write left
+    counts the batch as failed too) or that came after ``close()``; ``torn_lines`` the torn
+    lines ended with a newline so the next line starts clean (a reader reports each as a corrupt
+    line): one a failed write left
     that could not be truncated away, or one found at the end of the file when the sink opened
     it (a process killed mid-write before this one appended).
     ``last_error`` is the latest write error (kept after writing resumes; ``None`` if none).
@@ -224,11 +225,20 @@ class JsonLinesSink:
         buffer is cleared (memory stays bounded by one batch), what a short write left in the
         file is truncated away, the events are counted in ``stats().failed`` and the error is
         raised for the bus to count and log. The next batch tries again, so writing resumes
-        when space returns.
+        when space returns. A batch handed after ``close()`` raises ``InvalidValueError``
+        (counted in ``stats().failed``), for the bus to count, not to be counted delivered.
         """
         with self._lock:
             if self._closed:
-                return
+                if not batch:
+                    return
+                # Was: returned, and the bus counted the batch delivered, written nowhere (the
+                # sink closed by its owner while still subscribed).
+                self._failed += len(batch)
+                raise InvalidValueError(
+                    f"{len(batch)} events handed to a closed JsonLinesSink ({self._path or self._file}) "
+                    "are lost: unsubscribe it before closing it, or let the bus close it"
+                )
             try:
                 self._handle(batch)
             finally:

@@ -344,3 +344,31 @@ def test_an_empty_path_is_refused_naming_what_to_give(empty: str | Path) -> None
     else:
         with pytest.raises(IsADirectoryError):
             JsonLinesSink(empty)
+
+
+async def test_events_handed_after_close_are_counted_failed_not_delivered(
+    tmp_path: Path,
+) -> None:
+    """Was: a sink closed by its owner while still subscribed took every later batch without a
+    word, and the bus counted it delivered, written nowhere. Now each such batch fails, counted by
+    the sink and the bus, the error saying what to do; an empty one is still ignored."""
+    path = tmp_path / "events.jsonl"
+    sink = JsonLinesSink(path)
+    async with Bus() as bus:
+        bus.subscribe(sink, name="log")
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(10):
+            tel.refused("admission_closed")
+        await bus.flush()
+        sink.close()
+        for _ in range(10):
+            tel.refused("admission_closed")
+        await bus.flush()
+    log = bus.stats().sink("log")
+    assert (log.delivered, log.failed) == (10, 10)
+    assert "closed JsonLinesSink" in (log.error or "") and "unsubscribe it before closing" in (
+        log.error or ""
+    )
+    assert sink.stats().failed == 10 and sink.stats().events == 10
+    assert len(list(read_events(path))) == 10
+    sink.handle([])  # nothing lost: ignored
