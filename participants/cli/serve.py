@@ -18,6 +18,7 @@ import itertools
 import math
 import os
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -521,6 +522,11 @@ def _claim_log(path: str, before: str, after: str) -> int | None:
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError:
         return None  # a folder, a missing folder: refused in one line by the sinks' check
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        # A named pipe: held open here, this server was its reader, so the sink's open found
+        # one, and its lines went into a pipe nobody read (the server froze once it was full).
+        os.close(fd)
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

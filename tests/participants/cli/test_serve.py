@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from pathlib import Path
 
@@ -382,3 +383,29 @@ def test_a_worker_log_that_cannot_be_opened_is_one_line_before_anything_starts(t
         "($CKPT_EVENTS_JSONL + .w1) cannot be opened for appending (Is a directory): make it a "
         "file this user can write, or point $CKPT_EVENTS_JSONL elsewhere"
     ]
+
+
+@pytest.mark.e2e
+def test_a_log_that_is_a_pipe_with_no_reader_is_one_line_at_start(tmp_path: Path) -> None:
+    """``CKPT_EVENTS_JSONL`` naming a FIFO nobody reads: the server held the FIFO open itself (to
+    lock the log), so the sink's open found that reader and the server served, its lines going
+    into a pipe nobody read (and froze once its 64 KiB were full). Now: one line saying so, exit 2."""
+    token_file = write_token_file(tmp_path / "token", "served-token")
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)
+    process = ServerProcess(
+        "resources",
+        instance="fifo",
+        token_file=token_file,
+        log_dir=tmp_path,
+        env={"CKPT_EVENTS_JSONL": str(fifo)},
+    )
+    try:
+        assert process.wait(20) == 2
+    finally:
+        process.terminate()
+    (line,) = process.stderr_path.read_text().splitlines()
+    assert line.startswith(
+        f"ckpt-events serve: error: bad setting: CKPT_EVENTS_JSONL: cannot open {str(fifo)!r}"
+    )
+    assert "a named pipe with no reader: start the process reading it first" in line
