@@ -34,6 +34,7 @@ from tests.readme_pages import (
     links,
     name_of,
     run_python,
+    slug,
 )
 
 PYTHON = all_blocks("python")
@@ -463,3 +464,40 @@ def test_the_rotel_command_starts_a_collector_as_pasted(tmp_path: Path) -> None:
     finally:
         agent.terminate()
         agent.wait(10)
+
+
+#: A decimal figure as the pages print it (``1.886``, ``3,057.0``), not a version or a path.
+_DECIMAL = re.compile(r"(?<![\w.])\d[\d,]*\.\d+(?![\d.])")
+
+
+def _benchmark_tables() -> dict[str, set[str]]:
+    """Each section of docs/benchmarks.md, by anchor: every decimal figure its tables print."""
+    sections: dict[str, set[str]] = {}
+    figures: set[str] = set()
+    for line in (DOCS / "benchmarks.md").read_text().splitlines():
+        if line.startswith("## "):
+            figures = sections.setdefault(slug(line[3:]), set())
+        elif line.startswith("|"):
+            figures.update(_DECIMAL.findall(line))
+    return sections
+
+
+def test_figures_quoted_from_a_benchmark_table_are_what_it_printed() -> None:
+    """A paragraph of another page that links to a section of docs/benchmarks.md quotes only
+    decimal figures that section's tables printed (the workers page gave 1.89x, 0.76x and 0.83x
+    for the 1.886, 0.761 and 0.827 its table printed)."""
+    tables = _benchmark_tables()
+    checked = 0
+    for page in PAGES:
+        if page.name == "benchmarks.md":
+            continue
+        text = re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.S | re.M)
+        for paragraph in re.split(r"\n\s*\n|\n- ", text):  # paragraphs and list items
+            targets = re.findall(r"\]\(benchmarks\.md#([\w-]+)\)", paragraph)
+            if not targets:
+                continue
+            printed = set().union(*(tables[anchor] for anchor in targets))
+            for figure in _DECIMAL.findall(paragraph):
+                assert figure in printed, f"{name_of(page)}: {figure} is in no table of {targets}"
+                checked += 1
+    assert checked
