@@ -164,7 +164,14 @@ def worker_count(text: str) -> int:
 def _read_token(path: Path | None, env_name: str, what: str) -> str:
     token = _token_text(path, env_name, what)
     if not (token.isascii() and token.isprintable()):
-        raise CommandError(f"the {what} must be printable ASCII (it goes into an HTTP header)")
+        # Said where it came from: a file of two lines read "must be printable ASCII" alone.
+        where = f"in {shown(str(path))}" if path is not None else f"in ${env_name}"
+        why = (
+            f"it holds a line break: a {what} file holds the {what} alone, on one line"
+            if "\n" in token or "\r" in token
+            else "it goes into an HTTP header"
+        )
+        raise CommandError(f"the {what} {where} must be printable ASCII ({why})")
     return token
 
 

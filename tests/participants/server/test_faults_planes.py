@@ -193,3 +193,19 @@ def test_running_out_of_descriptors_is_logged_once(caplog: pytest.LogCaptureFixt
     finally:
         for name in ACCEPT_LOGGERS:
             logging.getLogger(name).removeFilter(once)
+
+
+def test_a_token_file_of_two_lines_is_refused_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A token file holding two lines read "must be printable ASCII" alone: which file, and why
+    (a line break), were left to guess."""
+    token = tmp_path / "token"
+    token.write_text("first-token\nsecond-token\n")
+    try:
+        code = main(["serve", "resources", "--port", "0", "--token-file", str(token)])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert str(token) in err and "line break" in err and "one line" in err, err
