@@ -7,9 +7,9 @@ the default rule; a test checks that under every mode.
 
 An error message (an exception's text: ``str(exc)``) is free text, and may hold a credential:
 ``redact_message`` replaces the value of a ``name=value`` or ``name: value`` pair whose name
-matches (as an attribute's would, or by one of its words: ``access_token`` by ``token``), the
-credentials after ``Bearer``/``Basic``/``Digest``/``Token``, and a URL's user and password
-(``https://[REDACTED]@host``); the rest of the message is kept, for the diagnosis. OpenTelemetry's
+matches (as an attribute's would, or by one of its words: ``access_token`` or ``accessToken`` by
+``token``), the credentials after ``Bearer``/``Basic``/``Digest``/``Token``, and a URL's user and
+password (``https://[REDACTED]@host``); the rest of the message is kept, for the diagnosis. OpenTelemetry's
 SDK records ``exception.message`` verbatim; Sentry's SDK scrubs by key names only (headers,
 variables), and its server by value patterns as well: here both, on by default, and
 ``Redactor(messages=False)`` keeps messages verbatim.
@@ -31,22 +31,27 @@ DEFAULT_REDACT_KEYS: Final = frozenset(
 )
 MatchMode = Literal["exact", "last_segment", "substring"]
 _MODES: Final = ("exact", "last_segment", "substring")
-#: A URL's ``user:password@`` (or ``token@``): everything between ``//`` and ``@`` in one host part.
-_USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]+@")
+#: A URL's ``user:password@`` (or ``token@``): everything between ``//`` and the last ``@`` before
+#: the path, as URL parsers split it: a password may hold an unencoded ``@`` (``:p@ss@host``).
+_USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]+@")
 #: A value after an HTTP auth scheme: ``Authorization: Bearer eyJ...``, ``Basic dXNlcjpw...``.
 _SCHEMES: Final = ("bearer", "basic", "digest", "token")
 _AUTH: Final = re.compile(
     r"\b(?P<scheme>Bearer|Basic|Digest|Token)(?P<gap>\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE
 )
-#: ``name=value``, ``name: value``, ``"name": "value"``: the value is quoted, or runs to a space or
-#: a delimiter of query strings, lists and JSON (``&``, ``,``, ``;``, quotes, brackets). The value
+#: ``name=value``, ``name: value``, ``"name": "value"``: the value is quoted (to its closing quote,
+#: past an escaped one as JSON writes it, or to the end of a message cut short), or runs to a space
+#: or a delimiter of query strings, lists and JSON (``&``, ``,``, ``;``, quotes, brackets). The value
 #: is looked ahead at, not consumed: in ``failed: password=x`` the search goes on at ``password``.
 _PAIR: Final = re.compile(
     r"""(?P<name>[A-Za-z_][\w.-]*)["']?\s*[=:]\s*"""
-    r"""(?=(?P<value>"[^"]*"|'[^']*'|[^\s&,;"'<>()\[\]{}]+))"""
+    r"""(?=(?P<value>"(?:[^"\\]|\\.)*(?:"|\Z)|'(?:[^'\\]|\\.)*(?:'|\Z)|[^\s&,;"'<>()\[\]{}]+))""",
+    re.DOTALL,
 )
 #: Words of a name in a message, each matched as a key: ``api_token``, ``db-password``, ``x.secret``.
 _WORDS: Final = re.compile(r"[._-]+")
+#: Where a camelCase name's words meet (``accessToken``, ``APIKey``), as JSON bodies spell names.
+_CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Distinct messages whose redaction is remembered: a failing dependency repeats one message.
 _MESSAGE_CACHE: Final = 1024
 
@@ -142,12 +147,14 @@ class Redactor:
 
     def _names_a_secret(self, name: str) -> bool:
         """Whether a name in a message matches: as an attribute's name would, or, unless
-        ``mode="exact"``, by one of its words (``access_token``, ``db-password``). Not cached in
+        ``mode="exact"``, by one of its words (``access_token``, ``db-password``, ``apiKey``). Not cached in
         ``matches``'s cache: a message's words would crowd out the attributes' names."""
         lowered = name.lower()
         if self._match(lowered):
             return True
-        return self.mode != "exact" and any(word in self.keys for word in _WORDS.split(lowered))
+        if self.mode == "exact":
+            return False
+        return any(word in self.keys for word in _WORDS.split(_CAMEL.sub("_", name).lower()))
 
     def apply(self, attributes: Mapping[str, object]) -> dict[str, object]:
         """A copy of ``attributes`` with matching string values replaced by ``[REDACTED]``."""

@@ -102,6 +102,18 @@ def test_keys_that_are_not_names_are_refused(keys: object, error: type[Exception
         ("Authorization: Bearer eyJhbGciOi.J9.sig expired", "Authorization: Bearer [REDACTED] expired"),
         ("sent Basic dXNlcjpwYXNz", "sent Basic [REDACTED]"),
         ("SECRET: xyz", "SECRET: [REDACTED]"),
+        # a password with an unencoded "@": the host starts after the last one, as URL parsers read it
+        ("dial redis://:p@ss@cache:6379/0 failed", "dial redis://[REDACTED]@cache:6379/0 failed"),
+        # an escaped quote inside a JSON string does not end the value
+        ('body {"password": "a\\"b c", "user": "bob"}', 'body {"password": "[REDACTED]", "user": "bob"}'),
+        # camelCase names have words too, as JSON bodies spell them
+        (
+            '{"accessToken": "abc", "clientSecret": "def"}',
+            '{"accessToken": "[REDACTED]", "clientSecret": "[REDACTED]"}',
+        ),
+        ("apiKey=abc userName=bob", "apiKey=[REDACTED] userName=bob"),
+        # a quoted value cut short (a message cut at its bound) is redacted to the end
+        ('retry {"token": "abc', 'retry {"token": "[REDACTED]"'),
         # nothing that names a secret: kept whole, for the diagnosis
         ("timeout at 12:30 after http://host:8080/path", "timeout at 12:30 after http://host:8080/path"),
         ("checkpoint_id=c1 outcome=error: disk full", "checkpoint_id=c1 outcome=error: disk full"),
