@@ -7,6 +7,7 @@ extra attributes: ``set_attribute`` until the span ends, when ``_seal`` freezes 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
 
 from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error, shown
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 _MAX_MESSAGE: Final = 1024
+#: A URL's authority that the cut at ``_MAX_MESSAGE`` left without its end: the ``@`` by which the
+#: redaction rule knows a user and password may lie past the cut, so what the cut left is dropped.
+_CUT_AUTHORITY: Final = re.compile(r"://[^/?#\s]*\Z")
 _OK: Final = Outcome.OK
 
 
@@ -100,7 +104,12 @@ def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
         message = f"<{name}: str() of it raised>"
     if message.__class__ is not str:  # a str subclass whose methods may be anything: a plain copy
         message = str.__str__(message)
-    return Outcome.ERROR, name, message[:_MAX_MESSAGE]
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE]
+        cut = _CUT_AUTHORITY.search(message)
+        if cut is not None:
+            message = message[: cut.start() + 3]
+    return Outcome.ERROR, name, message
 
 
 class _SpanBase:

@@ -14,6 +14,7 @@ from ckpt_events import (
     InvalidTypeError,
     OperationFinished,
     OperationStarted,
+    Redactor,
     StageFinished,
     Telemetry,
 )
@@ -99,6 +100,18 @@ async def test_an_error_records_its_qualified_type_and_a_bounded_message() -> No
     assert (stage.outcome, stage.error_type, stage.error_message) == (Outcome.ERROR, "ValueError", "short")
     assert coordinate.error_type == f"{__name__}._DiskGone"
     assert coordinate.error_message == "x" * 1024
+
+
+async def test_a_cut_message_does_not_keep_half_a_urls_password() -> None:
+    """The cut at 1,024 may fall between a URL's password and its ``@``, the mark by which the
+    redaction rule knows a password: the cut-off authority is left out, so no sink shows it."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="model", instance="m0")
+        with pytest.raises(RuntimeError), tel.operation("commit"):
+            raise RuntimeError("x" * 1000 + " https://svc:hunter2hunter2@db.internal/x")
+    [finished] = [e for e in events if isinstance(e, OperationFinished)]
+    assert finished.error_message == "x" * 1000 + " https://"
+    assert "hunter" not in Redactor().redact_message(finished.error_message)
 
 
 @pytest.mark.parametrize(("name", "value"), [("user.a", [1]), ("user.a", None), (3, "v")])
