@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
@@ -20,9 +21,10 @@ from ckpt_events import ConfigurationError
 from ckpt_events._errors import shown
 from ckpt_events.sinks._scrape_server import host_problem, listen_host
 from ckpt_events.sinks._span_attrs import DEFAULT_ATTRIBUTE_COUNT_LIMIT, AttributeLimits
-from ckpt_events.sinks.otlp._endpoint import endpoint_problem
+from ckpt_events.sinks.otlp._endpoint import endpoint_problem, safe_url
 from ckpt_events.sinks.otlp._headers import HEADER_RULES, header_problem
 from ckpt_events.sinks.otlp._tls import client_context
+from ckpt_events.vocab import REDACTED
 
 __all__ = [
     "DEFAULT_METRIC_EXPORT_TIMEOUT_MS",
@@ -225,19 +227,39 @@ def _attribute_limits(env: Mapping[str, str]) -> AttributeLimits:
     return AttributeLimits(length, DEFAULT_ATTRIBUTE_COUNT_LIMIT if count is None else count)
 
 
-def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
-    """``key=value`` pairs separated by commas, percent-decoded (headers, resource attributes)."""
+#: An entry of a headers variable as an error shows it: its name, then what follows it.
+_ENTRY: Final = re.compile(r"\s*([^=:\s]*)(.?)", re.DOTALL)
+
+
+def _masked(text: str) -> str:
+    """A headers variable's ``text`` for an error message: each entry's name and the mark after
+    it (``=``, or the ``:`` or space written in its place), its value (a credential, often:
+    ``Authorization=Bearer ...``) ``[REDACTED]``; the error is printed and logged."""
+    masked = []
+    for item in text.split(","):
+        found = _ENTRY.match(item)
+        key, mark = found.groups() if found else ("", "")
+        masked.append(f"{key}{mark}{REDACTED}" if mark else key)
+    return ",".join(masked)
+
+
+def _pairs(env: Mapping[str, str], name: str, *, secret: bool = False) -> dict[str, str]:
+    """``key=value`` pairs separated by commas, percent-decoded (headers, resource attributes);
+    ``secret``: an error shows the names, not the values (``_masked``)."""
     raw = _get(env, name)
     parsed: dict[str, str] = {}
     if raw is None:
         return parsed
+    said = _masked if secret else str
     for item in raw.split(","):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise _bad(
-                name, raw, f"use key=value pairs separated by commas (bad entry {shown(item.strip())})"
+                name,
+                said(raw),
+                f"use key=value pairs separated by commas (bad entry {shown(said(item.strip()))})",
             )
         try:
             # Strict: %FF (not UTF-8) was decoded to U+FFFD, a resource attribute set to a value
@@ -247,8 +269,8 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
         except UnicodeDecodeError:
             raise _bad(
                 name,
-                raw,
-                f"entry {shown(item.strip())} percent-decodes to bytes that are not UTF-8 "
+                said(raw),
+                f"entry {shown(said(item.strip()))} percent-decodes to bytes that are not UTF-8 "
                 "(percent-encode the UTF-8 bytes of the text; %25 for a literal '%')",
             ) from None
     return parsed
@@ -259,7 +281,7 @@ def _headers(env: Mapping[str, str], name: str) -> dict[str, str]:
     first export, where ``http.client`` refusing it on the export thread lost the batch)."""
     headers: dict[str, str] = {}
     by_lower: dict[str, str] = {}
-    for key, value in _pairs(env, name).items():
+    for key, value in _pairs(env, name, secret=True).items():
         # HTTP names are case-insensitive: "Authorization=a,authorization=b" sent both headers
         # (a collector takes either, or refuses); the last one wins, as for an exact repeat.
         headers.pop(by_lower.get(key.lower(), key), None)
@@ -270,7 +292,7 @@ def _headers(env: Mapping[str, str], name: str) -> dict[str, str]:
         if problem is not None:
             raise _bad(
                 name,
-                env[name].strip(),
+                _masked(env[name].strip()),
                 f"{problem} (after percent-decoding); {HEADER_RULES}. The value is percent-decoded: "
                 "write %25 for a literal '%' (to send the text %E2%82%AC, write %25E2%2582%25AC)",
             )
@@ -284,7 +306,7 @@ def check_url(value: str, where: str, *, base: bool = False) -> str:
         raise ConfigurationError(f"{where} must be a URL string, not {shown(value)}")
     problem = endpoint_problem(value.strip(), base=base)
     if problem is not None:
-        raise ConfigurationError(f"{where}={shown(value)} {problem}")
+        raise ConfigurationError(f"{where}={shown(safe_url(value))} {problem}")
     return value.strip().rstrip("/")
 
 

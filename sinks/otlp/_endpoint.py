@@ -13,11 +13,19 @@ import re
 from typing import Final
 from urllib.parse import urlsplit
 
-__all__ = ["endpoint_problem"]
+from ckpt_events import Redactor
+
+__all__ = ["endpoint_problem", "safe_url"]
 
 #: What ``http.client`` refuses in a request target (a space or a control character; it
 #: encodes the rest as ASCII).
 _UNSENDABLE: Final = re.compile(r"[\x00-\x20\x7f]")
+
+
+def safe_url(url: str) -> str:
+    """``url`` for an error or a log line, with a user and password and a credential in its
+    query (``?api_key=...``) redacted: those lines are printed, logged and collected."""
+    return Redactor().redact_message(url)
 
 
 def endpoint_problem(url: str, *, base: bool) -> str | None:

@@ -159,7 +159,7 @@ class ExportWorker:
         logger.warning(
             "OTLP %s export to %s %s; %s, not logged again",
             self._signal,
-            self.sender.url,
+            self.sender.shown_url,
             how,
             self._lost,
             exc_info=exc_info,

@@ -50,8 +50,8 @@ def header_problem(name: str, value: str) -> str | None:
         return f"header {shown(name)} has a CR, LF or NUL in its value"
     try:
         value.encode("latin-1")
-    except UnicodeEncodeError:
-        return f"header {shown(name)} has a value that is not latin-1 text ({shown(value)})"
+    except UnicodeEncodeError as exc:  # the character, not the value: a value is a credential, often
+        return f"header {shown(name)} has a value that is not latin-1 text ({shown(value[exc.start])} in it)"
     return None
 
 
@@ -65,8 +65,8 @@ def check_headers(headers: Mapping[str, str] | None, where: str = "headers") -> 
     checked: dict[str, str] = {}
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str):
-            raise InvalidTypeError(
-                f"{where} must map str names to str values, not {shown(name)}: {shown(value)}"
+            raise InvalidTypeError(  # the value's type only: a value is a credential, often
+                f"{where} must map str names to str values, not {shown(name)}: {type(value).__name__}"
             )
         problem = header_problem(name, value)
         if problem is not None:

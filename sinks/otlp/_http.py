@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 
 from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events._errors import check_int, check_number, shown
-from ckpt_events.sinks.otlp._endpoint import endpoint_problem
+from ckpt_events.sinks.otlp._endpoint import endpoint_problem, safe_url
 from ckpt_events.sinks.otlp._headers import check_headers
 from ckpt_events.sinks.otlp._partial_success import partial_success
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
@@ -133,7 +133,7 @@ class OtlpHttpSender:
             raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {shown(url)}")
         problem = endpoint_problem(url, base=False)
         if problem is not None:
-            raise InvalidValueError(f"the OTLP/HTTP endpoint {shown(url)} {problem}")
+            raise InvalidValueError(f"the OTLP/HTTP endpoint {shown(safe_url(url))} {problem}")
         parts = urlsplit(url)
         if compression not in ("none", "gzip", "deflate"):
             raise InvalidValueError(f"compression is 'gzip', 'deflate' or 'none', not {shown(compression)}")
@@ -153,6 +153,8 @@ class OtlpHttpSender:
             low_open=True,
         )
         self.url = url
+        #: ``url`` for log lines and the watchdog thread's name, its credentials redacted.
+        self.shown_url = safe_url(url)
         self._https = parts.scheme == "https"
         self._tls = tls  # None: http.client's default context (the system's trust store)
         self._host = parts.hostname or ""  # endpoint_problem refused a URL without one
@@ -172,7 +174,7 @@ class OtlpHttpSender:
         self._closing_since: float | None = None  # when close_by() was first called
         self._wake = threading.Event()  # ends a backoff wait: cancel() or close_by()
         self._watchdog: RequestWatchdog[http.client.HTTPConnection] = RequestWatchdog(
-            _abort, f"ckpt-events-otlp-watchdog {url}"
+            _abort, f"ckpt-events-otlp-watchdog {self.shown_url}"
         )
 
     def send(self, body: bytes, deadline: float | None = None) -> SendResult:
@@ -430,7 +432,7 @@ def signal_sender(
         raise InvalidTypeError(f"the OTLP/HTTP endpoint must be a URL string, not {shown(endpoint)}")
     problem = endpoint_problem(endpoint, base=True) if path else None
     if problem is not None:  # the path would land in its query or fragment
-        raise InvalidValueError(f"the OTLP/HTTP endpoint {shown(endpoint)} {problem}")
+        raise InvalidValueError(f"the OTLP/HTTP endpoint {shown(safe_url(endpoint))} {problem}")
     return OtlpHttpSender(
         endpoint.rstrip("/") + path if path else endpoint,
         content_type=PROTOCOLS[protocol],

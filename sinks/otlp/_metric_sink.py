@@ -144,7 +144,7 @@ class OtlpMetricSink:
             logger.warning(
                 "OtlpMetricSink to %s was shut down; events handed to it since are dropped "
                 "(counted in OtlpMetricSink.stats().dropped): subscribe a new sink instead",
-                self.sender.url,
+                self.sender.shown_url,
             )
 
     def snapshot(self) -> MetricTotals:

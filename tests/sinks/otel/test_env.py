@@ -274,8 +274,10 @@ def test_a_header_that_cannot_be_sent_says_how_to_percent_encode() -> None:
 @pytest.mark.parametrize("name", ["OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_HEADERS"])
 def test_percent_encoding_that_is_not_utf8_is_refused(name: str) -> None:
     """``team=%FF`` (not UTF-8) became the value U+FFFD without a word: one line naming the
-    variable and the entry; percent-encoded UTF-8 still decodes."""
-    with pytest.raises(ConfigurationError, match=f"{name}=.*'team=%FF'.*not UTF-8") as info:
+    variable and the entry (a header's value redacted: it is a credential, often); percent-encoded
+    UTF-8 still decodes."""
+    entry = "'team=%FF'" if name == "OTEL_RESOURCE_ATTRIBUTES" else r"'team=\[REDACTED\]'"
+    with pytest.raises(ConfigurationError, match=f"{name}=.*{entry}.*not UTF-8") as info:
         read_otel_env({**BASE, name: "site=a,team=%FF"})
     assert "\n" not in str(info.value)
     settings = read_otel_env({**BASE, name: "team=r%C3%A9seau"})
@@ -332,3 +334,24 @@ def test_none_beside_another_exporter_is_refused_not_taken_for_none(name: str, v
     assert "\n" not in str(info.value)
     alone = read_otel_env({**BASE, name: " None "})  # alone, in any case: the signal is off
     assert (alone.traces if name == "OTEL_TRACES_EXPORTER" else alone.metrics) == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20S3CRET%0A"),  # a token file's newline
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer S3CRET,x-tenant"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer S3CRET"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer S3CRET,x=%FF"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer S3CRET,bad name=x"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=S3CRET%E2%82%AC"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:S3CRET@collector:4318"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://:S3CRET@collector:4318/v1/traces"),
+    ],
+)
+def test_a_bad_value_never_shows_the_credential_it_holds(name: str, value: str) -> None:
+    """An error about a headers variable or an endpoint is printed and logged: it names the
+    variable and what is wrong, and shows no header value, nor a URL's user and password."""
+    with pytest.raises(ConfigurationError, match=name) as info:
+        read_otel_env({**BASE, name: value})
+    assert "S3CRET" not in str(info.value)

@@ -199,3 +199,15 @@ def test_a_bad_shutdown_timeout_is_one_precise_error_before_anything_stops(bad: 
     for thread in set(threading.enumerate()) - before:
         thread.join(1.0)
         assert not thread.is_alive(), thread.name
+
+
+def test_the_failure_warning_shows_no_credential_of_the_url(caplog: pytest.LogCaptureFixture) -> None:
+    """A collector's key in the endpoint's query (``?api_key=...``, as some vendors take it)
+    stays out of the export-failure warning, which goes to the app's log."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    url = f"{_dead_endpoint()}/v1/traces?api_key=S3CRET"
+    worker = _worker(url, max_retries=0)
+    worker.log_failure("refused or unreachable")
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert "S3CRET" not in warning
+    assert "api_key=[REDACTED]" in warning

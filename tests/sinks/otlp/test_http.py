@@ -144,3 +144,33 @@ def test_a_signal_sender_joins_its_path_and_the_resource_names_a_service() -> No
         check_protocol("grpc")
     assert resource_with_service_name(None) == {"service.name": "unknown_service"}
     assert resource_with_service_name({"service.name": "s", "n": 1}) == {"service.name": "s", "n": 1}
+
+
+@pytest.mark.parametrize(
+    ("url", "headers"),
+    [
+        ("https://user:S3CRET@collector:4318/v1/traces", {}),
+        ("http://127.0.0.1:4318/v1/traces", {"Authorization": "Bearer S3CRET\u20ac"}),  # not latin-1
+        ("http://127.0.0.1:4318/v1/traces", {"Authorization": b"Bearer S3CRET"}),  # bytes, not str
+    ],
+)
+def test_a_refused_endpoint_or_header_is_not_echoed_with_its_credential(
+    url: str, headers: dict[str, Any]
+) -> None:
+    """The sender's one-line error names the endpoint or header and what is wrong, never the
+    password or the header's value: the error is printed and logged."""
+    with pytest.raises((InvalidValueError, InvalidTypeError)) as info:
+        OtlpHttpSender(url, content_type="application/x-protobuf", headers=headers)
+    assert "S3CRET" not in str(info.value)
+    with pytest.raises((InvalidValueError, InvalidTypeError)) as info:
+        signal_sender(
+            url.rsplit("/v1", 1)[0],
+            "/v1/traces",
+            protocol="http/protobuf",
+            headers=headers,
+            timeout=1.0,
+            compression="none",
+            max_retries=0,
+            initial_backoff=0.1,
+        )
+    assert "S3CRET" not in str(info.value)
