@@ -35,10 +35,18 @@ _MODES: Final = ("exact", "last_segment", "substring")
 #: the path, as URL parsers split it: a password may hold an unencoded ``@`` (``:p@ss@host``).
 _USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]+@")
 #: A value after an HTTP auth scheme: ``Authorization: Bearer eyJ...``, ``Basic dXNlcjpw...``.
+#: Never another scheme word: in ``wrong bearer token`` the word ``token`` is prose, and the
+#: search goes on at it (``bearer token ghp_...``).
 _SCHEMES: Final = ("bearer", "basic", "digest", "token")
 _AUTH: Final = re.compile(
-    r"\b(?P<scheme>Bearer|Basic|Digest|Token)(?P<gap>\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE
+    r"\b(?P<scheme>Bearer|Basic|Digest|Token)(?P<gap>\s+)"
+    r"(?!(?:Bearer|Basic|Digest|Token)\b)(?P<credential>[A-Za-z0-9._~+/=-]+)",
+    re.IGNORECASE,
 )
+#: A word of prose after ``basic``, ``digest`` or ``token`` (``token expired``, ``basic checks``,
+#: ``digest mismatch``): lowercase letters only, never a credential (base64, hex and vendors'
+#: tokens mix in capitals, digits or ``_``). After ``Bearer`` anything is a credential.
+_PROSE: Final = re.compile(r"[a-z]+")
 #: ``name=value``, ``name: value``, ``"name": "value"``: the value is quoted (to its closing quote,
 #: past an escaped one as JSON writes it, or to the end of a message cut short), or runs to a space
 #: or a delimiter of query strings, lists and JSON (``&``, ``,``, ``;``, quotes, brackets). The value
@@ -54,6 +62,13 @@ _WORDS: Final = re.compile(r"[._-]+")
 _CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Distinct messages whose redaction is remembered: a failing dependency repeats one message.
 _MESSAGE_CACHE: Final = 1024
+
+
+def _auth_credential(match: re.Match[str]) -> str:
+    """An ``_AUTH`` match with its credential redacted, or whole when that is a word of prose."""
+    if match["scheme"].lower() != "bearer" and _PROSE.fullmatch(match["credential"]):
+        return match[0]
+    return f"{match['scheme']}{match['gap']}{REDACTED}"
 
 
 class Redactor:
@@ -123,7 +138,7 @@ class Redactor:
         done = self._messages.get(message)
         if done is None:
             done = _USERINFO.sub(rf"\g<scheme>{REDACTED}@", message)
-            done = self._redact_pairs(_AUTH.sub(rf"\g<scheme>\g<gap>{REDACTED}", done))
+            done = self._redact_pairs(_AUTH.sub(_auth_credential, done))
             if len(self._messages) < _MESSAGE_CACHE:
                 self._messages[message] = done
         return done

@@ -115,6 +115,12 @@ def test_keys_that_are_not_names_are_refused(keys: object, error: type[Exception
         # a quoted value cut short (a message cut at its bound) is redacted to the end
         ('retry {"token": "abc', 'retry {"token": "[REDACTED]"'),
         # nothing that names a secret: kept whole, for the diagnosis
+        ("401: missing or wrong bearer token", "401: missing or wrong bearer token"),
+        ("the access token expired; basic checks failed", "the access token expired; basic checks failed"),
+        ("digest mismatch after upload", "digest mismatch after upload"),
+        # a scheme word in prose, then a credential after the real scheme word
+        ("bad bearer token ghp_x1Y2 sent", "bad bearer token [REDACTED] sent"),
+        ("Authorization: token ghp_16C7e42F292c6912E7710c838347Ae178B4a", "Authorization: token [REDACTED]"),
         ("timeout at 12:30 after http://host:8080/path", "timeout at 12:30 after http://host:8080/path"),
         ("checkpoint_id=c1 outcome=error: disk full", "checkpoint_id=c1 outcome=error: disk full"),
         ("", ""),
