@@ -78,7 +78,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from ckpt_events import CkptEventsError, UnknownNameError
+from ckpt_events import CkptEventsError, Redactor, UnknownNameError
 from ckpt_events.checks import check_int, check_number, shown
 from ckpt_events.vocab import ErrorCode, coerce
 
@@ -220,6 +220,10 @@ class PrepareOutcome(Protocol):
     def blocker_count(self) -> int: ...
 
 
+#: The default redaction rule, for the text of a failed call to a participant.
+_RULE: Final = Redactor()
+
+
 class ParticipantCallError(CkptEventsError):
     """A control call failed: the participant refused it, or its reply was not usable."""
 
@@ -233,9 +237,12 @@ class ParticipantCallError(CkptEventsError):
         except UnknownNameError:
             self.code = None
         self.status = status
-        self.detail = message
+        # A reply's text can echo what the call sent (a proxy's page showing the Authorization
+        # header) and a URL can hold a password: this text is logged, printed and recorded on
+        # spans, so it goes through the redaction rule here, once, for all of them.
+        self.detail = _RULE.redact_message(message)
         where = " ".join(str(p) for p in (status, raw_code) if p) or "error"
-        super().__init__(f"{url}: {where}: {message}")
+        super().__init__(f"{_RULE.redact_message(url)}: {where}: {self.detail}")
 
 
 class ParticipantUnreachable(ParticipantCallError):

@@ -134,3 +134,33 @@ async def test_a_reply_that_is_not_json_says_what_came_instead(tmp_path: Path) -
         "unexpected reply: JSON is malformed: invalid character (byte 0); "
         "it was text/html: '<html><title>Sign in</title></html>'"
     )
+
+
+async def test_a_reply_that_echoes_the_token_does_not_carry_it_into_the_error() -> None:
+    """A proxy whose refusal echoes the request's Authorization header (as a page, or as the
+    protocol's error body): the error (logged by the controller, printed by the command line,
+    recorded on its span) shows it redacted, as it shows a URL's password."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+    proxy = FastAPI()
+    replies = iter(["page", "json"])
+
+    @proxy.get("/ng-control/v1/checkpoint/status")
+    async def refuse() -> Response:
+        echoed = f"Bearer {TOKEN}"  # what it was sent
+        if next(replies) == "page":
+            return PlainTextResponse(f"denied: Authorization: {echoed}", status_code=403)
+        body = {"error": {"code": "unauthorized", "detail": f"bad header {echoed}"}}
+        return JSONResponse(body, status_code=401)
+
+    async with serving(proxy) as url, ControlClient(TOKEN) as client:
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=5)
+        assert TOKEN not in str(info.value)
+        assert info.value.detail == "denied: Authorization: Bearer [REDACTED]"
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=5)
+        assert TOKEN not in str(info.value)
+        assert info.value.code is ErrorCode.UNAUTHORIZED
+        assert info.value.detail == "bad header Bearer [REDACTED]"
