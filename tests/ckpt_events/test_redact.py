@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, UnknownNameError
@@ -152,3 +154,19 @@ def test_a_messages_rule_follows_the_keys_and_the_mode_and_can_be_off() -> None:
     assert verbatim.apply({"user.token": "abc"}) == {"user.token": REDACTED}
     with pytest.raises(InvalidTypeError, match="messages must be True or False"):
         Redactor(messages="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("unit", ["a", "a.", "a1", "x-"])
+def test_a_long_message_is_redacted_in_linear_time(unit: str) -> None:
+    """A long run of name characters (a base64 or hex blob in an exception, a reply's detail)
+    was searched from each of its characters to its end: 30,000 took 14 s in a sink's thread.
+    Now each run is read once; the rule's result is the same."""
+    redactor = Redactor()
+    blob = unit * (20_000 // len(unit))
+    started = time.perf_counter()
+    assert redactor.redact_message(f"bad {blob}") == f"bad {blob}"
+    assert (
+        redactor.redact_message(f"https://{blob} 1password={blob}")
+        == "https://" + blob + " 1password=" + REDACTED
+    )
+    assert time.perf_counter() - started < 1.0
