@@ -143,7 +143,8 @@ def _compared(
         b50, n50 = median(base[key]), median(new[key])
         if max(b50, n50) < min_ms:
             continue
-        ratio = n50 / b50 if b50 > 0 else math.inf
+        # Two zero medians (a coarse or injected clock) are no change: 0/0 was shown as infx, first.
+        ratio = n50 / b50 if b50 > 0 else 1.0 if n50 == 0 else math.inf
         rows.append(
             (
                 key,

@@ -126,3 +126,17 @@ def test_min_ms_must_be_a_finite_number_at_least_0(
         main(["diff", str(log), str(log), f"--min-ms={value}"])
     assert exit_.value.code == 2
     assert "--min-ms" in capsys.readouterr().err
+
+
+def test_two_zero_medians_are_no_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A step of 0 ms in both runs (a coarse or injected clock) is 1.00x, not ``infx`` at the top of
+    the table and a ratio above the gate named as noise; 0 -> 5 ms is still an infinite ratio."""
+    base = _log(tmp_path / "base.jsonl", {Operation.RENEW: [0.0, 0.0, 0.0], Operation.COMMIT: [10, 11, 10]})
+    assert main(["diff", str(base), str(base), "--min-ms", "0", "--fail-above", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    renew = next(line for line in out.splitlines() if "renew" in line)
+    assert renew.split()[-1] == "1.00x", out
+    assert err == ""
+    new = _log(tmp_path / "new.jsonl", {Operation.RENEW: [5.0, 5.0, 5.0], Operation.COMMIT: [10, 11, 10]})
+    assert main(["diff", str(base), str(new), "--min-ms", "0", "--fail-above", "1.5"]) == 1
+    assert "worst model/renew infx" in capsys.readouterr().err
