@@ -180,7 +180,10 @@ def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
         "new p95",
         "ratio p50",
     ):
-        table.add_column(column, justify="left" if column in ("kind", "operation", "step") else "right")
+        # Folded onto more lines, never cut with an ellipsis: at 80 columns the ratio read "0.1…",
+        # a p50 "9.…" and every name "reso…" (the report's tables fold too).
+        name = column in ("kind", "operation", "step")
+        table.add_column(column, justify="left" if name else "right", overflow="fold")
     for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio in rows:
         flag = " !" if any(r[0] == (kind, operation, step) for r in failing) else ""
         table.add_row(

@@ -140,3 +140,22 @@ def test_two_zero_medians_are_no_change(tmp_path: Path, capsys: pytest.CaptureFi
     new = _log(tmp_path / "new.jsonl", {Operation.RENEW: [5.0, 5.0, 5.0], Operation.COMMIT: [10, 11, 10]})
     assert main(["diff", str(base), str(new), "--min-ms", "0", "--fail-above", "1.5"]) == 1
     assert "worst model/renew infx" in capsys.readouterr().err
+
+
+def test_a_narrow_terminal_folds_the_table_and_cuts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns (and 40) nothing ends in an ellipsis, long names fold onto more lines and at 80
+    every number is whole (the ratio read "0.1…", a p50 "9.…" and the names "reso…")."""
+    base = _log(
+        tmp_path / "base.jsonl", {Operation.COMMIT: [10, 11, 10], Operation.RESTORE: [9.58, 9.6, 9.5]}
+    )
+    new = _log(tmp_path / "new.jsonl", {Operation.COMMIT: [30, 31, 29], Operation.RESTORE: [1.73, 1.7, 1.8]})
+    for columns in ("80", "40"):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["diff", f"{base},{base}", str(new)]) == 0
+        out = capsys.readouterr().out
+        assert "…" not in out, out
+        assert max(len(line) for line in out.splitlines()) <= int(columns), out
+        if columns == "80":
+            assert all(cell in out.split() for cell in ("9.58", "0.18x", "3.00x", "model")), out
