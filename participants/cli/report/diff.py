@@ -48,10 +48,11 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
         )
     parser.add_argument(
         "--fail-above",
-        type=positive_number,
+        type=_ratio,
         metavar="RATIO",
-        help="exit 1 when any median ratio (new / base) is above RATIO and its change is real: at "
-        f"least {FAIL_FLOOR_MS:g} ms and at least the step's jitter (the others are named, not failed)",
+        help="exit 1 when any median ratio (new / base) is above RATIO (1 or more; 1.1 is 10%%) and its "
+        f"change is real: at least {FAIL_FLOOR_MS:g} ms and at least the step's jitter (the others are "
+        "named, not failed)",
     )
     parser.add_argument(
         "--min-ms",
@@ -70,6 +71,17 @@ def _milliseconds(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{shown(value)} is not a number") from None
     if not 0 <= number < math.inf:
         raise argparse.ArgumentTypeError(f"{shown(value)} must be a finite number >= 0")
+    return number
+
+
+def _ratio(value: str) -> float:
+    """A growth ratio, 1 or more: ``--fail-above 0.1`` (meant as 10%) failed the run on every real
+    change, a 5x speed-up named as the worst (0.18x)."""
+    number = positive_number(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(
+            f"{shown(value)} is below 1: RATIO is new / base, so 1.1 fails a median that grew 10%"
+        )
     return number
 
 

@@ -159,3 +159,19 @@ def test_a_narrow_terminal_folds_the_table_and_cuts_nothing(
         assert max(len(line) for line in out.splitlines()) <= int(columns), out
         if columns == "80":
             assert all(cell in out.split() for cell in ("9.58", "0.18x", "3.00x", "model")), out
+
+
+@pytest.mark.parametrize("value", ["0.1", "0.99", "0", "nan"])
+def test_fail_above_is_a_ratio_of_1_or_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """``--fail-above 0.1`` (meant as 10%) is refused in one line: it failed a run whose commit got
+    3x faster, naming the speed-up as the worst ratio."""
+    base = _log(tmp_path / "base.jsonl", {Operation.COMMIT: [30, 31, 29]})
+    new = _log(tmp_path / "new.jsonl", {Operation.COMMIT: [10, 11, 10]})
+    with pytest.raises(SystemExit) as exit_:
+        main(["diff", str(base), str(new), f"--fail-above={value}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fail-above" in err[0], err
+    assert main(["diff", str(base), str(new), "--fail-above=1"]) == 0  # faster passes any gate
