@@ -175,3 +175,12 @@ def test_fail_above_is_a_ratio_of_1_or_more(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--fail-above" in err[0], err
     assert main(["diff", str(base), str(new), "--fail-above=1"]) == 0  # faster passes any gate
+
+
+def test_a_tiny_ratio_is_not_shown_as_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """80 s -> 0.08 ms is ``<0.01x``: ``0.00x`` said the new run's step took no time at all."""
+    base = _log(tmp_path / "base.jsonl", {Operation.COMMIT: [80_000.0]})
+    new = _log(tmp_path / "new.jsonl", {Operation.COMMIT: [0.08]})
+    assert main(["diff", str(base), str(new)]) == 0
+    commit = next(line for line in capsys.readouterr().out.splitlines() if "commit" in line)
+    assert commit.split()[-1] == "<0.01x", commit
