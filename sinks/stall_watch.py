@@ -41,6 +41,9 @@ logger: Final = logging.getLogger("ckpt_events.sinks.stall")
 ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"
 #: The phase a participant is in while an operation runs, when the operation says so itself.
 _PHASE_DURING: Final = {Operation.PREPARE: Phase.PREPARING}
+#: How long a check waits for the bus to deliver what was emitted before reporting anyway (a
+#: stuck sink elsewhere on the bus must not silence the watch).
+_CATCH_UP_TIMEOUT: Final = 1.0
 
 
 class _Open:
@@ -77,6 +80,8 @@ class StallWatch:
     ``bus``: where to count ``Stalled`` events (``None``: log only). The timer thread starts
     with the first batch and stops in ``aclose`` (the bus awaits it when it closes). At most
     ``MAX_OPEN`` open operations are watched; the rest are counted in ``untracked``, warned once.
+    Before reporting, the timer has ``bus`` deliver what was emitted so far, so an end held up by
+    a blocked event loop is not taken for a stall (the watch says the loop was late instead).
     """
 
     interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
@@ -178,6 +183,10 @@ class StallWatch:
             mono_ns += now_ns - wall_ns
         threshold = self.after * 1e9  # a float: a huge ``after`` is never reached, not an overflow
         with self._lock:
+            any_due = any(not e.stalled and mono_ns - e.since_ns >= threshold for e in self._open.values())
+        if any_due:
+            self._catch_up()
+        with self._lock:
             due = [e for e in self._open.values() if not e.stalled and mono_ns - e.since_ns >= threshold]
             for entry in due:
                 entry.stalled = True
@@ -206,6 +215,27 @@ class StallWatch:
                 )
         self.stalls += len(due)
         return len(due)
+
+    def _catch_up(self) -> None:
+        """From the timer thread: have ``bus`` deliver what was emitted so far before a stall is
+        reported. Was: an operation that ended while the event loop was blocked (its end emitted,
+        not yet delivered) was reported stalled, then "ended ok after 0.0 s"."""
+        bus = self.bus
+        token = bus._token if bus is not None else None
+        if bus is None or token is None or bus._closed or threading.get_ident() == bus._loop_thread:
+            return
+        began = time.monotonic()
+        try:
+            anyio.from_thread.run(bus.flush, _CATCH_UP_TIMEOUT, token=token)
+        except Exception:  # the loop has gone (closed): nothing more will be delivered
+            return
+        late = time.monotonic() - began
+        if late >= self.after:
+            logger.warning(
+                "stall watch: the event loop answered %.1f s late (it was blocked: every operation "
+                "open meanwhile looks stalled; look for a synchronous call holding the loop)",
+                late,
+            )
 
     async def aclose(self) -> None:
         """Stop the timer thread (it sleeps at most a second) and forget what is open: their ends

@@ -170,3 +170,21 @@ async def test_configure_subscribes_it_from_the_environment() -> None:
             assert [s.name for s in configured.subscriptions] == ["stall-watch"]
         with pytest.raises(ConfigurationError, match="CKPT_EVENTS_STALL_AFTER must be"):
             configure(bus, environ={"CKPT_EVENTS_STALL_AFTER": "soon"})
+
+
+async def test_an_end_held_up_by_a_blocked_loop_is_not_a_stall(caplog: pytest.LogCaptureFixture) -> None:
+    """An operation that ended at once, its end still undelivered while the event loop is blocked
+    past ``after``, is not reported stalled; the watch says the loop was blocked instead."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
+    memory = MemorySink([Stalled])
+    async with Bus() as bus:
+        watch = StallWatch(after=0.2, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(memory)
+        with Telemetry(bus, kind="model", instance="model-0").operation("prepare", checkpoint_id="c1"):
+            await bus.flush()  # the watch has seen it start
+        time.sleep(1.6)  # the loop blocked: the end is emitted, not delivered; the timer looks at 1 s
+        await bus.flush()
+    assert memory.events == [] and watch.stalls == 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
+    assert len(warnings) == 1 and warnings[0].startswith("stall watch: the event loop answered "), warnings
