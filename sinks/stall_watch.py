@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Final
 
+import anyio.from_thread
 import anyio.to_thread
 
 from ckpt_events import (
@@ -52,14 +53,17 @@ class _Open:
         "instance",
         "kind",
         "operation",
+        "owner",
         "since_ns",
         "stalled",
         "start_ns",
         "worker",
     )
 
-    def __init__(self, event: Any, kind: str, since_ns: int) -> None:
+    def __init__(self, event: Any, kind: str, since_ns: int, owner: int | None) -> None:
         self.kind = kind
+        #: The delivery task that saw it start (its subscription), ``None`` off the event loop.
+        self.owner = owner
         self.instance: str = event.instance
         self.operation: Operation = event.operation
         self.checkpoint_id: str | None = event.checkpoint_id
@@ -104,6 +108,9 @@ class StallWatch:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The delivery tasks (one a subscription) that have handed this watch a batch and not
+        #: closed it: a watch subscribed to two buses at once runs until both have closed.
+        self._owners: set[int] = set()
         self.stalls = 0
         #: Operations not watched because ``MAX_OPEN`` were open (their ends lost, say).
         self.untracked = 0
@@ -116,7 +123,10 @@ class StallWatch:
         # (never less than 0: the wall clock may have stepped back since it started).
         wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
         untracked = 0
+        owner = _current_task()
         with self._lock:
+            if owner is not None:
+                self._owners.add(owner)
             for event in batch:
                 cls = event.__class__
                 if cls is OperationStarted or cls is CoordinateStarted:
@@ -125,7 +135,7 @@ class StallWatch:
                         continue
                     kind = event.kind if cls is OperationStarted else Kind.CONTROLLER
                     since = mono_ns - max(0, wall_ns - event.start_ns)
-                    opened[event.span_id] = _Open(event, kind, since)
+                    opened[event.span_id] = _Open(event, kind, since, owner)
                 else:
                     entry = opened.pop(event.span_id, None)
                     if entry is not None and entry.stalled:
@@ -239,12 +249,31 @@ class StallWatch:
 
     async def aclose(self) -> None:
         """Stop the timer thread (it sleeps at most a second) and forget what is open: their ends
-        will not reach this watch. Idempotent; subscribed again, the watch starts afresh."""
+        will not reach this watch. Idempotent; subscribed again, the watch starts afresh.
+        Subscribed to two buses at once, closing one forgets only what that one opened."""
+        owner = _current_task()
+        with self._lock:
+            if owner is not None:
+                self._owners.discard(owner)
+            for key in [k for k, e in self._open.items() if e.owner is None or e.owner == owner]:
+                del self._open[key]
+            # Was: the first bus to close cleared every open operation and stopped the timer, so
+            # a stall on the other bus, still running, was never reported.
+            if self._owners and owner is not None:
+                return
+            self._open.clear()
         self._stopped.set()
         self._wake.set()
         thread = self._thread
         self._thread = None
-        with self._lock:
-            self._open.clear()
         if thread is not None:
             await anyio.to_thread.run_sync(thread.join, 2.0)
+
+
+def _current_task() -> int | None:
+    """The running delivery task's id (one per subscription), ``None`` off the event loop (a
+    blocking subscription's thread, a direct call)."""
+    try:
+        return anyio.get_current_task().id
+    except Exception:  # no event loop in this thread
+        return None

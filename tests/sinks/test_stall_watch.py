@@ -188,3 +188,21 @@ async def test_an_end_held_up_by_a_blocked_loop_is_not_a_stall(caplog: pytest.Lo
     assert memory.events == [] and watch.stalls == 0
     warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
     assert len(warnings) == 1 and warnings[0].startswith("stall watch: the event loop answered "), warnings
+
+
+async def test_on_two_buses_at_once_closing_one_keeps_watching_the_other() -> None:
+    """A watch subscribed to two running buses: the second closing forgets what it opened only, so
+    an operation stalled on the first is still reported."""
+    watch = StallWatch(after=0.3)
+    async with Bus() as first:
+        first.subscribe(watch)
+        with Telemetry(first, kind="model", instance="model-0").operation("prepare", checkpoint_id="c1"):
+            await first.flush()
+            async with Bus() as second:
+                second.subscribe(watch)
+                left = Telemetry(second, kind="model", instance="model-1").operation("prepare")
+                left.__enter__()
+                await second.flush()
+            await anyio.sleep(1.3)  # the timer looks a second after the first start
+        left.__exit__(None, None, None)
+    assert watch.stalls == 1
