@@ -206,3 +206,19 @@ async def test_on_two_buses_at_once_closing_one_keeps_watching_the_other() -> No
             await anyio.sleep(1.3)  # the timer looks a second after the first start
         left.__exit__(None, None, None)
     assert watch.stalls == 1
+
+
+async def test_an_operation_ending_between_two_seconds_is_still_reported() -> None:
+    """An operation open 0.7 s with ``after`` 0.3 is reported: the timer looks when it comes due,
+    not only once a second (then at 0 s and 1 s, when it had ended already)."""
+    memory = MemorySink([Stalled])
+    async with Bus() as bus:
+        watch = StallWatch(after=0.3, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(memory)
+        with Telemetry(bus, kind="model", instance="model-0").operation("prepare", checkpoint_id="c1"):
+            await bus.flush()
+            await anyio.sleep(0.7)
+        await bus.flush()
+    (stalled,) = memory.events
+    assert 0.3 <= stalled.age_s < 0.7 and watch.stalls == 1
