@@ -500,7 +500,9 @@ def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:
     except ValueError:
         after = float("nan")
     if not after > 0 or after == float("inf"):
-        raise ConfigurationError(f"{ENV_STALL_AFTER} must be a number of seconds > 0, not {shown(raw)}")
+        raise ConfigurationError(
+            f"{ENV_STALL_AFTER} must be a finite number of seconds > 0, not {shown(raw)}"
+        )
     return StallWatch(after, bus=bus)
 
 

@@ -222,3 +222,11 @@ async def test_an_operation_ending_between_two_seconds_is_still_reported() -> No
         await bus.flush()
     (stalled,) = memory.events
     assert 0.3 <= stalled.age_s < 0.7 and watch.stalls == 1
+
+
+@pytest.mark.parametrize("raw", ["inf", "1e400", "nan", "0", "-1"])
+async def test_a_threshold_out_of_range_in_the_environment_says_finite(raw: str) -> None:
+    """``inf`` is a number of seconds > 0: the message says the threshold must also be finite."""
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError, match=r"must be a finite number of seconds > 0, not '"):
+            configure(bus, environ={"CKPT_EVENTS_STALL_AFTER": raw})
