@@ -183,7 +183,7 @@ async def test_an_end_held_up_by_a_blocked_loop_is_not_a_stall(caplog: pytest.Lo
         bus.subscribe(memory)
         with Telemetry(bus, kind="model", instance="model-0").operation("prepare", checkpoint_id="c1"):
             await bus.flush()  # the watch has seen it start
-        time.sleep(1.6)  # the loop blocked: the end is emitted, not delivered; the timer looks at 1 s
+        time.sleep(1.6)  # the loop blocked: the end is emitted, not delivered, when the timer looks
         await bus.flush()
     assert memory.events == [] and watch.stalls == 0
     warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
