@@ -131,15 +131,38 @@ def failure_in_one_line(suite: str) -> Iterator[None]:
         raise SystemExit(1) from None
 
 
-def write_json(path: Path, figures: dict[str, Any]) -> None:
-    """Write ``figures`` with the interpreter and time they were measured on."""
+def table_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """The table's rows as JSON: each measurement as printed (a skipped row's why and how to get
+    it is in its name), its value (``None`` for ``n/a``), the cell the table showed, the target
+    and whether it was met."""
+    return [
+        {"measurement": str(what), "value": value, "shown": _fmt(value), "target": str(target), "met": met}
+        for what, value, target, met in rows
+    ]
+
+
+def write_json(
+    path: Path,
+    figures: dict[str, Any],
+    *,
+    rows: Iterable[Row] | None = None,
+    failed: dict[str, str] | None = None,
+) -> None:
+    """Write ``figures`` with the interpreter and time they were measured on, and the table that
+    was printed (``rows``) and the suites that failed with why, when given: the figures alone
+    held ``null`` for a skipped row, not why or how to get it, and left a failed suite out
+    without a word."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
+    payload: dict[str, Any] = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "figures": figures,
     }
+    if rows is not None:
+        payload["table"] = table_json(rows)
+    if failed:
+        payload["failed"] = failed
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
@@ -148,5 +171,5 @@ def publish(title: str, rows: Sequence[Row], json_path: Path, figures: dict[str,
     ``figures`` written to ``json_path`` with the interpreter and time they were measured on."""
     print_table(title, rows)
     print(markdown_table(rows))
-    write_json(json_path, figures)
+    write_json(json_path, figures, rows=rows)
     print(f"figures written to {json_path}")

@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     chosen = args.only or ["core", "sinks", "otlp", "scale"]
     rows: list[Any] = []
     figures: dict[str, Any] = {}
-    failed: list[str] = []
+    failed: dict[str, str] = {}
     for name in chosen:
         module = importlib.import_module(f"ckpt_events.benchmarks.bench_{name}")
         print(f"running {name} benchmarks...", file=sys.stderr)
@@ -94,15 +94,15 @@ def _run(args: argparse.Namespace) -> int:
         except Exception as exc:
             # The suites' one boundary: a server or collector that did not start was a traceback,
             # and the figures of the suites already run were lost. One line; the others go on.
-            failed.append(name)
             why = escape(clipped(str(exc) or type(exc).__name__, 300))
+            failed[name] = why
             print(f"ckpt-events bench: suite {name} failed: {why}", file=sys.stderr)
             continue
         rows.extend(result.pop("rows"))
         figures[name] = result
     if figures:
         report.print_table("ckpt-events benchmarks (ratios measured side by side in one run)", rows)
-        report.write_json(args.json, figures)
+        report.write_json(args.json, figures, rows=rows, failed=failed)
         print(f"figures written to {args.json}")
     if failed:
         kept = f"the others' figures are in {args.json}" if figures else "no figures written"

@@ -159,4 +159,23 @@ def test_a_suite_that_fails_is_one_line_and_the_others_keep_their_figures(
         f"(check ${rotel.ENV_BINARY}=/bin/true, or unset it)",
         f"ckpt-events bench: error: 1 suite failed (server): the others' figures are in {out}",
     ]
-    assert list(json.loads(out.read_text())["figures"]) == ["prometheus"]
+    written = json.loads(out.read_text())
+    assert list(written["figures"]) == ["prometheus"]
+    # The JSON says which suite failed and why, as the table's reader was told on stderr.
+    assert list(written["failed"]) == ["server"]
+    assert written["failed"]["server"].startswith("rotel-agent exited at start")
+
+
+def test_the_json_holds_the_table_with_a_skipped_rows_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the collector the table said why a row was skipped and how to get it, but the JSON
+    held only ``"to_collector": null``: now it holds the table's rows as printed."""
+    monkeypatch.setenv(rotel.ENV_BINARY, str(tmp_path / "no-rotel-agent"))
+    out = tmp_path / "figures.json"
+    assert main(["bench", "--quick", "--only", "otlp", "--json", str(out)]) == 0
+    table = json.loads(out.read_text())["table"]
+    skipped = [row for row in table if row["value"] is None]
+    assert len(skipped) == 2
+    assert all("skipped:" in row["measurement"] and rotel.HOW in row["measurement"] for row in skipped)
+    assert all(row["shown"] == "n/a" and row["met"] is None for row in skipped)
