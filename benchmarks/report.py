@@ -133,10 +133,18 @@ def failure_in_one_line(suite: str) -> Iterator[None]:
 
 def table_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """The table's rows as JSON: each measurement as printed (a skipped row's why and how to get
-    it is in its name), its value (``None`` for ``n/a``), the cell the table showed, the target
-    and whether it was met."""
+    it is in its name), its value (``None`` for ``n/a``, a ``Ratio``'s figures), the cell the
+    table showed, the target and whether it was met."""
     return [
-        {"measurement": str(what), "value": value, "shown": _fmt(value), "target": str(target), "met": met}
+        {
+            "measurement": str(what),
+            # A Ratio's spread too: as a float it was its median alone, and the JSON lost the
+            # "no measurable difference" the table printed.
+            "value": value.figures() if isinstance(value, Ratio) else value,
+            "shown": _fmt(value),
+            "target": str(target),
+            "met": met,
+        }
         for what, value, target, met in rows
     ]
 

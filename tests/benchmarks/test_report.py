@@ -13,6 +13,7 @@ from typing import NoReturn
 import pytest
 
 from ckpt_events.benchmarks import SUITES, report, rotel
+from ckpt_events.benchmarks.spread import NO_DIFFERENCE
 
 
 def test_a_skipped_rows_install_hint_keeps_its_extra(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,6 +24,16 @@ def test_a_skipped_rows_install_hint_keeps_its_extra(capsys: pytest.CaptureFixtu
     printed = capsys.readouterr().out  # wrapped at spaces: none of these holds one
     assert "'ckpt-events[dev]'" in printed
     assert "a [bold]title[/bold]" in printed and "<= [1.15]" in printed
+
+
+def test_the_json_table_keeps_a_ratios_spread() -> None:
+    """A paired ratio whose spread covers 1.0 prints "no measurable difference"; the JSON keeps
+    that verdict and the spread, not the median alone."""
+    ratio = report.paired_ratio([1.02, 0.97, 1.01], [1.0, 1.0, 1.0])
+    (row,) = report.table_json([("on / off", ratio, "<= 1.05", None)])
+    assert row["shown"].startswith(NO_DIFFERENCE)
+    assert row["value"]["no_measurable_difference"] is True
+    assert (row["value"]["low"], row["value"]["high"], row["value"]["rounds"]) == (0.97, 1.02, 3)
 
 
 @pytest.mark.parametrize(("columns", "widest"), [("80", 80), ("", 110), ("12", 110)])
