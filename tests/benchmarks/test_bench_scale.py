@@ -1,4 +1,5 @@
-"""bench_scale measures each size in a child process that never imports from the working directory."""
+"""bench_scale measures each size in a child process that never imports from the working directory,
+and prints its on/off ratios with their spread."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_events.benchmarks.bench_scale import measure_in_child
+from ckpt_events.benchmarks import report
+from ckpt_events.benchmarks.bench_scale import measure_in_child, run
+from ckpt_events.benchmarks.spread import Ratio
 
 
 def test_a_size_is_measured_from_a_directory_holding_modules_named_like_ours(
@@ -22,3 +25,14 @@ def test_a_size_is_measured_from_a_directory_holding_modules_named_like_ours(
     figures = measure_in_child(10, 1)
     assert figures["off"]["commit_s"] > 0
     assert figures["events_per_run"] > 0
+
+
+@pytest.mark.slow
+def test_the_ratio_rows_print_their_spread_over_the_pairs() -> None:
+    """The on/off rows printed the median of the pairs alone ("1.009"), never "no measurable
+    difference" for pairs straddling 1.0: they are ratios with their spread now."""
+    result = run(quick=True)
+    for what, value, _target, _met in result["rows"][:2]:
+        assert "all sinks / off" in what
+        assert isinstance(value, Ratio) and value.rounds == result["pairs"]
+        assert report.cell(value).endswith(f"over {result['pairs']} rounds)")
