@@ -10,11 +10,12 @@ from typing import Any
 from ckpt_events.benchmarks.load import stop_spawned
 from ckpt_events.benchmarks.rotel import CollectorError
 from ckpt_events.participants.cli import bench_app
-from ckpt_events.participants.cli.command import Command, writable_path
+from ckpt_events.participants.cli.command import Command, given_path
 from ckpt_events.participants.cli.command import sigterm_as_interrupt as _sigterm_as_interrupt
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import clipped, counted
 from ckpt_events.participants.errors import CommandError
+from ckpt_events.participants.writable import unwritable
 
 __all__ = ["BENCH"]
 
@@ -42,11 +43,21 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, chosen if value in chosen else [*chosen, value])
 
 
+def _json_path(value: str) -> Path:
+    """``--json PATH``, refused when parsed if it cannot be written. Missing folders are made, as
+    every suite's own ``--json`` makes them: ``bench --json results/today.json`` was refused
+    ("the folder ... does not exist") where ``python -m ckpt_events.benchmarks.bench_core`` took it."""
+    path = given_path(value)
+    if (refusal := unwritable(path, make_folders=True)) is not None:
+        raise argparse.ArgumentTypeError(refusal)
+    return path
+
+
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations and a smaller scale run")
     parser.add_argument(
         "--json",
-        type=writable_path,
+        type=_json_path,
         default=Path("benchmark-results.json"),
         help="where to write the figures",
     )

@@ -179,3 +179,14 @@ def test_the_json_holds_the_table_with_a_skipped_rows_why(
     assert len(skipped) == 2
     assert all("skipped:" in row["measurement"] and rotel.HOW in row["measurement"] for row in skipped)
     assert all(row["shown"] == "n/a" and row["met"] is None for row in skipped)
+
+
+def test_a_json_path_in_missing_folders_is_taken_as_the_suites_take_it(tmp_path: Path) -> None:
+    """``bench --json results/today.json`` was refused ("the folder ... does not exist") where each
+    suite's own ``--json`` makes the folders; the bench makes them too, and still refuses a path
+    under a file."""
+    wanted = tmp_path / "results" / "today" / "figures.json"
+    assert build_parser().parse_args(["bench", "--json", str(wanted)]).json == wanted
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--json", str(tmp_path / "a-file" / "x.json")])
