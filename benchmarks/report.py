@@ -160,7 +160,9 @@ def write_json(
     was printed (``rows``) and the suites that failed with why, when given: the figures alone
     held ``null`` for a skipped row, not why or how to get it, and left a failed suite out
     without a word."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # The folders of where the write goes: a link's own folder exists, its target's may not (the
+    # probe took it, making folders; the write then failed after the whole run, a traceback).
+    Path(os.path.realpath(path)).parent.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": sys.version.split()[0],

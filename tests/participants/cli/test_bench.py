@@ -190,3 +190,13 @@ def test_a_json_path_in_missing_folders_is_taken_as_the_suites_take_it(tmp_path:
     (tmp_path / "a-file").write_text("")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--json", str(tmp_path / "a-file" / "x.json")])
+
+
+def test_a_json_link_into_missing_folders_is_written_where_it_points(tmp_path: Path) -> None:
+    """A link whose target lies in folders that do not exist passed the probe (folders are made)
+    and the write then failed after the whole run, a traceback: the target's folders are made."""
+    link = tmp_path / "figures.json"
+    target = tmp_path / "elsewhere" / "deep" / "figures.json"
+    link.symlink_to(target)
+    assert main(["bench", "--quick", "--only", "report", "--json", str(link)]) == 0
+    assert "report" in json.loads(target.read_text())["figures"]
