@@ -480,10 +480,14 @@ class Bus:
         """Counters for every subscription this bus has had, and closed-bus drops.
 
         Finished subscriptions come first, in the order they finished; past ``RETIRED_ROWS``
-        of them the oldest are summed into one row named ``EARLIER_SUBSCRIPTIONS``.
+        of them the oldest are summed into one row named ``EARLIER_SUBSCRIPTIONS``. Safe to call
+        from any thread.
         """
+        # Copied in one C call each (the GIL held throughout), so a reader on another thread (a
+        # Prometheus scrape) never iterates the dict while the loop adds or retires a subscription.
+        retired, live = tuple(self._retired), tuple(self._history)
         return BusStats(
-            sinks=(*self._retired, *(sub.stats() for sub in self._history)),
+            sinks=(*retired, *(sub.stats() for sub in live)),
             dropped_after_close=self._dropped_after_close + self._after_close.dropped,
         )
 

@@ -21,15 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-from ckpt_events import Bus, BusStats
+from ckpt_events import Bus
 
 __all__ = ["OUTCOMES", "BusStatsCollector"]
 
 #: The ``outcome`` label's values, each a ``SinkStats`` field.
 OUTCOMES: Final = ("delivered", "dropped", "failed", "abandoned")
-#: Reads of ``bus.stats()`` tried at a scrape: the bus's loop may change its subscriptions
-#: while the scrape thread reads them (a dict changed during iteration raises).
-_READS: Final = 3
 
 
 class BusStatsCollector:
@@ -44,9 +41,7 @@ class BusStatsCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        stats = self._read()
-        if stats is None:
-            return  # the subscriptions kept changing under the read: this scrape goes without
+        stats = self.bus.stats()  # safe from the scrape's thread
         totals: dict[str, list[int]] = {}
         for row in stats.sinks:
             counts = totals.setdefault(row.name, [0] * (len(OUTCOMES) + 1))
@@ -75,11 +70,3 @@ class BusStatsCollector:
             "Events emitted after the bus had closed.",
             value=stats.dropped_after_close,
         )
-
-    def _read(self) -> BusStats | None:
-        for _ in range(_READS):
-            try:
-                return self.bus.stats()
-            except RuntimeError:  # changed size during iteration: read again
-                continue
-        return None
