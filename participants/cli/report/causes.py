@@ -60,6 +60,7 @@ __all__ = [
     "SpanError",
     "TraceCauses",
     "causes_of",
+    "is_refusal",
     "open_causes",
     "shown",
     "unfinished_causes",
@@ -291,12 +292,27 @@ def _counted_causes(
     return timed, aborted_by
 
 
+#: The error a participant's refused call ends with (``participants.errors.ProtocolRefusal``).
+_REFUSAL: Final = "ProtocolRefusal"
+
+
+def _error_name(e: FinishedSpan) -> str:
+    """The name of the error ``e`` ended with, without its module path (``error`` if none)."""
+    return (e.error_type or "error").rsplit(".", 1)[-1]
+
+
+def is_refusal(e: FinishedSpan) -> bool:
+    """Whether ``e`` is the span of a call a participant refused (``ProtocolRefusal``): it did
+    nothing, and its message starts with the refusal's code."""
+    return e.outcome == Outcome.ERROR and _error_name(e) == _REFUSAL
+
+
 def _error(e: FinishedSpan, t: int) -> SpanError:
     """What a span that ended in error says: its error's name (not its module path; a
     refusal's code is the start of its message) and message, cut at a word."""
-    name = (e.error_type or "error").rsplit(".", 1)[-1]
+    name = _error_name(e)
     message = e.error_message or ""
-    what = message if name == "ProtocolRefusal" and message else f"{name}: {message}" if message else name
+    what = message if name == _REFUSAL and message else f"{name}: {message}" if message else name
     said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
     members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
     return SpanError(t, e.span_id, who_wrote(e), _operation_of(e), said, members)

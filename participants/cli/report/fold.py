@@ -38,6 +38,7 @@ from ckpt_events.participants.cli.report.causes import (
     CheckpointCauses,
     OwnOperations,
     TraceCauses,
+    is_refusal,
 )
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
@@ -81,11 +82,6 @@ class Trace:
     def first_prepare_ns(self) -> int | None:
         """The first participant prepare's start (a refused one's left out), if any."""
         return min(self.prepare_starts.values(), default=None)
-
-
-def _refused(e: OperationFinished) -> bool:
-    """Whether a participant refused the call ``e`` is the span of (it did nothing)."""
-    return e.outcome == Outcome.ERROR and (e.error_type or "").rsplit(".", 1)[-1] == "ProtocolRefusal"
 
 
 #: The spans that can be a row (``events.RootSpan``).
@@ -265,12 +261,12 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                 writer = who_wrote(e)
                 prepares = trace.causes.prepares
                 prepares[writer] = min(e.start_ns, prepares.get(writer, e.start_ns))
-                if _refused(e):
+                if is_refusal(e):
                     trace.prepare_starts.pop(e.span_id, None)
                     trace.refused_prepares += 1
                 else:
                     trace.prepare_starts.setdefault(e.span_id, e.start_ns)
-            case OperationFinished(operation=Operation.RESUME) if not _refused(e):  # resumed nothing
+            case OperationFinished(operation=Operation.RESUME) if not is_refusal(e):  # resumed nothing
                 # Its end by its own clock: its start plus its duration.
                 length = duration_ns(e)
                 trace.resume_unknown |= length is None
