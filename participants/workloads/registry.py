@@ -15,7 +15,7 @@ Other registries (``KINDS.replacing(...)``, or ``KindRegistry(rows)``) can be pa
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,7 +28,15 @@ from ckpt_events.participants.workloads.model import ModelWorkload
 from ckpt_events.participants.workloads.resources import ResourcesWorkload
 from ckpt_events.vocab import Kind, kind_name
 
-__all__ = ["CONTROLLER_COLOUR", "KINDS", "OTHER_COLOURS", "KindRegistry", "KindRow"]
+__all__ = [
+    "CONTROLLER_COLOUR",
+    "KINDS",
+    "OTHER_COLOURS",
+    "KindRegistry",
+    "KindRow",
+    "colour_of",
+    "other_colour",
+]
 
 #: The coordinator's bars in the reports (it reports as kind ``controller``, which has no row).
 CONTROLLER_COLOUR: Final = "#a855f7"
@@ -116,6 +124,13 @@ class KindRegistry:
 def other_colour(kind: str) -> str:
     """The colour of ``kind``, one the registry has no row for: the same in every report."""
     return OTHER_COLOURS[zlib.crc32(kind.encode("utf-8", "replace")) % len(OTHER_COLOURS)]
+
+
+def colour_of(who: str, palette: Mapping[str, str]) -> str:
+    """The colour of ``who`` (``kind/instance`` or a kind): its kind's in ``palette``, else
+    ``other_colour``'s. The terminal and the HTML page draw with it."""
+    kind = who.split("/", 1)[0]
+    return palette.get(kind) or other_colour(kind)
 
 
 KINDS: Final = KindRegistry(

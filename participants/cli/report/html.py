@@ -36,7 +36,7 @@ from ckpt_events.participants.cli.report.timeline import (
 )
 from ckpt_events.participants.cli.text import escape_html
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, other_colour
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
 
 __all__ = [
@@ -59,11 +59,6 @@ _LABEL_W = 380
 _BAR_W = 900
 #: Title, legend and axis above the first row.
 _TOP = 70
-
-
-def _fill(who: str, fills: Mapping[str, str]) -> str:
-    kind = who.split("/", 1)[0]
-    return fills.get(kind) or other_colour(kind)
 
 
 def _label(s: Span) -> str:
@@ -129,10 +124,10 @@ def _span_row(
             if b > a:
                 out.append(
                     f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
-                    f'height="6" fill="{_fill(s.who, fills)}" opacity="0.3"><title>{what}: '
+                    f'height="6" fill="{colour_of(s.who, fills)}" opacity="0.3"><title>{what}: '
                     f"{(b - a) / 1e6:.2f} ms</title></rect>"
                 )
-    fill = _ERROR if s.error else _fill(s.who, fills)
+    fill = _ERROR if s.error else colour_of(s.who, fills)
     # JSON escapes every control character (ensure_ascii), so the attribute holds none.
     details = escape_html(json.dumps(s.details, default=str))
     # A span whose clock went back during it: its duration is unknown, never 0.0.
@@ -167,7 +162,7 @@ def _critical_marks(
 
 def _folded(row: Folded, y: int, x: Callable[[int], float], fills: Mapping[str, str]) -> list[str]:
     """A folded group: its label, a pale bar from the first start to the last end, its summary."""
-    fill = _fill(row.kind, fills)
+    fill = colour_of(row.kind, fills)
     tip = escape_html(f"{row.label}: {row.summary}")
     return [
         f'<text class="folded" x="{4 + 14 * row.depth}" y="{y + 14}" fill="#555" font-style="italic">'

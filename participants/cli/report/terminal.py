@@ -33,7 +33,7 @@ from ckpt_events.participants.cli.report.timeline import (
 )
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, other_colour
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
 
 __all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
@@ -45,11 +45,6 @@ _CRITICAL = "▶"
 #: Past this many participants the breakdown shows one row per kind (its longest instance).
 _FLEET = 8
 _FOLDED = " (longest)"
-
-
-def _colour(who: str, colours: Mapping[str, str]) -> str:
-    kind = who.split("/", 1)[0]
-    return colours.get(kind) or other_colour(kind)
 
 
 def render(
@@ -156,7 +151,7 @@ def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, st
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("ms", overflow="fold")
     for row in rows:
-        header = Text(_who(row).replace("/", "\n", 1), style=_colour(row.kind, colours))
+        header = Text(_who(row).replace("/", "\n", 1), style=colour_of(row.kind, colours))
         table.add_column(header, justify="right", overflow="fold")
     for column in columns:
         table.add_row(Text(escape(column)), *(_cell(r, column) for r in rows))
@@ -220,7 +215,7 @@ def render_waterfall(
         if isinstance(row, Folded):
             start, end = col(row.start_ns), max(col(row.start_ns) + 1, col(row.end_ns))
             _paint(bar, "─", start, end)
-            bar.stylize(_colour(row.kind, colours), start, end)
+            bar.stylize(colour_of(row.kind, colours), start, end)
             name = Text("  " * row.depth + _label(row), style="dim")
             table.add_row(name, Text(f"≤{row.max_ms:.1f}", style="dim"), bar)
             continue
@@ -228,12 +223,12 @@ def render_waterfall(
         parent = by_id.get(s.parent_span_id or -1)
         if s.participant and parent is not None and parent.client:
             arrived = s.received_ns if s.received_ns is not None else s.start_ns
-            bar.stylize(_colour(s.who, colours), col(parent.start_ns), col(parent.end_ns) + 1)
+            bar.stylize(colour_of(s.who, colours), col(parent.start_ns), col(parent.end_ns) + 1)
             _paint(bar, "░", col(parent.start_ns), col(arrived))
             _paint(bar, "▒", col(arrived), col(s.start_ns))
             _paint(bar, "░", col(s.end_ns), col(parent.end_ns) + 1)
         _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
-        bar.stylize("red" if s.error else _colour(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
+        bar.stylize("red" if s.error else colour_of(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
         on_path = s.span_id in critical
         name = Text("  " * s.depth + _label(s), style="bold" if on_path else "")
         # A span whose clock went back during it: its duration is unknown, never 0.0.
