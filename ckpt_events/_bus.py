@@ -399,6 +399,19 @@ class Bus:
             except RuntimeError:  # the loop has closed; the events stay counted as pending
                 pass
 
+    def _off_its_loop(self) -> bool:
+        """Whether the bus runs on an event loop of another thread than the caller's."""
+        return self._token is not None and threading.get_ident() != self._loop_thread
+
+    def _flush_from_thread(self, timeout: float | None = None) -> bool:
+        """``flush`` for a caller on another thread than the bus's loop (``_off_its_loop``: a
+        sink's timer thread, a replay running on a loop of its own): run on the bus's loop,
+        waited for on this thread, which it blocks."""
+        import anyio.from_thread  # here: only these callers need it, not every import of the bus
+
+        assert self._token is not None, "the bus has not started"
+        return bool(anyio.from_thread.run(self.flush, timeout, token=self._token))
+
     def _check_thread(self, call: str, instead: str) -> None:
         """``InvalidValueError`` if the bus is running on another thread's event loop than this
         one: its events and task group belong to that loop (awaited from another loop, a flush's

@@ -245,12 +245,11 @@ class StallWatch:
         reported. Was: an operation that ended while the event loop was blocked (its end emitted,
         not yet delivered) was reported stalled, then "ended ok after 0.0 s"."""
         bus = self.bus
-        token = bus._token if bus is not None else None
-        if bus is None or token is None or bus._closed or threading.get_ident() == bus._loop_thread:
+        if bus is None or bus._closed or not bus._off_its_loop():
             return
         began = time.monotonic()
         try:
-            anyio.from_thread.run(bus.flush, _CATCH_UP_TIMEOUT, token=token)
+            bus._flush_from_thread(_CATCH_UP_TIMEOUT)
         except Exception:  # the loop has gone (closed): nothing more will be delivered
             return
         late = time.monotonic() - began

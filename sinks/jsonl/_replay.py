@@ -14,11 +14,9 @@ A target whose ``handle`` raises is isolated as the bus isolates a sink: logged 
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import os
-import threading
 from collections.abc import Iterable
 from typing import IO, Any, Final, get_args
 
@@ -216,14 +214,12 @@ async def _emit_all(bus: Bus, batch: list[Any]) -> None:
 async def _flush(bus: Bus) -> None:
     """``bus.flush()``, also for a bus whose loop runs in another thread (``EventCapture``'s):
     there the flush runs on that loop, waited for from a worker thread so this loop goes on."""
-    token = bus._token
-    if token is None or threading.get_ident() == bus._loop_thread:
+    if not bus._off_its_loop():
         await bus.flush()
         return
     # Was: bus.flush() raised "flush on the event loop's thread", and every delivered event was
     # reported as failed.
-    flush = functools.partial(anyio.from_thread.run, bus.flush, token=token)
-    await anyio.to_thread.run_sync(flush, abandon_on_cancel=True)
+    await anyio.to_thread.run_sync(bus._flush_from_thread, abandon_on_cancel=True)
 
 
 def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:
