@@ -366,10 +366,7 @@ class ExportProcess:
         self._said = True
         # Killed, not its pipes closed: a batch waiting for the pipe (another task) wakes as its
         # reader goes, and gets EPIPE; closing the descriptor under that wait never woke it.
-        with contextlib.suppress(OSError):
-            self._process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(5.0)
+        _kill_and_reap(self._process)
 
     async def aclose(self) -> None:
         """End the child's input and wait for it to export and exit, within ``close_timeout``;
@@ -597,12 +594,17 @@ def _widen(pipe: int) -> None:
             fcntl.fcntl(pipe, set_size, PIPE_BYTES)
 
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    """Kill ``process`` (if it still runs), reap it, close our ends of its pipes."""
+def _kill_and_reap(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` (if it still runs) and reap it, within 5 s; its pipes stay open."""
     with contextlib.suppress(OSError):
         process.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(5.0)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` (if it still runs), reap it, close our ends of its pipes."""
+    _kill_and_reap(process)
     for pipe in (process.stdin, process.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError):
