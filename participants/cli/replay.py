@@ -136,7 +136,10 @@ async def _replay_async(args: argparse.Namespace) -> int:
             "is a collector listening there?"
             if how == "got no answer"
             else "is that a collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318)?"
-            if how.startswith(("answered 4", "gave a reply that is not HTTP", "failed the TLS handshake"))
+            # A redirect too: an endpoint that moved (to https, another path) is not followed.
+            if how.startswith(
+                ("answered 3", "answered 4", "gave a reply that is not HTTP", "failed the TLS handshake")
+            )
             else "see the collector's own log"
         )
         raise CommandError(

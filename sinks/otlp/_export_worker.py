@@ -20,6 +20,7 @@ from typing import Final
 import anyio.to_thread
 
 from ckpt_events._errors import check_number, shown
+from ckpt_events.sinks.otlp._endpoint import safe_url
 from ckpt_events.sinks.otlp._http import MAX_TIMEOUT_S, OtlpHttpSender
 
 __all__ = ["ExportWorker", "timeout_or"]
@@ -124,9 +125,21 @@ class ExportWorker:
             # for a collector that is not listening.
             self.last_failure = result.unreadable
             self.log_failure(f"{result.unreadable}; is that an OTLP/HTTP collector's URL?")
+        elif not accepted and result.status is None:
+            self.last_failure = "got no answer"
+            self.log_failure("refused or unreachable (last status None)")
         elif not accepted:
-            self.last_failure = "got no answer" if result.status is None else f"answered {result.status}"
-            self.log_failure(f"refused or unreachable (last status {result.status})")
+            # What the collector answered, not "refused or unreachable": its reason (quoted: one
+            # line, whatever it holds), or where a redirect pointed, never followed.
+            answered = f"answered {result.status}"
+            if result.location is not None:
+                answered += f", a redirect to {shown(safe_url(result.location))}"
+                how = f"{answered}, which is not followed: set the endpoint to where it points"
+            else:
+                answered += f": {shown(result.message)}" if result.message else ""
+                how = answered
+            self.last_failure = answered
+            self.log_failure(how)
         return accepted
 
     def count(

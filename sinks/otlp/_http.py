@@ -5,7 +5,10 @@ worker) and returns whether the collector accepted it. 429, 502, 503 and 504 are
 with exponential backoff (doubling from ``initial_backoff``, capped at ``max_backoff``, with
 jitter), waiting longer when the collector's ``Retry-After`` (seconds, at most 60) asks to; a
 negative, NaN or date ``Retry-After`` is our own backoff. A refused or broken connection is
-retried the same way. Any other status is final. A 2xx answer whose body holds a partial success
+retried the same way. Any other status is final, with the collector's reason (its ``Status``
+message or plain text) in ``message``; a redirect is never followed (the spans and the headers,
+a bearer token among them, would go where the collector says, off this machine too) and its
+``Location`` is kept for the warning. A 2xx answer whose body holds a partial success
 (``partial_success``: so many spans or points rejected) is accepted with ``rejected`` and
 ``message`` set: the caller counts them as lost.
 
@@ -45,7 +48,7 @@ from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem, safe_url
 from ckpt_events.sinks.otlp._headers import check_headers
-from ckpt_events.sinks.otlp._partial_success import partial_success
+from ckpt_events.sinks.otlp._partial_success import partial_success, refusal
 from ckpt_events.sinks.otlp._watchdog import RequestWatchdog
 
 __all__ = [
@@ -88,11 +91,12 @@ MAX_REPLY_BYTES: Final = 64 * 1024
 class SendResult:
     """What one ``send`` came to: accepted or not, the attempts made, and the last status;
     ``rejected`` items and the collector's ``message`` when it accepted only part (its partial
-    success); ``unreadable``, with no status, how a reply that came went wrong, as a phrase
+    success), or the reason a refusing collector gave; ``location``, a refusing redirect's
+    target (not followed); ``unreadable``, with no status, how a reply that came went wrong, as a phrase
     (``"gave a reply that is not HTTP (...)"``, ``"failed the TLS handshake (...)"``; ``None``: no
     reply came, as when nothing listens or it timed out)."""
 
-    __slots__ = ("accepted", "attempts", "message", "rejected", "status", "unreadable")
+    __slots__ = ("accepted", "attempts", "location", "message", "rejected", "status", "unreadable")
 
     def __init__(
         self,
@@ -103,8 +107,10 @@ class SendResult:
         message: str = "",
         *,
         unreadable: str | None = None,
+        location: str | None = None,
     ) -> None:
         self.accepted = accepted
+        self.location = location
         self.attempts = attempts
         self.status = status
         self.rejected = rejected
@@ -189,13 +195,15 @@ class OtlpHttpSender:
         backoff = self.initial_backoff
         status: int | None = None
         unreadable: str | None = None  # how the last attempt's reply went wrong, if one came
+        said = ""  # the reason the last refusal gave (a 503's "overloaded")
         for attempt in range(1, self.max_retries + 2):
             retry_after: float | None = None
             partial = (0, "")
+            location: str | None = None
             limit = self._limit(deadline)
             budget = self.timeout if limit is None else min(self.timeout, limit - time.monotonic())
             if budget <= 0 or self._cancelled.is_set():
-                return SendResult(False, attempt - 1, status, unreadable=unreadable)
+                return SendResult(False, attempt - 1, status, message=said, unreadable=unreadable)
             closing = self._closing_by is not None
             connection, unreadable = self._open(min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget)
             if connection is None:
@@ -203,12 +211,12 @@ class OtlpHttpSender:
                 if closing or self._closing_by is not None:
                     # Nobody takes a connection, and we are closing (since before the connect or
                     # during it): do not wait for one.
-                    return SendResult(False, attempt, status, unreadable=unreadable)
+                    return SendResult(False, attempt, status, message=said, unreadable=unreadable)
             else:
                 began = time.monotonic()
                 unreadable = None
                 try:
-                    status, retry_after, partial = self._post(connection, body, budget)
+                    status, retry_after, partial, location = self._post(connection, body, budget)
                 except (OSError, http.client.HTTPException) as exc:
                     self.close()  # a stale kept-alive connection or a collector that went down
                     status = None
@@ -218,8 +226,9 @@ class OtlpHttpSender:
                         unreadable = _unreadable(exc)
             if status is not None and 200 <= status < 300:
                 return SendResult(True, attempt, status, *partial)
+            said = "" if status is None else partial[1]
             if status is not None and status not in RETRYABLE_STATUSES:
-                return SendResult(False, attempt, status)
+                return SendResult(False, attempt, status, message=said, location=location)
             if attempt > self.max_retries:
                 break
             # Never sooner than our own backoff: a Retry-After of 0 answered at once would make
@@ -230,13 +239,13 @@ class OtlpHttpSender:
             backoff = min(backoff * 2, self.max_backoff)
             limit = self._limit(deadline)
             if limit is not None and time.monotonic() + delay >= limit:
-                return SendResult(False, attempt, status, unreadable=unreadable)
+                return SendResult(False, attempt, status, message=said, unreadable=unreadable)
             self._wake.wait(delay)
             if self._cancelled.is_set():
-                return SendResult(False, attempt, status, unreadable=unreadable)
+                return SendResult(False, attempt, status, message=said, unreadable=unreadable)
             self._wake.clear()
             # Woken by close_by(): round again, now bounded by the close's deadline.
-        return SendResult(False, self.max_retries + 1, status, unreadable=unreadable)
+        return SendResult(False, self.max_retries + 1, status, message=said, unreadable=unreadable)
 
     def _limit(self, deadline: float | None) -> float | None:
         if self._closing_by is None:
@@ -306,7 +315,9 @@ class OtlpHttpSender:
 
     def _post(
         self, connection: http.client.HTTPConnection, body: bytes, budget: float
-    ) -> tuple[int, float | None, tuple[int, str]]:
+    ) -> tuple[int, float | None, tuple[int, str], str | None]:
+        """The reply's status, ``Retry-After``, partial success (a 2xx: rejected, message; else
+        0 and the collector's reason) and ``Location``."""
         connection.timeout = budget
         if connection.sock is not None:
             connection.sock.settimeout(budget)
@@ -325,11 +336,16 @@ class OtlpHttpSender:
         if response.will_close or len(data) > MAX_REPLY_BYTES or not response.isclosed():
             self.close()
         partial = (0, "")
+        content_type = response.getheader("Content-Type") or self._headers["Content-Type"]
+        encoding = response.getheader("Content-Encoding")
         if 200 <= response.status < 300 and len(data) <= MAX_REPLY_BYTES:
             # A 200 may still say spans were rejected: they were counted as exported before.
-            content_type = response.getheader("Content-Type") or self._headers["Content-Type"]
-            partial = partial_success(data, content_type, response.getheader("Content-Encoding"))
-        return response.status, _retry_after(response.getheader("Retry-After")), partial
+            partial = partial_success(data, content_type, encoding)
+        elif not 200 <= response.status < 300:
+            # Why it refused (a 400's "invalid span id"): the warning said only the status.
+            partial = (0, refusal(data, content_type, encoding))
+        location = response.getheader("Location") if 300 <= response.status < 400 else None
+        return response.status, _retry_after(response.getheader("Retry-After")), partial, location
 
     def cancel(self) -> None:
         """End any backoff wait and the request in flight now; later sends give up at once."""

@@ -6,6 +6,10 @@ carry ``partial_success``: the request was taken, but ``rejected_spans`` (or
 wire layout (field 1: the count, field 2: the message), and in OTLP/JSON the count is the one
 ``rejected*`` key. A body that cannot be read (malformed, compressed, another format) says
 nothing: 0 rejected, never a guessed count.
+
+``refusal`` reads the collector's reason from a non-2xx answer: the ``message`` of the
+``google.rpc.Status`` the OTLP spec asks for (protobuf field 2, or JSON ``message``), or a plain
+text body, so that the one warning says why the collector refused, not only its status.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
-__all__ = ["partial_success"]
+__all__ = ["partial_success", "refusal"]
 
 _NOTHING: Final = (0, "")
 #: The longest error message kept (a hostile collector's text goes into a log line and stats).
@@ -30,6 +34,38 @@ def partial_success(body: bytes, content_type: str | None, encoding: str | None)
     else:
         rejected, message = _from_protobuf(body)
     return (rejected, message[:_MAX_MESSAGE]) if rejected > 0 else _NOTHING
+
+
+def refusal(body: bytes, content_type: str | None, encoding: str | None) -> str:
+    """The reason a non-2xx reply's ``body`` gives (its ``Status.message``, or its plain text),
+    stripped and at most ``_MAX_MESSAGE`` characters; ``""`` when it gives none we can read (an
+    HTML error page, a compressed or malformed body)."""
+    if not body or (encoding is not None and encoding.strip().lower() not in ("", "identity")):
+        return ""
+    kind = (content_type or "").lower()
+    message: object = ""
+    if "json" in kind:
+        try:
+            reply = json.loads(body)
+        except (ValueError, RecursionError):
+            return ""
+        message = reply.get("message", "") if isinstance(reply, dict) else ""
+    elif kind.startswith("text/plain"):
+        head = body[: _MAX_MESSAGE * 4]  # a UTF-8 character is at most 4 bytes
+        try:
+            message = head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.start < len(head) - 3 or len(head) == len(body):
+                return ""  # not UTF-8: no guess
+            message = head[: exc.start].decode("utf-8")  # the slice cut a character
+        message = " ".join(message.split())  # one line
+        if not message.isprintable():
+            return ""
+    elif "html" not in kind:  # protobuf, as the spec says, or an unnamed type
+        fields = _fields(body)
+        text = fields.get((2, 2)) if fields is not None else None
+        message = text.decode("utf-8", "replace") if isinstance(text, bytes) else ""
+    return message.strip()[:_MAX_MESSAGE] if isinstance(message, str) else ""
 
 
 def _from_json(body: bytes) -> tuple[int, str]:

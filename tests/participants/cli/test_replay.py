@@ -167,6 +167,26 @@ def test_replay_to_a_server_that_answers_404_says_so_in_one_line(
     ], err
 
 
+def test_replay_to_a_server_that_refuses_with_a_reason_or_redirects_says_it_in_one_line(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 400 with the collector's Status says its reason, and a 308 (an http endpoint moved to
+    https, say) asks about the URL: it said "see the collector's own log" of a redirect."""
+    with _answering(400, b'{"code":3,"message":"invalid trace id"}') as url:
+        assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(
+        "it answered 400: 'invalid trace id' (1 failed export); is that a collector's OTLP/HTTP "
+        "base URL (e.g. http://127.0.0.1:4318)?"
+    ), line
+    with _answering(308) as url:
+        assert main(["replay", str(log), "--otlp-endpoint", url]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(
+        "it answered 308 (1 failed export); is that a collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318)?"
+    ), line
+
+
 def test_spans_rejected_in_a_200_are_an_error(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A 200 whose partial success rejects the span: replay said "replayed 1 event: 0 spans
     exported" and exited 0 (the sink's warning is quieted); now one line saying what the

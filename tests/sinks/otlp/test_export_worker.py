@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import logging
 import socket
 import threading
@@ -211,3 +212,82 @@ def test_the_failure_warning_shows_no_credential_of_the_url(caplog: pytest.LogCa
     [warning] = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
     assert "S3CRET" not in warning
     assert "api_key=[REDACTED]" in warning
+
+
+def _answering(status: int, headers: dict[str, str], body: bytes) -> tuple[http.server.HTTPServer, str]:
+    """A real server on 127.0.0.1 answering every POST with ``status``, ``headers`` and ``body``."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["content-length"]))
+            self.server.posts += 1  # type: ignore[attr-defined]
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.posts = 0  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}"
+
+
+async def _one_span_to(endpoint: str) -> OtlpSpanSink:
+    sink = OtlpSpanSink(endpoint, headers={"Authorization": "Bearer T0KEN"}, linger=0.0, timeout=2.0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+            pass
+    return sink
+
+
+async def test_a_refusal_says_the_status_and_the_collectors_reason(caplog: pytest.LogCaptureFixture) -> None:
+    """A 400 with the collector's google.rpc.Status is one warning naming the status and its
+    message (it said "refused or unreachable (last status 400)", as if nothing answered)."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    server, endpoint = _answering(400, {"Content-Type": "application/x-protobuf"}, b"\x08\x03\x12\x07bad ids")
+    try:
+        sink = await _one_span_to(endpoint)
+    finally:
+        server.shutdown()
+        server.server_close()
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures, stats.retries) == (0, 1, 1, 0)
+    assert stats.last_failure == "answered 400: 'bad ids'"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert f"{endpoint}/v1/traces answered 400: 'bad ids'; spans are dropped" in warning
+    assert "unreachable" not in warning and "T0KEN" not in warning
+
+
+@pytest.mark.parametrize("elsewhere", ["loopback", "off-box"])
+async def test_a_redirect_is_not_followed_and_the_warning_says_where_it_pointed(
+    caplog: pytest.LogCaptureFixture, elsewhere: str
+) -> None:
+    """A 307 to another port, or to a host off this machine, is not followed (the spans and the
+    bearer token stay here); the warning names the redirect's target, its credential redacted,
+    and what to do (it said "refused or unreachable (last status 307)")."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    target, target_url = _answering(200, {}, b"")
+    where = target_url if elsewhere == "loopback" else "http://collector.example.com:4318"
+    server, endpoint = _answering(307, {"Location": f"{where}/v1/traces?api_key=S3CRET"}, b"")
+    try:
+        sink = await _one_span_to(endpoint)
+    finally:
+        for each in (server, target):
+            each.shutdown()
+            each.server_close()
+    assert target.posts == 0  # type: ignore[attr-defined]
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (0, 1, 1)
+    shown_target = f"'{where}/v1/traces?api_key=[REDACTED]'"
+    assert stats.last_failure == f"answered 307, a redirect to {shown_target}"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert f"answered 307, a redirect to {shown_target}, which is not followed: set the endpoint" in warning
+    assert "S3CRET" not in warning and "T0KEN" not in warning and "\n" not in warning

@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from ckpt_events.sinks.otlp._partial_success import partial_success
+from ckpt_events.sinks.otlp._partial_success import partial_success, refusal
 
 PROTO = "application/x-protobuf"
 JSON = "application/json"
@@ -66,3 +66,27 @@ def test_what_cannot_be_read_rejects_nothing(
 ) -> None:
     """No partial success, none rejected, or a body we cannot read: 0, never a guess."""
     assert partial_success(body, content_type, encoding) == (0, "")
+
+
+REFUSALS: dict[str, tuple[bytes, str | None, str]] = {
+    "protobuf google.rpc.Status": (b"\x08\x03\x12\x0finvalid span id", PROTO, "invalid span id"),
+    "json Status": (b'{"code":3,"message":"bad trace id"}', JSON, "bad trace id"),
+    "plain text, one line": (
+        b"  rate limit\n for tenant x\n",
+        "text/plain; charset=utf-8",
+        "rate limit for tenant x",
+    ),
+    "plain text, cut": (b"y" * 5000, "text/plain", "y" * 200),
+    "an empty body": (b"", PROTO, ""),
+    "json without a message": (b'{"code":3}', JSON, ""),
+    "html": (b"<html><body>502 Bad Gateway</body></html>", "text/html", ""),
+    "binary as text": (b"\xff\xfe\x00garbage", "text/plain", ""),
+    "protobuf garbage": (b"\xff\xff\xff", PROTO, ""),
+}
+
+
+@pytest.mark.parametrize(("body", "content_type", "expected"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_a_refusals_reason_is_read(body: bytes, content_type: str | None, expected: str) -> None:
+    """The collector's reason for a refusal (a Status message, or its plain text), bounded; ""
+    when it gives none we can read."""
+    assert refusal(body, content_type, None) == expected
