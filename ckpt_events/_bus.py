@@ -17,6 +17,7 @@ What the bus guarantees a sink:
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 import weakref
@@ -124,6 +125,8 @@ class Bus:
         self._names: set[str] = set()
         self._suffixes: dict[str, int] = {}  # the last "-n" given per base name
         self._warned_classes: set[type] = set()  # emitted, not carried, and said so (_not_carried)
+        # The parent's pid in a process forked while this bus ran there (see _forked_child).
+        self._forked_from: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -133,6 +136,7 @@ class Bus:
         self._loop_thread = threading.get_ident()
         self._call_soon_threadsafe = _threadsafe_scheduler()
         self._token = anyio.lowlevel.current_token()
+        _watch_forks(self)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         for sub in self._subscriptions:
@@ -164,6 +168,8 @@ class Bus:
         Events emitted afterwards are counted in ``dropped_after_close``. A bus never entered
         (no ``async with``) delivers what it holds and closes its sinks here all the same.
         """
+        if self._forked_from is not None:
+            return  # the bus runs, and is closed, in the parent: nothing of it runs here
         self._check_thread("aclose", "anyio.from_thread.run(bus.aclose)")
         if self._closing:
             await self._closed_event.wait()
@@ -179,6 +185,7 @@ class Bus:
             else:
                 await self._wait_for_sinks()
         finally:
+            _RUNNING.discard(self)
             self._closed_event.set()
 
     async def _close_never_entered(self) -> None:
@@ -390,7 +397,10 @@ class Bus:
     def _wake(self, buffer: _Buffer) -> None:
         buffer.waiting = False
         sub = buffer.owner
-        assert sub is not None  # only the closed bus's buffer has no owner, and it never waits
+        if sub is None:  # only _forked_child's buffer has no owner and waits: its first event
+            self._first_event_after_fork(buffer)
+            return
+        assert sub is not None  # the closed bus's buffer has no owner either, and it never waits
         if threading.get_ident() == self._loop_thread:
             sub._wake.set()
         elif self._call_soon_threadsafe is not None:
@@ -454,6 +464,39 @@ class Bus:
             except RuntimeError:  # the loop has closed
                 pass
 
+    # -- a process forked while the bus runs ---------------------------------------------
+
+    def _forked_child(self, parent: int) -> None:
+        """This process was forked while the bus ran in ``parent`` (gunicorn ``--preload``, a
+        ``fork`` multiprocessing pool): its loop, delivery tasks and sink threads stayed there.
+
+        Events emitted here were kept pending for ever, unsaid, and ``flush`` blamed the
+        thread. Now the bus is closed here: every event goes to one buffer that takes the
+        first, says so in one warning (``_first_event_after_fork``; none for a child that
+        never emits) and from then on counts each in ``dropped_after_close``. The parent's
+        bus is untouched; what its buffers held at the fork is the parent's to deliver.
+        """
+        self._forked_from = parent
+        self._closed = self._closing = True
+        self._tg = self._token = self._loop_thread = self._call_soon_threadsafe = None
+        first = _Buffer(1, None)
+        first.waiting = True
+        self._after_close = first
+        self._set_routes(dict.fromkeys(CARRIED, (first,)))
+
+    def _first_event_after_fork(self, buffer: _Buffer) -> None:
+        buffer.dropped += len(buffer)
+        buffer.clear()
+        buffer.capacity = 0  # every later event is counted dropped in emit, with nothing said
+        logger.warning(
+            "this process (pid %d) was forked from pid %d while a ckpt_events Bus ran there; the "
+            "bus's loop and sinks stay in that process, so events emitted here reach no sink "
+            "(counted in bus.stats().dropped_after_close): create the Bus and configure() its sinks "
+            "in each process after the fork (instrument() does so in each worker's lifespan)",
+            os.getpid(),
+            self._forked_from,
+        )
+
     # -- flush and stats -------------------------------------------------------------------
 
     async def flush(self, timeout: float | None = None) -> bool:
@@ -467,6 +510,8 @@ class Bus:
             check_number(
                 timeout, f"flush timeout must be a number of seconds >= 0 or None, not {shown(timeout)}"
             )
+        if self._forked_from is not None:
+            return True  # nothing emitted here waits: it was counted dropped (_forked_child)
         self._check_thread("flush", "anyio.from_thread.run(bus.flush)")
         subs = [s for s in self._history if s._started and not s._done.is_set()]
         with anyio.move_on_after(math.inf if timeout is None else timeout):
@@ -557,6 +602,26 @@ def _check_interval(value: object) -> float:
     return check_number(
         value, f"batch_interval must be a number of seconds in [0, 1], not {shown(value)}", high=1
     )
+
+
+#: Every bus entered in this process and not yet closed, told when the process forks.
+_RUNNING: Final[weakref.WeakSet[Bus]] = weakref.WeakSet()
+_fork_hook: list[bool] = []  # registered (once, at the first bus entered, not at import)
+
+
+def _watch_forks(bus: Bus) -> None:
+    _RUNNING.add(bus)
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        _fork_hook.append(True)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    parent = os.getppid()
+    for bus in list(_RUNNING):
+        if not bus._closed:
+            bus._forked_child(parent)
+    _RUNNING.clear()
 
 
 def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
