@@ -21,11 +21,17 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
 import msgspec
+
+try:
+    import fcntl
+except ImportError:  # Windows: rotated without the lock
+    fcntl = None  # type: ignore[assignment]
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor
 from ckpt_events._errors import check_int, shown
@@ -464,6 +470,18 @@ class JsonLinesSink:
         """
         assert self._path is not None
         path = self._path
+        locked = _lock_for_rotation(self._file)
+        try:
+            if locked and not self._names_file_open(path):
+                # Another process writing this log rotated it while this one waited for the
+                # lock: its new file is at the path; go on there rather than rotate that too.
+                self._file.close()  # drops the lock (a POSIX lock goes with any close)
+                self._open()
+                self._reopened += 1
+                return
+        except BaseException:
+            _unlock(self._file)
+            raise
         try:
             if self.backups == 0:
                 path.unlink(missing_ok=True)
@@ -474,6 +492,7 @@ class JsonLinesSink:
                         older.replace(path.with_name(f"{path.name}.{n + 1}"))
                 path.replace(path.with_name(f"{path.name}.1"))
         except OSError as exc:
+            _unlock(self._file)
             self._rotation_held = True  # tried again next batch, not once per line
             self._rotation_errors += 1
             self._last_error = str(exc)
@@ -486,10 +505,18 @@ class JsonLinesSink:
                     f"{self.max_bytes:,}",
                 )
             return
-        self._file.close()
+        self._file.close()  # drops the lock, once the renaming is done
         # Usually a new file; another writer may have made it since, and it may end torn.
         self._open()
         self._rotations += 1
+
+    def _names_file_open(self, path: Path) -> bool:
+        """Whether ``path`` still names the file this sink has open."""
+        try:
+            now = os.stat(path)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == self._identity
 
     def flush(self) -> None:
         """Push written lines to the operating system."""
@@ -556,6 +583,10 @@ class JsonLinesSink:
 
 #: How long ``close()`` waits for a write in progress (one takes microseconds to milliseconds).
 CLOSE_WAIT: Final = 0.5
+#: The longest a rotation waits for another process's rotation of the same log (which holds the
+#: lock for its renames only, milliseconds), and its tries, 1 ms apart.
+ROTATION_WAIT: Final = 1.0
+ROTATION_TRIES: Final = 1_000
 
 #: How a path is opened, as ``open(path, "ab")`` opens it.
 _APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
@@ -567,6 +598,40 @@ def _mode(path: Path) -> int:
         return os.stat(path).st_mode
     except OSError:
         return 0
+
+
+def _lock_for_rotation(file: IO[bytes]) -> bool:
+    """Hold a POSIX write lock on the log about to be rotated, waiting at most ``ROTATION_WAIT``
+    seconds; whether it is held.
+
+    Two processes given one log (uvicorn ``--workers``, each with its own sink) each rotated it
+    when their own count said it was full, and renamed the ``.N`` chain over each other's
+    files: whole files of lines lost, counted as written. Under the lock, the second finds the
+    path naming a new file and writes there instead. ``lockf``, not ``flock``: ``serve`` holds a
+    ``flock`` on its log for its whole life, which this would wait on; a process's own POSIX
+    lock never blocks it. Not held (no ``fcntl``, a filesystem without locks, a writer holding
+    it past the wait): rotated as before.
+    """
+    if fcntl is None:
+        return False
+    deadline = time.monotonic() + ROTATION_WAIT
+    for _ in range(ROTATION_TRIES):
+        try:
+            fcntl.lockf(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except (BlockingIOError, PermissionError):  # another writer holds it: wait a little
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.001)
+        except OSError:  # ENOLCK and the like: no locking here
+            break
+    return False
+
+
+def _unlock(file: IO[bytes]) -> None:
+    if fcntl is not None and not file.closed:
+        with contextlib.suppress(OSError):
+            fcntl.lockf(file.fileno(), fcntl.LOCK_UN)
 
 
 def _pipe_full() -> BlockingIOError:
