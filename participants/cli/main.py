@@ -57,7 +57,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        sys.stdout.flush()  # --help, --version: a reader gone is caught in main, not at exit
+        if sys.stdout is not None:  # None when started with stdout closed (``>&-``)
+            sys.stdout.flush()  # --help, --version: a reader gone is caught in main, not at exit
         super().exit(status, message)
 
 
@@ -91,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         command = args.command
         status = _run(args)
-        sys.stdout.flush()  # here, where a reader gone is caught, not at the interpreter's exit
+        # Here, where a reader gone is caught, not at the interpreter's exit. Started with
+        # stdout closed (``ops --write DIR >&-``), Python has none: an AttributeError traceback.
+        if sys.stdout is not None:
+            sys.stdout.flush()
         return status
     except KeyboardInterrupt:
         return _interrupted(command)

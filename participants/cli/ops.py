@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Final
@@ -71,8 +72,25 @@ def _ops(args: argparse.Namespace) -> int:
             f"--write {directory}: cannot write the pack: {where}{exc.strerror or exc}"
         ) from None
     _write_whole(directory)
-    for name in OPS_FILES:
-        print(directory / name)
+    try:
+        for name in OPS_FILES:
+            print(directory / name)
+        if sys.stdout is not None:  # None when started with stdout closed (``>&-``)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader has gone (``| head -1``): main's quiet exit
+    except OSError as exc:
+        # stdout on a full disk (``> /dev/full``) was a traceback, the pack written all the same.
+        # What stdout still holds goes to the null device, or the interpreter's last flush fails
+        # again ("Exception ignored", status 120).
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        raise CommandError(
+            f"--write {directory}: the pack is written, but listing it on stdout failed: "
+            f"{exc.strerror or exc}; send stdout elsewhere"
+        ) from None
     return 0
 
 

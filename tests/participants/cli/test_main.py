@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_events.participants.cli.main import build_parser, main
+from ckpt_events.participants.cli.ops import OPS_FILES
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -154,6 +155,40 @@ def test_output_to_a_closed_pipe_is_a_quiet_exit(tmp_path: Path, argv: list[str]
         os.close(write)
     assert done.stderr == ""
     assert done.returncode == (0 if argv == ["--help"] and unbuffered else 1)
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a disk that is full)")
+def test_stdout_on_a_full_disk_is_one_line_naming_the_pack_written(tmp_path: Path, unbuffered: str) -> None:
+    """``ops --write DIR > /dev/full`` wrote the pack, then ended in an OSError traceback (from
+    ``print``, or the last flush): now one line saying the pack is written and stdout failed."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "ckpt_events.participants.cli", "ops", "--write", "pack"],
+            check=False, cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": unbuffered},
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "ckpt-events ops: error: --write pack: the pack is written, but listing it on stdout "
+        "failed: No space left on device; send stdout elsewhere\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "pack").iterdir()) == sorted(OPS_FILES)
+
+
+@pytest.mark.parametrize("argv", [["ops", "--write", "pack"], ["--version"]], ids=lambda a: a[0])
+def test_a_closed_stdout_is_no_traceback(tmp_path: Path, argv: list[str]) -> None:
+    """Started with stdout closed (``ops --write DIR >&-``, as a daemon may be), Python has no
+    ``sys.stdout``: the last flush was an AttributeError traceback after the pack was written."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ckpt_events.participants.cli", *argv],
+        check=False, cwd=tmp_path, stderr=subprocess.PIPE, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0
+    if argv[0] == "ops":
+        assert sorted(p.name for p in (tmp_path / "pack").iterdir()) == sorted(OPS_FILES)
 
 
 def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
