@@ -124,15 +124,27 @@ FAMILY_TAGS = {
 }
 
 
+#: A target label beside job and instance, as a scrape config may add: targets that share a job
+#: and instance (``instance`` relabelled to the host) differ by it.
+TARGET_LABELS = ("port",)
+
+
 def test_the_unit_tests_input_series_are_shaped_like_a_scrape() -> None:
     """Each input series of rules_test.yml is a series our endpoint writes, with exactly its
-    labels (an event's own) plus the target's job and instance, or the target's ``up``."""
+    labels (an event's own) plus the target's job and instance (and a ``port`` where targets
+    share those, which its target's ``up`` carries too), or the target's ``up``."""
     series = re.findall(r"- series: '(\w+)\{([^}]*)\}'", ops_file("rules_test.yml"))
     assert len(series) > 50
+    targets = {
+        tuple(sorted(re.findall(r'(\w+)="([^"]*)"', labels))) for name, labels in series if name == "up"
+    }
     for name, labels in series:
         got = dict(re.findall(r'(\w+)="([^"]*)"', labels))
         assert {"job", "instance"} <= set(got), (name, got)
-        own = set(got) - {"job", "instance"}
+        target = {k: v for k, v in got.items() if k in {"job", "instance", *TARGET_LABELS}}
+        if set(target) != {"job", "instance"}:
+            assert tuple(sorted(target.items())) in targets, (name, got)  # a target that is scraped
+        own = set(got) - set(target)
         if name == "up":
             assert not own
             continue
