@@ -1,6 +1,12 @@
 """``ckpt-events diff BASE NEW``: per (kind, operation, step) median and p95 of two runs, and
 their ratio, largest change first; ``--fail-above RATIO`` gates a CI job on it.
 
+Only ok spans are timed: a commit that failed after 2 ms made a failing run look faster than
+one whose commits took 200 ms. Failed spans are counted per row instead (a ``failed`` column,
+base -> new, when either run has one); a row whose count differs is marked ``*`` and named in
+one line under the table; a key with no ok span in a run shows ``-`` for its times and is never
+gated.
+
 A ratio above the gate fails the run only if the change of the medians is also real: at least
 ``FAIL_FLOOR_MS`` (as the trend flags' ``GROWTH_MIN_MS``), and at least the step's jitter (the
 robust spread of its durations, the larger of the two runs'; as the straggler flag weighs a gap
@@ -22,6 +28,8 @@ from ckpt_events.participants.errors import shown
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from ckpt_events.participants.cli.report.durations import Durations
 
 __all__ = ["DIFF", "FAIL_FLOOR_MS", "real_change"]
 
@@ -85,7 +93,7 @@ def _ratio(value: str) -> float:
     return number
 
 
-def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
+def _read(spec: str) -> Durations:
     from ckpt_events.participants.cli.report.durations import durations
     from ckpt_events.participants.cli.report.logs import expand_logs, read_logs
 
@@ -101,17 +109,23 @@ def _read(spec: str) -> dict[tuple[str, str, str], list[float]]:
     return found
 
 
-#: One compared key: (key, n base, n new, base p50, base p95, new p50, new p95, ratio p50).
-_Row = tuple[tuple[str, str, str], int, int, float, float, float, float, float]
+#: One compared key: (key, n base, n new, base p50, base p95, new p50, new p95, ratio p50,
+#: failed base, failed new); n counts ok spans, the times are theirs (nan without one).
+_Row = tuple[tuple[str, str, str], int, int, float, float, float, float, float, int, int]
 
 
 def _diff(args: argparse.Namespace) -> int:
     base, new = _read(args.base), _read(args.new)
     rows = _compared(base, new, args.min_ms)
     above = [] if args.fail_above is None else [r for r in rows if r[7] > args.fail_above]
-    failing = [r for r in above if real_change(base[r[0]], new[r[0]])]
+    failing = [r for r in above if real_change(base.ok[r[0]], new.ok[r[0]])]
     noise = [r for r in above if r not in failing]
     console().print(_table(rows, failing, title=f"{escape(args.new)} against {escape(args.base)} (ms)"))
+    changed = [r for r in rows if r[8] != r[9]]
+    if changed:
+        named = ", ".join(f"{_name(r[0])} {r[8]} -> {r[9]}" for r in changed[:8])
+        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+        print(f"failed spans differ (base -> new; not timed): {named}{more}")
     only = sorted(base.keys() ^ new.keys())
     if only:
         more = f" and {len(only) - 8} more" if len(only) > 8 else ""
@@ -133,7 +147,7 @@ def _diff(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if failing:
-        (kind, operation, step), *_, ratio = failing[0]
+        (kind, operation, step), *_, ratio, _, _ = failing[0]
         print(
             f"{counted(len(failing), 'median ratio')} above {args.fail_above:g}: "
             f"worst {_name((kind, operation, step))} {ratio:.2f}x",
@@ -143,38 +157,35 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compared(
-    base: dict[tuple[str, str, str], list[float]], new: dict[tuple[str, str, str], list[float]], min_ms: float
-) -> list[_Row]:
-    """A row per key of both runs whose medians are not both under ``min_ms``, largest change
-    (either way) first."""
+def _compared(base: Durations, new: Durations, min_ms: float) -> list[_Row]:
+    """A row per key of both runs (ok or failed spans) whose medians are not both under
+    ``min_ms``, largest change (either way) first; a key without an ok span in a run (all of its
+    spans failed) has nan times and ratio, and comes first."""
     from ckpt_events.participants.cli.report.durations import median, percentile
 
     rows = []
     for key in sorted(base.keys() & new.keys()):
-        b50, n50 = median(base[key]), median(new[key])
+        b, n = base.ok.get(key, []), new.ok.get(key, [])
+        failed = (base.failed.get(key, 0), new.failed.get(key, 0))
+        if not (b and n):
+            b50, b95 = (median(b), percentile(b, 0.95)) if b else (math.nan, math.nan)
+            n50, n95 = (median(n), percentile(n, 0.95)) if n else (math.nan, math.nan)
+            rows.append((key, len(b), len(n), b50, b95, n50, n95, math.nan, *failed))
+            continue
+        b50, n50 = median(b), median(n)
         if max(b50, n50) < min_ms:
             continue
         # Two zero medians (a coarse or injected clock) are no change: 0/0 was shown as infx, first.
         ratio = n50 / b50 if b50 > 0 else 1.0 if n50 == 0 else math.inf
-        rows.append(
-            (
-                key,
-                len(base[key]),
-                len(new[key]),
-                b50,
-                percentile(base[key], 0.95),
-                n50,
-                percentile(new[key], 0.95),
-                ratio,
-            )
-        )
+        rows.append((key, len(b), len(n), b50, percentile(b, 0.95), n50, percentile(n, 0.95), ratio, *failed))
     rows.sort(key=lambda r: -abs(math.log(r[7])) if 0 < r[7] < math.inf else -math.inf)
     return rows
 
 
 def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
-    """The compared rows, a failing ratio marked ``!``."""
+    """The compared rows, a failing ratio marked ``!``; with a failed span in either run, a
+    ``failed`` column (base -> new), a changed count marked ``*`` (left out otherwise: at 80
+    columns every column costs the numbers room)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -191,12 +202,13 @@ def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
         "new p50",
         "new p95",
         "ratio p50",
+        *(("failed",) if any(r[8] or r[9] for r in rows) else ()),
     ):
         # Folded onto more lines, never cut with an ellipsis: at 80 columns the ratio read "0.1…",
         # a p50 "9.…" and every name "reso…" (the report's tables fold too).
         name = column in ("kind", "operation", "step")
         table.add_column(column, justify="left" if name else "right", overflow="fold")
-    for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio in rows:
+    for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio, fb, fn in rows:
         flag = " !" if any(r[0] == (kind, operation, step) for r in failing) else ""
         table.add_row(
             Text(escape(kind)),
@@ -204,18 +216,26 @@ def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
             Text(escape(step)),
             str(nb),
             str(nn),
-            f"{b50:.2f}",
-            f"{b95:.2f}",
-            f"{n50:.2f}",
-            f"{n95:.2f}",
+            _ms(b50),
+            _ms(b95),
+            _ms(n50),
+            _ms(n95),
             f"{_times(ratio)}{flag}",
+            *((f"{fb} -> {fn}{' *' if fb != fn else ''}",) if len(table.columns) > 10 else ()),
         )
     return table
 
 
+def _ms(value: float) -> str:
+    """``12.50``; ``-`` for no ok span in that run (every one failed)."""
+    return "-" if math.isnan(value) else f"{value:.2f}"
+
+
 def _times(ratio: float) -> str:
     """``1.25x``; a ratio under 0.005 is ``<0.01x``, not ``0.00x`` (80833 -> 0.08 ms read as a
-    step that took no time at all)."""
+    step that took no time at all); ``-`` when a run has no ok span to time."""
+    if math.isnan(ratio):
+        return "-"
     return "<0.01x" if 0 < ratio < 0.005 else f"{ratio:.2f}x"
 
 
@@ -226,7 +246,7 @@ def _name(key: tuple[str, str, str]) -> str:
 
 DIFF = Command(
     "diff",
-    "compare two runs' logs: median and p95 per kind, operation and step",
+    "compare two runs' logs: median and p95 of ok spans per kind, operation and step, failed ones counted",
     _diff_arguments,
     _diff,
     needs=("rich",),

@@ -1,11 +1,13 @@
 """Durations per (participant kind, operation, step) over a run: what ``diff`` compares and what
-trends are built from. Read in one pass; each key keeps its durations (one float each)."""
+trends are built from. Read in one pass; each key keeps its ok spans' durations (one float each)
+and counts its failed spans apart: a commit that failed after 2 ms is not a fast commit."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from ckpt_events import (
     CheckpointEvent,
@@ -16,25 +18,45 @@ from ckpt_events import (
     StepFinished,
 )
 from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns
+from ckpt_events.vocab import Outcome
 
-__all__ = ["Key", "durations", "percentile"]
+__all__ = ["Durations", "Key", "durations", "percentile"]
 
 #: (participant kind, operation or collection action, step or stage or "").
 Key = tuple[str, str, str]
 
 
-def durations(events: Iterable[CheckpointEvent]) -> dict[Key, list[float]]:
-    """Milliseconds of every finished operation, step, stage, coordinate and collection span,
+@dataclass
+class Durations:
+    """A run's spans by key: the ok ones' milliseconds, and how many failed."""
+
+    ok: dict[Key, list[float]] = field(default_factory=dict)
+    #: Failed spans per key (``outcome`` error); their durations say how soon they failed, not
+    #: how long the work takes, so they are counted, never timed.
+    failed: dict[Key, int] = field(default_factory=dict)
+
+    def keys(self) -> set[Key]:
+        """Every key with a span, ok or failed."""
+        return self.ok.keys() | self.failed.keys()
+
+    def __bool__(self) -> bool:
+        return bool(self.ok or self.failed)
+
+
+def durations(events: Iterable[CheckpointEvent]) -> Durations:
+    """Milliseconds of every finished ok operation, step, stage, coordinate and collection span,
     each by its own process's clock (``duration_ns``; a span whose clock went back during it
-    has no known duration and is left out). A step is keyed by its operation, found from its
-    parent span."""
+    has no known duration and is left out), and the failed ones counted. A step is keyed by
+    its operation, found from its parent span."""
     operation_of: dict[int, str] = {}
     steps: list[StepFinished] = []
-    out: dict[Key, list[float]] = {}
+    out = Durations()
 
     def add(key: Key, e: FinishedSpan) -> None:
-        if (length := duration_ns(e)) is not None:
-            out.setdefault(key, []).append(length / 1e6)
+        if e.outcome != Outcome.OK:
+            out.failed[key] = out.failed.get(key, 0) + 1
+        elif (length := duration_ns(e)) is not None:
+            out.ok.setdefault(key, []).append(length / 1e6)
 
     for e in events:
         match e:

@@ -14,7 +14,7 @@ from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.diff import real_change
 from ckpt_events.participants.workloads.model import ModelWorkload
 from ckpt_events.sinks import JsonLinesSink
-from ckpt_events.vocab import Operation
+from ckpt_events.vocab import Operation, Outcome
 from tests.participants.controller.test_coordinator import coordinated
 
 
@@ -184,3 +184,55 @@ def test_a_tiny_ratio_is_not_shown_as_zero(tmp_path: Path, capsys: pytest.Captur
     assert main(["diff", str(base), str(new)]) == 0
     commit = next(line for line in capsys.readouterr().out.splitlines() if "commit" in line)
     assert commit.split()[-1] == "<0.01x", commit
+
+
+def _outcomes(path: Path, spans: list[tuple[float, Outcome]]) -> Path:
+    """A log of model commits taking ``ms`` milliseconds each, ending in ``outcome``."""
+    events, t = [], 1_000_000_000
+    for i, (value, outcome) in enumerate(spans):
+        end = t + round(value * 1e6)
+        events.append(
+            OperationFinished(
+                "model", "model-0", 1, i + 1, t, end, Operation.COMMIT, checkpoint_id=f"c{i}", outcome=outcome
+            )
+        )
+        t = end + 1_000_000
+    sink = JsonLinesSink(path)
+    sink.handle(events)
+    sink.close()
+    return path
+
+
+def test_failed_spans_are_counted_apart_not_timed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Commits that failed after 2 ms are not faster commits: the ok ones' times are compared
+    (200 -> 210 ms, 1.05x), the failures shown per row (0 -> 3, marked and named); a run whose
+    commits all failed shows no times rather than a 100x speed-up."""
+    ok, error = Outcome.OK, Outcome.ERROR
+    base = _outcomes(tmp_path / "base.jsonl", [(200, ok), (201, ok), (199, ok)])
+    new = _outcomes(
+        tmp_path / "new.jsonl", [(210, ok), (2, error), (2, error), (2, error), (211, ok), (209, ok)]
+    )
+    assert main(["diff", str(base), str(new), "--fail-above", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    commit = next(line for line in out.splitlines() if "commit" in line and "model" in line)
+    assert commit.split()[2:] == [
+        "3",
+        "3",
+        "200.00",
+        "201.00",
+        "210.00",
+        "211.00",
+        "1.05x",
+        "0",
+        "->",
+        "3",
+        "*",
+    ], out
+    assert "failed spans differ (base -> new; not timed): model/commit 0 -> 3" in out, out
+    assert err == ""
+    failed = _outcomes(tmp_path / "failed.jsonl", [(2, error), (2, error)])
+    assert main(["diff", str(base), str(failed), "--fail-above", "1.5"]) == 0
+    commit = next(
+        line for line in capsys.readouterr().out.splitlines() if "commit" in line and "model" in line
+    )
+    assert commit.split()[2:] == ["3", "0", "200.00", "201.00", "-", "-", "-", "0", "->", "2", "*"], commit
