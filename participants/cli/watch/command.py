@@ -155,7 +155,8 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
     results = await poll_all(client, view.urls, timeout) if view.urls else []
     view.add_polls(results, time.time())
     if source is not None:
-        events = source.read()
+        # Logs a chunk at a time: a multi-GB backlog held Ctrl-C off until it was read to its end.
+        events = await source.aread() if isinstance(source, LogFollower) else source.read()
         view.add_events(events, time.time())  # read by now: what bounds a log-only clock
         view.notes = list(source.notes.values())
 

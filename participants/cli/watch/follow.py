@@ -18,6 +18,8 @@ bounded memory (``Backlog``): what it hands on is the work still open, its stall
 last few outcomes of each participant, never a prefix of the log read as if it were the whole.
 A backlog larger than ``budget`` bytes takes several reads, and nothing is handed on until it is
 read to its end (a note says how far it is); ``budget=None`` reads it all at once (``--once``).
+``aread()`` is ``read()`` with a checkpoint after each chunk (``MAX_READ`` bytes), so a cancellation
+(Ctrl-C) ends a read of a multi-GB backlog within one chunk, not at its end.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import heapq
 import io
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Final, Self
+
+import anyio
 
 from ckpt_events import (
     CoordinateFinished,
@@ -243,6 +247,29 @@ class LogFollower:
 
     def read(self) -> list[Event]:
         """The events appended since the last call, over every followed file."""
+        steps = self._steps()
+        while True:  # bounded: one step per chunk of the files' sizes at the call's start
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[Event] = done.value
+                return events
+
+    async def aread(self) -> list[Event]:
+        """``read()``, with a checkpoint after each chunk it folds: cancelled (Ctrl-C) on a
+        multi-GB backlog, it ends within one chunk (a fraction of a second), not at the logs' end.
+        A cancelled read leaves the follower part-way: close it."""
+        steps = self._steps()
+        while True:  # bounded as read()
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[Event] = done.value
+                return events
+            await anyio.lowlevel.checkpoint()
+
+    def _steps(self) -> Generator[None, None, list[Event]]:
+        """``read()``, yielding after each chunk read (its result is the generator's value)."""
         self.notes = dict(self._lasting)
         self.unreadable = {}
         self._corrupt = {}
@@ -252,10 +279,10 @@ class LogFollower:
         behind = 0
         if self._gzipped is not None and self._backlog is not None:
             for path in self._gzipped:
-                self._fold_whole(path, self._backlog)
+                yield from self._fold_whole(path, self._backlog)
         self._gzipped = None  # found later, a gzipped file is a copy of a rotation read already
         for followed in order:
-            behind += self._read_file(followed, events)
+            behind += yield from self._read_file(followed, events)
         for key in [k for k, f in self._files.items() if f.detached > _DETACHED_READS]:
             self._files.pop(key).file.close()
         backlog = self._backlog
@@ -349,8 +376,9 @@ class LogFollower:
                 order.append(new)
         return order
 
-    def _fold_whole(self, path: str, backlog: Backlog) -> None:
-        """Fold a gzipped log into the first read's backlog, whole (it is never appended to)."""
+    def _fold_whole(self, path: str, backlog: Backlog) -> Generator[None, None, None]:
+        """Fold a gzipped log into the first read's backlog, whole (it is never appended to),
+        yielding after each batch."""
         corrupt = 0
         unknown = 0
         batch: list[Event] = []
@@ -366,6 +394,7 @@ class LogFollower:
                     if len(batch) >= 4096:
                         backlog.add_all(batch)
                         batch.clear()
+                        yield
         except OSError as exc:
             self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
         backlog.add_all(batch)
@@ -389,8 +418,9 @@ class LogFollower:
                 )
                 return
 
-    def _read_file(self, followed: _File, events: list[Event]) -> int:
-        """Read ``followed`` on, up to ``budget`` bytes; the bytes left behind."""
+    def _read_file(self, followed: _File, events: list[Event]) -> Generator[None, None, int]:
+        """Read ``followed`` on, up to ``budget`` bytes, yielding after each chunk; the bytes
+        left behind."""
         try:
             size = os.fstat(followed.file.fileno()).st_size
             if size < followed.offset or (
@@ -411,6 +441,7 @@ class LogFollower:
                 if self._backlog is not None:  # folded chunk by chunk: memory stays one chunk's
                     self._backlog.add_all(events)
                     events.clear()
+                yield
             if self.budget is None and followed.partial and followed.offset == end:
                 # --once reads no further: a last line with no newline (a file cut or written by
                 # hand) is read as a line, as ``report`` reads it, or counted corrupt. Was: held

@@ -1,4 +1,5 @@
-"""Ctrl-C at any point of a command's start is one line and exit 130, never a traceback."""
+"""Ctrl-C at any point of a command's start, or while ``watch --once`` reads a large backlog, is
+one line and exit 130, never a traceback."""
 
 from __future__ import annotations
 
@@ -59,3 +60,72 @@ def test_ctrl_c_while_watch_starts_is_one_line(tmp_path: Path, at: str) -> None:
     assert done.returncode == 130, done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.endswith(": interrupted\n"), done.stderr
+
+
+#: ``watch`` with its logs read in 64 KiB chunks, its own SIGINT sent as the third is read (a
+#: Ctrl-C in the middle of a large backlog, with no race); at exit, how many chunks it read is
+#: written to the file named first.
+INTERRUPTED_READING = """
+import atexit
+import os
+import signal
+import sys
+
+from ckpt_events.participants.cli.watch import follow
+
+COUNT = sys.argv.pop(1)
+follow.MAX_READ = 64 * 1024
+read_at = follow._read_at
+calls = []
+
+def counted(file, offset, size):
+    calls.append(offset)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGINT)
+    return read_at(file, offset, size)
+
+follow._read_at = counted
+atexit.register(lambda: open(COUNT, "w").write(str(len(calls))))
+from ckpt_events.participants.cli.main import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_watch_once_reads_a_large_log_ends_it_within_a_chunk(tmp_path: Path) -> None:
+    """Ctrl-C while ``watch --once`` reads a log's backlog ends the read within a chunk, exit 130
+    and one line: the read was one call, and Ctrl-C waited for the log's end (minutes on a
+    multi-GB log)."""
+    from ckpt_events import OperationFinished, OperationStarted
+    from ckpt_events.sinks import JsonLinesSink
+    from ckpt_events.vocab import Operation
+
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    for n in range(1, 6001):  # ~4.5 MB: about 70 chunks of 64 KiB
+        start = OperationStarted(
+            "model", "model-0", n, n, n * 10_000_000, Operation.COMMIT, checkpoint_id="c"
+        )
+        sink.handle(
+            [
+                start,
+                OperationFinished(
+                    "model", "model-0", n, n, start.start_ns, start.start_ns + 1, Operation.COMMIT
+                ),
+            ]
+        )
+    sink.close()
+    assert log.stat().st_size > 60 * 64 * 1024
+    count = tmp_path / "chunks.txt"
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_READING, str(count), "watch", "--follow", str(log), "--once"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "ckpt-events watch: interrupted\n", done.stderr
+    assert int(count.read_text()) <= 4  # the chunk the signal came in, and at most one more
