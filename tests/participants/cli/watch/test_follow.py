@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ckpt_events import Event, OperationFinished, OperationStarted
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
+from ckpt_events.participants.cli.watch.follow import MAX_FINISHED, MAX_READ, Backlog, LogFollower
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.sinks.jsonl import JsonLinesSink
 
@@ -457,3 +457,21 @@ def test_an_event_of_a_type_this_version_does_not_know_is_not_called_corrupt(tmp
     with LogFollower([str(zipped)], budget=None) as follower:
         assert len(follower.read()) == 1
         assert follower.notes[str(zipped)].startswith(f"{zipped}: {said}")
+
+
+def test_a_backlog_past_max_finished_folds_in_linear_time() -> None:
+    """Past ``MAX_FINISHED`` finished spans, each one more (forgetting the oldest) costs about
+    what the first ones did: forgetting walked past every span forgotten before it (8.5 s for
+    the second 200,000 here, against 0.3 s for the first; 169 s for a 794 MB log)."""
+    spans = [_finished(n, "commit", f"c{n}", at=T0 + n) for n in range(1, 2 * MAX_FINISHED + 1)]
+    backlog = Backlog()
+    started = time.monotonic()
+    backlog.add_all(spans[:MAX_FINISHED])
+    first = time.monotonic() - started
+    started = time.monotonic()
+    backlog.add_all(spans[MAX_FINISHED:])
+    second = time.monotonic() - started
+    assert second < 4 * first + 0.5, (first, second)
+    # The forgotten half is forgotten: a start older than the last forgotten end is unknown.
+    backlog.add_all([_started(2 * MAX_FINISHED + 1, "commit", "late", at=T0 + MAX_FINISHED // 2)])
+    assert backlog.unknown == 1
