@@ -476,6 +476,9 @@ class Collection:
             )
         except CoordinationError as exc:
             if not published:
+                # Aborted: its directory holds what some participants wrote, never to be
+                # restored; kept, a fleet that aborts often filled its disk with them.
+                await anyio.to_thread.run_sync(self.run_dir.discard, checkpoint_id)
                 raise
             # LATEST names it and the next run restores it: a resume refused after that does not
             # unpublish it (who did not resume does when its lease runs out; its span says so).

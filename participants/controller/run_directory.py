@@ -2,7 +2,9 @@
 
 Writing ``LATEST`` publishes a checkpoint; every file is written to a temporary name,
 fsynced and renamed, so a crash leaves either the old file or the new one. Only the two
-newest published checkpoints of the run are kept.
+newest published checkpoints of the run are kept, and an aborted checkpoint's directory (the
+records some participants wrote before it failed, no ``collection.json``) is removed
+(``discard``): a fleet that aborted often filled its disk with them.
 
 A run directory belongs to one run. ``claim()`` holds ``LOCK`` (``flock``, as SQLite and
 Prometheus's TSDB lock their data directories; the kernel drops it when the holder's process
@@ -246,7 +248,10 @@ class RunDir:
         try:
             os.stat(checkpoint_id, dir_fd=run_fd, follow_symlinks=False)
         except FileNotFoundError:
-            return f"no checkpoint {checkpoint_id} in {self.path}: {instead}"
+            return (
+                f"no checkpoint {checkpoint_id} in {self.path} (never taken, or removed: aborted, or pruned "
+                f"past the newest {KEEP_CHECKPOINTS}): {instead}"
+            )
         # Participants write their records before the controller publishes: an aborted commit
         # leaves some of them here, which are no checkpoint.
         return (
@@ -306,6 +311,26 @@ class RunDir:
                 os.close(fd)
             _write_atomic(run_fd, _LATEST, manifest.checkpoint_id.encode() + b"\n")
             self.prune(keep=manifest.checkpoint_id)
+
+    def discard(self, checkpoint_id: str) -> bool:
+        """Remove the directory of ``checkpoint_id``, a checkpoint that failed before it was
+        published (what its participants wrote so far); whether it was removed. A published one
+        (it has ``collection.json``, whoever's run it is) is never removed, nor anything through
+        a symlink."""
+        with self.claim(), self._opened() as run_fd:
+            try:
+                fd = self._checkpoint_fd(run_fd, checkpoint_id)
+            except (FileNotFoundError, InvalidCheckpointError):
+                return False  # never made, or a symlink: nothing of ours to remove
+            try:
+                os.stat(_MANIFEST, dir_fd=fd, follow_symlinks=False)
+                return False  # published: only prune removes one, past the newest two
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+            shutil.rmtree(checkpoint_id, dir_fd=run_fd, ignore_errors=True)
+        return True
 
     def prune(self, *, keep: str) -> list[str]:
         """Remove this run's published checkpoints older than its ``KEEP_CHECKPOINTS`` newest;

@@ -21,7 +21,7 @@ from ckpt_events.participants.cli.fleet import local_fleet, serving
 from ckpt_events.participants.controller import collection as collection_module
 from ckpt_events.participants.controller.collection import Collection, CollectionSummary
 from ckpt_events.participants.controller.coordinator import Coordinator, Member
-from ckpt_events.participants.errors import CoordinationError, ParticipantCallError
+from ckpt_events.participants.errors import CoordinationError, InvalidCheckpointError, ParticipantCallError
 from ckpt_events.testing import capture_events
 from tests.participants.helpers import ROOT
 
@@ -356,3 +356,37 @@ async def test_a_collection_over_no_participants_is_refused(tmp_path: Path) -> N
         with pytest.raises(InvalidValueError, match="no participants"):
             Collection(co, tmp_path / "run", telemetry=tel, rollouts=5, steps=3)
     assert not (tmp_path / "run").exists()
+
+
+async def test_an_aborted_checkpoint_leaves_no_directory(tmp_path: Path) -> None:
+    """One member refused the commit: the records the others wrote (``<id>/gym/...``) stayed in
+    the run directory for ever, never pruned (no ``collection.json``), so a fleet that aborts often
+    filled its disk. They are removed; the published checkpoint is not, and a restore of an
+    aborted one is one line naming it."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with (
+            local_fleet(token=TOKEN, bus=bus, checkpoint_root=ROOT) as urls,
+            serving(_refusing(urls["agent-0"], "commit")) as agent,
+        ):
+            async with await Coordinator.discover(urls, token=TOKEN, telemetry=tel) as co:
+                published = await Collection(co, tmp_path, telemetry=tel, rollouts=1, steps=1).checkpoint()
+            members = [Member(name=n, kind=n.split("-")[0], instance=n, url=u) for n, u in urls.items()]
+            members = [m if m.name != "agent-0" else msgspec.structs.replace(m, url=agent) for m in members]
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                col = Collection(co, tmp_path, telemetry=tel, rollouts=1, steps=1)
+                for _ in range(3):
+                    with pytest.raises(CoordinationError, match="commit"):
+                        await col.checkpoint()
+                assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [published]
+                assert (tmp_path / published / "collection.json").is_file()
+                (aborted, *_) = [
+                    e.checkpoint_id
+                    for e in events
+                    if isinstance(e, CollectionFinished) and e.action == "checkpoint" and not e.published
+                ]
+                with pytest.raises(InvalidCheckpointError) as info:
+                    await col.restore(aborted)
+                assert str(info.value).startswith(f"no checkpoint {aborted} in {tmp_path} "), info.value
+                assert str(info.value).endswith(f"restore a published one (the latest is {published})")
+    assert (tmp_path / "LATEST").read_text().strip() == published

@@ -150,7 +150,10 @@ def test_a_checkpoint_never_published_is_refused_in_one_line_naming_it(tmp_path:
     run = RunDir(tmp_path, run_id="r")
     with pytest.raises(InvalidCheckpointError) as info:
         run.read("c-1")
-    assert str(info.value) == f"no checkpoint c-1 in {tmp_path}: restore a published one (none yet)"
+    assert str(info.value) == (
+        f"no checkpoint c-1 in {tmp_path} (never taken, or removed: aborted, or pruned past the newest 2): "
+        "restore a published one (none yet)"
+    )
     run.publish(_manifest("c-2", "r", 2.0))
     (tmp_path / "c-3" / "gym" / "model").mkdir(parents=True)  # c-3's commit failed on another member
     with pytest.raises(InvalidCheckpointError) as info:
@@ -159,3 +162,24 @@ def test_a_checkpoint_never_published_is_refused_in_one_line_naming_it(tmp_path:
         f"checkpoint c-3 in {tmp_path} was never published (no collection.json: its commit or "
         "publish failed, or it is still being taken): restore a published one (the latest is c-2)"
     )
+
+
+def test_discard_removes_an_unpublished_checkpoint_only(tmp_path: Path) -> None:
+    """An aborted checkpoint's records go; a published one (this run's or another's), a symlink
+    and an id never taken are left as they are."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    mine = RunDir(run, run_id="r")
+    mine.publish(_manifest("c-1", "r", 1.0))
+    RunDir(run, run_id="y").publish(_manifest("y-1", "y", 2.0))
+    (run / "c-2" / "gym" / "model").mkdir(parents=True)  # c-2's commit failed on another member
+    (outside / "c-3" / "gym").mkdir(parents=True)
+    (run / "c-3").symlink_to(outside / "c-3", target_is_directory=True)
+    assert [mine.discard(c) for c in ("c-1", "y-1", "c-2", "c-3", "c-4")] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert sorted(p.name for p in run.iterdir() if p.is_dir() and not p.is_symlink()) == ["c-1", "y-1"]
+    assert (outside / "c-3" / "gym").is_dir()
