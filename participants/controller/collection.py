@@ -47,6 +47,7 @@ from ckpt_events.participants.errors import (
     CoordinationError,
     ParticipantCallError,
     RolloutRetired,
+    RunDirectoryError,
     check_int,
 )
 from ckpt_events.participants.protocol import CommitReply, EpisodeId, WorkAdvanceReply, WorkStartReply
@@ -478,7 +479,10 @@ class Collection:
             if not published:
                 # Aborted: its directory holds what some participants wrote, never to be
                 # restored; kept, a fleet that aborts often filled its disk with them.
-                await anyio.to_thread.run_sync(self.run_dir.discard, checkpoint_id)
+                try:
+                    await anyio.to_thread.run_sync(self.run_dir.discard, checkpoint_id)
+                except (OSError, RunDirectoryError) as removal:  # the abort's error is the one to raise
+                    logger.warning("aborted checkpoint %s: its directory stays (%s)", checkpoint_id, removal)
                 raise
             # LATEST names it and the next run restores it: a resume refused after that does not
             # unpublish it (who did not resume does when its lease runs out; its span says so).
