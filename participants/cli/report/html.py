@@ -11,6 +11,8 @@ event) that the page's own small script shows on hover. No external resource: th
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +43,7 @@ from ckpt_events.vocab import CountedEvent
 
 __all__ = [
     "FILLS",
+    "PAGE_POLICY",
     "PAGE_SCRIPT",
     "PAGE_STYLE",
     "attribution_html",
@@ -242,6 +245,15 @@ document.querySelectorAll('rect.span').forEach(function (r) {
 });
 document.body.dataset.ready = String(document.querySelectorAll('rect.span').length);
 """
+_SCRIPT_HASH = base64.b64encode(hashlib.sha256(PAGE_SCRIPT.encode()).digest()).decode()
+#: The pages' Content-Security-Policy, first in their ``<head>``: every string from a log is
+#: escaped, and should one escape be missed, a script it smuggled in still would not run (only
+#: the page's own script, by its hash) nor fetch anything. Styles stay inline: the page is one file.
+PAGE_POLICY: Final = (
+    '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+    f"script-src 'sha256-{_SCRIPT_HASH}'; style-src 'unsafe-inline'; base-uri 'none'; "
+    "form-action 'none'\">"
+)
 
 
 def attribution_html(attribution: Attribution | None) -> str:
@@ -323,7 +335,7 @@ def html_page(
     counted_html = _counts_html(counts(events) if tallies is None else tallies)
     sections.append(f"<section><h2>counted events</h2>\n{counted_html}</section>")
     return (
-        f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>{PAGE_POLICY}"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{escape_html(title)}</title><style>{PAGE_STYLE}</style></head><body>\n"
         f"<h1>{escape_html(title)}</h1>\n"

@@ -19,7 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from ckpt_events.participants.cli.report.html import PAGE_SCRIPT, PAGE_STYLE, attribution_html, waterfall_svg
+from ckpt_events.participants.cli.report.html import (
+    PAGE_POLICY,
+    PAGE_SCRIPT,
+    PAGE_STYLE,
+    attribution_html,
+    waterfall_svg,
+)
 from ckpt_events.participants.cli.report.model import attribute, trace_spans
 from ckpt_events.participants.cli.report.overview import (
     ABORTED,
@@ -218,7 +224,7 @@ def run_page(run: Run, details: dict[int, list[Any]], *, title: str) -> str:
         else ""
     )
     return (
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>{PAGE_POLICY}"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{escape_html(title)}</title><style>{PAGE_STYLE}{_RUN_STYLE}</style></head><body>\n"
         f"<h1>{escape_html(title)}</h1>\n"

@@ -92,6 +92,37 @@ async def test_run_page_renders_in_chromium(tmp_path: Path, aborted_run: list[An
     assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 20_000
 
 
+#: Markup a missed escape would let through: a script that renames the page, and an element whose
+#: handler adds one; under the page's Content-Security-Policy neither runs.
+SPLICED = (
+    "<script>document.title='pwned'</script>"
+    "<img src=x onerror=\"document.body.appendChild(document.createElement('mark')).id='pwned'\">"
+)
+
+
+@needs_browser
+@pytest.mark.parametrize("chosen", [[], ["--checkpoint", "c2"]], ids=["run page", "one checkpoint's page"])
+async def test_a_script_a_missed_escape_let_in_does_not_run(
+    tmp_path: Path, aborted_run: list[Any], chosen: list[str]
+) -> None:
+    """Both HTML pages carry a Content-Security-Policy that lets only their own script run: markup
+    spliced in raw (as a missed escape would put it) neither retitles the page nor adds an element,
+    while the page's own tooltip script still runs. Without it, both ran."""
+    log = tmp_path / "run.jsonl"
+    _write(log, aborted_run)
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), *chosen, "--report", str(page)]) == 0
+    text = page.read_text()
+    assert text.count("Content-Security-Policy") == 1
+    assert text.index("Content-Security-Policy") < text.index("<title>")  # governs all that follows
+    page.write_text(text.replace("<h1>", SPLICED + "<h1>", 1))
+    dom = _dom(page, tmp_path / "profile")
+    assert "pwned" not in re.sub(r"<script>.*?</script>|<img[^>]*>", "", dom, flags=re.DOTALL)
+    assert re.search(r"<title>report of run\.jsonl</title>", dom)
+    ready = re.search(r'data-ready="(\d+)"', dom)
+    assert ready is not None and int(ready.group(1)) > 0, "the page's own script was blocked too"
+
+
 async def test_run_page_reads_at_a_glance(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
 ) -> None:
