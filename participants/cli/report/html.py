@@ -36,7 +36,7 @@ from ckpt_events.participants.cli.report.timeline import (
     spans_of,
     summed_over,
 )
-from ckpt_events.participants.cli.text import escape_html
+from ckpt_events.participants.cli.text import escape, escape_html
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
@@ -66,6 +66,24 @@ _TOP = 70
 
 def _label(s: Span) -> str:
     return f"{s.short}  {s.who}" if s.participant else s.short
+
+
+#: A generous width of one character of the labels (12 px system-ui, bold), to cut a label
+#: before it reaches the bars: SVG text never wraps, and a 60-character instance name ran over them.
+_CHAR_W = 7.2
+
+
+def _label_text(label: str, indent: int) -> str:
+    """``label`` as the escaped content of its ``<text>``, fitted to the label column from
+    ``indent``: a longer one keeps its start (span and kind) and its end (where instance names
+    differ) around a ``…``, and holds its whole self in a ``<title>`` (shown on hover)."""
+    shown = escape(label)  # cut as shown: a control character is four characters wide
+    most = max(8, int((_LABEL_W - 8 - indent) / _CHAR_W))
+    if len(shown) <= most:
+        return escape_html(shown)
+    tail = most // 2
+    cut = f"{shown[: most - 1 - tail]}…{shown[-tail:]}"
+    return f"<title>{escape_html(shown)}</title>{escape_html(cut)}"
 
 
 def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS) -> str:
@@ -116,7 +134,7 @@ def _span_row(
     out = []
     indent = 4 + 14 * s.depth
     weight = ' font-weight="bold"' if bold else ""
-    out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{escape_html(_label(s))}</text>')
+    out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{_label_text(_label(s), indent)}</text>')
     if s.participant and parent is not None and parent.client:
         arrived = s.received_ns if s.received_ns is not None else s.start_ns
         for a, b, what in (
@@ -167,9 +185,10 @@ def _folded(row: Folded, y: int, x: Callable[[int], float], fills: Mapping[str, 
     """A folded group: its label, a pale bar from the first start to the last end, its summary."""
     fill = colour_of(row.kind, fills)
     tip = escape_html(f"{row.label}: {row.summary}")
+    indent = 4 + 14 * row.depth
     return [
-        f'<text class="folded" x="{4 + 14 * row.depth}" y="{y + 14}" fill="#555" font-style="italic">'
-        f"{escape_html(row.label)}</text>",
+        f'<text class="folded" x="{indent}" y="{y + 14}" fill="#555" font-style="italic">'
+        f"{_label_text(row.label, indent)}</text>",
         f'<rect class="folded" data-count="{row.count}" x="{x(row.start_ns):.1f}" y="{y + 5}" '
         f'width="{max(1.0, x(row.end_ns) - x(row.start_ns)):.1f}" height="10" fill="{fill}" opacity="0.35" '
         f'stroke="{fill}" stroke-dasharray="3 2"><title>{tip}</title></rect>',

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_events.participants.cli.report.files import write_report
-from ckpt_events.participants.cli.report.html import html_page
-from ckpt_events.participants.cli.report.model import finished_spans
+from ckpt_events.participants.cli.report.html import html_page, waterfall_svg
+from ckpt_events.participants.cli.report.model import Span, finished_spans
 from ckpt_events.participants.cli.report.png import browser_command, find_browser, screenshot
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
 
@@ -60,3 +60,46 @@ async def test_png_by_extension_is_a_rendered_png(tmp_path: Path) -> None:
     events = await emit()
     said = write_report(tmp_path / "report.png", events, title="png")
     assert (tmp_path / "report.png").read_bytes()[:8] == PNG and "headless chromium" in said.lower()
+
+
+#: Measures, once the SVG is laid out, how far right the furthest label of the label column
+#: reaches (x under 300 marks a label; bars start at 380, their ms texts further right).
+_MEASURE = """<script>
+let right = 0;
+document.querySelectorAll('svg > text').forEach(function (t) {
+  const box = t.getBBox();
+  if (box.x < 300) { right = Math.max(right, box.x + box.width); }
+});
+document.body.dataset.labelsEnd = String(Math.ceil(right));
+</script>"""
+
+
+@needs_browser
+def test_a_long_instance_name_stays_in_the_label_column(tmp_path: Path) -> None:
+    """SVG text does not wrap: a 90-character instance name (a pod name with its namespace and
+    cluster) ran 300 px over the bars. Each label stays left of the bars (380 px), keeps the
+    name's end, where instances differ, and holds the whole name in its hover title."""
+    ms = 1_000_000
+    long = "environment/environment-worker-7f9c8d6b5d-x2x9k.checkpointing.prod-cluster-us-east-1-az3"
+    spans = [
+        Span("gym.checkpoint.collection.checkpoint", "controller", 0, 10 * ms, 0, False, 1),
+        Span("gym.checkpoint.coordinate.commit", "controller", ms, 9 * ms, 1, False, 2, 1, client=True),
+        Span("gym.checkpoint.commit", long, 2 * ms, 8 * ms, 2, False, 3, 2),
+        Span("gym.checkpoint.write", long, 3 * ms, 7 * ms, 3, False, 4, 3),
+    ]
+    svg = waterfall_svg(spans, title="long names")
+    assert (
+        svg.count(f"<title>commit  {long}</title>") == 1 and svg.count(f"<title>write  {long}</title>") == 1
+    )
+    assert (
+        len(
+            re.findall(
+                r"<text [^>]*><title>[^<]*</title>(?:commit|write)  environment/[^<]*…[^<]*-az3</text>", svg
+            )
+        )
+        == 2
+    )
+    page = tmp_path / "labels.html"
+    page.write_text(f"<!doctype html><html><body style='margin:0;width:1350px'>{svg}{_MEASURE}</body></html>")
+    end = re.search(r'data-labels-end="(\d+)"', _dom(page, tmp_path / "profile"))
+    assert end is not None and 0 < int(end.group(1)) < 380, end
