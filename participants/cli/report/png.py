@@ -8,8 +8,10 @@ writing something else under a ``.png`` name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections import Counter
@@ -27,6 +29,8 @@ __all__ = ["BROWSERS", "browser_command", "find_browser", "screenshot", "write_p
 BROWSERS: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _PNG_MAGIC: Final = b"\x89PNG\r\n\x1a\n"
 _TIMEOUT_S: Final = 60.0
+#: How long killed browser processes get to be reaped (SIGKILL: at once, in practice).
+_REAP_S: Final = 5.0
 
 
 def find_browser() -> str | None:
@@ -45,9 +49,18 @@ def browser_command(browser: str, *args: str) -> list[str]:
     return [browser, "--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run", *sandbox, *args]
 
 
-def screenshot(page: Path, out: Path, *, width: int, height: int, browser: str | None = None) -> None:
+def screenshot(
+    page: Path,
+    out: Path,
+    *,
+    width: int,
+    height: int,
+    browser: str | None = None,
+    timeout_s: float = _TIMEOUT_S,
+) -> None:
     """Render the HTML file ``page`` at ``width`` x ``height`` CSS pixels into the PNG ``out``;
-    ``CommandError`` (one line) without a browser or when it drew nothing."""
+    ``CommandError`` (one line) without a browser, when it drew nothing, or when it had not
+    finished within ``timeout_s`` (it is killed)."""
     browser = browser or find_browser()
     if browser is None:
         raise CommandError(
@@ -61,10 +74,28 @@ def screenshot(page: Path, out: Path, *, width: int, height: int, browser: str |
             f"--screenshot={out}",
             page.resolve().as_uri(),
         )
-        run = subprocess.run(command, capture_output=True, timeout=_TIMEOUT_S, check=False)
+        # Its own process group: past the deadline (or on Ctrl-C, which its own session does
+        # not get) the browser and every process it started are killed at once; killing the
+        # browser alone left its children writing into the profile while it was removed
+        # ("Directory not empty", a traceback).
+        with subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        ) as browsing:
+            try:
+                _, stderr = browsing.communicate(timeout=timeout_s)
+            except BaseException as exc:  # as subprocess.run does: kill, then re-raise
+                with contextlib.suppress(ProcessLookupError):  # all of it ended just now
+                    os.killpg(browsing.pid, signal.SIGKILL)
+                browsing.communicate(timeout=_REAP_S)
+                if isinstance(exc, subprocess.TimeoutExpired):
+                    raise CommandError(
+                        f"cannot write a PNG: {Path(browser).name} had not drawn {page.name} after "
+                        f"{timeout_s:g} s and was stopped (check that it runs headless here, or write .html)"
+                    ) from None
+                raise
     if not out.is_file() or out.read_bytes()[:8] != _PNG_MAGIC:
-        last = (run.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise CommandError(f"cannot write a PNG: {Path(browser).name} exited {run.returncode}: {last}")
+        last = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise CommandError(f"cannot write a PNG: {Path(browser).name} exited {browsing.returncode}: {last}")
 
 
 def write_png(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import html
 import re
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from ckpt_events.participants.cli.report.files import write_report
 from ckpt_events.participants.cli.report.html import html_page, waterfall_svg
 from ckpt_events.participants.cli.report.model import Span, finished_spans
 from ckpt_events.participants.cli.report.png import browser_command, find_browser, screenshot
+from ckpt_events.participants.errors import CommandError
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
 
 BROWSER = find_browser()
@@ -103,3 +106,35 @@ def test_a_long_instance_name_stays_in_the_label_column(tmp_path: Path) -> None:
     page.write_text(f"<!doctype html><html><body style='margin:0;width:1350px'>{svg}{_MEASURE}</body></html>")
     end = re.search(r'data-labels-end="(\d+)"', _dom(page, tmp_path / "profile"))
     assert end is not None and 0 < int(end.group(1)) < 380, end
+
+
+@needs_browser
+def test_a_browser_that_never_finishes_is_one_line_and_stopped(tmp_path: Path) -> None:
+    """Chromium waiting on a page that never loads (an image from a loopback socket that never
+    answers) is stopped at the deadline and said in one line, not a ``TimeoutExpired``
+    traceback; no browser process is left behind."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        page = tmp_path / "never.html"
+        page.write_text(f"<!doctype html><img src='http://127.0.0.1:{listener.getsockname()[1]}/x.png'>")
+        started = time.monotonic()
+        with pytest.raises(CommandError) as raised:
+            screenshot(page, tmp_path / "never.png", width=400, height=300, timeout_s=3)
+    assert time.monotonic() - started < 20
+    said = str(raised.value)
+    assert "\n" not in said and "after 3 s and was stopped" in said and "never.html" in said
+    assert not (tmp_path / "never.png").exists()
+    assert _running_with(page.as_uri().encode()) == []
+
+
+def _running_with(argument: bytes) -> list[str]:
+    """The pids of processes with ``argument`` in their command line (Linux's ``/proc``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and argument in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:  # ended while we looked
+            continue
+    return found
