@@ -338,7 +338,8 @@ def test_a_span_whose_clock_went_back_has_no_duration_anywhere() -> None:
     back = OperationFinished("model", "m0", 1, 2, 10 * SECOND, 5 * SECOND + 3_000_000, Operation.COMMIT)
     fine = OperationFinished("model", "m1", 1, 3, 10 * SECOND, 10 * SECOND + 4_000_000, Operation.COMMIT)
     assert duration_ns(back) is None and duration_ns(fine) == 4_000_000
-    assert durations([back, fine]) == {("model", "commit", ""): [4.0]}
+    assert durations([back, fine]).ok == {("model", "commit", ""): [4.0]}
+    assert durations([back, fine]).failed == {}
     rows = {r.instance: r for r in breakdown([back, fine])}
     assert rows["m0"].ms == {} and rows["m0"].unknown == {"commit"} and rows["m1"].ms == {"commit": 4.0}
     spans = {s.who: s for s in trace_spans([back, fine], 1)}

@@ -22,7 +22,8 @@ def test_every_finished_span_is_keyed_and_a_step_under_its_operation() -> None:
                     with agent.operation("commit", checkpoint_id="c1") as op, op.step("write"):
                         pass
         events = capture.events
-    found = durations(events)
+    found = durations(events).ok
+    assert durations(events).failed == {}
     assert sorted(found) == [
         ("agent", "commit", ""),
         ("agent", "commit", "write"),
@@ -44,7 +45,7 @@ def test_a_step_without_its_operation_is_keyed_with_a_question_mark() -> None:
         with agent.operation("restore") as op, op.step("read"):
             pass
         steps_only = [e for e in capture.events if type(e).__name__ == "StepFinished"]
-    assert list(durations(steps_only)) == [("agent", "?", "read")]
+    assert list(durations(steps_only).ok) == [("agent", "?", "read")]
 
 
 def test_percentile_ends_and_median() -> None:
