@@ -146,7 +146,14 @@ class _SpanBase:
             return False
         if self.start_ns == _NOT_STARTED:
             _not_started(self, name)
-        self._attributes = FrozenAttributes(attributes) if attributes else ENDED  # type: ignore[misc]  # a field of the struct subclasses
+        frozen = FrozenAttributes(attributes) if attributes else ENDED
+        # Tested again after the call that builds ``frozen``, with no call between the test and
+        # the store, where the interpreter never switches threads: two threads leaving one
+        # handle at once both found it live across that call, and it ended twice (two events
+        # with one span id). The one that stores first ends it; the other returns.
+        if self._attributes is not attributes:
+            return False
+        self._attributes = frozen  # type: ignore[misc]  # a field of the struct subclasses
         return True
 
     def _start(self, started: type[Any], what: object) -> None:

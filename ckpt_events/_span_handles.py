@@ -167,7 +167,10 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
         start_ns = self.start_ns
         if start_ns == _NOT_STARTED:
             _not_started(self, self.step)  # raises: a span from 1970 is no span
-        self._attributes = FrozenAttributes(attributes) if attributes else ENDED
+        frozen = FrozenAttributes(attributes) if attributes else ENDED
+        if self._attributes is not attributes:
+            return  # another thread ended it during the call above: see _SpanBase._seal
+        self._attributes = frozen
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
         if exc is not None:
@@ -325,7 +328,10 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
         start_ns = self.start_ns
         if start_ns == _NOT_STARTED:
             _not_started(self, self.operation)  # raises: a span from 1970 is no span
-        self._attributes = FrozenAttributes(attributes) if attributes else ENDED
+        frozen = FrozenAttributes(attributes) if attributes else ENDED
+        if self._attributes is not attributes:
+            return  # another thread ended it during the call above: see _SpanBase._seal
+        self._attributes = frozen
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
         if exc is not None:
