@@ -157,11 +157,21 @@ class _SpanBase:
         return True
 
     def _start(self, started: type[Any], what: object) -> None:
-        """Read the clocks; emit ``started`` (a ``*Started`` event class) if a sink wants it."""
+        """Read the clocks; emit ``started`` (a ``*Started`` event class) if a sink wants it.
+        Once per handle: entered again (inside its own block, or by another thread at once) it
+        emitted a second ``*Started`` with its span id and moved its start."""
+        if self.start_ns != _NOT_STARTED:
+            return
         tel = self._tel
-        self.start_ns = start_ns = tel._clock()  # type: ignore[misc]  # a field of the struct subclasses
+        start_ns = tel._clock()
         monotonic = tel._monotonic
-        self._mono_ns = start_ns if monotonic is None else monotonic()  # type: ignore[misc]  # as start_ns
+        mono_ns = start_ns if monotonic is None else monotonic()
+        # Tested again after the clocks' calls, with no call between the test and the stores
+        # (where the interpreter never switches threads), as ``_seal`` does: one thread starts it.
+        if self.start_ns != _NOT_STARTED:
+            return
+        self.start_ns = start_ns  # type: ignore[misc]  # a field of the struct subclasses
+        self._mono_ns = mono_ns  # type: ignore[misc]  # as start_ns
         route = tel.bus._routes.get(started)
         if route is None:
             return

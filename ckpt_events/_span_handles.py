@@ -117,14 +117,18 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
     def __enter__(self) -> StepSpan:
-        if self._attributes.__class__ is FrozenAttributes:
-            return self  # ended: a handle is one span (no second start)
+        if self._attributes.__class__ is FrozenAttributes or self.start_ns != _NOT_STARTED:
+            return self  # ended or entered already: a handle is one span (no second start)
         tel = self._tel
         # _SpanBase._start inline, with the route Telemetry keeps (a call and a routing-table
         # lookup per span cost ~0.1 us more).
-        self.start_ns = start_ns = tel._clock()
+        start_ns = tel._clock()
         monotonic = tel._monotonic
-        self._mono_ns = start_ns if monotonic is None else monotonic()
+        mono_ns = start_ns if monotonic is None else monotonic()
+        if self.start_ns != _NOT_STARTED:
+            return self  # another thread entered it during the calls above: see _SpanBase._start
+        self.start_ns = start_ns
+        self._mono_ns = mono_ns
         route = tel._step_started_route
         if route:
             event = StepStarted(  # positional, in field order (see _events.py)
@@ -279,13 +283,17 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
     def __enter__(self) -> OperationSpan:
-        if self._attributes.__class__ is FrozenAttributes:
-            return self  # ended: a handle is one span (no second start)
+        if self._attributes.__class__ is FrozenAttributes or self.start_ns != _NOT_STARTED:
+            return self  # ended or entered already: a handle is one span (no second start)
         tel = self._tel
         # _SpanBase._start inline, as StepSpan.__enter__.
-        self.start_ns = start_ns = tel._clock()
+        start_ns = tel._clock()
         monotonic = tel._monotonic
-        self._mono_ns = start_ns if monotonic is None else monotonic()
+        mono_ns = start_ns if monotonic is None else monotonic()
+        if self.start_ns != _NOT_STARTED:
+            return self  # another thread entered it during the calls above: see _SpanBase._start
+        self.start_ns = start_ns
+        self._mono_ns = mono_ns
         route = tel._operation_started_route
         if route:
             event = OperationStarted(  # positional, in field order (see _events.py)

@@ -95,3 +95,53 @@ async def test_a_collection_left_by_two_threads_at_once_ends_once() -> None:
         return [collection]
 
     await _ended_twice(open_handles, (CollectionFinished,))
+
+
+async def test_a_handle_entered_by_two_threads_at_once_starts_once() -> None:
+    """A handle entered by two threads at once (or again inside its own block) emits one
+    Started and keeps its first start: each entry emitted a Started with the one span id, and
+    the second moved the span's start, so its duration lost the time before it."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        async with capture_events() as (bus, events):
+            tel = Telemetry(bus, kind="resources", instance="r0")
+            kinds = [
+                lambda: tel.operation("commit", checkpoint_id="c1"),
+                lambda: tel.operation("commit").__enter__().step("upload"),
+                lambda: tel.coordinate("prepare"),
+                lambda: tel.coordinate("prepare").__enter__().stage("agent"),
+                lambda: tel.collection("checkpoint"),
+            ]
+            handles = []
+            for make in kinds:
+                nested = make()
+                with nested:
+                    start = nested.start_ns
+                    with nested:
+                        assert nested.start_ns == start
+                handles.append(nested)
+            barrier = threading.Barrier(2, timeout=10)
+
+            def enter(handle: Any) -> None:
+                barrier.wait()
+                handle.__enter__()
+
+            deadline = time.monotonic() + SECONDS
+            rounds = 0
+            while rounds < ROUNDS and time.monotonic() < deadline:
+                handle = kinds[rounds % len(kinds)]()
+                barrier.reset()
+                threads = [threading.Thread(target=enter, args=(handle,)) for _ in range(2)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join(10)
+                handles.append(handle)
+                rounds += 1
+            await bus.flush()
+    finally:
+        sys.setswitchinterval(switch)
+    started = [e.span_id for e in events if type(e).__name__.endswith("Started")]
+    assert len(started) == len(set(started))  # parents of steps and stages started too, once
+    assert {h.span_id for h in handles} <= set(started)
