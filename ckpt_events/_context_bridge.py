@@ -13,6 +13,7 @@ import logging
 from types import TracebackType
 from typing import Final, Protocol, runtime_checkable
 
+from ckpt_events._frozen_attrs import FrozenAttributes
 from ckpt_events._span_handles import OperationSpan
 
 __all__ = ["BridgedOperationSpan", "ContextBridge", "bridge_failed", "takes_tracestate"]
@@ -89,7 +90,9 @@ class BridgedOperationSpan(OperationSpan, gc=False):
     def __enter__(self) -> OperationSpan:
         super().__enter__()
         bridge = self._bridge
-        if bridge is not None:
+        # Attached once, while open: entered again inside its block, each entry attached and
+        # the one exit detached the last, so the ended operation stayed the current span.
+        if bridge is not None and not self._attached and self._attributes.__class__ is not FrozenAttributes:
             try:
                 state = self._tracestate
                 if state is not None and self._bridge_state:

@@ -60,6 +60,23 @@ async def test_the_context_is_restored_when_the_block_raises() -> None:
     assert finished.parent_span_id is None and finished.error_type == "RuntimeError"
 
 
+async def test_a_handle_entered_again_is_attached_once() -> None:
+    """An operation entered again inside its own block (or after it ended) is made current
+    once: each entry attached it and only the first exit detached, so the ended operation stayed
+    the current span after its block and everything after nested under it."""
+    tracer = _StackTracer()
+    async with capture_events() as (bus, _events):
+        tel = Telemetry(bus, kind="judge", instance="judge-0", otel_context=tracer)
+        op = tel.operation("commit", checkpoint_id="c1")
+        with op:
+            with op:
+                assert len(tracer.stack) == 1
+        assert tracer.stack == []
+        with op:  # ended: entering it again does nothing
+            assert tracer.stack == []
+        assert tracer.stack == []
+
+
 def test_otel_context_must_be_a_bool_or_a_bridge() -> None:
     """Anything else is refused when the Telemetry is built."""
     with pytest.raises(InvalidTypeError, match="ContextBridge"):
