@@ -83,12 +83,42 @@ def read_manifest(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance
         ) from None
     except OSError as exc:
         raise InvalidCheckpointError(f"cannot read {manifest_path}: {exc.strerror}") from None
+    _check_version(raw, manifest_path)
     try:
         manifest = decode_manifest(raw)
     except msgspec.MsgspecError as exc:
         raise InvalidCheckpointError(f"{manifest_path} is not a valid manifest: {exc}") from None
     _check_manifest(manifest, kind, instance)
     return manifest
+
+
+class _Versioned(msgspec.Struct):
+    """Only a manifest's ``schema_version``, every other field ignored."""
+
+    schema_version: int | None = None
+
+
+def _check_version(raw: bytes, manifest_path: os.PathLike[str]) -> None:
+    """Judge the format version before the fields: a manifest of another format would otherwise
+    be refused for a field this version does not know, which blames the file, not the version."""
+    try:
+        version = msgspec.json.decode(raw, type=_Versioned).schema_version
+    except msgspec.MsgspecError:
+        return  # not even that: the full decode says what is wrong
+    if version is not None and version != SCHEMA_VERSION:
+        raise InvalidCheckpointError(_version_problem(manifest_path, version))
+
+
+def _version_problem(manifest_path: os.PathLike[str] | str, version: int) -> str:
+    if version > SCHEMA_VERSION:
+        return (
+            f"{manifest_path} is schema_version {version}, written by a newer ckpt-events than this "
+            f"participant's (it reads {SCHEMA_VERSION}): restore it with that version or later"
+        )
+    return (
+        f"{manifest_path} is schema_version {version}, which no ckpt-events writes (this participant "
+        f"reads {SCHEMA_VERSION}): it is corrupt or not a ckpt-events manifest"
+    )
 
 
 def files_of(manifest: Manifest) -> list[RecordsPart]:
@@ -276,9 +306,7 @@ def _add_record(
 
 def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
     if manifest.schema_version != SCHEMA_VERSION:
-        raise InvalidCheckpointError(
-            f"manifest schema_version {manifest.schema_version} is not {SCHEMA_VERSION}"
-        )
+        raise InvalidCheckpointError(_version_problem(MANIFEST_NAME, manifest.schema_version))
     if (manifest.kind, manifest.instance) != (kind, instance):
         raise InvalidCheckpointError(
             f"manifest belongs to {manifest.kind}/{manifest.instance}, not {kind}/{instance}"

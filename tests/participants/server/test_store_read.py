@@ -127,7 +127,6 @@ def test_a_missing_or_unreadable_manifest_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "detail"),
     [
-        ({"schema_version": 2}, "manifest schema_version 2 is not 1"),
         ({"kind": "agent"}, "manifest belongs to agent/res-0, not resources/res-0"),
         ({"instance": "res-1"}, "manifest belongs to resources/res-1, not resources/res-0"),
         ({"checkpoint_id": "../c1"}, "manifest checkpoint_id '../c1' is not a safe name"),
@@ -151,6 +150,30 @@ def test_each_manifest_check_names_what_is_wrong(
     with pytest.raises(InvalidCheckpointError) as info:
         read_manifest(tmp_path, kind=KIND, instance=INSTANCE)
     assert info.value.detail == detail
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ({"schema_version": 2}, "written by a newer ckpt-events than this participant's (it reads 1): "),
+        # a newer format's own field is not what is wrong: the version is
+        ({"schema_version": 2, "compression": "zstd"}, "written by a newer ckpt-events"),
+        ({"schema_version": 0}, "which no ckpt-events writes (this participant reads 1): "),
+    ],
+)
+def test_a_manifest_of_another_format_version_is_named_as_such(
+    tmp_path: Path, override: dict[str, Any], said: str
+) -> None:
+    """A manifest of another schema_version is refused for its version (newer: with which
+    ckpt-events restores it), even when it also carries a field this version does not know."""
+    _plant(tmp_path, _line("a") + b"\n", 1, **override)
+    path = _dir(tmp_path) / MANIFEST_NAME
+    version = override["schema_version"]
+    detail = _refusal(tmp_path)
+    assert detail.startswith(f"{path} is schema_version {version}, "), detail
+    assert said in detail
+    if version > SCHEMA_VERSION:
+        assert detail.endswith("restore it with that version or later")
 
 
 def test_a_records_file_is_verified_before_anything_is_returned(tmp_path: Path) -> None:
