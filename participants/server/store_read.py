@@ -44,6 +44,9 @@ from ckpt_events.vocab import SAFE_NAME
 __all__ = ["ALL", "ReadResult", "Share", "files_of", "read_checkpoint", "read_manifest", "read_part"]
 
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
+#: No writer counts records or numbers workers past a signed 64-bit int; a larger one in a
+#: manifest is corrupt, and would not even fit the frames that carry a part to a worker.
+_INT_MAX: Final = 2**63 - 1
 
 
 class ReadResult(NamedTuple, Generic[R]):
@@ -322,6 +325,8 @@ def _check_manifest(manifest: Manifest, kind: str, instance: str) -> None:
             raise InvalidCheckpointError("manifest records_sha256 is not the digest of its parts' digests")
         if manifest.record_count != sum(p.record_count for p in manifest.parts):
             raise InvalidCheckpointError("manifest record_count is not the sum of its parts' counts")
+    if manifest.record_count > _INT_MAX:
+        raise InvalidCheckpointError(_out_of_range("record_count", manifest.record_count))
     for part in files_of(manifest):
         _check_part(part)
 
@@ -342,3 +347,10 @@ def _check_part(part: RecordsPart) -> None:
         raise InvalidCheckpointError("manifest record_count is negative")
     if part.worker < 0:
         raise InvalidCheckpointError("manifest part worker is negative")
+    for what, value in (("record_count", part.record_count), ("part worker", part.worker)):
+        if value > _INT_MAX:
+            raise InvalidCheckpointError(_out_of_range(what, value))
+
+
+def _out_of_range(what: str, value: int) -> str:
+    return f"manifest {what} {shown(value)} is past any a writer makes (2**63 - 1): the manifest is corrupt"

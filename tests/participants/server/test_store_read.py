@@ -140,6 +140,10 @@ def test_a_missing_or_unreadable_manifest_is_refused(tmp_path: Path) -> None:
             f"records file records-{'0' * 64}.jsonl is not named after the manifest's digest",
         ),
         ({"record_count": -1}, "manifest record_count is negative"),
+        (
+            {"record_count": 2**63},
+            f"manifest record_count {2**63} is past any a writer makes (2**63 - 1): the manifest is corrupt",
+        ),
     ],
 )
 def test_each_manifest_check_names_what_is_wrong(

@@ -247,6 +247,29 @@ async def test_a_part_that_does_not_check_refuses_the_restore_on_every_worker(tm
         assert fleet.installed() == [] and (await status(client))["episodes"] == 0
 
 
+@pytest.mark.parametrize("field", ["worker", "record_count"])
+async def test_a_part_number_no_frame_can_carry_is_refused_not_a_500(tmp_path, field):
+    """A manifest edited to a worker index or count past 64 bits is 422 naming the field, on
+    every worker (it once reached the frames to the workers: 500 and a traceback)."""
+    rollouts = 6
+    async with running(_Fleet(2).app) as client:
+        await _commit(client, tmp_path, rollouts)
+    path = participant_dir(tmp_path, "environment", "env-0") / MANIFEST_NAME
+    manifest = msgspec.json.decode(path.read_bytes())
+    manifest["parts"][1][field] = 2**64
+    if field == "record_count":  # consistent otherwise: only the number is wrong
+        manifest["record_count"] = sum(p["record_count"] for p in manifest["parts"])
+    path.write_bytes(msgspec.json.encode(manifest))
+    fleet = _Fleet(2)
+    async with running(fleet.app) as client:
+        reply = await control(
+            client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=_episodes(rollouts)
+        )
+        assert error_code(reply) == (422, "invalid_checkpoint_state"), reply.text
+        assert reply.json()["error"]["detail"].startswith(f"manifest {'part ' * (field == 'worker')}{field} ")
+        assert fleet.installed() == [] and (await status(client))["episodes"] == 0
+
+
 async def test_a_one_process_participant_restores_a_multi_worker_checkpoint(tmp_path):
     async with running(_Fleet(2).app) as client:
         committed = await _commit(client, tmp_path, 9)
