@@ -10,6 +10,7 @@ not check is ``InvalidCheckpointError``. These functions block: call them in a t
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import operator
 import os
@@ -85,7 +86,7 @@ def read_manifest(checkpoint_dir: str | os.PathLike[str], *, kind: str, instance
             "(check checkpoint_dir)"
         ) from None
     except OSError as exc:
-        raise InvalidCheckpointError(f"cannot read {manifest_path}: {exc.strerror}") from None
+        raise InvalidCheckpointError(_cannot_read(manifest_path, exc)) from None
     _check_version(raw, manifest_path)
     try:
         manifest = decode_manifest(raw)
@@ -187,7 +188,7 @@ def read_part(
     except FileNotFoundError:
         raise InvalidCheckpointError(f"records file {part.records_file} is missing") from None
     except OSError as exc:
-        raise InvalidCheckpointError(f"cannot read {part.records_file}: {exc.strerror}") from None
+        raise InvalidCheckpointError(_cannot_read(part.records_file, exc)) from None
     chunks = read_chunks(fd, part.records_file, max_records_bytes)
     with contextlib.closing(chunks):
         try:
@@ -196,6 +197,16 @@ def read_part(
             )
         except OSError as exc:
             raise InvalidCheckpointError(f"cannot read {part.records_file}: {exc.strerror}") from None
+
+
+def _cannot_read(path: str | os.PathLike[str], exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        # O_NOFOLLOW's refusal reads "Too many levels of symbolic links": a loop, which it is not.
+        return (
+            f"cannot read {path}: it is a symlink, and the store never follows one "
+            "(put the file itself in the checkpoint)"
+        )
+    return f"cannot read {path}: {exc.strerror}"
 
 
 def _decode_records(

@@ -180,6 +180,24 @@ def test_a_manifest_of_another_format_version_is_named_as_such(
         assert detail.endswith("restore it with that version or later")
 
 
+def test_a_symlinked_manifest_or_records_file_is_named_a_symlink(tmp_path: Path) -> None:
+    """A file replaced by a symlink (here to a copy outside the root) is refused as a symlink,
+    not with O_NOFOLLOW's "Too many levels of symbolic links", which reads as a loop."""
+    directory = _plant(tmp_path / "root", _line("a") + b"\n", 1)
+    rule = "it is a symlink, and the store never follows one (put the file itself in the checkpoint)"
+    for name, shown_as in (
+        ("records.jsonl", "records.jsonl"),
+        (MANIFEST_NAME, str(directory / MANIFEST_NAME)),
+    ):
+        outside = tmp_path / f"outside-{name}"
+        (directory / name).rename(outside)
+        (directory / name).symlink_to(outside)
+        assert _refusal(tmp_path / "root") == f"cannot read {shown_as}: {rule}"
+        (directory / name).unlink()
+        outside.rename(directory / name)
+    assert _keys(_read(tmp_path / "root").records) == ["a"]
+
+
 def test_a_records_file_is_verified_before_anything_is_returned(tmp_path: Path) -> None:
     """Digest first, then the first bad record, then a missing final newline, then the count."""
     good = _line("a") + b"\n" + _line("b") + b"\n"
