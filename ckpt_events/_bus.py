@@ -477,8 +477,12 @@ class Bus:
         bus is untouched; what its buffers held at the fork is the parent's to deliver.
         """
         self._forked_from = parent
-        self._closed = self._closing = True
-        self._tg = self._token = self._loop_thread = self._call_soon_threadsafe = None
+        self._closed = True
+        self._closing = True
+        self._tg = None
+        self._token = None
+        self._loop_thread = None
+        self._call_soon_threadsafe = None
         first = _Buffer(1, None)
         first.waiting = True
         self._after_close = first
