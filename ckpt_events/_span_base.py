@@ -8,6 +8,7 @@ extra attributes: ``set_attribute`` until the span ends, when ``_seal`` freezes 
 from __future__ import annotations
 
 import re
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
 
 from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error, shown
@@ -15,6 +16,7 @@ from ckpt_events._events import AttributeValue
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._tracecontext import format_traceparent, parse_tracestate
 from ckpt_events._vocab import Outcome
+from ckpt_events._wallclock import CALIBRATION
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
@@ -163,9 +165,17 @@ class _SpanBase:
         if self.start_ns != _NOT_STARTED:
             return
         tel = self._tel
-        start_ns = tel._clock()
-        monotonic = tel._monotonic
-        mono_ns = start_ns if monotonic is None else monotonic()
+        if tel._calibrated:  # the default clocks: one monotonic read, on the process's offset
+            mono_ns = monotonic_ns()
+            start_ns = (
+                mono_ns + CALIBRATION.offset
+                if mono_ns < CALIBRATION.due
+                else CALIBRATION.recalibrate(mono_ns)
+            )
+        else:  # clocks the caller gave (clock=, monotonic=): each read as given
+            start_ns = tel._clock()
+            monotonic = tel._monotonic
+            mono_ns = start_ns if monotonic is None else monotonic()
         # Tested again after the clocks' calls, with no call between the test and the stores
         # (where the interpreter never switches threads), as ``_seal`` does: one thread starts it.
         if self.start_ns != _NOT_STARTED:

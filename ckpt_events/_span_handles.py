@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from time import monotonic_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -45,6 +46,7 @@ from ckpt_events._events import AttributeValue, OperationFinished, OperationStar
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _error_fields, _not_started, _SpanBase
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
+from ckpt_events._wallclock import CALIBRATION
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
@@ -117,14 +119,22 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
     def __enter__(self) -> StepSpan:
-        if self._attributes.__class__ is FrozenAttributes or self.start_ns != _NOT_STARTED:
-            return self  # ended or entered already: a handle is one span (no second start)
+        if self.start_ns != _NOT_STARTED:
+            return self  # entered already, or ended: a handle is one span (no second start)
         tel = self._tel
         # _SpanBase._start inline, with the route Telemetry keeps (a call and a routing-table
         # lookup per span cost ~0.1 us more).
-        start_ns = tel._clock()
-        monotonic = tel._monotonic
-        mono_ns = start_ns if monotonic is None else monotonic()
+        if tel._calibrated:  # the default clocks: one monotonic read, on the process's offset
+            mono_ns = monotonic_ns()
+            start_ns = (
+                mono_ns + CALIBRATION.offset
+                if mono_ns < CALIBRATION.due
+                else CALIBRATION.recalibrate(mono_ns)
+            )
+        else:  # clocks the caller gave (clock=, monotonic=): each read as given
+            start_ns = tel._clock()
+            monotonic = tel._monotonic
+            mono_ns = start_ns if monotonic is None else monotonic()
         if self.start_ns != _NOT_STARTED:
             return self  # another thread entered it during the calls above: see _SpanBase._start
         self.start_ns = start_ns
@@ -283,13 +293,21 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
     _wire: int = 0  # its start's number in the raw buffer, or 0: see RAW_SEQUENCE
 
     def __enter__(self) -> OperationSpan:
-        if self._attributes.__class__ is FrozenAttributes or self.start_ns != _NOT_STARTED:
-            return self  # ended or entered already: a handle is one span (no second start)
+        if self.start_ns != _NOT_STARTED:
+            return self  # entered already, or ended: a handle is one span (no second start)
         tel = self._tel
         # _SpanBase._start inline, as StepSpan.__enter__.
-        start_ns = tel._clock()
-        monotonic = tel._monotonic
-        mono_ns = start_ns if monotonic is None else monotonic()
+        if tel._calibrated:  # the default clocks: one monotonic read, on the process's offset
+            mono_ns = monotonic_ns()
+            start_ns = (
+                mono_ns + CALIBRATION.offset
+                if mono_ns < CALIBRATION.due
+                else CALIBRATION.recalibrate(mono_ns)
+            )
+        else:  # clocks the caller gave (clock=, monotonic=): each read as given
+            start_ns = tel._clock()
+            monotonic = tel._monotonic
+            mono_ns = start_ns if monotonic is None else monotonic()
         if self.start_ns != _NOT_STARTED:
             return self  # another thread entered it during the calls above: see _SpanBase._start
         self.start_ns = start_ns

@@ -51,6 +51,7 @@ from ckpt_events._vocab import (
     kind_name,
     step_name,
 )
+from ckpt_events._wallclock import wall_ns
 
 if TYPE_CHECKING:
     from ckpt_events._subscription import _Buffer
@@ -135,6 +136,7 @@ class Telemetry:
         "__weakref__",
         "_bridge",
         "_bridge_state",
+        "_calibrated",
         "_clock",
         "_collection_on",
         "_coordinate_on",
@@ -224,11 +226,14 @@ class Telemetry:
                 f"{shown(clock)}, {shown(monotonic)}"
             )
         self._random: Callable[[int], int] = _getrandbits if ids is None else ids
-        self._clock: Callable[[], int] = time_ns if clock is None else clock
+        self._clock: Callable[[], int] = wall_ns if clock is None and monotonic is None else clock or time_ns
         # None: the injected clock alone times spans too (a TickingClock stays deterministic).
         self._monotonic: Callable[[], int] | None = (
             monotonic if monotonic is not None else monotonic_ns if clock is None else None
         )
+        # The default clocks: a span's start is one monotonic read on the process's wall-clock
+        # offset (``_wallclock``), so its stamps keep the order of what they stamp.
+        self._calibrated = clock is None and monotonic is None
         self.bus = bus if bus is not None else Bus()
         self._interest_changed()
         if bus is not None:
@@ -236,8 +241,9 @@ class Telemetry:
 
     @property
     def clock(self) -> Callable[[], int]:
-        """The wall clock this Telemetry stamps with (``clock=``, else ``time.time_ns``): what
-        stamps an event of its elsewhere (a request's arrival) reads, to agree with its spans."""
+        """The wall clock this Telemetry stamps with (``clock=``, else ``time.time_ns`` read
+        through the monotonic clock, ``_wallclock.wall_ns``): what stamps an event of its
+        elsewhere (a request's arrival) reads, to agree with its spans."""
         return self._clock
 
     def _interest_changed(self) -> None:
