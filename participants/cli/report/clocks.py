@@ -80,7 +80,11 @@ def _who(process: Process) -> str:
 
 
 def _seconds(ns: float) -> str:
-    return f"{ns / 1e9:+.1f} s" if abs(ns) >= 1e9 else f"{ns / 1e6:+.1f} ms"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:+.1f} s"
+    if abs(ns) >= 50_000:
+        return f"{ns / 1e6:+.1f} ms"
+    return f"{ns / 1e3:+.1f} us"  # a shift of microseconds read "by +0.0 ms": aligned by nothing?
 
 
 def shifted(e: CheckpointEvent, by: int) -> CheckpointEvent:

@@ -69,6 +69,10 @@ PROBE_LINES = 16
 #: Identities kept to find an event's copy in another file when a file is out of time order:
 #: the last this many events (~20 MB; a clock that stepped back by this many events' time).
 DEDUP_EVENTS: Final = 65_536
+#: A file whose events go back at most this far (ns) is sorted without a word: clocks of the
+#: processes writing it that far apart (each process's own wall-clock offset), not a clock
+#: stepped back. Several processes' batches to one file go back further, and are said.
+SILENT_BACK_NS: Final = 1_000_000
 #: Runs of forgotten stamps told apart; past it, one run holds them all.
 _FORGOTTEN_RUNS: Final = 64
 #: A merged log's entries: (time, file, line, event); plain tuples merge without a key function.
@@ -132,6 +136,8 @@ class LogProblems:
     #: event above it). Passed as ``merged_events(sort=...)``, each is sorted in a window that
     #: long, not read whole.
     back_ns: dict[int, int] = field(default_factory=dict)
+    #: The same files: how many events went back more than ``SILENT_BACK_NS`` (the ones said).
+    far_back: dict[int, int] = field(default_factory=dict)
     #: The files this read sorted by time (``merged_events(sort=...)``).
     sorted_files: frozenset[int] = frozenset()
     #: Events too far out of time order to be checked against the other files.
@@ -162,18 +168,23 @@ class LogProblems:
         out += self.lines
         if self.skipped > len(self.lines):
             out.append(f"... and {counted(self.skipped - len(self.lines), 'more line')} skipped")
-        for index, (name, back) in list(self.out_of_order.items())[:SHOWN]:
+        # A file back by a millisecond at most is sorted without a word: processes' clocks that
+        # far apart, or a log of ours from before each span's end and start shared one offset
+        # to the wall clock, is no clock stepped back and no file joined out of order.
+        said = [(index, name) for index, (name, _) in self.out_of_order.items() if index in self.far_back]
+        for index, name in said[:SHOWN]:
             how = (
                 "its events were sorted by time"
                 if index in self.sorted_files
                 else "read as written: spans may be paired wrongly"
             )
             out.append(
-                f"{name}: out of time order ({counted(back, 'event')} stamped before the line "
-                f"above it: a clock that stepped back, or a file joined out of order); {how}"
+                f"{name}: out of time order ({counted(self.far_back[index], 'event')} stamped over "
+                f"{SILENT_BACK_NS // 1_000_000} ms before a line above it: several processes writing "
+                f"one file, a clock that stepped back, or files joined out of order); {how}"
             )
-        if len(self.out_of_order) > SHOWN:
-            out.append(f"... and {counted(len(self.out_of_order) - SHOWN, 'more file')} out of time order")
+        if len(said) > SHOWN:
+            out.append(f"... and {counted(len(said) - SHOWN, 'more file')} out of time order")
         if self.duplicates:
             out.append(
                 f"dropped {counted(self.duplicates, 'duplicate event')}: the same event in two "
@@ -258,6 +269,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
     back = 0  # events stamped before the one above them
     latest = 0  # the latest stamp read
     back_ns = 0  # how far back of it an event went at most
+    far = 0  # events back of it by more than SILENT_BACK_NS: said
     before_first: list[CorruptLine] = []  # corrupt lines before the first event: torn, or not a log
     try:
         with open(path, "rb") as head:
@@ -289,6 +301,8 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             if (time_ns := event_time(item)) < last:
                 back += 1
                 back_ns = max(back_ns, latest - time_ns)
+                if latest - time_ns > SILENT_BACK_NS:
+                    far += 1
             last = time_ns
             latest = max(latest, time_ns)
             yield time_ns, index, number, item
@@ -305,6 +319,8 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             problems.disordered = True
             problems.out_of_order[index] = (str(path), back)
             problems.back_ns[index] = back_ns
+            if far:
+                problems.far_back[index] = far
 
 
 def merged_events(

@@ -382,3 +382,12 @@ def test_a_call_the_controller_gave_up_on_bounds_no_answers_end() -> None:
     for e in (call(1, 100, 200, outcome=Outcome.ERROR), answer(1, 50, 240)):
         behind.add(e)
     assert behind.offsets() == {("environment", "environment-0", None): 50}
+
+
+def test_a_shift_of_microseconds_is_said_in_microseconds() -> None:
+    """A clock aligned by 0.9 us read "aligned ... by +0.0 ms" (by nothing, it seemed)."""
+    from ckpt_events.participants.cli.report.clocks import _seconds
+
+    assert _seconds(-900) == "-0.9 us"
+    assert _seconds(120_000) == "+0.1 ms"
+    assert _seconds(2_000_000_000) == "+2.0 s"

@@ -469,3 +469,30 @@ def test_a_file_a_little_out_of_order_is_sorted_in_a_window_as_the_whole_file_wo
     consumed = 0
     list(logs._reordered(entries(), probe.back_ns[0] // 4, short := LogProblems()))
     assert short.disordered
+
+
+def test_a_file_back_by_a_millisecond_at_most_is_sorted_without_a_word(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Events stamped up to 0.9 ms back of the line above (two processes' clocks that far apart,
+    or a log whose spans' ends each had their own offset to the wall clock): sorted, and
+    nothing said. It was "out of time order (28 events ...: a clock that stepped back, or a file
+    joined out of order)" for a log of one process. Back by 3 ms, it is said, naming several
+    processes writing one file among the causes."""
+    for back_ns, said in ((900_000, False), (3_000_000, True)):
+        log = tmp_path / f"back-{back_ns}.jsonl"
+        stamps = [1_700_000_000_000_000_000 + 100_000 * n - (back_ns if n % 7 == 3 else 0) for n in range(50)]
+        log.write_bytes(
+            b"".join(
+                b'{"type":"refused","kind":"environment","instance":"e0","time_ns":%d,"code":"unauthorized"}\n'
+                % t
+                for t in stamps
+            )
+        )
+        assert main(["report", str(log)]) == 0
+        _, err = capsys.readouterr()
+        if said:
+            assert f"{log}: out of time order (7 events stamped over 1 ms before a line above it: " in err
+            assert "several processes writing one file" in err
+        else:
+            assert "out of time order" not in err, err
