@@ -181,10 +181,13 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
         start_ns = self.start_ns
         if start_ns == _NOT_STARTED:
             _not_started(self, self.step)  # raises: a span from 1970 is no span
-        frozen = FrozenAttributes(attributes) if attributes else ENDED
-        if self._attributes is not attributes:
-            return  # another thread ended it during the call above: see _SpanBase._seal
-        self._attributes = frozen
+        if attributes:
+            frozen = FrozenAttributes(attributes)
+            if self._attributes is not attributes:
+                return  # another thread ended it during the call above: see _SpanBase._seal
+            self._attributes = frozen
+        else:  # no call since the test above: no other thread ran (see _SpanBase._seal)
+            self._attributes = ENDED
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
         if exc is not None:
@@ -354,10 +357,13 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
         start_ns = self.start_ns
         if start_ns == _NOT_STARTED:
             _not_started(self, self.operation)  # raises: a span from 1970 is no span
-        frozen = FrozenAttributes(attributes) if attributes else ENDED
-        if self._attributes is not attributes:
-            return  # another thread ended it during the call above: see _SpanBase._seal
-        self._attributes = frozen
+        if attributes:
+            frozen = FrozenAttributes(attributes)
+            if self._attributes is not attributes:
+                return  # another thread ended it during the call above: see _SpanBase._seal
+            self._attributes = frozen
+        else:  # no call since the test above: no other thread ran (see _SpanBase._seal)
+            self._attributes = ENDED
         tel = self._tel
         monotonic = tel._monotonic  # inline _SpanBase._end_time(): a call costs as much again
         if exc is not None:

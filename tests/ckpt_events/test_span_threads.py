@@ -73,6 +73,17 @@ async def test_a_handle_left_by_two_threads_at_once_ends_once() -> None:
     await _ended_twice(open_handles, (OperationFinished, StepFinished))
 
 
+async def test_a_handle_without_attributes_left_by_two_threads_at_once_ends_once() -> None:
+    """The same without attributes: nothing is called between the test that the handle is live
+    and the store that ends it (no thread switch there), and it is not tested twice."""
+
+    def open_handles(tel: Telemetry) -> list[Any]:
+        op = tel.operation("commit", checkpoint_id="c1").__enter__()
+        return [op.step("upload").__enter__(), op]
+
+    await _ended_twice(open_handles, (OperationFinished, StepFinished))
+
+
 async def test_a_controller_span_left_by_two_threads_at_once_ends_once() -> None:
     """A coordination or stage left by two threads at once emits one Finished."""
 
