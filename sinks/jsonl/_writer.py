@@ -69,7 +69,9 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     longer named the file open (renamed or deleted under the sink, as logrotate's ``create``
     mode does) and was opened again, so the lines go on at the path. ``rotation_errors`` counts
     rotations refused (the log's folder read-only, the log a bind-mounted file): the lines go on
-    in the file open, past ``max_bytes``, and ``last_error`` says why.
+    in the file open, past ``max_bytes``, and ``last_error`` says why. ``deleted`` counts the
+    files rotation deleted, their lines gone: the oldest past ``backups`` (with ``backups=0``,
+    the log itself at each rotation, said once).
     """
 
     events: int
@@ -84,6 +86,7 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     too_long: int = 0
     reopened: int = 0
     rotation_errors: int = 0
+    deleted: int = 0
 
 
 class JsonLinesSink:
@@ -92,7 +95,8 @@ class JsonLinesSink:
     ``target`` is a path (opened for append, closed by ``aclose()``) or a writable binary
     stream (flushed, never closed, by this sink). With ``max_bytes``, a path is rotated
     before a line would take it past that size: ``log.jsonl`` becomes ``log.jsonl.1`` and
-    so on, keeping ``backups`` old files (0 keeps none).
+    so on, keeping ``backups`` old files (0 keeps none); older ones are deleted, counted in
+    ``stats().deleted``. A line longer than ``max_bytes`` gets a file of its own (logged once).
 
     Each batch is one ``write()`` of whole lines, by default on the event loop: appending
     a few kilobytes to a local file takes microseconds, as a logging handler's write does,
@@ -138,6 +142,8 @@ class JsonLinesSink:
         self._too_long = 0
         self._reopened = 0
         self._rotation_errors = 0
+        self._deleted = 0
+        self._oversized = False  # a line longer than max_bytes was logged
         self._rotation_held = False  # a rotation failed in this batch: not tried again before the next
         self._identity = (0, 0)  # (st_dev, st_ino) of the file open
         self._torn = False  # the file ends in a torn line that still needs its newline
@@ -379,6 +385,8 @@ class JsonLinesSink:
                 if len(buffer) == before:
                     continue
             buffer.append(_NEWLINE)
+            if len(buffer) - before > max_bytes and not self._oversized:
+                self._say_oversized(len(buffer) - before, max_bytes)
             if self._size + len(buffer) > max_bytes and self._size + before > 0 and not self._rotation_held:
                 # The new line would overflow this file: finish the file without it.
                 if before:
@@ -388,6 +396,20 @@ class JsonLinesSink:
                 lines = 0
             lines += 1
         self._write(buffer, lines)
+
+    def _say_oversized(self, length: int, max_bytes: int) -> None:
+        # Each such line goes to a file of its own, past max_bytes, and backups=3 keeps the last
+        # four: max_bytes=10 meant as 10 MB kept four events, without a word.
+        self._oversized = True
+        logger.warning(
+            "%s: a line of %s bytes is longer than max_bytes=%s bytes: each such line is written "
+            "to a file of its own, and only the last %s are kept (max_bytes counts bytes: 10 MiB is "
+            "10_485_760); not logged again",
+            self._path,
+            f"{length:,}",
+            f"{max_bytes:,}",
+            self.backups + 1,
+        )
 
     def _encode_replaced(self, event: Any, buffer: bytearray, start: int) -> None:
         """Encode ``event`` at ``start`` (where the failed encode began) with U+FFFD for each surrogate."""
@@ -485,12 +507,17 @@ class JsonLinesSink:
         try:
             if self.backups == 0:
                 path.unlink(missing_ok=True)
+                self._deleted += 1
             else:
-                for n in range(self.backups - 1, 0, -1):
-                    older = path.with_name(f"{path.name}.{n}")
-                    if older.exists():
-                        older.replace(path.with_name(f"{path.name}.{n + 1}"))
-                path.replace(path.with_name(f"{path.name}.1"))
+                for n in range(self.backups - 1, -1, -1):
+                    older = path.with_name(f"{path.name}.{n}") if n else path
+                    newer = path.with_name(f"{path.name}.{n + 1}")
+                    if n and not older.exists():
+                        continue
+                    # The oldest kept, replaced by the one before it: its lines are gone.
+                    replaced = n == self.backups - 1 and os.path.lexists(newer)
+                    older.replace(newer)
+                    self._deleted += replaced
         except OSError as exc:
             _unlock(self._file)
             self._rotation_held = True  # tried again next batch, not once per line
@@ -506,6 +533,15 @@ class JsonLinesSink:
                 )
             return
         self._file.close()  # drops the lock, once the renaming is done
+        if self.backups == 0 and self._deleted == 1:
+            # logging.RotatingFileHandler(backupCount=0) never rotates; here the log is gone.
+            logger.warning(
+                "%s: rotated at max_bytes=%s with backups=0: the log's lines are deleted, not "
+                "kept (give backups=N to keep N files); deletions counted in stats().deleted and "
+                "not logged again",
+                path,
+                f"{self.max_bytes:,}",
+            )
         # Usually a new file; another writer may have made it since, and it may end torn.
         self._open()
         self._rotations += 1
@@ -578,6 +614,7 @@ class JsonLinesSink:
             too_long=self._too_long,
             reopened=self._reopened,
             rotation_errors=self._rotation_errors,
+            deleted=self._deleted,
         )
 
 

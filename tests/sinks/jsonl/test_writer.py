@@ -110,6 +110,52 @@ async def test_rotation_drops_beyond_backups(tmp_path: Path) -> None:
         assert kept == [path.name] + [f"{path.name}.{n}" for n in range(1, backups + 1)]
 
 
+async def test_files_deleted_by_rotation_are_counted_and_backups_0_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a rotation deleted the oldest file (with ``backups=0``, the whole log at each
+    rotation, where ``logging.RotatingFileHandler(backupCount=0)`` never rotates) and nothing
+    counted or said it. Now ``stats().deleted`` counts the files deleted, and ``backups=0``
+    says once that the log is deleted at each rotation."""
+    counts = {}
+    for backups in (0, 2):
+        path = tmp_path / f"b{backups}.jsonl"
+        sink = JsonLinesSink(path, max_bytes=300, backups=backups)
+        async with Bus(batch_size=3) as bus:
+            bus.subscribe(sink)
+            tel = Telemetry(bus, kind="agent", instance="a0")
+            for _ in range(40):
+                tel.refused("admission_closed")
+            await bus.flush()
+        stats = sink.stats()
+        kept = sum(1 for p in tmp_path.iterdir() if p.name.startswith(path.name))
+        # Every rotation made one file; what is not there now was deleted.
+        assert stats.rotations + 1 - kept == stats.deleted > 0
+        counts[backups] = stats.deleted
+    assert counts[0] > counts[2]
+    said = [r.getMessage() for r in caplog.records if "backups=0" in r.getMessage()]
+    assert len(said) == 1 and "b0.jsonl" in said[0] and "stats().deleted" in said[0]
+
+
+async def test_a_line_longer_than_max_bytes_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: ``max_bytes`` smaller than one line (``max_bytes=10`` meant as 10 MB) wrote each line
+    to a file of its own, past ``max_bytes``, and with ``backups=3`` kept the last four lines,
+    without a word. Now the first such line is logged once, with its size and ``max_bytes``."""
+    path = tmp_path / "e.jsonl"
+    sink = JsonLinesSink(path, max_bytes=10, backups=3)
+    async with Bus(batch_size=3) as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(20):
+            tel.refused("admission_closed")
+        await bus.flush()
+    assert sink.stats().events == 20
+    said = [r.getMessage() for r in caplog.records if "longer than max_bytes" in r.getMessage()]
+    assert len(said) == 1 and "max_bytes=10 bytes" in said[0] and "e.jsonl" in said[0]
+
+
 async def test_a_rotation_refused_goes_on_in_the_file_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
