@@ -75,6 +75,8 @@ DEDUP_EVENTS: Final = 65_536
 SILENT_BACK_NS: Final = 1_000_000
 #: Runs of forgotten stamps told apart; past it, one run holds them all.
 _FORGOTTEN_RUNS: Final = 64
+#: How a gzip file begins (``read_events`` reads one through, by these bytes, not its name).
+_GZIP_MAGIC: Final = b"\x1f\x8b"
 #: A merged log's entries: (time, file, line, event); plain tuples merge without a key function.
 _Entry = tuple[int, int, int, CheckpointEvent]
 T = TypeVar("T")
@@ -307,10 +309,19 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             latest = max(latest, time_ns)
             yield time_ns, index, number, item
         if not decoded and before_first:
-            line = before_first[0]
-            problems.refuse(
-                f"{path}:{line.line}: not a ckpt-events JSON-lines log ({line.error}); file skipped"
-            )
+            line, damage = before_first[0], before_first[-1]
+            if first.startswith(_GZIP_MAGIC) and not damage.excerpt and "gzip stream" in damage.error:
+                # The reader's last word on a gzip stream ending early: a log cut short (its
+                # compression still running, a full disk), which "not a log" blamed on its content.
+                why = damage.error.partition("(")[2].rpartition(")")[0] or damage.error
+                problems.refuse(
+                    f"{path}: a gzip file cut short or damaged before its first whole line ({why}): "
+                    "nothing read, file skipped (still being compressed? read it once it is done)"
+                )
+            else:
+                problems.refuse(
+                    f"{path}:{line.line}: not a ckpt-events JSON-lines log ({line.error}); file skipped"
+                )
     except OSError as exc:
         problems.unreadable += 1
         problems.refuse(f"{path}: cannot read: {exc.strerror or exc}")

@@ -115,6 +115,24 @@ def test_a_torn_first_line_costs_that_line_not_the_file(
     assert len(load_events([log])) == 999
 
 
+def test_a_gzipped_rotation_cut_before_its_first_line_ends_is_said_cut_not_a_non_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a gzipped rotation cut short within its first line (logrotate's ``compress`` still
+    running, or a full disk) was refused as ``not a ckpt-events JSON-lines log``, blaming the
+    file's content; it is a log whose gzip stream ends early, and is said so."""
+    import gzip
+
+    whole = gzip.compress(_spans(3), mtime=0)
+    log = tmp_path / "run.jsonl.1.gz"
+    log.write_bytes(whole[:40])
+    assert main(["report", str(log)]) == 2
+    err = _problems(capsys.readouterr().err)
+    assert len(err) == 2 and "not a ckpt-events" not in err[0], err
+    assert err[0].startswith(f"{log}: ") and "gzip file cut short or damaged" in err[0]
+    assert "(the file ends before its gzip stream does)" in err[0] and "nothing read" in err[0]
+
+
 def test_a_file_is_judged_by_an_event_within_its_first_probe_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
