@@ -12,12 +12,14 @@ call, ``ph: "f"`` with ``bp: "e"`` on the participant's operation, one shared ``
 controller call span to the operation it caused. Each counted event (refusals by code, lease
 expiries by phase, not-ready prepares and their blockers, cut generations by disposition,
 stalls by operation) is a counter (``ph: "C"``) on its participant's process, its running
-totals as ``args``.
+totals as ``args``. The file is strict JSON: a value JSON cannot hold (an attribute of NaN or
+infinity) is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,15 @@ def _lanes(spans: list[Span]) -> list[int]:
             out[i] = len(open_ends)
             open_ends.append([s.end_ns])
     return out
+
+
+def _json_value(value: Any) -> Any:
+    """``value``, or its name for a float JSON cannot hold. ``json.dumps`` wrote NaN and Infinity
+    bare, which JSON has no place for: a strict parser (the browser's, behind chrome://tracing)
+    refused the whole file over one attribute, one a collector's file carries as ``"NaN"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
 
 
 def _counted(e: Event) -> list[tuple[str, str, int]]:
@@ -150,7 +161,7 @@ def _complete_events(
             "dur": max(0.0, (s.end_ns - s.start_ns) / 1e3),
             "pid": pids[_track(s.who)[0]],
             "tid": tids[index],
-            "args": {"who": s.who, **s.details},
+            "args": {"who": s.who, **{k: _json_value(v) for k, v in s.details.items()}},
         }
         out.append(event)
         placed[(trace, s.span_id)] = event

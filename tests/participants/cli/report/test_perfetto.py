@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,40 @@ async def test_report_of_a_stall_run_exports_every_span_of_every_checkpoint(
     assert len({r["args"]["trace_id"] for r in complete}) == len({e.trace_id for e in spans}) >= 4
     _nested(rows)
     assert any(r["ph"] == "C" and r["name"] == "prepare_not_ready" for r in rows)
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` parsed as JSON is written (RFC 8259): no bare NaN or Infinity, which Python's
+    parser takes and a browser's refuses."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_nan_or_infinite_attribute_from_a_collectors_file_leaves_the_trace_strict_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A span attribute of NaN (a loss) went through a collector's file as ``"NaN"`` and came
+    back out bare, ``"loss": NaN``: not JSON, so the whole trace failed to open. Each such value
+    is now written as its name, and the trace is strict JSON."""
+    from tests.participants.cli.report.test_otlp_input import _export_as_collector_file
+
+    at = 1_796_400_000 * 10**9
+    attributes = {"loss": math.nan, "gain": math.inf, "floor": -math.inf, "lr": 0.5}
+    events = [
+        CollectionFinished(Kind.CONTROLLER, "c", 7, 1, at, at + 135 * MS, CollectionAction.CHECKPOINT, "k"),
+        CoordinateFinished(Kind.CONTROLLER, "c", 7, 2, at + MS, at + 130 * MS, Operation.COMMIT, "k", 1),
+        OperationFinished(
+            Kind.MODEL, "m", 7, 4, at + 2 * MS, at + 9 * MS, Operation.COMMIT, "k", 2, attributes=attributes
+        ),
+    ]
+    collected, trace = tmp_path / "collector.json", tmp_path / "run.perfetto.json"
+    assert _export_as_collector_file(events, collected) >= 1
+    assert main(["report", str(collected), "--report", str(trace)]) == 0
+    assert "3 spans of the whole run" in capsys.readouterr().out
+    rows = _strict_json(trace.read_text())["traceEvents"]
+    (commit,) = [r["args"] for r in rows if r["ph"] == "X" and r["args"].get("kind") == "model"]
+    values = [commit[name] for name in attributes]
+    assert values == ["NaN", "Infinity", "-Infinity", 0.5]
