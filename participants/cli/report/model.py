@@ -90,6 +90,8 @@ class Span:
     #: and ``ms`` 0, its duration unknown (drawn as ``?``, never as a number).
     known: bool = True
     checkpoint_id: str | None = None
+    #: The worker process of a multi-worker participant that wrote it (``who`` ends ``/w<i>``).
+    worker: int | None = None
 
     @property
     def ms(self) -> float:
@@ -225,6 +227,7 @@ def _span(e: FinishedSpan, depth: int) -> Span:
         details=_details(e),
         known=duration_ns(e) is not None,
         checkpoint_id=e.checkpoint_id,
+        worker=e.worker,
     )
 
 

@@ -36,12 +36,14 @@ _CONTROLLER_PID = 1
 _POINTS = (LeaseExpired, PrepareNotReady, Refused, GenerationCut, Stalled)
 
 
-def _track(who: str) -> tuple[str, int | None]:
-    """``kind/instance`` and the worker index (``None`` for a single-process participant)."""
-    base, _, worker = who.rpartition("/w")
-    if base and worker.isdigit() and base.count("/") == 1:
-        return base, int(worker)
-    return who, None
+def _track(s: Span) -> tuple[str, int | None]:
+    """``kind/instance`` and the worker index (``None`` for a single-process participant).
+    Taken from the span's worker, never parsed out of ``who``: an instance named ``x/w3`` (a
+    log's instance is any text) was worker 3 of ``x``, and worker 0 of it a process of its own."""
+    suffix = f"/w{s.worker}"
+    if s.worker is None or not s.who.endswith(suffix):
+        return s.who, None
+    return s.who.removesuffix(suffix), s.worker
 
 
 def _all_spans(events: Sequence[Event]) -> list[tuple[int, Span]]:
@@ -130,7 +132,7 @@ def _threads(
     worker's spans on as few lanes as nest them. Gives each span's process a pid in ``pids``."""
     by_track: dict[tuple[int, int | None], list[int]] = {}  # (pid, worker) -> indexes into spans
     for index, (_, s) in enumerate(spans):
-        process, worker = _track(s.who)
+        process, worker = _track(s)
         by_track.setdefault((pids.setdefault(process, len(pids) + 1), worker), []).append(index)
     tids: dict[int, int] = {}  # index into spans -> tid
     threads: list[tuple[int, int, str]] = []
@@ -159,7 +161,7 @@ def _complete_events(
             "ph": "X",
             "ts": (s.start_ns - origin) / 1e3,
             "dur": max(0.0, (s.end_ns - s.start_ns) / 1e3),
-            "pid": pids[_track(s.who)[0]],
+            "pid": pids[_track(s)[0]],
             "tid": tids[index],
             "args": {"who": s.who, **{k: _json_value(v) for k, v in s.details.items()}},
         }

@@ -302,3 +302,30 @@ def test_a_nan_or_infinite_attribute_from_a_collectors_file_leaves_the_trace_str
     (commit,) = [r["args"] for r in rows if r["ph"] == "X" and r["args"].get("kind") == "model"]
     values = [commit[name] for name in attributes]
     assert values == ["NaN", "Infinity", "-Infinity", 0.5]
+
+
+def test_each_instance_is_its_own_process_whatever_its_name_and_each_worker_its_own_thread() -> None:
+    """A log's instance is any text. The process and worker were parsed out of ``who``: the
+    spans of an instance named ``x/w3`` were drawn as worker 3 of instance ``x``, and worker 0
+    of ``y/w3`` as a process named ``model/y/w3/w0`` with one ``main`` thread."""
+    events = [
+        OperationFinished(Kind.MODEL, "x", 1, 1, 0, 10 * MS, Operation.COMMIT, "k", worker=3),
+        OperationFinished(Kind.MODEL, "x/w3", 1, 2, 0, 10 * MS, Operation.COMMIT, "k"),
+        OperationFinished(Kind.MODEL, "y/w3", 1, 3, 0, 10 * MS, Operation.COMMIT, "k", worker=0),
+        Refused(Kind.MODEL, "x/w3", 5 * MS, ErrorCode.STALE_ATTEMPT),
+    ]
+    rows = trace_events(events)
+    processes = {r["pid"]: r["args"]["name"] for r in rows if r["name"] == "process_name"}
+    threads = {(r["pid"], r["tid"]): r["args"]["name"] for r in rows if r["name"] == "thread_name"}
+    drawn = {
+        (r["args"]["instance"], processes[r["pid"]], threads[(r["pid"], r["tid"])])
+        for r in rows
+        if r["ph"] == "X"
+    }
+    assert drawn == {
+        ("x", "model/x", "w3"),
+        ("x/w3", "model/x/w3", "main"),
+        ("y/w3", "model/y/w3", "w0"),
+    }
+    (counter,) = [r for r in rows if r["ph"] == "C"]
+    assert processes[counter["pid"]] == "model/x/w3"
