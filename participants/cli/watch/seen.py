@@ -28,7 +28,7 @@ _WRITERS_KEPT: Final = 64
 
 
 class Open:
-    __slots__ = ("checkpoint_id", "operation", "passed", "stalled", "start_ns", "stepped", "worker")
+    __slots__ = ("back", "checkpoint_id", "operation", "passed", "stalled", "start_ns", "stepped", "worker")
 
     def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
         self.operation = operation
@@ -40,6 +40,9 @@ class Open:
         self.passed = False
         #: Its writer's stamps went back in time since it opened: its start is of another clock.
         self.stepped = False
+        #: Its writer's stamps went back past ``STEP_BACK_S`` since it opened, and it is not yet
+        #: known whether its clock stepped back (``stepped``) or a batch was written late.
+        self.back = False
 
 
 #: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint
@@ -69,11 +72,19 @@ class Writer:
     the least its clock can be ahead of ours (seconds; negative: behind): an event stamped t that
     we read at r was written by r, so its clock was >= t - r ahead, while it runs forward."""
 
-    __slots__ = ("ahead", "newest_ns")
+    __slots__ = ("ahead", "back_ahead", "back_newest_ns", "back_ns", "newest_ns")
 
     def __init__(self, newest_ns: int, ahead: float) -> None:
         self.newest_ns = newest_ns
         self.ahead = ahead
+        #: Its stamps went back past ``STEP_BACK_S`` to this one (``None``: they did not): its clock
+        #: stepped back, or one of its processes wrote a batch late (its loop held up). Which is
+        #: told by the stamps that follow: back near ``newest_ns``, a late batch; running on a
+        #: second from here without coming back, a step.
+        self.back_ns: int | None = None
+        #: The newest stamp, and the least its clock can be ahead, since they went back.
+        self.back_newest_ns = 0
+        self.back_ahead = 0.0
 
 
 class Seen:
@@ -130,6 +141,13 @@ class Seen:
             return None if writer is None else writer.ahead
         return max((writer.ahead for writer in self.writers.values()), default=None)
 
+    def ahead_since_back(self, worker: int | None) -> float | None:
+        """While ``worker``'s stamps are back past ``STEP_BACK_S`` and it is not yet known whether
+        its clock stepped back or one of its processes wrote a batch late: the least its clock
+        can be ahead of ours by the stamps since (``None`` when they are not back)."""
+        writer = self.writers.get(worker)
+        return None if writer is None or writer.back_ns is None else writer.back_ahead
+
     def clock(self) -> tuple[float, float] | None:
         """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
         a time. An offset within its own error is taken as none (clocks in sync)."""
@@ -141,25 +159,50 @@ class Seen:
 
 def written(seen: Seen, stamp_ns: int, read_at: float, worker: int | None) -> None:
     """Fold an event ``worker`` stamped ``stamp_ns``, read by ``read_at`` (ours), into the least
-    its clock can be ahead of ours. A stamp ``STEP_BACK_S`` before the newest it wrote: its clock
-    was stepped back, what it wrote before says nothing of its clock now, and its open work's
-    starts are of the clock before the step."""
+    its clock can be ahead of ours. Stamps ``STEP_BACK_S`` before the newest it wrote that run on
+    a second without coming back: its clock was stepped back, what it wrote before says nothing of
+    its clock now, and its open work's starts are of the clock before the step. Stamps that come
+    back were a batch written late (several processes appending to one log): no step."""
     ahead = stamp_ns / 1e9 - read_at
     writer = seen.writers.get(worker)
     if writer is None:
         if len(seen.writers) >= _WRITERS_KEPT:
             del seen.writers[next(iter(seen.writers))]
         seen.writers[worker] = Writer(stamp_ns, ahead)
-    elif stamp_ns < writer.newest_ns - STEP_BACK_S * 1e9:
-        # Was: the stamps before the step, 300 s ahead, made work opened after it 5 min STALLED.
-        seen.stepped = True
-        writer.newest_ns = stamp_ns
-        writer.ahead = ahead
-        for item in seen.open.values():
-            item.stepped = item.stepped or item.worker == worker
-    else:
+        return
+    back = writer.newest_ns - stamp_ns
+    if back <= STEP_BACK_S * 1e9:
+        if writer.back_ns is not None:
+            # Back near its newest stamp: what went back was a batch written late (several
+            # processes appending to one log, one of them held up), not a clock stepped back. Was:
+            # taken for a step at once, so another process's work, hung 20 s, was "age unknown
+            # (clock stepped back?)" for ever.
+            writer.back_ns = None
+            for item in seen.open.values():
+                item.back = item.back and item.worker != worker
         writer.newest_ns = max(writer.newest_ns, stamp_ns)
         writer.ahead = max(writer.ahead, ahead)
+        return
+    if writer.back_ns is None:
+        writer.back_ns = writer.back_newest_ns = stamp_ns
+        writer.back_ahead = ahead
+        for item in seen.open.values():
+            item.back = item.back or item.worker == worker
+    else:
+        writer.back_ns = min(writer.back_ns, stamp_ns)
+        writer.back_newest_ns = max(writer.back_newest_ns, stamp_ns)
+        writer.back_ahead = max(writer.back_ahead, ahead)
+    if writer.back_newest_ns - writer.back_ns < STEP_BACK_S * 1e9:
+        return
+    # Its stamps ran on a second without coming back: its clock stepped back. Was: the stamps
+    # before the step, 300 s ahead, made work opened after it 5 min STALLED.
+    seen.stepped = True
+    for item in seen.open.values():
+        item.stepped = item.stepped or (item.worker == worker and item.back)
+        item.back = item.back and item.worker != worker
+    writer.newest_ns = writer.back_newest_ns
+    writer.ahead = writer.back_ahead
+    writer.back_ns = None
 
 
 def correction(seen: Seen) -> float:

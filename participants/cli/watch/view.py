@@ -314,7 +314,7 @@ class FleetView:
     def _age(self, seen: Seen, item: Open, now: float, polled: bool) -> _Age:
         if item.passed:
             return _Age(None, False, "later work finished since: restarted?", "restarted?")
-        if item.stepped:
+        if item.stepped or item.back:  # ``back``: of the clock before a step, if one stepped
             why = "its stamps went back since it opened: clock stepped back?"
             return _Age(None, item.stalled, why, "clock back?")
         clock = seen.clock() if polled else None
@@ -332,7 +332,10 @@ class FleetView:
         if clock is None:
             # Its clock against ours is unknown (was: taken as ours, so a clock 60 s behind made
             # work a minute old, STALLED): the least age its own stamps and our reads allow.
-            ahead = seen.ahead(item.worker)
+            # Opened since its stamps went back: aged by the stamps since, the least of what a
+            # step or a batch written late would make it.
+            back = seen.ahead_since_back(item.worker)
+            ahead = seen.ahead(item.worker) if back is None else back
             if ahead is None:
                 ahead = item.start_ns / 1e9 - now
             least = max(now + ahead - item.start_ns / 1e9, 0.0)

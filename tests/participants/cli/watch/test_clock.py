@@ -17,6 +17,7 @@ import httpx
 import pytest
 from rich.console import Console
 
+from ckpt_events import Event, OperationFinished, OperationStarted
 from ckpt_events.participants.cli.fleet import free_port
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.watch.view import FleetView
@@ -288,3 +289,44 @@ def test_workers_logs_read_one_after_the_other_are_no_clock_step() -> None:
     shown.print(view.render(now))
     text = shown.export_text()
     assert re.search(r"open prepare c9 on worker 1 >=10\.0 min STALLED", text), text
+
+
+def _commit(span: int, start: int, end: int | None = None) -> Event:
+    """A commit of judge/judge-0 (two uvicorn workers given one instance): started, or finished."""
+    common = {"kind": "judge", "instance": "judge-0", "trace_id": span, "span_id": span, "start_ns": start}
+    if end is None:
+        return OperationStarted(**common, operation="commit", checkpoint_id=f"c{span}")
+    return OperationFinished(**common, end_ns=end, operation="commit", outcome="ok", checkpoint_id=f"c{span}")
+
+
+@pytest.mark.parametrize("then", ["in order", "nothing", "stepped"])
+def test_a_batch_another_worker_wrote_late_to_the_shared_log_is_no_clock_step(then: str) -> None:
+    """Two workers of judge-0 append to one log. Worker A's commit hangs; worker B's loop is held
+    up 3 s, so its batch lands 3 s behind the lines above it, then both write on. A's commit, open 20 s,
+    was "age unknown (clock stepped back?)" for ever after (never STALLED); it is STALLED once the
+    stamps come back. Until they do, it is of unknown age, never STALLED for it; stamps that stay
+    back a second are a clock stepped back, as before."""
+    now = time.time()
+    at = int(now * NS)
+    view = FleetView([], stall_after=5.0)
+    view.add_events([_commit(1, at - 20 * NS)], now - 20)  # A's commit, the one that hangs
+    for second in range(19, 2, -1):  # both workers at work, one commit a second
+        view.add_events(
+            [_commit(100 + second, at - second * NS, at - second * NS + NS // 10)], now - second + 0.1
+        )
+    late = at - 6 * NS  # 3 s behind both workers' last line
+    view.add_events([_commit(50, late), _commit(50, late, late + NS // 100)], now - 2)  # B's, 3 s late
+    if then == "in order":
+        view.add_events([_commit(60, at - NS, at - NS + NS // 10)], now)
+    elif then == "stepped":  # B's stamps run on a second, never back near A's: a step
+        view.add_events([_commit(61, late + NS, late + NS + NS // 10)], now)
+    shown = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    shown.print(view.render(now))
+    text = shown.export_text()
+    if then == "in order":
+        assert re.search(r"open commit c1 >=20\.0 s STALLED", text), text
+    else:
+        assert (
+            "open commit c1 age unknown (its stamps went back since it opened: clock stepped back?)" in text
+        )
+        assert "STALLED" not in text, text
