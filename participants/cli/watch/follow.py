@@ -188,9 +188,9 @@ class _File:
 class LogFollower:
     """Follows JSON-lines logs named by files, globs or folders (their ``*.jsonl*`` files), each
     with its rotated names (``name.1``, ``name.2``...). ``read()`` returns the events gained since
-    the last call; ``notes`` says, one line per file, what happened to it on that call (rotated,
-    copied, truncated, gone, corrupt lines, backlog still being read), and on every call what the
-    backlog left out.
+    the last call (the files' merged by stamp, each file's in its own order); ``notes`` says, one
+    line per file, what happened to it on that call (rotated, copied, truncated, gone, corrupt
+    lines, backlog still being read), and on every call what the backlog left out.
 
     ``budget``: at most this many bytes are read from one file per call (``None``: to its end).
     Every call is bounded: by ``budget`` and by the files' sizes when it starts. ``close()`` (or
@@ -278,14 +278,21 @@ class LogFollower:
         self._corrupt = {}
         self._unknown = {}
         order = self._look()
-        events: list[Event] = []
         behind = 0
         if self._gzipped is not None and self._backlog is not None:
             for path in self._gzipped:
                 yield from self._fold_whole(path, self._backlog)
         self._gzipped = None  # found later, a gzipped file is a copy of a rotation read already
+        each: list[list[Event]] = []
         for followed in order:
-            behind += yield from self._read_file(followed, events)
+            got: list[Event] = []
+            behind += yield from self._read_file(followed, got)
+            if got:
+                each.append(got)
+        # The files' new lines merged by stamp, each file's in its own order: read one file after
+        # the other, a worker's log (a file per worker, one instance) went back by the interval
+        # (was: past a second, --interval 3, a clock stepped back, its hung work never STALLED).
+        events = each[0] if len(each) == 1 else list(heapq.merge(*each, key=_stamp))
         for key in [k for k, f in self._files.items() if f.detached > _DETACHED_READS]:
             self._files.pop(key).file.close()
         backlog = self._backlog
@@ -498,6 +505,19 @@ class LogFollower:
             total = self._corrupt[path] = self._corrupt.get(path, 0) + corrupt
             others = self._unknown[path] = self._unknown.get(path, 0) + unknown
             self.notes[path] = _skipped_note(path, total, others)
+
+
+def _stamp(event: Event) -> int:
+    """When a followed event happened: a span's start or end, a stall report's time."""
+    match event:
+        case OperationStarted() | CoordinateStarted():
+            return event.start_ns
+        case OperationFinished() | CoordinateFinished():
+            return event.end_ns
+        case Stalled():
+            return event.time_ns
+        case _:
+            return 0
 
 
 def _skipped_note(path: str, corrupt: int, unknown: int) -> str:

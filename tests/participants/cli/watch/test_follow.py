@@ -475,3 +475,28 @@ def test_a_backlog_past_max_finished_folds_in_linear_time() -> None:
     # The forgotten half is forgotten: a start older than the last forgotten end is unknown.
     backlog.add_all([_started(2 * MAX_FINISHED + 1, "commit", "late", at=T0 + MAX_FINISHED // 2)])
     assert backlog.unknown == 1
+
+
+def test_a_file_per_worker_read_one_after_the_other_is_no_clock_step(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two workers of environment-0, a log each (``jsonl_path=f"events.{os.getpid()}.jsonl"``),
+    followed by their folder with ``--interval 3``: each read took the first file's 3 s of lines,
+    then the second's, 3 s back, which ran on a second without coming back: a clock stepped back,
+    so worker A's commit, hung a minute, was of unknown age for ever. Merged by stamp, it is
+    STALLED."""
+    first, second = (JsonLinesSink(tmp_path / f"events.{pid}.jsonl") for pid in (101, 102))
+    request.addfinalizer(first.close)
+    request.addfinalizer(second.close)
+    follower = LogFollower([str(tmp_path)])
+    request.addfinalizer(follower.close)
+    view = FleetView([], stall_after=30.0)
+    first.handle([_started(1, "commit", "hung")])
+    view.add_events(follower.read(), (T0 + NS) / NS)  # the backlog
+    spans = iter(range(100, 1000))
+    # 3 s of both workers' work, every 0.1 s, between two reads.
+    for at in range(T0 + 57 * NS, T0 + 60 * NS, NS // 10):
+        first.handle([_finished(next(spans), "renew", "c1", at)])
+        second.handle([_finished(next(spans), "renew", "c2", at + NS // 20)])
+    text = _shown(view, follower.read())
+    assert re.search(r"open commit hung >=\d+\.\d s STALLED", text), text
