@@ -500,3 +500,20 @@ def test_a_file_per_worker_read_one_after_the_other_is_no_clock_step(
         second.handle([_finished(next(spans), "renew", "c2", at + NS // 20)])
     text = _shown(view, follower.read())
     assert re.search(r"open commit hung >=\d+\.\d s STALLED", text), text
+
+
+def test_a_backlog_of_a_file_per_worker_is_no_clock_step(tmp_path: Path) -> None:
+    """The same two workers' logs folded whole (``--once``): worker B's commit, hung a minute, is
+    read after worker A's later work (its file comes second), which went back a minute: it was
+    ">=0.0 s" and A's own hung commit "age unknown (clock stepped back?)". Each is STALLED."""
+    newer, older = (JsonLinesSink(tmp_path / f"events.{pid}.jsonl") for pid in (101, 102))
+    older.handle([_started(1, "commit", "hung-b")])
+    newer.handle([_started(2, "commit", "hung-a", T0 + 20 * NS)])
+    newer.handle([_finished(span, "renew", "c1", T0 + span * NS) for span in range(50, 60)])
+    newer.close()
+    older.close()
+    view = FleetView([], stall_after=30.0)
+    with LogFollower([str(tmp_path)], budget=None) as follower:
+        text = _shown(view, follower.read())
+    assert re.search(r"open commit hung-b >=59\.\d s STALLED", text), text
+    assert re.search(r"open commit hung-a >=39\.\d s STALLED", text), text
