@@ -130,6 +130,14 @@ def _diff(args: argparse.Namespace) -> int:
     if only:
         more = f" and {len(only) - 8} more" if len(only) > 8 else ""
         print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}{more}")
+    shared = base.ok.keys() & new.ok.keys()
+    if not rows and shared and args.fail_above is None:
+        # An empty table said nothing of why: every median in both runs under --min-ms.
+        print(
+            f"nothing compared: each operation and step in both runs ({len(shared):,}) has its "
+            f"medians under --min-ms {args.min_ms:g} ms: lower it",
+            file=sys.stderr,
+        )
     if args.fail_above is not None and not rows:
         # A gate that compared nothing has not passed (a controller's log against a participant's).
         raise CommandError(

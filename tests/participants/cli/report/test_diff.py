@@ -236,3 +236,14 @@ def test_failed_spans_are_counted_apart_not_timed(tmp_path: Path, capsys: pytest
         line for line in capsys.readouterr().out.splitlines() if "commit" in line and "model" in line
     )
     assert commit.split()[2:] == ["3", "0", "200.00", "201.00", "-", "-", "-", "0", "->", "2", "*"], commit
+
+
+def test_an_empty_table_under_min_ms_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every median under ``--min-ms`` printed an empty table and nothing else."""
+    log = _log(tmp_path / "a.jsonl", {Operation.COMMIT: [0.5, 0.6], Operation.RENEW: [0.2]})
+    assert main(["diff", str(log), str(log), "--min-ms", "1"]) == 0
+    _, err = capsys.readouterr()
+    assert err.startswith("nothing compared: each operation and step in both runs (2) has its medians under ")
+    assert err.endswith("--min-ms 1 ms: lower it\n") and err.count("\n") == 1
+    assert main(["diff", str(log), str(log), "--min-ms", "0.1"]) == 0
+    assert capsys.readouterr().err == ""
