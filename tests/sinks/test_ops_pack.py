@@ -8,13 +8,18 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.ops import ops_file
+from ckpt_events.sinks import configure
 from ckpt_events.sinks._bus_metrics import OUTCOMES
 from ckpt_events.sinks._metric_keys import _KEYS
 from ckpt_events.sinks._prom_names import label_name, metric_name
-from ckpt_events.sinks.prometheus import prometheus_names
+from ckpt_events.sinks.prometheus import PrometheusSink, TotalsCollector, prometheus_names
 from ckpt_events.vocab import InstrumentKind
+from tests.sinks.otlp.test_metric_sink import _event_mix
 from tests.sinks.prom_server import promtool_binary
 
 #: The open-work instruments of the live view (name, unit, kind), translated like ours.
@@ -127,12 +132,16 @@ FAMILY_TAGS = {
 #: A target label beside job and instance, as a scrape config may add: targets that share a job
 #: and instance (``instance`` relabelled to the host) differ by it.
 TARGET_LABELS = ("port",)
+#: Our meter's scope, on every series of OpenTelemetry's PrometheusMetricReader
+#: (``configure(meter_provider=...)``); its ``otel_scope_schema_url`` is "", which Prometheus drops.
+SCOPE_LABELS = ("otel_scope_name", "otel_scope_version")
 
 
 def test_the_unit_tests_input_series_are_shaped_like_a_scrape() -> None:
     """Each input series of rules_test.yml is a series our endpoint writes, with exactly its
     labels (an event's own) plus the target's job and instance (and a ``port`` where targets
-    share those, which its target's ``up`` carries too), or the target's ``up``."""
+    share those, which its target's ``up`` carries too), or the target's ``up``; a series may
+    carry our meter's scope as OpenTelemetry's PrometheusMetricReader writes it."""
     series = re.findall(r"- series: '(\w+)\{([^}]*)\}'", ops_file("rules_test.yml"))
     assert len(series) > 50
     targets = {
@@ -141,6 +150,10 @@ def test_the_unit_tests_input_series_are_shaped_like_a_scrape() -> None:
     for name, labels in series:
         got = dict(re.findall(r'(\w+)="([^"]*)"', labels))
         assert {"job", "instance"} <= set(got), (name, got)
+        scope = {k: got.pop(k) for k in SCOPE_LABELS if k in got}
+        if scope:  # as OpenTelemetry's PrometheusMetricReader writes our meter's scope
+            assert name != "up" and set(scope) == set(SCOPE_LABELS), (name, scope)
+            assert scope["otel_scope_name"] == "ckpt_events", (name, scope)
         target = {k: v for k, v in got.items() if k in {"job", "instance", *TARGET_LABELS}}
         if set(target) != {"job", "instance"}:
             assert tuple(sorted(target.items())) in targets, (name, got)  # a target that is scraped
@@ -195,3 +208,55 @@ def test_every_metric_in_the_pack_has_a_documented_name() -> None:
     dashboard = json.loads(ops_file("dashboard.json"))
     assert any(t.get("exemplar") for p in dashboard["panels"] for t in p["targets"])
     assert "exemplarTraceIdDestinations" in ops_file("grafana-datasource.yml")
+
+
+async def test_the_first_event_alerts_match_up_on_what_opentelemetrys_prometheus_reader_writes() -> None:
+    """With ``configure(meter_provider=...)`` scraped through OpenTelemetry's PrometheusMetricReader,
+    the families are our endpoint's, and every label it adds beside ours is one the first-event
+    alerts ignore when matching `up`: it adds the meter's scope (``otel_scope_name``...), which
+    `up` lacks, and a process's first lease expiry or not-ready prepare never fired."""
+    pytest.importorskip("opentelemetry.exporter.prometheus", reason="needs opentelemetry-exporter-prometheus")
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    reader = PrometheusMetricReader()  # registers itself in prometheus-client's REGISTRY
+    provider = MeterProvider(metric_readers=[reader])
+    ours = PrometheusSink()
+    try:
+        async with Bus() as bus:
+            bus.subscribe(ours, name="prometheus")
+            async with configure(bus, meter_provider=provider, environ={}):
+                await _event_mix(bus)
+                model = Telemetry(bus, kind="model", instance="model-0")
+                with model.operation("prepare", checkpoint_id="c9"):  # open: the open-work gauges
+                    await bus.flush()
+                    sdk_page = generate_latest(REGISTRY).decode()
+                    registry = CollectorRegistry(auto_describe=False)
+                    registry.register(TotalsCollector(ours))
+                    our_page = generate_latest(registry).decode()
+    finally:
+        provider.shutdown()  # unregisters the reader
+
+    def samples(page: str) -> dict[str, list[dict[str, str]]]:
+        found: dict[str, list[dict[str, str]]] = {}
+        for family in text_string_to_metric_families(page):
+            for sample in family.samples:
+                if sample.name.startswith("gym_checkpoint_"):
+                    found.setdefault(sample.name, []).append(sample.labels)
+        return found
+
+    sdk, mine = samples(sdk_page), samples(our_page)
+    assert "gym_checkpoint_events_total" in sdk and "gym_checkpoint_oldest_open_s_seconds" in sdk
+    assert sdk.keys() == mine.keys()
+    ours_labels = {k for ls in mine.values() for labels in ls for k in labels}
+    added = {
+        k for ls in sdk.values() for labels in ls for k, v in labels.items() if v and k not in ours_labels
+    }
+    ignored = [
+        set(map(str.strip, m.split(","))) for m in re.findall(r"ignoring \(([^)]*)\)", ops_file("rules.yml"))
+    ]
+    assert len(ignored) == 2
+    for labels in ignored:
+        assert added <= labels, added - labels
