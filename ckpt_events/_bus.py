@@ -427,9 +427,18 @@ class Bus:
         one: its events and task group belong to that loop (awaited from another loop, a flush's
         event was set from the bus's loop, and on trio that killed the owner's task group)."""
         if self._tg is not None and threading.get_ident() != self._loop_thread:
+            # A thread of the user's own (not AnyIO's) has no loop to go back to: without the
+            # token, the call advised raised anyio's NoEventLoopError.
+            if instead.startswith("anyio.from_thread."):
+                instead = (
+                    f"from an AnyIO worker thread: {instead}; from a thread of your own, pass the "
+                    f"loop's token: {instead[:-1]}, token=token), token = "
+                    "anyio.lowlevel.current_token() read on the loop"
+                )
+            else:
+                instead = f"from a worker thread: {instead}"
             raise InvalidValueError(
-                f"{call} on the event loop's thread running this bus, not from another thread "
-                f"(from a worker thread: {instead})"
+                f"{call} on the event loop's thread running this bus, not from another thread ({instead})"
             )
 
     def _on_loop(self, callback: Callable[[], object]) -> None:

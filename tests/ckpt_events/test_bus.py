@@ -591,3 +591,39 @@ async def test_subscribe_and_flush_refuse_values_of_the_wrong_type() -> None:
             ):
                 await bus.flush(timeout=bad)  # type: ignore[arg-type]
         assert bus.stats().sinks == ()
+
+
+async def test_a_flush_from_a_thread_of_ones_own_says_to_pass_the_loops_token() -> None:
+    """The advice for a thread of the user's own (started before the bus): without ``token=``,
+    ``anyio.from_thread.run(bus.flush)`` raised anyio's NoEventLoopError; the advice with it works."""
+    import asyncio
+
+    import anyio.from_thread
+    import anyio.lowlevel
+    import anyio.to_thread
+
+    async with Bus() as bus:
+        token = anyio.lowlevel.current_token()
+        said: list[str] = []
+        flushed: list[bool] = []
+
+        def own_thread() -> None:
+            try:
+                anyio.from_thread.run(bus.flush)  # from a thread of its own: no loop to go back to
+            except RuntimeError as exc:  # anyio's NoEventLoopError
+                said.append(type(exc).__name__)
+            try:
+                asyncio.run(bus.flush())  # another loop: refused, with the advice
+            except InvalidValueError as exc:
+                said.append(str(exc))
+            flushed.append(anyio.from_thread.run(bus.flush, token=token))
+
+        thread = threading.Thread(target=own_thread)
+        thread.start()
+        await anyio.to_thread.run_sync(thread.join, 10)
+    assert said[0] == "NoEventLoopError"
+    assert (
+        "from a thread of your own, pass the loop's token: anyio.from_thread.run(bus.flush, token=token)"
+        in (said[1])
+    )
+    assert flushed == [True]
