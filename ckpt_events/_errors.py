@@ -21,6 +21,7 @@ draws the whole project's (the core, the sinks and the participants) in its docs
 from __future__ import annotations
 
 import math
+import os
 import reprlib
 from collections.abc import Iterable
 from typing import Final
@@ -93,7 +94,26 @@ def check_number(
         raise InvalidTypeError(message)
     if not (low < value <= high if low_open else low <= value <= high):
         raise InvalidValueError(message)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past a float's range (10**400) is under an infinite high
+        raise InvalidValueError(message) from None
+
+
+def check_file_name(path: str | os.PathLike[str], where: str) -> None:
+    """``InvalidValueError`` naming ``where`` when the OS cannot be given ``path``: a NUL byte
+    in it, or a lone surrogate (no file name encodes one). ``open()`` said either as a bare
+    ``ValueError`` or ``UnicodeEncodeError`` naming no argument."""
+    name = os.fspath(path)
+    try:
+        encoded = os.fsencode(name)
+    except UnicodeError:
+        raise InvalidValueError(
+            f"{where} {shown(name)} cannot be encoded as a file name (a lone surrogate); "
+            "use a path of valid characters"
+        ) from None
+    if b"\0" in encoded:
+        raise InvalidValueError(f"{where} {shown(name)} has a NUL byte; a file path cannot hold one")
 
 
 #: The longest message ``one_line`` keeps of an error (a sink's may carry a whole payload).

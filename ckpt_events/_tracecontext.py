@@ -11,6 +11,8 @@ import random
 import re
 from typing import Final, NamedTuple
 
+from ckpt_events._errors import InvalidValueError, check_int, shown
+
 __all__ = [
     "RemoteParent",
     "format_traceparent",
@@ -79,7 +81,17 @@ def parse_traceparent(header: object) -> RemoteParent | None:
 
 
 def format_traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
-    """The ``traceparent`` header value naming span ``span_id`` of trace ``trace_id``."""
+    """The ``traceparent`` header value naming span ``span_id`` of trace ``trace_id``.
+
+    Either id out of its W3C range (1 to 2**128 - 1, 1 to 2**64 - 1) raises: formatted as it
+    was, a float or ``None`` was a bare ``ValueError``/``TypeError``, and 0, a negative or an
+    oversized id a header every receiver drops.
+    """
+    for what, value, bits in (("trace_id", trace_id, 128), ("span_id", span_id, 64)):
+        if type(value) is not int or not 0 < value < 1 << bits:  # an int subclass: checked in full
+            message = f"{what} must be an int from 1 to 2**{bits} - 1, not {shown(value)}"
+            if check_int(value, message, minimum=1) >= 1 << bits:
+                raise InvalidValueError(message)
     return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
 
 

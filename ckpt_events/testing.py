@@ -32,6 +32,7 @@ from ckpt_events._bus import Bus
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_int, check_number, shown
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
+from ckpt_events._subscription import resolve_interests
 from ckpt_events._telemetry import Telemetry
 from ckpt_events._vocab import Kind
 
@@ -49,7 +50,11 @@ class MemorySink:
     """A sink that appends every event to ``events`` and counts the batches it got."""
 
     def __init__(self, interests: Iterable[type[Event]] | None = None) -> None:
-        self.interests = None if interests is None else tuple(interests)
+        # Read once (an iterator is kept as a tuple) and checked here, as the bus would check it:
+        # a bool or an int was a bare TypeError from tuple(), before any bus was started.
+        listed = isinstance(interests, Iterable) and not isinstance(interests, str | type)
+        self.interests: Any = tuple(interests) if listed else interests  # type: ignore[arg-type]
+        resolve_interests(self)
         self.events: list[Any] = []
         self.batches = 0
         self.closed = False

@@ -19,12 +19,12 @@ import anyio
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
-from ckpt_events._errors import check_number, shown
+from ckpt_events._errors import InvalidTypeError, check_number, shown
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._destinations import check_free, claim, destinations, release
 from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.jsonl._writer import JsonLinesSink
-from ckpt_events.sinks.otel._env import MAX_METRIC_INTERVAL_MS, OtelSettings, read_otel_env
+from ckpt_events.sinks.otel._env import MAX_METRIC_INTERVAL_MS, OtelSettings, check_environ, read_otel_env
 from ckpt_events.sinks.otel._pipeline import check_resource_arguments
 from ckpt_events.sinks.otlp._http import OtlpHttpSender
 from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
@@ -294,7 +294,9 @@ def configure(
     returned ``Configured`` is open, another ``configure()`` of ``bus`` to one of its OTLP
     endpoints or its JSON-lines file raises ``ConfigurationError`` (every span sent twice).
     """
-    env = os.environ if environ is None else environ
+    if not isinstance(bus, Bus):  # was a TypeError from a weak reference, naming no argument
+        raise InvalidTypeError(f"bus must be a ckpt_events.Bus, not {shown(bus)}")
+    env = os.environ if environ is None else check_environ(environ, "environ")
     if _switched_off(env):
         return Configured(bus)
     _check_jsonl_path(jsonl_path, "jsonl_path")
@@ -575,6 +577,16 @@ def _check_otel_parts(
     ``metric_readers`` read once, as a list. An exporter or readers beside a provider of the
     caller's were dropped without a word: they go to what ``configure`` builds, so the two are
     refused together, with where they go instead."""
+    # The providers' own checks, made before anything is built: made when their sinks were,
+    # a wrong provider was refused after the JSON-lines file had been created.
+    if tracer_provider is not None:
+        from ckpt_events.sinks.otel._span_sink import _processors_of
+
+        _processors_of(tracer_provider)  # type: ignore[arg-type]  # what it checks
+    if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+        raise InvalidTypeError(
+            f"meter_provider must be an OpenTelemetry MeterProvider, not {shown(meter_provider)}"
+        )
     if tracer_provider is not None and span_exporter is not None:
         raise ConfigurationError(
             "span_exporter= goes to the tracer provider configure() builds; with tracer_provider=, add "
@@ -623,6 +635,12 @@ def _check_jsonl_path(path: object, where: str) -> None:
         raise ConfigurationError(f"{where} must be a path (a str or os.PathLike), not {shown(path)}")
     if "\0" in str(os.fspath(path)):
         raise ConfigurationError(f"{where}={shown(str(path))} has a NUL byte; a file path cannot hold one")
+    try:
+        os.fsencode(path)
+    except UnicodeError:  # a lone surrogate: open()'s bare UnicodeEncodeError
+        raise ConfigurationError(
+            f"{where}={shown(str(path))} cannot be encoded as a file name; use a path of valid characters"
+        ) from None
 
 
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:

@@ -40,7 +40,7 @@ from typing import IO, Any, Final, get_args
 import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidTypeError
-from ckpt_events._errors import check_int, shown
+from ckpt_events._errors import check_file_name, check_int, shown
 from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
 
 __all__ = ["MAX_LINE", "CorruptLine", "read_events"]
@@ -100,6 +100,7 @@ def read_events(
     """
     check_int(max_line, f"max_line must be a positive int, not {shown(max_line)}", minimum=1)
     if isinstance(source, str | os.PathLike):
+        check_file_name(source, "source")
         with open(source, "rb") as file:
             if file.peek(2)[:2] != _GZIP_MAGIC:  # peek, not read and seek: a path may be a pipe
                 yield from _read(file, max_line)

@@ -34,7 +34,7 @@ except ImportError:  # Windows: rotated without the lock
     fcntl = None  # type: ignore[assignment]
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor
-from ckpt_events._errors import check_int, shown
+from ckpt_events._errors import check_file_name, check_int, shown
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._redacted import redacted
 from ckpt_events.sinks._wire_safe import replace_surrogates
@@ -158,6 +158,7 @@ class JsonLinesSink:
                 raise InvalidValueError(
                     "target is an empty path: give the log's file, such as 'events.jsonl'"
                 )
+            check_file_name(target, "target")
             # Absolute, as logging.FileHandler makes it: a chdir() later (a daemon going to /) must
             # not move the log, or make a rotation rename files in the new folder.
             self._path = Path(os.path.abspath(target))

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ckpt_events import ConfigurationError
-from ckpt_events._errors import shown
+from ckpt_events._errors import InvalidTypeError, shown
 from ckpt_events.sinks._scrape_server import host_problem, listen_host
 from ckpt_events.sinks._span_attrs import DEFAULT_ATTRIBUTE_COUNT_LIMIT, AttributeLimits
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem, safe_url
@@ -154,6 +154,29 @@ class OtelSettings(msgspec.Struct, frozen=True):
     #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``); an IPv6 host without brackets.
     prometheus_host: str = "localhost"
     prometheus_port: int = 9464
+
+
+#: The prefixes of the variables we read: only their values are checked to be strings.
+_OUR_PREFIXES: Final = ("OTEL_", "CKPT_EVENTS_")
+
+
+def check_environ(env: object, where: str) -> Mapping[str, str]:
+    """``env`` when it is a mapping whose variables of ours (``OTEL_*``, ``CKPT_EVENTS_*``) are
+    strings, as ``os.environ``'s are; else ``InvalidTypeError`` naming ``where`` or the variable.
+
+    Without it, ``None`` or a ``True`` where a string goes was an ``AttributeError`` (``.get``,
+    ``.strip``) from deep inside, naming neither the argument nor the variable.
+    """
+    if not isinstance(env, Mapping):
+        raise InvalidTypeError(
+            f"{where} must be a mapping of str to str (such as os.environ), not {shown(env)}"
+        )
+    for name, value in env.items():
+        if isinstance(name, str) and name.startswith(_OUR_PREFIXES) and not isinstance(value, str):
+            raise InvalidTypeError(
+                f"{where}[{shown(name)}] must be a str, as every environment variable is, not {shown(value)}"
+            )
+    return env
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -463,7 +486,7 @@ def sample_ratio_from_env(environ: Mapping[str, str]) -> float:
     Our sampler is ``ParentBased(TraceIdRatioBased)``: a continued trace keeps its caller's
     decision, so ``traceidratio`` and ``parentbased_*`` map onto the same ratio.
     """
-    return _sample_ratio(environ)
+    return _sample_ratio(check_environ(environ, "environ"))
 
 
 def _check_propagators(env: Mapping[str, str]) -> None:
@@ -486,6 +509,7 @@ def read_otel_env(
 ) -> OtelSettings:
     """Parse the OpenTelemetry variables of ``env``; ``otlp_endpoint`` (an argument) wins
     over every endpoint variable and is a base URL (signal paths are appended)."""
+    check_environ(env, "env")
     _check_propagators(env)
     sampler_ratio = _sample_ratio(env)
     service = _get(env, "OTEL_SERVICE_NAME")
