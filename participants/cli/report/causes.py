@@ -85,6 +85,8 @@ class SpanError:
     """A span that ended in error: when, where in its trace, and what it says."""
 
     time_ns: int
+    #: When the span started: the calls it records as failed were made then.
+    start_ns: int
     span_id: int
     who: str
     operation: str
@@ -315,7 +317,7 @@ def _error(e: FinishedSpan, t: int) -> SpanError:
     what = message if name == _REFUSAL and message else f"{name}: {message}" if message else name
     said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
     members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
-    return SpanError(t, e.span_id, who_wrote(e), _operation_of(e), said, members)
+    return SpanError(t, e.start_ns, e.span_id, who_wrote(e), _operation_of(e), said, members)
 
 
 def _operation_of(e: FinishedSpan) -> str:
@@ -331,14 +333,17 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
     timed: list[tuple[int, str]] = []
     following: list[str] = []
     # (who, said) -> (first time, operations): a refusal at prepare and again at the resume
-    # after the abort is one cause.
+    # after the abort is one cause. A recorded failure is timed from the start of the span that
+    # recorded it, when its call was made: a participant frozen through its prepare is said when
+    # the call went unanswered (its timeout ends the span seconds later), so another's lease that
+    # ran out while the controller waited on it comes after it, as a consequence.
     recorded: dict[tuple[str, str], tuple[int, list[str]]] = {}
     for trace in traces:
         for error in trace.errors:
             for m in error.members:
                 key = (who_of(m.kind, m.instance, None), m.said)
-                at, operations = recorded.setdefault(key, (error.time_ns, []))
-                recorded[key] = (min(at, error.time_ns), operations)
+                at, operations = recorded.setdefault(key, (error.start_ns, []))
+                recorded[key] = (min(at, error.start_ns), operations)
                 if error.operation not in operations:
                     operations.append(error.operation)
     # A participant's failed operation that the controller recorded is said once, by the record

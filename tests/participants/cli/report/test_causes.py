@@ -254,7 +254,7 @@ def test_a_span_that_failed_keeps_its_error_in_words_and_marks_its_parent() -> N
     )
     causes.span_failed(failed, 20)
     said = "prepare failed on agent/agent-0 (WorkError: upstream went away)"
-    assert causes.errors == [SpanError(20, 2, "agent/agent-0", "prepare", said, [])]
+    assert causes.errors == [SpanError(20, 0, 2, "agent/agent-0", "prepare", said, [])]
     assert causes.failed_below == {1}
     assert causes.stops == []
 
@@ -287,6 +287,34 @@ def test_a_stage_error_counts_as_the_prepare_it_belongs_to() -> None:
     said, aborted = causes_of([causes], [])
     assert said == ["agent/agent-0 refused: unauthorized (401): wrong token (at prepare and resume)"]
     assert not aborted
+
+
+def test_a_participant_frozen_through_its_prepare_comes_before_a_lease_that_ran_out_meanwhile() -> None:
+    """model-0 stopped (SIGSTOP) before its prepare: the controller's call went unanswered for its
+    8 s timeout, and environment-0's short lease ran out 5 s after its prepare while it waited.
+    The frozen participant, whose call was made first, leads; the expiry follows from it."""
+    members = [Member("model-0", "model", "model-0", "u")]
+    timed_out = "no whole reply from u/prepare: ReadTimeout: no answer within 8.0 s"
+    record = failures_value(members, {"model-0": timed_out})
+    trace = TraceCauses(prepares={"environment/environment-0": 1_000_000_000})
+    stage = _span(
+        StageFinished,
+        3,
+        2,
+        1_010_000_000,
+        9_010_000_000,
+        stage="model",
+        attributes={FAILURES_ATTRIBUTE: record},
+        outcome=Outcome.ERROR,
+    )
+    trace.span_failed(stage, stage.end_ns)
+    expired = LeaseExpired("environment", "environment-0", 6_000_000_000, Phase.PREPARED, "c1")
+    said, aborted = causes_of([trace], [expired])
+    assert said == [
+        "model/model-0 no whole reply from u/prepare: ReadTimeout: no answer within 8.0 s (at prepare)",
+        "lease expired on environment/environment-0 in phase prepared, 5.0 s after its prepare",
+    ]
+    assert aborted
 
 
 def test_a_lease_expiry_is_timed_from_the_participants_first_prepare_and_aborts() -> None:
