@@ -26,6 +26,8 @@ __all__ = [
     "MAX_ATTEMPT",
     "MAX_BLOCKERS",
     "MAX_RETIRED_SHOWN",
+    "NOT_READY_WORKERS",
+    "NOT_READY_WORKER_BLOCKERS",
     "SERVER_TIME_HEADER",
     "CheckpointId",
     "CommitReply",
@@ -61,6 +63,11 @@ __all__ = [
 ]
 
 CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
+#: Attributes of a prepare that was not ready at its deadline on a ``--workers`` server: which
+#: workers blocked it, in words, and how many of its blockers they are (the rest are episodes).
+#: The log's ``prepare_not_ready`` keeps only the count, so the report reads them from here.
+NOT_READY_WORKERS: Final = "ckpt_events.not_ready.workers"
+NOT_READY_WORKER_BLOCKERS: Final = "ckpt_events.not_ready.worker_blockers"
 #: The last attempt of a rollout: an episode at it cannot be restored (continued as attempt + 1).
 MAX_ATTEMPT: Final = 1_000_000
 #: Replies list at most this many blockers; ``blocker_count`` has the full number.

@@ -23,6 +23,8 @@ from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
 from ckpt_events.participants.protocol import (
     MAX_RETIRED_SHOWN,
+    NOT_READY_WORKER_BLOCKERS,
+    NOT_READY_WORKERS,
     CommitReply,
     CommitRequest,
     EpisodeId,
@@ -145,6 +147,11 @@ class ControlPlane(Generic[S]):
             raise ProtocolRefusal(
                 ErrorCode.INVALID_PHASE, f"{op.value} is not allowed in phase {self.phase.value}"
             )
+        return None
+
+    def _not_ready_workers(self) -> tuple[str, int] | None:
+        """The workers blocking a prepare, in words, and how many blockers they are (a
+        ``--workers`` server's); ``None``: only episodes block, as here."""
         return None
 
     def _extend_lease(self, deadline_ts: float) -> None:
@@ -283,6 +290,9 @@ class ControlPlane(Generic[S]):
                 else:
                     reply = PrepareReply(phase=Phase.PREPARING, report=report)
                     self.tel.prepare_not_ready(report.blocker_count, checkpoint_id=cid)
+                    if (workers := self._not_ready_workers()) is not None:
+                        o.set_attribute(NOT_READY_WORKERS, workers[0])
+                        o.set_attribute(NOT_READY_WORKER_BLOCKERS, workers[1])
 
             o.set(phase=reply.phase, blockers=report.blocker_count)
             return reply

@@ -32,6 +32,7 @@ from typing import Final, TypeAlias
 from ckpt_events import (
     CoordinateFinished,
     LeaseExpired,
+    OperationFinished,
     OperationStarted,
     PrepareNotReady,
     Refused,
@@ -48,6 +49,7 @@ from ckpt_events.participants.cli.report.events import (
 from ckpt_events.participants.cli.words import clipped, counted
 from ckpt_events.participants.controller.types import FAILURES_ATTRIBUTE, MemberFailure, read_failures
 from ckpt_events.participants.errors import HTTP_STATUS
+from ckpt_events.participants.protocol import NOT_READY_WORKER_BLOCKERS, NOT_READY_WORKERS
 from ckpt_events.vocab import Operation, Outcome
 
 __all__ = [
@@ -113,6 +115,16 @@ class TraceCauses:
     #: ``prepare stopped at stage environment``: each coordinate.prepare that was not prepared
     #: (said only when nothing names why: the participants' logs are not all in).
     stops: list[str] = field(default_factory=list)
+    #: Per participant, the workers that blocked its prepare at the deadline, in words, and how
+    #: many of its blockers they were (``protocol.NOT_READY_WORKERS``): the rest are episodes.
+    not_ready_workers: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def prepare_finished(self, e: OperationFinished) -> None:
+        """Keep which workers a participant's prepare ``e`` said blocked it, if any."""
+        attributes = e.attributes or {}
+        words, count = attributes.get(NOT_READY_WORKERS), attributes.get(NOT_READY_WORKER_BLOCKERS)
+        if isinstance(words, str) and type(count) is int:
+            self.not_ready_workers[who_wrote(e)] = (words, count)
 
     def span_failed(self, e: FinishedSpan, t: int) -> None:
         """Keep what a finished span ``e`` (ended at ``t``) says if it failed: ended in error, or
@@ -267,9 +279,11 @@ def _counted_causes(
     row's checkpoint (a refusal the controller ``recorded`` is said by its record), and whether
     one aborted it."""
     prepares: dict[str, int] = {}
+    workers: dict[str, tuple[str, int]] = {}
     for trace in traces:
         for who, at in trace.prepares.items():
             prepares[who] = min(at, prepares.get(who, at))
+        workers.update(trace.not_ready_workers)
     timed: list[tuple[int, str, bool]] = []
     aborted_by = False
     for e in events:
@@ -283,6 +297,12 @@ def _counted_causes(
                 blocked = (
                     f"not ready at its deadline: {who_wrote(e)} blocked by {counted(e.blockers, 'episode')}"
                 )
+                if (stuck := workers.get(who_wrote(e))) is not None:
+                    # A worker that did not report (frozen, overloaded) or was lost is one blocker,
+                    # not an episode: say which.
+                    episodes = e.blockers - stuck[1]
+                    also = f" and {counted(episodes, 'episode')}" if episodes > 0 else ""
+                    blocked = f"not ready at its deadline: {who_wrote(e)} blocked by {stuck[0]}{also}"
                 timed.append((e.time_ns, blocked, True))
                 aborted_by = True
             case Refused():

@@ -261,6 +261,7 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                 writer = who_wrote(e)
                 prepares = trace.causes.prepares
                 prepares[writer] = min(e.start_ns, prepares.get(writer, e.start_ns))
+                trace.causes.prepare_finished(e)
                 if is_refusal(e):
                     trace.prepare_starts.pop(e.span_id, None)
                     trace.refused_prepares += 1

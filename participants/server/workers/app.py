@@ -156,6 +156,9 @@ class WorkerControlPlane(ControlPlane[Any]):
         ]
         return msgspec.structs.replace(reply, workers=workers)
 
+    def _not_ready_workers(self) -> tuple[str, int] | None:
+        return self.pool.not_ready_workers()
+
     async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
         """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
         cannot become ready before resume, so prepare answers "not ready" (``worker-lost``) now."""

@@ -259,16 +259,36 @@ class WorkerPool:
             if index not in self._lost and not (index in connected and index in self._reports)
         }
 
-    def report(self) -> PrepareReport:
+    def _special(self, reports: list[PrepareReport]) -> list[str]:
+        """The blockers that are workers, not episodes, given the connected workers' ``reports``."""
         kind = str(self.kind)
-        connected = set(self.coordinator.connected())
-        reports = [r for i, r in sorted(self._reports.items()) if i in connected and i not in self._lost]
-        blockers = sorted(b for r in reports for b in r.blockers)
-        count = sum(r.blocker_count for r in reports)
         unreported = self.coordinator.workers - len(reports) - len(self._lost)
         special = [f"{kind}-worker-lost"] * bool(self._lost)
         special += [f"{kind}-workers-unreported:{unreported}"] * (unreported > 0)
         special += [f"{kind}-worker-restarts-spent"] * (self.spent is not None)
+        return special
+
+    def not_ready_workers(self) -> tuple[str, int] | None:
+        """What of ``report()``'s blockers are workers, in words naming each (``worker 1
+        unreported (connected, no answer)``), and how many of its ``blocker_count`` that is;
+        ``None`` when only episodes block. A frozen or lost worker is otherwise one more
+        "episode" in the blocker count the log keeps."""
+        connected = set(self.coordinator.connected())
+        reports = [r for i, r in sorted(self._reports.items()) if i in connected and i not in self._lost]
+        special = self._special(reports)
+        if not special:
+            return None
+        said = [f"worker {i} unreported ({how})" for i, how in sorted(self.unreported().items())]
+        said += [f"worker {i} lost" for i in sorted(self._lost)]
+        said += ["its workers' restarts spent"] * (self.spent is not None)
+        return ", ".join(said), len(special)
+
+    def report(self) -> PrepareReport:
+        connected = set(self.coordinator.connected())
+        reports = [r for i, r in sorted(self._reports.items()) if i in connected and i not in self._lost]
+        blockers = sorted(b for r in reports for b in r.blockers)
+        count = sum(r.blocker_count for r in reports)
+        special = self._special(reports)
         counts: dict[str, int] = {}
         for r in reports:
             for name, value in r.counts.items():

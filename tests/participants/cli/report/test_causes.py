@@ -46,6 +46,7 @@ from ckpt_events.participants.controller.types import (
     MemberFailure,
     failures_value,
 )
+from ckpt_events.participants.protocol import NOT_READY_WORKER_BLOCKERS, NOT_READY_WORKERS
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.vocab import CollectionAction, ErrorCode, Operation, Outcome, Phase
 from tests.participants.controller.test_failures import run_refused_checkpoint
@@ -315,6 +316,38 @@ def test_a_participant_frozen_through_its_prepare_comes_before_a_lease_that_ran_
         "lease expired on environment/environment-0 in phase prepared, 5.0 s after its prepare",
     ]
     assert aborted
+
+
+def test_a_prepare_blocked_by_a_silent_worker_names_the_worker_not_an_episode() -> None:
+    """A ``--workers`` server whose worker 1 was frozen through the prepare: its not-ready count
+    is that worker, which its prepare's span names; with an episode blocking too, both are said."""
+    trace = TraceCauses()
+    words = "worker 1 unreported (connected, no answer)"
+    attributes = {NOT_READY_WORKERS: words, NOT_READY_WORKER_BLOCKERS: 1}
+    trace.prepare_finished(
+        _participant(
+            OperationFinished,
+            "environment-0",
+            3,
+            10,
+            3_000,
+            operation=Operation.PREPARE,
+            attributes=attributes,
+        )
+    )
+    alone = PrepareNotReady("environment", "environment-0", 3_000, 1, "c1")
+    assert causes_of([trace], [alone]) == (
+        [f"not ready at its deadline: environment/environment-0 blocked by {words}"],
+        True,
+    )
+    both = PrepareNotReady("environment", "environment-0", 3_000, 2, "c1")
+    assert causes_of([trace], [both])[0] == [
+        f"not ready at its deadline: environment/environment-0 blocked by {words} and 1 episode"
+    ]
+    other = PrepareNotReady("environment", "environment-1", 3_000, 1, "c1")
+    assert causes_of([trace], [other])[0] == [
+        "not ready at its deadline: environment/environment-1 blocked by 1 episode"
+    ]
 
 
 def test_a_lease_expiry_is_timed_from_the_participants_first_prepare_and_aborts() -> None:

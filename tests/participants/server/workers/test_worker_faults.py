@@ -21,8 +21,9 @@ import msgspec
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, OperationFinished, PrepareNotReady, Telemetry
 from ckpt_events.participants.errors import WorkerChannelError
+from ckpt_events.participants.protocol import NOT_READY_WORKER_BLOCKERS, NOT_READY_WORKERS
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.workers import coordinator as worker_coordinator
 from ckpt_events.participants.server.workers import create_worker_app, run_worker
@@ -38,14 +39,18 @@ from ckpt_events.participants.server.workers.frames import (
     encode_frame,
     read_frame,
 )
+from ckpt_events.testing import MemorySink
+from ckpt_events.vocab import Operation
 from tests.participants.helpers import TOKEN, control, error_code, running, status
 
 pytestmark = pytest.mark.anyio
 STATE = WorkerState(admission_open=True, marks={})
 
 
-def _app(reply_seconds: float = 30.0, factory_for: tuple[int, ...] = (0, 1), **options: Any) -> Any:
-    bus = Bus()
+def _app(
+    reply_seconds: float = 30.0, factory_for: tuple[int, ...] = (0, 1), bus: Bus | None = None, **options: Any
+) -> Any:
+    bus = Bus() if bus is None else bus
 
     def workload() -> Any:
         return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"), **options)
@@ -194,6 +199,39 @@ async def test_a_connected_worker_silent_through_a_prepare_is_named_once_in_the_
             ], said
         finally:
             await peer.aclose()
+
+
+async def test_a_prepare_not_ready_for_a_silent_worker_names_it_on_its_span() -> None:
+    """The log's ``prepare_not_ready`` keeps only a blocker count, so a worker frozen through a
+    prepare was read back as "blocked by 1 episode": the prepare's span names the worker, and how
+    many of the blockers that is, for the report to say instead."""
+    memory = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(memory, name="memory")
+        app = _app(bus=bus)
+        async with running(app) as client:
+            await _both_serving(client)
+            await _drop(app, 1)
+            peer = await _join(app.state.coordinator, 1)  # reads nothing, answers nothing
+            try:
+                with anyio.fail_after(5):
+                    prepared = await control(client, "prepare", "c1", seconds=0.5)
+                assert prepared.json()["phase"] == "preparing"
+                assert (await control(client, "resume", "c1")).status_code == 200
+            finally:
+                await peer.aclose()
+        await bus.flush(timeout=5)
+    prepares = [
+        e for e in memory.events if isinstance(e, OperationFinished) and e.operation == Operation.PREPARE
+    ]
+    # The main process's prepare (a root here) and worker 0's under it; worker 1 answered nothing.
+    (span,) = [e for e in prepares if e.parent_span_id is None]
+    assert span.attributes == {
+        NOT_READY_WORKERS: "worker 1 unreported (connected, no answer)",
+        NOT_READY_WORKER_BLOCKERS: 1,
+    }
+    (not_ready,) = [e for e in memory.events if isinstance(e, PrepareNotReady)]
+    assert not_ready.blockers == 1
 
 
 async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_goes_on(
