@@ -235,10 +235,15 @@ class WorkerPool:
         traceparent = op.traceparent() or _share()[1]
         # A silent worker must not hold prepare past its deadline: it is left unreported.
         remaining = min(max(0.05, deadline_ts - time.time()), self.coordinator.reply_seconds)
-        replies, _ = await self._ask_each(
-            Closed(checkpoint_id, deadline_ts), self.coordinator.connected(), traceparent, remaining
+        # Each report is kept as it comes: /status (``watch``) reads them while a silent worker
+        # holds this ask to its deadline, and would otherwise count every worker unreported.
+        await self._ask_each(
+            Closed(checkpoint_id, deadline_ts),
+            self.coordinator.connected(),
+            traceparent,
+            remaining,
+            self._reports,
         )
-        self._reports.update(replies)
 
     async def wait_changed(self, timeout: float) -> None:
         # Workers cap their wait at 0.5 s; a worker silent for longer is left unreported this round.

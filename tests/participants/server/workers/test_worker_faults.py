@@ -234,6 +234,29 @@ async def test_a_prepare_not_ready_for_a_silent_worker_names_it_on_its_span() ->
     assert not_ready.blockers == 1
 
 
+async def test_status_during_a_prepare_counts_only_the_silent_worker_unreported() -> None:
+    """While worker 1 (frozen) holds the prepare's first ask to its deadline, /status (what
+    ``watch`` shows) counted both workers unreported: worker 0's answer was kept only once the
+    silent one's ask ended. It is kept as it comes."""
+    app = _app()
+    async with running(app) as client:
+        await _both_serving(client)
+        await _drop(app, 1)
+        peer = await _join(app.state.coordinator, 1)  # reads nothing, answers nothing
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(partial(control, client, "prepare", "c1", seconds=2.0))
+                with anyio.fail_after(5):
+                    while (await status(client))["phase"] != "preparing":
+                        await anyio.sleep(0.05)
+                await anyio.sleep(0.5)  # worker 0 has answered long since; worker 1 never will
+                report = (await status(client))["report"]
+                assert report["blockers"] == ["environment-workers-unreported:1"], report
+            assert (await control(client, "resume", "c1")).status_code == 200
+        finally:
+            await peer.aclose()
+
+
 async def test_a_worker_sending_bad_frames_is_refused_then_lost_and_the_server_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
