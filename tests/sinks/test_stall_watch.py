@@ -44,7 +44,14 @@ async def test_one_warning_one_stalled_and_a_line_when_it_ends(caplog: pytest.Lo
         await bus.flush()
     key = frozenset({(P + "operation", "prepare"), (P + "participant_kind", "environment")})
     assert 0 <= first[key] < 0.5 and later[key] > 2.0
-    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.stall"]
+    # On a loaded machine the watch may also say its loop answered late (a warning of its own,
+    # about the loop, not this prepare: a full run beside another suite saw one).
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "ckpt_events.sinks.stall"
+        and not r.getMessage().startswith("stall watch: the event loop")
+    ]
     assert len(warnings) == 2, warnings
     assert warnings[0].startswith(
         "stalled: prepare of environment environment-0 (checkpoint c-stuck, phase preparing) open for "
