@@ -7,10 +7,16 @@ milliseconds apart; ``once_per_interrupt`` takes a SIGINT that soon after the fi
 signal for that one. It also takes SIGHUP (the terminal closed, an ssh session dropped) as
 SIGTERM: uvicorn leaves it to its default action, which killed the server at once, its sinks
 never closed (the spans an OTLP sink held never sent).
+
+A forced exit cancels the requests still running at once. uvicorn only stops waiting for them
+and then awaits ``asyncio.Server.wait_closed()``, which since Python 3.12 waits for every
+connection to close: a request still reading its body held the "forced" exit until the
+graceful-shutdown deadline (without one, until the request ended), where on 3.11 it ended at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -22,22 +28,28 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["REPEATED_SIGNAL", "once_per_interrupt"]
+__all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "once_per_interrupt"]
 
 #: A second SIGINT this soon after the first is the same one delivered twice (``timeout -s INT``
 #: and supervisors signal the process and then its group), not a second Ctrl-C: no person
 #: presses twice within 0.1 s, and a forced exit cancels the lifespan, its events unwritten.
 REPEATED_SIGNAL: Final = 0.1
 
+#: The message of the cancellation a forced exit sends each running request (uvicorn's own, at
+#: its graceful-shutdown deadline, names that deadline; the two are logged apart).
+FORCED_EXIT: Final = "Task cancelled, the exit was forced"
+
 
 def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
     """uvicorn's server (``base``), taking a SIGINT within ``REPEATED_SIGNAL`` of the first stop
     signal for that one (uvicorn forces the exit on a second SIGINT); a later one still forces it.
     SIGHUP stops it gracefully as SIGTERM does (and, as after SIGTERM, the process then ends of
-    it), unless it was ignored (``nohup``): then it still is."""
+    it), unless it was ignored (``nohup``): then it still is. A forced exit cancels the requests
+    still running then, on every Python (see the module's docstring)."""
 
     class OncePerInterrupt(base):  # type: ignore[misc,valid-type]  # uvicorn is imported lazily
         _first_stop: float | None = None
+        _cut: bool = False
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -63,5 +75,18 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
             if first is None:
                 self._first_stop = now
             super().handle_exit(sig, frame)
+            if self.force_exit and not self._cut:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    return  # not serving (yet or any more): no request to cut
+                self._cut = True
+                # A signal handler runs between two bytecodes of whatever the loop was doing:
+                # the cancellations are scheduled, not made from here.
+                loop.call_soon_threadsafe(self._cancel_running)
+
+        def _cancel_running(self) -> None:
+            for task in list(self.server_state.tasks):
+                task.cancel(msg=FORCED_EXIT)
 
     return OncePerInterrupt

@@ -1,0 +1,96 @@
+"""once_per_interrupt: a forced exit (a second Ctrl-C) cuts the requests still running at once."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import time
+
+import anyio
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+
+from ckpt_events.participants.server.interrupts import REPEATED_SIGNAL, once_per_interrupt
+from ckpt_events.participants.server.limits import (
+    SHUTDOWN_CUT_LOGGER,
+    log_shutdown_cuts_in_one_line,
+    server_limits,
+)
+
+#: Far longer than the forced exit may take: a run that waited for it is plain to see.
+GRACE = 5
+
+
+def _reading_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"read": len(await request.body())}
+
+    return app
+
+
+async def test_a_forced_exit_cuts_a_request_still_reading_its_body_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ctrl-C, then Ctrl-C again while a request still waits for its body: the request is
+    cancelled (its client answered, one line logged) before ``serve()`` returns. On Python
+    3.12 and later, uvicorn's ``wait_closed()`` waited for its connection, so the forced exit
+    took the whole graceful deadline; on 3.11 ``serve()`` returned with the request still
+    running, its client unanswered."""
+    installed = log_shutdown_cuts_in_one_line()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # log_config=None: uvicorn leaves its loggers propagating, to caplog.
+    config = uvicorn.Config(
+        _reading_app(), lifespan="off", log_config=None, timeout_graceful_shutdown=GRACE, **server_limits()
+    )
+    server = once_per_interrupt(uvicorn.Server)(config)
+    # uvicorn raises each signal it took again once it has stopped, to the handler it found:
+    # this one keeps that SIGINT from interrupting the test.
+    raised_again: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: raised_again.append(sig))
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def serve_and_time() -> None:
+                await server.serve([sock])
+                took.append(time.monotonic() - forced_at[0])
+
+            took: list[float] = []
+            forced_at = [0.0]
+            tg.start_soon(serve_and_time)
+            with anyio.fail_after(10):
+                while not server.started:
+                    await anyio.sleep(0.01)
+            held = await anyio.connect_tcp("127.0.0.1", port)
+            async with held:
+                await held.send(
+                    b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                    b"content-length: 100\r\n\r\n{"
+                )
+                await anyio.sleep(0.2)
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C: the graceful shutdown
+                await anyio.sleep(REPEATED_SIGNAL + 0.2)
+                forced_at[0] = time.monotonic()
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C again: the exit is forced
+                with anyio.fail_after(GRACE + 5):
+                    while not took:
+                        await anyio.sleep(0.01)
+                # The request was cut, not left running: its client has its answer by now.
+                with anyio.fail_after(1):
+                    answer = await held.receive()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        logging.getLogger(SHUTDOWN_CUT_LOGGER).removeFilter(installed)
+        sock.close()
+    assert server.force_exit and raised_again == [signal.SIGINT, signal.SIGINT]
+    assert took[0] < 1.0, f"the forced exit took {took[0]:.1f} s, the graceful deadline is {GRACE} s"
+    assert answer.startswith(b"HTTP/1.1 500 ")
+    cut = [r.getMessage() for r in caplog.records if r.name == SHUTDOWN_CUT_LOGGER]
+    assert cut.count("a request still running when the exit was forced was cancelled") == 1, cut
+    assert not any("graceful shutdown exceeded" in line for line in cut), cut
