@@ -12,6 +12,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
+
+def _python(script: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``script`` (one of the programs below) run with ``argv`` in a fresh interpreter on this tree."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
 #: The command line as the ``ckpt-events`` script runs it (it imports ``main``, then calls it),
 #: interrupted by its own SIGINT when the named module is first imported: as a Ctrl-C that lands
 #: there, with no race (the signal's handler runs at the next bytecode, inside that import).
@@ -47,16 +62,7 @@ def test_ctrl_c_while_watch_starts_is_one_line(tmp_path: Path, at: str) -> None:
     commands' modules were imported with the script, before ``main`` could catch anything)."""
     log = tmp_path / "run.jsonl"
     log.write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_AT, at, "watch", "--follow", str(log), "--once"],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = _python(INTERRUPTED_AT, at, "watch", "--follow", str(log), "--once")
     assert done.returncode == 130, done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.endswith(": interrupted\n"), done.stderr
@@ -116,16 +122,7 @@ def test_ctrl_c_while_watch_once_reads_a_large_log_ends_it_within_a_chunk(tmp_pa
     sink.close()
     assert log.stat().st_size > 60 * 64 * 1024
     count = tmp_path / "chunks.txt"
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_READING, str(count), "watch", "--follow", str(log), "--once"],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = _python(INTERRUPTED_READING, str(count), "watch", "--follow", str(log), "--once")
     assert done.returncode == 130, done.stderr
     assert done.stderr == "ckpt-events watch: interrupted\n", done.stderr
     assert int(count.read_text()) <= 4  # the chunk the signal came in, and at most one more

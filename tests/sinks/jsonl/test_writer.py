@@ -95,17 +95,23 @@ async def test_rotation_keeps_whole_lines_and_backups(tmp_path: Path) -> None:
     assert total == 100
 
 
+async def _forty_refusals(path: Path, backups: int) -> JsonLinesSink:
+    """40 refusals written to ``path``, rotated past 300 bytes with ``backups`` kept; the sink."""
+    sink = JsonLinesSink(path, max_bytes=300, backups=backups)
+    async with Bus(batch_size=3) as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for _ in range(40):
+            tel.refused("admission_closed")
+        await bus.flush()
+    return sink
+
+
 async def test_rotation_drops_beyond_backups(tmp_path: Path) -> None:
     """Only `backups` rotated files are kept; backups=0 keeps none."""
     for backups in (0, 2):
         path = tmp_path / f"b{backups}.jsonl"
-        sink = JsonLinesSink(path, max_bytes=300, backups=backups)
-        async with Bus(batch_size=3) as bus:
-            bus.subscribe(sink)
-            tel = Telemetry(bus, kind="agent", instance="a0")
-            for _ in range(40):
-                tel.refused("admission_closed")
-            await bus.flush()
+        await _forty_refusals(path, backups)
         kept = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(path.name))
         assert kept == [path.name] + [f"{path.name}.{n}" for n in range(1, backups + 1)]
 
@@ -120,13 +126,7 @@ async def test_files_deleted_by_rotation_are_counted_and_backups_0_says_so(
     counts = {}
     for backups in (0, 2):
         path = tmp_path / f"b{backups}.jsonl"
-        sink = JsonLinesSink(path, max_bytes=300, backups=backups)
-        async with Bus(batch_size=3) as bus:
-            bus.subscribe(sink)
-            tel = Telemetry(bus, kind="agent", instance="a0")
-            for _ in range(40):
-                tel.refused("admission_closed")
-            await bus.flush()
+        sink = await _forty_refusals(path, backups)
         stats = sink.stats()
         kept = sum(1 for p in tmp_path.iterdir() if p.name.startswith(path.name))
         # Every rotation made one file; what is not there now was deleted.
