@@ -156,8 +156,12 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
     view.add_polls(results, time.time())
     if source is not None:
         # Logs a chunk at a time: a multi-GB backlog held Ctrl-C off until it was read to its end.
-        events = await source.aread() if isinstance(source, LogFollower) else source.read()
-        view.add_events(events, time.time())  # read by now: what bounds a log-only clock
+        if isinstance(source, LogFollower):
+            events = await source.aread()
+            view.add_events(events, time.time(), cut=source.cut)  # read by now: bounds a log-only clock
+        else:
+            events = source.read()
+            view.add_events(events, time.time())
         view.notes = list(source.notes.values())
 
 

@@ -13,6 +13,11 @@ A gzipped file (logrotate's ``compress``: ``.gz``) is never appended to, so it i
 the first read folds it whole, and one appearing later is a copy of a rotation already read
 (``delaycompress`` compresses ``.1`` or ``-20261203`` at the next rotation), so it is left alone.
 
+A log whose newest file given is a rotated one (``run.jsonl.1`` given without ``run.jsonl``) went
+on in a file not read: work open at that file's end may have finished there. Its spans are
+handed on in ``cut`` (with that file), and a note says which file to add, so the view shows
+their age as unknown rather than aging them into a stall.
+
 The first read folds everything the logs hold (the followed files and their rotated names) in
 bounded memory (``Backlog``): what it hands on is the work still open, its stall reports and the
 last few outcomes of each participant, never a prefix of the log read as if it were the whole.
@@ -166,6 +171,10 @@ class Backlog:
                 else:
                     self.untracked += 1
 
+    def opened(self) -> dict[tuple[int, int], int]:
+        """The spans still open, each with the file (``source``) its start was read from."""
+        return {span: arrival[0] for span, (arrival, _) in self._open.items()}
+
     def events(self) -> list[Event]:
         """The fold as events: each participant's last finished operations, the open spans, and
         the stall reports of open operations; each file's in the order it was read, the files'
@@ -238,6 +247,12 @@ class LogFollower:
         self._corrupt: dict[str, int] = {}
         self._unknown: dict[str, int] = {}  # lines of event types another version wrote
         self._sources: dict[object, int] = {}  # the backlog's files (``Backlog.source``)
+        #: Per log whose newest file given is a rotated one (its writer went on in a file not
+        #: given), that file.
+        self._cut_logs: dict[str, str] = {}
+        #: The spans this call hands on opened in a log of ``_cut_logs``, each with its newest
+        #: file given: whether they finished in the file not given is unknown.
+        self.cut: dict[tuple[int, int], str] = {}
 
     def close(self) -> None:
         """Close every file held open. Idempotent."""
@@ -301,6 +316,7 @@ class LogFollower:
         self.unreadable = {}
         self._corrupt = {}
         self._unknown = {}
+        self.cut = {}
         order = self._look()
         behind = 0
         if self._gzipped is not None and self._backlog is not None:
@@ -313,6 +329,12 @@ class LogFollower:
             behind += yield from self._read_file(followed, got)
             if got:
                 each.append(got)
+                if (backup := self._cut_logs.get(_log_of(followed.path))) is not None:
+                    self.cut.update(
+                        ((e.trace_id, e.span_id), backup)
+                        for e in got
+                        if isinstance(e, OperationStarted | CoordinateStarted)
+                    )
         # The files' new lines merged by stamp, each file's in its own order: read one file after
         # the other, a worker's log (a file per worker, one instance) went back by the interval
         # (was: past a second, --interval 3, a clock stepped back, its hung work never STALLED).
@@ -340,6 +362,14 @@ class LogFollower:
                 "finished spans, whether they finished too is unknown"
             )
         self.notes.update(self._lasting)
+        # Each file the backlog folded, by its number: a gzipped one by its path, else by identity.
+        where = {number: key for key, number in self._sources.items() if isinstance(key, str)}
+        where.update(
+            (self._sources[f.identity], f.path) for f in self._files.values() if f.identity in self._sources
+        )
+        for span, source in backlog.opened().items():
+            if (backup := self._cut_logs.get(_log_of(where.get(source, "")))) is not None:
+                self.cut[span] = backup
         return backlog.events()
 
     def _look(self) -> list[_File]:
@@ -347,7 +377,20 @@ class LogFollower:
         Returns what to read, in order: files rotated away first, then oldest name first."""
         first = self._backlog is not None and not self._files
         at: dict[tuple[int, int], str] = {}
-        for path in self._paths():
+        paths = self._paths()
+        self._cut_logs = _cut_logs(paths)
+        for log, backup in self._cut_logs.items():
+            # Said on every read: the view's ages of that log's open work lack it all along.
+            add = (
+                f"add {log} to --follow"
+                if os.path.exists(log)
+                else f"{log}, which it rotated from, is not here"
+            )
+            self.notes[backup] = (
+                f"{backup}: the newest file given of {log}, and a rotated one: work open at its end may have "
+                f"finished in a newer file, so its age is unknown ({add})"
+            )
+        for path in paths:
             if path.endswith(".gz"):
                 if self._gzipped is not None:
                     self._gzipped.append(path)
@@ -536,6 +579,21 @@ class LogFollower:
             total = self._corrupt[path] = self._corrupt.get(path, 0) + corrupt
             others = self._unknown[path] = self._unknown.get(path, 0) + unknown
             self.notes[path] = _skipped_note(path, total, others)
+
+
+def _log_of(path: str) -> str:
+    """The log ``path`` is a file of: itself, or the log it was rotated from."""
+    rotated = rotated_name(path)
+    return path if rotated is None else rotated.log
+
+
+def _cut_logs(paths: Sequence[str]) -> dict[str, str]:
+    """Per log whose newest file among ``paths`` (oldest first, as ``_paths`` sorts them) is a
+    rotated one, that file: the log's writer went on in a newer file, not among them."""
+    newest: dict[str, str] = {}
+    for path in paths:
+        newest[_log_of(path)] = path
+    return {log: path for log, path in newest.items() if path != log}
 
 
 def _stamp(event: Event) -> int:

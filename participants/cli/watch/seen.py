@@ -28,7 +28,17 @@ _WRITERS_KEPT: Final = 64
 
 
 class Open:
-    __slots__ = ("back", "checkpoint_id", "operation", "passed", "stalled", "start_ns", "stepped", "worker")
+    __slots__ = (
+        "back",
+        "checkpoint_id",
+        "cut",
+        "operation",
+        "passed",
+        "stalled",
+        "start_ns",
+        "stepped",
+        "worker",
+    )
 
     def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
         self.operation = operation
@@ -43,6 +53,9 @@ class Open:
         #: Its writer's stamps went back past ``STEP_BACK_S`` since it opened, and it is not yet
         #: known whether its clock stepped back (``stepped``) or a batch was written late.
         self.back = False
+        #: The rotated file it was read from, the newest given of its log (``LogFollower.cut``):
+        #: it may have ended in a newer file not read, so its age is unknown. ``None``: not so.
+        self.cut: str | None = None
 
 
 #: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint

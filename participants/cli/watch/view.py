@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 import collections
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from rich.console import Group
@@ -227,13 +227,21 @@ class FleetView:
             if (gone := self.seen.get(key)) is not None:
                 gone.phase = None
 
-    def add_events(self, events: Iterable[Event], now: float | None = None) -> None:
+    def add_events(
+        self,
+        events: Iterable[Event],
+        now: float | None = None,
+        *,
+        cut: Mapping[tuple[int, int], str] | None = None,
+    ) -> None:
         """Fold in events read from the logs by ``now`` (Unix seconds; ``None``: the time):
         spans that open and close, stalls, outcomes. Kinds, operations and outcomes may be
         plain strings (events built by keyword). A span's end may come before its start (two
         files read one after the other): it is not opened again (the last ``_ENDED_KEPT`` ends
-        of each participant are remembered)."""
+        of each participant are remembered). ``cut``: spans (trace id, span id) read from a
+        rotated file, the newest given of its log (``LogFollower.cut``): their age is unknown."""
         read_at = time.time() if now is None else now
+        cut = {} if cut is None else cut
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
@@ -246,6 +254,8 @@ class FleetView:
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
                     item = Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
                     item.passed = any(passes(item, done) for done in seen.done)
+                    known = seen.open.get(key)
+                    item.cut = cut.get(key, None if known is None else known.cut)
                     seen.open[key] = item
                 else:
                     seen.untracked += 1
@@ -312,6 +322,11 @@ class FleetView:
         return entries
 
     def _age(self, seen: Seen, item: Open, now: float, polled: bool) -> _Age:
+        if item.cut is not None:
+            # Was: aged from when the backlog was read, then STALLED, though it finished in the
+            # newer file (not given); a stall report in the rotated file is as stale.
+            why = f"read from {escape(item.cut)}, a rotated file: it may have ended in a newer one not given"
+            return _Age(None, False, why, "rotated file")
         if item.passed:
             return _Age(None, False, "later work finished since: restarted?", "restarted?")
         if item.stepped or item.back:  # ``back``: of the clock before a step, if one stepped

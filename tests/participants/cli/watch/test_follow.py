@@ -17,7 +17,7 @@ from ckpt_events import Event, OperationFinished, OperationStarted
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.watch.follow import MAX_FINISHED, MAX_READ, Backlog, LogFollower
 from ckpt_events.participants.cli.watch.view import FleetView
-from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.sinks.jsonl import JsonLinesSink, oldest_first
 
 NS = 1_000_000_000
 #: A minute before each test (``_a_minute_ago``): an operation open since then is stalled (past
@@ -517,3 +517,77 @@ def test_a_backlog_of_a_file_per_worker_is_no_clock_step(tmp_path: Path) -> None
         text = _shown(view, follower.read())
     assert re.search(r"open commit hung-b >=59\.\d s STALLED", text), text
     assert re.search(r"open commit hung-a >=39\.\d s STALLED", text), text
+
+
+def _write(path: Path, *events: Event) -> None:
+    """``events`` as a sink writes them, gzipped when ``path`` ends in ``.gz`` (logrotate's
+    ``compress``)."""
+    out = io.BytesIO()
+    JsonLinesSink(out).handle(list(events))
+    path.write_bytes(gzip.compress(out.getvalue()) if path.suffix == ".gz" else out.getvalue())
+
+
+async def _snapshot_a_minute_on(specs: list[str], *, once: bool) -> tuple[str, dict[str, str]]:
+    """What ``watch`` (``--once``, or live) shows of ``specs`` a minute after it read them: the
+    view, and the follower's notes."""
+    from ckpt_events.participants.cli.watch.command import snapshot
+
+    view = FleetView([], stall_after=30.0)
+    with LogFollower(specs, budget=None if once else MAX_READ) as follower:
+        await snapshot(view, None, follower, 1.0)
+        await snapshot(view, None, follower, 1.0)  # a live watch's next round reads nothing new
+        notes = dict(follower.notes)
+    out = Console(width=300, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render(time.time() + 60))
+    return out.export_text(), notes
+
+
+@pytest.mark.parametrize("once", [True, False])
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["env.jsonl.1"],
+        ["env.jsonl.3", "env.jsonl.1"],
+        ["env.jsonl.1", "env.jsonl.3"],
+        ["env.jsonl.*"],
+        ["env.jsonl.1.gz"],
+    ],
+)
+async def test_work_open_at_the_end_of_a_rotated_file_given_alone_is_of_unknown_age(
+    tmp_path: Path, given: list[str], once: bool
+) -> None:
+    """A rotated file (or several) given without the log it rotated from: the commit open at its
+    end finished in that log, not given. Was: shown open, aged from when the backlog was read, and
+    STALLED 30 s on. Its age is unknown, never stalled, and one note names the file to add."""
+    newest = sorted(given, key=oldest_first)[-1]  # the file the commit started in
+    _write(tmp_path / "env.jsonl.3", _started(3, "prepare", "c0"), _finished(3, "prepare", "c0"))
+    _write(tmp_path / newest.replace("*", "1"), _started(1, "commit", "c1"))
+    _write(tmp_path / "env.jsonl", _finished(1, "commit", "c1"))
+    text, notes = await _snapshot_a_minute_on([str(tmp_path / name) for name in given], once=once)
+    assert "STALLED" not in text, text
+    backup = str(tmp_path / newest.replace("*", "1"))
+    assert f"open commit c1 age unknown (read from {backup}, a rotated file" in text, text
+    log = tmp_path / "env.jsonl"
+    assert notes == {
+        backup: f"{backup}: the newest file given of {log}, and a rotated one: work open at its end may have "
+        f"finished in a newer file, so its age is unknown (add {log} to --follow)"
+    }
+    log.unlink()  # the log it rotated from is not here: the note says so, not to add it
+    text, notes = await _snapshot_a_minute_on([str(tmp_path / name) for name in given], once=once)
+    assert "STALLED" not in text and "age unknown" in text, text
+    assert notes[backup].endswith(f"({log}, which it rotated from, is not here)"), notes
+
+
+@pytest.mark.parametrize("once", [True, False])
+async def test_a_rotated_file_given_with_its_log_ages_its_open_work_as_before(
+    tmp_path: Path, once: bool
+) -> None:
+    """The normal case is unchanged: with the log given too (by name or folder), a commit that ended
+    there is finished, and one still open is aged and STALLED past ``stall_after``, with no note."""
+    _write(tmp_path / "env.jsonl.2.gz", _started(3, "prepare", "c0"))
+    _write(tmp_path / "env.jsonl.1", _finished(3, "prepare", "c0"), _started(1, "commit", "c1"))
+    _write(tmp_path / "env.jsonl", _finished(1, "commit", "c1"), _started(2, "commit", "c2"))
+    for given in (["env.jsonl"], ["env.jsonl.1", "env.jsonl"], ["."]):
+        text, notes = await _snapshot_a_minute_on([str(tmp_path / name) for name in given], once=once)
+        assert notes == {} and "open commit c1" not in text, (given, text)
+        assert re.search(r"open commit c2 >=6\d\.\d s STALLED", text), (given, text)
