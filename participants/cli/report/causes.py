@@ -239,9 +239,11 @@ def shown(causes: Sequence[str], over: int) -> list[str]:
     return [*causes[:CAUSES_SHOWN], *more]
 
 
-def open_causes(spans: Iterable[StartedSpan], last_ns: int) -> list[str]:
+def open_causes(spans: Iterable[StartedSpan], last_ns: int, *, cut: bool = False) -> list[str]:
     """Why a row is open, from its ``spans`` still open when the logs end at ``last_ns``: the
-    first few, oldest first, with their age then, and the participants that never answered."""
+    first few, oldest first, with their age then, and the participants that never answered.
+    ``cut``: a log given ends in a rotated file, its newer file not given, so an answer may be
+    there: the participants are said to have none in the logs given, not to have never answered."""
     causes = []
     open_spans = sorted(spans, key=lambda s: s.start_ns)
     silent = sorted({who_wrote(s) for s in open_spans if isinstance(s, OperationStarted)})
@@ -250,7 +252,10 @@ def open_causes(spans: Iterable[StartedSpan], last_ns: int) -> list[str]:
         causes.append(f"{what_of(s)} on {who_wrote(s)} still open, {age_ms:.1f} ms")
     if len(open_spans) > CAUSES_SHOWN:
         causes.append(f"... {counted(len(open_spans) - CAUSES_SHOWN, 'more open span')}")
-    if silent:
+    if silent and cut:
+        # Was "never answered", though the answer was in the newer file not given.
+        causes.append("no answer in the logs given (a log ends in a rotated file): " + ", ".join(silent))
+    elif silent:
         causes.append("never answered: " + ", ".join(silent))
     return causes
 

@@ -38,8 +38,14 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.clocks import ClockEvidence
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
-    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events, nothing_read
-    from ckpt_events.participants.cli.report.overview import overview
+    from ckpt_events.participants.cli.report.logs import (
+        LogProblems,
+        expand_logs,
+        merged_events,
+        nothing_read,
+        rotated_ends,
+    )
+    from ckpt_events.participants.cli.report.overview import OPEN, overview
     from ckpt_events.participants.cli.report.overview_terminal import (
         chosen_rows,
         not_detailed_line,
@@ -54,12 +60,14 @@ def _report(args: argparse.Namespace) -> int:
     if missing:
         raise CommandError("; ".join(missing))
     problems = LogProblems(clocks=(clocks := ClockEvidence()), runs=(runs := RunLinks(paths)))
+    cut = rotated_ends(paths)
     # The overview folds one streaming pass; the detail of the chosen rows is one more pass.
     run = overview(
         merged_events(paths, problems),
         again=lambda: merged_events(paths, LogProblems()),
         clocks=clocks,
         runs=runs,
+        cut=bool(cut),
     )
     offsets = clocks.offsets()
     # Shifting one process of a file may put that file out of time order too.
@@ -74,9 +82,13 @@ def _report(args: argparse.Namespace) -> int:
             again=lambda: merged_events(paths, LogProblems(), offsets, exact=exact, sort=sort),
             clocks=clocks,
             runs=runs,
+            cut=bool(cut),
         )
     for line in problems.summary():
         print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
+    if any(row.outcome == OPEN for row in run.rows):
+        for line in cut:  # why "no answer in the logs given", not "never answered"
+            print(escape(line), file=sys.stderr)
     if not run.count:
         raise CommandError(nothing_read(args.logs, paths, problems))
     out = console()

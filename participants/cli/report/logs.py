@@ -47,6 +47,7 @@ from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, p
 from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
 from ckpt_events.participants.cli.words import counted
+from ckpt_events.sinks.jsonl import oldest_first, rotated_name
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "nothing_read",
     "open_files_budget",
     "read_logs",
+    "rotated_ends",
 ]
 
 #: How many problem lines are shown; the rest are counted.
@@ -115,6 +117,25 @@ def expand_logs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
             seen.add(resolved)
             unique.append(path)
     return unique, missing
+
+
+def rotated_ends(paths: Sequence[Path]) -> list[str]:
+    """One line per log whose newest file in ``paths`` is a rotated one (``x.jsonl.1`` given
+    without ``x.jsonl``): its writer went on in a newer file, not read, so what is open at that
+    file's end may have ended there."""
+    newest: dict[str, Path] = {}
+    for path in sorted(paths, key=oldest_first):
+        rotated = rotated_name(path)
+        newest[str(path) if rotated is None else rotated.log] = path
+    lines = []
+    for log, path in newest.items():
+        if str(path) != log:
+            add = f"add {log}" if os.path.exists(log) else f"{log}, which it rotated from, is not here"
+            lines.append(
+                f"{path}: the newest file given of {log}, and a rotated one: work open at its end may "
+                f"have ended in a newer file ({add})"
+            )
+    return lines
 
 
 @dataclass

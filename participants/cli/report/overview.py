@@ -328,6 +328,7 @@ def overview(
     again: Callable[[], Iterable[CheckpointEvent]] | None = None,
     clocks: ClockEvidence | None = None,
     runs: RunLinks | None = None,
+    cut: bool = False,
 ) -> Run:
     """Rows for every root span, in start order, with outcome, causes and critical path.
 
@@ -335,7 +336,9 @@ def overview(
     of chosen rows (a list passed as ``events`` is its own ``again``). ``clocks``, filled by
     the same stream (``LogProblems.clocks``), names the traces where a participant answered
     outside the controller's call: their pause is unknown. ``runs``, filled by the same stream
-    (``LogProblems.runs``), tells the runs apart when the logs hold several (``Run.fleets``)."""
+    (``LogProblems.runs``), tells the runs apart when the logs hold several (``Run.fleets``).
+    ``cut``: a log given ends in a rotated file (``rotated_ends``), so work open at the end may
+    have been answered in the newer file not given."""
     if again is None and isinstance(events, list | tuple):
         kept = events
         again = lambda: kept  # noqa: E731
@@ -368,7 +371,13 @@ def overview(
             row.logs_end_ns = fleet.last_ns
     for number, row in enumerate(rows, 1):
         _judge(
-            run, row, fold, same_id.get(row.checkpoint_id or "", [row]), not row.trace_ids & outside, clocks
+            run,
+            row,
+            fold,
+            same_id.get(row.checkpoint_id or "", [row]),
+            not row.trace_ids & outside,
+            clocks,
+            cut=cut,
         )
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
@@ -550,6 +559,8 @@ def _judge(
     same_id: Sequence[RunRow],
     clocks_agree: bool,
     clocks: ClockEvidence | None = None,
+    *,
+    cut: bool = False,
 ) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
     ``same_id``: the rows that carry its checkpoint id (``owner_of``); ``clocks_agree``: no
@@ -580,7 +591,9 @@ def _judge(
         row.outcome = OPEN
         if row.logs_end_ns is None:
             row.logs_end_ns = run.last_ns
-        causes += open_causes((s for k, s in fold.started.items() if k[0] in row.trace_ids), row.logs_end_ns)
+        causes += open_causes(
+            (s for k, s in fold.started.items() if k[0] in row.trace_ids), row.logs_end_ns, cut=cut
+        )
         row.end_ns = None
     else:
         row.end_ns = max(f.end_ns for f in ends)

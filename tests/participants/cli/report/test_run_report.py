@@ -133,6 +133,34 @@ async def test_report_scopes_each_checkpoint_and_names_a_cut_log(
     assert "checkpoint c2" not in scoped
 
 
+async def test_a_rotated_file_given_without_its_newer_file_names_no_one_who_never_answered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], aborted_run: list[Any]
+) -> None:
+    """The same run rotated mid-commit: ``run.jsonl.1`` given alone ends with the commit open, but
+    its participants answered in ``run.jsonl``. Was: "never answered: ...", a wrong diagnosis;
+    now none of them has an answer in the logs given, and one line names the file to add."""
+    full = tmp_path / "full.jsonl"
+    _write(full, aborted_run)
+    lines = full.read_bytes().splitlines(keepends=True)
+    cut_at = next(i for i, line in enumerate(lines) if b'"operation_started"' in line and b'"commit"' in line
+                  and b'"c2"' in line)  # fmt: skip
+    backup, log = tmp_path / "run.jsonl.1", tmp_path / "run.jsonl"
+    backup.write_bytes(b"".join(lines[: cut_at + 1]))
+    log.write_bytes(b"".join(lines[cut_at + 1 :]))
+    assert main(["report", str(backup)]) == 0
+    captured = capsys.readouterr()
+    assert "open at end of log" in captured.out and "never answered" not in captured.out, captured.out
+    assert "no answer in the logs given (a log ends in a rotated file): " in " ".join(captured.out.split())
+    assert f"{backup}: the newest file given of {log}, and a rotated one" in captured.err
+    assert captured.err.rstrip().endswith(f"(add {log})"), captured.err
+    assert main(["report", str(backup), str(log)]) == 0
+    together = capsys.readouterr()
+    assert main(["report", str(full)]) == 0
+    assert "rotated" not in together.out + together.err, together
+    whole = capsys.readouterr().out
+    assert together.out.split("\n", 1)[1] == whole.split("\n", 1)[1]  # but "2 log files"
+
+
 def test_not_a_log_is_refused_naming_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
