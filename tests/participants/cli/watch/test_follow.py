@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ckpt_events import Event, OperationFinished, OperationStarted
+from ckpt_events import Event, OperationFinished, OperationStarted, Stalled
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.watch.follow import MAX_FINISHED, MAX_READ, Backlog, LogFollower
 from ckpt_events.participants.cli.watch.view import FleetView
@@ -558,10 +558,14 @@ async def test_work_open_at_the_end_of_a_rotated_file_given_alone_is_of_unknown_
 ) -> None:
     """A rotated file (or several) given without the log it rotated from: the commit open at its
     end finished in that log, not given. Was: shown open, aged from when the backlog was read, and
-    STALLED 30 s on. Its age is unknown, never stalled, and one note names the file to add."""
+    STALLED 30 s on, or at once with a stall report there. Its age is unknown, never stalled, and
+    one note names the file to add."""
     newest = sorted(given, key=oldest_first)[-1]  # the file the commit started in
     _write(tmp_path / "env.jsonl.3", _started(3, "prepare", "c0"), _finished(3, "prepare", "c0"))
-    _write(tmp_path / newest.replace("*", "1"), _started(1, "commit", "c1"))
+    # StallWatch's report, in the same file: as stale as the age (the commit ended after it).
+    stall = Stalled(kind="environment", instance="environment-0", time_ns=T0 + 40 * NS, operation="commit",
+                    age_s=40.0, checkpoint_id="c1")  # fmt: skip
+    _write(tmp_path / newest.replace("*", "1"), _started(1, "commit", "c1"), stall)
     _write(tmp_path / "env.jsonl", _finished(1, "commit", "c1"))
     text, notes = await _snapshot_a_minute_on([str(tmp_path / name) for name in given], once=once)
     assert "STALLED" not in text, text
