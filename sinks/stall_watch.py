@@ -33,7 +33,7 @@ from ckpt_events import (
 )
 from ckpt_events._errors import check_number, shown
 from ckpt_events.sinks._open_work import MAX_OPEN
-from ckpt_events.vocab import Kind, Operation, Phase
+from ckpt_events.vocab import Kind, Operation, Outcome, Phase
 
 __all__ = ["ENV_STALL_AFTER", "StallWatch"]
 
@@ -48,6 +48,19 @@ _PHASE_DURING: Final = {Operation.PREPARE: Phase.PREPARING}
 _CATCH_UP_TIMEOUT: Final = 1.0
 #: The shortest the timer sleeps between looks: operations coming due together cost one look.
 _MIN_WAIT: Final = 0.01
+
+
+def _how_it_ended(event: OperationFinished | CoordinateFinished) -> str:
+    """How a stalled operation ended, in words: a prepare that answered not ready, or a
+    coordinate.prepare that stopped at a stage, ended ``ok`` as a span, and saying "ok" of the
+    very prepare that aborted its checkpoint (``demo --fault stall --watch``) misled."""
+    if event.outcome != Outcome.OK:
+        return str(event.outcome)
+    if isinstance(event, CoordinateFinished) and event.prepared is False:
+        return f"not prepared (stopped at stage {event.stopped_at or '?'})"
+    if isinstance(event, OperationFinished) and event.operation == Operation.PREPARE and event.blockers:
+        return f"not ready ({event.blockers} blocking)"
+    return str(event.outcome)
 
 
 class _Open:
@@ -142,7 +155,7 @@ class StallWatch:
                 else:
                     entry = opened.pop(event.span_id, None)
                     if entry is not None and entry.stalled:
-                        ended.append((entry, event.end_ns, str(event.outcome)))
+                        ended.append((entry, event.end_ns, _how_it_ended(event)))
         if untracked:
             if not self.untracked:
                 logger.warning(

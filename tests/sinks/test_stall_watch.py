@@ -75,6 +75,38 @@ async def test_one_warning_one_stalled_and_a_line_when_it_ends(caplog: pytest.Lo
     provider.shutdown()
 
 
+async def test_a_stalled_prepare_that_ended_not_ready_is_not_said_to_have_ended_ok(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A participant's prepare that answered not ready and the controller's coordinate.prepare
+    that stopped at its stage end as ``ok`` spans; their end lines say how they failed (``demo
+    --fault stall --watch`` said "ended ok" of the prepare that aborted the checkpoint)."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
+    async with Bus() as bus:
+        watch = StallWatch(after=0.3, bus=bus)
+        bus.subscribe(watch)
+        env = Telemetry(bus, kind="environment", instance="environment-0")
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        with ctl.coordinate("prepare", checkpoint_id="c-held") as coordinate:
+            with env.operation("prepare", checkpoint_id="c-held") as prepare:
+                await bus.flush()
+                assert watch.check(time.time_ns() + 10**9) == 2
+                prepare.set(blockers=2)
+            coordinate.set(prepared=False, stopped_at="environment")
+        await bus.flush()
+    ends = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("stall ended: "))
+    assert len(ends) == 2, ends
+    assert ends[0].startswith(
+        "stall ended: prepare of controller coordination (checkpoint c-held) ended not prepared "
+        "(stopped at stage environment) after "
+    ), ends
+    assert ends[1].startswith(
+        "stall ended: prepare of environment environment-0 (checkpoint c-held) ended not ready "
+        "(2 blocking) after "
+    ), ends
+    assert not any(" ended ok " in e for e in ends)
+
+
 async def test_quick_operations_are_never_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     """Operations that end before ``after`` leave no warning and no open entry."""
     async with Bus() as bus:
