@@ -149,8 +149,22 @@ def test_the_fault_hits_the_middle_server_of_its_kind() -> None:
     assert fault_of(DemoOptions(fault="stall")) == Fault("stall", "environment-0")
     assert fault_of(DemoOptions(fault="slow", instances=3)) == Fault("slow", "environment-1", factor=5.0)
     restore = DemoOptions(fault="slow-restore", instances=4, restore_instances=2)
-    assert fault_of(restore) == Fault("slow-restore", "model-1", seconds=0.05)
+    assert fault_of(restore) == Fault("slow-restore", "model-1", seconds=0.2)
     assert fault_of(DemoOptions(fault="lease", instances=4)) == Fault("lease", None, seconds=3.0)
+
+
+def test_the_slow_restore_sleeps_longer_per_record_on_one_of_several_servers() -> None:
+    """The slowed model server holds about 1/N of the records with N of each kind, so each
+    sleeps N times 50 ms (at most as many times as rollouts in flight): its read takes about as
+    long as with one server, and still dominates the restore (``--instances 8`` failed)."""
+    assert fault_of(DemoOptions(fault="slow-restore")) == Fault("slow-restore", "model-0", seconds=0.05)
+    eight = fault_of(DemoOptions(fault="slow-restore", instances=8))
+    assert eight is not None and eight.instance == "model-4" and eight.seconds == pytest.approx(0.4)
+    capped = fault_of(DemoOptions(fault="slow-restore", instances=32, concurrency=4))
+    assert capped is not None and capped.seconds == pytest.approx(0.2)
+    # Generation 1's servers wrote the records; the restored fleet's size does not change them.
+    grown = fault_of(DemoOptions(fault="slow-restore", instances=2, restore_instances=6))
+    assert grown is not None and grown.seconds == pytest.approx(0.1)
 
 
 def test_the_lease_target_is_named_only_for_the_lease_fault_among_several_servers() -> None:
