@@ -109,6 +109,7 @@ class Subscription:
         self.interests: frozenset[type[Event]] = resolve_interests(sink)
         self.closed = False
         self._buffer = _Buffer(buffer_size, self)
+        self._buffer_size = buffer_size
         # A sink that takes span handles as they are (``_takes_span_handles``) gets the bus's one
         # raw buffer while no other subscription holds it (``raw_free``); another gets events.
         self._buffer.raw = raw_free and getattr(sink, "_takes_span_handles", False) is True
@@ -122,6 +123,10 @@ class Subscription:
         self._failed_batches = 0
         self._in_flight = 0
         self._abandoned = 0
+        # Drops seen as a batch was taken, and drops told in the log (``_say_drops``): a full
+        # buffer's drops were counted in stats() alone, and a server that lost events logged nothing.
+        self._drops_seen = 0
+        self._drops_told = 0
         self._first_error: str | None = None  # logged once, kept for stats()
         self._flush_waiters: list[tuple[int, anyio.Event]] = []
         self._done = anyio.Event()
@@ -287,6 +292,8 @@ class Subscription:
                 del batch
                 self._in_flight = 0
                 self._handled += count
+                if buffer.dropped != self._drops_seen:
+                    self._say_drops(buffer.dropped)
                 if self._flush_waiters:
                     self._release_flushers()
                 if len(buffer) > left:
@@ -301,8 +308,33 @@ class Subscription:
             for _ in range(len(buffer)):
                 popleft()
                 buffer.dropped += 1
+            if buffer.dropped != self._drops_told:
+                self._say_drops(buffer.dropped, closing=True)
             self._done.set()
         await self._close_sink()
+
+    def _say_drops(self, dropped: int, *, closing: bool = False) -> None:
+        """Say once that this sink's buffer was full (events dropped, counted in stats()), and as
+        it closes how many it dropped in all if more were dropped since: checked once per batch
+        taken (two ints compared), nothing on the emitters' path."""
+        self._drops_seen = dropped
+        if self._drops_told == 0:
+            logger.warning(
+                "sink %r's buffer was full (buffer_size %d): %d events dropped so far, counted in "
+                "bus.stats(); said again only when it closes: give it a larger buffer_size, or let "
+                "the emitting code await between bursts",
+                self.name,
+                self._buffer_size,
+                dropped,
+            )
+            self._drops_told = dropped
+        elif closing:
+            logger.warning(
+                "sink %r dropped %d events in all, its buffer full (counted in bus.stats())",
+                self.name,
+                dropped,
+            )
+            self._drops_told = dropped
 
     async def _pause(self, seconds: float, *, prompt: bool) -> None:
         # A linger (a bigger batch before a handoff to a worker thread: each handoff can cost

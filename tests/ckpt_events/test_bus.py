@@ -7,6 +7,7 @@ sink's thread in ``test_sink_thread.py``.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import threading
 import time
@@ -627,3 +628,26 @@ async def test_a_flush_from_a_thread_of_ones_own_says_to_pass_the_loops_token() 
         in (said[1])
     )
     assert flushed == [True]
+
+
+async def test_a_full_buffer_is_said_once_and_its_total_at_close(caplog: pytest.LogCaptureFixture) -> None:
+    """A loop emitting 10,000 events without awaiting kept 4,096 (the buffer) and dropped the
+    rest, counted in stats() alone: nothing was logged. The first drop is said once, with the
+    fix, and the total once more as the bus closes."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events")
+    sink = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink, name="memory", buffer_size=100)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for _ in range(250):
+            tel.refused("admission_closed")
+        await bus.flush()
+        for _ in range(250):
+            tel.refused("admission_closed")
+        await bus.flush()
+        stats = bus.stats().sink("memory")
+    assert stats.dropped == 300 and len(sink.events) == 200
+    said = [r.getMessage() for r in caplog.records if "buffer" in r.getMessage()]
+    assert len(said) == 2, said
+    assert said[0].startswith("sink 'memory''s buffer was full (buffer_size 100): 150 events dropped so far")
+    assert said[1] == "sink 'memory' dropped 300 events in all, its buffer full (counted in bus.stats())"
