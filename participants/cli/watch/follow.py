@@ -194,7 +194,7 @@ class Backlog:
         files = [
             [event for _, event in entries] for _, entries in itertools.groupby(kept, key=lambda e: e[0][0])
         ]
-        return files[0] if len(files) == 1 else list(heapq.merge(*files, key=_stamp))
+        return _merged_by_stamp(files)
 
 
 #: Where a kept event came from: (its file, its arrival).
@@ -338,7 +338,7 @@ class LogFollower:
         # The files' new lines merged by stamp, each file's in its own order: read one file after
         # the other, a worker's log (a file per worker, one instance) went back by the interval
         # (was: past a second, --interval 3, a clock stepped back, its hung work never STALLED).
-        events = each[0] if len(each) == 1 else list(heapq.merge(*each, key=_stamp))
+        events = _merged_by_stamp(each)
         for key in [k for k, f in self._files.items() if f.detached > _DETACHED_READS]:
             self._files.pop(key).file.close()
         backlog = self._backlog
@@ -594,6 +594,12 @@ def _cut_logs(paths: Sequence[str]) -> dict[str, str]:
     for path in paths:
         newest[_log_of(path)] = path
     return {log: path for log, path in newest.items() if path != log}
+
+
+def _merged_by_stamp(files: list[list[Event]]) -> list[Event]:
+    """The events of ``files`` (each a file's, in its own order) merged by stamp: read one file
+    after the other, a log per worker (one instance) went back in time and read as a clock step."""
+    return files[0] if len(files) == 1 else list(heapq.merge(*files, key=_stamp))
 
 
 def _stamp(event: Event) -> int:
