@@ -313,9 +313,7 @@ class JsonLinesSink:
         if now is not None and (now.st_dev, now.st_ino) == self._identity and not self._file.closed:
             self._size = now.st_size
             return
-        self._file.close()
-        self._open()  # its folder gone: OSError, this batch failed and counted; the next tries again
-        self._reopened += 1
+        self._reopen()  # its folder gone: OSError, this batch failed and counted; the next tries again
 
     def _encode_each(self, batch: Iterable[Any]) -> tuple[bytearray, int]:
         """``batch``'s lines in the reused buffer, each event on its own, any surrogate replaced,
@@ -498,9 +496,7 @@ class JsonLinesSink:
             if locked and not self._names_file_open(path):
                 # Another process writing this log rotated it while this one waited for the
                 # lock: its new file is at the path; go on there rather than rotate that too.
-                self._file.close()  # drops the lock (a POSIX lock goes with any close)
-                self._open()
-                self._reopened += 1
+                self._reopen()  # the close drops the lock (a POSIX lock goes with any close)
                 return
         except BaseException:
             _unlock(self._file)
@@ -546,6 +542,12 @@ class JsonLinesSink:
         # Usually a new file; another writer may have made it since, and it may end torn.
         self._open()
         self._rotations += 1
+
+    def _reopen(self) -> None:
+        """Close the file open and open the path again (it names another file now), counted."""
+        self._file.close()
+        self._open()
+        self._reopened += 1
 
     def _names_file_open(self, path: Path) -> bool:
         """Whether ``path`` still names the file this sink has open."""
