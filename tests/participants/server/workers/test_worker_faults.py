@@ -549,32 +549,44 @@ async def test_a_forged_work_reply_is_never_passed_to_the_client() -> None:
         await _close_and_wait(app.state.coordinator, peer, 1)
 
 
-async def test_a_worker_that_keeps_dying_spends_its_budget_once_and_stops_the_server(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Real processes that exit at once: restarted max_restarts times within the window, then
-    one error line and ``on_spent`` (the server stops), never a prepare "not ready" for ever."""
+async def _spent_budget(
+    program: str, *, max_restarts: int, seconds: float, settle: float = 0.0
+) -> tuple[Any, list[str]]:
+    """A one-worker supervisor whose worker runs ``program`` (real processes), run until its
+    restart budget (``max_restarts`` within 60 s) is spent, at most ``seconds``, then ``settle``
+    seconds more; the supervisor, and what its ``on_spent`` was given."""
     import sys
 
     from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
 
-    caplog.set_level(logging.WARNING, "ckpt_events.workers")
     spent: list[str] = []
     supervisor = WorkerSupervisor(
         1,
-        lambda index: [sys.executable, "-c", "raise SystemExit(3)"],
-        max_restarts=3,
+        lambda index: [sys.executable, "-c", program],
+        max_restarts=max_restarts,
         window=60.0,
         secret_for=lambda index: "s",
         on_spent=spent.append,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervisor.run)
-        with anyio.fail_after(30):
+        with anyio.fail_after(seconds):
             while not spent:
                 await anyio.sleep(0.05)
-        await anyio.sleep(0.5)  # nothing more is started after the budget is spent
+        if settle:
+            await anyio.sleep(settle)
         tg.cancel_scope.cancel()
+    return supervisor, spent
+
+
+async def test_a_worker_that_keeps_dying_spends_its_budget_once_and_stops_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Real processes that exit at once: restarted max_restarts times within the window, then
+    one error line and ``on_spent`` (the server stops), never a prepare "not ready" for ever."""
+    caplog.set_level(logging.WARNING, "ckpt_events.workers")
+    # Half a second past the spending: nothing more is started after the budget is spent.
+    supervisor, spent = await _spent_budget("raise SystemExit(3)", max_restarts=3, seconds=30, settle=0.5)
     assert supervisor.restarts == 3 and supervisor.processes == {}
     assert spent == [
         "worker 0 exited 4 times within 60 s (last exit status 3: its own error is in the lines "
@@ -587,25 +599,8 @@ async def test_a_worker_killed_by_a_signal_spends_its_budget_naming_the_signal()
     """A worker that something keeps killing (the OOM killer) left no error of its own: the
     spent budget names the signal, where it said "last exit status -9" and serve sent the
     operator to the worker's error "in the lines above", which were not there."""
-    import sys
-
-    from ckpt_events.participants.server.workers.supervisor import WorkerSupervisor
-
-    spent: list[str] = []
-    supervisor = WorkerSupervisor(
-        1,
-        lambda index: [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-        max_restarts=1,
-        window=60.0,
-        secret_for=lambda index: "s",
-        on_spent=spent.append,
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(supervisor.run)
-        with anyio.fail_after(20):
-            while not spent:
-                await anyio.sleep(0.05)
-        tg.cancel_scope.cancel()
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    _, spent = await _spent_budget(killed, max_restarts=1, seconds=20)
     assert spent == [
         "worker 0 exited 2 times within 60 s (last killed by SIGKILL, not by an error of its own: "
         "something outside it kills it (the OOM killer? see dmesg)): restart budget of 1 spent; "
