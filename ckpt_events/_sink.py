@@ -41,21 +41,26 @@ class Sink(Protocol):
 class WantsEvents(Protocol):
     """A sink that names the event classes it wants (``None``: every event)."""
 
-    interests: Iterable[type[Any]] | type[Any] | None
+    # Read-only members (here and below): a plain attribute of a narrower type (``interests =
+    # (Refused,)``, ``linger = 0.5``) satisfies a property, not a settable protocol attribute.
+    @property
+    def interests(self) -> Iterable[type[Any]] | type[Any] | None: ...
 
 
 @runtime_checkable
 class BlockingSink(Protocol):
     """A sink whose sync ``handle`` may block, so it runs in a worker thread when ``True``."""
 
-    blocking: bool
+    @property
+    def blocking(self) -> bool: ...
 
 
 @runtime_checkable
 class LingeringSink(Protocol):
     """A sink that wants batches gathered for ``linger`` seconds (``None``: the default)."""
 
-    linger: float | None
+    @property
+    def linger(self) -> float | None: ...
 
 
 @runtime_checkable

@@ -4,6 +4,7 @@ defaults."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from ckpt_events import (
 )
 from ckpt_events.testing import MemorySink
 from tests.ckpt_events.test_bus import refused
+from tests.typecheck import mypy_strict
 
 
 class _Collect(BaseSink):
@@ -203,3 +205,61 @@ async def test_a_handle_returning_a_generator_fails_its_batches_by_name(
     assert stats.error is not None and "returned a generator" in stats.error
     assert caplog.text.count("'wrapped' failed to handle") == 1
     assert sink.events == []
+
+
+def test_a_user_sink_satisfies_the_protocols_under_mypy_strict(tmp_path: Path) -> None:
+    """The optional members as users write them (``interests = (Refused, OperationFinished)``,
+    ``linger = 0.5``, a ``BaseSink`` subclass's narrowed ``interests``) satisfy ``WantsEvents``,
+    ``LingeringSink`` and ``BlockingSink`` for ``mypy --strict`` (they were settable protocol
+    attributes, so a narrower type was an error on correct code)."""
+    errors = mypy_strict(
+        """
+        from typing import Any
+
+        from ckpt_events import (
+            BaseSink, BlockingSink, ClosableSink, LingeringSink, OperationFinished, Refused, Sink,
+            WantsEvents,
+        )
+
+
+        class Alerts:
+            interests = (Refused, OperationFinished)
+            blocking = True
+            linger = 0.5
+
+            def handle(self, batch: list[Any]) -> None:
+                pass
+
+            async def aclose(self) -> None:
+                pass
+
+
+        class One:
+            interests = Refused
+
+            async def handle(self, batch: list[Any]) -> None:
+                pass
+
+
+        class Inherits(BaseSink):
+            interests = (Refused,)
+            linger = 0.1
+
+            def handle(self, batch: list[Any], /) -> None:
+                pass
+
+
+        def takes(
+            sink: Sink, wants: WantsEvents, blocks: BlockingSink, lingers: LingeringSink,
+            closes: ClosableSink,
+        ) -> None:
+            pass
+
+
+        takes(Alerts(), Alerts(), Alerts(), Alerts(), Alerts())
+        takes(One(), One(), Inherits(), Inherits(), Inherits())
+        takes(Inherits(), Inherits(), Inherits(), Inherits(), Inherits())
+        """,
+        tmp_path,
+    )
+    assert errors == []
