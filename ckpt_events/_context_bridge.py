@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from types import TracebackType
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ckpt_events._frozen_attrs import FrozenAttributes
 from ckpt_events._span_handles import OperationSpan
@@ -40,7 +40,9 @@ class ContextBridge(Protocol):
         operation carries it on; a bridge without it is called as above."""
         ...
 
-    def detach(self, token: object) -> None:
+    # Any, not object: the token is what this bridge's own attach returned, so a bridge may
+    # type it (contextvars' ``Token[...]``); a parameter of ``object`` refused every narrower one.
+    def detach(self, token: Any) -> None:
         """Undo the ``attach`` that returned ``token``."""
         ...
 

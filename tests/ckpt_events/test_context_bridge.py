@@ -3,10 +3,13 @@ span and is the bridge's current span while it is open."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ckpt_events import ContextBridge, InvalidTypeError, OperationFinished, StepFinished, Telemetry
 from ckpt_events.testing import capture_events
+from tests.typecheck import mypy_strict
 
 
 class _StackTracer:
@@ -121,3 +124,38 @@ async def test_a_bridge_that_raises_never_breaks_the_block_nor_loses_the_span(
     assert len([e for e in events if isinstance(e, OperationFinished)]) == 2
     said = [r for r in caplog.records if f"_Raising.{failing}() raised" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is not None
+
+
+def test_a_bridge_with_a_typed_token_is_a_context_bridge_under_mypy_strict(tmp_path: Path) -> None:
+    """A bridge over ``contextvars`` typing its token as ``Token[...]`` (what its ``attach``
+    returns) is a ``ContextBridge`` for ``mypy --strict``: ``detach(token: object)`` in the
+    protocol refused every narrower parameter, on correct code."""
+    errors = mypy_strict(
+        """
+        from contextvars import ContextVar, Token
+
+        from ckpt_events import Bus, ContextBridge, Telemetry
+
+        Parent = tuple[int, int, bool] | None
+        current: ContextVar[Parent] = ContextVar("current", default=None)
+
+
+        class VarBridge:
+            def current_parent(self) -> Parent:
+                return current.get()
+
+            def attach(
+                self, trace_id: int, span_id: int, sampled: bool, *, tracestate: str | None = None
+            ) -> Token[Parent]:
+                return current.set((trace_id, span_id, sampled))
+
+            def detach(self, token: Token[Parent]) -> None:
+                current.reset(token)
+
+
+        bridge: ContextBridge = VarBridge()
+        Telemetry(Bus(), kind="judge", instance="judge-0", otel_context=VarBridge())
+        """,
+        tmp_path,
+    )
+    assert errors == []
