@@ -24,7 +24,15 @@ import anyio.from_thread
 import anyio.to_thread
 import msgspec
 
-from ckpt_events import Bus, CheckpointEvent, Event, InvalidTypeError, InvalidValueError, resolve_interests
+from ckpt_events import (
+    Bus,
+    CheckpointEvent,
+    Event,
+    InvalidTypeError,
+    InvalidValueError,
+    Sink,
+    resolve_interests,
+)
 from ckpt_events._errors import check_int, one_line, shown
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
@@ -134,7 +142,7 @@ class _Target:
 
 async def replay(
     source: str | os.PathLike[str] | IO[bytes],
-    *targets: Any,
+    *targets: Sink | Bus,
     batch_size: int = DEFAULT_BATCH,
     close_open: bool = True,
 ) -> ReplayResult:

@@ -18,6 +18,7 @@ from ckpt_events.sinks.otel import MetricSink, SpanSink
 from ckpt_events.sinks.replay import ReplayFailure, replay
 from ckpt_events.testing import EventCapture, MemorySink
 from tests.sinks.helpers import every_event_type, histogram_sums, metric_points
+from tests.typecheck import mypy_strict
 
 
 def _shape(spans: tuple[ReadableSpan, ...]) -> list[tuple[object, ...]]:
@@ -227,3 +228,32 @@ async def test_a_log_of_damage_is_counted_not_held(tmp_path: Path) -> None:
     assert len(memory.events) == result.events == len(good.splitlines())
     assert result.corrupt_lines == broken
     assert [c.line for c in result.corrupt] == list(range(1, MAX_CORRUPT + 1))
+
+
+def test_mypy_strict_refuses_a_target_that_is_no_sink_and_takes_every_sink(tmp_path: Path) -> None:
+    """``replay``'s targets are typed as what it accepts (a sink or a ``Bus``): a path given as
+    a target (``replay(log, "copy.jsonl")``, which raises ``InvalidTypeError``) is a type error,
+    where ``*targets: Any`` let it through; sinks of every shape and a bus still check."""
+    errors = mypy_strict(
+        """
+        from typing import Any
+
+        from ckpt_events import Bus
+        from ckpt_events.sinks.jsonl import JsonLinesSink
+        from ckpt_events.sinks.replay import replay
+        from ckpt_events.testing import MemorySink
+
+
+        class Mine:
+            async def handle(self, batch: list[Any]) -> None:
+                pass
+
+
+        async def main(bus: Bus) -> None:
+            await replay("events.jsonl", MemorySink(), Mine(), JsonLinesSink("copy.jsonl"), bus)
+            await replay("events.jsonl", "copy.jsonl")
+        """,
+        tmp_path,
+    )
+    assert len(errors) == 1
+    assert 'user.py:17: error: Argument 2 to "replay" has incompatible type "str"' in errors[0]
