@@ -36,6 +36,7 @@ from tests.readme_pages import (
     run_python,
     slug,
 )
+from tests.typecheck import mypy_strict
 
 PYTHON = all_blocks("python")
 HTTP_API = (DOCS / "http-api.md").read_text()
@@ -307,6 +308,16 @@ def test_every_nth_example_keeps_every_nth_event_across_batches() -> None:
     sink.handle(list(range(4)))
     sink.handle(list(range(4, 9)))
     assert sink.seen == [2, 5, 8]
+
+
+@pytest.mark.slow
+def test_the_sink_pages_examples_pass_mypy_strict(tmp_path: Path) -> None:
+    """What a user copies to write a sink type-checks as their own code would (``mypy --strict``):
+    the page's ``handle(self, batch: list)`` was a ``type-arg`` error in a strict project."""
+    for marker in ("RefusalAlert", "class EveryNth"):
+        folder = tmp_path / marker.split()[-1]
+        folder.mkdir()
+        assert mypy_strict(_one("writing-a-sink.md", marker), folder) == [], marker
 
 
 def test_sink_members_table_names_the_protocols() -> None:
