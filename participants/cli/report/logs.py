@@ -43,6 +43,7 @@ from typing import Final, TypeVar
 import msgspec
 
 from ckpt_events import CheckpointEvent, SpanEvent
+from ckpt_events._errors import shown
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
 from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
@@ -68,6 +69,10 @@ SHOWN = 5
 #: lines before it are skipped and counted. A crash tears one line (a crash loop a few), and
 #: prose or binary data is refused after this many lines instead of being read to its end.
 PROBE_LINES = 16
+#: The types of events this version does not know kept apart per file (their names are the
+#: file's: a damaged or hostile file could hold a new one each line), and named in its line.
+_UNKNOWN_TYPES_KEPT: Final = 64
+_UNKNOWN_TYPES_SHOWN: Final = 3
 #: Identities kept to find an event's copy in another file when a file is out of time order:
 #: the last this many events (~20 MB; a clock that stepped back by this many events' time).
 DEDUP_EVENTS: Final = 65_536
@@ -172,6 +177,9 @@ class LogProblems:
     offsets: Offsets = field(default_factory=dict)
     #: Which files hold one run (traces in common) and their times: set one to gather it.
     runs: RunLinks | None = None
+    #: Per file, the events of a type this version does not know, by type (the first
+    #: ``_UNKNOWN_TYPES_KEPT`` types; the others under ``None``): another version's, not damage.
+    unknown: dict[str, dict[str | None, int]] = field(default_factory=dict)
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -183,6 +191,12 @@ class LogProblems:
         if len(self.lines) < SHOWN:
             self.lines.append(line)
 
+    def unknown_type(self, path: Path, kind: str) -> None:
+        """Count an event of a type this version does not know, read in ``path``."""
+        types = self.unknown.setdefault(str(path), {})
+        key = kind if kind in types or len(types) < _UNKNOWN_TYPES_KEPT else None
+        types[key] = types.get(key, 0) + 1
+
     def summary(self) -> list[str]:
         """One line per problem shown, and one counting the rest of each kind."""
         out = list(self.refused)
@@ -191,6 +205,15 @@ class LogProblems:
         out += self.lines
         if self.skipped > len(self.lines):
             out.append(f"... and {counted(self.skipped - len(self.lines), 'more line')} skipped")
+        # A newer server's events in a fleet being upgraded: one line a file, not a line per
+        # event said as damage ("corrupt line skipped"), which also hid the real damage's count.
+        for name, types in list(self.unknown.items())[:SHOWN]:
+            out.append(_unknown_line(name, types))
+        if len(self.unknown) > SHOWN:
+            out.append(
+                f"... and {counted(len(self.unknown) - SHOWN, 'more file')} with events of a type "
+                "this version does not know"
+            )
         # A file back by a millisecond at most is sorted without a word: processes' clocks that
         # far apart, or a log of ours from before each span's end and start shared one offset
         # to the wall clock, is no clock stepped back and no file joined out of order.
@@ -220,6 +243,21 @@ class LogProblems:
                 "a copy in another file: a copy would count twice"
             )
         return out + (self.clocks.lines(self.offsets) if self.clocks is not None else [])
+
+
+def _unknown_line(path: str, types: dict[str | None, int]) -> str:
+    """One file's events of types this version does not know: how many, the most frequent
+    types named with their counts, the others counted."""
+    named = sorted(((n, kind) for kind, n in types.items() if kind is not None), key=lambda t: (-t[0], t[1]))
+    shown_types = ", ".join(f"{shown(kind)} {n:,}" for n, kind in named[:_UNKNOWN_TYPES_SHOWN])
+    if None in types:  # the types past _UNKNOWN_TYPES_KEPT, counted together: how many is unknown
+        shown_types += " and more types"
+    elif len(named) > _UNKNOWN_TYPES_SHOWN:
+        shown_types += f" and {counted(len(named) - _UNKNOWN_TYPES_SHOWN, 'more type')}"
+    return (
+        f"{path}: {counted(sum(types.values()), 'event')} of a type this version does not know "
+        f"skipped ({shown_types}; written by another version of ckpt-events?)"
+    )
 
 
 def identity(event: CheckpointEvent) -> Hashable:
@@ -287,7 +325,7 @@ def _reordered(entries: Iterator[_Entry], window: int, problems: LogProblems) ->
 def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry]:
     from ckpt_events.sinks import CorruptLine, read_events
 
-    decoded = 0
+    a_log = False  # an event was read: the corrupt lines before it are damage, not a non-log
     last = 0  # the previous event's time: a file going back in time is disordered
     back = 0  # events stamped before the one above them
     latest = 0  # the latest stamp read
@@ -307,18 +345,25 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 yield time_ns, index, number, event
             return
         for number, item in read_events(path):
-            if isinstance(item, CorruptLine):
-                if decoded:
+            if isinstance(item, CorruptLine) and item.unknown_type is None:
+                if a_log:
                     problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
                     continue
                 before_first.append(item)
                 if len(before_first) == PROBE_LINES:
                     break
                 continue
-            if not decoded:
+            if not a_log:
                 for line in before_first:
                     problems.skip(f"{path}:{line.line}: corrupt line skipped: {line.error}")
-            decoded += 1
+                a_log = True
+            if isinstance(item, CorruptLine):
+                # A well-formed event of a type another version wrote: the file is a log, and
+                # its events of known types are read (PROBE_LINES of them at its head refused
+                # the whole file as "not a ckpt-events JSON-lines log").
+                if item.unknown_type is not None:
+                    problems.unknown_type(path, item.unknown_type)
+                continue
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.
             if (time_ns := event_time(item)) < last:
@@ -329,7 +374,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             last = time_ns
             latest = max(latest, time_ns)
             yield time_ns, index, number, item
-        if not decoded and before_first:
+        if not a_log and before_first:
             line, damage = before_first[0], before_first[-1]
             if first.startswith(_GZIP_MAGIC) and not damage.excerpt and "gzip stream" in damage.error:
                 # The reader's last word on a gzip stream ending early: a log cut short (its

@@ -9,6 +9,7 @@ published checkpoint and its restore, 4 refusals.
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 from typing import get_args
 
@@ -17,6 +18,7 @@ import pytest
 
 from ckpt_events import CheckpointEvent
 from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.logs import SHOWN
 from ckpt_events.sinks.replay import replay
 
 _FIXTURE = Path(__file__).parents[2] / "sinks" / "jsonl" / "data" / "demo-0.2.0-fed5445.jsonl.gz"
@@ -27,6 +29,14 @@ def _old_lines() -> list[bytes]:
     lines = gzip.decompress(_FIXTURE.read_bytes()).splitlines(keepends=True)
     assert len(lines) == _LINES
     return lines
+
+
+def _newer(line: bytes, kind: str) -> bytes:
+    """``line`` as an event of a type this version does not know (a newer version's), its
+    fields otherwise a well-formed event's."""
+    event = json.loads(line)
+    event["type"] = kind
+    return json.dumps(event).encode() + b"\n"
 
 
 class _Collect:
@@ -59,3 +69,77 @@ def test_a_0_2_0_log_reads_in_report_diff_watch_and_replay(
     sink = _Collect()
     result = anyio.run(replay, log, sink)
     assert (result.events, result.corrupt_lines, len(sink.events)) == (_LINES, 0, _LINES)
+
+
+def test_a_log_opening_with_a_newer_versions_events_is_read_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: 16 events of a type this version does not know at a log's head (a newer server
+    writing first into the fleet's shared log) made report and diff refuse the whole file as
+    "not a ckpt-events JSON-lines log (an event type this version ... does not know ...)", and
+    none of its 130 events of known types was read; watch read them."""
+    lines = _old_lines()
+    log = tmp_path / "upgraded.jsonl"
+    log.write_bytes(b"".join([_newer(lines[0], "heartbeat")] * 20 + lines))
+    assert main(["report", str(log)]) == 0
+    out, err = capsys.readouterr()
+    assert "published" in out and "not a ckpt-events" not in err, err
+    assert [line for line in err.splitlines() if str(log) in line] == [
+        f"{log}: 20 events of a type this version does not know skipped ('heartbeat' 20; "
+        "written by another version of ckpt-events?)"
+    ]
+    assert main(["diff", str(log), str(log)]) == 0
+    assert "not a ckpt-events" not in capsys.readouterr().err
+
+
+def test_a_rolling_upgrades_events_are_one_counted_line_not_corrupt_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: each event of a type this version does not know was said as a "corrupt line
+    skipped", the first five by number and the rest counted among real damage. Now damage is
+    still named line by line, and a newer version's events are one line per file, counted by
+    type; every event of a known type is read."""
+    mixed = []
+    for n, line in enumerate(_old_lines()):
+        mixed += [line, _newer(line, "heartbeat")]
+        if n % 3 == 0:
+            mixed.append(_newer(line, "resource_sample"))
+    mixed.insert(5, b'{"type":"operation_finished","kind":\n')  # damage, said as it was
+    log = tmp_path / "mixed.jsonl"
+    log.write_bytes(b"".join(mixed))
+    assert main(["report", str(log)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if str(log) in line]
+    assert len(err) == 2, err
+    assert err[0].startswith(f"{log}:6: corrupt line skipped: ")
+    assert err[1] == (
+        f"{log}: {_LINES + 44} events of a type this version does not know skipped ('heartbeat' "
+        f"{_LINES}, 'resource_sample' 44; written by another version of ckpt-events?)"
+    )
+
+
+def test_many_files_and_types_unknown_are_bounded_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Forty types in each of eight files: the most frequent types named, the others counted,
+    and the first SHOWN files said, the others counted in one line."""
+    lines = _old_lines()
+    for f in range(8):
+        newer = [_newer(lines[n % _LINES], f"type{n:02}") for n in range(40)]
+        (tmp_path / f"p{f}.jsonl").write_bytes(b"".join(lines[:20] + newer))
+    assert main(["report", str(tmp_path)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "does not know" in line]
+    assert len(err) == SHOWN + 1, err
+    assert err[0].endswith(
+        "'type00' 1, 'type01' 1, 'type02' 1 and 37 more types; written by another version of ckpt-events?)"
+    )
+    assert err[-1] == f"... and {8 - SHOWN} more files with events of a type this version does not know"
+    # A new type each line (damage, or a hostile file): 64 types kept, the rest counted together.
+    hostile = tmp_path / "hostile" / "p.jsonl"
+    hostile.parent.mkdir()
+    hostile.write_bytes(b"".join(lines[:20] + [_newer(lines[0], f"t{n:03}") for n in range(100)]))
+    assert main(["report", str(hostile)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "does not know" in line]
+    assert err == [
+        f"{hostile}: 100 events of a type this version does not know skipped ('t000' 1, 't001' 1, "
+        "'t002' 1 and more types; written by another version of ckpt-events?)"
+    ]
