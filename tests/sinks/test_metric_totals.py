@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import tracemalloc
 from typing import Any
 
+import msgspec
 import pytest
 
 from ckpt_events import (
@@ -268,3 +271,34 @@ async def test_a_measurement_the_sdk_refuses_is_refused_by_every_path_and_counte
     assert sdk.stats().invalid == prometheus.invalid == 5
     said = [r.getMessage() for r in caplog.records if "refused the value" in r.getMessage()]
     assert len(said) == 2  # once per sink
+
+
+def test_an_exemplar_keeps_the_spans_ids_not_its_event() -> None:
+    """A bucket's exemplar holds the span's ids and end, never its event: 2,000 kinds x 15
+    buckets of operations with 20 KB of attributes each held 628 MiB through their exemplars."""
+    totals = MetricTotals()
+    durations_ms = (1, 7, 20, 40, 60, 90, 200, 400, 600, 900, 2000, 4000, 6000, 9000, 20000)
+    gc.collect()
+    # Traced from before the events are built: memory allocated untraced is not seen freed.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        events = [
+            msgspec.structs.replace(
+                _finished("k0", span_id=i + 1, attributes={"user.note": f"{i}" + "x" * 100_000}),
+                end_ns=1_000_000 + ms * 1_000_000,
+            )
+            for i, ms in enumerate(durations_ms)
+        ]
+        totals.add(events)
+        del events
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    point = totals.durations[(keys.DURATION, "commit", "k0", "ok")]
+    exemplars = [e for e in point.exemplars if e is not None]
+    assert len(exemplars) == len(durations_ms)
+    assert {e.span_id for e in exemplars} == set(range(1, len(durations_ms) + 1))
+    assert all(e.trace_id == 1 and e.end_ns > 1_000_000 for e in exemplars)
+    assert held < 200_000, f"{held:,} bytes still held after the events were dropped"
