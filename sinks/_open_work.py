@@ -12,6 +12,7 @@ overflow key (``ckpt_events.sinks._cardinality``).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Final
 
@@ -29,6 +30,8 @@ from ckpt_events.sinks._cardinality import Overflow
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, CollectionAction, Outcome
 
 __all__ = ["GAUGES", "MAX_OPEN", "OPEN_COUNTER", "OpenWork", "OpenWorkSnapshot"]
+
+logger: Final = logging.getLogger("ckpt_events.sinks.metrics")
 
 #: The up-down counter and the two gauges (in export order), from the core's instrument table.
 OPEN_COUNTER: Final = OPEN_WORK_INSTRUMENTS[0]
@@ -58,7 +61,9 @@ class OpenWork:
     """What is open now, fed with batches; a dict insert and delete per operation.
 
     ``overflow`` (its owner's, so one count and one limit serve all its instruments; default a
-    fresh one of OpenTelemetry's limit) caps the (operation, kind) sets kept.
+    fresh one of OpenTelemetry's limit) caps the (operation, kind) sets kept. Past ``MAX_OPEN``
+    open operations a start is counted in ``untracked``, and the first one logged (a warning
+    naming ``overflow.owner``).
     """
 
     __slots__ = ("_counts", "_last_published_ns", "_open", "overflow", "untracked")
@@ -85,6 +90,8 @@ class OpenWork:
             cls = event.__class__
             if cls is OperationStarted or cls is CoordinateStarted:
                 if len(opened) >= MAX_OPEN:
+                    if not self.untracked:
+                        self._warn_untracked()
                     self.untracked += 1
                     continue
                 kind = _CONTROLLER if cls is CoordinateStarted else event.kind
@@ -112,6 +119,19 @@ class OpenWork:
             elif cls is CollectionFinished and event.action == _PUBLISH and event.outcome == _OK:
                 self._last_published_ns = event.end_ns
         return changes or None
+
+    def _warn_untracked(self) -> None:
+        # Was silent: the gauges froze at MAX_OPEN while operations went on, and only
+        # PrometheusSink counted what they left out (MetricSink counted nothing).
+        logger.warning(
+            "%s: %s operations open, the most it tracks; operations started from now on are not in "
+            "%s or %s, which undercount (counted in untracked, not logged again); a span handle "
+            "entered and never left, or ends dropped by a full buffer (bus.stats()), keep operations open",
+            self.overflow.owner,
+            f"{MAX_OPEN:,}",
+            _OPEN_NAME,
+            GAUGES[0].name,
+        )
 
     def snapshot(self, now_ns: int) -> OpenWorkSnapshot:
         """The instruments' values at ``now_ns`` (Unix ns, the events' clock). Ages are read on

@@ -98,6 +98,9 @@ class MetricSinkStats(msgspec.Struct, frozen=True):
     #: Events not recorded because the meter provider was shut down (its instruments take
     #: measurements then, and no reader sees them), counted and logged once.
     dropped: int = 0
+    #: Operations started while ``MAX_OPEN`` (10,000) were open already (handles never left,
+    #: ends lost): not in the open-work gauges, which undercount; the first one logged.
+    untracked: int = 0
 
 
 class MetricSink:
@@ -309,6 +312,7 @@ class MetricSink:
             overflowed=self._overflow.measurements,
             invalid=self._invalid.measurements,
             dropped=self._dropped,
+            untracked=self._open_work.untracked,
         )
 
 

@@ -56,6 +56,9 @@ class OtlpMetricSinkStats(msgspec.Struct, frozen=True):
     #: Measurements refused as OpenTelemetry's SDK refuses them (a negative amount or duration,
     #: a non-finite or negative loop lag: an event built by hand), counted and logged once.
     invalid: int = 0
+    #: Operations started while ``MAX_OPEN`` (10,000) were open already (handles never left,
+    #: ends lost): not in the open-work gauges, which undercount; the first one logged.
+    untracked: int = 0
 
 
 class OtlpMetricSink:
@@ -217,4 +220,5 @@ class OtlpMetricSink:
                 last_failure=worker.last_failure,
                 dropped=worker.dropped,
                 invalid=self._totals.invalid.measurements,
+                untracked=self._totals.open_work.untracked,
             )

@@ -15,6 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks._open_work import MAX_OPEN, OpenWork
 from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
+from ckpt_events.sinks.prometheus import PrometheusSink
 from ckpt_events.vocab import METRIC_LAST_PUBLISHED, METRIC_OLDEST_OPEN, METRIC_OPEN_OPERATIONS
 from tests.sinks.helpers import metric_points
 from tests.sinks.otlp.test_collector import _wait_for, collector
@@ -141,3 +142,34 @@ async def test_the_open_prepares_age_grows_at_the_collector(collector: tuple[str
     assert ages[1] >= ages[0] + 0.3, ages
     text = _wait_for(out, ["open-work"])
     assert "gym.checkpoint.open_operations" in text and "IsMonotonic: false" in text
+
+
+async def test_leaked_handles_past_the_bound_are_counted_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Operations entered and never left fill the tracker; later starts are not in the gauges,
+    which then undercount: each metric sink counts them in its stats and warns once. Was:
+    counted by PrometheusSink alone, and by no sink said (MetricSink's gauges froze at 10,000)."""
+    leaked = MAX_OPEN + 3
+    reader = InMemoryMetricReader()
+    metric_sink = MetricSink(MeterProvider(metric_readers=[reader]))
+    prometheus_sink = PrometheusSink()
+    # Nothing listens on port 9 (discard): its one export at close fails at once, and is not the point.
+    otlp_sink = OtlpMetricSink("http://127.0.0.1:9", timeout=1.0, export_interval=3600, max_retries=0)
+    async with Bus() as bus:
+        bus.subscribe(metric_sink)
+        bus.subscribe(prometheus_sink)
+        bus.subscribe(otlp_sink)
+        tel = Telemetry(bus, kind="environment", instance="environment-0")
+        for i in range(leaked):
+            tel.operation("commit", checkpoint_id=f"c{i}").__enter__()  # never left: a leak
+        with tel.operation("restore", checkpoint_id="r1"):
+            pass
+        await bus.flush()
+    assert metric_sink.stats().untracked == leaked + 1 - MAX_OPEN
+    assert prometheus_sink.untracked == leaked + 1 - MAX_OPEN
+    assert otlp_sink.stats().untracked == leaked + 1 - MAX_OPEN
+    warnings = [r.getMessage() for r in caplog.records if "the most it tracks" in r.getMessage()]
+    assert len(warnings) == 3, warnings
+    assert {w.split(":")[0] for w in warnings} == {"MetricSink", "PrometheusSink", "OtlpMetricSink"}
+    assert all(f"{MAX_OPEN:,} operations open" in w and "untracked" in w for w in warnings)
