@@ -5,8 +5,8 @@ opentelemetry-sdk from 1.45.2, default 2,000 per instrument): the first ``limit`
 attribute sets an instrument sees keep their own series; a measurement whose set was first seen
 after that is folded into one overflow series whose only attribute is
 ``otel.metric.overflow=true`` (``_metric_keys.OVERFLOW_KEY``). Totals stay right; a query by
-attribute undercounts from then on. Kinds and steps are the user's open words and an event's
-fields are not checked by ``bus.emit``, so without the limit a loop of new names grew memory
+attribute undercounts from then on. Kinds are the user's open words (steps are on no metric)
+and an event's fields are not checked by ``bus.emit``, so without the limit a loop of new names grew memory
 and the scrape page without bound (200,000 refusal codes: a 21.6 MB page and +162 MiB).
 
 ``Overflow`` holds one owner's limit, counts the measurements each instrument folded into its
@@ -72,8 +72,9 @@ class Overflow:
             count = 0
             logger.warning(
                 "%s: %s reached its cardinality limit of %d attribute sets; measurements with a new "
-                "set are recorded under %s=true from now on (an unbounded kind, step or code? "
-                "else raise cardinality_limit)",
+                "set are recorded under %s=true from now on (a participant kind made of an instance "
+                "or an id, or hand-built events' codes? steps are on no metric; else raise "
+                "cardinality_limit)",
                 self.owner,
                 instrument,
                 self.limit,

@@ -3,8 +3,8 @@
 Both sinks turn an event into a flat key ``(tag, value, ...)`` and the key into the same
 attribute mapping, so the two record exactly the same points. Values are low-cardinality
 vocabularies (operation, kind, outcome, code, disposition, phase): never an id or instance.
-Kinds and steps are the user's open words, so each instrument keeps at most a cardinality
-limit of them (``ckpt_events.sinks._cardinality``); the rest share ``OVERFLOW_KEY``, whose one
+Kinds are the user's open words (steps are on no metric), so each instrument keeps at most a
+cardinality limit of them (``ckpt_events.sinks._cardinality``); the rest share ``OVERFLOW_KEY``, whose one
 attribute is OpenTelemetry's ``otel.metric.overflow=true``.
 """
 

@@ -2,9 +2,9 @@
 
 The SDK's per-call cost is about 10-17 us, so counters are summed per attribute set within
 a batch and reach the SDK once per set. Histogram values cannot be summed; each is recorded.
-Attribute values are low-cardinality vocabularies: never an id or an instance. Kinds and steps
-are open, so each instrument passes at most ``cardinality_limit`` attribute sets to the SDK and
-the rest as the SDK's own overflow set (``ckpt_events.sinks._cardinality``): our own limit, as
+Attribute values are low-cardinality vocabularies: never an id or an instance. Kinds are open
+(steps are on no metric), so each instrument passes at most ``cardinality_limit`` attribute sets
+to the SDK and the rest as the SDK's own overflow set (``ckpt_events.sinks._cardinality``): our own limit, as
 the SDK enforces one only from opentelemetry-sdk 1.45.2 (and ours bounds what we cache).
 """
 

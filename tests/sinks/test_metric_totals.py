@@ -302,3 +302,16 @@ def test_an_exemplar_keeps_the_spans_ids_not_its_event() -> None:
     assert {e.span_id for e in exemplars} == set(range(1, len(durations_ms) + 1))
     assert all(e.trace_id == 1 and e.end_ns > 1_000_000 for e in exemplars)
     assert held < 200_000, f"{held:,} bytes still held after the events were dropped"
+
+
+def test_the_limit_warning_points_at_kinds_never_at_steps(caplog: pytest.LogCaptureFixture) -> None:
+    """Steps are on no metric, so the warning names the participant kind as the likely cause
+    (a kind made of an instance or an id) and says steps are not: "an unbounded kind, step or
+    code?" sent users hunting their step names."""
+    totals = MetricTotals(2, owner="PrometheusSink")
+    with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks.metrics"):
+        totals.add([_finished(f"env-{pod}", span_id=pod + 1) for pod in range(5)])
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "participant kind made of an instance or an id" in message
+    assert "steps are on no metric" in message and "step or" not in message
