@@ -94,7 +94,14 @@ def otel_sinks(
 ) -> tuple[list[tuple[str, AnySpanSink]], list[tuple[str, AnyMetricSink]], MeterProvider | None]:
     """(named span sinks, named metric sinks, the meter provider built here) for ``settings``."""
     wants_spans = tracer_provider is not None or span_exporter is not None or bool(settings.traces)
-    wants_metrics = meter_provider is not None or bool(metric_readers) or bool(settings.metrics)
+    # The scrape endpoint (OTEL_METRICS_EXPORTER=prometheus) is our own aggregation, built beside
+    # these: asking for it alone built an OpenTelemetry resource no sink read, and so needed the
+    # SDK the prometheus extra does not bring.
+    wants_metrics = (
+        meter_provider is not None
+        or bool(metric_readers)
+        or any(name != "prometheus" for name in settings.metrics)
+    )
     if not wants_spans and not wants_metrics:
         return [], [], None
     from ckpt_events.sinks.otel._pipeline import build_resource

@@ -1,0 +1,119 @@
+"""``configure()`` in an install without an extra: what needs no extra still runs.
+
+Each case runs in interpreters (its own and the export process's) where a meta-path finder,
+loaded by ``sitecustomize``, refuses the packages an extra brings, as the import system does
+when no finder has them. Before, ``OTEL_METRICS_EXPORTER=prometheus`` with the prometheus
+extra alone needed OpenTelemetry's SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Loaded at every interpreter's start (this one's and the export process's): refuses the
+#: packages ``CKPT_TEST_NOT_INSTALLED`` names (comma-separated; ``opentelemetry.sdk`` is that
+#: package and below, as an install with the API alone).
+NOT_INSTALLED = """
+import os, sys
+
+blocked = [name for name in os.environ.get("CKPT_TEST_NOT_INSTALLED", "").split(",") if name]
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in blocked):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+"""
+
+#: Configures from argv[1] (a JSON environment; ``export_process`` in argv[2]), emits one
+#: operation, scrapes the Prometheus endpoint if one is up, and prints what happened as JSON.
+PROGRAM = """
+import json, sys, urllib.request
+
+import anyio
+from ckpt_events import Bus, ConfigurationError, Telemetry
+from ckpt_events.sinks import configure
+
+async def main():
+    async with Bus() as bus:
+        try:
+            configured = configure(
+                bus, environ=json.loads(sys.argv[1]), export_process=sys.argv[2] == "export_process"
+            )
+        except ConfigurationError as exc:
+            return {"error": str(exc)}
+        try:
+            tel = Telemetry(bus, kind="environment", instance="e0")
+            with tel.operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            scraped = ""
+            if configured.prometheus is not None:
+                url = configured.prometheus.url
+                scraped = await anyio.to_thread.run_sync(
+                    lambda: urllib.request.urlopen(url, timeout=10).read().decode()
+                )
+            sinks = sorted(s.name for s in configured.subscriptions)
+            return {"sinks": sinks, "scraped": scraped}
+        finally:
+            await configured.aclose()
+
+print(json.dumps(anyio.run(main)))
+"""
+
+PROMETHEUS = {
+    "OTEL_METRICS_EXPORTER": "prometheus",
+    "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+    "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+}
+
+
+def _configure_without(
+    tmp_path: Path, blocked: str, environ: dict[str, str], mode: str = "in_process"
+) -> tuple[dict[str, object], str]:
+    (site := tmp_path / "site").mkdir()
+    (site / "sitecustomize.py").write_text(NOT_INSTALLED)
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, json.dumps(environ), mode],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+            "CKPT_TEST_NOT_INSTALLED": blocked,
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def test_prometheus_needs_no_opentelemetry(tmp_path: Path) -> None:
+    """The scrape endpoint is our own aggregation: with the prometheus extra alone (no
+    OpenTelemetry at all), it is up and serves the operation emitted."""
+    result, stderr = _configure_without(tmp_path, "opentelemetry", PROMETHEUS)
+    assert result["sinks"] == ["prometheus"], result
+    scraped = str(result["scraped"])
+    assert 'nemo_gym_checkpoint_operation="commit"' in scraped, scraped
+    assert stderr == ""
+
+
+def test_json_lines_need_no_extra(tmp_path: Path) -> None:
+    """JSON lines alone, with neither OpenTelemetry nor prometheus-client."""
+    environ = {"CKPT_EVENTS_JSONL": str(tmp_path / "e.jsonl")}
+    result, stderr = _configure_without(tmp_path, "opentelemetry,prometheus_client", environ)
+    assert result == {"sinks": ["jsonl"], "scraped": ""}
+    lines = (tmp_path / "e.jsonl").read_text().splitlines()
+    assert len(lines) >= 2 and stderr == ""
