@@ -8,6 +8,7 @@ sinks are built by ``ckpt_events.sinks._otel_build`` (their exporters and resour
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -312,6 +313,7 @@ def configure(
     )
     check_resource_arguments(service_name, resource_attributes, service_instance_id)
     metric_readers = _check_otel_parts(tracer_provider, meter_provider, span_exporter, metric_readers)
+    _check_installed(settings)
     places = destinations(settings, jsonl_path, env, ENV_JSONL)
     check_free(bus, places)  # one bus configured twice to one place: every span sent twice
     if _export_process_on(export_process, env):
@@ -624,6 +626,37 @@ def _check_otel_parts(
                     f"metric_readers must hold MetricReader instances, not {shown(reader)}"
                 )
     return readers
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (the export process's
+    parent imports no exporter)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing: opentelemetry for opentelemetry.sdk
+        return False
+
+
+def _check_installed(settings: OtelSettings) -> None:
+    """``ConfigurationError`` naming the extra to install when ``settings`` ask for an export
+    whose package is missing; checked before either mode builds anything. Without it, an OTLP
+    endpoint or ``OTEL_TRACES_EXPORTER=console`` without the SDK was a bare ModuleNotFoundError
+    from deep inside (in the export process, a child's traceback on stderr)."""
+    if settings.sdk_disabled:
+        return
+    asked = [f"traces to {name}" for name in settings.traces]
+    asked += [f"metrics to {name}" for name in settings.metrics if name != "prometheus"]
+    # opentelemetry.sdk, not opentelemetry: the server extra's FastAPI brings the API alone.
+    if asked and not _installed("opentelemetry.sdk"):
+        raise ConfigurationError(
+            f"exporting {' and '.join(asked)} needs OpenTelemetry's SDK, which is not installed: "
+            "pip install 'ckpt-events[otel]'"
+        )
+    if "prometheus" in settings.metrics and not _installed("prometheus_client"):
+        raise ConfigurationError(
+            # The words of PrometheusEndpoint's own check, made here before the export process starts.
+            "OTEL_METRICS_EXPORTER=prometheus needs prometheus-client: pip install 'ckpt-events[prometheus]'"
+        )
 
 
 def _check_jsonl_path(path: object, where: str) -> None:

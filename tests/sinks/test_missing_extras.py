@@ -1,9 +1,12 @@
-"""``configure()`` in an install without an extra: what needs no extra still runs.
+"""``configure()`` in an install without the extra its settings need: one ``ConfigurationError``
+naming the install, in both modes; what needs no extra still runs.
 
 Each case runs in interpreters (its own and the export process's) where a meta-path finder,
 loaded by ``sitecustomize``, refuses the packages an extra brings, as the import system does
-when no finder has them. Before, ``OTEL_METRICS_EXPORTER=prometheus`` with the prometheus
-extra alone needed OpenTelemetry's SDK.
+when no finder has them. Before, an OTLP endpoint or
+``OTEL_TRACES_EXPORTER=console`` without the SDK was a bare ``ModuleNotFoundError`` from deep
+inside (with ``export_process=True``, the child's traceback on stderr), and
+``OTEL_METRICS_EXPORTER=prometheus`` with the prometheus extra alone needed the SDK too.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,11 +74,14 @@ async def main():
 print(json.dumps(anyio.run(main)))
 """
 
+OTLP = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+CONSOLE = {"OTEL_TRACES_EXPORTER": "console"}
 PROMETHEUS = {
     "OTEL_METRICS_EXPORTER": "prometheus",
     "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
     "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
 }
+NEEDS_OTEL = "needs OpenTelemetry's SDK, which is not installed: pip install 'ckpt-events[otel]'"
 
 
 def _configure_without(
@@ -98,6 +106,37 @@ def _configure_without(
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), done.stderr
+
+
+@pytest.mark.parametrize("mode", ["in_process", "export_process"])
+@pytest.mark.parametrize(
+    ("blocked", "environ", "asked"),
+    [
+        ("opentelemetry", OTLP, "traces to otlp and metrics to otlp"),
+        # The server extra's FastAPI brings OpenTelemetry's API, not its SDK.
+        ("opentelemetry.sdk", OTLP, "traces to otlp and metrics to otlp"),
+        ("opentelemetry", CONSOLE, "traces to console"),
+        ("opentelemetry", {"OTEL_METRICS_EXPORTER": "console"}, "metrics to console"),
+    ],
+    ids=["otlp", "otlp-api-alone", "console-traces", "console-metrics"],
+)
+def test_an_export_without_the_sdk_names_the_otel_extra(
+    tmp_path: Path, blocked: str, environ: dict[str, str], asked: str, mode: str
+) -> None:
+    """One ConfigurationError naming what asked for the SDK and the install, before anything is
+    built: in the export process's mode too, so no child starts to fail with a traceback."""
+    result, stderr = _configure_without(tmp_path, blocked, environ, mode)
+    assert result == {"error": f"exporting {asked} {NEEDS_OTEL}"}
+    assert stderr == ""
+
+
+@pytest.mark.parametrize("mode", ["in_process", "export_process"])
+def test_prometheus_without_prometheus_client_names_its_extra(tmp_path: Path, mode: str) -> None:
+    """Said by the endpoint before (the export process relays it); now checked first, in both modes."""
+    result, stderr = _configure_without(tmp_path, "prometheus_client", PROMETHEUS, mode)
+    said = "OTEL_METRICS_EXPORTER=prometheus needs prometheus-client: pip install 'ckpt-events[prometheus]'"
+    assert result == {"error": said}
+    assert stderr == ""
 
 
 def test_prometheus_needs_no_opentelemetry(tmp_path: Path) -> None:
