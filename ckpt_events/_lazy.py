@@ -11,9 +11,34 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["lazy_attributes"]
+__all__ = ["EXTRAS", "lazy_attributes", "needs_extra"]
+
+#: The top-level packages an extra brings, and that extra: a public name whose module misses
+#: one says which install brings it (it was a bare "No module named 'starlette'").
+EXTRAS: Final = {
+    "opentelemetry": "otel",
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "httpx": "server",
+    "prometheus_client": "prometheus",
+    "rich": "cli",
+}
+
+
+def needs_extra(exc: ModuleNotFoundError, what: str) -> ModuleNotFoundError | None:
+    """A ``ModuleNotFoundError`` (still one, so ``except ImportError`` holds) saying that ``what``
+    needs the missing package and which extra installs it; ``None`` when ``exc`` names no
+    package of an extra (a module of ours, or one of theirs missing its own dependency)."""
+    top = (exc.name or "").partition(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return ModuleNotFoundError(
+        f"{what} needs {top!r}, which is not installed: pip install 'ckpt-events[{extra}]'", name=exc.name
+    )
 
 
 def lazy_attributes(
@@ -47,7 +72,13 @@ def lazy_attributes(
                 stacklevel=2,
             )
             return getattr(importlib.import_module(new_home), name)
-        module = importlib.import_module(home)
+        try:
+            module = importlib.import_module(home)
+        except ModuleNotFoundError as exc:
+            said = needs_extra(exc, f"{package}.{name}")
+            if said is None:
+                raise
+            raise said from exc
         value = module if home == f"{package}.{name}" else getattr(module, name)
         namespace[name] = value
         return value

@@ -36,13 +36,27 @@ _HOMES: Final = {
     "create_inference_app": "ckpt_events.participants.server",
 }
 
+#: The top-level packages the server extra installs.
+_SERVER_EXTRA: Final = frozenset({"fastapi", "starlette", "uvicorn", "httpx", "sniffio"})
+
 
 def __getattr__(name: str) -> Any:
     """Import a public name's home on first use (PEP 562); later reads are plain attributes."""
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    try:
+        module = importlib.import_module(home)
+    except ModuleNotFoundError as exc:
+        # Without the server extra this was a bare "No module named 'fastapi'", naming no install.
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in _SERVER_EXTRA:
+            raise
+        raise ModuleNotFoundError(
+            f"{__name__}.{name} needs {missing!r}, which is not installed: pip install 'ckpt-events[server]'",
+            name=exc.name,
+        ) from exc
+    value = getattr(module, name)
     globals()[name] = value
     return value
 

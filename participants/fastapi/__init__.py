@@ -65,9 +65,18 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, overload
 
-from starlette.applications import Starlette
-from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp
+try:
+    from starlette.applications import Starlette
+    from starlette.requests import HTTPConnection
+    from starlette.types import ASGIApp
+except ModuleNotFoundError as _exc:
+    # Without the server extra this was a bare "No module named 'starlette'", naming no install.
+    if (_exc.name or "").partition(".")[0] != "starlette":
+        raise
+    raise ModuleNotFoundError(
+        f"{__name__} needs 'starlette' (FastAPI), which is not installed: pip install 'ckpt-events[server]'",
+        name=_exc.name,
+    ) from _exc
 
 from ckpt_events import (
     Bus,
