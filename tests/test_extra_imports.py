@@ -74,6 +74,12 @@ def _import_without(tmp_path: Path, blocked: str, statement: str) -> str:
         ),
         (
             "opentelemetry",
+            "from ckpt_events.sinks.otel_bridge import OtelContextBridge",
+            "ModuleNotFoundError|opentelemetry|ckpt_events.sinks.otel_bridge needs 'opentelemetry', which "
+            "is not installed: pip install 'ckpt-events[otel]'",
+        ),
+        (
+            "opentelemetry",
             "from ckpt_events.sinks.otel import SpanSink",
             "ModuleNotFoundError|opentelemetry|ckpt_events.sinks.otel.SpanSink needs 'opentelemetry', which "
             "is not installed: pip install 'ckpt-events[otel]'",
@@ -86,7 +92,7 @@ def _import_without(tmp_path: Path, blocked: str, statement: str) -> str:
             "which is not installed: pip install 'ckpt-events[otel]'",
         ),
     ],
-    ids=["fastapi-integration", "create_app", "Coordinator", "SpanSink", "SpanSink-api-alone"],
+    ids=["fastapi-integration", "create_app", "Coordinator", "otel_bridge", "SpanSink", "SpanSink-api-alone"],
 )
 def test_a_name_without_its_extra_names_the_install(
     tmp_path: Path, blocked: str, statement: str, said: str
