@@ -43,7 +43,7 @@ from typing import Final, TypeVar
 import msgspec
 
 from ckpt_events import CheckpointEvent, SpanEvent
-from ckpt_events._errors import shown
+from ckpt_events.checks import shown
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
 from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
