@@ -194,15 +194,18 @@ class Bus:
         their events pending for good, and no sink was closed)."""
         self._loop_thread = threading.get_ident()
         self._call_soon_threadsafe = _threadsafe_scheduler()
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            try:
-                for sub in list(self._history):
-                    self._start(sub)
-                await self._wait_for_sinks()
-            finally:
-                self._tg = None
-                tg.cancel_scope.cancel()  # a task given up on at the deadline is not waited for
+        # Shielded (bounded by _wait_for_sinks's deadline): in a caller's cancelled scope its
+        # delivery tasks were cancelled as they started, and an async sink's events abandoned.
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                try:
+                    for sub in list(self._history):
+                        self._start(sub)
+                    await self._wait_for_sinks()
+                finally:
+                    self._tg = None
+                    tg.cancel_scope.cancel()  # a task given up on at the deadline is not waited for
 
     async def _wait_for_sinks(self) -> None:
         """Wait for every started subscription to finish, within ``close_timeout``; give up on the rest."""

@@ -230,10 +230,12 @@ class Subscription:
                 await self._deliver_until_closed()
         except anyio.get_cancelled_exc_class():
             # The bus's owner was cancelled (a Ctrl-C), not this task alone (its own scope
-            # takes that): the sink is still closed, shielded, within the bus's deadline; the
-            # bus's close no longer waits out that deadline for a task that was gone (5 s).
+            # takes that): the sink is still closed, shielded, within the bus's deadline (whose
+            # _abandon cancels this scope); the bus's close no longer waits out that deadline
+            # for a task that was gone (5 s).
             if not self._closing_sink:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(self.bus.close_timeout):
+                closing = anyio.CancelScope(shield=True)
+                with closing as self._scope, anyio.move_on_after(self.bus.close_timeout):
                     await self._close_sink()
             raise
         finally:
@@ -246,72 +248,118 @@ class Subscription:
     async def _deliver_until_closed(self) -> None:
         buffer = self._buffer
         popleft = buffer.popleft
-        lingered = False
         try:
-            while True:
-                if not buffer:
-                    if self.closed:
-                        break
-                    buffer.waiting = True
-                    if buffer or self.closed:  # an emit raced with the flag: go round again
-                        buffer.waiting = False
-                        continue
-                    await self._wake.wait()
-                    self._wake = anyio.Event()
-                    lingered = False
-                    # Let the woken emitter run on until it awaits, so batches grow.
-                    await anyio.lowlevel.checkpoint()
-                    continue
-                if self.linger and not lingered and not self.closed and len(buffer) < self._batch_size:
-                    lingered = True  # once per wake-up: what is left after a batch has waited already
-                    await self._pause(self.linger, prompt=False)
-                    continue
-                if self.batch_interval and not self.closed and len(buffer) < self._batch_size:
-                    now = time.monotonic()
-                    wait = self._last_batch + self.batch_interval - now
-                    if wait > 0 and not self._prompt_due(buffer, now):
-                        await self._pause(wait, prompt=True)
-                        continue
-                    self._last_batch = now
-                count = min(len(buffer), self._batch_size)
-                if buffer.raw:  # before the first popleft: see RAW_SEQUENCE
-                    buffer.consumed = next(RAW_SEQUENCE)
-                # popleft is atomic against emitters on other threads; starmap runs it in C.
-                batch = list(starmap(popleft, repeat((), count)))
-                # A set test over the batch's types, in C: a batch without handles costs ~20 ns
-                # an event here, not a Python loop.
-                if self._takes_handles and not QUEUED_HANDLES.isdisjoint(map(type, batch)):
-                    _finish(batch)
-                self._in_flight = count
-                left = len(buffer)
-                await self._deliver(batch)
-                # Freed now, not as the next batch is taken: a batch interval later, or never
-                # while the bus idles (up to batch_size events and their attributes kept alive
-                # by a local). Side by side on a loaded server it moved the CPU per request by
-                # -0.3 us, inside the noise: this is for memory, not speed.
-                del batch
-                self._in_flight = 0
-                self._handled += count
-                if buffer.dropped != self._drops_seen:
-                    self._say_drops(buffer.dropped)
-                if self._flush_waiters:
-                    self._release_flushers()
-                if len(buffer) > left:
-                    # The buffer refilled while the sink handled its batch (a sink re-emitting
-                    # what it sees): let the loop run before the next one. A synchronous
-                    # handle never yields by itself, and such a sink held the loop for ever.
-                    await anyio.lowlevel.checkpoint()
+            try:
+                await self._deliver_loop()
+            except anyio.get_cancelled_exc_class():
+                if self._scope is not None and not self._scope.cancel_called:
+                    await self._rescue()
+                raise
         finally:
             # Nothing more is delivered: what a thread appends still (it read the routes
             # before they changed) is dropped and counted, not left pending for ever.
             buffer.capacity = 0
-            for _ in range(len(buffer)):
-                popleft()
-                buffer.dropped += 1
             if buffer.dropped != self._drops_told:
                 self._say_drops(buffer.dropped, closing=True)
+            left = len(buffer)
+            for _ in range(left):
+                popleft()
+                buffer.dropped += 1
+            if left:
+                # Said as what it is: these were told as a full buffer (65,536 of room, 10 held).
+                logger.warning(
+                    "sink %r's delivery ended with %d events still in its buffer (emitted as it "
+                    "closed, or left at its close deadline); dropped, counted in bus.stats()",
+                    self.name,
+                    left,
+                )
+                self._drops_seen = self._drops_told = buffer.dropped
             self._done.set()
         await self._close_sink()
+
+    async def _rescue(self) -> None:
+        """The owner's scope was cancelled (a task group whose other task failed, a
+        ``move_on_after`` around ``async with bus:``, a trio nursery cancelled to shut down):
+        deliver what is buffered, and what the owner emits as it unwinds (an operation's end),
+        until the bus closes this subscription, shielded, within the bus's ``close_timeout``.
+        Was: the buffer was dropped at once, the last events of every sink (the failing
+        operation's among them) lost and told as a full buffer. The bus's close deadline
+        (``_abandon``) cancels this scope too."""
+        # The batch in the sink's hands when the cancel came: its handle was cancelled (async)
+        # or left to its thread; given up on, counted so, not left pending for ever.
+        self._abandoned += self._in_flight
+        self._in_flight = 0
+        with anyio.CancelScope(shield=True) as self._scope, anyio.move_on_after(self.bus.close_timeout):
+            await self._deliver_loop()
+        if self._in_flight:  # its own deadline passed first, the sink stuck in handle
+            logger.warning(
+                "sink %r was still handling a batch %.1f s after the bus's owner was cancelled; "
+                "%d events abandoned (counted in bus.stats())",
+                self.name,
+                self.bus.close_timeout,
+                self._in_flight,
+            )
+            self._abandoned += self._in_flight
+            self._in_flight = 0
+
+    async def _deliver_loop(self) -> None:
+        """Hand the buffer to the sink in batches until this subscription is closed and drained."""
+        buffer = self._buffer
+        popleft = buffer.popleft
+        lingered = False
+        while True:
+            if not buffer:
+                if self.closed:
+                    break
+                buffer.waiting = True
+                if buffer or self.closed:  # an emit raced with the flag: go round again
+                    buffer.waiting = False
+                    continue
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                lingered = False
+                # Let the woken emitter run on until it awaits, so batches grow.
+                await anyio.lowlevel.checkpoint()
+                continue
+            if self.linger and not lingered and not self.closed and len(buffer) < self._batch_size:
+                lingered = True  # once per wake-up: what is left after a batch has waited already
+                await self._pause(self.linger, prompt=False)
+                continue
+            if self.batch_interval and not self.closed and len(buffer) < self._batch_size:
+                now = time.monotonic()
+                wait = self._last_batch + self.batch_interval - now
+                if wait > 0 and not self._prompt_due(buffer, now):
+                    await self._pause(wait, prompt=True)
+                    continue
+                self._last_batch = now
+            count = min(len(buffer), self._batch_size)
+            if buffer.raw:  # before the first popleft: see RAW_SEQUENCE
+                buffer.consumed = next(RAW_SEQUENCE)
+            # popleft is atomic against emitters on other threads; starmap runs it in C.
+            batch = list(starmap(popleft, repeat((), count)))
+            # A set test over the batch's types, in C: a batch without handles costs ~20 ns
+            # an event here, not a Python loop.
+            if self._takes_handles and not QUEUED_HANDLES.isdisjoint(map(type, batch)):
+                _finish(batch)
+            self._in_flight = count
+            left = len(buffer)
+            await self._deliver(batch)
+            # Freed now, not as the next batch is taken: a batch interval later, or never
+            # while the bus idles (up to batch_size events and their attributes kept alive
+            # by a local). Side by side on a loaded server it moved the CPU per request by
+            # -0.3 us, inside the noise: this is for memory, not speed.
+            del batch
+            self._in_flight = 0
+            self._handled += count
+            if buffer.dropped != self._drops_seen:
+                self._say_drops(buffer.dropped)
+            if self._flush_waiters:
+                self._release_flushers()
+            if len(buffer) > left:
+                # The buffer refilled while the sink handled its batch (a sink re-emitting
+                # what it sees): let the loop run before the next one. A synchronous
+                # handle never yields by itself, and such a sink held the loop for ever.
+                await anyio.lowlevel.checkpoint()
 
     def _say_drops(self, dropped: int, *, closing: bool = False) -> None:
         """Say once that this sink's buffer was full (events dropped, counted in stats()), and as

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -415,3 +416,102 @@ async def test_a_plain_def_aclose_is_called(caplog: pytest.LogCaptureFixture) ->
         bus.subscribe(SyncClose())
     assert closed == [True]
     assert not [r for r in caplog.records if "failed to close" in r.getMessage()]
+
+
+#: asyncio, and trio where it is installed (it is in the ``dev`` extra): on trio a service is
+#: shut down by cancelling its nursery, the owner's cancellation these tests are about.
+BOTH_BACKENDS = pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        "asyncio",
+        pytest.param(
+            "trio",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("trio") is None, reason="trio is not installed (pip install trio)"
+            ),
+        ),
+    ],
+)
+
+
+class _AsyncMemory(MemorySink):
+    """A MemorySink whose handle awaits, as an exporter's does."""
+
+    async def handle(self, batch: list[Event]) -> None:  # type: ignore[override]
+        await anyio.sleep(0.001)
+        self.events.extend(batch)
+
+
+class _BlockingMemory(MemorySink):
+    """A MemorySink whose handle runs in the subscription's thread."""
+
+    blocking = True
+
+    def handle(self, batch: list[Event]) -> None:
+        time.sleep(0.001)
+        self.events.extend(batch)
+
+
+@BOTH_BACKENDS
+@pytest.mark.parametrize("sink_class", [MemorySink, _AsyncMemory, _BlockingMemory])
+async def test_a_bus_whose_owner_is_cancelled_delivers_what_it_holds(
+    sink_class: type[MemorySink], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cancelled from outside with events buffered (a task group whose other task failed, a trio
+    nursery cancelled to shut down), the bus still delivers them and the operation's end its
+    owner emits as it unwinds: they were dropped, told as a full buffer of 65,536 holding 3."""
+    sink = sink_class()
+    with anyio.fail_after(10), anyio.CancelScope() as owner:
+        async with Bus() as bus:
+            bus.subscribe(sink, name="memory")
+            tel = Telemetry(bus, kind=Kind.AGENT, instance="a0")
+            await anyio.sleep(0.02)  # the delivery task waits: the emits below wake it
+            with tel.operation("commit", checkpoint_id="c1"):
+                bus.emit(refused(1))
+                owner.cancel()
+                await anyio.sleep(5)
+    assert [type(e) for e in sink.events] == [OperationStarted, Refused, OperationFinished]
+    assert sink.closed
+    stats = bus.stats().sink("memory")
+    assert (stats.delivered, stats.dropped, stats.pending, stats.abandoned) == (3, 0, 0, 0)
+    assert "buffer was full" not in caplog.text
+
+
+@BOTH_BACKENDS
+async def test_a_sink_stuck_when_its_owner_is_cancelled_is_counted_within_the_deadline() -> None:
+    """A sink stuck in handle when the owner is cancelled: the close ends within the deadline and
+    each event is counted once, abandoned (the batch cancelled in its hands stayed pending)."""
+    began = time.monotonic()
+    with anyio.CancelScope() as owner:
+        async with Bus(close_timeout=DEADLINE) as bus:
+            bus.subscribe(_StuckHandle(), name="stuck")
+            for i in range(5):
+                bus.emit(refused(i))
+            await anyio.sleep(0.05)  # the first batch is in the sink's hands
+            for i in range(5):
+                bus.emit(refused(i))
+            owner.cancel()
+            await anyio.sleep(5)
+    assert time.monotonic() - began < DEADLINE + SLACK
+    stats = bus.stats().sink("stuck")
+    assert (stats.emitted, stats.abandoned, stats.pending, stats.delivered) == (10, 10, 0, 0)
+
+
+@BOTH_BACKENDS
+@pytest.mark.parametrize("sink_class", [_AsyncMemory, _BlockingMemory])
+async def test_aclose_of_a_bus_never_entered_in_a_cancelled_scope_delivers(
+    sink_class: type[MemorySink],
+) -> None:
+    """``aclose()`` of a bus never entered, from a scope already cancelled, delivers to a sink that
+    awaits: its delivery tasks were cancelled as they started, the events left pending for good."""
+    sink = sink_class()
+    bus = Bus(close_timeout=5)
+    bus.subscribe(sink, name="memory")
+    for i in range(3):
+        bus.emit(refused(i))
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await bus.aclose()
+    assert len(sink.events) == 3 and sink.closed
+    stats = bus.stats().sink("memory")
+    assert (stats.delivered, stats.pending, stats.abandoned) == (3, 0, 0)
