@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
+import msgspec
 import pytest
+
+from tests.ckpt_events.test_bus import refused
 
 
 @pytest.mark.parametrize(
@@ -63,3 +67,28 @@ def test_importing_sinks_imports_neither_the_bus_nor_an_http_stack() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "['ckpt_events', 'ckpt_events._lazy']"
+
+
+def test_sinks_replay_is_callable_whatever_was_imported_first(tmp_path: Path) -> None:
+    """``ckpt_events.sinks.replay(log, sink)``, as the docs call it, once something imported the
+    submodule ``ckpt_events.sinks.replay`` (``ckpt-events report`` does), which rebinds the
+    package's name to the module: it raised "'module' object is not callable"."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(msgspec.json.encode(refused(1)) + b"\n")
+    code = (
+        "import anyio, ckpt_events.sinks, ckpt_events.sinks.replay\n"
+        "from ckpt_events.sinks import replay\n"
+        "from ckpt_events.testing import MemorySink\n"
+        "sink = MemorySink()\n"
+        f"result = anyio.run(ckpt_events.sinks.replay, {str(log)!r}, sink)\n"
+        f"again = anyio.run(replay, {str(log)!r}, sink)\n"
+        "print(result.events, again.events, len(sink.events))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", "2"]
