@@ -13,9 +13,16 @@ route caches keep every fleet's apps alive; one point must not weigh on the next
   4N participants, 1,000 rollouts spread over them as a rollout driver would (1, 4, 16); the work
   is fixed, so the curve is the coordination's own cost against fleet width.
 
-The exponent is the slope of log(time) on log(size), least squares over the points: 1.0 is linear,
-n log n reads about 1.1 over these ranges, 2.0 is quadratic; below 1.0 a fixed cost still
-dominates. A curve fails at an exponent of 1.5 or more. Each point is the median of its repeats,
+The verdict's exponent is ``k`` of ``time = c + a * size**k`` through the smallest point and
+the two largest (medians): the smallest point's time stands for the fixed cost, so what is left
+is how the work itself grows. The least-squares slope of log(time) on log(size) over every point
+averaged the fixed cost of the smallest size into it: a fixed cost with a quadratic step that
+overtook it at the largest size read 0.38, "sub-linear", and passed. ``k`` is 1.0 for linear work,
+2.0 for quadratic; n log n reads more than 1.0, the more so the smaller the sizes (about 1.1 for
+rollouts, about 1.4 for 4 to 16 participants), so a curve fails when ``k`` is nearer quadratic than
+n log n at its own sizes (``fail_at``, never below 1.5). ``k`` is stated with its range over the
+repeats (each point anywhere in its min-max spread): a range on both sides of ``fail_at`` is
+"unknown", never a pass or a failure the noise made. Each point is the median of its repeats,
 printed with their spread (min-max). ``--png PATH`` draws the four curves on log-log axes (with a
 dotted linear reference through the first point) through a headless Chromium.
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gc
 import html
+import itertools
 import json
 import math
 import os
@@ -35,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final
@@ -79,6 +87,95 @@ def growth(exponent: float) -> str:
     if exponent >= 0.8:
         return "linear"
     return "sub-linear (a fixed cost dominates)"
+
+
+#: The largest exponent ``growth_exponent`` tells apart; a steeper curve reads this.
+MAX_EXPONENT: Final = 4.0
+
+
+def growth_exponent(points: Sequence[tuple[float, float]]) -> float:
+    """``k`` of ``time = c + a * size**k`` through the smallest point and the two largest: how
+    the work grows once the fixed cost (the smallest point's time) is set aside. 0.0 when the
+    time does not grow from the middle point to the largest; at most ``MAX_EXPONENT``."""
+    if len(points) < 3 or any(size <= 0 or seconds <= 0 for size, seconds in points):
+        raise ValueError(f"a growth exponent needs three or more positive points, got {points!r}")
+    ordered = sorted(points)
+    (n1, t1), (n2, t2), (n3, t3) = ordered[0], ordered[-2], ordered[-1]
+    if not n1 < n2 < n3:
+        raise ValueError(f"a growth exponent needs three distinct sizes, got {points!r}")
+    if t3 <= t2 or t3 <= t1:
+        return 0.0
+    if t2 <= t1:
+        # Nothing measurable between the smallest and the middle point, all of it at the top.
+        return MAX_EXPONENT
+
+    def ratio(k: float) -> float:
+        # (n3^k - n1^k) / (n2^k - n1^k), in logs so large sizes do not overflow; rises with k.
+        return math.expm1(k * math.log(n3 / n1)) / math.expm1(k * math.log(n2 / n1))
+
+    wanted = (t3 - t1) / (t2 - t1)
+    if wanted <= math.log(n3 / n1) / math.log(n2 / n1):  # the ratio's limit as k -> 0
+        return 0.0
+    if wanted >= ratio(MAX_EXPONENT):
+        return MAX_EXPONENT
+    low, high = 0.0, MAX_EXPONENT
+    for _ in range(60):  # bisection: 4 / 2**60, far below the 0.01 printed
+        middle = (low + high) / 2
+        if ratio(middle) < wanted:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def fail_exponent(sizes: Sequence[int]) -> float:
+    """The ``growth_exponent`` at and above which a curve over ``sizes`` fails: nearer quadratic
+    (2.0) than n log n at these sizes (``n * (1 + ln n)``, so a size of 1 has a log too), and
+    never below ``FAIL_EXPONENT``."""
+    n_log_n = growth_exponent([(n, n * (1 + math.log(n))) for n in sizes])
+    return max(FAIL_EXPONENT, (n_log_n + 2.0) / 2)
+
+
+def verdict(points: Mapping[int, Sequence[float]]) -> dict[str, Any]:
+    """The growth of a curve from each size's timings: ``exponent`` (of the medians), its
+    ``low``-``high`` range over the repeats (every point anywhere in its spread), ``fail_at``
+    and ``met``: True when the whole range is below ``fail_at``, False when the whole range is at
+    or above it, None (unknown) when the spread allows either."""
+    sizes = sorted(points)
+    exponent = growth_exponent([(n, statistics.median(points[n])) for n in sizes])
+    corners = [
+        growth_exponent(list(zip(sizes, choice, strict=True)))
+        for choice in itertools.product(*((min(points[n]), max(points[n])) for n in sizes))
+    ]
+    low, high = min([*corners, exponent]), max([*corners, exponent])
+    fail_at = fail_exponent(sizes)
+    met: bool | None = None  # the spread allows either side: unknown
+    if high < fail_at:
+        met = True
+    elif low >= fail_at:
+        met = False
+    return {"exponent": exponent, "low": low, "high": high, "fail_at": fail_at, "met": met}
+
+
+def _exponent_text(exponent: float) -> str:
+    return f"{MAX_EXPONENT:.0f}+" if exponent >= MAX_EXPONENT else f"{exponent:.2f}"
+
+
+def exponent_row(curve: str, unit: str, points: Mapping[int, Sequence[float]]) -> tuple[Any, ...]:
+    """The table's row for a curve's growth: its exponent with the range, the target, met."""
+    said = verdict(points)
+    exponent, fail_at = said["exponent"], said["fail_at"]
+    if said["met"] is None:
+        words = f"unknown: the repeats' spread allows either side of {fail_at:.2f}"
+    elif exponent >= fail_at:
+        words = "faster than n log n (a failure)"
+    elif exponent < 0.8:
+        words = "sub-linear"
+    else:
+        words = "linear or n log n"
+    value = f"{_exponent_text(exponent)} ({_exponent_text(said['low'])}-{_exponent_text(said['high'])})"
+    what = f"{curve}: exponent of time on {unit} beyond the fixed cost, range over the repeats ({words})"
+    return (what, value, f"< {fail_at:.2f}", said["met"])
 
 
 # --- the points, each measured in the child process that runs it -------------------------------
@@ -222,33 +319,34 @@ def run(quick: bool = False, curves: Sequence[str] = tuple(CURVES)) -> dict[str,
         full, small, unit, what = CURVES[curve]
         sizes = small if quick else full
         points = {size: measure_point(curve, size, repeats) for size in sizes}
-        medians = [(size, statistics.median(t)) for size, t in points.items()]
-        exponent = fit_exponent(medians)
+        said = verdict(points)
         figures["curves"][curve] = {
             "unit": unit,
             "what": what,
             "points": {str(size): timings for size, timings in points.items()},
-            "exponent": exponent,
+            **said,
+            "loglog_slope": fit_exponent([(size, statistics.median(t)) for size, t in points.items()]),
         }
-        for size, timings in points.items():
-            spread = f"{min(timings) * 1e3:,.1f}-{max(timings) * 1e3:,.1f}"
-            rows.append(
-                (
-                    f"{curve}: {what} at {size:,} {unit}: ms, median (spread of {repeats})",
-                    f"{statistics.median(timings) * 1e3:,.1f} ({spread})",
-                    "",
-                    None,
-                )
-            )
+        rows.extend(curve_rows(curve, points, repeats))
+    return {**figures, "rows": rows}
+
+
+def curve_rows(curve: str, points: Mapping[int, Sequence[float]], repeats: int) -> list[tuple[Any, ...]]:
+    """A curve's rows: each point's median and spread, then its growth (``exponent_row``)."""
+    _, _, unit, what = CURVES[curve]
+    rows: list[tuple[Any, ...]] = []
+    for size, timings in sorted(points.items()):
+        spread = f"{min(timings) * 1e3:,.1f}-{max(timings) * 1e3:,.1f}"
         rows.append(
             (
-                f"{curve}: exponent of time on {unit} ({growth(exponent)})",
-                round(exponent, 2),
-                f"< {FAIL_EXPONENT}",
-                exponent < FAIL_EXPONENT,
+                f"{curve}: {what} at {size:,} {unit}: ms, median (spread of {repeats})",
+                f"{statistics.median(timings) * 1e3:,.1f} ({spread})",
+                "",
+                None,
             )
         )
-    return {**figures, "rows": rows}
+    rows.append(exponent_row(curve, unit, points))
+    return rows
 
 
 def curves_svg(figures: dict[str, Any], *, panel: int = 300) -> str:
@@ -278,7 +376,7 @@ def _panel_svg(name: str, curve: dict[str, Any], *, left: int, panel: int, pad: 
     def line(values: list[float]) -> str:
         return " ".join("{:.1f},{:.1f}".format(*at(x, y)) for x, y in zip(xs, values, strict=True))
 
-    title = html.escape(f"{name}: exponent {curve['exponent']:.2f}")
+    title = html.escape(f"{name}: exponent {_exponent_text(curve['exponent'])}")
     parts = [
         f'<text x="{left + pad}" y="14" font-weight="bold">{title}</text>',
         f'<rect x="{left + pad}" y="20" width="{inner}" height="{inner}" fill="none" stroke="#bbb"/>',

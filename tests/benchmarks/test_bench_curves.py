@@ -61,3 +61,73 @@ def test_a_point_is_measured_from_the_real_work(curve: str, size: int) -> None:
     prepare or restore raises); the report point checks the overview has a row per checkpoint."""
     seconds = anyio.run(bench_curves.POINTS[curve], size)
     assert 0 < seconds < 60
+
+
+#: Each curve's sizes, full and quick: the verdict is checked at every size a run measures.
+ALL_SIZES = [sizes for full, quick, _, _ in bench_curves.CURVES.values() for sizes in (full, quick)]
+
+
+@pytest.mark.parametrize("sizes", ALL_SIZES, ids=str)
+@pytest.mark.parametrize(
+    "cost",
+    [
+        lambda n, top: 1.0 + 20.0 * (n / top) ** 2,  # a fixed cost, then a quadratic step overtakes it
+        lambda n, top: 0.2 + n / top + 6.0 * (n / top) ** 2,  # quadratic 6x the linear work at the top
+        lambda n, top: 1e-9 * n * n,
+    ],
+    ids=["fixed-then-quadratic", "linear-plus-quadratic", "quadratic"],
+)
+def test_a_quadratic_step_fails_at_every_curves_sizes(sizes: tuple[int, ...], cost: object) -> None:
+    """The log-log slope over every point averaged the smallest size's fixed cost into the
+    exponent: a fixed cost that a quadratic step overtook at the largest size read 0.38 over the
+    report's sizes ("sub-linear (a fixed cost dominates)") and 1.07 over the watch's ("linear"),
+    and passed. The verdict sets the fixed cost aside and fails both."""
+    points = {n: [cost(n, sizes[-1])] for n in sizes}  # type: ignore[operator]
+    what, _, _, met = bench_curves.exponent_row("report", "checkpoints", points)
+    assert met is False and "(a failure)" in what
+
+
+@pytest.mark.parametrize("sizes", ALL_SIZES, ids=str)
+@pytest.mark.parametrize(
+    "cost",
+    [
+        lambda n: 3e-6 * n,
+        lambda n: 0.5 + 1e-6 * n,  # a fixed cost and linear work
+        lambda n: 1e-7 * n * math.log2(n + 1),
+        lambda n: 1e-7 * n * (1 + math.log(n)),
+    ],
+    ids=["linear", "fixed-plus-linear", "n-log2-n", "n-ln-n"],
+)
+def test_linear_and_n_log_n_pass_at_every_curves_sizes(sizes: tuple[int, ...], cost: object) -> None:
+    """n log n reads more than 1 at small sizes (about 1.4 over 4, 8, 16 participants, where the
+    log-log slope read 1.50: "faster than n log n (a failure)"); it passes at every curve's sizes."""
+    points = {n: [cost(n)] for n in sizes}  # type: ignore[operator]
+    what, value, _, met = bench_curves.exponent_row("watch", "participants", points)
+    assert met is True, (what, value)
+    assert "failure" not in what
+
+
+def test_the_exponent_is_stated_with_its_range_and_unknown_when_it_straddles() -> None:
+    """The exponent alone was printed ("0.730 ... sub-linear" for a quick run whose largest point
+    ran from 278 to 662 ms): now with its range over the repeats, and a range on both sides of
+    the failure line is unknown (met None), neither a pass nor a failure."""
+    quick_run = {500: [0.0609, 0.0648], 2000: [0.0742, 0.0922], 8000: [0.2784, 0.6620]}
+    what, value, target, met = bench_curves.exponent_row("rollouts", "rollouts", quick_run)
+    assert met is None and "unknown" in what
+    low, high = (float(x) for x in value.split("(")[1].rstrip(")").split("-"))
+    assert low < float(target.removeprefix("< ")) <= high
+    quiet = {10: [0.0101, 0.0105, 0.0140], 1000: [0.5871, 0.7057, 0.8590], 10000: [5.8428, 6.1499, 6.8789]}
+    what, value, _, met = bench_curves.exponent_row("report", "checkpoints", quiet)
+    assert met is True and value == "0.94 (0.83-1.08)" and "linear or n log n" in what
+
+
+def test_the_growth_exponent_sets_the_fixed_cost_aside() -> None:
+    sizes = (10, 1_000, 10_000)
+    for k in (0.5, 1.0, 1.5, 2.0, 3.0):
+        assert bench_curves.growth_exponent([(n, 7.0 + 1e-4 * n**k) for n in sizes]) == pytest.approx(
+            k, abs=1e-6
+        )
+    assert bench_curves.growth_exponent([(1, 1.0), (2, 1.0), (4, 1.0)]) == 0.0  # no growth
+    assert bench_curves.growth_exponent([(1, 1.0), (2, 0.9), (4, 5.0)]) == bench_curves.MAX_EXPONENT
+    with pytest.raises(ValueError):
+        bench_curves.growth_exponent([(1, 1.0), (4, 2.0)])
