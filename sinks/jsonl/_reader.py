@@ -30,12 +30,14 @@ A UTF-8 byte order mark at the start of the file is skipped, and lines may end i
 
 from __future__ import annotations
 
+import enum
 import io
 import itertools
 import os
+import types
 import zlib
 from collections.abc import Callable, Iterator
-from typing import IO, Any, Final, get_args
+from typing import IO, Any, Final, Union, get_args, get_origin
 
 import msgspec
 
@@ -78,12 +80,17 @@ class CorruptLine(msgspec.Struct, frozen=True):
 
     ``unknown_type`` is the line's ``type`` when it is a well-formed event of a type this
     version does not know (another version of the library wrote it: not damage), else ``None``.
+    ``unknown_value`` is ``(field, value)`` when the line is a well-formed event of a type this
+    version knows whose only fault is a value outside one of its closed vocabularies (an
+    ``operation``, ``outcome``, ``phase``, ``code``, ``disposition`` or ``action`` a newer version
+    added: not damage either), the first such field in the event's field order; else ``None``.
     """
 
     line: int
     error: str
     excerpt: str
     unknown_type: str | None = None
+    unknown_value: tuple[str, str] | None = None
 
 
 def read_events(
@@ -246,9 +253,17 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
             event = from_wire(decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             excerpt = line[:_EXCERPT].decode("utf-8", "replace")
-            kind = _unknown_type(line)
-            error = str(exc) if kind is None else _unknown_because(kind)
-            yield number, CorruptLine(line=number, error=error, excerpt=excerpt, unknown_type=kind)
+            kind, value, why = _another_version(line)
+            yield (
+                number,
+                CorruptLine(
+                    line=number,
+                    error=why or str(exc),
+                    excerpt=excerpt,
+                    unknown_type=kind,
+                    unknown_value=value,
+                ),
+            )
             continue
         if not _TIMES_OK[event.__class__](event):
             yield number, _bad_time(number, event, line)
@@ -260,20 +275,64 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
 _KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in get_args(CheckpointEvent))
 
 
-def _unknown_type(line: bytes) -> str | None:
-    """The ``type`` of ``line`` when it is an event of a type this version does not know (a
-    fleet's newer or older servers), which msgspec's own "Invalid value 'x' - at `$.type`" made
-    read as damage. None for any other line (only a line that failed is decoded again)."""
+def _vocabularies(cls: type[Any]) -> tuple[tuple[str, frozenset[str], str], ...]:
+    """``cls``'s fields typed by a closed vocabulary (a ``StrEnum``, optional or not): each
+    field's name, its values, and one of them (to stand in for a value another version wrote)."""
+    found = []
+    for f in msgspec.structs.fields(cls):
+        kinds = get_args(f.type) if get_origin(f.type) in (Union, types.UnionType) else (f.type,)
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, enum.StrEnum):
+                values = [member.value for member in kind]
+                found.append((f.name, frozenset(values), values[0]))
+    return tuple(found)
+
+
+#: Per event type this version knows, its fields of a closed vocabulary.
+_VOCABULARIES: Final = {cls.__struct_config__.tag: _vocabularies(cls) for cls in get_args(CheckpointEvent)}
+
+
+def _another_version(line: bytes) -> tuple[str | None, tuple[str, str] | None, str | None]:
+    """Whether ``line``, which did not decode, is a well-formed event another version of the
+    library wrote, which msgspec's own "Invalid value 'x' - at `$.type`" (or "Invalid enum value
+    'x' - at `$.operation`") made read as damage: ``(type, None, why)`` for an event of a type
+    this version does not know, ``(None, (field, value), why)`` for one of a known type whose
+    only fault is a value outside a closed vocabulary, ``(None, None, None)`` for any other
+    line (or ``(None, None, why)`` naming its damage, when a value this version does not know
+    hid it). Only a line that failed is decoded again: the happy path pays nothing."""
+    nothing: tuple[None, None, None] = (None, None, None)
     try:
         value = msgspec.json.decode(line)
     except msgspec.DecodeError:
-        return None
+        return nothing
     if not isinstance(value, dict):
-        return None
-    kind = value.get("type")
-    if not isinstance(kind, str) or kind in _KNOWN_TYPES:
-        return None
-    return kind
+        return nothing
+    tag = value.get("type")
+    if not isinstance(tag, str):
+        return nothing
+    if tag not in _KNOWN_TYPES:
+        return tag, None, _unknown_because(tag)
+    unknown: tuple[str, str] | None = None
+    for name, values, stand_in in _VOCABULARIES[tag]:
+        given = value.get(name)
+        if isinstance(given, str) and given not in values:
+            unknown = unknown or (name, given)
+            value[name] = stand_in
+    if unknown is None:
+        return nothing
+    # With known values in their place the event must decode whole, its times in range: else
+    # the line has damage besides, said as damage by that fault (msgspec named the value alone).
+    try:
+        event = from_wire(WIRE_DECODER.decode(msgspec.json.encode(value)))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return None, None, str(exc)
+    if not _TIMES_OK[event.__class__](event):
+        return None, None, _time_error(event)
+    why = (
+        f"a value this version of ckpt-events does not know: {shown(unknown[1])} at `$.{unknown[0]}` "
+        f"of a {shown(tag)} event (written by another version of the library?)"
+    )
+    return None, unknown, why
 
 
 def _unknown_because(kind: str) -> str:
@@ -285,10 +344,15 @@ def _unknown_because(kind: str) -> str:
 
 def _bad_time(number: int, event: CheckpointEvent, line: bytes) -> CorruptLine:
     """The ``CorruptLine`` of an event with a time outside ``[0, 2**63)``, naming the field."""
+    error = _time_error(event)
+    return CorruptLine(line=number, error=error, excerpt=line[:_EXCERPT].decode("utf-8", "replace"))
+
+
+def _time_error(event: CheckpointEvent) -> str:
+    """Why an event with a time outside ``[0, 2**63)`` is damage, naming the field."""
     name, value = next(
         (f, v)
         for f in event.__struct_fields__
         if f.endswith("_ns") and (v := getattr(event, f)) is not None and not 0 <= v < _TIME_BOUND
     )
-    error = f"Expected `int` >= 0 and < 2**63 (Unix ns), got {value} - at `$.{name}`"
-    return CorruptLine(line=number, error=error, excerpt=line[:_EXCERPT].decode("utf-8", "replace"))
+    return f"Expected `int` >= 0 and < 2**63 (Unix ns), got {value} - at `$.{name}`"

@@ -73,6 +73,9 @@ PROBE_LINES = 16
 #: file's: a damaged or hostile file could hold a new one each line), and named in its line.
 _UNKNOWN_TYPES_KEPT: Final = 64
 _UNKNOWN_TYPES_SHOWN: Final = 3
+#: A value longer than this is no vocabulary's (a value of ours is a word or two): counted with
+#: the values past ``_UNKNOWN_TYPES_KEPT``, not kept.
+_UNKNOWN_VALUE_CHARS: Final = 64
 #: Identities kept to find an event's copy in another file when a file is out of time order:
 #: the last this many events (~20 MB; a clock that stepped back by this many events' time).
 DEDUP_EVENTS: Final = 65_536
@@ -180,6 +183,10 @@ class LogProblems:
     #: Per file, the events of a type this version does not know, by type (the first
     #: ``_UNKNOWN_TYPES_KEPT`` types; the others under ``None``): another version's, not damage.
     unknown: dict[str, dict[str | None, int]] = field(default_factory=dict)
+    #: Per file, the events of a type this version knows holding a value of a closed vocabulary
+    #: it does not (a newer version's ``operation``, ``outcome``...), by (field, value), bounded
+    #: as ``unknown`` is (the others under ``None``): another version's, not damage.
+    unknown_values: dict[str, dict[tuple[str, str] | None, int]] = field(default_factory=dict)
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -197,6 +204,15 @@ class LogProblems:
         key = kind if kind in types or len(types) < _UNKNOWN_TYPES_KEPT else None
         types[key] = types.get(key, 0) + 1
 
+    def unknown_value(self, path: Path, name: str, value: str) -> None:
+        """Count an event of a known type whose ``name`` holds ``value``, a value this version
+        does not know, read in ``path``."""
+        values = self.unknown_values.setdefault(str(path), {})
+        key: tuple[str, str] | None = (name, value)
+        if key not in values and (len(values) >= _UNKNOWN_TYPES_KEPT or len(value) > _UNKNOWN_VALUE_CHARS):
+            key = None
+        values[key] = values.get(key, 0) + 1
+
     def summary(self) -> list[str]:
         """One line per problem shown, and one counting the rest of each kind."""
         out = list(self.refused)
@@ -213,6 +229,13 @@ class LogProblems:
             out.append(
                 f"... and {counted(len(self.unknown) - SHOWN, 'more file')} with events of a type "
                 "this version does not know"
+            )
+        for name, values in list(self.unknown_values.items())[:SHOWN]:
+            out.append(_unknown_values_line(name, values))
+        if len(self.unknown_values) > SHOWN:
+            out.append(
+                f"... and {counted(len(self.unknown_values) - SHOWN, 'more file')} with events holding "
+                "a value this version does not know"
             )
         # A file back by a millisecond at most is sorted without a word: processes' clocks that
         # far apart, or a log of ours from before each span's end and start shared one offset
@@ -257,6 +280,23 @@ def _unknown_line(path: str, types: dict[str | None, int]) -> str:
     return (
         f"{path}: {counted(sum(types.values()), 'event')} of a type this version does not know "
         f"skipped ({shown_types}; written by another version of ckpt-events?)"
+    )
+
+
+def _unknown_values_line(path: str, values: dict[tuple[str, str] | None, int]) -> str:
+    """One file's events of known types holding values this version does not know: how many,
+    the most frequent (field, value) named with their counts, the others counted."""
+    named = sorted(((n, key) for key, n in values.items() if key is not None), key=lambda t: (-t[0], t[1]))
+    shown_values = ", ".join(
+        f"{shown(name)} {shown(value)} {n:,}" for n, (name, value) in named[:_UNKNOWN_TYPES_SHOWN]
+    )
+    if None in values:  # past _UNKNOWN_TYPES_KEPT, or too long to be a value: how many is unknown
+        shown_values += (" and " if named else "") + "more values"
+    elif len(named) > _UNKNOWN_TYPES_SHOWN:
+        shown_values += f" and {counted(len(named) - _UNKNOWN_TYPES_SHOWN, 'more value')}"
+    return (
+        f"{path}: {counted(sum(values.values()), 'event')} with a value this version does not know "
+        f"skipped ({shown_values}; written by another version of ckpt-events?)"
     )
 
 
@@ -345,7 +385,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 yield time_ns, index, number, event
             return
         for number, item in read_events(path):
-            if isinstance(item, CorruptLine) and item.unknown_type is None:
+            if isinstance(item, CorruptLine) and item.unknown_type is None and item.unknown_value is None:
                 if a_log:
                     problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
                     continue
@@ -358,11 +398,14 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                     problems.skip(f"{path}:{line.line}: corrupt line skipped: {line.error}")
                 a_log = True
             if isinstance(item, CorruptLine):
-                # A well-formed event of a type another version wrote: the file is a log, and
-                # its events of known types are read (PROBE_LINES of them at its head refused
-                # the whole file as "not a ckpt-events JSON-lines log").
+                # A well-formed event another version wrote (a type, or a value of a closed
+                # vocabulary, this one does not know): the file is a log, and its other events
+                # are read (PROBE_LINES of them at its head refused the whole file as "not a
+                # ckpt-events JSON-lines log", and each was said as a corrupt line).
                 if item.unknown_type is not None:
                     problems.unknown_type(path, item.unknown_type)
+                elif item.unknown_value is not None:
+                    problems.unknown_value(path, *item.unknown_value)
                 continue
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.

@@ -20,6 +20,7 @@ from ckpt_events import CheckpointEvent
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.logs import SHOWN
 from ckpt_events.sinks.replay import replay
+from tests.participants.cli.otlp_receiver import otlp_receiver
 
 _FIXTURE = Path(__file__).parents[2] / "sinks" / "jsonl" / "data" / "demo-0.2.0-fed5445.jsonl.gz"
 _LINES = 130
@@ -142,4 +143,106 @@ def test_many_files_and_types_unknown_are_bounded_lines(
     assert err == [
         f"{hostile}: 100 events of a type this version does not know skipped ('t000' 1, 't001' 1, "
         "'t002' 1 and more types; written by another version of ckpt-events?)"
+    ]
+
+
+def _valued(line: bytes, name: str, value: str) -> bytes:
+    """``line`` (an event of a known type) with ``name`` set to ``value``, a value of a closed
+    vocabulary this version does not know (a newer version's), its fields otherwise well-formed."""
+    event = json.loads(line)
+    event[name] = value
+    return json.dumps(event).encode() + b"\n"
+
+
+def _with_newer_values(lines: list[bytes]) -> tuple[list[bytes], dict[tuple[str, str], int]]:
+    """``lines`` with, after each event of a kind below, its copy holding a newer version's value."""
+    newer = {b'"operation_finished"': ("operation", "snapshot"), b'"refused"': ("code", "over_quota")}
+    newer[b'"step_finished"'] = ("outcome", "partial")
+    out: list[bytes] = []
+    counts: dict[tuple[str, str], int] = {}
+    for line in lines:
+        out.append(line)
+        for tag, (name, value) in newer.items():
+            if tag in line:
+                out.append(_valued(line, name, value))
+                counts[name, value] = counts.get((name, value), 0) + 1
+    return out, counts
+
+
+def test_a_newer_versions_values_in_known_events_are_one_counted_line_not_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: each event of a known type holding a value a newer version added ("operation":
+    "snapshot", a new outcome or code) was a "corrupt line skipped: Invalid enum value 'snapshot'
+    - at `$.operation`", counted with real damage, in report, diff and replay, and watch called
+    them corrupt lines. Now damage is named line by line as before, and the newer values are
+    one line per file counted by field and value; every other event is read."""
+    mixed, counts = _with_newer_values(_old_lines())
+    assert counts == {("operation", "snapshot"): 28, ("code", "over_quota"): 4, ("outcome", "partial"): 21}
+    mixed.insert(5, b'{"type":"operation_finished","kind":\n')  # damage, said as it was
+    log = tmp_path / "mixed.jsonl"
+    log.write_bytes(b"".join(mixed))
+    said = (
+        f"{log}: 53 events with a value this version does not know skipped ('operation' 'snapshot' "
+        "28, 'outcome' 'partial' 21, 'code' 'over_quota' 4; written by another version of ckpt-events?)"
+    )
+    for command in (["report", str(log)], ["diff", str(log), str(log)]):
+        assert main(command) == 0
+        err = [line for line in capsys.readouterr().err.splitlines() if str(log) in line]
+        assert err[0].startswith(f"{log}:6: corrupt line skipped: ") and err[1] == said, err
+        assert len(err) == 2 * len(command[1:]), err
+    assert main(["watch", "--once", "--follow", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert f"{log}: 1 corrupt line(s) skipped; 53 event(s) with a value this version does not know" in out
+    sink = _Collect()
+    result = anyio.run(replay, log, sink)
+    assert (result.events, len(sink.events), result.corrupt_lines) == (_LINES, _LINES, 54)
+    values = [item.unknown_value for item in result.corrupt if item.unknown_value is not None]
+    assert len(values) == 53 and {v: values.count(v) for v in values} == counts
+    assert [item.line for item in result.corrupt if item.unknown_value is None] == [6]
+
+
+def test_a_log_opening_with_a_newer_versions_values_is_read_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: 16 events holding a newer version's value at a log's head made report, diff and
+    replay refuse the whole file as "not a ckpt-events JSON-lines log (Invalid enum value
+    'snapshot' - at `$.operation`)", and none of its 130 other events was read."""
+    lines = _old_lines()
+    first = next(line for line in lines if b'"operation_finished"' in line)
+    log = tmp_path / "upgraded.jsonl"
+    log.write_bytes(b"".join([_valued(first, "operation", "snapshot")] * 20 + lines))
+    for command in (["report", str(log)], ["diff", str(log), str(log)]):
+        assert main(command) == 0
+        out, err = capsys.readouterr()
+        assert "not a ckpt-events" not in err and "corrupt" not in err, err
+        assert (
+            f"{log}: 20 events with a value this version does not know skipped ('operation' 'snapshot' 20;"
+            in err
+        )
+    with otlp_receiver() as received:
+        assert main(["replay", str(log), "--otlp-endpoint", received.url]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"replayed {_LINES} events: ") and "/v1/traces" in received.paths, out
+    assert "not a ckpt-events" not in err and "corrupt" not in err, err
+    assert f"{log}: 20 events with a value this version does not know skipped" in err
+
+
+def test_values_unknown_in_a_hostile_file_are_a_bounded_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new value each line (damage, or a hostile file), and values too long to be a word: the
+    first values kept are named, the rest counted together, memory bounded per file."""
+    lines = _old_lines()
+    first = next(line for line in lines if b'"operation_finished"' in line)
+    newer = [_valued(first, "operation", f"v{n:03}") for n in range(100)]
+    newer += [_valued(first, "outcome", "x" * 100_000)] * 3
+    log = tmp_path / "p.jsonl"
+    log.write_bytes(b"".join(lines[:20] + newer))
+    assert main(["report", str(log)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "does not know" in line]
+    assert err == [
+        f"{log}: 103 events with a value this version does not know skipped ('operation' 'v000' 1, "
+        "'operation' 'v001' 1, 'operation' 'v002' 1 and more values; written by another version of "
+        "ckpt-events?)"
     ]

@@ -233,6 +233,49 @@ def test_an_event_of_a_type_this_version_does_not_know_is_said_so() -> None:
     assert "missing required field `type`" in errors[2]
 
 
+def test_a_known_event_with_a_value_this_version_does_not_know_is_said_so(tmp_path: Path) -> None:
+    """A newer version added a value to a closed vocabulary (an ``operation``, a ``code``, an
+    ``outcome``): its line is skipped as such, ``unknown_value`` naming the field and the value
+    (was: msgspec's "Invalid enum value 'snapshot' - at `$.operation`", read as damage). With a
+    second fault besides (an id of the wrong length, a time out of range) it is damage still."""
+    finished = (
+        b'{"type":"operation_finished","kind":"model","instance":"m","trace_id":"%s",'
+        b'"span_id":"00000000000000aa","start_ns":1,"end_ns":%d,"operation":"%s","outcome":"%s"}'
+    )
+    lines = [
+        b'{"type":"refused","kind":"agent","instance":"a","time_ns":1,"code":"over_quota"}',
+        finished % (b"1" * 32, 2, b"snapshot", b"ok"),
+        finished % (b"1" * 32, 2, b"commit", b"partial"),
+        finished % (b"1" * 32, 2, b"snapshot", b"partial"),  # the first in field order is named
+        finished % (b"1" * 31, 2, b"snapshot", b"ok"),  # a trace id one digit short
+        finished % (b"1" * 32, 2**63, b"snapshot", b"ok"),  # a time past int64
+        b'{"type":"refused","kind":"agent","instance":"a","time_ns":1,"code":7}',  # not a str
+        finished % (b"1" * 32, 2, b"commit", b"ok"),
+    ]
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    found = [item for _, item in read_events(log)]
+    assert isinstance(found[-1], CheckpointEvent) and len(found) == len(lines)
+    corrupt = [item for item in found[:-1] if isinstance(item, CorruptLine)]
+    assert len(corrupt) == len(lines) - 1
+    assert [item.unknown_value for item in corrupt] == [
+        ("code", "over_quota"),
+        ("operation", "snapshot"),
+        ("outcome", "partial"),
+        ("operation", "snapshot"),
+        None,
+        None,
+        None,
+    ]
+    assert all(item.unknown_type is None for item in corrupt)
+    assert corrupt[1].error == (
+        "a value this version of ckpt-events does not know: 'snapshot' at `$.operation` of a "
+        "'operation_finished' event (written by another version of the library?)"
+    )
+    assert "does not know" not in " ".join(item.error for item in corrupt[4:])
+    assert "hex digits" in corrupt[4].error and "2**63" in corrupt[5].error
+
+
 @pytest.mark.parametrize("end", [b"\n", b"\r\n"])
 def test_a_utf8_byte_order_mark_is_skipped_and_the_first_event_reads(tmp_path: Path, end: bytes) -> None:
     """A log saved with a UTF-8 BOM (a Windows editor) reads whole, CRLF or not (was: its first
