@@ -50,6 +50,7 @@ from ckpt_events import (
     OperationStarted,
     Stalled,
 )
+from ckpt_events.checks import shown
 from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
 from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, oldest_first, read_events, rotated_name
 
@@ -246,6 +247,8 @@ class LogFollower:
         #: Corrupt lines skipped in each file on this call, over all its chunks (one note each).
         self._corrupt: dict[str, int] = {}
         self._unknown: dict[str, int] = {}  # lines of event types another version wrote
+        #: Events of known types holding a value another version wrote, by (field, value).
+        self._values: dict[str, dict[tuple[str, str], int]] = {}
         self._sources: dict[object, int] = {}  # the backlog's files (``Backlog.source``)
         #: Per log whose newest file given is a rotated one (its writer went on in a file not
         #: given), that file.
@@ -316,6 +319,7 @@ class LogFollower:
         self.unreadable = {}
         self._corrupt = {}
         self._unknown = {}
+        self._values = {}
         self.cut = {}
         order = self._look()
         behind = 0
@@ -458,15 +462,18 @@ class LogFollower:
         yielding after each batch."""
         corrupt = 0
         unknown = 0
+        values: dict[tuple[str, str], int] = {}
         batch: list[Event] = []
         backlog.source = self._source_of(path)
         try:
             for _, item in read_events(path):  # bounded: one pass over a file of a given size
                 if isinstance(item, CorruptLine):
-                    if item.unknown_type is None:
-                        corrupt += 1
-                    else:
+                    if item.unknown_type is not None:
                         unknown += 1
+                    elif item.unknown_value is not None:
+                        _count_value(values, item.unknown_value)
+                    else:
+                        corrupt += 1
                 elif isinstance(item, VIEW_EVENTS):
                     batch.append(item)
                     if len(batch) >= 4096:
@@ -476,8 +483,8 @@ class LogFollower:
         except OSError as exc:
             self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
         backlog.add_all(batch)
-        if corrupt or unknown:
-            self.notes[path] = _skipped_note(path, corrupt, unknown)
+        if corrupt or unknown or values:
+            self.notes[path] = _skipped_note(path, corrupt, unknown, values)
 
     def _source_of(self, key: object) -> int:
         """A number for each file the backlog folds (by identity; a gzipped one by its path)."""
@@ -559,6 +566,8 @@ class LogFollower:
         followed.partial = data[max(cut, start) :]
         corrupt = 0
         unknown = 0
+        values = self._values.setdefault(followed.path, {})
+        before = sum(values.values())
         if len(followed.partial) > MAX_LINE:  # a line past the reader's bound: dropped to its end
             followed.partial = b""
             followed.skipping = True
@@ -566,19 +575,23 @@ class LogFollower:
         if cut > start:
             for _, item in read_events(io.BytesIO(data[start:cut])):
                 if isinstance(item, CorruptLine):
-                    if item.unknown_type is None:
-                        corrupt += 1
-                    else:  # another version's event: skipped, but not damage
+                    # Another version's event (a type, or a value of a closed vocabulary, this
+                    # one does not know): skipped, but not damage.
+                    if item.unknown_type is not None:
                         unknown += 1
+                    elif item.unknown_value is not None:
+                        _count_value(values, item.unknown_value)
+                    else:
+                        corrupt += 1
                 elif isinstance(item, VIEW_EVENTS):
                     events.append(item)
-        if corrupt or unknown:
+        if corrupt or unknown or sum(values.values()) > before:
             # Summed over the call's chunks: each chunk's own count, set alone, said "1 corrupt
             # line(s)" for a log of 4 whose last 8 MiB chunk held one.
             path = followed.path
             total = self._corrupt[path] = self._corrupt.get(path, 0) + corrupt
             others = self._unknown[path] = self._unknown.get(path, 0) + unknown
-            self.notes[path] = _skipped_note(path, total, others)
+            self.notes[path] = _skipped_note(path, total, others, values)
 
 
 def _log_of(path: str) -> str:
@@ -615,9 +628,10 @@ def _stamp(event: Event) -> int:
             return 0
 
 
-def _skipped_note(path: str, corrupt: int, unknown: int) -> str:
-    """What a log's reads skipped: lines damaged, and events of types this version does not know
-    (a newer server's, in a fleet being upgraded: said as such, not as damage)."""
+def _skipped_note(path: str, corrupt: int, unknown: int, values: dict[tuple[str, str], int]) -> str:
+    """What a log's reads skipped: lines damaged, and events of types, or of known types with
+    values, this version does not know (a newer server's, in a fleet being upgraded: said as
+    such, not as damage)."""
     parts = []
     if corrupt:
         parts.append(f"{corrupt} corrupt line(s) skipped")
@@ -626,7 +640,29 @@ def _skipped_note(path: str, corrupt: int, unknown: int) -> str:
             f"{unknown} event(s) of a type this version does not know skipped (written by "
             "another version of ckpt-events?)"
         )
+    if values:
+        named = sorted(
+            ((n, key) for key, n in values.items() if key != _OTHER_VALUES), key=lambda t: (-t[0], t[1])
+        )
+        listed = ", ".join(f"{shown(name)} {shown(value)} {n:,}" for n, (name, value) in named[:3])
+        more = " and more" if len(named) > 3 or _OTHER_VALUES in values else ""
+        parts.append(
+            f"{sum(values.values())} event(s) with a value this version does not know skipped "
+            f"({listed or 'values not kept'}{more}; written by another version of ckpt-events?)"
+        )
     return f"{path}: {'; '.join(parts)}"
+
+
+#: The (field, value) pairs kept per file (a damaged or hostile file could hold a new one each
+#: line); the others are counted under ``_OTHER_VALUES``, as is a value too long to be a word.
+_VALUES_KEPT: Final = 64
+_OTHER_VALUES: Final = ("", "")
+
+
+def _count_value(values: dict[tuple[str, str], int], key: tuple[str, str]) -> None:
+    if key not in values and (len(values) >= _VALUES_KEPT or len(key[1]) > 64):
+        key = _OTHER_VALUES
+    values[key] = values.get(key, 0) + 1
 
 
 def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:

@@ -459,6 +459,33 @@ def test_an_event_of_a_type_this_version_does_not_know_is_not_called_corrupt(tmp
         assert follower.notes[str(zipped)].startswith(f"{zipped}: {said}")
 
 
+def test_an_event_holding_a_value_this_version_does_not_know_is_not_called_corrupt(tmp_path: Path) -> None:
+    """A newer server writes a known event type with a value this version lacks ("operation":
+    "snapshot"): ``watch`` skips it as ``report`` does, counted by field and value (was: "corrupt
+    line(s)", as if the log were damaged), real damage counted apart, in a plain read and in a
+    gzipped log's whole read."""
+    log = tmp_path / "env.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle([_finished(1, "commit", "c1"), _finished(2, "commit", "c1")])
+    sink.close()
+    good, second = log.read_bytes().splitlines(keepends=True)
+    newer = second.replace(b'"operation":"commit"', b'"operation":"snapshot"')
+    coded = second.replace(b'"outcome":"ok"', b'"outcome":"partial"')
+    log.write_bytes(good + newer + b"garbage\n" + newer + coded)
+    said = (
+        "1 corrupt line(s) skipped; 3 event(s) with a value this version does not know skipped "
+        "('operation' 'snapshot' 2, 'outcome' 'partial' 1; written by another version of ckpt-events?)"
+    )
+    with LogFollower([str(log)], budget=None) as follower:
+        assert len(follower.read()) == 1
+        assert follower.notes[str(log)] == f"{log}: {said}"
+    zipped = tmp_path / "old.jsonl.gz"
+    zipped.write_bytes(gzip.compress(log.read_bytes()))
+    with LogFollower([str(zipped)], budget=None) as follower:
+        assert len(follower.read()) == 1
+        assert follower.notes[str(zipped)] == f"{zipped}: {said}"
+
+
 def test_a_backlog_past_max_finished_folds_in_linear_time() -> None:
     """Past ``MAX_FINISHED`` finished spans, each one more (forgetting the oldest) costs about
     what the first ones did: forgetting walked past every span forgotten before it (8.5 s for
