@@ -67,7 +67,9 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     child's; ``exit_code`` is ``None`` while it runs. ``child`` is the child's own bus
     counters (its sinks' deliveries, drops and failures), known once it closed in order;
     ``received`` and ``corrupt_lines`` are what it read; ``lost_ends`` the spans' ends it read
-    without their start (in a line cut short or corrupt): their ``*Finished`` events are lost.
+    without their start (in a line cut short or corrupt): their ``*Finished`` events are lost;
+    ``invalid_events`` the events it left out of lines it read (a hand-built event holding a value
+    outside its field's vocabulary, which the child cannot decode), the rest of their batch kept.
     ``sinks`` is, by subscription name
     (``otel-spans``, ``jsonl``, ...), each sink's own ``stats()`` as it closed, of the type it
     has in process (``OtlpSpanSinkStats``, ``JsonLinesStats``, ...): what it exported and
@@ -83,6 +85,7 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     child: BusStats | None = None
     lost_ends: int | None = None
     sinks: dict[str, msgspec.Struct] | None = None
+    invalid_events: int | None = None
 
 
 class ExportProcess:
@@ -473,6 +476,7 @@ class ExportProcess:
             corrupt_lines=closed.get("corrupt_lines"),
             child=msgspec.convert(child, BusStats) if child is not None else None,
             lost_ends=closed.get("lost_ends"),
+            invalid_events=closed.get("invalid_events"),
             sinks=_sink_stats(sinks) if sinks is not None else None,
         )
 

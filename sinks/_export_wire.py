@@ -275,13 +275,18 @@ class WireReader:
 
     ``lost_ends`` counts the ends whose start it did not hold (in a line cut short or corrupt,
     or the oldest past the limit): their spans' ``*Finished`` are lost, counted, never taken
-    from another span's record.
+    from another span's record. ``invalid_events`` counts the events it could not read in a line
+    it read (a hand-built event holding a value outside its field's vocabulary, which ``emit``
+    takes as it is): each is left out, the rest of its batch kept; ``invalid_error`` says the
+    first one's fault.
     """
 
     def __init__(self, open_limit: int = OPEN_LIMIT) -> None:
         self._open: dict[int, _Record] = {}
         self._open_limit = open_limit
         self.lost_ends = 0
+        self.invalid_events = 0
+        self.invalid_error: str | None = None
 
     def events(self, line: bytes) -> list[Event]:
         """The events of one batch's line; ``msgspec.DecodeError`` (and nothing read from it) if
@@ -289,7 +294,7 @@ class WireReader:
         items: list[Any]  # the items of one of the two decoders
         try:
             items = _LINE.decode(line)
-        except msgspec.ValidationError:  # an event sent as it is with a non-finite attribute?
+        except msgspec.ValidationError:  # an event with a non-finite attribute, or one not valid
             items = _LINE_WITH_NULLS.decode(line)
         except msgspec.DecodeError as exc:
             items = _escaped_items(line, exc)
@@ -312,7 +317,14 @@ class WireReader:
             elif isinstance(item, EventItem):
                 append(item.event)
             elif isinstance(item, _EventIn):
-                append(from_wire(WIRE_DECODER.decode(item.event)))
+                try:
+                    append(from_wire(WIRE_DECODER.decode(item.event)))
+                except msgspec.DecodeError as exc:  # ValidationError too
+                    # One event the line's decoder refused: the whole batch was lost for it (a
+                    # user's Refused(code="over_quota") took the 99 events beside it along).
+                    self.invalid_events += 1
+                    if self.invalid_error is None:
+                        self.invalid_error = str(exc)
             else:
                 number = item._wire
                 if not number or spans.pop(number, None) is not None:  # its end (alone, if 0)

@@ -619,6 +619,33 @@ async def test_a_non_finite_attribute_is_exported_not_its_whole_batch_lost(tmp_p
     assert finished["built"]["y"] == "kept"  # type: ignore[index]
 
 
+async def test_a_hand_built_event_the_child_cannot_read_loses_itself_not_its_batch(tmp_path: Path) -> None:
+    """``emit`` takes a hand-built event as it is; one holding a value outside its field's
+    vocabulary (``Refused(code="over_quota")``) made the child's decoder refuse the whole line:
+    the spans and events of its batch were lost with it, counted only as a corrupt line. The child
+    leaves that one event out now, counted in ``invalid_events`` and said once."""
+    from ckpt_events import OperationFinished, Refused
+
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=log, export_process=True, environ={})
+        telemetry = Telemetry(bus, kind="agent", instance="agent-0")
+        for index in range(5):  # one batch: nothing awaits between them
+            with telemetry.operation("commit", checkpoint_id=f"c{index}"):
+                pass
+            if index in (1, 3):
+                bus.emit(Refused(kind="agent", instance="agent-0", time_ns=1, code="over_quota"))  # type: ignore[arg-type]
+            telemetry.refused("stale_attempt")
+        await configured.aclose()
+    stats = configured.export_process.stats()  # type: ignore[union-attr]
+    assert (stats.forwarded, stats.received, stats.corrupt_lines, stats.invalid_events) == (17, 15, 0, 2)
+    events = [event for _, event in read_events(log)]
+    assert [e.checkpoint_id for e in events if isinstance(e, OperationFinished)] == [
+        f"c{i}" for i in range(5)
+    ]
+    assert [e.code for e in events if isinstance(e, Refused)] == ["stale_attempt"] * 5
+
+
 async def test_a_lone_surrogate_reaches_the_childs_sinks_not_its_whole_batch_lost(tmp_path: Path) -> None:
     """A string holding a lone surrogate (``os.fsdecode`` of a bad file name) cannot be written
     as UTF-8: the batch's line failed to encode, and the bus counted every event of the batch as
