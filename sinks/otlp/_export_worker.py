@@ -49,7 +49,15 @@ class ExportWorker:
     """
 
     def __init__(
-        self, sender: OtlpHttpSender, *, name: str, signal: str, lost: str, unit: str = "items"
+        self,
+        sender: OtlpHttpSender,
+        *,
+        name: str,
+        signal: str,
+        lost: str,
+        unit: str = "items",
+        counted_in: str = "stats()",
+        dropped_unit: str | None = None,
     ) -> None:
         self.sender = sender
         self.name = name
@@ -70,6 +78,8 @@ class ExportWorker:
         self._signal = signal
         self._lost = lost
         self._unit = unit
+        self._counted_in = counted_in
+        self._dropped_unit = unit if dropped_unit is None else dropped_unit
         self._logged_failure = False
         self._thread: threading.Thread | None = None
 
@@ -176,6 +186,30 @@ class ExportWorker:
             how,
             self._lost,
             exc_info=exc_info,
+        )
+
+    def say_total(self) -> None:
+        """At shutdown, once: what was lost in all, when anything was. The failure warning is
+        said at the first failure only, with no count; a queue full and a second outage hours
+        later said nothing, so a server's log never told how many spans a run lost."""
+        with self.wake:
+            dropped, exported = self.dropped, self.exported
+            failures, exports, last = self.failures, self.exports, self.last_failure
+        if not dropped and not failures:
+            return
+        parts = []
+        if dropped:
+            unit = self._dropped_unit if dropped != 1 else self._dropped_unit.removesuffix("s")  # "1 span"
+            parts.append(f"{dropped:,} {unit} dropped in all, {exported:,} exported")
+        if failures:
+            failed = "1 export failed" if failures == 1 else f"{failures:,} exports failed"
+            parts.append(f"{failed}, {exports:,} accepted (last: {last})")
+        logger.warning(
+            "OTLP %s export to %s: %s; counted in %s",
+            self._signal,
+            self.sender.shown_url,
+            "; ".join(parts),
+            self._counted_in,
         )
 
     def request_stop(self) -> None:

@@ -126,6 +126,9 @@ class OtlpMetricSink:
             signal="metric",
             lost="counted in OtlpMetricSink.stats()",
             unit="data points",
+            counted_in="OtlpMetricSink.stats()",
+            # What it drops is events handed to it after its shutdown: never exported.
+            dropped_unit="events",
         )
         self._lock = self._worker.wake
         self._worker.start(self._run)
@@ -199,6 +202,7 @@ class OtlpMetricSink:
         worker.join(deadline, patience=0.5, slack=0.0, resume=True)
         self._export(deadline)
         self.sender.stop()  # no thread of ours outlives the shutdown
+        worker.say_total()
 
     async def aclose(self) -> None:
         """Export the last totals and shut down (the bus awaits this after the last batch);

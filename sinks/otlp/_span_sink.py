@@ -203,6 +203,7 @@ class OtlpSpanSink:
             signal="span",
             lost="spans are dropped and counted in OtlpSpanSink.stats()",
             unit="spans",
+            counted_in="OtlpSpanSink.stats()",
         )
         self._wake = self._worker.wake
         self._worker.start(self._run)
@@ -359,6 +360,7 @@ class OtlpSpanSink:
             if worker.is_alive() and self._in_flight:
                 worker.abandon(self._in_flight)
         self.sender.stop()  # no thread of ours outlives the shutdown
+        worker.say_total()
 
     async def aclose(self) -> None:
         """Flush and shut down (the bus awaits this after the last batch); cancelled (the bus's

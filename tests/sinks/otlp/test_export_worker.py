@@ -26,6 +26,15 @@ def _dead_endpoint() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+def _said_at_the_first_failure(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The one warning each sink gives at its first failed export (its totals at close left out)."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == "ckpt_events.sinks.otel" and r.getMessage().endswith("not logged again")
+    ]
+
+
 def _worker(url: str, **sender: float) -> ExportWorker:
     return ExportWorker(
         OtlpHttpSender(url, content_type="application/x-protobuf", **sender),  # type: ignore[arg-type]
@@ -54,12 +63,80 @@ async def test_each_sink_warns_once_in_its_own_words(caplog: pytest.LogCaptureFi
     assert spans.stats().export_failures == 2
     assert metrics.stats().export_failures >= 2
     warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
-    assert len(warnings) == 2
-    span_warning, metric_warning = sorted(warnings, key=lambda w: "metric" in w)
+    firsts = [w for w in warnings if w.endswith("not logged again")]  # the totals at close aside
+    assert len(firsts) == 2
+    span_warning, metric_warning = sorted(firsts, key=lambda w: "metric" in w)
     assert span_warning.startswith(f"OTLP span export to {endpoint}/v1/traces refused or unreachable")
     assert span_warning.endswith("spans are dropped and counted in OtlpSpanSink.stats(), not logged again")
     assert metric_warning.startswith(f"OTLP metric export to {endpoint}/v1/metrics refused or unreachable")
     assert metric_warning.endswith("counted in OtlpMetricSink.stats(), not logged again")
+
+
+async def test_the_close_says_what_was_lost_in_all(caplog: pytest.LogCaptureFixture) -> None:
+    """A server that ran for hours said its collector failed once, with no count, and a full
+    queue not at all: at close each sink says its totals, the figures its stats() holds."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    endpoint = _dead_endpoint()
+    spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0)
+    metrics = OtlpMetricSink(endpoint, max_retries=0)
+    async with Bus() as bus:
+        bus.subscribe(spans)
+        bus.subscribe(metrics)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for n in range(3):
+            with tel.operation("commit", checkpoint_id=f"c{n}"):
+                pass
+            await bus.flush()
+            spans.force_flush(5.0)
+            metrics.force_flush()
+    span_stats, metric_stats = spans.stats(), metrics.stats()
+    assert span_stats.dropped == 3 and span_stats.export_failures == 3
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    # The bus closes its sinks side by side: either may speak first.
+    totals = sorted(w for w in warnings if "in all" in w or "exports failed" in w)
+    assert totals == sorted(
+        [
+            f"OTLP span export to {endpoint}/v1/traces: 3 spans dropped in all, 0 exported; 3 exports "
+            "failed, 0 accepted (last: got no answer); counted in OtlpSpanSink.stats()",
+            f"OTLP metric export to {endpoint}/v1/metrics: {metric_stats.export_failures} exports "
+            "failed, 0 accepted (last: got no answer); counted in OtlpMetricSink.stats()",
+        ]
+    )
+
+
+async def test_a_full_queue_is_said_at_close_though_no_export_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Spans the bounded queue could not take were counted and never said (no export failed)."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with _collector([]) as (url, received):
+        spans = OtlpSpanSink(url.removesuffix("/v1/traces"), max_queue=2, linger=5.0)
+        async with Bus() as bus:
+            bus.subscribe(spans)
+            tel = Telemetry(bus, kind="agent", instance="agent-0")
+            for n in range(5):
+                with tel.operation("commit", checkpoint_id=f"c{n}"):
+                    pass
+        stats = spans.stats()
+    assert (stats.exported, stats.dropped, stats.export_failures) == (2, 3, 0)
+    assert received
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert warnings == [
+        f"OTLP span export to {url}: 3 spans dropped in all, 2 exported; counted in OtlpSpanSink.stats()"
+    ]
+
+
+async def test_a_healthy_close_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing lost, nothing said: the totals line is for a loss only."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with _collector([]) as (url, _):
+        base = url.removesuffix("/v1/traces")
+        async with Bus() as bus:
+            bus.subscribe(OtlpSpanSink(base, linger=0.01))
+            bus.subscribe(OtlpMetricSink(base))
+            with Telemetry(bus, kind="agent", instance="agent-0").operation("commit", checkpoint_id="c1"):
+                pass
+    assert [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"] == []
 
 
 def test_an_abandoned_batch_is_counted_once() -> None:
@@ -179,7 +256,7 @@ async def test_metric_totals_that_cannot_be_encoded_fail_one_export_not_the_thre
             assert metrics.force_flush() is True
     stats = metrics.stats()
     assert stats.export_failures >= 1 and stats.exports >= 1 and len(received) >= 1
-    (warning,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    (warning,) = _said_at_the_first_failure(caplog)
     assert "could not be encoded (OverflowError: a total past int64)" in warning.getMessage()
 
 
@@ -261,7 +338,7 @@ async def test_a_refusal_says_the_status_and_the_collectors_reason(caplog: pytes
     stats = sink.stats()
     assert (stats.exported, stats.dropped, stats.export_failures, stats.retries) == (0, 1, 1, 0)
     assert stats.last_failure == "answered 400: 'bad ids'"
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
     assert f"{endpoint}/v1/traces answered 400: 'bad ids'; spans are dropped" in warning
     assert "unreachable" not in warning and "T0KEN" not in warning
 
@@ -288,6 +365,6 @@ async def test_a_redirect_is_not_followed_and_the_warning_says_where_it_pointed(
     assert (stats.exported, stats.dropped, stats.export_failures) == (0, 1, 1)
     shown_target = f"'{where}/v1/traces?api_key=[REDACTED]'"
     assert stats.last_failure == f"answered 307, a redirect to {shown_target}"
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
     assert f"answered 307, a redirect to {shown_target}, which is not followed: set the endpoint" in warning
     assert "S3CRET" not in warning and "T0KEN" not in warning and "\n" not in warning
