@@ -123,7 +123,9 @@ class HistogramPoint:
         """Add one value (a bucket holds values up to and including its upper boundary);
         ``exemplar``, a finished-span event, becomes the bucket's exemplar (its ids and end, as
         an ``ExemplarSpan``) when it is the slowest there or the held one is older than
-        ``EXEMPLAR_WINDOW_NS``."""
+        ``EXEMPLAR_WINDOW_NS``; only a sampled one (its trace is exported): an exemplar of a
+        sampled-out trace links to a trace no backend holds (OpenTelemetry's default exemplar
+        filter, ``trace_based``, keeps sampled measurements alone too)."""
         self.count += 1
         self.total += value
         # Comparisons, not min()/max() (11 ns against 87 each): this runs on the event loop
@@ -134,7 +136,7 @@ class HistogramPoint:
             self.max = value
         index = _bisect_left(DEFAULT_BOUNDARIES, value)
         self.buckets[index] += 1
-        if exemplar is not None:
+        if exemplar is not None and exemplar.sampled:
             held = self.exemplars[index]
             # No clock read: the events' own end times say how old the held exemplar is.
             if (

@@ -23,6 +23,7 @@ from ckpt_events import (
     OperationFinished,
     OperationStarted,
     Refused,
+    Telemetry,
 )
 from ckpt_events.sinks import configure
 from ckpt_events.sinks._metric_totals import DEFAULT_BOUNDARIES, MetricTotals
@@ -161,6 +162,7 @@ def test_the_slowest_in_a_bucket_is_its_exemplar_until_it_is_a_minute_old() -> N
     class Op:
         def __init__(self, end_s: float, span: int) -> None:
             self.end_ns, self.trace_id, self.span_id = int(end_s * 1e9), 1, span
+            self.sampled = True
 
     point = HistogramPoint()
     point.record(20.0, Op(1, 1))
@@ -172,6 +174,45 @@ def test_the_slowest_in_a_bucket_is_its_exemplar_until_it_is_a_minute_old() -> N
     assert point.exemplars[3].span_id == 4
     point.record(3.0)  # no exemplar given: counted only
     assert point.buckets[1] == 1 and point.exemplars[1] is None
+
+
+async def test_an_exemplar_is_never_a_sampled_out_trace() -> None:
+    """Every operation is counted whatever the sampling, but an exemplar links to a trace the
+    collector holds: at ``sample_ratio=0.01`` the held exemplar was a sampled-out trace's (1 of
+    1 at ratio 0, and at 0.01 nearly always), a link to no trace."""
+    from prometheus_client.samples import Exemplar
+
+    sink, keep = PrometheusSink(), Keep()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        bus.subscribe(keep)
+        dropped = Telemetry(bus, kind="resources", instance="r0", sample_ratio=0.0)
+        kept = Telemetry(bus, kind="resources", instance="r1", sample_ratio=1.0)
+        for i in range(40):
+            with dropped.operation("commit", checkpoint_id=f"d{i}"):
+                pass
+            with dropped.operation("restore", checkpoint_id=f"d{i}"):
+                pass
+            with kept.operation("restore", checkpoint_id=f"k{i}"):
+                pass
+    sampled = {f"{e.trace_id:032x}" for e in keep.events if isinstance(e, OperationFinished) and e.sampled}
+    assert len(sampled) == 40
+    with _endpoint(sink) as endpoint:
+        _, text = _get(endpoint.url, OPENMETRICS)
+    counts: dict[str, float] = {}
+    exemplars: dict[str, list[Exemplar]] = {"commit": [], "restore": []}
+    for family in openmetrics_families(text):
+        for sample in family.samples:
+            operation = sample.labels.get("nemo_gym_checkpoint_operation")
+            if family.name != DURATION or operation is None:
+                continue
+            if sample.name == DURATION + "_count":
+                counts[operation] = sample.value
+            if sample.exemplar is not None:
+                exemplars[operation].append(sample.exemplar)
+    assert counts == {"commit": 40, "restore": 80}  # counted whatever the sampling
+    assert exemplars["commit"] == []  # no commit was sampled: no exemplar
+    assert exemplars["restore"] and {e.labels["trace_id"] for e in exemplars["restore"]} <= sampled
 
 
 async def test_otlp_protobuf_exemplars_decode_with_opentelemetry_proto() -> None:
