@@ -232,7 +232,9 @@ async def run_demo(opts: DemoOptions, console: Console, stopping: anyio.Event | 
         async with Bus(buffer_size=1 << 20) as bus:
             bus.subscribe(memory, name="demo-report")
             configured, watch = _subscribe_sinks(opts, bus, workdir, token)
-            tel = Telemetry(bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE)
+            tel = Telemetry(
+                bus, kind=Kind.CONTROLLER, instance=CONTROLLER_INSTANCE, sample_ratio=configured.sample_ratio
+            )
             try:
                 ran = await _generations(opts, console, bus, tel, token, workdir, stopping, watch)
             finally:

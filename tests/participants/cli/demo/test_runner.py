@@ -60,3 +60,21 @@ async def test_demo_runs_for_small_rollout_counts(tmp_path: Path, rollouts: int)
     assert continued >= 1 and done + continued + restarted <= rollouts
     assert done == min(int(0.4 * rollouts), rollouts - 1)
     assert result.first.completed == done
+
+
+async def test_demo_samples_as_the_environment_says_and_still_diagnoses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_TRACES_SAMPLER=always_off`` samples out the controller's traces, and with them every
+    participant's (they follow its ``traceparent``); was: the demo's controller sampled every trace
+    whatever the environment said, while its sinks were configured from it. The log still holds
+    every operation and the run is verified and reported from it alike."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    options = DemoOptions(rollouts=5, steps=2, concurrency=4, jsonl=tmp_path / "demo.jsonl", workdir=tmp_path)
+    result = await run_demo(options, Console(file=io.StringIO(), width=170))
+    assert result.second.completed == 5 and len(result.checks) == 5
+    assert result.checks[4].startswith("1 of 1 checkpoint published")
+    logged = [event for _, event in read_events(tmp_path / "demo.jsonl")]
+    finished = [e for e in logged if isinstance(e, OperationFinished)]
+    assert {e.operation for e in finished} >= {Operation.COMMIT, Operation.RESTORE}
+    assert [e for e in logged if getattr(e, "sampled", False)] == []
