@@ -7,7 +7,9 @@ and three flags in words:
 * a checkpoint slower than twice the run's median checkpoint;
 * a straggler: an instance that is the slowest of its kind (by its operations' total time in
   a checkpoint) in more than two thirds of at least ``MIN_CHECKPOINTS`` checkpoints, a share
-  that luck among equals gives with a chance under ``STRAGGLER_CHANCE``; and whose gap to its
+  that luck among equals gives with a chance under ``STRAGGLER_CHANCE``, or, where a few are
+  slow together and take turns at the top, among its ``r`` slowest (``r`` under half the kind's
+  instances, luck judged at ``r`` in that many); and whose gap to its
   peers (per checkpoint, its total minus the median of the others' in that checkpoint, so a
   load that slows everyone at once cancels) has a median at least ``STRAGGLER_RATIO`` times
   the peers' level, ``STRAGGLER_MIN_MS``, and the gaps' own spread (times ``STRAGGLER_SPREAD``);
@@ -203,6 +205,8 @@ class Trends:
     #: took part in; and who was the slowest of the kind, per checkpoint.
     totals: dict[str, dict[str, array[float]]] = field(default_factory=dict)
     slowest_of_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Per kind, per instance, its place in each checkpoint with 2+ of the kind (1: the slowest).
+    places: dict[str, dict[str, array[int]]] = field(default_factory=dict)
     checkpoints_of_kind: dict[str, int] = field(default_factory=dict)
     #: Per kind, per instance, in each checkpoint with 2+ of the kind: its total minus the
     #: median of the others' (its gap), and that median (its peers' level); and the fewest
@@ -286,10 +290,12 @@ class Trends:
                 ordered = sorted(by_who.items(), key=lambda kv: kv[1])
                 ms_sorted = [ms for _, ms in ordered]
                 gaps, peers = self.gaps.setdefault(kind, {}), self.peers.setdefault(kind, {})
+                places = self.places.setdefault(kind, {})
                 for position, (who, ms) in enumerate(ordered):
                     level = _median_without(ms_sorted, position)
                     gaps.setdefault(who, array("d")).append(ms - level)
                     peers.setdefault(who, array("d")).append(level)
+                    places.setdefault(who, array("i")).append(len(ordered) - position)
         self._pending = {}
         self._pending_unknown = set()
         self._pending_id = None
@@ -348,24 +354,40 @@ class Trends:
 
     def _stragglers(self) -> list[str]:
         out = []
-        for kind, counts in sorted(self.slowest_of_kind.items()):
-            total = self.checkpoints_of_kind[kind]
-            who, wins = max(counts.items(), key=lambda kv: kv[1])
-            if total < MIN_CHECKPOINTS or wins * 3 <= total * 2:
+        for kind, places in sorted(self.places.items()):
+            total, fewest = self.checkpoints_of_kind[kind], self.fewest_of_kind[kind]
+            if total < MIN_CHECKPOINTS:
                 continue
-            if binomial_tail(wins, total, 1 / self.fewest_of_kind[kind]) >= STRAGGLER_CHANCE:
-                continue
-            gaps = self.gaps[kind][who]
-            gap, level = statistics.median(gaps), statistics.median(self.peers[kind][who])
-            if gap < STRAGGLER_MIN_MS or level + gap < STRAGGLER_RATIO * level:
-                continue
-            if gap < STRAGGLER_SPREAD * spread(gaps):
-                continue
-            mine = statistics.median(self.totals[kind][who])
-            times = f"{(level + gap) / level:.1f}x" if level > 0 else "where they took none"
-            out.append(
-                f"straggler: {who} was the slowest {kind} in {wins} of {total} checkpoints "
-                f"(median {mine:.1f} ms in its operations, {gap:.1f} ms over the other {kind}s' "
-                f"{level:.1f} ms in the same checkpoint, {times})"
-            )
+            named: set[str] = set()
+            # Two servers slowed alike among 16 take turns at the top (5 and 3 of 8): judged as
+            # the slowest alone, neither was named. Among the r slowest, each is, while r stays
+            # under half the kind, so the others' median is still the healthy level.
+            for r in range(1, max(1, (fewest - 1) // 2) + 1):
+                for who in sorted(places):
+                    wins = sum(1 for place in places[who] if place <= r)
+                    if who in named or wins * 3 <= total * 2:
+                        continue
+                    if binomial_tail(wins, total, r / fewest) >= STRAGGLER_CHANCE:
+                        continue
+                    if (line := self._straggler(kind, who, wins, total, r)) is not None:
+                        named.add(who)
+                        out.append(line)
         return out
+
+    def _straggler(self, kind: str, who: str, wins: int, total: int, r: int) -> str | None:
+        """The flag of ``who``, among the ``r`` slowest of ``kind`` in ``wins`` of ``total``
+        checkpoints, if its gap to its peers is large and steady enough (else ``None``)."""
+        gaps = self.gaps[kind][who]
+        gap, level = statistics.median(gaps), statistics.median(self.peers[kind][who])
+        if gap < STRAGGLER_MIN_MS or level + gap < STRAGGLER_RATIO * level:
+            return None
+        if gap < STRAGGLER_SPREAD * spread(gaps):
+            return None
+        mine = statistics.median(self.totals[kind][who])
+        times = f"{(level + gap) / level:.1f}x" if level > 0 else "where they took none"
+        place = f"the slowest {kind}" if r == 1 else f"among the {r} slowest {kind}s"
+        return (
+            f"straggler: {who} was {place} in {wins} of {total} checkpoints "
+            f"(median {mine:.1f} ms in its operations, {gap:.1f} ms over the other {kind}s' "
+            f"{level:.1f} ms in the same checkpoint, {times})"
+        )

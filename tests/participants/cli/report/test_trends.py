@@ -80,14 +80,16 @@ def test_growth_needs_a_significant_slope_well_above_its_jitter() -> None:
     assert long.start == pytest.approx(10, abs=0.5) and long.end == pytest.approx(60, abs=0.5)
 
 
-def _synthetic(seed: int, checkpoints: int, ms: Callable[[random.Random, str, int], float]) -> Trends:
-    """A fleet of 4 environments and 2 models checkpointed ``checkpoints`` times, each
+def _synthetic(
+    seed: int, checkpoints: int, ms: Callable[[random.Random, str, int], float], environments: int = 4
+) -> Trends:
+    """A fleet of ``environments`` environments and 2 models checkpointed ``checkpoints`` times, each
     instance's commit (one export step inside) taking ``ms(rng, who, n)`` times the machine's
     load, a log-AR(1) drift shared by everyone, times its own log-normal jitter, and 5% of
     the time an outlier 2-6x (a preempted process)."""
     rng = random.Random(seed)
     trends = Trends()
-    members = [(Kind.ENVIRONMENT, f"environment-{i}") for i in range(4)]
+    members = [(Kind.ENVIRONMENT, f"environment-{i}") for i in range(environments)]
     members += [(Kind.MODEL, f"model-{i}") for i in range(2)]
     log_load, span, now = 0.0, 1, 1_000_000_000
     for n in range(checkpoints):
@@ -147,6 +149,30 @@ def test_the_same_noise_over_a_real_trend_or_straggler_is_flagged(
         flags = _synthetic(seed, checkpoints, straggling).flags()
         assert len(flags) == 1, (seed, flags)
         assert flags[0].startswith("straggler: environment/environment-2 was the slowest environment in")
+
+
+@pytest.mark.parametrize("checkpoints", [8, 30, 300])
+def test_a_wide_healthy_fleet_flags_nothing(checkpoints: int) -> None:
+    """Sixteen equal environments under the same noise: judging among the few slowest (not only
+    the slowest) names none of them."""
+    for seed in range(100):
+        flags = _synthetic(seed, checkpoints, lambda _rng, _who, _n: 10.0, environments=16).flags()
+        assert [f for f in flags if f.startswith("straggler: ")] == [], (seed, flags)
+
+
+@pytest.mark.parametrize("checkpoints", [8, 30])
+def test_two_slow_servers_among_sixteen_are_both_named(checkpoints: int) -> None:
+    """Two environments of sixteen, each 2.5x its peers at every checkpoint, take turns at the
+    top: both are named, and no healthy one (the slowest alone named neither, in most seeds)."""
+    slow = ("environment/environment-3", "environment/environment-11")
+
+    def two_slow(_rng: random.Random, who: str, _n: int) -> float:
+        return 10.0 * (2.5 if who in slow else 1)
+
+    for seed in range(5):
+        flags = _synthetic(seed, checkpoints, two_slow, environments=16).flags()
+        named = sorted(f.split(" was ")[0].removeprefix("straggler: ") for f in flags)
+        assert named == sorted(slow), (seed, flags)
 
 
 def test_workers_are_not_the_peers_of_participants() -> None:
