@@ -75,7 +75,7 @@ a caller's value with ``shown`` (re-exported too): its repr, cut with its size s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, Protocol
 
 from ckpt_events import CkptEventsError, Redactor, UnknownNameError
@@ -257,11 +257,14 @@ class ParticipantUnreachable(ParticipantCallError):
 
 
 class CoordinationError(CkptEventsError):
-    """A coordinated operation failed on some participants: ``failures`` maps name to message."""
+    """A coordinated operation failed on some participants: ``failures`` maps name to message;
+    ``silent`` names those of them whose call got no whole answer (``ParticipantUnreachable``),
+    which an abort resumes apart from the stages, so they hold no other participant closed."""
 
-    def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
+    def __init__(self, operation: str, failures: Mapping[str, str], *, silent: Iterable[str] = ()) -> None:
         self.operation = operation
         self.failures = dict(failures)
+        self.silent = frozenset(silent)
         parts = "; ".join(f"{name}: {msg}" for name, msg in sorted(self.failures.items()))
         super().__init__(f"{operation} failed: {parts}")
 

@@ -221,6 +221,7 @@ class Coordinator:
                     with span.stage(kind) as stage:
                         stage.set(participants=len(members))
                         answered_at: dict[str, float] = {}
+                        silent: set[str] = set()
                         got, failures = await fan_out(
                             self.control,
                             members,
@@ -230,6 +231,7 @@ class Coordinator:
                             deadline_ts=deadline_ts,
                             span=stage,
                             answered_at=answered_at,
+                            unanswered=silent,
                         )
                         check_phase(got, failures, "prepare", Phase.PREPARED, Phase.PREPARING)
                         _move_late(got, failures, answered_at, deadline_ts)
@@ -237,16 +239,17 @@ class Coordinator:
                         if failures:
                             span.set(prepared=False, stopped_at=kind)
                             # Ends this stage and coordinate.prepare as errors naming who failed.
-                            raise self._failed(span, "prepare", failures, stage)
+                            raise self._failed(span, "prepare", failures, stage, silent=silent)
                     if any(r.phase is not Phase.PREPARED for r in got.values()):
                         stopped_at = kind
                         break
                 span.set(prepared=stopped_at is None)
                 if stopped_at is not None:
                     span.set(stopped_at=stopped_at)
-        except CoordinationError:
+        except CoordinationError as exc:
             # Abort: everyone already prepared (and the stage that failed) reopens admission.
-            await self._resume_quietly(checkpoint_id, deadline_ts, parent if parent is not None else span)
+            context = parent if parent is not None else span
+            await self._resume_quietly(checkpoint_id, deadline_ts, context, apart=exc.silent)
             raise
         except BaseException:
             # Cancelled (a caller's timeout, Ctrl-C): abort the same way, shielded and within
@@ -262,13 +265,16 @@ class Coordinator:
             await self._resume_quietly(checkpoint_id, deadline_ts, parent if parent is not None else span)
         return result
 
-    def _failed(self, span: Any, operation: str, failures: Failures, *more: Any) -> CoordinationError:
+    def _failed(
+        self, span: Any, operation: str, failures: Failures, *more: Any, silent: Iterable[str] = ()
+    ) -> CoordinationError:
         """Record on ``span`` (and ``more`` spans) whose calls failed and how
-        (``FAILURES_ATTRIBUTE``); returns the error to raise inside them, so they end as errors."""
+        (``FAILURES_ATTRIBUTE``); returns the error to raise inside them, so they end as errors
+        (``silent``: the failed members that gave no answer)."""
         value = failures_value(self.members, failures)
         for each in (span, *more):
             each.set_attribute(FAILURES_ATTRIBUTE, value)
-        return CoordinationError(operation, failures)
+        return CoordinationError(operation, failures, silent=silent)
 
     async def commit(
         self,
@@ -300,6 +306,7 @@ class Coordinator:
 
         with self.tel.coordinate("commit", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
+            silent: set[str] = set()
             replies, failures = await fan_out(
                 self.control,
                 self.members,
@@ -308,12 +315,13 @@ class Coordinator:
                 CommitReply,
                 deadline_ts=deadline_ts,
                 span=span,
+                unanswered=silent,
             )
             check_committed(replies, failures, episode_ids, checkpoint_id)
             exported = len({key for r in replies.values() for key in r.episode_ids})
             span.set(episodes=len(episodes_in(episode_ids)) if episode_ids is not None else exported)
             if failures:
-                raise self._failed(span, "commit", failures)
+                raise self._failed(span, "commit", failures, silent=silent)
         return replies
 
     async def renew(
@@ -335,34 +343,47 @@ class Coordinator:
         self, checkpoint_id: str, *, deadline_ts: float, parent: Any = None
     ) -> dict[str, ResumeReply]:
         """Resume stage by stage in reverse prepare order; a failing stage does not stop the rest."""
+        return await self._resume(checkpoint_id, deadline_ts, parent, apart=frozenset())
+
+    async def _resume(
+        self, checkpoint_id: str, deadline_ts: float, parent: Any, *, apart: frozenset[str]
+    ) -> dict[str, ResumeReply]:
+        """``resume``, the members named in ``apart`` called alongside the stages, not in them."""
         request = ResumeRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies: dict[str, ResumeReply] = {}
         failures: Failures = {}
 
+        async def call(members: Sequence[Member], span: Any) -> None:
+            got, failed = await fan_out(
+                self.control, members, "resume", request, ResumeReply, deadline_ts=deadline_ts, span=span
+            )
+            check_phase(got, failed, "resume", Phase.IDLE)
+            replies.update(got)
+            failures.update(failed)
+
+        async def staged(span: Any) -> None:
+            for kind in self._resume_order:
+                await call([m for m in self._by_kind[kind] if m.name not in apart], span)
+
         with self.tel.coordinate("resume", checkpoint_id=checkpoint_id, parent=parent) as span:
             span.set(participants=len(self.members))
-            for kind in self._resume_order:
-                got, failed = await fan_out(
-                    self.control,
-                    self._by_kind[kind],
-                    "resume",
-                    request,
-                    ResumeReply,
-                    deadline_ts=deadline_ts,
-                    span=span,
-                )
-                check_phase(got, failed, "resume", Phase.IDLE)
-                replies.update(got)
-                failures.update(failed)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(staged, span)
+                if apart:
+                    # A member that gave no answer in this checkpoint likely gives none now: in
+                    # its stage, its call's timeout (10 s) held every later stage closed.
+                    tg.start_soon(call, [m for m in self.members if m.name in apart], span)
             if failures:
                 raise self._failed(span, "resume", failures)
         return replies
 
-    async def _resume_quietly(self, checkpoint_id: str, deadline_ts: float, parent: Any) -> None:
+    async def _resume_quietly(
+        self, checkpoint_id: str, deadline_ts: float, parent: Any, *, apart: frozenset[str] = frozenset()
+    ) -> None:
         # On an abort path the first error is the one to report; an unreachable participant
         # resumes on its own when its lease expires.
         try:
-            await self.resume(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + 5.0), parent=parent)
+            await self._resume(checkpoint_id, max(deadline_ts, time.time() + 5.0), parent, apart=apart)
         except CoordinationError as exc:
             logger.warning("resume after abort of %s incomplete: %s", checkpoint_id, exc)
 
@@ -554,9 +575,10 @@ class Coordinator:
                     deadline_ts=deadline_ts,
                     every=renew_every,
                 )
-        except BaseException:
+        except BaseException as exc:
+            apart = exc.silent if isinstance(exc, CoordinationError) else frozenset()
             with anyio.CancelScope(shield=True):
-                await self._resume_quietly(checkpoint_id, deadline_ts, parent)
+                await self._resume_quietly(checkpoint_id, deadline_ts, parent, apart=apart)
             raise
 
         await self.resume(checkpoint_id, deadline_ts=max(deadline_ts, time.time() + 5.0), parent=parent)

@@ -90,10 +90,12 @@ async def fan_out(
     deadline_ts: float,
     span: SpanLike | None,
     answered_at: dict[str, float] | None = None,
+    unanswered: set[str] | None = None,
 ) -> tuple[dict[str, R], Failures]:
     """Call ``operation`` on ``members`` at once (``request``, or ``request[member.name]``); one
     member failing does not cancel the others. ``answered_at``, if given, gets the time
-    (``time.time()``) each reply arrived, by member name."""
+    (``time.time()``) each reply arrived, by member name; ``unanswered``, if given, the names of
+    the members whose call got no whole answer (``ParticipantUnreachable``)."""
     replies: dict[str, R] = {}
     failures: Failures = {}
 
@@ -105,6 +107,8 @@ async def fan_out(
             )
         except ParticipantCallError as exc:
             failures[member.name] = described(exc)
+            if unanswered is not None and isinstance(exc, ParticipantUnreachable):
+                unanswered.add(member.name)
             return
         if answered_at is not None:
             answered_at[member.name] = time.time()

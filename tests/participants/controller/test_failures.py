@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -231,3 +232,63 @@ async def test_a_prepare_answered_in_a_phase_prepare_never_gives_is_that_partici
     assert info.value.failures == {
         "agent-0": "answered prepare with phase committed, not prepared or preparing"
     }
+
+
+async def test_a_silent_member_holds_no_other_stage_closed_after_the_abort(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A resources server that takes the connection and never answers fails the prepare; the
+    abort's resume went stage by stage from resources, so its resume's timeout (10 s) kept the
+    agent, model and environment closed that long. They are told at once now, and it is named."""
+    import socket
+
+    from ckpt_events.participants.controller import client
+
+    # The grace past the deadline is the original controller's 5 s: shorter here, so the prepare
+    # gives up on the silent member within a second (the abort's resume still allows it 5 s).
+    monkeypatch.setattr(client, "CLIENT_GRACE_SECONDS", 0.5)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes the connection; nobody ever reads or answers
+        hung = Member(
+            "resources-1", "resources", "resources-1", f"http://127.0.0.1:{silent.getsockname()[1]}"
+        )
+        async with capture_events() as (bus, events), local_fleet(token=TOKEN, bus=bus, members=FOUR) as urls:
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            healthy = await Coordinator.discover(
+                {n: u for n, u in urls.items() if not n.startswith("inference")}, token=TOKEN, telemetry=tel
+            )
+            async with healthy, Coordinator([*healthy.members, hung], token=TOKEN, telemetry=tel) as co:
+                started = time.monotonic()
+                told: dict[str, float] = {}
+                closed: set[str] = set()
+
+                async def watch() -> None:
+                    # Who closed admission for the prepare, and when each reopened.
+                    while len(told) < len(healthy.members):
+                        for m in healthy.members:
+                            status = await co.control.status(m.url, timeout=2)
+                            if status.phase != Phase.IDLE:
+                                closed.add(m.name)
+                            elif m.name in closed and m.name not in told:
+                                told[m.name] = time.monotonic() - started
+                        await anyio.sleep(0.02)
+
+                async def prepare() -> None:
+                    # It raises once the silent member's resume has timed out too (5 s): later
+                    # than this test waits.
+                    with contextlib.suppress(CoordinationError):
+                        await co.prepare("c-silent", deadline_ts=time.time() + 0.3)
+
+                with anyio.move_on_after(8):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(prepare)
+                        await watch()
+                        # Everyone healthy reopened; the silent one's resume may still be waiting.
+                        tg.cancel_scope.cancel()
+    assert closed == {m.name for m in healthy.members}, (closed, told)
+    assert set(told) == closed and max(told.values()) < 3.0, told
+    # The prepare's span ended (before the abort) naming the silent member alone.
+    prepare = next(e for e in events if isinstance(e, CoordinateFinished) and e.operation == "prepare")
+    (named,) = read_failures((prepare.attributes or {})[FAILURES_ATTRIBUTE])
+    assert (named.instance, named.said.split(" http")[0]) == ("resources-1", "no whole reply from")
