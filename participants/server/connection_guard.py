@@ -20,8 +20,12 @@ front, one per server:
   ``max_requests``, 503 past it. uvicorn's own ``limit_concurrency`` is off: it counts idle
   connections too.
 
-A client whose keep-alive connection is displaced sees it closed before its next request, as
-after uvicorn's keep-alive timeout. Counts are in ``ConnectionGuard.stats()``.
+A refused or displaced connection is answered that 503 (``connection: close``) and then reads
+and drops what its client sends until the client closes, for at most ``REFUSED_LINGER``: closed
+at once, a request already sent made the kernel reset the connection, and the client saw a
+connection error instead of the 503. A client whose idle keep-alive connection is displaced
+finds it closed before its next request, as after uvicorn's keep-alive timeout. Counts are in
+``ConnectionGuard.stats()``.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class GuardStats(msgspec.Struct, frozen=True):
     displaced: int
     refused: int
     overloaded: int
+    #: Refused connections open now, until their client has read the 503 (at most a second).
+    lingering: int = 0
 
 
 def _busy_body(detail: str) -> bytes:
@@ -108,6 +114,10 @@ _REFUSED: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_REFUSED_BODY), _REFUSED_BODY)
 )
+#: How long a refused connection may stay open for its client to read the 503, and how many
+#: may at once (past that, closed at once): each holds a descriptor for at most that second.
+REFUSED_LINGER: Final = 1.0
+MAX_LINGERING: Final = 1024
 _TIMED_OUT: Final = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
@@ -129,6 +139,8 @@ class ConnectionGuard:
         self.displaced = 0
         self.refused = 0
         self.overloaded = 0
+        #: Refused connections still reading until their client has the 503 (``REFUSED_LINGER``).
+        self.lingering = 0
 
     def stats(self) -> GuardStats:
         """Connections open and waiting now, and what was timed out, displaced or refused."""
@@ -142,6 +154,7 @@ class ConnectionGuard:
             displaced=self.displaced,
             refused=self.refused,
             overloaded=self.overloaded,
+            lingering=self.lingering,
         )
 
     def admission(self, app: ASGIApp) -> ASGIApp:
@@ -254,13 +267,13 @@ class GuardedH11Protocol(H11Protocol):
         self._partial = False  # bytes of a head arrived since then
         self._seen: RequestResponseCycle | None = None
         self._reading_body = False
+        self._lingering = False  # refused: reading until the client has its 503
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.peer = self.client[0] if self.client else ""
         if not self.guard.admit(self):
-            transport.write(_REFUSED)
-            transport.close()
+            self._refuse()
             return
         self._admitted = True
         self._await_head()
@@ -268,6 +281,9 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._cancel_timers()
+        if self._lingering:
+            self._lingering = False
+            self.guard.lingering -= 1
         if self._admitted:
             self._admitted = False
             self.guard.release(self)
@@ -300,6 +316,23 @@ class GuardedH11Protocol(H11Protocol):
             self._send_timer.cancel()
             self._send_timer = None
 
+    def _refuse(self) -> None:
+        """Answer 503 and close (a refused or displaced connection), reading (and dropping) what
+        the client sends until it has the answer: closed at once, a request already in the
+        socket's buffer made the kernel reset the connection and drop the 503 with it (1,000
+        prepares at once from one address: 744 ``ReadError``, no 503)."""
+        self.transport.write(_REFUSED)
+        guard = self.guard
+        if guard.lingering >= MAX_LINGERING or not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        guard.lingering += 1
+        self._lingering = True
+        # Our side is done (FIN after the 503); the client's EOF closes it (``eof_received``),
+        # else the timer does.
+        self.transport.write_eof()
+        self._arm(REFUSED_LINGER, self.transport.close)
+
     def displace(self) -> None:
         """Close this waiting connection to make room for a new one (counted out at once)."""
         self._disarm()
@@ -309,7 +342,8 @@ class GuardedH11Protocol(H11Protocol):
         if self._send_timer is not None:
             self.transport.abort()  # its last reply is still unread: close would wait on it
         else:
-            self.transport.close()
+            # Its client may have sent a request the loop has not read yet: it gets the 503.
+            self._refuse()
 
     def _await_head(self) -> None:
         self.waiting_since = self.loop.time()

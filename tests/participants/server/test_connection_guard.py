@@ -303,3 +303,35 @@ async def test_a_connection_just_made_is_not_displaced() -> None:
         assert late.status_code == 200
         stats = guard.stats()
         assert (stats.refused, stats.displaced) == (1, 1)
+
+
+async def test_a_burst_of_refused_requests_each_get_the_503() -> None:
+    """1,000 POSTs at once past a full server: each client reads the 503 ``overloaded`` (closed
+    at once, a refused connection whose request was already sent was reset, and the client saw
+    a ``ReadError``), and no refused connection stays open after its client has the answer."""
+    limits = ConnectionLimits(header_timeout=2.0, max_connections=4, displace_after=5.0)
+    async with guarded(limits) as (port, guard, _):
+        limit = httpx.Limits(max_connections=1100, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=5, limits=limit) as client:
+            seen: dict[object, int] = {}
+
+            async def one(path: str, body: bytes | None) -> None:
+                url = f"http://127.0.0.1:{port}{path}"
+                try:
+                    reply = await (client.get(url) if body is None else client.post(url, content=body))
+                    key: object = reply.status_code
+                except httpx.TransportError as exc:
+                    key = type(exc).__name__
+                seen[key] = seen.get(key, 0) + 1
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(one, "/slow?s=1.5", None)
+                await anyio.sleep(0.3)
+                for _ in range(1000):
+                    tg.start_soon(one, "/echo", b"x" * 300)
+        assert seen == {200: 4, 503: 1000}
+        with anyio.fail_after(3):
+            while guard.stats().lingering:
+                await anyio.sleep(0.05)
+        assert guard.stats().refused == 1000
