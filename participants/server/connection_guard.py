@@ -24,8 +24,8 @@ A refused or displaced connection is answered that 503 (``connection: close``) a
 and drops what its client sends until the client closes, for at most ``REFUSED_LINGER``: closed
 at once, a request already sent made the kernel reset the connection, and the client saw a
 connection error instead of the 503. A client whose idle keep-alive connection is displaced
-finds it closed before its next request, as after uvicorn's keep-alive timeout. Counts are in
-``ConnectionGuard.stats()``.
+finds it answered and closed before its next request (a pool drops a connection it finds
+readable), as after uvicorn's keep-alive timeout. Counts are in ``ConnectionGuard.stats()``.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ class GuardStats(msgspec.Struct, frozen=True):
     displaced: int
     refused: int
     overloaded: int
-    #: Refused connections open now, until their client has read the 503 (at most a second).
+    #: Refused or displaced connections open now, until their client has read the 503 (at most
+    #: ``REFUSED_LINGER``).
     lingering: int = 0
 
 
@@ -139,7 +140,7 @@ class ConnectionGuard:
         self.displaced = 0
         self.refused = 0
         self.overloaded = 0
-        #: Refused connections still reading until their client has the 503 (``REFUSED_LINGER``).
+        #: Refused or displaced connections still reading until their client has the 503.
         self.lingering = 0
 
     def stats(self) -> GuardStats:
