@@ -1,7 +1,8 @@
 """Cost against scale: how each piece of work grows with its size, as a curve and its exponent.
 
-Four curves, each measured at three sizes in this run, every point in a fresh process (FastAPI's
-route caches keep every fleet's apps alive; one point must not weigh on the next):
+Four curves, each measured at three sizes in this run, every timing in a fresh process (FastAPI's
+route caches keep every fleet's apps alive; one timing must not weigh on the next) that first runs
+the same point once untimed, so each timing is a warm one:
 
 * ``rollouts``: a commit and a restore of N rollouts across the four participants, every sink on
   (1,000, 16,000 and 64,000; the original system profiled 16,000);
@@ -23,8 +24,14 @@ rollouts, about 1.4 for 4 to 16 participants), so a curve fails when ``k`` is ne
 n log n at its own sizes (``fail_at``, never below 1.5). ``k`` is stated with its range over the
 repeats (each point anywhere in its min-max spread): a range on both sides of ``fail_at`` is
 "unknown", never a pass or a failure the noise made. Each point is the median of its repeats,
-printed with their spread (min-max). ``--png PATH`` draws the four curves on log-log axes (with a
-dotted linear reference through the first point) through a headless Chromium.
+printed with their spread (min-max). The repeats are interleaved across the sizes: round r
+measures every size once, in an order rotated by r, before round r + 1 begins (``schedule``), so a
+burst of load on the machine lands on repeats of several sizes, where it widens their spread,
+never on every repeat of one size. Run back to back, the repeats of one point moved together: a
+burst over the fleet's quick run read 325.1-325.9 ms at 4 servers per kind against 114 ms at 2,
+"faster than n log n (a failure)" with a range of 2.10-3.79, falsely (0.34 s and 0.42 s
+standalone). ``--png PATH`` draws the four curves on log-log axes (with a dotted linear reference
+through the first point) through a headless Chromium.
 
 Run ``python -m ckpt_events.benchmarks.bench_curves [--quick] [--json PATH] [--png PATH]``.
 """
@@ -55,6 +62,8 @@ from . import report
 DEFAULT_JSON = Path(__file__).parent / "results" / "curves.json"
 #: An exponent at or above this fails the curve: work that grows faster than n log n.
 FAIL_EXPONENT: Final = 1.5
+#: Untimed runs of a point in its process before its timing: the first one pays imports and first calls.
+WARMUPS: Final = 1
 
 #: Per curve: its sizes (full, quick), the unit of its size, what is timed.
 CURVES: Final[dict[str, tuple[tuple[int, ...], tuple[int, ...], str, str]]] = {
@@ -289,10 +298,13 @@ POINTS: Final[dict[str, Callable[[int], Any]]] = {
 }
 
 
-def measure_point(curve: str, size: int, repeats: int) -> list[float]:
-    """``repeats`` timings of one point, in a fresh Python process."""
+def measure_point(curve: str, size: int, repeats: int, *, warmups: int = WARMUPS) -> list[float]:
+    """``repeats`` timings of one point, in a fresh Python process, after ``warmups`` untimed runs
+    of it there (the first run in a process paid its imports and first calls: 26 ms against 5 ms
+    for the watch at 4 participants)."""
     module = __spec__.name if __spec__ is not None else __name__
     command = [sys.executable, "-m", module, "--point", curve, str(size), "--repeats", str(repeats)]
+    command += ["--warmups", str(warmups)]
     # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONSAFEPATH": "1"}
     done = subprocess.run(command, capture_output=True, timeout=1800, env=env, check=False)
@@ -303,27 +315,52 @@ def measure_point(curve: str, size: int, repeats: int) -> list[float]:
     return timings
 
 
-async def _point_in_this_process(curve: str, size: int, repeats: int) -> list[float]:
+async def _point_in_this_process(curve: str, size: int, repeats: int, warmups: int = 0) -> list[float]:
+    for _ in range(warmups):
+        await POINTS[curve](size)
     return [await POINTS[curve](size) for _ in range(repeats)]
+
+
+def _one_timing(curve: str, size: int) -> float:
+    return measure_point(curve, size, 1)[0]
+
+
+def schedule(sizes: Sequence[int], repeats: int) -> list[list[int]]:
+    """The order of measurement: one round per repeat, each round every size once, round r's
+    order rotated by r (over three sizes and three rounds every size takes every place once)."""
+    ordered = list(sizes)
+    return [ordered[r % len(ordered) :] + ordered[: r % len(ordered)] for r in range(repeats)]
 
 
 # --- the table and the picture ------------------------------------------------------------------
 
 
-def run(quick: bool = False, curves: Sequence[str] = tuple(CURVES)) -> dict[str, Any]:
-    """Measure every curve; returns the figures and the rows of the table."""
+def run(
+    quick: bool = False,
+    curves: Sequence[str] = tuple(CURVES),
+    *,
+    measure: Callable[[str, int], float] = _one_timing,
+) -> dict[str, Any]:
+    """Measure every curve; returns the figures and the rows of the table. ``measure(curve, size)``
+    is one timing in seconds (by default a fresh process's, after a warm-up), called in the order
+    of ``schedule``: each point's timings are listed by round."""
     repeats = 2 if quick else 3
-    figures: dict[str, Any] = {"repeats": repeats, "curves": {}}
+    figures: dict[str, Any] = {"repeats": repeats, "warmups": WARMUPS, "curves": {}}
     rows: list[Any] = []
     for curve in curves:
         full, small, unit, what = CURVES[curve]
         sizes = small if quick else full
-        points = {size: measure_point(curve, size, repeats) for size in sizes}
+        order = schedule(sizes, repeats)
+        points: dict[int, list[float]] = {size: [] for size in sizes}
+        for round_sizes in order:
+            for size in round_sizes:
+                points[size].append(measure(curve, size))
         said = verdict(points)
         figures["curves"][curve] = {
             "unit": unit,
             "what": what,
             "points": {str(size): timings for size, timings in points.items()},
+            "order": order,
             **said,
             "loglog_slope": fit_exponent([(size, statistics.median(t)) for size, t in points.items()]),
         }
@@ -421,11 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=tuple(CURVES), help="one curve (repeatable)")
     parser.add_argument("--point", nargs=2, metavar=("CURVE", "SIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--warmups", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     with report.failure_in_one_line("curves"):
         if args.point is not None:
             curve, size = args.point[0], int(args.point[1])
-            print(json.dumps(anyio.run(_point_in_this_process, curve, size, args.repeats)))
+            print(json.dumps(anyio.run(_point_in_this_process, curve, size, args.repeats, args.warmups)))
             return 0
         result = run(quick=args.quick, curves=args.only or tuple(CURVES))
         rows = result.pop("rows")

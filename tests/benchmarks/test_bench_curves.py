@@ -131,3 +131,72 @@ def test_the_growth_exponent_sets_the_fixed_cost_aside() -> None:
     assert bench_curves.growth_exponent([(1, 1.0), (2, 0.9), (4, 5.0)]) == bench_curves.MAX_EXPONENT
     with pytest.raises(ValueError):
         bench_curves.growth_exponent([(1, 1.0), (4, 2.0)])
+
+
+class _LoadBurst:
+    """A fake ``measure``: each size's own cost (the fleet's standalone figures: 1 -> 0.30 s,
+    2 -> 0.34 s, 4 -> 0.42 s, a fixed cost and linear work), on a clock that the timings advance,
+    and a burst of load over ``[start, start + width)`` of that clock that slows every timing it
+    overlaps ``factor`` times."""
+
+    def __init__(self, start: float, width: float, factor: float = 3.0) -> None:
+        self.start, self.end, self.factor = start, start + width, factor
+        self.clock = 0.0
+        self.calls: list[tuple[str, int]] = []
+
+    @staticmethod
+    def cost(size: int) -> float:
+        return 0.26 + 0.04 * size
+
+    def __call__(self, curve: str, size: int) -> float:
+        seconds = self.cost(size)
+        if self.clock < self.end and self.clock + seconds > self.start:
+            seconds *= self.factor
+        self.clock += seconds
+        self.calls.append((curve, size))
+        return seconds
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
+def test_a_load_burst_is_never_a_false_failure_the_repeats_are_interleaved(quick: bool) -> None:
+    """The repeats of one point ran back to back in one process: a burst of load over them moved
+    all of them together, and a quick run read 325.1-325.9 ms at 4 servers per kind against 114 ms
+    at 2, "a failure" (2.73, range 2.10-3.79), where standalone runs read 0.34 s and 0.42 s. Now
+    round r measures every size once before round r + 1: a burst as long as all the largest
+    point's repeats, anywhere in the run, widens the spreads of several sizes and never fails
+    linear work. (The same burst on back-to-back repeats fails it: the control.)"""
+    full, small, _, _ = bench_curves.CURVES["fleet"]
+    sizes, repeats = (small, 2) if quick else (full, 3)
+    top = _LoadBurst.cost(sizes[-1])
+    width = 3.0 * top * repeats  # the slowed largest point's repeats, back to back
+    total = 3.0 * sum(_LoadBurst.cost(n) for n in sizes) * repeats
+    false_failures_back_to_back = 0
+    for step in range(201):
+        start = total * step / 200 - width / 2
+        burst = _LoadBurst(start, width)
+        result = bench_curves.run(quick=quick, curves=("fleet",), measure=burst)
+        fleet = result["curves"]["fleet"]
+        assert fleet["met"] is not False, (start, fleet["points"], fleet["low"], fleet["high"])
+        # Every round measures every size once, each round's order rotated from the last.
+        called = [size for _, size in burst.calls]
+        rounds = [called[i : i + len(sizes)] for i in range(0, len(called), len(sizes))]
+        assert len(rounds) == repeats and all(sorted(r) == sorted(sizes) for r in rounds)
+        assert rounds == fleet["order"] and len({tuple(r) for r in rounds}) == repeats
+        assert all(len(fleet["points"][str(n)]) == repeats for n in sizes)
+        # The control: the same burst over each point's repeats run back to back.
+        back_to_back = _LoadBurst(start, width)
+        points = {n: [back_to_back("fleet", n) for _ in range(repeats)] for n in sizes}
+        false_failures_back_to_back += bench_curves.verdict(points)["met"] is False
+    assert false_failures_back_to_back > 0
+
+
+def test_the_schedule_rotates_every_size_through_every_place() -> None:
+    assert bench_curves.schedule((1, 4, 16), 3) == [[1, 4, 16], [4, 16, 1], [16, 1, 4]]
+    assert bench_curves.schedule((1, 2, 4), 2) == [[1, 2, 4], [2, 4, 1]]
+    assert bench_curves.schedule((1, 2, 4), 4)[3] == [1, 2, 4]
+
+
+def test_a_point_in_its_process_is_timed_after_its_warm_up() -> None:
+    """The first run in a fresh process pays its imports and first calls: it is run untimed."""
+    timings = bench_curves.measure_point("report", 10, 2, warmups=1)
+    assert len(timings) == 2 and all(0 < t < 10 for t in timings)
