@@ -7,6 +7,7 @@ from typing import Final
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -67,10 +68,54 @@ def render_overview(console: Console, run: Run, *, title: str) -> None:
     rows = counted(len(run.rows), "checkpoint or restore", "checkpoints and restores")
     heading = f"run overview ({escape(title)}): {rows}"
     console.print(Text(heading, style="bold"))
-    console.print(_rows_table(run, compact=console.width < _ROOMY))
+    table = _rows_table(run, compact=console.width < _ROOMY)
+    if _natural_width(console, table) <= console.width:
+        console.print(table)
+    else:
+        # Narrower than the compact table (a split pane, ``COLUMNS=40``), rich gave a column a
+        # width of 0 or cut it: at 50 columns the ms and outcome columns were gone, at 40 every
+        # id was cut to 25 characters (two checkpoints' ids read alike), at 60 ``99.8`` was
+        # ``99.`` over ``8``. One labelled line a row instead, wrapped between its fields.
+        for line in _row_lines(run):
+            console.print(line)
     _render_totals(console, run)
     _render_trends(console, run)
     _render_row_notes(console, run)
+
+
+def _natural_width(console: Console, table: Table) -> int:
+    """The width ``table`` takes with every cell on its lines as given (nothing folded); a
+    measurement against the console's own width is capped at it."""
+    return Measurement.get(console, console.options.update_width(1_000_000), table).maximum
+
+
+def _start_text(row: RunRow) -> str:
+    return datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _paused_text(row: RunRow) -> str:
+    """The paused ms cell: ``unknown`` when it is (or a checkpoint has none), ``""`` for a restore."""
+    if row.pause_unknown or (row.paused_ms is None and row.what == "checkpoint"):
+        return "unknown"
+    return "" if row.paused_ms is None else f"{row.paused_ms:.1f}"
+
+
+def _row_lines(run: Run) -> list[Text]:
+    """The overview table's rows as lines, each field named: ``#1 checkpoint ID, start
+    18:48:40.232 UTC, 99.8 ms, paused 62.0 ms, published``."""
+    lines = []
+    for number, row in enumerate(run.rows, 1):
+        line = Text(f"#{number} {row.what} ")
+        line.append(escape(row.checkpoint_id or ""))
+        line.append(f", start {_start_text(row)} UTC")
+        if row.ms_text:
+            line.append(f", {row.ms_text} ms")
+        if paused := _paused_text(row):
+            line.append(f", paused {paused}" if paused == "unknown" else f", paused {paused} ms")
+        line.append(", ")
+        line.append(escape(row.outcome), style=OUTCOME_COLOURS.get(row.outcome, "white"))
+        lines.append(line)
+    return lines
 
 
 def _rows_table(run: Run, *, compact: bool) -> Table:
@@ -91,18 +136,13 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
         no_wrap = column == "start (UTC)" or (column == "id" and whole)
         table.add_column(column, justify=justify, overflow="fold", no_wrap=no_wrap)  # type: ignore[arg-type]
     for number, row in enumerate(run.rows, 1):
-        start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
         table.add_row(
             str(number),
             row.what,
             Text(escape(row.checkpoint_id or "")),
-            start,
+            _start_text(row),
             row.ms_text,
-            "unknown"
-            if row.pause_unknown or (row.paused_ms is None and row.what == "checkpoint")
-            else ""
-            if row.paused_ms is None
-            else f"{row.paused_ms:.1f}",
+            _paused_text(row),
             Text(escape(row.outcome), style=OUTCOME_COLOURS.get(row.outcome, "white")),
         )
     return table

@@ -69,6 +69,28 @@ def test_overview_keeps_ids_and_start_times_whole_at_80_and_160_columns() -> Non
             assert row.checkpoint_id in line and start in line, (width, line)
 
 
+def test_a_console_too_narrow_for_the_table_loses_no_column_and_cuts_no_id() -> None:
+    """Narrower than the table (a split pane, ``COLUMNS=40``), each row is one labelled line
+    wrapped between words: at 50 columns rich dropped the ms and outcome columns, at 40 it cut
+    every id to 25 characters (three rows' ids read alike) and at 60 split ``2060.6``."""
+    run = overview(_run())
+    for width in (40, 50, 60, 76):
+        console = Console(file=io.StringIO(), width=width, record=True)
+        render_overview(console, run, title="1 log file")
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+        words = text.split()
+        for number, row in enumerate(run.rows, 1):
+            start = datetime.fromtimestamp(row.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
+            at = words.index(f"#{number}")
+            said = " ".join(words[at : at + 11])
+            head = f"#{number} {row.what} {row.checkpoint_id}, start {start} UTC, {row.ms_text} ms"
+            assert head in said, said
+            assert said.split(", ")[-1].startswith(row.outcome), said
+            if row.what == "checkpoint":
+                assert re.search(r", paused (\d+\.\d ms|unknown), ", said), said
+
+
 def test_a_checkpoint_cut_before_its_resume_makes_the_pause_unknown_not_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
