@@ -182,6 +182,11 @@ def _who(row: Breakdown) -> str:
     return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
 
 
+#: The waterfall's ms column (``▶12345.6``) and its narrowest bar.
+_MS_W: Final = 9
+_MIN_BAR: Final = 10
+
+
 def render_waterfall(
     spans: list[Span], width: int, *, title: str = "checkpoint", kinds: KindRegistry = KINDS
 ) -> Table:
@@ -192,8 +197,11 @@ def render_waterfall(
     colours = kinds.palette_for(s.who.split("/", 1)[0] for s in spans)
     critical = on_critical_path(spans)
     rows = waterfall_rows(spans, critical)
-    name_w = min(40, max(len("  " * r.depth + _label(r)) for r in rows))
-    bar_w = max(10, min(width, 200) - name_w - 9 - 4)
+    # The names give way first on a narrow console (they fold): given 40 columns at 40, rich
+    # squeezed the ms column to 3 and split its figures, ``▶99`` over ``.8``.
+    room = max(8, min(width, 200) - _MS_W - 4 - _MIN_BAR)
+    name_w = min(40, room, max(len("  " * r.depth + _label(r)) for r in rows))
+    bar_w = max(_MIN_BAR, min(width, 200) - name_w - _MS_W - 4)
     t0 = min(s.start_ns for s in spans)
     total = max(1, max(s.end_ns for s in spans) - t0)
     table = Table(
@@ -203,7 +211,7 @@ def render_waterfall(
         pad_edge=False,
     )
     table.add_column("span", width=name_w, overflow="fold")
-    table.add_column("ms", justify="right", width=9, overflow="fold")
+    table.add_column("ms", justify="right", width=_MS_W, overflow="fold")
     table.add_column(_axis(total, bar_w), width=bar_w, no_wrap=True, overflow="crop")
     by_id = {s.span_id: s for s in spans}
 

@@ -24,3 +24,30 @@ async def test_terminal_report_fits_80_columns_with_nothing_cut() -> None:
         assert text.count("ms unattributed") == 2
         for kind in ("environment-0", "model-0", "agent-0", "resources-0"):
             assert kind in text
+
+
+def _figures(table: object, width: int) -> list[str]:
+    """The ms figures of a rendered waterfall, each as printed (a split one in parts)."""
+    console = Console(file=io.StringIO(), width=width, record=True)
+    console.print(table)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= width
+    # The ms column (9 wide, right-justified) ends with the header's "ms".
+    end = lines[1].index(" ms ") + 3
+    return [line[end - 9 : end].strip() for line in lines[2:] if line[end - 9 : end].strip()]
+
+
+async def test_narrow_waterfalls_keep_every_figure_whole() -> None:
+    """At 40 to 60 columns the span names fold, never the ms figures: given the names' 40
+    columns at 40, the ms column was squeezed to 3 and ``▶99.8`` printed as ``▶99`` over ``.8``."""
+    from ckpt_events.participants.cli.report.model import checkpoint_and_restore, trace_spans
+    from ckpt_events.participants.cli.report.terminal import render_waterfall
+
+    events = await emit()
+    for trace_id in checkpoint_and_restore(events):
+        assert trace_id is not None
+        spans = trace_spans(events, trace_id)
+        wide = _figures(render_waterfall(spans, 200), 200)
+        assert len(wide) == len(spans) and all(f[-2] == "." for f in wide), wide
+        for width in (40, 50, 60):
+            assert _figures(render_waterfall(spans, width), width) == wide, width
