@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import difflib
 import importlib.util
 import io
 import os
@@ -52,6 +53,24 @@ class _Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # argparse's own, but an unknown option is said with the one meant: ``--chekpoint``,
+        # or an abbreviation refused (``--checkp``), named ``--checkpoint``.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{_meant(self, parsed, extras)}")
+        return parsed
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A typo of a choice (``reprot``, ``--only sink``) is said with the choice meant.
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices or ()], 1)
+            if not close:
+                raise
+            raise argparse.ArgumentError(action, f"{exc.message}: did you mean {close[0]!r}?") from None
+
     # One line, no usage dump: the message says what is wrong and which flag to fix.
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -60,6 +79,28 @@ class _Parser(argparse.ArgumentParser):
         if sys.stdout is not None:  # None when started with stdout closed (``>&-``)
             sys.stdout.flush()  # --help, --version: a reader gone is caught in main, not at exit
         super().exit(status, message)
+
+
+def _meant(parser: argparse.ArgumentParser, parsed: argparse.Namespace, extras: list[str]) -> str:
+    """`` (did you mean --checkpoint?)`` for unknown options that one of the subcommand's (or
+    the program's) options begins with or resembles; ``""`` when none does."""
+    options = list(parser._option_string_actions)  # argparse has no public list of them
+    for action in parser._actions:  # nor of its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(parsed, action.dest or "", None) or "")
+            if chosen is not None:
+                options += list(chosen._option_string_actions)
+    meant = []
+    for extra in extras:
+        given = extra.partition("=")[0]
+        if not given.startswith("--") or given in options:
+            continue
+        longer = [o for o in options if o.startswith(given)]
+        found = longer if len(longer) == 1 else difflib.get_close_matches(given, options, 1)
+        meant += [(found[0], given)] if found else []
+    if len(meant) == 1:
+        return f" (did you mean {meant[0][0]}?)"
+    return f" (did you mean {', '.join(f'{o} for {g}' for o, g in meant)}?)" if meant else ""
 
 
 #: The top-level modules the ``cli`` extra installs (``rich`` and the ``otel``, ``server`` and

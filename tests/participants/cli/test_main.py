@@ -207,10 +207,65 @@ def test_no_parser_takes_an_abbreviation(capsys: pytest.CaptureFixture[str]) -> 
     parsers = _parsers(build_parser())
     assert len(parsers) > 5 and all(p.allow_abbrev is False for p in parsers)
     for argv, said in (
-        (["serve", "environment", "--instance", "e0", "--port", "1", "--check", "/tmp/x"], "--check /tmp/x"),
-        (["report", "run.jsonl", "--checkp", "c1"], "--checkp c1"),
+        (
+            ["serve", "environment", "--instance", "e0", "--port", "1", "--check", "/tmp/x"],
+            "--check /tmp/x (did you mean --checkpoint-root?)",
+        ),
+        (["report", "run.jsonl", "--checkp", "c1"], "--checkp c1 (did you mean --checkpoint?)"),
     ):
         with pytest.raises(SystemExit) as info:
             build_parser().parse_args(argv)
         assert info.value.code == 2
         assert capsys.readouterr().err == f"ckpt-events: error: unrecognized arguments: {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["reprot", "run.jsonl"],
+            "ckpt-events: error: argument COMMAND: invalid choice: 'reprot' (choose from ",
+        ),
+        (
+            ["report", "run.jsonl", "--chekpoint", "c1"],
+            "ckpt-events: error: unrecognized arguments: --chekpoint c1",
+        ),
+        (["bench", "--only", "sink"], "ckpt-events bench: error: argument --only: invalid choice: 'sink'"),
+        (["serve", "agnt", "--port", "1"], "ckpt-events serve: error: argument kind: invalid choice: 'agnt'"),
+        (["demo", "--instance", "3"], "ckpt-events: error: unrecognized arguments: --instance 3"),
+        (
+            ["report", "run.jsonl", "--chekpoint=c1", "--reprot", "r.html"],
+            "ckpt-events: error: unrecognized arguments: --chekpoint=c1 --reprot r.html",
+        ),
+    ],
+)
+def test_a_typo_of_a_command_choice_or_option_names_the_one_meant(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt subcommand, choice or option is refused in one line naming the one meant (it
+    was only refused: ``reprot`` got the list of commands, ``--chekpoint`` nothing)."""
+    meant = {
+        "reprot": ": did you mean 'report'?",
+        "--chekpoint": " (did you mean --checkpoint?)",
+        "sink": ": did you mean 'sinks'?",
+        "agnt": ": did you mean 'agent'?",
+        "--instance": " (did you mean --instances?)",
+        "--chekpoint=c1": " (did you mean --checkpoint for --chekpoint, --report for --reprot?)",
+    }
+    (typo,) = [meant[each] for each in argv if each in meant][:1]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.endswith(typo + "\n") and err.count("\n") == 1, err
+
+
+def test_an_unknown_option_like_none_is_said_without_a_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    """No option resembles ``--frobnicate``, no choice ``nosuch``: nothing is guessed."""
+    for argv in (["report", "run.jsonl", "--frobnicate"], ["bench", "--only", "nosuch"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "ckpt-events: error: unrecognized arguments: --frobnicate"
+    assert err[1].endswith("'fleet_trace', 'curves')") and len(err) == 2
