@@ -338,7 +338,8 @@ class ControlPlane(Generic[S]):
                                 ErrorCode.CHECKPOINT_CONFLICT,
                                 f"checkpoint {cid} was committed with another directory or scope",
                             )
-                        o.set(records=cached.manifest.record_count, bytes=cached.bytes)
+                        # A replay writes nothing: records and bytes left unset, so
+                        # records_total and bytes_total (and the report) count the commit once.
                         return cached
 
                     check_deadline(req.deadline_ts)
@@ -438,7 +439,7 @@ class ControlPlane(Generic[S]):
                             ErrorCode.CHECKPOINT_CONFLICT,
                             f"checkpoint {cid} was restored from another directory or scope",
                         )
-                    o.set(records=len(cached.restored))
+                    # A replay reads nothing: records_total counts the restore once.
                     return cached
 
                 check_deadline(req.deadline_ts)

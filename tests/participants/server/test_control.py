@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import (
     InvalidTypeError,
@@ -26,12 +28,14 @@ from ckpt_events import (
     new_trace_id,
 )
 from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.report.timeline import breakdown
 from ckpt_events.participants.errors import InvalidCheckpointError
 from ckpt_events.participants.protocol import CONTROL_PREFIX, MAX_RETIRED_SHOWN, StatusReply
 from ckpt_events.participants.workloads import Record, ResourcesWorkload
 from ckpt_events.participants.workloads.registry import KINDS, KindRow
+from ckpt_events.sinks.otel import MetricSink
 from ckpt_events.testing import capture_events
-from ckpt_events.vocab import ErrorCode, Kind, Outcome
+from ckpt_events.vocab import METRIC_BYTES, METRIC_RECORDS, Attr, ErrorCode, Kind, Outcome
 from tests.participants.helpers import (
     AUTH,
     ROOT,
@@ -230,6 +234,52 @@ async def test_replays_return_the_same_answer(tmp_path):
             409,
             "checkpoint_conflict",
         )
+
+
+def _volume_totals(reader: InMemoryMetricReader) -> dict[tuple[str, str], int]:
+    """``records_total`` and ``bytes_total`` by (metric, operation), as the SDK collected them."""
+    totals: dict[tuple[str, str], int] = {}
+    data = reader.get_metrics_data()
+    for resource_metrics in data.resource_metrics if data is not None else ():
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name in (METRIC_RECORDS, METRIC_BYTES):
+                    for point in metric.data.data_points:
+                        operation = str(point.attributes[Attr.OPERATION])
+                        totals[metric.name, operation] = int(point.value)  # type: ignore[union-attr]
+    return totals
+
+
+async def test_replays_count_no_records_or_bytes_again(tmp_path):
+    """A replayed commit or restore (a caller's retry) wrote and read nothing: records_total and
+    bytes_total, and the report's per-checkpoint records, count the first answer only."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    async with capture_events(interests=(OperationFinished,)) as (bus, events):
+        bus.subscribe(MetricSink(provider))
+        async with running(make(bus=bus)) as client:
+            for rollout_id in ("r1", "r2", "r3"):
+                await start(client, rollout_id)
+            await control(client, "prepare")
+            commits = [await control(client, "commit", checkpoint_dir=str(tmp_path)) for _ in range(3)]
+            assert {reply.status_code for reply in commits} == {200}
+            written = commits[0].json()["bytes"]
+            await control(client, "resume")
+        async with running(make(bus=bus)) as fresh:
+            scope = [{"rollout_id": r} for r in ("r1", "r2", "r3")]
+            for _ in range(3):
+                reply = await control(fresh, "restore", "rs", checkpoint_dir=str(tmp_path), episode_ids=scope)
+                assert reply.status_code == 200, reply.text
+        await bus.flush()
+    assert _volume_totals(reader) == {
+        (METRIC_RECORDS, "commit"): 3,
+        (METRIC_BYTES, "commit"): written,
+        (METRIC_RECORDS, "restore"): 3,
+        (METRIC_BYTES, "restore"): written,
+    }
+    [row] = breakdown(events, "c1")
+    assert row.records == 3
+    provider.shutdown()
 
 
 async def test_restore_needs_a_fresh_participant(tmp_path):
