@@ -4,6 +4,7 @@ scope asked for, a failed call described in one line."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import anyio
 import msgspec
@@ -140,3 +141,55 @@ def test_a_restore_or_resume_answered_in_another_phase_is_that_participants_fail
     }
     check_phase(resumed, failures, "resume", Phase.IDLE)
     assert set(resumed) == {"a"} and failures["b"] == "answered resume with phase preparing, not idle"
+
+
+async def test_a_fan_out_to_more_members_than_httpxs_pool_holds_calls_them_all_at_once() -> None:
+    """Every member's call is in flight together: httpx's default pool (100 connections, shared)
+    sent 120 members' calls in waves, so those queued reached their participant late (256
+    members holding a renew 1.5 s: 56 refused ``deadline_exceeded`` with 2.5 s to go)."""
+    import contextlib
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from ckpt_events.participants.cli.fleet import serving
+    from ckpt_events.participants.controller.client import ControlClient
+    from ckpt_events.participants.controller.fan_out import fan_out
+    from ckpt_events.participants.controller.types import Member
+    from ckpt_events.participants.protocol import CONTROL_PREFIX, RenewReply, RenewRequest
+
+    count = 120
+    arrived = 0
+    everyone = anyio.Event()
+
+    app = FastAPI()
+
+    @app.post(CONTROL_PREFIX + "/renew")
+    async def renew() -> Any:
+        # Answers once every member's call has arrived; calls held in a queue never see that.
+        nonlocal arrived
+        arrived += 1
+        if arrived == count:
+            everyone.set()
+        with anyio.move_on_after(5):
+            await everyone.wait()
+        if not everyone.is_set():
+            return JSONResponse({"error": {"code": "busy", "detail": f"{arrived} calls came"}}, 503)
+        return {"lease_expires_at": time.time() + 60}
+
+    stopping = anyio.Event()  # the servers stop together (one by one, 0.2 s each)
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serving(app, stopping=stopping)) for _ in range(count)]
+        members = [
+            Member(f"environment-{i}", "environment", f"environment-{i}", u) for i, u in enumerate(urls)
+        ]
+        async with ControlClient("token") as control:
+            request = RenewRequest(checkpoint_id="c1", deadline_ts=time.time() + 30)
+            started = time.monotonic()
+            replies, failures = await fan_out(
+                control, members, "renew", request, RenewReply, deadline_ts=request.deadline_ts, span=None
+            )
+            took = time.monotonic() - started
+        stopping.set()
+    assert (len(replies), len(failures)) == (count, 0), sorted(set(failures.values()))[:3]
+    assert took < 4.0, took  # not the barrier's 5 s: the last call arrived with the others
