@@ -346,9 +346,18 @@ class Coordinator:
         return await self._resume(checkpoint_id, deadline_ts, parent, apart=frozenset())
 
     async def _resume(
-        self, checkpoint_id: str, deadline_ts: float, parent: Any, *, apart: frozenset[str]
+        self,
+        checkpoint_id: str,
+        deadline_ts: float,
+        parent: Any,
+        *,
+        apart: frozenset[str],
+        members: Sequence[Member] | None = None,
     ) -> dict[str, ResumeReply]:
-        """``resume``, the members named in ``apart`` called alongside the stages, not in them."""
+        """``resume`` (of ``members``, by default all), the members named in ``apart`` called
+        alongside the stages, not in them."""
+        among = self.members if members is None else tuple(members)
+        names = {m.name for m in among}
         request = ResumeRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
         replies: dict[str, ResumeReply] = {}
         failures: Failures = {}
@@ -363,27 +372,37 @@ class Coordinator:
 
         async def staged(span: Any) -> None:
             for kind in self._resume_order:
-                await call([m for m in self._by_kind[kind] if m.name not in apart], span)
+                stage = [m for m in self._by_kind[kind] if m.name in names and m.name not in apart]
+                if stage:
+                    await call(stage, span)
 
         with self.tel.coordinate("resume", checkpoint_id=checkpoint_id, parent=parent) as span:
-            span.set(participants=len(self.members))
+            span.set(participants=len(among))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(staged, span)
                 if apart:
                     # A member that gave no answer in this checkpoint likely gives none now: in
                     # its stage, its call's timeout (10 s) held every later stage closed.
-                    tg.start_soon(call, [m for m in self.members if m.name in apart], span)
+                    tg.start_soon(call, [m for m in among if m.name in apart], span)
             if failures:
                 raise self._failed(span, "resume", failures)
         return replies
 
     async def _resume_quietly(
-        self, checkpoint_id: str, deadline_ts: float, parent: Any, *, apart: frozenset[str] = frozenset()
+        self,
+        checkpoint_id: str,
+        deadline_ts: float,
+        parent: Any,
+        *,
+        apart: frozenset[str] = frozenset(),
+        members: Sequence[Member] | None = None,
     ) -> None:
         # On an abort path the first error is the one to report; an unreachable participant
         # resumes on its own when its lease expires.
         try:
-            await self._resume(checkpoint_id, max(deadline_ts, time.time() + 5.0), parent, apart=apart)
+            await self._resume(
+                checkpoint_id, max(deadline_ts, time.time() + 5.0), parent, apart=apart, members=members
+            )
         except CoordinationError as exc:
             logger.warning("resume after abort of %s incomplete: %s", checkpoint_id, exc)
 
@@ -423,6 +442,7 @@ class Coordinator:
             members = list(self.members)
             requests = request(list(episode_ids))
         everyone = episodes_in(episode_ids)
+        silent: set[str] = set()
 
         try:
             with self.tel.coordinate("restore", checkpoint_id=checkpoint_id, parent=parent) as span:
@@ -435,10 +455,11 @@ class Coordinator:
                     RestoreReply,
                     deadline_ts=deadline_ts,
                     span=span,
+                    unanswered=silent,
                 )
                 check_restored(replies, failures, episode_ids, source_checkpoint_id)
                 if failures:
-                    raise self._failed(span, "restore", failures)
+                    raise self._failed(span, "restore", failures, silent=silent)
         except BaseException as exc:
             # All or nothing, also when the caller cancelled the restore (a timeout, Ctrl-C):
             # then shielded, and each call bounded to about ten seconds. Else who installed its
@@ -446,7 +467,12 @@ class Coordinator:
             cancelled = not isinstance(exc, CoordinationError)
             context = parent if parent is not None else span
             await self.undo_restore(
-                checkpoint_id, everyone, deadline_ts=deadline_ts, cancelled=cancelled, parent=context
+                checkpoint_id,
+                everyone,
+                deadline_ts=deadline_ts,
+                cancelled=cancelled,
+                parent=context,
+                apart=silent,
             )
             raise
         return replies
@@ -459,23 +485,38 @@ class Coordinator:
         deadline_ts: float,
         cancelled: bool = False,
         parent: Any = None,
+        apart: Iterable[str] = (),
     ) -> None:
         """Undo restore ``checkpoint_id`` of ``episodes``: retire their next attempts everywhere,
         then resume everyone; what fails is logged, not raised. Each call has at least 30 s
-        (``RESTORE_CLEANUP_SECONDS``); ``cancelled`` (the caller was): shielded, about 5 s."""
+        (``RESTORE_CLEANUP_SECONDS``); ``cancelled`` (the caller was): shielded, about 5 s. The
+        members named in ``apart`` (that gave the restore no answer) are retired and resumed
+        alongside the others, who keep the protocol's order among themselves."""
         deadline = time.time() + 5.0 if cancelled else max(deadline_ts, time.time() + RESTORE_CLEANUP_SECONDS)
-        with anyio.CancelScope(shield=cancelled):
+        silent = frozenset(apart)
+
+        async def undo(members: Sequence[Member]) -> None:
+            if not members:
+                return
             if episodes:
                 try:
-                    await self.retire(
+                    await self._retire(
                         [e.next() for e in episodes],
                         checkpoint_id=checkpoint_id,
                         deadline_ts=deadline,
                         parent=parent,
+                        members=members,
                     )
                 except CoordinationError as exc:
                     logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
-            await self._resume_quietly(checkpoint_id, deadline, parent)
+            await self._resume_quietly(checkpoint_id, deadline, parent, members=members)
+
+        with anyio.CancelScope(shield=cancelled):
+            # A member silent in the restore likely is now: with the others, its retire's timeout
+            # (35 s) held every later group's retire, and everyone's resume, that long.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(undo, [m for m in self.members if m.name not in silent])
+                tg.start_soon(undo, [m for m in self.members if m.name in silent])
 
     async def _grouped(
         self,
@@ -485,12 +526,17 @@ class Coordinator:
         *,
         deadline_ts: float,
         span: Any,
+        among: Sequence[Member] | None = None,
     ) -> dict[str, R]:
-        """Run ``operation`` group by group, callers before callees; raise if any member failed."""
+        """Run ``operation`` group by group, callers before callees (on the members ``among``,
+        by default all); raise if any member failed."""
         replies: dict[str, R] = {}
         failures: Failures = {}
+        names = None if among is None else {m.name for m in among}
         for group in self._retire_groups:
-            members = [m for kind in group for m in self._by_kind[kind]]
+            members = [m for kind in group for m in self._by_kind[kind] if names is None or m.name in names]
+            if not members:
+                continue
             got, failed = await fan_out(
                 self.control, members, operation, request, reply_type, deadline_ts=deadline_ts, span=span
             )
@@ -504,6 +550,24 @@ class Coordinator:
         self, episode_ids: Sequence[EpisodeId], *, checkpoint_id: str, deadline_ts: float, parent: Any = None
     ) -> dict[str, RetireReply]:
         """Retire attempts everywhere (a later request at or below them gets ``stale_attempt``)."""
+        return await self._retire(
+            episode_ids,
+            checkpoint_id=checkpoint_id,
+            deadline_ts=deadline_ts,
+            parent=parent,
+            members=self.members,
+        )
+
+    async def _retire(
+        self,
+        episode_ids: Sequence[EpisodeId],
+        *,
+        checkpoint_id: str,
+        deadline_ts: float,
+        parent: Any,
+        members: Sequence[Member],
+    ) -> dict[str, RetireReply]:
+        """``retire`` on ``members`` only."""
         if not episode_ids:
             raise InvalidValueError("retire needs at least one episode")
         request = RetireRequest(
@@ -511,8 +575,10 @@ class Coordinator:
         )
 
         with self.tel.coordinate("retire", checkpoint_id=checkpoint_id, parent=parent) as span:
-            span.set(participants=len(self.members), episodes=len(episode_ids))
-            return await self._grouped("retire", request, RetireReply, deadline_ts=deadline_ts, span=span)
+            span.set(participants=len(members), episodes=len(episode_ids))
+            return await self._grouped(
+                "retire", request, RetireReply, deadline_ts=deadline_ts, span=span, among=members
+            )
 
     async def forget(
         self, rollout_ids: Sequence[str], *, checkpoint_id: str, deadline_ts: float, parent: Any = None

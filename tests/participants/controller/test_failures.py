@@ -292,3 +292,66 @@ async def test_a_silent_member_holds_no_other_stage_closed_after_the_abort(
     prepare = next(e for e in events if isinstance(e, CoordinateFinished) and e.operation == "prepare")
     (named,) = read_failures((prepare.attributes or {})[FAILURES_ATTRIBUTE])
     assert (named.instance, named.said.split(" http")[0]) == ("resources-1", "no whole reply from")
+
+
+async def test_a_member_silent_in_a_restore_holds_no_others_undo(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An environment server that takes the connection and never answers fails the restore. The
+    undo retired group by group, environments first, so its retire's timeout (30 s and more)
+    held the others' retire and everyone's resume: restored, admission closed, for 35 s. The
+    others are undone at once now, in the protocol's order, the silent one alongside."""
+    import socket
+
+    from ckpt_events.participants.controller import client
+    from ckpt_events.participants.protocol import EpisodeId
+    from tests.participants.controller.test_coordinator import coordinated, start_work
+
+    async with coordinated() as (co, http, _):
+        await start_work(http, co, "r1")
+        await co.checkpoint("c-src", str(tmp_path), deadline_ts=time.time() + 10)
+    # The restore gives up on the silent member within a second (see the abort's test above).
+    monkeypatch.setattr(client, "CLIENT_GRACE_SECONDS", 0.5)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes the connection; nobody ever reads or answers
+        hung = Member(
+            "environment-9", "environment", "environment-9", f"http://127.0.0.1:{silent.getsockname()[1]}"
+        )
+        async with coordinated() as (healthy, _, _):
+            tel = healthy.tel
+            async with Coordinator([*healthy.members, hung], token=TOKEN, telemetry=tel) as co:
+                started = time.monotonic()
+                undone: dict[str, float] = {}
+                restored: set[str] = set()
+                failed: list[CoordinationError] = []
+
+                async def watch() -> None:
+                    # Who restored, and when each was idle again.
+                    while len(undone) < len(healthy.members):
+                        for m in healthy.members:
+                            status = await co.control.status(m.url, timeout=2)
+                            if status.phase == Phase.RESTORED:
+                                restored.add(m.name)
+                            elif m.name in restored and m.name not in undone:
+                                undone[m.name] = time.monotonic() - started
+                        await anyio.sleep(0.02)
+
+                async def restore() -> None:
+                    try:
+                        await co.restore(
+                            "restore-s", str(tmp_path), [EpisodeId("r1")], deadline_ts=time.time() + 0.5
+                        )
+                    except CoordinationError as exc:
+                        failed.append(exc)  # raised once the silent one's undo has timed out too
+
+                with anyio.move_on_after(10):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(restore)
+                        await watch()
+                        tg.cancel_scope.cancel()
+                statuses = [await co.control.status(m.url) for m in healthy.members]
+    assert restored == {m.name for m in healthy.members}, (restored, undone)
+    assert set(undone) == restored and max(undone.values()) < 4.0, undone
+    # Undone as a failed restore is: the next attempt retired everywhere that answered.
+    assert {s.retired_rollouts.get("r1") for s in statuses} == {1}
