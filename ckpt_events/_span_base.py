@@ -40,6 +40,9 @@ _MAX_MESSAGE: Final = 1024
 #: redaction rule knows a user and password may lie past the cut, so what the cut left is dropped.
 _CUT_AUTHORITY: Final = re.compile(r"://[^/?#\s]*\Z")
 _OK: Final = Outcome.OK
+#: How anyio's cancellation of a scope begins its message; what follows it (the scope's address,
+#: the cancelling task's repr with its file paths) is left out of a span's error message.
+_ANYIO_CANCEL: Final = "Cancelled via cancel scope"
 
 
 #: A live handle's ``start_ns`` until it is entered: no clock of ours reads before 1970 (a
@@ -106,6 +109,10 @@ def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
         message = f"<{name}: str() of it raised>"
     if message.__class__ is not str:  # a str subclass whose methods may be anything: a plain copy
         message = str.__str__(message)
+    if message.startswith(_ANYIO_CANCEL):
+        # anyio's cancellation names its scope by address and the task by its repr: 300 characters
+        # of memory addresses and the host's paths in every exported span of a client that left.
+        message = _ANYIO_CANCEL
     if len(message) > _MAX_MESSAGE:
         message = message[:_MAX_MESSAGE]
         cut = _CUT_AUTHORITY.search(message)

@@ -174,6 +174,37 @@ async def test_failed_operation_fills_the_error_fields() -> None:
         assert event.parent_remote is False
 
 
+async def test_a_cancelled_operation_names_its_cancel_without_addresses_or_paths() -> None:
+    """An operation ended by anyio's cancellation (a client that went away, a timeout) carried
+    "Cancelled via cancel scope 7f41... by <Task pending name=... running at /.../_tasks.py:327>"
+    as its error message: 300 characters of addresses and the host's paths in every exported span.
+    The message is anyio's first words; a cancellation's own message (``task.cancel("why")``) stays."""
+    import asyncio
+
+    import anyio
+
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="agent-3")
+
+        async def request(checkpoint_id: str) -> None:
+            with tel.operation("commit", checkpoint_id=checkpoint_id):
+                await anyio.sleep(5)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(request, "scope")
+            await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        task = asyncio.ensure_future(request("own"))
+        await asyncio.sleep(0.01)
+        task.cancel("the client went away")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finished = {e.checkpoint_id: e for e in events if isinstance(e, OperationFinished)}
+    assert finished["scope"].error_type == "asyncio.exceptions.CancelledError"
+    assert finished["scope"].error_message == "Cancelled via cancel scope"
+    assert finished["own"].error_message == "the client went away"
+
+
 async def test_set_keeps_what_it_is_not_given_and_refuses_bad_counts() -> None:
     """A later set() leaves earlier values alone; a negative, bool or float count is refused."""
     async with capture_events() as (bus, events):
