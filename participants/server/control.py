@@ -55,7 +55,7 @@ from ckpt_events.participants.server.gc_pause import freeze, gc_paused
 from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
-from ckpt_events.participants.server.store_read import read_checkpoint
+from ckpt_events.participants.server.store_read import read_checkpoint, read_manifest
 from ckpt_events.participants.workloads.base import Record
 from ckpt_events.participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 from ckpt_events.vocab import ErrorCode, Operation, Phase
@@ -81,6 +81,12 @@ class Restored(NamedTuple):
     keys: list[str]
     source_checkpoint_id: str
     bytes: int
+
+
+def _restore_args(req: RestoreRequest) -> ReplayArgs:
+    """What a replay of ``req`` must match: its directory and its scope (by capture key); built
+    only for a replay or once the restore is done, never for a call refused before."""
+    return (req.checkpoint_dir, frozenset(e.capture_key for e in req.episode_ids))
 
 
 S = TypeVar("S")  # the workload's episode state, carried from check_record to install
@@ -426,15 +432,13 @@ class ControlPlane(Generic[S]):
 
     async def restore(self, req: RestoreRequest, trace: Incoming) -> RestoreReply:
         cid = req.checkpoint_id
-        scope = set(req.episode_ids)
-        args: ReplayArgs = (req.checkpoint_dir, frozenset(e.capture_key for e in scope))
         with self._operation(trace, Operation.RESTORE, cid) as o:
             async with self._lock:
                 self.check_lease()
                 replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
                 if replay is not None:
                     cached, cached_args = replay
-                    if cached_args != args:
+                    if cached_args != _restore_args(req):
                         raise ProtocolRefusal(
                             ErrorCode.CHECKPOINT_CONFLICT,
                             f"checkpoint {cid} was restored from another directory or scope",
@@ -443,10 +447,13 @@ class ControlPlane(Generic[S]):
                     return cached
 
                 check_deadline(req.deadline_ts)
-                if self.workload.served or self.workload.episodes:
-                    raise ProtocolRefusal(
-                        ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
-                    )
+                self._check_fresh()
+                # The directory first: a missing or unusable one (a typo, a commit that never
+                # finished) is refused before any work per episode (1 s at 300,000 ids).
+                await self._check_manifest(req.checkpoint_dir)
+                # The manifest was read in a thread: work may have been accepted meanwhile.
+                self._check_fresh()
+                scope = set(req.episode_ids)
                 check_restore_not_retired(scope, self.workload.fence)
 
                 # Admission closes from the moment a restore is admitted: work accepted beside
@@ -469,10 +476,29 @@ class ControlPlane(Generic[S]):
                     restored=restored.keys,
                     source_checkpoint_id=restored.source_checkpoint_id,
                 )
-                self._replies.restore[cid] = (reply, args)
+                self._replies.restore[cid] = (reply, _restore_args(req))
 
             o.set(records=len(restored.keys), bytes=restored.bytes)
             return reply
+
+    def _check_fresh(self) -> None:
+        """A restore runs only in a participant that has served no work."""
+        if self.workload.served or self.workload.episodes:
+            raise ProtocolRefusal(
+                ErrorCode.INVALID_PHASE, "restore needs a fresh participant: this one has served work"
+            )
+
+    async def _check_manifest(self, checkpoint_dir: str) -> None:
+        """This participant's manifest under ``checkpoint_dir`` reads and checks (in a thread: a
+        slow disk never holds the loop), else ``invalid_checkpoint_state``; the read step reads
+        it again with the records."""
+        with store_refusals():
+            directory = resolve_under(self.checkpoint_root, checkpoint_dir)
+            await anyio.to_thread.run_sync(
+                functools.partial(
+                    read_manifest, directory, kind=str(self.workload.kind), instance=self.tel.instance
+                )
+            )
 
     async def _read_and_install(
         self, o: OperationSpan, req: RestoreRequest, scope: set[EpisodeId]

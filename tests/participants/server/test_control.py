@@ -310,6 +310,23 @@ async def test_restore_refuses_to_continue_an_attempt_retired_here(tmp_path):
         assert restored.status_code == 200 and restored.json()["restored"] == ["r1-a1"]
 
 
+async def test_restore_refuses_a_missing_directory_before_any_work_per_episode(tmp_path):
+    """A restore whose directory holds no checkpoint is refused (422, the manifest named) before
+    its episodes are looked at: even one whose next attempt is retired here gets the directory's
+    refusal, not stale_attempt. Was: the scope and the fence came first (at 300,000 ids, 1 s of
+    blocked loop before the directory was found missing)."""
+    async with running(make()) as client:
+        retired = await control(client, "retire", "cleanup", episode_ids=[{"rollout_id": "r1", "attempt": 1}])
+        assert retired.status_code == 200, retired.text
+        missing = tmp_path / "never-committed"
+        refused = await control(
+            client, "restore", "c1", checkpoint_dir=str(missing), episode_ids=[{"rollout_id": "r1"}]
+        )
+        assert error_code(refused) == (422, "invalid_checkpoint_state"), refused.text
+        assert "never-committed" in refused.json()["error"]["detail"]
+        assert (await status(client))["admission_open"] is True
+
+
 class _FailsHalfwayOnce(ResourcesWorkload):
     """A user's workload whose first install puts in two records, then refuses the third."""
 
