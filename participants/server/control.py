@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final, Generic, NamedTuple, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ckpt_events import OperationSpan, Telemetry
@@ -56,7 +57,7 @@ from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, stor
 from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import read_checkpoint, read_manifest
-from ckpt_events.participants.workloads.base import Record
+from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record
 from ckpt_events.participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 from ckpt_events.vocab import ErrorCode, Operation, Phase
 
@@ -573,7 +574,12 @@ class ControlPlane(Generic[S]):
             async with self._lock:
                 self._check_outside(Operation.FORGET, req.deadline_ts)
                 forgotten = sorted(set(req.rollout_ids))
-                for rollout_id in forgotten:
-                    self.workload.fence.forget(rollout_id)
+                # In chunks, the loop free between them (as retire marks): a work call in
+                # between sees each rollout's mark either still there or cleared.
+                fence = self.workload.fence
+                for at in range(0, len(forgotten), RETIRE_CHUNK):
+                    for rollout_id in forgotten[at : at + RETIRE_CHUNK]:
+                        fence.forget(rollout_id)
+                    await anyio.lowlevel.checkpoint()
             o.set(rollouts=len(forgotten))
             return ForgetReply(forgotten=forgotten)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from ckpt_events import InvalidTypeError, OperationSpan, Telemetry
@@ -32,6 +33,9 @@ from ckpt_events.vocab import ErrorCode
 __all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
 
 _RETIRE_WAIT: Final = 5.0
+#: Ids a retire marks (and a forget clears) between two yields to the loop: ~0.5 ms of work
+#: (a request beside it needs several turns of the loop to be answered).
+RETIRE_CHUNK: Final = 1024
 
 
 class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
@@ -279,11 +283,18 @@ class Workload(Generic[S, R]):
         return restored
 
     async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
-        """Raise the marks first, then cancel and free the retired attempts' state."""
-        retired = []
-        for episode_id in episode_ids:
-            self.fence.mark(episode_id)
-            retired.append(episode_id.capture_key)
+        """Raise the marks first, then cancel and free the retired attempts' state.
+
+        The marks go up ``RETIRE_CHUNK`` at a time, the loop free between chunks (64,000 ids
+        held it ~120 ms): a work call answered in between sees each rollout either marked or
+        not yet, as if it came before or after the retire; those it starts are freed below."""
+        ids = list(episode_ids)
+        retired: set[str] = set()
+        for at in range(0, len(ids), RETIRE_CHUNK):
+            chunk = ids[at : at + RETIRE_CHUNK]
+            self.fence.mark_all(chunk)
+            retired.update(e.capture_key for e in chunk)
+            await anyio.lowlevel.checkpoint()
         doomed = [e for e in self.episodes.values() if self.fence.is_retired(e.episode_id)]
         for episode in doomed:
             if (scope := self._scopes.get(episode.key)) is not None:
@@ -294,7 +305,7 @@ class Workload(Generic[S, R]):
         for episode in doomed:
             self.episodes.pop(episode.key, None)
         self._notify()
-        return sorted(set(retired))
+        return sorted(retired)
 
 
 _by_key: Final = operator.attrgetter("key")
