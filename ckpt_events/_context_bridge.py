@@ -9,16 +9,16 @@ calls it only when built with ``otel_context``; the disabled path never reaches 
 from __future__ import annotations
 
 import inspect
-import logging
 from types import TracebackType
 from typing import Any, Final, Protocol, runtime_checkable
 
 from ckpt_events._frozen_attrs import FrozenAttributes
+from ckpt_events._logs import library_logger
 from ckpt_events._span_handles import OperationSpan
 
 __all__ = ["BridgedOperationSpan", "ContextBridge", "bridge_failed", "takes_tracestate"]
 
-logger: Final = logging.getLogger("ckpt_events")
+logger: Final = library_logger("ckpt_events")
 
 
 @runtime_checkable

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import math
 import time
 from collections import deque
@@ -21,6 +20,7 @@ import msgspec
 
 from ckpt_events._errors import InvalidTypeError, check_int, check_number, one_line, shown
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
+from ckpt_events._logs import library_logger
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
 from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES, RAW_SEQUENCE, OperationSpan
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SinkStats", "Subscription", "resolve_interests"]
 
-logger: Final = logging.getLogger("ckpt_events")
+logger: Final = library_logger("ckpt_events")
 
 #: How long a blocking sink's task gathers events before handing a batch to a thread.
 DEFAULT_BLOCKING_LINGER: Final = 0.05

@@ -18,10 +18,10 @@ refused to record, as the SDK refuses it (a negative amount, a non-finite value)
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Final
 
 from ckpt_events._errors import check_int, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._metric_keys import OVERFLOW_ATTRIBUTE, OVERFLOW_KEY, attributes_of
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "check_cardinality_limit",
 ]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.metrics")
+logger: Final = library_logger("ckpt_events.sinks.metrics")
 
 #: Attribute sets per instrument, OpenTelemetry's default (the SDK's and the specification's).
 DEFAULT_CARDINALITY_LIMIT: Final = 2_000

@@ -22,7 +22,6 @@ parent close it in order instead of killing it mid-export.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import signal
@@ -34,6 +33,7 @@ import anyio
 import msgspec
 
 from ckpt_events import Bus, CkptEventsError
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._export_wire import MAX_LINE, WireReader
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ __all__ = ["main"]
 
 _READ: Final = 1 << 20
 
-logger: Final = logging.getLogger("ckpt_events.sinks")
+logger: Final = library_logger("ckpt_events.sinks")
 
 
 class _Head(msgspec.Struct, frozen=True):

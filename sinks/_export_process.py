@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib
-import logging
 import os
 import select
 import signal
@@ -43,11 +42,12 @@ import msgspec
 
 from ckpt_events import BusStats, ConfigurationError
 from ckpt_events._events import EVENT_TYPES
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._export_wire import MAX_LINE, encoder, escaped_line, lines_within, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks")
+logger: Final = library_logger("ckpt_events.sinks")
 
 #: Seconds the child may take to build its sinks and say so (Python's start and the imports
 #: take ~0.3-0.6 s here).

@@ -12,7 +12,6 @@ overflow key (``ckpt_events.sinks._cardinality``).
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Final
 
@@ -25,13 +24,14 @@ from ckpt_events import (
     OperationFinished,
     OperationStarted,
 )
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import Overflow
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, CollectionAction, Outcome
 
 __all__ = ["GAUGES", "MAX_OPEN", "OPEN_COUNTER", "OpenWork", "OpenWorkSnapshot"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.metrics")
+logger: Final = library_logger("ckpt_events.sinks.metrics")
 
 #: The up-down counter and the two gauges (in export order), from the core's instrument table.
 OPEN_COUNTER: Final = OPEN_WORK_INSTRUMENTS[0]

@@ -11,12 +11,12 @@ when something is built: the core installs without it.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from ckpt_events import ConfigurationError
 from ckpt_events._errors import shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, ENV_TEMPORALITY, OtelSettings, given
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Built", "otel_sinks"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks")
+logger: Final = library_logger("ckpt_events.sinks")
 _T = TypeVar("_T")
 
 #: How long a failed ``configure`` gives the meter provider it built to shut down.

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import logging
 import selectors
 import socket
 import threading
@@ -47,9 +46,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 
+from ckpt_events._logs import library_logger
+
 __all__ = ["ScrapeServer", "Unavailable", "host_problem", "listen_host"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.prometheus")
+logger: Final = library_logger("ckpt_events.sinks.prometheus")
 
 #: The longest request head read (as ``http.server``'s line limit): past it, 431. Never more
 #: is buffered per connection.

@@ -13,7 +13,6 @@ makes one.
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
@@ -32,12 +31,13 @@ from ckpt_events import (
     Stalled,
 )
 from ckpt_events._errors import check_number, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._open_work import MAX_OPEN
 from ckpt_events.vocab import Kind, Operation, Outcome, Phase
 
 __all__ = ["ENV_STALL_AFTER", "StallWatch"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.stall")
+logger: Final = library_logger("ckpt_events.sinks.stall")
 
 #: Set to a number of seconds, ``configure()`` and ``serve`` subscribe a ``StallWatch(after=...)``.
 ENV_STALL_AFTER: Final = "CKPT_EVENTS_STALL_AFTER"

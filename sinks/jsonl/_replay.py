@@ -15,7 +15,6 @@ A target whose ``handle`` raises is isolated as the bus isolates a sink: logged 
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 from collections.abc import Iterable
 from typing import IO, Any, Final, get_args
@@ -34,13 +33,14 @@ from ckpt_events import (
     resolve_interests,
 )
 from ckpt_events._errors import check_int, one_line, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.sinks.jsonl._rotation import rotated_name
 
 __all__ = ["ReplayFailure", "ReplayResult", "is_rotated", "replay"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.jsonl")
+logger: Final = library_logger("ckpt_events.sinks.jsonl")
 
 _EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(CheckpointEvent)
 DEFAULT_BATCH: Final = 4096

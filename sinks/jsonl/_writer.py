@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import logging
 import os
 import stat
 import threading
@@ -35,6 +34,7 @@ except ImportError:  # Windows: rotated without the lock
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor
 from ckpt_events._errors import check_file_name, check_int, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._redacted import redacted
 from ckpt_events.sinks._wire_safe import replace_surrogates
@@ -42,7 +42,7 @@ from ckpt_events.sinks.jsonl._reader import MAX_LINE
 
 __all__ = ["JsonLinesSink", "JsonLinesStats"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.jsonl")
+logger: Final = library_logger("ckpt_events.sinks.jsonl")
 
 _NEWLINE: Final = 10
 #: The characters a string keeps in an event whose line was too long to read back.

@@ -10,7 +10,6 @@ the SDK enforces one only from opentelemetry-sdk 1.45.2 (and ours bounds what we
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -31,6 +30,7 @@ from ckpt_events import (
     __version__,
 )
 from ckpt_events._errors import shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import (
     DEFAULT_CARDINALITY_LIMIT,
@@ -51,7 +51,7 @@ from ckpt_events.vocab import (
 
 __all__ = ["MetricSink", "MetricSinkStats"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.otel")
+logger: Final = library_logger("ckpt_events.sinks.otel")
 
 _INSTRUMENTS: Final = {instrument.name: instrument for instrument in INSTRUMENTS}
 

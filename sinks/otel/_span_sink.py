@@ -9,7 +9,6 @@ sampling), always off the request path. Span kinds follow ``ckpt_events.vocab.sp
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -26,6 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
 from ckpt_events._errors import check_int, check_number, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits, limited_span
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, MAX_TIMEOUT_MS
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
@@ -33,7 +33,7 @@ from ckpt_events.vocab import SpanKind as CkptSpanKind
 
 __all__ = ["SpanSink", "SpanSinkStats"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.otel")
+logger: Final = library_logger("ckpt_events.sinks.otel")
 
 SCOPE: Final = InstrumentationScope("ckpt_events", __version__)
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)

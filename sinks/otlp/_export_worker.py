@@ -10,7 +10,6 @@ interval timer and cumulative totals.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -20,12 +19,13 @@ from typing import Final
 import anyio.to_thread
 
 from ckpt_events._errors import check_number, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks.otlp._endpoint import safe_url
 from ckpt_events.sinks.otlp._http import MAX_TIMEOUT_S, OtlpHttpSender
 
 __all__ = ["ExportWorker", "timeout_or"]
 
-logger: Final = logging.getLogger("ckpt_events.sinks.otel")
+logger: Final = library_logger("ckpt_events.sinks.otel")
 
 
 def timeout_or(timeout: float | None, default: float) -> float:

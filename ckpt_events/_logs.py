@@ -1,0 +1,220 @@
+"""The library's own loggers: ``library_logger(name)``, and what a record of ours may hold.
+
+Each is a ``logging.LoggerAdapter`` over the stdlib logger of that name (every name under
+``ckpt_events``: a user routes, filters or silences them as any other), and its records are the
+stdlib's own, with the caller's file and line. Two things differ from calling the logger itself:
+
+- A record's exception (``exc_info``) is said within bounds and without credentials: where a
+  message in its chain is longer than ``LOGGED_MESSAGE_CHARS`` or holds a credential (the
+  redaction rule of ``Redactor.redact_message``), the record carries a stand-in of the same
+  class name, traceback and chain, whose message is cut and redacted. A sink raising an error
+  that quoted a megabyte payload logged that megabyte, and a URL's ``user:password`` or a
+  ``Bearer`` token in an error's text went to the server's log verbatim.
+- A handler of the user's that raises in ``emit`` (one not going through ``handleError``, which
+  the stdlib does not catch) loses the record, not the caller: the bus's delivery task logging a
+  failed sink raised out of its task group and took ``async with Bus()`` (and the application's
+  code inside it) down; the OTLP export thread ended. With ``logging.raiseExceptions`` (the
+  stdlib's switch for "tell me about logging errors") its first such error is said on stderr,
+  in one line, as ``Handler.handleError`` would.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+import traceback
+from collections.abc import Mapping
+from types import FrameType, TracebackType
+from typing import Final
+
+from ckpt_events._redact import Redactor
+
+__all__ = ["LOGGED_MESSAGE_CHARS", "LibraryLogger", "fit_for_log", "library_logger", "said_in_log"]
+
+#: The longest message of an exception a record of ours carries (a few lines of a validation
+#: error stay whole; a payload quoted in an error does not).
+LOGGED_MESSAGE_CHARS: Final = 2000
+#: The longest message of one exception said inside a log line's own text (``said_in_log``).
+SAID_CHARS: Final = 300
+#: Redacted before the cut, this much further: a credential across the cut is redacted whole.
+_REDACT_SLACK: Final = 400
+#: Exceptions of a chain (causes, contexts, a group's members) given stand-ins at most; past
+#: them a chain ends (a cycle, or thousands of chained errors, stays bounded).
+_MOST_EXCEPTIONS: Final = 50
+_RULE: Final = Redactor()
+# The stdlib logging module's own file: its frames are skipped to find the caller, as
+# ``Logger.findCaller`` does (``logging._srcfile`` is private).
+_LOGGING_FILE: Final = logging.Logger.log.__code__.co_filename
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # its own __str__ raised; we are already saying a failure
+        return "(its message could not be read)"
+
+
+def _fitted(text: str, limit: int) -> str:
+    """``text`` redacted and cut at ``limit`` characters, its size said when cut."""
+    fitted = _RULE.redact_message(text[: limit + _REDACT_SLACK])
+    if len(text) > limit or len(fitted) > limit:
+        return f"{fitted[:limit]}... ({len(text):,} characters)"
+    return fitted
+
+
+def said_in_log(exc: BaseException) -> str:
+    """``exc`` for the text of a log line: its class, its message in one line, cut and redacted
+    (``ValueError: POST https://[REDACTED]@host failed``)."""
+    said = _fitted(" ".join(_message(exc)[: SAID_CHARS + _REDACT_SLACK].split()), SAID_CHARS)
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what a traceback of it shows (causes, contexts, a group's members), bounded."""
+    seen: dict[int, BaseException] = {}
+    todo = [exc]
+    while todo and len(seen) < _MOST_EXCEPTIONS:
+        one = todo.pop()
+        if id(one) in seen:
+            continue
+        seen[id(one)] = one
+        todo.extend(e for e in (one.__cause__, one.__context__) if e is not None)
+        if isinstance(one, BaseExceptionGroup):
+            todo.extend(one.exceptions)
+    return list(seen.values())
+
+
+def _needs_stand_in(exc: BaseException) -> bool:
+    for one in _chain(exc):
+        text = _message(one)
+        if len(text) > LOGGED_MESSAGE_CHARS or _RULE.redact_message(text) != text:
+            return True
+        if any(len(str(note)) > LOGGED_MESSAGE_CHARS for note in getattr(one, "__notes__", ())):
+            return True
+    return False
+
+
+def fit_for_log(exc: BaseException) -> BaseException:
+    """``exc`` itself when every message its traceback shows is short and holds no credential;
+    else a stand-in: same class name and module, same traceback, its chain stood in for alike,
+    each message cut at ``LOGGED_MESSAGE_CHARS`` and redacted."""
+    if not _needs_stand_in(exc):
+        return exc
+    made: dict[int, BaseException] = {}
+    return _stand_in(exc, made)
+
+
+def _stand_in(exc: BaseException, made: dict[int, BaseException]) -> BaseException:
+    done = made.get(id(exc))
+    if done is not None:
+        return done
+    kind = type(exc)
+    names = {"__module__": kind.__module__, "__qualname__": kind.__qualname__}
+    # A group's str() adds "(2 sub-exceptions)", which its traceback adds again.
+    said = exc.message if isinstance(exc, BaseExceptionGroup) else _message(exc)
+    message = _fitted(said, LOGGED_MESSAGE_CHARS)
+    stand_in: BaseException
+    if isinstance(exc, BaseExceptionGroup):
+        # Its members first: a group cannot hold itself, and a cycle through a member's
+        # context ends at the member, stood in for before its chain is followed.
+        members = [_plain(_stand_in(e, made)) for e in exc.exceptions[:_MOST_EXCEPTIONS]]
+        stand_in = type(kind.__name__, (ExceptionGroup,), names)(message, members)
+    else:
+        stand_in = type(kind.__name__, (Exception,), names)(message)
+    made[id(exc)] = stand_in
+    stand_in.__traceback__ = exc.__traceback__
+    stand_in.__suppress_context__ = exc.__suppress_context__
+    for note in list(getattr(exc, "__notes__", ()))[:_MOST_EXCEPTIONS]:
+        stand_in.add_note(_fitted(str(note), LOGGED_MESSAGE_CHARS))
+    if len(made) < _MOST_EXCEPTIONS:
+        if exc.__cause__ is not None:
+            stand_in.__cause__ = _stand_in(exc.__cause__, made)
+        if exc.__context__ is not None:
+            stand_in.__context__ = _stand_in(exc.__context__, made)
+    return stand_in
+
+
+def _plain(exc: BaseException) -> Exception:
+    # An ExceptionGroup holds Exceptions only; every stand-in is one.
+    return exc if isinstance(exc, Exception) else Exception(str(exc))
+
+
+class LibraryLogger(logging.LoggerAdapter[logging.Logger]):
+    """A logger of ours: the stdlib's records, fitted exceptions, and a raising handler contained."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, None)
+        self._told = False  # a handler raised and stderr was told, once
+
+    def log(  # type: ignore[override]
+        self,
+        level: int,
+        msg: object,
+        *args: object,
+        exc_info: object = None,
+        stack_info: bool = False,
+        stacklevel: int = 1,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
+        logger = self.logger
+        if not logger.isEnabledFor(level):
+            return
+        caller = _caller(stacklevel)
+        info = _exc_info(exc_info)
+        if info is not None:
+            fitted = fit_for_log(info[1])
+            info = (type(fitted), fitted, fitted.__traceback__)
+        stack = None
+        if stack_info and caller is not None:
+            out = io.StringIO()
+            out.write("Stack (most recent call last):\n")
+            traceback.print_stack(caller, file=out)
+            stack = out.getvalue().rstrip("\n")
+        where = ("(unknown file)", 0, "(unknown function)")
+        if caller is not None:
+            where = (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+        try:
+            record = logger.makeRecord(
+                logger.name, level, where[0], where[1], msg, args, info, where[2], extra, stack
+            )
+            logger.handle(record)
+        except Exception as exc:  # a handler's or filter's own failure: the record is lost, not the caller
+            if logging.raiseExceptions and not self._told:
+                self._told = True
+                sys.stderr.write(
+                    f"--- Logging error: a handler of logger {logger.name!r} raised "
+                    f"{said_in_log(exc)}; a record of ckpt_events was lost (said once) ---\n"
+                )
+
+
+def _caller(stacklevel: int) -> FrameType | None:
+    """The frame that called us, past the logging module's own (``LoggerAdapter.warning``)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == _LOGGING_FILE:
+        frame = frame.f_back  # type: ignore[assignment]
+    for _ in range(stacklevel - 1):
+        if frame is None or frame.f_back is None:
+            break
+        frame = frame.f_back
+    return frame
+
+
+def _exc_info(exc_info: object) -> ExcInfo | None:
+    """``exc_info`` as ``Logger`` reads it: an exception, a ``sys.exc_info()`` tuple, or true
+    for the exception being handled."""
+    if not exc_info:
+        return None
+    if isinstance(exc_info, BaseException):
+        return (type(exc_info), exc_info, exc_info.__traceback__)
+    if isinstance(exc_info, tuple) and len(exc_info) == 3 and isinstance(exc_info[1], BaseException):
+        return (type(exc_info[1]), exc_info[1], exc_info[2])
+    current = sys.exc_info()
+    return None if current[1] is None else (type(current[1]), current[1], current[2])
+
+
+def library_logger(name: str) -> LibraryLogger:
+    """The logger ``name`` (one under ``ckpt_events``) as the library logs on it."""
+    return LibraryLogger(logging.getLogger(name))

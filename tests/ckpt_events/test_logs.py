@@ -1,0 +1,156 @@
+"""The library's own loggers (``ckpt_events._logs``): an exception said within bounds and without
+credentials, the caller's file and line kept, and a user's handler that raises contained."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from ckpt_events import Bus, Event, Telemetry
+from ckpt_events._logs import LOGGED_MESSAGE_CHARS, fit_for_log, library_logger, said_in_log
+from ckpt_events.testing import MemorySink
+
+SECRET_URL = "https://alice:hunter2@collector.example/v1/traces"
+#: A sink's error quoting a request: a credential in a URL, a header and a pair, then a payload.
+LOUD = (
+    f"POST {SECRET_URL} failed; Authorization: Bearer sk-live-0123456789 token=abc123 body: "
+    + "x" * 1_000_000
+)
+
+
+class Loud:
+    """A sink whose every batch fails with ``LOUD``, raised from a cause of its own."""
+
+    def handle(self, batch: list[Event]) -> None:
+        try:
+            raise ConnectionError(f"connect to {SECRET_URL} refused")
+        except ConnectionError as exc:
+            raise ValueError(LOUD) from exc
+
+
+@pytest.fixture
+def formatted() -> Iterator[io.StringIO]:
+    """What a plain ``StreamHandler`` on ``ckpt_events`` writes, traceback and all."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(filename)s:%(funcName)s %(message)s"))
+    root = logging.getLogger("ckpt_events")
+    root.addHandler(handler)
+    try:
+        yield out
+    finally:
+        root.removeHandler(handler)
+
+
+async def test_a_failing_sinks_record_is_bounded_and_holds_no_credential(formatted: io.StringIO) -> None:
+    """A sink raising a megabyte message with credentials in it: its one record is a few KB, with
+    its class, its traceback (the sink's frame) and its cause, and none of the credentials (it was
+    1,000,5xx characters, the password, the token and the pair's value in it verbatim)."""
+    async with Bus(batch_interval=0) as bus:
+        bus.subscribe(Loud(), name="loud")
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        for _ in range(50):
+            tel.refused("stale_attempt")
+        await bus.flush()
+    text = formatted.getvalue()
+    assert len(text) < 4 * LOGGED_MESSAGE_CHARS + 3000
+    for secret in ("hunter2", "sk-live-0123456789", "abc123"):
+        assert secret not in text
+    assert text.count("failed to handle a batch") == 1
+    assert "ckpt_events ERROR _subscription.py:_count_failure sink 'loud'" in text
+    assert "ValueError: POST https://[REDACTED]@collector.example/v1/traces failed" in text
+    assert "(1,000,1" in text  # its size said where it was cut
+    assert "ConnectionError: connect to https://[REDACTED]@collector.example" in text
+    assert "The above exception was the direct cause" in text
+    assert "in handle\n" in text  # the sink's own frame
+
+
+def test_a_short_clean_exception_is_passed_as_it_is() -> None:
+    """An exception with nothing to cut or redact is the record's own (a filter reading its class,
+    an error tracker reporting it, see the very object)."""
+    exc = OSError(28, "No space left on device")
+    assert fit_for_log(exc) is exc
+
+
+def test_a_stand_in_keeps_the_class_name_traceback_and_notes() -> None:
+    """A stand-in says the original's class and module, keeps its traceback, and its notes cut."""
+    try:
+        raise KeyError("password=swordfish")
+    except KeyError as exc:
+        exc.add_note("n" * (LOGGED_MESSAGE_CHARS * 3))
+        caught = exc
+    stand_in = fit_for_log(caught)
+    assert stand_in is not caught
+    assert type(stand_in).__qualname__ == "KeyError" and type(stand_in).__module__ == "builtins"
+    assert stand_in.__traceback__ is caught.__traceback__
+    assert "swordfish" not in str(stand_in)
+    (note,) = stand_in.__notes__
+    assert len(note) < LOGGED_MESSAGE_CHARS + 40
+
+
+def test_a_group_and_a_cycle_stay_bounded() -> None:
+    """An exception group keeps its members (stood in for); a context cycle ends."""
+    first, second = ValueError("a" * 10_000), RuntimeError("token=t0p")
+    first.__context__, second.__context__ = second, first
+    stand_in = fit_for_log(ExceptionGroup("two", [first, second]))
+    assert isinstance(stand_in, ExceptionGroup) and len(stand_in.exceptions) == 2
+    assert "t0p" not in str(stand_in.exceptions[1]) and len(str(stand_in.exceptions[0])) < 2100
+
+
+def test_said_in_log_is_one_line_cut_and_redacted() -> None:
+    """The text of an error for a log line: one line, at most ~300 characters, no credential."""
+    said = said_in_log(RuntimeError(f"failed\nat {SECRET_URL}\n" + "y" * 10_000))
+    assert "\n" not in said and "hunter2" not in said and len(said) < 400
+    assert said.startswith("RuntimeError: failed at https://[REDACTED]@collector")
+
+
+def test_a_record_names_its_caller() -> None:
+    """``filename``, ``lineno`` and ``funcName`` are the caller's, not this module's."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("ckpt_events.test_logs")
+    logger.addHandler(handler)
+    try:
+        library_logger("ckpt_events.test_logs").warning("said %d", 1)
+    finally:
+        logger.removeHandler(handler)
+    (record,) = records
+    said = (record.getMessage(), record.funcName, record.filename)
+    assert said == ("said 1", "test_a_record_names_its_caller", "test_logs.py")
+
+
+class Broken(logging.Handler):
+    """A user's handler whose ``emit`` raises instead of calling ``handleError``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        raise RuntimeError("handler broke")
+
+
+async def test_a_raising_handler_does_not_take_the_bus_down(capsys: pytest.CaptureFixture[str]) -> None:
+    """A user's handler raising as the bus logs a failed sink and a full buffer: the record is lost,
+    said once on stderr; the bus, its healthy sink and the code inside ``async with`` go on (the
+    handler's error raised out of the bus's task group, an ExceptionGroup out of ``async with``)."""
+    logger = logging.getLogger("ckpt_events")
+    broken = Broken()
+    logger.addHandler(broken)
+    healthy = MemorySink()
+    try:
+        async with Bus(batch_interval=0, buffer_size=10) as bus:
+            bus.subscribe(Loud(), name="loud")
+            bus.subscribe(healthy, name="healthy", buffer_size=1000)
+            tel = Telemetry(bus, kind="resources", instance="r0")
+            for _ in range(40):
+                tel.refused("stale_attempt")  # past the loud sink's 10: drops said too
+            await bus.flush()
+            stats = bus.stats()
+    finally:
+        logger.removeHandler(broken)
+    assert len(healthy.events) == 40
+    assert stats.sink("loud").failed_batches >= 1
+    err = capsys.readouterr().err
+    assert err.count("--- Logging error") == 1
+    assert "RuntimeError: handler broke" in err and "\n" == err[-1] and err.count("\n") == 1
