@@ -19,7 +19,7 @@ from typing import Final
 import anyio.to_thread
 
 from ckpt_events._errors import check_number, shown
-from ckpt_events._logs import library_logger
+from ckpt_events._logs import library_logger, said_in_log
 from ckpt_events.sinks.otlp._endpoint import safe_url
 from ckpt_events.sinks.otlp._http import MAX_TIMEOUT_S, OtlpHttpSender
 
@@ -106,8 +106,9 @@ class ExportWorker:
         except Exception as exc:  # telemetry never breaks the application
             self.sender.close()  # the request may be half written: never reuse the connection
             self.count(dropped=items, failed=True)
-            self.last_failure = f"raised {type(exc).__name__}: {exc}"
-            self.log_failure(f"raised {type(exc).__name__}: {exc}", exc_info=exc)
+            # Said cut and redacted: an error's text may quote a payload or a credential.
+            self.last_failure = f"raised {said_in_log(exc)}"
+            self.log_failure(self.last_failure, exc_info=exc)
             return False
         accepted = result.accepted
         rejected = 0

@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events._errors import check_number, shown
+from ckpt_events._logs import said_in_log
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
@@ -178,7 +179,7 @@ class OtlpMetricSink:
             except Exception as exc:  # a bug of ours: this export fails, counted; the thread goes on
                 self._worker.count(failed=True)
                 self._worker.last_failure = f"could not be encoded ({type(exc).__name__})"
-                self._worker.log_failure(f"could not be encoded ({type(exc).__name__}: {exc})", exc_info=exc)
+                self._worker.log_failure(f"could not be encoded ({said_in_log(exc)})", exc_info=exc)
                 return False
             # Points are not counted one by one: cumulative totals lose nothing to a failed export.
             return self._worker.send(body, 0, deadline)

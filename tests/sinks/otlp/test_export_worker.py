@@ -208,6 +208,37 @@ def test_a_send_that_raises_is_a_counted_failure_and_the_thread_goes_on(
     assert "raised UnicodeEncodeError" in warning.getMessage() and warning.exc_info is not None
 
 
+class _RaisesLoudly(OtlpHttpSender):
+    """A real sender whose sends raise an error quoting a credential and a megabyte payload."""
+
+    def send(self, body: bytes, deadline: float | None = None) -> SendResult:
+        # The password built here: the traceback quotes this line's source.
+        password = "s3" + "cr3t"
+        raise RuntimeError(f"POST https://bob:{password}@otel.example/v1/traces: " + "p" * 1_000_000)
+
+
+def test_a_send_that_raises_is_said_cut_and_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    """The failure warning and ``last_failure`` say a raising send in one short line without its
+    credential: they held its whole text (1,000,4xx characters, the URL's password in it)."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with _collector([]) as (url, _):
+        sender = _RaisesLoudly(url, content_type="application/x-protobuf")
+        worker = ExportWorker(sender, name="test-export", signal="span", lost="dropped")
+        worker.start(lambda: [worker.send(b"a", 1, None), worker.send(b"b", 1, None)])
+        assert worker.join(time.monotonic() + 5.0, patience=1.0, slack=0.0) is True
+        worker.say_total()
+        sender.stop()
+    assert worker.failures == 2
+    last = worker.last_failure or ""
+    assert last.startswith("raised RuntimeError: POST https://[REDACTED]@otel.example") and len(last) < 400
+    records = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
+    assert len(records) == 2  # the first failure, and the total at the end
+    for record in records:
+        said = record.getMessage()
+        assert "s3cr3t" not in said and "\n" not in said and len(said) < 1000
+    assert "s3cr3t" not in caplog.text and len(caplog.text) < 10_000
+
+
 async def test_no_thread_of_ours_outlives_the_sinks_close() -> None:
     """Once the bus has closed both OTLP sinks, no export or watchdog thread is left (the
     watchdogs stayed up to 30 s)."""
