@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
-__all__ = ["clipped", "counted", "rate"]
+__all__ = ["clipped", "counted", "milliseconds", "rate"]
 
 #: Where a clipped text may end: before a space, or after a separator inside a long token
 #: (a URL, a path, a dotted name).
@@ -32,6 +33,18 @@ def clipped(text: str, most: int) -> str:
         if ends and ends[-1] > 0:
             room = room[: ends[-1]]
     return room.rstrip(" ,;:") + "…"
+
+
+def milliseconds(value: float) -> str:
+    """``12.3 ms``; under 1 ms with two significant digits (``0.056 ms``, ``0.0081 ms``), so a
+    handler that took 56 us never reads ``0.0 ms``; ``0 ms`` only for nothing at all."""
+    if value >= 1:
+        return f"{value:.1f} ms"
+    if value <= 0:
+        return "0 ms"
+    # Durations are whole nanoseconds (1e-6 ms): seven decimals show any of them.
+    digits = min(7, 1 - math.floor(math.log10(value)))
+    return f"{value:.{digits}f} ms"
 
 
 def rate(nbytes: float, seconds: float) -> str:

@@ -37,7 +37,7 @@ from ckpt_events.participants.cli.report.timeline import (
     summed_over,
 )
 from ckpt_events.participants.cli.text import escape, escape_html
-from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.cli.words import counted, milliseconds
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
 
@@ -108,7 +108,7 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
         f'preserveAspectRatio="xMinYMin meet" font-family="system-ui, sans-serif" font-size="12" '
         f'role="img" aria-label="{escape_html(title)}">',
         f'<text x="4" y="16" font-weight="bold" font-size="14">{escape_html(title)} '
-        f"({total / 1e6:.1f} ms)</text>",
+        f"({milliseconds(total / 1e6)})</text>",
     ]
     out += _legend(36, fills)
     out += _axis(total, height)
@@ -152,7 +152,7 @@ def _span_row(
     # JSON escapes every control character (ensure_ascii), so the attribute holds none.
     details = escape_html(json.dumps(s.details, default=str))
     # A span whose clock went back during it: its duration is unknown, never 0.0.
-    ms, short_ms = (f"{s.ms:.2f}", f"{s.ms:.1f}") if s.known else ("?", "?")
+    ms, short_ms = (f"{s.ms:.2f}", milliseconds(s.ms).removesuffix(" ms")) if s.known else ("?", "?")
     why = "" if s.known else " (its clock went back during it)"
     tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}")
     out.append(
@@ -278,11 +278,12 @@ PAGE_POLICY: Final = (
 def attribution_html(attribution: Attribution | None) -> str:
     if attribution is None:
         return ""
-    parts = ", ".join(f"{escape_html(k)} {v:.1f} ms" for k, v in attribution.top_parts())
-    if attribution.max_loop_lag_ms is not None:
-        parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
     root, line = escape_html(attribution.root), escape_html(attribution.line())
-    return f'<p class="line" data-attribution="{root}">{line}</p>\n<p class="parts">{parts}</p>'
+    page = f'<p class="line" data-attribution="{root}">{line}</p>'
+    # Left out when it has nothing to say, as in the terminal (it opened with "; ").
+    if parts := attribution.parts_line():
+        page += f'\n<p class="parts">{escape_html(parts)}</p>'
+    return page
 
 
 def _table_html(events: Sequence[Event]) -> str:
@@ -295,7 +296,11 @@ def _table_html(events: Sequence[Event]) -> str:
     for r in rows:
         # ``?`` where a duration is unknown (a clock went back), blank where there is none.
         cells = "".join(
-            "<td>?</td>" if c in r.unknown else f"<td>{r.ms[c]:.1f}</td>" if c in r.ms else "<td></td>"
+            "<td>?</td>"
+            if c in r.unknown
+            else f"<td>{milliseconds(r.ms[c]).removesuffix(' ms')}</td>"
+            if c in r.ms
+            else "<td></td>"
             for c in columns
         )
         who = f"{escape_html(r.kind)}/<wbr>{escape_html(r.instance)}"

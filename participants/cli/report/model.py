@@ -13,7 +13,9 @@ part, by priority:
    stage, a fanned-out coordinate operation) with no handler running;
 5. controller: inside a named controller span that calls nobody (publishing the collection
    record, ``coordinate.prepare`` between its stages), named by the deepest such span;
-6. unattributed: covered by the root span only.
+6. unattributed: covered by the root span only; when the root is a participant's own operation
+   (a user's server with no controller: nothing called it that the logs hold), its time outside
+   its steps is its handler's, never unattributed.
 
 The parts add up to the root's duration exactly. Nothing here draws.
 
@@ -41,6 +43,7 @@ from ckpt_events import (
     StepFinished,
 )
 from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
+from ckpt_events.participants.cli.words import milliseconds
 from ckpt_events.vocab import (
     CollectionAction,
     Operation,
@@ -245,6 +248,9 @@ class Attribution:
     max_loop_lag_ms: float | None
     #: The root span's checkpoint id (a restore's: the checkpoint it restored).
     checkpoint_id: str | None = None
+    #: True when the trace holds a controller's span; False for a participant's own operation
+    #: (a user's server, no controller), whose line names no controller or transit it never had.
+    coordinated: bool = True
 
     @property
     def unattributed_share(self) -> float:
@@ -252,17 +258,39 @@ class Attribution:
 
     def top_parts(self, most: int = 8) -> list[tuple[str, float]]:
         """The largest named parts (at least 1% of the total), largest first."""
-        floor = max(0.05, self.total_ms / 100)
-        return [(name, ms) for name, ms in self.parts.items() if ms >= floor][:most]
+        floor = self.total_ms / 100
+        return [(name, ms) for name, ms in self.parts.items() if ms > 0 and ms >= floor][:most]
 
     def line(self) -> str:
         """``N ms total, M ms in participants' handlers, K ms transit/queue, L ms controller, U ms
-        unattributed``."""
+        unattributed (S%)``; for a trace with no controller's span, ``N ms total, M ms in
+        participants' handlers`` (and the time queued, if any) and that it has no controller."""
+        if not self.coordinated:
+            queued = f", {milliseconds(self.transit_ms)} queued" if self.transit_ms > 0 else ""
+            return (
+                f"{milliseconds(self.total_ms)} total, {milliseconds(self.handlers_ms)} in participants' "
+                f"handlers{queued} (a participant's own operation: no controller's span in its trace)"
+            )
+        # A share of a zero total is no figure: left out rather than printed as 0.0%.
+        share = f" ({self.unattributed_share:.1%})" if self.total_ms > 0 else ""
         return (
-            f"{self.total_ms:.1f} ms total, {self.handlers_ms:.1f} ms in participants' handlers, "
-            f"{self.transit_ms:.1f} ms transit/queue, {self.controller_ms:.1f} ms controller, "
-            f"{self.unattributed_ms:.1f} ms unattributed ({self.unattributed_share:.1%})"
+            f"{milliseconds(self.total_ms)} total, "
+            f"{milliseconds(self.handlers_ms)} in participants' handlers, "
+            f"{milliseconds(self.transit_ms)} transit/queue, "
+            f"{milliseconds(self.controller_ms)} controller, "
+            f"{milliseconds(self.unattributed_ms)} unattributed{share}"
         )
+
+    def parts_line(self) -> str:
+        """The named parts and the worst event-loop lag, ``; `` between them, each only when it
+        has something to say (``""`` when neither has): the parts of a trace with no controller
+        are the line's own, so only its lag is said."""
+        said = []
+        if self.coordinated and (parts := self.top_parts()):
+            said.append(", ".join(f"{name} {milliseconds(ms)}" for name, ms in parts))
+        if self.max_loop_lag_ms is not None:
+            said.append(f"worst participant event-loop lag {milliseconds(self.max_loop_lag_ms)}")
+        return "; ".join(said)
 
 
 def attribute(spans: list[Span]) -> Attribution | None:
@@ -292,10 +320,13 @@ def attribute(spans: list[Span]) -> Attribution | None:
             intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
     cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
     parts: dict[str, float] = {}
+    # A participant's operation at the root ran its handler all along: its time outside its
+    # steps was read as unattributed (55.6 ms restore, no steps: 100% unattributed).
+    uncovered = HANDLERS if root.participant else UNATTRIBUTED
     for a, b in itertools.pairwise(cuts):
         mid = (a + b) / 2
         covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
-        label = min(covering)[1] if covering else UNATTRIBUTED
+        label = min(covering)[1] if covering else uncovered
         parts[label] = parts.get(label, 0.0) + (b - a) / 1e6
 
     def total(prefix: str) -> float:
@@ -312,4 +343,5 @@ def attribute(spans: list[Span]) -> Attribution | None:
         parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])),
         max_loop_lag_ms=max(lags) if lags else None,
         checkpoint_id=root.checkpoint_id,
+        coordinated=not all(s.participant for s in spans),
     )

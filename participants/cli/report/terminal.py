@@ -32,7 +32,7 @@ from ckpt_events.participants.cli.report.timeline import (
     known_sum,
 )
 from ckpt_events.participants.cli.text import escape
-from ckpt_events.participants.cli.words import counted
+from ckpt_events.participants.cli.words import counted, milliseconds
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
 
@@ -96,10 +96,9 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
     console.print(
         Text(f"{escape(label)} ({escape(attribution.root)}): {escape(attribution.line())}", style="bold")
     )
-    parts = ", ".join(f"{escape(name)} {ms:.1f} ms" for name, ms in attribution.top_parts())
-    if attribution.max_loop_lag_ms is not None:
-        parts += f"; worst participant event-loop lag {attribution.max_loop_lag_ms:.1f} ms"
-    console.print(Text("  " + parts, style="dim"))
+    # A line that would open with "; " (no part of 1% or more) or say nothing is left out.
+    if parts := attribution.parts_line():
+        console.print(Text("  " + escape(parts), style="dim"))
 
 
 def _per_kind(rows: list[Breakdown]) -> list[Breakdown]:
@@ -169,7 +168,12 @@ def _cell(row: Breakdown, column: str) -> str:
     """A breakdown cell: its ms, ``?`` where a duration is unknown (a clock went back), or blank."""
     if column in row.unknown:
         return "?"
-    return f"{row.ms[column]:.1f}" if column in row.ms else ""
+    return _figure(row.ms[column]) if column in row.ms else ""
+
+
+def _figure(ms: float) -> str:
+    """A duration's figure in a ms column: a 56 us handler is ``0.056``, never ``0.0``."""
+    return milliseconds(ms).removesuffix(" ms")
 
 
 def _who(row: Breakdown) -> str:
@@ -205,7 +209,7 @@ def render_waterfall(
     t0 = min(s.start_ns for s in spans)
     total = max(1, max(s.end_ns for s in spans) - t0)
     table = Table(
-        title=Text(f"{escape(title)}: waterfall ({total / 1e6:.1f} ms)", style="table.title"),
+        title=Text(f"{escape(title)}: waterfall ({milliseconds(total / 1e6)})", style="table.title"),
         title_justify="left",
         box=None,
         pad_edge=False,
@@ -225,7 +229,7 @@ def render_waterfall(
             _paint(bar, "─", start, end)
             bar.stylize(colour_of(row.kind, colours), start, end)
             name = Text("  " * row.depth + _label(row), style="dim")
-            table.add_row(name, Text(f"≤{row.max_ms:.1f}", style="dim"), bar)
+            table.add_row(name, Text(f"≤{_figure(row.max_ms)}", style="dim"), bar)
             continue
         s = row
         parent = by_id.get(s.parent_span_id or -1)
@@ -240,7 +244,7 @@ def render_waterfall(
         on_path = s.span_id in critical
         name = Text("  " * s.depth + _label(s), style="bold" if on_path else "")
         # A span whose clock went back during it: its duration is unknown, never 0.0.
-        ms = f"{s.ms:.1f}" if s.known else "?"
+        ms = _figure(s.ms) if s.known else "?"
         table.add_row(name, f"{_CRITICAL if on_path else ''}{ms}", bar)
     return table
 

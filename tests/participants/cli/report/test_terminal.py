@@ -4,6 +4,7 @@ attribution line, within 80 columns, nothing cut."""
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 
@@ -48,6 +49,7 @@ async def test_narrow_waterfalls_keep_every_figure_whole() -> None:
         assert trace_id is not None
         spans = trace_spans(events, trace_id)
         wide = _figures(render_waterfall(spans, 200), 200)
-        assert len(wide) == len(spans) and all(f[-2] == "." for f in wide), wide
+        # Whole figures: one decimal from 1 ms, two significant digits under it (``0.56``).
+        assert len(wide) == len(spans) and all(re.fullmatch(r"▶?\d+\.\d+", f) for f in wide), wide
         for width in (40, 50, 60):
             assert _figures(render_waterfall(spans, width), width) == wide, width

@@ -1,0 +1,133 @@
+"""``ckpt-events report`` on the log of a user's own server (the README's FastAPI quickstart: no
+controller, its own kind and steps): every figure is the log's own, none of a controller it never
+had. The app runs in process under httpx's ASGI transport, writing a real JSON-lines log."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+
+from ckpt_events import OperationFinished, StepFinished
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.fastapi import instrument, operation
+from ckpt_events.sinks import read_events
+
+
+def _app(log: Path) -> FastAPI:
+    """The README's quickstart, with a restore that streams for 20 ms and has no steps."""
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(log))
+
+    @app.post("/checkpoint/commit")
+    async def commit(request: Request) -> dict[str, int]:
+        body = await request.json()
+        with operation(request, "commit", checkpoint_id=body["checkpoint_id"]) as op:
+            with op.step("upload"):
+                records = len(body["rows"])
+            op.set(records=records)
+        return {"records": records}
+
+    @app.post("/checkpoint/restore")
+    async def restore(request: Request) -> dict[str, int]:
+        body = await request.json()
+        with operation(request, "restore", checkpoint_id=body["checkpoint_id"]):
+            await anyio.sleep(0.02)
+        return {"records": 0}
+
+    return app
+
+
+async def _serve(log: Path, calls: list[tuple[str, dict[str, Any]]]) -> None:
+    app = _app(log)
+    async with app.router.lifespan_context(app):  # what uvicorn does at start and at stop
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+            for path, body in calls:
+                assert (await client.post(path, json=body)).status_code == 200
+
+
+def _last_operation(log: Path) -> OperationFinished:
+    finished = [e for _, e in read_events(log) if isinstance(e, OperationFinished)]
+    return finished[-1]
+
+
+def _attribution(out: str) -> tuple[str, list[str]]:
+    """The attribution line and the lines after it, up to the waterfall's title."""
+    lines = out.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if " total, " in line]
+    rest = []
+    for line in lines[at + 1 :]:
+        if "waterfall" in line:
+            break
+        rest.append(line)
+    return lines[at], rest
+
+
+def _figures(line: str) -> list[float]:
+    return [float(n) for n in re.findall(r"([\d.]+) ms", line)]
+
+
+def test_a_stepless_restore_is_all_handler_time_and_names_no_controller(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 20 ms restore with no steps: its total and its handler time are the operation's
+    duration (it read 0.0 ms in handlers, 100% unattributed), and no controller or transit
+    clause is printed for a log that has none."""
+    log = tmp_path / "events.jsonl"
+    anyio.run(_serve, log, [("/checkpoint/restore", {"checkpoint_id": "c1"})])
+    restore = _last_operation(log)
+    expected = (restore.end_ns - restore.start_ns) / 1e6
+    assert expected >= 20
+    assert main(["report", str(log)]) == 0
+    line, rest = _attribution(capsys.readouterr().out)
+    total, handlers = _figures(line)
+    assert total == pytest.approx(expected, abs=0.05)
+    assert handlers == total
+    assert "unattributed" not in line and "controller," not in line and "transit" not in line
+    assert "no controller's span" in line
+    # Nothing but the loop lag the restore recorded follows it, never an empty clause.
+    assert restore.loop_lag_ms is not None
+    assert [r.strip() for r in rest] == [f"worst participant event-loop lag {_lag(restore.loop_lag_ms)}"]
+
+
+def _lag(ms: float) -> str:
+    from ckpt_events.participants.cli.words import milliseconds
+
+    return milliseconds(ms)
+
+
+def test_the_quickstarts_fast_commit_reads_its_true_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quickstart's commit takes well under 1 ms: the line gave ``0.0 ms total`` with a
+    percentage of it, then a line opening with ``; ``. Each figure now is the log's own, to two
+    significant digits, in the line, the waterfall and the HTML page."""
+    log = tmp_path / "events.jsonl"
+    anyio.run(_serve, log, [("/checkpoint/commit", {"checkpoint_id": "c1", "rows": ["a", "b"]})])
+    commit = _last_operation(log)
+    (upload,) = [e for _, e in read_events(log) if isinstance(e, StepFinished)]
+    expected = (commit.end_ns - commit.start_ns) / 1e6
+    upload_ms = (upload.end_ns - upload.start_ns) / 1e6
+    assert 0 < expected < 1  # what this test is about: a sub-millisecond handler
+    page = tmp_path / "x.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    line, rest = _attribution(out)
+    total, handlers = _figures(line)
+    assert total == pytest.approx(expected, rel=0.05) and handlers == total
+    assert "%" not in line
+    assert all(not r.strip().startswith(";") and r.strip() for r in rest)
+    # The waterfall's figures: two significant digits, never 0.0.
+    (drawn,) = [r for r in out.splitlines() if r.lstrip().startswith("upload judge-0")]
+    figure = float(drawn.split()[2].lstrip("▶"))
+    assert figure == pytest.approx(upload_ms, rel=0.05)
+    html = page.read_text()
+    (html_line,) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', html)
+    assert _figures(html_line) == [total, handlers]
+    assert '<p class="parts">;' not in html
