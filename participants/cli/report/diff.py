@@ -115,6 +115,8 @@ _Row = tuple[tuple[str, str, str], int, int, float, float, float, float, float, 
 
 
 def _diff(args: argparse.Namespace) -> int:
+    from ckpt_events.participants.cli.report.durations import median
+
     base, new = _read(args.base), _read(args.new)
     rows = _compared(base, new, args.min_ms)
     above = [] if args.fail_above is None else [r for r in rows if r[7] > args.fail_above]
@@ -131,6 +133,14 @@ def _diff(args: argparse.Namespace) -> int:
         more = f" and {len(only) - 8} more" if len(only) > 8 else ""
         print(f"in one run only (not compared): {', '.join(_name(k) for k in only[:8])}{more}")
     shared = base.ok.keys() & new.ok.keys()
+    below = sorted(k for k in shared if max(median(base.ok[k]), median(new.ok[k])) < args.min_ms)
+    if rows and below:
+        # A step left out said nothing: the quickstart's 8 us upload was just missing from the table.
+        named = ", ".join(_name(k) for k in below[:8])
+        more = f" and {len(below) - 8} more" if len(below) > 8 else ""
+        print(
+            f"left out, both medians under --min-ms {args.min_ms:g} ms (lower it to see them): {named}{more}"
+        )
     if not rows and shared and args.fail_above is None:
         # An empty table said nothing of why: every median in both runs under --min-ms.
         print(

@@ -131,3 +131,34 @@ def test_the_quickstarts_fast_commit_reads_its_true_figures(
     (html_line,) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', html)
     assert _figures(html_line) == [total, handlers]
     assert '<p class="parts">;' not in html
+
+
+def test_diff_names_the_quickstarts_steps_left_out_under_min_ms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``diff`` of two quickstart logs: the commit's upload step (microseconds) is under the
+    default ``--min-ms`` 0.05 and was missing from the table without a word; it is named now,
+    and each row the table keeps has the log's own count and median."""
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("/checkpoint/commit", {"checkpoint_id": f"c{i}", "rows": ["a", "b"]}) for i in range(3)
+    ]
+    calls.append(("/checkpoint/restore", {"checkpoint_id": "c0"}))
+    for log in (base, new):
+        anyio.run(_serve, log, calls)
+    uploads = [e for _, e in read_events(base) if isinstance(e, StepFinished)]
+    assert len(uploads) == 3 and all(e.end_ns - e.start_ns < 50_000 for e in uploads)
+    assert main(["diff", str(base), str(new)]) == 0
+    out = capsys.readouterr().out
+    (left_out,) = [line for line in out.splitlines() if line.startswith("left out, both medians under")]
+    assert "--min-ms 0.05 ms (lower it to see them): " in left_out
+    assert "judge/commit/upload" in left_out
+    (restore_row,) = [line for line in out.splitlines() if " restore " in line]
+    restores = [
+        e for _, e in read_events(new) if isinstance(e, OperationFinished) and e.operation == "restore"
+    ]
+    n_base, n_new = restore_row.split()[2:4]
+    assert (n_base, n_new) == ("1", "1")
+    assert float(restore_row.split()[6]) == pytest.approx(
+        (restores[0].end_ns - restores[0].start_ns) / 1e6, abs=0.005
+    )
