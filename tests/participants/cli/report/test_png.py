@@ -15,6 +15,7 @@ from ckpt_events.participants.cli.report.files import write_report
 from ckpt_events.participants.cli.report.html import html_page, waterfall_svg
 from ckpt_events.participants.cli.report.model import Span, finished_spans
 from ckpt_events.participants.cli.report.png import browser_command, find_browser, screenshot
+from ckpt_events.participants.cli.words import milliseconds
 from ckpt_events.participants.errors import CommandError
 from tests.participants.cli.report_events import checkpoint_and_restore as emit
 
@@ -46,7 +47,7 @@ async def test_page_in_chromium_shows_every_span_and_the_restore(tmp_path: Path)
     for e in spans:
         ms = (e.end_ns - e.start_ns) / 1e6
         assert re.search(rf'data-span-id="{e.span_id:016x}" data-ms="{ms:.2f}"', dom), e
-        assert f"{ms:.1f} ms" in dom
+        assert milliseconds(ms) in dom  # as the page says it: 0.56 ms, never 0.6 or 0.0
     assert '<section id="checkpoint">' in dom and '<section id="restore">' in dom
     restore = dom[dom.index('<section id="restore">') :]
     assert "collection.restore" in restore and "coordinate.restore" in restore and "read" in restore
