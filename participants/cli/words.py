@@ -38,10 +38,12 @@ def clipped(text: str, most: int) -> str:
 def milliseconds(value: float) -> str:
     """``12.3 ms``; under 1 ms with two significant digits (``0.056 ms``, ``0.0081 ms``), so a
     handler that took 56 us never reads ``0.0 ms``; ``0 ms`` only for nothing at all."""
-    if value >= 1:
-        return f"{value:.1f} ms"
     if value <= 0:
         return "0 ms"
+    # Rounded to two significant digits first: 0.09996 is 0.10, not 0.100, and 0.99996 is 1.0.
+    value = float(f"{value:.2g}") if value < 1 else value
+    if value >= 1:
+        return f"{value:.1f} ms"
     # Durations are whole nanoseconds (1e-6 ms): seven decimals show any of them.
     digits = min(7, 1 - math.floor(math.log10(value)))
     return f"{value:.{digits}f} ms"

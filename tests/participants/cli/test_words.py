@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_events.participants.cli.words import clipped, counted, rate
+from ckpt_events.participants.cli.words import clipped, counted, milliseconds, rate
 
 
 @pytest.mark.parametrize(
@@ -50,3 +50,18 @@ def test_clipped_cuts_at_a_word() -> None:
     assert clipped("agent-0 at http://127.0.0.1:41571/ng-control/v1/checkpoint/prepare", 40) == (
         "agent-0 at http://127.0.0.1:41571/…"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (12.34, "12.3 ms"),
+        (0.056, "0.056 ms"),
+        (0.0081, "0.0081 ms"),
+        (0.09996, "0.10 ms"),  # rounded to its two digits first: was "0.100 ms", three of them
+        (0.99996, "1.0 ms"),  # was "1.00 ms"
+        (0.0, "0 ms"),
+    ],
+)
+def test_milliseconds_under_one_keep_two_significant_digits(value: float, words: str) -> None:
+    assert milliseconds(value) == words
