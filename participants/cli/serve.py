@@ -592,6 +592,18 @@ def _serve(args: argparse.Namespace) -> int:
     if args.fd is None:
         _check_listen(args.host, args.port)
     sockets = None if args.fd is None else [_inherited_socket(args.fd)]
+    try:
+        return _serve_on(args, sockets)
+    finally:
+        # A refusal before uvicorn took the socket (a bad token file, a log another server
+        # holds) left it to the garbage collector: "ResourceWarning: unclosed <socket.socket>"
+        # after the one-line error under -X dev, an "Exception ignored" with -W error. Closing
+        # one uvicorn closed already does nothing.
+        for sock in sockets or ():
+            sock.close()
+
+
+def _serve_on(args: argparse.Namespace, sockets: list[socket.socket] | None) -> int:
     stop = _StopServing()
     losses = SinkLosses()
     app = _build_app(args, _read_token(args.token_file, ENV_TOKEN, "token"), stop, losses)

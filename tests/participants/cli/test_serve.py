@@ -285,6 +285,31 @@ def test_a_token_file_that_is_not_a_token_is_refused_unread(tmp_path: Path) -> N
 
 
 @pytest.mark.e2e
+def test_a_refusal_under_dev_mode_closes_the_socket_it_was_handed(tmp_path: Path) -> None:
+    """A server handed its socket (``--fd``) and refused before it served (a bad token file)
+    left the socket to the garbage collector: under ``-X dev`` its one-line error was followed by
+    "ResourceWarning: unclosed <socket.socket fd=3 ...>" and a tracemalloc hint; with warnings as
+    errors, "Exception ignored in: <socket.socket ...>". It closes it: the error stays one line."""
+    big = tmp_path / "big"
+    big.write_bytes(b"a" * 5000)
+    process = ServerProcess(
+        "resources",
+        instance="dev",
+        token_file=big,
+        log_dir=tmp_path,
+        env={"PYTHONDEVMODE": "1", "PYTHONWARNINGS": "error"},
+    )
+    try:
+        assert process.wait(20) == 2
+    finally:
+        process.terminate()
+    assert process.stderr_path.read_text().splitlines() == [
+        f"ckpt-events serve: error: the token file {str(big)!r} holds more than 4096 bytes: "
+        "a token file holds the token alone"
+    ]
+
+
+@pytest.mark.e2e
 @pytest.mark.slow
 async def test_a_second_server_on_a_log_another_one_writes_is_refused(tmp_path: Path) -> None:
     """Two servers on one ``CKPT_EVENTS_JSONL``: the second took the first's open work (a prepare
