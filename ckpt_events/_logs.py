@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from types import FrameType, TracebackType
 from typing import Final
 
-from ckpt_events._redact import Redactor
+from ckpt_events._redact import DEFAULT_REDACTOR
 
 __all__ = ["LOGGED_MESSAGE_CHARS", "LibraryLogger", "fit_for_log", "library_logger", "said_in_log"]
 
@@ -42,7 +42,7 @@ _REDACT_SLACK: Final = 400
 #: Exceptions of a chain (causes, contexts, a group's members) given stand-ins at most; past
 #: them a chain ends (a cycle, or thousands of chained errors, stays bounded).
 _MOST_EXCEPTIONS: Final = 50
-_RULE: Final = Redactor()
+_RULE: Final = DEFAULT_REDACTOR
 # The stdlib logging module's own file: its frames are skipped to find the caller, as
 # ``Logger.findCaller`` does (``logging._srcfile`` is private).
 _LOGGING_FILE: Final = logging.Logger.log.__code__.co_filename

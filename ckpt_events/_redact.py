@@ -23,7 +23,7 @@ from typing import Final, Literal
 
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError, shown
 
-__all__ = ["DEFAULT_REDACT_KEYS", "REDACTED", "Redactor"]
+__all__ = ["DEFAULT_REDACTOR", "DEFAULT_REDACT_KEYS", "REDACTED", "Redactor"]
 
 REDACTED: Final = "[REDACTED]"
 DEFAULT_REDACT_KEYS: Final = frozenset(
@@ -183,3 +183,7 @@ class Redactor:
             name: REDACTED if isinstance(value, str) and self.matches(name) else value
             for name, value in attributes.items()
         }
+
+
+#: The default rule, for what the library says of errors it caught (``one_line``, log records).
+DEFAULT_REDACTOR: Final = Redactor()

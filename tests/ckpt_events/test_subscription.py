@@ -100,6 +100,28 @@ def test_one_line_says_any_error_in_one_bounded_line() -> None:
     assert one_line(Unsayable()) == "Unsayable: (its message could not be read)"
 
 
+async def test_a_sinks_error_in_its_stats_holds_no_credential() -> None:
+    """``SinkStats.error`` (and a replay's failures: the same ``one_line``) kept a sink's error as
+    it was said, a URL's user:password and a Bearer token in it verbatim, for any reader of
+    ``bus.stats()``; they are redacted, before the cut, by the default ``Redactor`` rule."""
+
+    class Leaky:
+        def handle(self, batch: list[object]) -> None:
+            raise ValueError(
+                "POST https://alice:hunter2@collector/v1/traces refused; Authorization: Bearer sk-live-SECRET"
+                + " x" * 200
+                + " https://bob:s3cret@far/"
+            )
+
+    async with Bus() as bus:
+        bus.subscribe(Leaky(), name="leaky")
+        bus.emit(refused(0))
+        await bus.flush(timeout=5)
+        error = bus.stats().sink("leaky").error
+    assert error is not None and error.startswith("ValueError: POST https://[REDACTED]@collector/v1/traces")
+    assert not any(secret in error for secret in ("hunter2", "sk-live-SECRET", "s3cret", "alice"))
+
+
 async def test_a_stalled_sink_holds_at_most_its_buffer() -> None:
     """Memory stays flat while a stalled sink drops: it never holds more than its buffer."""
     import tracemalloc
