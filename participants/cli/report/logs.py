@@ -223,20 +223,12 @@ class LogProblems:
             out.append(f"... and {counted(self.skipped - len(self.lines), 'more line')} skipped")
         # A newer server's events in a fleet being upgraded: one line a file, not a line per
         # event said as damage ("corrupt line skipped"), which also hid the real damage's count.
-        for name, types in list(self.unknown.items())[:SHOWN]:
-            out.append(_unknown_line(name, types))
-        if len(self.unknown) > SHOWN:
-            out.append(
-                f"... and {counted(len(self.unknown) - SHOWN, 'more file')} with events of a type "
-                "this version does not know"
-            )
-        for name, values in list(self.unknown_values.items())[:SHOWN]:
-            out.append(_unknown_values_line(name, values))
-        if len(self.unknown_values) > SHOWN:
-            out.append(
-                f"... and {counted(len(self.unknown_values) - SHOWN, 'more file')} with events holding "
-                "a value this version does not know"
-            )
+        out += _per_file(self.unknown, _unknown_line, "with events of a type this version does not know")
+        out += _per_file(
+            self.unknown_values,
+            _unknown_values_line,
+            "with events holding a value this version does not know",
+        )
         # A file back by a millisecond at most is sorted without a word: processes' clocks that
         # far apart, or a log of ours from before each span's end and start shared one offset
         # to the wall clock, is no clock stepped back and no file joined out of order.
@@ -266,6 +258,14 @@ class LogProblems:
                 "a copy in another file: a copy would count twice"
             )
         return out + (self.clocks.lines(self.offsets) if self.clocks is not None else [])
+
+
+def _per_file(per_file: Mapping[str, T], line: Callable[[str, T], str], what: str) -> list[str]:
+    """One ``line`` for each of the first ``SHOWN`` files of ``per_file``, and one counting the rest."""
+    out = [line(name, counts) for name, counts in list(per_file.items())[:SHOWN]]
+    if len(per_file) > SHOWN:
+        out.append(f"... and {counted(len(per_file) - SHOWN, 'more file')} {what}")
+    return out
 
 
 def _unknown_line(path: str, types: dict[str | None, int]) -> str:
