@@ -116,40 +116,6 @@ def check_file_name(path: str | os.PathLike[str], where: str) -> None:
         raise InvalidValueError(f"{where} {shown(name)} has a NUL byte; a file path cannot hold one")
 
 
-#: The longest message ``one_line`` keeps of an error (a sink's may carry a whole payload).
-ONE_LINE_CHARS: Final = 300
-
-
-def one_line(exc: BaseException) -> str:
-    """``exc`` said in one line, its class first (``ValueError: batch 1 refused``), its message
-    cut at ``ONE_LINE_CHARS``: how a caught error of someone else's code (a sink's ``handle``)
-    is kept in stats and results. Never raises, whatever the error's ``__str__`` does."""
-    try:
-        said = " ".join(str(exc).split())
-    except Exception:  # its own __str__ raised; we are already handling a failure
-        said = "(its message could not be read)"
-    # Redacted before the cut (a credential across it goes whole): a sink's error quoting a URL's
-    # user:password or a Bearer token kept it in SinkStats.error and a replay's failures.
-    said = (
-        _redacted(said[: ONE_LINE_CHARS + _REDACT_SLACK]) if len(said) > ONE_LINE_CHARS else _redacted(said)
-    )
-    if len(said) > ONE_LINE_CHARS:
-        said = said[: ONE_LINE_CHARS - 3] + "..."
-    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
-
-
-#: How far past ``ONE_LINE_CHARS`` a message is redacted before it is cut.
-_REDACT_SLACK: Final = 400
-
-
-def _redacted(text: str) -> str:
-    """``text`` with its credentials replaced, by the default ``Redactor`` rule (imported here:
-    ``_redact`` imports this module)."""
-    from ckpt_events._redact import DEFAULT_REDACTOR
-
-    return DEFAULT_REDACTOR.redact_message(text)
-
-
 #: About the longest a value quoted by ``shown`` is: a bad argument may be megabytes of text.
 SHOWN_CHARS: Final = 120
 # A long one is said by its start and its end (a path's file name).

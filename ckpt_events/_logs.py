@@ -30,7 +30,15 @@ from typing import Final
 
 from ckpt_events._redact import DEFAULT_REDACTOR
 
-__all__ = ["LOGGED_MESSAGE_CHARS", "LibraryLogger", "fit_for_log", "library_logger", "said_in_log"]
+__all__ = [
+    "LOGGED_MESSAGE_CHARS",
+    "ONE_LINE_CHARS",
+    "LibraryLogger",
+    "fit_for_log",
+    "library_logger",
+    "one_line",
+    "said_in_log",
+]
 
 #: The longest message of an exception a record of ours carries (a few lines of a validation
 #: error stay whole; a payload quoted in an error does not).
@@ -63,6 +71,28 @@ def _fitted(text: str, limit: int) -> str:
     if len(text) > limit or len(fitted) > limit:
         return f"{fitted[:limit]}... ({len(text):,} characters)"
     return fitted
+
+
+#: The longest message ``one_line`` keeps of an error (a sink's may carry a whole payload).
+ONE_LINE_CHARS: Final = 300
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` said in one line, its class first (``ValueError: batch 1 refused``), its message
+    redacted by the default ``Redactor`` rule and cut at ``ONE_LINE_CHARS``: how a caught error of
+    someone else's code (a sink's ``handle``) is kept in stats and results (``SinkStats.error``,
+    a replay's failures), where a URL's user:password or a Bearer token in it stayed verbatim.
+    Never raises, whatever the error's ``__str__`` does."""
+    try:
+        said = " ".join(str(exc).split())
+    except Exception:  # its own __str__ raised; we are already handling a failure
+        said = "(its message could not be read)"
+    said = _RULE.redact_message(
+        said[: ONE_LINE_CHARS + _REDACT_SLACK]
+    )  # before the cut: a credential across it goes whole
+    if len(said) > ONE_LINE_CHARS:
+        said = said[: ONE_LINE_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
 def said_in_log(exc: BaseException) -> str:

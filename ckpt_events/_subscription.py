@@ -18,9 +18,9 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ckpt_events._errors import InvalidTypeError, check_int, check_number, one_line, shown
+from ckpt_events._errors import InvalidTypeError, check_int, check_number, shown
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
-from ckpt_events._logs import library_logger
+from ckpt_events._logs import library_logger, one_line
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
 from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES, RAW_SEQUENCE, OperationSpan

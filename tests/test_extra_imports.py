@@ -7,46 +7,27 @@ brings, as the import system does when no finder has them.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.not_installed import run_without
+
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Refuses the packages named in argv[1] (comma-separated, each with everything below it), runs
-#: argv[2], and prints the ModuleNotFoundError it raised: its type, ``name`` and message.
+#: Runs argv[1] and prints the ModuleNotFoundError it raised: its type, ``name`` and message.
 PROGRAM = """
 import sys
 
-blocked = sys.argv[1].split(",")
-
-class NotInstalled:
-    def find_spec(self, name, path=None, target=None):
-        if any(name == b or name.startswith(b + ".") for b in blocked):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, NotInstalled())
 try:
-    exec(sys.argv[2])
+    exec(sys.argv[1])
 except ModuleNotFoundError as exc:
     print(type(exc).__name__, exc.name, str(exc), sep="|")
 """
 
 
 def _import_without(tmp_path: Path, blocked: str, statement: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, blocked, statement],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
-    )
+    done = run_without(tmp_path, blocked, [PROGRAM, statement])
     assert done.returncode == 0 and done.stderr == "", done.stderr
     return done.stdout.strip()
 

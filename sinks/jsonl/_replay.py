@@ -32,8 +32,8 @@ from ckpt_events import (
     Sink,
     resolve_interests,
 )
-from ckpt_events._errors import check_int, one_line, shown
-from ckpt_events._logs import library_logger
+from ckpt_events._errors import check_int, shown
+from ckpt_events._logs import library_logger, one_line
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.sinks.jsonl._rotation import rotated_name

@@ -88,7 +88,7 @@ async def test_failing_sink_is_logged_once_counted_and_isolated(caplog: pytest.L
 def test_one_line_says_any_error_in_one_bounded_line() -> None:
     """A multi-line message is joined, a long one cut, an empty one is its class, and an error
     whose ``__str__`` raises is still said (the bus calls it inside its failure path)."""
-    from ckpt_events._errors import ONE_LINE_CHARS, one_line
+    from ckpt_events._logs import ONE_LINE_CHARS, one_line
 
     class Unsayable(Exception):
         def __str__(self) -> str:

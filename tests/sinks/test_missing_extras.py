@@ -12,31 +12,13 @@ inside (with ``export_process=True``, the child's traceback on stderr), and
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.not_installed import run_without
+
 ROOT = Path(__file__).resolve().parents[2]
-
-#: Loaded at every interpreter's start (this one's and the export process's): refuses the
-#: packages ``CKPT_TEST_NOT_INSTALLED`` names (comma-separated; ``opentelemetry.sdk`` is that
-#: package and below, as an install with the API alone).
-NOT_INSTALLED = """
-import os, sys
-
-blocked = [name for name in os.environ.get("CKPT_TEST_NOT_INSTALLED", "").split(",") if name]
-
-class NotInstalled:
-    def find_spec(self, name, path=None, target=None):
-        if any(name == b or name.startswith(b + ".") for b in blocked):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, NotInstalled())
-"""
 
 #: Configures from argv[1] (a JSON environment; ``export_process`` in argv[2]), emits one
 #: operation, scrapes the Prometheus endpoint if one is up, and prints what happened as JSON.
@@ -87,23 +69,7 @@ NEEDS_OTEL = "needs OpenTelemetry's SDK, which is not installed: pip install 'ck
 def _configure_without(
     tmp_path: Path, blocked: str, environ: dict[str, str], mode: str = "in_process"
 ) -> tuple[dict[str, object], str]:
-    (site := tmp_path / "site").mkdir()
-    (site / "sitecustomize.py").write_text(NOT_INSTALLED)
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, json.dumps(environ), mode],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
-            "CKPT_TEST_NOT_INSTALLED": blocked,
-        },
-    )
+    done = run_without(tmp_path, blocked, [PROGRAM, json.dumps(environ), mode])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), done.stderr
 
