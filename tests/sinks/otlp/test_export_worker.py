@@ -44,22 +44,29 @@ def _worker(url: str, **sender: float) -> ExportWorker:
     )
 
 
-async def test_each_sink_warns_once_in_its_own_words(caplog: pytest.LogCaptureFixture) -> None:
-    """Two failed exports of each signal give one warning each, naming the sink whose stats count them."""
-    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
-    endpoint = _dead_endpoint()
+async def _export_to_nowhere(endpoint: str, operations: int) -> tuple[OtlpSpanSink, OtlpMetricSink]:
+    """A span and a metric sink to ``endpoint`` (nothing answers there), each flushed after each of
+    ``operations`` operations: every export fails, none is retried; the sinks closed with the bus."""
     spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0)
     metrics = OtlpMetricSink(endpoint, max_retries=0)
     async with Bus() as bus:
         bus.subscribe(spans)
         bus.subscribe(metrics)
         tel = Telemetry(bus, kind="agent", instance="agent-0")
-        for n in range(2):
+        for n in range(operations):
             with tel.operation("commit", checkpoint_id=f"c{n}"):
                 pass
             await bus.flush()
-            assert spans.force_flush(5.0) is True
-            assert metrics.force_flush() is False
+            assert spans.force_flush(5.0) is True  # the export ended (it failed): nothing waits
+            assert metrics.force_flush() is False  # its export failed
+    return spans, metrics
+
+
+async def test_each_sink_warns_once_in_its_own_words(caplog: pytest.LogCaptureFixture) -> None:
+    """Two failed exports of each signal give one warning each, naming the sink whose stats count them."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    endpoint = _dead_endpoint()
+    spans, metrics = await _export_to_nowhere(endpoint, 2)
     assert spans.stats().export_failures == 2
     assert metrics.stats().export_failures >= 2
     warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
@@ -77,18 +84,7 @@ async def test_the_close_says_what_was_lost_in_all(caplog: pytest.LogCaptureFixt
     queue not at all: at close each sink says its totals, the figures its stats() holds."""
     caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
     endpoint = _dead_endpoint()
-    spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0)
-    metrics = OtlpMetricSink(endpoint, max_retries=0)
-    async with Bus() as bus:
-        bus.subscribe(spans)
-        bus.subscribe(metrics)
-        tel = Telemetry(bus, kind="agent", instance="agent-0")
-        for n in range(3):
-            with tel.operation("commit", checkpoint_id=f"c{n}"):
-                pass
-            await bus.flush()
-            spans.force_flush(5.0)
-            metrics.force_flush()
+    spans, metrics = await _export_to_nowhere(endpoint, 3)
     span_stats, metric_stats = spans.stats(), metrics.stats()
     assert span_stats.dropped == 3 and span_stats.export_failures == 3
     warnings = [r.getMessage() for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
