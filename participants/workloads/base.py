@@ -14,6 +14,7 @@ are ``gc=False`` Structs of scalars, strings and lists of those.
 
 from __future__ import annotations
 
+import heapq
 import math
 import operator
 from collections.abc import Iterable, Iterator, Sequence
@@ -163,10 +164,15 @@ class Workload(Generic[S, R]):
             await changed.wait()
 
     def report(self) -> PrepareReport:
-        blockers = sorted(e.key for e in self.episodes.values() if self.blocking(e))
+        """Readiness: the first ``MAX_BLOCKERS`` blocking capture keys in sorted order, and
+        how many block."""
+        blocking = self.blocking
+        blockers = [e.key for e in self.episodes.values() if blocking(e)]
+        # Only the shown ones are ordered: a full sort cost ~30 ms at 100,000 running episodes
+        # with UUID rollout ids (~7 ms so), and prepare's wait runs this on every change.
         return PrepareReport(
             ready=not blockers,
-            blockers=blockers[:MAX_BLOCKERS],
+            blockers=heapq.nsmallest(MAX_BLOCKERS, blockers),
             blocker_count=len(blockers),
             counts=self.counts(),
         )
