@@ -578,8 +578,8 @@ class ControlPlane(Generic[S]):
                 # between sees each rollout's mark either still there or cleared.
                 fence = self.workload.fence
                 for at in range(0, len(forgotten), RETIRE_CHUNK):
-                    for rollout_id in forgotten[at : at + RETIRE_CHUNK]:
-                        fence.forget(rollout_id)
+                    # One call a chunk: a multi-worker server tells its workers in one frame.
+                    fence.forget_all(forgotten[at : at + RETIRE_CHUNK])
                     await anyio.lowlevel.checkpoint()
             o.set(rollouts=len(forgotten))
             return ForgetReply(forgotten=forgotten)

@@ -6,7 +6,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
@@ -116,6 +116,11 @@ class RetiredAttempts:
     def forget(self, rollout_id: str) -> bool:
         """Clear the mark of ``rollout_id``; true if there was one."""
         return self._marks.pop(rollout_id, None) is not None
+
+    def forget_all(self, rollout_ids: Sequence[str]) -> int:
+        """``forget`` each of ``rollout_ids`` (a multi-worker server tells its workers at once);
+        how many had a mark."""
+        return sum(self.forget(rollout_id) for rollout_id in rollout_ids)
 
     def is_retired(self, episode: EpisodeId) -> bool:
         held = self._marks.get(episode.rollout_id)

@@ -226,8 +226,11 @@ class Mark(Request[None], tag="mark", frozen=True):
 
 
 class Forget(Request[None], tag="forget", frozen=True):
+    """Clear the marks of these rollouts: a forget's chunk travels in one frame (one a
+    rollout id was 64,000 frames to each worker, each with its reply, for a forget of 64,000)."""
+
     inline = True
-    rollout_id: str
+    rollout_ids: list[str]
 
 
 class Unreadable(Request[None], tag="unreadable", frozen=True):

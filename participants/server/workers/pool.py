@@ -96,7 +96,12 @@ class _PostedMarks(RetiredAttempts):
 
     def forget(self, rollout_id: str) -> bool:
         found = super().forget(rollout_id)
-        self._pool.broadcast(Forget(rollout_id))
+        self._pool.broadcast(Forget([rollout_id]))
+        return found
+
+    def forget_all(self, rollout_ids: Sequence[str]) -> int:
+        found = sum(RetiredAttempts.forget(self, rollout_id) for rollout_id in rollout_ids)
+        self._pool.broadcast(Forget(list(rollout_ids)))
         return found
 
 

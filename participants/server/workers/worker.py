@@ -167,8 +167,8 @@ class WorkerHost:
             case Mark(episode_id=episode_id):
                 wl.fence.mark(episode_id)
                 return None
-            case Forget(rollout_id=rollout_id):
-                wl.fence.forget(rollout_id)
+            case Forget(rollout_ids=rollout_ids):
+                wl.fence.forget_all(rollout_ids)
                 return None
             case _:
                 raise UnknownKind(message.kind)

@@ -100,13 +100,13 @@ async def test_inline_messages_are_handled_one_at_a_time_in_arrival_order() -> N
     async def far_handler(message: Message) -> Any:
         assert isinstance(message.body, Forget)
         await anyio.sleep(0.001 * (5 - len(seen)))  # the earlier ones are slower: order still holds
-        seen.append(message.body.rollout_id)
+        seen.extend(message.body.rollout_ids)
         if len(seen) == 5:
             done.set()
 
     async with _pair(far_handler) as (near, _far):
         for i in range(5):
-            near.post(Forget(f"r{i}"))
+            near.post(Forget([f"r{i}"]))
         await done.wait()
     assert seen == ["r0", "r1", "r2", "r3", "r4"]
 
@@ -223,14 +223,14 @@ async def test_closing_fails_pending_requests_at_once_and_refuses_new_ones() -> 
 async def test_finish_sends_what_is_queued_then_closes() -> None:
     """Posts queued before ``finish`` reach the peer, then the stream ends; nothing more is queued."""
     async with _raw_peer() as (near, raw):
-        near.post(Forget("a"))
-        near.post(Forget("b"))
+        near.post(Forget(["a"]))
+        near.post(Forget(["b"]))
         near.finish()
         with pytest.raises(WorkerChannelError, match="channel is closed"):
-            near.post(Forget("c"))
+            near.post(Forget(["c"]))
         frames = [await read_frame(raw), await read_frame(raw), await read_frame(raw)]
         await near.wait_closed()
-    assert frames == [Message(1, Forget("a")), Message(2, Forget("b")), None]
+    assert frames == [Message(1, Forget(["a"])), Message(2, Forget(["b"])), None]
     assert near.failure is None
 
 
@@ -241,7 +241,7 @@ async def test_a_peer_that_stops_reading_ends_the_channel_as_a_lost_connection()
     near = FrameChannel(await anyio.abc.UNIXSocketStream.from_socket(left), _none, name="near")
     with right, anyio.fail_after(5):
         right.shutdown(socket.SHUT_RD)
-        near.post(Forget("a"))
+        near.post(Forget(["a"]))
         await near.run()
     assert near.closed and near.failure == "connection lost: BrokenResourceError()"
 
@@ -278,6 +278,6 @@ async def test_a_frame_over_the_sender_s_bound_is_refused_before_it_is_sent() ->
     with right:
         near = FrameChannel(await anyio.abc.UNIXSocketStream.from_socket(left), _none, name="n", max_frame=64)
         with pytest.raises(WorkerChannelError, match=r"^frame of \d+ bytes is over the bound of 64$"):
-            near.post(Forget("x" * 100))
+            near.post(Forget(["x" * 100]))
         await near.aclose()
         assert near.closed

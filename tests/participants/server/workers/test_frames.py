@@ -107,7 +107,7 @@ KINDS: dict[type[Request[Any]], tuple[Request[Any], Any]] = {
     Discard: (Discard(), None),
     Retire: (Retire([EPISODE], "c1"), ["r1-a2"]),
     Mark: (Mark(EPISODE), None),
-    Forget: (Forget("r1"), None),
+    Forget: (Forget(["r1"]), None),
 }
 
 

@@ -157,3 +157,23 @@ async def test_status_shows_the_workers_readiness_while_the_first_prepare_waits(
             assert not replies, "the prepare was meant to be still waiting"
             assert waiting["report"]["ready"] is False and waiting["report"]["blockers"] == ["slow"]
         assert replies[0]["phase"] == "prepared"
+
+
+async def test_a_forget_tells_each_worker_in_a_frame_a_chunk_not_a_frame_a_rollout():
+    """Forgetting 3,000 rollouts on 2 workers sends each worker 3 frames (1,024 ids a frame),
+    not 3,000 (each with its reply); the workers' marks are cleared: the rollouts start again."""
+    count = 3000
+    app = _app(2)
+    async with running(app) as client:
+        ids = [f"r{i}" for i in range(count)]
+        retired = await control(client, "retire", episode_ids=[{"rollout_id": r, "attempt": 0} for r in ids])
+        assert retired.status_code == 200, retired.text
+        refused = await client.post("/work/start", json={"rollout_id": "r7", "steps": 1})
+        assert error_code(refused) == (409, "stale_attempt")
+        channels = app.state.workload.coordinator.channels
+        sent = {i: c._next_id for i, c in channels.items()}
+        forgot = await control(client, "forget", rollout_ids=ids)
+        assert forgot.status_code == 200, forgot.text
+        assert {i: c._next_id - sent[i] for i, c in channels.items()} == {0: 3, 1: 3}
+        for rollout_id in ("r0", "r7", "r2999"):
+            await _start(client, rollout_id, steps=1)

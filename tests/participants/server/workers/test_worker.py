@@ -94,7 +94,7 @@ async def test_admission_marks_and_stops_change_the_workload() -> None:
         assert await _ask(host, Open()) is None and wl.admission_open
         await _ask(host, Mark(EpisodeId("r9", 1)))
         assert wl.fence.is_retired(EpisodeId("r9", 1))
-        await _ask(host, Forget("r9"))
+        await _ask(host, Forget(["r9"]))
         assert not wl.fence.is_retired(EpisodeId("r9", 1))
         await _ask(host, Start(EpisodeId("r1"), 2))
         assert await _ask(host, Stop(["r1"])) is None
