@@ -129,7 +129,9 @@ def finished_spans(events: Iterable[Event]) -> list[FinishedSpan]:
 
 def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | None]:
     """Trace ids of the last collection checkpoint and the last restore (coordinate spans when
-    no collection ran); ``None`` where there is none."""
+    no collection ran); ``None`` where there is none. With no controller's root at all
+    (participants' spans alone: a user's own server), the last trace, as the restore when a
+    participant's restore is its root, else as the checkpoint."""
     finished = finished_spans(events)
 
     def last(action: CollectionAction, operation: Operation) -> int | None:
@@ -141,9 +143,30 @@ def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | N
         return roots[-1].trace_id if roots else None
 
     checkpoint = last(CollectionAction.CHECKPOINT, Operation.COMMIT)
+    restore = last(CollectionAction.RESTORE, Operation.RESTORE)
+    if checkpoint is None and restore is None and finished:
+        trace = finished[-1].trace_id
+        # A participant's restore with no controller above it was drawn and named as a
+        # "checkpoint c1 (restore)", and the restore section never appeared.
+        if _root_operation(finished, trace) == Operation.RESTORE:
+            return None, trace
+        return trace, None
     if checkpoint is None and finished:
         checkpoint = finished[-1].trace_id
-    return checkpoint, last(CollectionAction.RESTORE, Operation.RESTORE)
+    return checkpoint, restore
+
+
+def _root_operation(finished: list[FinishedSpan], trace_id: int) -> str | None:
+    """The operation of the participant's span at the root of ``trace_id`` (its parent not in
+    the trace), the last to finish of several; ``None`` when no participant's operation is one."""
+    spans = [e for e in finished if e.trace_id == trace_id]
+    ids = {e.span_id for e in spans}
+    roots = [
+        e
+        for e in spans
+        if isinstance(e, OperationFinished) and (e.parent_span_id not in ids or e.parent_span_id == e.span_id)
+    ]
+    return str(roots[-1].operation) if roots else None
 
 
 def _details(event: FinishedSpan) -> dict[str, Any]:

@@ -182,7 +182,9 @@ def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
 
 def spans_of(events: Sequence[Event], trace_id: int | None = None) -> list[Span]:
     """The finished spans of one trace (default: the last collection checkpoint's, else the
-    last coordinate commit's), each child right under its parent, siblings in start order."""
+    last coordinate commit's, else a user's server's last restore), each child right under its
+    parent, siblings in start order."""
     if trace_id is None:
-        trace_id = checkpoint_and_restore(events)[0]
+        checkpoint, restore = checkpoint_and_restore(events)
+        trace_id = checkpoint if checkpoint is not None else restore
     return [] if trace_id is None else trace_spans(events, trace_id)
