@@ -112,11 +112,17 @@ def _report(args: argparse.Namespace) -> int:
         # Said, not left to be guessed from a page headed by the last trace alone.
         print(
             "no controller's coordination in these logs, from which checkpoints are named: shown are "
-            "every participant's totals and the last trace; pass the controller's log too for each "
-            "checkpoint and restore",
+            "every participant's totals, each operation's and step's figures and the last trace; pass "
+            "the controller's log too for each checkpoint and restore",
             file=sys.stderr,
         )
-        render(out, whole.events, title=", ".join(args.logs), totals=(whole.breakdown, whole.counts))
+        render(
+            out,
+            whole.events,
+            title=", ".join(args.logs),
+            totals=(whole.breakdown, whole.counts),
+            operations=whole.operations,
+        )
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
         if (note := not_detailed_line(run)) is not None:
@@ -140,8 +146,8 @@ def _report(args: argparse.Namespace) -> int:
             events = details[id(rows[0])]
         else:  # a picture of logs with no row: the last trace, as the terminal draws it
             events = whole.events if whole is not None else run.all_events()
-        tallies = whole.counts if whole is not None else None  # the whole logs' counted events
-        print(write_report(args.report, events, title=f"report of {name}", tallies=tallies))
+        # The whole logs' tables (the events given are the drawn trace's alone).
+        print(write_report(args.report, events, title=f"report of {name}", whole=whole))
     except OSError as exc:
         # Probed writable up front, the write can still fail (a disk that fills): one line.
         raise CommandError(f"cannot write {args.report}: {exc.strerror or exc}") from None

@@ -20,7 +20,7 @@ from ckpt_events import (
 from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns
 from ckpt_events.vocab import Outcome
 
-__all__ = ["Durations", "Key", "durations", "percentile"]
+__all__ = ["Durations", "DurationsFold", "Key", "durations", "percentile"]
 
 #: (participant kind, operation or collection action, step or stage or "").
 Key = tuple[str, str, str]
@@ -34,6 +34,9 @@ class Durations:
     #: Failed spans per key (``outcome`` error); their durations say how soon they failed, not
     #: how long the work takes, so they are counted, never timed.
     failed: dict[Key, int] = field(default_factory=dict)
+    #: Ok spans of unknown duration per key (their process's clock went back during them):
+    #: counted, never timed.
+    unknown: dict[Key, int] = field(default_factory=dict)
 
     def keys(self) -> set[Key]:
         """Every key with a span, ok or failed."""
@@ -46,34 +49,54 @@ class Durations:
 def durations(events: Iterable[CheckpointEvent]) -> Durations:
     """Milliseconds of every finished ok operation, step, stage, coordinate and collection span,
     each by its own process's clock (``duration_ns``; a span whose clock went back during it
-    has no known duration and is left out), and the failed ones counted. A step is keyed by
-    its operation, found from its parent span."""
-    operation_of: dict[int, str] = {}
-    steps: list[StepFinished] = []
-    out = Durations()
+    has no known duration and is left out, counted in ``unknown``), and the failed ones
+    counted. A step is keyed by its operation, found from its parent span."""
+    fold = DurationsFold()
+    for e in events:
+        fold.add(e)
+    return fold.result()
 
-    def add(key: Key, e: FinishedSpan) -> None:
+
+class DurationsFold:
+    """``durations`` fed one event at a time, for a pass over the logs that feeds other folds
+    too (the report of a user's own server streams its logs once for all of its tables)."""
+
+    def __init__(self) -> None:
+        self._operation_of: dict[int, str] = {}
+        self._steps: list[StepFinished] = []
+        self._out = Durations()
+
+    def _add(self, key: Key, e: FinishedSpan) -> None:
+        out = self._out
         if e.outcome != Outcome.OK:
             out.failed[key] = out.failed.get(key, 0) + 1
         elif (length := duration_ns(e)) is not None:
             out.ok.setdefault(key, []).append(length / 1e6)
+        else:
+            out.unknown[key] = out.unknown.get(key, 0) + 1
 
-    for e in events:
+    def add(self, e: CheckpointEvent) -> None:
         match e:
             case OperationFinished():
-                operation_of[e.span_id] = str(e.operation)
-                add((str(e.kind), str(e.operation), ""), e)
+                self._operation_of[e.span_id] = str(e.operation)
+                self._add((str(e.kind), str(e.operation), ""), e)
             case StepFinished():
-                steps.append(e)  # its operation finishes after it
+                self._steps.append(e)  # its operation finishes after it
             case CoordinateFinished():
-                add(("controller", f"coordinate.{e.operation!s}", ""), e)
+                self._add(("controller", f"coordinate.{e.operation!s}", ""), e)
             case StageFinished():
-                add(("controller", "stage", str(e.stage)), e)
+                self._add(("controller", "stage", str(e.stage)), e)
             case CollectionFinished():
-                add(("controller", f"collection.{e.action!s}", ""), e)
-    for e in steps:
-        add((str(e.kind), operation_of.get(e.parent_span_id or 0, "?"), str(e.step)), e)
-    return out
+                self._add(("controller", f"collection.{e.action!s}", ""), e)
+            case _:
+                pass
+
+    def result(self) -> Durations:
+        """What was fed: the steps are keyed by their operation now that it has finished."""
+        for e in self._steps:
+            self._add((str(e.kind), self._operation_of.get(e.parent_span_id or 0, "?"), str(e.step)), e)
+        self._steps = []
+        return self._out
 
 
 def percentile(values: list[float], share: float) -> float:

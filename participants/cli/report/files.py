@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckpt_events import Event
 from ckpt_events.participants.cli.report.html import write_timeline
 from ckpt_events.participants.cli.report.png import find_browser, write_png
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.writable import unwritable
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.cli.report.overview import Whole
 
 __all__ = ["REPORT_SUFFIXES", "check_report_path", "holds_the_run", "write_report"]
 
@@ -50,10 +54,16 @@ def check_report_path(path: Path) -> str | None:
 
 
 def write_report(
-    path: Path, events: Sequence[Event], *, title: str, tallies: Mapping[str, Counter[str]] | None = None
+    path: Path,
+    events: Sequence[Event],
+    *,
+    title: str,
+    tallies: Mapping[str, Counter[str]] | None = None,
+    whole: Whole | None = None,
 ) -> str:
     """Write the report and say what was written; raises ``CommandError`` for a PNG that failed.
-    ``tallies``: the counted events of more than ``events`` (whole logs), for the HTML page."""
+    ``tallies``: the counted events of more than ``events`` (whole logs), for the HTML page;
+    ``whole``: the tables of logs with no controller's row, ``events`` the trace drawn."""
     suffix = path.suffix.lower()
     if _perfetto(path):
         from ckpt_events.participants.cli.report.perfetto import write_perfetto
@@ -64,10 +74,10 @@ def write_report(
             "whole run: open in ui.perfetto.dev)"
         )
     if suffix == ".png":
-        write_png(path, events, title=title, tallies=tallies)
+        write_png(path, events, title=title, tallies=tallies, whole=whole)
         return (
             f"report written to {path} (PNG rendered by headless {Path(find_browser() or 'chromium').name})"
         )
-    write_timeline(path, events=events, title=title, tallies=tallies)
+    write_timeline(path, events=events, title=title, tallies=tallies, whole=whole)
     what = "SVG waterfall of the checkpoint" if suffix == ".svg" else "HTML page"
     return f"report written to {path} ({what})"

@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ckpt_events import Event
 from ckpt_events.participants.cli.report.folding import Folded, waterfall_rows
@@ -28,8 +28,10 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     trace_spans,
 )
+from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
 from ckpt_events.participants.cli.report.timeline import (
+    Breakdown,
     breakdown,
     breakdown_columns,
     counts,
@@ -40,6 +42,9 @@ from ckpt_events.participants.cli.text import escape, escape_html
 from ckpt_events.participants.cli.words import counted, milliseconds
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.cli.report.overview import Whole
 
 __all__ = [
     "FILLS",
@@ -286,8 +291,7 @@ def attribution_html(attribution: Attribution | None) -> str:
     return page
 
 
-def _table_html(events: Sequence[Event]) -> str:
-    rows = breakdown(events)
+def _table_html(rows: list[Breakdown]) -> str:
     columns = breakdown_columns(rows)
     head = "".join(
         f"<th>{escape_html(c)}</th>" for c in ("participant", *columns, "records committed", "bytes written")
@@ -312,6 +316,27 @@ def _table_html(events: Sequence[Event]) -> str:
     return f'<div class="wrap"><table id="participants"><tr>{head}</tr>\n{rows_html}</table></div>'
 
 
+def _operations_html(rows: list[OperationRow]) -> str:
+    """The per-operation table (``OperationRow``), as the terminal's: ``-`` where no ok span
+    gives a figure."""
+    head = "".join(
+        f"<th>{c}</th>" for c in ("kind", "operation", "step", "n", "errors", "p50 ms", "p95 ms", "max ms")
+    )
+    body = []
+    for r in rows:
+        names = "".join(f"<td>{escape_html(v)}</td>" for v in (r.kind, r.operation, r.step))
+        figures = "".join(
+            f"<td>{'-' if ms is None else milliseconds(ms).removesuffix(' ms')}</td>"
+            for ms in (r.p50_ms, r.p95_ms, r.max_ms)
+        )
+        body.append(f"<tr>{names}<td>{r.count:,}</td><td>{r.errors:,}</td>{figures}</tr>")
+    rows_html = "\n".join(body)
+    page = f'<div class="wrap"><table id="operations"><tr>{head}</tr>\n{rows_html}</table></div>'
+    if (unknown := unknown_line(rows)) is not None:
+        page += f'\n<p class="parts">{escape_html(unknown)}</p>'
+    return page
+
+
 def _counts_html(tallies: Mapping[str, Counter[str]]) -> str:
     """The counted events (refusals by code, lease expiries, ...), as the terminal's table."""
     body = [
@@ -332,11 +357,14 @@ def html_page(
     title: str = "checkpoint report",
     kinds: KindRegistry = KINDS,
     tallies: Mapping[str, Counter[str]] | None = None,
+    whole: Whole | None = None,
 ) -> str:
     """The whole report as one HTML page: attribution and waterfall of the checkpoint and of
     the restore, then of any other trace, then the per-participant table (each kind in its
     colour in ``kinds``), then the counted events (``tallies``, default those of ``events``:
-    a log of refusals alone showed an empty table and nothing of them)."""
+    a log of refusals alone showed an empty table and nothing of them). ``whole``, the tables
+    of logs with no controller's row (``Run.whole``, ``events`` its drawn trace alone): its
+    breakdown, per-operation table and counted events are shown instead of ``events``'."""
     checkpoint, restore = checkpoint_and_restore(events)
     sections = []
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
@@ -353,9 +381,19 @@ def html_page(
             f"{waterfall_svg(spans, title=label, kinds=kinds)}</section>"
         )
     # The table adds up every checkpoint and restore of ``events``: say so, as the terminal does.
-    summed = summed_over(events)
-    heading = f"time per participant (ms), {summed}" if summed else "time per participant (ms)"
-    sections.append(f"<section><h2>{heading}</h2>\n{_table_html(events)}</section>")
+    if whole is not None:
+        # The whole logs' sums (was: the drawn trace's alone, one restore's 20.5 ms where the
+        # terminal showed every commit's too), then what one request takes.
+        heading = "time per participant (ms, every request summed)"
+        sections.append(f"<section><h2>{heading}</h2>\n{_table_html(whole.breakdown)}</section>")
+        if whole.operations:
+            heading = "per operation and step (ms; p50, p95, max of the ok ones)"
+            sections.append(f"<section><h2>{heading}</h2>\n{_operations_html(whole.operations)}</section>")
+        tallies = whole.counts if tallies is None else tallies
+    else:
+        summed = summed_over(events)
+        heading = f"time per participant (ms), {summed}" if summed else "time per participant (ms)"
+        sections.append(f"<section><h2>{heading}</h2>\n{_table_html(breakdown(events))}</section>")
     counted_html = _counts_html(counts(events) if tallies is None else tallies)
     sections.append(f"<section><h2>counted events</h2>\n{counted_html}</section>")
     return (
@@ -376,10 +414,11 @@ def write_timeline(
     events: Sequence[Event] = (),
     title: str = "checkpoint timeline",
     tallies: Mapping[str, Counter[str]] | None = None,
+    whole: Whole | None = None,
 ) -> None:
     """Write ``.svg`` (one waterfall: ``spans``, else the checkpoint of ``events``) or, for any
     other suffix, the HTML page of ``events`` (``.png`` is ``report_png``'s)."""
     if path.suffix.lower() == ".svg":
         path.write_text(waterfall_svg(spans if spans is not None else spans_of(events), title=title) + "\n")
     else:
-        path.write_text(html_page(events, title=title, tallies=tallies))
+        path.write_text(html_page(events, title=title, tallies=tallies, whole=whole))

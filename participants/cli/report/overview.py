@@ -51,6 +51,7 @@ from ckpt_events.participants.cli.report.causes import (
     unfinished_causes,
 )
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, process_of
+from ckpt_events.participants.cli.report.durations import DurationsFold
 from ckpt_events.participants.cli.report.events import (
     PointEvent,
     RootSpan,
@@ -59,6 +60,7 @@ from ckpt_events.participants.cli.report.events import (
     who_wrote,
 )
 from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Trace, Unscoped, fold_events, root_what
+from ckpt_events.participants.cli.report.operations import OperationRow, operation_rows
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
@@ -258,21 +260,24 @@ class Run:
         return [] if self.again is None else list(self.again())
 
     def whole(self) -> Whole:
-        """For logs with no row (participants' spans only: their parents are in a controller
-        log not given), two more streamed passes: the per-participant breakdown and the counted
-        events of every event, and the events of the last trace; nothing else is kept."""
+        """For logs with no row (participants' spans only: a user's own server, or participants
+        whose parents are in a controller log not given), two more streamed passes: the
+        per-participant breakdown, the per-operation table and the counted events of every
+        event, and the events of the last trace; nothing else is kept."""
         if self.again is None:
             raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
         drawn: list[CheckpointEvent] = []
+        operations = DurationsFold()
 
         def tapped(events: Iterable[CheckpointEvent]) -> Iterator[CheckpointEvent]:
             for e in events:
                 if self.last_trace is not None and trace_of(e) == self.last_trace:
                     drawn.append(e)
+                operations.add(e)
                 yield e
 
         rows = breakdown(tapped(self.again()))
-        return Whole(drawn, rows, counts(self.again()))
+        return Whole(drawn, rows, counts(self.again()), operation_rows(operations.result()))
 
     def let_go_line(self) -> str | None:
         """What the fold let go to bound its memory, if anything: traces whose root never came."""
@@ -320,6 +325,9 @@ class Whole:
     breakdown: list[Breakdown]
     #: The counted events of the logs (``timeline.counts``).
     counts: dict[str, Counter[str]]
+    #: One row per (kind, operation, step) over every participant's span of the logs: what one
+    #: request takes, where ``breakdown`` sums them all.
+    operations: list[OperationRow] = field(default_factory=list)
 
 
 def overview(

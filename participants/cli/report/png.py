@@ -17,11 +17,14 @@ import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ckpt_events import Event
 from ckpt_events.participants.cli.report.html import html_page
 from ckpt_events.participants.errors import CommandError
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.cli.report.overview import Whole
 
 __all__ = ["BROWSERS", "browser_command", "find_browser", "screenshot", "write_png"]
 
@@ -105,9 +108,10 @@ def write_png(
     title: str,
     width: int = 1600,
     tallies: Mapping[str, Counter[str]] | None = None,
+    whole: Whole | None = None,
 ) -> None:
     """The report page of ``events`` as a PNG at ``width`` px, as tall as the page needs."""
-    page_html = html_page(events, title=title, tallies=tallies)
+    page_html = html_page(events, title=title, tallies=tallies, whole=whole)
     # Height from the content: rows of both waterfalls plus the table; generous, never cut.
     rows = page_html.count('class="span"') + page_html.count("<tr>")
     height = min(16000, 500 + rows * 30 * width // 1350)

@@ -23,6 +23,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     trace_spans,
 )
+from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.timeline import (
     Breakdown,
@@ -36,7 +37,7 @@ from ckpt_events.participants.cli.words import counted, milliseconds
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
 
-__all__ = ["COLOURS", "render", "render_attribution", "render_waterfall"]
+__all__ = ["COLOURS", "render", "render_attribution", "render_operations", "render_waterfall"]
 
 #: Terminal colour of the controller and of each participant kind (``KINDS``; the HTML page
 #: uses the same ones).
@@ -55,19 +56,27 @@ def render(
     kinds: KindRegistry = KINDS,
     totals: tuple[list[Breakdown], Mapping[str, Counter[str]]] | None = None,
     note: str | None = None,
+    operations: Sequence[OperationRow] = (),
 ) -> None:
     """Print the breakdown, then for the checkpoint and the restore: the attribution line and
     the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``.
     ``totals``, the breakdown and counted events of more than ``events`` (whole logs streamed
     past, ``events`` only the trace drawn), are shown instead of ``events``' own. ``note``, a
-    line under the title (``title``'s trace is shared with other rows: ``Run.shared_line``)."""
+    line under the title (``title``'s trace is shared with other rows: ``Run.shared_line``).
+    ``operations``, the per-operation table of the whole logs (``Whole.operations``), is shown
+    under the breakdown, which then says it sums every request."""
     rows = breakdown(events) if totals is None else totals[0]
     # The legend names the kinds these logs hold (a user's own too), not the registry's.
     colours = kinds.palette_for({e.kind for e in events} | {r.kind for r in rows})
-    console.print(Text(f"{escape(title)}: time per participant (ms), records and bytes", style="italic"))
+    summed = ", every request summed" if operations else ""
+    console.print(
+        Text(f"{escape(title)}: time per participant (ms{summed}), records and bytes", style="italic")
+    )
     if note is not None:
         console.print(Text(escape(note), style="yellow"))
     console.print(_breakdown_table(rows, console.width, colours))
+    if operations:
+        render_operations(console, operations)
     checkpoint, restore = checkpoint_and_restore(events)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
         if trace_id is None:
@@ -84,6 +93,34 @@ def render(
         )
     )
     console.print(_counts_table(counts(events) if totals is None else totals[1]))
+
+
+def render_operations(console: Console, rows: Sequence[OperationRow]) -> None:
+    """One row per (kind, operation, step): how many ran and failed, and what one ok request
+    took (p50, p95, max), where the breakdown sums them all."""
+    table = Table(
+        title="per operation and step (ms; p50, p95, max of the ok ones)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in ("kind", "operation", "step"):
+        table.add_column(column, overflow="fold")
+    for column in ("n", "errors", "p50", "p95", "max"):
+        table.add_column(column, justify="right", overflow="fold")
+    for row in rows:
+        # A key whose every span failed has no duration to show: "-", never a made-up 0.
+        figures = ("-" if ms is None else _figure(ms) for ms in (row.p50_ms, row.p95_ms, row.max_ms))
+        table.add_row(
+            Text(escape(row.kind)),
+            Text(escape(row.operation)),
+            Text(escape(row.step)),
+            f"{row.count:,}",
+            f"{row.errors:,}",
+            *figures,
+        )
+    console.print(table)
+    if (unknown := unknown_line(list(rows))) is not None:
+        console.print(Text(f"  {unknown}", style="dim"))
 
 
 def render_attribution(console: Console, label: str, attribution: Attribution | None) -> None:

@@ -4,7 +4,9 @@ had. The app runs in process under httpx's ASGI transport, writing a real JSON-l
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +164,91 @@ def test_diff_names_the_quickstarts_steps_left_out_under_min_ms(
     assert float(restore_row.split()[6]) == pytest.approx(
         (restores[0].end_ns - restores[0].start_ns) / 1e6, abs=0.005
     )
+
+
+_FIGURES = ("p50", "p95", "max")
+
+
+def _ms(values: list[float], which: str) -> str:
+    """A figure as the table writes it, computed from the durations themselves."""
+    from ckpt_events.participants.cli.words import milliseconds
+
+    ordered = sorted(values)
+    picked = {
+        "p50": statistics.median(ordered),
+        "p95": ordered[math.ceil(0.95 * len(ordered)) - 1],
+        "max": ordered[-1],
+    }[which]
+    return milliseconds(picked).removesuffix(" ms")
+
+
+def test_the_quickstarts_log_has_one_row_per_operation_and_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Five commits and a restore: the report showed only each participant's sums ("commit"
+    the five added together); now one row per (kind, operation, step) with n, errors, p50, p95
+    and max, each the events' own, in the terminal and in the HTML page, whose per-participant
+    table sums every request of the log (it summed the drawn restore's alone)."""
+    log = tmp_path / "events.jsonl"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("/checkpoint/commit", {"checkpoint_id": f"c{i}", "rows": ["a"] * i}) for i in range(5)
+    ]
+    calls.append(("/checkpoint/restore", {"checkpoint_id": "c1"}))
+    anyio.run(_serve, log, calls)
+    events = [e for _, e in read_events(log)]
+    ms: dict[tuple[str, str], list[float]] = {}
+    for e in events:
+        if isinstance(e, OperationFinished):
+            ms.setdefault((str(e.operation), ""), []).append((e.end_ns - e.start_ns) / 1e6)
+        elif isinstance(e, StepFinished):
+            ms.setdefault(("commit", str(e.step)), []).append((e.end_ns - e.start_ns) / 1e6)
+    assert sorted(ms) == [("commit", ""), ("commit", "upload"), ("restore", "")]
+    expected = [
+        [
+            "judge",
+            op,
+            *([step] if step else []),
+            str(len(v)),
+            "0",
+            *(_ms(v, w) for w in ("p50", "p95", "max")),
+        ]
+        for (op, step), v in sorted(ms.items())
+    ]
+    page = tmp_path / "x.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    (title,) = [i for i, line in enumerate(lines) if line.startswith("per operation and step")]
+    drawn = [line.split() for line in lines[title + 1 :] if line.strip().startswith("judge ")][:3]
+    assert drawn == expected
+    html = page.read_text()
+    (table,) = re.findall(r'<table id="operations">(.*?)</table>', html, re.S)
+    cells = [re.findall(r"<td>([^<]*)</td>", row) for row in table.split("\n")[1:]]
+    assert [[c for c in row if c] for row in cells] == expected
+    # The page's per-participant sums are the log's, as the terminal's: five commits and a restore.
+    (participants,) = re.findall(r'<table id="participants">(.*?)</table>', html, re.S)
+    assert "<th>commit</th>" in participants and "<th>upload</th>" in participants
+    commit_sum = _ms([sum(ms[("commit", "")])], "max")
+    assert f"<td>{commit_sum}</td>" in participants
+
+
+def test_a_restore_with_no_controller_is_drawn_and_named_a_restore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log whose last operation is a restore: its trace was drawn as ``checkpoint c1
+    (restore)`` under ``checkpoint: waterfall``, and the HTML page had no restore section."""
+    log = tmp_path / "events.jsonl"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("/checkpoint/commit", {"checkpoint_id": "c1", "rows": ["a"]}),
+        ("/checkpoint/restore", {"checkpoint_id": "c1"}),
+    ]
+    anyio.run(_serve, log, calls)
+    page = tmp_path / "x.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    line, _ = _attribution(out)
+    assert line.startswith("restore c1 (restore): ")
+    assert "restore: waterfall" in out and "checkpoint: waterfall" not in out
+    html = page.read_text()
+    assert '<section id="restore"><h2>restore c1</h2>' in html
+    assert 'id="checkpoint"' not in html

@@ -1,0 +1,71 @@
+"""The per-operation table of a participant's own operations: one row per (kind, operation,
+step), with how many ran, how many failed, and the p50, p95 and max of the ok ones.
+
+What a user's own server (the README's quickstart: no controller) needs from its log: the
+per-participant breakdown sums every request ("commit 293.2" is ten commits added together),
+where this says what one request takes. Built from ``durations`` (what ``diff`` compares), so
+the two commands agree on every figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckpt_events.participants.cli.report.durations import Durations, median, percentile
+from ckpt_events.participants.cli.words import counted
+from ckpt_events.vocab import Kind
+
+__all__ = ["OperationRow", "operation_rows", "unknown_line"]
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    """One (kind, operation, step) of participants' spans; ``step`` is ``""`` for the operation."""
+
+    kind: str
+    operation: str
+    step: str
+    #: Every finished span of the key: ok, failed, and of unknown duration.
+    count: int
+    #: Spans that ended in error: counted, never timed (how soon a commit failed is no commit's time).
+    errors: int
+    #: Ok spans whose duration is unknown (their process's clock went back during them).
+    unknown: int
+    #: The median (as ``diff``'s), the nearest-rank 95th percentile and the max of the ok spans
+    #: of known duration; ``None`` when there is none.
+    p50_ms: float | None
+    p95_ms: float | None
+    max_ms: float | None
+
+
+def operation_rows(found: Durations) -> list[OperationRow]:
+    """Participants' keys of ``found`` (the controller's stages and coordinate spans are the
+    checkpoint rows' own), by kind and operation, each operation's row before its steps."""
+    keys = {*found.ok, *found.failed, *found.unknown}
+    rows = []
+    ours = (k for k in keys if k[0] != Kind.CONTROLLER)
+    for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "", k[2])):
+        ok = found.ok.get(key, [])
+        errors = found.failed.get(key, 0)
+        unknown = found.unknown.get(key, 0)
+        rows.append(
+            OperationRow(
+                *key,
+                count=len(ok) + errors + unknown,
+                errors=errors,
+                unknown=unknown,
+                p50_ms=median(ok) if ok else None,
+                p95_ms=percentile(ok, 0.95) if ok else None,
+                max_ms=max(ok) if ok else None,
+            )
+        )
+    return rows
+
+
+def unknown_line(rows: list[OperationRow]) -> str | None:
+    """What the table says under it of spans of unknown duration, if any: counted, not timed."""
+    unknown = sum(row.unknown for row in rows)
+    if not unknown:
+        return None
+    spans = counted(unknown, "span")
+    return f"{spans} of unknown duration (a clock went back during it) counted in n, not timed"
