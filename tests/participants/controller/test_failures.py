@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ from ckpt_events.participants.protocol import PrepareReply, PrepareReport
 from ckpt_events.testing import capture_events
 from ckpt_events.vocab import Outcome, Phase
 from tests.participants.controller.test_coordinator import FOUR, TOKEN
+
+
+@contextlib.contextmanager
+def _silent_member(kind: str, instance: str) -> Iterator[Member]:
+    """A member of ``kind`` whose address takes connections (the kernel accepts them) and never
+    reads or answers: a hung process."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        yield Member(instance, kind, instance, f"http://127.0.0.1:{silent.getsockname()[1]}")
 
 
 @asynccontextmanager
@@ -240,19 +251,13 @@ async def test_a_silent_member_holds_no_other_stage_closed_after_the_abort(
     """A resources server that takes the connection and never answers fails the prepare; the
     abort's resume went stage by stage from resources, so its resume's timeout (10 s) kept the
     agent, model and environment closed that long. They are told at once now, and it is named."""
-    import socket
 
     from ckpt_events.participants.controller import client
 
     # The grace past the deadline is the original controller's 5 s: shorter here, so the prepare
     # gives up on the silent member within a second (the abort's resume still allows it 5 s).
     monkeypatch.setattr(client, "CLIENT_GRACE_SECONDS", 0.5)
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()  # the kernel takes the connection; nobody ever reads or answers
-        hung = Member(
-            "resources-1", "resources", "resources-1", f"http://127.0.0.1:{silent.getsockname()[1]}"
-        )
+    with _silent_member("resources", "resources-1") as hung:
         async with capture_events() as (bus, events), local_fleet(token=TOKEN, bus=bus, members=FOUR) as urls:
             tel = Telemetry(bus, kind="controller", instance="coordination")
             healthy = await Coordinator.discover(
@@ -301,7 +306,6 @@ async def test_a_member_silent_in_a_restore_holds_no_others_undo(
     undo retired group by group, environments first, so its retire's timeout (30 s and more)
     held the others' retire and everyone's resume: restored, admission closed, for 35 s. The
     others are undone at once now, in the protocol's order, the silent one alongside."""
-    import socket
 
     from ckpt_events.participants.controller import client
     from ckpt_events.participants.protocol import EpisodeId
@@ -312,12 +316,7 @@ async def test_a_member_silent_in_a_restore_holds_no_others_undo(
         await co.checkpoint("c-src", str(tmp_path), deadline_ts=time.time() + 10)
     # The restore gives up on the silent member within a second (see the abort's test above).
     monkeypatch.setattr(client, "CLIENT_GRACE_SECONDS", 0.5)
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()  # the kernel takes the connection; nobody ever reads or answers
-        hung = Member(
-            "environment-9", "environment", "environment-9", f"http://127.0.0.1:{silent.getsockname()[1]}"
-        )
+    with _silent_member("environment", "environment-9") as hung:
         async with coordinated() as (healthy, _, _):
             tel = healthy.tel
             async with Coordinator([*healthy.members, hung], token=TOKEN, telemetry=tel) as co:
