@@ -125,6 +125,7 @@ class StageSpan(_Span):
                     self._attributes or None,
                     self._participants,
                     tel.worker,
+                    self._tracestate,
                 )
             )
 
@@ -204,6 +205,7 @@ class CoordinateSpan(_Span):
                     self._episodes,
                     self._rollouts,
                     tel.worker,
+                    self._tracestate,
                 )
             )
 
@@ -311,6 +313,7 @@ class CollectionSpan(_Span):
                     self._rows,
                     self._restarts,
                     tel.worker,
+                    self._tracestate,
                 )
             )
 

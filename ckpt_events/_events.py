@@ -69,8 +69,9 @@ AttributeValue: TypeAlias = str | bool | int | float
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="type", gc=False):
-    """Who reported an event. Every concrete event also has ``checkpoint_id: str | None`` and,
-    last, ``worker: int | None`` (the worker process of a multi-worker participant)."""
+    """Who reported an event. Every concrete event also has ``checkpoint_id: str | None`` and
+    ``worker: int | None`` (the worker process of a multi-worker participant), last but for a
+    span event's ``tracestate``."""
 
     #: A participant kind: a ``Kind`` constant's value or a user's own (``"judge"``); an event
     #: read back from a log holds a plain ``str``, so compare with ``==``.
@@ -82,8 +83,11 @@ class SpanEvent(Event, frozen=True, gc=False):
     """A span's identity: W3C trace id (128 bit), span id (64 bit) and start time.
 
     Concrete span events add ``parent_span_id`` (``None`` for a root), ``parent_remote``
-    (the parent lives in another process: it came in through a ``traceparent`` header) and
-    ``sampled`` (the root's sampling decision).
+    (the parent lives in another process: it came in through a ``traceparent`` header),
+    ``sampled`` (the root's sampling decision) and, last, ``tracestate``: the W3C
+    ``tracestate`` that came with the trace's ``traceparent`` (normalised by
+    ``parse_tracestate``; ``None`` without one, and in a log written before the field), which
+    the span sinks put on the exported span (its ``trace_state``) for the vendors that read it.
     """
 
     trace_id: int
@@ -104,6 +108,7 @@ class OperationStarted(SpanEvent, frozen=True, gc=False, tag="operation_started"
     parent_remote: bool = False
     sampled: bool = True
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finished"):
@@ -130,6 +135,7 @@ class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finishe
     #: The participant's worst event-loop lag (ms) measured while the operation ran.
     loop_lag_ms: float | None = None
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):
@@ -141,6 +147,7 @@ class StepStarted(SpanEvent, frozen=True, gc=False, tag="step_started"):
     parent_remote: bool = False
     sampled: bool = True
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class StepFinished(_Finished, frozen=True, gc=False, tag="step_finished"):
@@ -161,6 +168,7 @@ class StepFinished(_Finished, frozen=True, gc=False, tag="step_finished"):
     cut_durable_prefix: int | None = None
     cut_durable_failure: int | None = None
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class CoordinateStarted(SpanEvent, frozen=True, gc=False, tag="coordinate_started"):
@@ -172,6 +180,7 @@ class CoordinateStarted(SpanEvent, frozen=True, gc=False, tag="coordinate_starte
     parent_remote: bool = False
     sampled: bool = True
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finished"):
@@ -192,6 +201,7 @@ class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finis
     episodes: int | None = None
     rollouts: int | None = None
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):
@@ -203,6 +213,7 @@ class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):
     parent_remote: bool = False
     sampled: bool = True
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class StageFinished(_Finished, frozen=True, gc=False, tag="stage_finished"):
@@ -219,6 +230,7 @@ class StageFinished(_Finished, frozen=True, gc=False, tag="stage_finished"):
     attributes: dict[str, AttributeValue] | None = None
     participants: int | None = None
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class CollectionStarted(SpanEvent, frozen=True, gc=False, tag="collection_started"):
@@ -230,6 +242,7 @@ class CollectionStarted(SpanEvent, frozen=True, gc=False, tag="collection_starte
     parent_remote: bool = False
     sampled: bool = True
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class CollectionFinished(_Finished, frozen=True, gc=False, tag="collection_finished"):
@@ -250,6 +263,7 @@ class CollectionFinished(_Finished, frozen=True, gc=False, tag="collection_finis
     rows: int | None = None
     restarts: int | None = None
     worker: int | None = None
+    tracestate: str | None = None
 
 
 class _Point(Event, frozen=True, gc=False):

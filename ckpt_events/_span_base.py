@@ -204,6 +204,7 @@ class _SpanBase:
             self.parent_remote,
             self.sampled,
             tel.worker,
+            self._tracestate,
         )
         for buffer in route:  # as Bus.emit offers an event (inline: per span, one lookup)
             if len(buffer) < buffer.capacity:

@@ -153,6 +153,7 @@ class StepSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=True, ta
                 self.parent_remote,
                 self.sampled,
                 tel.worker,
+                self._tracestate,
             )
             for buffer in route:  # as Bus.emit offers an event
                 if len(buffer) < buffer.capacity:
@@ -329,6 +330,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
                 self.parent_remote,
                 self.sampled,
                 tel.worker,
+                self._tracestate,
             )
             for buffer in route:  # as Bus.emit offers an event
                 if len(buffer) < buffer.capacity:
@@ -501,6 +503,7 @@ def step_started(span: Any, kind: str, instance: str, worker: int | None) -> Ste
         span.parent_remote,
         span.sampled,
         worker,
+        span._tracestate,
     )
 
 
@@ -528,6 +531,7 @@ def step_finished(span: Any, kind: str, instance: str, worker: int | None) -> St
         span._cut_prefix,
         span._cut_failure,
         worker,
+        span._tracestate,
     )
 
 
@@ -545,6 +549,7 @@ def operation_started(span: Any, kind: str, instance: str, worker: int | None) -
         span.parent_remote,
         span.sampled,
         worker,
+        span._tracestate,
     )
 
 
@@ -575,4 +580,5 @@ def operation_finished(span: Any, kind: str, instance: str, worker: int | None) 
         span._received_ns,
         span._loop_lag_ms,
         worker,
+        span._tracestate,
     )

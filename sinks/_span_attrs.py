@@ -19,6 +19,7 @@ from ckpt_events import (
     Redactor,
     StageFinished,
     StepFinished,
+    parse_tracestate,
 )
 from ckpt_events.vocab import (
     COLLECTION_END_ATTRS,
@@ -44,6 +45,7 @@ __all__ = [
     "plans_by_name",
     "span_name_and_attributes",
     "span_plan",
+    "span_tracestate",
 ]
 
 #: The specification's default ``AttributeCountLimit`` (``OTEL_ATTRIBUTE_COUNT_LIMIT``).
@@ -122,6 +124,34 @@ def span_plan(event: Any) -> SpanPlan | None:
             if len(_LEARNED) < _LEARNED_MAX:
                 _LEARNED[cls, value] = plan
     return plan
+
+
+#: ``span_tracestate``'s answers by the event's value (bounded: emptied when full). A trace's
+#: spans share one tracestate, so most lookups hit and a header is checked once, not per span.
+_TRACESTATES: Final[dict[str, str | None]] = {}
+_TRACESTATES_MAX: Final = 1024
+
+
+def span_tracestate(event: Any) -> str | None:
+    """The W3C ``tracestate`` to put on ``event``'s exported span (``Span.trace_state``), or
+    ``None``: none came with its trace, or it is not one (``parse_tracestate``'s rules).
+
+    Our handles hand on a normalised one; an event built by hand, or read from a log someone
+    edited, may hold anything, and a malformed value sent on would have the collector (or the
+    SDK's ``TraceState``) refuse or drop it, so it is checked here, once per value.
+    """
+    value = event.tracestate
+    if value is None or value.__class__ is not str:
+        return None
+    try:
+        return _TRACESTATES[value]
+    except KeyError:
+        pass
+    state = parse_tracestate(value)
+    if len(_TRACESTATES) >= _TRACESTATES_MAX:
+        _TRACESTATES.clear()
+    _TRACESTATES[value] = state
+    return state
 
 
 def plans_by_name() -> dict[str, tuple[type, str, Any, FieldAttrs]]:

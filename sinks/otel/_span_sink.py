@@ -21,12 +21,12 @@ from opentelemetry.sdk.trace import Event as SpanEventRecord
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
 from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events._logs import library_logger
-from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits, limited_span
+from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits, limited_span, span_tracestate
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, MAX_TIMEOUT_MS
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
 from ckpt_events.vocab import SpanKind as CkptSpanKind
@@ -40,6 +40,11 @@ _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSET: Final = Status(StatusCode.UNSET)
 _KINDS: Final = {CkptSpanKind(k.name.lower()): k for k in SpanKind if k.name.lower() in set(CkptSpanKind)}
 _ERROR: Final = Outcome.ERROR.value
+_NO_STATE: Final = TraceState()
+#: The SDK's ``TraceState`` per W3C header (``span_tracestate``'s): a trace's spans share one,
+#: parsed once (bounded: emptied when full).
+_STATES: Final[dict[str, TraceState]] = {}
+_STATES_MAX: Final = 1024
 
 
 class SpanSinkStats(msgspec.Struct, frozen=True):
@@ -319,19 +324,22 @@ class SpanSink:
         contexts = self._contexts
         # A local span's own context is its children's parent context: build each once per
         # batch (children finish first, so the parent usually finds its context made).
+        # The caller's W3C tracestate on the span's context (and its parent's: a child inherits
+        # it), as the SDK's own spans carry theirs, for the vendors' exporters that read it.
+        state = _NO_STATE if event.tracestate is None else _trace_state(event)
         span_id = event.span_id
         context = contexts.get(span_id)
-        if context is None or context[0] != trace_id:
-            context = contexts[span_id] = SpanContext(trace_id, span_id, False, _SAMPLED)
+        if context is None or context[0] != trace_id or context[4] is not state:
+            context = contexts[span_id] = SpanContext(trace_id, span_id, False, _SAMPLED, state)
         parent_id = event.parent_span_id
         if parent_id is None:
             parent = None
         elif event.parent_remote:
-            parent = SpanContext(trace_id, parent_id, True, _SAMPLED)
+            parent = SpanContext(trace_id, parent_id, True, _SAMPLED, state)
         else:
             parent = contexts.get(parent_id)
             if parent is None or parent[0] != trace_id:
-                parent = contexts[parent_id] = SpanContext(trace_id, parent_id, False, _SAMPLED)
+                parent = contexts[parent_id] = SpanContext(trace_id, parent_id, False, _SAMPLED, state)
         span_attributes: Mapping[str, Any] = attributes
         if dropped:  # the span's dropped attributes count, which the SDK reads from BoundedAttributes
             bounded = BoundedAttributes(attributes=attributes, immutable=False)
@@ -368,6 +376,19 @@ class SpanSink:
             event.end_ns,
             SCOPE,
         )
+
+
+def _trace_state(event: Any) -> TraceState:
+    """The SDK's ``TraceState`` of ``event``'s tracestate (empty when it has none valid)."""
+    header = span_tracestate(event)
+    if header is None:
+        return _NO_STATE
+    state = _STATES.get(header)
+    if state is None:
+        if len(_STATES) >= _STATES_MAX:
+            _STATES.clear()
+        state = _STATES[header] = TraceState.from_header([header])
+    return state
 
 
 def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:

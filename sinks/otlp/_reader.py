@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import OperationFinished, StageFinished, StepFinished
+from ckpt_events import OperationFinished, StageFinished, StepFinished, parse_tracestate
 from ckpt_events.sinks._span_attrs import plans_by_name
 from ckpt_events.vocab import NAME_RULE, SPAN_PREFIX, Attr, Kind, span_name
 
@@ -194,6 +194,8 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | N
         "end_ns": end,
         "parent_span_id": parent,
         "parent_remote": bool(int(span.get("flags", 0)) & _IS_REMOTE),
+        # The caller's W3C tracestate our exporters put on the span; a malformed one is dropped.
+        "tracestate": parse_tracestate(span.get("traceState")),
     }
     extra: dict[str, Any] = {}
     for pair in span.get("attributes") or ():

@@ -5,7 +5,8 @@ format by hand: a span is a few ``bytes`` joins, with the key-value pairs that r
 span to span (participant kind, instance, outcome, ids of one checkpoint) encoded once and
 cached. ``SpanEncoder.json(events)`` builds the OTLP/JSON mapping (hex ids, 64-bit integers
 as strings, enums as numbers) and encodes it with msgspec. Names, attributes, kind, status
-and the exception event are those ``SpanSink`` gives the same event.
+and the exception event are those ``SpanSink`` gives the same event, and so is the span's
+``trace_state`` (the caller's W3C ``tracestate``, ``span_tracestate``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import msgspec
 
 from ckpt_events import InvalidTypeError, Redactor, __version__
 from ckpt_events._errors import shown
-from ckpt_events.sinks._span_attrs import NAMING_FIELDS, AttributeLimits, limited_span, span_plan
+from ckpt_events.sinks._span_attrs import (
+    NAMING_FIELDS,
+    AttributeLimits,
+    limited_span,
+    span_plan,
+    span_tracestate,
+)
 from ckpt_events.sinks._wire_safe import replace_surrogates, scrub_json_span
 from ckpt_events.sinks.otlp import _tags as tags
 from ckpt_events.sinks.otlp._wire import FIXED64 as _FIXED64
@@ -52,6 +59,7 @@ _FLAGS_REMOTE: Final = _varint(tags.SPAN_FLAGS) + _FLAGS.pack(_SAMPLED | _HAS_IS
 _TRACE_ID: Final = bytes((tags.SPAN_TRACE_ID, 16))
 _SPAN_ID: Final = bytes((tags.SPAN_ID, 8))
 _PARENT_SPAN_ID: Final = bytes((tags.SPAN_PARENT_SPAN_ID, 8))
+_TRACE_STATE: Final = bytes((tags.SPAN_TRACE_STATE,))
 _KIND_TAG: Final = bytes((tags.SPAN_KIND,))
 _SPAN_TAG: Final = bytes((tags.SCOPE_SPANS_SPANS,))
 _EVENT_TIME: Final = bytes((tags.EVENT_TIME,))
@@ -94,6 +102,8 @@ class SpanEncoder:
         self._scope = scope
         # Encoded Span.attributes pairs: per attribute key, by value (exact str and int values).
         self._pairs: dict[str, dict[object, bytes]] = {}
+        # Span.trace_state encoded, by the event's tracestate (b"" for one not valid).
+        self._states: dict[str, bytes] = {}
         # Per (event class, the value naming its span, parent is remote): its _Plan, or None.
         self._plans: dict[tuple[type, object, bool], _Plan | None] = {}
         self._json_resource = {"attributes": self._json_attributes(self.resource_attributes)}
@@ -177,6 +187,10 @@ class SpanEncoder:
         parent = event.parent_span_id
         ids = _TRACE_ID + event.trace_id.to_bytes(16, "big")
         ids += _SPAN_ID + event.span_id.to_bytes(8, "big")
+        state = event.tracestate
+        if state is not None:  # the caller's W3C tracestate, passed on: one encoding per header
+            encoded = self._states.get(state) if state.__class__ is str else None
+            ids += encoded or self._trace_state(event)
         if parent is not None:
             ids += _PARENT_SPAN_ID + parent.to_bytes(8, "big")
             if event.parent_remote:
@@ -226,6 +240,16 @@ class SpanEncoder:
         size = len(span)
         return _SPAN_TAG + (_SMALL_VARINTS[size] if size < 16384 else _varint(size)) + span
 
+    def _trace_state(self, event: Any) -> bytes:
+        """``event``'s Span.trace_state field (``b""`` for a tracestate not valid), kept in ``_states``."""
+        state = span_tracestate(event)
+        encoded = b"" if state is None else _TRACE_STATE + _varint(len(state)) + state.encode("ascii")
+        if event.tracestate.__class__ is str:  # a key of the cache (a hand-built event may hold anything)
+            if len(self._states) >= _PAIRS_PER_KEY:
+                self._states.clear()
+            self._states[event.tracestate] = encoded
+        return encoded
+
     def _text(self, text: str) -> str:
         """``text`` itself, or with U+FFFD for what UTF-8 cannot hold (counted)."""
         if text.isascii():
@@ -271,6 +295,9 @@ class SpanEncoder:
             "traceId": f"{event.trace_id:032x}",
             "spanId": f"{event.span_id:016x}",
         }
+        state = span_tracestate(event)
+        if state is not None:
+            span["traceState"] = state
         parent = event.parent_span_id
         if parent is not None:
             span["parentSpanId"] = f"{parent:016x}"

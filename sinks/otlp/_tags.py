@@ -73,6 +73,7 @@ __all__ = [
     "SPAN_START_TIME",
     "SPAN_STATUS",
     "SPAN_TRACE_ID",
+    "SPAN_TRACE_STATE",
     "STATUS_CODE",
     "STATUS_MESSAGE",
     "SUM_DATA_POINTS",
@@ -131,6 +132,8 @@ SCOPE_SPANS_SPANS: Final = tag(2, LEN)
 SPAN_TRACE_ID: Final = tag(1, LEN)
 #: Span.span_id
 SPAN_ID: Final = tag(2, LEN)
+#: Span.trace_state
+SPAN_TRACE_STATE: Final = tag(3, LEN)
 #: Span.parent_span_id
 SPAN_PARENT_SPAN_ID: Final = tag(4, LEN)
 #: Span.name

@@ -19,15 +19,19 @@ from ckpt_events.testing import capture_events
 from ckpt_events.vocab import Kind, Outcome
 from tests.ckpt_events.test_positional_fields import _fields, _only
 
+_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
 
 @pytest.mark.parametrize(("prepared", "stop", "published"), [(True, True, False), (False, False, True)])
 async def test_controller_span_fields_land_in_their_own_slots(
     prepared: bool, stop: bool, published: bool
 ) -> None:
-    """Coordinate, stage and collection spans: distinct values (booleans both ways) read back."""
+    """Coordinate, stage and collection spans: distinct values (booleans both ways) read back,
+    the caller's tracestate last on every event of the trace (the children inherit it)."""
     async with capture_events() as (bus, events):
         tel = Telemetry(bus, kind="controller", instance="coordination")
-        with tel.collection("checkpoint", checkpoint_id="ck-3") as collection:
+        span = tel.collection("checkpoint", checkpoint_id="ck-3", traceparent=_CALLER)
+        with span.with_tracestate("ot=th:8,dd=s:1") as collection:
             with tel.coordinate("prepare", checkpoint_id="ck-3", parent=collection) as coordinate:
                 with coordinate.stage("agent") as stage:
                     stage.set(participants=31)
@@ -41,16 +45,18 @@ async def test_controller_span_fields_land_in_their_own_slots(
     stage_started, stage_end = _only(events, StageStarted), _only(events, StageFinished)
 
     common = {"kind": Kind.CONTROLLER, "instance": "coordination", "checkpoint_id": "ck-3", "sampled": True}
+    common["tracestate"] = "ot=th:8,dd=s:1"
     base = {"parent_remote": False, "outcome": Outcome.OK, "error_type": None, "error_message": None}
     assert _fields(coll) == {
         **common,
         **base,
-        "trace_id": coll_started.trace_id,
+        "parent_remote": True,
+        "trace_id": 0x0AF7651916CD43DD8448EB211C80319C,
         "span_id": coll_started.span_id,
         "start_ns": coll_started.start_ns,
         "end_ns": coll.end_ns,
         "action": "checkpoint",
-        "parent_span_id": None,
+        "parent_span_id": 0xB7AD6B7169203331,
         "attributes": None,
         "in_flight": 51,
         "stop": stop,
@@ -89,6 +95,9 @@ async def test_controller_span_fields_land_in_their_own_slots(
         "participants": 31,
         "worker": None,
     }
+    for started in (coll_started, coord_started, stage_started):
+        assert started.__struct_fields__[-2:] == ("worker", "tracestate")
+        assert started.tracestate == "ot=th:8,dd=s:1"
 
 
 async def test_pairs_nest_in_order_and_an_error_ends_each_span_it_leaves() -> None:

@@ -90,11 +90,13 @@ async def test_bad_attribute_values_raise() -> None:
 
 
 async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
-    """Operation and step: each of their settable fields is given a distinct value and read back."""
+    """Operation and step: each of their settable fields is given a distinct value and read back,
+    the caller's tracestate last on all four events (the step inherits it)."""
     header = format_traceparent(TRACE_ID, REMOTE_PARENT)
     async with capture_events() as (bus, events):
         tel = Telemetry(bus, kind="model", instance="model-7")
-        with tel.operation("prepare", checkpoint_id="ck-1", traceparent=header) as op:
+        span = tel.operation("prepare", checkpoint_id="ck-1", traceparent=header)
+        with span.with_tracestate("dd=s:1,ot=th:8") as op:
             with op.step("generation_cut") as step:
                 step.set(records=11, bytes=12, calls=13, cut_durable_prefix=14, cut_durable_failure=15)
                 step.set_attribute("user.step", "s")
@@ -129,6 +131,7 @@ async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
         "received_ns": 27,
         "loop_lag_ms": 28.5,
         "worker": None,
+        "tracestate": "dd=s:1,ot=th:8",
     }
     assert _fields(step_finished) == {
         "kind": Kind.MODEL,
@@ -152,7 +155,11 @@ async def test_operation_and_step_fields_land_in_their_own_slots() -> None:
         "cut_durable_prefix": 14,
         "cut_durable_failure": 15,
         "worker": None,
+        "tracestate": "dd=s:1,ot=th:8",
     }
+    for event in (started, step_started):
+        assert event.__struct_fields__[-2:] == ("worker", "tracestate")
+        assert event.tracestate == "dd=s:1,ot=th:8"
     assert started.start_ns <= step_started.start_ns <= step_finished.end_ns <= finished.end_ns
     assert len({started.span_id, step_started.span_id, REMOTE_PARENT}) == 3
 

@@ -13,11 +13,13 @@ from typing import Any
 
 @dataclass
 class Received:
-    """What the receiver was sent: one path per request, and the bodies' bytes."""
+    """What the receiver was sent: one path per request, the bodies' bytes, and each body with
+    its content type (``bodies``, in order)."""
 
     url: str
     paths: list[str] = field(default_factory=list)
     bytes: int = 0
+    bodies: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -27,8 +29,11 @@ def otlp_receiver(port: int = 0) -> Iterator[Received]:
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
-            received.bytes += len(self.rfile.read(int(self.headers.get("content-length", "0"))))
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            received.bytes += len(body)
+            # The path first: a reader pairing paths and bodies while this runs pairs whole ones.
             received.paths.append(self.path)
+            received.bodies.append((self.headers.get("content-type", ""), body))
             self.send_response(200)
             self.send_header("content-type", self.headers.get("content-type", "application/x-protobuf"))
             self.send_header("content-length", "0")

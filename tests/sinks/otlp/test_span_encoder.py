@@ -55,6 +55,10 @@ async def _events() -> list[Any]:
                 raise RuntimeError("no space left")
         except RuntimeError:
             pass
+        caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        with tel.operation("commit", checkpoint_id="c2", traceparent=caller).with_tracestate("ot=th:8") as op:
+            with op.step("write"):
+                pass
         await bus.flush()
     return [event for event in keep.events if type(event).__name__.endswith("Finished")]
 

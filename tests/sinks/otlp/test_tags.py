@@ -33,6 +33,7 @@ FIELDS = {
     "SCOPE_SPANS_SPANS": [(trace_pb2.ScopeSpans, "spans")],
     "SPAN_TRACE_ID": [(trace_pb2.Span, "trace_id")],
     "SPAN_ID": [(trace_pb2.Span, "span_id")],
+    "SPAN_TRACE_STATE": [(trace_pb2.Span, "trace_state")],
     "SPAN_PARENT_SPAN_ID": [(trace_pb2.Span, "parent_span_id")],
     "SPAN_NAME": [(trace_pb2.Span, "name")],
     "SPAN_KIND": [(trace_pb2.Span, "kind")],
