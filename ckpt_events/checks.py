@@ -10,10 +10,19 @@ same way ([writing a sink](../docs/writing-a-sink.md)).
 ``shown(value)`` is how such a message quotes what was given: ``repr(value)`` when short, else
 cut to about ``SHOWN_CHARS`` characters with its size said (``'xxxx...xxxx' (10,000,000
 characters)``), so a megabyte of bad input never becomes a megabyte of error message or log.
+
+``said_in_log(exc)`` and ``fit_for_log(exc)`` are how the library's own log lines say a caught
+exception, public so that a sink's (or the reference participants') log lines say it alike:
+``said_in_log`` in the line's text (its class and its message in one line, cut at about 300
+characters and its credentials redacted: ``ValueError: POST https://[REDACTED]@host failed``),
+``fit_for_log`` as a record's ``exc_info`` (the exception itself when short and free of
+credentials, else a stand-in of the same class name and traceback whose messages are cut at
+2,000 characters and redacted). Both follow the ``Redactor``'s message rule.
 """
 
 from __future__ import annotations
 
 from ckpt_events._errors import SHOWN_CHARS, check_int, check_number, shown
+from ckpt_events._logs import fit_for_log, said_in_log
 
-__all__ = ["SHOWN_CHARS", "check_int", "check_number", "shown"]
+__all__ = ["SHOWN_CHARS", "check_int", "check_number", "fit_for_log", "said_in_log", "shown"]

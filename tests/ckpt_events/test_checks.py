@@ -46,3 +46,19 @@ def test_the_library_checks_its_own_arguments_with_this_pair() -> None:
     from ckpt_events import _errors
 
     assert check_int is _errors.check_int and check_number is _errors.check_number
+
+
+def test_said_in_log_and_fit_for_log_are_public_for_sinks_and_the_harness() -> None:
+    """The library's own way to say a caught exception in a log line, public: one line, cut and
+    redacted (``said_in_log``), and a record's ``exc_info`` fitted alike (``fit_for_log``)."""
+    from ckpt_events.checks import fit_for_log, said_in_log
+
+    error = ValueError("POST https://user:pw@host.example/v1 failed:\n" + "x" * 1_000_000)
+    said = said_in_log(error)
+    assert said.startswith("ValueError: POST https://[REDACTED]@host.example/v1 failed: xxx")
+    assert "\n" not in said and len(said) < 400
+    fitted = fit_for_log(error)
+    assert type(fitted).__name__ == "ValueError" and fitted.__traceback__ is error.__traceback__
+    assert "pw@" not in str(fitted) and len(str(fitted)) < 2100
+    short = KeyError("k")
+    assert fit_for_log(short) is short

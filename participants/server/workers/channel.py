@@ -26,6 +26,7 @@ import anyio
 import msgspec
 from anyio.abc import ByteStream, TaskGroup
 
+from ckpt_events.checks import fit_for_log, said_in_log
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, shown
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
@@ -175,7 +176,7 @@ class FrameChannel:
             try:
                 self._send.send_nowait(encode_frame(reply, self.max_frame))
             except WorkerChannelError as exc:
-                log.error("%s: reply to %d not sent: %s", self.name, reply.reply_to, exc)
+                log.error("%s: reply to %d not sent: %s", self.name, reply.reply_to, said_in_log(exc))
                 self._send.send_nowait(encode_frame(_error_reply(reply.reply_to, exc), self.max_frame))
 
     # -- receiving --------------------------------------------------------------------------
@@ -192,7 +193,9 @@ class FrameChannel:
             detail = f"unknown message kind {shown(message.kind)}"
             self._reply(Reply(message.id, False, error=FrameError(400, "unknown_kind", detail)))
         except Exception as exc:
-            log.exception("%s: %s failed", self.name, message.kind)
+            # Fitted, as the library's own records are: a handler's error may quote a payload
+            # or a URL with its user:password, and the traceback goes to the server's log.
+            log.error("%s: %s failed", self.name, message.kind, exc_info=fit_for_log(exc))
             self._reply(_error_reply(message.id, exc))
         else:
             self._reply(Reply(message.id, True, encode_body(value)))
@@ -251,7 +254,7 @@ class FrameChannel:
                     await self._read(tg)
                 except WorkerChannelError as exc:
                     self.failure = str(exc)
-                    log.error("%s: protocol error: %s; dropping the peer", self.name, exc)
+                    log.error("%s: protocol error: %s; dropping the peer", self.name, said_in_log(exc))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     self.failure = f"connection lost: {exc!r}"
                 tg.cancel_scope.cancel()

@@ -281,3 +281,25 @@ async def test_a_frame_over_the_sender_s_bound_is_refused_before_it_is_sent() ->
             near.post(Forget(["x" * 100]))
         await near.aclose()
         assert near.closed
+
+
+async def test_a_failed_handler_is_logged_bounded_and_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    """A handler's error quoting a URL's credentials and a megabyte payload is logged with its
+    traceback, its message cut and the credentials redacted (as the library's own records are)."""
+    caplog.set_level(logging.ERROR, "ckpt_events.workers")
+
+    secret = "hunter" + "2"  # not in this line as the traceback quotes it
+
+    async def far_handler(message: Message) -> Any:
+        raise ValueError(f"POST https://user:{secret}@collector.example/v1 failed: " + "x" * 1_000_000)
+
+    async with _pair(far_handler) as (near, far):
+        with pytest.raises(ProtocolRefusal):
+            await near.request(Advance(EPISODE))
+    [record] = [r for r in caplog.records if r.name == "ckpt_events.workers"]
+    logged = caplog.text
+    assert record.getMessage() == "far: advance failed"
+    assert record.exc_info is not None
+    assert secret not in logged
+    assert "Traceback" in logged and "far_handler" in logged  # the traceback stays
+    assert len(logged) < 10_000
