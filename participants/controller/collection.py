@@ -29,6 +29,7 @@ import httpx
 import msgspec
 
 from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
+from ckpt_events.checks import said_in_log
 from ckpt_events.participants.controller.client import what_came
 from ckpt_events.participants.controller.coordinator import Coordinator, Member, PrepareResult
 from ckpt_events.participants.controller.rollout import CollectionSummary, Rollout
@@ -198,7 +199,7 @@ class Collection:
         try:
             await self.checkpoint(stop=stop)
         except (CheckpointNotPrepared, CoordinationError) as exc:
-            logger.warning("checkpoint %s failed: %s", why, exc)
+            logger.warning("checkpoint %s failed: %s", why, said_in_log(exc))
             if stop:
                 self._stop_now()
 
@@ -294,7 +295,9 @@ class Collection:
             try:
                 await self.checkpoint(stop=True)  # cancels the drivers, this one included
             except (CheckpointNotPrepared, CoordinationError) as exc:
-                logger.warning("checkpoint after %d rollouts failed, going on: %s", self._stop_after, exc)
+                logger.warning(
+                    "checkpoint after %d rollouts failed, going on: %s", self._stop_after, said_in_log(exc)
+                )
                 self._stop_after = None
                 self._held.set()
 
@@ -482,11 +485,15 @@ class Collection:
                 try:
                     await anyio.to_thread.run_sync(self.run_dir.discard, checkpoint_id)
                 except (OSError, RunDirectoryError) as removal:  # the abort's error is the one to raise
-                    logger.warning("aborted checkpoint %s: its directory stays (%s)", checkpoint_id, removal)
+                    logger.warning(
+                        "aborted checkpoint %s: its directory stays (%s)", checkpoint_id, said_in_log(removal)
+                    )
                 raise
             # LATEST names it and the next run restores it: a resume refused after that does not
             # unpublish it (who did not resume does when its lease runs out; its span says so).
-            logger.warning("checkpoint %s published, but its resume is incomplete: %s", checkpoint_id, exc)
+            logger.warning(
+                "checkpoint %s published, but its resume is incomplete: %s", checkpoint_id, said_in_log(exc)
+            )
 
     async def restore(self, checkpoint_id: str, *, from_run: str | None = None) -> None:
         """Restore ``checkpoint_id`` into the (fresh) participants and set each rollout's next attempt.

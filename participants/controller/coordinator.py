@@ -21,6 +21,7 @@ import httpx
 import msgspec
 
 from ckpt_events import InvalidValueError, Telemetry
+from ckpt_events.checks import said_in_log
 from ckpt_events.participants.controller.client import ControlClient
 from ckpt_events.participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
 from ckpt_events.participants.controller.fan_out import (
@@ -404,7 +405,8 @@ class Coordinator:
                 checkpoint_id, max(deadline_ts, time.time() + 5.0), parent, apart=apart, members=members
             )
         except CoordinationError as exc:
-            logger.warning("resume after abort of %s incomplete: %s", checkpoint_id, exc)
+            # One bounded line: a participant's refusal may quote a megabyte.
+            logger.warning("resume after abort of %s incomplete: %s", checkpoint_id, said_in_log(exc))
 
     async def restore(
         self,
@@ -508,7 +510,9 @@ class Coordinator:
                         members=members,
                     )
                 except CoordinationError as exc:
-                    logger.warning("retire after failed restore %s incomplete: %s", checkpoint_id, exc)
+                    logger.warning(
+                        "retire after failed restore %s incomplete: %s", checkpoint_id, said_in_log(exc)
+                    )
             await self._resume_quietly(checkpoint_id, deadline, parent, members=members)
 
         with anyio.CancelScope(shield=cancelled):

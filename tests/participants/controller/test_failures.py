@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import socket
 import time
@@ -354,3 +355,28 @@ async def test_a_member_silent_in_a_restore_holds_no_others_undo(
     assert set(undone) == restored and max(undone.values()) < 4.0, undone
     # Undone as a failed restore is: the next attempt retired everywhere that answered.
     assert {s.retired_rollouts.get("r1") for s in statuses} == {1}
+
+
+async def test_a_refusal_quoting_a_megabyte_is_logged_in_one_bounded_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A participant refusing with a megabyte of detail: the controller's "resume after abort
+    ... incomplete" warning was a 1,000,129-character line; it says the error bounded now."""
+    caplog.set_level(logging.WARNING, "ckpt_events.participants.controller")
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def refuse(path: str) -> Response:
+        detail = "https://u:pw@collector.example " + "y" * 1_000_000
+        body = json.dumps({"error": {"code": "checkpoint_error", "detail": detail}})
+        return Response(body, status_code=500, media_type="application/json")
+
+    async with capture_events() as (bus, _), serving(app) as url:
+        members = [Member("environment-0", "environment", "environment-0", url)]
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+            with anyio.fail_after(30), pytest.raises(CoordinationError):
+                await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 5)
+    [line] = [r.getMessage() for r in caplog.records if "resume after abort" in r.getMessage()]
+    assert line.startswith("resume after abort of c1 incomplete: CoordinationError: resume failed:")
+    assert "pw@" not in line and len(line) < 500
