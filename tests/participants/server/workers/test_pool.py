@@ -13,6 +13,7 @@ from anyio.abc import SocketAttribute
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants import create_app
+from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.store import participant_dir
 from tests.participants.helpers import TOKEN, control, error_code, post_json, running, status
@@ -177,3 +178,65 @@ async def test_a_forget_tells_each_worker_in_a_frame_a_chunk_not_a_frame_a_rollo
         assert {i: c._next_id - sent[i] for i, c in channels.items()} == {0: 3, 1: 3}
         for rollout_id in ("r0", "r7", "r2999"):
             await _start(client, rollout_id, steps=1)
+
+
+async def test_a_big_retire_lets_status_answer_part_way_and_fences_every_worker():
+    """A retire of 20,000 ids on 2 workers gives the main loop back as the server's marks go
+    up: /status calls sent beside it see a retired_count between none and all, the reply is
+    whole, and a retired attempt's start is refused stale_attempt on each worker. Was: each id
+    got its own mark and retention pass without a yield (64,000 ids held the loop ~50 ms), so
+    /status answered before or after, never in between."""
+    count = 20_000
+    rollouts = [f"r{i:05d}" for i in range(count)]
+    seen: list[int] = []
+    bus = Bus()
+    made: list[Any] = []
+
+    def worker(index: int) -> Any:
+        made.append(make_workload("environment", Telemetry(bus, kind="environment", instance="env-0")))
+        return made[-1]
+
+    app = create_app(
+        "environment",
+        instance="env-0",
+        token=TOKEN,
+        workers=2,
+        checkpoint_root=tempfile.gettempdir(),
+        worker_factory=worker,
+    )
+    async with running(app) as client:
+        # One session on each worker first: the retire must reach both, and free them.
+        held = ["r00000", "r00001", "r00002", "r00003"]
+        for rollout_id in held:
+            await _start(client, rollout_id)
+        owners = {(await client.get(f"/work/{r}")).json()["worker"] for r in held}
+        assert owners == {0, 1}
+        done = anyio.Event()
+        replies: list[Any] = []
+
+        async def call() -> None:
+            episodes = [{"rollout_id": r, "attempt": 0} for r in rollouts]
+            replies.append(await control(client, "retire", episode_ids=episodes))
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            for _ in range(5000):
+                if done.is_set():
+                    break
+                seen.append((await status(client))["retired_count"])
+                await anyio.sleep(0.001)
+        assert replies[0].status_code == 200, replies[0].text
+        assert replies[0].json()["retired"] == rollouts
+        assert (await status(client))["retired_count"] == count
+        for rollout_id in [*held, "r09999", "r19999"]:
+            assert (await client.get(f"/work/{rollout_id}")).status_code == 404
+            refused = await client.post("/work/start", json={"rollout_id": rollout_id, "steps": 1})
+            assert error_code(refused) == (409, "stale_attempt")
+        # Past the main process's gate, each worker's own fence holds every mark too.
+        assert len(made) == 2
+        for workload in made:
+            assert len(workload.fence) == count
+            assert all(workload.fence.is_retired(EpisodeId(r, 0)) for r in rollouts)
+            assert not workload.episodes
+    assert any(0 < n < count for n in seen), (len(seen), sorted(set(seen)))
