@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,29 @@ async def status(client: httpx.AsyncClient) -> dict[str, Any]:
     reply = await client.get(f"{CONTROL_PREFIX}/status", headers=AUTH)
     assert reply.status_code == 200, reply.text
     return reply.json()  # type: ignore[no-any-return]
+
+
+async def retired_counts_during(
+    client: httpx.AsyncClient, call: Callable[[], Awaitable[httpx.Response]]
+) -> tuple[httpx.Response, list[int]]:
+    """``call``'s reply, and the ``retired_count`` of each ``/status`` sent beside it (one a
+    millisecond, at most 5,000): a call that gives the loop back as it goes is seen part way."""
+    seen: list[int] = []
+    replies: list[httpx.Response] = []
+    done = anyio.Event()
+
+    async def run() -> None:
+        replies.append(await call())
+        done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        for _ in range(5000):
+            if done.is_set():
+                break
+            seen.append((await status(client))["retired_count"])
+            await anyio.sleep(0.001)
+    return replies[0], seen
 
 
 def error_code(reply: httpx.Response) -> tuple[int, str]:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import httpx
 import msgspec
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -51,6 +52,7 @@ from tests.participants.helpers import (
     control,
     error_code,
     post_json,
+    retired_counts_during,
     run_episode,
     running,
     status,
@@ -607,31 +609,20 @@ async def test_a_big_retire_or_forget_lets_status_answer_part_way(op):
     count = 20_000
     rollouts = [f"r{i:05d}" for i in range(count)]
     episodes = [{"rollout_id": r} for r in rollouts]
-    seen: list[int] = []
     async with running(make()) as client:
         if op == "forget":
             retired = await control(client, "retire", "setup", episode_ids=episodes)
             assert retired.status_code == 200, retired.text
-        done = anyio.Event()
-        replies: list[Any] = []
 
-        async def call() -> None:
+        async def call() -> httpx.Response:
             if op == "retire":
-                replies.append(await control(client, "retire", episode_ids=episodes))
-            else:
-                replies.append(await control(client, "forget", rollout_ids=rollouts))
-            done.set()
+                return await control(client, "retire", episode_ids=episodes)
+            return await control(client, "forget", rollout_ids=rollouts)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            for _ in range(5000):
-                if done.is_set():
-                    break
-                seen.append((await status(client))["retired_count"])
-                await anyio.sleep(0.001)
-        assert replies[0].status_code == 200, replies[0].text
+        reply, seen = await retired_counts_during(client, call)
+        assert reply.status_code == 200, reply.text
         key = "retired" if op == "retire" else "forgotten"
-        assert replies[0].json()[key] == rollouts
+        assert reply.json()[key] == rollouts
         assert (await status(client))["retired_count"] == (count if op == "retire" else 0)
     assert any(0 < n < count for n in seen), (len(seen), sorted(set(seen)))
 

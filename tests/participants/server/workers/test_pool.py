@@ -16,7 +16,15 @@ from ckpt_events.participants import create_app
 from ckpt_events.participants.protocol import EpisodeId
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.store import participant_dir
-from tests.participants.helpers import TOKEN, control, error_code, post_json, running, status
+from tests.participants.helpers import (
+    TOKEN,
+    control,
+    error_code,
+    post_json,
+    retired_counts_during,
+    running,
+    status,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -188,7 +196,6 @@ async def test_a_big_retire_lets_status_answer_part_way_and_fences_every_worker(
     /status answered before or after, never in between."""
     count = 20_000
     rollouts = [f"r{i:05d}" for i in range(count)]
-    seen: list[int] = []
     bus = Bus()
     made: list[Any] = []
 
@@ -211,23 +218,12 @@ async def test_a_big_retire_lets_status_answer_part_way_and_fences_every_worker(
             await _start(client, rollout_id)
         owners = {(await client.get(f"/work/{r}")).json()["worker"] for r in held}
         assert owners == {0, 1}
-        done = anyio.Event()
-        replies: list[Any] = []
-
-        async def call() -> None:
-            episodes = [{"rollout_id": r, "attempt": 0} for r in rollouts]
-            replies.append(await control(client, "retire", episode_ids=episodes))
-            done.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            for _ in range(5000):
-                if done.is_set():
-                    break
-                seen.append((await status(client))["retired_count"])
-                await anyio.sleep(0.001)
-        assert replies[0].status_code == 200, replies[0].text
-        assert replies[0].json()["retired"] == rollouts
+        episodes = [{"rollout_id": r, "attempt": 0} for r in rollouts]
+        reply, seen = await retired_counts_during(
+            client, lambda: control(client, "retire", episode_ids=episodes)
+        )
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["retired"] == rollouts
         assert (await status(client))["retired_count"] == count
         for rollout_id in [*held, "r09999", "r19999"]:
             assert (await client.get(f"/work/{rollout_id}")).status_code == 404
