@@ -13,37 +13,22 @@ import pytest
 
 from ckpt_events.participants.cli.main import build_parser, main
 from ckpt_events.participants.cli.ops import OPS_FILES
+from tests.not_installed import run_without
 
 ROOT = Path(__file__).resolve().parents[3]
 
 #: The command line in an interpreter where ``rich`` is not installed: a meta-path finder
 #: refuses it as the import system does when no finder has it.
-WITHOUT_RICH = """
+#: The command line as the ``ckpt-events`` script runs it, in an interpreter without rich.
+MAIN = """
 import sys
-
-class NotInstalled:
-    def find_spec(self, name, path=None, target=None):
-        if name == "rich" or name.startswith("rich."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, NotInstalled())
-from ckpt_events.participants.cli.main import build_parser, main
+from ckpt_events.participants.cli.main import main
 sys.exit(main())
 """
 
 
 def _without_rich(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", WITHOUT_RICH, *argv],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
-    )
+    return run_without(tmp_path, "rich", [MAIN, *argv])
 
 
 @pytest.mark.parametrize(
