@@ -24,7 +24,7 @@ import math
 import os
 import reprlib
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "CkptEventsError",
@@ -38,7 +38,21 @@ __all__ = [
 
 
 class CkptEventsError(Exception):
-    """Root of every exception that ckpt_events raises on purpose."""
+    """Root of every exception that ckpt_events raises on purpose.
+
+    Every one pickles and copies whole (type, message, attributes), so it crosses a process
+    boundary (a ``ProcessPoolExecutor`` worker's raise) as it was raised."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt without calling __init__ again: the default, ``type(self)(*self.args)``, passed
+        # the message alone to an __init__ that takes its own arguments (UnknownNameError's
+        # what, name, valid): pickle.loads raised TypeError, and a worker's pool broke.
+        return (_rebuilt, (type(self), self.args), self.__dict__ or None)
+
+
+def _rebuilt(cls: type[CkptEventsError], args: tuple[object, ...]) -> CkptEventsError:
+    """``cls`` with ``args`` and no ``__init__`` call (its attributes come after, from pickle's state)."""
+    return cls.__new__(cls, *args)
 
 
 class UnknownNameError(CkptEventsError, ValueError):
