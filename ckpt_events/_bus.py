@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, NoReturn, Self, SupportsIndex
 
 import anyio
 import anyio.abc
@@ -31,7 +31,7 @@ import anyio.lowlevel
 import msgspec
 
 from ckpt_events._bus_contract import InterestListener
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, shown
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, not_copyable, shown
 from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
@@ -348,6 +348,15 @@ class Bus:
     def _add_listener(self, listener: InterestListener) -> None:
         """Register an emitter (``Telemetry``) to be told when interests change."""
         self._listeners.add(listener)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # Was a TypeError about a weakref (pickle) or _Buffer.__init__ (deepcopy), and
+        # copy.copy gave a second Bus sharing this one's buffers and sinks.
+        not_copyable(
+            self,
+            "it delivers to the sinks of the process and event loop that made it; "
+            "create a Bus in each process (a worker process makes its own)",
+        )
 
     def wants(self, event_type: type[Event]) -> bool:
         """Whether any subscribed sink wants events of ``event_type``."""

@@ -24,7 +24,7 @@ import math
 import os
 import reprlib
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 __all__ = [
     "CkptEventsError",
@@ -34,6 +34,7 @@ __all__ = [
     "InvalidValueError",
     "SpanNotStartedError",
     "UnknownNameError",
+    "not_copyable",
 ]
 
 
@@ -85,6 +86,16 @@ def argument_error(message: str, value: object, expected: type | tuple[type, ...
     """
     right_type = isinstance(value, expected) and not isinstance(value, bool)
     return InvalidValueError(message) if right_type else InvalidTypeError(message)
+
+
+def not_copyable(value: object, why: str) -> NoReturn:
+    """``InvalidTypeError`` (a ``TypeError``, as CPython's "cannot pickle" is) saying that
+    ``value``, bound to this process (a bus, its emitter, a live span), is neither pickled nor
+    copied, ``why``, and what to do instead. Called from its ``__reduce_ex__``, which pickle,
+    ``copy.copy`` and ``copy.deepcopy`` all ask."""
+    # Named by its public class: a no-op handle (``_NoopOperation``) is said as an OperationSpan.
+    name = next(cls.__name__ for cls in type(value).__mro__ if not cls.__name__.startswith("_"))
+    raise InvalidTypeError(f"cannot pickle or copy {name!r} object: {why}")
 
 
 def check_int(value: object, message: str, *, minimum: int = 0) -> int:

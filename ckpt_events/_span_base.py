@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn, Self, SupportsIndex
 
-from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error, shown
+from ckpt_events._errors import InvalidTypeError, SpanNotStartedError, argument_error, not_copyable, shown
 from ckpt_events._events import AttributeValue
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._tracecontext import format_traceparent, parse_tracestate
@@ -222,6 +222,20 @@ class _SpanBase:
         if monotonic is None:  # an injected clock alone (TickingClock): it times durations too
             return tel._clock()
         return self.start_ns + (monotonic() - self._mono_ns)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # A copy.copy was a second handle of the same span (entered, two spans with one span id);
+        # pickled, its Telemetry's weakref said the error. The no-op handles refuse alike: code that
+        # pickles one fails in a test with no sink, not first in production.
+        not_copyable(
+            self,
+            "a span handle ends once, in the process that made it; to continue its trace "
+            "elsewhere, send its traceparent() (and tracestate())",
+        )
+
+    def __copy__(self) -> NoReturn:
+        # msgspec's Struct has a __copy__ of its own, which copy.copy asks before __reduce_ex__.
+        self.__reduce_ex__(4)
 
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` for an outgoing call made inside this span."""

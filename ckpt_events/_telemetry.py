@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from time import monotonic_ns, time_ns
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NoReturn, SupportsIndex
 
 from ckpt_events._bus import Bus
 from ckpt_events._context_bridge import BridgedOperationSpan, ContextBridge, bridge_failed, takes_tracestate
 from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan
-from ckpt_events._errors import InvalidTypeError, InvalidValueError, argument_error, check_int, shown
+from ckpt_events._errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    argument_error,
+    check_int,
+    not_copyable,
+    shown,
+)
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -289,6 +296,15 @@ class Telemetry:
             or self._lease_on
             or self._not_ready_on
             or self._cut_on
+        )
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # A copy.copy() was not among the bus's listeners: it kept the flags of the moment it was
+        # made, so it emitted nothing once a sink subscribed (or kept feeding one that left).
+        not_copyable(
+            self,
+            "it emits onto the Bus of the process that made it, whose subscriptions it follows; "
+            "create a Telemetry in each process (Telemetry(bus, kind=..., instance=...))",
         )
 
     def __repr__(self) -> str:

@@ -29,6 +29,7 @@ import ckpt_events
 from ckpt_events import (
     Bus,
     CheckpointEvent,
+    InvalidTypeError,
     SpanNotStartedError,
     Telemetry,
     UnknownNameError,
@@ -305,3 +306,61 @@ def test_every_public_struct_pickles_and_copies_equal(tmp_path: Path) -> None:
         for protocol in PROTOCOLS:
             assert pickle.loads(pickle.dumps(sample, protocol)) == sample, type(sample).__name__
         assert copy.copy(sample) == sample and copy.deepcopy(sample) == sample
+
+
+# -- what belongs to its process -------------------------------------------------------------
+
+
+def _handles(tel: Telemetry) -> dict[str, Any]:
+    operation = tel.operation("commit", checkpoint_id="c1")
+    coordinate = tel.coordinate("commit", checkpoint_id="c1")
+    return {
+        "OperationSpan": operation,
+        "StepSpan": operation.step("write"),
+        "CoordinateSpan": coordinate,
+        "StageSpan": coordinate.stage("environment"),
+        "CollectionSpan": tel.collection("checkpoint", checkpoint_id="c1"),
+    }
+
+
+def _refused(value: object, name: str) -> None:
+    copies: list[Callable[[object], object]] = [copy.copy, copy.deepcopy]
+    copies += [lambda v, p=protocol: pickle.dumps(v, p) for protocol in PROTOCOLS]
+    for attempt in copies:
+        with pytest.raises(InvalidTypeError, match=rf"^cannot pickle or copy '{name}' object: .* process"):
+            attempt(value)
+
+
+async def _bound_objects() -> list[tuple[object, str]]:
+    async with Bus() as bus:
+        bus.subscribe(MemorySink())
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        off = Telemetry(None, kind="resources", instance="r1")
+        live = _handles(tel)
+        for handle in live.values():
+            assert handle._live
+        with live["OperationSpan"]:
+            found = [(bus, "Bus"), (tel, "Telemetry"), (off, "Telemetry")]
+            found += [(handle, name) for name, handle in live.items()]
+            # the no-op twins (nothing listening) refuse alike, under their public names
+            found += [(handle, name) for name, handle in _handles(off).items()]
+            for value, name in found:
+                _refused(value, name)
+    return found
+
+
+def test_a_bus_its_telemetry_and_span_handles_refuse_to_be_pickled_or_copied() -> None:
+    """Each says, in one line, that it belongs to its process and what to do instead: a
+    copy.copy of a Telemetry was a twin the bus never told of a new sink (it emitted nothing);
+    pickled, each said "cannot pickle 'weakref.ReferenceType' object"."""
+    found = anyio.run(_bound_objects)
+    assert {name for _, name in found} == {"Bus", "Telemetry"} | {c.__name__ for c in HANDLES}
+
+
+def test_a_telemetry_passed_to_a_worker_process_fails_there_in_one_line(workers: _Workers) -> None:
+    """Submitted to a real pool, the call fails with the refusal, not a weakref's TypeError,
+    and the pool goes on."""
+    off = Telemetry(None, kind="resources", instance="r0")
+    with pytest.raises(InvalidTypeError, match="create a Telemetry in each process"):
+        workers.run(repr, off)
+    assert workers.run(len, "abc") == 3
