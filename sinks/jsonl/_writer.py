@@ -389,7 +389,11 @@ class JsonLinesSink:
             if self._size + len(buffer) > max_bytes and self._size + before > 0 and not self._rotation_held:
                 # The new line would overflow this file: finish the file without it.
                 if before:
-                    self._write(memoryview(buffer)[:before], lines)
+                    # Released even when the write fails: a view left alive in the traceback
+                    # kept the buffer exported, so clearing it failed (BufferError) on a full disk,
+                    # and its lines were counted as nothing and written after later batches.
+                    with memoryview(buffer) as whole, whole[:before] as head:
+                        self._write(head, lines)
                     del buffer[:before]
                 self._rotate()
                 lines = 0

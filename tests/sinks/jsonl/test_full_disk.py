@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import logging
 import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Final, cast
 
 import pytest
 
@@ -157,3 +160,74 @@ async def test_unseekable_stream_gets_a_newline_after_a_torn_line() -> None:
     stats = sink.stats()
     assert (stats.events, stats.failed, stats.torn_lines) == (16, 7, 1)
     assert stats.bytes == len(disk.data)
+
+
+#: Run in a child process whose files may not grow past 5,000 bytes (RLIMIT_FSIZE, SIGXFSZ
+#: ignored: a full disk's stand-in that needs no privilege), then with the limit lifted. Each
+#: batch of 30 lines (about 4.3 kB) takes the log past max_bytes=6,000, so the part before the
+#: rotation is written on its own, and that write fails.
+_ROTATING_ON_A_FULL_DISK: Final = """
+import json, resource, signal, sys
+
+import anyio
+
+from ckpt_events import Bus, Telemetry
+from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.testing import MemorySink
+
+
+async def events():
+    memory = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(memory)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for n in range(12 * 30):
+            tel.refused("admission_closed", checkpoint_id=f"c{n}")
+        await bus.flush()
+    return list(memory.events)
+
+
+found = anyio.run(events)
+batches = [found[n : n + 30] for n in range(0, len(found), 30)]
+sink = JsonLinesSink(sys.argv[1], max_bytes=6_000, backups=20)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (5_000, resource.RLIM_INFINITY))
+raised = []
+for batch in batches[:8]:
+    try:
+        sink.handle(batch)
+        raised.append(None)
+    except Exception as exc:
+        raised.append(type(exc).__name__ + ": " + str(exc))
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+for batch in batches[8:]:
+    sink.handle(batch)
+sink.close()
+stats = sink.stats()
+print(json.dumps({"raised": raised, "events": stats.events, "failed": stats.failed,
+                  "write_errors": stats.write_errors, "bytes": stats.bytes}))
+"""
+
+
+def test_a_failed_write_before_a_rotation_loses_its_batch_counted(tmp_path: Path) -> None:
+    """A rotating sink on a full disk: the write of the lines before a rotation failing left the
+    buffer held by a view, so clearing it raised ``BufferError`` (the bus's error, not ENOSPC or
+    EFBIG), the batch was counted nowhere in the sink's stats, and its first lines stayed in the
+    buffer to be written after later batches (12 lost lines came back, out of order, when space
+    returned). Now each batch fails with the disk's error, counted, and the log holds exactly the
+    lines counted as written, in order."""
+    log = tmp_path / "run.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", _ROTATING_ON_A_FULL_DISK, str(log)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["raised"][0] is None
+    assert result["raised"][1:] == ["OSError: [Errno 27] File too large"] * 7
+    assert (result["events"], result["failed"], result["write_errors"]) == (5 * 30, 7 * 30, 7)
+    # Oldest first: run.jsonl.N, ..., run.jsonl.1, run.jsonl.
+    files = sorted(tmp_path.glob("run.jsonl*"), key=lambda path: -int(path.name[len(log.name) + 1 :] or 0))
+    ids = [item.checkpoint_id for path in files for _, item in read_events(path)]
+    assert ids == [f"c{n}" for n in [*range(30), *range(8 * 30, 12 * 30)]]
+    assert sum(path.stat().st_size for path in files) == result["bytes"]
