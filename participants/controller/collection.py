@@ -45,6 +45,7 @@ from ckpt_events.participants.controller.work_calls import WorkClients, call_err
 from ckpt_events.participants.errors import (
     HTTP_STATUS,
     CheckpointNotPrepared,
+    CheckpointWriteError,
     CoordinationError,
     ParticipantCallError,
     RolloutRetired,
@@ -198,7 +199,7 @@ class Collection:
     async def _checkpoint_quietly(self, why: str, *, stop: bool = False) -> None:
         try:
             await self.checkpoint(stop=stop)
-        except (CheckpointNotPrepared, CoordinationError) as exc:
+        except (CheckpointNotPrepared, CoordinationError, CheckpointWriteError) as exc:
             logger.warning("checkpoint %s failed: %s", why, said_in_log(exc))
             if stop:
                 self._stop_now()
@@ -294,7 +295,7 @@ class Collection:
                 await self._finishing_idle.wait()
             try:
                 await self.checkpoint(stop=True)  # cancels the drivers, this one included
-            except (CheckpointNotPrepared, CoordinationError) as exc:
+            except (CheckpointNotPrepared, CoordinationError, CheckpointWriteError) as exc:
                 logger.warning(
                     "checkpoint after %d rollouts failed, going on: %s", self._stop_after, said_in_log(exc)
                 )
@@ -388,8 +389,9 @@ class Collection:
     async def checkpoint(self, *, stop: bool = False) -> str:
         """Checkpoint the rollouts in flight and publish it; with ``stop``, stop dispatching after.
 
-        Raises ``CheckpointNotPrepared`` (nothing published, everyone resumed) or
-        ``CoordinationError`` (nothing published); before anything, ``RunDirectoryInUse`` if
+        Raises ``CheckpointNotPrepared`` (nothing published, everyone resumed),
+        ``CoordinationError`` (nothing published) or ``CheckpointWriteError`` (the run directory
+        could not be written: nothing published, everyone resumed); before anything, ``RunDirectoryInUse`` if
         another fleet holds the run directory, ``ForeignCheckpoint`` if its published checkpoint
         is another run's. A resume refused once it is published is logged: it stays published.
         """
@@ -478,8 +480,10 @@ class Collection:
                 stop=stop,
                 parent=span,
             )
-        except CoordinationError as exc:
+        except (CoordinationError, CheckpointWriteError) as exc:
             if not published:
+                # A publish that failed (the run directory's disk full) is aborted as well: what
+                # the participants wrote was kept, and the failure ended the whole run.
                 # Aborted: its directory holds what some participants wrote, never to be
                 # restored; kept, a fleet that aborts often filled its disk with them.
                 try:

@@ -35,6 +35,7 @@ import msgspec
 
 from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import (
+    CheckpointWriteError,
     ForeignCheckpoint,
     InvalidCheckpointError,
     RunDirectoryInUse,
@@ -296,21 +297,58 @@ class RunDir:
     def publish(self, manifest: CollectionManifest) -> None:
         """Write ``collection.json``, then ``LATEST``; then drop all but this run's newest two.
 
-        Holds the directory (``claim``) throughout; a manifest of another run is refused.
+        Holds the directory (``claim``) throughout; a manifest of another run is refused. A write
+        that fails (a full disk) is ``CheckpointWriteError`` (``published=False``), in one line
+        naming the file: nothing of it is left to read, and ``LATEST`` names what it named before.
         """
         if manifest.run_id != self.run_id:
             raise InvalidValueError(
                 f"checkpoint {manifest.checkpoint_id} is of run {shown(manifest.run_id)}, this directory's "
                 f"run is {shown(self.run_id)}"
             )
+        checkpoint_id = manifest.checkpoint_id
         with self.claim(), self._opened() as run_fd:
-            fd = self._checkpoint_fd(run_fd, manifest.checkpoint_id, create=True)
             try:
-                _write_atomic(fd, _MANIFEST, msgspec.json.format(msgspec.json.encode(manifest), indent=1))
-            finally:
-                os.close(fd)
-            _write_atomic(run_fd, _LATEST, manifest.checkpoint_id.encode() + b"\n")
-            self.prune(keep=manifest.checkpoint_id)
+                fd = self._checkpoint_fd(run_fd, checkpoint_id, create=True)
+                try:
+                    _write_atomic(fd, _MANIFEST, msgspec.json.format(msgspec.json.encode(manifest), indent=1))
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise self._not_published(checkpoint_id, _MANIFEST, exc) from None
+            try:
+                _write_atomic(run_fd, _LATEST, checkpoint_id.encode() + b"\n")
+            except OSError as exc:
+                if self._names(checkpoint_id):  # renamed into place; only the fsync after it failed
+                    raise
+                # Was: collection.json stayed with LATEST naming the checkpoint before (a full
+                # disk): read() restored it by id, discard() kept it, prune() counted it published.
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{checkpoint_id}/{_MANIFEST}", dir_fd=run_fd)
+                    os.fsync(run_fd)
+                raise self._not_published(checkpoint_id, _LATEST, exc) from None
+            self.prune(keep=checkpoint_id)
+
+    def _names(self, checkpoint_id: str) -> bool:
+        """Whether ``LATEST`` names ``checkpoint_id`` (``False`` if it cannot be read)."""
+        try:
+            return self.latest() == checkpoint_id
+        except (OSError, InvalidCheckpointError):
+            return False
+
+    def _not_published(self, checkpoint_id: str, name: str, exc: OSError) -> CheckpointWriteError:
+        """The one-line error of a publish that failed writing ``name``: nothing was published."""
+        try:
+            latest = self.latest()
+        except (OSError, InvalidCheckpointError):
+            latest = None
+        still = "none yet" if latest is None else f"the latest is still {latest}"
+        where = self.path / (checkpoint_id if name == _MANIFEST else "") / name
+        return CheckpointWriteError(
+            f"cannot publish checkpoint {checkpoint_id}: writing {where} failed: {exc.strerror or exc}; "
+            f"nothing was published ({still}): free space in {self.path}, or make it writable",
+            published=False,
+        )
 
     def discard(self, checkpoint_id: str) -> bool:
         """Remove the directory of ``checkpoint_id``, a checkpoint that failed before it was

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -390,3 +391,31 @@ async def test_an_aborted_checkpoint_leaves_no_directory(tmp_path: Path) -> None
                 assert str(info.value).startswith(f"no checkpoint {aborted} in {tmp_path} "), info.value
                 assert str(info.value).endswith(f"restore a published one (the latest is {published})")
     assert (tmp_path / "LATEST").read_text().strip() == published
+
+
+async def test_a_publish_that_fails_aborts_the_checkpoint_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run directory's disk full at ``LATEST`` (an injected ENOSPC at ``os.replace``: no
+    unprivileged way fills a disk there only): the ``OSError`` escaped the periodic checkpoint
+    and ended the whole run, and the checkpoint's directory (the participants' records and its
+    ``collection.json``) stayed. Now each such checkpoint is aborted and removed, logged, and
+    the rollouts finish."""
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        if dst == "LATEST":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    async with (
+        capture_events() as (bus, events),
+        collection(bus, tmp_path, checkpoint_every_s=0.05) as (col, _),
+    ):
+        with anyio.fail_after(30):
+            summary = await col.run()
+    assert summary.completed == 6 and summary.checkpoints == []
+    tried = [e for e in events if isinstance(e, CollectionFinished) and e.action == "checkpoint"]
+    assert tried and not any(e.published for e in tried)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LOCK"]

@@ -7,16 +7,23 @@ published checkpoint, Y's ``LATEST`` pointed at X's, and Y's restart would have 
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Final
 
 import msgspec
 import pytest
 
 from ckpt_events.participants.controller.run_directory import CollectionManifest, RunDir
-from ckpt_events.participants.errors import ForeignCheckpoint, InvalidCheckpointError, RunDirectoryInUse
+from ckpt_events.participants.errors import (
+    CheckpointWriteError,
+    ForeignCheckpoint,
+    InvalidCheckpointError,
+    RunDirectoryInUse,
+)
 from ckpt_events.testing import capture_events
 from tests.participants.controller.test_collection import collection, run_and
 
@@ -183,3 +190,82 @@ def test_discard_removes_an_unpublished_checkpoint_only(tmp_path: Path) -> None:
     ]
     assert sorted(p.name for p in run.iterdir() if p.is_dir() and not p.is_symlink()) == ["c-1", "y-1"]
     assert (outside / "c-3" / "gym").is_dir()
+
+
+#: Publishes c-1, then c-2 in a process whose files may not grow past 8 bytes (RLIMIT_FSIZE,
+#: SIGXFSZ ignored: a full disk's stand-in that needs no privilege); prints c-2's error.
+_PUBLISH_ON_A_FULL_DISK: Final = """
+import resource, signal, sys
+
+from ckpt_events.participants.controller.run_directory import CollectionManifest, RunDir
+from ckpt_events.participants.errors import CheckpointWriteError
+
+run = RunDir(sys.argv[1], run_id="r")
+for checkpoint_id, created_at in (("c-1", 1.0), ("c-2", 2.0)):
+    if checkpoint_id == "c-2":
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8, resource.RLIM_INFINITY))
+    manifest = CollectionManifest(
+        checkpoint_id=checkpoint_id, run_id="r", created_at=created_at, steps=5, continued=[], restarted=[]
+    )
+    try:
+        run.publish(manifest)
+    except CheckpointWriteError as exc:
+        print(type(exc).__name__, exc.published, exc, sep=": ")
+"""
+
+
+def test_a_publish_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """``collection.json`` failing to write (a full disk) raised a bare ``OSError: [Errno 27] File
+    too large``, naming neither the file nor the checkpoint. Now it is one line saying which file,
+    that nothing was published and which checkpoint is still the latest; no temp file is left."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PUBLISH_ON_A_FULL_DISK, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == (
+        f"CheckpointWriteError: False: cannot publish checkpoint c-2: writing {tmp_path}/c-2/collection.json "
+        f"failed: File too large; nothing was published (the latest is still c-1): free space in {tmp_path}, "
+        "or make it writable\n"
+    )
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        "LATEST",
+        "LOCK",
+        "c-1/collection.json",
+    ]
+    with pytest.raises(InvalidCheckpointError, match="never published"):
+        RunDir(tmp_path, run_id="r").read("c-2")
+
+
+def test_a_latest_that_cannot_be_written_unpublishes_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``collection.json`` written, then ``LATEST`` failing (a full disk) left the checkpoint half
+    published: ``LATEST`` named the one before, yet ``read`` restored it by id, ``discard`` kept it
+    and ``prune`` counted it as one of the newest two. Now its ``collection.json`` is removed and
+    the error says so in one line. (An injected ENOSPC at ``os.replace`` of ``LATEST``: no
+    unprivileged way fills a disk after one file and before a smaller one.)"""
+    run = RunDir(tmp_path, run_id="r")
+    run.publish(_manifest("c-1", "r", 1.0))
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        if dst == "LATEST":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(CheckpointWriteError) as info:
+        run.publish(_manifest("c-2", "r", 2.0))
+    monkeypatch.undo()
+    assert info.value.published is False
+    assert str(info.value) == (
+        f"cannot publish checkpoint c-2: writing {tmp_path}/LATEST failed: No space left on device; "
+        f"nothing was published (the latest is still c-1): free space in {tmp_path}, or make it writable"
+    )
+    assert run.latest() == "c-1" and not (tmp_path / "c-2" / "collection.json").exists()
+    assert not [p for p in tmp_path.rglob(".*") if p.is_file()]  # no temp file left
+    with pytest.raises(InvalidCheckpointError, match="never published"):
+        run.read("c-2")
+    assert run.discard("c-2") is True
