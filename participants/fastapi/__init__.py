@@ -90,7 +90,13 @@ from ckpt_events import (
 from ckpt_events.checks import shown
 from ckpt_events.participants.fastapi.incoming import Incoming
 from ckpt_events.participants.fastapi.lifespan import DEFAULT_SHUTDOWN_TIMEOUT as DEFAULT_SHUTDOWN_TIMEOUT
-from ckpt_events.participants.fastapi.lifespan import SCOPE_KEY, ArrivalMiddleware, Instrumented
+from ckpt_events.participants.fastapi.lifespan import (
+    SCOPE_KEY,
+    ArrivalMiddleware,
+    HeldOperation,
+    Instrumented,
+    RequestEnded,
+)
 from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
@@ -98,6 +104,7 @@ __all__ = [
     "Incoming",
     "Instrumented",
     "LoopLagMonitor",
+    "RequestEnded",
     "incoming",
     "incoming_dependency",
     "instrument",
@@ -173,8 +180,19 @@ def operation(
     """The operation ``name`` of the handler serving ``request`` (or a ``WebSocket``): ``with``
     gives the handle ``Telemetry.operation`` gives, a child of the caller's span (W3C
     ``traceparent``, its ``tracestate`` kept), with ``received_ns`` (the request's arrival),
-    ``loop_lag_ms`` and ``attributes`` set. See ``Incoming.operation``."""
-    return incoming(request).operation(telemetry(request), name, checkpoint_id=checkpoint_id, **attributes)
+    ``loop_lag_ms`` and ``attributes`` set. See ``Incoming.operation``.
+
+    One still open when its request has ended (a ``StreamingResponse``'s generator the server
+    stopped iterating when the client left) is ended then, outcome ``error`` with
+    ``RequestEnded``; an operation meant to outlive its request is
+    ``incoming(request).operation(telemetry(request), ...)``."""
+    found = incoming(request)  # first: a wrong type of `request` is an InvalidTypeError
+    tel = telemetry(request)
+    span = found.operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
+    arrival = request.scope.get(SCOPE_KEY)
+    if arrival is None or not tel.enabled:  # a no-op handle records nothing to end
+        return span
+    return HeldOperation(span, arrival)
 
 
 def _env_ratio(options: Mapping[str, Any]) -> float:

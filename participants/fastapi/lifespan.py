@@ -10,6 +10,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from types import TracebackType
 from typing import Any, Final
 
 import anyio
@@ -19,6 +20,7 @@ from ckpt_events import (
     Bus,
     ConfigurationError,
     InvalidValueError,
+    OperationSpan,
     Telemetry,
 )
 from ckpt_events.participants.loop_lag import LoopLagMonitor
@@ -30,6 +32,7 @@ __all__ = [
     "Arrival",
     "ArrivalMiddleware",
     "Instrumented",
+    "RequestEnded",
 ]
 
 logger: Final = logging.getLogger("ckpt_events")
@@ -186,14 +189,69 @@ class Instrumented:
         )
 
 
-class Arrival:
-    """One request's arrival time (Unix ns) and the ``Instrumented`` app it reached."""
+class RequestEnded(Exception):
+    """The error an operation of ``operation(request)`` ends with when its request ended first:
+    recorded (outcome ``error``, this error type), never raised."""
 
-    __slots__ = ("instrumented", "received_ns")
+    __module__ = "ckpt_events.participants.fastapi"
+
+
+class Arrival:
+    """One request's arrival time (Unix ns), the ``Instrumented`` app it reached, and the
+    operations of ``operation(request)`` entered and not yet left (``open``)."""
+
+    __slots__ = ("instrumented", "open", "received_ns")
 
     def __init__(self, received_ns: int, instrumented: Instrumented) -> None:
         self.received_ns = received_ns
         self.instrumented = instrumented
+        self.open: list[HeldOperation] = []
+
+    def end_open(self) -> None:
+        """End every operation still open as the request ends, with ``RequestEnded``: a
+        ``StreamingResponse``'s sync generator that the server stopped iterating (its client
+        left) is never closed until the garbage collector finds it, so its operation stayed
+        open (counted open, and never ended at all when the process exited first)."""
+        while self.open:
+            try:
+                held = self.open.pop()
+            except IndexError:  # its own __exit__ on another thread took the last one
+                return
+            held.abandon()
+
+
+class HeldOperation:
+    """An operation of ``operation(request)``, kept on its request's ``Arrival`` while it is
+    open, so that the request's end can end it (``Arrival.end_open``). Exactly one of its own
+    exit and the request's end ends it: each takes it off ``open`` first (one atomic step)."""
+
+    __slots__ = ("_open", "_operation")
+
+    def __init__(self, operation: Any, arrival: Arrival) -> None:
+        self._operation = operation  # the OperationSpan, or incoming's wrapper timing the loop lag
+        self._open = arrival.open
+
+    def __enter__(self) -> OperationSpan:
+        handle: OperationSpan = self._operation.__enter__()
+        self._open.append(self)
+        return handle
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._open.remove(self)
+        except ValueError:
+            return  # ended when its request ended: recorded once, as what it was then
+        self._operation.__exit__(exc_type, exc, tb)
+
+    def abandon(self) -> None:
+        """End the operation now, outcome ``error`` with ``RequestEnded``."""
+        ended = RequestEnded(
+            "the request ended with this operation still open (code left unfinished, such as a "
+            "StreamingResponse's generator the server stopped iterating when its client left)"
+        )
+        self._operation.__exit__(RequestEnded, ended, None)
 
 
 class ArrivalMiddleware:
@@ -204,12 +262,19 @@ class ArrivalMiddleware:
         self.instrumented = instrumented
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            instrumented = self.instrumented
-            outer = scope.get(SCOPE_KEY)  # an instrumented app this one is mounted in stamped it
-            # The Telemetry's clock: an injected one (a TickingClock) stamps the arrival too, so
-            # received_ns is not the real time beside a span started at the test clock's time.
-            scope[SCOPE_KEY] = Arrival(instrumented.telemetry.clock(), instrumented)
-            if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
-                instrumented._lifespan_missing(None if outer is None else outer.instrumented)
-        await self.app(scope, receive, send)
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        instrumented = self.instrumented
+        outer = scope.get(SCOPE_KEY)  # an instrumented app this one is mounted in stamped it
+        # The Telemetry's clock: an injected one (a TickingClock) stamps the arrival too, so
+        # received_ns is not the real time beside a span started at the test clock's time.
+        arrival = Arrival(instrumented.telemetry.clock(), instrumented)
+        scope[SCOPE_KEY] = arrival
+        if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
+            instrumented._lifespan_missing(None if outer is None else outer.instrumented)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if arrival.open:
+                arrival.end_open()

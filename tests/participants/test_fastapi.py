@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -19,7 +20,8 @@ import anyio.to_thread
 import httpx
 import pytest
 from anyio.streams.text import TextReceiveStream
-from fastapi import Depends, FastAPI, Request, WebSocket
+from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from ckpt_events import (
     Bus,
@@ -787,6 +789,131 @@ async def test_otel_context_across_threadpool_calls_logs_no_false_error(
     assert spans.keys() == {"streamed", "dependency"}
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     provider.shutdown()
+
+
+async def test_http_exceptions_and_sync_handlers_keep_their_outcome_trace_and_handlers() -> None:
+    """A sync ``def`` handler (FastAPI's threadpool) continues the caller's trace, its step the
+    operation's child; an ``HTTPException`` (any status) ends the operation as ``error`` with its
+    status in the message, and the app's own exception handlers still answer."""
+    sink = MemorySink()
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    class Busy(Exception):
+        """The app's own exception, answered by its own handler."""
+
+    @app.exception_handler(Busy)
+    async def answer_busy(request: Request, exc: Busy) -> JSONResponse:
+        return JSONResponse({"busy": True}, status_code=429)
+
+    @app.post("/sync/{checkpoint_id}")
+    def sync(request: Request, checkpoint_id: str) -> dict[str, str | None]:
+        with operation(request, "commit", checkpoint_id=checkpoint_id) as op:
+            with op.step("write"):
+                pass
+            if checkpoint_id == "missing":
+                raise HTTPException(404, "no such checkpoint")
+            if checkpoint_id == "busy":
+                raise Busy
+            return {"traceparent": op.traceparent()}
+
+    async with _serving(app) as client:
+        reply = await client.post("/sync/c1", headers={"traceparent": TRACEPARENT})
+        assert reply.status_code == 200
+        assert (await client.post("/sync/missing")).status_code == 404
+        assert (await client.post("/sync/busy")).json() == {"busy": True}
+    ok, missing, busy = sink.of_type(OperationFinished)
+    assert (ok.outcome, ok.trace_id, ok.parent_span_id) == ("ok", TRACE_ID, PARENT_ID)
+    outgoing = parse_traceparent(reply.json()["traceparent"])
+    assert outgoing is not None and outgoing.span_id == ok.span_id
+    steps = {step.trace_id: step.parent_span_id for step in sink.of_type(StepFinished)}
+    assert steps == {e.trace_id: e.span_id for e in (ok, missing, busy)}
+    assert (missing.outcome, missing.error_type) == ("error", "fastapi.exceptions.HTTPException")
+    assert missing.error_message == "404: no such checkpoint"
+    assert busy.error_type is not None and busy.error_type.endswith(".Busy")
+
+
+async def _left_mid_stream(app: FastAPI, path: str) -> int:
+    """Serve one GET of ``path`` as an ASGI 2.3 server (uvicorn's, hypercorn's) does, its client
+    leaving after the first body chunk: ``http.disconnect`` then; the chunks it got."""
+    gone = anyio.Event()
+    chunks = 0
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal chunks
+        if message.get("body"):
+            chunks += 1
+            gone.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    with anyio.fail_after(10):
+        await app(scope, receive, send)
+    return chunks
+
+
+async def test_a_stream_its_client_left_ends_its_operation_with_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A ``StreamingResponse``'s sync generator that the server stops iterating when the client
+    leaves is never closed (Starlette drops it; the garbage collector finds it some time later):
+    its operation stayed open, counted open, and was lost when the process exited (measured
+    under uvicorn: never ended; hypercorn: ended 3.6 s later by the collector). It now ends with
+    the request, outcome error ``RequestEnded``, once, even when the generator is collected."""
+    sink = MemorySink()
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    @app.get("/stream")
+    def stream(request: Request) -> StreamingResponse:
+        def chunks() -> Iterator[bytes]:
+            with operation(request, "restore", checkpoint_id="left"):
+                yield from [b"x"] * 100
+
+        return StreamingResponse(chunks())
+
+    @app.get("/whole")
+    def whole(request: Request) -> StreamingResponse:
+        def chunks() -> Iterator[bytes]:
+            with operation(request, "restore", checkpoint_id="whole"):
+                yield from [b"x"] * 3
+
+        return StreamingResponse(chunks())
+
+    async with app.router.lifespan_context(app):
+        assert await _left_mid_stream(app, "/stream") == 1
+        await telemetry(app).bus.flush()
+        (left,) = sink.of_type(OperationFinished)
+        assert (left.checkpoint_id, left.outcome, left.error_type) == (
+            "left",
+            "error",
+            "ckpt_events.participants.fastapi.RequestEnded",
+        )
+        gc.collect()  # the generator, closed at last: its operation is not ended again
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            assert (await client.get("/whole")).content == b"xxx"
+    assert [(e.checkpoint_id, e.outcome) for e in sink.of_type(OperationFinished)] == [
+        ("left", "error"),
+        ("whole", "ok"),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def _docstring_example() -> str:
