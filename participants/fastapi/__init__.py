@@ -291,7 +291,7 @@ def instrument(
     ``configure_options`` name, with the closest known one).
     """
     if not isinstance(app, Starlette):
-        raise InvalidTypeError(f"instrument() needs a FastAPI (or Starlette) app, not {shown(app)}")
+        raise InvalidTypeError(_not_an_app(app))
     if isinstance(getattr(app.state, STATE_ATTRIBUTE, None), Instrumented):
         raise ConfigurationError(f"{shown(app)} is instrumented already: call instrument() once per app")
     if app.middleware_stack is not None:  # built: too late to add ours
@@ -353,6 +353,29 @@ def instrument(
     _stamp_first(app)
     setattr(app.state, STATE_ATTRIBUTE, handle)
     return handle
+
+
+def _not_an_app(app: object) -> str:
+    """Why ``instrument(app)`` refuses ``app``, and what to pass instead: the app inside a
+    middleware wrapping it (``CORSMiddleware(app=FastAPI())``), or a plain ASGI app mounted in
+    a Starlette app (it was "needs a FastAPI (or Starlette) app", saying neither)."""
+    inner = app
+    for _ in range(32):  # bounded: a chain of middleware, each holding the next as `.app`
+        inner = getattr(inner, "app", None)
+        if isinstance(inner, Starlette):
+            return (
+                f"instrument() needs the FastAPI (or Starlette) app itself, not {shown(app)} wrapping "
+                "it: call instrument() on that app where it is made, then wrap it"
+            )
+        if inner is None:
+            break
+    if not callable(app):
+        return f"instrument() needs a FastAPI (or Starlette) app, not {shown(app)}"
+    return (
+        f"instrument() needs a FastAPI (or Starlette) app, not {shown(app)}: mount a plain ASGI app "
+        "in one, app = Starlette(routes=[Mount('/', app=your_app)]), and instrument that (Starlette "
+        "runs no lifespan of a mounted app: move its startup and shutdown to Starlette(lifespan=...))"
+    )
 
 
 def _stamp_first(app: Starlette) -> None:

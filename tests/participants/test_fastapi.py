@@ -419,6 +419,38 @@ async def test_bad_arguments_fail_at_instrument() -> None:
             instrument(FastAPI(), kind="judge", instance="judge-0", bus=bus, jsonl_path="x.jsonl")
 
 
+async def test_a_plain_asgi_app_is_told_to_mount_and_a_wrapped_one_to_instrument_inside() -> None:
+    """A plain ASGI app, or an app wrapped in middleware, was refused with "needs a FastAPI (or
+    Starlette) app" and nothing more; the error now says what to do, and what it says works: the
+    plain app mounted in a Starlette app records its operations, with their arrival."""
+    from starlette.applications import Starlette
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.routing import Mount
+
+    async def plain(scope: Any, receive: Any, send: Any) -> None:
+        with operation(Request(scope, receive), "commit", checkpoint_id="plain"):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    with pytest.raises(InvalidTypeError, match=r"Starlette\(routes=\[Mount\('/', app=your_app\)\]\)"):
+        instrument(plain, kind="judge", instance="judge-0")  # type: ignore[call-overload]
+    wrapped = CORSMiddleware(app=FastAPI(), allow_origins=["*"])
+    with pytest.raises(InvalidTypeError, match=r"instrument\(\) on that app where it is made, then wrap"):
+        instrument(wrapped, kind="judge", instance="judge-0")  # type: ignore[call-overload]
+    sink = MemorySink()
+    app = Starlette(routes=[Mount("/", app=plain)])
+    instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+    ):
+        assert (await client.get("/anything")).text == "ok"
+    (finished,) = sink.of_type(OperationFinished)
+    assert (finished.checkpoint_id, finished.outcome) == ("plain", "ok")
+    assert finished.received_ns is not None
+
+
 async def test_bad_option_values_fail_at_instrument_and_change_nothing() -> None:
     """Values of the wrong type fail at instrument(), not at the first startup (``'str' object
     is not callable``); so does a call after the app has served (Starlette's bare "Cannot add
