@@ -83,6 +83,7 @@ from ckpt_events.checks import check_int, check_number, shown
 from ckpt_events.vocab import ErrorCode, coerce
 
 __all__ = [
+    "DETAIL_CHARS",
     "HTTP_STATUS",
     "CheckpointNotPrepared",
     "CheckpointStoreError",
@@ -107,6 +108,7 @@ __all__ = [
     "WorkerChannelError",
     "WriteStopped",
     "check_int",
+    "fitted_detail",
     "check_number",
     "shown",
 ]
@@ -222,6 +224,30 @@ class PrepareOutcome(Protocol):
 
 #: The default redaction rule, for the text of a failed call to a participant.
 _RULE: Final = Redactor()
+#: The longest text of one participant's failure kept (``ParticipantCallError.detail``, each of
+#: ``CoordinationError.failures``): a few lines of a validation error stay whole; a reply body
+#: of a megabyte was kept whole, in the exception and its message.
+DETAIL_CHARS: Final = 2000
+#: Each of ``CoordinationError.failures``: a detail and the words and URL around it
+#: (``fan_out.described``), so a detail cut once keeps the size it said.
+_FAILURE_CHARS: Final = DETAIL_CHARS + 500
+#: Of that, what ``CoordinationError``'s message says per member, and members it names at most
+#: (a fleet of 256 refusing at once is one readable line; ``failures`` keeps them all).
+_SAID_CHARS: Final = 500
+_SAID_MEMBERS: Final = 16
+#: Redacted before the cut, this much further: a credential across the cut is redacted whole.
+_REDACT_SLACK: Final = 400
+
+
+def fitted_detail(text: str, limit: int = DETAIL_CHARS, *, sized: bool = True) -> str:
+    """``text`` (a failure's detail: a refusal's, a reply body's, an exception's message) with
+    its credentials redacted by the default ``Redactor`` rule, then cut at ``limit`` characters,
+    its size said (if ``sized``) when longer. Redacted before the cut: a credential across it
+    goes whole."""
+    fitted = _RULE.redact_message(text[: limit + _REDACT_SLACK])
+    if len(text) > limit or len(fitted) > limit:
+        return f"{fitted[:limit]}... ({len(text):,} characters)" if sized else f"{fitted[:limit]}..."
+    return fitted
 
 
 class ParticipantCallError(CkptEventsError):
@@ -240,7 +266,7 @@ class ParticipantCallError(CkptEventsError):
         # A reply's text can echo what the call sent (a proxy's page showing the Authorization
         # header) and a URL can hold a password: this text is logged, printed and recorded on
         # spans, so it goes through the redaction rule here, once, for all of them.
-        self.detail = _RULE.redact_message(message)
+        self.detail = fitted_detail(message, DETAIL_CHARS)
         where = " ".join(str(p) for p in (status, raw_code) if p) or "error"
         super().__init__(f"{_RULE.redact_message(url)}: {where}: {self.detail}")
 
@@ -259,13 +285,23 @@ class ParticipantUnreachable(ParticipantCallError):
 class CoordinationError(CkptEventsError):
     """A coordinated operation failed on some participants: ``failures`` maps name to message;
     ``silent`` names those of them whose call got no whole answer (``ParticipantUnreachable``),
-    which an abort resumes apart from the stages, so they hold no other participant closed."""
+    which an abort resumes apart from the stages, so they hold no other participant closed.
+
+    Each message is redacted and cut at about 2,500 characters (its size said; a participant's
+    detail in it at ``DETAIL_CHARS``); the exception's own message names the first 16 members
+    in name order, each said in at most 500 characters."""
 
     def __init__(self, operation: str, failures: Mapping[str, str], *, silent: Iterable[str] = ()) -> None:
         self.operation = operation
-        self.failures = dict(failures)
+        self.failures = {name: fitted_detail(msg, _FAILURE_CHARS) for name, msg in failures.items()}
         self.silent = frozenset(silent)
-        parts = "; ".join(f"{name}: {msg}" for name, msg in sorted(self.failures.items()))
+        named = sorted(self.failures.items())
+        parts = "; ".join(
+            f"{name}: {fitted_detail(msg, _SAID_CHARS, sized=False)}" for name, msg in named[:_SAID_MEMBERS]
+        )
+        more = len(named) - _SAID_MEMBERS
+        if more > 0:
+            parts += f"; and {more:,} more member{'' if more == 1 else 's'}"
         super().__init__(f"{operation} failed: {parts}")
 
 

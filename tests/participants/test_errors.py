@@ -92,6 +92,23 @@ def test_protocol_refusal_and_call_error_are_apart():
     assert not issubclass(refusal, call) and not issubclass(call, refusal)
 
 
+def test_a_coordination_error_keeps_every_member_bounded_and_redacted():
+    """A failure built from any text (discovery's, a user's) kept it whole and verbatim: a
+    1,000,047-character message holding ``user:password@``; each is cut and redacted now, and
+    the message names 16 members of 256 and counts the rest."""
+    text = "GET https://u:pw@h.example/ failed " + "z" * 1_000_000
+    many = {f"m{i:03}": f"refused: conflict (409): Bearer tok{i}" for i in range(256)}
+    error = participants.errors.CoordinationError("discover", {"model-0": text, **many}, silent=["m001"])
+    said = error.failures["model-0"]
+    assert said.startswith("GET https://[REDACTED]@h.example/ failed zzz") and "pw@" not in said
+    assert said.endswith("... (1,000,035 characters)") and len(said) < 2600
+    assert set(error.failures) == {"model-0", *many} and error.silent == {"m001"}
+    assert error.failures["m200"] == "refused: conflict (409): Bearer [REDACTED]"
+    message = str(error)
+    assert message.startswith("discover failed: m000: refused: conflict (409): Bearer [REDACTED]; m001:")
+    assert message.endswith("; and 241 more members") and len(message) < 2000 and "tok" not in message
+
+
 def _telemetry(kind: Kind) -> Telemetry:
     return Telemetry(Bus(), kind=kind, instance="t-0")
 

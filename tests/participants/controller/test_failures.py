@@ -375,8 +375,14 @@ async def test_a_refusal_quoting_a_megabyte_is_logged_in_one_bounded_line(
         members = [Member("environment-0", "environment", "environment-0", url)]
         tel = Telemetry(bus, kind="controller", instance="coordination")
         async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
-            with anyio.fail_after(30), pytest.raises(CoordinationError):
+            with anyio.fail_after(30), pytest.raises(CoordinationError) as info:
                 await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 5)
     [line] = [r.getMessage() for r in caplog.records if "resume after abort" in r.getMessage()]
     assert line.startswith("resume after abort of c1 incomplete: CoordinationError: resume failed:")
     assert "pw@" not in line and len(line) < 500
+    # The exception itself kept the megabyte, in ``failures`` and its message (1,000,119 characters).
+    said = info.value.failures["environment-0"]
+    assert said.startswith("refused: checkpoint_error (500): https://[REDACTED]@collector.example y")
+    assert said.endswith("... (1,000,031 characters)") and len(said) < 2100
+    assert str(info.value).startswith("prepare failed: environment-0: refused: checkpoint_error (500)")
+    assert len(str(info.value)) < 600
