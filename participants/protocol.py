@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final, TypeVar
 import msgspec
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, shown
+from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, fitted_detail, shown
 from ckpt_events.vocab import Phase
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "decode",
     "encode",
     "error_body",
+    "error_reply_body",
 ]
 
 CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
@@ -392,7 +393,14 @@ def decode(body: bytes, type: type[T]) -> T:
 def error_body(error: ProtocolRefusal | MalformedRequest) -> ErrorBody:
     """The reply body of a refusal (its code) or of a malformed request (``invalid_request``)."""
     code = INVALID_REQUEST if isinstance(error, MalformedRequest) else error.code.value
-    return ErrorBody(error=ErrorDetail(code=code, detail=error.detail))
+    return error_reply_body(code, error.detail)
+
+
+def error_reply_body(code: str, detail: str) -> ErrorBody:
+    """Every error reply's body: ``detail`` redacted and bounded (``fitted_detail``). A detail
+    can carry an exception's text (a worker's failed handler, an upstream's error), and with it
+    a URL's ``user:password@`` or a ``Bearer`` token, which went to the client verbatim."""
+    return ErrorBody(error=ErrorDetail(code=code, detail=fitted_detail(detail)))
 
 
 def encode(value: Any) -> bytes:

@@ -26,8 +26,6 @@ from ckpt_events.participants.protocol import (
     SERVER_TIME_HEADER,
     CommitRequest,
     EpisodeId,
-    ErrorBody,
-    ErrorDetail,
     ForgetRequest,
     PrepareRequest,
     RenewRequest,
@@ -39,6 +37,7 @@ from ckpt_events.participants.protocol import (
     decode,
     encode,
     error_body,
+    error_reply_body,
 )
 from ckpt_events.participants.server.control import ControlPlane
 from ckpt_events.participants.server.work import EpisodeGone, WorkService
@@ -157,7 +156,7 @@ def _not_found(key: str, gone: LookupError | None = None) -> Response:
     # be is quoted bounded, as every caller's value in an error.
     said = key if len(key) <= _KEY_CHARS and key.isascii() and key.isprintable() else shown(key)
     detail = gone.detail if isinstance(gone, EpisodeGone) else f"no episode {said}"
-    return _json(ErrorBody(error=ErrorDetail(code="not_found", detail=detail)), 404)
+    return _json(error_reply_body("not_found", detail), 404)
 
 
 def _episode_id(req: WorkStart | WorkAdvance) -> EpisodeId:
@@ -219,13 +218,13 @@ def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
         return _json(error_body(exc), exc.status)
 
     async def on_work_error(request: Request, exc: Exception) -> Response:
-        return _json(ErrorBody(error=ErrorDetail(code="upstream_error", detail=str(exc))), 502)
+        return _json(error_reply_body("upstream_error", str(exc)), 502)
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         headers = getattr(exc, "headers", None)
-        reply = _json(ErrorBody(error=ErrorDetail(code=code, detail=str(exc.detail))), exc.status_code)
+        reply = _json(error_reply_body(code, str(exc.detail)), exc.status_code)
         reply.headers.update(headers or {})
         return reply
 

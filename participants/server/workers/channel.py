@@ -27,7 +27,7 @@ import msgspec
 from anyio.abc import ByteStream, TaskGroup
 
 from ckpt_events.checks import fit_for_log, said_in_log
-from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, shown
+from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, fitted_detail, shown
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
     FrameError,
@@ -54,6 +54,8 @@ _GIVEN_UP_KEPT: Final = 64
 #: Protocol errors logged per channel; the rest are counted (``protocol_errors``) and the
 #: count is logged once when the channel closes, so a hostile peer cannot flood the log.
 LOGGED_PROTOCOL_ERRORS: Final = 10
+#: The longest text of a failed handler's exception a reply carries.
+_FAILED_DETAIL_CHARS: Final = 500
 Handler = Callable[[Message], Awaitable[Any]]
 R = TypeVar("R")
 
@@ -292,4 +294,7 @@ class FrameChannel:
 
 
 def _error_reply(message_id: int, exc: BaseException) -> Reply:
-    return Reply(message_id, False, error=FrameError(500, ErrorCode.CHECKPOINT_ERROR.value, str(exc)[:500]))
+    # Redacted before the cut (a URL's user:password across it was cut where the redaction rule
+    # no longer sees it); the main process answers it through ``error_reply_body`` as well.
+    detail = fitted_detail(str(exc), _FAILED_DETAIL_CHARS, sized=False)
+    return Reply(message_id, False, error=FrameError(500, ErrorCode.CHECKPOINT_ERROR.value, detail))

@@ -95,3 +95,47 @@ async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_
             assert error_code(refused) == (422, "invalid_checkpoint_state"), refused.text
             assert refused.json()["error"]["detail"] == "record r0-a1 cannot be installed here"
             assert (await status(client))["phase"] == "idle"
+
+
+async def test_a_workers_failure_is_answered_redacted(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's handler raising with a ``user:password@`` URL and a ``Bearer`` token: the
+    409 ``checkpoint_error`` reply carried both verbatim to the client."""
+    secret = "upload to https://alice:hunter2@store.example/b failed; Authorization: Bearer eyJsecret123"
+    async with capture_events() as (bus, _):
+
+        def factory(index: int) -> Any:
+            return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"))
+
+        def build() -> Any:
+            return create_app(
+                "environment",
+                instance="env-0",
+                token=TOKEN,
+                bus=bus,
+                checkpoint_root=str(tmp_path),
+                workers=2,
+                worker_factory=factory,
+            )
+
+        async with running(build()) as client:
+            for i in range(2):
+                started = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
+                assert started.status_code == 200, started.text
+            assert (await control(client, "prepare")).status_code == 200
+            committed = await control(client, "commit", checkpoint_dir=str(tmp_path / "c1"))
+            assert committed.status_code == 200, committed.text
+
+        async def install(self: object, records: object, states: object) -> list[str]:
+            raise RuntimeError(secret)
+
+        kind = type(make_workload("environment", Telemetry(bus, kind="environment", instance="env-0")))
+        monkeypatch.setattr(kind, "install", install)
+        episodes = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(2)]
+        async with running(build()) as client:
+            refused = await control(
+                client, "restore", "c2", checkpoint_dir=str(tmp_path / "c1"), episode_ids=episodes
+            )
+    assert error_code(refused) == (409, "checkpoint_error"), refused.text
+    assert refused.json()["error"]["detail"] == (
+        "upload to https://[REDACTED]@store.example/b failed; Authorization: Bearer [REDACTED]"
+    )

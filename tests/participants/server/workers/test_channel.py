@@ -303,3 +303,24 @@ async def test_a_failed_handler_is_logged_bounded_and_redacted(caplog: pytest.Lo
     assert secret not in logged
     assert "Traceback" in logged and "far_handler" in logged  # the traceback stays
     assert len(logged) < 10_000
+
+
+async def test_a_failed_handlers_reply_carries_its_text_redacted_before_the_cut() -> None:
+    """A handler's exception went back as ``str(exc)[:500]``: a ``user:password@`` and a
+    ``Bearer`` token verbatim, and a URL cut before its ``@`` where no rule could see it."""
+    secret = "upload to https://alice:hunter2@store.example failed; Authorization: Bearer eyJsecret123"
+    across = "x" * 480 + " https://bob:pw2@store.example/"  # the 500th character falls inside it
+
+    async def far_handler(message: Message) -> Any:
+        raise RuntimeError(secret if isinstance(message.body, Advance) else across)
+
+    async with _pair(far_handler) as (near, _far):
+        with pytest.raises(ProtocolRefusal) as failed:
+            await near.request(Advance(EPISODE))
+        assert failed.value.detail == (
+            "upload to https://[REDACTED]@store.example failed; Authorization: Bearer [REDACTED]"
+        )
+        with pytest.raises(ProtocolRefusal) as cut:
+            await near.request(Start(EPISODE, 3))
+    assert "bob" not in cut.value.detail and "pw2" not in cut.value.detail
+    assert cut.value.detail.startswith("x" * 480 + " https://[REDACTED]") and len(cut.value.detail) <= 503
