@@ -18,11 +18,26 @@ characters and its credentials redacted: ``ValueError: POST https://[REDACTED]@h
 ``fit_for_log`` as a record's ``exc_info`` (the exception itself when short and free of
 credentials, else a stand-in of the same class name and traceback whose messages are cut at
 2,000 characters and redacted). Both follow the ``Redactor``'s message rule.
+
+``library_logger(name)`` is the logger the library itself logs on (a ``LibraryLogger``: the
+stdlib logger of that name behind a ``LoggerAdapter``), public so that a sink's (or the
+reference participants') records get the same two promises: a record's exception is fitted as
+``fit_for_log`` fits it, and a handler of the user's that raises in ``emit`` loses that record,
+never the caller (the stdlib lets it propagate out of ``logger.warning``).
 """
 
 from __future__ import annotations
 
 from ckpt_events._errors import SHOWN_CHARS, check_int, check_number, shown
-from ckpt_events._logs import fit_for_log, said_in_log
+from ckpt_events._logs import LibraryLogger, fit_for_log, library_logger, said_in_log
 
-__all__ = ["SHOWN_CHARS", "check_int", "check_number", "fit_for_log", "said_in_log", "shown"]
+__all__ = [
+    "SHOWN_CHARS",
+    "LibraryLogger",
+    "check_int",
+    "check_number",
+    "fit_for_log",
+    "library_logger",
+    "said_in_log",
+    "shown",
+]

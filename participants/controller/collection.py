@@ -15,7 +15,6 @@ is refused, and so is a published checkpoint of another run.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import time
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ import httpx
 import msgspec
 
 from ckpt_events import CollectionSpan, ConfigurationError, InvalidValueError, Telemetry
-from ckpt_events.checks import said_in_log
+from ckpt_events.checks import library_logger, said_in_log
 from ckpt_events.participants.controller.client import what_came
 from ckpt_events.participants.controller.coordinator import Coordinator, Member, PrepareResult
 from ckpt_events.participants.controller.rollout import CollectionSummary, Rollout
@@ -57,7 +56,7 @@ from ckpt_events.vocab import ErrorCode
 
 __all__ = ["Collection", "CollectionSummary", "Rollout", "RolloutRetired"]
 
-logger: Final = logging.getLogger("ckpt_events.participants.controller.collection")
+logger: Final = library_logger("ckpt_events.participants.controller.collection")
 
 _RETRY_DELAY: Final = 0.02
 _MAX_REFUSALS: Final = 2_000

@@ -11,7 +11,6 @@ prepared last, resumed first, retired with the last group). Every call carries t
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Self, TypeVar
@@ -21,7 +20,7 @@ import httpx
 import msgspec
 
 from ckpt_events import InvalidValueError, Telemetry
-from ckpt_events.checks import said_in_log
+from ckpt_events.checks import library_logger, said_in_log
 from ckpt_events.participants.controller.client import ControlClient
 from ckpt_events.participants.controller.discovery import DISCOVER_TIMEOUT, DISCOVER_TRIES, discover_members
 from ckpt_events.participants.controller.fan_out import (
@@ -73,7 +72,7 @@ __all__ = [
     "discover_members",
 ]
 
-logger: Final = logging.getLogger("ckpt_events.participants.controller.coordinator")
+logger: Final = library_logger("ckpt_events.participants.controller.coordinator")
 
 #: A restore that failed retires the next attempts with at least this much time left.
 RESTORE_CLEANUP_SECONDS: Final = 30.0

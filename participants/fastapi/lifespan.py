@@ -7,7 +7,6 @@ Part of ``ckpt_events.participants.fastapi``, which re-exports ``Instrumented``.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
@@ -23,6 +22,7 @@ from ckpt_events import (
     OperationSpan,
     Telemetry,
 )
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
     "RequestEnded",
 ]
 
-logger: Final = logging.getLogger("ckpt_events")
+logger: Final = library_logger("ckpt_events")
 
 #: The ``app.state`` attribute holding an instrumented app's ``Instrumented``.
 STATE_ATTRIBUTE: Final = "ckpt_events"

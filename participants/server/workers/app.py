@@ -13,7 +13,6 @@ puts every session back on the worker that wrote it.
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -27,6 +26,7 @@ from anyio.abc import TaskGroup
 from fastapi import FastAPI
 
 from ckpt_events import Bus, OperationSpan, Telemetry
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
 from ckpt_events.participants.protocol import (
@@ -67,7 +67,7 @@ from ckpt_events.vocab import Operation, Phase
 
 __all__ = ["PooledWork", "WorkerControlPlane", "create_worker_app"]
 
-log = logging.getLogger("ckpt_events.workers")
+log = library_logger("ckpt_events.workers")
 
 _JOIN_SECONDS: Final = 30.0
 #: How long one readiness wait may last before the prepare loop looks again (as at N = 1).

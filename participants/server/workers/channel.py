@@ -14,7 +14,6 @@ the peer's fault (``WorkerChannelError``).
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections import OrderedDict
@@ -26,7 +25,7 @@ import anyio
 import msgspec
 from anyio.abc import ByteStream, TaskGroup
 
-from ckpt_events.checks import fit_for_log, said_in_log
+from ckpt_events.checks import fit_for_log, library_logger, said_in_log
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, fitted_detail, shown
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
@@ -44,7 +43,7 @@ from ckpt_events.vocab import ErrorCode
 
 __all__ = ["DEFAULT_REPLY_SECONDS", "FrameChannel", "Handler", "UnknownKind", "current_arrival"]
 
-log = logging.getLogger("ckpt_events.workers")
+log = library_logger("ckpt_events.workers")
 
 #: How long a request waits for its reply before the peer counts as unavailable.
 DEFAULT_REPLY_SECONDS: Final = 30.0

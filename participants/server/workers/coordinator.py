@@ -17,7 +17,6 @@ number of times, then counted.
 from __future__ import annotations
 
 import hmac
-import logging
 import os
 import re
 import secrets
@@ -30,6 +29,7 @@ from typing import Final
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.errors import ProtocolRefusal, check_int, shown
 from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from ckpt_events.participants.server.workers.frames import (
@@ -43,7 +43,7 @@ from ckpt_events.vocab import ErrorCode
 
 __all__ = ["ENV_SECRET", "ENV_SOCKET", "HELLO_MAX_FRAME", "MAX_STRANGERS", "WorkerCoordinator"]
 
-log = logging.getLogger("ckpt_events.workers")
+log = library_logger("ckpt_events.workers")
 
 #: The environment variable a worker process reads the coordinator's socket path from.
 ENV_SOCKET: Final = "CKPT_EVENTS_COORDINATOR_SOCKET"

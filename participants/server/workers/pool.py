@@ -13,7 +13,6 @@ heard from is ``<kind>-workers-unreported:<n>``; one lost while admission was cl
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +22,7 @@ import anyio
 import anyio.lowlevel
 
 from ckpt_events import OperationSpan
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
 from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
 from ckpt_events.participants.server.store_files import Beneath
@@ -53,7 +53,7 @@ from ckpt_events.vocab import ErrorCode
 
 __all__ = ["WorkerPool"]
 
-log = logging.getLogger("ckpt_events.workers")
+log = library_logger("ckpt_events.workers")
 
 _NOT_REPORTED: Final = PrepareReport(ready=False)
 #: Sessions a lost worker's log line names; the rest are counted.

@@ -12,7 +12,6 @@ leaving every later prepare "not ready" for ever.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import subprocess
@@ -24,11 +23,12 @@ from typing import Final
 
 import anyio
 
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.server.workers.coordinator import ENV_SECRET
 
 __all__ = ["WorkerSupervisor"]
 
-log = logging.getLogger("ckpt_events.workers")
+log = library_logger("ckpt_events.workers")
 
 _POLL: Final = 0.2
 _ROOT: Final = str(Path(__file__).resolve().parents[3])

@@ -16,12 +16,12 @@ URL announced is one that already accepts connections.
 
 from __future__ import annotations
 
-import logging
 import socket
 from typing import Any, Final
 
 import uvicorn
 
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.server.builder import build_work_app
 from ckpt_events.participants.server.connection_guard import ConnectionLimits
@@ -41,7 +41,7 @@ ENV_WORKER_TOKEN: Final = "CKPT_EVENTS_WORKER_TOKEN"
 ENV_WORKER_HEADER_TIMEOUT: Final = "CKPT_EVENTS_WORKER_HEADER_TIMEOUT"
 _DEFAULT_HOST: Final = "127.0.0.1"
 
-log = logging.getLogger("ckpt_events.workers")
+log = library_logger("ckpt_events.workers")
 
 
 class WorkerHttp:

@@ -386,3 +386,36 @@ async def test_a_refusal_quoting_a_megabyte_is_logged_in_one_bounded_line(
     assert said.endswith("... (1,000,031 characters)") and len(said) < 2100
     assert str(info.value).startswith("prepare failed: environment-0: refused: checkpoint_error (500)")
     assert len(str(info.value)) < 600
+
+
+class _RaisingHandler(logging.Handler):
+    """A user's handler whose ``emit`` raises (not through ``handleError``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        raise RuntimeError("handler down")
+
+
+async def test_a_raising_log_handler_never_replaces_the_coordination_error(tmp_path: Path) -> None:
+    """A root handler raising in ``emit``: the coordinator's "resume after abort ... incomplete"
+    warning raised ``RuntimeError: handler down`` out of ``checkpoint`` in place of the
+    ``CoordinationError``; the record is lost now, not the caller's error."""
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def refuse(path: str) -> Response:
+        body = json.dumps({"error": {"code": "checkpoint_error", "detail": "no"}})
+        return Response(body, status_code=500, media_type="application/json")
+
+    handler = _RaisingHandler()
+    logging.getLogger().addHandler(handler)
+    try:
+        async with capture_events() as (bus, _), serving(app) as url:
+            members = [Member("environment-0", "environment", "environment-0", url)]
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                with anyio.fail_after(30), pytest.raises(CoordinationError) as info:
+                    await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 5)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert info.value.failures == {"environment-0": "refused: checkpoint_error (500): no"}
+

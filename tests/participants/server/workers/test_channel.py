@@ -324,3 +324,31 @@ async def test_a_failed_handlers_reply_carries_its_text_redacted_before_the_cut(
             await near.request(Start(EPISODE, 3))
     assert "bob" not in cut.value.detail and "pw2" not in cut.value.detail
     assert cut.value.detail.startswith("x" * 480 + " https://[REDACTED]") and len(cut.value.detail) <= 503
+
+
+class _RaisingHandler(logging.Handler):
+    """A user's handler whose ``emit`` raises (not through ``handleError``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        raise RuntimeError("handler down")
+
+
+async def test_a_raising_log_handler_never_ends_the_channel(caplog: pytest.LogCaptureFixture) -> None:
+    """A root handler raising in ``emit``: logging a failed handler raised out of the answering
+    task, the reply was never sent and the channel ended; the failure is answered now."""
+
+    async def far_handler(message: Message) -> Any:
+        raise ValueError("disk on fire")
+
+    handler = _RaisingHandler()
+    logging.getLogger().addHandler(handler)
+    try:
+        async with _pair(far_handler) as (near, far):
+            for _ in range(2):
+                with pytest.raises(ProtocolRefusal) as failed:
+                    await near.request(Advance(EPISODE))
+                assert failed.value.detail == "disk on fire"
+            assert not far.closed and not near.closed
+    finally:
+        logging.getLogger().removeHandler(handler)
+
