@@ -23,6 +23,7 @@ from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
 from ckpt_events.participants.protocol import (
+    MAX_FORGOTTEN_SHOWN,
     MAX_RETIRED_SHOWN,
     NOT_READY_WORKER_BLOCKERS,
     NOT_READY_WORKERS,
@@ -582,4 +583,4 @@ class ControlPlane(Generic[S]):
                     fence.forget_all(forgotten[at : at + RETIRE_CHUNK])
                     await anyio.lowlevel.checkpoint()
             o.set(rollouts=len(forgotten))
-            return ForgetReply(forgotten=forgotten)
+            return ForgetReply(forgotten=forgotten[:MAX_FORGOTTEN_SHOWN], forgotten_count=len(forgotten))
