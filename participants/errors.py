@@ -31,6 +31,9 @@ control plane's protocol)::
     │                               the control plane answers ``stale_checkpoint`` (409)
     ├── WorkerChannelError          the socket between a server's coordinator and one of its
     │                               workers failed: a bad frame, a lost peer, no reply in time
+    ├── RequestEnded                never raised: the error type an operation of the FastAPI
+    │                               integration's ``operation(request)`` ends with when its request
+    │                               ended first (a stream whose client left)
     │
     │   controller side (raised in the process that calls participants)
     ├── ParticipantCallError        a call to a participant failed (``code``, ``status``, ``url``)

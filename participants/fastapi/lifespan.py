@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ckpt_events import (
     Bus,
+    CkptEventsError,
     ConfigurationError,
     InvalidValueError,
     OperationSpan,
@@ -189,7 +190,7 @@ class Instrumented:
         )
 
 
-class RequestEnded(Exception):
+class RequestEnded(CkptEventsError):
     """The error an operation of ``operation(request)`` ends with when its request ended first:
     recorded (outcome ``error``, this error type), never raised."""
 
