@@ -16,6 +16,7 @@ __version__ = "0.3.0"
 if TYPE_CHECKING:
     from ckpt_events import vocab
     from ckpt_events._bus import Bus, BusStats, SinkStats, Subscription
+    from ckpt_events._bus_thread import BusThread
     from ckpt_events._context_bridge import ContextBridge
     from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
     from ckpt_events._errors import (
@@ -66,6 +67,7 @@ __all__ = [
     "BlockingSink",
     "Bus",
     "BusStats",
+    "BusThread",
     "CheckpointEvent",
     "CkptEventsError",
     "ClosableSink",
@@ -123,6 +125,7 @@ _HOMES: Final = {
     "BlockingSink": "ckpt_events._sink",
     "Bus": "ckpt_events._bus",
     "BusStats": "ckpt_events._bus",
+    "BusThread": "ckpt_events._bus_thread",
     "CheckpointEvent": "ckpt_events._events",
     "CkptEventsError": "ckpt_events._errors",
     "ClosableSink": "ckpt_events._sink",

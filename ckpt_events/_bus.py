@@ -16,6 +16,7 @@ What the bus guarantees a sink:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -127,6 +128,8 @@ class Bus:
         self._warned_classes: set[type] = set()  # emitted, not carried, and said so (_not_carried)
         # The parent's pid in a process forked while this bus ran there (see _forked_child).
         self._forked_from: int | None = None
+        # Set by BusThread while it runs this bus: runs a call on the loop from another thread.
+        self._from_other_thread: Callable[[Callable[[], Subscription]], Subscription] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -243,17 +246,32 @@ class Bus:
         A sink object is subscribed once at a time (again: ``InvalidValueError`` naming its
         subscription, until that one has finished). Call it from the event loop's thread
         (another thread's call to a running bus raises ``InvalidValueError`` and changes
-        nothing). ``name`` labels its stats, log lines and metrics: 1-128 characters of
-        ``[A-Za-z0-9._-]``, starting with a letter or digit (else ``InvalidTypeError`` or
-        ``InvalidValueError``, and nothing subscribed); by default the sink's class name, made to
-        fit the rule (``_MySink`` is ``MySink``). A
-        name a live subscription holds already is made unique with a suffix (``alerts-2``);
+        nothing), or from any thread when a ``BusThread`` runs the bus. ``name`` labels its
+        stats, log lines and metrics: 1-128 characters of ``[A-Za-z0-9._-]``, starting with a
+        letter or digit (else ``InvalidTypeError`` or ``InvalidValueError``, and nothing
+        subscribed); by default the sink's class name, made to fit the rule (``_MySink`` is
+        ``MySink``). A name a live subscription holds already is made unique with a suffix (``alerts-2``);
         ``sub.name`` is the name it got. ``buffer_size``, ``batch_size``,
         ``batch_interval`` and ``linger`` override the bus's defaults (and the sink's
         ``linger``) for this sink.
         """
         if self._closed:
             raise InvalidValueError("this bus is closed; subscribe to a new Bus")
+        hop = self._from_other_thread
+        if hop is not None and threading.get_ident() != self._loop_thread:
+            # A BusThread's bus: subscribed on its loop, waited for here (sinks.configure(bus)
+            # from synchronous code); any other running bus refuses below.
+            return hop(
+                functools.partial(
+                    self.subscribe,
+                    sink,
+                    name=name,
+                    buffer_size=buffer_size,
+                    batch_size=batch_size,
+                    linger=linger,
+                    batch_interval=batch_interval,
+                )
+            )
         # Its delivery task starts in the bus's task group, which only that loop may touch.
         self._check_thread("subscribe", "anyio.from_thread.run_sync(bus.subscribe, sink)")
         if name is not None:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Iterable
-from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-import anyio.from_thread
 import anyio.to_thread
 
 from ckpt_events._bus import Bus
+from ckpt_events._bus_thread import BusThread
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_int, check_number, shown
 from ckpt_events._events import Event
 from ckpt_events._sink import Sink
@@ -164,11 +164,11 @@ class EventCapture:
 
     def __init__(self, interests: Iterable[type[Event]] | None = None, **bus_options: Any) -> None:
         self.sink = MemorySink(interests)
-        self.bus = Bus(**bus_options)
+        self._thread = BusThread(**bus_options)
+        self.bus = self._thread.bus
         self.ids = SequentialIds()
         self.clock = TickingClock()
-        self._stack = ExitStack()
-        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._running_thread: BusThread | None = None
         self._subscribed: set[int] = set()  # ids of the sinks on the bus: each once
         self._entered = False
         self._ended = False  # its block ended: the bus drained into the sink at its close
@@ -182,26 +182,21 @@ class EventCapture:
                 "use it as it is, or create a new one"
             )
         self._entered = True
+        self._thread.start()
         try:
-            portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
-            self._portal = portal
-            bus_context: AbstractContextManager[Bus] = portal.wrap_async_context_manager(self.bus)
-            self._stack.enter_context(bus_context)
-            portal.call(self._subscribe, self.sink, "capture")
+            self._thread.call(self._subscribe, self.sink, "capture")
         except BaseException:
-            # The bus failed to start: the portal's thread stopped, not left running an event
-            # loop that kept the interpreter from exiting.
-            self._portal = None
-            self._stack.close()
+            self._thread.close()
             raise
+        self._running_thread = self._thread
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._portal = None
+        self._running_thread = None
         try:
-            self._stack.close()
+            self._thread.close()
         finally:
             self._ended = True
 
@@ -211,15 +206,15 @@ class EventCapture:
         self.bus.subscribe(sink, name=name)
         self._subscribed.add(id(sink))
 
-    def _running(self) -> anyio.from_thread.BlockingPortal:
+    def _running(self) -> BusThread:
         if self._ended:
             raise RuntimeError(
                 "EventCapture has ended: its events are read as they were at the end of its "
                 "`with` block; subscribe sinks inside the block"
             )
-        if self._portal is None:
+        if self._running_thread is None:
             raise RuntimeError("EventCapture is not running: use it as `with EventCapture() as capture:`")
-        return self._portal
+        return self._running_thread
 
     def subscribe(self, sink: Sink, *, name: str | None = None) -> None:
         """Subscribe another sink (a span or metric sink, say) to the capture's bus; a sink
@@ -246,13 +241,13 @@ class EventCapture:
         # Waited for from another thread: a sink blocking in a plain ``def handle`` holds the
         # bus's loop, where no timeout could fire and nothing can even be scheduled. That
         # thread ends when the sink lets go (the flush has the same timeout otherwise).
-        portal = self._running()
+        thread = self._running()
         outcome: list[BaseException | bool] = []
         done = threading.Event()
 
         def flush() -> None:
             try:
-                outcome.append(portal.call(self.bus.flush, timeout))
+                outcome.append(thread.call(self.bus.flush, timeout))
             except BaseException as exc:  # handed to the caller below
                 outcome.append(exc)
             finally:

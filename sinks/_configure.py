@@ -17,10 +17,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 
 from ckpt_events import Bus, CkptEventsError, ConfigurationError, Sink, Subscription
-from ckpt_events._errors import InvalidTypeError, check_number, shown
+from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, shown
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._destinations import check_free, claim, destinations, release
 from ckpt_events.sinks._otel_build import Built, otel_sinks
@@ -59,7 +60,8 @@ DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
 class Configured:
     """What ``configure`` subscribed: the sinks, their subscriptions, and what they own.
 
-    ``aclose()`` (or leaving ``async with``) flushes the bus and unsubscribes; the bus closes
+    ``aclose()`` (or leaving ``async with``; ``close()`` and ``with`` from synchronous code)
+    flushes the bus and unsubscribes; the bus closes
     each sink (the span exporter, the JSON-lines file), and this shuts down the meter
     provider ``configure`` built (never one the caller passed in). Idempotent.
     ``sample_ratio`` is what ``OTEL_TRACES_SAMPLER``/``_ARG`` ask for: pass it to
@@ -223,6 +225,42 @@ class Configured:
         self._provider_down = True
         timeout_ms = max(0, int((deadline - anyio.current_time()) * 1000))
         await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
+
+    def close(self) -> None:
+        """``aclose()`` from synchronous code (a ``BusThread``'s bus, a script): run on the bus's
+        event loop when it runs on another thread (in an event loop of its own once the bus is
+        closed). ``InvalidValueError`` on the bus's own loop thread (it would block that loop:
+        ``await configured.aclose()`` there) and for a bus never started. Idempotent."""
+        if self._closed is not None and self._closed.is_set():
+            return
+        bus = self.bus
+        if bus._tg is None and not bus._closed:
+            # Its sinks' delivery tasks never started: a close here wrote nothing of what they held.
+            raise InvalidValueError(
+                "Configured.close(): its bus was never started, so nothing was delivered; from "
+                "synchronous code run it in a thread: `with ckpt_events.BusThread() as bus:`"
+            )
+        if bus._tg is None:  # closed, its loop gone: the meter provider and endpoint are left
+            anyio.run(self.aclose)
+        elif bus._off_its_loop():
+            assert bus._token is not None  # set while it runs
+            anyio.from_thread.run(self.aclose, token=bus._token)
+        else:
+            raise InvalidValueError(
+                "Configured.close() on the thread of the event loop running its bus would block "
+                "that loop: await configured.aclose() (or use `async with`) there"
+            )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     async def __aenter__(self) -> Self:
         return self

@@ -1,0 +1,101 @@
+"""``configure()`` from synchronous code: on a ``BusThread``'s bus, closed with ``with`` or
+``close()``, with real sinks (a JSON-lines file, OpenTelemetry's in-memory exporter and reader)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import anyio
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ckpt_events import Bus, BusThread, InvalidValueError, OperationFinished, Telemetry
+from ckpt_events.sinks import configure, read_events
+from tests.sinks.helpers import metric_points
+
+THREADS = 4
+PER_THREAD = 100
+
+
+def _work(tel: Telemetry, worker: int) -> None:
+    for n in range(PER_THREAD):
+        with tel.operation("commit", checkpoint_id=f"c{worker}-{n}") as op:
+            with op.step("write"):
+                pass
+            op.set(records=1)
+
+
+def test_configure_from_sync_code_exports_every_span_and_line_once(tmp_path: Path) -> None:
+    """configure() called from a plain thread subscribes on the bus's loop; threads emit; leaving
+    the blocks exports each operation once as a span, once as lines, and the meter provider it
+    built is shut down."""
+    path = tmp_path / "events.jsonl"
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    with (
+        BusThread() as bus,
+        configure(bus, jsonl_path=path, span_exporter=exporter, metric_readers=[reader]) as configured,
+    ):
+        assert [s.name for s in configured.subscriptions] == ["jsonl", "otel-spans", "otel-metrics"]
+        tel = Telemetry(bus, kind="judge", instance="judge-0")
+        with ThreadPoolExecutor(THREADS) as pool:
+            list(pool.map(lambda w: _work(tel, w), range(THREADS)))
+    total = THREADS * PER_THREAD
+    spans = [s.name for s in exporter.get_finished_spans()]
+    assert spans.count("gym.checkpoint.commit") == total
+    assert spans.count("gym.checkpoint.write") == total
+    finished = [e.checkpoint_id for _, e in read_events(path) if isinstance(e, OperationFinished)]
+    assert len(set(finished)) == len(finished) == total
+    assert configured.meter_provider is not None
+    assert configured.meter_provider._shutdown  # noqa: SLF001 (the SDK has no public getter)
+    assert [t for t in threading.enumerate() if t.name == "ckpt-events-bus"] == []
+
+
+def test_metrics_recorded_from_threads_reach_the_reader() -> None:
+    """The metric sink configured from sync code records every operation of every thread."""
+    reader = InMemoryMetricReader()
+    runner = BusThread()
+    with runner as bus, configure(bus, metric_readers=[reader], span_groups="default"):
+        tel = Telemetry(bus, kind="judge", instance="judge-0")
+        with ThreadPoolExecutor(THREADS) as pool:
+            list(pool.map(lambda w: _work(tel, w), range(THREADS)))
+        assert runner.call(bus.flush, 5.0)
+        points = metric_points(reader)
+    _, by_attributes = points["gym.checkpoint.records_total"]
+    assert list(by_attributes.values()) == [THREADS * PER_THREAD]
+
+
+def test_close_on_the_bus_s_own_loop_thread_says_to_await_aclose() -> None:
+    """Configured.close() on the loop running its bus would block that loop: refused, in one line."""
+    runner = BusThread()
+    with runner as bus:
+        configured = configure(bus, jsonl_path=None, environ={"CKPT_EVENTS_STALL_AFTER": "30"})
+        with pytest.raises(InvalidValueError, match=r"await configured.aclose\(\)"):
+            runner.call(configured.close)
+        configured.close()
+        configured.close()  # idempotent
+        assert configured.subscriptions[0].closed
+
+
+def test_close_of_a_bus_never_started_says_to_run_it_in_a_thread(tmp_path: Path) -> None:
+    """A script that never started its bus is told so by close(), in one line naming BusThread
+    (its sinks' delivery never started: the events are held, not written)."""
+    bus = Bus()
+    configured = configure(bus, jsonl_path=tmp_path / "events.jsonl")
+    with pytest.raises(InvalidValueError, match=r"never started.*BusThread\(\) as bus"):
+        configured.close()
+    anyio.run(bus.aclose)  # what a bus never entered holds is delivered as it closes
+    configured.close()  # closed bus: the rest of the close runs in a loop of its own
+
+
+def test_closing_after_the_bus_thread_ended_finishes_the_close(tmp_path: Path) -> None:
+    """A Configured closed after its BusThread (the `with` order reversed) still closes: its
+    sinks were closed by the bus, and close() returns."""
+    path = tmp_path / "events.jsonl"
+    with BusThread() as bus:
+        configured = configure(bus, jsonl_path=path)
+        Telemetry(bus, kind="judge", instance="judge-0").refused("unauthorized")
+    configured.close()
+    assert [type(e).__name__ for _, e in read_events(path)] == ["Refused"]
