@@ -8,7 +8,9 @@ id, phase, age) and counted as a ``Stalled`` event on ``bus``, so every metric s
 ``gym.checkpoint.events_total`` and the JSON lines keep it; when it ends, a second line says
 how long it took. Ages run on the monotonic clock from when the watch saw the operation start
 (plus how late it saw it), so a wall-clock step (NTP, a resumed VM) neither hides a stall nor
-makes one.
+makes one. How late is read on the clock the stamps are on (``_wallclock``), less how far it
+stepped forward in the last ``_STEP_UNSURE_NS``: a start stamped on the offset before the step
+would look an hour late after a step an hour forward.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ckpt_events import (
     OperationFinished,
     OperationStarted,
     Stalled,
+    _wallclock,
 )
 from ckpt_events._errors import check_number, shown
 from ckpt_events._logs import library_logger
@@ -48,6 +51,10 @@ _PHASE_DURING: Final = {Operation.PREPARE: Phase.PREPARING}
 _CATCH_UP_TIMEOUT: Final = 1.0
 #: The shortest the timer sleeps between looks: operations coming due together cost one look.
 _MIN_WAIT: Final = 0.01
+#: After the wall clock's offset moved (a step followed), how long a start may still come
+#: stamped on the old one: every process on the host follows a step within ``RECALIBRATE_NS`` of it, each at
+#: its own moment, so stamps of the old offset keep arriving for that long.
+_STEP_UNSURE_NS: Final = 2 * _wallclock.RECALIBRATE_NS
 
 
 def _how_it_ended(event: OperationFinished | CoordinateFinished) -> str:
@@ -130,14 +137,30 @@ class StallWatch:
         self.stalls = 0
         #: Operations not watched because ``MAX_OPEN`` were open (their ends lost, say).
         self.untracked = 0
+        #: The wall clock's offset the last batch saw; until when (monotonic ns) since it moved
+        #: a start may be stamped on an older one; how far forward it moved meanwhile.
+        self._offset = _wallclock.CALIBRATION.offset
+        self._unsure_until = -1
+        self._stepped_ahead = 0
 
     def handle(self, batch: list[Any]) -> None:
         """Track what opens and closes; log the end of an operation that was reported stalled."""
         ended: list[tuple[_Open, int, str]] = []
         opened = self._open
         # Read once a batch: an operation started how long before this monotonic reading
-        # (never less than 0: the wall clock may have stepped back since it started).
-        wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
+        # (never less than 0: the wall clock may have stepped back since it started), on the
+        # stamps' clock. Was: ``time.time_ns``, stepped an hour ahead while the stamps' offset
+        # followed up to a second later: a 1.5 s commit begun then was "open for 3600.0 s".
+        wall, mono_ns = _wallclock.wall_ns(), time.monotonic_ns()
+        offset = _wallclock.CALIBRATION.offset
+        if offset != self._offset:
+            # Stepped forward: a start stamped on the old offset looks that much later than it
+            # was (stepped back: earlier, which ages it less, never a false stall).
+            held = self._stepped_ahead if mono_ns < self._unsure_until else 0
+            self._stepped_ahead = held + max(0, offset - self._offset)
+            self._offset = offset
+            self._unsure_until = mono_ns + _STEP_UNSURE_NS
+        ahead = self._stepped_ahead if mono_ns < self._unsure_until else 0
         untracked = 0
         owner = _current_task()
         with self._lock:
@@ -150,7 +173,7 @@ class StallWatch:
                         untracked += 1
                         continue
                     kind = event.kind if cls is OperationStarted else Kind.CONTROLLER
-                    since = mono_ns - max(0, wall_ns - event.start_ns)
+                    since = mono_ns - max(0, wall - event.start_ns - ahead)
                     opened[event.span_id] = _Open(event, kind, since, owner)
                 else:
                     entry = opened.pop(event.span_id, None)

@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import Bus, ConfigurationError, InvalidArgumentError, OperationStarted, Stalled, Telemetry
+from ckpt_events import _wallclock as wallclock
 from ckpt_events.sinks import StallWatch, configure
 from ckpt_events.sinks._open_work import MAX_OPEN
 from ckpt_events.sinks.otel import MetricSink
@@ -160,6 +161,45 @@ async def test_a_wall_clock_step_neither_hides_nor_makes_a_stall(
         await bus.flush()
     (stalled,) = memory.events
     assert 0.3 <= stalled.age_s < 1.5 and watch.stalls == 1
+
+
+@pytest.mark.parametrize("followed", [False, True])
+async def test_a_start_stamped_as_the_clock_steps_forward_is_not_an_hour_old(
+    followed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The OS clock steps an hour ahead and the stamps' offset follows it up to a second later
+    (``_wallclock``): a commit begun in that second, open 0.1 s, is no stall, whether the watch
+    reads the clock before the offset follows or its own read makes it follow. Was: its start
+    read against ``time.time_ns``, "stalled: ... open for 3600.0 s (threshold 30 s)"."""
+    calibration = wallclock.CALIBRATION
+    monkeypatch.setattr(calibration, "offset", calibration.offset)  # put back after the test
+    memory = MemorySink([Stalled])
+    async with Bus() as bus:
+        watch = StallWatch(after=30, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(memory)
+        tel = Telemetry(bus, kind="judge", instance="judge-0")
+        with tel.operation("commit", checkpoint_id="c0"):
+            pass
+        await bus.flush()  # the watch has read the offset
+        monkeypatch.setattr(calibration, "due", time.monotonic_ns() + 10**9)  # read again in 1 s
+        wall = time.time_ns
+
+        def stepped() -> int:
+            return wall() + 3600 * 10**9
+
+        monkeypatch.setattr(time, "time_ns", stepped)  # the OS clock, as read at the boundary
+        monkeypatch.setattr(wallclock, "time_ns", stepped)
+        with tel.operation("commit", checkpoint_id="c1"):  # stamped on the offset before the step
+            if followed:
+                monkeypatch.setattr(calibration, "due", 0)  # the watch's read follows the step
+            await bus.flush()
+            await anyio.sleep(0.1)
+            watch.check()
+        await bus.flush()
+    assert (memory.events, watch.stalls) == ([], 0)
+    if followed:  # the stamps' clock did follow the step
+        assert wallclock.wall_ns() - wall() > 3599 * 10**9
 
 
 async def test_the_watch_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
