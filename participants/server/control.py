@@ -62,9 +62,17 @@ from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record
 from ckpt_events.participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 from ckpt_events.vocab import ErrorCode, Operation, Phase
 
-__all__ = ["ControlPlane", "Exported", "Restored"]
+__all__ = ["ControlPlane", "Exported", "Restored", "on_monotonic"]
 
 _WAIT_SLICE: Final = 1.0
+
+
+def on_monotonic(deadline_ts: float) -> float:
+    """``deadline_ts`` (a Unix time, as the protocol carries it) on the monotonic clock, as far
+    away as it is now: a wall-clock step after this (NTP, a VM resumed) does not move it."""
+    return time.monotonic() + (deadline_ts - time.time())
+
+
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
 
 
@@ -120,6 +128,10 @@ class ControlPlane(Generic[S]):
         self.phase = Phase.IDLE
         self.checkpoint_id: str | None = None
         self.lease_expires_at: float | None = None
+        #: When the lease runs out on the monotonic clock (``lease_expires_at`` as it was when
+        #: given). Was: ``time.time() >= lease_expires_at``, so a wall clock stepped an hour
+        #: forward aborted a prepared checkpoint with 605 s of its lease left, within a second.
+        self._lease_ends: float | None = None
         self._lock = anyio.Lock()
         self._commit_lock = anyio.Lock()
         self._replies = ReplyCache()
@@ -166,6 +178,7 @@ class ControlPlane(Generic[S]):
         expires = deadline_ts + self.lease_grace_seconds
         if self.lease_expires_at is None or expires > self.lease_expires_at:
             self.lease_expires_at = expires
+            self._lease_ends = on_monotonic(expires)
         self._lease_changed.set()
         self._lease_changed = anyio.Event()
 
@@ -173,8 +186,8 @@ class ControlPlane(Generic[S]):
         """Resume on our own if the lease ran out (an abort), counting ``lease_expired``."""
         if (
             self.phase is not Phase.IDLE
-            and self.lease_expires_at is not None
-            and time.time() >= self.lease_expires_at
+            and self._lease_ends is not None
+            and time.monotonic() >= self._lease_ends
         ):
             self.tel.lease_expired(self.phase, checkpoint_id=self.checkpoint_id)
             self._abort()
@@ -186,6 +199,7 @@ class ControlPlane(Generic[S]):
         self.phase = Phase.IDLE
         self.checkpoint_id = None
         self.lease_expires_at = None
+        self._lease_ends = None
         self._report = None
 
         if checkpoint_id is not None:
@@ -204,9 +218,9 @@ class ControlPlane(Generic[S]):
                 self.check_lease()
                 self.workload.fence.expire()
                 changed = self._lease_changed
-                expires = self.lease_expires_at if self.phase is not Phase.IDLE else None
+                ends = self._lease_ends if self.phase is not Phase.IDLE else None
 
-            wait = _WAIT_SLICE if expires is None else min(_WAIT_SLICE, max(expires - time.time(), 0.0))
+            wait = _WAIT_SLICE if ends is None else min(_WAIT_SLICE, max(ends - time.monotonic(), 0.0))
             with anyio.move_on_after(wait):
                 await changed.wait()
 
@@ -307,9 +321,10 @@ class ControlPlane(Generic[S]):
 
     async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
         report = self.workload.report()
+        ends = on_monotonic(deadline_ts)  # a wall-clock step while it waits does not move it
         # Bounded by the deadline; wakes on every episode change, and at least once a second.
         while not report.ready and self.checkpoint_id == cid and self.phase is Phase.PREPARING:
-            remaining = deadline_ts - time.time()
+            remaining = ends - time.monotonic()
             if remaining <= 0:
                 break
             await self.workload.wait_changed(min(remaining, _WAIT_SLICE))

@@ -40,7 +40,7 @@ from ckpt_events.participants.protocol import (
 )
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.checks import check_restore_keys
-from ckpt_events.participants.server.control import ControlPlane, Exported, Restored
+from ckpt_events.participants.server.control import ControlPlane, Exported, Restored, on_monotonic
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from ckpt_events.participants.server.replies import store_refusals
 from ckpt_events.participants.server.routes import work_router
@@ -163,18 +163,14 @@ class WorkerControlPlane(ControlPlane[Any]):
         """As at N = 1, but a worker lost while admission is closed ends the wait at once: it
         cannot become ready before resume, so prepare answers "not ready" (``worker-lost``) now."""
         report = self.pool.report()
+        ends = on_monotonic(deadline_ts)  # a wall-clock step while it waits does not move it
         while not report.ready and not self.pool.lost and self.checkpoint_id == cid:
-            remaining = deadline_ts - time.time()
+            remaining = ends - time.monotonic()
             if remaining <= 0 or self.phase is not Phase.PREPARING:
                 break
             await self.pool.wait_changed(min(remaining, _WAIT_SLICE))
             report = self.pool.report()
-        if (
-            not report.ready
-            and not self.pool.lost
-            and self.checkpoint_id == cid
-            and time.time() >= deadline_ts
-        ):
+        if not report.ready and not self.pool.lost and self.checkpoint_id == cid and time.monotonic() >= ends:
             # The blocker counts them; /status shows a hung worker connected: only this names it.
             # Said only of a wait that ran to its deadline (one cut short by a lost worker or a
             # resume is not theirs to answer for).

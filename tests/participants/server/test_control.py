@@ -546,6 +546,29 @@ async def test_a_refused_commit_leaves_the_lease_as_it_was(tmp_path):
         assert (await status(client))["lease_expires_at"] > before
 
 
+@pytest.mark.parametrize("step_s", [3600, -3600])
+async def test_a_wall_clock_step_neither_expires_a_lease_nor_holds_it(
+    step_s: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease runs on the monotonic clock from when it was given: the host's wall clock
+    stepped an hour forward (NTP, a VM resumed) leaves a lease with 0.8 s left running, and
+    stepped an hour back still lets it run out on time. Was: forward, the prepared checkpoint
+    aborted as ``lease_expired`` at the next look; back, its lease held an hour longer."""
+    async with capture_events() as (bus, events):
+        async with running(make(bus=bus, lease_grace_seconds=0.6)) as client:
+            wall = time.time
+            reply = await control(client, "prepare", seconds=0.2)
+            assert reply.json()["phase"] == "prepared"
+            lease = (await status(client))["lease_expires_at"]
+            monkeypatch.setattr(time, "time", lambda: wall() + step_s)  # the host's clock steps
+            await anyio.sleep(0.3)
+            st = await status(client)
+            assert (st["phase"], st["lease_expires_at"]) == ("prepared", lease)
+            assert events_of(events, LeaseExpired) == []
+            await wait_until(lambda: _idle(client), timeout=3)
+    assert [e.checkpoint_id for e in events_of(events, LeaseExpired)] == ["c1"]
+
+
 async def test_lease_expiry_during_prepare_cuts_the_wait_short():
     """A lease that runs out while prepare waits aborts it: the prepare is stale, admission reopens."""
     app = create_app(
@@ -570,6 +593,37 @@ async def test_lease_expiry_during_prepare_cuts_the_wait_short():
             assert reply.status_code in (200, 409)
             await wait_until(lambda: _idle(client), timeout=3)
             assert (await status(client))["admission_open"] is True
+            tg.cancel_scope.cancel()
+
+
+async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prepare waits for its episodes until its deadline as far away as it was when it came:
+    the host's wall clock stepped an hour forward meanwhile leaves it waiting its 2 s. Was: it
+    answered not ready at its next look, after 1.0 s."""
+    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=5.0, checkpoint_root=ROOT)
+    async with running(app) as client:
+        await start(client, "slow")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
+            await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+            wall = time.time
+            deadline = wall() + 2.0
+
+            async def step() -> None:
+                await anyio.sleep(0.1)
+                monkeypatch.setattr(time, "time", lambda: wall() + 3600)  # the host's clock steps
+
+            tg.start_soon(step)
+            began = time.monotonic()
+            reply = await client.post(
+                f"{CONTROL_PREFIX}/prepare",
+                json={"checkpoint_id": "c1", "deadline_ts": deadline},
+                headers=AUTH,
+            )
+            waited = time.monotonic() - began
+            assert reply.json()["phase"] == "preparing" and 1.9 <= waited < 3.0, (reply.text, waited)
             tg.cancel_scope.cancel()
 
 
