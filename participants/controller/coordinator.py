@@ -102,13 +102,14 @@ def _check_distinct(members: Sequence[Member]) -> None:
 
 
 def _move_late(
-    replies: dict[str, PrepareReply], failures: Failures, answered_at: Mapping[str, float], deadline_ts: float
+    replies: dict[str, PrepareReply], failures: Failures, answered_at: Mapping[str, float], deadline: float
 ) -> None:
-    """A member whose ``prepared`` arrived past ``deadline_ts`` failed: the next stage, asked
-    after it, would refuse ``deadline_exceeded`` and be taken for the cause. (A ``preparing``
-    reply is sent at the deadline by design: it is the member's "not ready", not late.)"""
+    """A member whose ``prepared`` arrived past ``deadline`` (``answered_at``'s clock, the
+    monotonic one) failed: the next stage, asked after it, would refuse ``deadline_exceeded``
+    and be taken for the cause. (A ``preparing`` reply is sent at the deadline by design: it is
+    the member's "not ready", not late.)"""
     for name in sorted(replies):
-        late = answered_at.get(name, deadline_ts) - deadline_ts
+        late = answered_at.get(name, deadline) - deadline
         if replies[name].phase is Phase.PREPARED and late > 0:
             failures[name] = f"answered prepare (prepared) {late:.1f} s after its deadline"
             del replies[name]
@@ -210,6 +211,10 @@ class Coordinator:
         cancelled midway resumes everyone too (shielded, each call bounded to about ten seconds).
         """
         request = PrepareRequest(checkpoint_id=checkpoint_id, deadline_ts=deadline_ts)
+        # The deadline as far away as it is now, on the clock the answers are timed by. Was: both
+        # on the wall clock, and one stepped an hour ahead while the agent took 0.3 s to answer
+        # made it "answered prepare (prepared) 3598.3 s after its deadline", a false cause.
+        deadline = time.monotonic() + (deadline_ts - time.time())
         replies: dict[str, PrepareReply] = {}
         stopped_at: str | None = None
 
@@ -234,7 +239,7 @@ class Coordinator:
                             unanswered=silent,
                         )
                         check_phase(got, failures, "prepare", Phase.PREPARED, Phase.PREPARING)
-                        _move_late(got, failures, answered_at, deadline_ts)
+                        _move_late(got, failures, answered_at, deadline)
                         replies.update(got)
                         if failures:
                             span.set(prepared=False, stopped_at=kind)

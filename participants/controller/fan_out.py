@@ -94,8 +94,9 @@ async def fan_out(
 ) -> tuple[dict[str, R], Failures]:
     """Call ``operation`` on ``members`` at once (``request``, or ``request[member.name]``); one
     member failing does not cancel the others. ``answered_at``, if given, gets the time
-    (``time.time()``) each reply arrived, by member name; ``unanswered``, if given, the names of
-    the members whose call got no whole answer (``ParticipantUnreachable``)."""
+    (``time.monotonic()``: a wall-clock step is no lateness) each reply arrived, by member
+    name; ``unanswered``, if given, the names of the members whose call got no whole answer
+    (``ParticipantUnreachable``)."""
     replies: dict[str, R] = {}
     failures: Failures = {}
 
@@ -111,7 +112,7 @@ async def fan_out(
                 unanswered.add(member.name)
             return
         if answered_at is not None:
-            answered_at[member.name] = time.time()
+            answered_at[member.name] = time.monotonic()
 
     async with anyio.create_task_group() as tg:
         for member in members:

@@ -232,6 +232,31 @@ async def test_a_prepare_answered_past_its_deadline_is_that_participants_failure
     )
 
 
+async def test_a_wall_clock_step_while_a_member_answers_is_not_that_members_lateness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's wall clock steps an hour ahead while the agent takes 0.5 s to answer a prepare
+    due in 2 s: the agent answered in time, and is not named. Was: "agent-0: answered prepare
+    (prepared) 3598.5 s after its deadline", its answer timed on the wall clock."""
+    async with agent_relayed(tmp_path, delay=0.5) as (co, urls):
+        wall = time.time
+
+        async def step() -> None:
+            await anyio.sleep(0.2)
+            monkeypatch.setattr(time, "time", lambda: wall() + 3600)
+
+        failures: dict[str, str] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(step)
+            try:
+                await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=wall() + 2.0)
+            except CoordinationError as exc:  # the next stage's own clock is past the deadline
+                failures = dict(exc.failures)
+        assert await idle_everywhere(co, urls)
+    assert "agent-0" not in failures, failures
+    assert all("refused: deadline_exceeded" in problem for problem in failures.values()), failures
+
+
 async def test_a_prepare_answered_in_a_phase_prepare_never_gives_is_that_participants_failure(
     tmp_path: Path,
 ) -> None:
