@@ -19,7 +19,16 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._frozen_attrs import FrozenAttributes
-from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _checked_id, _error_fields, _SpanBase
+from ckpt_events._span_base import (
+    _INT64,
+    _NOT_STARTED,
+    _OK,
+    _bad,
+    _checked_id,
+    _error_fields,
+    _SpanBase,
+    anchor_of,
+)
 from ckpt_events._vocab import KIND_NAMES, CollectionAction, Kind, Operation, kind_name
 
 if TYPE_CHECKING:
@@ -66,6 +75,7 @@ class _Span(_SpanBase):
         self._tracestate = tracestate
         self._attributes = None
         self.start_ns = _NOT_STARTED  # until entered: leaving before that raises (_seal)
+        self._mono_ns = 0  # until entered: the offset it starts on (anchor_of), 0: the process's
 
 
 class StageSpan(_Span):
@@ -85,6 +95,7 @@ class StageSpan(_Span):
         self._tracestate = parent._tracestate
         self._attributes = None
         self.start_ns = _NOT_STARTED  # until entered: leaving before that raises (_seal)
+        self._mono_ns = anchor_of(parent)  # until entered: its coordinate's offset (see there)
         self.stage = stage
         self._participants: int | None = None
 

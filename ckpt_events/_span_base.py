@@ -33,6 +33,7 @@ __all__ = [
     "_checked_id",
     "_error_fields",
     "_not_started",
+    "anchor_of",
 ]
 
 _MAX_MESSAGE: Final = 1024
@@ -48,6 +49,22 @@ _ANYIO_CANCEL: Final = "Cancelled via cancel scope"
 #: A live handle's ``start_ns`` until it is entered: no clock of ours reads before 1970 (a
 #: ``TickingClock`` refuses a negative start), so it cannot be a start.
 _NOT_STARTED: Final = -1
+
+
+def anchor_of(parent: object) -> int:
+    """The offset (wall clock minus monotonic, ns) a child of ``parent`` starts on, kept in the
+    child's ``_mono_ns`` until it starts: the one ``parent`` started on, while it is a live local
+    span on the default clocks; 0 (none: the process's offset) otherwise. Was: the process's
+    offset, read again after a wall-clock step, so a step an hour back stamped a step begun
+    after it an hour before its own operation, and the report made that a 3,600,000 ms
+    checkpoint. As OpenTelemetry Java's ``AnchoredClock``: one trace's local spans, one clock."""
+    if not isinstance(parent, _SpanBase) or not parent._live or not parent._tel._calibrated:
+        return 0
+    start = parent.start_ns
+    mono = parent._mono_ns  # read before the test below: an ending span writes its duration last
+    if start == _NOT_STARTED or parent._attributes.__class__ is FrozenAttributes:
+        return 0
+    return start - mono
 
 #: Counts and times are int64 where they go (OTLP, Prometheus, the reports' arrays).
 _INT64: Final = 1 << 63
@@ -174,11 +191,15 @@ class _SpanBase:
         tel = self._tel
         if tel._calibrated:  # the default clocks: one monotonic read, on the process's offset
             mono_ns = monotonic_ns()
-            start_ns = (
-                mono_ns + CALIBRATION.offset
-                if mono_ns < CALIBRATION.due
-                else CALIBRATION.recalibrate(mono_ns)
-            )
+            anchor = self._mono_ns  # until started: its local parent's offset (anchor_of), or 0
+            if anchor:
+                start_ns = mono_ns + anchor
+            else:
+                start_ns = (
+                    mono_ns + CALIBRATION.offset
+                    if mono_ns < CALIBRATION.due
+                    else CALIBRATION.recalibrate(mono_ns)
+                )
         else:  # clocks the caller gave (clock=, monotonic=): each read as given
             start_ns = tel._clock()
             monotonic = tel._monotonic

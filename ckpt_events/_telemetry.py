@@ -40,7 +40,7 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, passed_on, passed_step
-from ckpt_events._span_base import _bad_context, _checked_id, _SpanBase
+from ckpt_events._span_base import _NOT_STARTED, _bad_context, _checked_id, _SpanBase, anchor_of
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
 from ckpt_events._vocab import (
@@ -403,6 +403,8 @@ class Telemetry:
             remote,
             sampled,
             _inherited(parent),
+            _NOT_STARTED,
+            anchor_of(parent) if self._calibrated else 0,  # stamped inside a local parent
         )
 
     def _bridged(
@@ -463,7 +465,7 @@ class Telemetry:
                 _bad_context(traceparent, parent)
             return NOOP_COORDINATE
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-        return CoordinateSpan(
+        span = CoordinateSpan(
             self,
             coerce(Operation, operation),
             checkpoint_id,
@@ -473,6 +475,9 @@ class Telemetry:
             sampled,
             _inherited(parent),
         )
+        if parent is not None and self._calibrated:
+            span._mono_ns = anchor_of(parent)  # stamped inside its local parent
+        return span
 
     def collection(
         self,
@@ -491,7 +496,7 @@ class Telemetry:
                 _bad_context(traceparent, parent)
             return NOOP_COLLECTION
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
-        return CollectionSpan(
+        span = CollectionSpan(
             self,
             member,
             checkpoint_id,
@@ -501,6 +506,9 @@ class Telemetry:
             sampled,
             _inherited(parent),
         )
+        if parent is not None and self._calibrated:
+            span._mono_ns = anchor_of(parent)  # stamped inside its local parent
+        return span
 
     # -- counted events: one attribute check when no sink wants them, as for spans ----------
 

@@ -80,3 +80,48 @@ def test_clocks_the_caller_gives_are_read_as_given() -> None:
         start, finish = capture.events
     assert start.start_ns == 1_000
     assert finish.start_ns == 1_000 and finish.end_ns == 1_005
+
+
+@pytest.mark.parametrize("step_s", [-3600, 3600])
+def test_a_span_begun_after_a_step_is_stamped_inside_its_local_parent(
+    step_s: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock steps an hour (NTP, a VM resumed) while a collection, a coordinate, a stage,
+    an operation and its first step run, and the offset follows it: the spans begun after it
+    (the second step, a stage, an operation under it) are stamped on their local parent's
+    offset, inside it, with their true durations; a new root takes the new offset. Was: the
+    write step stamped 3,600 s before (or after) its own commit."""
+    calibration = wallclock.CALIBRATION
+    monkeypatch.setattr(calibration, "offset", calibration.offset)  # put back after the test
+    monkeypatch.setattr(calibration, "due", -1)
+    wall = time.time_ns
+    with EventCapture() as capture:
+        judge = Telemetry(capture.bus, kind="judge", instance="judge-0")
+        ctl = Telemetry(capture.bus, kind="controller", instance="coordination")
+        with ctl.collection("checkpoint", checkpoint_id="c1") as collection:
+            with ctl.coordinate("commit", parent=collection) as coordinate:
+                with judge.operation("commit", checkpoint_id="c1", parent=coordinate) as op:
+                    with op.step("export"):
+                        time.sleep(0.002)
+                    # The OS clock steps, and the offset is read again (due within a second).
+                    monkeypatch.setattr(wallclock, "time_ns", lambda: wall() + step_s * 10**9)
+                    monkeypatch.setattr(calibration, "due", 0)
+                    with op.step("write"):
+                        time.sleep(0.002)
+                with coordinate.stage("judge"), judge.operation("commit", parent=coordinate):
+                    time.sleep(0.002)
+        with judge.operation("commit", checkpoint_id="c2"):
+            pass
+        spans = [e for e in capture.events if isinstance(e, SpanEvent) and hasattr(e, "end_ns")]
+    by_id = {e.span_id: e for e in spans}
+    children = [e for e in spans if e.parent_span_id in by_id]
+    assert len(children) == 6
+    outside = [
+        (type(e).__name__, (e.start_ns - by_id[e.parent_span_id].start_ns) / 1e9)
+        for e in children
+        if not by_id[e.parent_span_id].start_ns <= e.start_ns <= e.end_ns <= by_id[e.parent_span_id].end_ns
+    ]
+    assert outside == []
+    assert all(e.end_ns - e.start_ns < 1_000_000_000 for e in spans)
+    root = spans[-1]  # c2: a new root, on the offset that followed the step
+    assert abs(root.start_ns - (wall() + step_s * 10**9)) < 1_000_000_000
