@@ -85,6 +85,44 @@ async def test_failing_sink_is_logged_once_counted_and_isolated(caplog: pytest.L
     assert len(failures) == 1 and "bad" in failures[0].getMessage()
 
 
+class Sleeper:
+    """A user's sink whose sync ``handle`` blocks (a ``requests.post`` to a webhook)."""
+
+    def __init__(self, seconds: float, *, blocking: bool = False) -> None:
+        self.seconds = seconds
+        self.blocking = blocking
+        self.batches = 0
+
+    def handle(self, batch: list[Event]) -> None:
+        self.batches += 1
+        time.sleep(self.seconds)
+
+
+async def test_a_sync_sink_holding_the_loop_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A sync ``handle`` that blocks without ``blocking = True`` stalls everything on the loop
+    (measured: 0.15 s of lag per batch); it is said once, naming the sink and the fix, while
+    the same sink on a worker thread and a quick one are not."""
+    slow, threaded, quick = Sleeper(0.15), Sleeper(0.15, blocking=True), Sleeper(0)
+    lags = []
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus(batch_size=1, batch_interval=0) as bus:
+            bus.subscribe(slow, name="webhook")
+            bus.subscribe(threaded, name="threaded")
+            bus.subscribe(quick, name="quick")
+            for i in range(3):
+                bus.emit(refused(i))
+                started = time.perf_counter()
+                await anyio.sleep(0.01)
+                lags.append(time.perf_counter() - started - 0.01)
+            assert await bus.flush(timeout=5)
+    assert slow.batches == threaded.batches == quick.batches == 3
+    assert max(lags) > 0.1  # what is said happened: the loop was held
+    said = [r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("sink 'webhook' held the event loop for 1")
+    assert "blocking = True" in said[0] and "said once" in said[0]
+
+
 def test_one_line_says_any_error_in_one_bounded_line() -> None:
     """A multi-line message is joined, a long one cut, an empty one is its class, and an error
     whose ``__str__`` raises is still said (the bus calls it inside its failure path)."""
