@@ -8,8 +8,10 @@ every batch the parent's bus delivered (a JSON array of its events and span hand
 closes, the seconds its close may take now (a JSON object). Its stdout carries two lines back:
 ``ready`` once the sinks are built (the event classes they want, their names and the Prometheus
 URL, or the ``ConfigurationError`` that stopped them), and ``closed`` with this process's bus
-counters and each sink's own once the sinks are closed. Its stderr is the parent's: a sink's
-warning (a collector refusing) is logged there, once, as it would be in the parent.
+counters and each sink's own once the sinks are closed. While it runs, a pipe of its own
+(``ckpt_events.sinks._export_reports``) carries those counters when they change, and what the
+library logs here (a sink's failure, a collector refusing), once, in one line, to the parent's
+logging; only when the parent is gone is such a line written on stderr (the parent's).
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
 batches are still read from the pipe and exported, the whole events of one it was cut writing
@@ -22,6 +24,7 @@ parent close it in order instead of killing it mid-export.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import signal
@@ -34,6 +37,7 @@ import msgspec
 
 from ckpt_events import Bus, CkptEventsError
 from ckpt_events._logs import library_logger
+from ckpt_events.sinks._export_reports import REPORT_INTERVAL, ForwardingHandler, Progress, ReportWriter
 from ckpt_events.sinks._export_wire import MAX_LINE, WireReader
 
 if TYPE_CHECKING:
@@ -42,15 +46,21 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _READ: Final = 1 << 20
+#: Seconds the child waits, as it ends, for the server to take the reports still pending.
+_DRAIN: Final = 1.0
 
 logger: Final = library_logger("ckpt_events.sinks")
 
 
 class _Head(msgspec.Struct, frozen=True):
-    """The first line: ``configure``'s keyword arguments, and the seconds its close may take."""
+    """The first line: ``configure``'s keyword arguments, and the seconds its close may take;
+    the descriptor of the report pipe (``_export_reports``) and the level the server's
+    ``ckpt_events`` logger logs at."""
 
     arguments: dict[str, Any]
     close_timeout: float = 8.0
+    reports: int | None = None
+    log_level: int = logging.WARNING
 
 
 class _Closing(msgspec.Struct, frozen=True):
@@ -158,8 +168,6 @@ async def _serve(reader: _Reader) -> dict[str, Any] | None:
 
 
 async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> dict[str, Any] | None:
-    from ckpt_events.sinks._configure import configure
-
     lines = await reader.lines()
     try:
         head = msgspec.json.decode(lines[0], type=_Head) if lines else None
@@ -168,6 +176,42 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
     if head is None:
         _reply({"ready": False, "error": "the export process was not given its arguments"})
         return None
+    if head.reports is None:
+        return await _serve_head(reader, sigterms, head, lines[1:], None)
+    writer = ReportWriter(head.reports)
+    _forward_logs(writer, head.log_level)
+    try:
+        return await _serve_head(reader, sigterms, head, lines[1:], writer)
+    finally:
+        # What its sinks said as they closed reaches the server before the ``closed`` reply.
+        writer.drain(_DRAIN)
+
+
+def _forward_logs(writer: ReportWriter, level: int) -> None:
+    """Send what the library logs here to the server, at the level its logger has there: it was
+    printed on the shared stderr, with a traceback, past the server's logging setup."""
+    library = logging.getLogger("ckpt_events")
+    library.setLevel(level)
+    library.addHandler(ForwardingHandler(writer, level))
+    library.propagate = False  # a root handler here (a sitecustomize's) would print it again
+
+
+async def _report(writer: ReportWriter, bus: Bus, configured: Configured) -> None:
+    """Send the counters when they changed, every ``REPORT_INTERVAL`` seconds, until cancelled."""
+    while True:
+        await anyio.sleep(REPORT_INTERVAL)
+        writer.progress(Progress(bus.stats(), _sink_stats(configured)))
+
+
+async def _serve_head(
+    reader: _Reader,
+    sigterms: AsyncIterator[int],
+    head: _Head,
+    pending: list[bytes],
+    writer: ReportWriter | None,
+) -> dict[str, Any] | None:
+    from ckpt_events.sinks._configure import configure
+
     bus = Bus()
     received = 0
     corrupt = 0
@@ -185,9 +229,10 @@ async def _serve_until_closed(reader: _Reader, sigterms: AsyncIterator[int]) -> 
         _reply(
             {"ready": True, "interests": sorted(map(str, wanted)), "sinks": names, "prometheus": prometheus}
         )
-        pending = lines[1:]
         async with configured, anyio.create_task_group() as tg:
             tg.start_soon(_end_on_sigterm, sigterms, tg.cancel_scope, head.close_timeout)
+            if writer is not None:
+                tg.start_soon(_report, writer, bus, configured)
             while True:
                 for line in pending:
                     if line[:1] == b"{":  # the parent is closing: the time it gives us

@@ -20,6 +20,12 @@ stopped reading is killed at ``Configured.aclose()``'s deadline (``abandon``), o
 gives up on this sink (its close deadline).
 A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
 and exports it before it exits.
+
+While the child runs, a thread of this process reads its reports (``_export_reports``): its
+sinks' counters, shown by ``stats()`` within ``REPORT_INTERVAL`` (0.25 s) of a change, and each
+line the library logs there (a sink failing, a collector refusing), logged here once, in one
+line, on the logger of the same name (the record's ``export_process`` attribute is the child's
+pid). The close sums up in one line what its sinks lost, when they lost anything.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib
+import logging
 import os
 import select
 import signal
@@ -43,6 +50,7 @@ import msgspec
 from ckpt_events import BusStats, ConfigurationError
 from ckpt_events._events import EVENT_TYPES
 from ckpt_events._logs import library_logger
+from ckpt_events.sinks._export_reports import ReportListener
 from ckpt_events.sinks._export_wire import MAX_LINE, encoder, escaped_line, lines_within, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
@@ -54,6 +62,8 @@ logger: Final = library_logger("ckpt_events.sinks")
 START_TIMEOUT: Final = 20.0
 _TAGS: Final = {cls.__struct_config__.tag: cls for cls in EVENT_TYPES}
 _REPLY_LIMIT: Final = 1 << 20
+#: Seconds the close waits, once the child ended, for its last log lines to be read.
+_REPORTS_WAIT: Final = 1.0
 #: The pipe's buffer asked for: Linux's default ``pipe-max-size`` for an unprivileged process.
 PIPE_BYTES: Final = 1 << 20
 
@@ -63,15 +73,18 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
 
     ``forwarded`` events were written to the child's pipe; ``dropped`` were not (the child had
     gone, or one was longer than a line the child reads, ``MAX_LINE``; the bus's own drops, when
-    the pipe was full, are in ``bus.stats()``). ``pid`` is the
-    child's; ``exit_code`` is ``None`` while it runs. ``child`` is the child's own bus
-    counters (its sinks' deliveries, drops and failures), known once it closed in order;
-    ``received`` and ``corrupt_lines`` are what it read; ``lost_ends`` the spans' ends it read
-    without their start (in a line cut short or corrupt): their ``*Finished`` events are lost;
-    ``invalid_events`` the events it left out of lines it read (a hand-built event holding a value
+    the pipe was full, are in ``bus.stats()``, which counts what reached the pipe as
+    ``delivered``). ``pid`` is the child's; ``exit_code`` is ``None`` while it runs.
+    ``child`` is the child's own bus counters (its sinks' deliveries, drops and failures) and
+    ``sinks`` each sink's own: while it runs, as it last reported them (every
+    ``REPORT_INTERVAL``, 0.25 s, when they changed; ``None`` before its first report), and
+    ``final`` once it closed in order and said them as they ended. ``received`` and
+    ``corrupt_lines`` are what it read, known once it closed; ``lost_ends`` the spans' ends it
+    read without their start (in a line cut short or corrupt): their ``*Finished`` events are
+    lost; ``invalid_events`` the events it left out of lines it read (a hand-built event holding a value
     outside its field's vocabulary, which the child cannot decode), the rest of their batch kept.
     ``sinks`` is, by subscription name
-    (``otel-spans``, ``jsonl``, ...), each sink's own ``stats()`` as it closed, of the type it
+    (``otel-spans``, ``jsonl``, ...), each sink's own ``stats()``, of the type it
     has in process (``OtlpSpanSinkStats``, ``JsonLinesStats``, ...): what it exported and
     dropped, and why (a collector refusing), where its log line points.
     """
@@ -86,6 +99,7 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     lost_ends: int | None = None
     sinks: dict[str, msgspec.Struct] | None = None
     invalid_events: int | None = None
+    final: bool = False
 
 
 class ExportProcess:
@@ -111,8 +125,10 @@ class ExportProcess:
         prometheus_url: str | None,
         close_timeout: float,
         sinks: tuple[str, ...] = (),
+        reports: ReportListener | None = None,
     ) -> None:
         self._process = process
+        self._reports = reports
         self.interests = interests
         self.sinks = sinks
         self.prometheus_url = prometheus_url
@@ -143,17 +159,17 @@ class ExportProcess:
     ) -> ExportProcess:
         """Start the child with ``configure``'s ``arguments`` (JSON-encodable) and wait until it
         built its sinks; ``ConfigurationError`` (the child's message) if it could not."""
+        fields = {"arguments": dict(arguments), "close_timeout": _child_budget(close_timeout)}
         try:
-            head = (
-                msgspec.json.encode(
-                    {"arguments": dict(arguments), "close_timeout": _child_budget(close_timeout)}
-                )
-                + b"\n"
-            )
+            msgspec.json.encode(fields)
         except (TypeError, msgspec.EncodeError) as exc:
             raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
         # The child imports the ckpt_events this process runs, wherever it was found.
         path = os.pathsep.join(entry for entry in sys.path if entry)
+        # Its counters and log lines come back on a pipe of their own (``_export_reports``).
+        reports, child_end = os.pipe()
+        level = logging.getLogger("ckpt_events").getEffectiveLevel()
+        head = msgspec.json.encode({**fields, "reports": child_end, "log_level": level}) + b"\n"
         started = time.monotonic()
         # The child inherits SIGINT blocked and ignores it once it runs: a Ctrl-C in the
         # server's terminal while it imported killed it ("exited (code 1) before its sinks
@@ -165,8 +181,11 @@ class ExportProcess:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": path},
+                pass_fds=(child_end,),
             )
         except OSError as exc:
+            os.close(reports)
+            os.close(child_end)
             # An embedded interpreter (uWSGI, mod_wsgi) has no Python at sys.executable (or an
             # empty one), or the system is out of processes: a bare OSError naming only a path.
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -177,7 +196,11 @@ class ExportProcess:
             ) from None
         except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            os.close(reports)
+            os.close(child_end)
             raise
+        os.close(child_end)  # the child's now: its exit (or _kill) ends the listener's reading
+        listener = ReportListener(reports, process.pid)
         try:
             # A Ctrl-C meanwhile is raised here, in this try: the child is killed, not left.
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -220,7 +243,7 @@ class ExportProcess:
             raise ConfigurationError(str(ready.get("error") or "export process: it could not start"))
         interests = frozenset(_TAGS[tag] for tag in ready.get("interests", ()) if tag in _TAGS)
         sinks = tuple(str(name) for name in ready.get("sinks", ()))
-        return cls(process, interests, ready.get("prometheus"), close_timeout, sinks)
+        return cls(process, interests, ready.get("prometheus"), close_timeout, sinks, listener)
 
     def discard(self) -> None:
         """End a child that has nothing to export (no sink was set): killed and reaped now."""
@@ -423,6 +446,34 @@ class ExportProcess:
                 self._read_short(self._closed.get("received"))
             elif not self._said:
                 self._ended_unsaid()
+        # The child has ended: its last log lines are read before the summary (its end of the
+        # report pipe is closed, so the listener ends at once; bounded all the same).
+        await self._reports_read(time.monotonic() + _REPORTS_WAIT)
+        if self._closed is not None:
+            self._say_losses()
+
+    async def _reports_read(self, deadline: float) -> None:
+        if self._reports is None:
+            return
+        while self._reports.running and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
+        self._reports.stop()
+
+    def _say_losses(self) -> None:
+        """Once, at the close: what the child's sinks lost in all (each cause was logged when it
+        came); nothing when they lost nothing."""
+        stats = self.stats()
+        if stats.child is None:
+            return
+        lost = _losses(stats.child, stats.sinks or {})
+        if lost:
+            logger.warning(
+                "ckpt_events: the export process (pid %d) closed, its sinks having lost events: %s; "
+                "each cause was logged as it came, the counters are in ExportProcess.stats() "
+                "(child, sinks)",
+                self._process.pid,
+                "; ".join(lost),
+            )
 
     async def _other_close(self) -> None:
         """Wait for the aclose() under way to end (it kills the child past its deadline, and
@@ -463,10 +514,15 @@ class ExportProcess:
         )
 
     def stats(self) -> ExportProcessStats:
-        """The counters now (the child's own once it closed in order)."""
+        """The counters now: the child's own as it last reported them while it runs (at most
+        ``REPORT_INTERVAL`` old, when they changed), final once it closed in order."""
         closed = self._closed or {}
         child = closed.get("bus")
         sinks = closed.get("sinks")
+        live = self._reports.latest if self._reports is not None and self._closed is None else None
+        if live is not None:
+            child = live.bus
+            sinks = live.sinks
         return ExportProcessStats(
             pid=self._process.pid,
             forwarded=self._forwarded,
@@ -478,6 +534,7 @@ class ExportProcess:
             lost_ends=closed.get("lost_ends"),
             invalid_events=closed.get("invalid_events"),
             sinks=_sink_stats(sinks) if sinks is not None else None,
+            final=self._closed is not None,
         )
 
     def __repr__(self) -> str:
@@ -498,6 +555,9 @@ def _close_in_forked_copy() -> None:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
+        if process._reports is not None:  # its listener thread is the owner's, not copied here
+            with contextlib.suppress(OSError):
+                os.close(process._reports.fd)
 
 
 # Registered once, when the export process is first used (this module is imported then).
@@ -581,6 +641,26 @@ def _sink_stats(reported: dict[str, list[Any]]) -> dict[str, msgspec.Struct]:
         if home is not None:  # a class this side does not know is left out, not guessed
             sinks[name] = msgspec.convert(fields, getattr(importlib.import_module(home), kind))
     return sinks
+
+
+def _losses(child: BusStats, sinks: Mapping[str, msgspec.Struct]) -> list[str]:
+    """Each child sink's losses, by the counters that hold them: its bus's (``failed``,
+    ``dropped``, ``abandoned`` events) with the first error, else its own ``dropped`` and
+    ``failed`` (spans, for an OTLP span sink) with its last failure."""
+    lost: list[str] = []
+    for row in child.sinks:
+        counted = {"failed": row.failed, "dropped": row.dropped, "abandoned": row.abandoned}
+        why = row.error
+        own = sinks.get(row.name)
+        if not any(counted.values()) and own is not None:
+            counted = {name: getattr(own, name, 0) for name in ("dropped", "failed")}
+            why = getattr(own, "last_failure", None) or getattr(own, "last_error", None)
+        said = " ".join(f"{name}={count}" for name, count in counted.items() if count)
+        if said:
+            lost.append(f"{row.name} {said}" + (f" ({why})" if why else ""))
+    if child.dropped_after_close:
+        lost.append(f"{child.dropped_after_close} after its bus closed")
+    return lost
 
 
 def _child_budget(close_timeout: float) -> float:

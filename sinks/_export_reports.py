@@ -1,0 +1,238 @@
+"""The export process's report pipe: its sinks' counters and its log lines, sent while it runs.
+
+A pipe of its own, beside the child's stdout (whose ``ready`` and ``closed`` replies are read by
+``ExportProcess.start`` and ``aclose`` in their own task: a reader thread sharing that
+descriptor read on after a cancelled close and took another export process's reply). The child
+writes one JSON line per report; ``ReportListener``, a thread of the server, reads them and the
+server's event loop never waits for the child:
+
+* ``Progress``: the child's bus counters and each sink's own, sent when they changed, at most
+  every ``REPORT_INTERVAL`` seconds. ``ExportProcess.stats()`` shows them while the child runs:
+  a sink failing there (a full disk, a collector refusing) was said only once it closed.
+* ``LogLine``: a warning or error the child's library logged (``ckpt_events`` and below), in one
+  line, its exception said as ``ClassName: message``. The server logs it on the logger of the
+  same name: it was printed on the shared stderr, with a traceback, outside the server's logging.
+
+The child's writes never block it: a report that does not fit in the pipe (the server stopped
+reading) waits, bounded (``PENDING_LIMIT``), and the counters are sent whole each time, so a
+later one replaces what an earlier one said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import sys
+import threading
+import time
+from typing import Any, Final
+
+import msgspec
+
+from ckpt_events import BusStats
+from ckpt_events._logs import LOGGED_MESSAGE_CHARS, library_logger, said_in_log
+
+__all__ = [
+    "FORWARDED",
+    "PENDING_LIMIT",
+    "REPORT_INTERVAL",
+    "ForwardingHandler",
+    "LogLine",
+    "Progress",
+    "ReportListener",
+    "ReportWriter",
+]
+
+#: The attribute of a record forwarded from the export process: the child's pid (a filter of
+#: yours tells them from the server's own with it).
+FORWARDED: Final = "export_process"
+#: Seconds between two looks at the child's counters (a report is sent only when they changed).
+REPORT_INTERVAL: Final = 0.25
+#: Bytes of reports the child keeps while the pipe is full; past it a report is left out (the
+#: next counters replace it; a log line left out is said on stderr instead).
+PENDING_LIMIT: Final = 1 << 20
+#: The longest report line the server reads; a longer one is skipped.
+_LINE_LIMIT: Final = 1 << 20
+#: Seconds the listener waits for a report before it looks whether it was told to stop.
+_POLL: Final = 0.5
+
+
+class Progress(msgspec.Struct, frozen=True, tag="progress"):
+    """The child's bus counters, and each sink's own as ``[its stats class's name, its fields]``."""
+
+    bus: BusStats
+    sinks: dict[str, list[Any]]
+
+
+class LogLine(msgspec.Struct, frozen=True, tag="log"):
+    """A record the child's library logged: its level, its logger's name, its text in one line."""
+
+    level: int
+    name: str
+    message: str
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+_DECODER: Final = msgspec.json.Decoder(Progress | LogLine)
+
+
+class ReportWriter:
+    """The child's end: reports written without blocking, from any thread (a sink's export
+    thread logs too)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        os.set_inheritable(fd, False)  # a process a sink starts must not hold the server's EOF
+        self._pending = bytearray()
+        self._lock = threading.Lock()
+        self._gone = False
+        self._last: bytes | None = None
+
+    def progress(self, report: Progress) -> None:
+        """Send ``report`` if it differs from the last one sent."""
+        line = _ENCODER.encode(report)
+        if line == self._last:
+            self.flush()
+            return
+        self._last = line
+        self._send(line)
+
+    def log(self, line: LogLine) -> bool:
+        """Send ``line``; ``False`` if it could not be (the server is gone, or not reading)."""
+        return self._send(_ENCODER.encode(line))
+
+    def _send(self, line: bytes) -> bool:
+        with self._lock:
+            if self._gone or len(self._pending) + len(line) > PENDING_LIMIT:
+                return False
+            self._pending += line
+            self._pending.append(0x0A)
+            self._flush()
+            return not self._gone  # the server died: said on stderr instead
+
+    def flush(self) -> None:
+        """Write what is pending, as much as the pipe takes now."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        while self._pending and not self._gone:
+            try:
+                written = os.write(self.fd, self._pending)
+            except BlockingIOError:
+                return
+            except OSError:  # the server is gone: nobody reads reports any more
+                self._gone = True
+                self._pending.clear()
+                return
+            del self._pending[:written]
+
+    def drain(self, seconds: float) -> None:
+        """Write what is pending within ``seconds`` (the child is about to exit)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.flush()
+            left = deadline - time.monotonic()
+            if not self._pending or self._gone or left <= 0:
+                return
+            select.select([], [self.fd], [], min(left, 0.05))
+
+
+class ForwardingHandler(logging.Handler):
+    """The child's handler on the ``ckpt_events`` logger: each record to the server, in one
+    line (else, the server not reading, one line on stderr: never a traceback)."""
+
+    def __init__(self, writer: ReportWriter, level: int) -> None:
+        super().__init__(level)
+        self._writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = one_line_record(record)
+        if not self._writer.log(LogLine(record.levelno, record.name, text)):
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"ckpt_events export process (pid {os.getpid()}): {text}\n")
+
+
+def one_line_record(record: logging.LogRecord) -> str:
+    """``record``'s text with its exception as ``ClassName: message``, on one line, bounded."""
+    try:
+        text = record.getMessage()
+    except Exception:  # a record of ours with arguments that do not fit: its template said
+        text = str(record.msg)
+    if record.exc_info and record.exc_info[1] is not None:
+        text = f"{text} ({said_in_log(record.exc_info[1])})"
+    text = " ".join(text.split())
+    if len(text) > LOGGED_MESSAGE_CHARS:
+        text = text[: LOGGED_MESSAGE_CHARS - 3] + "..."
+    return text
+
+
+class ReportListener:
+    """The server's end: a daemon thread reading reports until the child's end closes (it
+    exited, or was killed) or ``stop()``; it owns the descriptor and closes it as it ends."""
+
+    def __init__(self, fd: int, pid: int) -> None:
+        self.fd = fd
+        self._pid = pid
+        #: The latest counters the child sent (``None`` before its first report).
+        self.latest: Progress | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"ckpt-events-export-reports-{pid}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """End the thread at its next look (within ``_POLL`` seconds); what is unread is dropped."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        line = bytearray()
+        skipping = False
+        try:
+            while not self._stop.is_set():
+                if not select.select([self.fd], [], [], _POLL)[0]:
+                    continue
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    return
+                line += chunk
+                while (end := line.find(b"\n")) >= 0:
+                    head = bytes(line[:end])
+                    del line[: end + 1]
+                    if skipping:
+                        skipping = False
+                        continue
+                    self._take(head)
+                if len(line) > _LINE_LIMIT:  # no report is this long: skipped to its newline
+                    line.clear()
+                    skipping = True
+        finally:
+            os.close(self.fd)
+
+    def _take(self, line: bytes) -> None:
+        try:
+            report = _DECODER.decode(line)
+        except msgspec.DecodeError:
+            return  # not ours (the child writes only reports here): nothing to say it with
+        if isinstance(report, Progress):
+            self.latest = report  # one assignment: stats() on the event loop reads it whole
+            return
+        name = report.name if report.name.startswith("ckpt_events") else "ckpt_events.sinks"
+        level = report.level if logging.DEBUG <= report.level <= logging.CRITICAL else logging.WARNING
+        # On the logger the child used: a user's routing and levels for it apply.
+        # The counters it names are the child's: here they are in ExportProcess.stats().
+        library_logger(name).log(
+            level,
+            "export process (pid %d): %s [its counters: ExportProcess.stats().child and .sinks]",
+            self._pid,
+            report.message,
+            extra={FORWARDED: self._pid},
+        )

@@ -1,0 +1,192 @@
+"""The export process's report pipe: its sinks' failures seen by the server while the child runs.
+
+A real child (``configure(export_process=True)``), real failures: a JSON-lines folder removed
+under it, a real HTTP server on 127.0.0.1 answering 500 to every OTLP export.
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ckpt_events import Bus, Telemetry
+from ckpt_events.sinks import ExportProcess, ExportProcessStats, configure
+from ckpt_events.sinks.otel import OtlpSpanSinkStats
+
+pytestmark = pytest.mark.anyio
+
+#: The longest a child sink's failure may take to show in ``ExportProcess.stats()``.
+SHOWN_WITHIN = 1.0
+
+
+def _checkpoints(telemetry: Telemetry, count: int) -> None:
+    for i in range(count):
+        with telemetry.operation("commit", checkpoint_id=f"c{i}") as op:
+            with op.step("export"):
+                pass
+
+
+async def _until(process: ExportProcess, shown: Any) -> tuple[ExportProcessStats, float]:
+    """Poll ``process.stats()`` until ``shown(stats)``, for at most ``SHOWN_WITHIN`` s (plus one
+    look); the stats last seen and the seconds it took."""
+    started = time.monotonic()
+    for _ in range(200):  # bounded in count as in time
+        stats = process.stats()
+        if shown(stats) or time.monotonic() - started > SHOWN_WITHIN:
+            break
+        await anyio.sleep(0.02)
+    return stats, time.monotonic() - started
+
+
+@pytest.fixture
+def refusing() -> Iterator[str]:
+    """A collector on 127.0.0.1 answering every export with HTTP 500; its base URL."""
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(500)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def test_a_failing_json_lines_sink_in_the_child_is_seen_while_it_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The log's folder removed under the child: ``stats()`` shows the failed events within 1 s
+    (before: ``child`` and ``sinks`` were ``None`` until the close), the server logs the cause in
+    one line through its own logging (before: a traceback on the child's stderr), and a summary
+    at the close."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus() as bus:
+            configured = configure(bus, jsonl_path=folder / "events.jsonl", export_process=True)
+            process = configured.export_process
+            assert process is not None
+            shutil.rmtree(folder)  # the sink reopens its path, in a folder that is gone
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 100)
+            await bus.flush()
+            stats, took = await _until(
+                process, lambda s: s.child is not None and s.child.sink("jsonl").failed == 400
+            )
+            assert took <= SHOWN_WITHIN, stats
+            assert stats.child is not None and stats.sinks is not None and not stats.final
+            assert stats.sinks["jsonl"].failed == 400  # type: ignore[attr-defined]
+            assert "No such file or directory" in str(stats.child.sink("jsonl").error)
+            assert stats.exit_code is None  # it runs on: the failure is isolated there
+            said = [r for r in caplog.records if getattr(r, "export_process", None) == process.pid]
+            assert len(said) == 1, [r.getMessage() for r in said]
+            assert said[0].levelno == logging.ERROR and said[0].name == "ckpt_events"
+            assert said[0].exc_info is None
+            line = said[0].getMessage()
+            assert "sink 'jsonl' failed to handle a batch of 400 events" in line
+            assert "FileNotFoundError" in line and "\n" not in line
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 10)  # fails again
+            await bus.flush()
+            await configured.aclose()
+    stats = process.stats()
+    assert stats.final and stats.child is not None and stats.child.sink("jsonl").failed == 440
+    said = [r for r in caplog.records if getattr(r, "export_process", None) == process.pid]
+    assert len(said) == 1  # once, not per batch
+    summary = [r.getMessage() for r in caplog.records if "its sinks having lost events" in r.getMessage()]
+    assert len(summary) == 1 and "jsonl failed=440 (FileNotFoundError" in summary[0], summary
+    assert "Traceback" not in capfd.readouterr().err
+
+
+async def test_a_collector_refusing_the_childs_spans_is_seen_while_it_runs(
+    refusing: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A collector answering 500: the child's OTLP span sink drops and counts; ``stats().sinks``
+    shows the drops within 1 s (before: only after the close), its warning reaches the server's
+    logging once, and the close sums up what was lost."""
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus() as bus:
+            configured = configure(
+                bus, otlp_endpoint=refusing, export_process=True, environ={"OTEL_METRICS_EXPORTER": "none"}
+            )
+            process = configured.export_process
+            assert process is not None
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 50)
+            await bus.flush()
+            # The sink's own export thread sends within its batch delay (OTLP's 5 s default is
+            # the SDK's; ours sends a batch at once): the drop is counted as the answer comes.
+            stats, took = await _until(
+                process, lambda s: s.sinks is not None and s.sinks["otel-spans"].dropped == 100
+            )
+            assert took <= SHOWN_WITHIN, stats
+            spans = stats.sinks["otel-spans"] if stats.sinks else None
+            assert isinstance(spans, OtlpSpanSinkStats) and spans.last_failure == "answered 500"
+            said = [r for r in caplog.records if getattr(r, "export_process", None) == process.pid]
+            assert len(said) == 1 and "answered 500" in said[0].getMessage(), said
+            assert said[0].name == "ckpt_events.sinks.otel"
+            await configured.aclose()
+    summary = [r.getMessage() for r in caplog.records if "its sinks having lost events" in r.getMessage()]
+    assert len(summary) == 1 and "otel-spans dropped=100 (answered 500)" in summary[0], summary
+    assert "answered 500" not in capfd.readouterr().err  # said through the server's logging only
+
+
+async def test_a_child_that_loses_nothing_is_not_summed_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing lost: no summary at the close, and the counters while it ran said every event
+    delivered."""
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus() as bus:
+            configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+            process = configured.export_process
+            assert process is not None
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 10)
+            await bus.flush()
+            stats, _ = await _until(
+                process, lambda s: s.child is not None and s.child.sink("jsonl").delivered == 40
+            )
+            assert stats.child is not None and stats.child.sink("jsonl").delivered == 40
+            await configured.aclose()
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_a_stopped_child_never_holds_up_the_servers_stats(tmp_path: Path) -> None:
+    """SIGSTOP the child: ``stats()`` answers at once from the last report (the report pipe is
+    read by a thread of its own, never on the event loop), and the close still ends in time."""
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True)
+        process = configured.export_process
+        assert process is not None
+        configured.close_timeout = 1.0
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            for _ in range(100):
+                process.stats()
+            assert time.monotonic() - started < 0.5
+            started = time.monotonic()
+            await configured.aclose()
+            assert time.monotonic() - started < 3.0
+        finally:
+            if process.stats().exit_code is None:
+                os.kill(process.pid, signal.SIGKILL)
