@@ -8,7 +8,7 @@ flags it checks are plain attributes, recomputed by the bus on subscribe and uns
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from time import monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Final, NoReturn, SupportsIndex
 
@@ -75,9 +75,31 @@ _MAX_RATIO_BOUND: Final = 1 << 64
 BRIDGE_GROUP: Final = "ckpt_events.context_bridges"
 
 
-def _load_bridge(name: str) -> ContextBridge:
+#: The entry points of the context bridges found so far, by name. Reading the installed
+#: packages' metadata took 5.4 ms a lookup: a Telemetry made per request with
+#: ``otel_context=True`` cost that per request (4 us without). ``load()`` of a found entry point
+#: is an import already done (~10 us), so it stays per Telemetry, and its error with it.
+_BRIDGE_ENTRIES: Final[dict[str, tuple[EntryPoint, ...]]] = {}
+#: What ``_load_bridge`` checked of each bridge factory an entry point gave (its instances are a
+#: ``ContextBridge``; their ``attach`` takes ``tracestate``): the protocol's ``isinstance`` and
+#: ``inspect.signature`` took ~50 us more per Telemetry.
+_BRIDGE_CHECKS: Final[dict[object, tuple[bool, bool]]] = {}
+
+
+def _bridge_entries(name: str) -> tuple[EntryPoint, ...]:
+    """The entry points named ``name`` in ``BRIDGE_GROUP``, looked up once while any is found."""
+    found = _BRIDGE_ENTRIES.get(name)
+    if found is None:
+        found = tuple(entry_points(group=BRIDGE_GROUP, name=name))
+        if found:  # none found: looked up again, so a bridge installed later is still seen
+            _BRIDGE_ENTRIES[name] = found
+    return found
+
+
+def _load_bridge(name: str) -> tuple[ContextBridge, bool]:
+    """The bridge the entry point ``name`` gives, and whether its ``attach`` takes ``tracestate``."""
     # Found by entry point, so the core imports no tracing library and no sink package.
-    for entry in entry_points(group=BRIDGE_GROUP, name=name):
+    for entry in _bridge_entries(name):
         try:
             loaded = entry.load()
         except ImportError as exc:  # our own entry point, on an install without the otel extra
@@ -86,8 +108,12 @@ def _load_bridge(name: str) -> ContextBridge:
                 f"({exc}): install ckpt-events[otel], or pass a ContextBridge"
             ) from None
         bridge = loaded()
-        if isinstance(bridge, ContextBridge):
-            return bridge
+        checks = _BRIDGE_CHECKS.get(loaded)
+        if checks is None:
+            is_bridge = isinstance(bridge, ContextBridge)
+            checks = _BRIDGE_CHECKS[loaded] = (is_bridge, is_bridge and takes_tracestate(bridge))
+        if checks[0]:
+            return bridge, checks[1]
     raise InvalidValueError(
         f"otel_context=True needs the {name!r} context bridge (install ckpt-events[otel]), "
         f"or pass a ContextBridge"
@@ -217,16 +243,19 @@ class Telemetry:
         self._ratio_bound = int(sample_ratio * _MAX_RATIO_BOUND)
         self._sample_all = sample_ratio == 1.0  # a new root skips the bound's test (~30 ns)
         if otel_context is True:
-            self._bridge: ContextBridge | None = _load_bridge("opentelemetry")
+            bridge, takes_state = _load_bridge("opentelemetry")
+            self._bridge: ContextBridge | None = bridge
+            self._bridge_state = takes_state
         elif otel_context is False:
             self._bridge = None
+            self._bridge_state = False
         elif isinstance(otel_context, ContextBridge):
             self._bridge = otel_context
+            self._bridge_state = takes_tracestate(otel_context)
         else:
             raise InvalidTypeError(
                 f"otel_context must be a bool or a ContextBridge, not {shown(otel_context)}"
             )
-        self._bridge_state = self._bridge is not None and takes_tracestate(self._bridge)
         if any(f is not None and not callable(f) for f in (ids, clock, monotonic)):
             raise InvalidTypeError(
                 f"ids, clock and monotonic must be callables or None, not {shown(ids)}, "
