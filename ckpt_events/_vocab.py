@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple, TypeVar
 
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError, shown
+from ckpt_events._logs import library_logger
 
 __all__ = [
     "ATTR_PREFIX",
@@ -65,6 +66,8 @@ __all__ = [
     "span_name",
     "step_name",
 ]
+
+logger: Final = library_logger("ckpt_events")
 
 
 class Kind(enum.StrEnum):
@@ -365,7 +368,37 @@ def _learn(what: str, value: object, names: dict[object, str]) -> str:
     name = str(value)  # a user's own StrEnum member goes out as its value
     if len(names) < _REMEMBERED:
         names[name] = name
+    elif what not in _SAID_FULL:
+        _said_full(what, name)
     return name
+
+
+#: The names whose table filled (``_REMEMBERED``), said once each: a step made of an id
+#: (``op.step(f"upload-{shard}")``) gave 10,002 span names for 10,000 shards, without a word.
+_SAID_FULL: Final[set[str]] = set()
+_WHY_FULL: Final = {
+    "step": (
+        "each is a span name (gym.checkpoint.<step>), and tracing backends group and index spans "
+        "by name: name the step for what it does and put the id in an attribute "
+        "(with op.step('upload') as step: step.set_attribute('shard', shard))"
+    ),
+    "participant kind": (
+        "a kind is an attribute of every metric (folded into one overflow series past its "
+        "cardinality limit): put the instance's own name in instance=, not in kind="
+    ),
+}
+
+
+def _said_full(what: str, latest: str) -> None:
+    _SAID_FULL.add(what)
+    logger.warning(
+        "%s distinct %s names in this process (the latest %r), which looks like ids in names: %s; "
+        "names past these are still used, checked each time (said once)",
+        f"{_REMEMBERED:,}",
+        what,
+        latest,
+        _WHY_FULL[what],
+    )
 
 
 _WHAT: Final[dict[type[enum.StrEnum], str]] = {
