@@ -44,6 +44,7 @@ import msgspec
 from ckpt_events._errors import argument_error, shown
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
+from ckpt_events._logs import library_logger
 from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _error_fields, _not_started, _SpanBase
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 from ckpt_events._wallclock import CALIBRATION
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["OperationSpan", "StepSpan"]
 
 _PHASES: Final = {p.value: p for p in Phase}
+logger: Final = library_logger("ckpt_events")
 
 
 #: The classes whose instances are queued in place of their ``*Finished`` event (each
@@ -76,6 +78,24 @@ QUEUED_EVENTS: Final = frozenset((OperationFinished, StepFinished))
 #: buffer (``_Buffer.opened`` drawn as it was made): a span started before the raw buffer it
 #: ends in existed goes whole, numbered 0, its end alone.
 RAW_SEQUENCE: Final = itertools.count(1)
+
+
+#: Whether a step of an operation never entered was said (once a process, by ``_unentered``).
+_SAID_UNENTERED: Final[list[bool]] = []
+
+
+def _unentered(operation: Operation, step: str) -> None:
+    """Say once that a step was made of an operation not entered: ``op = tel.operation(...)``
+    without ``with`` recorded its steps, children of a span that is never recorded, and nothing
+    of its own (its ``set()`` lost), without a word."""
+    _SAID_UNENTERED.append(True)
+    logger.warning(
+        "step %r made of a %s operation not entered (yet): one never entered records nothing "
+        "(its set() is lost) and its steps have no parent in the trace; open it with "
+        "`with tel.operation(...) as op:` before its steps (said once)",
+        step,
+        operation.value,
+    )
 
 
 class _Queued:
@@ -443,6 +463,8 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
             and self._attributes.__class__ is not FrozenAttributes
             else 0
         )
+        if start < 0 and not _SAID_UNENTERED:  # never entered (_NOT_STARTED): said once
+            _unentered(self.operation, name)
         return StepSpan(  # positional, in field order
             tel,
             name,

@@ -4,6 +4,8 @@ pairs, their ``set()`` values and error fields, each in its own slot."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -324,3 +326,43 @@ async def test_leaving_a_handle_never_entered_raises_and_emits_nothing(kind: str
     mine = [e for e in events if getattr(e, "span_id", None) == handle.span_id]
     assert [type(e).__name__.endswith("Started") for e in mine] == [True, False]
     assert 0 < mine[0].start_ns == mine[1].start_ns <= mine[1].end_ns
+
+
+# In a fresh interpreter: the warning is said once a process, and other tests may say it.
+_FORGOT_WITH = """
+import logging, sys
+from ckpt_events import OperationFinished, StepFinished
+from ckpt_events.testing import EventCapture
+
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(levelname)s %(message)s")
+with EventCapture() as capture:
+    tel = capture.telemetry("judge", "judge-0")
+    with tel.operation("commit", checkpoint_id="right") as op:  # as documented: nothing said
+        with op.step("upload"):
+            pass
+    print("said nothing yet", flush=True)
+    for n in range(3):
+        op = tel.operation("commit", checkpoint_id=f"forgot-{n}")  # `with` forgotten
+        with op.step("upload"):
+            pass
+        op.set(records=3)
+    ops = capture.of_type(OperationFinished)
+    print("operations", [e.checkpoint_id for e in ops], "steps", len(capture.of_type(StepFinished)))
+"""
+
+
+def test_a_step_of_an_operation_never_entered_is_said_once() -> None:
+    """``op = tel.operation(...)`` without ``with``, then ``op.step(...)`` and ``op.set(...)``:
+    the steps were recorded as children of a span never recorded, the operation and its
+    ``set()`` lost, without a word. One warning says so and names the fix; the operation
+    used as documented says nothing; what is recorded is unchanged."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FORGOT_WITH], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0] == "said nothing yet", result.stdout
+    warnings = [line for line in lines if line.startswith("WARNING")]
+    assert len(warnings) == 1, result.stdout
+    assert "step 'upload' made of a commit operation not entered" in warnings[0]
+    assert "`with tel.operation(...) as op:`" in warnings[0]
+    assert lines[-1] == "operations ['right'] steps 4"
