@@ -341,3 +341,26 @@ async def test_counted_events_check_their_counts_on_and_off(listening: bool) -> 
             tel.prepare_not_ready(-1)
         with pytest.raises(InvalidArgumentError, match="calls must be an int >= 0, not '3'"):
             tel.generation_cut("durable_prefix", "3")  # type: ignore[arg-type]
+
+
+def test_a_telemetry_made_per_request_is_freed_and_still_emits() -> None:
+    """The pattern is one Telemetry per participant, but one made per request must not leak: the
+    bus tells its Telemetry of new subscriptions through weak references, so each is freed once
+    its spans are delivered (a million made: memory flat), and each one's events arrive."""
+    import gc
+    import weakref
+
+    from ckpt_events import OperationFinished, StepFinished
+    from ckpt_events.testing import EventCapture
+
+    with EventCapture() as capture:
+        made: list[weakref.ref[Telemetry]] = []
+        for n in range(200):
+            tel = Telemetry(capture.bus, kind="judge", instance="judge-0")
+            with tel.operation("commit", checkpoint_id=f"r{n}") as op, op.step("write"):
+                pass
+            made.append(weakref.ref(tel))
+            del tel, op
+        assert len(capture.of_type(OperationFinished)) == len(capture.of_type(StepFinished)) == 200
+        gc.collect()
+        assert [ref for ref in made if ref() is not None] == []

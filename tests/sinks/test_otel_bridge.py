@@ -175,3 +175,50 @@ def test_a_telemetry_made_per_request_reads_no_package_metadata() -> None:
             span.get_span_context().trace_id,
             span.get_span_context().span_id,
         )
+
+
+async def test_concurrent_tasks_and_threads_each_nest_under_their_own_operation() -> None:
+    """One Telemetry with ``otel_context=True`` shared by 8 anyio tasks (steps interleaved across
+    ``await``s) and 4 threads: each inner operation, made without ``parent=``, is the child of
+    its own task's or thread's operation, never another's, as each step is of its operation."""
+    import threading
+
+    import anyio
+
+    from ckpt_events import OperationFinished, StepFinished
+    from ckpt_events.testing import capture_events
+
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="a0", otel_context=True)
+
+        async def task(n: int) -> None:
+            with tel.operation("commit", checkpoint_id=f"task-{n}") as op:
+                for turn in range(10):
+                    with op.step("upload"):
+                        await anyio.sleep(0.001 * ((n + turn) % 3))
+                    with tel.operation("restore", checkpoint_id=f"task-{n}"):
+                        await anyio.sleep(0)
+
+        def thread(n: int) -> None:
+            with tel.operation("commit", checkpoint_id=f"thread-{n}") as op:
+                for _ in range(50):
+                    with op.step("upload"):
+                        pass
+                    with tel.operation("restore", checkpoint_id=f"thread-{n}"):
+                        pass
+
+        threads = [threading.Thread(target=thread, args=(n,)) for n in range(4)]
+        for started in threads:
+            started.start()
+        async with anyio.create_task_group() as group:
+            for n in range(8):
+                group.start_soon(task, n)
+        for started in threads:
+            started.join(timeout=30)
+    finished = [e for e in events if isinstance(e, OperationFinished)]
+    commits = {e.span_id: e.checkpoint_id for e in finished if e.operation == "commit"}
+    inner = [e for e in finished if e.operation == "restore"]
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    assert len(commits) == 12 and len(inner) == len(steps) == 8 * 10 + 4 * 50
+    assert all(commits.get(e.parent_span_id) == e.checkpoint_id for e in inner)
+    assert all(commits.get(e.parent_span_id) == e.checkpoint_id for e in steps)
