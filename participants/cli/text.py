@@ -16,7 +16,7 @@ import html
 import unicodedata
 from typing import Final
 
-__all__ = ["escape", "escape_html"]
+__all__ = ["escape", "escape_html", "short_id"]
 
 #: Categories of character shown as an escape: C0, DEL and C1 controls (ESC, the C1 CSI 0x9b and
 #: OSC 0x9d among them), format characters (bidi overrides, zero-width ones), lone surrogates
@@ -43,6 +43,25 @@ def escape(text: object) -> str:
     if plain.isprintable():  # the common case: one C-level scan, no copy
         return plain
     return "".join(_shown(char) for char in plain)
+
+
+#: A checkpoint id longer than this is shown cut (its start, ``...``, its end, its length).
+_WHOLE_ID: Final = 80
+_ID_HEAD: Final = 48
+_ID_TAIL: Final = 16
+
+
+def short_id(checkpoint_id: str | None, missing: str = "") -> str:
+    """A checkpoint id as the report shows it (still to ``escape``): ``missing`` for none, ``''``
+    for the empty one (it read as no id: ``#4 checkpoint , start ...``), one past 80 characters
+    cut to its start and end with its length (a 10 KB id filled 61 lines of the overview)."""
+    if checkpoint_id is None:
+        return missing
+    if checkpoint_id == "":
+        return "''"
+    if len(checkpoint_id) <= _WHOLE_ID:
+        return checkpoint_id
+    return f"{checkpoint_id[:_ID_HEAD]}...{checkpoint_id[-_ID_TAIL:]} ({len(checkpoint_id):,} characters)"
 
 
 def escape_html(text: object) -> str:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, given_path
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, short_id
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import shown
 
@@ -101,7 +101,7 @@ def _report(args: argparse.Namespace) -> int:
                 f"--checkpoint {shown(args.checkpoint)}: these logs hold no controller's coordination, "
                 "from which checkpoints are named: pass the controller's log too"
             )
-        known = ", ".join(escape(i) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
+        known = ", ".join(escape(short_id(i)) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
         raise CommandError(f"no checkpoint {shown(args.checkpoint)} in the logs (there are: {known})")
     whole = None
     if not run.rows:
@@ -129,7 +129,7 @@ def _report(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     details = run.details(rows)
     for row in rows:
-        title = f"{row.what} {row.checkpoint_id} ({row.outcome})"
+        title = f"{row.what} {short_id(row.checkpoint_id)} ({row.outcome})"
         render(out, details[id(row)], title=title, note=run.shared_line(row))
     if args.report is None:
         return 0

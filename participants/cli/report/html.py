@@ -38,7 +38,7 @@ from ckpt_events.participants.cli.report.timeline import (
     spans_of,
     summed_over,
 )
-from ckpt_events.participants.cli.text import escape, escape_html
+from ckpt_events.participants.cli.text import escape, escape_html, short_id
 from ckpt_events.participants.cli.words import counted, milliseconds
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
@@ -375,7 +375,7 @@ def html_page(
         # Which checkpoint: a restore's id is the checkpoint it restored.
         named = label
         if attribution is not None and attribution.checkpoint_id is not None:
-            named = f"{label} {escape_html(attribution.checkpoint_id)}"
+            named = f"{label} {escape_html(short_id(attribution.checkpoint_id))}"
         sections.append(
             f'<section id="{label}"><h2>{named}</h2>\n{attribution_html(attribution)}\n'
             f"{waterfall_svg(spans, title=label, kinds=kinds)}</section>"

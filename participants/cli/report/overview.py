@@ -66,6 +66,7 @@ from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
 from ckpt_events.participants.cli.report.trends import Trends
+from ckpt_events.participants.cli.text import short_id
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
 from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Phase
@@ -588,7 +589,8 @@ def _judge(
                 # Said on each row it may be of, as such: never a cause given to the wrong one.
                 (said,), _ = causes_of([], [e])
                 doubtful.append(
-                    f"{said}, of this {row.what} or another of {row.checkpoint_id} ({who_wrote(e)}'s "
+                    f"{said}, of this {row.what} or another of {short_id(row.checkpoint_id)} "
+                    f"({who_wrote(e)}'s "
                     "clock is not known to agree with the controller's)"
                 )
         elif owner_of(same_id, e, trace) is row:

@@ -22,7 +22,7 @@ from ckpt_events.participants.cli.report.overview import (
 )
 from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, short_id
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["DETAILED_UNPUBLISHED", "OUTCOME_COLOURS", "chosen_rows", "not_detailed_line", "render_overview"]
@@ -106,7 +106,7 @@ def _row_lines(run: Run) -> list[Text]:
     lines = []
     for number, row in enumerate(run.rows, 1):
         line = Text(f"#{number} {row.what} ")
-        line.append(escape(row.checkpoint_id or ""))
+        line.append(escape(short_id(row.checkpoint_id)))
         line.append(f", start {_start_text(row)} UTC")
         if row.ms_text:
             line.append(f", {row.ms_text} ms")
@@ -123,7 +123,7 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
     # Under 100 columns one space between columns (no edges) keeps a checkpoint id and its
     # start time on one line each at 80; an id too long for that folds rather than being cut.
     table = Table(box=box.SIMPLE_HEAD, show_edge=not compact, padding=(0, 0) if compact else (0, 1))
-    whole = max((len(escape(r.checkpoint_id or "")) for r in run.rows), default=0) <= _WHOLE_ID
+    whole = max((len(escape(short_id(r.checkpoint_id))) for r in run.rows), default=0) <= _WHOLE_ID
     for column, justify in (
         ("#", "right"),
         ("what", "left"),
@@ -139,7 +139,7 @@ def _rows_table(run: Run, *, compact: bool) -> Table:
         table.add_row(
             str(number),
             row.what,
-            Text(escape(row.checkpoint_id or "")),
+            Text(escape(short_id(row.checkpoint_id))),
             _start_text(row),
             row.ms_text,
             _paused_text(row),
@@ -164,9 +164,9 @@ def _render_row_notes(console: Console, run: Run) -> None:
             console.print(Text(f"#{number} {row.what}, {escape(row.critical_path)}", style="dim"))
         if row.what == "restore":
             source = (
-                f"from #{row.source_row} checkpoint {escape(row.checkpoint_id or '')}"
+                f"from #{row.source_row} checkpoint {escape(short_id(row.checkpoint_id))}"
                 if row.source_row is not None
-                else f"of checkpoint {escape(row.checkpoint_id or '')} (not in these logs)"
+                else f"of checkpoint {escape(short_id(row.checkpoint_id))} (not in these logs)"
             )
             said = "".join(f"; {escape(x)}" for x in (row.dominated, row.episodes_text) if x)
             console.print(Text(f"#{number} restore {source}{said}"))

@@ -39,7 +39,7 @@ from ckpt_events.participants.cli.report.overview import (
 from ckpt_events.participants.cli.report.overview_terminal import DETAILED_UNPUBLISHED
 from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
-from ckpt_events.participants.cli.text import escape_html
+from ckpt_events.participants.cli.text import escape_html, short_id
 from ckpt_events.participants.cli.words import counted
 
 __all__ = ["ALL_WATERFALLS", "OUTCOME_FILLS", "run_page", "write_run_page"]
@@ -86,7 +86,7 @@ def _strip(run: Run) -> str:
         width = max(2.0, (end - row.start_ns) / total * _STRIP_W)
         fill = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         ms = "open" if row.end_ns is None else "duration unknown" if row.ms is None else f"{row.ms:.1f} ms"
-        tip = escape_html(f"#{number} {row.what} {row.checkpoint_id or ''}: {row.outcome}, {ms}")
+        tip = escape_html(f"#{number} {row.what} {short_id(row.checkpoint_id)}: {row.outcome}, {ms}")
         out.append(
             f'<a href="#row-{number}"><rect class="checkpoint" data-row="{number}" '
             f'data-outcome="{escape_html(row.outcome)}" x="{x:.1f}" y="4" width="{width:.1f}" '
@@ -137,7 +137,7 @@ def _table(run: Run, drawn: set[int]) -> str:
         colour = OUTCOME_FILLS.get(row.outcome, "#6b7280")
         body.append(
             f'<tr id="row-{number}"><td>{number}</td><td>{escape_html(row.what)}</td>'
-            f"<td>{escape_html(row.checkpoint_id or '')}</td>"
+            f"<td>{escape_html(short_id(row.checkpoint_id))}</td>"
             f"<td>{_when(row.start_ns)}</td><td>{row.ms_text}</td>"
             f"<td>{'' if row.paused_ms is None else f'{row.paused_ms:.1f}'}</td>"
             f'<td class="outcome" style="color:{colour}">{escape_html(row.outcome)}</td>'
@@ -185,7 +185,7 @@ def _waterfalls(run: Run, details: dict[int, list[Any]]) -> list[str]:
         events = details.get(id(row))
         if events is None:
             continue
-        label = f"#{number} {row.what} {row.checkpoint_id or ''} ({row.outcome})"
+        label = f"#{number} {row.what} {short_id(row.checkpoint_id)} ({row.outcome})"
         parts = [
             f'<section id="detail-{number}"><h2>{escape_html(label)} <a href="#row-{number}">↑ row</a></h2>'
         ]
@@ -197,7 +197,7 @@ def _waterfalls(run: Run, details: dict[int, list[Any]]) -> list[str]:
             spans = trace_spans(events, trace)
             if spans:
                 parts.append(attribution_html(attribute(spans)))
-                parts.append(waterfall_svg(spans, title=f"{row.what} {row.checkpoint_id or ''}"))
+                parts.append(waterfall_svg(spans, title=f"{row.what} {short_id(row.checkpoint_id)}"))
         if len(parts) == 1 + bool(row.causes) + (shared is not None):
             parts.append("<p>no finished span to draw (every span of it is still open)</p>")
         out.append("\n".join(parts) + "</section>")

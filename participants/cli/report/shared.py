@@ -27,6 +27,7 @@ from ckpt_events import (
     StepFinished,
     StepStarted,
 )
+from ckpt_events.participants.cli.text import short_id
 
 if TYPE_CHECKING:
     from ckpt_events.participants.cli.report.overview import RunRow
@@ -131,7 +132,9 @@ def shared_line(rows: Sequence[RunRow], row: RunRow) -> str | None:
     ]
     if not others:
         return None
-    named = ", ".join(f"#{n} ({other.what} {other.checkpoint_id or '-'})" for n, other in others[:_NAMED])
+    named = ", ".join(
+        f"#{n} ({other.what} {short_id(other.checkpoint_id, '-')})" for n, other in others[:_NAMED]
+    )
     more = f" and {len(others) - _NAMED} more" if len(others) > _NAMED else ""
     return (
         f"its trace is shared with {named}{more}: shown are the spans under its own root "

@@ -32,7 +32,7 @@ from ckpt_events.participants.cli.report.timeline import (
     counts,
     known_sum,
 )
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, short_id
 from ckpt_events.participants.cli.words import counted, milliseconds
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, colour_of
 from ckpt_events.vocab import CountedEvent
@@ -129,7 +129,7 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
         return
     # Which checkpoint: a restore's id is the checkpoint it restored.
     if attribution.checkpoint_id is not None:
-        label = f"{label} {attribution.checkpoint_id}"
+        label = f"{label} {short_id(attribution.checkpoint_id)}"
     console.print(
         Text(f"{escape(label)} ({escape(attribution.root)}): {escape(attribution.line())}", style="bold")
     )

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.report.durations import Key, percentile
 from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
+from ckpt_events.participants.cli.text import short_id
 from ckpt_events.vocab import Kind
 
 if TYPE_CHECKING:
@@ -335,7 +336,7 @@ class Trends:
             for number, row, ms in done:
                 if ms > SLOW_FACTOR * middle:
                     out.append(
-                        f"checkpoint #{number} {row.checkpoint_id} took {ms:.1f} ms, "
+                        f"checkpoint #{number} {short_id(row.checkpoint_id)} took {ms:.1f} ms, "
                         f"{ms / middle:.1f}x the run's median {middle:.1f} ms"
                     )
         out.extend(self._stragglers())

@@ -341,3 +341,43 @@ def test_the_checkpoints_detailed_by_default_are_bounded(
     assert f"{left} more checkpoints and restores that did not publish are not detailed" in said
     assert "--checkpoint ID" in said
     assert page.read_text().count('<section id="detail-') == DETAILED_UNPUBLISHED
+
+
+def test_a_long_or_empty_checkpoint_id_is_shown_cut_or_quoted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's ids as given to ``checkpoint_id=``: a 10 KB one filled 61 lines of the overview
+    (and again each line naming it), an empty one read as no id (``#4 checkpoint , start``).
+    Each is shown cut to its start and end with its length, or as ``''``; a non-ASCII one whole,
+    and ``--checkpoint ''`` still finds its row."""
+    import anyio
+
+    from ckpt_events import Bus, Telemetry
+    from ckpt_events.sinks import JsonLinesSink
+
+    log = tmp_path / "run.jsonl"
+    ids = ["c1", "x" * 10_240, "検査点-ü", ""]
+
+    async def run() -> None:
+        async with Bus() as bus:
+            bus.subscribe(JsonLinesSink(log))
+            controller = Telemetry(bus, kind="controller", instance="coordination")
+            judge = Telemetry(bus, kind="judge", instance="judge-0")
+            for checkpoint_id in ids:
+                with controller.coordinate("commit", checkpoint_id=checkpoint_id) as coordinate:
+                    with coordinate.stage("judge") as stage:
+                        with judge.operation(
+                            "commit", checkpoint_id=checkpoint_id, traceparent=stage.traceparent()
+                        ):
+                            pass
+
+    anyio.run(run)
+    assert main(["report", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "x" * 100 not in out
+    assert f"{'x' * 48}...{'x' * 16} (10,240 characters)" in out
+    assert "検査点-ü" in out
+    assert "''" in out and "checkpoint , " not in out
+    assert len(out) < 8_000
+    assert main(["report", str(log), "--checkpoint", ""]) == 0
+    assert "checkpoint '' (published)" in capsys.readouterr().out
