@@ -11,6 +11,7 @@ interval timer and cumulative totals.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -82,11 +83,43 @@ class ExportWorker:
         self._dropped_unit = unit if dropped_unit is None else dropped_unit
         self._logged_failure = False
         self._thread: threading.Thread | None = None
+        self._owner = os.getpid()  # the process whose thread exports
+        self._said_forked = False
 
     def start(self, loop: Callable[[], None]) -> None:
         """Run ``loop`` in the worker thread; it returns once it sees ``closed``."""
+        self._owner = os.getpid()
         self._thread = threading.Thread(target=loop, name=self.name, daemon=True)
         self._thread.start()
+
+    def dropped_in_fork(self, items: int) -> bool:
+        """In a process forked from the one that started the thread, count ``items`` as dropped,
+        warn once and return True; else False. A fork copies no thread: configure() at import
+        under ``gunicorn --preload`` queued every worker's spans where nothing sent them (400 of
+        400 lost), said only at shutdown as "dropped in all", with no cause. They are not sent
+        from here either: the resource (``service.instance.id``) is the parent's, so every
+        worker's spans and cumulative metrics would read as one process's."""
+        if os.getpid() == self._owner:
+            return False
+        with self.wake:
+            self.dropped += items
+            first = not self._said_forked
+            self._said_forked = True
+        if first:
+            logger.warning(
+                "OTLP %s export to %s: this process (pid %d) was forked from the one that "
+                "configured it (pid %d), whose export thread does not run here; its %s here are "
+                "dropped, counted in %s: call "
+                "configure() in each process after the fork (instrument() does it in each "
+                "worker's lifespan; not at import under gunicorn --preload)",
+                self._signal,
+                self.sender.shown_url,
+                os.getpid(),
+                self._owner,
+                self._dropped_unit,
+                self._counted_in,
+            )
+        return True
 
     def is_alive(self) -> bool:
         """Whether the thread runs (a loop that raised has ended)."""

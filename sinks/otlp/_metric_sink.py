@@ -135,7 +135,10 @@ class OtlpMetricSink:
         self._worker.start(self._run)
 
     def handle(self, batch: list[Any]) -> None:
-        """Fold ``batch`` into the cumulative totals; after ``shutdown``, count it as dropped."""
+        """Fold ``batch`` into the cumulative totals; after ``shutdown``, or in a process forked
+        from the one that made the sink, count it as dropped."""
+        if self._worker.dropped_in_fork(len(batch)):
+            return
         with self._lock:
             worker = self._worker
             if not worker.closed:

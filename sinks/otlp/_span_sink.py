@@ -214,6 +214,8 @@ class OtlpSpanSink:
         """Queue the sampled events of ``batch``; what the bounded queue cannot take is dropped."""
         sampled = [event for event in batch if event.sampled]
         self._unsampled += len(batch) - len(sampled)
+        if self._worker.dropped_in_fork(len(sampled)):
+            return
         wake = self._wake
         with wake:
             worker = self._worker
