@@ -524,7 +524,9 @@ def _prometheus(
     else:
         source = PrometheusSink(cardinality_limit=cardinality_limit)
         subscriptions.append(bus.subscribe(source, name="prometheus"))
-    return PrometheusEndpoint(source, settings.prometheus_host, settings.prometheus_port, bus=bus)
+    return PrometheusEndpoint(
+        source, settings.prometheus_host, settings.prometheus_port, bus=bus, ports=settings.prometheus_ports
+    )
 
 
 def _replace(settings: OtelSettings, **changes: Any) -> OtelSettings:

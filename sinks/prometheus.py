@@ -471,10 +471,11 @@ class PrometheusEndpoint:
     """``http://host:port/metrics`` serving ``source``'s totals until ``close``.
 
     A context manager, plain or async (``with``/``async with``: closed at the end), as the other
-    servers are. ``port=0`` picks a free port (read ``port``). ``host`` is a name or an address, an
-    IPv6 one bare or in brackets (``::1``, ``[::1]``; ``host`` holds it bare); ``""`` is every
-    interface, as to the OS (``host`` holds ``0.0.0.0``), and a wildcard's ``url`` names this
-    machine's loopback (``127.0.0.1``, ``[::1]``). Binding fails with
+    servers are. ``port=0`` picks a free port (read ``port``); ``ports=N`` takes the first free one
+    of ``port`` to ``port + N - 1`` (a port per worker process of one app). ``host`` is a name
+    or an address, an IPv6 one bare or in brackets (``::1``, ``[::1]``; ``host`` holds it bare);
+    ``""`` is every interface, as to the OS (``host`` holds ``0.0.0.0``), and a wildcard's ``url``
+    names this machine's loopback (``127.0.0.1``, ``[::1]``). Binding fails with
     ``ConfigurationError`` naming the address; brackets around anything else, a ``:`` in a host
     that is not an IPv6 address (``localhost:9464``), a port outside 0-65535, ``max_concurrent``
     below 1 or a timeout that is not a number of seconds in (0, 3600] raise ``InvalidValueError``
@@ -497,12 +498,16 @@ class PrometheusEndpoint:
         timeout: float = 5.0,
         header_timeout: float = 2.0,
         bus: Bus | None = None,
+        ports: int = 1,
     ) -> None:
         # Unchecked, max_concurrent=0 answered every scrape 503 and timeout=0 closed every
         # connection unanswered, for the life of the endpoint; port=70000 was an OverflowError.
         port_message = f"port must be a TCP port number from 0 to 65535, not {shown(port)}"
         if check_int(port, port_message) > 65535:
             raise InvalidValueError(port_message)
+        ports_message = f"ports must be an int from 1 to {65536 - port} for port {port}, not {shown(ports)}"
+        if check_int(ports, ports_message, minimum=1) > 65536 - port or (ports > 1 and port == 0):
+            raise InvalidValueError(ports_message)
         check_int(
             max_concurrent, f"max_concurrent must be an int >= 1, not {shown(max_concurrent)}", minimum=1
         )
@@ -533,27 +538,7 @@ class PrometheusEndpoint:
         self.registry.register(self.collector)
         if bus is not None:  # what each of its sinks lost, beside what they counted
             self.registry.register(BusStatsCollector(bus))
-        try:
-            self._server = ScrapeServer(
-                (host, port),
-                _handler(self.registry),
-                max_concurrent,
-                header_timeout=header_timeout,
-                timeout=timeout,
-            )
-        except OSError as exc:
-            # Several worker processes of one app (uvicorn --workers, gunicorn) each configure
-            # their own endpoint: the second stopped the whole server with "in use" alone.
-            shared = (
-                " (each worker process of uvicorn --workers or gunicorn needs a port of its own: "
-                "see 'Several worker processes' in docs/fastapi.md)"
-                if exc.errno == errno.EADDRINUSE
-                else ""
-            )
-            raise ConfigurationError(
-                f"cannot serve Prometheus metrics on {host}:{port} ({exc.strerror or exc}); set "
-                f"OTEL_EXPORTER_PROMETHEUS_HOST/OTEL_EXPORTER_PROMETHEUS_PORT to a free address{shared}"
-            ) from None
+        self._server = self._bind(host, port, ports, max_concurrent, header_timeout, timeout)
         self.host = host
         self.port: int = self._server.server_address[1]
         self._closed = False
@@ -564,6 +549,44 @@ class PrometheusEndpoint:
             daemon=True,
         )
         self._thread.start()
+
+    def _bind(
+        self, host: str, port: int, ports: int, max_concurrent: int, header_timeout: float, timeout: float
+    ) -> ScrapeServer:
+        """The server on the first of ``ports`` ports from ``port`` that is free: each worker
+        process of one app (uvicorn ``--workers``, gunicorn) configures its own endpoint, and
+        one port stopped the whole server at the second worker's startup."""
+        for candidate in range(port, port + ports):
+            try:
+                return ScrapeServer(
+                    (host, candidate),
+                    _handler(self.registry),
+                    max_concurrent,
+                    header_timeout=header_timeout,
+                    timeout=timeout,
+                )
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE and candidate < port + ports - 1:
+                    continue  # another worker's (or another server's): the next one
+                failure = exc
+                break
+        where = f"{host}:{port}" if ports == 1 else f"{host}:{port}-{port + ports - 1}"
+        if failure.errno != errno.EADDRINUSE:
+            fix = "set OTEL_EXPORTER_PROMETHEUS_HOST/OTEL_EXPORTER_PROMETHEUS_PORT to a free address"
+        elif ports == 1:
+            fix = (
+                "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port; under uvicorn --workers N or "
+                "gunicorn -w N, set CKPT_EVENTS_PROMETHEUS_PORTS=N too, a port per worker process "
+                "('Several worker processes' in docs/fastapi.md)"
+            )
+        else:
+            fix = (
+                f"every one is in use: CKPT_EVENTS_PROMETHEUS_PORTS must be at least the number of "
+                f"worker processes, and the {ports} ports from OTEL_EXPORTER_PROMETHEUS_PORT free"
+            )
+        raise ConfigurationError(
+            f"cannot serve Prometheus metrics on {where} ({failure.strerror or failure}); {fix}"
+        ) from None
 
     @property
     def url(self) -> str:

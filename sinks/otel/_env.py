@@ -154,6 +154,13 @@ class OtelSettings(msgspec.Struct, frozen=True):
     #: (``OTEL_EXPORTER_PROMETHEUS_HOST`` / ``_PORT``); an IPv6 host without brackets.
     prometheus_host: str = "localhost"
     prometheus_port: int = 9464
+    #: ``CKPT_EVENTS_PROMETHEUS_PORTS``: how many ports from ``prometheus_port`` on the endpoint may
+    #: take, the first free one (1: that port alone); one per worker process of a server.
+    prometheus_ports: int = 1
+
+
+#: ``CKPT_EVENTS_PROMETHEUS_PORTS``' bound: worker processes of one server, with room to spare.
+MAX_PROMETHEUS_PORTS: Final = 1024
 
 
 #: The prefixes of the variables we read: only their values are checked to be strings.
@@ -446,6 +453,33 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _prometheus_ports(env: Mapping[str, str], port: int) -> int:
+    """``CKPT_EVENTS_PROMETHEUS_PORTS`` (default 1): a count of ports from ``port`` on, all of them
+    TCP ports; with port 0 (any free port) there is no range to take from."""
+    name = "CKPT_EVENTS_PROMETHEUS_PORTS"
+    raw = _get(env, name)
+    if raw is None:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_PROMETHEUS_PORTS:
+        raise _bad(
+            name, raw, f"use a number of ports from 1 to {MAX_PROMETHEUS_PORTS}, one per worker process"
+        )
+    if value > 1 and port == 0:
+        raise _bad(
+            name,
+            raw,
+            "it counts ports from OTEL_EXPORTER_PROMETHEUS_PORT on, which is 0 (any free port): "
+            "set that to the first port of the range",
+        )
+    if port + value - 1 > 65535:
+        raise _bad(name, raw, f"OTEL_EXPORTER_PROMETHEUS_PORT {port} + {value - 1} is past port 65535")
+    return value
+
+
 def _prometheus_host(env: Mapping[str, str]) -> str:
     """``OTEL_EXPORTER_PROMETHEUS_HOST`` as the scrape endpoint binds it (default ``localhost``): an
     IPv6 address bare or in a URL's brackets (``::1``, ``[::1]``); ``[::1]`` went to bind() as
@@ -544,6 +578,7 @@ def read_otel_env(
     metrics = _exporters(
         env, "OTEL_METRICS_EXPORTER", base or bool(_get(env, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
     )
+    port = _port(env, "OTEL_EXPORTER_PROMETHEUS_PORT", 9464)
     return OtelSettings(
         traces=traces,
         metrics=metrics,
@@ -558,5 +593,6 @@ def read_otel_env(
         metric_interval_ms=DEFAULT_METRIC_INTERVAL_MS if interval is None else interval,
         metric_export_timeout_ms=metric_timeout,
         prometheus_host=_prometheus_host(env),
-        prometheus_port=_port(env, "OTEL_EXPORTER_PROMETHEUS_PORT", 9464),
+        prometheus_port=port,
+        prometheus_ports=_prometheus_ports(env, port),
     )

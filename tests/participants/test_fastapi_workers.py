@@ -8,9 +8,12 @@ and nothing is left running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,13 +47,14 @@ async def commit(request: Request) -> dict[str, int]:
     return {"pid": os.getpid()}
 """
 REQUESTS = 400
+DOCS = Path(__file__).parents[2] / "docs" / "fastapi.md"
 
 
-def _uvicorn(project: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+def _uvicorn(project: Path, port: int, env: dict[str, str], workers: int = 2) -> subprocess.Popen[str]:
     (project / "userapp.py").write_text(APP)
     command = [sys.executable, "-m", "uvicorn", "userapp:app", "--host", "127.0.0.1", "--port", str(port)]
     return subprocess.Popen(
-        [*command, "--workers", "2"],
+        [*command, "--workers", str(workers)],
         cwd=project,
         env={**os.environ, **env, "PYTHONPATH": os.pathsep.join(sys.path)},
         stdout=subprocess.PIPE,
@@ -101,7 +105,7 @@ def test_a_fixed_prometheus_port_stops_the_server_saying_why(tmp_path: Path) -> 
     assert f"cannot serve Prometheus metrics on 127.0.0.1:{metrics} (Address already in use)" in output, (
         output[-3000:]
     )
-    assert "each worker process of uvicorn --workers or gunicorn needs a port of its own" in output
+    assert "under uvicorn --workers N or gunicorn -w N, set CKPT_EVENTS_PROMETHEUS_PORTS=N too" in output
     # Nothing left running: every worker uvicorn said it started has ended.
     workers = [int(pid) for pid in re.findall(r"Started server process \[(\d+)\]", output)]
     assert workers, output[-3000:]
@@ -109,3 +113,66 @@ def test_a_fixed_prometheus_port_stops_the_server_saying_why(tmp_path: Path) -> 
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if alive(pid)]
+
+
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 (at most 50 tries)."""
+    for _ in range(50):
+        (first,) = free_ports(1)
+        if first + count > 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for candidate in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+        return first
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def _operations(url: str) -> int:
+    """The commits a worker's scrape page counts (its duration histogram's ``_count``)."""
+    page = httpx.get(url, timeout=5).text
+    found = re.search(r"^gym_checkpoint_operation_duration_ms_milliseconds_count\{.*\} (\S+)$", page, re.M)
+    return 0 if found is None else int(float(found.group(1)))
+
+
+@pytest.mark.e2e
+def test_a_port_per_worker_serves_every_workers_metrics(tmp_path: Path) -> None:
+    """``CKPT_EVENTS_PROMETHEUS_PORTS=4`` under ``uvicorn --workers 4``: each worker serves on a
+    port of its own in the range, and the four pages add up to every request served."""
+    workers = 4
+    (port,) = free_ports(1)
+    metrics = _free_run(workers)
+    # The variables of docs/fastapi.md's line, its port moved to a free range.
+    (line,) = [line for line in DOCS.read_text().splitlines() if "CKPT_EVENTS_PROMETHEUS_PORTS=4 " in line]
+    words = shlex.split(line)
+    assert words[words.index("--workers") + 1] == str(workers)
+    environ = dict(word.split("=", 1) for word in words if re.fullmatch(r"[A-Z_]+=\S+", word))
+    assert environ.pop("OTEL_EXPORTER_PROMETHEUS_PORT") == "9464"
+    environ.update(OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1", OTEL_EXPORTER_PROMETHEUS_PORT=str(metrics))
+    server = _uvicorn(tmp_path, port, environ, workers)
+    try:
+        assert listening(server, port, 30), "uvicorn did not listen"
+        urls = [f"http://127.0.0.1:{metrics + i}/metrics" for i in range(workers)]
+        deadline = time.monotonic() + 20
+        while not all(listening(server, metrics + i, 0.1) for i in range(workers)):
+            assert time.monotonic() < deadline, "not every worker serves its metrics"
+        no_keepalive = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, limits=no_keepalive) as client:
+            for _ in range(REQUESTS // 4):
+                assert client.post("/commit").status_code == 200
+        # A worker hands its batch to the sink within the bus's interval: read until they add up.
+        counts = [_operations(url) for url in urls]
+        while sum(counts) < REQUESTS // 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            counts = [_operations(url) for url in urls]
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=30)
+    finally:
+        stop_process(server)
+    assert sum(counts) == REQUESTS // 4, (counts, output[-2000:])
+    assert server.returncode == 0, output[-2000:]
+    assert "Traceback" not in output

@@ -76,7 +76,7 @@ async def test_a_taken_prometheus_port_leaves_no_thread_and_no_open_log(
     async with Bus() as bus:
         started = time.monotonic()
         # The port a sibling worker process took (uvicorn --workers) is the common case.
-        hint = r"Address already in use.*each worker process of uvicorn --workers or gunicorn needs a port"
+        hint = r"Address already in use.*gunicorn -w N, set CKPT_EVENTS_PROMETHEUS_PORTS=N"
         with pytest.raises(ConfigurationError, match=f"cannot serve Prometheus metrics.*{hint}"):
             configure(bus, otlp_endpoint="http://127.0.0.1:9", jsonl_path=log, environ=environ)
         assert time.monotonic() - started < 5  # no export waited for

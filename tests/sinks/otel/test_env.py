@@ -206,6 +206,9 @@ async def test_given_providers_are_used_not_built() -> None:
         ("OTEL_METRICS_EXPORTER", "zipkin"),
         ("OTEL_TRACES_EXPORTER", "prometheus"),
         ("OTEL_EXPORTER_PROMETHEUS_PORT", "99999"),
+        ("CKPT_EVENTS_PROMETHEUS_PORTS", "0"),
+        ("CKPT_EVENTS_PROMETHEUS_PORTS", "four"),
+        ("CKPT_EVENTS_PROMETHEUS_PORTS", "1025"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/xml"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),
@@ -242,6 +245,19 @@ def test_bad_values_name_the_variable_on_one_line(name: str, value: str) -> None
     with pytest.raises(ConfigurationError, match=name) as info:
         read_otel_env(environ)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("port", "ports", "said"),
+    [("0", "4", r"which is 0 \(any free port\)"), ("65534", "4", "past port 65535")],
+)
+def test_a_prometheus_port_range_must_be_a_range_of_ports(port: str, ports: str, said: str) -> None:
+    """CKPT_EVENTS_PROMETHEUS_PORTS counts ports from OTEL_EXPORTER_PROMETHEUS_PORT: port 0 has no
+    range, and one past 65535 no last port; each is one line naming the variable."""
+    environ = {**BASE, "OTEL_EXPORTER_PROMETHEUS_PORT": port, "CKPT_EVENTS_PROMETHEUS_PORTS": ports}
+    with pytest.raises(ConfigurationError, match=f"^CKPT_EVENTS_PROMETHEUS_PORTS='{ports}' .*{said}"):
+        read_otel_env(environ)
+    assert read_otel_env({**BASE, "CKPT_EVENTS_PROMETHEUS_PORTS": "4"}).prometheus_ports == 4
 
 
 @pytest.mark.parametrize("signal", ["", "METRICS_", "TRACES_"])
