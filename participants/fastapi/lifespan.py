@@ -7,7 +7,7 @@ Part of ``ckpt_events.participants.fastapi``, which re-exports ``Instrumented``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Any, Final
@@ -78,6 +78,9 @@ class Instrumented:
         self._renew = renew
         self._runs = 0
         self._running = False
+        # Why configuring the sinks failed this run (a port taken, a bad variable): the server's
+        # log says it in one line rather than the lifespan's traceback (ArrivalMiddleware).
+        self._startup_failure: CkptEventsError | None = None
 
     def __repr__(self) -> str:
         return f"Instrumented({self.telemetry!r}, owns_bus={self._owns_bus})"
@@ -122,9 +125,14 @@ class Instrumented:
                         "pass bus= that bus too, and the lifespan uses it as it is"
                     ) from exc
                 if self._configure_sinks is not None:
-                    handle = self._configure_sinks(self.bus)
-                    if inspect.isawaitable(handle):
-                        handle = await handle
+                    self._startup_failure = None
+                    try:
+                        handle = self._configure_sinks(self.bus)
+                        if inspect.isawaitable(handle):
+                            handle = await handle
+                    except CkptEventsError as exc:
+                        self._startup_failure = exc
+                        raise
                     self.configured = handle
                     stack.callback(setattr, self, "configured", None)
                     if handle is not None and hasattr(handle, "aclose"):
@@ -263,6 +271,9 @@ class ArrivalMiddleware:
         self.instrumented = instrumented
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._failure_in_one_line(send))
+            return
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -279,3 +290,17 @@ class ArrivalMiddleware:
         finally:
             if arrival.open:
                 arrival.end_open()
+
+    def _failure_in_one_line(self, send: Send) -> Send:
+        """``send`` with a startup failure of ours said in one line: Starlette sends the lifespan's
+        traceback as the failure's message, and uvicorn and gunicorn log it as it is (a port taken
+        by a sibling worker: 20 lines per worker, the cause on the last)."""
+        instrumented = self.instrumented
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            failure = instrumented._startup_failure
+            if message["type"] == "lifespan.startup.failed" and failure is not None:
+                message = {**message, "message": f"ckpt-events: {failure}"}
+            await send(message)
+
+        return sending

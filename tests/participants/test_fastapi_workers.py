@@ -106,6 +106,10 @@ def test_a_fixed_prometheus_port_stops_the_server_saying_why(tmp_path: Path) -> 
         output[-3000:]
     )
     assert "under uvicorn --workers N or gunicorn -w N, set CKPT_EVENTS_PROMETHEUS_PORTS=N too" in output
+    # In one line, not the lifespan's traceback (20 lines per worker, the cause on the last).
+    assert "Traceback" not in output, output[-3000:]
+    said = [line for line in output.splitlines() if "cannot serve Prometheus metrics" in line]
+    assert all(line.startswith("ERROR:    ckpt-events: cannot serve") for line in said), said
     # Nothing left running: every worker uvicorn said it started has ended.
     workers = [int(pid) for pid in re.findall(r"Started server process \[(\d+)\]", output)]
     assert workers, output[-3000:]
