@@ -93,3 +93,28 @@ def test_otlp_configured_before_the_fork_says_why_each_worker_drops(tmp_path: Pa
     assert 1 <= len(span_lines) <= WORKERS, output[-3000:]
     assert "call configure() in each process after the fork" in span_lines[0]
     assert "Traceback" not in output
+
+
+def test_prometheus_configured_before_the_fork_says_the_scrape_misses_the_workers(tmp_path: Path) -> None:
+    """The master binds the port and serves its own totals, none of the workers' commits: each
+    worker says so once (it used to say nothing while every scrape showed no commit)."""
+    port, metrics = free_ports(2)
+    environ = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": str(metrics),
+    }
+    server = _gunicorn(tmp_path, port, environ)
+    try:
+        assert listening(server, port, 30), "gunicorn did not listen"
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            for _ in range(REQUESTS):
+                assert client.post("/commit").status_code == 200
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=30)
+    finally:
+        stop_process(server)
+    assert server.returncode == 0, output[-3000:]
+    said = [line for line in output.splitlines() if line.startswith("PrometheusSink: this process")]
+    assert 1 <= len(said) <= WORKERS, output[-3000:]
+    assert "call configure() in each process after the fork" in said[0]
