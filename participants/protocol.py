@@ -26,6 +26,7 @@ __all__ = [
     "MAX_ATTEMPT",
     "MAX_BLOCKERS",
     "MAX_FORGOTTEN_SHOWN",
+    "MAX_RETIRED_KEYS_SHOWN",
     "MAX_RETIRED_SHOWN",
     "NOT_READY_WORKERS",
     "NOT_READY_WORKER_BLOCKERS",
@@ -81,6 +82,10 @@ MAX_RETIRED_SHOWN: Final = 100
 #: ``forgotten_count`` has the full number. A 64k-id forget echoed all of them: 1.1 MB a reply,
 #: decoded by the controller once per member (35-56 ms each here).
 MAX_FORGOTTEN_SHOWN: Final = 100
+#: A ``retire`` reply lists at most this many capture keys (the first, sorted); ``retired_count``
+#: has the full number. A 64k-id retire echoed all of them: 2.5 MB a reply (UUID rollout ids),
+#: sent and decoded once per member.
+MAX_RETIRED_KEYS_SHOWN: Final = 100
 #: The error code of a malformed body (422); not an ``ErrorCode``, never counted as refused.
 INVALID_REQUEST: Final = "invalid_request"
 #: ``GET /status``'s reply header with the participant's clock (Unix seconds, microseconds):
@@ -313,7 +318,11 @@ class ResumeReply(_Body):
 
 
 class RetireReply(_Body):
+    """The attempts retired: ``retired`` (capture keys, at most ``MAX_RETIRED_KEYS_SHOWN``, the
+    first in sorted order), ``retired_count`` (all of them, each once)."""
+
     retired: list[str]
+    retired_count: int = 0
 
 
 class ForgetReply(_Body):
