@@ -66,6 +66,13 @@ from ckpt_events.vocab import ErrorCode, Operation, Phase
 __all__ = ["ControlPlane", "Exported", "Restored", "on_monotonic"]
 
 _WAIT_SLICE: Final = 1.0
+#: A waiting prepare computes readiness again no sooner than this many times what the last
+#: computation took, after it (so it costs at most ~1/11 of a core), and never more than
+#: ``_PACE_MAX`` seconds later: readiness is answered at most that late. Unpaced, it ran on every
+#: episode change: 100,000 episodes finishing over 20 s cost 1,962 reports (8.8 ms each), 91 % of
+#: a core beside the workload's 33 %, and held the loop up to 229 ms.
+_PACE_FACTOR: Final = 10.0
+_PACE_MAX: Final = 0.2
 
 
 def on_monotonic(deadline_ts: float) -> float:
@@ -321,16 +328,30 @@ class ControlPlane(Generic[S]):
             return reply
 
     async def _wait_ready(self, cid: str, deadline_ts: float) -> PrepareReport:
-        report = self.workload.report()
+        report, not_before = self._timed_report()
         ends = on_monotonic(deadline_ts)  # a wall-clock step while it waits does not move it
-        # Bounded by the deadline; wakes on every episode change, and at least once a second.
+        # Bounded by the deadline; wakes on an episode change (paced), and at least once a second.
         while not report.ready and self.checkpoint_id == cid and self.phase is Phase.PREPARING:
             remaining = ends - time.monotonic()
             if remaining <= 0:
                 break
             await self.workload.wait_changed(min(remaining, _WAIT_SLICE))
-            report = self.workload.report()
+            pause = min(not_before - time.perf_counter(), ends - time.monotonic())
+            if pause > 0:
+                # A resume (or a renew) cuts the pause short: the loop's checks come first.
+                changed = self._lease_changed
+                with anyio.move_on_after(pause):
+                    await changed.wait()
+            report, not_before = self._timed_report()
         return report
+
+    def _timed_report(self) -> tuple[PrepareReport, float]:
+        """The workload's readiness now, and the earliest ``perf_counter`` a waiting prepare
+        computes it again (``_PACE_FACTOR`` times what it took, at most ``_PACE_MAX``)."""
+        began = time.perf_counter()
+        report = self.workload.report()
+        done = time.perf_counter()
+        return report, done + min((done - began) * _PACE_FACTOR, _PACE_MAX)
 
     async def renew(self, req: RenewRequest, trace: Incoming) -> RenewReply:
         cid = req.checkpoint_id
