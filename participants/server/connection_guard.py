@@ -44,6 +44,7 @@ from ckpt_events.participants.errors import check_int, check_number, shown
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
 
 __all__ = [
+    "BAD_REQUEST",
     "ConnectionGuard",
     "ConnectionLimits",
     "GuardStats",
@@ -120,6 +121,25 @@ _REFUSED: Final = (
 REFUSED_LINGER: Final = 1.0
 MAX_LINGERING: Final = 1024
 _TIMED_OUT: Final = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+#: h11's bound on an incomplete head when uvicorn's ``h11_max_incomplete_event_size`` is None
+#: (``server_limits`` sets 64 KiB).
+_H11_DEFAULT_HEAD_BYTES: Final = 16 * 1024
+#: The code of a 400 for a request head h11 refuses (malformed, or too long before complete).
+BAD_REQUEST: Final = "bad_request"
+
+
+def _bad_head(limit: int) -> bytes:
+    """The raw 400 for a request head h11 refused: the protocol's error body, not uvicorn's plain
+    text. h11 does not say which of the two causes it was, so the detail names both."""
+    detail = (
+        f"the request head is not valid HTTP/1.1, or grew past {limit:,} bytes before it was "
+        "complete: send a well-formed head under that size"
+    )
+    body = encode(ErrorBody(error=ErrorDetail(code=BAD_REQUEST, detail=detail)))
+    return (
+        b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+    )
 
 
 class ConnectionGuard:
@@ -317,12 +337,24 @@ class GuardedH11Protocol(H11Protocol):
             self._send_timer.cancel()
             self._send_timer = None
 
-    def _refuse(self) -> None:
-        """Answer 503 and close (a refused or displaced connection), reading (and dropping) what
-        the client sends until it has the answer: closed at once, a request already in the
-        socket's buffer made the kernel reset the connection and drop the 503 with it (1,000
-        prepares at once from one address: 744 ``ReadError``, no 503)."""
-        self.transport.write(_REFUSED)
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request head h11 refuses (malformed, or past
+        ``h11_max_incomplete_event_size`` before it was complete), as the protocol's JSON error
+        body (uvicorn's is plain text), then closed as a refused connection is: a 1 MB head
+        still being sent made the kernel reset the connection and drop the 400 with it."""
+        self._disarm()
+        if self._admitted:
+            self._admitted = False
+            self.guard.release(self)
+        limit = self.config.h11_max_incomplete_event_size
+        self._refuse(_bad_head(_H11_DEFAULT_HEAD_BYTES if limit is None else limit))
+
+    def _refuse(self, answer: bytes = _REFUSED) -> None:
+        """Answer 503 (or ``answer``) and close (a refused or displaced connection), reading (and
+        dropping) what the client sends until it has the answer: closed at once, a request already
+        in the socket's buffer made the kernel reset the connection and drop the 503 with it
+        (1,000 prepares at once from one address: 744 ``ReadError``, no 503)."""
+        self.transport.write(answer)
         guard = self.guard
         if guard.lingering >= MAX_LINGERING or not self.transport.can_write_eof():
             self.transport.close()

@@ -4,6 +4,7 @@ stalled sends, displacement of waiting connections, and the 503s when everything
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -335,3 +336,55 @@ async def test_a_burst_of_refused_requests_each_get_the_503() -> None:
             while guard.stats().lingering:
                 await anyio.sleep(0.05)
         assert guard.stats().refused == 1000
+
+
+def _big_header(size: int) -> bytes:
+    return b"GET /ping HTTP/1.1\r\nHost: x\r\nX-big: " + b"a" * size + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("what", "head", "chunk"),
+    [
+        # Sent 10 KB at a time: past 64 KiB before the head is complete (h11's bound).
+        (
+            "a 100 KB header line",
+            b"GET /ping HTTP/1.1\r\nHost: x\r\nX-big: " + b"a" * 100_000 + b"\r\n\r\n",
+            10_000,
+        ),
+        # Sent at once, still being written when the server answers.
+        (
+            "a 1 MB header line",
+            b"GET /ping HTTP/1.1\r\nHost: x\r\nX-big: " + b"a" * 1_000_000 + b"\r\n\r\n",
+            0,
+        ),
+        ("a head that is not HTTP", b"NOT HTTP AT ALL\r\n\r\n", 0),
+    ],
+)
+async def test_a_head_h11_refuses_gets_our_json_400(what: str, head: bytes, chunk: int) -> None:
+    """A request head h11 refuses gets 400 with the protocol's error body (``bad_request``),
+    which the client can read whole. Was: uvicorn's plain text ("Invalid HTTP request
+    received."), and for a 1 MB head the connection was reset under it."""
+    async with guarded() as (port, guard, _), _connected(port) as (stream,):
+
+        async def send() -> None:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                for at in range(0, len(head), chunk or len(head)):
+                    await stream.send(head[at : at + (chunk or len(head))])
+                    await anyio.sleep(0.01 if chunk else 0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            reply = await _closed_within(stream, 3.0)
+        status, _, rest = reply.partition(b"\r\n")
+        assert status == b"HTTP/1.1 400 Bad Request", (what, reply[:200])
+        headers, _, body = rest.partition(b"\r\n\r\n")
+        assert b"content-type: application/json" in headers.lower(), (what, headers)
+        error = json.loads(body)["error"]
+        assert error["code"] == "bad_request"
+        assert error["detail"] == (
+            "the request head is not valid HTTP/1.1, or grew past 65,536 bytes before it was "
+            "complete: send a well-formed head under that size"
+        )
+        with anyio.fail_after(3):
+            while guard.stats().open or guard.stats().lingering:
+                await anyio.sleep(0.05)
