@@ -158,10 +158,11 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
         # Logs a chunk at a time: a multi-GB backlog held Ctrl-C off until it was read to its end.
         if isinstance(source, LogFollower):
             events = await source.aread()
-            view.add_events(events, time.time(), cut=source.cut)  # read by now: bounds a log-only clock
+            # read by now: bounds a log-only clock; and our monotonic clock, whatever ours does
+            view.add_events(events, time.time(), cut=source.cut, mono=time.monotonic())
         else:
             events = source.read()
-            view.add_events(events, time.time())
+            view.add_events(events, time.time(), mono=time.monotonic())
         view.notes = list(source.notes.values())
 
 
@@ -169,7 +170,7 @@ def _framed(view: FleetView, title: Callable[[], str] | None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
-    rendered = view.render()
+    rendered = view.render(time.time(), mono=time.monotonic())
     return rendered if title is None else Group(Text(escape(title()), style="bold"), rendered)
 
 
@@ -218,7 +219,7 @@ async def plain(
 
     def draw() -> None:
         out.print(f"-- {escape(title())} {time.strftime('%H:%M:%S')} --", markup=False, highlight=False)
-        out.print(view.render())
+        out.print(view.render(time.time(), mono=time.monotonic()))
 
     await _rounds(view, client, source, timeout, interval, until, draw, once=once)
 

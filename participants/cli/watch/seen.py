@@ -13,7 +13,18 @@ from typing import Final
 
 from ckpt_events.vocab import Operation
 
-__all__ = ["ADMITTING", "STEP_BACK_S", "Done", "Open", "Seen", "Writer", "correction", "passes", "written"]
+__all__ = [
+    "ADMITTING",
+    "STEP_BACK_S",
+    "STEP_FORWARD_S",
+    "Done",
+    "Open",
+    "Seen",
+    "Writer",
+    "correction",
+    "passes",
+    "written",
+]
 
 #: Clock samples kept per participant; the one with the shortest round trip is used (as NTP's
 #: clock filter does).
@@ -23,6 +34,10 @@ _DONE_KEPT: Final = 16
 #: A writer's stamp this far (seconds) before one it wrote earlier: its clock was stepped back. A
 #: process writes its events in the order they happen, to within a batch (milliseconds).
 STEP_BACK_S: Final = 1.0
+#: An open span's age by the wall clocks (ours, its writer's stamps) this far (seconds) past what
+#: our monotonic clock measured since we first read its start: a clock stepped forward (NTP, a VM
+#: resumed), ours or its writer's. Reads lag writes by a refresh and a flush (about 2 s).
+STEP_FORWARD_S: Final = 5.0
 #: Writers (a participant's worker processes) whose stamps are followed; past it, the first forgotten.
 _WRITERS_KEPT: Final = 64
 
@@ -34,13 +49,17 @@ class Open:
         "cut",
         "operation",
         "passed",
+        "read_age",
+        "read_mono",
         "stalled",
         "start_ns",
         "stepped",
         "worker",
     )
 
-    def __init__(self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None) -> None:
+    def __init__(
+        self, operation: str, checkpoint_id: str | None, start_ns: int, worker: int | None, read_mono: float
+    ) -> None:
         self.operation = operation
         self.checkpoint_id = checkpoint_id
         self.start_ns = start_ns
@@ -56,6 +75,11 @@ class Open:
         #: The rotated file it was read from, the newest given of its log (``LogFollower.cut``):
         #: it may have ended in a newer file not read, so its age is unknown. ``None``: not so.
         self.cut: str | None = None
+        #: Our monotonic clock when its start was first read, and its least age then (seconds; 0
+        #: when its writer's stamps ran ahead of our clock then): what it is at least now, whatever
+        #: a wall clock did since.
+        self.read_mono = read_mono
+        self.read_age = 0.0
 
 
 #: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint

@@ -20,7 +20,9 @@ wrote that we have read, plus how long ago (by ours) we read that event, so a cl
 never makes work look old, and work stays stalled past ``stall_after`` with no event since. That
 bound holds while its clock runs forward: a writer whose stamp goes back past ``STEP_BACK_S``
 (its clock stepped back, NTP) has what it wrote before set aside, and its work opened before
-the step is of unknown age. An
+the step is of unknown age. A clock stepped forward (ours, or the writer's before it writes
+again) is told by our monotonic clock: past what it measured since we read the start (plus the
+age then) by more than ``STEP_FORWARD_S``, the age shown is that measure, never a stall. An
 age is never negative: work stamped in our future by a participant whose clock is not known is
 shown as such, with no age. Work is marked stalled only when its age, less the clock's
 uncertainty, is past ``stall_after`` (or StallWatch said so). What is remembered of each
@@ -50,6 +52,7 @@ from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.seen import (
     ADMITTING,
     STEP_BACK_S,
+    STEP_FORWARD_S,
     Open,
     Seen,
     correction,
@@ -233,15 +236,19 @@ class FleetView:
         now: float | None = None,
         *,
         cut: Mapping[tuple[int, int], str] | None = None,
+        mono: float | None = None,
     ) -> None:
         """Fold in events read from the logs by ``now`` (Unix seconds; ``None``: the time):
         spans that open and close, stalls, outcomes. Kinds, operations and outcomes may be
         plain strings (events built by keyword). A span's end may come before its start (two
         files read one after the other): it is not opened again (the last ``_ENDED_KEPT`` ends
         of each participant are remembered). ``cut``: spans (trace id, span id) read from a
-        rotated file, the newest given of its log (``LogFollower.cut``): their age is unknown."""
+        rotated file, the newest given of its log (``LogFollower.cut``): their age is unknown.
+        ``mono``: our monotonic clock at ``now`` (``_monotonic``)."""
         read_at = time.time() if now is None else now
+        read_mono = _monotonic(now, mono)
         cut = {} if cut is None else cut
+        fresh: list[tuple[Seen, Open]] = []
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
@@ -252,10 +259,17 @@ class FleetView:
                 if key in seen.ended:
                     continue  # its end was read first: finished, never open again
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
-                    item = Open(str(event.operation), event.checkpoint_id, event.start_ns, event.worker)
+                    item = Open(
+                        str(event.operation), event.checkpoint_id, event.start_ns, event.worker, read_mono
+                    )
                     item.passed = any(passes(item, done) for done in seen.done)
                     known = seen.open.get(key)
                     item.cut = cut.get(key, None if known is None else known.cut)
+                    if known is None:
+                        fresh.append((seen, item))
+                    else:  # a copy of its start: first read when the first was
+                        item.read_mono = known.read_mono
+                        item.read_age = known.read_age
                     seen.open[key] = item
                 else:
                     seen.untracked += 1
@@ -297,11 +311,25 @@ class FleetView:
                         and item.start_ns <= event.time_ns
                     ):
                         item.stalled = True
+        for seen, item in fresh:
+            # Its least age by the stamps of the whole batch, as it is read: a writer's stamp past
+            # our clock (ahead, or stepped forward since it opened: which is not known) gives none.
+            ahead = _least_ahead(seen, item)
+            if ahead is not None and ahead <= STEP_FORWARD_S:
+                item.read_age = max(read_at + ahead - item.start_ns / 1e9, 0.0)
 
-    def render(self, now: float | None = None, *, rows: bool | None = None) -> _Rendered:
+    def render(
+        self, now: float | None = None, *, rows: bool | None = None, mono: float | None = None
+    ) -> _Rendered:
         """The view at ``now`` (Unix seconds), laid out when printed: ``rows`` as in the
-        constructor (``None``: the view's own choice)."""
-        return _Rendered(self, time.time() if now is None else now, self.rows if rows is None else rows)
+        constructor (``None``: the view's own choice); ``mono``: our monotonic clock at ``now``
+        (``_monotonic``)."""
+        return _Rendered(
+            self,
+            time.time() if now is None else now,
+            self.rows if rows is None else rows,
+            _monotonic(now, mono),
+        )
 
     # -- what each participant is --------------------------------------------------------------
 
@@ -321,7 +349,7 @@ class FleetView:
                 entries.append((None, key))
         return entries
 
-    def _age(self, seen: Seen, item: Open, now: float, polled: bool) -> _Age:
+    def _age(self, seen: Seen, item: Open, now: float, mono: float, polled: bool) -> _Age:
         if item.cut is not None:
             # Was: aged from when the backlog was read, then STALLED, though it finished in the
             # newer file (not given); a stall report in the rotated file is as stale.
@@ -347,13 +375,17 @@ class FleetView:
         if clock is None:
             # Its clock against ours is unknown (was: taken as ours, so a clock 60 s behind made
             # work a minute old, STALLED): the least age its own stamps and our reads allow.
-            # Opened since its stamps went back: aged by the stamps since, the least of what a
-            # step or a batch written late would make it.
-            back = seen.ahead_since_back(item.worker)
-            ahead = seen.ahead(item.worker) if back is None else back
+            ahead = _least_ahead(seen, item)
             if ahead is None:
                 ahead = item.start_ns / 1e9 - now
             least = max(now + ahead - item.start_ns / 1e9, 0.0)
+            # What our monotonic clock measured since we read its start: true whatever a wall
+            # clock did. Past it by more than a read's lag, ours or its writer's clock stepped
+            # forward (was: an hour's step made a commit open 5 s ">=60.1 min STALLED").
+            measured = item.read_age + max(mono - item.read_mono, 0.0)
+            if least > measured + STEP_FORWARD_S:
+                least = measured
+            least = max(least, measured)
             return _Age(least, item.stalled or least >= self.stall_after, at_least=True)
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
 
@@ -362,7 +394,7 @@ class FleetView:
 
     # -- blocks ---------------------------------------------------------------------------------
 
-    def _block(self, url: str | None, key: tuple[str, str] | None, now: float) -> Text:
+    def _block(self, url: str | None, key: tuple[str, str] | None, now: float, mono: float) -> Text:
         result = None if url is None else self.polls.get(url)
         if key is None:
             if result is None:
@@ -402,7 +434,7 @@ class FleetView:
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("\n  (from logs only)", style="dim")
         for item in sorted(seen.open.values(), key=lambda o: o.start_ns):
-            age = self._age(seen, item, now, status is not None)
+            age = self._age(seen, item, now, mono, status is not None)
             shown = age.shown()
             what = f"{escape(item.operation)} {escape(item.checkpoint_id or '-')}{_on_worker(item)}"
             text.append(f"\n  open {what} {shown}")
@@ -417,9 +449,11 @@ class FleetView:
     def _lease_red(self, seen: Seen, left: float) -> bool:
         return seen.grace is not None and left < _LEASE_RED * seen.grace
 
-    def blocks(self, now: float) -> Group:
-        """One block per participant, then the notes: nothing cut, lines wrap."""
-        blocks = [self._block(url, key, now) for url, key in self._keys()]
+    def blocks(self, now: float, *, mono: float | None = None) -> Group:
+        """One block per participant, then the notes: nothing cut, lines wrap. ``mono``: our
+        monotonic clock at ``now`` (``_monotonic``)."""
+        at = _monotonic(now, mono)
+        blocks = [self._block(url, key, now, at) for url, key in self._keys()]
         if not blocks:
             blocks.append(Text("nothing to watch yet", style="dim"))
         blocks.extend(Text(escape(note), style="yellow") for note in self._notes())
@@ -428,7 +462,7 @@ class FleetView:
     # -- rows -----------------------------------------------------------------------------------
 
     def _row(
-        self, url: str | None, key: tuple[str, str] | None, now: float, name_width: int
+        self, url: str | None, key: tuple[str, str] | None, now: float, mono: float, name_width: int
     ) -> tuple[Text, bool]:
         """One participant's line, and whether it has a problem (unreachable, not ready, a red
         lease, stalled work)."""
@@ -462,7 +496,7 @@ class FleetView:
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("  (logs only)", style="dim")
         items = sorted(seen.open.values(), key=lambda o: o.start_ns)
-        ages = [self._age(seen, item, now, status is not None) for item in items]
+        ages = [self._age(seen, item, now, mono, status is not None) for item in items]
         if items:
             first = next((i for i, a in enumerate(ages) if a.stalled), 0)
             item = items[first]
@@ -488,13 +522,14 @@ class FleetView:
             text.append(f"  last {seen.outcomes[-1][2]}", style="dim")
         return text, problem
 
-    def rows_of(self, now: float, width: int, height: int | None) -> Group:
+    def rows_of(self, now: float, width: int, height: int | None, *, mono: float | None = None) -> Group:
         """A summary line and one line per participant, cut at ``width``; with ``height``, those
         with a problem first and the rest counted in one line when they are more than fit."""
         entries = self._keys()
         names = [self._name(url, key) for url, key in entries]
         name_width = min(max((len(n) for n in names), default=8), max(12, min(32, width // 4)))
-        rows = [self._row(url, key, now, name_width) for url, key in entries]
+        at = _monotonic(now, mono)
+        rows = [self._row(url, key, now, at, name_width) for url, key in entries]
         phases = collections.Counter(
             escape(r.status.phase) for r in self.polls.values() if r.status is not None and r.url in self.urls
         )
@@ -542,9 +577,10 @@ class FleetView:
 class _Rendered:
     """The view at one instant, laid out for the console it is printed on."""
 
-    def __init__(self, view: FleetView, now: float, rows: bool | None) -> None:
+    def __init__(self, view: FleetView, now: float, rows: bool | None, mono: float) -> None:
         self.view = view
         self.now = now
+        self.mono = mono
         self.rows = rows
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -557,12 +593,32 @@ class _Rendered:
         if rows is None:
             rows = len(view._keys()) > ROWS_OVER
             if not rows and height is not None:
-                blocks = view.blocks(self.now)
+                blocks = view.blocks(self.now, mono=self.mono)
                 if len(console.render_lines(blocks, options, pad=False)) <= height:
                     yield blocks
                     return
                 rows = True
-        yield view.rows_of(self.now, width, height) if rows else view.blocks(self.now)
+        if rows:
+            yield view.rows_of(self.now, width, height, mono=self.mono)
+        else:
+            yield view.blocks(self.now, mono=self.mono)
+
+
+def _monotonic(now: float | None, mono: float | None) -> float:
+    """Our monotonic clock at ``now``: ``mono``; not given, ``time.monotonic()`` moved by as much
+    as ``now`` is from ``time.time()`` (a caller's own instant, as tests give one). Open work is at
+    least as old as this clock measured since its start was read (``Open.read_mono``)."""
+    if mono is not None:
+        return mono
+    return time.monotonic() + (0.0 if now is None else now - time.time())
+
+
+def _least_ahead(seen: Seen, item: Open) -> float | None:
+    """The least its clock can be ahead of ours for ``item``, by its logs. Opened since its
+    stamps went back: by the stamps since, the least of what a step or a batch written late
+    would make it."""
+    back = seen.ahead_since_back(item.worker)
+    return seen.ahead(item.worker) if back is None else back
 
 
 def _clock_note(seen: Seen, *, short: bool = False) -> str:

@@ -330,3 +330,52 @@ def test_a_batch_another_worker_wrote_late_to_the_shared_log_is_no_clock_step(th
             "open commit c1 age unknown (its stamps went back since it opened: clock stepped back?)" in text
         )
         assert "STALLED" not in text, text
+
+
+@pytest.mark.parametrize("who", ["ours", "theirs", "theirs before the first read"])
+async def test_a_wall_clock_stepped_forward_never_makes_open_work_stalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str
+) -> None:
+    """A commit open a moment, followed from its log alone, then a wall clock steps forward an
+    hour (NTP, a VM resumed): ours (the watcher's ``time.time``), or the participant's, which
+    writes a commit after the step (read live, or in the backlog of the first read). It was
+    ">=60.0 min STALLED"; it is as old as our monotonic clock measured since we read it (less than
+    a minute), never stalled for the step, and stalled again once that passes ``stall_after``."""
+    from ckpt_events import Bus, Telemetry
+    from ckpt_events.participants.cli.watch.command import plain, snapshot
+    from ckpt_events.participants.cli.watch.follow import LogFollower
+    from ckpt_events.sinks.jsonl import JsonLinesSink
+
+    log = tmp_path / "env.jsonl"
+    hour = 3600 * NS
+    skew = [0]
+    view = FleetView([], stall_after=60.0)
+    out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    async with Bus() as bus:
+        bus.subscribe(JsonLinesSink(log))
+        tel = Telemetry(
+            bus, kind="environment", instance="environment-0", clock=lambda: time.time_ns() + skew[0]
+        )
+        commit = tel.operation("commit", checkpoint_id="c1").__enter__()
+        await bus.flush()
+        with LogFollower([str(log)]) as follower:
+            if who != "theirs before the first read":
+                await snapshot(view, None, follower, 1.0)  # the first read, before the step
+            if who == "ours":
+                real, real_ns = time.time, time.time_ns
+                monkeypatch.setattr(time, "time", lambda: real() + 3600.0)
+                monkeypatch.setattr(time, "time_ns", lambda: real_ns() + hour)
+            else:
+                skew[0] = hour
+                with tel.operation("commit", checkpoint_id="c2"):
+                    pass
+                await bus.flush()
+            await plain(view, None, follower, out, once=True)
+        text = out.export_text()
+        assert re.search(r"open commit c1 >=\d{1,2}\.\d s", text), text
+        assert "STALLED" not in text and "min" not in text, text
+        # Past stall_after by our monotonic clock: stalled, whatever the wall clocks did.
+        later = Console(width=160, record=True, color_system=None, file=io.StringIO())
+        later.print(view.render(time.time(), mono=time.monotonic() + 61.0))
+        assert re.search(r"open commit c1 >=\d+\.\d s STALLED", later.export_text()), later.export_text()
+        commit.__exit__(None, None, None)
