@@ -30,7 +30,7 @@ import enum
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -274,6 +274,9 @@ class Attribution:
     #: True when the trace holds a controller's span; False for a participant's own operation
     #: (a user's server, no controller), whose line names no controller or transit it never had.
     coordinated: bool = True
+    #: Why where its time went is unknown (``None``: it is known): a participant's operation sits
+    #: outside the controller's call it answered, by stamps a clock stepped between.
+    unknown: str | None = None
 
     @property
     def unattributed_share(self) -> float:
@@ -294,6 +297,8 @@ class Attribution:
                 f"{milliseconds(self.total_ms)} total, {milliseconds(self.handlers_ms)} in participants' "
                 f"handlers{queued} (a participant's own operation: no controller's span in its trace)"
             )
+        if self.unknown is not None:
+            return f"{milliseconds(self.total_ms)} total; where it went unknown: {self.unknown}"
         # A share of a zero total is no figure: left out rather than printed as 0.0%.
         share = f" ({self.unattributed_share:.1%})" if self.total_ms > 0 else ""
         return (
@@ -309,7 +314,7 @@ class Attribution:
         has something to say (``""`` when neither has): the parts of a trace with no controller
         are the line's own, so only its lag is said."""
         said = []
-        if self.coordinated and (parts := self.top_parts()):
+        if self.coordinated and self.unknown is None and (parts := self.top_parts()):
             said.append(", ".join(f"{name} {milliseconds(ms)}" for name, ms in parts))
         if self.max_loop_lag_ms is not None:
             said.append(f"worst participant event-loop lag {milliseconds(self.max_loop_lag_ms)}")
@@ -341,6 +346,7 @@ def attribute(spans: list[Span]) -> Attribution | None:
             intervals.append((4, f"{TRANSIT}: replies and waiting ({s.short})", s.start_ns, s.end_ns))
         else:
             intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
+    unknown = _outside_call(spans, by_id)
     cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
     parts: dict[str, float] = {}
     # A participant's operation at the root ran its handler all along: its time outside its
@@ -367,4 +373,29 @@ def attribute(spans: list[Span]) -> Attribution | None:
         max_loop_lag_ms=max(lags) if lags else None,
         checkpoint_id=root.checkpoint_id,
         coordinated=not all(s.participant for s in spans),
+        unknown=unknown,
     )
+
+
+#: A participant's operation this far (ns) outside the call it answered, as the report's clocks
+#: were aligned, was stamped by a clock that stepped (``clocks``: aligned, each fits its call).
+_OUTSIDE_SLACK_NS: Final = 1_000_000
+
+
+def _outside_call(spans: list[Span], by_id: dict[int, Span]) -> str | None:
+    """Why the sweep of ``spans`` says nothing true, if it does not: a participant's operation
+    outside the controller's call it answered. Was: resources-0's prepare, stamped an hour back,
+    left its call's 4.0 ms as "transit: replies and waiting", its handler's 1.7 ms in none."""
+    for s in spans:
+        parent = by_id.get(s.parent_span_id or -1)
+        if not (s.participant and parent is not None and parent.client):
+            continue
+        # A call that ended in error bounds no answer's end: the controller gave up on it.
+        late = 0 if parent.error else s.end_ns - parent.end_ns
+        off = max(parent.start_ns - s.start_ns, late)
+        if off > _OUTSIDE_SLACK_NS:
+            return (
+                f"{s.who}'s {s.short} sits {off / 1e6:,.1f} ms outside the controller's {parent.short} "
+                "it answered (a clock that stepped?)"
+            )
+    return None

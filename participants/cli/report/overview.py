@@ -25,6 +25,7 @@ ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one i
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +78,7 @@ __all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "o
 #: controller's call (a clock no one shift aligns); a participant's clock went back during its
 #: resume (its end unknown); its trace holds another row's root too (whose prepares and
 #: resumes are its own is unknown).
-PauseUnknown = Literal["unaligned", "resume_clock", "shared_trace"]
+PauseUnknown = Literal["unaligned", "resume_clock", "shared_trace", "stepped"]
 
 PUBLISHED: Final = "published"
 RESTORED: Final = "restored"
@@ -112,6 +113,9 @@ class RunRow:
     #: root per coordinate operation (prepare, commit, resume), all with its checkpoint id.
     roots: list[tuple[int, int]] = field(default_factory=list)
     coordinated: bool = False
+    #: Why its duration is unknown though it ended (``ms`` is then ``None``): the root spans it
+    #: spans disagree, read on clocks that stepped between them (``_disagree``).
+    ms_why: str | None = None
     #: A restore: what dominated it (the longest read or install step: participant, records,
     #: MB/s), and the number (1-based) of the row of the checkpoint it restored, if in the logs.
     dominated: str = ""
@@ -139,15 +143,18 @@ class RunRow:
         """How long it took, by the controller's stamps; ``None`` while open at the end of the
         log, or when that clock went back during it (``ms_text`` says which)."""
         # Was 0.0 when the clock went back: a figure, where a span's duration is unknown.
-        if self.end_ns is None or self.end_ns < self.start_ns:
+        if self.end_ns is None or self.end_ns < self.start_ns or self.ms_why is not None:
             return None
         return (self.end_ns - self.start_ns) / 1e6
 
     @property
     def ms_text(self) -> str:
-        """``12.3``; ``?`` when the controller's clock went back during it; ``""`` while open."""
+        """``12.3``; ``unknown`` when its root spans disagree (``ms_why``), ``?`` when the
+        controller's clock went back during it; ``""`` while open."""
         if self.end_ns is None:
             return ""
+        if self.ms_why is not None:
+            return "unknown"
         return "?" if self.ms is None else f"{self.ms:.1f}"
 
     @property
@@ -399,6 +406,7 @@ def overview(
             row.dominant_ms = max(step_ms) if step_ms else None
         elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
+        row.ms_why = _disagree(row, fold)
     fold.trends.rows = rows
     _unaligned_paths(run, fold, outside)
     # Each row's pause is its traces' first prepare to last resume: a trace shared by several
@@ -412,6 +420,8 @@ def overview(
             why = "shared_trace" if row.what == "checkpoint" else None  # a restore's is not shown
         elif row.trace_ids & outside:
             why = "unaligned"
+        elif row.ms_why is not None:
+            why = "stepped"  # its roots' stamps disagree: first prepare to last resume is no time
         elif any(fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces):
             why = "resume_clock"  # was said "unaligned": a cause no clock line backed
         if why is not None:
@@ -470,6 +480,42 @@ def _rows(
         if isinstance(e, CoordinateStarted | CoordinateFinished):
             open_rows[key] = (rows[-1], {e.operation})
     return rows
+
+
+#: A row's coordinate operations that the controller runs first: a second one opens a new row.
+_FIRST: Final = frozenset((Operation.PREPARE, Operation.RESTORE))
+#: Stamps of one process this far out of that order (ns) are a clock stepped between them, as
+#: ``logs`` takes a file back by more than a millisecond for one.
+_ROOTS_SLACK_NS: Final = 1_000_000
+
+
+def _disagree(row: RunRow, fold: Fold) -> str | None:
+    """Why ``row``'s duration is unknown, if it is: it spans several root spans (a bare
+    coordinator's prepare, commit and resume), each stamped on the wall clock when it began, and
+    their stamps disagree. A single root's duration is its own (its end is its start plus a
+    monotonic time), whatever a clock did; a participant that answered outside a call (its own
+    clock, or the controller's, stepped) leaves it known unless the roots disagree too (the
+    controller's on another host, it is true). Was: a clock stepped back an hour between a prepare
+    and its commit made the checkpoint "3600000.0 ms" and the run "0.0% of the logs' 3600.0 s"."""
+    # Several roots are a bare coordinator's operations: only those are put in one row.
+    ends = sorted(
+        (f for k in row.roots if isinstance(f := fold.root_finished.get(k), CoordinateFinished)),
+        key=lambda f: f.start_ns,
+    )
+    if row.end_ns is None or len(row.roots) < 2:
+        return None
+    for before, after in itertools.pairwise(ends):
+        if after.operation in _FIRST and before.operation not in _FIRST:
+            said = f"its {before.operation} stamped before its {after.operation}"
+        elif after.start_ns < before.end_ns - _ROOTS_SLACK_NS:
+            said = f"its {after.operation} stamped before its {before.operation} ended"
+        else:
+            continue
+        return (
+            f"its coordinate operations' stamps are out of the order they ran in ({said}): the "
+            "controller's clock stepped during it?"
+        )
+    return None
 
 
 def _unaligned_paths(run: Run, fold: Fold, outside: Collection[int]) -> None:

@@ -52,7 +52,10 @@ _UNKNOWN_BECAUSE: Final[dict[PauseUnknown, str]] = {
     "shared_trace": (
         "sharing its trace with another checkpoint or restore (one traceparent given to several collections)"
     ),
+    "stepped": "whose coordinate operations' stamps are out of the order they ran in (a clock that stepped)",
 }
+#: Checkpoints of unknown duration named one by one in the line that says why; the rest counted.
+_NAMED: Final = 3
 
 
 def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = "") -> RunLine | None:
@@ -76,11 +79,13 @@ def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = ""
         return RunLine(f"{lead}for an unknown time ({unknown})")
     paused = _paused_ms(known)
     logs = "its logs'" if whose else "the logs'"
-    share = (
-        f"{paused / wall_ms:.1%} of {logs} {_span_text(wall_ms)}"
-        if paused <= wall_ms
-        else f"longer than {logs} {_span_text(wall_ms)} (stamps of clocks not aligned): its share unknown"
-    )
+    if any(r.ms_why is not None for r in rows):
+        # The logs' time spans stamps a clock stepped between (was "0.0% of the logs' 3600.0 s").
+        share = f"its share of {logs} time unknown (a clock stepped during the run: see the durations)"
+    elif paused <= wall_ms:
+        share = f"{paused / wall_ms:.1%} of {logs} {_span_text(wall_ms)}"
+    else:
+        share = f"longer than {logs} {_span_text(wall_ms)} (stamps of clocks not aligned): its share unknown"
     return RunLine(
         f"{lead}{'at least ' if why else ''}{paused:.1f} ms in all, {share}" + (f"; {unknown}" if why else "")
     )
@@ -104,9 +109,24 @@ def _pause_lines(run: Run) -> list[RunLine]:
     return lines
 
 
+def _unknown_durations(run: Run) -> RunLine | None:
+    """Which rows' durations are unknown though they ended (``RunRow.ms_why``), and why."""
+    unknown = [(number, r) for number, r in enumerate(run.rows, 1) if r.ms_why is not None]
+    if not unknown:
+        return None
+    named = "; ".join(
+        f"#{number} {r.what} {r.checkpoint_id or ''}: {r.ms_why}".replace(" :", ":")
+        for number, r in unknown[:_NAMED]
+    )
+    more = f"; and {counted(len(unknown) - _NAMED, 'more')}" if len(unknown) > _NAMED else ""
+    return RunLine(f"duration unknown for {counted(len(unknown), 'row')} ({named}{more})", warning=True)
+
+
 def run_lines(run: Run) -> list[RunLine]:
     """Every run-wide line of ``run``, in the order the terminal prints them."""
     lines = _pause_lines(run)
+    if (durations := _unknown_durations(run)) is not None:
+        lines.append(durations)
     restores = [
         r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
     ]

@@ -391,3 +391,97 @@ def test_a_shift_of_microseconds_is_said_in_microseconds() -> None:
     assert _seconds(-900) == "-0.9 us"
     assert _seconds(120_000) == "+0.1 ms"
     assert _seconds(2_000_000_000) == "+2.0 s"
+
+
+HOUR = 3600 * SECOND
+
+
+def _stepped_back_in_c2(run: list[Any], *, during_call: bool) -> list[Any]:
+    """The fleet's events as one process whose clock stepped back an hour (NTP) after c2's
+    coordinate.prepare ended: everything begun after it stamped an hour back. ``during_call``:
+    it stepped during resources-0's prepare call instead, so that prepare (and its step), stamped
+    after the step, sits an hour before the call it answered, stamped before it."""
+    prepare = next(
+        e
+        for e in run
+        if type(e).__name__ == "CoordinateFinished" and e.checkpoint_id == "c2" and e.operation == "prepare"
+    )
+    answer = next(
+        e
+        for e in run
+        if isinstance(e, OperationFinished)
+        and e.instance == "resources-0"
+        and e.checkpoint_id == "c2"
+        and e.operation == Operation.PREPARE
+    )
+    out = []
+    for e in run:
+        start = getattr(e, "start_ns", None)
+        if start is None:
+            start = e.time_ns
+        stepped = start > prepare.end_ns
+        if during_call and e.trace_id == answer.trace_id and answer.start_ns <= start <= answer.end_ns:
+            stepped = e.instance == "resources-0"
+        out.append(_shift(e, -HOUR) if stepped else e)
+    return out
+
+
+@pytest.mark.parametrize("during_call", [False, True])
+def test_a_clock_stepped_back_an_hour_mid_checkpoint_leaves_its_duration_unknown(
+    run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], during_call: bool
+) -> None:
+    """A bare coordinator's checkpoint spans three root spans (prepare, commit, resume), each
+    stamped when it began: a clock stepped back an hour after c2's prepare made c2 "3600000.0 ms",
+    the slowest checkpoint (flagged, and the one detailed), and the run "0.0% of the logs' 3600.0
+    s". Its duration and the run's share are unknown, each with why; the others keep theirs."""
+    logs = _write(tmp_path / "logs", _stepped_back_in_c2(run, during_call=during_call))
+    out, _ = _report(capsys, logs)
+    flat = " ".join(out.split())
+    rows = {
+        m[1]: m[2] for m in re.finditer(r"checkpoint (c\d) [\d:.]+ (\S+) (?:[\d.]+|unknown) published", flat)
+    }
+    assert rows.keys() == {"c0", "c1", "c2", "c3"} and rows["c2"] == "unknown", (rows, out)
+    assert all(float(rows[c]) < 10_000 for c in ("c0", "c1", "c3")), rows
+    why = (
+        "its coordinate operations' stamps are out of the order they ran in "
+        "(its resume stamped before its prepare): the controller's clock stepped during it?"
+    )
+    assert re.search(rf"duration unknown for 1 row \(#\d checkpoint c2: {re.escape(why)}", flat), out
+    assert "its share of the logs' time unknown (a clock stepped during the run" in flat, out
+    assert "% of the logs'" not in flat and "3600000.0" not in flat and "took 3600000" not in flat, out
+    assert "checkpoint c2 (" not in flat, out  # the slowest detailed: c2 is not known slowest
+
+
+def test_where_a_checkpoint_s_time_went_is_unknown_when_an_answer_sits_outside_its_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rollout collection's checkpoint (one root): resources-0's prepare stamped an hour back, a
+    clock stepped during its call. The checkpoint's duration is its root's own (66 ms, right), but
+    where the time went was "transit: replies and waiting (coordinate.prepare.resources)" for the
+    call its handler filled: unknown, and why; the critical path unknown as before."""
+    import anyio
+
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events = anyio.run(checkpoint_and_restore)
+    answer = next(
+        e
+        for e in events
+        if isinstance(e, OperationFinished)
+        and e.instance == "resources-0"
+        and e.operation == Operation.PREPARE
+    )
+    stepped = [
+        _shift(e, -HOUR)
+        if e.instance == "resources-0" and answer.start_ns <= getattr(e, "start_ns", -1) <= answer.end_ns
+        else e
+        for e in events
+    ]
+    out, _ = _report(capsys, _write(tmp_path / "logs", stepped))
+    flat = " ".join(out.split())
+    said = re.search(r"checkpoint c1 \(collection\.checkpoint\): ([\d.]+) ms total; where it went unknown: "
+                     r"resources/resources-0's prepare sits 3,599,9\d\d\.\d ms outside the controller's "
+                     r"coordinate\.prepare\.resources it answered", flat)  # fmt: skip
+    assert said is not None and float(said[1]) < 1000, out
+    assert "replies and waiting (coordinate.prepare.resources)" not in flat, out
+    assert "#1 checkpoint, critical path: unknown" in flat, out
