@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import time
 import warnings
 
 import anyio
@@ -20,6 +18,7 @@ from anyio.from_thread import start_blocking_portal
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.testing import MemorySink
+from tests.processes import forked_exit
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -45,19 +44,6 @@ def _in_child(bus: Bus, tel: Telemetry) -> dict[str, object]:
     }
 
 
-def _wait(pid: int, seconds: float) -> int:
-    """The child's exit status, killing it if it has not ended within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    raise AssertionError("the forked child did not finish within its deadline")
-
-
 def test_a_child_forked_while_the_bus_runs_counts_its_events_dropped_and_says_so() -> None:
     """Events emitted in the child are counted dropped, with one warning; the parent is unaffected."""
     sink = MemorySink()
@@ -81,7 +67,7 @@ def test_a_child_forked_while_the_bus_runs_counts_its_events_dropped_and_says_so
             finally:
                 os._exit(0)
         os.close(write)
-        assert _wait(pid, 20) == 0
+        assert forked_exit(pid, 20) == 0
         with os.fdopen(read, "rb") as reply:
             child = json.loads(reply.read())
         assert "error" not in child, child["error"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import pytest
 from ckpt_events import BusThread, Event, InvalidValueError, OperationFinished, Telemetry
 from ckpt_events.sinks import JsonLinesSink, read_events
 from ckpt_events.testing import MemorySink
+from tests.processes import forked_exit
 
 THREADS = 8
 PER_THREAD = 250
@@ -30,19 +30,6 @@ SLACK = 2.0
 
 def _bus_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name == "ckpt-events-bus"]
-
-
-def _wait(pid: int, seconds: float) -> int:
-    """The child's exit status, killing it if it has not ended within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    raise AssertionError("the forked child did not finish within its deadline")
 
 
 def _work(tel: Telemetry, worker: int) -> None:
@@ -198,7 +185,7 @@ def test_a_child_forked_while_it_runs_counts_its_events_dropped_and_closes_at_on
             finally:
                 os._exit(0)
         os.close(write)
-        assert _wait(pid, 20) == 0
+        assert forked_exit(pid, 20) == 0
         with os.fdopen(read, "rb") as reply:
             child = json.loads(reply.read())
         runner_in_child.close()
