@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ckpt_events import OperationFinished, Telemetry
@@ -51,13 +53,11 @@ async def test_two_worker_operations_carry_arrival_and_loop_lag(tmp_path) -> Non
         assert event.loop_lag_ms is not None and event.loop_lag_ms >= 0.0, event
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_count(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, workers: int
-) -> None:
-    """A workload whose ``install`` raises ``InvalidCheckpointError`` (a record it cannot take) is
-    answered 422 ``invalid_checkpoint_state``, as a record that does not check is: with workers
-    it was a worker's failure, 409 ``checkpoint_error``; in one process, no answer at all."""
+async def _restore_whose_install_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, failure: Exception
+) -> tuple[httpx.Response, dict[str, Any]]:
+    """Commit two episodes, then restore them into a server whose workload's ``install`` raises
+    ``failure``: the restore's reply, and the server's ``/status`` after it."""
     async with capture_events() as (bus, _):
 
         def factory(index: int) -> Any:
@@ -83,7 +83,7 @@ async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_
             assert committed.status_code == 200, committed.text
 
         async def install(self: object, records: object, states: object) -> list[str]:
-            raise InvalidCheckpointError("record r0-a1 cannot be installed here")
+            raise failure
 
         kind = type(make_workload("environment", Telemetry(bus, kind="environment", instance="env-0")))
         monkeypatch.setattr(kind, "install", install)
@@ -92,49 +92,28 @@ async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_
             refused = await control(
                 client, "restore", "c2", checkpoint_dir=str(tmp_path / "c1"), episode_ids=episodes
             )
-            assert error_code(refused) == (422, "invalid_checkpoint_state"), refused.text
-            assert refused.json()["error"]["detail"] == "record r0-a1 cannot be installed here"
-            assert (await status(client))["phase"] == "idle"
+            return refused, await status(client)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_count(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A workload whose ``install`` raises ``InvalidCheckpointError`` (a record it cannot take) is
+    answered 422 ``invalid_checkpoint_state``, as a record that does not check is: with workers
+    it was a worker's failure, 409 ``checkpoint_error``; in one process, no answer at all."""
+    failure = InvalidCheckpointError("record r0-a1 cannot be installed here")
+    refused, after = await _restore_whose_install_raises(tmp_path, monkeypatch, workers, failure)
+    assert error_code(refused) == (422, "invalid_checkpoint_state"), refused.text
+    assert refused.json()["error"]["detail"] == "record r0-a1 cannot be installed here"
+    assert after["phase"] == "idle"
 
 
 async def test_a_workers_failure_is_answered_redacted(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's handler raising with a ``user:password@`` URL and a ``Bearer`` token: the
     409 ``checkpoint_error`` reply carried both verbatim to the client."""
     secret = "upload to https://alice:hunter2@store.example/b failed; Authorization: Bearer eyJsecret123"
-    async with capture_events() as (bus, _):
-
-        def factory(index: int) -> Any:
-            return make_workload("environment", Telemetry(bus, kind="environment", instance="env-0"))
-
-        def build() -> Any:
-            return create_app(
-                "environment",
-                instance="env-0",
-                token=TOKEN,
-                bus=bus,
-                checkpoint_root=str(tmp_path),
-                workers=2,
-                worker_factory=factory,
-            )
-
-        async with running(build()) as client:
-            for i in range(2):
-                started = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 2})
-                assert started.status_code == 200, started.text
-            assert (await control(client, "prepare")).status_code == 200
-            committed = await control(client, "commit", checkpoint_dir=str(tmp_path / "c1"))
-            assert committed.status_code == 200, committed.text
-
-        async def install(self: object, records: object, states: object) -> list[str]:
-            raise RuntimeError(secret)
-
-        kind = type(make_workload("environment", Telemetry(bus, kind="environment", instance="env-0")))
-        monkeypatch.setattr(kind, "install", install)
-        episodes = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(2)]
-        async with running(build()) as client:
-            refused = await control(
-                client, "restore", "c2", checkpoint_dir=str(tmp_path / "c1"), episode_ids=episodes
-            )
+    refused, _ = await _restore_whose_install_raises(tmp_path, monkeypatch, 2, RuntimeError(secret))
     assert error_code(refused) == (409, "checkpoint_error"), refused.text
     assert refused.json()["error"]["detail"] == (
         "upload to https://[REDACTED]@store.example/b failed; Authorization: Bearer [REDACTED]"
