@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import ExportProcess, ExportProcessStats, configure
 from ckpt_events.sinks.otel import OtlpSpanSinkStats
+from tests.http_servers import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -63,15 +63,8 @@ def refusing() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Refuse) as server:
         yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 async def test_a_failing_json_lines_sink_in_the_child_is_seen_while_it_runs(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from ckpt_events.participants.cli.main import main
+from tests.http_servers import serving
 from tests.participants.cli.otlp_receiver import otlp_receiver
 
 SPAN = (
@@ -141,15 +141,8 @@ def _answering(status: int, body: bytes = b"") -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Answers) as server:
         yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def test_replay_to_a_server_that_answers_404_says_so_in_one_line(

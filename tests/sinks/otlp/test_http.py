@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import http.server
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +18,7 @@ from ckpt_events.sinks.otlp._http import (
     resource_with_service_name,
     signal_sender,
 )
+from tests.http_servers import serving
 
 
 @contextmanager
@@ -42,16 +42,8 @@ def _collector(statuses: list[int]) -> Iterator[tuple[str, list[tuple[dict[str, 
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    # A short poll: shutdown() waits for serve_forever to look (0.5 s by default).
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
         yield f"http://127.0.0.1:{server.server_port}/v1/traces", received
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def test_a_retryable_status_is_retried_then_accepted_and_the_body_is_gzipped() -> None:

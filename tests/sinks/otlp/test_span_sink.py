@@ -18,6 +18,7 @@ from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
 from ckpt_events.benchmarks.rotel import free_port
 from ckpt_events.sinks.otel import OtlpSpanSink
 from ckpt_events.sinks.otlp._span_sink import PROMPT_BURST
+from tests.http_servers import serving
 from tests.sinks.otlp.test_collector import _wait_for, collector
 
 __all__ = ["collector"]
@@ -261,15 +262,8 @@ def accepting() -> Iterator[tuple[str, list[int]]]:
     """A loopback server answering 200 to every post; the list grows by one per post."""
     seen: list[int] = []
     handler = type("Handler", (_Flaky,), {"seen": seen, "failures": 0})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(handler) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 async def test_a_finished_operation_is_exported_at_once_whatever_the_linger(
