@@ -70,16 +70,15 @@ def _gunicorn(project: Path, port: int, environ: dict[str, str]) -> subprocess.P
     )
 
 
-def test_otlp_configured_before_the_fork_says_why_each_worker_drops(tmp_path: Path) -> None:
-    """Every worker says once, at its first batch, that its spans are dropped and why; the
-    server serves and stops as before (the spans used to be lost saying only "0 exported")."""
-    port, collector = free_ports(2)
-    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector}"}
-    server = _gunicorn(tmp_path, port, environ)
+def _served(project: Path, port: int, environ: dict[str, str], limits: httpx.Limits | None = None) -> str:
+    """What gunicorn (``--preload``, the app configured at import) on ``port`` wrote, serving
+    ``REQUESTS`` commits, then stopped by SIGTERM (and ended cleanly)."""
+    server = _gunicorn(project, port, environ)
     try:
         assert listening(server, port, 30), "gunicorn did not listen"
-        no_keepalive = httpx.Limits(max_keepalive_connections=0)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, limits=no_keepalive) as client:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=10, limits=limits or httpx.Limits()
+        ) as client:
             for _ in range(REQUESTS):
                 assert client.post("/commit").status_code == 200
         server.send_signal(signal.SIGTERM)
@@ -87,6 +86,16 @@ def test_otlp_configured_before_the_fork_says_why_each_worker_drops(tmp_path: Pa
     finally:
         stop_process(server)
     assert server.returncode == 0, output[-3000:]
+    return output
+
+
+def test_otlp_configured_before_the_fork_says_why_each_worker_drops(tmp_path: Path) -> None:
+    """Every worker says once, at its first batch, that its spans are dropped and why; the
+    server serves and stops as before (the spans used to be lost saying only "0 exported")."""
+    port, collector = free_ports(2)
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector}"}
+    # No keep-alive: each request may land on either worker.
+    output = _served(tmp_path, port, environ, httpx.Limits(max_keepalive_connections=0))
     said = [line for line in output.splitlines() if "was forked from the one that configured it" in line]
     # One line per worker that served (each for its spans; its metric sink says it too).
     span_lines = [line for line in said if line.startswith("OTLP span export")]
@@ -104,17 +113,7 @@ def test_prometheus_configured_before_the_fork_says_the_scrape_misses_the_worker
         "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
         "OTEL_EXPORTER_PROMETHEUS_PORT": str(metrics),
     }
-    server = _gunicorn(tmp_path, port, environ)
-    try:
-        assert listening(server, port, 30), "gunicorn did not listen"
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            for _ in range(REQUESTS):
-                assert client.post("/commit").status_code == 200
-        server.send_signal(signal.SIGTERM)
-        output, _ = server.communicate(timeout=30)
-    finally:
-        stop_process(server)
-    assert server.returncode == 0, output[-3000:]
+    output = _served(tmp_path, port, environ)
     said = [line for line in output.splitlines() if line.startswith("PrometheusSink: this process")]
     assert 1 <= len(said) <= WORKERS, output[-3000:]
     assert "call configure() in each process after the fork" in said[0]
