@@ -4,6 +4,7 @@ the HTTP API, the server example, the sink and the test fixtures holds."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -522,3 +523,80 @@ def test_figures_quoted_from_a_benchmark_table_are_what_it_printed() -> None:
                 assert figure in printed, f"{name_of(page)}: {figure} is in no table of {targets}"
                 checked += 1
     assert checked
+
+
+#: The environment variables of our own and OpenTelemetry's, as the code spells them.
+_VARIABLE = re.compile(r"(?:CKPT_EVENTS|OTEL)_[A-Z0-9_]*[A-Z0-9]")
+_CONFIGURATION = DOCS / "configuration.md"
+
+
+def _variables_in_code() -> dict[str, str]:
+    """Every ``CKPT_EVENTS_*`` and ``OTEL_*`` name the code holds as a whole string (what it reads
+    from, or passes to, an environment), with the first file that holds it."""
+    found: dict[str, str] = {}
+    files = {
+        path.resolve()
+        for top in ("ckpt_events", "sinks", "participants", "benchmarks")
+        for path in (ROOT / top).rglob("*.py")
+    }
+    for path in sorted(files):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _VARIABLE.fullmatch(node.value)
+            ):
+                found.setdefault(node.value, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_variable_the_code_reads_is_on_the_configuration_page() -> None:
+    """Each environment variable named in the code is in docs/configuration.md under its whole
+    name (``CKPT_EVENTS_INFERENCE_TOKEN``, ``CKPT_EVENTS_CHROMIUM`` and ``CKPT_EVENTS_BENCH_ROTEL``
+    were on no page; ``OTEL_EXPORTER_OTLP_TIMEOUT`` and ``OTEL_BSP_MAX_QUEUE_SIZE`` were there
+    only as ``_TIMEOUT`` and ``_MAX_QUEUE_SIZE``, which a search for the name does not find)."""
+    page = _CONFIGURATION.read_text()
+    found = _variables_in_code()
+    assert len(found) > 40, found
+    missing = {name: where for name, where in found.items() if f"`{name}" not in page}
+    assert not missing, f"read in the code, not in docs/configuration.md: {missing}"
+
+
+def test_every_variable_on_the_configuration_page_is_read() -> None:
+    """Each variable docs/configuration.md names is read by the code: by its name, or (a
+    per-signal ``OTEL_EXPORTER_OTLP_TRACES_X``) as the generic one whose option the code
+    reads per signal."""
+    found = set(_variables_in_code())
+    options = {
+        node.value
+        for node in ast.walk(ast.parse((ROOT / "sinks" / "otel" / "_env.py").read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    # Whole names only: ``OTEL_EXPORTER_OTLP_(METRICS_)TIMEOUT`` on the page is no name of its own.
+    said = set(re.findall(rf"(?<!\w){_VARIABLE.pattern}(?![\w(])", _CONFIGURATION.read_text()))
+    assert len(said) > 40, said
+    for name in said:
+        generic = re.sub(r"^OTEL_EXPORTER_OTLP_(?:TRACES|METRICS)_", "OTEL_EXPORTER_OTLP_", name)
+        option = generic.removeprefix("OTEL_EXPORTER_OTLP_")
+        assert name in found or generic in found or option in options, (
+            f"docs/configuration.md: {name} is read nowhere"
+        )
+
+
+def test_the_configuration_pages_defaults_are_the_codes() -> None:
+    """The defaults the configuration page states for the OpenTelemetry variables are those
+    ``read_otel_env`` gives with them unset (the metric export interval's, 10,000 ms where
+    OpenTelemetry's SDK says 60,000, was stated nowhere)."""
+    from ckpt_events.sinks import read_otel_env
+
+    page = " ".join(_CONFIGURATION.read_text().split())
+    unset = read_otel_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    rows = {row.split(" | ")[0]: row for row in page.split(" | `") if " | " in row}
+    interval = next(row for head, row in rows.items() if head.startswith("OTEL_METRIC_EXPORT_INTERVAL`"))
+    assert f"default {unset.metric_interval_ms:,}" in interval
+    prometheus = next(row for head, row in rows.items() if head.startswith("OTEL_EXPORTER_PROMETHEUS_HOST`"))
+    assert f"default `{unset.prometheus_host}:{unset.prometheus_port}`" in prometheus
+    limits = next(
+        row for head, row in rows.items() if head.startswith("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`")
+    )
+    assert f"(default {unset.attribute_limits.count})" in limits
