@@ -600,3 +600,76 @@ def test_the_configuration_pages_defaults_are_the_codes() -> None:
         row for head, row in rows.items() if head.startswith("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`")
     )
     assert f"(default {unset.attribute_limits.count})" in limits
+
+
+def _benchmark_options() -> set[str]:
+    """The options of every benchmark module's own command line (``python -m ...``)."""
+    import contextlib
+    import importlib
+    import io
+
+    options: set[str] = set()
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        if "argparse.ArgumentParser(" not in path.read_text():
+            continue
+        module = importlib.import_module(f"ckpt_events.benchmarks.{path.stem}")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            module.main(["--help"])
+        options.update(_OPTION.findall(out.getvalue()))
+    return options
+
+
+_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+#: Options the pages give to programs other than ours, each with its program.
+_OTHER_OPTIONS = {
+    "--dist": "pytest-xdist",
+    "--preload": "gunicorn",
+    "--graceful-timeout": "gunicorn",
+    "--lifespan": "uvicorn",
+    "--tool": "valgrind",
+    "--cache-sim": "valgrind",
+    "--enable-feature": "prometheus",
+    "--otlp-http-endpoint": "rotel-agent",
+    "--exporter": "rotel-agent",
+    "--debug-log": "rotel-agent",
+    "--debug-log-verbosity": "rotel-agent",
+    "--check": "none: the command-line page's example of a refused abbreviation",
+}
+
+
+def _ckpt_events_options() -> dict[str, set[str]]:
+    """Each ``ckpt-events`` command's options (``""``: the program's own)."""
+    import argparse
+
+    commands: dict[str, set[str]] = {"": set()}
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                commands[name] = {
+                    option for a in sub._actions for option in a.option_strings if option.startswith("--")
+                }
+        else:
+            commands[""].update(option for option in action.option_strings if option.startswith("--"))
+    return commands
+
+
+def test_every_option_a_page_names_exists() -> None:
+    """Every ``--option`` in a page's prose or blocks is one of ``ckpt-events``', of a benchmark
+    module's, or of another program the page runs (a renamed option left in a sentence was
+    caught only in bash blocks)."""
+    known = set().union(*_ckpt_events_options().values(), _benchmark_options(), _OTHER_OPTIONS)
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for option in _OPTION.findall(line):
+                assert option in known, f"{name_of(page)}:{number}: no program here takes {option}"
+
+
+def test_every_option_of_every_command_is_on_the_command_line_page() -> None:
+    """docs/cli.md names each option of each ``ckpt-events`` command (``serve --inference-token-file``
+    and ``--log-level``, ``replay --span-groups`` and ``--service-name`` were on no page)."""
+    page = (DOCS / "cli.md").read_text()
+    for command, options in _ckpt_events_options().items():
+        for option in options - {"--help"}:
+            assert re.search(re.escape(option) + r"(?![\w-])", page), f"ckpt-events {command} {option}"
