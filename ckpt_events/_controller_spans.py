@@ -8,8 +8,9 @@ module reads in one sitting.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from ckpt_events._errors import InvalidValueError
 from ckpt_events._events import (
     CollectionFinished,
     CollectionStarted,
@@ -76,6 +77,14 @@ class _Span(_SpanBase):
         self._attributes = None
         self.start_ns = _NOT_STARTED  # until entered: leaving before that raises (_seal)
         self._mono_ns = 0  # until entered: the offset it starts on (anchor_of), 0: the process's
+
+
+def _not_a_stage(operation: str) -> NoReturn:
+    raise InvalidValueError(
+        f"stage() nests under coordinate.prepare only (its span is coordinate.prepare.<kind>), "
+        f"not coordinate.{operation}: call the participants of a {operation} under the coordinate "
+        "span itself"
+    )
 
 
 class StageSpan(_Span):
@@ -221,7 +230,12 @@ class CoordinateSpan(_Span):
             )
 
     def stage(self, stage: Kind | str) -> StageSpan:
-        """A child span for one prepare stage: a participant kind (any valid name, as ``Telemetry``'s)."""
+        """A child span for one prepare stage: a participant kind (any valid name, as ``Telemetry``'s).
+        Only a ``coordinate.prepare`` has stages (SPEC: ``coordinate.prepare.<kind>``, child of
+        coordinate.prepare): a stage of a commit was written with no operation of its own, and
+        the report named it ``coordinate.prepare.<kind>``."""
+        if self.operation is not Operation.PREPARE:
+            _not_a_stage(self.operation)
         try:
             name = KIND_NAMES[stage]
         except (KeyError, TypeError):

@@ -11,14 +11,21 @@ from __future__ import annotations
 from types import TracebackType
 from typing import ClassVar, Final, Self
 
-from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan
+from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan, _not_a_stage
 from ckpt_events._events import AttributeValue
 from ckpt_events._span_base import _bad_attribute, _bad_context, _bad_tracestate, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import parse_traceparent
 from ckpt_events._vocab import KIND_NAMES, STEP_NAMES, Kind, Operation, Phase, Step, kind_name, step_name
 
-__all__ = ["NOOP_COLLECTION", "NOOP_COORDINATE", "NOOP_OPERATION", "NOOP_STAGE", "NOOP_STEP"]
+__all__ = [
+    "NOOP_COLLECTION",
+    "NOOP_COORDINATE",
+    "NOOP_COORDINATES",
+    "NOOP_OPERATION",
+    "NOOP_STAGE",
+    "NOOP_STEP",
+]
 
 
 class _Noop:
@@ -109,7 +116,12 @@ class _NoopStage(_NoopSlots, StageSpan):
 class _NoopCoordinate(_NoopSlots, CoordinateSpan):
     __slots__ = ()
 
+    def __init__(self, operation: Operation) -> None:
+        self.operation = operation
+
     def stage(self, stage: Kind | str) -> StageSpan:
+        if self.operation is not Operation.PREPARE:  # as a live handle refuses it
+            _not_a_stage(self.operation)
         try:
             if stage in KIND_NAMES:
                 return NOOP_STAGE
@@ -247,5 +259,7 @@ def passed_on(traceparent: str | None, parent: object = None) -> OperationSpan:
 NOOP_STEP: Final[StepSpan] = _NoopStep(None, Step.EXPORT, None, 0, 0, None, False, None)  # type: ignore[arg-type]
 NOOP_OPERATION: Final[OperationSpan] = _NoopOperation(None, Operation.COMMIT, None, 0, 0, None, False, False)  # type: ignore[arg-type]
 NOOP_STAGE: Final[StageSpan] = _NoopStage()
-NOOP_COORDINATE: Final[CoordinateSpan] = _NoopCoordinate()
+#: One per operation: only a prepare's has stages, off as on.
+NOOP_COORDINATES: Final[dict[Operation, CoordinateSpan]] = {op: _NoopCoordinate(op) for op in Operation}
+NOOP_COORDINATE: Final[CoordinateSpan] = NOOP_COORDINATES[Operation.PREPARE]
 NOOP_COLLECTION: Final[CollectionSpan] = _NoopCollection()

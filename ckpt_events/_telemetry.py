@@ -39,7 +39,7 @@ from ckpt_events._events import (
     StepFinished,
     StepStarted,
 )
-from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, passed_on, passed_step
+from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATES, NOOP_OPERATION, passed_on, passed_step
 from ckpt_events._span_base import _NOT_STARTED, _bad_context, _checked_id, _SpanBase, anchor_of
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
@@ -492,7 +492,7 @@ class Telemetry:
             check_name(_OPERATIONS, operation, Operation)
             if traceparent is not None or parent is not None:  # on or off alike
                 _bad_context(traceparent, parent)
-            return NOOP_COORDINATE
+            return NOOP_COORDINATES[operation]  # type: ignore[index]  # a name is its member's key (a StrEnum)
         trace_id, parent_id, remote, sampled = self._context(traceparent, parent)
         span = CoordinateSpan(
             self,

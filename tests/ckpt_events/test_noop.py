@@ -19,6 +19,7 @@ from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageS
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATE, NOOP_OPERATION, NOOP_STAGE, NOOP_STEP
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events.testing import MemorySink, capture_events
+from ckpt_events.vocab import Operation
 
 TWINS = [
     (StepSpan, NOOP_STEP),
@@ -211,3 +212,42 @@ async def test_with_telemetry_off_a_child_of_a_span_carrying_a_trace_hands_it_on
         on = Telemetry(bus, kind="environment", instance="e0")
         with on.operation("commit", traceparent=_INCOMING) as live:
             assert off.operation("commit", parent=live).traceparent() == live.traceparent()
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["on", "off"])
+async def test_a_stage_of_a_coordinate_other_than_prepare_is_refused_on_and_off(on: bool) -> None:
+    """SPEC's stages are ``coordinate.prepare.<kind>``, children of coordinate.prepare only: a
+    stage of a commit was accepted and written (with no operation of its own, so the report
+    named it ``coordinate.prepare.judge``). Refused, precisely, with a sink or without; nothing
+    is written for it, and a prepare's stage and a commit span alone still are."""
+    sink = MemorySink()
+    async with Bus() as bus:
+        if on:
+            bus.subscribe(sink)
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        refused = r"stage\(\) nests under coordinate\.prepare only .* not coordinate\.commit"
+        with (
+            ctl.coordinate("commit", checkpoint_id="c1") as commit,
+            pytest.raises(InvalidValueError, match=refused),
+        ):
+            commit.stage("judge")
+        with ctl.coordinate(Operation.RESUME, checkpoint_id="c1") as resume, pytest.raises(InvalidValueError):
+            resume.stage("agent")
+        with ctl.coordinate("prepare", checkpoint_id="c1") as prepare, prepare.stage("judge"):
+            pass
+        await bus.flush()
+    names = [
+        (type(e).__name__, getattr(e, "operation", None))
+        for e in sink.events
+        if type(e).__name__.endswith("Finished")
+    ]
+    assert names == (
+        [
+            ("CoordinateFinished", "commit"),
+            ("CoordinateFinished", "resume"),
+            ("StageFinished", None),
+            ("CoordinateFinished", "prepare"),
+        ]
+        if on
+        else []
+    )

@@ -28,9 +28,10 @@ def _finished() -> list[Any]:
         agent = capture.telemetry("agent", "agent-0")
         ctl = capture.telemetry("controller", "coordination")
         with ctl.collection("checkpoint", checkpoint_id="c1") as collection:
-            with ctl.coordinate("commit", checkpoint_id="c1", parent=collection) as coordinate:
-                with coordinate.stage("agent") as stage:
+            with ctl.coordinate("prepare", checkpoint_id="c1", parent=collection) as prepare:
+                with prepare.stage("agent") as stage:
                     stage.set(participants=1)
+            with ctl.coordinate("commit", checkpoint_id="c1", parent=collection) as coordinate:
                 with agent.operation(
                     "commit", checkpoint_id="c1", traceparent=coordinate.traceparent()
                 ) as op:
@@ -54,7 +55,7 @@ def test_each_span_reads_back_as_its_event(tmp_path: Path) -> None:
     body, count = SpanEncoder({"service.name": "t"}).json(finished)
     skipped: list[str] = []
     back = {event.span_id: event for _, event in read_otlp(_file(tmp_path, body), skipped.append)}
-    assert skipped == [] and count == len(back) == len(finished) == 5
+    assert skipped == [] and count == len(back) == len(finished) == 6
     for event in finished:
         wanted, got = msgspec.structs.asdict(event), msgspec.structs.asdict(back[event.span_id])
         differ = {k for k in wanted if wanted[k] != got[k]}
