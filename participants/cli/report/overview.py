@@ -467,6 +467,11 @@ def _rows(
             ):
                 found[0].roots.append((e.trace_id, e.span_id))
                 found[1].add(e.operation)
+                if e.operation in _FIRST:
+                    # It ran first, whatever the stamps say: a commit stamped an hour early (a
+                    # clock stepped back after the prepare) gave the row its stamp, and sorted
+                    # it first of the run.
+                    found[0].start_ns = e.start_ns
                 continue
         rows.append(
             RunRow(
@@ -479,6 +484,7 @@ def _rows(
         )
         if isinstance(e, CoordinateStarted | CoordinateFinished):
             open_rows[key] = (rows[-1], {e.operation})
+    rows.sort(key=lambda r: r.start_ns)  # stable: the order read where starts tie
     return rows
 
 

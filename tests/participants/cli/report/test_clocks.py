@@ -485,3 +485,31 @@ def test_where_a_checkpoint_s_time_went_is_unknown_when_an_answer_sits_outside_i
     assert said is not None and float(said[1]) < 1000, out
     assert "replies and waiting (coordinate.prepare.resources)" not in flat, out
     assert "#1 checkpoint, critical path: unknown" in flat, out
+
+
+def test_a_checkpoint_whose_commit_is_stamped_an_hour_early_starts_at_its_prepare(
+    run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A clock stepped back an hour after c2's prepare: c2's row took its commit's stamp, an hour
+    before its prepare's ("20:49:35.554" for a prepare at 21:49:35.548), and sorted first of the
+    checkpoints it followed. Its start is its prepare's (it ran first), and it sorts after c1."""
+    from datetime import UTC, datetime
+
+    logs = _write(tmp_path / "logs", _stepped_back_in_c2(run, during_call=False))
+    out, _ = _report(capsys, logs)
+    starts = {
+        m[2]: m[3]
+        for line in out.splitlines()
+        if (m := re.match(r"^\s*(\d+)\s+checkpoint\s+(c\d)\s+([\d:.]+)", line))
+    }
+    order = [m[1] for line in out.splitlines() if (m := re.match(r"^\s*\d+\s+checkpoint\s+(c\d)\s", line))]
+    prepare = next(
+        e
+        for e in run
+        if type(e).__name__ == "CoordinateStarted" and e.checkpoint_id == "c2" and e.operation == "prepare"
+    )
+    assert starts["c2"] == datetime.fromtimestamp(prepare.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3], (
+        out
+    )
+    # c3 ran wholly after the step: its own stamps, an hour back, put it first; c2 follows c1.
+    assert order.index("c2") == order.index("c1") + 1, order
