@@ -91,7 +91,7 @@ async def test_an_error_records_its_qualified_type_and_a_bounded_message() -> No
     """A builtin keeps its bare name, any other class its module path; the message is cut at 1,024."""
     async with capture_events() as (bus, events):
         ctl = Telemetry(bus, kind="controller", instance="coordination")
-        with pytest.raises(_DiskGone), ctl.coordinate("commit") as co:
+        with pytest.raises(_DiskGone), ctl.coordinate("prepare") as co:
             with pytest.raises(ValueError), co.stage("agent"):
                 raise ValueError("short")
             raise _DiskGone("x" * 5000)

@@ -29,7 +29,7 @@ def test_stamps_of_one_process_never_go_back() -> None:
         ctl = Telemetry(capture.bus, kind="controller", instance="coordination")
         for i in range(2_500):
             with ctl.collection("checkpoint", checkpoint_id=f"c{i}") as collection:
-                with ctl.coordinate("commit", parent=collection) as coordinate, coordinate.stage("judge"):
+                with ctl.coordinate("prepare", parent=collection) as coordinate, coordinate.stage("judge"):
                     with judge.operation("commit", checkpoint_id=f"c{i}", parent=coordinate) as op:
                         with op.step("export"), op.step("write"):
                             pass
@@ -99,7 +99,7 @@ def test_a_span_begun_after_a_step_is_stamped_inside_its_local_parent(
         judge = Telemetry(capture.bus, kind="judge", instance="judge-0")
         ctl = Telemetry(capture.bus, kind="controller", instance="coordination")
         with ctl.collection("checkpoint", checkpoint_id="c1") as collection:
-            with ctl.coordinate("commit", parent=collection) as coordinate:
+            with ctl.coordinate("prepare", parent=collection) as coordinate:
                 with judge.operation("commit", checkpoint_id="c1", parent=coordinate) as op:
                     with op.step("export"):
                         time.sleep(0.002)

@@ -365,11 +365,10 @@ def test_a_long_or_empty_checkpoint_id_is_shown_cut_or_quoted(
             judge = Telemetry(bus, kind="judge", instance="judge-0")
             for checkpoint_id in ids:
                 with controller.coordinate("commit", checkpoint_id=checkpoint_id) as coordinate:
-                    with coordinate.stage("judge") as stage:
-                        with judge.operation(
-                            "commit", checkpoint_id=checkpoint_id, traceparent=stage.traceparent()
-                        ):
-                            pass
+                    with judge.operation(
+                        "commit", checkpoint_id=checkpoint_id, traceparent=coordinate.traceparent()
+                    ):
+                        pass
 
     anyio.run(run)
     assert main(["report", str(log)]) == 0

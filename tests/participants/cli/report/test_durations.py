@@ -17,7 +17,7 @@ def test_every_finished_span_is_keyed_and_a_step_under_its_operation() -> None:
         agent = capture.telemetry("agent", "agent-0")
         ctl = capture.telemetry("controller", "coordination")
         with ctl.collection("checkpoint", checkpoint_id="c1") as collection:
-            with ctl.coordinate("commit", parent=collection) as coordinate, coordinate.stage("agent"):
+            with ctl.coordinate("prepare", parent=collection) as coordinate, coordinate.stage("agent"):
                 for _ in range(2):
                     with agent.operation("commit", checkpoint_id="c1") as op, op.step("write"):
                         pass
@@ -28,7 +28,7 @@ def test_every_finished_span_is_keyed_and_a_step_under_its_operation() -> None:
         ("agent", "commit", ""),
         ("agent", "commit", "write"),
         ("controller", "collection.checkpoint", ""),
-        ("controller", "coordinate.commit", ""),
+        ("controller", "coordinate.prepare", ""),
         ("controller", "stage", "agent"),
     ]
     assert len(found[("agent", "commit", "write")]) == 2
