@@ -65,6 +65,7 @@ __all__ = [
     "is_refusal",
     "open_causes",
     "shown",
+    "never_finished_line",
     "unfinished_causes",
 ]
 
@@ -275,6 +276,18 @@ def unfinished_causes(spans: Iterable[StartedSpan]) -> list[str]:
             f"... {counted(len(unfinished) - CAUSES_SHOWN, 'more operation')} with no end in the logs"
         )
     return causes
+
+
+def never_finished_line(spans: Iterable[StartedSpan]) -> str:
+    """For a row that published: its spans started and never finished in the logs, counted and
+    the first few named (operations first, oldest first); ``""`` when there are none. Was said
+    nowhere: a commit whose end never came read as a checkpoint with nothing amiss."""
+    left = sorted(spans, key=lambda s: (not isinstance(s, OperationStarted), s.start_ns))
+    if not left:
+        return ""
+    named = ", ".join(f"{what_of(s)} on {who_wrote(s)}" for s in left[:CAUSES_SHOWN])
+    more = f" and {len(left) - CAUSES_SHOWN:,} more" if len(left) > CAUSES_SHOWN else ""
+    return f"{counted(len(left), 'span')} never finished (the log ends / the process died?): {named}{more}"
 
 
 def _counted_causes(

@@ -47,6 +47,7 @@ from ckpt_events.participants.cli.report.causes import (
     CauseEvent,
     OwnOperations,
     causes_of,
+    never_finished_line,
     open_causes,
     shown,
     unfinished_causes,
@@ -120,6 +121,9 @@ class RunRow:
     #: MB/s), and the number (1-based) of the row of the checkpoint it restored, if in the logs.
     dominated: str = ""
     source_row: int | None = None
+    #: A published row's spans that started and never finished in the logs, in words (``""``:
+    #: none): said under the table with its critical path.
+    never_finished: str = ""
     #: A restore's longest read or install step, in ms (``None``: not a restore, or none seen).
     dominant_ms: float | None = None
     #: After a restore: episodes that continued from their checkpointed boundary and episodes
@@ -682,6 +686,12 @@ def _judge(
         longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
         row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
         causes = []
+        # Its own spans only: a trace shared with a restore (one traceparent) holds the restore's.
+        row.never_finished = never_finished_line(
+            s
+            for k, s in fold.started.items()
+            if k[0] in row.trace_ids and s.checkpoint_id in (None, row.checkpoint_id)
+        )
     # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
     over = sum(
         n

@@ -162,6 +162,8 @@ def _render_row_notes(console: Console, run: Run) -> None:
             console.print(Text(f"#{number} {row.what} {row.outcome}: " + escape("; ".join(row.causes))))
         elif row.critical_path:
             console.print(Text(f"#{number} {row.what}, {escape(row.critical_path)}", style="dim"))
+        if row.never_finished:
+            console.print(Text(f"#{number} {row.what} {row.outcome}: {escape(row.never_finished)}"))
         if row.what == "restore":
             source = (
                 f"from #{row.source_row} checkpoint {escape(short_id(row.checkpoint_id))}"

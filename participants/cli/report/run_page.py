@@ -125,6 +125,7 @@ def _table(run: Run, drawn: set[int]) -> str:
     body = []
     for number, row in enumerate(run.rows, 1):
         said = "; ".join(row.causes) if row.causes else row.critical_path
+        said = "; ".join(x for x in (said, row.never_finished) if x)
         link = f' <a href="#detail-{number}">waterfall</a>' if id(row) in drawn else ""
         if row.what == "restore":
             source = (

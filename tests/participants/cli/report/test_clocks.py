@@ -513,3 +513,42 @@ def test_a_checkpoint_whose_commit_is_stamped_an_hour_early_starts_at_its_prepar
     )
     # c3 ran wholly after the step: its own stamps, an hour back, put it first; c2 follows c1.
     assert order.index("c2") == order.index("c1") + 1, order
+
+
+def test_a_published_checkpoint_s_spans_that_never_finished_are_counted_and_named(
+    run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """model-0's commit in c2 entered and never exited (its OperationFinished, and its steps',
+    not in the logs): c2 published, and the report said nothing of it anywhere. Its note under
+    the table counts and names them; the other checkpoints have no such line, in the terminal
+    or the run page."""
+    commit = next(
+        e
+        for e in run
+        if isinstance(e, OperationFinished)
+        and e.checkpoint_id == "c2"
+        and e.operation == Operation.COMMIT
+        and e.instance == "model-0"
+    )
+    gone = [
+        e
+        for e in run
+        if e is not commit and not (type(e).__name__ == "StepFinished" and e.parent_span_id == commit.span_id)
+    ]
+    assert len(run) - len(gone) == 3  # the commit and its export and write
+    logs = _write(tmp_path / "logs", gone)
+    out, _ = _report(capsys, logs)
+    flat = " ".join(out.split())
+    said = (
+        "checkpoint published: 3 spans never finished (the log ends / the process died?): commit on "
+        "model/model-0, export on model/model-0, write on model/model-0"
+    )
+    number = next(
+        m[1] for line in out.splitlines() if (m := re.match(r"^\s*(\d+)\s+checkpoint\s+c2\s", line))
+    )
+    assert f"#{number} {said}" in flat, out
+    assert flat.count("never finished") == 1, out
+    page = tmp_path / "run.html"
+    assert main(["report", str(logs), "--report", str(page)]) == 0
+    capsys.readouterr()
+    assert page.read_text().count("3 spans never finished (the log ends / the process died?)") == 1
