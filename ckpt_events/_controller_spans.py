@@ -8,7 +8,7 @@ module reads in one sitting.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from ckpt_events._errors import InvalidValueError
 from ckpt_events._events import (
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
 
 __all__ = ["CollectionSpan", "CoordinateSpan", "StageSpan"]
+
+#: The one operation with stages, read as a global: ``Operation.PREPARE`` is an attribute lookup on
+#: the enum class, which allocated on the off path (a disabled ``coordinate().stage()`` must not).
+_PREPARE: Final = Operation.PREPARE
 
 
 class _Span(_SpanBase):
@@ -234,7 +238,7 @@ class CoordinateSpan(_Span):
         Only a ``coordinate.prepare`` has stages (SPEC: ``coordinate.prepare.<kind>``, child of
         coordinate.prepare): a stage of a commit was written with no operation of its own, and
         the report named it ``coordinate.prepare.<kind>``."""
-        if self.operation is not Operation.PREPARE:
+        if self.operation is not _PREPARE:
             _not_a_stage(self.operation)
         try:
             name = KIND_NAMES[stage]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import ClassVar, Final, Self
 
-from ckpt_events._controller_spans import CollectionSpan, CoordinateSpan, StageSpan, _not_a_stage
+from ckpt_events._controller_spans import _PREPARE, CollectionSpan, CoordinateSpan, StageSpan, _not_a_stage
 from ckpt_events._events import AttributeValue
 from ckpt_events._span_base import _bad_attribute, _bad_context, _bad_tracestate, _SpanBase
 from ckpt_events._span_handles import OperationSpan, StepSpan
@@ -120,7 +120,7 @@ class _NoopCoordinate(_NoopSlots, CoordinateSpan):
         self.operation = operation
 
     def stage(self, stage: Kind | str) -> StageSpan:
-        if self.operation is not Operation.PREPARE:  # as a live handle refuses it
+        if self.operation is not _PREPARE:  # as a live handle refuses it
             _not_a_stage(self.operation)
         try:
             if stage in KIND_NAMES:

@@ -105,9 +105,9 @@ async def test_pairs_nest_in_order_and_an_error_ends_each_span_it_leaves() -> No
     a stage marks the stage and the coordinate that it crosses, not the collection that catches it."""
     async with capture_events() as (bus, events):
         tel = Telemetry(bus, kind="controller", instance="coordination")
-        with tel.collection("restore", checkpoint_id="ck-9") as collection:
+        with tel.collection("checkpoint", checkpoint_id="ck-9") as collection:
             try:
-                with tel.coordinate("restore", parent=collection) as coordinate:
+                with tel.coordinate("prepare", parent=collection) as coordinate:
                     with coordinate.stage("model"):
                         raise TimeoutError("model-0 did not answer")
             except TimeoutError:
@@ -123,7 +123,7 @@ async def test_pairs_nest_in_order_and_an_error_ends_each_span_it_leaves() -> No
     stage, coord, coll = events[3], events[4], events[5]
     assert stage.parent_span_id == coord.span_id and coord.parent_span_id == coll.span_id
     assert len({stage.trace_id, coord.trace_id, coll.trace_id}) == 1
-    assert stage.stage == Kind.MODEL and coll.action == "restore"
+    assert stage.stage == Kind.MODEL and coll.action == "checkpoint"
     assert (stage.outcome, stage.error_type) == (Outcome.ERROR, "TimeoutError")
     assert (coord.outcome, coord.error_message) == (Outcome.ERROR, "model-0 did not answer")
     assert coll.outcome is Outcome.OK and coll.error_type is None

@@ -313,7 +313,7 @@ def test_every_public_struct_pickles_and_copies_equal(tmp_path: Path) -> None:
 
 def _handles(tel: Telemetry) -> dict[str, Any]:
     operation = tel.operation("commit", checkpoint_id="c1")
-    coordinate = tel.coordinate("commit", checkpoint_id="c1")
+    coordinate = tel.coordinate("prepare", checkpoint_id="c1")
     return {
         "OperationSpan": operation,
         "StepSpan": operation.step("write"),
