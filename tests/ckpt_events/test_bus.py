@@ -493,10 +493,13 @@ def test_order_loss_and_drops_under_random_interleavings(ops: list[tuple[str, in
     anyio.run(scenario)
 
 
-async def test_many_subscriptions_are_added_in_linear_time() -> None:
-    """3,000 sinks of one class subscribe in well under 6 s (a route table rebuilt per
-    subscribe and names tried from "-1" each time: 4,000 took 7.1 s, 49 s under load), keep
-    their unique names, and each gets an emitted event once."""
+async def test_many_subscriptions_are_added_without_rescanning_them() -> None:
+    """3,000 sinks of one class subscribe, keep their unique names, and each gets an emitted
+    event once; the last thousand cost under 3.5x the first (2.8x: each subscribe still copies
+    the route tuples, in C). Timed on this thread's CPU clock, which a loaded machine does not
+    stretch: a 6 s wall-clock bound failed under parallel load (6.9 s). Was 4.5x: each
+    subscribe scanned every subscription for the raw buffer (4.5 M steps for 3,000); before
+    that, 4,000 took 7.1 s (a route table rebuilt per subscribe, names tried from "-1")."""
 
     class Counting:
         def __init__(self) -> None:
@@ -506,13 +509,20 @@ async def test_many_subscriptions_are_added_in_linear_time() -> None:
             self.seen += len(batch)
 
     sinks = [Counting() for _ in range(3000)]
+    thirds = []
     async with Bus() as bus:
-        started = time.perf_counter()
-        subs = [bus.subscribe(sink) for sink in sinks]
-        took = time.perf_counter() - started
+        gc.disable()  # a collection landing in one third would time the heap, not subscribe
+        try:
+            subs = []
+            for third in range(3):
+                started = time.thread_time()
+                subs += [bus.subscribe(sink) for sink in sinks[third * 1000 : (third + 1) * 1000]]
+                thirds.append(time.thread_time() - started)
+        finally:
+            gc.enable()
         bus.emit(Refused(Kind.MODEL, "m0", 1, ErrorCode.STALE_ATTEMPT))
         await bus.flush()
-    assert took < 6.0, f"3,000 subscriptions took {took:.1f} s"
+    assert thirds[2] < 3.5 * thirds[0], f"CPU s per thousand subscriptions: {thirds}"
     assert [sub.name for sub in subs[:3]] == ["Counting", "Counting-2", "Counting-3"]
     assert len({sub.name for sub in subs}) == 3000
     assert [sink.seen for sink in sinks] == [1] * 3000
