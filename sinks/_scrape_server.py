@@ -242,6 +242,10 @@ class ScrapeServer:
     ) -> None:
         self.handler = handler
         self.slots = threading.BoundedSemaphore(slots)
+        # Scrapes holding a slot (see ``serving``), under ``_serving_lock``: taken on the selector
+        # thread, given back on a handler's.
+        self._serving = 0
+        self._serving_lock = threading.Lock()
         self.header_timeout = min(header_timeout, timeout)
         self.timeout = timeout
         self.max_waiting = max_waiting
@@ -299,6 +303,24 @@ class ScrapeServer:
         """Answered 503: a complete head found every slot busy, a new connection found every
         waiting place taken by one too young to displace, or a handler raised ``Unavailable``."""
         return self._refused + self._unavailable
+
+    @property
+    def serving(self) -> int:
+        """Scrapes holding a slot now: rendering, or sending what the socket takes of their
+        reply at once. A peer sees its reply begin before its slot is given back."""
+        return self._serving
+
+    def _take_slot(self) -> bool:
+        if not self.slots.acquire(blocking=False):
+            return False
+        with self._serving_lock:
+            self._serving += 1
+        return True
+
+    def _give_slot(self) -> None:
+        with self._serving_lock:
+            self._serving -= 1
+        self.slots.release()
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Accept, read heads and dispatch until ``shutdown``."""
@@ -431,7 +453,7 @@ class ScrapeServer:
                 self._drop(pending)
             return
         self._forget(pending)
-        if not self.slots.acquire(blocking=False):
+        if not self._take_slot():
             self._refused += 1
             _send_quietly(pending.sock, _BUSY)
             pending.sock.close()
@@ -446,7 +468,7 @@ class ScrapeServer:
         except RuntimeError:
             # No thread to be had (memory or the thread limit): busy, as with no slot. Raised
             # here, it ended serve_forever and the endpoint answered nothing from then on.
-            self.slots.release()
+            self._give_slot()
             self._refused += 1
             _send_quietly(pending.sock, _BUSY)
             pending.sock.close()
@@ -482,7 +504,7 @@ class ScrapeServer:
         else:
             self._send(_Writing(sock, prefetched.reply, deadline))
         finally:
-            self.slots.release()
+            self._give_slot()
 
     def _send(self, writing: _Writing) -> None:
         """Send what the socket takes now (all of a page that fits its buffer, usually); hand the

@@ -641,6 +641,13 @@ class PrometheusEndpoint:
         return self._server.displaced
 
     @property
+    def serving(self) -> int:
+        """Scrapes holding one of the endpoint's slots now (rendering, or sending the start of
+        their reply): 0 once every scrape's reply is written or handed on. A peer sees its reply
+        begin a moment before its slot is free again."""
+        return self._server.serving
+
+    @property
     def slow_readers(self) -> int:
         """Replies cut off because their peer did not read them to the end within ``timeout``
         of its connecting, or was the longest still reading when 32 others were: a peer that

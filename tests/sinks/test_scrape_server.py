@@ -118,6 +118,16 @@ def test_a_connection_displaced_for_a_scrape_is_counted() -> None:
         assert endpoint.displaced == 1 and endpoint.refused == 0
 
 
+def _until_no_scrape_is_served(endpoint: PrometheusEndpoint) -> None:
+    """Wait (5 s at most) until every slot is free: a reply begun is not yet a slot given back,
+    and under load the next batch's heads found all 8 slots busy and were answered 503."""
+    for _ in range(500):  # bounded: handing a reply on takes microseconds
+        if endpoint.serving == 0:
+            return
+        time.sleep(0.01)
+    assert endpoint.serving == 0
+
+
 def _requested_and_unread(port: int) -> socket.socket:
     """A connection that sends a whole scrape request and reads none of the reply, through a
     4 KiB receive window (set before the connect, so the window is small from the start)."""
@@ -139,7 +149,8 @@ def test_peers_that_do_not_read_their_reply_cannot_hold_the_scrape_slots() -> No
     sink.handle(_kinds(2000))
     with _endpoint(sink, timeout=3.0) as endpoint, ExitStack() as stack:
         peers: list[socket.socket] = []
-        for _ in range(2):  # 8 at once share a render; the next 8 once those replies have begun
+        for _ in range(2):  # 8 at once share a render; the next 8 once those replies are handed on
+            _until_no_scrape_is_served(endpoint)
             batch = [stack.enter_context(_requested_and_unread(endpoint.port)) for _ in range(8)]
             for sock in batch:
                 sock.settimeout(5.0)
@@ -190,6 +201,7 @@ def test_replies_waiting_for_their_readers_are_capped_oldest_cut_first() -> None
     with _endpoint(sink, timeout=60.0) as endpoint, ExitStack() as stack:
         peers: list[socket.socket] = []
         for _ in range(5):
+            _until_no_scrape_is_served(endpoint)
             batch = [stack.enter_context(_requested_and_unread(endpoint.port)) for _ in range(8)]
             for sock in batch:
                 sock.settimeout(5.0)
