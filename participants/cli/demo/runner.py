@@ -32,11 +32,11 @@ from ckpt_events.participants.cli.demo.checks import diagnosis_checks
 from ckpt_events.participants.cli.demo.fleet import check_members, generation_fleet
 from ckpt_events.participants.cli.demo.plan import (
     ABORTING_FAULTS,
-    FAULT_DEADLINE_S,
     WORK_TIMEOUT_S,
     DemoOptions,
     check_options,
     checkpoint_thresholds,
+    deadline_s,
     fault_of,
     fault_plans,
     fleet_members,
@@ -104,7 +104,7 @@ async def _run_generation(
         concurrency=opts.concurrency,
         stop_after=stop_after,
         checkpoint_after=checkpoint_after or (),
-        deadline_s=FAULT_DEADLINE_S if opts.fault is not None else 30.0,
+        deadline_s=deadline_s(opts),
         work_timeout_s=WORK_TIMEOUT_S,
     )
     if watching is not None:

@@ -8,6 +8,7 @@ from ckpt_events.participants.cli.demo.plan import (
     DemoOptions,
     check_options,
     checkpoint_thresholds,
+    deadline_s,
     fault_of,
     fault_plans,
     fleet_members,
@@ -198,3 +199,13 @@ def test_straggler_checkpoints_is_where_the_report_s_rule_can_flag() -> None:
         straggler_checkpoints(2) == 5
         and check_options(DemoOptions(fault="slow", instances=2, checkpoints=5)) is None
     )
+
+
+def test_only_the_aborting_faults_shorten_the_deadline() -> None:
+    """stall and lease abort at a 2 s deadline; slow-restore and slow (and no fault) keep 30 s:
+    the short one failed generation 1's commit of 32 participants under load."""
+    got = {
+        fault: deadline_s(DemoOptions(fault=fault))
+        for fault in (None, "stall", "lease", "slow-restore", "slow")
+    }
+    assert got == {None: 30.0, "stall": 2.0, "lease": 2.0, "slow-restore": 30.0, "slow": 30.0}
