@@ -24,7 +24,6 @@ from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
 from ckpt_events.participants.protocol import (
     MAX_FORGOTTEN_SHOWN,
-    MAX_RETIRED_KEYS_SHOWN,
     MAX_RETIRED_SHOWN,
     NOT_READY_WORKER_BLOCKERS,
     NOT_READY_WORKERS,
@@ -603,8 +602,8 @@ class ControlPlane(Generic[S]):
             async with self._lock:
                 self._check_outside(Operation.RETIRE, req.deadline_ts)
                 retired = await self.workload.retire(req.episode_ids)
-            o.set(episodes=len(retired))
-            return RetireReply(retired=retired[:MAX_RETIRED_KEYS_SHOWN], retired_count=len(retired))
+            o.set(episodes=retired.retired_count)
+            return retired
 
     async def forget(self, req: ForgetRequest, trace: Incoming) -> ForgetReply:
         cid = req.checkpoint_id

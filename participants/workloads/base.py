@@ -27,16 +27,42 @@ import msgspec
 
 from ckpt_events import InvalidTypeError, OperationSpan, Telemetry
 from ckpt_events.participants.errors import InvalidCheckpointError, ProtocolRefusal, WorkError
-from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport
+from ckpt_events.participants.protocol import (
+    MAX_BLOCKERS,
+    MAX_RETIRED_KEYS_SHOWN,
+    EpisodeId,
+    PrepareReport,
+    RetireReply,
+)
 from ckpt_events.participants.workloads.fence import RetiredAttempts
 from ckpt_events.vocab import ErrorCode
 
-__all__ = ["Episode", "Record", "WorkError", "Workload", "finite_sleep"]
+__all__ = ["Episode", "Record", "RetiredKeys", "WorkError", "Workload", "finite_sleep"]
 
 _RETIRE_WAIT: Final = 5.0
 #: Ids a retire marks (and a forget clears) between two yields to the loop: ~0.5 ms of work
 #: (a request beside it needs several turns of the loop to be answered).
 RETIRE_CHUNK: Final = 1024
+
+
+class RetiredKeys:
+    """The capture keys a retire names, a chunk at a time: how many (each once) and the first
+    ``MAX_RETIRED_KEYS_SHOWN`` in sorted order, kept as the chunks come. Sorting every key
+    for the reply held the loop ~20-35 ms in one stretch at 64,000 ids; a chunk's share here
+    is ~0.1 ms."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._first: list[str] = []
+
+    def add(self, chunk: Iterable[EpisodeId]) -> None:
+        fresh = {e.capture_key for e in chunk}
+        fresh -= self._seen
+        self._seen |= fresh
+        self._first = heapq.nsmallest(MAX_RETIRED_KEYS_SHOWN, [*self._first, *fresh])
+
+    def reply(self) -> RetireReply:
+        return RetireReply(retired=self._first, retired_count=len(self._seen))
 
 
 class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
@@ -288,18 +314,19 @@ class Workload(Generic[S, R]):
         restored.sort()
         return restored
 
-    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
-        """Raise the marks first, then cancel and free the retired attempts' state.
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> RetireReply:
+        """Raise the marks first, then cancel and free the retired attempts' state; the reply
+        names the first ``MAX_RETIRED_KEYS_SHOWN`` capture keys (sorted) and counts them all.
 
         The marks go up ``RETIRE_CHUNK`` at a time, the loop free between chunks (64,000 ids
         held it ~120 ms): a work call answered in between sees each rollout either marked or
         not yet, as if it came before or after the retire; those it starts are freed below."""
         ids = list(episode_ids)
-        retired: set[str] = set()
+        retired = RetiredKeys()
         for at in range(0, len(ids), RETIRE_CHUNK):
             chunk = ids[at : at + RETIRE_CHUNK]
             self.fence.mark_all(chunk)
-            retired.update(e.capture_key for e in chunk)
+            retired.add(chunk)
             await anyio.lowlevel.checkpoint()
         doomed = [e for e in self.episodes.values() if self.fence.is_retired(e.episode_id)]
         for episode in doomed:
@@ -311,7 +338,7 @@ class Workload(Generic[S, R]):
         for episode in doomed:
             self.episodes.pop(episode.key, None)
         self._notify()
-        return sorted(retired)
+        return retired.reply()
 
 
 _by_key: Final = operator.attrgetter("key")

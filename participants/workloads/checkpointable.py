@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ckpt_events import OperationSpan
-from ckpt_events.participants.protocol import EpisodeId, PrepareReport
+from ckpt_events.participants.protocol import EpisodeId, PrepareReport, RetireReply
 from ckpt_events.participants.workloads.base import Record
 from ckpt_events.participants.workloads.fence import RetiredAttempts
 
@@ -77,7 +77,10 @@ class ControlledWorkload(Protocol):
 
     def commit_extras(self, keys: Sequence[str]) -> dict[str, Any]: ...
 
-    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]: ...
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> RetireReply:
+        """Mark and free ``episode_ids``; the reply counts the capture keys (each once) and
+        names the first ``MAX_RETIRED_KEYS_SHOWN`` of them in sorted order."""
+        ...
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ import msgspec
 from anyio.abc import ByteReceiveStream
 
 from ckpt_events.participants.errors import WorkerChannelError
-from ckpt_events.participants.protocol import EpisodeId, PrepareReport, RecordsPart
+from ckpt_events.participants.protocol import EpisodeId, PrepareReport, RecordsPart, RetireReply
 from ckpt_events.participants.server.store_read import Share
 from ckpt_events.participants.server.work import EpisodeView
 
@@ -215,7 +215,11 @@ class Discard(Request[None], tag="discard", frozen=True):
     inline = True
 
 
-class Retire(Request[list[str]], tag="retire", frozen=True):
+class Retire(Request[RetireReply], tag="retire", frozen=True):
+    """Retire ``episode_ids`` here; the reply counts them and names the first 100 keys. Every
+    key came back (0.7-2.6 MB a worker at 64,000 ids, ~2.5-3 ms to decode on the server's
+    loop), and the server answers from the ids it sent: it never used them."""
+
     episode_ids: list[EpisodeId]
     checkpoint_id: str | None
 

@@ -24,7 +24,7 @@ import anyio.lowlevel
 from ckpt_events import OperationSpan
 from ckpt_events.checks import library_logger
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
-from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart
+from ckpt_events.participants.protocol import MAX_BLOCKERS, EpisodeId, PrepareReport, RecordsPart, RetireReply
 from ckpt_events.participants.server.store_files import Beneath
 from ckpt_events.participants.server.workers.coordinator import WorkerCoordinator
 from ckpt_events.participants.server.workers.frames import (
@@ -47,7 +47,7 @@ from ckpt_events.participants.server.workers.frames import (
 )
 from ckpt_events.participants.server.workers.placement import Placement, assign_parts
 from ckpt_events.participants.server.workers.share import current_share
-from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record, Workload
+from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record, RetiredKeys, Workload
 from ckpt_events.participants.workloads.fence import RetiredAttempts
 from ckpt_events.vocab import ErrorCode
 
@@ -448,24 +448,26 @@ class WorkerPool:
         self._staged = {}
         self._staged_scope = set()
 
-    async def retire(self, episode_ids: Iterable[EpisodeId]) -> list[str]:
+    async def retire(self, episode_ids: Iterable[EpisodeId]) -> RetireReply:
         """Raise the server's marks, then every worker retires ``episode_ids`` (and marks them).
 
         The marks go up ``RETIRE_CHUNK`` at a time, the loop free between chunks, as
         ``Workload.retire`` (one mark and one retention pass an id held the main loop ~50 ms
         for 64,000 ids): a work call admitted in between is freed by its worker's retire."""
         ids = list(episode_ids)
-        retired: set[str] = set()
+        retired = RetiredKeys()
         for at in range(0, len(ids), RETIRE_CHUNK):
             chunk = ids[at : at + RETIRE_CHUNK]
             # Not posted: the workers' retire marks them.
             RetiredAttempts.mark_all(self.fence, chunk)
-            retired.update(e.capture_key for e in chunk)
+            retired.add(chunk)
             await anyio.lowlevel.checkpoint()
         checkpoint_id, traceparent = _share()
         await self._ask_each(Retire(ids, checkpoint_id), self.coordinator.connected(), traceparent)
+        # The workers' replies (each its own count and first keys) are not needed: the ids
+        # named are the reply, whichever worker held them.
         self.placement.drop_retired(self.fence)
-        return sorted(retired)
+        return retired.reply()
 
     async def aclose(self) -> None:
         await self.checker.aclose()

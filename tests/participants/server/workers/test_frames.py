@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from ckpt_events.participants.errors import WorkerChannelError
-from ckpt_events.participants.protocol import EpisodeId, PrepareReport, RecordsPart
+from ckpt_events.participants.protocol import EpisodeId, PrepareReport, RecordsPart, RetireReply
 from ckpt_events.participants.server.store_read import Share
 from ckpt_events.participants.server.work import EpisodeView
 from ckpt_events.participants.server.workers.frames import (
@@ -105,7 +105,7 @@ KINDS: dict[type[Request[Any]], tuple[Request[Any], Any]] = {
     ),
     InstallStaged: (InstallStaged(["r9-a0"], "c1"), ["r1-a3"]),
     Discard: (Discard(), None),
-    Retire: (Retire([EPISODE], "c1"), ["r1-a2"]),
+    Retire: (Retire([EPISODE], "c1"), RetireReply(retired=["r1-a2"], retired_count=1)),
     Mark: (Mark(EPISODE), None),
     Forget: (Forget(["r1"]), None),
 }

@@ -6,11 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from ckpt_events import Bus, OperationFinished, Telemetry, format_traceparent
 from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError
-from ckpt_events.participants.protocol import EpisodeId, PrepareReport, RecordsPart
+from ckpt_events.participants.protocol import (
+    MAX_RETIRED_KEYS_SHOWN,
+    EpisodeId,
+    PrepareReport,
+    RecordsPart,
+    RetireReply,
+)
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.store_read import Share
 from ckpt_events.participants.server.workers.frames import (
@@ -175,12 +182,26 @@ async def test_a_staged_share_that_does_not_check_is_refused_and_nothing_is_stag
         await reader.workload.aclose()
 
 
+async def test_a_big_retire_answers_a_count_and_the_first_keys() -> None:
+    """A worker's reply to a retire of 5,000 ids is their count and the first 100 keys (a
+    few KB, whatever the number): it carried every key back to the server (0.7-2.6 MB a
+    worker at 64,000 ids), which answers from the ids it sent instead."""
+    rollouts = [f"r{i:05d}" for i in range(5000)]
+    async with Bus() as bus:
+        host = _host(bus)
+        reply = await _ask(host, Retire([EpisodeId(r, 1) for r in reversed(rollouts)], "c1"))
+        keys = [f"{r}-a1" for r in rollouts[:MAX_RETIRED_KEYS_SHOWN]]
+        assert reply == RetireReply(retired=keys, retired_count=len(rollouts))
+        assert len(msgspec.msgpack.encode(reply)) < 2000
+        await host.workload.aclose()
+
+
 async def test_retire_marks_and_frees_the_attempts() -> None:
     """``retire`` answers the retired capture keys and drops their episodes."""
     async with Bus() as bus:
         host = _host(bus)
         await _ask(host, Start(EpisodeId("r1"), 2))
-        assert await _ask(host, Retire([EpisodeId("r1")], "c1")) == ["r1"]
+        assert await _ask(host, Retire([EpisodeId("r1")], "c1")) == RetireReply(["r1"], retired_count=1)
         assert "r1" not in host.workload.episodes
         assert host.workload.fence.is_retired(EpisodeId("r1"))
         await host.workload.aclose()
