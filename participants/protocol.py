@@ -30,6 +30,7 @@ __all__ = [
     "MAX_RETIRED_SHOWN",
     "NOT_READY_WORKERS",
     "NOT_READY_WORKER_BLOCKERS",
+    "REPORT_AGE_HEADER",
     "SERVER_TIME_HEADER",
     "CheckpointId",
     "CommitReply",
@@ -92,6 +93,10 @@ INVALID_REQUEST: Final = "invalid_request"
 #: ``watch`` ages open work by it. A header, not a field: a client that refuses unknown fields
 #: still reads the body.
 SERVER_TIME_HEADER: Final = "ckpt-server-time"
+#: ``GET /status``'s reply header while ``preparing``: how old its ``report`` is (seconds,
+#: microseconds; at most 0.2): a report computed within the waiting prepare's pacing is
+#: shown again. A header, as ``SERVER_TIME_HEADER``.
+REPORT_AGE_HEADER: Final = "ckpt-report-age"
 
 # ``\Z``, not ``$``: ``$`` also matches before a final newline, so "c1\n" would pass.
 _SAFE: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z"

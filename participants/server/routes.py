@@ -23,6 +23,7 @@ from ckpt_events.participants.fastapi import Incoming, incoming_dependency
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
     MAX_ATTEMPT,
+    REPORT_AGE_HEADER,
     SERVER_TIME_HEADER,
     CommitRequest,
     EpisodeId,
@@ -109,8 +110,11 @@ def control_router(plane: ControlPlane[Any], token: str) -> APIRouter:
 
     @router.get("/status")
     async def status() -> Response:
-        reply = _json(await plane.status())
+        status, report_age = await plane.status()
+        reply = _json(status)
         reply.headers[SERVER_TIME_HEADER] = f"{time.time():.6f}"  # watch's clock offset
+        if report_age is not None:
+            reply.headers[REPORT_AGE_HEADER] = f"{report_age:.6f}"
         return reply
 
     @router.post("/prepare")

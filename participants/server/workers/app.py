@@ -33,14 +33,13 @@ from ckpt_events.participants.protocol import (
     EpisodeId,
     PrepareReport,
     RestoreRequest,
-    StatusReply,
     WorkAdvanceReply,
     WorkerEndpoint,
     WorkStartReply,
 )
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.checks import check_restore_keys
-from ckpt_events.participants.server.control import ControlPlane, Exported, Restored, on_monotonic
+from ckpt_events.participants.server.control import ControlPlane, Exported, Restored, Status, on_monotonic
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from ckpt_events.participants.server.replies import store_refusals
 from ckpt_events.participants.server.routes import work_router
@@ -145,16 +144,16 @@ class WorkerControlPlane(ControlPlane[Any]):
             s.set(records=result.manifest.record_count, bytes=result.bytes)
         return result, sorted(key for _, keys in parts for key in keys)
 
-    async def status(self) -> StatusReply:
+    async def status(self) -> Status:
         """As at N = 1, with each worker's own work port."""
-        reply = await super().status()
+        reply, report_age = await super().status()
         coordinator = self.pool.coordinator
         connected = set(coordinator.connected())
         workers = [
             WorkerEndpoint(index=i, connected=i in connected, url=coordinator.urls.get(i))
             for i in range(coordinator.workers)
         ]
-        return msgspec.structs.replace(reply, workers=workers)
+        return Status(msgspec.structs.replace(reply, workers=workers), report_age)
 
     def _not_ready_workers(self) -> tuple[str, int] | None:
         return self.pool.not_ready_workers()

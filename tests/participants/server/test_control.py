@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -36,12 +37,14 @@ from ckpt_events.participants.protocol import (
     MAX_FORGOTTEN_SHOWN,
     MAX_RETIRED_KEYS_SHOWN,
     MAX_RETIRED_SHOWN,
+    REPORT_AGE_HEADER,
     EpisodeId,
     PrepareReport,
     RetireRequest,
     StatusReply,
     decode,
 )
+from ckpt_events.participants.server import control as control_plane
 from ckpt_events.participants.server import routes
 from ckpt_events.participants.workloads import Record, ResourcesWorkload
 from ckpt_events.participants.workloads.registry import KINDS, KindRow
@@ -1021,3 +1024,40 @@ def test_a_multi_worker_servers_fence_takes_the_same_retention():
     fence = app.state.workload.fence
     assert (fence.max_marks, fence.max_age_seconds) == (7, 3600.0)
     assert fence is not app.state.workload.checker.fence
+
+
+async def test_status_while_a_prepare_waits_shows_its_fresh_report_again():
+    """While a prepare waits on 40,000 running episodes, /status shows the newest not-ready
+    report again while it is fresh by the prepare's pacing (``ckpt-report-age`` says how old,
+    at most _PACE_MAX), and never a ready one again: readiness lost since is shown at once.
+    Was: every /status computed the whole report (9-10 ms a call at 100,000 episodes)."""
+    app = make("agent")
+    async with running(app) as client:
+        workload = app.state.workload
+        for i in range(40_000):
+            workload.start(EpisodeId(f"r{i:05d}"), 3).status = "running"
+
+        async def shown() -> tuple[dict[str, Any], float]:
+            reply = await client.get(f"{CONTROL_PREFIX}/status", headers=AUTH)
+            assert reply.status_code == 200, reply.text
+            return reply.json(), float(reply.headers[REPORT_AGE_HEADER])
+
+        async with anyio.create_task_group() as tg:
+            # Its wait wakes once a second with no episode change: nothing below wakes it.
+            tg.start_soon(functools.partial(control, client, "prepare", seconds=3.0))
+            await wait_until(lambda: workload.admission_open is False)
+            seen = [await shown() for _ in range(5)]
+            assert all(body["phase"] == "preparing" and not body["report"]["ready"] for body, _ in seen)
+            assert all(0.0 <= age <= control_plane._PACE_MAX for _, age in seen), seen
+            assert any(age > 0.0 for _, age in seen[1:]), [age for _, age in seen]
+
+            for episode in workload.episodes.values():
+                episode.status = "idle"
+            await anyio.sleep(control_plane._PACE_MAX + 0.05)  # the not-ready report is stale
+            body, age = await shown()
+            assert (body["phase"], body["report"]["ready"], age) == ("preparing", True, 0.0)
+            workload.episodes["r00007"].status = "running"
+            body, age = await shown()  # the ready report is not shown again
+            assert (body["report"]["ready"], body["report"]["blockers"], age) == (False, ["r00007"], 0.0)
+            workload.episodes["r00007"].status = "idle"
+            tg.cancel_scope.cancel()
