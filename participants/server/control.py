@@ -54,6 +54,7 @@ from ckpt_events.participants.server.checks import (
     check_restore_scope,
 )
 from ckpt_events.participants.server.gc_pause import freeze, gc_paused
+from ckpt_events.participants.server.pacing import timed_report
 from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
@@ -65,13 +66,6 @@ from ckpt_events.vocab import ErrorCode, Operation, Phase
 __all__ = ["ControlPlane", "Exported", "Restored", "Status", "on_monotonic"]
 
 _WAIT_SLICE: Final = 1.0
-#: A waiting prepare computes readiness again no sooner than this many times what the last
-#: computation took, after it (so it costs at most ~1/11 of a core), and never more than
-#: ``_PACE_MAX`` seconds later: readiness is answered at most that late. Unpaced, it ran on every
-#: episode change: 100,000 episodes finishing over 20 s cost 1,962 reports (8.8 ms each), 91 % of
-#: a core beside the workload's 33 %, and held the loop up to 229 ms.
-_PACE_FACTOR: Final = 10.0
-_PACE_MAX: Final = 0.2
 
 
 def on_monotonic(deadline_ts: float) -> float:
@@ -383,13 +377,9 @@ class ControlPlane(Generic[S]):
 
     def _timed_report(self) -> tuple[PrepareReport, float]:
         """The workload's readiness now, and the earliest ``perf_counter`` a waiting prepare
-        computes it again (``_PACE_FACTOR`` times what it took, at most ``_PACE_MAX``); kept
-        until then for ``/status``."""
-        began = time.perf_counter()
-        report = self.workload.report()
-        done = time.perf_counter()
-        not_before = done + min((done - began) * _PACE_FACTOR, _PACE_MAX)
-        self._latest = _Latest(self.checkpoint_id, report, done, not_before)
+        computes it again (see ``pacing``); kept until then for ``/status``."""
+        report, not_before = timed_report(self.workload)
+        self._latest = _Latest(self.checkpoint_id, report, time.perf_counter(), not_before)
         return report, not_before
 
     async def renew(self, req: RenewRequest, trace: Incoming) -> RenewReply:

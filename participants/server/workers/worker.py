@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
@@ -28,8 +29,9 @@ from ckpt_events import OperationSpan
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.loop_lag import LoopLagMonitor
-from ckpt_events.participants.protocol import EpisodeId, encode
+from ckpt_events.participants.protocol import EpisodeId, PrepareReport, encode
 from ckpt_events.participants.server.gc_pause import gc_paused
+from ckpt_events.participants.server.pacing import timed_report
 from ckpt_events.participants.server.replies import store_refusals
 from ckpt_events.participants.server.store import discard_parts, write_part
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath
@@ -95,6 +97,8 @@ class WorkerHost:
         #: The fence's marks of those rollouts before that install marked them (``None``: no
         #: mark), which ``discard`` puts back: a refused restore fences nothing.
         self._fenced_before: dict[str, int | None] = {}
+        #: The earliest ``perf_counter`` a ``Report`` computes readiness again (``pacing``).
+        self._report_not_before = 0.0
 
     def apply_state(self, state: WorkerState) -> None:
         """The server's state from the coordinator's ``hello`` reply."""
@@ -146,9 +150,7 @@ class WorkerHost:
                     op.set(blockers=report.blocker_count)
                 return report
             case Report(wait=wait):
-                if not wl.report().ready:
-                    await wl.wait_changed(min(wait, _REPORT_WAIT_CAP))
-                return wl.report()
+                return await self._report(min(wait, _REPORT_WAIT_CAP))
             case WritePart() as request:
                 return await self._write_part(request, message)
             case Stop(keys=keys):
@@ -172,6 +174,26 @@ class WorkerHost:
                 return None
             case _:
                 raise UnknownKind(message.kind)
+
+    async def _report(self, wait: float) -> PrepareReport:
+        """The readiness after waiting up to ``wait`` seconds for a change if not ready, each
+        report paced as the prepare's wait at N = 1 (``pacing``): the server asks round after
+        round while a prepare waits, and each round computed it twice, unpaced."""
+        ends = time.perf_counter() + wait
+        report = await self._paced_report(ends)
+        if report.ready:
+            return report
+        await self.workload.wait_changed(ends - time.perf_counter())
+        return await self._paced_report(ends)
+
+    async def _paced_report(self, ends: float) -> PrepareReport:
+        """The readiness, computed once the pacing allows, or at ``ends`` (``perf_counter``)."""
+        pause = min(self._report_not_before, ends) - time.perf_counter()
+        if pause > 0:
+            await anyio.sleep(pause)
+        report, not_before = timed_report(self.workload)
+        self._report_not_before = not_before
+        return report
 
     # -- this worker's share of a commit and a restore --------------------------------------
 

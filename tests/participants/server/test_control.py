@@ -44,8 +44,8 @@ from ckpt_events.participants.protocol import (
     StatusReply,
     decode,
 )
-from ckpt_events.participants.server import control as control_plane
 from ckpt_events.participants.server import routes
+from ckpt_events.participants.server.pacing import PACE_MAX
 from ckpt_events.participants.workloads import Record, ResourcesWorkload
 from ckpt_events.participants.workloads.registry import KINDS, KindRow
 from ckpt_events.sinks.otel import MetricSink
@@ -478,7 +478,7 @@ async def test_a_waiting_prepare_paces_its_readiness_checks():
         waited = answered - began
         share = sum(computing) / waited
         assert share < 0.2, (f"{share:.0%} of {waited:.2f} s", len(computing))
-        # Paced at most 0.2 s (control._PACE_MAX): ready that soon after the last episode parked.
+        # Paced at most 0.2 s (pacing.PACE_MAX): ready that soon after the last episode parked.
         assert answered - max(finished) < 0.35, answered - max(finished)
 
 
@@ -1029,7 +1029,7 @@ def test_a_multi_worker_servers_fence_takes_the_same_retention():
 async def test_status_while_a_prepare_waits_shows_its_fresh_report_again():
     """While a prepare waits on 40,000 running episodes, /status shows the newest not-ready
     report again while it is fresh by the prepare's pacing (``ckpt-report-age`` says how old,
-    at most _PACE_MAX), and never a ready one again: readiness lost since is shown at once.
+    at most PACE_MAX), and never a ready one again: readiness lost since is shown at once.
     Was: every /status computed the whole report (9-10 ms a call at 100,000 episodes)."""
     app = make("agent")
     async with running(app) as client:
@@ -1048,12 +1048,12 @@ async def test_status_while_a_prepare_waits_shows_its_fresh_report_again():
             await wait_until(lambda: workload.admission_open is False)
             seen = [await shown() for _ in range(5)]
             assert all(body["phase"] == "preparing" and not body["report"]["ready"] for body, _ in seen)
-            assert all(0.0 <= age <= control_plane._PACE_MAX for _, age in seen), seen
+            assert all(0.0 <= age <= PACE_MAX for _, age in seen), seen
             assert any(age > 0.0 for _, age in seen[1:]), [age for _, age in seen]
 
             for episode in workload.episodes.values():
                 episode.status = "idle"
-            await anyio.sleep(control_plane._PACE_MAX + 0.05)  # the not-ready report is stale
+            await anyio.sleep(PACE_MAX + 0.05)  # the not-ready report is stale
             body, age = await shown()
             assert (body["phase"], body["report"]["ready"], age) == ("preparing", True, 0.0)
             workload.episodes["r00007"].status = "running"

@@ -3,9 +3,11 @@ real workload, in process; its checkpoint shares write and read real records fil
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -47,6 +49,7 @@ from ckpt_events.participants.server.workers.frames import (
     WrittenPart,
 )
 from ckpt_events.participants.server.workers.worker import WorkerHost
+from ckpt_events.participants.workloads import EnvironmentWorkload
 from ckpt_events.testing import capture_events
 
 pytestmark = pytest.mark.anyio
@@ -205,3 +208,46 @@ async def test_retire_marks_and_frees_the_attempts() -> None:
         assert "r1" not in host.workload.episodes
         assert host.workload.fence.is_retired(EpisodeId("r1"))
         await host.workload.aclose()
+
+
+class _SlowReports(EnvironmentWorkload):
+    """An environment whose readiness takes 20 ms to compute (as ~300,000 episodes' would),
+    counting each computation."""
+
+    computed = 0
+
+    def report(self) -> PrepareReport:
+        self.computed += 1
+        time.sleep(0.02)  # holds the loop, as the real computation does
+        return super().report()
+
+
+async def test_report_rounds_compute_readiness_paced() -> None:
+    """The server's Report rounds, back to back for a second while episodes keep changing,
+    compute readiness about once a pacing interval (10 times its 20 ms, at most 0.2 s): ~6
+    times. Was: twice a round, unpaced (~45 times; 62-68 % of a worker's loop at
+    20,000-50,000 changing episodes)."""
+    async with Bus() as bus:
+        tel = Telemetry(bus, kind="environment", instance="environment-0", worker=1)
+        workload = _SlowReports(tel, step_seconds=0.002)
+        host = WorkerHost(workload, 1)
+        keys = [f"r{i}" for i in range(20)]
+        for key in keys:
+            workload.start(EpisodeId(key), 10**6)
+        ends = time.monotonic() + 1.0
+
+        async def churn(key: str) -> None:
+            for _ in range(10_000):
+                if time.monotonic() >= ends:
+                    break
+                await workload.advance(EpisodeId(key))
+
+        rounds = 0
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                tg.start_soon(churn, key)
+            while rounds < 1000 and time.monotonic() < ends:
+                await _ask(host, Report(1.0))
+                rounds += 1
+        assert rounds >= 2 and workload.computed <= 12, (rounds, workload.computed)
+        await workload.aclose()
