@@ -22,9 +22,9 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Final, NoReturn, Self, SupportsIndex
+from typing import Any, Final, NoReturn, Self, SupportsIndex
 
 import anyio
 import anyio.abc
@@ -129,7 +129,10 @@ class Bus:
         # The parent's pid in a process forked while this bus ran there (see _forked_child).
         self._forked_from: int | None = None
         # Set by BusThread while it runs this bus: runs a call on the loop from another thread.
-        self._from_other_thread: Callable[[Callable[[], Subscription]], Subscription] | None = None
+        self._from_other_thread: Callable[[Callable[[], Any]], Any] | None = None
+        # Run by aclose() once every sink is closed, in the order added (``_on_close``): what a
+        # configure() of this bus built beyond its sinks (a meter provider, a scrape endpoint).
+        self._close_hooks: dict[object, Callable[[], Awaitable[None]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -187,9 +190,27 @@ class Bus:
                 await self._close_never_entered()
             else:
                 await self._wait_for_sinks()
+            await self._run_close_hooks()
         finally:
             _RUNNING.discard(self)
             self._closed_event.set()
+
+    def _on_close(self, owner: object, hook: Callable[[], Awaitable[None]]) -> None:
+        """Have ``aclose()`` await ``hook()`` once every sink is closed, unless ``_drop_close_hook(owner)``
+        comes first. Held strongly: a ``configure(bus)`` whose result was not kept is closed too."""
+        self._close_hooks[owner] = hook
+
+    def _drop_close_hook(self, owner: object) -> None:
+        self._close_hooks.pop(owner, None)
+
+    async def _run_close_hooks(self) -> None:
+        """The hooks, in the order added, after the sinks' buffers were drained and the sinks
+        closed (so the last records reach a meter provider before it exports and shuts down).
+        Shielded: each is bounded by its owner's own deadline (``Configured.close_timeout``)."""
+        with anyio.CancelScope(shield=True):
+            while self._close_hooks:
+                owner = next(iter(self._close_hooks))
+                await self._close_hooks.pop(owner)()
 
     async def _close_never_entered(self) -> None:
         """``aclose()`` of a bus never entered: its subscriptions still deliver what was emitted
@@ -261,7 +282,7 @@ class Bus:
         if hop is not None and threading.get_ident() != self._loop_thread:
             # A BusThread's bus: subscribed on its loop, waited for here (sinks.configure(bus)
             # from synchronous code); any other running bus refuses below.
-            return hop(
+            subscribed: Subscription = hop(
                 functools.partial(
                     self.subscribe,
                     sink,
@@ -272,6 +293,7 @@ class Bus:
                     batch_interval=batch_interval,
                 )
             )
+            return subscribed
         # Its delivery task starts in the bus's task group, which only that loop may touch.
         self._check_thread("subscribe", "anyio.from_thread.run_sync(bus.subscribe, sink)")
         if name is not None:
@@ -526,6 +548,7 @@ class Bus:
         self._token = None
         self._loop_thread = None
         self._call_soon_threadsafe = None
+        self._from_other_thread = None  # the BusThread's loop is the parent's: a call there never returns
         first = _Buffer(1, None)
         first.waiting = True
         self._after_close = first

@@ -63,7 +63,9 @@ class Configured:
     ``aclose()`` (or leaving ``async with``; ``close()`` and ``with`` from synchronous code)
     flushes the bus and unsubscribes; the bus closes
     each sink (the span exporter, the JSON-lines file), and this shuts down the meter
-    provider ``configure`` built (never one the caller passed in). Idempotent.
+    provider ``configure`` built (never one the caller passed in). Idempotent. One still open
+    when its bus closes is closed by the bus, once the sinks have drained (a synchronous server's
+    ``configure(bus)`` beside ``BusThread().start()``, never closed by hand).
     ``sample_ratio`` is what ``OTEL_TRACES_SAMPLER``/``_ARG`` ask for: pass it to
     ``Telemetry(sample_ratio=...)``. ``settings`` is the parsed environment.
     """
@@ -180,6 +182,7 @@ class Configured:
                         await self.prometheus.aclose()
             finally:
                 release(self.bus, self)  # its places are free for another configure() of the bus
+                self.bus._drop_close_hook(self)
                 self._closed.set()
 
     async def _end_exports_now(self) -> None:
@@ -377,6 +380,7 @@ def configure(
             },
         )
         claim(bus, places, configured)
+        _closed_with(bus, configured)
         return configured
     stall_watch = _stall_watch(env, bus)
     built = Built()
@@ -421,7 +425,16 @@ def configure(
         prometheus=prometheus,
     )
     claim(bus, places, configured)
+    _closed_with(bus, configured)
     return configured
+
+
+def _closed_with(bus: Bus, configured: Configured) -> None:
+    """Close ``configured`` as ``bus`` closes, after its sinks, if it is still open then: a sync
+    server's ``configure(bus)`` beside ``BusThread().start()`` is never closed by hand, and the
+    meter provider's export thread and the Prometheus endpoint's thread and port outlived the bus
+    (and at exit the provider shut down before the bus drained, its last records lost)."""
+    bus._on_close(configured, configured.aclose)
 
 
 def _checked_settings(

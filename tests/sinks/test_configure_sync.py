@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -99,3 +104,66 @@ def test_closing_after_the_bus_thread_ended_finishes_the_close(tmp_path: Path) -
         Telemetry(bus, kind="judge", instance="judge-0").refused("unauthorized")
     configured.close()
     assert [type(e).__name__ for _, e in read_events(path)] == ["Refused"]
+
+
+def test_a_configured_left_open_is_closed_with_its_bus_thread() -> None:
+    """A sync server's `configure(bus)` beside `BusThread().start()` is never closed by hand: the
+    bus's close closes it after its sinks, so the meter provider got every operation and is shut
+    down (its export thread gone), and the Prometheus endpoint's thread and port are freed. They
+    outlived runner.close() (two threads and the port left)."""
+    before = set(threading.enumerate())
+    reader = InMemoryMetricReader()
+    environ = {
+        "OTEL_METRICS_EXPORTER": "console,prometheus",
+        "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+    }
+    runner = BusThread()
+    bus = runner.start()
+    configured = configure(bus, environ=environ, metric_readers=[reader], span_groups="default")
+    assert configured.prometheus is not None and configured.meter_provider is not None
+    port = configured.prometheus.port
+    tel = Telemetry(bus, kind="judge", instance="judge-0")
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(lambda w: _work(tel, w), range(THREADS)))
+    runner.close()
+    assert configured.meter_provider._shutdown  # noqa: SLF001 (the SDK has no public getter)
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert left == []
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))
+    configured.close()  # closed already: returns
+    _, by_attributes = metric_points(reader)["gym.checkpoint.records_total"]
+    assert list(by_attributes.values()) == [THREADS * PER_THREAD]
+
+
+AT_EXIT = """
+import sys
+from ckpt_events import BusThread, Telemetry, sinks
+
+bus = BusThread().start()  # a WSGI module's globals: nothing closed by hand
+sinks.configure(bus, environ={"OTEL_METRICS_EXPORTER": "console", "OTEL_METRIC_EXPORT_INTERVAL": "60000"})
+tel = Telemetry(bus, kind="judge", instance="judge-0")
+for n in range(10):
+    with tel.operation("commit", checkpoint_id=f"c{n}"):
+        pass
+"""
+
+
+def test_metrics_of_a_never_closed_bus_thread_are_exported_at_exit() -> None:
+    """At exit the bus drains into the meter provider before it exports and shuts down: its own
+    atexit handler ran first, and none of the 10 operations was exported (said in a warning)."""
+    result = subprocess.run(
+        [sys.executable, "-c", AT_EXIT],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "was shut down" not in result.stderr
+    exported = json.loads(result.stdout)["resource_metrics"][0]["scope_metrics"][0]["metrics"]
+    duration = next(m for m in exported if m["name"] == "gym.checkpoint.operation_duration_ms")
+    assert [p["count"] for p in duration["data"]["data_points"]] == [10]
