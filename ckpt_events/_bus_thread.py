@@ -102,6 +102,14 @@ class BusThread:
             raise InvalidValueError(f"this BusThread is {state}: call it between start() and close()")
         return portal.call(func, *args)
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """``await bus.flush(timeout)`` from synchronous code: waits, on this thread, until every
+        event emitted before the call has been handled by every sink; ``False`` if ``timeout``
+        seconds passed first (the events stay pending). From any thread but the bus's loop;
+        ``InvalidValueError`` when not running. ``bus.flush(5.0)`` itself, called from sync
+        code, returns a coroutine: it waits for nothing, and it is true."""
+        return self.call(self.bus.flush, timeout)
+
     def close(self) -> None:
         """Close the bus (within its ``close_timeout``) and end its thread; idempotent."""
         with self._lock:

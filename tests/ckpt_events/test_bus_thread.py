@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ckpt_events import BusThread, Event, InvalidValueError, OperationFinished, Telemetry
+from ckpt_events import BusThread, Event, InvalidValueError, OperationFinished, Subscription, Telemetry
 from ckpt_events.sinks import JsonLinesSink, read_events
 from ckpt_events.testing import MemorySink
 from tests.processes import forked_exit
@@ -223,3 +223,75 @@ def test_one_never_closed_is_closed_at_exit_and_delivers_everything(tmp_path: Pa
     )
     assert result.returncode == 0, result.stderr
     assert len(list(read_events(path))) == 300
+
+
+RUNS = 15
+SUBSCRIBERS = 300
+
+
+def test_subscriptions_closed_on_a_thread_as_the_bus_closes_leave_it_closed() -> None:
+    """Subscriptions closed on a thread of their own while the BusThread closes its bus: the
+    close is made on the bus's loop, so the closed bus's routes stay closed and an event emitted
+    afterwards is counted dropped. From the thread, a route table rebuilt as the bus closed
+    replaced the closed one: the event went to a finished sink's buffer, counted nowhere (36 of
+    60 runs)."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often, as on a loaded server: the race shows
+    try:
+        _close_as_the_bus_closes(RUNS)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _close_as_the_bus_closes(runs: int) -> None:
+    uncounted = 0
+    for _ in range(runs):
+        runner = BusThread(close_timeout=DEADLINE)
+        bus = runner.start()
+        subs = [bus.subscribe(MemorySink()) for _ in range(SUBSCRIBERS)]
+        ready = threading.Barrier(2, timeout=SLACK)
+
+        def close_them(subs: list[Subscription] = subs, ready: threading.Barrier = ready) -> None:
+            ready.wait()
+            for sub in subs:
+                sub.close()
+
+        closer = threading.Thread(target=close_them)
+        closer.start()
+        ready.wait()
+        runner.close()
+        closer.join(SLACK)
+        assert not closer.is_alive()
+        Telemetry(bus, kind="judge", instance="judge-0").refused("unauthorized")
+        stats = bus.stats()
+        assert sum(s.pending for s in stats.sinks) == 0
+        uncounted += 1 - stats.dropped_after_close
+    assert uncounted == 0
+
+
+class Slow:
+    """A blocking sink taking 0.1 s a batch."""
+
+    blocking = True
+
+    def handle(self, batch: list[Event]) -> None:
+        time.sleep(0.1)
+
+
+def test_flush_from_sync_code_waits_for_the_sinks_and_says_a_timeout() -> None:
+    """runner.flush() is bus.flush() for a synchronous caller: it waits for the sinks (called as
+    bus.flush(5.0) from sync code, a coroutine came back at once, true, 5 events still pending).
+    A timeout returns False and the events stay pending, then delivered."""
+    runner = BusThread()
+    with runner as bus:
+        sub = bus.subscribe(Slow())
+        tel = Telemetry(bus, kind="judge", instance="judge-0")
+        for _ in range(5):
+            tel.refused("unauthorized")
+        assert runner.flush(0.0) is False
+        assert sub.stats().pending > 0
+        assert runner.flush(5.0) is True
+        assert sub.stats().pending == 0
+        assert sub.stats().delivered == 5
+    with pytest.raises(InvalidValueError, match="closed"):
+        runner.flush()
