@@ -1,0 +1,108 @@
+"""docs/library.md's gunicorn example, run for real: two sync workers, each with a BusThread
+and a JSON-lines sink, a few hundred requests, then SIGTERM to the master."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ckpt_events import OperationFinished
+from ckpt_events.sinks import read_events
+from tests.readme_pages import DOCS, ROOT, blocks
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(importlib.util.find_spec("gunicorn") is None, reason="gunicorn is not installed"),
+]
+
+REQUESTS = 300
+GRACEFUL_TIMEOUT = 10.0  # the example's gunicorn.conf.py
+
+
+def _block(first_line: str) -> str:
+    (code,) = [b.code for b in blocks(DOCS / "library.md", "python") if b.code.startswith(first_line)]
+    return code
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"gunicorn did not answer {url} within {seconds} s")
+
+
+def _workers(master: int) -> list[int]:
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def test_gunicorn_sync_workers_log_every_request_and_stop_on_sigterm(tmp_path: Path) -> None:
+    """Every request's four events are in its worker's log after SIGTERM to the master, which
+    exits 0 well within graceful_timeout, its workers gone."""
+    (tmp_path / "wsgi_app.py").write_text(_block("# wsgi_app.py"))
+    (tmp_path / "gunicorn.conf.py").write_text(_block("# gunicorn.conf.py"))
+    port = _free_port()
+    command = ["-c", "gunicorn.conf.py", "-b", f"127.0.0.1:{port}", "wsgi_app:app"]
+    workers: list[int] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/ready", proc, 5.0)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2
+
+        def commit(n: int) -> bytes:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/c{n}", timeout=5) as response:
+                return bytes(response.read())
+
+        with ThreadPoolExecutor(4) as pool:
+            assert set(pool.map(commit, range(REQUESTS))) == {b"ok"}
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=GRACEFUL_TIMEOUT + 5)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:  # failed: nothing of it left running
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert took < GRACEFUL_TIMEOUT / 2
+    assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []
+    logs = sorted(tmp_path.glob("events-*.jsonl"))
+    assert len(logs) == 2
+    events = [event for log in logs for _, event in read_events(log)]
+    finished = [e.checkpoint_id for e in events if isinstance(e, OperationFinished)]
+    assert sorted(finished) == sorted(["ready", *(f"c{n}" for n in range(REQUESTS))])
+    assert len(events) == 4 * (REQUESTS + 1)  # per request: the operation and its step
+    assert "Traceback" not in output
