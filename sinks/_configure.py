@@ -434,7 +434,16 @@ def _closed_with(bus: Bus, configured: Configured) -> None:
     server's ``configure(bus)`` beside ``BusThread().start()`` is never closed by hand, and the
     meter provider's export thread and the Prometheus endpoint's thread and port outlived the bus
     (and at exit the provider shut down before the bus drained, its last records lost)."""
-    bus._on_close(configured, configured.aclose)
+    pid = os.getpid()
+
+    async def close() -> None:
+        # Not in a process forked after configure() (gunicorn --preload, the bus entered in each
+        # worker): the endpoint's thread, the reader's thread and the child are the parent's, and
+        # closing them here waited for ever on a scrape thread that is not in this process.
+        if os.getpid() == pid:
+            await configured.aclose()
+
+    bus._on_close(configured, close)
 
 
 def _checked_settings(
