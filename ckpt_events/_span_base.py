@@ -66,6 +66,7 @@ def anchor_of(parent: object) -> int:
         return 0
     return start - mono
 
+
 #: Counts and times are int64 where they go (OTLP, Prometheus, the reports' arrays).
 _INT64: Final = 1 << 63
 

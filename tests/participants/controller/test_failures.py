@@ -443,4 +443,3 @@ async def test_a_raising_log_handler_never_replaces_the_coordination_error(tmp_p
     finally:
         logging.getLogger().removeHandler(handler)
     assert info.value.failures == {"environment-0": "refused: checkpoint_error (500): no"}
-

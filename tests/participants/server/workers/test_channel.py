@@ -351,4 +351,3 @@ async def test_a_raising_log_handler_never_ends_the_channel(caplog: pytest.LogCa
             assert not far.closed and not near.closed
     finally:
         logging.getLogger().removeHandler(handler)
-
