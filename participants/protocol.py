@@ -100,8 +100,12 @@ REPORT_AGE_HEADER: Final = "ckpt-report-age"
 
 # ``\Z``, not ``$``: ``$`` also matches before a final newline, so "c1\n" would pass.
 _SAFE: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z"
-# A rollout id ending like a capture key suffix would make capture keys ambiguous.
-_ATTEMPT_SUFFIX: Final = re.compile(r"-a[0-9]+$")
+# The suffix ``capture_key`` writes: ``-a`` and an attempt 1..MAX_ATTEMPT, in its one decimal
+# spelling (no leading zero). A rollout id ending in it would share a capture key with another
+# rollout ("r-a3" at attempt 0 is "r" at attempt 3), so it is refused; any other ending cannot be
+# written by ``capture_key`` and is a plain id: a UUID whose last group is ``a`` and 11 digits
+# (one uuid4 in ~2,800) has a leading zero or is above MAX_ATTEMPT, and is accepted.
+_ATTEMPT_SUFFIX: Final = re.compile(r"-a([1-9][0-9]*)\Z")
 
 CheckpointId = Annotated[str, msgspec.Meta(pattern=_SAFE, min_length=1, max_length=128)]
 RolloutId = Annotated[str, msgspec.Meta(pattern=_SAFE, min_length=1, max_length=128)]
@@ -109,13 +113,22 @@ Attempt = Annotated[int, msgspec.Meta(ge=0, le=MAX_ATTEMPT)]
 Path = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 
+def _attempt_suffix(value: str) -> re.Match[str] | None:
+    """The ``-a<attempt>`` that ``capture_key`` would have written at the end of ``value``."""
+    match = _ATTEMPT_SUFFIX.search(value)
+    return match if match is not None and int(match.group(1)) <= MAX_ATTEMPT else None
+
+
 def _check_rollout_id(value: str, where: str | None) -> None:
     """``where``: the field's path in a top-level body; ``None`` in a nested struct, whose path
     msgspec appends itself (a path of our own there would name a field the body lacks)."""
     # Runs for every id decoded or made (a 64,000-rollout restore makes a million): the
     # substring test spares the regex for ids that cannot end in -a<N>.
-    if "-a" in value and _ATTEMPT_SUFFIX.search(value):
-        problem = f"rollout_id {shown(value)} must not end in -a<N>"
+    if "-a" in value and _attempt_suffix(value):
+        problem = (
+            f"rollout_id {shown(value)} must not end in -a<N> (N in 1..{MAX_ATTEMPT}, the capture key"
+            " suffix of attempt N): choose another ending, such as _a<N>"
+        )
         raise InvalidValueError(problem if where is None else f"{where}: {problem} - at `$.{where}`")
 
 
@@ -140,10 +153,10 @@ class EpisodeId(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     @classmethod
     def from_capture_key(cls, key: str) -> EpisodeId:
         """The inverse of ``capture_key``."""
-        match = _ATTEMPT_SUFFIX.search(key)
+        match = _attempt_suffix(key)
         if match is None:
             return cls(key, 0)
-        return cls(key[: match.start()], int(match.group()[2:]))
+        return cls(key[: match.start()], int(match.group(1)))
 
     def next(self) -> EpisodeId:
         """The same rollout as the next attempt (what a restore installs)."""

@@ -34,7 +34,51 @@ def test_capture_keys_invert(rollout_id, attempt, key):
     assert episode.next() == EpisodeId(rollout_id, attempt + 1)
 
 
-@pytest.mark.parametrize("rollout_id", ["r-a1", "x-a10", "", "-r", "a/b", "a" * 129, "r b"])
+#: Ids ending in ``-a`` and digits that ``capture_key`` never writes: a UUID whose last group is
+#: ``a`` and 11 digits (one uuid4 in ~2,800: it has a leading zero or is above MAX_ATTEMPT), a
+#: leading zero, attempt 0 (written as the bare id), an attempt past the last.
+UNWRITTEN_SUFFIXES = [
+    "4f1c2d3e-1ad2-421e-afa9-a04299078061",
+    "db943e46-1ad2-421e-afa9-a28498242491",
+    "r-a01",
+    "r-a0",
+    f"r-a{MAX_ATTEMPT + 1}",
+    "r-a12345678901",
+]
+
+
+@pytest.mark.parametrize("rollout_id", UNWRITTEN_SUFFIXES)
+@pytest.mark.parametrize("attempt", [0, 1, 12, MAX_ATTEMPT])
+def test_ids_ending_in_a_suffix_capture_key_never_writes_are_accepted(rollout_id, attempt):
+    """A rollout id ending in -a<digits> that no capture key ends in (a UUID's ``a`` and 11
+    digits) is accepted, on the wire and in code, and its capture keys invert."""
+    episode = decode(msgspec.json.encode({"rollout_id": rollout_id, "attempt": attempt}), EpisodeId)
+    assert episode == EpisodeId(rollout_id, attempt)
+    assert EpisodeId.from_capture_key(episode.capture_key) == episode
+    forget = msgspec.json.encode({"checkpoint_id": "c", "deadline_ts": 1, "rollout_ids": [rollout_id]})
+    assert decode(forget, ForgetRequest).rollout_ids == [rollout_id]
+
+
+def test_capture_keys_never_collide():
+    """No two episodes share a capture key, and each key inverts, among ids built to be close:
+    bare stems, stems with every written and unwritten suffix, at attempts around the edges."""
+    suffixes = ["", "-a", "-a0", "-a01", "-a1", "-a10", f"-a{MAX_ATTEMPT}", f"-a{MAX_ATTEMPT + 1}", "-a1-a2"]
+    ids = [stem + suffix for stem in ("r", "r-a", "r-a01", "r-a1000001") for suffix in suffixes]
+    keys: dict[str, EpisodeId] = {}
+    for rollout_id in ids:
+        for attempt in (0, 1, 2, 10, 1000, MAX_ATTEMPT):
+            try:
+                episode = EpisodeId(rollout_id, attempt)
+            except InvalidValueError:
+                continue
+            assert keys.setdefault(episode.capture_key, episode) == episode, episode.capture_key
+            assert EpisodeId.from_capture_key(episode.capture_key) == episode
+    assert len(keys) > 100
+
+
+@pytest.mark.parametrize(
+    "rollout_id", ["r-a1", "x-a10", f"r-a{MAX_ATTEMPT}", "", "-r", "a/b", "a" * 129, "r b"]
+)
 def test_bad_rollout_ids_are_refused(rollout_id):
     """Rollout ids follow the safe pattern, 1-128 chars, and never end like a capture key."""
     with pytest.raises(MalformedRequest) as info:
@@ -111,4 +155,7 @@ def test_a_bad_rollout_id_in_a_list_of_episodes_names_its_place():
     }
     with pytest.raises(MalformedRequest) as info:
         decode(msgspec.json.encode(body), RetireRequest)
-    assert info.value.detail == "rollout_id 'bad-a2' must not end in -a<N> - at `$.episode_ids[1]`"
+    assert info.value.detail == (
+        "rollout_id 'bad-a2' must not end in -a<N> (N in 1..1000000, the capture key suffix of"
+        " attempt N): choose another ending, such as _a<N> - at `$.episode_ids[1]`"
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -939,14 +938,45 @@ async def test_commit_exports_an_episode_named_twice_once(tmp_path):
 
 
 def _uuid_rollouts(count: int) -> list[str]:
-    """``count`` distinct UUIDs usable as rollout ids (one in ~2,800 ends like ``-a<digits>``,
-    which the protocol refuses: that one is skipped)."""
-    ids: list[str] = []
-    while len(ids) < count:
-        rollout_id = str(uuid.uuid4())
-        if re.search(r"-a[0-9]+$", rollout_id) is None:
-            ids.append(rollout_id)
-    return ids
+    """``count`` UUIDs as rollout ids (~7 in 20,000 end in ``a`` and 11 digits: accepted too)."""
+    return [str(uuid.uuid4()) for _ in range(count)]
+
+
+async def test_a_uuid_ending_in_a_and_digits_goes_through_every_route(tmp_path):
+    """A UUID whose last group is ``a`` and 11 digits (one uuid4 in ~2,800; it was refused as
+    ending in -a<N>) is a rollout id like any other: start, advance, view, commit, restore,
+    work as attempt 1, retire and forget; its stem, a rollout of its own, stays apart."""
+    rollout = "4f1c2d3e-1ad2-421e-afa9-a04299078061"
+    stem = rollout.rsplit("-a", 1)[0]
+    async with running(make()) as client:
+        await start(client, rollout)
+        await start(client, stem)
+        assert await run_episode(client, rollout, until=2) == 2
+        view = (await client.get(f"/work/{rollout}")).json()
+        assert (view["capture_key"], view["rollout_id"], view["attempt"]) == (rollout, rollout, 0)
+        assert (await client.get(f"/work/{stem}")).json()["boundary"] == 0
+        await control(client, "prepare")
+        scope = [{"rollout_id": rollout}, {"rollout_id": stem}]
+        reply = await control(client, "commit", checkpoint_dir=str(tmp_path), episode_ids=scope)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["episode_ids"] == sorted([rollout, stem])
+    async with running(make()) as client:
+        restored = await control(client, "restore", checkpoint_dir=str(tmp_path), episode_ids=scope)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["restored"] == sorted([f"{rollout}-a1", f"{stem}-a1"])
+        await control(client, "resume")
+        view = (await client.get(f"/work/{rollout}-a1")).json()
+        assert (view["rollout_id"], view["attempt"], view["boundary"]) == (rollout, 1, 2)
+        assert await run_episode(client, rollout, 1) == 3
+        retired = await control(client, "retire", "c2", episode_ids=[{"rollout_id": rollout, "attempt": 1}])
+        assert retired.json()["retired"] == [f"{rollout}-a1"]
+        assert (await status(client))["retired_rollouts"] == {stem: 0, rollout: 1}
+        again = await client.post("/work/start", json={"rollout_id": rollout, "attempt": 1, "steps": 3})
+        assert error_code(again) == (409, "stale_attempt")
+        await start(client, stem, attempt=2)
+        forgot = await control(client, "forget", "c3", rollout_ids=[rollout])
+        assert forgot.json()["forgotten"] == [rollout]
+        await start(client, rollout, attempt=1)
 
 
 async def _retire(client, rollout_ids: list[str], batch: int = 2000) -> None:

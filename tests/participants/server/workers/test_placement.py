@@ -62,6 +62,19 @@ def test_placing_grouping_and_dropping_sessions(tmp_path):
     assert placement.worker_url("c") is None
 
 
+def test_a_retired_uuid_ending_in_a_and_digits_drops_only_its_own_session(tmp_path):
+    """drop_retired parses each key back: a UUID rollout ending in ``a`` and 11 digits is
+    that rollout at attempt 0 (not attempt 4299078061 of its stem), its attempt 1 stays."""
+    rollout = "4f1c2d3e-1ad2-421e-afa9-a04299078061"
+    stem = rollout.rsplit("-a", 1)[0]
+    placement = _placement(tmp_path)
+    placement.place(0, [rollout, f"{rollout}-a1", stem])
+    fence = RetiredAttempts()
+    fence.mark(EpisodeId(rollout, 0))
+    placement.drop_retired(fence)
+    assert placement.owners == {f"{rollout}-a1": 0, stem: 0}
+
+
 async def test_a_work_call_is_refused_by_the_gate_before_any_worker_is_asked(tmp_path):
     """The gate's refusal is the call's; a refused call neither places nor counts as served."""
 
