@@ -227,6 +227,25 @@ async def test_what_the_docs_say_of_the_workload_apis_auth_holds() -> None:
         assert (await client.post("/work/start", json=work, headers=AUTH)).status_code == 200
 
 
+async def test_what_the_docs_say_of_rollout_ids_holds() -> None:
+    """The HTTP API page's rollout id rule holds on a real app: ``r-a3`` and ``r-a1000000`` are
+    422 naming the fix, ``r_a3``, ``r-a03`` and a UUID ending in ``a`` and 11 digits start."""
+    from ckpt_events.participants.protocol import MAX_ATTEMPT
+    from ckpt_events.participants.server.app import create_app
+    from tests.participants.helpers import TOKEN, running
+
+    assert f"(1 to {MAX_ATTEMPT}, no leading zero: `r-a3` is attempt 3 of `r`)" in HTTP_API
+    async with running(create_app("resources", instance="resources-0", token=TOKEN)) as client:
+        for rollout_id in ("r-a3", f"r-a{MAX_ATTEMPT}"):
+            refused = await client.post("/work/start", json={"rollout_id": rollout_id, "steps": 2})
+            assert refused.status_code == 422, rollout_id
+            assert refused.json()["error"]["code"] == "invalid_request"
+            assert "choose another ending, such as _a<N>" in refused.json()["error"]["detail"]
+        for rollout_id in ("r_a3", "r-a03", "4f1c2d3e-1ad2-421e-afa9-a04299078061"):
+            started = await client.post("/work/start", json={"rollout_id": rollout_id, "steps": 2})
+            assert started.json()["capture_key"] == rollout_id
+
+
 def test_server_example_joins_the_callers_trace_and_logs_hex_ids(tmp_path: Path) -> None:
     """With CKPT_EVENTS_JSONL set, the library page's example continues the incoming trace,
     passes its tracestate on, and logs the trace id as the caller's hex string."""
