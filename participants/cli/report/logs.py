@@ -47,6 +47,7 @@ from ckpt_events.checks import shown
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
 from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
+from ckpt_events.participants.cli.report.ties import in_tie_order
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.sinks.jsonl import oldest_first, rotated_name
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
@@ -479,6 +480,8 @@ def merged_events(
             for i, p in enumerate(paths)
         )
     )
+    # Events of one stamp (a coarse clock) in nesting order, not in their lines' order.
+    merged = in_tie_order(merged)
     if problems.runs is not None:
         merged = problems.runs.tap(merged)
     clocks = problems.clocks
