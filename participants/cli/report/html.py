@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events import Event
 from ckpt_events.participants.cli.report.folding import Folded, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
+    OUTSIDE_BAR,
     Attribution,
     Span,
     attribute,
     checkpoint_and_restore,
+    drawn_extent,
+    outside,
     trace_spans,
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
@@ -99,21 +102,24 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
     critical_sections = critical_path(spans)
     critical = on_critical_path(spans)
     rows = waterfall_rows(spans, critical)
-    t0 = min((s.start_ns for s in spans), default=0)
-    total = max(1, max((s.end_ns for s in spans), default=1) - t0)
+    t0, t1 = extent = drawn_extent(spans) if spans else (0, 1)
+    total = max(1, t1 - t0)
+    away = sum(outside(s, extent) for s in spans)
+    # A span outside the root's own time (its clock stepped) is named, never drawn to scale.
+    note = f"; {counted(away, 'span')} outside it not drawn: a clock that stepped?" if away else ""
     width, height = _LABEL_W + _BAR_W + 70, _TOP + _ROW * len(rows) + 14
     by_id = {s.span_id: s for s in spans}
     y_of: dict[int, int] = {}
 
     def x(t: int) -> float:
-        return _LABEL_W + (t - t0) / total * _BAR_W
+        return _LABEL_W + (min(t1, max(t0, t)) - t0) / total * _BAR_W
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
         f'preserveAspectRatio="xMinYMin meet" font-family="system-ui, sans-serif" font-size="12" '
         f'role="img" aria-label="{escape_html(title)}">',
         f'<text x="4" y="16" font-weight="bold" font-size="14">{escape_html(title)} '
-        f"({milliseconds(total / 1e6)})</text>",
+        f"({milliseconds(total / 1e6)}{escape_html(note)})</text>",
     ]
     out += _legend(36, fills)
     out += _axis(total, height)
@@ -123,6 +129,14 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
             out.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW}" fill="#f5f5f5"/>')
         if isinstance(row, Folded):
             out += _folded(row, y, x, fills)
+            continue
+        if outside(row, extent):
+            indent = 4 + 14 * row.depth
+            out.append(
+                f'<text x="{indent}" y="{y + 14}">{_label_text(_label(row), indent)}</text>'
+                f'<text class="outside" x="{_LABEL_W}" y="{y + 14}" fill="#888">'
+                f"{escape_html(OUTSIDE_BAR)}</text>"
+            )
             continue
         y_of[row.span_id] = y
         out += _span_row(row, by_id.get(row.parent_span_id or -1), y, x, fills, bold=row.span_id in critical)

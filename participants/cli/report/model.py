@@ -55,11 +55,14 @@ from ckpt_events.vocab import (
 )
 
 __all__ = [
+    "OUTSIDE_BAR",
     "Attribution",
     "Span",
     "attribute",
     "checkpoint_and_restore",
+    "drawn_extent",
     "finished_spans",
+    "outside",
     "trace_spans",
 ]
 
@@ -220,6 +223,27 @@ def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
             below = sorted(children.get(e.span_id, []), key=_start, reverse=True)
             stack.extend((c, depth + 1) for c in below)
     return out
+
+
+#: A waterfall's bar for a span outside its root's time (``outside``).
+OUTSIDE_BAR: Final = "outside the checkpoint's time: not drawn"
+
+
+def drawn_extent(spans: list[Span]) -> tuple[int, int]:
+    """The time a waterfall of ``spans`` draws: its roots' own (start, end), else, with a root of
+    unknown duration or none, every span's. A span stamped by a clock that stepped sits outside
+    it: every span's scaled a 55 ms checkpoint's axis to an hour (3,600,043.4 ms)."""
+    roots = [s for s in spans if s.depth == 0]
+    if not roots or not all(s.known for s in roots):
+        roots = spans
+    return min(s.start_ns for s in roots), max(s.end_ns for s in roots)
+
+
+def outside(span: Span, extent: tuple[int, int]) -> bool:
+    """Whether ``span`` sticks out of ``extent`` (``drawn_extent``) by more than a tenth of it
+    (at least 1 ms: processes' clocks aligned by their calls still differ by microseconds)."""
+    slack = max(1_000_000, (extent[1] - extent[0]) // 10)
+    return span.start_ns < extent[0] - slack or span.end_ns > extent[1] + slack
 
 
 def _start(e: FinishedSpan) -> tuple[int, int]:

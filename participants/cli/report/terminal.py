@@ -17,10 +17,13 @@ from rich.text import Text
 from ckpt_events import Event
 from ckpt_events.participants.cli.report.folding import Folded, Row, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
+    OUTSIDE_BAR,
     Attribution,
     Span,
     attribute,
     checkpoint_and_restore,
+    drawn_extent,
+    outside,
     trace_spans,
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
@@ -243,10 +246,13 @@ def render_waterfall(
     room = max(8, min(width, 200) - _MS_W - 4 - _MIN_BAR)
     name_w = min(40, room, max(len("  " * r.depth + _label(r)) for r in rows))
     bar_w = max(_MIN_BAR, min(width, 200) - name_w - _MS_W - 4)
-    t0 = min(s.start_ns for s in spans)
-    total = max(1, max(s.end_ns for s in spans) - t0)
+    t0, t1 = extent = drawn_extent(spans)
+    total = max(1, t1 - t0)
+    away = sum(outside(s, extent) for s in spans)
+    # A span outside the root's own time (its clock stepped) is named, never drawn to scale.
+    note = f"; {counted(away, 'span')} outside it not drawn: a clock that stepped?" if away else ""
     table = Table(
-        title=Text(f"{escape(title)}: waterfall ({milliseconds(total / 1e6)})", style="table.title"),
+        title=Text(f"{escape(title)}: waterfall ({milliseconds(total / 1e6)}{note})", style="table.title"),
         title_justify="left",
         box=None,
         pad_edge=False,
@@ -269,6 +275,12 @@ def render_waterfall(
             table.add_row(name, Text(f"≤{_figure(row.max_ms)}", style="dim"), bar)
             continue
         s = row
+        on_path = s.span_id in critical
+        name = Text("  " * s.depth + _label(s), style="bold" if on_path else "")
+        ms = _figure(s.ms) if s.known else "?"
+        if outside(s, extent):
+            table.add_row(name, f"{_CRITICAL if on_path else ''}{ms}", Text(OUTSIDE_BAR, style="dim"))
+            continue
         parent = by_id.get(s.parent_span_id or -1)
         if s.participant and parent is not None and parent.client:
             arrived = s.received_ns if s.received_ns is not None else s.start_ns
@@ -278,10 +290,7 @@ def render_waterfall(
             _paint(bar, "░", col(s.end_ns), col(parent.end_ns) + 1)
         _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
         bar.stylize("red" if s.error else colour_of(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
-        on_path = s.span_id in critical
-        name = Text("  " * s.depth + _label(s), style="bold" if on_path else "")
-        # A span whose clock went back during it: its duration is unknown, never 0.0.
-        ms = _figure(s.ms) if s.known else "?"
+        # A span whose clock went back during it: its duration is unknown, never 0.0 (``ms``).
         table.add_row(name, f"{_CRITICAL if on_path else ''}{ms}", bar)
     return table
 

@@ -487,6 +487,44 @@ def test_where_a_checkpoint_s_time_went_is_unknown_when_an_answer_sits_outside_i
     assert "#1 checkpoint, critical path: unknown" in flat, out
 
 
+def test_a_waterfall_is_drawn_to_its_checkpoint_s_time_not_to_a_stepped_clock_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """resources-0's prepare stamped an hour back: the waterfalls (terminal and HTML) were scaled
+    to 3,600,043.4 ms, every bar a sliver at the right edge; now to the checkpoint's own 55.4 ms,
+    the two spans outside it named and not drawn."""
+    import anyio
+
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    events = anyio.run(checkpoint_and_restore)
+    answer = next(
+        e
+        for e in events
+        if isinstance(e, OperationFinished)
+        and e.instance == "resources-0"
+        and e.operation == Operation.PREPARE
+    )
+    stepped = [
+        _shift(e, -HOUR)
+        if e.instance == "resources-0" and answer.start_ns <= getattr(e, "start_ns", -1) <= answer.end_ns
+        else e
+        for e in events
+    ]
+    page = tmp_path / "run.html"
+    out, _ = _report(capsys, _write(tmp_path / "logs", stepped), "--report", page)
+    flat = " ".join(out.split())
+    scale = re.search(
+        r"checkpoint: waterfall \(([\d.,]+) ms; 2 spans outside it not drawn: a clock that stepped\?\)", flat
+    )
+    assert scale is not None and float(scale[1].replace(",", "")) < 1000, out
+    assert flat.count("outside the checkpoint's time: not drawn") == 2, out
+    html = page.read_text()
+    title = re.search(r"checkpoint c1 \(([\d.,]+) ms; 2 spans outside it not drawn", html)
+    assert title is not None and float(title[1].replace(",", "")) < 1000
+    assert html.count('class="outside"') == 2
+
+
 def test_a_checkpoint_whose_commit_is_stamped_an_hour_early_starts_at_its_prepare(
     run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
