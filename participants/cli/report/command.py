@@ -24,8 +24,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         metavar="ID",
-        help="only this checkpoint (or restore) in detail; by default the slowest published one "
-        "and the first 20 that did not publish",
+        help="only this checkpoint (or restore) in detail, ID#N for row N of the overview when "
+        "several used ID; by default the slowest published one and the first 20 that did not publish",
     )
     parser.add_argument(
         "--report",
@@ -50,6 +50,7 @@ def _report(args: argparse.Namespace) -> int:
         chosen_rows,
         not_detailed_line,
         render_overview,
+        reused_id_line,
     )
     from ckpt_events.participants.cli.report.runs import RunLinks
     from ckpt_events.participants.cli.report.terminal import render
@@ -127,9 +128,15 @@ def _report(args: argparse.Namespace) -> int:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
         if (note := not_detailed_line(run)) is not None:
             print(note, file=sys.stderr)
+    reused = reused_id_line(run, rows) if args.checkpoint is not None else None
+    if reused is not None:
+        print(reused, file=sys.stderr)
+    numbers = {id(r): n for n, r in enumerate(run.rows, 1)}
     details = run.details(rows)
     for row in rows:
         title = f"{row.what} {short_id(row.checkpoint_id)} ({row.outcome})"
+        if reused is not None:  # two sections of one title: which row each details
+            title = f"#{numbers[id(row)]} {title}"
         render(out, details[id(row)], title=title, note=run.shared_line(row))
     if args.report is None:
         return 0

@@ -44,11 +44,34 @@ def chosen_rows(run: Run, checkpoint: str | None) -> list[RunRow]:
     """The rows shown in detail: the named checkpoint's, else the slowest published checkpoint
     and the first ``DETAILED_UNPUBLISHED`` rows that did not publish, in time order."""
     if checkpoint is not None:
-        return [r for r in run.rows if r.checkpoint_id == checkpoint]
+        named = [r for r in run.rows if r.checkpoint_id == checkpoint]
+        # ``ID#N``: row N of the overview, when ID names several (two fleets' ``c1``).
+        checkpoint_id, sep, number = checkpoint.rpartition("#")
+        if named or not sep or not number.isdigit() or not 1 <= int(number) <= len(run.rows):
+            return named
+        row = run.rows[int(number) - 1]
+        return [row] if row.checkpoint_id == checkpoint_id else []
     published = [r for r in run.rows if r.published and r.what == "checkpoint"]
     slowest = max(published, key=lambda r: r.ms or 0.0, default=None)
     unpublished = {id(r) for r in [r for r in run.rows if not r.published][:DETAILED_UNPUBLISHED]}
     return [r for r in run.rows if r is slowest or id(r) in unpublished]
+
+
+def reused_id_line(run: Run, rows: list[RunRow]) -> str | None:
+    """The line saying that the ``--checkpoint`` id of ``rows`` names several checkpoints (or
+    several restores) of the run, by row number, and how to pick one; ``None`` if it names one."""
+    numbers = {id(r): n for n, r in enumerate(run.rows, 1)}
+    for what in ("checkpoint", "restore"):
+        same = [numbers[id(r)] for r in rows if r.what == what]
+        if len(same) > 1:
+            cid = escape(short_id(rows[0].checkpoint_id))
+            listed = ", ".join(f"#{n}" for n in same[:-1]) + f" and #{same[-1]}"
+            return (
+                f"{what} id {cid} was used by {len(same)} {what}s (rows {listed}): each is detailed "
+                f"under its row number, and --report draws #{numbers[id(rows[0])]}; pick one with "
+                f"--checkpoint {cid}#{same[-1]}"
+            )
+    return None
 
 
 def not_detailed_line(run: Run) -> str | None:

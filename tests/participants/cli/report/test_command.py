@@ -380,3 +380,39 @@ def test_a_long_or_empty_checkpoint_id_is_shown_cut_or_quoted(
     assert len(out) < 8_000
     assert main(["report", str(log), "--checkpoint", ""]) == 0
     assert "checkpoint '' (published)" in capsys.readouterr().out
+
+
+def test_a_checkpoint_id_two_runs_used_is_detailed_by_row_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two fleets' logs that both checkpointed (and restored) ``c1``: ``--checkpoint c1`` showed
+    two sections headed alike, "checkpoint c1 (published)", and drew the first to ``--report``,
+    without a word; now each is headed by its row, one line names the rows and how to pick one,
+    and ``--checkpoint c1#N`` details row N alone."""
+    import anyio
+
+    from ckpt_events.sinks import JsonLinesSink
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    for fleet in ("a", "b"):
+        sink = JsonLinesSink(tmp_path / f"{fleet}.jsonl")
+        sink.handle(anyio.run(checkpoint_and_restore))
+        sink.close()
+    assert main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 0
+    overview = capsys.readouterr().out
+    numbers = [line.split()[0] for line in overview.splitlines() if " checkpoint   c1 " in line]
+    assert len(numbers) == 2, overview
+    first, second = numbers
+    assert main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--checkpoint", "c1"]) == 0
+    out, err = capsys.readouterr()
+    assert (
+        f"checkpoint id c1 was used by 2 checkpoints (rows #{first} and #{second}): each is detailed under "
+        f"its row number, and --report draws #{first}; pick one with --checkpoint c1#{second}"
+    ) in " ".join(err.split())
+    assert f"#{first} checkpoint c1 (published)" in out and f"#{second} checkpoint c1 (published)" in out
+    assert (
+        main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--checkpoint", f"c1#{second}"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert out.count("checkpoint c1 (published)") == 1 and "was used by" not in err, out
