@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from ckpt_events import (
     CheckpointEvent,
@@ -30,6 +31,23 @@ from ckpt_events import (
 )
 
 __all__ = ["Entry", "in_tie_order"]
+
+#: The span events, a start and an end of each kind of span.
+_STARTS: Final = (OperationStarted, StepStarted, CoordinateStarted, StageStarted, CollectionStarted)
+_ENDS: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
+
+_SpanEvent = (
+    OperationStarted
+    | StepStarted
+    | CoordinateStarted
+    | StageStarted
+    | CollectionStarted
+    | OperationFinished
+    | StepFinished
+    | CoordinateFinished
+    | StageFinished
+    | CollectionFinished
+)
 
 #: (time, file, line, event), as the reader merges them.
 Entry = tuple[int, int, int, CheckpointEvent]
@@ -49,6 +67,14 @@ class _Span:
         return (self.start is not None, self.order)
 
 
+def _span_of(
+    spans: dict[tuple[int, int], _Span], event: _SpanEvent, file: int, line: int
+) -> tuple[tuple[int, int], _Span]:
+    """``event``'s span (made at its first event, ordered by it) and its key."""
+    key = (event.trace_id, event.span_id)
+    return key, spans.setdefault(key, _Span((event.kind, event.instance, event.worker or -1, file, line)))
+
+
 def _ordered(group: list[Entry]) -> list[Entry]:
     points: list[Entry] = []
     spans: dict[tuple[int, int], _Span] = {}
@@ -56,36 +82,17 @@ def _ordered(group: list[Entry]) -> list[Entry]:
     copies = False  # an event read twice (a copy not yet dropped): the group is kept as read
     for entry in group:
         _, file, line, event = entry
-        match event:
-            case (
-                OperationStarted()
-                | StepStarted()
-                | CoordinateStarted()
-                | StageStarted()
-                | CollectionStarted()
-            ):
-                span_key = (event.trace_id, event.span_id)
-                span = spans.setdefault(
-                    span_key, _Span((event.kind, event.instance, event.worker or -1, file, line))
-                )
-                copies = copies or span.start is not None
-                span.start = entry
-            case (
-                OperationFinished()
-                | StepFinished()
-                | CoordinateFinished()
-                | StageFinished()
-                | CollectionFinished()
-            ):
-                span_key = (event.trace_id, event.span_id)
-                span = spans.setdefault(
-                    span_key, _Span((event.kind, event.instance, event.worker or -1, file, line))
-                )
-                copies = copies or span.end is not None
-                span.end = entry
-            case _:
-                points.append(entry)
-                continue
+        if isinstance(event, _STARTS):
+            span_key, span = _span_of(spans, event, file, line)
+            copies = copies or span.start is not None
+            span.start = entry
+        elif isinstance(event, _ENDS):
+            span_key, span = _span_of(spans, event, file, line)
+            copies = copies or span.end is not None
+            span.end = entry
+        else:
+            points.append(entry)
+            continue
         parent = event.parent_span_id
         parents[span_key] = None if parent is None else (event.trace_id, parent)
     if copies:
