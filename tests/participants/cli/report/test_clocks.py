@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ckpt_events import OperationFinished, OperationStarted, StepFinished
+from ckpt_events import CheckpointEvent, OperationFinished, OperationStarted, StepFinished
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import duration_ns
@@ -452,13 +452,9 @@ def test_a_clock_stepped_back_an_hour_mid_checkpoint_leaves_its_duration_unknown
     assert "checkpoint c2 (" not in flat, out  # the slowest detailed: c2 is not known slowest
 
 
-def test_where_a_checkpoint_s_time_went_is_unknown_when_an_answer_sits_outside_its_call(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A rollout collection's checkpoint (one root): resources-0's prepare stamped an hour back, a
-    clock stepped during its call. The checkpoint's duration is its root's own (66 ms, right), but
-    where the time went was "transit: replies and waiting (coordinate.prepare.resources)" for the
-    call its handler filled: unknown, and why; the critical path unknown as before."""
+def _prepare_stepped_back_an_hour() -> list[CheckpointEvent]:
+    """A rollout collection's checkpoint and restore whose resources-0 stamped its prepare (and
+    what it began during it) an hour back: a clock stepped during the call."""
     import anyio
 
     from tests.participants.cli.report_events import checkpoint_and_restore
@@ -471,12 +467,22 @@ def test_where_a_checkpoint_s_time_went_is_unknown_when_an_answer_sits_outside_i
         and e.instance == "resources-0"
         and e.operation == Operation.PREPARE
     )
-    stepped = [
+    return [
         _shift(e, -HOUR)
         if e.instance == "resources-0" and answer.start_ns <= getattr(e, "start_ns", -1) <= answer.end_ns
         else e
         for e in events
     ]
+
+
+def test_where_a_checkpoint_s_time_went_is_unknown_when_an_answer_sits_outside_its_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rollout collection's checkpoint (one root): resources-0's prepare stamped an hour back, a
+    clock stepped during its call. The checkpoint's duration is its root's own (66 ms, right), but
+    where the time went was "transit: replies and waiting (coordinate.prepare.resources)" for the
+    call its handler filled: unknown, and why; the critical path unknown as before."""
+    stepped = _prepare_stepped_back_an_hour()
     out, _ = _report(capsys, _write(tmp_path / "logs", stepped))
     flat = " ".join(out.split())
     said = re.search(r"checkpoint c1 \(collection\.checkpoint\): ([\d.]+) ms total; where it went unknown: "
@@ -493,24 +499,7 @@ def test_a_waterfall_is_drawn_to_its_checkpoint_s_time_not_to_a_stepped_clock_s(
     """resources-0's prepare stamped an hour back: the waterfalls (terminal and HTML) were scaled
     to 3,600,043.4 ms, every bar a sliver at the right edge; now to the checkpoint's own 55.4 ms,
     the two spans outside it named and not drawn."""
-    import anyio
-
-    from tests.participants.cli.report_events import checkpoint_and_restore
-
-    events = anyio.run(checkpoint_and_restore)
-    answer = next(
-        e
-        for e in events
-        if isinstance(e, OperationFinished)
-        and e.instance == "resources-0"
-        and e.operation == Operation.PREPARE
-    )
-    stepped = [
-        _shift(e, -HOUR)
-        if e.instance == "resources-0" and answer.start_ns <= getattr(e, "start_ns", -1) <= answer.end_ns
-        else e
-        for e in events
-    ]
+    stepped = _prepare_stepped_back_an_hour()
     page = tmp_path / "run.html"
     out, _ = _report(capsys, _write(tmp_path / "logs", stepped), "--report", page)
     flat = " ".join(out.split())
