@@ -7,8 +7,9 @@ for, and a mismatch raises ``DemoFailed``.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ckpt_events.participants.cli.report.overview import ABORTED, PUBLISHED, RESTORED, Run, RunRow
 from ckpt_events.participants.cli.words import counted
@@ -113,19 +114,38 @@ def _abort_check(
     return f"checkpoint {row.checkpoint_id} aborted: {cause} (injected: {fault}{among})"
 
 
+#: How many times the median of the other participants' reads the faulty server's read must take.
+SLOW_READ_FACTOR: Final = 5.0
+
+
 def _slow_restore_check(row: RunRow, fault: Fault) -> str:
-    """The slow-restore fault: the restore ``row`` was dominated (half or more) by the faulty
-    server's read, and by no other server's (``; so did ...``: the fault hit one alone)."""
-    share = (row.dominant_ms or 0.0) / row.ms if row.ms else 0.0
-    named = row.dominated.startswith(f"read on {_kind_of(fault.instance)}/{fault.instance} ")
-    if not named or share < 0.5 or "; so did " in row.dominated:
+    """The slow-restore fault: the faulty server's read stood out of the restore's reads, at
+    least ``SLOW_READ_FACTOR`` times the median of the other participants' and twice the longest
+    of them (the fault hit one server alone). Judged against the same steps of the same run, not
+    a share of the restore's wall time, which load erodes: under load model-4's 819 ms read was
+    48% of the restore, short of the half wanted, and a run showing the fault plainly failed."""
+    mine = f"{_kind_of(fault.instance)}/{fault.instance}"
+    slow = row.reads_ms.get(mine)
+    others = sorted(ms for who, ms in row.reads_ms.items() if who != mine)
+    said = row.dominated or row.critical_path or "no read or install step"
+    if slow is None or not others or "longest read or install unknown" in row.dominated:
+        missing = "no read of it" if slow is None else "no other read" if not others else "a step unfinished"
         raise DemoFailed(
-            f"restore of {row.checkpoint_id} was not dominated by {fault.instance}'s read "
-            f"({share:.0%} of it): {row.dominated or row.critical_path or 'no read or install step'}"
+            f"restore of {row.checkpoint_id}: {fault.instance}'s read cannot be compared with the "
+            f"other participants' ({missing}): {said}"
         )
+    typical = statistics.median(others)
+    others_text = "the other " + counted(len(others), "participant's", "participants'") + " reads"
+    if slow < SLOW_READ_FACTOR * typical or slow < 2 * others[-1]:
+        raise DemoFailed(
+            f"restore of {row.checkpoint_id}: {fault.instance}'s read, {slow:.1f} ms, did not stand "
+            f"out of {others_text} (median {typical:.1f} ms, longest {others[-1]:.1f} ms): {said}"
+        )
+    times = f"{slow / typical:.0f}x the median" if typical > 0 else "above the median"
+    share = f", {slow / row.ms:.0%} of its {row.ms:.1f} ms" if row.ms else ""
     return (
-        f"restore of {row.checkpoint_id}: {row.dominated.split(',')[0]}, {share:.0%} of its "
-        f"{row.ms:.1f} ms (injected: {fault})"
+        f"restore of {row.checkpoint_id}: read on {mine} {slow:.1f} ms, {times} of {others_text} "
+        f"({typical:.1f} ms){share} (injected: {fault})"
     )
 
 

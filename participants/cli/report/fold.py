@@ -50,7 +50,7 @@ from ckpt_events.participants.cli.report.events import (
     event_time,
     who_wrote,
 )
-from ckpt_events.participants.cli.report.paths import dominant_step_ms
+from ckpt_events.participants.cli.report.paths import dominant_step_ms, reads_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.trends import Trends
@@ -131,6 +131,9 @@ class Fold:
     critical: dict[tuple[int, int], str]
     dominated: dict[tuple[int, int], str]
     dominant_ms: dict[tuple[int, int], float | None]
+    #: Per restore root: each participant's longest read, in ms (``paths.reads_ms``; empty when
+    #: a read or install had not finished).
+    reads_ms: dict[tuple[int, int], dict[str, float]]
     #: The counted events that name a checkpoint (at most ``causes.KEPT_CAUSES`` each).
     causes: CheckpointCauses
     unscoped: Counter[Unscoped]
@@ -159,6 +162,7 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
     critical: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
+    reads: dict[tuple[int, int], dict[str, float]] = {}
     causes = CheckpointCauses()
     #: The trace each participant's counted event belongs to, by its own clock.
     own = OwnOperations()
@@ -301,9 +305,11 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                         "had not finished when the restore ended"
                     )
                     dominant_ms[key] = None
+                    reads[key] = {}
                 else:
                     dominated[key] = dominated_by(buffer)
                     dominant_ms[key] = dominant_step_ms(buffer)
+                    reads[key] = reads_ms(buffer)
             if e.parent_span_id is not None and not e.parent_remote and not parent_seen:
                 # Its parent in its own process was not read (a collector's file holds no
                 # started events, a rotated log lost it): a root for now, whose spans are kept
@@ -323,6 +329,7 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
         critical,
         dominated,
         dominant_ms,
+        reads,
         causes,
         unscoped,
         trends,

@@ -126,6 +126,9 @@ class RunRow:
     never_finished: str = ""
     #: A restore's longest read or install step, in ms (``None``: not a restore, or none seen).
     dominant_ms: float | None = None
+    #: A restore's longest read of each participant (``model/model-4``), in ms: empty when a
+    #: read or install had not finished when it ended, or not a restore.
+    reads_ms: dict[str, float] = field(default_factory=dict)
     #: After a restore: episodes that continued from their checkpointed boundary and episodes
     #: restarted from scratch (a rollout collection's ``collection.restore`` ``rows`` and
     #: ``restarts``; a bare coordinator's restore counts its ``episodes`` as continued and
@@ -408,6 +411,9 @@ def overview(
             row.dominated = "; ".join(fold.dominated[k] for k in row.roots if fold.dominated.get(k))
             step_ms = [ms for k in row.roots if (ms := fold.dominant_ms.get(k)) is not None]
             row.dominant_ms = max(step_ms) if step_ms else None
+            for k in row.roots:
+                for who, ms in fold.reads_ms.get(k, {}).items():
+                    row.reads_ms[who] = max(row.reads_ms.get(who, 0.0), ms)
         elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
         row.ms_why = _disagree(row, fold)

@@ -299,6 +299,17 @@ def dominant_step_ms(spans: Sequence[FinishedSpan]) -> float | None:
     return max(_ms(e) for e in steps)
 
 
+def reads_ms(spans: Sequence[FinishedSpan]) -> dict[str, float]:
+    """A restore's longest read step of each participant (``model/model-4``), in ms: what a
+    slowed read is compared with (the demo's ``slow-restore`` check), load slowing them all."""
+    reads: dict[str, float] = {}
+    for e in _read_or_install(spans):
+        if e.step == Step.READ:
+            who = who_of(e.kind, e.instance, None)
+            reads[who] = max(reads.get(who, 0.0), _ms(e))
+    return reads
+
+
 #: A step "dominated" a restore when it took at least this share of the restore's time.
 DOMINANT_SHARE: Final = 0.5
 

@@ -152,33 +152,44 @@ def test_the_lease_fault_with_one_of_but_no_lease_on_names_no_none() -> None:
     )
 
 
-def test_a_slow_restore_must_be_dominated_by_the_faulty_server_s_read() -> None:
-    """Half or more of the restore in that server's read passes; less, another's, or another's
-    beside it (the fault hit one server), fails."""
+def test_a_slow_restore_needs_the_faulty_server_s_read_to_stand_out_of_the_others() -> None:
+    """5 times the median of the other participants' reads and twice the longest of them
+    passes, whatever its share of the restore (48% under load, where half was wanted and the
+    demo failed); less, another read as slow (the fault hit one server), or reads unknown, fails."""
     fault = parse_fault("slow-restore:model-1")
-    slow = "read on model/model-1 3 records, 2.0 MB/s"
-    run = _run(_ckpt("c2", "published"), _restore(end_ns=10_000_000, dominant_ms=6.0, dominated=slow))
+    said = "longest read: on model/model-1 819.0 ms, 48% of the restore"
+    reads = {"model/model-1": 819.0, "model/model-0": 30.0, "environment/environment-0": 12.0}
+    run = _run(_ckpt("c2", "published"), _restore(end_ns=1_700_000_000, dominated=said, reads_ms=reads))
     assert diagnosis_checks(run, published=1, fault=fault)[1] == (
-        "restore of c2: read on model/model-1 3 records, 60% of its 10.0 ms "
-        "(injected: slow-restore:model-1:0.05)"
+        "restore of c2: read on model/model-1 819.0 ms, 39x the median of the other 2 participants' "
+        "reads (21.0 ms), 48% of its 1700.0 ms (injected: slow-restore:model-1:0.05)"
     )
-    short = _run(_ckpt("c2", "published"), _restore(end_ns=10_000_000, dominant_ms=4.0, dominated=slow))
-    with pytest.raises(DemoFailed) as info:
-        diagnosis_checks(short, published=1, fault=fault)
-    assert str(info.value) == f"restore of c2 was not dominated by model-1's read (40% of it): {slow}"
-    other = _run(
-        _ckpt("c2", "published"),
-        _restore(end_ns=10_000_000, dominant_ms=9.0, dominated="read on model/model-0 x"),
-    )
-    with pytest.raises(DemoFailed, match=r"\(90% of it\): read on model/model-0 x$"):
-        diagnosis_checks(other, published=1, fault=fault)
-    both = f"{slow}; so did read on model/model-0 5.9 ms"
-    beside = _run(_ckpt("c2", "published"), _restore(end_ns=10_000_000, dominant_ms=6.0, dominated=both))
-    with pytest.raises(DemoFailed, match=r"\(60% of it\): .*; so did read on model/model-0 5.9 ms$"):
-        diagnosis_checks(beside, published=1, fault=fault)
-    unknown = _run(_ckpt("c2", "published"), _restore())
-    with pytest.raises(DemoFailed, match=r"\(0% of it\): no read or install step$"):
-        diagnosis_checks(unknown, published=1, fault=fault)
+    for other, figures in (
+        ({"model/model-0": 200.0, "environment/environment-0": 150.0}, "median 175.0 ms, longest 200.0 ms"),
+        (
+            {"model/model-0": 500.0, "environment/environment-0": 12.0, "environment/environment-1": 10.0},
+            "median 12.0 ms, longest 500.0 ms",
+        ),  # 68x the median, but a second server's read is slow too
+    ):
+        slow = _run(
+            _ckpt("c2", "published"), _restore(dominated=said, reads_ms={"model/model-1": 819.0, **other})
+        )
+        with pytest.raises(DemoFailed) as info:
+            diagnosis_checks(slow, published=1, fault=fault)
+        assert str(info.value) == (
+            f"restore of c2: model-1's read, 819.0 ms, did not stand out of the other {len(other)} "
+            f"participants' reads ({figures}): {said}"
+        )
+    for fields, missing in (
+        ({}, "no read of it"),
+        ({"reads_ms": {"model/model-1": 819.0}}, "no other read"),
+        ({"reads_ms": reads, "dominated": "longest read or install unknown: read on x"}, "a step unfinished"),
+    ):
+        unknown = _run(_ckpt("c2", "published"), _restore(**fields))
+        with pytest.raises(
+            DemoFailed, match=rf"cannot be compared with the other participants' \({missing}\)"
+        ):
+            diagnosis_checks(unknown, published=1, fault=fault)
 
 
 def test_the_slow_fault_needs_its_server_flagged_as_the_straggler() -> None:
