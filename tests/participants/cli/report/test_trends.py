@@ -228,10 +228,11 @@ async def test_a_step_slowed_progressively_is_flagged_growing(
     flags = run.trends.flags()
     slow = [f for f in flags if f.startswith("checkpoint #")]
     assert any(f.startswith(f"checkpoint #{CHECKPOINTS} c{CHECKPOINTS - 1} took ") for f in slow), flags
-    # The stall is the slowest; the ramp's top (90 ms more) can reach 2x the median on a
-    # loaded machine (c6 took 2.1-2.6x it in four of five runs beside a CPU hog), nothing before.
-    last_two = (f"checkpoint #{CHECKPOINTS} ", f"checkpoint #{CHECKPOINTS - 1} ")
-    assert all(f.startswith(last_two) for f in slow), flags
+    # The stall is the slowest; the ramp's upper half (60-90 ms more) can reach 2x the median on
+    # a loaded machine (c6 took 2.1-2.6x it in four of five runs beside a CPU hog, c5 2.0x once in
+    # a full suite), never its lower half (0-45 ms more), which no flag may name.
+    lower_half = tuple(f"checkpoint #{n} " for n in range(1, CHECKPOINTS // 2 + 1))
+    assert not any(f.startswith(lower_half) for f in slow), flags
     growing = [f for f in flags if f.startswith("growing:")]
     assert any("environment commit.export" in f for f in growing), flags
     # The export's time reaches the commit and the collection around it; nothing else grew.
