@@ -53,9 +53,15 @@ def _wait_ready(url: str, proc: subprocess.Popen[str], seconds: float) -> None:
     raise AssertionError(f"gunicorn did not answer {url} within {seconds} s")
 
 
-def _workers(master: int) -> list[int]:
-    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-    return [int(pid) for pid in children]
+def _workers(master: int, count: int, seconds: float) -> list[int]:
+    """The master's ``count`` worker pids, once it has forked them all (one worker may answer
+    before the master forks the next: under load it did)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        children = [int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
+        if len(children) >= count or time.monotonic() >= deadline:
+            return children
+        time.sleep(0.05)
 
 
 def test_gunicorn_sync_workers_log_every_request_and_stop_on_sigterm(tmp_path: Path) -> None:
@@ -76,8 +82,8 @@ def test_gunicorn_sync_workers_log_every_request_and_stop_on_sigterm(tmp_path: P
     )
     try:
         _wait_ready(f"http://127.0.0.1:{port}/ready", proc, 5.0)
-        workers = _workers(proc.pid)
-        assert len(workers) == 2
+        workers = _workers(proc.pid, 2, 5.0)
+        assert len(workers) == 2, workers
 
         def commit(n: int) -> bytes:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/c{n}", timeout=5) as response:
