@@ -65,11 +65,13 @@ def _message(exc: BaseException) -> str:
         return "(its message could not be read)"
 
 
-def _fitted(text: str, limit: int) -> str:
-    """``text`` redacted and cut at ``limit`` characters, its size said when cut."""
+def fit_text(text: str, limit: int, *, sized: bool = True) -> str:
+    """``text`` (a failure's message, a peer's reply) with its credentials redacted by the
+    default ``Redactor`` rule, then cut at ``limit`` characters, its size said (if ``sized``)
+    when longer. Redacted before the cut: a credential across it goes whole."""
     fitted = _RULE.redact_message(text[: limit + _REDACT_SLACK])
     if len(text) > limit or len(fitted) > limit:
-        return f"{fitted[:limit]}... ({len(text):,} characters)"
+        return f"{fitted[:limit]}... ({len(text):,} characters)" if sized else f"{fitted[:limit]}..."
     return fitted
 
 
@@ -98,7 +100,7 @@ def one_line(exc: BaseException) -> str:
 def said_in_log(exc: BaseException) -> str:
     """``exc`` for the text of a log line: its class, its message in one line, cut and redacted
     (``ValueError: POST https://[REDACTED]@host failed``)."""
-    said = _fitted(" ".join(_message(exc)[: SAID_CHARS + _REDACT_SLACK].split()), SAID_CHARS)
+    said = fit_text(" ".join(_message(exc)[: SAID_CHARS + _REDACT_SLACK].split()), SAID_CHARS)
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
@@ -145,7 +147,7 @@ def _stand_in(exc: BaseException, made: dict[int, BaseException]) -> BaseExcepti
     names = {"__module__": kind.__module__, "__qualname__": kind.__qualname__}
     # A group's str() adds "(2 sub-exceptions)", which its traceback adds again.
     said = exc.message if isinstance(exc, BaseExceptionGroup) else _message(exc)
-    message = _fitted(said, LOGGED_MESSAGE_CHARS)
+    message = fit_text(said, LOGGED_MESSAGE_CHARS)
     stand_in: BaseException
     if isinstance(exc, BaseExceptionGroup):
         # Its members first: a group cannot hold itself, and a cycle through a member's
@@ -158,7 +160,7 @@ def _stand_in(exc: BaseException, made: dict[int, BaseException]) -> BaseExcepti
     stand_in.__traceback__ = exc.__traceback__
     stand_in.__suppress_context__ = exc.__suppress_context__
     for note in list(getattr(exc, "__notes__", ()))[:_MOST_EXCEPTIONS]:
-        stand_in.add_note(_fitted(str(note), LOGGED_MESSAGE_CHARS))
+        stand_in.add_note(fit_text(str(note), LOGGED_MESSAGE_CHARS))
     if len(made) < _MOST_EXCEPTIONS:
         if exc.__cause__ is not None:
             stand_in.__cause__ = _stand_in(exc.__cause__, made)

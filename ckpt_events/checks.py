@@ -17,7 +17,9 @@ exception, public so that a sink's (or the reference participants') log lines sa
 characters and its credentials redacted: ``ValueError: POST https://[REDACTED]@host failed``),
 ``fit_for_log`` as a record's ``exc_info`` (the exception itself when short and free of
 credentials, else a stand-in of the same class name and traceback whose messages are cut at
-2,000 characters and redacted). Both follow the ``Redactor``'s message rule.
+2,000 characters and redacted); ``fit_text(text, limit)`` does the same to any text (a peer's
+reply, a failure's detail): redacted, then cut with its size said. All follow the
+``Redactor``'s message rule.
 
 ``library_logger(name)`` is the logger the library itself logs on (a ``LibraryLogger``: the
 stdlib logger of that name behind a ``LoggerAdapter``), public so that a sink's (or the
@@ -29,7 +31,7 @@ never the caller (the stdlib lets it propagate out of ``logger.warning``).
 from __future__ import annotations
 
 from ckpt_events._errors import SHOWN_CHARS, check_int, check_number, shown
-from ckpt_events._logs import LibraryLogger, fit_for_log, library_logger, said_in_log
+from ckpt_events._logs import LibraryLogger, fit_for_log, fit_text, library_logger, said_in_log
 
 __all__ = [
     "SHOWN_CHARS",
@@ -37,6 +39,7 @@ __all__ = [
     "check_int",
     "check_number",
     "fit_for_log",
+    "fit_text",
     "library_logger",
     "said_in_log",
     "shown",

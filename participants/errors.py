@@ -82,7 +82,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, Protocol
 
 from ckpt_events import CkptEventsError, Redactor, UnknownNameError
-from ckpt_events.checks import check_int, check_number, shown
+from ckpt_events.checks import check_int, check_number, fit_text, shown
 from ckpt_events.vocab import ErrorCode, coerce
 
 __all__ = [
@@ -238,19 +238,13 @@ _FAILURE_CHARS: Final = DETAIL_CHARS + 500
 #: (a fleet of 256 refusing at once is one readable line; ``failures`` keeps them all).
 _SAID_CHARS: Final = 500
 _SAID_MEMBERS: Final = 16
-#: Redacted before the cut, this much further: a credential across the cut is redacted whole.
-_REDACT_SLACK: Final = 400
 
 
 def fitted_detail(text: str, limit: int = DETAIL_CHARS, *, sized: bool = True) -> str:
-    """``text`` (a failure's detail: a refusal's, a reply body's, an exception's message) with
-    its credentials redacted by the default ``Redactor`` rule, then cut at ``limit`` characters,
-    its size said (if ``sized``) when longer. Redacted before the cut: a credential across it
-    goes whole."""
-    fitted = _RULE.redact_message(text[: limit + _REDACT_SLACK])
-    if len(text) > limit or len(fitted) > limit:
-        return f"{fitted[:limit]}... ({len(text):,} characters)" if sized else f"{fitted[:limit]}..."
-    return fitted
+    """``text`` (a failure's detail: a refusal's, a reply body's, an exception's message) as the
+    library fits any text (``ckpt_events.checks.fit_text``): its credentials redacted, then cut
+    at ``limit`` characters, its size said (if ``sized``) when longer."""
+    return fit_text(text, limit, sized=sized)
 
 
 class ParticipantCallError(CkptEventsError):
