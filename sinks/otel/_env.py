@@ -28,6 +28,7 @@ from ckpt_events.vocab import REDACTED
 
 __all__ = [
     "DEFAULT_METRIC_EXPORT_TIMEOUT_MS",
+    "DEFAULT_METRIC_INTERVAL_MS",
     "DEFAULT_SERVICE_NAME",
     "BatchSettings",
     "OtelSettings",
@@ -64,6 +65,8 @@ DEFAULT_ENDPOINTS: Final = {
 SIGNAL_PATHS: Final = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 #: The optional dependency that brings OTLP over gRPC.
 GRPC_EXTRA: Final = "ckpt-events[grpc]"
+#: ``OTEL_METRIC_EXPORT_INTERVAL``'s default, and ``OtlpMetricSink(export_interval=)``'s (in
+#: seconds): one default whether the sink is built by ``configure`` or directly (the SDK's is 60 s).
 DEFAULT_METRIC_INTERVAL_MS: Final = 10_000
 #: ``OTEL_METRIC_EXPORT_TIMEOUT``'s default, the specification's (the SDK's periodic reader's).
 DEFAULT_METRIC_EXPORT_TIMEOUT_MS: Final = 30_000

@@ -25,6 +25,7 @@ from ckpt_events._logs import said_in_log
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
+from ckpt_events.sinks.otel._env import DEFAULT_METRIC_INTERVAL_MS
 from ckpt_events.sinks.otlp._export_worker import ExportWorker, logger, timeout_or
 from ckpt_events.sinks.otlp._http import BUS_LINGER, check_protocol, resource_with_service_name, signal_sender
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
@@ -73,6 +74,8 @@ class OtlpMetricSink:
     Each instrument keeps at most ``cardinality_limit`` attribute sets (OpenTelemetry's 2,000
     by default); measurements of sets first seen after that go to its one
     ``otel.metric.overflow=true`` series, counted in ``stats().overflowed`` and logged once.
+    A snapshot is posted every ``export_interval`` seconds (default ``DEFAULT_METRIC_INTERVAL_MS``,
+    10 s, as ``configure`` builds it when ``OTEL_METRIC_EXPORT_INTERVAL`` is unset).
     """
 
     interests: Final = keys.INTERESTS
@@ -89,7 +92,7 @@ class OtlpMetricSink:
         compression: str = "none",
         resource_attributes: Mapping[str, object] | None = None,
         metrics_path: str = METRICS_PATH,
-        export_interval: float = 60.0,
+        export_interval: float = DEFAULT_METRIC_INTERVAL_MS / 1000,
         max_retries: int = 5,
         initial_backoff: float = 1.0,
         cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,

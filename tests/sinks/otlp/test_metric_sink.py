@@ -17,6 +17,7 @@ from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import configure
 from ckpt_events.sinks._metric_totals import MetricTotals
 from ckpt_events.sinks.otel import MetricSink, OtlpMetricSink
+from ckpt_events.sinks.otel._env import DEFAULT_METRIC_INTERVAL_MS
 from ckpt_events.sinks.otlp._metric_encoder import MetricEncoder
 from tests.sinks.otlp.test_collector import _wait_for, collector
 from tests.sinks.otlp.test_span_sink import _partial_collector
@@ -171,6 +172,24 @@ async def test_configure_uses_it_for_otlp_http_unless_a_meter_provider_is_given(
         async with configure(bus, environ=environ, meter_provider=provider) as given:
             assert isinstance(given.metric_sink, MetricSink) and len(given.metric_sinks) == 1
         provider.shutdown()
+
+
+async def test_built_directly_or_by_configure_it_exports_at_the_same_default_interval() -> None:
+    """With no interval asked for, ``OtlpMetricSink(endpoint)`` and the one ``configure`` builds
+    export alike, every ``DEFAULT_METRIC_INTERVAL_MS`` (10 s): built directly it exported every
+    60 s, six times less often than the sink of the same name ``configure`` builds."""
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": "none"}
+    direct = OtlpMetricSink("http://127.0.0.1:9", max_retries=0)
+    try:
+        async with Bus() as bus:
+            configured = configure(bus, environ=environ)
+            configured.close_timeout = 2.0
+            async with configured:
+                built = configured.metric_sink
+                assert isinstance(built, OtlpMetricSink)
+                assert direct.export_interval == built.export_interval == DEFAULT_METRIC_INTERVAL_MS / 1000
+    finally:
+        direct.shutdown()
 
 
 async def test_a_collector_that_is_down_is_counted_not_raised() -> None:
