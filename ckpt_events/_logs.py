@@ -35,6 +35,7 @@ __all__ = [
     "ONE_LINE_CHARS",
     "LibraryLogger",
     "fit_for_log",
+    "fit_line",
     "library_logger",
     "one_line",
     "said_in_log",
@@ -75,6 +76,13 @@ def fit_text(text: str, limit: int, *, sized: bool = True) -> str:
     return fitted
 
 
+def fit_line(text: str, limit: int) -> str:
+    """``text`` on one line (each run of whitespace one space), fitted by ``fit_text`` (redacted,
+    then cut), at most ``limit`` characters in all: a cut text ends in ``...`` within them."""
+    fitted = fit_text(" ".join(text.split()), limit, sized=False)
+    return fitted if len(fitted) <= limit else f"{fitted[: limit - 3]}..."
+
+
 #: The longest message ``one_line`` keeps of an error (a sink's may carry a whole payload).
 ONE_LINE_CHARS: Final = 300
 
@@ -86,14 +94,10 @@ def one_line(exc: BaseException) -> str:
     a replay's failures), where a URL's user:password or a Bearer token in it stayed verbatim.
     Never raises, whatever the error's ``__str__`` does."""
     try:
-        said = " ".join(str(exc).split())
+        said = str(exc)
     except Exception:  # its own __str__ raised; we are already handling a failure
         said = "(its message could not be read)"
-    said = _RULE.redact_message(
-        said[: ONE_LINE_CHARS + _REDACT_SLACK]
-    )  # before the cut: a credential across it goes whole
-    if len(said) > ONE_LINE_CHARS:
-        said = said[: ONE_LINE_CHARS - 3] + "..."
+    said = fit_line(said, ONE_LINE_CHARS)
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 

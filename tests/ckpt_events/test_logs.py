@@ -181,3 +181,19 @@ def test_every_logger_of_ours_is_under_ckpt_events_and_documented() -> None:
     assert "ckpt_events.sinks.otel" in names and len(names) >= 8  # the scan found them
     assert sorted(n for n in names if n.split(".")[0] != "ckpt_events") == []
     assert sorted(n for n in names if f"`{n}`" not in page) == []
+
+
+def test_one_line_keeps_its_limit_whole_and_cuts_past_it_after_redacting() -> None:
+    """``one_line`` (now ``fit_line`` over ``fit_text``) keeps a message of ``ONE_LINE_CHARS``
+    whole, cuts a longer one to that many characters ending in ``...``, and redacts a credential
+    across the cut whole; the bounds it had with its own redact-then-cut."""
+    from ckpt_events._logs import ONE_LINE_CHARS, one_line
+
+    assert one_line(ValueError("x" * ONE_LINE_CHARS)) == "ValueError: " + "x" * ONE_LINE_CHARS
+    cut = one_line(ValueError("x" * (ONE_LINE_CHARS + 1)))
+    assert cut == "ValueError: " + "x" * (ONE_LINE_CHARS - 3) + "..."
+    across = one_line(ValueError("x" * (ONE_LINE_CHARS - 10) + " https://alice:hunter2@collector/v1"))
+    assert len(across) == len("ValueError: ") + ONE_LINE_CHARS and across.endswith("...")
+    assert "hunter2" not in across and "alice" not in across
+    said = one_line(ValueError("POST https://alice:hunter2@collector failed\n  Bearer sk-live-1"))
+    assert said == "ValueError: POST https://[REDACTED]@collector failed Bearer [REDACTED]"
