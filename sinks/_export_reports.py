@@ -32,7 +32,7 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import BusStats
-from ckpt_events._logs import LOGGED_MESSAGE_CHARS, library_logger, said_in_log
+from ckpt_events._logs import LOGGED_MESSAGE_CHARS, fit_line, library_logger, said_in_log
 
 __all__ = [
     "FORWARDED",
@@ -157,17 +157,16 @@ class ForwardingHandler(logging.Handler):
 
 
 def one_line_record(record: logging.LogRecord) -> str:
-    """``record``'s text with its exception as ``ClassName: message``, on one line, bounded."""
+    """``record``'s text with its exception as ``ClassName: message``, on one line, bounded and
+    redacted: the message too, not only the exception (a value quoted in it, a URL's
+    ``user:password`` or a ``Bearer`` token, reached the server's log verbatim)."""
     try:
         text = record.getMessage()
     except Exception:  # a record of ours with arguments that do not fit: its template said
         text = str(record.msg)
     if record.exc_info and record.exc_info[1] is not None:
         text = f"{text} ({said_in_log(record.exc_info[1])})"
-    text = " ".join(text.split())
-    if len(text) > LOGGED_MESSAGE_CHARS:
-        text = text[: LOGGED_MESSAGE_CHARS - 3] + "..."
-    return text
+    return fit_line(text, LOGGED_MESSAGE_CHARS)
 
 
 class ReportListener:

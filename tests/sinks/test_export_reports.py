@@ -183,3 +183,26 @@ async def test_a_stopped_child_never_holds_up_the_servers_stats(tmp_path: Path) 
         finally:
             if process.stats().exit_code is None:
                 os.kill(process.pid, signal.SIGKILL)
+
+
+async def test_a_credential_in_a_childs_log_message_reaches_the_servers_log_redacted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The child's log lines are forwarded to the server's logging; only a record's exception was
+    redacted, not its message: a hand-built event holding a URL's ``user:password`` and a
+    ``Bearer`` token, which the child cannot read, was said with both verbatim in the server's
+    log (the decoder's error quotes the value). The message is redacted too now."""
+    from ckpt_events import Refused
+
+    secret = "https://alice:hunter2@collector.example/v1 Authorization: Bearer sk-live-SECRET"
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus() as bus:
+            configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True, environ={})
+            process = configured.export_process
+            assert process is not None
+            bus.emit(Refused(kind="agent", instance="agent-0", time_ns=1, code=secret))  # type: ignore[arg-type]
+            await configured.aclose()
+    said = [r.getMessage() for r in caplog.records if getattr(r, "export_process", None) == process.pid]
+    assert len(said) == 1 and "left out an event it could not read" in said[0], said
+    assert "https://[REDACTED]@collector.example/v1" in said[0] and "Bearer [REDACTED]" in said[0]
+    assert not any(word in said[0] for word in ("alice", "hunter2", "sk-live-SECRET")), said
