@@ -4,6 +4,7 @@ linger, the batch interval, the one boundary for its failures, and how its ``int
 from __future__ import annotations
 
 import logging
+import statistics
 import sys
 import time
 
@@ -253,7 +254,10 @@ async def test_a_busy_sink_gets_a_batch_per_interval_not_per_loop_turn() -> None
         else:
             assert sink.batches <= most, (sink.batches, emitted)
             gaps = [b - a for a, b in zip(sink.times[:-2], sink.times[1:-1], strict=True)]  # not flush's
-            assert min(gaps) >= interval * 0.9, gaps
+            # The median, not the least: a batch whose task was preempted between taking its
+            # time and calling handle is noted late and the next gap looks short by as much (a
+            # loaded CI machine showed it); a batch per loop turn has a median gap of ~1 ms.
+            assert statistics.median(gaps) >= interval * 0.9, gaps
 
 
 @BACKENDS
