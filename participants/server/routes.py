@@ -3,7 +3,10 @@
 Errors become responses in exactly one place, ``install_error_handlers``: a ``ProtocolRefusal``
 is counted as ``refused`` by its code there and nowhere else; a ``MalformedRequest`` is 422
 ``invalid_request``, a ``WorkError`` 502 ``upstream_error``, and an unknown route or method
-404 ``not_found`` / 405 ``method_not_allowed``, all with the protocol's error body.
+404 ``not_found`` / 405 ``method_not_allowed``, all with the protocol's error body. Any other
+exception of a handler is 409 ``checkpoint_error`` with its message as the detail (redacted and
+cut), as a multi-worker server answers a worker's failed handler; it still reaches the server,
+which logs its traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ckpt_events import Telemetry
-from ckpt_events.participants.errors import MalformedRequest, ProtocolRefusal, WorkError, shown
+from ckpt_events.participants.errors import (
+    HTTP_STATUS,
+    MalformedRequest,
+    ProtocolRefusal,
+    WorkError,
+    shown,
+)
 from ckpt_events.participants.fastapi import Incoming, incoming_dependency
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
@@ -208,8 +217,8 @@ def work_router(work: WorkService, token: str, *, start: bool = True) -> APIRout
 
 
 def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
-    """Turn ``ProtocolRefusal`` (counted as ``refused`` on ``tel``), ``MalformedRequest`` and
-    ``WorkError`` into error bodies."""
+    """Turn ``ProtocolRefusal`` (counted as ``refused`` on ``tel``), ``MalformedRequest``,
+    ``WorkError`` and any other exception (409 ``checkpoint_error``) into error bodies."""
 
     async def on_control_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ProtocolRefusal)
@@ -232,7 +241,21 @@ def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
         reply.headers.update(headers or {})
         return reply
 
+    async def on_unexpected_error(request: Request, exc: Exception) -> Response:
+        # Starlette's plain-text 500 was no protocol reply; a multi-worker server answered the
+        # same failure in a worker 409 checkpoint_error. Not counted as refused: nothing refused
+        # the call, and its operation already recorded the error (outcome error, its type).
+        # Starlette re-raises it after this reply, so the server still logs its traceback.
+        try:
+            said = str(exc)
+        except Exception:  # its own __str__ raised; we are already answering a failure
+            said = ""
+        detail = said or type(exc).__name__
+        code = ErrorCode.CHECKPOINT_ERROR
+        return _json(error_reply_body(code.value, detail), HTTP_STATUS[code])
+
     app.add_exception_handler(ProtocolRefusal, on_control_error)
     app.add_exception_handler(WorkError, on_work_error)
     app.add_exception_handler(MalformedRequest, on_request_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected_error)

@@ -23,10 +23,11 @@ ROOT = Path(tempfile.gettempdir())
 
 
 @asynccontextmanager
-async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """Run ``app``'s lifespan and yield a client that talks to it in process (with the token)."""
+async def running(app: FastAPI, *, raise_app_exceptions: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """Run ``app``'s lifespan and yield a client that talks to it in process (with the token);
+    without ``raise_app_exceptions``, an exception leaving the app is its reply, as a server's."""
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
         async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=AUTH) as client:
             yield client
 

@@ -88,7 +88,7 @@ async def _restore_whose_install_raises(
         kind = type(make_workload("environment", Telemetry(bus, kind="environment", instance="env-0")))
         monkeypatch.setattr(kind, "install", install)
         episodes = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(2)]
-        async with running(build()) as client:
+        async with running(build(), raise_app_exceptions=False) as client:
             refused = await control(
                 client, "restore", "c2", checkpoint_dir=str(tmp_path / "c1"), episode_ids=episodes
             )
@@ -109,12 +109,18 @@ async def test_a_workloads_invalid_checkpoint_at_install_is_422_at_every_worker_
     assert after["phase"] == "idle"
 
 
-async def test_a_workers_failure_is_answered_redacted(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker's handler raising with a ``user:password@`` URL and a ``Bearer`` token: the
-    409 ``checkpoint_error`` reply carried both verbatim to the client."""
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_handlers_failure_is_answered_redacted_at_every_worker_count(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A workload's ``install`` raising with a ``user:password@`` URL and a ``Bearer`` token:
+    the 409 ``checkpoint_error`` reply carried both verbatim to the client (with workers), and
+    one process answered Starlette's plain-text 500, no protocol error body at all."""
     secret = "upload to https://alice:hunter2@store.example/b failed; Authorization: Bearer eyJsecret123"
-    refused, _ = await _restore_whose_install_raises(tmp_path, monkeypatch, 2, RuntimeError(secret))
+    refused, after = await _restore_whose_install_raises(tmp_path, monkeypatch, workers, RuntimeError(secret))
+    assert refused.headers["content-type"] == "application/json", refused.text
     assert error_code(refused) == (409, "checkpoint_error"), refused.text
+    assert after["phase"] == "idle"
     assert refused.json()["error"]["detail"] == (
         "upload to https://[REDACTED]@store.example/b failed; Authorization: Bearer [REDACTED]"
     )
