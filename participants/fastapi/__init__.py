@@ -16,6 +16,11 @@
   50 ms at a time and keeps how much each sleep overshot, and each operation records the worst
   lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there. The
   monitor is ``ckpt_events.participants.loop_lag.LoopLagMonitor``, re-exported here.
+* **a redacted server log of an escaped exception**: an exception that leaves the app through
+  its middleware is logged by uvicorn (``uvicorn.error``) with its traceback; a filter put on
+  that logger gives such a record a stand-in whose messages are redacted and cut, as the
+  library's own records are (``ckpt_events.participants.fastapi.server_log``). The exception
+  object is not touched: your handlers and outer middleware get it as raised.
 
 In a handler, ``operation(request, name, checkpoint_id=...)`` is the context manager of one
 operation: ``with`` gives exactly the handle ``Telemetry.operation`` gives (``op.step(...)``,
@@ -98,6 +103,7 @@ from ckpt_events.participants.fastapi.lifespan import (
     RequestEnded,
 )
 from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
+from ckpt_events.participants.fastapi.server_log import redact_server_log
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
 __all__ = [
@@ -351,6 +357,7 @@ def instrument(
     app.router.lifespan_context = lifespan
     app.add_middleware(ArrivalMiddleware, instrumented=handle)
     _stamp_first(app)
+    redact_server_log()
     setattr(app.state, STATE_ATTRIBUTE, handle)
     return handle
 

@@ -24,6 +24,7 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events.checks import library_logger
+from ckpt_events.participants.fastapi.server_log import escaped
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
 __all__ = [
@@ -287,6 +288,9 @@ class ArrivalMiddleware:
             instrumented._lifespan_missing(None if outer is None else outer.instrumented)
         try:
             await self.app(scope, receive, send)
+        except BaseException as exc:
+            escaped(exc)  # the server's log of it is redacted (``server_log``); re-raised as is
+            raise
         finally:
             if arrival.open:
                 arrival.end_open()
