@@ -458,6 +458,9 @@ class Bus:
             return
         assert sub is not None  # the closed bus's buffer has no owner either, and it never waits
         if threading.get_ident() == self._loop_thread:
+            if sub.handling:  # its task is in handle, not waiting: was this emit handle's own?
+                sub._emitted_into()
+                return
             sub._wake.set()
         elif self._call_soon_threadsafe is not None:
             try:

@@ -384,3 +384,100 @@ async def test_a_delivered_batch_is_not_kept_alive_while_the_bus_idles() -> None
         await anyio.sleep(0.05)  # the bus idles: its task waits for the next event
         assert counts == [1]
         assert sys.getrefcount(event) == alone
+
+
+class _Echo:
+    """Emits, for each event it gets, one it gets itself: a loop that never ends by itself."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.batches = 0
+        self.on = True
+
+    def handle(self, batch: list[Event]) -> None:
+        self.batches += 1
+        for _ in batch:
+            if self.on:
+                self.bus.emit(refused(0))
+
+
+class _AsyncEcho(_Echo):
+    async def handle(self, batch: list[Event]) -> None:
+        await anyio.sleep(0)  # its emits come after a resumption, from the delivery task
+        _Echo.handle(self, batch)
+
+
+@pytest.mark.parametrize(
+    ("sink_class", "anyio_backend"), [(_Echo, "asyncio"), (_AsyncEcho, "asyncio"), (_AsyncEcho, "trio")]
+)
+async def test_a_sink_feeding_itself_is_said_once_and_paced(
+    sink_class: type[_Echo], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sink emitting one event per event it gets ran for ever without a word, its full batches
+    back to back (85 % of a core for a 5,000-event loop); it is said once, naming it, counted in
+    its stats, and its full batches then wait out the batch interval like the others."""
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus(batch_size=1024, batch_interval=0.01) as bus:
+            echo = sink_class(bus)
+            bus.subscribe(echo, name="echo")
+            for _ in range(5000):
+                bus.emit(refused(0))
+            for _ in range(300):  # bounded: 3 s
+                await anyio.sleep(0.01)
+                if any("feeds itself" in r.getMessage() for r in caplog.records):
+                    break
+            before = echo.batches
+            await anyio.sleep(0.5)
+            paced = echo.batches - before
+            echo.on = False
+        fed = bus.stats().sink("echo").fed_itself
+    said = [r.getMessage() for r in caplog.records if "feeds itself" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("sink 'echo' feeds itself: in each of its last ")
+    assert "emit only event types outside its interests" in said[0] and "said once" in said[0]
+    assert fed >= 50
+    assert paced <= 0.5 / 0.01 + 10, paced  # one batch per interval (unpaced: ~200 in 0.5 s)
+
+
+class _Derive:
+    """Emits one event of another code for each ``stale_checkpoint`` it gets: a chain, not a loop."""
+
+    interests = (Refused,)
+
+    def __init__(self, tel: Telemetry) -> None:
+        self.tel = tel
+
+    def handle(self, batch: list[Refused]) -> None:
+        for event in batch:
+            if event.code == "stale_checkpoint":
+                self.tel.refused("stale_attempt")
+
+
+class _AwaitingSink:
+    def __init__(self) -> None:
+        self.events = 0
+
+    async def handle(self, batch: list[Event]) -> None:
+        await anyio.sleep(0.002)  # others emit meanwhile, into its buffer too
+        self.events += len(batch)
+
+
+async def test_what_another_task_emits_or_a_chain_is_not_taken_for_a_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sink deriving one event from another (a chain that ends) is counted as feeding itself
+    but not said; an async handle awaiting while another task emits is not counted at all."""
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus(batch_interval=0.01) as bus:
+            tel = Telemetry(bus, kind="agent", instance="agent-0")
+            bus.subscribe(_Derive(tel), name="derive")
+            bus.subscribe(_AwaitingSink(), name="awaiting")
+            deadline = time.monotonic() + 1.3
+            while time.monotonic() < deadline:  # bounded: 1.3 s
+                tel.refused("stale_checkpoint")
+                await anyio.sleep(0.001)
+        stats = bus.stats()
+    assert stats.sink("derive").fed_itself > 20
+    assert stats.sink("awaiting").fed_itself == 0
+    assert stats.sink("awaiting").delivered > 500
+    assert not [r for r in caplog.records if "feeds itself" in r.getMessage()]
