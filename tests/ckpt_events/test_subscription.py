@@ -7,6 +7,8 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -122,6 +124,59 @@ async def test_a_sync_sink_holding_the_loop_is_said_once(caplog: pytest.LogCaptu
     assert len(said) == 1, said
     assert said[0].startswith("sink 'webhook' held the event loop for 1")
     assert "blocking = True" in said[0] and "said once" in said[0]
+
+
+class _AsyncSleeper:
+    """An async handle: awaits ``wait`` seconds, then blocks ``block`` seconds without awaiting."""
+
+    def __init__(self, block: float, wait: float = 0.0) -> None:
+        self.block = block
+        self.wait = wait
+        self.batches = 0
+
+    async def handle(self, batch: list[Event]) -> None:
+        await anyio.sleep(self.wait)
+        time.sleep(self.block)
+        self.batches += 1
+
+
+class _Decorated:
+    """A plain def returning its coroutine (as a decorator around an async def does)."""
+
+    def __init__(self) -> None:
+        self.inner = _AsyncSleeper(0.15)
+
+    def handle(self, batch: list[Event]) -> Coroutine[Any, Any, None]:
+        return self.inner.handle(batch)
+
+
+@BACKENDS
+async def test_an_async_sink_holding_the_loop_between_awaits_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An async ``handle`` calling ``time.sleep`` between awaits held the loop (0.15 s a batch)
+    without a word, where a sync one was said; now it is said once per sink, naming the fix,
+    while one that awaits 0.3 s a batch without holding the loop is not."""
+    blocking, decorated, patient = _AsyncSleeper(0.15), _Decorated(), _AsyncSleeper(0, wait=0.3)
+    lags = []
+    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
+        async with Bus(batch_size=1, batch_interval=0) as bus:
+            bus.subscribe(blocking, name="blocking")
+            bus.subscribe(decorated, name="decorated")
+            bus.subscribe(patient, name="patient")
+            for i in range(3):
+                bus.emit(refused(i))
+                started = time.perf_counter()
+                await anyio.sleep(0.01)
+                lags.append(time.perf_counter() - started - 0.01)
+            assert await bus.flush(timeout=5)
+    assert blocking.batches == decorated.inner.batches == patient.batches == 3
+    assert max(lags) > 0.1  # what is said happened: the loop was held
+    said = sorted(r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage())
+    assert len(said) == 2, said
+    assert said[0].startswith("sink 'blocking' held the event loop for 1")
+    assert said[1].startswith("sink 'decorated' held the event loop for 1")
+    assert all("between two awaits" in s and "to_thread" in s and "said once" in s for s in said)
 
 
 def test_one_line_says_any_error_in_one_bounded_line() -> None:
