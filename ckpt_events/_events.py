@@ -61,6 +61,12 @@ __all__ = [
 #: Values a user-supplied extra attribute may take (OpenTelemetry's scalar attribute types).
 AttributeValue: TypeAlias = str | bool | int | float
 
+#: An event's ``repr`` shows at most this many characters of a string (a field's or an extra
+#: attribute's), and of any one field: msgspec's own repr of an event holding a 1 MB attribute
+#: was 1,000,412 characters, in a log line, a traceback or a test failure.
+REPR_STRING_CHARS: Final = 200
+REPR_FIELD_CHARS: Final = 1000
+
 
 # Field order is part of the design: required fields first, then the defaulted tail, so the
 # emitter can build an event positionally (msgspec matches keywords against fields one by
@@ -77,6 +83,13 @@ class Event(msgspec.Struct, frozen=True, tag_field="type", gc=False):
     #: read back from a log holds a plain ``str``, so compare with ``==``.
     kind: str
     instance: str
+
+    def __repr__(self) -> str:
+        """msgspec's repr (``Refused(kind='model', ...)``), each long value cut with a marker
+        saying how much was cut (``'xxx'...(+999800 chars)``). Equality, hashing, encoding and
+        the fields are msgspec's, untouched."""
+        fields = ", ".join(f"{name}={_repr_cut(getattr(self, name))}" for name in self.__struct_fields__)
+        return f"{type(self).__name__}({fields})"
 
 
 class SpanEvent(Event, frozen=True, gc=False):
@@ -397,3 +410,17 @@ def span_kind_of(event: Event) -> SpanKind:
             return SpanKind.CLIENT
         case _:
             return SpanKind.INTERNAL
+
+
+def _repr_cut(value: object) -> str:
+    """``repr(value)``, a long string cut to REPR_STRING_CHARS (before its repr is made: a 1 MB
+    one is not copied), a dict's strings each so, and the whole cut to REPR_FIELD_CHARS."""
+    if isinstance(value, str) and len(value) > REPR_STRING_CHARS:
+        return f"{value[:REPR_STRING_CHARS]!r}...(+{len(value) - REPR_STRING_CHARS} chars)"
+    if isinstance(value, dict):
+        text = "{" + ", ".join(f"{_repr_cut(k)}: {_repr_cut(v)}" for k, v in value.items()) + "}"
+    else:
+        text = repr(value)
+    if len(text) > REPR_FIELD_CHARS:
+        text = f"{text[:REPR_FIELD_CHARS]}...(+{len(text) - REPR_FIELD_CHARS} chars)"
+    return text

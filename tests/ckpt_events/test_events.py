@@ -87,3 +87,41 @@ def test_strategies_cover_every_type(cls: type[Event], data: st.DataObject) -> N
     event = data.draw(event_strategy(cls))
     assert type(event) is cls
     assert _decoder.decode(msgspec.json.encode(event)) == event
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_event)
+def test_a_short_events_repr_is_msgspecs(event: Event) -> None:
+    """An event whose values are short reprs as msgspec's own repr does, character for character."""
+    assert repr(event) == msgspec.Struct.__repr__(event)
+
+
+def test_an_events_repr_is_bounded_and_says_what_was_cut() -> None:
+    """A 1 MB attribute and a 1 MB error message made a repr of 2,000,000+ characters (in a log
+    line, a traceback); each is cut with the count of what was cut, while equality, encoding
+    and the data stay whole."""
+    from ckpt_events._frozen_attrs import FrozenAttributes
+
+    big = "x" * 1_000_000
+    event = OperationFinished(
+        kind=Kind.MODEL,
+        instance="m0",
+        trace_id=1,
+        span_id=2,
+        start_ns=3,
+        end_ns=4,
+        operation=Operation.COMMIT,
+        outcome=Outcome.ERROR,
+        error_message=big,
+        attributes=FrozenAttributes({"blob": big, **{f"k{i}": i for i in range(1000)}}),
+    )
+    text = repr(event)
+    assert len(text) < 2500, len(text)
+    assert text.startswith("OperationFinished(kind=<Kind.MODEL: 'model'>, instance='m0', trace_id=1, ")
+    assert f"error_message='{'x' * 200}'...(+999800 chars)" in text
+    assert "attributes={'blob': 'xxx" in text and " chars)" in text
+    line = msgspec.json.encode(event)
+    assert len(line) > 2_000_000  # the data itself is whole
+    back = _decoder.decode(line)
+    assert back == event and back.error_message == big
+    assert msgspec.structs.asdict(back)["attributes"]["blob"] == big
