@@ -458,7 +458,7 @@ class Bus:
             return
         assert sub is not None  # the closed bus's buffer has no owner either, and it never waits
         if threading.get_ident() == self._loop_thread:
-            if sub.handling:  # its task is in handle, not waiting: was this emit handle's own?
+            if sub._handling:  # its task is in handle, not waiting: was this emit handle's own?
                 sub._emitted_into()
                 return
             sub._wake.set()

@@ -151,7 +151,7 @@ class Subscription:
         # Whether handle emits into this sink's own buffer: while it runs, the buffer's `waiting`
         # flag is set, so the first emit into it calls Bus._wake (nothing added to emit itself),
         # which tells the handle's own emit from others' by thread and task (``_emitted_into``).
-        self.handling = False
+        self._handling = False
         self._fed_now = False  # this batch's handle emitted into its own buffer
         self._fed_itself = 0
         self._fed_streak = 0  # batches in a row that fed themselves, the buffer never empty
@@ -391,13 +391,13 @@ class Subscription:
             left = len(buffer)
             dropped = buffer.dropped
             if not self._blocking:
-                self.handling = True
+                self._handling = True
                 buffer.waiting = True
             try:
                 await self._deliver(batch)
             finally:
-                # Also when cancelled: a `handling` left set would swallow the wake-ups of a rescue.
-                self.handling = False
+                # Also when cancelled: a `_handling` left set would swallow the wake-ups of a rescue.
+                self._handling = False
                 buffer.waiting = False
             if self._fed_now:
                 # Grown during the call by as many as it was handed: a loop that never ends.
