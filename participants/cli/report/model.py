@@ -132,7 +132,8 @@ def finished_spans(events: Iterable[Event]) -> list[FinishedSpan]:
 
 def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | None]:
     """Trace ids of the last collection checkpoint and the last restore (coordinate spans when
-    no collection ran); ``None`` where there is none. With no controller's root at all
+    no collection ran; without a checkpoint's, the last trace other than the restore's);
+    ``None`` where there is none, never one trace as both. With no controller's root at all
     (participants' spans alone: a user's own server), the last trace, as the restore when a
     participant's restore is its root, else as the checkpoint."""
     finished = finished_spans(events)
@@ -154,8 +155,10 @@ def checkpoint_and_restore(events: Iterable[Event]) -> tuple[int | None, int | N
         if _root_operation(finished, trace) == Operation.RESTORE:
             return None, trace
         return trace, None
-    if checkpoint is None and finished:
-        checkpoint = finished[-1].trace_id
+    if checkpoint is None:
+        # The last trace that is not the restore's: a restore row's detail (its trace alone)
+        # was drawn twice, as "checkpoint" and as "restore", with its breakdown said twice.
+        checkpoint = next((e.trace_id for e in reversed(finished) if e.trace_id != restore), None)
     return checkpoint, restore
 
 

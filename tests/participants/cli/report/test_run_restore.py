@@ -53,3 +53,27 @@ async def test_restore_row_names_its_source_and_what_dominated(
     words = " ".join(out.split())  # the terminal wraps long lines
     assert f"{said}; {restore.episodes_text}" in words
     assert f"after 1 restore: {restore.episodes_text}" in words
+
+
+async def test_a_restore_row_s_detail_says_where_its_time_went_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report --checkpoint c1#2`` (the restore row): its trace alone was drawn as both the
+    checkpoint and the restore, its "where the time went" line and waterfall printed twice
+    ("checkpoint c1 (collection.restore): 28.0 ms total, ..." then "restore c1 ..."). Once now,
+    as the restore; the checkpoint row's detail is unchanged (once, as the checkpoint)."""
+    from ckpt_events.sinks import JsonLinesSink
+    from tests.participants.cli.report_events import checkpoint_and_restore
+
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(await checkpoint_and_restore())
+    sink.close()
+    for row, label, trace in (
+        ("c1#2", "restore", "collection.restore"),
+        ("c1#1", "checkpoint", "collection.checkpoint"),
+    ):
+        assert main(["report", str(log), "--checkpoint", row]) == 0
+        words = " ".join(capsys.readouterr().out.split())
+        assert words.count(" ms total, ") == 1 and words.count(": waterfall (") == 1, words
+        assert f"{label} c1 ({trace}): " in words and f"{label}: waterfall (" in words, words
