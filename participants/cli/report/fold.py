@@ -289,7 +289,11 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
             root_finished[key] = e
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
-            critical[key] = path_of(buffer, trace_id)
+            critical[key] = path_of(
+                buffer,
+                trace_id,
+                (s for (tid, _), s in started.items() if tid == trace_id and s.start_ns <= e.end_ns),
+            )
             if root_what(e) == "restore":
                 # A read or install still open when the restore ended (its process killed, or
                 # slower than the controller waited) may be the longest: then none is named.

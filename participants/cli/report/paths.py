@@ -15,6 +15,8 @@ A span of unknown duration (its process's clock went back during it) may have en
 before its parent did: when the walk reaches a span with such a child, the path from there is
 unknown and said so, never walked through a participant that may not have held the root up.
 Likewise the slowest operation is unknown when one of unknown duration could have been it.
+A participant's operation that started and never finished (its process died, its log cut) has
+no known length either: it may have held the root up, or been the slowest, so both are unknown.
 """
 
 from __future__ import annotations
@@ -23,8 +25,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
-from ckpt_events import Event, OperationFinished, StepFinished
-from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_of, who_wrote
+from ckpt_events import Event, OperationFinished, OperationStarted, StepFinished
+from ckpt_events.participants.cli.report.events import (
+    FinishedSpan,
+    StartedSpan,
+    duration_ns,
+    what_of,
+    who_of,
+    who_wrote,
+)
 from ckpt_events.participants.cli.report.model import Span, finished_spans
 from ckpt_events.participants.cli.words import counted, rate
 from ckpt_events.vocab import Kind, Operation, Step, span_name, span_name_of
@@ -217,7 +226,7 @@ def slowest_operation(spans: Sequence[FinishedSpan]) -> OperationFinished | None
     return _slowest(_participant_operations(spans))
 
 
-def path_line(events: Sequence[Event], trace_id: int) -> str:
+def path_line(events: Sequence[Event], trace_id: int, unfinished: Iterable[StartedSpan] = ()) -> str:
     """The trace's critical path and its slowest operation in words, ``""`` without spans:
     ``critical path: coordinate.commit 30.0 ms, environment/environment-0 commit 28.0 ms
     (write 7.4 ms); slowest operation: model/model-0 prepare 80.0 ms (generation_cut 60.0 ms)``.
@@ -225,11 +234,23 @@ def path_line(events: Sequence[Event], trace_id: int) -> str:
     The path is named by its longest stage (a child of the root) and its longest participant
     operation; when that operation is also the trace's slowest, the line says so instead of
     naming it twice. Where a span of unknown duration makes either unknown, the line says
-    ``unknown`` and whose clock went back, or that the trace's parent ids loop."""
+    ``unknown`` and whose clock went back, or that the trace's parent ids loop. ``unfinished``,
+    the trace's spans started and not finished by the root's end: a participant's operation among
+    them makes both unknown (its length is not known); was: the next slowest named instead."""
     chosen = [e for e in finished_spans(events) if e.trace_id == trace_id]
     root = _tree(chosen)[0]
     if not chosen:
         return ""
+    left = sorted(
+        (s for s in unfinished if isinstance(s, OperationStarted) and s.kind != Kind.CONTROLLER),
+        key=lambda s: s.start_ns,
+    )
+    if left:
+        more = f" and {counted(len(left) - 1, 'more operation')}" if len(left) > 1 else ""
+        return (
+            f"critical path: unknown ({what_of(left[0])} on {who_wrote(left[0])}{more} never finished: "
+            "how long it took is not known); slowest operation: unknown too"
+        )
     if root is None:  # spans, each naming a parent among them: their parent ids loop
         return "critical path: unknown (the trace's parent ids loop: no span without a parent)"
     sections, stop = _walk(chosen)
