@@ -230,6 +230,7 @@ class CoordinateSpan(_Span):
                     self._rollouts,
                     tel.worker,
                     self._tracestate,
+                    self._mono_ns,  # still the monotonic start: _end_time reads, never writes it
                 )
             )
 

@@ -215,6 +215,12 @@ class CoordinateFinished(_Finished, frozen=True, gc=False, tag="coordinate_finis
     rollouts: int | None = None
     worker: int | None = None
     tracestate: str | None = None
+    #: The monotonic clock (ns) read beside ``start_ns``: a bare coordinator's checkpoint spans
+    #: several of these roots, each stamped on the wall clock as it began, so a wall clock
+    #: stepped between them (NTP, a VM resumed) moves their stamps apart; the time that passed
+    #: between two of one process is read on this clock. ``None`` in a log written before the
+    #: field (after ``tracestate``, so older logs read it as ``None``).
+    monotonic_start_ns: int | None = None
 
 
 class StageStarted(SpanEvent, frozen=True, gc=False, tag="stage_started"):

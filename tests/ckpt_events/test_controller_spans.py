@@ -3,6 +3,8 @@ stage spans as Started/Finished pairs with the right parents, attributes and err
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ckpt_events import (
@@ -30,6 +32,7 @@ async def test_controller_span_fields_land_in_their_own_slots(
     the caller's tracestate last on every event of the trace (the children inherit it)."""
     async with capture_events() as (bus, events):
         tel = Telemetry(bus, kind="controller", instance="coordination")
+        before = time.monotonic_ns()
         span = tel.collection("checkpoint", checkpoint_id="ck-3", traceparent=_CALLER)
         with span.with_tracestate("ot=th:8,dd=s:1") as collection:
             with tel.coordinate("prepare", checkpoint_id="ck-3", parent=collection) as coordinate:
@@ -40,6 +43,7 @@ async def test_controller_span_fields_land_in_their_own_slots(
                     participants=41, prepared=prepared, stopped_at="agent", episodes=42, rollouts=43
                 )
             collection.set(in_flight=51, stop=stop, published=published, rows=52, restarts=53)
+        after = time.monotonic_ns()
     coll_started, coll = _only(events, CollectionStarted), _only(events, CollectionFinished)
     coord_started, coord = _only(events, CoordinateStarted), _only(events, CoordinateFinished)
     stage_started, stage_end = _only(events, StageStarted), _only(events, StageFinished)
@@ -81,7 +85,10 @@ async def test_controller_span_fields_land_in_their_own_slots(
         "episodes": 42,
         "rollouts": 43,
         "worker": None,
+        # The monotonic clock read beside its start (what a report times its roots by).
+        "monotonic_start_ns": coord.monotonic_start_ns,
     }
+    assert before <= coord.monotonic_start_ns <= after
     assert _fields(stage_end) == {
         **common,
         **base,

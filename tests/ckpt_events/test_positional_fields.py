@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ckpt_events import (
+    CoordinateFinished,
     GenerationCut,
     InvalidArgumentError,
     LeaseExpired,
@@ -78,8 +79,11 @@ async def test_worker_lands_in_its_own_slot_of_every_event() -> None:
     # included, tests/sinks/test_stall_watch.py), never by a Telemetry.
     assert {type(e) for e in events} == set(EVENT_TYPES) - {Stalled}
     for event in events:
-        # Last, but for a span event's tracestate (added after it: older logs read it as None).
+        # Last, but for a span event's tracestate and a root's monotonic start (added after it:
+        # older logs read them as None).
         last = ("worker", "tracestate") if isinstance(event, SpanEvent) else ("worker",)
+        if isinstance(event, CoordinateFinished):
+            last = (*last, "monotonic_start_ns")
         assert event.__struct_fields__[-len(last) :] == last
         assert (event.worker, event.checkpoint_id) == (3, "ck-w"), event
     assert _only(events, StepFinished).cut_durable_failure == 7
