@@ -25,7 +25,6 @@ ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one i
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +63,7 @@ from ckpt_events.participants.cli.report.events import (
 from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Trace, Unscoped, fold_events, root_what
 from ckpt_events.participants.cli.report.operations import OperationRow, operation_rows
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
+from ckpt_events.participants.cli.report.root_clocks import FIRST, wall_step
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
@@ -78,8 +78,10 @@ __all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "o
 #: Why a row's pause is unknown (``RunRow.pause_why``): a participant answered outside the
 #: controller's call (a clock no one shift aligns); a participant's clock went back during its
 #: resume (its end unknown); its trace holds another row's root too (whose prepares and
-#: resumes are its own is unknown).
-PauseUnknown = Literal["unaligned", "resume_clock", "shared_trace", "stepped"]
+#: resumes are its own is unknown); its root spans' stamps are out of the order they ran in;
+#: the controller's wall clock stepped between its root spans (read on its monotonic clock:
+#: the participants' prepares and resumes are stamped across that step too).
+PauseUnknown = Literal["unaligned", "resume_clock", "shared_trace", "stepped", "wall_step"]
 
 PUBLISHED: Final = "published"
 RESTORED: Final = "restored"
@@ -115,8 +117,15 @@ class RunRow:
     roots: list[tuple[int, int]] = field(default_factory=list)
     coordinated: bool = False
     #: Why its duration is unknown though it ended (``ms`` is then ``None``): the root spans it
-    #: spans disagree, read on clocks that stepped between them (``_disagree``).
+    #: spans disagree, read on clocks that stepped between them (``root_clocks``).
     ms_why: str | None = None
+    #: How far the controller's wall clock stepped between the root spans it spans (ns), read on
+    #: the controller's monotonic clock (``root_clocks``); ``None``: no step past
+    #: ``root_clocks.ROOTS_SLACK_NS``, or not known (one root, or a log written before that clock).
+    stepped_ns: int | None = None
+    #: Its duration on that monotonic clock (ns) when its wall clock stepped (``stepped_ns``):
+    #: what ``ms`` says then.
+    monotonic_ns: int | None = None
     #: A restore: what dominated it (the longest read or install step: participant, records,
     #: MB/s), and the number (1-based) of the row of the checkpoint it restored, if in the logs.
     dominated: str = ""
@@ -147,12 +156,15 @@ class RunRow:
 
     @property
     def ms(self) -> float | None:
-        """How long it took, by the controller's stamps; ``None`` while open at the end of the
-        log, or when that clock went back during it (``ms_text`` says which)."""
-        # Was 0.0 when the clock went back: a figure, where a span's duration is unknown.
-        if self.end_ns is None or self.end_ns < self.start_ns or self.ms_why is not None:
+        """How long it took, by the controller's stamps (on its monotonic clock when its wall
+        clock stepped between its root spans, ``monotonic_ns``); ``None`` while open at the end of
+        the log, or when that clock went back during it (``ms_text`` says which)."""
+        if self.end_ns is None or self.ms_why is not None:
             return None
-        return (self.end_ns - self.start_ns) / 1e6
+        if self.monotonic_ns is not None:
+            return self.monotonic_ns / 1e6
+        # Was 0.0 when the clock went back: a figure, where a span's duration is unknown.
+        return None if self.end_ns < self.start_ns else (self.end_ns - self.start_ns) / 1e6
 
     @property
     def ms_text(self) -> str:
@@ -416,7 +428,11 @@ def overview(
                     row.reads_ms[who] = max(row.reads_ms.get(who, 0.0), ms)
         elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
-        row.ms_why = _disagree(row, fold)
+        ends = [f for k in row.roots if isinstance(f := fold.root_finished.get(k), CoordinateFinished)]
+        stepped, monotonic, ms_why = wall_step(ends) if row.end_ns is not None else (None, None, None)
+        row.stepped_ns = stepped
+        row.monotonic_ns = monotonic
+        row.ms_why = ms_why
     fold.trends.rows = rows
     _unaligned_paths(run, fold, outside)
     # Each row's pause is its traces' first prepare to last resume: a trace shared by several
@@ -432,6 +448,8 @@ def overview(
             why = "unaligned"
         elif row.ms_why is not None:
             why = "stepped"  # its roots' stamps disagree: first prepare to last resume is no time
+        elif row.stepped_ns is not None:
+            why = "wall_step"  # its participants' stamps span the step too: no time either
         elif any(fold.traces[t].resume_unknown for t in row.trace_ids if t in fold.traces):
             why = "resume_clock"  # was said "unaligned": a cause no clock line backed
         if why is not None:
@@ -477,7 +495,7 @@ def _rows(
             ):
                 found[0].roots.append((e.trace_id, e.span_id))
                 found[1].add(e.operation)
-                if e.operation in _FIRST:
+                if e.operation in FIRST:
                     # It ran first, whatever the stamps say: a commit stamped an hour early (a
                     # clock stepped back after the prepare) gave the row its stamp, and sorted
                     # it first of the run.
@@ -496,42 +514,6 @@ def _rows(
             open_rows[key] = (rows[-1], {e.operation})
     rows.sort(key=lambda r: r.start_ns)  # stable: the order read where starts tie
     return rows
-
-
-#: A row's coordinate operations that the controller runs first: a second one opens a new row.
-_FIRST: Final = frozenset((Operation.PREPARE, Operation.RESTORE))
-#: Stamps of one process this far out of that order (ns) are a clock stepped between them, as
-#: ``logs`` takes a file back by more than a millisecond for one.
-_ROOTS_SLACK_NS: Final = 1_000_000
-
-
-def _disagree(row: RunRow, fold: Fold) -> str | None:
-    """Why ``row``'s duration is unknown, if it is: it spans several root spans (a bare
-    coordinator's prepare, commit and resume), each stamped on the wall clock when it began, and
-    their stamps disagree. A single root's duration is its own (its end is its start plus a
-    monotonic time), whatever a clock did; a participant that answered outside a call (its own
-    clock, or the controller's, stepped) leaves it known unless the roots disagree too (the
-    controller's on another host, it is true). Was: a clock stepped back an hour between a prepare
-    and its commit made the checkpoint "3600000.0 ms" and the run "0.0% of the logs' 3600.0 s"."""
-    # Several roots are a bare coordinator's operations: only those are put in one row.
-    ends = sorted(
-        (f for k in row.roots if isinstance(f := fold.root_finished.get(k), CoordinateFinished)),
-        key=lambda f: f.start_ns,
-    )
-    if row.end_ns is None or len(row.roots) < 2:
-        return None
-    for before, after in itertools.pairwise(ends):
-        if after.operation in _FIRST and before.operation not in _FIRST:
-            said = f"its {before.operation} stamped before its {after.operation}"
-        elif after.start_ns < before.end_ns - _ROOTS_SLACK_NS:
-            said = f"its {after.operation} stamped before its {before.operation} ended"
-        else:
-            continue
-        return (
-            f"its coordinate operations' stamps are out of the order they ran in ({said}): the "
-            "controller's clock stepped during it?"
-        )
-    return None
 
 
 def _unaligned_paths(run: Run, fold: Fold, outside: Collection[int]) -> None:

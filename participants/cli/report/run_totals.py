@@ -53,6 +53,9 @@ _UNKNOWN_BECAUSE: Final[dict[PauseUnknown, str]] = {
         "sharing its trace with another checkpoint or restore (one traceparent given to several collections)"
     ),
     "stepped": "whose coordinate operations' stamps are out of the order they ran in (a clock that stepped)",
+    "wall_step": (
+        "during which the controller's wall clock stepped (its prepares and resumes stamped across it)"
+    ),
 }
 #: Checkpoints of unknown duration named one by one in the line that says why; the rest counted.
 _NAMED: Final = 3
@@ -79,7 +82,7 @@ def _pause_line(rows: list[RunRow], first_ns: int, last_ns: int, whose: str = ""
         return RunLine(f"{lead}for an unknown time ({unknown})")
     paused = _paused_ms(known)
     logs = "its logs'" if whose else "the logs'"
-    if any(r.ms_why is not None for r in rows):
+    if any(r.ms_why is not None or r.stepped_ns is not None for r in rows):
         # The logs' time spans stamps a clock stepped between (was "0.0% of the logs' 3600.0 s").
         share = f"its share of {logs} time unknown (a clock stepped during the run: see the durations)"
     elif paused <= wall_ms:
@@ -122,11 +125,31 @@ def _unknown_durations(run: Run) -> RunLine | None:
     return RunLine(f"duration unknown for {counted(len(unknown), 'row')} ({named}{more})", warning=True)
 
 
+def _stepped_durations(run: Run) -> RunLine | None:
+    """Which rows' durations were read on the controller's monotonic clock (``RunRow.stepped_ns``:
+    its wall clock stepped between their root spans), and by how much it stepped."""
+    stepped = [(number, r) for number, r in enumerate(run.rows, 1) if r.stepped_ns is not None]
+    if not stepped:
+        return None
+    named = "; ".join(
+        f"#{number} {r.what} {r.checkpoint_id or ''}: {(r.stepped_ns or 0) / 1e9:+,.1f} s".replace(" :", ":")
+        for number, r in stepped[:_NAMED]
+    )
+    more = f"; and {counted(len(stepped) - _NAMED, 'more')}" if len(stepped) > _NAMED else ""
+    return RunLine(
+        f"the controller's wall clock stepped during {counted(len(stepped), 'row')}, their durations read "
+        f"on its monotonic clock, the step left out ({named}{more})",
+        warning=True,
+    )
+
+
 def run_lines(run: Run) -> list[RunLine]:
     """Every run-wide line of ``run``, in the order the terminal prints them."""
     lines = _pause_lines(run)
     if (durations := _unknown_durations(run)) is not None:
         lines.append(durations)
+    if (stepped := _stepped_durations(run)) is not None:
+        lines.append(stepped)
     restores = [
         r for r in run.rows if r.what == "restore" and (r.continued is not None or r.restarted is not None)
     ]

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ckpt_events import CheckpointEvent, OperationFinished, OperationStarted, StepFinished
+from ckpt_events import CheckpointEvent, CoordinateFinished, OperationFinished, OperationStarted, StepFinished
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import duration_ns
@@ -396,11 +396,12 @@ def test_a_shift_of_microseconds_is_said_in_microseconds() -> None:
 HOUR = 3600 * SECOND
 
 
-def _stepped_back_in_c2(run: list[Any], *, during_call: bool) -> list[Any]:
+def _stepped_back_in_c2(run: list[Any], *, during_call: bool, by: int = -HOUR) -> list[Any]:
     """The fleet's events as one process whose clock stepped back an hour (NTP) after c2's
-    coordinate.prepare ended: everything begun after it stamped an hour back. ``during_call``:
-    it stepped during resources-0's prepare call instead, so that prepare (and its step), stamped
-    after the step, sits an hour before the call it answered, stamped before it."""
+    coordinate.prepare ended: everything begun after it stamped an hour back (``by``: forward
+    too). ``during_call``: it stepped during resources-0's prepare call instead, so that prepare
+    (and its step), stamped after the step, sits an hour before the call it answered, stamped
+    before it. The monotonic clock does not step: the roots' ``monotonic_start_ns`` stay."""
     prepare = next(
         e
         for e in run
@@ -422,8 +423,16 @@ def _stepped_back_in_c2(run: list[Any], *, during_call: bool) -> list[Any]:
         stepped = start > prepare.end_ns
         if during_call and e.trace_id == answer.trace_id and answer.start_ns <= start <= answer.end_ns:
             stepped = e.instance == "resources-0"
-        out.append(_shift(e, -HOUR) if stepped else e)
+        out.append(_shift(e, by) if stepped else e)
     return out
+
+
+def _old_log(events: list[Any]) -> list[Any]:
+    """``events`` as a log written before the roots carried their monotonic start."""
+    return [
+        msgspec.structs.replace(e, monotonic_start_ns=None) if isinstance(e, CoordinateFinished) else e
+        for e in events
+    ]
 
 
 @pytest.mark.parametrize("during_call", [False, True])
@@ -433,8 +442,9 @@ def test_a_clock_stepped_back_an_hour_mid_checkpoint_leaves_its_duration_unknown
     """A bare coordinator's checkpoint spans three root spans (prepare, commit, resume), each
     stamped when it began: a clock stepped back an hour after c2's prepare made c2 "3600000.0 ms",
     the slowest checkpoint (flagged, and the one detailed), and the run "0.0% of the logs' 3600.0
-    s". Its duration and the run's share are unknown, each with why; the others keep theirs."""
-    logs = _write(tmp_path / "logs", _stepped_back_in_c2(run, during_call=during_call))
+    s". In a log written before the roots carried their monotonic start, its duration and the
+    run's share are unknown, each with why; the others keep theirs."""
+    logs = _write(tmp_path / "logs", _old_log(_stepped_back_in_c2(run, during_call=during_call)))
     out, _ = _report(capsys, logs)
     flat = " ".join(out.split())
     rows = {
@@ -450,6 +460,36 @@ def test_a_clock_stepped_back_an_hour_mid_checkpoint_leaves_its_duration_unknown
     assert "its share of the logs' time unknown (a clock stepped during the run" in flat, out
     assert "% of the logs'" not in flat and "3600000.0" not in flat and "took 3600000" not in flat, out
     assert "checkpoint c2 (" not in flat, out  # the slowest detailed: c2 is not known slowest
+
+
+@pytest.mark.parametrize(("by", "during_call"), [(HOUR, False), (HOUR, True), (-HOUR, False)])
+def test_a_wall_clock_step_between_a_checkpoint_s_roots_is_left_out_of_its_duration(
+    run: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], by: int, during_call: bool
+) -> None:
+    """A clock stepped forward an hour during c2 (after its prepare, or inside its prepare's call:
+    every root in order, every answer inside its call) made c2 "3600047.8 ms", the slowest
+    checkpoint; back an hour, "unknown". Each root now carries the monotonic clock read at its
+    start: c2 takes its true duration (as on the unstepped clocks, within 3 ms), a line says the
+    controller's wall clock stepped and by how much, and its pause is unknown, with why."""
+    pattern = r"checkpoint (c\d) [\d:.]+ (\S+) (?:[\d.]+|unknown) published"
+    true_out, _ = _report(capsys, _write(tmp_path / "true", list(run)))
+    expected = {m[1]: float(m[2]) for m in re.finditer(pattern, " ".join(true_out.split()))}
+    logs = _write(tmp_path / "logs", _stepped_back_in_c2(run, during_call=during_call, by=by))
+    out, _ = _report(capsys, logs)
+    flat = " ".join(out.split())
+    rows = {m[1]: m[2] for m in re.finditer(pattern, flat)}
+    assert rows.keys() == expected.keys() == {"c0", "c1", "c2", "c3"}, (rows, out)
+    assert float(rows["c2"]) == pytest.approx(expected["c2"], abs=3.0), (rows, expected, out)
+    assert re.search(
+        rf"the controller's wall clock stepped during 1 row, their durations read on its monotonic "
+        rf"clock, the step left out \(#\d checkpoint c2: {re.escape(f'{by / SECOND:+,.1f}')} s\)",
+        flat,
+    ), out
+    # Its pause spans the participants' stamps across the step (one answered outside its call:
+    # that is said instead).
+    pause_why = "with a participant that answered outside" if during_call else "during which the controller's"
+    assert f"pause unknown for 1 checkpoint: 1 checkpoint {pause_why}" in flat, out
+    assert "3600000" not in flat and "3,600,0" not in flat and "% of the logs'" not in flat, out
 
 
 def _prepare_stepped_back_an_hour() -> list[CheckpointEvent]:
