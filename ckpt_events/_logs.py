@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from types import FrameType, TracebackType
 from typing import Final
 
+from ckpt_events._inert import escape
 from ckpt_events._redact import DEFAULT_REDACTOR
 
 __all__ = [
@@ -78,9 +79,11 @@ def fit_text(text: str, limit: int, *, sized: bool = True) -> str:
 
 def fit_line(text: str, limit: int) -> str:
     """``text`` on one line (each run of whitespace one space), fitted by ``fit_text`` (redacted,
-    then cut), at most ``limit`` characters in all: a cut text ends in ``...`` within them."""
+    then cut), at most ``limit`` characters in all: a cut text ends in ``...`` within them. Its
+    control and format characters are then shown as escapes (``escape``; each up to 10
+    characters): a peer's ``\\x1b[2J`` in a log line cleared the terminal showing it."""
     fitted = fit_text(" ".join(text.split()), limit, sized=False)
-    return fitted if len(fitted) <= limit else f"{fitted[: limit - 3]}..."
+    return escape(fitted if len(fitted) <= limit else f"{fitted[: limit - 3]}...")
 
 
 #: The longest message ``one_line`` keeps of an error (a sink's may carry a whole payload).
@@ -103,8 +106,10 @@ def one_line(exc: BaseException) -> str:
 
 def said_in_log(exc: BaseException) -> str:
     """``exc`` for the text of a log line: its class, its message in one line, cut and redacted
-    (``ValueError: POST https://[REDACTED]@host failed``)."""
-    said = fit_text(" ".join(_message(exc)[: SAID_CHARS + _REDACT_SLACK].split()), SAID_CHARS)
+    (``ValueError: POST https://[REDACTED]@host failed``), its control and format characters
+    shown as escapes (``escape``): a participant's refusal quoting ``\\x1b[2J`` cleared the
+    terminal of the controller's log."""
+    said = escape(fit_text(" ".join(_message(exc)[: SAID_CHARS + _REDACT_SLACK].split()), SAID_CHARS))
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 

@@ -19,7 +19,10 @@ characters and its credentials redacted: ``ValueError: POST https://[REDACTED]@h
 credentials, else a stand-in of the same class name and traceback whose messages are cut at
 2,000 characters and redacted); ``fit_text(text, limit)`` does the same to any text (a peer's
 reply, a failure's detail): redacted, then cut with its size said. All follow the
-``Redactor``'s message rule.
+``Redactor``'s message rule. ``escape(text)`` shows each control, format and line-separator
+character of ``text`` as its Python escape (``\\x1b``, ``\\u202e``), so someone else's text on a
+terminal cannot clear it or write a link; ``said_in_log`` (and the library's other one-line
+sayings of a failure) apply it last.
 
 ``library_logger(name)`` is the logger the library itself logs on (a ``LibraryLogger``: the
 stdlib logger of that name behind a ``LoggerAdapter``), public so that a sink's (or the
@@ -31,6 +34,7 @@ never the caller (the stdlib lets it propagate out of ``logger.warning``).
 from __future__ import annotations
 
 from ckpt_events._errors import SHOWN_CHARS, check_int, check_number, shown
+from ckpt_events._inert import escape
 from ckpt_events._logs import LibraryLogger, fit_for_log, fit_text, library_logger, said_in_log
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "LibraryLogger",
     "check_int",
     "check_number",
+    "escape",
     "fit_for_log",
     "fit_text",
     "library_logger",

@@ -3,7 +3,8 @@
 An instance name, a kind, a checkpoint id, a step or an error message is the user's text, read
 from a file anyone could have written: on a terminal it must not clear the screen, set the
 window title or colour what follows, and in a page it must not be markup. ``escape`` is the one
-rule for what a string may put on a terminal; ``escape_html`` is the same text for HTML and SVG.
+rule for what a string may put on a terminal (the library's own, ``ckpt_events.checks.escape``,
+which its log lines follow too); ``escape_html`` is the same text for HTML and SVG.
 
 Rich markup is not this module's business: a string given to rich as a ``str`` is parsed as
 markup (``[link=...]`` writes an OSC 8 hyperlink), so renderers hand rich a ``Text`` built from
@@ -13,37 +14,11 @@ markup (``[link=...]`` writes an OSC 8 hyperlink), so renderers hand rich a ``Te
 from __future__ import annotations
 
 import html
-import unicodedata
 from typing import Final
 
+from ckpt_events.checks import escape
+
 __all__ = ["escape", "escape_html", "short_id"]
-
-#: Categories of character shown as an escape: C0, DEL and C1 controls (ESC, the C1 CSI 0x9b and
-#: OSC 0x9d among them), format characters (bidi overrides, zero-width ones), lone surrogates
-#: (which would not even encode to UTF-8), and the line and paragraph separators.
-_SHOWN: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-_NAMED: Final = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _shown(char: str) -> str:
-    if char.isprintable() or unicodedata.category(char) not in _SHOWN:
-        return char  # printable, or a space or private-use or unassigned character: inert
-    code = ord(char)
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def escape(text: object) -> str:
-    """``str(text)`` with every control, format, surrogate and line-separator character shown as
-    its Python escape (``\\x1b``, ``\\x9b``, ``\\u202e``, ``\\n``); every other character kept.
-    The result holds no byte a terminal obeys, and is one line."""
-    plain = str(text)
-    if plain.isprintable():  # the common case: one C-level scan, no copy
-        return plain
-    return "".join(_shown(char) for char in plain)
-
 
 #: A checkpoint id longer than this is shown cut (its start, ``...``, its end, its length).
 _WHOLE_ID: Final = 80

@@ -197,3 +197,16 @@ def test_one_line_keeps_its_limit_whole_and_cuts_past_it_after_redacting() -> No
     assert "hunter2" not in across and "alice" not in across
     said = one_line(ValueError("POST https://alice:hunter2@collector failed\n  Bearer sk-live-1"))
     assert said == "ValueError: POST https://[REDACTED]@collector failed Bearer [REDACTED]"
+
+
+def test_one_line_sayings_show_terminal_controls_as_escapes() -> None:
+    """A message holding a clear screen, an OSC 8 link, BEL, a C1 CSI, a bidi override and a
+    zero-width space: ``said_in_log``, ``one_line`` and ``fit_line`` kept all 7 raw (a log line
+    on a terminal obeyed them); each is its escape now, after the redaction."""
+    from ckpt_events._logs import fit_line, one_line
+
+    message = "a\x1b[2J\x1b]8;;http://evil\x07b\x9b31m\u202ec\u200b https://alice:hunter2@collector"
+    shown = r"a\x1b[2J\x1b]8;;http://evil\x07b\x9b31m\u202ec\u200b https://[REDACTED]@collector"
+    assert said_in_log(RuntimeError(message)) == "RuntimeError: " + shown
+    assert one_line(RuntimeError(message)) == "RuntimeError: " + shown
+    assert fit_line(message, 300) == shown

@@ -443,3 +443,31 @@ async def test_a_raising_log_handler_never_replaces_the_coordination_error(tmp_p
     finally:
         logging.getLogger().removeHandler(handler)
     assert info.value.failures == {"environment-0": "refused: checkpoint_error (500): no"}
+
+
+async def test_a_refusal_quoting_terminal_escapes_is_logged_with_them_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A participant refusing with a detail holding terminal controls (clear screen, an OSC 8
+    link, BEL, CR, backspace, a bidi override, a zero-width space, C1 CSI): the controller's
+    "resume after abort ... incomplete" warning carried 7 of them raw, to a terminal through
+    logging's stderr handler; it shows each as its escape now."""
+    caplog.set_level(logging.WARNING, "ckpt_events.participants.controller")
+    hostile = "x\x1b[2J\x1b]8;;http://evil\x07link\r\bZ\u202eRTL\u200b\x9b31m"
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def refuse(path: str) -> Response:
+        body = json.dumps({"error": {"code": "checkpoint_error", "detail": hostile}})
+        return Response(body, status_code=500, media_type="application/json")
+
+    async with capture_events() as (bus, _), serving(app) as url:
+        members = [Member("environment-0", "environment", "environment-0", url)]
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+            with anyio.fail_after(30), pytest.raises(CoordinationError):
+                await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 5)
+    [line] = [r.getMessage() for r in caplog.records if "resume after abort" in r.getMessage()]
+    assert line.isprintable(), [c for c in line if not c.isprintable()]
+    # The CR is a space, as every run of whitespace in a one-line saying.
+    assert r"x\x1b[2J\x1b]8;;http://evil\x07link \x08Z\u202eRTL\u200b\x9b31m" in line
