@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ckpt_events.participants.cli.command import Command, CommandError, given_path
+from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.errors import shown
 
 __all__ = ["OPS", "OPS_FILES", "ops_file"]
@@ -74,7 +75,8 @@ def _ops(args: argparse.Namespace) -> int:
     _write_whole(directory)
     try:
         for name in OPS_FILES:
-            print(directory / name)
+            # A folder named with ESC[2J cleared the terminal; each path shown as report shows names.
+            print(escape(directory / name))
         if sys.stdout is not None:  # None when started with stdout closed (``>&-``)
             sys.stdout.flush()
     except BrokenPipeError:

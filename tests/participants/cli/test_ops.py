@@ -119,3 +119,18 @@ def test_a_write_failing_part_way_leaves_the_folder_as_it_was(tmp_path: Path) ->
     done = _ops_with_file_size_limit(pack, "--force")
     assert done.returncode == 2 and "nothing written" in done.stderr, done
     assert {p.name: p.read_text() for p in pack.iterdir()} == old
+
+
+def test_the_written_paths_show_terminal_controls_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ops --write DIR`` with a clear screen, an OSC 8 link and a bidi override in DIR's name:
+    the four paths it printed carried them raw (16 control and format characters); escaped now,
+    and the pack is written under the real name."""
+    name = "pack\x1b[2J\x1b]8;;http:\x07\u202e"
+    assert main(["ops", "--write", str(tmp_path / name)]) == 0
+    out = capsys.readouterr().out
+    assert all(line.isprintable() for line in out.splitlines())
+    shown = str(tmp_path) + r"/pack\x1b[2J\x1b]8;;http:\x07\u202e"
+    assert out.splitlines() == [f"{shown}/{file}" for file in OPS_FILES]
+    assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted(OPS_FILES)
