@@ -20,6 +20,9 @@ NOT_CARRIED = {
     "StageFinished": {"instance", "checkpoint_id"},
     "StepFinished": {"checkpoint_id"},
     "CollectionFinished": {"instance"},
+    # The controller's monotonic reading is for the report from a JSON-lines log; a span carries
+    # its wall-clock times only (a report from OTLP reads clock steps between roots as before).
+    "CoordinateFinished": {"monotonic_start_ns"},
 }
 
 
