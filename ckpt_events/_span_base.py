@@ -44,6 +44,9 @@ _OK: Final = Outcome.OK
 #: How anyio's cancellation of a scope begins its message; what follows it (the scope's address,
 #: the cancelling task's repr with its file paths) is left out of a span's error message.
 _ANYIO_CANCEL: Final = "Cancelled via cancel scope"
+#: The members of an exception group named in a span's error message, and walked to count the rest.
+_MOST_MEMBERS: Final = 8
+_MOST_WALKED: Final = 1000
 
 
 #: A live handle's ``start_ns`` until it is entered: no clock of ours reads before 1970 (a
@@ -119,24 +122,63 @@ def _bad_tracestate(header: object) -> NoReturn:
 
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
-    cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    try:
-        message = str(exc)
-    except Exception:  # the app's exception must leave the block as it was, whatever its __str__ does
-        message = f"<{name}: str() of it raised>"
-    if message.__class__ is not str:  # a str subclass whose methods may be anything: a plain copy
-        message = str.__str__(message)
-    if message.startswith(_ANYIO_CANCEL):
-        # anyio's cancellation names its scope by address and the task by its repr: 300 characters
-        # of memory addresses and the host's paths in every exported span of a client that left.
-        message = _ANYIO_CANCEL
+    name = _type_name(exc)
+    message = _said(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        # An error in an anyio task group leaves as a group ("unhandled errors in a TaskGroup
+        # (1 sub-exception)"): its members are the cause, or the span names none.
+        message = f"{message}: {_members(exc)}"
     if len(message) > _MAX_MESSAGE:
         message = message[:_MAX_MESSAGE]
         cut = _CUT_AUTHORITY.search(message)
         if cut is not None:
             message = message[: cut.start() + 3]
     return Outcome.ERROR, name, message
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _said(exc: BaseException) -> str:
+    """``str(exc)``, a plain ``str`` whatever it is, and anyio's cancellation without addresses."""
+    try:
+        message = str(exc)
+    except Exception:  # the app's exception must leave the block as it was, whatever its __str__ does
+        message = f"<{_type_name(exc)}: str() of it raised>"
+    if message.__class__ is not str:  # a str subclass whose methods may be anything: a plain copy
+        message = str.__str__(message)
+    if message.startswith(_ANYIO_CANCEL):
+        # anyio's cancellation names its scope by address and the task by its repr: 300 characters
+        # of memory addresses and the host's paths in every exported span of a client that left.
+        message = _ANYIO_CANCEL
+    return message
+
+
+def _members(group: BaseExceptionGroup[BaseException]) -> str:
+    """The exceptions ``group`` holds, nested groups' too, depth first: ``OSError: disk full;
+    KeyError: 'k'``, at most ``_MOST_MEMBERS`` named and the rest counted (walking at most
+    ``_MOST_WALKED`` of them: a group of a million is not read through on the way out)."""
+    shown: list[str] = []
+    left = 0
+    walked = 0
+    todo: list[BaseException] = list(reversed(group.exceptions))
+    while todo and walked < _MOST_WALKED:
+        one = todo.pop()
+        walked += 1
+        if isinstance(one, BaseExceptionGroup):
+            todo.extend(reversed(one.exceptions))
+        elif len(shown) < _MOST_MEMBERS:
+            said = _said(one)
+            shown.append(f"{_type_name(one)}: {said}" if said else _type_name(one))
+        else:
+            left += 1
+    if todo:
+        shown.append("and more")  # more than were walked: not counted
+    elif left:
+        shown.append(f"and {left} more")
+    return "; ".join(shown)
 
 
 class _SpanBase:

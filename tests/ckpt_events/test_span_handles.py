@@ -214,6 +214,36 @@ async def test_a_cancelled_operation_names_its_cancel_without_addresses_or_paths
     assert finished["own"].error_message == "the client went away"
 
 
+async def test_an_exception_group_names_what_it_holds() -> None:
+    """An error raised in an anyio task group leaves as an ``ExceptionGroup`` whose message was
+    only "unhandled errors in a TaskGroup (1 sub-exception)": the ``OSError: disk full`` that
+    failed the commit was in no event or span (OpenTelemetry's SDK keeps it in its stacktrace).
+    The message names each member, nested groups' too, at most ``_MOST_MEMBERS`` of them."""
+    import anyio
+
+    async def disk_full() -> None:
+        raise OSError("disk full")
+
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="agent", instance="agent-3")
+        with pytest.raises(ExceptionGroup), tel.operation("commit", checkpoint_id="tg"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(disk_full)
+        nested = ExceptionGroup("outer", [KeyError("k"), ExceptionGroup("inner", [ValueError("v")])])
+        with pytest.raises(ExceptionGroup), tel.operation("commit", checkpoint_id="nested"):
+            raise nested
+        many = ExceptionGroup("many", [ValueError(str(i)) for i in range(20)])
+        with pytest.raises(ExceptionGroup), tel.operation("commit", checkpoint_id="many"):
+            raise many
+    finished = {e.checkpoint_id: e for e in events if isinstance(e, OperationFinished)}
+    assert finished["tg"].error_type == "ExceptionGroup"
+    tg_said = "unhandled errors in a TaskGroup (1 sub-exception): OSError: disk full"
+    assert finished["tg"].error_message == tg_said
+    assert finished["nested"].error_message == "outer (2 sub-exceptions): KeyError: 'k'; ValueError: v"
+    shown = "; ".join(f"ValueError: {i}" for i in range(8))
+    assert finished["many"].error_message == f"many (20 sub-exceptions): {shown}; and 12 more"
+
+
 async def test_set_keeps_what_it_is_not_given_and_refuses_bad_counts() -> None:
     """A later set() leaves earlier values alone; a negative, bool or float count is refused."""
     async with capture_events() as (bus, events):
