@@ -9,6 +9,7 @@ a ``ReplyCache``; the store's errors are answered as refusals (``replies.store_r
 from __future__ import annotations
 
 import functools
+import heapq
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -640,13 +641,20 @@ class ControlPlane(Generic[S]):
         with self._operation(trace, Operation.FORGET, cid) as o:
             async with self._lock:
                 self._check_outside(Operation.FORGET, req.deadline_ts)
-                forgotten = sorted(set(req.rollout_ids))
-                # In chunks, the loop free between them (as retire marks): a work call in
-                # between sees each rollout's mark either still there or cleared.
+                # In chunks of the request's order, the loop free between them (as retire
+                # marks): a work call in between sees each rollout's mark either still there or
+                # cleared. Not sorted first: sorting 64,000 ids held the loop ~20 ms in one
+                # piece; the reply's first ids in sorted order are kept chunk by chunk instead.
                 fence = self.workload.fence
-                for at in range(0, len(forgotten), RETIRE_CHUNK):
+                ids = req.rollout_ids
+                seen: set[str] = set()
+                first: list[str] = []
+                for at in range(0, len(ids), RETIRE_CHUNK):
+                    chunk = [r for r in dict.fromkeys(ids[at : at + RETIRE_CHUNK]) if r not in seen]
+                    seen.update(chunk)
                     # One call a chunk: a multi-worker server tells its workers in one frame.
-                    fence.forget_all(forgotten[at : at + RETIRE_CHUNK])
+                    fence.forget_all(chunk)
+                    first = heapq.nsmallest(MAX_FORGOTTEN_SHOWN, first + chunk)
                     await anyio.lowlevel.checkpoint()
-            o.set(rollouts=len(forgotten))
-            return ForgetReply(forgotten=forgotten[:MAX_FORGOTTEN_SHOWN], forgotten_count=len(forgotten))
+            o.set(rollouts=len(seen))
+            return ForgetReply(forgotten=first, forgotten_count=len(seen))
