@@ -109,19 +109,25 @@ def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> Participan
 #: could go out on a connection the server was closing: a ``ReadError``, "no whole reply" from a
 #: healthy member (128 of 256 once every idle connection was kept).
 _KEEPALIVE_SECONDS: Final = 2.0
+#: Where a member's base URL ends in a control call's path.
+_CONTROL_PATH: Final = CONTROL_PREFIX.encode()
 
 
-class _PoolPerOrigin(httpx.AsyncBaseTransport):
-    """Each request goes to its origin's own connection pool, made at that origin's first request
-    (the coordinator learns its members after its client is made), with no cap on connections.
+class _PoolPerMember(httpx.AsyncBaseTransport):
+    """Each request goes to its member's own connection pool, made at that member's first
+    request (the coordinator learns its members after its client is made), with no cap on
+    connections. A member is its origin and the path before ``CONTROL_PREFIX``: several members
+    behind one origin (a load balancer, logical members of one server, told apart by a path) get
+    a pool each; any other path goes to its origin's pool.
 
     One shared pool capped a fan-out at httpx's 100 connections: 256 members waited in waves for
     one another, and a call sent at the pool's pace reached its participant past the deadline
     (256 members holding a call 1.5 s, deadline 2.5 s away: 56 healthy ones refused it as
     ``deadline_exceeded``). Uncapped, one pool is quadratic: httpcore scans every connection of
     a pool at each request's start and end (a 256-member fan-out of 1 s calls took 3 to 6 s). A
-    pool per origin keeps that scan to the member's own connections (as ``watch``'s polls do):
-    1.3 to 1.4 s, 0.2 s of the controller's CPU.
+    pool per member keeps that scan to the member's own connections:
+    1.2 to 1.4 s, 0.2 s of the controller's CPU. Keyed by origin alone, 256 members behind one
+    origin shared one pool and took 3.4 to 5.0 s again (1.7 to 3.2 s of CPU).
     """
 
     def __init__(self) -> None:
@@ -130,13 +136,15 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
         self._limits = httpx.Limits(
             max_connections=None, max_keepalive_connections=None, keepalive_expiry=_KEEPALIVE_SECONDS
         )
-        self._pools: dict[tuple[bytes, bytes, int | None], httpx.AsyncHTTPTransport] = {}
+        self._pools: dict[tuple[bytes, bytes, int | None, bytes], httpx.AsyncHTTPTransport] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        origin = (request.url.raw_scheme, request.url.raw_host, request.url.port)
-        pool = self._pools.get(origin)
+        url = request.url
+        cut = url.raw_path.find(_CONTROL_PATH)
+        member = (url.raw_scheme, url.raw_host, url.port, url.raw_path[:cut] if cut >= 0 else b"")
+        pool = self._pools.get(member)
         if pool is None:
-            pool = self._pools[origin] = httpx.AsyncHTTPTransport(verify=self._tls, limits=self._limits)
+            pool = self._pools[member] = httpx.AsyncHTTPTransport(verify=self._tls, limits=self._limits)
         return await pool.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -157,7 +165,7 @@ class ControlClient:
             raise InvalidValueError("a control token is required")
         self._auth = f"Bearer {token}"
         self._owned = client is None
-        self._http = client if client is not None else httpx.AsyncClient(transport=_PoolPerOrigin())
+        self._http = client if client is not None else httpx.AsyncClient(transport=_PoolPerMember())
 
     @property
     def auth_headers(self) -> dict[str, str]:
