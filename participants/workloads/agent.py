@@ -63,7 +63,7 @@ class AgentWorkload(Workload[AgentState, AgentRecord]):
         return AgentState(session_key=record.session_key, history=list(record.history))
 
     def counts(self) -> dict[str, int]:
-        at_boundary = sum(1 for e in self.episodes.values() if e.status == "idle")
+        at_boundary = self.episodes.count("idle")
         return {"sessions": len(self.episodes), "at_boundary": at_boundary}
 
     def describe(self, episode: Episode[AgentState]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
@@ -34,6 +34,7 @@ from ckpt_events.participants.protocol import (
     PrepareReport,
     RetireReply,
 )
+from ckpt_events.participants.workloads.episodes import Episode, EpisodeTable
 from ckpt_events.participants.workloads.fence import RetiredAttempts
 from ckpt_events.vocab import ErrorCode
 
@@ -83,27 +84,6 @@ S = TypeVar("S", bound=msgspec.Struct)
 R = TypeVar("R", bound=Record)
 
 
-class Episode(msgspec.Struct, Generic[S], gc=False, eq=False):
-    """One episode's live state. ``status``: ``idle`` (at a boundary), ``running`` or ``held``.
-
-    ``key`` is ``episode_id.capture_key``, computed once by whoever makes the episode. Like a
-    record, an episode holds no object that could lead back to it (its cancel scope, while a
-    unit of work runs, is kept by the workload), so it is ``gc=False``.
-    """
-
-    episode_id: EpisodeId
-    key: str
-    steps: int
-    boundary: int
-    state: S
-    status: str = "idle"
-    stopped: bool = False
-
-    @property
-    def done(self) -> bool:
-        return self.boundary >= self.steps
-
-
 class Workload(Generic[S, R]):
     """Episodes, admission, the retired-attempt fence and the checkpoint hooks of one kind."""
 
@@ -118,7 +98,7 @@ class Workload(Generic[S, R]):
             raise InvalidTypeError(f"unknown {self.kind} workload options: {', '.join(sorted(options))}")
         self.tel = tel
         self.fence = RetiredAttempts()
-        self.episodes: dict[str, Episode[S]] = {}
+        self.episodes: EpisodeTable[S] = EpisodeTable()
         # The cancel scope of each unit of work in progress, by capture key.
         self._scopes: dict[str, anyio.CancelScope] = {}
         self.admission_open = True
@@ -189,11 +169,24 @@ class Workload(Generic[S, R]):
         with anyio.move_on_after(max(timeout, 0.0)):
             await changed.wait()
 
+    def episode(self, episode_id: EpisodeId, steps: int, boundary: int, state: S) -> Episode[S]:
+        """A new idle episode for ``episodes`` (not yet in it)."""
+        return Episode(episode_id, episode_id.capture_key, steps, boundary, state, self.episodes.statuses)
+
     def report(self) -> PrepareReport:
         """Readiness: the first ``MAX_BLOCKERS`` blocking capture keys in sorted order, and
-        how many block."""
-        blocking = self.blocking
-        blockers = [e.key for e in self.episodes.values() if blocking(e)]
+        how many block.
+
+        With the base ``blocking`` (``running`` blocks), the table's running keys are read,
+        not every episode: asking each held the loop ~7-10 ms a check at 100,000 episodes. A
+        ``blocking`` overridden (on the class or the instance) may read anything, so then
+        every episode is asked, as before."""
+        blockers: Collection[str]
+        if getattr(self.blocking, "__func__", None) is Workload.blocking:
+            blockers = self.episodes.with_status("running")
+        else:
+            blocking = self.blocking
+            blockers = [e.key for e in self.episodes.values() if blocking(e)]
         # Only the shown ones are ordered: a full sort cost ~30 ms at 100,000 running episodes
         # with UUID rollout ids (~7 ms so), and prepare's wait runs this on every change.
         return PrepareReport(
@@ -216,7 +209,7 @@ class Workload(Generic[S, R]):
         key = episode_id.capture_key
         episode = self.episodes.get(key)
         if episode is None:
-            episode = Episode(episode_id, key, steps, 0, self.initial_state(episode_id, steps))
+            episode = self.episode(episode_id, steps, 0, self.initial_state(episode_id, steps))
             self.episodes[key] = episode
             self._notify()
         return episode
@@ -306,10 +299,9 @@ class Workload(Generic[S, R]):
         episodes = self.episodes
         restored = []
         for record, state in zip(records, states, strict=True):
-            episode_id = record.episode_id.next()
-            key = episode_id.capture_key
-            episodes[key] = Episode(episode_id, key, record.steps, record.boundary, state)
-            restored.append(key)
+            episode = self.episode(record.episode_id.next(), record.steps, record.boundary, state)
+            episodes[episode.key] = episode
+            restored.append(episode.key)
         self._notify()
         restored.sort()
         return restored

@@ -276,7 +276,7 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
         return None if receipt_problem(inventory, receipt) is not None else receipt
 
     def counts(self) -> dict[str, int]:
-        held = sum(1 for e in self.episodes.values() if e.status == "held")
+        held = self.episodes.count("held")
         return {"inflight": len(self._inflight), "held": held, **self._cut_counts, "cut_skipped": 0}
 
     def to_record(self, episode: Episode[ModelState]) -> ModelRecord:

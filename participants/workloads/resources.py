@@ -70,7 +70,7 @@ class ResourcesWorkload(Workload[ResourcesState, ResourcesRecord]):
         )
 
     def counts(self) -> dict[str, int]:
-        inflight = sum(1 for e in self.episodes.values() if e.status == "running")
+        inflight = self.episodes.count("running")
         return {"inflight": inflight, "sessions": len(self.episodes)}
 
     def describe(self, episode: Episode[ResourcesState]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Episodes, states and records are ``gc=False``: proof that none of them can close a cycle.
 
 An object the collector does not track must never be part of a reference cycle (the cycle
-would leak). These types are built only of scalars, strings, lists of those and other
+would leak). These types are built only of scalars, strings, lists and dicts of those and other
 ``gc=False`` Structs, so no path leads from one back to itself: checked on the declared
 types, and on real instances after work, export, a records file round trip and install.
 """
@@ -48,6 +48,10 @@ def type_problems(t: mi.Type, where: str, seen: set[type] | None = None) -> list
         return []
     if isinstance(t, mi.ListType):
         return type_problems(t.item_type, f"{where}[]", seen)
+    if isinstance(t, mi.DictType):
+        return type_problems(t.key_type, f"{where}{{}}", seen) + type_problems(
+            t.value_type, f"{where}[]", seen
+        )
     if isinstance(t, mi.UnionType):
         return [p for u in t.types for p in type_problems(u, where, seen)]
     if isinstance(t, mi.StructType):
@@ -75,6 +79,8 @@ def instance_problems(root: object) -> list[str]:
             return
         if isinstance(obj, list):
             children: list[tuple[str, Any]] = [(f"{where}[{i}]", v) for i, v in enumerate(obj)]
+        elif isinstance(obj, dict):
+            children = [(f"{where}{{}}", k) for k in obj] + [(f"{where}[{k!r}]", v) for k, v in obj.items()]
         elif isinstance(obj, msgspec.Struct):
             if gc.is_tracked(obj) or type(obj).__struct_config__.gc is not False:
                 problems.append(f"{where}: {type(obj).__name__} is tracked")
