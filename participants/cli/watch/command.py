@@ -153,7 +153,7 @@ def _stall_after(args: argparse.Namespace) -> float:
 async def snapshot(view: FleetView, client: Any, source: EventSource | None, timeout: float) -> None:
     """One refresh: a poll round and whatever ``source`` gained, folded into ``view``."""
     results = await poll_all(client, view.urls, timeout) if view.urls else []
-    view.add_polls(results, time.time())
+    view.add_polls(results, time.time(), mono=time.monotonic())
     if source is not None:
         # Logs a chunk at a time: a multi-GB backlog held Ctrl-C off until it was read to its end.
         if isinstance(source, LogFollower):

@@ -38,6 +38,9 @@ STEP_BACK_S: Final = 1.0
 #: our monotonic clock measured since we first read its start: a clock stepped forward (NTP, a VM
 #: resumed), ours or its writer's. Reads lag writes by a refresh and a flush (about 2 s).
 STEP_FORWARD_S: Final = 5.0
+#: How far (seconds) two of a participant's clock samples may disagree beyond their errors and
+#: still be of one clock: drift over the samples kept is milliseconds (500 ppm at most by NTP).
+_CLOCK_DRIFT_S: Final = 0.05
 #: Writers (a participant's worker processes) whose stamps are followed; past it, the first forgotten.
 _WRITERS_KEPT: Final = 64
 
@@ -148,6 +151,7 @@ class Seen:
         self.phase: tuple[str, str | None] | None = None
         #: Events from the logs were read about it (else it is known from its polls alone).
         self.logged = False
+        #: Our monotonic clock when its phase was first seen (a wall clock may step since).
         self.since = 0.0
         #: The phase was already there at the first poll, or at the first answer after a gap in
         #: its answers: its time is at least what is shown.
@@ -163,7 +167,9 @@ class Seen:
         self.outcomes: list[tuple[int, int, str]] = []
         #: Its latest finished operations, for work opened before them (``passes``).
         self.done: collections.deque[Done] = collections.deque(maxlen=_DONE_KEPT)
-        #: (offset, error) of its last polls: its clock minus ours, in seconds.
+        #: (offset, error) of its last polls: its clock minus our monotonic clock, in seconds,
+        #: so a sample stays true when our wall clock steps (``clock``), and only samples that
+        #: agree with the newest within their errors (``polled``).
         self.clocks: collections.deque[tuple[float, float]] = collections.deque(maxlen=_CLOCK_SAMPLES)
         #: Its writers' clocks by its logs (``written``), by worker.
         self.writers: dict[int | None, Writer] = {}
@@ -185,12 +191,28 @@ class Seen:
         writer = self.writers.get(worker)
         return None if writer is None or writer.back_ns is None else writer.back_ahead
 
-    def clock(self) -> tuple[float, float] | None:
-        """(correction, uncertainty) for its times, in seconds; ``None`` when never polled with
-        a time. An offset within its own error is taken as none (clocks in sync)."""
+    def polled(self, offset: float, error: float, base: float) -> None:
+        """Fold in a poll's clock sample: ``offset`` (its clock minus our wall clock, within
+        ``error``) measured when our wall clock was ``base`` seconds ahead of our monotonic one.
+        Earlier samples that disagree with it past both errors (its clock stepped since, or
+        drifted past ``_CLOCK_DRIFT_S``) are dropped: they say nothing of its clock now."""
+        sample = offset + base
+        kept = [(s, e) for s, e in self.clocks if abs(s - sample) <= e + error + _CLOCK_DRIFT_S]
+        self.clocks.clear()
+        self.clocks.extend(kept)
+        self.clocks.append((sample, error))
+
+    def clock(self, base: float) -> tuple[float, float] | None:
+        """(correction, uncertainty) for its times against our wall clock, in seconds, when ours
+        is ``base`` seconds ahead of our monotonic clock (``now - mono``); ``None`` when never
+        polled with a time. An offset within its own error is taken as none (clocks in sync).
+        Its samples are against our monotonic clock: one taken before our wall clock stepped
+        (NTP, a VM resumed) made every age after the step off by the step (was: a prepare open
+        6 s shown 60.1 min STALLED after an hour's step)."""
         if not self.clocks:
             return None
-        offset, error = min(self.clocks, key=lambda sample: sample[1])
+        sample, error = min(self.clocks, key=lambda sample: sample[1])
+        offset = sample - base
         return (0.0, abs(offset) + error) if abs(offset) <= error else (offset, error)
 
 
@@ -242,6 +264,6 @@ def written(seen: Seen, stamp_ns: int, read_at: float, worker: int | None) -> No
     writer.back_ns = None
 
 
-def correction(seen: Seen) -> float:
-    clock = seen.clock()
+def correction(seen: Seen, base: float) -> float:
+    clock = seen.clock(base)
     return 0.0 if clock is None else clock[0]

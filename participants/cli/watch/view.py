@@ -180,10 +180,12 @@ class FleetView:
         more = f"{count} more participants in the logs not tracked (past {MAX_FROM_LOGS:,})"
         return [*self.notes, more]
 
-    def add_polls(self, results: Iterable[PollResult], now: float) -> None:
-        """Fold in one round of ``/status`` answers (``now``: Unix seconds). A URL answering as
-        a participant another URL of the round answered as first (two servers started with one
-        instance) is shown as that, never folded in: their phases and clocks would mix."""
+    def add_polls(self, results: Iterable[PollResult], now: float, *, mono: float | None = None) -> None:
+        """Fold in one round of ``/status`` answers (``now``: Unix seconds; ``mono``: our
+        monotonic clock then, ``_monotonic``). A URL answering as a participant another URL of
+        the round answered as first (two servers started with one instance) is shown as that,
+        never folded in: their phases and clocks would mix."""
+        at = _monotonic(now, mono)
         claimed: dict[tuple[str, str], str] = {}
         #: Who the round's URLs answered as before it: those no URL answers as now have a gap.
         before: set[tuple[str, str]] = set()
@@ -213,15 +215,15 @@ class FleetView:
             self.answered[result.url] = key
             seen = self._of(*key)
             if result.clock_offset is not None and result.clock_error is not None:
-                seen.clocks.append((result.clock_offset, result.clock_error))
+                seen.polled(result.clock_offset, result.clock_error, now - at)
             phase = (str(status.phase), status.checkpoint_id)
             if seen.phase != phase:
                 seen.at_start = seen.phase is None
                 seen.phase = phase
-                seen.since = now
+                seen.since = at
             if status.lease_expires_at != seen.lease_at:
                 seen.lease_at = status.lease_expires_at
-                theirs = now + correction(seen)
+                theirs = now + correction(seen, now - at)
                 seen.grace = None if seen.lease_at is None else max(seen.lease_at - theirs, 0.001)
         for key in before - claimed.keys():
             # Not seen this round (no answer, or its URL answers as another): what phase it is
@@ -360,7 +362,7 @@ class FleetView:
         if item.stepped or item.back:  # ``back``: of the clock before a step, if one stepped
             why = "its stamps went back since it opened: clock stepped back?"
             return _Age(None, item.stalled, why, "clock back?")
-        clock = seen.clock() if polled else None
+        clock = seen.clock(now - mono) if polled else None
         correction, uncertainty = clock if clock is not None else (0.0, 0.0)
         age = now + correction - item.start_ns / 1e9
         if age < 0:
@@ -389,8 +391,8 @@ class FleetView:
             return _Age(least, item.stalled or least >= self.stall_after, at_least=True)
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
 
-    def _lease_left(self, seen: Seen, lease_at: float, now: float) -> float:
-        return max(lease_at - (now + correction(seen)), 0.0)
+    def _lease_left(self, seen: Seen, lease_at: float, now: float, mono: float) -> float:
+        return max(lease_at - (now + correction(seen, now - mono)), 0.0)
 
     # -- blocks ---------------------------------------------------------------------------------
 
@@ -406,15 +408,15 @@ class FleetView:
         text.append(f"{escape(kind)} {escape(instance)}", style="bold")
         if result is not None:
             text.append(f"  {escape(result.url)}", style="dim")
-        if (clock := _clock_note(seen)) and result is not None:
+        if (clock := _clock_note(seen, now - mono)) and result is not None:
             text.append(f"  {clock}", style="yellow")
         status = None if result is None else result.status
         if status is not None:
             text.append(f"\n  phase {escape(status.phase)}")
             text.append(f"  checkpoint {escape(status.checkpoint_id or '-')}")
-            text.append(f"  for {'>=' if seen.at_start else ''}{_seconds(now - seen.since)}")
+            text.append(f"  for {'>=' if seen.at_start else ''}{_seconds(max(mono - seen.since, 0.0))}")
             if status.lease_expires_at is not None:
-                left = self._lease_left(seen, status.lease_expires_at, now)
+                left = self._lease_left(seen, status.lease_expires_at, now, mono)
                 text.append("  lease ")
                 text.append(f"{_seconds(left)} left", style="bold red" if self._lease_red(seen, left) else "")
             report = status.report
@@ -510,13 +512,13 @@ class FleetView:
                 text.append(f" +{len(items) + seen.untracked - 1}")
         if status is not None:
             if status.lease_expires_at is not None:
-                left = self._lease_left(seen, status.lease_expires_at, now)
+                left = self._lease_left(seen, status.lease_expires_at, now, mono)
                 red = self._lease_red(seen, left)
                 problem |= red
                 text.append(f"  lease {_seconds(left)}", style="bold red" if red else "")
             if status.checkpoint_id is not None:
                 text.append(f"  {_middle(escape(status.checkpoint_id), 24)}")
-            if clock := _clock_note(seen, short=True):
+            if clock := _clock_note(seen, now - mono, short=True):
                 text.append(f"  {clock}", style="yellow")
         if seen.outcomes:
             text.append(f"  last {seen.outcomes[-1][2]}", style="dim")
@@ -621,9 +623,10 @@ def _least_ahead(seen: Seen, item: Open) -> float | None:
     return seen.ahead(item.worker) if back is None else back
 
 
-def _clock_note(seen: Seen, *, short: bool = False) -> str:
-    """What the participant's line says of its clock, when it is off ours past ``CLOCK_NOTE_S``."""
-    clock = seen.clock()
+def _clock_note(seen: Seen, base: float, *, short: bool = False) -> str:
+    """What the participant's line says of its clock, when it is off ours past ``CLOCK_NOTE_S``
+    (``base``: our wall clock minus our monotonic clock now)."""
+    clock = seen.clock(base)
     if clock is None or abs(clock[0]) < CLOCK_NOTE_S:
         return ""
     offset = clock[0]

@@ -379,3 +379,61 @@ async def test_a_wall_clock_stepped_forward_never_makes_open_work_stalled(
         later.print(view.render(time.time(), mono=time.monotonic() + 61.0))
         assert re.search(r"open commit c1 >=\d+\.\d s STALLED", later.export_text()), later.export_text()
         commit.__exit__(None, None, None)
+
+
+def test_a_polled_participants_work_is_aged_right_after_our_wall_clock_stepped() -> None:
+    """Polled in sync with tight round trips, then our wall clock stepped forward an hour (NTP, a
+    VM resumed) and the polls after it had looser round trips: the sample kept (the tightest) was
+    taken before the step, so a prepare open 6 s was "60.1 min STALLED" and its phase ">=60.1
+    min". Samples are now against our monotonic clock: 6.0 s, not stalled, before and after the
+    first poll that follows the step."""
+    from ckpt_events.participants.cli.watch.sources import PollResult
+    from ckpt_events.participants.protocol import StatusReply
+    from ckpt_events.vocab import Phase
+
+    url, wall, mono, step = "http://127.0.0.1:42011", 1_800_000_000.0, 1000.0, 3600.0
+    view = FleetView([url], stall_after=30.0)
+    status = StatusReply(kind="environment", instance="env-0", phase=Phase.PREPARING, checkpoint_id="c1")
+    start = OperationStarted(
+        kind="environment",
+        instance="env-0",
+        trace_id=1,
+        span_id=1,
+        start_ns=int(wall * NS),
+        operation="prepare",
+        checkpoint_id="c1",
+    )
+    view.add_events([start], wall, mono=mono)
+
+    def poll(offset: float, error: float) -> PollResult:
+        return PollResult(url=url, seconds=error, status=status, clock_offset=offset, clock_error=error)
+
+    def shown(at: float) -> str:
+        out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+        out.print(view.render(at + step, mono=mono + at - wall, rows=False))
+        return out.export_text()
+
+    for i in range(3):  # before the step
+        view.add_polls([poll(0.0, 0.001)], wall + i, mono=mono + i)
+    text = shown(wall + 3)  # stepped, not polled since
+    assert "open prepare c1 3.0 s\n" in text and "for >=3.0 s" in text, text
+    for i in range(3, 6):  # after it: its clock is an hour behind ours now
+        view.add_polls([poll(-step, 0.01)], wall + step + i, mono=mono + i)
+    text = shown(wall + 6)
+    assert "open prepare c1 6.0 s\n" in text and "for >=6.0 s" in text, text
+    assert "STALLED" not in text and "60.0 min behind ours" in text
+
+
+def test_clock_samples_taken_before_the_participants_clock_stepped_are_dropped() -> None:
+    """A participant's clock stepped back 120 s between polls: its earlier, tighter samples
+    disagree with the newest past their errors and are dropped (was: kept as the tightest, so
+    its correction stayed 120 s off until they left the 8 kept)."""
+    from ckpt_events.participants.cli.watch.seen import Seen
+
+    seen = Seen()
+    for _ in range(3):
+        seen.polled(0.0, 0.001, 0.0)
+    seen.polled(-120.0, 0.01, 0.0)
+    assert seen.clock(0.0) == (-120.0, 0.01)
+    seen.polled(-120.002, 0.004, 0.0)  # the same clock, a tighter round trip: kept beside it
+    assert seen.clock(0.0) == (-120.002, 0.004)
