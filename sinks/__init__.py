@@ -1,7 +1,8 @@
 """Sinks for ckpt_events: OpenTelemetry spans and metrics, JSON-lines logs, and replay.
 
-``configure(bus)`` subscribes the standard set from arguments and the environment (in this
-process, or with ``export_process=True`` in a child fed through a pipe: ``ExportProcess``);
+``configure(bus)`` (``await aconfigure(bus)`` on an event loop) subscribes the standard set from
+arguments and the environment (in this process, or with ``export_process=True`` in a child fed
+through a pipe: ``ExportProcess``);
 ``otel``, ``jsonl`` and ``replay`` (under ``ckpt_events.sinks``) hold the parts. The OpenTelemetry
 modules import the SDK only when used.
 
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ckpt_events.sinks._configure import Configured, configure
+    from ckpt_events.sinks._configure import Configured, aconfigure, configure
     from ckpt_events.sinks._export_process import ExportProcess, ExportProcessStats
     from ckpt_events.sinks._logging_sink import LoggingSink
     from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
@@ -37,6 +38,7 @@ __all__ = [
     "ReplayFailure",
     "ReplayResult",
     "StallWatch",
+    "aconfigure",
     "configure",
     "read_events",
     "read_otel_env",
@@ -56,6 +58,7 @@ _HOMES: Final = {
     "ReplayFailure": "ckpt_events.sinks.jsonl._replay",
     "ReplayResult": "ckpt_events.sinks.jsonl._replay",
     "StallWatch": "ckpt_events.sinks.stall_watch",
+    "aconfigure": "ckpt_events.sinks._configure",
     "configure": "ckpt_events.sinks._configure",
     "read_events": "ckpt_events.sinks.jsonl._reader",
     "read_otel_env": "ckpt_events.sinks.otel._env",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final, Self
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 
 from ckpt_events import Bus, ConfigurationError, Sink, Subscription
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from ckpt_events.sinks._otel_build import AnyMetricSink, AnySpanSink
     from ckpt_events.sinks.prometheus import PrometheusEndpoint
 
-__all__ = ["Configured", "configure"]
+__all__ = ["Configured", "aconfigure", "configure"]
 
 #: Seconds a cancelled ``Configured.aclose`` gives the meter provider's shutdown.
 _CANCELLED_CLOSE_S: Final = 1.0
@@ -327,7 +328,9 @@ def configure(
       this process keeps the events' building, one JSON encoding per batch and the write. It
       cannot take the in-process parts (``tracer_provider``, ``meter_provider``,
       ``span_exporter``, ``metric_readers``). The child's Prometheus URL is
-      ``Configured.export_process.prometheus_url``.
+      ``Configured.export_process.prometheus_url``. ``configure`` waits for the child to build
+      its sinks (0.2-0.3 s measured, at most 20 s) in the calling thread: on the
+      event loop, the loop is held that long; ``aconfigure`` waits in a worker thread instead.
 
     ``environ`` (default ``os.environ``) is the only mapping read. With nothing set, or with
     ``OTEL_SDK_DISABLED=true`` (OpenTelemetry off; JSON lines still honoured), nothing
@@ -339,6 +342,107 @@ def configure(
     returned ``Configured`` is open, another ``configure()`` of ``bus`` to one of its OTLP
     endpoints or its JSON-lines file raises ``ConfigurationError`` (every span sent twice).
     """
+    planned = _planned(
+        bus,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        jsonl_path=jsonl_path,
+        otlp_endpoint=otlp_endpoint,
+        span_groups=span_groups,
+        service_name=service_name,
+        service_instance_id=service_instance_id,
+        resource_attributes=resource_attributes,
+        metric_export_interval_ms=metric_export_interval_ms,
+        environ=environ,
+        span_exporter=span_exporter,
+        metric_readers=metric_readers,
+        metric_cardinality_limit=metric_cardinality_limit,
+        export_process=export_process,
+    )
+    if isinstance(planned, Configured):
+        return planned
+    from ckpt_events.sinks._export_process import ExportProcess
+
+    return planned.finish(ExportProcess.start(planned.arguments))
+
+
+async def aconfigure(
+    bus: Bus,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    jsonl_path: str | os.PathLike[str] | None = None,
+    otlp_endpoint: str | None = None,
+    span_groups: str | Iterable[str] | None = None,
+    service_name: str | None = None,
+    service_instance_id: str | None = None,
+    resource_attributes: Mapping[str, str] | None = None,
+    metric_export_interval_ms: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    span_exporter: SpanExporter | None = None,
+    metric_readers: Sequence[MetricReader] | None = None,
+    metric_cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
+    export_process: bool | None = None,
+) -> Configured:
+    """``configure`` for a caller on the event loop: the same arguments, checks, errors and
+    result, with the one slow part, starting the export process (``export_process=True`` or
+    ``CKPT_EVENTS_EXPORT_PROCESS=true``: a Python interpreter that imports the sinks and builds
+    them, 0.2-0.3 s measured here, at most 20 s), waited for in a worker thread, so
+    the loop runs on meanwhile (``configure`` holds it that long: a 1 ms ticker's worst gap was
+    the whole start, with ``aconfigure`` 3-5 ms). Without an export process it is
+    ``configure``, building the sinks in this thread. Cancelled while the child starts, the
+    start is waited for (never abandoned), then the child is ended and nothing is subscribed."""
+    planned = _planned(
+        bus,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        jsonl_path=jsonl_path,
+        otlp_endpoint=otlp_endpoint,
+        span_groups=span_groups,
+        service_name=service_name,
+        service_instance_id=service_instance_id,
+        resource_attributes=resource_attributes,
+        metric_export_interval_ms=metric_export_interval_ms,
+        environ=environ,
+        span_exporter=span_exporter,
+        metric_readers=metric_readers,
+        metric_cardinality_limit=metric_cardinality_limit,
+        export_process=export_process,
+    )
+    if isinstance(planned, Configured):
+        return planned
+    from ckpt_events.sinks._export_process import ExportProcess
+
+    # Not abandoned on cancel: the thread's child is always ours to end (``discard``).
+    process = await anyio.to_thread.run_sync(ExportProcess.start, planned.arguments)
+    try:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        process.discard()
+        raise
+    return planned.finish(process)
+
+
+def _planned(
+    bus: Bus,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    jsonl_path: str | os.PathLike[str] | None = None,
+    otlp_endpoint: str | None = None,
+    span_groups: str | Iterable[str] | None = None,
+    service_name: str | None = None,
+    service_instance_id: str | None = None,
+    resource_attributes: Mapping[str, str] | None = None,
+    metric_export_interval_ms: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    span_exporter: SpanExporter | None = None,
+    metric_readers: Sequence[MetricReader] | None = None,
+    metric_cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT,
+    export_process: bool | None = None,
+) -> Configured | _ExportPlan:
+    """``configure`` up to starting an export process: what it returns, or with an export
+    process asked for, what is left to do once the child is up (``_ExportPlan``)."""
     if not isinstance(bus, Bus):  # was a TypeError from a weak reference, naming no argument
         raise InvalidTypeError(f"bus must be a ckpt_events.Bus, not {shown(bus)}")
     env = os.environ if environ is None else check_environ(environ, "environ")
@@ -361,10 +465,11 @@ def configure(
     places = destinations(settings, jsonl_path, env, ENV_JSONL)
     check_free(bus, places)  # one bus configured twice to one place: every span sent twice
     if export_process_on(export_process, env):
-        configured = _configure_export_process(
+        return _export_plan(
             bus,
             env,
             settings,
+            places,
             in_process={
                 "tracer_provider": tracer_provider,
                 "meter_provider": meter_provider,
@@ -382,9 +487,6 @@ def configure(
                 "metric_cardinality_limit": metric_cardinality_limit,
             },
         )
-        claim(bus, places, configured)
-        _closed_with(bus, configured)
-        return configured
     stall_watch = _stall_watch(env, bus)
     built = Built()
     try:
@@ -516,48 +618,81 @@ def _prometheus(
     )
 
 
-def _configure_export_process(
+class _ExportPlan:
+    """What ``configure`` does once its export process is up (``finish``): checked, with the
+    child's arguments, not started, so ``aconfigure`` can start it in a worker thread."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        env: Mapping[str, str],
+        settings: OtelSettings,
+        places: list[str],
+        arguments: Mapping[str, object],
+    ) -> None:
+        self.bus = bus
+        self.env = env
+        self.settings = settings
+        self.places = places
+        # The child runs the sinks in process (export_process=False wins over the variable).
+        child_env = {key: value for key, value in env.items() if key != ENV_STALL_AFTER}
+        self.arguments: Mapping[str, object] = {**arguments, "environ": child_env, "export_process": False}
+
+    def finish(self, process: ExportProcess) -> Configured:
+        """Subscribe ``process`` (and the stall watch, which stays here: it watches this bus and
+        emits onto it, so its events reach the child too); ``process`` is ended if that fails."""
+        bus = self.bus
+        try:
+            # Again: another configure() of the bus may have claimed a place while it started.
+            check_free(bus, self.places)
+            stall_watch = _stall_watch(self.env, bus)
+        except BaseException:
+            process.discard()
+            raise
+        if not process.sinks:  # nothing set: as in process, no child kept and every site stays off
+            process.discard()
+            return Configured(
+                bus,
+                subscriptions=[bus.subscribe(stall_watch, name="stall-watch")] if stall_watch else [],
+                settings=self.settings,
+            )
+        subscriptions: list[Subscription] = []
+        try:
+            subscriptions.append(bus.subscribe(process, name="export-process"))
+            if stall_watch is not None:
+                subscriptions.append(bus.subscribe(stall_watch, name="stall-watch"))
+        except BaseException:
+            for sub in subscriptions:
+                sub.close()
+            process.discard()  # it was left running, its input open, for as long as this process
+            raise
+        configured = Configured(
+            bus, subscriptions=subscriptions, export_process=process, settings=self.settings
+        )
+        claim(bus, self.places, configured)
+        _closed_with(bus, configured)
+        return configured
+
+
+def _export_plan(
     bus: Bus,
     env: Mapping[str, str],
     settings: OtelSettings,
+    places: list[str],
     *,
     in_process: Mapping[str, object],
     arguments: Mapping[str, object],
-) -> Configured:
-    """``configure`` with the sinks in an ``ExportProcess``; the stall watch stays here (it
-    watches this bus and emits onto it, so its events reach the child too). ``settings`` (the
-    same the child parses) is kept on the ``Configured``: it was left at its defaults, so
-    ``sample_ratio`` said 1.0 whatever ``OTEL_TRACES_SAMPLER_ARG`` asked for."""
+) -> _ExportPlan:
+    """``configure`` with the sinks in an ``ExportProcess``, checked and not yet started.
+    ``settings`` (the same the child parses) is kept on the ``Configured``: it was left at its
+    defaults, so ``sample_ratio`` said 1.0 whatever ``OTEL_TRACES_SAMPLER_ARG`` asked for."""
     given = [name for name, value in in_process.items() if value is not None]
     if given:
         raise ConfigurationError(
             f"export_process cannot take {', '.join(given)}: they live in this process; "
             "pass them without export_process, or set the exporters through the environment"
         )
-    from ckpt_events.sinks._export_process import ExportProcess
-
-    stall_watch = _stall_watch(env, bus)
-    # The child runs the sinks in process (export_process=False wins over the variable).
-    child_env = {key: value for key, value in env.items() if key != ENV_STALL_AFTER}
-    process = ExportProcess.start({**arguments, "environ": child_env, "export_process": False})
-    if not process.sinks:  # nothing set: as in process, no child kept and every site stays off
-        process.discard()
-        return Configured(
-            bus,
-            subscriptions=[bus.subscribe(stall_watch, name="stall-watch")] if stall_watch else [],
-            settings=settings,
-        )
-    subscriptions: list[Subscription] = []
-    try:
-        subscriptions.append(bus.subscribe(process, name="export-process"))
-        if stall_watch is not None:
-            subscriptions.append(bus.subscribe(stall_watch, name="stall-watch"))
-    except BaseException:
-        for sub in subscriptions:
-            sub.close()
-        process.discard()  # it was left running, its input open, for as long as this process
-        raise
-    return Configured(bus, subscriptions=subscriptions, export_process=process, settings=settings)
+    return _ExportPlan(bus, env, settings, places, arguments)
 
 
 def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> JsonLinesSink | None:
