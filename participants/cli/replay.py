@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.to_thread
 
 from ckpt_events.participants.cli.command import (
     Command,
@@ -32,6 +33,7 @@ from ckpt_events.participants.errors import shown
 if TYPE_CHECKING:
     from ckpt_events import BusStats
     from ckpt_events.participants.cli.report.events import FinishedSpan
+    from ckpt_events.sinks import Configured
 
 __all__ = ["REPLAY"]
 
@@ -111,6 +113,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
                     open_spans.add(event)
                     if count % _BATCH == 0:
                         await bus.flush()  # bounded: the bus never holds more than one batch of a log
+                        await _handed_over(configured)
                 closed = open_spans.close()
                 if closed:  # ended at their own process's last event: its files, not its successor's
                     closed, cut = _closed_per_process(paths, {(e.trace_id, e.span_id) for e in closed})
@@ -150,10 +153,16 @@ async def _replay_async(args: argparse.Namespace) -> int:
         # Every export taken, yet spans lost: a collector's partial success rejected them (the
         # sink's warning is quieted here), which replay reported as a clean, smaller export.
         said = getattr(span_stats, "last_failure", None)  # our OTLP sink says how
-        why = f"it {said}" if said else "they were dropped"
+        # No failure said: the collector took every export, so they were lost here (was: "see
+        # the collector's own log", of spans it never saw).
+        why = (
+            f"it {said}; see the collector's own log"
+            if said
+            else "they were dropped here, before export (the collector accepted every export)"
+        )
         raise CommandError(
             f"{span_stats.dropped} of {counted(span_stats.dropped + span_stats.exported, 'span')} could "
-            f"not be exported to {endpoint}: {why}; see the collector's own log"
+            f"not be exported to {endpoint}: {why}"
         )
     exported = span_stats.exported if span_stats is not None else 0
     print(f"replayed {counted(problems.events, 'event')}: {counted(exported, 'span')} exported to {endpoint}")
@@ -166,6 +175,14 @@ async def _replay_async(args: argparse.Namespace) -> int:
             f"(replay the files together to export them)"
         )
     return 0
+
+
+async def _handed_over(configured: Configured) -> None:
+    """Wait (in a thread, each within its sink's export timeout) until the span sinks exported
+    what they queued: the log is read far faster than a collector takes it, and the sinks' queue
+    (8,192 spans) dropped the rest. Was: 25,600 of 80,000 spans dropped, a collector accepting all."""
+    for sink in configured.span_sinks:
+        await anyio.to_thread.run_sync(sink.force_flush)
 
 
 class _SinkFailures(logging.Filter):
