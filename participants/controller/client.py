@@ -2,7 +2,8 @@
 
 Every call carries the bearer token, the W3C ``traceparent`` of the span it is made for, and
 a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller, and
-bounds the whole call (a reply trickled a byte at a time too).
+bounds the whole call (a reply trickled a byte at a time too). A reply is read up to
+``max_reply_bytes`` (``MAX_REPLY_BYTES``, 32 MiB) and no further; a redirect is never followed.
 Failures come back as one exception tree::
 
     ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``),
@@ -27,11 +28,17 @@ import httpx
 import msgspec
 
 from ckpt_events import InvalidValueError
-from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable, shown
+from ckpt_events.participants.errors import (
+    ParticipantCallError,
+    ParticipantUnreachable,
+    check_int,
+    shown,
+)
 from ckpt_events.participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
 
 __all__ = [
     "CLIENT_GRACE_SECONDS",
+    "MAX_REPLY_BYTES",
     "ControlClient",
     "ParticipantCallError",
     "ParticipantUnreachable",
@@ -46,6 +53,11 @@ CLIENT_GRACE_SECONDS: Final = 5.0
 _MIN_TIMEOUT: Final = 0.5
 #: The whole call may run this much past its timeout (httpx's per-read and connect bound).
 _WHOLE_CALL_SLACK: Final = 0.25
+#: The most of a reply a control call reads: 4x a participant's own bound on a request body
+#: (``DEFAULT_MAX_BODY_BYTES``, 8 MiB); a commit's reply for 16,000 episodes is about 1 MB.
+#: Unbounded, a member answering 200 MB took 494 MB of the controller's memory, and one
+#: streaming without end 2 GB in 8 s, until the call's deadline.
+MAX_REPLY_BYTES: Final = 32 * 1024 * 1024
 _error_decoder: Final = msgspec.json.Decoder(ErrorBody)
 _encoder: Final = msgspec.json.Encoder()
 R = TypeVar("R", bound=msgspec.Struct)
@@ -60,23 +72,56 @@ class SpanLike(Protocol):
     def tracestate(self) -> str | None: ...
 
 
-def _error_from(url: str, response: httpx.Response) -> ParticipantCallError:
+def _text(response: httpx.Response, body: bytes) -> str:
+    return body[:800].decode(response.encoding or "utf-8", errors="replace")
+
+
+def _error_from(url: str, response: httpx.Response, body: bytes) -> ParticipantCallError:
+    status = response.status_code
+    location = response.headers.get("location")
+    if response.is_redirect and location is not None:
+        # Followed, the call (and its bearer token) would go to an origin nobody configured.
+        said = (
+            f"a redirect to {shown(location[:200])}, not followed"
+            " (a control call goes only to its member's URL)"
+        )
+        return ParticipantCallError(url, said, status=status)
     try:
-        error = _error_decoder.decode(response.content).error
+        error = _error_decoder.decode(body).error
     except msgspec.DecodeError:
-        snippet = response.text[:200].strip() or response.reason_phrase
-        return ParticipantCallError(url, snippet, status=response.status_code)
-    return ParticipantCallError(url, error.detail, raw_code=error.code, status=response.status_code)
+        snippet = _text(response, body)[:200].strip() or response.reason_phrase
+        return ParticipantCallError(url, snippet, status=status)
+    return ParticipantCallError(url, error.detail, raw_code=error.code, status=status)
+
+
+def _came(response: httpx.Response, text: str) -> str:
+    media = response.headers.get("content-type", "no content type").split(";")[0].strip()
+    if "json" in media:
+        return ""
+    return f"; it was {media}: {shown(text[:200].strip())}"
 
 
 def what_came(response: httpx.Response) -> str:
     """For a reply that did not decode: ``""`` if it said it was JSON, else its content type and
     the start of its body (a proxy's sign-in page, another server on the port), so the error
     says what came back, not only "JSON is malformed"."""
-    media = response.headers.get("content-type", "no content type").split(";")[0].strip()
-    if "json" in media:
-        return ""
-    return f"; it was {media}: {shown(response.text[:200].strip())}"
+    return _came(response, response.text)
+
+
+async def _read_bounded(url: str, response: httpx.Response, limit: int) -> bytes:
+    """The reply's body (decoded), or a ``ParticipantCallError`` once it would pass ``limit``
+    bytes: refused on its ``content-length`` unread, or after reading just past ``limit``."""
+    declared = response.headers.get("content-length", "").strip()
+    if declared.isdigit() and int(declared) > limit:
+        said = f"a reply of {int(declared):,} bytes (its content-length), over the {limit:,}-byte bound"
+        raise ParticipantCallError(url, said, status=response.status_code)
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            said = f"a reply past the {limit:,}-byte bound (stopped reading at {len(body):,} bytes)"
+            raise ParticipantCallError(url, said, status=response.status_code)
+    return bytes(body)
 
 
 def never_connected(exc: BaseException) -> bool:
@@ -89,15 +134,24 @@ def never_connected(exc: BaseException) -> bool:
     )
 
 
+def _unsaid(exc: httpx.RequestError, timeout: float) -> str:
+    """What an httpx error with no message of its own means (a reset says nothing)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {timeout:.1f} s"
+    if isinstance(exc, httpx.ReadError):
+        return "the connection was reset or closed before the whole reply"
+    if isinstance(exc, httpx.WriteError):
+        return "the connection was reset or closed while the request was sent"
+    return ""
+
+
 def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> ParticipantCallError:
     """httpx's failure of a call to ``url`` as ours: no answer (a ``TransportError``) is
     ``ParticipantUnreachable``; an answer that could not be read (a ``DecodingError``: a broken
     content-encoding) a ``ParticipantCallError``. Never httpx's own, which a fan-out would let
     cancel the other members' calls."""
     # httpx's timeouts say nothing ("ReadTimeout: "): say how long it waited.
-    said = str(exc) or (
-        f"no answer within {timeout:.1f} s" if isinstance(exc, httpx.TimeoutException) else ""
-    )
+    said = str(exc) or _unsaid(exc, timeout)
     detail = f"{type(exc).__name__}: {said}"
     if isinstance(exc, httpx.TransportError):
         return ParticipantUnreachable(url, detail, reached=not never_connected(exc))
@@ -158,11 +212,17 @@ class ControlClient:
     The client passed in stays the caller's (it is not closed here, and its limits apply: size
     them to the fleet, since a fan-out calls every member at once); without one, a client with a
     pool per participant and no cap on connections is created, and ``aclose()`` closes it.
+    A reply longer than ``max_reply_bytes`` fails its call (``ParticipantCallError``, status
+    kept) without being read further.
     """
 
-    def __init__(self, token: str, *, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self, token: str, *, client: httpx.AsyncClient | None = None, max_reply_bytes: int = MAX_REPLY_BYTES
+    ) -> None:
         if not token:
             raise InvalidValueError("a control token is required")
+        bound = f"max_reply_bytes must be a positive int, not {shown(max_reply_bytes)}"
+        self._max_reply = check_int(max_reply_bytes, bound, minimum=1)
         self._auth = f"Bearer {token}"
         self._owned = client is None
         self._http = client if client is not None else httpx.AsyncClient(transport=_PoolPerMember())
@@ -231,30 +291,31 @@ class ControlClient:
         headers = self._headers(span)
         if request is not None:
             headers["content-type"] = "application/json"
-        response: httpx.Response | None = None
+        reply: tuple[httpx.Response, bytes] | None = None
         # httpx's timeout bounds each read, not the call: a reply trickled a byte at a time held
         # a prepare with a 3 s deadline 20 s. The whole call is bounded too, a little past the
         # connect timeout, so a connection never made still ends as that (not reached).
         with anyio.move_on_after(timeout + _WHOLE_CALL_SLACK):
             try:
-                response = await self._http.request(
+                async with self._http.stream(
                     method,
                     url,
                     content=None if request is None else _encoder.encode(request),
                     headers=headers,
                     timeout=timeout,
-                )
+                ) as response:
+                    reply = response, await _read_bounded(url, response, self._max_reply)
             except httpx.RequestError as exc:
                 raise failed_call(url, exc, timeout) from exc
-        if response is None:
+        if reply is None:
             raise ParticipantUnreachable(
                 url, f"TimeoutError: no whole answer within {timeout:.1f} s", reached=True
             )
+        response, body = reply
         if response.status_code != 200:
-            raise _error_from(url, response)
+            raise _error_from(url, response, body)
         try:
-            return msgspec.json.decode(response.content, type=reply_type)
+            return msgspec.json.decode(body, type=reply_type)
         except msgspec.DecodeError as exc:
-            raise ParticipantCallError(
-                url, f"unexpected reply: {exc}{what_came(response)}", status=200
-            ) from exc
+            came = _came(response, _text(response, body))
+            raise ParticipantCallError(url, f"unexpected reply: {exc}{came}", status=200) from exc

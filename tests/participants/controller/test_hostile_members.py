@@ -1,0 +1,141 @@
+"""The controller's client against members that answer in hostile or broken ways (raw sockets on
+127.0.0.1, each answering one connection in a thread): a reply with no end, a reply announced
+too long, a redirect elsewhere, a reset mid-reply. Each call ends at once, bounded in memory, with
+a line that says what the member sent."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import pytest
+
+from ckpt_events import InvalidValueError
+from ckpt_events.participants.controller.client import MAX_REPLY_BYTES, ControlClient
+from ckpt_events.participants.controller.fan_out import described
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
+
+TOKEN = "hostile-test-token"
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+Answer = Callable[[socket.socket, bytes], None]
+
+
+@contextlib.asynccontextmanager
+async def member(answer: Answer, connections: int = 1) -> AsyncIterator[str]:
+    """The URL of a peer that reads each request and hands the connection and what it read to
+    ``answer``, for ``connections`` connections (or 10 s)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(10)  # bounded: a test that never connects does not hang its thread
+
+        def serve() -> None:
+            for _ in range(connections):
+                with contextlib.suppress(OSError):
+                    conn, _ = listener.accept()
+                    with conn:
+                        conn.settimeout(10)
+                        answer(conn, conn.recv(65536))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, serve)
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def endless(conn: socket.socket, _: bytes) -> None:
+    """A chunked 200 that never ends (10 s at most)."""
+    conn.sendall(_HEAD + b"transfer-encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n" % (1 << 20) + b" " * (1 << 20) + b"\r\n"
+    until = time.monotonic() + 10
+    while time.monotonic() < until:
+        conn.sendall(chunk)
+
+
+async def test_a_reply_without_end_is_cut_at_the_bound() -> None:
+    """A member streaming a chunked 200 without end: the call read until its deadline (2 GB of
+    the controller's memory in 8 s). It fails just past ``MAX_REPLY_BYTES``, naming the bound."""
+    async with member(endless) as url, ControlClient(TOKEN) as client:
+        started = time.monotonic()
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=30)
+        took = time.monotonic() - started
+    assert took < 5, f"read for {took:.1f} s"
+    assert not isinstance(info.value, ParticipantUnreachable) and info.value.status == 200
+    assert info.value.detail.startswith(
+        f"a reply past the {MAX_REPLY_BYTES:,}-byte bound (stopped reading at "
+    )
+    assert described(info.value).startswith("answered HTTP 200: a reply past the 33,554,432-byte bound")
+
+
+async def test_a_reply_announced_over_the_bound_is_not_read() -> None:
+    """A member announcing a 200 MB reply fails the call on its head, before any of it is read
+    (it took 494 MB and the whole transfer); a smaller ``max_reply_bytes`` is the bound then."""
+
+    def announce(conn: socket.socket, _: bytes) -> None:
+        conn.sendall(_HEAD + b"content-length: 209715200\r\n\r\n")
+        time.sleep(1)  # and sends nothing: the client must not wait for it
+
+    def small(conn: socket.socket, _: bytes) -> None:
+        conn.sendall(_HEAD + b"content-length: 2000\r\n\r\n" + b" " * 2000)
+
+    async with member(announce) as url, ControlClient(TOKEN) as client:
+        started = time.monotonic()
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=30)
+        assert time.monotonic() - started < 0.9
+    assert (
+        info.value.detail
+        == "a reply of 209,715,200 bytes (its content-length), over the 33,554,432-byte bound"
+    )
+    async with member(small) as url, ControlClient(TOKEN, max_reply_bytes=1000) as client:
+        with pytest.raises(ParticipantCallError, match="a reply of 2,000 bytes .* over the 1,000-byte bound"):
+            await client.status(url, timeout=5)
+    with pytest.raises(InvalidValueError, match="max_reply_bytes must be a positive int, not 0"):
+        ControlClient(TOKEN, max_reply_bytes=0)
+
+
+async def test_a_redirect_elsewhere_is_not_followed_and_is_named() -> None:
+    """A member answering 307 to another origin: the call is not followed there (the token would
+    go with it), and the failure names where it pointed (it said only "Temporary Redirect")."""
+    went: list[bytes] = []
+
+    def elsewhere(conn: socket.socket, request: bytes) -> None:
+        went.append(request)
+
+    async with member(elsewhere) as other:
+
+        def redirect(conn: socket.socket, _: bytes) -> None:
+            target = f"{other}/ng-control/v1/checkpoint/status".encode()
+            conn.sendall(
+                b"HTTP/1.1 307 Temporary Redirect\r\nlocation: " + target + b"\r\ncontent-length: 0\r\n\r\n"
+            )
+
+        async with member(redirect) as url, ControlClient(TOKEN) as client:
+            with pytest.raises(ParticipantCallError) as info:
+                await client.status(url, timeout=5)
+        with socket.create_connection(("127.0.0.1", int(other.rsplit(":", 1)[1]))):
+            pass  # ends the other member's wait, sending nothing
+    assert went == [b""]  # only that connection: the client's call never went there
+    assert info.value.status == 307 and info.value.detail == (
+        f"a redirect to '{other}/ng-control/v1/checkpoint/status', not followed"
+        " (a control call goes only to its member's URL)"
+    )
+
+
+async def test_a_reset_mid_reply_says_so() -> None:
+    """A member that resets the connection after part of its reply: httpx's ``ReadError`` says
+    nothing, and the line read "ReadError: " alone."""
+
+    def reset(conn: socket.socket, _: bytes) -> None:
+        conn.sendall(_HEAD + b'content-length: 1000\r\n\r\n{"kind": "res')
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    async with member(reset) as url, ControlClient(TOKEN) as client:
+        with pytest.raises(ParticipantUnreachable) as info:
+            await client.status(url, timeout=5)
+    assert info.value.reached
+    assert info.value.detail == "ReadError: the connection was reset or closed before the whole reply"
