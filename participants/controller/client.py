@@ -20,6 +20,7 @@ reply keeps ``code=None`` and the status. Requests and replies are the Structs o
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Final, Protocol, TypeVar
 
@@ -99,6 +100,19 @@ def _came(response: httpx.Response, text: str) -> str:
     if "json" in media:
         return ""
     return f"; it was {media}: {shown(text[:200].strip())}"
+
+
+_AT_BYTE: Final = re.compile(r"\(byte (\d+)\)$")
+
+
+def _near(exc: msgspec.DecodeError, body: bytes) -> str:
+    """For a JSON reply that is not JSON (``NaN``, a trailing comma): the text around the byte
+    msgspec names, which alone ("invalid character (byte 91)") showed nothing of what came."""
+    at = _AT_BYTE.search(str(exc))
+    if at is None:
+        return ""
+    start = int(at[1])
+    return f"; near it: {shown(body[max(0, start - 40) : start + 40].decode('utf-8', 'replace'))}"
 
 
 def what_came(response: httpx.Response) -> str:
@@ -317,5 +331,5 @@ class ControlClient:
         try:
             return msgspec.json.decode(body, type=reply_type)
         except msgspec.DecodeError as exc:
-            came = _came(response, _text(response, body))
+            came = _came(response, _text(response, body)) or _near(exc, body)
             raise ParticipantCallError(url, f"unexpected reply: {exc}{came}", status=200) from exc

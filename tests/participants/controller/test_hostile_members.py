@@ -139,3 +139,29 @@ async def test_a_reset_mid_reply_says_so() -> None:
             await client.status(url, timeout=5)
     assert info.value.reached
     assert info.value.detail == "ReadError: the connection was reset or closed before the whole reply"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            b'{"kind": "agent", "instance": "a0", "phase": "idle", "lease_expires_at": NaN}',
+            "JSON is malformed: invalid character (byte 73); "
+            'near it: \'", "phase": "idle", "lease_expires_at": NaN}\'',
+        ),
+        (b"[1, 2, 3]", "Expected `object`, got `array`"),
+        (b'{"kind": 5, "instance": "a0", "phase": "idle"}', "Expected `str`, got `int` - at `$.kind`"),
+    ],
+    ids=["nan", "list", "wrong-type"],
+)
+async def test_json_of_the_wrong_shape_says_what_and_where(body: bytes, said: str) -> None:
+    """A 200 whose JSON body is not the reply: the line names what is wrong and where; a body
+    that is not JSON at all (``NaN``) shows the text around the byte (it said only "byte 73")."""
+
+    def answer(conn: socket.socket, _: bytes) -> None:
+        conn.sendall(_HEAD + b"content-length: %d\r\n\r\n" % len(body) + body)
+
+    async with member(answer) as url, ControlClient(TOKEN) as client:
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=5)
+    assert info.value.status == 200 and info.value.detail == f"unexpected reply: {said}"
