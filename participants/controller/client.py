@@ -46,6 +46,7 @@ __all__ = [
     "SpanLike",
     "failed_call",
     "never_connected",
+    "read_reply",
     "what_came",
 ]
 
@@ -122,9 +123,10 @@ def what_came(response: httpx.Response) -> str:
     return _came(response, response.text)
 
 
-async def _read_bounded(url: str, response: httpx.Response, limit: int) -> bytes:
-    """The reply's body (decoded), or a ``ParticipantCallError`` once it would pass ``limit``
-    bytes: refused on its ``content-length`` unread, or after reading just past ``limit``."""
+async def read_reply(url: str, response: httpx.Response, limit: int = MAX_REPLY_BYTES) -> bytes:
+    """The body of ``response`` (streamed from ``url``; decoded), or a ``ParticipantCallError``
+    (its status kept) once it would pass ``limit`` bytes: refused on its ``content-length``
+    unread, or after reading just past ``limit``. The bound of every call to a member."""
     declared = response.headers.get("content-length", "").strip()
     if declared.isdigit() and int(declared) > limit:
         said = f"a reply of {int(declared):,} bytes (its content-length), over the {limit:,}-byte bound"
@@ -318,7 +320,7 @@ class ControlClient:
                     headers=headers,
                     timeout=timeout,
                 ) as response:
-                    reply = response, await _read_bounded(url, response, self._max_reply)
+                    reply = response, await read_reply(url, response, self._max_reply)
             except httpx.RequestError as exc:
                 raise failed_call(url, exc, timeout) from exc
         if reply is None:

@@ -19,7 +19,7 @@ import anyio
 import httpx
 import msgspec
 
-from ckpt_events.participants.controller.client import failed_call
+from ckpt_events.participants.controller.client import failed_call, read_reply
 from ckpt_events.participants.controller.types import Member
 from ckpt_events.participants.errors import ParticipantCallError
 from ckpt_events.participants.protocol import ErrorBody
@@ -91,8 +91,7 @@ class WorkClients:
             if attempt:
                 await anyio.sleep(_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
             try:
-                client = self._client(member)
-                response = await client.post(url, json=body, headers=headers, timeout=self.timeout)
+                response = await self._read(member, url, body, headers)
             except httpx.TransportError as exc:
                 failure = failed_call(url, exc, self.timeout)
                 continue
@@ -107,6 +106,18 @@ class WorkClients:
             raw_code=failure.raw_code,
             status=failure.status,
         )
+
+    async def _read(
+        self, member: Member, url: str, body: dict[str, object], headers: Mapping[str, str] | None
+    ) -> httpx.Response:
+        # Streamed and bounded: read whole, a member answering a chunked 200 without end took
+        # the controller's memory (2 GB in 8 s) for as long as it streamed.
+        client = self._client(member)
+        async with client.stream("POST", url, json=body, headers=headers, timeout=self.timeout) as streamed:
+            content = await read_reply(url, streamed)
+        # The body is decoded already: its content-encoding would decode it a second time.
+        kept = [(k, v) for k, v in streamed.headers.multi_items() if k.lower() != "content-encoding"]
+        return httpx.Response(streamed.status_code, headers=kept, content=content, request=streamed.request)
 
 
 def call_error(url: str, response: httpx.Response) -> ParticipantCallError:

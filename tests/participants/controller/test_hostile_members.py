@@ -6,6 +6,7 @@ a line that says what the member sent."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import socket
 import struct
 import time
@@ -17,6 +18,8 @@ import pytest
 from ckpt_events import InvalidValueError
 from ckpt_events.participants.controller.client import MAX_REPLY_BYTES, ControlClient
 from ckpt_events.participants.controller.fan_out import described
+from ckpt_events.participants.controller.types import Member
+from ckpt_events.participants.controller.work_calls import WorkClients
 from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 
 TOKEN = "hostile-test-token"
@@ -165,3 +168,28 @@ async def test_json_of_the_wrong_shape_says_what_and_where(body: bytes, said: st
         with pytest.raises(ParticipantCallError) as info:
             await client.status(url, timeout=5)
     assert info.value.status == 200 and info.value.detail == f"unexpected reply: {said}"
+
+
+async def test_a_work_call_reply_is_bounded_and_still_decoded() -> None:
+    """A work call answered with a chunked 200 without end fails at the bound, not retried (it
+    was read whole, 2 GB in 8 s); a gzip-encoded reply still comes back decoded."""
+    packed = gzip.compress(b'{"boundary": 3}')
+
+    def zipped(conn: socket.socket, _: bytes) -> None:
+        conn.sendall(_HEAD + b"content-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(packed) + packed)
+
+    work = WorkClients(concurrency=1, timeout=30)
+    async with member(endless) as url:
+        agent = Member("agent-0", "agent", "agent-0", url)
+        async with work.open([agent]):
+            started = time.monotonic()
+            with pytest.raises(ParticipantCallError) as info:
+                await work.post(agent, url + "/work/start", {"rollout_id": "r1"})
+            took = time.monotonic() - started
+    assert took < 5, f"read for {took:.1f} s"
+    assert info.value.detail.startswith(f"a reply past the {MAX_REPLY_BYTES:,}-byte bound")
+    async with member(zipped) as url:
+        agent = Member("agent-0", "agent", "agent-0", url)
+        async with work.open([agent]):
+            response = await work.post(agent, url + "/work/start", {"rollout_id": "r1"})
+    assert (response.status_code, response.json()) == (200, {"boundary": 3})
