@@ -43,6 +43,7 @@ __all__ = [
     "ControlClient",
     "ParticipantCallError",
     "ParticipantUnreachable",
+    "WHOLE_CALL_SLACK",
     "SpanLike",
     "failed_call",
     "never_connected",
@@ -54,7 +55,7 @@ __all__ = [
 CLIENT_GRACE_SECONDS: Final = 5.0
 _MIN_TIMEOUT: Final = 0.5
 #: The whole call may run this much past its timeout (httpx's per-read and connect bound).
-_WHOLE_CALL_SLACK: Final = 0.25
+WHOLE_CALL_SLACK: Final = 0.25
 #: The most of a reply a control call reads: 4x a participant's own bound on a request body
 #: (``DEFAULT_MAX_BODY_BYTES``, 8 MiB); a commit's reply for 16,000 episodes is about 1 MB.
 #: Unbounded, a member answering 200 MB took 494 MB of the controller's memory, and one
@@ -311,7 +312,7 @@ class ControlClient:
         # httpx's timeout bounds each read, not the call: a reply trickled a byte at a time held
         # a prepare with a 3 s deadline 20 s. The whole call is bounded too, a little past the
         # connect timeout, so a connection never made still ends as that (not reached).
-        with anyio.move_on_after(timeout + _WHOLE_CALL_SLACK):
+        with anyio.move_on_after(timeout + WHOLE_CALL_SLACK):
             try:
                 async with self._http.stream(
                     method,

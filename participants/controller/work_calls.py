@@ -19,9 +19,9 @@ import anyio
 import httpx
 import msgspec
 
-from ckpt_events.participants.controller.client import failed_call, read_reply
+from ckpt_events.participants.controller.client import WHOLE_CALL_SLACK, failed_call, read_reply
 from ckpt_events.participants.controller.types import Member
-from ckpt_events.participants.errors import ParticipantCallError
+from ckpt_events.participants.errors import ParticipantCallError, ParticipantUnreachable
 from ckpt_events.participants.protocol import ErrorBody
 
 __all__ = ["WORK_CALL_TRIES", "WorkClients", "call_error"]
@@ -90,13 +90,21 @@ class WorkClients:
         for attempt in range(tries):
             if attempt:
                 await anyio.sleep(_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
-            try:
-                response = await self._read(member, url, body, headers)
-            except httpx.TransportError as exc:
-                failure = failed_call(url, exc, self.timeout)
+            response: httpx.Response | None = None
+            # httpx's timeout bounds each read: a reply trickled a byte a second held a work call
+            # with a 3 s timeout 95 s. The whole call is bounded as a control call is.
+            with anyio.move_on_after(self.timeout + WHOLE_CALL_SLACK):
+                try:
+                    response = await self._read(member, url, body, headers)
+                except httpx.TransportError as exc:
+                    failure = failed_call(url, exc, self.timeout)
+                    continue
+                except httpx.RequestError as exc:  # an answer that could not be read: not retried
+                    raise failed_call(url, exc, self.timeout) from exc
+            if response is None:
+                said = f"TimeoutError: no whole answer within {self.timeout:.1f} s"
+                failure = ParticipantUnreachable(url, said, reached=True)
                 continue
-            except httpx.RequestError as exc:  # an answer that could not be read: not retried
-                raise failed_call(url, exc, self.timeout) from exc
             if response.status_code not in _TRANSIENT_STATUS:
                 return response
             failure = call_error(url, response)

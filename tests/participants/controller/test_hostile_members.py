@@ -193,3 +193,26 @@ async def test_a_work_call_reply_is_bounded_and_still_decoded() -> None:
         async with work.open([agent]):
             response = await work.post(agent, url + "/work/start", {"rollout_id": "r1"})
     assert (response.status_code, response.json()) == (200, {"boundary": 3})
+
+
+async def test_a_trickled_work_call_reply_ends_at_the_calls_timeout() -> None:
+    """A member answering a work call's head at once, then a byte every 0.1 s: httpx bounds
+    each read, so a work call with a 3 s timeout waited 95 s for such a reply. The whole call
+    ends at its timeout, said as no whole answer."""
+
+    def trickle(conn: socket.socket, _: bytes) -> None:
+        conn.sendall(_HEAD + b"content-length: 100\r\n\r\n")
+        for _ in range(50):  # 5 s at most
+            conn.sendall(b" ")
+            time.sleep(0.1)
+
+    work = WorkClients(concurrency=1, timeout=0.5)
+    async with member(trickle) as url:
+        agent = Member("agent-0", "agent", "agent-0", url)
+        async with work.open([agent]):
+            started = time.monotonic()
+            with pytest.raises(ParticipantCallError) as info:
+                await work.post(agent, url + "/work/start", {"rollout_id": "r1"}, tries=1)
+            took = time.monotonic() - started
+    assert took < 1.5, f"waited {took:.1f} s for a 0.5 s timeout"
+    assert info.value.detail == "TimeoutError: no whole answer within 0.5 s"
