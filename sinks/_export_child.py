@@ -23,7 +23,6 @@ parent close it in order instead of killing it mid-export.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -152,10 +151,15 @@ class _Reader:
 _replies: int = 1
 
 
-def _reply(message: dict[str, Any]) -> None:
+def _reply(message: dict[str, Any]) -> bool:
+    """Send ``message`` to the server; ``False`` if it is gone (nobody reads the replies)."""
     data = msgspec.json.encode(message) + b"\n"
-    while data:
-        data = data[os.write(_replies, data) :]
+    try:
+        while data:
+            data = data[os.write(_replies, data) :]
+    except BrokenPipeError:
+        return False
+    return True
 
 
 async def _serve(reader: _Reader) -> dict[str, Any] | None:
@@ -226,9 +230,12 @@ async def _serve_head(
         prometheus = configured.prometheus.url if configured.prometheus is not None else None
         _budget(configured, bus, head.close_timeout)
         names = [sub.name for sub in configured.subscriptions]
-        _reply(
-            {"ready": True, "interests": sorted(map(str, wanted)), "sinks": names, "prometheus": prometheus}
-        )
+        interests = sorted(map(str, wanted))
+        if not _reply({"ready": True, "interests": interests, "sinks": names, "prometheus": prometheus}):
+            # The server died as we started (killed while it waited for this): its batches
+            # never came, so there is nothing to export. Was a BrokenPipeError traceback.
+            await configured.aclose()
+            return None
         async with configured, anyio.create_task_group() as tg:
             tg.start_soon(_end_on_sigterm, sigterms, tg.cancel_scope, head.close_timeout)
             if writer is not None:
@@ -359,8 +366,7 @@ def main() -> int:
     closed = anyio.run(_serve, _Reader(stdin))
     if closed is None:
         return 1
-    with contextlib.suppress(BrokenPipeError):  # the parent stopped listening: nothing to tell
-        _reply(closed)
+    _reply(closed)  # False when the parent stopped listening: nothing to tell
     return 0
 
 

@@ -354,6 +354,32 @@ async def test_the_child_sinks_own_counters_come_back_a_refused_collectors_drops
     assert isinstance(jsonl, JsonLinesStats) and jsonl.events == 20
 
 
+def test_a_server_gone_before_the_child_said_ready_leaves_no_traceback(tmp_path: Path) -> None:
+    """The server dies (SIGKILL, SIGTERM) while its export child starts: the child's "ready"
+    reply met a closed pipe and it printed a 40-line ``BrokenPipeError`` traceback on the
+    server's stderr after the server had gone. It ends quietly now, its sinks closed."""
+    replies_read, replies_write = os.pipe()
+    reports_read, reports_write = os.pipe()
+    os.close(replies_read)  # the server is gone: nobody reads the replies, nor the reports
+    os.close(reports_read)
+    head = {"arguments": {"jsonl_path": str(tmp_path / "events.jsonl"), "environ": {}}}
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+            input=msgspec.json.encode({**head, "reports": reports_write}) + b"\n",
+            stdout=replies_write,
+            stderr=subprocess.PIPE,
+            pass_fds=(reports_write,),
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(replies_write)
+        os.close(reports_write)
+    assert child.stderr.decode() == ""
+    assert child.returncode == 1  # as a child that built no sink: nobody to export for
+
+
 def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) -> None:
     """The server process SIGKILLs itself right after a flush: the child reads what reached the
     pipe to its end, writes it and exits on its own."""
