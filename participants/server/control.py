@@ -54,7 +54,7 @@ from ckpt_events.participants.server.checks import (
     check_restore_not_retired,
     check_restore_scope,
 )
-from ckpt_events.participants.server.gc_pause import freeze, gc_paused
+from ckpt_events.participants.server.gc_pause import freeze, gc_paused, thaw
 from ckpt_events.participants.server.pacing import timed_report
 from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
 from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
@@ -143,6 +143,8 @@ class ControlPlane(Generic[S]):
         self.lease_grace_seconds = lease_grace_seconds
         #: What is injected (``NO_FAULTS``: nothing): a slow write or read, a failing disk step.
         self.faults = faults
+        #: Whether a restore froze the heap (``gc_pause.freeze``): ``thaw`` undoes it at the end.
+        self._froze = False
         #: How many times as long each commit's write takes (1; more with a ``slow`` fault).
         self.write_factor = faults.write_factor(tel.instance)
         self.phase = Phase.IDLE
@@ -600,7 +602,15 @@ class ControlPlane(Generic[S]):
             # The installed state stays: later collections need not scan it. Frozen
             # before the collector is back on, or its first young collection would.
             freeze()
+            self._froze = True
         return Restored(keys, result.manifest.checkpoint_id, result.bytes)
+
+    def thaw(self) -> None:
+        """At the app's end: give what this participant's restore froze back to the collector,
+        or the ended app (reached from what was frozen) is never freed."""
+        if self._froze:
+            self._froze = False
+            thaw()
 
     async def resume(self, req: ResumeRequest, trace: Incoming) -> ResumeReply:
         """Resume is always safe to repeat: an id resumed already replies ``idempotent``."""

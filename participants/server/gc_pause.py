@@ -7,7 +7,8 @@ allocations scan the whole young heap again and again (about 40% of commit+resto
 tracked; the lists they hold still are. ``gc_paused()`` disables the collector for such a
 step (nesting and concurrent steps keep it off until the last one ends) and ``freeze()``
 moves what an install left behind into the permanent generation, so later collections
-no longer scan it. ``ENABLED = False`` turns both into no-ops.
+no longer scan it; ``thaw()`` gives it back to the collector when the participant that froze it
+ends. ``ENABLED = False`` turns ``gc_paused`` and ``freeze`` into no-ops.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import gc
 import threading
 from collections.abc import Iterator
 
-__all__ = ["ENABLED", "freeze", "gc_paused"]
+__all__ = ["ENABLED", "freeze", "gc_paused", "thaw"]
 
 ENABLED = True
 
@@ -51,3 +52,11 @@ def freeze() -> None:
     """Move every object alive now to the permanent generation (``gc.freeze()``)."""
     if ENABLED:
         gc.freeze()
+
+
+def thaw() -> None:
+    """Put back in the collector's reach what ``freeze()`` moved (``gc.unfreeze()``): for a
+    participant that has ended. Frozen, an ended app's reference cycles were never freed: 60
+    restores on fresh apps in one process kept all 60 apps (~180 kB each). Process-wide, as
+    ``gc.freeze()`` is: what anything else froze goes back too, to the oldest generation."""
+    gc.unfreeze()
