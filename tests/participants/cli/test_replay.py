@@ -378,3 +378,20 @@ def test_spans_the_queue_dropped_are_not_put_on_the_collector(
         f"{received.url}/v1/traces: they were dropped here, before export (the collector accepted "
         "every export)"
     ), line
+
+
+def test_the_export_process_variable_does_not_empty_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CKPT_EVENTS_EXPORT_PROCESS=true`` in the environment: replay reads no ``CKPT_EVENTS_*``
+    variable, so its sinks stay in process and the summary counts the spans that went out (in an
+    export process it has no span sink to count: "0 spans exported" of spans exported)."""
+    monkeypatch.setenv("CKPT_EVENTS_EXPORT_PROCESS", "true")
+    log = tmp_path / "two.jsonl"
+    log.write_bytes(SPAN + SPAN.replace(b'"span_id":2', b'"span_id":3'))
+    with otlp_receiver() as received:
+        status = main(["replay", str(log), "--otlp-endpoint", received.url])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert f"replayed 2 events: 2 spans exported to {received.url}/v1/traces" in captured.out
+    assert "/v1/traces" in received.paths  # the two spans went out, as said
