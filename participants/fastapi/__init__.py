@@ -2,9 +2,10 @@
 
 ``instrument(app, kind=..., instance=...)`` gives ``app``:
 
-* **a bus and its sinks for the app's lifetime**: the app's lifespan enters a ``Bus``, calls
-  ``ckpt_events.sinks.configure(bus, **configure_options)`` (JSON lines, OpenTelemetry, ...
-  from the arguments and the environment), and at shutdown flushes and closes both, each step
+* **a bus and its sinks for the app's lifetime**: the app's lifespan enters a ``Bus``, awaits
+  ``ckpt_events.sinks.aconfigure(bus, **configure_options)`` (JSON lines, OpenTelemetry, ...
+  from the arguments and the environment; an export process's start is waited for in a worker
+  thread, so the loop runs on meanwhile), and at shutdown flushes and closes both, each step
   within ``shutdown_timeout`` seconds. It wraps the lifespan the app already has (FastAPI's
   ``lifespan=`` or ``on_startup``/``on_shutdown``): telemetry is up before the app's startup
   runs and drained after its shutdown has run, so both may emit;
@@ -222,8 +223,10 @@ def _configure_with(options: Mapping[str, Any], shutdown_timeout: float) -> Call
             f"ckpt_events.sinks.configure()'s: {', '.join(known)}"
         )
 
-    def configure(bus: Bus) -> Any:
-        configured = sinks.configure(bus, **options)
+    async def configure(bus: Bus) -> Any:
+        # Was sinks.configure: an export process's start (0.26-0.48 s) held the loop, a 1 ms
+        # ticker's worst gap as long; aconfigure waits for it in a worker thread.
+        configured = await sinks.aconfigure(bus, **options)
         configured.close_timeout = shutdown_timeout
         return configured
 
@@ -278,7 +281,7 @@ def instrument(
     ``Instrumented`` (also ``app.state.ckpt_events``). Call it once per app, before it serves;
     the arrival stamp runs before the app's own middleware, added before or after this call.
 
-    * ``configure_options`` go to ``ckpt_events.sinks.configure(bus, ...)`` (``jsonl_path``,
+    * ``configure_options`` go to ``ckpt_events.sinks.aconfigure(bus, ...)`` (``jsonl_path``,
       ``otlp_endpoint``, ``span_groups``, ``tracer_provider``, ...), run in the lifespan;
       ``configure_sinks(bus)`` replaces that call (its result, awaited if awaitable, has its
       ``aclose()`` awaited at shutdown).
