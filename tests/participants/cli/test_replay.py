@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -395,3 +397,30 @@ def test_the_export_process_variable_does_not_empty_the_summary(
     assert status == 0, captured.err
     assert f"replayed 2 events: 2 spans exported to {received.url}/v1/traces" in captured.out
     assert "/v1/traces" in received.paths  # the two spans went out, as said
+
+
+def test_a_collector_that_never_answers_is_waited_for_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener that takes connections and never answers (export timeout 0.5 s): each 4,096
+    events read waited the whole timeout for the span sink's flush, 40,000 events 5.7 s (at the
+    default 10 s, 20,000 events 51 s), for the same one-line error. The first flush that does not
+    end in time is the last waited for: about 1.6 s."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+    line = (
+        '{{"type":"coordinate_finished","kind":"controller","instance":"coordination","trace_id":{t},'
+        '"span_id":{s},"start_ns":{a},"end_ns":{b},"operation":"commit"}}\n'
+    )
+    log = tmp_path / "long.jsonl"
+    log.write_text(
+        "".join(line.format(t=i + 1, s=i + 1, a=1_000_000 + i, b=5_000_000 + i) for i in range(40_000))
+    )
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        status = main(["replay", str(log), "--otlp-endpoint", url])
+        took = time.monotonic() - started
+    (said,) = capsys.readouterr().err.splitlines()
+    assert status == 2
+    assert "40,000 spans could not be exported" in said and "got no answer" in said, said
+    assert took < 3.5, took
