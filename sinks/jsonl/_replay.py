@@ -51,6 +51,9 @@ _EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(CheckpointEvent)
 DEFAULT_BATCH: Final = 4096
 #: The corrupt lines ``ReplayResult.corrupt`` keeps (the first ones); ``corrupt_lines`` counts all.
 MAX_CORRUPT: Final = 1000
+#: The longest a replay waits for one sink's ``force_flush`` (ours end by their own timeout
+#: first: ``OtlpSpanSink``'s 10 s, ``SpanSink``'s 30 s); past it, that sink is not waited for again.
+FLUSH_WAIT: Final = 60.0
 
 
 class ReplayFailure(msgspec.Struct, frozen=True):
@@ -120,11 +123,11 @@ class _Target:
             return
         # Was: the whole batch at once, then the next: 44,640 of a 60,000-span log dropped by an
         # OtlpSpanSink's queue (and by a BatchSpanProcessor's, while SpanSink counted them exported).
-        step = _queue_bound(self.sink) if _flushable(self.sink) else None
-        size = step or len(batch)
+        flushable = _flushable(self.sink)
+        size = (_queue_bound(self.sink) if flushable else None) or len(batch)
         for start in range(0, len(batch), size):
             await self._hand(batch[start : start + size])
-            if step is not None:
+            if flushable:
                 await self._wait_exported([self.sink])
 
     async def _hand(self, batch: list[Any]) -> None:
@@ -150,18 +153,29 @@ class _Target:
                 )
 
     async def _wait_exported(self, sinks: list[Any]) -> None:
-        """Wait, in a worker thread and each within its own timeout, until each of ``sinks`` with
-        ``force_flush`` exported what it was handed; one that does not in time is not waited for
-        again (what it drops, it counts)."""
+        """Wait, each within its own timeout and at most ``FLUSH_WAIT`` seconds, until each of
+        ``sinks`` with ``force_flush`` (sync, run in a worker thread, or async) exported what it
+        was handed; one that does not in time, or raises, is not waited for again (what it drops,
+        it counts)."""
         for sink in sinks:
             if not _flushable(sink) or id(sink) in self.behind:
                 continue
-            try:
-                done = await anyio.to_thread.run_sync(sink.force_flush, abandon_on_cancel=True)
-            except Exception:
-                done = False
-                logger.exception("replay: force_flush of %s raised", type(sink).__name__)
-            if done is False:
+            done: object = False
+            with anyio.move_on_after(FLUSH_WAIT):
+                try:
+                    if inspect.iscoroutinefunction(sink.force_flush):
+                        done = await sink.force_flush()
+                    else:
+                        done = await anyio.to_thread.run_sync(sink.force_flush, abandon_on_cancel=True)
+                except Exception:
+                    self.behind.add(id(sink))
+                    logger.exception(
+                        "replay: force_flush of %s raised; the rest of the log is handed to it "
+                        "without waiting",
+                        type(sink).__name__,
+                    )
+                    continue
+            if done is False:  # False, or the wait ran out (a force_flush returning None is done)
                 self.behind.add(id(sink))
                 logger.warning(
                     "replay: %s did not export what it was handed within its timeout; the rest of "

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -16,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ckpt_events import Bus, InvalidArgumentError, InvalidValueError
 from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.sinks.jsonl import _replay as replay_module
 from ckpt_events.sinks.jsonl._replay import MAX_CORRUPT
 from ckpt_events.sinks.otel import MetricSink, OtlpSpanSink, SpanSink
 from ckpt_events.sinks.replay import ReplayFailure, replay
@@ -341,3 +344,53 @@ async def test_a_sink_that_does_not_export_in_time_is_waited_for_once(
         "replay: OtlpSpanSink did not export what it was handed within its timeout; the rest of the "
         "log is handed to it without waiting (what it drops, it counts)"
     ]
+
+
+class _StuckFlush(MemorySink):
+    """Takes every batch; its ``force_flush`` blocks until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.flushes = 0
+
+    def force_flush(self) -> bool:
+        self.flushes += 1
+        return self.release.wait(30)
+
+
+class _AsyncFlush(MemorySink):
+    """An async ``force_flush``, counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    async def force_flush(self) -> bool:
+        self.flushes += 1
+        return True
+
+
+async def test_a_force_flush_that_never_returns_is_given_up_on_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sink's own force_flush that blocks (no timeout of its own) holds the replay at most
+    FLUSH_WAIT (0.2 s here), once; the rest of the log still reaches it."""
+    monkeypatch.setattr(replay_module, "FLUSH_WAIT", 0.2)
+    log = _long_log(tmp_path / "long.jsonl", 1_000)
+    sink = _StuckFlush()
+    try:
+        with anyio.fail_after(5):
+            result = await replay(log, sink, batch_size=100)
+    finally:
+        sink.release.set()
+    assert (result.events, len(sink.events), sink.flushes) == (1_000, 1_000, 1)
+
+
+async def test_an_async_force_flush_is_awaited(tmp_path: Path) -> None:
+    """An async force_flush is awaited after each batch (called in a thread, it gave a coroutine
+    never awaited)."""
+    log = _long_log(tmp_path / "long.jsonl", 1_000)
+    sink = _AsyncFlush()
+    result = await replay(log, sink, batch_size=100)
+    assert (result.events, len(sink.events), sink.flushes) == (1_000, 1_000, 10)
