@@ -33,7 +33,7 @@ from ckpt_events.participants.errors import shown
 if TYPE_CHECKING:
     from ckpt_events import BusStats
     from ckpt_events.participants.cli.report.events import FinishedSpan
-    from ckpt_events.sinks import Configured
+    from ckpt_events.sinks import Configured, OtelSettings
 
 __all__ = ["REPLAY"]
 
@@ -71,9 +71,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
     # The flag wins; without it the OpenTelemetry variables say where, by their own rules.
     settings = sinks.read_otel_env(otel_environ(), otlp_endpoint=args.otlp_endpoint)
     if settings.traces_otlp is None:
-        raise CommandError(
-            "no collector to replay to: pass --otlp-endpoint URL or set $OTEL_EXPORTER_OTLP_ENDPOINT"
-        )
+        raise CommandError(_no_collector(settings, otel_environ()))
     endpoint = settings.traces_otlp.endpoint
     await check_reachable(endpoint)
     # Each event is exported as it is read, so nothing read can be taken back: a first read,
@@ -176,6 +174,22 @@ async def _replay_async(args: argparse.Namespace) -> int:
             f"(replay the files together to export them)"
         )
     return 0
+
+
+def _no_collector(settings: OtelSettings, environ: dict[str, str]) -> str:
+    """Why no span would go to a collector: a variable that turns traces off is named (with
+    --otlp-endpoint given, "pass --otlp-endpoint" was the advice), else where to say where."""
+    if settings.sdk_disabled:
+        return (
+            "no collector to replay to: OTEL_SDK_DISABLED turns every export off; unset it for this command"
+        )
+    exporters = environ.get("OTEL_TRACES_EXPORTER", "").strip()
+    if exporters:
+        return (
+            f"no collector to replay to: OTEL_TRACES_EXPORTER={shown(exporters)} leaves out otlp; "
+            "unset it for this command, or set it to otlp"
+        )
+    return "no collector to replay to: pass --otlp-endpoint URL or set $OTEL_EXPORTER_OTLP_ENDPOINT"
 
 
 async def _handed_over(configured: Configured, behind: set[int]) -> None:

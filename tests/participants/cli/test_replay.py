@@ -424,3 +424,35 @@ def test_a_collector_that_never_answers_is_waited_for_once(
     assert status == 2
     assert "40,000 spans could not be exported" in said and "got no answer" in said, said
     assert took < 3.5, took
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("OTEL_SDK_DISABLED", "true", "OTEL_SDK_DISABLED turns every export off; unset it for this command"),
+        (
+            "OTEL_TRACES_EXPORTER",
+            "none",
+            "OTEL_TRACES_EXPORTER='none' leaves out otlp; unset it for this command, or set it to otlp",
+        ),
+    ],
+)
+def test_a_variable_that_turns_traces_off_is_named_not_the_flag_given(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    said: str,
+) -> None:
+    """``--otlp-endpoint`` given, traces turned off in the environment: the error said "pass
+    --otlp-endpoint URL", the flag given; it names the variable, and nothing is sent."""
+    monkeypatch.setenv(variable, value)
+    log = tmp_path / "one.jsonl"
+    log.write_bytes(SPAN)
+    with otlp_receiver() as received:
+        status = main(["replay", str(log), "--otlp-endpoint", received.url])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert status == 2
+    assert line == f"ckpt-events replay: error: no collector to replay to: {said}", line
+    assert received.paths == []
