@@ -10,6 +10,7 @@ a warning (the terminal draws those yellow, the page marks them).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from ckpt_events.participants.cli.report.overview import PauseUnknown, Run, RunRow, episodes_text
@@ -112,17 +113,23 @@ def _pause_lines(run: Run) -> list[RunLine]:
     return lines
 
 
+def _rows_named(rows: list[tuple[int, RunRow]], said: Callable[[RunRow], str]) -> str:
+    """The first ``_NAMED`` of ``rows`` (row number, row), each as ``#N what id: said``, and
+    how many more: the list inside a run line's parentheses."""
+    named = "; ".join(
+        f"#{number} {r.what} {r.checkpoint_id or ''}: {said(r)}".replace(" :", ":")
+        for number, r in rows[:_NAMED]
+    )
+    return named + (f"; and {counted(len(rows) - _NAMED, 'more')}" if len(rows) > _NAMED else "")
+
+
 def _unknown_durations(run: Run) -> RunLine | None:
     """Which rows' durations are unknown though they ended (``RunRow.ms_why``), and why."""
     unknown = [(number, r) for number, r in enumerate(run.rows, 1) if r.ms_why is not None]
     if not unknown:
         return None
-    named = "; ".join(
-        f"#{number} {r.what} {r.checkpoint_id or ''}: {r.ms_why}".replace(" :", ":")
-        for number, r in unknown[:_NAMED]
-    )
-    more = f"; and {counted(len(unknown) - _NAMED, 'more')}" if len(unknown) > _NAMED else ""
-    return RunLine(f"duration unknown for {counted(len(unknown), 'row')} ({named}{more})", warning=True)
+    named = _rows_named(unknown, lambda r: r.ms_why or "")
+    return RunLine(f"duration unknown for {counted(len(unknown), 'row')} ({named})", warning=True)
 
 
 def _stepped_durations(run: Run) -> RunLine | None:
@@ -131,14 +138,10 @@ def _stepped_durations(run: Run) -> RunLine | None:
     stepped = [(number, r) for number, r in enumerate(run.rows, 1) if r.stepped_ns is not None]
     if not stepped:
         return None
-    named = "; ".join(
-        f"#{number} {r.what} {r.checkpoint_id or ''}: {(r.stepped_ns or 0) / 1e9:+,.1f} s".replace(" :", ":")
-        for number, r in stepped[:_NAMED]
-    )
-    more = f"; and {counted(len(stepped) - _NAMED, 'more')}" if len(stepped) > _NAMED else ""
+    named = _rows_named(stepped, lambda r: f"{(r.stepped_ns or 0) / 1e9:+,.1f} s")
     return RunLine(
         f"the controller's wall clock stepped during {counted(len(stepped), 'row')}, their durations read "
-        f"on its monotonic clock, the step left out ({named}{more})",
+        f"on its monotonic clock, the step left out ({named})",
         warning=True,
     )
 
