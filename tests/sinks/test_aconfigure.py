@@ -17,6 +17,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import Bus, ConfigurationError, OperationFinished, Telemetry
 from ckpt_events.sinks import aconfigure, configure, read_events
+from tests.loop_gaps import ticking
 from tests.processes import alive
 
 pytestmark = pytest.mark.anyio
@@ -46,26 +47,11 @@ async def test_the_loop_runs_while_the_export_process_starts(tmp_path: Path) -> 
     a small part of the start (``configure`` on the loop: a gap as long as the whole start), and
     the child gets every event, as with ``configure``."""
     log = tmp_path / "events.jsonl"
-    gaps: list[float] = []
-
-    async def ticker(stop: anyio.Event) -> None:
-        last = time.monotonic()
-        while not stop.is_set():
-            await anyio.sleep(0.001)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
     async with Bus() as bus:
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker, stop)
-            await anyio.sleep(0.02)
-            gaps.clear()
+        async with ticking() as gaps:
             started = time.monotonic()
             configured = await aconfigure(bus, jsonl_path=log, export_process=True)
             took = time.monotonic() - started
-            stop.set()
         async with configured:
             assert configured.export_process is not None
             assert [sub.name for sub in configured.subscriptions] == ["export-process"]
