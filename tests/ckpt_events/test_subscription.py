@@ -101,26 +101,32 @@ class Sleeper:
         time.sleep(self.seconds)
 
 
-async def test_a_sync_sink_holding_the_loop_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
-    """A sync ``handle`` that blocks without ``blocking = True`` stalls everything on the loop
-    (measured: 0.15 s of lag per batch); it is said once, naming the sink and the fix, while
-    the same sink on a worker thread and a quick one are not."""
-    slow, threaded, quick = Sleeper(0.15), Sleeper(0.15, blocking=True), Sleeper(0)
+async def _held_said(caplog: pytest.LogCaptureFixture, sinks: dict[str, object]) -> list[str]:
+    """Three events, one a batch, to each of ``sinks`` (by name), the loop's lag measured after
+    each; the loop must have been held (what is said happened), and what was said of it is
+    returned, sorted."""
     lags = []
     with caplog.at_level(logging.WARNING, logger="ckpt_events"):
         async with Bus(batch_size=1, batch_interval=0) as bus:
-            bus.subscribe(slow, name="webhook")
-            bus.subscribe(threaded, name="threaded")
-            bus.subscribe(quick, name="quick")
+            for name, sink in sinks.items():
+                bus.subscribe(sink, name=name)
             for i in range(3):
                 bus.emit(refused(i))
                 started = time.perf_counter()
                 await anyio.sleep(0.01)
                 lags.append(time.perf_counter() - started - 0.01)
             assert await bus.flush(timeout=5)
-    assert slow.batches == threaded.batches == quick.batches == 3
     assert max(lags) > 0.1  # what is said happened: the loop was held
-    said = [r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage()]
+    return sorted(r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage())
+
+
+async def test_a_sync_sink_holding_the_loop_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A sync ``handle`` that blocks without ``blocking = True`` stalls everything on the loop
+    (measured: 0.15 s of lag per batch); it is said once, naming the sink and the fix, while
+    the same sink on a worker thread and a quick one are not."""
+    slow, threaded, quick = Sleeper(0.15), Sleeper(0.15, blocking=True), Sleeper(0)
+    said = await _held_said(caplog, {"webhook": slow, "threaded": threaded, "quick": quick})
+    assert slow.batches == threaded.batches == quick.batches == 3
     assert len(said) == 1, said
     assert said[0].startswith("sink 'webhook' held the event loop for 1")
     assert "blocking = True" in said[0] and "said once" in said[0]
@@ -158,21 +164,8 @@ async def test_an_async_sink_holding_the_loop_between_awaits_is_said_once(
     without a word, where a sync one was said; now it is said once per sink, naming the fix,
     while one that awaits 0.3 s a batch without holding the loop is not."""
     blocking, decorated, patient = _AsyncSleeper(0.15), _Decorated(), _AsyncSleeper(0, wait=0.3)
-    lags = []
-    with caplog.at_level(logging.WARNING, logger="ckpt_events"):
-        async with Bus(batch_size=1, batch_interval=0) as bus:
-            bus.subscribe(blocking, name="blocking")
-            bus.subscribe(decorated, name="decorated")
-            bus.subscribe(patient, name="patient")
-            for i in range(3):
-                bus.emit(refused(i))
-                started = time.perf_counter()
-                await anyio.sleep(0.01)
-                lags.append(time.perf_counter() - started - 0.01)
-            assert await bus.flush(timeout=5)
+    said = await _held_said(caplog, {"blocking": blocking, "decorated": decorated, "patient": patient})
     assert blocking.batches == decorated.inner.batches == patient.batches == 3
-    assert max(lags) > 0.1  # what is said happened: the loop was held
-    said = sorted(r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage())
     assert len(said) == 2, said
     assert said[0].startswith("sink 'blocking' held the event loop for 1")
     assert said[1].startswith("sink 'decorated' held the event loop for 1")
