@@ -8,9 +8,11 @@ a ``ReplyCache``; the store's errors are answered as refusals (``replies.store_r
 
 from __future__ import annotations
 
+import datetime
 import functools
 import heapq
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Final, Generic, NamedTuple, TypeVar
@@ -73,6 +75,24 @@ def on_monotonic(deadline_ts: float) -> float:
     """``deadline_ts`` (a Unix time, as the protocol carries it) on the monotonic clock, as far
     away as it is now: a wall-clock step after this (NTP, a VM resumed) does not move it."""
     return time.monotonic() + (deadline_ts - time.time())
+
+
+def _lease_advice(expires_at: float | None, ends: float | None, grace: float) -> str:
+    """Why a commit that outlived its lease is refused, and the fix, measured now: the lease
+    (``deadline_ts + lease_grace_seconds``) ended at a time and this long ago."""
+    when = "?" if expires_at is None else _utc(expires_at)
+    ago = "" if ends is None else f", {max(time.monotonic() - ends, 0.0):.3g} s before this answer"
+    return (
+        f"the lease ended at {when} (deadline_ts + lease_grace_seconds {grace:g} s){ago}, and this "
+        "participant aborted the checkpoint on its own (nobody resumed it); give the checkpoint a "
+        "later deadline_ts or the participant a longer lease_grace_seconds, or renew the lease "
+        "while the commit runs"
+    )
+
+
+def _utc(ts: float) -> str:
+    """``ts`` (Unix seconds) as ``2026-12-05 00:45:37.334 UTC``."""
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
@@ -213,11 +233,15 @@ class ControlPlane(Generic[S]):
             and time.monotonic() >= self._lease_ends
         ):
             self.tel.lease_expired(self.phase, checkpoint_id=self.checkpoint_id)
-            self._abort()
+            advice = functools.partial(
+                _lease_advice, self.lease_expires_at, self._lease_ends, self.lease_grace_seconds
+            )
+            self._abort("outlived its lease", advice)
 
-    def _abort(self) -> None:
-        """What resume does: stop the writer, reopen admission, go idle, fence the id."""
-        self._stop.stop()
+    def _abort(self, cause: str = "was resumed", advice: Callable[[], str] | None = None) -> None:
+        """What resume does: stop the writer, reopen admission, go idle, fence the id;
+        ``cause`` and ``advice`` say why to a commit still running (``WriteStop.stop``)."""
+        self._stop.stop(cause, advice)
         checkpoint_id = self.checkpoint_id
         self.phase = Phase.IDLE
         self.checkpoint_id = None
@@ -437,8 +461,10 @@ class ControlPlane(Generic[S]):
 
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
+                        # The commit's own stop says why: a resume, or its lease running out.
                         raise ProtocolRefusal(
-                            ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed during commit"
+                            ErrorCode.STALE_CHECKPOINT,
+                            f"checkpoint {cid} {stop.cause} during commit{stop.advice()}",
                         )
                     if req.stop:
                         self.workload.stop(keys)

@@ -27,7 +27,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple, Protocol, TypeVar
 
@@ -113,14 +113,26 @@ class WriteStop:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stopped = False
+        #: What happened to the checkpoint, as ``checkpoint <id> <cause>`` says it.
+        self.cause = "was resumed"
+        self._advice: Callable[[], str] | None = None
 
-    def stop(self) -> None:
+    def stop(self, cause: str = "was resumed", advice: Callable[[], str] | None = None) -> None:
+        """Stop the writer; ``cause`` and ``advice`` (called when a refusal is worded, so what
+        it measures is as of then) say why, the first stop's win."""
         with self._lock:
+            if not self._stopped:
+                self.cause = cause
+                self._advice = advice
             self._stopped = True
 
     @property
     def stopped(self) -> bool:
         return self._stopped
+
+    def advice(self) -> str:
+        """``; `` and what the stop's advice says now, or nothing (a resume needs none)."""
+        return "" if self._advice is None else f"; {self._advice()}"
 
 
 class WriteResult(NamedTuple):
@@ -432,7 +444,8 @@ def _publish(
             if stop is not None and stop.stopped:
                 _unlink_unless_published(dfd, records)
                 raise WriteStopped(
-                    f"checkpoint {manifest.checkpoint_id} was resumed: its manifest is not published"
+                    f"checkpoint {manifest.checkpoint_id} {stop.cause}: its manifest is not "
+                    f"published{stop.advice()}"
                 )
             try:
                 on_step("link_manifest")

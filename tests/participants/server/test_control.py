@@ -32,6 +32,7 @@ from ckpt_events import (
 from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.report.timeline import breakdown
 from ckpt_events.participants.errors import InvalidCheckpointError
+from ckpt_events.participants.faults import FaultPlan
 from ckpt_events.participants.protocol import (
     CONTROL_PREFIX,
     MAX_FORGOTTEN_SHOWN,
@@ -648,6 +649,34 @@ async def test_lease_expiry_during_prepare_cuts_the_wait_short():
             await wait_until(lambda: _idle(client), timeout=3)
             assert (await status(client))["admission_open"] is True
             tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("slow_step", ["open_manifest", "link_manifest"])
+async def test_a_commit_that_outlives_its_lease_is_refused_as_a_lease_expiry(tmp_path, slow_step):
+    """A commit whose write runs past its lease (deadline_ts + lease_grace_seconds) is refused
+    naming the lease, when it ended, how long ago, and the fix. Was: "checkpoint c1 was resumed
+    during commit" (or "was resumed: its manifest is not published"), when nobody resumed it."""
+
+    def slow(step: str) -> None:
+        if step == slow_step:
+            time.sleep(0.6)  # in the write's thread: the lease (0.3 s away) runs out meanwhile
+
+    async with capture_events() as (bus, events):
+        app = make(bus=bus, lease_grace_seconds=0.1, faults=FaultPlan(on_step=slow))
+        async with running(app) as client:
+            await start(client)
+            assert (await control(client, "prepare", seconds=0.2)).json()["phase"] == "prepared"
+            reply = await control(client, "commit", seconds=0.2, checkpoint_dir=str(tmp_path))
+    assert error_code(reply) == (409, "stale_checkpoint")
+    detail = reply.json()["error"]["detail"]
+    assert detail.startswith("checkpoint c1 outlived its lease"), detail
+    assert "resumed it" in detail and "was resumed" not in detail
+    assert "(deadline_ts + lease_grace_seconds 0.1 s)" in detail and " UTC " in detail
+    assert "renew the lease while the commit runs" in detail
+    ago = float(detail.split(" s before this answer")[0].rsplit(", ", 1)[1])
+    assert 0.1 < ago < 5.0, detail
+    assert ("its manifest is not published" in detail) == (slow_step == "open_manifest")
+    assert [e.phase.value for e in events_of(events, LeaseExpired)] == ["prepared"]
 
 
 async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
