@@ -123,7 +123,7 @@ def _bad_tracestate(header: object) -> NoReturn:
 
 def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
     name = _type_name(exc)
-    message = _said(exc)
+    message = _exited(exc) if isinstance(exc, SystemExit) else _said(exc)
     if isinstance(exc, BaseExceptionGroup):
         # An error in an anyio task group leaves as a group ("unhandled errors in a TaskGroup
         # (1 sub-exception)"): its members are the cause, or the span names none.
@@ -134,6 +134,19 @@ def _error_fields(exc: BaseException) -> tuple[Outcome, str | None, str | None]:
         if cut is not None:
             message = message[: cut.start() + 3]
     return Outcome.ERROR, name, message
+
+
+def _exited(exc: SystemExit) -> str:
+    """What a ``SystemExit`` leaving a span says. Still outcome ``error``: the operation did not
+    finish its work, whatever the exit. But its message was the bare code (``SystemExit: 0``, a
+    ``SystemExit(None)`` an empty one), read in a report as the cause of a failure; a clean exit
+    or an exit status says so. A message of the exit's own (``sys.exit("usage: ...")``) stays."""
+    code = exc.code
+    if code is None or (code.__class__ in (int, bool) and code == 0):
+        return "a clean exit (status 0) ended it before it finished"
+    if code.__class__ in (int, bool):
+        return f"an exit with status {int(code)} ended it before it finished"
+    return _said(exc)
 
 
 def _type_name(exc: BaseException) -> str:

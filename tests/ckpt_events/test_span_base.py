@@ -16,6 +16,7 @@ from ckpt_events import (
     OperationStarted,
     Redactor,
     StageFinished,
+    StepFinished,
     Telemetry,
 )
 from ckpt_events.testing import capture_events
@@ -100,6 +101,31 @@ async def test_an_error_records_its_qualified_type_and_a_bounded_message() -> No
     assert (stage.outcome, stage.error_type, stage.error_message) == (Outcome.ERROR, "ValueError", "short")
     assert coordinate.error_type == f"{__name__}._DiskGone"
     assert coordinate.error_message == "x" * 1024
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (0, "a clean exit (status 0) ended it before it finished"),
+        (None, "a clean exit (status 0) ended it before it finished"),
+        (False, "a clean exit (status 0) ended it before it finished"),
+        (3, "an exit with status 3 ended it before it finished"),
+        ("usage: tool FILE", "usage: tool FILE"),
+    ],
+)
+async def test_a_system_exit_says_it_was_an_exit_not_a_bare_code(code: Any, said: str) -> None:
+    """A ``SystemExit`` ending an operation and its step is still outcome ``error`` (the work did
+    not finish), but says it was an exit. Was: ``SystemExit: 0`` (``SystemExit(None)``: an empty
+    message), which a report shows as a failure's cause."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus, kind="resources", instance="resources-0")
+        with pytest.raises(SystemExit), tel.operation("commit", checkpoint_id="c1") as op:
+            with op.step("write"):
+                raise SystemExit(code)
+    ended = [e for e in events if isinstance(e, (OperationFinished, StepFinished))]
+    assert [(e.outcome, e.error_type, e.error_message) for e in ended] == [
+        (Outcome.ERROR, "SystemExit", said)
+    ] * 2
 
 
 async def test_a_cut_message_does_not_keep_half_a_urls_password() -> None:
