@@ -9,7 +9,10 @@ stdlib's own, with the caller's file and line. Two things differ from calling th
   redaction rule of ``Redactor.redact_message``), the record carries a stand-in of the same
   class name, traceback and chain, whose message is cut and redacted. A sink raising an error
   that quoted a megabyte payload logged that megabyte, and a URL's ``user:password`` or a
-  ``Bearer`` token in an error's text went to the server's log verbatim.
+  ``Bearer`` token in an error's text went to the server's log verbatim. So does one whose
+  message or notes hold a control or format character (``escape``; a line break is kept, each
+  line escaped): a remote participant's ``\x1b]8;;`` link, ``\u202e`` or ``\x1b[2J`` reached
+  the terminal showing the log, in the traceback's last line.
 - A handler of the user's that raises in ``emit`` (one not going through ``handleError``, which
   the stdlib does not catch) loses the record, not the caller: the bus's delivery task logging a
   failed sink raised out of its task group and took ``async with Bus()`` (and the application's
@@ -128,20 +131,31 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return list(seen.values())
 
 
+def _escaped(text: str) -> str:
+    """``text`` with each line's control and format characters shown as escapes (``escape``),
+    its line breaks kept: a message of a few lines stays on its lines, as a traceback shows it."""
+    return "\n".join(escape(line) for line in text.split("\n"))
+
+
+def _shown_raw(text: str) -> bool:
+    """Whether ``text`` can be shown as it is: short, no credential, nothing a terminal obeys."""
+    return len(text) <= LOGGED_MESSAGE_CHARS and _RULE.redact_message(text) == text and _escaped(text) == text
+
+
 def _needs_stand_in(exc: BaseException) -> bool:
     for one in _chain(exc):
-        text = _message(one)
-        if len(text) > LOGGED_MESSAGE_CHARS or _RULE.redact_message(text) != text:
+        if not _shown_raw(_message(one)):
             return True
-        if any(len(str(note)) > LOGGED_MESSAGE_CHARS for note in getattr(one, "__notes__", ())):
+        if any(not _shown_raw(str(note)) for note in getattr(one, "__notes__", ())):
             return True
     return False
 
 
 def fit_for_log(exc: BaseException) -> BaseException:
-    """``exc`` itself when every message its traceback shows is short and holds no credential;
-    else a stand-in: same class name and module, same traceback, its chain stood in for alike,
-    each message cut at ``LOGGED_MESSAGE_CHARS`` and redacted."""
+    """``exc`` itself when every message its traceback shows is short and holds no credential
+    and no control or format character; else a stand-in (``exc`` is left as it is): same class
+    name and module, same traceback, its chain stood in for alike, each message cut at
+    ``LOGGED_MESSAGE_CHARS``, redacted, and its control and format characters escaped."""
     if not _needs_stand_in(exc):
         return exc
     made: dict[int, BaseException] = {}
@@ -156,7 +170,7 @@ def _stand_in(exc: BaseException, made: dict[int, BaseException]) -> BaseExcepti
     names = {"__module__": kind.__module__, "__qualname__": kind.__qualname__}
     # A group's str() adds "(2 sub-exceptions)", which its traceback adds again.
     said = exc.message if isinstance(exc, BaseExceptionGroup) else _message(exc)
-    message = fit_text(said, LOGGED_MESSAGE_CHARS)
+    message = _escaped(fit_text(said, LOGGED_MESSAGE_CHARS))
     stand_in: BaseException
     if isinstance(exc, BaseExceptionGroup):
         # Its members first: a group cannot hold itself, and a cycle through a member's
@@ -169,7 +183,7 @@ def _stand_in(exc: BaseException, made: dict[int, BaseException]) -> BaseExcepti
     stand_in.__traceback__ = exc.__traceback__
     stand_in.__suppress_context__ = exc.__suppress_context__
     for note in list(getattr(exc, "__notes__", ()))[:_MOST_EXCEPTIONS]:
-        stand_in.add_note(fit_text(str(note), LOGGED_MESSAGE_CHARS))
+        stand_in.add_note(_escaped(fit_text(str(note), LOGGED_MESSAGE_CHARS)))
     if len(made) < _MOST_EXCEPTIONS:
         if exc.__cause__ is not None:
             stand_in.__cause__ = _stand_in(exc.__cause__, made)

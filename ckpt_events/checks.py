@@ -15,10 +15,11 @@ characters)``), so a megabyte of bad input never becomes a megabyte of error mes
 exception, public so that a sink's (or the reference participants') log lines say it alike:
 ``said_in_log`` in the line's text (its class and its message in one line, cut at about 300
 characters and its credentials redacted: ``ValueError: POST https://[REDACTED]@host failed``),
-``fit_for_log`` as a record's ``exc_info`` (the exception itself when short and free of
-credentials, else a stand-in of the same class name and traceback whose messages are cut at
-2,000 characters and redacted); ``fit_text(text, limit)`` does the same to any text (a peer's
-reply, a failure's detail): redacted, then cut with its size said. All follow the
+``fit_for_log`` as a record's ``exc_info`` (the exception itself when short, free of
+credentials and of control and format characters, else a stand-in of the same class name and
+traceback whose messages are cut at 2,000 characters, redacted and escaped line by line by
+``escape``; the exception itself is left as it was); ``fit_text(text, limit)`` does the
+same to any text (a peer's reply, a failure's detail): redacted, then cut with its size said. All follow the
 ``Redactor``'s message rule. ``escape(text)`` shows each control, format and line-separator
 character of ``text`` as its Python escape (``\\x1b``, ``\\u202e``), so someone else's text on a
 terminal cannot clear it or write a link; ``said_in_log`` (and the library's other one-line

@@ -210,3 +210,30 @@ def test_one_line_sayings_show_terminal_controls_as_escapes() -> None:
     assert said_in_log(RuntimeError(message)) == "RuntimeError: " + shown
     assert one_line(RuntimeError(message)) == "RuntimeError: " + shown
     assert fit_line(message, 300) == shown
+
+
+def test_a_logged_traceback_shows_a_hostile_message_escaped(formatted: io.StringIO) -> None:
+    """A short, credential-free message holding an OSC 8 link, a bidi override, a clear screen
+    and a carriage return (a remote participant's error), logged with its traceback by a logger
+    of ours, in itself, its cause and a note: the 3 messages' 15 ESC, 3 U+202E and 3 CR reached
+    the handler raw (the terminal obeyed them). Now each is its escape; the traceback's own
+    lines stay, a message's line breaks stay, and the caught exception is left as it was."""
+    hostile = "no \x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\ \u202eexe.gnp \x1b[2J\rok"
+    shown = r"no \x1b]8;;https://evil.example\x1b\click\x1b]8;;\x1b\ \u202eexe.gnp \x1b[2J\rok"
+    try:
+        try:
+            raise OSError(f"cause: {hostile}")
+        except OSError as cause:
+            raise RuntimeError(f"refused\n{hostile}") from cause
+    except RuntimeError as exc:
+        exc.add_note(f"note: {hostile}")
+        caught = exc
+        library_logger("ckpt_events.probe").error("the participant refused", exc_info=True)
+    text = formatted.getvalue()
+    assert not any(char in text for char in "\x1b\u202e\r"), repr(text)
+    assert f"RuntimeError: refused\n{shown}\nnote: {shown}\n" in text
+    assert f"OSError: cause: {shown}\n" in text
+    assert "The above exception was the direct cause" in text
+    assert "in test_a_logged_traceback_shows_a_hostile_message_escaped\n" in text  # our frames
+    assert str(caught) == f"refused\n{hostile}" and caught.__notes__ == [f"note: {hostile}"]
+    assert str(caught.__cause__) == f"cause: {hostile}"
