@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from ckpt_events import (
     Refused,
     StageFinished,
     StepStarted,
+    Telemetry,
 )
+from ckpt_events.participants import create_app
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.causes import (
     CAUSES_SHOWN,
@@ -40,16 +43,21 @@ from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 from ckpt_events.participants.cli.report.overview import overview
+from ckpt_events.participants.controller.coordinator import Coordinator
 from ckpt_events.participants.controller.types import (
     FAILURES_ATTRIBUTE,
     Member,
     MemberFailure,
     failures_value,
 )
+from ckpt_events.participants.errors import CoordinationError
+from ckpt_events.participants.faults import FaultPlan
 from ckpt_events.participants.protocol import NOT_READY_WORKER_BLOCKERS, NOT_READY_WORKERS
 from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.testing import capture_events
 from ckpt_events.vocab import CollectionAction, ErrorCode, Operation, Outcome, Phase
 from tests.participants.controller.test_failures import run_refused_checkpoint
+from tests.participants.helpers import TOKEN, running
 
 _NOT_PREPARED = (
     "ckpt_events.participants.errors.CheckpointNotPrepared",
@@ -77,6 +85,51 @@ async def test_report_names_the_participant_that_refused_the_token(
         "agent/agent-0 refused: unauthorized (401): missing or wrong bearer token (at prepare and resume)"
     )
     assert "on controller" not in out and "CoordinationError" not in out
+
+
+async def test_report_names_the_lease_a_commit_outlived_not_a_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A commit whose write ran past its lease (a real app, a real coordinator): the controller's
+    error and the report's cause name the lease and the participant, not a resume and not the
+    controller. Both said "checkpoint c1 was resumed during commit", when nobody resumed it."""
+
+    def slow(step: str) -> None:
+        if step == "link_manifest":
+            time.sleep(0.6)  # the lease (0.3 s away) runs out meanwhile
+
+    async with capture_events() as (bus, events):
+        app = create_app(
+            "resources",
+            instance="resources-0",
+            token=TOKEN,
+            checkpoint_root=tmp_path,
+            bus=bus,
+            lease_grace_seconds=0.1,
+            faults=FaultPlan(on_step=slow),
+        )
+        async with running(app) as client:
+            await client.post("/work/start", json={"rollout_id": "r1", "attempt": 0, "steps": 3})
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            member = Member(name="resources-0", kind="resources", instance="resources-0", url="http://test")
+            async with Coordinator([member], token=TOKEN, telemetry=tel, client=client) as co:
+                with pytest.raises(CoordinationError) as info:
+                    await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 0.2)
+    said = info.value.failures["resources-0"]
+    assert said.startswith("refused: stale_checkpoint (409): checkpoint c1 outlived its lease during commit")
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(events)
+    sink.close()
+    assert await anyio.to_thread.run_sync(main, ["report", str(log)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the terminal wraps long lines
+    cause = re.search(r"#1 checkpoint aborted: (.*?) checkpoint c1 \(aborted\)", out)
+    assert cause is not None, out
+    assert cause.group(1).startswith(
+        "resources/resources-0 refused: stale_checkpoint (409): checkpoint c1 outlived its lease"
+    )
+    assert "lease expired on resources/resources-0 in phase prepared" in cause.group(1)
+    assert "resumed during" not in out and "on controller" not in out
 
 
 def _span(cls: Any, span_id: int, parent: int | None, start: int, end: int | None, **fields: Any) -> Any:
