@@ -1,6 +1,8 @@
 """The wire format of the checkpoint control plane and of the uniform workload API.
 
-Every body is a msgspec Struct that rejects unknown fields. Server and client decode with
+Every body is a msgspec Struct. Requests reject unknown fields; replies ignore them, so a
+controller reads a newer participant's replies (docs/http-api.md, "Mixed versions"). Server
+and client decode with
 ``decode(body, Type)``: a body that does not match raises ``MalformedRequest`` (HTTP 422, code
 ``invalid_request``, the message names the field, e.g. ``... - at `$.checkpoint_id```).
 ``invalid_request`` is not a protocol refusal (it is not in ``ErrorCode`` and is not counted
@@ -133,7 +135,16 @@ def _check_rollout_id(value: str, where: str | None) -> None:
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Base of every body: unknown fields are rejected."""
+    """Base of every request body: unknown fields are rejected (SPEC section 5), so a field
+    the participant does not know is a 422 naming it, never silently dropped."""
+
+
+class _Reply(msgspec.Struct, kw_only=True):
+    """Base of every reply (and of ``manifest.json``): unknown fields are ignored, so a
+    controller reads the replies of a participant one version newer (a field it added), and a
+    newer participant's error body keeps its code. A field that changes what another one means
+    needs a new route or ``schema_version``; an unknown enum value (a new ``phase``) is still
+    a precise error naming it."""
 
 
 class EpisodeId(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -226,7 +237,7 @@ class ForgetRequest(_Base):
             _check_rollout_id(rollout_id, f"rollout_ids[{i}]")
 
 
-class PrepareReport(_Body):
+class PrepareReport(_Reply):
     """Readiness: ``blockers`` (capture keys, at most 100), their full count, per-kind counts."""
 
     ready: bool
@@ -236,7 +247,7 @@ class PrepareReport(_Body):
     restarts: list[str] = msgspec.field(default_factory=list)
 
 
-class WorkerEndpoint(_Body):
+class WorkerEndpoint(_Reply):
     """One worker of a multi-worker server in ``GET /status``: its own work port, if up."""
 
     index: int
@@ -244,7 +255,7 @@ class WorkerEndpoint(_Body):
     url: str | None = None
 
 
-class StatusReply(_Body):
+class StatusReply(_Reply):
     """``GET /status``: who this is and where its state machine stands (``workers``: a
     multi-worker server's workers, whose ports serve their sessions' work calls directly)."""
 
@@ -271,18 +282,18 @@ class StatusReply(_Body):
     workers: list[WorkerEndpoint] | msgspec.UnsetType = msgspec.UNSET
 
 
-class PrepareReply(_Body):
+class PrepareReply(_Reply):
     """``phase`` is ``prepared``, or ``preparing`` with the blockers in ``report``."""
 
     phase: Phase
     report: PrepareReport
 
 
-class RenewReply(_Body):
+class RenewReply(_Reply):
     lease_expires_at: float
 
 
-class RecordsPart(_Body):
+class RecordsPart(_Reply):
     """One worker's records file of a multi-worker participant's checkpoint."""
 
     worker: int
@@ -291,7 +302,7 @@ class RecordsPart(_Body):
     record_count: int
 
 
-class Manifest(_Body, omit_defaults=True):
+class Manifest(_Reply, omit_defaults=True):
     """``manifest.json``, written last and create-only next to the records file(s).
 
     A single-process participant names its one records file. A participant with several
@@ -310,7 +321,7 @@ class Manifest(_Body, omit_defaults=True):
     parts: list[RecordsPart] = msgspec.field(default_factory=list)
 
 
-class CommitReply(_Body):
+class CommitReply(_Reply):
     """``episode_ids`` are the sorted capture keys exported; ``bytes`` the records file size."""
 
     phase: Phase
@@ -320,7 +331,7 @@ class CommitReply(_Body):
     staging_keys: list[str] | None = None
 
 
-class RestoreReply(_Body):
+class RestoreReply(_Reply):
     """``restored`` are the capture keys installed (each as attempt + 1)."""
 
     phase: Phase
@@ -328,14 +339,14 @@ class RestoreReply(_Body):
     source_checkpoint_id: str | None = None
 
 
-class ResumeReply(_Body):
+class ResumeReply(_Reply):
     """``idempotent`` is true when there was nothing to resume (or it was resumed already)."""
 
     phase: Phase
     idempotent: bool
 
 
-class RetireReply(_Body):
+class RetireReply(_Reply):
     """The attempts retired: ``retired`` (capture keys, at most ``MAX_RETIRED_KEYS_SHOWN``, the
     first in sorted order), ``retired_count`` (all of them, each once)."""
 
@@ -343,7 +354,7 @@ class RetireReply(_Body):
     retired_count: int = 0
 
 
-class ForgetReply(_Body):
+class ForgetReply(_Reply):
     """The rollouts whose marks were cleared: ``forgotten`` (at most ``MAX_FORGOTTEN_SHOWN``, the
     first in sorted order), ``forgotten_count`` (all of them, each once)."""
 
@@ -351,12 +362,12 @@ class ForgetReply(_Body):
     forgotten_count: int = 0
 
 
-class ErrorDetail(_Body):
+class ErrorDetail(_Reply):
     code: str
     detail: str
 
 
-class ErrorBody(_Body):
+class ErrorBody(_Reply):
     """The body of every error reply."""
 
     error: ErrorDetail
@@ -381,7 +392,7 @@ class WorkStart(_Body):
             _check_rollout_id(self.rollout_id, "rollout_id")
 
 
-class WorkStartReply(_Body, omit_defaults=True):
+class WorkStartReply(_Reply, omit_defaults=True):
     """``worker_url``: the own port of the worker that holds the session (multi-worker servers
     only): later work calls for it can go there directly, past the main process."""
 
@@ -401,7 +412,7 @@ class WorkAdvance(_Body):
             _check_rollout_id(self.rollout_id, "rollout_id")
 
 
-class WorkAdvanceReply(_Body, omit_defaults=True):
+class WorkAdvanceReply(_Reply, omit_defaults=True):
     """``worker_url`` as in ``WorkStartReply``: given when the call came through the main port."""
 
     boundary: int

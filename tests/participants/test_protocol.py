@@ -12,6 +12,7 @@ from ckpt_events.participants.protocol import (
     CommitRequest,
     EpisodeId,
     ForgetRequest,
+    Manifest,
     PrepareReport,
     PrepareRequest,
     RestoreRequest,
@@ -126,10 +127,11 @@ def test_protocol_refusal_carries_code_status_and_body():
         ProtocolRefusal("nope", "x")
 
 
-def test_replies_reject_unknown_fields():
-    """Replies are as strict as requests."""
-    with pytest.raises(MalformedRequest, match="unknown field"):
-        decode(b'{"ready":true,"surprise":1}', PrepareReport)
+def test_replies_ignore_unknown_fields_requests_refuse_them():
+    """A reply from a newer participant decodes (its new field ignored); a request does not."""
+    assert decode(b'{"ready":true,"surprise":1}', PrepareReport) == PrepareReport(ready=True)
+    with pytest.raises(MalformedRequest, match="unknown field `surprise`"):
+        decode(b'{"checkpoint_id":"c1","deadline_ts":1,"surprise":1}', PrepareRequest)
 
 
 @pytest.mark.parametrize("value", ["c1\n", "c1\r", "c1\n\n", "\nc1"])
@@ -159,3 +161,13 @@ def test_a_bad_rollout_id_in_a_list_of_episodes_names_its_place():
         "rollout_id 'bad-a2' must not end in -a<N> (N in 1..1000000, the capture key suffix of"
         " attempt N): choose another ending, such as _a<N> - at `$.episode_ids[1]`"
     )
+
+
+def test_a_manifest_with_a_newer_field_decodes():
+    """``manifest.json`` of the same ``schema_version`` with a field added by a newer writer is read
+    (a rolled-back participant restores it); a change of meaning bumps the version instead."""
+    raw = (
+        b'{"schema_version":1,"kind":"agent","instance":"a0","checkpoint_id":"c1","records_file":"r",'
+        b'"records_sha256":"d","record_count":2,"compression":"none"}'
+    )
+    assert decode(raw, Manifest).record_count == 2
