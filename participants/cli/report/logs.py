@@ -548,6 +548,16 @@ def nothing_read(logs: Sequence[str], paths: Sequence[Path], problems: LogProble
     unreadable = problems.unreadable
     read = counted(max(len(paths) - unreadable, 0), "file")
     also = f", {counted(unreadable, 'file')} that could not be read" if unreadable else ""
+    # Every event of another version (a newer fleet's log read by an older ckpt-events): was
+    # "holds no checkpoint events", as if the file were empty, though it held 130.
+    others = sum(n for types in problems.unknown.values() for n in types.values())
+    others += sum(n for values in problems.unknown_values.values() for n in values.values())
+    if others:
+        return (
+            f"{', '.join(logs)} holds no checkpoint events this version of ckpt-events reads: "
+            f"{counted(others, 'event')} of types or values it does not know skipped ({read} read{also}); "
+            "read it with the version that wrote it, or a later one"
+        )
     return f"{', '.join(logs)} holds no checkpoint events ({read} read{also})"
 
 

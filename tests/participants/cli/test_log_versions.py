@@ -246,3 +246,20 @@ def test_values_unknown_in_a_hostile_file_are_a_bounded_line(
         "'operation' 'v001' 1, 'operation' 'v002' 1 and more values; written by another version of "
         "ckpt-events?)"
     ]
+
+
+def test_a_log_of_a_newer_versions_events_only_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a log whose 130 events are all of types a newer version added (an older
+    ckpt-events reading a newer fleet's log) ended "holds no checkpoint events (1 file read)",
+    as if it were empty. Now the one line says what was skipped and what to do."""
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"".join(_newer(line, f"x_{json.loads(line)['type']}") for line in _old_lines()))
+    assert main(["report", str(log)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"ckpt-events report: error: {log} holds no checkpoint events this version of ckpt-events "
+        f"reads: {_LINES} events of types or values it does not know skipped (1 file read); read it "
+        "with the version that wrote it, or a later one"
+    )
