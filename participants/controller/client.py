@@ -3,7 +3,9 @@
 Every call carries the bearer token, the W3C ``traceparent`` of the span it is made for, and
 a deadline: the timeout is ``(deadline_ts - now) + 5 s``, as in the original controller, and
 bounds the whole call (a reply trickled a byte at a time too). A reply is read up to
-``max_reply_bytes`` (``MAX_REPLY_BYTES``, 32 MiB) and no further; a redirect is never followed.
+``max_reply_bytes`` (``MAX_REPLY_BYTES``, 32 MiB, counted as decoded: a gzip or deflate reply is
+inflated a step at a time, any other content-encoding refused) and no further; a redirect is
+never followed.
 Failures come back as one exception tree::
 
     ParticipantCallError        a control call did not succeed (``.code``, ``.status``, ``.url``),
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import re
 import time
+import zlib
+from collections.abc import Iterator
 from typing import Final, Protocol, TypeVar
 
 import anyio
@@ -124,20 +128,90 @@ def what_came(response: httpx.Response) -> str:
     return _came(response, response.text)
 
 
+#: The most a reply's content-encoding is inflated by in one step: a gzip of zeros inflates
+#: about 1,000 times, so one 64 KiB read grew to 64 MB before the bound was looked at.
+_INFLATE_STEP: Final = 64 * 1024
+
+
+class _Inflate:
+    """One content-encoding (``gzip`` or ``deflate``) undone a bounded step at a time."""
+
+    def __init__(self, coding: str) -> None:
+        self._deflate = coding == "deflate"
+        # gzip's header, or deflate's zlib wrapper (RFC 9110); a bare deflate stream is tried next.
+        self._zlib = zlib.decompressobj(zlib.MAX_WBITS | 16 if coding == "gzip" else zlib.MAX_WBITS)
+        self._started = False
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        """What ``data`` inflates to, at most ``_INFLATE_STEP`` bytes a piece (zlib's
+        ``max_length``: the rest waits in ``unconsumed_tail`` until the caller asks on)."""
+        while True:
+            try:
+                out = self._zlib.decompress(data, _INFLATE_STEP)
+            except zlib.error:
+                if not self._deflate or self._started:
+                    raise
+                # Some servers send deflate without its zlib wrapper (httpx reads both).
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                self._started = True
+                continue
+            self._started = True
+            data = self._zlib.unconsumed_tail
+            if not out:
+                return
+            yield out
+
+
+#: The content-encodings a reply may come in: the ones httpx asks for (``gzip, deflate``).
+_CODINGS: Final = ("gzip", "deflate")
+
+
+def _decoded(codings: list[_Inflate], chunk: bytes) -> Iterator[bytes]:
+    """``chunk`` through every coding, the last one applied undone first, piece by piece."""
+    if not codings:
+        yield chunk
+        return
+    for piece in codings[-1].pieces(chunk):
+        yield from _decoded(codings[:-1], piece)
+
+
+def _codings(url: str, response: httpx.Response) -> list[_Inflate]:
+    named = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")]
+    named = [c for c in named if c and c != "identity"]
+    unknown = [c for c in named if c not in _CODINGS]
+    if unknown:
+        coding = shown(unknown[0][:40])
+        said = f"unreadable reply: content-encoding {coding}, not one this client reads (gzip, deflate)"
+        raise ParticipantCallError(url, said, status=response.status_code)
+    return [_Inflate(c) for c in named]
+
+
 async def read_reply(url: str, response: httpx.Response, limit: int = MAX_REPLY_BYTES) -> bytes:
-    """The body of ``response`` (streamed from ``url``; decoded), or a ``ParticipantCallError``
-    (its status kept) once it would pass ``limit`` bytes: refused on its ``content-length``
-    unread, or after reading just past ``limit``. The bound of every call to a member."""
+    """The body of ``response`` (streamed from ``url``; its content-encoding undone), or a
+    ``ParticipantCallError`` (its status kept) once it would pass ``limit`` bytes: refused on its
+    ``content-length`` unread, or after reading just past ``limit``, bytes as decoded. The bound
+    of every call to a member, and of ``watch``'s polls.
+
+    The encoding is undone here, ``_INFLATE_STEP`` at a time, not by httpx: httpx inflates a whole
+    read at once, so a 1 MB gzip of zeros took 164 MB past a 32 MiB bound, and a 3.5 KB reply
+    gzipped twice (``content-encoding: gzip, gzip``) 2 GB, until a ``MemoryError``."""
     declared = response.headers.get("content-length", "").strip()
     if declared.isdigit() and int(declared) > limit:
         said = f"a reply of {int(declared):,} bytes (its content-length), over the {limit:,}-byte bound"
         raise ParticipantCallError(url, said, status=response.status_code)
+    codings = _codings(url, response)
     body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > limit:
-            said = f"a reply past the {limit:,}-byte bound (stopped reading at {len(body):,} bytes)"
-            raise ParticipantCallError(url, said, status=response.status_code)
+    async for chunk in response.aiter_raw():
+        try:
+            for piece in _decoded(codings, chunk):
+                body += piece
+                if len(body) > limit:
+                    said = f"a reply past the {limit:,}-byte bound (stopped reading at {len(body):,} bytes)"
+                    raise ParticipantCallError(url, said, status=response.status_code)
+        except zlib.error as exc:
+            # Said as httpx's own ``DecodingError`` was (``failed_call``): no status.
+            said = f"unreadable reply: DecodingError: its content-encoding does not decode ({exc})"
+            raise ParticipantCallError(url, said) from exc
     return bytes(body)
 
 

@@ -30,7 +30,7 @@ from ckpt_events import (
     OperationStarted,
     Stalled,
 )
-from ckpt_events.participants.errors import shown
+from ckpt_events.participants.errors import ParticipantCallError, shown
 from ckpt_events.participants.protocol import CONTROL_PREFIX, SERVER_TIME_HEADER, StatusReply
 from ckpt_events.vocab import NAME_RULE, Kind
 
@@ -187,11 +187,14 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
             sent = time.time()
             async with client.stream("GET", url.rstrip("/") + CONTROL_PREFIX + "/status") as reply:
                 clock = _clock(reply.headers, sent, time.time())
-                body = bytearray()
-                async for chunk in reply.aiter_raw():
-                    body += chunk
-                    if len(body) > MAX_BODY:
-                        return failed(f"reply larger than {MAX_BODY // 1024} KiB: not a participant status")
+                # The controller's bound, counted as decoded: raw, a gzipped status never decoded
+                # ("invalid status reply"), and a 256 KiB gzip stood for 256 MB.
+                from ckpt_events.participants.controller.client import read_reply
+
+                try:
+                    body = await read_reply(url, reply, MAX_BODY)
+                except ParticipantCallError as exc:
+                    return failed(f"{exc.detail}: not a participant status")
                 if reply.status_code != 200:
                     refused = reply.status_code in (401, 403)
                     return failed(
@@ -211,7 +214,7 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
     if scope.cancelled_caught:
         return failed(f"no answer within {timeout:g} s")
     try:
-        status = _DECODER.decode(bytes(body))
+        status = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return failed(f"invalid status reply: {exc}")
     # Any participant kind (a user's own too, ``ckpt_events.vocab.NAME_RULE``), not the controller.

@@ -10,6 +10,8 @@ import gzip
 import socket
 import struct
 import time
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Callable
 
 import anyio
@@ -216,3 +218,94 @@ async def test_a_trickled_work_call_reply_ends_at_the_calls_timeout() -> None:
             took = time.monotonic() - started
     assert took < 1.5, f"waited {took:.1f} s for a 0.5 s timeout"
     assert info.value.detail == "TimeoutError: no whole answer within 0.5 s"
+
+
+def _zeros_gzipped(megabytes: int, times: int = 1) -> bytes:
+    """``megabytes`` MiB of zeros, gzipped ``times`` over (a gzip of zeros is ~1,000 times smaller)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    body = b"".join(packer.compress(bytes(1 << 20)) for _ in range(megabytes)) + packer.flush()
+    for _ in range(times - 1):
+        body = gzip.compress(body, 9)
+    return body
+
+
+@pytest.mark.parametrize(("coding", "times"), [("gzip", 1), ("gzip, gzip", 2)], ids=["gzip", "twice"])
+async def test_a_compressed_reply_is_bounded_as_it_is_inflated(coding: str, times: int) -> None:
+    """A gzip bomb (64 MiB of zeros in ~64 KB, or gzipped twice in 3.5 KB): httpx inflated each
+    read whole before the bound was looked at, so 1 MB on the wire took 164 MB past a 32 MiB bound,
+    and a twice-gzipped 3.5 KB reply 2 GB. It is inflated a 64 KiB step at a time and stops there."""
+    packed = _zeros_gzipped(64, times)
+
+    def bomb(conn: socket.socket, _: bytes) -> None:
+        head = b"content-encoding: %s\r\ncontent-length: %d\r\n\r\n" % (coding.encode(), len(packed))
+        conn.sendall(_HEAD + head + packed)
+
+    limit = 1 << 20
+    tracemalloc.start()
+    try:
+        async with member(bomb) as url, ControlClient(TOKEN, max_reply_bytes=limit) as client:
+            with pytest.raises(ParticipantCallError) as info:
+                await client.status(url, timeout=5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    stopped = int(info.value.detail.rsplit(" at ", 1)[1].split()[0].replace(",", ""))
+    assert info.value.status == 200 and limit < stopped <= limit + 64 * 1024, info.value.detail
+    assert peak < 8 << 20, f"{peak:,} bytes at the peak"
+
+
+def _bare_deflate(body: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)  # no zlib wrapper, as some servers send
+    return packer.compress(body) + packer.flush()
+
+
+@pytest.mark.parametrize(
+    ("coding", "pack"),
+    [
+        ("gzip", gzip.compress),
+        ("gzip, gzip", lambda body: gzip.compress(gzip.compress(body))),
+        ("deflate", zlib.compress),
+        ("deflate", _bare_deflate),
+        ("identity", lambda body: body),
+    ],
+    ids=["gzip", "twice", "deflate", "raw-deflate", "identity"],
+)
+async def test_a_compressed_reply_still_decodes(coding: str, pack: Callable[[bytes], bytes]) -> None:
+    """Every encoding httpx asks for (gzip, deflate with or without its zlib wrapper, stacked)
+    still comes back as the reply."""
+    packed = pack(b'{"kind": "agent", "instance": "a0", "phase": "idle"}')
+
+    def answer(conn: socket.socket, _: bytes) -> None:
+        head = b"content-encoding: %s\r\ncontent-length: %d\r\n\r\n" % (coding.encode(), len(packed))
+        conn.sendall(_HEAD + head + packed)
+
+    async with member(answer) as url, ControlClient(TOKEN) as client:
+        status = await client.status(url, timeout=5)
+    assert (status.kind, status.instance) == ("agent", "a0")
+
+
+@pytest.mark.parametrize(
+    ("coding", "body", "said"),
+    [
+        (
+            "br",
+            b"\x0b\x02\x80{}\x03",
+            "unreadable reply: content-encoding 'br', not one this client reads (gzip, deflate)",
+        ),
+        ("gzip", b"not gzip", "unreadable reply: DecodingError: its content-encoding does not decode ("),
+    ],
+    ids=["unknown", "broken"],
+)
+async def test_an_encoding_not_read_is_said_never_misread(coding: str, body: bytes, said: str) -> None:
+    """A reply in an encoding this client cannot undo (brotli) is named, not read as JSON ("JSON
+    is malformed"); a broken gzip is an unreadable reply."""
+
+    def answer(conn: socket.socket, _: bytes) -> None:
+        head = b"content-encoding: %s\r\ncontent-length: %d\r\n\r\n" % (coding.encode(), len(body))
+        conn.sendall(_HEAD + head + body)
+
+    async with member(answer) as url, ControlClient(TOKEN) as client:
+        with pytest.raises(ParticipantCallError) as info:
+            await client.status(url, timeout=5)
+    assert not isinstance(info.value, ParticipantUnreachable)
+    assert info.value.detail.startswith(said)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import io
 import shutil
@@ -92,7 +93,8 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
     assert errors[silent.rsplit("/", 1)[-1]].startswith("unreachable: ConnectError")
     assert errors["slow"] == "no answer within 0.8 s"
     assert errors["invalid"].startswith("invalid status reply: JSON is malformed")
-    assert errors["huge"] == f"reply larger than {MAX_BODY // 1024} KiB: not a participant status"
+    assert errors["huge"].startswith(f"a reply past the {MAX_BODY:,}-byte bound (stopped reading at ")
+    assert errors["huge"].endswith(" bytes): not a participant status")
     assert errors["wrong"] == "not a checkpoint participant: kind 'controller'"
     assert (
         errors["locked"] == "HTTP 401 from /status (wrong token: pass --token-file or set $CKPT_EVENTS_TOKEN)"
@@ -112,6 +114,35 @@ async def test_a_round_with_hostile_participants_ends_within_its_timeout() -> No
     text = out.export_text(styles=False)
     assert "agent agent-\\x1b[2Jx" in text and "\x1b" not in text
     assert all(url in text for url in urls) and "…" not in text  # long lines wrap, never cut
+
+
+async def test_a_gzipped_status_is_read_and_a_gzip_bomb_is_cut_at_the_bound() -> None:
+    """A status gzipped (a proxy, a GZip middleware: httpx asks for it) was read raw and failed as
+    "invalid status reply"; it is read. A 64 KB gzip of 64 MiB of zeros stops at ``MAX_BODY`` as
+    decoded, never inflated whole."""
+    bomb = gzip.compress(bytes(64 << 20), 9)
+    app = FastAPI()
+
+    @app.get("/zipped" + CONTROL_PREFIX + "/status")
+    async def zipped() -> Response:
+        return Response(
+            gzip.compress(GOOD), media_type="application/json", headers={"content-encoding": "gzip"}
+        )
+
+    @app.get("/bomb" + CONTROL_PREFIX + "/status")
+    async def bombed() -> Response:
+        return Response(bomb, media_type="application/json", headers={"content-encoding": "gzip"})
+
+    async with serving(app) as base:
+        urls = [f"{base}/zipped", f"{base}/bomb"]
+        async with status_client(urls, headers={}, timeout=5) as client:
+            zipped_result, bomb_result = await poll_all(client, urls, 5)
+    assert zipped_result.error is None and zipped_result.status is not None
+    assert zipped_result.status.kind == "agent"
+    assert bomb_result.status is None and bomb_result.error is not None
+    assert bomb_result.error.startswith(f"a reply past the {MAX_BODY:,}-byte bound (stopped reading at ")
+    stopped = int(bomb_result.error.rsplit(" at ", 1)[1].split()[0].replace(",", ""))
+    assert stopped <= MAX_BODY + 64 * 1024
 
 
 async def test_a_reply_cut_short_is_no_whole_reply_not_unreachable() -> None:
