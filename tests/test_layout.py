@@ -34,11 +34,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The write probe of the command line and the benchmarks: a leaf (the benchmarks' report,
     # which the command line imports, used it from the command line: a circular import).
     "participants.writable": (),
+    # Reading a peer's reply within a bound: the controller's calls, watch's polls, the model's worker.
+    "participants.replies": ("ckpt_events", "participants.errors"),
     "participants.workloads": (
         "ckpt_events",
         "participants.errors",
         "participants.protocol",
         "participants.kinds",
+        "participants.replies",
     ),
     # The event loop's lag monitor: a leaf, run by the FastAPI integration and by each worker.
     "participants.loop_lag": (),
@@ -60,6 +63,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "participants.protocol",
         "participants.faults",
         "participants.kinds",
+        "participants.replies",
     ),
     "participants.cli": ("ckpt_events", "sinks", "participants", "benchmarks"),
     "participants": ("ckpt_events", "participants.server", "participants.controller"),

@@ -19,8 +19,15 @@ import anyio
 import msgspec
 
 from ckpt_events import InvalidArgumentError, OperationSpan, Telemetry
-from ckpt_events.participants.errors import MalformedRequest, WorkError, check_int, shown
+from ckpt_events.participants.errors import (
+    MalformedRequest,
+    ParticipantCallError,
+    WorkError,
+    check_int,
+    shown,
+)
 from ckpt_events.participants.protocol import EpisodeId, decode, encode
+from ckpt_events.participants.replies import never_connected, read_reply
 from ckpt_events.participants.workloads.base import Episode, Record, Workload
 from ckpt_events.vocab import Disposition, Kind
 
@@ -174,16 +181,23 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
             async with self._client.stream("POST", "/generate", content=encode(request)) as reply:
                 if reply.status_code != 200:
                     raise WorkError(f"inference worker answered {reply.status_code}")
-                async for line in reply.aiter_lines():
-                    if not line:
-                        continue
-                    item = _stream_item(line)
-                    if "token" in item:
-                        tokens.append(item["token"])
-                    elif item.get("done"):
-                        resumed = item.get("resumed_prefix", 0)
+                # Read whole, within the bound: its lines were read as they came, unbounded (a
+                # line without end took 972 MB in 6 s, endless token lines 392 MB).
+                body = await read_reply(str(reply.url), reply)
+            for line in body.decode("utf-8", "replace").splitlines():
+                if not line:
+                    continue
+                item = _stream_item(line)
+                if "token" in item:
+                    tokens.append(item["token"])
+                elif item.get("done"):
+                    resumed = item.get("resumed_prefix", 0)
+        except ParticipantCallError as exc:
+            raise WorkError(f"inference worker {self.inference_url}: {exc.detail}") from None
         except self._http_error as exc:
-            raise WorkError(f"inference worker unreachable: {exc}") from None
+            # It answered, then stopped: not "unreachable", which sends the operator to its URL.
+            said = "unreachable" if never_connected(exc) else "no whole reply"
+            raise WorkError(f"inference worker {self.inference_url} {said}: {exc}") from None
         finally:
             del self._inflight[call.ticket_id]
         if not self.admission_open:
@@ -267,11 +281,15 @@ class ModelWorkload(Workload[ModelState, ModelRecord]):
                 tracestate = op.tracestate()
                 if tracestate is not None:
                     headers["tracestate"] = tracestate
-                reply = await self._client.post(CUT_PATH, content=encode(inventory), headers=headers)
-            if reply.status_code != 200:
-                return None
-            receipt = decode(reply.content, CutReceipt)
-        except (self._http_error, TimeoutError, MalformedRequest):
+                async with self._client.stream(
+                    "POST", CUT_PATH, content=encode(inventory), headers=headers
+                ) as reply:
+                    if reply.status_code != 200:
+                        return None
+                    # Bounded: read whole, a 300 MB receipt took 605 MB of the participant.
+                    body = await read_reply(str(reply.url), reply)
+            receipt = decode(body, CutReceipt)
+        except (self._http_error, TimeoutError, MalformedRequest, ParticipantCallError):
             return None
         return None if receipt_problem(inventory, receipt) is not None else receipt
 

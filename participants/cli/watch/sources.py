@@ -32,6 +32,7 @@ from ckpt_events import (
 )
 from ckpt_events.participants.errors import ParticipantCallError, shown
 from ckpt_events.participants.protocol import CONTROL_PREFIX, SERVER_TIME_HEADER, StatusReply
+from ckpt_events.participants.replies import never_connected, read_reply
 from ckpt_events.vocab import NAME_RULE, Kind
 
 __all__ = [
@@ -187,10 +188,8 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
             sent = time.time()
             async with client.stream("GET", url.rstrip("/") + CONTROL_PREFIX + "/status") as reply:
                 clock = _clock(reply.headers, sent, time.time())
-                # The controller's bound, counted as decoded: raw, a gzipped status never decoded
-                # ("invalid status reply"), and a 256 KiB gzip stood for 256 MB.
-                from ckpt_events.participants.controller.client import read_reply
-
+                # Counted as decoded: read raw, a gzipped status never decoded ("invalid status
+                # reply"), and a 256 KiB gzip stood for 256 MB.
                 try:
                     body = await read_reply(url, reply, MAX_BODY)
                 except ParticipantCallError as exc:
@@ -205,8 +204,6 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
         if (tls := _tls_failure(exc)) is not None:
             return failed(tls, "tls")
         # Only a failed connection is "unreachable": a reply cut short came from a participant.
-        from ckpt_events.participants.controller.client import never_connected
-
         said = "unreachable" if never_connected(exc) else "no whole reply"
         return failed(f"{said}: {type(exc).__name__}: {exc or 'no detail'}")
     finally:

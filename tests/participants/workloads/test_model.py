@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import time
+import tracemalloc
+
 import anyio
 import httpx
 import pytest
@@ -9,8 +14,10 @@ from fastapi import FastAPI, Response
 
 from ckpt_events import GenerationCut, OperationFinished, StepFinished
 from ckpt_events.participants import create_app, create_inference_app
+from ckpt_events.participants.replies import MAX_REPLY_BYTES
 from ckpt_events.participants.server.inference import token_at
 from ckpt_events.testing import capture_events
+from tests.http_servers import serving
 from tests.participants.helpers import (
     ROOT,
     TOKEN,
@@ -202,3 +209,103 @@ async def test_malformed_worker_lines_are_502_upstream_error(line):
         await client.post("/work/start", json={"rollout_id": "r1", "steps": 2})
         reply = await client.post("/work/advance", json={"rollout_id": "r1"})
         assert error_code(reply) == (502, "upstream_error"), reply.text
+
+
+class _FloodingWorker(http.server.BaseHTTPRequestHandler):
+    """An inference worker on a real socket: ``/generate`` streams ``GENERATE`` (a few tokens, a
+    tenth of a second apart), ``/cut`` a 40 MiB receipt of spaces (HTTP/1.0: to the close)."""
+
+    GENERATE: tuple[bytes, ...] = (b'{"token": "a"}\n',) * 10
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        pieces = self.GENERATE if self.path == "/generate" else (b" " * (1 << 20),) * 40
+        with contextlib.suppress(OSError):  # the client stops reading at its bound
+            for piece in pieces:
+                self.wfile.write(piece)
+                if self.path == "/generate" and len(pieces) < 20:
+                    time.sleep(0.1)
+
+
+def _model_of(server: http.server.ThreadingHTTPServer, bus=None):
+    return create_app(
+        "model",
+        instance="model-0",
+        token=TOKEN,
+        bus=bus,
+        checkpoint_root=ROOT,
+        inference_url=f"http://127.0.0.1:{server.server_address[1]}",
+        max_tokens=MAX_TOKENS,
+    )
+
+
+async def test_a_worker_streaming_without_end_is_cut_at_the_bound_and_named():
+    """A worker whose stream never ends a line: its lines were read as they came, without bound
+    (972 MB in 6 s). The call fails at ``MAX_REPLY_BYTES``: 502, naming the worker and the bound."""
+
+    class Endless(_FloodingWorker):
+        GENERATE = (b"x" * (1 << 20),) * 40
+
+    with serving(Endless) as server:
+        async with running(_model_of(server)) as client:
+            await client.post("/work/start", json={"rollout_id": "r1", "steps": 1})
+            reply = await client.post("/work/advance", json={"rollout_id": "r1"})
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    assert error_code(reply) == (502, "upstream_error")
+    assert reply.json()["error"]["detail"].startswith(
+        f"inference worker {url}: a reply past the {MAX_REPLY_BYTES:,}-byte bound (stopped reading at "
+    )
+
+
+async def test_a_cut_receipt_past_the_bound_is_not_read_whole():
+    """A worker answering the cut with 40 MiB: read whole (a 300 MB receipt took 605 MB), it is
+    read to ``MAX_REPLY_BYTES`` and the call is durable_failure, the prepare unharmed."""
+    with serving(_FloodingWorker) as server:
+        app = _model_of(server)
+        async with running(app) as client:
+            await client.post("/work/start", json={"rollout_id": "r1", "steps": 1})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "r1"})
+                await wait_until(lambda: app.state.workload._inflight)
+                tracemalloc.start()
+                try:
+                    prepared = (await control(client, "prepare", seconds=10)).json()
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                await control(client, "resume")
+    assert prepared["phase"] == "prepared" and prepared["report"]["counts"]["cut_failed"] == 1
+    assert peak < MAX_REPLY_BYTES + (8 << 20), f"{peak:,} bytes at the peak"
+
+
+async def test_a_worker_cut_short_is_no_whole_reply_and_a_closed_port_unreachable():
+    """A worker that closes its stream mid-reply was said "unreachable" (it answered); that is
+    now "no whole reply", and only a connection never made is "unreachable"."""
+
+    class CutShort(_FloodingWorker):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-length", "1000")
+            self.end_headers()
+            self.wfile.write(b'{"token": "a"}\n')
+            self.close_connection = True
+
+    with serving(CutShort) as server:
+        async with running(_model_of(server)) as client:
+            await client.post("/work/start", json={"rollout_id": "r1", "steps": 1})
+            cut_short = await client.post("/work/advance", json={"rollout_id": "r1"})
+    # The same port, its server gone: nothing listens there now.
+    async with running(_model_of(server)) as client:
+        await client.post("/work/start", json={"rollout_id": "r1", "steps": 1})
+        closed = await client.post("/work/advance", json={"rollout_id": "r1"})
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    assert error_code(cut_short) == error_code(closed) == (502, "upstream_error")
+    assert cut_short.json()["error"]["detail"].startswith(f"inference worker {url} no whole reply: ")
+    assert closed.json()["error"]["detail"].startswith(f"inference worker {url} unreachable: ")
