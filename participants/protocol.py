@@ -66,9 +66,11 @@ __all__ = [
     "encode",
     "error_body",
     "error_reply_body",
+    "member_path",
 ]
 
 CONTROL_PREFIX: Final = "/ng-control/v1/checkpoint"
+_CONTROL_PATH: Final = CONTROL_PREFIX.encode()
 #: Attributes of a prepare that was not ready at its deadline on a ``--workers`` server: which
 #: workers blocked it, in words, and how many of its blockers they are (the rest are episodes).
 #: The log's ``prepare_not_ready`` keeps only the count, so the report reads them from here.
@@ -453,3 +455,11 @@ def error_reply_body(code: str, detail: str) -> ErrorBody:
 def encode(value: Any) -> bytes:
     """Encode a reply as JSON."""
     return _encoder.encode(value)
+
+
+def member_path(raw_path: bytes) -> bytes:
+    """The part of a request's path that names its participant: everything before
+    ``CONTROL_PREFIX`` (``b""`` if it has none). Participants behind one origin (a load balancer,
+    logical members of one server) are told apart by it: a connection pool is one per member."""
+    cut = raw_path.find(_CONTROL_PATH)
+    return raw_path[:cut] if cut >= 0 else b""

@@ -37,7 +37,7 @@ from ckpt_events.participants.errors import (
     check_int,
     shown,
 )
-from ckpt_events.participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply
+from ckpt_events.participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply, member_path
 from ckpt_events.participants.replies import MAX_REPLY_BYTES, never_connected, read_reply
 
 __all__ = [
@@ -151,8 +151,6 @@ def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> Participan
 #: could go out on a connection the server was closing: a ``ReadError``, "no whole reply" from a
 #: healthy member (128 of 256 once every idle connection was kept).
 _KEEPALIVE_SECONDS: Final = 2.0
-#: Where a member's base URL ends in a control call's path.
-_CONTROL_PATH: Final = CONTROL_PREFIX.encode()
 
 
 class _PoolPerMember(httpx.AsyncBaseTransport):
@@ -182,8 +180,7 @@ class _PoolPerMember(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        cut = url.raw_path.find(_CONTROL_PATH)
-        member = (url.raw_scheme, url.raw_host, url.port, url.raw_path[:cut] if cut >= 0 else b"")
+        member = (url.raw_scheme, url.raw_host, url.port, member_path(url.raw_path))
         pool = self._pools.get(member)
         if pool is None:
             pool = self._pools[member] = httpx.AsyncHTTPTransport(verify=self._tls, limits=self._limits)

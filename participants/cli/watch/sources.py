@@ -86,37 +86,42 @@ if TYPE_CHECKING:
     import httpx
 
 
+def _status_url(url: str) -> str:
+    return url.rstrip("/") + CONTROL_PREFIX + "/status"
+
+
 def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: float) -> httpx.AsyncClient:
-    """One client for polling ``urls``, with a connection pool per participant (origin), its
+    """One client for polling ``urls``, with a connection pool per participant, its
     timeouts ``MAX_STRETCH`` times ``timeout`` (``poll_all`` gives up sooner).
 
     httpcore's pool finds a request its connection by scanning every connection it holds, at
     each request's start and end: one pool over 64 participants made a poll round quadratic
     (73% of the round's time in that scan, measured by ``ckpt_events.benchmarks.bench_watch``). A pool per
-    origin keeps each scan to that participant's one connection, and ``pools.OriginPools`` finds
-    it in one look-up (httpx's ``mounts`` tried each in turn: quadratic again).
+    participant (its origin and the path before ``CONTROL_PREFIX``) keeps each scan to its one
+    connection, and ``pools.MemberPools`` finds it in one look-up (httpx's ``mounts`` tried each in
+    turn: quadratic again).
 
     Every pool shares one TLS context (httpx's default: the CA bundle, or ``$SSL_CERT_FILE``):
     built per transport, it cost 17 ms and 0.9 MB each, 1,000 participants 17 s and 876 MB.
     """
     import httpx
 
-    from ckpt_events.participants.cli.watch.pools import OriginPools, origin_of
+    from ckpt_events.participants.cli.watch.pools import MemberKey, MemberPools, member_of
 
     tls = httpx.create_ssl_context()
-    per_origin: dict[tuple[str, str, int | None], int] = {}
+    per_member: dict[MemberKey, int] = {}
     for url in urls:
-        origin = origin_of(httpx.URL(url))
-        per_origin[origin] = per_origin.get(origin, 0) + 1
+        member = member_of(httpx.URL(_status_url(url)))
+        per_member[member] = per_member.get(member, 0) + 1
     pools = {
-        origin: httpx.AsyncHTTPTransport(
+        member: httpx.AsyncHTTPTransport(
             verify=tls, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n)
         )
-        for origin, n in per_origin.items()
+        for member, n in per_member.items()
     }
     # The polls' own deadlines decide (time this process could not run not counted): httpx's
     # timeouts, plain wall time, are only the outer bound.
-    transport = OriginPools(pools, other=httpx.AsyncHTTPTransport(verify=tls))
+    transport = MemberPools(pools, other=httpx.AsyncHTTPTransport(verify=tls))
     return httpx.AsyncClient(headers=dict(headers), timeout=MAX_STRETCH * timeout, transport=transport)
 
 
@@ -186,7 +191,7 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
     try:
         with scope:
             sent = time.time()
-            async with client.stream("GET", url.rstrip("/") + CONTROL_PREFIX + "/status") as reply:
+            async with client.stream("GET", _status_url(url)) as reply:
                 clock = _clock(reply.headers, sent, time.time())
                 # Counted as decoded: read raw, a gzipped status never decoded ("invalid status
                 # reply"), and a 256 KiB gzip stood for 256 MB.

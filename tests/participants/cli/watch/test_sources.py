@@ -25,7 +25,7 @@ from rich.console import Console
 
 from ckpt_events.participants.cli.fleet import free_port, serving
 from ckpt_events.participants.cli.watch.command import once_status
-from ckpt_events.participants.cli.watch.pools import OriginPools
+from ckpt_events.participants.cli.watch.pools import MemberPools
 from ckpt_events.participants.cli.watch.sources import MAX_BODY, poll_all, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
@@ -192,7 +192,7 @@ async def test_a_client_for_1000_participants_is_built_at_once_and_shares_one_tl
     async with status_client(urls, headers={}, timeout=0.8) as client:
         took = time.monotonic() - started
         pools = client._transport
-        assert isinstance(pools, OriginPools)
+        assert isinstance(pools, MemberPools)
         contexts = {id(t._pool._ssl_context) for t in [*pools.pools.values(), pools.other]}  # type: ignore[attr-defined]
     assert len(pools.pools) == 1000 and len(contexts) == 1
     assert took < 2.0
@@ -309,3 +309,24 @@ async def test_a_round_finds_each_participants_pool_in_one_look_up(monkeypatch: 
     assert [r.url for r in results] == urls
     assert all(r.error is not None and r.error.startswith("unreachable: ConnectError") for r in results)
     assert matched <= len(urls)  # was len(urls) * (len(urls) + 1) / 2
+
+
+async def test_participants_behind_one_origin_get_a_pool_each() -> None:
+    """64 participants behind one origin, told apart by a path, shared one pool: httpcore's scan
+    of its connections made a round 0.39 s of CPU (0.03 s apart; 1.2 s at 256). Each has its own
+    pool, holding its one connection, as the controller's client does."""
+    app = FastAPI()
+
+    @app.get("/m{index}" + CONTROL_PREFIX + "/status")
+    async def one(index: int) -> Response:
+        return Response(GOOD, media_type="application/json")
+
+    async with serving(app) as base:
+        urls = [f"{base}/m{i}/" for i in range(64)]
+        async with status_client(urls, headers={}, timeout=5) as client:
+            results = await poll_all(client, urls, 5)
+            pools = client._transport
+            assert isinstance(pools, MemberPools)
+            held = [len(t._pool.connections) for t in pools.pools.values()]  # type: ignore[attr-defined]
+    assert [r.error for r in results] == [None] * 64
+    assert held == [1] * 64
