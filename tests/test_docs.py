@@ -206,6 +206,24 @@ def test_http_api_lists_every_control_route() -> None:
     assert f"`{CONTROL_PREFIX}`" in HTTP_API
 
 
+def test_the_reply_bounds_the_http_api_page_states_are_the_codes(tmp_path: Path) -> None:
+    """The reply bounds were said only in a module docstring: the HTTP API page states them as
+    the code has them, and its example prints what the page shows."""
+    from ckpt_events.participants.cli.watch.sources import MAX_BODY
+    from ckpt_events.participants.replies import MAX_REPLY_BYTES
+
+    said = " ".join(HTTP_API.split())
+    assert MAX_REPLY_BYTES == 32 << 20 and MAX_BODY == 256 << 10
+    assert "reads a participant's reply (a control call or a work call) up to 32 MiB" in said
+    assert "`watch` reads a `/status` up to 256 KiB" in said
+    assert "inference worker's stream and cut receipt up to 32 MiB" in said
+    example = _one("http-api.md", "max_reply_bytes=100")
+    (shown,) = [b.code for b in blocks(DOCS / "http-api.md", "text") if "over the 100-byte bound" in b.code]
+    result = run_python(example, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == shown
+
+
 async def test_what_the_docs_say_of_the_workload_apis_auth_holds() -> None:
     """The HTTP API page says the /work routes take the bearer token (it once said "no auth"),
     and a real app answers them 401 without it and 200 with it."""
