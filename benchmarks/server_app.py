@@ -187,7 +187,9 @@ def main(argv: list[str]) -> int:
     collector = argv[2] if len(argv) > 2 and argv[2] else None
     interval = float(argv[3]) if len(argv) > 3 else None
     app = make_app(variant, collector, interval)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # asyncio's own loop, as every earlier table ran: uvicorn picks uvloop when it is installed
+    # (the dev extra installs it), which moves the uninstrumented baseline the ratios divide by.
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="asyncio")
     return 0
 
 

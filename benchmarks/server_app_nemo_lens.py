@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
             OTEL_SERVICE_NAME="bench-server",
         )
     app = make_app(instrumented=collector is not None)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="asyncio")
     return 0
 
 

@@ -212,7 +212,8 @@ def _serve(argv: list[str]) -> int:
         else:
             await app(scope, receive, send)
 
-    uvicorn.run(timed, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
+    quiet: dict[str, Any] = {"log_level": "warning", "access_log": False}
+    uvicorn.run(timed, host="127.0.0.1", port=port, lifespan="on", loop="asyncio", **quiet)
     return 0
 
 
