@@ -134,11 +134,14 @@ def test_sigkill_mid_write_then_restart_loses_no_new_event(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_two_writers_on_one_file_reopening_as_they_go_tear_no_line(tmp_path: Path) -> None:
     """Two processes append to one file at once, each reopening its sink every few batches (so
-    one checks the file's end while the other writes): no line is torn, no event lost or moved."""
+    one checks the file's end while the other writes): no line is torn, no event lost or moved,
+    and no blank line (the other's write in progress, whose size grows a page at a time, was taken
+    for a torn line and ended with a newline)."""
     path = tmp_path / "shared.jsonl"
     with _writer(path, "w0", 40, 2_000, reopen=3) as w0, _writer(path, "w1", 40, 2_000, reopen=3) as w1:
         assert (w0.wait(timeout=120), w1.wait(timeout=120)) == (0, 0)
     events, corrupt = _read(path)
     assert corrupt == []
+    assert path.read_bytes().count(b"\n\n") == 0
     for name in ("w0", "w1"):
         assert [e.time_ns for e in events if e.instance == name] == list(range(80_000))
