@@ -14,7 +14,8 @@ relative to that directory's descriptor, so a symlink planted below the root is 
 Reading verifies everything before the caller installs anything. A checkpoint that cannot be
 written or does not verify raises ``InvalidCheckpointError`` (the control plane answers
 ``invalid_checkpoint_state``, 422); a write stopped by resume raises ``WriteStopped`` (answered
-``stale_checkpoint``, 409). These functions block: call them in a thread.
+``stale_checkpoint``, 409); a manifest linked by a commit then refused is taken back
+(``withdraw``). These functions block: call them in a thread.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ __all__ = [
     "participant_dir",
     "prepare_directory",
     "publish_parts",
+    "withdraw",
     "write_checkpoint",
     "write_part",
 ]
@@ -139,6 +141,9 @@ class WriteResult(NamedTuple):
     manifest: Manifest
     bytes: int
     path: Path
+    #: Whether this writer linked the manifest (``False``: an identical one was there already),
+    #: so that a commit refused after all takes back only its own (``withdraw``).
+    linked: bool = False
 
 
 def participant_dir(checkpoint_dir: str | os.PathLike[str], kind: str, instance: str) -> Path:
@@ -192,10 +197,10 @@ def write_checkpoint(
             records_sha256=sha,
             record_count=count,
         )
-        _publish(dfd, where, manifest, [records], stop, on_step)
+        linked = _publish(dfd, where, manifest, [records], stop, on_step)
     finally:
         os.close(dfd)
-    return WriteResult(manifest, size, where.path / MANIFEST_NAME)
+    return WriteResult(manifest, size, where.path / MANIFEST_NAME, linked)
 
 
 def _check_checkpoint_id(checkpoint_id: str) -> None:
@@ -323,8 +328,8 @@ def publish_parts(
         size = 0
         with contextlib.suppress(OSError):
             size = sum(os.stat(f, dir_fd=dfd, follow_symlinks=False).st_size for f in set(files))
-        _publish(dfd, where, manifest, files, stop, on_step)
-    return WriteResult(manifest, size, where.path / MANIFEST_NAME)
+        linked = _publish(dfd, where, manifest, files, stop, on_step)
+    return WriteResult(manifest, size, where.path / MANIFEST_NAME, linked)
 
 
 def discard_parts(directory: str | os.PathLike[str], names: Iterable[str]) -> None:
@@ -424,8 +429,9 @@ def _publish(
     records: list[str],
     stop: WriteStop | None,
     on_step: StepHook,
-) -> None:
-    """Link the manifest into the directory ``dfd`` (create-only), unless ``stop`` is set."""
+) -> bool:
+    """Link the manifest into the directory ``dfd`` (create-only), unless ``stop`` is set;
+    whether this call linked it (``False``: the identical manifest was there already)."""
     content = _manifest_encoder.encode(manifest)
     target = where.path / MANIFEST_NAME
     temp = f".manifest.json.{secrets.token_hex(8)}"
@@ -468,6 +474,31 @@ def _publish(
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dfd)
+    return linked
+
+
+def withdraw(directory: str | os.PathLike[str], manifest: Manifest) -> str | None:
+    """Take back ``manifest``, which this participant linked for a commit that was then refused
+    (its lease ran out, or it was resumed, before the answer): unlinked in one step, so a reader
+    finds the whole manifest or none, then the records it names. ``None`` once it is gone (or
+    was never there, or another manifest stands there: never ours to remove); else why it stays
+    published (an ``OSError``'s message), which the refusal must say."""
+    content = _manifest_encoder.encode(manifest)
+    where = participant_beneath(directory, manifest.kind, manifest.instance)
+    try:
+        with opened_dir(where) as dfd:
+            try:
+                if read_bounded(MANIFEST_NAME, MANIFEST_MAX_BYTES, dir_fd=dfd) != content:
+                    return None
+            except FileNotFoundError:
+                return None
+            os.unlink(MANIFEST_NAME, dir_fd=dfd)
+            with contextlib.suppress(OSError):
+                os.fsync(dfd)
+            _unlink_unless_published(dfd, sorted(named_files(manifest)))
+    except (OSError, CheckpointStoreError) as exc:
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return None
 
 
 def _existing_manifest(dfd: int, target: Path) -> bytes:

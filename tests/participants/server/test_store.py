@@ -20,6 +20,7 @@ from ckpt_events.participants.server.store import (
     WriteStop,
     participant_dir,
     prepare_directory,
+    withdraw,
     write_checkpoint,
 )
 from ckpt_events.participants.server.store_read import read_checkpoint
@@ -97,6 +98,21 @@ def test_a_stopped_writer_publishes_no_manifest(tmp_path):
         write(tmp_path, stop=stop)
     directory = participant_dir(tmp_path, "resources", "res-0")
     assert list(directory.iterdir()) == []
+
+
+def test_withdraw_takes_back_only_the_manifest_this_writer_linked(tmp_path):
+    """A refused commit's manifest is withdrawn with its records (no restore can take it); a
+    second identical write did not link, and a different manifest standing there is not ours."""
+    first = write(tmp_path)
+    assert first.linked and not write(tmp_path).linked  # the identical manifest was there
+    directory = participant_dir(tmp_path, "resources", "res-0")
+    assert withdraw(tmp_path, first.manifest) is None
+    assert list(directory.iterdir()) == []
+    assert "manifest.json is missing" in invalid(tmp_path)
+    assert withdraw(tmp_path, first.manifest) is None  # gone already: nothing to do
+    other = write(tmp_path, rollouts=("a",))
+    assert withdraw(tmp_path, first.manifest) is None
+    assert read(tmp_path).manifest == other.manifest
 
 
 def _records_path(root):
