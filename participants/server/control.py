@@ -2,7 +2,9 @@
 
 One lock serializes transitions. Prepare waits for readiness outside it, so a resume (or
 the lease running out) cuts the wait short; the commit's write also runs outside it, and a
-``WriteStop`` makes sure no manifest is published once resume has run. Retries replay from
+``WriteStop`` makes sure no manifest is published once resume has run; one linked just before
+is withdrawn (``store.withdraw``) when the commit is refused, so the disk never holds a
+checkpoint whose commit was not answered as committed. Retries replay from
 a ``ReplyCache``; the store's errors are answered as refusals (``replies.store_refusals``).
 """
 
@@ -59,7 +61,7 @@ from ckpt_events.participants.server.checks import (
 from ckpt_events.participants.server.gc_pause import freeze, gc_paused, thaw
 from ckpt_events.participants.server.pacing import timed_report
 from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
-from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
+from ckpt_events.participants.server.store import WriteResult, WriteStop, withdraw, write_checkpoint
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import read_checkpoint, read_manifest
 from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record
@@ -462,9 +464,10 @@ class ControlPlane(Generic[S]):
                 async with self._lock:
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
                         # The commit's own stop says why: a resume, or its lease running out.
+                        withdrawn = await self._withdraw(directory, result) if result.linked else ""
                         raise ProtocolRefusal(
                             ErrorCode.STALE_CHECKPOINT,
-                            f"checkpoint {cid} {stop.cause} during commit{stop.advice()}",
+                            f"checkpoint {cid} {stop.cause} during commit{withdrawn}{stop.advice()}",
                         )
                     if req.stop:
                         self.workload.stop(keys)
@@ -480,6 +483,19 @@ class ControlPlane(Generic[S]):
 
             o.set(records=result.manifest.record_count, bytes=result.bytes)
             return reply
+
+    async def _withdraw(self, directory: Beneath, result: WriteResult) -> str:
+        """Take back the manifest a commit linked just before it was aborted (the lease ran out,
+        or a resume came, between the link and the answer): the commit is refused, so no restore
+        may take it. What to add to the refusal: that it was withdrawn, or that it stays."""
+        with anyio.CancelScope(shield=True):  # a refusal with the manifest left behind is a lie
+            why = await anyio.to_thread.run_sync(withdraw, directory, result.manifest)
+        if why is None:
+            return ", its manifest withdrawn (linked just before: no restore can take it)"
+        return (
+            f", its manifest STILL PUBLISHED at {result.path} (withdrawing it failed: {why}; remove "
+            "it, or never restore this checkpoint)"
+        )
 
     def _records(self) -> CheckpointableWorkload[S]:
         """The workload as one whose records this plane moves (a plane over a workload that

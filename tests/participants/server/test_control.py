@@ -651,7 +651,7 @@ async def test_lease_expiry_during_prepare_cuts_the_wait_short():
             tg.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("slow_step", ["open_manifest", "link_manifest"])
+@pytest.mark.parametrize("slow_step", ["open_manifest", "link_manifest", "fsync_dir_manifest"])
 async def test_a_commit_that_outlives_its_lease_is_refused_as_a_lease_expiry(tmp_path, slow_step):
     """A commit whose write runs past its lease (deadline_ts + lease_grace_seconds) is refused
     naming the lease, when it ended, how long ago, and the fix. Was: "checkpoint c1 was resumed
@@ -676,7 +676,36 @@ async def test_a_commit_that_outlives_its_lease_is_refused_as_a_lease_expiry(tmp
     ago = float(detail.split(" s before this answer")[0].rsplit(", ", 1)[1])
     assert 0.1 < ago < 5.0, detail
     assert ("its manifest is not published" in detail) == (slow_step == "open_manifest")
+    # Linked before the lease was found ended: withdrawn, as the refusal says.
+    assert ("its manifest withdrawn" in detail) == (slow_step != "open_manifest")
+    assert not list(tmp_path.glob("gym/resources/*/manifest.json"))
     assert [e.phase.value for e in events_of(events, LeaseExpired)] == ["prepared"]
+
+
+@pytest.mark.parametrize("slow_step", ["link_manifest", "fsync_dir_manifest"])
+async def test_no_restore_takes_a_manifest_linked_by_a_commit_refused_after(tmp_path, slow_step):
+    """A commit whose lease ran out after its manifest was linked is refused, so its manifest is
+    withdrawn: a fresh participant's restore from that directory is refused (422) and installs
+    nothing. Was: the manifest stayed, and the restore installed r1 as r1-a1 from a checkpoint
+    the controller had aborted."""
+
+    def slow(step: str) -> None:
+        if step == slow_step:
+            time.sleep(0.6)  # after the link (or holding it): the lease (0.3 s away) runs out
+
+    app = make(lease_grace_seconds=0.1, faults=FaultPlan(on_step=slow))
+    async with running(app) as client:
+        await start(client)
+        assert (await control(client, "prepare", seconds=0.2)).json()["phase"] == "prepared"
+        reply = await control(client, "commit", seconds=0.2, checkpoint_dir=str(tmp_path))
+        assert error_code(reply) == (409, "stale_checkpoint")
+        assert (await status(client))["phase"] == "idle"
+    async with running(make()) as fresh:
+        episodes = [{"rollout_id": "r1", "attempt": 0}]
+        restore = await control(fresh, "restore", checkpoint_dir=str(tmp_path), episode_ids=episodes)
+        assert error_code(restore) == (422, "invalid_checkpoint_state"), restore.text
+        assert "manifest.json is missing" in restore.json()["error"]["detail"]
+        assert (await status(fresh))["episodes"] == 0
 
 
 async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(

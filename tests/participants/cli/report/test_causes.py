@@ -87,15 +87,18 @@ async def test_report_names_the_participant_that_refused_the_token(
     assert "on controller" not in out and "CoordinationError" not in out
 
 
+@pytest.mark.parametrize("slow_step", ["link_manifest", "fsync_dir_manifest"])
 async def test_report_names_the_lease_a_commit_outlived_not_a_resume(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], slow_step: str
 ) -> None:
     """A commit whose write ran past its lease (a real app, a real coordinator): the controller's
     error and the report's cause name the lease and the participant, not a resume and not the
-    controller. Both said "checkpoint c1 was resumed during commit", when nobody resumed it."""
+    controller. Both said "checkpoint c1 was resumed during commit", when nobody resumed it.
+    Its manifest, linked before the lease was found ended, is withdrawn, and both say so (it
+    stayed, restorable, under an aborted checkpoint)."""
 
     def slow(step: str) -> None:
-        if step == "link_manifest":
+        if step == slow_step:
             time.sleep(0.6)  # the lease (0.3 s away) runs out meanwhile
 
     async with capture_events() as (bus, events):
@@ -130,6 +133,8 @@ async def test_report_names_the_lease_a_commit_outlived_not_a_resume(
     )
     assert "lease expired on resources/resources-0 in phase prepared" in cause.group(1)
     assert "resumed during" not in out and "on controller" not in out
+    assert "during commit, its manifest withdrawn" in said and "its manifest withdrawn" in cause.group(1)
+    assert not list((tmp_path / "ck").glob("gym/*/*/manifest.json"))
 
 
 def _span(cls: Any, span_id: int, parent: int | None, start: int, end: int | None, **fields: Any) -> Any:

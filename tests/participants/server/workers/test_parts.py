@@ -60,6 +60,7 @@ class _Fleet:
         faults: FaultPlan = NO_FAULTS,
         install_fails_on: int | None = None,
         failing: type[EnvironmentWorkload] = _FullDisk,
+        **extra: Any,
     ) -> None:
         bus = Bus()
         self.workloads: list[Any] = []
@@ -79,6 +80,7 @@ class _Fleet:
             checkpoint_root=tempfile.gettempdir(),
             faults=faults,
             **options,
+            **extra,
         )
 
     def installed(self) -> list[str]:
@@ -164,6 +166,29 @@ async def test_a_worker_lost_during_a_parallel_commit_publishes_nothing_and_leav
     # The surviving worker's part is deleted; the lost worker's, renamed after its death, is an
     # orphan the next commit's sweep removes (at most one file, never named by a manifest).
     assert len([p for p in directory.iterdir() if RECORDS_FILE.fullmatch(p.name)]) <= 1
+
+
+async def test_a_multi_worker_commit_refused_after_its_link_withdraws_manifest_and_parts(tmp_path):
+    """The lease runs out after the main process linked the manifest listing the workers' parts:
+    the commit is refused, and the manifest and every part are withdrawn (none restorable).
+    Was: both stayed, a checkpoint the controller aborted that a restore would install."""
+
+    def slow_fsync(name: str) -> None:
+        if name == "fsync_dir_manifest":
+            time.sleep(1.5)  # linked: the lease (1.1 s away) runs out meanwhile
+
+    fleet = _Fleet(2, faults=FaultPlan(on_step=slow_fsync), lease_grace_seconds=0.1)
+    async with running(fleet.app) as client:
+        for i in range(8):
+            assert (
+                await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 4})
+            ).status_code == 200
+        assert (await control(client, "prepare", seconds=1.0)).json()["phase"] == "prepared"
+        reply = await control(client, "commit", seconds=1.0, checkpoint_dir=str(tmp_path))
+        assert error_code(reply) == (409, "stale_checkpoint"), reply.text
+        assert "outlived its lease during commit, its manifest withdrawn" in reply.json()["error"]["detail"]
+    directory = participant_dir(tmp_path, "environment", "env-0")
+    assert list(directory.iterdir()) == []
 
 
 async def test_a_worker_lost_during_a_parallel_restore_installs_nothing_anywhere(tmp_path):
