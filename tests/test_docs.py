@@ -664,6 +664,7 @@ _OTHER_OPTIONS = {
     "--preload": "gunicorn",
     "--graceful-timeout": "gunicorn",
     "--lifespan": "uvicorn",
+    "--reload": "uvicorn",
     "--tool": "valgrind",
     "--cache-sim": "valgrind",
     "--enable-feature": "prometheus",
