@@ -84,6 +84,9 @@ class CorruptLine(msgspec.Struct, frozen=True):
     version knows whose only fault is a value outside one of its closed vocabularies (an
     ``operation``, ``outcome``, ``phase``, ``code``, ``disposition`` or ``action`` a newer version
     added: not damage either), the first such field in the event's field order; else ``None``.
+    ``ended`` is ``(trace_id, span_id, end_ns)`` when such a line (of either kind) is the end of
+    a span (a ``*_finished`` event whose ids and end read): the span ended, with what this version
+    cannot read; else ``None``.
     """
 
     line: int
@@ -91,6 +94,7 @@ class CorruptLine(msgspec.Struct, frozen=True):
     excerpt: str
     unknown_type: str | None = None
     unknown_value: tuple[str, str] | None = None
+    ended: tuple[int, int, int] | None = None
 
 
 def read_events(
@@ -253,7 +257,7 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
             event = from_wire(decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             excerpt = line[:_EXCERPT].decode("utf-8", "replace")
-            kind, value, why = _another_version(line)
+            kind, value, why, ended = _another_version(line)
             yield (
                 number,
                 CorruptLine(
@@ -262,6 +266,7 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
                     excerpt=excerpt,
                     unknown_type=kind,
                     unknown_value=value,
+                    ended=ended,
                 ),
             )
             continue
@@ -292,15 +297,18 @@ def _vocabularies(cls: type[Any]) -> tuple[tuple[str, frozenset[str], str], ...]
 _VOCABULARIES: Final = {cls.__struct_config__.tag: _vocabularies(cls) for cls in get_args(CheckpointEvent)}
 
 
-def _another_version(line: bytes) -> tuple[str | None, tuple[str, str] | None, str | None]:
+def _another_version(
+    line: bytes,
+) -> tuple[str | None, tuple[str, str] | None, str | None, tuple[int, int, int] | None]:
     """Whether ``line``, which did not decode, is a well-formed event another version of the
     library wrote, which msgspec's own "Invalid value 'x' - at `$.type`" (or "Invalid enum value
-    'x' - at `$.operation`") made read as damage: ``(type, None, why)`` for an event of a type
-    this version does not know, ``(None, (field, value), why)`` for one of a known type whose
-    only fault is a value outside a closed vocabulary, ``(None, None, None)`` for any other
-    line (or ``(None, None, why)`` naming its damage, when a value this version does not know
-    hid it). Only a line that failed is decoded again: the happy path pays nothing."""
-    nothing: tuple[None, None, None] = (None, None, None)
+    'x' - at `$.operation`") made read as damage: ``(type, None, why, ended)`` for an event of a
+    type this version does not know, ``(None, (field, value), why, ended)`` for one of a known type
+    whose only fault is a value outside a closed vocabulary, ``(None, None, None, None)`` for any
+    other line (or ``(None, None, why, None)`` naming its damage, when a value this version does
+    not know hid it). ``ended``: the span it ends, when it is a ``*_finished`` event
+    (``CorruptLine.ended``). Only a line that failed is decoded again: the happy path pays nothing."""
+    nothing: tuple[None, None, None, None] = (None, None, None, None)
     try:
         value = msgspec.json.decode(line)
     except msgspec.DecodeError:
@@ -311,7 +319,7 @@ def _another_version(line: bytes) -> tuple[str | None, tuple[str, str] | None, s
     if not isinstance(tag, str):
         return nothing
     if tag not in _KNOWN_TYPES:
-        return tag, None, _unknown_because(tag)
+        return tag, None, _unknown_because(tag), _span_end(tag, value)
     unknown: tuple[str, str] | None = None
     for name, values, stand_in in _VOCABULARIES[tag]:
         given = value.get(name)
@@ -325,14 +333,43 @@ def _another_version(line: bytes) -> tuple[str | None, tuple[str, str] | None, s
     try:
         event = from_wire(WIRE_DECODER.decode(msgspec.json.encode(value)))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return None, None, str(exc)
+        return None, None, str(exc), None
     if not _TIMES_OK[event.__class__](event):
-        return None, None, _time_error(event)
+        return None, None, _time_error(event), None
     why = (
         f"a value this version of ckpt-events does not know: {shown(unknown[1])} at `$.{unknown[0]}` "
         f"of a {shown(tag)} event (written by another version of the library?)"
     )
-    return None, unknown, why
+    # Was: skipped with its span, so the span it closed read as open ("never finished").
+    ended = (event.trace_id, event.span_id, event.end_ns) if isinstance(event, _FINISHED) else None
+    return None, unknown, why, ended
+
+
+#: The event types that end a span: their lines, skipped, still say the span ended.
+_FINISHED: Final = tuple(c for c in get_args(CheckpointEvent) if "end_ns" in c.__struct_fields__)
+
+
+def _span_end(tag: str, value: dict[str, Any]) -> tuple[int, int, int] | None:
+    """``(trace_id, span_id, end_ns)`` of an event of a type this version does not know, when
+    its type names the end of a span (``*_finished``) and those fields read as ours do."""
+    if not tag.endswith("_finished"):
+        return None
+    trace_id = _id_of(value.get("trace_id"), 32)
+    span_id = _id_of(value.get("span_id"), 16)
+    end_ns = value.get("end_ns")
+    if trace_id is None or span_id is None or type(end_ns) is not int or not 0 <= end_ns < _TIME_BOUND:
+        return None
+    return trace_id, span_id, end_ns
+
+
+def _id_of(given: object, digits: int) -> int | None:
+    """A span or trace id as the writer wrote it (W3C hex of ``digits``, or an older log's
+    int), as an int; ``None`` when it is neither."""
+    if type(given) is int:
+        return given if 0 < given < 1 << (4 * digits) else None
+    if isinstance(given, str) and len(given) == digits and all(c in "0123456789abcdef" for c in given):
+        return int(given, 16) or None
+    return None
 
 
 def _unknown_because(kind: str) -> str:

@@ -69,6 +69,7 @@ def _report(args: argparse.Namespace) -> int:
         clocks=clocks,
         runs=runs,
         cut=bool(cut),
+        ended=problems.ended,
     )
     offsets = clocks.offsets()
     # Shifting one process of a file may put that file out of time order too.
@@ -84,6 +85,7 @@ def _report(args: argparse.Namespace) -> int:
             clocks=clocks,
             runs=runs,
             cut=bool(cut),
+            ended=problems.ended,
         )
     for line in problems.summary():
         print(escape(line), file=sys.stderr)  # names processes, files and values from the logs

@@ -48,12 +48,14 @@ from ckpt_events.participants.cli.report.events import (
     duration_ns,
     event_start,
     event_time,
+    what_of,
     who_wrote,
 )
 from ckpt_events.participants.cli.report.paths import dominant_step_ms, reads_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.trends import Trends
+from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
 
 __all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "root_what", "unscoped_of"]
@@ -91,6 +93,9 @@ ROOT_TYPES = (CollectionStarted, CollectionFinished, CoordinateStarted, Coordina
 #: let go. Participants' logs without the controller's make one such trace per checkpoint, and
 #: every span was kept (1.2M lines: 531 MB).
 UNROOTED: Final = 4096
+#: Spans whose skipped end (another version's event) was read before their start that are kept
+#: waiting for it, the latest ones: a file of such ends alone is memory bounded.
+ENDED_WAITING: Final = 65_536
 
 
 class Unscoped(NamedTuple):
@@ -145,13 +150,24 @@ class Fold:
     controller_last: int
     count: int
     let_go: int
+    #: Spans that ended with an event this version could not read (another version's type or
+    #: value: ``LogProblems.ended``), by (trace id, span id): each its start and why its outcome
+    #: is unknown. Never in ``started``: they ended.
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]] = field(default_factory=dict)
 
 
 # One step over 60 lines, kept flat for speed: the span half as a helper called per event cost
 # 2-3% (0.14 of 5.6 us/event over bench_report's 64,000 lines).
-def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
+def fold_events(events: Iterable[CheckpointEvent], ended: dict[tuple[int, int], str] | None = None) -> Fold:
     """Fold ``events`` in one streamed pass: each trace's summary, each root's critical path as
-    it ends, the counted events that name a cause (at most ``causes.KEPT_CAUSES`` per checkpoint)."""
+    it ends, the counted events that name a cause (at most ``causes.KEPT_CAUSES`` per checkpoint).
+
+    ``ended`` (``LogProblems.ended``, filled as ``events`` are read): spans whose end was an
+    event this version could not read; drained as the pass goes, each is ended, never open."""
+    ended = {} if ended is None else ended
+    #: Spans ended so, whose start was not read yet (another file's, later in the merge).
+    ended_later: dict[tuple[int, int], str] = {}
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]] = {}
     traces: dict[int, Trace] = {}
     #: Spans started and not yet finished, by (trace id, span id).
     started: dict[tuple[int, int], StartedSpan] = {}
@@ -185,6 +201,8 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
     #: Per trace, the last root that ended whose parent in its process may still come.
     provisional: dict[int, CollectionFinished | CoordinateFinished] = {}
     for e in events:
+        if ended:  # a skipped end was read: its span ended (checked before anything it decides)
+            _drain(ended, started, ended_later, ended_unknown)
         count += 1
         t, begin = event_time(e), event_start(e)
         last_ns = max(last_ns, t)
@@ -233,6 +251,8 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                     | CollectionStarted()
                 ):
                     started[key] = e
+                    if ended_later and key in ended_later:
+                        ended_unknown[key] = (started.pop(key), ended_later.pop(key))
                     if isinstance(e, OperationStarted):
                         own.started(e)
                     if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
@@ -289,7 +309,7 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
             root_finished[key] = e
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
-            critical[key] = path_of(
+            critical[key] = _unknown_path(ended_unknown, trace_id, e.end_ns) or path_of(
                 buffer,
                 trace_id,
                 (s for (tid, _), s in started.items() if tid == trace_id and s.start_ns <= e.end_ns),
@@ -302,7 +322,21 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
                     for (tid, _), s in started.items()
                     if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
                 ]
-                if unfinished:
+                unread = [
+                    (s, why)
+                    for (tid, _), (s, why) in ended_unknown.items()
+                    if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
+                ]
+                if unread and not unfinished:
+                    # Its end skipped (another version's): its length was never read, so the
+                    # longest is unknown; was "had not finished", or the next longest named.
+                    first, why = min(unread, key=lambda u: u[0].start_ns)
+                    dominated[key] = (
+                        f"longest read or install unknown: {first.step} on {who_wrote(first)}: {why}"
+                    )
+                    dominant_ms[key] = None
+                    reads[key] = {}
+                elif unfinished:
                     first = min(unfinished, key=lambda s: s.start_ns)
                     dominated[key] = (
                         f"longest read or install unknown: {first.step} on {who_wrote(first)} "
@@ -323,6 +357,8 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
             provisional.pop(trace_id, None)
             trends.add_trace(buffer, e)
             del pending[trace_id]
+    if ended:  # skipped ends read after the last event
+        _drain(ended, started, ended_later, ended_unknown)
     for trace_id, root in provisional.items():  # their parent never came: roots after all
         trends.add_trace(pending[trace_id], root)
     return Fold(
@@ -344,6 +380,50 @@ def fold_events(events: Iterable[CheckpointEvent]) -> Fold:
         controller_last,
         count,
         let_go,
+        ended_unknown,
+    )
+
+
+def _drain(
+    ended: dict[tuple[int, int], str],
+    started: dict[tuple[int, int], StartedSpan],
+    ended_later: dict[tuple[int, int], str],
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]],
+) -> None:
+    """Move the spans of ``ended`` (read, not yet folded) out of ``started`` into
+    ``ended_unknown``; those not started yet wait in ``ended_later`` for their start."""
+    for key, why in ended.items():
+        span = started.pop(key, None)
+        if span is not None:
+            ended_unknown[key] = (span, why)
+        else:
+            ended_later[key] = why
+            if len(ended_later) > ENDED_WAITING:
+                del ended_later[next(iter(ended_later))]
+    ended.clear()
+
+
+def _unknown_path(
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]], trace_id: int, end_ns: int
+) -> str:
+    """The critical path in words when a span of the trace, started by ``end_ns``, ended with an
+    event this version could not read (its length and outcome unknown: any of them could be on
+    the path), else ``""``. Operations are named first, oldest first."""
+    left = sorted(
+        (
+            (s, why)
+            for (tid, _), (s, why) in ended_unknown.items()
+            if tid == trace_id and s.start_ns <= end_ns
+        ),
+        key=lambda u: (not isinstance(u[0], OperationStarted), u[0].start_ns),
+    )
+    if not left:
+        return ""
+    first, why = left[0]
+    others = f" (and {counted(len(left) - 1, 'more span')} ended so)" if len(left) > 1 else ""
+    return (
+        f"critical path: unknown ({what_of(first)} on {who_wrote(first)}: {why}{others}); "
+        "slowest operation: unknown too"
     )
 
 

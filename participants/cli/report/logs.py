@@ -49,7 +49,7 @@ from ckpt_events.participants.cli.report.events import event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
 from ckpt_events.participants.cli.report.ties import in_tie_order
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.sinks.jsonl import oldest_first, rotated_name
+from ckpt_events.sinks.jsonl import CorruptLine, oldest_first, rotated_name
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
 __all__ = [
@@ -188,6 +188,10 @@ class LogProblems:
     #: it does not (a newer version's ``operation``, ``outcome``...), by (field, value), bounded
     #: as ``unknown`` is (the others under ``None``): another version's, not damage.
     unknown_values: dict[str, dict[tuple[str, str] | None, int]] = field(default_factory=dict)
+    #: The spans whose end was such a skipped event, by (trace id, span id), each with why its
+    #: outcome is unknown: filled as the files are read, drained by the fold
+    #: (``fold_events(ended=...)``), which then says them ended, never open.
+    ended: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -364,7 +368,7 @@ def _reordered(entries: Iterator[_Entry], window: int, problems: LogProblems) ->
 
 
 def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry]:
-    from ckpt_events.sinks import CorruptLine, read_events
+    from ckpt_events.sinks import read_events
 
     a_log = False  # an event was read: the corrupt lines before it are damage, not a non-log
     last = 0  # the previous event's time: a file going back in time is disordered
@@ -407,6 +411,8 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                     problems.unknown_type(path, item.unknown_type)
                 elif item.unknown_value is not None:
                     problems.unknown_value(path, *item.unknown_value)
+                if item.ended is not None:
+                    problems.ended[item.ended[:2]] = _ended_why(item)
                 continue
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.
@@ -442,6 +448,16 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
             problems.back_ns[index] = back_ns
             if far:
                 problems.far_back[index] = far
+
+
+def _ended_why(line: CorruptLine) -> str:
+    """Why the span a skipped ``*_finished`` line ended has an outcome unknown, in words."""
+    if line.unknown_value is not None:
+        name, value = line.unknown_value
+        what = f"{shown(value[:_UNKNOWN_VALUE_CHARS])} at `{name}`, a value"
+    else:
+        what = f"a {shown((line.unknown_type or '')[:_UNKNOWN_VALUE_CHARS])} event, a type"
+    return f"it ended with {what} this version does not know (written by a newer version of ckpt-events?)"
 
 
 def merged_events(

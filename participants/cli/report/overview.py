@@ -88,6 +88,9 @@ RESTORED: Final = "restored"
 ABORTED: Final = "aborted"
 FAILED: Final = "failed"
 OPEN: Final = "open at end of log"
+#: A row whose root span's end was an event this version could not read (another version's
+#: type or value): it ended, how is not known; its causes say why.
+UNKNOWN: Final = "outcome unknown"
 
 
 @dataclass
@@ -364,6 +367,7 @@ def overview(
     clocks: ClockEvidence | None = None,
     runs: RunLinks | None = None,
     cut: bool = False,
+    ended: dict[tuple[int, int], str] | None = None,
 ) -> Run:
     """Rows for every root span, in start order, with outcome, causes and critical path.
 
@@ -373,11 +377,12 @@ def overview(
     outside the controller's call: their pause is unknown. ``runs``, filled by the same stream
     (``LogProblems.runs``), tells the runs apart when the logs hold several (``Run.fleets``).
     ``cut``: a log given ends in a rotated file (``rotated_ends``), so work open at the end may
-    have been answered in the newer file not given."""
+    have been answered in the newer file not given. ``ended``, filled by the same stream
+    (``LogProblems.ended``): spans whose end this version could not read, said ended."""
     if again is None and isinstance(events, list | tuple):
         kept = events
         again = lambda: kept  # noqa: E731
-    fold = fold_events(events)
+    fold = fold_events(events, ended)
     rows = _rows(fold.root_started, fold.root_finished)
     first_ns, last_ns = fold.first_ns, fold.last_ns
     if clocks is not None and clocks.unaligned() and fold.controller_first is not None:
@@ -641,7 +646,15 @@ def _judge(
             events.append(e)
     causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
     causes += doubtful
-    if len(ends) < len(row.roots):
+    unread = [fold.ended_unknown[k][1] for k in row.roots if k in fold.ended_unknown]
+    if unread and len(ends) + len(unread) == len(row.roots):
+        # Its end was another version's event (a newer outcome, a type this one does not
+        # know): it ended, with what is not read. Was "open at end of log", its spans "never
+        # finished", and the cut or the processes blamed.
+        row.outcome = UNKNOWN
+        row.end_ns = None
+        causes = [f"its end was skipped: {unread[0]}", *causes]
+    elif len(ends) < len(row.roots):
         row.outcome = OPEN
         if row.logs_end_ns is None:
             row.logs_end_ns = run.last_ns

@@ -159,7 +159,7 @@ async def snapshot(view: FleetView, client: Any, source: EventSource | None, tim
         if isinstance(source, LogFollower):
             events = await source.aread()
             # read by now: bounds a log-only clock; and our monotonic clock, whatever ours does
-            view.add_events(events, time.time(), cut=source.cut, mono=time.monotonic())
+            view.add_events(events, time.time(), cut=source.cut, mono=time.monotonic(), ended=source.ended)
         else:
             events = source.read()
             view.add_events(events, time.time(), mono=time.monotonic())

@@ -172,6 +172,18 @@ class Backlog:
                 else:
                     self.untracked += 1
 
+    def end(self, span: tuple[int, int], end_ns: int) -> None:
+        """Fold in the end of ``span`` read from a line this version could not decode (another
+        version's ``*_finished`` event, ``CorruptLine.ended``): it ended, never open again; its
+        outcome is unknown, so it is not among the finished operations shown."""
+        if span in self._done:
+            return
+        self._done[span] = end_ns
+        if len(self._done) > MAX_FINISHED:
+            _, gone = self._done.popitem(last=False)
+            self._forgotten_end = max(self._forgotten_end, gone)
+        self._open.pop(span, None)
+
     def opened(self) -> dict[tuple[int, int], int]:
         """The spans still open, each with the file (``source``) its start was read from."""
         return {span: arrival[0] for span, (arrival, _) in self._open.items()}
@@ -256,6 +268,10 @@ class LogFollower:
         #: The spans this call hands on opened in a log of ``_cut_logs``, each with its newest
         #: file given: whether they finished in the file not given is unknown.
         self.cut: dict[tuple[int, int], str] = {}
+        #: The spans whose end this call read in a line this version could not decode (another
+        #: version's ``*_finished`` event), each with its end: they ended, with an outcome unknown.
+        #: The backlog's are folded into it instead (``Backlog.end``).
+        self.ended: dict[tuple[int, int], int] = {}
 
     def close(self) -> None:
         """Close every file held open. Idempotent."""
@@ -321,6 +337,7 @@ class LogFollower:
         self._unknown = {}
         self._values = {}
         self.cut = {}
+        self.ended = {}
         order = self._look()
         behind = 0
         if self._gzipped is not None and self._backlog is not None:
@@ -474,6 +491,8 @@ class LogFollower:
                         _count_value(values, item.unknown_value)
                     else:
                         corrupt += 1
+                    if item.ended is not None:
+                        backlog.end(item.ended[:2], item.ended[2])
                 elif isinstance(item, VIEW_EVENTS):
                     batch.append(item)
                     if len(batch) >= 4096:
@@ -583,6 +602,13 @@ class LogFollower:
                         _count_value(values, item.unknown_value)
                     else:
                         corrupt += 1
+                    if item.ended is not None:
+                        # Was: skipped with the span it ended, which showed as open work
+                        # ("age unknown (later work finished since: restarted?)").
+                        if self._backlog is not None:
+                            self._backlog.end(item.ended[:2], item.ended[2])
+                        else:
+                            self.ended[item.ended[:2]] = item.ended[2]
                 elif isinstance(item, VIEW_EVENTS):
                     events.append(item)
         if corrupt or unknown or sum(values.values()) > before:

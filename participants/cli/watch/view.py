@@ -138,6 +138,8 @@ class FleetView:
         self.untracked: set[tuple[str, str]] = set()
         self._from_logs = 0
         self._arrival = 0  # outcomes that end at one nanosecond keep the order they were read in
+        #: Spans whose end was another version's line (``add_events(ended=...)``), last ones kept.
+        self._unread_ends: dict[tuple[int, int], None] = {}
 
     def _of(self, kind: str, instance: str) -> Seen:
         key = (kind, instance)
@@ -239,6 +241,7 @@ class FleetView:
         *,
         cut: Mapping[tuple[int, int], str] | None = None,
         mono: float | None = None,
+        ended: Iterable[tuple[int, int]] = (),
     ) -> None:
         """Fold in events read from the logs by ``now`` (Unix seconds; ``None``: the time):
         spans that open and close, stalls, outcomes. Kinds, operations and outcomes may be
@@ -246,11 +249,20 @@ class FleetView:
         files read one after the other): it is not opened again (the last ``_ENDED_KEPT`` ends
         of each participant are remembered). ``cut``: spans (trace id, span id) read from a
         rotated file, the newest given of its log (``LogFollower.cut``): their age is unknown.
-        ``mono``: our monotonic clock at ``now`` (``_monotonic``)."""
+        ``mono``: our monotonic clock at ``now`` (``_monotonic``). ``ended``: spans whose end
+        was read in a line this version could not decode (``LogFollower.ended``): ended, never
+        open (their outcome unknown); the last ``_ENDED_KEPT`` are remembered."""
         read_at = time.time() if now is None else now
         read_mono = _monotonic(now, mono)
         cut = {} if cut is None else cut
         fresh: list[tuple[Seen, Open]] = []
+        for key in ended:
+            # Whose span it is was not read: it closes whichever participant holds it open.
+            self._unread_ends[key] = None
+            if len(self._unread_ends) > _ENDED_KEPT:
+                del self._unread_ends[next(iter(self._unread_ends))]
+            for held in self.seen.values():
+                held.open.pop(key, None)
         for event in events:
             if isinstance(event, OperationStarted | CoordinateStarted):
                 kind = Kind.CONTROLLER if isinstance(event, CoordinateStarted) else event.kind
@@ -258,7 +270,7 @@ class FleetView:
                     continue
                 written(seen, event.start_ns, read_at, event.worker)
                 key = (event.trace_id, event.span_id)
-                if key in seen.ended:
+                if key in seen.ended or key in self._unread_ends:
                     continue  # its end was read first: finished, never open again
                 if key in seen.open or len(seen.open) < _MAX_OPEN:
                     item = Open(

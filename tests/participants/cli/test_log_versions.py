@@ -263,3 +263,108 @@ def test_a_log_of_a_newer_versions_events_only_says_so(
         f"reads: {_LINES} events of types or values it does not know skipped (1 file read); read it "
         "with the version that wrote it, or a later one"
     )
+
+
+def _ends_cancelled(lines: list[bytes], every: int = 5, count: int = 11) -> list[bytes]:
+    """``lines`` with ``count`` of its ``*_finished`` events (every ``every``-th) ending with
+    the outcome ``cancelled``, a value a newer version could write and this one does not know."""
+    out = list(lines)
+    finished = [n for n, line in enumerate(lines) if b'_finished"' in line and b'"outcome":"ok"' in line]
+    for n in finished[::every][:count]:
+        out[n] = lines[n].replace(b'"outcome":"ok"', b'"outcome":"cancelled"')
+    assert sum(b"cancelled" in line for line in out) == count
+    return out
+
+
+def test_spans_ended_with_a_newer_outcome_are_ended_not_open_in_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: 11 finished events with an outcome this version does not know ("cancelled") were
+    skipped with the spans they ended, so the report said "8 spans never finished (the log ends
+    / the process died?)", the critical paths "never finished", and "install ... had not
+    finished when the restore ended". Now those spans ended, with an outcome unknown, and why."""
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"".join(_ends_cancelled(_old_lines())))
+    assert main(["report", str(log)]) == 0
+    out, err = capsys.readouterr()
+    text = " ".join(out.split())
+    for false in ("never finished", "open at end of log", "had not finished", "died", "killed"):
+        assert false not in text, (false, out)
+    assert "published" in out and "restored" in out
+    why = (
+        "it ended with 'cancelled' at `outcome`, a value this version does not know (written by "
+        "a newer version of ckpt-events?)"
+    )
+    assert f"#1 checkpoint, critical path: unknown (prepare on model/model-0: {why} (and 7 more spans" in text
+    assert f"longest read or install unknown: install on resources/resources-0: {why}" in text
+    assert f"{log}: 11 events with a value this version does not know skipped" in err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (
+            b'"outcome":"ok"',
+            b'"outcome":"cancelled"',
+            "it ended with 'cancelled' at `outcome`, a value this version does not know",
+        ),
+        (
+            b'"type":"collection_finished"',
+            b'"type":"collection_v2_finished"',
+            "it ended with a 'collection_v2_finished' event, a type this version does not know",
+        ),
+    ],
+)
+def test_a_checkpoint_whose_end_another_version_wrote_has_an_unknown_outcome_not_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: bytes, new: bytes, why: str
+) -> None:
+    """Was: a checkpoint whose root span ended with an event this version cannot read (a newer
+    outcome, a newer ``*_finished`` type) was "open at end of log: checkpoint on controller still
+    open, 2146.0 ms". Now its outcome is unknown, and the row says why."""
+    lines = [
+        line.replace(old, new) if b'"collection_finished"' in line and b'"checkpoint"' in line else line
+        for line in _old_lines()
+    ]
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"".join(lines))
+    assert main(["report", str(log)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "open at end of log" not in text and "still open" not in text, text
+    assert (
+        f"#1 checkpoint outcome unknown: its end was skipped: {why} (written by a newer version of "
+        "ckpt-events?)"
+    ) in text
+    assert "restored" in text
+
+
+def test_spans_ended_with_a_newer_outcome_are_not_open_in_watch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: watch showed the 4 operations whose end had an outcome this version does not know
+    as "open ... age unknown (later work finished since: restarted?)": from its backlog, and
+    from lines appended while it follows. Now they ended; the skip note counts them."""
+    from ckpt_events.participants.cli.watch.follow import LogFollower
+    from ckpt_events.participants.cli.watch.view import FleetView
+
+    lines = _ends_cancelled(_old_lines())
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"".join(lines))
+    assert main(["watch", "--once", "--follow", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert " open " not in out and "restarted?" not in out, out
+    assert (
+        f"{log}: 11 event(s) with a value this version does not know skipped ('outcome' 'cancelled' 11;"
+        in out
+    )
+    # Following: each line appended after the first read (the backlog), read live.
+    followed = tmp_path / "followed.jsonl"
+    followed.write_bytes(b"")
+    view = FleetView([])
+    with LogFollower([str(followed)], budget=None) as follower:
+        view.add_events(follower.read(), ended=follower.ended)
+        for line in lines:
+            with followed.open("ab") as file:
+                file.write(line)
+            view.add_events(follower.read(), ended=follower.ended)
+    assert all(not seen.open for seen in view.seen.values()), {k: s.open for k, s in view.seen.items()}
+    assert len(view.seen) == 5

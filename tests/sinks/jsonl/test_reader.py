@@ -287,3 +287,31 @@ def test_a_utf8_byte_order_mark_is_skipped_and_the_first_event_reads(tmp_path: P
     assert [item.instance for item in items] == ["a0", "a1", "a2"]  # type: ignore[union-attr]
     stream = [item for _, item in read_events(io.BytesIO(log.read_bytes()))]
     assert stream == items
+
+
+def test_a_skipped_end_of_a_span_still_names_the_span_it_ended() -> None:
+    """A ``*_finished`` line of another version (a value, or a type, this one does not know)
+    is skipped, but ``ended`` names the span it ended (trace id, span id, end): the readers
+    close that span instead of showing it open. Not for a started event, nor for ids that do
+    not read as ours."""
+    span = (
+        b'{"type":"%s","kind":"model","instance":"m","trace_id":"%s","span_id":"00000000000000aa",'
+        b'"start_ns":1,"end_ns":7,"operation":"commit","outcome":"%s"}'
+    )
+    lines = [
+        span % (b"operation_finished", b"1" * 32, b"cancelled"),  # a newer outcome
+        span % (b"snapshot_finished", b"1" * 32, b"ok"),  # a newer *_finished type
+        span % (b"snapshot_started", b"1" * 32, b"ok"),  # a newer type, not an end
+        span % (b"snapshot_finished", b"1" * 31, b"ok"),  # its trace id not ours
+        (span % (b"operation_started", b"1" * 32, b"ok")).replace(b"commit", b"snapshot"),  # no end
+    ]
+    found = [item for _, item in read_events(io.BytesIO(b"\n".join(lines) + b"\n"))]
+    assert all(isinstance(item, CorruptLine) for item in found) and len(found) == len(lines)
+    trace = int("1" * 32, 16)
+    assert [item.ended for item in found if isinstance(item, CorruptLine)] == [
+        (trace, 0xAA, 7),
+        (trace, 0xAA, 7),
+        None,
+        None,
+        None,
+    ]
