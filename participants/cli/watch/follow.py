@@ -258,7 +258,8 @@ class LogFollower:
         self.unreadable: dict[str, str] = {}
         #: Corrupt lines skipped in each file on this call, over all its chunks (one note each).
         self._corrupt: dict[str, int] = {}
-        self._unknown: dict[str, int] = {}  # lines of event types another version wrote
+        #: Per file, the events of types another version wrote, by type (``_count_type``).
+        self._unknown: dict[str, dict[str | None, int]] = {}
         #: Events of known types holding a value another version wrote, by (field, value).
         self._values: dict[str, dict[tuple[str, str], int]] = {}
         self._sources: dict[object, int] = {}  # the backlog's files (``Backlog.source``)
@@ -478,7 +479,7 @@ class LogFollower:
         """Fold a gzipped log into the first read's backlog, whole (it is never appended to),
         yielding after each batch."""
         corrupt = 0
-        unknown = 0
+        types: dict[str | None, int] = {}
         values: dict[tuple[str, str], int] = {}
         batch: list[Event] = []
         backlog.source = self._source_of(path)
@@ -486,7 +487,7 @@ class LogFollower:
             for _, item in read_events(path):  # bounded: one pass over a file of a given size
                 if isinstance(item, CorruptLine):
                     if item.unknown_type is not None:
-                        unknown += 1
+                        _count_type(types, item.unknown_type)
                     elif item.unknown_value is not None:
                         _count_value(values, item.unknown_value)
                     else:
@@ -502,8 +503,8 @@ class LogFollower:
         except OSError as exc:
             self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
         backlog.add_all(batch)
-        if corrupt or unknown or values:
-            self.notes[path] = _skipped_note(path, corrupt, unknown, values)
+        if corrupt or types or values:
+            self.notes[path] = _skipped_note(path, corrupt, types, values)
 
     def _source_of(self, key: object) -> int:
         """A number for each file the backlog folds (by identity; a gzipped one by its path)."""
@@ -584,9 +585,9 @@ class LogFollower:
         cut = data.rfind(b"\n") + 1
         followed.partial = data[max(cut, start) :]
         corrupt = 0
-        unknown = 0
+        types = self._unknown.setdefault(followed.path, {})
         values = self._values.setdefault(followed.path, {})
-        before = sum(values.values())
+        before = sum(values.values()) + sum(types.values())
         if len(followed.partial) > MAX_LINE:  # a line past the reader's bound: dropped to its end
             followed.partial = b""
             followed.skipping = True
@@ -597,7 +598,7 @@ class LogFollower:
                     # Another version's event (a type, or a value of a closed vocabulary, this
                     # one does not know): skipped, but not damage.
                     if item.unknown_type is not None:
-                        unknown += 1
+                        _count_type(types, item.unknown_type)
                     elif item.unknown_value is not None:
                         _count_value(values, item.unknown_value)
                     else:
@@ -611,13 +612,12 @@ class LogFollower:
                             self.ended[item.ended[:2]] = item.ended[2]
                 elif isinstance(item, VIEW_EVENTS):
                     events.append(item)
-        if corrupt or unknown or sum(values.values()) > before:
+        if corrupt or sum(values.values()) + sum(types.values()) > before:
             # Summed over the call's chunks: each chunk's own count, set alone, said "1 corrupt
             # line(s)" for a log of 4 whose last 8 MiB chunk held one.
             path = followed.path
             total = self._corrupt[path] = self._corrupt.get(path, 0) + corrupt
-            others = self._unknown[path] = self._unknown.get(path, 0) + unknown
-            self.notes[path] = _skipped_note(path, total, others, values)
+            self.notes[path] = _skipped_note(path, total, types, values)
 
 
 def _log_of(path: str) -> str:
@@ -654,17 +654,25 @@ def _stamp(event: Event) -> int:
             return 0
 
 
-def _skipped_note(path: str, corrupt: int, unknown: int, values: dict[tuple[str, str], int]) -> str:
+def _skipped_note(
+    path: str, corrupt: int, types: dict[str | None, int], values: dict[tuple[str, str], int]
+) -> str:
     """What a log's reads skipped: lines damaged, and events of types, or of known types with
     values, this version does not know (a newer server's, in a fleet being upgraded: said as
     such, not as damage)."""
     parts = []
     if corrupt:
         parts.append(f"{corrupt} corrupt line(s) skipped")
-    if unknown:
+    if types:
+        # Named with their counts, as ``report`` names them (was: a bare count of events).
+        kinds = sorted(
+            ((n, kind) for kind, n in types.items() if kind is not None), key=lambda t: (-t[0], t[1])
+        )
+        listed = ", ".join(f"{shown(kind)} {n:,}" for n, kind in kinds[:3])
+        more = " and more" if len(kinds) > 3 or None in types else ""
         parts.append(
-            f"{unknown} event(s) of a type this version does not know skipped (written by "
-            "another version of ckpt-events?)"
+            f"{sum(types.values())} event(s) of a type this version does not know skipped "
+            f"({listed or 'types not kept'}{more}; written by another version of ckpt-events?)"
         )
     if values:
         named = sorted(
@@ -683,6 +691,15 @@ def _skipped_note(path: str, corrupt: int, unknown: int, values: dict[tuple[str,
 #: line); the others are counted under ``_OTHER_VALUES``, as is a value too long to be a word.
 _VALUES_KEPT: Final = 64
 _OTHER_VALUES: Final = ("", "")
+
+
+def _count_type(types: dict[str | None, int], kind: str) -> None:
+    """Count an event of type ``kind``; past ``_VALUES_KEPT`` types (or one too long to be a
+    word), under ``None``."""
+    key: str | None = kind
+    if kind not in types and (len(types) >= _VALUES_KEPT or len(kind) > 64):
+        key = None
+    types[key] = types.get(key, 0) + 1
 
 
 def _count_value(values: dict[tuple[str, str], int], key: tuple[str, str]) -> None:

@@ -368,3 +368,28 @@ def test_spans_ended_with_a_newer_outcome_are_not_open_in_watch(
             view.add_events(follower.read(), ended=follower.ended)
     assert all(not seen.open for seen in view.seen.values()), {k: s.open for k, s in view.seen.items()}
     assert len(view.seen) == 5
+
+
+def test_watch_names_the_types_it_skipped_with_their_counts_as_report_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: watch's note said "174 event(s) of a type this version does not know skipped", no
+    type named, where report names the most frequent types with their counts. Now it names
+    them too, the others counted together, in a plain read and a gzipped log's."""
+    mixed = []
+    for n, line in enumerate(_old_lines()):
+        mixed += [line, _newer(line, "heartbeat")]
+        if n % 3 == 0:
+            mixed.append(_newer(line, "resource_sample"))
+    mixed += [_newer(mixed[0], f"t{n}") for n in range(3)]
+    log = tmp_path / "mixed.jsonl"
+    log.write_bytes(b"".join(mixed))
+    zipped = tmp_path / "old.jsonl.gz"
+    zipped.write_bytes(gzip.compress(log.read_bytes()))
+    for path in (log, zipped):
+        assert main(["watch", "--once", "--follow", str(path)]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert (
+            f"{path}: {_LINES + 44 + 3} event(s) of a type this version does not know skipped ('heartbeat' "
+            f"{_LINES}, 'resource_sample' 44, 't0' 1 and more; written by another version of ckpt-events?)"
+        ) in out, out
