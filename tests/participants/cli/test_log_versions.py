@@ -393,3 +393,22 @@ def test_watch_names_the_types_it_skipped_with_their_counts_as_report_does(
             f"{path}: {_LINES + 44 + 3} event(s) of a type this version does not know skipped ('heartbeat' "
             f"{_LINES}, 'resource_sample' 44, 't0' 1 and more; written by another version of ckpt-events?)"
         ) in out, out
+
+
+def test_a_skipped_end_read_before_its_start_in_another_file_still_ends_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spans' starts in one file, the rest of the log (their ends, some of them skipped as
+    another version's) in another: a skipped end may be read before its start is folded (the
+    merge reads each file one event ahead), and still ends it when the start comes."""
+    lines = _ends_cancelled(_old_lines())
+    starts = [line for line in lines if b'_started"' in line]
+    (tmp_path / "a.jsonl").write_bytes(b"".join(line for line in lines if line not in starts))
+    (tmp_path / "b.jsonl").write_bytes(b"".join(starts))
+    assert main(["report", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for false in ("never finished", "open at end of log", "had not finished"):
+        assert false not in text, (false, text)
+    assert (
+        "#1 checkpoint, critical path: unknown (prepare on model/model-0: it ended with 'cancelled'" in text
+    )
