@@ -295,6 +295,8 @@ def _closed_per_process(
                 for _, item in read_events(path):
                     if not isinstance(item, CorruptLine):
                         spans.add(item)
+                    elif item.ended is not None:  # another version's end: ended, not truncated
+                        spans.end(*item.ended[:2])
             except OSError:
                 continue  # said once already by the merged read
         newest = group[-1]

@@ -106,6 +106,12 @@ class OpenSpans:
         elif cls in _FINISHED:
             self._open.pop((event.trace_id, event.span_id), None)
 
+    def end(self, trace_id: int, span_id: int) -> None:
+        """The span ended in a line this version could not decode (another version's
+        ``*_finished`` event: ``CorruptLine.ended``): it is not open, whatever its outcome.
+        Was: closed as truncated, an error its process never had."""
+        self._open.pop((trace_id, span_id), None)
+
     def add_all(self, events: Iterable[Any]) -> None:
         """Fold every event of ``events`` in."""
         for event in events:
@@ -158,6 +164,8 @@ def truncated_spans(path: str | os.PathLike[str], *, tail_bytes: int = TAIL_BYTE
         for _, item in read_events(file):
             if not isinstance(item, CorruptLine):
                 spans.add(item)
+            elif item.ended is not None:
+                spans.end(*item.ended[:2])
     return spans.close()
 
 

@@ -230,6 +230,8 @@ async def replay(
             corrupt_lines += 1
             if len(corrupt) < MAX_CORRUPT:
                 corrupt.append(item)
+            if open_spans is not None and item.ended is not None:
+                open_spans.end(*item.ended[:2])  # ended, with what this version cannot read
             continue
         count += 1
         if open_spans is not None:

@@ -412,3 +412,26 @@ def test_a_skipped_end_read_before_its_start_in_another_file_still_ends_it(
     assert (
         "#1 checkpoint, critical path: unknown (prepare on model/model-0: it ended with 'cancelled'" in text
     )
+
+
+def test_spans_ended_with_a_newer_outcome_are_not_closed_as_truncated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: the 11 spans whose end holds an outcome this version does not know were taken as
+    left open by a crash: ``replay`` exported them as truncated spans with status ERROR ("11
+    spans left open by a stopped process"), and a process started again on the log
+    (``truncated_spans``, as ``serve`` calls it) wrote 11 ``Truncated`` errors its predecessor
+    never had. Now they ended: none is closed."""
+    from ckpt_events.sinks.jsonl import truncated_spans
+
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"".join(_ends_cancelled(_old_lines())))
+    assert truncated_spans(log) == []
+    sink = _Collect()
+    result = anyio.run(replay, log, sink)
+    assert (result.truncated, result.events, len(sink.events)) == (0, _LINES - 11, _LINES - 11)
+    with otlp_receiver() as received:
+        assert main(["replay", str(log), "--otlp-endpoint", received.url]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"replayed {_LINES - 11} events: ") and "/v1/traces" in received.paths, out
+    assert "left open" not in out + err and "truncated" not in out + err, out + err
