@@ -10,7 +10,7 @@ they read.
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from ckpt_events import (
     CheckpointEvent,
@@ -38,6 +38,7 @@ __all__ = [
     "PointEvent",
     "RootSpan",
     "StartedSpan",
+    "UnreadEnd",
     "duration_ns",
     "event_start",
     "event_time",
@@ -53,6 +54,16 @@ StartedSpan: TypeAlias = OperationStarted | StepStarted | CoordinateStarted | St
 FinishedSpan: TypeAlias = (
     OperationFinished | StepFinished | CoordinateFinished | StageFinished | CollectionFinished
 )
+
+
+class UnreadEnd(NamedTuple):
+    """The end of a span read in a line this version could not decode (another version's
+    ``*_finished`` event: ``CorruptLine.ended``): when, and why its outcome is unknown, in words."""
+
+    end_ns: int
+    why: str
+
+
 #: A counted event: one instant, no span, no trace.
 PointEvent: TypeAlias = LeaseExpired | PrepareNotReady | Refused | GenerationCut | Stalled
 #: A span that can be a row of the run overview: a collection, or a coordinate operation run

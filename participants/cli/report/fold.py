@@ -45,6 +45,7 @@ from ckpt_events.participants.cli.report.events import (
     PointEvent,
     RootSpan,
     StartedSpan,
+    UnreadEnd,
     duration_ns,
     event_start,
     event_time,
@@ -153,12 +154,14 @@ class Fold:
     #: Spans that ended with an event this version could not read (another version's type or
     #: value: ``LogProblems.ended``), by (trace id, span id): each its start and why its outcome
     #: is unknown. Never in ``started``: they ended.
-    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]] = field(default_factory=dict)
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, UnreadEnd]] = field(default_factory=dict)
 
 
 # One step over 60 lines, kept flat for speed: the span half as a helper called per event cost
 # 2-3% (0.14 of 5.6 us/event over bench_report's 64,000 lines).
-def fold_events(events: Iterable[CheckpointEvent], ended: dict[tuple[int, int], str] | None = None) -> Fold:
+def fold_events(
+    events: Iterable[CheckpointEvent], ended: dict[tuple[int, int], UnreadEnd] | None = None
+) -> Fold:
     """Fold ``events`` in one streamed pass: each trace's summary, each root's critical path as
     it ends, the counted events that name a cause (at most ``causes.KEPT_CAUSES`` per checkpoint).
 
@@ -166,8 +169,8 @@ def fold_events(events: Iterable[CheckpointEvent], ended: dict[tuple[int, int], 
     event this version could not read; drained as the pass goes, each is ended, never open."""
     ended = {} if ended is None else ended
     #: Spans ended so, whose start was not read yet (another file's, later in the merge).
-    ended_later: dict[tuple[int, int], str] = {}
-    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]] = {}
+    ended_later: dict[tuple[int, int], UnreadEnd] = {}
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, UnreadEnd]] = {}
     traces: dict[int, Trace] = {}
     #: Spans started and not yet finished, by (trace id, span id).
     started: dict[tuple[int, int], StartedSpan] = {}
@@ -323,16 +326,16 @@ def fold_events(events: Iterable[CheckpointEvent], ended: dict[tuple[int, int], 
                     if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
                 ]
                 unread = [
-                    (s, why)
-                    for (tid, _), (s, why) in ended_unknown.items()
+                    (s, skipped)
+                    for (tid, _), (s, skipped) in ended_unknown.items()
                     if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
                 ]
                 if unread and not unfinished:
-                    # Its end skipped (another version's): its length was never read, so the
+                    # Its end skipped (another version's): not among the steps weighed, so the
                     # longest is unknown; was "had not finished", or the next longest named.
-                    first, why = min(unread, key=lambda u: u[0].start_ns)
+                    first, skipped = min(unread, key=lambda u: u[0].start_ns)
                     dominated[key] = (
-                        f"longest read or install unknown: {first.step} on {who_wrote(first)}: {why}"
+                        f"longest read or install unknown: {first.step} on {who_wrote(first)}: {skipped.why}"
                     )
                     dominant_ms[key] = None
                     reads[key] = {}
@@ -385,10 +388,10 @@ def fold_events(events: Iterable[CheckpointEvent], ended: dict[tuple[int, int], 
 
 
 def _drain(
-    ended: dict[tuple[int, int], str],
+    ended: dict[tuple[int, int], UnreadEnd],
     started: dict[tuple[int, int], StartedSpan],
-    ended_later: dict[tuple[int, int], str],
-    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]],
+    ended_later: dict[tuple[int, int], UnreadEnd],
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, UnreadEnd]],
 ) -> None:
     """Move the spans of ``ended`` (read, not yet folded) out of ``started`` into
     ``ended_unknown``; those not started yet wait in ``ended_later`` for their start."""
@@ -404,25 +407,25 @@ def _drain(
 
 
 def _unknown_path(
-    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, str]], trace_id: int, end_ns: int
+    ended_unknown: dict[tuple[int, int], tuple[StartedSpan, UnreadEnd]], trace_id: int, end_ns: int
 ) -> str:
     """The critical path in words when a span of the trace, started by ``end_ns``, ended with an
-    event this version could not read (its length and outcome unknown: any of them could be on
-    the path), else ``""``. Operations are named first, oldest first."""
+    event this version could not read (not among the spans the path is drawn from, its outcome
+    unknown: any of them could be on the path), else ``""``. Operations are named first, oldest first."""
     left = sorted(
         (
-            (s, why)
-            for (tid, _), (s, why) in ended_unknown.items()
+            (s, end)
+            for (tid, _), (s, end) in ended_unknown.items()
             if tid == trace_id and s.start_ns <= end_ns
         ),
         key=lambda u: (not isinstance(u[0], OperationStarted), u[0].start_ns),
     )
     if not left:
         return ""
-    first, why = left[0]
+    first, end = left[0]
     others = f" (and {counted(len(left) - 1, 'more span')} ended so)" if len(left) > 1 else ""
     return (
-        f"critical path: unknown ({what_of(first)} on {who_wrote(first)}: {why}{others}); "
+        f"critical path: unknown ({what_of(first)} on {who_wrote(first)}: {end.why}{others}); "
         "slowest operation: unknown too"
     )
 

@@ -45,7 +45,7 @@ import msgspec
 from ckpt_events import CheckpointEvent, SpanEvent
 from ckpt_events.checks import shown
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
-from ckpt_events.participants.cli.report.events import event_time
+from ckpt_events.participants.cli.report.events import UnreadEnd, event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
 from ckpt_events.participants.cli.report.ties import in_tie_order
 from ckpt_events.participants.cli.words import counted
@@ -191,7 +191,7 @@ class LogProblems:
     #: The spans whose end was such a skipped event, by (trace id, span id), each with why its
     #: outcome is unknown: filled as the files are read, drained by the fold
     #: (``fold_events(ended=...)``), which then says them ended, never open.
-    ended: dict[tuple[int, int], str] = field(default_factory=dict)
+    ended: dict[tuple[int, int], UnreadEnd] = field(default_factory=dict)
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -412,7 +412,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 elif item.unknown_value is not None:
                     problems.unknown_value(path, *item.unknown_value)
                 if item.ended is not None:
-                    problems.ended[item.ended[:2]] = _ended_why(item)
+                    problems.ended[item.ended[:2]] = UnreadEnd(item.ended[2], _ended_why(item))
                 continue
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.

@@ -56,6 +56,7 @@ from ckpt_events.participants.cli.report.durations import DurationsFold
 from ckpt_events.participants.cli.report.events import (
     PointEvent,
     RootSpan,
+    UnreadEnd,
     event_time,
     trace_of,
     who_wrote,
@@ -367,7 +368,7 @@ def overview(
     clocks: ClockEvidence | None = None,
     runs: RunLinks | None = None,
     cut: bool = False,
-    ended: dict[tuple[int, int], str] | None = None,
+    ended: dict[tuple[int, int], UnreadEnd] | None = None,
 ) -> Run:
     """Rows for every root span, in start order, with outcome, causes and critical path.
 
@@ -652,8 +653,9 @@ def _judge(
         # know): it ended, with what is not read. Was "open at end of log", its spans "never
         # finished", and the cut or the processes blamed.
         row.outcome = UNKNOWN
-        row.end_ns = None
-        causes = [f"its end was skipped: {unread[0]}", *causes]
+        # When it ended was read: only how is not known.
+        row.end_ns = max([f.end_ns for f in ends] + [u.end_ns for u in unread])
+        causes = [f"its end was skipped: {unread[0].why}", *causes]
     elif len(ends) < len(row.roots):
         row.outcome = OPEN
         if row.logs_end_ns is None:

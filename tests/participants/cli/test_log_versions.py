@@ -320,16 +320,21 @@ def test_a_checkpoint_whose_end_another_version_wrote_has_an_unknown_outcome_not
 ) -> None:
     """Was: a checkpoint whose root span ended with an event this version cannot read (a newer
     outcome, a newer ``*_finished`` type) was "open at end of log: checkpoint on controller still
-    open, 2146.0 ms". Now its outcome is unknown, and the row says why."""
+    open, 2146.0 ms", and "open" on the run page. Now its outcome is unknown, the row says why,
+    and it took 346.0 ms, as its end says (that of a log of this version's)."""
     lines = [
         line.replace(old, new) if b'"collection_finished"' in line and b'"checkpoint"' in line else line
         for line in _old_lines()
     ]
     log = tmp_path / "newer.jsonl"
     log.write_bytes(b"".join(lines))
-    assert main(["report", str(log)]) == 0
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "open at end of log" not in text and "still open" not in text, text
+    assert "1 checkpoint ckpt-20261204T182448-a3f41ae3 18:24:48.498 346.0 304.1 outcome unknown" in text
+    html = page.read_text()
+    assert "outcome unknown, 346.0 ms" in html and "open at end of log (0)" in html
     assert (
         f"#1 checkpoint outcome unknown: its end was skipped: {why} (written by a newer version of "
         "ckpt-events?)"
