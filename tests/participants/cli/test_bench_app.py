@@ -632,9 +632,10 @@ def test_more_connections_than_file_descriptors_are_refused_up_front(tmp_path: P
 
 @pytest.mark.slow
 def test_failures_under_the_refusal_share_have_a_row(tmp_path: Path) -> None:
-    """A route failing 1 request in 200 stays under the 1% that stops the bench: its failures
+    """A route failing 1 request in 500 stays under the 1% that stops the bench: its failures
     were in the JSON only, and the table read as a clean run. Each variant's count is a row.
-    (1 in 300 left a variant with no failure at all when a loaded machine served it < 300.)"""
+    (Each raise counts about twice, its connection closed: 1 in 200 measured 36 of 3,590, and
+    1 in 300 left no margin for what a loaded machine adds; a variant serves thousands.)"""
     source = (
         "from fastapi import FastAPI\n"
         "from ckpt_events.participants.fastapi import instrument\n\n"
@@ -644,7 +645,7 @@ def test_failures_under_the_refusal_share_have_a_row(tmp_path: Path) -> None:
         "@app.get('/flaky')\n"
         "async def flaky() -> dict[str, int]:\n"
         "    seen[0] += 1\n"
-        "    if seen[0] % 200 == 0:\n"
+        "    if seen[0] % 500 == 0:\n"
         "        raise RuntimeError('flaky')\n"
         "    return {'ok': 1}\n"
     )
