@@ -194,7 +194,8 @@ def test_a_newer_versions_values_in_known_events_are_one_counted_line_not_damage
     assert main(["watch", "--once", "--follow", str(log)]) == 0
     out = capsys.readouterr().out
     flat = " ".join(out.split())  # the terminal's width may wrap the note
-    assert f"{log}: 1 corrupt line(s) skipped; 53 event(s) with a value this version does not know" in flat, out
+    said = f"{log}: 1 corrupt line(s) skipped; 53 event(s) with a value this version does not know"
+    assert said in flat, out
     sink = _Collect()
     result = anyio.run(replay, log, sink)
     assert (result.events, len(sink.events), result.corrupt_lines) == (_LINES, _LINES, 54)
