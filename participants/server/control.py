@@ -462,6 +462,9 @@ class ControlPlane(Generic[S]):
                 result, keys = await self._write(o, directory, cid, exported, stop, req.deadline_ts)
 
                 async with self._lock:
+                    # The lease as of this answer: one that ended while the write ran, before
+                    # watch_lease's turn, was answered committed (the abort came just after).
+                    self.check_lease()
                     if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
                         # The commit's own stop says why: a resume, or its lease running out.
                         withdrawn = await self._withdraw(directory, result) if result.linked else ""

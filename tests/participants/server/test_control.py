@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -706,6 +708,47 @@ async def test_no_restore_takes_a_manifest_linked_by_a_commit_refused_after(tmp_
         assert error_code(restore) == (422, "invalid_checkpoint_state"), restore.text
         assert "manifest.json is missing" in restore.json()["error"]["detail"]
         assert (await status(fresh))["episodes"] == 0
+
+
+def _busy_until(moment: float) -> None:
+    """Hold the calling thread (the event loop, if called there) until ``moment`` (monotonic)."""
+    while time.monotonic() < moment:
+        time.sleep(0.002)
+
+
+async def test_a_commit_whose_write_ends_past_its_lease_before_the_watch_looks_is_refused(tmp_path):
+    """The lease is checked when a commit's answer is decided: a write that ends just after the
+    lease ran out, with the loop held across that moment so that the answer runs before
+    watch_lease's check, is refused as a lease expiry and its manifest withdrawn. Was: answered
+    committed (200) 0.15 s past the lease, its manifest left published, and aborted right after."""
+    loop = asyncio.get_running_loop()
+    plane_of: list[Any] = []
+
+    def hook(step: str) -> None:
+        if step != "fsync_dir_manifest":  # after the link, in the write's thread
+            return
+        lease = plane_of[0].lease_expires_at
+        ends = time.monotonic() + (lease - time.time())
+        held = threading.Event()
+        # The loop is held from now until 0.15 s past the lease; the write ends 0.05 s past it,
+        # so its result is queued before watch_lease's timer fires: no loop turn in between.
+        loop.call_soon_threadsafe(lambda: (held.set(), _busy_until(ends + 0.15)))
+        held.wait(5)
+        _busy_until(ends + 0.05)
+
+    async with capture_events() as (bus, events):
+        app = make(bus=bus, lease_grace_seconds=0.1, faults=FaultPlan(on_step=hook))
+        plane_of.append(app.state.control)
+        async with running(app) as client:
+            await start(client)
+            assert (await control(client, "prepare", seconds=0.2)).json()["phase"] == "prepared"
+            reply = await control(client, "commit", seconds=0.2, checkpoint_dir=str(tmp_path))
+            assert (await status(client))["phase"] == "idle"
+    assert error_code(reply) == (409, "stale_checkpoint"), reply.text
+    detail = reply.json()["error"]["detail"]
+    assert detail.startswith("checkpoint c1 outlived its lease during commit, its manifest withdrawn")
+    assert not list(tmp_path.glob("gym/resources/*/manifest.json"))
+    assert [e.phase.value for e in events_of(events, LeaseExpired)] == ["prepared"]
 
 
 async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
