@@ -3,9 +3,10 @@
 One lock serializes transitions. Prepare waits for readiness outside it, so a resume (or
 the lease running out) cuts the wait short; the commit's write also runs outside it, and a
 ``WriteStop`` makes sure no manifest is published once resume has run; one linked just before
-is withdrawn (``store.withdraw``) when the commit is refused, so the disk never holds a
-checkpoint whose commit was not answered as committed. Retries replay from
-a ``ReplyCache``; the store's errors are answered as refusals (``replies.store_refusals``).
+is withdrawn (``store.withdraw``) when the commit is refused (or cancelled before its
+answer), so the disk never holds a checkpoint whose commit was not answered as committed.
+Retries replay from a ``ReplyCache``; the store's errors are answered as refusals
+(``replies.store_refusals``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ckpt_events import OperationSpan, Telemetry
+from ckpt_events.checks import library_logger
 from ckpt_events.participants.errors import ProtocolRefusal
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
@@ -67,6 +69,8 @@ from ckpt_events.participants.server.store_read import read_checkpoint, read_man
 from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record
 from ckpt_events.participants.workloads.checkpointable import CheckpointableWorkload, ControlledWorkload
 from ckpt_events.vocab import ErrorCode, Operation, Phase
+
+log: Final = library_logger("ckpt_events.participants.server.control")
 
 __all__ = ["ControlPlane", "Exported", "Restored", "Status", "on_monotonic"]
 
@@ -460,32 +464,58 @@ class ControlPlane(Generic[S]):
                     stop = self._stop
 
                 result, keys = await self._write(o, directory, cid, exported, stop, req.deadline_ts)
-
-                async with self._lock:
-                    # The lease as of this answer: one that ended while the write ran, before
-                    # watch_lease's turn, was answered committed (the abort came just after).
-                    self.check_lease()
-                    if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
-                        # The commit's own stop says why: a resume, or its lease running out.
-                        withdrawn = await self._withdraw(directory, result) if result.linked else ""
-                        raise ProtocolRefusal(
-                            ErrorCode.STALE_CHECKPOINT,
-                            f"checkpoint {cid} {stop.cause} during commit{withdrawn}{stop.advice()}",
+                try:
+                    reply = await self._answer(req, args, directory, result, keys, stop)
+                except anyio.get_cancelled_exc_class():
+                    # Cancelled before its answer (the server stopping): the participant stays
+                    # prepared and nobody hears committed, so the manifest must not stand.
+                    if result.linked:
+                        withdrawn = await self._withdraw(directory, result)
+                        log.warning(
+                            "commit of checkpoint %s cancelled after its manifest was linked: aborted%s",
+                            cid,
+                            withdrawn,
                         )
-                    if req.stop:
-                        self.workload.stop(keys)
-                    self.phase = Phase.COMMITTED
-                    reply = CommitReply(
-                        phase=Phase.COMMITTED,
-                        manifest=result.manifest,
-                        episode_ids=keys,
-                        bytes=result.bytes,
-                        **self.workload.commit_extras(keys),
-                    )
-                    self._replies.commit[cid] = (reply, args)
+                    raise
 
             o.set(records=result.manifest.record_count, bytes=result.bytes)
             return reply
+
+    async def _answer(
+        self,
+        req: CommitRequest,
+        args: ReplayArgs,
+        directory: Beneath,
+        result: WriteResult,
+        keys: list[str],
+        stop: WriteStop,
+    ) -> CommitReply:
+        """Decide a written commit's answer under the lock: committed (recorded for replays), or
+        refused, its manifest withdrawn, when it was aborted (resumed, or its lease ran out)."""
+        cid = req.checkpoint_id
+        async with self._lock:
+            # The lease as of this answer: one that ended while the write ran, before
+            # watch_lease's turn, was answered committed (the abort came just after).
+            self.check_lease()
+            if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
+                # The commit's own stop says why: a resume, or its lease running out.
+                withdrawn = await self._withdraw(directory, result) if result.linked else ""
+                raise ProtocolRefusal(
+                    ErrorCode.STALE_CHECKPOINT,
+                    f"checkpoint {cid} {stop.cause} during commit{withdrawn}{stop.advice()}",
+                )
+            if req.stop:
+                self.workload.stop(keys)
+            self.phase = Phase.COMMITTED
+            reply = CommitReply(
+                phase=Phase.COMMITTED,
+                manifest=result.manifest,
+                episode_ids=keys,
+                bytes=result.bytes,
+                **self.workload.commit_extras(keys),
+            )
+            self._replies.commit[cid] = (reply, args)
+        return reply
 
     async def _withdraw(self, directory: Beneath, result: WriteResult) -> str:
         """Take back the manifest a commit linked just before it was aborted (the lease ran out,

@@ -751,6 +751,38 @@ async def test_a_commit_whose_write_ends_past_its_lease_before_the_watch_looks_i
     assert [e.phase.value for e in events_of(events, LeaseExpired)] == ["prepared"]
 
 
+async def test_a_commit_cancelled_after_its_link_withdraws_its_manifest(tmp_path, caplog):
+    """A commit cancelled (the server stopping) after its manifest was linked, before its answer,
+    is aborted: the participant stays prepared, so the manifest is withdrawn and a retry writes
+    it again. Was: the manifest stayed published for a commit nobody answered (the participant
+    still prepared), and a fresh participant restored r1 from it."""
+    loop = asyncio.get_running_loop()
+    scope = anyio.CancelScope()
+
+    def hook(step: str) -> None:
+        if step == "fsync_dir_manifest":  # after the link: the request is cancelled meanwhile
+            loop.call_soon_threadsafe(scope.cancel)
+
+    app = make(faults=FaultPlan(on_step=hook))
+    async with running(app) as client:
+        await start(client)
+        assert (await control(client, "prepare", seconds=5)).json()["phase"] == "prepared"
+        with scope:
+            await control(client, "commit", seconds=5, checkpoint_dir=str(tmp_path))
+        assert scope.cancelled_caught
+        assert (await status(client))["phase"] == "prepared"
+        assert not list(tmp_path.glob("gym/resources/*/manifest.json"))
+        assert "cancelled after its manifest was linked: aborted, its manifest withdrawn" in caplog.text
+        async with running(make()) as fresh:
+            episodes = [{"rollout_id": "r1", "attempt": 0}]
+            restore = await control(fresh, "restore", checkpoint_dir=str(tmp_path), episode_ids=episodes)
+            assert error_code(restore) == (422, "invalid_checkpoint_state"), restore.text
+        app.state.control.faults = FaultPlan()
+        retry = await control(client, "commit", seconds=5, checkpoint_dir=str(tmp_path))
+        assert retry.json()["phase"] == "committed", retry.text
+        assert list(tmp_path.glob("gym/resources/*/manifest.json"))
+
+
 async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
