@@ -231,7 +231,7 @@ class ControlPlane(Generic[S]):
         self._lease_changed.set()
         self._lease_changed = anyio.Event()
 
-    def check_lease(self) -> None:
+    async def check_lease(self) -> None:
         """Resume on our own if the lease ran out (an abort), counting ``lease_expired``."""
         if (
             self.phase is not Phase.IDLE
@@ -242,12 +242,17 @@ class ControlPlane(Generic[S]):
             advice = functools.partial(
                 _lease_advice, self.lease_expires_at, self._lease_ends, self.lease_grace_seconds
             )
-            self._abort("outlived its lease", advice)
+            await self._abort("outlived its lease", advice)
 
-    def _abort(self, cause: str = "was resumed", advice: Callable[[], str] | None = None) -> None:
+    async def _abort(self, cause: str = "was resumed", advice: Callable[[], str] | None = None) -> None:
         """What resume does: stop the writer, reopen admission, go idle, fence the id;
-        ``cause`` and ``advice`` say why to a commit still running (``WriteStop.stop``)."""
-        self._stop.stop(cause, advice)
+        ``cause`` and ``advice`` say why to a commit still running (``WriteStop.stop``). It
+        returns only once the stop took effect: no manifest is linked after."""
+        if not self._stop.stop(cause, advice, blocking=False):
+            # The writer is linking the manifest: waited for on the loop, a 300 ms link held
+            # every request 300 ms. Shielded: a resume half done would leave the writer free.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(functools.partial(self._stop.stop, cause, advice))
         checkpoint_id = self.checkpoint_id
         self.phase = Phase.IDLE
         self.checkpoint_id = None
@@ -268,7 +273,7 @@ class ControlPlane(Generic[S]):
         forget the retired marks past their retention (at least once a second)."""
         while True:
             async with self._lock:
-                self.check_lease()
+                await self.check_lease()
                 self.workload.fence.expire()
                 changed = self._lease_changed
                 ends = self._lease_ends if self.phase is not Phase.IDLE else None
@@ -305,11 +310,12 @@ class ControlPlane(Generic[S]):
 
         It never waits for a transition in progress (a restore's read and install, a commit's
         export hold the lock for as long as they take): it answers what stands now, leaving
-        the lease check and the marks' expiry to the next call."""
+        the lease check and the marks' expiry to the next call. A lease it finds ended while
+        a commit links its manifest waits for that link (off the loop), as a resume does."""
         if self._lock.locked():
             return self._status_now()
         async with self._lock:
-            self.check_lease()
+            await self.check_lease()
             self.workload.fence.expire()
             return self._status_now()
 
@@ -336,7 +342,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         with self._operation(trace, Operation.PREPARE, cid) as o:
             async with self._lock:
-                self.check_lease()
+                await self.check_lease()
                 cached = self._admit(
                     Operation.PREPARE, cid, {Phase.IDLE, Phase.PREPARING}, self._replies.prepare.get(cid)
                 )
@@ -363,7 +369,7 @@ class ControlPlane(Generic[S]):
                 # A prepare that fails reopens admission: nothing may stay parked for it.
                 async with self._lock:
                     if self.checkpoint_id == cid and self.phase is Phase.PREPARING:
-                        self._abort()
+                        await self._abort()
                 raise
 
             async with self._lock:
@@ -419,7 +425,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         with self._operation(trace, Operation.RENEW, cid):
             async with self._lock:
-                self.check_lease()
+                await self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
                 check_deadline(req.deadline_ts)
                 self._extend_lease(req.deadline_ts)
@@ -434,7 +440,7 @@ class ControlPlane(Generic[S]):
             # Commits run one at a time: a retry waits for the write in progress, then replays.
             async with self._commit_lock:
                 async with self._lock:
-                    self.check_lease()
+                    await self.check_lease()
                     replay = self._admit(
                         Operation.COMMIT, cid, {Phase.PREPARED}, self._replies.commit.get(cid)
                     )
@@ -496,7 +502,7 @@ class ControlPlane(Generic[S]):
         async with self._lock:
             # The lease as of this answer: one that ended while the write ran, before
             # watch_lease's turn, was answered committed (the abort came just after).
-            self.check_lease()
+            await self.check_lease()
             if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
                 # The commit's own stop says why: a resume, or its lease running out.
                 withdrawn = await self._withdraw(directory, result) if result.linked else ""
@@ -580,7 +586,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         with self._operation(trace, Operation.RESTORE, cid) as o:
             async with self._lock:
-                self.check_lease()
+                await self.check_lease()
                 replay = self._admit(Operation.RESTORE, cid, {Phase.IDLE}, self._replies.restore.get(cid))
                 if replay is not None:
                     cached, cached_args = replay
@@ -692,7 +698,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         with self._operation(trace, Operation.RESUME, cid) as o:
             async with self._lock:
-                self.check_lease()
+                await self.check_lease()
                 if cid in self._replies.resumed:
                     idempotent = True
                 elif self.checkpoint_id is not None and self.checkpoint_id != cid:
@@ -703,20 +709,20 @@ class ControlPlane(Generic[S]):
                     self._replies.remember_resumed(cid)
                     idempotent = True
                 else:
-                    self._abort()
+                    await self._abort()
                     idempotent = False
             o.set(phase=Phase.IDLE)
             return ResumeReply(phase=Phase.IDLE, idempotent=idempotent)
 
-    def _check_outside(self, op: Operation, deadline_ts: float) -> None:
-        self.check_lease()
+    async def _check_outside(self, op: Operation, deadline_ts: float) -> None:
+        await self.check_lease()
         check_outside(op, self.phase, deadline_ts)
 
     async def retire(self, req: RetireRequest, trace: Incoming) -> RetireReply:
         cid = req.checkpoint_id
         with self._operation(trace, Operation.RETIRE, cid) as o:
             async with self._lock:
-                self._check_outside(Operation.RETIRE, req.deadline_ts)
+                await self._check_outside(Operation.RETIRE, req.deadline_ts)
                 retired = await self.workload.retire(req.episode_ids)
             o.set(episodes=retired.retired_count)
             return retired
@@ -725,7 +731,7 @@ class ControlPlane(Generic[S]):
         cid = req.checkpoint_id
         with self._operation(trace, Operation.FORGET, cid) as o:
             async with self._lock:
-                self._check_outside(Operation.FORGET, req.deadline_ts)
+                await self._check_outside(Operation.FORGET, req.deadline_ts)
                 # In chunks of the request's order, the loop free between them (as retire
                 # marks): a work call in between sees each rollout's mark either still there or
                 # cleared. Not sorted first: sorting 64,000 ids held the loop ~20 ms in one

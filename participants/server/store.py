@@ -119,14 +119,23 @@ class WriteStop:
         self.cause = "was resumed"
         self._advice: Callable[[], str] | None = None
 
-    def stop(self, cause: str = "was resumed", advice: Callable[[], str] | None = None) -> None:
+    def stop(
+        self, cause: str = "was resumed", advice: Callable[[], str] | None = None, *, blocking: bool = True
+    ) -> bool:
         """Stop the writer; ``cause`` and ``advice`` (called when a refusal is worded, so what
-        it measures is as of then) say why, the first stop's win."""
-        with self._lock:
+        it measures is as of then) say why, the first stop's win. Whether it took effect:
+        with ``blocking`` false, ``False`` at once (nothing changed) while the writer holds the
+        lock, linking the manifest; call it again off the event loop."""
+        if not self._lock.acquire(blocking=blocking):
+            return False
+        try:
             if not self._stopped:
                 self.cause = cause
                 self._advice = advice
             self._stopped = True
+        finally:
+            self._lock.release()
+        return True
 
     @property
     def stopped(self) -> bool:

@@ -783,6 +783,56 @@ async def test_a_commit_cancelled_after_its_link_withdraws_its_manifest(tmp_path
         assert list(tmp_path.glob("gym/resources/*/manifest.json"))
 
 
+async def test_a_resume_during_a_slow_link_waits_off_the_loop(tmp_path):
+    """A resume that comes while the writer links the manifest (0.3 s here) waits for the link
+    off the event loop: a 1 ms ticker never stalls 100 ms, and the resume still answers only
+    once the link is done (the manifest is there when it answers, withdrawn by the refused
+    commit after), never before. Was: the stop waited on the loop, which stalled 299.9 ms."""
+    linking = threading.Event()
+
+    def hook(step: str) -> None:
+        if step == "link_manifest":  # in the write's thread, holding the stop's lock
+            linking.set()
+            time.sleep(0.3)
+
+    gaps: list[float] = []
+    commit: list[httpx.Response] = []
+    async with running(make(faults=FaultPlan(on_step=hook))) as client:
+        await start(client)
+        assert (await control(client, "prepare", seconds=5)).json()["phase"] == "prepared"
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while True:
+                await anyio.sleep(0.001)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        async def committing() -> None:
+            commit.append(await control(client, "commit", seconds=5, checkpoint_dir=str(tmp_path)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            tg.start_soon(committing)
+            with anyio.fail_after(5):
+                while not linking.is_set():
+                    await anyio.sleep(0.001)
+            gaps.clear()
+            resume = await control(client, "resume", seconds=5)
+            linked_when_resumed = bool(list(tmp_path.glob("gym/resources/*/manifest.json")))
+            with anyio.fail_after(5):
+                while not commit:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    assert resume.json() == {"phase": "idle", "idempotent": False}
+    assert linked_when_resumed  # the resume answered after the link, not during it
+    assert max(gaps) < 0.1, f"the loop stalled {max(gaps) * 1000:.1f} ms"
+    assert error_code(commit[0]) == (409, "stale_checkpoint")
+    assert "was resumed during commit, its manifest withdrawn" in commit[0].json()["error"]["detail"]
+    assert not list(tmp_path.glob("gym/resources/*/manifest.json"))
+
+
 async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
