@@ -84,7 +84,7 @@ def on_monotonic(deadline_ts: float) -> float:
 
 
 def _lease_advice(expires_at: float | None, ends: float | None, grace: float) -> str:
-    """Why a commit that outlived its lease is refused, and the fix, measured now: the lease
+    """Why a prepare or commit that outlived its lease is refused, and the fix, measured now: the lease
     (``deadline_ts + lease_grace_seconds``) ended at a time and this long ago."""
     when = "?" if expires_at is None else _utc(expires_at)
     ago = "" if ends is None else f", {max(time.monotonic() - ends, 0.0):.3g} s before this answer"
@@ -92,7 +92,7 @@ def _lease_advice(expires_at: float | None, ends: float | None, grace: float) ->
         f"the lease ended at {when} (deadline_ts + lease_grace_seconds {grace:g} s){ago}, and this "
         "participant aborted the checkpoint on its own (nobody resumed it); give the checkpoint a "
         "later deadline_ts or the participant a longer lease_grace_seconds, or renew the lease "
-        "while the commit runs"
+        "while a prepare or commit runs"
     )
 
 
@@ -359,6 +359,7 @@ class ControlPlane(Generic[S]):
                     self._latest = None
                     self._stop = WriteStop()
                     self.workload.close_admission()
+                stop = self._stop  # says why, if the checkpoint is aborted while this one waits
 
             try:
                 if first:
@@ -373,13 +374,18 @@ class ControlPlane(Generic[S]):
                 raise
 
             async with self._lock:
+                # The lease as of this answer: one that ended after the wait, before
+                # watch_lease's turn, was answered as if it stood (aborted just after).
+                await self.check_lease()
                 # An identical prepare that finished first: this one gets the same answer.
                 if self.checkpoint_id == cid and (done := self._replies.prepare.get(cid)) is not None:
                     o.set(phase=done.phase, blockers=done.report.blocker_count)
                     return done
                 if self.checkpoint_id != cid or self.phase is not Phase.PREPARING:
+                    # Its stop says why: a resume, or the lease running out (not "resumed").
                     raise ProtocolRefusal(
-                        ErrorCode.STALE_CHECKPOINT, f"checkpoint {cid} was resumed while preparing"
+                        ErrorCode.STALE_CHECKPOINT,
+                        f"checkpoint {cid} {stop.cause} while preparing{stop.advice()}",
                     )
                 self._report = report
                 if report.ready:

@@ -674,7 +674,7 @@ async def test_a_commit_that_outlives_its_lease_is_refused_as_a_lease_expiry(tmp
     assert detail.startswith("checkpoint c1 outlived its lease"), detail
     assert "resumed it" in detail and "was resumed" not in detail
     assert "(deadline_ts + lease_grace_seconds 0.1 s)" in detail and " UTC " in detail
-    assert "renew the lease while the commit runs" in detail
+    assert "renew the lease while a prepare or commit runs" in detail
     ago = float(detail.split(" s before this answer")[0].rsplit(", ", 1)[1])
     assert 0.1 < ago < 5.0, detail
     assert ("its manifest is not published" in detail) == (slow_step == "open_manifest")
@@ -831,6 +831,47 @@ async def test_a_resume_during_a_slow_link_waits_off_the_loop(tmp_path):
     assert error_code(commit[0]) == (409, "stale_checkpoint")
     assert "was resumed during commit, its manifest withdrawn" in commit[0].json()["error"]["detail"]
     assert not list(tmp_path.glob("gym/resources/*/manifest.json"))
+
+
+async def test_a_prepare_answered_after_its_lease_ran_out_is_refused_as_a_lease_expiry():
+    """A prepare's answer checks the lease: with the loop held across its deadline and its lease's
+    end (grace 0.05 s), the not-ready prepare is refused naming the lease, not a resume. Was:
+    answered "preparing" (200) 0.1 s past the lease, aborted right after; or, when the lease
+    check ran first, refused as "was resumed while preparing" when nobody resumed it."""
+    async with capture_events() as (bus, events):
+        app = create_app(
+            "environment",
+            instance="env-0",
+            token=TOKEN,
+            bus=bus,
+            step_seconds=5.0,
+            lease_grace_seconds=0.05,
+            checkpoint_root=ROOT,
+        )
+        async with running(app) as client:
+            await start(client, "slow")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
+                await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+                deadline, ends = time.time() + 0.4, time.monotonic() + 0.4
+
+                async def hold() -> None:
+                    await anyio.sleep(0.3)
+                    _busy_until(ends + 0.15)  # the loop, across the deadline and the lease's end
+
+                tg.start_soon(hold)
+                reply = await client.post(
+                    f"{CONTROL_PREFIX}/prepare",
+                    json={"checkpoint_id": "c1", "deadline_ts": deadline},
+                    headers=AUTH,
+                )
+                tg.cancel_scope.cancel()
+            assert (await status(client))["phase"] == "idle"
+    assert error_code(reply) == (409, "stale_checkpoint"), reply.text
+    detail = reply.json()["error"]["detail"]
+    assert detail.startswith("checkpoint c1 outlived its lease while preparing; the lease ended at "), detail
+    assert "(deadline_ts + lease_grace_seconds 0.05 s)" in detail and "was resumed" not in detail
+    assert [e.phase.value for e in events_of(events, LeaseExpired)] == ["preparing"]
 
 
 async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
