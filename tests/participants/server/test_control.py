@@ -785,7 +785,7 @@ async def test_a_commit_cancelled_after_its_link_withdraws_its_manifest(tmp_path
 
 async def test_a_resume_during_a_slow_link_waits_off_the_loop(tmp_path):
     """A resume that comes while the writer links the manifest (0.3 s here) waits for the link
-    off the event loop: a 1 ms ticker never stalls 100 ms, and the resume still answers only
+    off the event loop: a 1 ms ticker never stalls 150 ms, and the resume still answers only
     once the link is done (the manifest is there when it answers, withdrawn by the refused
     commit after), never before. Was: the stop waited on the loop, which stalled 299.9 ms."""
     linking = threading.Event()
@@ -827,7 +827,7 @@ async def test_a_resume_during_a_slow_link_waits_off_the_loop(tmp_path):
             tg.cancel_scope.cancel()
     assert resume.json() == {"phase": "idle", "idempotent": False}
     assert linked_when_resumed  # the resume answered after the link, not during it
-    assert max(gaps) < 0.1, f"the loop stalled {max(gaps) * 1000:.1f} ms"
+    assert max(gaps) < 0.15, f"the loop stalled {max(gaps) * 1000:.1f} ms"
     assert error_code(commit[0]) == (409, "stale_checkpoint")
     assert "was resumed during commit, its manifest withdrawn" in commit[0].json()["error"]["detail"]
     assert not list(tmp_path.glob("gym/resources/*/manifest.json"))
@@ -856,7 +856,7 @@ async def test_a_prepare_answered_after_its_lease_ran_out_is_refused_as_a_lease_
                 deadline, ends = time.time() + 0.4, time.monotonic() + 0.4
 
                 async def hold() -> None:
-                    await anyio.sleep(0.3)
+                    await anyio.sleep(0.2)  # 0.2 s of margin before the deadline
                     _busy_until(ends + 0.15)  # the loop, across the deadline and the lease's end
 
                 tg.start_soon(hold)
