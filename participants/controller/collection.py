@@ -172,7 +172,7 @@ class Collection:
                 await self.restore(latest)
             except CoordinationError as exc:
                 # Nothing was installed anywhere; its rollouts restart from their inputs.
-                logger.warning("restore of %s failed, restarting its rollouts: %s", latest, exc)
+                logger.warning("restore of %s failed, restarting its rollouts: %s", latest, said_in_log(exc))
 
         async with anyio.create_task_group() as tg:
             self._tg = tg

@@ -271,15 +271,17 @@ async def test_a_work_reply_that_does_not_decode_is_a_participant_error(
     assert refused.url.endswith("/work/start")
 
 
-def _refusing(target: str, operation: str = "retire") -> FastAPI:
-    """A proxy to the participant at ``target`` that refuses every ``operation`` (409)."""
+def _refusing(target: str, operation: str = "retire", detail: str | None = None) -> FastAPI:
+    """A proxy to the participant at ``target`` that refuses every ``operation`` (409), saying
+    ``detail`` (``"<operation> broke"`` by default)."""
     app = FastAPI()
     forward_headers = ("authorization", "content-type", "traceparent")
+    said = f"{operation} broke" if detail is None else detail
 
     @app.api_route("/{path:path}", methods=["GET", "POST"])
     async def forward(path: str, request: Request) -> Response:
         if path.endswith("/" + operation):
-            refused = b'{"error": {"code": "checkpoint_error", "detail": "%s broke"}}' % operation.encode()
+            refused = msgspec.json.encode({"error": {"code": "checkpoint_error", "detail": said}})
             return Response(refused, status_code=409, media_type="application/json")
         headers = {k: v for k, v in request.headers.items() if k in forward_headers}
         async with httpx.AsyncClient() as http:
@@ -316,6 +318,35 @@ async def test_a_restore_whose_fencing_fails_after_it_took_is_undone(tmp_path: P
                 phases = {m.name: (await co.control.status(m.url)).phase.value for m in members}
     assert set(phases.values()) == {"idle"}
     assert continued and {again.rollouts[e["rollout_id"]].attempt for e in continued} == {2}
+
+
+async def test_a_failed_restore_is_logged_escaped_and_redacted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member refusing the restore's retire with a detail holding a clear screen, an OSC 8
+    link, a bidi override and a token: ``run`` logs "restore of ... failed, restarting its
+    rollouts" with the detail's controls as escapes and the token redacted (the detail was
+    redacted but its 5 ESC and the U+202E reached the log raw)."""
+    hostile = "no \x1b[2J\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\ \u202eexe.gnp token=abc123"
+    async with capture_events() as (bus, _):
+        async with collection(bus, tmp_path, rollouts=3, steps=5) as (col, _):
+            await run_and(col, lambda: col.checkpoint(stop=True))
+        tel = Telemetry(bus, kind="controller", instance="coordination")
+        async with (
+            local_fleet(token=TOKEN, bus=bus, checkpoint_root=ROOT) as urls,
+            serving(_refusing(urls["agent-0"], detail=hostile)) as agent,
+        ):
+            members = [Member(name=n, kind=n.split("-")[0], instance=n, url=u) for n, u in urls.items()]
+            members = [m if m.name != "agent-0" else msgspec.structs.replace(m, url=agent) for m in members]
+            async with Coordinator(members, token=TOKEN, telemetry=tel) as co:
+                again = Collection(co, tmp_path, telemetry=tel, rollouts=3, steps=5)
+                with anyio.fail_after(30):
+                    summary = await again.run()
+    assert summary.restored_from is None and summary.completed == 3
+    (said,) = [r.getMessage() for r in caplog.records if "restarting its rollouts" in r.getMessage()]
+    assert "retire failed: agent-0" in said and "abc123" not in said
+    assert not any(char in said for char in "\x1b\u202e"), repr(said)
+    assert r"no \x1b[2J\x1b]8;;https://evil.example" in said
 
 
 async def test_a_worker_url_that_is_not_one_is_the_participant_s_error(tmp_path: Path) -> None:
