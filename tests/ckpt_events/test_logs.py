@@ -3,6 +3,7 @@ credentials, the caller's file and line kept, and a user's handler that raises c
 
 from __future__ import annotations
 
+import ast
 import io
 import logging
 import re
@@ -237,3 +238,88 @@ def test_a_logged_traceback_shows_a_hostile_message_escaped(formatted: io.String
     assert "in test_a_logged_traceback_shows_a_hostile_message_escaped\n" in text  # our frames
     assert str(caught) == f"refused\n{hostile}" and caught.__notes__ == [f"note: {hostile}"]
     assert str(caught.__cause__) == f"cause: {hostile}"
+
+
+#: The methods through which a logger is handed an exception's traceback.
+_LOGGING_METHODS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "log"})
+
+
+def _source_files() -> list[Path]:
+    """The library's and its harness's own source, each file once (sinks/ and participants/
+    from their own folders, not through their links under ckpt_events/)."""
+    root = Path(__file__).resolve().parents[2]
+    files = [
+        path
+        for path in (root / "ckpt_events").rglob("*.py")
+        if not any(
+            (root / "ckpt_events" / part).is_symlink()
+            for part in path.relative_to(root / "ckpt_events").parts[:1]
+        )
+    ]
+    for folder in ("sinks", "participants"):
+        files.extend((root / folder).rglob("*.py"))
+    return sorted(files)
+
+
+def _unfitted_tracebacks(tree: ast.Module) -> list[int]:
+    """Lines of ``tree`` handing a logger an exception (``exc_info=`` other than ``None`` or
+    ``False``, or ``.exception()``) on a logger not made by ``library_logger`` at module level,
+    without passing it through ``fit_for_log``."""
+    ours: set[str] = set()
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "library_logger"
+        ):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[union-attr]
+            ours |= {t.id for t in targets if isinstance(t, ast.Name)}
+    lines = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in _LOGGING_METHODS or not node.args:
+            continue  # not a logging call (a future's ``exception()`` takes no message)
+        given = next((k.value for k in node.keywords if k.arg == "exc_info"), None)
+        if given is None and node.func.attr != "exception":
+            continue
+        if isinstance(given, ast.Constant) and given.value in (None, False):
+            continue
+        fitted = (
+            isinstance(given, ast.Call)
+            and isinstance(given.func, ast.Name)
+            and given.func.id == "fit_for_log"
+        )
+        on_ours = isinstance(node.func.value, ast.Name) and node.func.value.id in ours
+        if not (fitted or on_ours):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_logged_traceback_goes_through_the_redact_and_escape_path() -> None:
+    """Each ``exc_info=`` or ``.exception()`` in the library, its sinks and its participants is
+    on a ``library_logger`` (whose records carry ``fit_for_log``'s stand-in) or hands it
+    ``fit_for_log(exc)``: one on a plain ``logging.getLogger`` would log a credential or a
+    terminal control in an exception's message raw."""
+    files = _source_files()
+    found = {str(p): _unfitted_tracebacks(ast.parse(p.read_text(encoding="utf-8"))) for p in files}
+    assert len(files) > 100 and sum(p.name == "_subscription.py" for p in files) == 1  # the scan found them
+    assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_the_sweep_catches_a_plain_logger() -> None:
+    """The sweep above flags a traceback on a plain logger, and passes the two allowed forms."""
+    source = (
+        "import logging\n"
+        "plain = logging.getLogger('ckpt_events.x')\n"
+        "ours = library_logger('ckpt_events.y')\n"
+        "plain.error('a', exc_info=True)\n"
+        "plain.exception('b')\n"
+        "ours.exception('c')\n"
+        "plain.error('d', exc_info=fit_for_log(exc))\n"
+        "logging.getLogger('z').warning('e', exc_info=exc)\n"
+        "plain.debug('f', exc_info=None)\n"
+        "future.exception()\n"
+    )
+    assert _unfitted_tracebacks(ast.parse(source)) == [4, 5, 8]
