@@ -17,13 +17,20 @@ from ckpt_events.participants.errors import ParticipantCallError, shown
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_REPLY_BYTES", "never_connected", "read_reply"]
+__all__ = ["KEEPALIVE_SECONDS", "MAX_REPLY_BYTES", "never_connected", "read_reply"]
 
 #: The most of a reply a control call reads: 4x a participant's own bound on a request body
 #: (``DEFAULT_MAX_BODY_BYTES``, 8 MiB); a commit's reply for 16,000 episodes is about 1 MB.
 #: Unbounded, a member answering 200 MB took 494 MB of the controller's memory, and one
 #: streaming without end 2 GB in 8 s, until the call's deadline.
 MAX_REPLY_BYTES: Final = 32 * 1024 * 1024
+#: How long a client of ours (the controller's calls, ``watch``'s polls) keeps an idle
+#: connection to a participant: well under the servers' own 5 s (``server_limits``' keep-alive
+#: and ``ConnectionLimits.header_timeout``). At httpx's 5 s a request could go out on a
+#: connection the server was closing: a ``ReadError``, "no whole reply" from a healthy member
+#: (the controller: 128 of 256 once every idle connection was kept; ``watch`` polling one
+#: participant every 4.985 to 5.0 s: 2 of 30 polls).
+KEEPALIVE_SECONDS: Final = 2.0
 #: The most a reply's content-encoding is inflated by in one step: a gzip of zeros inflates
 #: about 1,000 times, so one 64 KiB read grew to 64 MB before the bound was looked at.
 _INFLATE_STEP: Final = 64 * 1024

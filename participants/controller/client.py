@@ -38,7 +38,7 @@ from ckpt_events.participants.errors import (
     shown,
 )
 from ckpt_events.participants.protocol import CONTROL_PREFIX, ErrorBody, StatusReply, member_path
-from ckpt_events.participants.replies import MAX_REPLY_BYTES, never_connected, read_reply
+from ckpt_events.participants.replies import KEEPALIVE_SECONDS, MAX_REPLY_BYTES, never_connected, read_reply
 
 __all__ = [
     "CLIENT_GRACE_SECONDS",
@@ -146,13 +146,6 @@ def failed_call(url: str, exc: httpx.RequestError, timeout: float) -> Participan
     return ParticipantCallError(url, f"unreadable reply: {detail}")
 
 
-#: How long an idle connection to a participant is kept: well under the servers' own 5 s
-#: (``server_limits``' keep-alive and ``ConnectionLimits.header_timeout``). At httpx's 5 s a call
-#: could go out on a connection the server was closing: a ``ReadError``, "no whole reply" from a
-#: healthy member (128 of 256 once every idle connection was kept).
-_KEEPALIVE_SECONDS: Final = 2.0
-
-
 class _PoolPerMember(httpx.AsyncBaseTransport):
     """Each request goes to its member's own connection pool, made at that member's first
     request (the coordinator learns its members after its client is made), with no cap on
@@ -174,7 +167,7 @@ class _PoolPerMember(httpx.AsyncBaseTransport):
         # One TLS context for every pool: built per transport, it cost 17 ms and 0.9 MB each.
         self._tls = httpx.create_ssl_context()
         self._limits = httpx.Limits(
-            max_connections=None, max_keepalive_connections=None, keepalive_expiry=_KEEPALIVE_SECONDS
+            max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_SECONDS
         )
         self._pools: dict[tuple[bytes, bytes, int | None, bytes], httpx.AsyncHTTPTransport] = {}
 

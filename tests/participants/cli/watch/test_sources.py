@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from rich.console import Console
 
@@ -29,6 +29,8 @@ from ckpt_events.participants.cli.watch.pools import MemberPools
 from ckpt_events.participants.cli.watch.sources import MAX_BODY, poll_all, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.participants.replies import KEEPALIVE_SECONDS
+from ckpt_events.participants.server.limits import server_limits
 
 GOOD = b'{"kind":"agent","instance":"agent-\\u001b[2Jx","phase":"idle"}'
 
@@ -330,3 +332,29 @@ async def test_participants_behind_one_origin_get_a_pool_each() -> None:
             held = [len(t._pool.connections) for t in pools.pools.values()]  # type: ignore[attr-defined]
     assert [r.error for r in results] == [None] * 64
     assert held == [1] * 64
+
+
+async def test_an_idle_poll_connection_is_dropped_before_the_participants_keep_alive_ends() -> None:
+    """watch's pools keep an idle connection ``KEEPALIVE_SECONDS`` (2 s), as the controller's,
+    not httpx's 5 s, the participants' own keep-alive: polling every ~5 s, a poll went out on a
+    connection its server was closing ("no whole reply: ReadError", 2 of 30 polls at 4.985 to
+    5.0 s). Here a poll past ``KEEPALIVE_SECONDS`` of idleness takes a new connection."""
+    ports: list[int] = []
+    app = FastAPI()
+
+    @app.get(CONTROL_PREFIX + "/status")
+    async def status(request: Request) -> Response:
+        assert request.client is not None
+        ports.append(request.client.port)
+        return Response(
+            b'{"kind":"agent","instance":"agent-0","phase":"idle"}', media_type="application/json"
+        )
+
+    assert KEEPALIVE_SECONDS <= server_limits()["timeout_keep_alive"] / 2
+    async with serving(app) as base, status_client([base], headers={}, timeout=5) as client:
+        with anyio.fail_after(10):
+            await poll_all(client, [base], 5)
+            await poll_all(client, [base], 5)  # at once: the same connection
+            await anyio.sleep(KEEPALIVE_SECONDS + 0.5)
+            await poll_all(client, [base], 5)
+    assert len(ports) == 3 and ports[0] == ports[1] != ports[2], ports
