@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 import msgspec
 import pytest
@@ -79,6 +80,14 @@ async def start(client, rollout_id: str = "r1", attempt: int = 0, steps: int = 3
         "/work/start", json={"rollout_id": rollout_id, "attempt": attempt, "steps": steps}
     )
     assert reply.status_code == 200, reply.text
+
+
+async def _advancing(
+    app: Any, client: httpx.AsyncClient, tg: anyio.abc.TaskGroup, rollout: str = "slow"
+) -> None:
+    """``rollout``'s unit of work started in ``tg`` and seen running: what a prepare waits on."""
+    tg.start_soon(post_json, client, "/work/advance", {"rollout_id": rollout})
+    await wait_until(lambda: app.state.workload.episodes[rollout].status == "running")
 
 
 async def test_full_cycle_walks_every_phase(tmp_path):
@@ -418,8 +427,7 @@ async def test_prepare_not_ready_reports_blockers_and_keeps_admission_closed():
         async with running(app) as client:
             await start(client, "slow", steps=2)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
-                await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+                await _advancing(app, client, tg)
                 reply = (await control(client, "prepare", seconds=0.1)).json()
                 assert reply["phase"] == "preparing"
                 assert reply["report"]["ready"] is False
@@ -492,8 +500,7 @@ async def test_status_shows_live_readiness_while_the_first_prepare_waits():
         await start(client, "slow", steps=2)
         assert (await status(client))["report"] is None  # no prepare yet: nothing to report
         async with anyio.create_task_group() as tg:
-            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
-            await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+            await _advancing(app, client, tg)
             replies: list[dict[str, object]] = []
 
             async def prepare() -> None:
@@ -639,8 +646,7 @@ async def test_lease_expiry_during_prepare_cuts_the_wait_short():
     async with running(app) as client:
         await start(client, "slow")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
-            await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+            await _advancing(app, client, tg)
             reply = await client.post(
                 f"{CONTROL_PREFIX}/prepare",
                 json={"checkpoint_id": "c1", "deadline_ts": time.time() + 1.5},
@@ -851,8 +857,7 @@ async def test_a_prepare_answered_after_its_lease_ran_out_is_refused_as_a_lease_
         async with running(app) as client:
             await start(client, "slow")
             async with anyio.create_task_group() as tg:
-                tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
-                await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+                await _advancing(app, client, tg)
                 deadline, ends = time.time() + 0.4, time.monotonic() + 0.4
 
                 async def hold() -> None:
@@ -884,8 +889,7 @@ async def test_a_wall_clock_step_forward_does_not_cut_a_prepares_wait_short(
     async with running(app) as client:
         await start(client, "slow")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(post_json, client, "/work/advance", {"rollout_id": "slow"})
-            await wait_until(lambda: app.state.workload.episodes["slow"].status == "running")
+            await _advancing(app, client, tg)
             wall = time.time
             deadline = wall() + 2.0
 
