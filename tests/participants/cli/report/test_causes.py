@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ckpt_events import (
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
+    Event,
     LeaseExpired,
     OperationFinished,
     OperationStarted,
@@ -65,6 +67,17 @@ _NOT_PREPARED = (
 )
 
 
+async def _reported(events: Sequence[Event], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """``report`` on ``events`` written as a run's JSON-lines log: its output on one line (the
+    terminal wraps long lines)."""
+    log = tmp_path / "run.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(list(events))
+    sink.close()
+    assert await anyio.to_thread.run_sync(main, ["report", str(log)]) == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
 async def test_report_names_the_participant_that_refused_the_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,12 +86,7 @@ async def test_report_names_the_participant_that_refused_the_token(
     checkpoint failed: resume failed on controller (ckpt_events.participants.errors.
     CoordinationError: resume failed: agent-0: http://127.0.0.1:41571/ng-control/v…)"."""
     events = await run_refused_checkpoint(tmp_path)
-    log = tmp_path / "run.jsonl"
-    sink = JsonLinesSink(log)
-    sink.handle(events)
-    sink.close()
-    assert await anyio.to_thread.run_sync(main, ["report", str(log)]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # the terminal wraps long lines
+    out = await _reported(events, tmp_path, capsys)
     cause = re.search(r"#1 checkpoint failed: (.*?) checkpoint c1", out)
     assert cause is not None, out
     assert cause.group(1) == (
@@ -120,12 +128,7 @@ async def test_report_names_the_lease_a_commit_outlived_not_a_resume(
                     await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 0.2)
     said = info.value.failures["resources-0"]
     assert said.startswith("refused: stale_checkpoint (409): checkpoint c1 outlived its lease during commit")
-    log = tmp_path / "run.jsonl"
-    sink = JsonLinesSink(log)
-    sink.handle(events)
-    sink.close()
-    assert await anyio.to_thread.run_sync(main, ["report", str(log)]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # the terminal wraps long lines
+    out = await _reported(events, tmp_path, capsys)
     cause = re.search(r"#1 checkpoint aborted: (.*?) checkpoint c1 \(aborted\)", out)
     assert cause is not None, out
     assert cause.group(1).startswith(
