@@ -116,18 +116,24 @@ def _commits_counted(metrics: int, expected: float) -> float:
         time.sleep(0.05)
 
 
+def _prometheus_on(metrics: int) -> dict[str, str]:
+    """The environment of a reloading server whose workers serve /metrics on ``metrics``, our
+    code on its path."""
+    return {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": str(metrics),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+
+
 def test_each_reload_rebinds_the_port_replaces_the_export_process_and_keeps_every_line(
     tmp_path: Path,
 ) -> None:
     port, metrics = free_ports(2)
     app_file = tmp_path / "userapp.py"
     app_file.write_text(APP)
-    environ = {
-        "OTEL_METRICS_EXPORTER": "prometheus",
-        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
-        "OTEL_EXPORTER_PROMETHEUS_PORT": str(metrics),
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
+    environ = _prometheus_on(metrics)
     command = [sys.executable, "-m", "uvicorn", "userapp:app", "--reload", "--reload-dir", str(tmp_path)]
     server = subprocess.Popen(
         [*command, "--host", "127.0.0.1", "--port", str(port)],
@@ -180,12 +186,7 @@ def test_a_taken_prometheus_port_fails_one_worker_and_the_next_save_starts_it(tm
     port, metrics = free_ports(2)
     app_file = tmp_path / "userapp.py"
     app_file.write_text(APP)
-    environ = {
-        "OTEL_METRICS_EXPORTER": "prometheus",
-        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
-        "OTEL_EXPORTER_PROMETHEUS_PORT": str(metrics),
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
+    environ = _prometheus_on(metrics)
     taken = socket.create_server(("127.0.0.1", metrics))  # a server left running in another terminal
     command = [sys.executable, "-m", "uvicorn", "userapp:app", "--reload", "--reload-dir", str(tmp_path)]
     log = tmp_path / "uvicorn.log"
