@@ -149,11 +149,20 @@ def test_diff_names_the_quickstarts_steps_left_out_under_min_ms(
     for log in (base, new):
         anyio.run(_serve, log, calls)
     uploads = [e for _, e in read_events(base) if isinstance(e, StepFinished)]
-    assert len(uploads) == 3 and all(e.end_ns - e.start_ns < 50_000 for e in uploads)
-    assert main(["diff", str(base), str(new)]) == 0
+    assert len(uploads) == 3
+    # Left out by the default --min-ms 0.05 when both medians are under 50 us, as they are on a
+    # quiet machine; a loaded one stretched an upload past it once, so the bound is the one the
+    # medians keep under then (1 ms), and the naming is what is checked.
+    quick = all(
+        statistics.median(e.end_ns - e.start_ns for _, e in read_events(log) if isinstance(e, StepFinished))
+        < 50_000
+        for log in (base, new)
+    )
+    min_ms = [] if quick else ["--min-ms", "1"]
+    assert main(["diff", str(base), str(new), *min_ms]) == 0
     out = capsys.readouterr().out
     (left_out,) = [line for line in out.splitlines() if line.startswith("left out, both medians under")]
-    assert "--min-ms 0.05 ms (lower it to see them): " in left_out
+    assert f"--min-ms {'0.05' if quick else '1'} ms (lower it to see them): " in left_out, left_out
     assert "judge/commit/upload" in left_out
     (restore_row,) = [line for line in out.splitlines() if " restore " in line]
     restores = [
