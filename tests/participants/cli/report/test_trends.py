@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -231,8 +232,16 @@ async def test_a_step_slowed_progressively_is_flagged_growing(
     # The stall is the slowest; the ramp's upper half (60-90 ms more) can reach 2x the median on
     # a loaded machine (c6 took 2.1-2.6x it in four of five runs beside a CPU hog, c5 2.0x once in
     # a full suite), never its lower half (0-45 ms more), which no flag may name.
+    # A CI machine once stalled c3 itself (260.1 ms, 3.0x the median, against the ramp's 45 ms
+    # more): a flag on the lower half is true only for such a stall, far past what the ramp gave.
     lower_half = tuple(f"checkpoint #{n} " for n in range(1, CHECKPOINTS // 2 + 1))
-    assert not any(f.startswith(lower_half) for f in slow), flags
+    for flag in (f for f in slow if f.startswith(lower_half)):
+        said = re.match(
+            r"checkpoint #(\d+) c(\d+) took ([\d.,]+) ms, ([\d.]+)x the run's median ([\d.,]+) ms", flag
+        )
+        assert said is not None, flag
+        took, median = float(said[3].replace(",", "")), float(said[5].replace(",", ""))
+        assert took >= 2 * median and 15 * int(said[2]) < took / 4, flags
     growing = [f for f in flags if f.startswith("growing:")]
     assert any("environment commit.export" in f for f in growing), flags
     # The export's time reaches the commit and the collection around it; nothing else grew.
