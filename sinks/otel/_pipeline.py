@@ -184,6 +184,8 @@ def metric_readers_for(
     from opentelemetry.sdk.metrics import Counter, Histogram, ObservableGauge, UpDownCounter
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+    from ckpt_events.sinks.otel._this_process import ThisProcessOnly
+
     limits: dict[str, Any] = {}
     if "cardinality_limits" in inspect.signature(PeriodicExportingMetricReader).parameters:
         classes = (Counter, UpDownCounter, Histogram, ObservableGauge)  # what MetricSink creates
@@ -194,7 +196,7 @@ def metric_readers_for(
     exporters = _metric_exporters(settings)
     return [
         PeriodicExportingMetricReader(
-            exporter,
+            ThisProcessOnly(exporter),  # not from a forked child's copy (see the module)
             export_interval_millis=settings.metric_interval_ms,
             # Always given: unset, the SDK read OTEL_METRIC_EXPORT_TIMEOUT from os.environ, not
             # from the mapping configure() was given.

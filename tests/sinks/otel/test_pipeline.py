@@ -30,7 +30,7 @@ async def test_exporter_names() -> None:
 
     (reader,) = metric_readers_for(settings)
     try:
-        assert isinstance(reader._exporter, ConsoleMetricExporter)  # type: ignore[attr-defined]
+        assert isinstance(reader._exporter.inner, ConsoleMetricExporter)  # type: ignore[attr-defined]
     finally:
         # Its export thread runs from the start: left running, it warned "Cannot call collect
         # on a MetricReader until it is registered" into a later test's output.
