@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -18,6 +20,7 @@ import pytest
 
 from ckpt_events.benchmarks.load import listening, stop_process
 from ckpt_events.benchmarks.rotel import free_ports
+from ckpt_events.sinks import read_events
 
 pytest.importorskip("gunicorn")
 pytestmark = pytest.mark.e2e
@@ -53,12 +56,37 @@ async def commit(request: Request) -> dict[str, int]:
         pass
     return {"pid": os.getpid()}
 """
+# The right way: instrument() at import, the sinks configured in each worker's lifespan. Under
+# --preload, os.getpid() at import is the master's; configure_sinks runs in the worker.
+CONFIGURED_PER_WORKER = """
+import os
+
+from fastapi import FastAPI, Request
+
+from ckpt_events.participants.fastapi import instrument, operation
+from ckpt_events.sinks import configure
+
+app = FastAPI()
+instrument(
+    app,
+    kind="judge",
+    instance=f"judge-{os.getpid()}",
+    configure_sinks=lambda bus: configure(bus, jsonl_path=f"events.{os.getpid()}.jsonl"),
+)
+
+
+@app.post("/commit")
+async def commit(request: Request) -> dict[str, int]:
+    with operation(request, "commit", checkpoint_id="c" + request.query_params["n"]):
+        pass
+    return {"pid": os.getpid()}
+"""
 WORKERS = 2
 REQUESTS = 40
 
 
-def _gunicorn(project: Path, port: int, environ: dict[str, str]) -> subprocess.Popen[str]:
-    (project / "userapp.py").write_text(CONFIGURED_AT_IMPORT)
+def _gunicorn(project: Path, port: int, environ: dict[str, str], app: str) -> subprocess.Popen[str]:
+    (project / "userapp.py").write_text(app)
     command = [sys.executable, "-m", "gunicorn", "--preload", "-k", "uvicorn.workers.UvicornWorker"]
     return subprocess.Popen(
         [*command, "-w", str(WORKERS), "-b", f"127.0.0.1:{port}", "userapp:app"],
@@ -70,23 +98,36 @@ def _gunicorn(project: Path, port: int, environ: dict[str, str]) -> subprocess.P
     )
 
 
-def _served(project: Path, port: int, environ: dict[str, str], limits: httpx.Limits | None = None) -> str:
-    """What gunicorn (``--preload``, the app configured at import) on ``port`` wrote, serving
-    ``REQUESTS`` commits, then stopped by SIGTERM (and ended cleanly)."""
-    server = _gunicorn(project, port, environ)
+def _served(
+    project: Path,
+    port: int,
+    environ: dict[str, str],
+    limits: httpx.Limits | None = None,
+    app: str = CONFIGURED_AT_IMPORT,
+) -> tuple[str, Counter[int], int]:
+    """What gunicorn (``--preload``, ``app``: by default configured at import) on ``port`` wrote
+    serving ``REQUESTS`` commits (``?n=0``, ``1``, ...), then stopped by SIGTERM (and ended cleanly
+    within 15 s); the requests each worker pid served; the master's pid."""
+    server = _gunicorn(project, port, environ, app)
+    served: Counter[int] = Counter()
     try:
         assert listening(server, port, 30), "gunicorn did not listen"
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", timeout=10, limits=limits or httpx.Limits()
         ) as client:
-            for _ in range(REQUESTS):
-                assert client.post("/commit").status_code == 200
+            for n in range(REQUESTS):
+                reply = client.post("/commit", params={"n": n})
+                assert reply.status_code == 200
+                served[reply.json()["pid"]] += 1
+        stopping = time.monotonic()
         server.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=30)
+        stopped_in = time.monotonic() - stopping
     finally:
         stop_process(server)
     assert server.returncode == 0, output[-3000:]
-    return output
+    assert stopped_in < 15, f"gunicorn took {stopped_in:.1f} s to stop"
+    return output, served, server.pid
 
 
 def test_otlp_configured_before_the_fork_says_why_each_worker_drops(tmp_path: Path) -> None:
@@ -95,7 +136,7 @@ def test_otlp_configured_before_the_fork_says_why_each_worker_drops(tmp_path: Pa
     port, collector = free_ports(2)
     environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector}"}
     # No keep-alive: each request may land on either worker.
-    output = _served(tmp_path, port, environ, httpx.Limits(max_keepalive_connections=0))
+    output, _, _ = _served(tmp_path, port, environ, httpx.Limits(max_keepalive_connections=0))
     said = [line for line in output.splitlines() if "was forked from the one that configured it" in line]
     # One line per worker that served (each for its spans; its metric sink says it too).
     span_lines = [line for line in said if line.startswith("OTLP span export")]
@@ -113,7 +154,30 @@ def test_prometheus_configured_before_the_fork_says_the_scrape_misses_the_worker
         "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
         "OTEL_EXPORTER_PROMETHEUS_PORT": str(metrics),
     }
-    output = _served(tmp_path, port, environ)
+    output, _, _ = _served(tmp_path, port, environ)
     said = [line for line in output.splitlines() if line.startswith("PrometheusSink: this process")]
     assert 1 <= len(said) <= WORKERS, output[-3000:]
     assert "call configure() in each process after the fork" in said[0]
+
+
+def test_sinks_configured_in_each_worker_get_every_event_once(tmp_path: Path) -> None:
+    """``configure_sinks`` runs in each worker: a log per worker pid, each request's operation in
+    its worker's log once, none in a log of the master's. ``os.getpid()`` in ``instrument()``'s
+    arguments is read at import, in the master: every worker reports as the master's pid (what
+    docs/fastapi.md says, where it used to advise naming workers apart that way)."""
+    output, served, master = _served(
+        tmp_path, free_ports(1)[0], {}, httpx.Limits(max_keepalive_connections=0), CONFIGURED_PER_WORKER
+    )
+    assert "Traceback" not in output
+    assert not (tmp_path / f"events.{master}.jsonl").exists()
+    seen: Counter[str] = Counter()
+    for pid, count in served.items():
+        finished = [
+            event
+            for _, event in read_events(tmp_path / f"events.{pid}.jsonl")
+            if type(event).__name__ == "OperationFinished"
+        ]
+        assert len(finished) == count, (pid, len(finished), count)
+        assert {event.instance for event in finished} == {f"judge-{master}"}
+        seen.update(event.checkpoint_id for event in finished)
+    assert seen == Counter(f"c{n}" for n in range(REQUESTS))
