@@ -6,9 +6,9 @@ cancellation passes through. See ``_bus.py`` for what the bus guarantees a sink.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
+import sys
 import threading
 import time
 import types
@@ -29,6 +29,8 @@ from ckpt_events._sink_thread import SinkThread
 from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES, RAW_SEQUENCE, OperationSpan
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ckpt_events._bus import Bus
 
 __all__ = ["SinkStats", "Subscription", "resolve_interests"]
@@ -266,7 +268,10 @@ class Subscription:
         # never the task group (whose scope also holds the code inside `async with bus:`).
         native = anyio.lowlevel.current_token().native_token
         self._task_id = anyio.get_current_task().id
-        if isinstance(native, asyncio.AbstractEventLoop):
+        # asyncio as loaded, not imported: on trio (or to import the bus at all) it is not
+        # needed, and importing it (ssl, socket, subprocess) was 18 ms of `import Bus`'s 120.
+        loaded = sys.modules.get("asyncio")
+        if loaded is not None and isinstance(native, loaded.AbstractEventLoop):
             self._asyncio_loop = native
         try:
             with anyio.CancelScope() as self._scope:
@@ -641,6 +646,8 @@ class Subscription:
         through, cancelled the task group and with it the code inside ``async with bus:``."""
         if self._asyncio_loop is None:
             return True  # trio: a Cancelled comes from a cancel scope only
+        import asyncio  # loaded: this loop is asyncio's (_run)
+
         task = asyncio.current_task()
         return task is None or task.cancelling() > 0 or anyio.current_effective_deadline() == -math.inf
 

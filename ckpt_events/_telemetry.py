@@ -8,7 +8,6 @@ flags it checks are plain attributes, recomputed by the bus on subscribe and uns
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
 from time import monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Final, NoReturn, SupportsIndex
 
@@ -61,6 +60,8 @@ from ckpt_events._vocab import (
 from ckpt_events._wallclock import wall_ns
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from ckpt_events._subscription import _Buffer
 
 __all__ = ["Telemetry"]
@@ -90,6 +91,10 @@ def _bridge_entries(name: str) -> tuple[EntryPoint, ...]:
     """The entry points named ``name`` in ``BRIDGE_GROUP``, looked up once while any is found."""
     found = _BRIDGE_ENTRIES.get(name)
     if found is None:
+        # Here, not at the top: importlib.metadata (with email, zipfile, csv) took ~10 ms of
+        # `from ckpt_events import Telemetry`'s 110, and only otel_context=True reads it.
+        from importlib.metadata import entry_points
+
         found = tuple(entry_points(group=BRIDGE_GROUP, name=name))
         if found:  # none found: looked up again, so a bridge installed later is still seen
             _BRIDGE_ENTRIES[name] = found
