@@ -38,11 +38,8 @@ from ckpt_events.sinks._configure_env import (
 )
 from ckpt_events.sinks._destinations import check_free, claim, destinations, release
 from ckpt_events.sinks._otel_build import Built, otel_sinks
-from ckpt_events.sinks.jsonl._writer import JsonLinesSink
 from ckpt_events.sinks.otel._env import OtelSettings, check_environ
 from ckpt_events.sinks.otel._pipeline import check_resource_arguments
-from ckpt_events.sinks.otlp._http import OtlpHttpSender
-from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER, StallWatch
 
 if TYPE_CHECKING:
@@ -53,6 +50,7 @@ if TYPE_CHECKING:
 
     from ckpt_events.sinks._export_process import ExportProcess
     from ckpt_events.sinks._otel_build import AnyMetricSink, AnySpanSink
+    from ckpt_events.sinks.jsonl._writer import JsonLinesSink
     from ckpt_events.sinks.prometheus import PrometheusEndpoint
 
 __all__ = ["Configured", "aconfigure", "configure"]
@@ -196,6 +194,10 @@ class Configured:
         finish. The sinks' close ran in the bus's task, bounded by their own request timeout
         (10 s): against a collector that never answered, it went on after ``aclose()`` returned,
         the spans neither exported nor dropped, and the bus's close waited out its own deadline."""
+        # Here, not at the top: the OTLP modules load only when an OTLP sink is made (16 ms of
+        # `configure`'s import, with nothing to export); by now they are loaded if one was.
+        from ckpt_events.sinks.otlp._http import OtlpHttpSender
+
         ours = [
             sub for sub in self.subscriptions if isinstance(getattr(sub.sink, "sender", None), OtlpHttpSender)
         ]
@@ -492,7 +494,7 @@ def _planned(
     try:
         jsonl_sink = _jsonl(jsonl_path, env)
         if jsonl_sink is not None:
-            built.add(jsonl_sink, JsonLinesSink.close)
+            built.add(jsonl_sink, type(jsonl_sink).close)
         span_sinks: list[tuple[str, AnySpanSink]] = []
         metric_sinks: list[tuple[str, AnyMetricSink]] = []
         own_provider: MeterProvider | None = None
@@ -569,6 +571,9 @@ def _subscribe(
         for name, span_sink in span_sinks:
             if not span_sink.enabled:
                 continue
+            # Here, not at the top: the OTLP modules (16 ms) load only when a span sink is made.
+            from ckpt_events.sinks.otlp._span_sink import OtlpSpanSink
+
             if isinstance(span_sink, OtlpSpanSink):  # batches and bounds its own queue (OTEL_BSP_*)
                 subscriptions.append(bus.subscribe(span_sink, name=name))
             else:
@@ -701,6 +706,9 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
     if asked is None:
         return None
     path, where = asked
+    # Here, not at the top: the writer (with its encoders) loads only when a log is asked for.
+    from ckpt_events.sinks.jsonl._writer import JsonLinesSink
+
     try:
         return JsonLinesSink(Path(path))
     except OSError as exc:

@@ -43,10 +43,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ckpt_events._logs import library_logger
+
+if TYPE_CHECKING:
+    # Only a type here: http.server (with email, http.client, socketserver, shutil) was 15 ms
+    # of `configure`'s import, for the host checks the OTLP settings borrow from this module.
+    from http.server import BaseHTTPRequestHandler
 
 __all__ = ["ScrapeServer", "Unavailable", "host_problem", "listen_host"]
 

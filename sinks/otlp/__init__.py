@@ -12,7 +12,23 @@ Public here, for code that ships or reads spans itself (the report and the bench
 
 from __future__ import annotations
 
-from ckpt_events.sinks.otlp._reader import looks_like_otlp, read_otlp
-from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
+from typing import TYPE_CHECKING, Final
+
+from ckpt_events._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from ckpt_events.sinks.otlp._reader import looks_like_otlp, read_otlp
+    from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 
 __all__ = ["SpanEncoder", "looks_like_otlp", "read_otlp"]
+
+# On first use: `configure()` validates an OTLP endpoint with `otlp._endpoint`, and importing
+# this package for it loaded the encoders and the reader too (16 ms, with nothing exported).
+_HOMES: Final = {
+    "SpanEncoder": "ckpt_events.sinks.otlp._span_encoder",
+    "looks_like_otlp": "ckpt_events.sinks.otlp._reader",
+    "read_otlp": "ckpt_events.sinks.otlp._reader",
+}
+
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
+del TYPE_CHECKING, lazy_attributes
