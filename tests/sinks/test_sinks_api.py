@@ -13,7 +13,13 @@ from tests.ckpt_events.test_bus import refused
 
 @pytest.mark.parametrize(
     "module",
-    ["ckpt_events.sinks", "ckpt_events.sinks.jsonl", "ckpt_events.sinks.otel", "ckpt_events.sinks.replay"],
+    [
+        "ckpt_events.sinks",
+        "ckpt_events.sinks.jsonl",
+        "ckpt_events.sinks.otel",
+        "ckpt_events.sinks.otlp",
+        "ckpt_events.sinks.replay",
+    ],
 )
 def test_all_is_sorted_and_complete(module: str) -> None:
     """__all__ is sorted (constants first, as ruff sorts it), public, and every name in it exists."""
@@ -36,11 +42,14 @@ def test_importing_sinks_does_not_import_the_otel_sdk_eagerly() -> None:
     assert result.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("module", ["ckpt_events.sinks", "ckpt_events.sinks.otel"])
+@pytest.mark.parametrize(
+    "module",
+    ["ckpt_events.sinks", "ckpt_events.sinks.jsonl", "ckpt_events.sinks.otel", "ckpt_events.sinks.otlp"],
+)
 def test_every_lazy_name_is_listed_and_resolves_to_its_home(module: str) -> None:
     """The lazy table and __all__ hold the same names; each resolves to the object of its home module."""
     mod = importlib.import_module(module)
-    assert sorted(mod._HOMES) == mod.__all__
+    assert sorted(mod._HOMES) == sorted(mod.__all__)  # __all__'s order: test_all_is_sorted_and_complete
     for name, home in mod._HOMES.items():
         value = getattr(mod, name)
         if name == "replay" and isinstance(value, type(mod)):
