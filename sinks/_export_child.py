@@ -4,11 +4,15 @@
 (``ckpt_events.sinks._export_process``), never by hand. Its stdin carries, one line each, first
 the arguments ``configure()`` was given and the seconds its close may take (a JSON object), then
 every batch the parent's bus delivered (a JSON array of its events and span handles,
-``ckpt_events.sinks._export_wire``; a line never holds a raw newline), and, as the parent
+``ckpt_events.sinks._export_wire``; a line never holds a raw newline), between them a flush
+request (a JSON object with its number: ``ExportProcess.force_flush``), and, as the parent
 closes, the seconds its close may take now (a JSON object). Its stdout carries two lines back:
 ``ready`` once the sinks are built (the event classes they want, their names and the Prometheus
-URL, or the ``ConfigurationError`` that stopped them), and ``closed`` with this process's bus
-counters and each sink's own once the sinks are closed. While it runs, a pipe of its own
+URL, that it answers flush requests and the fewest spans a sink of it queues, or the
+``ConfigurationError`` that stopped them), and ``closed`` with this process's bus counters and
+each sink's own once the sinks are closed. A flush request is answered on the report pipe
+(``Flushed``) once the bus delivered what was read before it and each sink's ``force_flush``
+returned (each within its own timeout). While it runs, a pipe of its own
 (``ckpt_events.sinks._export_reports``) carries those counters when they change, and what the
 library logs here (a sink's failure, a collector refusing), once, in one line, to the parent's
 logging; only when the parent is gone is such a line written on stderr (the parent's).
@@ -36,7 +40,13 @@ import msgspec
 
 from ckpt_events import Bus, CkptEventsError
 from ckpt_events._logs import library_logger
-from ckpt_events.sinks._export_reports import REPORT_INTERVAL, ForwardingHandler, Progress, ReportWriter
+from ckpt_events.sinks._export_reports import (
+    REPORT_INTERVAL,
+    Flushed,
+    ForwardingHandler,
+    Progress,
+    ReportWriter,
+)
 from ckpt_events.sinks._export_wire import MAX_LINE, WireReader
 
 if TYPE_CHECKING:
@@ -62,13 +72,21 @@ class _Head(msgspec.Struct, frozen=True):
     log_level: int = logging.WARNING
 
 
-class _Closing(msgspec.Struct, frozen=True):
-    """The parent's last line before its input ends: the seconds closing may take now."""
+class _Control(msgspec.Struct, frozen=True):
+    """A line of the parent's that is no batch: the seconds closing may take now (its last line
+    before its input ends), or, with ``flush`` (from 1), a flush request, whose
+    ``close_timeout`` is only for a child of a version before flush requests (it read the line as
+    the budget, the one it had, and never answered: the parent does not ask one that did not
+    say it answers)."""
 
     close_timeout: float
+    flush: int = 0
 
 
-_CLOSING: Final = msgspec.json.Decoder(_Closing)
+_CONTROL: Final = msgspec.json.Decoder(_Control)
+#: Seconds a flush may wait for the bus to deliver what was read before it (each sink's
+#: ``force_flush`` after that is bounded by the sink's own timeout: 10 s for OTLP).
+_FLUSH_DELIVERY: Final = 10.0
 
 
 class _Reader:
@@ -231,7 +249,16 @@ async def _serve_head(
         _budget(configured, bus, head.close_timeout)
         names = [sub.name for sub in configured.subscriptions]
         interests = sorted(map(str, wanted))
-        if not _reply({"ready": True, "interests": interests, "sinks": names, "prometheus": prometheus}):
+        ready = {
+            "ready": True,
+            "interests": interests,
+            "sinks": names,
+            "prometheus": prometheus,
+            # Answered on the report pipe: without one, the parent is told not to ask.
+            "flush": writer is not None,
+            "queue": _queue_bound(configured),
+        }
+        if not _reply(ready):
             # The server died as we started (killed while it waited for this): its batches
             # never came, so there is nothing to export. Was a BrokenPipeError traceback.
             await configured.aclose()
@@ -240,14 +267,21 @@ async def _serve_head(
             tg.start_soon(_end_on_sigterm, sigterms, tg.cancel_scope, head.close_timeout)
             if writer is not None:
                 tg.start_soon(_report, writer, bus, configured)
+            flushing = anyio.Lock()  # requests answered one at a time, in the order asked
             while True:
                 for line in pending:
-                    if line[:1] == b"{":  # the parent is closing: the time it gives us
+                    if line[:1] == b"{":  # the parent is closing (the time it gives us), or asks a flush
                         try:
-                            _budget(configured, bus, _CLOSING.decode(line).close_timeout)
+                            control = _CONTROL.decode(line)
                         except msgspec.DecodeError as exc:
                             corrupt += 1
                             _unreadable(corrupt, line, exc)
+                            continue
+                        if not control.flush:
+                            _budget(configured, bus, control.close_timeout)
+                        elif writer is not None:
+                            # In a task: the input is read on meanwhile (a server goes on sending).
+                            tg.start_soon(_flush, control.flush, bus, configured, writer, flushing)
                         continue
                     invalid = wire.invalid_events
                     try:
@@ -281,6 +315,44 @@ async def _serve_head(
         "bus": msgspec.to_builtins(stats),
         "sinks": _sink_stats(configured),
     }
+
+
+async def _flush(
+    number: int, bus: Bus, configured: Configured, writer: ReportWriter, lock: anyio.Lock
+) -> None:
+    """Answer the flush request ``number``: the bus's delivery of what was read before it, then
+    each sink's ``force_flush`` (in a worker thread: ours block up to their own timeout), then
+    the counters and ``Flushed`` on the report pipe."""
+    async with lock:
+        done = await bus.flush(_FLUSH_DELIVERY)
+        for sub in configured.subscriptions:
+            force_flush = getattr(sub.sink, "force_flush", None)  # no part of the Sink Protocol
+            if not callable(force_flush):
+                continue
+            try:
+                exported = await anyio.to_thread.run_sync(force_flush, abandon_on_cancel=True)
+            except Exception:  # a sink's failure: logged to the server, the flush said not done
+                logger.exception("ckpt_events: the export process's sink %s failed to flush", sub.name)
+                exported = False
+            done = done and exported is not False
+        writer.progress(Progress(bus.stats(), _sink_stats(configured)))
+        writer.flushed(Flushed(number, done))
+
+
+def _queue_bound(configured: Configured) -> int | None:
+    """The fewest spans a sink with ``force_flush`` takes at a time without dropping (its
+    ``max_queue``, else ``max_export_batch``), as replay reads it of a sink in process: the
+    parent hands at most so many events between two flushes."""
+    bounds: list[int] = []
+    for sub in configured.subscriptions:
+        if not callable(getattr(sub.sink, "force_flush", None)):
+            continue
+        for name in ("max_queue", "max_export_batch"):
+            value = getattr(sub.sink, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                bounds.append(value)
+                break
+    return min(bounds, default=None)
 
 
 def _sink_stats(configured: Configured) -> dict[str, list[Any]]:

@@ -21,6 +21,12 @@ gives up on this sink (its close deadline).
 A server killed with SIGKILL loses nothing that reached the pipe: the child reads it to the end
 and exports it before it exits.
 
+``force_flush()`` asks the child to deliver what reached the pipe before it and flush its sinks
+(their export queues, the metric totals), and waits for its answer, within a deadline: replay
+onto a bus with this sink waits on it as on a sink in process (``max_queue``, the child's
+smallest span queue, bounds what it hands between two flushes). A child that does not answer
+flush requests (a version before them) is never asked: said once, ``False`` at once.
+
 While the child runs, a thread of this process reads its reports (``_export_reports``): its
 sinks' counters, shown by ``stats()`` within ``REPORT_INTERVAL`` (0.25 s) of a change, and each
 line the library logs there (a sink failing, a collector refusing), logged here once, in one
@@ -66,6 +72,11 @@ _REPLY_LIMIT: Final = 1 << 20
 _REPORTS_WAIT: Final = 1.0
 #: The pipe's buffer asked for: Linux's default ``pipe-max-size`` for an unprivileged process.
 PIPE_BYTES: Final = 1 << 20
+#: Seconds ``force_flush`` waits for the child's answer by default: its bus's delivery (10 s at
+#: most) and each sink's own flush (OTLP's 10 s timeout) fit in it.
+FLUSH_TIMEOUT: Final = 30.0
+#: Seconds between two looks for the child's answer to a flush (the report thread takes it).
+_FLUSH_POLL: Final = 0.002
 
 
 class ExportProcessStats(msgspec.Struct, frozen=True):
@@ -126,9 +137,18 @@ class ExportProcess:
         close_timeout: float,
         sinks: tuple[str, ...] = (),
         reports: ReportListener | None = None,
+        flushes: bool = False,
+        max_queue: int | None = None,
     ) -> None:
         self._process = process
         self._reports = reports
+        #: The child answers ``force_flush`` (its ``ready`` said so, and it has a report pipe).
+        self._flushes = flushes and reports is not None
+        #: The fewest spans a sink of the child queues (``None``: none with ``force_flush``).
+        self.max_queue = max_queue
+        self._flush_number = 0
+        self._said_flush = False
+        self._mid_line = False  # handle() is writing a batch: a flush request waits for its end
         self.interests = interests
         self.sinks = sinks
         self.prometheus_url = prometheus_url
@@ -243,7 +263,12 @@ class ExportProcess:
             raise ConfigurationError(str(ready.get("error") or "export process: it could not start"))
         interests = frozenset(_TAGS[tag] for tag in ready.get("interests", ()) if tag in _TAGS)
         sinks = tuple(str(name) for name in ready.get("sinks", ()))
-        return cls(process, interests, ready.get("prometheus"), close_timeout, sinks, listener)
+        queue = ready.get("queue")
+        bound = queue if isinstance(queue, int) and not isinstance(queue, bool) and queue > 0 else None
+        flushes = ready.get("flush") is True
+        return cls(
+            process, interests, ready.get("prometheus"), close_timeout, sinks, listener, flushes, bound
+        )
 
     def discard(self) -> None:
         """End a child that has nothing to export (no sink was set): killed and reaped now."""
@@ -288,24 +313,84 @@ class ExportProcess:
                 self._too_long(left_out)
         line.append(0x0A)  # the newline ending the batch's (last) line
         data = memoryview(line)
-        while data:
-            try:
-                written = os.write(self._pipe, data)
-            except BlockingIOError:
+        self._mid_line = True  # a flush request is not written inside this line
+        try:
+            while data:
                 try:
-                    await anyio.wait_writable(self._pipe)
-                except anyio.get_cancelled_exc_class():
-                    # The bus gave up on this sink at its close deadline (its aclose() will not
-                    # run) or its owner was cancelled: a child that stopped reading is not left
-                    # running (a hung one lived on, stopped, after the bus had closed).
-                    self._kill_unread()
-                    raise
-                continue
-            except (BrokenPipeError, OSError) as exc:
-                self._lost(sent, exc)
-                return
-            data = data[written:]
+                    written = os.write(self._pipe, data)
+                except BlockingIOError:
+                    try:
+                        await anyio.wait_writable(self._pipe)
+                    except anyio.get_cancelled_exc_class():
+                        # The bus gave up on this sink at its close deadline (its aclose() will
+                        # not run) or its owner was cancelled: a child that stopped reading is not
+                        # left running (a hung one lived on, stopped, after the bus had closed).
+                        self._kill_unread()
+                        raise
+                    continue
+                except (BrokenPipeError, OSError) as exc:
+                    self._lost(sent, exc)
+                    return
+                data = data[written:]
+        finally:
+            self._mid_line = False
         self._forwarded += sent
+
+    async def force_flush(self, timeout: float | None = None) -> bool:
+        """Wait until the child delivered every event written to its pipe before this call and
+        its sinks exported them (each sink's ``force_flush``, within its own timeout), at most
+        ``timeout`` seconds (default ``FLUSH_TIMEOUT``). ``True`` when the child said all were
+        exported; ``False`` when not (what its sinks dropped is in ``stats().sinks``), when it
+        did not answer in time, is gone or closing, or does not answer flush requests (a child
+        of a version before them: said once, not waited for)."""
+        seconds = FLUSH_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + seconds
+        if self._gone or self._closing or os.getpid() != self._owner or self._process.poll() is not None:
+            return False
+        if not self._flushes or self._reports is None:
+            self._flush_unanswered("it does not answer flush requests (a ckpt_events before them runs it)")
+            return False
+        self._flush_number += 1
+        number = self._flush_number
+        request = {"close_timeout": _child_budget(self.close_timeout), "flush": number}
+        line = msgspec.json.encode(request) + b"\n"
+        # Written whole or not at all (shorter than PIPE_BUF), never inside a batch's line.
+        while True:
+            if not self._mid_line:
+                try:
+                    os.write(self._pipe, line)
+                    break
+                except BlockingIOError:
+                    pass
+                except OSError:  # the child is gone: the next batch says it, with its counts
+                    return False
+            if time.monotonic() >= deadline:
+                self._flush_unanswered(f"its input stayed full for {seconds:g} s")
+                return False
+            await anyio.sleep(_FLUSH_POLL)
+        reports = self._reports
+        while (answer := reports.flushed) is None or answer.number < number:
+            if self._process.poll() is not None or not reports.running:
+                self._flush_unanswered("it ended before it answered")
+                return False
+            if time.monotonic() >= deadline:
+                self._flush_unanswered(f"no answer within {seconds:g} s")
+                return False
+            await anyio.sleep(_FLUSH_POLL)
+        return answer.done
+
+    def _flush_unanswered(self, why: str) -> None:
+        """Say once that a flush could not be waited for; what its sinks drop, they count."""
+        if self._said_flush:
+            return
+        self._said_flush = True
+        logger.warning(
+            "ckpt_events: the export process (pid %d) could not be flushed: %s; what was written "
+            "to it is not known to be exported (its sinks count what they drop: "
+            "ExportProcess.stats().sinks; further such flushes are not logged)",
+            self._process.pid,
+            why,
+        )
 
     def _encode_item(self, item: Any) -> bytes:
         try:

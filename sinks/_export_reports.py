@@ -9,6 +9,9 @@ server's event loop never waits for the child:
 * ``Progress``: the child's bus counters and each sink's own, sent when they changed, at most
   every ``REPORT_INTERVAL`` seconds. ``ExportProcess.stats()`` shows them while the child runs:
   a sink failing there (a full disk, a collector refusing) was said only once it closed.
+* ``Flushed``: the answer to the server's flush request (``ExportProcess.force_flush``), by its
+  number, sent once the child's sinks exported what it had read before the request (its
+  counters, a ``Progress``, just before it).
 * ``LogLine``: a warning or error the child's library logged (``ckpt_events`` and below), in one
   line, its exception said as ``ClassName: message``. The server logs it on the logger of the
   same name: it was printed on the shared stderr, with a traceback, outside the server's logging.
@@ -38,6 +41,7 @@ __all__ = [
     "FORWARDED",
     "PENDING_LIMIT",
     "REPORT_INTERVAL",
+    "Flushed",
     "ForwardingHandler",
     "LogLine",
     "Progress",
@@ -66,6 +70,14 @@ class Progress(msgspec.Struct, frozen=True, tag="progress"):
     sinks: dict[str, list[Any]]
 
 
+class Flushed(msgspec.Struct, frozen=True, tag="flushed"):
+    """The child flushed its sinks at the server's request ``number``: ``done`` when its bus
+    delivered and each sink with ``force_flush`` exported what it was handed, within their time."""
+
+    number: int
+    done: bool
+
+
 class LogLine(msgspec.Struct, frozen=True, tag="log"):
     """A record the child's library logged: its level, its logger's name, its text in one line."""
 
@@ -75,7 +87,7 @@ class LogLine(msgspec.Struct, frozen=True, tag="log"):
 
 
 _ENCODER: Final = msgspec.json.Encoder()
-_DECODER: Final = msgspec.json.Decoder(Progress | LogLine)
+_DECODER: Final = msgspec.json.Decoder(Progress | Flushed | LogLine)
 
 
 class ReportWriter:
@@ -99,6 +111,10 @@ class ReportWriter:
             return
         self._last = line
         self._send(line)
+
+    def flushed(self, answer: Flushed) -> bool:
+        """Send ``answer``; ``False`` if it could not be (the server is gone, or not reading)."""
+        return self._send(_ENCODER.encode(answer))
 
     def log(self, line: LogLine) -> bool:
         """Send ``line``; ``False`` if it could not be (the server is gone, or not reading)."""
@@ -178,6 +194,8 @@ class ReportListener:
         self._pid = pid
         #: The latest counters the child sent (``None`` before its first report).
         self.latest: Progress | None = None
+        #: The child's answer to the latest flush request it answered (``None`` before one).
+        self.flushed: Flushed | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"ckpt-events-export-reports-{pid}", daemon=True
@@ -223,6 +241,9 @@ class ReportListener:
             return  # not ours (the child writes only reports here): nothing to say it with
         if isinstance(report, Progress):
             self.latest = report  # one assignment: stats() on the event loop reads it whole
+            return
+        if isinstance(report, Flushed):
+            self.flushed = report  # answered in the order asked: the latest is the highest
             return
         name = report.name if report.name.startswith("ckpt_events") else "ckpt_events.sinks"
         level = report.level if logging.DEBUG <= report.level <= logging.CRITICAL else logging.WARNING

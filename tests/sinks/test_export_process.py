@@ -1111,3 +1111,77 @@ async def test_a_close_whose_deadline_a_full_pipe_took_still_kills_the_child(
     warnings = [r.getMessage() for r in caplog.records if "export process" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert f"killed, with what it held ({stats.forwarded} events were forwarded to it)" in warnings[0]
+
+
+def _spans_received(received: Any) -> int:
+    """The spans in every OTLP/HTTP trace export the receiver got."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    count = 0
+    for _, body in list(received.bodies):
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        count += sum(len(scope.spans) for spans in request.resource_spans for scope in spans.scope_spans)
+    return count
+
+
+async def test_replay_onto_an_export_process_bus_keeps_every_span(tmp_path: Path) -> None:
+    """A log replayed onto a bus whose sinks run in the export process: the child's span queue
+    (256 here, 8,192 by default) dropped what replay handed faster than the collector took it,
+    and replay could not ask the child to flush (512 of 4,000 spans received; 60,000 spans:
+    56,832). Replay now hands at most the child's queue at a time and waits for its flush: every
+    span reaches the collector before the close."""
+    from ckpt_events.sinks import replay
+
+    log = tmp_path / "events.jsonl"
+    async with Bus() as bus:
+        writer = configure(bus, jsonl_path=log, environ={})
+        _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 2000)
+        await bus.flush()
+        await writer.aclose()
+    with otlp_receiver() as received:
+        async with Bus() as bus:
+            configured = configure(
+                bus,
+                otlp_endpoint=received.url,
+                export_process=True,
+                environ={"OTEL_METRICS_EXPORTER": "none", "OTEL_BSP_MAX_QUEUE_SIZE": "256"},
+            )
+            process = configured.export_process
+            assert process is not None
+            result = await replay(log, bus)
+            replayed = _spans_received(received)  # before the close: replay waited for them
+            await configured.aclose()
+    assert result.events == 8000 and result.failed == ()
+    assert replayed == 4000
+    assert process.max_queue == 256  # what replay hands it between two flushes
+    assert process.stats().sinks["otel-spans"].dropped == 0  # type: ignore[index,attr-defined]
+
+
+async def test_a_flush_the_child_does_not_answer_ends_at_its_deadline_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopped child cannot answer a flush: ``force_flush`` returns ``False`` at its deadline
+    (never hangs the caller), said once however often it is asked; awake, it answers again."""
+    async with Bus() as bus:
+        configured = configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True, environ={})
+        process = configured.export_process
+        assert process is not None
+        _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
+        await bus.flush()
+        assert await process.force_flush() is True
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+                started = time.monotonic()
+                assert await process.force_flush(timeout=0.3) is False
+                assert await process.force_flush(timeout=0.3) is False
+                took = time.monotonic() - started
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        assert await process.force_flush() is True
+        await configured.aclose()
+    said = [r.getMessage() for r in caplog.records if "could not be flushed" in r.getMessage()]
+    assert took < 1.5
+    assert len(said) == 1 and "no answer within 0.3 s" in said[0]
+    assert process.stats().received == 20
