@@ -178,8 +178,8 @@ class _Target:
             if done is False:  # False, or the wait ran out (a force_flush returning None is done)
                 self.behind.add(id(sink))
                 logger.warning(
-                    "replay: %s did not export what it was handed within its timeout; the rest of "
-                    "the log is handed to it without waiting (what it drops, it counts)",
+                    "replay: %s did not say it exported what it was handed within its timeout; the "
+                    "rest of the log is handed to it without waiting (what it drops, it counts)",
                     type(sink).__name__,
                 )
 

@@ -341,8 +341,8 @@ async def test_a_sink_that_does_not_export_in_time_is_waited_for_once(
     assert took < 2.0, took
     said = [r.getMessage() for r in caplog.records if "within its timeout" in r.getMessage()]
     assert said == [
-        "replay: OtlpSpanSink did not export what it was handed within its timeout; the rest of the "
-        "log is handed to it without waiting (what it drops, it counts)"
+        "replay: OtlpSpanSink did not say it exported what it was handed within its timeout; the "
+        "rest of the log is handed to it without waiting (what it drops, it counts)"
     ]
 
 
