@@ -370,8 +370,13 @@ class ExportProcess:
             await anyio.sleep(_FLUSH_POLL)
         reports = self._reports
         while (answer := reports.flushed) is None or answer.number < number:
-            if self._process.poll() is not None or not reports.running:
-                self._flush_unanswered("it ended before it answered")
+            # The listener ends once the child exited and every report it sent was read.
+            if not reports.running:
+                answer = reports.flushed
+                if answer is not None and answer.number >= number:
+                    break
+                if not self._closing:  # a close under way says what the child's sinks lost
+                    self._flush_unanswered("it ended before it answered")
                 return False
             if time.monotonic() >= deadline:
                 self._flush_unanswered(f"no answer within {seconds:g} s")

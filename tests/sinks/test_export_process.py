@@ -1185,3 +1185,44 @@ async def test_a_flush_the_child_does_not_answer_ends_at_its_deadline_said_once(
     assert took < 1.5
     assert len(said) == 1 and "no answer within 0.3 s" in said[0]
     assert process.stats().received == 20
+
+
+async def test_a_flush_a_close_overtakes_ends_with_it_not_said_as_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A flush waiting on a hung collector when the server closes: the child closes in order
+    within its budget and never answers the flush, which ends with the close (``False``, well
+    before its own deadline); the close's summary says the drops, the flush says nothing (it
+    said "could not be flushed: it ended before it answered", of an orderly close)."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+        async with Bus() as bus:
+            configured = configure(
+                bus,
+                otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}",
+                export_process=True,
+                environ={"OTEL_METRICS_EXPORTER": "none"},
+            )
+            configured.close_timeout = 2.5
+            process = configured.export_process
+            assert process is not None
+            _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
+            await bus.flush()
+            results: list[bool] = []
+
+            async def flush() -> None:
+                results.append(await process.force_flush(timeout=20))
+
+            with caplog.at_level(logging.WARNING, logger="ckpt_events.sinks"):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(flush)
+                    await anyio.sleep(0.5)  # the child's flush waits on the collector
+                    started = time.monotonic()
+                    await configured.aclose()
+                took = time.monotonic() - started
+    assert results == [False] and took < 3.3
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "could not be flushed" in m]
+    assert [m for m in said if "its sinks having lost events" in m]
+    assert process.stats().exit_code == 0
