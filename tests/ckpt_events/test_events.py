@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -125,3 +127,42 @@ def test_an_events_repr_is_bounded_and_says_what_was_cut() -> None:
     back = _decoder.decode(line)
     assert back == event and back.error_message == big
     assert msgspec.structs.asdict(back)["attributes"]["blob"] == big
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_event)
+def test_a_short_events_rich_repr_is_msgspecs(event: Event) -> None:
+    """An event whose values are short yields to rich exactly the fields msgspec yields."""
+    assert list(event.__rich_repr__()) == list(msgspec.Struct.__rich_repr__(event))
+
+
+def test_an_events_rich_repr_is_bounded_as_its_repr() -> None:
+    """A 2 MB attribute and a 2 MB error message printed with rich came out whole (4,000,536
+    characters); rich now shows each value cut as ``repr`` cuts it."""
+    from rich.console import Console
+    from rich.pretty import pretty_repr
+
+    big = "x" * 2_000_000
+    event = OperationFinished(
+        kind=Kind.MODEL,
+        instance="m0",
+        trace_id=1,
+        span_id=2,
+        start_ns=3,
+        end_ns=4,
+        operation=Operation.COMMIT,
+        outcome=Outcome.ERROR,
+        error_message=big,
+        attributes={"blob": big, "n": 1},
+    )
+    text = pretty_repr(event)
+    assert len(text) < 2500, len(text)
+    assert f"error_message='{'x' * 200}'...(+1999800 chars)" in text
+    assert "attributes={'blob': 'xxx" in text and "'n': 1}" in text
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(event)
+    assert len(console.export_text()) < 2500
+    short = OperationFinished(
+        **{**msgspec.structs.asdict(event), "error_message": "e", "attributes": {"n": 1}}
+    )
+    assert "error_message='e'" in pretty_repr(short) and "attributes={'n': 1}" in pretty_repr(short)
