@@ -111,6 +111,7 @@ __all__ = [
     "WorkerChannelError",
     "WriteStopped",
     "check_int",
+    "failure_detail",
     "fitted_detail",
     "check_number",
     "shown",
@@ -245,6 +246,17 @@ def fitted_detail(text: str, limit: int = DETAIL_CHARS, *, sized: bool = True) -
     library fits any text (``ckpt_events.checks.fit_text``): its credentials redacted, then cut
     at ``limit`` characters, its size said (if ``sized``) when longer."""
     return fit_text(text, limit, sized=sized)
+
+
+def failure_detail(exc: BaseException) -> str:
+    """What an unexpected failure's reply says: the exception's message, or its class name when
+    it has none (``RuntimeError()``) or its ``__str__`` raises. One process and ``--workers``
+    answer the same failure with the same detail (workers answered an empty one)."""
+    try:
+        said = str(exc)
+    except Exception:  # its own __str__ raised; we are already answering a failure
+        said = ""
+    return said or type(exc).__name__
 
 
 class ParticipantCallError(CkptEventsError):

@@ -26,6 +26,7 @@ from ckpt_events.participants.errors import (
     MalformedRequest,
     ProtocolRefusal,
     WorkError,
+    failure_detail,
     shown,
 )
 from ckpt_events.participants.fastapi import Incoming, incoming_dependency
@@ -246,13 +247,8 @@ def install_error_handlers(app: FastAPI, tel: Telemetry | None) -> None:
         # same failure in a worker 409 checkpoint_error. Not counted as refused: nothing refused
         # the call, and its operation already recorded the error (outcome error, its type).
         # Starlette re-raises it after this reply, so the server still logs its traceback.
-        try:
-            said = str(exc)
-        except Exception:  # its own __str__ raised; we are already answering a failure
-            said = ""
-        detail = said or type(exc).__name__
         code = ErrorCode.CHECKPOINT_ERROR
-        return _json(error_reply_body(code.value, detail), HTTP_STATUS[code])
+        return _json(error_reply_body(code.value, failure_detail(exc)), HTTP_STATUS[code])
 
     app.add_exception_handler(ProtocolRefusal, on_control_error)
     app.add_exception_handler(WorkError, on_work_error)

@@ -26,7 +26,13 @@ import msgspec
 from anyio.abc import ByteStream, TaskGroup
 
 from ckpt_events.checks import fit_for_log, library_logger, said_in_log
-from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, fitted_detail, shown
+from ckpt_events.participants.errors import (
+    ProtocolRefusal,
+    WorkerChannelError,
+    failure_detail,
+    fitted_detail,
+    shown,
+)
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
     FrameError,
@@ -295,5 +301,5 @@ class FrameChannel:
 def _error_reply(message_id: int, exc: BaseException) -> Reply:
     # Redacted before the cut (a URL's user:password across it was cut where the redaction rule
     # no longer sees it); the main process answers it through ``error_reply_body`` as well.
-    detail = fitted_detail(str(exc), _FAILED_DETAIL_CHARS, sized=False)
+    detail = fitted_detail(failure_detail(exc), _FAILED_DETAIL_CHARS, sized=False)
     return Reply(message_id, False, error=FrameError(500, ErrorCode.CHECKPOINT_ERROR.value, detail))

@@ -124,3 +124,15 @@ async def test_a_handlers_failure_is_answered_redacted_at_every_worker_count(
     assert refused.json()["error"]["detail"] == (
         "upload to https://[REDACTED]@store.example/b failed; Authorization: Bearer [REDACTED]"
     )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_failure_without_a_message_is_named_by_its_class_at_every_worker_count(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """``RuntimeError()`` (no message) raised by a workload: one process answered its class name
+    as the 409 detail, ``--workers`` an empty detail; both now say ``RuntimeError``."""
+    refused, after = await _restore_whose_install_raises(tmp_path, monkeypatch, workers, RuntimeError())
+    assert error_code(refused) == (409, "checkpoint_error"), refused.text
+    assert refused.json()["error"]["detail"] == "RuntimeError"
+    assert after["phase"] == "idle"
