@@ -34,7 +34,7 @@ from msgspec.structs import replace as _replace
 
 from ckpt_events import CheckpointEvent, Event, SpanEvent
 
-__all__ = ["WIRE_DECODER", "from_wire", "with_hex_ids", "with_hex_ids_all"]
+__all__ = ["STRICT_WIRE_DECODER", "WIRE_DECODER", "from_wire", "with_hex_ids", "with_hex_ids_all"]
 
 _SPAN_EVENTS: Final = frozenset(c for c in get_args(CheckpointEvent) if issubclass(c, SpanEvent))
 # The hex of recent ids: a trace id is on every event of its trace, a span id on its started
@@ -134,10 +134,12 @@ def _nan_for_null(extra: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _wire_twin(cls: type[Event]) -> tuple[type[msgspec.Struct], Callable[[Any], CheckpointEvent]]:
+def _wire_twin(
+    cls: type[Event], strict: bool = False
+) -> tuple[type[msgspec.Struct], Callable[[Any], CheckpointEvent]]:
     """A Struct with ``cls``'s tag and fields, its id fields typed ``str | int`` and its
     ``attributes`` values nullable (a NaN or an infinity), and the function that turns one
-    into a ``cls``."""
+    into a ``cls``; ``strict``, a field it does not have fails the decoding."""
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     arguments: list[str] = []
     for field in msgspec.structs.fields(cls):
@@ -156,12 +158,13 @@ def _wire_twin(cls: type[Event]) -> tuple[type[msgspec.Struct], Callable[[Any], 
             arguments.append(f"w.{name}")
         fields.append((name, kind) if field.required else (name, kind, field.default))
     twin = msgspec.defstruct(
-        f"_Wire{cls.__name__}",
+        f"_{'Strict' if strict else ''}Wire{cls.__name__}",
         fields,
         tag_field="type",
         tag=cls.__struct_config__.tag,
         frozen=True,
         gc=False,
+        forbid_unknown_fields=strict,
     )
     # Generated (as dataclasses does): every field passed by position, ids looked up first.
     namespace: dict[str, Any] = {
@@ -177,9 +180,17 @@ def _wire_twin(cls: type[Event]) -> tuple[type[msgspec.Struct], Callable[[Any], 
 
 
 _TWINS: Final = dict(map(_wire_twin, get_args(CheckpointEvent)))
+_STRICT_TWINS: Final = dict(_wire_twin(cls, strict=True) for cls in get_args(CheckpointEvent))
 
-#: Decodes one JSON line into the wire twin of its event class (give it to ``from_wire``).
+#: Decodes one JSON line into the wire twin of its event class (give it to ``from_wire``);
+#: fields its class does not have are ignored.
 WIRE_DECODER: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(reduce(operator.or_, _TWINS))
+#: The same, but a field its class does not have (a newer version's) fails the decoding
+#: (``msgspec.ValidationError``), at no cost to a line without one.
+STRICT_WIRE_DECODER: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(
+    reduce(operator.or_, _STRICT_TWINS)
+)
+_TWINS.update(_STRICT_TWINS)
 
 
 def from_wire(wire: Any) -> CheckpointEvent:

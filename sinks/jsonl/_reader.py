@@ -26,6 +26,10 @@ reads a log (arrays of int64, a collector's fixed64) cannot hold another. Checke
 events, one generated comparison per class (about 0.1 us a line).
 
 A UTF-8 byte order mark at the start of the file is skipped, and lines may end in CRLF.
+
+Fields an event's class does not have (a newer version's) are ignored, as msgspec ignores
+them; given ``on_unknown_fields``, each such event is told to it (its line, type and those
+fields) and still read. Such a line is decoded a second time; a line without one pays nothing.
 """
 
 from __future__ import annotations
@@ -37,13 +41,13 @@ import os
 import types
 import zlib
 from collections.abc import Callable, Iterator
-from typing import IO, Any, Final, Union, get_args, get_origin
+from typing import IO, Any, Final, TypeAlias, Union, get_args, get_origin
 
 import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidTypeError
 from ckpt_events._errors import check_file_name, check_int, shown
-from ckpt_events.sinks._hexids import WIRE_DECODER, from_wire
+from ckpt_events.sinks._hexids import STRICT_WIRE_DECODER, WIRE_DECODER, from_wire
 
 __all__ = ["MAX_LINE", "CorruptLine", "read_events"]
 
@@ -97,29 +101,39 @@ class CorruptLine(msgspec.Struct, frozen=True):
     ended: tuple[int, int, int] | None = None
 
 
+#: Told of an event read whole but for fields its class does not have: ``(line_number, type,
+#: fields)``, the fields in the line's order.
+UnknownFields: TypeAlias = Callable[[int, str, tuple[str, ...]], None]
+
+
 def read_events(
     source: str | os.PathLike[str] | IO[bytes],
     *,
     max_line: int = MAX_LINE,
+    on_unknown_fields: UnknownFields | None = None,
 ) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
     """Yield ``(line_number, event)`` for each line of a JSON-lines log, in order.
 
     A line that does not decode yields a ``CorruptLine`` instead and reading goes on; blank
     lines are skipped. Line numbers are 1-based. A line longer than ``max_line`` bytes is a
     ``CorruptLine`` too, found without decoding or holding it: time is linear in the file's
-    size and memory bounded by ``max_line``, whatever the file holds.
+    size and memory bounded by ``max_line``, whatever the file holds. An event holding fields
+    its class does not have (written by a newer version) is yielded without them, and told
+    to ``on_unknown_fields`` first, if given.
     """
     check_int(max_line, f"max_line must be a positive int, not {shown(max_line)}", minimum=1)
+    if on_unknown_fields is not None and not callable(on_unknown_fields):
+        raise InvalidTypeError(f"on_unknown_fields must be callable or None, not {shown(on_unknown_fields)}")
     if isinstance(source, str | os.PathLike):
         check_file_name(source, "source")
         with open(source, "rb") as file:
             if file.peek(2)[:2] != _GZIP_MAGIC:  # peek, not read and seek: a path may be a pipe
-                yield from _read(file, max_line)
+                yield from _read(file, max_line, on_unknown_fields)
                 return
             # Was: the compressed bytes read as one corrupt line ("invalid character"), no event.
             unzipped = _Unzipped(file)
             last = 0
-            for last, item in _read(unzipped, max_line):
+            for last, item in _read(unzipped, max_line, on_unknown_fields):
                 yield last, item
             if unzipped.damage is not None:
                 error = (
@@ -132,7 +146,7 @@ def read_events(
             "pass its .buffer (sys.stdin.buffer), or open the file in 'rb' mode"
         )
     elif isinstance(source, io.IOBase) or hasattr(source, "readline"):
-        yield from _read(source, max_line)
+        yield from _read(source, max_line, on_unknown_fields)
     else:
         raise InvalidTypeError(f"source must be a path or a binary stream, not {shown(source)}")
 
@@ -173,7 +187,9 @@ class _Unzipped:
         return b""
 
 
-def _read(file: IO[bytes] | _Unzipped, max_line: int) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
+def _read(
+    file: IO[bytes] | _Unzipped, max_line: int, told: UnknownFields | None
+) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
     # A block no longer than max_line holds no line longer than max_line: only a line
     # spanning blocks needs its length checked.
     chunk = min(_CHUNK, max_line)
@@ -190,7 +206,7 @@ def _read(file: IO[bytes] | _Unzipped, max_line: int) -> Iterator[tuple[int, Che
             if too_long is not None:
                 yield before + 1, _too_long(before + 1, held, max_line, too_long)
             elif head:
-                yield from _decode_run(b"".join(head), before)
+                yield from _decode_run(b"".join(head), before, told)
             return
         end = block.find(b"\n")
         if end < 0:  # the line goes on past this block
@@ -213,7 +229,7 @@ def _read(file: IO[bytes] | _Unzipped, max_line: int) -> Iterator[tuple[int, Che
         head = [block[cut:]] if cut < len(block) else []
         held = len(block) - cut
         if run:
-            yield from _decode_run(run, before)
+            yield from _decode_run(run, before, told)
             before += run.count(b"\n")
 
 
@@ -232,12 +248,17 @@ def _too_long(number: int, length: int, max_line: int, excerpt: bytes) -> Corrup
     return CorruptLine(line=number, error=error, excerpt=excerpt.decode("utf-8", "replace"))
 
 
-def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
-    """The events of a run of whole lines, numbered from ``before + 1``."""
+def _decode_run(
+    run: bytes, before: int, told: UnknownFields | None
+) -> Iterator[tuple[int, CheckpointEvent | CorruptLine]]:
+    """The events of a run of whole lines, numbered from ``before + 1``; with ``told``, a line
+    holding fields its class does not have fails the run's decoding and is told line by line."""
+    decoder = WIRE_DECODER if told is None else STRICT_WIRE_DECODER
+    events: list[CheckpointEvent] | None
     try:
-        events = [from_wire(wire) for wire in WIRE_DECODER.decode_lines(run)]
+        events = [from_wire(wire) for wire in decoder.decode_lines(run)]
     except (msgspec.DecodeError, msgspec.ValidationError):
-        events = None
+        events = None if told is None else _told_run(run, before, told)
     if (
         events is not None
         and len(events) == run.count(b"\n") + (not run.endswith(b"\n"))
@@ -245,7 +266,7 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
     ):
         yield from zip(itertools.count(before + 1), events)
         return
-    decode = WIRE_DECODER.decode
+    decode = decoder.decode
     lines = run.split(b"\n")
     if run.endswith(b"\n"):
         lines.pop()
@@ -253,16 +274,21 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
         line = raw.strip()
         if not line:
             continue
+        failure: Exception | None = None
+        event: CheckpointEvent | None
         try:
             event = from_wire(decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            failure = exc
+            event = _without_unknown_fields(line, number, told) if told is not None else None
+        if event is None:
             excerpt = line[:_EXCERPT].decode("utf-8", "replace")
             kind, value, why, ended = _another_version(line)
             yield (
                 number,
                 CorruptLine(
                     line=number,
-                    error=why or str(exc),
+                    error=why or str(failure),
                     excerpt=excerpt,
                     unknown_type=kind,
                     unknown_value=value,
@@ -274,6 +300,49 @@ def _decode_run(run: bytes, before: int) -> Iterator[tuple[int, CheckpointEvent 
             yield number, _bad_time(number, event, line)
             continue
         yield number, event
+
+
+#: Per event class, its ``type`` tag and the keys its line may hold: its fields and ``type``.
+_KEYS: Final[dict[type[Any], tuple[str, frozenset[str]]]] = {
+    cls: (str(cls.__struct_config__.tag), frozenset(cls.__struct_fields__) | {"type"})
+    for cls in get_args(CheckpointEvent)
+}
+#: A line's keys, its values left undecoded.
+_KEYS_DECODER: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _told_run(run: bytes, before: int, told: UnknownFields) -> list[CheckpointEvent] | None:
+    """The events of a run that failed the strict decoding, when it decodes whole without it,
+    each line's fields its class does not have told to ``told``; ``None`` when it does not (the
+    caller goes line by line). A newer version's log costs ~3 us a line so, ~10 line by line."""
+    try:
+        events = [from_wire(wire) for wire in WIRE_DECODER.decode_lines(run)]
+        keys = _KEYS_DECODER.decode_lines(run)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if len(events) != len(keys) or not all([_TIMES_OK[e.__class__](e) for e in events]):
+        return None  # a blank line, or a time out of range: line by line names it
+    for number, event, line_keys in zip(itertools.count(before + 1), events, keys):
+        tag, known = _KEYS[event.__class__]
+        if not known.issuperset(line_keys):
+            told(number, tag, tuple(k for k in line_keys if k not in known))
+    return events
+
+
+def _without_unknown_fields(line: bytes, number: int, told: UnknownFields) -> CheckpointEvent | None:
+    """The event of a line that failed the strict decoding for fields its class does not have
+    alone, those fields told to ``told`` (not when a time is out of range: the caller says that
+    line damaged); ``None`` when it failed for anything else."""
+    try:
+        event = from_wire(WIRE_DECODER.decode(line))
+        keys = _KEYS_DECODER.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    tag, known = _KEYS[event.__class__]
+    unknown = tuple(key for key in keys if key not in known)
+    if unknown and _TIMES_OK[event.__class__](event):
+        told(number, tag, unknown)
+    return event
 
 
 #: The event types this version reads (each ``CheckpointEvent``'s ``type`` tag).

@@ -192,6 +192,11 @@ class LogProblems:
     #: outcome is unknown: filled as the files are read, drained by the fold
     #: (``fold_events(ended=...)``), which then says them ended, never open.
     ended: dict[tuple[int, int], UnreadEnd] = field(default_factory=dict)
+    #: Events read whole but for fields this version does not know (a newer version's), and
+    #: those fields, each with the events that held it (the first ``_UNKNOWN_TYPES_KEPT``
+    #: names; the others under ``None``): read, but what those fields said is lost.
+    unknown_field_events: int = 0
+    unknown_fields: dict[str | None, int] = field(default_factory=dict)
 
     def refuse(self, line: str) -> None:
         self.refused_files += 1
@@ -218,6 +223,19 @@ class LogProblems:
             key = None
         values[key] = values.get(key, 0) + 1
 
+    def unknown_fields_in(self, number: int, kind: str, names: tuple[str, ...]) -> None:
+        """Count an event (of type ``kind``, at line ``number``) read without ``names``, fields
+        this version does not know (``read_events(on_unknown_fields=...)``)."""
+        self.unknown_field_events += 1
+        fields = self.unknown_fields
+        for name in names:
+            key = (
+                name
+                if name in fields or (len(fields) < _UNKNOWN_TYPES_KEPT and len(name) <= _UNKNOWN_VALUE_CHARS)
+                else None
+            )
+            fields[key] = fields.get(key, 0) + 1
+
     def summary(self) -> list[str]:
         """One line per problem shown, and one counting the rest of each kind."""
         out = list(self.refused)
@@ -234,6 +252,8 @@ class LogProblems:
             _unknown_values_line,
             "with events holding a value this version does not know",
         )
+        if self.unknown_field_events:
+            out.append(_unknown_fields_line(self.unknown_field_events, self.unknown_fields))
         # A file back by a millisecond at most is sorted without a word: processes' clocks that
         # far apart, or a log of ours from before each span's end and start shared one offset
         # to the wall clock, is no clock stepped back and no file joined out of order.
@@ -285,6 +305,21 @@ def _unknown_line(path: str, types: dict[str | None, int]) -> str:
     return (
         f"{path}: {counted(sum(types.values()), 'event')} of a type this version does not know "
         f"skipped ({shown_types}; written by another version of ckpt-events?)"
+    )
+
+
+def _unknown_fields_line(events: int, fields: dict[str | None, int]) -> str:
+    """Once for all files: how many events held fields this version does not know, the most
+    frequent named with their counts, the others counted."""
+    named = sorted(((n, name) for name, n in fields.items() if name is not None), key=lambda t: (-t[0], t[1]))
+    said = ", ".join(f"{shown(name)} {n:,}" for n, name in named[:_UNKNOWN_TYPES_SHOWN])
+    if None in fields:  # past _UNKNOWN_TYPES_KEPT, or too long to be a field's name
+        said += (" and " if named else "") + "more fields"
+    elif len(named) > _UNKNOWN_TYPES_SHOWN:
+        said += f" and {counted(len(named) - _UNKNOWN_TYPES_SHOWN, 'more field')}"
+    return (
+        f"{counted(events, 'event')} carried fields this version does not know ({said}): read "
+        "without them (written by a newer version of ckpt-events? upgrade to read them)"
     )
 
 
@@ -389,7 +424,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 last = time_ns
                 yield time_ns, index, number, event
             return
-        for number, item in read_events(path):
+        for number, item in read_events(path, on_unknown_fields=problems.unknown_fields_in):
             if isinstance(item, CorruptLine) and item.unknown_type is None and item.unknown_value is None:
                 if a_log:
                     problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")

@@ -315,3 +315,46 @@ def test_a_skipped_end_of_a_span_still_names_the_span_it_ended() -> None:
         None,
         None,
     ]
+
+
+_FINISHED_LINE = (
+    b'{"type":"operation_finished","kind":"model","instance":"m0","trace_id":"'
+    + b"1" * 32
+    + b'","span_id":"'
+    + b"2" * 16
+    + b'","start_ns":1,"end_ns":%d,"operation":"commit"%s}'
+)
+
+
+@pytest.mark.parametrize("blank", [False, True], ids=["whole-runs", "line-by-line"])
+def test_fields_a_newer_version_added_are_told_and_the_event_read(blank: bool) -> None:
+    """Fields an event's class does not have were dropped without a word; given
+    ``on_unknown_fields``, each such line is told (number, type, fields in order) and its
+    event still read; a line also damaged otherwise stays a corrupt line, not told."""
+    lines = [
+        _FINISHED_LINE % (5, b""),
+        _FINISHED_LINE % (5, b',"gpu_ms":3,"zone":"a"'),
+        _FINISHED_LINE % (2**63, b',"gpu_ms":3'),  # a time out of range besides
+        _FINISHED_LINE % (5, b',"gpu_ms":4'),
+    ]
+    if blank:  # a blank line makes the reader go line by line
+        lines.insert(1, b"")
+    data = b"\n".join(lines) + b"\n"
+    told: list[tuple[int, str, tuple[str, ...]]] = []
+    items = list(read_events(io.BytesIO(data), on_unknown_fields=lambda *a: told.append(a)))
+    shift = int(blank)
+    assert told == [
+        (2 + shift, "operation_finished", ("gpu_ms", "zone")),
+        (4 + shift, "operation_finished", ("gpu_ms",)),
+    ]
+    assert [type(item).__name__ for _, item in items] == [
+        "OperationFinished",
+        "OperationFinished",
+        "CorruptLine",
+        "OperationFinished",
+    ]
+    assert [n for n, _ in items] == [1, 2 + shift, 3 + shift, 4 + shift]
+    assert items[0][1] == items[1][1] == items[3][1]
+    assert list(read_events(io.BytesIO(data))) == items  # without it: the same items, nothing told
+    with pytest.raises(InvalidArgumentError, match="on_unknown_fields must be callable"):
+        list(read_events(io.BytesIO(data), on_unknown_fields=1))  # type: ignore[arg-type]
