@@ -262,6 +262,10 @@ class LogFollower:
         self._unknown: dict[str, dict[str | None, int]] = {}
         #: Events of known types holding a value another version wrote, by (field, value).
         self._values: dict[str, dict[tuple[str, str], int]] = {}
+        #: Events read without fields this version does not know (a newer version's), over the
+        #: whole watch, and those fields by name (``_count_type``): one lasting note.
+        self._field_events = 0
+        self._fields: dict[str | None, int] = {}
         self._sources: dict[object, int] = {}  # the backlog's files (``Backlog.source``)
         #: Per log whose newest file given is a rotated one (its writer went on in a file not
         #: given), that file.
@@ -484,7 +488,8 @@ class LogFollower:
         batch: list[Event] = []
         backlog.source = self._source_of(path)
         try:
-            for _, item in read_events(path):  # bounded: one pass over a file of a given size
+            # bounded: one pass over a file of a given size
+            for _, item in read_events(path, on_unknown_fields=self._unknown_fields):
                 if isinstance(item, CorruptLine):
                     if item.unknown_type is not None:
                         _count_type(types, item.unknown_type)
@@ -505,6 +510,23 @@ class LogFollower:
         backlog.add_all(batch)
         if corrupt or types or values:
             self.notes[path] = _skipped_note(path, corrupt, types, values)
+
+    def _unknown_fields(self, number: int, kind: str, names: tuple[str, ...]) -> None:
+        """Count an event read without ``names``, fields this version does not know, and say
+        so in one lasting note (was: dropped without a word)."""
+        self._field_events += 1
+        for name in names:
+            _count_type(self._fields, name)
+        named = sorted(
+            ((n, name) for name, n in self._fields.items() if name is not None), key=lambda t: (-t[0], t[1])
+        )
+        listed = ", ".join(f"{shown(name)} {n:,}" for n, name in named[:3])
+        more = " and more" if len(named) > 3 or None in self._fields else ""
+        self.notes[_FIELDS_NOTE] = self._lasting[_FIELDS_NOTE] = (
+            f"{self._field_events} event(s) carried fields this version does not know "
+            f"({listed or 'fields not kept'}{more}): read without them (written by a newer "
+            "version of ckpt-events? upgrade to read them)"
+        )
 
     def _source_of(self, key: object) -> int:
         """A number for each file the backlog folds (by identity; a gzipped one by its path)."""
@@ -593,7 +615,7 @@ class LogFollower:
             followed.skipping = True
             corrupt += 1
         if cut > start:
-            for _, item in read_events(io.BytesIO(data[start:cut])):
+            for _, item in read_events(io.BytesIO(data[start:cut]), on_unknown_fields=self._unknown_fields):
                 if isinstance(item, CorruptLine):
                     # Another version's event (a type, or a value of a closed vocabulary, this
                     # one does not know): skipped, but not damage.
@@ -687,6 +709,8 @@ def _skipped_note(
     return f"{path}: {'; '.join(parts)}"
 
 
+#: The key of the note on fields this version does not know (no file's path: one for all).
+_FIELDS_NOTE: Final = "(fields unknown)"
 #: The (field, value) pairs kept per file (a damaged or hostile file could hold a new one each
 #: line); the others are counted under ``_OTHER_VALUES``, as is a value too long to be a word.
 _VALUES_KEPT: Final = 64

@@ -454,8 +454,8 @@ def test_a_newer_versions_fields_in_known_events_are_said_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Was: fields a newer version added to known events ("gpu_ms", "zone") were dropped without
-    a word by report, diff and replay; now the events are still read, and one line says how many
-    carried which fields, once for all files, bounded when each line names a new one."""
+    a word by report, diff, replay and watch; now the events are still read, and one line says
+    how many carried which fields, once for all files, bounded when each line names a new one."""
     lines = _old_lines()
     mixed = [_with_fields(line, gpu_ms=n, **({"zone": "a"} if n % 2 else {})) for n, line in enumerate(lines)]
     mixed[3] = _with_fields(lines[3], **{f"f{n:03}": n for n in range(100)})  # a hostile line
@@ -478,3 +478,11 @@ def test_a_newer_versions_fields_in_known_events_are_said_once(
     out, err = capsys.readouterr()
     assert out.startswith(f"replayed {_LINES} events: "), out
     assert said in err.splitlines(), err
+    assert main(["watch", "--once", "--follow", str(newer)]) == 0
+    flat = " ".join(capsys.readouterr().out.split())  # the terminal's width may wrap the note
+    assert all(f"{kind}-0" in flat for kind in ("environment", "model", "agent", "resources")), flat
+    assert (
+        f"{_LINES} event(s) carried fields this version does not know ('gpu_ms' {_LINES - 1}, 'zone' 64, "
+        "'f000' 1 and more): read without them (written by a newer version of ckpt-events? upgrade to "
+        "read them)"
+    ) in flat, flat
