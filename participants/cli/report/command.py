@@ -39,6 +39,7 @@ def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.clocks import ClockEvidence
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
     from ckpt_events.participants.cli.report.logs import (
+        ENDED_KEPT,
         LogProblems,
         expand_logs,
         merged_events,
@@ -89,6 +90,13 @@ def _report(args: argparse.Namespace) -> int:
         )
     for line in problems.summary():
         print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
+    if problems.ended_dropped:  # the report alone folds them: said here, not by diff or replay
+        print(
+            f"{counted(problems.ended_dropped, 'more span')} than the {ENDED_KEPT:,} held at once ended "
+            "in lines this version cannot read, with no event it reads between them: such a span "
+            "shown open may have ended (read the logs with the version of ckpt-events that wrote them)",
+            file=sys.stderr,
+        )
     if any(row.outcome == OPEN for row in run.rows):
         for line in cut:  # why "no answer in the logs given", not "never answered"
             print(escape(line), file=sys.stderr)

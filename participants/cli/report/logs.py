@@ -53,6 +53,7 @@ from ckpt_events.sinks.jsonl import CorruptLine, oldest_first, rotated_name
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
 
 __all__ = [
+    "ENDED_KEPT",
     "LogProblems",
     "event_time",
     "expand_logs",
@@ -70,6 +71,9 @@ SHOWN = 5
 #: lines before it are skipped and counted. A crash tears one line (a crash loop a few), and
 #: prose or binary data is refused after this many lines instead of being read to its end.
 PROBE_LINES = 16
+#: The spans whose end was a line this version could not read held at once, between two events
+#: read (``LogProblems.ended``): ~26 MB at most; the fold drains them at each event.
+ENDED_KEPT: Final = 65_536
 #: The types of events this version does not know kept apart per file (their names are the
 #: file's: a damaged or hostile file could hold a new one each line), and named in its line.
 _UNKNOWN_TYPES_KEPT: Final = 64
@@ -192,6 +196,9 @@ class LogProblems:
     #: outcome is unknown: filled as the files are read, drained by the fold
     #: (``fold_events(ended=...)``), which then says them ended, never open.
     ended: dict[tuple[int, int], UnreadEnd] = field(default_factory=dict)
+    #: Such spans not kept, past ``ENDED_KEPT`` held at once: a span of them whose start is
+    #: read may be shown open.
+    ended_dropped: int = 0
     #: Events read whole but for fields this version does not know (a newer version's), and
     #: those fields, each with the events that held it (the first ``_UNKNOWN_TYPES_KEPT``
     #: names; the others under ``None``): read, but what those fields said is lost.
@@ -222,6 +229,17 @@ class LogProblems:
         if key not in values and (len(values) >= _UNKNOWN_TYPES_KEPT or len(value) > _UNKNOWN_VALUE_CHARS):
             key = None
         values[key] = values.get(key, 0) + 1
+
+    def end(self, key: tuple[int, int], end: UnreadEnd) -> None:
+        """Keep that the span ``key`` ended in a line this version could not read (drained by
+        the fold), at most ``ENDED_KEPT`` of them: a file of a million such lines held them all
+        until the next event read (482 MB; diff and replay never drain them)."""
+        # The newest let go, not the oldest: a dict's first entry deleted again and again is
+        # found past the holes left before it (a million such lines took 124 s, not 27).
+        if len(self.ended) >= ENDED_KEPT and key not in self.ended:
+            self.ended_dropped += 1
+            return
+        self.ended[key] = end
 
     def unknown_fields_in(self, number: int, kind: str, names: tuple[str, ...]) -> None:
         """Count an event (of type ``kind``, at line ``number``) read without ``names``, fields
@@ -447,7 +465,7 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 elif item.unknown_value is not None:
                     problems.unknown_value(path, *item.unknown_value)
                 if item.ended is not None:
-                    problems.ended[item.ended[:2]] = UnreadEnd(item.ended[2], _ended_why(item))
+                    problems.end(item.ended[:2], UnreadEnd(item.ended[2], _ended_why(item)))
                 continue
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.

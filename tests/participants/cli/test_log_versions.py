@@ -18,7 +18,7 @@ import pytest
 
 from ckpt_events import CheckpointEvent
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.logs import SHOWN
+from ckpt_events.participants.cli.report.logs import ENDED_KEPT, SHOWN, LogProblems, merged_events
 from ckpt_events.sinks.replay import replay
 from tests.participants.cli.otlp_receiver import otlp_receiver
 
@@ -486,3 +486,29 @@ def test_a_newer_versions_fields_in_known_events_are_said_once(
         "'f000' 1 and more): read without them (written by a newer version of ckpt-events? upgrade to "
         "read them)"
     ) in flat, flat
+
+
+def test_spans_ended_by_a_newer_versions_events_are_held_bounded_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: every span ended by a line this version cannot read was held until the next event
+    it reads (diff and replay: to the end), 1,000,000 such lines 482 MB; now ``ENDED_KEPT`` are
+    held, the rest counted exactly, and the report says such a span shown open may have ended."""
+    more = 10
+    log = tmp_path / "newer.jsonl"
+    with log.open("wb") as file:
+        for i in range(1, ENDED_KEPT + more + 1):
+            file.write(
+                b'{"type":"snapshot_finished","kind":"model","instance":"m0","trace_id":"%032x",'
+                b'"span_id":"%016x","start_ns":%d,"end_ns":%d}\n' % (i, i, i, i + 1)
+            )
+    problems = LogProblems()
+    assert list(merged_events([log], problems)) == []
+    assert (len(problems.ended), problems.ended_dropped) == (ENDED_KEPT, more)
+    assert main(["report", str(log)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        f"{more} more spans than the {ENDED_KEPT:,} held at once ended in lines this version cannot "
+        "read, with no event it reads between them: such a span shown open may have ended (read the "
+        "logs with the version of ckpt-events that wrote them)"
+    ) in err, err
