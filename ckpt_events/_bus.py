@@ -32,6 +32,7 @@ import anyio.lowlevel
 import msgspec
 
 from ckpt_events._bus_contract import InterestListener
+from ckpt_events._bus_log import logger
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, not_copyable, shown
 from ckpt_events._events import EVENT_TYPES, Event
 from ckpt_events._sink import Sink
@@ -41,7 +42,6 @@ from ckpt_events._subscription import (
     Subscription,
     _Buffer,
     _check_positive_int,
-    logger,
 )
 from ckpt_events._vocab import SAFE_NAME
 
@@ -458,8 +458,9 @@ class Bus:
             return
         assert sub is not None  # the closed bus's buffer has no owner either, and it never waits
         if threading.get_ident() == self._loop_thread:
-            if sub._handling:  # its task is in handle, not waiting: was this emit handle's own?
-                sub._emitted_into()
+            watch = sub._watch
+            if watch.handling:  # its task is in handle, not waiting: was this emit handle's own?
+                watch.emitted_into()
                 return
             sub._wake.set()
         elif self._call_soon_threadsafe is not None:

@@ -23,8 +23,8 @@ import anyio
 import anyio.from_thread
 
 from ckpt_events._bus import Bus
+from ckpt_events._bus_log import logger
 from ckpt_events._errors import InvalidValueError
-from ckpt_events._subscription import logger
 
 __all__ = ["BusThread"]
 

@@ -1,7 +1,11 @@
 """A sink's place on the bus: its bounded buffer, its delivery task and its counters.
 
-``Subscription._run`` is the one place a sink's failure is caught (logged once, counted);
-cancellation passes through. See ``_bus.py`` for what the bus guarantees a sink.
+It owns delivery: the buffer emitters append to, the task that takes batches from it (linger,
+batch interval, prompt batches), hands them to the sink (on the loop, awaited, or on the sink's
+thread), and closes the sink. ``Subscription._deliver`` is the one place a sink's failure is
+caught; cancellation passes through. What the sink's own code does in its hands (holding the
+loop, feeding itself, failing) is watched by ``SinkWatch`` (``_sink_watch.py``). See ``_bus.py``
+for what the bus guarantees a sink.
 """
 
 from __future__ import annotations
@@ -11,9 +15,7 @@ import math
 import sys
 import threading
 import time
-import types
 from collections import deque
-from collections.abc import Coroutine, Generator
 from itertools import repeat, starmap
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -21,11 +23,12 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from ckpt_events._bus_log import logger
 from ckpt_events._errors import InvalidTypeError, check_int, check_number, shown
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
-from ckpt_events._logs import library_logger, one_line
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
+from ckpt_events._sink_watch import FED_ITSELF_BATCHES, SinkWatch
 from ckpt_events._span_handles import QUEUED_EVENTS, QUEUED_HANDLES, RAW_SEQUENCE, OperationSpan
 
 if TYPE_CHECKING:
@@ -34,8 +37,6 @@ if TYPE_CHECKING:
     from ckpt_events._bus import Bus
 
 __all__ = ["SinkStats", "Subscription", "resolve_interests"]
-
-logger: Final = library_logger("ckpt_events")
 
 #: How long a blocking sink's task gathers events before handing a batch to a thread.
 DEFAULT_BLOCKING_LINGER: Final = 0.05
@@ -50,18 +51,6 @@ DEFAULT_BATCH_INTERVAL: Final = 0.01
 PROMPT_TYPES: Final = frozenset({OperationSpan, OperationFinished, CoordinateFinished, CollectionFinished})
 PROMPT_BURST: Final = 4
 PROMPT_REFILL: Final = 0.2
-#: How long one call of a sync ``handle`` (not ``blocking``) may hold the event loop before it is
-#: said, once per subscription (asyncio's own slow-callback threshold, in its debug mode): a sink
-#: sleeping 0.2 s per batch took a FastAPI app's p99 from 1.4 ms to 204 ms, without a word.
-HELD_LOOP_WARN: Final = 0.1
-#: A sink whose handle emitted into its own buffer at least as many events as it was handed, in
-#: this many batches in a row over at least FED_ITSELF_SECONDS, is said once: one that emits an event
-#: per event it gets ran for ever, its task never idle (1.7-6 % of a core), without a word.
-FED_ITSELF_BATCHES: Final = 50
-FED_ITSELF_SECONDS: Final = 1.0
-# While it feeds itself so, even its full batches wait out the batch interval (a bus with
-# batch_interval=0 asked for none): nothing it emits is lost to that, and a loop of 5,000 events
-# went from 85 % of a core (full batches back to back, the server's loop starved) to ~20 %.
 
 
 class SinkStats(msgspec.Struct, frozen=True):
@@ -140,26 +129,12 @@ class Subscription:
         self._batch_size = batch_size
         self._wake = anyio.Event()
         self._handled = 0  # delivered + failed
-        self._failed = 0
-        self._failed_batches = 0
         self._in_flight = 0
         self._abandoned = 0
         # Drops seen as a batch was taken, and drops told in the log (``_say_drops``): a full
         # buffer's drops were counted in stats() alone, and a server that lost events logged nothing.
         self._drops_seen = 0
         self._drops_told = 0
-        self._first_error: str | None = None  # logged once, kept for stats()
-        self._held_told = False  # a sync handle held the loop past HELD_LOOP_WARN, said once
-        # Whether handle emits into this sink's own buffer: while it runs, the buffer's `waiting`
-        # flag is set, so the first emit into it calls Bus._wake (nothing added to emit itself),
-        # which tells the handle's own emit from others' by thread and task (``_emitted_into``).
-        self._handling = False
-        self._fed_now = False  # this batch's handle emitted into its own buffer
-        self._fed_itself = 0
-        self._fed_streak = 0  # batches in a row that fed themselves, the buffer never empty
-        self._fed_since = 0.0
-        self._fed_told = False
-        self._task_id: int | None = None  # the delivery task's (anyio's task id), set in _run
         self._flush_waiters: list[tuple[int, anyio.Event]] = []
         self._done = anyio.Event()
         self._sink_closed = anyio.Event()
@@ -174,6 +149,8 @@ class Subscription:
                 f"{type(sink).__name__}.handle is a generator function"
             )
         self._async = inspect.iscoroutinefunction(handle)
+        # Its sink's conduct: loop holds, feeding itself, failures (counted, said once).
+        self._watch = SinkWatch(name, is_async=self._async)
         self._blocking = _blocking_of(sink) and not self._async
         self.linger = _linger_of(sink, linger, self._blocking)
         self.batch_interval = batch_interval
@@ -233,17 +210,18 @@ class Subscription:
         """This subscription's counters now."""
         pending = len(self._buffer) + self._in_flight
         dropped = self._buffer.dropped
+        watch = self._watch
         return SinkStats(
             name=self.name,
             emitted=self._handled + pending + dropped + self._abandoned,
-            delivered=self._handled - self._failed,
+            delivered=self._handled - watch.failed,
             dropped=dropped,
-            failed=self._failed,
-            failed_batches=self._failed_batches,
+            failed=watch.failed,
+            failed_batches=watch.failed_batches,
             pending=pending,
             abandoned=self._abandoned,
-            error=self._first_error,
-            fed_itself=self._fed_itself,
+            error=watch.first_error,
+            fed_itself=watch.fed_itself,
         )
 
     def _abandon(self) -> int:
@@ -267,7 +245,7 @@ class Subscription:
         # Its own scope: the bus cancels a stuck sink's task alone at the close deadline,
         # never the task group (whose scope also holds the code inside `async with bus:`).
         native = anyio.lowlevel.current_token().native_token
-        self._task_id = anyio.get_current_task().id
+        self._watch.task_id = anyio.get_current_task().id
         # asyncio as loaded, not imported: on trio (or to import the bus at all) it is not
         # needed, and importing it (ssl, socket, subprocess) was 18 ms of `import Bus`'s 120.
         loaded = sys.modules.get("asyncio")
@@ -354,6 +332,7 @@ class Subscription:
         """Hand the buffer to the sink in batches until this subscription is closed and drained."""
         buffer = self._buffer
         popleft = buffer.popleft
+        watch = self._watch
         lingered = False
         while True:
             if not buffer:
@@ -363,7 +342,7 @@ class Subscription:
                 if buffer or self.closed:  # an emit raced with the flag: go round again
                     buffer.waiting = False
                     continue
-                self._fed_streak = 0  # it went idle: whatever it emitted into itself came to an end
+                watch.fed_streak = 0  # it went idle: whatever it emitted into itself came to an end
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 lingered = False
@@ -375,7 +354,7 @@ class Subscription:
                 await self._pause(self.linger, prompt=False)
                 continue
             # Feeding itself (see FED_ITSELF_BATCHES), even its full batches wait out the interval.
-            full = len(buffer) >= self._batch_size and self._fed_streak < FED_ITSELF_BATCHES
+            full = len(buffer) >= self._batch_size and watch.fed_streak < FED_ITSELF_BATCHES
             if self.batch_interval and not self.closed and not full:
                 now = time.monotonic()
                 wait = self._last_batch + self.batch_interval - now
@@ -396,19 +375,19 @@ class Subscription:
             left = len(buffer)
             dropped = buffer.dropped
             if not self._blocking:
-                self._handling = True
+                watch.handling = True
                 buffer.waiting = True
             try:
                 await self._deliver(batch)
             finally:
-                # Also when cancelled: a `_handling` left set would swallow the wake-ups of a rescue.
-                self._handling = False
+                # Also when cancelled: a `handling` left set would swallow the wake-ups of a rescue.
+                watch.handling = False
                 buffer.waiting = False
-            if self._fed_now:
+            if watch.fed_now:
                 # Grown during the call by as many as it was handed: a loop that never ends.
-                self._count_fed_itself(len(buffer) - left + buffer.dropped - dropped >= count)
+                watch.count_fed_itself(len(buffer) - left + buffer.dropped - dropped >= count)
             else:
-                self._fed_streak = 0
+                watch.fed_streak = 0
             # Freed now, not as the next batch is taken: a batch interval later, or never
             # while the bus idles (up to batch_size events and their attributes kept alive
             # by a local). Side by side on a loaded server it moved the CPU per request by
@@ -425,38 +404,6 @@ class Subscription:
                 # what it sees): let the loop run before the next one. A synchronous
                 # handle never yields by itself, and such a sink held the loop for ever.
                 await anyio.lowlevel.checkpoint()
-
-    def _emitted_into(self) -> None:
-        """``Bus._wake`` on the loop's thread, the first emit into this buffer while ``handle``
-        runs: the handle's own if a sync handle runs (nothing else runs on the loop then) or the
-        emit comes from the delivery task (an async handle; another task's emit is not its own)."""
-        if not self._async or anyio.get_current_task().id == self._task_id:
-            self._fed_now = True
-
-    def _count_fed_itself(self, sustained: bool) -> None:
-        self._fed_now = False
-        self._fed_itself += 1
-        if not sustained:
-            self._fed_streak = 0
-            return
-        if self._fed_streak == 0:
-            self._fed_since = time.monotonic()
-        self._fed_streak += 1
-        if (
-            self._fed_streak >= FED_ITSELF_BATCHES
-            and not self._fed_told
-            and time.monotonic() - self._fed_since >= FED_ITSELF_SECONDS
-        ):
-            self._fed_told = True
-            logger.warning(
-                "sink %r feeds itself: in each of its last %d batches (%.1f s) its handle emitted "
-                "events this same sink gets, at least as many as it was handed, so its task "
-                "never rests: emit only event types outside its interests, or skip the events it "
-                "emitted itself; counted in bus.stats() (fed_itself), said once",
-                self.name,
-                self._fed_streak,
-                time.monotonic() - self._fed_since,
-            )
 
     def _say_drops(self, dropped: int, *, closing: bool = False) -> None:
         """Say once that this sink's buffer was full (events dropped, counted in stats()), and as
@@ -546,7 +493,7 @@ class Subscription:
         # The one place that catches a sink's failure: log it once, count it, go on.
         try:
             if self._async:
-                await self._stepped(self.sink.handle(batch), len(batch))  # type: ignore[arg-type]
+                await self._watch.stepped(self.sink.handle(batch), len(batch))  # type: ignore[arg-type]
                 return
             if self._blocking:
                 # Abandoned on cancel: a handle stuck in I/O cannot hold the bus's close past
@@ -558,18 +505,12 @@ class Subscription:
                     self._thread = SinkThread(self.name, schedule)
                 result = await self._thread.run(self.sink.handle, batch)
             else:
-                # Two clock reads a batch (at most ~100 a second): a handle that holds the loop
-                # is said once, where it stalled every request of the server without a word.
-                started = time.perf_counter()
-                result = self.sink.handle(batch)
-                held = time.perf_counter() - started
-                if held > HELD_LOOP_WARN and not self._held_told:
-                    self._say_held(held, len(batch))
+                result = self._watch.timed(self.sink.handle, batch)
             # A handle that is not a coroutine function may still return an awaitable (an
             # object with an async __call__, a plain decorator around an async def): awaited,
             # where its batch was counted delivered and the coroutine never ran.
             if inspect.iscoroutine(result):
-                await self._stepped(result, len(batch))
+                await self._watch.stepped(result, len(batch))
             elif result is not None and inspect.isawaitable(result):
                 await result
             elif inspect.isgenerator(result) or inspect.isasyncgen(result):
@@ -582,63 +523,9 @@ class Subscription:
         except anyio.get_cancelled_exc_class() as exc:
             if self._cancelled():
                 raise
-            self._count_failure(exc, len(batch))
+            self._watch.count_failure(exc, len(batch))
         except BaseException as exc:  # SystemExit too: a sink never takes its neighbours down
-            self._count_failure(exc, len(batch))
-
-    @types.coroutine
-    def _stepped(self, coro: Coroutine[Any, Any, Any], events: int) -> Generator[Any, Any, None]:
-        """Await ``coro`` (an async handle's), timing each of its steps: each resumption holds the
-        loop until the coroutine's next suspension, as asyncio's debug mode times each callback.
-        Its awaits are not counted (a handle awaiting for seconds is fine); one step past
-        HELD_LOOP_WARN (a ``time.sleep``, CPU work without an await) is said once. Two clock
-        reads a step: ~0.2 us (measured), where a step awaiting ``asyncio.sleep(0)`` costs ~1.9 us."""
-        send = coro.send
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            started = time.perf_counter()
-            try:
-                suspended = send(value) if error is None else coro.throw(error)
-            except StopIteration:
-                return
-            finally:
-                held = time.perf_counter() - started
-                if held > HELD_LOOP_WARN and not self._held_told:
-                    self._say_held(held, events, between_awaits=True)
-            error = None
-            try:
-                value = yield suspended  # to the task running this one, as its own await would
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # a cancellation, thrown into the handle where it waits
-                error = exc
-                value = None
-
-    def _say_held(self, held: float, events: int, *, between_awaits: bool = False) -> None:
-        """Say once that ``handle`` held the event loop (nothing else ran meanwhile)."""
-        self._held_told = True
-        if between_awaits:
-            logger.warning(
-                "sink %r held the event loop for %.0f ms between two awaits of its async "
-                "handle() (%d events): nothing else on the loop ran meanwhile; run its blocking "
-                "or CPU-bound part in a thread (await anyio.to_thread.run_sync(...)), or make "
-                "it a sync handle with blocking = True; said once",
-                self.name,
-                held * 1000,
-                events,
-            )
-            return
-        logger.warning(
-            "sink %r held the event loop for %.0f ms in one handle() call (%d events): nothing "
-            "else on the loop ran meanwhile; if its handle waits on I/O, give the sink "
-            "blocking = True (it then runs in a worker thread), else make handle an async def "
-            "that awaits; said once",
-            self.name,
-            held * 1000,
-            events,
-        )
+            self._watch.count_failure(exc, len(batch))
 
     def _cancelled(self) -> bool:
         """Whether this task is being cancelled, not merely handed a ``CancelledError`` by the
@@ -650,20 +537,6 @@ class Subscription:
 
         task = asyncio.current_task()
         return task is None or task.cancelling() > 0 or anyio.current_effective_deadline() == -math.inf
-
-    def _count_failure(self, exc: BaseException, events: int) -> None:
-        """The one boundary: a batch ``handle`` failed; counted, and the first logged."""
-        self._failed += events
-        self._failed_batches += 1
-        if self._first_error is None:
-            self._first_error = one_line(exc)
-            logger.error(
-                "sink %r failed to handle a batch of %d events; its failures are counted "
-                "in bus.stats() and not logged again",
-                self.name,
-                events,
-                exc_info=exc,
-            )
 
     async def _close_sink(self) -> None:
         self._closing_sink = True

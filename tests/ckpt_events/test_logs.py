@@ -64,7 +64,7 @@ async def test_a_failing_sinks_record_is_bounded_and_holds_no_credential(formatt
     for secret in ("hunter2", "sk-live-0123456789", "abc123"):
         assert secret not in text
     assert text.count("failed to handle a batch") == 1
-    assert "ckpt_events ERROR _subscription.py:_count_failure sink 'loud'" in text
+    assert "ckpt_events ERROR _sink_watch.py:count_failure sink 'loud'" in text
     assert "ValueError: POST https://[REDACTED]@collector.example/v1/traces failed" in text
     assert "(1,000,1" in text  # its size said where it was cut
     assert "ConnectionError: connect to https://[REDACTED]@collector.example" in text
@@ -261,11 +261,9 @@ def _source_files() -> list[Path]:
     return sorted(files)
 
 
-def _unfitted_tracebacks(tree: ast.Module) -> list[int]:
-    """Lines of ``tree`` handing a logger an exception (``exc_info=`` other than ``None`` or
-    ``False``, or ``.exception()``) on a logger not made by ``library_logger`` at module level,
-    without passing it through ``fit_for_log``."""
-    ours: set[str] = set()
+def _library_loggers(tree: ast.Module) -> set[str]:
+    """The names ``tree`` makes at module level by ``library_logger``."""
+    made: set[str] = set()
     for node in tree.body:
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         if (
@@ -274,7 +272,29 @@ def _unfitted_tracebacks(tree: ast.Module) -> list[int]:
             and value.func.id == "library_logger"
         ):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[union-attr]
-            ours |= {t.id for t in targets if isinstance(t, ast.Name)}
+            made |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return made
+
+
+def _imported_library_loggers(tree: ast.Module) -> set[str]:
+    """The names ``tree`` imports at module level from a module of ``ckpt_events`` that makes
+    them by ``library_logger`` (the bus's one logger, ``_bus_log.py``)."""
+    root = Path(__file__).resolve().parents[2]
+    imported: set[str] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ckpt_events.")):
+            continue
+        path = root.joinpath(*str(node.module).split(".")).with_suffix(".py")
+        made = _library_loggers(ast.parse(path.read_text(encoding="utf-8"))) if path.is_file() else set()
+        imported |= {a.asname or a.name for a in node.names if a.name in made}
+    return imported
+
+
+def _unfitted_tracebacks(tree: ast.Module) -> list[int]:
+    """Lines of ``tree`` handing a logger an exception (``exc_info=`` other than ``None`` or
+    ``False``, or ``.exception()``) on a logger not made by ``library_logger`` at module level
+    (here, or in a module of ours it is imported from), without passing it through ``fit_for_log``."""
+    ours = _library_loggers(tree) | _imported_library_loggers(tree)
     lines = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
@@ -323,3 +343,10 @@ def test_the_sweep_catches_a_plain_logger() -> None:
         "future.exception()\n"
     )
     assert _unfitted_tracebacks(ast.parse(source)) == [4, 5, 8]
+    imported = (
+        "from ckpt_events._bus_log import logger\n"
+        "from ckpt_events._errors import shown as plain\n"
+        "logger.error('a', exc_info=exc)\n"
+        "plain.error('b', exc_info=exc)\n"
+    )
+    assert _unfitted_tracebacks(ast.parse(imported)) == [4]
