@@ -1,17 +1,18 @@
-"""The phase machine of one participant: admission checks, replays, the lease, and fencing.
+"""The phase machine of one participant: prepare, commit, restore, resume (an abort), retire
+and forget, with their admission checks, replays and fencing.
 
 One lock serializes transitions. Prepare waits for readiness outside it, so a resume (or
 the lease running out) cuts the wait short; the commit's write also runs outside it, and a
 ``WriteStop`` makes sure no manifest is published once resume has run; one linked just before
-is withdrawn (``store.withdraw``) when the commit is refused (or cancelled before its
+is withdrawn (``lease.withdraw_linked``) when the commit is refused (or cancelled before its
 answer), so the disk never holds a checkpoint whose commit was not answered as committed.
 Retries replay from a ``ReplyCache``; the store's errors are answered as refusals
-(``replies.store_refusals``).
+(``replies.store_refusals``). The lease itself (its clock, its wake-up, the wording of its
+end) is ``lease.Lease``; this machine checks it under its lock and aborts on its end.
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
 import heapq
 import time
@@ -61,9 +62,10 @@ from ckpt_events.participants.server.checks import (
     check_restore_scope,
 )
 from ckpt_events.participants.server.gc_pause import freeze, gc_paused, thaw
+from ckpt_events.participants.server.lease import Lease, on_monotonic, withdraw_linked
 from ckpt_events.participants.server.pacing import timed_report
 from ckpt_events.participants.server.replies import ReplayArgs, ReplyCache, store_refusals
-from ckpt_events.participants.server.store import WriteResult, WriteStop, withdraw, write_checkpoint
+from ckpt_events.participants.server.store import WriteResult, WriteStop, write_checkpoint
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import read_checkpoint, read_manifest
 from ckpt_events.participants.workloads.base import RETIRE_CHUNK, Record
@@ -75,30 +77,6 @@ log: Final = library_logger("ckpt_events.participants.server.control")
 __all__ = ["ControlPlane", "Exported", "Restored", "Status", "on_monotonic"]
 
 _WAIT_SLICE: Final = 1.0
-
-
-def on_monotonic(deadline_ts: float) -> float:
-    """``deadline_ts`` (a Unix time, as the protocol carries it) on the monotonic clock, as far
-    away as it is now: a wall-clock step after this (NTP, a VM resumed) does not move it."""
-    return time.monotonic() + (deadline_ts - time.time())
-
-
-def _lease_advice(expires_at: float | None, ends: float | None, grace: float) -> str:
-    """Why a prepare or commit that outlived its lease is refused, and the fix, measured now: the lease
-    (``deadline_ts + lease_grace_seconds``) ended at a time and this long ago."""
-    when = "?" if expires_at is None else _utc(expires_at)
-    ago = "" if ends is None else f", {max(time.monotonic() - ends, 0.0):.3g} s before this answer"
-    return (
-        f"the lease ended at {when} (deadline_ts + lease_grace_seconds {grace:g} s){ago}, and this "
-        "participant aborted the checkpoint on its own (nobody resumed it); give the checkpoint a "
-        "later deadline_ts or the participant a longer lease_grace_seconds, or renew the lease "
-        "while a prepare or commit runs"
-    )
-
-
-def _utc(ts: float) -> str:
-    """``ts`` (Unix seconds) as ``2026-12-05 00:45:37.334 UTC``."""
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 _ACTIVE: Final = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED, Phase.RESTORED})
@@ -166,7 +144,6 @@ class ControlPlane(Generic[S]):
         self.workload = workload
         self.checkpoint_root = checkpoint_root
         self.max_records_bytes = max_records_bytes
-        self.lease_grace_seconds = lease_grace_seconds
         #: What is injected (``NO_FAULTS``: nothing): a slow write or read, a failing disk step.
         self.faults = faults
         #: Whether a restore froze the heap (``gc_pause.freeze``): ``thaw`` undoes it at the end.
@@ -175,18 +152,23 @@ class ControlPlane(Generic[S]):
         self.write_factor = faults.write_factor(tel.instance)
         self.phase = Phase.IDLE
         self.checkpoint_id: str | None = None
-        self.lease_expires_at: float | None = None
-        #: When the lease runs out on the monotonic clock (``lease_expires_at`` as it was when
-        #: given). Was: ``time.time() >= lease_expires_at``, so a wall clock stepped an hour
-        #: forward aborted a prepared checkpoint with 605 s of its lease left, within a second.
-        self._lease_ends: float | None = None
+        self._lease = Lease(lease_grace_seconds)
         self._lock = anyio.Lock()
         self._commit_lock = anyio.Lock()
         self._replies = ReplyCache()
         self._stop = WriteStop()
         self._report: PrepareReport | None = None
         self._latest: _Latest | None = None
-        self._lease_changed = anyio.Event()
+
+    @property
+    def lease_grace_seconds(self) -> float:
+        """How long past a checkpoint's ``deadline_ts`` its lease lasts."""
+        return self._lease.grace_seconds
+
+    @property
+    def lease_expires_at(self) -> float | None:
+        """When the active checkpoint's lease runs out (a Unix time); ``None`` while idle."""
+        return self._lease.expires_at
 
     def _operation(
         self, trace: Incoming, operation: Operation, checkpoint_id: str
@@ -223,26 +205,11 @@ class ControlPlane(Generic[S]):
         ``--workers`` server's); ``None``: only episodes block, as here."""
         return None
 
-    def _extend_lease(self, deadline_ts: float) -> None:
-        expires = deadline_ts + self.lease_grace_seconds
-        if self.lease_expires_at is None or expires > self.lease_expires_at:
-            self.lease_expires_at = expires
-            self._lease_ends = on_monotonic(expires)
-        self._lease_changed.set()
-        self._lease_changed = anyio.Event()
-
     async def check_lease(self) -> None:
         """Resume on our own if the lease ran out (an abort), counting ``lease_expired``."""
-        if (
-            self.phase is not Phase.IDLE
-            and self._lease_ends is not None
-            and time.monotonic() >= self._lease_ends
-        ):
+        if self.phase is not Phase.IDLE and self._lease.ended():
             self.tel.lease_expired(self.phase, checkpoint_id=self.checkpoint_id)
-            advice = functools.partial(
-                _lease_advice, self.lease_expires_at, self._lease_ends, self.lease_grace_seconds
-            )
-            await self._abort("outlived its lease", advice)
+            await self._abort("outlived its lease", self._lease.advice())
 
     async def _abort(self, cause: str = "was resumed", advice: Callable[[], str] | None = None) -> None:
         """What resume does: stop the writer, reopen admission, go idle, fence the id;
@@ -256,8 +223,7 @@ class ControlPlane(Generic[S]):
         checkpoint_id = self.checkpoint_id
         self.phase = Phase.IDLE
         self.checkpoint_id = None
-        self.lease_expires_at = None
-        self._lease_ends = None
+        self._lease.clear()
         self._report = None
 
         if checkpoint_id is not None:
@@ -265,8 +231,7 @@ class ControlPlane(Generic[S]):
             self._replies.drop(checkpoint_id)
 
         self.workload.open_admission()
-        self._lease_changed.set()
-        self._lease_changed = anyio.Event()
+        self._lease.wake()
 
     async def watch_lease(self) -> None:
         """Run for the app's lifetime: resume when the lease runs out, even with no calls, and
@@ -275,8 +240,8 @@ class ControlPlane(Generic[S]):
             async with self._lock:
                 await self.check_lease()
                 self.workload.fence.expire()
-                changed = self._lease_changed
-                ends = self._lease_ends if self.phase is not Phase.IDLE else None
+                changed = self._lease.changed
+                ends = self._lease.ends if self.phase is not Phase.IDLE else None
 
             wait = _WAIT_SLICE if ends is None else min(_WAIT_SLICE, max(ends - time.monotonic(), 0.0))
             with anyio.move_on_after(wait):
@@ -351,7 +316,7 @@ class ControlPlane(Generic[S]):
                     return cached
 
                 check_deadline(req.deadline_ts)
-                self._extend_lease(req.deadline_ts)
+                self._lease.extend(req.deadline_ts)
                 first = self.phase is Phase.IDLE
                 if first:
                     self.phase = Phase.PREPARING
@@ -414,7 +379,7 @@ class ControlPlane(Generic[S]):
             pause = min(not_before - time.perf_counter(), ends - time.monotonic())
             if pause > 0:
                 # A resume (or a renew) cuts the pause short: the loop's checks come first.
-                changed = self._lease_changed
+                changed = self._lease.changed
                 with anyio.move_on_after(pause):
                     await changed.wait()
             report, not_before = self._timed_report()
@@ -434,7 +399,7 @@ class ControlPlane(Generic[S]):
                 await self.check_lease()
                 self._admit(Operation.RENEW, cid, _ACTIVE, None)
                 check_deadline(req.deadline_ts)
-                self._extend_lease(req.deadline_ts)
+                self._lease.extend(req.deadline_ts)
                 assert self.lease_expires_at is not None
                 return RenewReply(lease_expires_at=self.lease_expires_at)
 
@@ -468,7 +433,7 @@ class ControlPlane(Generic[S]):
                         directory = resolve_under(self.checkpoint_root, req.checkpoint_dir)
                     check_commit_scope(scope, self.workload.episodes)
                     # Only once its arguments check: a refused commit changes nothing.
-                    self._extend_lease(req.deadline_ts)
+                    self._lease.extend(req.deadline_ts)
                     # An episode named twice is exported once: a records file that repeats one
                     # never restores (``store_read`` refuses the repeat).
                     episodes = None if req.episode_ids is None else list(dict.fromkeys(req.episode_ids))
@@ -482,7 +447,7 @@ class ControlPlane(Generic[S]):
                     # Cancelled before its answer (the server stopping): the participant stays
                     # prepared and nobody hears committed, so the manifest must not stand.
                     if result.linked:
-                        withdrawn = await self._withdraw(directory, result)
+                        withdrawn = await withdraw_linked(directory, result)
                         log.warning(
                             "commit of checkpoint %s cancelled after its manifest was linked: aborted%s",
                             cid,
@@ -511,7 +476,7 @@ class ControlPlane(Generic[S]):
             await self.check_lease()
             if self.checkpoint_id != cid or self.phase is not Phase.PREPARED:
                 # The commit's own stop says why: a resume, or its lease running out.
-                withdrawn = await self._withdraw(directory, result) if result.linked else ""
+                withdrawn = await withdraw_linked(directory, result) if result.linked else ""
                 raise ProtocolRefusal(
                     ErrorCode.STALE_CHECKPOINT,
                     f"checkpoint {cid} {stop.cause} during commit{withdrawn}{stop.advice()}",
@@ -528,19 +493,6 @@ class ControlPlane(Generic[S]):
             )
             self._replies.commit[cid] = (reply, args)
         return reply
-
-    async def _withdraw(self, directory: Beneath, result: WriteResult) -> str:
-        """Take back the manifest a commit linked just before it was aborted (the lease ran out,
-        or a resume came, between the link and the answer): the commit is refused, so no restore
-        may take it. What to add to the refusal: that it was withdrawn, or that it stays."""
-        with anyio.CancelScope(shield=True):  # a refusal with the manifest left behind is a lie
-            why = await anyio.to_thread.run_sync(withdraw, directory, result.manifest)
-        if why is None:
-            return ", its manifest withdrawn (linked just before: no restore can take it)"
-        return (
-            f", its manifest STILL PUBLISHED at {result.path} (withdrawing it failed: {why}; remove "
-            "it, or never restore this checkpoint)"
-        )
 
     def _records(self) -> CheckpointableWorkload[S]:
         """The workload as one whose records this plane moves (a plane over a workload that
@@ -628,7 +580,7 @@ class ControlPlane(Generic[S]):
                 self.phase = Phase.RESTORED
                 self.checkpoint_id = cid
                 self._stop = WriteStop()
-                self._extend_lease(req.deadline_ts)
+                self._lease.extend(req.deadline_ts)
                 reply = RestoreReply(
                     phase=Phase.RESTORED,
                     restored=restored.keys,

@@ -39,7 +39,8 @@ from ckpt_events.participants.protocol import (
 )
 from ckpt_events.participants.server.builder import build_app
 from ckpt_events.participants.server.checks import check_restore_keys
-from ckpt_events.participants.server.control import ControlPlane, Exported, Restored, Status, on_monotonic
+from ckpt_events.participants.server.control import ControlPlane, Exported, Restored, Status
+from ckpt_events.participants.server.lease import on_monotonic
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES
 from ckpt_events.participants.server.replies import store_refusals
 from ckpt_events.participants.server.routes import work_router
