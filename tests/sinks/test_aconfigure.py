@@ -7,6 +7,7 @@ importing and building the sinks: 0.2-0.3 s measured, a 1 ms ticker's worst gap 
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ckpt_events import Bus, ConfigurationError, OperationFinished, Telemetry
 from ckpt_events.sinks import aconfigure, configure, read_events
+from ckpt_events.sinks._configure import _planned
 from tests.loop_gaps import ticking
 from tests.processes import alive
 
@@ -77,6 +79,16 @@ async def test_cancelled_while_the_child_starts_leaves_no_child_and_no_sink(tmp_
         assert not _export_children()
         async with configure(bus, jsonl_path=log) as again:
             assert [sub.name for sub in again.subscriptions] == ["jsonl"]
+
+
+def test_configure_aconfigure_and_their_plan_take_the_same_parameters() -> None:
+    """The three spell out the same parameters, kinds, defaults and annotations (explicit for
+    help() and completion): one added to ``configure`` alone would be missing from ``aconfigure``
+    without a word (its default passed on), as mypy checks only the names forwarded."""
+    wanted = inspect.signature(configure).parameters
+    assert inspect.signature(aconfigure).parameters == wanted
+    assert inspect.signature(_planned).parameters == wanted
+    assert len(wanted) == 15  # bus and 14 keywords
 
 
 async def test_the_same_errors_as_configure(tmp_path: Path) -> None:
