@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,13 +42,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[str], seconds: float) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen[str], seconds: float) -> int:
+    """How many of the requests sent may have reached the app: the answered one, and each that
+    timed out after connecting (under load one took over 1 s and was logged as well)."""
     deadline = time.monotonic() + seconds
+    reached = 1
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[0]
         try:
             urllib.request.urlopen(url, timeout=1).read()
-            return
+            return reached
+        except TimeoutError:
+            reached += 1
+        except urllib.error.URLError as exc:
+            reached += isinstance(exc.reason, TimeoutError)
+            time.sleep(0.05)
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"gunicorn did not answer {url} within {seconds} s")
@@ -81,7 +90,7 @@ def test_gunicorn_sync_workers_log_every_request_and_stop_on_sigterm(tmp_path: P
         text=True,
     )
     try:
-        _wait_ready(f"http://127.0.0.1:{port}/ready", proc, 5.0)
+        reached = _wait_ready(f"http://127.0.0.1:{port}/ready", proc, 5.0)
         workers = _workers(proc.pid, 2, 5.0)
         assert len(workers) == 2, workers
 
@@ -109,6 +118,8 @@ def test_gunicorn_sync_workers_log_every_request_and_stop_on_sigterm(tmp_path: P
     assert len(logs) == 2
     events = [event for log in logs for _, event in read_events(log)]
     finished = [e.checkpoint_id for e in events if isinstance(e, OperationFinished)]
-    assert sorted(finished) == sorted(["ready", *(f"c{n}" for n in range(REQUESTS))])
-    assert len(events) == 4 * (REQUESTS + 1)  # per request: the operation and its step
+    ready = finished.count("ready")
+    assert 1 <= ready <= reached, (ready, reached)
+    assert sorted(c for c in finished if c != "ready") == sorted(f"c{n}" for n in range(REQUESTS))
+    assert len(events) == 4 * (REQUESTS + ready)  # per request: the operation and its step
     assert "Traceback" not in output
