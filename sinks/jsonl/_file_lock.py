@@ -1,10 +1,19 @@
-"""The POSIX write lock every ``JsonLinesSink`` writing one log holds while it writes a batch or
-rotates the log, so several processes given one path (uvicorn ``--workers``) measure, rotate and
-end torn lines on the file's real state."""
+"""The write lock every ``JsonLinesSink`` writing one log holds while it writes a batch or
+rotates the log, so several sinks given one path, in several processes (uvicorn ``--workers``)
+or in one, measure, rotate and end torn lines on the file's real state.
+
+Two parts: a ``threading.Lock`` per file (its ``st_dev`` and ``st_ino``) shared by this process's
+sinks, taken first, then the POSIX lock (``lockf``) that excludes other processes. A POSIX lock
+belongs to the process, so it never excluded two sinks of one process: two sinks on one log,
+``max_bytes=4000``, 2,000 events each from two threads, lost 451-725 of the 4,000 lines, all
+counted written (each renamed the ``.N`` chain over the other's files).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import time
 from typing import IO, Final
 
@@ -25,6 +34,22 @@ LOCK_WAIT: Final = 0.5
 LOCK_TRIES: Final = 5_000
 
 
+class _Shared:
+    """This process's lock on one file, and how many sinks hold it or wait for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+# Process-wide, as the POSIX locks it stands in for within a process are: an entry lives while a
+# sink holds or waits for its file's lock, so a run's thousands of rotated files leave none behind.
+_registry_lock: Final = threading.Lock()
+_shared: Final[dict[tuple[int, int], _Shared]] = {}
+#: The file each held lock was taken through (``id`` of the file object), and its entry's key.
+_held: Final[dict[int, tuple[int, int]]] = {}
+
+
 def lock(file: IO[bytes], wait: float) -> bool:
     """Hold a POSIX write lock on the log open as ``file``, waiting at most ``wait`` seconds;
     whether it is held.
@@ -33,14 +58,34 @@ def lock(file: IO[bytes], wait: float) -> bool:
     when their own count said it was full, and renamed the ``.N`` chain over each other's
     files: whole files of lines lost, counted as written. Under the lock, the second finds the
     path naming a new file and writes there instead. ``lockf``, not ``flock``: ``serve`` holds a
-    ``flock`` on its log for its whole life, which this would wait on; a process's own POSIX
-    lock never blocks it (so two sinks of one process on one log do not exclude each other).
+    ``flock`` on its log for its whole life, which this would wait on. A process's own POSIX
+    lock never blocks it, so this process's sinks first take the file's ``threading.Lock``.
     Not held (no ``fcntl``, a filesystem without locks, a writer holding it past the wait):
-    written and rotated as before.
+    written and rotated as before. Held, it is let go by ``unlock(file)``, also after ``file``
+    is closed (the close drops the POSIX lock, and every other one this process has on the file,
+    so a sink closes a file only while it holds its lock).
     """
     if fcntl is None:
         return False
     deadline = time.monotonic() + wait
+    stat = os.fstat(file.fileno())
+    key = (stat.st_dev, stat.st_ino)
+    with _registry_lock:
+        shared = _shared.setdefault(key, _Shared())
+        shared.users += 1
+    if shared.lock.acquire(timeout=wait):
+        if _lock_file(file, deadline):
+            with _registry_lock:
+                _held[id(file)] = key
+            return True
+        shared.lock.release()
+    _leave(key, shared)
+    return False
+
+
+def _lock_file(file: IO[bytes], deadline: float) -> bool:
+    """Take the POSIX lock on ``file`` by ``deadline``; whether it is held."""
+    assert fcntl is not None
     for attempt in range(LOCK_TRIES):
         try:
             fcntl.lockf(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -54,8 +99,25 @@ def lock(file: IO[bytes], wait: float) -> bool:
     return False
 
 
+def _leave(key: tuple[int, int], shared: _Shared) -> None:
+    """One sink fewer holds or waits for ``shared``; forgotten when none does."""
+    with _registry_lock:
+        shared.users -= 1
+        if not shared.users:
+            del _shared[key]
+
+
 def unlock(file: IO[bytes]) -> None:
-    """Let go of the lock ``lock`` took, if the file is still open (a close drops it anyway)."""
-    if fcntl is not None and not file.closed:
+    """Let go of the lock ``lock`` took through ``file`` (the POSIX one only if the file is still
+    open: a close drops it anyway); nothing if none is held."""
+    with _registry_lock:
+        key = _held.pop(id(file), None)
+        if key is None:
+            return
+        shared = _shared[key]
+    assert fcntl is not None
+    if not file.closed:
         with contextlib.suppress(OSError):
             fcntl.lockf(file.fileno(), fcntl.LOCK_UN)
+    shared.lock.release()
+    _leave(key, shared)
