@@ -12,7 +12,6 @@ counted written (each renamed the ``.N`` chain over the other's files).
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from typing import IO, Final
@@ -50,9 +49,10 @@ _shared: Final[dict[tuple[int, int], _Shared]] = {}
 _held: Final[dict[int, tuple[int, int]]] = {}
 
 
-def lock(file: IO[bytes], wait: float) -> bool:
-    """Hold a POSIX write lock on the log open as ``file``, waiting at most ``wait`` seconds;
-    whether it is held.
+def lock(file: IO[bytes], identity: tuple[int, int], wait: float) -> bool:
+    """Hold the write lock on the log open as ``file`` (its ``st_dev`` and ``st_ino``: ``identity``,
+    which the sink has from opening it, saving an ``fstat`` a batch), waiting at most ``wait``
+    seconds; whether it is held.
 
     Two processes given one log (uvicorn ``--workers``, each with its own sink) each rotated it
     when their own count said it was full, and renamed the ``.N`` chain over each other's
@@ -68,8 +68,7 @@ def lock(file: IO[bytes], wait: float) -> bool:
     if fcntl is None:
         return False
     deadline = time.monotonic() + wait
-    stat = os.fstat(file.fileno())
-    key = (stat.st_dev, stat.st_ino)
+    key = identity
     with _registry_lock:
         shared = _shared.setdefault(key, _Shared())
         shared.users += 1

@@ -245,7 +245,7 @@ class JsonLinesSink:
         # sink failed to open ("Illegal seek") though it writes to one as to a stream.
         self._size = opened.st_size if self._regular else 0
         if self._size and self._readable:
-            locked = lock(self._file, self._lock_wait())
+            locked = lock(self._file, self._identity, self._lock_wait())
             self._lock_missed = not locked
             try:
                 if not self._ends_a_line():
@@ -308,7 +308,7 @@ class JsonLinesSink:
 
     def _lock_open_file(self) -> None:
         if self._regular and not self._locked and not self._file.closed:
-            self._locked = lock(self._file, self._lock_wait())
+            self._locked = lock(self._file, self._identity, self._lock_wait())
             self._lock_missed = not self._locked
 
     def handle(self, batch: list[Any]) -> None:
@@ -593,7 +593,7 @@ class JsonLinesSink:
         # Usually held already, for the batch; else (not had in time) tried for the rotation
         # and kept for the rest of the batch, which handle() lets go of.
         if not self._locked:
-            self._locked = lock(self._file, ROTATION_WAIT)
+            self._locked = lock(self._file, self._identity, ROTATION_WAIT)
         if self._locked and not self._names_file_open(path):
             # Another sink writing this log rotated it while this one waited for the lock: its
             # new file is at the path; go on there rather than rotate that too.
@@ -702,7 +702,7 @@ class JsonLinesSink:
         self._closed = True
         if self._path is not None:
             if self._regular and not self._file.closed:  # closed: a reopen that failed
-                self._locked = lock(self._file, self._lock_wait())
+                self._locked = lock(self._file, self._identity, self._lock_wait())
             self._close_open_file()
         else:
             self._file.flush()
