@@ -94,18 +94,13 @@ class JsonLinesSink:
     ``stats().deleted``. A line longer than ``max_bytes`` gets a file of its own (logged once).
 
     Several sinks may write one log, in several processes (uvicorn ``--workers``) or in one (two
-    buses, ``configure()`` called twice): each batch is written under the file's write lock (a
-    ``threading.Lock`` per file shared by the process's sinks, then ``lockf``), at its size read under that
-    lock, so a file rarely ends past ``max_bytes`` (a line longer than that aside), and a sink
-    opening the log never takes another's write in progress for a torn line. Measured with 4
-    processes of 2,000 events each, ``max_bytes=4000``, on a loaded 2-core machine: 0 blank lines in 12
-    runs (was 1-4 a run); 0-6 of 263 files over, by at most 321 bytes, less than one batch (was
-    221-237 of ~240 files, by up to 392 bytes at one event a batch and 1,805 at eight).
-    The bound does not hold where the lock does not: no ``fcntl`` (Windows), a filesystem without
-    locks, a lock not had within ``LOCK_WAIT`` seconds (a writer stopped while holding it), or a
-    rotation refused (``stats().rotation_errors``). Two sinks of one process on one log, 2,000
-    events each from two threads, lost 451-725 of the 4,000 lines before the process's own lock
-    (POSIX locks do not exclude within a process); now none.
+    buses, ``configure()`` called twice): each batch is written under the file's write lock, at its
+    size read under that lock, so no file ends past ``max_bytes`` (a line longer than that aside)
+    while every batch has the lock, and a sink opening the log never takes another's write in
+    progress for a torn line. Where the lock is not had (no ``fcntl``, as on Windows; a filesystem
+    without locks; a wait past ``LOCK_WAIT``, a writer stopped while holding it; a rotation
+    refused, ``stats().rotation_errors``), a file may end past ``max_bytes`` with no fixed bound:
+    ``docs/library.md`` says why, with the figures measured.
 
     Each batch is one ``write()`` of whole lines, by default on the event loop: appending
     a few kilobytes to a local file takes microseconds, as a logging handler's write does,
