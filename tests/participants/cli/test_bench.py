@@ -23,11 +23,9 @@ from ckpt_events.participants.cli.main import build_parser, main
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("suite", ["scale", "workers"])
-def test_a_quick_suite_runs_and_writes_its_figures(suite: str, tmp_path: Path) -> None:
-    """The suite exits 0, prints its table and writes its figures as JSON."""
-    out = tmp_path / "figures.json"
-    run = subprocess.run(
+def _quick_suite(suite: str, json_path: Path) -> subprocess.CompletedProcess[str]:
+    """``ckpt-events bench --quick --only SUITE --json JSON_PATH``, run as the user runs it."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -37,13 +35,38 @@ def test_a_quick_suite_runs_and_writes_its_figures(suite: str, tmp_path: Path) -
             "--only",
             suite,
             "--json",
-            str(out),
+            str(json_path),
         ],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def scale_through_a_link(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One quick scale run whose ``--json`` is a link into folders that do not exist: the
+    quick-suite test and the link test read the same run (each ran its own suite before)."""
+    base = tmp_path_factory.mktemp("scale")
+    link = base / "figures.json"
+    target = base / "elsewhere" / "deep" / "figures.json"
+    link.symlink_to(target)
+    return _quick_suite("scale", link), target
+
+
+@pytest.mark.parametrize("suite", ["scale", "workers"])
+def test_a_quick_suite_runs_and_writes_its_figures(
+    suite: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The suite exits 0, prints its table and writes its figures as JSON."""
+    if suite == "scale":
+        run, out = request.getfixturevalue("scale_through_a_link")
+    else:
+        out = tmp_path / "figures.json"
+        run = _quick_suite(suite, out)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "ratios measured side by side" in run.stdout
     assert suite in json.loads(out.read_text())["figures"]
@@ -192,11 +215,12 @@ def test_a_json_path_in_missing_folders_is_taken_as_the_suites_take_it(tmp_path:
         build_parser().parse_args(["bench", "--json", str(tmp_path / "a-file" / "x.json")])
 
 
-def test_a_json_link_into_missing_folders_is_written_where_it_points(tmp_path: Path) -> None:
+def test_a_json_link_into_missing_folders_is_written_where_it_points(
+    scale_through_a_link: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     """A link whose target lies in folders that do not exist passed the probe (folders are made)
     and the write then failed after the whole run, a traceback: the target's folders are made."""
-    link = tmp_path / "figures.json"
-    target = tmp_path / "elsewhere" / "deep" / "figures.json"
-    link.symlink_to(target)
-    assert main(["bench", "--quick", "--only", "report", "--json", str(link)]) == 0
-    assert "report" in json.loads(target.read_text())["figures"]
+    run, target = scale_through_a_link
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (target.parent.parent.parent / "figures.json").is_symlink()
+    assert "scale" in json.loads(target.read_text())["figures"]
