@@ -630,28 +630,50 @@ def test_more_connections_than_file_descriptors_are_refused_up_front(tmp_path: P
     )
 
 
+#: An app whose route fails 1 request in 500 and whose shutdown raises: one bench run of it is
+#: read by the two tests below (each ran a 3-round bench of its own; neither fault touches what
+#: the other test reads: the failures are the driver's counts, the drops the shutdown's report).
+FLAKY_AND_FAILING_SHUTDOWN = (
+    "from contextlib import asynccontextmanager\n"
+    "from fastapi import FastAPI\n"
+    "from ckpt_events.participants.fastapi import instrument\n\n"
+    "@asynccontextmanager\n"
+    "async def lifespan(app):\n"
+    "    yield\n"
+    "    raise RuntimeError('shutdown failed')\n\n"
+    "app = FastAPI(lifespan=lifespan)\n"
+    "instrument(app, kind='judge', instance='judge-0')\n"
+    "seen = [0]\n\n"
+    "@app.get('/flaky')\n"
+    "async def flaky() -> dict[str, int]:\n"
+    "    seen[0] += 1\n"
+    "    if seen[0] % 500 == 0:\n"
+    "        raise RuntimeError('flaky')\n"
+    "    return {'ok': 1}\n"
+)
+
+
+@pytest.fixture(scope="module")
+def flaky_app_with_a_failing_shutdown(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The bench of ``FLAKY_AND_FAILING_SHUTDOWN``: its run and its figures."""
+    project = tmp_path_factory.mktemp("flaky")
+    run = _bench_of(project, FLAKY_AND_FAILING_SHUTDOWN, "GET /flaky", duration=ROW_TEST_SECONDS)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run, _table(project)
+
+
 @pytest.mark.slow
-def test_failures_under_the_refusal_share_have_a_row(tmp_path: Path) -> None:
+def test_failures_under_the_refusal_share_have_a_row(
+    flaky_app_with_a_failing_shutdown: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
     """A route failing 1 request in 500 stays under the 1% that stops the bench: its failures
     were in the JSON only, and the table read as a clean run. Each variant's count is a row.
     (Each raise counts about twice, its connection closed: 1 in 200 measured 36 of 3,590, and
     1 in 300 left no margin for what a loaded machine adds; a variant serves thousands.)"""
-    source = (
-        "from fastapi import FastAPI\n"
-        "from ckpt_events.participants.fastapi import instrument\n\n"
-        "app = FastAPI()\n"
-        "instrument(app, kind='judge', instance='judge-0')\n"
-        "seen = [0]\n\n"
-        "@app.get('/flaky')\n"
-        "async def flaky() -> dict[str, int]:\n"
-        "    seen[0] += 1\n"
-        "    if seen[0] % 500 == 0:\n"
-        "        raise RuntimeError('flaky')\n"
-        "    return {'ok': 1}\n"
-    )
-    run = _bench_of(tmp_path, source, "GET /flaky", duration=ROW_TEST_SECONDS)
+    run, figures = flaky_app_with_a_failing_shutdown
     assert run.returncode == 0, run.stderr[-3000:]
-    figures = _table(tmp_path)
     rows = {what: (value, target, met) for what, value, target, met in figures["table"]}
     for variant in ("off", "on"):
         failed = sum(figures["variants"][variant]["failed"])
@@ -686,26 +708,14 @@ def test_an_app_named_by_its_file_is_refused_with_its_module_name(
 
 
 @pytest.mark.slow
-def test_a_shutdown_that_fails_leaves_the_drops_unknown(tmp_path: Path) -> None:
+def test_a_shutdown_that_fails_leaves_the_drops_unknown(
+    flaky_app_with_a_failing_shutdown: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
     """An app whose shutdown raises never reports its sinks' counters: the table had no row on
     drops, as a run that dropped nothing has. It now says they are unknown, and why."""
-    source = (
-        "from contextlib import asynccontextmanager\n"
-        "from fastapi import FastAPI\n"
-        "from ckpt_events.participants.fastapi import instrument\n\n"
-        "@asynccontextmanager\n"
-        "async def lifespan(app):\n"
-        "    yield\n"
-        "    raise RuntimeError('shutdown failed')\n\n"
-        "app = FastAPI(lifespan=lifespan)\n"
-        "instrument(app, kind='judge', instance='judge-0')\n\n"
-        "@app.get('/x')\n"
-        "async def x() -> dict[str, int]:\n"
-        "    return {'ok': 1}\n"
-    )
-    run = _bench_of(tmp_path, source, "GET /x", duration=ROW_TEST_SECONDS)
+    run, figures = flaky_app_with_a_failing_shutdown
     assert run.returncode == 0, run.stderr[-3000:]
-    rows = {what: value for what, value, _, _ in _table(tmp_path)["table"]}
+    rows = {what: value for what, value, _, _ in figures["table"]}
     assert (
         rows.get(
             "on: events the sinks dropped: unknown, the server's shutdown did not report in 3 of 3 rounds"
