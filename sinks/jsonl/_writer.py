@@ -66,7 +66,9 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     rotations refused (the log's folder read-only, the log a bind-mounted file): the lines go on
     in the file open, past ``max_bytes``, and ``last_error`` says why. ``deleted`` counts the
     files rotation deleted, their lines gone: the oldest past ``backups`` (with ``backups=0``,
-    the log itself at each rotation, said once).
+    the log itself at each rotation, said once). ``lock_missed`` counts batches written without
+    the file's write lock (another writer held it past ``LOCK_WAIT``): only they end a file past
+    ``max_bytes`` with several writers.
     """
 
     events: int
@@ -82,6 +84,7 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     reopened: int = 0
     rotation_errors: int = 0
     deleted: int = 0
+    lock_missed: int = 0
 
 
 class JsonLinesSink:
@@ -147,6 +150,7 @@ class JsonLinesSink:
         self._reopened = 0
         self._rotation_errors = 0
         self._deleted = 0
+        self._lock_misses = 0
         self._oversized = False  # a line longer than max_bytes was logged
         self._rotation_held = False  # a rotation failed in this batch: not tried again before the next
         self._identity = (0, 0)  # (st_dev, st_ino) of the file open
@@ -340,6 +344,7 @@ class JsonLinesSink:
         try:
             if self._path is not None:
                 self._hold(self._path)
+                self._lock_misses += self._regular and not self._locked
             if self._torn:
                 self._end_torn_line()
             if self.max_bytes is None:
@@ -722,6 +727,7 @@ class JsonLinesSink:
             reopened=self._reopened,
             rotation_errors=self._rotation_errors,
             deleted=self._deleted,
+            lock_missed=self._lock_misses,
         )
 
 

@@ -39,7 +39,7 @@ for n in range(0, LINES, per):
         for i in range(n, min(n + per, LINES))
     ])
 sink.close()
-print(sink.stats().events)
+print(sink.stats().events, sink.stats().lock_missed)
 """
 LINES = 2_000
 MAX_BYTES = 4_000
@@ -71,16 +71,20 @@ def test_processes_rotating_one_log_lose_and_repeat_no_line(tmp_path: Path, writ
             if writer.poll() is None:
                 writer.kill()
                 writer.wait(timeout=10)
+    missed = 0
     for writer, (out, err) in zip(writers, outputs, strict=True):
         assert writer.returncode == 0, err[-2000:]
-        assert out.strip() == str(LINES)
+        events, lock_missed = map(int, out.split())
+        assert events == LINES
+        missed += lock_missed
     files = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
     over = {name: len(data) - MAX_BYTES for name, data in files.items() if len(data) > MAX_BYTES}
-    # The documented bound: a file rarely ends past max_bytes (a lock not had in time on a busy
-    # machine), and then by less than one batch of its writer (lines here are 125-131 bytes).
-    # Was: 94 of 129 files over (2 writers, 1 a batch), 220 of 232 (4, 8 a batch), up to 1,934 bytes.
-    assert len(over) <= len(files) // 20, f"{len(over)} of {len(files)} files past max_bytes: {over}"
-    assert all(extra <= per * 131 for extra in over.values()), over
+    # The documented rule: a file ends past max_bytes only through a batch written without the
+    # lock (another writer held it past LOCK_WAIT on a busy machine), counted in lock_missed; such
+    # a batch goes by a size read unlocked, so its overshoot has no fixed bound (1,917 bytes seen
+    # with a writer holding the lock 1.2 s). Was: 94 of 129 files over (2 writers, 1 a batch),
+    # 220 of 232 (4, 8 a batch), up to 1,934 bytes, with every lock had.
+    assert missed or not over, f"{len(over)} of {len(files)} files past max_bytes, every lock had: {over}"
     lines = [line for data in files.values() for line in data.splitlines()]
     assert b"" not in lines, f"{lines.count(b'')} blank lines"
     instances = [msgspec.json.decode(line)["instance"] for line in lines]
