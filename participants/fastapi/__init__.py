@@ -69,7 +69,7 @@ import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
-from typing import Any, overload
+from typing import Any, Final, overload
 
 try:
     from starlette.applications import Starlette
@@ -88,6 +88,7 @@ from ckpt_events import (
     Bus,
     ConfigurationError,
     ContextBridge,
+    InvalidArgumentError,
     InvalidTypeError,
     InvalidValueError,
     OperationSpan,
@@ -238,7 +239,7 @@ def instrument(
     app: Starlette,
     *,
     kind: str,
-    instance: str,
+    instance: str | Callable[[], str],
     bus: Bus | None = None,
     configure_sinks: Callable[[Bus], Any] | None = None,
     sample_ratio: float | None = None,
@@ -266,7 +267,7 @@ def instrument(
     app: Starlette,
     *,
     kind: str | None = None,
-    instance: str | None = None,
+    instance: str | Callable[[], str] | None = None,
     telemetry: Telemetry | None = None,
     bus: Bus | None = None,
     configure_sinks: Callable[[Bus], Any] | None = None,
@@ -288,6 +289,11 @@ def instrument(
     * ``sample_ratio`` (default: ``OTEL_TRACES_SAMPLER``/``_ARG`` of ``environ``, read now; 1.0
       with ``configure_sinks`` or ``bus``, whose sinks the environment does not configure) and
       ``otel_context`` (operations join the current OpenTelemetry span) go to the ``Telemetry``.
+    * ``instance``: a name, or a zero-argument callable returning one, called at the start of
+      each run of the lifespan, in the process that serves (under ``gunicorn --preload`` the
+      app is imported in the master, so ``f"judge-{os.getpid()}"`` named every worker after
+      it; ``lambda: f"judge-{os.getpid()}"`` names each worker). What it raises or returns
+      that is no valid name fails that startup, in one line of the server's log.
     * ``telemetry`` (instead of ``kind``/``instance``): a ``Telemetry`` built beforehand.
     * ``bus``: a bus the caller has started and will close (the ``Telemetry``'s): the lifespan
       then neither enters, configures nor closes it.
@@ -328,7 +334,7 @@ def instrument(
         raise InvalidValueError(
             f"configure_sinks replaces sinks.configure(): no options for it ({', '.join(configure_options)})"
         )
-    tel, renew = _telemetry_for(
+    tel, renew, named_at_start = _telemetry_for(
         telemetry,
         kind=kind,
         instance=instance,
@@ -348,6 +354,7 @@ def instrument(
         monitor=LoopLagMonitor() if loop_lag else None,
         shutdown_timeout=float(shutdown_timeout),
         renew=renew,
+        renew_first=named_at_start,
     )
     their = app.router.lifespan_context
 
@@ -409,17 +416,18 @@ def _telemetry_for(
     telemetry: Telemetry | None,
     *,
     kind: str | None,
-    instance: str | None,
+    instance: str | Callable[[], str] | None,
     bus: Bus | None,
     configure_sinks: Callable[[Bus], Any] | None,
     sample_ratio: float | None,
     otel_context: bool | ContextBridge,
     shutdown_timeout: float,
     configure_options: Mapping[str, Any],
-) -> tuple[Telemetry, Callable[[], Telemetry] | None]:
+) -> tuple[Telemetry, Callable[[], Telemetry] | None, bool]:
     """``instrument``'s ``Telemetry``: ``telemetry`` checked against the other arguments, or one
-    built for ``kind``/``instance`` on ``bus`` (a new bus without one); and, when the bus is
-    new, how to build the same ``Telemetry`` on a fresh bus (for the lifespan's next run)."""
+    built for ``kind``/``instance`` on ``bus`` (a new bus without one); when the bus is new, how
+    to build the same ``Telemetry`` on a fresh bus (for the lifespan's next run); and whether
+    the first run builds one too (``instance`` a callable, named in the process that serves)."""
     if telemetry is None:
         if kind is None or instance is None:
             raise InvalidValueError("instrument() needs kind= and instance= (or telemetry=)")
@@ -430,18 +438,77 @@ def _telemetry_for(
             )
         ratio = sample_ratio
 
-        def build(the_bus: Bus) -> Telemetry:
-            return Telemetry(
-                the_bus, kind=kind, instance=instance, sample_ratio=ratio, otel_context=otel_context
-            )
+        def build(the_bus: Bus, name: str) -> Telemetry:
+            return Telemetry(the_bus, kind=kind, instance=name, sample_ratio=ratio, otel_context=otel_context)
 
+        if isinstance(instance, str):
+            if bus is not None:
+                return build(bus, instance), None, False
+            fixed = instance
+            return (
+                build(Bus(close_timeout=shutdown_timeout), fixed),
+                lambda: build(Bus(close_timeout=shutdown_timeout), fixed),
+                False,
+            )
+        naming = _instance_callable(instance)
         if bus is not None:
-            return build(bus), None
-        return build(Bus(close_timeout=shutdown_timeout)), lambda: build(Bus(close_timeout=shutdown_timeout))
+            raise InvalidValueError(
+                "instance= a callable is called at each start of the lifespan, whose bus is its own: "
+                "with bus=, pass the instance's name as a string"
+            )
+        # Never served with: a request before the lifespan (or without one) finds it off. Its
+        # kind and sample ratio are checked now, as a string instance's are.
+        waiting = build(Bus(close_timeout=shutdown_timeout), _NAMED_AT_START)
+
+        def named() -> Telemetry:
+            name = _call_instance(naming)
+            try:
+                return build(Bus(close_timeout=shutdown_timeout), name)
+            except InvalidArgumentError as exc:  # the check a string instance gets at instrument()
+                raise ConfigurationError(f"instance={shown(naming)} returned {shown(name)}: {exc}") from exc
+
+        return waiting, named, True
     if not isinstance(telemetry, Telemetry):
         raise InvalidTypeError(f"telemetry must be a ckpt_events.Telemetry, not {shown(telemetry)}")
     if kind is not None or instance is not None or sample_ratio is not None or otel_context is not False:
         raise InvalidValueError("with telemetry=, kind, instance, sample_ratio and otel_context are its own")
     if bus is not None and bus is not telemetry.bus:
         raise InvalidValueError("bus= must be the telemetry's own bus")
-    return telemetry, None
+    return telemetry, None, False
+
+
+#: The instance of an app's ``Telemetry`` whose ``instance=`` callable has not run yet (before
+#: the lifespan's start): it never emits into a sink, but shows in ``telemetry(app)``'s repr.
+_NAMED_AT_START: Final = "named-at-lifespan-start"
+
+
+def _instance_callable(instance: object) -> Callable[[], str]:
+    """``instance`` checked as a callable taking no argument (``InvalidTypeError`` otherwise),
+    at ``instrument()``, not at the first startup."""
+    rule = "a name (1-128 characters of [A-Za-z0-9._-] starting with a letter or digit)"
+    if not callable(instance):
+        raise InvalidTypeError(f"instance must be {rule} or a callable returning one, not {shown(instance)}")
+    try:
+        signature = inspect.signature(instance)
+    except (TypeError, ValueError):  # a builtin without one: its call says
+        return instance
+    try:
+        signature.bind()
+    except TypeError:
+        raise InvalidTypeError(
+            f"instance= a callable is called with no argument, and {shown(instance)} takes "
+            f'{signature}: pass e.g. lambda: f"judge-{{os.getpid()}}"'
+        ) from None
+    return instance
+
+
+def _call_instance(instance: Callable[[], str]) -> str:
+    """What ``instance()`` returned; what it raised is a ``ConfigurationError`` naming the
+    callable as the cause (the lifespan's startup fails, said in one line)."""
+    try:
+        return instance()
+    except Exception as exc:  # re-raised, chained: the server's log says which callable failed
+        raise ConfigurationError(
+            f"instance={shown(instance)} raised {type(exc).__name__}: {exc} at the lifespan's "
+            "start: it must return this process's instance name"
+        ) from exc

@@ -61,6 +61,7 @@ class Instrumented:
         monitor: LoopLagMonitor | None,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         renew: Callable[[], Telemetry] | None = None,
+        renew_first: bool = False,
     ) -> None:
         self.telemetry = telemetry
         self.bus = telemetry.bus
@@ -77,6 +78,9 @@ class Instrumented:
         # A bus is entered once, and a test suite runs an app's lifespan once per test (a
         # `with TestClient(app)` each): a run after the first gets a fresh Telemetry and bus.
         self._renew = renew
+        # instance= a callable: even the first run's Telemetry is built at its start, in the
+        # process that serves (gunicorn --preload imports the app in its master).
+        self._renew_first = renew_first
         self._runs = 0
         self._running = False
         # Why configuring the sinks failed this run (a port taken, a bad variable): the server's
@@ -103,15 +107,21 @@ class Instrumented:
                 f"{self.telemetry!r}: the app's lifespan is running already; one app object "
                 "runs one lifespan at a time"
             )
-        if self._owns_bus and self._runs:
+        if self._owns_bus and (self._runs or self._renew_first):
             if self._renew is None:
                 raise ConfigurationError(
                     f"the lifespan of the app instrumented with {self.telemetry!r} ran once already, "
                     "and the telemetry= given to instrument() has a bus that runs once: build the app "
                     "anew for each run, or instrument it with kind= and instance="
                 )
-            self.telemetry = self._renew()
-            self.bus = self.telemetry.bus
+            self._startup_failure = None
+            try:
+                renewed = self._renew()
+            except CkptEventsError as exc:  # instance= a callable that raised or named no name
+                self._startup_failure = exc
+                raise
+            self.telemetry = renewed
+            self.bus = renewed.bus
         self._runs += 1
         self._running = True
         async with AsyncExitStack() as stack:
