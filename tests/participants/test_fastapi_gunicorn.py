@@ -21,6 +21,7 @@ import pytest
 from ckpt_events.benchmarks.load import listening, stop_process
 from ckpt_events.benchmarks.rotel import free_ports
 from ckpt_events.sinks import read_events
+from tests.readme_pages import DOCS, blocks
 
 pytest.importorskip("gunicorn")
 pytestmark = pytest.mark.e2e
@@ -81,8 +82,14 @@ async def commit(request: Request) -> dict[str, int]:
         pass
     return {"pid": os.getpid()}
 """
+# docs/fastapi.md's app for --preload: instance= a callable, called in each worker's lifespan.
+(NAMED_PER_WORKER,) = [
+    block.code for block in blocks(DOCS / "fastapi.md", "python") if 'instance=lambda: f"judge-' in block.code
+]
 WORKERS = 2
 REQUESTS = 40
+#: The most requests sent for every worker to have served one (gunicorn picks which serves).
+MOST_REQUESTS = 400
 
 
 def _gunicorn(project: Path, port: int, environ: dict[str, str], app: str) -> subprocess.Popen[str]:
@@ -104,10 +111,12 @@ def _served(
     environ: dict[str, str],
     limits: httpx.Limits | None = None,
     app: str = CONFIGURED_AT_IMPORT,
+    every_worker: bool = False,
 ) -> tuple[str, Counter[int], int]:
     """What gunicorn (``--preload``, ``app``: by default configured at import) on ``port`` wrote
-    serving ``REQUESTS`` commits (``?n=0``, ``1``, ...), then stopped by SIGTERM (and ended cleanly
-    within 15 s); the requests each worker pid served; the master's pid."""
+    serving ``REQUESTS`` commits (``?n=0&checkpoint_id=c0``, ``1``, ...; with ``every_worker``,
+    more until each worker has served one, at most ``MOST_REQUESTS``), then stopped by SIGTERM
+    (and ended cleanly within 15 s); the requests each worker pid served; the master's pid."""
     server = _gunicorn(project, port, environ, app)
     served: Counter[int] = Counter()
     try:
@@ -115,9 +124,11 @@ def _served(
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", timeout=10, limits=limits or httpx.Limits()
         ) as client:
-            for n in range(REQUESTS):
-                reply = client.post("/commit", params={"n": n})
-                assert reply.status_code == 200
+            for n in range(MOST_REQUESTS):
+                if n >= REQUESTS and (not every_worker or len(served) == WORKERS):
+                    break
+                reply = client.post("/commit", params={"n": n, "checkpoint_id": f"c{n}"})
+                assert reply.status_code == 200, reply.text
                 served[reply.json()["pid"]] += 1
         stopping = time.monotonic()
         server.send_signal(signal.SIGTERM)
@@ -181,3 +192,48 @@ def test_sinks_configured_in_each_worker_get_every_event_once(tmp_path: Path) ->
         assert {event.instance for event in finished} == {f"judge-{master}"}
         seen.update(event.checkpoint_id for event in finished)
     assert seen == Counter(f"c{n}" for n in range(REQUESTS))
+
+
+def test_an_instance_callable_names_each_preloaded_worker_apart(tmp_path: Path) -> None:
+    """docs/fastapi.md's app: ``instance=lambda: f"judge-{os.getpid()}"`` is called in each
+    worker's lifespan, so each worker's operations carry its own pid, each request's once (the
+    callable was refused at ``instrument()``, and a string named all workers after the master)."""
+    output, served, master = _served(
+        tmp_path,
+        free_ports(1)[0],
+        {},
+        httpx.Limits(max_keepalive_connections=0),
+        NAMED_PER_WORKER,
+        every_worker=True,
+    )
+    assert "Traceback" not in output
+    assert len(served) == WORKERS, served
+    seen: Counter[str] = Counter()
+    for pid, count in served.items():
+        finished = [
+            event
+            for _, event in read_events(tmp_path / f"events.{pid}.jsonl")
+            if type(event).__name__ == "OperationFinished"
+        ]
+        assert len(finished) == count, (pid, len(finished), count)
+        assert {event.instance for event in finished} == {f"judge-{pid}"}, (pid, master)
+        seen.update(event.checkpoint_id for event in finished)
+    assert seen == Counter(f"c{n}" for n in range(sum(served.values())))
+
+
+def test_an_instance_callable_that_raises_fails_each_worker_in_one_line(tmp_path: Path) -> None:
+    """A callable that raises in the worker (a variable only some launcher sets) fails its
+    startup: gunicorn exits 3 (``Worker failed to boot``), the cause said in one line naming the
+    callable and what it raised, no traceback."""
+    app = NAMED_PER_WORKER.replace('lambda: f"judge-{os.getpid()}"', 'lambda: os.environ["WORKER_ID"]')
+    assert app != NAMED_PER_WORKER
+    server = _gunicorn(tmp_path, free_ports(1)[0], {}, app)
+    try:
+        output, _ = server.communicate(timeout=60)
+    finally:
+        stop_process(server)
+    assert server.returncode == 3, output[-3000:]
+    said = [line for line in output.splitlines() if "ckpt-events: instance=" in line]
+    assert said, output[-3000:]
+    assert "raised KeyError: 'WORKER_ID' at the lifespan's start" in said[0]
+    assert "Traceback" not in output, output[-3000:]
