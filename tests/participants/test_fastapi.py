@@ -103,6 +103,8 @@ async def test_an_app_s_own_lifespan_runs_inside_ours() -> None:
     assert sink.closed
 
 
+# Starlette before 0.37 (fastapi 0.110's) warns at the user's own FastAPI(on_startup=...), not at ours.
+@pytest.mark.filterwarnings("ignore:The on_startup and on_shutdown parameters are deprecated")
 async def test_on_startup_handlers_run_too() -> None:
     """An app with ``on_startup``/``on_shutdown`` handlers (no lifespan=) keeps them."""
     sink = MemorySink()
