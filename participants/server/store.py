@@ -69,6 +69,7 @@ __all__ = [
     "participant_dir",
     "prepare_directory",
     "publish_parts",
+    "sweep_parts",
     "withdraw",
     "write_checkpoint",
     "write_part",
@@ -346,6 +347,15 @@ def discard_parts(directory: str | os.PathLike[str], names: Iterable[str]) -> No
     directory that cannot be reached, or only through a symlink, holds none of ours)."""
     with contextlib.suppress(OSError, InvalidCheckpointError), opened_dir(Beneath.of(directory)) as dfd:
         _unlink_unless_published(dfd, list(names))
+
+
+def sweep_parts(directory: str | os.PathLike[str]) -> None:
+    """Delete the records no manifest names (and temp files) in ``directory``, as the next
+    commit there would: once a server's workers have stopped, the parts a worker placed after
+    its commit was aborted (nobody named them to delete them). A directory that cannot be
+    reached, or only through a symlink, is left alone."""
+    with contextlib.suppress(OSError, InvalidCheckpointError), opened_dir(Beneath.of(directory)) as dfd:
+        _sweep(dfd)
 
 
 def named_files(manifest: Manifest) -> set[str]:

@@ -51,6 +51,7 @@ from ckpt_events.participants.server.store import (
     participant_beneath,
     prepare_directory,
     publish_parts,
+    sweep_parts,
 )
 from ckpt_events.participants.server.store_files import RECORDS_MAX_BYTES, Beneath, resolve_under
 from ckpt_events.participants.server.store_read import files_of, read_manifest
@@ -84,6 +85,17 @@ class WorkerControlPlane(ControlPlane[Any]):
     """
 
     pool: WorkerPool
+    #: The directories of commits cancelled while their workers wrote (the server stopping):
+    #: swept of unnamed parts once the workers have stopped (``sweep_aborted``).
+    aborted: set[Beneath]
+
+    async def sweep_aborted(self) -> None:
+        """Delete the parts workers placed after their commit was cancelled (call it once no
+        worker runs: a part is placed by its worker alone, so none can come after)."""
+        aborted = sorted(self.aborted, key=str)
+        self.aborted = set()
+        for where in aborted:
+            await anyio.to_thread.run_sync(sweep_parts, where)
 
     def _operation(
         self, trace: Incoming, operation: Operation, checkpoint_id: str
@@ -121,10 +133,14 @@ class WorkerControlPlane(ControlPlane[Any]):
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(discard_parts, where, self.pool.written)
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
+                    # A worker still writing (stopped, woken only as the server stops) placed its
+                    # part after this delete, unnamed: swept once the workers have stopped.
+                    self.aborted.add(where)
                     # Nobody is left to read a reply: the log is where the operator learns it.
                     log.warning(
                         "commit of checkpoint %s cancelled while its workers wrote: aborted, no "
-                        "manifest published, %d part(s) already written deleted",
+                        "manifest published, %d part(s) already written deleted (a part still "
+                        "being written is deleted once its worker has stopped)",
                         cid,
                         len(self.pool.written),
                     )
@@ -277,39 +293,56 @@ def create_worker_app(
         faults=faults,
     )
     plane.pool = pool
+    plane.aborted = set()
 
     @asynccontextmanager
     async def serve_workers(app: FastAPI, tg: TaskGroup) -> AsyncIterator[None]:
-        await tg.start(coordinator.serve)
-        if worker_factory is not None:
-            for index in range(workers):
-                secret = coordinator.new_secret(index)
-                tg.start_soon(
-                    functools.partial(run_worker, secret=secret, faults=faults),
-                    coordinator.socket_path,
-                    index,
-                    worker_factory(index),
-                )
-        elif worker_command is not None:
-            env = {
-                **getattr(worker_command, "env", {}),
-                ENV_SOCKET: coordinator.socket_path,
-                # Each worker serves its sessions' work calls on its own port, with this token.
-                ENV_WORKER_TOKEN: token,
-                ENV_WORKER_HOST: worker_host,
-            }
-            supervisor = WorkerSupervisor(
-                workers,
-                worker_command,
-                env=env,
-                secret_for=coordinator.new_secret,
-                on_spent=functools.partial(_workers_spent, app, pool, on_workers_spent),
-            )
-            app.state.supervisor = supervisor
-            tg.start_soon(supervisor.run)
-        await coordinator.wait_connected(workers, _JOIN_SECONDS)
-        yield
-        coordinator.stopping = True
+        supervisor: WorkerSupervisor | None = None
+        try:
+            # The coordinator's socket and in-process workers end first (each worker process
+            # reads the end), then the worker processes are stopped, then the aborted commits'
+            # directories are swept: in that order, whatever the scheduler's.
+            async with anyio.create_task_group() as tasks:
+                await tasks.start(coordinator.serve)
+                if worker_factory is not None:
+                    for index in range(workers):
+                        secret = coordinator.new_secret(index)
+                        tasks.start_soon(
+                            functools.partial(run_worker, secret=secret, faults=faults),
+                            coordinator.socket_path,
+                            index,
+                            worker_factory(index),
+                        )
+                elif worker_command is not None:
+                    env = {
+                        **getattr(worker_command, "env", {}),
+                        ENV_SOCKET: coordinator.socket_path,
+                        # Each worker serves its sessions' work calls on its own port, with this token.
+                        ENV_WORKER_TOKEN: token,
+                        ENV_WORKER_HOST: worker_host,
+                    }
+                    supervisor = WorkerSupervisor(
+                        workers,
+                        worker_command,
+                        env=env,
+                        secret_for=coordinator.new_secret,
+                        on_spent=functools.partial(_workers_spent, app, pool, on_workers_spent),
+                    )
+                    app.state.supervisor = supervisor
+                    tg.start_soon(supervisor.run)
+                try:
+                    await coordinator.wait_connected(workers, _JOIN_SECONDS)
+                    yield
+                finally:
+                    coordinator.stopping = True
+                    tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                # Every worker stopped first: a stopped one (SIGSTOP) woken only as the server
+                # stopped could place its part of a commit this process had given up on.
+                if supervisor is not None:
+                    await supervisor.stop()
+                await plane.sweep_aborted()
 
     return build_app(
         title=f"ckpt-events {checker.kind} participant {tel.instance} ({workers} workers)",

@@ -64,6 +64,7 @@ class WorkerSupervisor:
         self.spent: str | None = None
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self._stopping = False
+        self._stopped = False
 
     def start(self, index: int) -> None:
         env = {**os.environ, **self.env, "CKPT_EVENTS_WORKER_INDEX": str(index)}
@@ -120,7 +121,11 @@ class WorkerSupervisor:
     async def stop(self) -> None:
         """SIGTERM (and SIGCONT, to wake a stopped one) each worker's process group, then SIGKILL
         what is left after a bounded wait; the event loop runs on while it waits. A worker still
-        there ``_STOP_SECONDS`` after its SIGKILL raises ``subprocess.TimeoutExpired``."""
+        there ``_STOP_SECONDS`` after its SIGKILL raises ``subprocess.TimeoutExpired``. Once all
+        have exited, a later call does nothing (their process groups are never signalled again:
+        a group id may be reused)."""
+        if self._stopped:
+            return
         self._stopping = True
         for process in self.processes.values():
             _signal_group(process, signal.SIGTERM)
@@ -136,6 +141,7 @@ class WorkerSupervisor:
         for process in self.processes.values():
             if process.poll() is None:
                 raise subprocess.TimeoutExpired(process.args, _STOP_SECONDS)
+        self._stopped = True
 
     async def _wait_exited(self) -> None:
         with anyio.move_on_after(_STOP_SECONDS):

@@ -349,3 +349,48 @@ async def test_a_worker_whose_install_fails_halfway_keeps_nothing_and_the_restor
         again = await control(client, "restore", "c2", checkpoint_dir=str(tmp_path), episode_ids=episodes)
         assert again.status_code == 200, again.text
         assert fleet.installed() == sorted(f"r{i}-a1" for i in range(rollouts))
+
+
+async def test_a_part_placed_after_its_commit_was_cancelled_is_deleted_once_the_workers_stop(
+    tmp_path, caplog
+):
+    """The server stopping cancels a commit while worker 1 still writes (in the real case it was
+    SIGSTOPped and woken only by the stop): the parent deletes the parts it was told of, then
+    worker 1 places its own, which nobody named. It is deleted once the workers have stopped:
+    it was left beside the checkpoint (1 run in 20 of a real ``serve --workers 2`` under load)."""
+    lock = threading.Lock()
+    renames: list[str] = []
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_the_second(name: str) -> None:
+        if name == "rename_records":
+            with lock:
+                renames.append(name)
+                second = len(renames) == 2
+            if second:
+                held.set()
+                release.wait(10)  # this worker is still writing when the commit is cancelled
+
+    fleet = _Fleet(2, faults=FaultPlan(on_step=hold_the_second))
+    directory = participant_dir(tmp_path, "environment", "env-0")
+
+    def parts() -> list[str]:
+        return sorted(p.name for p in directory.iterdir() if RECORDS_FILE.fullmatch(p.name))
+
+    async with running(fleet.app) as client:
+        for i in range(8):
+            reply = await client.post("/work/start", json={"rollout_id": f"r{i}", "steps": 4})
+            assert reply.status_code == 200
+        assert (await control(client, "prepare", seconds=30.0)).json()["phase"] == "prepared"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: control(client, "commit", seconds=30.0, checkpoint_dir=str(tmp_path)))
+            await wait_until(lambda: held.is_set() and len(parts()) == 1)  # worker 0's part placed
+            tg.cancel_scope.cancel()  # as uvicorn cancels a request still running at its shutdown
+        release.set()
+        await wait_until(lambda: len(parts()) == 1)  # worker 1 placed its part: nobody named it
+        late = parts()
+    assert late and parts() == [], f"{late} left behind"
+    assert not (directory / MANIFEST_NAME).exists()
+    [said] = [r.getMessage() for r in caplog.records if "checkpoint c1" in r.getMessage()]
+    assert "cancelled while its workers wrote: aborted, no manifest published" in said, said
