@@ -35,6 +35,7 @@ from ckpt_events.sinks._configure_env import (
     jsonl_path_of,
     stall_after,
     switched_off,
+    warn_multiprocess_dir,
 )
 from ckpt_events.sinks._destinations import check_free, claim, destinations, release
 from ckpt_events.sinks._otel_build import Built, otel_sinks
@@ -489,6 +490,8 @@ def _planned(
                 "metric_cardinality_limit": metric_cardinality_limit,
             },
         )
+    # Here, past the export process's branch: its child runs this with our environment and says it once.
+    warn_multiprocess_dir(settings, env, own_metrics=meter_provider is not None or bool(metric_readers))
     stall_watch = _stall_watch(env, bus)
     built = Built()
     try:

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ckpt_events import CkptEventsError, ConfigurationError
 from ckpt_events._errors import InvalidTypeError, shown
+from ckpt_events._logs import library_logger
 from ckpt_events.sinks._cardinality import check_cardinality_limit
 from ckpt_events.sinks.otel._env import MAX_METRIC_INTERVAL_MS, OtelSettings, read_otel_env
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
@@ -36,6 +37,7 @@ __all__ = [
     "jsonl_path_of",
     "stall_after",
     "switched_off",
+    "warn_multiprocess_dir",
 ]
 
 ENV_METRIC_INTERVAL: Final = "OTEL_METRIC_EXPORT_INTERVAL"
@@ -46,6 +48,11 @@ ENV_DISABLED: Final = "CKPT_EVENTS_DISABLED"
 ENV_EXPORT_PROCESS: Final = "CKPT_EVENTS_EXPORT_PROCESS"
 
 DEFAULT_SPAN_GROUPS: Final = "default,checkpoint"
+#: prometheus-client's multiprocess mode: its MultiProcessCollector reads only the files its
+#: own Counter/Gauge/Histogram objects write in this folder, none of ours.
+ENV_PROMETHEUS_MULTIPROC: Final = "PROMETHEUS_MULTIPROC_DIR"
+
+logger: Final = library_logger("ckpt_events.sinks")
 
 
 def switched_off(env: Mapping[str, str]) -> bool:
@@ -212,6 +219,26 @@ def check_installed(settings: OtelSettings) -> None:
             # The words of PrometheusEndpoint's own check, made here before the export process starts.
             "OTEL_METRICS_EXPORTER=prometheus needs prometheus-client: pip install 'ckpt-events[prometheus]'"
         )
+
+
+def warn_multiprocess_dir(settings: OtelSettings, env: Mapping[str, str], *, own_metrics: bool) -> None:
+    """One warning when ``PROMETHEUS_MULTIPROC_DIR`` is set and our metrics go nowhere: a user
+    scraping one ``MultiProcessCollector`` page for all workers found none of our series on it
+    (uvicorn --workers 2, 200 commits: 0 of them), and nothing said why. Silent when any metric
+    export is configured (``own_metrics``: a ``meter_provider`` or ``metric_readers``, whose
+    destination is not known here) or ``OTEL_METRICS_EXPORTER`` is set at all (``none``: on
+    purpose)."""
+    if not env.get(ENV_PROMETHEUS_MULTIPROC, "").strip() or settings.sdk_disabled or own_metrics:
+        return
+    if settings.metrics or env.get("OTEL_METRICS_EXPORTER", "").strip():
+        return
+    logger.warning(
+        "ckpt-events: PROMETHEUS_MULTIPROC_DIR is set, but ckpt-events writes none of its metrics "
+        "to prometheus-client's multiprocess files, so a MultiProcessCollector /metrics page has "
+        "none of them: serve them from each worker with OTEL_METRICS_EXPORTER=prometheus and "
+        "CKPT_EVENTS_PROMETHEUS_PORTS=N (N workers), export them over OTLP, or set "
+        "OTEL_METRICS_EXPORTER=none to want none"
+    )
 
 
 def check_jsonl_path(path: object, where: str) -> None:

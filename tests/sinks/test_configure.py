@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import threading
 from pathlib import Path
@@ -482,3 +483,54 @@ async def test_a_bad_close_timeout_is_refused_naming_it(seconds: object, error: 
             with pytest.raises(error, match=r"^close_timeout must be a number of seconds >= 0"):
                 configured.close_timeout = seconds  # type: ignore[assignment]
             assert configured.close_timeout == 10.0
+
+
+MULTIPROC_WARNING = "ckpt-events: PROMETHEUS_MULTIPROC_DIR is set, but ckpt-events writes none of its metrics"
+
+
+@pytest.mark.parametrize(
+    ("extra", "readers", "warned"),
+    [
+        ({}, False, True),  # a multiprocess page and our metrics nowhere: said
+        ({"PROMETHEUS_MULTIPROC_DIR": " "}, False, False),  # empty: not multiprocess mode
+        ({"OTEL_METRICS_EXPORTER": "none"}, False, False),  # none on purpose
+        ({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, False, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, False, False),  # metrics go over OTLP
+        ({"OTEL_SDK_DISABLED": "true"}, False, False),
+        ({}, True, False),  # a reader of the caller's: where it goes is not known here
+    ],
+)
+async def test_a_multiprocess_dir_without_metric_export_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, extra: dict[str, str], readers: bool, warned: bool
+) -> None:
+    """``PROMETHEUS_MULTIPROC_DIR`` set and no metric export: one warning line naming the ways
+    out (our series are never in prometheus-client's multiprocess files); silent otherwise."""
+    environ = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), **extra}
+    metric_readers = [InMemoryMetricReader()] if readers else None
+    with caplog.at_level("WARNING", logger="ckpt_events.sinks"):
+        async with Bus() as bus:
+            async with configure(bus, environ=environ, metric_readers=metric_readers):
+                pass
+    said = [r.getMessage() for r in caplog.records if MULTIPROC_WARNING in r.getMessage()]
+    assert len(said) == (1 if warned else 0), said
+    if warned:
+        (line,) = said
+        assert "\n" not in line
+        assert "CKPT_EVENTS_PROMETHEUS_PORTS=N" in line and "OTEL_METRICS_EXPORTER=none" in line
+
+
+async def test_a_multiprocess_dir_is_said_once_with_an_export_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an export process the child, which reads this environment, says it; the parent does
+    not say it again (it did: two lines per worker)."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    for name in [name for name in os.environ if name.startswith(("OTEL_", "CKPT_EVENTS_"))]:
+        monkeypatch.delenv(name)
+    with caplog.at_level("WARNING", logger="ckpt_events.sinks"):
+        async with Bus() as bus:
+            async with configure(bus, jsonl_path=tmp_path / "events.jsonl", export_process=True):
+                pass
+    said = [r for r in caplog.records if MULTIPROC_WARNING in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert getattr(said[0], "export_process", None) is not None
