@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import anyio.to_thread
 import msgspec
+from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEventRecord
@@ -117,10 +118,11 @@ class SpanSink:
             raise InvalidTypeError(f"exporter must be an OpenTelemetry SpanExporter, not {shown(exporter)}")
         if tracer_provider is not None:
             processor = _processors_of(tracer_provider)
+            provider = _sdk_provider(tracer_provider)
             if resource is None:
-                resource = tracer_provider.resource
+                resource = provider.resource
             if attribute_limits is None:
-                attribute_limits = _limits_of(tracer_provider)
+                attribute_limits = _limits_of(provider)
         if processor is not None and not callable(getattr(processor, "on_end", None)):
             raise InvalidTypeError(
                 f"processor must be an OpenTelemetry SpanProcessor, not {shown(processor)}"
@@ -391,6 +393,25 @@ def _trace_state(event: Any) -> TraceState:
     return state
 
 
+def _sdk_provider(tracer_provider: object) -> Any:
+    """The provider whose processors, resource and limits ``tracer_provider`` stands for.
+
+    Itself, unless it is a wrapper of the SDK's provider that users get from
+    ``trace.get_tracer_provider()``: OpenTelemetry's own ``ProxyTracerProvider`` (returned
+    before a global provider is set) stands for the global one once it is; logfire's (returned
+    after ``logfire.configure()``) holds the SDK provider it built in its public ``provider``
+    field. Each is unwrapped only to an SDK ``TracerProvider``, and once, at construction: a
+    later ``logfire.configure()`` shuts the provider we hold down, and our spans are then
+    counted as dropped (``was shut down``), as with any provider of yours that was shut down.
+    """
+    if isinstance(tracer_provider, trace_api.ProxyTracerProvider):
+        tracer_provider = trace_api.get_tracer_provider()
+    if isinstance(tracer_provider, TracerProvider):
+        return tracer_provider
+    inner = getattr(tracer_provider, "provider", None)
+    return inner if isinstance(inner, TracerProvider) else tracer_provider
+
+
 def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
     """The span processor every span of ``tracer_provider`` goes through (all it was given).
 
@@ -400,11 +421,12 @@ def _processors_of(tracer_provider: TracerProvider) -> SpanProcessor:
     construction; a provider without it (not the SDK's, or an SDK that renamed it) is refused
     with the fix, never guessed at.
     """
-    found: SpanProcessor | None = getattr(tracer_provider, "_active_span_processor", None)
+    found: SpanProcessor | None = getattr(_sdk_provider(tracer_provider), "_active_span_processor", None)
     if found is None or not callable(getattr(found, "on_end", None)):
         raise InvalidTypeError(
             f"tracer_provider {shown(tracer_provider)} has no OpenTelemetry SDK span processors to hand "
-            "spans to (a proxy or no-op provider?): pass the SDK's TracerProvider, or an exporter "
+            "spans to (a proxy or no-op provider? OpenTelemetry's before a global provider is set, "
+            "logfire's before logfire.configure() runs): pass the SDK's TracerProvider, or an exporter "
             "(configure()'s span_exporter=, or SpanSink's processor=BatchSpanProcessor(exporter))"
         )
     return found
