@@ -363,6 +363,7 @@ def instrument(
         # Ours around theirs: telemetry is up for their startup and drained after their shutdown.
         async with handle.running(), their(app) as state:
             yield state
+            await handle.delivered()  # before their shutdown, which may shut their providers
 
     app.router.lifespan_context = lifespan
     app.add_middleware(ArrivalMiddleware, instrumented=handle)

@@ -166,6 +166,18 @@ class Instrumented:
                 finally:
                     raised = None  # no reference cycle through the traceback
 
+    async def delivered(self) -> None:
+        """Wait (within ``shutdown_timeout``) until the events emitted so far are handled by
+        the sinks of the bus this lifespan owns; the app's own shutdown runs next.
+
+        A provider the app shuts down there (``logfire.shutdown()``, ``provider.shutdown()``)
+        otherwise missed what the sinks still held: a span sink waits up to a second before
+        it hands spans on, and 10 of 40 spans of 20 requests were lost, uncounted behind
+        logfire's processors. A sink that does not finish in time is left to the drain after.
+        """
+        if self._owns_bus and self.started:
+            await self.bus.flush(self.shutdown_timeout)
+
     async def _close_within(self, handle: Any) -> None:
         """``handle.aclose()`` (what configuring the sinks returned), given up on past
         ``shutdown_timeout`` seconds, as the bus's own drain is."""

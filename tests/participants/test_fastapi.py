@@ -779,6 +779,37 @@ async def test_otel_context_nests_under_fastapi_instrumentor_s_server_span() -> 
     provider.shutdown()
 
 
+async def test_spans_reach_a_provider_the_app_shuts_down_in_its_own_lifespan() -> None:
+    """The app's shutdown shuts its provider down (``provider.shutdown()``, ``logfire.shutdown()``):
+    the spans of its last requests reached it first. The span sink holds spans up to a second
+    before it hands them on, and our drain ran after their shutdown: all 3 were lost."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        provider.shutdown()
+
+    app = FastAPI(lifespan=lifespan)
+    instrument(app, kind="judge", instance="judge-0", tracer_provider=provider, environ={})
+
+    @app.post("/commit")
+    async def commit(request: Request) -> None:
+        with operation(request, "commit", checkpoint_id="c1"):
+            pass
+
+    async with _serving(app) as client:
+        for _ in range(3):
+            assert (await client.post("/commit")).status_code == 200
+    assert [span.name for span in exporter.get_finished_spans()] == ["gym.checkpoint.commit"] * 3
+
+
 async def test_otel_context_across_threadpool_calls_logs_no_false_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

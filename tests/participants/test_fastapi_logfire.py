@@ -23,11 +23,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: The app, served in process through httpx's ASGI transport; prints the spans logfire's
-#: pipeline exported, one JSON object per line. ORDER says which of logfire.configure() and
-#: instrument(..., tracer_provider=trace.get_tracer_provider()) comes first at import.
+#: pipeline exported, one JSON object per line. Its argument says which of logfire.configure()
+#: and instrument(..., tracer_provider=trace.get_tracer_provider()) comes first at import, or
+#: that the app's own lifespan calls logfire.shutdown() at shutdown.
 _APP = textwrap.dedent(
     """
     import json, sys
+    from contextlib import asynccontextmanager
 
     import anyio, httpx, logfire
     from fastapi import FastAPI, Request
@@ -49,9 +51,15 @@ _APP = textwrap.dedent(
             metrics=logfire.MetricsOptions(additional_readers=[reader]),
         )
 
-    if sys.argv[1] == "logfire-first":
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        if sys.argv[1] == "shutdown-in-lifespan":
+            logfire.shutdown()
+
+    if sys.argv[1] != "ours-first":
         configure_logfire()
-    app = FastAPI()
+    app = FastAPI(lifespan=lifespan)
     instrument(
         app,
         kind="judge",
@@ -94,13 +102,15 @@ _APP = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("order", ["logfire-first", "ours-first"])
+@pytest.mark.parametrize("order", ["logfire-first", "ours-first", "shutdown-in-lifespan"])
 def test_our_spans_nest_under_logfire_s_request_span_in_its_pipeline(order: str, tmp_path: Path) -> None:
     """``tracer_provider=trace.get_tracer_provider()`` (logfire's proxy, or OpenTelemetry's
     proxy taken before ``logfire.configure()``) hands our spans to logfire's processors: three
     requests, three traces of four spans each (logfire's SERVER span, our commit under it, its
     upload step, the app's logfire span under the commit), none twice, with logfire's resource;
-    our metrics reach logfire's readers. Both proxies were refused: the app did not start."""
+    our metrics reach logfire's readers. Both proxies were refused: the app did not start.
+    With ``logfire.shutdown()`` in the app's own lifespan, every span still reaches it (the
+    span sink's last second of spans was lost there, uncounted behind logfire's processors)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_", "LOGFIRE_"))}
     env["PYTHONPATH"] = str(ROOT)
     script = tmp_path / "app.py"  # a file: logfire reads its callers' source, warning under -c
