@@ -412,11 +412,11 @@ def _check_worker_metrics_ports(settings: Any, workers: int) -> None:
     """Each worker's Prometheus port (base + 1 + index) is free now, else one line: which, why,
     and what to do. A worker that cannot bind its port would die at start, be restarted and die
     again until the restart budget is spent (6 exits in 32 s, the main port never served)."""
-    from ckpt_events.participants.cli.worker_process import port_taken, worker_metrics_port
-
     base = settings.prometheus_port
     if workers < 2 or "prometheus" not in settings.metrics or settings.sdk_disabled or base == 0:
         return
+    from ckpt_events.participants.cli.worker_process import port_taken, worker_metrics_port
+
     for index in range(workers):
         port = worker_metrics_port(base, index)
         why = port_taken(settings.prometheus_host, port)
