@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import report, rotel
+from .app_choices import MAX_CONNECTIONS, SINKS
 from .load import (
     Driver,
     DriverError,
@@ -67,15 +68,6 @@ from .spread import Ratio
 
 __all__ = ["MAX_CONNECTIONS", "SINKS", "AppBench", "BenchAppError", "parse_header", "parse_request", "run"]
 
-#: The sinks ``--sinks`` may name, each with what it is (for the table).
-SINKS: Final = {
-    "jsonl": "JSON lines to a file",
-    "otlp": "OTLP/HTTP spans and metrics to a rotel collector",
-    "prometheus": "Prometheus /metrics endpoint (not scraped)",
-}
-#: ``--connections`` at most: 99,999,999 had wrk ask for 834 GB, 100,000 ran past its time-out,
-#: and the httpx driver would start a task for each (10,000 open within a slice here).
-MAX_CONNECTIONS: Final = 10_000
 #: Seconds a server has to start (import, startup, listening).
 START_TIMEOUT: Final = 60.0
 #: Seconds a started server has to stop after SIGTERM (its telemetry drains), then SIGKILL.

@@ -31,6 +31,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, Literal
 
+from .app_choices import DRIVERS
+
 __all__ = [
     "DRIVERS",
     "CpuReading",
@@ -49,7 +51,6 @@ __all__ = [
 ]
 
 Driver = Literal["wrk", "httpx"]
-DRIVERS: Final = ("auto", "wrk", "httpx")
 #: A request that takes longer than this ends the run as an error (seconds).
 REQUEST_TIMEOUT: Final = 10.0
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,22 @@ ASYNCIO = ("asyncio", "anyio._backends._asyncio")
 TLS = ("ssl",)
 #: Our own export machinery: loaded when an OTLP sink is made, not to read that none is asked for.
 OTLP = ("ckpt_events.sinks.otlp._http", "ckpt_events.sinks.otlp._span_encoder")
+
+#: What only other commands use: the benchmarks, the report and the watch, the JSON-lines reader
+#: (the watch's follower built its wire decoders at import), the controller. The command line
+#: builds every command's parser on each start, ``serve`` and ``--help`` too.
+OTHER_COMMANDS = (
+    "ckpt_events.benchmarks.bench_app",
+    "ckpt_events.benchmarks.load",
+    "ckpt_events.benchmarks.report",
+    "ckpt_events.benchmarks.rotel",
+    "ckpt_events.participants.cli.report.logs",
+    "ckpt_events.participants.cli.watch.follow",
+    "ckpt_events.participants.cli.watch.sources",
+    "ckpt_events.participants.cli.watch.view",
+    "ckpt_events.participants.controller",
+    "ckpt_events.sinks.jsonl",
+)
 
 #: Runs argv[1] and prints, as JSON, the modules it loaded that argv[2] (comma-separated) names,
 #: each with everything below it.
@@ -116,8 +134,23 @@ def _loaded(statement: str, watched: tuple[str, ...]) -> list[str]:
                 *OTLP,
             ),
         ),
+        # The parser every ``ckpt-events`` start builds (``--help``, and each server the demo
+        # and a fleet start): no other command's machinery, no version lookup (importlib.metadata
+        # searched the installed distributions for a ``--version`` nobody asked for).
+        (
+            "from ckpt_events.participants.cli.main import build_parser; build_parser()",
+            (*EXTRAS, "http.client", "ssl", *HTTP, "ckpt_events.sinks", *OTHER_COMMANDS),
+        ),
     ],
-    ids=["ckpt_events", "Bus-Telemetry", "telemetry-off", "sinks-configure", "configure-nothing", "fastapi"],
+    ids=[
+        "ckpt_events",
+        "Bus-Telemetry",
+        "telemetry-off",
+        "sinks-configure",
+        "configure-nothing",
+        "fastapi",
+        "cli-parser",
+    ],
 )
 def test_a_light_entry_point_loads_nothing_heavy(statement: str, watched: tuple[str, ...]) -> None:
     """The entry point loads none of the modules it is watched for."""
@@ -129,3 +162,57 @@ def test_the_watch_sees_a_heavy_import() -> None:
     submodules (a watch that saw nothing would pass every case above)."""
     assert "http.client" in _loaded("import http.client", ("http.client",))
     assert "email.parser" in _loaded("import http.client", ("email",))
+
+
+def _serve_imports(tmp_path: Path) -> set[str]:
+    """Every module a ``ckpt-events serve environment`` process imported by the time its port
+    accepts (``-X importtime`` names each on stderr); the process is stopped before returning."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    # A pydantic plugin installed beside us (logfire's brings rich and OpenTelemetry's SDK) is
+    # loaded by FastAPI's first model, whatever we import: the environment's, not ours.
+    env["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    (token := tmp_path / "token").write_text("t" * 32)
+    stderr = tmp_path / "stderr"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        with stderr.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-X", "importtime", "-m", "ckpt_events.participants.cli", "serve"]
+                + ["environment", "--fd", str(sock.fileno()), "--token-file", str(token)]
+                + ["--checkpoint-root", str(tmp_path / "checkpoints")],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=tmp_path,
+                pass_fds=(sock.fileno(),),
+            )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, stderr.read_text()[-2000:]
+            assert time.monotonic() < deadline, "serve did not listen within 60 s"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    lines = stderr.read_text().splitlines()
+    return {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}
+
+
+def test_a_serve_process_loads_no_other_command(tmp_path: Path) -> None:
+    """A participant server imports FastAPI and uvicorn, but not what only the other commands,
+    an exporter or a scraper use (the benchmarks, the watch and its JSON-lines reader were
+    imported by every server of a fleet: 644 modules to listening, 632 without them)."""
+    loaded = _serve_imports(tmp_path)
+    assert {"fastapi", "uvicorn", "ckpt_events.participants.server.app"} <= loaded  # the watch sees
+    # One worker (the default): nothing of the worker processes' launcher either.
+    worker = "ckpt_events.participants.cli.worker_process"
+    watched = (*OTHER_COMMANDS, worker, "rich", "prometheus_client", "opentelemetry.sdk", *OTLP)
+    assert sorted(m for m in loaded if any(m == w or m.startswith(w + ".") for w in watched)) == []

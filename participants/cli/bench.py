@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ckpt_events.benchmarks.load import stop_spawned
-from ckpt_events.benchmarks.rotel import CollectorError
 from ckpt_events.participants.cli import bench_app
 from ckpt_events.participants.cli.command import Command, given_path
 from ckpt_events.participants.cli.command import sigterm_as_interrupt as _sigterm_as_interrupt
@@ -71,6 +69,10 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    # Here, not at the top: the parser imports this module on every start (``serve`` too).
+    from ckpt_events.benchmarks.load import stop_spawned
+    from ckpt_events.benchmarks.rotel import CollectorError
+
     with _sigterm_as_interrupt():
         try:
             return _run(args)

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from ckpt_events.benchmarks.bench_app import MAX_CONNECTIONS, SINKS
-from ckpt_events.benchmarks.load import DRIVERS
+from ckpt_events.benchmarks.app_choices import DRIVERS, MAX_CONNECTIONS, SINKS
 from ckpt_events.participants.errors import CommandError, shown
 
 __all__ = ["add_arguments", "run"]

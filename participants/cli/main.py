@@ -81,6 +81,22 @@ class _Parser(argparse.ArgumentParser):
         super().exit(status, message)
 
 
+class _VersionWhenAsked(argparse._VersionAction):
+    """``--version``, the version looked up when it is asked for: read while the parser was
+    built, it imported importlib.metadata (email, zipfile) and searched the installed
+    distributions on every start, ``serve`` and ``--help`` too."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"ckpt-events {_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _meant(parser: argparse.ArgumentParser, parsed: argparse.Namespace, extras: list[str]) -> str:
     """`` (did you mean --checkpoint?)`` for unknown options that one of the subcommand's (or
     the program's) options begins with or resembles; ``""`` when none does."""
@@ -116,7 +132,7 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
     from ckpt_events.participants.cli.commands import COMMANDS
 
     parser = _Parser(prog="ckpt-events", description="Telemetry for partial-rollout checkpoints.")
-    parser.add_argument("--version", action="version", version=f"ckpt-events {_version()}")
+    parser.add_argument("--version", action=_VersionWhenAsked)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS if commands is None else commands:
         command.add_arguments(sub.add_parser(command.name, help=command.help, description=command.help))

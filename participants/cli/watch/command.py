@@ -28,8 +28,6 @@ from ckpt_events.participants.cli.command import (
 )
 from ckpt_events.participants.cli.serve import ENV_TOKEN
 from ckpt_events.participants.cli.text import escape
-from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
-from ckpt_events.participants.cli.watch.sources import EventSource, PollResult, poll_all, status_client
 from ckpt_events.participants.errors import shown
 
 if TYPE_CHECKING:
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
     # `ckpt-events --help` (and its one-line "install the cli extra") works without it.
     from rich.console import RenderableType
 
+    from ckpt_events.participants.cli.watch.sources import EventSource, PollResult
     from ckpt_events.participants.cli.watch.view import FleetView
 
 __all__ = ["EXIT_REFUSED", "EXIT_UNREACHABLE", "WATCH", "live", "once_status", "plain", "show", "snapshot"]
@@ -152,6 +151,11 @@ def _stall_after(args: argparse.Namespace) -> float:
 
 async def snapshot(view: FleetView, client: Any, source: EventSource | None, timeout: float) -> None:
     """One refresh: a poll round and whatever ``source`` gained, folded into ``view``."""
+    # Here, not at the top: the parser imports this module on every start (``serve`` too), and
+    # the follower brings the JSON-lines reader (its wire decoders are built at import).
+    from ckpt_events.participants.cli.watch.follow import LogFollower
+    from ckpt_events.participants.cli.watch.sources import poll_all
+
     results = await poll_all(client, view.urls, timeout) if view.urls else []
     view.add_polls(results, time.time(), mono=time.monotonic())
     if source is not None:
@@ -289,6 +293,8 @@ def once_status(polls: list[PollResult]) -> int:
 
 
 async def _watch_async(args: argparse.Namespace) -> int:
+    from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
+    from ckpt_events.participants.cli.watch.sources import status_client
     from ckpt_events.participants.cli.watch.view import FleetView
 
     urls = _urls(args)
