@@ -20,6 +20,10 @@ from ckpt_events._wallclock import CALIBRATION
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
+else:
+    # The handles are msgspec Structs, whose signature resolves every annotation (the
+    # subclasses' ``_tel`` too): without a runtime name help(ckpt_events) raised NameError.
+    Telemetry = Any
 
 __all__ = [
     "_INT64",

@@ -51,6 +51,10 @@ from ckpt_events._wallclock import CALIBRATION
 
 if TYPE_CHECKING:
     from ckpt_events._telemetry import Telemetry
+else:
+    # msgspec resolves the ``_tel`` annotations when asked for a handle's signature, so
+    # help(ckpt_events) and pydoc raised NameError; importing Telemetry here is a cycle.
+    Telemetry = Any
 
 __all__ = ["OperationSpan", "StepSpan"]
 
