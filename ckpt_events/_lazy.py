@@ -56,7 +56,10 @@ def lazy_attributes(
     module attributes; a name not in ``homes`` is an ``AttributeError`` naming it (``hasattr``
     works). ``moved`` maps deprecated names to their new public home: each read warns
     (``DeprecationWarning`` naming the new home) and is never stored, so every use warns.
-    ``__dir__`` lists the public names, loaded or not (not the moved ones).
+    ``__dir__`` lists the public names, loaded or not (not the moved ones), the public
+    submodules imported so far and the module's dunders; not the table, ``Final``,
+    ``annotations`` or a private submodule (tab completion offered ``_HOMES`` and
+    ``_file_lock`` beside the API).
     """
 
     def __getattr__(name: str) -> Any:
@@ -84,6 +87,14 @@ def lazy_attributes(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*namespace, *homes})
+        return sorted({*homes, *(name for name in namespace if _listed(package, name, namespace[name]))})
 
     return __getattr__, __dir__
+
+
+def _listed(package: str, name: str, value: object) -> bool:
+    """Whether ``dir()`` of ``package`` lists ``name``, beside its table: a dunder, or a public
+    submodule already imported (``ckpt_events.sinks`` once ``import ckpt_events.sinks`` ran)."""
+    if name.startswith("__"):
+        return True
+    return not name.startswith("_") and getattr(value, "__name__", None) == f"{package}.{name}"

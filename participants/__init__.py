@@ -62,4 +62,10 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+    # The public names, the public submodules imported so far (``fastapi``) and the dunders:
+    # not ``_HOMES``, ``importlib`` or ``Final``, which tab completion offered.
+    shown = {n for n in globals() if n.startswith("__")}
+    for name, value in globals().items():
+        if not name.startswith("_") and getattr(value, "__name__", None) == f"{__name__}.{name}":
+            shown.add(name)
+    return sorted({*shown, *_HOMES})

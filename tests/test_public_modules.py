@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pydoc
+import types
 
 import pytest
 
@@ -19,6 +20,37 @@ PUBLIC_MODULES = [
     "ckpt_events.participants",
     "ckpt_events.participants.fastapi",
 ]
+
+
+def _load_everything(mod: types.ModuleType) -> None:
+    """Read every public name, so the lazy packages have loaded their private submodules too."""
+    for name in mod.__all__:
+        getattr(mod, name)
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_dir_lists_the_api_and_no_private_or_imported_name(module: str) -> None:
+    """Past the dunders, dir() holds __all__ and public submodules only (it held ``_HOMES``,
+    ``Final``, ``annotations``, loaded ``_file_lock``, and in the fastapi module ``os``, ``Bus``)."""
+    mod = importlib.import_module(module)
+    _load_everything(mod)
+    listed = {name for name in dir(mod) if not name.startswith("__")}
+    submodules = {
+        name
+        for name in listed
+        if isinstance(getattr(mod, name), types.ModuleType) and name not in mod.__all__
+    }
+    assert listed - submodules == set(mod.__all__)
+    for name in submodules:
+        assert not name.startswith("_") and getattr(mod, name).__name__ == f"{module}.{name}"
+
+
+def test_dir_lists_a_public_submodule_once_imported() -> None:
+    """``ckpt_events.sinks`` stays completable after ``import ckpt_events.sinks``."""
+    import ckpt_events
+    import ckpt_events.sinks
+
+    assert "sinks" in dir(ckpt_events) and "vocab" in dir(ckpt_events)
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES)
