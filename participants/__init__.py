@@ -40,7 +40,7 @@ _HOMES: Final = {
 _SERVER_EXTRA: Final = frozenset({"fastapi", "starlette", "uvicorn", "httpx", "sniffio"})
 
 
-def __getattr__(name: str) -> Any:
+def _getattr(name: str) -> Any:
     """Import a public name's home on first use (PEP 562); later reads are plain attributes."""
     home = _HOMES.get(name)
     if home is None:
@@ -61,7 +61,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list[str]:
+def _dir() -> list[str]:
     # The public names, the public submodules imported so far (``fastapi``) and the dunders:
     # not ``_HOMES``, ``importlib`` or ``Final``, which tab completion offered.
     shown = {n for n in globals() if n.startswith("__")}
@@ -69,3 +69,9 @@ def __dir__() -> list[str]:
         if not name.startswith("_") and getattr(value, "__name__", None) == f"{__name__}.{name}":
             shown.add(name)
     return sorted({*shown, *_HOMES})
+
+
+# Hidden from type checkers, which read the imports above: a module __getattr__ made every
+# misspelt name (`participants.create_ap`) an Any that mypy --strict let through.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _getattr, _dir

@@ -66,6 +66,9 @@ _HOMES: Final = {
     "sample_ratio_from_env": "ckpt_events.sinks.otel._env",
 }
 
-__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
+# Hidden from type checkers, which read the imports above: a module __getattr__ made every
+# misspelt name (`from ckpt_events import Bsu`) an Any that mypy --strict let through.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
 # The helpers are not names of this package (dir() lists the namespace).
 del TYPE_CHECKING, lazy_attributes

@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import pydoc
+import re
 import types
+from pathlib import Path
 
 import pytest
 
 from ckpt_events import OperationSpan, StepSpan
+from tests.typecheck import mypy_strict
 
 PUBLIC_MODULES = [
     "ckpt_events",
@@ -67,3 +70,25 @@ def test_help_renders_every_public_module(module: str) -> None:
 def test_span_handles_have_a_signature(handle: type) -> None:
     """inspect.signature (help, IDEs, IPython's ``?``) reads the handles' fields."""
     assert "_tel" in inspect.signature(handle).parameters
+
+
+def test_mypy_strict_refuses_a_misspelt_public_name(tmp_path: Path) -> None:
+    """A name no public module has is a type error, as it is an ImportError at run time (the lazy
+    packages' ``__getattr__`` typed every name, ``Bsu`` included, as Any, and mypy passed)."""
+    errors = mypy_strict(
+        """
+        import ckpt_events.participants as participants
+        from ckpt_events import Bsu, Bus, sinks
+        from ckpt_events.sinks import JsonLineSink
+        from ckpt_events.sinks.jsonl import JsonLinesStats
+        from ckpt_events.sinks.otlp import OtlpSpanSink
+
+        bus: Bus = Bus()
+        stats: type[JsonLinesStats] = JsonLinesStats
+        configure = sinks.confgure
+        create_app = participants.create_ap
+        """,
+        tmp_path,
+    )
+    missing = sorted(re.findall(r'has no attribute "(\w+)"', "\n".join(errors)))
+    assert missing == ["Bsu", "JsonLineSink", "OtlpSpanSink", "confgure", "create_ap"], errors

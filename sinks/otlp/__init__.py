@@ -30,5 +30,8 @@ _HOMES: Final = {
     "read_otlp": "ckpt_events.sinks.otlp._reader",
 }
 
-__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
+# Hidden from type checkers, which read the imports above: a module __getattr__ made every
+# misspelt name (`from ckpt_events import Bsu`) an Any that mypy --strict let through.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
 del TYPE_CHECKING, lazy_attributes
