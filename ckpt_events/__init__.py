@@ -232,6 +232,56 @@ _MOVED: Final = dict.fromkeys(
 
 # Hidden from type checkers, which read the imports above: a module __getattr__ made every
 # misspelt name (`from ckpt_events import Bsu`) an Any that mypy --strict let through.
+if TYPE_CHECKING:
+    # The names moved to vocab, still read here (with a DeprecationWarning) until 0.4.0, typed
+    # as before: a user's type check does not fail on them before they leave.
+    from ckpt_events.vocab import ATTR_PREFIX as ATTR_PREFIX
+    from ckpt_events.vocab import COLLECTION_END_ATTRS as COLLECTION_END_ATTRS
+    from ckpt_events.vocab import COLLECTION_SPANS as COLLECTION_SPANS
+    from ckpt_events.vocab import CONTROLLER_INSTANCE as CONTROLLER_INSTANCE
+    from ckpt_events.vocab import COORDINATE_END_ATTRS as COORDINATE_END_ATTRS
+    from ckpt_events.vocab import COORDINATE_SPANS as COORDINATE_SPANS
+    from ckpt_events.vocab import DEFAULT_REDACT_KEYS as DEFAULT_REDACT_KEYS
+    from ckpt_events.vocab import INSTRUMENTS as INSTRUMENTS
+    from ckpt_events.vocab import METRIC_BYTES as METRIC_BYTES
+    from ckpt_events.vocab import METRIC_EVENTS as METRIC_EVENTS
+    from ckpt_events.vocab import METRIC_LAST_PUBLISHED as METRIC_LAST_PUBLISHED
+    from ckpt_events.vocab import METRIC_LOOP_LAG as METRIC_LOOP_LAG
+    from ckpt_events.vocab import METRIC_OLDEST_OPEN as METRIC_OLDEST_OPEN
+    from ckpt_events.vocab import METRIC_OPEN_OPERATIONS as METRIC_OPEN_OPERATIONS
+    from ckpt_events.vocab import METRIC_OPERATION_DURATION as METRIC_OPERATION_DURATION
+    from ckpt_events.vocab import METRIC_RECORDS as METRIC_RECORDS
+    from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS as OPEN_WORK_INSTRUMENTS
+    from ckpt_events.vocab import OPERATION_END_ATTRS as OPERATION_END_ATTRS
+    from ckpt_events.vocab import OPERATION_SPANS as OPERATION_SPANS
+    from ckpt_events.vocab import REDACTED as REDACTED
+    from ckpt_events.vocab import SAFE_NAME as SAFE_NAME
+    from ckpt_events.vocab import SPAN_GROUP_PRESETS as SPAN_GROUP_PRESETS
+    from ckpt_events.vocab import SPAN_GROUPS as SPAN_GROUPS
+    from ckpt_events.vocab import STAGE_SPANS as STAGE_SPANS
+    from ckpt_events.vocab import STEP_END_ATTRS as STEP_END_ATTRS
+    from ckpt_events.vocab import STEP_SPANS as STEP_SPANS
+    from ckpt_events.vocab import Attr as Attr
+    from ckpt_events.vocab import CollectionAction as CollectionAction
+    from ckpt_events.vocab import CountedEvent as CountedEvent
+    from ckpt_events.vocab import Disposition as Disposition
+    from ckpt_events.vocab import ErrorCode as ErrorCode
+    from ckpt_events.vocab import FieldAttrs as FieldAttrs
+    from ckpt_events.vocab import Instrument as Instrument
+    from ckpt_events.vocab import InstrumentKind as InstrumentKind
+    from ckpt_events.vocab import Kind as Kind
+    from ckpt_events.vocab import Operation as Operation
+    from ckpt_events.vocab import Outcome as Outcome
+    from ckpt_events.vocab import Phase as Phase
+    from ckpt_events.vocab import SpanKind as SpanKind
+    from ckpt_events.vocab import Step as Step
+    from ckpt_events.vocab import attr as attr
+    from ckpt_events.vocab import coerce as coerce
+    from ckpt_events.vocab import resolve_span_groups as resolve_span_groups
+    from ckpt_events.vocab import span_kind_of as span_kind_of
+    from ckpt_events.vocab import span_name as span_name
+    from ckpt_events.vocab import span_name_of as span_name_of
+
 if not TYPE_CHECKING:
     __getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals(), moved=_MOVED)
 # The helpers are not names of this package (dir() lists the namespace).
