@@ -38,6 +38,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.clocks import ClockEvidence
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
+    from ckpt_events.participants.cli.report.fold import ENDED_WAITING
     from ckpt_events.participants.cli.report.logs import (
         ENDED_KEPT,
         LogProblems,
@@ -95,6 +96,13 @@ def _report(args: argparse.Namespace) -> int:
             f"{counted(problems.ended_dropped, 'more span')} than the {ENDED_KEPT:,} held at once ended "
             "in lines this version cannot read, with no event it reads between them: such a span "
             "shown open may have ended (read the logs with the version of ckpt-events that wrote them)",
+            file=sys.stderr,
+        )
+    if run.ended_let_go:
+        print(
+            f"{counted(run.ended_let_go, 'more span')} than the {ENDED_WAITING:,} kept waiting ended in "
+            "lines this version cannot read before their start was read: such a span shown open may have "
+            "ended (read the logs with the version of ckpt-events that wrote them)",
             file=sys.stderr,
         )
     if any(row.outcome == OPEN for row in run.rows):

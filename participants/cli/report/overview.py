@@ -225,6 +225,9 @@ class Run:
     last_trace: int | None = None
     #: Traces with no root seen that were let go past ``UNROOTED`` kept (their spans left out).
     unrooted_let_go: int = 0
+    #: Spans whose end, in a line this version could not read, came before their start, let go
+    #: past ``fold.ENDED_WAITING`` waiting for it (``Fold.ended_let_go``).
+    ended_let_go: int = 0
     #: When the logs hold several runs apart (no trace in common: two fleets' logs in one
     #: folder), each with its files, its logs' time and its rows; else empty (one run).
     fleets: list[Fleet] = field(default_factory=list)
@@ -398,6 +401,7 @@ def overview(
         fold.unscoped,
         fold.last_trace,
         fold.let_go,
+        fold.ended_let_go,
         clocks=clocks,
     )
     checkpoints: dict[str, int] = {}
