@@ -54,7 +54,16 @@ from ckpt_events.checks import shown
 from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
 from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, oldest_first, read_events, rotated_name
 
-__all__ = ["KEEP_FINISHED", "MAX_FILES", "MAX_FINISHED", "MAX_OPEN", "MAX_READ", "Backlog", "LogFollower"]
+__all__ = [
+    "ENDED_KEPT",
+    "KEEP_FINISHED",
+    "MAX_FILES",
+    "MAX_FINISHED",
+    "MAX_OPEN",
+    "MAX_READ",
+    "Backlog",
+    "LogFollower",
+]
 
 #: Bytes read from one followed log per read, so a huge backlog cannot stall the view.
 MAX_READ: Final = 8 * 1024 * 1024
@@ -65,6 +74,9 @@ MAX_OPEN: Final = 10_000
 #: Finished spans a backlog remembers, so that a copy of one's ``*Started`` event read after it
 #: (a file out of time order, a copy of the log) does not open it again (~100 bytes each).
 MAX_FINISHED: Final = 200_000
+#: The spans whose end was a line this version could not read handed on by one read at most
+#: (``LogFollower.ended``), as ``report`` holds at once (``LogProblems.ended``): ~26 MB.
+ENDED_KEPT: Final = 65_536
 #: Finished operations a backlog keeps per participant: the view shows the last three.
 KEEP_FINISHED: Final = 8
 #: A file's first line (at most this many bytes) recognises its copy.
@@ -275,8 +287,11 @@ class LogFollower:
         self.cut: dict[tuple[int, int], str] = {}
         #: The spans whose end this call read in a line this version could not decode (another
         #: version's ``*_finished`` event), each with its end: they ended, with an outcome unknown.
-        #: The backlog's are folded into it instead (``Backlog.end``).
+        #: The backlog's are folded into it instead (``Backlog.end``). At most ``ENDED_KEPT``.
         self.ended: dict[tuple[int, int], int] = {}
+        #: Such spans not handed on past ``ENDED_KEPT`` in one read, over the whole watch: one
+        #: of them whose start was read may be shown open (said in a lasting note).
+        self.ended_dropped = 0
 
     def close(self) -> None:
         """Close every file held open. Idempotent."""
@@ -528,6 +543,22 @@ class LogFollower:
             "version of ckpt-events? upgrade to read them)"
         )
 
+    def _end(self, span: tuple[int, int], end_ns: int) -> None:
+        """Hand on that ``span`` ended in a line this version could not read, at most
+        ``ENDED_KEPT`` a read (was: all, a read of 1,000,000 such lines held them all); the
+        others counted and said in a lasting note."""
+        # The newest let go, not the oldest: a dict's first entry deleted again and again is
+        # found past the holes left before it (``LogProblems.end``).
+        if len(self.ended) >= ENDED_KEPT and span not in self.ended:
+            self.ended_dropped += 1
+            self.notes[_ENDED_NOTE] = self._lasting[_ENDED_NOTE] = (
+                f"{self.ended_dropped:,} more span(s) than the {ENDED_KEPT:,} handed on per read ended in "
+                "lines this version cannot read: such a span shown open may have ended (read the logs "
+                "with the version of ckpt-events that wrote them)"
+            )
+            return
+        self.ended[span] = end_ns
+
     def _source_of(self, key: object) -> int:
         """A number for each file the backlog folds (by identity; a gzipped one by its path)."""
         return self._sources.setdefault(key, len(self._sources))
@@ -631,7 +662,7 @@ class LogFollower:
                         if self._backlog is not None:
                             self._backlog.end(item.ended[:2], item.ended[2])
                         else:
-                            self.ended[item.ended[:2]] = item.ended[2]
+                            self._end(item.ended[:2], item.ended[2])
                 elif isinstance(item, VIEW_EVENTS):
                     events.append(item)
         if corrupt or sum(values.values()) + sum(types.values()) > before:
@@ -711,6 +742,8 @@ def _skipped_note(
 
 #: The key of the note on fields this version does not know (no file's path: one for all).
 _FIELDS_NOTE: Final = "(fields unknown)"
+#: The key of the note on spans ended in lines this version cannot read, past ``ENDED_KEPT``.
+_ENDED_NOTE: Final = "(ended unknown)"
 #: The (field, value) pairs kept per file (a damaged or hostile file could hold a new one each
 #: line); the others are counted under ``_OTHER_VALUES``, as is a value too long to be a word.
 _VALUES_KEPT: Final = 64

@@ -23,6 +23,8 @@ from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.events import UnreadEnd
 from ckpt_events.participants.cli.report.fold import ENDED_WAITING, fold_events
 from ckpt_events.participants.cli.report.logs import ENDED_KEPT, SHOWN, LogProblems, merged_events
+from ckpt_events.participants.cli.watch.follow import ENDED_KEPT as WATCH_ENDED_KEPT
+from ckpt_events.participants.cli.watch.follow import LogFollower
 from ckpt_events.sinks.replay import replay
 from tests.participants.cli.otlp_receiver import otlp_receiver
 
@@ -568,3 +570,31 @@ def test_spans_ended_before_their_start_let_go_are_said(
         "read before their start was read: such a span shown open may have ended (read the logs with "
         "the version of ckpt-events that wrote them)"
     ) in err, err
+
+
+def test_spans_ended_by_a_newer_versions_events_are_handed_on_bounded_in_watch(tmp_path: Path) -> None:
+    """Was: every span ended by a line this version cannot read, in one read of a followed log,
+    was handed on (``LogFollower.ended``: no bound); now ``WATCH_ENDED_KEPT`` a read, the rest counted
+    exactly over the watch and said in a lasting note."""
+    more = 10
+    log = tmp_path / "newer.jsonl"
+    log.write_bytes(b"")
+    with LogFollower([str(log)], budget=None) as follower:
+        assert follower.read() == []  # the backlog: an empty log
+        with log.open("ab") as file:
+            for i in range(1, WATCH_ENDED_KEPT + more + 1):
+                file.write(
+                    b'{"type":"snapshot_finished","kind":"model","instance":"m0","trace_id":"%032x",'
+                    b'"span_id":"%016x","start_ns":%d,"end_ns":%d}\n' % (i, i, i, i + 1)
+                )
+        assert follower.read() == []
+        assert (len(follower.ended), follower.ended_dropped) == (WATCH_ENDED_KEPT, more)
+        note = (
+            f"{more} more span(s) than the {WATCH_ENDED_KEPT:,} handed on per read ended in lines this "
+            "version cannot read: such a span shown open may have ended (read the logs with the version of "
+            "ckpt-events that wrote them)"
+        )
+        assert note in follower.notes.values(), follower.notes
+        assert follower.read() == []
+        assert (follower.ended, follower.ended_dropped) == ({}, more)
+        assert note in follower.notes.values(), follower.notes  # its spans may still show open
