@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import IO, Any, Final, get_args
 
 import anyio.from_thread
@@ -75,7 +75,9 @@ class ReplayResult(msgspec.Struct, frozen=True):
     spans open at the end of a rotated file (``cut``), not replayed: where they end is in the
     newer file of its rotation, which was not given, so they are not known to be left open.
     ``failed`` has one ``ReplayFailure`` per target whose ``handle`` raised, in target order:
-    empty when every target took every batch."""
+    empty when every target took every batch. ``unknown_fields`` counts the events (among
+    ``events``) read without fields this version does not know, a newer version's
+    (``read_events(on_unknown_fields=...)``): replayed, but what those fields said is lost."""
 
     events: int
     corrupt: tuple[CorruptLine, ...]
@@ -83,6 +85,7 @@ class ReplayResult(msgspec.Struct, frozen=True):
     cut: int = 0
     failed: tuple[ReplayFailure, ...] = ()
     corrupt_lines: int = 0
+    unknown_fields: int = 0
 
 
 class _Target:
@@ -205,8 +208,9 @@ async def replay(
 
     A target is a sink (its ``interests`` are honoured; sync or async ``handle``) or a
     started ``Bus`` (events are emitted and flushed). Corrupt lines are skipped, counted and
-    returned (the first ``MAX_CORRUPT``). Sinks are not closed: their owner does that (e.g.
-    ``SpanSink.shutdown()``).
+    returned (the first ``MAX_CORRUPT``); events holding fields this version does not know are
+    replayed without them and counted (``ReplayResult.unknown_fields``). Sinks are not closed:
+    their owner does that (e.g. ``SpanSink.shutdown()``).
     A target whose ``handle`` raises is logged once (logger ``ckpt_events.sinks.jsonl``) and
     listed in ``ReplayResult.failed`` with its first error; it is still handed its later
     batches, as the bus hands them to a sink that raised (so a replay matches the live run),
@@ -223,7 +227,14 @@ async def replay(
     corrupt_lines = 0
     count = 0
     open_spans = OpenSpans() if close_open else None
-    for _, item in _lines(source):
+    unknown_fields = 0
+
+    def without_fields(number: int, kind: str, names: tuple[str, ...]) -> None:
+        # Was: dropped without a word, where the ``replay`` command counts and says them.
+        nonlocal unknown_fields
+        unknown_fields += 1
+
+    for _, item in read_events(source, on_unknown_fields=without_fields):
         if isinstance(item, CorruptLine):
             # Counted past MAX_CORRUPT, not kept: a log of damage held every line (37 MB of
             # broken lines, 560 MB), where reading it holds one run of lines.
@@ -261,6 +272,7 @@ async def replay(
         cut=cut,
         failed=failed,
         corrupt_lines=corrupt_lines,
+        unknown_fields=unknown_fields,
     )
 
 
@@ -317,7 +329,3 @@ def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:
     on from, not its last."""
     name = getattr(log, "name", None) if not isinstance(log, str | os.PathLike) else os.fspath(log)
     return isinstance(name, str) and rotated_name(name) is not None
-
-
-def _lines(source: str | os.PathLike[str] | IO[bytes]) -> Iterable[tuple[int, Any]]:
-    return read_events(source)

@@ -494,6 +494,24 @@ def test_a_newer_versions_fields_in_known_events_are_said_once(
     ) in flat, flat
 
 
+def test_the_librarys_replay_counts_a_newer_versions_fields_in_known_events(tmp_path: Path) -> None:
+    """Was: ``sinks.replay`` replayed events holding fields a newer version added without them
+    and its result said nothing (``ReplayResult`` had no count; the ``replay`` command says
+    them); now ``ReplayResult.unknown_fields`` counts those events, each replayed."""
+    lines = _old_lines()
+    newer = tmp_path / "newer.jsonl"
+    mixed = [_with_fields(line, gpu_ms=n) if n % 3 else line for n, line in enumerate(lines)]
+    newer.write_bytes(b"".join(mixed))
+    sink = _Collect()
+    result = anyio.run(replay, newer, sink)
+    carried = sum(1 for n in range(_LINES) if n % 3)
+    assert (result.events, result.unknown_fields, result.corrupt_lines) == (_LINES, carried, 0)
+    assert len(sink.events) == _LINES
+    older = tmp_path / "older.jsonl"
+    older.write_bytes(b"".join(lines))
+    assert anyio.run(replay, older, _Collect()).unknown_fields == 0
+
+
 def test_spans_ended_by_a_newer_versions_events_are_held_bounded_and_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
