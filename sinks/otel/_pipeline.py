@@ -10,11 +10,12 @@ the exporter whatever it is given, so a bad one is a ``ConfigurationError`` sayi
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import os
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ckpt_events import ConfigurationError
 from ckpt_events._errors import shown
@@ -112,9 +113,29 @@ def _grpc_credentials(grpc: Any, files: TlsFiles) -> Any:
     )
 
 
+#: The first release of OpenTelemetry's gRPC exporter that parses a per-signal timeout with
+#: ``float()``: before it, ``int()``, so a fractional one (``0.5``) raised its bare ``ValueError``.
+FRACTIONAL_TIMEOUT_SINCE: Final = (1, 35)
+
+
+def _grpc_exporter_release() -> tuple[int, ...] | None:
+    """The installed gRPC exporter's release (``(1, 34, 1)``), ``None`` if it cannot be read."""
+    try:
+        version = importlib.metadata.version("opentelemetry-exporter-otlp-proto-grpc")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    parts = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts) or None
+
+
 def _check_process_timeout(signal: str) -> None:
     """``ConfigurationError`` if the process's per-signal timeout, which OpenTelemetry's gRPC
-    exporter parses itself whatever it is given, is not a number (its bare ``ValueError``)."""
+    exporter parses itself whatever it is given, is not a number it parses (its bare
+    ``ValueError``): before 1.35 the exporter took whole seconds only."""
     name = f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT"
     raw = os.environ.get(name)
     if raw is None:
@@ -126,6 +147,17 @@ def _check_process_timeout(signal: str) -> None:
             f"{name}={shown(raw)} in the process environment is not a number; OpenTelemetry's gRPC exporter "
             "reads it there itself, whatever configure() is given: fix it or unset it"
         ) from None
+    try:
+        int(raw)
+    except ValueError:
+        release = _grpc_exporter_release()
+        if release is not None and release < FRACTIONAL_TIMEOUT_SINCE:
+            shown_release = ".".join(map(str, release))
+            raise ConfigurationError(
+                f"{name}={shown(raw)} in the process environment is not a whole number of seconds, which "
+                f"opentelemetry-exporter-otlp-proto-grpc {shown_release} requires (it reads it there itself, "
+                "whatever configure() is given): give whole seconds, unset it, or upgrade it to 1.35 or later"
+            ) from None
 
 
 def _temporality(preference: str | None) -> dict[type, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from ckpt_events import Bus, ConfigurationError, Telemetry
 from ckpt_events.sinks import configure
+from ckpt_events.sinks.otel._pipeline import FRACTIONAL_TIMEOUT_SINCE, _grpc_exporter_release
 from tests.sinks.otlp.test_tls import OPENSSL, Certificates
 
 pytestmark = pytest.mark.skipif(
@@ -25,15 +26,20 @@ pytestmark = pytest.mark.skipif(
     reason="the grpc extra (opentelemetry-exporter-otlp-proto-grpc) is not installed",
 )
 
+#: Whether the installed gRPC exporter parses a per-signal timeout with float() (1.35 and later) or
+#: with int(), which refused a fraction.
+FRACTIONAL_TIMEOUTS = (_grpc_exporter_release() or (0,)) >= FRACTIONAL_TIMEOUT_SINCE
+
 #: What the process's environment says, and ``environ`` never does: none of it may be used.
 PROCESS_ENV = {
     "OTEL_EXPORTER_OTLP_HEADERS": "x-from-process=1",
     "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-traces-from-process=1",
     "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-metrics-from-process=1",
     "OTEL_EXPORTER_OTLP_TIMEOUT": "soon",
-    # Read as seconds by the exporter: a microsecond, and every export timed out.
-    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0.000001",
-    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "0.000001",
+    # Read as seconds by the exporter: a microsecond, and every export timed out. Before 1.35 it took
+    # whole seconds: 0 fell through to the generic timeout above, and "soon" raised.
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0.000001" if FRACTIONAL_TIMEOUTS else "0",
+    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "0.000001" if FRACTIONAL_TIMEOUTS else "0",
     "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd",
     "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "zstd",
     "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION": "zstd",
@@ -187,3 +193,27 @@ async def test_a_process_timeout_the_exporter_reads_itself_is_one_line(
     message = str(info.value)
     assert f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT" in message and "process environment" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("signal", ["TRACES", "METRICS"])
+async def test_a_fractional_process_timeout_is_refused_only_where_the_exporter_takes_whole_seconds(
+    signal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before 1.35 the exporter parsed ``os.environ``'s per-signal timeout with ``int()``: a fraction
+    (0.5) is a ConfigurationError naming it, the exporter's version and the fix (it was the
+    exporter's bare ValueError out of configure); from 1.35 it is a number like any other, and
+    ``environ``'s timeout is the one used."""
+    monkeypatch.setenv(f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT", "0.5")
+    with _grpc_collector() as (endpoint, received):
+        environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+        if FRACTIONAL_TIMEOUTS:
+            await _one_operation(environ)
+            assert received.requests
+            return
+        async with Bus() as bus:
+            with pytest.raises(ConfigurationError) as info:
+                configure(bus, environ=environ)
+    message = str(info.value)
+    assert f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT='0.5' in the process environment" in message
+    assert "whole number of seconds" in message and "1.35 or later" in message
+    assert "\n" not in message and not received.requests
