@@ -20,7 +20,13 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEventRecord
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
@@ -463,7 +469,27 @@ def _was_shut_down(processor: SpanProcessor) -> bool:
         return bool(children) and all(_was_shut_down(child) for child in children)
     batch = getattr(processor, "_batch_processor", None)
     flag = getattr(processor if batch is None else batch, "_shutdown", None)
+    if flag is None:
+        flag = _older_sdk_shutdown_flag(processor)
     return flag is True
+
+
+def _older_sdk_shutdown_flag(processor: SpanProcessor) -> object:
+    """The same fact from an SDK before 1.45, whose processors had no ``_shutdown`` flag (spans
+    handed to a shut-down one were counted as exported): a ``BatchSpanProcessor``'s ``done``; for
+    a ``SimpleSpanProcessor``, which kept no flag but shut its exporter down, the SDK's in-memory
+    exporter's ``_stopped`` or an OTLP exporter's ``_shutdown`` (each refuses every later export).
+    Any other exporter: ``None``, unknown, taken as live."""
+    if isinstance(processor, BatchSpanProcessor):
+        return getattr(processor, "done", None)
+    if not isinstance(processor, SimpleSpanProcessor):
+        return None
+    exporter = processor.span_exporter
+    if isinstance(exporter, InMemorySpanExporter):
+        return getattr(exporter, "_stopped", None)
+    if type(exporter).__module__.startswith("opentelemetry.exporter.otlp."):
+        return getattr(exporter, "_shutdown", None)
+    return None
 
 
 def _default_resource() -> Resource:

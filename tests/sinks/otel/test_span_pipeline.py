@@ -135,6 +135,26 @@ async def test_a_shut_down_processor_given_as_processor_counts_its_spans_as_drop
     assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
 
 
+async def test_spans_to_a_shut_down_otlp_exporter_s_simple_processor_are_dropped() -> None:
+    """A SimpleSpanProcessor around OpenTelemetry's OTLP exporter, shut down with its provider: its
+    spans are dropped, not exported. Before 1.45 the processor kept no flag of its own and the
+    sink read the exporter's (counted as exported, they were refused: (1, 0) for (0, 1))."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces"))
+    )
+    provider.shutdown()
+    sink = SpanSink(tracer_provider=provider, linger=0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+            pass
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
+
+
 class _RefusesSteps(SpanProcessor):
     """A user's processor with a bug: it raises on every step span, passes the rest on."""
 
