@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Final, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast
 from urllib.parse import urlsplit
 
 import anyio.to_thread
@@ -57,6 +57,9 @@ from ckpt_events.sinks._scrape_server import ScrapeServer, Unavailable, host_pro
 from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.otlp._http import BUS_LINGER, MAX_TIMEOUT_S
 from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument, InstrumentKind
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 __all__ = [
     "DEFAULT_HOST",
@@ -370,10 +373,25 @@ def _weight(parameters: list[str]) -> float:
     return 1.0
 
 
+def _readable_version(parameters: list[str]) -> bool:
+    """Whether an Accept item's ``version`` parameter, if any, is a release number (``1.0.0``)."""
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "version":
+            return all(part.isdigit() and part.isascii() for part in value.strip().split("."))
+    return True
+
+
 def _acceptable(accept: str) -> str:
-    """``accept`` without its media ranges weighted 0: prometheus-client reads no weights, so
-    ``application/openmetrics-text;q=0`` got the format it refuses (RFC 9110 12.4.2)."""
-    return ",".join(item for item in accept.split(",") if _weight(item.split(";")[1:]) > 0)
+    """``accept`` without its media ranges weighted 0 or with a version that is no release number:
+    prometheus-client reads no weights, so ``application/openmetrics-text;q=0`` got the format it
+    refuses (RFC 9110 12.4.2); up to 0.22.1 it read no version either (``version=abc`` got
+    OpenMetrics), from 0.23 it raised on one, and the text format was the answer."""
+    return ",".join(
+        item
+        for item in accept.split(",")
+        if _weight(item.split(";")[1:]) > 0 and _readable_version(item.split(";")[1:])
+    )
 
 
 def _accepts_gzip(accept_encoding: str) -> bool:
@@ -556,9 +574,11 @@ class PrometheusEndpoint:
         self.source = source
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = TotalsCollector(source)
-        self.registry.register(self.collector)
+        # Cast: prometheus-client before 0.24 typed register() with its Collector ABC, which ours
+        # satisfy at runtime (collect, describe) without deriving from it; from 0.24 a Protocol.
+        self.registry.register(cast("Collector", self.collector))
         if bus is not None:  # what each of its sinks lost, beside what they counted
-            self.registry.register(BusStatsCollector(bus))
+            self.registry.register(cast("Collector", BusStatsCollector(bus)))
         self._server = self._bind(host, port, ports, max_concurrent, header_timeout, timeout)
         self.host = host
         self.port: int = self._server.server_address[1]
