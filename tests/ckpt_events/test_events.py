@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import msgspec
 import pytest
@@ -98,14 +99,9 @@ def test_a_short_events_repr_is_msgspecs(event: Event) -> None:
     assert repr(event) == msgspec.Struct.__repr__(event)
 
 
-def test_an_events_repr_is_bounded_and_says_what_was_cut() -> None:
-    """A 1 MB attribute and a 1 MB error message made a repr of 2,000,000+ characters (in a log
-    line, a traceback); each is cut with the count of what was cut, while equality, encoding
-    and the data stay whole."""
-    from ckpt_events._frozen_attrs import FrozenAttributes
-
-    big = "x" * 1_000_000
-    event = OperationFinished(
+def _failed_with(message: str, attributes: Any) -> OperationFinished:
+    """A failed commit carrying ``message`` and ``attributes`` (the repr tests' big values)."""
+    return OperationFinished(
         kind=Kind.MODEL,
         instance="m0",
         trace_id=1,
@@ -114,9 +110,19 @@ def test_an_events_repr_is_bounded_and_says_what_was_cut() -> None:
         end_ns=4,
         operation=Operation.COMMIT,
         outcome=Outcome.ERROR,
-        error_message=big,
-        attributes=FrozenAttributes({"blob": big, **{f"k{i}": i for i in range(1000)}}),
+        error_message=message,
+        attributes=attributes,
     )
+
+
+def test_an_events_repr_is_bounded_and_says_what_was_cut() -> None:
+    """A 1 MB attribute and a 1 MB error message made a repr of 2,000,000+ characters (in a log
+    line, a traceback); each is cut with the count of what was cut, while equality, encoding
+    and the data stay whole."""
+    from ckpt_events._frozen_attrs import FrozenAttributes
+
+    big = "x" * 1_000_000
+    event = _failed_with(big, FrozenAttributes({"blob": big, **{f"k{i}": i for i in range(1000)}}))
     text = repr(event)
     assert len(text) < 2500, len(text)
     assert text.startswith("OperationFinished(kind=<Kind.MODEL: 'model'>, instance='m0', trace_id=1, ")
@@ -143,18 +149,7 @@ def test_an_events_rich_repr_is_bounded_as_its_repr() -> None:
     from rich.pretty import pretty_repr
 
     big = "x" * 2_000_000
-    event = OperationFinished(
-        kind=Kind.MODEL,
-        instance="m0",
-        trace_id=1,
-        span_id=2,
-        start_ns=3,
-        end_ns=4,
-        operation=Operation.COMMIT,
-        outcome=Outcome.ERROR,
-        error_message=big,
-        attributes={"blob": big, "n": 1},
-    )
+    event = _failed_with(big, {"blob": big, "n": 1})
     text = pretty_repr(event)
     assert len(text) < 2500, len(text)
     assert f"error_message='{'x' * 200}'...(+1999800 chars)" in text

@@ -512,6 +512,14 @@ def test_the_librarys_replay_counts_a_newer_versions_fields_in_known_events(tmp_
     assert anyio.run(replay, older, _Collect()).unknown_fields == 0
 
 
+def _newer_end(i: int) -> bytes:
+    """The line of a newer version's finished event this version cannot read, ending span ``i``."""
+    return (
+        b'{"type":"snapshot_finished","kind":"model","instance":"m0","trace_id":"%032x",'
+        b'"span_id":"%016x","start_ns":%d,"end_ns":%d}\n' % (i, i, i, i + 1)
+    )
+
+
 def test_spans_ended_by_a_newer_versions_events_are_held_bounded_and_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -522,10 +530,7 @@ def test_spans_ended_by_a_newer_versions_events_are_held_bounded_and_counted(
     log = tmp_path / "newer.jsonl"
     with log.open("wb") as file:
         for i in range(1, ENDED_KEPT + more + 1):
-            file.write(
-                b'{"type":"snapshot_finished","kind":"model","instance":"m0","trace_id":"%032x",'
-                b'"span_id":"%016x","start_ns":%d,"end_ns":%d}\n' % (i, i, i, i + 1)
-            )
+            file.write(_newer_end(i))
     problems = LogProblems()
     assert list(merged_events([log], problems)) == []
     assert (len(problems.ended), problems.ended_dropped) == (ENDED_KEPT, more)
@@ -572,10 +577,7 @@ def test_spans_ended_before_their_start_let_go_are_said(
     log = tmp_path / "newer.jsonl"
     with log.open("wb") as file:
         for i in range(1, ENDED_WAITING + more + 1):
-            file.write(
-                b'{"type":"snapshot_finished","kind":"model","instance":"m0","trace_id":"%032x",'
-                b'"span_id":"%016x","start_ns":%d,"end_ns":%d}\n' % (i, i, i, i + 1)
-            )
+            file.write(_newer_end(i))
             if i % 1000 == 0:  # an event this version reads: the fold drains the ends read
                 file.write(
                     b'{"type":"prepare_not_ready","kind":"model","instance":"m0","time_ns":%d,"blockers":0}\n'
@@ -601,10 +603,7 @@ def test_spans_ended_by_a_newer_versions_events_are_handed_on_bounded_in_watch(t
         assert follower.read() == []  # the backlog: an empty log
         with log.open("ab") as file:
             for i in range(1, WATCH_ENDED_KEPT + more + 1):
-                file.write(
-                    b'{"type":"snapshot_finished","kind":"model","instance":"m0","trace_id":"%032x",'
-                    b'"span_id":"%016x","start_ns":%d,"end_ns":%d}\n' % (i, i, i, i + 1)
-                )
+                file.write(_newer_end(i))
         assert follower.read() == []
         assert (len(follower.ended), follower.ended_dropped) == (WATCH_ENDED_KEPT, more)
         note = (
