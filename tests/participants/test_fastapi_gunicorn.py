@@ -14,6 +14,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -171,6 +172,11 @@ def test_prometheus_configured_before_the_fork_says_the_scrape_misses_the_worker
     assert "call configure() in each process after the fork" in said[0]
 
 
+def _finished_in(log: Path) -> list[Any]:
+    """The finished operations in one worker's log."""
+    return [event for _, event in read_events(log) if type(event).__name__ == "OperationFinished"]
+
+
 def test_sinks_configured_in_each_worker_get_every_event_once(tmp_path: Path) -> None:
     """``configure_sinks`` runs in each worker: a log per worker pid, each request's operation in
     its worker's log once, none in a log of the master's. ``os.getpid()`` in ``instrument()``'s
@@ -183,11 +189,7 @@ def test_sinks_configured_in_each_worker_get_every_event_once(tmp_path: Path) ->
     assert not (tmp_path / f"events.{master}.jsonl").exists()
     seen: Counter[str] = Counter()
     for pid, count in served.items():
-        finished = [
-            event
-            for _, event in read_events(tmp_path / f"events.{pid}.jsonl")
-            if type(event).__name__ == "OperationFinished"
-        ]
+        finished = _finished_in(tmp_path / f"events.{pid}.jsonl")
         assert len(finished) == count, (pid, len(finished), count)
         assert {event.instance for event in finished} == {f"judge-{master}"}
         seen.update(event.checkpoint_id for event in finished)
@@ -210,11 +212,7 @@ def test_an_instance_callable_names_each_preloaded_worker_apart(tmp_path: Path) 
     assert len(served) == WORKERS, served
     seen: Counter[str] = Counter()
     for pid, count in served.items():
-        finished = [
-            event
-            for _, event in read_events(tmp_path / f"events.{pid}.jsonl")
-            if type(event).__name__ == "OperationFinished"
-        ]
+        finished = _finished_in(tmp_path / f"events.{pid}.jsonl")
         assert len(finished) == count, (pid, len(finished), count)
         assert {event.instance for event in finished} == {f"judge-{pid}"}, (pid, master)
         seen.update(event.checkpoint_id for event in finished)

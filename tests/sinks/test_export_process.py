@@ -6,6 +6,7 @@ OTLP/HTTP receiver on 127.0.0.1 and real files; the failures are real signals to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -16,6 +17,7 @@ import textwrap
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,16 @@ def _checkpoints(telemetry: Telemetry, count: int) -> None:
             with op.step("export") as step:
                 step.set(records=1)
             op.set(records=1, bytes=32)
+
+
+@contextlib.contextmanager
+def _hung_collector() -> Iterator[str]:
+    """The endpoint of a collector that takes connections and never answers (they complete in
+    the backlog; nothing is ever read)."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        yield f"http://127.0.0.1:{hole.getsockname()[1]}"
 
 
 async def test_every_sink_runs_in_the_child_and_gets_every_event(tmp_path: Path) -> None:
@@ -298,13 +310,11 @@ async def test_a_hung_collector_lets_the_child_close_in_order_within_the_deadlin
     of a 10 s deadline plus its bus's own 5 s, so it was always killed, its drops unsaid. It
     now closes within what is left of the caller's deadline (set after configure(), as serve
     does) and says what it dropped, as the sinks in process do."""
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+    with _hung_collector() as hole:
         async with Bus() as bus:
             configured = configure(
                 bus,
-                otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}",
+                otlp_endpoint=hole,
                 export_process=True,
                 environ={},
             )
@@ -465,11 +475,9 @@ async def test_events_written_after_the_child_stopped_reading_are_said_lost(
     slowly, its collector hanging), its pipe still open, so batches written then are taken by
     the pipe and never read. They were counted as forwarded and lost unsaid (only ``received``
     short of ``forwarded`` showed it); the close says it now."""
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+    with _hung_collector() as hole:
         arguments = {"jsonl_path": str(tmp_path / "events.jsonl"), "environ": {}}
-        arguments["otlp_endpoint"] = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        arguments["otlp_endpoint"] = hole
         process = ExportProcess.start(arguments, close_timeout=3.0)  # a grace of 2.4 s
         await process.handle([_started("c0")])
         os.kill(process.pid, signal.SIGTERM)
@@ -1194,13 +1202,11 @@ async def test_a_flush_a_close_overtakes_ends_with_it_not_said_as_a_failure(
     within its budget and never answers the flush, which ends with the close (``False``, well
     before its own deadline); the close's summary says the drops, the flush says nothing (it
     said "could not be flushed: it ended before it answered", of an orderly close)."""
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(16)  # connections complete in the backlog; nothing is ever read
+    with _hung_collector() as hole:
         async with Bus() as bus:
             configured = configure(
                 bus,
-                otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}",
+                otlp_endpoint=hole,
                 export_process=True,
                 environ={"OTEL_METRICS_EXPORTER": "none"},
             )
