@@ -37,7 +37,7 @@ from ckpt_events.sinks._configure_env import (
     switched_off,
     warn_multiprocess_dir,
 )
-from ckpt_events.sinks._destinations import check_free, claim, destinations, release
+from ckpt_events.sinks._destinations import check_free, claim, destinations, provider_places, release
 from ckpt_events.sinks._otel_build import Built, otel_sinks
 from ckpt_events.sinks.otel._env import OtelSettings, check_environ
 from ckpt_events.sinks.otel._pipeline import check_resource_arguments
@@ -466,6 +466,8 @@ def _planned(
     metric_readers = check_otel_parts(tracer_provider, meter_provider, span_exporter, metric_readers)
     check_installed(settings)
     places = destinations(settings, jsonl_path, env, ENV_JSONL)
+    if not settings.sdk_disabled:  # with the SDK off, a provider given is not used
+        places += provider_places(tracer_provider, meter_provider)
     check_free(bus, places)  # one bus configured twice to one place: every span sent twice
     if export_process_on(export_process, env):
         return _export_plan(

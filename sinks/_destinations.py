@@ -8,6 +8,9 @@ lifespan calls ``configure()`` on the bus that ``instrument()`` configures alrea
 place is claimed for the bus until the ``Configured`` that exports there is closed; a second
 claim is refused in one line. Two configures of one bus to different places (two logs, two
 collectors) and two buses to one place (their events are not the same) stay allowed.
+A ``tracer_provider=`` or ``meter_provider=`` of the user's is a place too (the object itself):
+configured twice with one, every span reached its processors twice and every metric was
+counted twice (1 commit of 3 records: 2 spans, ``records_total`` 6).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Final
 from ckpt_events import Bus, ConfigurationError
 from ckpt_events.sinks.otel._env import OtelSettings
 
-__all__ = ["check_free", "claim", "destinations", "release"]
+__all__ = ["check_free", "claim", "destinations", "provider_places", "release"]
 
 #: Per bus: each place exported to, and the open ``Configured`` that exports there.
 _CLAIMED: Final[weakref.WeakKeyDictionary[Bus, dict[str, object]]] = weakref.WeakKeyDictionary()
@@ -45,6 +48,17 @@ def destinations(
             places.append(f"OTLP spans to {settings.traces_otlp.endpoint}")
         if "otlp" in settings.metrics and settings.metrics_otlp is not None:
             places.append(f"OTLP metrics to {settings.metrics_otlp.endpoint}")
+    return places
+
+
+def provider_places(tracer_provider: object, meter_provider: object) -> list[str]:
+    """The places a user's ``tracer_provider`` and ``meter_provider`` are: each object itself
+    (named by its type and id, unique while the ``Configured`` holding it is open)."""
+    places: list[str] = []
+    if tracer_provider is not None:
+        places.append(f"spans to your {type(tracer_provider).__name__} at 0x{id(tracer_provider):x}")
+    if meter_provider is not None:
+        places.append(f"metrics to your {type(meter_provider).__name__} at 0x{id(meter_provider):x}")
     return places
 
 

@@ -11,6 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ckpt_events import Bus, ConfigurationError, Telemetry, sinks
 from ckpt_events.sinks.jsonl import read_events
@@ -88,3 +93,45 @@ async def test_the_export_process_claims_its_places_too(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match="already exports JSON lines to"):
             sinks.configure(bus, jsonl_path=tmp_path / "a.jsonl")
         await first.aclose()
+
+
+async def test_a_second_configure_with_the_same_providers_of_yours_is_refused() -> None:
+    """Your ``tracer_provider``/``meter_provider`` given twice to one bus is refused (it got
+    every span twice and counted every metric twice), and is free again once the first closes."""
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    async with Bus() as bus:
+        options = {"span_groups": "default,checkpoint", "environ": {}}
+        first = sinks.configure(
+            bus, tracer_provider=tracer_provider, meter_provider=meter_provider, **options
+        )
+        before = _names(bus)
+        with pytest.raises(ConfigurationError) as refused:
+            sinks.configure(bus, tracer_provider=tracer_provider, **options)
+        assert "\n" not in str(refused.value)
+        assert "already exports spans to your TracerProvider" in str(refused.value)
+        with pytest.raises(ConfigurationError, match="already exports metrics to your MeterProvider"):
+            sinks.configure(bus, meter_provider=meter_provider, **options)
+        assert _names(bus) == before
+        with Telemetry(bus, kind="resources", instance="r-0").operation("commit", checkpoint_id="c1") as op:
+            op.set(records=3)
+        await bus.flush()
+        await first.aclose()
+        # Closed, the providers are free again for another configure() of the bus.
+        await sinks.configure(bus, tracer_provider=tracer_provider, **options).aclose()
+    assert len(exporter.get_finished_spans()) == 1
+    data = reader.get_metrics_data()
+    assert data is not None
+    records = [
+        point.value
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == "gym.checkpoint.records_total"
+        for point in metric.data.data_points
+    ]
+    assert records == [3]
+    meter_provider.shutdown()
