@@ -5,12 +5,13 @@ target, the default resource."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 
 import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind
 
@@ -153,6 +154,50 @@ async def test_spans_to_a_shut_down_otlp_exporter_s_simple_processor_are_dropped
             pass
     stats = sink.stats()
     assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
+
+
+class _HoldsTheTenthSpan(InMemorySpanExporter):
+    """A user's exporter whose tenth export waits while another thread shuts the provider down."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        super().__init__()
+        self.calls = 0
+        self.provider = provider
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.calls += 1
+        if self.calls == 10:  # the user's signal handler, or their other thread, runs now
+            shutting = threading.Thread(target=self.provider.shutdown)
+            shutting.start()
+            shutting.join(5)
+        return super().export(spans)
+
+
+async def test_a_provider_shut_down_while_a_batch_is_handed_over_drops_the_rest_counted_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The provider shut down from another thread in the middle of a batch: the rest of the
+    batch is counted as dropped and said in one line (it went to a SimpleSpanProcessor that
+    warned once per span, 90 lines, and counted as exported, 100 of 9 delivered)."""
+    caplog.set_level(logging.WARNING)
+    provider = TracerProvider(shutdown_on_exit=False)
+    exporter = _HoldsTheTenthSpan(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = SpanSink(tracer_provider=provider, linger=0)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        tel = Telemetry(bus, kind="agent", instance="a0")
+        for index in range(100):
+            with tel.operation("resume", checkpoint_id=f"c{index}"):
+                pass
+        await bus.flush()
+    stats = sink.stats()
+    # The tenth was handed over before the shutdown, which its exporter then refused unseen.
+    assert (stats.exported, stats.dropped, stats.last_failure) == (10, 90, "was shut down")
+    assert len(exporter.get_finished_spans()) == 9
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert record.name == "ckpt_events.sinks.otel"
+    assert "was shut down" in record.getMessage()
 
 
 class _RefusesSteps(SpanProcessor):
