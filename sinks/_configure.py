@@ -166,7 +166,11 @@ class Configured:
         finally:
             if not closed_in_time:
                 await self._end_exports_now()
-            if self.meter_provider is not None and not self._provider_down:
+            if (
+                self.meter_provider is not None
+                and not self._provider_down
+                and not _was_shut_down(self.meter_provider)
+            ):
                 # Cancelled before it got there: the SDK's periodic reader thread went on
                 # exporting for the life of the process. Shut down shielded, in at most a second
                 # (its last export abandoned past it).
@@ -233,6 +237,8 @@ class Configured:
         for sub in feeding:
             await sub.aclose()
         self._provider_down = True
+        if _was_shut_down(provider):
+            return
         timeout_ms = max(0, int((deadline - anyio.current_time()) * 1000))
         await anyio.to_thread.run_sync(lambda: provider.shutdown(timeout_millis=timeout_ms))
 
@@ -723,3 +729,10 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
 def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:
     after = stall_after(env)
     return None if after is None else StallWatch(after, bus=bus)
+
+
+def _was_shut_down(provider: MeterProvider) -> bool:
+    """Whether our own ``provider`` was shut down already (your code shut it down: its
+    ``MetricSink`` counted and said what it lost), so shutting it down again would add the
+    SDK's "shutdown can only be called once" warning. The SDK says so only in a private flag."""
+    return getattr(provider, "_shutdown", None) is True

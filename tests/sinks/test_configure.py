@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import socket
 import threading
@@ -534,3 +535,29 @@ async def test_a_multiprocess_dir_is_said_once_with_an_export_process(
     said = [r for r in caplog.records if MULTIPROC_WARNING in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in said]
     assert getattr(said[0], "export_process", None) is not None
+
+
+async def test_our_meter_provider_shut_down_by_your_code_is_counted_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``configured.meter_provider.shutdown()`` called by your code: what reaches it after is
+    counted in ``MetricSink.stats().dropped`` and said in one line, and our close does not shut
+    it down again (the SDK's "shutdown can only be called once" was a second line)."""
+    caplog.set_level(logging.WARNING)
+    async with Bus() as bus:
+        configured = configure(bus, metric_readers=[InMemoryMetricReader()], environ={})
+        async with configured:
+            tel = Telemetry(bus, kind="resources", instance="r0")
+            with tel.operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            assert configured.meter_provider is not None
+            configured.meter_provider.shutdown()
+            with tel.operation("commit", checkpoint_id="c2"):
+                pass
+            await bus.flush()
+    assert configured.metric_sink is not None
+    stats = configured.metric_sink.stats()
+    assert (stats.events, stats.dropped) == (4, 2)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "MeterProvider was shut down" in record.getMessage()
