@@ -16,7 +16,15 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
-from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, MeterProvider, Observation
+from opentelemetry.metrics import (
+    CallbackOptions,
+    Counter,
+    Histogram,
+    Meter,
+    MeterProvider,
+    NoOpMeter,
+    Observation,
+)
 
 from ckpt_events import (
     CoordinateFinished,
@@ -128,7 +136,13 @@ class MetricSink:
         self.meter_provider = meter_provider
         self._overflow = Overflow(cardinality_limit, owner="MetricSink")
         self._invalid = InvalidMeasurements(owner="MetricSink")
-        meter = get_meter("ckpt_events", __version__)
+        # A provider shut down already (a lifespan that shut it down, run again) gives the SDK's
+        # no-op meter with a warning of its own; ours says it once, at the first batch dropped.
+        meter = (
+            NoOpMeter("ckpt_events", __version__)
+            if _was_shut_down(meter_provider)
+            else get_meter("ckpt_events", __version__)
+        )
         self._duration = _histogram(meter, METRIC_OPERATION_DURATION)
         self._records = _counter(meter, METRIC_RECORDS)
         self._bytes = _counter(meter, METRIC_BYTES)

@@ -340,3 +340,22 @@ async def test_a_shut_down_meter_provider_counts_what_it_would_lose(caplog: pyte
     assert (stats.events, stats.dropped) == (8, 6)
     (record,) = [r for r in caplog.records if r.name == "ckpt_events.sinks.otel"]
     assert "MeterProvider was shut down" in record.getMessage()
+
+
+async def test_a_meter_provider_shut_down_before_the_sink_is_built_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A provider already shut down when the sink is built (the lifespan that shut it down,
+    run again): one line of ours, not the SDK's "A shutdown MeterProvider can not provide a
+    Meter" too, and every event counted as dropped."""
+    caplog.set_level(logging.WARNING)
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    provider.shutdown()
+    sink = MetricSink(provider)
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        with Telemetry(bus, kind="agent", instance="a0").operation("commit", checkpoint_id="c1"):
+            pass
+    assert (sink.stats().events, sink.stats().dropped) == (2, 2)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "MetricSink: the MeterProvider was shut down" in record.getMessage()
