@@ -457,6 +457,10 @@ class Attr:
     DISPOSITION: Final = attr("disposition")
     #: The metrics' outcome key is unprefixed, as in the original system.
     METRIC_OUTCOME: Final = "outcome"
+    #: OpenTelemetry's semantic-convention ``error.type`` on a failed span (its exception's
+    #: qualified type, ``_OTHER`` when unknown), so a backend groups our failures
+    #: with its own instrumentations' (spans only, never metrics).
+    ERROR_TYPE: Final = "error.type"
 
 
 V = TypeVar("V")

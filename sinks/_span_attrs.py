@@ -33,10 +33,12 @@ from ckpt_events.vocab import (
     STEP_SPANS,
     Attr,
     FieldAttrs,
+    Outcome,
 )
 
 __all__ = [
     "DEFAULT_ATTRIBUTE_COUNT_LIMIT",
+    "ERROR_TYPE_OTHER",
     "FINISHED",
     "NAMING_FIELDS",
     "AttributeLimits",
@@ -50,6 +52,11 @@ __all__ = [
 
 #: The specification's default ``AttributeCountLimit`` (``OTEL_ATTRIBUTE_COUNT_LIMIT``).
 DEFAULT_ATTRIBUTE_COUNT_LIMIT: Final = 128
+
+#: ``error.type`` of a failed span whose exception type is unknown (an event built without one):
+#: the semantic conventions' fallback, rather than a type it did not have.
+ERROR_TYPE_OTHER: Final = "_OTHER"
+_ERROR: Final = Outcome.ERROR.value
 
 FINISHED: Final = (OperationFinished, StepFinished, CoordinateFinished, StageFinished, CollectionFinished)
 
@@ -165,7 +172,10 @@ def plans_by_name() -> dict[str, tuple[type, str, Any, FieldAttrs]]:
 
 
 def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[str, Any]] | None:
-    """``(name, attributes)`` of ``event``'s span, or ``None`` for an event with no span (renew)."""
+    """``(name, attributes)`` of ``event``'s span, or ``None`` for an event with no span (renew).
+
+    A failed one (outcome ``error``) also carries ``error.type``: its exception's qualified
+    type, the one its ``exception`` event names, or ``_OTHER`` when the event has none."""
     plan = span_plan(event)
     if plan is None:
         return None
@@ -174,6 +184,8 @@ def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[
     _put(attributes, event, fields)
     if event.worker is not None:  # a multi-worker participant's process (spans only, never metrics)
         attributes[Attr.WORKER] = event.worker
+    if event.outcome == _ERROR:  # the semantic conventions' recording of errors on spans
+        attributes[Attr.ERROR_TYPE] = event.error_type or ERROR_TYPE_OTHER
     extra = event.attributes
     if extra:
         # Ours win over a user attribute of the same name; the rule redacts theirs.
@@ -214,6 +226,8 @@ def limited_span(
         own = [key for _, key in span_plan(event)[1] if key in attributes]  # type: ignore[index]
         if event.worker is not None:
             own.append(Attr.WORKER)
+        if Attr.ERROR_TYPE in attributes and event.outcome == _ERROR:
+            own.append(Attr.ERROR_TYPE)
         keep = set(own[: limits.count])
         for key in attributes:
             if len(keep) >= limits.count:

@@ -23,7 +23,7 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import OperationFinished, StageFinished, StepFinished, parse_tracestate
-from ckpt_events.sinks._span_attrs import plans_by_name
+from ckpt_events.sinks._span_attrs import ERROR_TYPE_OTHER, plans_by_name
 from ckpt_events.vocab import NAME_RULE, SPAN_PREFIX, Attr, Kind, span_name
 
 __all__ = ["looks_like_otlp", "read_otlp"]
@@ -198,10 +198,14 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | N
         "tracestate": parse_tracestate(span.get("traceState")),
     }
     extra: dict[str, Any] = {}
+    error_type: Any = None
     for pair in span.get("attributes") or ():
         key, got = pair.get("key"), _value(pair.get("value") or {})
         if key in _FIELDS:
             fields[_FIELDS[key]] = got
+        elif key == Attr.ERROR_TYPE:
+            # Our exporters derive it from the error (the exception event's type): not the user's.
+            error_type = got
         elif key is not None:
             # An event's attribute is a bool, int, float or str: an array or a key-value list
             # (valid OTLP) is kept as its JSON text, not the reason to skip the span.
@@ -212,6 +216,8 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | N
     status = span.get("status") or {}
     if status.get("code") == _STATUS_ERROR:
         fields["outcome"] = "error"
+        if isinstance(error_type, str) and error_type != ERROR_TYPE_OTHER:  # the fallback names none
+            fields["error_type"] = error_type
         for event in span.get("events") or ():
             if event.get("name") == "exception":
                 attrs = {p.get("key"): _value(p.get("value") or {}) for p in event.get("attributes") or ()}

@@ -200,7 +200,9 @@ class SpanEncoder:
             head,
             _TIMES.pack(tags.SPAN_START_TIME, event.start_ns, tags.SPAN_END_TIME, event.end_ns),
         ]
-        if event.attributes or event.worker is not None or len(fields) > self._plan_count:
+        # A failed span adds error.type to its plan's fields: built as SpanSink builds it.
+        failed = event.outcome == _ERROR
+        if event.attributes or event.worker is not None or failed or len(fields) > self._plan_count:
             made = limited_span(event, self.redactor, self.limits)
             if made is not None:
                 for key, value in made[1].items():
@@ -220,7 +222,7 @@ class SpanEncoder:
                 # A bool or float never: True == 1 == 1.0 hash alike and encode differently.
                 encoded = cache.get(value) if cls is not bool and cls is not float else None
                 parts.append(encoded or self._pair(key, value, cache))
-        if event.outcome == _ERROR:
+        if failed:
             cut = self.limits.cut
             error_type = self._text(cut(event.error_type or "Exception"))
             message = self._text(cut(self.redactor.redact_message(event.error_message or "")))

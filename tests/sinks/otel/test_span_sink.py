@@ -7,9 +7,10 @@ import threading
 import time
 from collections.abc import Sequence
 
+import msgspec
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -24,7 +25,7 @@ from ckpt_events import (
     new_trace_id,
 )
 from ckpt_events.participants.kinds import PREPARE_ORDER
-from ckpt_events.sinks.otel import SpanSink
+from ckpt_events.sinks.otel import AttributeLimits, SpanSink
 from ckpt_events.testing import MemorySink
 from ckpt_events.vocab import REDACTED
 from tests.sinks.helpers import by_name
@@ -254,6 +255,42 @@ async def test_failure_sets_error_status_and_records_exception(
         assert event.name == "exception"
         assert event.attributes == {"exception.type": "OSError", "exception.message": "disk full"}
     assert named["gym.checkpoint.commit"].attributes[P + "outcome"] == "error"
+
+
+async def test_a_failed_span_carries_error_type_as_the_sdk_records_its_exception() -> None:
+    """``error.type`` on every failed span (semantic conventions, "recording errors"): the
+    exception's type, the one OpenTelemetry's own ``start_as_current_span`` names in its
+    exception event; kept first under the attribute count limit; ``_OTHER`` when unknown."""
+    exporter = InMemorySpanExporter()
+    sink = SpanSink(exporter, attribute_limits=AttributeLimits(count=5), blocking=False, linger=0)
+    kept = MemorySink()
+    async with Bus() as bus:
+        bus.subscribe(sink)
+        bus.subscribe(kept)
+        tel = Telemetry(bus, kind="resources", instance="r0")
+        with pytest.raises(OSError):
+            with tel.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute("user.a", 1)
+                raise OSError("disk full")
+        with tel.operation("commit", checkpoint_id="c2") as op:
+            op.set_attribute("error.type", "mine")  # a user's own, on a span that did not fail
+        await bus.flush()
+    failed, ok = exporter.get_finished_spans()
+    assert failed.attributes["error.type"] == failed.events[0].attributes["exception.type"] == "OSError"
+    assert "user.a" not in failed.attributes and failed.dropped_attributes == 1
+    assert ok.attributes["error.type"] == "mine" and ok.status.status_code is StatusCode.UNSET
+    sdk_exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(sdk_exporter))
+    with pytest.raises(OSError), provider.get_tracer("t").start_as_current_span("theirs"):
+        raise OSError("disk full")
+    [theirs] = sdk_exporter.get_finished_spans()
+    assert theirs.events[0].attributes["exception.type"] == failed.attributes["error.type"]
+    assert theirs.status.status_code is failed.status.status_code is StatusCode.ERROR
+    first = kept.of_type(OperationFinished)[0]
+    unknown = InMemorySpanExporter()  # the bus shut the first sink down as it closed
+    SpanSink(unknown, blocking=False).handle([msgspec.structs.replace(first, error_type=None)])
+    assert unknown.get_finished_spans()[0].attributes["error.type"] == "_OTHER"
 
 
 @pytest.mark.parametrize("spec", ["default", "", "all,-", None])

@@ -90,3 +90,26 @@ def test_an_otlp_file_is_told_from_a_json_lines_log() -> None:
     body, _ = SpanEncoder({"service.name": "t"}).json(_finished())
     assert looks_like_otlp(json.dumps(json.loads(body)).encode())
     assert not looks_like_otlp(b'{"type":"refused","kind":"agent","instance":"a0","time_ns":1}')
+
+
+def test_a_failed_span_reads_back_with_its_error_and_not_error_type_as_an_attribute(tmp_path: Path) -> None:
+    """``error.type`` (the semantic conventions', on every failed span) is the exception's type,
+    read back in ``error_type``, not one more user attribute."""
+    with EventCapture() as capture:
+        agent = capture.telemetry("agent", "agent-0")
+        try:
+            with agent.operation("commit", checkpoint_id="c1") as op:
+                op.set_attribute("user.a", "x")
+                raise OSError("no space left")
+        except OSError:
+            pass
+        [failed] = [e for e in capture.events if isinstance(e, OperationFinished)]
+    body, _ = SpanEncoder({"service.name": "t"}).json([failed])
+    [(_, back)] = list(read_otlp(_file(tmp_path, body), print))
+    assert (back.outcome, back.error_type, back.error_message) == ("error", "OSError", "no space left")
+    assert back.attributes == {"user.a": "x"}
+    without_exception_event = json.loads(body)
+    del without_exception_event["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["events"]
+    path = _file(tmp_path, json.dumps(without_exception_event).encode())
+    [(_, back)] = list(read_otlp(path, print))
+    assert (back.error_type, back.attributes) == ("OSError", {"user.a": "x"})

@@ -23,7 +23,7 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events.sinks._span_attrs import span_name_and_attributes, span_plan
-from ckpt_events.sinks.otel import SpanSink
+from ckpt_events.sinks.otel import AttributeLimits, SpanSink
 from ckpt_events.sinks.otlp._span_encoder import SpanEncoder
 from ckpt_events.sinks.otlp._wire import json_attributes
 from ckpt_events.vocab import CollectionAction, Kind, Operation, SpanKind, Step, span_kind_of
@@ -268,3 +268,46 @@ async def test_the_pair_caches_keep_keys_and_values_apart() -> None:
         assert attributes[f"user.k{n % 100}"] == {"stringValue": "same"}
         assert attributes["nemo.gym.checkpoint.records"] == {"intValue": str(n)}
         assert attributes["nemo.gym.checkpoint.worker"] == {"intValue": "3"}
+
+
+async def test_a_failed_span_carries_error_type_in_protobuf_and_json_as_span_sink_does() -> None:
+    """``error.type`` (the exception's type) on each failed span, in both bodies, equal to
+    SpanSink's through OpenTelemetry's encoder: alone, with user attributes
+    (the attribute path), and under a count limit that keeps it before the user's."""
+    keep = _Keep()
+    async with Bus() as bus:
+        bus.subscribe(keep)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        for extra in ({}, {"user.a": 1, "user.b": "x"}):
+            try:
+                with tel.operation("commit", checkpoint_id="c1") as op:
+                    with op.step("write"):
+                        for key, value in extra.items():
+                            op.set_attribute(key, value)
+                        raise OSError("no space left")
+            except OSError:
+                pass
+        await bus.flush()
+    events = [event for event in keep.events if type(event).__name__.endswith("Finished")]
+    assert len(events) == 4
+    for limits in (None, AttributeLimits(count=5)):
+        exporter = InMemorySpanExporter()
+        SpanSink(
+            exporter, resource=Resource({"service.name": "t"}), blocking=False, attribute_limits=limits
+        ).handle(events)
+        theirs = _spans_of(encode_spans(exporter.get_finished_spans()))
+        encoder = SpanEncoder({"service.name": "t"}, limits=limits)
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(encoder.protobuf(events)[0])
+        ours = _spans_of(request)
+        [json_spans] = [
+            s["spans"]
+            for r in msgspec.json.decode(encoder.json(events)[0])["resourceSpans"]
+            for s in r["scopeSpans"]
+        ]
+        for span_id, span in ours.items():
+            assert _without(span, "kind", "flags") == _without(theirs[span_id], "kind", "flags")
+            pairs = {pair["key"]: pair["value"] for pair in span["attributes"]}
+            assert pairs["error.type"] == {"stringValue": "OSError"}, (limits, span["name"])
+        for span in json_spans:
+            assert {"key": "error.type", "value": {"stringValue": "OSError"}} in span["attributes"]
