@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events import InvalidTypeError, InvalidValueError, __version__
 from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem, safe_url
 from ckpt_events.sinks.otlp._headers import check_headers
@@ -461,6 +461,17 @@ def signal_sender(
     )
 
 
+#: The semantic conventions' ``telemetry.sdk.*`` (which an SDK must put on its resource) of our
+#: own encoders, which write the spans and metrics of ``OtlpSpanSink`` and ``OtlpMetricSink``: an
+#: SDK not OpenTelemetry's names itself. Without them a backend read our resource as no SDK's.
+_SDK_ATTRIBUTES: Final[dict[str, object]] = {
+    "telemetry.sdk.language": "python",
+    "telemetry.sdk.name": "ckpt_events",
+    "telemetry.sdk.version": __version__,
+}
+
+
 def resource_with_service_name(resource_attributes: Mapping[str, object] | None) -> dict[str, object]:
-    """The resource's attributes, ``service.name`` defaulting to ``"unknown_service"`` (as the SDK)."""
-    return {"service.name": "unknown_service", **dict(resource_attributes or {})}
+    """The resource's attributes, ``service.name`` defaulting to ``"unknown_service"`` (as the SDK)
+    and ``telemetry.sdk.*`` to our encoders' (``configure()``'s resource already has the SDK's)."""
+    return {"service.name": "unknown_service", **_SDK_ATTRIBUTES, **dict(resource_attributes or {})}

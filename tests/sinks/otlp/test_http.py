@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_events import InvalidTypeError, InvalidValueError
+from ckpt_events import InvalidTypeError, InvalidValueError, __version__
 from ckpt_events.sinks.otlp._http import (
     OtlpHttpSender,
     check_protocol,
@@ -134,8 +134,12 @@ def test_a_signal_sender_joins_its_path_and_the_resource_names_a_service() -> No
     assert (exact.url, exact._headers["Content-Type"]) == ("http://c:4318/x", "application/x-protobuf")
     with pytest.raises(InvalidValueError, match="http/json"):
         check_protocol("grpc")
-    assert resource_with_service_name(None) == {"service.name": "unknown_service"}
-    assert resource_with_service_name({"service.name": "s", "n": 1}) == {"service.name": "s", "n": 1}
+    sdk = {"telemetry.sdk.language": "python", "telemetry.sdk.name": "ckpt_events"}
+    sdk["telemetry.sdk.version"] = __version__
+    assert resource_with_service_name(None) == {"service.name": "unknown_service", **sdk}
+    assert resource_with_service_name({"service.name": "s", "n": 1}) == {"service.name": "s", **sdk, "n": 1}
+    theirs = {"telemetry.sdk.name": "opentelemetry", "telemetry.sdk.version": "1.0"}
+    assert resource_with_service_name(theirs) == {"service.name": "unknown_service", **sdk, **theirs}
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ retries on 503 with backoff; drops counted when the collector is down."""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import socket
 import threading
@@ -13,10 +14,13 @@ from typing import Any
 
 import anyio
 import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry
+from ckpt_events import Bus, InvalidTypeError, InvalidValueError, Telemetry, __version__
 from ckpt_events.benchmarks.rotel import free_port
-from ckpt_events.sinks.otel import OtlpSpanSink
+from ckpt_events.sinks.otel import OtlpMetricSink, OtlpSpanSink
 from ckpt_events.sinks.otlp._span_sink import PROMPT_BURST
 from tests.http_servers import serving
 from tests.sinks.otlp.test_collector import _wait_for, collector
@@ -398,3 +402,55 @@ async def test_spans_a_partial_success_rejects_are_dropped_counted_and_logged_on
     first, total = warnings  # the one at the first rejection, and the total at close
     assert "rejected 3 spans (partial success: 'bad spans')" in first, warnings
     assert total.endswith(": 6 spans dropped in all, 4 exported; counted in OtlpSpanSink.stats()"), warnings
+
+
+class _Keeping(http.server.BaseHTTPRequestHandler):
+    """Answers 200 to every post and keeps its body (gunzipped) by path."""
+
+    bodies: dict[str, list[bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.bodies.setdefault(self.path, []).append(body)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_the_resource_names_our_encoders_as_its_telemetry_sdk() -> None:
+    """Spans and metrics of the sinks built directly carry the semantic conventions'
+    ``telemetry.sdk.*`` (ours, as SpanSink's resource carries OpenTelemetry's); the caller's win."""
+    bodies: dict[str, list[bytes]] = {}
+    with serving(type("Handler", (_Keeping,), {"bodies": bodies})) as server:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        spans = OtlpSpanSink(endpoint, linger=0.01)
+        metrics = OtlpMetricSink(
+            endpoint, resource_attributes={"service.name": "s", "telemetry.sdk.version": "9"}
+        )
+        async with Bus() as bus:
+            bus.subscribe(spans)
+            bus.subscribe(metrics)
+            tel = Telemetry(bus, kind="resources", instance="resources-0")
+            with tel.operation("commit", checkpoint_id="c1"):
+                pass
+    traces, sent_metrics = ExportTraceServiceRequest(), ExportMetricsServiceRequest()
+    traces.ParseFromString(bodies["/v1/traces"][0])
+    sent_metrics.ParseFromString(bodies["/v1/metrics"][-1])
+    [span_resource] = [MessageToDict(r.resource) for r in traces.resource_spans]
+    [metric_resource] = [MessageToDict(r.resource) for r in sent_metrics.resource_metrics]
+    sdk = {"telemetry.sdk.language": "python", "telemetry.sdk.name": "ckpt_events"}
+    assert _pairs(span_resource) == {
+        "service.name": "unknown_service",
+        **sdk,
+        "telemetry.sdk.version": __version__,
+    }
+    assert _pairs(metric_resource) == {"service.name": "s", **sdk, "telemetry.sdk.version": "9"}
+
+
+def _pairs(resource: dict[str, Any]) -> dict[str, str]:
+    return {pair["key"]: pair["value"]["stringValue"] for pair in resource["attributes"]}
