@@ -78,3 +78,26 @@ async def test_without_otel_context_prepare_is_a_sibling() -> None:
     assert prepare.parent is not None and prepare.parent.span_id == caller.get_span_context().span_id
     assert prepare.kind is SpanKind.SERVER
     provider.shutdown()
+
+
+async def test_a_refused_call_is_a_failed_server_span_with_error_type() -> None:
+    """A prepare refused (409 checkpoint_conflict) under a caller's traceparent: a SERVER span,
+    child of the caller's, status ERROR naming the code, ``error.type`` its exception's type."""
+    exporter = InMemorySpanExporter()
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with Bus() as bus:
+        bus.subscribe(SpanSink(exporter, blocking=False, linger=0))
+        app = create_app("agent", instance="agent-0", token=TOKEN, bus=bus)
+        async with running(app) as client:
+            assert (
+                await control(client, "prepare", "c1", headers={**AUTH, "traceparent": caller})
+            ).is_success
+            refused = await control(client, "prepare", "c2", headers={**AUTH, "traceparent": caller})
+            assert refused.status_code == 409
+        await bus.flush()
+    [span] = [s for s in exporter.get_finished_spans() if s.attributes.get("nemo.gym.checkpoint.id") == "c2"]
+    assert span.kind is SpanKind.SERVER and span.parent is not None and span.parent.is_remote
+    assert span.parent.span_id == 0xB7AD6B7169203331
+    assert span.status.description is not None and "checkpoint_conflict" in span.status.description
+    refusal = "ckpt_events.participants.errors.ProtocolRefusal"
+    assert span.attributes["error.type"] == span.events[0].attributes["exception.type"] == refusal
