@@ -175,7 +175,8 @@ def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[
     """``(name, attributes)`` of ``event``'s span, or ``None`` for an event with no span (renew).
 
     A failed one (outcome ``error``) also carries ``error.type``: its exception's qualified
-    type, the one its ``exception`` event names, or ``_OTHER`` when the event has none."""
+    type, the one its ``exception`` event names, or ``_OTHER`` when the event has none; unless
+    the user's attributes give one (theirs is kept, redacted as the rest)."""
     plan = span_plan(event)
     if plan is None:
         return None
@@ -184,9 +185,11 @@ def span_name_and_attributes(event: Any, redactor: Redactor) -> tuple[str, dict[
     _put(attributes, event, fields)
     if event.worker is not None:  # a multi-worker participant's process (spans only, never metrics)
         attributes[Attr.WORKER] = event.worker
-    if event.outcome == _ERROR:  # the semantic conventions' recording of errors on spans
-        attributes[Attr.ERROR_TYPE] = event.error_type or ERROR_TYPE_OTHER
     extra = event.attributes
+    # The semantic conventions' recording of errors on spans; a user's own error.type (a code of
+    # their domain, as the conventions allow) is theirs to keep.
+    if event.outcome == _ERROR and not (extra and Attr.ERROR_TYPE in extra):
+        attributes[Attr.ERROR_TYPE] = event.error_type or ERROR_TYPE_OTHER
     if extra:
         # Ours win over a user attribute of the same name; the rule redacts theirs.
         attributes = {**redactor.apply(extra), **attributes}

@@ -198,29 +198,36 @@ def _event_fields(span: dict[str, Any]) -> tuple[type, dict[str, Any]] | str | N
         "tracestate": parse_tracestate(span.get("traceState")),
     }
     extra: dict[str, Any] = {}
-    error_type: Any = None
     for pair in span.get("attributes") or ():
         key, got = pair.get("key"), _value(pair.get("value") or {})
         if key in _FIELDS:
             fields[_FIELDS[key]] = got
-        elif key == Attr.ERROR_TYPE:
-            # Our exporters derive it from the error (the exception event's type): not the user's.
-            error_type = got
         elif key is not None:
             # An event's attribute is a bool, int, float or str: an array or a key-value list
             # (valid OTLP) is kept as its JSON text, not the reason to skip the span.
             scalar = isinstance(got, bool | int | float | str)
             extra[key] = got if scalar else msgspec.json.encode(pair.get("value")).decode()
-    if extra:
-        fields["attributes"] = extra
     status = span.get("status") or {}
     if status.get("code") == _STATUS_ERROR:
         fields["outcome"] = "error"
-        if isinstance(error_type, str) and error_type != ERROR_TYPE_OTHER:  # the fallback names none
-            fields["error_type"] = error_type
         for event in span.get("events") or ():
             if event.get("name") == "exception":
                 attrs = {p.get("key"): _value(p.get("value") or {}) for p in event.get("attributes") or ()}
                 fields["error_type"] = attrs.get("exception.type")
                 fields["error_message"] = attrs.get("exception.message") or None
+        _take_error_type(fields, extra)
+    if extra:
+        fields["attributes"] = extra
     return cls, fields
+
+
+def _take_error_type(fields: dict[str, Any], extra: dict[str, Any]) -> None:
+    """A failed span's ``error.type``, which our exporters derive from its error, taken out of
+    the user's attributes: the error's type when no exception event said it; kept as the
+    user's own when it says another (a user may set one of their own)."""
+    error_type = extra.get(Attr.ERROR_TYPE)
+    if error_type == ERROR_TYPE_OTHER:  # the fallback of an event without a type: it names none
+        del extra[Attr.ERROR_TYPE]
+    elif isinstance(error_type, str) and fields.get("error_type") in (None, error_type):
+        fields["error_type"] = error_type
+        del extra[Attr.ERROR_TYPE]

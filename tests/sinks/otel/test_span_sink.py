@@ -260,7 +260,8 @@ async def test_failure_sets_error_status_and_records_exception(
 async def test_a_failed_span_carries_error_type_as_the_sdk_records_its_exception() -> None:
     """``error.type`` on every failed span (semantic conventions, "recording errors"): the
     exception's type, the one OpenTelemetry's own ``start_as_current_span`` names in its
-    exception event; kept first under the attribute count limit; ``_OTHER`` when unknown."""
+    exception event; kept first under the attribute count limit; ``_OTHER`` when unknown; the
+    user's own kept."""
     exporter = InMemorySpanExporter()
     sink = SpanSink(exporter, attribute_limits=AttributeLimits(count=5), blocking=False, linger=0)
     kept = MemorySink()
@@ -274,8 +275,14 @@ async def test_a_failed_span_carries_error_type_as_the_sdk_records_its_exception
                 raise OSError("disk full")
         with tel.operation("commit", checkpoint_id="c2") as op:
             op.set_attribute("error.type", "mine")  # a user's own, on a span that did not fail
+        with pytest.raises(TimeoutError):
+            with tel.operation("commit", checkpoint_id="c3") as op:
+                op.set_attribute("error.type", "upstream_timeout")  # a code of the user's domain
+                raise TimeoutError
         await bus.flush()
-    failed, ok = exporter.get_finished_spans()
+    failed, ok, coded = exporter.get_finished_spans()
+    assert coded.attributes["error.type"] == "upstream_timeout"
+    assert coded.events[0].attributes["exception.type"] == "TimeoutError"
     assert failed.attributes["error.type"] == failed.events[0].attributes["exception.type"] == "OSError"
     assert "user.a" not in failed.attributes and failed.dropped_attributes == 1
     assert ok.attributes["error.type"] == "mine" and ok.status.status_code is StatusCode.UNSET

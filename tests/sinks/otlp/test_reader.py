@@ -113,3 +113,10 @@ def test_a_failed_span_reads_back_with_its_error_and_not_error_type_as_an_attrib
     path = _file(tmp_path, json.dumps(without_exception_event).encode())
     [(_, back)] = list(read_otlp(path, print))
     assert (back.error_type, back.attributes) == ("OSError", {"user.a": "x"})
+    # A user's own error.type (a code of theirs) stays theirs, beside the exception's type.
+    coded = msgspec.structs.replace(failed, attributes={"error.type": "disk_full"})
+    [(_, back)] = list(read_otlp(_file(tmp_path, SpanEncoder({}).json([coded])[0]), print))
+    assert (back.error_type, back.attributes) == ("OSError", {"error.type": "disk_full"})
+    unknown = msgspec.structs.replace(failed, error_type=None, attributes={})
+    [(_, back)] = list(read_otlp(_file(tmp_path, SpanEncoder({}).json([unknown])[0]), print))
+    assert (back.error_type, back.attributes) == ("Exception", None)
