@@ -578,7 +578,9 @@ class Bus:
 
         Returns ``False`` if ``timeout`` seconds passed first (a stalled sink); the events
         are not lost, they stay pending. Await it on the bus's event loop (from another
-        thread, a running bus raises ``InvalidValueError``).
+        thread, a running bus raises ``InvalidValueError``). A sink that hands events on (an
+        ``ExportProcess`` writing them to its child) has handled them once handed on: to wait
+        for the child's sinks, await its ``force_flush()`` after this.
         """
         if timeout is not None:
             check_number(

@@ -1232,3 +1232,40 @@ async def test_a_flush_a_close_overtakes_ends_with_it_not_said_as_a_failure(
     assert not [m for m in said if "could not be flushed" in m]
     assert [m for m in said if "its sinks having lost events" in m]
     assert process.stats().exit_code == 0
+
+
+async def test_a_scrape_after_flush_and_force_flush_counts_every_event() -> None:
+    """``bus.flush()`` covers the pipe, not the child (docs/configuration.md): after it the
+    child may not have counted the round yet; after ``force_flush()`` one scrape counts it all."""
+    async with Bus() as bus:
+        configured = configure(
+            bus,
+            export_process=True,
+            environ={
+                "OTEL_METRICS_EXPORTER": "prometheus",
+                "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+                "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+                "OTEL_TRACES_EXPORTER": "none",
+            },
+        )
+        process = configured.export_process
+        assert process is not None and process.prometheus_url is not None
+        telemetry = Telemetry(bus, kind="environment", instance="env-0")
+        for round_ in range(1, 4):
+            _checkpoints(telemetry, 100)
+            assert await bus.flush(10.0) is True
+            assert await process.force_flush(10.0) is True
+            assert _commits_counted(process.prometheus_url) == 100 * round_
+        await configured.aclose()
+
+
+def _commits_counted(url: str) -> float:
+    """The commit operations the endpoint counts, read in one scrape."""
+    with urllib.request.urlopen(url, timeout=5) as page:
+        text = page.read().decode()
+    prefix = "gym_checkpoint_operation_duration_ms_milliseconds_count{"
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix) and 'operation="commit"' in line
+    )
