@@ -18,10 +18,11 @@
   lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there. The
   monitor is ``ckpt_events.participants.loop_lag.LoopLagMonitor``, re-exported here.
 * **a redacted server log of an escaped exception**: an exception that leaves the app through
-  its middleware is logged by uvicorn (``uvicorn.error``) with its traceback; a filter put on
-  that logger gives such a record a stand-in whose messages are redacted and cut, as the
-  library's own records are (``ckpt_events.participants.fastapi.server_log``). The exception
-  object is not touched: your handlers and outer middleware get it as raised.
+  its middleware is logged by uvicorn (``uvicorn.error``) or hypercorn (``hypercorn.error``)
+  with its traceback; a filter put on those loggers gives such a record a stand-in whose
+  messages are redacted, escaped and cut, as the library's own records are
+  (``ckpt_events.participants.fastapi.server_log``). The exception object is not touched:
+  your handlers and outer middleware get it as raised.
 
 In a handler, ``operation(request, name, checkpoint_id=...)`` is the context manager of one
 operation: ``with`` gives exactly the handle ``Telemetry.operation`` gives (``op.step(...)``,

@@ -1,9 +1,10 @@
 """What the ASGI server logs of an exception that left an instrumented app: redacted and bounded.
 
 uvicorn logs an exception escaping the app ("Exception in ASGI application") with its
-traceback on ``uvicorn.error``, message and all: a URL's ``user:password@`` or a ``Bearer``
+traceback on ``uvicorn.error``, hypercorn ("Error in ASGI Framework") on ``hypercorn.error``,
+message and all: a URL's ``user:password@`` or a ``Bearer``
 token in it reached the server's log verbatim, where every record of ours is redacted
-(``ckpt_events.checks.fit_for_log``). ``instrument()`` puts one filter on that logger (once per
+(``ckpt_events.checks.fit_for_log``). ``instrument()`` puts one filter on those loggers (once per
 process); it changes only a record whose exception left an instrumented app's middleware
 (noted by ``escaped`` in the request's own context: uvicorn logs it from the task that called
 the app, and the note goes with that task), and only when a message in its chain holds a
@@ -23,8 +24,8 @@ from ckpt_events.checks import fit_for_log
 __all__ = ["SERVER_LOGGERS", "escaped", "redact_server_log"]
 
 #: The loggers an ASGI server says an escaped exception on: uvicorn's (gunicorn's uvicorn
-#: workers use it too).
-SERVER_LOGGERS: Final = ("uvicorn.error",)
+#: workers use it too) and hypercorn's ("Error in ASGI Framework", its default ``errorlog``).
+SERVER_LOGGERS: Final = ("uvicorn.error", "hypercorn.error")
 
 
 class _EscapedRedaction(logging.Filter):

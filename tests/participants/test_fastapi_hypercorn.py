@@ -103,3 +103,55 @@ async def test_hypercorn_drains_requests_in_flight_at_shutdown_and_ends_a_left_s
     assert (left.outcome, left.error_type) == ("error", "ckpt_events.participants.fastapi.RequestEnded")
     # 500 chunks would take 5 s; it ended when the client left (4 chunks; 2 s of margin here).
     assert (left.end_ns - left.start_ns) / 1e9 < 2.0
+
+
+RAISING_APP = """\
+    from fastapi import FastAPI
+
+    from ckpt_events.participants.fastapi import instrument
+
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", environ={})
+
+    FAILURE = "upload to https://alice:hunter2@store.example/b: Bearer eyJsecret123 \\x1b[2J"
+
+
+    @app.post("/grade")
+    async def grade() -> None:
+        raise RuntimeError(FAILURE)
+"""
+
+
+@pytest.mark.e2e
+async def test_hypercorn_logs_an_escaped_exception_redacted_and_escaped(tmp_path: Path) -> None:
+    """Under hypercorn, "Error in ASGI Framework" logs the app's exception with its traceback,
+    its ``user:password@``, its ``Bearer`` token redacted and its ESC escaped, as under uvicorn
+    (was: all three raw on hypercorn's stderr)."""
+    (tmp_path / "user_app.py").write_text(textwrap.dedent(RAISING_APP))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
+    command = [sys.executable, "-m", "hypercorn", "user_app:app", "--bind", "127.0.0.1:0"]
+    output = ""
+    async with await anyio.open_process(command, env=env, cwd=tmp_path) as process:
+        assert process.stderr is not None
+        chunks = TextReceiveStream(process.stderr)
+        try:
+            with anyio.fail_after(30):
+                async for chunk in chunks:
+                    output += chunk
+                    if found := re.search(r"Running on http://127\.0\.0\.1:(\d+)", output):
+                        break
+            assert found, output
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{found[1]}", timeout=10) as client:
+                failed = await client.post("/grade")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(30):
+                async for chunk in chunks:
+                    output += chunk
+                await process.wait()
+    assert failed.status_code == 500
+    assert "Error in ASGI Framework" in output, output[-3000:]
+    redacted = "RuntimeError: upload to https://[REDACTED]@store.example/b: Bearer [REDACTED]"
+    assert redacted in output, output[-3000:]
+    assert "hunter2" not in output and "eyJsecret123" not in output, output[-3000:]
+    assert "\x1b" not in output, output[-3000:]
