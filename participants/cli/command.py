@@ -59,6 +59,8 @@ class Command:
 
     ``needs`` names the modules of the ``cli`` extra it imports: checked before ``run``, so a
     missing one is one line naming the extra, never a traceback after part of the work.
+    ``extra`` is the smallest extra that has them (``server`` for ``serve``), named when one of
+    its modules is missing; a module outside it is named with ``cli``.
     """
 
     name: str
@@ -66,6 +68,7 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     needs: tuple[str, ...] = ()
+    extra: str = "cli"
 
 
 def given_path(value: str) -> Path:

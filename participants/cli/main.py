@@ -125,6 +125,12 @@ CLI_EXTRA_MODULES: Final = frozenset(
     {"rich", "fastapi", "starlette", "uvicorn", "httpx", "sniffio", "opentelemetry", "prometheus_client"}
 )
 CLI_EXTRA_HINT: Final = "pip install 'ckpt-events[cli]'"
+#: The top-level modules each extra a command may name (``Command.extra``) installs; a module
+#: missing outside the command's extra is named with ``cli``, which holds every one.
+EXTRA_MODULES: Final = {
+    "server": frozenset({"fastapi", "starlette", "uvicorn", "httpx", "sniffio"}),
+    "cli": CLI_EXTRA_MODULES,
+}
 
 
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
@@ -181,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if not _missing_extra(exc):
             raise
-        return _needs_extra(args.command, exc)
+        return _needs_extra(command, exc)
     except BaseExceptionGroup as group:
         # Errors out of task groups come wrapped, often several times over: report the first
         # of ours (or the interrupt) once, as a plain one would be.
@@ -193,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         if isinstance(leaf, (CkptEventsError, CommandLineError)):
             return _failed(args.command, leaf)
         if isinstance(leaf, ModuleNotFoundError) and _missing_extra(leaf):
-            return _needs_extra(args.command, leaf)
+            return _needs_extra(command, leaf)
         raise
 
 
@@ -260,10 +266,12 @@ def _missing_extra(exc: ModuleNotFoundError) -> bool:
     return (exc.name or "").partition(".")[0] in CLI_EXTRA_MODULES
 
 
-def _needs_extra(command: str, exc: ModuleNotFoundError) -> int:
+def _needs_extra(command: Command, exc: ModuleNotFoundError) -> int:
+    top = (exc.name or "").partition(".")[0]
+    extra = command.extra if top in EXTRA_MODULES.get(command.extra, ()) else "cli"
     print(
-        f"ckpt-events {command}: error: {exc.name!r} is not installed: this command needs the cli "
-        f"extra: {CLI_EXTRA_HINT}",
+        f"ckpt-events {command.name}: error: {exc.name!r} is not installed: this command needs the "
+        f"{extra} extra: pip install 'ckpt-events[{extra}]'",
         file=sys.stderr,
     )
     return 2

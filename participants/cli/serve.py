@@ -688,4 +688,5 @@ SERVE = Command(
     serve_arguments,
     _serve,
     needs=("fastapi", "uvicorn", "httpx"),
+    extra="server",
 )

@@ -54,6 +54,28 @@ def test_a_command_without_the_cli_extra_names_it_in_one_line(tmp_path: Path, ar
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("blocked", ["fastapi", "uvicorn", "httpx"])
+def test_serve_without_fastapi_names_the_server_extra(tmp_path: Path, blocked: str) -> None:
+    """``serve`` needs only the server extra (it runs without rich, the SDK and
+    prometheus-client): its one line names ``[server]`` (was: ``[cli]``, three packages more)."""
+    done = run_without(tmp_path, blocked, [MAIN, "serve", "environment", "--port", "0"])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"ckpt-events serve: error: {blocked!r} is not installed: this command needs the server "
+        "extra: pip install 'ckpt-events[server]'"
+    ]
+
+
+def test_demo_without_fastapi_still_names_the_cli_extra(tmp_path: Path) -> None:
+    """``demo`` draws with rich too: a missing server package there names ``[cli]``."""
+    done = run_without(tmp_path, "fastapi", [MAIN, "demo", "--rollouts", "2"])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "ckpt-events demo: error: 'fastapi' is not installed: this command needs the cli extra: "
+        "pip install 'ckpt-events[cli]'"
+    ]
+
+
 def test_help_and_the_commands_without_rich_still_run(tmp_path: Path) -> None:
     """``--help`` and ``ops`` need nothing from the extra: they run without rich."""
     helped = _without_rich(tmp_path, "--help")
