@@ -28,6 +28,7 @@ def test_no_public_name_is_left_out() -> None:
 def test_testing_helpers_are_exported() -> None:
     """The testing helpers are part of the surface."""
     assert set(ckpt_events.testing.__all__) == {
+        "CLOCK_START_NS",
         "EventCapture",
         "MemorySink",
         "SequentialIds",

@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "ckpt_events.sinks.otlp",
     "ckpt_events.participants",
     "ckpt_events.participants.fastapi",
+    "ckpt_events.testing",
 ]
 
 
