@@ -672,6 +672,8 @@ def _benchmark_options() -> set[str]:
 _OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 #: Options the pages give to programs other than ours, each with its program.
 _OTHER_OPTIONS = {
+    "--config-settings": "pip",
+    "--python-executable": "mypy",
     "--dist": "pytest-xdist",
     "--preload": "gunicorn",
     "--graceful-timeout": "gunicorn",

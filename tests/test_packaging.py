@@ -8,8 +8,10 @@ our old top-level names, each raising on import.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +145,58 @@ def test_the_library_report_and_demo_run_beside_the_users_own_packages(
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "Traceback" not in demo.stderr and "the user project" not in demo.stderr
     assert "ok no rollout ran twice" in demo.stdout
+
+
+#: A user's file typed against the install: strict mypy sees ``Telemetry.operation``'s real type.
+TYPED = """
+from ckpt_events import Bus, Telemetry
+
+telemetry = Telemetry(Bus(), kind="environment", instance="env-0")
+reveal_type(telemetry.operation)
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "strict"])
+def test_an_editable_install_types_as_the_readme_says(tmp_path: Path, mode: str) -> None:
+    """README, "Type-checking your code against a clone": mypy on a file in another folder finds
+    no ``ckpt_events`` through ``pip install -e .``'s import hook, and does with
+    ``editable_mode=strict``."""
+    source = tmp_path / "clone"
+    skipped = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*cache")
+    shutil.copytree(ROOT, source, symlinks=True, ignore=skipped)
+    # The build runs offline with this interpreter's setuptools, nothing else of its site-packages.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("setuptools", "_distutils_hack", "pkg_resources"):
+        found = importlib.util.find_spec(name)
+        if found is not None and found.origin is not None:
+            (tools / name).symlink_to(Path(found.origin).parent)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
+    install += ["-e", str(source)]
+    if mode == "strict":
+        install += ["--config-settings", "editable_mode=strict"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(tools)}
+    subprocess.run(install, check=True, capture_output=True, timeout=300, env=env)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "app.py").write_text(TYPED)
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--no-error-summary"]
+    mypy += ["--python-executable", str(python)]
+    result = subprocess.run(
+        [*mypy, "--cache-dir", str(user / ".mypy_cache"), "app.py"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=user,
+        env={k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")},
+    )
+    if mode == "default":
+        assert "[import-not-found]" in result.stdout, result.stdout
+        assert 'Revealed type is "Any"' in result.stdout, result.stdout
+    else:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "-> ckpt_events._span_handles.OperationSpan" in result.stdout, result.stdout
