@@ -168,7 +168,9 @@ class ExportWorker:
             # Something answers there, just not in HTTP(S): "got no answer" sent users looking
             # for a collector that is not listening.
             self.last_failure = result.unreadable
-            self.log_failure(f"{result.unreadable}; is that an OTLP/HTTP collector's URL?")
+            # A certificate's failure says what to change, not "is that a collector?" (it is one).
+            fix = result.fix or "is that an OTLP/HTTP collector's URL?"
+            self.log_failure(f"{result.unreadable}; {fix}")
         elif not accepted and result.status is None:
             self.last_failure = "got no answer"
             self.log_failure("refused or unreachable (last status None)")

@@ -94,9 +94,11 @@ class SendResult:
     success), or the reason a refusing collector gave; ``location``, a refusing redirect's
     target (not followed); ``unreadable``, with no status, how a reply that came went wrong, as a phrase
     (``"gave a reply that is not HTTP (...)"``, ``"failed the TLS handshake (...)"``; ``None``: no
-    reply came, as when nothing listens or it timed out)."""
+    reply came, as when nothing listens or it timed out); ``fix``, what to change when the TLS
+    failure is one of configuration (an untrusted, expired or misnamed collector certificate, a
+    client certificate missing or refused), which is never retried."""
 
-    __slots__ = ("accepted", "attempts", "location", "message", "rejected", "status", "unreadable")
+    __slots__ = ("accepted", "attempts", "fix", "location", "message", "rejected", "status", "unreadable")
 
     def __init__(
         self,
@@ -108,8 +110,10 @@ class SendResult:
         *,
         unreadable: str | None = None,
         location: str | None = None,
+        fix: str | None = None,
     ) -> None:
         self.accepted = accepted
+        self.fix = fix
         self.location = location
         self.attempts = attempts
         self.status = status
@@ -205,7 +209,11 @@ class OtlpHttpSender:
             if budget <= 0 or self._cancelled.is_set():
                 return SendResult(False, attempt - 1, status, message=said, unreadable=unreadable)
             closing = self._closing_by is not None
-            connection, unreadable = self._open(min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget)
+            connection, unreadable, fix = self._open(
+                min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget
+            )
+            if fix is not None:  # retrying cannot change a certificate: 5 retries took 31 s
+                return SendResult(False, attempt, None, unreadable=unreadable, fix=fix)
             if connection is None:
                 status = None
                 if closing or self._closing_by is not None:
@@ -222,7 +230,13 @@ class OtlpHttpSender:
                     status = None
                     # Not "no answer" when one came that is not HTTP (a wrong port, a proxy's
                     # banner); a request cut off at its timeout or by cancel() had none.
-                    if not self._cancelled.is_set() and time.monotonic() - began < budget:
+                    if isinstance(exc, ssl.SSLError):
+                        # The collector refused our client certificate (or asked for one) after
+                        # the handshake, at the first read (TLS 1.3): "got no answer" before.
+                        unreadable, fix = _tls_failure(exc)
+                        if fix is not None:
+                            return SendResult(False, attempt, None, unreadable=unreadable, fix=fix)
+                    elif not self._cancelled.is_set() and time.monotonic() - began < budget:
                         unreadable = _unreadable(exc)
             if status is not None and 200 <= status < 300:
                 return SendResult(True, attempt, status, *partial)
@@ -252,11 +266,14 @@ class OtlpHttpSender:
             return deadline
         return self._closing_by if deadline is None else min(deadline, self._closing_by)
 
-    def _open(self, connect_timeout: float) -> tuple[http.client.HTTPConnection | None, str | None]:
+    def _open(
+        self, connect_timeout: float
+    ) -> tuple[http.client.HTTPConnection | None, str | None, str | None]:
         """The kept-alive connection, or a new one; ``None`` when none could be opened, with how
-        its TLS handshake failed if it did (it was "got no answer": something listens there)."""
+        its TLS handshake failed if it did (it was "got no answer": something listens there)
+        and the fix when that is one of configuration (``_tls_failure``)."""
         if self._connection is not None:
-            return self._connection, None
+            return self._connection, None, None
         connection: http.client.HTTPConnection
         if self._https:
             connection = http.client.HTTPSConnection(
@@ -271,12 +288,12 @@ class OtlpHttpSender:
             connection.connect()
         except ssl.SSLError as exc:  # an OSError: before it
             connection.close()
-            return None, f"failed the TLS handshake ({type(exc).__name__}: {str(exc)[:160]!r})"
+            return None, *_tls_failure(exc)
         except (OSError, http.client.HTTPException):
             connection.close()
-            return None, None
+            return None, None, None
         self._connection = connection
-        return connection, None
+        return connection, None, None
 
     def _connect(self, address: tuple[str, int], timeout: float, source_address: Any = None) -> socket.socket:
         """``socket.create_connection`` in slices of ``_CONNECT_SLICE``: a connect that began
@@ -407,6 +424,42 @@ def _unreadable(exc: BaseException) -> str | None:
         return None
     # Quoted: one line, whatever came.
     return f"gave a reply that is not HTTP ({type(exc).__name__}: {str(exc)[:160]!r})"
+
+
+#: The variables that give the TLS files (a signal's own, ``OTEL_EXPORTER_OTLP_TRACES_...``, wins).
+_CA_FIX: Final = (
+    "give the PEM file of the CA that signed the collector's certificate in "
+    "OTEL_EXPORTER_OTLP_CERTIFICATE (or the signal's own, OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE)"
+)
+_CLIENT_VARS: Final = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY"
+
+
+def _tls_failure(exc: ssl.SSLError) -> tuple[str, str | None]:
+    """How a TLS handshake failed, as a phrase, and what to change when it is a matter of
+    certificates (``None``: not known to be, such as a connection cut mid-handshake, retried)."""
+    said = f"failed the TLS handshake ({type(exc).__name__}: {str(exc)[:160]!r})"
+    reason = str(exc.reason or "")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = str(exc.verify_message or "")
+        if "expired" in why:
+            return (
+                said,
+                "the collector's certificate has expired (or this machine's clock is wrong): renew it",
+            )
+        if "mismatch" in why or "not valid for" in why:
+            return said, (
+                "the collector's certificate is not issued for the endpoint's host: put a host name "
+                "or IP address the certificate names in the endpoint, or reissue it with that one"
+            )
+        return said, _CA_FIX
+    if "CERTIFICATE_REQUIRED" in reason:
+        return said, f"the collector asks for a client certificate (mutual TLS): set {_CLIENT_VARS}"
+    if "ALERT_UNKNOWN_CA" in reason or "ALERT_BAD_CERTIFICATE" in reason or "ALERT_CERTIFICATE_" in reason:
+        return said, (
+            f"the collector refused the client certificate: set {_CLIENT_VARS} to a pair "
+            "signed by a CA the collector trusts, and unexpired"
+        )
+    return said, None
 
 
 def _abort(connection: http.client.HTTPConnection) -> None:

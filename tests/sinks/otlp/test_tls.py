@@ -13,11 +13,13 @@ import shutil
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from ckpt_events import Bus, ConfigurationError, Telemetry
@@ -37,6 +39,8 @@ class Certificates:
         self.folder = folder
         self.server, self.server_key = self._make("127.0.0.1", "subjectAltName=IP:127.0.0.1")
         self.client, self.client_key = self._make("trainer", "extendedKeyUsage=clientAuth")
+        self.localhost, self.localhost_key = self._make("localhost", "subjectAltName=DNS:localhost")
+        self.expired, self.expired_key = self._make_expired()
 
     def _make(self, name: str, extension: str) -> tuple[Path, Path]:
         assert OPENSSL is not None
@@ -45,6 +49,27 @@ class Certificates:
             [OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
             + ["-nodes", "-days", "2", "-subj", f"/CN={name}", "-addext", extension]
             + ["-keyout", str(key), "-out", str(cert)],
+            check=True,
+            capture_output=True,
+        )
+        return cert, key
+
+    def _make_expired(self) -> tuple[Path, Path]:
+        """A self-signed certificate for 127.0.0.1 that expired a day ago (``req -x509`` takes
+        no negative ``-days``; ``x509 -req`` does)."""
+        assert OPENSSL is not None
+        cert, key, request = (self.folder / f"expired.{end}" for end in ("pem", "key", "csr"))
+        extension = self.folder / "expired.ext"
+        extension.write_text("subjectAltName=IP:127.0.0.1\n")
+        subprocess.run(
+            [OPENSSL, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+            + ["-subj", "/CN=expired", "-keyout", str(key), "-out", str(request)],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [OPENSSL, "x509", "-req", "-in", str(request), "-signkey", str(key), "-days", "-1"]
+            + ["-extfile", str(extension), "-out", str(cert)],
             check=True,
             capture_output=True,
         )
@@ -59,10 +84,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 @contextmanager
 def _https_collector(
-    certs: Certificates, *, client_ca: Path | None = None
+    certs: Certificates, *, client_ca: Path | None = None, pair: tuple[Path, Path] | None = None
 ) -> Iterator[tuple[str, list[bytes]]]:
     """An HTTPS server on 127.0.0.1 answering every POST 200; with ``client_ca`` it takes only a
-    client certificate that CA signed (mutual TLS). Yields its base URL and the bodies it got."""
+    client certificate that CA signed (mutual TLS); ``pair``: its certificate and key (else
+    ``certs.server``'s). Yields its base URL and the bodies it got."""
     received: list[bytes] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -78,7 +104,7 @@ def _https_collector(
             pass
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certs.server, certs.server_key)
+    context.load_cert_chain(*(pair or (certs.server, certs.server_key)))
     if client_ca is not None:
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(client_ca)
@@ -212,3 +238,67 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_the_variable(
         message = str(refused.value)
         assert "\n" not in message and said in message, message
         assert message.startswith(next(iter(extra))), message
+
+
+def _tls_cases(certs: Certificates) -> dict[str, tuple[tuple[Path, Path] | None, bool, Path, str]]:
+    """Each certificate mistake: the collector's pair, whether it asks for a client certificate,
+    the CA file given, and the fix the warning must say."""
+    other_ca = certs.client  # a CA that did not sign the collector's certificate
+    return {
+        "wrong CA": (None, False, other_ca, "in OTEL_EXPORTER_OTLP_CERTIFICATE"),
+        "expired": ((certs.expired, certs.expired_key), False, certs.expired, "certificate has expired"),
+        "host mismatch": (
+            (certs.localhost, certs.localhost_key),
+            False,
+            certs.localhost,
+            "not issued for the endpoint's host",
+        ),
+        "no client certificate": (
+            None,
+            True,
+            certs.server,
+            "set OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["wrong CA", "expired", "host mismatch", "no client certificate"])
+async def test_a_certificate_mistake_is_one_warning_with_its_fix_and_never_retried(
+    certs: Certificates, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the sender's own retries (5), a certificate the collector's TLS cannot pass is said
+    once, with the verify failure and what to change (was: "is that an OTLP/HTTP collector's
+    URL?", and a collector asking for a client certificate was "refused or unreachable"), and
+    is not retried (was: 5 retries over ~31 s per batch, 8.5 s of a close for mutual TLS)."""
+    pair, mutual, ca, fix = _tls_cases(certs)[case]
+    environ = {"OTEL_METRICS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)}
+    with _https_collector(certs, client_ca=certs.client if mutual else None, pair=pair) as (url, received):
+        started = time.monotonic()
+        async with Bus() as bus:
+            async with configure(bus, environ={**environ, "OTEL_EXPORTER_OTLP_ENDPOINT": url}) as configured:
+                sink = configured.span_sink
+                assert isinstance(sink, OtlpSpanSink) and sink.sender.max_retries == 5
+                if mutual:  # the refusal may first come as a reset (retried): keep the test fast
+                    sink.sender.initial_backoff = 0.05
+                with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+                    pass
+                await bus.flush()
+                await _until(lambda: sink.stats().dropped == 1, 5.0)
+                # Not retried while running: the mutual TLS refusal may come as a reset once.
+                assert mutual or sink.stats().retries == 0
+        took = time.monotonic() - started
+    stats = sink.stats()
+    assert (stats.exported, stats.dropped, received) == (0, 1, [])
+    assert stats.last_failure is not None and stats.last_failure.startswith("failed the TLS handshake")
+    warnings = [r.getMessage() for r in caplog.records if "failed the TLS handshake" in r.getMessage()]
+    first = warnings[0]
+    assert "\n" not in first and fix in first and url in first, first
+    assert "is that an OTLP/HTTP collector's URL" not in first and "Traceback" not in caplog.text
+    assert took < 2.0, took
+
+
+async def _until(done: Callable[[], bool], limit: float) -> None:
+    """Wait (bounded by ``limit`` seconds) until ``done()``."""
+    deadline = time.monotonic() + limit
+    while not done() and time.monotonic() < deadline:
+        await anyio.sleep(0.02)
