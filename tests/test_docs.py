@@ -20,9 +20,11 @@ from typing import Final
 
 import pytest
 
+from ckpt_events import ConfigurationError
 from ckpt_events.participants.cli.main import build_parser
 from ckpt_events.participants.errors import HTTP_STATUS
 from ckpt_events.participants.protocol import CONTROL_PREFIX
+from ckpt_events.sinks import read_otel_env
 from tests.readme_names import PAGE as NAMES_PAGE
 from tests.readme_names import names_table, readme_block
 from tests.readme_pages import (
@@ -725,3 +727,31 @@ def test_every_option_of_every_command_is_on_the_command_line_page() -> None:
     for command, options in _ckpt_events_options().items():
         for option in options - {"--help"}:
             assert re.search(re.escape(option) + r"(?![\w-])", page), f"ckpt-events {command} {option}"
+
+
+def test_the_tls_recipes_headers_are_sent_as_the_configuration_page_says() -> None:
+    """docs/configuration.md's TLS recipe: its header lines parse to what the page says (a value
+    keeping its '=', percent-decoded; the traces' own variable replacing the generic one whole),
+    and a malformed entry is one line naming the variable with every value redacted."""
+    (recipe,) = [b.code for b in blocks(DOCS / "configuration.md", "text") if "x-honeycomb-team" in b.code]
+    environ = dict(
+        line.split("=", 1) for line in recipe.splitlines() if "HEADERS" in line or "ENDPOINT" in line
+    )
+    settings = read_otel_env(environ)
+    assert settings.traces_otlp is not None and settings.metrics_otlp is not None
+    assert settings.traces_otlp.headers == {"x-honeycomb-team": "YOUR_KEY", "x-honeycomb-dataset": "rollouts"}
+    assert settings.metrics_otlp.headers == {"x-honeycomb-team": "YOUR_KEY"}
+    said = {
+        "x-honeycomb-team=abc=def==": "abc=def==",
+        "Authorization=Basic%20dXNlcjpwYXNz": "Basic dXNlcjpwYXNz",
+    }
+    for entry, value in said.items():
+        page = (DOCS / "configuration.md").read_text()
+        assert f"`{entry}`" in page and f"`{value}`" in page
+        parsed = read_otel_env({**environ, "OTEL_EXPORTER_OTLP_HEADERS": entry}).metrics_otlp
+        assert parsed is not None and list(parsed.headers.values()) == [value]
+    with pytest.raises(ConfigurationError) as refused:
+        read_otel_env({**environ, "OTEL_EXPORTER_OTLP_HEADERS": "x-honeycomb-team:SECRET,b=SECRET2"})
+    message = str(refused.value)
+    assert message.startswith("OTEL_EXPORTER_OTLP_HEADERS=") and "\n" not in message
+    assert "SECRET" not in message and "[REDACTED]" in message
