@@ -38,6 +38,7 @@ import enum
 import io
 import itertools
 import os
+import re
 import types
 import zlib
 from collections.abc import Callable, Iterator
@@ -436,16 +437,31 @@ def _id_of(given: object, digits: int) -> int | None:
     int), as an int; ``None`` when it is neither."""
     if type(given) is int:
         return given if 0 < given < 1 << (4 * digits) else None
-    if isinstance(given, str) and len(given) == digits and all(c in "0123456789abcdef" for c in given):
+    if isinstance(given, str) and len(given) == digits and _HEX_ID.fullmatch(given) is not None:
         return int(given, 16) or None
     return None
 
 
+#: Lowercase hex digits, the whole string: ``fullmatch``, not ``match`` with ``$`` (which takes a
+#: trailing newline). A generator over the characters cost 10 us an id (44 M steps in a 300,000-line log).
+_HEX_ID: Final = re.compile("[0-9a-f]+")
+#: The reason given for each unknown type seen, of short types only, at most ``_WHY_KEPT``: a
+#: newer version's log repeats a few types on most of its lines, and ``shown`` cost ~10 us a line.
+_WHY_OF: Final[dict[str, str]] = {}
+_WHY_KEPT: Final = 256
+_WHY_LONGEST: Final = 100
+
+
 def _unknown_because(kind: str) -> str:
-    return (
-        f"an event type this version of ckpt-events does not know: {shown(kind)} "
-        "(written by another version of the library?)"
-    )
+    why = _WHY_OF.get(kind)
+    if why is None:
+        why = (
+            f"an event type this version of ckpt-events does not know: {shown(kind)} "
+            "(written by another version of the library?)"
+        )
+        if len(kind) <= _WHY_LONGEST and len(_WHY_OF) < _WHY_KEPT:
+            _WHY_OF[kind] = why
+    return why
 
 
 def _bad_time(number: int, event: CheckpointEvent, line: bytes) -> CorruptLine:
