@@ -25,7 +25,7 @@ ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one i
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -67,7 +67,7 @@ from ckpt_events.participants.cli.report.paths import path_unknown_line as path_
 from ckpt_events.participants.cli.report.root_clocks import FIRST, wall_step
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
-from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, counts
+from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, count
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.text import short_id
 from ckpt_events.participants.cli.words import counted
@@ -295,23 +295,27 @@ class Run:
 
     def whole(self) -> Whole:
         """For logs with no row (participants' spans only: a user's own server, or participants
-        whose parents are in a controller log not given), two more streamed passes: the
+        whose parents are in a controller log not given), one more streamed pass: the
         per-participant breakdown, the per-operation table and the counted events of every
         event, and the events of the last trace; nothing else is kept."""
         if self.again is None:
             raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
         drawn: list[CheckpointEvent] = []
         operations = DurationsFold()
+        # Counted in the breakdown's pass: a pass of their own read the logs a third time (of a
+        # 1,000,000-line log's report, ~25 s).
+        tallies: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
         def tapped(events: Iterable[CheckpointEvent]) -> Iterator[CheckpointEvent]:
             for e in events:
                 if self.last_trace is not None and trace_of(e) == self.last_trace:
                     drawn.append(e)
                 operations.add(e)
+                count(tallies, e)
                 yield e
 
         rows = breakdown(tapped(self.again()))
-        return Whole(drawn, rows, counts(self.again()), operation_rows(operations.result()))
+        return Whole(drawn, rows, dict(tallies), operation_rows(operations.result()))
 
     def let_go_line(self) -> str | None:
         """What the fold let go to bound its memory, if anything: traces whose root never came."""

@@ -38,6 +38,7 @@ __all__ = [
     "Span",
     "breakdown",
     "breakdown_columns",
+    "count",
     "counts",
     "spans_of",
     "summed_over",
@@ -161,23 +162,29 @@ def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
 
 def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
     """The counted events: refusals by code, lease expiries, not-ready prepares, cuts."""
-    out: dict[str, Counter[str]] = defaultdict(Counter)
+    out: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for event in events:
-        match event:
-            case Refused(code=code):
-                out[CountedEvent.REFUSED][str(code)] += 1
-            case LeaseExpired(phase=phase):
-                out[CountedEvent.LEASE_EXPIRED][f"{event.kind}/{phase}"] += 1
-            case PrepareNotReady(blockers=blockers):
-                out[CountedEvent.PREPARE_NOT_READY][str(event.kind)] += 1
-                out["prepare_not_ready_blockers"][str(event.kind)] += blockers
-            case GenerationCut(disposition=disposition, calls=calls):
-                out[CountedEvent.GENERATION_CUT][str(disposition)] += calls
-            case Stalled(operation=operation):
-                out[CountedEvent.STALLED][f"{event.kind}/{operation}"] += 1
-            case _:
-                pass
+        count(out, event)
     return dict(out)
+
+
+def count(out: defaultdict[str, Counter[str]], event: Event) -> None:
+    """Add ``event`` to ``out`` if it is a counted event (``counts`` one event at a time, for a
+    pass over the logs that folds something else too)."""
+    match event:
+        case Refused(code=code):
+            out[CountedEvent.REFUSED][str(code)] += 1
+        case LeaseExpired(phase=phase):
+            out[CountedEvent.LEASE_EXPIRED][f"{event.kind}/{phase}"] += 1
+        case PrepareNotReady(blockers=blockers):
+            out[CountedEvent.PREPARE_NOT_READY][str(event.kind)] += 1
+            out["prepare_not_ready_blockers"][str(event.kind)] += blockers
+        case GenerationCut(disposition=disposition, calls=calls):
+            out[CountedEvent.GENERATION_CUT][str(disposition)] += calls
+        case Stalled(operation=operation):
+            out[CountedEvent.STALLED][f"{event.kind}/{operation}"] += 1
+        case _:
+            pass
 
 
 def spans_of(events: Sequence[Event], trace_id: int | None = None) -> list[Span]:
