@@ -159,8 +159,8 @@ class Seen:
         self.lease_at: float | None = None
         self.grace: float | None = None
         self.open: dict[tuple[int, int], Open] = {}
-        #: The last spans seen to end (``FleetView`` bounds them), oldest first (a dict keeps its order).
-        self.ended: dict[tuple[int, int], None] = {}
+        #: The last spans seen to end (``FleetView`` bounds them), oldest first.
+        self.ended: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
         self.untracked = 0
         #: Its last ``LAST_CHECKPOINTS`` outcomes by end time (end, arrival, line), in that order:
         #: two workers' logs are read one after the other.

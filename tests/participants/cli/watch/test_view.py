@@ -6,6 +6,7 @@ import io
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -660,3 +661,35 @@ def test_a_backlog_keeps_a_workers_stall_report_and_its_main_processs() -> None:
     backlog = Backlog()
     backlog.add_all([*opened, *reports])
     assert [e for e in backlog.events() if isinstance(e, Stalled)] == reports
+
+
+def test_ends_read_before_their_start_are_kept_newest_first_past_the_bound() -> None:
+    """Past ``_ENDED_KEPT`` ends kept per participant (and of unread ends), the oldest is let go
+    (an ``OrderedDict.popitem``, was ``del d[next(iter(d))]``): its start read later opens its
+    span; the newest still close theirs."""
+    from ckpt_events.participants.cli.watch.view import _ENDED_KEPT
+
+    view = FleetView([], stall_after=30.0)
+    start = int((NOW - 5.0) * NS)
+    total = _ENDED_KEPT + 2
+
+    def span(n: int, *, end: bool) -> OperationStarted | OperationFinished:
+        fields: dict[str, Any] = {
+            "kind": "agent",
+            "instance": "agent-0",
+            "trace_id": 1,
+            "span_id": n,
+            "start_ns": start,
+            "operation": "commit",
+            "checkpoint_id": "c1",
+        }
+        return (
+            OperationFinished(**fields, end_ns=start + 1, outcome="ok") if end else OperationStarted(**fields)
+        )
+
+    view.add_events([span(n, end=True) for n in range(1, total + 1)], NOW)
+    unread = [(2, n) for n in range(1, total + 1)]  # ends read in lines this version cannot read
+    view.add_events([], NOW, ended=unread)
+    view.add_events([span(n, end=False) for n in range(1, total + 1)], NOW)
+    assert sorted(view.seen[("agent", "agent-0")].open) == [(1, 1), (1, 2)]
+    assert list(view._unread_ends) == unread[2:]
