@@ -31,6 +31,7 @@ whose copy could have been forgotten is counted, and said.
 
 from __future__ import annotations
 
+import functools
 import glob
 import heapq
 import os
@@ -507,9 +508,16 @@ def _ended_why(line: CorruptLine) -> str:
     """Why the span a skipped ``*_finished`` line ended has an outcome unknown, in words."""
     if line.unknown_value is not None:
         name, value = line.unknown_value
-        what = f"{shown(value[:_UNKNOWN_VALUE_CHARS])} at `{name}`, a value"
-    else:
-        what = f"a {shown((line.unknown_type or '')[:_UNKNOWN_VALUE_CHARS])} event, a type"
+        return _ended_words(name, value[:_UNKNOWN_VALUE_CHARS])
+    return _ended_words(None, (line.unknown_type or "")[:_UNKNOWN_VALUE_CHARS])
+
+
+# Kept for the few types and values a newer version's log repeats on most of its lines: built
+# each line, ``shown`` (reprlib) cost ~10 us of the ~50 a line took. Cut to 64 characters first.
+@functools.lru_cache(maxsize=256)
+def _ended_words(name: str | None, value: str) -> str:
+    """``_ended_why`` of a value of field ``name`` (``None``: of the type) cut to its bound."""
+    what = f"a {shown(value)} event, a type" if name is None else f"{shown(value)} at `{name}`, a value"
     return f"it ended with {what} this version does not know (written by a newer version of ckpt-events?)"
 
 
