@@ -334,7 +334,7 @@ def test_a_checkpoint_refused_everywhere_paused_nobody(tmp_path: Any) -> None:
 def test_the_whole_of_a_log_without_rows_is_one_more_read() -> None:
     """Logs of participants alone (no controller, no row): ``whole`` reads the logs once more for
     the breakdown, the operations and the counted events together (was twice: a third read of a
-    1,000,000-line log, ~15 s of a 51 s report), and gives what a read for each gives."""
+    1,000,000-line log, 13.8 s of a 48 s report), and gives what a read for each gives."""
     from ckpt_events import PrepareNotReady, Refused
     from ckpt_events.participants.cli.report.timeline import breakdown, counts
     from ckpt_events.vocab import Kind
