@@ -20,7 +20,7 @@ import io
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -31,8 +31,8 @@ from ckpt_events._errors import check_file_name, check_int, shown
 from ckpt_events._logs import library_logger
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._redacted import redacted
-from ckpt_events.sinks._wire_safe import replace_surrogates
 from ckpt_events.sinks.jsonl._file_lock import LOCK_WAIT, ROTATION_WAIT, lock, unlock
+from ckpt_events.sinks.jsonl._line_fit import CUT_TO, cut_text, lines_fit, replace_text
 from ckpt_events.sinks.jsonl._reader import MAX_LINE
 
 __all__ = ["JsonLinesSink", "JsonLinesStats"]
@@ -40,8 +40,6 @@ __all__ = ["JsonLinesSink", "JsonLinesStats"]
 logger: Final = library_logger("ckpt_events.sinks.jsonl")
 
 _NEWLINE: Final = 10
-#: The characters a string keeps in an event whose line was too long to read back.
-CUT_TO: Final = 1024
 
 
 class JsonLinesStats(msgspec.Struct, frozen=True):
@@ -68,7 +66,9 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     files rotation deleted, their lines gone: the oldest past ``backups`` (with ``backups=0``,
     the log itself at each rotation, said once). ``lock_missed`` counts batches written without
     the file's write lock (another writer held it past ``LOCK_WAIT``): only they end a file past
-    ``max_bytes`` with several writers.
+    ``max_bytes`` with several writers. ``unencodable`` counts events JSON cannot hold (built by
+    hand with a trace id past 128 bits, a ``str`` subclass JSON refuses): each is left out, the
+    first logged, and the rest of its batch is written (the whole batch was lost with it).
     """
 
     events: int
@@ -85,6 +85,7 @@ class JsonLinesStats(msgspec.Struct, frozen=True):
     rotation_errors: int = 0
     deleted: int = 0
     lock_missed: int = 0
+    unencodable: int = 0
 
 
 class JsonLinesSink:
@@ -147,6 +148,7 @@ class JsonLinesSink:
         self._replaced = 0
         self._shortened = 0
         self._too_long = 0
+        self._unencodable = 0
         self._reopened = 0
         self._rotation_errors = 0
         self._deleted = 0
@@ -353,9 +355,11 @@ class JsonLinesSink:
                     # around encode_into cost about as much again as the encoding itself.
                     lines: bytes | bytearray = self._encode_lines(with_hex_ids_all(batch))
                     count = len(batch)
-                    if len(lines) > MAX_LINE and not _lines_fit(lines, MAX_LINE):
+                    if len(lines) > MAX_LINE and not lines_fit(lines, MAX_LINE):
                         lines, count = self._encode_each(batch)  # one too long: event by event
-                except UnicodeEncodeError:  # a lone surrogate somewhere: event by event
+                except (TypeError, ValueError, OverflowError):
+                    # A lone surrogate somewhere (UnicodeEncodeError), or an event JSON cannot
+                    # hold: event by event, so the others of the batch are still written.
                     lines, count = self._encode_each(batch)
                 self._write(lines, count)
             else:
@@ -407,14 +411,11 @@ class JsonLinesSink:
         """``batch``'s lines in the reused buffer, each event on its own, any surrogate replaced,
         a line too long for ``read_events`` left out (counted); and how many lines."""
         buffer = self._buffer
-        encode_into = self._encode_into
         lines = 0
         for event in batch:
             before = len(buffer)
-            try:
-                encode_into(with_hex_ids(event), buffer, -1)
-            except UnicodeEncodeError:
-                self._encode_replaced(event, buffer, before)
+            if not self._encode_event(event, buffer, before):
+                continue
             if len(buffer) - before > MAX_LINE:
                 self._leave_out(event, buffer, before)
                 if len(buffer) == before:
@@ -429,12 +430,12 @@ class JsonLinesSink:
         log, rather than staying open there for ever), or, if that is still too long, not at all."""
         length = len(buffer) - start
         del buffer[start:]
-        fields, cut = _cut_text(msgspec.to_builtins(with_hex_ids(event)))
+        fields, cut = cut_text(msgspec.to_builtins(with_hex_ids(event)))
         try:
             self._encode_into(fields, buffer, -1)
         except UnicodeEncodeError:  # a lone surrogate as well
             del buffer[start:]
-            fields, replaced = _replace_text(fields)
+            fields, replaced = replace_text(fields)
             self._encode_into(fields, buffer, -1)
             self._replaced += replaced
         if len(buffer) - start <= MAX_LINE:
@@ -460,14 +461,11 @@ class JsonLinesSink:
         assert self._path is not None
         self._rotation_held = False
         buffer = self._buffer
-        encode_into = self._encode_into
         lines = 0
         for event in batch:
             before = len(buffer)
-            try:
-                encode_into(with_hex_ids(event), buffer, -1)
-            except UnicodeEncodeError:
-                self._encode_replaced(event, buffer, before)
+            if not self._encode_event(event, buffer, before):
+                continue
             if len(buffer) - before > MAX_LINE:
                 self._leave_out(event, buffer, before)
                 if len(buffer) == before:
@@ -509,10 +507,35 @@ class JsonLinesSink:
             self.backups + 1,
         )
 
+    def _encode_event(self, event: Any, buffer: bytearray, start: int) -> bool:
+        """Encode ``event`` at ``start`` in ``buffer`` (U+FFFD for a lone surrogate); ``False``,
+        with nothing of it left in ``buffer``, for an event JSON cannot hold (counted, the first
+        logged)."""
+        try:
+            try:
+                self._encode_into(with_hex_ids(event), buffer, -1)
+            except UnicodeEncodeError:
+                self._encode_replaced(event, buffer, start)
+        except (TypeError, ValueError, OverflowError) as exc:
+            del buffer[start:]
+            self._unencodable += 1
+            if self._unencodable == 1:
+                logger.warning(
+                    "%s: a %s event could not be written as JSON (%s: %s; built by hand with a field "
+                    "out of its type's range?): it is left out, the rest of its batch is written; such "
+                    "events are counted in stats().unencodable and not logged again",
+                    self._path or self._file,
+                    type(event).__name__,
+                    type(exc).__name__,
+                    exc,
+                )
+            return False
+        return True
+
     def _encode_replaced(self, event: Any, buffer: bytearray, start: int) -> None:
         """Encode ``event`` at ``start`` (where the failed encode began) with U+FFFD for each surrogate."""
         del buffer[start:]
-        fields, replaced = _replace_text(msgspec.to_builtins(with_hex_ids(event)))
+        fields, replaced = replace_text(msgspec.to_builtins(with_hex_ids(event)))
         self._encode_into(fields, buffer, -1)
         self._replaced += replaced
 
@@ -728,6 +751,7 @@ class JsonLinesSink:
             rotation_errors=self._rotation_errors,
             deleted=self._deleted,
             lock_missed=self._lock_misses,
+            unencodable=self._unencodable,
         )
 
 
@@ -754,45 +778,3 @@ def _pipe_full() -> BlockingIOError:
         "the pipe is full: its reader is not reading (the batch is dropped, counted in "
         "stats().failed); keep the reader up, or log to a regular file",
     )
-
-
-def _lines_fit(data: bytes | bytearray, limit: int) -> bool:
-    """Whether every line of ``data`` (whole lines, each ending in a newline) is at most
-    ``limit`` bytes without its newline: one ``rfind`` per ``limit`` bytes, not one per line."""
-    start, size = 0, len(data)
-    while size - start > limit + 1:  # what is left may hold a line too long
-        end = data.rfind(b"\n", start, start + limit + 1)
-        if end < 0:  # no newline within limit bytes of a line's start
-            return False
-        start = end + 1
-    return True
-
-
-def _cut_text(value: Any) -> tuple[Any, int]:
-    """``value`` (``msgspec.to_builtins`` output) with each string past ``CUT_TO`` characters cut
-    to that, and how many were."""
-    return _map_text(value, lambda text: text[:CUT_TO])
-
-
-def _replace_text(value: Any) -> tuple[Any, int]:
-    """``value`` (``msgspec.to_builtins`` output) with surrogates replaced, and how many strings changed."""
-    return _map_text(value, replace_surrogates)
-
-
-def _map_text(value: Any, change: Callable[[str], str]) -> tuple[Any, int]:
-    """``value`` with ``change`` applied to every string in it (dict keys too), and how many it changed."""
-    if isinstance(value, str):
-        changed = change(value)
-        return changed, int(changed != value)
-    if isinstance(value, dict):
-        count = 0
-        out = {}
-        for key, item in value.items():
-            new_key, key_changed = _map_text(key, change)
-            out[new_key], item_changed = _map_text(item, change)
-            count += key_changed + item_changed
-        return out, count
-    if isinstance(value, list):
-        pairs = [_map_text(item, change) for item in value]
-        return [item for item, _ in pairs], sum(changed for _, changed in pairs)
-    return value, 0

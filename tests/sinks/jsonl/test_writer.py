@@ -337,11 +337,11 @@ async def test_a_line_too_long_to_read_back_is_cut_or_left_out_and_counted(
     ],
 )
 def test_lines_fit_finds_one_line_past_the_bound(lines: list[int], fits: bool) -> None:
-    from ckpt_events.sinks.jsonl._writer import _lines_fit
+    from ckpt_events.sinks.jsonl._line_fit import lines_fit
 
     data = b"".join(b"a" * n + b"\n" for n in lines)
-    assert _lines_fit(data, 16) is fits
-    assert _lines_fit(bytearray(data), 16) is fits
+    assert lines_fit(data, 16) is fits
+    assert lines_fit(bytearray(data), 16) is fits
 
 
 async def test_user_attributes_are_redacted_by_the_rule(tmp_path: Path) -> None:
