@@ -50,6 +50,13 @@ __all__ = ["Bus", "BusStats", "Sink", "SinkStats", "Subscription"]
 DEFAULT_BUFFER_SIZE: Final = 65_536
 DEFAULT_BATCH_SIZE: Final = 4_096
 DEFAULT_CLOSE_TIMEOUT: Final = 5.0
+#: Raised by a bus left by another task than the one that entered it.
+LEFT_IN_ANOTHER_TASK: Final = (
+    "entered in one task and left in another, as in a pytest-asyncio async fixture (its setup "
+    "and teardown run as two tasks); what was emitted was delivered and the sinks closed. Enter "
+    "it in the test itself, use the ckpt_capture fixture (ckpt_events.testing.EventCapture, a "
+    "bus in a thread of its own), or run async tests with anyio's pytest plugin"
+)
 
 
 class BusStats(msgspec.Struct, frozen=True):
@@ -110,6 +117,7 @@ class Bus:
         self._retired: list[SinkStats] = []
         self._listeners: weakref.WeakSet[InterestListener] = weakref.WeakSet()
         self._tg: anyio.abc.TaskGroup | None = None
+        self._host_task: int | None = None  # the task that entered the bus, which leaves it
         self._loop_thread: int | None = None
         self._call_soon_threadsafe: Callable[[Callable[[], object]], object] | None = None
         # The running loop's token, for a caller on another thread (replay's flush) to reach it.
@@ -143,6 +151,7 @@ class Bus:
         self._call_soon_threadsafe = _threadsafe_scheduler()
         self._token = anyio.lowlevel.current_token()
         _watch_forks(self)
+        self._host_task = anyio.get_current_task().id
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         for sub in self._subscriptions:
@@ -160,8 +169,17 @@ class Bus:
         # in another task or inside the caller's cancel scope, where exiting it is an error.
         tg = self._tg
         self._tg = None
-        if tg is not None:
-            await tg.__aexit__(None, None, None)
+        if tg is None:
+            return None
+        if anyio.get_current_task().id != self._host_task:
+            # A task group is left by the task that entered it, and by no other (anyio raised
+            # "Attempted to exit cancel scope in a different task", twice, in a pytest-asyncio
+            # async fixture): its tasks ended in aclose() above, a straggler is cancelled here.
+            tg.cancel_scope.cancel()
+            if exc_type is None:
+                raise InvalidValueError(f"a Bus was {LEFT_IN_ANOTHER_TASK}")
+            return None  # the caller's own exception comes out as it was raised
+        await tg.__aexit__(None, None, None)
         return None
 
     async def aclose(self) -> None:

@@ -137,6 +137,64 @@ async def test_aclose_from_another_task() -> None:
     assert len(sink.events) == 1
 
 
+async def _in_two_tasks(enter: Any, leave: Any) -> None:
+    """Run ``enter`` in one asyncio task to its end, then ``leave`` in another: what a
+    pytest-asyncio async fixture does with its setup and its teardown (asyncio tasks, as it
+    makes them: a task of an anyio task group may not end inside a cancel scope it entered)."""
+    await asyncio.create_task(enter())
+    await asyncio.create_task(leave())
+
+
+async def test_a_bus_left_by_another_task_than_entered_it_delivers_and_says_so() -> None:
+    """A bus entered in one task and left in another (a pytest-asyncio async fixture) delivers
+    what was emitted, closes its sinks and raises one precise error (was anyio's "Attempted to
+    exit cancel scope in a different task", twice, chained)."""
+    bus = Bus()
+    sink = MemorySink()
+    raised: list[BaseException] = []
+
+    async def enter() -> None:
+        await bus.__aenter__()
+        bus.subscribe(sink)
+        bus.emit(refused(1))
+
+    async def leave() -> None:
+        try:
+            await bus.__aexit__(None, None, None)
+        except Exception as exc:  # checked below
+            raised.append(exc)
+
+    await _in_two_tasks(enter, leave)
+    (error,) = raised
+    assert isinstance(error, InvalidValueError)
+    assert str(error).startswith("a Bus was entered in one task and left in another")
+    assert "ckpt_capture" in str(error) and "\n" not in str(error)
+    assert error.__context__ is None
+    assert sink.closed
+    assert len(sink.events) == 1
+
+
+async def test_a_bus_left_by_another_task_with_an_exception_lets_it_through() -> None:
+    """Left by another task while an exception propagates, the bus delivers and closes, and the
+    caller's exception comes out as it was raised, not replaced by the bus's error."""
+    bus = Bus()
+    sink = MemorySink()
+    returned: list[bool | None] = []
+
+    async def enter() -> None:
+        await bus.__aenter__()
+        bus.subscribe(sink)
+        bus.emit(refused(1))
+
+    async def leave() -> None:
+        returned.append(await bus.__aexit__(KeyError, KeyError("yours"), None))
+
+    await _in_two_tasks(enter, leave)
+    assert returned == [None]  # not swallowed: the caller re-raises its KeyError
+    assert sink.closed
+    assert len(sink.events) == 1
+
+
 async def test_aclose_cancelled_by_the_caller_still_closes() -> None:
     """A caller's scope that expires mid-close does not leave sinks open or the bus broken."""
     stuck = StuckInThread()
