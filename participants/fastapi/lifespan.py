@@ -46,6 +46,14 @@ STATE_ATTRIBUTE: Final = "ckpt_events"
 SCOPE_KEY: Final = "ckpt_events.arrival"
 #: The bus's and the sinks' shutdown deadline (seconds), each.
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
+#: An instrumented app's lifespan entered in one task and left in another.
+LIFESPAN_LEFT_IN_ANOTHER_TASK: Final = (
+    "the instrumented app's lifespan was entered in one task and left in another, as "
+    "`async with app.router.lifespan_context(app)` in a pytest-asyncio async fixture is (its "
+    "setup and teardown run as two tasks); what was emitted was delivered and the sinks closed. "
+    "Enter it with asgi_lifespan.LifespanManager(app), which runs it in a task of its own, or in "
+    "the test itself, or run async tests with anyio's pytest plugin"
+)
 
 
 class Instrumented:
@@ -125,6 +133,7 @@ class Instrumented:
             self.bus = renewed.bus
         self._runs += 1
         self._running = True
+        host_task = anyio.get_current_task().id
         async with AsyncExitStack() as stack:
             stack.callback(setattr, self, "_running", False)
             if self._owns_bus:
@@ -152,7 +161,9 @@ class Instrumented:
             self.started = True
             stack.callback(setattr, self, "started", False)
             raised: BaseException | None = None
-            async with anyio.create_task_group() as tg:
+            tg = anyio.create_task_group()
+            await tg.__aenter__()
+            try:
                 if self.monitor is not None:
                     tg.start_soon(self.monitor.run)
                 try:
@@ -161,11 +172,20 @@ class Instrumented:
                     raised = exc
                 finally:
                     tg.cancel_scope.cancel()
+            finally:
+                # Left by the task that entered it only (anyio refuses any other): a lifespan
+                # left in another task has its monitor cancelled above, and says so below.
+                left_elsewhere = anyio.get_current_task().id != host_task
+                if not left_elsewhere:
+                    await tg.__aexit__(None, None, None)
             if raised is not None:
                 try:
                     raise raised
                 finally:
                     raised = None  # no reference cycle through the traceback
+            if left_elsewhere:
+                # Raised inside the stack, so the bus is drained and closed first.
+                raise ConfigurationError(LIFESPAN_LEFT_IN_ANOTHER_TASK)
 
     async def delivered(self) -> None:
         """Wait (within ``shutdown_timeout``) until the events emitted so far are handled by

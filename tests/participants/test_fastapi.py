@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -334,6 +335,55 @@ async def test_the_lifespan_runs_again_with_a_fresh_bus(tmp_path: Path) -> None:
         async with app.router.lifespan_context(app):
             telemetry(app).refused("stale_attempt")
     assert len(list(read_events(path))) == 2
+
+
+async def test_a_lifespan_left_by_another_task_delivers_and_says_so(tmp_path: Path) -> None:
+    """The lifespan entered in one task and left in another (``lifespan_context`` in a
+    pytest-asyncio async fixture: setup and teardown are two asyncio tasks) delivers what was
+    emitted, closes the sinks, stops the loop-lag monitor and raises one line saying what to do
+    instead (was anyio's "Attempted to exit cancel scope in a different task", twice, chained)."""
+    sink = MemorySink()
+    path = tmp_path / "events.jsonl"
+    own = FastAPI()
+    instrument(own, kind="judge", instance="judge-0", jsonl_path=str(path))
+    for app in (_user_app(sink), own):
+        await _enter_and_leave_in_two_tasks(app)
+    assert sink.closed and [type(e) for e in sink.events] == [Refused]
+    assert [type(event) for _, event in read_events(path)] == [Refused]
+    with EventCapture() as capture:  # a bus the lifespan does not own: its monitor stops all the same
+        tel = capture.telemetry("judge", "judge-0")
+        on_capture = FastAPI()
+        instrument(on_capture, telemetry=tel, bus=tel.bus)
+        await _enter_and_leave_in_two_tasks(on_capture)
+        assert [type(e) for e in capture.events] == [Refused]
+
+
+async def _enter_and_leave_in_two_tasks(app: FastAPI) -> None:
+    """Enter the app's lifespan in one asyncio task, emit, leave it in another (as
+    pytest-asyncio runs an async fixture's setup and teardown), and check the error and tasks."""
+    context = app.router.lifespan_context(app)
+    raised: list[BaseException] = []
+
+    async def setup() -> None:
+        await context.__aenter__()
+        telemetry(app).refused("stale_attempt")
+
+    async def teardown() -> None:
+        try:
+            await context.__aexit__(None, None, None)
+        except Exception as exc:  # checked below
+            raised.append(exc)
+
+    before = asyncio.all_tasks()
+    await asyncio.create_task(setup())
+    await asyncio.create_task(teardown())
+    (error,) = raised
+    assert isinstance(error, ConfigurationError)
+    assert str(error).startswith("the instrumented app's lifespan was entered in one task and left")
+    assert "LifespanManager" in str(error) and "\n" not in str(error)
+    assert error.__context__ is None
+    await anyio.sleep(0.01)  # the cancelled loop-lag monitor ends on the loop's next turn
+    assert asyncio.all_tasks() <= before
 
 
 async def test_a_lifespan_run_again_reports_no_stale_loop_lag() -> None:
