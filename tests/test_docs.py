@@ -58,7 +58,7 @@ def _one(page: str, marker: str) -> str:
 
 #: Packages an example may import that no extra of ours installs: its block is skipped, saying
 #: so, where the package is missing (the page on your own OpenTelemetry setup shows logfire's).
-_NOT_OURS: Final = ("logfire",)
+_NOT_OURS: Final = ("logfire", "asgi_lifespan")
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=[block.name for block in PYTHON])
@@ -499,6 +499,64 @@ def test_pytest_plugin_example_passes_under_pytest(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+def _pytest(where: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """pytest run in ``where`` on its files, warnings as errors, ``where`` importable."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=where,
+        env={**os.environ, "PYTHONPATH": str(where)},
+    )
+
+
+#: A pytest-asyncio fixture holding an instrumented app's lifespan across its ``yield``.
+_LIFESPAN_IN_A_FIXTURE: Final = """
+import pytest
+import pytest_asyncio
+
+from test_app import make_app
+
+
+@pytest_asyncio.fixture
+async def app(ckpt_capture):
+    tel = ckpt_capture.telemetry("judge", "judge-0")
+    app = make_app(telemetry=tel, bus=tel.bus)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.mark.asyncio
+async def test_served(app):
+    pass
+"""
+
+
+@pytest.mark.parametrize("mode", ["strict", "auto"])
+def test_the_pytest_asyncio_recipe_passes_under_pytest_asyncio(tmp_path: Path, mode: str) -> None:
+    """The testing page's pytest-asyncio files pass under pytest-asyncio (strict and auto mode,
+    warnings as errors, two xdist workers); a fixture holding the lifespan across its yield
+    fails at teardown with our one line (was anyio's "Attempted to exit cancel scope in a
+    different task", twice, from our lifespan). Skipped without pytest-asyncio and asgi-lifespan,
+    which our suite does not install: pytest-asyncio would run its async tests too."""
+    for package in ("pytest_asyncio", "asgi_lifespan", "xdist"):
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"needs {package} installed (pip install pytest-asyncio asgi-lifespan pytest-xdist)")
+    (tmp_path / "test_app.py").write_text(_one("testing.md", "# test_app.py"))
+    (tmp_path / "test_fixture.py").write_text(_one("testing.md", "# test_fixture.py"))
+    options = ["-o", f"asyncio_mode={mode}", "-o", "asyncio_default_fixture_loop_scope=function"]
+    result = _pytest(tmp_path, *options, "-n", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
+    (tmp_path / "test_lifespan_fixture.py").write_text(_LIFESPAN_IN_A_FIXTURE)
+    result = _pytest(tmp_path, *options, "-n", "0", "test_lifespan_fixture.py")
+    assert "1 passed, 1 error" in result.stdout, result.stdout + result.stderr
+    assert "ConfigurationError: the instrumented app's lifespan was entered in one task" in result.stdout
+    assert "Attempted to exit cancel scope" not in result.stdout
 
 
 @pytest.mark.collector
