@@ -14,7 +14,8 @@ emits checkpoint events.
   recording through it, subscribed to ``ckpt_capture`` (asking for any of the three is enough).
 
 Async tests need an async plugin's marker, e.g. anyio's ``@pytest.mark.anyio`` (or
-``anyio_mode = "auto"``); the fixtures themselves are synchronous and serve both kinds.
+``anyio_mode = "auto"``) or pytest-asyncio's ``@pytest.mark.asyncio``; the fixtures themselves
+are synchronous and serve both kinds, on any loop scope (docs/testing.md, "With pytest-asyncio").
 
 OpenTelemetry is imported by the fixtures that need it, so the plugin loads on an install
 without the ``otel`` extra; those fixtures then skip the test.
