@@ -552,10 +552,15 @@ def _ends_feed(ended: dict[tuple[int, int], UnreadEnd], count: int, every: int) 
 
 
 def _fold_ends(count: int, every: int = 1000) -> tuple[float, int]:
-    ended: dict[tuple[int, int], UnreadEnd] = {}
-    began = time.perf_counter()
-    fold = fold_events(_ends_feed(ended, count, every), ended)
-    return time.perf_counter() - began, fold.ended_let_go
+    """The fold's CPU time (this thread's: a loaded machine's other processes do not count, as
+    wall time did, 0.13 s against 3.5 s in one run) and how many ends it let go; best of two."""
+    times: list[float] = []
+    for _ in range(2):
+        ended: dict[tuple[int, int], UnreadEnd] = {}
+        began = time.thread_time()
+        fold = fold_events(_ends_feed(ended, count, every), ended)
+        times.append(time.thread_time() - began)
+    return min(times), fold.ended_let_go
 
 
 def test_ends_waiting_for_their_start_are_let_go_in_constant_time_and_counted() -> None:
