@@ -10,7 +10,6 @@ the exporter whatever it is given, so a bad one is a ``ConfigurationError`` sayi
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import inspect
 import os
 import uuid
@@ -120,6 +119,10 @@ FRACTIONAL_TIMEOUT_SINCE: Final = (1, 35)
 
 def _grpc_exporter_release() -> tuple[int, ...] | None:
     """The installed gRPC exporter's release (``(1, 34, 1)``), ``None`` if it cannot be read."""
+    # Here, not at the top: importlib.metadata brings email, csv and zipfile, and only the gRPC
+    # path asks (configure() with nothing set loads none of it: tests/test_light_imports.py).
+    import importlib.metadata
+
     try:
         version = importlib.metadata.version("opentelemetry-exporter-otlp-proto-grpc")
     except importlib.metadata.PackageNotFoundError:
