@@ -123,17 +123,22 @@ async def test_a_shut_down_provider_counts_its_spans_as_dropped_and_logs_once(
     assert "SynchronousMultiSpanProcessor was shut down" in record.getMessage()
 
 
-async def test_a_shut_down_processor_given_as_processor_counts_its_spans_as_dropped() -> None:
-    """processor= a BatchSpanProcessor already shut down: the span is dropped, not exported."""
-    processor = BatchSpanProcessor(InMemorySpanExporter())
-    processor.shutdown()
-    sink = SpanSink(processor=processor, linger=0)
+async def _one_operation_through(sink: SpanSink) -> tuple[int, int, str | None]:
+    """One operation through ``sink`` on a bus of its own: its (exported, dropped, last failure)."""
     async with Bus() as bus:
         bus.subscribe(sink)
         with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
             pass
     stats = sink.stats()
-    assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
+    return stats.exported, stats.dropped, stats.last_failure
+
+
+async def test_a_shut_down_processor_given_as_processor_counts_its_spans_as_dropped() -> None:
+    """processor= a BatchSpanProcessor already shut down: the span is dropped, not exported."""
+    processor = BatchSpanProcessor(InMemorySpanExporter())
+    processor.shutdown()
+    sink = SpanSink(processor=processor, linger=0)
+    assert await _one_operation_through(sink) == (0, 1, "was shut down")
 
 
 async def test_spans_to_a_shut_down_otlp_exporter_s_simple_processor_are_dropped() -> None:
@@ -148,12 +153,7 @@ async def test_spans_to_a_shut_down_otlp_exporter_s_simple_processor_are_dropped
     )
     provider.shutdown()
     sink = SpanSink(tracer_provider=provider, linger=0)
-    async with Bus() as bus:
-        bus.subscribe(sink)
-        with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
-            pass
-    stats = sink.stats()
-    assert (stats.exported, stats.dropped, stats.last_failure) == (0, 1, "was shut down")
+    assert await _one_operation_through(sink) == (0, 1, "was shut down")
 
 
 class _HoldsTheTenthSpan(InMemorySpanExporter):
