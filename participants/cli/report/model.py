@@ -375,7 +375,10 @@ def attribute(spans: list[Span]) -> Attribution | None:
             intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
     unknown = _outside_call(spans, by_id)
     cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
-    parts: dict[str, float] = {}
+    # Whole nanoseconds, made milliseconds once: a float sum of the pieces drifted off the
+    # total's own figure (27 500 ns in three pieces read 0.027499999999999997 ms, printed
+    # 0.027 ms of handlers beside 0.028 ms total for one and the same time).
+    parts_ns: dict[str, int] = {}
     # A participant's operation at the root ran its handler all along: its time outside its
     # steps was read as unattributed (55.6 ms restore, no steps: 100% unattributed).
     uncovered = HANDLERS if root.participant else UNATTRIBUTED
@@ -383,17 +386,18 @@ def attribute(spans: list[Span]) -> Attribution | None:
         mid = (a + b) / 2
         covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
         label = min(covering)[1] if covering else uncovered
-        parts[label] = parts.get(label, 0.0) + (b - a) / 1e6
+        parts_ns[label] = parts_ns.get(label, 0) + (b - a)
+    parts = {label: ns / 1e6 for label, ns in parts_ns.items()}
 
-    def total(prefix: str) -> float:
-        return sum(v for k, v in parts.items() if k.startswith(prefix))
+    def total(*prefixes: str) -> float:
+        return sum(ns for k, ns in parts_ns.items() if k.startswith(prefixes)) / 1e6
 
     lags = [s.loop_lag_ms for s in spans if s.loop_lag_ms is not None]
     return Attribution(
         root=root.short,
         total_ms=(hi - lo) / 1e6,
         handlers_ms=total(HANDLERS),
-        transit_ms=total(QUEUED) + total(TRANSIT),
+        transit_ms=total(QUEUED, TRANSIT),
         controller_ms=total(CONTROLLER),
         unattributed_ms=total(UNATTRIBUTED),
         parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])),

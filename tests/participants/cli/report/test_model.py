@@ -68,3 +68,26 @@ async def test_children_follow_their_parents_in_start_order() -> None:
     last_resume = max((s for s in spans if s.short == "resume"), key=lambda s: s.end_ns)
     resume_stage = next(s for s in spans if s.short == "coordinate.resume")
     assert {spans[0].span_id, resume_stage.span_id, last_resume.span_id} <= critical
+
+
+def test_a_participants_operation_at_a_rounding_tie_prints_one_figure_for_total_and_handlers() -> None:
+    """A 27 500 ns commit with a 1 000 ns step: all of it is handler time, so its total and its
+    handlers must print the same. The handlers were a float sum of the sweep's pieces, 1000 +
+    1000 + 25 500 ns read 0.027499999999999997 ms, printed ``0.027 ms`` beside the total's
+    ``0.028 ms``; they are summed in whole nanoseconds now, exactly the total's 27 500."""
+    start = 1_764_000_000_000_000_000
+    root = Span("gym.checkpoint.commit", "judge-0", start, start + 27_500, 0, False, span_id=1)
+    step = Span(
+        "gym.checkpoint.upload",
+        "judge-0",
+        start + 1_000,
+        start + 2_000,
+        1,
+        False,
+        span_id=2,
+        parent_span_id=1,
+    )
+    attribution = attribute([root, step])
+    assert attribution is not None and not attribution.coordinated
+    assert attribution.handlers_ms == attribution.total_ms == 27_500 / 1e6
+    assert _numbers(attribution.line()) == [0.028, 0.028]
