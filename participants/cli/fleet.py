@@ -243,7 +243,9 @@ async def serving(
 ) -> AsyncIterator[str]:
     """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit.
 
-    Setting ``stopping`` shuts the server down gracefully before that (requests in flight end)."""
+    Setting ``stopping`` shuts the server down gracefully before that (requests in flight end).
+    What the body raises comes out as raised, once the server has stopped (never wrapped in an
+    ``ExceptionGroup``: a ``local_fleet`` of five nested it five deep)."""
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP,
     # and accepted sockets inherit the listener's. With proto 0 Nagle stayed on, and uvicorn's
     # separate header and body writes waited out the client's delayed ACK: 44 ms per request
@@ -264,6 +266,9 @@ async def serving(
     )
     server = _EmbeddedServer(config)
     ended = anyio.Event()
+    # The body's own error, re-raised once the task group is left: raised through it, it came out
+    # wrapped in an ExceptionGroup, and a fleet of N servers nested it N deep.
+    body_error: Exception | None = None
 
     async def serve() -> None:
         try:
@@ -284,6 +289,8 @@ async def serving(
                 raise LaunchError(f"uvicorn did not start {shown(app)} on {host}:{port}")
             try:
                 yield f"http://{host}:{port}"
+            except Exception as exc:
+                body_error = exc
             finally:
                 # Shut down before the task group would cancel the server: cancelled, uvicorn's
                 # lifespan logs a traceback per app (five for a fleet, on every error or Ctrl-C).
@@ -293,6 +300,8 @@ async def serving(
                 tg.cancel_scope.cancel()  # the _exit_when watcher
     finally:
         sock.close()
+    if body_error is not None:
+        raise body_error
 
 
 @contextlib.asynccontextmanager

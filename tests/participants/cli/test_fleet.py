@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from ckpt_events.participants.cli.fleet import (
     ServerProcess,
+    local_fleet,
     process_fleet,
     serving,
     stop_processes,
@@ -72,6 +73,18 @@ async def test_accepted_sockets_have_tcp_nodelay() -> None:
                 conn.close()
 
         assert await anyio.to_thread.run_sync(request_and_inspect) != 0
+
+
+async def test_an_error_in_a_fleets_body_comes_out_as_itself() -> None:
+    """What the code inside ``local_fleet`` raises comes out as raised, the servers stopped: each
+    ``serving`` re-raised it wrapped in an ExceptionGroup, and a fleet of five nested it five deep
+    (two fleets in one test: deeper than the traceback shows, "max_group_depth is 10", the cause
+    cut off)."""
+    with pytest.raises(LookupError, match="^the body's own$") as info:
+        async with local_fleet(token="t") as urls:
+            assert len(urls) >= 2
+            raise LookupError("the body's own")
+    assert type(info.value) is LookupError and info.value.__context__ is None
 
 
 def test_worker_processes_get_the_workload_options_and_never_the_apps_own() -> None:
