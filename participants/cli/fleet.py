@@ -298,6 +298,13 @@ async def serving(
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_TIMEOUT):
                     await ended.wait()
                 tg.cancel_scope.cancel()  # the _exit_when watcher
+    except BaseExceptionGroup as group:
+        if body_error is None:
+            raise
+        # The server failed too: both said, neither as the other's cause.
+        raise BaseExceptionGroup(
+            f"the body and the server of {host}:{port} both failed", [body_error, *group.exceptions]
+        ) from None
     finally:
         sock.close()
     if body_error is not None:
