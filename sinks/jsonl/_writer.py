@@ -461,11 +461,17 @@ class JsonLinesSink:
         assert self._path is not None
         self._rotation_held = False
         buffer = self._buffer
+        encode_into = self._encode_into
         lines = 0
         for event in batch:
             before = len(buffer)
-            if not self._encode_event(event, buffer, before):
-                continue
+            # The common case inline (no method call an event on this path); a lone surrogate
+            # (a UnicodeEncodeError) or an event JSON cannot hold goes through _encode_event.
+            try:
+                encode_into(with_hex_ids(event), buffer, -1)
+            except (ValueError, TypeError, OverflowError):
+                if not self._encode_event(event, buffer, before):
+                    continue
             if len(buffer) - before > MAX_LINE:
                 self._leave_out(event, buffer, before)
                 if len(buffer) == before:
@@ -511,6 +517,7 @@ class JsonLinesSink:
         """Encode ``event`` at ``start`` in ``buffer`` (U+FFFD for a lone surrogate); ``False``,
         with nothing of it left in ``buffer``, for an event JSON cannot hold (counted, the first
         logged)."""
+        del buffer[start:]  # what a failed encode left
         try:
             try:
                 self._encode_into(with_hex_ids(event), buffer, -1)
