@@ -40,12 +40,13 @@ import msgspec
 
 from ckpt_events import Bus, CkptEventsError
 from ckpt_events._logs import library_logger
+from ckpt_events.sinks._export_flush import answer_flush, queue_bound
 from ckpt_events.sinks._export_reports import (
     REPORT_INTERVAL,
-    Flushed,
     ForwardingHandler,
     Progress,
     ReportWriter,
+    sink_counters,
 )
 from ckpt_events.sinks._export_wire import MAX_LINE, WireReader
 
@@ -84,9 +85,6 @@ class _Control(msgspec.Struct, frozen=True):
 
 
 _CONTROL: Final = msgspec.json.Decoder(_Control)
-#: Seconds a flush may wait for the bus to deliver what was read before it (each sink's
-#: ``force_flush`` after that is bounded by the sink's own timeout: 10 s for OTLP).
-_FLUSH_DELIVERY: Final = 10.0
 
 
 class _Reader:
@@ -222,7 +220,7 @@ async def _report(writer: ReportWriter, bus: Bus, configured: Configured) -> Non
     """Send the counters when they changed, every ``REPORT_INTERVAL`` seconds, until cancelled."""
     while True:
         await anyio.sleep(REPORT_INTERVAL)
-        writer.progress(Progress(bus.stats(), _sink_stats(configured)))
+        writer.progress(Progress(bus.stats(), sink_counters(configured.subscriptions)))
 
 
 async def _serve_head(
@@ -256,7 +254,7 @@ async def _serve_head(
             "prometheus": prometheus,
             # Answered on the report pipe: without one, the parent is told not to ask.
             "flush": writer is not None,
-            "queue": _queue_bound(configured),
+            "queue": queue_bound(configured),
         }
         if not _reply(ready):
             # The server died as we started (killed while it waited for this): its batches
@@ -281,7 +279,7 @@ async def _serve_head(
                             _budget(configured, bus, control.close_timeout)
                         elif writer is not None:
                             # In a task: the input is read on meanwhile (a server goes on sending).
-                            tg.start_soon(_flush, control.flush, bus, configured, writer, flushing)
+                            tg.start_soon(answer_flush, control.flush, bus, configured, writer, flushing)
                         continue
                     invalid = wire.invalid_events
                     try:
@@ -313,58 +311,8 @@ async def _serve_head(
         "lost_ends": wire.lost_ends,
         "invalid_events": wire.invalid_events,
         "bus": msgspec.to_builtins(stats),
-        "sinks": _sink_stats(configured),
+        "sinks": sink_counters(configured.subscriptions),
     }
-
-
-async def _flush(
-    number: int, bus: Bus, configured: Configured, writer: ReportWriter, lock: anyio.Lock
-) -> None:
-    """Answer the flush request ``number``: the bus's delivery of what was read before it, then
-    each sink's ``force_flush`` (in a worker thread: ours block up to their own timeout), then
-    the counters and ``Flushed`` on the report pipe."""
-    async with lock:
-        done = await bus.flush(_FLUSH_DELIVERY)
-        for sub in configured.subscriptions:
-            force_flush = getattr(sub.sink, "force_flush", None)  # no part of the Sink Protocol
-            if not callable(force_flush):
-                continue
-            try:
-                exported = await anyio.to_thread.run_sync(force_flush, abandon_on_cancel=True)
-            except Exception:  # a sink's failure: logged to the server, the flush said not done
-                logger.exception("ckpt_events: the export process's sink %s failed to flush", sub.name)
-                exported = False
-            done = done and exported is not False
-        writer.progress(Progress(bus.stats(), _sink_stats(configured)))
-        writer.flushed(Flushed(number, done))
-
-
-def _queue_bound(configured: Configured) -> int | None:
-    """The fewest spans a sink with ``force_flush`` takes at a time without dropping (its
-    ``max_queue``, else ``max_export_batch``), as replay reads it of a sink in process: the
-    parent hands at most so many events between two flushes."""
-    bounds: list[int] = []
-    for sub in configured.subscriptions:
-        if not callable(getattr(sub.sink, "force_flush", None)):
-            continue
-        for name in ("max_queue", "max_export_batch"):
-            value = getattr(sub.sink, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                bounds.append(value)
-                break
-    return min(bounds, default=None)
-
-
-def _sink_stats(configured: Configured) -> dict[str, list[Any]]:
-    """Each closed sink's own counters (what it exported, dropped and why), by subscription
-    name, as ``[the stats class's name, its fields]``: a sink's log line points at them."""
-    sinks: dict[str, list[Any]] = {}
-    for sub in configured.subscriptions:
-        stats = getattr(sub.sink, "stats", None)  # a sink's stats() is no part of its Protocol
-        counters = stats() if callable(stats) else None
-        if isinstance(counters, msgspec.Struct):
-            sinks[sub.name] = [type(counters).__name__, msgspec.to_builtins(counters)]
-    return sinks
 
 
 def _invalid(error: str | None) -> None:

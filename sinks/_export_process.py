@@ -26,6 +26,8 @@ and exports it before it exits.
 onto a bus with this sink waits on it as on a sink in process (``max_queue``, the child's
 smallest span queue, bounds what it hands between two flushes). A child that does not answer
 flush requests (a version before them) is never asked: said once, ``False`` at once.
+The protocol, both halves, is ``_export_flush``; the child's start and its end by force are
+``_export_spawn``, its ``ready`` and ``closed`` replies ``_export_replies``.
 
 While the child runs, a thread of this process reads its reports (``_export_reports``): its
 sinks' counters, shown by ``stats()`` within ``REPORT_INTERVAL`` (0.25 s) of a change, and each
@@ -38,13 +40,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
-import logging
 import os
-import select
 import signal
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Mapping
@@ -53,10 +51,13 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from ckpt_events import BusStats, ConfigurationError
+from ckpt_events import BusStats
 from ckpt_events._events import EVENT_TYPES
 from ckpt_events._logs import library_logger
-from ckpt_events.sinks._export_reports import ReportListener
+from ckpt_events.sinks._export_flush import FlushRequests
+from ckpt_events.sinks._export_replies import await_reply
+from ckpt_events.sinks._export_reports import ReportListener, sink_stats
+from ckpt_events.sinks._export_spawn import child_budget, kill, kill_and_reap, spawn
 from ckpt_events.sinks._export_wire import MAX_LINE, encoder, escaped_line, lines_within, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
@@ -72,11 +73,6 @@ _REPLY_LIMIT: Final = 1 << 20
 _REPORTS_WAIT: Final = 1.0
 #: The pipe's buffer asked for: Linux's default ``pipe-max-size`` for an unprivileged process.
 PIPE_BYTES: Final = 1 << 20
-#: Seconds ``force_flush`` waits for the child's answer by default: its bus's delivery (10 s at
-#: most) and each sink's own flush (OTLP's 10 s timeout) fit in it.
-FLUSH_TIMEOUT: Final = 30.0
-#: Seconds between two looks for the child's answer to a flush (the report thread takes it).
-_FLUSH_POLL: Final = 0.002
 
 
 class ExportProcessStats(msgspec.Struct, frozen=True):
@@ -113,7 +109,7 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     final: bool = False
 
 
-class ExportProcess:
+class ExportProcess(FlushRequests):
     """A bus sink writing every batch to a child process that runs ``configure(**arguments)``.
 
     Start it with ``ExportProcess.start(arguments)`` (``configure(export_process=True)`` does):
@@ -179,88 +175,7 @@ class ExportProcess:
     ) -> ExportProcess:
         """Start the child with ``configure``'s ``arguments`` (JSON-encodable) and wait until it
         built its sinks; ``ConfigurationError`` (the child's message) if it could not."""
-        fields = {"arguments": dict(arguments), "close_timeout": _child_budget(close_timeout)}
-        try:
-            msgspec.json.encode(fields)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
-        # The child imports the ckpt_events this process runs, wherever it was found.
-        path = os.pathsep.join(entry for entry in sys.path if entry)
-        # Its counters and log lines come back on a pipe of their own (``_export_reports``).
-        reports, child_end = os.pipe()
-        level = logging.getLogger("ckpt_events").getEffectiveLevel()
-        head = msgspec.json.encode({**fields, "reports": child_end, "log_level": level}) + b"\n"
-        started = time.monotonic()
-        # The child inherits SIGINT blocked and ignores it once it runs: a Ctrl-C in the
-        # server's terminal while it imported killed it ("exited (code 1) before its sinks
-        # were up", a KeyboardInterrupt traceback), though the server may close in order.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread only
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "ckpt_events.sinks._export_child"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env={**os.environ, "PYTHONPATH": path},
-                pass_fds=(child_end,),
-            )
-        except OSError as exc:
-            os.close(reports)
-            os.close(child_end)
-            # An embedded interpreter (uWSGI, mod_wsgi) has no Python at sys.executable (or an
-            # empty one), or the system is out of processes: a bare OSError naming only a path.
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            raise ConfigurationError(
-                f"the export process could not be started: {sys.executable!r} ({exc.strerror or exc}); "
-                "it runs this process's Python (sys.executable), which an embedded interpreter may "
-                "lack: run without export_process"
-            ) from None
-        except BaseException:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            os.close(reports)
-            os.close(child_end)
-            raise
-        os.close(child_end)  # the child's now: its exit (or _kill) ends the listener's reading
-        listener = ReportListener(reports, process.pid)
-        try:
-            # A Ctrl-C meanwhile is raised here, in this try: the child is killed, not left.
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            assert process.stdin is not None
-            try:
-                process.stdin.write(head)
-                process.stdin.flush()
-            except BrokenPipeError:  # it exited at once: said below, with its exit code
-                ready = None
-            else:
-                ready = _read_reply(process, started + start_timeout)
-            waited = time.monotonic() - started  # as the reply came, or the output ended
-        except BaseException:
-            _kill(process)
-            raise
-        if ready is None:
-            # Its stdout ended (it is exiting: give it a moment to be reaped) or it said nothing.
-            try:
-                exited: int | None = process.wait(1.0)
-            except subprocess.TimeoutExpired:
-                exited = None
-            _kill(process)
-            if exited is None:
-                if waited < start_timeout:  # its output ended, yet it runs on: not a slow start
-                    raise ConfigurationError(
-                        f"the export process stopped answering after {waited:.1f} s without saying "
-                        "its sinks were up, and did not exit; run without export_process to see "
-                        "the sinks start here"
-                    )
-                raise ConfigurationError(
-                    f"the export process did not start within {start_timeout:g} s; run without "
-                    "export_process to see the sinks start here"
-                )
-            raise ConfigurationError(
-                f"the export process exited (code {exited}) before its sinks were up; its error is "
-                "on stderr above"
-            )
-        if not ready.get("ready"):
-            _kill(process)  # it is exiting on its own: this reaps it and closes the pipes
-            raise ConfigurationError(str(ready.get("error") or "export process: it could not start"))
+        process, listener, ready = spawn(arguments, close_timeout, start_timeout)
         interests = frozenset(_TAGS[tag] for tag in ready.get("interests", ()) if tag in _TAGS)
         sinks = tuple(str(name) for name in ready.get("sinks", ()))
         queue = ready.get("queue")
@@ -273,7 +188,7 @@ class ExportProcess:
     def discard(self) -> None:
         """End a child that has nothing to export (no sink was set): killed and reaped now."""
         self._closing = True
-        _kill(self._process)
+        kill(self._process)
         self._exit_code = self._process.returncode
 
     @property
@@ -335,67 +250,6 @@ class ExportProcess:
         finally:
             self._mid_line = False
         self._forwarded += sent
-
-    async def force_flush(self, timeout: float | None = None) -> bool:
-        """Wait until the child delivered every event written to its pipe before this call and
-        its sinks exported them (each sink's ``force_flush``, within its own timeout), at most
-        ``timeout`` seconds (default ``FLUSH_TIMEOUT``). ``True`` when the child said all were
-        exported; ``False`` when not (what its sinks dropped is in ``stats().sinks``), when it
-        did not answer in time, is gone or closing, or does not answer flush requests (a child
-        of a version before them: said once, not waited for)."""
-        seconds = FLUSH_TIMEOUT if timeout is None else timeout
-        deadline = time.monotonic() + seconds
-        if self._gone or self._closing or os.getpid() != self._owner or self._process.poll() is not None:
-            return False
-        if not self._flushes or self._reports is None:
-            self._flush_unanswered("it does not answer flush requests (a ckpt_events before them runs it)")
-            return False
-        self._flush_number += 1
-        number = self._flush_number
-        request = {"close_timeout": _child_budget(self.close_timeout), "flush": number}
-        line = msgspec.json.encode(request) + b"\n"
-        # Written whole or not at all (shorter than PIPE_BUF), never inside a batch's line.
-        while True:
-            if not self._mid_line:
-                try:
-                    os.write(self._pipe, line)
-                    break
-                except BlockingIOError:
-                    pass
-                except OSError:  # the child is gone: the next batch says it, with its counts
-                    return False
-            if time.monotonic() >= deadline:
-                self._flush_unanswered(f"its input stayed full for {seconds:g} s")
-                return False
-            await anyio.sleep(_FLUSH_POLL)
-        reports = self._reports
-        while (answer := reports.flushed) is None or answer.number < number:
-            # The listener ends once the child exited and every report it sent was read.
-            if not reports.running:
-                answer = reports.flushed
-                if answer is not None and answer.number >= number:
-                    break
-                if not self._closing:  # a close under way says what the child's sinks lost
-                    self._flush_unanswered("it ended before it answered")
-                return False
-            if time.monotonic() >= deadline:
-                self._flush_unanswered(f"no answer within {seconds:g} s")
-                return False
-            await anyio.sleep(_FLUSH_POLL)
-        return answer.done
-
-    def _flush_unanswered(self, why: str) -> None:
-        """Say once that a flush could not be waited for; what its sinks drop, they count."""
-        if self._said_flush:
-            return
-        self._said_flush = True
-        logger.warning(
-            "ckpt_events: the export process (pid %d) could not be flushed: %s; what was written "
-            "to it is not known to be exported (its sinks count what they drop: "
-            "ExportProcess.stats().sinks; further such flushes are not logged)",
-            self._process.pid,
-            why,
-        )
 
     def _encode_item(self, item: Any) -> bytes:
         try:
@@ -461,7 +315,7 @@ class ExportProcess:
         )
         self._gone = True
         self._said = True
-        _kill(self._process)
+        kill(self._process)
         self._exit_code = self._process.returncode
 
     def abandon(self) -> None:
@@ -482,7 +336,7 @@ class ExportProcess:
         self._said = True
         # Killed, not its pipes closed: a batch waiting for the pipe (another task) wakes as its
         # reader goes, and gets EPIPE; closing the descriptor under that wait never woke it.
-        _kill_and_reap(self._process)
+        kill_and_reap(self._process)
 
     async def aclose(self) -> None:
         """End the child's input and wait for it to export and exit, within ``close_timeout``;
@@ -500,7 +354,7 @@ class ExportProcess:
             # The close deadline now (Configured.aclose sets what is left of its own): the
             # child closes within it. A line this short is written whole or not at all (a full
             # pipe, a gone child: it keeps the budget it started with).
-            budget = msgspec.json.encode({"close_timeout": _child_budget(self.close_timeout)})
+            budget = msgspec.json.encode({"close_timeout": child_budget(self.close_timeout)})
             with contextlib.suppress(OSError):
                 os.write(self._pipe, budget + b"\n")
         with contextlib.suppress(OSError):
@@ -516,7 +370,7 @@ class ExportProcess:
             # Read in this task, not a worker thread: a thread abandoned by a cancelled close read
             # on by descriptor number after the pipe was closed, took the next export process's
             # pipe (its number reused) and its ready reply ("did not start within 20 s").
-            reply = await _await_reply(self._process, deadline)
+            reply = await await_reply(self._process, deadline)
             if reply is not None and reply.get("closed"):
                 self._closed = reply
             while self._process.poll() is None and time.monotonic() < deadline:
@@ -528,7 +382,7 @@ class ExportProcess:
                     self._process.pid,
                 )
                 self._said = True
-                _kill(self._process)
+                kill(self._process)
             self._exit_code = self._process.returncode
             assert self._process.stdout is not None
             self._process.stdout.close()
@@ -623,7 +477,7 @@ class ExportProcess:
             child=msgspec.convert(child, BusStats) if child is not None else None,
             lost_ends=closed.get("lost_ends"),
             invalid_events=closed.get("invalid_events"),
-            sinks=_sink_stats(sinks) if sinks is not None else None,
+            sinks=sink_stats(sinks) if sinks is not None else None,
             final=self._closed is not None,
         )
 
@@ -654,85 +508,6 @@ def _close_in_forked_copy() -> None:
 os.register_at_fork(after_in_child=_close_in_forked_copy)
 
 
-def _read_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
-    """The child's next reply (a ``ready`` or ``closed`` object), by ``deadline`` (``None``: none came)."""
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    line = bytearray()
-    while (reply := _take_reply(line)) is None:
-        left = deadline - time.monotonic()
-        if left <= 0 or len(line) >= _REPLY_LIMIT:
-            return None
-        if not select.select([fd], [], [], min(left, 0.5))[0]:
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return None
-        line += chunk
-    return reply
-
-
-async def _await_reply(process: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
-    """``_read_reply`` in this task: a cancel stops the reading before the pipe is closed."""
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    os.set_blocking(fd, False)
-    line = bytearray()
-    with anyio.move_on_after(deadline - time.monotonic()):
-        while (reply := _take_reply(line)) is None:
-            if len(line) >= _REPLY_LIMIT:
-                return None
-            try:
-                chunk = os.read(fd, 4096)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            if not chunk:
-                return None
-            line += chunk
-        return reply
-    return None
-
-
-def _take_reply(line: bytearray) -> dict[str, Any] | None:
-    """The first reply among the whole lines of ``line``, taken out of it with those before it.
-
-    Another line is what a start-up hook (a ``sitecustomize``, a debugger) printed before the
-    child pointed its stdout at stderr: it is passed to our stderr, where the child's prints go
-    (it was taken for the reply: "did not start within 20 s", said after one second)."""
-    while (end := line.find(b"\n")) >= 0:
-        head = bytes(line[:end])
-        del line[: end + 1]
-        try:
-            reply = msgspec.json.decode(head)
-        except msgspec.DecodeError:
-            reply = None
-        if isinstance(reply, dict) and ("ready" in reply or "closed" in reply):
-            return reply
-        sys.stderr.write(head.decode(errors="replace") + "\n")
-    return None
-
-
-#: The sinks' own stats classes the child reports, by name: where each is public.
-_SINK_STATS: Final = {
-    "JsonLinesStats": "ckpt_events.sinks",
-    "MetricSinkStats": "ckpt_events.sinks.otel",
-    "OtlpMetricSinkStats": "ckpt_events.sinks.otel",
-    "OtlpSpanSinkStats": "ckpt_events.sinks.otel",
-    "SpanSinkStats": "ckpt_events.sinks.otel",
-}
-
-
-def _sink_stats(reported: dict[str, list[Any]]) -> dict[str, msgspec.Struct]:
-    """The child's ``sinks`` reply as the stats each sink's ``stats()`` returns in process."""
-    sinks: dict[str, msgspec.Struct] = {}
-    for name, (kind, fields) in reported.items():
-        home = _SINK_STATS.get(kind)
-        if home is not None:  # a class this side does not know is left out, not guessed
-            sinks[name] = msgspec.convert(fields, getattr(importlib.import_module(home), kind))
-    return sinks
-
-
 def _losses(child: BusStats, sinks: Mapping[str, msgspec.Struct]) -> list[str]:
     """Each child sink's losses, by the counters that hold them: its bus's (``failed``,
     ``dropped``, ``abandoned`` events) with the first error, else its own ``dropped`` and
@@ -753,11 +528,6 @@ def _losses(child: BusStats, sinks: Mapping[str, msgspec.Struct]) -> list[str]:
     return lost
 
 
-def _child_budget(close_timeout: float) -> float:
-    """The seconds the child may take to close: most of ours, so its last reply is in time."""
-    return round(close_timeout * 0.8, 3)
-
-
 def _widen(pipe: int) -> None:
     """Give ``pipe`` up to ``PIPE_BYTES`` of buffer (Linux; a 64 KiB pipe took a batch of 400
     events in 5 writes and 4 waits for the child; elsewhere, or past the system's
@@ -766,20 +536,3 @@ def _widen(pipe: int) -> None:
     if set_size is not None:
         with contextlib.suppress(OSError):
             fcntl.fcntl(pipe, set_size, PIPE_BYTES)
-
-
-def _kill_and_reap(process: subprocess.Popen[bytes]) -> None:
-    """Kill ``process`` (if it still runs) and reap it, within 5 s; its pipes stay open."""
-    with contextlib.suppress(OSError):
-        process.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(5.0)
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    """Kill ``process`` (if it still runs), reap it, close our ends of its pipes."""
-    _kill_and_reap(process)
-    for pipe in (process.stdin, process.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()

@@ -24,17 +24,19 @@ later one replaces what an earlier one said.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import select
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
 
-from ckpt_events import BusStats
+from ckpt_events import BusStats, Subscription
 from ckpt_events._logs import LOGGED_MESSAGE_CHARS, fit_line, library_logger, said_in_log
 
 __all__ = [
@@ -47,6 +49,8 @@ __all__ = [
     "Progress",
     "ReportListener",
     "ReportWriter",
+    "sink_counters",
+    "sink_stats",
 ]
 
 #: The attribute of a record forwarded from the export process: the child's pid (a filter of
@@ -256,3 +260,35 @@ class ReportListener:
             report.message,
             extra={FORWARDED: self._pid},
         )
+
+
+def sink_counters(subscriptions: Iterable[Subscription]) -> dict[str, list[Any]]:
+    """Each closed sink's own counters (what it exported, dropped and why), by subscription
+    name, as ``[the stats class's name, its fields]``: a sink's log line points at them."""
+    sinks: dict[str, list[Any]] = {}
+    for sub in subscriptions:
+        stats = getattr(sub.sink, "stats", None)  # a sink's stats() is no part of its Protocol
+        counters = stats() if callable(stats) else None
+        if isinstance(counters, msgspec.Struct):
+            sinks[sub.name] = [type(counters).__name__, msgspec.to_builtins(counters)]
+    return sinks
+
+
+#: The sinks' own stats classes the child reports, by name: where each is public.
+_SINK_STATS: Final = {
+    "JsonLinesStats": "ckpt_events.sinks",
+    "MetricSinkStats": "ckpt_events.sinks.otel",
+    "OtlpMetricSinkStats": "ckpt_events.sinks.otel",
+    "OtlpSpanSinkStats": "ckpt_events.sinks.otel",
+    "SpanSinkStats": "ckpt_events.sinks.otel",
+}
+
+
+def sink_stats(reported: dict[str, list[Any]]) -> dict[str, msgspec.Struct]:
+    """The child's ``sinks`` reply as the stats each sink's ``stats()`` returns in process."""
+    sinks: dict[str, msgspec.Struct] = {}
+    for name, (kind, fields) in reported.items():
+        home = _SINK_STATS.get(kind)
+        if home is not None:  # a class this side does not know is left out, not guessed
+            sinks[name] = msgspec.convert(fields, getattr(importlib.import_module(home), kind))
+    return sinks

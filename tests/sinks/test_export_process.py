@@ -824,7 +824,7 @@ def test_every_sink_stats_class_the_child_reports_is_known_here() -> None:
     """Each stats class of a sink configure() builds is converted back by name from its public
     home (one left out would vanish from ``stats().sinks``)."""
     from ckpt_events.sinks import JsonLinesStats
-    from ckpt_events.sinks._export_process import _SINK_STATS
+    from ckpt_events.sinks._export_reports import _SINK_STATS
     from ckpt_events.sinks.otel import MetricSinkStats, OtlpMetricSinkStats, OtlpSpanSinkStats, SpanSinkStats
 
     classes = (JsonLinesStats, MetricSinkStats, OtlpMetricSinkStats, OtlpSpanSinkStats, SpanSinkStats)
