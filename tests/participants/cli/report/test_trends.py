@@ -20,9 +20,10 @@ import pytest
 from ckpt_events import CoordinateFinished, OperationFinished, StepFinished
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.participants.cli.report.trends import Trends, binomial_tail, growth, spearman, theil_sen
+from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload
 from ckpt_events.vocab import Kind, Operation, Step
-from tests.participants.controller.test_coordinator import FOUR, coordinated
+from tests.participants.controller.test_coordinator import FOUR, coordinated, start_work
 
 TWO_ENVIRONMENTS = (("environment", "environment-1"), *FOUR)
 CHECKPOINTS = 8
@@ -280,3 +281,39 @@ async def test_a_healthy_run_flags_nothing_and_a_stream_folds_like_a_list(tmp_pa
     assert 0 < len(detail) < len(events) / (CHECKPOINTS - 1)
     with pytest.raises(RuntimeError, match="again="):
         overview(iter(events)).events_of(row)
+
+
+async def test_a_stalled_aborted_checkpoint_does_not_hide_the_straggler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two faults: environment-0 stalls one checkpoint to its deadline (aborted, said as its
+    cause), environment-1 is slowed at every checkpoint. The aborted one ranks no one: counted,
+    environment-0 was its slowest, environment-1 the slowest in 5 of 6 (luck among two) and the
+    straggler went unflagged."""
+    _slowed_export(monkeypatch, lambda w: 0.05 if w.tel.instance == "environment-1" else 0.0)
+    slow = {"environment-0": {"step_seconds": 1.0}}
+    async with coordinated(members=TWO_ENVIRONMENTS, options=slow) as (co, http, events):
+        await start_work(http, co, "r1")
+        env = next(m for m in co.of_kind("environment") if m.instance == "environment-0")
+        async with anyio.create_task_group() as tg:
+            running = anyio.Event()
+
+            async def run_step() -> None:
+                running.set()
+                await http.post(
+                    env.url + "/work/advance", json={"rollout_id": "r1", "attempt": 0}, timeout=10
+                )
+
+            tg.start_soon(run_step)
+            await running.wait()
+            await anyio.sleep(0.2)  # the step is running: the prepare waits for it, to its deadline
+            with pytest.raises(CheckpointNotPrepared):
+                await co.checkpoint("c-stalled", str(tmp_path / "stalled"), deadline_ts=time.time() + 0.4)
+        for n in range(5):
+            await co.checkpoint(f"c{n}", str(tmp_path / f"ck{n}"), deadline_ts=time.time() + 10)
+    run = overview(list(events))
+    assert [r.outcome for r in run.rows] == ["aborted"] + ["published"] * 5
+    assert "environment/environment-0" in run.rows[0].causes[0]
+    stragglers = [f for f in run.trends.flags() if f.startswith("straggler:")]
+    assert len(stragglers) == 1, run.trends.flags()
+    assert "environment/environment-1 was the slowest environment in 5 of 5 checkpoints" in stragglers[0]
