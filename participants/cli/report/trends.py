@@ -7,7 +7,8 @@ and three flags in words:
 * a checkpoint slower than twice the run's median checkpoint;
 * a straggler: an instance that is the slowest of its kind (by its operations' total time in
   a checkpoint) in more than two thirds of at least ``MIN_CHECKPOINTS`` checkpoints that did
-  their work (an aborted one's times are its cause's: a server stalled to the deadline), a share
+  their work (an aborted one's times are its cause's: a server stalled to the deadline; a
+  restore's, named by the id it restored, are no checkpoint's), a share
   that luck among equals gives with a chance under ``STRAGGLER_CHANCE``, or, where a few are
   slow together and take turns at the top, among its ``r`` slowest (``r`` under half the kind's
   instances, luck judged at ``r`` in that many); and whose gap to its
@@ -47,7 +48,7 @@ from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinishe
 from ckpt_events.participants.cli.report.durations import Key, percentile
 from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns, who_wrote
 from ckpt_events.participants.cli.text import short_id
-from ckpt_events.vocab import Kind, Outcome
+from ckpt_events.vocab import CollectionAction, Kind, Operation, Outcome
 
 if TYPE_CHECKING:
     from ckpt_events.participants.cli.report.overview import RunRow
@@ -198,6 +199,18 @@ def _undone(root: FinishedSpan) -> bool:
             return root.outcome == Outcome.ERROR
 
 
+def _is_restore(root: FinishedSpan) -> bool:
+    """Whether ``root`` is a restore's: a collection restore or a bare coordinator's."""
+    match root:
+        case (
+            CollectionFinished(action=CollectionAction.RESTORE)
+            | CoordinateFinished(operation=Operation.RESTORE)
+        ):
+            return True
+        case _:
+            return False
+
+
 def _median_without(ordered: Sequence[float], position: int) -> float:
     """The median of sorted ``ordered`` without its element at ``position`` (2+ elements)."""
     n = len(ordered) - 1
@@ -235,6 +248,8 @@ class Trends:
     _pending_unknown: set[str] = field(default_factory=set)
     #: Whether a root of the pending checkpoint ended without doing its work (``_undone``).
     _pending_undone: bool = False
+    #: Whether the pending group is a restore of ``_pending_id``, not that checkpoint.
+    _pending_restore: bool = False
     #: The ids of checkpoints that did not do their work, the latest ``_UNDONE_KEPT``: a bare
     #: coordinator's resume after an aborted prepare is a root of its own, folded after the
     #: checkpoints that followed (it ranked the stalled server again).
@@ -285,9 +300,15 @@ class Trends:
             self.values.setdefault(key, array("d")).append(max(by_who.values()))
         # A bare coordinator's checkpoint is one trace per coordinate operation: the totals
         # are per checkpoint id, summed until the next checkpoint's root ends.
-        if root.checkpoint_id != self._pending_id:
+        # A restore names the checkpoint it restored, but is none of its time: its own group
+        # (a bare coordinator's resume after it too), which ranks no one. Summed into that
+        # checkpoint's, a 1 s read on model-0 made it the slowest model there, and model-1, the
+        # slowest in the other 4 of 5, went unflagged.
+        restore = _is_restore(root) or (self._pending_restore and root.checkpoint_id == self._pending_id)
+        if root.checkpoint_id != self._pending_id or restore != self._pending_restore:
             self._flush()
             self._pending_id = root.checkpoint_id
+            self._pending_restore = restore
         self._pending_unknown.update(k for k in unknown if isinstance(k, str))
         if _undone(root):
             self._pending_undone = True
@@ -304,7 +325,7 @@ class Trends:
         # An aborted checkpoint ranks no one: its slowest server was the one its cause held
         # (a stall to the deadline), said as the cause. Ranked, a stall in the first of six
         # checkpoints hid a server 5x slower than its peer in the other five (5 of 6: luck).
-        undone = self._pending_undone or self._pending_id in self._undone_ids
+        undone = self._pending_undone or self._pending_restore or self._pending_id in self._undone_ids
         pending = {} if undone else self._pending
         for kind, by_who in pending.items():
             if kind in self._pending_unknown:
@@ -330,6 +351,7 @@ class Trends:
         self._pending = {}
         self._pending_unknown = set()
         self._pending_undone = False
+        self._pending_restore = False
         self._pending_id = None
 
     def _ordered(self, key: Key) -> list[float]:
