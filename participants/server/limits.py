@@ -117,7 +117,9 @@ class _Once(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        if record.exc_info is not None and record.exc_info[1] is not None:
+        # A tuple, or ``False``: uvloop logs a loop error that carries no exception (its "Task
+        # was destroyed but it is pending!") with ``exc_info=False``, which failed this filter.
+        if isinstance(record.exc_info, tuple) and record.exc_info[1] is not None:
             text += f": {record.exc_info[1]}"
         if "Too many open files" not in text and "out of system resource" not in text:
             return True
