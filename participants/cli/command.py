@@ -115,7 +115,8 @@ def console() -> Any:
 
     Once stdout's reader has gone (``| head -1``) it writes nothing more and raises
     ``BrokenPipeError``, which ``main`` ends quietly: rich's own ``SystemExit`` out of a task
-    (the demo's) was asyncio's "unhandled exception" traceback, three times over."""
+    (the demo's) was asyncio's "unhandled exception" traceback, three times over. With no
+    stdout at all (started with it closed) it raises ``CommandError``."""
     from rich.console import Console
 
     class _Console(Console):
@@ -123,6 +124,10 @@ def console() -> Any:
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
 
+    if sys.stdout is None:
+        # Started with stdout closed (``>&-``): an AttributeError traceback, as ``cat >&-`` says
+        # a write error; before any work, so the demo's fleet never starts for nothing.
+        raise CommandError("stdout is closed: nothing to print to (run it without '>&-', or '>/dev/null')")
     if sys.stdout.isatty():
         return _Console()
     columns = os.environ.get("COLUMNS", "")

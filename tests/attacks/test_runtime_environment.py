@@ -6,11 +6,72 @@ Collector does (20 MiB). Each was a traceback, a lost log line or a whole batch 
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
+import anyio
 import pytest
 
+from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.server.limits import ACCEPT_LOGGERS, log_resource_exhaustion_once
+from ckpt_events.sinks import JsonLinesSink
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(shell_prefix: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``ckpt-events ARGV`` in a shell that first runs ``shell_prefix`` (a ``ulimit``), or
+    applies it as the command's redirection (``>&-``)."""
+    script = f'{shell_prefix} exec "$@"' if shell_prefix.startswith("ulimit") else f'exec "$@" {shell_prefix}'
+    env = {**os.environ, "PYTHONPATH": str(_ROOT), "CKPT_EVENTS_TOKEN": "t" * 32}
+    env.pop("COLUMNS", None)
+    command = [sys.executable, "-m", "ckpt_events.participants.cli", *argv]
+    return subprocess.run(
+        ["sh", "-c", script, "sh", *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    """A small run log: three commits of one participant."""
+    path = tmp_path / "run.jsonl"
+
+    async def write() -> None:
+        async with Bus() as bus:
+            bus.subscribe(JsonLinesSink(path))
+            tel = Telemetry(bus, kind="resources", instance="resources-0")
+            for index in range(3):
+                with tel.operation("commit", checkpoint_id=f"c{index}") as op:
+                    op.set(records=index)
+
+    anyio.run(write)
+    return path
+
+
+@pytest.mark.parametrize("command", ["report", "diff", "watch"])
+def test_a_closed_stdout_is_one_line_and_exit_2(log: Path, command: str) -> None:
+    """``report LOG >&-`` (and ``diff``, ``watch --once``) was an AttributeError traceback (exit
+    1): now one line saying stdout is closed, exit 2, as ``cat >&-`` says a write error."""
+    argv = {
+        "report": ("report", str(log)),
+        "diff": ("diff", str(log), str(log)),
+        "watch": ("watch", "--once", "--follow", str(log)),
+    }[command]
+    done = _cli(">&-", *argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"ckpt-events {command}: error: stdout is closed: nothing to print to "
+        "(run it without '>&-', or '>/dev/null')"
+    ]
+
 
 @pytest.fixture
 def exhaustion_filter() -> Iterator[logging.Filter]:
