@@ -17,6 +17,7 @@ import functools
 import itertools
 import math
 import os
+import resource
 import socket
 import stat
 import sys
@@ -639,6 +640,32 @@ def _serve_on(args: argparse.Namespace, sockets: list[socket.socket] | None) -> 
             os.close(fd)  # the lock goes with it
 
 
+#: Descriptors that must be free when uvicorn starts: its event loop takes a few (uvloop's
+#: own, the signal socketpair; it started at ``ulimit -n`` 14 here, not 12), each connection one.
+_SPARE_DESCRIPTORS: Final = 16
+
+
+def _check_descriptors() -> None:
+    """Refuse to start, in one line, when fewer than ``_SPARE_DESCRIPTORS`` descriptors are free:
+    under a low ``ulimit -n`` the event loop's own start failed, a traceback of three chained
+    exceptions (EMFILE, then "Cannot close a running event loop") and asyncio's warnings."""
+    opened: list[int] = []
+    try:
+        for _ in range(_SPARE_DESCRIPTORS):
+            opened.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        raise CommandError(
+            f"only {len(opened)} file descriptors free (the limit is {soft}), {_SPARE_DESCRIPTORS} "
+            "needed to start serving and one more per connection: raise it (ulimit -n 1024)"
+        ) from None
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
     """uvicorn's server (``base``), saying ``losses`` once it has stopped serving, its lifespan
     ended: after a SIGTERM, uvicorn raises the signal again on the way out of ``serve()``, and
@@ -685,6 +712,7 @@ def _run_server(
     )
     server = _saying_losses(once_per_interrupt(uvicorn.Server), losses)(config)
     stop.server = server
+    _check_descriptors()
     server.run(sockets=sockets)
     fatal = getattr(app.state, "fatal", None)
     if fatal is not None:

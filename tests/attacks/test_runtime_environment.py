@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -71,6 +73,23 @@ def test_a_closed_stdout_is_one_line_and_exit_2(log: Path, command: str) -> None
         f"ckpt-events {command}: error: stdout is closed: nothing to print to "
         "(run it without '>&-', or '>/dev/null')"
     ]
+
+
+def test_serve_under_a_low_descriptor_limit_is_refused_in_one_line() -> None:
+    """``ulimit -n 12; ckpt-events serve``: uvloop's event loop could not start (EMFILE), a
+    traceback of three chained exceptions and asyncio's warnings (exit 1). Now one line naming
+    the limit and the fix, exit 2, and nothing listening."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _cli("ulimit -n 12;", "serve", "resources", "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    # How many are free depends on what the process inherited and opened: at most 12 - 3.
+    assert re.fullmatch(
+        r"ckpt-events serve: error: only \d file descriptors free \(the limit is 12\), 16 needed to "
+        r"start serving and one more per connection: raise it \(ulimit -n 1024\)\n",
+        done.stderr,
+    ), done.stderr
 
 
 @pytest.fixture
