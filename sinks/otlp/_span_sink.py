@@ -64,6 +64,12 @@ SPAN_BUS_LINGER: Final = 0.01
 DEFAULT_MAX_QUEUE: Final = 8192
 #: ``max_export_batch``'s default (OpenTelemetry's), or ``max_queue`` when that is smaller.
 DEFAULT_MAX_EXPORT_BATCH: Final = 512
+#: A batch whose request would pass this is split in halves until each fits (a span alone
+#: goes whatever its size): gRPC's default message limit, below the OpenTelemetry
+#: Collector's 20 MiB for a request. Three spans with a 10 MB attribute among 50 made one
+#: 31 MB request, answered 413: all 50 spans lost. A usual batch is far under it (512
+#: spans, ~0.2 MB).
+MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 
 
 class OtlpSpanSinkStats(msgspec.Struct, frozen=True):
@@ -307,18 +313,32 @@ class OtlpSpanSink:
     def _export(self, events: list[Any]) -> None:
         worker = self._worker
         try:
-            body, spans = self._encode(events)
+            pieces = self._requests(events)
         except Exception:
             worker.count(dropped=len(events), failed=True)
             worker.log_failure("could not encode a batch")
             return
+        spans = sum(piece_spans for _, piece_spans in pieces)
         with self._wake:
             if not worker.abandoned:
                 self._skipped += len(events) - spans
                 # Only the spans are lost if the send outlives shutdown; the skipped are counted.
                 self._in_flight = spans
-        if spans:
-            worker.send(body, spans, self._deadline)
+        for body, piece_spans in pieces:
+            if piece_spans:
+                worker.send(body, piece_spans, self._deadline)
+            with self._wake:
+                if not worker.abandoned:
+                    self._in_flight -= piece_spans  # what is still to send, if shutdown abandons it
+
+    def _requests(self, events: list[Any]) -> list[tuple[bytes, int]]:
+        """``events`` encoded as requests of at most ``MAX_REQUEST_BYTES`` each (a span alone may
+        pass it), with the number of spans each holds."""
+        body, spans = self._encode(events)
+        if len(body) <= MAX_REQUEST_BYTES or len(events) == 1:
+            return [(body, spans)]
+        half = len(events) // 2  # at most log2(max_export_batch) levels deep
+        return self._requests(events[:half]) + self._requests(events[half:])
 
     # -- flush, shutdown, stats ---------------------------------------------------------------
 

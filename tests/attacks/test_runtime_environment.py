@@ -5,6 +5,8 @@ Collector does (20 MiB). Each was a traceback, a lost log line or a whole batch 
 
 from __future__ import annotations
 
+import http.server
+import json
 import logging
 import os
 import re
@@ -17,9 +19,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ckpt_events import Bus, Telemetry
+from ckpt_events import Bus, Telemetry, sinks
 from ckpt_events.participants.server.limits import ACCEPT_LOGGERS, log_resource_exhaustion_once
 from ckpt_events.sinks import JsonLinesSink
+from tests.http_servers import serving
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,3 +120,59 @@ def test_a_uvloop_error_without_an_exception_is_logged_as_itself(
     finally:
         loop.close()
     assert [r.getMessage() for r in caplog.records] == ["a loop error with no exception"]
+
+
+#: The OpenTelemetry Collector's default ``max_request_body_size`` for OTLP/HTTP.
+_COLLECTOR_LIMIT = 20 * 1024 * 1024
+
+
+class _BoundedCollector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP JSON receiver that answers 413 past the Collector's default bound, and
+    keeps the span names of what it accepts."""
+
+    spans: list[str] = []
+    sizes: list[int] = []
+
+    def do_POST(self) -> None:
+        size = int(self.headers["content-length"])
+        body = self.rfile.read(size)
+        self.sizes.append(size)
+        status = 413 if size > _COLLECTOR_LIMIT else 200
+        if status == 200:
+            for resource in json.loads(body)["resourceSpans"]:
+                for scope in resource["scopeSpans"]:
+                    self.spans.extend(span["name"] for span in scope["spans"])
+        self.send_response(status)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002  # the base's name
+        """Quiet."""
+
+
+def test_huge_attributes_do_not_take_their_batch_down() -> None:
+    """50 commits, three of them with an 8 MB attribute, exported in one batch: one 25 MB
+    request, answered 413, and all 50 spans lost. Now the batch goes in requests of at most
+    4 MiB (a huge span alone): the collector takes all 50."""
+    _BoundedCollector.spans = []
+    _BoundedCollector.sizes = []
+    big = "x" * (8 * 1024 * 1024)
+
+    async def run(endpoint: str) -> None:
+        environ = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+            "OTEL_METRICS_EXPORTER": "none",
+        }
+        async with Bus() as bus, sinks.configure(bus, environ=environ):
+            tel = Telemetry(bus, kind="resources", instance="resources-0")
+            for index in range(50):
+                with tel.operation("commit", checkpoint_id=f"c{index}") as op:
+                    if index % 20 == 5:
+                        op.set_attribute("note", big)
+
+    with serving(_BoundedCollector) as collector:
+        anyio.run(run, f"http://127.0.0.1:{collector.server_port}")
+    assert _BoundedCollector.spans == ["gym.checkpoint.commit"] * 50
+    assert sum(_BoundedCollector.sizes) > _COLLECTOR_LIMIT  # one request would have been refused
+    assert all(size < _COLLECTOR_LIMIT for size in _BoundedCollector.sizes)
