@@ -9,8 +9,10 @@ first input line, its ``ready`` reply awaited within the start timeout (its fail
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -63,11 +65,7 @@ def spawn(
         # An embedded interpreter (uWSGI, mod_wsgi) has no Python at sys.executable (or an
         # empty one), or the system is out of processes: a bare OSError naming only a path.
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        raise ConfigurationError(
-            f"the export process could not be started: {sys.executable!r} ({exc.strerror or exc}); "
-            "it runs this process's Python (sys.executable), which an embedded interpreter may "
-            "lack: run without export_process"
-        ) from None
+        raise _not_started(exc) from None
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(reports)
@@ -116,6 +114,23 @@ def spawn(
         kill(process)  # it is exiting on its own: this reaps it and closes the pipes
         raise ConfigurationError(str(ready.get("error") or "export process: it could not start"))
     return process, listener, ready
+
+
+def _not_started(exc: OSError) -> ConfigurationError:
+    """Why the export process could not be started, and the fix: out of descriptors is said
+    as such (under ``ulimit -n`` 12 it blamed the interpreter, "an embedded interpreter may
+    lack" it: a false cause); anything else names the Python it runs."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return ConfigurationError(
+            f"the export process could not be started: out of file descriptors ({exc.strerror}; "
+            f"the limit is {soft}): raise it (ulimit -n 1024), or run without export_process"
+        )
+    return ConfigurationError(
+        f"the export process could not be started: {sys.executable!r} ({exc.strerror or exc}); "
+        "it runs this process's Python (sys.executable), which an embedded interpreter may "
+        "lack: run without export_process"
+    )
 
 
 def child_budget(close_timeout: float) -> float:

@@ -1,7 +1,8 @@
 """The user's runtime environment at its edges, with real processes: stdout closed (``>&-``), a
-low ``ulimit -n``, uvloop logging a loop error that carries no exception, and spans with
-multi-megabyte attributes sent to a collector that bounds its requests as the OpenTelemetry
-Collector does (20 MiB). Each was a traceback, a lost log line or a whole batch of spans lost."""
+low ``ulimit -n`` (for ``serve`` and for the export process), uvloop logging a loop error that
+carries no exception, and spans with multi-megabyte attributes sent to a collector that bounds
+its requests as the OpenTelemetry Collector does (20 MiB). Each was a traceback, a false cause,
+a lost log line or a whole batch of spans lost."""
 
 from __future__ import annotations
 
@@ -176,3 +177,40 @@ def test_huge_attributes_do_not_take_their_batch_down() -> None:
     assert _BoundedCollector.spans == ["gym.checkpoint.commit"] * 50
     assert sum(_BoundedCollector.sizes) > _COLLECTOR_LIMIT  # one request would have been refused
     assert all(size < _COLLECTOR_LIMIT for size in _BoundedCollector.sizes)
+
+
+_EXPORT_PROCESS_APP = """
+import anyio
+from ckpt_events import Bus, ConfigurationError, sinks
+
+async def main():
+    async with Bus() as bus:
+        try:
+            async with sinks.configure(bus, jsonl_path="events.jsonl", export_process=True):
+                pass
+        except ConfigurationError as exc:
+            print(exc)
+
+anyio.run(main)
+"""
+
+
+def test_the_export_process_out_of_descriptors_is_said_as_such(tmp_path: Path) -> None:
+    """``configure(export_process=True)`` under ``ulimit -n 12``: the child could not be
+    started (EMFILE), and the error blamed the interpreter ("an embedded interpreter may lack"
+    it), a false cause. Now it names the descriptors, the limit and the fix."""
+    env = {**os.environ, "PYTHONPATH": str(_ROOT)}
+    done = subprocess.run(
+        ["sh", "-c", 'ulimit -n 12; exec "$@"', "sh", sys.executable, "-c", _EXPORT_PROCESS_APP],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "the export process could not be started: out of file descriptors (Too many open files; "
+        "the limit is 12): raise it (ulimit -n 1024), or run without export_process\n"
+    )
