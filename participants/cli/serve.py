@@ -666,6 +666,32 @@ def _check_descriptors() -> None:
             os.close(fd)
 
 
+#: Descriptors beyond one per connection: the app's own files and sockets (logs, a collector,
+#: workers' channels), the event loop's.
+_DESCRIPTOR_HEADROOM: Final = 64
+
+
+def _raise_descriptor_limit(connections: int) -> None:
+    """Raise the soft ``ulimit -n`` (up to the hard one) to what ``connections`` need, and say
+    in one line when even the hard limit is short: out of descriptors, uvloop (libuv) accepts
+    and resets each new connection without a word, so under ``ulimit -n`` 64 a client past ~55
+    connections held open was reset and nothing in the server's log said why."""
+    need = connections + _DESCRIPTOR_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < need:
+        print(
+            f"ckpt-events serve: warning: the open-file limit is {target}, under the {need} that "
+            f"{connections} connections need: past that, new connections are reset without a "
+            f"word; raise it (ulimit -n {need})",
+            file=sys.stderr,
+        )
+
+
 def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
     """uvicorn's server (``base``), saying ``losses`` once it has stopped serving, its lifespan
     ended: after a SIGTERM, uvicorn raises the signal again on the way out of ``serve()``, and
@@ -700,6 +726,7 @@ def _run_server(
         anyio.run(_check_settings, args.require_collector, args.workers)
     except ConfigurationError as exc:
         raise CommandError(f"bad setting: {exc}") from None
+    limits = ConnectionLimits(header_timeout=args.header_timeout)
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -707,12 +734,13 @@ def _run_server(
         log_level=args.log_level,
         access_log=False,
         lifespan="on",
-        **server_limits(ConnectionLimits(header_timeout=args.header_timeout)),
+        **server_limits(limits),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = _saying_losses(once_per_interrupt(uvicorn.Server), losses)(config)
     stop.server = server
     _check_descriptors()
+    _raise_descriptor_limit(limits.max_connections)
     server.run(sockets=sockets)
     fatal = getattr(app.state, "fatal", None)
     if fatal is not None:
