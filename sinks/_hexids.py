@@ -34,7 +34,14 @@ from msgspec.structs import replace as _replace
 
 from ckpt_events import CheckpointEvent, Event, SpanEvent
 
-__all__ = ["STRICT_WIRE_DECODER", "WIRE_DECODER", "from_wire", "with_hex_ids", "with_hex_ids_all"]
+__all__ = [
+    "STRICT_WIRE_DECODER",
+    "WIRE_DECODER",
+    "from_wire",
+    "strict_twin_with",
+    "with_hex_ids",
+    "with_hex_ids_all",
+]
 
 _SPAN_EVENTS: Final = frozenset(c for c in get_args(CheckpointEvent) if issubclass(c, SpanEvent))
 # The hex of recent ids: a trace id is on every event of its trace, a span id on its started
@@ -135,11 +142,13 @@ def _nan_for_null(extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _wire_twin(
-    cls: type[Event], strict: bool = False
+    cls: type[Event], strict: bool = False, extras: tuple[str, ...] = ()
 ) -> tuple[type[msgspec.Struct], Callable[[Any], CheckpointEvent]]:
     """A Struct with ``cls``'s tag and fields, its id fields typed ``str | int`` and its
     ``attributes`` values nullable (a NaN or an infinity), and the function that turns one
-    into a ``cls``; ``strict``, a field it does not have fails the decoding."""
+    into a ``cls``; ``strict``, a field it does not have fails the decoding. Each of
+    ``extras`` is taken too, optional, undecoded, in attribute ``extra_<i>`` (``UNSET`` when
+    absent)."""
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     arguments: list[str] = []
     for field in msgspec.structs.fields(cls):
@@ -157,9 +166,14 @@ def _wire_twin(
         else:
             arguments.append(f"w.{name}")
         fields.append((name, kind) if field.required else (name, kind, field.default))
+    # After the class's fields (optional fields may not come before required ones), named
+    # apart from them: a field is ``extra_<i>`` whatever the line calls it.
+    rename = {f"extra_{i}": name for i, name in enumerate(extras)}
+    fields.extend((attribute, msgspec.Raw | msgspec.UnsetType, msgspec.UNSET) for attribute in rename)
     twin = msgspec.defstruct(
         f"_{'Strict' if strict else ''}Wire{cls.__name__}",
         fields,
+        rename=rename or None,
         tag_field="type",
         tag=cls.__struct_config__.tag,
         frozen=True,
@@ -191,6 +205,17 @@ STRICT_WIRE_DECODER: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(
     reduce(operator.or_, _STRICT_TWINS)
 )
 _TWINS.update(_STRICT_TWINS)
+
+
+def strict_twin_with(
+    cls: type[Event], extras: tuple[str, ...]
+) -> tuple[type[msgspec.Struct], Callable[[Any], CheckpointEvent]]:
+    """The strict wire twin of ``cls`` that also takes the fields ``extras`` (fields its class
+    does not have: none of them may name one it has, nor hold a quote, a backslash or a
+    control character), each optional and undecoded in attribute ``extra_<i>``, ``UNSET``
+    when the line lacks it; and the function that turns one into a ``cls`` (not
+    ``from_wire``, which knows only the twins built here once)."""
+    return _wire_twin(cls, strict=True, extras=extras)
 
 
 def from_wire(wire: Any) -> CheckpointEvent:

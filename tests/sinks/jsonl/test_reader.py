@@ -476,3 +476,44 @@ def test_each_unknown_type_is_named_in_its_own_line_however_many_there_are() -> 
         "(written by another version of the library?)"
     )
     assert errors[300] == errors[302] and "'xxxx" in errors[300] and "(5,000 characters)" in errors[300]
+
+
+def test_a_newer_versions_log_is_counted_exactly_across_many_runs() -> None:
+    """A newer version's log of many 64 KiB runs, most lines with fields this version lacks
+    (learned once, then read in one pass), some with others, a few of an unknown type, one run
+    damaged: every such line is told once with exactly its fields, every event read."""
+    lines: list[bytes] = []
+    expected: list[tuple[int, str, tuple[str, ...]]] = []
+    unknown_types: list[int] = []
+    for i in range(3000):
+        number = i + 1
+        if i % 700 == 7:  # a few: a run holding one goes line by line
+            lines.append(b'{"type":"operation_paused","kind":"model","zone":"a"}')
+            unknown_types.append(number)
+        elif i % 3 == 0:
+            lines.append(_FINISHED_LINE % (5, b',"gpu_ms":%d,"zone":"b"' % i))
+            expected.append((number, "operation_finished", ("gpu_ms", "zone")))
+        elif i % 7 == 0:
+            lines.append(_FINISHED_LINE % (5, b',"node":1'))  # a field met late, on its own
+            expected.append((number, "operation_finished", ("node",)))
+        elif i == 2000:
+            lines.append(_FINISHED_LINE % (5, b',"gpu_ms":1,"gpu_ms":2'))  # twice: told once
+            expected.append((number, "operation_finished", ("gpu_ms",)))
+        elif i % 5 == 0:
+            lines.append(_FINISHED_LINE % (5, b""))  # none
+        else:
+            lines.append(_FINISHED_LINE % (5, b',"gpu_ms":%d' % i))
+            expected.append((number, "operation_finished", ("gpu_ms",)))
+    lines[2501] = b"{damaged"  # that run goes line by line
+    expected = [t for t in expected if t[0] != 2502]
+    data = b"\n".join(lines) + b"\n"
+    assert len(data) > 6 * 65536
+    told: list[tuple[int, str, tuple[str, ...]]] = []
+    items = list(read_events(io.BytesIO(data), on_unknown_fields=lambda *a: told.append(a)))
+    assert told == expected
+    assert [n for n, _ in items] == list(range(1, 3001))
+    corrupt = [item for _, item in items if isinstance(item, CorruptLine)]
+    assert [c.line for c in corrupt if c.unknown_type == "operation_paused"] == unknown_types
+    assert [c.line for c in corrupt if c.unknown_type is None] == [2502]
+    assert sum(not isinstance(item, CorruptLine) for _, item in items) == 3000 - len(unknown_types) - 1
+    assert list(read_events(io.BytesIO(data))) == items  # without it: the same items, nothing told
