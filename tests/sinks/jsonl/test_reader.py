@@ -517,3 +517,13 @@ def test_a_newer_versions_log_is_counted_exactly_across_many_runs() -> None:
     assert [c.line for c in corrupt if c.unknown_type is None] == [2502]
     assert sum(not isinstance(item, CorruptLine) for _, item in items) == 3000 - len(unknown_types) - 1
     assert list(read_events(io.BytesIO(data))) == items  # without it: the same items, nothing told
+
+
+def test_a_line_with_a_newer_field_after_a_blank_line_is_told_once_with_its_number() -> None:
+    """A run holding a blank line and a line with a field its class lacks: that line was told
+    twice, once under the number it would have without the blank line (2, then 3)."""
+    data = _FINISHED_LINE % (5, b"") + b"\n\n" + _FINISHED_LINE % (5, b',"gpu_ms":3') + b"\n"
+    told: list[tuple[int, str, tuple[str, ...]]] = []
+    items = list(read_events(io.BytesIO(data), on_unknown_fields=lambda *a: told.append(a)))
+    assert told == [(3, "operation_finished", ("gpu_ms",))]
+    assert [n for n, _ in items] == [1, 3]
