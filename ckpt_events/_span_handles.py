@@ -14,7 +14,7 @@ raises on ``end()`` of a span not started too). The no-op twins in ``_noop.py`` 
 when nobody listens.
 
 One buffer on a bus may take the handles raw (``_Buffer.raw``: the export process's, which
-encodes them itself, ``sinks/_export_wire.py``): it gets the handle in place of its
+encodes them itself, ``sinks/_export/wire.py``): it gets the handle in place of its
 ``*Started`` event as well (see ``RAW_SEQUENCE``), so a server whose sinks all run in that
 process builds no event at all on the request path or in its delivery task.
 
@@ -75,7 +75,7 @@ QUEUED_EVENTS: Final = frozenset((OperationFinished, StepFinished))
 #: draws a number as it takes a batch (``_Buffer.consumed``, before the first ``popleft``). At
 #: its end, a handle whose ``_wire`` is above that number has its start still in the buffer, so
 #: its fields are read there after it ended: the end is queued as ``_wire`` itself, an int that
-#: names that record (``sinks/_export_wire.py``). Else the handle goes again, all its fields
+#: names that record (``sinks/_export/wire.py``). Else the handle goes again, all its fields
 #: with it. Read across threads this still holds: a handle writes its duration before it reads
 #: ``consumed``, the task writes ``consumed`` before it reads the batch, so at least one of them
 #: sees the other's write (an end written twice, never an end lost). One sequence for every
@@ -533,7 +533,7 @@ class OperationSpan(_SpanBase, _Queued, msgspec.Struct, gc=False, array_like=Tru
 
 
 # A handle's events, from its fields: also from the export process's records of handles
-# (``sinks/_export_wire.py``), which carry the same fields under the same names. Positional, in
+# (``sinks/_export/wire.py``), which carry the same fields under the same names. Positional, in
 # the events' field order (see _events.py).
 
 

@@ -18,7 +18,7 @@ from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured, aconfigure, configure
-    from ckpt_events.sinks._export_process import ExportProcess, ExportProcessStats
+    from ckpt_events.sinks._export.process import ExportProcess, ExportProcessStats
     from ckpt_events.sinks._logging_sink import LoggingSink
     from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
     from ckpt_events.sinks.jsonl._replay import ReplayFailure, ReplayResult, replay
@@ -49,8 +49,8 @@ __all__ = [
 _HOMES: Final = {
     "Configured": "ckpt_events.sinks._configure",
     "CorruptLine": "ckpt_events.sinks.jsonl._reader",
-    "ExportProcess": "ckpt_events.sinks._export_process",
-    "ExportProcessStats": "ckpt_events.sinks._export_process",
+    "ExportProcess": "ckpt_events.sinks._export.process",
+    "ExportProcessStats": "ckpt_events.sinks._export.process",
     "JsonLinesSink": "ckpt_events.sinks.jsonl._writer",
     "JsonLinesStats": "ckpt_events.sinks.jsonl._writer",
     "LoggingSink": "ckpt_events.sinks._logging_sink",

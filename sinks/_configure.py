@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from ckpt_events.sinks._export_process import ExportProcess
+    from ckpt_events.sinks._export.process import ExportProcess
     from ckpt_events.sinks._otel_build import AnyMetricSink, AnySpanSink
     from ckpt_events.sinks.jsonl._writer import JsonLinesSink
     from ckpt_events.sinks.prometheus import PrometheusEndpoint
@@ -370,7 +370,7 @@ def configure(
     )
     if isinstance(planned, Configured):
         return planned
-    from ckpt_events.sinks._export_process import ExportProcess
+    from ckpt_events.sinks._export.process import ExportProcess
 
     return planned.finish(ExportProcess.start(planned.arguments))
 
@@ -420,7 +420,7 @@ async def aconfigure(
     )
     if isinstance(planned, Configured):
         return planned
-    from ckpt_events.sinks._export_process import ExportProcess
+    from ckpt_events.sinks._export.process import ExportProcess
 
     # Not abandoned on cancel: the thread's child is always ours to end (``discard``).
     process = await anyio.to_thread.run_sync(ExportProcess.start, planned.arguments)

@@ -67,7 +67,7 @@ def _export_processes(leader: int) -> list[int]:
     found = []
     for pid in _session(leader):
         try:
-            if b"_export_child" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"sinks._export.child" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except FileNotFoundError:
             continue

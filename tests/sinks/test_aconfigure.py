@@ -39,7 +39,7 @@ def _export_children() -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_text()
         except OSError:
             continue
-        if alive(pid) and "_export_child" in cmdline:
+        if alive(pid) and "sinks._export.child" in cmdline:
             found.append(pid)
     return found
 

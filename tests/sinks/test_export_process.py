@@ -1,6 +1,6 @@
 """``configure(export_process=True)``: the sinks in a real child process, fed through a pipe.
 
-Everything here runs the real child (``python -m ckpt_events.sinks._export_child``), a real
+Everything here runs the real child (``python -m ckpt_events.sinks._export.child``), a real
 OTLP/HTTP receiver on 127.0.0.1 and real files; the failures are real signals to the child.
 """
 
@@ -117,7 +117,7 @@ async def test_a_bad_setting_is_the_childs_own_error_in_one_line(tmp_path: Path)
         assert "\n" not in str(caught.value)
         assert bus.stats().sinks == ()
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
-    assert not [pid for pid in children if alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
+    assert not [pid for pid in children if alive(int(pid)) and "sinks._export.child" in _cmdline(int(pid))]
 
 
 def _cmdline(pid: int) -> str:
@@ -375,7 +375,7 @@ def test_a_server_gone_before_the_child_said_ready_leaves_no_traceback(tmp_path:
     head = {"arguments": {"jsonl_path": str(tmp_path / "events.jsonl"), "environ": {}}}
     try:
         child = subprocess.run(
-            [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+            [sys.executable, "-m", "ckpt_events.sinks._export.child"],
             input=msgspec.json.encode({**head, "reports": reports_write}) + b"\n",
             stdout=replies_write,
             stderr=subprocess.PIPE,
@@ -710,14 +710,14 @@ def test_a_line_the_child_cannot_read_is_said_once_not_only_counted(tmp_path: Pa
     """A line the child could not decode, or longer than it reads, was skipped with its whole
     batch and only counted in ``corrupt_lines``, known after the close: the events were lost
     unsaid. Each kind is logged once now, when it happens; the batches around it are exported."""
-    from ckpt_events.sinks._export_wire import MAX_LINE
+    from ckpt_events.sinks._export.wire import MAX_LINE
 
     log = tmp_path / "events.jsonl"
     good = b'[["event",' + msgspec.json.encode(_started("c0")) + b"]]\n"
     head = msgspec.json.encode({"arguments": {"jsonl_path": str(log), "environ": {}}}) + b"\n"
     lines = [head, good, b"[not json\n", good, b"[" * (MAX_LINE + 1) + b"\n", b"[0]\n", good]
     child = subprocess.run(
-        [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+        [sys.executable, "-m", "ckpt_events.sinks._export.child"],
         input=b"".join(lines),
         capture_output=True,
         timeout=60,
@@ -740,7 +740,7 @@ async def test_a_batch_longer_than_the_child_reads_goes_in_lines_it_reads(
     by the child, every event of it lost for one large value. It goes in lines the child reads
     now, in order; only a span longer than a line by itself is dropped, counted and logged."""
     from ckpt_events import OperationFinished
-    from ckpt_events.sinks._export_wire import MAX_LINE
+    from ckpt_events.sinks._export.wire import MAX_LINE
     from ckpt_events.vocab import Operation
 
     log = tmp_path / "events.jsonl"
@@ -779,7 +779,7 @@ def test_an_event_boundary_inside_a_string_is_not_taken_for_one() -> None:
     """A cut batch is closed after its last whole item; a ``],[`` or ``},{`` inside a message is
     no boundary (the string it cuts stays open), so the events before it come back intact."""
     from ckpt_events import OperationFinished
-    from ckpt_events.sinks._export_wire import WireReader, encoder, wire_items
+    from ckpt_events.sinks._export.wire import WireReader, encoder, wire_items
     from ckpt_events.vocab import Operation
 
     events = [
@@ -824,7 +824,7 @@ def test_every_sink_stats_class_the_child_reports_is_known_here() -> None:
     """Each stats class of a sink configure() builds is converted back by name from its public
     home (one left out would vanish from ``stats().sinks``)."""
     from ckpt_events.sinks import JsonLinesStats
-    from ckpt_events.sinks._export_reports import _SINK_STATS
+    from ckpt_events.sinks._export.reports import _SINK_STATS
     from ckpt_events.sinks.otel import MetricSinkStats, OtlpMetricSinkStats, OtlpSpanSinkStats, SpanSinkStats
 
     classes = (JsonLinesStats, MetricSinkStats, OtlpMetricSinkStats, OtlpSpanSinkStats, SpanSinkStats)
@@ -1046,7 +1046,7 @@ async def test_with_nothing_set_no_child_is_kept_and_every_site_stays_off() -> N
         assert not Telemetry(bus, kind="agent", instance="agent-0").enabled
         await configured.aclose()
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
-    assert not [pid for pid in children if alive(int(pid)) and "_export_child" in _cmdline(int(pid))]
+    assert not [pid for pid in children if alive(int(pid)) and "sinks._export.child" in _cmdline(int(pid))]
 
 
 async def test_a_ctrl_c_while_the_child_starts_does_not_kill_it(

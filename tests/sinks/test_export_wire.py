@@ -1,4 +1,4 @@
-"""The export process's pipe (``_export_wire``): span handles written as they are, read back as
+"""The export process's pipe (``wire``): span handles written as they are, read back as
 the very events an in-process sink gets from the same bus."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from ckpt_events import Bus, Event, OperationFinished, OperationStarted, StepFinished, StepStarted, Telemetry
 from ckpt_events._span_handles import OperationSpan, StepSpan
-from ckpt_events.sinks._export_wire import (
+from ckpt_events.sinks._export.wire import (
     OperationRecord,
     StepRecord,
     WireReader,

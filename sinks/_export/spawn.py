@@ -3,7 +3,7 @@ first input line, its ``ready`` reply awaited within the start timeout (its fail
 ``ConfigurationError`` saying why), the close budget it is given, and its end by force.
 
 ``ExportProcess.start`` builds the sink from what ``spawn`` returns; the child's side is
-``ckpt_events.sinks._export_child``.
+``ckpt_events.sinks._export.child``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 
 from ckpt_events import ConfigurationError
-from ckpt_events.sinks._export_replies import read_reply
-from ckpt_events.sinks._export_reports import ReportListener
+from ckpt_events.sinks._export.replies import read_reply
+from ckpt_events.sinks._export.reports import ReportListener
 
 __all__ = ["child_budget", "kill", "kill_and_reap", "spawn"]
 
@@ -42,7 +42,7 @@ def spawn(
         raise ConfigurationError(f"export_process: the arguments must be plain values ({exc})") from None
     # The child imports the ckpt_events this process runs, wherever it was found.
     path = os.pathsep.join(entry for entry in sys.path if entry)
-    # Its counters and log lines come back on a pipe of their own (``_export_reports``).
+    # Its counters and log lines come back on a pipe of their own (``reports``).
     reports, child_end = os.pipe()
     level = logging.getLogger("ckpt_events").getEffectiveLevel()
     head = msgspec.json.encode({**fields, "reports": child_end, "log_level": level}) + b"\n"
@@ -53,7 +53,7 @@ def spawn(
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread only
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ckpt_events.sinks._export_child"],
+            [sys.executable, "-m", "ckpt_events.sinks._export.child"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": path},

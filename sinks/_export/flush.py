@@ -2,14 +2,14 @@
 
 The server writes a flush request on the child's input (a JSON object with its number, never
 inside a batch's line), then waits for ``Flushed`` with that number on the report pipe
-(``_export_reports``). The child answers once its bus delivered what it read before the request
+(``reports``). The child answers once its bus delivered what it read before the request
 and each sink's ``force_flush`` returned. Its ``ready`` says whether it answers at all (a child
 of a version before flush requests does not: it is never asked), and the fewest spans a sink of
 it queues (``queue_bound``), which bounds what replay hands it between two flushes.
 
 ``FlushRequests`` is the server's half, a part of ``ExportProcess`` (its state is set by
 ``ExportProcess.__init__``); ``answer_flush`` and ``queue_bound`` are the child's
-(``_export_child``).
+(``child``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import msgspec
 
 from ckpt_events import Bus
 from ckpt_events._logs import library_logger
-from ckpt_events.sinks._export_reports import Flushed, Progress, ReportListener, ReportWriter, sink_counters
-from ckpt_events.sinks._export_spawn import child_budget
+from ckpt_events.sinks._export.reports import Flushed, Progress, ReportListener, ReportWriter, sink_counters
+from ckpt_events.sinks._export.spawn import child_budget
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured

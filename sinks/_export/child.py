@@ -1,10 +1,10 @@
 """The export process's own side: ``configure()`` in a child process, fed the parent's events.
 
-``python -m ckpt_events.sinks._export_child`` is started by ``ExportProcess``
-(``ckpt_events.sinks._export_process``), never by hand. Its stdin carries, one line each, first
+``python -m ckpt_events.sinks._export.child`` is started by ``ExportProcess``
+(``ckpt_events.sinks._export.process``), never by hand. Its stdin carries, one line each, first
 the arguments ``configure()`` was given and the seconds its close may take (a JSON object), then
 every batch the parent's bus delivered (a JSON array of its events and span handles,
-``ckpt_events.sinks._export_wire``; a line never holds a raw newline), between them a flush
+``ckpt_events.sinks._export.wire``; a line never holds a raw newline), between them a flush
 request (a JSON object with its number: ``ExportProcess.force_flush``), and, as the parent
 closes, the seconds its close may take now (a JSON object). Its stdout carries two lines back:
 ``ready`` once the sinks are built (the event classes they want, their names and the Prometheus
@@ -13,7 +13,7 @@ URL, that it answers flush requests and the fewest spans a sink of it queues, or
 each sink's own once the sinks are closed. A flush request is answered on the report pipe
 (``Flushed``) once the bus delivered what was read before it and each sink's ``force_flush``
 returned (each within its own timeout). While it runs, a pipe of its own
-(``ckpt_events.sinks._export_reports``) carries those counters when they change, and what the
+(``ckpt_events.sinks._export.reports``) carries those counters when they change, and what the
 library logs here (a sink's failure, a collector refusing), once, in one line, to the parent's
 logging; only when the parent is gone is such a line written on stderr (the parent's).
 
@@ -40,15 +40,15 @@ import msgspec
 
 from ckpt_events import Bus, CkptEventsError
 from ckpt_events._logs import library_logger
-from ckpt_events.sinks._export_flush import answer_flush, queue_bound
-from ckpt_events.sinks._export_reports import (
+from ckpt_events.sinks._export.flush import answer_flush, queue_bound
+from ckpt_events.sinks._export.reports import (
     REPORT_INTERVAL,
     ForwardingHandler,
     Progress,
     ReportWriter,
     sink_counters,
 )
-from ckpt_events.sinks._export_wire import MAX_LINE, WireReader
+from ckpt_events.sinks._export.wire import MAX_LINE, WireReader
 
 if TYPE_CHECKING:
     from ckpt_events.sinks._configure import Configured
@@ -64,7 +64,7 @@ logger: Final = library_logger("ckpt_events.sinks")
 
 class _Head(msgspec.Struct, frozen=True):
     """The first line: ``configure``'s keyword arguments, and the seconds its close may take;
-    the descriptor of the report pipe (``_export_reports``) and the level the server's
+    the descriptor of the report pipe (``reports``) and the level the server's
     ``ckpt_events`` logger logs at."""
 
     arguments: dict[str, Any]

@@ -4,8 +4,8 @@ A server's CPU per request with every sink on was 1.15-1.31x the uninstrumented 
 (docs/benchmarks.md), most of it building spans and metric points, encoding OTLP and writing
 lines. With ``configure(export_process=True)`` (or ``CKPT_EVENTS_EXPORT_PROCESS=true``) this
 process keeps what only it can do (per batch, one JSON encoding of its span handles as they are,
-no event built for them: ``_export_wire``; one pipe write) and a child process
-(``ckpt_events.sinks._export_child``) runs ``configure()`` with the same arguments on its own
+no event built for them: ``wire``; one pipe write) and a child process
+(``ckpt_events.sinks._export.child``) runs ``configure()`` with the same arguments on its own
 bus, fed every batch through its stdin: the OTLP exporters, the JSON lines file and the
 Prometheus endpoint live there. The child costs CPU of its own (a decoding on top of the same
 sinks), on another core when the machine has one; what this process saves and what the pair
@@ -26,10 +26,10 @@ and exports it before it exits.
 onto a bus with this sink waits on it as on a sink in process (``max_queue``, the child's
 smallest span queue, bounds what it hands between two flushes). A child that does not answer
 flush requests (a version before them) is never asked: said once, ``False`` at once.
-The protocol, both halves, is ``_export_flush``; the child's start and its end by force are
-``_export_spawn``, its ``ready`` and ``closed`` replies ``_export_replies``.
+The protocol, both halves, is ``flush``; the child's start and its end by force are
+``spawn``, its ``ready`` and ``closed`` replies ``replies``.
 
-While the child runs, a thread of this process reads its reports (``_export_reports``): its
+While the child runs, a thread of this process reads its reports (``reports``): its
 sinks' counters, shown by ``stats()`` within ``REPORT_INTERVAL`` (0.25 s) of a change, and each
 line the library logs there (a sink failing, a collector refusing), logged here once, in one
 line, on the logger of the same name (the record's ``export_process`` attribute is the child's
@@ -54,11 +54,11 @@ import msgspec
 from ckpt_events import BusStats
 from ckpt_events._events import EVENT_TYPES
 from ckpt_events._logs import library_logger
-from ckpt_events.sinks._export_flush import FlushRequests
-from ckpt_events.sinks._export_replies import await_reply
-from ckpt_events.sinks._export_reports import ReportListener, sink_stats
-from ckpt_events.sinks._export_spawn import child_budget, kill, kill_and_reap, spawn
-from ckpt_events.sinks._export_wire import MAX_LINE, encoder, escaped_line, lines_within, wire_items
+from ckpt_events.sinks._export.flush import FlushRequests
+from ckpt_events.sinks._export.replies import await_reply
+from ckpt_events.sinks._export.reports import ReportListener, sink_stats
+from ckpt_events.sinks._export.spawn import child_budget, kill, kill_and_reap, spawn
+from ckpt_events.sinks._export.wire import MAX_LINE, encoder, escaped_line, lines_within, wire_items
 
 __all__ = ["ExportProcess", "ExportProcessStats"]
 
@@ -122,7 +122,7 @@ class ExportProcess(FlushRequests):
     blocking = False
     linger = None
     #: The bus gives this sink its span handles as they are, starts included (``_Buffer.raw``):
-    #: it writes them to the pipe without building their events (``_export_wire``).
+    #: it writes them to the pipe without building their events (``wire``).
     _takes_span_handles = True
 
     def __init__(
