@@ -7,16 +7,15 @@ and each sink's ``force_flush`` returned. Its ``ready`` says whether it answers 
 of a version before flush requests does not: it is never asked), and the fewest spans a sink of
 it queues (``queue_bound``), which bounds what replay hands it between two flushes.
 
-``FlushRequests`` is the server's half, a part of ``ExportProcess`` (its state is set by
-``ExportProcess.__init__``); ``answer_flush`` and ``queue_bound`` are the child's
-(``child``).
+``FlushRequests`` is the server's half, an object ``ExportProcess`` owns (``force_flush`` asks
+it); ``answer_flush`` and ``queue_bound`` are the child's (``child``).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -45,44 +44,47 @@ _FLUSH_DELIVERY: Final = 10.0
 
 
 class FlushRequests:
-    """``ExportProcess.force_flush``: a flush request written to the child, its answer awaited."""
+    """The server's half, a part ``ExportProcess`` owns: a flush request written to the child's
+    input, its ``Flushed`` awaited on the report pipe, an unanswered flush said once.
 
-    # Set by ExportProcess.__init__ (the pipe, the child, their state), read here.
-    close_timeout: float
-    _process: subprocess.Popen[bytes]
-    _reports: ReportListener | None
-    _pipe: int
-    _owner: int
-    _gone: bool
-    _closing: bool
-    #: handle() is writing a batch: a flush request waits for its end.
-    _mid_line: bool
-    #: The child answers flush requests (its ``ready`` said so, and it has a report pipe).
-    _flushes: bool
-    _flush_number: int
-    _said_flush: bool
+    ``answers``: the child answers flush requests (its ``ready`` said so, and it has a report
+    pipe). The owner checks its own state first (the child gone, the close begun, another
+    process's copy) and passes what a request reads of it while it waits (``ask``): nothing here
+    is on the per-batch path."""
 
-    async def force_flush(self, timeout: float | None = None) -> bool:
-        """Wait until the child delivered every event written to its pipe before this call and
-        its sinks exported them (each sink's ``force_flush``, within its own timeout), at most
-        ``timeout`` seconds (default ``FLUSH_TIMEOUT``). ``True`` when the child said all were
-        exported; ``False`` when not (what its sinks dropped is in ``stats().sinks``), when it
-        did not answer in time, is gone or closing, or does not answer flush requests (a child
-        of a version before them: said once, not waited for)."""
+    def __init__(self, pid: int, pipe: int, reports: ReportListener | None, answers: bool) -> None:
+        self._pid = pid
+        self._pipe = pipe
+        self._reports = reports
+        self.answers = answers and reports is not None
+        self._number = 0
+        self._said = False
+
+    async def ask(
+        self,
+        timeout: float | None,
+        close_timeout: float,
+        mid_line: Callable[[], bool],
+        closing: Callable[[], bool],
+    ) -> bool:
+        """``ExportProcess.force_flush`` once its own checks passed: the request written whole
+        when the owner is not ``mid_line`` (writing a batch's line), with the child's close
+        budget of ``close_timeout``; ``Flushed`` with its number awaited. ``closing`` says the
+        owner's close began, which says what the child's sinks lost: an answer lost to it is not
+        said here."""
         seconds = FLUSH_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + seconds
-        if self._gone or self._closing or os.getpid() != self._owner or self._process.poll() is not None:
+        reports = self._reports
+        if not self.answers or reports is None:
+            self._unanswered("it does not answer flush requests (a ckpt_events before them runs it)")
             return False
-        if not self._flushes or self._reports is None:
-            self._flush_unanswered("it does not answer flush requests (a ckpt_events before them runs it)")
-            return False
-        self._flush_number += 1
-        number = self._flush_number
-        request = {"close_timeout": child_budget(self.close_timeout), "flush": number}
+        self._number += 1
+        number = self._number
+        request = {"close_timeout": child_budget(close_timeout), "flush": number}
         line = msgspec.json.encode(request) + b"\n"
         # Written whole or not at all (shorter than PIPE_BUF), never inside a batch's line.
         while True:
-            if not self._mid_line:
+            if not mid_line():
                 try:
                     os.write(self._pipe, line)
                     break
@@ -91,35 +93,34 @@ class FlushRequests:
                 except OSError:  # the child is gone: the next batch says it, with its counts
                     return False
             if time.monotonic() >= deadline:
-                self._flush_unanswered(f"its input stayed full for {seconds:g} s")
+                self._unanswered(f"its input stayed full for {seconds:g} s")
                 return False
             await anyio.sleep(_FLUSH_POLL)
-        reports = self._reports
         while (answer := reports.flushed) is None or answer.number < number:
             # The listener ends once the child exited and every report it sent was read.
             if not reports.running:
                 answer = reports.flushed
                 if answer is not None and answer.number >= number:
                     break
-                if not self._closing:  # a close under way says what the child's sinks lost
-                    self._flush_unanswered("it ended before it answered")
+                if not closing():  # a close under way says what the child's sinks lost
+                    self._unanswered("it ended before it answered")
                 return False
             if time.monotonic() >= deadline:
-                self._flush_unanswered(f"no answer within {seconds:g} s")
+                self._unanswered(f"no answer within {seconds:g} s")
                 return False
             await anyio.sleep(_FLUSH_POLL)
         return answer.done
 
-    def _flush_unanswered(self, why: str) -> None:
+    def _unanswered(self, why: str) -> None:
         """Say once that a flush could not be waited for; what its sinks drop, they count."""
-        if self._said_flush:
+        if self._said:
             return
-        self._said_flush = True
+        self._said = True
         logger.warning(
             "ckpt_events: the export process (pid %d) could not be flushed: %s; what was written "
             "to it is not known to be exported (its sinks count what they drop: "
             "ExportProcess.stats().sinks; further such flushes are not logged)",
-            self._process.pid,
+            self._pid,
             why,
         )
 

@@ -109,7 +109,7 @@ class ExportProcessStats(msgspec.Struct, frozen=True):
     final: bool = False
 
 
-class ExportProcess(FlushRequests):
+class ExportProcess:
     """A bus sink writing every batch to a child process that runs ``configure(**arguments)``.
 
     Start it with ``ExportProcess.start(arguments)`` (``configure(export_process=True)`` does):
@@ -138,12 +138,8 @@ class ExportProcess(FlushRequests):
     ) -> None:
         self._process = process
         self._reports = reports
-        #: The child answers ``force_flush`` (its ``ready`` said so, and it has a report pipe).
-        self._flushes = flushes and reports is not None
         #: The fewest spans a sink of the child queues (``None``: none with ``force_flush``).
         self.max_queue = max_queue
-        self._flush_number = 0
-        self._said_flush = False
         self._mid_line = False  # handle() is writing a batch: a flush request waits for its end
         self.interests = interests
         self.sinks = sinks
@@ -153,6 +149,9 @@ class ExportProcess(FlushRequests):
         self._pipe = process.stdin.fileno()
         os.set_blocking(self._pipe, False)
         _widen(self._pipe)
+        #: The flush protocol's server half (``force_flush``); the child answers it when its
+        #: ``ready`` said so and it has a report pipe.
+        self._flush_requests = FlushRequests(process.pid, self._pipe, reports, flushes)
         self._encoder = encoder()
         self._forwarded = 0
         self._dropped = 0
@@ -194,6 +193,19 @@ class ExportProcess(FlushRequests):
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    async def force_flush(self, timeout: float | None = None) -> bool:
+        """Wait until the child delivered every event written to its pipe before this call and
+        its sinks exported them (each sink's ``force_flush``, within its own timeout), at most
+        ``timeout`` seconds (default ``FLUSH_TIMEOUT``). ``True`` when the child said all were
+        exported; ``False`` when not (what its sinks dropped is in ``stats().sinks``), when it
+        did not answer in time, is gone or closing, or does not answer flush requests (a child
+        of a version before them: said once, not waited for)."""
+        if self._gone or self._closing or os.getpid() != self._owner or self._process.poll() is not None:
+            return False
+        return await self._flush_requests.ask(
+            timeout, self.close_timeout, lambda: self._mid_line, lambda: self._closing
+        )
 
     async def handle(self, batch: list[Any]) -> None:
         """Write ``batch`` to the child as one line; wait while the pipe is full (the bus keeps
