@@ -48,6 +48,8 @@ from ckpt_events import (
     Event,
     OperationFinished,
     OperationStarted,
+    StageFinished,
+    StageStarted,
     Stalled,
 )
 from ckpt_events.checks import shown
@@ -134,7 +136,7 @@ class Backlog:
     def add_all(self, events: Iterable[Event]) -> None:
         """Fold ``events`` in, in any order."""
         for event in events:
-            if isinstance(event, OperationStarted | CoordinateStarted):
+            if isinstance(event, OperationStarted | CoordinateStarted | StageStarted):
                 span = (event.trace_id, event.span_id)
                 if span in self._done:
                     continue  # finished already: a copy, or a file out of time order
@@ -169,6 +171,9 @@ class Backlog:
                     heapq.heappush(last, entry)
                 else:
                     heapq.heappushpop(last, entry)
+            elif isinstance(event, StageFinished):
+                # No outcome shown: a controller's stage only tells what its prepare waits on.
+                self.end((event.trace_id, event.span_id), event.end_ns)
             elif isinstance(event, Stalled):
                 # By worker too: a worker's report and its main process's are of two operations.
                 key = (
@@ -697,9 +702,9 @@ def _merged_by_stamp(files: list[list[Event]]) -> list[Event]:
 def _stamp(event: Event) -> int:
     """When a followed event happened: a span's start or end, a stall report's time."""
     match event:
-        case OperationStarted() | CoordinateStarted():
+        case OperationStarted() | CoordinateStarted() | StageStarted():
             return event.start_ns
-        case OperationFinished() | CoordinateFinished():
+        case OperationFinished() | CoordinateFinished() | StageFinished():
             return event.end_ns
         case Stalled():
             return event.time_ns

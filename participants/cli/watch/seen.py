@@ -51,12 +51,14 @@ class Open:
         "checkpoint_id",
         "cut",
         "operation",
+        "parent",
         "passed",
         "read_age",
         "read_mono",
         "stalled",
         "start_ns",
         "stepped",
+        "trace_id",
         "worker",
     )
 
@@ -83,6 +85,10 @@ class Open:
         #: a wall clock did since.
         self.read_mono = read_mono
         self.read_age = 0.0
+        #: Its trace, and the span that called it (``None``: not given): the controller's open
+        #: work it is a call of (``FleetView`` tells what the controller waits on by them).
+        self.trace_id = 0
+        self.parent: int | None = None
 
 
 #: A finished operation, as open work is compared with it: (start, worker, operation, checkpoint

@@ -28,6 +28,8 @@ from ckpt_events import (
     Event,
     OperationFinished,
     OperationStarted,
+    StageFinished,
+    StageStarted,
     Stalled,
 )
 from ckpt_events.participants.errors import ParticipantCallError, shown
@@ -50,8 +52,17 @@ __all__ = [
 
 #: A status reply is a few hundred bytes (at most 100 blockers): anything past this is refused.
 MAX_BODY: Final = 256 * 1024
-#: The events the view folds in; an ``EventSource`` may hand on only these.
-VIEW_EVENTS: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished, Stalled)
+#: The events the view folds in; an ``EventSource`` may hand on only these. The controller's
+#: stages tell what its open prepare waits on (a stage open: its calls to that kind).
+VIEW_EVENTS: Final = (
+    OperationStarted,
+    OperationFinished,
+    CoordinateStarted,
+    CoordinateFinished,
+    StageStarted,
+    StageFinished,
+    Stalled,
+)
 #: How far the HTTP ``Date`` header may be behind the reply: it has whole seconds, and uvicorn
 #: renews it once a second.
 _DATE_SPAN: Final = 2.0

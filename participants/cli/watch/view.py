@@ -46,6 +46,8 @@ from ckpt_events import (
     Event,
     OperationFinished,
     OperationStarted,
+    StageFinished,
+    StageStarted,
     Stalled,
 )
 from ckpt_events.participants.cli.text import escape
@@ -116,6 +118,21 @@ class _Age:
         return (">=" if self.at_least else "") + _seconds(self.seconds)
 
 
+class _Wait:
+    """What the controller's overdue open operation waits on: ``on``, the participants whose
+    calls of it are open (name, whether that call is stalled); else ``held`` (nothing of it in
+    flight: the controller holds it, a stall of its own) or not known (``why``)."""
+
+    __slots__ = ("held", "on", "why")
+
+    def __init__(
+        self, on: Sequence[tuple[tuple[str, str], bool]] = (), *, held: bool = False, why: str = ""
+    ) -> None:
+        self.on = list(on)
+        self.held = held
+        self.why = why
+
+
 def _on_worker(item: Open) -> str:
     """`` on worker N`` for a ``serve --workers`` worker's work, else nothing: its main process
     and a worker may each hold the same checkpoint's operation open, and which one hung matters."""
@@ -142,6 +159,15 @@ class FleetView:
         self._arrival = 0  # outcomes that end at one nanosecond keep the order they were read in
         #: Spans whose end was another version's line (``add_events(ended=...)``), last ones kept.
         self._unread_ends: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
+        #: The controller's stages, last ones kept: (trace, stage span) -> (its coordinate span,
+        #: still open, the kind it calls). A stage open is a fan-out: its prepare waits on calls to that kind.
+        self._stages: collections.OrderedDict[tuple[int, int], tuple[int | None, bool, str]] = (
+            collections.OrderedDict()
+        )
+        #: Who answered a call of the controller's span (trace, calling span), last spans kept.
+        self._answered: collections.OrderedDict[tuple[int, int], set[tuple[str, str]]] = (
+            collections.OrderedDict()
+        )
 
     def _of(self, kind: str, instance: str) -> Seen:
         key = (kind, instance)
@@ -278,6 +304,8 @@ class FleetView:
                     item = Open(
                         str(event.operation), event.checkpoint_id, event.start_ns, event.worker, read_mono
                     )
+                    item.trace_id = event.trace_id
+                    item.parent = event.parent_span_id
                     item.passed = any(passes(item, done) for done in seen.done)
                     known = seen.open.get(key)
                     item.cut = cut.get(key, None if known is None else known.cut)
@@ -296,6 +324,8 @@ class FleetView:
                 written(seen, event.end_ns, read_at, event.worker)
                 key = (event.trace_id, event.span_id)
                 seen.open.pop(key, None)
+                if event.parent_span_id is not None and kind != Kind.CONTROLLER:
+                    self._answer((event.trace_id, event.parent_span_id), (str(kind), event.instance))
                 seen.ended[key] = None
                 if len(seen.ended) > _ENDED_KEPT:
                     seen.ended.popitem(last=False)
@@ -312,6 +342,13 @@ class FleetView:
                 self._arrival += 1
                 bisect.insort(seen.outcomes, (event.end_ns, self._arrival, line))
                 del seen.outcomes[:-LAST_CHECKPOINTS]
+            elif isinstance(event, StageStarted | StageFinished):
+                key = (event.trace_id, event.span_id)
+                # Its end may be read before its start (two files): an ended stage stays ended.
+                still = isinstance(event, StageStarted) and self._stages.get(key, (None, True, ""))[1]
+                self._stages[key] = (event.parent_span_id, still, event.stage)
+                if len(self._stages) > _ENDED_KEPT:
+                    self._stages.popitem(last=False)
             elif isinstance(event, Stalled):
                 if (seen := self._logged(str(event.kind), event.instance)) is None:
                     continue
@@ -333,6 +370,15 @@ class FleetView:
             ahead = _least_ahead(seen, item)
             if ahead is not None and ahead <= STEP_FORWARD_S:
                 item.read_age = max(read_at + ahead - item.start_ns / 1e9, 0.0)
+
+    def _answer(self, caller: tuple[int, int], who: tuple[str, str]) -> None:
+        """``who`` answered a call the controller's span ``caller`` made (its operation ended)."""
+        answered = self._answered.get(caller)
+        if answered is None:
+            answered = self._answered[caller] = set()
+            if len(self._answered) > _ENDED_KEPT:
+                self._answered.popitem(last=False)
+        answered.add(who)
 
     def render(
         self, now: float | None = None, *, rows: bool | None = None, mono: float | None = None
@@ -405,6 +451,67 @@ class FleetView:
             return _Age(least, item.stalled or least >= self.stall_after, at_least=True)
         return _Age(age, item.stalled or age - uncertainty >= self.stall_after)
 
+    def _waits(self, span: tuple[int, int], now: float, mono: float) -> _Wait:
+        """What the controller's open operation ``span`` (trace, span) waits on, by its calls (a
+        participant's operation whose parent is it or one of its stages). A controller waiting
+        on a stuck participant is not stalled itself (was: both marked STALLED, so a reader saw
+        two stalls); it is only when nothing of it is in flight, and unknown when that is not
+        known (its calls' logs not read)."""
+        trace, own = span
+        stages = {
+            s: (still, name) for (t, s), (p, still, name) in self._stages.items() if t == trace and p == own
+        }
+        callers = {own, *stages}
+        polled = {
+            (str(r.status.kind), r.status.instance) for r in self.polls.values() if r.status is not None
+        }
+        on: list[tuple[tuple[str, str], bool]] = []
+        for who, seen in self.seen.items():
+            if who[0] == Kind.CONTROLLER.value:
+                continue
+            calls = [i for i in seen.open.values() if i.trace_id == trace and i.parent in callers]
+            if calls:
+                stalled = any(self._age(seen, i, now, mono, who in polled).stalled for i in calls)
+                on.append((who, stalled))
+        if on:
+            on.sort(key=lambda entry: (not entry[1], entry[0]))  # the stalled first
+            return _Wait(on)
+        if open_stages := [name for still, name in stages.values() if still]:
+            kinds = ", ".join(escape(name) for name in sorted(open_stages))
+            return _Wait(why=f"its {kinds} calls are in none of the logs read")
+        if stages:
+            return _Wait(held=True)  # its stages (its fan-outs) ended: nothing of it in flight
+        answered = set().union(*(self._answered.get((trace, c), set()) for c in callers))
+        known = {who for who in self.seen if who[0] != Kind.CONTROLLER.value} | polled
+        if answered and known <= answered:
+            return _Wait(held=True)  # every participant answered its call
+        return _Wait(why="none of its calls in flight is in the logs read")
+
+    def _said(self, text: Text, age: _Age, wait: _Wait | None, *, short: bool) -> bool:
+        """Append what an overdue open operation's line says after its age: STALLED for the
+        party that holds it, what the controller's waits on (``wait``); whether it is a problem
+        of its own (a participant it waits on is one of its own line)."""
+        if not age.stalled:
+            return False
+        if wait is None or wait.held:
+            text.append(" STALLED", style="bold red")
+            return True
+        if not wait.on:
+            text.append(
+                " holder unknown" if short else f", stalled or waiting: unknown ({wait.why})", style="yellow"
+            )
+            return True
+        shown = wait.on[: 1 if short else _BLOCKERS_SHOWN]
+        names = ", ".join(
+            (self._name(None, who) if short else f"{escape(who[0])}/{escape(who[1])}")
+            + (" (stalled)" if stalled else "")
+            for who, stalled in shown
+        )
+        more = len(wait.on) - len(shown)
+        tail = (f" +{more}" if short else f" and {more} more") if more else ""
+        text.append((" " if short else ", ") + f"waiting on {names}{tail}", style="yellow")
+        return False
+
     def _lease_left(self, seen: Seen, lease_at: float, now: float, mono: float) -> float:
         return max(lease_at - (now + correction(seen, now - mono)), 0.0)
 
@@ -449,13 +556,13 @@ class FleetView:
             text.append(f"\n  {escape(result.error or 'no answer')}", style="bold red")
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("\n  (from logs only)", style="dim")
-        for item in sorted(seen.open.values(), key=lambda o: o.start_ns):
+        for span, item in sorted(seen.open.items(), key=lambda entry: entry[1].start_ns):
             age = self._age(seen, item, now, mono, status is not None)
             shown = age.shown()
             what = f"{escape(item.operation)} {escape(item.checkpoint_id or '-')}{_on_worker(item)}"
             text.append(f"\n  open {what} {shown}")
-            if age.stalled:
-                text.append(" STALLED", style="bold red")
+            wait = self._waits(span, now, mono) if age.stalled and kind == Kind.CONTROLLER.value else None
+            self._said(text, age, wait, short=False)
         if seen.untracked:
             text.append(f"\n  and {seen.untracked} more open, not tracked", style="yellow")
         if seen.outcomes:
@@ -511,7 +618,8 @@ class FleetView:
             problem = True
         elif kind != Kind.CONTROLLER.value or instance != CONTROLLER_INSTANCE:
             text.append("  (logs only)", style="dim")
-        items = sorted(seen.open.values(), key=lambda o: o.start_ns)
+        spans = sorted(seen.open.items(), key=lambda entry: entry[1].start_ns)
+        items = [item for _, item in spans]
         ages = [self._age(seen, item, now, mono, status is not None) for item in items]
         if items:
             first = next((i for i, a in enumerate(ages) if a.stalled), 0)
@@ -519,9 +627,9 @@ class FleetView:
             age = ages[first]
             shown = age.shown(short=True)
             text.append(f"  open {escape(item.operation)}{_on_worker(item)} {shown}")
-            if age.stalled:
-                text.append(" STALLED", style="bold red")
-                problem = True
+            controller = age.stalled and kind == Kind.CONTROLLER.value
+            wait = self._waits(spans[first][0], now, mono) if controller else None
+            problem |= self._said(text, age, wait, short=True)
             if len(items) + seen.untracked > 1:
                 text.append(f" +{len(items) + seen.untracked - 1}")
         if status is not None:
