@@ -22,6 +22,9 @@ from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
 from ckpt_events.vocab import Kind, Operation
 
 _OPEN_PREPARE = re.compile(r"open prepare (\S+) (\d+\.\d) s( STALLED)?")
+_WAITING = re.compile(
+    r"(?m)^  open prepare \S+ >=\d+\.\d s, waiting on environment/environment-0 \(stalled\)$"
+)
 
 
 def _snapshots(out: str) -> list[str]:
@@ -76,6 +79,13 @@ async def test_the_stalled_participant_is_named_in_the_view_while_it_is_stuck(
     assert re.search(r"NOT READY: 1 blocking: r\d{5}", first), first
     assert f"phase preparing  checkpoint {checkpoint_id}" in first and " left" in first, first
     assert any(m[3] for _, m in stuck), "the open prepare was never marked stalled"
+    # The controller's prepare waits on environment-0: was "open prepare ... STALLED" beside it.
+    controller = [_block(s, "controller coordination") for s in snapshots]
+    waiting = [b for b in controller if f"open prepare {checkpoint_id}" in b]
+    assert waiting and not any("STALLED" in b for b in controller), out
+    assert any(_WAITING.search(b) for b in waiting), out
+    docs = (Path(__file__).parents[4] / "docs" / "demo.md").read_text()
+    assert _WAITING.search(docs), "docs/demo.md's excerpt is not what the view prints"
     aborted = [c for c in result.checks if "aborted: not ready at its deadline" in c]
     assert aborted and "environment/environment-0" in aborted[0]
     # The warning (this process's StallWatch: in-process servers share its bus) and the counted
