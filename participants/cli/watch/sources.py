@@ -2,13 +2,15 @@
 (followed JSON-lines logs, ``follow.LogFollower``; the demo's own bus).
 
 ``poll_all`` asks every participant at once (``MAX_POLLS`` at a time), each under its own deadline
-and byte cap, so a slow, silent or hostile one costs the round about ``timeout`` and is one ``PollResult``
-with an error line and its ``failure`` (``unreachable``, ``tls`` or ``refused``). The deadline counts
-only time this process's event loop could run: a loop that runs late (a loaded machine, or
-``demo --watch``'s loop busy with the very servers it polls) stretches it, up to
-``MAX_STRETCH`` times ``timeout``, rather than blaming a participant for it. Each answer carries
-the participant's clock offset, NTP-style: its reply's time (``SERVER_TIME_HEADER``, else the
-HTTP ``Date`` header, to the second) against the local midpoint of the request.
+and byte cap, so a slow, silent or hostile one costs the round about ``timeout`` and is one
+``PollResult`` with an error line and its ``failure`` (``unreachable``, ``tls``, ``refused``,
+``unknown``). The deadline counts only time this process's event loop could run: a loop that runs
+late (a loaded machine, or ``demo --watch``'s loop busy with the very servers it polls) stretches
+it, up to ``MAX_STRETCH`` times ``timeout``, rather than blaming a participant for it; a poll given
+up at that bound before it had ``timeout`` of a loop that ran is ``unknown``, never 'no answer
+within'. Each answer carries the participant's clock offset, NTP-style: its reply's time
+(``SERVER_TIME_HEADER``, else the HTTP ``Date`` header, to the second) against the local midpoint
+of the request.
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ MAX_POLLS: Final = 256
 #: answer that is not a participant's status), ``tls`` (it took the connection, the TLS handshake
 #: failed: a certificate not trusted, an ``https://`` URL of a plain HTTP server), ``refused``
 #: (401/403: the token) or ``duplicate`` (it answered as the participant another URL of the round
-#: answered as).
-Failure = Literal["unreachable", "tls", "refused", "duplicate"]
+#: answered as) or ``unknown`` (not judged: this process could not run long enough to hear it).
+Failure = Literal["unreachable", "tls", "refused", "duplicate", "unknown"]
 
 
 class PollResult(msgspec.Struct, frozen=True):
@@ -148,6 +150,20 @@ def status_client(urls: Sequence[str], *, headers: Mapping[str, str], timeout: f
     return httpx.AsyncClient(headers=dict(headers), timeout=MAX_STRETCH * timeout, transport=transport)
 
 
+#: This thread's scheduler statistics (Linux): its second field is the nanoseconds it waited,
+#: runnable, for a CPU.
+_SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+
+
+def _waited_for_cpu() -> float:
+    """Seconds this thread has waited, runnable, for a CPU (0.0 where the kernel does not say)."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _http_error() -> type[Exception]:
     # httpx is imported only when polling: the command line's parser must not load it.
     import httpx
@@ -163,7 +179,13 @@ class _Deadlines:
     loop could not run. With a plain deadline, a loop blocked for 1 s mid-poll (a process that
     got no core, or ``demo --watch``'s own loop busy serving the fleet) woke up past it and named
     every healthy participant 'no answer within 0.8 s'. The watchdog cancels, rather than the
-    deadline: it runs with that lateness already measured."""
+    deadline: it runs with that lateness already measured.
+
+    A sleep's lateness misses a loop that runs, but slowly: a process that shares its core with
+    busy ones runs each loop turn in short slices, its timers a few ms late, and a refused
+    connection's error waited turns past its poll's deadline (4 busy processes on its core: 108
+    of 3,000 refused connections named 'no answer within 0.3 s'). Each tick counts too the time
+    this thread waited for a CPU, as the kernel counts it (``_SCHEDSTAT``), whichever is more."""
 
     def __init__(self, timeout: float, waves: int = 1) -> None:
         self.timeout = timeout
@@ -171,14 +193,29 @@ class _Deadlines:
         self.waves = waves
         #: Seconds the loop ran late, summed over the round.
         self.late = 0.0
+        #: ``_waited_for_cpu()`` at the last tick.
+        self._waited = _waited_for_cpu()
         #: Each open poll's scope: when it started, and ``late`` then.
         self._open: dict[anyio.CancelScope, tuple[float, float]] = {}
+        #: The scopes this watchdog cancelled: each had ``timeout`` of a loop that ran.
+        self._given_up: set[anyio.CancelScope] = set()
 
     def open(self, scope: anyio.CancelScope) -> None:
         self._open[scope] = (time.perf_counter(), self.late)
 
     def close(self, scope: anyio.CancelScope) -> None:
         self._open.pop(scope, None)
+        self._given_up.discard(scope)
+
+    def gave_up(self, scope: anyio.CancelScope) -> bool:
+        """Whether the watchdog cancelled ``scope`` (not the wall-clock bound)."""
+        return scope in self._given_up
+
+    def held_up(self, scope: anyio.CancelScope) -> tuple[float, float]:
+        """(seconds the loop ran, seconds it could not) since ``scope``'s poll started, up to now."""
+        started, late_then = self._open.get(scope, (time.perf_counter(), self.late))
+        lost = self.late - late_then + max(0.0, _waited_for_cpu() - self._waited)
+        return time.perf_counter() - started - lost, lost
 
     async def watch(self) -> None:
         """Until cancelled (when the round's polls have ended), bounded by their longest stretch
@@ -187,9 +224,12 @@ class _Deadlines:
             before = time.perf_counter()
             await anyio.sleep(_TICK)
             now = time.perf_counter()
-            self.late += max(0.0, now - before - _TICK)
+            waited = _waited_for_cpu()
+            self.late += max(now - before - _TICK, waited - self._waited, 0.0)
+            self._waited = waited
             for scope, (started, late_then) in list(self._open.items()):
                 if now - started - (self.late - late_then) >= self.timeout:
+                    self._given_up.add(scope)
                     scope.cancel()
 
 
@@ -211,6 +251,18 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
     def failed(error: str, failure: Failure = "unreachable") -> PollResult:
         return PollResult(url=url, seconds=time.perf_counter() - started, error=error, failure=failure)
 
+    def timed_out(said: str) -> PollResult:
+        # Given up at the wall-clock bound (the scope's, httpx's) before it had ``timeout`` of a
+        # loop that ran: this process was too late to hear it, the participant is not judged.
+        ran, lost = deadlines.held_up(scope)
+        if ran >= timeout:
+            return failed(said)
+        return failed(
+            f"not judged: this watch could not run for {lost:.1f} s of it (a loaded machine) and "
+            f"listened {max(ran, 0.0):.2f} of {timeout:g} s: poll again, or pass a longer --timeout",
+            "unknown",
+        )
+
     # The hard bound; the watchdog gives up sooner, past ``timeout`` of a loop that ran.
     scope = anyio.CancelScope(deadline=anyio.current_time() + MAX_STRETCH * timeout)
     deadlines.open(scope)
@@ -231,16 +283,18 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
                         f"HTTP {reply.status_code} from /status{_hint(reply.status_code)}",
                         "refused" if refused else "unreachable",
                     )
+        if scope.cancelled_caught:
+            said = f"no answer within {timeout:g} s"
+            return failed(said) if deadlines.gave_up(scope) else timed_out(said)
     except _http_error() as exc:
         if (tls := _tls_failure(exc)) is not None:
             return failed(tls, "tls")
         # Only a failed connection is "unreachable": a reply cut short came from a participant.
         said = "unreachable" if never_connected(exc) else "no whole reply"
-        return failed(f"{said}: {type(exc).__name__}: {exc or 'no detail'}")
+        said = f"{said}: {type(exc).__name__}: {exc or 'no detail'}"
+        return timed_out(said) if isinstance(exc, _timeout_error()) else failed(said)
     finally:
         deadlines.close(scope)
-    if scope.cancelled_caught:
-        return failed(f"no answer within {timeout:g} s")
     try:
         status = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -256,6 +310,12 @@ async def _poll(client: httpx.AsyncClient, url: str, deadlines: _Deadlines) -> P
         clock_offset=offset,
         clock_error=error,
     )
+
+
+def _timeout_error() -> type[Exception]:
+    import httpx
+
+    return httpx.TimeoutException
 
 
 def _clock(headers: Mapping[str, str], sent: float, received: float) -> tuple[float, float] | None:

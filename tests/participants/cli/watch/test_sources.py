@@ -26,7 +26,7 @@ from rich.console import Console
 from ckpt_events.participants.cli.fleet import free_port, serving
 from ckpt_events.participants.cli.watch.command import once_status
 from ckpt_events.participants.cli.watch.pools import MemberPools
-from ckpt_events.participants.cli.watch.sources import MAX_BODY, poll_all, status_client
+from ckpt_events.participants.cli.watch.sources import MAX_BODY, MAX_STRETCH, poll_all, status_client
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from ckpt_events.participants.replies import KEEPALIVE_SECONDS
@@ -184,6 +184,35 @@ async def test_time_this_process_could_not_run_is_not_the_participants() -> None
                 results = await poll_all(client, urls, 0.8)
     assert [r.error for r in results] == [None] * 4
     assert all(r.status is not None and r.seconds >= 1.0 for r in results)
+
+
+async def test_a_poll_given_up_at_the_wall_clock_bound_is_not_judged_slow() -> None:
+    """A loop that cannot run for longer than ``MAX_STRETCH`` times the timeout (here blocked
+    0.8 s against 10 x 0.05 s) gives its polls up at the wall-clock bound, having listened for
+    none of their 0.05 s: 'no answer within 0.05 s' (4 of 4) blamed healthy participants for it.
+    Each is now ``unknown``, with this watch's own lateness."""
+    app = FastAPI()
+
+    @app.get("/ok" + CONTROL_PREFIX + "/status")
+    async def ok() -> Response:
+        return Response(GOOD, media_type="application/json")
+
+    assert MAX_STRETCH * 0.05 < 0.8
+    async with serving(app) as base:
+        urls = [f"{base}/ok"] * 4
+        async with status_client(urls, headers={}, timeout=0.05) as client:
+
+            async def stall() -> None:
+                await anyio.sleep(0)  # the polls are out, their answers not read yet
+                time.sleep(0.8)  # this process gets no core past the polls' wall-clock bound
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stall)
+                results = await poll_all(client, urls, 0.05)
+    assert [r.failure for r in results] == ["unknown"] * 4
+    for result in results:
+        assert result.error is not None and result.error.startswith("not judged: this watch could not run")
+        assert "no answer within" not in result.error
 
 
 async def test_a_client_for_1000_participants_is_built_at_once_and_shares_one_tls_context() -> None:
