@@ -8,6 +8,7 @@ our old top-level names, each raising on import.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -171,11 +172,20 @@ def test_an_editable_install_types_as_the_readme_says(tmp_path: Path, mode: str)
         found = importlib.util.find_spec(name)
         if found is not None and found.origin is not None:
             (tools / name).symlink_to(Path(found.origin).parent)
+    # Its metadata too: setuptools finds its own commands (``dist_info``) by its entry points.
+    setuptools = importlib.metadata.distribution("setuptools")
+    (metadata,) = [f for f in setuptools.files or () if f.parts[1:] == ("METADATA",)]
+    dist_info = Path(str(setuptools.locate_file(metadata))).parent
+    (tools / dist_info.name).symlink_to(dist_info)
+    # A venv without pip, installed into by this interpreter's pip (``pip --python``): the same
+    # install, without the 5-7 s ``ensurepip`` spends putting a pip into each venv.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120
+    )
     python = venv / "bin" / "python"
-    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
-    install += ["-e", str(source)]
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index"]
+    install += ["--no-build-isolation", "-e", str(source)]
     if mode == "strict":
         install += ["--config-settings", "editable_mode=strict"]
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(tools)}
