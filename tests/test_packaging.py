@@ -180,12 +180,11 @@ def test_an_editable_install_types_as_the_readme_says(tmp_path: Path, mode: str)
     # A venv without pip, installed into by this interpreter's pip (``pip --python``): the same
     # install, without the 5-7 s ``ensurepip`` spends putting a pip into each venv.
     venv = tmp_path / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120
-    )
+    make_venv = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
+    subprocess.run(make_venv, check=True, capture_output=True, timeout=120)
     python = venv / "bin" / "python"
-    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index"]
-    install += ["--no-build-isolation", "-e", str(source)]
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
+    install += ["--no-index", "--no-build-isolation", "-e", str(source)]
     if mode == "strict":
         install += ["--config-settings", "editable_mode=strict"]
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(tools)}
