@@ -246,9 +246,18 @@ class PooledWork:
         return await self.placement.get(key)
 
 
-def _workers_spent(app: FastAPI, pool: WorkerPool, then: Callable[[str], None] | None, why: str) -> None:
+def _workers_spent(
+    app: FastAPI,
+    pool: WorkerPool,
+    then: Callable[[str], None] | None,
+    joining: anyio.CancelScope,
+    why: str,
+) -> None:
     app.state.fatal = why
     pool.spent = why
+    # No worker is coming: the start-up stops waiting for them to join (it waited out the join
+    # deadline, and the server stopped 16 s after it said it was stopping).
+    joining.cancel()
     if then is not None:
         then(why)
 
@@ -298,6 +307,7 @@ def create_worker_app(
     @asynccontextmanager
     async def serve_workers(app: FastAPI, tg: TaskGroup) -> AsyncIterator[None]:
         supervisor: WorkerSupervisor | None = None
+        joining = anyio.CancelScope()
         try:
             # The coordinator's socket and in-process workers end first (each worker process
             # reads the end), then the worker processes are stopped, then the aborted commits'
@@ -326,12 +336,13 @@ def create_worker_app(
                         worker_command,
                         env=env,
                         secret_for=coordinator.new_secret,
-                        on_spent=functools.partial(_workers_spent, app, pool, on_workers_spent),
+                        on_spent=functools.partial(_workers_spent, app, pool, on_workers_spent, joining),
                     )
                     app.state.supervisor = supervisor
                     tg.start_soon(supervisor.run)
                 try:
-                    await coordinator.wait_connected(workers, _JOIN_SECONDS)
+                    with joining:
+                        await coordinator.wait_connected(workers, _JOIN_SECONDS)
                     yield
                 finally:
                     coordinator.stopping = True
