@@ -122,7 +122,7 @@ class TraceCauses:
     @property
     def failed_below(self) -> set[int]:
         """Spans with a failure below them (``first_failed_below``'s keys: a set of its own per
-        trace was 216 of 4,150 bytes a checkpoint at the report's peak)."""
+        trace was 216 of about 4,250 bytes a checkpoint at the report's peak)."""
         return set(self.first_failed_below)
 
     def prepare_finished(self, e: OperationFinished) -> None:

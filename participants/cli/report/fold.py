@@ -269,7 +269,7 @@ def fold_events(
                         own.started(e)
                     if isinstance(e, OperationStarted) and e.operation == Operation.PREPARE:
                         # One string per participant, not one per trace: kept in every trace's
-                        # prepares (4 participants: 260 of 4,150 bytes a checkpoint at the peak).
+                        # prepares (4 participants: 260 of about 4,250 bytes a checkpoint at the peak).
                         writer = sys.intern(who_wrote(e))
                         trace.causes.prepares.setdefault(writer, e.start_ns)
                         trace.prepare_starts[e.span_id] = e.start_ns
