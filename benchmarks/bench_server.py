@@ -86,8 +86,12 @@ async def _connection(port: int, requests: int, deadline: float) -> int:
 
 async def _load(port: int, requests: int, connections: int, seconds: float) -> int:
     deadline = time.monotonic() + seconds
-    per = requests // connections
-    counts = await asyncio.gather(*(_connection(port, per, deadline) for _ in range(connections)))
+    # Spread exactly: 100 requests on 32 connections are 4 connections of 4 and 28 of 3 (each
+    # connection's share rounded down made 0 for every one: nothing sent, a ZeroDivisionError).
+    per, extra = divmod(requests, connections)
+    counts = await asyncio.gather(
+        *(_connection(port, per + (i < extra), deadline) for i in range(connections))
+    )
     return sum(counts)
 
 
@@ -225,6 +229,10 @@ def run(
     default_requests, default_rounds = (2_000, 3) if quick else (10_000, 7)
     requests = default_requests if requests is None else requests
     rounds = default_rounds if rounds is None else rounds
+    if requests < SLICES or rounds < 1:
+        raise ValueError(
+            f"requests ({requests}) must be at least {SLICES} (one a slice) and rounds ({rounds}) at least 1"
+        )
     lens = nemo_lens_row.probe(nemo_lens_python or os.environ.get(nemo_lens_row.ENV))
     with cores_apart() as cores, rotel.collector() as collector:
         # A variant that cannot run keeps its rows, saying why and how (never dropped silently).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -72,3 +73,37 @@ def test_a_server_interrupted_while_it_starts_is_stopped(monkeypatch: pytest.Mon
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     assert not left
+
+
+def test_the_load_sends_exactly_the_requests_asked_over_its_connections() -> None:
+    """100 requests on 32 connections are 100 (each connection's share rounded down sent 96;
+    fewer requests than connections sent none, and the round divided by zero)."""
+
+    async def serve_and_load(requests: int) -> tuple[int, int]:
+        answered = 0
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal answered
+            try:
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    await reader.readexactly(2048)
+                    answered += 1
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            done = await asyncio.wait_for(bench_server._load(port, requests, 32, 10), 20)
+        return done, answered
+
+    assert asyncio.run(serve_and_load(100)) == (100, 100)
+    assert asyncio.run(serve_and_load(20)) == (20, 20)
+
+
+def test_fewer_requests_than_slices_are_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="at least 10"):
+        bench_server.run(requests=5, rounds=1)
