@@ -54,6 +54,9 @@ CkptEventsError`` never catches a demo's verdict)::
     ├── LaunchError                 a server process did not come up (also a RuntimeError)
     └── DemoFailed                  the demo ran but its result is wrong
 
+    Interrupted                     a stop signal ended a command (a ``KeyboardInterrupt``):
+                                    exit 128 + ``signum``; ``cut`` says what a forced exit cut
+
 The benchmarks' own (``ckpt_events.benchmarks``: ``RuntimeError`` subclasses, each said in one
 line by ``ckpt-events bench``)::
 
@@ -97,6 +100,7 @@ __all__ = [
     "DemoFailed",
     "EpisodeGone",
     "ForeignCheckpoint",
+    "Interrupted",
     "InvalidCheckpointError",
     "LaunchError",
     "MalformedRequest",
@@ -370,6 +374,17 @@ class CommandError(CommandLineError):
 
 class LaunchError(CommandLineError, RuntimeError):
     """A server process did not come up (it exited, or did not listen in time)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal ended a command: ``signum`` the one that started the stop (SIGINT, SIGTERM),
+    reported as a shell reports a process it ended (exit 128 + ``signum``: 130, 143); ``cut``,
+    when a later signal forced the exit, what that cut short, else ``None``."""
+
+    def __init__(self, signum: int, cut: str | None = None) -> None:
+        super().__init__(signum, cut)
+        self.signum = signum
+        self.cut = cut
 
 
 class DemoFailed(CommandLineError):

@@ -160,8 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stdout is not None:
             sys.stdout.flush()
         return status
-    except KeyboardInterrupt:
-        return _interrupted(command)
+    except KeyboardInterrupt as exc:
+        return _interrupted(command, exc)
     except BrokenPipeError:
         # ``ckpt-events ops --write DIR | head -1`` was a traceback: the reader has gone, so the
         # rest goes nowhere and the exit is quiet, as rich does for the tables (exit status 1).
@@ -180,8 +180,8 @@ def _run(args: argparse.Namespace) -> int:
         for module in command.needs:
             _find(module)
         return command.run(args)
-    except KeyboardInterrupt:
-        return _interrupted(args.command)
+    except KeyboardInterrupt as exc:
+        return _interrupted(args.command, exc)
     except (CkptEventsError, CommandLineError) as exc:
         return _failed(args.command, exc)
     except ModuleNotFoundError as exc:
@@ -193,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         # of ours (or the interrupt) once, as a plain one would be.
         leaf = _first_leaf(group)
         if isinstance(leaf, KeyboardInterrupt):
-            return _interrupted(args.command)
+            return _interrupted(args.command, leaf)
         if isinstance(leaf, BrokenPipeError):
             raise leaf from None  # ended in ``main`` if it is stdout's
         if isinstance(leaf, (CkptEventsError, CommandLineError)):
@@ -215,10 +215,18 @@ def _version() -> str:
         return __version__
 
 
-def _interrupted(command: str | None) -> int:
-    """One line for a Ctrl-C; ``command`` is ``None`` before one was parsed (while importing)."""
-    print(f"ckpt-events{'' if command is None else ' ' + command}: interrupted", file=sys.stderr)
-    return 130  # 128 + SIGINT, as a shell reports it
+def _interrupted(command: str | None, exc: KeyboardInterrupt) -> int:
+    """One line for a Ctrl-C (or a command's ``Interrupted``: by SIGTERM, or forced by a second
+    signal); ``command`` is ``None`` before one was parsed (while importing)."""
+    from ckpt_events.participants.errors import Interrupted
+
+    name = f"ckpt-events{'' if command is None else ' ' + command}"
+    if not isinstance(exc, Interrupted):
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports it
+    cut = "" if exc.cut is None else f"; a second signal forced the exit: {exc.cut}"
+    print(f"{name}: interrupted{cut}", file=sys.stderr)
+    return 128 + exc.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports it
 
 
 def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:

@@ -63,7 +63,8 @@ def _exceptions(*packages: ModuleType) -> set[type[BaseException]]:
 def test_every_participants_exception_derives_from_one_of_the_two_roots():
     """Each exception class defined in participants is a CkptEventsError, except the command line's,
     which are CommandLineErrors and never CkptEventsErrors (a user's ``except CkptEventsError`` around
-    the library never catches a demo's verdict)."""
+    the library never catches a demo's verdict). ``Interrupted`` is neither: a stop signal, a
+    ``KeyboardInterrupt`` that no ``except Exception`` swallows."""
     errors = participants.errors
     found = _exceptions(participants)
     assert errors.ProtocolRefusal in found
@@ -75,7 +76,9 @@ def test_every_participants_exception_derives_from_one_of_the_two_roots():
         "DemoFailed",
     }
     assert {c.__qualname__ for c in command_line if issubclass(c, CkptEventsError)} == set()
-    library = found - command_line
+    assert issubclass(errors.Interrupted, KeyboardInterrupt)
+    assert not issubclass(errors.Interrupted, Exception)
+    library = found - command_line - {errors.Interrupted}
     assert {c.__qualname__ for c in library if not issubclass(c, CkptEventsError)} == set()
 
 

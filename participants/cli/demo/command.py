@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from pathlib import Path
 from typing import Any, Final
@@ -169,14 +170,19 @@ def _demo(args: argparse.Namespace) -> int:
     from ckpt_events.participants.server.limits import SINK_FAILURE_LOGGER, OsErrorInOneLine
 
     quiet = _QuietOnceInterrupted()
+    forced = _QuietOnceForced()
 
     async def run(stopping: anyio.Event) -> DemoResult:
         quiet.stopping = stopping
         return await run_demo(options, console(), stopping)
 
     try:
-        with filtered(OsErrorInOneLine(), SINK_FAILURE_LOGGER), filtered(quiet, *_CONTROLLER_LOGGERS):
-            result = anyio.run(run_interruptibly, run)
+        with (
+            filtered(OsErrorInOneLine(), SINK_FAILURE_LOGGER),
+            filtered(quiet, *_CONTROLLER_LOGGERS),
+            filtered(forced, _SERVERS_LOGGER),
+        ):
+            result = anyio.run(functools.partial(run_interruptibly, run, forcing=forced.force))
     except DemoFailed as exc:
         raise CommandError(f"the run finished with a wrong result: {exc}") from None
     if result.spans_not_exported:
@@ -198,6 +204,28 @@ _CONTROLLER_LOGGERS: Final = (
     "ckpt_events.participants.controller.collection",
     "ckpt_events.participants.controller.coordinator",
 )
+
+
+#: The logger on which the demo's in-process servers (uvicorn) say what a forced exit cut.
+_SERVERS_LOGGER: Final = "uvicorn.error"
+
+
+class _QuietOnceForced(logging.Filter):
+    """Drop what the demo's servers log once a second signal forced the exit: each said its
+    lifespan and each request cancelled, one line apiece (6 to 16 lines after Ctrl-C twice); the
+    cut is said once, in the "interrupted" line (``force()`` returns its words)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forced = False
+
+    def force(self) -> str:
+        """Start dropping; what the forced exit cuts short, for the one line."""
+        self.forced = True
+        return "the servers still stopping were cancelled, events not yet written may be lost"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.forced
 
 
 class _QuietOnceInterrupted(logging.Filter):

@@ -98,7 +98,8 @@ def test_a_signal_to_the_demo_alone_is_passed_on_to_its_processes(tmp_path: Path
     on to its servers and ends fast with one line, no process left (it took 9.3 s, waiting out
     its grace and then its bus's close deadline, and printed 'bus closed with ... still busy').
     SIGTERM (``kill``, ``timeout``, a supervisor) the same: it ended the demo in 0.2 s with exit
-    143 and no word, and left its five server processes running, reparented to init."""
+    143 and no word, and left its five server processes running, reparented to init. The exit
+    status is the signal's, as a shell reports it: 130 for SIGINT, 143 for SIGTERM (both were 130)."""
     workdir = tmp_path / "work"
     argv = ["demo", "--processes", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)]
     with _session(argv, tmp_path) as proc:
@@ -112,7 +113,7 @@ def test_a_signal_to_the_demo_alone_is_passed_on_to_its_processes(tmp_path: Path
         # Its children are in its process group: all gone once it has exited.
         _wait_for(lambda: not _group_alive(proc.pid), 1.0, "the demo's servers to end")
     assert (tmp_path / "err").read_text().splitlines() == ["ckpt-events demo: interrupted"]
-    assert proc.returncode == 130
+    assert proc.returncode == 128 + sig
     assert took < 3.0, f"the demo took {took:.1f} s to stop"  # 1.1-1.4 s measured on a loaded machine
 
 
@@ -332,3 +333,25 @@ def _listens(pid: int, port: int) -> bool:
             if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
                 return True
     return False
+
+
+@pytest.mark.parametrize(
+    "second", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C twice", "Ctrl-C then SIGTERM"]
+)
+def test_a_second_signal_soon_after_the_first_keeps_the_demo_stop_graceful(
+    tmp_path: Path, second: int
+) -> None:
+    """Ctrl-C, then 50 ms later Ctrl-C again (or a supervisor's SIGTERM): one interrupt. The
+    second forced the exit, and each of the demo's five servers logged its lifespan cancelled,
+    and each request cut (6 to 16 lines before "interrupted"); now the graceful stop runs, one
+    line, exit 130 (the first signal's), no process left."""
+    workdir = tmp_path / "work"
+    argv = ["demo", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)]
+    with _session(argv, tmp_path) as proc:
+        _wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
+        time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "err").read_text()
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+        lines = _interrupt_and_check(proc, tmp_path, second)
+    assert (proc.returncode, lines) == (130, ["ckpt-events demo: interrupted"])
