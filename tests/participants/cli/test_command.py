@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -167,3 +168,82 @@ def test_a_path_the_system_cannot_look_up_is_one_line(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "File name too long" in err and "Traceback" not in err, err
+
+
+#: ``run_interruptibly`` in its own process, with a ``main`` whose graceful stop takes the seconds
+#: given first; prints ``ready``, then the ``Interrupted`` it ended with (its signal, its cut).
+INTERRUPTIBLE = """
+import functools
+import sys
+
+import anyio
+
+from ckpt_events.participants.cli.command import run_interruptibly
+from ckpt_events.participants.errors import Interrupted
+
+STOP = float(sys.argv[1])
+
+
+async def main(stopping):
+    print("ready", flush=True)
+    await stopping.wait()
+    await anyio.sleep(STOP)  # a graceful stop this long
+
+
+try:
+    anyio.run(functools.partial(run_interruptibly, main, forcing=lambda: "what was cut"))
+except Interrupted as exc:
+    print(exc.signum, exc.cut, flush=True)
+"""
+
+
+def _interrupt(stop: float, signals: list[tuple[float, int]]) -> tuple[list[str], float]:
+    """Run ``INTERRUPTIBLE`` with a ``stop`` s graceful stop; send each signal after its delay
+    (from the first); what it printed after ``ready``, and its time from the first signal."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[3]
+    with subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTIBLE, str(stop)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.1)  # into the signal receiver (opened before main's first line runs)
+        started = time.monotonic()
+        for delay, signum in signals:
+            time.sleep(max(0.0, started + delay - time.monotonic()))
+            proc.send_signal(signum)
+        out = proc.stdout.read().splitlines()
+        proc.wait(10)
+        return out, time.monotonic() - started
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_within_the_repeat_window_is_the_same_interrupt(second: int) -> None:
+    """Ctrl-C, then 50 ms later Ctrl-C again (or SIGTERM): the graceful stop (0.5 s) runs to its
+    end, and the interrupt is the first signal's (exit 130), nothing cut. The second forced it:
+    the demo's servers were cancelled at once, each logging what it lost."""
+    out, took = _interrupt(0.5, [(0.0, signal.SIGINT), (0.05, second)])
+    assert out == [f"{int(signal.SIGINT)} None"]
+    assert took >= 0.5
+
+
+def test_a_second_signal_after_the_repeat_window_forces_and_says_what_it_cut() -> None:
+    """Ctrl-C, then again 1.2 s later while the stop still runs (its 10 s): the exit is forced at
+    once, with what it cut."""
+    out, took = _interrupt(10.0, [(0.0, signal.SIGINT), (1.2, signal.SIGINT)])
+    assert out == [f"{int(signal.SIGINT)} what was cut"]
+    assert took < 3.0
+
+
+def test_sigterm_alone_is_an_interrupt_by_sigterm() -> None:
+    """SIGTERM alone: a graceful stop, reported as SIGTERM's (exit 143, where it said 130)."""
+    out, _ = _interrupt(0.1, [(0.0, signal.SIGTERM)])
+    assert out == [f"{int(signal.SIGTERM)} None"]
