@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "once_per_interrupt"]
 
-#: A second SIGINT this soon after the first is the same one delivered twice (``timeout -s INT``
-#: and supervisors signal the process and then its group), not a second Ctrl-C: no person
-#: presses twice within 0.1 s, and a forced exit cancels the lifespan, its events unwritten.
-REPEATED_SIGNAL: Final = 0.1
+#: A second SIGINT this soon after the first is the same interrupt: the same one delivered twice
+#: (``timeout -s INT`` and supervisors signal the process and then its group), or Ctrl-C pressed
+#: twice quickly by someone who wants the stop, not its force. Forced, the exit cancels the
+#: lifespan, its events unwritten; the graceful stop is bounded (``timeout_graceful_shutdown``).
+#: As ``ckpt-events demo`` takes a second signal (``REPEATED_INTERRUPT``, 1 s).
+REPEATED_SIGNAL: Final = 1.0
 
 #: The message of the cancellation a forced exit sends each running request (uvicorn's own, at
 #: its graceful-shutdown deadline, names that deadline; the two are logged apart).
