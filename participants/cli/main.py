@@ -14,7 +14,9 @@ import importlib.util
 import io
 import os
 import select
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -147,6 +149,15 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and as a script exits with) the exit status."""
+    on_sigint = signal.getsignal(signal.SIGINT)
+    try:
+        return _main(argv)
+    finally:
+        if _in_main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, on_sigint)  # as ``_interrupted`` found it
+
+
+def _main(argv: Sequence[str] | None) -> int:
     command: str | None = None
     try:
         _escape_what_stdout_cannot_encode()
@@ -220,6 +231,10 @@ def _interrupted(command: str | None, exc: KeyboardInterrupt) -> int:
     signal); ``command`` is ``None`` before one was parsed (while importing)."""
     from ckpt_events.participants.errors import Interrupted
 
+    if _in_main_thread():
+        # A second Ctrl-C while this is said (pressed twice quickly) is the same interrupt: it
+        # landed in the handler, a KeyboardInterrupt traceback, or the line said twice.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     name = f"ckpt-events{'' if command is None else ' ' + command}"
     if not isinstance(exc, Interrupted):
         print(f"{name}: interrupted", file=sys.stderr)
@@ -227,6 +242,12 @@ def _interrupted(command: str | None, exc: KeyboardInterrupt) -> int:
     cut = "" if exc.cut is None else f"; a second signal forced the exit: {exc.cut}"
     print(f"{name}: interrupted{cut}", file=sys.stderr)
     return 128 + exc.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports it
+
+
+def _in_main_thread() -> bool:
+    """Whether this is the main thread, the only one that may set a signal's handler (``main``
+    is run in threads by tests)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:

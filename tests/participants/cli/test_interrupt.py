@@ -126,3 +126,53 @@ def test_ctrl_c_while_watch_once_reads_a_large_log_ends_it_within_a_chunk(tmp_pa
     assert done.returncode == 130, done.stderr
     assert done.stderr == "ckpt-events watch: interrupted\n", done.stderr
     assert int(count.read_text()) <= 4  # the chunk the signal came in, and at most one more
+
+
+#: The command line, interrupted by its own SIGINT as ``report`` starts, and again (a second
+#: Ctrl-C) while it writes its first line on stderr: the line saying it was interrupted.
+INTERRUPTED_TWICE = """
+import os
+import signal
+import sys
+
+
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ckpt_events.participants.cli.report.command":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+
+class AgainAsItSays:
+    def __init__(self, stream):
+        self.stream = stream
+        self.sent = False
+
+    def write(self, text):
+        if not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+sys.meta_path.insert(0, Interrupt())
+sys.stderr = AgainAsItSays(sys.stderr)
+from ckpt_events.participants.cli.main import main
+sys.exit(main())
+"""
+
+
+def test_a_second_ctrl_c_while_interrupted_is_said_is_still_one_line(tmp_path: Path) -> None:
+    """Ctrl-C twice quickly: the second landed while the first was being said, a KeyboardInterrupt
+    traceback (here) or "ckpt-events report: interrupted" twice (3 of 3 runs of ``report`` on a
+    28 MB log, two SIGINTs 5 ms apart). Once the interrupt is being said, another is the same."""
+    log = tmp_path / "run.jsonl"
+    log.write_text("")
+    done = _python(INTERRUPTED_TWICE, "report", str(log))
+    assert done.returncode == 130, done.stderr
+    # Interrupted while the commands are imported, before one is parsed: no command to name.
+    assert done.stderr.splitlines() == ["ckpt-events: interrupted"], done.stderr
