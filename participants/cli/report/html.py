@@ -33,6 +33,7 @@ from ckpt_events.participants.cli.report.model import (
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
+from ckpt_events.participants.cli.report.stall_blame import WAITING
 from ckpt_events.participants.cli.report.timeline import (
     Breakdown,
     breakdown,
@@ -355,7 +356,7 @@ def _counts_html(tallies: Mapping[str, Counter[str]]) -> str:
     """The counted events (refusals by code, lease expiries, ...), as the terminal's table."""
     body = [
         f"<tr><td>{escape_html(name)}</td><td>{escape_html(key)}</td><td>{value:,}</td></tr>"
-        for name in CountedEvent
+        for name in (*CountedEvent, WAITING)
         for key, value in sorted(tallies.get(name, Counter()).items())
     ]
     rows = "\n".join(body) or "<tr><td>(none)</td><td></td><td>0</td></tr>"

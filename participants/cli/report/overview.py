@@ -67,7 +67,8 @@ from ckpt_events.participants.cli.report.paths import path_unknown_line as path_
 from ckpt_events.participants.cli.report.root_clocks import FIRST, wall_step
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
-from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, count
+from ckpt_events.participants.cli.report.stall_blame import StallBlame
+from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, count, settle
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.text import short_id
 from ckpt_events.participants.cli.words import counted
@@ -305,16 +306,18 @@ class Run:
         # Counted in the breakdown's pass: a pass of their own read the logs a third time (of a
         # 1,000,000-line log of a newer version's events, one pass is 5.8 s, was 13.8).
         tallies: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        blame = StallBlame()
 
         def tapped(events: Iterable[CheckpointEvent]) -> Iterator[CheckpointEvent]:
             for e in events:
                 if self.last_trace is not None and trace_of(e) == self.last_trace:
                     drawn.append(e)
                 operations.add(e)
-                count(tallies, e)
+                count(tallies, e, blame)
                 yield e
 
         rows = breakdown(tapped(self.again()))
+        settle(tallies, blame)
         return Whole(drawn, rows, dict(tallies), operation_rows(operations.result()))
 
     def let_go_line(self) -> str | None:

@@ -28,6 +28,7 @@ from ckpt_events.participants.cli.report.model import (
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import on_critical_path
+from ckpt_events.participants.cli.report.stall_blame import WAITING
 from ckpt_events.participants.cli.report.timeline import (
     Breakdown,
     breakdown,
@@ -332,7 +333,7 @@ def _counts_table(tallies: Mapping[str, Counter[str]]) -> Table:
     summary.add_column("event", overflow="fold")
     summary.add_column("by", overflow="fold")
     summary.add_column("count", justify="right", overflow="fold")
-    for event_name in CountedEvent:
+    for event_name in (*CountedEvent, WAITING):
         for key, value in sorted(tallies.get(event_name, Counter()).items()):
             summary.add_row(event_name, Text(escape(key)), f"{value:,}")
     if not summary.row_count:

@@ -27,6 +27,7 @@ from ckpt_events import (
 )
 from ckpt_events.participants.cli.report.events import duration_ns
 from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.report.stall_blame import WAITING, StallBlame
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.kinds import PREPARE_ORDER, stage_index
 from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Step
@@ -40,6 +41,7 @@ __all__ = [
     "breakdown_columns",
     "count",
     "counts",
+    "settle",
     "spans_of",
     "summed_over",
 ]
@@ -161,16 +163,22 @@ def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
 
 
 def counts(events: Iterable[Event]) -> dict[str, Counter[str]]:
-    """The counted events: refusals by code, lease expiries, not-ready prepares, cuts."""
+    """The counted events: refusals by code, lease expiries, not-ready prepares, cuts, stalls
+    (a controller's that waited on a participant under ``WAITING``: ``stall_blame``)."""
     out: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    blame = StallBlame()
     for event in events:
-        count(out, event)
+        count(out, event, blame)
+    settle(out, blame)
     return dict(out)
 
 
-def count(out: defaultdict[str, Counter[str]], event: Event) -> None:
+def count(out: defaultdict[str, Counter[str]], event: Event, blame: StallBlame) -> None:
     """Add ``event`` to ``out`` if it is a counted event (``counts`` one event at a time, for a
-    pass over the logs that folds something else too)."""
+    pass over the logs that folds something else too); a controller's stall is held in
+    ``blame`` until ``settle``."""
+    if blame.add(event):
+        return
     match event:
         case Refused(code=code):
             out[CountedEvent.REFUSED][str(code)] += 1
@@ -185,6 +193,16 @@ def count(out: defaultdict[str, Counter[str]], event: Event) -> None:
             out[CountedEvent.STALLED][f"{event.kind}/{operation}"] += 1
         case _:
             pass
+
+
+def settle(out: defaultdict[str, Counter[str]], blame: StallBlame) -> None:
+    """Count the controller's stalls ``blame`` held: a stall when nothing of its checkpoint was
+    in flight, else under ``WAITING`` with whom it waited on (or that it is unknown)."""
+    stalled, waiting = blame.result()
+    if stalled:
+        out[CountedEvent.STALLED].update(stalled)
+    if waiting:
+        out[WAITING].update(waiting)
 
 
 def spans_of(events: Sequence[Event], trace_id: int | None = None) -> list[Span]:

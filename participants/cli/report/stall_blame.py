@@ -1,0 +1,110 @@
+"""Whom a controller's stalled operation waited on.
+
+``StallWatch`` counts every operation open past its threshold, the controller's too: it cannot
+see other processes. A controller's prepare held up by a participant's stuck prepare is open as
+long, so ``demo --fault stall --watch`` recorded two ``stalled`` events (``controller/prepare``
+beside ``environment/prepare``) where one party stalled. Here a controller's ``Stalled`` is
+counted as a stall only when the logs hold calls of its checkpoint and none was open when it
+was reported; while one was, it is waiting on that participant; with none in the logs read,
+whom it waited on is unknown (never a stall of the controller).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Final
+
+from ckpt_events import Event, OperationFinished, OperationStarted, Stalled
+from ckpt_events.vocab import Kind
+
+__all__ = ["WAITING", "UNKNOWN_HOLDER", "StallBlame"]
+
+#: The counted-events table's row for a controller's stalled operation that waited on a
+#: participant (not a counted event of the SPEC: the ``stalled`` events themselves are kept).
+WAITING: Final = "waiting"
+#: Whom it waited on when no call of its checkpoint is in the logs read.
+UNKNOWN_HOLDER: Final = "unknown (none of its calls in the logs read)"
+#: Participant operations kept to judge by: past this, a controller's stall is judged unknown
+#: (memory follows the operations kept, not the lines read).
+MAX_KEPT: Final = 200_000
+
+
+@dataclass
+class _Call:
+    who: str
+    start_ns: int
+    end_ns: int | None = None
+
+
+@dataclass
+class StallBlame:
+    """Fed every event (any order), tells each controller's ``Stalled`` apart: a stall, or
+    waiting on whom (``result``)."""
+
+    #: Per checkpoint id, its participants' operations by span id.
+    calls: dict[str, dict[int, _Call]] = field(default_factory=dict)
+    controller: list[Stalled] = field(default_factory=list)
+    kept: int = 0
+    overflowed: bool = False
+
+    def add(self, event: Event) -> bool:
+        """Take ``event``; ``True`` if it is a controller's ``Stalled``, which ``result`` counts
+        (the caller counts every other counted event itself)."""
+        match event:
+            case Stalled() if event.kind == Kind.CONTROLLER:
+                self.controller.append(event)
+                return True
+            case Stalled(checkpoint_id=str(cid), age_s=age):
+                # Open from ``age_s`` before it was reported until at least then (its own
+                # start and end, when in the logs, say the rest).
+                start = event.time_ns - int(age * 1e9)
+                self._call(cid, -1 - self.kept, _Call(f"{event.kind}/{event.instance}", start, event.time_ns))
+            case OperationStarted(checkpoint_id=str(cid)):
+                call = self._call(cid, event.span_id, _Call(f"{event.kind}/{event.instance}", event.start_ns))
+                if call is not None:
+                    call.start_ns = min(call.start_ns, event.start_ns)
+            case OperationFinished(checkpoint_id=str(cid)):
+                call = self._call(cid, event.span_id, _Call(f"{event.kind}/{event.instance}", event.start_ns))
+                if call is not None:
+                    call.end_ns = event.end_ns
+            case _:
+                pass
+        return False
+
+    def _call(self, cid: str, key: int, new: _Call) -> _Call | None:
+        calls = self.calls.setdefault(cid, {})
+        if key in calls:
+            return calls[key]
+        if self.kept >= MAX_KEPT:
+            self.overflowed = True
+            return None
+        self.kept += 1
+        calls[key] = new
+        return new
+
+    def result(self) -> tuple[Counter[str], Counter[str]]:
+        """``(stalled, waiting)``: the controller's real stalls by ``kind/operation``, and its
+        waits by ``kind/operation on <participant>`` (``UNKNOWN_HOLDER`` when not known)."""
+        stalled: Counter[str] = Counter()
+        waiting: Counter[str] = Counter()
+        for event in self.controller:
+            what = f"{event.kind}/{event.operation}"
+            holders = self._holders(event)
+            if holders is None:
+                waiting[f"{what} on {UNKNOWN_HOLDER}"] += 1
+            elif holders:
+                waiting[f"{what} on {', '.join(holders)}"] += 1
+            else:
+                stalled[what] += 1
+        return stalled, waiting
+
+    def _holders(self, event: Stalled) -> list[str] | None:
+        """The participants whose call of the checkpoint was open when ``event`` was reported;
+        ``None`` when that is unknown (no call of it kept)."""
+        calls = self.calls.get(event.checkpoint_id or "")
+        if not calls or self.overflowed:
+            return None
+        at = event.time_ns
+        open_then = (c for c in calls.values() if c.start_ns <= at and (c.end_ns is None or c.end_ns >= at))
+        return sorted({c.who for c in open_then})
