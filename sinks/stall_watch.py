@@ -6,7 +6,10 @@ while something is open. An
 operation open longer than ``after`` seconds is logged once (operation, participant, checkpoint
 id, phase, age) and counted as a ``Stalled`` event on ``bus``, so every metric sink counts it in
 ``gym.checkpoint.events_total`` and the JSON lines keep it; when it ends, a second line says
-how long it took. Ages run on the monotonic clock from when the watch saw the operation start
+how long it took. A controller's operation waits on calls: its line says on whom (a
+participant's operation of its checkpoint open on this bus, else its open stage, else unknown),
+never that the controller stalled; it is still counted (it is open past the threshold). Ages
+run on the monotonic clock from when the watch saw the operation start
 (plus how late it saw it), so a wall-clock step (NTP, a resumed VM) neither hides a stall nor
 makes one. How late is read on the clock the stamps are on (``_wallclock``), less how far it
 stepped forward in the last ``_STEP_UNSURE_NS``: a start stamped on the offset before the step
@@ -30,6 +33,8 @@ from ckpt_events import (
     InvalidTypeError,
     OperationFinished,
     OperationStarted,
+    StageFinished,
+    StageStarted,
     Stalled,
     _wallclock,
 )
@@ -55,6 +60,10 @@ _MIN_WAIT: Final = 0.01
 #: stamped on the old one: every process on the host follows a step within ``RECALIBRATE_NS`` of it, each at
 #: its own moment, so stamps of the old offset keep arriving for that long.
 _STEP_UNSURE_NS: Final = 2 * _wallclock.RECALIBRATE_NS
+#: Whom a controller's operation waits on when none of its calls or stages is seen on this bus.
+_UNKNOWN: Final = "unknown"
+#: Its warning and end line, by whom it waits on: known, unknown, a participant's own stall.
+_SAID: Final = {None: ("stalled: ", "stall"), _UNKNOWN: ("stalled or waiting (unknown): ", "stall or wait")}
 
 
 def _how_it_ended(event: OperationFinished | CoordinateFinished) -> str:
@@ -78,8 +87,10 @@ class _Open:
         "operation",
         "owner",
         "since_ns",
+        "span_id",
         "stalled",
         "start_ns",
+        "waiting_on",
         "worker",
     )
 
@@ -91,10 +102,13 @@ class _Open:
         self.operation: Operation = event.operation
         self.checkpoint_id: str | None = event.checkpoint_id
         self.start_ns: int = event.start_ns
+        self.span_id: int = event.span_id
         #: The start on the monotonic clock: its age never jumps with the wall clock.
         self.since_ns = since_ns
         self.worker: int | None = event.worker
         self.stalled = False
+        #: Of a controller's operation reported: whom it was waiting on then, or ``None``.
+        self.waiting_on: str | None = None
 
     def describe(self) -> str:
         cid = self.checkpoint_id or "-"
@@ -111,7 +125,14 @@ class StallWatch:
     a blocked event loop is not taken for a stall (the watch says the loop was late instead).
     """
 
-    interests: Final = (OperationStarted, OperationFinished, CoordinateStarted, CoordinateFinished)
+    interests: Final = (
+        OperationStarted,
+        OperationFinished,
+        CoordinateStarted,
+        CoordinateFinished,
+        StageStarted,
+        StageFinished,
+    )
 
     def __init__(self, after: float = 30.0, *, bus: Bus | None = None) -> None:
         # Finite: an infinite threshold (or one whose nanoseconds overflow an int) killed the
@@ -127,6 +148,8 @@ class StallWatch:
             raise InvalidTypeError(f"bus must be a ckpt_events.Bus or None, not {shown(bus)}")
         self.bus = bus
         self._open: dict[int, _Open] = {}
+        #: Open prepare stages by span id: (their coordinate operation's span id, stage name).
+        self._stages: dict[int, tuple[int | None, str]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -168,6 +191,13 @@ class StallWatch:
                 self._owners.add(owner)
             for event in batch:
                 cls = event.__class__
+                if cls is StageStarted:
+                    if len(self._stages) < MAX_OPEN:
+                        self._stages[event.span_id] = (event.parent_span_id, event.stage)
+                    continue
+                if cls is StageFinished:
+                    self._stages.pop(event.span_id, None)
+                    continue
                 if cls is OperationStarted or cls is CoordinateStarted:
                     if len(opened) >= MAX_OPEN:
                         untracked += 1
@@ -190,7 +220,8 @@ class StallWatch:
             self.untracked += untracked
         for entry, end_ns, outcome in ended:
             logger.warning(
-                "stall ended: %s) ended %s after %.1f s",
+                "%s ended: %s) ended %s after %.1f s",
+                _SAID.get(entry.waiting_on, ("", "wait"))[1],
                 entry.describe(),
                 outcome,
                 (end_ns - entry.start_ns) / 1e9,
@@ -250,16 +281,30 @@ class StallWatch:
             due = [e for e in self._open.values() if not e.stalled and mono_ns - e.since_ns >= threshold]
             for entry in due:
                 entry.stalled = True
+                if entry.kind == Kind.CONTROLLER:
+                    entry.waiting_on = self._holders(entry)
         for entry in due:
             age = (mono_ns - entry.since_ns) / 1e9
             phase = _PHASE_DURING.get(entry.operation)
-            logger.warning(
-                "stalled: %s, phase %s) open for %.1f s (threshold %g s)",
-                entry.describe(),
-                phase.value if phase is not None else "-",
-                age,
-                self.after,
-            )
+            said = phase.value if phase is not None else "-"
+            if entry.waiting_on in _SAID:
+                logger.warning(
+                    "%s%s, phase %s) open for %.1f s (threshold %g s)",
+                    _SAID[entry.waiting_on][0],
+                    entry.describe(),
+                    said,
+                    age,
+                    self.after,
+                )
+            else:
+                logger.warning(
+                    "waiting: %s, phase %s) waiting on %s, open for %.1f s (threshold %g s)",
+                    entry.describe(),
+                    said,
+                    entry.waiting_on,
+                    age,
+                    self.after,
+                )
             if self.bus is not None:
                 self.bus.emit(
                     Stalled(
@@ -275,6 +320,29 @@ class StallWatch:
                 )
         self.stalls += len(due)
         return len(due)
+
+    def _holders(self, entry: _Open) -> str:
+        """Whom a controller's operation waits on (under the lock): the participants' operations
+        of its checkpoint open on this bus (in-process servers share it), else its open stage
+        (its calls are in other processes), else ``_UNKNOWN``. The controller's operations wait
+        on calls (a commit fans out with no stage), so it is never said stalled: ``demo --fault
+        stall --watch`` warned "stalled: prepare of controller coordination" beside the stuck
+        environment-0, two stalls where one party stalled."""
+        cid = entry.checkpoint_id
+        names = sorted(
+            {
+                f"{e.kind}/{e.instance}"
+                for e in self._open.values()
+                if e.kind != Kind.CONTROLLER and cid is not None and e.checkpoint_id == cid
+            }
+        )
+        if names:
+            return ", ".join(names)
+        mine = entry.span_id
+        stages = sorted(stage for parent, stage in self._stages.values() if parent == mine)
+        if stages:
+            return f"its {', '.join(stages)} stage (calls not seen here)"
+        return _UNKNOWN
 
     def _catch_up(self) -> None:
         """From the timer thread: have ``bus`` deliver what was emitted so far before a stall is
@@ -311,6 +379,7 @@ class StallWatch:
             if self._owners and owner is not None:
                 return
             self._open.clear()
+            self._stages.clear()
         self._stopped.set()
         self._wake.set()
         thread = self._thread

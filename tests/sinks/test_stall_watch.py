@@ -95,17 +95,67 @@ async def test_a_stalled_prepare_that_ended_not_ready_is_not_said_to_have_ended_
                 prepare.set(blockers=2)
             coordinate.set(prepared=False, stopped_at="environment")
         await bus.flush()
-    ends = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("stall ended: "))
+    ends = sorted(r.getMessage() for r in caplog.records if " ended: " in r.getMessage())
     assert len(ends) == 2, ends
     assert ends[0].startswith(
-        "stall ended: prepare of controller coordination (checkpoint c-held) ended not prepared "
-        "(stopped at stage environment) after "
-    ), ends
-    assert ends[1].startswith(
         "stall ended: prepare of environment environment-0 (checkpoint c-held) ended not ready "
         "(2 blocking) after "
     ), ends
+    # The controller waited on environment-0 (``test_the_controller_waiting_is_never_said_stalled``).
+    assert ends[1].startswith(
+        "wait ended: prepare of controller coordination (checkpoint c-held) ended not prepared "
+        "(stopped at stage environment) after "
+    ), ends
     assert not any(" ended ok " in e for e in ends)
+
+
+async def test_the_controller_waiting_is_never_said_stalled(caplog: pytest.LogCaptureFixture) -> None:
+    """A controller's operation past ``after`` says whom it waits on: a participant's operation
+    of its checkpoint open on this bus, else its open stage, else unknown; each is still counted
+    ``stalled`` (open past the threshold). Was: "stalled: prepare of controller coordination"
+    beside the stuck environment-0 (``demo --fault stall --watch``)."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.stall")
+    memory = MemorySink()
+    async with Bus() as bus:
+        watch = StallWatch(after=0.3, bus=bus)
+        bus.subscribe(watch)
+        bus.subscribe(memory)
+        env = Telemetry(bus, kind="environment", instance="environment-0")
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        with ctl.coordinate("prepare", checkpoint_id="c-env") as coordinate:
+            with coordinate.stage("environment"), env.operation("prepare", checkpoint_id="c-env"):
+                await bus.flush()
+                assert watch.check(time.time_ns() + 10**9) == 2
+        with ctl.coordinate("prepare", checkpoint_id="c-stage") as coordinate:
+            with coordinate.stage("model"):  # its calls in other processes
+                await bus.flush()
+                assert watch.check(time.time_ns() + 10**9) == 1
+        with ctl.coordinate("commit", checkpoint_id="c-none"):
+            await bus.flush()
+            assert watch.check(time.time_ns() + 10**9) == 1
+        await bus.flush()
+    said = [r.getMessage() for r in caplog.records if "controller coordination" in r.getMessage()]
+    assert not [m for m in said if m.startswith(("stalled: ", "stall ended: "))], said
+    assert len(said) == 6, said  # each warned once, and its end
+    waiting = [m for m in said if m.startswith("waiting: ")]
+    assert len(waiting) == 2, said
+    assert waiting[0].startswith(
+        "waiting: prepare of controller coordination (checkpoint c-env, phase preparing) waiting on "
+        "environment/environment-0, open for "
+    ), waiting
+    assert "(checkpoint c-stage, phase preparing) waiting on its model stage (calls not seen" in waiting[1]
+    unknown = [m for m in said if "c-none" in m]
+    assert unknown[0].startswith(
+        "stalled or waiting (unknown): commit of controller coordination (checkpoint c-none, phase -) "
+    ), unknown
+    assert unknown[1].startswith("stall or wait ended: commit of controller coordination (checkpoint c-none)")
+    stalled = sorted((e.kind, e.checkpoint_id) for e in memory.events if isinstance(e, Stalled))
+    assert stalled == [
+        ("controller", "c-env"),
+        ("controller", "c-none"),
+        ("controller", "c-stage"),
+        ("environment", "c-env"),
+    ]
 
 
 async def test_quick_operations_are_never_warned_about(caplog: pytest.LogCaptureFixture) -> None:
