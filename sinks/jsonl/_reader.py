@@ -46,7 +46,7 @@ import re
 import types
 import zlib
 from collections.abc import Callable, Iterator
-from typing import IO, Any, Final, TypeAlias, Union, get_args, get_origin
+from typing import IO, Any, Final, TypeAlias, Union, final, get_args, get_origin
 
 import msgspec
 
@@ -84,6 +84,8 @@ def _time_check(cls: type[Any]) -> Callable[[Any], bool]:
 _TIMES_OK: Final = {cls: _time_check(cls) for cls in get_args(CheckpointEvent)}
 
 
+# Final: a reader of lines tells a line from an event by its exact class (one test a line).
+@final
 class CorruptLine(msgspec.Struct, frozen=True):
     """A line that did not decode as a ``CheckpointEvent``: its 1-based number and why.
 
@@ -261,14 +263,15 @@ def _decode_run(
     """The events of a run of whole lines, numbered from ``before + 1``; with ``told`` (and its
     ``extras``), each line holding fields its class does not have is told. A run that does not
     decode whole is decoded again line by line, to name the line."""
+    # An iterator returned, not yielded from: a generator here cost every line one more
+    # resumption (the caller iterates it at once, so nothing is read or told earlier).
     events = _whole(run, before, told, extras)
     if events is not None:
-        yield from zip(itertools.count(before + 1), events)
-        return
+        return zip(itertools.count(before + 1), events)
     lines = run.split(b"\n")
     if run.endswith(b"\n"):
         lines.pop()
-    yield from _line_by_line(lines, before, told)
+    return _line_by_line(lines, before, told)
 
 
 def _whole(
