@@ -48,7 +48,7 @@ from ckpt_events.checks import shown
 from ckpt_events.participants.cli.report.clocks import ClockEvidence, Offsets, process_of, shifted
 from ckpt_events.participants.cli.report.events import UnreadEnd, event_time
 from ckpt_events.participants.cli.report.runs import RunLinks
-from ckpt_events.participants.cli.report.ties import in_tie_order
+from ckpt_events.participants.cli.report.ties import in_tie_order, tie_ordered
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.sinks.jsonl import CorruptLine, oldest_first, rotated_name
 from ckpt_events.sinks.otlp import looks_like_otlp, read_otlp
@@ -218,8 +218,15 @@ class LogProblems:
 
     def unknown_type(self, path: Path, kind: str) -> None:
         """Count an event of a type this version does not know, read in ``path``."""
-        types = self.unknown.setdefault(str(path), {})
-        key = kind if kind in types or len(types) < _UNKNOWN_TYPES_KEPT else None
+        # A newer version's log has such a line in every few: no dict built per call.
+        name = str(path)
+        types = self.unknown.get(name)
+        if types is None:
+            types = self.unknown[name] = {}
+        if kind in types:
+            types[kind] += 1
+            return
+        key = kind if len(types) < _UNKNOWN_TYPES_KEPT else None
         types[key] = types.get(key, 0) + 1
 
     def unknown_value(self, path: Path, name: str, value: str) -> None:
@@ -380,16 +387,25 @@ def _one_file(
     """One file's (time, file, line, event), each event on its process's aligned clock; with
     ``sort``, sorted by time (ties in line order): within ``window`` nanoseconds (how far back
     it went, read before) when given and no clock is moved, else all of it read first."""
+    # The reader's generator itself when nothing is moved or sorted, not one more generator
+    # around it: each layer costs every line its resumption. Each path is lazy (a generator).
     if sort:
         if window is not None and not offsets:
-            yield from _reordered(_read_file(path, index, problems), window, problems)
-            return
-        # (time, file, line) are distinct per entry: two events are never compared.
-        yield from sorted(_one_file(path, index, problems, offsets))
-        return
+            return _reordered(_read_file(path, index, problems), window, problems)
+        return _sorted_file(path, index, problems, offsets)
     if not offsets:
-        yield from _read_file(path, index, problems)
-        return
+        return _read_file(path, index, problems)
+    return _shifted_file(path, index, problems, offsets)
+
+
+def _sorted_file(path: Path, index: int, problems: LogProblems, offsets: Offsets) -> Iterator[_Entry]:
+    """``_one_file`` read whole and sorted by time (ties in line order)."""
+    # (time, file, line) are distinct per entry: two events are never compared.
+    yield from sorted(_one_file(path, index, problems, offsets))
+
+
+def _shifted_file(path: Path, index: int, problems: LogProblems, offsets: Offsets) -> Iterator[_Entry]:
+    """``_read_file``'s entries, each event on its process's clock moved by ``offsets``."""
     last = None
     for time_ns, i, number, event in _read_file(path, index, problems):
         if by := offsets.get(process_of(event)):
@@ -444,30 +460,37 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 yield time_ns, index, number, event
             return
         for number, item in read_events(path, on_unknown_fields=problems.unknown_fields_in):
-            if isinstance(item, CorruptLine) and item.unknown_type is None and item.unknown_value is None:
-                if a_log:
-                    problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
+            # One exact class test a line (``isinstance`` on a Struct goes through msgspec's
+            # metaclass): every line of every log passes here.
+            if type(item) is CorruptLine:
+                kind = item.unknown_type
+                if kind is None and item.unknown_value is None:
+                    if a_log:
+                        problems.skip(f"{path}:{number}: corrupt line skipped: {item.error}")
+                        continue
+                    before_first.append(item)
+                    if len(before_first) == PROBE_LINES:
+                        break
                     continue
-                before_first.append(item)
-                if len(before_first) == PROBE_LINES:
-                    break
+                if not a_log:
+                    for line in before_first:
+                        problems.skip(f"{path}:{line.line}: corrupt line skipped: {line.error}")
+                    a_log = True
+                # A well-formed event another version wrote (a type, or a value of a closed
+                # vocabulary, this one does not know): the file is a log, and its other events
+                # are read (PROBE_LINES of them at its head refused the whole file as "not a
+                # ckpt-events JSON-lines log", and each was said as a corrupt line).
+                if kind is not None:
+                    problems.unknown_type(path, kind)
+                elif item.unknown_value is not None:
+                    problems.unknown_value(path, *item.unknown_value)
+                if (ended := item.ended) is not None:
+                    problems.end((ended[0], ended[1]), UnreadEnd(ended[2], _ended_why(item)))
                 continue
             if not a_log:
                 for line in before_first:
                     problems.skip(f"{path}:{line.line}: corrupt line skipped: {line.error}")
                 a_log = True
-            if isinstance(item, CorruptLine):
-                # A well-formed event another version wrote (a type, or a value of a closed
-                # vocabulary, this one does not know): the file is a log, and its other events
-                # are read (PROBE_LINES of them at its head refused the whole file as "not a
-                # ckpt-events JSON-lines log", and each was said as a corrupt line).
-                if item.unknown_type is not None:
-                    problems.unknown_type(path, item.unknown_type)
-                elif item.unknown_value is not None:
-                    problems.unknown_value(path, *item.unknown_value)
-                if item.ended is not None:
-                    problems.end(item.ended[:2], UnreadEnd(item.ended[2], _ended_why(item)))
-                continue
             # (time, file, line): plain tuples merge without a key function, ties in file
             # order, and two events are never compared.
             if (time_ns := event_time(item)) < last:
@@ -476,7 +499,8 @@ def _read_file(path: Path, index: int, problems: LogProblems) -> Iterator[_Entry
                 if latest - time_ns > SILENT_BACK_NS:
                     far += 1
             last = time_ns
-            latest = max(latest, time_ns)
+            if time_ns > latest:  # noqa: PLR1730 (a call to max() a line costs ~3% of lines/s)
+                latest = time_ns
             yield time_ns, index, number, item
         if not a_log and before_first:
             line, damage = before_first[0], before_first[-1]
@@ -549,45 +573,67 @@ def merged_events(
     # One open file per log while they merge: past what the process may open, the rest are
     # each read whole first (and closed), rather than refused with "Too many open files".
     budget = open_files_budget(len(paths))
-    merged: Iterator[_Entry] = heapq.merge(
-        *(
-            _one_file(p, i, problems, offsets, sort=i in problems.sorted_files, window=windows.get(i))
-            if i < budget
-            else iter(list(_one_file(p, i, problems, offsets, sort=i in problems.sorted_files)))
-            for i, p in enumerate(paths)
-        )
-    )
-    # Events of one stamp (a coarse clock) in nesting order, not in their lines' order.
-    merged = in_tie_order(merged)
+    files = [
+        _one_file(p, i, problems, offsets, sort=i in problems.sorted_files, window=windows.get(i))
+        if i < budget
+        else iter(list(_one_file(p, i, problems, offsets, sort=i in problems.sorted_files)))
+        for i, p in enumerate(paths)
+    ]
+    # One file is its own merge: not one more generator to resume each line.
+    merged: Iterator[_Entry] = files[0] if len(files) == 1 else heapq.merge(*files)
     if problems.runs is not None:
+        # What it gathers (each file's first and last stamp, the files a trace links) is the
+        # same in any order: folded before the ties are ordered.
         merged = problems.runs.tap(merged)
     clocks = problems.clocks
     add, calls_and_answers = (clocks.add, clocks.TYPES) if clocks is not None else (None, frozenset())
     if exact:
-        for event in _in_window(merged, problems):
+        # Events of one stamp (a coarse clock) in nesting order, not in their lines' order.
+        for event in _in_window(in_tie_order(merged), problems):
             problems.events += 1
             if add is not None and type(event) in calls_and_answers:
                 add(event)
             yield event
         return
-    # Inline, one loop per event: an event's copy has its stamp while files are in order.
-    group_time: int | None = None
-    group: list[tuple[int, CheckpointEvent]] = []  # (file, event) of the latest stamp
-    group_keys: dict[Hashable, int] | None = None
-    for time_ns, index, _, event in merged:
-        if time_ns != group_time:
-            group_time, group, group_keys = time_ns, [(index, event)], None
-        else:
-            if group_keys is None:  # identities only where stamps collide
-                group_keys = {identity(e): i for i, e in group}
-            if group_keys.setdefault(identity(event), index) != index:
+    # One loop per event, ties ordered and copies dropped in it: an event's copy has its
+    # stamp while files are in order, and an event alone at its stamp (most) needs neither
+    # (the ties ordered by a generator of their own and a list per event cost ~20% of lines/s).
+    entries = iter(merged)
+    pending = next(entries, None)  # the entry read last, alone at its stamp so far
+    while pending is not None:
+        stamp = pending[0]
+        for entry in entries:
+            if entry[0] == stamp:
+                break
+            event = pending[3]
+            problems.events += 1
+            if add is not None and type(event) in calls_and_answers:
+                add(event)
+            yield event
+            pending, stamp = entry, entry[0]
+        else:  # the last entry
+            event = pending[3]
+            problems.events += 1
+            if add is not None and type(event) in calls_and_answers:
+                add(event)
+            yield event
+            return
+        group = [pending, entry]  # the entries of one stamp: in nesting order, each once
+        pending = None
+        for entry in entries:
+            if entry[0] != stamp:
+                pending = entry
+                break
+            group.append(entry)
+        keys: dict[Hashable, int] = {}  # identity -> the file it was first read from
+        for _, index, _, event in tie_ordered(group):
+            if keys.setdefault(identity(event), index) != index:
                 problems.duplicates += 1
                 continue
-            group.append((index, event))
-        problems.events += 1
-        if add is not None and type(event) in calls_and_answers:
-            add(event)
-        yield event
+            problems.events += 1
+            if add is not None and type(event) in calls_and_answers:
+                add(event)
+            yield event
 
 
 #: Descriptors left for everything else while logs are open (the report's output, sockets).

@@ -30,7 +30,7 @@ from ckpt_events import (
     StepStarted,
 )
 
-__all__ = ["Entry", "in_tie_order"]
+__all__ = ["Entry", "in_tie_order", "tie_ordered"]
 
 #: The span events, a start and an end of each kind of span.
 _STARTS: Final = (OperationStarted, StepStarted, CoordinateStarted, StageStarted, CollectionStarted)
@@ -75,7 +75,8 @@ def _span_of(
     return key, spans.setdefault(key, _Span((event.kind, event.instance, event.worker or -1, file, line)))
 
 
-def _ordered(group: list[Entry]) -> list[Entry]:
+def tie_ordered(group: list[Entry]) -> list[Entry]:
+    """The entries of one stamp (``group``, as read) in nesting order (see the module docstring)."""
     points: list[Entry] = []
     spans: dict[tuple[int, int], _Span] = {}
     parents: dict[tuple[int, int], tuple[int, int] | None] = {}
@@ -130,11 +131,11 @@ def in_tie_order(entries: Iterator[Entry]) -> Iterator[Entry]:
             if len(group) == 1:
                 yield group[0]
             else:
-                yield from _ordered(group)
+                yield from tie_ordered(group)
             group = [entry]
         else:
             group.append(entry)
     if len(group) == 1:
         yield group[0]
     elif group:
-        yield from _ordered(group)
+        yield from tie_ordered(group)
