@@ -134,12 +134,13 @@ class ClockEvidence:
     )
 
     def add(self, e: CheckpointEvent) -> None:
-        if isinstance(e, OperationFinished) and e.worker is not None:
-            self.workers.add(process_of(e))
-        match e:
-            case OperationFinished(parent_remote=True, parent_span_id=int(parent)) if (
-                e.kind != Kind.CONTROLLER
-            ):
+        # Exact class tests: a class pattern on a Struct goes through msgspec's metaclass, and
+        # the report's read passes here for every end of an operation, a stage, a coordination.
+        if type(e) is OperationFinished:
+            if e.worker is not None:
+                self.workers.add(process_of(e))
+            parent = e.parent_span_id
+            if e.parent_remote is True and isinstance(parent, int) and e.kind != Kind.CONTROLLER:
                 call = self._calls.get((e.trace_id, parent))
                 if call is not None:
                     self._pair(e.trace_id, process_of(e), call, e.start_ns, e.end_ns)
@@ -150,11 +151,13 @@ class ClockEvidence:
                     if len(self._answers) > PENDING:
                         self._answers.popitem(last=False)
                 waiting.append((process_of(e), e.start_ns, e.end_ns))
-            case StageFinished() | CoordinateFinished() if span_kind_of(e) is SpanKind.CLIENT:
-                self._call(e)
+        elif type(e) is StageFinished or type(e) is CoordinateFinished:
+            self._call(e)
 
     def _call(self, e: StageFinished | CoordinateFinished) -> None:
-        """A controller's call: pair it with the answers that came before it."""
+        """A controller's call (a client span): pair it with the answers that came before it."""
+        if span_kind_of(e) is not SpanKind.CLIENT:
+            return
         key = (e.trace_id, e.span_id)
         call = self._calls[key] = (e.start_ns, e.end_ns if e.outcome != Outcome.ERROR else None)
         if len(self._calls) > PENDING:

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar, get_args
 
-from ckpt_events import SpanEvent
+from ckpt_events import CheckpointEvent, SpanEvent
 
 if TYPE_CHECKING:
     from ckpt_events.participants.cli.report.overview import RunRow
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["Fleet", "RunLinks", "fleets"]
 
 _Entry = TypeVar("_Entry", bound=tuple[int, int, int, Any])
+#: The classes of the events of a span (a trace, a start), as the reader decodes them.
+_SPAN_CLASSES: Final = frozenset(cls for cls in get_args(CheckpointEvent) if issubclass(cls, SpanEvent))
 
 
 class RunLinks:
@@ -45,13 +47,17 @@ class RunLinks:
         file_of, first, last = self._file_of, self._first, self._last
         for entry in entries:
             time_ns, index, _, event = entry
-            begin = time_ns
-            if isinstance(event, SpanEvent):
+            # Every line of the report's read passes here: an exact class test, where
+            # ``isinstance`` on a Struct goes through msgspec's metaclass.
+            if event.__class__ in _SPAN_CLASSES:
                 seen = file_of.setdefault(event.trace_id, index)
                 if seen != index:
                     self._join(seen, index)
                 begin = event.start_ns
-            if index not in first or begin < first[index]:
+            else:
+                begin = time_ns
+            earliest = first.get(index)
+            if earliest is None or begin < earliest:
                 first[index] = begin
             if time_ns > last.get(index, time_ns - 1):
                 last[index] = time_ns
