@@ -239,11 +239,18 @@ async def _exit_when(stopping: anyio.Event, server: uvicorn.Server) -> None:
 
 @contextlib.asynccontextmanager
 async def serving(
-    app: Any, *, host: str = "127.0.0.1", start_timeout: float = 10.0, stopping: anyio.Event | None = None
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    start_timeout: float = 10.0,
+    stopping: anyio.Event | None = None,
+    leaving: anyio.Event | None = None,
 ) -> AsyncIterator[str]:
     """Serve ``app`` with uvicorn in this event loop; yields its base URL, stops on exit.
 
-    Setting ``stopping`` shuts the server down gracefully before that (requests in flight end).
+    Setting ``stopping`` shuts the server down gracefully before that (requests in flight end);
+    so does setting ``leaving``, which a fleet sets as its block is left, so that its servers
+    stop together, not one after another (~0.2 s each).
     What the body raises comes out as raised, once the server has stopped (never wrapped in an
     ``ExceptionGroup``: a ``local_fleet`` of five nested it five deep)."""
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP,
@@ -279,8 +286,9 @@ async def serving(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
-            if stopping is not None:
-                tg.start_soon(_exit_when, stopping, server)
+            for event in (stopping, leaving):
+                if event is not None:
+                    tg.start_soon(_exit_when, event, server)
             with anyio.move_on_after(start_timeout):
                 while not server.started and not ended.is_set():
                     await anyio.sleep(0.01)
@@ -339,9 +347,12 @@ async def local_fleet(
     from ckpt_events.participants import create_app, create_inference_app
 
     urls: dict[str, str] = {}
+    # Set as the block is left: every server starts its shutdown then. Stopped one by one, each
+    # waiting for uvicorn's 0.1 s tick and its lifespan, 33 servers (--instances 8) took 6 s.
+    leaving = anyio.Event()
     async with contextlib.AsyncExitStack() as stack:
         inference_url = await stack.enter_async_context(
-            serving(create_inference_app(token=token), stopping=stopping)
+            serving(create_inference_app(token=token), stopping=stopping, leaving=leaving)
         )
         for kind, instance in kinds.members() if members is None else members:
             extra = dict((options or {}).get(instance, {}))
@@ -362,8 +373,11 @@ async def local_fleet(
             app = create_app(
                 kind, instance=instance, token=token, bus=bus, kinds=kinds, faults=faults, **extra
             )
-            urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping))
-        yield urls
+            urls[instance] = await stack.enter_async_context(serving(app, stopping=stopping, leaving=leaving))
+        try:
+            yield urls
+        finally:
+            leaving.set()
 
 
 def workload_options(app_options: Mapping[str, Any]) -> dict[str, Any]:

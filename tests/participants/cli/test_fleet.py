@@ -87,6 +87,40 @@ async def test_an_error_in_a_fleets_body_comes_out_as_itself() -> None:
     assert type(info.value) is LookupError and info.value.__context__ is None
 
 
+class _Shutdowns:
+    """Each participant's sinks, closed in its lifespan's shutdown: a closing one records how many
+    had begun their shutdown, waiting (at most ``patience`` s) for all ``expected`` to begin."""
+
+    def __init__(self, expected: int, patience: float) -> None:
+        self.expected, self.patience = expected, patience
+        self.begun = 0
+        self.all_begun = anyio.Event()
+        self.seen: list[int] = []
+
+    def configure(self, bus: object) -> _Shutdowns:
+        return self
+
+    async def aclose(self) -> None:
+        self.begun += 1
+        if self.begun == self.expected:
+            self.all_begun.set()
+        with anyio.move_on_after(self.patience):
+            await self.all_begun.wait()
+        self.seen.append(self.begun)
+
+
+async def test_a_fleets_servers_stop_together_not_one_after_another() -> None:
+    """Leaving ``local_fleet`` starts every server's shutdown at once: they were stopped one by
+    one, ~0.2 s each (uvicorn's 0.1 s tick, then its lifespan), and 33 servers took 6 s to stop
+    (0.2 s now); each participant's lifespan saw only itself shutting down."""
+    members = (("environment", "environment-0"), ("environment", "environment-1"), ("model", "model-0"))
+    shutdowns = _Shutdowns(len(members), patience=1.0)
+    options = {instance: {"configure_sinks": shutdowns.configure} for _, instance in members}
+    async with local_fleet(token="t", members=members, options=options) as urls:
+        assert len(urls) == len(members)
+    assert shutdowns.seen == [len(members)] * len(members)
+
+
 def test_worker_processes_get_the_workload_options_and_never_the_apps_own() -> None:
     """The lease grace (an app argument) once reached the worker processes' workload and every
     worker of `demo --workers 2 --fault ...` died at start ("unknown environment workload
