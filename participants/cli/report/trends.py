@@ -4,7 +4,9 @@ Per (participant kind, operation, step), each checkpoint contributes one value: 
 instance's milliseconds (what the checkpoint waited for). From those: count, p50, p95, max,
 and three flags in words:
 
-* a checkpoint slower than twice the run's median checkpoint;
+* a checkpoint slower than twice the run's median checkpoint, and more than ``SLOW_MIN_MS`` over it (a
+  clock that stamps whole milliseconds makes a run of sub-millisecond checkpoints a median of
+  0.0 ms and one of them 1.0 ms: no slower checkpoint, and no ratio: it divided by zero);
 * a straggler: an instance that is the slowest of its kind (by its operations' total time in
   a checkpoint) in more than two thirds of at least ``MIN_CHECKPOINTS`` checkpoints that did
   their work (an aborted one's times are its cause's: a server stalled to the deadline; a
@@ -57,6 +59,7 @@ __all__ = ["Growth", "Trend", "Trends", "binomial_tail", "growth", "spearman", "
 
 MIN_CHECKPOINTS: Final = 3
 SLOW_FACTOR: Final = 2.0
+SLOW_MIN_MS: Final = 1.0
 STRAGGLER_CHANCE: Final = 0.05
 STRAGGLER_RATIO: Final = 1.5
 STRAGGLER_SPREAD: Final = 1.0
@@ -387,11 +390,12 @@ class Trends:
         if len(done) >= MIN_CHECKPOINTS:
             middle = statistics.median(ms for _, _, ms in done)
             for number, row, ms in done:
-                if ms > SLOW_FACTOR * middle:
-                    out.append(
-                        f"checkpoint #{number} {short_id(row.checkpoint_id)} took {ms:.1f} ms, "
-                        f"{ms / middle:.1f}x the run's median {middle:.1f} ms"
+                if ms > SLOW_FACTOR * middle and ms - middle > SLOW_MIN_MS:
+                    times = (
+                        f"{ms / middle:.1f}x the run's median" if middle > 0 else "where the run's median is"
                     )
+                    cid = short_id(row.checkpoint_id)
+                    out.append(f"checkpoint #{number} {cid} took {ms:.1f} ms, {times} {middle:.1f} ms")
         out.extend(self._stragglers())
         for key in sorted(self.values):
             ordered = self._ordered(key)

@@ -20,7 +20,7 @@ import pytest
 
 from ckpt_events import CoordinateFinished, OperationFinished, StepFinished
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.overview import overview
+from ckpt_events.participants.cli.report.overview import PUBLISHED, RunRow, overview
 from ckpt_events.participants.cli.report.trends import Trends, binomial_tail, growth, spearman, theil_sen
 from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload
@@ -341,3 +341,23 @@ def test_a_slow_restore_is_none_of_the_checkpoint_it_restored(
     assert text.count("straggler:") == 1
     assert "#6 restore, critical path: coordinate.restore 1028.6 ms, model/model-0 restore" in text
     assert "read on model/model-0 1002.9 ms dominated" in text
+
+
+def test_checkpoints_stamped_to_the_whole_millisecond_flag_none_slower_and_divide_by_nothing() -> None:
+    """A clock stamping whole milliseconds made a run of sub-millisecond checkpoints a median of
+    0.0 ms and one of them 1.0 ms: "slower than twice the median", its ratio a ZeroDivisionError
+    (the report's traceback). One ms over a median of nothing is the clock's grain, no slow
+    checkpoint; one well over it is still said, without a ratio."""
+
+    def run(ends_ms: list[int]) -> list[str]:
+        trends = Trends()
+        for n, ms in enumerate(ends_ms):
+            start = (n + 1) * 10**9
+            trends.rows.append(RunRow("checkpoint", f"c{n}", start, start + ms * 10**6, outcome=PUBLISHED))
+        return trends.flags()
+
+    assert run([0, 0, 0, 1, 0]) == []
+    (said,) = run([0, 0, 0, 7, 0])
+    assert said.endswith("took 7.0 ms, where the run's median is 0.0 ms"), said
+    (said,) = run([10, 10, 10, 30, 10])
+    assert said.endswith("took 30.0 ms, 3.0x the run's median 10.0 ms"), said
