@@ -11,7 +11,7 @@ whom it waited on is unknown (never a stall of the controller).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -25,12 +25,16 @@ __all__ = ["WAITING", "UNKNOWN_HOLDER", "StallBlame"]
 WAITING: Final = "waiting"
 #: Whom it waited on when no call of its checkpoint is in the logs read.
 UNKNOWN_HOLDER: Final = "unknown (none of its calls in the logs read)"
-#: Participant operations kept to judge by: past this, a controller's stall is judged unknown
-#: (memory follows the operations kept, not the lines read).
-MAX_KEPT: Final = 200_000
+#: Participant operations kept to judge by: past this, the checkpoints first seen longest ago
+#: are forgotten (a controller's stall of one is judged unknown), so memory follows this bound,
+#: not the lines read (200,000 kept made a report of participants' logs alone grow 61 -> 94
+#: MiB; a controller's ``Stalled`` comes beside its checkpoint's calls in the merged logs).
+MAX_KEPT: Final = 16_384
+#: Checkpoints forgotten, remembered as such (their later events are not taken for all of them).
+MAX_FORGOTTEN: Final = 65_536
 
 
-@dataclass
+@dataclass(slots=True)
 class _Call:
     who: str
     start_ns: int
@@ -42,11 +46,12 @@ class StallBlame:
     """Fed every event (any order), tells each controller's ``Stalled`` apart: a stall, or
     waiting on whom (``result``)."""
 
-    #: Per checkpoint id, its participants' operations by span id.
-    calls: dict[str, dict[int, _Call]] = field(default_factory=dict)
+    #: Per checkpoint id (first seen first), its participants' operations by span id.
+    calls: OrderedDict[str, dict[int, _Call]] = field(default_factory=OrderedDict)
     controller: list[Stalled] = field(default_factory=list)
     kept: int = 0
-    overflowed: bool = False
+    #: Checkpoints whose calls were dropped for ``MAX_KEPT``: whom they waited on is unknown.
+    forgotten: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     def add(self, event: Event) -> bool:
         """Take ``event``; ``True`` if it is a controller's ``Stalled``, which ``result`` counts
@@ -73,15 +78,30 @@ class StallBlame:
         return False
 
     def _call(self, cid: str, key: int, new: _Call) -> _Call | None:
-        calls = self.calls.setdefault(cid, {})
-        if key in calls:
+        calls = self.calls.get(cid)
+        if calls is None:
+            if cid in self.forgotten:
+                return None
+            calls = self.calls[cid] = {}
+        elif key in calls:
             return calls[key]
-        if self.kept >= MAX_KEPT:
-            self.overflowed = True
-            return None
         self.kept += 1
         calls[key] = new
+        if self.kept > MAX_KEPT:
+            self._forget(cid)
         return new
+
+    def _forget(self, keep: str) -> None:
+        """Drop the checkpoints first seen longest ago (not ``keep``) to a quarter under ``MAX_KEPT``."""
+        for cid in list(self.calls):  # bounded: the checkpoints kept, at most MAX_KEPT
+            if self.kept <= MAX_KEPT * 3 // 4:
+                break
+            if cid == keep:
+                continue
+            self.kept -= len(self.calls.pop(cid))
+            self.forgotten[cid] = None
+            if len(self.forgotten) > MAX_FORGOTTEN:
+                self.forgotten.popitem(last=False)
 
     def result(self) -> tuple[Counter[str], Counter[str]]:
         """``(stalled, waiting)``: the controller's real stalls by ``kind/operation``, and its
@@ -103,8 +123,8 @@ class StallBlame:
         """The participants whose call of the checkpoint was open when ``event`` was reported;
         ``None`` when that is unknown (no call of it kept)."""
         calls = self.calls.get(event.checkpoint_id or "")
-        if not calls or self.overflowed:
-            return None
+        if not calls:
+            return None  # none in the logs read, or forgotten (``MAX_KEPT``)
         at = event.time_ns
         open_then = (c for c in calls.values() if c.start_ns <= at and (c.end_ns is None or c.end_ns >= at))
         return sorted({c.who for c in open_then})

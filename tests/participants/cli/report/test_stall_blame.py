@@ -10,7 +10,7 @@ import pytest
 
 from ckpt_events import OperationFinished, OperationStarted, Stalled
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.stall_blame import UNKNOWN_HOLDER, WAITING
+from ckpt_events.participants.cli.report.stall_blame import MAX_KEPT, UNKNOWN_HOLDER, WAITING, StallBlame
 from ckpt_events.participants.cli.report.timeline import counts
 from ckpt_events.sinks import read_events
 from ckpt_events.vocab import Kind, Operation, Phase
@@ -93,3 +93,34 @@ def test_without_its_calls_in_the_logs_whom_it_waited_on_is_unknown() -> None:
     """The controller's log alone: never a stall of the controller, never a made-up holder."""
     tallies = counts([_stalled(Kind.CONTROLLER, "coordination", 2.0)])
     assert tallies == {WAITING: {f"controller/prepare on {UNKNOWN_HOLDER}": 1}}
+
+
+def test_the_calls_kept_are_bounded_and_a_forgotten_checkpoints_stall_is_unknown() -> None:
+    """200,000 participant operations were kept to judge by: a report of participants' logs
+    alone grew 61 -> 94 MiB (the flood test). Past ``MAX_KEPT`` the checkpoints first seen
+    longest ago are forgotten: a controller's stall of one is unknown (never a stall), one of a
+    recent checkpoint is still judged."""
+    blame = StallBlame()
+    checkpoints = MAX_KEPT // 2 + 10  # two calls each: past the bound
+    for n in range(checkpoints):
+        for span in (2 * n, 2 * n + 1):
+            start = OperationStarted(
+                Kind.ENVIRONMENT, "environment-0", 1, span, n * S, Operation.PREPARE, f"c{n}"
+            )
+            blame.add(start)
+            end = OperationFinished(
+                Kind.ENVIRONMENT, "environment-0", 1, span, n * S, n * S + 10, Operation.PREPARE, f"c{n}"
+            )
+            blame.add(end)
+    assert blame.kept <= MAX_KEPT and sum(len(c) for c in blame.calls.values()) == blame.kept
+    for cid, at in (("c0", 0), (f"c{checkpoints - 1}", checkpoints - 1)):
+        blame.add(
+            Stalled(Kind.CONTROLLER, "controller", at * S + 5, Operation.PREPARE, 0.5, Phase.PREPARING, cid)
+        )
+    stalled, waiting = blame.result()
+    # c0 forgotten: unknown; the recent one's call was open at its stall: it waited on it.
+    assert waiting == {
+        f"controller/prepare on {UNKNOWN_HOLDER}": 1,
+        "controller/prepare on environment/environment-0": 1,
+    }
+    assert stalled == {}
