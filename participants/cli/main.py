@@ -239,7 +239,7 @@ def _interrupted(command: str | None, exc: KeyboardInterrupt) -> int:
     if not isinstance(exc, Interrupted):
         print(f"{name}: interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports it
-    cut = "" if exc.cut is None else f"; a second signal forced the exit: {exc.cut}"
+    cut = "" if exc.cut is None else f"; a second signal forced the exit: {escape(exc.cut)}"
     print(f"{name}: interrupted{cut}", file=sys.stderr)
     return 128 + exc.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports it
 

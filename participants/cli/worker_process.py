@@ -54,9 +54,13 @@ def worker_command(kind: str, instance: str, options: Mapping[str, Any]) -> Work
 async def _run(kind: str, instance: str, index: int, options: dict[str, Any]) -> None:
     from ckpt_events import Bus
     from ckpt_events.participants.faults import FaultPlan
-    from ckpt_events.participants.server.limits import log_sink_os_errors_in_one_line
+    from ckpt_events.participants.server.limits import (
+        log_shutdown_cuts_in_one_line,
+        log_sink_os_errors_in_one_line,
+    )
 
     log_sink_os_errors_in_one_line()  # a full disk under its log: one line, as in serve
+    log_shutdown_cuts_in_one_line()  # its port's forced exit: said in its one line, as in serve
 
     # Read once, at start-up: the server passes its fault to its worker processes this way.
     faults = FaultPlan.from_environ()
@@ -199,11 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     _wake_when_the_server_dies()
     try:
         anyio.run(_run, kind, instance, int(index), json.loads(options))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # A SIGINT sent to the worker itself (pkill -INT, a signal to its group): uvicorn stops
         # its port gracefully, then raises the signal again; it was a traceback and exit -2.
-        print(f"ckpt-events serve: worker {index}: interrupted", file=sys.stderr, flush=True)
-        return 130  # 128 + SIGINT, as a shell reports it
+        # Forced by a second one, its port's server raises ``Interrupted``, saying what was cut.
+        from ckpt_events.participants.cli.text import escape
+        from ckpt_events.participants.errors import Interrupted
+
+        cut = exc.cut if isinstance(exc, Interrupted) else None
+        said = "" if cut is None else f"; a second signal forced the exit: {escape(cut)}"
+        print(f"ckpt-events serve: worker {index}: interrupted{said}", file=sys.stderr, flush=True)
+        return 128 + exc.signum if isinstance(exc, Interrupted) else 130  # as a shell reports it
     except (CkptEventsError, OSError, BaseExceptionGroup) as exc:
         causes = _leaves(exc)
         if not all(isinstance(c, CkptEventsError | OSError) for c in causes):

@@ -12,6 +12,10 @@ A forced exit cancels the requests still running at once. uvicorn only stops wai
 and then awaits ``asyncio.Server.wait_closed()``, which since Python 3.12 waits for every
 connection to close: a request still reading its body held the "forced" exit until the
 graceful-shutdown deadline (without one, until the request ended), where on 3.11 it ended at once.
+
+What a forced exit cut is said once, by the ``Interrupted`` the server then raises (its
+``cut``: how many requests were in flight, the first few named, and whether the app's lifespan
+was cut before it closed its sinks), where each cut was a line of the log.
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+from ckpt_events.checks import fit_text
+from ckpt_events.participants.errors import Interrupted
 
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "once_per_interrupt"]
+__all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "forced_exit_cut", "once_per_interrupt"]
 
 #: A second SIGINT this soon after the first is the same interrupt: the same one delivered twice
 #: (``timeout -s INT`` and supervisors signal the process and then its group), or Ctrl-C pressed
@@ -41,17 +49,40 @@ REPEATED_SIGNAL: Final = 1.0
 #: its graceful-shutdown deadline, names that deadline; the two are logged apart).
 FORCED_EXIT: Final = "Task cancelled, the exit was forced"
 
+#: Requests named in the one line of a forced exit; the rest are counted ("and 7 more").
+NAMED_CUTS: Final = 3
+#: Characters of a request's path shown in that line (a path may be up to a request head long).
+_PATH_SHOWN: Final = 60
+
 
 def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
     """uvicorn's server (``base``), taking a SIGINT within ``REPEATED_SIGNAL`` of the first stop
     signal for that one (uvicorn forces the exit on a second SIGINT); a later one still forces it.
     SIGHUP stops it gracefully as SIGTERM does (and, as after SIGTERM, the process then ends of
     it), unless it was ignored (``nohup``): then it still is. A forced exit cancels the requests
-    still running then, on every Python (see the module's docstring)."""
+    still running then, on every Python (see the module's docstring), and ``serve()`` then raises
+    ``Interrupted`` (the first stop signal's number, what was cut) in place of the
+    ``KeyboardInterrupt`` of the SIGINT uvicorn raises again on its way out."""
 
     class OncePerInterrupt(base):  # type: ignore[misc,valid-type]  # uvicorn is imported lazily
         _first_stop: float | None = None
+        _first_signal: int = signal.SIGINT
         _cut: bool = False
+        #: The requests the forced exit cancelled ("POST /work/start"; "" for one not known), once forced.
+        _cut_requests: list[str] | None = None
+
+        async def serve(self, sockets: Any = None) -> None:
+            try:
+                await super().serve(sockets)
+            except KeyboardInterrupt:
+                if self._cut_requests is None:
+                    raise  # not forced: the graceful stop ran
+                # Asked now: once ``serve()`` has returned, asyncio.run cancels the lifespan
+                # task, which then counts as shut down.
+                ended = getattr(getattr(self, "lifespan", None), "shutdown_event", None)
+                lifespan_cut = ended is not None and not ended.is_set()
+                cut = forced_exit_cut(self._cut_requests, lifespan_cut=lifespan_cut)
+                raise Interrupted(self._first_signal, cut) from None
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -76,6 +107,7 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                 return
             if first is None:
                 self._first_stop = now
+                self._first_signal = sig
             super().handle_exit(sig, frame)
             if self.force_exit and not self._cut:
                 try:
@@ -88,7 +120,50 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                 loop.call_soon_threadsafe(self._cancel_running)
 
         def _cancel_running(self) -> None:
-            for task in list(self.server_state.tasks):
+            running = [task for task in self.server_state.tasks if not task.done()]
+            named = _requests_in_flight(self.server_state.connections)
+            self._cut_requests = (named + [""] * len(running))[: max(len(running), len(named))]
+            for task in running:
                 task.cancel(msg=FORCED_EXIT)
 
     return OncePerInterrupt
+
+
+def _requests_in_flight(connections: Iterable[Any]) -> list[str]:
+    """``"METHOD /path"`` of each request still being served on ``connections`` (uvicorn's HTTP
+    protocols: a request's cycle, with its ASGI scope, until its response is complete); a
+    connection of another shape is skipped (counted by its task alone)."""
+    found = []
+    for connection in connections:
+        cycle = getattr(connection, "cycle", None)
+        scope = getattr(cycle, "scope", None)
+        if not isinstance(scope, dict) or getattr(cycle, "response_complete", True):
+            continue
+        method, path = scope.get("method"), scope.get("path")
+        if isinstance(method, str) and isinstance(path, str):
+            found.append(f"{method[:16]} {fit_text(path, _PATH_SHOWN, sized=False)}")
+    return found
+
+
+def forced_exit_cut(requests: list[str], *, lifespan_cut: bool) -> str:
+    """What a forced exit cut, in words for one line: how many ``requests`` were in flight, the
+    first ``NAMED_CUTS`` kinds of those known named (the most frequent first, "x2" for two alike;
+    ``""`` is a request not known), the rest counted; and, if ``lifespan_cut``, that events not
+    yet written or exported may be lost."""
+    count = len(requests)
+    if count == 0:
+        said = "no request was in flight"
+    else:
+        said = f"{count} request{'s' if count != 1 else ''} in flight {'were' if count != 1 else 'was'} cut"
+        alike = sorted(Counter(r for r in requests if r).items(), key=lambda item: (-item[1], item[0]))
+        shown = alike[:NAMED_CUTS]
+        if shown:
+            more = count - sum(times for _, times in shown)
+            names = [name if times == 1 else f"{name} x{times}" for name, times in shown]
+            said += f" ({', '.join(names)}{f' and {more} more' if more else ''})"
+    if lifespan_cut:
+        said += (
+            "; the app's lifespan was cancelled before it closed its sinks: events not yet "
+            "written or exported may be lost"
+        )
+    return said

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
 from ckpt_events.participants.server.connection_guard import ConnectionLimits, guarded_h11
+from ckpt_events.participants.server.interrupts import FORCED_EXIT
 
 __all__ = [
     "ACCEPT_LOGGERS",
@@ -158,8 +159,10 @@ class _ShutdownCut(logging.Filter):
 
     A forced exit (a second Ctrl-C during the shutdown) cancels what is left without a word: each
     request still running, and the app's lifespan before its sinks are closed. Each was a
-    traceback of three chained exceptions; each is one line, the lifespan's saying what may be
-    lost."""
+    traceback of three chained exceptions, then one line each (3 requests cut: 5 lines with
+    "interrupted"); the server's ``Interrupted`` says them all in its one line (``interrupts``),
+    so each (a request cancelled with ``FORCED_EXIT``, and the lifespan) is a one-line DEBUG
+    record, shown only at ``--log-level debug``; a request cancelled otherwise stays an ERROR line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info is not None else None
@@ -179,14 +182,27 @@ class _ShutdownCut(logging.Filter):
                 "the app's lifespan was cancelled before it ended (the exit was forced): events "
                 "not yet written or exported may be lost"
             )
+            return _as_debug(record)
         elif isinstance(exc, asyncio.CancelledError) and text.startswith("Exception in ASGI application"):
             record.msg = "a request still running when the exit was forced was cancelled"
+            if str(exc) == FORCED_EXIT:
+                return _as_debug(record)  # ours: counted and named in the server's one line
         else:
             return True
         record.args = None
         record.exc_info = None
         record.exc_text = None
         return True
+
+
+def _as_debug(record: logging.LogRecord) -> bool:
+    """``record`` made a one-line DEBUG record; whether its logger shows DEBUG (else dropped)."""
+    record.args = None
+    record.exc_info = None
+    record.exc_text = None
+    record.levelno = logging.DEBUG
+    record.levelname = logging.getLevelName(logging.DEBUG)
+    return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
 def _cancelled_traceback(text: str) -> bool:

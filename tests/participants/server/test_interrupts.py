@@ -12,7 +12,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
-from ckpt_events.participants.server.interrupts import REPEATED_SIGNAL, once_per_interrupt
+from ckpt_events.participants.errors import Interrupted
+from ckpt_events.participants.server.interrupts import REPEATED_SIGNAL, forced_exit_cut, once_per_interrupt
 from ckpt_events.participants.server.limits import (
     SHUTDOWN_CUT_LOGGER,
     log_shutdown_cuts_in_one_line,
@@ -37,11 +38,13 @@ async def test_a_forced_exit_cuts_a_request_still_reading_its_body_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Ctrl-C, then Ctrl-C again while a request still waits for its body: the request is
-    cancelled (its client answered, one line logged) before ``serve()`` returns. On Python
+    cancelled (its client answered) before ``serve()`` returns. On Python
     3.12 and later, uvicorn's ``wait_closed()`` waited for its connection, so the forced exit
     took the whole graceful deadline; on 3.11 ``serve()`` returned with the request still
-    running, its client unanswered."""
+    running, its client unanswered. ``serve()`` raises ``Interrupted`` saying what it cut (the
+    command's one line); the cut request's own record is DEBUG (it was an ERROR line of its own)."""
     installed = log_shutdown_cuts_in_one_line()
+    caplog.set_level(logging.DEBUG, SHUTDOWN_CUT_LOGGER)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -51,14 +54,23 @@ async def test_a_forced_exit_cuts_a_request_still_reading_its_body_at_once(
     )
     server = once_per_interrupt(uvicorn.Server)(config)
     # uvicorn raises each signal it took again once it has stopped, to the handler it found:
-    # this one keeps that SIGINT from interrupting the test.
+    # this one raises it, as Python's own does, inside ``serve()`` only.
     raised_again: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda sig, frame: raised_again.append(sig))
+
+    def raise_again(sig: int, frame: object) -> None:
+        raised_again.append(sig)
+        raise KeyboardInterrupt
+
+    interrupted: list[Interrupted] = []
+    previous = signal.signal(signal.SIGINT, raise_again)
     try:
         async with anyio.create_task_group() as tg:
 
             async def serve_and_time() -> None:
-                await server.serve([sock])
+                try:
+                    await server.serve([sock])
+                except Interrupted as exc:
+                    interrupted.append(exc)
                 took.append(time.monotonic() - forced_at[0])
 
             took: list[float] = []
@@ -88,9 +100,31 @@ async def test_a_forced_exit_cuts_a_request_still_reading_its_body_at_once(
         signal.signal(signal.SIGINT, previous)
         logging.getLogger(SHUTDOWN_CUT_LOGGER).removeFilter(installed)
         sock.close()
-    assert server.force_exit and raised_again == [signal.SIGINT, signal.SIGINT]
+    assert server.force_exit and raised_again == [signal.SIGINT]
+    assert [(e.signum, e.cut) for e in interrupted] == [
+        (signal.SIGINT, "1 request in flight was cut (POST /echo)")
+    ]
     assert took[0] < 1.0, f"the forced exit took {took[0]:.1f} s, the graceful deadline is {GRACE} s"
     assert answer.startswith(b"HTTP/1.1 500 ")
-    cut = [r.getMessage() for r in caplog.records if r.name == SHUTDOWN_CUT_LOGGER]
-    assert cut.count("a request still running when the exit was forced was cancelled") == 1, cut
+    cut = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == SHUTDOWN_CUT_LOGGER]
+    assert cut.count(("DEBUG", "a request still running when the exit was forced was cancelled")) == 1, cut
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], cut
     assert not any("graceful shutdown exceeded" in line for line in cut), cut
+
+
+def test_what_a_forced_exit_cut_is_said_in_words_for_one_line() -> None:
+    """Counted, the most frequent requests named first (two alike once, "x2"), at most three
+    kinds, the rest "and N more"; a request not known counted, never named; the lifespan said
+    only when it was cut."""
+    many = ["POST /work/start"] * 2 + ["GET /b", "", "POST /commit", "POST /prepare", "POST /z"]
+    assert forced_exit_cut(many, lifespan_cut=False) == (
+        "7 requests in flight were cut (POST /work/start x2, GET /b, POST /commit and 3 more)"
+    )
+    assert (
+        forced_exit_cut(["POST /commit"], lifespan_cut=False) == "1 request in flight was cut (POST /commit)"
+    )
+    assert forced_exit_cut(["", ""], lifespan_cut=False) == "2 requests in flight were cut"
+    assert forced_exit_cut([], lifespan_cut=True) == (
+        "no request was in flight; the app's lifespan was cancelled before it closed its sinks: "
+        "events not yet written or exported may be lost"
+    )
