@@ -61,8 +61,8 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
     SIGHUP stops it gracefully as SIGTERM does (and, as after SIGTERM, the process then ends of
     it), unless it was ignored (``nohup``): then it still is. A forced exit cancels the requests
     still running then, on every Python (see the module's docstring), and ``serve()`` then raises
-    ``Interrupted`` (the first stop signal's number, what was cut) in place of the
-    ``KeyboardInterrupt`` of the SIGINT uvicorn raises again on its way out."""
+    ``Interrupted`` (the first stop signal's number, what was cut) in place of the signals
+    uvicorn would raise again on its way out."""
 
     class OncePerInterrupt(base):  # type: ignore[misc,valid-type]  # uvicorn is imported lazily
         _first_stop: float | None = None
@@ -71,34 +71,39 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
         #: The requests the forced exit cancelled ("POST /work/start"; "" for one not known), once forced.
         _cut_requests: list[str] | None = None
 
-        async def serve(self, sockets: Any = None) -> None:
-            try:
-                await super().serve(sockets)
-            except KeyboardInterrupt:
-                if self._cut_requests is None:
-                    raise  # not forced: the graceful stop ran
-                # Asked now: once ``serve()`` has returned, asyncio.run cancels the lifespan
-                # task, which then counts as shut down.
-                ended = getattr(getattr(self, "lifespan", None), "shutdown_event", None)
-                lifespan_cut = ended is not None and not ended.is_set()
-                cut = forced_exit_cut(self._cut_requests, lifespan_cut=lifespan_cut)
-                raise Interrupted(self._first_signal, cut) from None
-
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             with super().capture_signals():
-                # As uvicorn does for its signals: only the main thread may set handlers.
-                if threading.current_thread() is not threading.main_thread():
+                with self._hangup_as_terminate():
                     yield
-                    return
-                if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
-                    yield  # ignored (nohup) or the embedder's own handler: left as it is
-                    return
-                signal.signal(signal.SIGHUP, self.handle_exit)
-                try:
-                    yield
-                finally:
-                    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+                if self._cut_requests is not None:
+                    # Raised here, so uvicorn does not raise the signals it took again: after a
+                    # SIGTERM, the forcing SIGINT went to asyncio's handler (which only cancels)
+                    # and the SIGTERM then killed the process, what was cut never said (-15).
+                    raise self._forced()
+
+        def _forced(self) -> Interrupted:
+            # Asked before ``serve()`` returns: then asyncio.run cancels the lifespan task,
+            # which then counts as shut down.
+            ended = getattr(getattr(self, "lifespan", None), "shutdown_event", None)
+            lifespan_cut = ended is not None and not ended.is_set()
+            cut = forced_exit_cut(self._cut_requests or [], lifespan_cut=lifespan_cut)
+            return Interrupted(self._first_signal, cut)
+
+        @contextlib.contextmanager
+        def _hangup_as_terminate(self) -> Iterator[None]:
+            # As uvicorn does for its signals: only the main thread may set handlers.
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
+                yield  # ignored (nohup) or the embedder's own handler: left as it is
+                return
+            signal.signal(signal.SIGHUP, self.handle_exit)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             now = time.monotonic()

@@ -239,6 +239,29 @@ def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path
     ], "\n".join(lines)
 
 
+def test_ctrl_c_forcing_the_exit_after_a_sigterm_says_what_it_cut(tmp_path: Path) -> None:
+    """SIGTERM (a supervisor's), then Ctrl-C 1.2 s later while requests hold the graceful stop:
+    uvicorn raised the two signals again on its way out, the SIGINT went to asyncio's handler
+    (which only cancels) and the SIGTERM killed the process: exit -15 and not a word of the two
+    requests cut. Now one line, exit 143 (the first signal's, as a shell reports it)."""
+    with _serve_with_workers(tmp_path, 1) as (proc, port, _):
+        held = [_hold(port, "/work/start") for _ in range(2)]
+        try:
+            time.sleep(0.3)
+            os.killpg(proc.pid, signal.SIGTERM)
+            time.sleep(1.2)
+            lines = _interrupt_and_check(proc, tmp_path)
+        finally:
+            for each in held:
+                each.close()
+    assert proc.returncode == 143, lines
+    assert lines == [
+        "ckpt-events serve: interrupted; a second signal forced the exit: 2 requests in flight were cut "
+        "(POST /work/start x2); the app's lifespan was cancelled before it closed its sinks: events not "
+        "yet written or exported may be lost"
+    ], "\n".join(lines)
+
+
 def test_a_second_ctrl_c_to_a_worker_is_one_line_saying_what_it_cut(tmp_path: Path) -> None:
     """A worker of ``serve --workers 2`` forced by a second SIGINT 1.2 s after the first (its
     own group signalled, as ``pkill -INT`` twice does): its port cut the two requests it was
