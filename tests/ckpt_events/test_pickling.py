@@ -112,6 +112,9 @@ RAISED: dict[str, Callable[[], BaseException]] = {
     "ForeignCheckpoint": lambda: participant_errors.ForeignCheckpoint(
         "checkpoint c1 belongs to run run-2", checkpoint_id="c1", run_id="run-2"
     ),
+    "Interrupted": lambda: participant_errors.Interrupted(
+        15, "2 requests in flight were cut (POST /work/start x2)"
+    ),
 }
 EXCEPTIONS = _public(BaseException)
 
