@@ -288,7 +288,9 @@ def test_serve_says_when_the_hard_descriptor_limit_is_short() -> None:
     """Under ``ulimit -n 64`` (hard too) nothing can be raised: connections past the limit are
     still reset, and ``serve`` now says so at its start, in one line with the fix (it said nothing)."""
     answer, said = _status_while_holding("-n 64", held=150)
-    assert answer == "ConnectionResetError"
+    # Reset before the request, or closed before its answer (http.client's RemoteDisconnected,
+    # a ConnectionResetError too: seen on a loaded machine): not served either way.
+    assert answer in ("ConnectionResetError", "RemoteDisconnected"), said
     assert (
         "ckpt-events serve: warning: the open-file limit is 64, under the 576 that 512 connections "
         "need: past that, new connections are reset without a word; raise it (ulimit -n 576)\n"
