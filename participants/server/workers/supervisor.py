@@ -133,7 +133,15 @@ class WorkerSupervisor:
             # woken, it ends gracefully now, not SIGKILLed at the deadline (shutdown took 7.2 s).
             _signal_group(process, signal.SIGCONT)
         await self._wait_exited()
-        for process in self.processes.values():
+        for index, process in self.processes.items():
+            if process.poll() is None:
+                # Its own line of what its sinks lost never comes: say that it was cut short.
+                log.warning(
+                    "worker %d did not stop within %g s of SIGTERM: killed; what its sinks had "
+                    "not yet written or exported is lost, and not counted",
+                    index,
+                    _STOP_SECONDS,
+                )
             _signal_group(process, signal.SIGKILL)
         # Polled, not ``process.wait()``: a blocking wait would stall the event loop (and every
         # other worker's channel) for up to ``_STOP_SECONDS`` per worker.
