@@ -11,6 +11,7 @@ whom it waited on is unknown (never a stall of the controller).
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
@@ -28,8 +29,9 @@ UNKNOWN_HOLDER: Final = "unknown (none of its calls in the logs read)"
 #: Participant operations kept to judge by: past this, the checkpoints first seen longest ago
 #: are forgotten (a controller's stall of one is judged unknown), so memory follows this bound,
 #: not the lines read (200,000 kept made a report of participants' logs alone grow 61 -> 94
-#: MiB; a controller's ``Stalled`` comes beside its checkpoint's calls in the merged logs).
-MAX_KEPT: Final = 16_384
+#: MiB, 16,384 still 61 -> 69); a controller's ``Stalled`` comes beside its checkpoint's calls
+#: in the merged logs, so the checkpoints seen last are the ones it is judged by.
+MAX_KEPT: Final = 4_096
 #: Checkpoints forgotten, remembered as such (their later events are not taken for all of them).
 MAX_FORGOTTEN: Final = 65_536
 
@@ -52,6 +54,9 @@ class StallBlame:
     kept: int = 0
     #: Checkpoints whose calls were dropped for ``MAX_KEPT``: whom they waited on is unknown.
     forgotten: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    #: ``False``: keep no call, every controller's stall is unknown (logs with no controller's
+    #: coordination: participants' logs alone, where a report's memory must not grow with them).
+    keep_calls: bool = True
 
     def add(self, event: Event) -> bool:
         """Take ``event``; ``True`` if it is a controller's ``Stalled``, which ``result`` counts
@@ -60,33 +65,40 @@ class StallBlame:
             case Stalled() if event.kind == Kind.CONTROLLER:
                 self.controller.append(event)
                 return True
+            case _ if not self.keep_calls:
+                pass
             case Stalled(checkpoint_id=str(cid), age_s=age):
                 # Open from ``age_s`` before it was reported until at least then (its own
                 # start and end, when in the logs, say the rest).
                 start = event.time_ns - int(age * 1e9)
-                self._call(cid, -1 - self.kept, _Call(f"{event.kind}/{event.instance}", start, event.time_ns))
+                call = self._call(cid, -1 - self.kept, event, start)
+                if call is not None:
+                    call.end_ns = event.time_ns
             case OperationStarted(checkpoint_id=str(cid)):
-                call = self._call(cid, event.span_id, _Call(f"{event.kind}/{event.instance}", event.start_ns))
+                call = self._call(cid, event.span_id, event, event.start_ns)
                 if call is not None:
                     call.start_ns = min(call.start_ns, event.start_ns)
             case OperationFinished(checkpoint_id=str(cid)):
-                call = self._call(cid, event.span_id, _Call(f"{event.kind}/{event.instance}", event.start_ns))
+                call = self._call(cid, event.span_id, event, event.start_ns)
                 if call is not None:
                     call.end_ns = event.end_ns
             case _:
                 pass
         return False
 
-    def _call(self, cid: str, key: int, new: _Call) -> _Call | None:
+    def _call(self, cid: str, key: int, event: Event, start_ns: int) -> _Call | None:
+        """The call ``key`` of checkpoint ``cid``, made from ``event`` if new (``None``: the
+        checkpoint was forgotten)."""
         calls = self.calls.get(cid)
         if calls is None:
             if cid in self.forgotten:
                 return None
             calls = self.calls[cid] = {}
-        elif key in calls:
-            return calls[key]
+        elif (call := calls.get(key)) is not None:
+            return call
+        # One string per participant (interned), not one per call.
+        new = calls[key] = _Call(sys.intern(f"{event.kind}/{event.instance}"), start_ns)
         self.kept += 1
-        calls[key] = new
         if self.kept > MAX_KEPT:
             self._forget(cid)
         return new
