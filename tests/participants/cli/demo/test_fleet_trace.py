@@ -62,7 +62,7 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetRun]:
     endpoint, collector = _start(binary, tmp_path, out)
     try:
         argv = ["demo", "--processes", "--instances", "2", "--checkpoints", "2", "--otlp-endpoint", endpoint]
-        argv += ["--rollouts", "24", "--concurrency", "8", "--workdir", str(tmp_path / "work")]
+        argv += ["--rollouts", "80", "--concurrency", "8", "--workdir", str(tmp_path / "work")]
         run = subprocess.run(
             [sys.executable, "-m", "ckpt_events.participants.cli", *argv],
             capture_output=True,
