@@ -146,6 +146,13 @@ def test_cpu_reading_is_exact_and_keeps_a_thread_that_ended() -> None:
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert child.stdout is not None and child.stdout.readline() == b"done\n"
+        # join() returns before the thread's kernel task has gone: until then its own counter
+        # still holds the burn (read so once in CI, the difference 0).
+        tasks = Path(f"/proc/{child.pid}/task")
+        for _ in range(500):  # at most 5 s
+            if len(list(tasks.iterdir())) == 1:
+                break
+            time.sleep(0.01)
         reading = cpu_reading(child.pid)
         live = sum(
             int((task / "schedstat").read_text().split()[0]) / 1e9
