@@ -119,12 +119,6 @@ class TraceCauses:
     #: many of its blockers they were (``protocol.NOT_READY_WORKERS``): the rest are episodes.
     not_ready_workers: dict[str, tuple[str, int]] = field(default_factory=dict)
 
-    @property
-    def failed_below(self) -> set[int]:
-        """Spans with a failure below them (``first_failed_below``'s keys: a set of its own per
-        trace was 216 of about 4,250 bytes a checkpoint at the report's peak)."""
-        return set(self.first_failed_below)
-
     def prepare_finished(self, e: OperationFinished) -> None:
         """Keep which workers a participant's prepare ``e`` said blocked it, if any."""
         attributes = e.attributes or {}

@@ -317,7 +317,7 @@ def test_a_span_that_failed_keeps_its_error_in_words_and_marks_its_parent() -> N
     causes.span_failed(failed, 20)
     said = "prepare failed on agent/agent-0 (WorkError: upstream went away)"
     assert causes.errors == [SpanError(20, 0, 2, "agent/agent-0", "prepare", said, [])]
-    assert causes.failed_below == {1}
+    assert set(causes.first_failed_below) == {1}
     assert causes.stops == []
 
 
@@ -328,7 +328,7 @@ def test_a_prepare_not_prepared_is_a_stop_and_a_failure_below_its_parent() -> No
     stopped = _span(CoordinateFinished, 2, 1, 5, 45, operation=Operation.PREPARE, prepared=False)
     causes.span_failed(stopped, 45)
     assert causes.stops == ["prepare stopped at stage ?, not prepared"]
-    assert causes.failed_below == {1}
+    assert set(causes.first_failed_below) == {1}
     assert causes.errors == []
 
 
