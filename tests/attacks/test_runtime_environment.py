@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
-import logging
 import os
 import re
 import resource
@@ -17,14 +16,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry, sinks
-from ckpt_events.participants.server.limits import ACCEPT_LOGGERS, log_resource_exhaustion_once
 from ckpt_events.sinks import JsonLinesSink
 from tests.http_servers import serving
 
@@ -97,33 +94,6 @@ def test_serve_under_a_low_descriptor_limit_is_refused_in_one_line() -> None:
         r"start serving and one more per connection: raise it \(ulimit -n 1024\)\n",
         done.stderr,
     ), done.stderr
-
-
-@pytest.fixture
-def exhaustion_filter() -> Iterator[logging.Filter]:
-    """``serve``'s one-line filter for running out of descriptors, removed again afterwards."""
-    installed = log_resource_exhaustion_once()
-    try:
-        yield installed
-    finally:
-        for name in ACCEPT_LOGGERS:
-            logging.getLogger(name).removeFilter(installed)
-
-
-def test_a_uvloop_error_without_an_exception_is_logged_as_itself(
-    exhaustion_filter: logging.Filter, caplog: pytest.LogCaptureFixture
-) -> None:
-    """uvloop logs a loop error that has no exception (its "Task was destroyed but it is
-    pending!") with ``exc_info=False``: the filter indexed it, so the line was lost and
-    replaced by "Exception in default exception handler" and a TypeError traceback."""
-    uvloop = pytest.importorskip("uvloop")
-    loop = uvloop.new_event_loop()
-    try:
-        with caplog.at_level(logging.ERROR, logger="asyncio"):
-            loop.call_exception_handler({"message": "a loop error with no exception"})
-    finally:
-        loop.close()
-    assert [r.getMessage() for r in caplog.records] == ["a loop error with no exception"]
 
 
 #: The OpenTelemetry Collector's default ``max_request_body_size`` for OTLP/HTTP.

@@ -164,6 +164,22 @@ def _record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:
     return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, None, exc_info)
 
 
+def test_a_uvloop_error_without_an_exception_is_logged_as_itself(
+    once: logging.Filter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvloop logs a loop error that has no exception (its "Task was destroyed but it is
+    pending!") with ``exc_info=False``: the filter indexed it, so the line was lost and
+    replaced by "Exception in default exception handler" and a TypeError traceback."""
+    uvloop = pytest.importorskip("uvloop")
+    loop = uvloop.new_event_loop()
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            loop.call_exception_handler({"message": "a loop error with no exception"})
+    finally:
+        loop.close()
+    assert [r.getMessage() for r in caplog.records] == ["a loop error with no exception"]
+
+
 def test_the_filter_is_installed_on_every_accept_logger(once: logging.Filter) -> None:
     """One filter object on asyncio's and uvicorn's error loggers."""
     assert ACCEPT_LOGGERS == ("asyncio", "uvicorn.error")
