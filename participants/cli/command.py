@@ -378,24 +378,16 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (``kill``, ``timeout``, a cancelled CI job, a supervisor) does what Ctrl-C does, so
     a command cleans up on the way out: ``bench`` stops the servers and collectors a suite
     started (SIGTERM ended it at once and left them running, reparented to init), ``watch``
-    gives the terminal its cursor back (SIGTERM left it hidden). The interrupt it starts comes
-    out as ``Interrupted(SIGTERM)``, reported as a shell reports a process SIGTERM ended (exit
-    143; it was 130, as for Ctrl-C); a Ctrl-C that came first stays a ``KeyboardInterrupt``."""
-    first: list[int] = []  # SIGTERM, once it started the interrupt
+    gives the terminal its cursor back (SIGTERM left it hidden)."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         # Through SIGINT's handler of the moment: inside an event loop (the httpx driver) that
         # is the loop's, which cancels its main task; raising here, inside one of its tasks,
         # had asyncio print "unhandled exception during asyncio.run() shutdown" and a traceback.
         handler = signal.getsignal(signal.SIGINT)
-        if not callable(handler) or handler is signal.default_int_handler:
-            # No loop's handler (SIGINT ignored, left to the default, or Python's own): raised here.
-            raise Interrupted(signum)
-        # The loop's handler cancels its main task on the first interrupt, and raises on a later
-        # one: returning, it took this SIGTERM as the first (a Ctrl-C before it would have been).
+        if not callable(handler):  # SIGINT ignored (a background job) or left to the default
+            raise KeyboardInterrupt
         handler(signal.SIGINT, frame)
-        if not first:
-            first.append(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set a handler (``main`` run in a thread, by a test)
@@ -403,9 +395,5 @@ def sigterm_as_interrupt() -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
-    except KeyboardInterrupt as exc:
-        if first and not isinstance(exc, Interrupted):
-            raise Interrupted(first[0]) from None
-        raise
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -4,16 +4,12 @@ one line; an OTLP base URL; a path checked for writing before any work; a reacha
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import socket
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import pytest
 
 from ckpt_events.participants.cli.command import (
@@ -251,49 +247,3 @@ def test_sigterm_alone_is_an_interrupt_by_sigterm() -> None:
     """SIGTERM alone: a graceful stop, reported as SIGTERM's (exit 143, where it said 130)."""
     out, _ = _interrupt(0.1, [(0.0, signal.SIGTERM)])
     assert out == [f"{int(signal.SIGTERM)} None"]
-
-
-def _signals_later(*signums: int) -> threading.Timer:
-    """A timer sending this process ``signums``, 0.2 s from its start, 50 ms apart."""
-
-    def send() -> None:
-        for signum in signums:
-            os.kill(os.getpid(), signum)
-            time.sleep(0.05)
-
-    return threading.Timer(0.2, send)
-
-
-async def _slow_to_stop() -> None:
-    """Sleeps until cancelled, then takes 0.5 s to stop (a later signal lands while it does)."""
-    try:
-        await anyio.sleep(10)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.sleep(0.5)
-
-
-@pytest.mark.parametrize(
-    ("signums", "reported"),
-    [((signal.SIGTERM,), signal.SIGTERM), ((signal.SIGINT, signal.SIGTERM), None)],
-    ids=["SIGTERM", "Ctrl-C then SIGTERM"],
-)
-def test_sigterm_as_interrupt_reports_the_signal_that_started_the_interrupt(
-    signums: tuple[int, ...], reported: int | None
-) -> None:
-    """``sigterm_as_interrupt`` around an event loop (``watch``, ``bench``'s driver): SIGTERM
-    comes out as ``Interrupted(SIGTERM)``, exit 143 as a shell reports it (it was a plain
-    ``KeyboardInterrupt``: exit 130, as for Ctrl-C); a SIGTERM after a Ctrl-C leaves the Ctrl-C's
-    ``KeyboardInterrupt`` (130)."""
-    from ckpt_events.participants.cli.command import sigterm_as_interrupt
-    from ckpt_events.participants.errors import Interrupted
-
-    timer = _signals_later(*signums)
-    with pytest.raises(KeyboardInterrupt) as caught, sigterm_as_interrupt():
-        timer.start()
-        anyio.run(_slow_to_stop)
-    timer.join()
-    if reported is None:
-        assert type(caught.value) is KeyboardInterrupt
-    else:
-        assert isinstance(caught.value, Interrupted) and caught.value.signum == reported
