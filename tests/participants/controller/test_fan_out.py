@@ -3,6 +3,7 @@ scope asked for, a failed call described in one line."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -246,8 +247,11 @@ async def test_members_behind_one_origin_cost_the_controller_what_members_apart_
         assert len(ports) == count + 1, ports
         one = [f"http://127.0.0.1:{ports[0]}/m{i}" for i in range(count)]
         apart = [f"http://127.0.0.1:{port}" for port in ports[1:]]
-        cpu = {}
-        for name, urls in (("apart", apart), ("one", one)):
+        # The process's CPU, every thread's: a thread another test left running (an exporter
+        # winding down) adds to one reading. Each is the best of two, taken in turn, so a burst
+        # falls on one reading, not on one kind: 1.15 s against 0.50 s apart failed a CI run.
+        cpu = {"apart": math.inf, "one": math.inf}
+        for name, urls in (("apart", apart), ("one", one), ("apart", apart), ("one", one)):
             members = [
                 Member(f"environment-{i}", "environment", f"environment-{i}", u) for i, u in enumerate(urls)
             ]
@@ -257,7 +261,7 @@ async def test_members_behind_one_origin_cost_the_controller_what_members_apart_
                 replies, failures = await fan_out(
                     control, members, "renew", request, RenewReply, deadline_ts=request.deadline_ts, span=None
                 )
-                cpu[name] = time.process_time() - began
+                cpu[name] = min(cpu[name], time.process_time() - began)
             assert (len(replies), failures) == (count, {}), sorted(set(failures.values()))[:3]
     finally:
         server.kill()
