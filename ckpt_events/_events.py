@@ -151,7 +151,8 @@ class OperationFinished(_Finished, frozen=True, gc=False, tag="operation_finishe
     #: When the request reached the participant's app (Unix ns); the span's start is when
     #: its handler began, so the two apart are the time queued inside the participant.
     received_ns: int | None = None
-    #: The participant's worst event-loop lag (ms) measured while the operation ran.
+    #: The participant's worst event-loop lag (ms) measured while the operation ran; None
+    #: when not measured for the whole of it (no monitor, or it was not sampling throughout).
     loop_lag_ms: float | None = None
     worker: int | None = None
     tracestate: str | None = None

@@ -2,9 +2,15 @@
 
 ``LoopLagMonitor.run()`` sleeps ``interval`` seconds at a time and keeps how much each sleep
 overshot; ``max_since(start_ns)`` is the worst lag seen since ``start_ns`` (the sleep in
-progress included, none once ``run()`` has stopped), which an operation records as
-``loop_lag_ms`` when it ends. A loop blocked by other work (a sync call in a handler, a long
-parse) shows up there.
+progress included), which an operation records as ``loop_lag_ms`` when it ends. A loop
+blocked by other work (a sync call in a handler, a long parse) shows up there.
+
+``run(wanted)`` samples only while ``wanted()`` is true: the FastAPI integration passes
+whether a sink of its bus wants ``OperationFinished`` (the event that carries the lag), so with
+telemetry off, or no sink wanting operations, it checks once a second (``PARKED_RECHECK``) and
+wakes the loop for nothing else. An operation the monitor did not
+sample from its start to its end (it began while parked, or ran when ``run()`` stopped) gets
+``None`` from ``max_since``, recorded as no ``loop_lag_ms`` (unknown), never a 0.0 unmeasured.
 
 A leaf of its own, apart from the FastAPI integration that runs one per app
 (``ckpt_events.participants.fastapi.instrument``, which re-exports ``LoopLagMonitor``): a
@@ -15,16 +21,21 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from typing import Final
 
 import anyio
+import anyio.abc
 
-__all__ = ["DEFAULT_LAG_INTERVAL", "LoopLagMonitor"]
+__all__ = ["DEFAULT_LAG_INTERVAL", "PARKED_RECHECK", "LoopLagMonitor"]
 
 #: 50 ms between loop-lag samples: ~20 wake-ups a second, each a few microseconds.
 DEFAULT_LAG_INTERVAL: Final = 0.05
 #: Samples kept: 10 s at the default interval, plenty for one operation.
 _KEEP: Final = 200
+#: Seconds between checks of whether a sink wants the lag, while none does: an idle server with
+#: telemetry off woke 58 times a second with the monitor sampling (20 without ``instrument``).
+PARKED_RECHECK: Final = 1.0
 
 
 class LoopLagMonitor:
@@ -35,26 +46,62 @@ class LoopLagMonitor:
         # (sample end ns, overshoot ms), newest last; bounded.
         self._samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=_KEEP)
         self._asleep_since: int | None = None
+        # Since when (Unix ns) the monitor has sampled without a pause; None while parked or
+        # stopped. An operation that began before it was not sampled whole: its lag is unknown.
+        self._sampling_since: int | None = None
+        #: Samples taken since the monitor was made (each one a wake-up of the loop).
+        self.samples_taken = 0
 
-    async def run(self) -> None:
-        """Sample until cancelled (``instrument``'s lifespan runs it in its task group); a
-        monitor stopped has no sleep in progress, so it adds no lag of its own to a read."""
+    @property
+    def sampling(self) -> bool:
+        """Whether the monitor is sampling now (running, and a sink wants the lag)."""
+        return self._sampling_since is not None
+
+    async def run(
+        self,
+        wanted: Callable[[], bool] | None = None,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Sample until cancelled (``instrument``'s lifespan runs it in its task group), while
+        ``wanted()`` is true (always, with no ``wanted``: e.g. ``partial(bus.wants,
+        OperationFinished)``, some sink wants the event that carries the lag); otherwise parked,
+        checking again every ``PARKED_RECHECK`` seconds. A monitor stopped or parked
+        has no sleep in progress, so it adds no lag of its own to a read.
+
+        Started with ``TaskGroup.start``, it is sampling (or parked) when that returns, so an
+        operation begun right after is measured whole."""
         try:
             while True:
+                if wanted is not None and not wanted():
+                    self._sampling_since = None
+                    self._asleep_since = None
+                    task_status.started()
+                    task_status = anyio.TASK_STATUS_IGNORED
+                    await anyio.sleep(PARKED_RECHECK)
+                    continue
+                if self._sampling_since is None:
+                    self._sampling_since = time.time_ns()
+                task_status.started()
+                task_status = anyio.TASK_STATUS_IGNORED
                 before = time.perf_counter_ns()
                 self._asleep_since = time.time_ns()
                 await anyio.sleep(self.interval)
                 overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
                 self._samples.append((time.time_ns(), overshoot_ms))
+                self.samples_taken += 1
         finally:
             # The sleep cancelled is over: kept, a read after the stop (the first operation of a
             # lifespan run again, before the new run's first wake-up) counted the idle time since.
             self._asleep_since = None
+            self._sampling_since = None
 
-    def max_since(self, start_ns: int) -> float:
+    def max_since(self, start_ns: int) -> float | None:
         """The worst lag (ms) of the samples that ended after ``start_ns``, including the
         sleep in progress if it already overshot, each counted only for its time after
-        ``start_ns``; 0.0 with no sample. Safe from any thread."""
+        ``start_ns``; 0.0 when sampled throughout and no sample overshot. ``None`` (unknown)
+        unless the monitor has sampled without a pause from ``start_ns`` until now (it was
+        parked or stopped for part of that time). Safe from any thread."""
         worst = 0.0
         now_ns = time.time_ns()
         # By index from the newest, not an iterator: a sync endpoint's operation ends in a
@@ -76,4 +123,8 @@ class LoopLagMonitor:
         if asleep_since is not None:
             pending = (now_ns - asleep_since) / 1e6 - self.interval * 1e3
             worst = max(worst, min(pending, (now_ns - start_ns) / 1e6))
+        # Checked last, read once: the reads above cost what they did before this check.
+        sampling_since = self._sampling_since
+        if sampling_since is None or sampling_since > start_ns:
+            return None
         return round(worst, 3)

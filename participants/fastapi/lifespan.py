@@ -6,6 +6,7 @@ Part of ``ckpt_events.participants.fastapi``, which re-exports ``Instrumented``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
@@ -21,6 +22,7 @@ from ckpt_events import (
     CkptEventsError,
     ConfigurationError,
     InvalidValueError,
+    OperationFinished,
     OperationSpan,
     Telemetry,
 )
@@ -165,7 +167,7 @@ class Instrumented:
             await tg.__aenter__()
             try:
                 if self.monitor is not None:
-                    tg.start_soon(self.monitor.run)
+                    await tg.start(self.monitor.run, functools.partial(self.bus.wants, OperationFinished))
                 try:
                     yield
                 except BaseException as exc:  # re-raised below, outside the task group

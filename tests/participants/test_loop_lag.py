@@ -5,11 +5,18 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
+import httpx
+from fastapi import FastAPI, Request
 
+from ckpt_events import OperationFinished, OperationStarted, Subscription
 from ckpt_events.participants import fastapi, loop_lag
 from ckpt_events.participants.loop_lag import LoopLagMonitor
+from ckpt_events.testing import MemorySink
 
 
 def test_the_fastapi_integration_re_exports_the_monitor() -> None:
@@ -70,14 +77,15 @@ async def test_monitor_is_read_safely_from_the_threadpool() -> None:
 
 async def test_a_stopped_monitor_reports_no_lag_of_its_own() -> None:
     """Once ``run()`` is cancelled (the app's lifespan ended), the sleep it was in is over: a
-    read after it counted the whole time since that sleep began as lag (~500 ms here)."""
+    read after it counted the whole time since that sleep began as lag (~500 ms here); and
+    since nothing was sampled, the lag is unknown (``None``), not a 0.0 as if measured."""
     monitor = LoopLagMonitor(interval=0.01)
     async with anyio.create_task_group() as tg:
         tg.start_soon(monitor.run)
         await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
     await anyio.sleep(0.5)  # the loop is idle, not blocked
-    assert monitor.max_since(time.time_ns()) < 50.0
+    assert monitor.max_since(time.time_ns()) is None
 
 
 async def test_a_block_that_ended_before_an_operation_is_not_its_lag() -> None:
@@ -94,3 +102,102 @@ async def test_a_block_that_ended_before_an_operation_is_not_its_lag() -> None:
         lag = monitor.max_since(start)
         tg.cancel_scope.cancel()
     assert lag < 50.0
+
+
+def _app_with_monitor(
+    sink: MemorySink | None, handler: Callable[[Request], Awaitable[dict[str, Any]]]
+) -> tuple[FastAPI, LoopLagMonitor]:
+    """An instrumented app (``sink`` subscribed at startup, if any) whose ``POST /op`` runs ``handler``."""
+    app = FastAPI()
+    fastapi.instrument(
+        app,
+        kind="judge",
+        instance="judge-0",
+        configure_sinks=lambda bus: None if sink is None else bus.subscribe(sink),
+    )
+    app.post("/op")(handler)
+    monitor = app.state.ckpt_events.monitor
+    assert isinstance(monitor, LoopLagMonitor)
+    return app, monitor
+
+
+@asynccontextmanager
+async def _serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+async def _until_sampling(monitor: LoopLagMonitor) -> float:
+    """Seconds until ``monitor`` samples (at most 3 s)."""
+    started = time.monotonic()
+    with anyio.fail_after(3.0):
+        while not monitor.sampling:
+            await anyio.sleep(0.01)
+    return time.monotonic() - started
+
+
+async def _blocking(request: Request) -> dict[str, Any]:
+    with fastapi.operation(request, "commit", checkpoint_id="c1"):
+        time.sleep(0.2)  # blocks the event loop, as a sync call in a handler would
+    return {}
+
+
+async def test_an_app_with_no_sink_wanting_operations_samples_nothing_then_a_sink_gets_the_lag() -> None:
+    """With no sink, the monitor took ~10 samples in 0.5 s (20 wake-ups a second for nothing);
+    it takes none now, and a sink subscribed later gets a measured lag within ~1 s."""
+    app, monitor = _app_with_monitor(None, _blocking)
+    async with _serving(app) as client:
+        await anyio.sleep(0.5)
+        assert monitor.samples_taken == 0 and not monitor.sampling
+        sink = MemorySink()
+        app.state.ckpt_events.bus.subscribe(sink)
+        assert await _until_sampling(monitor) < 1.5  # PARKED_RECHECK, and some slack
+        assert (await client.post("/op")).status_code == 200
+        await app.state.ckpt_events.bus.flush()
+    (finished,) = sink.of_type(OperationFinished)
+    assert finished.loop_lag_ms is not None and finished.loop_lag_ms >= 100.0
+    assert monitor.samples_taken > 0
+
+
+async def test_an_operation_not_sampled_whole_reports_no_lag() -> None:
+    """An operation begun while the monitor was parked (a sink wants OperationStarted only),
+    whether the monitor stayed parked through it or started sampling midway, reports no
+    ``loop_lag_ms`` (unknown), never 0.0; one begun while sampling reports its lag."""
+    wanting = MemorySink([OperationFinished])
+    subscribed: list[Subscription] = []
+    app, monitor = _app_with_monitor(MemorySink([OperationStarted]), _blocking)
+
+    async def parked(request: Request) -> dict[str, Any]:
+        with fastapi.operation(request, "commit", checkpoint_id="parked"):
+            # The loop stays blocked until the operation ends: the monitor cannot wake to check.
+            subscribed.append(fastapi.telemetry(request).bus.subscribe(wanting))
+            time.sleep(0.2)
+        return {}
+
+    async def midway(request: Request) -> dict[str, Any]:
+        with fastapi.operation(request, "commit", checkpoint_id="midway"):
+            subscribed.append(fastapi.telemetry(request).bus.subscribe(wanting))
+            await _until_sampling(monitor)
+            time.sleep(0.2)
+        return {}
+
+    app.post("/parked")(parked)
+    app.post("/midway")(midway)
+    async with _serving(app) as client:
+        await anyio.sleep(0.1)
+        assert not monitor.sampling
+        assert (await client.post("/parked")).status_code == 200
+        await _until_sampling(monitor)
+        await fastapi.telemetry(app).bus.flush()
+        subscribed.pop().close()
+        with anyio.fail_after(3.0):
+            while monitor.sampling:
+                await anyio.sleep(0.01)
+        assert (await client.post("/midway")).status_code == 200
+        assert (await client.post("/op")).status_code == 200  # begun while sampling: measured
+        await fastapi.telemetry(app).bus.flush()
+    lags = {e.checkpoint_id: e.loop_lag_ms for e in wanting.of_type(OperationFinished)}
+    assert lags["parked"] is None and lags["midway"] is None, lags
+    assert lags["c1"] is not None and lags["c1"] >= 100.0, lags

@@ -25,7 +25,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ckpt_events import OperationSpan
+from ckpt_events import OperationFinished, OperationSpan
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
 from ckpt_events.participants.loop_lag import LoopLagMonitor
@@ -351,7 +351,7 @@ async def run_worker(
     channel = FrameChannel(stream, host_.handle, name=f"worker {index}", max_frame=max_frame)
     async with anyio.create_task_group() as tg:
         tg.start_soon(channel.run)
-        tg.start_soon(monitor.run)
+        tg.start_soon(monitor.run, functools.partial(workload.tel.bus.wants, OperationFinished))
         if http is not None:
             tg.start_soon(http.serve)
         try:
