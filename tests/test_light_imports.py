@@ -40,6 +40,7 @@ OTHER_COMMANDS = (
     "ckpt_events.benchmarks.report",
     "ckpt_events.benchmarks.rotel",
     "ckpt_events.participants.cli.report.logs",
+    "ckpt_events.participants.cli.watch.backlog",
     "ckpt_events.participants.cli.watch.follow",
     "ckpt_events.participants.cli.watch.sources",
     "ckpt_events.participants.cli.watch.view",

@@ -15,7 +15,8 @@ from rich.console import Console
 
 from ckpt_events import Event, OperationFinished, OperationStarted, Stalled
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.watch.follow import MAX_FINISHED, MAX_READ, Backlog, LogFollower
+from ckpt_events.participants.cli.watch.backlog import MAX_FINISHED, Backlog
+from ckpt_events.participants.cli.watch.follow import MAX_READ, LogFollower
 from ckpt_events.participants.cli.watch.view import FleetView
 from ckpt_events.sinks.jsonl import JsonLinesSink, oldest_first
 
@@ -378,8 +379,10 @@ def test_what_the_backlog_left_out_is_said_for_as_long_as_it_is_watched(
 ) -> None:
     """Spans the backlog could not keep (past ``MAX_OPEN``) were said in a note on the first
     frame only, a second later gone: the view's '+N' open counted them out without a word."""
-    from ckpt_events.participants.cli.watch import follow
+    from ckpt_events.participants.cli.watch import backlog, follow
 
+    # The backlog keeps at most its MAX_OPEN; the follower's note names the same figure.
+    monkeypatch.setattr(backlog, "MAX_OPEN", 10)
     monkeypatch.setattr(follow, "MAX_OPEN", 10)
     log = tmp_path / "env.jsonl"
     sink = JsonLinesSink(log)

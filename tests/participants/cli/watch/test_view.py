@@ -642,7 +642,7 @@ def test_a_workers_stall_report_marks_its_own_work_alone(tmp_path: Path) -> None
 def test_a_backlog_keeps_a_workers_stall_report_and_its_main_processs() -> None:
     """Both the main process and worker 1 reported their commit of c1 stalled: the backlog kept
     one report per operation and checkpoint, so the worker's overwrote the main process's."""
-    from ckpt_events.participants.cli.watch.follow import Backlog
+    from ckpt_events.participants.cli.watch.backlog import Backlog
 
     common = {"kind": "environment", "instance": "environment-0", "trace_id": 1, "operation": "commit"}
     start = int((NOW - 40) * NS)
