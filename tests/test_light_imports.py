@@ -42,6 +42,7 @@ OTHER_COMMANDS = (
     "ckpt_events.participants.cli.report.logs",
     "ckpt_events.participants.cli.watch.backlog",
     "ckpt_events.participants.cli.watch.follow",
+    "ckpt_events.participants.cli.watch.layout",
     "ckpt_events.participants.cli.watch.sources",
     "ckpt_events.participants.cli.watch.view",
     "ckpt_events.participants.controller",
