@@ -43,6 +43,7 @@ OTHER_COMMANDS = (
     "ckpt_events.participants.cli.watch.backlog",
     "ckpt_events.participants.cli.watch.follow",
     "ckpt_events.participants.cli.watch.layout",
+    "ckpt_events.participants.cli.watch.skipped",
     "ckpt_events.participants.cli.watch.sources",
     "ckpt_events.participants.cli.watch.view",
     "ckpt_events.participants.controller",

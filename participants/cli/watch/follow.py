@@ -52,6 +52,7 @@ from ckpt_events.participants.cli.watch.backlog import (
     Backlog,
     merged_by_stamp,
 )
+from ckpt_events.participants.cli.watch.skipped import count_type, count_value, skipped_note
 from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
 from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, oldest_first, read_events, rotated_name
 
@@ -123,12 +124,12 @@ class LogFollower:
         self.unreadable: dict[str, str] = {}
         #: Corrupt lines skipped in each file on this call, over all its chunks (one note each).
         self._corrupt: dict[str, int] = {}
-        #: Per file, the events of types another version wrote, by type (``_count_type``).
+        #: Per file, the events of types another version wrote, by type (``count_type``).
         self._unknown: dict[str, dict[str | None, int]] = {}
         #: Events of known types holding a value another version wrote, by (field, value).
         self._values: dict[str, dict[tuple[str, str], int]] = {}
         #: Events read without fields this version does not know (a newer version's), over the
-        #: whole watch, and those fields by name (``_count_type``): one lasting note.
+        #: whole watch, and those fields by name (``count_type``): one lasting note.
         self._field_events = 0
         self._fields: dict[str | None, int] = {}
         self._sources: dict[object, int] = {}  # the backlog's files (``Backlog.source``)
@@ -360,9 +361,9 @@ class LogFollower:
             for _, item in read_events(path, on_unknown_fields=self._unknown_fields):
                 if isinstance(item, CorruptLine):
                     if item.unknown_type is not None:
-                        _count_type(types, item.unknown_type)
+                        count_type(types, item.unknown_type)
                     elif item.unknown_value is not None:
-                        _count_value(values, item.unknown_value)
+                        count_value(values, item.unknown_value)
                     else:
                         corrupt += 1
                     if item.ended is not None:
@@ -377,14 +378,14 @@ class LogFollower:
             self.notes[path] = f"{path}: cannot read ({exc.strerror or exc})"
         backlog.add_all(batch)
         if corrupt or types or values:
-            self.notes[path] = _skipped_note(path, corrupt, types, values)
+            self.notes[path] = skipped_note(path, corrupt, types, values)
 
     def _unknown_fields(self, number: int, kind: str, names: tuple[str, ...]) -> None:
         """Count an event read without ``names``, fields this version does not know, and say
         so in one lasting note (was: dropped without a word)."""
         self._field_events += 1
         for name in names:
-            _count_type(self._fields, name)
+            count_type(self._fields, name)
         named = sorted(
             ((n, name) for name, n in self._fields.items() if name is not None), key=lambda t: (-t[0], t[1])
         )
@@ -504,9 +505,9 @@ class LogFollower:
                     # Another version's event (a type, or a value of a closed vocabulary, this
                     # one does not know): skipped, but not damage.
                     if item.unknown_type is not None:
-                        _count_type(types, item.unknown_type)
+                        count_type(types, item.unknown_type)
                     elif item.unknown_value is not None:
-                        _count_value(values, item.unknown_value)
+                        count_value(values, item.unknown_value)
                     else:
                         corrupt += 1
                     if item.ended is not None:
@@ -523,7 +524,7 @@ class LogFollower:
             # line(s)" for a log of 4 whose last 8 MiB chunk held one.
             path = followed.path
             total = self._corrupt[path] = self._corrupt.get(path, 0) + corrupt
-            self.notes[path] = _skipped_note(path, total, types, values)
+            self.notes[path] = skipped_note(path, total, types, values)
 
 
 def _log_of(path: str) -> str:
@@ -541,62 +542,10 @@ def _cut_logs(paths: Sequence[str]) -> dict[str, str]:
     return {log: path for log, path in newest.items() if path != log}
 
 
-def _skipped_note(
-    path: str, corrupt: int, types: dict[str | None, int], values: dict[tuple[str, str], int]
-) -> str:
-    """What a log's reads skipped: lines damaged, and events of types, or of known types with
-    values, this version does not know (a newer server's, in a fleet being upgraded: said as
-    such, not as damage)."""
-    parts = []
-    if corrupt:
-        parts.append(f"{corrupt} corrupt line(s) skipped")
-    if types:
-        # Named with their counts, as ``report`` names them (was: a bare count of events).
-        kinds = sorted(
-            ((n, kind) for kind, n in types.items() if kind is not None), key=lambda t: (-t[0], t[1])
-        )
-        listed = ", ".join(f"{shown(kind)} {n:,}" for n, kind in kinds[:3])
-        more = " and more" if len(kinds) > 3 or None in types else ""
-        parts.append(
-            f"{sum(types.values())} event(s) of a type this version does not know skipped "
-            f"({listed or 'types not kept'}{more}; written by another version of ckpt-events?)"
-        )
-    if values:
-        named = sorted(
-            ((n, key) for key, n in values.items() if key != _OTHER_VALUES), key=lambda t: (-t[0], t[1])
-        )
-        listed = ", ".join(f"{shown(name)} {shown(value)} {n:,}" for n, (name, value) in named[:3])
-        more = " and more" if len(named) > 3 or _OTHER_VALUES in values else ""
-        parts.append(
-            f"{sum(values.values())} event(s) with a value this version does not know skipped "
-            f"({listed or 'values not kept'}{more}; written by another version of ckpt-events?)"
-        )
-    return f"{path}: {'; '.join(parts)}"
-
-
 #: The key of the note on fields this version does not know (no file's path: one for all).
 _FIELDS_NOTE: Final = "(fields unknown)"
 #: The key of the note on spans ended in lines this version cannot read, past ``ENDED_KEPT``.
 _ENDED_NOTE: Final = "(ended unknown)"
-#: The (field, value) pairs kept per file (a damaged or hostile file could hold a new one each
-#: line); the others are counted under ``_OTHER_VALUES``, as is a value too long to be a word.
-_VALUES_KEPT: Final = 64
-_OTHER_VALUES: Final = ("", "")
-
-
-def _count_type(types: dict[str | None, int], kind: str) -> None:
-    """Count an event of type ``kind``; past ``_VALUES_KEPT`` types (or one too long to be a
-    word), under ``None``."""
-    key: str | None = kind
-    if kind not in types and (len(types) >= _VALUES_KEPT or len(kind) > 64):
-        key = None
-    types[key] = types.get(key, 0) + 1
-
-
-def _count_value(values: dict[tuple[str, str], int], key: tuple[str, str]) -> None:
-    if key not in values and (len(values) >= _VALUES_KEPT or len(key[1]) > 64):
-        key = _OTHER_VALUES
-    values[key] = values.get(key, 0) + 1
 
 
 def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:
