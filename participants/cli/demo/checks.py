@@ -11,7 +11,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ckpt_events.participants.cli.report.overview import ABORTED, PUBLISHED, RESTORED, Run, RunRow
+from ckpt_events.participants.cli.report.judge import ABORTED, PUBLISHED, RESTORED
+from ckpt_events.participants.cli.report.overview import Run, RunRow
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import DemoFailed
 from ckpt_events.participants.faults import Fault

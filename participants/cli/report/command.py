@@ -39,6 +39,7 @@ def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.clocks import ClockEvidence
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
     from ckpt_events.participants.cli.report.fold import ENDED_WAITING
+    from ckpt_events.participants.cli.report.judge import OPEN
     from ckpt_events.participants.cli.report.logs import (
         ENDED_KEPT,
         LogProblems,
@@ -47,7 +48,7 @@ def _report(args: argparse.Namespace) -> int:
         nothing_read,
         rotated_ends,
     )
-    from ckpt_events.participants.cli.report.overview import OPEN, overview
+    from ckpt_events.participants.cli.report.overview import overview
     from ckpt_events.participants.cli.report.overview_terminal import (
         chosen_rows,
         not_detailed_line,

@@ -9,18 +9,13 @@ and participant (``Run.unscoped``) and said in one line per event, never kept (2
 were 382 MiB, and shown nowhere).
 
 The logs are read once, by ``fold.fold_events``, which keeps what each trace, root span and
-counted event leaves; this module turns that into the rows and judges each.
+counted event leaves; this module turns that into the rows, and ``judge`` judges each.
 
 A restore names the checkpoint it restored: the collection restore carries that
 checkpoint's id as its ``checkpoint_id``.
 
-A counted event names a checkpoint id, not a row: when several rows carry one id (a restore
-and its checkpoint, or a second run that reused the id, appended to the same log), it belongs
-to the row whose trace holds the latest operation its participant started naming that id
-before it, both stamped by the participant's own clock (``causes.OwnOperations``); without one,
-to the latest of them that started at or before it and could have caused it (a prepare not
-ready, or a lease that expired in a checkpoint's phase, is a checkpoint's; one in phase
-``restored`` a restore's), so one run's cause is never said of another (``owner_of``).
+A counted event names a checkpoint id, not a row: when several rows carry one id, which one it
+belongs to is ``owners``'s, so one run's cause is never said of another (``owner_of``).
 """
 
 from __future__ import annotations
@@ -36,33 +31,39 @@ from ckpt_events import (
     CollectionStarted,
     CoordinateFinished,
     CoordinateStarted,
-    LeaseExpired,
     OperationStarted,
-    PrepareNotReady,
     SpanEvent,
 )
 from ckpt_events.participants.cli.report.causes import (
     CAUSES_SHOWN,
-    CauseEvent,
     OwnOperations,
-    causes_of,
-    never_finished_line,
-    open_causes,
-    shown,
-    unfinished_causes,
 )
-from ckpt_events.participants.cli.report.clocks import ClockEvidence, process_of
+from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.durations import DurationsFold
 from ckpt_events.participants.cli.report.events import (
-    PointEvent,
     RootSpan,
     UnreadEnd,
     event_time,
     trace_of,
-    who_wrote,
 )
-from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Trace, Unscoped, fold_events, root_what
+from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Unscoped, fold_events, root_what
+from ckpt_events.participants.cli.report.judge import (
+    ABORTED,
+    FAILED,
+    OPEN,
+    PUBLISHED,
+    RESTORED,
+    UNKNOWN,
+    judge,
+)
 from ckpt_events.participants.cli.report.operations import OperationRow, operation_rows
+from ckpt_events.participants.cli.report.owners import (
+    owner_in_doubt,
+    owner_of,
+    row_of,
+    rows_by_id,
+    rows_of,
+)
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
 from ckpt_events.participants.cli.report.root_clocks import FIRST, wall_step
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
@@ -70,12 +71,26 @@ from ckpt_events.participants.cli.report.shared import owned, shared_line, share
 from ckpt_events.participants.cli.report.stall_blame import StallBlame
 from ckpt_events.participants.cli.report.timeline import Breakdown, breakdown, count, settle
 from ckpt_events.participants.cli.report.trends import Trends
-from ckpt_events.participants.cli.text import short_id
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
-from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome, Phase
+from ckpt_events.vocab import CollectionAction, CountedEvent, Operation
 
-__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "owner_of", "row_of"]
+__all__ = [
+    "ABORTED",
+    "FAILED",
+    "OPEN",
+    "PUBLISHED",
+    "RESTORED",
+    "UNKNOWN",
+    "Run",
+    "RunRow",
+    "Unscoped",
+    "Whole",
+    "episodes_text",
+    "overview",
+    "owner_of",
+    "row_of",
+]
 
 #: Why a row's pause is unknown (``RunRow.pause_why``): a participant answered outside the
 #: controller's call (a clock no one shift aligns); a participant's clock went back during its
@@ -84,15 +99,6 @@ __all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview", "o
 #: the controller's wall clock stepped between its root spans (read on its monotonic clock:
 #: the participants' prepares and resumes are stamped across that step too).
 PauseUnknown = Literal["unaligned", "resume_clock", "shared_trace", "stepped", "wall_step"]
-
-PUBLISHED: Final = "published"
-RESTORED: Final = "restored"
-ABORTED: Final = "aborted"
-FAILED: Final = "failed"
-OPEN: Final = "open at end of log"
-#: A row whose root span's end was an event this version could not read (another version's
-#: type or value): it ended, how is not known; its causes say why.
-UNKNOWN: Final = "outcome unknown"
 
 
 @dataclass
@@ -233,7 +239,7 @@ class Run:
     #: folder), each with its files, its logs' time and its rows; else empty (one run).
     fleets: list[Fleet] = field(default_factory=list)
     #: What the calls prove of each participant's clock, when known: a counted event no clock
-    #: places among its checkpoint id's rows is in no row's detail (``_doubtful``).
+    #: places among its checkpoint id's rows is in no row's detail (``owner_in_doubt``).
     clocks: ClockEvidence | None = None
 
     def details(self, rows: Sequence[RunRow]) -> dict[int, list[CheckpointEvent]]:
@@ -255,7 +261,7 @@ class Run:
         shared = shared_traces(self.rows)
         held: dict[int, list[CheckpointEvent]] = {}
         # A counted event goes to the one row of its checkpoint id it belongs to (``owner_of``).
-        same_id = _same_id(self.rows)
+        same_id = rows_by_id(self.rows)
         own = OwnOperations()
         for e in self.again():
             if isinstance(e, SpanEvent):
@@ -270,7 +276,7 @@ class Run:
             else:
                 candidates = same_id.get(e.checkpoint_id or "", ())
                 its_trace = own.trace_of(e)
-                if _doubtful(_rows_of(candidates, its_trace), e, self.clocks):
+                if owner_in_doubt(rows_of(candidates, its_trace), e, self.clocks):
                     continue  # of one of several rows, which unknown: counted in none
                 if (owner := owner_of(candidates, e, its_trace)) and id(owner) in out:
                     out[id(owner)].append(e)
@@ -414,7 +420,7 @@ def overview(
         clocks=clocks,
     )
     checkpoints: dict[str, int] = {}
-    same_id = _same_id(rows)
+    same_id = rows_by_id(rows)
     outside = clocks.outside if clocks is not None else set()
     if runs is not None:
         # Before judging: a run killed mid-checkpoint ages its open spans by its own logs' end,
@@ -424,7 +430,7 @@ def overview(
         for row in fleet.rows:
             row.logs_end_ns = fleet.last_ns
     for number, row in enumerate(rows, 1):
-        _judge(
+        judge(
             run,
             row,
             fold,
@@ -548,186 +554,6 @@ def _unaligned_paths(run: Run, fold: Fold, outside: Collection[int]) -> None:
         row.critical_path = path_unknown_of(details.get(id(row), []), longest.trace_id)
 
 
-def _same_id(rows: Iterable[RunRow]) -> dict[str, list[RunRow]]:
-    """The rows that carry each checkpoint id, in start order."""
-    out: dict[str, list[RunRow]] = {}
-    for row in sorted(rows, key=lambda r: r.start_ns):
-        if row.checkpoint_id:
-            out.setdefault(row.checkpoint_id, []).append(row)
-    return out
-
-
-def owner_of(same_id: Sequence[RunRow], event: PointEvent, trace: int | None) -> RunRow | None:
-    """Of the rows that carry ``event``'s checkpoint id (in start order), the one it belongs to:
-    the row of ``trace`` (``causes.OwnOperations``, by its participant's own clock), else by
-    time (``row_of``); among several rows that share ``trace`` (one ``traceparent`` given to a
-    checkpoint and its restore), by time."""
-    rows = _rows_of(same_id, trace)
-    return rows[0] if len(rows) == 1 else row_of(rows, event.time_ns, event)
-
-
-def _owner_since(same_id: Sequence[RunRow], since: int | None, trace: int | None) -> RunRow | None:
-    """The row a counted event past ``causes.KEPT_CAUSES`` is counted on: its ``trace``'s, else
-    the latest started by ``since`` (``owner_of``)."""
-    rows = _rows_of(same_id, trace)
-    return rows[0] if len(rows) == 1 else row_of(rows, since)
-
-
-def _rows_of(same_id: Sequence[RunRow], trace: int | None) -> Sequence[RunRow]:
-    """The rows a counted event of ``trace`` may be of: those that hold its trace, else all of
-    ``same_id`` (its trace unknown, or no row's)."""
-    traced = [row for row in same_id if trace is not None and trace in row.trace_ids]
-    return traced or same_id
-
-
-def _doubtful(same_id: Sequence[RunRow], e: PointEvent, clocks: ClockEvidence | None) -> bool:
-    """Whether the time rule (``row_of``) cannot tell which of several rows (``_rows_of``) a
-    participant's counted event belongs to: no call bounds its clock, or the shifts the calls
-    allow put it after different rows' starts (a clock minutes ahead whose calls all failed is
-    bounded below only). Without ``clocks``, never."""
-    fits = [r for r in same_id if _may_cause(e, r)]
-    if clocks is None or e.kind == Kind.CONTROLLER or len(fits) < 2:
-        return False
-    bounds = clocks.bounds(process_of(e))
-    if bounds is None:
-        return True
-    low, high = bounds
-    # Its stamp on the controller's clock lies in [time + low, time + high].
-    latest = fits[-1] if high is None else row_of(same_id, e.time_ns + high, e)
-    return row_of(same_id, e.time_ns + low, e) is not latest
-
-
-def row_of(same_id: Sequence[RunRow], time_ns: int | None, event: PointEvent | None = None) -> RunRow | None:
-    """Of the rows that carry one checkpoint id (in start order), the one a counted ``event``
-    at ``time_ns`` belongs to: the latest that started at or before it among those it could be
-    a cause of (the first of them when it came before all); ``None`` without rows."""
-    fits = [r for r in same_id if _may_cause(event, r)] or list(same_id)
-    if not fits:
-        return None
-    owner = fits[0]
-    for row in fits:
-        if time_ns is not None and row.start_ns <= time_ns:
-            owner = row
-    return owner
-
-
-def _may_cause(event: PointEvent | None, row: RunRow) -> bool:
-    """Whether ``event`` can be about ``row``: a prepare not ready is a checkpoint's, a lease
-    expiry a restore's in phase ``restored`` and a checkpoint's in any other."""
-    restore = row.what == "restore"
-    match event:
-        case PrepareNotReady():
-            return not restore
-        case LeaseExpired(phase=phase):
-            return restore == (phase == Phase.RESTORED)
-        case _:
-            return True
-
-
-def _judge(
-    run: Run,
-    row: RunRow,
-    fold: Fold,
-    same_id: Sequence[RunRow],
-    clocks_agree: bool,
-    clocks: ClockEvidence | None = None,
-    *,
-    cut: bool = False,
-) -> None:
-    """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
-    ``same_id``: the rows that carry its checkpoint id (``owner_of``); ``clocks_agree``: no
-    participant of its traces answered outside the controller's call (``causes_of``);
-    ``clocks``: what the calls prove of each participant's clock (``_doubtful``)."""
-    mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
-    ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
-    row.paused_span = _paused_span(mine)
-    row.paused_ms = None if row.paused_span is None else (row.paused_span[1] - row.paused_span[0]) / 1e6
-    if row.paused_span is None and mine and all(t.refused_prepares and not t.prepare_starts for t in mine):
-        row.paused_ms = 0.0  # every prepare refused: it paused nobody (another held the fleet)
-    events: list[CauseEvent] = []
-    doubtful: list[str] = []
-    for e, trace in fold.causes.traced(row.checkpoint_id):
-        if _doubtful(candidates := _rows_of(same_id, trace), e, clocks):
-            if row in candidates and _may_cause(e, row):
-                # Said on each row it may be of, as such: never a cause given to the wrong one.
-                (said,), _ = causes_of([], [e])
-                doubtful.append(
-                    f"{said}, of this {row.what} or another of {short_id(row.checkpoint_id)} "
-                    f"({who_wrote(e)}'s "
-                    "clock is not known to agree with the controller's)"
-                )
-        elif owner_of(same_id, e, trace) is row:
-            events.append(e)
-    causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
-    causes += doubtful
-    unread = [fold.ended_unknown[k][1] for k in row.roots if k in fold.ended_unknown]
-    if unread and len(ends) + len(unread) == len(row.roots):
-        # Its end was another version's event (a newer outcome, a type this one does not
-        # know): it ended, with what is not read. Was "open at end of log", its spans "never
-        # finished", and the cut or the processes blamed.
-        row.outcome = UNKNOWN
-        # When it ended was read: only how is not known.
-        row.end_ns = max([f.end_ns for f in ends] + [u.end_ns for u in unread])
-        causes = [f"its end was skipped: {unread[0].why}", *causes]
-    elif len(ends) < len(row.roots):
-        row.outcome = OPEN
-        if row.logs_end_ns is None:
-            row.logs_end_ns = run.last_ns
-        causes += open_causes(
-            (s for k, s in fold.started.items() if k[0] in row.trace_ids), row.logs_end_ns, cut=cut
-        )
-        row.end_ns = None
-    else:
-        row.end_ns = max(f.end_ns for f in ends)
-        if any(f.outcome == Outcome.ERROR for f in ends):
-            # The protocol's own aborts surface as the controller's error (not prepared, or a
-            # commit refused after the lease): the abort is the outcome, not a failure.
-            row.outcome = ABORTED if aborted_by else FAILED
-        elif any(_not_done(f) for f in ends):
-            row.outcome = ABORTED
-        elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
-            row.outcome = ABORTED
-            causes = causes or ["prepared, never committed"]
-        else:
-            row.outcome = RESTORED if "restore" in row.what else PUBLISHED
-        if not row.published and row.end_ns is not None:
-            # A participant's operation its call ended without (its process killed mid-call):
-            # the controller's error (a reset connection) follows from it, so it comes first.
-            end = row.end_ns
-            left = [s for k, s in fold.started.items() if k[0] in row.trace_ids and s.start_ns <= end]
-            causes = unfinished_causes(left) + causes
-    if row.what == "restore" and ends:
-        _episodes_after_restore(row, ends)
-    if row.published:
-        longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
-        row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
-        causes = []
-        # Its own spans only: a trace shared with a restore (one traceparent) holds the restore's.
-        row.never_finished = never_finished_line(
-            s
-            for k, s in fold.started.items()
-            if k[0] in row.trace_ids and s.checkpoint_id in (None, row.checkpoint_id)
-        )
-    # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
-    over = sum(
-        n
-        for (checkpoint_id, since, trace), n in fold.causes.over_since.items()
-        if checkpoint_id == row.checkpoint_id and _owner_since(same_id, since, trace) is row
-    )
-    row.causes = shown(causes, over if causes else 0)
-
-
-def _paused_span(traces: Sequence[Trace]) -> tuple[int, int] | None:
-    """(first participant's prepare, last one's resume) over ``traces`` (``None`` without both,
-    with the resume before the prepare, or with fewer participants' prepares in the logs than a
-    prepare that prepared called: its first may be the one missing)."""
-    if any(t.members is not None and len(t.causes.prepares) < t.members for t in traces):
-        return None
-    firsts = [t.first_prepare_ns for t in traces if t.first_prepare_ns is not None]
-    lasts = [t.last_resume_ns for t in traces if t.last_resume_ns is not None]
-    return (min(firsts), max(lasts)) if firsts and lasts and max(lasts) >= min(firsts) else None
-
-
 def episodes_text(continued: int | None, restarted: int | None) -> str:
     """Words for episodes continued and restarted after a restore (``""`` if neither known)."""
     parts = []
@@ -736,31 +562,3 @@ def episodes_text(continued: int | None, restarted: int | None) -> str:
     if restarted is not None:
         parts.append(f"{restarted:,} restarted from scratch")
     return ", ".join(parts)
-
-
-def _episodes_after_restore(row: RunRow, ends: Sequence[CollectionFinished | CoordinateFinished]) -> None:
-    collections = [
-        f for f in ends if isinstance(f, CollectionFinished) and f.action == CollectionAction.RESTORE
-    ]
-    if collections:
-        rows = [f.rows for f in collections if f.rows is not None]
-        restarts = [f.restarts for f in collections if f.restarts is not None]
-        row.continued = sum(rows) if rows else None
-        row.restarted = sum(restarts) if restarts else None
-        return
-    episodes = [f.episodes for f in ends if isinstance(f, CoordinateFinished) and f.episodes is not None]
-    row.continued = sum(episodes) if episodes else None
-
-
-def _committed(roots: Sequence[CollectionFinished | CoordinateFinished]) -> bool:
-    return any(isinstance(f, CoordinateFinished) and f.operation == Operation.COMMIT for f in roots)
-
-
-def _not_done(root: CollectionFinished | CoordinateFinished) -> bool:
-    """A root that ended without doing its work: a collection not published, a prepare not
-    prepared."""
-    match root:
-        case CollectionFinished(published=False) | CoordinateFinished(prepared=False):
-            return True
-        case _:
-            return False

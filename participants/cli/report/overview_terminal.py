@@ -11,15 +11,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ckpt_events.participants.cli.report.overview import (
-    ABORTED,
-    FAILED,
-    OPEN,
-    PUBLISHED,
-    RESTORED,
-    Run,
-    RunRow,
-)
+from ckpt_events.participants.cli.report.judge import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED
+from ckpt_events.participants.cli.report.overview import Run, RunRow
 from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS
 from ckpt_events.participants.cli.text import escape, short_id

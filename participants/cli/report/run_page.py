@@ -26,16 +26,9 @@ from ckpt_events.participants.cli.report.html import (
     attribution_html,
     waterfall_svg,
 )
+from ckpt_events.participants.cli.report.judge import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED
 from ckpt_events.participants.cli.report.model import attribute, trace_spans
-from ckpt_events.participants.cli.report.overview import (
-    ABORTED,
-    FAILED,
-    OPEN,
-    PUBLISHED,
-    RESTORED,
-    Run,
-    RunRow,
-)
+from ckpt_events.participants.cli.report.overview import Run, RunRow
 from ckpt_events.participants.cli.report.overview_terminal import DETAILED_UNPUBLISHED
 from ckpt_events.participants.cli.report.run_totals import run_lines
 from ckpt_events.participants.cli.report.trends import MIN_CHECKPOINTS

@@ -20,7 +20,8 @@ import pytest
 
 from ckpt_events import CoordinateFinished, OperationFinished, StepFinished
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.overview import PUBLISHED, RunRow, overview
+from ckpt_events.participants.cli.report.judge import PUBLISHED
+from ckpt_events.participants.cli.report.overview import RunRow, overview
 from ckpt_events.participants.cli.report.trends import Trends, binomial_tail, growth, spearman, theil_sen
 from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload

@@ -1,0 +1,179 @@
+"""A run overview's row judged: its end, pause, outcome (one of ``PUBLISHED``, ``RESTORED``,
+``ABORTED``, ``FAILED``, ``OPEN``, ``UNKNOWN``) and causes, or its critical path when it
+published, from what ``fold.fold_events`` kept of its traces and root spans. A counted event
+is a cause of the row it belongs to (``owners``), and said on each row it may be of when which
+one is not known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from ckpt_events import CollectionFinished, CoordinateFinished
+from ckpt_events.participants.cli.report.causes import (
+    CauseEvent,
+    causes_of,
+    never_finished_line,
+    open_causes,
+    shown,
+    unfinished_causes,
+)
+from ckpt_events.participants.cli.report.clocks import ClockEvidence
+from ckpt_events.participants.cli.report.events import who_wrote
+from ckpt_events.participants.cli.report.owners import (
+    may_cause,
+    owner_in_doubt,
+    owner_of,
+    owner_since,
+    rows_of,
+)
+from ckpt_events.participants.cli.text import short_id
+from ckpt_events.vocab import CollectionAction, Operation, Outcome
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.cli.report.fold import Fold, Trace
+    from ckpt_events.participants.cli.report.overview import Run, RunRow
+
+__all__ = ["ABORTED", "FAILED", "OPEN", "PUBLISHED", "RESTORED", "UNKNOWN", "judge"]
+
+PUBLISHED: Final = "published"
+RESTORED: Final = "restored"
+ABORTED: Final = "aborted"
+FAILED: Final = "failed"
+OPEN: Final = "open at end of log"
+#: A row whose root span's end was an event this version could not read (another version's
+#: type or value): it ended, how is not known; its causes say why.
+UNKNOWN: Final = "outcome unknown"
+
+
+def judge(
+    run: Run,
+    row: RunRow,
+    fold: Fold,
+    same_id: Sequence[RunRow],
+    clocks_agree: bool,
+    clocks: ClockEvidence | None = None,
+    *,
+    cut: bool = False,
+) -> None:
+    """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
+    ``same_id``: the rows that carry its checkpoint id (``owner_of``); ``clocks_agree``: no
+    participant of its traces answered outside the controller's call (``causes_of``);
+    ``clocks``: what the calls prove of each participant's clock (``owner_in_doubt``)."""
+    mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
+    ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
+    row.paused_span = _paused_span(mine)
+    row.paused_ms = None if row.paused_span is None else (row.paused_span[1] - row.paused_span[0]) / 1e6
+    if row.paused_span is None and mine and all(t.refused_prepares and not t.prepare_starts for t in mine):
+        row.paused_ms = 0.0  # every prepare refused: it paused nobody (another held the fleet)
+    events: list[CauseEvent] = []
+    doubtful: list[str] = []
+    for e, trace in fold.causes.traced(row.checkpoint_id):
+        if owner_in_doubt(candidates := rows_of(same_id, trace), e, clocks):
+            if row in candidates and may_cause(e, row):
+                # Said on each row it may be of, as such: never a cause given to the wrong one.
+                (said,), _ = causes_of([], [e])
+                doubtful.append(
+                    f"{said}, of this {row.what} or another of {short_id(row.checkpoint_id)} "
+                    f"({who_wrote(e)}'s "
+                    "clock is not known to agree with the controller's)"
+                )
+        elif owner_of(same_id, e, trace) is row:
+            events.append(e)
+    causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
+    causes += doubtful
+    unread = [fold.ended_unknown[k][1] for k in row.roots if k in fold.ended_unknown]
+    if unread and len(ends) + len(unread) == len(row.roots):
+        # Its end was another version's event (a newer outcome, a type this one does not
+        # know): it ended, with what is not read. Was "open at end of log", its spans "never
+        # finished", and the cut or the processes blamed.
+        row.outcome = UNKNOWN
+        # When it ended was read: only how is not known.
+        row.end_ns = max([f.end_ns for f in ends] + [u.end_ns for u in unread])
+        causes = [f"its end was skipped: {unread[0].why}", *causes]
+    elif len(ends) < len(row.roots):
+        row.outcome = OPEN
+        if row.logs_end_ns is None:
+            row.logs_end_ns = run.last_ns
+        causes += open_causes(
+            (s for k, s in fold.started.items() if k[0] in row.trace_ids), row.logs_end_ns, cut=cut
+        )
+        row.end_ns = None
+    else:
+        row.end_ns = max(f.end_ns for f in ends)
+        if any(f.outcome == Outcome.ERROR for f in ends):
+            # The protocol's own aborts surface as the controller's error (not prepared, or a
+            # commit refused after the lease): the abort is the outcome, not a failure.
+            row.outcome = ABORTED if aborted_by else FAILED
+        elif any(_not_done(f) for f in ends):
+            row.outcome = ABORTED
+        elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
+            row.outcome = ABORTED
+            causes = causes or ["prepared, never committed"]
+        else:
+            row.outcome = RESTORED if "restore" in row.what else PUBLISHED
+        if not row.published and row.end_ns is not None:
+            # A participant's operation its call ended without (its process killed mid-call):
+            # the controller's error (a reset connection) follows from it, so it comes first.
+            end = row.end_ns
+            left = [s for k, s in fold.started.items() if k[0] in row.trace_ids and s.start_ns <= end]
+            causes = unfinished_causes(left) + causes
+    if row.what == "restore" and ends:
+        _episodes_after_restore(row, ends)
+    if row.published:
+        longest = max(ends, key=lambda f: f.end_ns - f.start_ns)
+        row.critical_path = fold.critical.get((longest.trace_id, longest.span_id), "")
+        causes = []
+        # Its own spans only: a trace shared with a restore (one traceparent) holds the restore's.
+        row.never_finished = never_finished_line(
+            s
+            for k, s in fold.started.items()
+            if k[0] in row.trace_ids and s.checkpoint_id in (None, row.checkpoint_id)
+        )
+    # Past the causes kept per checkpoint, the rest are counted (``causes.KEPT_CAUSES``).
+    over = sum(
+        n
+        for (checkpoint_id, since, trace), n in fold.causes.over_since.items()
+        if checkpoint_id == row.checkpoint_id and owner_since(same_id, since, trace) is row
+    )
+    row.causes = shown(causes, over if causes else 0)
+
+
+def _paused_span(traces: Sequence[Trace]) -> tuple[int, int] | None:
+    """(first participant's prepare, last one's resume) over ``traces`` (``None`` without both,
+    with the resume before the prepare, or with fewer participants' prepares in the logs than a
+    prepare that prepared called: its first may be the one missing)."""
+    if any(t.members is not None and len(t.causes.prepares) < t.members for t in traces):
+        return None
+    firsts = [t.first_prepare_ns for t in traces if t.first_prepare_ns is not None]
+    lasts = [t.last_resume_ns for t in traces if t.last_resume_ns is not None]
+    return (min(firsts), max(lasts)) if firsts and lasts and max(lasts) >= min(firsts) else None
+
+
+def _episodes_after_restore(row: RunRow, ends: Sequence[CollectionFinished | CoordinateFinished]) -> None:
+    collections = [
+        f for f in ends if isinstance(f, CollectionFinished) and f.action == CollectionAction.RESTORE
+    ]
+    if collections:
+        rows = [f.rows for f in collections if f.rows is not None]
+        restarts = [f.restarts for f in collections if f.restarts is not None]
+        row.continued = sum(rows) if rows else None
+        row.restarted = sum(restarts) if restarts else None
+        return
+    episodes = [f.episodes for f in ends if isinstance(f, CoordinateFinished) and f.episodes is not None]
+    row.continued = sum(episodes) if episodes else None
+
+
+def _committed(roots: Sequence[CollectionFinished | CoordinateFinished]) -> bool:
+    return any(isinstance(f, CoordinateFinished) and f.operation == Operation.COMMIT for f in roots)
+
+
+def _not_done(root: CollectionFinished | CoordinateFinished) -> bool:
+    """A root that ended without doing its work: a collection not published, a prepare not
+    prepared."""
+    match root:
+        case CollectionFinished(published=False) | CoordinateFinished(prepared=False):
+            return True
+        case _:
+            return False
