@@ -48,19 +48,15 @@ from ckpt_events.participants.cli.report.events import (
 )
 from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Unscoped, fold_events, root_what
 from ckpt_events.participants.cli.report.judge import (
-    ABORTED,
-    FAILED,
     OPEN,
     PUBLISHED,
     RESTORED,
-    UNKNOWN,
     judge,
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, operation_rows
 from ckpt_events.participants.cli.report.owners import (
     owner_in_doubt,
     owner_of,
-    row_of,
     rows_by_id,
     rows_of,
 )
@@ -75,22 +71,7 @@ from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import HTTP_STATUS
 from ckpt_events.vocab import CollectionAction, CountedEvent, Operation
 
-__all__ = [
-    "ABORTED",
-    "FAILED",
-    "OPEN",
-    "PUBLISHED",
-    "RESTORED",
-    "UNKNOWN",
-    "Run",
-    "RunRow",
-    "Unscoped",
-    "Whole",
-    "episodes_text",
-    "overview",
-    "owner_of",
-    "row_of",
-]
+__all__ = ["Run", "RunRow", "Unscoped", "Whole", "episodes_text", "overview"]
 
 #: Why a row's pause is unknown (``RunRow.pause_why``): a participant answered outside the
 #: controller's call (a clock no one shift aligns); a participant's clock went back during its

@@ -82,6 +82,18 @@ class Backlog:
         #: Spans started before a forgotten span ended: whether they are still open is unknown.
         self.unknown = 0
 
+    def notes(self) -> dict[str, str]:
+        """What the backlog left out, in words (keyed as the view's lasting notes); none if nothing."""
+        said = {}
+        if self.untracked:
+            said["(backlog)"] = f"backlog: {self.untracked} open span(s) past {MAX_OPEN} not shown"
+        if self.unknown:
+            said["(backlog: unknown)"] = (
+                f"backlog: {self.unknown} span(s) not shown: started before the last {MAX_FINISHED:,} "
+                "finished spans, whether they finished too is unknown"
+            )
+        return said
+
     def add_all(self, events: Iterable[Event]) -> None:
         """Fold ``events`` in, in any order."""
         for event in events:

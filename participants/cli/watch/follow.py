@@ -45,25 +45,15 @@ from ckpt_events import (
     OperationStarted,
 )
 from ckpt_events.checks import shown
-from ckpt_events.participants.cli.watch.backlog import (
-    KEEP_FINISHED,
-    MAX_FINISHED,
-    MAX_OPEN,
-    Backlog,
-    merged_by_stamp,
-)
+from ckpt_events.participants.cli.watch.backlog import Backlog, merged_by_stamp
 from ckpt_events.participants.cli.watch.skipped import count_type, count_value, skipped_note
 from ckpt_events.participants.cli.watch.sources import VIEW_EVENTS
 from ckpt_events.sinks.jsonl import MAX_LINE, CorruptLine, oldest_first, read_events, rotated_name
 
 __all__ = [
     "ENDED_KEPT",
-    "KEEP_FINISHED",
     "MAX_FILES",
-    "MAX_FINISHED",
-    "MAX_OPEN",
     "MAX_READ",
-    "Backlog",
     "LogFollower",
 ]
 
@@ -247,15 +237,7 @@ class LogFollower:
             )
             return []
         self._backlog = None
-        if backlog.untracked:
-            self._lasting["(backlog)"] = (
-                f"backlog: {backlog.untracked} open span(s) past {MAX_OPEN} not shown"
-            )
-        if backlog.unknown:
-            self._lasting["(backlog: unknown)"] = (
-                f"backlog: {backlog.unknown} span(s) not shown: started before the last {MAX_FINISHED:,} "
-                "finished spans, whether they finished too is unknown"
-            )
+        self._lasting.update(backlog.notes())
         self.notes.update(self._lasting)
         # Each file the backlog folded, by its number: a gzipped one by its path, else by identity.
         where = {number: key for key, number in self._sources.items() if isinstance(key, str)}

@@ -211,7 +211,7 @@ def _said(view: FleetView, text: Text, age: _Age, wait: _Wait | None, *, short: 
         return True
     shown = wait.on[: 1 if short else _BLOCKERS_SHOWN]
     names = ", ".join(
-        (_name(view, None, who) if short else f"{escape(who[0])}/{escape(who[1])}")
+        (_name(None, who) if short else f"{escape(who[0])}/{escape(who[1])}")
         + (" (stalled)" if stalled else "")
         for who, stalled in shown
     )
@@ -312,7 +312,7 @@ def _row(
     result = None if url is None else view.polls.get(url)
     text = Text(no_wrap=True, overflow="ellipsis")
     if key is None:
-        text.append(_middle(_name(view, url, key), name_width).ljust(name_width), style="bold")
+        text.append(_middle(_name(url, key), name_width).ljust(name_width), style="bold")
         if result is None:
             text.append("  waiting for the first answer", style="dim")
             return text, False
@@ -320,7 +320,7 @@ def _row(
         return text, True
     kind, instance = key
     seen = view.seen.get(key) or Seen()
-    text.append(_middle(_name(view, url, key), name_width).ljust(name_width), style="bold")
+    text.append(_middle(_name(url, key), name_width).ljust(name_width), style="bold")
     # What is wrong comes first, so that a line cut at the width keeps it: readiness, stalled
     # work, the lease; then the checkpoint, the clock and the last outcome.
     problem = False
@@ -375,7 +375,7 @@ def draw_rows(
     entries = _entries(
         view,
     )
-    names = [_name(view, url, key) for url, key in entries]
+    names = [_name(url, key) for url, key in entries]
     name_width = min(max((len(n) for n in names), default=8), max(12, min(32, width // 4)))
     at = monotonic(now, mono)
     rows = [_row(view, url, key, now, at, name_width) for url, key in entries]
@@ -413,7 +413,7 @@ def draw_rows(
     return Group(*out)
 
 
-def _name(view: FleetView, url: str | None, key: tuple[str, str] | None) -> str:
+def _name(url: str | None, key: tuple[str, str] | None) -> str:
     if key is None:  # a URL: without its scheme, the width goes to its host and port
         return escape(str(url).split("://", 1)[-1])
     kind, instance = key

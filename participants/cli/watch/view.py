@@ -44,8 +44,6 @@ from ckpt_events import (
 )
 from ckpt_events.participants.cli.text import escape
 from ckpt_events.participants.cli.watch.layout import (
-    CLOCK_NOTE_S,
-    ROWS_OVER,
     Rendered,
     draw_blocks,
     draw_rows,
@@ -66,7 +64,7 @@ from ckpt_events.participants.cli.watch.seen import (
 from ckpt_events.participants.cli.watch.sources import PollResult
 from ckpt_events.vocab import Kind, Outcome
 
-__all__ = ["CLOCK_NOTE_S", "LAST_CHECKPOINTS", "MAX_FROM_LOGS", "ROWS_OVER", "STEP_BACK_S", "FleetView"]
+__all__ = ["LAST_CHECKPOINTS", "MAX_FROM_LOGS", "STEP_BACK_S", "FleetView"]
 
 #: Participants known from the logs alone that the view tracks; past it, counted in a note (a
 #: log naming 100,000 instances took 353 MiB and 19 s a frame). Those polled by URL always are.

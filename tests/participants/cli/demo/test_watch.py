@@ -16,7 +16,7 @@ from ckpt_events import Stalled
 from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.demo.watch import FAULT_STALL_AFTER_S, stall_environ, view_stall_after
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.watch.view import ROWS_OVER
+from ckpt_events.participants.cli.watch.layout import ROWS_OVER
 from ckpt_events.participants.faults import FAULT_ENV
 from ckpt_events.sinks.stall_watch import ENV_STALL_AFTER
 from ckpt_events.vocab import Kind, Operation

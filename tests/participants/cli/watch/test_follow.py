@@ -379,11 +379,10 @@ def test_what_the_backlog_left_out_is_said_for_as_long_as_it_is_watched(
 ) -> None:
     """Spans the backlog could not keep (past ``MAX_OPEN``) were said in a note on the first
     frame only, a second later gone: the view's '+N' open counted them out without a word."""
-    from ckpt_events.participants.cli.watch import backlog, follow
+    from ckpt_events.participants.cli.watch import backlog
 
-    # The backlog keeps at most its MAX_OPEN; the follower's note names the same figure.
+    # The backlog keeps at most its MAX_OPEN, and its note names the same figure.
     monkeypatch.setattr(backlog, "MAX_OPEN", 10)
-    monkeypatch.setattr(follow, "MAX_OPEN", 10)
     log = tmp_path / "env.jsonl"
     sink = JsonLinesSink(log)
     sink.handle([_started(span, "commit", f"c{span}") for span in range(15)])
