@@ -495,9 +495,11 @@ def test_order_loss_and_drops_under_random_interleavings(ops: list[tuple[str, in
 
 async def test_many_subscriptions_are_added_without_rescanning_them() -> None:
     """3,000 sinks of one class subscribe, keep their unique names, and each gets an emitted
-    event once; the last thousand cost under 3.5x the first (2.8x: each subscribe still copies
-    the route tuples, in C). Timed on this thread's CPU clock, which a loaded machine does not
-    stretch: a 6 s wall-clock bound failed under parallel load (6.9 s). Was 4.5x: each
+    event once; the last thousand cost under 3.5x the first (2.8x, 2.4-2.5x read later: each
+    subscribe still copies the route tuples, in C). Timed on this thread's CPU clock, which a
+    loaded machine does not stretch: a 6 s wall-clock bound failed under parallel load (6.9 s).
+    Measured: each third's CPU, the least of two rounds taken in turn (with one reading each, a
+    busy stretch of the host landing on the last third alone could fail the bound). Was 4.5x: each
     subscribe scanned every subscription for the raw buffer (4.5 M steps for 3,000); before
     that, 4,000 took 7.1 s (a route table rebuilt per subscribe, names tried from "-1")."""
 
@@ -508,24 +510,29 @@ async def test_many_subscriptions_are_added_without_rescanning_them() -> None:
         def handle(self, batch: list[Any]) -> None:
             self.seen += len(batch)
 
-    sinks = [Counting() for _ in range(3000)]
-    thirds = []
-    async with Bus() as bus:
-        gc.disable()  # a collection landing in one third would time the heap, not subscribe
-        try:
-            subs = []
-            for third in range(3):
-                started = time.thread_time()
-                subs += [bus.subscribe(sink) for sink in sinks[third * 1000 : (third + 1) * 1000]]
-                thirds.append(time.thread_time() - started)
-        finally:
-            gc.enable()
-        bus.emit(Refused(Kind.MODEL, "m0", 1, ErrorCode.STALE_ATTEMPT))
-        await bus.flush()
-    assert thirds[2] < 3.5 * thirds[0], f"CPU s per thousand subscriptions: {thirds}"
-    assert [sub.name for sub in subs[:3]] == ["Counting", "Counting-2", "Counting-3"]
-    assert len({sub.name for sub in subs}) == 3000
-    assert [sink.seen for sink in sinks] == [1] * 3000
+    rounds: list[list[float]] = []
+    for _ in range(2):  # the least of two rounds per third: a busy host only adds time
+        sinks = [Counting() for _ in range(3000)]
+        thirds = []
+        async with Bus() as bus:
+            gc.disable()  # a collection landing in one third would time the heap, not subscribe
+            try:
+                subs = []
+                for third in range(3):
+                    started = time.thread_time()
+                    subs += [bus.subscribe(sink) for sink in sinks[third * 1000 : (third + 1) * 1000]]
+                    thirds.append(time.thread_time() - started)
+            finally:
+                gc.enable()
+            bus.emit(Refused(Kind.MODEL, "m0", 1, ErrorCode.STALE_ATTEMPT))
+            await bus.flush()
+        rounds.append(thirds)
+        assert [sub.name for sub in subs[:3]] == ["Counting", "Counting-2", "Counting-3"]
+        assert len({sub.name for sub in subs}) == 3000
+        assert [sink.seen for sink in sinks] == [1] * 3000
+    first, _, last = (min(third) for third in zip(*rounds, strict=True))
+    print(f"last thousand / first: {last / first:.2f}x")
+    assert last < 3.5 * first, f"CPU s per thousand subscriptions, by round: {rounds}"
 
 
 class _Ballast:
