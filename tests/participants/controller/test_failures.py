@@ -340,8 +340,11 @@ async def test_a_member_silent_in_a_restore_holds_no_others_undo(
     async with coordinated() as (co, http, _):
         await start_work(http, co, "r1")
         await co.checkpoint("c-src", str(tmp_path), deadline_ts=time.time() + 10)
-    # The restore gives up on the silent member within a second (see the abort's test above).
+    # The restore gives up on the silent member 0.5 s past its deadline (see the abort's test
+    # above). The deadline leaves the healthy members time to restore on a loaded machine: at
+    # 0.5 s, a loaded suite run saw none of them restored before it passed.
     monkeypatch.setattr(client, "CLIENT_GRACE_SECONDS", 0.5)
+    restore_s = 2.0
     with _silent_member("environment", "environment-9") as hung:
         async with coordinated() as (healthy, _, _):
             tel = healthy.tel
@@ -365,19 +368,20 @@ async def test_a_member_silent_in_a_restore_holds_no_others_undo(
                 async def restore() -> None:
                     try:
                         await co.restore(
-                            "restore-s", str(tmp_path), [EpisodeId("r1")], deadline_ts=time.time() + 0.5
+                            "restore-s", str(tmp_path), [EpisodeId("r1")], deadline_ts=time.time() + restore_s
                         )
                     except CoordinationError as exc:
                         failed.append(exc)  # raised once the silent one's undo has timed out too
 
-                with anyio.move_on_after(10):
+                with anyio.move_on_after(restore_s + 10):
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(restore)
                         await watch()
                         tg.cancel_scope.cancel()
                 statuses = [await co.control.status(m.url) for m in healthy.members]
     assert restored == {m.name for m in healthy.members}, (restored, undone)
-    assert set(undone) == restored and max(undone.values()) < 4.0, undone
+    # Past the deadline and the silent one's grace, the others' undo is at once (was 30 s more).
+    assert set(undone) == restored and max(undone.values()) < restore_s + 3.5, undone
     # Undone as a failed restore is: the next attempt retired everywhere that answered.
     assert {s.retired_rollouts.get("r1") for s in statuses} == {1}
 

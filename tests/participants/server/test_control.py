@@ -494,8 +494,10 @@ async def test_a_waiting_prepare_paces_its_readiness_checks():
 
 
 async def test_status_shows_live_readiness_while_the_first_prepare_waits():
-    """While a first prepare waits for readiness, /status reports the blockers now, then ready."""
-    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=0.6, checkpoint_root=ROOT)
+    """While a first prepare waits for readiness, /status reports the blockers now, then ready.
+    The step it waits on lasts 2 s: at 0.6 s, a loaded suite run's polls never saw "preparing"
+    (the step, and the prepare, were over by the first look)."""
+    app = create_app("environment", instance="env-0", token=TOKEN, step_seconds=2.0, checkpoint_root=ROOT)
     async with running(app) as client:
         await start(client, "slow", steps=2)
         assert (await status(client))["report"] is None  # no prepare yet: nothing to report

@@ -105,9 +105,14 @@ async def test_report_names_the_lease_a_commit_outlived_not_a_resume(
     Its manifest, linked before the lease was found ended, is withdrawn, and both say so (it
     stayed, restorable, under an aborted checkpoint)."""
 
+    # The deadline leaves the prepare time on a loaded machine (at 0.2 s, a loaded suite run's
+    # prepare was refused "deadline_ts has passed"); the slow step then runs until the lease
+    # (the deadline and its 0.1 s grace) has run out, however long the prepare took.
+    deadline = time.time() + 1.0
+
     def slow(step: str) -> None:
         if step == slow_step:
-            time.sleep(0.6)  # the lease (0.3 s away) runs out meanwhile
+            time.sleep(max(0.0, deadline + 0.1 - time.time()) + 0.3)  # the lease runs out meanwhile
 
     async with capture_events() as (bus, events):
         app = create_app(
@@ -125,7 +130,7 @@ async def test_report_names_the_lease_a_commit_outlived_not_a_resume(
             member = Member(name="resources-0", kind="resources", instance="resources-0", url="http://test")
             async with Coordinator([member], token=TOKEN, telemetry=tel, client=client) as co:
                 with pytest.raises(CoordinationError) as info:
-                    await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 0.2)
+                    await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=deadline)
     said = info.value.failures["resources-0"]
     assert said.startswith("refused: stale_checkpoint (409): checkpoint c1 outlived its lease during commit")
     out = await _reported(events, tmp_path, capsys)
