@@ -350,8 +350,10 @@ async def run_worker(
     host_ = WorkerHost(workload, index, monitor=monitor, faults=faults)
     channel = FrameChannel(stream, host_.handle, name=f"worker {index}", max_frame=max_frame)
     async with anyio.create_task_group() as tg:
+        # Sampling before the first frame is read: an operation begun before its first turn had no
+        # loop_lag_ms (not sampled whole).
+        await tg.start(monitor.run, functools.partial(workload.tel.bus.wants, OperationFinished))
         tg.start_soon(channel.run)
-        tg.start_soon(monitor.run, functools.partial(workload.tel.bus.wants, OperationFinished))
         if http is not None:
             tg.start_soon(http.serve)
         try:
