@@ -723,7 +723,20 @@ def _jsonl(jsonl_path: str | os.PathLike[str] | None, env: Mapping[str, str]) ->
     try:
         return JsonLinesSink(Path(path))
     except OSError as exc:
-        raise ConfigurationError(f"{where}: cannot open {shown(str(path))} for appending: {exc}") from None
+        raise ConfigurationError(
+            f"{where}: cannot open {shown(str(path))} for appending: {exc}{_jsonl_fix(Path(path), exc)}"
+        ) from None
+
+
+def _jsonl_fix(path: Path, exc: OSError) -> str:
+    """What to do about a log that cannot be opened: the one line said the cause alone (a
+    folder that does not exist read as ``[Errno 2] No such file or directory``, no fix)."""
+    if isinstance(exc, FileNotFoundError) and not path.parent.is_dir():
+        folder = shown(str(path.parent))
+        return f": make the folder first (mkdir -p {folder}) or give a path in one that exists"
+    if isinstance(exc, PermissionError):
+        return ": give a path in a folder this process may write"
+    return ""
 
 
 def _stall_watch(env: Mapping[str, str], bus: Bus) -> StallWatch | None:

@@ -1,0 +1,41 @@
+"""A ``jsonl_path`` that cannot be opened fails the app's startup in one line that says the fix.
+
+Before, a log in a folder that does not exist said only the cause (``cannot open
+'nope/events.jsonl' for appending: [Errno 2] No such file or directory: ...``), the way a new
+user's first ``uvicorn app:app`` met it. The doc tests never give a path that cannot be opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+
+from ckpt_events import ConfigurationError
+from ckpt_events.participants.fastapi import instrument
+
+
+async def _start(path: Path) -> str:
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(path))
+    with pytest.raises(ConfigurationError) as caught:
+        async with app.router.lifespan_context(app):  # what uvicorn runs at startup
+            pass
+    return str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_log_in_a_missing_folder_says_to_make_the_folder(tmp_path: Path) -> None:
+    message = await _start(tmp_path / "nope" / "events.jsonl")
+    assert "\n" not in message
+    assert "No such file or directory" in message  # the cause
+    assert f"make the folder first (mkdir -p '{tmp_path / 'nope'}')" in message  # and the fix
+    assert not (tmp_path / "nope").exists()  # nothing made behind the user's back
+
+
+@pytest.mark.anyio
+async def test_a_log_that_is_a_folder_says_its_cause_and_no_false_fix(tmp_path: Path) -> None:
+    message = await _start(tmp_path)  # a folder: neither missing nor refused
+    assert "Is a directory" in message
+    assert "mkdir" not in message
