@@ -103,11 +103,16 @@ def _meant(parser: argparse.ArgumentParser, parsed: argparse.Namespace, extras: 
     """`` (did you mean --checkpoint?)`` for unknown options that one of the subcommand's (or
     the program's) options begins with or resembles; ``""`` when none does."""
     options = list(parser._option_string_actions)  # argparse has no public list of them
+    log_options: list[str] = []  # a subcommand's option taking logs (watch's --follow)
     for action in parser._actions:  # nor of its subparsers
         if isinstance(action, argparse._SubParsersAction):
             chosen = action.choices.get(getattr(parsed, action.dest or "", None) or "")
             if chosen is not None:
                 options += list(chosen._option_string_actions)
+                log_options += [o for a in chosen._actions if a.metavar == "LOG" for o in a.option_strings]
+    if log_options and not any(extra.startswith("-") for extra in extras):
+        # ``watch --once events.jsonl``, as ``report events.jsonl`` takes a log: said with the flag.
+        return f" (logs are given with {log_options[0]}: {log_options[0]} {' '.join(extras)})"
     meant = []
     for extra in extras:
         given = extra.partition("=")[0]

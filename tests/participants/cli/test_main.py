@@ -219,6 +219,9 @@ def test_no_parser_takes_an_abbreviation(capsys: pytest.CaptureFixture[str]) -> 
             "--check /tmp/x (did you mean --checkpoint-root?)",
         ),
         (["report", "run.jsonl", "--checkp", "c1"], "--checkp c1 (did you mean --checkpoint?)"),
+        # A log given to watch as report takes one (a new user's first watch said only this
+        # log's name): the flag that takes it is named.
+        (["watch", "--once", "run.jsonl"], "run.jsonl (logs are given with --follow: --follow run.jsonl)"),
     ):
         with pytest.raises(SystemExit) as info:
             build_parser().parse_args(argv)
