@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,13 @@ pytest_plugins = ["pytester"]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cache of this test process's ``mypy_strict`` runs (tests/typecheck.py); a process
+    of its own under xdist, so no two mypy runs write one cache at once."""
+    return tmp_path_factory.mktemp("mypy-cache")
 
 
 @pytest.fixture(autouse=True)

@@ -369,13 +369,13 @@ def test_every_nth_example_keeps_every_nth_event_across_batches() -> None:
 
 
 @pytest.mark.slow
-def test_the_sink_pages_examples_pass_mypy_strict(tmp_path: Path) -> None:
+def test_the_sink_pages_examples_pass_mypy_strict(tmp_path: Path, mypy_cache: Path) -> None:
     """What a user copies to write a sink type-checks as their own code would (``mypy --strict``):
     the page's ``handle(self, batch: list)`` was a ``type-arg`` error in a strict project."""
     for marker in ("RefusalAlert", "class EveryNth"):
         folder = tmp_path / marker.split()[-1]
         folder.mkdir()
-        assert mypy_strict(_one("writing-a-sink.md", marker), folder) == [], marker
+        assert mypy_strict(_one("writing-a-sink.md", marker), folder, mypy_cache) == [], marker
 
 
 def test_sink_members_table_names_the_protocols() -> None:

@@ -73,7 +73,7 @@ def test_span_handles_have_a_signature(handle: type) -> None:
     assert "_tel" in inspect.signature(handle).parameters
 
 
-def test_mypy_strict_refuses_a_misspelt_public_name(tmp_path: Path) -> None:
+def test_mypy_strict_refuses_a_misspelt_public_name(tmp_path: Path, mypy_cache: Path) -> None:
     """A name no public module has is a type error, as it is an ImportError at run time (the lazy
     packages' ``__getattr__`` typed every name, ``Bsu`` included, as Any, and mypy passed); a name
     that moved to ``vocab`` is still typed where it is still read, until it leaves."""
@@ -92,6 +92,7 @@ def test_mypy_strict_refuses_a_misspelt_public_name(tmp_path: Path) -> None:
         code: ErrorCode = ErrorCode.ADMISSION_CLOSED  # moved to vocab: still typed until it leaves
         """,
         tmp_path,
+        mypy_cache,
     )
     missing = sorted(re.findall(r'has no attribute "(\w+)"', "\n".join(errors)))
     assert missing == ["Bsu", "JsonLineSink", "OtlpSpanSink", "confgure", "create_ap"], errors

@@ -126,7 +126,9 @@ async def test_a_bridge_that_raises_never_breaks_the_block_nor_loses_the_span(
     assert len(said) == 1 and said[0].exc_info is not None
 
 
-def test_a_bridge_with_a_typed_token_is_a_context_bridge_under_mypy_strict(tmp_path: Path) -> None:
+def test_a_bridge_with_a_typed_token_is_a_context_bridge_under_mypy_strict(
+    tmp_path: Path, mypy_cache: Path
+) -> None:
     """A bridge over ``contextvars`` typing its token as ``Token[...]`` (what its ``attach``
     returns) is a ``ContextBridge`` for ``mypy --strict``: ``detach(token: object)`` in the
     protocol refused every narrower parameter, on correct code."""
@@ -157,5 +159,6 @@ def test_a_bridge_with_a_typed_token_is_a_context_bridge_under_mypy_strict(tmp_p
         Telemetry(Bus(), kind="judge", instance="judge-0", otel_context=VarBridge())
         """,
         tmp_path,
+        mypy_cache,
     )
     assert errors == []

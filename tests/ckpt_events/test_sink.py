@@ -207,7 +207,7 @@ async def test_a_handle_returning_a_generator_fails_its_batches_by_name(
     assert sink.events == []
 
 
-def test_a_user_sink_satisfies_the_protocols_under_mypy_strict(tmp_path: Path) -> None:
+def test_a_user_sink_satisfies_the_protocols_under_mypy_strict(tmp_path: Path, mypy_cache: Path) -> None:
     """The optional members as users write them (``interests = (Refused, OperationFinished)``,
     ``linger = 0.5``, a ``BaseSink`` subclass's narrowed ``interests``) satisfy ``WantsEvents``,
     ``LingeringSink`` and ``BlockingSink`` for ``mypy --strict`` (they were settable protocol
@@ -261,5 +261,6 @@ def test_a_user_sink_satisfies_the_protocols_under_mypy_strict(tmp_path: Path) -
         takes(Inherits(), Inherits(), Inherits(), Inherits(), Inherits())
         """,
         tmp_path,
+        mypy_cache,
     )
     assert errors == []

@@ -237,7 +237,9 @@ async def test_a_log_of_damage_is_counted_not_held(tmp_path: Path) -> None:
     assert [c.line for c in result.corrupt] == list(range(1, MAX_CORRUPT + 1))
 
 
-def test_mypy_strict_refuses_a_target_that_is_no_sink_and_takes_every_sink(tmp_path: Path) -> None:
+def test_mypy_strict_refuses_a_target_that_is_no_sink_and_takes_every_sink(
+    tmp_path: Path, mypy_cache: Path
+) -> None:
     """``replay``'s targets are typed as what it accepts (a sink or a ``Bus``): a path given as
     a target (``replay(log, "copy.jsonl")``, which raises ``InvalidTypeError``) is a type error,
     where ``*targets: Any`` let it through; sinks of every shape and a bus still check."""
@@ -261,6 +263,7 @@ def test_mypy_strict_refuses_a_target_that_is_no_sink_and_takes_every_sink(tmp_p
             await replay("events.jsonl", "copy.jsonl")
         """,
         tmp_path,
+        mypy_cache,
     )
     assert len(errors) == 1
     assert 'user.py:17: error: Argument 2 to "replay" has incompatible type "str"' in errors[0]
