@@ -247,6 +247,7 @@ def _installed(name: str) -> str:
 _IMPORT_TREE = """
 import os, sys
 names = sys.argv[1:]
+del sys.argv[1:]  # as a fresh ``python -c`` has it
 def run(name):
     try:
         __import__(name)
