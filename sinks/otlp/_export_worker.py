@@ -171,6 +171,11 @@ class ExportWorker:
             # A certificate's failure says what to change, not "is that a collector?" (it is one).
             fix = result.fix or "is that an OTLP/HTTP collector's URL?"
             self.log_failure(f"{result.unreadable}; {fix}")
+        elif not accepted and result.status is None and result.timed_out:
+            # "refused or unreachable" sent users looking for a collector that is not listening,
+            # when one listens and does not answer.
+            self.last_failure = "got no answer"
+            self.log_failure("took the connection but gave no reply in time (last status None)")
         elif not accepted and result.status is None:
             self.last_failure = "got no answer"
             self.log_failure("refused or unreachable (last status None)")

@@ -96,9 +96,21 @@ class SendResult:
     (``"gave a reply that is not HTTP (...)"``, ``"failed the TLS handshake (...)"``; ``None``: no
     reply came, as when nothing listens or it timed out); ``fix``, what to change when the TLS
     failure is one of configuration (an untrusted, expired or misnamed collector certificate, a
-    client certificate missing or refused), which is never retried."""
+    client certificate missing or refused), which is never retried; ``timed_out``, whether the
+    last attempt's connection was taken and no reply came before its time was up (the collector
+    listens and does not answer, where none listening refuses the connection)."""
 
-    __slots__ = ("accepted", "attempts", "fix", "location", "message", "rejected", "status", "unreadable")
+    __slots__ = (
+        "accepted",
+        "attempts",
+        "fix",
+        "location",
+        "message",
+        "rejected",
+        "status",
+        "timed_out",
+        "unreadable",
+    )
 
     def __init__(
         self,
@@ -111,8 +123,10 @@ class SendResult:
         unreadable: str | None = None,
         location: str | None = None,
         fix: str | None = None,
+        timed_out: bool = False,
     ) -> None:
         self.accepted = accepted
+        self.timed_out = timed_out
         self.fix = fix
         self.location = location
         self.attempts = attempts
@@ -200,6 +214,7 @@ class OtlpHttpSender:
         status: int | None = None
         unreadable: str | None = None  # how the last attempt's reply went wrong, if one came
         said = ""  # the reason the last refusal gave (a 503's "overloaded")
+        timed_out = False  # the last attempt's connection taken, and no reply in time
         for attempt in range(1, self.max_retries + 2):
             retry_after: float | None = None
             partial = (0, "")
@@ -207,8 +222,11 @@ class OtlpHttpSender:
             limit = self._limit(deadline)
             budget = self.timeout if limit is None else min(self.timeout, limit - time.monotonic())
             if budget <= 0 or self._cancelled.is_set():
-                return SendResult(False, attempt - 1, status, message=said, unreadable=unreadable)
+                return SendResult(
+                    False, attempt - 1, status, message=said, unreadable=unreadable, timed_out=timed_out
+                )
             closing = self._closing_by is not None
+            timed_out = False
             connection, unreadable, fix = self._open(
                 min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget
             )
@@ -219,7 +237,9 @@ class OtlpHttpSender:
                 if closing or self._closing_by is not None:
                     # Nobody takes a connection, and we are closing (since before the connect or
                     # during it): do not wait for one.
-                    return SendResult(False, attempt, status, message=said, unreadable=unreadable)
+                    return SendResult(
+                        False, attempt, status, message=said, unreadable=unreadable, timed_out=timed_out
+                    )
             else:
                 began = time.monotonic()
                 unreadable = None
@@ -238,6 +258,10 @@ class OtlpHttpSender:
                             return SendResult(False, attempt, None, unreadable=unreadable, fix=fix)
                     elif not self._cancelled.is_set() and time.monotonic() - began < budget:
                         unreadable = _unreadable(exc)
+                    # Taken, and no reply within the whole budget (the socket's timeout or the
+                    # watchdog's abort, whichever came first): not a connection refused. A
+                    # kept-alive connection to a collector gone since fails at once instead.
+                    timed_out = not self._cancelled.is_set() and time.monotonic() - began >= budget
             if status is not None and 200 <= status < 300:
                 return SendResult(True, attempt, status, *partial)
             said = "" if status is None else partial[1]
@@ -253,13 +277,19 @@ class OtlpHttpSender:
             backoff = min(backoff * 2, self.max_backoff)
             limit = self._limit(deadline)
             if limit is not None and time.monotonic() + delay >= limit:
-                return SendResult(False, attempt, status, message=said, unreadable=unreadable)
+                return SendResult(
+                    False, attempt, status, message=said, unreadable=unreadable, timed_out=timed_out
+                )
             self._wake.wait(delay)
             if self._cancelled.is_set():
-                return SendResult(False, attempt, status, message=said, unreadable=unreadable)
+                return SendResult(
+                    False, attempt, status, message=said, unreadable=unreadable, timed_out=timed_out
+                )
             self._wake.clear()
             # Woken by close_by(): round again, now bounded by the close's deadline.
-        return SendResult(False, self.max_retries + 1, status, message=said, unreadable=unreadable)
+        return SendResult(
+            False, self.max_retries + 1, status, message=said, unreadable=unreadable, timed_out=timed_out
+        )
 
     def _limit(self, deadline: float | None) -> float | None:
         if self._closing_by is None:

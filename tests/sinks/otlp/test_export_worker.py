@@ -395,3 +395,29 @@ async def test_a_redirect_is_not_followed_and_the_warning_says_where_it_pointed(
     (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
     assert f"answered 307, a redirect to {shown_target}, which is not followed: set the endpoint" in warning
     assert "S3CRET" not in warning and "T0KEN" not in warning and "\n" not in warning
+
+
+async def test_a_collector_that_takes_the_connection_and_never_answers_is_not_called_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A collector that takes the connection and never answers (hung, or a proxy holding the
+    request) was warned about as "refused or unreachable", which sent users looking for one that
+    is not listening. It is said as it is now; a port nothing listens on is still "refused"."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes connections; nothing reads or answers
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0, timeout=0.3)
+        async with Bus() as bus:
+            bus.subscribe(spans)
+            tel = Telemetry(bus, kind="agent", instance="agent-0")
+            with tel.operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            assert spans.force_flush(5.0) is True  # the export ended (it failed)
+    (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
+    assert warning.startswith(
+        f"OTLP span export to {endpoint}/v1/traces took the connection but gave no reply in time"
+    ), warning
+    assert "unreachable" not in warning and spans.stats().export_failures == 1
