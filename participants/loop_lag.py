@@ -2,7 +2,9 @@
 
 ``LoopLagMonitor.run()`` sleeps ``interval`` seconds at a time and keeps how much each sleep
 overshot; ``max_since(start_ns)`` is the worst lag seen since ``start_ns`` (the sleep in
-progress included), which an operation records as ``loop_lag_ms`` when it ends. A loop
+progress included), which an operation records as ``loop_lag_ms`` when it ends
+(``max_since_monotonic`` from a ``time.monotonic_ns()`` start, which a step of the wall clock
+while it ran does not move: the monitor's own stamps are all monotonic). A loop
 blocked by other work (a sync call in a handler, a long parse) shows up there.
 
 ``run(wanted)`` samples only while ``wanted()`` is true: the FastAPI integration passes
@@ -43,10 +45,12 @@ class LoopLagMonitor:
 
     def __init__(self, interval: float = DEFAULT_LAG_INTERVAL) -> None:
         self.interval = interval
-        # (sample end ns, overshoot ms), newest last; bounded.
+        # (sample end, monotonic ns; overshoot ms), newest last; bounded. Monotonic, as are the two
+        # stamps below: with wall stamps, the wall clock stepped back 10 s read an operation begun
+        # while parked as sampled whole (0.0, unmeasured), and hid a sample's 300 ms overshoot.
         self._samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=_KEEP)
         self._asleep_since: int | None = None
-        # Since when (Unix ns) the monitor has sampled without a pause; None while parked or
+        # Since when (monotonic ns) the monitor has sampled without a pause; None while parked or
         # stopped. An operation that began before it was not sampled whole: its lag is unknown.
         self._sampling_since: int | None = None
         #: Samples taken since the monitor was made (each one a wake-up of the loop).
@@ -81,14 +85,14 @@ class LoopLagMonitor:
                     await anyio.sleep(PARKED_RECHECK)
                     continue
                 if self._sampling_since is None:
-                    self._sampling_since = time.time_ns()
+                    self._sampling_since = time.monotonic_ns()
                 task_status.started()
                 task_status = anyio.TASK_STATUS_IGNORED
                 before = time.perf_counter_ns()
-                self._asleep_since = time.time_ns()
+                self._asleep_since = time.monotonic_ns()
                 await anyio.sleep(self.interval)
                 overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
-                self._samples.append((time.time_ns(), overshoot_ms))
+                self._samples.append((time.monotonic_ns(), overshoot_ms))
                 self.samples_taken += 1
         finally:
             # The sleep cancelled is over: kept, a read after the stop (the first operation of a
@@ -97,13 +101,19 @@ class LoopLagMonitor:
             self._sampling_since = None
 
     def max_since(self, start_ns: int) -> float | None:
-        """The worst lag (ms) of the samples that ended after ``start_ns``, including the
-        sleep in progress if it already overshot, each counted only for its time after
-        ``start_ns``; 0.0 when sampled throughout and no sample overshot. ``None`` (unknown)
+        """``max_since_monotonic`` of ``start_ns`` (Unix ns) taken to the monotonic clock at the
+        read: a step of the wall clock since ``start_ns`` moves it by the step, which
+        ``max_since_monotonic`` from a monotonic start does not."""
+        return self.max_since_monotonic(start_ns - time.time_ns() + time.monotonic_ns())
+
+    def max_since_monotonic(self, start_ns: int) -> float | None:
+        """The worst lag (ms) of the samples that ended after ``start_ns``
+        (``time.monotonic_ns()``), including the sleep in progress if it already overshot, each
+        counted only for its time after ``start_ns``; 0.0 when sampled throughout and no sample overshot. ``None`` (unknown)
         unless the monitor has sampled without a pause from ``start_ns`` until now (it was
         parked or stopped for part of that time). Safe from any thread."""
         worst = 0.0
-        now_ns = time.time_ns()
+        now_ns = time.monotonic_ns()
         # By index from the newest, not an iterator: a sync endpoint's operation ends in a
         # worker thread while the loop appends, and iterating raised "deque mutated during
         # iteration". The deque only grows to its maxlen, so an index stays valid; an append

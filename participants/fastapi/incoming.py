@@ -35,13 +35,13 @@ class _Timed:
         self._since = 0
 
     def __enter__(self) -> OperationSpan:
-        self._since = time.time_ns()
+        self._since = time.monotonic_ns()  # not the wall clock: a step of it ends no sampling
         return self._span.__enter__()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._span.set(loop_lag_ms=self._monitor.max_since(self._since))
+        self._span.set(loop_lag_ms=self._monitor.max_since_monotonic(self._since))
         self._span.__exit__(exc_type, exc, tb)
 
 

@@ -201,3 +201,42 @@ async def test_an_operation_not_sampled_whole_reports_no_lag() -> None:
     lags = {e.checkpoint_id: e.loop_lag_ms for e in wanting.of_type(OperationFinished)}
     assert lags["parked"] is None and lags["midway"] is None, lags
     assert lags["c1"] is not None and lags["c1"] >= 100.0, lags
+
+
+async def test_a_step_of_the_wall_clock_neither_fakes_nor_hides_a_measured_lag(monkeypatch: Any) -> None:
+    """The wall clock stepped back 10 s (an NTP step; simulated, stepping the host's clock is not
+    for a test): an operation begun while parked that saw the monitor start sampling read 0.0 (as
+    if sampled whole, nothing measured), and one whose loop was blocked 200 ms read 0.0 (its
+    sample stamped before its start); now None and >= 100 ms, the monitor's stamps monotonic."""
+    real_time_ns = time.time_ns
+    step = [0]
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + step[0])
+    wanting = MemorySink([OperationFinished])
+    app, monitor = _app_with_monitor(MemorySink([OperationStarted]), _blocking)
+
+    async def midway(request: Request) -> dict[str, Any]:
+        with fastapi.operation(request, "commit", checkpoint_id="midway"):
+            step[0] -= 10_000_000_000
+            fastapi.telemetry(request).bus.subscribe(wanting)
+            await _until_sampling(monitor)
+        return {}
+
+    async def stepped(request: Request) -> dict[str, Any]:
+        with fastapi.operation(request, "commit", checkpoint_id="stepped"):
+            time.sleep(0.2)  # blocks the loop
+            await anyio.sleep(0.1)  # the monitor wakes and records it
+            step[0] -= 10_000_000_000
+            await anyio.sleep(0.1)
+        return {}
+
+    app.post("/midway")(midway)
+    app.post("/stepped")(stepped)
+    async with _serving(app) as client:
+        await anyio.sleep(0.1)
+        assert not monitor.sampling
+        assert (await client.post("/midway")).status_code == 200
+        assert (await client.post("/stepped")).status_code == 200
+        await fastapi.telemetry(app).bus.flush()
+    lags = {e.checkpoint_id: e.loop_lag_ms for e in wanting.of_type(OperationFinished)}
+    assert lags["midway"] is None, lags
+    assert lags["stepped"] is not None and lags["stepped"] >= 100.0, lags
