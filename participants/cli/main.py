@@ -103,16 +103,31 @@ def _meant(parser: argparse.ArgumentParser, parsed: argparse.Namespace, extras: 
     """`` (did you mean --checkpoint?)`` for unknown options that one of the subcommand's (or
     the program's) options begins with or resembles; ``""`` when none does."""
     options = list(parser._option_string_actions)  # argparse has no public list of them
-    log_options: list[str] = []  # a subcommand's option taking logs (watch's --follow)
+    # A subcommand's options taking logs (watch's --follow) and participants' URLs (--participant).
+    taking: dict[str, list[str]] = {"LOG": [], "URL": []}
     for action in parser._actions:  # nor of its subparsers
         if isinstance(action, argparse._SubParsersAction):
             chosen = action.choices.get(getattr(parsed, action.dest or "", None) or "")
             if chosen is not None:
                 options += list(chosen._option_string_actions)
-                log_options += [o for a in chosen._actions if a.metavar == "LOG" for o in a.option_strings]
-    if log_options and not any(extra.startswith("-") for extra in extras):
+                for a in chosen._actions:
+                    if isinstance(a.metavar, str) and a.metavar in taking:
+                        taking[a.metavar] += a.option_strings
+    given = [extra for extra in extras if extra != "--"]  # ``watch -- events.jsonl``
+    if taking["LOG"] and given and not any(extra.startswith("-") for extra in given):
         # ``watch --once events.jsonl``, as ``report events.jsonl`` takes a log: said with the flag.
-        return f" (logs are given with {log_options[0]}: {log_options[0]} {' '.join(extras)})"
+        # A URL is a participant's (``watch --once http://h:9000`` was told ``--follow`` it).
+        urls = [extra for extra in given if "://" in extra]
+        logs = [extra for extra in given if "://" not in extra]
+        if not urls:
+            return f" (logs are given with {taking['LOG'][0]}: {taking['LOG'][0]} {' '.join(logs)})"
+        if taking["URL"]:
+            flag = taking["URL"][0]
+            said = " ".join(
+                [f"{flag} {url}" for url in urls] + ([f"{taking['LOG'][0]} {' '.join(logs)}"] if logs else [])
+            )
+            what = "participants are given with " + flag + (f", logs with {taking['LOG'][0]}" if logs else "")
+            return f" ({what}: {said})"
     meant = []
     for extra in extras:
         given = extra.partition("=")[0]

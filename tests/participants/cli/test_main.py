@@ -222,6 +222,18 @@ def test_no_parser_takes_an_abbreviation(capsys: pytest.CaptureFixture[str]) -> 
         # A log given to watch as report takes one (a new user's first watch said only this
         # log's name): the flag that takes it is named.
         (["watch", "--once", "run.jsonl"], "run.jsonl (logs are given with --follow: --follow run.jsonl)"),
+        # A participant's URL is not a log (it was told --follow http://h:9000), and a "--" is
+        # no option that keeps the hint away.
+        (
+            ["watch", "--once", "http://h:9000"],
+            "http://h:9000 (participants are given with --participant: --participant http://h:9000)",
+        ),
+        (
+            ["watch", "--once", "http://h:9000", "run.jsonl"],
+            "http://h:9000 run.jsonl (participants are given with --participant, logs with --follow:"
+            " --participant http://h:9000 --follow run.jsonl)",
+        ),
+        (["watch", "--", "run.jsonl"], "-- run.jsonl (logs are given with --follow: --follow run.jsonl)"),
     ):
         with pytest.raises(SystemExit) as info:
             build_parser().parse_args(argv)
