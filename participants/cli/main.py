@@ -113,12 +113,12 @@ def _meant(parser: argparse.ArgumentParser, parsed: argparse.Namespace, extras: 
                 for a in chosen._actions:
                     if isinstance(a.metavar, str) and a.metavar in taking:
                         taking[a.metavar] += a.option_strings
-    given = [extra for extra in extras if extra != "--"]  # ``watch -- events.jsonl``
-    if taking["LOG"] and given and not any(extra.startswith("-") for extra in given):
+    stray = [extra for extra in extras if extra != "--"]  # ``watch -- events.jsonl``
+    if taking["LOG"] and stray and not any(extra.startswith("-") for extra in stray):
         # ``watch --once events.jsonl``, as ``report events.jsonl`` takes a log: said with the flag.
         # A URL is a participant's (``watch --once http://h:9000`` was told ``--follow`` it).
-        urls = [extra for extra in given if "://" in extra]
-        logs = [extra for extra in given if "://" not in extra]
+        urls = [extra for extra in stray if "://" in extra]
+        logs = [extra for extra in stray if "://" not in extra]
         if not urls:
             return f" (logs are given with {taking['LOG'][0]}: {taking['LOG'][0]} {' '.join(logs)})"
         if taking["URL"]:
