@@ -227,6 +227,7 @@ class OtlpHttpSender:
                 )
             closing = self._closing_by is not None
             timed_out = False
+            fresh = self._connection is None  # a kept-alive one may have been closed while idle
             connection, unreadable, fix = self._open(
                 min(budget, CLOSING_CONNECT_TIMEOUT) if closing else budget
             )
@@ -258,6 +259,11 @@ class OtlpHttpSender:
                             return SendResult(False, attempt, None, unreadable=unreadable, fix=fix)
                     elif not self._cancelled.is_set() and time.monotonic() - began < budget:
                         unreadable = _unreadable(exc)
+                        if unreadable is None and fresh and isinstance(exc, _CLOSED_UNANSWERED):
+                            # A connection opened for this request, taken and closed unanswered
+                            # (a proxy with no upstream, a server that is not HTTP): it was
+                            # "refused or unreachable", when it is neither.
+                            unreadable = "took the connection and closed it without a reply"
                     # Taken, and no reply within the whole budget (the socket's timeout or the
                     # watchdog's abort, whichever came first): not a connection refused. A
                     # kept-alive connection to a collector gone since fails at once instead.
@@ -444,6 +450,10 @@ def _retry_after(value: str | None) -> float | None:
     if not math.isfinite(seconds) or seconds < 0:
         return None  # "-5" or "nan": our own backoff
     return min(seconds, _MAX_RETRY_AFTER)
+
+
+#: How a connection taken and closed before any reply fails the request.
+_CLOSED_UNANSWERED: Final = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 def _unreadable(exc: BaseException) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import logging
 import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -421,3 +422,44 @@ async def test_a_collector_that_takes_the_connection_and_never_answers_is_not_ca
         f"OTLP span export to {endpoint}/v1/traces took the connection but gave no reply in time"
     ), warning
     assert "unreachable" not in warning and spans.stats().export_failures == 1
+
+
+@pytest.mark.parametrize("reset", [False, True])
+async def test_a_collector_that_closes_the_connection_unanswered_is_not_called_unreachable(
+    reset: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that takes the connection, reads the request and closes it (or resets it)
+    without a reply, on a connection opened for the request, was warned about as "refused or
+    unreachable"; it is said as it is now."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks.otel")
+    with socket.socket() as closing:
+        closing.bind(("127.0.0.1", 0))
+        closing.listen()
+        closing.settimeout(5.0)
+        endpoint = f"http://127.0.0.1:{closing.getsockname()[1]}"
+
+        def close_one() -> None:
+            taken, _ = closing.accept()
+            with taken:
+                taken.settimeout(5.0)
+                taken.recv(65536)
+                if reset:
+                    taken.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        closer = threading.Thread(target=close_one)
+        closer.start()
+        spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0, timeout=2.0)
+        async with Bus() as bus:
+            bus.subscribe(spans)
+            tel = Telemetry(bus, kind="agent", instance="agent-0")
+            with tel.operation("commit", checkpoint_id="c1"):
+                pass
+            await bus.flush()
+            assert spans.force_flush(5.0) is True  # the export ended (it failed)
+        closer.join(5.0)
+    (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
+    assert warning.startswith(
+        f"OTLP span export to {endpoint}/v1/traces took the connection and closed it without a reply"
+    ), warning
+    assert "unreachable" not in warning and spans.stats().export_failures == 1
+    assert spans.stats().last_failure == "took the connection and closed it without a reply"
