@@ -732,8 +732,17 @@ def _jsonl_fix(path: Path, exc: OSError) -> str:
     """What to do about a log that cannot be opened: the one line said the cause alone (a
     folder that does not exist read as ``[Errno 2] No such file or directory``, no fix)."""
     if isinstance(exc, FileNotFoundError) and not path.parent.is_dir():
+        # A link to nowhere on the way: mkdir -p of it fails ("File exists"), as that fix said.
+        for on_the_way in (path.parent, *path.parent.parents):
+            if on_the_way.is_symlink() and not on_the_way.exists():
+                target = shown(os.readlink(on_the_way))
+                missing = f"{shown(str(on_the_way))} is a link to {target}, which does not exist"
+                return f": {missing}; make that or give a path in a folder that exists"
         folder = shown(str(path.parent))
         return f": make the folder first (mkdir -p {folder}) or give a path in one that exists"
+    if isinstance(exc, NotADirectoryError):
+        # A file where a folder of the path should be (mkdir -p would fail "File exists").
+        return ": a part of the path before the file's name is a file, not a folder; give a path in a folder"
     if isinstance(exc, PermissionError):
         return ": give a path in a folder this process may write"
     return ""

@@ -39,3 +39,21 @@ async def test_a_log_that_is_a_folder_says_its_cause_and_no_false_fix(tmp_path: 
     message = await _start(tmp_path)  # a folder: neither missing nor refused
     assert "Is a directory" in message
     assert "mkdir" not in message
+
+
+@pytest.mark.anyio
+async def test_a_log_under_a_link_to_nowhere_names_the_link_not_mkdir(tmp_path: Path) -> None:
+    """A folder that is a link to nowhere was told ``mkdir -p`` it, which fails there (File exists)."""
+    (tmp_path / "logs").symlink_to(tmp_path / "gone")
+    message = await _start(tmp_path / "logs" / "events.jsonl")
+    assert "\n" not in message and "mkdir" not in message
+    assert f"'{tmp_path / 'logs'}' is a link to '{tmp_path / 'gone'}', which does not exist" in message
+
+
+@pytest.mark.anyio
+async def test_a_log_under_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    """A file where the log's folder should be said only ``[Errno 20] Not a directory``."""
+    (tmp_path / "logs").write_text("")
+    message = await _start(tmp_path / "logs" / "events.jsonl")
+    assert "\n" not in message and "Not a directory" in message
+    assert "is a file, not a folder" in message
