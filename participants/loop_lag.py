@@ -109,9 +109,10 @@ class LoopLagMonitor:
     def max_since_monotonic(self, start_ns: int) -> float | None:
         """The worst lag (ms) of the samples that ended after ``start_ns``
         (``time.monotonic_ns()``), including the sleep in progress if it already overshot, each
-        counted only for its time after ``start_ns``; 0.0 when sampled throughout and no sample overshot. ``None`` (unknown)
-        unless the monitor has sampled without a pause from ``start_ns`` until now (it was
-        parked or stopped for part of that time). Safe from any thread."""
+        counted only for its time after ``start_ns``; 0.0 when sampled throughout and no sample
+        overshot. ``None`` (unknown) unless the monitor has sampled without a pause from
+        ``start_ns`` until now (it was parked or stopped for part of that time). Safe from any
+        thread."""
         worst = 0.0
         now_ns = time.monotonic_ns()
         # By index from the newest, not an iterator: a sync endpoint's operation ends in a
