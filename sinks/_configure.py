@@ -11,6 +11,7 @@ sinks are built by ``ckpt_events.sinks._otel_build`` (their exporters and resour
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -738,8 +739,14 @@ def _jsonl_fix(path: Path, exc: OSError) -> str:
                 target = shown(os.readlink(on_the_way))
                 missing = f"{shown(str(on_the_way))} is a link to {target}, which does not exist"
                 return f": {missing}; make that or give a path in a folder that exists"
-        folder = shown(str(path.parent))
-        return f": make the folder first (mkdir -p {folder}) or give a path in one that exists"
+        parent = str(path.parent)
+        # Quoted for the shell it is pasted into; a name it cannot paste on one line (a newline
+        # in it) is shown escaped, and said as a folder to make, not as a command.
+        if parent.isprintable():
+            return (
+                f": make the folder first (mkdir -p {shlex.quote(parent)}) or give a path in one that exists"
+            )
+        return f": make the folder {shown(parent)} first or give a path in one that exists"
     if isinstance(exc, NotADirectoryError):
         # A file where a folder of the path should be (mkdir -p would fail "File exists").
         return ": a part of the path before the file's name is a file, not a folder; give a path in a folder"

@@ -7,6 +7,7 @@ user's first ``uvicorn app:app`` met it. The doc tests never give a path that ca
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ async def test_a_log_in_a_missing_folder_says_to_make_the_folder(tmp_path: Path)
     message = await _start(tmp_path / "nope" / "events.jsonl")
     assert "\n" not in message
     assert "No such file or directory" in message  # the cause
-    assert f"make the folder first (mkdir -p '{tmp_path / 'nope'}')" in message  # and the fix
+    assert f"make the folder first (mkdir -p {shlex.quote(str(tmp_path / 'nope'))})" in message  # the fix
     assert not (tmp_path / "nope").exists()  # nothing made behind the user's back
 
 
@@ -57,3 +58,17 @@ async def test_a_log_under_a_file_says_it_is_a_file(tmp_path: Path) -> None:
     message = await _start(tmp_path / "logs" / "events.jsonl")
     assert "\n" not in message and "Not a directory" in message
     assert "is a file, not a folder" in message
+
+
+@pytest.mark.anyio
+async def test_the_folder_to_make_is_said_as_a_shell_reads_it_back(tmp_path: Path) -> None:
+    """The ``mkdir -p`` of a folder with a quote in its name was Python's repr (``"it's"``, in
+    double quotes a shell would expand ``$`` in); one with a newline in its name cannot be
+    pasted on one line, so it is said as a folder to make, escaped, not as a command."""
+    folder = str(tmp_path / "it's $HOME")
+    quoted = await _start(Path(folder) / "events.jsonl")
+    assert f"(mkdir -p {shlex.quote(folder)})" in quoted, quoted
+    assert shlex.split(quoted.split("(mkdir -p ", 1)[1].split(")", 1)[0]) == [folder]
+    broken = await _start(tmp_path / "two\nlines" / "events.jsonl")
+    assert "\n" not in broken and "mkdir -p" not in broken, broken
+    assert "make the folder " in broken and "two\\nlines" in broken, broken
