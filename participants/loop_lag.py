@@ -29,6 +29,8 @@ from typing import Final
 import anyio
 import anyio.abc
 
+from ckpt_events.checks import library_logger
+
 __all__ = ["DEFAULT_LAG_INTERVAL", "PARKED_RECHECK", "LoopLagMonitor"]
 
 #: 50 ms between loop-lag samples: ~20 wake-ups a second, each a few microseconds.
@@ -38,6 +40,8 @@ _KEEP: Final = 200
 #: Seconds between checks of whether a sink wants the lag, while none does: an idle server with
 #: telemetry off woke 58 times a second with the monitor sampling (20 without ``instrument``).
 PARKED_RECHECK: Final = 1.0
+
+logger: Final = library_logger("ckpt_events")
 
 
 class LoopLagMonitor:
@@ -55,6 +59,7 @@ class LoopLagMonitor:
         self._sampling_since: int | None = None
         #: Samples taken since the monitor was made (each one a wake-up of the loop).
         self.samples_taken = 0
+        self._wanted_failed = False
 
     @property
     def sampling(self) -> bool:
@@ -70,14 +75,15 @@ class LoopLagMonitor:
         """Sample until cancelled (``instrument``'s lifespan runs it in its task group), while
         ``wanted()`` is true (always, with no ``wanted``: e.g. ``partial(bus.wants,
         OperationFinished)``, some sink wants the event that carries the lag); otherwise parked,
-        checking again every ``PARKED_RECHECK`` seconds. A monitor stopped or parked
+        checking again every ``PARKED_RECHECK`` seconds (a ``wanted`` that raises counts as
+        wanted, logged once: it never ends the server). A monitor stopped or parked
         has no sleep in progress, so it adds no lag of its own to a read.
 
         Started with ``TaskGroup.start``, it is sampling (or parked) when that returns, so an
         operation begun right after is measured whole."""
         try:
             while True:
-                if wanted is not None and not wanted():
+                if wanted is not None and not self._asks(wanted):
                     self._sampling_since = None
                     self._asleep_since = None
                     task_status.started()
@@ -99,6 +105,23 @@ class LoopLagMonitor:
             # lifespan run again, before the new run's first wake-up) counted the idle time since.
             self._asleep_since = None
             self._sampling_since = None
+
+    def _asks(self, wanted: Callable[[], bool]) -> bool:
+        """``wanted()``; one that raises counts as wanted (sampled: a lag measured is never
+        wrong), said once: it ended ``run()``, and with it the task group of the server that ran
+        it (an ``ExceptionGroup`` out of the app's lifespan)."""
+        try:
+            return bool(wanted())
+        except Exception as exc:
+            if not self._wanted_failed:
+                self._wanted_failed = True
+                logger.warning(
+                    "ckpt_events: the loop-lag monitor's wanted() raised %s: %s; the monitor samples as "
+                    "if wanted (said once): make wanted() return True or False without raising",
+                    type(exc).__name__,
+                    exc,
+                )
+            return True
 
     def max_since(self, start_ns: int) -> float | None:
         """``max_since_monotonic`` of ``start_ns`` (Unix ns) taken to the monotonic clock at the

@@ -46,8 +46,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "participants.kinds",
         "participants.replies",
     ),
-    # The event loop's lag monitor: a leaf, run by the FastAPI integration and by each worker.
-    "participants.loop_lag": (),
+    # The event loop's lag monitor: a leaf of participants, run by the FastAPI integration and by
+    # each worker (the core for its logger only: a wanted() that raised is said once).
+    "participants.loop_lag": ("ckpt_events",),
     # The FastAPI integration users build their own servers with (``instrument``, ``operation``).
     "participants.fastapi": ("ckpt_events", "sinks", "participants.loop_lag"),
     "participants.server": (

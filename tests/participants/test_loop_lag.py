@@ -240,3 +240,51 @@ async def test_a_step_of_the_wall_clock_neither_fakes_nor_hides_a_measured_lag(m
     lags = {e.checkpoint_id: e.loop_lag_ms for e in wanting.of_type(OperationFinished)}
     assert lags["midway"] is None, lags
     assert lags["stepped"] is not None and lags["stepped"] >= 100.0, lags
+
+
+async def test_a_wanted_that_raises_neither_ends_the_server_nor_loses_the_lag(caplog: Any) -> None:
+    """A ``wanted`` of the user's own that raised ended ``run()``, and with it the app's lifespan
+    (an ``ExceptionGroup`` out of its task group); now it counts as wanted, said once."""
+    calls = 0
+
+    def wanted() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RuntimeError("registry gone")
+        return False
+
+    monitor = LoopLagMonitor()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            await tg.start(monitor.run, wanted)
+            yield
+            tg.cancel_scope.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+    lags: list[float | None] = []
+
+    @app.post("/op")
+    async def op() -> dict[str, Any]:
+        start = time.monotonic_ns()
+        time.sleep(0.12)  # blocks the loop, as a sync call in a handler would
+        lags.append(monitor.max_since_monotonic(start))
+        return {}
+
+    async with _serving(app) as client:
+        with anyio.fail_after(3.0):
+            while calls < 2:  # the first call parked it; each after raises
+                await anyio.sleep(0.01)
+        await _until_sampling(monitor)
+        assert (await client.post("/op")).status_code == 200
+        await anyio.sleep(0.2)
+        assert (await client.post("/op")).status_code == 200
+    # Read while the sleep in progress overshoots: at least the block less one interval.
+    assert all(lag is not None and lag >= 60.0 for lag in lags), lags
+    said = [r.getMessage() for r in caplog.records if "wanted() raised" in r.getMessage()]
+    assert said == [
+        "ckpt_events: the loop-lag monitor's wanted() raised RuntimeError: registry gone; the monitor "
+        "samples as if wanted (said once): make wanted() return True or False without raising"
+    ]
