@@ -29,7 +29,7 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from ckpt_events.checks import library_logger
+from ckpt_events.checks import library_logger, shown
 
 __all__ = ["DEFAULT_LAG_INTERVAL", "PARKED_RECHECK", "LoopLagMonitor"]
 
@@ -119,7 +119,7 @@ class LoopLagMonitor:
                     "ckpt_events: the loop-lag monitor's wanted() raised %s: %s; the monitor samples as "
                     "if wanted (said once): make wanted() return True or False without raising",
                     type(exc).__name__,
-                    exc,
+                    shown(str(exc)),  # quoted: one line, whatever the user's exception says
                 )
             return True
 

@@ -285,6 +285,6 @@ async def test_a_wanted_that_raises_neither_ends_the_server_nor_loses_the_lag(ca
     assert all(lag is not None and lag >= 60.0 for lag in lags), lags
     said = [r.getMessage() for r in caplog.records if "wanted() raised" in r.getMessage()]
     assert said == [
-        "ckpt_events: the loop-lag monitor's wanted() raised RuntimeError: registry gone; the monitor "
+        "ckpt_events: the loop-lag monitor's wanted() raised RuntimeError: 'registry gone'; the monitor "
         "samples as if wanted (said once): make wanted() return True or False without raising"
     ]
