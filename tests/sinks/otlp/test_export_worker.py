@@ -398,6 +398,20 @@ async def test_a_redirect_is_not_followed_and_the_warning_says_where_it_pointed(
     assert "S3CRET" not in warning and "T0KEN" not in warning and "\n" not in warning
 
 
+async def _one_span_export(endpoint: str, timeout: float) -> OtlpSpanSink:
+    """A span sink to ``endpoint`` that exports one operation's span once, not retried, within
+    ``timeout``; returned after its export ended (failed, here) and its bus closed."""
+    spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0, timeout=timeout)
+    async with Bus() as bus:
+        bus.subscribe(spans)
+        tel = Telemetry(bus, kind="agent", instance="agent-0")
+        with tel.operation("commit", checkpoint_id="c1"):
+            pass
+        await bus.flush()
+        assert spans.force_flush(5.0) is True  # the export ended (it failed)
+    return spans
+
+
 async def test_a_collector_that_takes_the_connection_and_never_answers_is_not_called_unreachable(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -409,14 +423,7 @@ async def test_a_collector_that_takes_the_connection_and_never_answers_is_not_ca
         silent.bind(("127.0.0.1", 0))
         silent.listen()  # the kernel takes connections; nothing reads or answers
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0, timeout=0.3)
-        async with Bus() as bus:
-            bus.subscribe(spans)
-            tel = Telemetry(bus, kind="agent", instance="agent-0")
-            with tel.operation("commit", checkpoint_id="c1"):
-                pass
-            await bus.flush()
-            assert spans.force_flush(5.0) is True  # the export ended (it failed)
+        spans = await _one_span_export(endpoint, timeout=0.3)
     (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
     assert warning.startswith(
         f"OTLP span export to {endpoint}/v1/traces took the connection but gave no reply in time"
@@ -448,14 +455,7 @@ async def test_a_collector_that_closes_the_connection_unanswered_is_not_called_u
 
         closer = threading.Thread(target=close_one)
         closer.start()
-        spans = OtlpSpanSink(endpoint, linger=0.01, max_retries=0, timeout=2.0)
-        async with Bus() as bus:
-            bus.subscribe(spans)
-            tel = Telemetry(bus, kind="agent", instance="agent-0")
-            with tel.operation("commit", checkpoint_id="c1"):
-                pass
-            await bus.flush()
-            assert spans.force_flush(5.0) is True  # the export ended (it failed)
+        spans = await _one_span_export(endpoint, timeout=2.0)
         closer.join(5.0)
     (warning,) = [r.getMessage() for r in _said_at_the_first_failure(caplog)]
     assert warning.startswith(
