@@ -94,11 +94,13 @@ class LoopLagMonitor:
                     self._sampling_since = time.monotonic_ns()
                 task_status.started()
                 task_status = anyio.TASK_STATUS_IGNORED
-                before = time.perf_counter_ns()
-                self._asleep_since = time.monotonic_ns()
+                # One monotonic clock for the sleep's start, its overshoot and the sample's stamp
+                # (it was read four times a sample, perf_counter beside monotonic).
+                self._asleep_since = before = time.monotonic_ns()
                 await anyio.sleep(self.interval)
-                overshoot_ms = max(0.0, (time.perf_counter_ns() - before) / 1e6 - self.interval * 1e3)
-                self._samples.append((time.monotonic_ns(), overshoot_ms))
+                woke = time.monotonic_ns()
+                overshoot_ms = max(0.0, (woke - before) / 1e6 - self.interval * 1e3)
+                self._samples.append((woke, overshoot_ms))
                 self.samples_taken += 1
         finally:
             # The sleep cancelled is over: kept, a read after the stop (the first operation of a

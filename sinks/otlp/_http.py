@@ -93,8 +93,10 @@ class SendResult:
     ``rejected`` items and the collector's ``message`` when it accepted only part (its partial
     success), or the reason a refusing collector gave; ``location``, a refusing redirect's
     target (not followed); ``unreadable``, with no status, how a reply that came went wrong, as a phrase
-    (``"gave a reply that is not HTTP (...)"``, ``"failed the TLS handshake (...)"``; ``None``: no
-    reply came, as when nothing listens or it timed out); ``fix``, what to change when the TLS
+    (``"gave a reply that is not HTTP (...)"``, ``"failed the TLS handshake (...)"``), or that a
+    connection opened for the request was closed before any reply (``"took the connection and
+    closed it without a reply"``); ``None``: no reply came, as when nothing listens or it timed
+    out (``timed_out`` tells those two apart); ``fix``, what to change when the TLS
     failure is one of configuration (an untrusted, expired or misnamed collector certificate, a
     client certificate missing or refused), which is never retried; ``timed_out``, whether the
     last attempt's connection was taken and no reply came before its time was up (the collector
