@@ -117,17 +117,19 @@ def _meant(parser: argparse.ArgumentParser, parsed: argparse.Namespace, extras: 
     if taking["LOG"] and stray and not any(extra.startswith("-") for extra in stray):
         # ``watch --once events.jsonl``, as ``report events.jsonl`` takes a log: said with the flag.
         # A URL is a participant's (``watch --once http://h:9000`` was told ``--follow`` it).
+        log_flag = taking["LOG"][0]
         urls = [extra for extra in stray if "://" in extra]
         logs = [extra for extra in stray if "://" not in extra]
         if not urls:
-            return f" (logs are given with {taking['LOG'][0]}: {taking['LOG'][0]} {' '.join(logs)})"
+            return f" (logs are given with {log_flag}: {log_flag} {' '.join(logs)})"
         if taking["URL"]:
-            flag = taking["URL"][0]
-            said = " ".join(
-                [f"{flag} {url}" for url in urls] + ([f"{taking['LOG'][0]} {' '.join(logs)}"] if logs else [])
-            )
-            what = "participants are given with " + flag + (f", logs with {taking['LOG'][0]}" if logs else "")
-            return f" ({what}: {said})"
+            url_flag = taking["URL"][0]
+            what = f"participants are given with {url_flag}"
+            said = [f"{url_flag} {url}" for url in urls]
+            if logs:
+                what += f", logs with {log_flag}"
+                said.append(f"{log_flag} {' '.join(logs)}")
+            return f" ({what}: {' '.join(said)})"
     meant = []
     for extra in extras:
         given = extra.partition("=")[0]
