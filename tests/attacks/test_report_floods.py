@@ -234,7 +234,7 @@ def test_participants_logs_without_a_controller_log_are_reported_in_bounded_memo
         written = size
         # With a picture too: the last trace drawn, as the terminal does, not every event listed.
         code, out, err, rss, took = _report(str(logs), "--report", str(tmp_path / "last-trace.svg"))
-        print(f"report of {size:,} participants' lines: {rss / 2**20:.0f} MiB, {took:.1f} s")
+        print(f"report of {size:,} participants' lines: {rss / 2**20:.1f} MiB, {took:.1f} s")
         assert code == 0, err[-2000:]
         assert "corrupt" not in err, err[-2000:]
         assert "environment-0" in out and "model-0" in out
