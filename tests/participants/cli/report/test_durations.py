@@ -4,11 +4,15 @@ span keyed once, steps under their operation; the nearest-rank percentile."""
 from __future__ import annotations
 
 import math
+import tracemalloc
+from collections.abc import Iterator
 
 import pytest
 
-from ckpt_events.participants.cli.report.durations import durations, median, percentile
+from ckpt_events import OperationFinished
+from ckpt_events.participants.cli.report.durations import DurationsFold, durations, median, percentile
 from ckpt_events.testing import EventCapture
+from ckpt_events.vocab import Kind, Operation, Outcome
 
 
 def test_every_finished_span_is_keyed_and_a_step_under_its_operation() -> None:
@@ -61,3 +65,49 @@ def test_percentile_is_the_nearest_rank(share: float) -> None:
     """The nearest-rank percentile of n values is the ceil(share * n)-th smallest."""
     values = [float(n) for n in range(1, 11)]
     assert percentile(values, share) == values[math.ceil(share * len(values)) - 1]
+
+
+def test_a_step_read_after_its_operation_is_keyed_under_it() -> None:
+    """Logs merged out of order: a step read after its operation finished is still its
+    operation's, not "?"."""
+    with EventCapture() as capture:
+        agent = capture.telemetry("agent", "agent-0")
+        with agent.operation("restore") as op, op.step("read"):
+            pass
+        finished = [e for e in capture.events if type(e).__name__ in ("StepFinished", "OperationFinished")]
+    assert [type(e).__name__ for e in finished] == ["StepFinished", "OperationFinished"]
+    assert sorted(durations(finished[::-1]).ok) == [("agent", "restore", ""), ("agent", "restore", "read")]
+
+
+def _operations(count: int) -> Iterator[OperationFinished]:
+    """``count`` failed operations, made as they are read (a failed span is counted, not timed:
+    what the fold keeps of it is a count)."""
+    for n in range(count):
+        yield OperationFinished(
+            Kind.AGENT,
+            "agent-0",
+            trace_id=(1 << 100) + n,
+            span_id=(1 << 62) + n,
+            start_ns=n * 1000,
+            end_ns=n * 1000 + 500,
+            operation=Operation.COMMIT,
+            outcome=Outcome.ERROR,
+        )
+
+
+def test_the_fold_keeps_no_memory_per_operation_read() -> None:
+    """The fold of 80,000 operations holds what that of 20,000 does, give or take 256 KiB: it
+    kept every operation's span id and name until the end (+7.9 MiB from 50,000 to 200,000
+    lines of a user's own server's logs), for steps that finish before their operation."""
+    held = []
+    for count in (20_000, 80_000):
+        tracemalloc.start()
+        try:
+            fold = DurationsFold()
+            for e in _operations(count):
+                fold.add(e)
+            held.append(tracemalloc.get_traced_memory()[0])
+        finally:
+            tracemalloc.stop()
+        assert fold.result().failed == {("agent", "commit", ""): count}
+    assert held[1] - held[0] < 256 * 1024, f"{held[0] / 1024:.0f} -> {held[1] / 1024:.0f} KiB"
