@@ -101,8 +101,8 @@ class DurationsFold:
                 self._add((str(e.kind), operation, ""), e)
             case StepFinished():
                 parent = e.parent_span_id or 0
-                if (operation := self._recent.get(parent)) is not None:
-                    self._step(e, operation)  # read after its operation
+                if (finished := self._recent.get(parent)) is not None:
+                    self._step(e, finished)  # read after its operation
                 else:
                     self._waiting.setdefault(parent, []).append(e)
             case CoordinateFinished():
