@@ -86,8 +86,13 @@ def render(
         if trace_id is None:
             continue
         spans = trace_spans(events, trace_id)
-        render_attribution(console, label, attribute(spans))
-        console.print(render_waterfall(spans, console.width, title=label, kinds=kinds))
+        attribution = attribute(spans)
+        render_attribution(console, label, attribution)
+        # Its heading names the checkpoint too: a wide fleet's waterfall scrolls its attribution away.
+        heading = label
+        if attribution is not None and attribution.checkpoint_id is not None:
+            heading = f"{label} {short_id(attribution.checkpoint_id)}"
+        console.print(render_waterfall(spans, console.width, title=heading, kinds=kinds))
     console.print(
         Text.assemble(
             "who: ",

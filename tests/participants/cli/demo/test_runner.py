@@ -12,6 +12,7 @@ from rich.console import Console
 
 from ckpt_events import CollectionFinished, OperationFinished
 from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
+from ckpt_events.participants.cli.text import short_id
 from ckpt_events.sinks.jsonl import CorruptLine, read_events
 from ckpt_events.vocab import Operation
 
@@ -30,7 +31,8 @@ async def test_demo_checkpoints_crashes_restores_and_verifies(tmp_path: Path) ->
     text = out.getvalue()
     # The breakdown adds up the run's checkpoints and restore, and says so.
     assert "60 rollouts x 2 steps, summed over 1 checkpoint and 1 restore: time per participant" in text
-    assert "time per participant" in text and "checkpoint: waterfall" in text and "restore: waterfall" in text
+    named = f"{short_id(result.checkpoint_id)}: waterfall"
+    assert "time per participant" in text and f"checkpoint {named}" in text and f"restore {named}" in text
     assert "stale_attempt" in text
     # The checkpoint's and the restore's attribution lines (a long line may wrap at 170 columns).
     assert " ".join(text.split()).count("ms unattributed") == 2

@@ -544,7 +544,8 @@ def test_a_waterfall_is_drawn_to_its_checkpoint_s_time_not_to_a_stepped_clock_s(
     out, _ = _report(capsys, _write(tmp_path / "logs", stepped), "--report", page)
     flat = " ".join(out.split())
     scale = re.search(
-        r"checkpoint: waterfall \(([\d.,]+) ms; 2 spans outside it not drawn: a clock that stepped\?\)", flat
+        r"checkpoint c1: waterfall \(([\d.,]+) ms; 2 spans outside it not drawn: a clock that stepped\?\)",
+        flat,
     )
     assert scale is not None and float(scale[1].replace(",", "")) < 1000, out
     assert flat.count("outside the checkpoint's time: not drawn") == 2, out

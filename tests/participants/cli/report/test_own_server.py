@@ -257,7 +257,7 @@ def test_a_restore_with_no_controller_is_drawn_and_named_a_restore(
     out = capsys.readouterr().out
     line, _ = _attribution(out)
     assert line.startswith("restore c1 (restore): ")
-    assert "restore: waterfall" in out and "checkpoint: waterfall" not in out
+    assert "restore c1: waterfall" in out and "checkpoint c1: waterfall" not in out
     html = page.read_text()
     assert '<section id="restore"><h2>restore c1</h2>' in html
     assert 'id="checkpoint"' not in html

@@ -76,4 +76,4 @@ async def test_a_restore_row_s_detail_says_where_its_time_went_once(
         assert main(["report", str(log), "--checkpoint", row]) == 0
         words = " ".join(capsys.readouterr().out.split())
         assert words.count(" ms total, ") == 1 and words.count(": waterfall (") == 1, words
-        assert f"{label} c1 ({trace}): " in words and f"{label}: waterfall (" in words, words
+        assert f"{label} c1 ({trace}): " in words and f"{label} c1: waterfall (" in words, words

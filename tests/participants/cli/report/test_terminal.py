@@ -21,7 +21,8 @@ async def test_terminal_report_fits_80_columns_with_nothing_cut() -> None:
         text = console.export_text()
         assert "…" not in text, width
         assert max(len(line) for line in text.splitlines()) <= width
-        assert "checkpoint: waterfall" in text and "restore: waterfall" in text
+        # Each heading names its checkpoint (a restore's: the checkpoint it restored).
+        assert "checkpoint c1: waterfall" in text and "restore c1: waterfall" in text
         assert text.count("ms unattributed") == 2
         for kind in ("environment-0", "model-0", "agent-0", "resources-0"):
             assert kind in text
