@@ -99,8 +99,9 @@ class SendResult:
     out (``timed_out`` tells those two apart); ``fix``, what to change when the TLS
     failure is one of configuration (an untrusted, expired or misnamed collector certificate, a
     client certificate missing or refused), which is never retried; ``timed_out``, whether the
-    last attempt's connection was taken and no reply came before its time was up (the collector
-    listens and does not answer, where none listening refuses the connection)."""
+    last attempt's connection was taken and no reply came before its time was up, or before
+    ``cancel()`` ended the wait (the collector listens and does not answer, where none listening
+    refuses the connection)."""
 
     __slots__ = (
         "accepted",
@@ -267,9 +268,12 @@ class OtlpHttpSender:
                             # "refused or unreachable", when it is neither.
                             unreadable = "took the connection and closed it without a reply"
                     # Taken, and no reply within the whole budget (the socket's timeout or the
-                    # watchdog's abort, whichever came first): not a connection refused. A
+                    # watchdog's abort, whichever came first), or none before cancel() (a close's
+                    # deadline) ended the wait: not a connection refused. A close of 1-5 s cut a
+                    # hung collector's request so, and its warning said "refused or unreachable"
+                    # (in the export process at every budget: it closes in half its own). A
                     # kept-alive connection to a collector gone since fails at once instead.
-                    timed_out = not self._cancelled.is_set() and time.monotonic() - began >= budget
+                    timed_out = self._cancelled.is_set() or time.monotonic() - began >= budget
             if status is not None and 200 <= status < 300:
                 return SendResult(True, attempt, status, *partial)
             said = "" if status is None else partial[1]

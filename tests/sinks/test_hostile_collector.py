@@ -5,6 +5,7 @@ handed to the sink ends up counted, exported or dropped."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import resource
 import socket
 import struct
@@ -359,3 +360,32 @@ async def test_closing_does_not_wait_for_a_collector_that_takes_no_connection(mo
     spans = configured.span_sink.stats()
     assert (spans.exported, spans.dropped) == (0, 20)
     assert configured.metric_sink.stats().export_failures >= 1
+
+
+@pytest.mark.parametrize("export_process", [False, True], ids=["in-process", "export-process"])
+@pytest.mark.parametrize("hostile", [("hang",)], indirect=True, ids="-".join)
+async def test_a_close_that_cuts_a_hung_collector_short_says_it_took_the_connection(
+    hostile: Hostile, export_process: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``configure()`` at its default 10 s OTLP timeout, ``close_timeout`` 1 s, a collector that
+    takes the connection and never answers: the close ends by its deadline, says the spans it
+    did not send, and says the collector took the connection. The close's cancel of the request
+    in flight was said "refused or unreachable" (in the export process at every close_timeout,
+    the default's 10 s included, since it closes in half its budget), sending users looking for
+    a collector that is not listening."""
+    caplog.set_level(logging.WARNING, logger="ckpt_events.sinks")
+    base = hostile.url.removesuffix("/v1/traces")
+    async with Bus() as bus:
+        configured = configure(bus, otlp_endpoint=base, export_process=export_process, environ={})
+        configured.close_timeout = DEADLINE
+        await _emit(bus, SPANS)
+        await anyio.sleep(0.3)  # the first batch's request hangs
+        started = time.monotonic()
+        await configured.aclose()
+        took = time.monotonic() - started
+    assert took <= DEADLINE + SLACK, f"closed in {took:.2f} s"
+    said = [r.getMessage() for r in caplog.records]
+    first = [m for m in said if "OTLP span export" in m and "not logged again" in m]
+    assert len(first) == 1 and "took the connection but gave no reply" in first[0], said
+    assert not any("unreachable" in m for m in said), said
+    assert any(f"{SPANS} spans dropped in all, 0 exported" in m for m in said), said
