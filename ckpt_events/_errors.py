@@ -20,11 +20,14 @@ draws the whole project's (the core, the sinks and the participants) in its docs
 
 from __future__ import annotations
 
+import copyreg
 import math
 import os
 import reprlib
 from collections.abc import Iterable
 from typing import Any, Final, NoReturn
+
+from ckpt_events._public_home import publish
 
 __all__ = [
     "CkptEventsError",
@@ -48,11 +51,16 @@ class CkptEventsError(Exception):
         # Rebuilt without calling __init__ again: the default, ``type(self)(*self.args)``, passed
         # the message alone to an __init__ that takes its own arguments (UnknownNameError's
         # what, name, valid): pickle.loads raised TypeError, and a worker's pool broke.
-        return (_rebuilt, (type(self), self.args), self.__dict__ or None)
+        # ``copyreg.__newobj__`` is ``cls.__new__(cls, *args)``, which pickle writes as its NEWOBJ
+        # opcode: the pickle names the public class only (a private rebuilder of ours named
+        # ``ckpt_events._errors._rebuilt`` in every pickled error, a path we may move).
+        newobj = copyreg.__newobj__  # type: ignore[attr-defined]  # in copyreg, not in its stubs
+        return (newobj, (type(self), *self.args), self.__dict__ or None)
 
 
 def _rebuilt(cls: type[CkptEventsError], args: tuple[object, ...]) -> CkptEventsError:
-    """``cls`` with ``args`` and no ``__init__`` call (its attributes come after, from pickle's state)."""
+    """``cls`` with ``args`` and no ``__init__`` call: what the errors pickled by 0.3.0 name, kept
+    so that those pickles still load."""
     return cls.__new__(cls, *args)
 
 
@@ -219,3 +227,17 @@ class SpanNotStartedError(CkptEventsError, RuntimeError):
             f"{handle} {shown(name)} was left (__exit__) without being entered: use it as a "
             f"`with` block (no span was emitted)"
         )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish(
+    "ckpt_events",
+    CkptEventsError,
+    ConfigurationError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    InvalidValueError,
+    SpanNotStartedError,
+    UnknownNameError,
+)
+publish("ckpt_events.checks", check_int, check_number, shown)
