@@ -35,6 +35,7 @@ from ckpt_events._bus_contract import InterestListener
 from ckpt_events._bus_log import logger
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, not_copyable, shown
 from ckpt_events._events import EVENT_TYPES, Event
+from ckpt_events._public_home import publish
 from ckpt_events._sink import Sink
 from ckpt_events._subscription import (
     DEFAULT_BATCH_INTERVAL,
@@ -725,3 +726,7 @@ def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
     if call_soon is not None:
         return call_soon  # type: ignore[no-any-return]
     return native.run_sync_soon  # type: ignore[attr-defined,no-any-return]  # trio's token
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", Bus, BusStats)

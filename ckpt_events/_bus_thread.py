@@ -25,6 +25,7 @@ import anyio.from_thread
 from ckpt_events._bus import Bus
 from ckpt_events._bus_log import logger
 from ckpt_events._errors import InvalidValueError
+from ckpt_events._public_home import publish
 
 __all__ = ["BusThread"]
 
@@ -213,3 +214,7 @@ def _say_what_was_lost(bus: Bus) -> None:
             abandoned,
             bus.close_timeout,
         )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", BusThread)

@@ -14,6 +14,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from ckpt_events._frozen_attrs import FrozenAttributes
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 from ckpt_events._span_handles import OperationSpan
 
 __all__ = ["BridgedOperationSpan", "ContextBridge", "bridge_failed", "takes_tracestate"]
@@ -121,3 +122,7 @@ class BridgedOperationSpan(OperationSpan, gc=False):
                     bridge_failed("detach", self._bridge)
         finally:
             super().__exit__(exc_type, exc, tb)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", ContextBridge)

@@ -20,6 +20,7 @@ from ckpt_events._events import (
     StageStarted,
 )
 from ckpt_events._frozen_attrs import FrozenAttributes
+from ckpt_events._public_home import publish
 from ckpt_events._span_base import (
     _INT64,
     _NOT_STARTED,
@@ -376,3 +377,7 @@ class CollectionSpan(_Span):
             self._stop = bool(stop)
         if published is not None:
             self._published = bool(published)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", CollectionSpan, CoordinateSpan, StageSpan)

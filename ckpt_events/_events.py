@@ -20,6 +20,7 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
+from ckpt_events._public_home import publish
 from ckpt_events._vocab import (
     COLLECTION_SPANS,
     COORDINATE_SPANS,
@@ -461,3 +462,27 @@ def _repr_cut(value: object) -> str:
     if len(text) > REPR_FIELD_CHARS:
         text = f"{text[:REPR_FIELD_CHARS]}...(+{len(text) - REPR_FIELD_CHARS} chars)"
     return text
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish(
+    "ckpt_events",
+    CollectionFinished,
+    CollectionStarted,
+    CoordinateFinished,
+    CoordinateStarted,
+    Event,
+    GenerationCut,
+    LeaseExpired,
+    OperationFinished,
+    OperationStarted,
+    PrepareNotReady,
+    Refused,
+    SpanEvent,
+    StageFinished,
+    StageStarted,
+    Stalled,
+    StepFinished,
+    StepStarted,
+)
+publish("ckpt_events.vocab", span_kind_of, span_name_of)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
+from ckpt_events._public_home import publish
+
 __all__ = ["escape"]
 
 #: Categories of character shown as an escape: C0, DEL and C1 controls (ESC, the C1 CSI 0x9b and
@@ -39,3 +41,7 @@ def escape(text: object) -> str:
     if plain.isprintable():  # the common case: one C-level scan, no copy
         return plain
     return "".join(_shown(char) for char in plain)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.checks", escape)

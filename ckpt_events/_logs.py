@@ -32,6 +32,7 @@ from types import FrameType, TracebackType
 from typing import Final
 
 from ckpt_events._inert import escape
+from ckpt_events._public_home import publish
 from ckpt_events._redact import DEFAULT_REDACTOR
 
 __all__ = [
@@ -273,3 +274,7 @@ def _exc_info(exc_info: object) -> ExcInfo | None:
 def library_logger(name: str) -> LibraryLogger:
     """The logger ``name`` (one under ``ckpt_events``) as the library logs on it."""
     return LibraryLogger(logging.getLogger(name))
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.checks", LibraryLogger, fit_for_log, fit_text, library_logger, said_in_log)

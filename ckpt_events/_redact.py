@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError, shown
+from ckpt_events._public_home import publish
 
 __all__ = ["DEFAULT_REDACTOR", "DEFAULT_REDACT_KEYS", "REDACTED", "Redactor"]
 
@@ -187,3 +188,7 @@ class Redactor:
 
 #: The default rule, for what the library says of errors it caught (``one_line``, log records).
 DEFAULT_REDACTOR: Final = Redactor()
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", Redactor)

@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from ckpt_events._public_home import publish
+
 __all__ = ["BaseSink", "BlockingSink", "ClosableSink", "LingeringSink", "Sink", "WantsEvents"]
 
 
@@ -83,3 +85,7 @@ class BaseSink:
 
     async def aclose(self) -> None:
         """Release what the sink holds; the default holds nothing."""
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", BaseSink, BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents)

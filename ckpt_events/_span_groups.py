@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from ckpt_events._errors import InvalidTypeError, UnknownNameError, shown
+from ckpt_events._public_home import publish
 
 __all__ = ["SPAN_GROUPS", "SPAN_GROUP_PRESETS", "resolve_span_groups"]
 
@@ -58,3 +59,7 @@ def resolve_span_groups(spec: str | Iterable[str] | None) -> frozenset[str]:
             valid = sorted(SPAN_GROUP_PRESETS) + sorted(SPAN_GROUPS)
             raise UnknownNameError("span group", raw.strip(), valid)
     return frozenset(groups)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.vocab", resolve_span_groups)

@@ -45,6 +45,7 @@ from ckpt_events._errors import argument_error, shown
 from ckpt_events._events import AttributeValue, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events._frozen_attrs import ENDED, FrozenAttributes
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 from ckpt_events._span_base import _INT64, _NOT_STARTED, _OK, _bad, _error_fields, _not_started, _SpanBase
 from ckpt_events._vocab import STEP_NAMES, Operation, Outcome, Phase, Step, coerce, step_name
 from ckpt_events._wallclock import CALIBRATION
@@ -630,3 +631,7 @@ def operation_finished(span: Any, kind: str, instance: str, worker: int | None) 
         worker,
         span._tracestate,
     )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", OperationSpan, StepSpan)

@@ -26,6 +26,7 @@ import msgspec
 from ckpt_events._bus_log import logger
 from ckpt_events._errors import InvalidTypeError, check_int, check_number, shown
 from ckpt_events._events import EVENT_TYPES, CollectionFinished, CoordinateFinished, Event, OperationFinished
+from ckpt_events._public_home import publish
 from ckpt_events._sink import BlockingSink, ClosableSink, LingeringSink, Sink, WantsEvents
 from ckpt_events._sink_thread import SinkThread
 from ckpt_events._sink_watch import FED_ITSELF_BATCHES, SinkWatch
@@ -649,3 +650,7 @@ def resolve_interests(sink: object) -> frozenset[type[Event]]:
 
 def _check_positive_int(what: str, value: object) -> int:
     return check_int(value, f"{what} must be a positive int, not {shown(value)}", minimum=1)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", SinkStats, Subscription, resolve_interests)

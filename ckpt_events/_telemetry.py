@@ -39,6 +39,7 @@ from ckpt_events._events import (
     StepStarted,
 )
 from ckpt_events._noop import NOOP_COLLECTION, NOOP_COORDINATES, NOOP_OPERATION, passed_on, passed_step
+from ckpt_events._public_home import publish
 from ckpt_events._span_base import _NOT_STARTED, _bad_context, _checked_id, _SpanBase, anchor_of
 from ckpt_events._span_handles import OperationSpan, StepSpan
 from ckpt_events._tracecontext import _getrandbits, new_trace_id, parse_traceparent, parse_tracestate
@@ -608,3 +609,7 @@ class Telemetry:
                 self.worker,
             )  # positional, in field order
         )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events", Telemetry)

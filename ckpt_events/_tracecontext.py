@@ -12,6 +12,7 @@ import re
 from typing import Final, NamedTuple
 
 from ckpt_events._errors import InvalidValueError, check_int, shown
+from ckpt_events._public_home import publish
 
 __all__ = [
     "RemoteParent",
@@ -122,3 +123,15 @@ def parse_tracestate(header: object) -> str | None:
     if not members or len(members) > MAX_TRACESTATE_MEMBERS:
         return None
     return ",".join(members)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish(
+    "ckpt_events",
+    RemoteParent,
+    format_traceparent,
+    new_span_id,
+    new_trace_id,
+    parse_traceparent,
+    parse_tracestate,
+)

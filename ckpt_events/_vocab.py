@@ -16,6 +16,7 @@ from typing import Final, NamedTuple, TypeVar
 
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, UnknownNameError, shown
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 
 __all__ = [
     "ATTR_PREFIX",
@@ -547,3 +548,28 @@ COLLECTION_END_ATTRS: Final[dict[CollectionAction, FieldAttrs]] = {
     CollectionAction.RESTORE: (("rows", Attr.ROWS), ("restarts", Attr.RESTARTS)),
     CollectionAction.PUBLISH: (),
 }
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish(
+    "ckpt_events.vocab",
+    Attr,
+    CollectionAction,
+    CountedEvent,
+    Disposition,
+    ErrorCode,
+    Instrument,
+    InstrumentKind,
+    Kind,
+    OpenTable,
+    Operation,
+    Outcome,
+    Phase,
+    SpanKind,
+    Step,
+    attr,
+    coerce,
+    kind_name,
+    span_name,
+    step_name,
+)

@@ -25,6 +25,7 @@ import anyio.to_thread
 
 from ckpt_events import Bus, ConfigurationError, Sink, Subscription
 from ckpt_events._errors import InvalidTypeError, InvalidValueError, check_number, shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
 from ckpt_events.sinks._configure_env import (
     ENV_JSONL,
@@ -765,3 +766,7 @@ def _was_shut_down(provider: MeterProvider) -> bool:
     ``MetricSink`` counted and said what it lost), so shutting it down again would add the
     SDK's "shutdown can only be called once" warning. The SDK says so only in a private flag."""
     return getattr(provider, "_shutdown", None) is True
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", Configured, aconfigure, configure)

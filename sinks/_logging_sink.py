@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ckpt_events import BaseSink, InvalidTypeError, Redactor
 from ckpt_events._errors import check_int, shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._redacted import redacted
 
 __all__ = ["LoggingSink"]
@@ -81,3 +82,7 @@ class LoggingSink(BaseSink):
                 extra["ckpt_trace_id"] = extra.pop("trace_id")
                 extra["ckpt_span_id"] = extra.pop("span_id")
                 log(level, "%s %s/%s", type(event).__name__, event.kind, event.instance, extra=extra)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", LoggingSink)

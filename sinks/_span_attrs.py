@@ -21,6 +21,7 @@ from ckpt_events import (
     StepFinished,
     parse_tracestate,
 )
+from ckpt_events._public_home import publish
 from ckpt_events.vocab import (
     COLLECTION_END_ATTRS,
     COLLECTION_SPANS,
@@ -253,3 +254,7 @@ def _put(attributes: dict[str, Any], event: Any, fields: FieldAttrs) -> None:
         if value is not None:
             # Enum members go out as plain strings.
             attributes[key] = str(value) if isinstance(value, str) else value
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otel", AttributeLimits)

@@ -54,6 +54,7 @@ import msgspec
 from ckpt_events import BusStats
 from ckpt_events._events import EVENT_TYPES
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._export.flush import FlushRequests
 from ckpt_events.sinks._export.replies import await_reply
 from ckpt_events.sinks._export.reports import ReportListener, sink_stats
@@ -548,3 +549,7 @@ def _widen(pipe: int) -> None:
     if set_size is not None:
         with contextlib.suppress(OSError):
             fcntl.fcntl(pipe, set_size, PIPE_BYTES)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", ExportProcess, ExportProcessStats)

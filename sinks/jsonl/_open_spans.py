@@ -35,6 +35,7 @@ from ckpt_events import (
     StepStarted,
 )
 from ckpt_events._errors import check_int, shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.vocab import Attr, Outcome
 
@@ -179,3 +180,7 @@ def emit_truncated_spans(bus: Bus, path: str | os.PathLike[str], *, tail_bytes: 
     for event in closed:
         bus.emit(event)
     return len(closed)
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.jsonl", OpenSpans, emit_truncated_spans, truncated_spans)

@@ -52,6 +52,7 @@ import msgspec
 
 from ckpt_events import CheckpointEvent, InvalidTypeError
 from ckpt_events._errors import check_file_name, check_int, shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._hexids import STRICT_WIRE_DECODER, WIRE_DECODER, from_wire, strict_twin_with
 
 __all__ = ["MAX_LINE", "CorruptLine", "read_events"]
@@ -607,3 +608,7 @@ def _time_error(event: CheckpointEvent) -> str:
         if f.endswith("_ns") and (v := getattr(event, f)) is not None and not 0 <= v < _TIME_BOUND
     )
     return f"Expected `int` >= 0 and < 2**63 (Unix ns), got {value} - at `$.{name}`"
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", CorruptLine, read_events)

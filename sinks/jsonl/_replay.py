@@ -39,6 +39,7 @@ from ckpt_events import (
 )
 from ckpt_events._errors import check_int, shown
 from ckpt_events._logs import library_logger, one_line
+from ckpt_events._public_home import publish
 from ckpt_events.sinks.jsonl._open_spans import OpenSpans
 from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
 from ckpt_events.sinks.jsonl._rotation import rotated_name
@@ -329,3 +330,9 @@ def is_rotated(log: str | os.PathLike[str] | IO[bytes]) -> bool:
     on from, not its last."""
     name = getattr(log, "name", None) if not isinstance(log, str | os.PathLike) else os.fspath(log)
     return isinstance(name, str) and rotated_name(name) is not None
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", ReplayFailure, ReplayResult)
+# Not ckpt_events.sinks: its submodule ckpt_events.sinks.replay, once imported, shadows the function there.
+publish("ckpt_events.sinks.replay", is_rotated, replay)

@@ -22,6 +22,8 @@ import os
 import re
 from typing import Final, NamedTuple
 
+from ckpt_events._public_home import publish
+
 __all__ = ["RotatedName", "oldest_first", "rotated_name"]
 
 #: ``.N``: the sink's own ``max_bytes`` rotation and logrotate's default (6 digits: a
@@ -77,3 +79,7 @@ def oldest_first(path: str | os.PathLike[str]) -> tuple[str, int, int, str]:
     if rotated.number is not None:
         return (rotated.log, 0, -rotated.number, "")
     return (rotated.log, 1, 0, rotated.stamp or "")
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.jsonl", RotatedName, oldest_first, rotated_name)

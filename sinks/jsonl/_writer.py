@@ -31,6 +31,7 @@ import msgspec
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor
 from ckpt_events._errors import check_file_name, check_int, shown
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._hexids import with_hex_ids, with_hex_ids_all
 from ckpt_events.sinks._redacted import redacted
 from ckpt_events.sinks.jsonl._file_lock import lock
@@ -544,3 +545,7 @@ class JsonLinesSink(LogFile):
 
 #: How long ``close()`` waits for a write in progress (one takes microseconds to milliseconds).
 CLOSE_WAIT: Final = 0.5
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", JsonLinesSink, JsonLinesStats)

@@ -13,6 +13,8 @@ import contextvars
 from opentelemetry import context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
+from ckpt_events._public_home import publish
+
 __all__ = ["OtelContextBridge"]
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -61,3 +63,7 @@ class OtelContextBridge:
                 pass
             return
         context.detach(token)  # type: ignore[arg-type]
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otel_bridge", OtelContextBridge)

@@ -19,6 +19,7 @@ import msgspec
 
 from ckpt_events import ConfigurationError
 from ckpt_events._errors import InvalidTypeError, shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._scrape_server import host_problem, listen_host
 from ckpt_events.sinks._span_attrs import DEFAULT_ATTRIBUTE_COUNT_LIMIT, AttributeLimits
 from ckpt_events.sinks.otlp._endpoint import endpoint_problem, safe_url
@@ -599,3 +600,7 @@ def read_otel_env(
         prometheus_port=port,
         prometheus_ports=_prometheus_ports(env, port),
     )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks", OtelSettings, read_otel_env, sample_ratio_from_env)

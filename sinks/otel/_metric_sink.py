@@ -39,6 +39,7 @@ from ckpt_events import (
 )
 from ckpt_events._errors import shown
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import (
     DEFAULT_CARDINALITY_LIMIT,
@@ -336,3 +337,7 @@ def _was_shut_down(meter_provider: MeterProvider) -> bool:
     silent); read per batch, never guessed at: another provider, or an SDK that renamed the
     flag, is taken as live."""
     return getattr(meter_provider, "_shutdown", None) is True
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otel", MetricSink, MetricSinkStats)

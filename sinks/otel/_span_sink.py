@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from ckpt_events import InvalidTypeError, InvalidValueError, Redactor, __version__
 from ckpt_events._errors import check_int, check_number, shown
 from ckpt_events._logs import library_logger
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits, limited_span, span_tracestate
 from ckpt_events.sinks.otel._env import DEFAULT_SERVICE_NAME, MAX_TIMEOUT_MS
 from ckpt_events.vocab import Outcome, resolve_span_groups, span_kind_of
@@ -524,3 +525,7 @@ def _default_resource() -> Resource:
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
     return resource
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otel", SpanSink, SpanSinkStats)

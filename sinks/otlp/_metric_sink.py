@@ -22,6 +22,7 @@ import msgspec
 
 from ckpt_events._errors import check_number, shown
 from ckpt_events._logs import said_in_log
+from ckpt_events._public_home import publish
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT, check_cardinality_limit
 from ckpt_events.sinks._metric_totals import MetricTotals
@@ -233,3 +234,7 @@ class OtlpMetricSink:
                 invalid=self._totals.invalid.measurements,
                 untracked=self._totals.open_work.untracked,
             )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otel", OtlpMetricSink, OtlpMetricSinkStats)

@@ -23,6 +23,7 @@ from typing import Any, Final
 import msgspec
 
 from ckpt_events import OperationFinished, StageFinished, StepFinished, parse_tracestate
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._span_attrs import ERROR_TYPE_OTHER, plans_by_name
 from ckpt_events.vocab import NAME_RULE, SPAN_PREFIX, Attr, Kind, span_name
 
@@ -231,3 +232,7 @@ def _take_error_type(fields: dict[str, Any], extra: dict[str, Any]) -> None:
     elif isinstance(error_type, str) and fields.get("error_type") in (None, error_type):
         fields["error_type"] = error_type
         del extra[Attr.ERROR_TYPE]
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otlp", looks_like_otlp, read_otlp)

@@ -19,6 +19,7 @@ import msgspec
 
 from ckpt_events import InvalidTypeError, Redactor, __version__
 from ckpt_events._errors import shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._span_attrs import (
     NAMING_FIELDS,
     AttributeLimits,
@@ -331,3 +332,7 @@ class SpanEncoder:
             }
         span["flags"] = flags
         return span
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otlp", SpanEncoder)

@@ -33,6 +33,7 @@ from ckpt_events import (
     Redactor,
 )
 from ckpt_events._errors import check_int, check_number, shown
+from ckpt_events._public_home import publish
 from ckpt_events.sinks._span_attrs import FINISHED, AttributeLimits
 from ckpt_events.sinks.otlp._export_worker import ExportWorker, timeout_or
 from ckpt_events.sinks.otlp._http import check_protocol, resource_with_service_name, signal_sender
@@ -404,3 +405,7 @@ class OtlpSpanSink:
                 invalid_values=self.encoder.invalid_values,
                 last_failure=worker.last_failure,
             )
+
+
+# Pickles, reprs and tracebacks name the public module (_public_home.py says why).
+publish("ckpt_events.sinks.otel", OtlpSpanSink, OtlpSpanSinkStats)
