@@ -134,15 +134,6 @@ def test_an_emitted_event_pickles_equal_under_public_paths() -> None:
         assert _private_paths(event) == set(), type(event).__name__
 
 
-@pytest.mark.xfail(strict=True, reason="FrozenAttributes has no public home: one is an API decision")
-def test_a_finished_span_s_attributes_pickle_under_a_public_path() -> None:
-    """A finished span's attributes pickle as ``ckpt_events._frozen_attrs.FrozenAttributes``."""
-    events = [e for e in anyio.run(_emitted) if getattr(e, "attributes", None) is not None]
-    assert events
-    for event in events:
-        assert _private_paths(event) == set()
-
-
 class _PickledBy030:
     """Reduces as 0.3.0's errors did: through ``ckpt_events._errors._rebuilt``."""
 
