@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Final
 from ckpt_events._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ckpt_events.sinks._configure import Configured, aconfigure, configure
+    from ckpt_events.sinks._configure import aconfigure, configure
+    from ckpt_events.sinks._configured import Configured
     from ckpt_events.sinks._export.process import ExportProcess, ExportProcessStats
     from ckpt_events.sinks._logging_sink import LoggingSink
     from ckpt_events.sinks.jsonl._reader import CorruptLine, read_events
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 _HOMES: Final = {
-    "Configured": "ckpt_events.sinks._configure",
+    "Configured": "ckpt_events.sinks._configured",
     "CorruptLine": "ckpt_events.sinks.jsonl._reader",
     "ExportProcess": "ckpt_events.sinks._export.process",
     "ExportProcessStats": "ckpt_events.sinks._export.process",

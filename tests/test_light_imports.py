@@ -134,6 +134,7 @@ def _loaded(statement: str, watched: tuple[str, ...]) -> list[str]:
                 "http.server",
                 "importlib.metadata",
                 "ckpt_events.sinks._configure",
+                "ckpt_events.sinks._configured",
                 *OTLP,
             ),
         ),

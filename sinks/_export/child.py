@@ -51,7 +51,7 @@ from ckpt_events.sinks._export.reports import (
 from ckpt_events.sinks._export.wire import MAX_LINE, WireReader
 
 if TYPE_CHECKING:
-    from ckpt_events.sinks._configure import Configured
+    from ckpt_events.sinks._configured import Configured
 
 __all__ = ["main"]
 

@@ -27,7 +27,7 @@ from ckpt_events.sinks._export.reports import Flushed, Progress, ReportListener,
 from ckpt_events.sinks._export.spawn import child_budget
 
 if TYPE_CHECKING:
-    from ckpt_events.sinks._configure import Configured
+    from ckpt_events.sinks._configured import Configured
 
 __all__ = ["FLUSH_TIMEOUT", "FlushRequests", "answer_flush", "queue_bound"]
 
