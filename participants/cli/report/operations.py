@@ -10,12 +10,17 @@ the two commands agree on every figure.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from ckpt_events.participants.cli.report.durations import Durations, median, percentile
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import Kind
 
-__all__ = ["OperationRow", "operation_rows", "unknown_line"]
+__all__ = ["ROWS_SHOWN", "OperationRow", "operation_rows", "unknown_line"]
+
+#: Rows the table shows: every operation's, then the slowest steps (by max); the rest are
+#: summed in one ``+N more steps`` row (a step named per rollout id made 20,000 rows).
+ROWS_SHOWN: Final = 40
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,35 @@ def operation_rows(found: Durations) -> list[OperationRow]:
                 max_ms=max(ok) if ok else None,
             )
         )
-    return rows
+    return _folded(rows, ROWS_SHOWN)
+
+
+def _folded(rows: list[OperationRow], shown: int) -> list[OperationRow]:
+    """``rows`` past ``shown``: every operation's row, the slowest steps (by their max, then
+    their count) up to ``shown`` rows, in ``rows``' order, and one last row that sums the rest's
+    counts, errors and unknown spans, with the longest of their max (p50 and p95 of spans
+    apart are not one figure: ``None``)."""
+    if len(rows) <= shown:
+        return rows
+    steps = sorted(
+        (r for r in rows if r.step), key=lambda r: (-(r.max_ms or 0.0), -r.count, r.kind, r.operation, r.step)
+    )
+    keep = {id(r) for r in rows if not r.step}
+    keep.update(id(r) for r in steps[: max(0, shown - len(keep))])
+    rest = [r for r in rows if id(r) not in keep]
+    maxes = [r.max_ms for r in rest if r.max_ms is not None]
+    more = OperationRow(
+        kind="",
+        operation="",
+        step=f"+{len(rest):,} more steps",
+        count=sum(r.count for r in rest),
+        errors=sum(r.errors for r in rest),
+        unknown=sum(r.unknown for r in rest),
+        p50_ms=None,
+        p95_ms=None,
+        max_ms=max(maxes) if maxes else None,
+    )
+    return [r for r in rows if id(r) in keep] + [more]
 
 
 def unknown_line(rows: list[OperationRow]) -> str | None:
