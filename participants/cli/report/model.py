@@ -27,6 +27,7 @@ start), its duration is unknown: the span is drawn as an instant and never as a 
 from __future__ import annotations
 
 import enum
+import heapq
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -382,10 +383,29 @@ def attribute(spans: list[Span]) -> Attribution | None:
     # A participant's operation at the root ran its handler all along: its time outside its
     # steps was read as unattributed (55.6 ms restore, no steps: 100% unattributed).
     uncovered = HANDLERS if root.participant else UNATTRIBUTED
+    # A sweep over the cuts: an interval covers the piece (a, b) when its start, cut to the
+    # root, is at or before a and its end at or after b. The pieces scanned every interval
+    # each: 5,000 participants in one checkpoint took 34 s (quadratic); a heap of the open
+    # ones, emptied lazily, takes each in and out once.
+    opens: dict[int, list[tuple[int, str]]] = {}
+    closes: dict[int, list[tuple[int, str]]] = {}
+    for p, label, began, ended in intervals:
+        start = max(lo, min(hi, began))
+        end = max(lo, min(hi, ended))
+        if start < end:
+            opens.setdefault(start, []).append((p, label))
+            closes.setdefault(end, []).append((p, label))
+    active: dict[tuple[int, str], int] = {}
+    heap: list[tuple[int, str]] = []
     for a, b in itertools.pairwise(cuts):
-        mid = (a + b) / 2
-        covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
-        label = min(covering)[1] if covering else uncovered
+        for key in closes.get(a, ()):
+            active[key] -= 1
+        for key in opens.get(a, ()):
+            active[key] = active.get(key, 0) + 1
+            heapq.heappush(heap, key)
+        while heap and not active[heap[0]]:
+            heapq.heappop(heap)
+        label = heap[0][1] if heap else uncovered
         parts_ns[label] = parts_ns.get(label, 0) + (b - a)
     parts = {label: ns / 1e6 for label, ns in parts_ns.items()}
 

@@ -131,6 +131,7 @@ def _walk(spans: Iterable[S]) -> tuple[list[Section[S]], S | None]:
         todo.extend(inside)
     out: list[Section[S]] = []
     entered = {root.span_id}
+    next_kid: dict[int, int] = {}
     node, returning = root, None  # returning: the start of the child just walked back from
     for _ in range(2 * len(bounds) + 1):  # each span is entered once and left once
         if returning is None and (stop := unsure.get(node.span_id)) is not None:
@@ -139,10 +140,17 @@ def _walk(spans: Iterable[S]) -> tuple[list[Section[S]], S | None]:
         top = hi if returning is None else returning
         # A sibling that ended the instant the next one started counts as before it (Jaeger
         # asks for strictly before, and would skip a stage ending exactly at the next's start).
-        candidates = [
-            c for c in kids[node.span_id] if bounds[c.span_id][1] <= top and c.span_id not in entered
-        ]
-        last = candidates[0] if candidates else None
+        # ``top`` only falls at a node, so a child passed over (entered, or ending after it)
+        # never is a candidate again: one index per node, where the children were scanned
+        # from the first on every return (5,000 participants under one call: 8.3 s).
+        siblings = kids[node.span_id]
+        at = next_kid.get(node.span_id, 0)
+        while at < len(siblings) and (
+            bounds[siblings[at].span_id][1] > top or siblings[at].span_id in entered
+        ):
+            at += 1
+        next_kid[node.span_id] = at
+        last = siblings[at] if at < len(siblings) else None
         if last is not None:
             entered.add(last.span_id)
             if bounds[last.span_id][1] < top:
