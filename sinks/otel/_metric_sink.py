@@ -1,7 +1,8 @@
 """``MetricSink``: the four checkpoint instruments of SPEC section 3 and the loop lag, fed from events.
 
 The SDK's per-call cost is about 10-17 us, so counters are summed per attribute set within
-a batch and reach the SDK once per set. Histogram values cannot be summed; each is recorded.
+a batch and reach the SDK once per set (the sets past the limit once together). Histogram
+values cannot be summed; each is recorded.
 Attribute values are low-cardinality vocabularies: never an id or an instance. Kinds are open
 (steps are on no metric), so each instrument passes at most ``cardinality_limit`` attribute sets
 to the SDK and the rest as the SDK's own overflow set (``ckpt_events.sinks._cardinality``): our own limit, as
@@ -43,6 +44,7 @@ from ckpt_events._public_home import publish
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._cardinality import (
     DEFAULT_CARDINALITY_LIMIT,
+    OVERFLOW_ATTRIBUTES,
     AttributeSets,
     InvalidMeasurements,
     Overflow,
@@ -291,7 +293,12 @@ class MetricSink:
         sizes: dict[tuple[Any, ...], int],
         counts: dict[tuple[Any, ...], int],
     ) -> int:
-        """Add a batch's sums (records, bytes, counted events) per attribute set; the SDK calls made."""
+        """Add a batch's sums (records, bytes, counted events) per attribute set; the SDK calls made.
+
+        The keys past the limit share the overflow set, so their sums reach the SDK as one call
+        per counter and batch (each key still counted in ``overflowed``): a call per key took a
+        flood of new kinds or codes from one call per counter and batch to one per event (~10 us).
+        """
         calls = 0
         records_sets, bytes_sets = self._volume_sets
         for counter, sums, sets in (
@@ -301,9 +308,17 @@ class MetricSink:
         ):
             add = counter.add
             kept = sets.kept
+            overflowed: int | None = None
             for key, total in sums.items():
-                add(total, kept.get(key) or sets.attributes(key))
-            calls += len(sums)
+                attributes = kept.get(key) or sets.attributes(key)
+                if attributes is OVERFLOW_ATTRIBUTES:
+                    overflowed = total if overflowed is None else overflowed + total
+                else:
+                    add(total, attributes)
+                    calls += 1
+            if overflowed is not None:
+                add(overflowed, OVERFLOW_ATTRIBUTES)
+                calls += 1
         return calls
 
     def _observe_oldest(self, options: CallbackOptions) -> Iterable[Observation]:
