@@ -71,7 +71,7 @@ def _folded(rows: list[OperationRow], shown: int) -> list[OperationRow]:
     """``rows`` past ``shown``: every operation's row, the slowest steps (by their max, then
     their count) up to ``shown`` rows, in ``rows``' order, and one last row that sums the rest's
     counts, errors and unknown spans, with the longest of their max (p50 and p95 of spans
-    apart are not one figure: ``None``)."""
+    apart are not one figure: ``None``). Two or more rows are summed, never one."""
     if len(rows) <= shown:
         return rows
     steps = sorted(
@@ -80,6 +80,8 @@ def _folded(rows: list[OperationRow], shown: int) -> list[OperationRow]:
     keep = {id(r) for r in rows if not r.step}
     keep.update(id(r) for r in steps[: max(0, shown - len(keep))])
     rest = [r for r in rows if id(r) not in keep]
+    if len(rest) < 2:  # ``+1 more steps`` would take the one row's place and hide its name
+        return rows
     maxes = [r.max_ms for r in rest if r.max_ms is not None]
     more = OperationRow(
         kind="",

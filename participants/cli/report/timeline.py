@@ -135,14 +135,16 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
 def fold_columns(rows: list[Breakdown], shown: int = OWN_COLUMNS) -> list[Breakdown]:
     """``rows`` with the user's own operations and steps past the ``shown`` longest (summed over
     every row) added up into one ``+N more steps`` column: a server that names a step after a
-    rollout id made a column per name (20,000 steps: a 40,000-line report in 19 s). A row's
+    rollout id made a column per name (20,000 steps: a 40,000-line report in 19 s). Two or
+    more are folded, never one (its own column is as wide as the fold's). A row's
     folded figure is unknown (``?``) where one of its folded durations is."""
     totals: dict[str, float] = {}
     for row in rows:
         for name in (*row.ms, *row.unknown):
             if name not in BREAKDOWN_COLUMNS:
                 totals[name] = totals.get(name, 0.0) + row.ms.get(name, 0.0)
-    if len(totals) <= shown:
+    # One name past ``shown`` is shown: ``+1 more steps`` would take its column and hide it.
+    if len(totals) <= shown + 1:
         return rows
     kept = set(sorted(totals, key=lambda name: (-totals[name], name))[:shown])
     folded = f"+{len(totals) - shown:,} more steps"
