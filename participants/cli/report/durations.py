@@ -26,8 +26,8 @@ __all__ = ["Durations", "DurationsFold", "Key", "durations", "percentile"]
 
 #: (participant kind, operation or collection action, step or stage or "").
 Key = tuple[str, str, str]
-#: Operations finished lately, by span id, for a step read after its operation: a log merged
-#: out of order. A step is written before its operation finishes, so this is rarely read; it is
+#: Operations finished lately, by trace and span id, for a step read after its operation: a log
+#: merged out of order. A step is written before its operation finishes, so this is rarely read; it is
 #: bounded (every operation's id kept grew the report of a user's own server by 11 MiB from
 #: 50,000 to 200,000 lines).
 RECENT_OPERATIONS: Final = 4096
@@ -69,11 +69,12 @@ class DurationsFold:
     too (the report of a user's own server streams its logs once for all of its tables)."""
 
     def __init__(self) -> None:
-        # A step finishes before its operation: it waits for it here, by the operation's span
-        # id, and is keyed when the operation finishes. Held are the steps of the operations
-        # still open, not every operation read.
-        self._waiting: dict[int, list[StepFinished]] = {}
-        self._recent: OrderedDict[int, str] = OrderedDict()
+        # A step finishes before its operation: it waits for it here, by the operation's trace
+        # and span id (a span id is unique in its trace only: two processes' operations of one
+        # span id keyed a step under the other's), and is keyed when the operation finishes.
+        # Held are the steps of the operations still open, not every operation read.
+        self._waiting: dict[tuple[int, int], list[StepFinished]] = {}
+        self._recent: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._out = Durations()
 
     def _add(self, key: Key, e: FinishedSpan) -> None:
@@ -92,15 +93,15 @@ class DurationsFold:
         match e:
             case OperationFinished():
                 operation = str(e.operation)
-                for step in self._waiting.pop(e.span_id, ()):
+                for step in self._waiting.pop((e.trace_id, e.span_id), ()):
                     self._step(step, operation)
                 recent = self._recent
-                recent[e.span_id] = operation
+                recent[(e.trace_id, e.span_id)] = operation
                 if len(recent) > RECENT_OPERATIONS:
                     recent.popitem(last=False)
                 self._add((str(e.kind), operation, ""), e)
             case StepFinished():
-                parent = e.parent_span_id or 0
+                parent = (e.trace_id, e.parent_span_id or 0)
                 if (finished := self._recent.get(parent)) is not None:
                     self._step(e, finished)  # read after its operation
                 else:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ckpt_events import OperationFinished
+from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.report.durations import DurationsFold, durations, median, percentile
 from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import Kind, Operation, Outcome
@@ -111,3 +111,24 @@ def test_the_fold_keeps_no_memory_per_operation_read() -> None:
             tracemalloc.stop()
         assert fold.result().failed == {("agent", "commit", ""): count}
     assert held[1] - held[0] < 256 * 1024, f"{held[0] / 1024:.0f} -> {held[1] / 1024:.0f} KiB"
+
+
+def test_a_step_is_keyed_under_its_own_traces_operation_of_its_span_id() -> None:
+    """Two processes' operations of one span id, in two traces (a span id is unique in its trace
+    only): the agent's ``upload`` step is its commit's in every order the merged log reads them
+    in; it was keyed under the model's restore in all three."""
+    step = StepFinished(
+        Kind.AGENT, "agent-0", trace_id=1, span_id=8, start_ns=10, end_ns=20, step="upload", parent_span_id=7
+    )
+    commit = OperationFinished(
+        Kind.AGENT, "agent-0", trace_id=1, span_id=7, start_ns=0, end_ns=30, operation=Operation.COMMIT
+    )
+    restore = OperationFinished(
+        Kind.MODEL, "model-0", trace_id=2, span_id=7, start_ns=5, end_ns=25, operation=Operation.RESTORE
+    )
+    for order in ([step, restore, commit], [restore, step, commit], [commit, restore, step]):
+        assert sorted(durations(order).ok) == [
+            ("agent", "commit", ""),
+            ("agent", "commit", "upload"),
+            ("model", "restore", ""),
+        ], [type(e).__name__ for e in order]
