@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -349,6 +349,44 @@ class Attribution:
         return "; ".join(said)
 
 
+def _piece_labels(
+    intervals: list[tuple[int, str, int, int]], cuts: list[int], lo: int, hi: int
+) -> Iterator[str | None]:
+    """The label of each piece between ``cuts`` (the covering interval of the lowest priority
+    number, ``None`` where none covers it): an interval covers a piece when it holds its middle.
+
+    A sweep: an interval cut to the root covers the piece (a, b) when its start is at or
+    before a and its end at or after b. The pieces scanned every interval each: 5,000
+    participants in one checkpoint took 34 s (quadratic); a heap of the open ones, emptied
+    lazily, takes each in and out once. A root whose end is before its start (its clock went
+    back) cuts every stamp to its start: its one piece is scanned."""
+    if lo > hi:
+        for a, b in itertools.pairwise(cuts):
+            mid = (a + b) / 2
+            covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
+            yield min(covering)[1] if covering else None
+        return
+    opens: dict[int, list[tuple[int, str]]] = {}
+    closes: dict[int, list[tuple[int, str]]] = {}
+    for p, label, began, ended in intervals:
+        start = max(lo, min(hi, began))
+        end = max(lo, min(hi, ended))
+        if start < end:
+            opens.setdefault(start, []).append((p, label))
+            closes.setdefault(end, []).append((p, label))
+    active: dict[tuple[int, str], int] = {}
+    heap: list[tuple[int, str]] = []
+    for a, _ in itertools.pairwise(cuts):
+        for key in closes.get(a, ()):
+            active[key] -= 1
+        for key in opens.get(a, ()):
+            active[key] = active.get(key, 0) + 1
+            heapq.heappush(heap, key)
+        while heap and not active[heap[0]]:
+            heapq.heappop(heap)
+        yield heap[0][1] if heap else None
+
+
 def attribute(spans: list[Span]) -> Attribution | None:
     """Sweep the root's time (the first span at depth 0) into parts; ``None`` without spans."""
     roots = [s for s in spans if s.depth == 0]
@@ -383,29 +421,8 @@ def attribute(spans: list[Span]) -> Attribution | None:
     # A participant's operation at the root ran its handler all along: its time outside its
     # steps was read as unattributed (55.6 ms restore, no steps: 100% unattributed).
     uncovered = HANDLERS if root.participant else UNATTRIBUTED
-    # A sweep over the cuts: an interval covers the piece (a, b) when its start, cut to the
-    # root, is at or before a and its end at or after b. The pieces scanned every interval
-    # each: 5,000 participants in one checkpoint took 34 s (quadratic); a heap of the open
-    # ones, emptied lazily, takes each in and out once.
-    opens: dict[int, list[tuple[int, str]]] = {}
-    closes: dict[int, list[tuple[int, str]]] = {}
-    for p, label, began, ended in intervals:
-        start = max(lo, min(hi, began))
-        end = max(lo, min(hi, ended))
-        if start < end:
-            opens.setdefault(start, []).append((p, label))
-            closes.setdefault(end, []).append((p, label))
-    active: dict[tuple[int, str], int] = {}
-    heap: list[tuple[int, str]] = []
-    for a, b in itertools.pairwise(cuts):
-        for key in closes.get(a, ()):
-            active[key] -= 1
-        for key in opens.get(a, ()):
-            active[key] = active.get(key, 0) + 1
-            heapq.heappush(heap, key)
-        while heap and not active[heap[0]]:
-            heapq.heappop(heap)
-        label = heap[0][1] if heap else uncovered
+    for (a, b), covered in zip(itertools.pairwise(cuts), _piece_labels(intervals, cuts, lo, hi), strict=True):
+        label = uncovered if covered is None else covered
         parts_ns[label] = parts_ns.get(label, 0) + (b - a)
     parts = {label: ns / 1e6 for label, ns in parts_ns.items()}
 

@@ -110,13 +110,18 @@ def test_the_quickstarts_fast_commit_reads_its_true_figures(
     """The quickstart's commit takes well under 1 ms: the line gave ``0.0 ms total`` with a
     percentage of it, then a line opening with ``; ``. Each figure now is the log's own, to two
     significant digits, in the line, the waterfall and the HTML page."""
-    log = tmp_path / "events.jsonl"
-    anyio.run(_serve, log, [("/checkpoint/commit", {"checkpoint_id": "c1", "rows": ["a", "b"]})])
-    commit = _last_operation(log)
+    # What this test is about: a sub-millisecond handler. A loaded machine can stretch one
+    # commit past 1 ms, so up to five are served, each to a log of its own, until one is not.
+    for attempt in range(5):
+        log = tmp_path / f"events-{attempt}.jsonl"
+        anyio.run(_serve, log, [("/checkpoint/commit", {"checkpoint_id": "c1", "rows": ["a", "b"]})])
+        commit = _last_operation(log)
+        expected = (commit.end_ns - commit.start_ns) / 1e6
+        if expected < 1:
+            break
+    assert 0 < expected < 1, f"no commit of five under 1 ms (the last {expected:.2f} ms)"
     (upload,) = [e for _, e in read_events(log) if isinstance(e, StepFinished)]
-    expected = (commit.end_ns - commit.start_ns) / 1e6
     upload_ms = (upload.end_ns - upload.start_ns) / 1e6
-    assert 0 < expected < 1  # what this test is about: a sub-millisecond handler
     page = tmp_path / "x.html"
     assert main(["report", str(log), "--report", str(page)]) == 0
     out = capsys.readouterr().out
