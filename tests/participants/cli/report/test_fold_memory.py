@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -13,7 +14,8 @@ from ckpt_events.participants.kinds import PREPARE_ORDER
 from ckpt_events.testing import capture_events
 
 #: Bytes the fold keeps per collection checkpoint of four participants (traces, roots, critical
-#: paths, trends): 3,007 when each trace kept its own participant names and an empty set, 2,509 now.
+#: paths, trends, and its participants' latest operations up to ``causes``'s cap): 3,007 when each
+#: trace kept its own participant names and an empty set, 2,639 now (counted honestly).
 KEPT_PER_CHECKPOINT = 2_750
 
 
@@ -33,26 +35,28 @@ async def _one_checkpoint() -> list[Any]:
     return events
 
 
-def _run(template: list[Any], checkpoints: int) -> list[Any]:
-    """``template`` repeated as ``checkpoints`` checkpoints, each its own trace and id."""
+def _run(template: list[Any], checkpoints: int) -> Iterator[Any]:
+    """``template`` repeated as ``checkpoints`` checkpoints, each its own trace and id, each event
+    built as the fold reads it: what the fold keeps of one is counted, what it lets go is not
+    (a list built before the trace hid the root events the fold kept whole: 2,327 bytes read
+    for 2,639)."""
     start = min(getattr(e, "start_ns", 0) or e.time_ns for e in template)
     span = max(getattr(e, "end_ns", 0) or 0 for e in template) - start + 1_000_000
-    out = []
     for n in range(checkpoints):
         for e in template:
             changes: dict[str, Any] = {"trace_id": e.trace_id + n + 1, "checkpoint_id": f"c{n}"}
             for name in ("start_ns", "end_ns", "received_ns"):
                 if getattr(e, name, None) is not None:
                     changes[name] = getattr(e, name) + n * span
-            out.append(msgspec.structs.replace(e, **changes))
-    return out
+            yield msgspec.structs.replace(e, **changes)
 
 
-def _kept(events: list[Any]) -> int:
+def _kept(template: list[Any], checkpoints: int) -> int:
+    """Bytes still held once ``checkpoints`` checkpoints were folded (the fold's, and nothing else)."""
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        fold = fold_events(events)
+        fold = fold_events(_run(template, checkpoints))
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -64,6 +68,8 @@ async def test_fold_keeps_a_bounded_summary_per_checkpoint() -> None:
     """The fold's memory grows by at most ``KEPT_PER_CHECKPOINT`` bytes a checkpoint (measured
     between 100 and 200 checkpoints, so what it holds whatever the size cancels)."""
     template = await _one_checkpoint()
-    small, large = _run(template, 100), _run(template, 200)
-    per_checkpoint = (_kept(large) - _kept(small)) / 100
+    # Once first, uncounted: what the first fold of a process makes once (caches, lazily built
+    # tables) read as 650-800 bytes a checkpoint more on the first backend than on the second.
+    _kept(template, 200)
+    per_checkpoint = (_kept(template, 200) - _kept(template, 100)) / 100
     assert per_checkpoint < KEPT_PER_CHECKPOINT, per_checkpoint
